@@ -1,0 +1,67 @@
+/*
+ * src/common/err.h - embstore's own error codes and emb_strerror().
+ *
+ * Functions return 0 or a negative code: a negative errno where one fits, or
+ * one of the EMB_E* codes below -1000. Each module owns one block of codes.
+ * Thread-safe: emb_strerror() returns static strings.
+ */
+#ifndef EMB_COMMON_ERR_H
+#define EMB_COMMON_ERR_H
+
+/* X(name, value, message): one block per module, never renumber a code. */
+#define EMB_ERR_LIST(X)                                                        \
+	/* common: -1000.. */                                                  \
+	X(EMB_EINTERNAL, -1001, "internal error")                              \
+	X(EMB_EBADARG, -1002, "invalid argument")                              \
+	/* wire protocol: -1100.. */                                           \
+	X(EMB_EBADMAGIC, -1101, "bad frame magic")                             \
+	X(EMB_EBADVERSION, -1102, "unsupported protocol version")              \
+	X(EMB_EBADFRAME, -1103, "malformed frame")                             \
+	X(EMB_ETOOBIG, -1104, "frame exceeds size limit")                      \
+	X(EMB_EBADOP, -1105, "unknown opcode")                                 \
+	X(EMB_ETOOMANYIDS, -1106, "too many ids in one request")               \
+	X(EMB_EAUTH, -1107, "authentication failed")                           \
+	X(EMB_ENOHELLO, -1108, "request before HELLO")                         \
+	X(EMB_ESERVER, -1109, "server reported an error")                      \
+	/* store: -1200.. */                                                   \
+	X(EMB_EBADDUMP, -1201, "dump checksum mismatch")                       \
+	X(EMB_ENOTABLE, -1202, "unknown table")                                \
+	X(EMB_ETABLEEXISTS, -1203, "table already exists")                     \
+	X(EMB_EBADDIM, -1204, "dim out of range (1..4096) or mismatched")      \
+	X(EMB_EBADOPTIM, -1205, "unknown optimizer or bad hyper-parameter")    \
+	X(EMB_EBADINIT, -1206, "unknown initializer or bad parameter")         \
+	X(EMB_EMEMLIMIT, -1207, "memory limit reached")                        \
+	X(EMB_ETOOMANYTABLES, -1208, "too many tables")                        \
+	X(EMB_EBADNAME, -1209, "bad table name")                               \
+	X(EMB_EARENA, -1210, "jemalloc arena operation failed")                \
+	X(EMB_ENOTFOUND, -1211, "row not found")                               \
+	X(EMB_EDUMPFORMAT, -1212, "bad dump format or version")                \
+	X(EMB_ETRUNCATED, -1213, "dump file truncated")                        \
+	/* transport: -1300.. */                                               \
+	X(EMB_ECLOSED, -1301, "connection closed")                             \
+	X(EMB_EPEERDEAD, -1302, "peer disconnected")                           \
+	X(EMB_EQPERR, -1303, "RDMA queue pair in error state")                 \
+	X(EMB_ENOCREDIT, -1304, "no send credit")                              \
+	X(EMB_ENODEVICE, -1305, "no RDMA device for address")                  \
+	/* cache: -1400.. */                                                   \
+	X(EMB_ECACHEFULL, -1401, "batch has more distinct ids than the cache") \
+	X(EMB_EFETCH, -1402, "cache fetch failed")                             \
+	/* worker / cluster: -1500.. */                                        \
+	X(EMB_ENOSERVER, -1501, "no server for slot")                          \
+	X(EMB_ENODEAD, -1502, "node declared dead")                            \
+	X(EMB_ENOSCHED, -1503, "scheduler unreachable")                        \
+	X(EMB_ECLUSTER, -1504, "cluster not ready")
+
+enum emb_err {
+#define EMB_ERR_ENUM(name, value, msg) name = value,
+	EMB_ERR_LIST(EMB_ERR_ENUM)
+#undef EMB_ERR_ENUM
+};
+
+/*
+ * Names any return code: 0, a negative errno, or an EMB_E* code. Never NULL;
+ * the string is static (negative errno goes through strerrordesc_np()).
+ */
+const char *emb_strerror(int rc);
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * src/common/init.h - deterministic row initializers.
+ *
+ * A row's initial values depend only on (table seed, id, config), so an id
+ * starts identical on any server, after any restart or resharding. Element j
+ * of a row is drawn from a splitmix64 stream keyed by seed and id. Pure and
+ * thread-safe.
+ */
+#ifndef EMB_COMMON_INIT_H
+#define EMB_COMMON_INIT_H
+
+#include <stdint.h>
+
+enum emb_init_kind {
+	EMB_INIT_ZEROS = 1,
+	EMB_INIT_CONSTANT = 2,
+	EMB_INIT_UNIFORM = 3, /* uniform in [a, b) */
+	EMB_INIT_NORMAL = 4,  /* normal with mean a, standard deviation b */
+};
+
+struct emb_init_cfg {
+	uint32_t kind; /* enum emb_init_kind */
+	float a;       /* constant value, uniform low, or normal mean */
+	float b;       /* uniform high, or normal standard deviation */
+};
+
+#define EMB_INIT_CFG_DEFAULT                                                   \
+	((struct emb_init_cfg){.kind = EMB_INIT_UNIFORM, .a = -0.05f, .b = 0.05f})
+
+/* 0, or EMB_EBADINIT (unknown kind, a >= b for uniform, b < 0 for normal). */
+int emb_init_validate(const struct emb_init_cfg *cfg);
+
+/* Writes the initial weights of row id to w[0..dim). */
+void emb_init_row(const struct emb_init_cfg *cfg, uint64_t seed, uint64_t id,
+		  float *w, uint32_t dim);
+
+const char *emb_init_name(uint32_t kind);
+
+/* Parses "zeros", "constant:V", "uniform:A,B", "normal:MEAN,STD". */
+int emb_init_parse(const char *s, struct emb_init_cfg *out);
+
+#endif

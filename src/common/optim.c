@@ -1,0 +1,274 @@
+/*
+ * src/common/optim.c - SGD, Adagrad, Adam and FTRL-proximal over one row.
+ * Called with the row's lock held (store) or from the owning worker thread
+ * (cache); keeps no state of its own.
+ */
+#include "common/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+static bool finite_nonneg(float x)
+{
+	return isfinite(x) && x >= 0.0f;
+}
+
+int emb_optim_validate(const struct emb_optim_cfg *cfg)
+{
+	if (!cfg)
+		return EMB_EBADARG;
+	if (!isfinite(cfg->lr) || cfg->lr <= 0.0f ||
+	    !finite_nonneg(cfg->weight_decay))
+		return EMB_EBADOPTIM;
+	switch (cfg->kind) {
+	case EMB_OPTIM_SGD:
+		return 0;
+	case EMB_OPTIM_ADAGRAD:
+		if (!finite_nonneg(cfg->initial_accumulator) ||
+		    !isfinite(cfg->eps) || cfg->eps <= 0.0f)
+			return EMB_EBADOPTIM;
+		return 0;
+	case EMB_OPTIM_ADAM:
+		if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) ||
+		    !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f) ||
+		    !isfinite(cfg->eps) || cfg->eps <= 0.0f)
+			return EMB_EBADOPTIM;
+		return 0;
+	case EMB_OPTIM_FTRL:
+		if (!finite_nonneg(cfg->ftrl_beta) || !finite_nonneg(cfg->l1) ||
+		    !finite_nonneg(cfg->l2))
+			return EMB_EBADOPTIM;
+		return 0;
+	default:
+		return EMB_EBADOPTIM;
+	}
+}
+
+uint32_t emb_optim_state_floats(uint32_t kind, uint32_t dim)
+{
+	switch (kind) {
+	case EMB_OPTIM_SGD:
+		return 0;
+	case EMB_OPTIM_ADAGRAD:
+		return dim;
+	case EMB_OPTIM_ADAM:
+		return 2 * dim + 1;
+	case EMB_OPTIM_FTRL:
+		return 2 * dim;
+	default:
+		return 0;
+	}
+}
+
+void emb_optim_state_init(const struct emb_optim_cfg *cfg, float *state,
+			  uint32_t dim)
+{
+	uint32_t n = emb_optim_state_floats(cfg->kind, dim);
+
+	if (cfg->kind == EMB_OPTIM_ADAGRAD) {
+		for (uint32_t i = 0; i < dim; i++)
+			state[i] = cfg->initial_accumulator;
+		return;
+	}
+	if (n)
+		memset(state, 0, n * sizeof(*state));
+}
+
+static void apply_sgd(const struct emb_optim_cfg *cfg, float *restrict w,
+		      const float *restrict g, uint32_t dim)
+{
+	const float lr = cfg->lr;
+	const float wd = cfg->weight_decay;
+
+	if (wd == 0.0f) {
+		for (uint32_t i = 0; i < dim; i++)
+			w[i] -= lr * g[i];
+	} else {
+		for (uint32_t i = 0; i < dim; i++)
+			w[i] -= lr * (g[i] + wd * w[i]);
+	}
+}
+
+static void apply_adagrad(const struct emb_optim_cfg *cfg, float *restrict w,
+			  float *restrict acc, const float *restrict g,
+			  uint32_t dim)
+{
+	for (uint32_t i = 0; i < dim; i++) {
+		float gi = g[i] + cfg->weight_decay * w[i];
+
+		acc[i] += gi * gi;
+		w[i] -= cfg->lr * gi / (sqrtf(acc[i]) + cfg->eps);
+	}
+}
+
+static void apply_adam(const struct emb_optim_cfg *cfg, float *restrict w,
+		       float *restrict st, const float *restrict g,
+		       uint32_t dim)
+{
+	float *m = st;
+	float *v = st + dim;
+	uint32_t t;
+	double c1, c2;
+	float step;
+
+	/* Per-row step count: rows of a sparse table are updated unevenly, so
+	 * bias correction must count this row's updates, not global steps. */
+	memcpy(&t, &st[2 * dim], sizeof(t));
+	t++;
+	memcpy(&st[2 * dim], &t, sizeof(t));
+	c1 = 1.0 - pow(cfg->beta1, (double)t);
+	c2 = 1.0 - pow(cfg->beta2, (double)t);
+	step = (float)(cfg->lr * sqrt(c2) / c1);
+
+	for (uint32_t i = 0; i < dim; i++) {
+		float gi = g[i] + cfg->weight_decay * w[i];
+
+		m[i] = cfg->beta1 * m[i] + (1.0f - cfg->beta1) * gi;
+		v[i] = cfg->beta2 * v[i] + (1.0f - cfg->beta2) * gi * gi;
+		/* Kingma & Ba, section 2: eps scaled into the corrected form. */
+		w[i] -= step * m[i] / (sqrtf(v[i]) + cfg->eps * (float)sqrt(c2));
+	}
+}
+
+static void apply_ftrl(const struct emb_optim_cfg *cfg, float *restrict w,
+		       float *restrict st, const float *restrict g,
+		       uint32_t dim)
+{
+	float *z = st;
+	float *n = st + dim;
+	const float alpha = cfg->lr;
+
+	/* McMahan et al. 2013, Algorithm 1 (per coordinate). */
+	for (uint32_t i = 0; i < dim; i++) {
+		float gi = g[i] + cfg->weight_decay * w[i];
+		float n_new = n[i] + gi * gi;
+		float sigma = (sqrtf(n_new) - sqrtf(n[i])) / alpha;
+		float zi;
+
+		z[i] += gi - sigma * w[i];
+		n[i] = n_new;
+		zi = z[i];
+		if (fabsf(zi) <= cfg->l1) {
+			w[i] = 0.0f;
+		} else {
+			float sgn = zi < 0.0f ? -1.0f : 1.0f;
+
+			w[i] = -(zi - sgn * cfg->l1) /
+			       ((cfg->ftrl_beta + sqrtf(n_new)) / alpha +
+				cfg->l2);
+		}
+	}
+}
+
+void emb_optim_apply(const struct emb_optim_cfg *cfg, float *w, float *state,
+		     const float *g, uint32_t dim)
+{
+	switch (cfg->kind) {
+	case EMB_OPTIM_SGD:
+		apply_sgd(cfg, w, g, dim);
+		break;
+	case EMB_OPTIM_ADAGRAD:
+		apply_adagrad(cfg, w, state, g, dim);
+		break;
+	case EMB_OPTIM_ADAM:
+		apply_adam(cfg, w, state, g, dim);
+		break;
+	case EMB_OPTIM_FTRL:
+		apply_ftrl(cfg, w, state, g, dim);
+		break;
+	default:
+		break;
+	}
+}
+
+const char *emb_optim_name(uint32_t kind)
+{
+	switch (kind) {
+	case EMB_OPTIM_SGD:
+		return "sgd";
+	case EMB_OPTIM_ADAGRAD:
+		return "adagrad";
+	case EMB_OPTIM_ADAM:
+		return "adam";
+	case EMB_OPTIM_FTRL:
+		return "ftrl";
+	default:
+		return "?";
+	}
+}
+
+static int parse_kv(struct emb_optim_cfg *c, const char *key, size_t klen,
+		    float v)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+	} keys[] = {
+		{"lr", offsetof(struct emb_optim_cfg, lr)},
+		{"alpha", offsetof(struct emb_optim_cfg, lr)},
+		{"wd", offsetof(struct emb_optim_cfg, weight_decay)},
+		{"acc", offsetof(struct emb_optim_cfg, initial_accumulator)},
+		{"beta1", offsetof(struct emb_optim_cfg, beta1)},
+		{"beta2", offsetof(struct emb_optim_cfg, beta2)},
+		{"eps", offsetof(struct emb_optim_cfg, eps)},
+		{"beta", offsetof(struct emb_optim_cfg, ftrl_beta)},
+		{"l1", offsetof(struct emb_optim_cfg, l1)},
+		{"l2", offsetof(struct emb_optim_cfg, l2)},
+	};
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		if (strlen(keys[i].name) == klen &&
+		    memcmp(keys[i].name, key, klen) == 0) {
+			memcpy((char *)c + keys[i].off, &v, sizeof(v));
+			return 0;
+		}
+	}
+	return EMB_EBADOPTIM;
+}
+
+int emb_optim_parse(const char *s, struct emb_optim_cfg *out)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+	const char *p, *colon;
+	size_t nlen;
+	uint32_t k;
+
+	if (!s || !out)
+		return EMB_EBADARG;
+	colon = strchr(s, ':');
+	nlen = colon ? (size_t)(colon - s) : strlen(s);
+	c.kind = 0;
+	for (k = EMB_OPTIM_SGD; k <= EMB_OPTIM_FTRL; k++) {
+		if (strlen(emb_optim_name(k)) == nlen &&
+		    memcmp(emb_optim_name(k), s, nlen) == 0)
+			c.kind = k;
+	}
+	if (!c.kind)
+		return EMB_EBADOPTIM;
+	if (c.kind == EMB_OPTIM_FTRL)
+		c.lr = 0.05f;
+	for (p = colon ? colon + 1 : NULL; p && *p;) {
+		const char *eq = strchr(p, '=');
+		const char *end = strchr(p, ',');
+		char *num_end;
+		float v;
+
+		if (!end)
+			end = p + strlen(p);
+		if (!eq || eq > end)
+			return EMB_EBADOPTIM;
+		v = strtof(eq + 1, &num_end);
+		if (num_end != end)
+			return EMB_EBADOPTIM;
+		if (parse_kv(&c, p, (size_t)(eq - p), v))
+			return EMB_EBADOPTIM;
+		p = *end ? end + 1 : end;
+	}
+	if (emb_optim_validate(&c))
+		return EMB_EBADOPTIM;
+	*out = c;
+	return 0;
+}

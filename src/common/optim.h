@@ -1,0 +1,81 @@
+/*
+ * src/common/optim.h - optimizers shared by the store (server-side apply) and
+ * the worker cache (write-back mode applies locally with the same code).
+ *
+ * A row is dim float weights followed by the optimizer's state floats:
+ *
+ *   optimizer  state floats      layout after w[0..dim)
+ *   sgd        0                 -
+ *   adagrad    dim               acc[dim] (starts at initial_accumulator)
+ *   adam       2*dim + 1         m[dim], v[dim], t (uint32 bits in a float slot)
+ *   ftrl       2*dim             z[dim], n[dim]
+ *
+ * Weight decay (L2) adds weight_decay * w to the gradient before the update.
+ * Functions are pure over their arguments and thread-safe; callers serialise
+ * updates to one row.
+ */
+#ifndef EMB_COMMON_OPTIM_H
+#define EMB_COMMON_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum emb_optim_kind {
+	EMB_OPTIM_SGD = 1,
+	EMB_OPTIM_ADAGRAD = 2,
+	EMB_OPTIM_ADAM = 3,
+	EMB_OPTIM_FTRL = 4,
+};
+
+struct emb_optim_cfg {
+	uint32_t kind;		   /* enum emb_optim_kind */
+	float lr;		   /* learning rate; FTRL's alpha */
+	float weight_decay;	   /* L2 coefficient added to the gradient */
+	float initial_accumulator; /* Adagrad: starting value of acc */
+	float beta1;		   /* Adam: first-moment decay, [0, 1) */
+	float beta2;		   /* Adam: second-moment decay, [0, 1) */
+	float eps;		   /* Adam, Adagrad: denominator guard, > 0 */
+	float ftrl_beta;	   /* FTRL: beta in (beta + sqrt(n)) / alpha */
+	float l1;		   /* FTRL: L1 strength, >= 0 */
+	float l2;		   /* FTRL: L2 strength, >= 0 */
+};
+
+#define EMB_OPTIM_CFG_DEFAULT                                                  \
+	((struct emb_optim_cfg){.kind = EMB_OPTIM_SGD,                         \
+				.lr = 0.01f,                                   \
+				.weight_decay = 0.0f,                          \
+				.initial_accumulator = 0.1f,                   \
+				.beta1 = 0.9f,                                 \
+				.beta2 = 0.999f,                               \
+				.eps = 1e-8f,                                  \
+				.ftrl_beta = 1.0f,                             \
+				.l1 = 0.0f,                                    \
+				.l2 = 0.0f})
+
+/* 0, or EMB_EBADOPTIM for an unknown kind or an out-of-range parameter. */
+int emb_optim_validate(const struct emb_optim_cfg *cfg);
+
+/* State floats per row (see the table above); 0 for an unknown kind. */
+uint32_t emb_optim_state_floats(uint32_t kind, uint32_t dim);
+
+/* Sets the state of a new row: Adagrad's accumulator, zeros otherwise. */
+void emb_optim_state_init(const struct emb_optim_cfg *cfg, float *state,
+			  uint32_t dim);
+
+/*
+ * Applies gradient g[0..dim) to weights w[0..dim) and their state. The config
+ * must have passed emb_optim_validate(). Borrows every pointer for the call.
+ */
+void emb_optim_apply(const struct emb_optim_cfg *cfg, float *w, float *state,
+		     const float *g, uint32_t dim);
+
+/* "sgd", "adagrad", "adam", "ftrl"; "?" for an unknown kind. */
+const char *emb_optim_name(uint32_t kind);
+
+/*
+ * Parses "NAME[:key=value,...]" (keys: lr, wd, acc, beta1, beta2, eps, beta,
+ * l1, l2) on top of EMB_OPTIM_CFG_DEFAULT. 0, or EMB_EBADOPTIM.
+ */
+int emb_optim_parse(const char *s, struct emb_optim_cfg *out);
+
+#endif

@@ -1,0 +1,178 @@
+/*
+ * src/store/store.h - the embedding table engine: what other modules see.
+ *
+ * A table maps uint64 feature ids to fixed-size float rows (dim weights plus
+ * the optimizer's state, see common/optim.h). Row records live in slabs that
+ * come from a jemalloc arena the table owns; an id index split into shards
+ * finds them. Every batch operation is thread-safe: any number of threads may
+ * call pull/push/assign/erase/evict/stats on one table at once. Create and
+ * destroy are not: the creator destroys once no call is in flight.
+ */
+#ifndef EMB_STORE_STORE_H
+#define EMB_STORE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/init.h"
+#include "common/optim.h"
+
+#define EMB_DIM_MAX 4096u
+#define EMB_NAME_MAX 63u	  /* bytes of a table name, without the NUL */
+#define EMB_SHARDS_MAX 1024u
+
+struct emb_table;
+struct emb_table_iter;
+
+/*
+ * Extent hook: called with added = true when the table's arena maps a new
+ * extent [addr, addr + len) and with added = false before it is unmapped.
+ * A non-zero return from an "added" call fails the allocation that needed
+ * the extent (the operation returns EMB_EARENA). Called from whichever thread
+ * grows the table, with no store lock held that the hook could re-enter.
+ */
+typedef int (*emb_extent_fn)(void *arg, void *addr, size_t len, bool added);
+
+struct emb_table_opts {
+	const char *name;	    /* 1..EMB_NAME_MAX of [A-Za-z0-9_.-]; copied */
+	uint32_t dim;		    /* floats per row, 1..EMB_DIM_MAX */
+	struct emb_optim_cfg optim; /* applied by push */
+	struct emb_init_cfg init;   /* values of rows created by pull/push */
+	uint64_t seed;		    /* with the id, decides initial values */
+	uint32_t nshards;	    /* index shards, power of two <= 1024 */
+	uint64_t mem_limit;	    /* bytes of rows + index; 0 = unlimited */
+};
+
+#define EMB_TABLE_OPTS_DEFAULT                                                 \
+	((struct emb_table_opts){.name = "table",                              \
+				 .dim = 8,                                     \
+				 .optim = EMB_OPTIM_CFG_DEFAULT,               \
+				 .init = EMB_INIT_CFG_DEFAULT,                 \
+				 .seed = 0,                                    \
+				 .nshards = 64,                                \
+				 .mem_limit = 0})
+
+/* Flags for emb_table_pull() and emb_table_pull_ptrs(). */
+#define EMB_PULL_NOCREATE 0x1u /* report missing ids instead of creating */
+
+struct emb_table_stats {
+	uint64_t rows;		/* live rows */
+	uint64_t bytes;		/* slab + index + fixed bytes the table holds */
+	uint64_t slab_bytes;	/* bytes of slabs (row records, live or free) */
+	uint64_t index_bytes;	/* bytes of the id index */
+	uint64_t row_bytes;	/* bytes of one row record */
+	uint64_t pulls;		/* pull batches */
+	uint64_t pushes;	/* push batches */
+	uint64_t rows_pulled;	/* ids served by pull (duplicates counted) */
+	uint64_t rows_pushed;	/* distinct ids updated by push */
+	uint64_t rows_created;	/* rows made by the initializer */
+	uint64_t rows_erased;	/* rows removed by erase */
+	uint64_t rows_evicted;	/* rows removed by evict */
+	uint64_t misses;	/* no-create pulls of an absent id */
+	uint64_t step;		/* the table clock: push batches applied */
+	uint64_t extents;	/* arena extents mapped now */
+};
+
+/* Per-row lifecycle data, as kept in the row record. */
+struct emb_row_meta {
+	uint32_t last_step; /* table step of the last pull or push (low 32 bits) */
+	uint32_t count;	    /* pulls + pushes, saturating at UINT32_MAX */
+};
+
+/*
+ * Creates a table. 0 and *out on success; EMB_EBADNAME, EMB_EBADDIM,
+ * EMB_EBADOPTIM, EMB_EBADINIT, EMB_EBADARG (nshards), EMB_EARENA or -ENOMEM.
+ */
+int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out);
+void emb_table_destroy(struct emb_table *t); /* NULL is a no-op */
+
+/*
+ * Sets the extent hook and replays every extent mapped so far as "added"
+ * (fn = NULL clears the hook after replaying nothing). If a replayed call
+ * fails, the hook is cleared, earlier replays are undone with "removed" calls
+ * and the error is returned. Not safe against concurrent table growth: set it
+ * before the table is shared.
+ */
+int emb_table_set_extent_hook(struct emb_table *t, emb_extent_fn fn,
+			      void *arg);
+
+const char *emb_table_name(const struct emb_table *t);
+uint32_t emb_table_dim(const struct emb_table *t);
+/* Floats of a full row: dim weights + optimizer state. */
+uint32_t emb_table_row_floats(const struct emb_table *t);
+/* The options the table was created with; name points into the table. */
+void emb_table_get_opts(const struct emb_table *t, struct emb_table_opts *out);
+
+/*
+ * Gathers the weights of ids[0..n) into out[i * dim ...]. Duplicates are
+ * allowed. Missing rows are created with the initializer, or with
+ * EMB_PULL_NOCREATE left missing: their out rows are zero and, when found is
+ * not NULL, found[i] is 0 (1 for present rows). Returns the number of ids
+ * that were missing (>= 0), EMB_EBADARG (NULL buffer with n > 0) or
+ * EMB_EMEMLIMIT / -ENOMEM / EMB_EARENA when a row cannot be created; on error
+ * rows created before it stay and out is undefined.
+ */
+int emb_table_pull(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		   float *out, uint32_t flags, uint8_t *found);
+
+/*
+ * Like emb_table_pull(), but sets ptrs[i] to the row's weights in table
+ * memory instead of copying (NULL for a missing id under EMB_PULL_NOCREATE).
+ * For zero-copy senders: the memory stays mapped until the table is
+ * destroyed, but a concurrent push may change the floats while they are
+ * read, and an erase or evict may reuse the record for another id.
+ */
+int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
+			const float **ptrs, uint32_t flags);
+
+/*
+ * Applies grads[i * dim ...] to ids[0..n) with the table's optimizer. The
+ * gradients of duplicate ids are summed first, so each distinct id is
+ * updated once. Missing rows are created first. Advances the table clock by
+ * one. 0, or as for pull; rows of an id whose creation failed are untouched.
+ */
+int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		   const float *grads);
+
+/*
+ * Overwrites rows: rows[i * stride ...] holds the dim weights, followed by
+ * the optimizer state when with_state (stride = emb_table_row_floats()),
+ * otherwise the state is reset as for a new row (stride = dim). meta, if not
+ * NULL, sets each row's lifecycle data. For a duplicated id the last wins.
+ * 0, or as for pull.
+ */
+int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		     const float *rows, bool with_state,
+		     const struct emb_row_meta *meta);
+
+/* Removes ids[0..n); returns how many were present (>= 0). */
+int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n);
+
+/*
+ * Removes rows not accessed in the last max_idle_steps table steps (0: no age
+ * limit) or accessed fewer than min_count times (0: no count limit). Returns
+ * how many rows were removed (>= 0).
+ */
+int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,
+			uint32_t min_count);
+
+void emb_table_stats(struct emb_table *t, struct emb_table_stats *out);
+
+/*
+ * Iterates over all rows, one shard at a time under that shard's lock, so
+ * rows added or removed meanwhile may or may not be seen but none is seen
+ * twice. 0 and *out, or -ENOMEM.
+ */
+int emb_table_iter_create(struct emb_table *t, struct emb_table_iter **out);
+void emb_table_iter_destroy(struct emb_table_iter *it); /* NULL is a no-op */
+
+/*
+ * Copies up to max rows: ids[k], full rows (weights + state) at
+ * rows[k * emb_table_row_floats() ...], and meta[k] if meta is not NULL.
+ * Returns how many (0 at the end).
+ */
+int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
+			struct emb_row_meta *meta, uint32_t max);
+
+#endif

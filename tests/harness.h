@@ -1,0 +1,30 @@
+/*
+ * tests/harness.h - a CUnit main for embstore's test executables.
+ *
+ * Each executable lists its cases and calls emb_test_main(); the exit status
+ * is 0 when every case passed, 1 otherwise, and 77 (meson's SKIP) when the
+ * executable called emb_test_skip() before running.
+ */
+#ifndef EMB_TESTS_HARNESS_H
+#define EMB_TESTS_HARNESS_H
+
+#include <CUnit/CUnit.h>
+
+struct emb_test_case {
+	const char *name; /* behaviour, e.g. "rejects oversized batch" */
+	void (*fn)(void);
+};
+
+/*
+ * Runs cases[] (terminated by a {NULL, NULL} entry) as one suite named
+ * suite; argv[1], if given, runs only cases whose name contains it.
+ */
+int emb_test_main(int argc, char **argv, const char *suite,
+		  const struct emb_test_case *cases);
+
+/* Makes a fresh directory under $TMPDIR (or /tmp); caller frees the path. */
+char *emb_test_tmpdir(void);
+/* Removes a directory tree made by emb_test_tmpdir(). */
+void emb_test_rmtree(const char *path);
+
+#endif
