@@ -23,6 +23,7 @@
 	X(EMB_EAUTH, -1107, "authentication failed")                           \
 	X(EMB_ENOHELLO, -1108, "request before HELLO")                         \
 	X(EMB_ESERVER, -1109, "server reported an error")                      \
+	X(EMB_ETRUNCFRAME, -1110, "frame truncated")                           \
 	/* store: -1200.. */                                                   \
 	X(EMB_EBADDUMP, -1201, "dump checksum mismatch")                       \
 	X(EMB_ENOTABLE, -1202, "unknown table")                                \
