@@ -6,6 +6,7 @@
 #include "common/optim.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
