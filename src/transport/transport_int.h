@@ -1,0 +1,60 @@
+/*
+ * src/transport/transport_int.h - what transport.c shares with tcp.c and
+ * rdma.c: the ops tables, the cross-thread task mailbox and stats helpers.
+ * Not seen outside src/transport. Threads as in transport.h.
+ */
+#ifndef EMB_TRANSPORT_TRANSPORT_INT_H
+#define EMB_TRANSPORT_TRANSPORT_INT_H
+
+#include "transport/transport.h"
+
+#include <stddef.h>
+
+extern const struct emb_transport_ops emb__tcp_ops;
+#ifdef EMB_HAVE_RDMA
+/* rdma.c: create returns -ENODEV when no device is present. */
+extern const struct emb_transport_ops emb__rdma_ops;
+#endif
+
+#define emb__container_of(ptr, type, member)                                   \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+/*
+ * Single-writer counters: only the loop thread adds, any thread reads with
+ * emb_transport_stats(). Relaxed atomic stores keep readers tear-free
+ * without a locked instruction per frame.
+ */
+#define EMB__STAT_ADD(field, n)                                                \
+	__atomic_store_n(&(field), (field) + (n), __ATOMIC_RELAXED)
+
+static inline void emb__stat_max(uint64_t *field, uint64_t v)
+{
+	if (v > *field)
+		__atomic_store_n(field, v, __ATOMIC_RELAXED);
+}
+
+/*
+ * Sets up the common part of tr (copies opts with defaults filled in, makes
+ * the wake-up eventfd and the task mailbox). 0, -EINVAL (bad opts), -ENOMEM,
+ * or -errno from eventfd. On success *wake_fd is the fd the loop must watch
+ * for reading; when it is readable call emb__transport_run_tasks().
+ */
+int emb__transport_init(struct emb_transport *tr,
+			const struct emb_transport_ops *ops,
+			const struct emb_transport_opts *opts, int *wake_fd);
+/* Runs queued tasks (so none are lost) and frees the common part. */
+void emb__transport_fini(struct emb_transport *tr);
+/* Loop thread: clears the wake-up fd and runs every queued task. Returns
+ * how many ran. */
+int emb__transport_run_tasks(struct emb_transport *tr);
+/* Loop thread: true once emb_transport_stop() was called. */
+bool emb__transport_stopping(struct emb_transport *tr);
+
+/* Header checks shared by every transport: 0 or EMB_EBADMAGIC,
+ * EMB_EBADVERSION, EMB_ETOOBIG; bumps the matching error counter. */
+int emb__frame_check(struct emb_transport *tr, const struct emb_frame_hdr *h);
+
+/* CLOCK_MONOTONIC in milliseconds (coarse clock: deadlines only). */
+uint64_t emb__now_ms(void);
+
+#endif
