@@ -1,0 +1,455 @@
+/*
+ * tests/common/test_optim.c - the optimizers against scalar references.
+ *
+ * Each reference below is the textbook update written out in double
+ * precision. A step is checked from the float row the code under test left
+ * behind, so an error cannot hide by compounding: every weight and state
+ * float after every step must be within 1e-6 relative error of the double
+ * result. Single-threaded.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#include "common/err.h"
+#include "common/optim.h"
+
+#define DIM 7
+#define STEPS 12
+#define REL_TOL 1e-6
+
+/* Largest state: Adam's m, v and step count. */
+#define STATE_MAX (2 * DIM + 1)
+
+struct ref_row {
+	double w[DIM];
+	double s[STATE_MAX];
+	uint32_t t; /* Adam's step count */
+};
+
+static bool close_rel(double got, double want)
+{
+	double err = fabs(got - want);
+
+	if (err == 0.0)
+		return true;
+	return err <= REL_TOL * fabs(want);
+}
+
+/* Names the first few mismatches, so a failure says expected vs got. */
+static void report(const struct emb_optim_cfg *c, const char *what, int step,
+		   uint32_t i, double got, double want, int *bad)
+{
+	if ((*bad)++ < 5)
+		fprintf(stderr,
+			"\n    %s step %d %s[%u]: expected %.9g got %.9g "
+			"(rel %.2g)",
+			emb_optim_name(c->kind), step, what, i, want, got,
+			fabs(got - want) / fabs(want));
+}
+
+/* Gradients with mixed signs and magnitudes that stay well conditioned. */
+static float grad_at(int step, uint32_t i)
+{
+	static const float g[DIM] = {0.5f, -0.25f, 1.5f, -2.0f, 0.125f, 3.0f,
+				     -0.75f};
+
+	return g[i] * (1.0f + 0.1f * (float)step) * (step % 3 == 2 ? -1 : 1);
+}
+
+static void ref_step(const struct emb_optim_cfg *c, struct ref_row *r,
+		     const float *g)
+{
+	double lr = c->lr, wd = c->weight_decay;
+
+	for (uint32_t i = 0; i < DIM; i++) {
+		double gi = (double)g[i] + wd * r->w[i];
+
+		switch (c->kind) {
+		case EMB_OPTIM_SGD:
+			r->w[i] -= lr * gi;
+			break;
+		case EMB_OPTIM_ADAGRAD:
+			r->s[i] += gi * gi;
+			r->w[i] -= lr * gi / (sqrt(r->s[i]) + c->eps);
+			break;
+		case EMB_OPTIM_ADAM: {
+			double b1 = c->beta1, b2 = c->beta2;
+			double *m = &r->s[0], *v = &r->s[DIM];
+			double t = (double)r->t + 1.0;
+			double mhat, vhat;
+
+			m[i] = b1 * m[i] + (1.0 - b1) * gi;
+			v[i] = b2 * v[i] + (1.0 - b2) * gi * gi;
+			mhat = m[i] / (1.0 - pow(b1, t));
+			vhat = v[i] / (1.0 - pow(b2, t));
+			r->w[i] -= lr * mhat / (sqrt(vhat) + c->eps);
+			break;
+		}
+		case EMB_OPTIM_FTRL: {
+			double *z = &r->s[0], *n = &r->s[DIM];
+			double n_new = n[i] + gi * gi;
+			double sigma = (sqrt(n_new) - sqrt(n[i])) / lr;
+
+			z[i] += gi - sigma * r->w[i];
+			n[i] = n_new;
+			if (fabs(z[i]) <= c->l1)
+				r->w[i] = 0.0;
+			else
+				r->w[i] = -(z[i] - copysign(c->l1, z[i])) /
+					  ((c->ftrl_beta + sqrt(n[i])) / lr +
+					   c->l2);
+			break;
+		}
+		default:
+			CU_FAIL("unknown kind in reference");
+		}
+	}
+	if (c->kind == EMB_OPTIM_ADAM)
+		r->t++;
+}
+
+/* Loads the float row into the reference, as the step's starting point. */
+static void ref_load(const struct emb_optim_cfg *c, struct ref_row *r,
+		     const float *w, const float *s)
+{
+	uint32_t ns = emb_optim_state_floats(c->kind, DIM);
+
+	for (uint32_t i = 0; i < DIM; i++)
+		r->w[i] = w[i];
+	if (c->kind == EMB_OPTIM_ADAM) {
+		memcpy(&r->t, &s[2 * DIM], sizeof(r->t));
+		ns = 2 * DIM;
+	}
+	for (uint32_t i = 0; i < ns; i++)
+		r->s[i] = s[i];
+}
+
+static void check_steps(const struct emb_optim_cfg *c)
+{
+	float w[DIM], s[STATE_MAX + 1], g[DIM];
+	uint32_t ns = emb_optim_state_floats(c->kind, DIM);
+	struct ref_row r;
+	int bad = 0;
+
+	CU_ASSERT_EQUAL_FATAL(emb_optim_validate(c), 0);
+	/* Weights well away from zero, so no step cancels them. */
+	for (uint32_t i = 0; i < DIM; i++)
+		w[i] = (i % 2 ? -1.0f : 1.0f) * (2.0f + 0.5f * (float)i);
+	emb_optim_state_init(c, s, DIM);
+	s[ns] = 12345.0f; /* canary: the state is exactly ns floats */
+
+	for (int step = 0; step < STEPS; step++) {
+		for (uint32_t i = 0; i < DIM; i++)
+			g[i] = grad_at(step, i);
+		ref_load(c, &r, w, s);
+		ref_step(c, &r, g);
+		emb_optim_apply(c, w, s, g, DIM);
+
+		for (uint32_t i = 0; i < DIM; i++) {
+			if (!close_rel(w[i], r.w[i]))
+				report(c, "w", step, i, w[i], r.w[i], &bad);
+		}
+		if (c->kind == EMB_OPTIM_ADAM) {
+			uint32_t t;
+
+			memcpy(&t, &s[2 * DIM], sizeof(t));
+			CU_ASSERT_EQUAL(t, (uint32_t)step + 1);
+		}
+		for (uint32_t i = 0; i < (c->kind == EMB_OPTIM_ADAM ? 2 * DIM : ns);
+		     i++) {
+			if (!close_rel(s[i], r.s[i]))
+				report(c, "state", step, i, s[i], r.s[i], &bad);
+		}
+		CU_ASSERT_EQUAL(s[ns], 12345.0f);
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+}
+
+static void test_sgd(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.lr = 0.05f;
+	check_steps(&c);
+	c.weight_decay = 0.1f;
+	check_steps(&c);
+}
+
+static void test_adagrad(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.kind = EMB_OPTIM_ADAGRAD;
+	c.lr = 0.1f;
+	c.initial_accumulator = 0.1f;
+	c.eps = 1e-3f;
+	check_steps(&c);
+	c.weight_decay = 0.01f;
+	c.initial_accumulator = 0.0f;
+	check_steps(&c);
+}
+
+static void test_adam(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.kind = EMB_OPTIM_ADAM;
+	c.lr = 0.01f;
+	/* A visible eps checks where it enters the bias-corrected form. */
+	c.eps = 1e-2f;
+	check_steps(&c);
+	c.beta1 = 0.5f;
+	c.beta2 = 0.75f;
+	c.weight_decay = 0.05f;
+	check_steps(&c);
+	c.beta1 = 0.0f;
+	check_steps(&c);
+}
+
+static void test_ftrl(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.kind = EMB_OPTIM_FTRL;
+	c.lr = 0.1f;
+	c.ftrl_beta = 1.0f;
+	check_steps(&c);
+	c.l1 = 0.5f;
+	c.l2 = 0.25f;
+	check_steps(&c);
+	c.weight_decay = 0.02f;
+	c.ftrl_beta = 0.5f;
+	check_steps(&c);
+}
+
+/* With l1 larger than any |z|, FTRL keeps every weight at exactly zero. */
+static void test_ftrl_l1_zeroes(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+	float w[DIM] = {0}, s[2 * DIM], g[DIM];
+
+	c.kind = EMB_OPTIM_FTRL;
+	c.lr = 0.1f;
+	c.l1 = 1000.0f;
+	emb_optim_state_init(&c, s, DIM);
+	for (int step = 0; step < STEPS; step++) {
+		for (uint32_t i = 0; i < DIM; i++)
+			g[i] = grad_at(step, i);
+		emb_optim_apply(&c, w, s, g, DIM);
+		for (uint32_t i = 0; i < DIM; i++)
+			CU_ASSERT_EQUAL(w[i], 0.0f);
+	}
+}
+
+/* Adam counts steps per row: a fresh row's first step is fully corrected. */
+static void test_adam_first_step(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+	float w[1] = {1.0f}, s[3], g[1] = {4.0f};
+
+	c.kind = EMB_OPTIM_ADAM;
+	c.lr = 0.5f;
+	c.eps = 1e-8f;
+	emb_optim_state_init(&c, s, 1);
+	emb_optim_apply(&c, w, s, g, 1);
+	/* m_hat = g and v_hat = g^2, so the step is lr * sign(g). */
+	CU_ASSERT_DOUBLE_EQUAL(w[0], 0.5, 1e-6);
+}
+
+static void test_state_floats(void)
+{
+	CU_ASSERT_EQUAL(emb_optim_state_floats(EMB_OPTIM_SGD, 64), 0);
+	CU_ASSERT_EQUAL(emb_optim_state_floats(EMB_OPTIM_ADAGRAD, 64), 64);
+	CU_ASSERT_EQUAL(emb_optim_state_floats(EMB_OPTIM_ADAM, 64), 129);
+	CU_ASSERT_EQUAL(emb_optim_state_floats(EMB_OPTIM_FTRL, 64), 128);
+	CU_ASSERT_EQUAL(emb_optim_state_floats(0, 64), 0);
+	CU_ASSERT_EQUAL(emb_optim_state_floats(5, 64), 0);
+}
+
+static void test_state_init(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+	float s[2 * DIM + 2];
+
+	for (uint32_t k = EMB_OPTIM_SGD; k <= EMB_OPTIM_FTRL; k++) {
+		uint32_t ns = emb_optim_state_floats(k, DIM);
+
+		c.kind = k;
+		c.initial_accumulator = 0.25f;
+		for (uint32_t i = 0; i < 2 * DIM + 2; i++)
+			s[i] = -7.0f;
+		emb_optim_state_init(&c, s, DIM);
+		for (uint32_t i = 0; i < ns; i++)
+			CU_ASSERT_EQUAL(s[i], k == EMB_OPTIM_ADAGRAD ? 0.25f
+								     : 0.0f);
+		/* Nothing past the state is written. */
+		CU_ASSERT_EQUAL(s[ns], -7.0f);
+	}
+}
+
+static void test_validate(void)
+{
+	struct emb_optim_cfg c;
+
+	for (uint32_t k = EMB_OPTIM_SGD; k <= EMB_OPTIM_FTRL; k++) {
+		c = EMB_OPTIM_CFG_DEFAULT;
+		c.kind = k;
+		CU_ASSERT_EQUAL(emb_optim_validate(&c), 0);
+		c.lr = 0.0f;
+		CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+		c.lr = -0.1f;
+		CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+		c.lr = NAN;
+		CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+		c.lr = INFINITY;
+		CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+		c.lr = 0.1f;
+		c.weight_decay = -0.1f;
+		CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	}
+	CU_ASSERT_EQUAL(emb_optim_validate(NULL), EMB_EBADARG);
+
+	c = EMB_OPTIM_CFG_DEFAULT;
+	c.kind = 0;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	c.kind = EMB_OPTIM_FTRL + 1;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+
+	c = EMB_OPTIM_CFG_DEFAULT;
+	c.kind = EMB_OPTIM_ADAGRAD;
+	c.initial_accumulator = -1.0f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	c.initial_accumulator = 0.1f;
+	c.eps = 0.0f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+
+	c = EMB_OPTIM_CFG_DEFAULT;
+	c.kind = EMB_OPTIM_ADAM;
+	c.beta1 = 1.0f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	c.beta1 = -0.1f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	c.beta1 = 0.0f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), 0);
+	c.beta2 = 1.0f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	c.beta2 = 0.999f;
+	c.eps = -1e-8f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+
+	c = EMB_OPTIM_CFG_DEFAULT;
+	c.kind = EMB_OPTIM_FTRL;
+	c.l1 = -0.1f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	c.l1 = 0.0f;
+	c.l2 = -0.1f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	c.l2 = 0.0f;
+	c.ftrl_beta = -1.0f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+}
+
+static void test_name(void)
+{
+	CU_ASSERT_STRING_EQUAL(emb_optim_name(EMB_OPTIM_SGD), "sgd");
+	CU_ASSERT_STRING_EQUAL(emb_optim_name(EMB_OPTIM_ADAGRAD), "adagrad");
+	CU_ASSERT_STRING_EQUAL(emb_optim_name(EMB_OPTIM_ADAM), "adam");
+	CU_ASSERT_STRING_EQUAL(emb_optim_name(EMB_OPTIM_FTRL), "ftrl");
+	CU_ASSERT_STRING_EQUAL(emb_optim_name(0), "?");
+	CU_ASSERT_STRING_EQUAL(emb_optim_name(99), "?");
+}
+
+static void test_parse(void)
+{
+	struct emb_optim_cfg c, def = EMB_OPTIM_CFG_DEFAULT;
+
+	CU_ASSERT_EQUAL_FATAL(emb_optim_parse("sgd", &c), 0);
+	CU_ASSERT_EQUAL(c.kind, EMB_OPTIM_SGD);
+	CU_ASSERT_EQUAL(c.lr, def.lr);
+
+	CU_ASSERT_EQUAL_FATAL(
+		emb_optim_parse("adam:lr=0.001,beta1=0.8,beta2=0.99,eps=1e-6",
+				&c),
+		0);
+	CU_ASSERT_EQUAL(c.kind, EMB_OPTIM_ADAM);
+	CU_ASSERT_EQUAL(c.lr, 0.001f);
+	CU_ASSERT_EQUAL(c.beta1, 0.8f);
+	CU_ASSERT_EQUAL(c.beta2, 0.99f);
+	CU_ASSERT_EQUAL(c.eps, 1e-6f);
+	CU_ASSERT_EQUAL(c.weight_decay, def.weight_decay);
+
+	CU_ASSERT_EQUAL_FATAL(emb_optim_parse("adagrad:acc=0.5,wd=0.01", &c),
+			      0);
+	CU_ASSERT_EQUAL(c.kind, EMB_OPTIM_ADAGRAD);
+	CU_ASSERT_EQUAL(c.initial_accumulator, 0.5f);
+	CU_ASSERT_EQUAL(c.weight_decay, 0.01f);
+
+	CU_ASSERT_EQUAL_FATAL(emb_optim_parse("ftrl:lr=0.2,beta=0.5,l1=1,l2=2",
+					      &c),
+			      0);
+	CU_ASSERT_EQUAL(c.kind, EMB_OPTIM_FTRL);
+	CU_ASSERT_EQUAL(c.lr, 0.2f);
+	CU_ASSERT_EQUAL(c.ftrl_beta, 0.5f);
+	CU_ASSERT_EQUAL(c.l1, 1.0f);
+	CU_ASSERT_EQUAL(c.l2, 2.0f);
+}
+
+static void test_parse_rejects(void)
+{
+	static const char *const bad[] = {
+		"",
+		"sg",
+		"sgdx",
+		"SGD",
+		"adam:lr",
+		"adam:lr=",
+		"adam:lr=abc",
+		"adam:lr=0.1x",
+		"adam:foo=1",
+		"adam:lr=0",
+		"adam:lr=-1",
+		"adam:beta1=1",
+		"adagrad:acc=-1",
+		"ftrl:l1=-1",
+		"sgd:lr=0.1,,",
+		"sgd:lr=0.1;wd=0",
+	};
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.lr = 0.125f;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CU_ASSERT_EQUAL(emb_optim_parse(bad[i], &c), EMB_EBADOPTIM);
+		/* A rejected string leaves the output alone. */
+		CU_ASSERT_EQUAL(c.lr, 0.125f);
+	}
+	CU_ASSERT_EQUAL(emb_optim_parse(NULL, &c), EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_optim_parse("sgd", NULL), EMB_EBADARG);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+		{"sgd matches the reference, with and without decay", test_sgd},
+		{"adagrad matches the reference", test_adagrad},
+		{"adam with bias correction matches the reference", test_adam},
+		{"ftrl with l1 and l2 matches the reference", test_ftrl},
+		{"ftrl l1 above every |z| keeps weights zero",
+		 test_ftrl_l1_zeroes},
+		{"adam first step moves by lr", test_adam_first_step},
+		{"state floats per kind", test_state_floats},
+		{"state init writes exactly the state", test_state_init},
+		{"validate rejects each bad hyper-parameter", test_validate},
+		{"names each kind", test_name},
+		{"parses name and keys on top of the defaults", test_parse},
+		{"parse rejects malformed strings and keeps output",
+		 test_parse_rejects},
+		{NULL, NULL},
+	};
+
+	return emb_test_main(argc, argv, "common/optim", cases);
+}
