@@ -193,7 +193,6 @@ struct emb_transport_ops {
 		      const struct emb_listen_opts *opts,
 		      struct emb_listener **out);
 	void (*listener_destroy)(struct emb_listener *l);
-	uint16_t (*listener_port)(const struct emb_listener *l);
 	int (*connect)(struct emb_transport *tr,
 		       const struct emb_connect_opts *opts,
 		       struct emb_conn **out);
@@ -224,6 +223,11 @@ struct emb_transport {
 	uint32_t fault_nth[EMB_FAULT_NPOINTS]; /* fail the nth hit; 0 = off */
 	int fault_rc[EMB_FAULT_NPOINTS];    /* what the failing hit returns */
 	struct emb__transport_common *common; /* task mailbox, wake fd */
+};
+
+struct emb_listener {
+	struct emb_transport *tr; /* the loop that accepts */
+	uint16_t port;		  /* bound port, host order */
 };
 
 struct emb_conn {
@@ -395,7 +399,10 @@ static inline int emb_listener_create(struct emb_transport *tr,
 }
 
 /* The port the listener is bound to (useful after port 0). */
-uint16_t emb_listener_port(const struct emb_listener *l);
+static inline uint16_t emb_listener_port(const struct emb_listener *l)
+{
+	return l->port;
+}
 
 /* Stops accepting; conns already accepted stay open. NULL is a no-op. */
 void emb_listener_destroy(struct emb_listener *l);
