@@ -1,0 +1,116 @@
+/*
+ * tools/bench.h - pieces of embstore-bench shared between its files: the run
+ * configuration, the id streams, and the backend vtable the timed loop calls.
+ *
+ * A backend is whatever serves pull and push: the in-process store today,
+ * remote servers over a transport (and a worker cache in front) later. The
+ * loop only sees struct emb_bench_backend, so a new backend is one more file
+ * and one more entry in the selection in embstore-bench.c.
+ *
+ * Threads: open, close, mem, thread_open and thread_close run on the main
+ * thread; each worker thread then uses only its own context, and the calls
+ * of different workers run at the same time.
+ */
+#ifndef EMB_TOOLS_BENCH_H
+#define EMB_TOOLS_BENCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/optim.h"
+
+enum emb_bench_op {
+	EMB_BENCH_PULL = 1, /* gather rows */
+	EMB_BENCH_PUSH = 2, /* apply gradients */
+	EMB_BENCH_STEP = 3, /* pull then push of the same batch */
+};
+
+enum emb_dist_kind {
+	EMB_DIST_UNIFORM = 1,
+	EMB_DIST_ZIPF = 2,
+};
+
+struct emb_dist {
+	uint32_t kind;	 /* enum emb_dist_kind */
+	double exponent; /* zipf: P(rank k) ~ 1 / k^exponent, > 0 */
+};
+
+struct emb_bench_cfg {
+	const char *table;	    /* table name */
+	uint64_t rows;		    /* rows preloaded; ids drawn from these */
+	uint32_t dim;		    /* floats per row */
+	uint32_t batch;		    /* ids per batch */
+	uint32_t threads;	    /* worker threads */
+	struct emb_optim_cfg optim; /* applied by push */
+	uint64_t seed;		    /* id streams and table seed */
+};
+
+/* The memory a backend holds for the table, for bytes_per_row. */
+struct emb_bench_mem {
+	uint64_t rows;	/* rows the backend holds */
+	uint64_t bytes; /* bytes of table memory */
+};
+
+/*
+ * Every function returns 0 (or a count >= 0 where noted) or a negative code.
+ * Pointers passed in are borrowed for the call.
+ */
+struct emb_bench_backend {
+	const char *name;
+	/* ids are row indices in [0, rows), not hashed feature ids */
+	bool dense_ids;
+	int (*open)(const struct emb_bench_cfg *cfg, void **out);
+	void (*close)(void *be);
+	/* Per-thread context (a connection, a cache); closed before close(). */
+	int (*thread_open)(void *be, uint32_t thread, void **ctx);
+	void (*thread_close)(void *ctx);
+	/* Creates (or loads) rows ids[0..n) with their initial values. */
+	int (*preload)(void *ctx, const uint64_t *ids, uint32_t n);
+	/* Gathers weights of ids[0..n) into out[i * dim ...]. */
+	int (*pull)(void *ctx, const uint64_t *ids, uint32_t n, float *out);
+	/* Applies grads[i * dim ...] to ids[0..n). */
+	int (*push)(void *ctx, const uint64_t *ids, uint32_t n,
+		    const float *grads);
+	int (*mem)(void *be, struct emb_bench_mem *out);
+};
+
+extern const struct emb_bench_backend emb_bench_store_backend;
+extern const struct emb_bench_backend emb_bench_raw_backend;
+
+/*
+ * One thread's id stream: draws ranks (0 = hottest) from the distribution
+ * and maps each through a bijection of [0, rows) so hot rows are spread
+ * over the table instead of adjacent. A plain struct, one per thread.
+ */
+struct emb_idgen {
+	uint64_t rng;	   /* splitmix64 state */
+	uint64_t rows;	   /* ids are in [0, rows) */
+	uint64_t mult;	   /* rank -> row: rank * mult mod rows, coprime */
+	uint32_t kind;	   /* enum emb_dist_kind */
+	double s;	   /* zipf exponent */
+	double h_x1;	   /* rejection-inversion constants, see bench_ids.c */
+	double h_n;
+	double s_accept;
+};
+
+/* Parses "uniform" or "zipf:S" (0 < S <= 10). 0, or -EINVAL. */
+int emb_dist_parse(const char *s, struct emb_dist *out);
+
+/*
+ * Sets up the stream of thread `stream` under seed: the same (dist, rows,
+ * seed, stream) always yields the same ids. rows must be in 1..2^32. 0, or
+ * -EINVAL.
+ */
+int emb_idgen_init(struct emb_idgen *g, const struct emb_dist *dist,
+		   uint64_t rows, uint64_t seed, uint32_t stream);
+
+/* Writes the next n row indices (each in [0, rows)) to out. */
+void emb_idgen_fill(struct emb_idgen *g, uint64_t *out, uint32_t n);
+
+/* The row a rank maps to; exposed so tests and preload agree with fill. */
+static inline uint64_t emb_idgen_row(const struct emb_idgen *g, uint64_t rank)
+{
+	return (rank * g->mult) % g->rows;
+}
+
+#endif

@@ -1,0 +1,140 @@
+/*
+ * tools/bench_raw.c - the physical yardstick for embstore-bench: a dense
+ * float[rows][dim] array. Pull is a memcpy gather of the batch's rows, push
+ * is row -= lr * g per id of the batch, with no index, no locks, no
+ * optimizer state and no duplicate merging. The store's targets are stated
+ * against these (pull >= 0.6x raw-gather, SGD push >= 0.6x raw-apply).
+ *
+ * Threads: open/close/mem on the main thread; preload, pull and push from
+ * any number of workers at once. Concurrent pushes to one row race, as
+ * hogwild training would; the figures do not depend on the float values.
+ */
+#include "bench.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/init.h"
+
+struct raw {
+	float *rows;	  /* rows * dim floats, 64-byte aligned */
+	uint64_t nrows;	  /* rows in the array */
+	uint32_t dim;	  /* floats per row */
+	float lr;	  /* SGD learning rate of push */
+	uint64_t seed;	  /* initializer seed, as the store's table seed */
+};
+
+static int raw_open(const struct emb_bench_cfg *cfg, void **out)
+{
+	struct raw *r;
+	size_t nbytes;
+
+	if (!cfg->rows || !cfg->dim ||
+	    cfg->rows > SIZE_MAX / sizeof(float) / cfg->dim)
+		return -EINVAL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	nbytes = (size_t)cfg->rows * cfg->dim * sizeof(float);
+	/* aligned_alloc wants a multiple of the alignment */
+	r->rows = aligned_alloc(64, (nbytes + 63) & ~(size_t)63);
+	if (!r->rows)
+		goto err_free_r;
+	r->nrows = cfg->rows;
+	r->dim = cfg->dim;
+	r->lr = cfg->optim.lr;
+	r->seed = cfg->seed;
+	*out = r;
+	return 0;
+
+err_free_r:
+	free(r);
+	return -ENOMEM;
+}
+
+static void raw_close(void *be)
+{
+	struct raw *r = be;
+
+	if (!r)
+		return;
+	free(r->rows);
+	free(r);
+}
+
+static int raw_thread_open(void *be, uint32_t thread, void **ctx)
+{
+	(void)thread;
+	*ctx = be;
+	return 0;
+}
+
+static void raw_thread_close(void *ctx)
+{
+	(void)ctx;
+}
+
+static int raw_preload(void *ctx, const uint64_t *ids, uint32_t n)
+{
+	struct raw *r = ctx;
+	struct emb_init_cfg init = EMB_INIT_CFG_DEFAULT;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (ids[i] >= r->nrows)
+			return -EINVAL;
+		emb_init_row(&init, r->seed, ids[i],
+			     r->rows + ids[i] * r->dim, r->dim);
+	}
+	return 0;
+}
+
+static int raw_pull(void *ctx, const uint64_t *ids, uint32_t n, float *out)
+{
+	struct raw *r = ctx;
+	size_t row_bytes = (size_t)r->dim * sizeof(float);
+
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(out + (size_t)i * r->dim, r->rows + ids[i] * r->dim,
+		       row_bytes);
+	return 0;
+}
+
+static int raw_push(void *ctx, const uint64_t *ids, uint32_t n,
+		    const float *grads)
+{
+	struct raw *r = ctx;
+	const float lr = r->lr;
+	const uint32_t dim = r->dim;
+
+	for (uint32_t i = 0; i < n; i++) {
+		float *restrict w = r->rows + ids[i] * dim;
+		const float *restrict g = grads + (size_t)i * dim;
+
+		for (uint32_t j = 0; j < dim; j++)
+			w[j] -= lr * g[j];
+	}
+	return 0;
+}
+
+static int raw_mem(void *be, struct emb_bench_mem *out)
+{
+	struct raw *r = be;
+
+	out->rows = r->nrows;
+	out->bytes = r->nrows * r->dim * sizeof(float);
+	return 0;
+}
+
+const struct emb_bench_backend emb_bench_raw_backend = {
+	.name = "raw",
+	.dense_ids = true,
+	.open = raw_open,
+	.close = raw_close,
+	.thread_open = raw_thread_open,
+	.thread_close = raw_thread_close,
+	.preload = raw_preload,
+	.pull = raw_pull,
+	.push = raw_push,
+	.mem = raw_mem,
+};

@@ -1,0 +1,780 @@
+/*
+ * tools/embstore-bench.c - load generator for the embedding store: preloads
+ * a table, drives pull / push / step batches from N threads with uniform or
+ * Zipf ids, and reports throughput, a latency histogram and memory per row.
+ * The raw-gather and raw-apply ops run the same id stream against a dense
+ * array: the physical limit the store's figures are judged against.
+ *
+ * Only ids are generated outside the clock: each batch's time is taken
+ * around the backend call, rows_per_s is the sum over threads of the rows a
+ * thread moved divided by its time inside backend calls.
+ *
+ * Threads: main parses options, runs the phases and prints; workers each own
+ * one struct worker and touch shared state only through atomics.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "common/err.h"
+#include "common/hash.h"
+#include "common/hist.h"
+#include "common/optim.h"
+
+#define THREADS_MAX 256u
+#define BATCH_MAX (1u << 20)
+#define PROGRESS_NS 250000000ull /* progress line refresh */
+
+struct opts {
+	struct emb_bench_cfg cfg;	/* what the backend sees */
+	const char *op_name;		/* as given: pull, raw-gather, ... */
+	uint32_t op;			/* enum emb_bench_op */
+	const struct emb_bench_backend *backend;
+	const char *dist_name;		/* as given: zipf:1.05, uniform */
+	struct emb_dist dist;		/* parsed dist_name */
+	const char *optim_name;		/* as given to --optimizer */
+	double duration_s;		/* timed phase, when batches is 0 */
+	double warmup_s;		/* untimed phase before it */
+	uint64_t batches;		/* per thread; 0 = run for duration_s */
+	bool json;			/* one JSON line on stdout */
+};
+
+/* What a worker does in the current phase. */
+enum phase {
+	PHASE_PRELOAD = 1, /* create rows [lo, hi) */
+	PHASE_WARMUP = 2,  /* run the op untimed until the deadline */
+	PHASE_MEASURE = 3, /* run the op, record every batch */
+};
+
+struct worker {
+	pthread_t tid;
+	bool joined;			/* tid already joined this phase */
+	uint32_t idx;			/* 0..threads-1 */
+	const struct opts *o;
+	const struct emb_bench_backend *be;
+	void *ctx;			/* backend's per-thread context */
+	enum phase phase;
+	uint64_t lo, hi;		/* preload: row range */
+	uint64_t deadline_ns;		/* warmup / duration: stop after */
+	uint64_t max_batches;		/* measure: stop after; 0 = deadline */
+	struct emb_idgen gen;		/* this thread's id stream */
+	uint64_t *ids;			/* batch ids */
+	float *out;			/* batch * dim: pull output */
+	float *grads;			/* batch * dim: push input */
+	uint64_t *set;			/* open-addressing set: distinct ids */
+	uint32_t set_mask;		/* set slots - 1 */
+	struct emb_hist hist;		/* batch latency, ns */
+	uint64_t batches_done;		/* timed batches */
+	uint64_t rows_done;		/* ids in timed batches */
+	uint64_t busy_ns;		/* time inside backend calls */
+	uint64_t unique_sum;		/* distinct ids summed over batches */
+	_Atomic uint64_t progress;	/* rows so far, read by main */
+	int rc;				/* first error, 0 if none */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+	fputs("usage: embstore-bench [options]\n"
+	      "  --in-process          drive a table in this process (default)\n"
+	      "  --op OP               pull | push | step | raw-gather | raw-apply"
+	      " (pull)\n"
+	      "  --rows N              rows preloaded, 1..2^32 (1000000)\n"
+	      "  --dim N               floats per row (64)\n"
+	      "  --batch N             ids per batch (4096)\n"
+	      "  --dist D              uniform | zipf:S (zipf:1.05)\n"
+	      "  --optimizer SPEC      sgd|adagrad|adam|ftrl[:key=value,...]"
+	      " (sgd)\n"
+	      "  --threads N           worker threads (1)\n"
+	      "  --duration SECONDS    timed run length (5)\n"
+	      "  --batches N           batches per thread instead of --duration\n"
+	      "  --warmup SECONDS      untimed run before timing (0)\n"
+	      "  --seed N              id streams and table seed (1)\n"
+	      "  --table NAME          table name (bench)\n"
+	      "  --json                one JSON object on stdout; summary to"
+	      " stderr\n"
+	      "  -h, --help            this text\n",
+	      f);
+}
+
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!s || *s == '-' || *s == '\0')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || *end || v < lo || v > hi)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int parse_secs(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= 0.0 && v <= 1e6))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+enum {
+	OPT_IN_PROCESS = 256,
+	OPT_OP,
+	OPT_ROWS,
+	OPT_DIM,
+	OPT_BATCH,
+	OPT_DIST,
+	OPT_OPTIMIZER,
+	OPT_THREADS,
+	OPT_DURATION,
+	OPT_BATCHES,
+	OPT_WARMUP,
+	OPT_SEED,
+	OPT_TABLE,
+	OPT_JSON,
+};
+
+static const struct option long_opts[] = {
+	{"in-process", no_argument, NULL, OPT_IN_PROCESS},
+	{"op", required_argument, NULL, OPT_OP},
+	{"rows", required_argument, NULL, OPT_ROWS},
+	{"dim", required_argument, NULL, OPT_DIM},
+	{"batch", required_argument, NULL, OPT_BATCH},
+	{"dist", required_argument, NULL, OPT_DIST},
+	{"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+	{"threads", required_argument, NULL, OPT_THREADS},
+	{"duration", required_argument, NULL, OPT_DURATION},
+	{"batches", required_argument, NULL, OPT_BATCHES},
+	{"warmup", required_argument, NULL, OPT_WARMUP},
+	{"seed", required_argument, NULL, OPT_SEED},
+	{"table", required_argument, NULL, OPT_TABLE},
+	{"json", no_argument, NULL, OPT_JSON},
+	{"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
+};
+
+static int parse_op(struct opts *o, const char *s)
+{
+	static const struct {
+		const char *name;
+		uint32_t op;
+		const struct emb_bench_backend *be;
+	} ops[] = {
+		{"pull", EMB_BENCH_PULL, &emb_bench_store_backend},
+		{"push", EMB_BENCH_PUSH, &emb_bench_store_backend},
+		{"step", EMB_BENCH_STEP, &emb_bench_store_backend},
+		{"raw-gather", EMB_BENCH_PULL, &emb_bench_raw_backend},
+		{"raw-apply", EMB_BENCH_PUSH, &emb_bench_raw_backend},
+	};
+
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		if (strcmp(s, ops[i].name) == 0) {
+			o->op_name = ops[i].name;
+			o->op = ops[i].op;
+			o->backend = ops[i].be;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* Fills *o from argv. 0, or -EINVAL after printing why. */
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	uint64_t v = 0;
+	int c, rc = 0;
+
+	*o = (struct opts){
+		.cfg = {.table = "bench",
+			.rows = 1000000,
+			.dim = 64,
+			.batch = 4096,
+			.threads = 1,
+			.optim = EMB_OPTIM_CFG_DEFAULT,
+			.seed = 1},
+		.optim_name = "sgd",
+		.dist_name = "zipf:1.05",
+		.duration_s = 5.0,
+	};
+	parse_op(o, "pull");
+	emb_dist_parse(o->dist_name, &o->dist);
+
+	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+		const char *what = NULL;
+
+		switch (c) {
+		case OPT_IN_PROCESS:
+			break;
+		case OPT_OP:
+			if (parse_op(o, optarg))
+				what = "--op";
+			break;
+		case OPT_ROWS:
+			if (parse_u64(optarg, 1, UINT64_C(1) << 32, &o->cfg.rows))
+				what = "--rows";
+			break;
+		case OPT_DIM:
+			if (parse_u64(optarg, 1, 4096, &v))
+				what = "--dim";
+			o->cfg.dim = (uint32_t)v;
+			break;
+		case OPT_BATCH:
+			if (parse_u64(optarg, 1, BATCH_MAX, &v))
+				what = "--batch";
+			o->cfg.batch = (uint32_t)v;
+			break;
+		case OPT_DIST:
+			o->dist_name = optarg;
+			if (emb_dist_parse(optarg, &o->dist))
+				what = "--dist";
+			break;
+		case OPT_OPTIMIZER:
+			o->optim_name = optarg;
+			if (emb_optim_parse(optarg, &o->cfg.optim))
+				what = "--optimizer";
+			break;
+		case OPT_THREADS:
+			if (parse_u64(optarg, 1, THREADS_MAX, &v))
+				what = "--threads";
+			o->cfg.threads = (uint32_t)v;
+			break;
+		case OPT_DURATION:
+			if (parse_secs(optarg, &o->duration_s) ||
+			    o->duration_s <= 0.0)
+				what = "--duration";
+			break;
+		case OPT_BATCHES:
+			if (parse_u64(optarg, 1, UINT64_MAX, &o->batches))
+				what = "--batches";
+			break;
+		case OPT_WARMUP:
+			if (parse_secs(optarg, &o->warmup_s))
+				what = "--warmup";
+			break;
+		case OPT_SEED:
+			if (parse_u64(optarg, 0, UINT64_MAX, &o->cfg.seed))
+				what = "--seed";
+			break;
+		case OPT_TABLE:
+			o->cfg.table = optarg;
+			break;
+		case OPT_JSON:
+			o->json = true;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+		if (what) {
+			fprintf(stderr, "embstore-bench: bad %s '%s'\n", what,
+				optarg);
+			rc = -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "embstore-bench: unexpected argument '%s'\n",
+			argv[optind]);
+		rc = -EINVAL;
+	}
+	if (!rc && o->backend == &emb_bench_raw_backend &&
+	    o->cfg.optim.kind != EMB_OPTIM_SGD) {
+		fprintf(stderr, "embstore-bench: raw-apply applies plain SGD;"
+				" use --optimizer sgd\n");
+		rc = -EINVAL;
+	}
+	return rc;
+}
+
+/* Resident set size from /proc/self/status, bytes; 0 if unknown. */
+static uint64_t rss_bytes(void)
+{
+	char line[256];
+	uint64_t kb = 0;
+	FILE *f;
+
+	f = fopen("/proc/self/status", "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "VmRSS: %" SCNu64 " kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	return kb * 1024;
+}
+
+/* Number of distinct ids in ids[0..n), through the worker's set. */
+static uint32_t count_unique(struct worker *w, const uint64_t *ids, uint32_t n)
+{
+	uint32_t uniq = 0;
+
+	/* Slots hold id + 1 so that 0 marks an empty slot. */
+	memset(w->set, 0, ((size_t)w->set_mask + 1) * sizeof(*w->set));
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t key = ids[i] + 1;
+		uint32_t s = (uint32_t)emb_id_hash(ids[i]) & w->set_mask;
+
+		while (w->set[s] && w->set[s] != key)
+			s = (s + 1) & w->set_mask;
+		if (!w->set[s]) {
+			w->set[s] = key;
+			uniq++;
+		}
+	}
+	return uniq;
+}
+
+/* Backend ids for row indices: feature ids unless the backend is dense. */
+static void map_ids(const struct worker *w, uint64_t *ids, uint32_t n)
+{
+	if (w->be->dense_ids)
+		return;
+	/*
+	 * emb_id_hash() is a bijection, so every row keeps its own id while the
+	 * table sees sparse 64-bit ids, as a real job sends.
+	 */
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = emb_id_hash(ids[i]);
+}
+
+static int run_preload(struct worker *w)
+{
+	uint32_t batch = w->o->cfg.batch;
+
+	for (uint64_t r = w->lo; r < w->hi; r += batch) {
+		uint32_t n = (uint32_t)(w->hi - r < batch ? w->hi - r : batch);
+		int rc;
+
+		for (uint32_t i = 0; i < n; i++)
+			w->ids[i] = r + i;
+		map_ids(w, w->ids, n);
+		rc = w->be->preload(w->ctx, w->ids, n);
+		if (rc)
+			return rc;
+		atomic_fetch_add_explicit(&w->progress, n,
+					  memory_order_relaxed);
+	}
+	return 0;
+}
+
+static int run_op(struct worker *w, uint32_t n)
+{
+	int rc = 0;
+
+	switch (w->o->op) {
+	case EMB_BENCH_PULL:
+		rc = w->be->pull(w->ctx, w->ids, n, w->out);
+		break;
+	case EMB_BENCH_PUSH:
+		rc = w->be->push(w->ctx, w->ids, n, w->grads);
+		break;
+	case EMB_BENCH_STEP:
+		rc = w->be->pull(w->ctx, w->ids, n, w->out);
+		if (!rc)
+			rc = w->be->push(w->ctx, w->ids, n, w->grads);
+		break;
+	}
+	return rc;
+}
+
+static int run_batches(struct worker *w, bool timed)
+{
+	uint32_t n = w->o->cfg.batch;
+	uint64_t done = 0;
+
+	for (;;) {
+		uint64_t t0, t1;
+		int rc;
+
+		if (timed && w->max_batches) {
+			if (done == w->max_batches)
+				return 0;
+		} else if (now_ns() >= w->deadline_ns) {
+			return 0;
+		}
+		emb_idgen_fill(&w->gen, w->ids, n);
+		if (timed)
+			w->unique_sum += count_unique(w, w->ids, n);
+		map_ids(w, w->ids, n);
+
+		t0 = now_ns();
+		rc = run_op(w, n);
+		t1 = now_ns();
+		if (rc)
+			return rc;
+		done++;
+		if (!timed)
+			continue;
+		emb_hist_record(&w->hist, t1 - t0);
+		w->busy_ns += t1 - t0;
+		w->batches_done++;
+		w->rows_done += n;
+		atomic_fetch_add_explicit(&w->progress, n,
+					  memory_order_relaxed);
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	switch (w->phase) {
+	case PHASE_PRELOAD:
+		w->rc = run_preload(w);
+		break;
+	case PHASE_WARMUP:
+		w->rc = run_batches(w, false);
+		break;
+	case PHASE_MEASURE:
+		w->rc = run_batches(w, true);
+		break;
+	}
+	return NULL;
+}
+
+static void worker_fini(struct worker *w)
+{
+	if (w->ctx)
+		w->be->thread_close(w->ctx);
+	free(w->ids);
+	free(w->out);
+	free(w->grads);
+	free(w->set);
+}
+
+static int worker_init(struct worker *w, const struct opts *o, void *be,
+		       uint32_t idx)
+{
+	size_t floats = (size_t)o->cfg.batch * o->cfg.dim;
+	uint64_t rng = emb_id_hash(o->cfg.seed + idx);
+	uint32_t slots = 2;
+	int rc;
+
+	memset(w, 0, sizeof(*w));
+	w->idx = idx;
+	w->o = o;
+	w->be = o->backend;
+	emb_hist_reset(&w->hist);
+	rc = emb_idgen_init(&w->gen, &o->dist, o->cfg.rows, o->cfg.seed, idx);
+	if (rc)
+		return rc;
+	while (slots < 2 * o->cfg.batch)
+		slots <<= 1;
+	w->set_mask = slots - 1;
+	w->ids = malloc((size_t)o->cfg.batch * sizeof(*w->ids));
+	w->out = malloc(floats * sizeof(float));
+	w->grads = malloc(floats * sizeof(float));
+	w->set = malloc((size_t)slots * sizeof(*w->set));
+	if (!w->ids || !w->out || !w->grads || !w->set) {
+		rc = -ENOMEM;
+		goto err_fini;
+	}
+	/* Small gradients in [-1e-3, 1e-3] keep weights finite for any run. */
+	for (size_t i = 0; i < floats; i++)
+		w->grads[i] = (float)((int)(emb_splitmix64(&rng) % 2001) -
+				      1000) * 1e-6f;
+	rc = w->be->thread_open(be, idx, &w->ctx);
+	if (rc) {
+		w->ctx = NULL;
+		goto err_fini;
+	}
+	return 0;
+
+err_fini:
+	worker_fini(w);
+	return rc;
+}
+
+static uint64_t progress_sum(struct worker *ws, uint32_t n)
+{
+	uint64_t s = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		s += atomic_load_explicit(&ws[i].progress,
+					  memory_order_relaxed);
+	return s;
+}
+
+/*
+ * Runs one phase on every worker and waits for them. With a terminal on
+ * stderr it redraws one progress line meanwhile: rows so far, rate, time
+ * elapsed and left (estimated from expected rows when there is no clock).
+ * Returns the first worker error, or 0.
+ */
+static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
+		     const char *label, uint64_t expect_rows, double limit_s)
+{
+	uint32_t n = o->cfg.threads, started = 0;
+	bool tty = isatty(STDERR_FILENO);
+	uint64_t t0 = now_ns();
+	int rc = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		ws[i].phase = ph;
+		ws[i].joined = false;
+		ws[i].deadline_ns = t0 + (uint64_t)(limit_s * 1e9);
+		atomic_store(&ws[i].progress, 0);
+		rc = -pthread_create(&ws[i].tid, NULL, worker_main, &ws[i]);
+		if (rc)
+			break;
+		started++;
+	}
+	while (tty && !rc) {
+		struct timespec nap = {0, PROGRESS_NS};
+		uint64_t rows = progress_sum(ws, n);
+		double el = (double)(now_ns() - t0) / 1e9, left;
+		bool done = true;
+
+		for (uint32_t i = 0; i < n; i++) {
+			if (ws[i].joined)
+				continue;
+			if (pthread_tryjoin_np(ws[i].tid, NULL) == EBUSY)
+				done = false;
+			else
+				ws[i].joined = true;
+		}
+		if (done)
+			break;
+		if (expect_rows && rows)
+			left = el * (double)(expect_rows - rows) / (double)rows;
+		else
+			left = limit_s - el;
+		fprintf(stderr, "\r\033[K%s: %.2f M rows/s, %.1f s elapsed,"
+				" %.1f s left",
+			label, el > 0 ? (double)rows / el / 1e6 : 0.0, el,
+			left > 0 ? left : 0.0);
+		nanosleep(&nap, NULL);
+	}
+	if (tty)
+		fputs("\r\033[K", stderr);
+	for (uint32_t i = 0; i < started; i++) {
+		if (!ws[i].joined)
+			pthread_join(ws[i].tid, NULL);
+		if (!rc && ws[i].rc)
+			rc = ws[i].rc;
+	}
+	return rc;
+}
+
+/* Writes s as a JSON string literal. */
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+struct result {
+	double preload_s;		/* wall time of the preload phase */
+	double measure_s;		/* wall time of the timed phase */
+	uint64_t batches;		/* timed batches, all threads */
+	uint64_t rows;			/* ids in them */
+	double rows_per_s;		/* sum of per-thread rows / busy time */
+	double mb_per_s;		/* row payload moved, 10^6 bytes/s */
+	double unique_per_batch;	/* mean distinct ids per batch */
+	struct emb_bench_mem mem;	/* backend table memory after preload */
+	uint64_t rss;			/* VmRSS after preload, bytes */
+	struct emb_hist hist;		/* all threads' batch latencies */
+};
+
+static void print_summary(FILE *f, const struct opts *o,
+			  const struct result *r)
+{
+	const struct emb_hist *h = &r->hist;
+
+	fprintf(f,
+		"embstore-bench: %s on %s table \"%s\": %" PRIu64
+		" rows x %u floats, batch %u, %s, %u thread%s, %s\n",
+		o->op_name, o->backend->name, o->cfg.table, o->cfg.rows,
+		o->cfg.dim, o->cfg.batch, o->dist_name, o->cfg.threads,
+		o->cfg.threads == 1 ? "" : "s",
+		emb_optim_name(o->cfg.optim.kind));
+	fprintf(f, "  preload  %" PRIu64 " rows in %.2f s = %.2f M rows/s\n",
+		o->cfg.rows, r->preload_s,
+		r->preload_s > 0 ? (double)o->cfg.rows / r->preload_s / 1e6
+				 : 0.0);
+	fprintf(f,
+		"  timed    %" PRIu64 " batches, %.2f M rows in %.2f s\n",
+		r->batches, (double)r->rows / 1e6, r->measure_s);
+	fprintf(f, "  rate     %.2f M rows/s, %.0f MB/s, %.0f distinct ids"
+		   "/batch\n",
+		r->rows_per_s / 1e6, r->mb_per_s, r->unique_per_batch);
+	fprintf(f,
+		"  latency  p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f"
+		" us\n",
+		(double)emb_hist_percentile(h, 50) / 1e3,
+		(double)emb_hist_percentile(h, 90) / 1e3,
+		(double)emb_hist_percentile(h, 99) / 1e3,
+		(double)h->max / 1e3);
+	fprintf(f,
+		"  memory   table %.1f B/row, RSS %.1f MiB = %.1f B/row\n",
+		r->mem.rows ? (double)r->mem.bytes / (double)r->mem.rows : 0.0,
+		(double)r->rss / 1048576.0,
+		(double)r->rss / (double)o->cfg.rows);
+}
+
+static void print_json(FILE *f, const struct opts *o, const struct result *r)
+{
+	const struct emb_hist *h = &r->hist;
+
+	fputs("{\"op\":", f);
+	json_str(f, o->op_name);
+	fputs(",\"backend\":", f);
+	json_str(f, o->backend->name);
+	fputs(",\"dist\":", f);
+	json_str(f, o->dist_name);
+	fputs(",\"table\":", f);
+	json_str(f, o->cfg.table);
+	fputs(",\"optimizer\":", f);
+	json_str(f, emb_optim_name(o->cfg.optim.kind));
+	fprintf(f,
+		",\"rows\":%" PRIu64 ",\"dim\":%u,\"batch\":%u,\"threads\":%u"
+		",\"seed\":%" PRIu64 ",\"batches\":%" PRIu64
+		",\"elapsed_s\":%.3f,\"rows_per_s\":%.0f,\"mb_per_s\":%.1f"
+		",\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f"
+		",\"max_us\":%.1f,\"mean_us\":%.1f,\"unique_per_batch\":%.1f"
+		",\"preload_rows_per_s\":%.0f,\"bytes_per_row\":%.1f"
+		",\"rss_bytes\":%" PRIu64 ",\"rss_bytes_per_row\":%.1f}\n",
+		o->cfg.rows, o->cfg.dim, o->cfg.batch, o->cfg.threads,
+		o->cfg.seed, r->batches, r->measure_s, r->rows_per_s,
+		r->mb_per_s, (double)emb_hist_percentile(h, 50) / 1e3,
+		(double)emb_hist_percentile(h, 90) / 1e3,
+		(double)emb_hist_percentile(h, 99) / 1e3,
+		(double)h->max / 1e3, emb_hist_mean(h) / 1e3,
+		r->unique_per_batch,
+		r->preload_s > 0 ? (double)o->cfg.rows / r->preload_s : 0.0,
+		r->mem.rows ? (double)r->mem.bytes / (double)r->mem.rows : 0.0,
+		r->rss, (double)r->rss / (double)o->cfg.rows);
+}
+
+static void collect(const struct opts *o, struct worker *ws, struct result *r)
+{
+	double payload = (double)o->cfg.dim * sizeof(float);
+
+	emb_hist_reset(&r->hist);
+	for (uint32_t i = 0; i < o->cfg.threads; i++) {
+		struct worker *w = &ws[i];
+
+		emb_hist_merge(&r->hist, &w->hist);
+		r->batches += w->batches_done;
+		r->rows += w->rows_done;
+		if (w->busy_ns)
+			r->rows_per_s += (double)w->rows_done * 1e9 /
+					 (double)w->busy_ns;
+		r->unique_per_batch += (double)w->unique_sum;
+	}
+	if (r->batches)
+		r->unique_per_batch /= (double)r->batches;
+	/* step moves each row twice: weights out, gradients in */
+	if (o->op == EMB_BENCH_STEP)
+		payload *= 2;
+	r->mb_per_s = r->rows_per_s * payload / 1e6;
+}
+
+int main(int argc, char **argv)
+{
+	struct result *r = NULL;
+	struct worker *ws = NULL;
+	uint32_t nready = 0;
+	struct opts o;
+	uint64_t t0;
+	void *be;
+	int rc;
+
+	if (parse_args(argc, argv, &o))
+		return 2;
+	rc = o.backend->open(&o.cfg, &be);
+	if (rc) {
+		fprintf(stderr, "embstore-bench: open %s backend: %s\n",
+			o.backend->name, emb_strerror(rc));
+		return 1;
+	}
+	ws = calloc(o.cfg.threads, sizeof(*ws));
+	r = calloc(1, sizeof(*r));
+	if (!ws || !r) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (; nready < o.cfg.threads; nready++) {
+		rc = worker_init(&ws[nready], &o, be, nready);
+		if (rc)
+			goto out;
+		ws[nready].lo = o.cfg.rows * nready / o.cfg.threads;
+		ws[nready].hi = o.cfg.rows * (nready + 1) / o.cfg.threads;
+		ws[nready].max_batches = o.batches;
+	}
+
+	t0 = now_ns();
+	rc = run_phase(ws, &o, PHASE_PRELOAD, "preload", o.cfg.rows, 0);
+	if (rc)
+		goto out;
+	r->preload_s = (double)(now_ns() - t0) / 1e9;
+	r->rss = rss_bytes();
+	rc = o.backend->mem(be, &r->mem);
+	if (rc)
+		goto out;
+
+	if (o.warmup_s > 0) {
+		rc = run_phase(ws, &o, PHASE_WARMUP, "warmup", 0, o.warmup_s);
+		if (rc)
+			goto out;
+	}
+	t0 = now_ns();
+	rc = run_phase(ws, &o, PHASE_MEASURE, o.op_name,
+		       o.batches ? o.batches * o.cfg.batch * o.cfg.threads : 0,
+		       o.duration_s);
+	if (rc)
+		goto out;
+	r->measure_s = (double)(now_ns() - t0) / 1e9;
+	collect(&o, ws, r);
+
+	print_summary(o.json ? stderr : stdout, &o, r);
+	if (o.json)
+		print_json(stdout, &o, r);
+	fflush(stdout);
+out:
+	if (rc)
+		fprintf(stderr, "embstore-bench: %s failed: %s\n", o.op_name,
+			emb_strerror(rc));
+	for (uint32_t i = 0; i < nready; i++)
+		worker_fini(&ws[i]);
+	free(ws);
+	free(r);
+	o.backend->close(be);
+	return rc ? 1 : 0;
+}
