@@ -48,6 +48,8 @@
 	/* cache: -1400.. */                                                   \
 	X(EMB_ECACHEFULL, -1401, "batch has more distinct ids than the cache") \
 	X(EMB_EFETCH, -1402, "cache fetch failed")                             \
+	X(EMB_EWRITEBACK, -1403, "cache write-back failed")                    \
+	X(EMB_EPUSH, -1404, "cache push failed")                               \
 	/* worker / cluster: -1500.. */                                        \
 	X(EMB_ENOSERVER, -1501, "no server for slot")                          \
 	X(EMB_ENODEAD, -1502, "node declared dead")                            \

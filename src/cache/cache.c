@@ -1,0 +1,956 @@
+/*
+ * src/cache/cache.c - the worker-side vocab cache: a slot pool with an
+ * id -> slot hash, LRU eviction, pinned prefetch batches and the two update
+ * modes. Used by one trainer thread; every callback runs on it.
+ *
+ * A slot is in one of four states. FREE slots sit on the free list. PENDING
+ * slots are mapped but hold no data yet (a deferred or failed fetch).
+ * INFLIGHT slots wait for fetch record rec. VALID slots hold data. A slot is
+ * pinned while a queued or current batch names it; pinned slots are kept out
+ * of the LRU list, so every LRU entry is VALID and evictable, and eviction
+ * takes the tail without a scan. An unpinned PENDING slot is freed at once.
+ */
+#include "cache/cache.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/dedup.h"
+#include "common/err.h"
+#include "common/hash.h"
+#include "common/log.h"
+
+#define NIL UINT32_MAX
+#define DEPTH_MAX 64u
+#define DIM_MAX 4096u
+
+enum slot_state {
+	SLOT_FREE = 0,
+	SLOT_PENDING = 1,
+	SLOT_INFLIGHT = 2,
+	SLOT_VALID = 3,
+};
+
+struct slot {
+	uint64_t id;		/* row held, unless FREE */
+	uint32_t prev;		/* LRU: towards the head (most recent) */
+	uint32_t next;		/* LRU: towards the tail; free-list link */
+	uint32_t fetched_step;	/* low 32 bits of the step its fetch began */
+	uint8_t pins;		/* batches naming the slot, <= DEPTH_MAX + 1 */
+	uint8_t state;		/* enum slot_state */
+	uint8_t dirty;		/* write-back: updated since fetched/written */
+	uint8_t rec;		/* fetch record while INFLIGHT */
+};
+
+struct hent {
+	uint64_t id;		/* key */
+	uint32_t slot;		/* NIL = empty entry */
+	uint32_t pad;		/* keeps entries 16 bytes */
+};
+
+/* One fetch_start() in flight: where its rows land until fetch_wait(). */
+struct fetch {
+	uint64_t *ids;		/* ids asked for [max_batch] */
+	uint32_t *slots;	/* their slots [max_batch] */
+	float *buf;		/* staging rows [max_batch * row_floats] */
+	int64_t token;		/* from fetch_start */
+	uint32_t n;		/* rows asked for */
+	uint32_t step;		/* low 32 bits of c->step at fetch_start */
+	bool busy;		/* token not yet reported by fetch_wait */
+};
+
+/* A prepared batch: queued by prefetch, or the current one after lookup. */
+struct batch {
+	uint64_t *ids;		/* ids as given [max_batch], matched by lookup */
+	uint64_t *uniq;		/* distinct ids [max_batch] */
+	uint32_t *inv;		/* uniq[inv[i]] == ids[i] [max_batch] */
+	uint32_t *slots;	/* slot of each distinct id [max_batch] */
+	uint32_t n;		/* ids */
+	uint32_t nuniq;		/* distinct ids */
+	uint32_t nfetch;	/* rows this batch had fetched */
+	uint32_t nrefetch;	/* of those, stale rows fetched again */
+};
+
+struct emb_cache {
+	struct emb_cache_opts o;	/* as created; ops copied */
+	uint32_t rf;			/* floats per row in the pool */
+	float *pool;			/* capacity * rf floats, one allocation */
+	struct slot *slots;		/* capacity entries */
+	struct hent *hash;		/* id -> slot, linear probing */
+	uint32_t hmask;			/* hash entries - 1 */
+	uint32_t free_head;		/* free-list of FREE slots */
+	uint32_t lru_head;		/* most recently released */
+	uint32_t lru_tail;		/* next victim */
+	uint32_t nlru;			/* slots on the LRU list */
+	uint32_t nfree;			/* slots on the free list */
+	uint32_t nrows;			/* slots mapped in the hash */
+	uint32_t npinned;		/* slots with pins > 0 */
+	uint32_t ndirty;		/* slots with dirty set */
+	uint64_t step;			/* updates applied: the staleness clock */
+
+	struct emb_dedup *dedup;	/* for the trainer thread's batches */
+	struct batch *batches;		/* depth + 1 records */
+	struct batch **spare;		/* unused batch records, a stack */
+	uint32_t nspare;		/* entries on spare */
+	struct batch **queue;		/* ring of prefetched batches [depth] */
+	uint32_t qhead;			/* oldest queued batch */
+	uint32_t qcount;		/* batches queued */
+	struct batch *cur;		/* looked up, not yet updated; or NULL */
+	struct fetch *fetches;		/* depth + 1 records */
+	uint32_t nfetches;		/* records */
+
+	uint64_t *wb_ids;		/* write-back staging [max_batch] */
+	float *wb_rows;			/* [max_batch * rf] */
+	uint32_t *tmp_slots;		/* slots gathered for a fetch or evict */
+	float *gsum;			/* summed grads [max_batch * dim] */
+
+	struct emb_cache_stats st;	/* counters; gauges filled on read */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static float *row_of(const struct emb_cache *c, uint32_t s)
+{
+	return c->pool + (size_t)s * c->rf;
+}
+
+/* ---- id -> slot hash ---- */
+
+static uint32_t hhome(const struct emb_cache *c, uint64_t id)
+{
+	return (uint32_t)emb_id_hash(id) & c->hmask;
+}
+
+static uint32_t hash_find(const struct emb_cache *c, uint64_t id)
+{
+	uint32_t i = hhome(c, id);
+
+	while (c->hash[i].slot != NIL) {
+		if (c->hash[i].id == id)
+			return c->hash[i].slot;
+		i = (i + 1) & c->hmask;
+	}
+	return NIL;
+}
+
+static void hash_insert(struct emb_cache *c, uint64_t id, uint32_t slot)
+{
+	uint32_t i = hhome(c, id);
+
+	while (c->hash[i].slot != NIL)
+		i = (i + 1) & c->hmask;
+	c->hash[i].id = id;
+	c->hash[i].slot = slot;
+}
+
+/* Backward-shift deletion: no tombstones, so probe runs stay short. */
+static void hash_remove(struct emb_cache *c, uint64_t id)
+{
+	uint32_t i = hhome(c, id);
+	uint32_t j;
+
+	while (c->hash[i].id != id || c->hash[i].slot == NIL) {
+		assert(c->hash[i].slot != NIL);
+		i = (i + 1) & c->hmask;
+	}
+	j = i;
+	for (;;) {
+		uint32_t k;
+
+		j = (j + 1) & c->hmask;
+		if (c->hash[j].slot == NIL)
+			break;
+		k = hhome(c, c->hash[j].id);
+		/* Entry j may fill the hole at i unless its home lies
+		 * cyclically in (i, j]. */
+		if (i <= j ? (k <= i || k > j) : (k <= i && k > j)) {
+			c->hash[i] = c->hash[j];
+			i = j;
+		}
+	}
+	c->hash[i].slot = NIL;
+}
+
+/* ---- LRU list and free list ---- */
+
+static void lru_unlink(struct emb_cache *c, uint32_t s)
+{
+	struct slot *sl = &c->slots[s];
+
+	if (sl->prev != NIL)
+		c->slots[sl->prev].next = sl->next;
+	else
+		c->lru_head = sl->next;
+	if (sl->next != NIL)
+		c->slots[sl->next].prev = sl->prev;
+	else
+		c->lru_tail = sl->prev;
+	sl->prev = NIL;
+	sl->next = NIL;
+	c->nlru--;
+}
+
+static void lru_push_head(struct emb_cache *c, uint32_t s)
+{
+	struct slot *sl = &c->slots[s];
+
+	sl->prev = NIL;
+	sl->next = c->lru_head;
+	if (c->lru_head != NIL)
+		c->slots[c->lru_head].prev = s;
+	else
+		c->lru_tail = s;
+	c->lru_head = s;
+	c->nlru++;
+}
+
+static void slot_free(struct emb_cache *c, uint32_t s)
+{
+	struct slot *sl = &c->slots[s];
+
+	hash_remove(c, sl->id);
+	c->nrows--;
+	if (sl->dirty)
+		c->ndirty--;
+	sl->dirty = 0;
+	sl->state = SLOT_FREE;
+	sl->prev = NIL;
+	sl->next = c->free_head;
+	c->free_head = s;
+	c->nfree++;
+}
+
+static uint32_t slot_alloc(struct emb_cache *c, uint64_t id)
+{
+	uint32_t s = c->free_head;
+	struct slot *sl = &c->slots[s];
+
+	assert(s != NIL);
+	c->free_head = sl->next;
+	c->nfree--;
+	sl->id = id;
+	sl->prev = NIL;
+	sl->next = NIL;
+	sl->state = SLOT_PENDING;
+	sl->pins = 0;
+	sl->dirty = 0;
+	hash_insert(c, id, s);
+	c->nrows++;
+	return s;
+}
+
+static void pin(struct emb_cache *c, uint32_t s)
+{
+	struct slot *sl = &c->slots[s];
+
+	if (sl->pins++ == 0) {
+		c->npinned++;
+		if (sl->state == SLOT_VALID)
+			lru_unlink(c, s);
+	}
+}
+
+static void unpin(struct emb_cache *c, uint32_t s)
+{
+	struct slot *sl = &c->slots[s];
+
+	assert(sl->pins > 0);
+	if (--sl->pins)
+		return;
+	c->npinned--;
+	assert(sl->state != SLOT_INFLIGHT);
+	if (sl->state == SLOT_VALID)
+		lru_push_head(c, s);
+	else
+		slot_free(c, s);
+}
+
+/* ---- batches and fetch records ---- */
+
+static void batch_release(struct emb_cache *c, struct batch *b)
+{
+	for (uint32_t u = 0; u < b->nuniq; u++)
+		unpin(c, b->slots[u]);
+	b->nuniq = 0;
+	b->n = 0;
+	c->spare[c->nspare++] = b;
+}
+
+static struct fetch *fetch_get(struct emb_cache *c)
+{
+	for (uint32_t r = 0; r < c->nfetches; r++) {
+		if (!c->fetches[r].busy)
+			return &c->fetches[r];
+	}
+	/* Queued batches own at most one record each, lookup one more. */
+	assert(0 && "no free fetch record");
+	return NULL;
+}
+
+/*
+ * Starts one fetch of the slots in c->tmp_slots[0..n). 0, or the callback's
+ * negative code (rows unchanged).
+ */
+static int fetch_begin(struct emb_cache *c, uint32_t n)
+{
+	struct fetch *f = fetch_get(c);
+	int64_t token;
+
+	for (uint32_t i = 0; i < n; i++) {
+		f->slots[i] = c->tmp_slots[i];
+		f->ids[i] = c->slots[c->tmp_slots[i]].id;
+	}
+	c->st.fetch_calls++;
+	token = c->o.ops.fetch_start(c->o.arg, f->ids, n, f->buf, c->rf);
+	if (token < 0)
+		return token < INT32_MIN ? EMB_EFETCH : (int)token;
+	f->token = token;
+	f->n = n;
+	f->step = (uint32_t)c->step;
+	f->busy = true;
+	for (uint32_t i = 0; i < n; i++) {
+		struct slot *sl = &c->slots[f->slots[i]];
+
+		sl->state = SLOT_INFLIGHT;
+		sl->rec = (uint8_t)(f - c->fetches);
+	}
+	c->st.rows_fetched += n;
+	c->st.bytes_fetched += (uint64_t)n * c->rf * sizeof(float);
+	return 0;
+}
+
+/*
+ * Collects fetch_wait() for f and moves its rows into their slots (VALID),
+ * or on failure leaves them PENDING for a later fetch. Sets *stalled when
+ * the rows were not there yet. 0 or the callback's negative code.
+ */
+static int fetch_end(struct emb_cache *c, struct fetch *f, bool *stalled)
+{
+	int rc = c->o.ops.fetch_wait(c->o.arg, f->token, false);
+
+	if (rc == -EAGAIN) {
+		uint64_t t0 = now_ns();
+
+		*stalled = true;
+		rc = c->o.ops.fetch_wait(c->o.arg, f->token, true);
+		c->st.wait_ns += now_ns() - t0;
+		if (rc == -EAGAIN)
+			rc = EMB_EINTERNAL; /* a blocking wait must finish */
+	}
+	f->busy = false;
+	for (uint32_t i = 0; i < f->n; i++) {
+		uint32_t s = f->slots[i];
+		struct slot *sl = &c->slots[s];
+
+		assert(sl->state == SLOT_INFLIGHT && sl->id == f->ids[i]);
+		if (rc == 0) {
+			memcpy(row_of(c, s), f->buf + (size_t)i * c->rf,
+			       c->rf * sizeof(float));
+			sl->state = SLOT_VALID;
+			sl->fetched_step = f->step;
+		} else {
+			sl->state = SLOT_PENDING;
+		}
+	}
+	if (rc)
+		emb_log(EMB_LOG_WARN, "cache: fetch of %u rows failed: %s",
+			f->n, emb_strerror(rc));
+	return rc;
+}
+
+/* True when a write-through row fetched at fetched_step is too old at the
+ * step use_step. */
+static bool too_old(const struct emb_cache *c, const struct slot *sl,
+		    uint64_t use_step)
+{
+	return c->o.mode == EMB_CACHE_WRITE_THROUGH &&
+	       (uint32_t)use_step - sl->fetched_step > c->o.staleness_steps;
+}
+
+/*
+ * Makes room for nmiss new rows by evicting from the LRU tail, writing the
+ * dirty victims back in one call first. 0 or EMB_EWRITEBACK (nothing
+ * evicted).
+ */
+static int evict(struct emb_cache *c, uint32_t nmiss)
+{
+	uint32_t need = nmiss > c->nfree ? nmiss - c->nfree : 0;
+	uint32_t ndirty = 0;
+	uint32_t s = c->lru_tail;
+	int rc;
+
+	if (!need)
+		return 0;
+	for (uint32_t k = 0; k < need; k++, s = c->slots[s].prev) {
+		c->tmp_slots[k] = s;
+		if (!c->slots[s].dirty)
+			continue;
+		c->wb_ids[ndirty] = c->slots[s].id;
+		memcpy(c->wb_rows + (size_t)ndirty * c->rf, row_of(c, s),
+		       c->rf * sizeof(float));
+		ndirty++;
+	}
+	if (ndirty) {
+		rc = c->o.ops.write_back(c->o.arg, c->wb_ids, ndirty,
+					 c->wb_rows, c->rf);
+		if (rc) {
+			emb_log(EMB_LOG_WARN,
+				"cache: write-back of %u evicted rows failed: %s",
+				ndirty, emb_strerror(rc));
+			return EMB_EWRITEBACK;
+		}
+		c->st.write_backs += ndirty;
+		c->st.bytes_written += (uint64_t)ndirty * c->rf * sizeof(float);
+	}
+	for (uint32_t k = 0; k < need; k++) {
+		lru_unlink(c, c->tmp_slots[k]);
+		slot_free(c, c->tmp_slots[k]);
+	}
+	c->st.evictions += need;
+	return 0;
+}
+
+/*
+ * Dedups ids into b, pins its rows and maps slots for its misses (PENDING).
+ * When fetch is set, also starts one fetch of every row that is not in
+ * flight and would not be fresh at step use_step; a failed start is logged
+ * and left for lookup. 0, -EINVAL, EMB_ECACHEFULL or EMB_EWRITEBACK, with
+ * nothing pinned on error.
+ */
+static int batch_prepare(struct emb_cache *c, struct batch *b,
+			 const uint64_t *ids, uint32_t n, bool fetch,
+			 uint64_t use_step)
+{
+	uint32_t nmiss = 0, nf = 0, nstale = 0;
+	int rc;
+
+	rc = emb_dedup_run(c->dedup, ids, n, b->uniq, b->inv);
+	if (rc < 0)
+		return rc;
+	memcpy(b->ids, ids, n * sizeof(*ids));
+	b->n = n;
+	b->nuniq = (uint32_t)rc;
+	b->nfetch = 0;
+	b->nrefetch = 0;
+
+	for (uint32_t u = 0; u < b->nuniq; u++) {
+		uint32_t s = hash_find(c, b->uniq[u]);
+
+		b->slots[u] = s;
+		if (s == NIL)
+			nmiss++;
+		else
+			pin(c, s);
+	}
+	/* Every LRU entry is unpinned, hence evictable. */
+	if (nmiss > c->nfree + c->nlru) {
+		rc = EMB_ECACHEFULL;
+		goto err_unpin;
+	}
+	rc = evict(c, nmiss);
+	if (rc)
+		goto err_unpin;
+	for (uint32_t u = 0; u < b->nuniq; u++) {
+		if (b->slots[u] == NIL) {
+			b->slots[u] = slot_alloc(c, b->uniq[u]);
+			pin(c, b->slots[u]);
+		}
+	}
+	if (!fetch || !b->nuniq)
+		return 0;
+
+	for (uint32_t u = 0; u < b->nuniq; u++) {
+		uint32_t s = b->slots[u];
+		struct slot *sl = &c->slots[s];
+
+		if (sl->state == SLOT_PENDING) {
+			c->tmp_slots[nf++] = s;
+		} else if (sl->state == SLOT_VALID && too_old(c, sl, use_step)) {
+			c->tmp_slots[nf++] = s;
+			nstale++;
+		}
+	}
+	if (!nf)
+		return 0;
+	rc = fetch_begin(c, nf);
+	if (rc) {
+		emb_log(EMB_LOG_WARN,
+			"cache: prefetch of %u rows failed to start: %s", nf,
+			emb_strerror(rc));
+		return 0;
+	}
+	b->nfetch += nf;
+	b->nrefetch += nstale;
+	return 0;
+
+err_unpin:
+	for (uint32_t u = 0; u < b->nuniq; u++) {
+		if (b->slots[u] != NIL)
+			unpin(c, b->slots[u]);
+	}
+	b->nuniq = 0;
+	return rc;
+}
+
+/* ---- create / destroy ---- */
+
+static int check_opts(const struct emb_cache_opts *o)
+{
+	if (o->dim == 0 || o->dim > DIM_MAX)
+		return EMB_EBADDIM;
+	if (o->capacity == 0 || o->capacity > (1u << 30) || o->max_batch == 0 ||
+	    o->max_batch > (1u << 30) || o->prefetch_depth > DEPTH_MAX)
+		return EMB_EBADARG;
+	if (!o->ops.fetch_start || !o->ops.fetch_wait)
+		return EMB_EBADARG;
+	switch (o->mode) {
+	case EMB_CACHE_WRITE_THROUGH:
+		return o->ops.push ? 0 : EMB_EBADARG;
+	case EMB_CACHE_WRITE_BACK:
+		if (!o->ops.write_back)
+			return EMB_EBADARG;
+		return emb_optim_validate(&o->optim) ? EMB_EBADOPTIM : 0;
+	default:
+		return EMB_EBADARG;
+	}
+}
+
+static void free_all(struct emb_cache *c)
+{
+	if (c->batches) {
+		for (uint32_t i = 0; i <= c->o.prefetch_depth; i++) {
+			free(c->batches[i].ids);
+			free(c->batches[i].uniq);
+			free(c->batches[i].inv);
+			free(c->batches[i].slots);
+		}
+	}
+	if (c->fetches) {
+		for (uint32_t i = 0; i < c->nfetches; i++) {
+			free(c->fetches[i].ids);
+			free(c->fetches[i].slots);
+			free(c->fetches[i].buf);
+		}
+	}
+	free(c->gsum);
+	free(c->tmp_slots);
+	free(c->wb_rows);
+	free(c->wb_ids);
+	free(c->fetches);
+	free(c->queue);
+	free(c->spare);
+	free(c->batches);
+	emb_dedup_destroy(c->dedup);
+	free(c->hash);
+	free(c->slots);
+	free(c->pool);
+	free(c);
+}
+
+int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out)
+{
+	struct emb_cache *c;
+	uint32_t nb, mb, hsize = 2;
+	size_t pool_bytes;
+	int rc;
+
+	if (!opts || !out)
+		return EMB_EBADARG;
+	rc = check_opts(opts);
+	if (rc)
+		return rc;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->o = *opts;
+	c->rf = opts->dim;
+	if (opts->mode == EMB_CACHE_WRITE_BACK)
+		c->rf += emb_optim_state_floats(opts->optim.kind, opts->dim);
+	mb = opts->max_batch;
+	nb = opts->prefetch_depth + 1;
+
+	/* One allocation for every row, cache-line aligned. */
+	pool_bytes = (size_t)opts->capacity * c->rf * sizeof(float);
+	pool_bytes = (pool_bytes + 63) & ~(size_t)63;
+	c->pool = aligned_alloc(64, pool_bytes);
+	c->slots = calloc(opts->capacity, sizeof(*c->slots));
+	while (hsize < 2 * opts->capacity)
+		hsize <<= 1;
+	c->hash = malloc((size_t)hsize * sizeof(*c->hash));
+	c->batches = calloc(nb, sizeof(*c->batches));
+	c->spare = calloc(nb, sizeof(*c->spare));
+	c->queue = calloc(nb, sizeof(*c->queue));
+	c->fetches = calloc(nb, sizeof(*c->fetches));
+	c->wb_ids = malloc((size_t)mb * sizeof(*c->wb_ids));
+	c->wb_rows = malloc((size_t)mb * c->rf * sizeof(float));
+	c->tmp_slots = malloc((size_t)mb * sizeof(*c->tmp_slots));
+	c->gsum = malloc((size_t)mb * opts->dim * sizeof(float));
+	if (!c->pool || !c->slots || !c->hash || !c->batches || !c->spare ||
+	    !c->queue || !c->fetches || !c->wb_ids || !c->wb_rows ||
+	    !c->tmp_slots || !c->gsum)
+		goto err_free;
+	c->nfetches = nb;
+	for (uint32_t i = 0; i < nb; i++) {
+		struct batch *b = &c->batches[i];
+		struct fetch *f = &c->fetches[i];
+
+		b->ids = malloc((size_t)mb * sizeof(*b->ids));
+		b->uniq = malloc((size_t)mb * sizeof(*b->uniq));
+		b->inv = malloc((size_t)mb * sizeof(*b->inv));
+		b->slots = malloc((size_t)mb * sizeof(*b->slots));
+		f->ids = malloc((size_t)mb * sizeof(*f->ids));
+		f->slots = malloc((size_t)mb * sizeof(*f->slots));
+		f->buf = malloc((size_t)mb * c->rf * sizeof(float));
+		if (!b->ids || !b->uniq || !b->inv || !b->slots || !f->ids ||
+		    !f->slots || !f->buf)
+			goto err_free;
+		c->spare[c->nspare++] = b;
+	}
+	rc = emb_dedup_create(mb, &c->dedup);
+	if (rc)
+		goto err_free;
+
+	c->hmask = hsize - 1;
+	for (uint32_t i = 0; i < hsize; i++)
+		c->hash[i].slot = NIL;
+	/* Free list in slot order, so a fresh cache fills the pool front to
+	 * back. */
+	for (uint32_t s = 0; s < opts->capacity; s++) {
+		c->slots[s].next = s + 1 < opts->capacity ? s + 1 : NIL;
+		c->slots[s].prev = NIL;
+	}
+	c->free_head = 0;
+	c->nfree = opts->capacity;
+	c->lru_head = NIL;
+	c->lru_tail = NIL;
+	*out = c;
+	return 0;
+
+err_free:
+	free_all(c);
+	return -ENOMEM;
+}
+
+void emb_cache_cancel(struct emb_cache *c)
+{
+	bool stalled = false;
+
+	if (c->cur) {
+		batch_release(c, c->cur);
+		c->cur = NULL;
+	}
+	/* Rows of a failed fetch turn PENDING and are freed on release. */
+	for (uint32_t r = 0; r < c->nfetches; r++) {
+		if (c->fetches[r].busy)
+			(void)fetch_end(c, &c->fetches[r], &stalled);
+	}
+	while (c->qcount) {
+		batch_release(c, c->queue[c->qhead]);
+		c->qhead = (c->qhead + 1) % c->o.prefetch_depth;
+		c->qcount--;
+	}
+	c->qhead = 0;
+}
+
+void emb_cache_destroy(struct emb_cache *c)
+{
+	if (!c)
+		return;
+	emb_cache_cancel(c);
+	if (c->ndirty)
+		emb_log(EMB_LOG_WARN,
+			"cache: destroyed with %u dirty rows not written back",
+			c->ndirty);
+	free_all(c);
+}
+
+/* ---- trainer calls ---- */
+
+int emb_cache_prefetch(struct emb_cache *c, const uint64_t *ids, uint32_t n)
+{
+	struct batch *b;
+	uint32_t ahead;
+	bool fetch;
+	int rc;
+
+	if (n > c->o.max_batch || (n && !ids))
+		return -EINVAL;
+	if (c->qcount >= c->o.prefetch_depth)
+		return -EBUSY;
+	/* Steps until this batch is used: the queue ahead of it, and the
+	 * current batch's update. A fetch now is that old at use. */
+	ahead = c->qcount + (c->cur ? 1 : 0);
+	fetch = c->o.mode == EMB_CACHE_WRITE_BACK ||
+		ahead <= c->o.staleness_steps;
+	b = c->spare[--c->nspare];
+	rc = batch_prepare(c, b, ids, n, fetch, c->step + ahead);
+	if (rc) {
+		c->spare[c->nspare++] = b;
+		return rc;
+	}
+	c->queue[(c->qhead + c->qcount) % c->o.prefetch_depth] = b;
+	c->qcount++;
+	return 0;
+}
+
+static bool queue_head_matches(const struct emb_cache *c, const uint64_t *ids,
+			       uint32_t n)
+{
+	const struct batch *b;
+
+	if (!c->qcount)
+		return false;
+	b = c->queue[c->qhead];
+	return b->n == n && (n == 0 || memcmp(b->ids, ids, n * sizeof(*ids)) == 0);
+}
+
+/* Brings the batch of ids to VALID, fresh rows and makes it current. */
+static int lookup_batch(struct emb_cache *c, const uint64_t *ids, uint32_t n)
+{
+	bool stalled = false;
+	struct batch *b;
+	uint32_t nf = 0, nstale = 0;
+	int rc = 0, wrc;
+
+	if (n > c->o.max_batch || (n && !ids))
+		return -EINVAL;
+	if (c->cur) {
+		batch_release(c, c->cur);
+		c->cur = NULL;
+	}
+	if (queue_head_matches(c, ids, n)) {
+		b = c->queue[c->qhead];
+		c->qhead = (c->qhead + 1) % c->o.prefetch_depth;
+		c->qcount--;
+	} else {
+		b = c->spare[--c->nspare];
+		rc = batch_prepare(c, b, ids, n, false, c->step);
+		if (rc) {
+			c->spare[c->nspare++] = b;
+			return rc;
+		}
+	}
+
+	/* Rows in flight: wait for every record they are in, even after a
+	 * failure, so that no row of this batch stays INFLIGHT. */
+	for (uint32_t u = 0; u < b->nuniq; u++) {
+		struct slot *sl = &c->slots[b->slots[u]];
+
+		if (sl->state != SLOT_INFLIGHT)
+			continue;
+		wrc = fetch_end(c, &c->fetches[sl->rec], &stalled);
+		if (wrc && !rc)
+			rc = EMB_EFETCH;
+	}
+	if (rc)
+		goto err_release;
+
+	/* Rows never fetched (deferred or failed) and rows too old now. */
+	for (uint32_t u = 0; u < b->nuniq; u++) {
+		uint32_t s = b->slots[u];
+		struct slot *sl = &c->slots[s];
+
+		if (sl->state == SLOT_PENDING) {
+			c->tmp_slots[nf++] = s;
+		} else if (too_old(c, sl, c->step)) {
+			c->tmp_slots[nf++] = s;
+			nstale++;
+		}
+	}
+	if (nf) {
+		uint64_t t0 = now_ns();
+		struct fetch *f;
+
+		stalled = true;
+		c->st.sync_fetches++;
+		rc = fetch_begin(c, nf);
+		if (rc) {
+			emb_log(EMB_LOG_WARN,
+				"cache: fetch of %u rows failed to start: %s",
+				nf, emb_strerror(rc));
+			rc = EMB_EFETCH;
+			c->st.wait_ns += now_ns() - t0;
+			goto err_release;
+		}
+		f = &c->fetches[c->slots[c->tmp_slots[0]].rec];
+		wrc = fetch_end(c, f, &stalled);
+		c->st.wait_ns += now_ns() - t0;
+		if (wrc) {
+			rc = EMB_EFETCH;
+			goto err_release;
+		}
+		b->nfetch += nf;
+		b->nrefetch += nstale;
+	}
+
+	if (stalled)
+		c->st.stalls++;
+	c->st.lookups++;
+	c->st.misses += b->nfetch;
+	c->st.hits += b->nuniq - b->nfetch;
+	c->st.refetches += b->nrefetch;
+	c->cur = b;
+	return 0;
+
+err_release:
+	if (stalled)
+		c->st.stalls++;
+	batch_release(c, b);
+	return rc;
+}
+
+int emb_cache_lookup(struct emb_cache *c, const uint64_t *ids, uint32_t n,
+		     float *out)
+{
+	const struct batch *b;
+	int rc;
+
+	if (n && !out)
+		return -EINVAL;
+	rc = lookup_batch(c, ids, n);
+	if (rc)
+		return rc;
+	b = c->cur;
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(out + (size_t)i * c->o.dim,
+		       row_of(c, b->slots[b->inv[i]]),
+		       c->o.dim * sizeof(float));
+	return 0;
+}
+
+int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids,
+			  uint32_t n, const float **ptrs)
+{
+	const struct batch *b;
+	int rc;
+
+	if (n && !ptrs)
+		return -EINVAL;
+	rc = lookup_batch(c, ids, n);
+	if (rc)
+		return rc;
+	b = c->cur;
+	for (uint32_t i = 0; i < n; i++)
+		ptrs[i] = row_of(c, b->slots[b->inv[i]]);
+	return 0;
+}
+
+int emb_cache_update(struct emb_cache *c, const float *grads)
+{
+	struct batch *b = c->cur;
+	const uint32_t dim = c->o.dim;
+	int rc = 0;
+
+	if (!b || (b->n && !grads))
+		return -EINVAL;
+	/* Sum duplicates in batch order, then update each row once, as
+	 * emb_table_push() does on the server. */
+	memset(c->gsum, 0, (size_t)b->nuniq * dim * sizeof(float));
+	for (uint32_t i = 0; i < b->n; i++) {
+		float *g = c->gsum + (size_t)b->inv[i] * dim;
+		const float *src = grads + (size_t)i * dim;
+
+		for (uint32_t j = 0; j < dim; j++)
+			g[j] += src[j];
+	}
+
+	if (c->o.mode == EMB_CACHE_WRITE_THROUGH) {
+		if (b->nuniq) {
+			rc = c->o.ops.push(c->o.arg, b->uniq, b->nuniq,
+					   c->gsum);
+			c->st.pushes++;
+		}
+		if (rc) {
+			emb_log(EMB_LOG_WARN,
+				"cache: push of %u rows failed: %s", b->nuniq,
+				emb_strerror(rc));
+			rc = EMB_EPUSH;
+			goto out_release;
+		}
+		c->st.bytes_written +=
+			(uint64_t)b->nuniq * dim * sizeof(float);
+	} else {
+		for (uint32_t u = 0; u < b->nuniq; u++) {
+			uint32_t s = b->slots[u];
+			float *row = row_of(c, s);
+
+			emb_optim_apply(&c->o.optim, row, row + dim,
+					c->gsum + (size_t)u * dim, dim);
+			if (!c->slots[s].dirty) {
+				c->slots[s].dirty = 1;
+				c->ndirty++;
+			}
+		}
+	}
+	c->step++;
+
+out_release:
+	batch_release(c, b);
+	c->cur = NULL;
+	return rc;
+}
+
+int emb_cache_flush(struct emb_cache *c)
+{
+	uint32_t n = 0;
+	int rc;
+
+	if (c->o.mode != EMB_CACHE_WRITE_BACK || !c->ndirty)
+		return 0;
+	/* Only VALID rows are ever dirty: write-back never refetches a
+	 * cached row, so rows in flight need no wait. */
+	for (uint32_t s = 0; s <= c->o.capacity; s++) {
+		if (s < c->o.capacity && c->slots[s].dirty) {
+			c->tmp_slots[n] = s;
+			c->wb_ids[n] = c->slots[s].id;
+			memcpy(c->wb_rows + (size_t)n * c->rf, row_of(c, s),
+			       c->rf * sizeof(float));
+			n++;
+		}
+		if (!n || (n < c->o.max_batch && s < c->o.capacity))
+			continue;
+		rc = c->o.ops.write_back(c->o.arg, c->wb_ids, n, c->wb_rows,
+					 c->rf);
+		if (rc) {
+			emb_log(EMB_LOG_WARN,
+				"cache: flush of %u rows failed: %s", n,
+				emb_strerror(rc));
+			return EMB_EWRITEBACK;
+		}
+		for (uint32_t k = 0; k < n; k++)
+			c->slots[c->tmp_slots[k]].dirty = 0;
+		c->ndirty -= n;
+		c->st.write_backs += n;
+		c->st.bytes_written += (uint64_t)n * c->rf * sizeof(float);
+		n = 0;
+	}
+	return 0;
+}
+
+void emb_cache_stats(const struct emb_cache *c, struct emb_cache_stats *out)
+{
+	uint64_t seen;
+
+	*out = c->st;
+	seen = out->hits + out->misses;
+	out->hit_ratio = seen ? (double)out->hits / (double)seen : 0.0;
+	out->rows = c->nrows;
+	out->pinned = c->npinned;
+	out->dirty = c->ndirty;
+	out->queued = c->qcount;
+}
+
+uint32_t emb_cache_row_floats(const struct emb_cache *c)
+{
+	return c->rf;
+}

@@ -1,0 +1,218 @@
+/*
+ * src/cache/cache.h - the worker-side vocab cache of one embedding table.
+ *
+ * The full table lives on the servers; the cache keeps the hot rows of one
+ * table in a pool of capacity rows, fetches the misses of the next batches
+ * ahead of time, and sends gradients (write-through) or evicted rows
+ * (write-back) back. It never touches the network: the worker hands it the
+ * callbacks below. See docs/cache.md for the design and the figures.
+ *
+ * Threads: a cache is used by one trainer thread. Every emb_cache_* call
+ * except create comes from that thread, and every callback is called from
+ * inside such a call, so on that thread too. A fetch may complete on any
+ * thread the worker likes, as long as fetch_wait() reports it on the
+ * trainer thread.
+ *
+ * A trainer step:
+ *
+ *	emb_cache_prefetch(c, ids[b + k], n);	(queue the batch k steps ahead)
+ *	emb_cache_lookup(c, ids[b], n, out);	(rows of batch b; waits only
+ *						 for rows still in flight)
+ *	... forward, backward ...
+ *	emb_cache_update(c, grads);		(push or apply locally)
+ *
+ * and emb_cache_flush() at the end of training and before a dump.
+ */
+#ifndef EMB_CACHE_CACHE_H
+#define EMB_CACHE_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/optim.h"
+
+struct emb_cache;
+
+enum emb_cache_mode {
+	/* Gradients go to the servers every step (server-side optimizer);
+	 * cached rows hold weights only and may lag the servers by at most
+	 * staleness_steps of this cache's updates. */
+	EMB_CACHE_WRITE_THROUGH = 0,
+	/* The optimizer runs here on cached rows (weights + state); dirty
+	 * rows go back to the servers when evicted or flushed. */
+	EMB_CACHE_WRITE_BACK = 1,
+};
+
+/*
+ * Starts fetching the rows of ids[0..n) into dst[i * stride ...]: dim
+ * weights in write-through mode, dim weights + optimizer state in write-back
+ * mode (stride is that many floats). Rows the servers do not hold yet are
+ * created there as a pull would create them. Both ids and dst stay valid and
+ * untouched by the cache until fetch_wait() has reported on the token.
+ * Returns a token >= 0, or a negative code (the cache logs it and fails the
+ * lookup that needs the rows with EMB_EFETCH).
+ */
+typedef int64_t (*emb_fetch_start_fn)(void *arg, const uint64_t *ids,
+				      uint32_t n, float *dst, uint32_t stride);
+
+/*
+ * Reports on a token from fetch_start: 0 when the rows are in dst, -EAGAIN
+ * when block is false and the fetch is still in flight, or another negative
+ * code when it failed. The cache calls it until it returns something other
+ * than -EAGAIN, exactly once with block = true at the latest; tokens may be
+ * waited for in any order.
+ */
+typedef int (*emb_fetch_wait_fn)(void *arg, int64_t token, bool block);
+
+/*
+ * Write-through: sends the gradients of distinct ids[0..n) (grads[i * dim
+ * ...], duplicates already summed) for the servers' optimizer. 0 or negative.
+ * A fetch started after push returned must see the update.
+ */
+typedef int (*emb_push_fn)(void *arg, const uint64_t *ids, uint32_t n,
+			   const float *grads);
+
+/*
+ * Write-back: stores full rows (weights + optimizer state, rows[i * stride
+ * ...]) of distinct ids[0..n) on the servers, replacing what they hold.
+ * 0 or negative; on failure the cache keeps the rows dirty. A fetch started
+ * after write_back returned must see the rows.
+ */
+typedef int (*emb_write_back_fn)(void *arg, const uint64_t *ids, uint32_t n,
+				 const float *rows, uint32_t stride);
+
+struct emb_cache_ops {
+	emb_fetch_start_fn fetch_start; /* required */
+	emb_fetch_wait_fn fetch_wait;	/* required */
+	emb_push_fn push;		/* required in write-through mode */
+	emb_write_back_fn write_back;	/* required in write-back mode */
+};
+
+struct emb_cache_opts {
+	uint32_t capacity;	    /* rows the pool holds, >= 1 */
+	uint32_t dim;		    /* weights per row, 1..4096 */
+	uint32_t max_batch;	    /* most ids (with duplicates) per batch */
+	uint32_t prefetch_depth;    /* batches queued ahead, 0..64 */
+	uint32_t mode;		    /* enum emb_cache_mode */
+	uint32_t staleness_steps;   /* write-through: max age of a used row,
+				       in updates of this cache */
+	struct emb_optim_cfg optim; /* write-back: the table's optimizer */
+	struct emb_cache_ops ops;   /* callbacks; copied */
+	void *arg;		    /* passed to every callback */
+};
+
+#define EMB_CACHE_OPTS_DEFAULT                                                 \
+	((struct emb_cache_opts){.capacity = 1u << 16,                         \
+				 .dim = 8,                                     \
+				 .max_batch = 4096,                            \
+				 .prefetch_depth = 2,                          \
+				 .mode = EMB_CACHE_WRITE_THROUGH,              \
+				 .staleness_steps = 0,                         \
+				 .optim = EMB_OPTIM_CFG_DEFAULT})
+
+struct emb_cache_stats {
+	uint64_t lookups;	/* batches looked up */
+	uint64_t hits;		/* distinct ids of looked-up batches found
+				   cached and fresh when their batch was
+				   prepared (prefetch or lookup) */
+	uint64_t misses;	/* distinct ids that had to be fetched */
+	double hit_ratio;	/* hits / (hits + misses); 0 before any */
+	uint64_t refetches;	/* write-through: cached rows fetched again
+				   because they were older than allowed */
+	uint64_t evictions;	/* rows dropped to make room */
+	uint64_t write_backs;	/* rows sent by write_back (evict + flush) */
+	uint64_t pushes;	/* push calls */
+	uint64_t fetch_calls;	/* fetch_start calls */
+	uint64_t sync_fetches;	/* of those, started by lookup itself */
+	uint64_t rows_fetched;	/* rows requested by fetch_start */
+	uint64_t bytes_fetched; /* rows_fetched * row bytes */
+	uint64_t bytes_written; /* bytes of push grads and written-back rows */
+	uint64_t stalls;	/* lookups that had to wait for rows */
+	uint64_t wait_ns;	/* time lookups spent blocked on fetches */
+	uint32_t rows;		/* rows held now */
+	uint32_t pinned;	/* rows pinned now by queued/current batches */
+	uint32_t dirty;		/* write-back: rows not yet written back */
+	uint32_t queued;	/* prefetched batches waiting for lookup */
+};
+
+/*
+ * Creates a cache; the pool and every buffer are allocated here, once.
+ * 0 and *out, or EMB_EBADARG (a zero size, missing callback, unknown mode,
+ * depth > 64), EMB_EBADDIM, EMB_EBADOPTIM (write-back with a bad optimizer)
+ * or -ENOMEM.
+ */
+int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out);
+
+/*
+ * Waits for fetches still in flight, then frees the cache. Dirty rows are
+ * NOT written back: call emb_cache_flush() first. NULL is a no-op.
+ */
+void emb_cache_destroy(struct emb_cache *c);
+
+/*
+ * Queues the batch ids[0..n) for a later emb_cache_lookup() and starts one
+ * fetch for its misses. Its rows stay pinned until that lookup's batch is
+ * released. Borrows ids for the call. A fetch that would be older than
+ * staleness_steps when the batch is used is left to lookup. 0, or
+ * -EINVAL (n > max_batch), -EBUSY (prefetch_depth batches queued already),
+ * EMB_ECACHEFULL (the pins of queued batches leave no room; the batch is not
+ * queued and its lookup will run synchronously) or EMB_EWRITEBACK (evicting
+ * dirty rows failed; nothing changed). A failed fetch_start is logged and
+ * reported by the lookup of the batch.
+ */
+int emb_cache_prefetch(struct emb_cache *c, const uint64_t *ids, uint32_t n);
+
+/*
+ * Gives the weights of ids[0..n) in out[i * dim ...] (caller-owned, n * dim
+ * floats). The batch becomes the current batch, pinned until the next
+ * emb_cache_update() or lookup. If the oldest queued batch has exactly these
+ * ids it is used and lookup blocks only for its rows still in flight;
+ * otherwise the batch is prepared here (the queue is left alone). Releases
+ * the previous current batch if it was not updated. 0, or -EINVAL (n >
+ * max_batch), EMB_ECACHEFULL (more distinct ids than unpinned rows),
+ * EMB_EFETCH (a fetch failed; the cause is logged) or EMB_EWRITEBACK. On
+ * error there is no current batch.
+ */
+int emb_cache_lookup(struct emb_cache *c, const uint64_t *ids, uint32_t n,
+		     float *out);
+
+/*
+ * Like emb_cache_lookup(), but sets ptrs[i] to the cached weights of ids[i]
+ * instead of copying. The pointers stay valid until the next update, lookup,
+ * flush or cancel call; write-back rows must not be written through them.
+ */
+int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids,
+			  uint32_t n, const float **ptrs);
+
+/*
+ * Applies gradients grads[i * dim ...] of the current batch's positions (as
+ * passed to lookup, duplicates allowed) and releases the batch. Duplicate
+ * ids' gradients are summed first and each distinct id is updated once, as
+ * the store does. Write-through: one push of the distinct ids. Write-back:
+ * emb_optim_apply() on the cached rows, which become dirty. Counts one step.
+ * 0, or -EINVAL (no current batch) or EMB_EPUSH (push failed; logged; the
+ * batch is released and the step not counted).
+ */
+int emb_cache_update(struct emb_cache *c, const float *grads);
+
+/*
+ * Write-back: sends every dirty row to write_back, max_batch rows per call,
+ * after waiting for fetches in flight. Rows stay cached and clean. 0 or
+ * EMB_EWRITEBACK (rows sent before the failure are clean). A no-op returning
+ * 0 in write-through mode.
+ */
+int emb_cache_flush(struct emb_cache *c);
+
+/*
+ * Drops every queued prefetch (waiting for its fetch) and the current batch,
+ * unpinning their rows. For a trainer that changes its plan, e.g. at the end
+ * of an epoch. Fetch failures are logged and otherwise ignored.
+ */
+void emb_cache_cancel(struct emb_cache *c);
+
+void emb_cache_stats(const struct emb_cache *c, struct emb_cache_stats *out);
+
+/* Floats per cached row: dim, plus the optimizer state in write-back mode. */
+uint32_t emb_cache_row_floats(const struct emb_cache *c);
+
+#endif
