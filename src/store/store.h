@@ -21,6 +21,17 @@
 #define EMB_DIM_MAX 4096u
 #define EMB_NAME_MAX 63u	  /* bytes of a table name, without the NUL */
 #define EMB_SHARDS_MAX 1024u
+#define EMB_ROW_COUNT_MAX 0x7fffffffu /* access counts saturate here */
+
+/*
+ * A memory budget shared by several tables (a server's --mem-limit): each
+ * table charges its slab and index bytes here as well as to its own limit.
+ * Updated with atomics; the owner keeps it alive longer than the tables.
+ */
+struct emb_mem_budget {
+	uint64_t limit; /* bytes; 0 = unlimited */
+	uint64_t used;	/* bytes charged now; read with __atomic_load_n */
+};
 
 struct emb_table;
 struct emb_table_iter;
@@ -42,6 +53,7 @@ struct emb_table_opts {
 	uint64_t seed;		    /* with the id, decides initial values */
 	uint32_t nshards;	    /* index shards, power of two <= 1024 */
 	uint64_t mem_limit;	    /* bytes of rows + index; 0 = unlimited */
+	struct emb_mem_budget *budget; /* shared limit, or NULL; borrowed */
 };
 
 #define EMB_TABLE_OPTS_DEFAULT                                                 \
@@ -51,7 +63,8 @@ struct emb_table_opts {
 				 .init = EMB_INIT_CFG_DEFAULT,                 \
 				 .seed = 0,                                    \
 				 .nshards = 64,                                \
-				 .mem_limit = 0})
+				 .mem_limit = 0,                               \
+				 .budget = NULL})
 
 /* Flags for emb_table_pull() and emb_table_pull_ptrs(). */
 #define EMB_PULL_NOCREATE 0x1u /* report missing ids instead of creating */
@@ -77,7 +90,7 @@ struct emb_table_stats {
 /* Per-row lifecycle data, as kept in the row record. */
 struct emb_row_meta {
 	uint32_t last_step; /* table step of the last pull or push (low 32 bits) */
-	uint32_t count;	    /* pulls + pushes, saturating at UINT32_MAX */
+	uint32_t count;	    /* pulls + pushes, saturating at EMB_ROW_COUNT_MAX */
 };
 
 /*
@@ -160,9 +173,9 @@ int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,
 void emb_table_stats(struct emb_table *t, struct emb_table_stats *out);
 
 /*
- * Iterates over all rows, one shard at a time under that shard's lock, so
- * rows added or removed meanwhile may or may not be seen but none is seen
- * twice. 0 and *out, or -ENOMEM.
+ * Iterates over all rows, shard by shard, copying under the shard's lock.
+ * Rows added or removed meanwhile may or may not be seen; a row seen is
+ * copied whole (never torn by a concurrent push). 0 and *out, or -ENOMEM.
  */
 int emb_table_iter_create(struct emb_table *t, struct emb_table_iter **out);
 void emb_table_iter_destroy(struct emb_table_iter *it); /* NULL is a no-op */

@@ -1,0 +1,260 @@
+/*
+ * src/store/arena.c - a jemalloc arena per table, over extents we map.
+ *
+ * The arena's extent hooks mmap every extent themselves, so the store knows
+ * each mapped range and can report it to its owner (the daemon hands these
+ * to the RDMA transport, which registers whole extents as memory regions).
+ * Hooks refuse to merge extents and to unmap them: an allocation therefore
+ * never straddles two registered regions, and a region stays mapped (and
+ * registered) until the table is destroyed. jemalloc calls the hooks from any
+ * thread that allocates from the arena; the region list has its own lock.
+ */
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <jemalloc/jemalloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+
+struct region {
+	void *addr; /* page aligned */
+	size_t len; /* bytes */
+};
+
+struct emb_arena {
+	extent_hooks_t hooks;	 /* first: jemalloc hands its address back */
+	unsigned ind;		 /* jemalloc arena index */
+	bool created;		 /* ind is valid */
+	pthread_mutex_t lock;	 /* guards regions, fn, arg */
+	struct region *regions;	 /* every extent mapped, in map order */
+	size_t nregions;	 /* live entries in regions */
+	size_t cap;		 /* room in regions */
+	uint64_t bytes;		 /* sum of region lengths */
+	emb_extent_fn fn;	 /* owner's hook, or NULL */
+	void *arg;		 /* passed back to fn */
+};
+
+static struct emb_arena *arena_of(extent_hooks_t *h)
+{
+	return (struct emb_arena *)(void *)h;
+}
+
+static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size,
+			size_t alignment, bool *zero, bool *commit,
+			unsigned arena_ind)
+{
+	struct emb_arena *a = arena_of(h);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t map_len, lead, trail;
+	char *raw, *p;
+
+	(void)arena_ind;
+	/* jemalloc asks for a fixed address only to grow in place; we never
+	 * promise adjacency, so decline and let it allocate elsewhere. */
+	if (new_addr)
+		return NULL;
+	if (alignment < page)
+		alignment = page;
+	map_len = size + alignment - page;
+	if (map_len < size)
+		return NULL;
+	raw = mmap(NULL, map_len, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (raw == MAP_FAILED)
+		return NULL;
+	p = (char *)(((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1));
+	lead = (size_t)(p - raw);
+	trail = map_len - lead - size;
+	if (lead)
+		munmap(raw, lead);
+	if (trail)
+		munmap(p + size, trail);
+
+	pthread_mutex_lock(&a->lock);
+	if (a->nregions == a->cap) {
+		size_t ncap = a->cap ? 2 * a->cap : 16;
+		struct region *r = realloc(a->regions, ncap * sizeof(*r));
+
+		if (!r)
+			goto err_unlock;
+		a->regions = r;
+		a->cap = ncap;
+	}
+	if (a->fn && a->fn(a->arg, p, size, true) != 0)
+		goto err_unlock;
+	a->regions[a->nregions++] = (struct region){p, size};
+	a->bytes += size;
+	pthread_mutex_unlock(&a->lock);
+
+	*zero = true;
+	*commit = true;
+	return p;
+
+err_unlock:
+	pthread_mutex_unlock(&a->lock);
+	munmap(p, size);
+	return NULL;
+}
+
+/* true = "not done": jemalloc keeps the extent mapped and reuses it. */
+static bool hook_dalloc(extent_hooks_t *h, void *addr, size_t size,
+			bool committed, unsigned arena_ind)
+{
+	(void)h, (void)addr, (void)size, (void)committed, (void)arena_ind;
+	return true;
+}
+
+/* Called for retained extents when the arena is destroyed; the regions are
+ * unmapped as a whole by emb__arena_destroy(). */
+static void hook_destroy(extent_hooks_t *h, void *addr, size_t size,
+			 bool committed, unsigned arena_ind)
+{
+	(void)h, (void)addr, (void)size, (void)committed, (void)arena_ind;
+}
+
+static bool hook_commit(extent_hooks_t *h, void *addr, size_t size,
+			size_t offset, size_t length, unsigned arena_ind)
+{
+	(void)h, (void)addr, (void)size, (void)offset, (void)length;
+	(void)arena_ind;
+	return false; /* always committed */
+}
+
+static bool hook_split(extent_hooks_t *h, void *addr, size_t size,
+		       size_t size_a, size_t size_b, bool committed,
+		       unsigned arena_ind)
+{
+	(void)h, (void)addr, (void)size, (void)size_a, (void)size_b;
+	(void)committed, (void)arena_ind;
+	return false; /* pieces stay inside one region: fine */
+}
+
+static bool hook_merge(extent_hooks_t *h, void *addr_a, size_t size_a,
+		       void *addr_b, size_t size_b, bool committed,
+		       unsigned arena_ind)
+{
+	(void)h, (void)addr_a, (void)size_a, (void)addr_b, (void)size_b;
+	(void)committed, (void)arena_ind;
+	return true; /* never: a merged extent could span two regions */
+}
+
+int emb__arena_create(struct emb_arena **out)
+{
+	struct emb_arena *a;
+	extent_hooks_t *hp;
+	size_t sz = sizeof(unsigned);
+	int rc;
+
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->hooks = (extent_hooks_t){
+		.alloc = hook_alloc,
+		.dalloc = hook_dalloc,
+		.destroy = hook_destroy,
+		.commit = hook_commit,
+		.decommit = NULL,
+		.purge_lazy = NULL,
+		.purge_forced = NULL,
+		.split = hook_split,
+		.merge = hook_merge,
+	};
+	pthread_mutex_init(&a->lock, NULL);
+	hp = &a->hooks;
+	rc = mallctl("arenas.create", &a->ind, &sz, &hp, sizeof(hp));
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "jemalloc arenas.create failed: %s",
+			emb_strerror(-rc));
+		goto err_free;
+	}
+	a->created = true;
+	*out = a;
+	return 0;
+
+err_free:
+	pthread_mutex_destroy(&a->lock);
+	free(a);
+	return EMB_EARENA;
+}
+
+void emb__arena_destroy(struct emb_arena *a)
+{
+	char cmd[64];
+	int rc;
+
+	if (!a)
+		return;
+	if (a->created) {
+		snprintf(cmd, sizeof(cmd), "arena.%u.destroy", a->ind);
+		rc = mallctl(cmd, NULL, NULL, NULL, 0);
+		if (rc)
+			emb_log(EMB_LOG_WARN, "jemalloc %s failed: %s", cmd,
+				emb_strerror(-rc));
+	}
+	/* Report before unmapping: a registered region must be deregistered
+	 * while its pages still exist. */
+	for (size_t i = a->nregions; i-- > 0;) {
+		if (a->fn)
+			a->fn(a->arg, a->regions[i].addr, a->regions[i].len,
+			      false);
+		munmap(a->regions[i].addr, a->regions[i].len);
+	}
+	free(a->regions);
+	pthread_mutex_destroy(&a->lock);
+	free(a);
+}
+
+void *emb__arena_alloc(struct emb_arena *a, size_t n)
+{
+	return mallocx(n, MALLOCX_ARENA(a->ind) | MALLOCX_TCACHE_NONE);
+}
+
+void emb__arena_free(struct emb_arena *a, void *p)
+{
+	if (p)
+		dallocx(p, MALLOCX_ARENA(a->ind) | MALLOCX_TCACHE_NONE);
+}
+
+size_t emb__arena_size_class(size_t n)
+{
+	size_t r = nallocx(n, MALLOCX_TCACHE_NONE);
+
+	return r ? r : n;
+}
+
+int emb__arena_set_hook(struct emb_arena *a, emb_extent_fn fn, void *arg)
+{
+	size_t i;
+	int rc = 0;
+
+	pthread_mutex_lock(&a->lock);
+	for (i = 0; fn && i < a->nregions; i++) {
+		rc = fn(arg, a->regions[i].addr, a->regions[i].len, true);
+		if (rc)
+			break;
+	}
+	if (rc) {
+		while (i-- > 0)
+			fn(arg, a->regions[i].addr, a->regions[i].len, false);
+		fn = NULL;
+		arg = NULL;
+	}
+	a->fn = fn;
+	a->arg = arg;
+	pthread_mutex_unlock(&a->lock);
+	return rc < 0 ? rc : (rc ? EMB_EARENA : 0);
+}
+
+void emb__arena_usage(struct emb_arena *a, uint64_t *extents, uint64_t *bytes)
+{
+	pthread_mutex_lock(&a->lock);
+	*extents = a->nregions;
+	*bytes = a->bytes;
+	pthread_mutex_unlock(&a->lock);
+}

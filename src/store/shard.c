@@ -1,0 +1,213 @@
+/*
+ * src/store/shard.c - one shard: a linear-probing id index over records in
+ * slabs. Every function here runs with the shard's lock held by the caller
+ * (table.c); a resize rebuilds only this shard's index, so the other shards
+ * keep serving meanwhile.
+ */
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/hash.h"
+#include "common/log.h"
+
+/* Grow at 80% full by 1.5x: probes stay short (about 3 for a hit, 13 for a
+ * miss at worst) while the index averages under 6 bytes per row. */
+#define LOAD_NUM 4u
+#define LOAD_DEN 5u
+#define MIN_SLOTS 16u
+
+static inline uint32_t home_pos(uint64_t h, uint32_t nslots)
+{
+	return emb_fastrange32((uint32_t)(h >> 18), nslots);
+}
+
+int emb__shard_init(struct emb_shard *s)
+{
+	memset(s, 0, sizeof(*s));
+	return -pthread_mutex_init(&s->lock, NULL);
+}
+
+void emb__shard_fini(struct emb_table *t, struct emb_shard *s)
+{
+	for (uint32_t i = 0; i < s->nslabs; i++)
+		emb__arena_free(t->arena, s->slabs[i]);
+	free(s->slabs);
+	free(s->slots);
+	pthread_mutex_destroy(&s->lock);
+}
+
+const uint32_t *emb__shard_home(const struct emb_shard *s, uint64_t h)
+{
+	return s->nslots ? &s->slots[home_pos(h, s->nslots)] : NULL;
+}
+
+int64_t emb__shard_find(const struct emb_table *t, const struct emb_shard *s,
+			uint64_t id, uint64_t h)
+{
+	uint32_t tag = emb__hash_tag(h);
+	uint32_t n = s->nslots;
+	uint32_t pos, v;
+
+	if (!n)
+		return -1;
+	pos = home_pos(h, n);
+	for (;;) {
+		v = s->slots[pos];
+		if (!v)
+			return -1;
+		if ((v & ~EMB_SLOT_IDX_MASK) == tag) {
+			uint32_t idx = (v & EMB_SLOT_IDX_MASK) - 1;
+
+			if (emb__shard_row(t, s, idx)->id == id)
+				return idx;
+		}
+		if (++pos == n)
+			pos = 0;
+	}
+}
+
+static void place(uint32_t *slots, uint32_t n, uint64_t h, uint32_t v)
+{
+	uint32_t pos = home_pos(h, n);
+
+	while (slots[pos])
+		if (++pos == n)
+			pos = 0;
+	slots[pos] = v;
+}
+
+static int grow_index(struct emb_table *t, struct emb_shard *s)
+{
+	uint32_t n = s->nslots ? s->nslots + s->nslots / 2 : MIN_SLOTS;
+	uint32_t *slots;
+	int rc;
+
+	rc = emb__table_charge(t, (int64_t)n * 4 - (int64_t)s->nslots * 4);
+	if (rc)
+		return rc;
+	slots = calloc(n, sizeof(*slots));
+	if (!slots) {
+		emb__table_charge(t, (int64_t)s->nslots * 4 - (int64_t)n * 4);
+		return -ENOMEM;
+	}
+	/* Rehash reads each row's id: records never move, only slots do. */
+	for (uint32_t i = 0; i < s->nslots; i++) {
+		uint32_t v = s->slots[i];
+
+		if (v) {
+			uint64_t id = emb__shard_row(t, s, (v & EMB_SLOT_IDX_MASK) - 1)->id;
+
+			place(slots, n, emb_id_hash(id), v);
+		}
+	}
+	free(s->slots);
+	s->slots = slots;
+	s->nslots = n;
+	s->grow_at = (uint32_t)((uint64_t)n * LOAD_NUM / LOAD_DEN);
+	return 0;
+}
+
+static int add_slab(struct emb_table *t, struct emb_shard *s)
+{
+	char *slab;
+	int rc;
+
+	if (s->nslabs == s->slabs_cap) {
+		uint32_t ncap = s->slabs_cap ? 2 * s->slabs_cap : 4;
+		char **v = realloc(s->slabs, ncap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		s->slabs = v;
+		s->slabs_cap = ncap;
+	}
+	rc = emb__table_charge(t, (int64_t)t->slab_alloc_bytes);
+	if (rc)
+		return rc;
+	slab = emb__arena_alloc(t->arena, t->slab_bytes);
+	if (!slab) {
+		emb__table_charge(t, -(int64_t)t->slab_alloc_bytes);
+		return EMB_EARENA;
+	}
+	s->slabs[s->nslabs++] = slab;
+	return 0;
+}
+
+int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s,
+			  uint64_t id, uint64_t h)
+{
+	struct emb_row_hdr *r;
+	uint32_t idx;
+	int rc;
+
+	if (s->used + 1 > s->grow_at) {
+		rc = grow_index(t, s);
+		if (rc)
+			return rc;
+	}
+	if (s->free_head) {
+		idx = s->free_head - 1;
+		r = emb__shard_row(t, s, idx);
+		s->free_head = r->last_step;
+	} else {
+		if (s->next_idx >= EMB_SHARD_ROWS_MAX)
+			return -ENOSPC;
+		if (s->next_idx == s->nslabs * t->rows_per_slab) {
+			rc = add_slab(t, s);
+			if (rc)
+				return rc;
+		}
+		idx = s->next_idx++;
+		r = emb__shard_row(t, s, idx);
+	}
+	r->id = id;
+	r->last_step = 0;
+	r->count = 0;
+	place(s->slots, s->nslots, h, emb__hash_tag(h) | (idx + 1));
+	s->used++;
+	return idx;
+}
+
+void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
+		       uint64_t h)
+{
+	uint32_t n = s->nslots;
+	uint32_t want = idx + 1;
+	uint32_t hole, pos, home;
+	struct emb_row_hdr *r;
+
+	hole = home_pos(h, n);
+	while ((s->slots[hole] & EMB_SLOT_IDX_MASK) != want)
+		if (++hole == n)
+			hole = 0;
+	/* Backward-shift deletion: pull later entries of the run into the
+	 * hole unless that would move them before their home slot. */
+	pos = hole;
+	for (;;) {
+		uint32_t v;
+
+		if (++pos == n)
+			pos = 0;
+		v = s->slots[pos];
+		if (!v)
+			break;
+		home = home_pos(emb_id_hash(emb__shard_row(t, s, (v & EMB_SLOT_IDX_MASK) - 1)->id), n);
+		/* Entry at pos may fill the hole iff home is not in (hole, pos]. */
+		if (hole <= pos ? (home <= hole || home > pos)
+				: (home <= hole && home > pos)) {
+			s->slots[hole] = v;
+			hole = pos;
+		}
+	}
+	s->slots[hole] = 0;
+	s->used--;
+
+	r = emb__shard_row(t, s, idx);
+	r->count = EMB_ROW_FREE;
+	r->last_step = s->free_head;
+	s->free_head = want;
+}

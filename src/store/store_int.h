@@ -1,0 +1,150 @@
+/*
+ * src/store/store_int.h - the store's own types: arena, shard, row records.
+ * Only the store's own .c files include this.
+ */
+#ifndef EMB_STORE_STORE_INT_H
+#define EMB_STORE_STORE_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/store.h"
+
+/*
+ * A row record in a slab:
+ *
+ *   OFFSET  SIZE            MEANING
+ *   0       8               feature id
+ *   8       4               last_step: table step of last access (live);
+ *                           next free record index + 1, 0 = none (free)
+ *   12      4               bit 31: record is free; bits 0..30: access count
+ *   16      4 * row_floats  dim weights, then optimizer state
+ *   ...     0..4            padding to a multiple of 8
+ */
+struct emb_row_hdr {
+	uint64_t id;	    /* feature id */
+	uint32_t last_step; /* see the table above */
+	uint32_t count;	    /* see the table above */
+};
+
+#define EMB_ROW_HDR_SIZE 16u
+#define EMB_ROW_FREE 0x80000000u
+
+_Static_assert(sizeof(struct emb_row_hdr) == EMB_ROW_HDR_SIZE, "row header");
+
+static inline float *emb__row_data(struct emb_row_hdr *r)
+{
+	return (float *)(void *)((char *)r + EMB_ROW_HDR_SIZE);
+}
+
+/* ---- arena.c: one jemalloc arena over extents the store maps itself ---- */
+
+struct emb_arena;
+
+/* 0 and *out, or EMB_EARENA / -ENOMEM. */
+int emb__arena_create(struct emb_arena **out);
+/* Destroys the jemalloc arena, then reports and unmaps every extent. */
+void emb__arena_destroy(struct emb_arena *a);
+/* n bytes from the arena without the thread cache; NULL on failure. */
+void *emb__arena_alloc(struct emb_arena *a, size_t n);
+void emb__arena_free(struct emb_arena *a, void *p);
+/* The usable size jemalloc would give a request of n bytes. */
+size_t emb__arena_size_class(size_t n);
+int emb__arena_set_hook(struct emb_arena *a, emb_extent_fn fn, void *arg);
+/* Extents mapped now, and their total bytes. */
+void emb__arena_usage(struct emb_arena *a, uint64_t *extents, uint64_t *bytes);
+
+/* ---- shard.c: index + slabs of one shard; caller holds shard->lock ---- */
+
+/*
+ * Linear-probing index over 32-bit slots: 0 is empty, otherwise the top 8
+ * bits are a tag from the id hash and the low 24 bits a record index + 1.
+ * A probe touches the row only when the tag matches (1 in 256 otherwise).
+ */
+#define EMB_SLOT_IDX_BITS 24u
+#define EMB_SLOT_IDX_MASK ((1u << EMB_SLOT_IDX_BITS) - 1)
+#define EMB_SHARD_ROWS_MAX (EMB_SLOT_IDX_MASK - 1u)
+
+struct emb_shard {
+	pthread_mutex_t lock;	 /* guards everything below */
+	uint32_t *slots;	 /* index, nslots entries */
+	uint32_t nslots;	 /* any size >= 8; positions via fastrange */
+	uint32_t used;		 /* occupied slots == live rows */
+	uint32_t grow_at;	 /* resize when used reaches this */
+	uint32_t next_idx;	 /* records ever handed out (high water) */
+	uint32_t free_head;	 /* first free record index + 1, 0 = none */
+	uint32_t nslabs;	 /* slabs in use */
+	uint32_t slabs_cap;	 /* room in slabs[] */
+	char **slabs;		 /* slab base addresses */
+} __attribute__((aligned(64)));
+
+struct emb_table {
+	char name[EMB_NAME_MAX + 1]; /* NUL-terminated */
+	struct emb_table_opts opts;  /* as created; opts.name points at name */
+	uint32_t dim;		     /* floats of weights per row */
+	uint32_t row_floats;	     /* dim + optimizer state floats */
+	uint32_t row_bytes;	     /* record size, multiple of 8 */
+	uint32_t rows_per_slab;	     /* records in one slab */
+	uint64_t slab_div;	     /* ceil(2^64 / rows_per_slab): fast division */
+	size_t slab_bytes;	     /* bytes requested per slab */
+	size_t slab_alloc_bytes;     /* bytes jemalloc really gives per slab */
+	uint32_t nshards;	     /* power of two */
+	uint32_t shard_mask;	     /* nshards - 1 */
+	struct emb_shard *shards;    /* nshards, cache-line aligned */
+	struct emb_arena *arena;     /* owns the slabs */
+
+	/* Counters, updated with relaxed atomics once per batch. */
+	uint64_t mem_used;	/* slab + index bytes charged */
+	uint64_t rows;		/* live rows */
+	uint64_t step;		/* push batches applied */
+	uint64_t pulls;		/* pull batches */
+	uint64_t pushes;	/* push batches */
+	uint64_t rows_pulled;	/* ids served by pull */
+	uint64_t rows_pushed;	/* distinct ids updated by push */
+	uint64_t rows_created;	/* rows made by the initializer */
+	uint64_t rows_erased;	/* rows removed by erase */
+	uint64_t rows_evicted;	/* rows removed by evict */
+	uint64_t misses;	/* no-create pulls of an absent id */
+};
+
+/* The slot tag and probe start for an id hash (bit use: common/hash.h). */
+static inline uint32_t emb__hash_tag(uint64_t h)
+{
+	return (uint32_t)((h >> 10) & 0xff) << EMB_SLOT_IDX_BITS;
+}
+
+static inline struct emb_row_hdr *emb__shard_row(const struct emb_table *t,
+						 const struct emb_shard *s,
+						 uint32_t idx)
+{
+	__extension__ typedef unsigned __int128 u128;
+	uint32_t slab = (uint32_t)(((u128)t->slab_div * idx) >> 64);
+	uint32_t off = idx - slab * t->rows_per_slab;
+
+	return (struct emb_row_hdr *)(void *)(s->slabs[slab] +
+					      (size_t)off * t->row_bytes);
+}
+
+int emb__shard_init(struct emb_shard *s);
+void emb__shard_fini(struct emb_table *t, struct emb_shard *s);
+/* Record index of id, or -1. */
+int64_t emb__shard_find(const struct emb_table *t, const struct emb_shard *s,
+			uint64_t id, uint64_t h);
+/* Slot position where id's probe starts; for batch prefetch. */
+const uint32_t *emb__shard_home(const struct emb_shard *s, uint64_t h);
+/*
+ * Creates a record for id (absent) and indexes it; the record's data is
+ * uninitialised. Record index, or EMB_EMEMLIMIT / -ENOMEM / -ENOSPC.
+ */
+int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s,
+			  uint64_t id, uint64_t h);
+/* Unindexes and frees record idx (live, holding id). */
+void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
+		       uint64_t h);
+
+/* Charges (n > 0) or releases (n < 0) table memory; EMB_EMEMLIMIT. */
+int emb__table_charge(struct emb_table *t, int64_t n);
+
+#endif

@@ -1,0 +1,882 @@
+/*
+ * src/store/table.c - emb_table_*: batch operations over a sharded table.
+ *
+ * Concurrency: striped locks, one mutex per shard. A batch is first grouped
+ * by shard (a stable counting sort of its ids), then each group runs under
+ * one lock acquisition, so a 4096-id batch over 64 shards takes 64 locks, not
+ * 4096. Inside a group, lookups are pipelined the way MICA does it: prefetch
+ * the home slots of a chunk, then follow tags to prefetch the rows, then do
+ * the work, so one chunk's cache misses overlap instead of queueing.
+ * Any thread may call any function here except create/destroy.
+ */
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/hash.h"
+#include "common/log.h"
+
+#define CHUNK 16u	   /* ids whose misses are overlapped at once */
+#define PREFETCH_LINES 8u  /* row cache lines prefetched per id */
+#define SLAB_TARGET 65536u /* a jemalloc size class: no rounding waste */
+
+static void add_stat(uint64_t *c, uint64_t n)
+{
+	if (n)
+		__atomic_fetch_add(c, n, __ATOMIC_RELAXED);
+}
+
+static uint64_t load_stat(const uint64_t *c)
+{
+	return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+
+int emb__table_charge(struct emb_table *t, int64_t n)
+{
+	struct emb_mem_budget *b = t->opts.budget;
+	uint64_t used;
+
+	if (n <= 0) {
+		__atomic_fetch_sub(&t->mem_used, (uint64_t)-n, __ATOMIC_RELAXED);
+		if (b)
+			__atomic_fetch_sub(&b->used, (uint64_t)-n,
+					   __ATOMIC_RELAXED);
+		return 0;
+	}
+	used = __atomic_add_fetch(&t->mem_used, (uint64_t)n, __ATOMIC_RELAXED);
+	if (t->opts.mem_limit && used > t->opts.mem_limit)
+		goto err_table;
+	if (b) {
+		used = __atomic_add_fetch(&b->used, (uint64_t)n,
+					  __ATOMIC_RELAXED);
+		if (b->limit && used > b->limit) {
+			__atomic_fetch_sub(&b->used, (uint64_t)n,
+					   __ATOMIC_RELAXED);
+			goto err_table;
+		}
+	}
+	return 0;
+
+err_table:
+	__atomic_fetch_sub(&t->mem_used, (uint64_t)n, __ATOMIC_RELAXED);
+	return EMB_EMEMLIMIT;
+}
+
+static bool valid_name(const char *name)
+{
+	size_t n;
+
+	if (!name)
+		return false;
+	n = strnlen(name, EMB_NAME_MAX + 1);
+	if (n == 0 || n > EMB_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+		      c == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* Picks rows per slab so that jemalloc's size-class rounding wastes least. */
+static void size_slabs(struct emb_table *t)
+{
+	uint32_t best = 2;
+	double best_waste = 1.0;
+
+	if (t->row_bytes <= SLAB_TARGET / 4) {
+		t->rows_per_slab = SLAB_TARGET / t->row_bytes;
+		t->slab_bytes = (size_t)t->rows_per_slab * t->row_bytes;
+	} else {
+		for (uint32_t k = 2; k <= 8; k++) {
+			size_t want = (size_t)k * t->row_bytes;
+			size_t got = emb__arena_size_class(want);
+			double waste = (double)(got - want) / (double)got;
+
+			if (waste < best_waste - 1e-9) {
+				best_waste = waste;
+				best = k;
+			}
+		}
+		t->rows_per_slab = best;
+		t->slab_bytes = (size_t)best * t->row_bytes;
+	}
+	t->slab_alloc_bytes = emb__arena_size_class(t->slab_bytes);
+	/* ceil(2^64 / d), exact division for 32-bit dividends (Lemire). */
+	t->slab_div = UINT64_MAX / t->rows_per_slab + 1;
+}
+
+int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
+{
+	struct emb_table *t;
+	uint32_t i;
+	int rc;
+
+	if (!opts || !out)
+		return EMB_EBADARG;
+	if (!valid_name(opts->name))
+		return EMB_EBADNAME;
+	if (opts->dim == 0 || opts->dim > EMB_DIM_MAX)
+		return EMB_EBADDIM;
+	if (opts->nshards == 0 || opts->nshards > EMB_SHARDS_MAX ||
+	    (opts->nshards & (opts->nshards - 1)))
+		return EMB_EBADARG;
+	rc = emb_optim_validate(&opts->optim);
+	if (rc)
+		return rc;
+	rc = emb_init_validate(&opts->init);
+	if (rc)
+		return rc;
+
+	t = aligned_alloc(64, (sizeof(*t) + 63) & ~(size_t)63);
+	if (!t)
+		return -ENOMEM;
+	memset(t, 0, sizeof(*t));
+	strcpy(t->name, opts->name);
+	t->opts = *opts;
+	t->opts.name = t->name;
+	t->dim = opts->dim;
+	t->row_floats = opts->dim + emb_optim_state_floats(opts->optim.kind,
+							   opts->dim);
+	t->row_bytes = (EMB_ROW_HDR_SIZE + 4 * t->row_floats + 7) & ~7u;
+	size_slabs(t);
+	t->nshards = opts->nshards;
+	t->shard_mask = opts->nshards - 1;
+
+	rc = emb__arena_create(&t->arena);
+	if (rc)
+		goto err_free_t;
+	t->shards = aligned_alloc(64, t->nshards * sizeof(*t->shards));
+	if (!t->shards) {
+		rc = -ENOMEM;
+		goto err_destroy_arena;
+	}
+	for (i = 0; i < t->nshards; i++) {
+		rc = emb__shard_init(&t->shards[i]);
+		if (rc)
+			goto err_fini_shards;
+	}
+	*out = t;
+	return 0;
+
+err_fini_shards:
+	while (i-- > 0)
+		emb__shard_fini(t, &t->shards[i]);
+	free(t->shards);
+err_destroy_arena:
+	emb__arena_destroy(t->arena);
+err_free_t:
+	free(t);
+	return rc;
+}
+
+void emb_table_destroy(struct emb_table *t)
+{
+	if (!t)
+		return;
+	for (uint32_t i = 0; i < t->nshards; i++)
+		emb__shard_fini(t, &t->shards[i]);
+	free(t->shards);
+	emb__table_charge(t, -(int64_t)load_stat(&t->mem_used));
+	emb__arena_destroy(t->arena);
+	free(t);
+}
+
+int emb_table_set_extent_hook(struct emb_table *t, emb_extent_fn fn, void *arg)
+{
+	if (!t)
+		return EMB_EBADARG;
+	return emb__arena_set_hook(t->arena, fn, arg);
+}
+
+const char *emb_table_name(const struct emb_table *t)
+{
+	return t->name;
+}
+
+uint32_t emb_table_dim(const struct emb_table *t)
+{
+	return t->dim;
+}
+
+uint32_t emb_table_row_floats(const struct emb_table *t)
+{
+	return t->row_floats;
+}
+
+void emb_table_get_opts(const struct emb_table *t, struct emb_table_opts *out)
+{
+	*out = t->opts;
+}
+
+/* ---- batch plumbing ---- */
+
+/*
+ * Per-call scratch: hashes of the ids and their positions grouped by shard.
+ * pos[] lists indexes into ids[]; start[s]..start[s+1] is shard s's group.
+ */
+struct batch {
+	uint64_t *h;	  /* emb_id_hash(ids[i]) */
+	uint32_t *pos;	  /* positions, grouped by shard, stable */
+	uint32_t *start;  /* nshards + 1 group bounds */
+	uint32_t npos;	  /* entries in pos */
+};
+
+static int batch_init(struct emb_table *t, struct batch *b, uint32_t n)
+{
+	size_t bytes = (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t)) +
+		       (t->nshards + 1) * sizeof(uint32_t);
+	char *mem = malloc(bytes ? bytes : 1);
+
+	if (!mem)
+		return -ENOMEM;
+	b->h = (uint64_t *)(void *)mem;
+	b->pos = (uint32_t *)(void *)(mem + (size_t)n * sizeof(uint64_t));
+	b->start = b->pos + n;
+	b->npos = 0;
+	return 0;
+}
+
+static void batch_fini(struct batch *b)
+{
+	free(b->h);
+}
+
+/* Groups the positions sel[0..m) (or 0..m when sel is NULL) by shard. */
+static void batch_group(struct emb_table *t, struct batch *b,
+			const uint32_t *sel, uint32_t m)
+{
+	uint32_t *start = b->start;
+	uint32_t s, i, sum = 0;
+
+	memset(start, 0, (t->nshards + 1) * sizeof(*start));
+	for (i = 0; i < m; i++)
+		start[(b->h[sel ? sel[i] : i] & t->shard_mask) + 1]++;
+	for (s = 0; s <= t->nshards; s++) {
+		sum += start[s];
+		start[s] = sum;
+	}
+	/* start[s + 1] is used as the fill cursor of shard s, then restored. */
+	for (i = 0; i < m; i++) {
+		uint32_t p = sel ? sel[i] : i;
+
+		b->pos[start[b->h[p] & t->shard_mask]++] = p;
+	}
+	memmove(start + 1, start, t->nshards * sizeof(*start));
+	start[0] = 0;
+	b->npos = m;
+}
+
+static void hash_ids(struct batch *b, const uint64_t *ids, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		b->h[i] = emb_id_hash(ids[i]);
+}
+
+static void prefetch_row(const struct emb_table *t, const void *r)
+{
+	uint32_t lines = (EMB_ROW_HDR_SIZE + 4 * t->dim + 63) / 64;
+
+	if (lines > PREFETCH_LINES)
+		lines = PREFETCH_LINES;
+	for (uint32_t l = 0; l < lines; l++)
+		__builtin_prefetch((const char *)r + 64 * l, 1, 3);
+}
+
+/*
+ * Pipelined lookup of pos[0..m) in shard s. For each position fills idx[k]
+ * with the record index, or -1 when the id is absent. Prefetches home slots,
+ * then rows of tag matches, so the caller's pass over rows hits the cache.
+ */
+static void lookup_chunk(const struct emb_table *t, const struct emb_shard *s,
+			 const uint64_t *ids, const struct batch *b,
+			 const uint32_t *pos, uint32_t m, int64_t *idx)
+{
+	uint32_t cand[CHUNK];
+	uint32_t k;
+
+	if (!s->nslots) {
+		for (k = 0; k < m; k++)
+			idx[k] = -1;
+		return;
+	}
+	for (k = 0; k < m; k++)
+		__builtin_prefetch(emb__shard_home(s, b->h[pos[k]]), 0, 3);
+	for (k = 0; k < m; k++) {
+		uint64_t h = b->h[pos[k]];
+		const uint32_t *p = emb__shard_home(s, h);
+		const uint32_t *end = s->slots + s->nslots;
+		uint32_t tag = emb__hash_tag(h);
+
+		cand[k] = 0;
+		while (*p) {
+			if ((*p & ~EMB_SLOT_IDX_MASK) == tag) {
+				cand[k] = *p & EMB_SLOT_IDX_MASK;
+				prefetch_row(t, emb__shard_row(t, s, cand[k] - 1));
+				break;
+			}
+			if (++p == end)
+				p = s->slots;
+		}
+	}
+	for (k = 0; k < m; k++) {
+		uint64_t id = ids[pos[k]];
+
+		if (!cand[k]) {
+			idx[k] = -1;
+		} else if (emb__shard_row(t, s, cand[k] - 1)->id == id) {
+			idx[k] = cand[k] - 1;
+		} else {
+			/* A tag collision: rare, take the slow path. */
+			idx[k] = emb__shard_find(t, s, id, b->h[pos[k]]);
+		}
+	}
+}
+
+static void touch(struct emb_row_hdr *r, uint32_t step)
+{
+	r->last_step = step;
+	if (r->count < EMB_ROW_COUNT_MAX)
+		r->count++;
+}
+
+/* Creates and initialises the row for ids[p]; record pointer or NULL. */
+static struct emb_row_hdr *create_row(struct emb_table *t, struct emb_shard *s,
+				      uint64_t id, uint64_t h, int *rc)
+{
+	struct emb_row_hdr *r;
+	int64_t idx;
+	float *w;
+
+	idx = emb__shard_insert(t, s, id, h);
+	if (idx < 0) {
+		*rc = (int)idx;
+		return NULL;
+	}
+	r = emb__shard_row(t, s, (uint32_t)idx);
+	w = emb__row_data(r);
+	emb_init_row(&t->opts.init, t->opts.seed, id, w, t->dim);
+	emb_optim_state_init(&t->opts.optim, w + t->dim, t->dim);
+	return r;
+}
+
+static uint32_t now_step(const struct emb_table *t)
+{
+	return (uint32_t)load_stat(&t->step);
+}
+
+/* ---- pull ---- */
+
+static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		       float *out, const float **ptrs, uint32_t flags,
+		       uint8_t *found)
+{
+	const bool create = !(flags & EMB_PULL_NOCREATE);
+	const size_t row_sz = (size_t)t->dim * sizeof(float);
+	uint32_t step = now_step(t);
+	uint64_t missing = 0, created = 0, live_delta = 0;
+	struct batch b;
+	int rc = 0;
+
+	if (n && (!ids || (!out && !ptrs)))
+		return EMB_EBADARG;
+	if (flags & ~EMB_PULL_NOCREATE)
+		return EMB_EBADARG;
+	if (!n)
+		return 0;
+	rc = batch_init(t, &b, n);
+	if (rc)
+		return rc;
+	hash_ids(&b, ids, n);
+	batch_group(t, &b, NULL, n);
+
+	for (uint32_t si = 0; si < t->nshards && !rc; si++) {
+		struct emb_shard *s = &t->shards[si];
+		uint32_t lo = b.start[si], hi = b.start[si + 1];
+
+		if (lo == hi)
+			continue;
+		pthread_mutex_lock(&s->lock);
+		for (uint32_t c = lo; c < hi && !rc; c += CHUNK) {
+			uint32_t m = hi - c < CHUNK ? hi - c : CHUNK;
+			int64_t idx[CHUNK];
+
+			lookup_chunk(t, s, ids, &b, &b.pos[c], m, idx);
+			for (uint32_t k = 0; k < m; k++) {
+				uint32_t p = b.pos[c + k];
+				struct emb_row_hdr *r = NULL;
+
+				if (idx[k] >= 0) {
+					r = emb__shard_row(t, s, (uint32_t)idx[k]);
+				} else {
+					missing++;
+					/* A duplicate later in the batch finds
+					 * the row created here. */
+					if (create) {
+						r = create_row(t, s, ids[p],
+							       b.h[p], &rc);
+						if (!r)
+							break;
+						created++;
+						live_delta++;
+					}
+				}
+				if (found)
+					found[p] = r != NULL;
+				if (!r) {
+					if (out)
+						memset(out + (size_t)p * t->dim,
+						       0, row_sz);
+					else
+						ptrs[p] = NULL;
+					continue;
+				}
+				touch(r, step);
+				if (out)
+					memcpy(out + (size_t)p * t->dim,
+					       emb__row_data(r), row_sz);
+				else
+					ptrs[p] = emb__row_data(r);
+			}
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	batch_fini(&b);
+
+	add_stat(&t->rows, live_delta);
+	add_stat(&t->rows_created, created);
+	add_stat(&t->pulls, 1);
+	add_stat(&t->rows_pulled, n);
+	if (!create)
+		add_stat(&t->misses, missing);
+	if (rc)
+		return rc;
+	return (int)missing;
+}
+
+int emb_table_pull(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		   float *out, uint32_t flags, uint8_t *found)
+{
+	if (!t || (n && !out))
+		return EMB_EBADARG;
+	return pull_common(t, ids, n, out, NULL, flags, found);
+}
+
+int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
+			const float **ptrs, uint32_t flags)
+{
+	if (!t || (n && !ptrs))
+		return EMB_EBADARG;
+	return pull_common(t, ids, n, NULL, ptrs, flags, NULL);
+}
+
+/* ---- push ---- */
+
+/*
+ * Collapses duplicate ids: uniq[] receives the first position of each
+ * distinct id, and grad[k] the summed gradient of uniq[k] (pointing into
+ * grads when the id occurs once, else into the returned sum buffer, which
+ * the caller frees). Returns the number of distinct ids or -ENOMEM.
+ */
+static int64_t dedup_grads(const struct emb_table *t, const uint64_t *ids,
+			   const uint64_t *h, uint32_t n, const float *grads,
+			   uint32_t *uniq, const float **grad, float **sums_out)
+{
+	uint32_t size = 16, mask, nu = 0, ndup = 0;
+	uint32_t *map, *cnt, *of;
+	float *sums = NULL;
+	const size_t dim = t->dim;
+
+	while (size < 2 * n)
+		size <<= 1;
+	mask = size - 1;
+	map = malloc(((size_t)size + 2 * (size_t)n) * sizeof(*map));
+	if (!map)
+		return -ENOMEM;
+	cnt = map + size;
+	of = cnt + n;
+	memset(map, 0xff, (size_t)size * sizeof(*map));
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t slot = (uint32_t)(h[i] >> 20) & mask;
+
+		while (map[slot] != UINT32_MAX && ids[uniq[map[slot]]] != ids[i])
+			slot = (slot + 1) & mask;
+		if (map[slot] == UINT32_MAX) {
+			map[slot] = nu;
+			uniq[nu] = i;
+			cnt[nu++] = 1;
+		} else if (cnt[map[slot]]++ == 1) {
+			ndup++;
+		}
+		of[i] = map[slot];
+	}
+	if (ndup) {
+		uint32_t next = 0;
+
+		sums = malloc((size_t)ndup * dim * sizeof(*sums));
+		if (!sums) {
+			free(map);
+			return -ENOMEM;
+		}
+		for (uint32_t k = 0; k < nu; k++) {
+			if (cnt[k] == 1) {
+				grad[k] = grads + (size_t)uniq[k] * dim;
+			} else {
+				/* cnt[k] now names the id's sum row. */
+				float *dst = sums + (size_t)next * dim;
+
+				memcpy(dst, grads + (size_t)uniq[k] * dim,
+				       dim * sizeof(*dst));
+				grad[k] = dst;
+				cnt[k] = UINT32_MAX - next++;
+			}
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t k = of[i];
+			float *dst;
+
+			if (cnt[k] == 1 || uniq[k] == i)
+				continue;
+			dst = sums + (size_t)(UINT32_MAX - cnt[k]) * dim;
+			for (size_t j = 0; j < dim; j++)
+				dst[j] += grads[(size_t)i * dim + j];
+		}
+	} else {
+		for (uint32_t k = 0; k < nu; k++)
+			grad[k] = grads + (size_t)uniq[k] * dim;
+	}
+	free(map);
+	*sums_out = sums;
+	return nu;
+}
+
+int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		   const float *grads)
+{
+	uint32_t step, *uniq = NULL, *slot_of;
+	uint64_t created = 0, applied = 0;
+	const float **grad = NULL;
+	float *sums = NULL;
+	struct batch b;
+	int64_t nu;
+	int rc;
+
+	if (!t || (n && (!ids || !grads)))
+		return EMB_EBADARG;
+	if (!n)
+		return 0;
+	step = (uint32_t)__atomic_add_fetch(&t->step, 1, __ATOMIC_RELAXED);
+	rc = batch_init(t, &b, n);
+	if (rc)
+		return rc;
+	hash_ids(&b, ids, n);
+	uniq = malloc((size_t)n * (sizeof(*uniq) + sizeof(*slot_of)));
+	grad = malloc((size_t)n * sizeof(*grad));
+	if (!uniq || !grad) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	slot_of = uniq + n;
+	nu = dedup_grads(t, ids, b.h, n, grads, uniq, grad, &sums);
+	if (nu < 0) {
+		rc = (int)nu;
+		goto out;
+	}
+	/* Map a batch position back to its distinct index for grad[]. */
+	for (uint32_t k = 0; k < (uint32_t)nu; k++)
+		slot_of[uniq[k]] = k;
+	batch_group(t, &b, uniq, (uint32_t)nu);
+
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+		uint32_t lo = b.start[si], hi = b.start[si + 1];
+
+		if (lo == hi)
+			continue;
+		pthread_mutex_lock(&s->lock);
+		for (uint32_t c = lo; c < hi; c += CHUNK) {
+			uint32_t m = hi - c < CHUNK ? hi - c : CHUNK;
+			int64_t idx[CHUNK];
+
+			lookup_chunk(t, s, ids, &b, &b.pos[c], m, idx);
+			for (uint32_t k = 0; k < m; k++) {
+				uint32_t p = b.pos[c + k];
+				struct emb_row_hdr *r;
+				float *w;
+				int err = 0;
+
+				if (idx[k] >= 0) {
+					r = emb__shard_row(t, s, (uint32_t)idx[k]);
+				} else {
+					r = create_row(t, s, ids[p], b.h[p], &err);
+					if (!r) {
+						if (!rc)
+							rc = err;
+						continue;
+					}
+					created++;
+				}
+				touch(r, step);
+				w = emb__row_data(r);
+				emb_optim_apply(&t->opts.optim, w, w + t->dim,
+						grad[slot_of[p]], t->dim);
+				applied++;
+			}
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+out:
+	add_stat(&t->rows, created);
+	add_stat(&t->rows_created, created);
+	add_stat(&t->pushes, 1);
+	add_stat(&t->rows_pushed, applied);
+	free(sums);
+	free(grad);
+	free(uniq);
+	batch_fini(&b);
+	return rc;
+}
+
+/* ---- assign, erase ---- */
+
+int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		     const float *rows, bool with_state,
+		     const struct emb_row_meta *meta)
+{
+	uint32_t stride, step;
+	uint64_t created = 0;
+	struct batch b;
+	int rc;
+
+	if (!t || (n && (!ids || !rows)))
+		return EMB_EBADARG;
+	if (!n)
+		return 0;
+	stride = with_state ? t->row_floats : t->dim;
+	step = now_step(t);
+	rc = batch_init(t, &b, n);
+	if (rc)
+		return rc;
+	hash_ids(&b, ids, n);
+	batch_group(t, &b, NULL, n);
+
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+		uint32_t lo = b.start[si], hi = b.start[si + 1];
+
+		if (lo == hi)
+			continue;
+		pthread_mutex_lock(&s->lock);
+		for (uint32_t c = lo; c < hi; c++) {
+			uint32_t p = b.pos[c];
+			int64_t idx = emb__shard_find(t, s, ids[p], b.h[p]);
+			struct emb_row_hdr *r;
+			float *w;
+
+			if (idx < 0) {
+				idx = emb__shard_insert(t, s, ids[p], b.h[p]);
+				if (idx < 0) {
+					if (!rc)
+						rc = (int)idx;
+					continue;
+				}
+				created++;
+			}
+			r = emb__shard_row(t, s, (uint32_t)idx);
+			w = emb__row_data(r);
+			memcpy(w, rows + (size_t)p * stride,
+			       (size_t)stride * sizeof(*w));
+			if (!with_state)
+				emb_optim_state_init(&t->opts.optim, w + t->dim,
+						     t->dim);
+			if (meta) {
+				r->last_step = meta[p].last_step;
+				r->count = meta[p].count & EMB_ROW_COUNT_MAX;
+			} else {
+				r->last_step = step;
+				r->count = 0;
+			}
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	batch_fini(&b);
+	add_stat(&t->rows, created);
+	return rc;
+}
+
+int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n)
+{
+	uint64_t erased = 0;
+	struct batch b;
+	int rc;
+
+	if (!t || (n && !ids))
+		return EMB_EBADARG;
+	if (!n)
+		return 0;
+	rc = batch_init(t, &b, n);
+	if (rc)
+		return rc;
+	hash_ids(&b, ids, n);
+	batch_group(t, &b, NULL, n);
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+		uint32_t lo = b.start[si], hi = b.start[si + 1];
+
+		if (lo == hi)
+			continue;
+		pthread_mutex_lock(&s->lock);
+		for (uint32_t c = lo; c < hi; c++) {
+			uint32_t p = b.pos[c];
+			int64_t idx = emb__shard_find(t, s, ids[p], b.h[p]);
+
+			if (idx >= 0) {
+				emb__shard_remove(t, s, (uint32_t)idx, b.h[p]);
+				erased++;
+			}
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	batch_fini(&b);
+	__atomic_fetch_sub(&t->rows, erased, __ATOMIC_RELAXED);
+	add_stat(&t->rows_erased, erased);
+	return (int)erased;
+}
+
+int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,
+			uint32_t min_count)
+{
+	uint32_t step;
+	uint64_t evicted = 0;
+
+	if (!t)
+		return EMB_EBADARG;
+	if (!max_idle_steps && !min_count)
+		return 0;
+	step = now_step(t);
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+
+		pthread_mutex_lock(&s->lock);
+		for (uint32_t i = 0; i < s->next_idx; i++) {
+			struct emb_row_hdr *r = emb__shard_row(t, s, i);
+			uint32_t age;
+
+			if (r->count & EMB_ROW_FREE)
+				continue;
+			age = step - r->last_step;
+			if ((max_idle_steps && age > max_idle_steps) ||
+			    (min_count && r->count < min_count)) {
+				emb__shard_remove(t, s, i, emb_id_hash(r->id));
+				evicted++;
+			}
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	__atomic_fetch_sub(&t->rows, evicted, __ATOMIC_RELAXED);
+	add_stat(&t->rows_evicted, evicted);
+	return (int64_t)evicted;
+}
+
+void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
+{
+	uint64_t index_bytes = 0, slab_bytes = 0, ext_bytes;
+
+	memset(out, 0, sizeof(*out));
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+
+		pthread_mutex_lock(&s->lock);
+		index_bytes += (uint64_t)s->nslots * sizeof(*s->slots);
+		slab_bytes += (uint64_t)s->nslabs * t->slab_alloc_bytes;
+		pthread_mutex_unlock(&s->lock);
+	}
+	out->rows = load_stat(&t->rows);
+	out->slab_bytes = slab_bytes;
+	out->index_bytes = index_bytes;
+	out->bytes = slab_bytes + index_bytes +
+		     (uint64_t)t->nshards * sizeof(struct emb_shard) +
+		     sizeof(*t);
+	out->row_bytes = t->row_bytes;
+	out->pulls = load_stat(&t->pulls);
+	out->pushes = load_stat(&t->pushes);
+	out->rows_pulled = load_stat(&t->rows_pulled);
+	out->rows_pushed = load_stat(&t->rows_pushed);
+	out->rows_created = load_stat(&t->rows_created);
+	out->rows_erased = load_stat(&t->rows_erased);
+	out->rows_evicted = load_stat(&t->rows_evicted);
+	out->misses = load_stat(&t->misses);
+	out->step = load_stat(&t->step);
+	emb__arena_usage(t->arena, &out->extents, &ext_bytes);
+}
+
+/* ---- iteration ---- */
+
+struct emb_table_iter {
+	struct emb_table *t; /* borrowed */
+	uint32_t shard;	     /* shard being walked */
+	uint32_t idx;	     /* next record index in it */
+};
+
+int emb_table_iter_create(struct emb_table *t, struct emb_table_iter **out)
+{
+	struct emb_table_iter *it;
+
+	if (!t || !out)
+		return EMB_EBADARG;
+	it = calloc(1, sizeof(*it));
+	if (!it)
+		return -ENOMEM;
+	it->t = t;
+	*out = it;
+	return 0;
+}
+
+void emb_table_iter_destroy(struct emb_table_iter *it)
+{
+	free(it);
+}
+
+int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
+			struct emb_row_meta *meta, uint32_t max)
+{
+	struct emb_table *t = it->t;
+	uint32_t got = 0;
+
+	if (!ids || !rows)
+		return EMB_EBADARG;
+	while (got < max && it->shard < t->nshards) {
+		struct emb_shard *s = &t->shards[it->shard];
+
+		pthread_mutex_lock(&s->lock);
+		while (got < max && it->idx < s->next_idx) {
+			struct emb_row_hdr *r = emb__shard_row(t, s, it->idx++);
+
+			if (r->count & EMB_ROW_FREE)
+				continue;
+			ids[got] = r->id;
+			memcpy(rows + (size_t)got * t->row_floats,
+			       emb__row_data(r),
+			       (size_t)t->row_floats * sizeof(float));
+			if (meta) {
+				meta[got].last_step = r->last_step;
+				meta[got].count = r->count;
+			}
+			got++;
+		}
+		if (it->idx >= s->next_idx) {
+			it->shard++;
+			it->idx = 0;
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	return (int)got;
+}
