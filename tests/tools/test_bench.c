@@ -1,0 +1,398 @@
+/*
+ * tests/tools/test_bench.c - runs the built embstore-bench (path in
+ * $EMB_BENCH) on tiny tables and checks what scripts rely on: exit status,
+ * and one parseable JSON object on stdout with the documented keys.
+ */
+#include <ctype.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+#define TINY "--rows 5000 --dim 16 --batch 128 --batches 20 "
+
+struct jfield {
+	char key[48];	/* top-level key */
+	bool is_num;	/* value is a number */
+	double num;	/* its value */
+	char str[64];	/* string value, truncated */
+};
+
+struct jobj {
+	struct jfield f[64];
+	int n;
+};
+
+static const char *skip_ws(const char *p)
+{
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	return p;
+}
+
+/* p at '"'; copies the unescaped-enough text to out. NULL if malformed. */
+static const char *scan_string(const char *p, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	if (*p++ != '"')
+		return NULL;
+	while (*p && *p != '"') {
+		if ((unsigned char)*p < 0x20)
+			return NULL;
+		if (*p == '\\') {
+			p++;
+			if (*p == 'u') {
+				for (int i = 1; i <= 4; i++)
+					if (!isxdigit((unsigned char)p[i]))
+						return NULL;
+				p += 4;
+			} else if (!strchr("\"\\/bfnrt", *p) || !*p) {
+				return NULL;
+			}
+		}
+		if (out && n + 1 < cap)
+			out[n++] = *p;
+		p++;
+	}
+	if (out)
+		out[n] = '\0';
+	return *p == '"' ? p + 1 : NULL;
+}
+
+static const char *scan_number(const char *p, double *v)
+{
+	char *end;
+
+	if (*p != '-' && !isdigit((unsigned char)*p))
+		return NULL;
+	*v = strtod(p, &end);
+	/* JSON has no inf, nan, hex or leading '+' */
+	for (const char *q = p; q < end; q++)
+		if (!strchr("-+.eE0123456789", *q))
+			return NULL;
+	return end;
+}
+
+static const char *scan_value(const char *p, int depth, struct jfield *f);
+
+static const char *scan_container(const char *p, int depth, struct jobj *o)
+{
+	char close = *p == '{' ? '}' : ']';
+	bool obj = *p == '{';
+
+	if (depth > 16)
+		return NULL;
+	p = skip_ws(p + 1);
+	if (*p == close)
+		return p + 1;
+	for (;;) {
+		struct jfield scratch, *f = &scratch;
+
+		if (obj) {
+			if (o && o->n < 64)
+				f = &o->f[o->n++];
+			p = scan_string(skip_ws(p), f->key, sizeof(f->key));
+			if (!p)
+				return NULL;
+			p = skip_ws(p);
+			if (*p++ != ':')
+				return NULL;
+		}
+		p = scan_value(skip_ws(p), depth + 1, f);
+		if (!p)
+			return NULL;
+		p = skip_ws(p);
+		if (*p == close)
+			return p + 1;
+		if (*p++ != ',')
+			return NULL;
+	}
+}
+
+static const char *scan_value(const char *p, int depth, struct jfield *f)
+{
+	f->is_num = false;
+	f->str[0] = '\0';
+	if (*p == '"')
+		return scan_string(p, f->str, sizeof(f->str));
+	if (*p == '{' || *p == '[')
+		return scan_container(p, depth, NULL);
+	if (!strncmp(p, "true", 4) || !strncmp(p, "null", 4))
+		return p + 4;
+	if (!strncmp(p, "false", 5))
+		return p + 5;
+	f->is_num = true;
+	return scan_number(p, &f->num);
+}
+
+/* 0 if s is exactly one JSON object (and whitespace); keys go to *o. */
+static int parse_object(const char *s, struct jobj *o)
+{
+	const char *p = skip_ws(s);
+
+	memset(o, 0, sizeof(*o));
+	if (*p != '{')
+		return -1;
+	p = scan_container(p, 0, o);
+	if (!p)
+		return -1;
+	return *skip_ws(p) ? -1 : 0;
+}
+
+static const struct jfield *field(const struct jobj *o, const char *key)
+{
+	for (int i = 0; i < o->n; i++)
+		if (!strcmp(o->f[i].key, key))
+			return &o->f[i];
+	return NULL;
+}
+
+static double num(const struct jobj *o, const char *key)
+{
+	const struct jfield *f = field(o, key);
+
+	CU_ASSERT_PTR_NOT_NULL(f);
+	if (!f)
+		return -1;
+	CU_ASSERT(f->is_num);
+	return f->num;
+}
+
+static const char *str(const struct jobj *o, const char *key)
+{
+	const struct jfield *f = field(o, key);
+
+	CU_ASSERT_PTR_NOT_NULL(f);
+	if (!f)
+		return "";
+	CU_ASSERT(!f->is_num);
+	return f->str;
+}
+
+/* Runs the bench with args; stdout into out. Returns the exit status. */
+static int run_bench(const char *args, char *out, size_t cap)
+{
+	const char *bin = getenv("EMB_BENCH");
+	char cmd[1024];
+	size_t n = 0;
+	FILE *f;
+	int st;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(bin);
+	snprintf(cmd, sizeof(cmd), "'%s' %s", bin, args);
+	f = popen(cmd, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	while (n + 1 < cap) {
+		size_t got = fread(out + n, 1, cap - 1 - n, f);
+
+		if (!got)
+			break;
+		n += got;
+	}
+	out[n] = '\0';
+	st = pclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Runs a tiny config with --json and parses its one line into *o. */
+static void run_json(const char *args, struct jobj *o)
+{
+	char cmd[512], out[8192];
+	char *nl;
+
+	snprintf(cmd, sizeof(cmd), TINY "--json %s", args);
+	CU_ASSERT_EQUAL_FATAL(run_bench(cmd, out, sizeof(out)), 0);
+	/* exactly one line on stdout */
+	nl = strchr(out, '\n');
+	CU_ASSERT_PTR_NOT_NULL_FATAL(nl);
+	CU_ASSERT_EQUAL(nl[1], '\0');
+	CU_ASSERT_EQUAL_FATAL(parse_object(out, o), 0);
+}
+
+static void json_has_the_documented_keys(void)
+{
+	static const char *const nums[] = {
+		"rows",	     "dim",		   "batch",
+		"threads",   "rows_per_s",	   "p50_us",
+		"p90_us",    "p99_us",		   "max_us",
+		"mb_per_s",  "unique_per_batch",   "preload_rows_per_s",
+		"rss_bytes", "rss_bytes_per_row", "bytes_per_row",
+	};
+	struct jobj o;
+
+	run_json("--op pull --dist zipf:1.05 --table tiny", &o);
+	for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
+		num(&o, nums[i]);
+	CU_ASSERT_STRING_EQUAL(str(&o, "op"), "pull");
+	CU_ASSERT_STRING_EQUAL(str(&o, "dist"), "zipf:1.05");
+	CU_ASSERT_STRING_EQUAL(str(&o, "table"), "tiny");
+	CU_ASSERT_EQUAL(num(&o, "rows"), 5000);
+	CU_ASSERT_EQUAL(num(&o, "dim"), 16);
+	CU_ASSERT_EQUAL(num(&o, "batch"), 128);
+	CU_ASSERT_EQUAL(num(&o, "threads"), 1);
+	CU_ASSERT(num(&o, "rows_per_s") > 0);
+	CU_ASSERT(num(&o, "p50_us") > 0);
+	CU_ASSERT(num(&o, "p50_us") <= num(&o, "p90_us"));
+	CU_ASSERT(num(&o, "p90_us") <= num(&o, "p99_us"));
+	CU_ASSERT(num(&o, "p99_us") <= num(&o, "max_us"));
+	/* a row holds at least its 16 floats */
+	CU_ASSERT(num(&o, "bytes_per_row") >= 64);
+	CU_ASSERT(num(&o, "rss_bytes") > 0);
+	CU_ASSERT(num(&o, "unique_per_batch") >= 1);
+	CU_ASSERT(num(&o, "unique_per_batch") <= 128);
+}
+
+static void every_op_runs_on_both_distributions(void)
+{
+	static const char *const ops[] = {"pull", "push", "step",
+					  "raw-gather", "raw-apply"};
+	static const char *const dists[] = {"zipf:1.05", "uniform"};
+
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		for (size_t j = 0; j < 2; j++) {
+			char args[128];
+			struct jobj o;
+
+			snprintf(args, sizeof(args), "--op %s --dist %s",
+				 ops[i], dists[j]);
+			run_json(args, &o);
+			CU_ASSERT_STRING_EQUAL(str(&o, "op"), ops[i]);
+			CU_ASSERT_STRING_EQUAL(str(&o, "dist"), dists[j]);
+			CU_ASSERT_EQUAL(num(&o, "batches"), 20);
+			CU_ASSERT(num(&o, "rows_per_s") > 0);
+		}
+	}
+}
+
+static void every_optimizer_runs_step(void)
+{
+	static const char *const opts[] = {"sgd", "adagrad", "adam", "ftrl",
+					   "adam:lr=0.001"};
+
+	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+		char args[128];
+		struct jobj o;
+
+		snprintf(args, sizeof(args), "--op step --optimizer %s",
+			 opts[i]);
+		run_json(args, &o);
+		CU_ASSERT_EQUAL(strncmp(str(&o, "optimizer"), opts[i], 3), 0);
+		/* Adam's and FTRL's state makes a row bigger than SGD's */
+		CU_ASSERT(num(&o, "bytes_per_row") >= 64);
+	}
+}
+
+static void threads_each_run_their_batches(void)
+{
+	struct jobj o;
+
+	run_json("--op step --threads 3", &o);
+	CU_ASSERT_EQUAL(num(&o, "threads"), 3);
+	CU_ASSERT_EQUAL(num(&o, "batches"), 60);
+}
+
+static void seed_repeats_the_id_stream(void)
+{
+	struct jobj a, b, c;
+
+	run_json("--op raw-gather --seed 9", &a);
+	run_json("--op raw-gather --seed 9", &b);
+	run_json("--op raw-gather --seed 10", &c);
+	CU_ASSERT_EQUAL(num(&a, "unique_per_batch"),
+			num(&b, "unique_per_batch"));
+	CU_ASSERT_NOT_EQUAL(num(&a, "unique_per_batch"),
+			    num(&c, "unique_per_batch"));
+	/* uniform draws repeat ids far less often than Zipf draws */
+	run_json("--op raw-gather --dist uniform --seed 9", &c);
+	CU_ASSERT(num(&c, "unique_per_batch") > num(&a, "unique_per_batch"));
+}
+
+static void duration_and_warmup_bound_the_run(void)
+{
+	char out[8192];
+	struct jobj o;
+
+	CU_ASSERT_EQUAL_FATAL(run_bench("--rows 1000 --dim 8 --batch 64"
+					" --duration 0.2 --warmup 0.1 --json",
+					out, sizeof(out)),
+			      0);
+	CU_ASSERT_EQUAL_FATAL(parse_object(out, &o), 0);
+	CU_ASSERT(num(&o, "batches") >= 1);
+	CU_ASSERT(num(&o, "elapsed_s") >= 0.2);
+}
+
+static void summary_without_json_is_not_json(void)
+{
+	char out[8192];
+	struct jobj o;
+
+	CU_ASSERT_EQUAL_FATAL(run_bench(TINY "--op pull", out, sizeof(out)),
+			      0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "rows/s"));
+	CU_ASSERT_NOT_EQUAL(parse_object(out, &o), 0);
+}
+
+static void rejects_bad_arguments(void)
+{
+	static const char *const bad[] = {
+		"--op nope",
+		"--dist zipf",
+		"--dist zipf:0",
+		"--dist poisson",
+		"--rows 0",
+		"--rows 12x",
+		"--dim 0",
+		"--dim 5000",
+		"--batch 0",
+		"--threads 0",
+		"--optimizer bogus",
+		"--optimizer sgd:lr=-1",
+		"--op raw-apply --optimizer adam",
+		"--duration 0",
+		"stray",
+	};
+	char out[4096];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char args[256];
+
+		snprintf(args, sizeof(args), TINY "%s 2>/dev/null", bad[i]);
+		CU_ASSERT_EQUAL(run_bench(args, out, sizeof(out)), 2);
+		CU_ASSERT_EQUAL(out[0], '\0');
+	}
+}
+
+static void bad_table_name_fails_cleanly(void)
+{
+	char out[4096];
+
+	CU_ASSERT_EQUAL(run_bench(TINY "--table 'no spaces' 2>/dev/null", out,
+				  sizeof(out)),
+			1);
+	CU_ASSERT_EQUAL(out[0], '\0');
+}
+
+static const struct emb_test_case cases[] = {
+	{"json line has the documented keys", json_has_the_documented_keys},
+	{"every op runs on zipf and uniform",
+	 every_op_runs_on_both_distributions},
+	{"every optimizer runs step", every_optimizer_runs_step},
+	{"each thread runs --batches batches", threads_each_run_their_batches},
+	{"same seed repeats the id stream", seed_repeats_the_id_stream},
+	{"duration and warmup bound the run",
+	 duration_and_warmup_bound_the_run},
+	{"summary without --json is not json",
+	 summary_without_json_is_not_json},
+	{"rejects bad arguments with status 2", rejects_bad_arguments},
+	{"bad table name fails with status 1", bad_table_name_fails_cleanly},
+	{NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+	return emb_test_main(argc, argv, "bench", cases);
+}
