@@ -1,0 +1,1571 @@
+/*
+ * src/transport/tcp.c - the TCP transport: one level-triggered epoll loop per
+ * struct emb_transport, non-blocking sockets with TCP_NODELAY.
+ *
+ * Sending: each frame is a queued struct tx that names its 32-byte header
+ * (kept inside the tx) and the caller's iov; a flush gathers the queue into
+ * one sendmsg() of up to IOV_MAX pieces, so pipelined frames leave in batches
+ * and reply rows go from table memory to the socket without a staging copy.
+ * Receiving: small frames are parsed out of a 64 KiB buffer; a payload that
+ * still misses more than DIRECT_MIN bytes is read straight into its final
+ * place (the caller's resp_buf or the request's buffer).
+ *
+ * Nothing on the per-frame path allocates or logs: call slots are made at
+ * connect time and request records are pooled per conn. Conns are never
+ * freed while a poll runs, so a callback may close or destroy any conn.
+ *
+ * Threads: everything here runs on the loop's thread, except that accept
+ * builds a conn for another loop and hands it over with emb_transport_exec().
+ */
+#include "transport/transport_int.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+
+#define RBUF_BYTES (64u << 10)	    /* per-conn receive buffer */
+#define DIRECT_MIN (16u << 10)	    /* read payloads this big in place */
+#define READ_BUDGET (4u << 20)	    /* bytes read from one conn per event */
+#define EVENTS_MAX 64		    /* epoll events taken per wait */
+#define WIOV_MAX 1024		    /* pieces per sendmsg (Linux IOV_MAX) */
+#define REQ_BUF_KEEP (1u << 20)	    /* request buffers above this are freed */
+#define WORK_ROUNDS 64		    /* flush/kick rounds per poll */
+
+enum ep_kind {
+	EP_WAKE,
+	EP_LISTENER,
+	EP_CONN,
+};
+
+/* What epoll_event.data.ptr points at: tells the event's owner. */
+struct ep {
+	enum ep_kind kind;
+};
+
+/* One queued outgoing frame: our copy of the header, then the caller's iov. */
+struct tx {
+	struct tx *next;	  /* queue order */
+	struct emb_frame_hdr hdr; /* sent first */
+	const struct iovec *iov;  /* payload pieces, borrowed */
+	int niov;		  /* entries in iov */
+	int idx;		  /* piece being sent; -1 = the header */
+	size_t off;		  /* bytes of that piece already sent */
+	uint64_t total;		  /* header + payload bytes */
+	bool is_call;		  /* struct call (client) or tcp_req (server) */
+};
+
+/* A client call slot; req_id = generation << 32 | slot index. */
+struct call {
+	struct tx tx;		  /* the request frame */
+	struct call *prev;	  /* pending list, in deadline order */
+	struct call *next;
+	uint64_t req_id;	  /* id of the call now using the slot */
+	uint64_t deadline_ms;	  /* emb__now_ms() limit; UINT64_MAX = none */
+	void *resp_buf;		  /* caller's buffer for the payload */
+	size_t resp_cap;	  /* bytes it holds */
+	emb_call_done_fn done;	  /* completion */
+	void *ctx;		  /* passed to done */
+	uint32_t next_free;	  /* free list link (slot index) */
+	bool pending;		  /* a call uses the slot */
+	bool queued;		  /* tx still in the out queue */
+	bool receiving;		  /* its response is being read */
+};
+
+/* A server request record, pooled per conn. */
+struct tcp_req {
+	struct emb_req base;	  /* conn, hdr, payload */
+	struct tx tx;		  /* the reply frame */
+	struct tcp_req *next_free; /* pool link */
+	void *buf;		  /* payload storage, reused */
+	size_t buf_cap;		  /* bytes at buf */
+	emb_send_done_fn done;	  /* reply completion, may be NULL */
+	void *ctx;		  /* passed to done */
+};
+
+enum rx_state {
+	RX_HDR,		/* collecting a header */
+	RX_BODY,	/* payload goes to dst */
+	RX_DISCARD,	/* payload is read and dropped */
+};
+
+struct tcp_conn {
+	struct emb_conn base;
+	struct ep ep;
+	struct tcp_conn *prev;	    /* tr's list of all conns */
+	struct tcp_conn *next;
+	struct tcp_conn *dirty_next; /* tr->dirty: output not tried yet */
+	struct tcp_conn *kick_next;  /* tr->kick: buffered input to parse */
+	struct tcp_conn *dead_next;  /* tr->dead: free at end of poll */
+	int fd;			    /* -1 once closed */
+	uint32_t events;	    /* epoll mask now installed */
+	int busy;		    /* > 0 while our code is on its stack */
+	int close_reason;	    /* why it closed; 0 = local */
+	bool dirty;		    /* on tr->dirty */
+	bool kicked;		    /* on tr->kick */
+	bool dead;		    /* on tr->dead */
+	bool closed;		    /* socket closed, calls failed */
+	bool destroyed;		    /* client: emb_conn_destroy() called */
+	bool want_out;		    /* EPOLLOUT wanted: socket was full */
+	bool rx_paused;		    /* not reading: output over bound */
+	emb_conn_fn on_close;	    /* user callback, may be NULL */
+	void *arg;		    /* for on_close / on_request */
+
+	/* output */
+	struct tx *txq_head;	    /* oldest unsent frame */
+	struct tx *txq_tail;
+
+	/* input */
+	char *rbuf;		    /* RBUF_BYTES */
+	size_t rstart;		    /* first unparsed byte in rbuf */
+	size_t rend;		    /* end of valid bytes in rbuf */
+	enum rx_state rstate;
+	struct emb_frame_hdr rhdr;  /* header of the frame being read */
+	char *dst;		    /* RX_BODY: where the payload goes */
+	size_t need;		    /* payload bytes still to come */
+	struct call *rcall;	    /* client: call being received into */
+	struct tcp_req *rreq;	    /* server: request being read */
+
+	/* client */
+	struct call *calls;	    /* max_inflight slots */
+	uint32_t ncalls;
+	uint32_t free_head;	    /* first free slot; ncalls = none */
+	struct call *pend_head;	    /* oldest pending call */
+	struct call *pend_tail;
+	uint32_t timeout_ms;	    /* per call; 0 = none */
+
+	/* server */
+	emb_request_fn on_request;
+	struct tcp_req *req_free;   /* pooled request records */
+	uint32_t held;		    /* requests not yet replied and sent */
+};
+
+struct tcp_listener {
+	struct emb_listener base;
+	struct ep ep;
+	struct tcp_listener *dead_next; /* tr->dead_listeners */
+	int fd;
+	struct emb_transport **loops; /* accepted conns go round-robin here */
+	uint32_t nloops;
+	uint32_t rr;		      /* next loop index */
+	emb_request_fn on_request;
+	emb_conn_fn on_open;
+	emb_conn_fn on_close;
+	void *arg;
+};
+
+struct tcp_tr {
+	struct emb_transport base;
+	struct ep wake_ep;
+	int epfd;
+	int wake_fd;
+	int in_poll;		     /* > 0: defer frees to the end */
+	uint64_t ncb;		     /* user callbacks run, ever */
+	uint64_t last_timeout_ms;    /* last time call deadlines were checked */
+	struct tcp_conn *conns;	     /* every conn not yet freed */
+	struct tcp_conn *dirty;	     /* conns with output to try */
+	struct tcp_conn *kick;	     /* conns with buffered input to parse */
+	struct tcp_conn *dead;	     /* conns to free */
+	struct tcp_listener *dead_listeners;
+	struct epoll_event ev[EVENTS_MAX];
+	struct iovec wiov[WIOV_MAX]; /* sendmsg scratch */
+};
+
+static inline struct tcp_tr *to_tr(struct emb_transport *tr)
+{
+	return emb__container_of(tr, struct tcp_tr, base);
+}
+
+static inline struct tcp_conn *to_conn(struct emb_conn *c)
+{
+	return emb__container_of(c, struct tcp_conn, base);
+}
+
+static inline struct tcp_tr *conn_tr(struct tcp_conn *c)
+{
+	return to_tr(c->base.tr);
+}
+
+static void conn_fail(struct tcp_conn *c, int reason);
+static void rx_parse(struct tcp_tr *t, struct tcp_conn *c);
+
+/* ---- small helpers ------------------------------------------------------- */
+
+static void conn_arm(struct tcp_tr *t, struct tcp_conn *c)
+{
+	struct epoll_event ev;
+	uint32_t want = (c->rx_paused ? 0 : EPOLLIN) |
+			(c->want_out ? EPOLLOUT : 0);
+
+	if (c->closed || want == c->events)
+		return;
+	ev.events = want;
+	ev.data.ptr = &c->ep;
+	if (epoll_ctl(t->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0) {
+		conn_fail(c, -errno);
+		return;
+	}
+	c->events = want;
+}
+
+static void conn_mark_dirty(struct tcp_tr *t, struct tcp_conn *c)
+{
+	if (c->dirty || c->want_out)
+		return;
+	c->dirty = true;
+	c->dirty_next = t->dirty;
+	t->dirty = c;
+}
+
+static void conn_kick(struct tcp_tr *t, struct tcp_conn *c)
+{
+	if (c->kicked)
+		return;
+	c->kicked = true;
+	c->kick_next = t->kick;
+	t->kick = c;
+}
+
+static void conn_reap(struct tcp_tr *t, struct tcp_conn *c)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	c->dead_next = t->dead;
+	t->dead = c;
+}
+
+/* Server backpressure: stop reading while output or held requests pile up. */
+static void rx_update(struct tcp_tr *t, struct tcp_conn *c)
+{
+	bool pause;
+
+	if (!c->base.server || c->closed)
+		return;
+	pause = c->base.stats.out_queued > t->base.opts.out_queue_max ||
+		c->held >= t->base.opts.max_inflight;
+	if (pause == c->rx_paused)
+		return;
+	c->rx_paused = pause;
+	c->base.stats.rx_paused = pause;
+	if (pause)
+		EMB__STAT_ADD(t->base.stats.rx_pauses, 1);
+	else if (c->rend > c->rstart)
+		conn_kick(t, c); /* frames already buffered get no EPOLLIN */
+	conn_arm(t, c);
+}
+
+static void set_peer(struct tcp_conn *c, const struct sockaddr *sa,
+		     socklen_t len)
+{
+	char host[48], serv[8]; /* numeric: INET6_ADDRSTRLEN, a port */
+
+	if (getnameinfo(sa, len, host, sizeof(host), serv, sizeof(serv),
+			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+		snprintf(c->base.peer, sizeof(c->base.peer), "?");
+		return;
+	}
+	if (sa->sa_family == AF_INET6)
+		snprintf(c->base.peer, sizeof(c->base.peer), "[%s]:%s", host,
+			 serv);
+	else
+		snprintf(c->base.peer, sizeof(c->base.peer), "%s:%s", host,
+			 serv);
+}
+
+static void sock_tune(struct emb_transport *tr, int fd)
+{
+	int one = 1, sz = (int)tr->opts.sock_buf_bytes;
+
+	/* Failures only cost latency or throughput, never correctness. */
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (sz > 0) {
+		(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+		(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	}
+}
+
+/* ---- request pool (server) ----------------------------------------------- */
+
+static struct tcp_req *req_get(struct tcp_conn *c)
+{
+	struct tcp_req *r = c->req_free;
+
+	if (r) {
+		c->req_free = r->next_free;
+	} else {
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return NULL;
+		r->base.conn = &c->base;
+	}
+	c->held++;
+	c->base.stats.inflight = c->held;
+	return r;
+}
+
+static void req_put(struct tcp_conn *c, struct tcp_req *r)
+{
+	if (r->buf_cap > REQ_BUF_KEEP) {
+		free(r->buf);
+		r->buf = NULL;
+		r->buf_cap = 0;
+	}
+	r->base.payload = NULL;
+	r->done = NULL;
+	r->next_free = c->req_free;
+	c->req_free = r;
+	c->held--;
+	c->base.stats.inflight = c->held;
+	if (c->closed) {
+		if (c->held == 0)
+			conn_reap(conn_tr(c), c);
+	} else {
+		rx_update(conn_tr(c), c);
+	}
+}
+
+/* ---- calls (client) ------------------------------------------------------ */
+
+static void pend_unlink(struct tcp_conn *c, struct call *call)
+{
+	if (call->prev)
+		call->prev->next = call->next;
+	else
+		c->pend_head = call->next;
+	if (call->next)
+		call->next->prev = call->prev;
+	else
+		c->pend_tail = call->prev;
+	call->prev = call->next = NULL;
+}
+
+/* Frees the slot, then runs done: done may post a call into the same slot. */
+static void call_finish(struct tcp_conn *c, struct call *call, int status,
+			const struct emb_frame_hdr *resp)
+{
+	emb_call_done_fn done = call->done;
+	void *ctx = call->ctx;
+
+	pend_unlink(c, call);
+	call->pending = false;
+	call->receiving = false;
+	call->queued = false;
+	call->next_free = c->free_head;
+	c->free_head = (uint32_t)(call - c->calls);
+	c->base.stats.inflight--;
+	conn_tr(c)->ncb++;
+	done(ctx, status, resp);
+}
+
+static void txq_unlink(struct tcp_conn *c, struct tx *tx)
+{
+	struct tx **pp = &c->txq_head, *prev = NULL;
+
+	for (; *pp; prev = *pp, pp = &(*pp)->next) {
+		if (*pp != tx)
+			continue;
+		*pp = tx->next;
+		if (c->txq_tail == tx)
+			c->txq_tail = prev;
+		tx->next = NULL;
+		return;
+	}
+}
+
+/* Fails expired calls; returns the earliest deadline still pending. */
+static uint64_t conn_timeouts(struct tcp_tr *t, struct tcp_conn *c,
+			      uint64_t now)
+{
+	struct call *call, *next;
+
+	for (call = c->pend_head; call && !c->closed; call = next) {
+		next = call->next;
+		if (call->deadline_ms > now)
+			return call->deadline_ms;
+		if (call->receiving ||
+		    (call->queued && c->txq_head == &call->tx &&
+		     (call->tx.idx >= 0 || call->tx.off > 0))) {
+			/* Half a frame is on the wire: only closing ends it. */
+			EMB__STAT_ADD(t->base.stats.calls_timed_out, 1);
+			conn_fail(c, -ETIMEDOUT);
+			break;
+		}
+		if (call->queued) {
+			txq_unlink(c, &call->tx);
+			c->base.stats.out_queued -= call->tx.total;
+		}
+		EMB__STAT_ADD(t->base.stats.calls_timed_out, 1);
+		call_finish(c, call, -ETIMEDOUT, NULL);
+	}
+	return UINT64_MAX;
+}
+
+static uint64_t check_timeouts(struct tcp_tr *t)
+{
+	uint64_t now = emb__now_ms(), next = UINT64_MAX, d;
+	struct tcp_conn *c;
+
+	for (c = t->conns; c; c = c->next) {
+		if (c->base.server || c->closed || !c->pend_head)
+			continue;
+		d = c->busy ? c->pend_head->deadline_ms :
+			      conn_timeouts(t, c, now);
+		if (d < next)
+			next = d;
+	}
+	t->last_timeout_ms = now;
+	return next;
+}
+
+/* ---- close and free ------------------------------------------------------ */
+
+static void conn_log_close(struct tcp_conn *c, int reason)
+{
+	if (reason == 0)
+		emb_log(EMB_LOG_INFO, "tcp: conn %s closed", c->base.peer);
+	else if (reason == EMB_EPEERDEAD && c->rstate == RX_HDR &&
+		 c->rstart == c->rend)
+		emb_log(EMB_LOG_INFO, "tcp: conn %s closed by peer",
+			c->base.peer);
+	else if (reason == EMB_EPEERDEAD)
+		emb_log(EMB_LOG_WARN, "tcp: conn %s: peer closed mid-frame",
+			c->base.peer);
+	else
+		emb_log(EMB_LOG_WARN, "tcp: conn %s closed: %s", c->base.peer,
+			emb_strerror(reason));
+}
+
+/*
+ * Closes the socket and fails everything queued on it: replies get their
+ * done(status), calls complete with status, and on_close tells the user.
+ * reason 0 is a local close (callbacks see EMB_ECLOSED). The memory stays
+ * until it is safe to free (see conn_reap and the dead list).
+ */
+static void conn_fail(struct tcp_conn *c, int reason)
+{
+	struct tcp_tr *t = conn_tr(c);
+	int status = reason ? reason : EMB_ECLOSED;
+	struct tx *tx, *next;
+
+	if (c->closed)
+		return;
+	c->closed = true;
+	c->close_reason = reason;
+	epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	EMB__STAT_ADD(t->base.stats.conns_closed, 1);
+	if (reason == EMB_EPEERDEAD)
+		EMB__STAT_ADD(t->base.stats.err_peer_closed, 1);
+	else if (reason < 0 && reason > -4096 && reason != -ETIMEDOUT)
+		EMB__STAT_ADD(t->base.stats.err_io, 1);
+	conn_log_close(c, reason);
+
+	c->busy++;
+	if (c->rreq) {
+		req_put(c, c->rreq);
+		c->rreq = NULL;
+	}
+	c->rcall = NULL;
+	c->rstate = RX_HDR;
+	c->rstart = c->rend = 0;
+
+	tx = c->txq_head;
+	c->txq_head = c->txq_tail = NULL;
+	c->base.stats.out_queued = 0;
+	for (; tx; tx = next) {
+		next = tx->next;
+		if (tx->is_call) {
+			emb__container_of(tx, struct call, tx)->queued = false;
+		} else {
+			struct tcp_req *r =
+				emb__container_of(tx, struct tcp_req, tx);
+
+			if (r->done)
+				r->done(r->ctx, status);
+			req_put(c, r);
+		}
+	}
+	while (c->pend_head)
+		call_finish(c, c->pend_head, status, NULL);
+	if (c->on_close && (c->base.server || reason))
+		c->on_close(c->arg, &c->base, reason);
+	c->busy--;
+	if (c->base.server && c->held == 0)
+		conn_reap(t, c);
+}
+
+static void list_drop(struct tcp_conn **head, struct tcp_conn *c,
+		      size_t link_off)
+{
+	struct tcp_conn **pp = head;
+
+	while (*pp) {
+		struct tcp_conn **link =
+			(struct tcp_conn **)((char *)*pp + link_off);
+
+		if (*pp == c) {
+			*pp = *link;
+			return;
+		}
+		pp = link;
+	}
+}
+
+static void conn_free(struct tcp_tr *t, struct tcp_conn *c)
+{
+	struct tcp_req *r;
+
+	if (c->dirty)
+		list_drop(&t->dirty, c, offsetof(struct tcp_conn, dirty_next));
+	if (c->kicked)
+		list_drop(&t->kick, c, offsetof(struct tcp_conn, kick_next));
+	if (c->dead)
+		list_drop(&t->dead, c, offsetof(struct tcp_conn, dead_next));
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		t->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	while ((r = c->req_free)) {
+		c->req_free = r->next_free;
+		free(r->buf);
+		free(r);
+	}
+	free(c->calls);
+	free(c->rbuf);
+	free(c);
+}
+
+static void reap(struct tcp_tr *t)
+{
+	struct tcp_conn *c, *keep = NULL, *next;
+	struct tcp_listener *l;
+
+	c = t->dead;
+	t->dead = NULL;
+	for (; c; c = next) {
+		next = c->dead_next;
+		c->dead = false;
+		if (c->busy || (c->base.server && c->held)) {
+			c->dead = true;
+			c->dead_next = keep;
+			keep = c;
+			continue;
+		}
+		conn_free(t, c);
+	}
+	t->dead = keep;
+	while ((l = t->dead_listeners)) {
+		t->dead_listeners = l->dead_next;
+		free(l->loops);
+		free(l);
+	}
+}
+
+/* ---- sending ------------------------------------------------------------- */
+
+static void tx_enqueue(struct tcp_tr *t, struct tcp_conn *c, struct tx *tx)
+{
+	tx->next = NULL;
+	tx->idx = -1;
+	tx->off = 0;
+	if (c->txq_tail)
+		c->txq_tail->next = tx;
+	else
+		c->txq_head = tx;
+	c->txq_tail = tx;
+	c->base.stats.out_queued += tx->total;
+	emb__stat_max(&t->base.stats.out_queue_peak, c->base.stats.out_queued);
+	conn_mark_dirty(t, c);
+}
+
+/* Gathers the out queue into t->wiov; returns the piece count. */
+static int tx_gather(struct tcp_tr *t, struct tcp_conn *c, size_t *bytes)
+{
+	struct iovec *w = t->wiov;
+	size_t sum = 0;
+	int n = 0;
+
+	for (struct tx *tx = c->txq_head; tx && n < WIOV_MAX; tx = tx->next) {
+		size_t off = tx->off;
+		int i = tx->idx;
+
+		if (i < 0) {
+			w[n].iov_base = (char *)&tx->hdr + off;
+			w[n].iov_len = EMB_WIRE_HDR_SIZE - off;
+			sum += w[n++].iov_len;
+			i = 0;
+			off = 0;
+		}
+		for (; i < tx->niov && n < WIOV_MAX; i++, off = 0) {
+			if (tx->iov[i].iov_len == off)
+				continue;
+			w[n].iov_base = (char *)tx->iov[i].iov_base + off;
+			w[n].iov_len = tx->iov[i].iov_len - off;
+			sum += w[n++].iov_len;
+		}
+	}
+	*bytes = sum;
+	return n;
+}
+
+/* Moves the head frame on by up to *left bytes; true when it is all sent. */
+static bool tx_advance(struct tx *tx, size_t *left)
+{
+	size_t r;
+
+	if (tx->idx < 0) {
+		r = EMB_WIRE_HDR_SIZE - tx->off;
+		if (*left < r) {
+			tx->off += *left;
+			*left = 0;
+			return false;
+		}
+		*left -= r;
+		tx->idx = 0;
+		tx->off = 0;
+	}
+	while (tx->idx < tx->niov) {
+		r = tx->iov[tx->idx].iov_len - tx->off;
+		if (*left < r) {
+			tx->off += *left;
+			*left = 0;
+			return false;
+		}
+		*left -= r;
+		tx->idx++;
+		tx->off = 0;
+	}
+	return true;
+}
+
+static void tx_sent(struct tcp_tr *t, struct tcp_conn *c, size_t n)
+{
+	struct tx *tx;
+
+	while ((tx = c->txq_head) && !c->closed) {
+		if (!tx_advance(tx, &n))
+			break;
+		c->txq_head = tx->next;
+		if (!c->txq_head)
+			c->txq_tail = NULL;
+		c->base.stats.frames_out++;
+		EMB__STAT_ADD(t->base.stats.frames_out, 1);
+		if (tx->is_call) {
+			emb__container_of(tx, struct call, tx)->queued = false;
+		} else {
+			struct tcp_req *r =
+				emb__container_of(tx, struct tcp_req, tx);
+
+			if (r->done) {
+				t->ncb++;
+				r->done(r->ctx, 0);
+			}
+			req_put(c, r);
+		}
+	}
+}
+
+static void conn_flush(struct tcp_tr *t, struct tcp_conn *c)
+{
+	struct msghdr msg;
+	size_t bytes;
+	ssize_t n;
+	int cnt, rc;
+
+	if (c->closed)
+		return;
+	c->busy++;
+	while (c->txq_head && !c->closed) {
+		cnt = tx_gather(t, c, &bytes);
+		if (bytes == 0) {
+			tx_sent(t, c, 0); /* frames with nothing left */
+			continue;
+		}
+		rc = emb__fault_hit(&t->base, EMB_FAULT_IO);
+		if (rc) {
+			conn_fail(c, rc);
+			break;
+		}
+		memset(&msg, 0, sizeof(msg));
+		msg.msg_iov = t->wiov;
+		msg.msg_iovlen = (size_t)cnt;
+		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				c->want_out = true;
+				break;
+			}
+			conn_fail(c, errno == EPIPE || errno == ECONNRESET ?
+					     EMB_EPEERDEAD :
+					     -errno);
+			break;
+		}
+		c->base.stats.bytes_out += (uint64_t)n;
+		c->base.stats.out_queued -= (uint64_t)n;
+		EMB__STAT_ADD(t->base.stats.bytes_out, (uint64_t)n);
+		tx_sent(t, c, (size_t)n);
+		if ((size_t)n < bytes) {
+			/* The socket buffer is full; EPOLLOUT says when not. */
+			c->want_out = true;
+			break;
+		}
+	}
+	if (!c->txq_head)
+		c->want_out = false;
+	if (!c->closed) {
+		conn_arm(t, c);
+		rx_update(t, c);
+	}
+	c->busy--;
+}
+
+/* ---- receiving ----------------------------------------------------------- */
+
+static void frame_end(struct tcp_tr *t, struct tcp_conn *c)
+{
+	enum rx_state st = c->rstate;
+
+	c->rstate = RX_HDR;
+	c->base.stats.frames_in++;
+	EMB__STAT_ADD(t->base.stats.frames_in, 1);
+	if (st != RX_BODY)
+		return;
+	if (!c->base.server) {
+		struct call *call = c->rcall;
+
+		c->rcall = NULL;
+		call_finish(c, call, 0, &c->rhdr);
+	} else {
+		struct tcp_req *r = c->rreq;
+
+		c->rreq = NULL;
+		r->base.hdr = c->rhdr;
+		r->base.payload = c->rhdr.payload_len ? r->buf : NULL;
+		t->ncb++;
+		c->on_request(c->arg, &c->base, &r->base, &r->base.hdr,
+			      r->base.payload);
+		rx_update(t, c);
+	}
+}
+
+static void frame_begin(struct tcp_tr *t, struct tcp_conn *c)
+{
+	const struct emb_frame_hdr *h = &c->rhdr;
+	size_t len = h->payload_len;
+
+	c->need = len;
+	c->rstate = RX_DISCARD;
+	if (c->base.server) {
+		struct tcp_req *r = req_get(c);
+
+		if (!r) {
+			conn_fail(c, -ENOMEM);
+			return;
+		}
+		if (len > r->buf_cap) {
+			void *p = realloc(r->buf, len);
+
+			if (!p) {
+				req_put(c, r);
+				conn_fail(c, -ENOMEM);
+				return;
+			}
+			r->buf = p;
+			r->buf_cap = len;
+		}
+		c->rreq = r;
+		c->dst = r->buf;
+		c->rstate = RX_BODY;
+	} else {
+		uint32_t slot = (uint32_t)h->req_id;
+		struct call *call = slot < c->ncalls ? &c->calls[slot] : NULL;
+
+		if (!call || !call->pending || call->req_id != h->req_id) {
+			/* Most likely the call timed out already. */
+			EMB__STAT_ADD(t->base.stats.resp_unmatched, 1);
+		} else if (call->queued) {
+			conn_fail(c, EMB_EBADFRAME); /* reply before request */
+			return;
+		} else if (len > call->resp_cap) {
+			EMB__STAT_ADD(t->base.stats.resp_too_big, 1);
+			call_finish(c, call, EMB_ERESPTOOBIG, NULL);
+		} else {
+			call->receiving = true;
+			c->rcall = call;
+			c->dst = call->resp_buf;
+			c->rstate = RX_BODY;
+		}
+	}
+	if (len == 0 && !c->closed)
+		frame_end(t, c);
+}
+
+/* Parses what rbuf holds: headers, payload bytes, whole frames. */
+static void rx_parse(struct tcp_tr *t, struct tcp_conn *c)
+{
+	size_t avail, take;
+	int rc;
+
+	while (!c->closed) {
+		avail = c->rend - c->rstart;
+		if (c->rstate == RX_HDR) {
+			if (c->rx_paused || avail < EMB_WIRE_HDR_SIZE)
+				break;
+			memcpy(&c->rhdr, c->rbuf + c->rstart,
+			       EMB_WIRE_HDR_SIZE);
+			c->rstart += EMB_WIRE_HDR_SIZE;
+			rc = emb__frame_check(&t->base, &c->rhdr);
+			if (rc) {
+				conn_fail(c, rc);
+				break;
+			}
+			frame_begin(t, c);
+			continue;
+		}
+		if (avail == 0)
+			break;
+		take = avail < c->need ? avail : c->need;
+		if (c->rstate == RX_BODY) {
+			memcpy(c->dst, c->rbuf + c->rstart, take);
+			c->dst += take;
+		}
+		c->rstart += take;
+		c->need -= take;
+		if (c->need == 0)
+			frame_end(t, c);
+	}
+	if (c->rstart == c->rend)
+		c->rstart = c->rend = 0;
+}
+
+static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
+{
+	size_t budget = READ_BUDGET, want;
+	bool direct;
+	ssize_t n;
+	char *dst;
+
+	c->busy++;
+	while (!c->closed && !c->rx_paused && budget) {
+		direct = c->rstate != RX_HDR && c->rstart == c->rend &&
+			 c->need >= DIRECT_MIN;
+		if (direct) {
+			dst = c->rstate == RX_BODY ? c->dst : c->rbuf;
+			want = c->need;
+			if (c->rstate == RX_DISCARD && want > RBUF_BYTES)
+				want = RBUF_BYTES;
+		} else {
+			if (c->rstart > 0) {
+				memmove(c->rbuf, c->rbuf + c->rstart,
+					c->rend - c->rstart);
+				c->rend -= c->rstart;
+				c->rstart = 0;
+			}
+			dst = c->rbuf + c->rend;
+			want = RBUF_BYTES - c->rend;
+		}
+		n = recv(c->fd, dst, want, 0);
+		if (n == 0) {
+			conn_fail(c, EMB_EPEERDEAD);
+			break;
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				conn_fail(c, errno == ECONNRESET ?
+						     EMB_EPEERDEAD :
+						     -errno);
+			break;
+		}
+		c->base.stats.bytes_in += (uint64_t)n;
+		EMB__STAT_ADD(t->base.stats.bytes_in, (uint64_t)n);
+		budget -= (size_t)n < budget ? (size_t)n : budget;
+		if (direct) {
+			if (c->rstate == RX_BODY)
+				c->dst += n;
+			c->need -= (size_t)n;
+			if (c->need == 0)
+				frame_end(t, c);
+		} else {
+			c->rend += (size_t)n;
+			rx_parse(t, c);
+		}
+		/* A short read means the socket is empty: skip the EAGAIN. */
+		if ((size_t)n < want)
+			break;
+	}
+	c->busy--;
+}
+
+/* ---- conns --------------------------------------------------------------- */
+
+static struct tcp_conn *conn_new(struct emb_transport *tr, int fd,
+				 bool server)
+{
+	struct tcp_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->rbuf = malloc(RBUF_BYTES);
+	if (!c->rbuf)
+		goto err_free_c;
+	if (!server) {
+		c->ncalls = tr->opts.max_inflight;
+		c->calls = calloc(c->ncalls, sizeof(*c->calls));
+		if (!c->calls)
+			goto err_free_rbuf;
+		for (uint32_t i = 0; i < c->ncalls; i++) {
+			c->calls[i].next_free = i + 1;
+			c->calls[i].req_id = i;
+			c->calls[i].tx.is_call = true;
+		}
+		c->free_head = 0;
+	}
+	c->base.tr = tr;
+	c->base.server = server;
+	c->ep.kind = EP_CONN;
+	c->fd = fd;
+	return c;
+
+err_free_rbuf:
+	free(c->rbuf);
+err_free_c:
+	free(c);
+	return NULL;
+}
+
+/* Adds a new conn to its loop: epoll, conn list, stats, on_open. */
+static int conn_attach(struct tcp_conn *c, emb_conn_fn on_open)
+{
+	struct tcp_tr *t = conn_tr(c);
+	struct epoll_event ev;
+
+	ev.events = EPOLLIN;
+	ev.data.ptr = &c->ep;
+	if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0)
+		return -errno;
+	c->events = EPOLLIN;
+	c->next = t->conns;
+	if (t->conns)
+		t->conns->prev = c;
+	t->conns = c;
+	EMB__STAT_ADD(t->base.stats.conns_opened, 1);
+	if (on_open) {
+		c->busy++;
+		on_open(c->arg, &c->base, 0);
+		c->busy--;
+	}
+	return 0;
+}
+
+struct handoff {
+	struct tcp_conn *c;	/* conn built by the accepting loop */
+	emb_conn_fn on_open;	/* listener's callback */
+};
+
+static void attach_task(void *arg)
+{
+	struct handoff *h = arg;
+	struct tcp_conn *c = h->c;
+	int rc;
+
+	rc = conn_attach(c, h->on_open);
+	if (rc) {
+		emb_log(EMB_LOG_WARN, "tcp: conn %s: epoll add: %s",
+			c->base.peer, emb_strerror(rc));
+		close(c->fd);
+		free(c->rbuf);
+		free(c);
+	}
+	free(h);
+}
+
+static void listener_accept(struct tcp_tr *t, struct tcp_listener *l)
+{
+	struct sockaddr_storage sa;
+	struct emb_transport *target;
+	struct tcp_conn *c;
+	struct handoff *h;
+	socklen_t len;
+	int fd, rc;
+
+	for (;;) {
+		len = sizeof(sa);
+		fd = accept4(l->fd, (struct sockaddr *)&sa, &len,
+			     SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				emb_log(EMB_LOG_WARN, "tcp: accept on port %u: %s",
+					l->base.port, emb_strerror(-errno));
+			return;
+		}
+		target = l->loops[l->rr++ % l->nloops];
+		sock_tune(target, fd);
+		c = conn_new(target, fd, true);
+		if (!c) {
+			emb_log(EMB_LOG_WARN, "tcp: accept: out of memory");
+			close(fd);
+			continue;
+		}
+		set_peer(c, (struct sockaddr *)&sa, len);
+		c->on_request = l->on_request;
+		c->on_close = l->on_close;
+		c->arg = l->arg;
+		emb_log(EMB_LOG_INFO, "tcp: accepted %s on port %u",
+			c->base.peer, l->base.port);
+		if (target == &t->base) {
+			rc = conn_attach(c, l->on_open);
+		} else {
+			h = malloc(sizeof(*h));
+			rc = -ENOMEM;
+			if (h) {
+				h->c = c;
+				h->on_open = l->on_open;
+				rc = emb_transport_exec(target, attach_task, h);
+				if (rc)
+					free(h);
+			}
+		}
+		if (rc) {
+			emb_log(EMB_LOG_WARN, "tcp: conn %s: %s", c->base.peer,
+				emb_strerror(rc));
+			close(fd);
+			free(c->rbuf);
+			free(c);
+		}
+	}
+}
+
+static void conn_event(struct tcp_tr *t, struct tcp_conn *c, uint32_t ev)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (c->closed)
+		return;
+	if (ev & EPOLLERR) {
+		getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+		conn_fail(c, err == 0 || err == ECONNRESET || err == EPIPE ?
+				     EMB_EPEERDEAD :
+				     -err);
+		return;
+	}
+	if (ev & EPOLLOUT)
+		conn_flush(t, c);
+	if (c->closed)
+		return;
+	if ((ev & EPOLLIN) || ((ev & EPOLLHUP) && !c->rx_paused))
+		conn_rx(t, c);
+	else if (ev & EPOLLHUP)
+		conn_fail(c, EMB_EPEERDEAD);
+}
+
+/* ---- ops ----------------------------------------------------------------- */
+
+static int tcp_create(const struct emb_transport_opts *opts,
+		      struct emb_transport **out)
+{
+	struct epoll_event ev;
+	struct tcp_tr *t;
+	int rc;
+
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	rc = emb__transport_init(&t->base, &emb__tcp_ops, opts, &t->wake_fd);
+	if (rc)
+		goto err_free_t;
+	t->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (t->epfd < 0) {
+		rc = -errno;
+		goto err_fini;
+	}
+	t->wake_ep.kind = EP_WAKE;
+	ev.events = EPOLLIN;
+	ev.data.ptr = &t->wake_ep;
+	if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wake_fd, &ev) < 0) {
+		rc = -errno;
+		goto err_close_ep;
+	}
+	*out = &t->base;
+	return 0;
+
+err_close_ep:
+	close(t->epfd);
+err_fini:
+	emb__transport_fini(&t->base);
+err_free_t:
+	free(t);
+	return rc;
+}
+
+static void tcp_destroy(struct emb_transport *tr)
+{
+	struct tcp_tr *t = to_tr(tr);
+	struct tcp_conn *c;
+
+	t->in_poll++;
+	emb__transport_run_tasks(tr);
+	for (c = t->conns; c; c = c->next) {
+		if (!c->base.server && !c->destroyed)
+			emb_log(EMB_LOG_WARN,
+				"tcp: conn %s not destroyed before its transport",
+				c->base.peer);
+		conn_fail(c, 0);
+	}
+	/* Everything goes now, even conns whose requests are still held. */
+	while ((c = t->conns))
+		conn_free(t, c);
+	t->dead = NULL;
+	t->in_poll--;
+	reap(t);
+	close(t->epfd);
+	emb__transport_fini(tr);
+	free(t);
+}
+
+static int work(struct tcp_tr *t)
+{
+	struct tcp_conn *c;
+	int n = 0;
+
+	for (int round = 0; round < WORK_ROUNDS && (t->dirty || t->kick);
+	     round++) {
+		while ((c = t->dirty)) {
+			t->dirty = c->dirty_next;
+			c->dirty = false;
+			conn_flush(t, c);
+			n++;
+		}
+		while ((c = t->kick)) {
+			t->kick = c->kick_next;
+			c->kicked = false;
+			if (c->closed || c->rx_paused)
+				continue;
+			c->busy++;
+			rx_parse(t, c);
+			c->busy--;
+			n++;
+		}
+	}
+	return n;
+}
+
+static int tcp_poll(struct emb_transport *tr, int timeout_ms)
+{
+	struct tcp_tr *t = to_tr(tr);
+	uint64_t next, now, ncb = t->ncb;
+	int n, rc = 0, handled;
+
+	t->in_poll++;
+	handled = work(t);
+	next = check_timeouts(t);
+	/* Callbacks already ran: let the caller look before we block. */
+	if (t->dirty || t->kick || t->ncb != ncb)
+		timeout_ms = 0;
+	if (next != UINT64_MAX) {
+		now = emb__now_ms();
+		/* +1: the coarse clock must have passed the deadline. */
+		uint64_t wait = next > now ? next - now + 1 : 0;
+
+		if (timeout_ms < 0 || wait < (uint64_t)timeout_ms)
+			timeout_ms = (int)(wait < INT_MAX ? wait : INT_MAX);
+	}
+	n = epoll_wait(t->epfd, t->ev, EVENTS_MAX, timeout_ms);
+	if (n < 0) {
+		rc = -errno;
+		n = 0;
+	}
+	for (int i = 0; i < n; i++) {
+		struct ep *ep = t->ev[i].data.ptr;
+
+		switch (ep->kind) {
+		case EP_WAKE:
+			emb__transport_run_tasks(tr);
+			break;
+		case EP_LISTENER:
+			listener_accept(t, emb__container_of(
+						   ep, struct tcp_listener, ep));
+			break;
+		case EP_CONN:
+			conn_event(t, emb__container_of(ep, struct tcp_conn, ep),
+				   t->ev[i].events);
+			break;
+		}
+	}
+	if (emb__now_ms() != t->last_timeout_ms)
+		check_timeouts(t);
+	handled += work(t);
+	t->in_poll--;
+	if (!t->in_poll)
+		reap(t);
+	return rc ? rc : n + handled;
+}
+
+static int tcp_listen(struct emb_transport *tr,
+		      const struct emb_listen_opts *opts,
+		      struct emb_listener **out)
+{
+	struct tcp_tr *t = to_tr(tr);
+	struct addrinfo hints, *ai = NULL;
+	struct sockaddr_storage sa;
+	struct tcp_listener *l;
+	struct epoll_event ev;
+	socklen_t len = sizeof(sa);
+	char port[8];
+	int one = 1, rc;
+
+	for (uint32_t i = 0; i < opts->nloops; i++)
+		if (!opts->loops[i] || opts->loops[i]->ops != &emb__tcp_ops)
+			return -EINVAL;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->nloops = opts->nloops ? opts->nloops : 1;
+	l->loops = calloc(l->nloops, sizeof(*l->loops));
+	if (!l->loops) {
+		rc = -ENOMEM;
+		goto err_free_l;
+	}
+	for (uint32_t i = 0; i < l->nloops; i++)
+		l->loops[i] = opts->nloops ? opts->loops[i] : tr;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%u", opts->port);
+	if (getaddrinfo(opts->host, port, &hints, &ai) != 0 || !ai) {
+		rc = -EINVAL;
+		goto err_free_loops;
+	}
+	l->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
+					      SOCK_CLOEXEC,
+		       0);
+	if (l->fd < 0) {
+		rc = -errno;
+		goto err_free_ai;
+	}
+	(void)setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(l->fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
+	    listen(l->fd, opts->backlog > 0 ? opts->backlog : 128) < 0 ||
+	    getsockname(l->fd, (struct sockaddr *)&sa, &len) < 0) {
+		rc = -errno;
+		goto err_close_fd;
+	}
+	l->base.tr = tr;
+	l->base.port = ntohs(sa.ss_family == AF_INET6 ?
+				     ((struct sockaddr_in6 *)&sa)->sin6_port :
+				     ((struct sockaddr_in *)&sa)->sin_port);
+	l->ep.kind = EP_LISTENER;
+	ev.events = EPOLLIN;
+	ev.data.ptr = &l->ep;
+	if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, l->fd, &ev) < 0) {
+		rc = -errno;
+		goto err_close_fd;
+	}
+	l->on_request = opts->on_request;
+	l->on_open = opts->on_open;
+	l->on_close = opts->on_close;
+	l->arg = opts->arg;
+	freeaddrinfo(ai);
+	emb_log(EMB_LOG_INFO, "tcp: listening on %s port %u over %u loops",
+		opts->host ? opts->host : "*", l->base.port, l->nloops);
+	*out = &l->base;
+	return 0;
+
+err_close_fd:
+	close(l->fd);
+err_free_ai:
+	freeaddrinfo(ai);
+err_free_loops:
+	free(l->loops);
+err_free_l:
+	free(l);
+	emb_log(EMB_LOG_WARN, "tcp: listen on %s port %u: %s",
+		opts->host ? opts->host : "*", opts->port, emb_strerror(rc));
+	return rc;
+}
+
+static void tcp_listener_destroy(struct emb_listener *el)
+{
+	struct tcp_listener *l = emb__container_of(el, struct tcp_listener,
+						   base);
+	struct tcp_tr *t = to_tr(el->tr);
+
+	epoll_ctl(t->epfd, EPOLL_CTL_DEL, l->fd, NULL);
+	close(l->fd);
+	emb_log(EMB_LOG_INFO, "tcp: stopped listening on port %u",
+		el->port);
+	/* An event for it may still sit in this poll's batch. */
+	l->dead_next = t->dead_listeners;
+	t->dead_listeners = l;
+	if (!t->in_poll)
+		reap(t);
+}
+
+/* Waits for a non-blocking connect; 0 or a negative errno. */
+static int connect_wait(int fd, uint64_t deadline_ms)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+	int err = 0, n;
+	socklen_t len = sizeof(err);
+	uint64_t now;
+
+	for (;;) {
+		now = emb__now_ms();
+		if (now >= deadline_ms)
+			return -ETIMEDOUT;
+		n = poll(&pfd, 1, (int)(deadline_ms - now));
+		if (n > 0)
+			break;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		return -errno;
+	return -err;
+}
+
+static int tcp_connect(struct emb_transport *tr,
+		       const struct emb_connect_opts *opts,
+		       struct emb_conn **out)
+{
+	uint64_t deadline = emb__now_ms() + tr->opts.connect_timeout_ms;
+	struct addrinfo hints, *ai = NULL, *a;
+	struct tcp_conn *c;
+	char port[8];
+	int fd = -1, rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%u", opts->port);
+	if (getaddrinfo(opts->host, port, &hints, &ai) != 0 || !ai)
+		return -EINVAL;
+	rc = -EINVAL;
+	for (a = ai; a; a = a->ai_next) {
+		fd = socket(a->ai_family,
+			    a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			rc = -errno;
+			continue;
+		}
+		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+			rc = 0;
+		else
+			rc = errno == EINPROGRESS ? connect_wait(fd, deadline) :
+						    -errno;
+		if (rc == 0)
+			break;
+		close(fd);
+		fd = -1;
+	}
+	if (rc)
+		goto err_free_ai;
+	sock_tune(tr, fd);
+	c = conn_new(tr, fd, false);
+	if (!c) {
+		rc = -ENOMEM;
+		goto err_close_fd;
+	}
+	set_peer(c, a->ai_addr, a->ai_addrlen);
+	c->timeout_ms = opts->call_timeout_ms ? opts->call_timeout_ms :
+						tr->opts.call_timeout_ms;
+	c->on_close = opts->on_close;
+	c->arg = opts->arg;
+	rc = conn_attach(c, NULL);
+	if (rc)
+		goto err_free_c;
+	freeaddrinfo(ai);
+	emb_log(EMB_LOG_INFO, "tcp: connected to %s", c->base.peer);
+	*out = &c->base;
+	return 0;
+
+err_free_c:
+	free(c->calls);
+	free(c->rbuf);
+	free(c);
+err_close_fd:
+	close(fd);
+err_free_ai:
+	freeaddrinfo(ai);
+	emb_log(EMB_LOG_WARN, "tcp: connect to %s port %u: %s", opts->host,
+		opts->port, emb_strerror(rc));
+	return rc;
+}
+
+static void tcp_conn_destroy(struct emb_conn *ec)
+{
+	struct tcp_conn *c = to_conn(ec);
+	struct tcp_tr *t = conn_tr(c);
+
+	if (c->destroyed)
+		return;
+	if (ec->server) {
+		/* Server conns belong to the transport; close is all we do. */
+		conn_fail(c, 0);
+		return;
+	}
+	c->destroyed = true;
+	conn_fail(c, 0);
+	if (!t->in_poll && !c->busy)
+		conn_free(t, c);
+	else
+		conn_reap(t, c);
+}
+
+static void tcp_conn_close(struct emb_conn *ec, int reason)
+{
+	conn_fail(to_conn(ec), reason);
+}
+
+static int tcp_call(struct emb_conn *ec, const struct emb_frame_hdr *hdr,
+		    const struct iovec *iov, int niov, void *resp_buf,
+		    size_t resp_cap, emb_call_done_fn done, void *ctx)
+{
+	struct tcp_conn *c = to_conn(ec);
+	struct tcp_tr *t = conn_tr(c);
+	uint64_t len = 0;
+	struct call *call;
+
+	if (c->closed)
+		return EMB_ECLOSED;
+	for (int i = 0; i < niov; i++)
+		len += iov[i].iov_len;
+	if (len > t->base.opts.max_frame_bytes - EMB_WIRE_HDR_SIZE)
+		return -EINVAL;
+	if (c->free_head >= c->ncalls)
+		return EMB_ENOCREDIT;
+	call = &c->calls[c->free_head];
+	c->free_head = call->next_free;
+
+	call->req_id = (call->req_id & 0xffffffffu) |
+		       (((call->req_id >> 32) + 1) << 32);
+	call->tx.hdr = *hdr;
+	call->tx.hdr.magic = EMB_WIRE_MAGIC;
+	call->tx.hdr.version = EMB_WIRE_VERSION;
+	call->tx.hdr.req_id = call->req_id;
+	call->tx.hdr.payload_len = (uint32_t)len;
+	call->tx.iov = iov;
+	call->tx.niov = niov;
+	call->tx.total = EMB_WIRE_HDR_SIZE + len;
+	call->resp_buf = resp_buf;
+	call->resp_cap = resp_cap;
+	call->done = done;
+	call->ctx = ctx;
+	call->deadline_ms = c->timeout_ms ? emb__now_ms() + c->timeout_ms :
+					    UINT64_MAX;
+	call->pending = true;
+	call->queued = true;
+	call->receiving = false;
+	call->prev = c->pend_tail;
+	call->next = NULL;
+	if (c->pend_tail)
+		c->pend_tail->next = call;
+	else
+		c->pend_head = call;
+	c->pend_tail = call;
+	c->base.stats.inflight++;
+	tx_enqueue(t, c, &call->tx);
+	return 0;
+}
+
+static int tcp_reply(struct emb_req *er, const struct emb_frame_hdr *hdr,
+		     const struct iovec *iov, int niov, emb_send_done_fn done,
+		     void *ctx)
+{
+	struct tcp_req *r = emb__container_of(er, struct tcp_req, base);
+	struct tcp_conn *c = to_conn(er->conn);
+	struct tcp_tr *t = conn_tr(c);
+	uint64_t len = 0;
+
+	if (c->closed) {
+		req_put(c, r);
+		return EMB_ECLOSED;
+	}
+	for (int i = 0; i < niov; i++)
+		len += iov[i].iov_len;
+	if (len > t->base.opts.max_frame_bytes - EMB_WIRE_HDR_SIZE) {
+		req_put(c, r);
+		return -EMSGSIZE;
+	}
+	r->tx.hdr = *hdr;
+	r->tx.hdr.magic = EMB_WIRE_MAGIC;
+	r->tx.hdr.version = EMB_WIRE_VERSION;
+	r->tx.hdr.req_id = er->hdr.req_id;
+	r->tx.hdr.payload_len = (uint32_t)len;
+	r->tx.iov = iov;
+	r->tx.niov = niov;
+	r->tx.total = EMB_WIRE_HDR_SIZE + len;
+	r->tx.is_call = false;
+	r->done = done;
+	r->ctx = ctx;
+	tx_enqueue(t, c, &r->tx);
+	rx_update(t, c);
+	return 0;
+}
+
+static void tcp_req_release(struct emb_req *er)
+{
+	req_put(to_conn(er->conn), emb__container_of(er, struct tcp_req, base));
+}
+
+static int tcp_reg_mem(struct emb_transport *tr, void *addr, size_t len,
+		       struct emb_mr **out)
+{
+	struct emb_mr *mr = calloc(1, sizeof(*mr));
+
+	(void)tr;
+	if (!mr)
+		return -ENOMEM;
+	/* TCP reads and writes any memory; the handle only keeps the API. */
+	mr->addr = addr;
+	mr->len = len;
+	*out = mr;
+	return 0;
+}
+
+static void tcp_dereg_mem(struct emb_transport *tr, struct emb_mr *mr)
+{
+	(void)tr;
+	free(mr);
+}
+
+const struct emb_transport_ops emb__tcp_ops = {
+	.name = "tcp",
+	.create = tcp_create,
+	.destroy = tcp_destroy,
+	.poll = tcp_poll,
+	.listen = tcp_listen,
+	.listener_destroy = tcp_listener_destroy,
+	.connect = tcp_connect,
+	.conn_destroy = tcp_conn_destroy,
+	.conn_close = tcp_conn_close,
+	.call = tcp_call,
+	.reply = tcp_reply,
+	.req_release = tcp_req_release,
+	.reg_mem = tcp_reg_mem,
+	.dereg_mem = tcp_dereg_mem,
+};
