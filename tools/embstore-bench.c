@@ -75,6 +75,7 @@ struct worker {
 	uint64_t batches_done;		/* timed batches */
 	uint64_t rows_done;		/* ids in timed batches */
 	uint64_t busy_ns;		/* time inside backend calls */
+	uint64_t end_ns;		/* when this phase's loop ended */
 	uint64_t unique_sum;		/* distinct ids summed over batches */
 	_Atomic uint64_t progress;	/* rows so far, read by main */
 	int rc;				/* first error, 0 if none */
@@ -455,6 +456,7 @@ static void *worker_main(void *arg)
 		w->rc = run_batches(w, true);
 		break;
 	}
+	w->end_ns = now_ns();
 	return NULL;
 }
 
@@ -525,14 +527,16 @@ static uint64_t progress_sum(struct worker *ws, uint32_t n)
  * Runs one phase on every worker and waits for them. With a terminal on
  * stderr it redraws one progress line meanwhile: rows so far, rate, time
  * elapsed and left (estimated from expected rows when there is no clock).
- * Returns the first worker error, or 0.
+ * Sets *wall_s to the time until the last worker finished. Returns the
+ * first worker error, or 0.
  */
 static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
-		     const char *label, uint64_t expect_rows, double limit_s)
+		     const char *label, uint64_t expect_rows, double limit_s,
+		     double *wall_s)
 {
 	uint32_t n = o->cfg.threads, started = 0;
 	bool tty = isatty(STDERR_FILENO);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = now_ns(), end = t0;
 	int rc = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -561,6 +565,8 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 		}
 		if (done)
 			break;
+		if (el < PROGRESS_NS / 1e9)
+			goto nap;
 		if (expect_rows && rows)
 			left = el * (double)(expect_rows - rows) / (double)rows;
 		else
@@ -569,6 +575,7 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 				" %.1f s left",
 			label, el > 0 ? (double)rows / el / 1e6 : 0.0, el,
 			left > 0 ? left : 0.0);
+nap:
 		nanosleep(&nap, NULL);
 	}
 	if (tty)
@@ -578,7 +585,10 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 			pthread_join(ws[i].tid, NULL);
 		if (!rc && ws[i].rc)
 			rc = ws[i].rc;
+		if (ws[i].end_ns > end)
+			end = ws[i].end_ns;
 	}
+	*wall_s = (double)(end - t0) / 1e9;
 	return rc;
 }
 
@@ -711,8 +721,8 @@ int main(int argc, char **argv)
 	struct result *r = NULL;
 	struct worker *ws = NULL;
 	uint32_t nready = 0;
+	double warmup_s;
 	struct opts o;
-	uint64_t t0;
 	void *be;
 	int rc;
 
@@ -739,28 +749,26 @@ int main(int argc, char **argv)
 		ws[nready].max_batches = o.batches;
 	}
 
-	t0 = now_ns();
-	rc = run_phase(ws, &o, PHASE_PRELOAD, "preload", o.cfg.rows, 0);
+	rc = run_phase(ws, &o, PHASE_PRELOAD, "preload", o.cfg.rows, 0,
+		       &r->preload_s);
 	if (rc)
 		goto out;
-	r->preload_s = (double)(now_ns() - t0) / 1e9;
 	r->rss = rss_bytes();
 	rc = o.backend->mem(be, &r->mem);
 	if (rc)
 		goto out;
 
 	if (o.warmup_s > 0) {
-		rc = run_phase(ws, &o, PHASE_WARMUP, "warmup", 0, o.warmup_s);
+		rc = run_phase(ws, &o, PHASE_WARMUP, "warmup", 0, o.warmup_s,
+			       &warmup_s);
 		if (rc)
 			goto out;
 	}
-	t0 = now_ns();
 	rc = run_phase(ws, &o, PHASE_MEASURE, o.op_name,
 		       o.batches ? o.batches * o.cfg.batch * o.cfg.threads : 0,
-		       o.duration_s);
+		       o.duration_s, &r->measure_s);
 	if (rc)
 		goto out;
-	r->measure_s = (double)(now_ns() - t0) / 1e9;
 	collect(&o, ws, r);
 
 	print_summary(o.json ? stderr : stdout, &o, r);

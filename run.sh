@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# run.sh - build, test and try embstore from a checkout.
+#
+#   ./run.sh demo           build, then run the store benchmark (W1) and print figures
+#   ./run.sh test           build, then run every test suite; ends with "N passed, N failed"
+#   ./run.sh build          install missing packages, configure and build
+#   ./run.sh bench ARGS...  build, then run tools/embstore-bench with ARGS
+#   ./run.sh deps           install missing Debian packages only
+#
+# Every command first installs missing Debian packages (as root; otherwise it
+# prints the apt-get line to run and stops) and builds with meson + ninja.
+#
+# Environment:
+#   EMB_BUILD_DIR      build directory (default: build)
+#   EMB_MESON_ARGS     extra `meson setup` arguments for a new build directory,
+#                      e.g. "-Db_sanitize=address,undefined -Db_lundef=false"
+#   EMB_TEST_ARGS      extra `meson test` arguments (e.g. "--suite store")
+#   EMB_DEMO_DURATION  seconds per demo run (default: 5)
+set -euo pipefail
+
+cd "$(dirname "$0")"
+
+BUILD=${EMB_BUILD_DIR:-build}
+PACKAGES=(build-essential meson ninja-build pkg-config libibverbs-dev
+          librdmacm-dev libjemalloc-dev liblz4-dev libcunit1-dev
+          libxxhash-dev clang)
+
+die() {
+    echo "run.sh: $*" >&2
+    exit 1
+}
+
+missing_packages() {
+    local p
+    for p in "${PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null |
+            grep -q '^install ok installed$' || echo "$p"
+    done
+}
+
+cmd_deps() {
+    local missing
+    if ! command -v dpkg-query >/dev/null; then
+        echo "run.sh: not a Debian system; make sure these are installed:" \
+             "${PACKAGES[*]}" >&2
+        return 0
+    fi
+    mapfile -t missing < <(missing_packages)
+    ((${#missing[@]} == 0)) && return 0
+    if ((EUID != 0)); then
+        echo "run.sh: missing Debian packages: ${missing[*]}" >&2
+        echo "run.sh: run as root:" >&2
+        echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+        exit 1
+    fi
+    echo "run.sh: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y "${missing[@]}"
+}
+
+cmd_build() {
+    cmd_deps
+    if [[ ! -f $BUILD/build.ninja ]]; then
+        # shellcheck disable=SC2086  # EMB_MESON_ARGS is a list of options
+        meson setup "$BUILD" ${EMB_MESON_ARGS:-}
+    fi
+    ninja -C "$BUILD"
+}
+
+# Reads a `meson test` log and prints "OK FAIL SKIP" counts. Expected Fail
+# counts as passed; Fail, Unexpected Pass and Timeout as failed.
+meson_counts() {
+    awk -F: '
+        /^Ok:/              { ok += $2 }
+        /^Expected Fail:/   { ok += $2 }
+        /^Fail:/            { bad += $2 }
+        /^Unexpected Pass:/ { bad += $2 }
+        /^Timeout:/         { bad += $2 }
+        /^Skipped:/         { skip += $2 }
+        END { printf "%d %d %d\n", ok, bad, skip }' "$1"
+}
+
+cmd_test() {
+    local log rc ok bad skip
+    cmd_build
+    log=$(mktemp)
+    trap 'rm -f "$log"' RETURN
+    set +e
+    # shellcheck disable=SC2086  # EMB_TEST_ARGS is a list of options
+    meson test -C "$BUILD" --print-errorlogs ${EMB_TEST_ARGS:-} 2>&1 |
+        tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    read -r ok bad skip < <(meson_counts "$log")
+    # meson failing without a failed test (e.g. a rebuild error) still fails.
+    if ((rc != 0 && bad == 0)); then
+        bad=1
+    fi
+    echo
+    echo "$skip skipped"
+    echo "$ok passed, $bad failed"
+    ((bad == 0))
+}
+
+cmd_bench() {
+    cmd_build
+    exec "$BUILD/tools/embstore-bench" "$@"
+}
+
+# Value of a top-level key in embstore-bench's one-line JSON (flat object).
+json_get() {
+    sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"
+}
+
+# W1: one in-process table of 1M rows x 64 floats, batches of 4096 ids, one
+# thread, SGD. The raw-* ops run the same id stream on a dense array: the
+# store's targets are pull >= 0.6x raw-gather and push >= 0.6x raw-apply.
+cmd_demo() {
+    local dur=${EMB_DEMO_DURATION:-5} bench dist op line
+    local -A rate
+    cmd_build
+    bench=$BUILD/tools/embstore-bench
+    echo
+    echo "W1: in-process store, 1000000 rows x 64 floats, batch 4096," \
+         "1 thread, sgd, ${dur} s per run"
+    printf '%-11s %-10s %9s %8s %8s %8s %8s %8s %9s\n' op dist 'Mrows/s' \
+           'MB/s' 'p50 us' 'p99 us' 'B/row' 'RSS B/r' 'uniq/bat'
+    for dist in zipf:1.05 uniform; do
+        for op in pull push step raw-gather raw-apply; do
+            line=$("$bench" --in-process --rows 1000000 --dim 64 \
+                   --batch 4096 --threads 1 --optimizer sgd --dist "$dist" \
+                   --op "$op" --duration "$dur" --json 2>/dev/null) ||
+                die "embstore-bench --op $op --dist $dist failed"
+            rate[$op,$dist]=$(json_get rows_per_s "$line")
+            printf '%-11s %-10s %9.2f %8.0f %8.1f %8.1f %8.1f %8.1f %9.0f\n' \
+                   "$op" "$dist" \
+                   "$(awk -v r="${rate[$op,$dist]}" 'BEGIN { print r / 1e6 }')" \
+                   "$(json_get mb_per_s "$line")" \
+                   "$(json_get p50_us "$line")" \
+                   "$(json_get p99_us "$line")" \
+                   "$(json_get bytes_per_row "$line")" \
+                   "$(json_get rss_bytes_per_row "$line")" \
+                   "$(json_get unique_per_batch "$line")"
+        done
+    done
+    echo
+    for dist in zipf:1.05 uniform; do
+        awk -v d="$dist" -v p="${rate[pull,$dist]}" \
+            -v g="${rate[raw-gather,$dist]}" -v u="${rate[push,$dist]}" \
+            -v a="${rate[raw-apply,$dist]}" 'BEGIN {
+                printf "%-10s pull/raw-gather %.2fx   push/raw-apply %.2fx" \
+                       "   (targets >= 0.60x)\n", d, p / g, u / a }'
+    done
+}
+
+case ${1:-} in
+deps) cmd_deps ;;
+build) cmd_build ;;
+test) cmd_test ;;
+demo) cmd_demo ;;
+bench) shift; cmd_bench "$@" ;;
+*)
+    sed -n '2,9s/^# \{0,1\}//p' "$0" >&2
+    exit 2
+    ;;
+esac
