@@ -15,11 +15,14 @@
  *
  * A trainer step:
  *
- *	emb_cache_prefetch(c, ids[b + k], n);	(queue the batch k steps ahead)
  *	emb_cache_lookup(c, ids[b], n, out);	(rows of batch b; waits only
  *						 for rows still in flight)
+ *	emb_cache_prefetch(c, ids[b + k], n);	(queue the batch k steps ahead;
+ *						 its fetch overlaps compute)
  *	... forward, backward ...
  *	emb_cache_update(c, grads);		(push or apply locally)
+ *
+ * after prefetching batches 0 .. k-1 before the first step.
  *
  * and emb_cache_flush() at the end of training and before a dump.
  */
