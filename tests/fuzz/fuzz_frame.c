@@ -1,0 +1,347 @@
+/*
+ * tests/fuzz/fuzz_frame.c - libFuzzer target for the frame decoder.
+ *
+ * Each input is one frame as it would arrive off the wire. It goes through
+ * the header check and then through every payload decoder under several
+ * limit settings and table dims. Whatever a decoder accepts is read in full
+ * (so ASan sees any view that reaches past the frame) and, where the codec
+ * is canonical, encoded again and compared byte for byte with the input: a
+ * decoder must never accept what the encoders could not have written.
+ * Single-threaded, as libFuzzer runs it.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/wire.h"
+#include "common/wire_msg.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Re-encoded frames land here; big enough for any input we accept. */
+static _Alignas(8) uint8_t out[1u << 20];
+/* Scratch for PULL responses rebuilt from row pointers. */
+static struct iovec iov[1u << 12];
+static const float *rowp[1u << 12];
+static const float zero_row[EMB_WIRE_DIM_MAX];
+
+static const struct emb_wire_limits limits[] = {
+	{.max_frame_bytes = 64u << 20,
+	 .max_ids = 1u << 20,
+	 .max_tables = 1024,
+	 .max_dim = EMB_WIRE_DIM_MAX},
+	{.max_frame_bytes = 64, .max_ids = 1, .max_tables = 1, .max_dim = 1},
+	{.max_frame_bytes = 4096, .max_ids = 16, .max_tables = 4, .max_dim = 8},
+};
+
+static const uint32_t dims[] = {1, 3, 8, EMB_WIRE_DIM_MAX};
+
+/* Folds bytes into a value the compiler cannot drop. */
+static volatile uint64_t sink;
+
+static void touch(const void *p, size_t len)
+{
+	const uint8_t *b = p;
+	uint64_t acc = 0;
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		acc = acc * 31 + b[i];
+	sink += acc;
+}
+
+static void must(bool ok, const char *what)
+{
+	if (ok)
+		return;
+	fprintf(stderr, "fuzz_frame: %s\n", what);
+	abort();
+}
+
+/* The decoded frame must encode back to exactly the input's bytes. */
+static void same(const struct emb_wire_frame *f, const void *enc, int len,
+		 const char *what)
+{
+	must(len >= 0, what);
+	must((uint32_t)len == EMB_WIRE_HDR_SIZE + f->hdr.payload_len, what);
+	must(memcmp(enc, f->payload - EMB_WIRE_HDR_SIZE, (size_t)len) == 0,
+	     what);
+}
+
+static void same_iovs(const struct emb_wire_frame *f,
+		      const struct emb_wire_iovs *v, int rc, const char *what)
+{
+	must(rc == 0, what);
+	same(f, out, emb_wire_iovs_flatten(v, out, sizeof(out)), what);
+}
+
+static void check_hello(const struct emb_wire_frame *f)
+{
+	struct emb_wire_hello_resp hr;
+	struct emb_wire_hello_req hq;
+	char name[EMB_WIRE_CLIENT_NAME_MAX + 1];
+
+	if (emb_wire_hello_req_decode(f, &hq) == 0) {
+		touch(hq.token, hq.token_len);
+		touch(hq.name, hq.name_len);
+		/* Only a name without NUL bytes can be re-encoded. */
+		memcpy(name, hq.name, hq.name_len);
+		name[hq.name_len] = '\0';
+		if (strlen(name) == hq.name_len)
+			same(f, out,
+			     emb_wire_hello_req_encode(out, sizeof(out),
+						       f->hdr.req_id,
+						       hq.client_version,
+						       hq.token, hq.token_len,
+						       name),
+			     "hello request");
+	}
+	if (emb_wire_hello_resp_decode(f, &hr) == 0)
+		same(f, out,
+		     emb_wire_hello_resp_encode(out, sizeof(out), f->hdr.req_id,
+						&hr),
+		     "hello response");
+}
+
+static void check_tables(const struct emb_wire_frame *f)
+{
+	static struct emb_wire_table_info info[1024];
+	struct emb_wire_list_resp lr;
+	struct emb_wire_spec spec;
+	uint32_t i;
+
+	if (emb_wire_create_req_decode(f, &spec) == 0) {
+		must(strlen(spec.name) < EMB_WIRE_NAME_SIZE, "create name");
+		same(f, out,
+		     emb_wire_create_req_encode(out, sizeof(out),
+						f->hdr.req_id, &spec),
+		     "create request");
+	}
+	if (emb_wire_list_resp_decode(f, &lr) == 0) {
+		must(lr.n <= f->lim->max_tables && lr.n <= 1024, "list count");
+		for (i = 0; i < lr.n; i++)
+			emb_wire_list_entry(&lr, i, &info[i]);
+		same(f, out,
+		     emb_wire_list_resp_encode(out, sizeof(out), f->hdr.req_id,
+					       info, lr.n),
+		     "list response");
+	}
+}
+
+static void check_simple(const struct emb_wire_frame *f)
+{
+	static const uint8_t empty_ops[] = {EMB_OP_DROP_TABLE,
+					    EMB_OP_LIST_TABLES, EMB_OP_STATS};
+	static const uint8_t ack_ops[] = {EMB_OP_CREATE_TABLE,
+					  EMB_OP_DROP_TABLE, EMB_OP_PUSH,
+					  EMB_OP_ASSIGN, EMB_OP_ERASE};
+	struct emb_wire_error err;
+	struct emb_wire_blob blob;
+	struct emb_wire_iovs v;
+	size_t i;
+	int rc;
+
+	for (i = 0; i < sizeof(empty_ops); i++)
+		if (emb_wire_empty_req_decode(f, empty_ops[i]) == 0)
+			same(f, out,
+			     emb_wire_empty_req_encode(out, sizeof(out),
+						       empty_ops[i],
+						       f->hdr.req_id,
+						       f->hdr.table_id),
+			     "empty request");
+	for (i = 0; i < sizeof(ack_ops); i++)
+		if (emb_wire_ack_decode(f, ack_ops[i]) == 0)
+			same(f, out,
+			     emb_wire_ack_encode(out, sizeof(out), ack_ops[i],
+						 f->hdr.req_id,
+						 f->hdr.table_id,
+						 f->hdr.count),
+			     "ack");
+	if (emb_wire_error_decode(f, &err) == 0) {
+		must(err.status < 0, "error status");
+		touch(err.msg, err.msg_len);
+	}
+	for (i = 0; i < 2; i++) {
+		if (emb_wire_ping_decode(f, i, &blob) != 0)
+			continue;
+		touch(blob.data, blob.len);
+		rc = emb_wire_ping_encode(&v, f->hdr.req_id, i, blob.data,
+					  blob.len);
+		if (blob.len <= sizeof(out) - EMB_WIRE_HDR_SIZE)
+			same_iovs(f, &v, rc, "ping");
+	}
+}
+
+static void check_stats(const struct emb_wire_frame *f)
+{
+	static struct emb_wire_stats st[1024];
+	struct emb_wire_stats_resp sr;
+	uint32_t i;
+
+	if (emb_wire_stats_resp_decode(f, &sr) != 0)
+		return;
+	must(sr.n <= f->lim->max_tables && sr.n <= 1024, "stats count");
+	for (i = 0; i < sr.n; i++)
+		emb_wire_stats_entry(&sr, i, &st[i]);
+	touch(sr.entries, (size_t)sr.n * (8 + 8 * (size_t)sr.nfields));
+	/* Another counter set does not re-encode to the same bytes. */
+	if (sr.nfields == EMB_WIRE_STATS_FIELDS)
+		same(f, out,
+		     emb_wire_stats_resp_encode(out, sizeof(out),
+						f->hdr.req_id, f->hdr.table_id,
+						st, sr.n),
+		     "stats response");
+}
+
+static void check_ids(const struct emb_wire_frame *f)
+{
+	struct emb_wire_pull_req pr;
+	struct emb_wire_ids_req er;
+	struct emb_wire_iovs v;
+
+	if (emb_wire_pull_req_decode(f, &pr) == 0) {
+		must(pr.n <= f->lim->max_ids, "pull count");
+		must(((uintptr_t)pr.ids & 7) == 0, "pull ids aligned");
+		touch(pr.ids, 8 * (size_t)pr.n);
+		same_iovs(f, &v,
+			  emb_wire_pull_req_encode(&v, f->hdr.req_id,
+						   pr.table_id, f->hdr.flags,
+						   pr.ids, pr.n),
+			  "pull request");
+	}
+	if (emb_wire_erase_req_decode(f, &er) == 0) {
+		touch(er.ids, 8 * (size_t)er.n);
+		same_iovs(f, &v,
+			  emb_wire_erase_req_encode(&v, f->hdr.req_id,
+						    er.table_id, er.ids, er.n),
+			  "erase request");
+	}
+}
+
+static void check_pull_resp(const struct emb_wire_frame *f, uint32_t dim)
+{
+	struct emb_wire_pull_resp pr;
+	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE];
+	struct emb_wire_iovs v;
+	size_t off = 0;
+	uint32_t i;
+	int cnt;
+
+	if (emb_wire_pull_resp_decode(f, dim, &pr) != 0)
+		return;
+	must(pr.n <= f->lim->max_ids, "pull response count");
+	must(((uintptr_t)pr.rows & 7) == 0, "pull rows aligned");
+	must((uint64_t)((const uint8_t *)pr.rows - f->payload) +
+			     EMB_WIRE_HDR_SIZE ==
+		     emb_wire_pull_rows_offset(pr.n, f->hdr.flags),
+	     "pull rows offset");
+	if (pr.found)
+		touch(pr.found, emb_wire_bitmap_bytes(pr.n));
+	touch(pr.rows, 4 * (size_t)pr.n * dim);
+	same_iovs(f, &v,
+		  emb_wire_pull_resp_encode(&v, f->hdr.req_id, f->hdr.table_id,
+					    f->hdr.flags, pr.n, dim, pr.found,
+					    pr.rows),
+		  "pull response");
+
+	/* The gather encoder must produce the same bytes. */
+	if (pr.n > sizeof(rowp) / sizeof(rowp[0]) - 2)
+		return;
+	for (i = 0; i < pr.n; i++)
+		rowp[i] = pr.found && !emb_wire_bit_test(pr.found, i) ?
+				  NULL :
+				  pr.rows + (size_t)i * dim;
+	cnt = emb_wire_pull_resp_encode_ptrs(head, iov, pr.n + 2,
+					     f->hdr.req_id, f->hdr.table_id,
+					     f->hdr.flags, pr.n, dim, pr.found,
+					     rowp, zero_row);
+	must(cnt > 0, "pull gather");
+	for (i = 0; i < (uint32_t)cnt; i++) {
+		memcpy(out + off, iov[i].iov_base, iov[i].iov_len);
+		off += iov[i].iov_len;
+	}
+	must(off == EMB_WIRE_HDR_SIZE + f->hdr.payload_len, "pull gather len");
+	/* Missing rows went out as zeros: compare the rest. */
+	off = emb_wire_pull_rows_offset(pr.n, f->hdr.flags);
+	must(memcmp(out, f->payload - EMB_WIRE_HDR_SIZE, off) == 0,
+	     "pull gather head");
+	for (i = 0; i < pr.n; i++) {
+		size_t at = off + 4 * (size_t)i * dim;
+
+		if (rowp[i])
+			must(memcmp(out + at, pr.rows + (size_t)i * dim,
+				    4 * (size_t)dim) == 0,
+			     "pull gather row");
+		else
+			must(memcmp(out + at, zero_row, 4 * (size_t)dim) == 0,
+			     "pull gather zero row");
+	}
+}
+
+static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
+{
+	const uint32_t states[] = {0, dim, 2 * dim + 1};
+	struct emb_wire_assign_req ar;
+	struct emb_wire_push_req pu;
+	struct emb_wire_iovs v;
+	size_t i;
+
+	if (emb_wire_push_req_decode(f, dim, &pu) == 0) {
+		must(((uintptr_t)pu.ids & 7) == 0, "push ids aligned");
+		must(((uintptr_t)pu.grads & 3) == 0, "push grads aligned");
+		touch(pu.ids, 8 * (size_t)pu.n);
+		touch(pu.grads, 4 * (size_t)pu.n * dim);
+		same_iovs(f, &v,
+			  emb_wire_push_req_encode(&v, f->hdr.req_id,
+						   pu.table_id, pu.step,
+						   pu.rank, pu.ids, pu.n, dim,
+						   pu.grads),
+			  "push request");
+	}
+	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+		if (emb_wire_assign_req_decode(f, dim, states[i], &ar) != 0)
+			continue;
+		touch(ar.ids, 8 * (size_t)ar.n);
+		touch(ar.rows, 4 * (size_t)ar.n * ar.stride);
+		same_iovs(f, &v,
+			  emb_wire_assign_req_encode(&v, f->hdr.req_id,
+						     ar.table_id, f->hdr.flags,
+						     ar.ids, ar.n, ar.stride,
+						     ar.rows),
+			  "assign request");
+	}
+	check_pull_resp(f, dim);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct emb_wire_frame f;
+	struct emb_frame_hdr h;
+	size_t l, d;
+
+	/* Larger inputs would not fit the re-encode buffer; libFuzzer's
+	 * default -max_len of 4096 stays far below it. */
+	if (size > sizeof(out))
+		return 0;
+	for (l = 0; l < sizeof(limits) / sizeof(limits[0]); l++) {
+		/* The header check alone, as a stream transport calls it. */
+		if (emb_wire_hdr_decode(data, size, &limits[l], &h) == 0)
+			must(h.payload_len <= limits[l].max_frame_bytes -
+						      EMB_WIRE_HDR_SIZE,
+			     "header length");
+		if (emb_wire_frame_decode(data, size, &limits[l], &f) != 0)
+			continue;
+		must(f.hdr.payload_len <= size - EMB_WIRE_HDR_SIZE,
+		     "payload inside input");
+		check_hello(&f);
+		check_tables(&f);
+		check_simple(&f);
+		check_stats(&f);
+		check_ids(&f);
+		for (d = 0; d < sizeof(dims) / sizeof(dims[0]); d++)
+			check_rows(&f, dims[d]);
+	}
+	return 0;
+}

@@ -1,0 +1,155 @@
+/*
+ * tests/fuzz/gen_corpus.c - writes one valid frame per message kind into a
+ * directory: the seed corpus of fuzz_frame (checked in as tests/fuzz/corpus).
+ * Run it again after a layout change: gen_corpus tests/fuzz/corpus
+ * Dims are 3 and 8 and counts small, so the seeds fit every limit setting
+ * the fuzz target tries but the tiniest.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/wire.h"
+#include "common/wire_msg.h"
+
+static _Alignas(8) uint8_t buf[1u << 16];
+static const char *dir;
+static int failed;
+
+static void save(const char *name, int len)
+{
+	char path[4096];
+	FILE *fp;
+
+	if (len < 0) {
+		fprintf(stderr, "gen_corpus: %s: %s\n", name, emb_strerror(len));
+		failed = 1;
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fp = fopen(path, "wb");
+	if (!fp || fwrite(buf, 1, (size_t)len, fp) != (size_t)len) {
+		fprintf(stderr, "gen_corpus: %s: %s\n", path, strerror(errno));
+		failed = 1;
+	}
+	if (fp)
+		fclose(fp);
+}
+
+static void save_iovs(const char *name, const struct emb_wire_iovs *v, int rc)
+{
+	save(name, rc ? rc : emb_wire_iovs_flatten(v, buf, sizeof(buf)));
+}
+
+static struct emb_wire_spec spec_make(const char *name, uint32_t dim)
+{
+	struct emb_wire_spec s;
+
+	memset(&s, 0, sizeof(s));
+	snprintf(s.name, sizeof(s.name), "%s", name);
+	s.dim = dim;
+	s.optim = EMB_OPTIM_CFG_DEFAULT;
+	s.init = EMB_INIT_CFG_DEFAULT;
+	s.seed = 42;
+	return s;
+}
+
+int main(int argc, char **argv)
+{
+	const uint64_t ids[4] = {1, 0x8000000000000000ull, 77, 1};
+	const uint8_t found[4] = {1, 0, 1, 1};
+	float rows[4 * 8 * 3];
+	struct emb_wire_hello_resp hr = {0};
+	struct emb_wire_table_info tabs[2];
+	struct emb_wire_stats st[2];
+	struct emb_wire_spec spec;
+	struct emb_wire_iovs v;
+	uint8_t bits[8];
+	size_t i;
+
+	if (argc != 2) {
+		fprintf(stderr, "usage: gen_corpus DIR\n");
+		return 2;
+	}
+	dir = argv[1];
+	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		rows[i] = (float)i * 0.125f - 1.0f;
+
+	save("hello_req", emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1,
+						    "tok", 3, "fuzz/tcp"));
+	hr.server_version = 1;
+	hr.limits = EMB_WIRE_LIMITS_DEFAULT;
+	hr.server_id = 7;
+	save("hello_resp", emb_wire_hello_resp_encode(buf, sizeof(buf), 1,
+						      &hr));
+
+	spec = spec_make("user_emb", 8);
+	save("create_req", emb_wire_create_req_encode(buf, sizeof(buf), 2,
+						      &spec));
+	save("create_resp", emb_wire_ack_encode(buf, sizeof(buf),
+						EMB_OP_CREATE_TABLE, 2, 1, 0));
+	save("drop_req", emb_wire_empty_req_encode(buf, sizeof(buf),
+						   EMB_OP_DROP_TABLE, 3, 1));
+	save("drop_resp", emb_wire_ack_encode(buf, sizeof(buf),
+					      EMB_OP_DROP_TABLE, 3, 1, 0));
+	save("list_req", emb_wire_empty_req_encode(buf, sizeof(buf),
+						   EMB_OP_LIST_TABLES, 4, 0));
+	tabs[0].table_id = 1;
+	tabs[0].spec = spec;
+	tabs[0].rows = 10;
+	tabs[1].table_id = 2;
+	tabs[1].spec = spec_make("item", 3);
+	tabs[1].rows = 0;
+	save("list_resp", emb_wire_list_resp_encode(buf, sizeof(buf), 4, tabs,
+						    2));
+
+	save_iovs("pull_req", &v,
+		  emb_wire_pull_req_encode(&v, 5, 1, 0, ids, 4));
+	save_iovs("pull_req_nocreate", &v,
+		  emb_wire_pull_req_encode(&v, 5, 1, EMB_F_NOCREATE, ids, 4));
+	save_iovs("pull_resp_dim8", &v,
+		  emb_wire_pull_resp_encode(&v, 5, 1, 0, 4, 8, NULL, rows));
+	emb_wire_found_pack(found, 4, bits);
+	save_iovs("pull_resp_nocreate_dim3", &v,
+		  emb_wire_pull_resp_encode(&v, 5, 1, EMB_F_NOCREATE, 4, 3,
+					    bits, rows));
+	save_iovs("push_req_dim3", &v,
+		  emb_wire_push_req_encode(&v, 6, 1, 1000, 2, ids, 4, 3,
+					   rows));
+	save_iovs("push_req_dim8", &v,
+		  emb_wire_push_req_encode(&v, 6, 1, 1000, 2, ids, 2, 8,
+					   rows));
+	save("push_resp", emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH,
+					      6, 1, 0));
+	save_iovs("assign_req_dim3", &v,
+		  emb_wire_assign_req_encode(&v, 7, 1, 0, ids, 4, 3, rows));
+	/* dim 3 with Adam's 2 * 3 + 1 state floats */
+	save_iovs("assign_req_state_dim3", &v,
+		  emb_wire_assign_req_encode(&v, 7, 1, EMB_F_WITH_STATE, ids,
+					     2, 10, rows));
+	save("assign_resp", emb_wire_ack_encode(buf, sizeof(buf),
+						EMB_OP_ASSIGN, 7, 1, 0));
+	save_iovs("erase_req", &v,
+		  emb_wire_erase_req_encode(&v, 8, 1, ids, 3));
+	save("erase_resp", emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_ERASE,
+					       8, 1, 2));
+	save("stats_req", emb_wire_empty_req_encode(buf, sizeof(buf),
+						    EMB_OP_STATS, 9, 0));
+	memset(st, 0, sizeof(st));
+	st[0].table_id = 1;
+	st[0].rows = 10;
+	st[0].step = 3;
+	st[1].table_id = 2;
+	save("stats_resp", emb_wire_stats_resp_encode(buf, sizeof(buf), 9, 0,
+						      st, 2));
+	save_iovs("ping_req", &v,
+		  emb_wire_ping_encode(&v, 10, false, "12345678", 8));
+	save_iovs("ping_resp", &v,
+		  emb_wire_ping_encode(&v, 10, true, "12345678", 8));
+	save("error_resp", emb_wire_error_encode(buf, sizeof(buf), EMB_OP_PULL,
+						 11, 1, EMB_ENOTABLE,
+						 "no table 1"));
+	return failed;
+}
