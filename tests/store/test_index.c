@@ -1,0 +1,361 @@
+/*
+ * tests/store/test_index.c - the id index against a reference map.
+ *
+ * A fixed-seed random mix of pull, no-create pull, assign, push and erase
+ * batches (over a million id operations per run) is applied both to a table
+ * and to a plain array indexed by key; every answer the table gives is
+ * checked as it comes. Few shards make each shard grow through many resizes;
+ * erasing most rows and inserting again exercises deletion and reuse. SGD
+ * with lr 1 and integer gradients keeps the expected weights exact.
+ * Single-threaded.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_test.h"
+
+#define DIM 2
+#define UNIVERSE (1u << 17) /* distinct keys */
+#define BATCH_MAX 48
+#define OPS_PER_PHASE 550000u
+
+struct ref {
+	uint8_t *present;
+	float *w;	  /* UNIVERSE * DIM */
+	uint64_t nrows;	  /* keys present */
+	uint64_t id_ops;  /* ids passed to the table so far */
+	uint64_t rng;	  /* splitmix64 state */
+	uint32_t hot;	  /* keys are drawn from [0, hot) */
+	int bad;	  /* mismatches seen */
+	struct emb_table_opts o;
+	struct emb_table *t;
+};
+
+/* Key -> id: a bijection that spreads keys over 64 bits, plus the two
+ * extremes, which an index might be tempted to use as markers. */
+static uint64_t key_id(uint32_t k)
+{
+	if (k == UNIVERSE - 1)
+		return UINT64_MAX;
+	return (uint64_t)k * 0x9e3779b97f4a7c15ull;
+}
+
+static void mismatch(struct ref *r, const char *what, uint32_t k, double want,
+		     double got)
+{
+	if (r->bad++ < 8)
+		fprintf(stderr,
+			"\n    %s key %u id %llu: expected %.9g got %.9g "
+			"(after %llu id ops)",
+			what, k, (unsigned long long)key_id(k), want, got,
+			(unsigned long long)r->id_ops);
+}
+
+static void ref_create(struct ref *r, uint32_t k)
+{
+	if (r->present[k])
+		return;
+	emb_init_row(&r->o.init, r->o.seed, key_id(k), &r->w[k * DIM], DIM);
+	r->present[k] = 1;
+	r->nrows++;
+}
+
+/* n keys; distinct when uniq (a pull's miss count is then unambiguous). */
+static uint32_t draw_keys(struct ref *r, uint32_t *keys, uint64_t *ids,
+			  bool uniq)
+{
+	uint32_t n = 1 + rnd_below(&r->rng, BATCH_MAX);
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t k;
+		bool dup;
+
+		do {
+			k = rnd_below(&r->rng, r->hot);
+			dup = false;
+			for (uint32_t j = 0; uniq && j < i; j++)
+				dup |= keys[j] == k;
+		} while (dup);
+		keys[i] = k;
+		ids[i] = key_id(k);
+	}
+	r->id_ops += n;
+	return n;
+}
+
+static void op_pull(struct ref *r, bool create)
+{
+	uint32_t keys[BATCH_MAX], missing = 0, n;
+	uint64_t ids[BATCH_MAX];
+	float out[BATCH_MAX * DIM];
+	uint8_t found[BATCH_MAX];
+	int rc;
+
+	n = draw_keys(r, keys, ids, true);
+	for (uint32_t i = 0; i < n; i++)
+		missing += !r->present[keys[i]];
+	memset(found, 0xee, sizeof(found));
+	rc = emb_table_pull(r->t, ids, n, out, create ? 0 : EMB_PULL_NOCREATE,
+			    create ? NULL : found);
+	if (rc != (int)missing)
+		mismatch(r, create ? "pull rc" : "nocreate rc", keys[0],
+			 missing, rc);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t k = keys[i];
+		float zero[DIM] = {0};
+		const float *want;
+
+		if (create)
+			ref_create(r, k);
+		else if (found[i] != r->present[k])
+			mismatch(r, "found", k, r->present[k], found[i]);
+		want = r->present[k] ? &r->w[k * DIM] : zero;
+		for (uint32_t j = 0; j < DIM; j++) {
+			if (memcmp(&out[i * DIM + j], &want[j], sizeof(float)))
+				mismatch(r, "pulled weight", k, want[j],
+					 out[i * DIM + j]);
+		}
+	}
+}
+
+static void op_assign(struct ref *r)
+{
+	uint32_t keys[BATCH_MAX], n;
+	uint64_t ids[BATCH_MAX];
+	float rows[BATCH_MAX * DIM];
+	int rc;
+
+	n = draw_keys(r, keys, ids, false);
+	for (uint32_t i = 0; i < n * DIM; i++)
+		rows[i] = (float)rnd_below(&r->rng, 1000) - 500.0f;
+	rc = emb_table_assign(r->t, ids, n, rows, false, NULL);
+	if (rc != 0)
+		mismatch(r, "assign rc", keys[0], 0, rc);
+	/* In order, so the last of a duplicated key wins. */
+	for (uint32_t i = 0; i < n; i++) {
+		ref_create(r, keys[i]);
+		memcpy(&r->w[keys[i] * DIM], &rows[i * DIM],
+		       DIM * sizeof(float));
+	}
+}
+
+static void op_push(struct ref *r)
+{
+	uint32_t keys[BATCH_MAX], n;
+	uint64_t ids[BATCH_MAX];
+	float g[BATCH_MAX * DIM], sum[BATCH_MAX * DIM];
+	uint8_t done[BATCH_MAX] = {0};
+	int rc;
+
+	n = draw_keys(r, keys, ids, false);
+	for (uint32_t i = 0; i < n * DIM; i++)
+		g[i] = (float)rnd_below(&r->rng, 7) - 3.0f;
+	rc = emb_table_push(r->t, ids, n, g);
+	if (rc != 0)
+		mismatch(r, "push rc", keys[0], 0, rc);
+	/* Duplicates are summed first (exact: small integers), then
+	 * w -= 1 * sum, rounded once like the table does. */
+	for (uint32_t i = 0; i < n; i++) {
+		if (done[i])
+			continue;
+		memcpy(&sum[i * DIM], &g[i * DIM], DIM * sizeof(float));
+		for (uint32_t j = i + 1; j < n; j++) {
+			if (keys[j] != keys[i])
+				continue;
+			done[j] = 1;
+			for (uint32_t d = 0; d < DIM; d++)
+				sum[i * DIM + d] += g[j * DIM + d];
+		}
+		ref_create(r, keys[i]);
+		for (uint32_t d = 0; d < DIM; d++)
+			r->w[keys[i] * DIM + d] -= sum[i * DIM + d];
+	}
+}
+
+static void op_erase(struct ref *r)
+{
+	uint32_t keys[BATCH_MAX], present = 0, n;
+	uint64_t ids[BATCH_MAX];
+	int rc;
+
+	n = draw_keys(r, keys, ids, true);
+	for (uint32_t i = 0; i < n; i++) {
+		present += r->present[keys[i]];
+		if (r->present[keys[i]]) {
+			r->present[keys[i]] = 0;
+			r->nrows--;
+		}
+	}
+	rc = emb_table_erase(r->t, ids, n);
+	if (rc != (int)present)
+		mismatch(r, "erase rc", keys[0], present, rc);
+}
+
+static void random_ops(struct ref *r, uint64_t n_ops, uint32_t erase_pct)
+{
+	uint64_t end = r->id_ops + n_ops;
+
+	while (r->id_ops < end && r->bad < 8) {
+		uint32_t p = rnd_below(&r->rng, 100);
+
+		/* The key range widens as the run goes, so shards keep
+		 * growing rather than filling once. */
+		if (r->hot < UNIVERSE && rnd_below(&r->rng, 4) == 0)
+			r->hot += r->hot / 64 + 1;
+		if (r->hot > UNIVERSE)
+			r->hot = UNIVERSE;
+		if (p < erase_pct)
+			op_erase(r);
+		else if (p < erase_pct + 30)
+			op_pull(r, true);
+		else if (p < erase_pct + 50)
+			op_pull(r, false);
+		else if (p < erase_pct + 65)
+			op_assign(r);
+		else
+			op_push(r);
+	}
+}
+
+/* The whole table against the whole reference, through the iterator. */
+static void verify_all(struct ref *r, const char *phase)
+{
+	enum { CHUNK = 1000 };
+	uint64_t *ids = xcalloc(CHUNK, sizeof(*ids));
+	float *rows = xcalloc((size_t)CHUNK * DIM, sizeof(float));
+	uint8_t *seen = xcalloc(UNIVERSE, 1);
+	struct emb_table_iter *it;
+	struct emb_table_stats s = table_stats(r->t);
+	uint64_t total = 0;
+	int got;
+
+	if (s.rows != r->nrows)
+		fprintf(stderr, "\n    %s: stats.rows %llu, reference %llu",
+			phase, (unsigned long long)s.rows,
+			(unsigned long long)r->nrows);
+	CU_ASSERT_EQUAL(s.rows, r->nrows);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(r->t, &it), 0);
+	while ((got = emb_table_iter_next(it, ids, rows, NULL, CHUNK)) > 0) {
+		for (int i = 0; i < got; i++) {
+			/* Invert key_id(): multiply by the inverse of the odd
+			 * constant modulo 2^64. */
+			uint64_t k = ids[i] == UINT64_MAX
+					     ? UNIVERSE - 1
+					     : ids[i] * 0xf1de83e19937733dull;
+
+			if (k >= UNIVERSE || !r->present[k] || seen[k]++) {
+				mismatch(r, "iterated id", 0, 0, (double)ids[i]);
+				continue;
+			}
+			for (uint32_t j = 0; j < DIM; j++) {
+				if (memcmp(&rows[i * DIM + j],
+					   &r->w[k * DIM + j], sizeof(float)))
+					mismatch(r, "iterated weight",
+						 (uint32_t)k, r->w[k * DIM + j],
+						 rows[i * DIM + j]);
+			}
+		}
+		total += (uint64_t)got;
+	}
+	CU_ASSERT_EQUAL(got, 0);
+	CU_ASSERT_EQUAL(total, r->nrows);
+	emb_table_iter_destroy(it);
+	free(ids);
+	free(rows);
+	free(seen);
+}
+
+/* Erases all but about one present key in ten, in random batches. */
+static void erase_most(struct ref *r)
+{
+	uint64_t ids[BATCH_MAX];
+	uint32_t n = 0, present = 0;
+	int rc;
+
+	for (uint32_t k = 0; k < UNIVERSE; k++) {
+		if (!r->present[k] || rnd_below(&r->rng, 10) == 0)
+			continue;
+		ids[n++] = key_id(k);
+		present++;
+		r->present[k] = 0;
+		r->nrows--;
+		if (n == BATCH_MAX || k == UNIVERSE - 1) {
+			rc = emb_table_erase(r->t, ids, n);
+			if (rc != (int)present)
+				mismatch(r, "bulk erase rc", k, present, rc);
+			r->id_ops += n;
+			n = present = 0;
+		}
+	}
+	if (n) {
+		rc = emb_table_erase(r->t, ids, n);
+		if (rc != (int)present)
+			mismatch(r, "bulk erase rc", 0, present, rc);
+		r->id_ops += n;
+	}
+}
+
+static void run(uint32_t nshards, uint64_t seed)
+{
+	struct ref r = {0};
+	uint64_t peak;
+
+	r.o = EMB_TABLE_OPTS_DEFAULT;
+	r.o.dim = DIM;
+	r.o.nshards = nshards;
+	r.o.optim.lr = 1.0f;
+	r.o.seed = seed;
+	r.rng = seed;
+	r.hot = 64;
+	r.present = xcalloc(UNIVERSE, 1);
+	r.w = xcalloc((size_t)UNIVERSE * DIM, sizeof(float));
+	r.t = table_new(&r.o);
+
+	/* Grow: few erases. */
+	random_ops(&r, OPS_PER_PHASE, 5);
+	verify_all(&r, "grown");
+	peak = r.nrows;
+	/* Shrink to a tenth, then insert again with mixed traffic. */
+	erase_most(&r);
+	verify_all(&r, "erased");
+	CU_ASSERT(r.nrows < peak / 5);
+	random_ops(&r, OPS_PER_PHASE, 10);
+	verify_all(&r, "re-inserted");
+	CU_ASSERT(r.nrows > peak / 2);
+	CU_ASSERT(r.id_ops >= 1000000);
+	fprintf(stderr, "\n    nshards %u: %llu id ops, peak %llu rows, %llu at end",
+		nshards, (unsigned long long)r.id_ops,
+		(unsigned long long)peak, (unsigned long long)r.nrows);
+	CU_ASSERT_EQUAL(r.bad, 0);
+	if (r.bad)
+		fprintf(stderr, "\n    nshards %u: %d mismatches", nshards,
+			r.bad);
+	emb_table_destroy(r.t);
+	free(r.present);
+	free(r.w);
+}
+
+static void test_one_shard(void)
+{
+	run(1, 0x5eed0001);
+}
+
+static void test_four_shards(void)
+{
+	run(4, 0x5eed0004);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+		{"one shard matches a reference map over 1M ops",
+		 test_one_shard},
+		{"four shards match a reference map over 1M ops",
+		 test_four_shards},
+		{NULL, NULL},
+	};
+
+	return emb_test_main(argc, argv, "store/index", cases);
+}

@@ -1,0 +1,324 @@
+/*
+ * tests/store/test_threads.c - one table shared by several threads.
+ *
+ * Exactness: SGD with lr 1, zero-initialised rows and small integer
+ * gradients makes every partial sum exact in float, so the final weights
+ * equal minus the sum of all gradients whatever order the updates land in,
+ * and a lost or doubled update shows as a wrong integer. The mixed test only
+ * asks that pull, push, assign, erase, evict, stats and iteration run
+ * together without a crash or a sanitizer report, and that the table is
+ * consistent afterwards. Each test starts and joins its own threads.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_test.h"
+
+#define NTHREADS 4
+#define DIM 4
+
+struct push_arg {
+	struct emb_table *t;
+	uint32_t nids;	 /* ids are 0..nids, shared by all threads */
+	uint32_t rounds; /* push batches */
+	uint64_t seed;
+	int64_t *sum;	 /* nids * DIM: this thread's gradient sums */
+	int rc;		 /* first failure, or 0 */
+};
+
+static void *push_worker(void *p)
+{
+	enum { BATCH = 64 };
+	struct push_arg *a = p;
+	uint64_t ids[BATCH], rng = a->seed;
+	float g[BATCH * DIM];
+
+	for (uint32_t r = 0; r < a->rounds; r++) {
+		for (uint32_t i = 0; i < BATCH; i++) {
+			/* Duplicates within a batch are summed by push. */
+			ids[i] = rnd_below(&rng, a->nids);
+			for (uint32_t j = 0; j < DIM; j++) {
+				int v = (int)rnd_below(&rng, 5) - 2;
+
+				g[i * DIM + j] = (float)v;
+				a->sum[ids[i] * DIM + j] += v;
+			}
+		}
+		a->rc = emb_table_push(a->t, ids, BATCH, g);
+		if (a->rc)
+			break;
+	}
+	return NULL;
+}
+
+static void test_pushes_all_arrive(void)
+{
+	enum { NIDS = 300, ROUNDS = 3000 };
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct push_arg args[NTHREADS];
+	pthread_t th[NTHREADS];
+	uint64_t ids[NIDS];
+	float *out = xcalloc((size_t)NIDS * DIM, sizeof(float));
+	struct emb_table_stats s;
+	struct emb_table *t;
+	int bad = 0;
+
+	o.dim = DIM;
+	o.nshards = 4; /* few shards: more contention */
+	o.optim.lr = 1.0f;
+	o.init.kind = EMB_INIT_ZEROS;
+	t = table_new(&o);
+	for (int i = 0; i < NTHREADS; i++) {
+		args[i] = (struct push_arg){
+			.t = t,
+			.nids = NIDS,
+			.rounds = ROUNDS,
+			.seed = 1000 + (uint64_t)i,
+			.sum = xcalloc((size_t)NIDS * DIM, sizeof(int64_t)),
+		};
+		CU_ASSERT_EQUAL_FATAL(
+			pthread_create(&th[i], NULL, push_worker, &args[i]), 0);
+	}
+	for (int i = 0; i < NTHREADS; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(args[i].rc, 0);
+	}
+
+	for (uint32_t i = 0; i < NIDS; i++)
+		ids[i] = i;
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, NIDS, out, EMB_PULL_NOCREATE,
+				       NULL),
+			0);
+	for (uint32_t i = 0; i < NIDS * DIM; i++) {
+		int64_t total = 0;
+		float want;
+
+		for (int k = 0; k < NTHREADS; k++)
+			total += args[k].sum[i];
+		want = (float)-total;
+		expect_floats("summed updates", i / DIM, &out[i], &want, 1,
+			      &bad);
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	s = table_stats(t);
+	CU_ASSERT_EQUAL(s.rows, NIDS);
+	/* Each id was created once, however many threads raced to it. */
+	CU_ASSERT_EQUAL(s.rows_created, NIDS);
+	CU_ASSERT_EQUAL(s.pushes, (uint64_t)NTHREADS * ROUNDS);
+	CU_ASSERT_EQUAL(s.step, (uint64_t)NTHREADS * ROUNDS);
+	emb_table_destroy(t);
+	for (int i = 0; i < NTHREADS; i++)
+		free(args[i].sum);
+	free(out);
+}
+
+struct pull_arg {
+	struct emb_table *t;
+	uint32_t n;	/* ids 0..n, pulled in the same order by everyone */
+	float *out;	/* n * DIM */
+	int rc;
+};
+
+static void *pull_worker(void *p)
+{
+	enum { BATCH = 32 };
+	struct pull_arg *a = p;
+	uint64_t ids[BATCH];
+
+	for (uint32_t base = 0; base < a->n; base += BATCH) {
+		for (uint32_t i = 0; i < BATCH; i++)
+			ids[i] = base + i;
+		a->rc = emb_table_pull(a->t, ids, BATCH,
+				       a->out + (size_t)base * DIM, 0, NULL);
+		if (a->rc < 0)
+			break;
+	}
+	return NULL;
+}
+
+/* Threads racing to create the same rows each get the initial values. */
+static void test_racing_creates(void)
+{
+	enum { N = 20000 };
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct pull_arg args[NTHREADS];
+	pthread_t th[NTHREADS];
+	float want[DIM];
+	struct emb_table_stats s;
+	struct emb_table *t;
+	int bad = 0;
+
+	o.dim = DIM;
+	o.nshards = 2;
+	t = table_new(&o);
+	for (int i = 0; i < NTHREADS; i++) {
+		args[i] = (struct pull_arg){
+			.t = t,
+			.n = N,
+			.out = xcalloc((size_t)N * DIM, sizeof(float)),
+		};
+		CU_ASSERT_EQUAL_FATAL(
+			pthread_create(&th[i], NULL, pull_worker, &args[i]), 0);
+	}
+	for (int i = 0; i < NTHREADS; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT(args[i].rc >= 0);
+	}
+	for (uint32_t id = 0; id < N; id++) {
+		emb_init_row(&o.init, o.seed, id, want, DIM);
+		for (int i = 0; i < NTHREADS; i++)
+			expect_floats("raced create", id,
+				      args[i].out + (size_t)id * DIM, want,
+				      DIM, &bad);
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	s = table_stats(t);
+	CU_ASSERT_EQUAL(s.rows, N);
+	CU_ASSERT_EQUAL(s.rows_created, N);
+	emb_table_destroy(t);
+	for (int i = 0; i < NTHREADS; i++)
+		free(args[i].out);
+}
+
+struct mixed_arg {
+	struct emb_table *t;
+	int role;	/* selects the mix of calls */
+	uint64_t seed;
+	int failures;	/* calls that returned an unexpected error */
+};
+
+#define MIXED_IDS 4096u
+#define MIXED_ROUNDS 3000u
+
+static void *mixed_worker(void *p)
+{
+	enum { BATCH = 48 };
+	struct mixed_arg *a = p;
+	uint32_t rf = emb_table_row_floats(a->t);
+	uint64_t ids[BATCH], rng = a->seed;
+	float *buf = xcalloc((size_t)BATCH * rf, sizeof(float));
+	const float *ptrs[BATCH];
+	uint8_t found[BATCH];
+	struct emb_row_meta meta[BATCH] = {{0}};
+
+	for (uint32_t r = 0; r < MIXED_ROUNDS; r++) {
+		uint32_t n = 1 + rnd_below(&rng, BATCH);
+		uint32_t op = rnd_below(&rng, 100);
+		int64_t rc = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			ids[i] = rnd_below(&rng, MIXED_IDS);
+		for (uint32_t i = 0; i < n * rf; i++)
+			buf[i] = 0.001f * (float)((int)rnd_below(&rng, 200) - 100);
+		/* Role 0 also walks the table and evicts; the others do
+		 * data-path traffic. */
+		if (a->role == 0 && op < 3) {
+			struct emb_table_iter *it;
+
+			if (emb_table_iter_create(a->t, &it) == 0) {
+				while (emb_table_iter_next(it, ids, buf, meta,
+							   BATCH) > 0)
+					;
+				emb_table_iter_destroy(it);
+			}
+			continue;
+		}
+		if (a->role == 0 && op < 6) {
+			rc = emb_table_evict(a->t, 40, 0);
+		} else if (op < 30) {
+			rc = emb_table_pull(a->t, ids, n, buf, 0, NULL);
+		} else if (op < 45) {
+			rc = emb_table_pull(a->t, ids, n, buf,
+					    EMB_PULL_NOCREATE, found);
+		} else if (op < 55) {
+			/* Pointers only: their floats may change while read. */
+			rc = emb_table_pull_ptrs(a->t, ids, n, ptrs,
+						 EMB_PULL_NOCREATE);
+		} else if (op < 80) {
+			rc = emb_table_push(a->t, ids, n, buf);
+		} else if (op < 88) {
+			rc = emb_table_assign(a->t, ids, n, buf, op & 1,
+					      (op & 2) ? meta : NULL);
+		} else if (op < 98) {
+			rc = emb_table_erase(a->t, ids, n);
+		} else {
+			struct emb_table_stats s;
+
+			emb_table_stats(a->t, &s);
+		}
+		if (rc < 0)
+			a->failures++;
+	}
+	free(buf);
+	return NULL;
+}
+
+static void test_mixed_traffic(void)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct mixed_arg args[NTHREADS];
+	pthread_t th[NTHREADS];
+	uint64_t *ids = xcalloc(MIXED_IDS + 1, sizeof(*ids));
+	uint8_t *seen = xcalloc(MIXED_IDS, 1);
+	float *rows;
+	struct emb_table_iter *it;
+	struct emb_table *t;
+	uint32_t rf, total = 0;
+	int got, dup = 0, stray = 0;
+
+	o.dim = 6;
+	o.nshards = 4;
+	o.optim.kind = EMB_OPTIM_ADAM;
+	t = table_new(&o);
+	rf = emb_table_row_floats(t);
+	for (int i = 0; i < NTHREADS; i++) {
+		args[i] = (struct mixed_arg){.t = t, .role = i,
+					     .seed = 77 + (uint64_t)i};
+		CU_ASSERT_EQUAL_FATAL(
+			pthread_create(&th[i], NULL, mixed_worker, &args[i]),
+			0);
+	}
+	for (int i = 0; i < NTHREADS; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(args[i].failures, 0);
+	}
+
+	/* Quiet again: every row once, every id one of ours, stats agree. */
+	rows = xcalloc((size_t)(MIXED_IDS + 1) * rf, sizeof(float));
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	while ((got = emb_table_iter_next(it, ids, rows, NULL, 256)) > 0) {
+		for (int i = 0; i < got; i++) {
+			if (ids[i] >= MIXED_IDS)
+				stray++;
+			else if (seen[ids[i]]++)
+				dup++;
+		}
+		total += (uint32_t)got;
+	}
+	emb_table_iter_destroy(it);
+	CU_ASSERT_EQUAL(stray, 0);
+	CU_ASSERT_EQUAL(dup, 0);
+	CU_ASSERT_EQUAL(total, table_stats(t).rows);
+	emb_table_destroy(t);
+	free(ids);
+	free(seen);
+	free(rows);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+		{"concurrent pushes to shared ids all arrive",
+		 test_pushes_all_arrive},
+		{"racing first pulls create each row once",
+		 test_racing_creates},
+		{"pull, push, assign, erase, evict and iterate together",
+		 test_mixed_traffic},
+		{NULL, NULL},
+	};
+
+	return emb_test_main(argc, argv, "store/threads", cases);
+}
