@@ -1,0 +1,1225 @@
+/*
+ * src/worker/client.c - emb_client: routing, dedup, and parallel requests.
+ *
+ * The client owns one transport and one network thread running its loop.
+ * A call builds an emb_async in the caller's thread (dedup, partition by
+ * server, split to the servers' limits), hands it to the loop with
+ * emb_transport_exec(), and the loop thread posts one request per part. As
+ * responses arrive, the loop thread scatters rows into the caller's buffer,
+ * so an asynchronous pull overlaps with the caller's compute; the last part
+ * to finish wakes the waiter. Op fields other than mu/cv/done are touched by
+ * the caller before posting and after completion, and by the loop thread in
+ * between, never by both at once.
+ */
+#include "worker/embstore.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/dedup.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "common/wire.h"
+#include "common/wire_msg.h"
+#include "transport/transport.h"
+
+#define NONE UINT32_MAX
+#define ADMIN_RESP_MAX (EMB_WIRE_HDR_SIZE + 1024u * EMB_WIRE_LIST_ENTRY_SIZE)
+
+struct server {
+	char host[256];		    /* as given */
+	uint16_t port;		    /* as given */
+	struct emb_conn *conn;	    /* loop thread only after start */
+	struct emb_wire_limits lim; /* from its HELLO response */
+};
+
+struct emb_client {
+	struct emb_transport *tr;   /* the loop */
+	pthread_t thread;	    /* runs the loop */
+	bool running;		    /* thread started */
+	struct server *srv;	    /* nsrv servers, in the order given */
+	uint32_t nsrv;		    /* >= 1 */
+	uint16_t slot_map[EMB_NSLOTS]; /* slot -> server index */
+	uint32_t timeout_ms;	    /* per request */
+
+	pthread_mutex_t err_lock;   /* guards last_* */
+	int last_status;	    /* of the last server error */
+	char last_msg[EMB_WIRE_ERRMSG_MAX + 1]; /* its message */
+
+	uint64_t requests;	    /* atomic counters */
+	uint64_t errors;
+	uint64_t ids_in;
+	uint64_t ids_sent;
+};
+
+struct emb_client_table {
+	struct emb_client *c;	   /* borrowed */
+	char name[EMB_WIRE_NAME_SIZE]; /* spec.name points here */
+	struct emb_table_spec spec; /* as created */
+	uint32_t row_floats;	   /* dim + state floats */
+	uint32_t *ids;		   /* table id on each server */
+};
+
+enum op_kind {
+	OP_PULL,
+	OP_PUSH,
+	OP_ASSIGN,
+	OP_ERASE,
+	OP_ADMIN,
+};
+
+struct part {
+	struct emb_async *op;	     /* owner */
+	uint32_t server;	     /* index into c->srv */
+	uint32_t first;		     /* offset into the op's partitioned ids */
+	uint32_t n;		     /* ids in this part */
+	struct emb_frame_hdr hdr;    /* request header (opcode, table, count) */
+	struct iovec iov[3];	     /* request payload */
+	int niov;		     /* entries used */
+	uint8_t prefix[EMB_WIRE_PUSH_PREFIX_SIZE]; /* PUSH's step/rank */
+	void *resp;		     /* response payload lands here */
+	size_t resp_cap;	     /* bytes */
+	struct emb_frame_hdr rhdr;   /* response header, once done */
+	int status;		     /* this part's result */
+};
+
+struct emb_async {
+	struct emb_client *c;	   /* borrowed */
+	enum op_kind kind;	   /* what completes the parts */
+	uint32_t dim;		   /* row floats the caller sees */
+	uint32_t n;		   /* caller's ids */
+	float *out;		   /* pull: caller's rows */
+	uint8_t *found;		   /* pull: caller's found[] or NULL */
+	uint32_t *pu;		   /* partitioned index -> distinct index */
+	uint32_t *first;	   /* distinct index -> first position */
+	uint32_t *next;		   /* position -> next of the same id */
+	uint64_t count;		   /* erase: ids that existed */
+	struct part *parts;	   /* nparts */
+	uint32_t nparts;	   /* parts posted */
+	uint32_t pending;	   /* loop thread: parts not done */
+	int status;		   /* first error, else 0 */
+	void *mem;		   /* everything above lives here */
+	void *resp_mem;		   /* response buffers */
+
+	pthread_mutex_t mu;	   /* guards done, with cv */
+	pthread_cond_t cv;	   /* signalled once done */
+	bool done;		   /* all parts finished */
+};
+
+static void add(uint64_t *c, uint64_t n)
+{
+	__atomic_fetch_add(c, n, __ATOMIC_RELAXED);
+}
+
+/* ---- op lifecycle ---- */
+
+static struct emb_async *op_new(struct emb_client *c, enum op_kind kind)
+{
+	struct emb_async *op = calloc(1, sizeof(*op));
+
+	if (!op)
+		return NULL;
+	op->c = c;
+	op->kind = kind;
+	pthread_mutex_init(&op->mu, NULL);
+	pthread_cond_init(&op->cv, NULL);
+	return op;
+}
+
+static void op_free(struct emb_async *op)
+{
+	if (!op)
+		return;
+	pthread_cond_destroy(&op->cv);
+	pthread_mutex_destroy(&op->mu);
+	free(op->resp_mem);
+	free(op->mem);
+	free(op);
+}
+
+static void op_complete(struct emb_async *op)
+{
+	pthread_mutex_lock(&op->mu);
+	op->done = true;
+	pthread_cond_broadcast(&op->cv);
+	pthread_mutex_unlock(&op->mu);
+}
+
+static void note_server_error(struct emb_client *c, struct part *p)
+{
+	struct emb_wire_frame f = {.hdr = p->rhdr, .payload = p->resp};
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_error e;
+
+	f.lim = &lim;
+	if (emb_wire_error_decode(&f, &e) != 0)
+		return;
+	pthread_mutex_lock(&c->err_lock);
+	c->last_status = e.status;
+	snprintf(c->last_msg, sizeof(c->last_msg), "%.*s", (int)e.msg_len,
+		 e.msg);
+	pthread_mutex_unlock(&c->err_lock);
+	emb_log(EMB_LOG_DEBUG, "server %s:%u: %s: %.*s",
+		c->srv[p->server].host, c->srv[p->server].port,
+		emb_strerror(e.status), (int)e.msg_len, e.msg);
+}
+
+/* Loop thread: copies a pull part's rows to every position of its ids. */
+static int pull_scatter(struct emb_async *op, struct part *p)
+{
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_frame f = {.hdr = p->rhdr, .payload = p->resp};
+	struct emb_wire_pull_resp r;
+	const size_t row_sz = (size_t)op->dim * sizeof(float);
+	int rc;
+
+	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
+	f.lim = &lim;
+	rc = emb_wire_pull_resp_decode(&f, op->dim, &r);
+	if (rc)
+		return rc;
+	if (r.n != p->n)
+		return EMB_EBADFRAME;
+	for (uint32_t j = 0; j < r.n; j++) {
+		const float *row = r.rows + (size_t)j * op->dim;
+		uint32_t u = op->pu[p->first + j];
+		uint8_t hit = r.found ? emb_wire_bit_test(r.found, j) : 1;
+
+		for (uint32_t i = op->first[u]; i != NONE; i = op->next[i]) {
+			memcpy(op->out + (size_t)i * op->dim, row, row_sz);
+			if (op->found)
+				op->found[i] = hit;
+		}
+	}
+	return 0;
+}
+
+static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct part *p = ctx;
+	struct emb_async *op = p->op;
+
+	if (status == 0) {
+		p->rhdr = *resp;
+		if (resp->status < 0) {
+			note_server_error(op->c, p);
+			status = resp->status;
+		} else if (op->kind == OP_PULL) {
+			status = pull_scatter(op, p);
+		} else if (op->kind == OP_ERASE) {
+			op->count += resp->count;
+		}
+	}
+	p->status = status;
+	if (status) {
+		add(&op->c->errors, 1);
+		if (!op->status)
+			op->status = status;
+	}
+	if (--op->pending == 0)
+		op_complete(op);
+}
+
+/* Loop thread: posts every part of op. */
+static void op_issue(void *arg)
+{
+	struct emb_async *op = arg;
+	struct emb_client *c = op->c;
+	uint32_t nparts = op->nparts;
+
+	/* Count all parts first: a part that fails at once must not see
+	 * pending reach 0 while later parts are still unposted. */
+	op->pending = nparts + 1;
+	for (uint32_t k = 0; k < nparts; k++) {
+		struct part *p = &op->parts[k];
+		struct emb_conn *conn = c->srv[p->server].conn;
+		int rc = conn ? emb_conn_call(conn, &p->hdr, p->iov, p->niov,
+					      p->resp, p->resp_cap, part_done,
+					      p)
+			      : EMB_ECLOSED;
+
+		add(&c->requests, 1);
+		if (rc)
+			part_done(p, rc, NULL);
+	}
+	if (--op->pending == 0)
+		op_complete(op);
+}
+
+static int op_post(struct emb_async *op)
+{
+	if (op->nparts == 0) {
+		op->done = true;
+		return 0;
+	}
+	return emb_transport_exec(op->c->tr, op_issue, op);
+}
+
+int emb_async_wait(struct emb_async *op)
+{
+	int rc;
+
+	if (!op)
+		return EMB_EBADARG;
+	pthread_mutex_lock(&op->mu);
+	while (!op->done)
+		pthread_cond_wait(&op->cv, &op->mu);
+	pthread_mutex_unlock(&op->mu);
+	rc = op->status;
+	op_free(op);
+	return rc;
+}
+
+bool emb_async_done(struct emb_async *op)
+{
+	bool d;
+
+	pthread_mutex_lock(&op->mu);
+	d = op->done;
+	pthread_mutex_unlock(&op->mu);
+	return d;
+}
+
+/* ---- batch preparation ---- */
+
+/* Largest ids per request to server s for rows of stride floats. */
+static uint32_t part_max(const struct emb_client *c, uint32_t s,
+			 uint32_t stride)
+{
+	const struct emb_wire_limits *lim = &c->srv[s].lim;
+	uint64_t per_id = 8 + 1 + 4ull * stride;
+	uint64_t room = lim->max_frame_bytes - 2 * EMB_WIRE_HDR_SIZE;
+	uint64_t m = room / per_id;
+
+	if (m > lim->max_ids)
+		m = lim->max_ids;
+	return m ? (uint32_t)m : 1;
+}
+
+/*
+ * Deduplicates ids and orders the distinct ones by server. Fills op->pu,
+ * op->first, op->next (in op->mem), the partitioned ids in *pids, the
+ * distinct index -> partitioned index map in *ppos, and per-server counts
+ * in cnt[nsrv]. Returns the number of distinct ids, or a negative code.
+ */
+static int64_t prepare(struct emb_async *op, const uint64_t *ids, uint32_t n,
+		       size_t extra, uint64_t **pids, uint32_t **ppos,
+		       uint32_t *cnt, void **extra_out)
+{
+	struct emb_client *c = op->c;
+	struct emb_dedup *d = NULL;
+	uint64_t *uniq;
+	uint32_t *inv, *srv_of, *start;
+	size_t bytes;
+	int64_t nu;
+	char *m;
+	int rc;
+
+	bytes = (size_t)n * (8 + 8 + 4 + 4 + 4 + 4 + 4 + 4) +
+		(size_t)(c->nsrv + 1) * 4 + extra + 64;
+	m = malloc(bytes);
+	if (!m)
+		return -ENOMEM;
+	op->mem = m;
+	uniq = (uint64_t *)(void *)m;
+	*pids = uniq + n;
+	inv = (uint32_t *)(void *)(*pids + n);
+	*ppos = inv + n;
+	srv_of = *ppos + n;
+	op->pu = srv_of + n;
+	op->first = op->pu + n;
+	op->next = op->first + n;
+	start = op->next + n;
+	*extra_out = (void *)(((uintptr_t)(start + c->nsrv + 1) + 63) &
+			      ~(uintptr_t)63);
+
+	rc = emb_dedup_create(n, &d);
+	if (rc)
+		return rc;
+	nu = emb_dedup_run(d, ids, n, uniq, inv);
+	emb_dedup_destroy(d);
+	if (nu < 0)
+		return nu;
+
+	memset(cnt, 0, c->nsrv * sizeof(*cnt));
+	for (uint32_t u = 0; u < (uint32_t)nu; u++) {
+		srv_of[u] = c->slot_map[emb_id_slot(uniq[u])];
+		cnt[srv_of[u]]++;
+	}
+	start[0] = 0;
+	for (uint32_t s = 0; s < c->nsrv; s++)
+		start[s + 1] = start[s] + cnt[s];
+	for (uint32_t u = 0; u < (uint32_t)nu; u++) {
+		uint32_t pos = start[srv_of[u]]++;
+
+		(*pids)[pos] = uniq[u];
+		op->pu[pos] = u;
+		(*ppos)[u] = pos;
+		op->first[u] = NONE;
+	}
+	for (uint32_t i = n; i-- > 0;) {
+		op->next[i] = op->first[inv[i]];
+		op->first[inv[i]] = i;
+	}
+	add(&c->ids_in, n);
+	add(&c->ids_sent, (uint64_t)nu);
+	return nu;
+}
+
+/*
+ * Splits cnt[s] ids per server into parts of at most part_max() ids, all
+ * with opcode op and the table's id on each server. Returns 0 or -ENOMEM.
+ */
+static int make_parts(struct emb_async *op, const struct emb_client_table *t,
+		      const uint32_t *cnt, uint8_t opcode, uint32_t stride)
+{
+	struct emb_client *c = op->c;
+	uint32_t total = 0, k = 0, off = 0;
+
+	for (uint32_t s = 0; s < c->nsrv; s++) {
+		uint32_t m = part_max(c, s, stride);
+
+		total += (cnt[s] + m - 1) / m;
+	}
+	op->parts = calloc(total ? total : 1, sizeof(*op->parts));
+	if (!op->parts)
+		return -ENOMEM;
+	for (uint32_t s = 0; s < c->nsrv; s++) {
+		uint32_t m = part_max(c, s, stride);
+
+		for (uint32_t done = 0; done < cnt[s]; done += m) {
+			struct part *p = &op->parts[k++];
+
+			p->op = op;
+			p->server = s;
+			p->first = off + done;
+			p->n = cnt[s] - done < m ? cnt[s] - done : m;
+			p->hdr.opcode = opcode;
+			p->hdr.table_id = t->ids[s];
+			p->hdr.count = p->n;
+		}
+		off += cnt[s];
+	}
+	op->nparts = total;
+	return 0;
+}
+
+/* ---- table operations ---- */
+
+static int pull_start(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, float *out, uint32_t flags, uint8_t *found,
+		      struct emb_async **opp)
+{
+	struct emb_client *c = t->c;
+	const bool nocreate = flags & EMB_CLIENT_NOCREATE;
+	uint32_t *cnt, *ppos;
+	uint64_t *pids;
+	size_t resp_bytes = 0;
+	struct emb_async *op;
+	void *unused;
+	int64_t nu;
+	char *r;
+	int rc;
+
+	if (!t || (n && (!ids || !out)) || (flags & ~EMB_CLIENT_NOCREATE))
+		return EMB_EBADARG;
+	op = op_new(c, OP_PULL);
+	cnt = calloc(c->nsrv, sizeof(*cnt));
+	if (!op || !cnt) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	op->dim = t->spec.dim;
+	op->n = n;
+	op->out = out;
+	op->found = found;
+	nu = n ? prepare(op, ids, n, 0, &pids, &ppos, cnt, &unused) : 0;
+	if (nu < 0) {
+		rc = (int)nu;
+		goto err;
+	}
+	rc = make_parts(op, t, cnt, EMB_OP_PULL, t->spec.dim);
+	if (rc)
+		goto err;
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+
+		p->resp_cap = emb_wire_pull_resp_bytes(p->n, op->dim,
+				nocreate ? EMB_F_NOCREATE : 0) -
+			      EMB_WIRE_HDR_SIZE;
+		resp_bytes += (p->resp_cap + 63) & ~(size_t)63;
+	}
+	op->resp_mem = aligned_alloc(64, resp_bytes ? resp_bytes : 64);
+	if (!op->resp_mem) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	r = op->resp_mem;
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+
+		p->resp = r;
+		r += (p->resp_cap + 63) & ~(size_t)63;
+		p->hdr.flags = nocreate ? EMB_F_NOCREATE : 0;
+		p->iov[0].iov_base = pids + p->first;
+		p->iov[0].iov_len = (size_t)p->n * sizeof(uint64_t);
+		p->niov = 1;
+	}
+	rc = op_post(op);
+	if (rc)
+		goto err;
+	free(cnt);
+	*opp = op;
+	return 0;
+err:
+	free(cnt);
+	if (op)
+		free(op->parts);
+	op_free(op);
+	return rc;
+}
+
+static int push_start(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, const float *grads, uint64_t step,
+		      uint32_t rank, struct emb_async **opp)
+{
+	struct emb_client *c = t->c;
+	const uint32_t dim = t->spec.dim;
+	uint32_t *cnt, *ppos;
+	uint64_t *pids;
+	struct emb_async *op;
+	float *pgrad;
+	void *extra;
+	int64_t nu;
+	int rc;
+
+	if (!t || (n && (!ids || !grads)))
+		return EMB_EBADARG;
+	op = op_new(c, OP_PUSH);
+	cnt = calloc(c->nsrv, sizeof(*cnt));
+	if (!op || !cnt) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	op->dim = dim;
+	nu = n ? prepare(op, ids, n, (size_t)n * dim * sizeof(float), &pids,
+			 &ppos, cnt, &extra)
+	       : 0;
+	if (nu < 0) {
+		rc = (int)nu;
+		goto err;
+	}
+	/* Sum duplicates straight into server order: first occurrence
+	 * copies, later ones add, in batch order. */
+	pgrad = n ? extra : NULL;
+	for (uint32_t u = 0; u < (uint32_t)nu; u++) {
+		float *dst = pgrad + (size_t)ppos[u] * dim;
+		uint32_t i = op->first[u];
+
+		memcpy(dst, grads + (size_t)i * dim, dim * sizeof(float));
+		for (i = op->next[i]; i != NONE; i = op->next[i])
+			for (uint32_t j = 0; j < dim; j++)
+				dst[j] += grads[(size_t)i * dim + j];
+	}
+	rc = make_parts(op, t, cnt, EMB_OP_PUSH, dim);
+	if (rc)
+		goto err;
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+
+		emb_le64_store(p->prefix, step);
+		emb_le32_store(p->prefix + 8, rank);
+		emb_le32_store(p->prefix + 12, 0);
+		p->iov[0] = (struct iovec){p->prefix, sizeof(p->prefix)};
+		p->iov[1] = (struct iovec){pids + p->first,
+					   (size_t)p->n * sizeof(uint64_t)};
+		p->iov[2] = (struct iovec){pgrad + (size_t)p->first * dim,
+					   (size_t)p->n * dim * sizeof(float)};
+		p->niov = 3;
+	}
+	rc = op_post(op);
+	if (rc)
+		goto err;
+	free(cnt);
+	*opp = op;
+	return 0;
+err:
+	free(cnt);
+	if (op)
+		free(op->parts);
+	op_free(op);
+	return rc;
+}
+
+/* Assign and erase: no dedup (last write wins in batch order per server). */
+static int ids_start(struct emb_client_table *t, enum op_kind kind,
+		     const uint64_t *ids, uint32_t n, const float *rows,
+		     uint32_t stride, uint16_t flags, struct emb_async **opp)
+{
+	struct emb_client *c = t->c;
+	uint32_t *cnt = NULL, *start = NULL;
+	struct emb_async *op;
+	uint64_t *pids;
+	float *prows = NULL;
+	int rc = -ENOMEM;
+
+	op = op_new(c, kind);
+	if (!op)
+		return -ENOMEM;
+	cnt = calloc(c->nsrv, sizeof(*cnt));
+	start = calloc(c->nsrv + 1, sizeof(*start));
+	op->mem = malloc((size_t)n * (8 + (rows ? 4ull * stride : 0)) + 8);
+	if (!cnt || !start || !op->mem)
+		goto err;
+	pids = op->mem;
+	if (rows)
+		prows = (float *)(void *)(pids + n);
+	for (uint32_t i = 0; i < n; i++)
+		cnt[c->slot_map[emb_id_slot(ids[i])]]++;
+	for (uint32_t s = 0; s < c->nsrv; s++)
+		start[s + 1] = start[s] + cnt[s];
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t pos = start[c->slot_map[emb_id_slot(ids[i])]]++;
+
+		pids[pos] = ids[i];
+		if (rows)
+			memcpy(prows + (size_t)pos * stride,
+			       rows + (size_t)i * stride,
+			       (size_t)stride * sizeof(float));
+	}
+	rc = make_parts(op, t, cnt, kind == OP_ASSIGN ? EMB_OP_ASSIGN
+						       : EMB_OP_ERASE,
+			rows ? stride : 0);
+	if (rc)
+		goto err;
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+
+		p->hdr.flags = flags;
+		p->iov[0] = (struct iovec){pids + p->first,
+					   (size_t)p->n * sizeof(uint64_t)};
+		p->niov = 1;
+		if (rows) {
+			p->iov[1] = (struct iovec){
+				prows + (size_t)p->first * stride,
+				(size_t)p->n * stride * sizeof(float)};
+			p->niov = 2;
+		}
+	}
+	rc = op_post(op);
+	if (rc)
+		goto err;
+	free(cnt);
+	free(start);
+	*opp = op;
+	return 0;
+err:
+	free(cnt);
+	free(start);
+	free(op->parts);
+	op_free(op);
+	return rc;
+}
+
+int emb_client_table_pull_async(struct emb_client_table *t,
+				const uint64_t *ids, uint32_t n, float *out,
+				uint32_t flags, uint8_t *found,
+				struct emb_async **op)
+{
+	if (!op)
+		return EMB_EBADARG;
+	return pull_start(t, ids, n, out, flags, found, op);
+}
+
+int emb_client_table_push_async(struct emb_client_table *t,
+				const uint64_t *ids, uint32_t n,
+				const float *grads, uint64_t step,
+				uint32_t rank, struct emb_async **op)
+{
+	if (!op)
+		return EMB_EBADARG;
+	return push_start(t, ids, n, grads, step, rank, op);
+}
+
+int emb_client_table_pull(struct emb_client_table *t, const uint64_t *ids,
+			  uint32_t n, float *out, uint32_t flags,
+			  uint8_t *found)
+{
+	struct emb_async *op;
+	int rc = pull_start(t, ids, n, out, flags, found, &op);
+
+	return rc ? rc : emb_async_wait(op);
+}
+
+int emb_client_table_push(struct emb_client_table *t, const uint64_t *ids,
+			  uint32_t n, const float *grads, uint64_t step,
+			  uint32_t rank)
+{
+	struct emb_async *op;
+	int rc = push_start(t, ids, n, grads, step, rank, &op);
+
+	return rc ? rc : emb_async_wait(op);
+}
+
+int emb_client_table_assign(struct emb_client_table *t, const uint64_t *ids,
+			    uint32_t n, const float *rows, bool with_state)
+{
+	struct emb_async *op;
+	int rc;
+
+	if (!t || (n && (!ids || !rows)))
+		return EMB_EBADARG;
+	rc = ids_start(t, OP_ASSIGN, ids, n, rows,
+		       with_state ? t->row_floats : t->spec.dim,
+		       with_state ? EMB_F_WITH_STATE : 0, &op);
+	return rc ? rc : emb_async_wait(op);
+}
+
+int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
+			   uint32_t n, uint64_t *erased)
+{
+	struct emb_async *op;
+	uint64_t count;
+	int rc;
+
+	if (!t || (n && !ids))
+		return EMB_EBADARG;
+	rc = ids_start(t, OP_ERASE, ids, n, NULL, 0, 0, &op);
+	if (rc)
+		return rc;
+	/* Read the count before emb_async_wait() frees the op. */
+	pthread_mutex_lock(&op->mu);
+	while (!op->done)
+		pthread_cond_wait(&op->cv, &op->mu);
+	pthread_mutex_unlock(&op->mu);
+	count = op->count;
+	rc = emb_async_wait(op);
+	if (erased)
+		*erased = count;
+	return rc;
+}
+
+/* ---- admin requests: one to every server ---- */
+
+/*
+ * Sends the same request (opcode, payload) to every server, with table_ids[s]
+ * (or 0) in the header, and waits. Returns the finished op, whose parts hold
+ * each server's response, or NULL with *rc set. The caller frees the op.
+ */
+static struct emb_async *broadcast(struct emb_client *c, uint8_t opcode,
+				const uint32_t *table_ids, const void *payload,
+				size_t len, int *rc)
+{
+	struct emb_async *op = op_new(c, OP_ADMIN);
+	char *r;
+
+	if (!op) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	op->parts = calloc(c->nsrv, sizeof(*op->parts));
+	op->resp_mem = aligned_alloc(64, (size_t)c->nsrv * ADMIN_RESP_MAX);
+	if (!op->parts || !op->resp_mem) {
+		*rc = -ENOMEM;
+		goto err;
+	}
+	r = op->resp_mem;
+	for (uint32_t s = 0; s < c->nsrv; s++) {
+		struct part *p = &op->parts[s];
+
+		p->op = op;
+		p->server = s;
+		p->hdr.opcode = opcode;
+		p->hdr.table_id = table_ids ? table_ids[s] : 0;
+		p->iov[0] = (struct iovec){(void *)payload, len};
+		p->niov = len ? 1 : 0;
+		p->resp = r + (size_t)s * ADMIN_RESP_MAX;
+		p->resp_cap = ADMIN_RESP_MAX;
+	}
+	op->nparts = c->nsrv;
+	*rc = op_post(op);
+	if (*rc)
+		goto err;
+	pthread_mutex_lock(&op->mu);
+	while (!op->done)
+		pthread_cond_wait(&op->cv, &op->mu);
+	pthread_mutex_unlock(&op->mu);
+	*rc = op->status;
+	return op;
+err:
+	free(op->parts);
+	op_free(op);
+	return NULL;
+}
+
+static void admin_free(struct emb_async *op)
+{
+	if (op)
+		free(op->parts);
+	op_free(op);
+}
+
+static struct emb_wire_frame part_frame(const struct part *p,
+					const struct emb_wire_limits *lim)
+{
+	struct emb_wire_frame f = {.hdr = p->rhdr, .payload = p->resp,
+				   .lim = lim};
+
+	return f;
+}
+
+static int table_new(struct emb_client *c, const struct emb_wire_spec *ws,
+		     struct emb_client_table **out)
+{
+	struct emb_client_table *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	t->ids = calloc(c->nsrv, sizeof(*t->ids));
+	if (!t->ids) {
+		free(t);
+		return -ENOMEM;
+	}
+	t->c = c;
+	memcpy(t->name, ws->name, sizeof(t->name));
+	t->spec.name = t->name;
+	t->spec.dim = ws->dim;
+	t->spec.optim = ws->optim;
+	t->spec.init = ws->init;
+	t->spec.seed = ws->seed;
+	t->row_floats = ws->dim + emb_optim_state_floats(ws->optim.kind,
+							 ws->dim);
+	*out = t;
+	return 0;
+}
+
+int emb_client_table_create(struct emb_client *c,
+			    const struct emb_table_spec *spec,
+			    struct emb_client_table **out)
+{
+	uint8_t payload[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE];
+	struct emb_client_table *t;
+	struct emb_wire_spec ws = {0};
+	struct emb_async *op;
+	int rc, len;
+
+	if (!c || !spec || !out || !spec->name)
+		return EMB_EBADARG;
+	if (strlen(spec->name) >= sizeof(ws.name))
+		return EMB_EBADNAME;
+	strcpy(ws.name, spec->name);
+	ws.dim = spec->dim;
+	ws.optim = spec->optim;
+	ws.init = spec->init;
+	ws.seed = spec->seed;
+	rc = emb_optim_validate(&ws.optim);
+	if (!rc)
+		rc = emb_init_validate(&ws.init);
+	if (rc)
+		return rc;
+	len = emb_wire_create_req_encode(payload, sizeof(payload), 0, &ws);
+	if (len < 0)
+		return len;
+	op = broadcast(c, EMB_OP_CREATE_TABLE, NULL,
+		       payload + EMB_WIRE_HDR_SIZE,
+		       (size_t)len - EMB_WIRE_HDR_SIZE, &rc);
+	if (!op)
+		return rc;
+	if (rc)
+		goto out;
+	rc = table_new(c, &ws, &t);
+	if (rc)
+		goto out;
+	for (uint32_t s = 0; s < c->nsrv; s++)
+		t->ids[s] = op->parts[s].rhdr.table_id;
+	*out = t;
+out:
+	admin_free(op);
+	return rc;
+}
+
+static bool spec_equal(const struct emb_wire_spec *a,
+		       const struct emb_wire_spec *b)
+{
+	return a->dim == b->dim && a->seed == b->seed &&
+	       memcmp(&a->optim, &b->optim, sizeof(a->optim)) == 0 &&
+	       memcmp(&a->init, &b->init, sizeof(a->init)) == 0;
+}
+
+int emb_client_table_open(struct emb_client *c, const char *name,
+			  struct emb_client_table **out)
+{
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_client_table *t = NULL;
+	struct emb_wire_spec first = {0};
+	struct emb_async *op;
+	int rc;
+
+	if (!c || !name || !out)
+		return EMB_EBADARG;
+	lim.max_tables = 65536;
+	op = broadcast(c, EMB_OP_LIST_TABLES, NULL, NULL, 0, &rc);
+	if (!op)
+		return rc;
+	for (uint32_t s = 0; s < c->nsrv && !rc; s++) {
+		struct emb_wire_frame f = part_frame(&op->parts[s], &lim);
+		struct emb_wire_list_resp lr;
+		struct emb_wire_table_info info;
+		bool hit = false;
+
+		rc = emb_wire_list_resp_decode(&f, &lr);
+		for (uint32_t i = 0; !rc && i < lr.n && !hit; i++) {
+			emb_wire_list_entry(&lr, i, &info);
+			if (strcmp(info.spec.name, name) != 0)
+				continue;
+			hit = true;
+			if (!t) {
+				first = info.spec;
+				rc = table_new(c, &info.spec, &t);
+			} else if (!spec_equal(&first, &info.spec)) {
+				rc = EMB_ETABLEEXISTS;
+			}
+			if (!rc)
+				t->ids[s] = info.table_id;
+		}
+		if (!rc && !hit)
+			rc = EMB_ENOTABLE;
+	}
+	admin_free(op);
+	if (rc) {
+		emb_client_table_close(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+void emb_client_table_close(struct emb_client_table *t)
+{
+	if (!t)
+		return;
+	free(t->ids);
+	free(t);
+}
+
+int emb_client_table_drop(struct emb_client_table *t)
+{
+	struct emb_async *op;
+	int rc;
+
+	if (!t)
+		return EMB_EBADARG;
+	op = broadcast(t->c, EMB_OP_DROP_TABLE, t->ids, NULL, 0, &rc);
+	admin_free(op);
+	return rc;
+}
+
+int emb_client_table_stats(struct emb_client_table *t,
+			   struct emb_client_table_stats *out)
+{
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_async *op;
+	int rc;
+
+	if (!t || !out)
+		return EMB_EBADARG;
+	memset(out, 0, sizeof(*out));
+	lim.max_tables = 65536;
+	op = broadcast(t->c, EMB_OP_STATS, t->ids, NULL, 0, &rc);
+	if (!op)
+		return rc;
+	for (uint32_t s = 0; s < t->c->nsrv && !rc; s++) {
+		struct emb_wire_frame f = part_frame(&op->parts[s], &lim);
+		struct emb_wire_stats_resp sr;
+		struct emb_wire_stats w;
+
+		rc = emb_wire_stats_resp_decode(&f, &sr);
+		if (rc || sr.n != 1) {
+			rc = rc ? rc : EMB_EBADFRAME;
+			break;
+		}
+		emb_wire_stats_entry(&sr, 0, &w);
+		out->rows += w.rows;
+		out->bytes += w.bytes;
+		out->pulls += w.pulls;
+		out->pushes += w.pushes;
+		out->rows_pulled += w.rows_pulled;
+		out->rows_pushed += w.rows_pushed;
+		out->rows_evicted += w.rows_evicted;
+		out->servers++;
+	}
+	admin_free(op);
+	return rc;
+}
+
+uint32_t emb_client_table_dim(const struct emb_client_table *t)
+{
+	return t->spec.dim;
+}
+
+uint32_t emb_client_table_row_floats(const struct emb_client_table *t)
+{
+	return t->row_floats;
+}
+
+const struct emb_table_spec *emb_client_table_spec(
+	const struct emb_client_table *t)
+{
+	return &t->spec;
+}
+
+/* ---- client ---- */
+
+static int parse_servers(struct emb_client *c, const char *list)
+{
+	const char *p = list;
+	uint32_t n = 1;
+
+	for (const char *q = list; *q; q++)
+		n += *q == ',';
+	c->srv = calloc(n, sizeof(*c->srv));
+	if (!c->srv)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		const char *colon = memrchr(p, ':', len);
+		char *num_end;
+		unsigned long port;
+		size_t hlen;
+
+		if (!colon)
+			return -EINVAL;
+		hlen = (size_t)(colon - p);
+		if (hlen == 0 || hlen >= sizeof(c->srv[i].host))
+			return -EINVAL;
+		memcpy(c->srv[i].host, p, hlen);
+		c->srv[i].host[hlen] = '\0';
+		port = strtoul(colon + 1, &num_end, 10);
+		if (num_end != p + len || port == 0 || port > 65535)
+			return -EINVAL;
+		c->srv[i].port = (uint16_t)port;
+		p = end ? end + 1 : p + len;
+	}
+	c->nsrv = n;
+	/* Slots go to servers in contiguous ranges, so a dump grouped by slot
+	 * splits cleanly when restored onto another number of servers. */
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		c->slot_map[sl] = (uint16_t)((uint64_t)sl * n / EMB_NSLOTS);
+	return 0;
+}
+
+/* On the creating thread, before the loop thread starts. */
+static int hello(struct emb_client *c, struct server *s,
+		 const struct emb_client_opts *opts)
+{
+	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 8 + EMB_WIRE_TOKEN_MAX +
+				EMB_WIRE_CLIENT_NAME_MAX];
+	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + 4 + EMB_WIRE_ERRMSG_MAX];
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	char name[EMB_WIRE_CLIENT_NAME_MAX];
+	struct emb_wire_hello_resp hr;
+	struct emb_frame_hdr hdr, rhdr;
+	struct emb_wire_frame f;
+	struct iovec iov;
+	int len, rc;
+
+	snprintf(name, sizeof(name), "%s/%s", opts->name ? opts->name
+							  : "embstore",
+		 emb_transport_name(c->tr));
+	len = emb_wire_hello_req_encode(req, sizeof(req), 0, EMB_WIRE_VERSION,
+					opts->auth_token,
+					opts->auth_token_len, name);
+	if (len < 0)
+		return len;
+	memcpy(&hdr, req, sizeof(hdr));
+	iov = (struct iovec){req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call_sync(s->conn, &hdr, &iov, 1, resp, sizeof(resp),
+				&rhdr);
+	if (rc)
+		return rc;
+	f = (struct emb_wire_frame){.hdr = rhdr, .payload = resp, .lim = &lim};
+	if (rhdr.status < 0) {
+		struct emb_wire_error e;
+
+		if (emb_wire_error_decode(&f, &e) == 0)
+			emb_log(EMB_LOG_ERROR, "server %s:%u refused HELLO: %.*s",
+				s->host, s->port, (int)e.msg_len, e.msg);
+		return rhdr.status;
+	}
+	rc = emb_wire_hello_resp_decode(&f, &hr);
+	if (rc)
+		return rc;
+	s->lim = hr.limits;
+	return 0;
+}
+
+static void *loop_main(void *arg)
+{
+	struct emb_client *c = arg;
+	int rc = emb_transport_run(c->tr);
+
+	if (rc)
+		emb_log(EMB_LOG_ERROR, "client loop failed: %s",
+			emb_strerror(rc));
+	return NULL;
+}
+
+static int connect_all(struct emb_client *c, const char *transport,
+		       const struct emb_client_opts *opts)
+{
+	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
+	uint32_t i;
+	int rc;
+
+	topts.call_timeout_ms = c->timeout_ms;
+	topts.connect_timeout_ms = c->timeout_ms < 5000 ? c->timeout_ms : 5000;
+	topts.max_frame_bytes = EMB_WIRE_FRAME_MAX;
+	rc = emb_transport_create(transport, &topts, &c->tr);
+	if (rc)
+		return rc;
+	for (i = 0; i < c->nsrv; i++) {
+		struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
+
+		co.host = c->srv[i].host;
+		co.port = c->srv[i].port;
+		rc = emb_conn_create(c->tr, &co, &c->srv[i].conn);
+		if (rc) {
+			emb_log(EMB_LOG_WARN, "connect to %s:%u over %s: %s",
+				c->srv[i].host, c->srv[i].port, transport,
+				emb_strerror(rc));
+			goto err;
+		}
+		rc = hello(c, &c->srv[i], opts);
+		if (rc) {
+			emb_log(EMB_LOG_WARN, "hello to %s:%u: %s",
+				c->srv[i].host, c->srv[i].port,
+				emb_strerror(rc));
+			i++;
+			goto err;
+		}
+	}
+	return 0;
+err:
+	while (i-- > 0) {
+		emb_conn_destroy(c->srv[i].conn);
+		c->srv[i].conn = NULL;
+	}
+	emb_transport_destroy(c->tr);
+	c->tr = NULL;
+	return rc;
+}
+
+int emb_client_create(const struct emb_client_opts *opts,
+		      struct emb_client **out)
+{
+	const char *tp;
+	struct emb_client *c;
+	int rc;
+
+	if (!opts || !out || !opts->servers || !*opts->servers ||
+	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
+	    (opts->auth_token_len && !opts->auth_token))
+		return -EINVAL;
+	tp = opts->transport ? opts->transport : "tcp";
+	if (strcmp(tp, "tcp") && strcmp(tp, "rdma") && strcmp(tp, "auto"))
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->err_lock, NULL);
+	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 30000;
+	rc = parse_servers(c, opts->servers);
+	if (rc)
+		goto err_free;
+	if (strcmp(tp, "auto") == 0) {
+		rc = -ENODEV;
+		if (emb_transport_available("rdma"))
+			rc = connect_all(c, "rdma", opts);
+		if (rc)
+			rc = connect_all(c, "tcp", opts);
+	} else {
+		rc = connect_all(c, tp, opts);
+	}
+	if (rc)
+		goto err_free;
+	emb_log(EMB_LOG_INFO, "connected to %u server%s over %s", c->nsrv,
+		c->nsrv == 1 ? "" : "s", emb_transport_name(c->tr));
+	rc = -pthread_create(&c->thread, NULL, loop_main, c);
+	if (rc)
+		goto err_conns;
+	c->running = true;
+	*out = c;
+	return 0;
+
+err_conns:
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		emb_conn_destroy(c->srv[i].conn);
+	emb_transport_destroy(c->tr);
+err_free:
+	free(c->srv);
+	pthread_mutex_destroy(&c->err_lock);
+	free(c);
+	return rc;
+}
+
+void emb_client_destroy(struct emb_client *c)
+{
+	if (!c)
+		return;
+	if (c->running) {
+		emb_transport_stop(c->tr);
+		pthread_join(c->thread, NULL);
+	}
+	/* The loop thread is gone: this thread may now own the conns. */
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		emb_conn_destroy(c->srv[i].conn);
+	emb_transport_destroy(c->tr);
+	free(c->srv);
+	pthread_mutex_destroy(&c->err_lock);
+	free(c);
+}
+
+uint32_t emb_client_nservers(const struct emb_client *c)
+{
+	return c->nsrv;
+}
+
+const char *emb_client_transport(const struct emb_client *c)
+{
+	return emb_transport_name(c->tr);
+}
+
+uint32_t emb_client_server_of(const struct emb_client *c, uint64_t id)
+{
+	return c->slot_map[emb_id_slot(id)];
+}
+
+void emb_client_stats(struct emb_client *c, struct emb_client_stats *out)
+{
+	struct emb_transport_stats ts;
+
+	emb_transport_stats(c->tr, &ts);
+	out->requests = __atomic_load_n(&c->requests, __ATOMIC_RELAXED);
+	out->errors = __atomic_load_n(&c->errors, __ATOMIC_RELAXED);
+	out->ids_in = __atomic_load_n(&c->ids_in, __ATOMIC_RELAXED);
+	out->ids_sent = __atomic_load_n(&c->ids_sent, __ATOMIC_RELAXED);
+	out->bytes_out = ts.bytes_out;
+	out->bytes_in = ts.bytes_in;
+}
+
+int emb_client_last_error(struct emb_client *c, char *buf, size_t cap)
+{
+	int st;
+
+	pthread_mutex_lock(&c->err_lock);
+	st = c->last_status;
+	if (buf && cap)
+		snprintf(buf, cap, "%s", c->last_msg);
+	pthread_mutex_unlock(&c->err_lock);
+	return st;
+}

@@ -1,0 +1,173 @@
+/*
+ * src/worker/embstore.h - the embstore client library, for training jobs.
+ *
+ * A client connects to every server of a cluster and routes each id by a
+ * fixed map: id -> one of EMB_NSLOTS virtual slots (common/hash.h) -> server.
+ * Batch calls deduplicate ids first, send one request per server in
+ * parallel, and put results back in the caller's order.
+ *
+ * Threads: a client runs its own network thread. Every function here may be
+ * called from any thread, concurrently, except emb_client_destroy(), which
+ * needs all other calls finished. Blocking calls return an error within the
+ * client's timeout when a server dies or hangs, never hang.
+ */
+#ifndef EMBSTORE_H
+#define EMBSTORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "common/init.h"
+#include "common/optim.h"
+
+struct emb_client;
+struct emb_client_table;
+struct emb_async;
+
+struct emb_client_opts {
+	const char *servers;	/* "host:port[,host:port...]"; copied */
+	const char *transport;	/* "tcp", "rdma" or "auto" (rdma if it can) */
+	const uint8_t *auth_token; /* sent in HELLO, or NULL; copied */
+	uint32_t auth_token_len;   /* bytes, <= 256 */
+	uint32_t timeout_ms;	/* per request; 0 = 30 s */
+	const char *name;	/* shown in server logs; NULL = "embstore" */
+};
+
+#define EMB_CLIENT_OPTS_DEFAULT                                                \
+	((struct emb_client_opts){.servers = "127.0.0.1:7164",                 \
+				  .transport = "tcp",                          \
+				  .timeout_ms = 30000})
+
+/* A table as the cluster knows it. */
+struct emb_table_spec {
+	const char *name;	    /* 1..63 bytes of [A-Za-z0-9_.-] */
+	uint32_t dim;		    /* floats per row, 1..4096 */
+	struct emb_optim_cfg optim; /* applied on the servers by push */
+	struct emb_init_cfg init;   /* values of rows created by pull */
+	uint64_t seed;		    /* with the id, decides initial values */
+};
+
+/* Counters of one table, summed over the servers. */
+struct emb_client_table_stats {
+	uint64_t rows;		/* live rows */
+	uint64_t bytes;		/* table memory on the servers */
+	uint64_t pulls;		/* pull requests served */
+	uint64_t pushes;	/* push requests served */
+	uint64_t rows_pulled;	/* ids served by pull */
+	uint64_t rows_pushed;	/* distinct ids updated by push */
+	uint64_t rows_evicted;	/* rows removed by eviction */
+	uint32_t servers;	/* servers that answered */
+};
+
+/* Client-side counters. */
+struct emb_client_stats {
+	uint64_t requests;	/* requests sent */
+	uint64_t bytes_out;	/* bytes sent */
+	uint64_t bytes_in;	/* bytes received */
+	uint64_t errors;	/* requests that failed */
+	uint64_t ids_in;	/* ids given to pull/push */
+	uint64_t ids_sent;	/* ids sent after dedup */
+};
+
+/*
+ * Connects to every server (HELLO included). 0 and *out, or -EINVAL (bad
+ * opts or server list), -ENODEV ("rdma" without a device), EMB_EAUTH,
+ * -ECONNREFUSED, -ETIMEDOUT, -ENOMEM.
+ */
+int emb_client_create(const struct emb_client_opts *opts,
+		      struct emb_client **out);
+void emb_client_destroy(struct emb_client *c); /* NULL is a no-op */
+
+uint32_t emb_client_nservers(const struct emb_client *c);
+/* "tcp" or "rdma": what the client's connections use. */
+const char *emb_client_transport(const struct emb_client *c);
+/* The server (0-based, in the order given) that holds id. */
+uint32_t emb_client_server_of(const struct emb_client *c, uint64_t id);
+void emb_client_stats(struct emb_client *c, struct emb_client_stats *out);
+
+/*
+ * The message of the last error a server sent to this client, copied into
+ * buf (NUL-terminated, cut to cap). Returns its status, or 0 if none.
+ */
+int emb_client_last_error(struct emb_client *c, char *buf, size_t cap);
+
+/*
+ * Creates the table on every server, or opens it where an identical one
+ * exists (so every worker may call this). 0 and a handle in *out, or
+ * EMB_ETABLEEXISTS (same name, other spec), EMB_EBADDIM, EMB_EBADNAME,
+ * EMB_EBADOPTIM, EMB_EBADINIT, EMB_ETOOMANYTABLES, or a transport error.
+ */
+int emb_client_table_create(struct emb_client *c,
+			    const struct emb_table_spec *spec,
+			    struct emb_client_table **out);
+/* Opens an existing table by name: 0, or EMB_ENOTABLE if a server lacks it. */
+int emb_client_table_open(struct emb_client *c, const char *name,
+			  struct emb_client_table **out);
+/* Frees the handle (the table stays on the servers). NULL is a no-op. */
+void emb_client_table_close(struct emb_client_table *t);
+/* Drops the table on every server; the handle stays to be closed. */
+int emb_client_table_drop(struct emb_client_table *t);
+
+uint32_t emb_client_table_dim(const struct emb_client_table *t);
+/* dim + the optimizer's state floats: the row size of assign with state. */
+uint32_t emb_client_table_row_floats(const struct emb_client_table *t);
+const struct emb_table_spec *emb_client_table_spec(
+	const struct emb_client_table *t);
+
+#define EMB_CLIENT_NOCREATE 0x1u /* pull: report missing ids, create none */
+
+/*
+ * Gathers the rows of ids[0..n) into out[i * dim ...] (duplicates allowed;
+ * each distinct id crosses the network once). Missing rows are created on
+ * the servers, or with EMB_CLIENT_NOCREATE returned as zeros with found[i]
+ * = 0 (found may be NULL). 0, or the first error of any server.
+ */
+int emb_client_table_pull(struct emb_client_table *t, const uint64_t *ids,
+			  uint32_t n, float *out, uint32_t flags,
+			  uint8_t *found);
+
+/*
+ * Sends gradients grads[i * dim ...] for ids[0..n); duplicates are summed
+ * on the client first. step and rank are carried for synchronous and
+ * bounded-staleness training (0 where unused). 0, or the first error.
+ */
+int emb_client_table_push(struct emb_client_table *t, const uint64_t *ids,
+			  uint32_t n, const float *grads, uint64_t step,
+			  uint32_t rank);
+
+/*
+ * Overwrites rows: rows[i * stride ...], stride = dim, or row_floats with
+ * with_state (weights then optimizer state). 0, or the first error.
+ */
+int emb_client_table_assign(struct emb_client_table *t, const uint64_t *ids,
+			    uint32_t n, const float *rows, bool with_state);
+
+/* Removes ids; *erased (may be NULL) gets how many existed. */
+int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
+			   uint32_t n, uint64_t *erased);
+
+int emb_client_table_stats(struct emb_client_table *t,
+			   struct emb_client_table_stats *out);
+
+/*
+ * Asynchronous pull and push: same arguments, but return at once with a
+ * handle; every buffer stays borrowed until emb_async_wait() returns. 0 and
+ * *op, or an argument error (then no handle).
+ */
+int emb_client_table_pull_async(struct emb_client_table *t,
+				const uint64_t *ids, uint32_t n, float *out,
+				uint32_t flags, uint8_t *found,
+				struct emb_async **op);
+int emb_client_table_push_async(struct emb_client_table *t,
+				const uint64_t *ids, uint32_t n,
+				const float *grads, uint64_t step,
+				uint32_t rank, struct emb_async **op);
+
+/* Waits for op, frees it, and returns its status. */
+int emb_async_wait(struct emb_async *op);
+/* True once op has finished (emb_async_wait will not block). */
+bool emb_async_done(struct emb_async *op);
+
+#endif

@@ -1,0 +1,268 @@
+/*
+ * tools/embstore-server.c - the embstore server daemon.
+ *
+ * Parses flags (each with an EMB_* environment fallback), starts the server
+ * and waits for SIGTERM or SIGINT, then stops accepting, lets in-flight
+ * requests finish and exits 0. Single-threaded here; the server runs its own
+ * loop threads.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "server.h"
+#include "transport/transport.h"
+
+#define DEFAULT_PORT 7164
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+	got_signal = sig;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: embstore-server [options]\n"
+		"  --listen HOST:PORT     address to serve (EMB_LISTEN; default "
+		"127.0.0.1:7164)\n"
+		"  --transport tcp|rdma   (EMB_TRANSPORT; default tcp)\n"
+		"  --threads N            event loop threads (EMB_THREADS; "
+		"default: cores)\n"
+		"  --auth-token-file F    require this token in HELLO "
+		"(EMB_AUTH_TOKEN_FILE)\n"
+		"  --mem-limit SIZE       bytes of all tables, e.g. 8G "
+		"(EMB_MEM_LIMIT; default unlimited)\n"
+		"  --max-ids N            ids per request (EMB_MAX_IDS)\n"
+		"  --max-frame SIZE       bytes per frame (EMB_MAX_FRAME)\n"
+		"  --max-tables N         tables (EMB_MAX_TABLES)\n"
+		"  --log-level L          error|warn|info|debug (EMB_LOG_LEVEL)\n");
+}
+
+/* "123", "64K", "8M", "2G", "1T" -> bytes; -EINVAL if malformed. */
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	uint64_t mul = 1;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': mul = 1ull << 10; end++; break;
+	case 'm': case 'M': mul = 1ull << 20; end++; break;
+	case 'g': case 'G': mul = 1ull << 30; end++; break;
+	case 't': case 'T': mul = 1ull << 40; end++; break;
+	default: break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || (v && mul > UINT64_MAX / v))
+		return -EINVAL;
+	*out = v * mul;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	uint64_t v;
+
+	if (parse_size(s, &v) || v < lo || v > hi)
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* HOST:PORT, [V6]:PORT, or HOST alone (default port). */
+static int parse_addr(const char *s, char *host, size_t cap, uint16_t *port)
+{
+	const char *colon = strrchr(s, ':');
+	const char *h = s;
+	size_t hlen;
+	uint32_t p = DEFAULT_PORT;
+
+	if (s[0] == '[') {
+		const char *rb = strchr(s, ']');
+
+		if (!rb)
+			return -EINVAL;
+		h = s + 1;
+		hlen = (size_t)(rb - h);
+		colon = rb[1] == ':' ? rb + 1 : NULL;
+	} else {
+		hlen = colon ? (size_t)(colon - s) : strlen(s);
+	}
+	if (colon && parse_u32(colon + 1, 0, 65535, &p))
+		return -EINVAL;
+	if (hlen == 0 || hlen >= cap)
+		return -EINVAL;
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
+	*port = (uint16_t)p;
+	return 0;
+}
+
+static int read_token(const char *path, uint8_t *buf, uint32_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	size_t n;
+
+	if (!f)
+		return -errno;
+	n = fread(buf, 1, EMB_WIRE_TOKEN_MAX + 1, f);
+	fclose(f);
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	if (n == 0 || n > EMB_WIRE_TOKEN_MAX)
+		return -EINVAL;
+	*len = (uint32_t)n;
+	return 0;
+}
+
+static const char *env_or(const char *name, const char *dflt)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : dflt;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"listen", required_argument, NULL, 'l'},
+		{"transport", required_argument, NULL, 't'},
+		{"threads", required_argument, NULL, 'n'},
+		{"auth-token-file", required_argument, NULL, 'a'},
+		{"mem-limit", required_argument, NULL, 'm'},
+		{"max-ids", required_argument, NULL, 'i'},
+		{"max-frame", required_argument, NULL, 'f'},
+		{"max-tables", required_argument, NULL, 'T'},
+		{"log-level", required_argument, NULL, 'L'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
+	const char *listen = env_or("EMB_LISTEN", "127.0.0.1:7164");
+	const char *threads = env_or("EMB_THREADS", NULL);
+	const char *token_file = env_or("EMB_AUTH_TOKEN_FILE", NULL);
+	const char *mem = env_or("EMB_MEM_LIMIT", NULL);
+	const char *max_ids = env_or("EMB_MAX_IDS", NULL);
+	const char *max_frame = env_or("EMB_MAX_FRAME", NULL);
+	const char *max_tables = env_or("EMB_MAX_TABLES", NULL);
+	const char *level = env_or("EMB_LOG_LEVEL", "info");
+	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
+	struct emb_server *srv;
+	struct sigaction sa;
+	sigset_t block, old;
+	enum emb_log_level lvl;
+	char host[256];
+	long ncpu;
+	int c, rc;
+
+	o.transport = env_or("EMB_TRANSPORT", "tcp");
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'l': listen = optarg; break;
+		case 't': o.transport = optarg; break;
+		case 'n': threads = optarg; break;
+		case 'a': token_file = optarg; break;
+		case 'm': mem = optarg; break;
+		case 'i': max_ids = optarg; break;
+		case 'f': max_frame = optarg; break;
+		case 'T': max_tables = optarg; break;
+		case 'L': level = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "embstore-server: unexpected argument '%s'\n",
+			argv[optind]);
+		return 2;
+	}
+	if (emb_log_parse_level(level, &lvl)) {
+		fprintf(stderr, "embstore-server: bad log level '%s'\n", level);
+		return 2;
+	}
+	emb_log_set_level(lvl);
+	if (parse_addr(listen, host, sizeof(host), &o.port)) {
+		fprintf(stderr, "embstore-server: bad listen address '%s'\n",
+			listen);
+		return 2;
+	}
+	o.host = host;
+	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	o.threads = ncpu > 0 ? (uint32_t)ncpu : 1;
+	if (threads && parse_u32(threads, 1, 256, &o.threads)) {
+		fprintf(stderr, "embstore-server: bad thread count '%s'\n",
+			threads);
+		return 2;
+	}
+	if (mem && parse_size(mem, &o.mem_limit)) {
+		fprintf(stderr, "embstore-server: bad memory limit '%s'\n", mem);
+		return 2;
+	}
+	if ((max_ids && parse_u32(max_ids, 1, 1u << 26, &o.limits.max_ids)) ||
+	    (max_frame && parse_u32(max_frame, 4096, EMB_WIRE_FRAME_MAX,
+				    &o.limits.max_frame_bytes)) ||
+	    (max_tables &&
+	     parse_u32(max_tables, 1, 65536, &o.limits.max_tables))) {
+		fprintf(stderr, "embstore-server: bad limit\n");
+		return 2;
+	}
+	if (token_file) {
+		rc = read_token(token_file, token, &o.auth_token_len);
+		if (rc) {
+			fprintf(stderr,
+				"embstore-server: cannot use token file %s: "
+				"%s\n",
+				token_file,
+				rc == -EINVAL ? "empty or longer than 256 bytes"
+					      : emb_strerror(rc));
+			return 2;
+		}
+		o.auth_token = token;
+	}
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	/* Loop threads inherit the blocked mask, so only this thread takes
+	 * the signals, and sigsuspend() cannot miss one that came early. */
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
+
+	rc = emb_server_create(&o, &srv);
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "cannot serve %s:%u over %s: %s", host,
+			o.port, o.transport, emb_strerror(rc));
+		return 1;
+	}
+	emb_log(EMB_LOG_INFO,
+		"listening on %s:%u (%s, %u threads%s, mem limit %s)", host,
+		emb_server_port(srv), o.transport, o.threads,
+		o.auth_token_len ? ", auth" : "", mem ? mem : "none");
+	while (!got_signal)
+		sigsuspend(&old);
+	emb_log(EMB_LOG_INFO, "%s: stopping", strsignal(got_signal));
+	emb_server_stop(srv, 10000);
+	emb_server_destroy(srv);
+	emb_log(EMB_LOG_INFO, "stopped");
+	return 0;
+}

@@ -1,0 +1,953 @@
+/*
+ * tools/server.c - request handling for embstore-server.
+ *
+ * Each connection belongs to one event loop thread (the transport spreads
+ * them), and every request is handled to completion on that thread: decode,
+ * one store call, reply. PULL replies are gathered straight from table
+ * memory (emb_table_pull_ptrs + an iovec per run of rows), so no row is
+ * copied on the server; the table stays referenced until the reply's done
+ * callback, so a concurrent DROP_TABLE cannot free memory a reply still
+ * names. The table registry is an array under a rwlock: reads (every request)
+ * share it, create and drop take it exclusively.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/optim.h"
+#include "common/wire.h"
+#include "common/wire_msg.h"
+#include "store/store.h"
+#include "transport/transport.h"
+
+struct srv_table {
+	struct emb_table *t;	   /* owned; destroyed with the last ref */
+	struct emb_wire_spec spec; /* as created */
+	uint32_t id;		   /* >= 1 */
+	uint32_t refs;		   /* registry + in-flight replies; atomic */
+};
+
+struct srv_conn {
+	bool hello;	    /* HELLO accepted */
+	bool closing;	    /* auth failed: close once the error is sent */
+};
+
+struct emb_server {
+	struct emb_server_opts opts;   /* host/transport point at copies */
+	char *host;		       /* owned copy */
+	char *transport;	       /* owned copy */
+	uint8_t token[EMB_WIRE_TOKEN_MAX]; /* auth token */
+	struct emb_transport **loops;  /* opts.threads event loops */
+	pthread_t *threads;	       /* one per loop */
+	uint32_t nstarted;	       /* threads running */
+	struct emb_listener *listener; /* on loops[0] */
+	uint16_t port;		       /* bound port */
+	uint64_t server_id;	       /* random per process */
+	struct emb_mem_budget budget;  /* shared by all tables */
+
+	pthread_rwlock_t tables_lock;  /* guards tables[] */
+	struct srv_table **tables;     /* limits.max_tables slots; id = i + 1 */
+
+	uint64_t inflight;	       /* requests not yet replied; atomic */
+	uint64_t conns_open;	       /* atomic */
+	uint64_t conns_total;	       /* atomic */
+	uint64_t requests;	       /* atomic */
+	uint64_t errors;	       /* atomic */
+	bool stopped;		       /* emb_server_stop() ran */
+};
+
+/* A row of zeros for ids missing under NOCREATE; read-only. */
+static const float zero_row[EMB_DIM_MAX];
+
+static void add(uint64_t *c, int64_t n)
+{
+	__atomic_fetch_add(c, (uint64_t)n, __ATOMIC_RELAXED);
+}
+
+/* ---- table registry ---- */
+
+static struct srv_table *table_get(struct emb_server *s, uint32_t id)
+{
+	struct srv_table *st = NULL;
+
+	if (id == 0 || id > s->opts.limits.max_tables)
+		return NULL;
+	pthread_rwlock_rdlock(&s->tables_lock);
+	st = s->tables[id - 1];
+	if (st)
+		__atomic_fetch_add(&st->refs, 1, __ATOMIC_ACQ_REL);
+	pthread_rwlock_unlock(&s->tables_lock);
+	return st;
+}
+
+static void table_put(struct srv_table *st)
+{
+	if (st && __atomic_sub_fetch(&st->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+		emb_log(EMB_LOG_INFO, "table %s (id %u) freed", st->spec.name,
+			st->id);
+		emb_table_destroy(st->t);
+		free(st);
+	}
+}
+
+static bool same_spec(const struct emb_wire_spec *a,
+		      const struct emb_wire_spec *b)
+{
+	return a->dim == b->dim && a->seed == b->seed &&
+	       memcmp(&a->optim, &b->optim, sizeof(a->optim)) == 0 &&
+	       memcmp(&a->init, &b->init, sizeof(a->init)) == 0;
+}
+
+/* Creates a table, or returns the id of an identical one. */
+static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
+			uint32_t *id_out)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct srv_table *st;
+	uint32_t i, free_slot = UINT32_MAX;
+	int rc;
+
+	pthread_rwlock_wrlock(&s->tables_lock);
+	for (i = 0; i < s->opts.limits.max_tables; i++) {
+		st = s->tables[i];
+		if (!st) {
+			if (free_slot == UINT32_MAX)
+				free_slot = i;
+			continue;
+		}
+		if (strcmp(st->spec.name, spec->name) == 0) {
+			rc = same_spec(&st->spec, spec) ? 0 : EMB_ETABLEEXISTS;
+			*id_out = st->id;
+			goto out_unlock;
+		}
+	}
+	if (free_slot == UINT32_MAX) {
+		rc = EMB_ETOOMANYTABLES;
+		goto out_unlock;
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
+	o.name = spec->name;
+	o.dim = spec->dim;
+	o.optim = spec->optim;
+	o.init = spec->init;
+	o.seed = spec->seed;
+	o.nshards = s->opts.table_shards;
+	o.budget = &s->budget;
+	rc = emb_table_create(&o, &st->t);
+	if (rc) {
+		free(st);
+		goto out_unlock;
+	}
+	st->spec = *spec;
+	st->id = free_slot + 1;
+	st->refs = 1;
+	s->tables[free_slot] = st;
+	*id_out = st->id;
+	emb_log(EMB_LOG_INFO, "table %s (id %u) created: dim %u, %s, %s",
+		spec->name, st->id, spec->dim, emb_optim_name(spec->optim.kind),
+		emb_init_name(spec->init.kind));
+out_unlock:
+	pthread_rwlock_unlock(&s->tables_lock);
+	return rc;
+}
+
+static int table_drop(struct emb_server *s, uint32_t id)
+{
+	struct srv_table *st = NULL;
+
+	if (id == 0 || id > s->opts.limits.max_tables)
+		return EMB_ENOTABLE;
+	pthread_rwlock_wrlock(&s->tables_lock);
+	st = s->tables[id - 1];
+	s->tables[id - 1] = NULL;
+	pthread_rwlock_unlock(&s->tables_lock);
+	if (!st)
+		return EMB_ENOTABLE;
+	emb_log(EMB_LOG_INFO, "table %s (id %u) dropped", st->spec.name, id);
+	table_put(st);
+	return 0;
+}
+
+/* ---- replies ---- */
+
+/* A reply whose frame sits whole in one malloc'd buffer. */
+static void free_done(void *ctx, int status)
+{
+	(void)status;
+	free(ctx);
+}
+
+/* An error reply after which the conn closes: auth failures. */
+struct close_ctx {
+	struct emb_conn *c;	/* closed once the reply is out */
+	_Alignas(8) uint8_t frame[EMB_WIRE_HDR_SIZE + 64]; /* the reply */
+};
+
+static void close_done(void *ctx, int status)
+{
+	struct close_ctx *cc = ctx;
+
+	/* status != 0: the conn already closed and may be gone. */
+	if (status == 0)
+		emb_conn_close(cc->c, EMB_EAUTH);
+	free(cc);
+}
+
+static void finish(struct emb_server *s)
+{
+	__atomic_fetch_sub(&s->inflight, 1, __ATOMIC_RELEASE);
+}
+
+/* Sends the frame buf[0..len) (header included) and frees buf afterwards. */
+static int reply_frame(struct emb_server *s, struct emb_req *req, void *buf,
+		       int len)
+{
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	int rc;
+
+	memcpy(&hdr, buf, sizeof(hdr));
+	iov.iov_base = (char *)buf + EMB_WIRE_HDR_SIZE;
+	iov.iov_len = (size_t)len - EMB_WIRE_HDR_SIZE;
+	rc = emb_conn_reply(req, &hdr, &iov, iov.iov_len ? 1 : 0, free_done,
+			    buf);
+	if (rc)
+		free(buf);
+	finish(s);
+	return rc;
+}
+
+static int reply_error(struct emb_server *s, struct emb_req *req, int status,
+			const char *msg)
+{
+	size_t cap = EMB_WIRE_HDR_SIZE + 4 + EMB_WIRE_ERRMSG_MAX;
+	void *buf = malloc(cap);
+	int len;
+
+	add(&s->errors, 1);
+	if (!buf) {
+		emb_req_release(req);
+		finish(s);
+		return 0;
+	}
+	len = emb_wire_error_encode(buf, cap, req->hdr.opcode, req->hdr.req_id,
+				    req->hdr.table_id, status,
+				    msg ? msg : emb_strerror(status));
+	if (len < 0) {
+		free(buf);
+		emb_req_release(req);
+		finish(s);
+		return 0;
+	}
+	reply_frame(s, req, buf, len);
+	return 0;
+}
+
+static int reply_ack(struct emb_server *s, struct emb_req *req,
+		      uint32_t table_id, uint32_t count)
+{
+	struct emb_frame_hdr hdr = {
+		.opcode = (uint8_t)(req->hdr.opcode | EMB_OP_RESPONSE_BIT),
+		.table_id = table_id,
+		.count = count,
+	};
+
+	emb_conn_reply(req, &hdr, NULL, 0, NULL, NULL);
+	finish(s);
+	return 0;
+}
+
+static void reply_auth_failed(struct emb_server *s, struct emb_conn *c,
+			      struct srv_conn *sc, struct emb_req *req)
+{
+	struct close_ctx *cc = malloc(sizeof(*cc));
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	int len;
+
+	add(&s->errors, 1);
+	sc->closing = true;
+	len = cc ? emb_wire_error_encode(cc->frame, sizeof(cc->frame),
+					 req->hdr.opcode, req->hdr.req_id, 0,
+					 EMB_EAUTH, "authentication failed")
+		 : -ENOMEM;
+	if (len < 0) {
+		free(cc);
+		emb_req_release(req);
+		finish(s);
+		emb_conn_close(c, EMB_EAUTH);
+		return;
+	}
+	cc->c = c;
+	memcpy(&hdr, cc->frame, sizeof(hdr));
+	iov.iov_base = cc->frame + EMB_WIRE_HDR_SIZE;
+	iov.iov_len = (size_t)len - EMB_WIRE_HDR_SIZE;
+	if (emb_conn_reply(req, &hdr, &iov, 1, close_done, cc)) {
+		free(cc);
+		emb_conn_close(c, EMB_EAUTH);
+	}
+	finish(s);
+}
+
+/* ---- handlers ---- */
+
+static int on_hello(struct emb_server *s, struct emb_conn *c,
+		     struct srv_conn *sc, struct emb_req *req,
+		     const struct emb_wire_frame *f)
+{
+	struct emb_wire_hello_req h;
+	struct emb_wire_hello_resp r = {0};
+	unsigned char diff = 0;
+	void *buf;
+	int len, rc;
+
+	rc = emb_wire_hello_req_decode(f, &h);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	if (s->opts.auth_token_len) {
+		/* Constant time over the configured token, whatever the
+		 * client sent, so timing reveals no prefix. */
+		diff = (unsigned char)(h.token_len != s->opts.auth_token_len);
+		for (uint32_t i = 0; i < s->opts.auth_token_len; i++)
+			diff |= (unsigned char)(s->token[i] ^
+				 (i < h.token_len ? h.token[i] : 0));
+		if (diff) {
+			emb_log(EMB_LOG_WARN, "%s: authentication failed",
+				emb_conn_peer(c));
+			reply_auth_failed(s, c, sc, req);
+			return 0;
+		}
+	}
+	sc->hello = true;
+	r.server_version = EMB_WIRE_VERSION;
+	r.limits = s->opts.limits;
+	r.server_id = s->server_id;
+	buf = malloc(EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE);
+	if (!buf) {
+		emb_req_release(req);
+		finish(s);
+		return 0;
+	}
+	len = emb_wire_hello_resp_encode(buf, EMB_WIRE_HDR_SIZE +
+					 EMB_WIRE_HELLO_RESP_SIZE,
+					 req->hdr.req_id, &r);
+	if (len < 0) {
+		free(buf);
+		return reply_error(s, req, len, NULL);
+	}
+	if (h.name_len)
+		emb_log(EMB_LOG_DEBUG, "%s: hello from %.*s", emb_conn_peer(c),
+			(int)h.name_len, h.name);
+	reply_frame(s, req, buf, len);
+	return 0;
+}
+
+static int on_create(struct emb_server *s, struct emb_req *req,
+		      const struct emb_wire_frame *f)
+{
+	struct emb_wire_spec spec;
+	uint32_t id = 0;
+	int rc;
+
+	rc = emb_wire_create_req_decode(f, &spec);
+	if (!rc)
+		rc = table_create(s, &spec, &id);
+	if (rc == EMB_ETABLEEXISTS)
+		return reply_error(s, req, rc,
+				   "a table of that name exists with another "
+				   "dim, optimizer, initializer or seed");
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	reply_ack(s, req, id, 0);
+	return 0;
+}
+
+static int on_list(struct emb_server *s, struct emb_req *req,
+		    const struct emb_wire_frame *f)
+{
+	struct emb_wire_table_info *info;
+	uint32_t n = 0, max = s->opts.limits.max_tables;
+	size_t cap;
+	void *buf;
+	int len, rc;
+
+	rc = emb_wire_empty_req_decode(f, EMB_OP_LIST_TABLES);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	info = calloc(max, sizeof(*info));
+	cap = EMB_WIRE_HDR_SIZE + (size_t)max * EMB_WIRE_LIST_ENTRY_SIZE;
+	buf = malloc(cap);
+	if (!info || !buf) {
+		free(info);
+		free(buf);
+		return reply_error(s, req, -ENOMEM, NULL);
+	}
+	pthread_rwlock_rdlock(&s->tables_lock);
+	for (uint32_t i = 0; i < max; i++) {
+		struct srv_table *st = s->tables[i];
+		struct emb_table_stats ts;
+
+		if (!st)
+			continue;
+		emb_table_stats(st->t, &ts);
+		info[n].table_id = st->id;
+		info[n].spec = st->spec;
+		info[n].rows = ts.rows;
+		n++;
+	}
+	pthread_rwlock_unlock(&s->tables_lock);
+	len = emb_wire_list_resp_encode(buf, cap, req->hdr.req_id, info, n);
+	free(info);
+	if (len < 0) {
+		free(buf);
+		return reply_error(s, req, len, NULL);
+	}
+	reply_frame(s, req, buf, len);
+	return 0;
+}
+
+static void fill_stats(const struct srv_table *st, struct emb_wire_stats *w)
+{
+	struct emb_table_stats ts;
+
+	emb_table_stats(st->t, &ts);
+	*w = (struct emb_wire_stats){
+		.table_id = st->id,
+		.rows = ts.rows,
+		.bytes = ts.bytes,
+		.slab_bytes = ts.slab_bytes,
+		.index_bytes = ts.index_bytes,
+		.row_bytes = ts.row_bytes,
+		.pulls = ts.pulls,
+		.pushes = ts.pushes,
+		.rows_pulled = ts.rows_pulled,
+		.rows_pushed = ts.rows_pushed,
+		.rows_created = ts.rows_created,
+		.rows_erased = ts.rows_erased,
+		.rows_evicted = ts.rows_evicted,
+		.misses = ts.misses,
+		.step = ts.step,
+		.extents = ts.extents,
+	};
+}
+
+static int on_stats(struct emb_server *s, struct emb_req *req,
+		     const struct emb_wire_frame *f)
+{
+	uint32_t max = s->opts.limits.max_tables, n = 0;
+	uint32_t want = f->hdr.table_id;
+	struct emb_wire_stats *w;
+	size_t cap;
+	void *buf;
+	int len, rc;
+
+	rc = emb_wire_empty_req_decode(f, EMB_OP_STATS);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	w = calloc(max, sizeof(*w));
+	cap = EMB_WIRE_HDR_SIZE + EMB_WIRE_STATS_PREFIX_SIZE +
+	      (size_t)max * (8 + 8 * EMB_WIRE_STATS_FIELDS);
+	buf = malloc(cap);
+	if (!w || !buf) {
+		free(w);
+		free(buf);
+		return reply_error(s, req, -ENOMEM, NULL);
+	}
+	pthread_rwlock_rdlock(&s->tables_lock);
+	for (uint32_t i = 0; i < max; i++) {
+		struct srv_table *st = s->tables[i];
+
+		if (st && (!want || want == st->id))
+			fill_stats(st, &w[n++]);
+	}
+	pthread_rwlock_unlock(&s->tables_lock);
+	if (want && !n) {
+		free(w);
+		free(buf);
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	}
+	len = emb_wire_stats_resp_encode(buf, cap, req->hdr.req_id, want, w, n);
+	free(w);
+	if (len < 0) {
+		free(buf);
+		return reply_error(s, req, len, NULL);
+	}
+	reply_frame(s, req, buf, len);
+	return 0;
+}
+
+static int on_ping(struct emb_server *s, struct emb_req *req,
+		    const struct emb_wire_frame *f)
+{
+	struct emb_wire_blob b;
+	struct emb_frame_hdr hdr = {0};
+	struct iovec iov;
+	int rc;
+
+	rc = emb_wire_ping_decode(f, false, &b);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	hdr.opcode = EMB_OP_PING | EMB_OP_RESPONSE_BIT;
+	/* The echo borrows the request payload, which stays valid until the
+	 * reply completes. */
+	iov.iov_base = (void *)b.data;
+	iov.iov_len = b.len;
+	emb_conn_reply(req, &hdr, &iov, b.len ? 1 : 0, NULL, NULL);
+	finish(s);
+	return 0;
+}
+
+/* State of one PULL reply while its rows are on the wire. */
+struct pull_ctx {
+	struct emb_server *s;	   /* for the in-flight count */
+	struct srv_table *st;	   /* referenced until done */
+	const float **ptrs;	   /* n row pointers into table memory */
+	struct iovec *iov;	   /* n + 2 entries */
+	uint8_t *bits;		   /* found bitmap (NOCREATE) */
+	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE]; /* unused header slot */
+};
+
+static void pull_done(void *ctx, int status)
+{
+	struct pull_ctx *pc = ctx;
+
+	(void)status;
+	table_put(pc->st);
+	free(pc);
+}
+
+static int on_pull(struct emb_server *s, struct emb_req *req,
+		    const struct emb_wire_frame *f)
+{
+	struct emb_wire_pull_req p;
+	struct emb_frame_hdr hdr = {0};
+	struct srv_table *st;
+	struct pull_ctx *pc;
+	uint32_t dim;
+	size_t bitmap;
+	char *mem;
+	int rc, niov;
+
+	rc = emb_wire_pull_req_decode(f, &p);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	st = table_get(s, p.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	dim = st->spec.dim;
+	bitmap = p.nocreate ? emb_wire_bitmap_bytes(p.n) : 0;
+	mem = malloc(sizeof(*pc) + (size_t)p.n * sizeof(float *) +
+		     ((size_t)p.n + 2) * sizeof(struct iovec) + bitmap + p.n);
+	if (!mem) {
+		table_put(st);
+		return reply_error(s, req, -ENOMEM, NULL);
+	}
+	pc = (struct pull_ctx *)(void *)mem;
+	pc->s = s;
+	pc->st = st;
+	pc->ptrs = (const float **)(void *)(mem + sizeof(*pc));
+	pc->iov = (struct iovec *)(void *)(pc->ptrs + p.n);
+	pc->bits = (uint8_t *)(pc->iov + p.n + 2);
+
+	rc = emb_table_pull_ptrs(st->t, p.ids, p.n, pc->ptrs,
+				 p.nocreate ? EMB_PULL_NOCREATE : 0);
+	if (rc < 0) {
+		pull_done(pc, 0);
+		return reply_error(s, req, rc, NULL);
+	}
+	if (p.nocreate) {
+		uint8_t *found = pc->bits + bitmap;
+
+		for (uint32_t i = 0; i < p.n; i++)
+			found[i] = pc->ptrs[i] != NULL;
+		emb_wire_found_pack(found, p.n, pc->bits);
+	}
+	niov = emb_wire_pull_resp_encode_ptrs(
+		pc->head, pc->iov, p.n + 2, req->hdr.req_id, p.table_id,
+		p.nocreate ? EMB_F_NOCREATE : 0, p.n, dim, pc->bits, pc->ptrs,
+		zero_row);
+	if (niov < 0) {
+		pull_done(pc, 0);
+		return reply_error(s, req, niov, NULL);
+	}
+	hdr.opcode = EMB_OP_PULL | EMB_OP_RESPONSE_BIT;
+	hdr.flags = p.nocreate ? EMB_F_NOCREATE : 0;
+	hdr.table_id = p.table_id;
+	hdr.count = p.n;
+	/* iov[0] is the encoder's header; the transport writes its own. */
+	if (emb_conn_reply(req, &hdr, pc->iov + 1, niov - 1, pull_done, pc))
+		pull_done(pc, 0);
+	finish(s);
+	return 0;
+}
+
+static int on_push(struct emb_server *s, struct emb_req *req,
+		    const struct emb_wire_frame *f)
+{
+	struct emb_wire_push_req p;
+	struct srv_table *st;
+	int rc;
+
+	st = table_get(s, f->hdr.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	rc = emb_wire_push_req_decode(f, st->spec.dim, &p);
+	if (!rc)
+		rc = emb_table_push(st->t, p.ids, p.n, p.grads);
+	table_put(st);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	reply_ack(s, req, f->hdr.table_id, 0);
+	return 0;
+}
+
+static int on_assign(struct emb_server *s, struct emb_req *req,
+		      const struct emb_wire_frame *f)
+{
+	struct emb_wire_assign_req a;
+	struct srv_table *st;
+	uint32_t dim;
+	int rc;
+
+	st = table_get(s, f->hdr.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	dim = st->spec.dim;
+	rc = emb_wire_assign_req_decode(
+		f, dim, emb_optim_state_floats(st->spec.optim.kind, dim), &a);
+	if (!rc)
+		rc = emb_table_assign(st->t, a.ids, a.n, a.rows, a.with_state,
+				      NULL);
+	table_put(st);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	reply_ack(s, req, f->hdr.table_id, 0);
+	return 0;
+}
+
+static int on_erase(struct emb_server *s, struct emb_req *req,
+		     const struct emb_wire_frame *f)
+{
+	struct emb_wire_ids_req e;
+	struct srv_table *st;
+	int rc;
+
+	rc = emb_wire_erase_req_decode(f, &e);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	st = table_get(s, e.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	rc = emb_table_erase(st->t, e.ids, e.n);
+	table_put(st);
+	if (rc < 0)
+		return reply_error(s, req, rc, NULL);
+	reply_ack(s, req, e.table_id, (uint32_t)rc);
+	return 0;
+}
+
+static int on_drop(struct emb_server *s, struct emb_req *req,
+		    const struct emb_wire_frame *f)
+{
+	int rc = emb_wire_empty_req_decode(f, EMB_OP_DROP_TABLE);
+
+	if (!rc)
+		rc = table_drop(s, f->hdr.table_id);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	reply_ack(s, req, f->hdr.table_id, 0);
+	return 0;
+}
+
+static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
+		    const struct emb_frame_hdr *hdr, void *payload)
+{
+	struct emb_server *s = arg;
+	struct srv_conn *sc = emb_conn_user(c);
+	struct emb_wire_frame f = {
+		.hdr = *hdr,
+		.payload = payload,
+		.lim = &s->opts.limits,
+	};
+
+	__atomic_fetch_add(&s->inflight, 1, __ATOMIC_ACQUIRE);
+	add(&s->requests, 1);
+	if (!sc || sc->closing) {
+		emb_req_release(req);
+		finish(s);
+		return 0;
+	}
+	if (hdr->opcode & EMB_OP_RESPONSE_BIT)
+		return reply_error(s, req, EMB_EBADFRAME,
+				   "a response sent to the server");
+	if (hdr->opcode == EMB_OP_HELLO)
+		return on_hello(s, c, sc, req, &f);
+	if (!sc->hello)
+		return reply_error(s, req, EMB_ENOHELLO, NULL);
+
+	switch (hdr->opcode) {
+	case EMB_OP_PULL:
+		return on_pull(s, req, &f);
+	case EMB_OP_PUSH:
+		return on_push(s, req, &f);
+	case EMB_OP_PING:
+		return on_ping(s, req, &f);
+	case EMB_OP_CREATE_TABLE:
+		return on_create(s, req, &f);
+	case EMB_OP_DROP_TABLE:
+		return on_drop(s, req, &f);
+	case EMB_OP_LIST_TABLES:
+		return on_list(s, req, &f);
+	case EMB_OP_ASSIGN:
+		return on_assign(s, req, &f);
+	case EMB_OP_ERASE:
+		return on_erase(s, req, &f);
+	case EMB_OP_STATS:
+		return on_stats(s, req, &f);
+	default:
+		return reply_error(s, req, -EOPNOTSUPP,
+				   "opcode reserved for a later version");
+	}
+}
+
+static void on_request(void *arg, struct emb_conn *c, struct emb_req *req,
+		       const struct emb_frame_hdr *hdr, void *payload)
+{
+	(void)dispatch(arg, c, req, hdr, payload);
+}
+
+static void on_open(void *arg, struct emb_conn *c, int reason)
+{
+	struct emb_server *s = arg;
+	struct srv_conn *sc;
+
+	(void)reason;
+	sc = calloc(1, sizeof(*sc));
+	if (!sc) {
+		emb_log(EMB_LOG_ERROR, "%s: out of memory, closing",
+			emb_conn_peer(c));
+		emb_conn_close(c, -ENOMEM);
+		return;
+	}
+	emb_conn_set_user(c, sc);
+	add(&s->conns_open, 1);
+	add(&s->conns_total, 1);
+	emb_log(EMB_LOG_INFO, "connection from %s (%s)", emb_conn_peer(c),
+		emb_transport_name(c->tr));
+}
+
+static void on_close(void *arg, struct emb_conn *c, int reason)
+{
+	struct emb_server *s = arg;
+	struct srv_conn *sc = emb_conn_user(c);
+
+	if (!sc)
+		return;
+	emb_conn_set_user(c, NULL);
+	free(sc);
+	__atomic_fetch_sub(&s->conns_open, 1, __ATOMIC_RELAXED);
+	if (reason && reason != EMB_EPEERDEAD)
+		emb_log(EMB_LOG_WARN, "connection from %s closed: %s",
+			emb_conn_peer(c), emb_strerror(reason));
+	else
+		emb_log(EMB_LOG_INFO, "connection from %s closed",
+			emb_conn_peer(c));
+}
+
+/* ---- lifecycle ---- */
+
+static void *loop_main(void *arg)
+{
+	struct emb_transport *tr = arg;
+	int rc = emb_transport_run(tr);
+
+	if (rc)
+		emb_log(EMB_LOG_ERROR, "event loop failed: %s",
+			emb_strerror(rc));
+	return NULL;
+}
+
+static uint64_t random_id(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^
+	       ((uint64_t)getpid() << 40);
+}
+
+int emb_server_create(const struct emb_server_opts *opts,
+		      struct emb_server **out)
+{
+	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
+	struct emb_listen_opts lopts = EMB_LISTEN_OPTS_DEFAULT;
+	struct emb_server *s;
+	uint32_t i;
+	int rc;
+
+	if (!opts || !out || !opts->host || !opts->transport ||
+	    opts->threads == 0 || opts->threads > 256 ||
+	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
+	    (opts->auth_token_len && !opts->auth_token) ||
+	    emb_wire_limits_validate(&opts->limits))
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->opts = *opts;
+	s->host = strdup(opts->host);
+	s->transport = strdup(opts->transport);
+	s->tables = calloc(opts->limits.max_tables, sizeof(*s->tables));
+	s->loops = calloc(opts->threads, sizeof(*s->loops));
+	s->threads = calloc(opts->threads, sizeof(*s->threads));
+	if (!s->host || !s->transport || !s->tables || !s->loops ||
+	    !s->threads) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	s->opts.host = s->host;
+	s->opts.transport = s->transport;
+	s->opts.auth_token = s->token;
+	if (opts->auth_token_len)
+		memcpy(s->token, opts->auth_token, opts->auth_token_len);
+	s->budget.limit = opts->mem_limit;
+	s->server_id = random_id();
+	pthread_rwlock_init(&s->tables_lock, NULL);
+
+	topts.max_frame_bytes = opts->limits.max_frame_bytes;
+	for (i = 0; i < opts->threads; i++) {
+		rc = emb_transport_create(opts->transport, &topts,
+					  &s->loops[i]);
+		if (rc)
+			goto err_loops;
+	}
+	lopts.host = s->host;
+	lopts.port = opts->port;
+	lopts.loops = s->loops;
+	lopts.nloops = opts->threads;
+	lopts.on_request = on_request;
+	lopts.on_open = on_open;
+	lopts.on_close = on_close;
+	lopts.arg = s;
+	rc = emb_listener_create(s->loops[0], &lopts, &s->listener);
+	if (rc)
+		goto err_loops;
+	s->port = emb_listener_port(s->listener);
+	for (i = 0; i < opts->threads; i++) {
+		rc = -pthread_create(&s->threads[i], NULL, loop_main,
+				     s->loops[i]);
+		if (rc)
+			goto err_threads;
+		s->nstarted++;
+	}
+	*out = s;
+	return 0;
+
+err_threads:
+	for (i = 0; i < s->nstarted; i++) {
+		emb_transport_stop(s->loops[i]);
+		pthread_join(s->threads[i], NULL);
+	}
+	emb_listener_destroy(s->listener);
+err_loops:
+	for (i = 0; i < opts->threads; i++)
+		emb_transport_destroy(s->loops[i]);
+	pthread_rwlock_destroy(&s->tables_lock);
+err_free:
+	free(s->threads);
+	free(s->loops);
+	free(s->tables);
+	free(s->transport);
+	free(s->host);
+	free(s);
+	return rc;
+}
+
+uint16_t emb_server_port(const struct emb_server *s)
+{
+	return s->port;
+}
+
+static void destroy_listener_task(void *arg)
+{
+	struct emb_server *s = arg;
+
+	emb_listener_destroy(s->listener);
+	s->listener = NULL;
+}
+
+void emb_server_stop(struct emb_server *s, uint32_t grace_ms)
+{
+	struct timespec ts = {0, 5 * 1000 * 1000};
+
+	if (!s || s->stopped)
+		return;
+	s->stopped = true;
+	/* The listener belongs to loop 0's thread. */
+	if (emb_transport_exec(s->loops[0], destroy_listener_task, s) == 0) {
+		for (uint32_t waited = 0; waited < 2000; waited += 5) {
+			if (!__atomic_load_n(&s->listener, __ATOMIC_ACQUIRE))
+				break;
+			nanosleep(&ts, NULL);
+		}
+	}
+	for (uint32_t waited = 0; waited < grace_ms; waited += 5) {
+		if (__atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) == 0)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	/* One more round so replies just posted reach the socket. */
+	nanosleep(&ts, NULL);
+	for (uint32_t i = 0; i < s->nstarted; i++)
+		emb_transport_stop(s->loops[i]);
+	for (uint32_t i = 0; i < s->nstarted; i++)
+		pthread_join(s->threads[i], NULL);
+	s->nstarted = 0;
+}
+
+void emb_server_destroy(struct emb_server *s)
+{
+	if (!s)
+		return;
+	emb_server_stop(s, 1000);
+	if (s->listener)
+		emb_listener_destroy(s->listener);
+	for (uint32_t i = 0; i < s->opts.threads; i++)
+		emb_transport_destroy(s->loops[i]);
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
+		table_put(s->tables[i]);
+	pthread_rwlock_destroy(&s->tables_lock);
+	free(s->threads);
+	free(s->loops);
+	free(s->tables);
+	free(s->transport);
+	free(s->host);
+	free(s);
+}
+
+void emb_server_stats(struct emb_server *s, struct emb_server_stats *out)
+{
+	uint64_t n = 0;
+
+	pthread_rwlock_rdlock(&s->tables_lock);
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
+		n += s->tables[i] != NULL;
+	pthread_rwlock_unlock(&s->tables_lock);
+	out->conns_open = __atomic_load_n(&s->conns_open, __ATOMIC_RELAXED);
+	out->conns_total = __atomic_load_n(&s->conns_total, __ATOMIC_RELAXED);
+	out->requests = __atomic_load_n(&s->requests, __ATOMIC_RELAXED);
+	out->errors = __atomic_load_n(&s->errors, __ATOMIC_RELAXED);
+	out->tables = n;
+	out->mem_used = __atomic_load_n(&s->budget.used, __ATOMIC_RELAXED);
+}

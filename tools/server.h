@@ -1,0 +1,72 @@
+/*
+ * tools/server.h - the embstore server: tables behind a transport.
+ *
+ * Used by the daemon (tools/embstore-server.c) and by tests that want a real
+ * server in their own process. A server runs one event loop per thread;
+ * requests are handled on the loop thread that owns their connection, and
+ * the store's per-shard locks make those threads safe against each other.
+ * create/stop/destroy are called from one controlling thread.
+ */
+#ifndef EMB_TOOLS_SERVER_H
+#define EMB_TOOLS_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/wire.h"
+
+struct emb_server;
+
+struct emb_server_opts {
+	const char *host;	      /* listen address; copied */
+	uint16_t port;		      /* 0 picks a free port */
+	const char *transport;	      /* "tcp" or "rdma"; copied */
+	uint32_t threads;	      /* event loops, >= 1 */
+	const uint8_t *auth_token;    /* required in HELLO, or NULL; copied */
+	uint32_t auth_token_len;      /* bytes, <= EMB_WIRE_TOKEN_MAX */
+	uint64_t mem_limit;	      /* bytes of all tables; 0 = unlimited */
+	struct emb_wire_limits limits; /* what requests may carry */
+	uint32_t table_shards;	      /* index shards per table */
+};
+
+#define EMB_SERVER_OPTS_DEFAULT                                                \
+	((struct emb_server_opts){.host = "127.0.0.1",                         \
+				  .port = 7164,                                \
+				  .transport = "tcp",                          \
+				  .threads = 1,                                \
+				  .limits = EMB_WIRE_LIMITS_DEFAULT,           \
+				  .table_shards = 64})
+
+/*
+ * Creates the server, binds and starts serving in its own threads. 0 and
+ * *out, or -EINVAL (bad opts), -EADDRINUSE, -ENODEV (transport missing),
+ * -ENOMEM, or another negative errno from the transport.
+ */
+int emb_server_create(const struct emb_server_opts *opts,
+		      struct emb_server **out);
+
+/* The bound port (after port 0). */
+uint16_t emb_server_port(const struct emb_server *s);
+
+/*
+ * Stops accepting, lets requests already read finish and their replies go
+ * out (for at most grace_ms), then stops the loops. Idempotent.
+ */
+void emb_server_stop(struct emb_server *s, uint32_t grace_ms);
+
+/* Stops if needed and frees everything; NULL is a no-op. */
+void emb_server_destroy(struct emb_server *s);
+
+/* Counters for logs and tests. */
+struct emb_server_stats {
+	uint64_t conns_open;	/* connections open now */
+	uint64_t conns_total;	/* accepted since start */
+	uint64_t requests;	/* requests handled */
+	uint64_t errors;	/* error responses sent */
+	uint64_t tables;	/* tables now */
+	uint64_t mem_used;	/* bytes charged by all tables */
+};
+
+void emb_server_stats(struct emb_server *s, struct emb_server_stats *out);
+
+#endif
