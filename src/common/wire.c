@@ -27,42 +27,42 @@ enum table_rule {
 };
 
 struct op_rule {
-	uint16_t flags;	 /* flags a request may set (responses echo them) */
-	uint8_t table;	 /* enum table_rule for the request */
+	uint16_t flags; /* flags a request may set (responses echo them) */
+	uint8_t table;	/* enum table_rule for the request */
 };
 
 static const struct op_rule op_rules[] = {
-	[EMB_OP_HELLO] = {0, TBL_NONE},
-	[EMB_OP_PING] = {0, TBL_NONE},
-	[EMB_OP_CREATE_TABLE] = {0, TBL_NONE},
-	[EMB_OP_DROP_TABLE] = {0, TBL_SET},
-	[EMB_OP_LIST_TABLES] = {0, TBL_NONE},
-	[EMB_OP_PULL] = {EMB_F_NOCREATE, TBL_SET},
-	[EMB_OP_PUSH] = {0, TBL_SET},
-	[EMB_OP_ASSIGN] = {EMB_F_WITH_STATE, TBL_SET},
-	[EMB_OP_ERASE] = {0, TBL_SET},
-	[EMB_OP_STATS] = {0, TBL_ANY},
+    [EMB_OP_HELLO] = {0, TBL_NONE},
+    [EMB_OP_PING] = {0, TBL_NONE},
+    [EMB_OP_CREATE_TABLE] = {0, TBL_NONE},
+    [EMB_OP_DROP_TABLE] = {0, TBL_SET},
+    [EMB_OP_LIST_TABLES] = {0, TBL_NONE},
+    [EMB_OP_PULL] = {EMB_F_NOCREATE, TBL_SET},
+    [EMB_OP_PUSH] = {0, TBL_SET},
+    [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE, TBL_SET},
+    [EMB_OP_ERASE] = {0, TBL_SET},
+    [EMB_OP_STATS] = {0, TBL_ANY},
 };
 
 #define NRULES (sizeof(op_rules) / sizeof(op_rules[0]))
 
 /* The order of the STATS counters on the wire. */
 static const size_t stats_offs[EMB_WIRE_STATS_FIELDS] = {
-	offsetof(struct emb_wire_stats, rows),
-	offsetof(struct emb_wire_stats, bytes),
-	offsetof(struct emb_wire_stats, slab_bytes),
-	offsetof(struct emb_wire_stats, index_bytes),
-	offsetof(struct emb_wire_stats, row_bytes),
-	offsetof(struct emb_wire_stats, pulls),
-	offsetof(struct emb_wire_stats, pushes),
-	offsetof(struct emb_wire_stats, rows_pulled),
-	offsetof(struct emb_wire_stats, rows_pushed),
-	offsetof(struct emb_wire_stats, rows_created),
-	offsetof(struct emb_wire_stats, rows_erased),
-	offsetof(struct emb_wire_stats, rows_evicted),
-	offsetof(struct emb_wire_stats, misses),
-	offsetof(struct emb_wire_stats, step),
-	offsetof(struct emb_wire_stats, extents),
+    offsetof(struct emb_wire_stats, rows),
+    offsetof(struct emb_wire_stats, bytes),
+    offsetof(struct emb_wire_stats, slab_bytes),
+    offsetof(struct emb_wire_stats, index_bytes),
+    offsetof(struct emb_wire_stats, row_bytes),
+    offsetof(struct emb_wire_stats, pulls),
+    offsetof(struct emb_wire_stats, pushes),
+    offsetof(struct emb_wire_stats, rows_pulled),
+    offsetof(struct emb_wire_stats, rows_pushed),
+    offsetof(struct emb_wire_stats, rows_created),
+    offsetof(struct emb_wire_stats, rows_erased),
+    offsetof(struct emb_wire_stats, rows_evicted),
+    offsetof(struct emb_wire_stats, misses),
+    offsetof(struct emb_wire_stats, step),
+    offsetof(struct emb_wire_stats, extents),
 };
 
 const char *emb_wire_op_name(uint8_t op)
@@ -301,15 +301,15 @@ static void put_hdr(void *buf, uint8_t op, uint16_t flags, uint64_t req_id,
 		    int32_t status)
 {
 	struct emb_frame_hdr h = {
-		.magic = EMB_WIRE_MAGIC,
-		.version = EMB_WIRE_VERSION,
-		.opcode = op,
-		.flags = flags,
-		.req_id = req_id,
-		.table_id = table_id,
-		.count = count,
-		.payload_len = payload_len,
-		.status = status,
+	    .magic = EMB_WIRE_MAGIC,
+	    .version = EMB_WIRE_VERSION,
+	    .opcode = op,
+	    .flags = flags,
+	    .req_id = req_id,
+	    .table_id = table_id,
+	    .count = count,
+	    .payload_len = payload_len,
+	    .status = status,
 	};
 
 	emb_wire_hdr_encode(buf, &h);
@@ -448,8 +448,7 @@ int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
 	rc = spec_put(p + EMB_WIRE_HDR_SIZE, spec);
 	if (rc)
 		return rc;
-	put_hdr(p, EMB_OP_CREATE_TABLE, 0, req_id, 0, 0, EMB_WIRE_SPEC_SIZE,
-		0);
+	put_hdr(p, EMB_OP_CREATE_TABLE, 0, req_id, 0, 0, EMB_WIRE_SPEC_SIZE, 0);
 	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE);
 }
 
@@ -609,8 +608,7 @@ int emb_wire_pull_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 {
 	uint64_t plen = 8ull * n;
 
-	if (!out || table_id == 0 || (flags & ~EMB_F_NOCREATE) ||
-	    (n && !ids))
+	if (!out || table_id == 0 || (flags & ~EMB_F_NOCREATE) || (n && !ids))
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
@@ -622,9 +620,9 @@ int emb_wire_pull_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 }
 
 /* Header of a PULL response; returns the payload size or an error. */
-static int64_t pull_resp_hdr(uint8_t *head, uint64_t req_id,
-			     uint32_t table_id, uint16_t flags, uint32_t n,
-			     uint32_t dim, const uint8_t *found)
+static int64_t pull_resp_hdr(uint8_t *head, uint64_t req_id, uint32_t table_id,
+			     uint16_t flags, uint32_t n, uint32_t dim,
+			     const uint8_t *found)
 {
 	uint64_t bits = (flags & EMB_F_NOCREATE) ? emb_wire_bitmap_bytes(n) : 0;
 	uint64_t plen = bits + 4ull * n * dim;
@@ -648,8 +646,7 @@ int emb_wire_pull_resp_encode(struct emb_wire_iovs *out, uint64_t req_id,
 
 	if (!out || (n && !rows))
 		return EMB_EBADARG;
-	plen = pull_resp_hdr(out->head, req_id, table_id, flags, n, dim,
-			     found);
+	plen = pull_resp_hdr(out->head, req_id, table_id, flags, n, dim, found);
 	if (plen < 0)
 		return (int)plen;
 	iovs_start(out, EMB_WIRE_HDR_SIZE);
@@ -659,13 +656,10 @@ int emb_wire_pull_resp_encode(struct emb_wire_iovs *out, uint64_t req_id,
 	return 0;
 }
 
-int emb_wire_pull_resp_encode_ptrs(uint8_t *head, struct iovec *iov,
-				   uint32_t iov_cap, uint64_t req_id,
-				   uint32_t table_id, uint16_t flags,
-				   uint32_t n, uint32_t dim,
-				   const uint8_t *found,
-				   const float *const *rows,
-				   const float *zero_row)
+int emb_wire_pull_resp_encode_ptrs(
+    uint8_t *head, struct iovec *iov, uint32_t iov_cap, uint64_t req_id,
+    uint32_t table_id, uint16_t flags, uint32_t n, uint32_t dim,
+    const uint8_t *found, const float *const *rows, const float *zero_row)
 {
 	size_t row_bytes = 4 * (size_t)dim;
 	uint32_t cnt = 1, i;
@@ -719,8 +713,8 @@ int emb_wire_push_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
-	put_hdr(out->head, EMB_OP_PUSH, 0, req_id, table_id, n,
-		(uint32_t)plen, 0);
+	put_hdr(out->head, EMB_OP_PUSH, 0, req_id, table_id, n, (uint32_t)plen,
+		0);
 	emb_le64_store(pre, step);
 	emb_le32_store(pre + 8, rank);
 	emb_le32_store(pre + 12, 0);
@@ -732,8 +726,8 @@ int emb_wire_push_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 
 int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, uint16_t flags,
-			       const uint64_t *ids, uint32_t n,
-			       uint32_t stride, const float *rows)
+			       const uint64_t *ids, uint32_t n, uint32_t stride,
+			       const float *rows)
 {
 	uint64_t plen = 8ull * n + 4ull * n * stride;
 
@@ -760,8 +754,8 @@ int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
-	put_hdr(out->head, EMB_OP_ERASE, 0, req_id, table_id, n,
-		(uint32_t)plen, 0);
+	put_hdr(out->head, EMB_OP_ERASE, 0, req_id, table_id, n, (uint32_t)plen,
+		0);
 	iovs_start(out, EMB_WIRE_HDR_SIZE);
 	iovs_add(out, ids, plen);
 	return 0;
@@ -991,8 +985,8 @@ int emb_wire_pull_req_decode(const struct emb_wire_frame *f,
 int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
 			      struct emb_wire_pull_resp *out)
 {
-	uint32_t n, i;
-	uint64_t bits;
+	uint64_t bits, i;
+	uint32_t n;
 	int rc;
 
 	if (dim == 0 || dim > EMB_WIRE_DIM_MAX)
@@ -1009,7 +1003,7 @@ int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
 		return rc;
 	/* Padding bits past n are 0, so a reader may count set bits whole. */
 	for (i = n; i < bits * 8; i++)
-		if (emb_wire_bit_test(f->payload, i))
+		if (emb_wire_bit_test(f->payload, (uint32_t)i))
 			return EMB_EBADFRAME;
 	out->n = n;
 	out->dim = dim;
@@ -1045,8 +1039,8 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	out->step = emb_le64_load(p);
 	out->rank = emb_le32_load(p + 8);
 	out->n = f->hdr.count;
-	out->ids = (const uint64_t *)(const void *)(p +
-						    EMB_WIRE_PUSH_PREFIX_SIZE);
+	out->ids =
+	    (const uint64_t *)(const void *)(p + EMB_WIRE_PUSH_PREFIX_SIZE);
 	out->grads = (const float *)(const void *)(p + rows_off);
 	return 0;
 }

@@ -31,8 +31,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define EMB_WIRE_MAGIC 0x31424d45u
-#define EMB_WIRE_VERSION 1u
+#define EMB_WIRE_MAGIC	  0x31424d45u
+#define EMB_WIRE_VERSION  1u
 #define EMB_WIRE_HDR_SIZE 32u
 
 #define EMB_OP_RESPONSE_BIT 0x80u
@@ -52,38 +52,38 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
  * but has no payload decoder yet.
  */
 enum emb_op {
-	EMB_OP_HELLO = 1,	  /* handshake: versions, auth, limits */
-	EMB_OP_PING = 2,	  /* echo an opaque payload */
-	EMB_OP_CREATE_TABLE = 3,  /* name, dim, optimizer, initializer, seed */
-	EMB_OP_DROP_TABLE = 4,	  /* table id in the header */
-	EMB_OP_LIST_TABLES = 5,	  /* all tables with their configs */
-	EMB_OP_PULL = 6,	  /* ids -> rows */
-	EMB_OP_PUSH = 7,	  /* ids + gradients */
-	EMB_OP_ASSIGN = 8,	  /* ids + rows (optionally with state) */
-	EMB_OP_ERASE = 9,	  /* ids */
-	EMB_OP_STATS = 10,	  /* per-table counters */
-	EMB_OP_EVICT = 11,	  /* reserved */
-	EMB_OP_DUMP_BEGIN = 12,	  /* reserved */
-	EMB_OP_DUMP_CHUNK = 13,	  /* reserved */
-	EMB_OP_DUMP_END = 14,	  /* reserved */
-	EMB_OP_BARRIER = 15,	  /* reserved */
-	EMB_OP_CLUSTER_MAP = 32,  /* reserved: scheduler -> nodes */
-	EMB_OP_REGISTER = 33,	  /* reserved: node -> scheduler */
-	EMB_OP_HEARTBEAT = 34,	  /* reserved: node -> scheduler */
-	EMB_OP_FINISH = 35,	  /* reserved: job end */
+	EMB_OP_HELLO = 1,	 /* handshake: versions, auth, limits */
+	EMB_OP_PING = 2,	 /* echo an opaque payload */
+	EMB_OP_CREATE_TABLE = 3, /* name, dim, optimizer, initializer, seed */
+	EMB_OP_DROP_TABLE = 4,	 /* table id in the header */
+	EMB_OP_LIST_TABLES = 5,	 /* all tables with their configs */
+	EMB_OP_PULL = 6,	 /* ids -> rows */
+	EMB_OP_PUSH = 7,	 /* ids + gradients */
+	EMB_OP_ASSIGN = 8,	 /* ids + rows (optionally with state) */
+	EMB_OP_ERASE = 9,	 /* ids */
+	EMB_OP_STATS = 10,	 /* per-table counters */
+	EMB_OP_EVICT = 11,	 /* reserved */
+	EMB_OP_DUMP_BEGIN = 12,	 /* reserved */
+	EMB_OP_DUMP_CHUNK = 13,	 /* reserved */
+	EMB_OP_DUMP_END = 14,	 /* reserved */
+	EMB_OP_BARRIER = 15,	 /* reserved */
+	EMB_OP_CLUSTER_MAP = 32, /* reserved: scheduler -> nodes */
+	EMB_OP_REGISTER = 33,	 /* reserved: node -> scheduler */
+	EMB_OP_HEARTBEAT = 34,	 /* reserved: node -> scheduler */
+	EMB_OP_FINISH = 35,	 /* reserved: job end */
 };
 
 /* Header flags; each opcode accepts only its own, others must be 0. */
-#define EMB_F_NOCREATE 0x0001u	 /* PULL: report missing ids, create none */
+#define EMB_F_NOCREATE	 0x0001u /* PULL: report missing ids, create none */
 #define EMB_F_WITH_STATE 0x0002u /* ASSIGN: rows carry optimizer state */
 
 /* Field limits fixed by the protocol, whatever the configured limits. */
-#define EMB_WIRE_FRAME_MAX (1u << 30) /* largest max_frame_bytes */
-#define EMB_WIRE_DIM_MAX 4096u	      /* largest dim (store's EMB_DIM_MAX) */
-#define EMB_WIRE_NAME_SIZE 64u	      /* table name field, NUL-padded */
-#define EMB_WIRE_TOKEN_MAX 256u	      /* HELLO auth token bytes */
-#define EMB_WIRE_CLIENT_NAME_MAX 128u /* HELLO client/transport string */
-#define EMB_WIRE_ERRMSG_MAX 1024u     /* error message bytes */
+#define EMB_WIRE_FRAME_MAX	 (1u << 30) /* largest max_frame_bytes */
+#define EMB_WIRE_DIM_MAX	 4096u /* largest dim (store's EMB_DIM_MAX) */
+#define EMB_WIRE_NAME_SIZE	 64u   /* table name field, NUL-padded */
+#define EMB_WIRE_TOKEN_MAX	 256u  /* HELLO auth token bytes */
+#define EMB_WIRE_CLIENT_NAME_MAX 128u  /* HELLO client/transport string */
+#define EMB_WIRE_ERRMSG_MAX	 1024u /* error message bytes */
 
 /*
  * What a decoder accepts. A server fills these from its config and sends
@@ -122,9 +122,9 @@ _Static_assert(sizeof(struct emb_frame_hdr) == EMB_WIRE_HDR_SIZE,
  * its payload. payload and lim point into memory the caller keeps alive.
  */
 struct emb_wire_frame {
-	struct emb_frame_hdr hdr;	    /* decoded header */
-	const uint8_t *payload;		    /* hdr.payload_len bytes, 8-aligned */
-	const struct emb_wire_limits *lim;  /* limits it was checked against */
+	struct emb_frame_hdr hdr; /* decoded header */
+	const uint8_t *payload;	  /* hdr.payload_len bytes, 8-aligned */
+	const struct emb_wire_limits *lim; /* limits it was checked against */
 };
 
 /*

@@ -128,13 +128,13 @@
 #include "common/optim.h"
 #include "common/wire.h"
 
-#define EMB_WIRE_HELLO_RESP_SIZE 32u
-#define EMB_WIRE_SPEC_SIZE 128u
-#define EMB_WIRE_LIST_ENTRY_SIZE 144u
-#define EMB_WIRE_PUSH_PREFIX_SIZE 16u
+#define EMB_WIRE_HELLO_RESP_SIZE   32u
+#define EMB_WIRE_SPEC_SIZE	   128u
+#define EMB_WIRE_LIST_ENTRY_SIZE   144u
+#define EMB_WIRE_PUSH_PREFIX_SIZE  16u
 #define EMB_WIRE_STATS_PREFIX_SIZE 8u
-#define EMB_WIRE_STATS_FIELDS 15u     /* counters this version sends */
-#define EMB_WIRE_STATS_FIELDS_MAX 64u /* most a reader accepts */
+#define EMB_WIRE_STATS_FIELDS	   15u /* counters this version sends */
+#define EMB_WIRE_STATS_FIELDS_MAX  64u /* most a reader accepts */
 
 /* Bytes of PULL's found bitmap for n ids: whole u64 words. */
 static inline uint64_t emb_wire_bitmap_bytes(uint32_t n)
@@ -167,7 +167,7 @@ static inline uint64_t emb_wire_pull_resp_bytes(uint32_t n, uint32_t dim,
  * the frame is sent. iov[0] points into the struct itself: do not copy it.
  */
 #define EMB_WIRE_HEAD_MAX 64u
-#define EMB_WIRE_IOV_MAX 4u
+#define EMB_WIRE_IOV_MAX  4u
 
 struct emb_wire_iovs {
 	struct iovec iov[EMB_WIRE_IOV_MAX]; /* iovcnt entries, none empty */
@@ -213,10 +213,10 @@ struct emb_wire_list_resp {
 };
 
 struct emb_wire_pull_req {
-	uint32_t table_id;    /* >= 1 */
-	uint32_t n;	      /* ids */
-	bool nocreate;	      /* EMB_F_NOCREATE */
-	const uint64_t *ids;  /* n ids in the frame */
+	uint32_t table_id;   /* >= 1 */
+	uint32_t n;	     /* ids */
+	bool nocreate;	     /* EMB_F_NOCREATE */
+	const uint64_t *ids; /* n ids in the frame */
 };
 
 struct emb_wire_pull_resp {
@@ -227,28 +227,28 @@ struct emb_wire_pull_resp {
 };
 
 struct emb_wire_push_req {
-	uint32_t table_id;    /* >= 1 */
-	uint64_t step;	      /* worker step, for later sync modes */
-	uint32_t rank;	      /* worker rank, for later sync modes */
-	uint32_t n;	      /* ids */
-	const uint64_t *ids;  /* n ids in the frame */
-	const float *grads;   /* n * dim floats in the frame */
+	uint32_t table_id;   /* >= 1 */
+	uint64_t step;	     /* worker step, for later sync modes */
+	uint32_t rank;	     /* worker rank, for later sync modes */
+	uint32_t n;	     /* ids */
+	const uint64_t *ids; /* n ids in the frame */
+	const float *grads;  /* n * dim floats in the frame */
 };
 
 struct emb_wire_assign_req {
-	uint32_t table_id;    /* >= 1 */
-	uint32_t n;	      /* ids */
-	bool with_state;      /* EMB_F_WITH_STATE */
-	uint32_t stride;      /* floats per row: dim (+ state) */
-	const uint64_t *ids;  /* n ids in the frame */
-	const float *rows;    /* n * stride floats in the frame */
+	uint32_t table_id;   /* >= 1 */
+	uint32_t n;	     /* ids */
+	bool with_state;     /* EMB_F_WITH_STATE */
+	uint32_t stride;     /* floats per row: dim (+ state) */
+	const uint64_t *ids; /* n ids in the frame */
+	const float *rows;   /* n * stride floats in the frame */
 };
 
 /* ids-only requests: ERASE. */
 struct emb_wire_ids_req {
-	uint32_t table_id;    /* >= 1 */
-	uint32_t n;	      /* ids */
-	const uint64_t *ids;  /* n ids in the frame */
+	uint32_t table_id;   /* >= 1 */
+	uint32_t n;	     /* ids */
+	const uint64_t *ids; /* n ids in the frame */
 };
 
 /* One STATS entry; field order is the wire order of the counters. */
@@ -278,8 +278,8 @@ struct emb_wire_stats_resp {
 };
 
 struct emb_wire_error {
-	int32_t status;	 /* the response's negative status */
-	const char *msg; /* msg_len bytes of UTF-8, not terminated */
+	int32_t status;	  /* the response's negative status */
+	const char *msg;  /* msg_len bytes of UTF-8, not terminated */
 	uint32_t msg_len; /* 0..EMB_WIRE_ERRMSG_MAX */
 };
 
@@ -366,13 +366,10 @@ int emb_wire_pull_resp_encode(struct emb_wire_iovs *out, uint64_t req_id,
  * -ENOSPC when iov_cap < that (at most 2 + n suffice), or as above. The
  * count may exceed IOV_MAX: send it in writev() calls of IOV_MAX entries.
  */
-int emb_wire_pull_resp_encode_ptrs(uint8_t *head, struct iovec *iov,
-				   uint32_t iov_cap, uint64_t req_id,
-				   uint32_t table_id, uint16_t flags,
-				   uint32_t n, uint32_t dim,
-				   const uint8_t *found,
-				   const float *const *rows,
-				   const float *zero_row);
+int emb_wire_pull_resp_encode_ptrs(
+    uint8_t *head, struct iovec *iov, uint32_t iov_cap, uint64_t req_id,
+    uint32_t table_id, uint16_t flags, uint32_t n, uint32_t dim,
+    const uint8_t *found, const float *const *rows, const float *zero_row);
 
 int emb_wire_push_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			     uint32_t table_id, uint64_t step, uint32_t rank,
@@ -382,8 +379,8 @@ int emb_wire_push_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 /* stride: dim, or dim + state floats with EMB_F_WITH_STATE. */
 int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, uint16_t flags,
-			       const uint64_t *ids, uint32_t n,
-			       uint32_t stride, const float *rows);
+			       const uint64_t *ids, uint32_t n, uint32_t stride,
+			       const float *rows);
 
 int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			      uint32_t table_id, const uint64_t *ids,

@@ -28,12 +28,12 @@ static const float *rowp[1u << 12];
 static const float zero_row[EMB_WIRE_DIM_MAX];
 
 static const struct emb_wire_limits limits[] = {
-	{.max_frame_bytes = 64u << 20,
-	 .max_ids = 1u << 20,
-	 .max_tables = 1024,
-	 .max_dim = EMB_WIRE_DIM_MAX},
-	{.max_frame_bytes = 64, .max_ids = 1, .max_tables = 1, .max_dim = 1},
-	{.max_frame_bytes = 4096, .max_ids = 16, .max_tables = 4, .max_dim = 8},
+    {.max_frame_bytes = 64u << 20,
+     .max_ids = 1u << 20,
+     .max_tables = 1024,
+     .max_dim = EMB_WIRE_DIM_MAX},
+    {.max_frame_bytes = 64, .max_ids = 1, .max_tables = 1, .max_dim = 1},
+    {.max_frame_bytes = 4096, .max_ids = 16, .max_tables = 4, .max_dim = 8},
 };
 
 static const uint32_t dims[] = {1, 3, 8, EMB_WIRE_DIM_MAX};
@@ -91,11 +91,10 @@ static void check_hello(const struct emb_wire_frame *f)
 		name[hq.name_len] = '\0';
 		if (strlen(name) == hq.name_len)
 			same(f, out,
-			     emb_wire_hello_req_encode(out, sizeof(out),
-						       f->hdr.req_id,
-						       hq.client_version,
-						       hq.token, hq.token_len,
-						       name),
+			     emb_wire_hello_req_encode(
+				 out, sizeof(out), f->hdr.req_id,
+				 hq.client_version, hq.token, hq.token_len,
+				 name),
 			     "hello request");
 	}
 	if (emb_wire_hello_resp_decode(f, &hr) == 0)
@@ -115,8 +114,8 @@ static void check_tables(const struct emb_wire_frame *f)
 	if (emb_wire_create_req_decode(f, &spec) == 0) {
 		must(strlen(spec.name) < EMB_WIRE_NAME_SIZE, "create name");
 		same(f, out,
-		     emb_wire_create_req_encode(out, sizeof(out),
-						f->hdr.req_id, &spec),
+		     emb_wire_create_req_encode(out, sizeof(out), f->hdr.req_id,
+						&spec),
 		     "create request");
 	}
 	if (emb_wire_list_resp_decode(f, &lr) == 0) {
@@ -146,17 +145,15 @@ static void check_simple(const struct emb_wire_frame *f)
 	for (i = 0; i < sizeof(empty_ops); i++)
 		if (emb_wire_empty_req_decode(f, empty_ops[i]) == 0)
 			same(f, out,
-			     emb_wire_empty_req_encode(out, sizeof(out),
-						       empty_ops[i],
-						       f->hdr.req_id,
-						       f->hdr.table_id),
+			     emb_wire_empty_req_encode(
+				 out, sizeof(out), empty_ops[i], f->hdr.req_id,
+				 f->hdr.table_id),
 			     "empty request");
 	for (i = 0; i < sizeof(ack_ops); i++)
 		if (emb_wire_ack_decode(f, ack_ops[i]) == 0)
 			same(f, out,
 			     emb_wire_ack_encode(out, sizeof(out), ack_ops[i],
-						 f->hdr.req_id,
-						 f->hdr.table_id,
+						 f->hdr.req_id, f->hdr.table_id,
 						 f->hdr.count),
 			     "ack");
 	if (emb_wire_error_decode(f, &err) == 0) {
@@ -189,9 +186,8 @@ static void check_stats(const struct emb_wire_frame *f)
 	/* Another counter set does not re-encode to the same bytes. */
 	if (sr.nfields == EMB_WIRE_STATS_FIELDS)
 		same(f, out,
-		     emb_wire_stats_resp_encode(out, sizeof(out),
-						f->hdr.req_id, f->hdr.table_id,
-						st, sr.n),
+		     emb_wire_stats_resp_encode(out, sizeof(out), f->hdr.req_id,
+						f->hdr.table_id, st, sr.n),
 		     "stats response");
 }
 
@@ -234,8 +230,8 @@ static void check_pull_resp(const struct emb_wire_frame *f, uint32_t dim)
 	must(pr.n <= f->lim->max_ids, "pull response count");
 	must(((uintptr_t)pr.rows & 7) == 0, "pull rows aligned");
 	must((uint64_t)((const uint8_t *)pr.rows - f->payload) +
-			     EMB_WIRE_HDR_SIZE ==
-		     emb_wire_pull_rows_offset(pr.n, f->hdr.flags),
+		     EMB_WIRE_HDR_SIZE ==
+		 emb_wire_pull_rows_offset(pr.n, f->hdr.flags),
 	     "pull rows offset");
 	if (pr.found)
 		touch(pr.found, emb_wire_bitmap_bytes(pr.n));
@@ -250,13 +246,12 @@ static void check_pull_resp(const struct emb_wire_frame *f, uint32_t dim)
 	if (pr.n > sizeof(rowp) / sizeof(rowp[0]) - 2)
 		return;
 	for (i = 0; i < pr.n; i++)
-		rowp[i] = pr.found && !emb_wire_bit_test(pr.found, i) ?
-				  NULL :
-				  pr.rows + (size_t)i * dim;
-	cnt = emb_wire_pull_resp_encode_ptrs(head, iov, pr.n + 2,
-					     f->hdr.req_id, f->hdr.table_id,
-					     f->hdr.flags, pr.n, dim, pr.found,
-					     rowp, zero_row);
+		rowp[i] = pr.found && !emb_wire_bit_test(pr.found, i)
+			      ? NULL
+			      : pr.rows + (size_t)i * dim;
+	cnt = emb_wire_pull_resp_encode_ptrs(
+	    head, iov, pr.n + 2, f->hdr.req_id, f->hdr.table_id, f->hdr.flags,
+	    pr.n, dim, pr.found, rowp, zero_row);
 	must(cnt > 0, "pull gather");
 	for (i = 0; i < (uint32_t)cnt; i++) {
 		memcpy(out + off, iov[i].iov_base, iov[i].iov_len);
@@ -294,10 +289,9 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 		touch(pu.ids, 8 * (size_t)pu.n);
 		touch(pu.grads, 4 * (size_t)pu.n * dim);
 		same_iovs(f, &v,
-			  emb_wire_push_req_encode(&v, f->hdr.req_id,
-						   pu.table_id, pu.step,
-						   pu.rank, pu.ids, pu.n, dim,
-						   pu.grads),
+			  emb_wire_push_req_encode(
+			      &v, f->hdr.req_id, pu.table_id, pu.step, pu.rank,
+			      pu.ids, pu.n, dim, pu.grads),
 			  "push request");
 	}
 	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
@@ -306,10 +300,9 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 		touch(ar.ids, 8 * (size_t)ar.n);
 		touch(ar.rows, 4 * (size_t)ar.n * ar.stride);
 		same_iovs(f, &v,
-			  emb_wire_assign_req_encode(&v, f->hdr.req_id,
-						     ar.table_id, f->hdr.flags,
-						     ar.ids, ar.n, ar.stride,
-						     ar.rows),
+			  emb_wire_assign_req_encode(
+			      &v, f->hdr.req_id, ar.table_id, f->hdr.flags,
+			      ar.ids, ar.n, ar.stride, ar.rows),
 			  "assign request");
 	}
 	check_pull_resp(f, dim);
@@ -328,8 +321,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (l = 0; l < sizeof(limits) / sizeof(limits[0]); l++) {
 		/* The header check alone, as a stream transport calls it. */
 		if (emb_wire_hdr_decode(data, size, &limits[l], &h) == 0)
-			must(h.payload_len <= limits[l].max_frame_bytes -
-						      EMB_WIRE_HDR_SIZE,
+			must(h.payload_len <=
+				 limits[l].max_frame_bytes - EMB_WIRE_HDR_SIZE,
 			     "header length");
 		if (emb_wire_frame_decode(data, size, &limits[l], &f) != 0)
 			continue;

@@ -24,7 +24,8 @@ static void save(const char *name, int len)
 	FILE *fp;
 
 	if (len < 0) {
-		fprintf(stderr, "gen_corpus: %s: %s\n", name, emb_strerror(len));
+		fprintf(stderr, "gen_corpus: %s: %s\n", name,
+			emb_strerror(len));
 		failed = 1;
 		return;
 	}
@@ -82,18 +83,18 @@ int main(int argc, char **argv)
 	hr.server_version = 1;
 	hr.limits = EMB_WIRE_LIMITS_DEFAULT;
 	hr.server_id = 7;
-	save("hello_resp", emb_wire_hello_resp_encode(buf, sizeof(buf), 1,
-						      &hr));
+	save("hello_resp",
+	     emb_wire_hello_resp_encode(buf, sizeof(buf), 1, &hr));
 
 	spec = spec_make("user_emb", 8);
-	save("create_req", emb_wire_create_req_encode(buf, sizeof(buf), 2,
-						      &spec));
+	save("create_req",
+	     emb_wire_create_req_encode(buf, sizeof(buf), 2, &spec));
 	save("create_resp", emb_wire_ack_encode(buf, sizeof(buf),
 						EMB_OP_CREATE_TABLE, 2, 1, 0));
 	save("drop_req", emb_wire_empty_req_encode(buf, sizeof(buf),
 						   EMB_OP_DROP_TABLE, 3, 1));
-	save("drop_resp", emb_wire_ack_encode(buf, sizeof(buf),
-					      EMB_OP_DROP_TABLE, 3, 1, 0));
+	save("drop_resp",
+	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_DROP_TABLE, 3, 1, 0));
 	save("list_req", emb_wire_empty_req_encode(buf, sizeof(buf),
 						   EMB_OP_LIST_TABLES, 4, 0));
 	tabs[0].table_id = 1;
@@ -102,8 +103,8 @@ int main(int argc, char **argv)
 	tabs[1].table_id = 2;
 	tabs[1].spec = spec_make("item", 3);
 	tabs[1].rows = 0;
-	save("list_resp", emb_wire_list_resp_encode(buf, sizeof(buf), 4, tabs,
-						    2));
+	save("list_resp",
+	     emb_wire_list_resp_encode(buf, sizeof(buf), 4, tabs, 2));
 
 	save_iovs("pull_req", &v,
 		  emb_wire_pull_req_encode(&v, 5, 1, 0, ids, 4));
@@ -116,40 +117,37 @@ int main(int argc, char **argv)
 		  emb_wire_pull_resp_encode(&v, 5, 1, EMB_F_NOCREATE, 4, 3,
 					    bits, rows));
 	save_iovs("push_req_dim3", &v,
-		  emb_wire_push_req_encode(&v, 6, 1, 1000, 2, ids, 4, 3,
-					   rows));
+		  emb_wire_push_req_encode(&v, 6, 1, 1000, 2, ids, 4, 3, rows));
 	save_iovs("push_req_dim8", &v,
-		  emb_wire_push_req_encode(&v, 6, 1, 1000, 2, ids, 2, 8,
-					   rows));
-	save("push_resp", emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH,
-					      6, 1, 0));
+		  emb_wire_push_req_encode(&v, 6, 1, 1000, 2, ids, 2, 8, rows));
+	save("push_resp",
+	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH, 6, 1, 0));
 	save_iovs("assign_req_dim3", &v,
 		  emb_wire_assign_req_encode(&v, 7, 1, 0, ids, 4, 3, rows));
 	/* dim 3 with Adam's 2 * 3 + 1 state floats */
 	save_iovs("assign_req_state_dim3", &v,
-		  emb_wire_assign_req_encode(&v, 7, 1, EMB_F_WITH_STATE, ids,
-					     2, 10, rows));
-	save("assign_resp", emb_wire_ack_encode(buf, sizeof(buf),
-						EMB_OP_ASSIGN, 7, 1, 0));
-	save_iovs("erase_req", &v,
-		  emb_wire_erase_req_encode(&v, 8, 1, ids, 3));
-	save("erase_resp", emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_ERASE,
-					       8, 1, 2));
-	save("stats_req", emb_wire_empty_req_encode(buf, sizeof(buf),
-						    EMB_OP_STATS, 9, 0));
+		  emb_wire_assign_req_encode(&v, 7, 1, EMB_F_WITH_STATE, ids, 2,
+					     10, rows));
+	save("assign_resp",
+	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_ASSIGN, 7, 1, 0));
+	save_iovs("erase_req", &v, emb_wire_erase_req_encode(&v, 8, 1, ids, 3));
+	save("erase_resp",
+	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_ERASE, 8, 1, 2));
+	save("stats_req",
+	     emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_STATS, 9, 0));
 	memset(st, 0, sizeof(st));
 	st[0].table_id = 1;
 	st[0].rows = 10;
 	st[0].step = 3;
 	st[1].table_id = 2;
-	save("stats_resp", emb_wire_stats_resp_encode(buf, sizeof(buf), 9, 0,
-						      st, 2));
+	save("stats_resp",
+	     emb_wire_stats_resp_encode(buf, sizeof(buf), 9, 0, st, 2));
 	save_iovs("ping_req", &v,
 		  emb_wire_ping_encode(&v, 10, false, "12345678", 8));
 	save_iovs("ping_resp", &v,
 		  emb_wire_ping_encode(&v, 10, true, "12345678", 8));
-	save("error_resp", emb_wire_error_encode(buf, sizeof(buf), EMB_OP_PULL,
-						 11, 1, EMB_ENOTABLE,
-						 "no table 1"));
+	save("error_resp",
+	     emb_wire_error_encode(buf, sizeof(buf), EMB_OP_PULL, 11, 1,
+				   EMB_ENOTABLE, "no table 1"));
 	return failed;
 }

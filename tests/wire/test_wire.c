@@ -61,9 +61,9 @@ static void test_header_layout(void)
 	CU_ASSERT_EQUAL(memcmp(buf, "EMB1", 4), 0);
 	CU_ASSERT_EQUAL(buf[4], EMB_WIRE_VERSION);
 	CU_ASSERT_EQUAL(buf[5], EMB_OP_STATS);
-	CU_ASSERT_EQUAL(buf[8], 0x88);	/* request id, low byte first */
+	CU_ASSERT_EQUAL(buf[8], 0x88); /* request id, low byte first */
 	CU_ASSERT_EQUAL(buf[15], 0x11);
-	CU_ASSERT_EQUAL(buf[16], 7);	/* table id */
+	CU_ASSERT_EQUAL(buf[16], 7); /* table id */
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL(f.hdr.req_id, 0x1122334455667788ull);
 	CU_ASSERT_EQUAL(emb_wire_empty_req_decode(&f, EMB_OP_STATS), 0);
@@ -124,22 +124,22 @@ static void test_tables(void)
 	CU_ASSERT_EQUAL_FATAL(emb_wire_create_req_decode(&f, &out), 0);
 	CU_ASSERT_EQUAL(memcmp(&out, &s, sizeof(s)), 0);
 
-	len = emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_CREATE_TABLE, 2, 5,
-				  0);
+	len =
+	    emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_CREATE_TABLE, 2, 5, 0);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL(emb_wire_ack_decode(&f, EMB_OP_CREATE_TABLE), 0);
 	CU_ASSERT_EQUAL(f.hdr.table_id, 5);
 
-	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_DROP_TABLE,
-					3, 5);
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_DROP_TABLE, 3,
+					5);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL(emb_wire_empty_req_decode(&f, EMB_OP_DROP_TABLE), 0);
 	CU_ASSERT_EQUAL(emb_wire_empty_req_encode(buf, sizeof(buf),
 						  EMB_OP_DROP_TABLE, 3, 0),
 			EMB_EBADARG);
 
-	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES,
-					4, 0);
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES, 4,
+					0);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL(emb_wire_empty_req_decode(&f, EMB_OP_LIST_TABLES), 0);
 
@@ -183,8 +183,8 @@ static void test_pull(void)
 
 	for (i = 0; i < 15; i++)
 		rows[i] = (float)i * 0.5f;
-	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_req_encode(&v, 9, 4, EMB_F_NOCREATE,
-						       ids, 5), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_pull_req_encode(&v, 9, 4, EMB_F_NOCREATE, ids, 5), 0);
 	CU_ASSERT_EQUAL(v.iovcnt, 2);
 	CU_ASSERT_EQUAL(v.iov[1].iov_base, (const void *)ids);
 	len = flatten(&v);
@@ -199,9 +199,9 @@ static void test_pull(void)
 
 	emb_wire_found_pack(found, 5, bits);
 	CU_ASSERT_EQUAL(bits[0], 0x0d);
-	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_encode(&v, 9, 4,
-							EMB_F_NOCREATE, 5, 3,
-							bits, rows), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_encode(
+				  &v, 9, 4, EMB_F_NOCREATE, 5, 3, bits, rows),
+			      0);
 	len = flatten(&v);
 	CU_ASSERT_EQUAL_FATAL((uint64_t)len,
 			      emb_wire_pull_resp_bytes(5, 3, EMB_F_NOCREATE));
@@ -211,13 +211,13 @@ static void test_pull(void)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(resp.found);
 	for (i = 0; i < 5; i++)
 		CU_ASSERT_EQUAL(emb_wire_bit_test(resp.found, i), found[i]);
-	CU_ASSERT_PTR_EQUAL(resp.rows, buf + emb_wire_pull_rows_offset(5,
-							EMB_F_NOCREATE));
+	CU_ASSERT_PTR_EQUAL(resp.rows,
+			    buf + emb_wire_pull_rows_offset(5, EMB_F_NOCREATE));
 	CU_ASSERT_EQUAL(memcmp(resp.rows, rows, sizeof(rows)), 0);
 
 	/* Without NOCREATE the rows follow the header directly. */
-	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_encode(&v, 9, 4, 0, 5, 3,
-							NULL, rows), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_pull_resp_encode(&v, 9, 4, 0, 5, 3, NULL, rows), 0);
 	len = flatten(&v);
 	CU_ASSERT_EQUAL_FATAL(len, 32 + 60);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
@@ -244,9 +244,8 @@ static void test_pull_ptrs(void)
 	int cnt, i;
 
 	emb_wire_found_pack(found, 4, bits);
-	cnt = emb_wire_pull_resp_encode_ptrs(head, iov, 8, 1, 2,
-					     EMB_F_NOCREATE, 4, 2, bits, ptrs,
-					     zero);
+	cnt = emb_wire_pull_resp_encode_ptrs(head, iov, 8, 1, 2, EMB_F_NOCREATE,
+					     4, 2, bits, ptrs, zero);
 	/* head, bitmap, rows 0-1 merged, zero row, row 3 */
 	CU_ASSERT_EQUAL_FATAL(cnt, 5);
 	CU_ASSERT_EQUAL(iov[2].iov_len, 16);
@@ -279,8 +278,8 @@ static void test_push(void)
 	struct emb_wire_frame f;
 	int len;
 
-	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_encode(&v, 5, 2, 777, 3, ids,
-						       3, 4, grads), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_push_req_encode(&v, 5, 2, 777, 3, ids, 3, 4, grads), 0);
 	len = flatten(&v);
 	CU_ASSERT_EQUAL_FATAL(len, 32 + 16 + 24 + 48);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
@@ -311,9 +310,9 @@ static void test_assign_erase(void)
 	int len;
 
 	/* dim 2 with 3 state floats per row: stride 5 */
-	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode(&v, 1, 3,
-							 EMB_F_WITH_STATE, ids,
-							 2, 5, rows), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode(
+				  &v, 1, 3, EMB_F_WITH_STATE, ids, 2, 5, rows),
+			      0);
 	len = flatten(&v);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_decode(&f, 2, 3, &req), 0);
@@ -324,8 +323,8 @@ static void test_assign_erase(void)
 	CU_ASSERT_EQUAL(emb_wire_assign_req_decode(&f, 2, 0, &req),
 			EMB_EBADDIM);
 
-	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode(&v, 1, 3, 0, ids, 2,
-							 2, rows), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_assign_req_encode(&v, 1, 3, 0, ids, 2, 2, rows), 0);
 	len = flatten(&v);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_decode(&f, 2, 3, &req), 0);
@@ -344,9 +343,9 @@ static void test_assign_erase(void)
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL(emb_wire_ack_decode(&f, EMB_OP_ERASE), 0);
 	CU_ASSERT_EQUAL(f.hdr.count, 1);
-	CU_ASSERT_EQUAL(emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH, 2,
-					    3, 1),
-			EMB_EBADARG);
+	CU_ASSERT_EQUAL(
+	    emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH, 2, 3, 1),
+	    EMB_EBADARG);
 }
 
 static void test_stats(void)
@@ -424,8 +423,8 @@ static void test_ping_error(void)
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL_FATAL(emb_wire_error_decode(&f, &err), 0);
 	CU_ASSERT_EQUAL(err.msg_len, EMB_WIRE_ERRMSG_MAX - 1);
-	CU_ASSERT_EQUAL(emb_wire_error_encode(buf, sizeof(buf), EMB_OP_HELLO,
-					      1, 0, 0, "ok"),
+	CU_ASSERT_EQUAL(emb_wire_error_encode(buf, sizeof(buf), EMB_OP_HELLO, 1,
+					      0, 0, "ok"),
 			EMB_EBADARG);
 }
 
@@ -434,8 +433,8 @@ static void test_bad_magic(void)
 	struct emb_wire_frame f;
 	int len;
 
-	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES,
-					1, 0);
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES, 1,
+					0);
 	buf[3] = '2';
 	CU_ASSERT_EQUAL(decode(buf, (size_t)len, &f), EMB_EBADMAGIC);
 }
@@ -445,8 +444,8 @@ static void test_bad_version(void)
 	struct emb_wire_frame f;
 	int len;
 
-	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES,
-					1, 0);
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES, 1,
+					0);
 	buf[4] = EMB_WIRE_VERSION + 1;
 	CU_ASSERT_EQUAL(decode(buf, (size_t)len, &f), EMB_EBADVERSION);
 	buf[4] = 0;
@@ -460,16 +459,14 @@ static void test_too_big(void)
 	struct emb_wire_iovs v;
 	struct emb_wire_frame f;
 
-	CU_ASSERT_EQUAL_FATAL(emb_wire_ping_encode(&v, 1, false, buf2, 100),
-			      0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_ping_encode(&v, 1, false, buf2, 100), 0);
 	flatten(&v);
 	lim.max_frame_bytes = 132;
 	CU_ASSERT_EQUAL(emb_wire_frame_decode(buf, 132, &lim, &f), 0);
 	lim.max_frame_bytes = 131;
 	/* The header alone says so: no need to have read the payload. */
 	CU_ASSERT_EQUAL(emb_wire_hdr_decode(buf, 32, &lim, &h), EMB_ETOOBIG);
-	CU_ASSERT_EQUAL(emb_wire_frame_decode(buf, 132, &lim, &f),
-			EMB_ETOOBIG);
+	CU_ASSERT_EQUAL(emb_wire_frame_decode(buf, 132, &lim, &f), EMB_ETOOBIG);
 	put32(24, 0xffffffffu);
 	CU_ASSERT_EQUAL(decode(buf, 132, &f), EMB_ETOOBIG);
 }
@@ -480,8 +477,8 @@ static void test_truncated_header(void)
 	struct emb_wire_frame f;
 	int len;
 
-	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES,
-					1, 0);
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES, 1,
+					0);
 	CU_ASSERT_EQUAL(decode(buf, (size_t)len - 1, &f), EMB_ETRUNCFRAME);
 	CU_ASSERT_EQUAL(decode(buf, 0, &f), EMB_ETRUNCFRAME);
 	CU_ASSERT_EQUAL(emb_wire_hdr_decode(buf, 31, &deflim, &h),
@@ -511,8 +508,8 @@ static void test_unknown_op(void)
 	struct emb_wire_frame f;
 	int len;
 
-	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES,
-					1, 0);
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES, 1,
+					0);
 	buf[5] = 0;
 	CU_ASSERT_EQUAL(decode(buf, (size_t)len, &f), EMB_EBADOP);
 	buf[5] = 99;
@@ -565,20 +562,20 @@ static void test_too_many_ids(void)
 	lim.max_ids = 4;
 	emb_wire_pull_req_encode(&v, 1, 1, 0, ids, 5);
 	len = flatten(&v);
-	CU_ASSERT_EQUAL_FATAL(emb_wire_frame_decode(buf, (size_t)len, &lim,
-						    &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_frame_decode(buf, (size_t)len, &lim, &f),
+			      0);
 	CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &pr), EMB_ETOOMANYIDS);
 
 	emb_wire_push_req_encode(&v, 1, 1, 0, 0, ids, 5, 1, grads);
 	len = flatten(&v);
-	CU_ASSERT_EQUAL_FATAL(emb_wire_frame_decode(buf, (size_t)len, &lim,
-						    &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_frame_decode(buf, (size_t)len, &lim, &f),
+			      0);
 	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, 1, &pu), EMB_ETOOMANYIDS);
 
 	emb_wire_erase_req_encode(&v, 1, 1, ids, 4);
 	len = flatten(&v);
-	CU_ASSERT_EQUAL_FATAL(emb_wire_frame_decode(buf, (size_t)len, &lim,
-						    &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_frame_decode(buf, (size_t)len, &lim, &f),
+			      0);
 	CU_ASSERT_EQUAL(emb_wire_erase_req_decode(&f, &er), 0);
 }
 
@@ -629,19 +626,19 @@ static void test_bad_name(void)
 
 	len = emb_wire_create_req_encode(buf, sizeof(buf), 1, &s);
 	CU_ASSERT_FATAL(len > 0);
-	memset(buf + 32, 'a', 64);	/* 64 bytes, no NUL */
+	memset(buf + 32, 'a', 64); /* 64 bytes, no NUL */
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &out), EMB_EBADNAME);
-	memset(buf + 32, 0, 64);	/* empty */
+	memset(buf + 32, 0, 64); /* empty */
 	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &out), EMB_EBADNAME);
-	memcpy(buf + 32, "t\0x", 3);	/* bytes after the NUL */
+	memcpy(buf + 32, "t\0x", 3); /* bytes after the NUL */
 	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &out), EMB_EBADNAME);
-	memset(buf + 32, 'a', 63);	/* 63 bytes + NUL: the longest */
+	memset(buf + 32, 'a', 63); /* 63 bytes + NUL: the longest */
 	buf[32 + 63] = 0;
 	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &out), 0);
 	CU_ASSERT_EQUAL(strlen(out.name), 63);
 
-	memset(s.name, 'b', sizeof(s.name));	/* unterminated */
+	memset(s.name, 'b', sizeof(s.name)); /* unterminated */
 	CU_ASSERT_EQUAL(emb_wire_create_req_encode(buf, sizeof(buf), 1, &s),
 			EMB_EBADNAME);
 	s.name[0] = '\0';
@@ -680,8 +677,8 @@ static void test_bad_token(void)
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL(emb_wire_hello_req_decode(&f, &req), EMB_EBADFRAME);
 	/* A token longer than the payload. */
-	len = emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1, token, 10,
-					NULL);
+	len =
+	    emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1, token, 10, NULL);
 	emb_le16_store(buf + 32 + 4, 11);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL(emb_wire_hello_req_decode(&f, &req), EMB_EBADFRAME);
@@ -717,28 +714,28 @@ static void test_bad_fields(void)
 }
 
 static const struct emb_test_case cases[] = {
-	{"header is little-endian and 32 bytes", test_header_layout},
-	{"round trips hello", test_hello},
-	{"round trips create, drop and list tables", test_tables},
-	{"round trips pull with and without nocreate", test_pull},
-	{"gathers pull rows from table memory", test_pull_ptrs},
-	{"round trips push with aligned views", test_push},
-	{"round trips assign and erase", test_assign_erase},
-	{"round trips stats across counter versions", test_stats},
-	{"round trips ping and errors", test_ping_error},
-	{"rejects bad magic", test_bad_magic},
-	{"rejects bad version", test_bad_version},
-	{"rejects length beyond limit", test_too_big},
-	{"rejects truncated header", test_truncated_header},
-	{"rejects truncated payload", test_truncated_payload},
-	{"rejects unknown opcode", test_unknown_op},
-	{"rejects dim mismatch", test_dim_mismatch},
-	{"rejects ids beyond limit", test_too_many_ids},
-	{"rejects count inconsistent with payload", test_count_mismatch},
-	{"rejects unterminated or oversized name", test_bad_name},
-	{"rejects oversized token", test_bad_token},
-	{"rejects flags, table id and status the op forbids", test_bad_fields},
-	{NULL, NULL},
+    {"header is little-endian and 32 bytes", test_header_layout},
+    {"round trips hello", test_hello},
+    {"round trips create, drop and list tables", test_tables},
+    {"round trips pull with and without nocreate", test_pull},
+    {"gathers pull rows from table memory", test_pull_ptrs},
+    {"round trips push with aligned views", test_push},
+    {"round trips assign and erase", test_assign_erase},
+    {"round trips stats across counter versions", test_stats},
+    {"round trips ping and errors", test_ping_error},
+    {"rejects bad magic", test_bad_magic},
+    {"rejects bad version", test_bad_version},
+    {"rejects length beyond limit", test_too_big},
+    {"rejects truncated header", test_truncated_header},
+    {"rejects truncated payload", test_truncated_payload},
+    {"rejects unknown opcode", test_unknown_op},
+    {"rejects dim mismatch", test_dim_mismatch},
+    {"rejects ids beyond limit", test_too_many_ids},
+    {"rejects count inconsistent with payload", test_count_mismatch},
+    {"rejects unterminated or oversized name", test_bad_name},
+    {"rejects oversized token", test_bad_token},
+    {"rejects flags, table id and status the op forbids", test_bad_fields},
+    {NULL, NULL},
 };
 
 int main(int argc, char **argv)
