@@ -24,6 +24,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static _Alignas(8) uint8_t out[1u << 20];
 /* Scratch for PULL responses rebuilt from row pointers. */
 static struct iovec iov[1u << 12];
+/* Scratch for found bitmaps unpacked to bytes and packed again. */
+static uint8_t found[1u << 12];
+static uint8_t bits[1u << 9];
 static const float *rowp[1u << 12];
 static const float zero_row[EMB_WIRE_DIM_MAX];
 
@@ -136,6 +139,7 @@ static void check_simple(const struct emb_wire_frame *f)
 	static const uint8_t ack_ops[] = {EMB_OP_CREATE_TABLE,
 					  EMB_OP_DROP_TABLE, EMB_OP_PUSH,
 					  EMB_OP_ASSIGN, EMB_OP_ERASE};
+	char msg[EMB_WIRE_ERRMSG_MAX + 1];
 	struct emb_wire_error err;
 	struct emb_wire_blob blob;
 	struct emb_wire_iovs v;
@@ -159,6 +163,17 @@ static void check_simple(const struct emb_wire_frame *f)
 	if (emb_wire_error_decode(f, &err) == 0) {
 		must(err.status < 0, "error status");
 		touch(err.msg, err.msg_len);
+		/* Only a message without NUL bytes can be re-encoded. */
+		memcpy(msg, err.msg, err.msg_len);
+		msg[err.msg_len] = '\0';
+		if (strlen(msg) == err.msg_len)
+			same(f, out,
+			     emb_wire_error_encode(
+				 out, sizeof(out),
+				 f->hdr.opcode & ~EMB_OP_RESPONSE_BIT,
+				 f->hdr.req_id, f->hdr.table_id, err.status,
+				 msg),
+			     "error response");
 	}
 	for (i = 0; i < 2; i++) {
 		if (emb_wire_ping_decode(f, i, &blob) != 0)
@@ -233,8 +248,14 @@ static void check_pull_resp(const struct emb_wire_frame *f, uint32_t dim)
 		     EMB_WIRE_HDR_SIZE ==
 		 emb_wire_pull_rows_offset(pr.n, f->hdr.flags),
 	     "pull rows offset");
-	if (pr.found)
-		touch(pr.found, emb_wire_bitmap_bytes(pr.n));
+	if (pr.found && pr.n <= sizeof(found)) {
+		/* Unpacked and packed again, the bitmap is unchanged. */
+		for (i = 0; i < pr.n; i++)
+			found[i] = emb_wire_bit_test(pr.found, i);
+		emb_wire_found_pack(found, pr.n, bits);
+		must(memcmp(bits, pr.found, emb_wire_bitmap_bytes(pr.n)) == 0,
+		     "found bitmap");
+	}
 	touch(pr.rows, 4 * (size_t)pr.n * dim);
 	same_iovs(f, &v,
 		  emb_wire_pull_resp_encode(&v, f->hdr.req_id, f->hdr.table_id,
