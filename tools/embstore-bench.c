@@ -430,14 +430,14 @@ static int run_batches(struct worker *w, bool timed)
 		if (rc)
 			return rc;
 		done++;
+		atomic_fetch_add_explicit(&w->progress, n,
+					  memory_order_relaxed);
 		if (!timed)
 			continue;
 		emb_hist_record(&w->hist, t1 - t0);
 		w->busy_ns += t1 - t0;
 		w->batches_done++;
 		w->rows_done += n;
-		atomic_fetch_add_explicit(&w->progress, n,
-					  memory_order_relaxed);
 	}
 }
 
