@@ -1,14 +1,15 @@
 /*
  * src/cache/cache.c - the worker-side vocab cache: a slot pool with an
- * id -> slot hash, LRU eviction, pinned prefetch batches and the two update
- * modes. Used by one trainer thread; every callback runs on it.
+ * id -> slot hash, LRU or CLOCK eviction, pinned prefetch batches and the
+ * two update modes. Used by one trainer thread; every callback runs on it.
  *
  * A slot is in one of four states. FREE slots sit on the free list. PENDING
  * slots are mapped but hold no data yet (a deferred or failed fetch).
  * INFLIGHT slots wait for fetch record rec. VALID slots hold data. A slot is
- * pinned while a queued or current batch names it; pinned slots are kept out
- * of the LRU list, so every LRU entry is VALID and evictable, and eviction
- * takes the tail without a scan. An unpinned PENDING slot is freed at once.
+ * pinned while a queued or current batch names it. Only unpinned VALID
+ * slots ("idle") may be evicted: under LRU they alone are on the list, so
+ * eviction takes the tail without a scan; under CLOCK the hand skips the
+ * rest. An unpinned PENDING slot is freed at once.
  */
 #include "cache/cache.h"
 
@@ -24,6 +25,12 @@
 #include "common/log.h"
 
 #define NIL UINT32_MAX
+/*
+ * Rows of a batch are scattered over a pool far larger than the CPU caches,
+ * so loops over a batch prefetch this many items ahead to keep several
+ * memory loads in flight instead of one.
+ */
+#define AHEAD 8u
 #define DEPTH_MAX 64u
 #define DIM_MAX 4096u
 
@@ -34,6 +41,10 @@ enum slot_state {
 	SLOT_VALID = 3,
 };
 
+#define F_DIRTY 0x1u	/* write-back: updated since fetched or written */
+#define F_REF 0x2u	/* CLOCK: used since the hand last passed */
+#define F_VICTIM 0x4u	/* CLOCK: chosen by the eviction in progress */
+
 struct slot {
 	uint64_t id;		/* row held, unless FREE */
 	uint32_t prev;		/* LRU: towards the head (most recent) */
@@ -41,7 +52,7 @@ struct slot {
 	uint32_t fetched_step;	/* low 32 bits of the step its fetch began */
 	uint8_t pins;		/* batches naming the slot, <= DEPTH_MAX + 1 */
 	uint8_t state;		/* enum slot_state */
-	uint8_t dirty;		/* write-back: updated since fetched/written */
+	uint8_t flags;		/* F_* bits */
 	uint8_t rec;		/* fetch record while INFLIGHT */
 };
 
@@ -82,9 +93,10 @@ struct emb_cache {
 	struct hent *hash;		/* id -> slot, linear probing */
 	uint32_t hmask;			/* hash entries - 1 */
 	uint32_t free_head;		/* free-list of FREE slots */
-	uint32_t lru_head;		/* most recently released */
-	uint32_t lru_tail;		/* next victim */
-	uint32_t nlru;			/* slots on the LRU list */
+	uint32_t lru_head;		/* LRU: most recently released */
+	uint32_t lru_tail;		/* LRU: next victim */
+	uint32_t hand;			/* CLOCK: next slot to look at */
+	uint32_t nidle;			/* unpinned VALID slots: evictable */
 	uint32_t nfree;			/* slots on the free list */
 	uint32_t nrows;			/* slots mapped in the hash */
 	uint32_t npinned;		/* slots with pins > 0 */
@@ -121,6 +133,33 @@ static uint64_t now_ns(void)
 static float *row_of(const struct emb_cache *c, uint32_t s)
 {
 	return c->pool + (size_t)s * c->rf;
+}
+
+static void prefetch_floats(const float *p, uint32_t n)
+{
+	for (uint32_t j = 0; j < n; j += 64 / sizeof(float))
+		__builtin_prefetch(p + j);
+}
+
+/*
+ * g[0..n) += src[0..n), four floats at a time: at -O2 the compiler leaves a
+ * plain loop over n scalar, and this sum runs over every gradient float.
+ */
+static void add_floats(float *restrict g, const float *restrict src,
+		       uint32_t n)
+{
+	uint32_t j = 0;
+
+	for (; j + 4 <= n; j += 4) {
+		float __attribute__((vector_size(16))) a, b;
+
+		memcpy(&a, g + j, sizeof(a));
+		memcpy(&b, src + j, sizeof(b));
+		a += b;
+		memcpy(g + j, &a, sizeof(a));
+	}
+	for (; j < n; j++)
+		g[j] += src[j];
 }
 
 /* ---- id -> slot hash ---- */
@@ -196,7 +235,6 @@ static void lru_unlink(struct emb_cache *c, uint32_t s)
 		c->lru_tail = sl->prev;
 	sl->prev = NIL;
 	sl->next = NIL;
-	c->nlru--;
 }
 
 static void lru_push_head(struct emb_cache *c, uint32_t s)
@@ -210,7 +248,6 @@ static void lru_push_head(struct emb_cache *c, uint32_t s)
 	else
 		c->lru_tail = s;
 	c->lru_head = s;
-	c->nlru++;
 }
 
 static void slot_free(struct emb_cache *c, uint32_t s)
@@ -219,9 +256,9 @@ static void slot_free(struct emb_cache *c, uint32_t s)
 
 	hash_remove(c, sl->id);
 	c->nrows--;
-	if (sl->dirty)
+	if (sl->flags & F_DIRTY)
 		c->ndirty--;
-	sl->dirty = 0;
+	sl->flags = 0;
 	sl->state = SLOT_FREE;
 	sl->prev = NIL;
 	sl->next = c->free_head;
@@ -242,7 +279,7 @@ static uint32_t slot_alloc(struct emb_cache *c, uint64_t id)
 	sl->next = NIL;
 	sl->state = SLOT_PENDING;
 	sl->pins = 0;
-	sl->dirty = 0;
+	sl->flags = 0;
 	hash_insert(c, id, s);
 	c->nrows++;
 	return s;
@@ -254,7 +291,10 @@ static void pin(struct emb_cache *c, uint32_t s)
 
 	if (sl->pins++ == 0) {
 		c->npinned++;
-		if (sl->state == SLOT_VALID)
+		if (sl->state != SLOT_VALID)
+			return;
+		c->nidle--;
+		if (c->o.policy == EMB_CACHE_LRU)
 			lru_unlink(c, s);
 	}
 }
@@ -268,10 +308,15 @@ static void unpin(struct emb_cache *c, uint32_t s)
 		return;
 	c->npinned--;
 	assert(sl->state != SLOT_INFLIGHT);
-	if (sl->state == SLOT_VALID)
+	if (sl->state != SLOT_VALID) {
+		slot_free(c, s);
+		return;
+	}
+	c->nidle++;
+	if (c->o.policy == EMB_CACHE_LRU)
 		lru_push_head(c, s);
 	else
-		slot_free(c, s);
+		sl->flags |= F_REF;
 }
 
 /* ---- batches and fetch records ---- */
@@ -377,22 +422,58 @@ static bool too_old(const struct emb_cache *c, const struct slot *sl,
 }
 
 /*
- * Makes room for nmiss new rows by evicting from the LRU tail, writing the
- * dirty victims back in one call first. 0 or EMB_EWRITEBACK (nothing
- * evicted).
+ * Chooses need victims into c->tmp_slots. LRU takes the list's tail. CLOCK
+ * sweeps the hand over the pool: an idle slot used since the last pass
+ * loses its reference bit and survives, one not used is taken. nidle >=
+ * need, so two passes at most.
+ */
+static void pick_victims(struct emb_cache *c, uint32_t need)
+{
+	uint32_t s = c->lru_tail;
+	uint32_t k = 0;
+
+	if (c->o.policy == EMB_CACHE_LRU) {
+		for (; k < need; k++, s = c->slots[s].prev)
+			c->tmp_slots[k] = s;
+		return;
+	}
+	while (k < need) {
+		struct slot *sl = &c->slots[c->hand];
+
+		if (sl->state == SLOT_VALID && !sl->pins &&
+		    !(sl->flags & F_VICTIM)) {
+			if (sl->flags & F_REF) {
+				sl->flags &= ~F_REF;
+			} else {
+				sl->flags |= F_VICTIM;
+				c->tmp_slots[k++] = c->hand;
+			}
+		}
+		if (++c->hand == c->o.capacity)
+			c->hand = 0;
+	}
+}
+
+/*
+ * Makes room for nmiss new rows, writing the dirty victims back in one call
+ * first. 0 or EMB_EWRITEBACK (nothing evicted).
  */
 static int evict(struct emb_cache *c, uint32_t nmiss)
 {
 	uint32_t need = nmiss > c->nfree ? nmiss - c->nfree : 0;
 	uint32_t ndirty = 0;
-	uint32_t s = c->lru_tail;
 	int rc;
 
 	if (!need)
 		return 0;
-	for (uint32_t k = 0; k < need; k++, s = c->slots[s].prev) {
-		c->tmp_slots[k] = s;
-		if (!c->slots[s].dirty)
+	pick_victims(c, need);
+	for (uint32_t k = 0; k < need; k++) {
+		uint32_t s = c->tmp_slots[k];
+
+		if (k + AHEAD < need)
+			__builtin_prefetch(
+				&c->hash[hhome(c, c->slots[c->tmp_slots[k + AHEAD]].id)]);
+		if (!(c->slots[s].flags & F_DIRTY))
 			continue;
 		c->wb_ids[ndirty] = c->slots[s].id;
 		memcpy(c->wb_rows + (size_t)ndirty * c->rf, row_of(c, s),
@@ -406,15 +487,19 @@ static int evict(struct emb_cache *c, uint32_t nmiss)
 			emb_log(EMB_LOG_WARN,
 				"cache: write-back of %u evicted rows failed: %s",
 				ndirty, emb_strerror(rc));
+			for (uint32_t k = 0; k < need; k++)
+				c->slots[c->tmp_slots[k]].flags &= ~F_VICTIM;
 			return EMB_EWRITEBACK;
 		}
 		c->st.write_backs += ndirty;
 		c->st.bytes_written += (uint64_t)ndirty * c->rf * sizeof(float);
 	}
 	for (uint32_t k = 0; k < need; k++) {
-		lru_unlink(c, c->tmp_slots[k]);
+		if (c->o.policy == EMB_CACHE_LRU)
+			lru_unlink(c, c->tmp_slots[k]);
 		slot_free(c, c->tmp_slots[k]);
 	}
+	c->nidle -= need;
 	c->st.evictions += need;
 	return 0;
 }
@@ -443,16 +528,35 @@ static int batch_prepare(struct emb_cache *c, struct batch *b,
 	b->nrefetch = 0;
 
 	for (uint32_t u = 0; u < b->nuniq; u++) {
-		uint32_t s = hash_find(c, b->uniq[u]);
+		uint32_t s;
 
+		if (u + AHEAD < b->nuniq)
+			__builtin_prefetch(&c->hash[hhome(c, b->uniq[u + AHEAD])]);
+		s = hash_find(c, b->uniq[u]);
 		b->slots[u] = s;
+		if (s != NIL)
+			__builtin_prefetch(&c->slots[s]);
+	}
+	for (uint32_t u = 0; u < b->nuniq; u++) {
+		uint32_t s = b->slots[u];
+
+		if (c->o.policy == EMB_CACHE_LRU && u + AHEAD < b->nuniq &&
+		    b->slots[u + AHEAD] != NIL) {
+			const struct slot *ahead = &c->slots[b->slots[u + AHEAD]];
+
+			/* pin() unlinks it from the LRU list. */
+			if (ahead->prev != NIL)
+				__builtin_prefetch(&c->slots[ahead->prev]);
+			if (ahead->next != NIL)
+				__builtin_prefetch(&c->slots[ahead->next]);
+		}
 		if (s == NIL)
 			nmiss++;
 		else
 			pin(c, s);
 	}
 	/* Every LRU entry is unpinned, hence evictable. */
-	if (nmiss > c->nfree + c->nlru) {
+	if (nmiss > c->nfree + c->nidle) {
 		rc = EMB_ECACHEFULL;
 		goto err_unpin;
 	}
@@ -508,7 +612,8 @@ static int check_opts(const struct emb_cache_opts *o)
 	if (o->dim == 0 || o->dim > DIM_MAX)
 		return EMB_EBADDIM;
 	if (o->capacity == 0 || o->capacity > (1u << 30) || o->max_batch == 0 ||
-	    o->max_batch > (1u << 30) || o->prefetch_depth > DEPTH_MAX)
+	    o->max_batch > (1u << 30) || o->prefetch_depth > DEPTH_MAX ||
+	    (o->policy != EMB_CACHE_LRU && o->policy != EMB_CACHE_CLOCK))
 		return EMB_EBADARG;
 	if (!o->ops.fetch_start || !o->ops.fetch_wait)
 		return EMB_EBADARG;
@@ -821,10 +926,14 @@ int emb_cache_lookup(struct emb_cache *c, const uint64_t *ids, uint32_t n,
 	if (rc)
 		return rc;
 	b = c->cur;
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
+		if (i + AHEAD < n)
+			prefetch_floats(row_of(c, b->slots[b->inv[i + AHEAD]]),
+					c->o.dim);
 		memcpy(out + (size_t)i * c->o.dim,
 		       row_of(c, b->slots[b->inv[i]]),
 		       c->o.dim * sizeof(float));
+	}
 	return 0;
 }
 
@@ -857,11 +966,10 @@ int emb_cache_update(struct emb_cache *c, const float *grads)
 	 * emb_table_push() does on the server. */
 	memset(c->gsum, 0, (size_t)b->nuniq * dim * sizeof(float));
 	for (uint32_t i = 0; i < b->n; i++) {
-		float *g = c->gsum + (size_t)b->inv[i] * dim;
-		const float *src = grads + (size_t)i * dim;
+		float *restrict g = c->gsum + (size_t)b->inv[i] * dim;
+		const float *restrict src = grads + (size_t)i * dim;
 
-		for (uint32_t j = 0; j < dim; j++)
-			g[j] += src[j];
+		add_floats(g, src, dim);
 	}
 
 	if (c->o.mode == EMB_CACHE_WRITE_THROUGH) {
@@ -884,10 +992,13 @@ int emb_cache_update(struct emb_cache *c, const float *grads)
 			uint32_t s = b->slots[u];
 			float *row = row_of(c, s);
 
+			if (u + AHEAD < b->nuniq)
+				prefetch_floats(row_of(c, b->slots[u + AHEAD]),
+						c->rf);
 			emb_optim_apply(&c->o.optim, row, row + dim,
 					c->gsum + (size_t)u * dim, dim);
-			if (!c->slots[s].dirty) {
-				c->slots[s].dirty = 1;
+			if (!(c->slots[s].flags & F_DIRTY)) {
+				c->slots[s].flags |= F_DIRTY;
 				c->ndirty++;
 			}
 		}
@@ -910,7 +1021,7 @@ int emb_cache_flush(struct emb_cache *c)
 	/* Only VALID rows are ever dirty: write-back never refetches a
 	 * cached row, so rows in flight need no wait. */
 	for (uint32_t s = 0; s <= c->o.capacity; s++) {
-		if (s < c->o.capacity && c->slots[s].dirty) {
+		if (s < c->o.capacity && (c->slots[s].flags & F_DIRTY)) {
 			c->tmp_slots[n] = s;
 			c->wb_ids[n] = c->slots[s].id;
 			memcpy(c->wb_rows + (size_t)n * c->rf, row_of(c, s),
@@ -928,7 +1039,7 @@ int emb_cache_flush(struct emb_cache *c)
 			return EMB_EWRITEBACK;
 		}
 		for (uint32_t k = 0; k < n; k++)
-			c->slots[c->tmp_slots[k]].dirty = 0;
+			c->slots[c->tmp_slots[k]].flags &= ~F_DIRTY;
 		c->ndirty -= n;
 		c->st.write_backs += n;
 		c->st.bytes_written += (uint64_t)n * c->rf * sizeof(float);

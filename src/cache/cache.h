@@ -84,6 +84,16 @@ typedef int (*emb_push_fn)(void *arg, const uint64_t *ids, uint32_t n,
 typedef int (*emb_write_back_fn)(void *arg, const uint64_t *ids, uint32_t n,
 				 const float *rows, uint32_t stride);
 
+/* Which idle row to evict; docs/cache.md compares the two on a Zipf stream. */
+enum emb_cache_policy {
+	/* Least recently used: exact order, a doubly linked list through
+	 * the slots. */
+	EMB_CACHE_LRU = 0,
+	/* CLOCK (second chance): a reference bit per slot and a sweeping
+	 * hand; no list to keep up on a hit. */
+	EMB_CACHE_CLOCK = 1,
+};
+
 struct emb_cache_ops {
 	emb_fetch_start_fn fetch_start; /* required */
 	emb_fetch_wait_fn fetch_wait;	/* required */
@@ -97,6 +107,7 @@ struct emb_cache_opts {
 	uint32_t max_batch;	    /* most ids (with duplicates) per batch */
 	uint32_t prefetch_depth;    /* batches queued ahead, 0..64 */
 	uint32_t mode;		    /* enum emb_cache_mode */
+	uint32_t policy;	    /* enum emb_cache_policy */
 	uint32_t staleness_steps;   /* write-through: max age of a used row,
 				       in updates of this cache */
 	struct emb_optim_cfg optim; /* write-back: the table's optimizer */
@@ -110,6 +121,7 @@ struct emb_cache_opts {
 				 .max_batch = 4096,                            \
 				 .prefetch_depth = 2,                          \
 				 .mode = EMB_CACHE_WRITE_THROUGH,              \
+				 .policy = EMB_CACHE_LRU,                      \
 				 .staleness_steps = 0,                         \
 				 .optim = EMB_OPTIM_CFG_DEFAULT})
 

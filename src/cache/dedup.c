@@ -87,10 +87,15 @@ int emb_dedup_run(struct emb_dedup *d, const uint64_t *ids, uint32_t n,
 	}
 
 	/*
-	 * Empty the table for the next batch without touching all of it.
-	 * Removing in reverse insertion order keeps every remaining key
+	 * Empty the table for the next batch. A big batch clears it whole
+	 * (a memset is cheaper than a probe per id); a small one removes its
+	 * keys in reverse insertion order, which keeps every remaining key
 	 * reachable: a key's probe run holds only keys inserted before it.
 	 */
+	if (nuniq > (d->mask + 1) / 64) {
+		memset(d->pos, 0xff, ((size_t)d->mask + 1) * sizeof(*d->pos));
+		return (int)nuniq;
+	}
 	for (uint32_t u = nuniq; u-- > 0;) {
 		uint32_t s = home(d, uniq[u]);
 

@@ -130,6 +130,9 @@ static struct emb_table *table_new(uint32_t dim, uint32_t optim)
 	return t;
 }
 
+/* Eviction policy of the caches cache_new() makes. */
+static uint32_t g_policy = EMB_CACHE_LRU;
+
 /* A cache in mode over a fresh table; be must be zeroed by the caller. */
 static struct emb_cache *cache_new(struct backend *be, uint32_t mode,
 				   uint32_t optim, uint32_t dim,
@@ -148,6 +151,7 @@ static struct emb_cache *cache_new(struct backend *be, uint32_t mode,
 	o.max_batch = 1024;
 	o.prefetch_depth = depth;
 	o.mode = mode;
+	o.policy = g_policy;
 	o.staleness_steps = staleness;
 	o.optim = table_opts(dim, optim).optim;
 	o.ops.fetch_start = be_fetch_start;
@@ -333,7 +337,7 @@ static void test_prefetch_before_lookup(void)
 	done(be, c);
 }
 
-static void test_pins_survive(void)
+static void pins_survive(void)
 {
 	struct backend *be = be_new();
 	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_THROUGH,
@@ -366,6 +370,42 @@ static void test_pins_survive(void)
 	emb_cache_stats(c, &st);
 	CU_ASSERT_EQUAL(st.stalls, stalls);
 	CU_ASSERT_EQUAL(st.pinned, 4);
+	done(be, c);
+}
+
+static void test_pins_survive(void)
+{
+	g_policy = EMB_CACHE_LRU;
+	pins_survive();
+	g_policy = EMB_CACHE_CLOCK;
+	pins_survive();
+	g_policy = EMB_CACHE_LRU;
+}
+
+/* CLOCK keeps a row used since the hand last passed, LRU-like. */
+static void test_clock_second_chance(void)
+{
+	struct backend *be = be_new();
+	struct emb_cache *c;
+	struct emb_cache_stats st;
+
+	g_policy = EMB_CACHE_CLOCK;
+	c = cache_new(be, EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 4, 4, 0,
+		      1000);
+	g_policy = EMB_CACHE_LRU;
+	for (uint64_t id = 1; id <= 4; id++)
+		CU_ASSERT_EQUAL(touch(be, c, id), 1);
+	/* All four were used: one sweep clears their bits, then 1 goes. */
+	CU_ASSERT_EQUAL(touch(be, c, 5), 1);
+	CU_ASSERT_EQUAL(touch(be, c, 2), 0);
+	/* 2 was used again and survives; 3 was not and goes. */
+	CU_ASSERT_EQUAL(touch(be, c, 6), 1);
+	CU_ASSERT_EQUAL(touch(be, c, 2), 0);
+	CU_ASSERT_EQUAL(touch(be, c, 4), 0);
+	CU_ASSERT_EQUAL(touch(be, c, 3), 1);
+	emb_cache_stats(c, &st);
+	CU_ASSERT_EQUAL(st.evictions, 3);
+	CU_ASSERT_EQUAL(st.rows, 4);
 	done(be, c);
 }
 
@@ -550,6 +590,10 @@ static void test_write_back_matches(void)
 	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAGRAD, 2);
 	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAM, 1);
 	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_FTRL, 0);
+	g_policy = EMB_CACHE_CLOCK;
+	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAGRAD, 2);
+	train_vs_reference(EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 1);
+	g_policy = EMB_CACHE_LRU;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -739,6 +783,8 @@ int main(int argc, char **argv)
 		{"returns the row of every position", test_rows_per_position},
 		{"prefetch fetches before lookup", test_prefetch_before_lookup},
 		{"pinned rows survive eviction pressure", test_pins_survive},
+		{"clock gives a used row a second chance",
+		 test_clock_second_chance},
 		{"writes back dirty rows on eviction and flush",
 		 test_write_back_on_evict},
 		{"failed write-back keeps rows dirty",
