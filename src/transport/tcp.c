@@ -42,6 +42,8 @@
 #define WIOV_MAX 1024		    /* pieces per sendmsg (Linux IOV_MAX) */
 #define REQ_BUF_KEEP (1u << 20)	    /* request buffers above this are freed */
 #define WORK_ROUNDS 64		    /* flush/kick rounds per poll */
+#define TX_IOV_INLINE 4		    /* iov entries a tx holds without heap */
+#define TX_IOV_KEEP 8192	    /* bigger iov copies are freed on reuse */
 
 enum ep_kind {
 	EP_WAKE,
@@ -54,12 +56,18 @@ struct ep {
 	enum ep_kind kind;
 };
 
-/* One queued outgoing frame: our copy of the header, then the caller's iov. */
+/*
+ * One queued outgoing frame: our copy of the header, then our copy of the
+ * caller's iov array (the memory it names stays the caller's).
+ */
 struct tx {
 	struct tx *next;	  /* queue order */
 	struct emb_frame_hdr hdr; /* sent first */
-	const struct iovec *iov;  /* payload pieces, borrowed */
+	const struct iovec *iov;  /* inl or heap */
 	int niov;		  /* entries in iov */
+	int heap_cap;		  /* entries at heap */
+	struct iovec *heap;	  /* copies of arrays over TX_IOV_INLINE */
+	struct iovec inl[TX_IOV_INLINE]; /* copies of short arrays */
 	int idx;		  /* piece being sent; -1 = the header */
 	size_t off;		  /* bytes of that piece already sent */
 	uint64_t total;		  /* header + payload bytes */
@@ -198,6 +206,7 @@ static inline struct tcp_tr *conn_tr(struct tcp_conn *c)
 }
 
 static void conn_fail(struct tcp_conn *c, int reason);
+static void tx_trim(struct tx *tx);
 static void rx_parse(struct tcp_tr *t, struct tcp_conn *c);
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -324,6 +333,7 @@ static void req_put(struct tcp_conn *c, struct tcp_req *r)
 	}
 	r->base.payload = NULL;
 	r->done = NULL;
+	tx_trim(&r->tx);
 	r->next_free = c->req_free;
 	c->req_free = r;
 	c->held--;
@@ -362,6 +372,7 @@ static void call_finish(struct tcp_conn *c, struct call *call, int status,
 	call->pending = false;
 	call->receiving = false;
 	call->queued = false;
+	tx_trim(&call->tx);
 	call->next_free = c->free_head;
 	c->free_head = (uint32_t)(call - c->calls);
 	c->base.stats.inflight--;
@@ -542,9 +553,12 @@ static void conn_free(struct tcp_tr *t, struct tcp_conn *c)
 		c->next->prev = c->prev;
 	while ((r = c->req_free)) {
 		c->req_free = r->next_free;
+		free(r->tx.heap);
 		free(r->buf);
 		free(r);
 	}
+	for (uint32_t i = 0; i < c->ncalls; i++)
+		free(c->calls[i].tx.heap);
 	free(c->calls);
 	free(c->rbuf);
 	free(c);
@@ -577,6 +591,41 @@ static void reap(struct tcp_tr *t)
 }
 
 /* ---- sending ------------------------------------------------------------- */
+
+/* Copies iov[0..niov) into tx; returns the payload bytes or -ENOMEM. */
+static int64_t tx_copy_iov(struct tx *tx, const struct iovec *iov, int niov)
+{
+	struct iovec *dst = tx->inl;
+	uint64_t len = 0;
+
+	if (niov > TX_IOV_INLINE) {
+		if (niov > tx->heap_cap) {
+			void *p = realloc(tx->heap, (size_t)niov * sizeof(*iov));
+
+			if (!p)
+				return -ENOMEM;
+			tx->heap = p;
+			tx->heap_cap = niov;
+		}
+		dst = tx->heap;
+	}
+	for (int i = 0; i < niov; i++) {
+		dst[i] = iov[i];
+		len += iov[i].iov_len;
+	}
+	tx->iov = dst;
+	tx->niov = niov;
+	return (int64_t)(len < INT64_MAX ? len : INT64_MAX);
+}
+
+static void tx_trim(struct tx *tx)
+{
+	if (tx->heap_cap > TX_IOV_KEEP) {
+		free(tx->heap);
+		tx->heap = NULL;
+		tx->heap_cap = 0;
+	}
+}
 
 static void tx_enqueue(struct tcp_tr *t, struct tcp_conn *c, struct tx *tx)
 {
@@ -1447,18 +1496,19 @@ static int tcp_call(struct emb_conn *ec, const struct emb_frame_hdr *hdr,
 {
 	struct tcp_conn *c = to_conn(ec);
 	struct tcp_tr *t = conn_tr(c);
-	uint64_t len = 0;
 	struct call *call;
+	int64_t len;
 
 	if (c->closed)
 		return EMB_ECLOSED;
-	for (int i = 0; i < niov; i++)
-		len += iov[i].iov_len;
-	if (len > t->base.opts.max_frame_bytes - EMB_WIRE_HDR_SIZE)
-		return -EINVAL;
 	if (c->free_head >= c->ncalls)
 		return EMB_ENOCREDIT;
 	call = &c->calls[c->free_head];
+	len = tx_copy_iov(&call->tx, iov, niov);
+	if (len < 0)
+		return (int)len;
+	if ((uint64_t)len > t->base.opts.max_frame_bytes - EMB_WIRE_HDR_SIZE)
+		return -EINVAL;
 	c->free_head = call->next_free;
 
 	call->req_id = (call->req_id & 0xffffffffu) |
@@ -1468,9 +1518,7 @@ static int tcp_call(struct emb_conn *ec, const struct emb_frame_hdr *hdr,
 	call->tx.hdr.version = EMB_WIRE_VERSION;
 	call->tx.hdr.req_id = call->req_id;
 	call->tx.hdr.payload_len = (uint32_t)len;
-	call->tx.iov = iov;
-	call->tx.niov = niov;
-	call->tx.total = EMB_WIRE_HDR_SIZE + len;
+	call->tx.total = EMB_WIRE_HDR_SIZE + (uint64_t)len;
 	call->resp_buf = resp_buf;
 	call->resp_cap = resp_cap;
 	call->done = done;
@@ -1499,15 +1547,18 @@ static int tcp_reply(struct emb_req *er, const struct emb_frame_hdr *hdr,
 	struct tcp_req *r = emb__container_of(er, struct tcp_req, base);
 	struct tcp_conn *c = to_conn(er->conn);
 	struct tcp_tr *t = conn_tr(c);
-	uint64_t len = 0;
+	int64_t len;
 
 	if (c->closed) {
 		req_put(c, r);
 		return EMB_ECLOSED;
 	}
-	for (int i = 0; i < niov; i++)
-		len += iov[i].iov_len;
-	if (len > t->base.opts.max_frame_bytes - EMB_WIRE_HDR_SIZE) {
+	len = tx_copy_iov(&r->tx, iov, niov);
+	if (len < 0) {
+		req_put(c, r);
+		return (int)len;
+	}
+	if ((uint64_t)len > t->base.opts.max_frame_bytes - EMB_WIRE_HDR_SIZE) {
 		req_put(c, r);
 		return -EMSGSIZE;
 	}
@@ -1516,9 +1567,7 @@ static int tcp_reply(struct emb_req *er, const struct emb_frame_hdr *hdr,
 	r->tx.hdr.version = EMB_WIRE_VERSION;
 	r->tx.hdr.req_id = er->hdr.req_id;
 	r->tx.hdr.payload_len = (uint32_t)len;
-	r->tx.iov = iov;
-	r->tx.niov = niov;
-	r->tx.total = EMB_WIRE_HDR_SIZE + len;
+	r->tx.total = EMB_WIRE_HDR_SIZE + (uint64_t)len;
 	r->tx.is_call = false;
 	r->done = done;
 	r->ctx = ctx;

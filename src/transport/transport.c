@@ -211,13 +211,19 @@ int emb_transport_run(struct emb_transport *tr)
 {
 	int rc;
 
-	__atomic_store_n(&tr->common->stop, 0, __ATOMIC_RELEASE);
+	/*
+	 * The flag is cleared on the way out, not on the way in, so a stop
+	 * that lands before the thread reaches run() is not lost.
+	 */
 	while (!emb__transport_stopping(tr)) {
 		rc = tr->ops->poll(tr, -1);
 		if (rc < 0 && rc != -EINTR)
-			return rc;
+			goto out;
 	}
-	return 0;
+	rc = 0;
+out:
+	__atomic_store_n(&tr->common->stop, 0, __ATOMIC_RELEASE);
+	return rc;
 }
 
 void emb_transport_stats(const struct emb_transport *tr,

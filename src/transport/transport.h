@@ -293,7 +293,8 @@ static inline int emb_transport_poll(struct emb_transport *tr, int timeout_ms)
 /*
  * Polls until emb_transport_stop() is called (from a callback, a task or
  * another thread); for a loop that runs in a thread of its own. Returns 0,
- * or the negative errno of a failed poll.
+ * or the negative errno of a failed poll. A stop that comes before run()
+ * starts makes it return at once.
  */
 int emb_transport_run(struct emb_transport *tr);
 
@@ -445,10 +446,10 @@ void emb_conn_close(struct emb_conn *c, int reason);
  * Sends a request and arranges for its response payload to land in
  * resp_buf. hdr supplies opcode, flags, table_id, count (and status 0); the
  * transport sets magic, version, req_id and payload_len (the sum of iov).
- * hdr is copied; iov[0..niov) and the memory it names, and resp_buf, are
- * borrowed until done fires. 0, or -EINVAL (niov < 0, payload over
- * max_frame_bytes), EMB_ECLOSED (conn closed), EMB_ENOCREDIT (max_inflight
- * calls already pending).
+ * hdr and the iov array are copied; the memory iov names, and resp_buf,
+ * are borrowed until done fires. 0, or -EINVAL (niov < 0, payload over
+ * max_frame_bytes), -ENOMEM, EMB_ECLOSED (conn closed), EMB_ENOCREDIT
+ * (max_inflight calls already pending).
  */
 static inline int emb_conn_call(struct emb_conn *c,
 				const struct emb_frame_hdr *hdr,
@@ -481,10 +482,11 @@ int emb_conn_call_sync(struct emb_conn *c, const struct emb_frame_hdr *hdr,
  * Replies to req, in any order relative to other requests. hdr supplies
  * opcode (with EMB_OP_RESPONSE_BIT), flags, table_id, count and status; the
  * transport sets magic, version, req_id (the request's) and payload_len.
- * hdr is copied; iov[0..niov) and the memory it names (it may point straight
- * into table memory) are borrowed until done fires; done may be NULL. req
+ * hdr and the iov array are copied; the memory iov names (it may point
+ * straight into table memory) is borrowed until done fires; done may be
+ * NULL. req
  * is consumed whatever the return: 0, or -EINVAL, -EMSGSIZE (payload over
- * max_frame_bytes), EMB_ECLOSED (the conn has closed).
+ * max_frame_bytes), -ENOMEM, EMB_ECLOSED (the conn has closed).
  */
 static inline int emb_conn_reply(struct emb_req *req,
 				 const struct emb_frame_hdr *hdr,
