@@ -565,17 +565,19 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 		}
 		if (done)
 			break;
-		if (el < PROGRESS_NS / 1e9)
-			goto nap;
-		if (expect_rows && rows)
-			left = el * (double)(expect_rows - rows) / (double)rows;
-		else
-			left = limit_s - el;
-		fprintf(stderr, "\r\033[K%s: %.2f M rows/s, %.1f s elapsed,"
+		/* the first draw waits for a rate worth showing */
+		if (el >= PROGRESS_NS / 1e9) {
+			if (expect_rows && rows)
+				left = el * (double)(expect_rows - rows) /
+				       (double)rows;
+			else
+				left = limit_s - el;
+			fprintf(stderr,
+				"\r\033[K%s: %.2f M rows/s, %.1f s elapsed,"
 				" %.1f s left",
-			label, el > 0 ? (double)rows / el / 1e6 : 0.0, el,
-			left > 0 ? left : 0.0);
-nap:
+				label, (double)rows / el / 1e6, el,
+				left > 0 ? left : 0.0);
+		}
 		nanosleep(&nap, NULL);
 	}
 	if (tty)
