@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "cache/dedup.h"
@@ -128,6 +129,26 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * The pool, slots and hash are hundreds of MB touched at random, one row at
+ * a time: with 4 KB pages nearly every access also misses the TLB. Large
+ * arrays are 2 MB aligned and marked for transparent huge pages (a hint;
+ * without THP they are plain memory). Freed with free().
+ */
+static void *big_alloc(size_t nbytes)
+{
+	const size_t huge = 2u << 20;
+	void *p;
+
+	if (nbytes < huge)
+		return aligned_alloc(64, (nbytes + 63) & ~(size_t)63);
+	nbytes = (nbytes + huge - 1) & ~(huge - 1);
+	p = aligned_alloc(huge, nbytes);
+	if (p)
+		(void)madvise(p, nbytes, MADV_HUGEPAGE);
+	return p;
 }
 
 static float *row_of(const struct emb_cache *c, uint32_t s)
@@ -684,14 +705,13 @@ int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out)
 	mb = opts->max_batch;
 	nb = opts->prefetch_depth + 1;
 
-	/* One allocation for every row, cache-line aligned. */
+	/* One allocation for every row. */
 	pool_bytes = (size_t)opts->capacity * c->rf * sizeof(float);
-	pool_bytes = (pool_bytes + 63) & ~(size_t)63;
-	c->pool = aligned_alloc(64, pool_bytes);
-	c->slots = calloc(opts->capacity, sizeof(*c->slots));
+	c->pool = big_alloc(pool_bytes);
+	c->slots = big_alloc((size_t)opts->capacity * sizeof(*c->slots));
 	while (hsize < 2 * opts->capacity)
 		hsize <<= 1;
-	c->hash = malloc((size_t)hsize * sizeof(*c->hash));
+	c->hash = big_alloc((size_t)hsize * sizeof(*c->hash));
 	c->batches = calloc(nb, sizeof(*c->batches));
 	c->spare = calloc(nb, sizeof(*c->spare));
 	c->queue = calloc(nb, sizeof(*c->queue));
@@ -730,6 +750,7 @@ int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out)
 		c->hash[i].slot = NIL;
 	/* Free list in slot order, so a fresh cache fills the pool front to
 	 * back. */
+	memset(c->slots, 0, (size_t)opts->capacity * sizeof(*c->slots));
 	for (uint32_t s = 0; s < opts->capacity; s++) {
 		c->slots[s].next = s + 1 < opts->capacity ? s + 1 : NIL;
 		c->slots[s].prev = NIL;
