@@ -22,6 +22,8 @@
 #include "common/err.h"
 #include "common/log.h"
 
+#define HUGE_PAGE ((size_t)2 << 20)
+
 struct region {
 	void *addr; /* page aligned */
 	size_t len; /* bytes */
@@ -61,6 +63,10 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size,
 		return NULL;
 	if (alignment < page)
 		alignment = page;
+	/* Rows are read at random: 2 MiB pages keep their translations in
+	 * the TLB (THP is often "madvise" only, so ask for it). */
+	if (size >= HUGE_PAGE && alignment < HUGE_PAGE)
+		alignment = HUGE_PAGE;
 	map_len = size + alignment - page;
 	if (map_len < size)
 		return NULL;
@@ -75,6 +81,8 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size,
 		munmap(raw, lead);
 	if (trail)
 		munmap(p + size, trail);
+	if (size >= HUGE_PAGE)
+		madvise(p, size, MADV_HUGEPAGE);
 
 	pthread_mutex_lock(&a->lock);
 	if (a->nregions == a->cap) {
