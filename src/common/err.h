@@ -38,6 +38,7 @@
 	X(EMB_ENOTFOUND, -1211, "row not found")                               \
 	X(EMB_EDUMPFORMAT, -1212, "bad dump format or version")                \
 	X(EMB_ETRUNCATED, -1213, "dump file truncated")                        \
+	X(EMB_EMANIFEST, -1214, "bad or missing dump manifest")                \
 	/* transport: -1300.. */                                               \
 	X(EMB_ECLOSED, -1301, "connection closed")                             \
 	X(EMB_EPEERDEAD, -1302, "peer disconnected")                           \

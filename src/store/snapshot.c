@@ -1,0 +1,1280 @@
+/*
+ * src/store/snapshot.c - snapshot files: the writer groups rows by slot
+ * range and writes LZ4 blocks with XXH3 checksums under a temporary name,
+ * the reader streams and verifies them, and the table helpers dump and load
+ * whole tables. The layout is in snapshot.h and docs/format.md.
+ *
+ * A writer or reader belongs to one thread at a time; the table helpers
+ * only use the table's thread-safe calls.
+ */
+#include "store/snapshot.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lz4.h>
+#include <xxhash.h>
+
+#include "common/err.h"
+#include "common/hash.h"
+#include "common/wire.h"
+
+#define NGROUPS (EMB_NSLOTS / EMB_SNAP_GROUP_SLOTS)
+#define ITER_ROWS 1024u
+
+static const char file_magic[8] = "EMBSNAP";
+#define BLOCK_MAGIC   0x4b424d45u /* "EMBK" */
+#define TRAILER_MAGIC 0x54424d45u /* "EMBT" */
+
+/* Bytes of one row in a block's raw payload: id, last_step, count, floats. */
+static uint64_t raw_row_bytes(uint32_t row_floats)
+{
+	return 16 + 4ull * row_floats;
+}
+
+/* ---- metadata ---- */
+
+void emb_snap_meta_from_table(struct emb_table *t, struct emb_snap_meta *m)
+{
+	struct emb_table_opts o;
+	struct emb_table_stats st;
+
+	emb_table_get_opts(t, &o);
+	emb_table_stats(t, &st);
+	memset(m, 0, sizeof(*m));
+	snprintf(m->name, sizeof(m->name), "%s", o.name);
+	m->dim = o.dim;
+	m->row_floats = emb_table_row_floats(t);
+	m->state_floats = m->row_floats - o.dim;
+	m->optim = o.optim;
+	m->init = o.init;
+	m->seed = o.seed;
+	m->step = st.step;
+	m->nparts = 1;
+}
+
+void emb_snap_meta_to_opts(const struct emb_snap_meta *m,
+			   struct emb_table_opts *o)
+{
+	*o = EMB_TABLE_OPTS_DEFAULT;
+	o->name = m->name;
+	o->dim = m->dim;
+	o->optim = m->optim;
+	o->init = m->init;
+	o->seed = m->seed;
+}
+
+int emb_snap_meta_check(const struct emb_snap_meta *m,
+			const struct emb_table_opts *o)
+{
+	if (m->dim != o->dim)
+		return EMB_EBADDIM;
+	if (m->optim.kind != o->optim.kind)
+		return EMB_EBADOPTIM;
+	return 0;
+}
+
+static void optim_encode(uint8_t *p, const struct emb_optim_cfg *c)
+{
+	emb_le32_store(p, c->kind);
+	emb_lef32_store(p + 4, c->lr);
+	emb_lef32_store(p + 8, c->weight_decay);
+	emb_lef32_store(p + 12, c->initial_accumulator);
+	emb_lef32_store(p + 16, c->beta1);
+	emb_lef32_store(p + 20, c->beta2);
+	emb_lef32_store(p + 24, c->eps);
+	emb_lef32_store(p + 28, c->ftrl_beta);
+	emb_lef32_store(p + 32, c->l1);
+	emb_lef32_store(p + 36, c->l2);
+}
+
+static void optim_decode(const uint8_t *p, struct emb_optim_cfg *c)
+{
+	c->kind = emb_le32_load(p);
+	c->lr = emb_lef32_load(p + 4);
+	c->weight_decay = emb_lef32_load(p + 8);
+	c->initial_accumulator = emb_lef32_load(p + 12);
+	c->beta1 = emb_lef32_load(p + 16);
+	c->beta2 = emb_lef32_load(p + 20);
+	c->eps = emb_lef32_load(p + 24);
+	c->ftrl_beta = emb_lef32_load(p + 28);
+	c->l1 = emb_lef32_load(p + 32);
+	c->l2 = emb_lef32_load(p + 36);
+}
+
+static void hdr_encode(uint8_t *p, const struct emb_snap_meta *m)
+{
+	memset(p, 0, EMB_SNAP_HDR_SIZE);
+	memcpy(p, file_magic, 8);
+	emb_le32_store(p + 8, EMB_SNAP_VERSION);
+	emb_le32_store(p + 12, EMB_SNAP_HDR_SIZE);
+	memcpy(p + 16, m->name, strnlen(m->name, EMB_NAME_MAX));
+	emb_le32_store(p + 80, m->dim);
+	emb_le32_store(p + 84, m->state_floats);
+	emb_le32_store(p + 88, m->row_floats);
+	emb_le32_store(p + 92, EMB_NSLOTS);
+	optim_encode(p + 96, &m->optim);
+	emb_le32_store(p + 136, m->init.kind);
+	emb_lef32_store(p + 140, m->init.a);
+	emb_lef32_store(p + 144, m->init.b);
+	emb_le32_store(p + 148, m->flags);
+	emb_le64_store(p + 152, m->seed);
+	emb_le64_store(p + 160, m->rows);
+	emb_le64_store(p + 168, m->blocks);
+	emb_le64_store(p + 176, m->step);
+	emb_le64_store(p + 184, m->created_ns);
+	emb_le32_store(p + 192, m->part);
+	emb_le32_store(p + 196, m->nparts);
+	emb_le64_store(p + 200, m->file_bytes);
+	emb_le64_store(p + 208, m->raw_bytes);
+	emb_le64_store(p + 248, XXH3_64bits(p, 248));
+}
+
+static int hdr_decode(const uint8_t *p, struct emb_snap_meta *m)
+{
+	memset(m, 0, sizeof(*m));
+	if (memcmp(p, file_magic, 8) != 0)
+		return EMB_EDUMPFORMAT;
+	/* The version comes before the checksum: another version may lay
+	 * the header out differently. */
+	if (emb_le32_load(p + 8) != EMB_SNAP_VERSION ||
+	    emb_le32_load(p + 12) != EMB_SNAP_HDR_SIZE)
+		return EMB_EDUMPFORMAT;
+	if (emb_le64_load(p + 248) != XXH3_64bits(p, 248))
+		return EMB_EBADDUMP;
+	memcpy(m->name, p + 16, EMB_NAME_MAX);
+	m->name[EMB_NAME_MAX] = '\0';
+	m->dim = emb_le32_load(p + 80);
+	m->state_floats = emb_le32_load(p + 84);
+	m->row_floats = emb_le32_load(p + 88);
+	optim_decode(p + 96, &m->optim);
+	m->init.kind = emb_le32_load(p + 136);
+	m->init.a = emb_lef32_load(p + 140);
+	m->init.b = emb_lef32_load(p + 144);
+	m->flags = emb_le32_load(p + 148);
+	m->seed = emb_le64_load(p + 152);
+	m->rows = emb_le64_load(p + 160);
+	m->blocks = emb_le64_load(p + 168);
+	m->step = emb_le64_load(p + 176);
+	m->created_ns = emb_le64_load(p + 184);
+	m->part = emb_le32_load(p + 192);
+	m->nparts = emb_le32_load(p + 196);
+	m->file_bytes = emb_le64_load(p + 200);
+	m->raw_bytes = emb_le64_load(p + 208);
+	if (p[16 + EMB_NAME_MAX] != 0 || m->name[0] == '\0' ||
+	    emb_le32_load(p + 92) != EMB_NSLOTS || m->dim == 0 ||
+	    m->dim > EMB_DIM_MAX ||
+	    m->state_floats != emb_optim_state_floats(m->optim.kind, m->dim) ||
+	    m->row_floats != m->dim + m->state_floats ||
+	    (m->flags & ~EMB_SNAP_F_SHUFFLE) || m->nparts == 0 ||
+	    m->part >= m->nparts ||
+	    m->file_bytes < EMB_SNAP_HDR_SIZE + EMB_SNAP_TRAILER_SIZE)
+		return EMB_EDUMPFORMAT;
+	return 0;
+}
+
+/* ---- byte planes ---- */
+
+/* Byte b of float i goes to dst[b * m + i]: exponents end up together. */
+static void shuffle4(uint8_t *dst, const uint8_t *src, size_t m)
+{
+	uint8_t *d0 = dst, *d1 = dst + m, *d2 = dst + 2 * m, *d3 = dst + 3 * m;
+
+	for (size_t i = 0; i < m; i++) {
+		d0[i] = src[4 * i];
+		d1[i] = src[4 * i + 1];
+		d2[i] = src[4 * i + 2];
+		d3[i] = src[4 * i + 3];
+	}
+}
+
+static void unshuffle4(uint8_t *dst, const uint8_t *src, size_t m)
+{
+	const uint8_t *s0 = src, *s1 = src + m, *s2 = src + 2 * m,
+		      *s3 = src + 3 * m;
+
+	for (size_t i = 0; i < m; i++) {
+		dst[4 * i] = s0[i];
+		dst[4 * i + 1] = s1[i];
+		dst[4 * i + 2] = s2[i];
+		dst[4 * i + 3] = s3[i];
+	}
+}
+
+/* ---- file helpers ---- */
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t k = write(fd, p, len);
+
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (k == 0)
+			return -EIO;
+		p += k;
+		len -= (size_t)k;
+	}
+	return 0;
+}
+
+/* Reads exactly len bytes; EMB_ETRUNCATED at an early end of file. */
+static int read_all(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+
+	while (len) {
+		ssize_t k = read(fd, p, len);
+
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (k == 0)
+			return EMB_ETRUNCATED;
+		p += k;
+		len -= (size_t)k;
+	}
+	return 0;
+}
+
+/* fsyncs the directory that holds path, so a rename in it is durable. */
+static int fsync_parent(const char *path)
+{
+	char dir[EMB_SNAP_PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	int fd, rc = 0;
+
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) != 0 && errno != EINVAL)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- writer ---- */
+
+/* Rows of one slot range waiting to fill a block. */
+struct group {
+	uint64_t *ids;		   /* n ids */
+	struct emb_row_meta *meta; /* n meta */
+	float *rows;		   /* n * row_floats floats */
+	uint32_t n;		   /* rows held */
+	uint32_t cap;		   /* room, grows to block_rows */
+};
+
+struct emb_snap_writer {
+	struct emb_snap_meta meta;	 /* header fields, counts so far */
+	struct emb_snap_write_opts opts; /* as given, defaults filled in */
+	char *path;			 /* final name */
+	char *tmp;			 /* name while writing */
+	int fd;				 /* open on tmp, -1 after close */
+	int err;			 /* first error; sticky */
+	bool created;			 /* tmp exists: remove unless done */
+	bool done;			 /* renamed to path */
+	uint32_t block_rows;		 /* rows per full block */
+	struct group groups[NGROUPS];	 /* one per slot range */
+	uint8_t *raw;			 /* one block, uncompressed */
+	uint8_t *plane;			 /* float bytes before shuffling */
+	uint8_t *comp;			 /* block header + LZ4 output */
+	size_t comp_cap;		 /* bytes of comp */
+	uint32_t *slot_rows;		 /* rows per slot, EMB_NSLOTS */
+	XXH3_state_t *xxh;		 /* file checksum, body part */
+};
+
+int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
+			   const struct emb_snap_write_opts *opts,
+			   struct emb_snap_writer **out)
+{
+	uint8_t hdr[EMB_SNAP_HDR_SIZE];
+	struct emb_snap_writer *w;
+	uint64_t row_bytes, raw_cap;
+	size_t plen;
+	int rc;
+
+	if (!path || !meta || !out || meta->dim == 0 ||
+	    meta->dim > EMB_DIM_MAX || meta->nparts == 0 ||
+	    meta->part >= meta->nparts || meta->name[0] == '\0' ||
+	    meta->state_floats !=
+		    emb_optim_state_floats(meta->optim.kind, meta->dim) ||
+	    meta->row_floats != meta->dim + meta->state_floats)
+		return EMB_EBADARG;
+	if (opts && (opts->block_bytes < 4096 ||
+		     opts->block_bytes > EMB_SNAP_BLOCK_MAX || opts->level < 1))
+		return EMB_EBADARG;
+	plen = strlen(path);
+	if (plen == 0 || plen + 32 > EMB_SNAP_PATH_MAX)
+		return EMB_EBADARG;
+
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->fd = -1;
+	w->meta = *meta;
+	w->meta.rows = 0;
+	w->meta.blocks = 0;
+	w->meta.raw_bytes = 0;
+	w->meta.file_bytes = 0;
+	w->meta.flags = 0;
+	if (!w->meta.created_ns)
+		w->meta.created_ns = now_ns();
+	w->opts = opts ? *opts : EMB_SNAP_WRITE_OPTS_DEFAULT;
+	if (w->opts.shuffle)
+		w->meta.flags |= EMB_SNAP_F_SHUFFLE;
+	row_bytes = raw_row_bytes(meta->row_floats);
+	w->block_rows = (uint32_t)(w->opts.block_bytes / row_bytes);
+	if (w->block_rows == 0)
+		w->block_rows = 1;
+	/* A single wide row may exceed the target; the limit is the cap. */
+	raw_cap = w->block_rows * row_bytes;
+	if (raw_cap > EMB_SNAP_BLOCK_MAX) {
+		rc = EMB_EBADARG;
+		goto err_free;
+	}
+	w->comp_cap = EMB_SNAP_BLOCK_HDR + (size_t)LZ4_compressBound(
+						   (int)raw_cap);
+	w->path = strdup(path);
+	w->tmp = malloc(plen + 32);
+	w->raw = malloc(raw_cap);
+	w->plane = malloc((size_t)w->block_rows * 4 * meta->row_floats);
+	w->comp = malloc(w->comp_cap);
+	w->slot_rows = calloc(EMB_NSLOTS, sizeof(*w->slot_rows));
+	w->xxh = XXH3_createState();
+	if (!w->path || !w->tmp || !w->raw || !w->plane || !w->comp ||
+	    !w->slot_rows || !w->xxh) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	XXH3_64bits_reset(w->xxh);
+	snprintf(w->tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (w->fd < 0) {
+		rc = -errno;
+		goto err_free;
+	}
+	w->created = true;
+	/* A placeholder: the real header, with counts, is written last. */
+	hdr_encode(hdr, &w->meta);
+	if (w->opts.write_hook &&
+	    (rc = w->opts.write_hook(w->opts.hook_arg, sizeof(hdr))) != 0)
+		goto err_free;
+	rc = write_all(w->fd, hdr, sizeof(hdr));
+	if (rc)
+		goto err_free;
+	w->meta.file_bytes = EMB_SNAP_HDR_SIZE;
+	*out = w;
+	return 0;
+
+err_free:
+	emb_snap_writer_destroy(w);
+	return rc;
+}
+
+static int writer_write(struct emb_snap_writer *w, const void *buf, size_t n)
+{
+	int rc;
+
+	if (w->opts.write_hook) {
+		rc = w->opts.write_hook(w->opts.hook_arg, n);
+		if (rc)
+			return rc;
+	}
+	rc = write_all(w->fd, buf, n);
+	if (rc)
+		return rc;
+	XXH3_64bits_update(w->xxh, buf, n);
+	w->meta.file_bytes += n;
+	return 0;
+}
+
+/* Sorts group g's rows by slot into w->raw, compresses, writes a block. */
+static int flush_group(struct emb_snap_writer *w, uint32_t g)
+{
+	struct group *gr = &w->groups[g];
+	uint32_t n = gr->n, rf = w->meta.row_floats;
+	uint32_t start[EMB_SNAP_GROUP_SLOTS + 1] = {0};
+	uint32_t slot_lo = g * EMB_SNAP_GROUP_SLOTS, first = UINT32_MAX,
+		 last = 0;
+	uint64_t *ids = (uint64_t *)(void *)w->raw;
+	uint32_t *steps = (uint32_t *)(void *)(w->raw + 8ull * n);
+	uint32_t *counts = steps + n;
+	uint8_t *floats = w->raw + 16ull * n;
+	float *dst_rows = w->opts.shuffle ? (float *)(void *)w->plane
+					  : (float *)(void *)floats;
+	size_t raw_len = (size_t)(n * raw_row_bytes(rf));
+	uint8_t *h = w->comp;
+	uint32_t flags = 0;
+	int clen;
+
+	if (n == 0)
+		return 0;
+	/* Counting sort by slot within the group's range. */
+	for (uint32_t i = 0; i < n; i++)
+		start[emb_id_slot(gr->ids[i]) - slot_lo + 1]++;
+	for (uint32_t k = 0; k < EMB_SNAP_GROUP_SLOTS; k++) {
+		if (start[k + 1]) {
+			first = first == UINT32_MAX ? slot_lo + k : first;
+			last = slot_lo + k;
+			w->slot_rows[slot_lo + k] += start[k + 1];
+		}
+		start[k + 1] += start[k];
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t pos = start[emb_id_slot(gr->ids[i]) - slot_lo]++;
+
+		ids[pos] = gr->ids[i];
+		steps[pos] = gr->meta[i].last_step;
+		counts[pos] = gr->meta[i].count;
+		memcpy(dst_rows + (size_t)pos * rf, gr->rows + (size_t)i * rf,
+		       (size_t)rf * sizeof(float));
+	}
+	if (w->opts.shuffle)
+		shuffle4(floats, w->plane, (size_t)n * rf);
+
+	clen = LZ4_compress_fast((const char *)w->raw,
+				 (char *)w->comp + EMB_SNAP_BLOCK_HDR,
+				 (int)raw_len,
+				 (int)(w->comp_cap - EMB_SNAP_BLOCK_HDR),
+				 w->opts.level);
+	if (clen <= 0 || (size_t)clen >= raw_len) {
+		/* Incompressible: store it, so a block never grows. */
+		memcpy(w->comp + EMB_SNAP_BLOCK_HDR, w->raw, raw_len);
+		clen = (int)raw_len;
+		flags |= EMB_SNAP_BF_RAW;
+	}
+	emb_le32_store(h, BLOCK_MAGIC);
+	emb_le32_store(h + 4, n);
+	emb_le32_store(h + 8, first);
+	emb_le32_store(h + 12, last);
+	emb_le32_store(h + 16, (uint32_t)raw_len);
+	emb_le32_store(h + 20, (uint32_t)clen);
+	emb_le32_store(h + 24, flags);
+	emb_le32_store(h + 28, 0);
+	emb_le64_store(h + 32, w->meta.blocks);
+	emb_le64_store(h + 40, XXH3_64bits_withSeed(h + EMB_SNAP_BLOCK_HDR,
+						    (size_t)clen,
+						    XXH3_64bits(h, 40)));
+	gr->n = 0;
+	w->meta.rows += n;
+	w->meta.blocks++;
+	w->meta.raw_bytes += raw_len;
+	return writer_write(w, w->comp, EMB_SNAP_BLOCK_HDR + (size_t)clen);
+}
+
+static int group_grow(struct group *gr, uint32_t want, uint32_t rf)
+{
+	uint32_t cap = gr->cap ? gr->cap : 64;
+	void *p;
+
+	while (cap < want)
+		cap *= 2;
+	p = realloc(gr->ids, (size_t)cap * sizeof(*gr->ids));
+	if (!p)
+		return -ENOMEM;
+	gr->ids = p;
+	p = realloc(gr->meta, (size_t)cap * sizeof(*gr->meta));
+	if (!p)
+		return -ENOMEM;
+	gr->meta = p;
+	p = realloc(gr->rows, (size_t)cap * rf * sizeof(float));
+	if (!p)
+		return -ENOMEM;
+	gr->rows = p;
+	gr->cap = cap;
+	return 0;
+}
+
+int emb_snap_writer_add(struct emb_snap_writer *w, const uint64_t *ids,
+			const float *rows, const struct emb_row_meta *meta,
+			uint32_t n)
+{
+	uint32_t rf = w->meta.row_floats;
+	int rc;
+
+	if (w->err)
+		return w->err;
+	if (w->done || (n && (!ids || !rows)))
+		return EMB_EBADARG;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t g = emb_id_slot(ids[i]) / EMB_SNAP_GROUP_SLOTS;
+		struct group *gr = &w->groups[g];
+
+		if (gr->n == gr->cap) {
+			uint32_t want = gr->cap ? gr->cap * 2 : 64;
+
+			if (want > w->block_rows)
+				want = w->block_rows;
+			rc = group_grow(gr, want, rf);
+			if (rc)
+				goto err;
+		}
+		gr->ids[gr->n] = ids[i];
+		gr->meta[gr->n] = meta ? meta[i] : (struct emb_row_meta){0};
+		memcpy(gr->rows + (size_t)gr->n * rf, rows + (size_t)i * rf,
+		       (size_t)rf * sizeof(float));
+		if (++gr->n == w->block_rows) {
+			rc = flush_group(w, g);
+			if (rc)
+				goto err;
+		}
+	}
+	return 0;
+err:
+	w->err = rc;
+	return rc;
+}
+
+int emb_snap_writer_finish(struct emb_snap_writer *w,
+			   struct emb_snap_result *res)
+{
+	uint8_t *tr, hdr[EMB_SNAP_HDR_SIZE];
+	uint64_t sum;
+	int rc;
+
+	if (w->err)
+		return w->err;
+	if (w->done)
+		return EMB_EBADARG;
+	for (uint32_t g = 0; g < NGROUPS; g++) {
+		rc = flush_group(w, g);
+		if (rc)
+			goto err;
+	}
+	/* The trailer reuses the compression buffer: it is large enough. */
+	tr = w->comp;
+	memset(tr, 0, EMB_SNAP_TRAILER_SIZE);
+	emb_le32_store(tr, TRAILER_MAGIC);
+	emb_le64_store(tr + 8, w->meta.rows);
+	emb_le64_store(tr + 16, w->meta.blocks);
+	emb_le64_store(tr + 24, w->meta.raw_bytes);
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		emb_le32_store(tr + 32 + 4 * s, w->slot_rows[s]);
+	w->meta.file_bytes += EMB_SNAP_TRAILER_SIZE;
+	hdr_encode(hdr, &w->meta);
+	XXH3_64bits_update(w->xxh, tr, EMB_SNAP_TRAILER_SIZE - 8);
+	XXH3_64bits_update(w->xxh, hdr, sizeof(hdr));
+	sum = XXH3_64bits_digest(w->xxh);
+	emb_le64_store(tr + EMB_SNAP_TRAILER_SIZE - 8, sum);
+	if (w->opts.write_hook &&
+	    (rc = w->opts.write_hook(w->opts.hook_arg,
+				     EMB_SNAP_TRAILER_SIZE)) != 0)
+		goto err;
+	rc = write_all(w->fd, tr, EMB_SNAP_TRAILER_SIZE);
+	if (rc)
+		goto err;
+	errno = 0;
+	if (pwrite(w->fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
+		rc = errno ? -errno : -EIO;
+		goto err;
+	}
+	if (fsync(w->fd) != 0) {
+		rc = -errno;
+		goto err;
+	}
+	rc = close(w->fd) ? -errno : 0;
+	w->fd = -1;
+	if (rc)
+		goto err;
+	if (rename(w->tmp, w->path) != 0) {
+		rc = -errno;
+		goto err;
+	}
+	w->done = true;
+	rc = fsync_parent(w->path);
+	if (rc)
+		goto err;
+	if (res) {
+		res->rows = w->meta.rows;
+		res->blocks = w->meta.blocks;
+		res->raw_bytes = w->meta.raw_bytes;
+		res->file_bytes = w->meta.file_bytes;
+		res->checksum = sum;
+	}
+	return 0;
+err:
+	w->err = rc;
+	return rc;
+}
+
+void emb_snap_writer_destroy(struct emb_snap_writer *w)
+{
+	if (!w)
+		return;
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->created && !w->done)
+		unlink(w->tmp);
+	for (uint32_t g = 0; g < NGROUPS; g++) {
+		free(w->groups[g].ids);
+		free(w->groups[g].meta);
+		free(w->groups[g].rows);
+	}
+	if (w->xxh)
+		XXH3_freeState(w->xxh);
+	free(w->slot_rows);
+	free(w->comp);
+	free(w->plane);
+	free(w->raw);
+	free(w->tmp);
+	free(w->path);
+	free(w);
+}
+
+/* ---- reader ---- */
+
+struct emb_snap_reader {
+	struct emb_snap_meta meta; /* decoded header */
+	uint8_t hdr[EMB_SNAP_HDR_SIZE]; /* raw header, for the file sum */
+	int fd;			   /* open file */
+	uint32_t flags;		   /* EMB_SNAP_READ_* */
+	uint64_t pos;		   /* file offset of the next block */
+	uint64_t end;		   /* file offset of the trailer */
+	uint64_t blocks;	   /* blocks read */
+	uint64_t rows;		   /* rows read */
+	uint64_t raw_bytes;	   /* raw bytes read */
+	uint64_t checksum;	   /* the trailer's, once verified */
+	bool at_end;		   /* trailer verified */
+	uint32_t *slot_rows;	   /* rows seen per slot */
+	uint8_t *stored;	   /* one block as stored */
+	uint8_t *raw;		   /* one block decompressed */
+	uint8_t *plane;		   /* unshuffled floats */
+	size_t stored_cap;	   /* bytes of stored */
+	size_t raw_cap;		   /* bytes of raw */
+	size_t plane_cap;	   /* bytes of plane */
+	XXH3_state_t *xxh;	   /* file checksum so far */
+};
+
+int emb_snap_reader_open(const char *path, uint32_t flags,
+			 struct emb_snap_reader **out)
+{
+	struct emb_snap_reader *r;
+	struct stat st;
+	int rc;
+
+	if (!path || !out)
+		return EMB_EBADARG;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->flags = flags;
+	r->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (r->fd < 0) {
+		rc = -errno;
+		goto err;
+	}
+	if (fstat(r->fd, &st) != 0) {
+		rc = -errno;
+		goto err;
+	}
+	rc = read_all(r->fd, r->hdr, sizeof(r->hdr));
+	if (rc)
+		goto err;
+	rc = hdr_decode(r->hdr, &r->meta);
+	if (rc)
+		goto err;
+	if ((uint64_t)st.st_size < r->meta.file_bytes) {
+		rc = EMB_ETRUNCATED;
+		goto err;
+	}
+	if ((uint64_t)st.st_size > r->meta.file_bytes) {
+		rc = EMB_EDUMPFORMAT;
+		goto err;
+	}
+	r->pos = EMB_SNAP_HDR_SIZE;
+	r->end = r->meta.file_bytes - EMB_SNAP_TRAILER_SIZE;
+	r->slot_rows = calloc(EMB_NSLOTS, sizeof(*r->slot_rows));
+	r->xxh = XXH3_createState();
+	if (!r->slot_rows || !r->xxh) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	XXH3_64bits_reset(r->xxh);
+	*out = r;
+	return 0;
+err:
+	emb_snap_reader_close(r);
+	return rc;
+}
+
+void emb_snap_reader_close(struct emb_snap_reader *r)
+{
+	if (!r)
+		return;
+	if (r->fd >= 0)
+		close(r->fd);
+	if (r->xxh)
+		XXH3_freeState(r->xxh);
+	free(r->slot_rows);
+	free(r->stored);
+	free(r->raw);
+	free(r->plane);
+	free(r);
+}
+
+const struct emb_snap_meta *emb_snap_reader_meta(
+	const struct emb_snap_reader *r)
+{
+	return &r->meta;
+}
+
+uint64_t emb_snap_reader_checksum(const struct emb_snap_reader *r)
+{
+	return r->checksum;
+}
+
+static int grow(uint8_t **buf, size_t *cap, size_t want)
+{
+	uint8_t *p;
+
+	if (*cap >= want)
+		return 0;
+	p = realloc(*buf, want);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap = want;
+	return 0;
+}
+
+static int read_trailer(struct emb_snap_reader *r)
+{
+	uint8_t *tr;
+	uint64_t sum = 0;
+	int rc;
+
+	rc = grow(&r->stored, &r->stored_cap, EMB_SNAP_TRAILER_SIZE);
+	if (rc)
+		return rc;
+	tr = r->stored;
+	rc = read_all(r->fd, tr, EMB_SNAP_TRAILER_SIZE);
+	if (rc)
+		return rc;
+	XXH3_64bits_update(r->xxh, tr, EMB_SNAP_TRAILER_SIZE - 8);
+	XXH3_64bits_update(r->xxh, r->hdr, sizeof(r->hdr));
+	if (emb_le64_load(tr + EMB_SNAP_TRAILER_SIZE - 8) !=
+	    XXH3_64bits_digest(r->xxh))
+		return EMB_EBADDUMP;
+	/* Covered by the checksum now, so a mismatch is a writer bug or a
+	 * forged file, not bit rot: still refuse it. */
+	if (emb_le32_load(tr) != TRAILER_MAGIC ||
+	    emb_le64_load(tr + 8) != r->rows ||
+	    emb_le64_load(tr + 16) != r->blocks ||
+	    emb_le64_load(tr + 24) != r->raw_bytes ||
+	    r->rows != r->meta.rows || r->blocks != r->meta.blocks ||
+	    r->raw_bytes != r->meta.raw_bytes)
+		return EMB_EBADDUMP;
+	/* Per-slot counts need the ids: without decoding, the trailer's
+	 * table is only summed (the file checksum covers it anyway). */
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		uint32_t k = emb_le32_load(tr + 32 + 4 * s);
+
+		if (!(r->flags & EMB_SNAP_READ_VERIFY_ONLY) &&
+		    k != r->slot_rows[s])
+			return EMB_EBADDUMP;
+		sum += k;
+	}
+	if (sum != r->rows)
+		return EMB_EBADDUMP;
+	r->checksum = emb_le64_load(tr + EMB_SNAP_TRAILER_SIZE - 8);
+	r->at_end = true;
+	return 0;
+}
+
+int emb_snap_reader_next(struct emb_snap_reader *r, struct emb_snap_block *b)
+{
+	uint8_t h[EMB_SNAP_BLOCK_HDR];
+	uint32_t n, first, last, raw_len, clen, bflags, rf = r->meta.row_floats;
+	const uint64_t *ids;
+	uint8_t *floats;
+	int rc;
+
+	memset(b, 0, sizeof(*b));
+	if (r->at_end)
+		return 0;
+	if (r->pos == r->end)
+		return read_trailer(r);
+	if (r->end - r->pos < EMB_SNAP_BLOCK_HDR)
+		return EMB_EBADDUMP;
+	rc = read_all(r->fd, h, sizeof(h));
+	if (rc)
+		return rc;
+	n = emb_le32_load(h + 4);
+	first = emb_le32_load(h + 8);
+	last = emb_le32_load(h + 12);
+	raw_len = emb_le32_load(h + 16);
+	clen = emb_le32_load(h + 20);
+	bflags = emb_le32_load(h + 24);
+	/* Sizes are checked before the checksum so that a flipped length
+	 * cannot make us allocate or read absurd amounts. */
+	if (emb_le32_load(h) != BLOCK_MAGIC || n == 0 ||
+	    raw_len > EMB_SNAP_BLOCK_MAX ||
+	    (uint64_t)raw_len != n * raw_row_bytes(rf) ||
+	    clen > (uint32_t)LZ4_compressBound((int)raw_len) ||
+	    clen > r->end - r->pos - EMB_SNAP_BLOCK_HDR)
+		return EMB_EBADDUMP;
+	rc = grow(&r->stored, &r->stored_cap, clen);
+	if (rc)
+		return rc;
+	rc = read_all(r->fd, r->stored, clen);
+	if (rc)
+		return rc;
+	if (emb_le64_load(h + 40) !=
+	    XXH3_64bits_withSeed(r->stored, clen, XXH3_64bits(h, 40)))
+		return EMB_EBADDUMP;
+	if ((bflags & ~EMB_SNAP_BF_RAW) || emb_le32_load(h + 28) != 0 ||
+	    emb_le64_load(h + 32) != r->blocks || first > last ||
+	    last >= EMB_NSLOTS ||
+	    first / EMB_SNAP_GROUP_SLOTS != last / EMB_SNAP_GROUP_SLOTS ||
+	    ((bflags & EMB_SNAP_BF_RAW) && clen != raw_len))
+		return EMB_EBADDUMP;
+	XXH3_64bits_update(r->xxh, h, sizeof(h));
+	XXH3_64bits_update(r->xxh, r->stored, clen);
+	r->pos += EMB_SNAP_BLOCK_HDR + (uint64_t)clen;
+	r->blocks++;
+	r->rows += n;
+	r->raw_bytes += raw_len;
+	b->n = n;
+	b->slot_first = first;
+	b->slot_last = last;
+	b->stored_bytes = EMB_SNAP_BLOCK_HDR + (uint64_t)clen;
+	if (r->flags & EMB_SNAP_READ_VERIFY_ONLY)
+		return (int)n;
+
+	rc = grow(&r->raw, &r->raw_cap, raw_len);
+	if (!rc && (r->meta.flags & EMB_SNAP_F_SHUFFLE))
+		rc = grow(&r->plane, &r->plane_cap, raw_len);
+	if (rc)
+		return rc;
+	if (bflags & EMB_SNAP_BF_RAW) {
+		memcpy(r->raw, r->stored, raw_len);
+	} else if (LZ4_decompress_safe((const char *)r->stored,
+				       (char *)r->raw, (int)clen,
+				       (int)raw_len) != (int)raw_len) {
+		return EMB_EBADDUMP;
+	}
+	ids = (const uint64_t *)(void *)r->raw;
+	floats = r->raw + 16ull * n;
+	if (r->meta.flags & EMB_SNAP_F_SHUFFLE) {
+		unshuffle4(r->plane, floats, (size_t)n * rf);
+		memcpy(floats, r->plane, 4ull * n * rf);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = emb_id_slot(ids[i]);
+
+		if (s < first || s > last || (i && s < emb_id_slot(ids[i - 1])))
+			return EMB_EBADDUMP;
+		r->slot_rows[s]++;
+	}
+	b->ids = ids;
+	b->last_step = (const uint32_t *)(void *)(r->raw + 8ull * n);
+	b->count = b->last_step + n;
+	b->rows = (const float *)(void *)floats;
+	return (int)n;
+}
+
+static int verify(const char *path, uint32_t flags, struct emb_snap_meta *meta,
+		  uint64_t *checksum)
+{
+	struct emb_snap_reader *r;
+	struct emb_snap_block b;
+	int rc;
+
+	rc = emb_snap_reader_open(path, flags, &r);
+	if (rc)
+		return rc;
+	while ((rc = emb_snap_reader_next(r, &b)) > 0)
+		;
+	if (!rc && meta)
+		*meta = r->meta;
+	if (!rc && checksum)
+		*checksum = r->checksum;
+	emb_snap_reader_close(r);
+	return rc;
+}
+
+int emb_snap_verify(const char *path, struct emb_snap_meta *meta,
+		    uint64_t *checksum)
+{
+	return verify(path, 0, meta, checksum);
+}
+
+/* ---- tables ---- */
+
+int emb_snap_write_table(struct emb_table *t, const char *path,
+			 const struct emb_snap_write_opts *opts,
+			 struct emb_snap_result *res)
+{
+	struct emb_snap_writer *w = NULL;
+	struct emb_table_iter *it = NULL;
+	struct emb_snap_meta m;
+	struct emb_row_meta *meta = NULL;
+	uint64_t *ids = NULL;
+	float *rows = NULL;
+	int rc, got;
+
+	emb_snap_meta_from_table(t, &m);
+	ids = malloc(ITER_ROWS * sizeof(*ids));
+	meta = malloc(ITER_ROWS * sizeof(*meta));
+	rows = malloc((size_t)ITER_ROWS * m.row_floats * sizeof(float));
+	if (!ids || !meta || !rows) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = emb_table_iter_create(t, &it);
+	if (rc)
+		goto out;
+	rc = emb_snap_writer_create(path, &m, opts, &w);
+	if (rc)
+		goto out;
+	while ((got = emb_table_iter_next(it, ids, rows, meta, ITER_ROWS)) >
+	       0) {
+		rc = emb_snap_writer_add(w, ids, rows, meta, (uint32_t)got);
+		if (rc)
+			goto out;
+	}
+	rc = got < 0 ? got : emb_snap_writer_finish(w, res);
+out:
+	emb_snap_writer_destroy(w);
+	emb_table_iter_destroy(it);
+	free(rows);
+	free(meta);
+	free(ids);
+	return rc;
+}
+
+/* Loads every block of an opened reader into t. */
+static int64_t load_rows(struct emb_snap_reader *r, struct emb_table *t)
+{
+	struct emb_row_meta *meta = NULL;
+	struct emb_snap_block b;
+	uint32_t cap = 0;
+	int64_t total = 0;
+	int rc;
+
+	while ((rc = emb_snap_reader_next(r, &b)) > 0) {
+		if (b.n > cap) {
+			struct emb_row_meta *p =
+				realloc(meta, (size_t)b.n * sizeof(*meta));
+
+			if (!p) {
+				rc = -ENOMEM;
+				break;
+			}
+			meta = p;
+			cap = b.n;
+		}
+		for (uint32_t i = 0; i < b.n; i++) {
+			meta[i].last_step = b.last_step[i];
+			meta[i].count = b.count[i];
+		}
+		rc = emb_table_assign(t, b.ids, b.n, b.rows, true, meta);
+		if (rc)
+			break;
+		total += b.n;
+	}
+	free(meta);
+	return rc < 0 ? rc : total;
+}
+
+int64_t emb_snap_load_table(const char *path, struct emb_table *t)
+{
+	struct emb_snap_reader *r;
+	struct emb_snap_meta m;
+	struct emb_table_opts o;
+	int64_t rc;
+
+	/* Verify everything before the first row changes. */
+	rc = verify(path, EMB_SNAP_READ_VERIFY_ONLY, &m, NULL);
+	if (rc)
+		return rc;
+	emb_table_get_opts(t, &o);
+	rc = emb_snap_meta_check(&m, &o);
+	if (rc)
+		return rc;
+	rc = emb_snap_reader_open(path, 0, &r);
+	if (rc)
+		return rc;
+	rc = load_rows(r, t);
+	emb_snap_reader_close(r);
+	return rc;
+}
+
+int emb_snap_load_new(const char *path, const struct emb_table_opts *base,
+		      struct emb_table **out)
+{
+	struct emb_snap_reader *r;
+	struct emb_table_opts o;
+	struct emb_table *t = NULL;
+	int64_t n;
+	int rc;
+
+	rc = emb_snap_reader_open(path, 0, &r);
+	if (rc)
+		return rc;
+	emb_snap_meta_to_opts(&r->meta, &o);
+	if (base) {
+		o.nshards = base->nshards;
+		o.mem_limit = base->mem_limit;
+		o.budget = base->budget;
+	}
+	rc = emb_table_create(&o, &t);
+	if (rc)
+		goto out;
+	n = load_rows(r, t);
+	if (n < 0) {
+		rc = (int)n;
+		emb_table_destroy(t);
+		goto out;
+	}
+	*out = t;
+out:
+	emb_snap_reader_close(r);
+	return rc;
+}
+
+/* ---- manifest ---- */
+
+static bool name_ok(const char *s)
+{
+	if (!*s || strchr(s, '/'))
+		return false;
+	for (; *s; s++)
+		if (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+			return false;
+	return true;
+}
+
+int emb_snap_manifest_write(const char *dir, const struct emb_snap_entry *e,
+			    uint32_t n)
+{
+	char path[EMB_SNAP_PATH_MAX], tmp[EMB_SNAP_PATH_MAX];
+	char *text = NULL, line[512];
+	size_t len = 0, cap = 64 + (size_t)n * 512;
+	int fd = -1, rc;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (!name_ok(e[i].file) || !name_ok(e[i].table))
+			return EMB_EBADARG;
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir,
+			     EMB_SNAP_MANIFEST) >= sizeof(path) ||
+	    (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path,
+			     (long)getpid()) >= sizeof(tmp))
+		return EMB_EBADARG;
+	text = malloc(cap);
+	if (!text)
+		return -ENOMEM;
+	len = (size_t)snprintf(text, cap, "embstore-manifest %u\nfiles %u\n",
+			       EMB_SNAP_VERSION, n);
+	for (uint32_t i = 0; i < n; i++) {
+		int k = snprintf(line, sizeof(line),
+				 "file %s %s %u %u %llu %llu %016llx\n",
+				 e[i].file, e[i].table, e[i].part, e[i].nparts,
+				 (unsigned long long)e[i].rows,
+				 (unsigned long long)e[i].bytes,
+				 (unsigned long long)e[i].checksum);
+
+		memcpy(text + len, line, (size_t)k);
+		len += (size_t)k;
+	}
+	len += (size_t)snprintf(text + len, cap - len, "end %016llx\n",
+				(unsigned long long)XXH3_64bits(text, len));
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	rc = write_all(fd, text, len);
+	if (!rc && fsync(fd) != 0)
+		rc = -errno;
+	if (close(fd) != 0 && !rc)
+		rc = -errno;
+	if (!rc && rename(tmp, path) != 0)
+		rc = -errno;
+	if (rc)
+		unlink(tmp);
+	else
+		rc = fsync_parent(path);
+out:
+	free(text);
+	return rc;
+}
+
+static bool has_suffix(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+
+	return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static int manifest_parse(char *text, size_t len, struct emb_snap_entry **out,
+			  uint32_t *nout)
+{
+	struct emb_snap_entry *e = NULL;
+	unsigned long long sum;
+	unsigned ver, n;
+	char *p, *end_line;
+	int used;
+
+	end_line = NULL;
+	/* The last line is "end HEX", the checksum of everything before. */
+	if (len < 2 || text[len - 1] != '\n')
+		return EMB_EMANIFEST;
+	text[len - 1] = '\0';
+	end_line = strrchr(text, '\n');
+	if (!end_line)
+		return EMB_EMANIFEST;
+	end_line++;
+	if (sscanf(end_line, "end %16llx%n", &sum, &used) != 1 ||
+	    end_line[used] != '\0' ||
+	    sum != XXH3_64bits(text, (size_t)(end_line - text)))
+		return EMB_EMANIFEST;
+	end_line[-1] = '\0';
+	if (sscanf(text, "embstore-manifest %u\nfiles %u\n%n", &ver, &n,
+		   &used) != 2 || ver != EMB_SNAP_VERSION || n > 1u << 20)
+		return EMB_EMANIFEST;
+	e = calloc(n ? n : 1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	p = text + used;
+	for (unsigned i = 0; i < n; i++) {
+		unsigned long long rows, bytes, ck;
+		char file[256], table[EMB_NAME_MAX + 1];
+
+		if (sscanf(p, "file %255s %63s %u %u %llu %llu %16llx%n", file,
+			   table, &e[i].part, &e[i].nparts, &rows, &bytes, &ck,
+			   &used) != 7 ||
+		    (p[used] != '\n' && p[used] != '\0') ||
+		    e[i].nparts == 0 || e[i].part >= e[i].nparts) {
+			free(e);
+			return EMB_EMANIFEST;
+		}
+		snprintf(e[i].file, sizeof(e[i].file), "%s", file);
+		snprintf(e[i].table, sizeof(e[i].table), "%s", table);
+		e[i].rows = rows;
+		e[i].bytes = bytes;
+		e[i].checksum = ck;
+		p += used + (p[used] == '\n');
+	}
+	if (*p != '\0') {
+		free(e);
+		return EMB_EMANIFEST;
+	}
+	*out = e;
+	*nout = n;
+	return 0;
+}
+
+int emb_snap_manifest_read(const char *dir, struct emb_snap_entry **out,
+			   uint32_t *nout, char *bad_file)
+{
+	char path[EMB_SNAP_PATH_MAX];
+	struct emb_snap_entry *e = NULL;
+	struct dirent *de;
+	struct stat st;
+	char *text = NULL;
+	uint32_t n = 0;
+	DIR *d = NULL;
+	int fd, rc;
+
+	if (bad_file)
+		snprintf(bad_file, EMB_SNAP_PATH_MAX, "%s", EMB_SNAP_MANIFEST);
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir,
+			     EMB_SNAP_MANIFEST) >= sizeof(path))
+		return EMB_EBADARG;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) != 0 || st.st_size > (64 << 20)) {
+		close(fd);
+		return EMB_EMANIFEST;
+	}
+	text = malloc((size_t)st.st_size + 1);
+	if (!text) {
+		close(fd);
+		return -ENOMEM;
+	}
+	rc = read_all(fd, text, (size_t)st.st_size);
+	close(fd);
+	if (rc)
+		goto err;
+	text[st.st_size] = '\0';
+	rc = manifest_parse(text, (size_t)st.st_size, &e, &n);
+	if (rc)
+		goto err;
+	for (uint32_t i = 0; i < n; i++) {
+		if (bad_file)
+			snprintf(bad_file, EMB_SNAP_PATH_MAX, "%s", e[i].file);
+		snprintf(path, sizeof(path), "%s/%s", dir, e[i].file);
+		if (stat(path, &st) != 0) {
+			rc = errno == ENOENT ? EMB_EMANIFEST : -errno;
+			goto err;
+		}
+		if ((uint64_t)st.st_size != e[i].bytes) {
+			rc = (uint64_t)st.st_size < e[i].bytes
+				     ? EMB_ETRUNCATED
+				     : EMB_EMANIFEST;
+			goto err;
+		}
+	}
+	d = opendir(dir);
+	if (!d) {
+		rc = -errno;
+		goto err;
+	}
+	while ((de = readdir(d)) != NULL) {
+		bool listed = false;
+
+		if (!has_suffix(de->d_name, ".embs"))
+			continue;
+		for (uint32_t i = 0; i < n && !listed; i++)
+			listed = strcmp(e[i].file, de->d_name) == 0;
+		if (!listed) {
+			if (bad_file)
+				snprintf(bad_file, EMB_SNAP_PATH_MAX, "%s",
+					 de->d_name);
+			rc = EMB_EMANIFEST;
+			goto err;
+		}
+	}
+	closedir(d);
+	free(text);
+	*out = e;
+	*nout = n;
+	return 0;
+err:
+	if (d)
+		closedir(d);
+	free(e);
+	free(text);
+	return rc;
+}

@@ -1,0 +1,294 @@
+/*
+ * src/store/snapshot.h - snapshot files of embedding tables: write, read,
+ * verify, load; and the MANIFEST that lists the files of one dump.
+ *
+ * A snapshot file holds one table's rows (or one server's share of them):
+ * a header with the table's metadata, LZ4-compressed blocks of rows grouped
+ * by virtual slot (common/hash.h), each with an XXH3-64 checksum, and a
+ * trailer with per-slot row counts and a checksum of the whole file.
+ * docs/format.md gives every byte; the OFFSET / SIZE / MEANING tables are
+ * repeated here.
+ *
+ * HEADER (256 bytes at offset 0)
+ *   OFFSET  SIZE  MEANING
+ *   0       8     magic "EMBSNAP\0"
+ *   8       4     format version, EMB_SNAP_VERSION
+ *   12      4     header size, 256
+ *   16      64    table name, NUL-terminated, NUL-padded
+ *   80      4     dim
+ *   84      4     state floats per row (common/optim.h)
+ *   88      4     row floats = dim + state floats
+ *   92      4     virtual slots, EMB_NSLOTS (4096)
+ *   96      40    optimizer: kind, lr, weight_decay, initial_accumulator,
+ *                 beta1, beta2, eps, ftrl_beta, l1, l2 (u32 then 9 f32)
+ *   136     12    initializer: kind (u32), a (f32), b (f32)
+ *   148     4     flags, EMB_SNAP_F_* (bit 0: floats byte-shuffled)
+ *   152     8     seed
+ *   160     8     rows in the file
+ *   168     8     blocks in the file
+ *   176     8     table step (push batches) when the dump began
+ *   184     8     created, ns since the Unix epoch
+ *   192     4     part: this file's index among the dump's files
+ *   196     4     parts: files in the dump
+ *   200     8     file size in bytes, trailer included
+ *   208     8     raw bytes: sum of the blocks' uncompressed sizes
+ *   216     32    reserved, 0
+ *   248     8     XXH3-64 of bytes 0..248
+ *
+ * BLOCK (at offset 256, then back to back)
+ *   0       4     magic "EMBK"
+ *   4       4     rows n, >= 1
+ *   8       4     first slot of the block's slot range
+ *   12      4     last slot of the range (every row's slot lies within)
+ *   16      4     raw size = n * (16 + 4 * row floats)
+ *   20      4     stored size c: LZ4 block size, or the raw size if stored
+ *   24      4     flags: bit 0 payload stored uncompressed
+ *   28      4     reserved, 0
+ *   32      8     block sequence number, from 0
+ *   40      8     XXH3-64 of block bytes 0..40 then the c stored bytes
+ *   48      c     payload; once decompressed:
+ *                   u64 ids[n], u32 last_step[n], u32 count[n],
+ *                   f32 rows[n][row floats] (byte planes if shuffled)
+ *                 rows sorted by slot
+ *
+ * TRAILER (16424 bytes, after the last block)
+ *   0       4     magic "EMBT"
+ *   4       4     reserved, 0
+ *   8       8     rows
+ *   16      8     blocks
+ *   24      8     raw bytes
+ *   32      16384 u32 rows per slot, slots 0..4095
+ *   16416   8     file checksum: XXH3-64 over bytes 256..size-8 followed
+ *                 by the 256 header bytes
+ *
+ * Threads: a writer or reader is used by one thread at a time. The table
+ * functions may run while other threads use the table (rows are copied
+ * through the table iterator, each row whole).
+ */
+#ifndef EMB_STORE_SNAPSHOT_H
+#define EMB_STORE_SNAPSHOT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/init.h"
+#include "common/optim.h"
+#include "store/store.h"
+
+#define EMB_SNAP_VERSION      1u
+#define EMB_SNAP_HDR_SIZE     256u
+#define EMB_SNAP_BLOCK_HDR    48u
+#define EMB_SNAP_TRAILER_SIZE (32u + 4u * 4096u + 8u)
+#define EMB_SNAP_GROUP_SLOTS  64u	/* slots a block may span */
+#define EMB_SNAP_BLOCK_MAX    (64u << 20) /* largest raw block */
+#define EMB_SNAP_PATH_MAX     4096u
+
+#define EMB_SNAP_F_SHUFFLE 0x1u /* floats stored as 4 byte planes */
+#define EMB_SNAP_BF_RAW	   0x1u /* block payload stored uncompressed */
+
+/* A snapshot file's metadata: the header, decoded. */
+struct emb_snap_meta {
+	char name[EMB_NAME_MAX + 1]; /* table name */
+	uint32_t dim;		     /* floats of weights per row */
+	uint32_t state_floats;	     /* optimizer state floats per row */
+	uint32_t row_floats;	     /* dim + state_floats */
+	struct emb_optim_cfg optim;  /* the table's optimizer */
+	struct emb_init_cfg init;    /* the table's initializer */
+	uint64_t seed;		     /* the table's seed */
+	uint32_t flags;		     /* EMB_SNAP_F_* */
+	uint64_t rows;		     /* rows in the file */
+	uint64_t blocks;	     /* blocks in the file */
+	uint64_t step;		     /* table step when the dump began */
+	uint64_t created_ns;	     /* wall clock, ns since the epoch */
+	uint32_t part;		     /* index among the dump's files */
+	uint32_t nparts;	     /* files in the dump, >= 1 */
+	uint64_t file_bytes;	     /* whole file */
+	uint64_t raw_bytes;	     /* uncompressed block payloads */
+};
+
+/* Fills the table part of *m (name .. seed, step) from t; parts = 1. */
+void emb_snap_meta_from_table(struct emb_table *t, struct emb_snap_meta *m);
+
+/* Table options matching m (name points into m); other fields default. */
+void emb_snap_meta_to_opts(const struct emb_snap_meta *m,
+			   struct emb_table_opts *o);
+
+/*
+ * 0 if rows of a snapshot with metadata m can be loaded into a table with
+ * options o without changing their meaning: EMB_EBADDIM (dim differs),
+ * EMB_EBADOPTIM (optimizer kind, hence state layout, differs).
+ */
+int emb_snap_meta_check(const struct emb_snap_meta *m,
+			const struct emb_table_opts *o);
+
+/* ---- writer ---- */
+
+struct emb_snap_writer;
+
+struct emb_snap_write_opts {
+	uint32_t block_bytes; /* target raw bytes per block, 4K..64M */
+	bool shuffle;	      /* byte-plane floats: smaller, a bit slower */
+	int level;	      /* LZ4 acceleration, >= 1; 1 = best ratio */
+	/* Tests: called before each write(2) of nbytes; non-zero fails it. */
+	int (*write_hook)(void *arg, size_t nbytes);
+	void *hook_arg;
+};
+
+#define EMB_SNAP_WRITE_OPTS_DEFAULT                                            \
+	((struct emb_snap_write_opts){.block_bytes = 1u << 20,                 \
+				      .shuffle = true,                         \
+				      .level = 1})
+
+/* What a finished file holds. */
+struct emb_snap_result {
+	uint64_t rows;	     /* rows written */
+	uint64_t blocks;     /* blocks written */
+	uint64_t raw_bytes;  /* uncompressed payload bytes */
+	uint64_t file_bytes; /* bytes of the file */
+	uint64_t checksum;   /* file checksum, as in the trailer */
+};
+
+/*
+ * Starts a snapshot file that will appear at path once finished: it is
+ * written under "path.tmp.PID", then fsynced and renamed. meta supplies the
+ * table fields and part/nparts (rows, blocks and sizes are counted);
+ * opts may be NULL. 0 and *out, or EMB_EBADARG (bad meta or opts), -ENOMEM,
+ * or the negative errno of open/write. Borrows meta and opts for the call.
+ */
+int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
+			   const struct emb_snap_write_opts *opts,
+			   struct emb_snap_writer **out);
+
+/*
+ * Adds n rows in any order: ids[k], full rows at rows[k * row_floats ...],
+ * and meta[k] (NULL: zeros). Rows are grouped by slot range and written in
+ * blocks as the groups fill. 0, or -ENOSPC / -EFBIG / -EIO from write, or
+ * -ENOMEM; after an error the writer only accepts destroy.
+ */
+int emb_snap_writer_add(struct emb_snap_writer *w, const uint64_t *ids,
+			const float *rows, const struct emb_row_meta *meta,
+			uint32_t n);
+
+/*
+ * Writes the remaining blocks, the trailer and the final header, fsyncs,
+ * renames the file to its path and fsyncs the directory. 0 and *res (may be
+ * NULL), or the negative errno of the failing call (the temporary file is
+ * then removed by destroy, and nothing exists under path).
+ */
+int emb_snap_writer_finish(struct emb_snap_writer *w,
+			   struct emb_snap_result *res);
+
+/* Frees the writer; an unfinished file is removed. NULL is a no-op. */
+void emb_snap_writer_destroy(struct emb_snap_writer *w);
+
+/* ---- reader ---- */
+
+struct emb_snap_reader;
+
+/* One block of rows; the arrays point into the reader, valid until next. */
+struct emb_snap_block {
+	uint32_t n;		     /* rows */
+	uint32_t slot_first;	     /* slot range of the block */
+	uint32_t slot_last;
+	const uint64_t *ids;	     /* n ids */
+	const uint32_t *last_step;   /* n values of emb_row_meta.last_step */
+	const uint32_t *count;	     /* n values of emb_row_meta.count */
+	const float *rows;	     /* n * row_floats floats */
+	uint64_t stored_bytes;	     /* block bytes in the file */
+};
+
+#define EMB_SNAP_READ_VERIFY_ONLY 0x1u /* checksums only, no decompress */
+
+/*
+ * Opens path and checks its header: 0 and *out, or -ENOENT and other
+ * open errors, EMB_ETRUNCATED (file shorter than its header says),
+ * EMB_EDUMPFORMAT (not a snapshot, another version, impossible fields),
+ * EMB_EBADDUMP (header checksum), -ENOMEM.
+ */
+int emb_snap_reader_open(const char *path, uint32_t flags,
+			 struct emb_snap_reader **out);
+void emb_snap_reader_close(struct emb_snap_reader *r); /* NULL: no-op */
+
+const struct emb_snap_meta *emb_snap_reader_meta(
+	const struct emb_snap_reader *r);
+
+/*
+ * Reads the next block into *b: returns its row count (> 0), or 0 at the
+ * end once the trailer and the whole-file checksum have been verified, or
+ * EMB_EBADDUMP (a checksum, or data that disagrees with its checksummed
+ * fields), EMB_ETRUNCATED, EMB_EDUMPFORMAT, -EIO. With
+ * EMB_SNAP_READ_VERIFY_ONLY, b's arrays are NULL.
+ */
+int emb_snap_reader_next(struct emb_snap_reader *r, struct emb_snap_block *b);
+
+/* The file checksum from the trailer (valid after next() returned 0). */
+uint64_t emb_snap_reader_checksum(const struct emb_snap_reader *r);
+
+/* Reads the whole file checking every checksum: 0 and *meta (may be NULL). */
+int emb_snap_verify(const char *path, struct emb_snap_meta *meta,
+		    uint64_t *checksum);
+
+/* ---- tables ---- */
+
+/*
+ * Writes every row of t (weights, optimizer state, lifecycle meta) to a
+ * snapshot at path. part/nparts go in the header. 0 and *res (may be
+ * NULL), or as for the writer.
+ */
+int emb_snap_write_table(struct emb_table *t, const char *path,
+			 const struct emb_snap_write_opts *opts,
+			 struct emb_snap_result *res);
+
+/*
+ * Loads the snapshot at path into t. The whole file is verified and its
+ * metadata checked against t first (EMB_EBADDIM, EMB_EBADOPTIM): on any
+ * such error t is untouched. Rows overwrite rows of the same id. Returns
+ * the rows loaded (>= 0), or a reader error, or an assign error
+ * (EMB_EMEMLIMIT, -ENOMEM) after which t holds part of the file.
+ */
+int64_t emb_snap_load_table(const char *path, struct emb_table *t);
+
+/*
+ * Creates a new table from the snapshot's metadata (nshards, mem_limit and
+ * budget from base, NULL = defaults) and loads it: the way to restore and
+ * then swap. 0 and *out, or as for emb_snap_load_table / emb_table_create.
+ */
+int emb_snap_load_new(const char *path, const struct emb_table_opts *base,
+		      struct emb_table **out);
+
+/* ---- manifest ---- */
+
+/* One file of a dump, as its MANIFEST lists it. */
+struct emb_snap_entry {
+	char file[256];		      /* name inside the dump directory */
+	char table[EMB_NAME_MAX + 1]; /* table name */
+	uint32_t part;		      /* index among the table's files */
+	uint32_t nparts;	      /* files of the table */
+	uint64_t rows;		      /* rows in the file */
+	uint64_t bytes;		      /* file size */
+	uint64_t checksum;	      /* file checksum (trailer) */
+};
+
+#define EMB_SNAP_MANIFEST "MANIFEST"
+
+/*
+ * Writes dir/MANIFEST listing e[0..n) (temp name, fsync, rename, fsync
+ * dir). 0, EMB_EBADARG (a name with white space or '/'), or a negative
+ * errno.
+ */
+int emb_snap_manifest_write(const char *dir, const struct emb_snap_entry *e,
+			    uint32_t n);
+
+/*
+ * Reads dir/MANIFEST: 0, *e (caller frees) and *n; or -ENOENT (no
+ * manifest), EMB_EMANIFEST (malformed, or its own checksum fails), -ENOMEM.
+ * Then checks the directory against it: every listed file must exist with
+ * the listed size (EMB_EMANIFEST naming it in bad_file), and no other
+ * snapshot file (*.embs) may lie there (EMB_EMANIFEST too).
+ * bad_file (may be NULL, EMB_SNAP_PATH_MAX bytes) gets the offending name.
+ */
+int emb_snap_manifest_read(const char *dir, struct emb_snap_entry **e,
+			   uint32_t *n, char *bad_file);
+
+#endif

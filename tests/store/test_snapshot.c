@@ -1,0 +1,580 @@
+/*
+ * tests/store/test_snapshot.c - snapshot files as store/snapshot.h specifies
+ * them: bit-exact round trips of every optimizer's rows and lifecycle meta,
+ * slot grouping, and refusal of damaged input (truncation, flipped bytes,
+ * another version, a dim or optimizer mismatch, a short MANIFEST) with the
+ * target table untouched; a full disk leaves nothing under the final name.
+ * Single-threaded; files go to a fresh temp dir.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "store_test.h"
+
+#include "store/snapshot.h"
+
+static char *dir;
+
+static char *path_in(const char *name)
+{
+	static char buf[8][512];
+	static int k;
+	char *p = buf[k++ % 8];
+
+	snprintf(p, 512, "%s/%s", dir, name);
+	return p;
+}
+
+static struct emb_table_opts opts_for(uint32_t kind, uint32_t dim)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+
+	o.name = "snap.t";
+	o.dim = dim;
+	o.optim.kind = kind;
+	o.optim.lr = 0.05f;
+	o.init = (struct emb_init_cfg){.kind = EMB_INIT_NORMAL, .a = 0.0f,
+				       .b = 0.3f};
+	o.seed = 0x5eed0000u + kind;
+	o.nshards = 8;
+	return o;
+}
+
+/* n rows with ids drawn from a wide range, each pushed a few times. */
+static struct emb_table *table_filled(const struct emb_table_opts *o,
+				      uint32_t n, uint64_t seed)
+{
+	struct emb_table *t = table_new(o);
+	uint64_t *ids = xcalloc(n, sizeof(*ids));
+	float *g = xcalloc((size_t)n * o->dim, sizeof(float));
+	uint64_t st = seed;
+
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = emb_splitmix64(&st) >> (i % 3 ? 20 : 0);
+	for (int round = 0; round < 3; round++) {
+		for (size_t j = 0; j < (size_t)n * o->dim; j++)
+			g[j] = (float)((int64_t)(emb_splitmix64(&st) >> 40) -
+				       (1 << 23)) / (float)(1 << 23);
+		CU_ASSERT_EQUAL(emb_table_push(t, ids, n > 30 ? n - round * 7 : n, g), 0);
+	}
+	free(g);
+	free(ids);
+	return t;
+}
+
+/* Every row of a (weights, state, meta) is in b bit for bit, and no more. */
+static void assert_same_rows(struct emb_table *a, struct emb_table *b)
+{
+	uint32_t rf = emb_table_row_floats(a);
+	struct emb_table_iter *it;
+	uint64_t ids[64];
+	float *ra = xcalloc(64 * (size_t)rf, sizeof(float));
+	struct emb_row_meta ma[64];
+	uint64_t seen = 0;
+	int got;
+
+	CU_ASSERT_EQUAL_FATAL(rf, emb_table_row_floats(b));
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(a, &it), 0);
+	while ((got = emb_table_iter_next(it, ids, ra, ma, 64)) > 0) {
+		for (int i = 0; i < got; i++) {
+			struct emb_table_iter *jt;
+			uint64_t id;
+			float *rb = xcalloc(rf, sizeof(float));
+			struct emb_row_meta mb;
+			bool found = false;
+
+			/* b holds few rows in these tests; scan it. */
+			CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(b, &jt), 0);
+			while (!found &&
+			       emb_table_iter_next(jt, &id, rb, &mb, 1) == 1)
+				found = id == ids[i];
+			emb_table_iter_destroy(jt);
+			CU_ASSERT_FATAL(found);
+			CU_ASSERT(memcmp(rb, ra + (size_t)i * rf,
+					 rf * sizeof(float)) == 0);
+			CU_ASSERT_EQUAL(mb.last_step, ma[i].last_step);
+			CU_ASSERT_EQUAL(mb.count, ma[i].count);
+			free(rb);
+			seen++;
+		}
+	}
+	emb_table_iter_destroy(it);
+	free(ra);
+	CU_ASSERT_EQUAL(seen, table_stats(b).rows);
+}
+
+static void round_trip(uint32_t kind, bool shuffle, uint32_t block_bytes)
+{
+	struct emb_table_opts o = opts_for(kind, 7), got;
+	struct emb_snap_write_opts wo = EMB_SNAP_WRITE_OPTS_DEFAULT;
+	struct emb_snap_result res;
+	struct emb_snap_meta m;
+	struct emb_table *a, *b = NULL;
+	uint64_t sum = 0;
+	const char *p = path_in("rt.embs");
+
+	a = table_filled(&o, 700, kind);
+	wo.shuffle = shuffle;
+	wo.block_bytes = block_bytes;
+	CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(a, p, &wo, &res), 0);
+	CU_ASSERT_EQUAL(res.rows, table_stats(a).rows);
+	CU_ASSERT(res.blocks >= 1);
+	CU_ASSERT_EQUAL(emb_snap_verify(p, &m, &sum), 0);
+	CU_ASSERT_EQUAL(sum, res.checksum);
+	CU_ASSERT_STRING_EQUAL(m.name, "snap.t");
+	CU_ASSERT_EQUAL(m.dim, 7);
+	CU_ASSERT_EQUAL(m.rows, res.rows);
+	CU_ASSERT_EQUAL(m.step, table_stats(a).step);
+	CU_ASSERT_EQUAL(m.file_bytes, res.file_bytes);
+	CU_ASSERT_EQUAL(emb_snap_load_new(p, NULL, &b), 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+	emb_table_get_opts(b, &got);
+	CU_ASSERT_STRING_EQUAL(got.name, "snap.t");
+	CU_ASSERT(memcmp(&got.optim, &o.optim, sizeof(o.optim)) == 0);
+	CU_ASSERT(memcmp(&got.init, &o.init, sizeof(o.init)) == 0);
+	CU_ASSERT_EQUAL(got.seed, o.seed);
+	assert_same_rows(a, b);
+	emb_table_destroy(b);
+	emb_table_destroy(a);
+	unlink(p);
+}
+
+static void test_round_trip_sgd(void)
+{
+	round_trip(EMB_OPTIM_SGD, true, 1u << 20);
+}
+
+static void test_round_trip_adagrad(void)
+{
+	round_trip(EMB_OPTIM_ADAGRAD, false, 1u << 20);
+}
+
+static void test_round_trip_adam_small_blocks(void)
+{
+	round_trip(EMB_OPTIM_ADAM, true, 4096);
+}
+
+static void test_round_trip_ftrl(void)
+{
+	round_trip(EMB_OPTIM_FTRL, true, 8192);
+}
+
+static void test_empty_table(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_ADAM, 3);
+	struct emb_table *a = table_new(&o), *b = NULL;
+	struct emb_snap_result res;
+	const char *p = path_in("empty.embs");
+
+	CU_ASSERT_EQUAL(emb_snap_write_table(a, p, NULL, &res), 0);
+	CU_ASSERT_EQUAL(res.rows, 0);
+	CU_ASSERT_EQUAL(res.blocks, 0);
+	CU_ASSERT_EQUAL(emb_snap_load_new(p, NULL, &b), 0);
+	CU_ASSERT_EQUAL(table_stats(b).rows, 0);
+	emb_table_destroy(b);
+	emb_table_destroy(a);
+	unlink(p);
+}
+
+/* Blocks cover one slot group each and list rows in slot order. */
+static void test_blocks_grouped_by_slot(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_SGD, 4);
+	struct emb_snap_write_opts wo = EMB_SNAP_WRITE_OPTS_DEFAULT;
+	struct emb_snap_reader *r;
+	struct emb_snap_block blk;
+	struct emb_table *a = table_filled(&o, 3000, 99);
+	const char *p = path_in("slots.embs");
+	uint64_t rows = 0;
+	int n;
+
+	wo.block_bytes = 4096;
+	CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(a, p, &wo, NULL), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_snap_reader_open(p, 0, &r), 0);
+	while ((n = emb_snap_reader_next(r, &blk)) > 0) {
+		CU_ASSERT_EQUAL(blk.slot_first / EMB_SNAP_GROUP_SLOTS,
+				blk.slot_last / EMB_SNAP_GROUP_SLOTS);
+		for (uint32_t i = 0; i < blk.n; i++) {
+			uint32_t s = emb_id_slot(blk.ids[i]);
+
+			CU_ASSERT(s >= blk.slot_first && s <= blk.slot_last);
+			if (i)
+				CU_ASSERT(s >= emb_id_slot(blk.ids[i - 1]));
+		}
+		rows += blk.n;
+	}
+	CU_ASSERT_EQUAL(n, 0);
+	CU_ASSERT_EQUAL(rows, table_stats(a).rows);
+	emb_snap_reader_close(r);
+	emb_table_destroy(a);
+	unlink(p);
+}
+
+/* ---- damaged input ---- */
+
+static uint8_t *slurp(const char *p, size_t *len)
+{
+	struct stat st;
+	uint8_t *buf;
+	int fd = open(p, O_RDONLY);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(fstat(fd, &st) == 0);
+	buf = xcalloc((size_t)st.st_size, 1);
+	CU_ASSERT_FATAL(read(fd, buf, (size_t)st.st_size) == st.st_size);
+	close(fd);
+	*len = (size_t)st.st_size;
+	return buf;
+}
+
+static void spit(const char *p, const uint8_t *buf, size_t len)
+{
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(write(fd, buf, len) == (ssize_t)len);
+	close(fd);
+}
+
+/* A dumped adam table, its file bytes, and a target table with rows. */
+struct damage {
+	struct emb_table_opts o;
+	struct emb_table *src;
+	struct emb_table *dst; /* must stay untouched */
+	uint8_t *file;
+	size_t len;
+	char good[512];
+	char bad[512];
+};
+
+static void damage_setup(struct damage *d)
+{
+	struct emb_snap_write_opts wo = EMB_SNAP_WRITE_OPTS_DEFAULT;
+
+	d->o = opts_for(EMB_OPTIM_ADAM, 5);
+	d->src = table_filled(&d->o, 400, 7);
+	d->dst = table_filled(&d->o, 50, 8);
+	snprintf(d->good, sizeof(d->good), "%s", path_in("good.embs"));
+	snprintf(d->bad, sizeof(d->bad), "%s", path_in("bad.embs"));
+	wo.block_bytes = 4096;
+	CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(d->src, d->good, &wo, NULL),
+			      0);
+	d->file = slurp(d->good, &d->len);
+}
+
+static void damage_teardown(struct damage *d)
+{
+	emb_table_destroy(d->src);
+	emb_table_destroy(d->dst);
+	free(d->file);
+	unlink(d->good);
+	unlink(d->bad);
+}
+
+/* Loading bad into dst fails with want and changes nothing in dst. */
+static void expect_refused(struct damage *d, int want)
+{
+	struct emb_table *copy = NULL;
+	int64_t rc;
+
+	CU_ASSERT_EQUAL(emb_snap_verify(d->bad, NULL, NULL), want);
+	/* A copy of dst to compare with afterwards. */
+	CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(d->dst, path_in("dst.embs"),
+						   NULL, NULL),
+			      0);
+	CU_ASSERT_EQUAL_FATAL(emb_snap_load_new(path_in("dst.embs"), NULL,
+						&copy),
+			      0);
+	rc = emb_snap_load_table(d->bad, d->dst);
+	if (rc != want)
+		fprintf(stderr, "\n    load: %lld (%s), want %d",
+			(long long)rc, emb_strerror((int)rc), want);
+	CU_ASSERT_EQUAL(rc, want);
+	CU_ASSERT_EQUAL(table_stats(d->dst).rows, table_stats(copy).rows);
+	assert_same_rows(copy, d->dst);
+	CU_ASSERT_EQUAL(emb_snap_load_new(d->bad, NULL, &(struct emb_table *){
+							NULL}),
+			want);
+	emb_table_destroy(copy);
+	unlink(path_in("dst.embs"));
+}
+
+static void test_truncated_refused(void)
+{
+	struct damage d;
+
+	damage_setup(&d);
+	size_t cuts[] = {0, 1, 100, EMB_SNAP_HDR_SIZE - 1, EMB_SNAP_HDR_SIZE,
+			 EMB_SNAP_HDR_SIZE + 20, d.len / 2,
+			 d.len - EMB_SNAP_TRAILER_SIZE, d.len - 8, d.len - 1};
+
+	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+		spit(d.bad, d.file, cuts[i]);
+		expect_refused(&d, EMB_ETRUNCATED);
+	}
+	damage_teardown(&d);
+}
+
+static void test_flipped_byte_refused(void)
+{
+	struct damage d;
+
+	damage_setup(&d);
+	size_t at[] = {
+		20,			  /* name */
+		81,			  /* dim */
+		160,			  /* rows */
+		250,			  /* header checksum */
+		EMB_SNAP_HDR_SIZE + 2,	  /* block magic */
+		EMB_SNAP_HDR_SIZE + 9,	  /* slot range */
+		EMB_SNAP_HDR_SIZE + 30,	  /* reserved */
+		EMB_SNAP_HDR_SIZE + 44,	  /* block checksum */
+		EMB_SNAP_HDR_SIZE + 100,  /* payload */
+		d.len / 2,		  /* some later block */
+		d.len - EMB_SNAP_TRAILER_SIZE + 1, /* trailer magic */
+		d.len - 5000,		  /* slot table */
+		d.len - 1,		  /* file checksum */
+	};
+
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+		d.file[at[i]] ^= 0x10;
+		spit(d.bad, d.file, d.len);
+		d.file[at[i]] ^= 0x10;
+		/* Lengths are checked before checksums: a flipped size
+		 * may read as truncation or as a bad field. */
+		int rc = emb_snap_verify(d.bad, NULL, NULL);
+
+		if (rc != EMB_EBADDUMP)
+			fprintf(stderr, "\n    flip at %zu: %d (%s)", at[i],
+				rc, emb_strerror(rc));
+		CU_ASSERT_EQUAL(rc, EMB_EBADDUMP);
+		expect_refused(&d, EMB_EBADDUMP);
+	}
+	damage_teardown(&d);
+}
+
+static void test_wrong_version_refused(void)
+{
+	struct damage d;
+
+	damage_setup(&d);
+	/* Version 2 with a header checksum that matches it. */
+	d.file[8] = 2;
+	memcpy(d.file + 248, &(uint64_t){XXH3_64bits(d.file, 248)}, 8);
+	spit(d.bad, d.file, d.len);
+	expect_refused(&d, EMB_EDUMPFORMAT);
+	/* Not a snapshot at all. */
+	memset(d.file, 'x', 64);
+	spit(d.bad, d.file, d.len);
+	expect_refused(&d, EMB_EDUMPFORMAT);
+	damage_teardown(&d);
+}
+
+static void test_dim_mismatch_refused(void)
+{
+	struct emb_table_opts o7 = opts_for(EMB_OPTIM_ADAM, 7);
+	struct emb_table_opts o8 = opts_for(EMB_OPTIM_ADAM, 8);
+	struct emb_table_opts s7 = opts_for(EMB_OPTIM_SGD, 7);
+	struct emb_table *a = table_filled(&o7, 100, 1);
+	struct emb_table *b8 = table_filled(&o8, 10, 2);
+	struct emb_table *bs = table_filled(&s7, 10, 3);
+	const char *p = path_in("dim.embs");
+
+	CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(a, p, NULL, NULL), 0);
+	CU_ASSERT_EQUAL(emb_snap_load_table(p, b8), EMB_EBADDIM);
+	CU_ASSERT_EQUAL(table_stats(b8).rows, 10);
+	CU_ASSERT_EQUAL(emb_snap_load_table(p, bs), EMB_EBADOPTIM);
+	CU_ASSERT_EQUAL(table_stats(bs).rows, 10);
+	/* Same dim and optimizer: rows of the file join the table. */
+	CU_ASSERT_EQUAL(emb_snap_load_table(p, a), table_stats(a).rows);
+	emb_table_destroy(a);
+	emb_table_destroy(b8);
+	emb_table_destroy(bs);
+	unlink(p);
+}
+
+/* ---- full disk ---- */
+
+static int fail_after(void *arg, size_t nbytes)
+{
+	size_t *budget = arg;
+
+	if (nbytes > *budget)
+		return -ENOSPC;
+	*budget -= nbytes;
+	return 0;
+}
+
+static void assert_no_files(const char *p)
+{
+	char tmp[1024];
+
+	CU_ASSERT(access(p, F_OK) != 0);
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", p, (long)getpid());
+	CU_ASSERT(access(tmp, F_OK) != 0);
+}
+
+static void test_full_disk_hook_leaves_nothing(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_ADAGRAD, 16);
+	struct emb_snap_write_opts wo = EMB_SNAP_WRITE_OPTS_DEFAULT;
+	struct emb_table *a = table_filled(&o, 2000, 5);
+	const char *p = path_in("full.embs");
+	size_t budgets[] = {0, 100, 300, 20000, 60000};
+
+	wo.block_bytes = 4096;
+	wo.write_hook = fail_after;
+	for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
+		size_t budget = budgets[i];
+
+		wo.hook_arg = &budget;
+		CU_ASSERT_EQUAL(emb_snap_write_table(a, p, &wo, NULL),
+				-ENOSPC);
+		assert_no_files(p);
+	}
+	emb_table_destroy(a);
+}
+
+/*
+ * A real short file system: a 64 KiB tmpfs when we may mount one, else a
+ * file size limit (SIGXFSZ ignored, so write fails with EFBIG).
+ */
+static void test_full_disk_real_leaves_nothing(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_ADAM, 32);
+	struct emb_table *a = table_filled(&o, 3000, 6);
+	struct rlimit old, lim;
+	bool mounted;
+	char *mnt = path_in("mnt");
+	char p[1024];
+	int rc;
+
+	CU_ASSERT_FATAL(mkdir(mnt, 0755) == 0);
+	mounted = mount("tmpfs", mnt, "tmpfs", 0, "size=64k") == 0;
+	snprintf(p, sizeof(p), "%s/full.embs", mnt);
+	if (mounted) {
+		rc = emb_snap_write_table(a, p, NULL, NULL);
+		CU_ASSERT_EQUAL(rc, -ENOSPC);
+	} else {
+		signal(SIGXFSZ, SIG_IGN);
+		getrlimit(RLIMIT_FSIZE, &old);
+		lim = old;
+		lim.rlim_cur = 64 << 10;
+		CU_ASSERT_FATAL(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+		rc = emb_snap_write_table(a, p, NULL, NULL);
+		setrlimit(RLIMIT_FSIZE, &old);
+		CU_ASSERT_EQUAL(rc, -EFBIG);
+	}
+	assert_no_files(p);
+	if (mounted)
+		umount(mnt);
+	rmdir(mnt);
+	emb_table_destroy(a);
+}
+
+/* ---- manifest ---- */
+
+static void test_manifest_round_trip_and_refusals(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_SGD, 4);
+	struct emb_table *a = table_filled(&o, 100, 11);
+	struct emb_snap_entry e[2] = {0}, *got = NULL;
+	struct emb_snap_result res;
+	char *mdir = path_in("dump");
+	char p[1024], bad[EMB_SNAP_PATH_MAX];
+	uint32_t n = 0;
+	uint8_t *text;
+	size_t len;
+
+	CU_ASSERT_FATAL(mkdir(mdir, 0755) == 0);
+	for (int i = 0; i < 2; i++) {
+		snprintf(e[i].file, sizeof(e[i].file), "part-%05d.embs", i);
+		snprintf(e[i].table, sizeof(e[i].table), "snap.t");
+		e[i].part = (uint32_t)i;
+		e[i].nparts = 2;
+		snprintf(p, sizeof(p), "%s/%s", mdir, e[i].file);
+		CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(a, p, NULL, &res),
+				      0);
+		e[i].rows = res.rows;
+		e[i].bytes = res.file_bytes;
+		e[i].checksum = res.checksum;
+	}
+	CU_ASSERT_EQUAL(emb_snap_manifest_read(mdir, &got, &n, bad), -ENOENT);
+	CU_ASSERT_EQUAL_FATAL(emb_snap_manifest_write(mdir, e, 2), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_snap_manifest_read(mdir, &got, &n, bad), 0);
+	CU_ASSERT_EQUAL(n, 2);
+	CU_ASSERT(memcmp(got, e, sizeof(e)) == 0);
+	free(got);
+
+	/* A stray snapshot file that the manifest does not list. */
+	snprintf(p, sizeof(p), "%s/stray.embs", mdir);
+	spit(p, (const uint8_t *)"x", 1);
+	CU_ASSERT_EQUAL(emb_snap_manifest_read(mdir, &got, &n, bad),
+			EMB_EMANIFEST);
+	CU_ASSERT_STRING_EQUAL(bad, "stray.embs");
+	unlink(p);
+
+	/* A listed file that is gone. */
+	snprintf(p, sizeof(p), "%s/%s", mdir, e[1].file);
+	rename(p, path_in("aside"));
+	CU_ASSERT_EQUAL(emb_snap_manifest_read(mdir, &got, &n, bad),
+			EMB_EMANIFEST);
+	CU_ASSERT_STRING_EQUAL(bad, e[1].file);
+	rename(path_in("aside"), p);
+
+	/* The manifest itself edited: its own checksum fails. */
+	snprintf(p, sizeof(p), "%s/MANIFEST", mdir);
+	text = slurp(p, &len);
+	text[len / 2] ^= 1;
+	spit(p, text, len);
+	CU_ASSERT_EQUAL(emb_snap_manifest_read(mdir, &got, &n, bad),
+			EMB_EMANIFEST);
+	free(text);
+	emb_test_rmtree(mdir);
+	emb_table_destroy(a);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+		{"round trip sgd, rows and meta bit-exact", test_round_trip_sgd},
+		{"round trip adagrad unshuffled", test_round_trip_adagrad},
+		{"round trip adam in many small blocks",
+		 test_round_trip_adam_small_blocks},
+		{"round trip ftrl", test_round_trip_ftrl},
+		{"round trip of an empty table", test_empty_table},
+		{"blocks grouped and sorted by slot",
+		 test_blocks_grouped_by_slot},
+		{"truncated file refused, table untouched",
+		 test_truncated_refused},
+		{"flipped byte refused, table untouched",
+		 test_flipped_byte_refused},
+		{"wrong format version refused", test_wrong_version_refused},
+		{"dim or optimizer mismatch refused before touching",
+		 test_dim_mismatch_refused},
+		{"full disk (hook) leaves no file", test_full_disk_hook_leaves_nothing},
+		{"full disk (tmpfs or fsize limit) leaves no file",
+		 test_full_disk_real_leaves_nothing},
+		{"manifest round trip, stray and missing files",
+		 test_manifest_round_trip_and_refusals},
+		{NULL, NULL},
+	};
+	int rc;
+
+	dir = emb_test_tmpdir();
+	rc = emb_test_main(argc, argv, "store/snapshot", cases);
+	emb_test_rmtree(dir);
+	free(dir);
+	return rc;
+}
