@@ -4,7 +4,10 @@
  * echo server's ROWS op, whose replies are iovs straight into its row table
  * (64 floats = 256 bytes per row), and reports rows/s.
  *
- *   bench_transport [transport] [ids] [depth] [seconds] [server loops]
+ *   bench_transport [transport] [ids] [depth] [seconds] [server loops] [big]
+ *
+ * With "big" the reply is one contiguous buffer of the same size (the BIG
+ * op) instead of one iov per row: the cost of gathering rows, measured.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +55,7 @@ int main(int argc, char **argv)
 	int depth = argc > 3 ? atoi(argv[3]) : 4;
 	double secs = argc > 4 ? atof(argv[4]) : 3.0;
 	unsigned loops = argc > 5 ? (unsigned)atoi(argv[5]) : 1;
+	bool big = argc > 6 && strcmp(argv[6], "big") == 0;
 	size_t rows_bytes = (size_t)nids * ECHO_ROW_FLOATS * sizeof(float);
 	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
 	struct emb_frame_hdr h = {.opcode = ECHO_OP_ROWS};
@@ -65,6 +69,10 @@ int main(int argc, char **argv)
 
 	if (depth < 1 || nids < 1)
 		return 2;
+	if (big) {
+		h.opcode = ECHO_OP_BIG;
+		h.count = (uint32_t)rows_bytes;
+	}
 	rc = echo_start(name, loops, NULL, &srv);
 	if (rc == 0)
 		rc = emb_transport_create(name, NULL, &tr);
@@ -119,9 +127,10 @@ int main(int argc, char **argv)
 	for (int i = 0; i < depth; i++)
 		while (!sl[i].done)
 			emb_transport_poll(tr, 100);
-	printf("%s: %u ids x %u floats, depth %d, %u server loops: "
+	printf("%s%s: %u ids x %u floats, depth %d, %u server loops: "
 	       "%llu pulls in %.2f s = %.2f M rows/s, %.2f GiB/s\n",
-	       name, nids, ECHO_ROW_FLOATS, depth, loops,
+	       name, big ? " (contiguous)" : "", nids, ECHO_ROW_FLOATS, depth,
+	       loops,
 	       (unsigned long long)pulls, t1 - t0,
 	       (double)pulls * nids / (t1 - t0) / 1e6,
 	       (double)pulls * (double)rows_bytes / (t1 - t0) /
