@@ -36,7 +36,8 @@ struct srv_table {
 
 struct srv_conn {
 	bool hello;	    /* HELLO accepted */
-	bool closing;	    /* auth failed: close once the error is sent */
+	bool closing;	    /* auth failed or stream untrusted: close once the
+			     * error is sent */
 };
 
 struct emb_server {
@@ -188,9 +189,10 @@ static void free_done(void *ctx, int status)
 	free(ctx);
 }
 
-/* An error reply after which the conn closes: auth failures. */
+/* An error reply after which the conn closes: auth failures, bad opcodes. */
 struct close_ctx {
 	struct emb_conn *c;	/* closed once the reply is out */
+	int reason;		/* the reply's status, the close reason */
 	_Alignas(8) uint8_t frame[EMB_WIRE_HDR_SIZE + 64]; /* the reply */
 };
 
@@ -200,7 +202,7 @@ static void close_done(void *ctx, int status)
 
 	/* status != 0: the conn already closed and may be gone. */
 	if (status == 0)
-		emb_conn_close(cc->c, EMB_EAUTH);
+		emb_conn_close(cc->c, cc->reason);
 	free(cc);
 }
 
@@ -228,6 +230,24 @@ static int reply_frame(struct emb_server *s, struct emb_req *req, void *buf,
 	return rc;
 }
 
+/*
+ * An error frame echoing the request's opcode. The encoder takes known
+ * request opcodes only, but a peer may send a response opcode or a number
+ * that is no opcode and still deserves its answer: encode as PING, then put
+ * the peer's opcode (frame offset 5) back.
+ */
+static int encode_error(void *buf, size_t cap, const struct emb_frame_hdr *rq,
+			uint32_t table_id, int status, const char *msg)
+{
+	int len = emb_wire_error_encode(buf, cap, EMB_OP_PING, rq->req_id,
+					table_id, status, msg);
+
+	if (len > 0)
+		((uint8_t *)buf)[5] =
+			(uint8_t)(rq->opcode | EMB_OP_RESPONSE_BIT);
+	return len;
+}
+
 static int reply_error(struct emb_server *s, struct emb_req *req, int status,
 			const char *msg)
 {
@@ -241,9 +261,8 @@ static int reply_error(struct emb_server *s, struct emb_req *req, int status,
 		finish(s);
 		return 0;
 	}
-	len = emb_wire_error_encode(buf, cap, req->hdr.opcode, req->hdr.req_id,
-				    req->hdr.table_id, status,
-				    msg ? msg : emb_strerror(status));
+	len = encode_error(buf, cap, &req->hdr, req->hdr.table_id, status,
+			   msg ? msg : emb_strerror(status));
 	if (len < 0) {
 		free(buf);
 		emb_req_release(req);
@@ -268,8 +287,10 @@ static int reply_ack(struct emb_server *s, struct emb_req *req,
 	return 0;
 }
 
-static void reply_auth_failed(struct emb_server *s, struct emb_conn *c,
-			      struct srv_conn *sc, struct emb_req *req)
+/* Sends status (msg under 64 bytes), then closes the conn. */
+static void reply_and_close(struct emb_server *s, struct emb_conn *c,
+			    struct srv_conn *sc, struct emb_req *req,
+			    int status, const char *msg)
 {
 	struct close_ctx *cc = malloc(sizeof(*cc));
 	struct emb_frame_hdr hdr;
@@ -278,24 +299,24 @@ static void reply_auth_failed(struct emb_server *s, struct emb_conn *c,
 
 	add(&s->errors, 1);
 	sc->closing = true;
-	len = cc ? emb_wire_error_encode(cc->frame, sizeof(cc->frame),
-					 req->hdr.opcode, req->hdr.req_id, 0,
-					 EMB_EAUTH, "authentication failed")
+	len = cc ? encode_error(cc->frame, sizeof(cc->frame), &req->hdr, 0,
+				status, msg)
 		 : -ENOMEM;
 	if (len < 0) {
 		free(cc);
 		emb_req_release(req);
 		finish(s);
-		emb_conn_close(c, EMB_EAUTH);
+		emb_conn_close(c, status);
 		return;
 	}
 	cc->c = c;
+	cc->reason = status;
 	memcpy(&hdr, cc->frame, sizeof(hdr));
 	iov.iov_base = cc->frame + EMB_WIRE_HDR_SIZE;
 	iov.iov_len = (size_t)len - EMB_WIRE_HDR_SIZE;
 	if (emb_conn_reply(req, &hdr, &iov, 1, close_done, cc)) {
 		free(cc);
-		emb_conn_close(c, EMB_EAUTH);
+		emb_conn_close(c, status);
 	}
 	finish(s);
 }
@@ -325,7 +346,8 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 		if (diff) {
 			emb_log(EMB_LOG_WARN, "%s: authentication failed",
 				emb_conn_peer(c));
-			reply_auth_failed(s, c, sc, req);
+			reply_and_close(s, c, sc, req, EMB_EAUTH,
+					"authentication failed");
 			return 0;
 		}
 	}
@@ -691,6 +713,12 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 	if (hdr->opcode & EMB_OP_RESPONSE_BIT)
 		return reply_error(s, req, EMB_EBADFRAME,
 				   "a response sent to the server");
+	/* The transport checks framing only; a number that is no opcode
+	 * means a peer that does not speak this protocol (docs/protocol.md). */
+	if (!emb_wire_op_known(hdr->opcode)) {
+		reply_and_close(s, c, sc, req, EMB_EBADOP, "unknown opcode");
+		return 0;
+	}
 	if (hdr->opcode == EMB_OP_HELLO)
 		return on_hello(s, c, sc, req, &f);
 	if (!sc->hello)
