@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "common/err.h"
-#include "common/log.h"
 #include "harness.h"
 #include "netutil.h"
 #include "server.h"
@@ -727,7 +726,5 @@ static const struct emb_test_case cases[] = {
 
 int main(int argc, char **argv)
 {
-	/* Refused connections are expected here; keep the output to errors. */
-	emb_log_set_level(EMB_LOG_ERROR);
 	return emb_test_main(argc, argv, "worker", cases);
 }

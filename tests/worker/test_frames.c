@@ -1,0 +1,449 @@
+/*
+ * tests/worker/test_frames.c - a server facing peers that break the
+ * protocol: malformed frames written byte by byte over raw TCP sockets, and
+ * clients that vanish mid-request. Header errors must close the offending
+ * connection, payload errors must be answered with the right status on a
+ * connection that stays usable, and in every case a well-behaved client,
+ * connected before and after, keeps being served.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/wire.h"
+#include "common/wire_msg.h"
+#include "harness.h"
+#include "netutil.h"
+#include "worker/embstore.h"
+
+#define MAX_IDS 64u
+#define DIM 8u
+#define BIG_DIM 1024u
+
+struct fixture {
+	struct emb_server *s;	     /* max_ids MAX_IDS, 1 MiB frames */
+	uint16_t port;		     /* where it listens */
+	struct emb_client *c;	     /* the well-behaved client */
+	struct emb_client_table *t;  /* "t8", dim DIM */
+	struct emb_client_table *tb; /* "t1k", dim BIG_DIM */
+	uint32_t id8;		     /* server table id of "t8" */
+	uint32_t id1k;		     /* server table id of "t1k" */
+};
+
+/* LIST_TABLES over a raw connection: the server's id of table name. */
+static uint32_t raw_table_id(int fd, const char *name)
+{
+	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE];
+	_Alignas(8) uint8_t resp[16 * EMB_WIRE_LIST_ENTRY_SIZE];
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_table_info info;
+	struct emb_wire_list_resp lr;
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES, 9,
+					0);
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, buf, (size_t)len), 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, &f.hdr, resp, sizeof(resp)), 0);
+	f.payload = resp;
+	f.lim = &lim;
+	CU_ASSERT_EQUAL_FATAL(emb_wire_list_resp_decode(&f, &lr), 0);
+	for (uint32_t i = 0; i < lr.n; i++) {
+		emb_wire_list_entry(&lr, i, &info);
+		if (strcmp(info.spec.name, name) == 0)
+			return info.table_id;
+	}
+	CU_FAIL_FATAL("table not listed");
+	return 0;
+}
+
+static void fx_setup(struct fixture *fx)
+{
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_table_spec sp = nt_spec("t8", DIM, 1);
+	struct emb_table_spec spb = nt_spec("t1k", BIG_DIM, 2);
+	char addr[64];
+	int fd;
+
+	memset(fx, 0, sizeof(*fx));
+	so.limits.max_ids = MAX_IDS;
+	so.limits.max_frame_bytes = 1u << 20;
+	fx->s = nt_server_start(&so);
+	fx->port = emb_server_port(fx->s);
+	nt_addr_list(addr, sizeof(addr), &fx->port, 1);
+	fx->c = nt_client(addr, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(fx->c, &sp, &fx->t), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(fx->c, &spb, &fx->tb),
+			      0);
+	fd = nt_raw_connect(fx->port);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_hello(fd, NULL, 0), 0);
+	fx->id8 = raw_table_id(fd, "t8");
+	fx->id1k = raw_table_id(fd, "t1k");
+	close(fd);
+}
+
+/*
+ * The old client and a brand-new one are both served, and once the server
+ * has noticed every closed peer only the old client's connection is open.
+ */
+static void fx_check_serving(struct fixture *fx)
+{
+	const uint64_t ids[3] = {1, 2, 3};
+	struct emb_client_table *t2;
+	struct emb_client *c2;
+	float a[3 * DIM], b[3 * DIM];
+	char addr[64];
+
+	CU_ASSERT_EQUAL(emb_client_table_pull(fx->t, ids, 3, a, 0, NULL), 0);
+	nt_addr_list(addr, sizeof(addr), &fx->port, 1);
+	c2 = nt_client(addr, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c2, "t8", &t2), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t2, ids, 3, b, 0, NULL), 0);
+	CU_ASSERT_EQUAL(memcmp(a, b, sizeof(a)), 0);
+	emb_client_table_close(t2);
+	emb_client_destroy(c2);
+	CU_ASSERT_EQUAL(nt_server_wait_conns(fx->s, 1), 1);
+}
+
+static void fx_teardown(struct fixture *fx)
+{
+	emb_client_table_close(fx->t);
+	emb_client_table_close(fx->tb);
+	emb_client_destroy(fx->c);
+	emb_server_destroy(fx->s);
+}
+
+/* A connection past HELLO. */
+static int raw_ready(struct fixture *fx)
+{
+	int fd = nt_raw_connect(fx->port);
+
+	CU_ASSERT_EQUAL_FATAL(nt_raw_hello(fd, NULL, 0), 0);
+	return fd;
+}
+
+/* Sends hdr and payload[0..len), reads the response, returns its status. */
+static int raw_call(int fd, struct emb_frame_hdr h, const void *payload,
+		    size_t len)
+{
+	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE];
+	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + EMB_WIRE_ERRMSG_MAX];
+	struct emb_frame_hdr r;
+	int rc;
+
+	emb_wire_hdr_encode(head, &h);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, head, sizeof(head)), 0);
+	if (len)
+		CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, payload, len), 0);
+	rc = nt_raw_recv(fd, &r, resp, sizeof(resp));
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	CU_ASSERT_EQUAL(r.req_id, h.req_id);
+	CU_ASSERT_EQUAL(r.opcode, (h.opcode & 0x7f) | EMB_OP_RESPONSE_BIT);
+	return r.status;
+}
+
+/* ---- header errors: the connection is closed ---- */
+
+static void bad_header_closes(struct fixture *fx, const uint8_t *raw,
+			      size_t len)
+{
+	int fd = raw_ready(fx);
+
+	CU_ASSERT_EQUAL(nt_raw_send(fd, raw, len), 0);
+	CU_ASSERT(nt_raw_wait_closed(fd));
+	close(fd);
+}
+
+static void test_bad_headers(void)
+{
+	_Alignas(8) uint8_t raw[EMB_WIRE_HDR_SIZE + 64];
+	struct emb_frame_hdr h;
+	struct fixture fx;
+
+	fx_setup(&fx);
+	/* Bad magic. */
+	h = nt_hdr(EMB_OP_PING, 2, 0, 0, 0);
+	emb_wire_hdr_encode(raw, &h);
+	emb_le32_store(raw, 0x32424d45u);
+	bad_header_closes(&fx, raw, EMB_WIRE_HDR_SIZE);
+	/* Bad version. */
+	emb_wire_hdr_encode(raw, &h);
+	raw[4] = EMB_WIRE_VERSION + 1;
+	bad_header_closes(&fx, raw, EMB_WIRE_HDR_SIZE);
+	/* A length beyond the frame limit (1 MiB here). */
+	h = nt_hdr(EMB_OP_PULL, 2, fx.id8, 1, 2u << 20);
+	emb_wire_hdr_encode(raw, &h);
+	bad_header_closes(&fx, raw, EMB_WIRE_HDR_SIZE + 8);
+	/* A length beyond even the protocol's limit. */
+	h = nt_hdr(EMB_OP_PULL, 2, fx.id8, 1, 0xfffffff0u);
+	emb_wire_hdr_encode(raw, &h);
+	bad_header_closes(&fx, raw, EMB_WIRE_HDR_SIZE);
+	/* An opcode that is no opcode: the length still delimits the frame,
+	 * so the server can say EMB_EBADOP before it hangs up. */
+	{
+		int fd = raw_ready(&fx);
+
+		CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(99, 2, 0, 0, 8), raw, 8),
+				EMB_EBADOP);
+		CU_ASSERT(nt_raw_wait_closed(fd));
+		close(fd);
+	}
+	fx_check_serving(&fx);
+	fx_teardown(&fx);
+}
+
+/* ---- truncated frames ---- */
+
+static void test_truncated(void)
+{
+	_Alignas(8) uint8_t raw[EMB_WIRE_HDR_SIZE + 100 * 8];
+	struct emb_frame_hdr h = nt_hdr(EMB_OP_PULL, 3, 0, 50, 50 * 8);
+	struct fixture fx;
+	int fd, quiet;
+
+	fx_setup(&fx);
+	h.table_id = fx.id8;
+	memset(raw, 0, sizeof(raw));
+	emb_wire_hdr_encode(raw, &h);
+
+	/* Half a header, then the peer's write side closes. */
+	fd = raw_ready(&fx);
+	CU_ASSERT_EQUAL(nt_raw_send(fd, raw, EMB_WIRE_HDR_SIZE / 2), 0);
+	shutdown(fd, SHUT_WR);
+	CU_ASSERT(nt_raw_wait_closed(fd));
+	close(fd);
+
+	/* A header and part of its payload, then EOF. */
+	fd = raw_ready(&fx);
+	CU_ASSERT_EQUAL(nt_raw_send(fd, raw, EMB_WIRE_HDR_SIZE + 120), 0);
+	shutdown(fd, SHUT_WR);
+	CU_ASSERT(nt_raw_wait_closed(fd));
+	close(fd);
+
+	/* A partial frame left hanging: the server waits for the rest on
+	 * that connection only and serves everyone else meanwhile. */
+	quiet = raw_ready(&fx);
+	CU_ASSERT_EQUAL(nt_raw_send(quiet, raw, EMB_WIRE_HDR_SIZE + 120), 0);
+	CU_ASSERT_EQUAL(nt_server_wait_conns(fx.s, 2), 2);
+	{
+		const uint64_t ids[2] = {10, 11};
+		float rows[2 * DIM];
+
+		CU_ASSERT_EQUAL(emb_client_table_pull(fx.t, ids, 2, rows, 0,
+						      NULL), 0);
+	}
+	close(quiet);
+	fx_check_serving(&fx);
+	fx_teardown(&fx);
+}
+
+/* ---- payload errors: answered, and the connection stays ---- */
+
+static void test_payload_errors(void)
+{
+	uint64_t ids[MAX_IDS + 1];
+	/* PUSH prefix + 2 ids + 2 rows of dim 4: whole rows of the wrong
+	 * dim for the dim-8 table. */
+	_Alignas(8) uint8_t push[16 + 2 * 8 + 2 * 4 * 4];
+	_Alignas(8) uint8_t ping[8] = "ping-me";
+	_Alignas(8) uint8_t echo[16];
+	struct emb_frame_hdr h, r;
+	struct fixture fx;
+	int fd;
+
+	fx_setup(&fx);
+	for (uint32_t i = 0; i <= MAX_IDS; i++)
+		ids[i] = i;
+	memset(push, 0, sizeof(push));
+	emb_le64_store(push + 16, 1);
+	emb_le64_store(push + 24, 2);
+	fd = raw_ready(&fx);
+
+	/* Unknown table. */
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PULL, 10, 77, 2, 16), ids,
+				 16), EMB_ENOTABLE);
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PUSH, 11, 77, 2,
+					    sizeof(push)), push, sizeof(push)),
+			EMB_ENOTABLE);
+	/* A PUSH sized for dim 4 sent to a dim-8 table. */
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PUSH, 12, fx.id8, 2,
+					    sizeof(push)), push, sizeof(push)),
+			EMB_EBADDIM);
+	/* The same payload is no whole number of rows for count 5. */
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PUSH, 13, fx.id8, 5,
+					    sizeof(push)), push, sizeof(push)),
+			EMB_EBADFRAME);
+	/* More ids than max_ids, in a frame that is otherwise fine. */
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PULL, 14, fx.id8,
+					    MAX_IDS + 1, (MAX_IDS + 1) * 8),
+				 ids, (MAX_IDS + 1) * 8), EMB_ETOOMANYIDS);
+	/* A count that disagrees with the payload. */
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PULL, 15, fx.id8, 3, 16),
+				 ids, 16), EMB_EBADFRAME);
+	/* An opcode reserved for a later version. */
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_EVICT, 16, fx.id8, 0, 0),
+				 NULL, 0), -EOPNOTSUPP);
+	/* A response sent to the server. */
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PING | EMB_OP_RESPONSE_BIT,
+					    17, 0, 0, 0), NULL, 0),
+			EMB_EBADFRAME);
+	/* A second HELLO with a bad layout. */
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_HELLO, 18, 0, 0, 4), ids,
+				 4), EMB_EBADFRAME);
+
+	/* Still the same connection, still in step. */
+	h = nt_hdr(EMB_OP_PING, 19, 0, 0, sizeof(ping));
+	{
+		_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE];
+
+		emb_wire_hdr_encode(head, &h);
+		CU_ASSERT_EQUAL(nt_raw_send(fd, head, sizeof(head)), 0);
+		CU_ASSERT_EQUAL(nt_raw_send(fd, ping, sizeof(ping)), 0);
+	}
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, &r, echo, sizeof(echo)), 0);
+	CU_ASSERT_EQUAL(r.status, 0);
+	CU_ASSERT_EQUAL(r.req_id, 19);
+	CU_ASSERT_EQUAL(r.payload_len, sizeof(ping));
+	CU_ASSERT_EQUAL(memcmp(echo, ping, sizeof(ping)), 0);
+	/* And a valid PULL of max_ids ids is served on it. */
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PULL, 20, fx.id8, MAX_IDS,
+					    MAX_IDS * 8), ids, MAX_IDS * 8), 0);
+	close(fd);
+	fx_check_serving(&fx);
+	fx_teardown(&fx);
+}
+
+static void test_no_hello(void)
+{
+	static const uint8_t ping[8] = "early";
+	struct fixture fx;
+	int fd;
+
+	fx_setup(&fx);
+	fd = nt_raw_connect(fx.port);
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PING, 5, 0, 0, sizeof(ping)),
+				 ping, sizeof(ping)), EMB_ENOHELLO);
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_LIST_TABLES, 6, 0, 0, 0),
+				 NULL, 0), EMB_ENOHELLO);
+	CU_ASSERT_EQUAL(nt_raw_hello(fd, NULL, 0), 0);
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PING, 7, 0, 0, sizeof(ping)),
+				 ping, sizeof(ping)), 0);
+	close(fd);
+	fx_check_serving(&fx);
+	fx_teardown(&fx);
+}
+
+/* ---- peers that vanish ---- */
+
+/*
+ * In a child: connect, HELLO (response read), then send the first
+ * send_bytes of frame and _exit() without reading anything more. With
+ * reset, the socket is closed with an RST (SO_LINGER 0) instead of a FIN.
+ */
+static void vanish(uint16_t port, const void *frame, size_t send_bytes,
+		   bool reset)
+{
+	_Alignas(8) uint8_t hello[EMB_WIRE_HDR_SIZE + 16];
+	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE];
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	struct linger lg = {1, 0};
+	size_t got = 0;
+	int fd, len;
+	pid_t pid;
+
+	len = emb_wire_hello_req_encode(hello, sizeof(hello), 1,
+					EMB_WIRE_VERSION, NULL, 0, "vanish");
+	CU_ASSERT_FATAL(len > 0);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		/* Only system calls from here: the parent has threads. */
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		sa.sin_port = htons(port);
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+			_exit(2);
+		if (send(fd, hello, (size_t)len, MSG_NOSIGNAL) != len)
+			_exit(3);
+		while (got < sizeof(resp)) {
+			ssize_t n = recv(fd, resp + got, sizeof(resp) - got, 0);
+
+			if (n <= 0)
+				_exit(4);
+			got += (size_t)n;
+		}
+		if (send_bytes &&
+		    send(fd, frame, send_bytes, MSG_NOSIGNAL) !=
+			    (ssize_t)send_bytes)
+			_exit(5);
+		if (reset)
+			setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		_exit(0);
+	}
+	{
+		int status = -1;
+
+		CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+		CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+}
+
+static void test_vanishing_clients(void)
+{
+	enum { N = MAX_IDS };
+	_Alignas(8) uint8_t frame[EMB_WIRE_HDR_SIZE + N * 8];
+	struct emb_frame_hdr h;
+	struct emb_server_stats ss;
+	struct fixture fx;
+	uint64_t ids[N];
+
+	fx_setup(&fx);
+	for (uint32_t i = 0; i < N; i++)
+		ids[i] = 1000 + i;
+	/* A PULL of 64 rows of 4 KiB: a 256 KiB reply nobody will read. */
+	h = nt_hdr(EMB_OP_PULL, 2, fx.id1k, N, N * 8);
+	emb_wire_hdr_encode(frame, &h);
+	memcpy(frame + EMB_WIRE_HDR_SIZE, ids, sizeof(ids));
+
+	vanish(fx.port, frame, 0, false);		     /* after HELLO */
+	vanish(fx.port, frame, EMB_WIRE_HDR_SIZE / 2, false); /* in a header */
+	vanish(fx.port, frame, EMB_WIRE_HDR_SIZE + 100, false); /* payload */
+	vanish(fx.port, frame, EMB_WIRE_HDR_SIZE + 100, true);
+	vanish(fx.port, frame, sizeof(frame), false); /* before the reply */
+	vanish(fx.port, frame, sizeof(frame), true);
+	for (int k = 0; k < 4; k++)
+		vanish(fx.port, frame, sizeof(frame), k & 1);
+	fx_check_serving(&fx);
+	emb_server_stats(fx.s, &ss);
+	CU_ASSERT(ss.conns_total >= 10);
+	fx_teardown(&fx);
+}
+
+static const struct emb_test_case cases[] = {
+	{"bad magic, version, length or opcode closes the connection",
+	 test_bad_headers},
+	{"a truncated header or payload closes only that connection",
+	 test_truncated},
+	{"payload errors get their status and the connection stays usable",
+	 test_payload_errors},
+	{"requests before HELLO are refused with EMB_ENOHELLO",
+	 test_no_hello},
+	{"clients that die mid-request leave the server serving",
+	 test_vanishing_clients},
+	{NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+	return emb_test_main(argc, argv, "worker", cases);
+}
