@@ -344,8 +344,11 @@ static void unpin(struct emb_cache *c, uint32_t s)
 
 static void batch_release(struct emb_cache *c, struct batch *b)
 {
-	for (uint32_t u = 0; u < b->nuniq; u++)
+	for (uint32_t u = 0; u < b->nuniq; u++) {
+		if (u + AHEAD < b->nuniq)
+			__builtin_prefetch(&c->slots[b->slots[u + AHEAD]], 1);
 		unpin(c, b->slots[u]);
+	}
 	b->nuniq = 0;
 	b->n = 0;
 	c->spare[c->nspare++] = b;
@@ -418,6 +421,12 @@ static int fetch_end(struct emb_cache *c, struct fetch *f, bool *stalled)
 		struct slot *sl = &c->slots[s];
 
 		assert(sl->state == SLOT_INFLIGHT && sl->id == f->ids[i]);
+		if (i + AHEAD < f->n) {
+			__builtin_prefetch(&c->slots[f->slots[i + AHEAD]], 1);
+			if (rc == 0)
+				prefetch_floats(row_of(c, f->slots[i + AHEAD]),
+						c->rf);
+		}
 		if (rc == 0) {
 			memcpy(row_of(c, s), f->buf + (size_t)i * c->rf,
 			       c->rf * sizeof(float));
@@ -585,6 +594,8 @@ static int batch_prepare(struct emb_cache *c, struct batch *b,
 	if (rc)
 		goto err_unpin;
 	for (uint32_t u = 0; u < b->nuniq; u++) {
+		if (u + AHEAD < b->nuniq && b->slots[u + AHEAD] == NIL)
+			__builtin_prefetch(&c->hash[hhome(c, b->uniq[u + AHEAD])], 1);
 		if (b->slots[u] == NIL) {
 			b->slots[u] = slot_alloc(c, b->uniq[u]);
 			pin(c, b->slots[u]);

@@ -283,7 +283,7 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	emb_cache_flush(c);
+	/* Steady state: the final flush is not part of any step. */
 	emb_cache_stats(c, &st);
 
 	{
@@ -292,6 +292,8 @@ int main(int argc, char **argv)
 		double wb = (double)o.dim * sizeof(float);
 		double fetched = (double)(sb.rows_fetched - sb0.rows_fetched);
 		double written = (double)(sb.rows_written - sb0.rows_written);
+		double pushed = (double)(sb.rows_pushed - sb0.rows_pushed);
+		double total = fetched * rowb + written * rowb + pushed * wb;
 
 		printf("ids %llu zipf %.2f capacity %u batch %u dim %u mode %s "
 		       "policy %s staleness %u depth %u warmup %u steps %u\n",
@@ -311,6 +313,12 @@ int main(int argc, char **argv)
 		       fetched * rowb / ((double)uncached_rows * wb));
 		printf("rows written back per step  %.1f (%.0f bytes)\n",
 		       written / steps, written * rowb / steps);
+		printf("rows pushed per step        %.1f (%.0f bytes)\n",
+		       pushed / steps, pushed * wb / steps);
+		printf("traffic per step            %.0f (uncached pull + push "
+		       "%.0f) = %.3fx\n",
+		       total / steps, 2.0 * (double)uncached_rows * wb / steps,
+		       total / (2.0 * (double)uncached_rows * wb));
 		printf("refetches per step          %.1f\n",
 		       (double)(st.refetches - st0.refetches) / steps);
 		printf("cache CPU time per step     %.1f us (prefetch + lookup + update)\n",
@@ -336,6 +344,7 @@ int main(int argc, char **argv)
 	free(grads);
 	free(resp);
 	emb_dedup_destroy(d);
+	emb_cache_flush(c);
 	emb_cache_destroy(c);
 	return 0;
 }
