@@ -54,8 +54,12 @@ void emb_init_row(const struct emb_init_cfg *cfg, uint64_t seed, uint64_t id,
 			w[i] = cfg->a;
 		break;
 	case EMB_INIT_UNIFORM:
-		for (i = 0; i < dim; i++)
+		for (i = 0; i < dim; i++) {
 			w[i] = (float)(cfg->a + (cfg->b - cfg->a) * unit(&st));
+			/* Rounding to float can land on b itself. */
+			if (w[i] >= cfg->b)
+				w[i] = nextafterf(cfg->b, cfg->a);
+		}
 		break;
 	case EMB_INIT_NORMAL:
 		for (i = 0; i < dim; i += 2) {

@@ -407,6 +407,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		for (uint32_t c = lo; c < hi && !rc; c += CHUNK) {
 			uint32_t m = hi - c < CHUNK ? hi - c : CHUNK;
 			int64_t idx[CHUNK];
+			bool made = false;
 
 			lookup_chunk(t, s, ids, &b, &b.pos[c], m, idx);
 			for (uint32_t k = 0; k < m; k++) {
@@ -416,14 +417,23 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 				if (idx[k] >= 0) {
 					r = emb__shard_row(t, s, (uint32_t)idx[k]);
 				} else {
+					/* The chunk was looked up before any of
+					 * it was created: an id repeated in it
+					 * may exist by now. */
+					int64_t again = made ? emb__shard_find(
+						t, s, ids[p], b.h[p]) : -1;
+
+					if (again >= 0)
+						r = emb__shard_row(t, s, (uint32_t)again);
+				}
+				if (!r && idx[k] < 0) {
 					missing++;
-					/* A duplicate later in the batch finds
-					 * the row created here. */
 					if (create) {
 						r = create_row(t, s, ids[p],
 							       b.h[p], &rc);
 						if (!r)
 							break;
+						made = true;
 						created++;
 						live_delta++;
 					}
