@@ -13,7 +13,7 @@
 struct held {
 	struct emb_req *req;	/* request not yet answered */
 	struct emb_conn *conn;	/* its conn */
-	bool rev;		/* ECHO_OP_REV (else SINK) */
+	uint8_t op;		/* ECHO_OP_SINK, _REV or _LATE */
 };
 
 struct echo_loop {
@@ -32,6 +32,7 @@ struct echo_server {
 	unsigned nloops;
 	struct emb_listener *l;
 	float *table;		/* ECHO_NROWS x ECHO_ROW_STRIDE */
+	int late_rc;		/* last LATE reply's return (atomic) */
 	uint8_t *big;		/* ECHO_BIG_MAX bytes of echo_pattern() */
 };
 
@@ -44,7 +45,7 @@ static struct echo_loop *loop_of(struct echo_server *s, struct emb_conn *c)
 }
 
 static void hold(struct echo_loop *lp, struct emb_conn *c, struct emb_req *r,
-		 bool rev)
+		 uint8_t op)
 {
 	if (lp->nheld == lp->cap) {
 		lp->cap = lp->cap ? lp->cap * 2 : 64;
@@ -52,7 +53,7 @@ static void hold(struct echo_loop *lp, struct emb_conn *c, struct emb_req *r,
 		if (!lp->held)
 			abort();
 	}
-	lp->held[lp->nheld++] = (struct held){.req = r, .conn = c, .rev = rev};
+	lp->held[lp->nheld++] = (struct held){.req = r, .conn = c, .op = op};
 }
 
 static void reply_rows(struct echo_server *s, struct echo_loop *lp,
@@ -106,22 +107,24 @@ static void on_request(void *arg, struct emb_conn *c, struct emb_req *r,
 		reply_rows(s, loop_of(s, c), r, h, payload);
 		break;
 	case ECHO_OP_SINK:
-		hold(loop_of(s, c), c, r, false);
+	case ECHO_OP_LATE:
+		hold(loop_of(s, c), c, r, h->opcode);
 		break;
 	case ECHO_OP_REV: {
 		size_t n = 0;
 
 		lp = loop_of(s, c);
-		hold(lp, c, r, true);
+		hold(lp, c, r, ECHO_OP_REV);
 		for (size_t i = 0; i < lp->nheld; i++)
-			n += lp->held[i].rev && lp->held[i].conn == c;
+			n += lp->held[i].op == ECHO_OP_REV &&
+			     lp->held[i].conn == c;
 		if (n < h->table_id)
 			break;
 		/* Reply newest first, then drop them from the list. */
 		for (size_t i = lp->nheld; i-- > 0;) {
 			struct held *hd = &lp->held[i];
 
-			if (!hd->rev || hd->conn != c)
+			if (hd->op != ECHO_OP_REV || hd->conn != c)
 				continue;
 			rh.table_id = hd->req->hdr.table_id;
 			rh.count = hd->req->hdr.count;
@@ -141,13 +144,24 @@ static void on_request(void *arg, struct emb_conn *c, struct emb_req *r,
 
 static void on_close(void *arg, struct emb_conn *c, int reason)
 {
-	struct echo_loop *lp = loop_of(arg, c);
+	struct echo_server *s = arg;
+	struct echo_loop *lp = loop_of(s, c);
+	struct emb_frame_hdr rh = {.opcode = ECHO_OP_LATE |
+					     EMB_OP_RESPONSE_BIT};
+	int rc;
 
 	(void)reason;
 	for (size_t i = lp->nheld; i-- > 0;) {
 		if (lp->held[i].conn != c)
 			continue;
-		emb_req_release(lp->held[i].req);
+		if (lp->held[i].op == ECHO_OP_LATE) {
+			/* The conn is closed: this must fail and consume. */
+			rc = emb_conn_reply(lp->held[i].req, &rh, NULL, 0, NULL,
+					    NULL);
+			__atomic_store_n(&s->late_rc, rc, __ATOMIC_RELEASE);
+		} else {
+			emb_req_release(lp->held[i].req);
+		}
 		lp->held[i] = lp->held[--lp->nheld];
 	}
 }
@@ -172,6 +186,7 @@ int echo_start(const char *transport, unsigned nloops,
 	if (!s)
 		return -ENOMEM;
 	s->nloops = nloops;
+	s->late_rc = 1;
 	s->loops = calloc(nloops, sizeof(*s->loops));
 	s->trs = calloc(nloops, sizeof(*s->trs));
 	s->table = malloc((size_t)ECHO_NROWS * ECHO_ROW_STRIDE * sizeof(float));
@@ -213,6 +228,11 @@ err:
 	free(s->big);
 	free(s);
 	return rc;
+}
+
+int echo_late_rc(const struct echo_server *s)
+{
+	return __atomic_load_n(&s->late_rc, __ATOMIC_ACQUIRE);
 }
 
 uint16_t echo_port(const struct echo_server *s)

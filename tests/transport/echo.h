@@ -17,6 +17,8 @@
 #define ECHO_OP_REV 4  /* hold until hdr.table_id are held, reply in reverse */
 #define ECHO_OP_ROWS 5 /* payload: uint64 ids; reply: one row per id, each
 			  an iov straight into a row table */
+#define ECHO_OP_LATE 6 /* hold; reply only once the conn has closed (the
+			  reply's result is kept: echo_late_rc) */
 
 #define ECHO_ROW_FLOATS 64u   /* floats sent per row */
 #define ECHO_ROW_STRIDE 128u  /* floats per row record (weights + state) */
@@ -34,6 +36,8 @@ void echo_stats(const struct echo_server *s, struct emb_transport_stats *out);
 /* Stats of loop i alone. Any thread. */
 void echo_loop_stats(const struct echo_server *s, unsigned i,
 		     struct emb_transport_stats *out);
+/* What the last LATE reply returned; 1 before any. Any thread. */
+int echo_late_rc(const struct echo_server *s);
 /* Stops the loops, releases held requests, destroys everything. */
 void echo_stop(struct echo_server *s);
 

@@ -907,6 +907,72 @@ static void test_spread(void)
 	echo_stop(s);
 }
 
+static void test_late_reply(void)
+{
+	struct echo_server *s = serve(1, NULL);
+	struct emb_transport *tr = client_tr(NULL);
+	struct emb_conn *c = dial(tr, echo_port(s), 10000);
+	struct emb_frame_hdr h = {.opcode = ECHO_OP_LATE};
+	struct emb_transport_stats st;
+	struct result r = {0};
+
+	CU_ASSERT_EQUAL(emb_conn_call(c, &h, NULL, 0, NULL, 0, on_done, &r), 0);
+	for (int i = 0; i < 1000; i++) {
+		emb_transport_poll(tr, 10);
+		echo_stats(s, &st);
+		if (st.frames_in == 1)
+			break;
+	}
+	CU_ASSERT_EQUAL(st.frames_in, 1);
+	emb_conn_destroy(c);
+	CU_ASSERT_EQUAL(r.status, EMB_ECLOSED);
+	for (int i = 0; i < 1000 && echo_late_rc(s) == 1; i++)
+		usleep(10000);
+	CU_ASSERT_EQUAL(echo_late_rc(s), EMB_ECLOSED);
+	emb_transport_destroy(tr);
+	echo_stop(s);
+}
+
+static void test_held_bound(void)
+{
+	struct emb_transport_opts o = EMB_TRANSPORT_OPTS_DEFAULT;
+	struct echo_server *s;
+	struct emb_transport *tr = client_tr(NULL);
+	struct emb_conn *a, *b;
+	struct emb_frame_hdr h = {.opcode = ECHO_OP_SINK}, rh;
+	struct emb_transport_stats st;
+	struct result r[10];
+	uint64_t last = 0;
+
+	o.max_inflight = 4;
+	s = serve(1, &o);
+	a = dial(tr, echo_port(s), 10000);
+	memset(r, 0, sizeof(r));
+	for (int i = 0; i < 10; i++)
+		CU_ASSERT_EQUAL(emb_conn_call(a, &h, NULL, 0, NULL, 0, on_done,
+					      &r[i]),
+				0);
+	/* Poll until the server's frame count settles. */
+	for (int i = 0, still = 0; i < 1000 && still < 20; i++) {
+		emb_transport_poll(tr, 10);
+		echo_stats(s, &st);
+		still = st.frames_in == last ? still + 1 : 0;
+		last = st.frames_in;
+	}
+	CU_ASSERT_EQUAL(st.frames_in, 4);
+	CU_ASSERT(st.rx_pauses >= 1);
+	/* Another conn is not held up by it. */
+	b = dial(tr, echo_port(s), 10000);
+	h.opcode = ECHO_OP_ECHO;
+	CU_ASSERT_EQUAL(emb_conn_call_sync(b, &h, NULL, 0, NULL, 0, &rh), 0);
+	emb_conn_destroy(a);
+	for (int i = 0; i < 10; i++)
+		CU_ASSERT_EQUAL(r[i].status, EMB_ECLOSED);
+	emb_conn_destroy(b);
+	emb_transport_destroy(tr);
+	echo_stop(s);
+}
+
 static const struct emb_test_case cases[] = {
 	{"round trips small frames", test_small_frames},
 	{"round trips 4 MiB frames", test_big_frames},
@@ -932,6 +998,9 @@ static const struct emb_test_case cases[] = {
 	 test_fault_io},
 	{"runs a client loop in a background thread", test_background_loop},
 	{"spreads accepted conns across server loops", test_spread},
+	{"fails a reply posted after its conn closed", test_late_reply},
+	{"stops reading a conn that holds max_inflight requests",
+	 test_held_bound},
 	{NULL, NULL},
 };
 

@@ -462,6 +462,30 @@ static void test_client_stalled_response(void)
 	raw_server_stop(&rs);
 }
 
+static void test_client_unread_request(void)
+{
+	size_t len = 16u << 20;
+	struct raw_server rs;
+	struct result r = {0};
+	struct emb_frame_hdr h = {.opcode = ECHO_OP_ECHO};
+	struct emb_transport_stats st;
+	char *big = calloc(1, len);
+	struct iovec iov = {.iov_base = big, .iov_len = len};
+
+	CU_ASSERT_FATAL(big != NULL);
+	raw_server_start(&rs, 300);
+	/* The raw server never reads: the request cannot all go out. */
+	CU_ASSERT_EQUAL(emb_conn_call(rs.c, &h, &iov, 1, NULL, 0, on_done, &r),
+			0);
+	wait_done(&rs, &r);
+	CU_ASSERT_EQUAL(r.status, -ETIMEDOUT);
+	emb_transport_stats(rs.tr, &st);
+	CU_ASSERT_EQUAL(st.calls_timed_out, 1);
+	CU_ASSERT_EQUAL(st.conns_closed, 1);
+	raw_server_stop(&rs);
+	free(big);
+}
+
 static const struct emb_test_case cases[] = {
 	{"closes only the conn that sends bad magic", test_bad_magic},
 	{"closes only the conn that sends a bad version", test_bad_version},
@@ -476,6 +500,8 @@ static const struct emb_test_case cases[] = {
 	{"client drops a response for an unknown request", test_client_unmatched},
 	{"client times out a response that stops halfway",
 	 test_client_stalled_response},
+	{"client times out a request the server never reads",
+	 test_client_unread_request},
 	{NULL, NULL},
 };
 
