@@ -22,9 +22,8 @@
  *	... forward, backward ...
  *	emb_cache_update(c, grads);		(push or apply locally)
  *
- * after prefetching batches 0 .. k-1 before the first step.
- *
- * and emb_cache_flush() at the end of training and before a dump.
+ * after prefetching batches 0 .. k-1 before the first step, and
+ * emb_cache_flush() at the end of training and before a dump.
  */
 #ifndef EMB_CACHE_CACHE_H
 #define EMB_CACHE_CACHE_H
@@ -61,9 +60,10 @@ typedef int64_t (*emb_fetch_start_fn)(void *arg, const uint64_t *ids,
 /*
  * Reports on a token from fetch_start: 0 when the rows are in dst, -EAGAIN
  * when block is false and the fetch is still in flight, or another negative
- * code when it failed. The cache calls it until it returns something other
- * than -EAGAIN, exactly once with block = true at the latest; tokens may be
- * waited for in any order.
+ * code when it failed. The cache asks with block = false first and, after
+ * -EAGAIN (counted as a stall), once more with block = true. Every token is
+ * reported on before the cache is destroyed; tokens may be waited for in
+ * any order.
  */
 typedef int (*emb_fetch_wait_fn)(void *arg, int64_t token, bool block);
 
@@ -193,8 +193,8 @@ int emb_cache_lookup(struct emb_cache *c, const uint64_t *ids, uint32_t n,
 
 /*
  * Like emb_cache_lookup(), but sets ptrs[i] to the cached weights of ids[i]
- * instead of copying. The pointers stay valid until the next update, lookup,
- * flush or cancel call; write-back rows must not be written through them.
+ * instead of copying. The pointers stay valid until the next update, lookup
+ * or cancel call; rows must not be written through them.
  */
 int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids,
 			  uint32_t n, const float **ptrs);
@@ -211,10 +211,11 @@ int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids,
 int emb_cache_update(struct emb_cache *c, const float *grads);
 
 /*
- * Write-back: sends every dirty row to write_back, max_batch rows per call,
- * after waiting for fetches in flight. Rows stay cached and clean. 0 or
- * EMB_EWRITEBACK (rows sent before the failure are clean). A no-op returning
- * 0 in write-through mode.
+ * Write-back: sends every dirty row to write_back, max_batch rows per call.
+ * Rows stay cached (and pinned, if they were) and become clean; fetches in
+ * flight are left alone, as their rows are never dirty. 0 or EMB_EWRITEBACK
+ * (rows sent before the failure are clean). A no-op returning 0 in
+ * write-through mode. Call it at the end of training and before a dump.
  */
 int emb_cache_flush(struct emb_cache *c);
 

@@ -249,7 +249,7 @@ int main(int argc, char **argv)
 			rc = emb_cache_lookup(c, use, o.max_batch, out);
 			t1 = now_s();
 			t_lookup += t1 - t0;
-			if (!rc && b < warmup + steps)
+			if (!rc && depth && b < warmup + steps)
 				rc = emb_cache_prefetch(c, cur, o.max_batch);
 			t2 = now_s();
 			t_prefetch += t2 - t1;
