@@ -1106,6 +1106,85 @@ static void test_mem_limit(void)
 	free(found);
 }
 
+/* Fills t with new ids from *next until a pull fails; returns that code. */
+static int fill(struct emb_table *t, uint64_t *next)
+{
+	enum { BATCH = 256 };
+	uint64_t ids[BATCH];
+	float *out = xcalloc((size_t)BATCH * emb_table_dim(t), sizeof(float));
+	int rc = 0;
+
+	for (int round = 0; round < 10000 && rc >= 0; round++) {
+		for (uint32_t i = 0; i < BATCH; i++)
+			ids[i] = (*next)++;
+		rc = emb_table_pull(t, ids, BATCH, out, 0, NULL);
+	}
+	free(out);
+	return rc;
+}
+
+/* Tables sharing a budget compete for it; destroy gives bytes back. */
+static void test_shared_budget(void)
+{
+	struct emb_mem_budget b = {.limit = 8u << 20, .used = 0};
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct emb_table *t1, *t2;
+	uint64_t next = 1, used1, one = 1ull << 60;
+	float out[64];
+	int rc;
+
+	o.dim = 64;
+	o.nshards = 4;
+	o.budget = &b;
+	o.name = "first";
+	t1 = table_new(&o);
+	o.name = "second";
+	t2 = table_new(&o);
+	rc = fill(t1, &next);
+	CU_ASSERT_EQUAL(rc, EMB_EMEMLIMIT);
+	used1 = __atomic_load_n(&b.used, __ATOMIC_RELAXED);
+	CU_ASSERT(used1 <= b.limit);
+	CU_ASSERT(used1 >= b.limit / 2);
+	CU_ASSERT(table_stats(t1).rows > 0);
+	/* The other table finds the budget spent. */
+	rc = fill(t2, &next);
+	CU_ASSERT_EQUAL(rc, EMB_EMEMLIMIT);
+	CU_ASSERT(__atomic_load_n(&b.used, __ATOMIC_RELAXED) <= b.limit);
+	/* Destroying the first gives its bytes back. */
+	emb_table_destroy(t1);
+	CU_ASSERT(__atomic_load_n(&b.used, __ATOMIC_RELAXED) < used1);
+	rc = emb_table_pull(t2, &one, 1, out, 0, NULL);
+	CU_ASSERT_EQUAL(rc, 1);
+	emb_table_destroy(t2);
+	CU_ASSERT_EQUAL(__atomic_load_n(&b.used, __ATOMIC_RELAXED), 0);
+}
+
+/* Access counts stop at EMB_ROW_COUNT_MAX instead of wrapping. */
+static void test_count_saturates(void)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	const uint64_t id = 42;
+	const struct emb_row_meta m = {.last_step = 0,
+				       .count = EMB_ROW_COUNT_MAX - 1};
+	float row[8] = {0}, g[8] = {0};
+	struct iter_out it;
+	struct emb_table *t;
+
+	t = table_new(&o);
+	CU_ASSERT_EQUAL(emb_table_assign(t, &id, 1, row, false, &m), 0);
+	for (int i = 0; i < 3; i++) {
+		touch(t, &id, 1);
+		CU_ASSERT_EQUAL(emb_table_push(t, &id, 1, g), 0);
+	}
+	iter_collect(t, 4, 1, &it);
+	CU_ASSERT_EQUAL_FATAL(it.n, 1);
+	CU_ASSERT_EQUAL(it.meta[0].count, EMB_ROW_COUNT_MAX);
+	iter_free(&it);
+	/* A saturated row is as hot as rows get: a count limit keeps it. */
+	CU_ASSERT_EQUAL(emb_table_evict(t, 0, EMB_ROW_COUNT_MAX), 0);
+	emb_table_destroy(t);
+}
+
 /*
  * The iterator returns every row once, whole: weights, optimizer state and
  * meta. Rows are spread over many shards and read in odd-sized chunks.
@@ -1233,6 +1312,8 @@ int main(int argc, char **argv)
 		{"bytes per row stay within budget", test_bytes_per_row},
 		{"memory limit refuses new rows and serves old ones",
 		 test_mem_limit},
+		{"tables sharing a budget compete for it", test_shared_budget},
+		{"access counts saturate", test_count_saturates},
 		{"iterator returns each row once with state and meta",
 		 test_iterator_full_rows},
 		{NULL, NULL},

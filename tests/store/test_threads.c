@@ -308,6 +308,107 @@ static void test_mixed_traffic(void)
 	free(rows);
 }
 
+/*
+ * Every push moves all floats of a row by the same integer, so a row copied
+ * whole has equal floats; an iterator that copied mid-push would see two
+ * values.
+ */
+#define TORN_DIM 256
+#define TORN_IDS 64
+
+struct torn_arg {
+	struct emb_table *t;
+	uint64_t seed;
+	int *stop;
+	int rc;
+};
+
+static void *torn_pusher(void *p)
+{
+	struct torn_arg *a = p;
+	uint64_t ids[8], rng = a->seed;
+	float *g = xcalloc(8 * TORN_DIM, sizeof(float));
+
+	while (!__atomic_load_n(a->stop, __ATOMIC_ACQUIRE)) {
+		for (uint32_t i = 0; i < 8; i++) {
+			float v = (float)((int)rnd_below(&rng, 5) - 2);
+
+			/* Distinct ids: no summing, one step per row. */
+			ids[i] = (rnd_below(&rng, TORN_IDS / 8) * 8 + i);
+			for (uint32_t j = 0; j < TORN_DIM; j++)
+				g[i * TORN_DIM + j] = v;
+		}
+		a->rc = emb_table_push(a->t, ids, 8, g);
+		if (a->rc)
+			break;
+	}
+	free(g);
+	return NULL;
+}
+
+static void test_iter_rows_not_torn(void)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct torn_arg args[NTHREADS - 1];
+	pthread_t th[NTHREADS - 1];
+	uint64_t ids[TORN_IDS];
+	float *rows = xcalloc((size_t)TORN_IDS * TORN_DIM, sizeof(float));
+	struct emb_table *t;
+	int stop = 0, torn = 0;
+
+	o.dim = TORN_DIM;
+	o.nshards = 2;
+	o.optim.lr = 1.0f;
+	o.init.kind = EMB_INIT_ZEROS;
+	t = table_new(&o);
+	for (uint32_t i = 0; i < TORN_IDS; i++)
+		ids[i] = i;
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, TORN_IDS, rows, 0, NULL),
+			TORN_IDS);
+	for (int i = 0; i < NTHREADS - 1; i++) {
+		args[i] = (struct torn_arg){.t = t, .seed = 9 + (uint64_t)i,
+					    .stop = &stop};
+		CU_ASSERT_EQUAL_FATAL(
+			pthread_create(&th[i], NULL, torn_pusher, &args[i]), 0);
+	}
+	/* Until the pushers have been at it for a while, however the two
+	 * cores are shared out. */
+	for (int pass = 0; pass < 200 || table_stats(t).pushes < 5000;
+	     pass++) {
+		struct emb_table_iter *it;
+		int got;
+
+		CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+		while ((got = emb_table_iter_next(it, ids, rows, NULL, 5)) > 0) {
+			for (int i = 0; i < got; i++) {
+				const float *r = rows + (size_t)i * TORN_DIM;
+
+				for (uint32_t j = 1; j < TORN_DIM; j++) {
+					if (r[j] == r[0])
+						continue;
+					if (torn++ < 3)
+						fprintf(stderr,
+							"\n    id %llu: [0] %g "
+							"[%u] %g",
+							(unsigned long long)
+								ids[i],
+							r[0], j, r[j]);
+					break;
+				}
+			}
+		}
+		emb_table_iter_destroy(it);
+	}
+	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < NTHREADS - 1; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(args[i].rc, 0);
+	}
+	CU_ASSERT_EQUAL(torn, 0);
+	emb_table_destroy(t);
+	free(rows);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -315,6 +416,8 @@ int main(int argc, char **argv)
 		 test_pushes_all_arrive},
 		{"racing first pulls create each row once",
 		 test_racing_creates},
+		{"iterated rows are never torn by pushes",
+		 test_iter_rows_not_torn},
 		{"pull, push, assign, erase, evict and iterate together",
 		 test_mixed_traffic},
 		{NULL, NULL},
