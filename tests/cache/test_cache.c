@@ -373,6 +373,56 @@ static void pins_survive(void)
 	done(be, c);
 }
 
+/*
+ * Write-through prefetch fetches ahead only what will still be fresh when
+ * used: with depth k and the trainer's order (lookup, prefetch, update), a
+ * queued batch is used k updates later.
+ */
+static void prefetch_vs_staleness(uint32_t depth, uint32_t staleness)
+{
+	enum { STEPS = 12 };
+	struct backend *be = be_new();
+	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_THROUGH,
+					EMB_OPTIM_SGD, 4, 256, depth,
+					staleness);
+	uint64_t ids[STEPS + 4][3];
+	float out[3 * 4], g[3 * 4] = {0};
+	struct emb_cache_stats st;
+	uint32_t before;
+
+	/* Every batch new ids, so every row is fetched exactly once. */
+	for (uint64_t s = 0; s < STEPS + 4; s++)
+		for (uint64_t i = 0; i < 3; i++)
+			ids[s][i] = 1000 + 3 * s + i;
+	for (uint32_t s = 0; s < depth; s++)
+		CU_ASSERT_EQUAL(emb_cache_prefetch(c, ids[s], 3), 0);
+	for (uint32_t s = 0; s < STEPS; s++) {
+		CU_ASSERT_EQUAL(emb_cache_lookup(c, ids[s], 3, out), 0);
+		before = be->fetch_calls;
+		CU_ASSERT_EQUAL(emb_cache_prefetch(c, ids[s + depth], 3), 0);
+		/* Fetched now only if depth updates of age are allowed. */
+		CU_ASSERT_EQUAL(be->fetch_calls - before,
+				depth <= staleness ? 1u : 0u);
+		CU_ASSERT_EQUAL(emb_cache_update(c, g), 0);
+	}
+	emb_cache_stats(c, &st);
+	CU_ASSERT_EQUAL(st.rows_fetched, 3 * (STEPS + depth) -
+					 (depth <= staleness ? 0 : 3 * depth));
+	CU_ASSERT_EQUAL(st.refetches, 0);
+	/* Before the first step, batch s is used s updates later. */
+	CU_ASSERT_EQUAL(st.sync_fetches,
+			depth <= staleness ? 0u : STEPS - (staleness + 1));
+	done(be, c);
+}
+
+static void test_prefetch_vs_staleness(void)
+{
+	prefetch_vs_staleness(2, 2);
+	prefetch_vs_staleness(2, 1);
+	prefetch_vs_staleness(1, 0);
+	prefetch_vs_staleness(3, 7);
+}
+
 static void test_pins_survive(void)
 {
 	g_policy = EMB_CACHE_LRU;
@@ -791,6 +841,8 @@ int main(int argc, char **argv)
 		{"counts hits and misses of distinct ids", test_hits_misses},
 		{"returns the row of every position", test_rows_per_position},
 		{"prefetch fetches before lookup", test_prefetch_before_lookup},
+		{"write-through prefetch fetches only rows fresh at use",
+		 test_prefetch_vs_staleness},
 		{"pinned rows survive eviction pressure", test_pins_survive},
 		{"clock gives a used row a second chance",
 		 test_clock_second_chance},
