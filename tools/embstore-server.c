@@ -18,9 +18,12 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "server.h"
+#include "server_checkpoint.h"
 #include "transport/transport.h"
 
 #define DEFAULT_PORT 7164
+#define CKPT_KEEP    3
+#define CKPT_DEFAULT_INTERVAL_S 300
 
 static volatile sig_atomic_t got_signal;
 
@@ -45,7 +48,11 @@ static void usage(FILE *f)
 		"  --max-ids N            ids per request (EMB_MAX_IDS)\n"
 		"  --max-frame SIZE       bytes per frame (EMB_MAX_FRAME)\n"
 		"  --max-tables N         tables (EMB_MAX_TABLES)\n"
-		"  --log-level L          error|warn|info|debug (EMB_LOG_LEVEL)\n");
+		"  --log-level L          error|warn|info|debug (EMB_LOG_LEVEL)\n"
+		"  --checkpoint-dir D     load the newest checkpoint at start, "
+		"write them here (EMB_CHECKPOINT_DIR)\n"
+		"  --checkpoint-interval S  seconds between checkpoints "
+		"(EMB_CHECKPOINT_INTERVAL; default 300)\n");
 }
 
 /* "123", "64K", "8M", "2G", "1T" -> bytes; -EINVAL if malformed. */
@@ -130,6 +137,12 @@ static int read_token(const char *path, uint8_t *buf, uint32_t *len)
 	return 0;
 }
 
+/* emb_server_opts.on_start: tables come back before the listener opens. */
+static int load_checkpoint(struct emb_server *s, void *arg)
+{
+	return emb_ckpt_load(s, arg);
+}
+
 static const char *env_or(const char *name, const char *dflt)
 {
 	const char *v = getenv(name);
@@ -149,6 +162,8 @@ int main(int argc, char **argv)
 		{"max-frame", required_argument, NULL, 'f'},
 		{"max-tables", required_argument, NULL, 'T'},
 		{"log-level", required_argument, NULL, 'L'},
+		{"checkpoint-dir", required_argument, NULL, 'C'},
+		{"checkpoint-interval", required_argument, NULL, 'I'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -161,6 +176,11 @@ int main(int argc, char **argv)
 	const char *max_frame = env_or("EMB_MAX_FRAME", NULL);
 	const char *max_tables = env_or("EMB_MAX_TABLES", NULL);
 	const char *level = env_or("EMB_LOG_LEVEL", "info");
+	const char *ckpt_dir = env_or("EMB_CHECKPOINT_DIR", NULL);
+	const char *ckpt_iv = env_or("EMB_CHECKPOINT_INTERVAL", NULL);
+	struct emb_ckpt_opts copts = {.keep = CKPT_KEEP,
+				      .interval_s = CKPT_DEFAULT_INTERVAL_S};
+	struct emb_ckpt *ckpt = NULL;
 	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
 	struct emb_server *srv;
 	struct sigaction sa;
@@ -182,6 +202,8 @@ int main(int argc, char **argv)
 		case 'f': max_frame = optarg; break;
 		case 'T': max_tables = optarg; break;
 		case 'L': level = optarg; break;
+		case 'C': ckpt_dir = optarg; break;
+		case 'I': ckpt_iv = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -235,6 +257,16 @@ int main(int argc, char **argv)
 		o.auth_token = token;
 	}
 
+	if (ckpt_iv && parse_u32(ckpt_iv, 1, 1u << 30, &copts.interval_s)) {
+		fprintf(stderr, "embstore-server: bad checkpoint interval\n");
+		return 2;
+	}
+	if (ckpt_dir) {
+		copts.dir = ckpt_dir;
+		o.on_start = load_checkpoint;
+		o.start_arg = (void *)ckpt_dir;
+	}
+
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
@@ -258,10 +290,27 @@ int main(int argc, char **argv)
 		"listening on %s:%u (%s, %u threads%s, mem limit %s)", host,
 		emb_server_port(srv), o.transport, o.threads,
 		o.auth_token_len ? ", auth" : "", mem ? mem : "none");
+	if (ckpt_dir) {
+		rc = emb_ckpt_start(srv, &copts, &ckpt);
+		if (rc) {
+			emb_log(EMB_LOG_ERROR, "cannot start checkpoints: %s",
+				emb_strerror(rc));
+			emb_server_destroy(srv);
+			return 1;
+		}
+	}
 	while (!got_signal)
 		sigsuspend(&old);
 	emb_log(EMB_LOG_INFO, "%s: stopping", strsignal(got_signal));
 	emb_server_stop(srv, 10000);
+	/* Requests have stopped: the last checkpoint holds every update. */
+	emb_ckpt_stop(ckpt);
+	if (ckpt_dir) {
+		rc = emb_ckpt_write(srv, ckpt_dir, CKPT_KEEP);
+		if (rc)
+			emb_log(EMB_LOG_ERROR, "final checkpoint failed: %s",
+				emb_strerror(rc));
+	}
 	emb_server_destroy(srv);
 	emb_log(EMB_LOG_INFO, "stopped");
 	return 0;

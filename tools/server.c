@@ -27,6 +27,8 @@
 #include "store/store.h"
 #include "transport/transport.h"
 
+#include "server_dump.h"
+
 struct srv_table {
 	struct emb_table *t;	   /* owned; destroyed with the last ref */
 	struct emb_wire_spec spec; /* as created */
@@ -36,6 +38,7 @@ struct srv_table {
 
 struct srv_conn {
 	bool hello;	    /* HELLO accepted */
+	struct emb_dump_sess *dump; /* open DUMP session (server_dump.c) */
 	bool closing;	    /* auth failed or stream untrusted: close once the
 			     * error is sent */
 };
@@ -178,6 +181,53 @@ static int table_drop(struct emb_server *s, uint32_t id)
 	emb_log(EMB_LOG_INFO, "table %s (id %u) dropped", st->spec.name, id);
 	table_put(st);
 	return 0;
+}
+
+/* Tables for in-process users: dump sessions, checkpoints. */
+
+uint32_t emb_server_table_ids(struct emb_server *s, uint32_t *ids,
+			      uint32_t cap)
+{
+	uint32_t n = 0;
+
+	pthread_rwlock_rdlock(&s->tables_lock);
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++) {
+		if (!s->tables[i])
+			continue;
+		if (n < cap)
+			ids[n] = s->tables[i]->id;
+		n++;
+	}
+	pthread_rwlock_unlock(&s->tables_lock);
+	return n;
+}
+
+int emb_server_table_acquire(struct emb_server *s, uint32_t id,
+			     struct emb_server_table *out)
+{
+	struct srv_table *st = table_get(s, id);
+
+	if (!st)
+		return EMB_ENOTABLE;
+	out->t = st->t;
+	out->spec = st->spec;
+	out->id = st->id;
+	out->ref = st;
+	return 0;
+}
+
+void emb_server_table_release(struct emb_server_table *st)
+{
+	if (st && st->ref) {
+		table_put(st->ref);
+		st->ref = NULL;
+	}
+}
+
+int emb_server_table_create(struct emb_server *s,
+			    const struct emb_wire_spec *spec, uint32_t *id)
+{
+	return table_create(s, spec, id);
 }
 
 /* ---- replies ---- */
@@ -743,6 +793,13 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 		return on_erase(s, req, &f);
 	case EMB_OP_STATS:
 		return on_stats(s, req, &f);
+	case EMB_OP_DUMP_BEGIN:
+	case EMB_OP_DUMP_CHUNK:
+	case EMB_OP_DUMP_END:
+		if (emb__server_dump(s, req, &f, &sc->dump))
+			add(&s->errors, 1);
+		finish(s);
+		return 0;
 	default:
 		return reply_error(s, req, -EOPNOTSUPP,
 				   "opcode reserved for a later version");
@@ -783,6 +840,7 @@ static void on_close(void *arg, struct emb_conn *c, int reason)
 	if (!sc)
 		return;
 	emb_conn_set_user(c, NULL);
+	emb__server_dump_free(sc->dump);
 	free(sc);
 	__atomic_fetch_sub(&s->conns_open, 1, __ATOMIC_RELAXED);
 	if (reason && reason != EMB_EPEERDEAD)
@@ -852,6 +910,12 @@ int emb_server_create(const struct emb_server_opts *opts,
 	s->budget.limit = opts->mem_limit;
 	s->server_id = random_id();
 	pthread_rwlock_init(&s->tables_lock, NULL);
+	/* Before the listener exists, so no client sees a partial state. */
+	if (opts->on_start) {
+		rc = opts->on_start(s, opts->start_arg);
+		if (rc)
+			goto err_loops;
+	}
 
 	topts.max_frame_bytes = opts->limits.max_frame_bytes;
 	for (i = 0; i < opts->threads; i++) {
@@ -891,6 +955,8 @@ err_threads:
 err_loops:
 	for (i = 0; i < opts->threads; i++)
 		emb_transport_destroy(s->loops[i]);
+	for (i = 0; i < opts->limits.max_tables; i++)
+		table_put(s->tables[i]);
 	pthread_rwlock_destroy(&s->tables_lock);
 err_free:
 	free(s->threads);

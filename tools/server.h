@@ -14,8 +14,10 @@
 #include <stdint.h>
 
 #include "common/wire.h"
+#include "common/wire_msg.h"
 
 struct emb_server;
+struct emb_table;
 
 struct emb_server_opts {
 	const char *host;	      /* listen address; copied */
@@ -27,6 +29,10 @@ struct emb_server_opts {
 	uint64_t mem_limit;	      /* bytes of all tables; 0 = unlimited */
 	struct emb_wire_limits limits; /* what requests may carry */
 	uint32_t table_shards;	      /* index shards per table */
+	/* Runs in emb_server_create() before the listener opens (e.g. to
+	 * load a checkpoint); non-zero fails the create. NULL = none. */
+	int (*on_start)(struct emb_server *s, void *arg);
+	void *start_arg;	      /* passed to on_start */
 };
 
 #define EMB_SERVER_OPTS_DEFAULT                                                \
@@ -68,5 +74,30 @@ struct emb_server_stats {
 };
 
 void emb_server_stats(struct emb_server *s, struct emb_server_stats *out);
+
+/*
+ * A table held by an in-process user (dump sessions, checkpoints): t stays
+ * valid, even through a DROP_TABLE, until emb_server_table_release().
+ */
+struct emb_server_table {
+	struct emb_table *t;	   /* the store table */
+	struct emb_wire_spec spec; /* as created */
+	uint32_t id;		   /* >= 1 */
+	void *ref;		   /* the registry entry held */
+};
+
+/* Any thread: writes up to cap table ids, returns how many tables exist. */
+uint32_t emb_server_table_ids(struct emb_server *s, uint32_t *ids,
+			      uint32_t cap);
+/* Any thread: 0 and *out, or EMB_ENOTABLE. */
+int emb_server_table_acquire(struct emb_server *s, uint32_t id,
+			     struct emb_server_table *out);
+void emb_server_table_release(struct emb_server_table *st); /* NULL: no-op */
+/*
+ * Any thread: creates a table as CREATE_TABLE does, or finds an identical
+ * one. 0 and *id, or EMB_ETABLEEXISTS and the errors of emb_table_create().
+ */
+int emb_server_table_create(struct emb_server *s,
+			    const struct emb_wire_spec *spec, uint32_t *id);
 
 #endif

@@ -1,0 +1,619 @@
+/*
+ * tests/tools/test_embstore.c - the embstore CLI and server checkpoints end
+ * to end: real embstore-server child processes ($EMB_SERVER_BIN) on
+ * loopback, the built embstore ($EMB_CLI_BIN), the client library to train.
+ * Checks that a dump restored onto two servers holds every row with its
+ * optimizer state, that Adam training continued after a restore is
+ * bit-identical to training never interrupted, that damaged dumps and dim
+ * mismatches are refused without touching the cluster, and that a server
+ * killed with SIGKILL comes back with every row of its last checkpoint.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#include "common/err.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "store/snapshot.h"
+#include "worker/embstore.h"
+
+#define NIDS 3000u
+#define DIM  8u
+
+static char *tmp;
+static const char *server_bin;
+static const char *cli_bin;
+
+struct srv {
+	pid_t pid;
+	uint16_t port;
+};
+
+static uint16_t free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	uint16_t port;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CU_ASSERT_FATAL(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CU_ASSERT_FATAL(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+/* Starts embstore-server; ckpt_dir may be NULL. Waits until it answers. */
+static struct srv srv_start(const char *ckpt_dir, const char *interval)
+{
+	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
+	struct emb_client *c = NULL;
+	char listen[64], servers[64], log[600];
+	struct srv s = {.port = free_port()};
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%u", s.port);
+	snprintf(log, sizeof(log), "%s/server-%u.log", tmp, s.port);
+	s.pid = fork();
+	CU_ASSERT_FATAL(s.pid >= 0);
+	if (s.pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		dup2(fd, 2);
+		if (ckpt_dir)
+			execl(server_bin, server_bin, "--listen", listen,
+			      "--threads", "1", "--checkpoint-dir", ckpt_dir,
+			      "--checkpoint-interval", interval, (char *)NULL);
+		else
+			execl(server_bin, server_bin, "--listen", listen,
+			      "--threads", "1", (char *)NULL);
+		_exit(127);
+	}
+	snprintf(servers, sizeof(servers), "127.0.0.1:%u", s.port);
+	co.servers = servers;
+	co.timeout_ms = 2000;
+	for (int i = 0; i < 200; i++) {
+		if (emb_client_create(&co, &c) == 0)
+			break;
+		sleep_ms(25);
+	}
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	emb_client_destroy(c);
+	return s;
+}
+
+static void srv_stop(struct srv *s, int sig)
+{
+	int st;
+
+	if (s->pid <= 0)
+		return;
+	kill(s->pid, sig);
+	waitpid(s->pid, &st, 0);
+	s->pid = 0;
+}
+
+static struct emb_client *connect_to(const struct srv *s, int n)
+{
+	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
+	struct emb_client *c = NULL;
+	char servers[256] = "";
+
+	for (int i = 0; i < n; i++)
+		snprintf(servers + strlen(servers),
+			 sizeof(servers) - strlen(servers), "%s127.0.0.1:%u",
+			 i ? "," : "", s[i].port);
+	co.servers = servers;
+	CU_ASSERT_EQUAL_FATAL(emb_client_create(&co, &c), 0);
+	return c;
+}
+
+static struct emb_table_spec adam_spec(uint32_t dim)
+{
+	struct emb_table_spec sp = {.name = "emb", .dim = dim,
+				    .optim = EMB_OPTIM_CFG_DEFAULT,
+				    .init = EMB_INIT_CFG_DEFAULT,
+				    .seed = 42};
+
+	sp.optim.kind = EMB_OPTIM_ADAM;
+	sp.optim.lr = 0.01f;
+	return sp;
+}
+
+static uint64_t *test_ids(void)
+{
+	uint64_t *ids = calloc(NIDS, sizeof(*ids));
+	uint64_t st = 77;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ids);
+	for (uint32_t i = 0; i < NIDS; i++)
+		ids[i] = emb_splitmix64(&st) >> 8;
+	return ids;
+}
+
+/* Deterministic steps first..first+n of training over a slice of ids. */
+static void train(struct emb_client_table *t, const uint64_t *ids,
+		  uint32_t first, uint32_t n)
+{
+	uint32_t batch = 500;
+	float *g = calloc((size_t)batch * DIM, sizeof(float));
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+	for (uint32_t step = first; step < first + n; step++) {
+		uint64_t st = 1000 + step;
+		uint32_t off = (step * 377) % (NIDS - batch);
+
+		for (uint32_t j = 0; j < batch * DIM; j++)
+			g[j] = (float)((int32_t)(emb_splitmix64(&st) >> 40) -
+				       (1 << 23)) /
+			       (float)(1 << 23);
+		CU_ASSERT_EQUAL(emb_client_table_push(t, ids + off, batch, g,
+						      step, 0),
+				0);
+	}
+	free(g);
+}
+
+/* Runs the CLI with args; returns its exit status. */
+static int run_cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run_cli(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	int n, st;
+
+	n = snprintf(cmd, sizeof(cmd), "%s ", cli_bin);
+	va_start(ap, fmt);
+	vsnprintf(cmd + n, sizeof(cmd) - (size_t)n, fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* All rows of a dump directory, sorted by id. */
+struct rowset {
+	uint64_t *ids;
+	float *rows;
+	uint32_t rf;
+	uint64_t n;
+};
+
+static int cmp_u64_idx(const void *a, const void *b, void *arg)
+{
+	const uint64_t *ids = arg;
+	uint64_t x = ids[*(const uint64_t *)a], y = ids[*(const uint64_t *)b];
+
+	return x < y ? -1 : x > y;
+}
+
+static struct rowset read_dump(const char *dir)
+{
+	struct emb_snap_entry *e = NULL;
+	struct rowset rs = {0}, out = {0};
+	uint64_t *idx;
+	uint32_t n = 0;
+	char p[1200];
+
+	CU_ASSERT_EQUAL_FATAL(emb_snap_manifest_read(dir, &e, &n, NULL), 0);
+	for (uint32_t i = 0; i < n; i++) {
+		struct emb_snap_reader *r;
+		struct emb_snap_block b;
+		const struct emb_snap_meta *m;
+
+		snprintf(p, sizeof(p), "%s/%s", dir, e[i].file);
+		CU_ASSERT_EQUAL_FATAL(emb_snap_reader_open(p, 0, &r), 0);
+		m = emb_snap_reader_meta(r);
+		rs.rf = m->row_floats;
+		rs.ids = realloc(rs.ids, (rs.n + m->rows) * sizeof(uint64_t));
+		rs.rows = realloc(rs.rows,
+				  (rs.n + m->rows) * rs.rf * sizeof(float));
+		while (emb_snap_reader_next(r, &b) > 0) {
+			memcpy(rs.ids + rs.n, b.ids, b.n * sizeof(uint64_t));
+			memcpy(rs.rows + rs.n * rs.rf, b.rows,
+			       (size_t)b.n * rs.rf * sizeof(float));
+			rs.n += b.n;
+		}
+		emb_snap_reader_close(r);
+	}
+	free(e);
+	idx = calloc(rs.n ? rs.n : 1, sizeof(*idx));
+	for (uint64_t i = 0; i < rs.n; i++)
+		idx[i] = i;
+	qsort_r(idx, rs.n, sizeof(*idx), cmp_u64_idx, rs.ids);
+	out.rf = rs.rf;
+	out.n = rs.n;
+	out.ids = calloc(rs.n ? rs.n : 1, sizeof(uint64_t));
+	out.rows = calloc(rs.n ? rs.n * rs.rf : 1, sizeof(float));
+	for (uint64_t i = 0; i < rs.n; i++) {
+		out.ids[i] = rs.ids[idx[i]];
+		memcpy(out.rows + i * rs.rf, rs.rows + idx[i] * rs.rf,
+		       rs.rf * sizeof(float));
+	}
+	free(idx);
+	free(rs.ids);
+	free(rs.rows);
+	return out;
+}
+
+static void rowset_free(struct rowset *rs)
+{
+	free(rs->ids);
+	free(rs->rows);
+}
+
+static char *sub(const char *name)
+{
+	static char buf[8][600];
+	static int k;
+	char *p = buf[k++ % 8];
+
+	snprintf(p, 600, "%s/%s", tmp, name);
+	return p;
+}
+
+/* A one-server cluster with the adam table trained for a few steps. */
+static struct srv trained_server(struct emb_client **cp,
+				 struct emb_client_table **tp, uint64_t *ids)
+{
+	struct emb_table_spec sp = adam_spec(DIM);
+	struct srv s = srv_start(NULL, NULL);
+
+	*cp = connect_to(&s, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(*cp, &sp, tp), 0);
+	train(*tp, ids, 0, 8);
+	return s;
+}
+
+static void test_dump_restore_two_servers(void)
+{
+	struct emb_client *c, *c2;
+	struct emb_client_table *t;
+	struct emb_client_table_stats ts;
+	uint64_t *ids = test_ids();
+	struct srv a = trained_server(&c, &t, ids), b[2];
+	struct rowset ra, rb;
+	char line[4096];
+	FILE *f;
+	uint64_t lines = 0;
+
+	CU_ASSERT_EQUAL(run_cli("dump --quiet --servers 127.0.0.1:%u --table "
+				"emb --out %s >/dev/null",
+				a.port, sub("d1")),
+			0);
+	b[0] = srv_start(NULL, NULL);
+	b[1] = srv_start(NULL, NULL);
+	CU_ASSERT_EQUAL(run_cli("restore --quiet --in %s --servers "
+				"127.0.0.1:%u,127.0.0.1:%u >/dev/null",
+				sub("d1"), b[0].port, b[1].port),
+			0);
+	c2 = connect_to(b, 2);
+	emb_client_table_close(t);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c2, "emb", &t), 0);
+	CU_ASSERT_EQUAL(emb_client_table_stats(t, &ts), 0);
+	CU_ASSERT_EQUAL(ts.servers, 2);
+	emb_client_table_close(t);
+	/* Dump the two-server cluster again: same rows, state included. */
+	CU_ASSERT_EQUAL(run_cli("dump --quiet --servers "
+				"127.0.0.1:%u,127.0.0.1:%u --table emb --out "
+				"%s >/dev/null",
+				b[0].port, b[1].port, sub("d2")),
+			0);
+	ra = read_dump(sub("d1"));
+	rb = read_dump(sub("d2"));
+	CU_ASSERT_EQUAL(ra.n, ts.rows);
+	CU_ASSERT_EQUAL_FATAL(ra.n, rb.n);
+	CU_ASSERT(ra.n > 0);
+	CU_ASSERT(memcmp(ra.ids, rb.ids, ra.n * sizeof(uint64_t)) == 0);
+	CU_ASSERT(memcmp(ra.rows, rb.rows, ra.n * ra.rf * sizeof(float)) ==
+		  0);
+	/* inspect verifies; export writes one line per row. */
+	CU_ASSERT_EQUAL(run_cli("inspect %s --rows 2 >/dev/null", sub("d2")),
+			0);
+	CU_ASSERT_EQUAL(run_cli("export --in %s --format tsv --out %s",
+				sub("d1"), sub("rows.tsv")),
+			0);
+	f = fopen(sub("rows.tsv"), "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	while (fgets(line, sizeof(line), f)) {
+		CU_ASSERT_PTR_NOT_NULL(strchr(line, '\t'));
+		lines++;
+	}
+	fclose(f);
+	CU_ASSERT_EQUAL(lines, ra.n);
+	rowset_free(&ra);
+	rowset_free(&rb);
+	emb_client_destroy(c2);
+	emb_client_destroy(c);
+	srv_stop(&a, SIGTERM);
+	srv_stop(&b[0], SIGTERM);
+	srv_stop(&b[1], SIGTERM);
+	free(ids);
+}
+
+static void pull_all(struct emb_client_table *t, const uint64_t *ids,
+		     float *out)
+{
+	uint8_t *found = calloc(NIDS, 1);
+
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, NIDS, out,
+					      EMB_CLIENT_NOCREATE, found),
+			0);
+	free(found);
+}
+
+static void test_training_after_restore_bit_identical(void)
+{
+	struct emb_client *c, *c2;
+	struct emb_client_table *t, *t2;
+	uint64_t *ids = test_ids();
+	struct srv a = trained_server(&c, &t, ids), b[2];
+	float *wa = calloc((size_t)NIDS * DIM, sizeof(float));
+	float *wb = calloc((size_t)NIDS * DIM, sizeof(float));
+
+	CU_ASSERT_EQUAL(run_cli("dump --quiet --servers 127.0.0.1:%u --table "
+				"emb --out %s >/dev/null",
+				a.port, sub("d3")),
+			0);
+	/* Uninterrupted: the original keeps training. */
+	train(t, ids, 8, 12);
+	/* Interrupted: restore the dump elsewhere and train the same way. */
+	b[0] = srv_start(NULL, NULL);
+	b[1] = srv_start(NULL, NULL);
+	CU_ASSERT_EQUAL(run_cli("restore --quiet --in %s --servers "
+				"127.0.0.1:%u,127.0.0.1:%u >/dev/null",
+				sub("d3"), b[0].port, b[1].port),
+			0);
+	c2 = connect_to(b, 2);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c2, "emb", &t2), 0);
+	train(t2, ids, 8, 12);
+	pull_all(t, ids, wa);
+	pull_all(t2, ids, wb);
+	CU_ASSERT(memcmp(wa, wb, (size_t)NIDS * DIM * sizeof(float)) == 0);
+	emb_client_table_close(t2);
+	emb_client_table_close(t);
+	emb_client_destroy(c2);
+	emb_client_destroy(c);
+	srv_stop(&a, SIGTERM);
+	srv_stop(&b[0], SIGTERM);
+	srv_stop(&b[1], SIGTERM);
+	free(wa);
+	free(wb);
+	free(ids);
+}
+
+static void flip_byte(const char *path, long off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t byte;
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(pread(fd, &byte, 1, off) == 1);
+	byte ^= 0x40;
+	CU_ASSERT_FATAL(pwrite(fd, &byte, 1, off) == 1);
+	close(fd);
+}
+
+static void test_restore_refuses_without_touching(void)
+{
+	struct emb_client *c, *c2;
+	struct emb_client_table *t, *t2;
+	struct emb_client_table_stats ts;
+	struct emb_table_spec sp4 = adam_spec(4);
+	uint64_t *ids = test_ids();
+	struct srv a = trained_server(&c, &t, ids), b;
+	char p[700];
+	float g[4] = {1, 2, 3, 4};
+
+	CU_ASSERT_EQUAL(run_cli("dump --quiet --servers 127.0.0.1:%u --table "
+				"emb --out %s >/dev/null",
+				a.port, sub("d4")),
+			0);
+	b = srv_start(NULL, NULL);
+	c2 = connect_to(&b, 1);
+
+	/* A flipped byte: refused, and no table appears. */
+	snprintf(p, sizeof(p), "%s/emb.00000-of-00001.embs", sub("d4"));
+	flip_byte(p, 5000);
+	CU_ASSERT_NOT_EQUAL(run_cli("restore --quiet --in %s --servers "
+				    "127.0.0.1:%u 2>/dev/null",
+				    sub("d4"), b.port),
+			    0);
+	CU_ASSERT_EQUAL(emb_client_table_open(c2, "emb", &t2), EMB_ENOTABLE);
+	flip_byte(p, 5000);
+
+	/* A stray file that the manifest does not list: refused. */
+	snprintf(p, sizeof(p), "%s/extra.embs", sub("d4"));
+	CU_ASSERT_EQUAL(run_cli("inspect %s >/dev/null 2>&1; cp %s/emb.00000-"
+				"of-00001.embs %s",
+				sub("d4"), sub("d4"), p),
+			0);
+	CU_ASSERT_NOT_EQUAL(run_cli("restore --quiet --in %s --servers "
+				    "127.0.0.1:%u 2>/dev/null",
+				    sub("d4"), b.port),
+			    0);
+	unlink(p);
+
+	/* A table of another dim exists: refused, its rows unchanged. */
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c2, &sp4, &t2), 0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t2, ids, 1, g, 0, 0), 0);
+	CU_ASSERT_NOT_EQUAL(run_cli("restore --quiet --in %s --servers "
+				    "127.0.0.1:%u 2>/dev/null",
+				    sub("d4"), b.port),
+			    0);
+	CU_ASSERT_EQUAL(emb_client_table_stats(t2, &ts), 0);
+	CU_ASSERT_EQUAL(ts.rows, 1);
+	/* And the good dump restores once the stray file is gone. */
+	CU_ASSERT_EQUAL(emb_client_table_drop(t2), 0);
+	emb_client_table_close(t2);
+	CU_ASSERT_EQUAL(run_cli("restore --quiet --in %s --servers "
+				"127.0.0.1:%u >/dev/null",
+				sub("d4"), b.port),
+			0);
+	emb_client_table_close(t);
+	emb_client_destroy(c2);
+	emb_client_destroy(c);
+	srv_stop(&a, SIGTERM);
+	srv_stop(&b, SIGTERM);
+	free(ids);
+}
+
+/* Newest complete checkpoint directory under dir, into out; false if none. */
+static bool newest_ckpt(const char *dir, char *out, size_t cap)
+{
+	char cmd[800];
+	FILE *f;
+	bool ok;
+
+	snprintf(cmd, sizeof(cmd), "ls -d %s/ckpt-* 2>/dev/null | sort | tail -1",
+		 dir);
+	f = popen(cmd, "r");
+	ok = f && fgets(out, (int)cap, f) != NULL;
+	if (f)
+		pclose(f);
+	if (ok)
+		out[strcspn(out, "\n")] = '\0';
+	return ok;
+}
+
+static void test_checkpoint_survives_sigkill(void)
+{
+	struct emb_table_spec sp = adam_spec(DIM);
+	struct emb_client *c;
+	struct emb_client_table *t;
+	uint64_t *ids = test_ids();
+	float *before = calloc((size_t)NIDS * DIM, sizeof(float));
+	float *after = calloc((size_t)NIDS * DIM, sizeof(float));
+	uint8_t *found = calloc(NIDS, 1);
+	char *dir = sub("ckpt");
+	char first[700] = "", last[700] = "", p[1400];
+	struct srv s = srv_start(dir, "1");
+	uint32_t nfound = 0, want = 0;
+
+	c = connect_to(&s, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	train(t, ids, 0, 8);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, NIDS, before,
+					      EMB_CLIENT_NOCREATE, found),
+			0);
+	for (uint32_t i = 0; i < NIDS; i++)
+		want += found[i];
+	CU_ASSERT(want > NIDS / 2);
+	/* Wait for a checkpoint that began after the training. */
+	sleep_ms(100);
+	newest_ckpt(dir, first, sizeof(first));
+	for (int i = 0; i < 100; i++) {
+		sleep_ms(100);
+		if (newest_ckpt(dir, last, sizeof(last)) &&
+		    strcmp(last, first) != 0)
+			break;
+	}
+	CU_ASSERT_STRING_NOT_EQUAL_FATAL(last, first);
+	/* One more, so the one we saw began after the last update. */
+	strcpy(first, last);
+	for (int i = 0; i < 100; i++) {
+		sleep_ms(100);
+		if (newest_ckpt(dir, last, sizeof(last)) &&
+		    strcmp(last, first) != 0)
+			break;
+	}
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	srv_stop(&s, SIGKILL);
+
+	s = srv_start(dir, "1000");
+	c = connect_to(&s, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c, "emb", &t), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, NIDS, after,
+					      EMB_CLIENT_NOCREATE, found),
+			0);
+	for (uint32_t i = 0; i < NIDS; i++)
+		nfound += found[i];
+	CU_ASSERT_EQUAL(nfound, want);
+	CU_ASSERT(memcmp(before, after, (size_t)NIDS * DIM * sizeof(float)) ==
+		  0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	srv_stop(&s, SIGKILL);
+
+	/* Damage the newest checkpoint: the server refuses it, says so and
+	 * starts from the previous one (same rows: no training since). */
+	CU_ASSERT_FATAL(newest_ckpt(dir, last, sizeof(last)));
+	snprintf(p, sizeof(p), "%s/emb.embs", last);
+	flip_byte(p, 3000);
+	s = srv_start(dir, "1000");
+	c = connect_to(&s, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c, "emb", &t), 0);
+	memset(found, 0, NIDS);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, NIDS, after,
+					      EMB_CLIENT_NOCREATE, found),
+			0);
+	nfound = 0;
+	for (uint32_t i = 0; i < NIDS; i++)
+		nfound += found[i];
+	CU_ASSERT_EQUAL(nfound, want);
+	CU_ASSERT(memcmp(before, after, (size_t)NIDS * DIM * sizeof(float)) ==
+		  0);
+	snprintf(p, sizeof(p), "grep -q 'refused' %s/server-%u.log", tmp,
+		 s.port);
+	CU_ASSERT_EQUAL(system(p), 0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	srv_stop(&s, SIGTERM);
+	free(found);
+	free(before);
+	free(after);
+	free(ids);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+		{"dump, restore onto two servers keeps every row and state",
+		 test_dump_restore_two_servers},
+		{"adam training after restore is bit-identical",
+		 test_training_after_restore_bit_identical},
+		{"restore refuses damage, strays and dim mismatch untouched",
+		 test_restore_refuses_without_touching},
+		{"checkpoint survives SIGKILL; a damaged one is skipped",
+		 test_checkpoint_survives_sigkill},
+		{NULL, NULL},
+	};
+	int rc;
+
+	server_bin = getenv("EMB_SERVER_BIN");
+	cli_bin = getenv("EMB_CLI_BIN");
+	if (!server_bin || !cli_bin) {
+		fprintf(stderr, "EMB_SERVER_BIN and EMB_CLI_BIN must be set\n");
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	/* Servers start while the client retries: refusals are expected. */
+	emb_log_set_level(EMB_LOG_ERROR);
+	tmp = emb_test_tmpdir();
+	rc = emb_test_main(argc, argv, "tools/embstore", cases);
+	emb_test_rmtree(tmp);
+	free(tmp);
+	return rc;
+}
