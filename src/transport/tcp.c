@@ -43,6 +43,8 @@
 #define REQ_BUF_KEEP (1u << 20)	    /* request buffers above this are freed */
 #define WORK_ROUNDS 64		    /* flush/kick rounds per poll */
 #define PREFETCH_MAX 4096	    /* pieces up to this are prefetched */
+#define PREFETCH_AHEAD 8	    /* pieces prefetched ahead of a copy */
+#define STAGE_BYTES (256u << 10)    /* staging buffer per loop */
 #define TX_IOV_INLINE 4		    /* iov entries a tx holds without heap */
 #define TX_IOV_KEEP 8192	    /* bigger iov copies are freed on reuse */
 
@@ -189,6 +191,7 @@ struct tcp_tr {
 	struct tcp_listener *dead_listeners;
 	struct epoll_event ev[EVENTS_MAX];
 	struct iovec wiov[WIOV_MAX]; /* sendmsg scratch */
+	char *stage;		     /* STAGE_BYTES, if copy_max_bytes */
 };
 
 static inline struct tcp_tr *to_tr(struct emb_transport *tr)
@@ -657,35 +660,85 @@ static inline void prefetch_piece(const char *p, size_t len)
 		__builtin_prefetch(p + o);
 }
 
+struct gather {
+	int n;		/* entries used in t->wiov */
+	size_t staged;	/* bytes used in t->stage */
+	size_t sum;	/* bytes gathered */
+};
+
+/*
+ * Adds one piece to the sendmsg list; false when the list is full. With
+ * copy_max_bytes set, pieces under it are copied into the staging buffer
+ * and merged with their neighbours (see emb_transport_opts); else every
+ * piece goes to the kernel as it is.
+ */
+static bool gather_piece(struct tcp_tr *t, struct gather *g, const char *p,
+			 size_t len)
+{
+	struct iovec *last = g->n ? &t->wiov[g->n - 1] : NULL;
+	char *dst;
+
+	if (len >= t->base.opts.copy_max_bytes) {
+		if (g->n == WIOV_MAX)
+			return false;
+		t->wiov[g->n++] = (struct iovec){.iov_base = (void *)p,
+						 .iov_len = len};
+		g->sum += len;
+		return true;
+	}
+	if (g->staged + len > STAGE_BYTES)
+		return false;
+	dst = t->stage + g->staged;
+	if (last && (char *)last->iov_base + last->iov_len == dst) {
+		last->iov_len += len;
+	} else {
+		if (g->n == WIOV_MAX)
+			return false;
+		t->wiov[g->n++] = (struct iovec){.iov_base = dst,
+						 .iov_len = len};
+	}
+	memcpy(dst, p, len);
+	g->staged += len;
+	g->sum += len;
+	return true;
+}
+
 /* Gathers the out queue into t->wiov; returns the piece count. */
 static int tx_gather(struct tcp_tr *t, struct tcp_conn *c, size_t *bytes)
 {
-	struct iovec *w = t->wiov;
-	size_t sum = 0;
-	int n = 0;
+	/* Copies need their lines a little ahead; the kernel's, all of them. */
+	int ahead = t->stage ? PREFETCH_AHEAD : 0;
+	struct gather g = {0};
 
-	for (struct tx *tx = c->txq_head; tx && n < WIOV_MAX; tx = tx->next) {
+	for (struct tx *tx = c->txq_head; tx; tx = tx->next) {
 		size_t off = tx->off;
 		int i = tx->idx;
 
 		if (i < 0) {
-			w[n].iov_base = (char *)&tx->hdr + off;
-			w[n].iov_len = EMB_WIRE_HDR_SIZE - off;
-			sum += w[n++].iov_len;
+			if (!gather_piece(t, &g, (char *)&tx->hdr + off,
+					  EMB_WIRE_HDR_SIZE - off))
+				break;
 			i = 0;
 			off = 0;
+			for (int k = 0; k < ahead && k < tx->niov; k++)
+				prefetch_piece(tx->iov[k].iov_base,
+					       tx->iov[k].iov_len);
 		}
-		for (; i < tx->niov && n < WIOV_MAX; i++, off = 0) {
+		for (; i < tx->niov; i++, off = 0) {
 			if (tx->iov[i].iov_len == off)
 				continue;
-			w[n].iov_base = (char *)tx->iov[i].iov_base + off;
-			w[n].iov_len = tx->iov[i].iov_len - off;
-			prefetch_piece(w[n].iov_base, w[n].iov_len);
-			sum += w[n++].iov_len;
+			if (i + ahead < tx->niov)
+				prefetch_piece(tx->iov[i + ahead].iov_base,
+					       tx->iov[i + ahead].iov_len);
+			if (!gather_piece(t, &g,
+					  (char *)tx->iov[i].iov_base + off,
+					  tx->iov[i].iov_len - off))
+				goto out;
 		}
 	}
-	*bytes = sum;
-	return n;
+out:
+	*bytes = g.sum;
+	return g.n;
 }
 
 /* Moves the head frame on by up to *left bytes; true when it is all sent. */
@@ -1160,6 +1213,13 @@ static int tcp_create(const struct emb_transport_opts *opts,
 	rc = emb__transport_init(&t->base, &emb__tcp_ops, opts, &t->wake_fd);
 	if (rc)
 		goto err_free_t;
+	if (t->base.opts.copy_max_bytes) {
+		t->stage = malloc(STAGE_BYTES);
+		if (!t->stage) {
+			rc = -ENOMEM;
+			goto err_fini;
+		}
+	}
 	t->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (t->epfd < 0) {
 		rc = -errno;
@@ -1178,6 +1238,7 @@ static int tcp_create(const struct emb_transport_opts *opts,
 err_close_ep:
 	close(t->epfd);
 err_fini:
+	free(t->stage);
 	emb__transport_fini(&t->base);
 err_free_t:
 	free(t);
@@ -1206,6 +1267,7 @@ static void tcp_destroy(struct emb_transport *tr)
 	reap(t);
 	close(t->epfd);
 	emb__transport_fini(tr);
+	free(t->stage);
 	free(t);
 }
 

@@ -92,7 +92,8 @@ int emb__transport_init(struct emb_transport *tr,
 		tr->opts.connect_timeout_ms = def.connect_timeout_ms;
 	/* call_timeout_ms 0 stays 0: "no deadline" is a valid choice. */
 	if (tr->opts.max_frame_bytes < EMB_WIRE_HDR_SIZE ||
-	    tr->opts.max_inflight > (1u << 20))
+	    tr->opts.max_inflight > (1u << 20) ||
+	    tr->opts.copy_max_bytes > (64u << 10))
 		return -EINVAL;
 
 	cm = calloc(1, sizeof(*cm));

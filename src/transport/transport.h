@@ -93,6 +93,11 @@ struct emb_transport_opts {
 	uint32_t call_timeout_ms;   /* default per-call deadline; 0 = none */
 	uint32_t connect_timeout_ms; /* emb_conn_create() deadline */
 	uint32_t sock_buf_bytes;    /* TCP SO_SNDBUF/SO_RCVBUF; 0 = kernel's */
+	uint32_t copy_max_bytes;    /* TCP: reply pieces under this many bytes
+				       are copied into one staging buffer
+				       before sendmsg, at most 64 KiB; 0 =
+				       send every piece from its own memory
+				       (docs/transport.md) */
 };
 
 #define EMB_TRANSPORT_OPTS_DEFAULT                                             \
@@ -101,7 +106,8 @@ struct emb_transport_opts {
 				     .max_inflight = 1024,                     \
 				     .call_timeout_ms = 30000,                 \
 				     .connect_timeout_ms = 5000,               \
-				     .sock_buf_bytes = 0})
+				     .sock_buf_bytes = 0,                      \
+				     .copy_max_bytes = 0})
 
 struct emb_listen_opts {
 	const char *host;	     /* bind address, e.g. "0.0.0.0"; copied */

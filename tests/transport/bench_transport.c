@@ -4,14 +4,18 @@
  * echo server's ROWS op, whose replies are iovs straight into its row table
  * (64 floats = 256 bytes per row), and reports rows/s.
  *
- *   bench_transport [transport] [ids] [depth] [seconds] [server loops] [big]
+ *   bench_transport [transport] [ids] [depth] [seconds] [server loops]
+ *                   [big | copy=N]
  *
  * With "big" the reply is one contiguous buffer of the same size (the BIG
  * op) instead of one iov per row: the cost of gathering rows, measured.
+ * With "copy=N" the server's transports stage pieces under N bytes
+ * (emb_transport_opts.copy_max_bytes).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "common/err.h"
@@ -40,6 +44,15 @@ static void on_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 	completed += status == 0;
 }
 
+static double cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -56,6 +69,7 @@ int main(int argc, char **argv)
 	double secs = argc > 4 ? atof(argv[4]) : 3.0;
 	unsigned loops = argc > 5 ? (unsigned)atoi(argv[5]) : 1;
 	bool big = argc > 6 && strcmp(argv[6], "big") == 0;
+	struct emb_transport_opts so = EMB_TRANSPORT_OPTS_DEFAULT;
 	size_t rows_bytes = (size_t)nids * ECHO_ROW_FLOATS * sizeof(float);
 	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
 	struct emb_frame_hdr h = {.opcode = ECHO_OP_ROWS};
@@ -64,7 +78,7 @@ int main(int argc, char **argv)
 	struct emb_conn *c = NULL;
 	struct slot *sl;
 	uint64_t pulls = 0, next_id = 0;
-	double t0, t1;
+	double t0, t1, c0, c1;
 	int rc;
 
 	if (depth < 1 || nids < 1)
@@ -73,7 +87,9 @@ int main(int argc, char **argv)
 		h.opcode = ECHO_OP_BIG;
 		h.count = (uint32_t)rows_bytes;
 	}
-	rc = echo_start(name, loops, NULL, &srv);
+	if (argc > 6 && strncmp(argv[6], "copy=", 5) == 0)
+		so.copy_max_bytes = (uint32_t)atoi(argv[6] + 5);
+	rc = echo_start(name, loops, &so, &srv);
 	if (rc == 0)
 		rc = emb_transport_create(name, NULL, &tr);
 	co.port = rc == 0 ? echo_port(srv) : 0;
@@ -98,6 +114,7 @@ int main(int argc, char **argv)
 	}
 	t0 = now_s();
 	t1 = t0;
+	c0 = cpu_s();
 	for (;;) {
 		for (int i = 0; i < depth; i++) {
 			if (!sl[i].done)
@@ -124,17 +141,21 @@ int main(int argc, char **argv)
 			break;
 	}
 	pulls = completed;
+	c1 = cpu_s();
 	for (int i = 0; i < depth; i++)
 		while (!sl[i].done)
 			emb_transport_poll(tr, 100);
-	printf("%s%s: %u ids x %u floats, depth %d, %u server loops: "
-	       "%llu pulls in %.2f s = %.2f M rows/s, %.2f GiB/s\n",
-	       name, big ? " (contiguous)" : "", nids, ECHO_ROW_FLOATS, depth,
+	printf("%s%s copy_max %u: %u ids x %u floats, depth %d, %u loops: "
+	       "%llu pulls in %.2f s = %.2f M rows/s, %.2f GiB/s; "
+	       "%.0f us cpu (client + server) per pull\n",
+	       name, big ? " (contiguous)" : "", so.copy_max_bytes, nids,
+	       ECHO_ROW_FLOATS, depth,
 	       loops,
 	       (unsigned long long)pulls, t1 - t0,
 	       (double)pulls * nids / (t1 - t0) / 1e6,
 	       (double)pulls * (double)rows_bytes / (t1 - t0) /
-		       (1024.0 * 1024 * 1024));
+		       (1024.0 * 1024 * 1024),
+	       pulls ? (c1 - c0) / (double)pulls * 1e6 : 0.0);
 	for (int i = 0; i < depth; i++) {
 		emb_transport_buf_free(tr, sl[i].ids, sl[i].ids_mr);
 		emb_transport_buf_free(tr, sl[i].rows, sl[i].rows_mr);

@@ -412,7 +412,8 @@ static void test_timeout(void)
 {
 	struct echo_server *s = serve(1, NULL);
 	struct emb_transport *tr = client_tr(NULL);
-	struct emb_conn *c = dial(tr, echo_port(s), 200);
+	/* Long enough that the echo below never times out on a busy box. */
+	struct emb_conn *c = dial(tr, echo_port(s), 1000);
 	struct emb_frame_hdr h = {.opcode = ECHO_OP_SINK}, rh;
 	uint32_t v = 5, back = 0;
 	struct iovec iov = {.iov_base = &v, .iov_len = 4};
@@ -579,6 +580,15 @@ static void test_bad_args(void)
 	CU_ASSERT_FALSE(emb_transport_available("carrier-pigeon"));
 	CU_ASSERT_TRUE(emb_transport_available("tcp"));
 
+	{
+		struct emb_transport_opts o = EMB_TRANSPORT_OPTS_DEFAULT;
+
+		o.copy_max_bytes = (64u << 10) + 1;
+		CU_ASSERT_EQUAL(emb_transport_create(tname, &o, &tr), -EINVAL);
+		o = EMB_TRANSPORT_OPTS_DEFAULT;
+		o.max_frame_bytes = 16;
+		CU_ASSERT_EQUAL(emb_transport_create(tname, &o, &tr), -EINVAL);
+	}
 	tr = client_tr(NULL);
 	CU_ASSERT_STRING_EQUAL(emb_transport_name(tr), tname);
 	CU_ASSERT_EQUAL(emb_listener_create(tr, &lo, &l), -EINVAL);

@@ -142,6 +142,26 @@ static void teardown(struct fixture *f)
 	echo_stop(f->s);
 }
 
+struct result {
+	bool done;
+	int status;
+};
+
+static void on_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct result *r = ctx;
+
+	(void)resp;
+	r->done = true;
+	r->status = status;
+}
+
+static void wait_done_tr(struct emb_transport *tr, struct result *r)
+{
+	while (!r->done)
+		emb_transport_poll(tr, 100);
+}
+
 /* ---- cases --------------------------------------------------------------- */
 
 static void bad_header_case(struct emb_frame_hdr h, size_t counter_off,
@@ -268,7 +288,7 @@ static void test_byte_at_a_time(void)
 	teardown(&f);
 }
 
-static void test_slow_reader(void)
+static void slow_reader_case(uint32_t copy_max)
 {
 	enum { N = 400, REPLY = 64 << 10, BOUND = 256 << 10 };
 	struct emb_transport_opts o = EMB_TRANSPORT_OPTS_DEFAULT;
@@ -279,6 +299,7 @@ static void test_slow_reader(void)
 	int fd, got = 0;
 
 	o.out_queue_max = BOUND;
+	o.copy_max_bytes = copy_max;
 	setup(&f, &o);
 	fd = raw_connect(echo_port(f.s), 16 << 10);
 	for (int i = 0; i < N; i++) {
@@ -320,6 +341,74 @@ static void test_slow_reader(void)
 	teardown(&f);
 }
 
+static void test_slow_reader(void)
+{
+	slow_reader_case(0);
+}
+
+/* Every reply piece is staged, and each sendmsg only part-accepted. */
+static void test_slow_reader_staged(void)
+{
+	slow_reader_case(64u << 10);
+}
+
+static void test_staged_replies(void)
+{
+	enum { N = 4096, DEPTH = 3 };
+	struct emb_transport_opts o = EMB_TRANSPORT_OPTS_DEFAULT;
+	size_t rows_bytes = (size_t)N * ECHO_ROW_FLOATS * sizeof(float);
+	struct emb_frame_hdr h = {.opcode = ECHO_OP_ROWS}, rh;
+	static uint64_t ids[DEPTH][N];
+	struct iovec iov[DEPTH], piece[3];
+	struct result r[DEPTH];
+	size_t bad = 0;
+	float *rows[DEPTH];
+	struct fixture f;
+	char *big, *back;
+
+	o.copy_max_bytes = 300; /* rows (256 B) and headers are copied */
+	setup(&f, &o);
+	memset(r, 0, sizeof(r));
+	for (int d = 0; d < DEPTH; d++) {
+		rows[d] = malloc(rows_bytes);
+		CU_ASSERT_FATAL(rows[d] != NULL);
+		for (uint64_t i = 0; i < N; i++)
+			ids[d][i] = (i + (uint64_t)d * N) * 2654435761u;
+		iov[d] = (struct iovec){.iov_base = ids[d],
+					.iov_len = sizeof(ids[d])};
+		CU_ASSERT_FATAL(emb_conn_call(f.c, &h, &iov[d], 1, rows[d],
+					      rows_bytes, on_done, &r[d]) == 0);
+	}
+	for (int d = 0; d < DEPTH; d++) {
+		wait_done_tr(f.tr, &r[d]);
+		CU_ASSERT_EQUAL(r[d].status, 0);
+		for (size_t i = 0; i < N; i++)
+			for (unsigned j = 0; j < ECHO_ROW_FLOATS; j++)
+				bad += rows[d][i * ECHO_ROW_FLOATS + j] !=
+				       echo_row_value(ids[d][i], j);
+		free(rows[d]);
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+
+	/* Small and big pieces mixed: staged, by reference, staged. */
+	big = malloc(200000);
+	back = malloc(200000);
+	CU_ASSERT_FATAL(big && back);
+	for (size_t i = 0; i < 200000; i++)
+		big[i] = (char)(i * 13);
+	piece[0] = (struct iovec){.iov_base = big, .iov_len = 100};
+	piece[1] = (struct iovec){.iov_base = big + 100, .iov_len = 199800};
+	piece[2] = (struct iovec){.iov_base = big + 199900, .iov_len = 100};
+	h = (struct emb_frame_hdr){.opcode = ECHO_OP_ECHO};
+	CU_ASSERT_EQUAL(emb_conn_call_sync(f.c, &h, piece, 3, back, 200000,
+					   &rh),
+			0);
+	CU_ASSERT(memcmp(big, back, 200000) == 0);
+	free(big);
+	free(back);
+	teardown(&f);
+}
+
 /* ---- a hand-written server for the client side ------------------------ */
 
 struct raw_server {
@@ -356,20 +445,6 @@ static void raw_server_stop(struct raw_server *rs)
 	emb_transport_destroy(rs->tr);
 	close(rs->fd);
 	close(rs->lfd);
-}
-
-struct result {
-	bool done;
-	int status;
-};
-
-static void on_done(void *ctx, int status, const struct emb_frame_hdr *resp)
-{
-	struct result *r = ctx;
-
-	(void)resp;
-	r->done = true;
-	r->status = status;
 }
 
 /* Posts one call and returns the request header the raw server read. */
@@ -495,6 +570,9 @@ static const struct emb_test_case cases[] = {
 	{"assembles frames written a byte at a time", test_byte_at_a_time},
 	{"stops reading a slow reader and resumes when drained",
 	 test_slow_reader},
+	{"bounds a slow reader with staged replies too",
+	 test_slow_reader_staged},
+	{"sends staged small reply pieces intact", test_staged_replies},
 	{"client closes on a response with bad magic",
 	 test_client_bad_response},
 	{"client drops a response for an unknown request", test_client_unmatched},
