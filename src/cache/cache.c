@@ -31,9 +31,9 @@
  * so loops over a batch prefetch this many items ahead to keep several
  * memory loads in flight instead of one.
  */
-#define AHEAD 8u
+#define AHEAD	  8u
 #define DEPTH_MAX 64u
-#define DIM_MAX 4096u
+#define DIM_MAX	  4096u
 
 enum slot_state {
 	SLOT_FREE = 0,
@@ -42,85 +42,85 @@ enum slot_state {
 	SLOT_VALID = 3,
 };
 
-#define F_DIRTY 0x1u	/* write-back: updated since fetched or written */
-#define F_REF 0x2u	/* CLOCK: used since the hand last passed */
-#define F_VICTIM 0x4u	/* CLOCK: chosen by the eviction in progress */
+#define F_DIRTY	 0x1u /* write-back: updated since fetched or written */
+#define F_REF	 0x2u /* CLOCK: used since the hand last passed */
+#define F_VICTIM 0x4u /* CLOCK: chosen by the eviction in progress */
 
 struct slot {
-	uint64_t id;		/* row held, unless FREE */
-	uint32_t prev;		/* LRU: towards the head (most recent) */
-	uint32_t next;		/* LRU: towards the tail; free-list link */
-	uint32_t fetched_step;	/* low 32 bits of the step its fetch began */
-	uint8_t pins;		/* batches naming the slot, <= DEPTH_MAX + 1 */
-	uint8_t state;		/* enum slot_state */
-	uint8_t flags;		/* F_* bits */
-	uint8_t rec;		/* fetch record while INFLIGHT */
+	uint64_t id;	       /* row held, unless FREE */
+	uint32_t prev;	       /* LRU: towards the head (most recent) */
+	uint32_t next;	       /* LRU: towards the tail; free-list link */
+	uint32_t fetched_step; /* low 32 bits of the step its fetch began */
+	uint8_t pins;	       /* batches naming the slot, <= DEPTH_MAX + 1 */
+	uint8_t state;	       /* enum slot_state */
+	uint8_t flags;	       /* F_* bits */
+	uint8_t rec;	       /* fetch record while INFLIGHT */
 };
 
 struct hent {
-	uint64_t id;		/* key */
-	uint32_t slot;		/* NIL = empty entry */
-	uint32_t pad;		/* keeps entries 16 bytes */
+	uint64_t id;   /* key */
+	uint32_t slot; /* NIL = empty entry */
+	uint32_t pad;  /* keeps entries 16 bytes */
 };
 
 /* One fetch_start() in flight: where its rows land until fetch_wait(). */
 struct fetch {
-	uint64_t *ids;		/* ids asked for [max_batch] */
-	uint32_t *slots;	/* their slots [max_batch] */
-	float *buf;		/* staging rows [max_batch * row_floats] */
-	int64_t token;		/* from fetch_start */
-	uint32_t n;		/* rows asked for */
-	uint32_t step;		/* low 32 bits of c->step at fetch_start */
-	bool busy;		/* token not yet reported by fetch_wait */
+	uint64_t *ids;	 /* ids asked for [max_batch] */
+	uint32_t *slots; /* their slots [max_batch] */
+	float *buf;	 /* staging rows [max_batch * row_floats] */
+	int64_t token;	 /* from fetch_start */
+	uint32_t n;	 /* rows asked for */
+	uint32_t step;	 /* low 32 bits of c->step at fetch_start */
+	bool busy;	 /* token not yet reported by fetch_wait */
 };
 
 /* A prepared batch: queued by prefetch, or the current one after lookup. */
 struct batch {
-	uint64_t *ids;		/* ids as given [max_batch], matched by lookup */
-	uint64_t *uniq;		/* distinct ids [max_batch] */
-	uint32_t *inv;		/* uniq[inv[i]] == ids[i] [max_batch] */
-	uint32_t *slots;	/* slot of each distinct id [max_batch] */
-	uint32_t n;		/* ids */
-	uint32_t nuniq;		/* distinct ids */
-	uint32_t nfetch;	/* rows this batch had fetched */
-	uint32_t nrefetch;	/* of those, stale rows fetched again */
+	uint64_t *ids;	   /* ids as given [max_batch], matched by lookup */
+	uint64_t *uniq;	   /* distinct ids [max_batch] */
+	uint32_t *inv;	   /* uniq[inv[i]] == ids[i] [max_batch] */
+	uint32_t *slots;   /* slot of each distinct id [max_batch] */
+	uint32_t n;	   /* ids */
+	uint32_t nuniq;	   /* distinct ids */
+	uint32_t nfetch;   /* rows this batch had fetched */
+	uint32_t nrefetch; /* of those, stale rows fetched again */
 };
 
 struct emb_cache {
-	struct emb_cache_opts o;	/* as created; ops copied */
-	uint32_t rf;			/* floats per row in the pool */
-	float *pool;			/* capacity * rf floats, one allocation */
-	struct slot *slots;		/* capacity entries */
-	struct hent *hash;		/* id -> slot, linear probing */
-	uint32_t hmask;			/* hash entries - 1 */
-	uint32_t free_head;		/* free-list of FREE slots */
-	uint32_t lru_head;		/* LRU: most recently released */
-	uint32_t lru_tail;		/* LRU: next victim */
-	uint32_t hand;			/* CLOCK: next slot to look at */
-	uint32_t nidle;			/* unpinned VALID slots: evictable */
-	uint32_t nfree;			/* slots on the free list */
-	uint32_t nrows;			/* slots mapped in the hash */
-	uint32_t npinned;		/* slots with pins > 0 */
-	uint32_t ndirty;		/* slots with dirty set */
-	uint64_t step;			/* updates applied: the staleness clock */
+	struct emb_cache_opts o; /* as created; ops copied */
+	uint32_t rf;		 /* floats per row in the pool */
+	float *pool;		 /* capacity * rf floats, one allocation */
+	struct slot *slots;	 /* capacity entries */
+	struct hent *hash;	 /* id -> slot, linear probing */
+	uint32_t hmask;		 /* hash entries - 1 */
+	uint32_t free_head;	 /* free-list of FREE slots */
+	uint32_t lru_head;	 /* LRU: most recently released */
+	uint32_t lru_tail;	 /* LRU: next victim */
+	uint32_t hand;		 /* CLOCK: next slot to look at */
+	uint32_t nidle;		 /* unpinned VALID slots: evictable */
+	uint32_t nfree;		 /* slots on the free list */
+	uint32_t nrows;		 /* slots mapped in the hash */
+	uint32_t npinned;	 /* slots with pins > 0 */
+	uint32_t ndirty;	 /* slots with dirty set */
+	uint64_t step;		 /* updates applied: the staleness clock */
 
-	struct emb_dedup *dedup;	/* for the trainer thread's batches */
-	struct batch *batches;		/* depth + 1 records */
-	struct batch **spare;		/* unused batch records, a stack */
-	uint32_t nspare;		/* entries on spare */
-	struct batch **queue;		/* ring of prefetched batches [depth] */
-	uint32_t qhead;			/* oldest queued batch */
-	uint32_t qcount;		/* batches queued */
-	struct batch *cur;		/* looked up, not yet updated; or NULL */
-	struct fetch *fetches;		/* depth + 1 records */
-	uint32_t nfetches;		/* records */
+	struct emb_dedup *dedup; /* for the trainer thread's batches */
+	struct batch *batches;	 /* depth + 1 records */
+	struct batch **spare;	 /* unused batch records, a stack */
+	uint32_t nspare;	 /* entries on spare */
+	struct batch **queue;	 /* ring of prefetched batches [depth] */
+	uint32_t qhead;		 /* oldest queued batch */
+	uint32_t qcount;	 /* batches queued */
+	struct batch *cur;	 /* looked up, not yet updated; or NULL */
+	struct fetch *fetches;	 /* depth + 1 records */
+	uint32_t nfetches;	 /* records */
 
-	uint64_t *wb_ids;		/* write-back staging [max_batch] */
-	float *wb_rows;			/* [max_batch * rf] */
-	uint32_t *tmp_slots;		/* slots gathered for a fetch or evict */
-	float *gsum;			/* summed grads [max_batch * dim] */
+	uint64_t *wb_ids;    /* write-back staging [max_batch] */
+	float *wb_rows;	     /* [max_batch * rf] */
+	uint32_t *tmp_slots; /* slots gathered for a fetch or evict */
+	float *gsum;	     /* summed grads [max_batch * dim] */
 
-	struct emb_cache_stats st;	/* counters; gauges filled on read */
+	struct emb_cache_stats st; /* counters; gauges filled on read */
 };
 
 static uint64_t now_ns(void)
@@ -166,8 +166,7 @@ static void prefetch_floats(const float *p, uint32_t n)
  * g[0..n) += src[0..n), four floats at a time: at -O2 the compiler leaves a
  * plain loop over n scalar, and this sum runs over every gradient float.
  */
-static void add_floats(float *restrict g, const float *restrict src,
-		       uint32_t n)
+static void add_floats(float *restrict g, const float *restrict src, uint32_t n)
 {
 	uint32_t j = 0;
 
@@ -501,8 +500,8 @@ static int evict(struct emb_cache *c, uint32_t nmiss)
 		uint32_t s = c->tmp_slots[k];
 
 		if (k + AHEAD < need)
-			__builtin_prefetch(
-				&c->hash[hhome(c, c->slots[c->tmp_slots[k + AHEAD]].id)]);
+			__builtin_prefetch(&c->hash[hhome(
+			    c, c->slots[c->tmp_slots[k + AHEAD]].id)]);
 		if (!(c->slots[s].flags & F_DIRTY))
 			continue;
 		c->wb_ids[ndirty] = c->slots[s].id;
@@ -514,9 +513,10 @@ static int evict(struct emb_cache *c, uint32_t nmiss)
 		rc = c->o.ops.write_back(c->o.arg, c->wb_ids, ndirty,
 					 c->wb_rows, c->rf);
 		if (rc) {
-			emb_log(EMB_LOG_WARN,
-				"cache: write-back of %u evicted rows failed: %s",
-				ndirty, emb_strerror(rc));
+			emb_log(
+			    EMB_LOG_WARN,
+			    "cache: write-back of %u evicted rows failed: %s",
+			    ndirty, emb_strerror(rc));
 			for (uint32_t k = 0; k < need; k++)
 				c->slots[c->tmp_slots[k]].flags &= ~F_VICTIM;
 			return EMB_EWRITEBACK;
@@ -561,7 +561,8 @@ static int batch_prepare(struct emb_cache *c, struct batch *b,
 		uint32_t s;
 
 		if (u + AHEAD < b->nuniq)
-			__builtin_prefetch(&c->hash[hhome(c, b->uniq[u + AHEAD])]);
+			__builtin_prefetch(
+			    &c->hash[hhome(c, b->uniq[u + AHEAD])]);
 		s = hash_find(c, b->uniq[u]);
 		b->slots[u] = s;
 		if (s != NIL)
@@ -572,7 +573,8 @@ static int batch_prepare(struct emb_cache *c, struct batch *b,
 
 		if (c->o.policy == EMB_CACHE_LRU && u + AHEAD < b->nuniq &&
 		    b->slots[u + AHEAD] != NIL) {
-			const struct slot *ahead = &c->slots[b->slots[u + AHEAD]];
+			const struct slot *ahead =
+			    &c->slots[b->slots[u + AHEAD]];
 
 			/* pin() unlinks it from the LRU list. */
 			if (ahead->prev != NIL)
@@ -595,7 +597,8 @@ static int batch_prepare(struct emb_cache *c, struct batch *b,
 		goto err_unpin;
 	for (uint32_t u = 0; u < b->nuniq; u++) {
 		if (u + AHEAD < b->nuniq && b->slots[u + AHEAD] == NIL)
-			__builtin_prefetch(&c->hash[hhome(c, b->uniq[u + AHEAD])], 1);
+			__builtin_prefetch(
+			    &c->hash[hhome(c, b->uniq[u + AHEAD])], 1);
 		if (b->slots[u] == NIL) {
 			b->slots[u] = slot_alloc(c, b->uniq[u]);
 			pin(c, b->slots[u]);
@@ -610,7 +613,8 @@ static int batch_prepare(struct emb_cache *c, struct batch *b,
 
 		if (sl->state == SLOT_PENDING) {
 			c->tmp_slots[nf++] = s;
-		} else if (sl->state == SLOT_VALID && too_old(c, sl, use_step)) {
+		} else if (sl->state == SLOT_VALID &&
+			   too_old(c, sl, use_step)) {
 			c->tmp_slots[nf++] = s;
 			nstale++;
 		}
@@ -827,8 +831,8 @@ int emb_cache_prefetch(struct emb_cache *c, const uint64_t *ids, uint32_t n)
 	/* Steps until this batch is used: the queue ahead of it, and the
 	 * current batch's update. A fetch now is that old at use. */
 	ahead = c->qcount + (c->cur ? 1 : 0);
-	fetch = c->o.mode == EMB_CACHE_WRITE_BACK ||
-		ahead <= c->o.staleness_steps;
+	fetch =
+	    c->o.mode == EMB_CACHE_WRITE_BACK || ahead <= c->o.staleness_steps;
 	b = c->spare[--c->nspare];
 	rc = batch_prepare(c, b, ids, n, fetch, c->step + ahead);
 	if (rc) {
@@ -848,7 +852,8 @@ static bool queue_head_matches(const struct emb_cache *c, const uint64_t *ids,
 	if (!c->qcount)
 		return false;
 	b = c->queue[c->qhead];
-	return b->n == n && (n == 0 || memcmp(b->ids, ids, n * sizeof(*ids)) == 0);
+	return b->n == n &&
+	       (n == 0 || memcmp(b->ids, ids, n * sizeof(*ids)) == 0);
 }
 
 /* Brings the batch of ids to VALID, fresh rows and makes it current. */
@@ -969,8 +974,8 @@ int emb_cache_lookup(struct emb_cache *c, const uint64_t *ids, uint32_t n,
 	return 0;
 }
 
-int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids,
-			  uint32_t n, const float **ptrs)
+int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids, uint32_t n,
+			  const float **ptrs)
 {
 	const struct batch *b;
 	int rc;
@@ -1006,8 +1011,8 @@ int emb_cache_update(struct emb_cache *c, const float *grads)
 
 	if (c->o.mode == EMB_CACHE_WRITE_THROUGH) {
 		if (b->nuniq) {
-			rc = c->o.ops.push(c->o.arg, b->uniq, b->nuniq,
-					   c->gsum);
+			rc =
+			    c->o.ops.push(c->o.arg, b->uniq, b->nuniq, c->gsum);
 			c->st.pushes++;
 		}
 		if (rc) {
@@ -1017,8 +1022,7 @@ int emb_cache_update(struct emb_cache *c, const float *grads)
 			rc = EMB_EPUSH;
 			goto out_release;
 		}
-		c->st.bytes_written +=
-			(uint64_t)b->nuniq * dim * sizeof(float);
+		c->st.bytes_written += (uint64_t)b->nuniq * dim * sizeof(float);
 	} else {
 		for (uint32_t u = 0; u < b->nuniq; u++) {
 			uint32_t s = b->slots[u];

@@ -196,8 +196,8 @@ int emb_cache_lookup(struct emb_cache *c, const uint64_t *ids, uint32_t n,
  * instead of copying. The pointers stay valid until the next update, lookup
  * or cancel call; rows must not be written through them.
  */
-int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids,
-			  uint32_t n, const float **ptrs);
+int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids, uint32_t n,
+			  const float **ptrs);
 
 /*
  * Applies gradients grads[i * dim ...] of the current batch's positions (as

@@ -1,6 +1,7 @@
 /*
- * src/cache/dedup.c - per-batch id dedup for the worker cache. Open addressing over
- * a power-of-two table twice the largest batch. Not thread-safe: one per thread.
+ * src/cache/dedup.c - per-batch id dedup for the worker cache. Open addressing
+ * over a power-of-two table twice the largest batch. Not thread-safe: one per
+ * thread.
  */
 #include "cache/dedup.h"
 
@@ -11,10 +12,10 @@
 #include "common/hash.h"
 
 struct emb_dedup {
-	uint64_t *keys;		/* id held by each slot */
-	uint32_t *pos;		/* index into uniq; UINT32_MAX = empty */
-	uint32_t mask;		/* slot count - 1; count is a power of two */
-	uint32_t max_batch;	/* largest n that emb_dedup_run() accepts */
+	uint64_t *keys;	    /* id held by each slot */
+	uint32_t *pos;	    /* index into uniq; UINT32_MAX = empty */
+	uint32_t mask;	    /* slot count - 1; count is a power of two */
+	uint32_t max_batch; /* largest n that emb_dedup_run() accepts */
 };
 
 int emb_dedup_create(uint32_t max_batch, struct emb_dedup **out)

@@ -27,11 +27,11 @@
 /* Rejection-inversion sampling of Zipf(s) over 1..n (Hormann & Derflinger
  * 1996), O(1) per draw without a table. */
 struct zipf {
-	double s;		/* exponent */
-	double n;		/* ranks */
-	double h_x1;		/* H(1.5) - 1 */
-	double h_n;		/* H(n + 0.5) */
-	double cut;		/* 2 - Hinv(H(2.5) - h(2)) */
+	double s;    /* exponent */
+	double n;    /* ranks */
+	double h_x1; /* H(1.5) - 1 */
+	double h_n;  /* H(n + 0.5) */
+	double cut;  /* 2 - Hinv(H(2.5) - h(2)) */
 };
 
 static double helper1(double x)
@@ -92,9 +92,9 @@ static uint64_t zipf_draw(const struct zipf *z, uint64_t *rng)
 }
 
 struct stub {
-	uint64_t rows_fetched;	/* rows asked for */
-	uint64_t rows_written;	/* rows written back */
-	uint64_t rows_pushed;	/* gradient rows pushed */
+	uint64_t rows_fetched; /* rows asked for */
+	uint64_t rows_written; /* rows written back */
+	uint64_t rows_pushed;  /* gradient rows pushed */
 };
 
 static int64_t stub_fetch_start(void *arg, const uint64_t *ids, uint32_t n,
@@ -173,22 +173,42 @@ int main(int argc, char **argv)
 	o.optim.kind = EMB_OPTIM_ADAGRAD;
 	while ((opt = getopt(argc, argv, "n:c:b:d:s:t:w:S:m:k:p:")) != -1) {
 		switch (opt) {
-		case 'n': nids = strtoull(optarg, NULL, 0); break;
-		case 'c': o.capacity = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'b': o.max_batch = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'd': o.dim = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 's': s = strtod(optarg, NULL); break;
-		case 't': steps = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'w': warmup = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'S': o.staleness_steps = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'p':
-			o.policy = strcmp(optarg, "clock") == 0 ? EMB_CACHE_CLOCK
-								: EMB_CACHE_LRU;
+		case 'n':
+			nids = strtoull(optarg, NULL, 0);
 			break;
-		case 'k': depth = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'c':
+			o.capacity = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'b':
+			o.max_batch = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'd':
+			o.dim = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 's':
+			s = strtod(optarg, NULL);
+			break;
+		case 't':
+			steps = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'w':
+			warmup = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'S':
+			o.staleness_steps = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'p':
+			o.policy = strcmp(optarg, "clock") == 0
+				       ? EMB_CACHE_CLOCK
+				       : EMB_CACHE_LRU;
+			break;
+		case 'k':
+			depth = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
 		case 'm':
-			o.mode = strcmp(optarg, "wb") == 0 ? EMB_CACHE_WRITE_BACK
-							   : EMB_CACHE_WRITE_THROUGH;
+			o.mode = strcmp(optarg, "wb") == 0
+				     ? EMB_CACHE_WRITE_BACK
+				     : EMB_CACHE_WRITE_THROUGH;
 			break;
 		default:
 			fprintf(stderr, "usage: see tests/cache/cache_sim.c\n");
@@ -229,7 +249,8 @@ int main(int argc, char **argv)
 		if (b >= warmup + steps) {
 			/* Drain: no more batches to draw. */
 		} else {
-			/* Ranks scattered over the id space, as real ids are. */
+			/* Ranks scattered over the id space, as real ids are.
+			 */
 			for (uint32_t i = 0; i < o.max_batch; i++)
 				cur[i] = emb_id_hash(zipf_draw(&z, &rng));
 		}
@@ -262,11 +283,11 @@ int main(int argc, char **argv)
 			t_cache += now_s() - t0;
 			if (b >= warmup + depth) {
 				/* What the uncached path costs the worker's CPU
-				 * at least: dedup, then scatter the response rows
-				 * to every position. */
+				 * at least: dedup, then scatter the response
+				 * rows to every position. */
 				double u0 = now_s();
-				int nu = emb_dedup_run(d, use, o.max_batch, uniq,
-						       inv);
+				int nu = emb_dedup_run(d, use, o.max_batch,
+						       uniq, inv);
 
 				for (uint32_t i = 0; i < o.max_batch; i++)
 					memcpy(out + (size_t)i * o.dim,
@@ -278,7 +299,8 @@ int main(int argc, char **argv)
 		} else if (depth) {
 			rc = emb_cache_prefetch(c, cur, o.max_batch);
 			if (rc) {
-				fprintf(stderr, "prefetch: %s\n", emb_strerror(rc));
+				fprintf(stderr, "prefetch: %s\n",
+					emb_strerror(rc));
 				return 1;
 			}
 		}
@@ -287,7 +309,8 @@ int main(int argc, char **argv)
 	emb_cache_stats(c, &st);
 
 	{
-		uint64_t hits = st.hits - st0.hits, miss = st.misses - st0.misses;
+		uint64_t hits = st.hits - st0.hits,
+			 miss = st.misses - st0.misses;
 		double rowb = (double)emb_cache_row_floats(c) * sizeof(float);
 		double wb = (double)o.dim * sizeof(float);
 		double fetched = (double)(sb.rows_fetched - sb0.rows_fetched);
@@ -299,15 +322,16 @@ int main(int argc, char **argv)
 		       "policy %s staleness %u depth %u warmup %u steps %u\n",
 		       (unsigned long long)nids, s, o.capacity, o.max_batch,
 		       o.dim, o.mode ? "write-back" : "write-through",
-		       o.policy ? "clock" : "lru",
-		       o.staleness_steps, depth, warmup, steps);
+		       o.policy ? "clock" : "lru", o.staleness_steps, depth,
+		       warmup, steps);
 		printf("distinct ids per batch      %.1f\n",
 		       (double)uncached_rows / steps);
 		printf("hit ratio (distinct ids)    %.4f\n",
 		       (double)hits / (double)(hits + miss));
 		printf("rows fetched per step       %.1f (uncached %.1f)\n",
 		       fetched / steps, (double)uncached_rows / steps);
-		printf("bytes fetched per step      %.0f (uncached %.0f) = %.3fx\n",
+		printf("bytes fetched per step      %.0f (uncached %.0f) = "
+		       "%.3fx\n",
 		       fetched * rowb / steps,
 		       (double)uncached_rows * wb / steps,
 		       fetched * rowb / ((double)uncached_rows * wb));
@@ -321,15 +345,18 @@ int main(int argc, char **argv)
 		       total / (2.0 * (double)uncached_rows * wb));
 		printf("refetches per step          %.1f\n",
 		       (double)(st.refetches - st0.refetches) / steps);
-		printf("cache CPU time per step     %.1f us (prefetch + lookup + update)\n",
+		printf("cache CPU time per step     %.1f us (prefetch + lookup "
+		       "+ update)\n",
 		       t_cache / steps * 1e6);
-		printf("  of which lookup %.1f us, prefetch %.1f us, update %.1f us\n",
+		printf("  of which lookup %.1f us, prefetch %.1f us, update "
+		       "%.1f us\n",
 		       t_lookup / steps * 1e6, t_prefetch / steps * 1e6,
 		       (t_cache - t_lookup - t_prefetch) / steps * 1e6);
-		printf("uncached worker CPU per step %.1f us (dedup + scatter of "
-		       "the response), plus the wire: %.0f us at 25 Gb/s\n",
-		       t_uncached / steps * 1e6,
-		       (double)uncached_rows * wb / steps / (25e9 / 8) * 1e6);
+		printf(
+		    "uncached worker CPU per step %.1f us (dedup + scatter of "
+		    "the response), plus the wire: %.0f us at 25 Gb/s\n",
+		    t_uncached / steps * 1e6,
+		    (double)uncached_rows * wb / steps / (25e9 / 8) * 1e6);
 		printf("stalls %llu evictions %llu rows %u\n",
 		       (unsigned long long)(st.stalls - st0.stalls),
 		       (unsigned long long)(st.evictions - st0.evictions),

@@ -19,23 +19,23 @@
 #define NTOK 80
 
 struct backend {
-	struct emb_table *t;	/* the "servers" */
-	uint32_t dim;		/* weights per row */
-	uint32_t rf;		/* floats of a full table row */
-	bool full_rows;		/* fetch weights + state (write-back) */
-	bool slow;		/* non-blocking waits report -EAGAIN */
-	bool live[NTOK];	/* token issued and not yet reported */
-	uint32_t fetch_calls;	/* fetch_start calls */
-	uint32_t push_calls;	/* push calls */
-	uint32_t wb_calls;	/* write_back calls */
-	uint32_t wb_rows;	/* rows written back */
-	uint32_t fail_start;	/* fail this fetch_start call (1-based) */
-	uint32_t fail_wait;	/* fail the wait of this fetch_start call */
-	uint32_t fail_wb;	/* fail this write_back call */
-	uint32_t fail_push;	/* fail this push call */
-	uint32_t tok_call[NTOK];/* fetch_start call number of a token */
-	uint64_t log[1 << 16];	/* ids asked for since the log was reset */
-	uint32_t nlog;		/* entries in log */
+	struct emb_table *t;	 /* the "servers" */
+	uint32_t dim;		 /* weights per row */
+	uint32_t rf;		 /* floats of a full table row */
+	bool full_rows;		 /* fetch weights + state (write-back) */
+	bool slow;		 /* non-blocking waits report -EAGAIN */
+	bool live[NTOK];	 /* token issued and not yet reported */
+	uint32_t fetch_calls;	 /* fetch_start calls */
+	uint32_t push_calls;	 /* push calls */
+	uint32_t wb_calls;	 /* write_back calls */
+	uint32_t wb_rows;	 /* rows written back */
+	uint32_t fail_start;	 /* fail this fetch_start call (1-based) */
+	uint32_t fail_wait;	 /* fail the wait of this fetch_start call */
+	uint32_t fail_wb;	 /* fail this write_back call */
+	uint32_t fail_push;	 /* fail this push call */
+	uint32_t tok_call[NTOK]; /* fetch_start call number of a token */
+	uint64_t log[1 << 16];	 /* ids asked for since the log was reset */
+	uint32_t nlog;		 /* entries in log */
 };
 
 static int64_t be_fetch_start(void *arg, const uint64_t *ids, uint32_t n,
@@ -277,8 +277,8 @@ static void test_hits_misses(void)
 static void test_rows_per_position(void)
 {
 	struct backend *be = be_new();
-	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_BACK,
-					EMB_OPTIM_ADAGRAD, 4, 64, 1, 0);
+	struct emb_cache *c =
+	    cache_new(be, EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAGRAD, 4, 64, 1, 0);
 	const uint64_t ids[] = {9, 3, 9, 9, 12, 3};
 	float out[6 * 4], ref[6 * 4];
 	const float *ptrs[6];
@@ -299,8 +299,8 @@ static void test_rows_per_position(void)
 static void test_prefetch_before_lookup(void)
 {
 	struct backend *be = be_new();
-	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_THROUGH,
-					EMB_OPTIM_SGD, 4, 64, 2, 2);
+	struct emb_cache *c =
+	    cache_new(be, EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 4, 64, 2, 2);
 	const uint64_t b1[] = {1, 2, 3, 1};
 	const uint64_t b2[] = {3, 4, 5};
 	const uint64_t b3[] = {6};
@@ -340,8 +340,8 @@ static void test_prefetch_before_lookup(void)
 static void pins_survive(void)
 {
 	struct backend *be = be_new();
-	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_THROUGH,
-					EMB_OPTIM_SGD, 4, 8, 2, 100);
+	struct emb_cache *c =
+	    cache_new(be, EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 4, 8, 2, 100);
 	const uint64_t q[] = {1, 2, 3, 4};
 	uint64_t other[5], stalls;
 	float out[5 * 4];
@@ -382,9 +382,9 @@ static void prefetch_vs_staleness(uint32_t depth, uint32_t staleness)
 {
 	enum { STEPS = 12 };
 	struct backend *be = be_new();
-	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_THROUGH,
-					EMB_OPTIM_SGD, 4, 256, depth,
-					staleness);
+	struct emb_cache *c =
+	    cache_new(be, EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 4, 256, depth,
+		      staleness);
 	uint64_t ids[STEPS + 4][3];
 	float out[3 * 4], g[3 * 4] = {0};
 	struct emb_cache_stats st;
@@ -406,8 +406,9 @@ static void prefetch_vs_staleness(uint32_t depth, uint32_t staleness)
 		CU_ASSERT_EQUAL(emb_cache_update(c, g), 0);
 	}
 	emb_cache_stats(c, &st);
-	CU_ASSERT_EQUAL(st.rows_fetched, 3 * (STEPS + depth) -
-					 (depth <= staleness ? 0 : 3 * depth));
+	CU_ASSERT_EQUAL(st.rows_fetched,
+			3 * (STEPS + depth) -
+			    (depth <= staleness ? 0 : 3 * depth));
 	CU_ASSERT_EQUAL(st.refetches, 0);
 	/* Before the first step, batch s is used s updates later. */
 	CU_ASSERT_EQUAL(st.sync_fetches,
@@ -465,15 +466,15 @@ static void table_row(struct emb_table *t, uint64_t id, float *row)
 	const float *p = NULL;
 
 	CU_ASSERT_EQUAL_FATAL(
-		emb_table_pull_ptrs(t, &id, 1, &p, EMB_PULL_NOCREATE), 0);
+	    emb_table_pull_ptrs(t, &id, 1, &p, EMB_PULL_NOCREATE), 0);
 	memcpy(row, p, emb_table_row_floats(t) * sizeof(float));
 }
 
 static void test_write_back_on_evict(void)
 {
 	struct backend *be = be_new();
-	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_BACK,
-					EMB_OPTIM_ADAGRAD, 4, 2, 0, 0);
+	struct emb_cache *c =
+	    cache_new(be, EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAGRAD, 4, 2, 0, 0);
 	const uint64_t ab[] = {1, 2};
 	float out[2 * 4], g[2 * 4], want[8], got[8], before[8];
 	uint64_t three = 3;
@@ -527,8 +528,8 @@ static void test_write_back_on_evict(void)
 static void test_write_back_failure_keeps_dirty(void)
 {
 	struct backend *be = be_new();
-	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_BACK,
-					EMB_OPTIM_SGD, 4, 1, 0, 0);
+	struct emb_cache *c =
+	    cache_new(be, EMB_CACHE_WRITE_BACK, EMB_OPTIM_SGD, 4, 1, 0, 0);
 	uint64_t one = 1, two = 2;
 	float out[4], g[4] = {1, 1, 1, 1};
 	struct emb_cache_stats st;
@@ -569,8 +570,7 @@ static void train_vs_reference(uint32_t mode, uint32_t optim, uint32_t depth)
 {
 	enum { DIM = 8, BATCH = 256, STEPS = 150, RANGE = 3000, CAP = 800 };
 	struct backend *be = be_new();
-	struct emb_cache *c =
-		cache_new(be, mode, optim, DIM, CAP, depth, 0);
+	struct emb_cache *c = cache_new(be, mode, optim, DIM, CAP, depth, 0);
 	struct emb_table *ref = table_new(DIM, optim);
 	static uint64_t ids[STEPS][BATCH];
 	static float out[BATCH * DIM], want[BATCH * DIM], g[BATCH * DIM];
@@ -598,11 +598,10 @@ static void train_vs_reference(uint32_t mode, uint32_t optim, uint32_t depth)
 				      0);
 		if (s + depth < STEPS && depth)
 			CU_ASSERT_EQUAL(
-				emb_cache_prefetch(c, ids[s + depth], BATCH),
-				0);
+			    emb_cache_prefetch(c, ids[s + depth], BATCH), 0);
 		CU_ASSERT_EQUAL_FATAL(
-			emb_table_pull(ref, ids[s], BATCH, want, 0, NULL) >= 0,
-			true);
+		    emb_table_pull(ref, ids[s], BATCH, want, 0, NULL) >= 0,
+		    true);
 		for (int i = 0; i < BATCH * DIM; i++) {
 			if (!close_to(out[i], want[i]))
 				bad++;
@@ -670,8 +669,8 @@ static void test_staleness_refetch(void)
 {
 	enum { S = 2, RANGE = 40, BATCH = 16, STEPS = 60 };
 	struct backend *be = be_new();
-	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_THROUGH,
-					EMB_OPTIM_SGD, 4, 64, 0, S);
+	struct emb_cache *c =
+	    cache_new(be, EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 4, 64, 0, S);
 	int64_t fetched[RANGE];
 	uint64_t ids[BATCH], want[BATCH];
 	float out[BATCH * 4], g[BATCH * 4];
@@ -721,7 +720,8 @@ static void test_staleness_refetch(void)
 				if (age == 0)
 					CU_ASSERT(lag == 0.0f);
 				/* sgd, lr 0.05, grad 0.25 per update */
-				CU_ASSERT(lag <= 0.0f && lag >= -0.0125f * S * BATCH - 1e-4f);
+				CU_ASSERT(lag <= 0.0f &&
+					  lag >= -0.0125f * S * BATCH - 1e-4f);
 			}
 		}
 		CU_ASSERT_EQUAL_FATAL(emb_cache_update(c, g), 0);
@@ -735,8 +735,8 @@ static void test_staleness_refetch(void)
 static void test_batch_larger_than_cache(void)
 {
 	struct backend *be = be_new();
-	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_THROUGH,
-					EMB_OPTIM_SGD, 4, 4, 1, 0);
+	struct emb_cache *c =
+	    cache_new(be, EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 4, 4, 1, 0);
 	uint64_t ids[8] = {1, 2, 3, 4, 5, 1, 2, 3};
 	float out[8 * 4];
 	struct emb_cache_stats st;
@@ -757,8 +757,8 @@ static void test_batch_larger_than_cache(void)
 static void test_fetch_error(void)
 {
 	struct backend *be = be_new();
-	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_BACK,
-					EMB_OPTIM_SGD, 4, 16, 2, 0);
+	struct emb_cache *c =
+	    cache_new(be, EMB_CACHE_WRITE_BACK, EMB_OPTIM_SGD, 4, 16, 2, 0);
 	const uint64_t a[] = {1, 2, 3};
 	const uint64_t b[] = {3, 4};
 	float out[3 * 4], g[3 * 4] = {0};
@@ -795,8 +795,8 @@ static void test_fetch_error(void)
 static void test_push_error(void)
 {
 	struct backend *be = be_new();
-	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_THROUGH,
-					EMB_OPTIM_SGD, 4, 16, 0, 0);
+	struct emb_cache *c =
+	    cache_new(be, EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 4, 16, 0, 0);
 	const uint64_t a[] = {1, 2};
 	float out[2 * 4], g[2 * 4] = {1, 1, 1, 1, 1, 1, 1, 1};
 	struct emb_cache_stats st;
@@ -815,8 +815,8 @@ static void test_push_error(void)
 static void test_cancel(void)
 {
 	struct backend *be = be_new();
-	struct emb_cache *c = cache_new(be, EMB_CACHE_WRITE_THROUGH,
-					EMB_OPTIM_SGD, 4, 16, 2, 5);
+	struct emb_cache *c =
+	    cache_new(be, EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 4, 16, 2, 5);
 	struct emb_cache_stats st;
 
 	be->slow = true;
@@ -836,31 +836,31 @@ static void test_cancel(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"rejects bad options", test_bad_opts},
-		{"evicts the least recently used row", test_lru_order},
-		{"counts hits and misses of distinct ids", test_hits_misses},
-		{"returns the row of every position", test_rows_per_position},
-		{"prefetch fetches before lookup", test_prefetch_before_lookup},
-		{"write-through prefetch fetches only rows fresh at use",
-		 test_prefetch_vs_staleness},
-		{"pinned rows survive eviction pressure", test_pins_survive},
-		{"clock gives a used row a second chance",
-		 test_clock_second_chance},
-		{"writes back dirty rows on eviction and flush",
-		 test_write_back_on_evict},
-		{"failed write-back keeps rows dirty",
-		 test_write_back_failure_keeps_dirty},
-		{"write-through S=0 matches the table", test_write_through_matches},
-		{"write-back after flush matches the table",
-		 test_write_back_matches},
-		{"staleness refetches exactly the stale rows",
-		 test_staleness_refetch},
-		{"rejects a batch larger than the cache",
-		 test_batch_larger_than_cache},
-		{"fetch error surfaces from lookup", test_fetch_error},
-		{"push error surfaces from update", test_push_error},
-		{"cancel drops queued batches", test_cancel},
-		{NULL, NULL},
+	    {"rejects bad options", test_bad_opts},
+	    {"evicts the least recently used row", test_lru_order},
+	    {"counts hits and misses of distinct ids", test_hits_misses},
+	    {"returns the row of every position", test_rows_per_position},
+	    {"prefetch fetches before lookup", test_prefetch_before_lookup},
+	    {"write-through prefetch fetches only rows fresh at use",
+	     test_prefetch_vs_staleness},
+	    {"pinned rows survive eviction pressure", test_pins_survive},
+	    {"clock gives a used row a second chance",
+	     test_clock_second_chance},
+	    {"writes back dirty rows on eviction and flush",
+	     test_write_back_on_evict},
+	    {"failed write-back keeps rows dirty",
+	     test_write_back_failure_keeps_dirty},
+	    {"write-through S=0 matches the table", test_write_through_matches},
+	    {"write-back after flush matches the table",
+	     test_write_back_matches},
+	    {"staleness refetches exactly the stale rows",
+	     test_staleness_refetch},
+	    {"rejects a batch larger than the cache",
+	     test_batch_larger_than_cache},
+	    {"fetch error surfaces from lookup", test_fetch_error},
+	    {"push error surfaces from update", test_push_error},
+	    {"cancel drops queued batches", test_cancel},
+	    {NULL, NULL},
 	};
 
 	return emb_test_main(argc, argv, "cache/cache", cases);

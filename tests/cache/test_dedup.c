@@ -98,10 +98,10 @@ static void test_limits(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"matches reference on random batches", test_random_vs_reference},
-		{"forgets the previous batch", test_batches_independent},
-		{"rejects oversized batch and bad size", test_limits},
-		{NULL, NULL},
+	    {"matches reference on random batches", test_random_vs_reference},
+	    {"forgets the previous batch", test_batches_independent},
+	    {"rejects oversized batch and bad size", test_limits},
+	    {NULL, NULL},
 	};
 
 	return emb_test_main(argc, argv, "cache/dedup", cases);
