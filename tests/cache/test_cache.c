@@ -582,15 +582,6 @@ static void train_vs_reference(uint32_t mode, uint32_t optim, uint32_t depth)
 	for (int s = 0; s < STEPS; s++)
 		for (int i = 0; i < BATCH; i++)
 			ids[s][i] = draw_id(&rng, RANGE);
-	/*
-	 * The reference creates its rows one id at a time, so it does not
-	 * lean on how the store handles a missing id repeated in one pull
-	 * (the cache never sends one).
-	 */
-	for (int s = 0; s < STEPS; s++)
-		for (int i = 0; i < BATCH; i++)
-			CU_ASSERT(emb_table_pull(ref, &ids[s][i], 1, want, 0,
-						 NULL) >= 0);
 	for (uint32_t s = 0; s < depth && s < STEPS; s++)
 		CU_ASSERT_EQUAL(emb_cache_prefetch(c, ids[s], BATCH), 0);
 	for (uint32_t s = 0; s < STEPS; s++) {
