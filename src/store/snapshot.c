@@ -363,6 +363,9 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 	}
 	w->comp_cap = EMB_SNAP_BLOCK_HDR + (size_t)LZ4_compressBound(
 						   (int)raw_cap);
+	/* finish() builds the trailer in this buffer too. */
+	if (w->comp_cap < EMB_SNAP_TRAILER_SIZE)
+		w->comp_cap = EMB_SNAP_TRAILER_SIZE;
 	w->path = strdup(path);
 	w->tmp = malloc(plen + 32);
 	w->raw = malloc(raw_cap);
