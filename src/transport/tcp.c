@@ -130,6 +130,8 @@ struct tcp_conn {
 	bool destroyed;		    /* client: emb_conn_destroy() called */
 	bool want_out;		    /* EPOLLOUT wanted: socket was full */
 	bool rx_paused;		    /* not reading: output over bound */
+	bool in_rx;		    /* conn_rx/rx_parse on the stack */
+	bool in_flush;		    /* conn_flush on the stack */
 	emb_conn_fn on_close;	    /* user callback, may be NULL */
 	void *arg;		    /* for on_close / on_request */
 
@@ -166,6 +168,7 @@ struct tcp_listener {
 	struct emb_listener base;
 	struct ep ep;
 	struct tcp_listener *dead_next; /* tr->dead_listeners */
+	bool dead;		      /* destroyed; freed after this poll */
 	int fd;
 	struct emb_transport **loops; /* accepted conns go round-robin here */
 	uint32_t nloops;
@@ -189,7 +192,6 @@ struct tcp_tr {
 	struct tcp_conn *kick;	     /* conns with buffered input to parse */
 	struct tcp_conn *dead;	     /* conns to free */
 	struct tcp_listener *dead_listeners;
-	struct epoll_event ev[EVENTS_MAX];
 	struct iovec wiov[WIOV_MAX]; /* sendmsg scratch */
 	char *stage;		     /* STAGE_BYTES, if copy_max_bytes */
 };
@@ -807,7 +809,17 @@ static void conn_flush(struct tcp_tr *t, struct tcp_conn *c)
 
 	if (c->closed)
 		return;
+	if (c->in_flush) {
+		/*
+		 * A callback of this flush polled the loop again: frames the
+		 * kernel already took are still queued, so only the outer
+		 * flush may go on. Try again after it.
+		 */
+		conn_mark_dirty(t, c);
+		return;
+	}
 	c->busy++;
+	c->in_flush = true;
 	while (c->txq_head && !c->closed) {
 		cnt = tx_gather(t, c, &bytes);
 		if (bytes == 0) {
@@ -845,6 +857,7 @@ static void conn_flush(struct tcp_tr *t, struct tcp_conn *c)
 			break;
 		}
 	}
+	c->in_flush = false;
 	if (!c->txq_head)
 		c->want_out = false;
 	if (!c->closed) {
@@ -980,7 +993,10 @@ static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
 	ssize_t n;
 	char *dst;
 
+	if (c->in_rx)
+		return; /* nested poll from one of its callbacks: not now */
 	c->busy++;
+	c->in_rx = true;
 	while (!c->closed && !c->rx_paused && budget) {
 		direct = c->rstate != RX_HDR && c->rstart == c->rend &&
 			 c->need >= DIRECT_MIN;
@@ -1030,6 +1046,7 @@ static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
 		if ((size_t)n < want)
 			break;
 	}
+	c->in_rx = false;
 	c->busy--;
 }
 
@@ -1125,7 +1142,7 @@ static void listener_accept(struct tcp_tr *t, struct tcp_listener *l)
 	socklen_t len;
 	int fd, rc;
 
-	for (;;) {
+	while (!l->dead) {
 		len = sizeof(sa);
 		fd = accept4(l->fd, (struct sockaddr *)&sa, &len,
 			     SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -1271,26 +1288,38 @@ static void tcp_destroy(struct emb_transport *tr)
 	free(t);
 }
 
+/*
+ * Flushes dirty conns and parses kicked ones. Each round takes the lists
+ * whole, so a conn marked again meanwhile waits for the next round instead
+ * of spinning this one.
+ */
 static int work(struct tcp_tr *t)
 {
-	struct tcp_conn *c;
+	struct tcp_conn *c, *list;
 	int n = 0;
 
 	for (int round = 0; round < WORK_ROUNDS && (t->dirty || t->kick);
 	     round++) {
-		while ((c = t->dirty)) {
-			t->dirty = c->dirty_next;
+		list = t->dirty;
+		t->dirty = NULL;
+		while ((c = list)) {
+			list = c->dirty_next;
 			c->dirty = false;
 			conn_flush(t, c);
 			n++;
 		}
-		while ((c = t->kick)) {
-			t->kick = c->kick_next;
+		list = t->kick;
+		t->kick = NULL;
+		while ((c = list)) {
+			list = c->kick_next;
 			c->kicked = false;
-			if (c->closed || c->rx_paused)
+			/* in_rx: the parse on the stack goes on by itself. */
+			if (c->closed || c->rx_paused || c->in_rx)
 				continue;
 			c->busy++;
+			c->in_rx = true;
 			rx_parse(t, c);
+			c->in_rx = false;
 			c->busy--;
 			n++;
 		}
@@ -1301,6 +1330,8 @@ static int work(struct tcp_tr *t)
 static int tcp_poll(struct emb_transport *tr, int timeout_ms)
 {
 	struct tcp_tr *t = to_tr(tr);
+	/* On the stack: a callback may poll this loop again. */
+	struct epoll_event ev[EVENTS_MAX];
 	uint64_t next, now, ncb = t->ncb;
 	int n, rc = 0, handled;
 
@@ -1318,13 +1349,13 @@ static int tcp_poll(struct emb_transport *tr, int timeout_ms)
 		if (timeout_ms < 0 || wait < (uint64_t)timeout_ms)
 			timeout_ms = (int)(wait < INT_MAX ? wait : INT_MAX);
 	}
-	n = epoll_wait(t->epfd, t->ev, EVENTS_MAX, timeout_ms);
+	n = epoll_wait(t->epfd, ev, EVENTS_MAX, timeout_ms);
 	if (n < 0) {
 		rc = -errno;
 		n = 0;
 	}
 	for (int i = 0; i < n; i++) {
-		struct ep *ep = t->ev[i].data.ptr;
+		struct ep *ep = ev[i].data.ptr;
 
 		switch (ep->kind) {
 		case EP_WAKE:
@@ -1336,7 +1367,7 @@ static int tcp_poll(struct emb_transport *tr, int timeout_ms)
 			break;
 		case EP_CONN:
 			conn_event(t, emb__container_of(ep, struct tcp_conn, ep),
-				   t->ev[i].events);
+				   ev[i].events);
 			break;
 		}
 	}
@@ -1440,6 +1471,7 @@ static void tcp_listener_destroy(struct emb_listener *el)
 						   base);
 	struct tcp_tr *t = to_tr(el->tr);
 
+	l->dead = true;
 	epoll_ctl(t->epfd, EPOLL_CTL_DEL, l->fd, NULL);
 	close(l->fd);
 	emb_log(EMB_LOG_INFO, "tcp: stopped listening on port %u",

@@ -983,6 +983,57 @@ static void test_held_bound(void)
 	echo_stop(s);
 }
 
+struct nested {
+	struct emb_conn *other;	/* conn the callback calls on */
+	int calls;		/* callbacks run */
+	int errors;		/* failed nested calls */
+};
+
+static void nested_done(void *ctx, int status, const struct emb_frame_hdr *r)
+{
+	struct nested *n = ctx;
+	struct emb_frame_hdr h = {.opcode = ECHO_OP_ECHO}, rh;
+	uint32_t v = (uint32_t)n->calls, back = ~0u;
+	struct iovec iov = {.iov_base = &v, .iov_len = 4};
+
+	(void)r;
+	n->calls++;
+	/* A blocking call from inside a callback polls the loop again. */
+	if (status ||
+	    emb_conn_call_sync(n->other, &h, &iov, 1, &back, 4, &rh) ||
+	    back != v)
+		n->errors++;
+}
+
+static void test_nested_poll(void)
+{
+	enum { N = 8 };
+	struct echo_server *s = serve(1, NULL);
+	struct emb_transport *tr = client_tr(NULL);
+	struct emb_conn *a = dial(tr, echo_port(s), 10000);
+	struct nested n = {.other = dial(tr, echo_port(s), 10000)};
+	struct emb_frame_hdr h = {.opcode = ECHO_OP_ECHO};
+	uint64_t payload[N], back[N];
+	struct iovec iov[N];
+
+	for (int i = 0; i < N; i++) {
+		payload[i] = (uint64_t)i;
+		iov[i] = (struct iovec){.iov_base = &payload[i], .iov_len = 8};
+		CU_ASSERT_EQUAL(emb_conn_call(a, &h, &iov[i], 1, &back[i], 8,
+					      nested_done, &n),
+				0);
+	}
+	while (n.calls < N)
+		emb_transport_poll(tr, 100);
+	CU_ASSERT_EQUAL(n.errors, 0);
+	for (int i = 0; i < N; i++)
+		CU_ASSERT_EQUAL(back[i], payload[i]);
+	emb_conn_destroy(a);
+	emb_conn_destroy(n.other);
+	emb_transport_destroy(tr);
+	echo_stop(s);
+}
+
 static const struct emb_test_case cases[] = {
 	{"round trips small frames", test_small_frames},
 	{"round trips 4 MiB frames", test_big_frames},
@@ -1011,6 +1062,7 @@ static const struct emb_test_case cases[] = {
 	{"fails a reply posted after its conn closed", test_late_reply},
 	{"stops reading a conn that holds max_inflight requests",
 	 test_held_bound},
+	{"lets a callback poll the loop again", test_nested_poll},
 	{NULL, NULL},
 };
 
