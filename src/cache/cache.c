@@ -888,6 +888,8 @@ static int lookup_batch(struct emb_cache *c, const uint64_t *ids, uint32_t n)
 	for (uint32_t u = 0; u < b->nuniq; u++) {
 		struct slot *sl = &c->slots[b->slots[u]];
 
+		if (u + AHEAD < b->nuniq)
+			__builtin_prefetch(&c->slots[b->slots[u + AHEAD]]);
 		if (sl->state != SLOT_INFLIGHT)
 			continue;
 		wrc = fetch_end(c, &c->fetches[sl->rec], &stalled);
