@@ -27,7 +27,9 @@
 #include "transport/transport.h"
 
 #define NONE UINT32_MAX
-#define ADMIN_RESP_MAX (EMB_WIRE_HDR_SIZE + 1024u * EMB_WIRE_LIST_ENTRY_SIZE)
+/* A whole number of 64-byte lines: aligned_alloc() needs a multiple. */
+#define ADMIN_RESP_MAX                                                         \
+	((EMB_WIRE_HDR_SIZE + 1024u * EMB_WIRE_LIST_ENTRY_SIZE + 63u) & ~63u)
 
 struct server {
 	char host[256];		    /* as given */
@@ -135,6 +137,7 @@ static void op_free(struct emb_async *op)
 		return;
 	pthread_cond_destroy(&op->cv);
 	pthread_mutex_destroy(&op->mu);
+	free(op->parts);
 	free(op->resp_mem);
 	free(op->mem);
 	free(op);
@@ -476,8 +479,6 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	return 0;
 err:
 	free(cnt);
-	if (op)
-		free(op->parts);
 	op_free(op);
 	return rc;
 }
@@ -548,8 +549,6 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 	return 0;
 err:
 	free(cnt);
-	if (op)
-		free(op->parts);
 	op_free(op);
 	return rc;
 }
@@ -619,7 +618,6 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 err:
 	free(cnt);
 	free(start);
-	free(op->parts);
 	op_free(op);
 	return rc;
 }
@@ -750,15 +748,12 @@ static struct emb_async *broadcast(struct emb_client *c, uint8_t opcode,
 	*rc = op->status;
 	return op;
 err:
-	free(op->parts);
 	op_free(op);
 	return NULL;
 }
 
 static void admin_free(struct emb_async *op)
 {
-	if (op)
-		free(op->parts);
 	op_free(op);
 }
 
