@@ -90,6 +90,9 @@ static void test_hung(void)
 	/* The kernel still accepts bytes for a stopped process, so requests
 	 * go out and only the deadline can end them. */
 	CU_ASSERT_EQUAL_FATAL(kill(ch.pid, SIGSTOP), 0);
+	/* kill() returns before every thread has stopped; this does not. */
+	CU_ASSERT_EQUAL_FATAL(waitpid(ch.pid, &status, WUNTRACED), ch.pid);
+	CU_ASSERT_FATAL(WIFSTOPPED(status));
 	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 64, rows, 0, NULL),
 			-ETIMEDOUT);
 	CU_ASSERT_NOT_EQUAL(emb_client_table_push(t, ids, 64, rows, 1, 0), 0);
