@@ -36,7 +36,18 @@ struct srv_table {
 	uint32_t refs;		   /* registry + in-flight replies; atomic */
 };
 
+/* A request held back to keep a connection's order (see on_request). */
+struct held {
+	struct emb_req *req;	/* still owned: replied when dispatched */
+	struct held *next;	/* FIFO */
+};
+
 struct srv_conn {
+	struct emb_server *s;	    /* owner */
+	struct emb_conn *c;	    /* NULL once closed */
+	uint32_t zc_replies;	    /* PULL replies still reading table memory */
+	struct held *held;	    /* oldest held request */
+	struct held *held_tail;	    /* newest held request */
 	bool hello;	    /* HELLO accepted */
 	struct emb_dump_sess *dump; /* open DUMP session (server_dump.c) */
 	bool closing;	    /* auth failed or stream untrusted: close once the
@@ -583,6 +594,7 @@ static int on_ping(struct emb_server *s, struct emb_req *req,
 /* State of one PULL reply while its rows are on the wire. */
 struct pull_ctx {
 	struct emb_server *s;	   /* for the in-flight count */
+	struct srv_conn *sc;	   /* its connection; kept alive until done */
 	struct srv_table *st;	   /* referenced until done */
 	const float **ptrs;	   /* n row pointers into table memory */
 	struct iovec *iov;	   /* n + 2 entries */
@@ -590,13 +602,22 @@ struct pull_ctx {
 	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE]; /* unused header slot */
 };
 
+static void conn_drain(struct srv_conn *sc);
+
 static void pull_done(void *ctx, int status)
 {
 	struct pull_ctx *pc = ctx;
+	struct srv_conn *sc = pc->sc;
 
 	(void)status;
 	table_put(pc->st);
 	free(pc);
+	if (sc && --sc->zc_replies == 0) {
+		if (!sc->c)
+			free(sc); /* closed while this reply was out */
+		else
+			conn_drain(sc);
+	}
 }
 
 static int on_pull(struct emb_server *s, struct emb_req *req,
@@ -627,6 +648,7 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	}
 	pc = (struct pull_ctx *)(void *)mem;
 	pc->s = s;
+	pc->sc = NULL;
 	pc->st = st;
 	pc->ptrs = (const float **)(void *)(mem + sizeof(*pc));
 	pc->iov = (struct iovec *)(void *)(pc->ptrs + p.n);
@@ -658,6 +680,10 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	hdr.table_id = p.table_id;
 	hdr.count = p.n;
 	/* iov[0] is the encoder's header; the transport writes its own. */
+	/* From here until pull_done() the reply reads table memory. */
+	pc->sc = emb_conn_user(req->conn);
+	if (pc->sc)
+		pc->sc->zc_replies++;
 	if (emb_conn_reply(req, &hdr, pc->iov + 1, niov - 1, pull_done, pc))
 		pull_done(pc, 0);
 	finish(s);
@@ -806,9 +832,81 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 	}
 }
 
+/* Requests that change rows a queued PULL reply may still be reading. */
+static bool writes_rows(uint8_t op)
+{
+	return op == EMB_OP_PUSH || op == EMB_OP_ASSIGN || op == EMB_OP_ERASE ||
+	       op == EMB_OP_DROP_TABLE;
+}
+
+/*
+ * Runs held requests in arrival order until one must wait again. Loop
+ * thread of the conn only.
+ */
+static void conn_drain(struct srv_conn *sc)
+{
+	while (sc->held && sc->c) {
+		struct held *h = sc->held;
+
+		if (writes_rows(h->req->hdr.opcode) && sc->zc_replies)
+			return;
+		sc->held = h->next;
+		if (!sc->held)
+			sc->held_tail = NULL;
+		finish(sc->s); /* dispatch() counts it again */
+		(void)dispatch(sc->s, sc->c, h->req, &h->req->hdr,
+			       h->req->payload);
+		free(h);
+	}
+}
+
+static void conn_release_held(struct srv_conn *sc)
+{
+	while (sc->held) {
+		struct held *h = sc->held;
+
+		sc->held = h->next;
+		emb_req_release(h->req);
+		finish(sc->s);
+		free(h);
+	}
+	sc->held_tail = NULL;
+}
+
+/*
+ * PULL replies are sent straight from table memory, so a PUSH on the same
+ * connection that arrives while one is still on the wire would change rows
+ * under it. Such writes wait until the connection's PULL replies are out,
+ * and everything after a waiting request waits behind it: a client sees
+ * its own requests take effect in the order it sent them.
+ */
 static void on_request(void *arg, struct emb_conn *c, struct emb_req *req,
 		       const struct emb_frame_hdr *hdr, void *payload)
 {
+	struct srv_conn *sc = emb_conn_user(c);
+	struct held *h;
+
+	if (sc && (sc->held || (sc->zc_replies && writes_rows(hdr->opcode)))) {
+		h = malloc(sizeof(*h));
+		if (h) {
+			h->req = req;
+			h->next = NULL;
+			if (sc->held_tail)
+				sc->held_tail->next = h;
+			else
+				sc->held = h;
+			sc->held_tail = h;
+			/* Counted as in flight, so a graceful stop waits. */
+			__atomic_fetch_add(&sc->s->inflight, 1,
+					   __ATOMIC_ACQUIRE);
+			return;
+		}
+		emb_log(EMB_LOG_ERROR, "%s: out of memory, closing",
+			emb_conn_peer(c));
+		emb_req_release(req);
+		emb_conn_close(c, -ENOMEM);
+		return;
+	}
 	(void)dispatch(arg, c, req, hdr, payload);
 }
 
@@ -825,6 +923,8 @@ static void on_open(void *arg, struct emb_conn *c, int reason)
 		emb_conn_close(c, -ENOMEM);
 		return;
 	}
+	sc->s = s;
+	sc->c = c;
 	emb_conn_set_user(c, sc);
 	add(&s->conns_open, 1);
 	add(&s->conns_total, 1);
@@ -841,7 +941,11 @@ static void on_close(void *arg, struct emb_conn *c, int reason)
 		return;
 	emb_conn_set_user(c, NULL);
 	emb__server_dump_free(sc->dump);
-	free(sc);
+	conn_release_held(sc);
+	sc->c = NULL;
+	/* A PULL reply still out frees it when it completes. */
+	if (!sc->zc_replies)
+		free(sc);
 	__atomic_fetch_sub(&s->conns_open, 1, __ATOMIC_RELAXED);
 	if (reason && reason != EMB_EPEERDEAD)
 		emb_log(EMB_LOG_WARN, "connection from %s closed: %s",
