@@ -53,6 +53,8 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size,
 {
 	struct emb_arena *a = arena_of(h);
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	emb_extent_fn fn;
+	void *arg;
 	size_t map_len, lead, trail;
 	char *raw, *p;
 
@@ -84,6 +86,16 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size,
 	if (size >= HUGE_PAGE)
 		madvise(p, size, MADV_HUGEPAGE);
 
+	/* The owner's hook runs with no lock of ours held, so it may call
+	 * back into the table (stats, say) without deadlocking. */
+	pthread_mutex_lock(&a->lock);
+	fn = a->fn;
+	arg = a->arg;
+	pthread_mutex_unlock(&a->lock);
+	if (fn && fn(arg, p, size, true) != 0) {
+		munmap(p, size);
+		return NULL;
+	}
 	pthread_mutex_lock(&a->lock);
 	if (a->nregions == a->cap) {
 		size_t ncap = a->cap ? 2 * a->cap : 16;
@@ -94,8 +106,6 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size,
 		a->regions = r;
 		a->cap = ncap;
 	}
-	if (a->fn && a->fn(a->arg, p, size, true) != 0)
-		goto err_unlock;
 	a->regions[a->nregions++] = (struct region){p, size};
 	a->bytes += size;
 	pthread_mutex_unlock(&a->lock);
@@ -106,6 +116,8 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size,
 
 err_unlock:
 	pthread_mutex_unlock(&a->lock);
+	if (fn)
+		fn(arg, p, size, false);
 	munmap(p, size);
 	return NULL;
 }
@@ -238,21 +250,36 @@ size_t emb__arena_size_class(size_t n)
 
 int emb__arena_set_hook(struct emb_arena *a, emb_extent_fn fn, void *arg)
 {
-	size_t i;
+	struct region *copy = NULL;
+	size_t i, n;
 	int rc = 0;
 
+	/* Replay from a copy, with no lock held, so the hook may call back
+	 * into the table (the table is not shared yet, see store.h). */
 	pthread_mutex_lock(&a->lock);
-	for (i = 0; fn && i < a->nregions; i++) {
-		rc = fn(arg, a->regions[i].addr, a->regions[i].len, true);
+	n = fn ? a->nregions : 0;
+	if (n) {
+		copy = malloc(n * sizeof(*copy));
+		if (!copy) {
+			pthread_mutex_unlock(&a->lock);
+			return -ENOMEM;
+		}
+		memcpy(copy, a->regions, n * sizeof(*copy));
+	}
+	pthread_mutex_unlock(&a->lock);
+	for (i = 0; i < n; i++) {
+		rc = fn(arg, copy[i].addr, copy[i].len, true);
 		if (rc)
 			break;
 	}
 	if (rc) {
 		while (i-- > 0)
-			fn(arg, a->regions[i].addr, a->regions[i].len, false);
+			fn(arg, copy[i].addr, copy[i].len, false);
 		fn = NULL;
 		arg = NULL;
 	}
+	free(copy);
+	pthread_mutex_lock(&a->lock);
 	a->fn = fn;
 	a->arg = arg;
 	pthread_mutex_unlock(&a->lock);

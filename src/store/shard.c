@@ -106,7 +106,7 @@ static int grow_index(struct emb_table *t, struct emb_shard *s)
 	}
 	free(s->slots);
 	s->slots = slots;
-	s->nslots = n;
+	__atomic_store_n(&s->nslots, n, __ATOMIC_RELAXED);
 	s->grow_at = (uint32_t)((uint64_t)n * LOAD_NUM / LOAD_DEN);
 	return 0;
 }
@@ -133,7 +133,8 @@ static int add_slab(struct emb_table *t, struct emb_shard *s)
 		emb__table_charge(t, -(int64_t)t->slab_alloc_bytes);
 		return EMB_EARENA;
 	}
-	s->slabs[s->nslabs++] = slab;
+	s->slabs[s->nslabs] = slab;
+	__atomic_store_n(&s->nslabs, s->nslabs + 1, __ATOMIC_RELAXED);
 	return 0;
 }
 

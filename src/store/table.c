@@ -801,13 +801,17 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 	uint64_t index_bytes = 0, slab_bytes = 0, ext_bytes;
 
 	memset(out, 0, sizeof(*out));
+	/* No shard lock: stats may be called from an extent hook, which runs
+	 * while a shard grows under its lock. */
 	for (uint32_t si = 0; si < t->nshards; si++) {
 		struct emb_shard *s = &t->shards[si];
 
-		pthread_mutex_lock(&s->lock);
-		index_bytes += (uint64_t)s->nslots * sizeof(*s->slots);
-		slab_bytes += (uint64_t)s->nslabs * t->slab_alloc_bytes;
-		pthread_mutex_unlock(&s->lock);
+		index_bytes += (uint64_t)__atomic_load_n(&s->nslots,
+							 __ATOMIC_RELAXED) *
+			       sizeof(*s->slots);
+		slab_bytes += (uint64_t)__atomic_load_n(&s->nslabs,
+							__ATOMIC_RELAXED) *
+			      t->slab_alloc_bytes;
 	}
 	out->rows = load_stat(&t->rows);
 	out->slab_bytes = slab_bytes;
