@@ -20,6 +20,7 @@
 #include "transport/transport_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -170,6 +171,7 @@ struct tcp_listener {
 	struct tcp_listener *dead_next; /* tr->dead_listeners */
 	bool dead;		      /* destroyed; freed after this poll */
 	int fd;
+	int spare_fd;		      /* /dev/null, given up when out of fds */
 	struct emb_transport **loops; /* accepted conns go round-robin here */
 	uint32_t nloops;
 	uint32_t rr;		      /* next loop index */
@@ -1149,6 +1151,27 @@ static void listener_accept(struct tcp_tr *t, struct tcp_listener *l)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
+			if ((errno == EMFILE || errno == ENFILE) &&
+			    l->spare_fd >= 0) {
+				/*
+				 * Out of fds: the pending conn would keep the
+				 * level-triggered listener firing forever.
+				 * Spend the spare fd to accept and drop it.
+				 */
+				close(l->spare_fd);
+				fd = accept(l->fd, NULL, NULL);
+				if (fd >= 0)
+					close(fd);
+				l->spare_fd = open("/dev/null",
+						   O_RDONLY | O_CLOEXEC);
+				/* accept says EMFILE with nothing queued. */
+				if (fd < 0)
+					return;
+				emb_log(EMB_LOG_WARN,
+					"tcp: out of fds, refused a conn on port %u",
+					l->base.port);
+				continue;
+			}
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
 				emb_log(EMB_LOG_WARN, "tcp: accept on port %u: %s",
 					l->base.port, emb_strerror(-errno));
@@ -1399,6 +1422,7 @@ static int tcp_listen(struct emb_transport *tr,
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
+	l->spare_fd = -1;
 	l->nloops = opts->nloops ? opts->nloops : 1;
 	l->loops = calloc(l->nloops, sizeof(*l->loops));
 	if (!l->loops) {
@@ -1431,6 +1455,7 @@ static int tcp_listen(struct emb_transport *tr,
 		rc = -errno;
 		goto err_close_fd;
 	}
+	l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	l->base.tr = tr;
 	l->base.port = ntohs(sa.ss_family == AF_INET6 ?
 				     ((struct sockaddr_in6 *)&sa)->sin6_port :
@@ -1453,6 +1478,8 @@ static int tcp_listen(struct emb_transport *tr,
 	return 0;
 
 err_close_fd:
+	if (l->spare_fd >= 0)
+		close(l->spare_fd);
 	close(l->fd);
 err_free_ai:
 	freeaddrinfo(ai);
@@ -1474,6 +1501,8 @@ static void tcp_listener_destroy(struct emb_listener *el)
 	l->dead = true;
 	epoll_ctl(t->epfd, EPOLL_CTL_DEL, l->fd, NULL);
 	close(l->fd);
+	if (l->spare_fd >= 0)
+		close(l->spare_fd);
 	emb_log(EMB_LOG_INFO, "tcp: stopped listening on port %u",
 		el->port);
 	/* An event for it may still sit in this poll's batch. */

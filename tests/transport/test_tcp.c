@@ -4,12 +4,15 @@
  * and a hand-written server that answers badly.
  */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/err.h"
@@ -409,6 +412,83 @@ static void test_staged_replies(void)
 	teardown(&f);
 }
 
+/*
+ * The server's process runs out of fds (in a child, so the limit hurts no
+ * one else): a conn it cannot take is refused instead of spinning the
+ * listener, and once fds are back it serves again.
+ */
+static void fd_exhaustion_child(int up, int down)
+{
+	struct echo_server *srv;
+	struct rlimit rl;
+	int fill[4096], n = 0;
+	uint16_t port;
+	char cmd;
+
+	if (echo_start("tcp", 1, NULL, &srv))
+		_exit(2);
+	port = echo_port(srv);
+	rl.rlim_cur = 256;
+	rl.rlim_max = 256;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		_exit(4);
+	while (n < 4096 && (fill[n] = open("/dev/null", O_RDONLY)) >= 0)
+		n++;
+	if (n == 4096 || write(up, &port, sizeof(port)) != sizeof(port))
+		_exit(3);
+	/* 'f': give the fds back and say so; EOF: done. */
+	while (read(down, &cmd, 1) == 1) {
+		while (n)
+			close(fill[--n]);
+		if (write(up, &cmd, 1) != 1)
+			_exit(5);
+	}
+	echo_stop(srv);
+	_exit(0);
+}
+
+static void test_fd_exhaustion(void)
+{
+	int up[2], down[2], status = 0, fd;
+	struct emb_frame_hdr h = hdr(ECHO_OP_ECHO, 4, 7), rh;
+	char buf[36], back[36];
+	uint16_t port = 0;
+	pid_t pid;
+
+	CU_ASSERT_FATAL(pipe(up) == 0 && pipe(down) == 0);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		close(up[0]);
+		close(down[1]);
+		fd_exhaustion_child(up[1], down[0]);
+	}
+	close(up[1]);
+	close(down[0]);
+	CU_ASSERT_FATAL(read(up[0], &port, sizeof(port)) == sizeof(port));
+
+	fd = raw_connect(port, 0);
+	CU_ASSERT_TRUE(raw_closed(fd)); /* refused: no fd to take it */
+	close(fd);
+
+	CU_ASSERT_FATAL(write(down[1], "f", 1) == 1);
+	CU_ASSERT_FATAL(read(up[0], buf, 1) == 1);
+	fd = raw_connect(port, 0);
+	memcpy(buf, &h, 32);
+	memcpy(buf + 32, "ping", 4);
+	raw_send(fd, buf, sizeof(buf));
+	CU_ASSERT_TRUE(raw_recv(fd, back, sizeof(back)));
+	memcpy(&rh, back, 32);
+	CU_ASSERT_EQUAL(rh.req_id, 7);
+	CU_ASSERT(memcmp(back + 32, "ping", 4) == 0);
+	close(fd);
+
+	close(down[1]);
+	close(up[0]);
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* ---- a hand-written server for the client side ------------------------ */
 
 struct raw_server {
@@ -573,6 +653,7 @@ static const struct emb_test_case cases[] = {
 	{"bounds a slow reader with staged replies too",
 	 test_slow_reader_staged},
 	{"sends staged small reply pieces intact", test_staged_replies},
+	{"refuses conns while out of fds and recovers", test_fd_exhaustion},
 	{"client closes on a response with bad magic",
 	 test_client_bad_response},
 	{"client drops a response for an unknown request", test_client_unmatched},
