@@ -1082,7 +1082,8 @@ static void destroy_listener_task(void *arg)
 	struct emb_server *s = arg;
 
 	emb_listener_destroy(s->listener);
-	s->listener = NULL;
+	/* emb_server_stop() polls this from the controlling thread. */
+	__atomic_store_n(&s->listener, NULL, __ATOMIC_RELEASE);
 }
 
 void emb_server_stop(struct emb_server *s, uint32_t grace_ms)
