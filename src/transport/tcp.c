@@ -36,18 +36,18 @@
 #include "common/err.h"
 #include "common/log.h"
 
-#define RBUF_BYTES (64u << 10)	    /* per-conn receive buffer */
-#define DIRECT_MIN (16u << 10)	    /* read payloads this big in place */
-#define READ_BUDGET (4u << 20)	    /* bytes read from one conn per event */
-#define EVENTS_MAX 64		    /* epoll events taken per wait */
-#define WIOV_MAX 1024		    /* pieces per sendmsg (Linux IOV_MAX) */
-#define REQ_BUF_KEEP (1u << 20)	    /* request buffers above this are freed */
-#define WORK_ROUNDS 64		    /* flush/kick rounds per poll */
-#define PREFETCH_MAX 4096	    /* pieces up to this are prefetched */
+#define RBUF_BYTES     (64u << 10)  /* per-conn receive buffer */
+#define DIRECT_MIN     (16u << 10)  /* read payloads this big in place */
+#define READ_BUDGET    (4u << 20)   /* bytes read from one conn per event */
+#define EVENTS_MAX     64	    /* epoll events taken per wait */
+#define WIOV_MAX       1024	    /* pieces per sendmsg (Linux IOV_MAX) */
+#define REQ_BUF_KEEP   (1u << 20)   /* request buffers above this are freed */
+#define WORK_ROUNDS    64	    /* flush/kick rounds per poll */
+#define PREFETCH_MAX   4096	    /* pieces up to this are prefetched */
 #define PREFETCH_AHEAD 8	    /* pieces prefetched ahead of a copy */
-#define STAGE_BYTES (256u << 10)    /* staging buffer per loop */
-#define TX_IOV_INLINE 4		    /* iov entries a tx holds without heap */
-#define TX_IOV_KEEP 8192	    /* bigger iov copies are freed on reuse */
+#define STAGE_BYTES    (256u << 10) /* staging buffer per loop */
+#define TX_IOV_INLINE  4	    /* iov entries a tx holds without heap */
+#define TX_IOV_KEEP    8192	    /* bigger iov copies are freed on reuse */
 
 enum ep_kind {
 	EP_WAKE,
@@ -72,109 +72,109 @@ struct tx {
 	int heap_cap;		  /* entries at heap */
 	struct iovec *heap;	  /* copies of arrays over TX_IOV_INLINE */
 	struct iovec inl[TX_IOV_INLINE]; /* copies of short arrays */
-	int idx;		  /* piece being sent; -1 = the header */
-	size_t off;		  /* bytes of that piece already sent */
-	uint64_t total;		  /* header + payload bytes */
-	bool is_call;		  /* struct call (client) or tcp_req (server) */
+	int idx;			 /* piece being sent; -1 = the header */
+	size_t off;			 /* bytes of that piece already sent */
+	uint64_t total;			 /* header + payload bytes */
+	bool is_call; /* struct call (client) or tcp_req (server) */
 };
 
 /* A client call slot; req_id = generation << 32 | slot index. */
 struct call {
-	struct tx tx;		  /* the request frame */
-	struct call *prev;	  /* pending list, in deadline order */
+	struct tx tx;	   /* the request frame */
+	struct call *prev; /* pending list, in deadline order */
 	struct call *next;
-	uint64_t req_id;	  /* id of the call now using the slot */
-	uint64_t deadline_ms;	  /* emb__now_ms() limit; UINT64_MAX = none */
-	void *resp_buf;		  /* caller's buffer for the payload */
-	size_t resp_cap;	  /* bytes it holds */
-	emb_call_done_fn done;	  /* completion */
-	void *ctx;		  /* passed to done */
-	uint32_t next_free;	  /* free list link (slot index) */
-	bool pending;		  /* a call uses the slot */
-	bool queued;		  /* tx still in the out queue */
-	bool receiving;		  /* its response is being read */
+	uint64_t req_id;       /* id of the call now using the slot */
+	uint64_t deadline_ms;  /* emb__now_ms() limit; UINT64_MAX = none */
+	void *resp_buf;	       /* caller's buffer for the payload */
+	size_t resp_cap;       /* bytes it holds */
+	emb_call_done_fn done; /* completion */
+	void *ctx;	       /* passed to done */
+	uint32_t next_free;    /* free list link (slot index) */
+	bool pending;	       /* a call uses the slot */
+	bool queued;	       /* tx still in the out queue */
+	bool receiving;	       /* its response is being read */
 };
 
 /* A server request record, pooled per conn. */
 struct tcp_req {
-	struct emb_req base;	  /* conn, hdr, payload */
-	struct tx tx;		  /* the reply frame */
+	struct emb_req base;	   /* conn, hdr, payload */
+	struct tx tx;		   /* the reply frame */
 	struct tcp_req *next_free; /* pool link */
-	void *buf;		  /* payload storage, reused */
-	size_t buf_cap;		  /* bytes at buf */
-	emb_send_done_fn done;	  /* reply completion, may be NULL */
-	void *ctx;		  /* passed to done */
+	void *buf;		   /* payload storage, reused */
+	size_t buf_cap;		   /* bytes at buf */
+	emb_send_done_fn done;	   /* reply completion, may be NULL */
+	void *ctx;		   /* passed to done */
 };
 
 enum rx_state {
-	RX_HDR,		/* collecting a header */
-	RX_BODY,	/* payload goes to dst */
-	RX_DISCARD,	/* payload is read and dropped */
+	RX_HDR,	    /* collecting a header */
+	RX_BODY,    /* payload goes to dst */
+	RX_DISCARD, /* payload is read and dropped */
 };
 
 struct tcp_conn {
 	struct emb_conn base;
 	struct ep ep;
-	struct tcp_conn *prev;	    /* tr's list of all conns */
+	struct tcp_conn *prev; /* tr's list of all conns */
 	struct tcp_conn *next;
 	struct tcp_conn *dirty_next; /* tr->dirty: output not tried yet */
 	struct tcp_conn *kick_next;  /* tr->kick: buffered input to parse */
 	struct tcp_conn *dead_next;  /* tr->dead: free at end of poll */
-	int fd;			    /* -1 once closed */
-	uint32_t events;	    /* epoll mask now installed */
-	int busy;		    /* > 0 while our code is on its stack */
-	int close_reason;	    /* why it closed; 0 = local */
-	bool dirty;		    /* on tr->dirty */
-	bool kicked;		    /* on tr->kick */
-	bool dead;		    /* on tr->dead */
-	bool closed;		    /* socket closed, calls failed */
-	bool destroyed;		    /* client: emb_conn_destroy() called */
-	bool want_out;		    /* EPOLLOUT wanted: socket was full */
-	bool rx_paused;		    /* not reading: output over bound */
-	bool in_rx;		    /* conn_rx/rx_parse on the stack */
-	bool in_flush;		    /* conn_flush on the stack */
-	emb_conn_fn on_close;	    /* user callback, may be NULL */
-	void *arg;		    /* for on_close / on_request */
+	int fd;			     /* -1 once closed */
+	uint32_t events;	     /* epoll mask now installed */
+	int busy;		     /* > 0 while our code is on its stack */
+	int close_reason;	     /* why it closed; 0 = local */
+	bool dirty;		     /* on tr->dirty */
+	bool kicked;		     /* on tr->kick */
+	bool dead;		     /* on tr->dead */
+	bool closed;		     /* socket closed, calls failed */
+	bool destroyed;		     /* client: emb_conn_destroy() called */
+	bool want_out;		     /* EPOLLOUT wanted: socket was full */
+	bool rx_paused;		     /* not reading: output over bound */
+	bool in_rx;		     /* conn_rx/rx_parse on the stack */
+	bool in_flush;		     /* conn_flush on the stack */
+	emb_conn_fn on_close;	     /* user callback, may be NULL */
+	void *arg;		     /* for on_close / on_request */
 
 	/* output */
-	struct tx *txq_head;	    /* oldest unsent frame */
+	struct tx *txq_head; /* oldest unsent frame */
 	struct tx *txq_tail;
 
 	/* input */
-	char *rbuf;		    /* RBUF_BYTES */
-	size_t rstart;		    /* first unparsed byte in rbuf */
-	size_t rend;		    /* end of valid bytes in rbuf */
+	char *rbuf;    /* RBUF_BYTES */
+	size_t rstart; /* first unparsed byte in rbuf */
+	size_t rend;   /* end of valid bytes in rbuf */
 	enum rx_state rstate;
-	struct emb_frame_hdr rhdr;  /* header of the frame being read */
-	char *dst;		    /* RX_BODY: where the payload goes */
-	size_t need;		    /* payload bytes still to come */
-	struct call *rcall;	    /* client: call being received into */
-	struct tcp_req *rreq;	    /* server: request being read */
+	struct emb_frame_hdr rhdr; /* header of the frame being read */
+	char *dst;		   /* RX_BODY: where the payload goes */
+	size_t need;		   /* payload bytes still to come */
+	struct call *rcall;	   /* client: call being received into */
+	struct tcp_req *rreq;	   /* server: request being read */
 
 	/* client */
-	struct call *calls;	    /* max_inflight slots */
+	struct call *calls; /* max_inflight slots */
 	uint32_t ncalls;
-	uint32_t free_head;	    /* first free slot; ncalls = none */
-	struct call *pend_head;	    /* oldest pending call */
+	uint32_t free_head;	/* first free slot; ncalls = none */
+	struct call *pend_head; /* oldest pending call */
 	struct call *pend_tail;
-	uint32_t timeout_ms;	    /* per call; 0 = none */
+	uint32_t timeout_ms; /* per call; 0 = none */
 
 	/* server */
 	emb_request_fn on_request;
-	struct tcp_req *req_free;   /* pooled request records */
-	uint32_t held;		    /* requests not yet replied and sent */
+	struct tcp_req *req_free; /* pooled request records */
+	uint32_t held;		  /* requests not yet replied and sent */
 };
 
 struct tcp_listener {
 	struct emb_listener base;
 	struct ep ep;
 	struct tcp_listener *dead_next; /* tr->dead_listeners */
-	bool dead;		      /* destroyed; freed after this poll */
+	bool dead;			/* destroyed; freed after this poll */
 	int fd;
 	int spare_fd;		      /* /dev/null, given up when out of fds */
 	struct emb_transport **loops; /* accepted conns go round-robin here */
 	uint32_t nloops;
-	uint32_t rr;		      /* next loop index */
+	uint32_t rr; /* next loop index */
 	emb_request_fn on_request;
 	emb_conn_fn on_open;
 	emb_conn_fn on_close;
@@ -186,13 +186,13 @@ struct tcp_tr {
 	struct ep wake_ep;
 	int epfd;
 	int wake_fd;
-	int in_poll;		     /* > 0: defer frees to the end */
-	uint64_t ncb;		     /* user callbacks run, ever */
-	uint64_t last_timeout_ms;    /* last time call deadlines were checked */
-	struct tcp_conn *conns;	     /* every conn not yet freed */
-	struct tcp_conn *dirty;	     /* conns with output to try */
-	struct tcp_conn *kick;	     /* conns with buffered input to parse */
-	struct tcp_conn *dead;	     /* conns to free */
+	int in_poll;		  /* > 0: defer frees to the end */
+	uint64_t ncb;		  /* user callbacks run, ever */
+	uint64_t last_timeout_ms; /* last time call deadlines were checked */
+	struct tcp_conn *conns;	  /* every conn not yet freed */
+	struct tcp_conn *dirty;	  /* conns with output to try */
+	struct tcp_conn *kick;	  /* conns with buffered input to parse */
+	struct tcp_conn *dead;	  /* conns to free */
 	struct tcp_listener *dead_listeners;
 	struct iovec wiov[WIOV_MAX]; /* sendmsg scratch */
 	char *stage;		     /* STAGE_BYTES, if copy_max_bytes */
@@ -222,8 +222,8 @@ static void rx_parse(struct tcp_tr *t, struct tcp_conn *c);
 static void conn_arm(struct tcp_tr *t, struct tcp_conn *c)
 {
 	struct epoll_event ev;
-	uint32_t want = (c->rx_paused ? 0 : EPOLLIN) |
-			(c->want_out ? EPOLLOUT : 0);
+	uint32_t want =
+	    (c->rx_paused ? 0 : EPOLLIN) | (c->want_out ? EPOLLOUT : 0);
 
 	if (c->closed || want == c->events)
 		return;
@@ -439,8 +439,8 @@ static uint64_t check_timeouts(struct tcp_tr *t)
 	for (c = t->conns; c; c = c->next) {
 		if (c->base.server || c->closed || !c->pend_head)
 			continue;
-		d = c->busy ? c->pend_head->deadline_ms :
-			      conn_timeouts(t, c, now);
+		d = c->busy ? c->pend_head->deadline_ms
+			    : conn_timeouts(t, c, now);
 		if (d < next)
 			next = d;
 	}
@@ -510,7 +510,7 @@ static void conn_fail(struct tcp_conn *c, int reason)
 			emb__container_of(tx, struct call, tx)->queued = false;
 		} else {
 			struct tcp_req *r =
-				emb__container_of(tx, struct tcp_req, tx);
+			    emb__container_of(tx, struct tcp_req, tx);
 
 			if (r->done)
 				r->done(r->ctx, status);
@@ -533,7 +533,7 @@ static void list_drop(struct tcp_conn **head, struct tcp_conn *c,
 
 	while (*pp) {
 		struct tcp_conn **link =
-			(struct tcp_conn **)((char *)*pp + link_off);
+		    (struct tcp_conn **)((char *)*pp + link_off);
 
 		if (*pp == c) {
 			*pp = *link;
@@ -608,7 +608,8 @@ static int64_t tx_copy_iov(struct tx *tx, const struct iovec *iov, int niov)
 
 	if (niov > TX_IOV_INLINE) {
 		if (niov > tx->heap_cap) {
-			void *p = realloc(tx->heap, (size_t)niov * sizeof(*iov));
+			void *p =
+			    realloc(tx->heap, (size_t)niov * sizeof(*iov));
 
 			if (!p)
 				return -ENOMEM;
@@ -665,9 +666,9 @@ static inline void prefetch_piece(const char *p, size_t len)
 }
 
 struct gather {
-	int n;		/* entries used in t->wiov */
-	size_t staged;	/* bytes used in t->stage */
-	size_t sum;	/* bytes gathered */
+	int n;	       /* entries used in t->wiov */
+	size_t staged; /* bytes used in t->stage */
+	size_t sum;    /* bytes gathered */
 };
 
 /*
@@ -685,8 +686,8 @@ static bool gather_piece(struct tcp_tr *t, struct gather *g, const char *p,
 	if (len >= t->base.opts.copy_max_bytes) {
 		if (g->n == WIOV_MAX)
 			return false;
-		t->wiov[g->n++] = (struct iovec){.iov_base = (void *)p,
-						 .iov_len = len};
+		t->wiov[g->n++] =
+		    (struct iovec){.iov_base = (void *)p, .iov_len = len};
 		g->sum += len;
 		return true;
 	}
@@ -698,8 +699,8 @@ static bool gather_piece(struct tcp_tr *t, struct gather *g, const char *p,
 	} else {
 		if (g->n == WIOV_MAX)
 			return false;
-		t->wiov[g->n++] = (struct iovec){.iov_base = dst,
-						 .iov_len = len};
+		t->wiov[g->n++] =
+		    (struct iovec){.iov_base = dst, .iov_len = len};
 	}
 	memcpy(dst, p, len);
 	g->staged += len;
@@ -791,7 +792,7 @@ static void tx_sent(struct tcp_tr *t, struct tcp_conn *c, size_t n)
 			emb__container_of(tx, struct call, tx)->queued = false;
 		} else {
 			struct tcp_req *r =
-				emb__container_of(tx, struct tcp_req, tx);
+			    emb__container_of(tx, struct tcp_req, tx);
 
 			if (r->done) {
 				t->ncb++;
@@ -844,9 +845,9 @@ static void conn_flush(struct tcp_tr *t, struct tcp_conn *c)
 				c->want_out = true;
 				break;
 			}
-			conn_fail(c, errno == EPIPE || errno == ECONNRESET ?
-					     EMB_EPEERDEAD :
-					     -errno);
+			conn_fail(c, errno == EPIPE || errno == ECONNRESET
+					 ? EMB_EPEERDEAD
+					 : -errno);
 			break;
 		}
 		c->base.stats.bytes_out += (uint64_t)n;
@@ -1026,9 +1027,8 @@ static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
 			if (errno == EINTR)
 				continue;
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				conn_fail(c, errno == ECONNRESET ?
-						     EMB_EPEERDEAD :
-						     -errno);
+				conn_fail(c, errno == ECONNRESET ? EMB_EPEERDEAD
+								 : -errno);
 			break;
 		}
 		c->base.stats.bytes_in += (uint64_t)n;
@@ -1054,8 +1054,7 @@ static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
 
 /* ---- conns --------------------------------------------------------------- */
 
-static struct tcp_conn *conn_new(struct emb_transport *tr, int fd,
-				 bool server)
+static struct tcp_conn *conn_new(struct emb_transport *tr, int fd, bool server)
 {
 	struct tcp_conn *c = calloc(1, sizeof(*c));
 
@@ -1114,8 +1113,8 @@ static int conn_attach(struct tcp_conn *c, emb_conn_fn on_open)
 }
 
 struct handoff {
-	struct tcp_conn *c;	/* conn built by the accepting loop */
-	emb_conn_fn on_open;	/* listener's callback */
+	struct tcp_conn *c;  /* conn built by the accepting loop */
+	emb_conn_fn on_open; /* listener's callback */
 };
 
 static void attach_task(void *arg)
@@ -1162,18 +1161,20 @@ static void listener_accept(struct tcp_tr *t, struct tcp_listener *l)
 				fd = accept(l->fd, NULL, NULL);
 				if (fd >= 0)
 					close(fd);
-				l->spare_fd = open("/dev/null",
-						   O_RDONLY | O_CLOEXEC);
+				l->spare_fd =
+				    open("/dev/null", O_RDONLY | O_CLOEXEC);
 				/* accept says EMFILE with nothing queued. */
 				if (fd < 0)
 					return;
 				emb_log(EMB_LOG_WARN,
-					"tcp: out of fds, refused a conn on port %u",
+					"tcp: out of fds, refused a conn on "
+					"port %u",
 					l->base.port);
 				continue;
 			}
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				emb_log(EMB_LOG_WARN, "tcp: accept on port %u: %s",
+				emb_log(EMB_LOG_WARN,
+					"tcp: accept on port %u: %s",
 					l->base.port, emb_strerror(-errno));
 			return;
 		}
@@ -1223,9 +1224,9 @@ static void conn_event(struct tcp_tr *t, struct tcp_conn *c, uint32_t ev)
 		return;
 	if (ev & EPOLLERR) {
 		getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-		conn_fail(c, err == 0 || err == ECONNRESET || err == EPIPE ?
-				     EMB_EPEERDEAD :
-				     -err);
+		conn_fail(c, err == 0 || err == ECONNRESET || err == EPIPE
+				 ? EMB_EPEERDEAD
+				 : -err);
 		return;
 	}
 	if (ev & EPOLLOUT)
@@ -1294,9 +1295,10 @@ static void tcp_destroy(struct emb_transport *tr)
 	emb__transport_run_tasks(tr);
 	for (c = t->conns; c; c = c->next) {
 		if (!c->base.server && !c->destroyed)
-			emb_log(EMB_LOG_WARN,
-				"tcp: conn %s not destroyed before its transport",
-				c->base.peer);
+			emb_log(
+			    EMB_LOG_WARN,
+			    "tcp: conn %s not destroyed before its transport",
+			    c->base.peer);
 		conn_fail(c, 0);
 	}
 	/* Everything goes now, even conns whose requests are still held. */
@@ -1385,11 +1387,12 @@ static int tcp_poll(struct emb_transport *tr, int timeout_ms)
 			emb__transport_run_tasks(tr);
 			break;
 		case EP_LISTENER:
-			listener_accept(t, emb__container_of(
-						   ep, struct tcp_listener, ep));
+			listener_accept(
+			    t, emb__container_of(ep, struct tcp_listener, ep));
 			break;
 		case EP_CONN:
-			conn_event(t, emb__container_of(ep, struct tcp_conn, ep),
+			conn_event(t,
+				   emb__container_of(ep, struct tcp_conn, ep),
 				   ev[i].events);
 			break;
 		}
@@ -1441,9 +1444,8 @@ static int tcp_listen(struct emb_transport *tr,
 		rc = -EINVAL;
 		goto err_free_loops;
 	}
-	l->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
-					      SOCK_CLOEXEC,
-		       0);
+	l->fd = socket(ai->ai_family,
+		       ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (l->fd < 0) {
 		rc = -errno;
 		goto err_free_ai;
@@ -1457,9 +1459,9 @@ static int tcp_listen(struct emb_transport *tr,
 	}
 	l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	l->base.tr = tr;
-	l->base.port = ntohs(sa.ss_family == AF_INET6 ?
-				     ((struct sockaddr_in6 *)&sa)->sin6_port :
-				     ((struct sockaddr_in *)&sa)->sin_port);
+	l->base.port = ntohs(sa.ss_family == AF_INET6
+				 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+				 : ((struct sockaddr_in *)&sa)->sin_port);
 	l->ep.kind = EP_LISTENER;
 	ev.events = EPOLLIN;
 	ev.data.ptr = &l->ep;
@@ -1494,8 +1496,8 @@ err_free_l:
 
 static void tcp_listener_destroy(struct emb_listener *el)
 {
-	struct tcp_listener *l = emb__container_of(el, struct tcp_listener,
-						   base);
+	struct tcp_listener *l =
+	    emb__container_of(el, struct tcp_listener, base);
 	struct tcp_tr *t = to_tr(el->tr);
 
 	l->dead = true;
@@ -1503,8 +1505,7 @@ static void tcp_listener_destroy(struct emb_listener *el)
 	close(l->fd);
 	if (l->spare_fd >= 0)
 		close(l->spare_fd);
-	emb_log(EMB_LOG_INFO, "tcp: stopped listening on port %u",
-		el->port);
+	emb_log(EMB_LOG_INFO, "tcp: stopped listening on port %u", el->port);
 	/* An event for it may still sit in this poll's batch. */
 	l->dead_next = t->dead_listeners;
 	t->dead_listeners = l;
@@ -1563,8 +1564,8 @@ static int tcp_connect(struct emb_transport *tr,
 		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
 			rc = 0;
 		else
-			rc = errno == EINPROGRESS ? connect_wait(fd, deadline) :
-						    -errno;
+			rc = errno == EINPROGRESS ? connect_wait(fd, deadline)
+						  : -errno;
 		if (rc == 0)
 			break;
 		close(fd);
@@ -1579,8 +1580,8 @@ static int tcp_connect(struct emb_transport *tr,
 		goto err_close_fd;
 	}
 	set_peer(c, a->ai_addr, a->ai_addrlen);
-	c->timeout_ms = opts->call_timeout_ms ? opts->call_timeout_ms :
-						tr->opts.call_timeout_ms;
+	c->timeout_ms = opts->call_timeout_ms ? opts->call_timeout_ms
+					      : tr->opts.call_timeout_ms;
 	c->on_close = opts->on_close;
 	c->arg = opts->arg;
 	rc = conn_attach(c, NULL);
@@ -1650,8 +1651,8 @@ static int tcp_call(struct emb_conn *ec, const struct emb_frame_hdr *hdr,
 		return -EINVAL;
 	c->free_head = call->next_free;
 
-	call->req_id = (call->req_id & 0xffffffffu) |
-		       (((call->req_id >> 32) + 1) << 32);
+	call->req_id =
+	    (call->req_id & 0xffffffffu) | (((call->req_id >> 32) + 1) << 32);
 	call->tx.hdr = *hdr;
 	call->tx.hdr.magic = EMB_WIRE_MAGIC;
 	call->tx.hdr.version = EMB_WIRE_VERSION;
@@ -1662,8 +1663,8 @@ static int tcp_call(struct emb_conn *ec, const struct emb_frame_hdr *hdr,
 	call->resp_cap = resp_cap;
 	call->done = done;
 	call->ctx = ctx;
-	call->deadline_ms = c->timeout_ms ? emb__now_ms() + c->timeout_ms :
-					    UINT64_MAX;
+	call->deadline_ms =
+	    c->timeout_ms ? emb__now_ms() + c->timeout_ms : UINT64_MAX;
 	call->pending = true;
 	call->queued = true;
 	call->receiving = false;
@@ -1742,18 +1743,18 @@ static void tcp_dereg_mem(struct emb_transport *tr, struct emb_mr *mr)
 }
 
 const struct emb_transport_ops emb__tcp_ops = {
-	.name = "tcp",
-	.create = tcp_create,
-	.destroy = tcp_destroy,
-	.poll = tcp_poll,
-	.listen = tcp_listen,
-	.listener_destroy = tcp_listener_destroy,
-	.connect = tcp_connect,
-	.conn_destroy = tcp_conn_destroy,
-	.conn_close = tcp_conn_close,
-	.call = tcp_call,
-	.reply = tcp_reply,
-	.req_release = tcp_req_release,
-	.reg_mem = tcp_reg_mem,
-	.dereg_mem = tcp_dereg_mem,
+    .name = "tcp",
+    .create = tcp_create,
+    .destroy = tcp_destroy,
+    .poll = tcp_poll,
+    .listen = tcp_listen,
+    .listener_destroy = tcp_listener_destroy,
+    .connect = tcp_connect,
+    .conn_destroy = tcp_conn_destroy,
+    .conn_close = tcp_conn_close,
+    .call = tcp_call,
+    .reply = tcp_reply,
+    .req_release = tcp_req_release,
+    .reg_mem = tcp_reg_mem,
+    .dereg_mem = tcp_dereg_mem,
 };

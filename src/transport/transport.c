@@ -25,11 +25,11 @@ struct task {
 };
 
 struct emb__transport_common {
-	pthread_mutex_t lock;	/* guards head/tail */
-	struct task *head;	/* oldest queued task */
-	struct task *tail;	/* newest queued task */
-	int wake_fd;		/* eventfd the loop watches */
-	int stop;		/* set by emb_transport_stop (atomic) */
+	pthread_mutex_t lock; /* guards head/tail */
+	struct task *head;    /* oldest queued task */
+	struct task *tail;    /* newest queued task */
+	int wake_fd;	      /* eventfd the loop watches */
+	int stop;	      /* set by emb_transport_stop (atomic) */
 };
 
 static const struct emb_transport_ops *find_ops(const char *name)
@@ -295,9 +295,9 @@ void emb_conn_close(struct emb_conn *c, int reason)
 }
 
 struct sync_call {
-	bool done;			/* the callback ran */
-	int status;			/* its status */
-	struct emb_frame_hdr *resp;	/* where to copy the header, or NULL */
+	bool done;		    /* the callback ran */
+	int status;		    /* its status */
+	struct emb_frame_hdr *resp; /* where to copy the header, or NULL */
 };
 
 static void sync_done(void *ctx, int status, const struct emb_frame_hdr *resp)
@@ -317,8 +317,8 @@ int emb_conn_call_sync(struct emb_conn *c, const struct emb_frame_hdr *hdr,
 	struct sync_call s = {.done = false, .status = 0, .resp = resp};
 	int rc;
 
-	rc = emb_conn_call(c, hdr, iov, niov, resp_buf, resp_cap, sync_done,
-			   &s);
+	rc =
+	    emb_conn_call(c, hdr, iov, niov, resp_buf, resp_cap, sync_done, &s);
 	if (rc)
 		return rc;
 	/* The call's deadline (or the conn closing) bounds this loop. */

@@ -85,19 +85,19 @@ typedef void (*emb_task_fn)(void *arg);
 /* ---- options ------------------------------------------------------------ */
 
 struct emb_transport_opts {
-	uint32_t max_frame_bytes;   /* header + payload; larger closes conn */
-	uint64_t out_queue_max;	    /* bytes queued to one conn before its
-				       requests stop being read */
-	uint32_t max_inflight;	    /* calls in flight per client conn, and
-				       requests held per server conn */
-	uint32_t call_timeout_ms;   /* default per-call deadline; 0 = none */
+	uint32_t max_frame_bytes;    /* header + payload; larger closes conn */
+	uint64_t out_queue_max;	     /* bytes queued to one conn before its
+					requests stop being read */
+	uint32_t max_inflight;	     /* calls in flight per client conn, and
+					requests held per server conn */
+	uint32_t call_timeout_ms;    /* default per-call deadline; 0 = none */
 	uint32_t connect_timeout_ms; /* emb_conn_create() deadline */
-	uint32_t sock_buf_bytes;    /* TCP SO_SNDBUF/SO_RCVBUF; 0 = kernel's */
-	uint32_t copy_max_bytes;    /* TCP: reply pieces under this many bytes
-				       are copied into one staging buffer
-				       before sendmsg, at most 64 KiB; 0 =
-				       send every piece from its own memory
-				       (docs/transport.md) */
+	uint32_t sock_buf_bytes;     /* TCP SO_SNDBUF/SO_RCVBUF; 0 = kernel's */
+	uint32_t copy_max_bytes;     /* TCP: reply pieces under this many bytes
+					are copied into one staging buffer
+					before sendmsg, at most 64 KiB; 0 =
+					send every piece from its own memory
+					(docs/transport.md) */
 };
 
 #define EMB_TRANSPORT_OPTS_DEFAULT                                             \
@@ -110,28 +110,28 @@ struct emb_transport_opts {
 				     .copy_max_bytes = 0})
 
 struct emb_listen_opts {
-	const char *host;	     /* bind address, e.g. "0.0.0.0"; copied */
-	uint16_t port;		     /* 0 picks a free port: emb_listener_port */
-	int backlog;		     /* listen(2) backlog; 0 = 128 */
+	const char *host; /* bind address, e.g. "0.0.0.0"; copied */
+	uint16_t port;	  /* 0 picks a free port: emb_listener_port */
+	int backlog;	  /* listen(2) backlog; 0 = 128 */
 	struct emb_transport *const *loops; /* accepted conns go round-robin
 					       to these (same kind as the
 					       listener's); NULL = its own */
-	uint32_t nloops;	     /* entries in loops */
-	emb_request_fn on_request;   /* required */
-	emb_conn_fn on_open;	     /* optional */
-	emb_conn_fn on_close;	     /* optional */
-	void *arg;		     /* passed to the three callbacks */
+	uint32_t nloops;		    /* entries in loops */
+	emb_request_fn on_request;	    /* required */
+	emb_conn_fn on_open;		    /* optional */
+	emb_conn_fn on_close;		    /* optional */
+	void *arg;			    /* passed to the three callbacks */
 };
 
 #define EMB_LISTEN_OPTS_DEFAULT                                                \
 	((struct emb_listen_opts){.host = "127.0.0.1", .port = 0})
 
 struct emb_connect_opts {
-	const char *host;	   /* numeric address or host name; copied */
+	const char *host; /* numeric address or host name; copied */
 	uint16_t port;
-	uint32_t call_timeout_ms;  /* 0 = the transport's call_timeout_ms */
-	emb_conn_fn on_close;	   /* optional: conn failed under its user */
-	void *arg;		   /* passed to on_close */
+	uint32_t call_timeout_ms; /* 0 = the transport's call_timeout_ms */
+	emb_conn_fn on_close;	  /* optional: conn failed under its user */
+	void *arg;		  /* passed to on_close */
 };
 
 #define EMB_CONNECT_OPTS_DEFAULT                                               \
@@ -141,44 +141,44 @@ struct emb_connect_opts {
 
 /* Per transport (loop), counted since create. Read with emb_transport_stats. */
 struct emb_transport_stats {
-	uint64_t bytes_in;	    /* bytes read from conns */
-	uint64_t bytes_out;	    /* bytes written to conns */
-	uint64_t frames_in;	    /* complete frames received */
-	uint64_t frames_out;	    /* complete frames sent */
-	uint64_t conns_opened;	    /* conns accepted or connected */
-	uint64_t conns_closed;	    /* conns closed, any reason */
-	uint64_t calls_timed_out;   /* calls completed with -ETIMEDOUT */
-	uint64_t err_bad_magic;	    /* conns closed: bad magic */
-	uint64_t err_bad_version;   /* conns closed: bad version */
-	uint64_t err_too_big;	    /* conns closed: frame > max_frame_bytes */
-	uint64_t err_peer_closed;   /* conns closed by peer (EOF, reset) */
-	uint64_t err_io;	    /* conns closed: other socket/QP errors */
-	uint64_t resp_too_big;	    /* calls failed: response > resp_cap */
-	uint64_t resp_unmatched;    /* responses for no call (timed out) */
-	uint64_t rx_pauses;	    /* times a conn stopped being read */
-	uint64_t out_queue_peak;    /* most bytes ever queued on one conn */
+	uint64_t bytes_in;	  /* bytes read from conns */
+	uint64_t bytes_out;	  /* bytes written to conns */
+	uint64_t frames_in;	  /* complete frames received */
+	uint64_t frames_out;	  /* complete frames sent */
+	uint64_t conns_opened;	  /* conns accepted or connected */
+	uint64_t conns_closed;	  /* conns closed, any reason */
+	uint64_t calls_timed_out; /* calls completed with -ETIMEDOUT */
+	uint64_t err_bad_magic;	  /* conns closed: bad magic */
+	uint64_t err_bad_version; /* conns closed: bad version */
+	uint64_t err_too_big;	  /* conns closed: frame > max_frame_bytes */
+	uint64_t err_peer_closed; /* conns closed by peer (EOF, reset) */
+	uint64_t err_io;	  /* conns closed: other socket/QP errors */
+	uint64_t resp_too_big;	  /* calls failed: response > resp_cap */
+	uint64_t resp_unmatched;  /* responses for no call (timed out) */
+	uint64_t rx_pauses;	  /* times a conn stopped being read */
+	uint64_t out_queue_peak;  /* most bytes ever queued on one conn */
 };
 
 /* Per conn; read on the loop thread with emb_conn_stats(). */
 struct emb_conn_stats {
-	uint64_t bytes_in;	/* bytes read */
-	uint64_t bytes_out;	/* bytes written */
-	uint64_t frames_in;	/* complete frames received */
-	uint64_t frames_out;	/* complete frames sent */
-	uint64_t out_queued;	/* bytes queued, not yet written, now */
-	uint32_t inflight;	/* client: calls pending; server: reqs held */
-	bool rx_paused;		/* server: reading stopped by backpressure */
+	uint64_t bytes_in;   /* bytes read */
+	uint64_t bytes_out;  /* bytes written */
+	uint64_t frames_in;  /* complete frames received */
+	uint64_t frames_out; /* complete frames sent */
+	uint64_t out_queued; /* bytes queued, not yet written, now */
+	uint32_t inflight;   /* client: calls pending; server: reqs held */
+	bool rx_paused;	     /* server: reading stopped by backpressure */
 };
 
 /* ---- fault hooks (tests) ------------------------------------------------ */
 
 enum emb_fault_point {
-	EMB_FAULT_REG = 0,   /* emb_transport_reg_mem() */
-	EMB_FAULT_SEND,	     /* emb_conn_call() and emb_conn_reply() */
-	EMB_FAULT_CONNECT,   /* emb_conn_create() */
-	EMB_FAULT_LISTEN,    /* emb_listener_create() */
-	EMB_FAULT_IO,	     /* a socket write or WR post inside the loop;
-				the conn closes with the given code */
+	EMB_FAULT_REG = 0, /* emb_transport_reg_mem() */
+	EMB_FAULT_SEND,	   /* emb_conn_call() and emb_conn_reply() */
+	EMB_FAULT_CONNECT, /* emb_conn_create() */
+	EMB_FAULT_LISTEN,  /* emb_listener_create() */
+	EMB_FAULT_IO,	   /* a socket write or WR post inside the loop;
+			      the conn closes with the given code */
 	EMB_FAULT_NPOINTS,
 };
 
@@ -224,10 +224,10 @@ struct emb__transport_common;
 
 struct emb_transport {
 	const struct emb_transport_ops *ops;
-	struct emb_transport_opts opts;	    /* copy, defaults filled in */
-	struct emb_transport_stats stats;   /* loop thread writes, any reads */
+	struct emb_transport_opts opts;	  /* copy, defaults filled in */
+	struct emb_transport_stats stats; /* loop thread writes, any reads */
 	uint32_t fault_nth[EMB_FAULT_NPOINTS]; /* fail the nth hit; 0 = off */
-	int fault_rc[EMB_FAULT_NPOINTS];    /* what the failing hit returns */
+	int fault_rc[EMB_FAULT_NPOINTS];      /* what the failing hit returns */
 	struct emb__transport_common *common; /* task mailbox, wake fd */
 };
 
@@ -245,16 +245,16 @@ struct emb_conn {
 };
 
 struct emb_req {
-	struct emb_conn *conn;	   /* the conn it arrived on */
-	struct emb_frame_hdr hdr;  /* the request's header */
-	void *payload;		   /* hdr.payload_len bytes */
+	struct emb_conn *conn;	  /* the conn it arrived on */
+	struct emb_frame_hdr hdr; /* the request's header */
+	void *payload;		  /* hdr.payload_len bytes */
 };
 
 struct emb_mr {
-	void *addr;	/* start of the registered range */
-	size_t len;	/* bytes registered */
-	uint32_t lkey;	/* RDMA local key; 0 on TCP */
-	uint32_t rkey;	/* RDMA remote key; 0 on TCP */
+	void *addr;    /* start of the registered range */
+	size_t len;    /* bytes registered */
+	uint32_t lkey; /* RDMA local key; 0 on TCP */
+	uint32_t rkey; /* RDMA remote key; 0 on TCP */
 };
 
 /* ---- transport (event loop) --------------------------------------------- */

@@ -17,7 +17,7 @@ extern const struct emb_transport_ops emb__rdma_ops;
 #endif
 
 #define emb__container_of(ptr, type, member)                                   \
-	((type *)((char *)(ptr) - offsetof(type, member)))
+	((type *)((char *)(ptr)-offsetof(type, member)))
 
 /*
  * Single-writer counters: only the loop thread adds, any thread reads with

@@ -23,8 +23,8 @@
 #include "transport/transport.h"
 
 struct slot {
-	uint64_t *ids;		/* request payload */
-	float *rows;		/* response buffer */
+	uint64_t *ids; /* request payload */
+	float *rows;   /* response buffer */
 	struct emb_mr *ids_mr;
 	struct emb_mr *rows_mr;
 	struct iovec iov;
@@ -104,9 +104,8 @@ int main(int argc, char **argv)
 		if (emb_transport_buf_alloc(tr, nids * sizeof(uint64_t),
 					    (void **)&sl[i].ids,
 					    &sl[i].ids_mr) ||
-		    emb_transport_buf_alloc(tr, rows_bytes,
-					    (void **)&sl[i].rows,
-					    &sl[i].rows_mr))
+		    emb_transport_buf_alloc(
+			tr, rows_bytes, (void **)&sl[i].rows, &sl[i].rows_mr))
 			return 1;
 		sl[i].iov.iov_base = sl[i].ids;
 		sl[i].iov.iov_len = nids * sizeof(uint64_t);
@@ -149,12 +148,10 @@ int main(int argc, char **argv)
 	       "%llu pulls in %.2f s = %.2f M rows/s, %.2f GiB/s; "
 	       "%.0f us cpu (client + server) per pull\n",
 	       name, big ? " (contiguous)" : "", so.copy_max_bytes, nids,
-	       ECHO_ROW_FLOATS, depth,
-	       loops,
-	       (unsigned long long)pulls, t1 - t0,
-	       (double)pulls * nids / (t1 - t0) / 1e6,
+	       ECHO_ROW_FLOATS, depth, loops, (unsigned long long)pulls,
+	       t1 - t0, (double)pulls * nids / (t1 - t0) / 1e6,
 	       (double)pulls * (double)rows_bytes / (t1 - t0) /
-		       (1024.0 * 1024 * 1024),
+		   (1024.0 * 1024 * 1024),
 	       pulls ? (c1 - c0) / (double)pulls * 1e6 : 0.0);
 	for (int i = 0; i < depth; i++) {
 		emb_transport_buf_free(tr, sl[i].ids, sl[i].ids_mr);

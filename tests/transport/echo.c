@@ -11,18 +11,18 @@
 #include "common/err.h"
 
 struct held {
-	struct emb_req *req;	/* request not yet answered */
-	struct emb_conn *conn;	/* its conn */
-	uint8_t op;		/* ECHO_OP_SINK, _REV or _LATE */
+	struct emb_req *req;   /* request not yet answered */
+	struct emb_conn *conn; /* its conn */
+	uint8_t op;	       /* ECHO_OP_SINK, _REV or _LATE */
 };
 
 struct echo_loop {
 	struct emb_transport *tr;
 	pthread_t thread;
-	struct held *held;	/* requests held by this loop */
+	struct held *held; /* requests held by this loop */
 	size_t nheld;
 	size_t cap;
-	struct iovec *iov;	/* ROWS reply scratch; the transport copies it */
+	struct iovec *iov; /* ROWS reply scratch; the transport copies it */
 	size_t iov_cap;
 };
 
@@ -31,9 +31,9 @@ struct echo_server {
 	struct emb_transport **trs;
 	unsigned nloops;
 	struct emb_listener *l;
-	float *table;		/* ECHO_NROWS x ECHO_ROW_STRIDE */
-	int late_rc;		/* last LATE reply's return (atomic) */
-	uint8_t *big;		/* ECHO_BIG_MAX bytes of echo_pattern() */
+	float *table; /* ECHO_NROWS x ECHO_ROW_STRIDE */
+	int late_rc;  /* last LATE reply's return (atomic) */
+	uint8_t *big; /* ECHO_BIG_MAX bytes of echo_pattern() */
 };
 
 static struct echo_loop *loop_of(struct echo_server *s, struct emb_conn *c)
@@ -74,8 +74,8 @@ static void reply_rows(struct echo_server *s, struct echo_loop *lp,
 	}
 	iov = lp->iov;
 	for (uint32_t i = 0; i < n; i++) {
-		iov[i].iov_base = s->table + (ids[i] % ECHO_NROWS) *
-						     ECHO_ROW_STRIDE;
+		iov[i].iov_base =
+		    s->table + (ids[i] % ECHO_NROWS) * ECHO_ROW_STRIDE;
 		iov[i].iov_len = ECHO_ROW_FLOATS * sizeof(float);
 	}
 	emb_conn_reply(r, &rh, iov, (int)n, NULL, NULL);
@@ -146,8 +146,8 @@ static void on_close(void *arg, struct emb_conn *c, int reason)
 {
 	struct echo_server *s = arg;
 	struct echo_loop *lp = loop_of(s, c);
-	struct emb_frame_hdr rh = {.opcode = ECHO_OP_LATE |
-					     EMB_OP_RESPONSE_BIT};
+	struct emb_frame_hdr rh = {.opcode =
+				       ECHO_OP_LATE | EMB_OP_RESPONSE_BIT};
 	int rc;
 
 	(void)reason;
@@ -196,7 +196,7 @@ int echo_start(const char *transport, unsigned nloops,
 	for (size_t r = 0; r < ECHO_NROWS; r++)
 		for (unsigned j = 0; j < ECHO_ROW_STRIDE; j++)
 			s->table[r * ECHO_ROW_STRIDE + j] =
-				j < ECHO_ROW_FLOATS ? echo_row_value(r, j) : -1;
+			    j < ECHO_ROW_FLOATS ? echo_row_value(r, j) : -1;
 	for (size_t b = 0; b < ECHO_BIG_MAX; b++)
 		s->big[b] = echo_pattern(b);
 	for (i = 0; i < nloops; i++) {

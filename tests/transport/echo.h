@@ -13,17 +13,19 @@
 
 #define ECHO_OP_ECHO 1 /* reply with the request's payload, zero copy */
 #define ECHO_OP_SINK 2 /* never reply; released when the conn closes */
-#define ECHO_OP_BIG 3  /* reply with hdr.count bytes of echo_pattern() */
-#define ECHO_OP_REV 4  /* hold until hdr.table_id are held, reply in reverse */
-#define ECHO_OP_ROWS 5 /* payload: uint64 ids; reply: one row per id, each
-			  an iov straight into a row table */
-#define ECHO_OP_LATE 6 /* hold; reply only once the conn has closed (the
-			  reply's result is kept: echo_late_rc) */
+#define ECHO_OP_BIG  3 /* reply with hdr.count bytes of echo_pattern() */
+#define ECHO_OP_REV  4 /* hold until hdr.table_id are held, reply in reverse */
+#define ECHO_OP_ROWS                                                           \
+	5 /* payload: uint64 ids; reply: one row per id, each                  \
+	     an iov straight into a row table */
+#define ECHO_OP_LATE                                                           \
+	6 /* hold; reply only once the conn has closed (the                    \
+	     reply's result is kept: echo_late_rc) */
 
-#define ECHO_ROW_FLOATS 64u   /* floats sent per row */
-#define ECHO_ROW_STRIDE 128u  /* floats per row record (weights + state) */
-#define ECHO_NROWS 65536u     /* rows in the table; id % ECHO_NROWS */
-#define ECHO_BIG_MAX (8u << 20)
+#define ECHO_ROW_FLOATS 64u    /* floats sent per row */
+#define ECHO_ROW_STRIDE 128u   /* floats per row record (weights + state) */
+#define ECHO_NROWS	65536u /* rows in the table; id % ECHO_NROWS */
+#define ECHO_BIG_MAX	(8u << 20)
 
 struct echo_server;
 

@@ -98,14 +98,14 @@ static void test_small_frames(void)
 					   .table_id = i,
 					   .count = (uint32_t)len};
 		iov[0] = (struct iovec){.iov_base = req, .iov_len = len / 3};
-		iov[1] = (struct iovec){.iov_base = req + len / 3,
-					.iov_len = 0};
+		iov[1] =
+		    (struct iovec){.iov_base = req + len / 3, .iov_len = 0};
 		iov[2] = (struct iovec){.iov_base = req + len / 3,
 					.iov_len = len - len / 3};
 		memset(resp, 0, sizeof(resp));
-		CU_ASSERT_EQUAL_FATAL(emb_conn_call_sync(c, &h, iov, 3, resp,
-							 sizeof(resp), &rh),
-				      0);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_conn_call_sync(c, &h, iov, 3, resp, sizeof(resp), &rh),
+		    0);
 		CU_ASSERT_EQUAL(rh.magic, EMB_WIRE_MAGIC);
 		CU_ASSERT_EQUAL(rh.opcode, ECHO_OP_ECHO | EMB_OP_RESPONSE_BIT);
 		CU_ASSERT_EQUAL(rh.flags, 3);
@@ -141,15 +141,14 @@ static void test_big_frames(void)
 		fill(req, len, i + 1);
 		memset(resp, 0, len);
 		CU_ASSERT_EQUAL_FATAL(
-			emb_conn_call_sync(c, &h, &iov, 1, resp, len, &rh), 0);
+		    emb_conn_call_sync(c, &h, &iov, 1, resp, len, &rh), 0);
 		CU_ASSERT_EQUAL(rh.payload_len, len);
 		CU_ASSERT(memcmp(req, resp, len) == 0);
 	}
 	h = (struct emb_frame_hdr){.opcode = ECHO_OP_BIG,
 				   .count = ECHO_BIG_MAX};
-	CU_ASSERT_EQUAL_FATAL(emb_conn_call_sync(c, &h, NULL, 0, resp,
-						 ECHO_BIG_MAX, &rh),
-			      0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_conn_call_sync(c, &h, NULL, 0, resp, ECHO_BIG_MAX, &rh), 0);
 	CU_ASSERT_EQUAL(rh.payload_len, ECHO_BIG_MAX);
 	for (size_t i = 0; i < ECHO_BIG_MAX; i++)
 		bad += resp[i] != echo_pattern(i);
@@ -185,10 +184,9 @@ static void test_three_servers(void)
 						   .iov_len = 4};
 			h.table_id = (uint32_t)k;
 			CU_ASSERT_EQUAL_FATAL(
-				emb_conn_call(c[k], &h, &iov[k][i], 1,
-					      &resp[k][i], 4, on_done,
-					      &r[k][i]),
-				0);
+			    emb_conn_call(c[k], &h, &iov[k][i], 1, &resp[k][i],
+					  4, on_done, &r[k][i]),
+			    0);
 		}
 	}
 	for (int k = 0; k < 3; k++) {
@@ -206,14 +204,14 @@ static void test_three_servers(void)
 	emb_transport_destroy(tr);
 }
 
-#define NTHREADS 4
+#define NTHREADS	 4
 #define CALLS_PER_THREAD 400
-#define WINDOW 16
+#define WINDOW		 16
 
 struct client_job {
-	uint16_t port;		/* server to call */
-	unsigned id;		/* thread number */
-	int errors;		/* mismatches and failures seen */
+	uint16_t port; /* server to call */
+	unsigned id;   /* thread number */
+	int errors;    /* mismatches and failures seen */
 };
 
 static void *client_thread(void *arg)
@@ -281,8 +279,8 @@ static void test_threads(void)
 
 	for (unsigned i = 0; i < NTHREADS; i++) {
 		jobs[i] = (struct client_job){.port = echo_port(s), .id = i};
-		CU_ASSERT_FATAL(pthread_create(&th[i], NULL, client_thread,
-					       &jobs[i]) == 0);
+		CU_ASSERT_FATAL(
+		    pthread_create(&th[i], NULL, client_thread, &jobs[i]) == 0);
 	}
 	for (unsigned i = 0; i < NTHREADS; i++) {
 		pthread_join(th[i], NULL);
@@ -310,8 +308,8 @@ static void test_pipelining(void)
 	memset(resp, 0, sizeof(resp));
 	for (unsigned i = 0; i < N; i++) {
 		fill(req[i], 64 + i * 2, i);
-		iov[i] = (struct iovec){.iov_base = req[i],
-					.iov_len = 64 + i * 2};
+		iov[i] =
+		    (struct iovec){.iov_base = req[i], .iov_len = 64 + i * 2};
 		h.table_id = i;
 		CU_ASSERT_EQUAL_FATAL(emb_conn_call(c, &h, &iov[i], 1, resp[i],
 						    sizeof(resp[i]), on_done,
@@ -385,13 +383,13 @@ static void test_resp_too_big(void)
 	struct result r[2] = {{0}, {0}};
 	struct emb_transport_stats st;
 
-	CU_ASSERT_EQUAL(emb_conn_call_sync(c, &h, NULL, 0, small,
-					   sizeof(small), &rh),
-			EMB_ERESPTOOBIG);
+	CU_ASSERT_EQUAL(
+	    emb_conn_call_sync(c, &h, NULL, 0, small, sizeof(small), &rh),
+	    EMB_ERESPTOOBIG);
 	/* The conn stays usable, also for a call queued right behind. */
-	CU_ASSERT_EQUAL(emb_conn_call(c, &h, NULL, 0, small, sizeof(small),
-				      on_done, &r[0]),
-			0);
+	CU_ASSERT_EQUAL(
+	    emb_conn_call(c, &h, NULL, 0, small, sizeof(small), on_done, &r[0]),
+	    0);
 	h = (struct emb_frame_hdr){.opcode = ECHO_OP_ECHO};
 	CU_ASSERT_EQUAL(emb_conn_call(c, &h, &iov, 1, &back, 4, on_done, &r[1]),
 			0);
@@ -433,8 +431,8 @@ static void test_timeout(void)
 }
 
 struct close_seen {
-	int n;		/* on_close calls */
-	int reason;	/* last reason */
+	int n;	    /* on_close calls */
+	int reason; /* last reason */
 };
 
 static void on_conn_close(void *arg, struct emb_conn *c, int reason)
@@ -462,9 +460,8 @@ static void test_server_gone(void)
 	CU_ASSERT_FATAL(emb_conn_create(tr, &co, &c) == 0);
 	memset(r, 0, sizeof(r));
 	for (int i = 0; i < 4; i++)
-		CU_ASSERT_EQUAL(emb_conn_call(c, &h, NULL, 0, NULL, 0, on_done,
-					      &r[i]),
-				0);
+		CU_ASSERT_EQUAL(
+		    emb_conn_call(c, &h, NULL, 0, NULL, 0, on_done, &r[i]), 0);
 	/* Let the requests reach the server, then take it away. */
 	for (int i = 0; i < 20; i++)
 		emb_transport_poll(tr, 10);
@@ -510,7 +507,7 @@ static void test_client_leaves(void)
 
 	for (int i = 0; i < 50; i++) {
 		CU_ASSERT_EQUAL(
-			emb_conn_call_sync(b, &h, &small, 1, &back, 4, &rh), 0);
+		    emb_conn_call_sync(b, &h, &small, 1, &back, 4, &rh), 0);
 	}
 	CU_ASSERT_EQUAL(back, 9);
 	for (int i = 0; i < 500; i++) {
@@ -520,8 +517,7 @@ static void test_client_leaves(void)
 		usleep(10000);
 	}
 	CU_ASSERT_EQUAL(st.conns_closed, 1);
-	CU_ASSERT_EQUAL(emb_conn_call_sync(b, &h, &small, 1, &back, 4, &rh),
-			0);
+	CU_ASSERT_EQUAL(emb_conn_call_sync(b, &h, &small, 1, &back, 4, &rh), 0);
 
 	free(big);
 	emb_conn_destroy(b);
@@ -622,9 +618,8 @@ static void test_no_credit(void)
 	c = dial(tr, echo_port(s), 10000);
 	memset(r, 0, sizeof(r));
 	for (int i = 0; i < 4; i++)
-		CU_ASSERT_EQUAL(emb_conn_call(c, &h, NULL, 0, NULL, 0, on_done,
-					      &r[i]),
-				0);
+		CU_ASSERT_EQUAL(
+		    emb_conn_call(c, &h, NULL, 0, NULL, 0, on_done, &r[i]), 0);
 	CU_ASSERT_EQUAL(emb_conn_call(c, &h, NULL, 0, NULL, 0, on_done, &r[4]),
 			EMB_ENOCREDIT);
 	wait_all(tr, r, 4);
@@ -661,7 +656,7 @@ static void test_rows_zero_copy(void)
 		ids[i] = i * 2654435761u;
 	iov = (struct iovec){.iov_base = ids, .iov_len = N * sizeof(*ids)};
 	CU_ASSERT_EQUAL_FATAL(
-		emb_conn_call_sync(c, &h, &iov, 1, rows, rows_bytes, &rh), 0);
+	    emb_conn_call_sync(c, &h, &iov, 1, rows, rows_bytes, &rh), 0);
 	CU_ASSERT_EQUAL(rh.count, N);
 	CU_ASSERT_EQUAL(rh.payload_len, rows_bytes);
 	for (size_t i = 0; i < N; i++)
@@ -688,9 +683,9 @@ static void test_fault_send(void)
 	memset(r, 0, sizeof(r));
 	emb_transport_fault_set(tr, EMB_FAULT_SEND, 3, -EIO);
 	for (int i = 0; i < 4; i++)
-		CU_ASSERT_EQUAL(emb_conn_call(c, &h, NULL, 0, NULL, 0, on_done,
-					      &r[i]),
-				i == 2 ? -EIO : 0);
+		CU_ASSERT_EQUAL(
+		    emb_conn_call(c, &h, NULL, 0, NULL, 0, on_done, &r[i]),
+		    i == 2 ? -EIO : 0);
 	for (int i = 0; i < 4; i++)
 		if (i != 2)
 			wait_all(tr, &r[i], 1);
@@ -801,9 +796,9 @@ struct bg {
 	uint16_t port;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	int stage;		/* tasks completed */
-	int status;		/* last status */
-	uint32_t in, out;	/* request and response payload */
+	int stage;	  /* tasks completed */
+	int status;	  /* last status */
+	uint32_t in, out; /* request and response payload */
 	struct iovec iov;
 };
 
@@ -903,9 +898,8 @@ static void test_spread(void)
 	for (int i = 0; i < 6; i++)
 		c[i] = dial(tr, echo_port(s), 10000);
 	for (int i = 0; i < 6; i++)
-		CU_ASSERT_EQUAL(emb_conn_call_sync(c[i], &h, NULL, 0, NULL, 0,
-						   &rh),
-				0);
+		CU_ASSERT_EQUAL(
+		    emb_conn_call_sync(c[i], &h, NULL, 0, NULL, 0, &rh), 0);
 	for (unsigned k = 0; k < 3; k++) {
 		echo_loop_stats(s, k, &st);
 		CU_ASSERT_EQUAL(st.conns_opened, 2);
@@ -959,9 +953,8 @@ static void test_held_bound(void)
 	a = dial(tr, echo_port(s), 10000);
 	memset(r, 0, sizeof(r));
 	for (int i = 0; i < 10; i++)
-		CU_ASSERT_EQUAL(emb_conn_call(a, &h, NULL, 0, NULL, 0, on_done,
-					      &r[i]),
-				0);
+		CU_ASSERT_EQUAL(
+		    emb_conn_call(a, &h, NULL, 0, NULL, 0, on_done, &r[i]), 0);
 	/* Poll until the server's frame count settles. */
 	for (int i = 0, still = 0; i < 1000 && still < 20; i++) {
 		emb_transport_poll(tr, 10);
@@ -984,7 +977,7 @@ static void test_held_bound(void)
 }
 
 struct nested {
-	struct emb_conn *other;	/* conn the callback calls on */
+	struct emb_conn *other; /* conn the callback calls on */
 	int calls;		/* callbacks run */
 	int errors;		/* failed nested calls */
 };
@@ -1035,35 +1028,30 @@ static void test_nested_poll(void)
 }
 
 static const struct emb_test_case cases[] = {
-	{"round trips small frames", test_small_frames},
-	{"round trips 4 MiB frames", test_big_frames},
-	{"talks to three servers from one loop", test_three_servers},
-	{"serves concurrent clients from several threads", test_threads},
-	{"matches 256 pipelined responses by request id", test_pipelining},
-	{"matches replies sent out of order", test_out_of_order},
-	{"fails a response over resp_cap and keeps the conn",
-	 test_resp_too_big},
-	{"times out a call the server never answers", test_timeout},
-	{"fails pending calls when the server goes away", test_server_gone},
-	{"keeps serving others when a client leaves mid-frame",
-	 test_client_leaves},
-	{"refuses a connection to a closed port", test_refused},
-	{"rejects bad arguments and unknown transports", test_bad_args},
-	{"refuses calls past max_inflight", test_no_credit},
-	{"serves rows straight from table memory", test_rows_zero_copy},
-	{"fault hook fails the nth send", test_fault_send},
-	{"fault hook fails registration and buf_alloc unwinds",
-	 test_fault_reg},
-	{"fault hook fails connect and listen", test_fault_connect_listen},
-	{"fault hook fails a socket write and the conn closes",
-	 test_fault_io},
-	{"runs a client loop in a background thread", test_background_loop},
-	{"spreads accepted conns across server loops", test_spread},
-	{"fails a reply posted after its conn closed", test_late_reply},
-	{"stops reading a conn that holds max_inflight requests",
-	 test_held_bound},
-	{"lets a callback poll the loop again", test_nested_poll},
-	{NULL, NULL},
+    {"round trips small frames", test_small_frames},
+    {"round trips 4 MiB frames", test_big_frames},
+    {"talks to three servers from one loop", test_three_servers},
+    {"serves concurrent clients from several threads", test_threads},
+    {"matches 256 pipelined responses by request id", test_pipelining},
+    {"matches replies sent out of order", test_out_of_order},
+    {"fails a response over resp_cap and keeps the conn", test_resp_too_big},
+    {"times out a call the server never answers", test_timeout},
+    {"fails pending calls when the server goes away", test_server_gone},
+    {"keeps serving others when a client leaves mid-frame", test_client_leaves},
+    {"refuses a connection to a closed port", test_refused},
+    {"rejects bad arguments and unknown transports", test_bad_args},
+    {"refuses calls past max_inflight", test_no_credit},
+    {"serves rows straight from table memory", test_rows_zero_copy},
+    {"fault hook fails the nth send", test_fault_send},
+    {"fault hook fails registration and buf_alloc unwinds", test_fault_reg},
+    {"fault hook fails connect and listen", test_fault_connect_listen},
+    {"fault hook fails a socket write and the conn closes", test_fault_io},
+    {"runs a client loop in a background thread", test_background_loop},
+    {"spreads accepted conns across server loops", test_spread},
+    {"fails a reply posted after its conn closed", test_late_reply},
+    {"stops reading a conn that holds max_inflight requests", test_held_bound},
+    {"lets a callback poll the loop again", test_nested_poll},
+    {NULL, NULL},
 };
 
 int main(int argc, char **argv)

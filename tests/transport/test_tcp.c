@@ -115,16 +115,15 @@ static void good_call(struct emb_conn *c)
 	struct iovec iov = {.iov_base = &v, .iov_len = sizeof(v)};
 	struct emb_frame_hdr h = {.opcode = ECHO_OP_ECHO}, rh;
 
-	CU_ASSERT_EQUAL(emb_conn_call_sync(c, &h, &iov, 1, &back, sizeof(back),
-					   &rh),
-			0);
+	CU_ASSERT_EQUAL(
+	    emb_conn_call_sync(c, &h, &iov, 1, &back, sizeof(back), &rh), 0);
 	CU_ASSERT_EQUAL(back, v);
 }
 
 struct fixture {
 	struct echo_server *s;
 	struct emb_transport *tr;
-	struct emb_conn *c;	/* a well-behaved client */
+	struct emb_conn *c; /* a well-behaved client */
 };
 
 static void setup(struct fixture *f, const struct emb_transport_opts *o)
@@ -203,9 +202,8 @@ static void test_bad_version(void)
 	struct emb_frame_hdr h = hdr(ECHO_OP_ECHO, 8, 1);
 
 	h.version = 9;
-	bad_header_case(h,
-			offsetof(struct emb_transport_stats, err_bad_version),
-			NULL);
+	bad_header_case(
+	    h, offsetof(struct emb_transport_stats, err_bad_version), NULL);
 }
 
 static void test_too_big(void)
@@ -403,9 +401,8 @@ static void test_staged_replies(void)
 	piece[1] = (struct iovec){.iov_base = big + 100, .iov_len = 199800};
 	piece[2] = (struct iovec){.iov_base = big + 199900, .iov_len = 100};
 	h = (struct emb_frame_hdr){.opcode = ECHO_OP_ECHO};
-	CU_ASSERT_EQUAL(emb_conn_call_sync(f.c, &h, piece, 3, back, 200000,
-					   &rh),
-			0);
+	CU_ASSERT_EQUAL(
+	    emb_conn_call_sync(f.c, &h, piece, 3, back, 200000, &rh), 0);
 	CU_ASSERT(memcmp(big, back, 200000) == 0);
 	free(big);
 	free(back);
@@ -492,8 +489,8 @@ static void test_fd_exhaustion(void)
 /* ---- a hand-written server for the client side ------------------------ */
 
 struct raw_server {
-	int lfd;	/* listening socket */
-	int fd;		/* the accepted conn */
+	int lfd; /* listening socket */
+	int fd;	 /* the accepted conn */
 	struct emb_transport *tr;
 	struct emb_conn *c;
 };
@@ -533,8 +530,8 @@ static struct emb_frame_hdr post(struct raw_server *rs, struct result *r,
 {
 	struct emb_frame_hdr h = {.opcode = ECHO_OP_ECHO}, got;
 
-	CU_ASSERT_FATAL(emb_conn_call(rs->c, &h, NULL, 0, resp, cap, on_done,
-				      r) == 0);
+	CU_ASSERT_FATAL(
+	    emb_conn_call(rs->c, &h, NULL, 0, resp, cap, on_done, r) == 0);
 	emb_transport_poll(rs->tr, 0); /* sends it */
 	CU_ASSERT_FATAL(raw_recv(rs->fd, &got, sizeof(got)));
 	return got;
@@ -642,26 +639,23 @@ static void test_client_unread_request(void)
 }
 
 static const struct emb_test_case cases[] = {
-	{"closes only the conn that sends bad magic", test_bad_magic},
-	{"closes only the conn that sends a bad version", test_bad_version},
-	{"closes only the conn whose frame is over the limit", test_too_big},
-	{"survives a peer that stops mid-header", test_truncated_header},
-	{"survives a peer that stops mid-payload", test_truncated_payload},
-	{"assembles frames written a byte at a time", test_byte_at_a_time},
-	{"stops reading a slow reader and resumes when drained",
-	 test_slow_reader},
-	{"bounds a slow reader with staged replies too",
-	 test_slow_reader_staged},
-	{"sends staged small reply pieces intact", test_staged_replies},
-	{"refuses conns while out of fds and recovers", test_fd_exhaustion},
-	{"client closes on a response with bad magic",
-	 test_client_bad_response},
-	{"client drops a response for an unknown request", test_client_unmatched},
-	{"client times out a response that stops halfway",
-	 test_client_stalled_response},
-	{"client times out a request the server never reads",
-	 test_client_unread_request},
-	{NULL, NULL},
+    {"closes only the conn that sends bad magic", test_bad_magic},
+    {"closes only the conn that sends a bad version", test_bad_version},
+    {"closes only the conn whose frame is over the limit", test_too_big},
+    {"survives a peer that stops mid-header", test_truncated_header},
+    {"survives a peer that stops mid-payload", test_truncated_payload},
+    {"assembles frames written a byte at a time", test_byte_at_a_time},
+    {"stops reading a slow reader and resumes when drained", test_slow_reader},
+    {"bounds a slow reader with staged replies too", test_slow_reader_staged},
+    {"sends staged small reply pieces intact", test_staged_replies},
+    {"refuses conns while out of fds and recovers", test_fd_exhaustion},
+    {"client closes on a response with bad magic", test_client_bad_response},
+    {"client drops a response for an unknown request", test_client_unmatched},
+    {"client times out a response that stops halfway",
+     test_client_stalled_response},
+    {"client times out a request the server never reads",
+     test_client_unread_request},
+    {NULL, NULL},
 };
 
 int main(int argc, char **argv)
