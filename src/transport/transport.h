@@ -261,9 +261,12 @@ struct emb_mr {
 
 /*
  * Opens a transport by name ("tcp" or "rdma") with opts (NULL = defaults;
- * zero fields take their default). 0 and the handle in *out, or -EINVAL
- * (unknown name, bad opts), -ENODEV ("rdma" without RDMA support built in or
- * without a device), -ENOMEM, or a negative errno from epoll/eventfd.
+ * a zero field takes its default, except call_timeout_ms, sock_buf_bytes
+ * and copy_max_bytes, where 0 means none / kernel's / off). 0 and the
+ * handle in *out, or -EINVAL (unknown name; max_frame_bytes < 32,
+ * max_inflight > 2^20 or copy_max_bytes > 64 KiB), -ENODEV ("rdma" without
+ * RDMA support built in or without a device), -ENOMEM, or a negative errno
+ * from epoll/eventfd.
  */
 int emb_transport_create(const char *name,
 			 const struct emb_transport_opts *opts,
