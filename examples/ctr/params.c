@@ -1,0 +1,321 @@
+/*
+ * examples/ctr/params.c - the CTR model's parameters in embstore tables.
+ *
+ * Three tables: "ctr_emb" (dim 16, Adagrad), "ctr_wide" (dim 1, Adagrad) and
+ * "ctr_mlp" (dense rows of 256 floats, Adam). The MLP's initial values need
+ * per-layer scales, so the first worker assigns them once; the others wait
+ * until every dense row exists (no-create pulls) before training. Local mode
+ * runs the same tables, optimizers and initial values in this process.
+ */
+#include "params.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctr.h"
+#include "store/store.h"
+#include "worker/embstore.h"
+
+struct ctr_params {
+	struct ctr_params_opts o;	  /* as opened */
+	uint32_t rank;			  /* this worker */
+	uint32_t workers;		  /* all workers */
+	/* local */
+	struct emb_table *lt[3];	  /* emb, wide, mlp */
+	/* servers */
+	struct emb_client *c;		  /* connection to the cluster */
+	struct emb_client_table *rt[3];	  /* emb, wide, mlp */
+	/* the batch being trained */
+	uint64_t *ids;			  /* last looked-up ids */
+	uint32_t n;			  /* how many */
+	uint64_t dense_ids[CTR_DENSE_ROWS]; /* 0 .. rows-1 */
+};
+
+enum { T_EMB, T_WIDE, T_MLP };
+
+static void specs(uint64_t seed, struct emb_table_spec *s)
+{
+	struct emb_optim_cfg ada = EMB_OPTIM_CFG_DEFAULT;
+	struct emb_optim_cfg adam = EMB_OPTIM_CFG_DEFAULT;
+
+	ada.kind = EMB_OPTIM_ADAGRAD;
+	ada.lr = 0.05f;
+	ada.initial_accumulator = 0.1f;
+	adam.kind = EMB_OPTIM_ADAM;
+	adam.lr = 0.001f;
+	s[T_EMB] = (struct emb_table_spec){
+		.name = "ctr_emb", .dim = CTR_EMB_DIM, .optim = ada,
+		.init = {.kind = EMB_INIT_NORMAL, .a = 0.0f, .b = 0.05f},
+		.seed = seed};
+	s[T_WIDE] = (struct emb_table_spec){
+		.name = "ctr_wide", .dim = 1, .optim = ada,
+		.init = {.kind = EMB_INIT_ZEROS}, .seed = seed};
+	s[T_MLP] = (struct emb_table_spec){
+		.name = "ctr_mlp", .dim = CTR_DENSE_ROW, .optim = adam,
+		.init = {.kind = EMB_INIT_ZEROS}, .seed = seed};
+}
+
+static int open_local(struct ctr_params *p)
+{
+	struct emb_table_spec s[3];
+	int rc;
+
+	specs(p->o.seed, s);
+	for (int k = 0; k < 3; k++) {
+		struct emb_table_opts to = EMB_TABLE_OPTS_DEFAULT;
+
+		to.name = s[k].name;
+		to.dim = s[k].dim;
+		to.optim = s[k].optim;
+		to.init = s[k].init;
+		to.seed = s[k].seed;
+		rc = emb_table_create(&to, &p->lt[k]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int pull_dense_rows(struct ctr_params *p, float *dense, uint32_t flags,
+			   uint8_t *found)
+{
+	if (p->o.local)
+		return emb_table_pull(p->lt[T_MLP], p->dense_ids,
+				      CTR_DENSE_ROWS, dense,
+				      flags ? EMB_PULL_NOCREATE : 0, found) < 0
+			       ? EMB_EINTERNAL
+			       : 0;
+	return emb_client_table_pull(p->rt[T_MLP], p->dense_ids,
+				     CTR_DENSE_ROWS, dense,
+				     flags ? EMB_CLIENT_NOCREATE : 0, found);
+}
+
+/* The first worker writes the MLP's initial values; the others wait. */
+static int init_dense(struct ctr_params *p)
+{
+	float *dense = calloc(CTR_DENSE_ROWS * CTR_DENSE_ROW, sizeof(float));
+	uint8_t found[CTR_DENSE_ROWS];
+	struct timespec pause = {0, 20 * 1000 * 1000};
+	int rc = -ENOMEM;
+
+	if (!dense)
+		return rc;
+	for (int tries = 0; tries < 1500; tries++) {
+		bool all = true;
+
+		rc = pull_dense_rows(p, dense, 1, found);
+		if (rc)
+			break;
+		for (uint32_t r = 0; r < CTR_DENSE_ROWS; r++)
+			all = all && found[r];
+		if (all)
+			break;
+		if (p->rank == 0) {
+			ctr_dense_init(dense, p->o.seed);
+			rc = p->o.local ? emb_table_assign(p->lt[T_MLP],
+							   p->dense_ids,
+							   CTR_DENSE_ROWS,
+							   dense, false, NULL)
+					: emb_client_table_assign(
+						  p->rt[T_MLP], p->dense_ids,
+						  CTR_DENSE_ROWS, dense, false);
+			break;
+		}
+		nanosleep(&pause, NULL);
+		rc = -ETIMEDOUT;
+	}
+	free(dense);
+	return rc;
+}
+
+static int open_remote(struct ctr_params *p)
+{
+	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
+	struct emb_table_spec s[3];
+	const char *env;
+	int rc;
+
+	co.servers = p->o.servers;
+	co.transport = p->o.transport;
+	co.name = "ctr-train";
+	rc = emb_client_create(&co, &p->c);
+	if (rc)
+		return rc;
+	env = getenv("EMB_WORKER_RANK");
+	p->rank = env ? (uint32_t)atoi(env) : 0;
+	env = getenv("EMB_WORKER_NUM");
+	p->workers = env ? (uint32_t)atoi(env) : 1;
+	specs(p->o.seed, s);
+	for (int k = 0; k < 3; k++) {
+		rc = emb_client_table_create(p->c, &s[k], &p->rt[k]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int ctr_params_open(const struct ctr_params_opts *opts, struct ctr_params **out)
+{
+	struct ctr_params *p = calloc(1, sizeof(*p));
+	int rc;
+
+	if (!p)
+		return -ENOMEM;
+	p->o = *opts;
+	p->rank = 0;
+	p->workers = 1;
+	for (uint32_t r = 0; r < CTR_DENSE_ROWS; r++)
+		p->dense_ids[r] = r;
+	p->ids = malloc((size_t)opts->max_batch * sizeof(*p->ids));
+	if (!p->ids) {
+		free(p);
+		return -ENOMEM;
+	}
+	rc = opts->local ? open_local(p) : open_remote(p);
+	if (!rc)
+		rc = init_dense(p);
+	if (rc) {
+		ctr_params_close(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+void ctr_params_close(struct ctr_params *p)
+{
+	if (!p)
+		return;
+	for (int k = 0; k < 3; k++) {
+		emb_table_destroy(p->lt[k]);
+		emb_client_table_close(p->rt[k]);
+	}
+	emb_client_destroy(p->c);
+	free(p->ids);
+	free(p);
+}
+
+uint32_t ctr_params_rank(const struct ctr_params *p)
+{
+	return p->rank;
+}
+
+uint32_t ctr_params_workers(const struct ctr_params *p)
+{
+	return p->workers;
+}
+
+int ctr_params_prefetch(struct ctr_params *p, const uint64_t *ids, uint32_t n)
+{
+	(void)p;
+	(void)ids;
+	(void)n;
+	return 0;
+}
+
+int ctr_params_lookup(struct ctr_params *p, const uint64_t *ids, uint32_t n,
+		      float *emb, float *wide)
+{
+	struct emb_async *a, *b;
+	int rc;
+
+	if (n > p->o.max_batch)
+		return EMB_EBADARG;
+	memcpy(p->ids, ids, (size_t)n * sizeof(*ids));
+	p->n = n;
+	if (p->o.local) {
+		rc = emb_table_pull(p->lt[T_EMB], ids, n, emb, 0, NULL);
+		if (rc >= 0)
+			rc = emb_table_pull(p->lt[T_WIDE], ids, n, wide, 0,
+					    NULL);
+		return rc < 0 ? rc : 0;
+	}
+	rc = emb_client_table_pull_async(p->rt[T_EMB], ids, n, emb, 0, NULL,
+					 &a);
+	if (rc)
+		return rc;
+	rc = emb_client_table_pull_async(p->rt[T_WIDE], ids, n, wide, 0, NULL,
+					 &b);
+	if (rc) {
+		emb_async_wait(a);
+		return rc;
+	}
+	rc = emb_async_wait(a);
+	return emb_async_wait(b) ? EMB_EFETCH : rc;
+}
+
+int ctr_params_pull_dense(struct ctr_params *p, float *dense)
+{
+	return pull_dense_rows(p, dense, 0, NULL);
+}
+
+int ctr_params_push(struct ctr_params *p, const float *g_emb,
+		    const float *g_wide, const float *g_dense, uint64_t step)
+{
+	struct emb_async *op[3];
+	int rc = 0, r;
+
+	if (p->o.local) {
+		rc = emb_table_push(p->lt[T_EMB], p->ids, p->n, g_emb);
+		if (!rc)
+			rc = emb_table_push(p->lt[T_WIDE], p->ids, p->n,
+					    g_wide);
+		if (!rc)
+			rc = emb_table_push(p->lt[T_MLP], p->dense_ids,
+					    CTR_DENSE_ROWS, g_dense);
+		return rc;
+	}
+	r = emb_client_table_push_async(p->rt[T_EMB], p->ids, p->n, g_emb,
+					step, p->rank, &op[0]);
+	if (r)
+		return r;
+	r = emb_client_table_push_async(p->rt[T_WIDE], p->ids, p->n, g_wide,
+					step, p->rank, &op[1]);
+	if (r) {
+		emb_async_wait(op[0]);
+		return r;
+	}
+	r = emb_client_table_push_async(p->rt[T_MLP], p->dense_ids,
+					CTR_DENSE_ROWS, g_dense, step,
+					p->rank, &op[2]);
+	if (r) {
+		emb_async_wait(op[0]);
+		emb_async_wait(op[1]);
+		return r;
+	}
+	for (int k = 0; k < 3; k++) {
+		r = emb_async_wait(op[k]);
+		if (r && !rc)
+			rc = r;
+	}
+	return rc;
+}
+
+int ctr_params_eval_rows(struct ctr_params *p, const uint64_t *ids,
+			 uint32_t n, float *emb, float *wide)
+{
+	int rc;
+
+	if (p->o.local) {
+		rc = emb_table_pull(p->lt[T_EMB], ids, n, emb,
+				    EMB_PULL_NOCREATE, NULL);
+		if (rc >= 0)
+			rc = emb_table_pull(p->lt[T_WIDE], ids, n, wide,
+					    EMB_PULL_NOCREATE, NULL);
+		return rc < 0 ? rc : 0;
+	}
+	rc = emb_client_table_pull(p->rt[T_EMB], ids, n, emb,
+				   EMB_CLIENT_NOCREATE, NULL);
+	if (!rc)
+		rc = emb_client_table_pull(p->rt[T_WIDE], ids, n, wide,
+					   EMB_CLIENT_NOCREATE, NULL);
+	return rc;
+}
+
+int ctr_params_epoch_end(struct ctr_params *p)
+{
+	(void)p;
+	return 0;
+}

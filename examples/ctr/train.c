@@ -1,0 +1,319 @@
+/*
+ * examples/ctr/train.c - trains the wide & deep CTR model through embstore.
+ *
+ *   train --data train.tsv --test test.tsv [--epochs N] [--batch B] [--local]
+ *         [--servers LIST] [--cache-rows R] [--prefetch K] [--staleness S]
+ *
+ * Every weight lives in an embstore table: the embeddings ("ctr_emb", dim 16)
+ * and the wide weights ("ctr_wide", dim 1) are read through the worker's
+ * vocab cache with prefetch, and the MLP ("ctr_mlp", rows of 256 floats) is
+ * pulled every step and its gradients pushed, as in a parameter server's
+ * dense mode. Without --servers the worker joins the cluster from the
+ * environment (embstore launch sets it). --local trains the same model with
+ * the same optimizers on in-process tables, with no servers: the baseline.
+ * Workers read the lines whose number modulo the worker count is their rank.
+ * Single-threaded (the client library runs its own network thread).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctr.h"
+#include "params.h"
+
+struct cfg {
+	const char *data;      /* training file */
+	const char *test;      /* held-out file, or NULL */
+	uint32_t epochs;       /* passes over the data */
+	uint32_t batch;	       /* examples per step */
+	uint32_t log_every;    /* steps between loss lines */
+	uint64_t seed;	       /* tables' and the MLP's initial values */
+	struct ctr_params_opts popts; /* where the parameters live */
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: train --data FILE [--test FILE] [--epochs N] "
+		"[--batch B]\n"
+		"             [--local | --servers HOST:PORT,...] "
+		"[--transport tcp|rdma|auto]\n"
+		"             [--cache-rows R] [--prefetch K] [--staleness S] "
+		"[--seed N] [--log-every N]\n");
+}
+
+/* Copies the batch's categorical ids, example-major, for the tables. */
+static void batch_ids(const struct ctr_example *ex, uint32_t n, uint64_t *ids)
+{
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(ids + (size_t)i * CTR_NCAT, ex[i].ids,
+		       sizeof(ex[i].ids));
+}
+
+/* Scores the whole test file with the current parameters (no updates). */
+static int evaluate(struct ctr_params *p, const char *path, uint32_t batch,
+		    double *auc, double *logloss)
+{
+	struct ctr_example *ex = malloc(batch * sizeof(*ex));
+	float *emb = malloc((size_t)batch * CTR_NCAT * CTR_EMB_DIM * 4);
+	float *wide = malloc((size_t)batch * CTR_NCAT * 4);
+	float *dense = malloc(CTR_DENSE_ROWS * CTR_DENSE_ROW * 4);
+	uint64_t *ids = malloc((size_t)batch * CTR_NCAT * 8);
+	double *scores = NULL, loss = 0.0;
+	uint8_t *labels = NULL;
+	uint64_t n = 0, cap = 0, lineno = 0, bad = 0;
+	FILE *f = fopen(path, "r");
+	uint32_t got;
+	int rc = 0;
+
+	if (!f || !ex || !emb || !wide || !dense || !ids) {
+		rc = f ? -ENOMEM : -errno;
+		goto out;
+	}
+	rc = ctr_params_pull_dense(p, dense);
+	while (!rc && (got = ctr_read_batch(f, ex, batch, 0, 1, &lineno,
+					    &bad)) > 0) {
+		double pr[1024];
+
+		batch_ids(ex, got, ids);
+		rc = ctr_params_eval_rows(p, ids, got * CTR_NCAT, emb, wide);
+		if (rc)
+			break;
+		if (n + got > cap) {
+			cap = cap ? 2 * cap : 65536;
+			scores = realloc(scores, cap * sizeof(*scores));
+			labels = realloc(labels, cap);
+			if (!scores || !labels) {
+				rc = -ENOMEM;
+				break;
+			}
+		}
+		for (uint32_t i = 0; i < got; i += 1024) {
+			uint32_t m = got - i < 1024 ? got - i : 1024;
+
+			loss += m * ctr_forward_backward(
+					    ex + i, m,
+					    emb + (size_t)i * CTR_NCAT * CTR_EMB_DIM,
+					    wide + (size_t)i * CTR_NCAT, dense,
+					    NULL, NULL, NULL, pr);
+			for (uint32_t k = 0; k < m; k++) {
+				scores[n + i + k] = pr[k];
+				labels[n + i + k] = (uint8_t)ex[i + k].label;
+			}
+		}
+		n += got;
+	}
+	if (!rc) {
+		*auc = ctr_auc(scores, labels, n);
+		*logloss = n ? loss / (double)n : 0.0;
+	}
+out:
+	if (f)
+		fclose(f);
+	free(scores);
+	free(labels);
+	free(ex);
+	free(emb);
+	free(wide);
+	free(dense);
+	free(ids);
+	return rc;
+}
+
+static int train(const struct cfg *c, struct ctr_params *p)
+{
+	const uint32_t b = c->batch;
+	struct ctr_example *ex[2];
+	uint64_t *ids[2];
+	float *emb, *wide, *g_emb, *g_wide, *dense, *g_dense;
+	uint32_t rank = ctr_params_rank(p), nw = ctr_params_workers(p);
+	uint64_t samples = 0, bad = 0;
+	double t0 = now_s();
+	int rc = 0;
+
+	ex[0] = malloc(b * sizeof(**ex));
+	ex[1] = malloc(b * sizeof(**ex));
+	ids[0] = malloc((size_t)b * CTR_NCAT * 8);
+	ids[1] = malloc((size_t)b * CTR_NCAT * 8);
+	emb = malloc((size_t)b * CTR_NCAT * CTR_EMB_DIM * 4);
+	g_emb = malloc((size_t)b * CTR_NCAT * CTR_EMB_DIM * 4);
+	wide = malloc((size_t)b * CTR_NCAT * 4);
+	g_wide = malloc((size_t)b * CTR_NCAT * 4);
+	dense = malloc(CTR_DENSE_ROWS * CTR_DENSE_ROW * 4);
+	g_dense = calloc(CTR_DENSE_ROWS * CTR_DENSE_ROW, 4);
+	if (!ex[0] || !ex[1] || !ids[0] || !ids[1] || !emb || !g_emb ||
+	    !wide || !g_wide || !dense || !g_dense)
+		return -ENOMEM;
+
+	for (uint32_t epoch = 1; epoch <= c->epochs && !rc; epoch++) {
+		FILE *f = fopen(c->data, "r");
+		uint64_t lineno = 0, step = 0;
+		uint32_t n, next;
+		double loss_sum = 0.0;
+		uint32_t loss_n = 0;
+		int cur = 0;
+
+		if (!f) {
+			fprintf(stderr, "train: %s: %s\n", c->data,
+				strerror(errno));
+			return -errno;
+		}
+		n = ctr_read_batch(f, ex[cur], b, rank, nw, &lineno, &bad);
+		if (n)
+			batch_ids(ex[cur], n, ids[cur]);
+		if (n)
+			rc = ctr_params_prefetch(p, ids[cur], n * CTR_NCAT);
+		while (n && !rc) {
+			double loss;
+
+			/* Read and prefetch the next batch while this one
+			 * computes: its misses travel meanwhile. */
+			next = ctr_read_batch(f, ex[cur ^ 1], b, rank, nw,
+					      &lineno, &bad);
+			rc = ctr_params_lookup(p, ids[cur], n * CTR_NCAT, emb,
+					       wide);
+			if (!rc && next) {
+				batch_ids(ex[cur ^ 1], next, ids[cur ^ 1]);
+				rc = ctr_params_prefetch(p, ids[cur ^ 1],
+							 next * CTR_NCAT);
+			}
+			if (!rc)
+				rc = ctr_params_pull_dense(p, dense);
+			if (rc)
+				break;
+			loss = ctr_forward_backward(ex[cur], n, emb, wide,
+						    dense, g_emb, g_wide,
+						    g_dense, NULL);
+			rc = ctr_params_push(p, g_emb, g_wide, g_dense, step);
+			if (rc)
+				break;
+			step++;
+			samples += n;
+			loss_sum += loss;
+			loss_n++;
+			if (step % c->log_every == 0) {
+				printf("epoch: %u step: %llu, loss is %.4f\n",
+				       epoch, (unsigned long long)step,
+				       loss_sum / loss_n);
+				fflush(stdout);
+				loss_sum = 0.0;
+				loss_n = 0;
+			}
+			n = next;
+			cur ^= 1;
+		}
+		fclose(f);
+		if (rc)
+			break;
+		rc = ctr_params_epoch_end(p);
+		if (!rc && c->test && rank == 0) {
+			double auc = 0.0, ll = 0.0;
+
+			rc = evaluate(p, c->test, 4096, &auc, &ll);
+			if (!rc) {
+				printf("epoch: %u test auc=%.4f logloss=%.4f\n",
+				       epoch, auc, ll);
+				fflush(stdout);
+			}
+		}
+	}
+	if (!rc) {
+		double dt = now_s() - t0;
+
+		printf("worker %u: %llu samples in %.2f s, %.0f samples/s%s\n",
+		       rank, (unsigned long long)samples, dt,
+		       dt > 0 ? (double)samples / dt : 0.0,
+		       bad ? " (malformed lines skipped)" : "");
+	}
+	free(ex[0]);
+	free(ex[1]);
+	free(ids[0]);
+	free(ids[1]);
+	free(emb);
+	free(g_emb);
+	free(wide);
+	free(g_wide);
+	free(dense);
+	free(g_dense);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"data", required_argument, NULL, 'd'},
+		{"test", required_argument, NULL, 't'},
+		{"epochs", required_argument, NULL, 'e'},
+		{"batch", required_argument, NULL, 'b'},
+		{"seed", required_argument, NULL, 's'},
+		{"log-every", required_argument, NULL, 'l'},
+		{"local", no_argument, NULL, 'L'},
+		{"servers", required_argument, NULL, 'S'},
+		{"transport", required_argument, NULL, 'T'},
+		{"cache-rows", required_argument, NULL, 'c'},
+		{"prefetch", required_argument, NULL, 'p'},
+		{"staleness", required_argument, NULL, 'z'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct cfg c = {
+		.epochs = 1,
+		.batch = 512,
+		.log_every = 100,
+		.seed = 2024,
+		.popts = CTR_PARAMS_OPTS_DEFAULT,
+	};
+	struct ctr_params *p;
+	int o, rc;
+
+	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'd': c.data = optarg; break;
+		case 't': c.test = optarg; break;
+		case 'e': c.epochs = (uint32_t)atoi(optarg); break;
+		case 'b': c.batch = (uint32_t)atoi(optarg); break;
+		case 's': c.seed = strtoull(optarg, NULL, 10); break;
+		case 'l': c.log_every = (uint32_t)atoi(optarg); break;
+		case 'L': c.popts.local = true; break;
+		case 'S': c.popts.servers = optarg; break;
+		case 'T': c.popts.transport = optarg; break;
+		case 'c': c.popts.cache_rows = (uint32_t)atoi(optarg); break;
+		case 'p': c.popts.prefetch = (uint32_t)atoi(optarg); break;
+		case 'z': c.popts.staleness = (uint32_t)atoi(optarg); break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!c.data || c.epochs == 0 || c.batch == 0 || c.batch > 65536 ||
+	    c.log_every == 0) {
+		usage(stderr);
+		return 2;
+	}
+	c.popts.seed = c.seed;
+	c.popts.max_batch = c.batch * CTR_NCAT;
+	rc = ctr_params_open(&c.popts, &p);
+	if (rc) {
+		fprintf(stderr, "train: cannot open parameters: %s\n",
+			emb_strerror(rc));
+		return 1;
+	}
+	rc = train(&c, p);
+	ctr_params_close(p);
+	if (rc) {
+		fprintf(stderr, "train: %s\n", emb_strerror(rc));
+		return 1;
+	}
+	return 0;
+}
