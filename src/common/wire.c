@@ -38,10 +38,11 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_DROP_TABLE] = {0, TBL_SET},
     [EMB_OP_LIST_TABLES] = {0, TBL_NONE},
     [EMB_OP_PULL] = {EMB_F_NOCREATE, TBL_SET},
-    [EMB_OP_PUSH] = {0, TBL_SET},
+    [EMB_OP_PUSH] = {EMB_F_STEP_END, TBL_SET},
     [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE, TBL_SET},
     [EMB_OP_ERASE] = {0, TBL_SET},
     [EMB_OP_STATS] = {0, TBL_ANY},
+    [EMB_OP_SET_MODE] = {0, TBL_SET},
 };
 
 #define NRULES (sizeof(op_rules) / sizeof(op_rules[0]))
@@ -63,6 +64,7 @@ static const size_t stats_offs[EMB_WIRE_STATS_FIELDS] = {
     offsetof(struct emb_wire_stats, misses),
     offsetof(struct emb_wire_stats, step),
     offsetof(struct emb_wire_stats, extents),
+    offsetof(struct emb_wire_stats, grads_discarded),
 };
 
 const char *emb_wire_op_name(uint8_t op)
@@ -98,6 +100,8 @@ const char *emb_wire_op_name(uint8_t op)
 		return "dump_end";
 	case EMB_OP_BARRIER:
 		return "barrier";
+	case EMB_OP_SET_MODE:
+		return "set_mode";
 	case EMB_OP_CLUSTER_MAP:
 		return "cluster_map";
 	case EMB_OP_REGISTER:
@@ -472,7 +476,8 @@ int emb_wire_empty_req_encode(void *buf, size_t cap, uint8_t op,
 static bool ack_op(uint8_t op)
 {
 	return op == EMB_OP_CREATE_TABLE || op == EMB_OP_DROP_TABLE ||
-	       op == EMB_OP_PUSH || op == EMB_OP_ASSIGN || op == EMB_OP_ERASE;
+	       op == EMB_OP_PUSH || op == EMB_OP_ASSIGN || op == EMB_OP_ERASE ||
+	       op == EMB_OP_SET_MODE;
 }
 
 int emb_wire_ack_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
@@ -1038,6 +1043,7 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	out->table_id = f->hdr.table_id;
 	out->step = emb_le64_load(p);
 	out->rank = emb_le32_load(p + 8);
+	out->step_end = f->hdr.flags & EMB_F_STEP_END;
 	out->n = f->hdr.count;
 	out->ids =
 	    (const uint64_t *)(const void *)(p + EMB_WIRE_PUSH_PREFIX_SIZE);
@@ -1151,5 +1157,60 @@ int emb_wire_ping_decode(const struct emb_wire_frame *f, bool response,
 		return EMB_EBADFRAME;
 	out->data = f->hdr.payload_len ? f->payload : NULL;
 	out->len = f->hdr.payload_len;
+	return 0;
+}
+
+static bool set_mode_valid(const struct emb_wire_set_mode_req *r)
+{
+	switch (r->mode) {
+	case EMB_MODE_ASYNC:
+		return r->workers == 0 && r->staleness == 0;
+	case EMB_MODE_SYNC:
+		return r->workers >= 1 && r->staleness == 0;
+	case EMB_MODE_STALE:
+		return r->workers == 0;
+	default:
+		return false;
+	}
+}
+
+int emb_wire_set_mode_req_encode(void *buf, size_t cap, uint64_t req_id,
+				 const struct emb_wire_set_mode_req *req)
+{
+	uint8_t *p = buf;
+	const size_t len = EMB_WIRE_HDR_SIZE + EMB_WIRE_SET_MODE_SIZE;
+
+	if (!buf || !req || req->table_id == 0 || !set_mode_valid(req))
+		return EMB_EBADARG;
+	if (cap < len)
+		return -ENOSPC;
+	put_hdr(p, EMB_OP_SET_MODE, 0, req_id, req->table_id, 0,
+		EMB_WIRE_SET_MODE_SIZE, 0);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, req->mode);
+	emb_le32_store(p + 4, req->workers);
+	emb_le32_store(p + 8, req->staleness);
+	emb_le32_store(p + 12, 0);
+	return (int)len;
+}
+
+int emb_wire_set_mode_req_decode(const struct emb_wire_frame *f,
+				 struct emb_wire_set_mode_req *out)
+{
+	const uint8_t *p;
+	int rc;
+
+	rc = check_req(f, EMB_OP_SET_MODE);
+	if (rc)
+		return rc;
+	if (f->hdr.count != 0 || f->hdr.payload_len != EMB_WIRE_SET_MODE_SIZE)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	out->table_id = f->hdr.table_id;
+	out->mode = emb_le32_load(p);
+	out->workers = emb_le32_load(p + 4);
+	out->staleness = emb_le32_load(p + 8);
+	if (emb_le32_load(p + 12) != 0 || !set_mode_valid(out))
+		return EMB_EBADFRAME;
 	return 0;
 }

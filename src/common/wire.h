@@ -67,6 +67,7 @@ enum emb_op {
 	EMB_OP_DUMP_CHUNK = 13,	 /* reserved */
 	EMB_OP_DUMP_END = 14,	 /* reserved */
 	EMB_OP_BARRIER = 15,	 /* reserved */
+	EMB_OP_SET_MODE = 16,	 /* a table's training mode */
 	EMB_OP_CLUSTER_MAP = 32, /* reserved: scheduler -> nodes */
 	EMB_OP_REGISTER = 33,	 /* reserved: node -> scheduler */
 	EMB_OP_HEARTBEAT = 34,	 /* reserved: node -> scheduler */
@@ -76,6 +77,17 @@ enum emb_op {
 /* Header flags; each opcode accepts only its own, others must be 0. */
 #define EMB_F_NOCREATE	 0x0001u /* PULL: report missing ids, create none */
 #define EMB_F_WITH_STATE 0x0002u /* ASSIGN: rows carry optimizer state */
+#define EMB_F_STEP_END 0x0004u	 /* PUSH: the sender's last part of its step
+				    for this server (synchronous tables) */
+
+/* Training modes of a table (SET_MODE). */
+enum emb_mode {
+	EMB_MODE_ASYNC = 0, /* each push is applied on arrival */
+	EMB_MODE_SYNC = 1,  /* a step's pushes are averaged and applied once
+			       every worker has sent its part */
+	EMB_MODE_STALE = 2, /* pushes more than K steps behind the newest are
+			       discarded (bounded staleness) */
+};
 
 /* Field limits fixed by the protocol, whatever the configured limits. */
 #define EMB_WIRE_FRAME_MAX	 (1u << 30) /* largest max_frame_bytes */

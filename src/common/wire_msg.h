@@ -107,6 +107,17 @@
  *   A newer server may send more counters than a reader knows (it skips
  *   them); counters a reader knows but the server did not send read as 0.
  *
+ * SET_MODE request (table id set, count 0, flags 0)
+ *   0       4        mode: 0 async, 1 sync, 2 bounded staleness (enum emb_mode)
+ *   4       4        workers: sync only, the pushes that make a step, >= 1
+ *   8       4        staleness: bounded only, K steps a push may lag
+ *   12      4        reserved
+ * SET_MODE response: no payload. Setting the mode a table has is a no-op.
+ *
+ * PUSH flag EMB_F_STEP_END: under a sync table a worker sends every server
+ * one PUSH per step (empty when it has no ids there) and flags its last
+ * part; the server acknowledges that part only once the step is applied.
+ *
  * PING request and response (table id 0, count 0): opaque payload, echoed.
  *
  * Decoders take a frame from emb_wire_frame_decode() and return views into
@@ -133,7 +144,8 @@
 #define EMB_WIRE_LIST_ENTRY_SIZE   144u
 #define EMB_WIRE_PUSH_PREFIX_SIZE  16u
 #define EMB_WIRE_STATS_PREFIX_SIZE 8u
-#define EMB_WIRE_STATS_FIELDS	   15u /* counters this version sends */
+#define EMB_WIRE_STATS_FIELDS	   16u /* counters this version sends */
+#define EMB_WIRE_SET_MODE_SIZE 16u
 #define EMB_WIRE_STATS_FIELDS_MAX  64u /* most a reader accepts */
 
 /* Bytes of PULL's found bitmap for n ids: whole u64 words. */
@@ -228,8 +240,9 @@ struct emb_wire_pull_resp {
 
 struct emb_wire_push_req {
 	uint32_t table_id;   /* >= 1 */
-	uint64_t step;	     /* worker step, for later sync modes */
-	uint32_t rank;	     /* worker rank, for later sync modes */
+	uint64_t step;	     /* worker step (sync, bounded staleness) */
+	uint32_t rank;	     /* worker rank (sync) */
+	bool step_end;	     /* EMB_F_STEP_END: last part of the step */
 	uint32_t n;	     /* ids */
 	const uint64_t *ids; /* n ids in the frame */
 	const float *grads;  /* n * dim floats in the frame */
@@ -269,6 +282,14 @@ struct emb_wire_stats {
 	uint64_t misses;       /* no-create pulls of an absent id */
 	uint64_t step;	       /* the table clock */
 	uint64_t extents;      /* arena extents mapped now */
+	uint64_t grads_discarded; /* pushed rows dropped as too stale */
+};
+
+struct emb_wire_set_mode_req {
+	uint32_t table_id;  /* >= 1 */
+	uint32_t mode;	    /* enum emb_mode */
+	uint32_t workers;   /* SYNC: workers per step, >= 1; else 0 */
+	uint32_t staleness; /* STALE: steps a push may lag; else 0 */
 };
 
 struct emb_wire_stats_resp {
@@ -386,6 +407,11 @@ int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			      uint32_t table_id, const uint64_t *ids,
 			      uint32_t n);
 
+/* EMB_EBADARG: mode unknown, workers 0 for sync, or fields set that the
+ * mode does not use. */
+int emb_wire_set_mode_req_encode(void *buf, size_t cap, uint64_t req_id,
+				 const struct emb_wire_set_mode_req *req);
+
 /* PING request (response false) or its echo (response true). */
 int emb_wire_ping_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			 bool response, const void *data, uint32_t len);
@@ -449,6 +475,8 @@ int emb_wire_stats_resp_decode(const struct emb_wire_frame *f,
 /* Entry i < resp->n of a decoded STATS response. */
 void emb_wire_stats_entry(const struct emb_wire_stats_resp *resp, uint32_t i,
 			  struct emb_wire_stats *out);
+int emb_wire_set_mode_req_decode(const struct emb_wire_frame *f,
+				 struct emb_wire_set_mode_req *out);
 /* PING request (response false) or response (true). */
 int emb_wire_ping_decode(const struct emb_wire_frame *f, bool response,
 			 struct emb_wire_blob *out);

@@ -209,6 +209,7 @@ static void check_stats(const struct emb_wire_frame *f)
 static void check_ids(const struct emb_wire_frame *f)
 {
 	struct emb_wire_pull_req pr;
+	struct emb_wire_set_mode_req sm;
 	struct emb_wire_ids_req er;
 	struct emb_wire_iovs v;
 
@@ -222,6 +223,11 @@ static void check_ids(const struct emb_wire_frame *f)
 						   pr.ids, pr.n),
 			  "pull request");
 	}
+	if (emb_wire_set_mode_req_decode(f, &sm) == 0)
+		same(f, out,
+		     emb_wire_set_mode_req_encode(out, sizeof(out),
+						  f->hdr.req_id, &sm),
+		     "set_mode request");
 	if (emb_wire_erase_req_decode(f, &er) == 0) {
 		touch(er.ids, 8 * (size_t)er.n);
 		same_iovs(f, &v,
@@ -303,17 +309,20 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 	struct emb_wire_push_req pu;
 	struct emb_wire_iovs v;
 	size_t i;
+	int rc;
 
 	if (emb_wire_push_req_decode(f, dim, &pu) == 0) {
 		must(((uintptr_t)pu.ids & 7) == 0, "push ids aligned");
 		must(((uintptr_t)pu.grads & 3) == 0, "push grads aligned");
 		touch(pu.ids, 8 * (size_t)pu.n);
 		touch(pu.grads, 4 * (size_t)pu.n * dim);
-		same_iovs(f, &v,
-			  emb_wire_push_req_encode(
-			      &v, f->hdr.req_id, pu.table_id, pu.step, pu.rank,
-			      pu.ids, pu.n, dim, pu.grads),
-			  "push request");
+		rc = emb_wire_push_req_encode(&v, f->hdr.req_id, pu.table_id,
+					      pu.step, pu.rank, pu.ids, pu.n,
+					      dim, pu.grads);
+		/* The encoder leaves flags to the caller's header. */
+		if (rc == 0 && pu.step_end)
+			emb_le16_store(v.head + 6, EMB_F_STEP_END);
+		same_iovs(f, &v, rc, "push request");
 	}
 	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
 		if (emb_wire_assign_req_decode(f, dim, states[i], &ar) != 0)

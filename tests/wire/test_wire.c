@@ -363,7 +363,7 @@ static void test_stats(void)
 	st[1].step = 99;
 	st[1].misses = 4;
 	len = emb_wire_stats_resp_encode(buf, sizeof(buf), 1, 0, st, 2);
-	CU_ASSERT_EQUAL_FATAL(len, 32 + 8 + 2 * 128);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 8 + 2 * (8 + 8 * EMB_WIRE_STATS_FIELDS));
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL_FATAL(emb_wire_stats_resp_decode(&f, &sr), 0);
 	CU_ASSERT_EQUAL_FATAL(sr.n, 2);
@@ -382,6 +382,39 @@ static void test_stats(void)
 	emb_wire_stats_entry(&sr, 0, &out);
 	CU_ASSERT_EQUAL(out.rows, 100);
 	CU_ASSERT_EQUAL(out.extents, 0);
+}
+
+static void test_set_mode(void)
+{
+	struct emb_wire_set_mode_req r = {.table_id = 4,
+					  .mode = EMB_MODE_SYNC,
+					  .workers = 3}, out;
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_set_mode_req_encode(buf, sizeof(buf), 9, &r);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 16);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_set_mode_req_decode(&f, &out), 0);
+	CU_ASSERT_EQUAL(memcmp(&out, &r, sizeof(r)), 0);
+	/* Fields the mode does not use must be 0; sync needs workers. */
+	put32(32 + 8, 5);
+	CU_ASSERT_EQUAL(emb_wire_set_mode_req_decode(&f, &out), EMB_EBADFRAME);
+	r.workers = 0;
+	CU_ASSERT_EQUAL(emb_wire_set_mode_req_encode(buf, sizeof(buf), 9, &r),
+			EMB_EBADARG);
+	r = (struct emb_wire_set_mode_req){.table_id = 4,
+					   .mode = EMB_MODE_STALE,
+					   .staleness = 2};
+	len = emb_wire_set_mode_req_encode(buf, sizeof(buf), 9, &r);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_set_mode_req_decode(&f, &out), 0);
+	CU_ASSERT_EQUAL(out.staleness, 2);
+	put32(32, 7);
+	CU_ASSERT_EQUAL(emb_wire_set_mode_req_decode(&f, &out), EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_SET_MODE,
+					    9, 4, 0),
+			32);
 }
 
 static void test_ping_error(void)
@@ -723,6 +756,7 @@ static const struct emb_test_case cases[] = {
     {"round trips assign and erase", test_assign_erase},
     {"round trips stats across counter versions", test_stats},
     {"round trips ping and errors", test_ping_error},
+    {"round trips set_mode and rejects unused fields", test_set_mode},
     {"rejects bad magic", test_bad_magic},
     {"rejects bad version", test_bad_version},
     {"rejects length beyond limit", test_too_big},
