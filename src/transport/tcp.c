@@ -41,7 +41,8 @@
 #define READ_BUDGET    (4u << 20)   /* bytes read from one conn per event */
 #define EVENTS_MAX     64	    /* epoll events taken per wait */
 #define WIOV_MAX       1024	    /* pieces per sendmsg (Linux IOV_MAX) */
-#define REQ_BUF_KEEP   (1u << 20)   /* request buffers above this are freed */
+#define REQ_BUF_KEEP   (16u << 20)  /* request buffers above this are freed */
+#define REQ_POOL_MAX   (64u << 20)  /* buffer bytes pooled per conn at most */
 #define WORK_ROUNDS    64	    /* flush/kick rounds per poll */
 #define PREFETCH_MAX   4096	    /* pieces up to this are prefetched */
 #define PREFETCH_AHEAD 8	    /* pieces prefetched ahead of a copy */
@@ -163,6 +164,7 @@ struct tcp_conn {
 	emb_request_fn on_request;
 	struct tcp_req *req_free; /* pooled request records */
 	uint32_t held;		  /* requests not yet replied and sent */
+	uint64_t pool_bytes;	  /* buffer bytes of pooled requests */
 };
 
 struct tcp_listener {
@@ -321,6 +323,7 @@ static struct tcp_req *req_get(struct tcp_conn *c)
 
 	if (r) {
 		c->req_free = r->next_free;
+		c->pool_bytes -= r->buf_cap;
 	} else {
 		r = calloc(1, sizeof(*r));
 		if (!r)
@@ -332,9 +335,15 @@ static struct tcp_req *req_get(struct tcp_conn *c)
 	return r;
 }
 
+/*
+ * Back to the pool. Buffers are kept (a 1 MiB push must not cost a fresh
+ * mmap and its page faults every time) unless too big or the conn's pool
+ * is full.
+ */
 static void req_put(struct tcp_conn *c, struct tcp_req *r)
 {
-	if (r->buf_cap > REQ_BUF_KEEP) {
+	if (r->buf_cap > REQ_BUF_KEEP ||
+	    c->pool_bytes + r->buf_cap > REQ_POOL_MAX) {
 		free(r->buf);
 		r->buf = NULL;
 		r->buf_cap = 0;
@@ -344,6 +353,7 @@ static void req_put(struct tcp_conn *c, struct tcp_req *r)
 	tx_trim(&r->tx);
 	r->next_free = c->req_free;
 	c->req_free = r;
+	c->pool_bytes += r->buf_cap;
 	c->held--;
 	c->base.stats.inflight = c->held;
 	if (c->closed) {
