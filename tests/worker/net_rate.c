@@ -1,7 +1,8 @@
 /*
  * tests/worker/net_rate.c - not a test: rows/s of pull or push through the
  * client library against running embstore-servers, one client, one batch in
- * flight, ids uniform over --rows (preloaded first). Meant to be read next
+ * flight, ids uniform over --rows or Zipf(--zipf S) over them, the hot
+ * ranks spread over the id space (preloaded first). Meant to be read next
  * to embstore-echo-client's figure for the same batch and row size
  * (docs/net-baselines.md).
  *
@@ -13,6 +14,7 @@
 
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,7 @@ int main(int argc, char **argv)
 		{"batch", required_argument, NULL, 'b'},
 		{"rows", required_argument, NULL, 'n'},
 		{"seconds", required_argument, NULL, 't'},
+		{"zipf", required_argument, NULL, 'z'},
 		{NULL, 0, NULL, 0},
 	};
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
@@ -61,7 +64,8 @@ int main(int argc, char **argv)
 	const char *op = "pull";
 	uint32_t batch = 4096;
 	uint64_t rows = 1u << 20, rng = 1, batches = 0, deadline, end;
-	double seconds = 5;
+	double seconds = 5, zipf = 0, total = 0;
+	double *cdf = NULL;
 	struct emb_hist *h = malloc(sizeof(*h));
 	uint64_t *ids;
 	float *buf;
@@ -75,6 +79,7 @@ int main(int argc, char **argv)
 		case 'b': batch = (uint32_t)strtoul(optarg, NULL, 10); break;
 		case 'n': rows = strtoull(optarg, NULL, 10); break;
 		case 't': seconds = strtod(optarg, NULL); break;
+		case 'z': zipf = strtod(optarg, NULL); break;
 		default: return 2;
 		}
 	}
@@ -99,13 +104,37 @@ int main(int argc, char **argv)
 			ids[i] = lo + i;
 		rc = emb_client_table_pull(t, ids, n, buf, 0, NULL);
 	}
+	/* Zipf: the inverse of the rank CDF, as tools/redis-compare.sh. */
+	if (zipf > 0) {
+		cdf = malloc(rows * sizeof(*cdf));
+		if (!cdf)
+			return 1;
+		for (uint64_t r = 0; r < rows; r++)
+			cdf[r] = (total += pow((double)(r + 1), -zipf));
+		for (uint64_t r = 0; r < rows; r++)
+			cdf[r] /= total;
+	}
 	emb_hist_reset(h);
 	deadline = now_ns() + (uint64_t)(seconds * 1e9);
 	do {
 		uint64_t t0;
 
-		for (uint32_t i = 0; i < batch; i++)
+		for (uint32_t i = 0; i < batch && !cdf; i++)
 			ids[i] = splitmix(&rng) % rows;
+		for (uint32_t i = 0; i < batch && cdf; i++) {
+			double u = (double)(splitmix(&rng) >> 11) * 0x1.0p-53;
+			uint64_t lo = 0, hi = rows - 1;
+
+			while (lo < hi) {
+				uint64_t m = (lo + hi) / 2;
+
+				if (cdf[m] < u)
+					lo = m + 1;
+				else
+					hi = m;
+			}
+			ids[i] = lo * 0x9e3779b1ull % rows;
+		}
 		t0 = now_ns();
 		rc = rc ? rc
 			: op[1] == 'u' && op[2] == 'l'
@@ -124,15 +153,16 @@ int main(int argc, char **argv)
 	{
 		double r = (double)batches * batch / ((double)h->sum / 1e9);
 
-		printf("embstore %s batch=%" PRIu32 " dim=%" PRIu32
+		printf("embstore %s dist=%s batch=%" PRIu32 " dim=%" PRIu32
 		       " batches=%" PRIu64 " rows_per_s=%.0f MB_per_s=%.1f"
 		       " p50_us=%.1f p99_us=%.1f\n",
-		       op, batch, sp.dim, batches, r, r * sp.dim * 4 / 1e6,
+		       op, cdf ? "zipf" : "uniform", batch, sp.dim, batches, r, r * sp.dim * 4 / 1e6,
 		       (double)emb_hist_percentile(h, 50) / 1e3,
 		       (double)emb_hist_percentile(h, 99) / 1e3);
 	}
 	emb_client_table_close(t);
 	emb_client_destroy(c);
+	free(cdf);
 	free(buf);
 	free(ids);
 	free(h);
