@@ -25,6 +25,8 @@
 #include "common/wire.h"
 #include "common/wire_msg.h"
 #include "transport/transport.h"
+#include "worker/client_int.h"
+#include "worker/node.h"
 
 #define NONE UINT32_MAX
 /* A whole number of 64-byte lines: aligned_alloc() needs a multiple. */
@@ -36,6 +38,7 @@ struct server {
 	uint16_t port;		    /* as given */
 	struct emb_conn *conn;	    /* loop thread only after start */
 	struct emb_wire_limits lim; /* from its HELLO response */
+	bool dead;		    /* declared dead by the scheduler; atomic */
 };
 
 struct emb_client {
@@ -55,6 +58,8 @@ struct emb_client {
 	uint64_t errors;
 	uint64_t ids_in;
 	uint64_t ids_sent;
+
+	struct emb_node *node;	    /* cluster membership, or NULL */
 };
 
 struct emb_client_table {
@@ -244,6 +249,9 @@ static void op_issue(void *arg)
 					      p)
 			      : EMB_ECLOSED;
 
+		if (rc == EMB_ECLOSED &&
+		    __atomic_load_n(&c->srv[p->server].dead, __ATOMIC_RELAXED))
+			rc = EMB_ENODEAD;
 		add(&c->requests, 1);
 		if (rc)
 			part_done(p, rc, NULL);
@@ -1166,6 +1174,8 @@ void emb_client_destroy(struct emb_client *c)
 {
 	if (!c)
 		return;
+	/* First: the node's agent posts to this client's loop. */
+	emb_node_destroy(c->node);
 	if (c->running) {
 		emb_transport_stop(c->tr);
 		pthread_join(c->thread, NULL);
@@ -1217,4 +1227,41 @@ int emb_client_last_error(struct emb_client *c, char *buf, size_t cap)
 		snprintf(buf, cap, "%s", c->last_msg);
 	pthread_mutex_unlock(&c->err_lock);
 	return st;
+}
+
+/* ---- cluster hooks (worker/cluster.c) ---- */
+
+int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
+			    struct emb_node *node)
+{
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (slot_map[sl] >= c->nsrv)
+			return -EINVAL;
+	memcpy(c->slot_map, slot_map, sizeof(c->slot_map));
+	c->node = node;
+	return 0;
+}
+
+struct emb_node *emb__client_node(const struct emb_client *c)
+{
+	return c->node;
+}
+
+/* Loop thread: fails the conns of every server declared dead. */
+static void close_dead(void *arg)
+{
+	struct emb_client *c = arg;
+
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		if (__atomic_load_n(&c->srv[i].dead, __ATOMIC_RELAXED) &&
+		    c->srv[i].conn)
+			emb_conn_close(c->srv[i].conn, EMB_ENODEAD);
+}
+
+int emb__client_server_dead(struct emb_client *c, uint32_t server)
+{
+	if (server >= c->nsrv)
+		return -EINVAL;
+	__atomic_store_n(&c->srv[server].dead, true, __ATOMIC_RELAXED);
+	return emb_transport_exec(c->tr, close_dead, c);
 }

@@ -170,4 +170,50 @@ int emb_async_wait(struct emb_async *op);
 /* True once op has finished (emb_async_wait will not block). */
 bool emb_async_done(struct emb_async *op);
 
+/* ---- cluster: joining through a scheduler -------------------------------
+ *
+ * In a cluster (docs/cluster.md) a scheduler hands out ranks and the slot
+ * map, and the environment says where it is: EMB_SCHED_HOST, EMB_SCHED_PORT
+ * (MindSpore's MS_SCHED_HOST and MS_SCHED_PORT are accepted too),
+ * EMB_HEARTBEAT_TIMEOUT and EMB_CLUSTER_TIMEOUT in seconds. A trainer
+ * started by `embstore launch` or the scripts of docs/deploy.md needs
+ * nothing else.
+ */
+
+/*
+ * Joins the cluster as a worker: registers with the scheduler, waits until
+ * every server and worker joined (EMB_CLUSTER_TIMEOUT), then connects to
+ * the servers of the cluster map. opts may be NULL (defaults); its servers
+ * field is ignored. While the client lives, a thread pings the scheduler;
+ * when the scheduler declares a server dead, calls to it fail with
+ * EMB_ENODEAD instead of waiting. 0 and *out, or -EINVAL (environment
+ * incomplete or malformed: the variable is logged), -ETIMEDOUT,
+ * -ECONNREFUSED (no scheduler), EMB_ECLUSTER (cluster full), EMB_ENODEAD,
+ * EMB_ENOSCHED, or an error of emb_client_create().
+ */
+int emb_client_from_env(const struct emb_client_opts *opts,
+			struct emb_client **out);
+
+/* This worker's rank, 0..nworkers-1; 0 for a client made without one. */
+uint32_t emb_client_rank(const struct emb_client *c);
+/* Workers in the cluster; 1 for a client made without a scheduler. */
+uint32_t emb_client_nworkers(const struct emb_client *c);
+
+/*
+ * Blocks until every worker of the cluster called emb_client_barrier()
+ * with the same name (1..63 bytes); a name may be used again once a
+ * barrier completed. 0, or -EINVAL (bad name), EMB_ENODEAD (a node died:
+ * the barrier can never complete), EMB_ENOSCHED (scheduler lost or the
+ * client has none).
+ */
+int emb_client_barrier(struct emb_client *c, const char *name);
+
+/*
+ * Tells the scheduler this worker is done (Paddle's fleet.stop_worker()).
+ * Once every worker has, the servers stop and exit 0, and so does the
+ * scheduler. Returns without waiting for the others; destroy the client
+ * afterwards. 0, or EMB_ENOSCHED, EMB_ENODEAD.
+ */
+int emb_client_finish(struct emb_client *c);
+
 #endif

@@ -1,0 +1,32 @@
+/*
+ * src/worker/client_int.h - what client.c lets worker/cluster.c do to a
+ * client: install the scheduler's slot map and membership, and fail the
+ * connection of a server the scheduler declared dead. Not installed.
+ */
+#ifndef EMB_WORKER_CLIENT_INT_H
+#define EMB_WORKER_CLIENT_INT_H
+
+#include <stdint.h>
+
+struct emb_client;
+struct emb_node;
+
+/*
+ * Right after emb_client_create(), before any other call: routes slots by
+ * slot_map (EMB_NSLOTS server indexes, copied) instead of contiguous
+ * ranges, and takes ownership of node (destroyed with the client). 0, or
+ * -EINVAL if an entry is not a server index (nothing changes then).
+ */
+int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
+			    struct emb_node *node);
+
+/* The node installed above, or NULL. */
+struct emb_node *emb__client_node(const struct emb_client *c);
+
+/*
+ * Any thread: server is dead. Its calls in flight fail with EMB_ENODEAD,
+ * and so do later ones. 0, or -EINVAL (no such server), -ENOMEM.
+ */
+int emb__client_server_dead(struct emb_client *c, uint32_t server);
+
+#endif

@@ -1,0 +1,144 @@
+/*
+ * src/worker/cluster.c - a worker joins a cluster from the environment:
+ * emb_client_from_env() and the calls that need the scheduler (rank,
+ * worker count, barrier, finish). The membership itself (heartbeats, the
+ * map) is worker/node.c; the client only learns the map and which servers
+ * died. Every function may be called from any thread, as embstore.h says.
+ */
+#include "worker/embstore.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "worker/client_int.h"
+#include "worker/node.h"
+
+/* Agent thread: the scheduler declared a node dead. */
+static void on_node_dead(void *arg, uint32_t role, uint32_t rank)
+{
+	struct emb_client *c = arg;
+	int rc;
+
+	if (role != EMB_ROLE_SERVER)
+		return;
+	rc = emb__client_server_dead(c, rank);
+	if (rc)
+		emb_log(EMB_LOG_WARN, "cannot fail server %u's calls: %s",
+			rank, emb_strerror(rc));
+}
+
+/* "h1:p1,h2:p2,..." in rank order; IPv6 hosts need no brackets here. */
+static char *server_list(const struct emb_wire_node_addr *srv, uint32_t n)
+{
+	size_t cap = (size_t)n * (EMB_WIRE_HOST_MAX + 8) + 1, len = 0;
+	char *s = malloc(cap);
+
+	if (!s)
+		return NULL;
+	s[0] = '\0';
+	for (uint32_t i = 0; i < n; i++)
+		len += (size_t)snprintf(s + len, cap - len, "%s%s:%u",
+					i ? "," : "", srv[i].host,
+					srv[i].port);
+	return s;
+}
+
+int emb_client_from_env(const struct emb_client_opts *opts,
+			struct emb_client **out)
+{
+	struct emb_client_opts co = opts ? *opts : EMB_CLIENT_OPTS_DEFAULT;
+	struct emb_node_opts no = {0};
+	struct emb_cluster_env env;
+	struct emb_client *c;
+	struct emb_node *node;
+	const char *bad = NULL;
+	char *list;
+	int rc;
+
+	if (!out)
+		return -EINVAL;
+	rc = emb_cluster_env_read(&env, &bad);
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "cluster environment: bad %s", bad);
+		return rc;
+	}
+	if (!env.sched_host[0]) {
+		emb_log(EMB_LOG_ERROR,
+			"cluster environment: EMB_SCHED_HOST is not set");
+		return -EINVAL;
+	}
+	if (env.role != EMB_ROLE_NONE && env.role != EMB_ROLE_WORKER) {
+		emb_log(EMB_LOG_ERROR, "cluster environment: role is %s, not "
+				       "worker", emb_role_name(env.role));
+		return -EINVAL;
+	}
+	no.sched_host = env.sched_host;
+	no.sched_port = env.sched_port;
+	no.role = EMB_ROLE_WORKER;
+	no.join_timeout_ms = env.join_timeout_ms;
+	rc = emb_node_create(&no, &node);
+	if (rc)
+		return rc;
+	rc = emb_node_wait_map(node);
+	if (rc)
+		goto err_node;
+	list = server_list(emb_node_servers(node), emb_node_nservers(node));
+	if (!list) {
+		rc = -ENOMEM;
+		goto err_node;
+	}
+	co.servers = list;
+	rc = emb_client_create(&co, &c);
+	free(list);
+	if (rc)
+		goto err_node;
+	rc = emb__client_set_cluster(c, emb_node_slot_map(node), node);
+	if (rc) {
+		emb_client_destroy(c);
+		goto err_node;
+	}
+	/* From here the client owns the node; deaths known already replay. */
+	emb_node_watch(node, on_node_dead, c);
+	emb_log(EMB_LOG_INFO, "worker %u of %u joined: %u servers",
+		emb_node_rank(node), emb_node_nworkers(node),
+		emb_node_nservers(node));
+	*out = c;
+	return 0;
+
+err_node:
+	emb_node_destroy(node);
+	return rc;
+}
+
+uint32_t emb_client_rank(const struct emb_client *c)
+{
+	struct emb_node *n = emb__client_node(c);
+
+	return n ? emb_node_rank(n) : 0;
+}
+
+uint32_t emb_client_nworkers(const struct emb_client *c)
+{
+	struct emb_node *n = emb__client_node(c);
+
+	return n ? emb_node_nworkers(n) : 1;
+}
+
+int emb_client_barrier(struct emb_client *c, const char *name)
+{
+	struct emb_node *n = emb__client_node(c);
+
+	if (!name || !*name || strlen(name) > EMB_WIRE_BARRIER_NAME_MAX)
+		return -EINVAL;
+	return n ? emb_node_barrier(n, name) : EMB_ENOSCHED;
+}
+
+int emb_client_finish(struct emb_client *c)
+{
+	struct emb_node *n = emb__client_node(c);
+
+	return n ? emb_node_finish(n) : EMB_ENOSCHED;
+}
