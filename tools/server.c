@@ -28,9 +28,11 @@
 #include "transport/transport.h"
 
 #include "server_dump.h"
+#include "server_sync.h"
 
 struct srv_table {
 	struct emb_table *t;	   /* owned; destroyed with the last ref */
+	struct emb_sync *sync;	   /* training mode; owned */
 	struct emb_wire_spec spec; /* as created */
 	uint32_t id;		   /* >= 1 */
 	uint32_t refs;		   /* registry + in-flight replies; atomic */
@@ -76,6 +78,7 @@ struct emb_server {
 	uint64_t requests;	       /* atomic */
 	uint64_t errors;	       /* atomic */
 	bool stopped;		       /* emb_server_stop() ran */
+	bool loops_stopped;	       /* loop threads joined; atomic */
 };
 
 /* A row of zeros for ids missing under NOCREATE; read-only. */
@@ -107,6 +110,7 @@ static void table_put(struct srv_table *st)
 	if (st && __atomic_sub_fetch(&st->refs, 1, __ATOMIC_ACQ_REL) == 0) {
 		emb_log(EMB_LOG_INFO, "table %s (id %u) freed", st->spec.name,
 			st->id);
+		emb__sync_destroy(st->sync);
 		emb_table_destroy(st->t);
 		free(st);
 	}
@@ -121,6 +125,8 @@ static bool same_spec(const struct emb_wire_spec *a,
 }
 
 /* Creates a table, or returns the id of an identical one. */
+static void sync_ack(void *arg, struct emb_req *req, int status);
+
 static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 			uint32_t *id_out)
 {
@@ -161,6 +167,12 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	o.budget = &s->budget;
 	rc = emb_table_create(&o, &st->t);
 	if (rc) {
+		free(st);
+		goto out_unlock;
+	}
+	rc = emb__sync_create(spec->dim, sync_ack, s, &st->sync);
+	if (rc) {
+		emb_table_destroy(st->t);
 		free(st);
 		goto out_unlock;
 	}
@@ -348,6 +360,50 @@ static int reply_ack(struct emb_server *s, struct emb_req *req,
 	return 0;
 }
 
+/* A held synchronous push, acknowledged on its connection's loop thread. */
+struct ack_task {
+	struct emb_server *s;	/* owner */
+	struct emb_req *req;	/* the STEP_END part */
+	int status;		/* 0: step applied */
+};
+
+static void ack_task_run(void *arg)
+{
+	struct ack_task *a = arg;
+
+	if (a->status)
+		reply_error(a->s, a->req, a->status,
+			    "synchronous step not applied");
+	else
+		reply_ack(a->s, a->req, a->req->hdr.table_id, 0);
+	free(a);
+}
+
+static void sync_ack(void *arg, struct emb_req *req, int status)
+{
+	struct emb_server *s = arg;
+	struct ack_task *a;
+
+	/* After the loops stopped, this thread owns every conn. */
+	if (__atomic_load_n(&s->loops_stopped, __ATOMIC_ACQUIRE)) {
+		emb_req_release(req);
+		finish(s);
+		return;
+	}
+	a = malloc(sizeof(*a));
+	if (a) {
+		a->s = s;
+		a->req = req;
+		a->status = status;
+		if (emb_transport_exec(req->conn->tr, ack_task_run, a) == 0)
+			return;
+		free(a);
+	}
+	/* Cannot reach the loop: the client's call times out instead. */
+	emb_log(EMB_LOG_ERROR, "%s: cannot acknowledge a synchronous push",
+		emb_conn_peer(req->conn));
+}
+
 /* Sends status (msg under 64 bytes), then closes the conn. */
 static void reply_and_close(struct emb_server *s, struct emb_conn *c,
 			    struct srv_conn *sc, struct emb_req *req,
@@ -522,6 +578,7 @@ static void fill_stats(const struct srv_table *st, struct emb_wire_stats *w)
 		.misses = ts.misses,
 		.step = ts.step,
 		.extents = ts.extents,
+		.grads_discarded = emb__sync_discarded(st->sync),
 	};
 }
 
@@ -702,11 +759,43 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	rc = emb_wire_push_req_decode(f, st->spec.dim, &p);
 	if (!rc)
-		rc = emb_table_push(st->t, p.ids, p.n, p.grads);
+		rc = emb__sync_push(st->sync, st->t, &p, req);
 	table_put(st);
+	if (rc == 1)
+		return 0; /* held until its synchronous step is applied */
 	if (rc)
 		return reply_error(s, req, rc, NULL);
 	reply_ack(s, req, f->hdr.table_id, 0);
+	return 0;
+}
+
+static int on_set_mode(struct emb_server *s, struct emb_req *req,
+		       const struct emb_wire_frame *f)
+{
+	struct emb_wire_set_mode_req m;
+	struct srv_table *st;
+	int rc;
+
+	rc = emb_wire_set_mode_req_decode(f, &m);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	st = table_get(s, m.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	rc = emb__sync_set_mode(st->sync, m.mode, m.workers, m.staleness);
+	if (!rc)
+		emb_log(EMB_LOG_INFO, "table %s: mode %s%s", st->spec.name,
+			m.mode == EMB_MODE_SYNC	   ? "sync"
+			: m.mode == EMB_MODE_STALE ? "bounded staleness"
+						   : "async",
+			"");
+	table_put(st);
+	if (rc == -EBUSY)
+		return reply_error(s, req, rc,
+				   "a synchronous step is being gathered");
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	reply_ack(s, req, m.table_id, 0);
 	return 0;
 }
 
@@ -819,6 +908,8 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 		return on_erase(s, req, &f);
 	case EMB_OP_STATS:
 		return on_stats(s, req, &f);
+	case EMB_OP_SET_MODE:
+		return on_set_mode(s, req, &f);
 	case EMB_OP_DUMP_BEGIN:
 	case EMB_OP_DUMP_CHUNK:
 	case EMB_OP_DUMP_END:
@@ -1113,6 +1204,7 @@ void emb_server_stop(struct emb_server *s, uint32_t grace_ms)
 	for (uint32_t i = 0; i < s->nstarted; i++)
 		pthread_join(s->threads[i], NULL);
 	s->nstarted = 0;
+	__atomic_store_n(&s->loops_stopped, true, __ATOMIC_RELEASE);
 }
 
 void emb_server_destroy(struct emb_server *s)
