@@ -47,10 +47,10 @@ static void test_errno_and_unknown(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"own codes are unique, below -1000 and named", test_own_codes},
-		{"names 0, negative errno and unknown codes",
-		 test_errno_and_unknown},
-		{NULL, NULL},
+	    {"own codes are unique, below -1000 and named", test_own_codes},
+	    {"names 0, negative errno and unknown codes",
+	     test_errno_and_unknown},
+	    {NULL, NULL},
 	};
 
 	return emb_test_main(argc, argv, "common/err", cases);

@@ -15,7 +15,7 @@
 #include "common/err.h"
 #include "common/init.h"
 
-#define WIDE 4096u
+#define WIDE  4096u
 #define NROWS 64u
 
 static float *row_alloc(uint32_t dim)
@@ -77,8 +77,8 @@ static double moments_std(const struct moments *m)
 
 static void test_uniform_range_and_moments(void)
 {
-	struct emb_init_cfg c = {.kind = EMB_INIT_UNIFORM, .a = -0.5f,
-				 .b = 1.5f};
+	struct emb_init_cfg c = {
+	    .kind = EMB_INIT_UNIFORM, .a = -0.5f, .b = 1.5f};
 	float *w = row_alloc(WIDE);
 	struct moments m = {0};
 	double mean_want = 0.5, std_want = 2.0 / sqrt(12.0), se;
@@ -106,15 +106,16 @@ static void test_uniform_range_and_moments(void)
  */
 static void test_uniform_excludes_b(void)
 {
-	struct emb_init_cfg c = {.kind = EMB_INIT_UNIFORM, .a = 0.0f,
-				 .b = 1.0f};
+	struct emb_init_cfg c = {
+	    .kind = EMB_INIT_UNIFORM, .a = 0.0f, .b = 1.0f};
 	float *w = row_alloc(WIDE);
 	int hits = 0;
 
 	emb_init_row(&c, 0, 1877, w, WIDE);
 	if (w[1049] >= 1.0f)
-		fprintf(stderr, "\n    seed 0 id 1877 [1049]: got %.9g, "
-				"expected < 1",
+		fprintf(stderr,
+			"\n    seed 0 id 1877 [1049]: got %.9g, "
+			"expected < 1",
 			w[1049]);
 	CU_ASSERT(w[1049] < 1.0f);
 	for (uint64_t id = 0; id < 4096; id++) {
@@ -128,8 +129,8 @@ static void test_uniform_excludes_b(void)
 
 static void test_normal_moments(void)
 {
-	struct emb_init_cfg c = {.kind = EMB_INIT_NORMAL, .a = 0.25f,
-				 .b = 0.1f};
+	struct emb_init_cfg c = {
+	    .kind = EMB_INIT_NORMAL, .a = 0.25f, .b = 0.1f};
 	float *w = row_alloc(WIDE);
 	struct moments m = {0};
 	uint64_t within_1sd = 0;
@@ -158,8 +159,7 @@ static void test_normal_moments(void)
 /* Odd dims take the last value of a pair; it is still a normal draw. */
 static void test_normal_odd_dim(void)
 {
-	struct emb_init_cfg c = {.kind = EMB_INIT_NORMAL, .a = 0.0f,
-				 .b = 1.0f};
+	struct emb_init_cfg c = {.kind = EMB_INIT_NORMAL, .a = 0.0f, .b = 1.0f};
 	float w[8];
 	struct moments m = {0};
 
@@ -177,8 +177,7 @@ static void test_normal_odd_dim(void)
 
 static void test_normal_zero_std(void)
 {
-	struct emb_init_cfg c = {.kind = EMB_INIT_NORMAL, .a = 3.0f,
-				 .b = 0.0f};
+	struct emb_init_cfg c = {.kind = EMB_INIT_NORMAL, .a = 3.0f, .b = 0.0f};
 	float w[9];
 
 	CU_ASSERT_EQUAL(emb_init_validate(&c), 0);
@@ -190,8 +189,8 @@ static void test_normal_zero_std(void)
 static void test_determinism(void)
 {
 	static const struct emb_init_cfg cfgs[] = {
-		{.kind = EMB_INIT_UNIFORM, .a = -1.0f, .b = 1.0f},
-		{.kind = EMB_INIT_NORMAL, .a = 0.0f, .b = 1.0f},
+	    {.kind = EMB_INIT_UNIFORM, .a = -1.0f, .b = 1.0f},
+	    {.kind = EMB_INIT_NORMAL, .a = 0.0f, .b = 1.0f},
 	};
 	float *a = row_alloc(64), *b = row_alloc(64);
 
@@ -220,8 +219,8 @@ static void test_determinism(void)
 /* Neighbouring ids (and seeds) must not give correlated rows. */
 static void test_neighbour_ids_uncorrelated(void)
 {
-	struct emb_init_cfg c = {.kind = EMB_INIT_UNIFORM, .a = -1.0f,
-				 .b = 1.0f};
+	struct emb_init_cfg c = {
+	    .kind = EMB_INIT_UNIFORM, .a = -1.0f, .b = 1.0f};
 	float a[256], b[256];
 	double dot = 0, na = 0, nb = 0, r;
 
@@ -258,8 +257,8 @@ static void test_validate(void)
 	CU_ASSERT_EQUAL(emb_init_validate(&c), EMB_EBADINIT);
 	c = (struct emb_init_cfg){.kind = EMB_INIT_UNIFORM, .a = 1, .b = 0};
 	CU_ASSERT_EQUAL(emb_init_validate(&c), EMB_EBADINIT);
-	c = (struct emb_init_cfg){.kind = EMB_INIT_UNIFORM, .a = 0,
-				  .b = INFINITY};
+	c = (struct emb_init_cfg){
+	    .kind = EMB_INIT_UNIFORM, .a = 0, .b = INFINITY};
 	CU_ASSERT_EQUAL(emb_init_validate(&c), EMB_EBADINIT);
 	c = (struct emb_init_cfg){.kind = EMB_INIT_NORMAL, .a = 0, .b = -0.1f};
 	CU_ASSERT_EQUAL(emb_init_validate(&c), EMB_EBADINIT);
@@ -289,10 +288,22 @@ static void test_parse(void)
 static void test_parse_rejects(void)
 {
 	static const char *const bad[] = {
-		"",	       "zero",	       "zeros:1",    "constant",
-		"constant:",   "constant:x",   "constant:1,2", "uniform",
-		"uniform:1",   "uniform:1,0",  "uniform:0,1,2", "uniform:a,b",
-		"normal:0,-1", "normal:0",     "gauss:0,1",  "uniform:0,1x",
+	    "",
+	    "zero",
+	    "zeros:1",
+	    "constant",
+	    "constant:",
+	    "constant:x",
+	    "constant:1,2",
+	    "uniform",
+	    "uniform:1",
+	    "uniform:1,0",
+	    "uniform:0,1,2",
+	    "uniform:a,b",
+	    "normal:0,-1",
+	    "normal:0",
+	    "gauss:0,1",
+	    "uniform:0,1x",
 	};
 	struct emb_init_cfg c = {.kind = EMB_INIT_CONSTANT, .a = 4.0f};
 
@@ -322,26 +333,23 @@ static void test_name(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"zeros and constant fill exactly dim floats",
-		 test_zeros_constant},
-		{"uniform stays in [a, b) with the right moments",
-		 test_uniform_range_and_moments},
-		{"uniform never returns b", test_uniform_excludes_b},
-		{"normal has the configured mean and std",
-		 test_normal_moments},
-		{"normal with odd dim fills the last element",
-		 test_normal_odd_dim},
-		{"normal with std 0 is the mean", test_normal_zero_std},
-		{"same seed and id give the same row, others differ",
-		 test_determinism},
-		{"neighbouring ids are uncorrelated",
-		 test_neighbour_ids_uncorrelated},
-		{"validate rejects each bad config", test_validate},
-		{"parses each kind", test_parse},
-		{"parse rejects malformed strings and keeps output",
-		 test_parse_rejects},
-		{"names each kind", test_name},
-		{NULL, NULL},
+	    {"zeros and constant fill exactly dim floats", test_zeros_constant},
+	    {"uniform stays in [a, b) with the right moments",
+	     test_uniform_range_and_moments},
+	    {"uniform never returns b", test_uniform_excludes_b},
+	    {"normal has the configured mean and std", test_normal_moments},
+	    {"normal with odd dim fills the last element", test_normal_odd_dim},
+	    {"normal with std 0 is the mean", test_normal_zero_std},
+	    {"same seed and id give the same row, others differ",
+	     test_determinism},
+	    {"neighbouring ids are uncorrelated",
+	     test_neighbour_ids_uncorrelated},
+	    {"validate rejects each bad config", test_validate},
+	    {"parses each kind", test_parse},
+	    {"parse rejects malformed strings and keeps output",
+	     test_parse_rejects},
+	    {"names each kind", test_name},
+	    {NULL, NULL},
 	};
 
 	return emb_test_main(argc, argv, "common/init", cases);

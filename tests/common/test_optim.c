@@ -18,8 +18,8 @@
 #include "common/err.h"
 #include "common/optim.h"
 
-#define DIM 7
-#define STEPS 12
+#define DIM	7
+#define STEPS	12
 #define REL_TOL 1e-6
 
 /* Largest state: Adam's m, v and step count. */
@@ -55,8 +55,8 @@ static void report(const struct emb_optim_cfg *c, const char *what, int step,
 /* Gradients with mixed signs and magnitudes that stay well conditioned. */
 static float grad_at(int step, uint32_t i)
 {
-	static const float g[DIM] = {0.5f, -0.25f, 1.5f, -2.0f, 0.125f, 3.0f,
-				     -0.75f};
+	static const float g[DIM] = {0.5f,   -0.25f, 1.5f,  -2.0f,
+				     0.125f, 3.0f,   -0.75f};
 
 	return g[i] * (1.0f + 0.1f * (float)step) * (step % 3 == 2 ? -1 : 1);
 }
@@ -100,9 +100,9 @@ static void ref_step(const struct emb_optim_cfg *c, struct ref_row *r,
 			if (fabs(z[i]) <= c->l1)
 				r->w[i] = 0.0;
 			else
-				r->w[i] = -(z[i] - copysign(c->l1, z[i])) /
-					  ((c->ftrl_beta + sqrt(n[i])) / lr +
-					   c->l2);
+				r->w[i] =
+				    -(z[i] - copysign(c->l1, z[i])) /
+				    ((c->ftrl_beta + sqrt(n[i])) / lr + c->l2);
 			break;
 		}
 		default:
@@ -160,8 +160,8 @@ static void check_steps(const struct emb_optim_cfg *c)
 			memcpy(&t, &s[2 * DIM], sizeof(t));
 			CU_ASSERT_EQUAL(t, (uint32_t)step + 1);
 		}
-		for (uint32_t i = 0; i < (c->kind == EMB_OPTIM_ADAM ? 2 * DIM : ns);
-		     i++) {
+		for (uint32_t i = 0;
+		     i < (c->kind == EMB_OPTIM_ADAM ? 2 * DIM : ns); i++) {
 			if (!close_rel(s[i], r.s[i]))
 				report(c, "state", step, i, s[i], r.s[i], &bad);
 		}
@@ -285,8 +285,8 @@ static void test_state_init(void)
 			s[i] = -7.0f;
 		emb_optim_state_init(&c, s, DIM);
 		for (uint32_t i = 0; i < ns; i++)
-			CU_ASSERT_EQUAL(s[i], k == EMB_OPTIM_ADAGRAD ? 0.25f
-								     : 0.0f);
+			CU_ASSERT_EQUAL(s[i],
+					k == EMB_OPTIM_ADAGRAD ? 0.25f : 0.0f);
 		/* Nothing past the state is written. */
 		CU_ASSERT_EQUAL(s[ns], -7.0f);
 	}
@@ -373,9 +373,8 @@ static void test_parse(void)
 	CU_ASSERT_EQUAL(c.lr, def.lr);
 
 	CU_ASSERT_EQUAL_FATAL(
-		emb_optim_parse("adam:lr=0.001,beta1=0.8,beta2=0.99,eps=1e-6",
-				&c),
-		0);
+	    emb_optim_parse("adam:lr=0.001,beta1=0.8,beta2=0.99,eps=1e-6", &c),
+	    0);
 	CU_ASSERT_EQUAL(c.kind, EMB_OPTIM_ADAM);
 	CU_ASSERT_EQUAL(c.lr, 0.001f);
 	CU_ASSERT_EQUAL(c.beta1, 0.8f);
@@ -389,9 +388,8 @@ static void test_parse(void)
 	CU_ASSERT_EQUAL(c.initial_accumulator, 0.5f);
 	CU_ASSERT_EQUAL(c.weight_decay, 0.01f);
 
-	CU_ASSERT_EQUAL_FATAL(emb_optim_parse("ftrl:lr=0.2,beta=0.5,l1=1,l2=2",
-					      &c),
-			      0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_optim_parse("ftrl:lr=0.2,beta=0.5,l1=1,l2=2", &c), 0);
 	CU_ASSERT_EQUAL(c.kind, EMB_OPTIM_FTRL);
 	CU_ASSERT_EQUAL(c.lr, 0.2f);
 	CU_ASSERT_EQUAL(c.ftrl_beta, 0.5f);
@@ -402,22 +400,22 @@ static void test_parse(void)
 static void test_parse_rejects(void)
 {
 	static const char *const bad[] = {
-		"",
-		"sg",
-		"sgdx",
-		"SGD",
-		"adam:lr",
-		"adam:lr=",
-		"adam:lr=abc",
-		"adam:lr=0.1x",
-		"adam:foo=1",
-		"adam:lr=0",
-		"adam:lr=-1",
-		"adam:beta1=1",
-		"adagrad:acc=-1",
-		"ftrl:l1=-1",
-		"sgd:lr=0.1,,",
-		"sgd:lr=0.1;wd=0",
+	    "",
+	    "sg",
+	    "sgdx",
+	    "SGD",
+	    "adam:lr",
+	    "adam:lr=",
+	    "adam:lr=abc",
+	    "adam:lr=0.1x",
+	    "adam:foo=1",
+	    "adam:lr=0",
+	    "adam:lr=-1",
+	    "adam:beta1=1",
+	    "adagrad:acc=-1",
+	    "ftrl:l1=-1",
+	    "sgd:lr=0.1,,",
+	    "sgd:lr=0.1;wd=0",
 	};
 	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
 
@@ -434,21 +432,20 @@ static void test_parse_rejects(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"sgd matches the reference, with and without decay", test_sgd},
-		{"adagrad matches the reference", test_adagrad},
-		{"adam with bias correction matches the reference", test_adam},
-		{"ftrl with l1 and l2 matches the reference", test_ftrl},
-		{"ftrl l1 above every |z| keeps weights zero",
-		 test_ftrl_l1_zeroes},
-		{"adam first step moves by lr", test_adam_first_step},
-		{"state floats per kind", test_state_floats},
-		{"state init writes exactly the state", test_state_init},
-		{"validate rejects each bad hyper-parameter", test_validate},
-		{"names each kind", test_name},
-		{"parses name and keys on top of the defaults", test_parse},
-		{"parse rejects malformed strings and keeps output",
-		 test_parse_rejects},
-		{NULL, NULL},
+	    {"sgd matches the reference, with and without decay", test_sgd},
+	    {"adagrad matches the reference", test_adagrad},
+	    {"adam with bias correction matches the reference", test_adam},
+	    {"ftrl with l1 and l2 matches the reference", test_ftrl},
+	    {"ftrl l1 above every |z| keeps weights zero", test_ftrl_l1_zeroes},
+	    {"adam first step moves by lr", test_adam_first_step},
+	    {"state floats per kind", test_state_floats},
+	    {"state init writes exactly the state", test_state_init},
+	    {"validate rejects each bad hyper-parameter", test_validate},
+	    {"names each kind", test_name},
+	    {"parses name and keys on top of the defaults", test_parse},
+	    {"parse rejects malformed strings and keeps output",
+	     test_parse_rejects},
+	    {NULL, NULL},
 	};
 
 	return emb_test_main(argc, argv, "common/optim", cases);

@@ -30,13 +30,13 @@ struct tracker {
 	pthread_mutex_t lock;
 	struct range r[MAX_RANGES]; /* registered now, unordered, disjoint */
 	uint32_t n;
-	uint64_t adds;		/* successful "added" calls */
-	uint64_t removes;	/* "removed" calls */
+	uint64_t adds;	  /* successful "added" calls */
+	uint64_t removes; /* "removed" calls */
 	uint64_t bytes_added;
 	uint64_t bytes_removed;
-	uint64_t calls;		/* every call, refused ones too */
-	int errors;		/* overlapping adds, unknown removals */
-	int64_t fail_after;	/* refuse adds once adds reaches this; -1 never */
+	uint64_t calls;	    /* every call, refused ones too */
+	int errors;	    /* overlapping adds, unknown removals */
+	int64_t fail_after; /* refuse adds once adds reaches this; -1 never */
 	struct emb_table *peek; /* if set, the hook calls back into it */
 };
 
@@ -181,9 +181,8 @@ static void expect_rows_registered(struct emb_table *t, struct tracker *k,
 
 		for (uint32_t i = 0; i < m; i++)
 			ids[i] = first + done + i;
-		CU_ASSERT_EQUAL_FATAL(emb_table_pull_ptrs(t, ids, m, ptrs,
-							  EMB_PULL_NOCREATE),
-				      0);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_table_pull_ptrs(t, ids, m, ptrs, EMB_PULL_NOCREATE), 0);
 		for (uint32_t i = 0; i < m; i++) {
 			if (tracker_covers(k, ptrs[i], len))
 				continue;
@@ -320,8 +319,7 @@ static void test_hook_refuses(void)
 	/* Consistent: the rows that exist are whole, and stats agree. */
 	for (uint32_t i = 0; i < made + STEP; i++)
 		ids[i] = i;
-	rc = emb_table_pull(t, ids, made + STEP, out, EMB_PULL_NOCREATE,
-			    found);
+	rc = emb_table_pull(t, ids, made + STEP, out, EMB_PULL_NOCREATE, found);
 	CU_ASSERT_FATAL(rc >= 0);
 	s1 = table_stats(t);
 	CU_ASSERT_EQUAL(s1.rows, (uint64_t)(made + STEP - (uint32_t)rc));
@@ -343,9 +341,8 @@ static void test_hook_refuses(void)
 		want[j] = 0.0f - def.lr * g[j];
 	}
 	CU_ASSERT_EQUAL(emb_table_push(t, &old_id, 1, g), 0);
-	CU_ASSERT_EQUAL(emb_table_pull(t, &old_id, 1, out, EMB_PULL_NOCREATE,
-				       NULL),
-			0);
+	CU_ASSERT_EQUAL(
+	    emb_table_pull(t, &old_id, 1, out, EMB_PULL_NOCREATE, NULL), 0);
 	expect_floats("pushed", old_id, out, want, 64, &bad);
 	CU_ASSERT_EQUAL(bad, 0);
 
@@ -420,7 +417,7 @@ static void test_hook_cleared(void)
 struct reenter_arg {
 	struct emb_table *t;
 	struct tracker *k;
-	bool replay;	/* set the hook after rows exist, rather than before */
+	bool replay; /* set the hook after rows exist, rather than before */
 	bool done;
 };
 
@@ -446,14 +443,12 @@ static void *reenter_worker(void *p)
 static void reenter(bool replay)
 {
 	struct tracker k;
-	struct reenter_arg a = {.t = table_dim(64), .k = &k,
-				.replay = replay};
+	struct reenter_arg a = {.t = table_dim(64), .k = &k, .replay = replay};
 	struct timespec until;
 	pthread_t th;
 
 	tracker_init(&k);
-	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, reenter_worker, &a),
-			      0);
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, reenter_worker, &a), 0);
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += REENTER_WAIT_S;
 	if (pthread_timedjoin_np(th, NULL, &until) != 0) {
@@ -487,20 +482,19 @@ static void test_hook_reenters_replay(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"hook sees every extent holding rows, all removed on destroy",
-		 test_hook_from_start},
-		{"setting the hook late replays mapped extents",
-		 test_hook_replays},
-		{"refused extent fails the pull, table stays consistent",
-		 test_hook_refuses},
-		{"failed replay is undone and clears the hook",
-		 test_hook_replay_fails},
-		{"cleared hook is not called again", test_hook_cleared},
-		{"hook may call back into the table while it grows",
-		 test_hook_reenters_growth},
-		{"hook may call back into the table during replay",
-		 test_hook_reenters_replay},
-		{NULL, NULL},
+	    {"hook sees every extent holding rows, all removed on destroy",
+	     test_hook_from_start},
+	    {"setting the hook late replays mapped extents", test_hook_replays},
+	    {"refused extent fails the pull, table stays consistent",
+	     test_hook_refuses},
+	    {"failed replay is undone and clears the hook",
+	     test_hook_replay_fails},
+	    {"cleared hook is not called again", test_hook_cleared},
+	    {"hook may call back into the table while it grows",
+	     test_hook_reenters_growth},
+	    {"hook may call back into the table during replay",
+	     test_hook_reenters_replay},
+	    {NULL, NULL},
 	};
 
 	return emb_test_main(argc, argv, "store/arena", cases);

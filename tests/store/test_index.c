@@ -16,19 +16,19 @@
 
 #include "store_test.h"
 
-#define DIM 2
-#define UNIVERSE (1u << 17) /* distinct keys */
-#define BATCH_MAX 48
+#define DIM	      2
+#define UNIVERSE      (1u << 17) /* distinct keys */
+#define BATCH_MAX     48
 #define OPS_PER_PHASE 550000u
 
 struct ref {
 	uint8_t *present;
-	float *w;	  /* UNIVERSE * DIM */
-	uint64_t nrows;	  /* keys present */
-	uint64_t id_ops;  /* ids passed to the table so far */
-	uint64_t rng;	  /* splitmix64 state */
-	uint32_t hot;	  /* keys are drawn from [0, hot) */
-	int bad;	  /* mismatches seen */
+	float *w;	 /* UNIVERSE * DIM */
+	uint64_t nrows;	 /* keys present */
+	uint64_t id_ops; /* ids passed to the table so far */
+	uint64_t rng;	 /* splitmix64 state */
+	uint32_t hot;	 /* keys are drawn from [0, hot) */
+	int bad;	 /* mismatches seen */
 	struct emb_table_opts o;
 	struct emb_table *t;
 };
@@ -242,11 +242,12 @@ static void verify_all(struct ref *r, const char *phase)
 			/* Invert key_id(): multiply by the inverse of the odd
 			 * constant modulo 2^64. */
 			uint64_t k = ids[i] == UINT64_MAX
-					     ? UNIVERSE - 1
-					     : ids[i] * 0xf1de83e19937733dull;
+					 ? UNIVERSE - 1
+					 : ids[i] * 0xf1de83e19937733dull;
 
 			if (k >= UNIVERSE || !r->present[k] || seen[k]++) {
-				mismatch(r, "iterated id", 0, 0, (double)ids[i]);
+				mismatch(r, "iterated id", 0, 0,
+					 (double)ids[i]);
 				continue;
 			}
 			for (uint32_t j = 0; j < DIM; j++) {
@@ -325,9 +326,10 @@ static void run(uint32_t nshards, uint64_t seed)
 	verify_all(&r, "re-inserted");
 	CU_ASSERT(r.nrows > peak / 2);
 	CU_ASSERT(r.id_ops >= 1000000);
-	fprintf(stderr, "\n    nshards %u: %llu id ops, peak %llu rows, %llu at end",
-		nshards, (unsigned long long)r.id_ops,
-		(unsigned long long)peak, (unsigned long long)r.nrows);
+	fprintf(stderr,
+		"\n    nshards %u: %llu id ops, peak %llu rows, %llu at end",
+		nshards, (unsigned long long)r.id_ops, (unsigned long long)peak,
+		(unsigned long long)r.nrows);
 	CU_ASSERT_EQUAL(r.bad, 0);
 	if (r.bad)
 		fprintf(stderr, "\n    nshards %u: %d mismatches", nshards,
@@ -350,11 +352,9 @@ static void test_four_shards(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"one shard matches a reference map over 1M ops",
-		 test_one_shard},
-		{"four shards match a reference map over 1M ops",
-		 test_four_shards},
-		{NULL, NULL},
+	    {"one shard matches a reference map over 1M ops", test_one_shard},
+	    {"four shards match a reference map over 1M ops", test_four_shards},
+	    {NULL, NULL},
 	};
 
 	return emb_test_main(argc, argv, "store/index", cases);

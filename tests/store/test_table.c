@@ -25,8 +25,8 @@ static void test_create_reports_opts(void)
 	o.dim = 33;
 	o.optim.kind = EMB_OPTIM_ADAM;
 	o.optim.lr = 0.002f;
-	o.init = (struct emb_init_cfg){.kind = EMB_INIT_NORMAL, .a = 0.5f,
-				       .b = 0.25f};
+	o.init = (struct emb_init_cfg){
+	    .kind = EMB_INIT_NORMAL, .a = 0.5f, .b = 0.25f};
 	o.seed = 0xfeedbeefcafeull;
 	o.nshards = 16;
 	o.mem_limit = 1ull << 30;
@@ -176,9 +176,8 @@ static void expect_rows_unchanged(struct emb_table *t, const uint64_t *ids,
 	uint8_t found[8];
 	int bad = 0;
 
-	CU_ASSERT_EQUAL(emb_table_pull(t, ids, n, got, EMB_PULL_NOCREATE,
-				       found),
-			0);
+	CU_ASSERT_EQUAL(
+	    emb_table_pull(t, ids, n, got, EMB_PULL_NOCREATE, found), 0);
 	for (uint32_t i = 0; i < n * dim; i++) {
 		float want = (float)i + 0.5f;
 
@@ -207,8 +206,7 @@ static void test_null_buffers(void)
 	CU_ASSERT_EQUAL(emb_table_pull(t, batch, 4, NULL, 0, NULL),
 			EMB_EBADARG);
 	CU_ASSERT_EQUAL(emb_table_pull_ptrs(t, NULL, 4, ptrs, 0), EMB_EBADARG);
-	CU_ASSERT_EQUAL(emb_table_pull_ptrs(t, batch, 4, NULL, 0),
-			EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_table_pull_ptrs(t, batch, 4, NULL, 0), EMB_EBADARG);
 	CU_ASSERT_EQUAL(emb_table_push(t, NULL, 4, buf), EMB_EBADARG);
 	CU_ASSERT_EQUAL(emb_table_push(t, batch, 4, NULL), EMB_EBADARG);
 	CU_ASSERT_EQUAL(emb_table_assign(t, NULL, 4, buf, false, NULL),
@@ -329,8 +327,7 @@ static void test_pull_nocreate(void)
 	CU_ASSERT_FALSE(table_has(t, 7));
 
 	/* found may be NULL. */
-	CU_ASSERT_EQUAL(emb_table_pull(t, ids, 5, out, EMB_PULL_NOCREATE,
-				       NULL),
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, 5, out, EMB_PULL_NOCREATE, NULL),
 			2);
 	/* pull_ptrs: NULL for missing ids, the weights for present ones. */
 	rc = emb_table_pull_ptrs(t, ids, 5, ptrs, EMB_PULL_NOCREATE);
@@ -373,8 +370,9 @@ static void test_pull_duplicate_missing(void)
 	CU_ASSERT(emb_table_pull(t, ids, 4, out, 0, NULL) >= 2);
 	s = table_stats(t);
 	if (s.rows != 2)
-		fprintf(stderr, "\n    pull {7, 8, 7, 7}: expected 2 rows, "
-				"got %llu (rows_created %llu)",
+		fprintf(stderr,
+			"\n    pull {7, 8, 7, 7}: expected 2 rows, "
+			"got %llu (rows_created %llu)",
 			(unsigned long long)s.rows,
 			(unsigned long long)s.rows_created);
 	CU_ASSERT_EQUAL(s.rows, 2);
@@ -411,15 +409,15 @@ static void test_extreme_ids(void)
 	for (uint32_t shards = 1; shards <= 64; shards *= 64) {
 		o.nshards = shards;
 		t = table_new(&o);
-		CU_ASSERT_EQUAL(emb_table_pull(t, ids, 4, out,
-					       EMB_PULL_NOCREATE, found),
-				4);
+		CU_ASSERT_EQUAL(
+		    emb_table_pull(t, ids, 4, out, EMB_PULL_NOCREATE, found),
+		    4);
 		CU_ASSERT_EQUAL(emb_table_assign(t, ids, 4, rows, false, NULL),
 				0);
 		CU_ASSERT_EQUAL(table_stats(t).rows, 4);
-		CU_ASSERT_EQUAL(emb_table_pull(t, ids, 4, out,
-					       EMB_PULL_NOCREATE, found),
-				0);
+		CU_ASSERT_EQUAL(
+		    emb_table_pull(t, ids, 4, out, EMB_PULL_NOCREATE, found),
+		    0);
 		expect_floats("extreme id", 0, out, rows, 4 * 8, &bad);
 		CU_ASSERT_EQUAL(emb_table_erase(t, ids, 1), 1);
 		CU_ASSERT_FALSE(table_has(t, 0));
@@ -477,7 +475,8 @@ static void iter_collect(struct emb_table *t, uint32_t max, uint32_t cap,
 		uint32_t room = cap + 1 - r->n < max ? cap + 1 - r->n : max;
 
 		if (room == 0) {
-			CU_FAIL("iterator returns more rows than the table has");
+			CU_FAIL(
+			    "iterator returns more rows than the table has");
 			break;
 		}
 		got = emb_table_iter_next(it, r->ids + r->n,
@@ -544,8 +543,7 @@ static void round_trip(uint32_t dim, uint32_t kind)
 
 	/* Weights only. */
 	CU_ASSERT_EQUAL(emb_table_assign(t, ids, n, rows, false, NULL), 0);
-	CU_ASSERT_EQUAL(emb_table_pull(t, ids, n, out, EMB_PULL_NOCREATE,
-				       NULL),
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, n, out, EMB_PULL_NOCREATE, NULL),
 			0);
 	expect_floats("assign/pull", dim, out, rows, n * dim, &bad);
 	iter_collect(t, 13, n, &it);
@@ -565,22 +563,21 @@ static void round_trip(uint32_t dim, uint32_t kind)
 		int i = find_id(ids, n, it.ids[k]);
 
 		CU_ASSERT_FATAL(i >= 0);
-		expect_floats("with_state", it.ids[k],
-			      it.rows + (size_t)k * rf,
+		expect_floats("with_state", it.ids[k], it.rows + (size_t)k * rf,
 			      rows + (size_t)i * rf, rf, &bad);
 		CU_ASSERT_EQUAL(it.meta[k].last_step, meta[i].last_step);
 		CU_ASSERT_EQUAL(it.meta[k].count, meta[i].count);
 	}
 	iter_free(&it);
-	CU_ASSERT_EQUAL(emb_table_pull(t, ids, n, out, EMB_PULL_NOCREATE,
-				       NULL),
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, n, out, EMB_PULL_NOCREATE, NULL),
 			0);
 	for (uint32_t i = 0; i < n; i++)
 		expect_floats("with_state/pull", ids[i], out + (size_t)i * dim,
 			      rows + (size_t)i * rf, dim, &bad);
 	CU_ASSERT_EQUAL(bad, 0);
 	if (bad)
-		fprintf(stderr, "\n    (dim %u, %s)", dim, emb_optim_name(kind));
+		fprintf(stderr, "\n    (dim %u, %s)", dim,
+			emb_optim_name(kind));
 	CU_ASSERT_EQUAL(table_stats(t).rows, n);
 	emb_table_destroy(t);
 	free(ids);
@@ -656,7 +653,8 @@ static void push_matches_apply(struct emb_optim_cfg optim)
 	}
 	for (uint32_t s = 0; s < STEPS; s++) {
 		for (uint32_t i = 0; i < NIDS * DIM; i++)
-			g[i] = (float)((int)((i * 7 + s * 3) % 11) - 5) * 0.125f;
+			g[i] =
+			    (float)((int)((i * 7 + s * 3) % 11) - 5) * 0.125f;
 		CU_ASSERT_EQUAL(emb_table_push(t, ids, NIDS, g), 0);
 		for (uint32_t i = 0; i < NIDS; i++)
 			emb_optim_apply(&o.optim, ref + (size_t)i * rf,
@@ -669,12 +667,13 @@ static void push_matches_apply(struct emb_optim_cfg optim)
 
 				if (!close_rel(out[i * DIM + j], w) &&
 				    bad++ < 5)
-					fprintf(stderr,
-						"\n    %s step %u id %llu w[%u]: "
-						"expected %.9g got %.9g",
-						emb_optim_name(optim.kind), s,
-						(unsigned long long)ids[i], j,
-						w, out[i * DIM + j]);
+					fprintf(
+					    stderr,
+					    "\n    %s step %u id %llu w[%u]: "
+					    "expected %.9g got %.9g",
+					    emb_optim_name(optim.kind), s,
+					    (unsigned long long)ids[i], j, w,
+					    out[i * DIM + j]);
 			}
 		}
 	}
@@ -754,9 +753,8 @@ static void test_push_sums_duplicates(void)
 	CU_ASSERT_FATAL(fabsf(once[0] - twice[0]) > 1e-3f);
 
 	CU_ASSERT_EQUAL(emb_table_push(t, ids, 4, g), 0);
-	CU_ASSERT_EQUAL(emb_table_pull(t, (const uint64_t[]){3, 4}, 2, out, 0,
-				       NULL),
-			0);
+	CU_ASSERT_EQUAL(
+	    emb_table_pull(t, (const uint64_t[]){3, 4}, 2, out, 0, NULL), 0);
 	for (uint32_t j = 0; j < 4; j++) {
 		if (!close_rel(out[j], once[j]) && bad++ < 5)
 			fprintf(stderr,
@@ -790,8 +788,7 @@ static void test_push_creates(void)
 	}
 	CU_ASSERT_EQUAL(emb_table_push(t, &id, 1, g), 0);
 	CU_ASSERT_EQUAL(table_stats(t).rows_created, 1);
-	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, out, EMB_PULL_NOCREATE,
-				       NULL),
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, out, EMB_PULL_NOCREATE, NULL),
 			0);
 	expect_floats("pushed new row", id, out, want, 8, &bad);
 	CU_ASSERT_EQUAL(bad, 0);
@@ -842,9 +839,8 @@ static void test_evict_by_age(void)
 	CU_ASSERT_EQUAL(s.rows_evicted, 3);
 	for (uint32_t i = 0; i < 3; i++)
 		CU_ASSERT_FALSE(table_has(t, old_ids[i]));
-	CU_ASSERT_EQUAL(emb_table_pull(t, new_ids, 2, after, EMB_PULL_NOCREATE,
-				       NULL),
-			0);
+	CU_ASSERT_EQUAL(
+	    emb_table_pull(t, new_ids, 2, after, EMB_PULL_NOCREATE, NULL), 0);
 	expect_floats("survivor", 0, after, before, 16, &bad);
 	CU_ASSERT_EQUAL(bad, 0);
 	/* No limits: nothing goes. */
@@ -902,9 +898,9 @@ static void test_evict_assigned_meta(void)
 	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
 	const uint64_t ids[3] = {100, 200, 300};
 	const struct emb_row_meta meta[3] = {
-		{.last_step = 0, .count = 100},
-		{.last_step = 95, .count = 100},
-		{.last_step = 95, .count = 1},
+	    {.last_step = 0, .count = 100},
+	    {.last_step = 95, .count = 100},
+	    {.last_step = 95, .count = 1},
 	};
 	float rows[3 * 8] = {0};
 	struct emb_table *t;
@@ -984,8 +980,8 @@ static void test_bytes_per_row(void)
 	o.init.kind = EMB_INIT_ZEROS;
 	t = table_new(&o);
 	for (uint32_t done = 0; done < BYTES_ROWS; done += BATCH) {
-		uint32_t n = BYTES_ROWS - done < BATCH ? BYTES_ROWS - done
-						       : BATCH;
+		uint32_t n =
+		    BYTES_ROWS - done < BATCH ? BYTES_ROWS - done : BATCH;
 
 		for (uint32_t i = 0; i < n; i++)
 			ids[i] = emb_id_hash(done + i);
@@ -1050,8 +1046,7 @@ static void test_mem_limit(void)
 		"\n    limit %llu: %llu rows, slab %llu index %llu bytes %llu",
 		(unsigned long long)o.mem_limit, (unsigned long long)s.rows,
 		(unsigned long long)s.slab_bytes,
-		(unsigned long long)s.index_bytes,
-		(unsigned long long)s.bytes);
+		(unsigned long long)s.index_bytes, (unsigned long long)s.bytes);
 	CU_ASSERT(s.rows > 0);
 	CU_ASSERT(s.slab_bytes + s.index_bytes <= o.mem_limit);
 
@@ -1063,8 +1058,8 @@ static void test_mem_limit(void)
 		if (!found[i])
 			continue;
 		emb_init_row(&o.init, o.seed, ids[i], want, 64);
-		expect_floats("under limit", ids[i], out + (size_t)i * 64,
-			      want, 64, &bad);
+		expect_floats("under limit", ids[i], out + (size_t)i * 64, want,
+			      64, &bad);
 	}
 	CU_ASSERT_EQUAL(bad, 0);
 	CU_ASSERT_EQUAL(emb_table_pull(t, ids, 1, out, 0, NULL), 0);
@@ -1097,8 +1092,8 @@ static void test_mem_limit(void)
 	CU_ASSERT(emb_table_erase(t, ids, tried / 2) > 0);
 	rc = emb_table_pull(t, &fresh, 1, out, 0, NULL);
 	if (rc != 1)
-		fprintf(stderr, "\n    after erase: expected 1 got %d (%s)",
-			rc, emb_strerror(rc));
+		fprintf(stderr, "\n    after erase: expected 1 got %d (%s)", rc,
+			emb_strerror(rc));
 	CU_ASSERT_EQUAL(rc, 1);
 	emb_table_destroy(t);
 	free(ids);
@@ -1227,7 +1222,7 @@ static void test_iterator_full_rows(void)
 			batch[nb] = ids[i];
 			for (uint32_t j = 0; j < DIM; j++)
 				g[(size_t)nb * DIM + j] =
-					0.5f * (float)(round + j) - 1.0f;
+				    0.5f * (float)(round + j) - 1.0f;
 			emb_optim_apply(&o.optim, ref + (size_t)i * rf,
 					ref + (size_t)i * rf + DIM,
 					g + (size_t)nb * DIM, DIM);
@@ -1281,42 +1276,40 @@ static void test_iterator_full_rows(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"reports the options it was created with",
-		 test_create_reports_opts},
-		{"accepts options at their limits", test_create_edges},
-		{"rejects each bad option and sets nothing",
-		 test_create_rejects},
-		{"rejects NULL buffers and changes no row", test_null_buffers},
-		{"pull creates rows from seed and id", test_pull_initializes},
-		{"no-create pull reports misses and creates nothing",
-		 test_pull_nocreate},
-		{"a missing id repeated in one pull becomes one row",
-		 test_pull_duplicate_missing},
-		{"ids 0 and UINT64_MAX are ordinary ids", test_extreme_ids},
-		{"erase returns how many were present", test_erase_counts},
-		{"dims 1, 7, 64, 4096 round trip with and without state",
-		 test_round_trip_dims},
-		{"assign of a duplicated id keeps the last",
-		 test_assign_duplicates_last_wins},
-		{"push applies each optimizer like emb_optim_apply",
-		 test_push_each_optimizer},
-		{"push sums duplicate ids before one update",
-		 test_push_sums_duplicates},
-		{"push creates a missing row first", test_push_creates},
-		{"evicts rows idle too long", test_evict_by_age},
-		{"evicts rows accessed too rarely", test_evict_by_count},
-		{"evicts on either limit", test_evict_either_limit},
-		{"evicts by meta set through assign",
-		 test_evict_assigned_meta},
-		{"stats count operations", test_stats_counters},
-		{"bytes per row stay within budget", test_bytes_per_row},
-		{"memory limit refuses new rows and serves old ones",
-		 test_mem_limit},
-		{"tables sharing a budget compete for it", test_shared_budget},
-		{"access counts saturate", test_count_saturates},
-		{"iterator returns each row once with state and meta",
-		 test_iterator_full_rows},
-		{NULL, NULL},
+	    {"reports the options it was created with",
+	     test_create_reports_opts},
+	    {"accepts options at their limits", test_create_edges},
+	    {"rejects each bad option and sets nothing", test_create_rejects},
+	    {"rejects NULL buffers and changes no row", test_null_buffers},
+	    {"pull creates rows from seed and id", test_pull_initializes},
+	    {"no-create pull reports misses and creates nothing",
+	     test_pull_nocreate},
+	    {"a missing id repeated in one pull becomes one row",
+	     test_pull_duplicate_missing},
+	    {"ids 0 and UINT64_MAX are ordinary ids", test_extreme_ids},
+	    {"erase returns how many were present", test_erase_counts},
+	    {"dims 1, 7, 64, 4096 round trip with and without state",
+	     test_round_trip_dims},
+	    {"assign of a duplicated id keeps the last",
+	     test_assign_duplicates_last_wins},
+	    {"push applies each optimizer like emb_optim_apply",
+	     test_push_each_optimizer},
+	    {"push sums duplicate ids before one update",
+	     test_push_sums_duplicates},
+	    {"push creates a missing row first", test_push_creates},
+	    {"evicts rows idle too long", test_evict_by_age},
+	    {"evicts rows accessed too rarely", test_evict_by_count},
+	    {"evicts on either limit", test_evict_either_limit},
+	    {"evicts by meta set through assign", test_evict_assigned_meta},
+	    {"stats count operations", test_stats_counters},
+	    {"bytes per row stay within budget", test_bytes_per_row},
+	    {"memory limit refuses new rows and serves old ones",
+	     test_mem_limit},
+	    {"tables sharing a budget compete for it", test_shared_budget},
+	    {"access counts saturate", test_count_saturates},
+	    {"iterator returns each row once with state and meta",
+	     test_iterator_full_rows},
+	    {NULL, NULL},
 	};
 
 	return emb_test_main(argc, argv, "store/table", cases);

@@ -18,15 +18,15 @@
 #include "store_test.h"
 
 #define NTHREADS 4
-#define DIM 4
+#define DIM	 4
 
 struct push_arg {
 	struct emb_table *t;
 	uint32_t nids;	 /* ids are 0..nids, shared by all threads */
 	uint32_t rounds; /* push batches */
 	uint64_t seed;
-	int64_t *sum;	 /* nids * DIM: this thread's gradient sums */
-	int rc;		 /* first failure, or 0 */
+	int64_t *sum; /* nids * DIM: this thread's gradient sums */
+	int rc;	      /* first failure, or 0 */
 };
 
 static void *push_worker(void *p)
@@ -73,14 +73,14 @@ static void test_pushes_all_arrive(void)
 	t = table_new(&o);
 	for (int i = 0; i < NTHREADS; i++) {
 		args[i] = (struct push_arg){
-			.t = t,
-			.nids = NIDS,
-			.rounds = ROUNDS,
-			.seed = 1000 + (uint64_t)i,
-			.sum = xcalloc((size_t)NIDS * DIM, sizeof(int64_t)),
+		    .t = t,
+		    .nids = NIDS,
+		    .rounds = ROUNDS,
+		    .seed = 1000 + (uint64_t)i,
+		    .sum = xcalloc((size_t)NIDS * DIM, sizeof(int64_t)),
 		};
 		CU_ASSERT_EQUAL_FATAL(
-			pthread_create(&th[i], NULL, push_worker, &args[i]), 0);
+		    pthread_create(&th[i], NULL, push_worker, &args[i]), 0);
 	}
 	for (int i = 0; i < NTHREADS; i++) {
 		pthread_join(th[i], NULL);
@@ -89,9 +89,8 @@ static void test_pushes_all_arrive(void)
 
 	for (uint32_t i = 0; i < NIDS; i++)
 		ids[i] = i;
-	CU_ASSERT_EQUAL(emb_table_pull(t, ids, NIDS, out, EMB_PULL_NOCREATE,
-				       NULL),
-			0);
+	CU_ASSERT_EQUAL(
+	    emb_table_pull(t, ids, NIDS, out, EMB_PULL_NOCREATE, NULL), 0);
 	for (uint32_t i = 0; i < NIDS * DIM; i++) {
 		int64_t total = 0;
 		float want;
@@ -117,8 +116,8 @@ static void test_pushes_all_arrive(void)
 
 struct pull_arg {
 	struct emb_table *t;
-	uint32_t n;	/* ids 0..n, pulled in the same order by everyone */
-	float *out;	/* n * DIM */
+	uint32_t n; /* ids 0..n, pulled in the same order by everyone */
+	float *out; /* n * DIM */
 	int rc;
 };
 
@@ -156,12 +155,12 @@ static void test_racing_creates(void)
 	t = table_new(&o);
 	for (int i = 0; i < NTHREADS; i++) {
 		args[i] = (struct pull_arg){
-			.t = t,
-			.n = N,
-			.out = xcalloc((size_t)N * DIM, sizeof(float)),
+		    .t = t,
+		    .n = N,
+		    .out = xcalloc((size_t)N * DIM, sizeof(float)),
 		};
 		CU_ASSERT_EQUAL_FATAL(
-			pthread_create(&th[i], NULL, pull_worker, &args[i]), 0);
+		    pthread_create(&th[i], NULL, pull_worker, &args[i]), 0);
 	}
 	for (int i = 0; i < NTHREADS; i++) {
 		pthread_join(th[i], NULL);
@@ -171,8 +170,8 @@ static void test_racing_creates(void)
 		emb_init_row(&o.init, o.seed, id, want, DIM);
 		for (int i = 0; i < NTHREADS; i++)
 			expect_floats("raced create", id,
-				      args[i].out + (size_t)id * DIM, want,
-				      DIM, &bad);
+				      args[i].out + (size_t)id * DIM, want, DIM,
+				      &bad);
 	}
 	CU_ASSERT_EQUAL(bad, 0);
 	s = table_stats(t);
@@ -185,12 +184,12 @@ static void test_racing_creates(void)
 
 struct mixed_arg {
 	struct emb_table *t;
-	int role;	/* selects the mix of calls */
+	int role; /* selects the mix of calls */
 	uint64_t seed;
-	int failures;	/* calls that returned an unexpected error */
+	int failures; /* calls that returned an unexpected error */
 };
 
-#define MIXED_IDS 4096u
+#define MIXED_IDS    4096u
 #define MIXED_ROUNDS 3000u
 
 static void *mixed_worker(void *p)
@@ -212,7 +211,8 @@ static void *mixed_worker(void *p)
 		for (uint32_t i = 0; i < n; i++)
 			ids[i] = rnd_below(&rng, MIXED_IDS);
 		for (uint32_t i = 0; i < n * rf; i++)
-			buf[i] = 0.001f * (float)((int)rnd_below(&rng, 200) - 100);
+			buf[i] =
+			    0.001f * (float)((int)rnd_below(&rng, 200) - 100);
 		/* Role 0 also walks the table and evicts; the others do
 		 * data-path traffic. */
 		if (a->role == 0 && op < 3) {
@@ -275,11 +275,10 @@ static void test_mixed_traffic(void)
 	t = table_new(&o);
 	rf = emb_table_row_floats(t);
 	for (int i = 0; i < NTHREADS; i++) {
-		args[i] = (struct mixed_arg){.t = t, .role = i,
-					     .seed = 77 + (uint64_t)i};
+		args[i] = (struct mixed_arg){
+		    .t = t, .role = i, .seed = 77 + (uint64_t)i};
 		CU_ASSERT_EQUAL_FATAL(
-			pthread_create(&th[i], NULL, mixed_worker, &args[i]),
-			0);
+		    pthread_create(&th[i], NULL, mixed_worker, &args[i]), 0);
 	}
 	for (int i = 0; i < NTHREADS; i++) {
 		pthread_join(th[i], NULL);
@@ -366,20 +365,20 @@ static void test_iter_rows_not_torn(void)
 	CU_ASSERT_EQUAL(emb_table_pull(t, ids, TORN_IDS, rows, 0, NULL),
 			TORN_IDS);
 	for (int i = 0; i < NTHREADS - 1; i++) {
-		args[i] = (struct torn_arg){.t = t, .seed = 9 + (uint64_t)i,
-					    .stop = &stop};
+		args[i] = (struct torn_arg){
+		    .t = t, .seed = 9 + (uint64_t)i, .stop = &stop};
 		CU_ASSERT_EQUAL_FATAL(
-			pthread_create(&th[i], NULL, torn_pusher, &args[i]), 0);
+		    pthread_create(&th[i], NULL, torn_pusher, &args[i]), 0);
 	}
 	/* Until the pushers have been at it for a while, however the two
 	 * cores are shared out. */
-	for (int pass = 0; pass < 200 || table_stats(t).pushes < 5000;
-	     pass++) {
+	for (int pass = 0; pass < 200 || table_stats(t).pushes < 5000; pass++) {
 		struct emb_table_iter *it;
 		int got;
 
 		CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
-		while ((got = emb_table_iter_next(it, ids, rows, NULL, 5)) > 0) {
+		while ((got = emb_table_iter_next(it, ids, rows, NULL, 5)) >
+		       0) {
 			for (int i = 0; i < got; i++) {
 				const float *r = rows + (size_t)i * TORN_DIM;
 
@@ -387,12 +386,12 @@ static void test_iter_rows_not_torn(void)
 					if (r[j] == r[0])
 						continue;
 					if (torn++ < 3)
-						fprintf(stderr,
-							"\n    id %llu: [0] %g "
-							"[%u] %g",
-							(unsigned long long)
-								ids[i],
-							r[0], j, r[j]);
+						fprintf(
+						    stderr,
+						    "\n    id %llu: [0] %g "
+						    "[%u] %g",
+						    (unsigned long long)ids[i],
+						    r[0], j, r[j]);
 					break;
 				}
 			}
@@ -412,15 +411,13 @@ static void test_iter_rows_not_torn(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"concurrent pushes to shared ids all arrive",
-		 test_pushes_all_arrive},
-		{"racing first pulls create each row once",
-		 test_racing_creates},
-		{"iterated rows are never torn by pushes",
-		 test_iter_rows_not_torn},
-		{"pull, push, assign, erase, evict and iterate together",
-		 test_mixed_traffic},
-		{NULL, NULL},
+	    {"concurrent pushes to shared ids all arrive",
+	     test_pushes_all_arrive},
+	    {"racing first pulls create each row once", test_racing_creates},
+	    {"iterated rows are never torn by pushes", test_iter_rows_not_torn},
+	    {"pull, push, assign, erase, evict and iterate together",
+	     test_mixed_traffic},
+	    {NULL, NULL},
 	};
 
 	return emb_test_main(argc, argv, "store/threads", cases);
