@@ -29,6 +29,8 @@
 #include "worker/node.h"
 
 #define NONE UINT32_MAX
+/* Room for an error response: u32 length + message, in 64-byte lines. */
+#define ERR_CAP ((4u + EMB_WIRE_ERRMSG_MAX + 63u) & ~63u)
 /* A whole number of 64-byte lines: aligned_alloc() needs a multiple. */
 #define ADMIN_RESP_MAX                                                         \
 	((EMB_WIRE_HDR_SIZE + 1024u * EMB_WIRE_LIST_ENTRY_SIZE + 63u) & ~63u)
@@ -68,6 +70,7 @@ struct emb_client_table {
 	struct emb_table_spec spec; /* as created */
 	uint32_t row_floats;	   /* dim + state floats */
 	uint32_t *ids;		   /* table id on each server */
+	uint32_t mode;		   /* enum emb_mode, as set by this client */
 };
 
 enum op_kind {
@@ -260,6 +263,27 @@ static void op_issue(void *arg)
 		op_complete(op);
 }
 
+/*
+ * Gives parts whose success carries no payload a buffer for the error
+ * message a server may send instead. 0 or -ENOMEM.
+ */
+static int give_err_bufs(struct emb_async *op)
+{
+	char *r;
+
+	if (!op->nparts)
+		return 0;
+	op->resp_mem = aligned_alloc(64, (size_t)op->nparts * ERR_CAP);
+	if (!op->resp_mem)
+		return -ENOMEM;
+	r = op->resp_mem;
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		op->parts[k].resp = r + (size_t)k * ERR_CAP;
+		op->parts[k].resp_cap = ERR_CAP;
+	}
+	return 0;
+}
+
 static int op_post(struct emb_async *op)
 {
 	if (op->nparts == 0) {
@@ -382,11 +406,14 @@ static int64_t prepare(struct emb_async *op, const uint64_t *ids, uint32_t n,
 
 /*
  * Splits cnt[s] ids per server into parts of at most part_max() ids, all
- * with opcode op and the table's id on each server. Returns 0 or -ENOMEM.
+ * with opcode op and the table's id on each server. A synchronous table's
+ * push gives every server at least one part (empty if it has no ids) and
+ * flags each server's last part STEP_END. Returns 0 or -ENOMEM.
  */
 static int make_parts(struct emb_async *op, const struct emb_client_table *t,
 		      const uint32_t *cnt, uint8_t opcode, uint32_t stride)
 {
+	const bool sync = opcode == EMB_OP_PUSH && t->mode == EMB_MODE_SYNC;
 	struct emb_client *c = op->c;
 	uint32_t total = 0, k = 0, off = 0;
 
@@ -394,16 +421,22 @@ static int make_parts(struct emb_async *op, const struct emb_client_table *t,
 		uint32_t m = part_max(c, s, stride);
 
 		total += (cnt[s] + m - 1) / m;
+		if (sync && cnt[s] == 0)
+			total++;
 	}
 	op->parts = calloc(total ? total : 1, sizeof(*op->parts));
 	if (!op->parts)
 		return -ENOMEM;
 	for (uint32_t s = 0; s < c->nsrv; s++) {
 		uint32_t m = part_max(c, s, stride);
+		uint32_t done = 0;
 
-		for (uint32_t done = 0; done < cnt[s]; done += m) {
-			struct part *p = &op->parts[k++];
+		do {
+			struct part *p;
 
+			if (done >= cnt[s] && !(sync && cnt[s] == 0))
+				break;
+			p = &op->parts[k++];
 			p->op = op;
 			p->server = s;
 			p->first = off + done;
@@ -411,7 +444,10 @@ static int make_parts(struct emb_async *op, const struct emb_client_table *t,
 			p->hdr.opcode = opcode;
 			p->hdr.table_id = t->ids[s];
 			p->hdr.count = p->n;
-		}
+			done += m;
+			if (sync && done >= cnt[s])
+				p->hdr.flags = EMB_F_STEP_END;
+		} while (done < cnt[s]);
 		off += cnt[s];
 	}
 	op->nparts = total;
@@ -461,6 +497,8 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 		p->resp_cap = emb_wire_pull_resp_bytes(p->n, op->dim,
 				nocreate ? EMB_F_NOCREATE : 0) -
 			      EMB_WIRE_HDR_SIZE;
+		if (p->resp_cap < ERR_CAP)
+			p->resp_cap = ERR_CAP;
 		resp_bytes += (p->resp_cap + 63) & ~(size_t)63;
 	}
 	op->resp_mem = aligned_alloc(64, resp_bytes ? resp_bytes : 64);
@@ -498,9 +536,9 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 	struct emb_client *c = t->c;
 	const uint32_t dim = t->spec.dim;
 	uint32_t *cnt, *ppos;
-	uint64_t *pids;
+	uint64_t *pids = NULL;
 	struct emb_async *op;
-	float *pgrad;
+	float *pgrad = NULL;
 	void *extra;
 	int64_t nu;
 	int rc;
@@ -534,6 +572,8 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 				dst[j] += grads[(size_t)i * dim + j];
 	}
 	rc = make_parts(op, t, cnt, EMB_OP_PUSH, dim);
+	if (!rc)
+		rc = give_err_bufs(op);
 	if (rc)
 		goto err;
 	for (uint32_t k = 0; k < op->nparts; k++) {
@@ -547,7 +587,7 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 					   (size_t)p->n * sizeof(uint64_t)};
 		p->iov[2] = (struct iovec){pgrad + (size_t)p->first * dim,
 					   (size_t)p->n * dim * sizeof(float)};
-		p->niov = 3;
+		p->niov = p->n ? 3 : 1; /* an empty STEP_END part */
 	}
 	rc = op_post(op);
 	if (rc)
@@ -600,6 +640,8 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 	rc = make_parts(op, t, cnt, kind == OP_ASSIGN ? EMB_OP_ASSIGN
 						       : EMB_OP_ERASE,
 			rows ? stride : 0);
+	if (!rc)
+		rc = give_err_bufs(op);
 	if (rc)
 		goto err;
 	for (uint32_t k = 0; k < op->nparts; k++) {
@@ -920,6 +962,30 @@ int emb_client_table_drop(struct emb_client_table *t)
 	return rc;
 }
 
+int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
+			       uint32_t workers, uint32_t staleness)
+{
+	struct emb_wire_set_mode_req m = {.table_id = 1,
+					  .mode = mode,
+					  .workers = workers,
+					  .staleness = staleness};
+	uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_SET_MODE_SIZE];
+	struct emb_async *op;
+	int rc, len;
+
+	if (!t)
+		return EMB_EBADARG;
+	len = emb_wire_set_mode_req_encode(buf, sizeof(buf), 0, &m);
+	if (len < 0)
+		return len;
+	op = broadcast(t->c, EMB_OP_SET_MODE, t->ids, buf + EMB_WIRE_HDR_SIZE,
+		       (size_t)len - EMB_WIRE_HDR_SIZE, &rc);
+	admin_free(op);
+	if (!rc)
+		t->mode = mode;
+	return rc;
+}
+
 int emb_client_table_stats(struct emb_client_table *t,
 			   struct emb_client_table_stats *out)
 {
@@ -952,6 +1018,7 @@ int emb_client_table_stats(struct emb_client_table *t,
 		out->rows_pulled += w.rows_pulled;
 		out->rows_pushed += w.rows_pushed;
 		out->rows_evicted += w.rows_evicted;
+		out->grads_discarded += w.grads_discarded;
 		out->servers++;
 	}
 	admin_free(op);

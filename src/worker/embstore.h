@@ -21,6 +21,7 @@
 #include "common/err.h"
 #include "common/init.h"
 #include "common/optim.h"
+#include "common/wire.h"
 
 struct emb_client;
 struct emb_client_table;
@@ -58,6 +59,7 @@ struct emb_client_table_stats {
 	uint64_t rows_pulled;	/* ids served by pull */
 	uint64_t rows_pushed;	/* distinct ids updated by push */
 	uint64_t rows_evicted;	/* rows removed by eviction */
+	uint64_t grads_discarded; /* pushed rows dropped as too stale */
 	uint32_t servers;	/* servers that answered */
 };
 
@@ -147,6 +149,20 @@ int emb_client_table_assign(struct emb_client_table *t, const uint64_t *ids,
 /* Removes ids; *erased (may be NULL) gets how many existed. */
 int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
 			   uint32_t n, uint64_t *erased);
+
+/*
+ * Sets the table's training mode on every server (enum emb_mode in
+ * common/wire.h): EMB_MODE_ASYNC applies each push on arrival; EMB_MODE_SYNC
+ * averages the pushes of `workers` workers per step and applies them once,
+ * acknowledging each worker's push only then (so every worker's next pull
+ * sees the step); EMB_MODE_STALE discards pushes whose step is more than
+ * `staleness` behind the newest. Every worker calls it with the same values
+ * (a repeat is a no-op) before its first push, and passes its step and rank
+ * to push. 0, EMB_EBADARG (bad combination), -EBUSY (a synchronous step is
+ * half gathered), or a transport error.
+ */
+int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
+			      uint32_t workers, uint32_t staleness);
 
 int emb_client_table_stats(struct emb_client_table *t,
 			   struct emb_client_table_stats *out);
