@@ -394,6 +394,63 @@ static void test_pull_duplicate_missing(void)
 	emb_table_destroy(t);
 }
 
+/*
+ * The same in a large batch, where repeats of an id lie far apart (a batch
+ * may be worked on in chunks): 20000 ids, each of 3000 new ids about seven
+ * times, through pull, pull_ptrs and push.
+ */
+static void test_pull_duplicate_missing_far(void)
+{
+	enum { N = 20000, DISTINCT = 3000 };
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	uint64_t *ids = xcalloc(N, sizeof(*ids));
+	float *out = xcalloc((size_t)N * 8, sizeof(float));
+	const float **ptrs = xcalloc(N, sizeof(*ptrs));
+	struct emb_table *t;
+	int bad = 0, rc;
+
+	o.nshards = 4;
+	for (int way = 0; way < 3; way++) {
+		uint64_t base = (uint64_t)way << 40;
+
+		t = table_new(&o);
+		for (uint32_t i = 0; i < N; i++)
+			ids[i] = base + (i * 7919u) % DISTINCT;
+		if (way == 0)
+			rc = emb_table_pull(t, ids, N, out, 0, NULL);
+		else if (way == 1)
+			rc = emb_table_pull_ptrs(t, ids, N, ptrs, 0);
+		else
+			rc = emb_table_push(t, ids, N, out);
+		CU_ASSERT(rc >= 0);
+		if (table_stats(t).rows != DISTINCT)
+			fprintf(
+			    stderr,
+			    "\n    %s of %u ids over %u distinct: %llu rows",
+			    way == 0   ? "pull"
+			    : way == 1 ? "pull_ptrs"
+				       : "push",
+			    N, DISTINCT,
+			    (unsigned long long)table_stats(t).rows);
+		CU_ASSERT_EQUAL(table_stats(t).rows, DISTINCT);
+		CU_ASSERT_EQUAL(table_stats(t).rows_created, DISTINCT);
+		/* ids[i] depends on i % DISTINCT only: 7919 is prime. */
+		for (uint32_t i = DISTINCT; way == 0 && i < N; i++)
+			expect_floats("repeat", ids[i], &out[i * 8],
+				      &out[(i % DISTINCT) * 8], 8, &bad);
+		for (uint32_t i = DISTINCT; way == 1 && i < N; i++) {
+			if (ptrs[i] != ptrs[i % DISTINCT] && bad++ < 3)
+				fprintf(stderr, "\n    id %llu: two rows",
+					(unsigned long long)ids[i]);
+		}
+		emb_table_destroy(t);
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	free(ids);
+	free(out);
+	free(ptrs);
+}
+
 /* Ids are plain integers: no value is reserved as an empty marker. */
 static void test_extreme_ids(void)
 {
@@ -1286,6 +1343,8 @@ int main(int argc, char **argv)
 	     test_pull_nocreate},
 	    {"a missing id repeated in one pull becomes one row",
 	     test_pull_duplicate_missing},
+	    {"repeats far apart in a large batch become one row",
+	     test_pull_duplicate_missing_far},
 	    {"ids 0 and UINT64_MAX are ordinary ids", test_extreme_ids},
 	    {"erase returns how many were present", test_erase_counts},
 	    {"dims 1, 7, 64, 4096 round trip with and without state",
