@@ -323,6 +323,52 @@ static void test_payload_errors(void)
 	fx_teardown(&fx);
 }
 
+/* What a raw client gets that the library would never send: duplicates. */
+static void test_raw_duplicates(void)
+{
+	const uint64_t ids[6] = {40, 41, 40, 40, 42, 41};
+	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE];
+	_Alignas(8) float rows[6 * DIM];
+	struct emb_client_table_stats st;
+	struct emb_frame_hdr h, r;
+	struct fixture fx;
+	float want[DIM];
+	int fd;
+
+	fx_setup(&fx);
+	fd = raw_ready(&fx);
+	h = nt_hdr(EMB_OP_PULL, 30, fx.id8, 6, sizeof(ids));
+	emb_wire_hdr_encode(head, &h);
+	CU_ASSERT_EQUAL(nt_raw_send(fd, head, sizeof(head)), 0);
+	CU_ASSERT_EQUAL(nt_raw_send(fd, ids, sizeof(ids)), 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, &r, rows, sizeof(rows)), 0);
+	CU_ASSERT_EQUAL(r.status, 0);
+	CU_ASSERT_EQUAL(r.count, 6);
+	CU_ASSERT_EQUAL(r.payload_len, sizeof(rows));
+	/* Every copy of an id carries the same row, created once. */
+	CU_ASSERT_EQUAL(memcmp(rows + 2 * DIM, rows, sizeof(want)), 0);
+	CU_ASSERT_EQUAL(memcmp(rows + 3 * DIM, rows, sizeof(want)), 0);
+	CU_ASSERT_EQUAL(memcmp(rows + 5 * DIM, rows + DIM, sizeof(want)), 0);
+	CU_ASSERT_EQUAL(emb_client_table_stats(fx.t, &st), 0);
+	CU_ASSERT_EQUAL(st.rows, 3);
+	/* Erasing 40 once leaves no second copy behind. */
+	{
+		uint64_t erased = 0;
+		uint8_t found = 1;
+
+		CU_ASSERT_EQUAL(emb_client_table_erase(fx.t, ids, 1, &erased),
+				0);
+		CU_ASSERT_EQUAL(erased, 1);
+		CU_ASSERT_EQUAL(emb_client_table_pull(fx.t, ids, 1, want,
+						      EMB_CLIENT_NOCREATE,
+						      &found), 0);
+		CU_ASSERT_EQUAL(found, 0);
+	}
+	close(fd);
+	fx_check_serving(&fx);
+	fx_teardown(&fx);
+}
+
 static void test_no_hello(void)
 {
 	static const uint8_t ping[8] = "early";
@@ -436,6 +482,8 @@ static const struct emb_test_case cases[] = {
 	 test_truncated},
 	{"payload errors get their status and the connection stays usable",
 	 test_payload_errors},
+	{"a raw PULL with duplicate ids creates each row once",
+	 test_raw_duplicates},
 	{"requests before HELLO are refused with EMB_ENOHELLO",
 	 test_no_hello},
 	{"clients that die mid-request leave the server serving",
