@@ -19,6 +19,8 @@
 #include "common/log.h"
 #include "server.h"
 #include "server_checkpoint.h"
+#include "scheduler.h"
+#include "worker/node.h"
 #include "transport/transport.h"
 
 #define DEFAULT_PORT 7164
@@ -30,6 +32,55 @@ static volatile sig_atomic_t got_signal;
 static void on_signal(int sig)
 {
 	got_signal = sig;
+}
+
+/* Set before the cluster's end wakes main (docs/cluster.md). */
+static volatile sig_atomic_t job_over;
+static volatile sig_atomic_t job_failed;
+
+/* Scheduler or node agent thread: the job ended; main stops as on SIGTERM. */
+static void on_cluster_end(void *arg, int status)
+{
+	(void)arg;
+	job_failed = status != 0;
+	job_over = 1;
+	kill(getpid(), SIGTERM);
+}
+
+/* --role scheduler: serve the cluster until the job ends or a signal. */
+static int run_scheduler(const struct emb_cluster_env *env, const char *host,
+			 uint16_t port, const sigset_t *old)
+{
+	struct emb_sched_opts so = EMB_SCHED_OPTS_DEFAULT;
+	struct emb_sched *sched;
+	int rc;
+
+	if (!env->server_num || !env->worker_num) {
+		emb_log(EMB_LOG_ERROR, "scheduler: set EMB_SERVER_NUM and "
+				       "EMB_WORKER_NUM (or MS_SERVER_NUM and "
+				       "MS_WORKER_NUM)");
+		return 2;
+	}
+	so.host = host;
+	so.port = port;
+	so.server_num = env->server_num;
+	so.worker_num = env->worker_num;
+	so.hb_timeout_ms = env->hb_timeout_ms;
+	so.on_done = on_cluster_end;
+	rc = emb_sched_create(&so, &sched);
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "cannot schedule on %s:%u: %s", host,
+			port, emb_strerror(rc));
+		return 1;
+	}
+	while (!got_signal)
+		sigsuspend(old);
+	if (!job_over)
+		emb_log(EMB_LOG_INFO, "%s: stopping", strsignal(got_signal));
+	rc = job_over ? emb_sched_wait(sched, 0) : 1;
+	emb_sched_destroy(sched);
+	emb_log(EMB_LOG_INFO, "scheduler stopped");
+	return rc ? 1 : 0;
 }
 
 static void usage(FILE *f)
@@ -52,7 +103,11 @@ static void usage(FILE *f)
 		"  --checkpoint-dir D     load the newest checkpoint at start, "
 		"write them here (EMB_CHECKPOINT_DIR)\n"
 		"  --checkpoint-interval S  seconds between checkpoints "
-		"(EMB_CHECKPOINT_INTERVAL; default 300)\n");
+		"(EMB_CHECKPOINT_INTERVAL; default 300)\n"
+		"  --role scheduler|server  cluster role (EMB_ROLE or MS_ROLE; "
+		"default server);\n"
+		"                         see docs/cluster.md for EMB_SCHED_* "
+		"and the other variables\n");
 }
 
 /* "123", "64K", "8M", "2G", "1T" -> bytes; -EINVAL if malformed. */
@@ -165,6 +220,7 @@ int main(int argc, char **argv)
 		{"checkpoint-dir", required_argument, NULL, 'C'},
 		{"checkpoint-interval", required_argument, NULL, 'I'},
 		{"help", no_argument, NULL, 'h'},
+		{"role", required_argument, NULL, 'R'},
 		{NULL, 0, NULL, 0},
 	};
 	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
@@ -183,6 +239,10 @@ int main(int argc, char **argv)
 	struct emb_ckpt *ckpt = NULL;
 	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
 	struct emb_server *srv;
+	struct emb_cluster_env cenv;
+	struct emb_node *node = NULL;
+	const char *role = NULL, *bad = NULL;
+	bool listen_set = false;
 	struct sigaction sa;
 	sigset_t block, old;
 	enum emb_log_level lvl;
@@ -193,7 +253,7 @@ int main(int argc, char **argv)
 	o.transport = env_or("EMB_TRANSPORT", "tcp");
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'l': listen = optarg; break;
+		case 'l': listen = optarg; listen_set = true; break;
 		case 't': o.transport = optarg; break;
 		case 'n': threads = optarg; break;
 		case 'a': token_file = optarg; break;
@@ -207,6 +267,7 @@ int main(int argc, char **argv)
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
+		case 'R': role = optarg; break;
 	}
 	if (optind < argc) {
 		fprintf(stderr, "embstore-server: unexpected argument '%s'\n",
@@ -221,11 +282,23 @@ int main(int argc, char **argv)
 	if (parse_addr(listen, host, sizeof(host), &o.port)) {
 		fprintf(stderr, "embstore-server: bad listen address '%s'\n",
 			listen);
+	if (emb_cluster_env_read(&cenv, &bad) ||
+	    (role && emb_role_parse(role, &cenv.role)) ||
+	    cenv.role == EMB_ROLE_WORKER) {
+		fprintf(stderr, "embstore-server: bad %s\n",
+			bad ? bad : "role (scheduler or server)");
+		return 2;
+	}
+	/* The scheduler listens where the nodes look for it. */
+	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
+		listen = cenv.sched_host[0] ? cenv.sched_host : "127.0.0.1";
 		return 2;
 	}
 	o.host = host;
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	o.threads = ncpu > 0 ? (uint32_t)ncpu : 1;
+	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
+		o.port = cenv.sched_port;
 	if (threads && parse_u32(threads, 1, 256, &o.threads)) {
 		fprintf(stderr, "embstore-server: bad thread count '%s'\n",
 			threads);
@@ -292,6 +365,8 @@ int main(int argc, char **argv)
 		o.auth_token_len ? ", auth" : "", mem ? mem : "none");
 	if (ckpt_dir) {
 		rc = emb_ckpt_start(srv, &copts, &ckpt);
+	if (cenv.role == EMB_ROLE_SCHEDULER)
+		return run_scheduler(&cenv, host, o.port, &old);
 		if (rc) {
 			emb_log(EMB_LOG_ERROR, "cannot start checkpoints: %s",
 				emb_strerror(rc));
@@ -301,7 +376,9 @@ int main(int argc, char **argv)
 	}
 	while (!got_signal)
 		sigsuspend(&old);
-	emb_log(EMB_LOG_INFO, "%s: stopping", strsignal(got_signal));
+	emb_log(EMB_LOG_INFO, "%s: stopping",
+		job_over ? (job_failed ? "scheduler lost" : "job finished")
+			 : strsignal(got_signal));
 	emb_server_stop(srv, 10000);
 	/* Requests have stopped: the last checkpoint holds every update. */
 	emb_ckpt_stop(ckpt);
@@ -312,6 +389,25 @@ int main(int argc, char **argv)
 				emb_strerror(rc));
 	}
 	emb_server_destroy(srv);
+	if (cenv.sched_host[0]) {
+		struct emb_node_opts no = {
+		    .sched_host = cenv.sched_host,
+		    .sched_port = cenv.sched_port,
+		    .role = EMB_ROLE_SERVER,
+		    .host = host,
+		    .port = emb_server_port(srv),
+		    .join_timeout_ms = cenv.join_timeout_ms,
+		    .on_end = on_cluster_end,
+		};
+
+		rc = emb_node_create(&no, &node);
+		if (rc) {
+			emb_ckpt_stop(ckpt);
+			emb_server_destroy(srv);
+			return 1;
+		}
+	}
 	emb_log(EMB_LOG_INFO, "stopped");
-	return 0;
+	return job_failed ? 1 : 0;
 }
+	emb_node_destroy(node);

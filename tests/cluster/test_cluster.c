@@ -1,0 +1,684 @@
+/*
+ * tests/cluster/test_cluster.c - the scheduler, the node agent and
+ * emb_client_from_env(): ranks, the environment's two spellings, the
+ * cluster map, barriers, dead nodes and the end of the job. The scheduler
+ * and servers run in this process, except where a test needs a process to
+ * freeze or to exit: there embstore-server runs as a child
+ * (EMB_SERVER_BIN). Single-threaded but for the worker threads a case
+ * starts itself.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "worker/netutil.h"
+#include "scheduler.h"
+#include "worker/embstore.h"
+#include "worker/node.h"
+
+static struct emb_sched *sched_start(uint32_t S, uint32_t W,
+				     uint32_t hb_timeout_ms)
+{
+	struct emb_sched_opts o = EMB_SCHED_OPTS_DEFAULT;
+	struct emb_sched *s;
+
+	o.port = 0;
+	o.server_num = S;
+	o.worker_num = W;
+	o.hb_timeout_ms = hb_timeout_ms;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &s), 0);
+	return s;
+}
+
+/* The environment a node of this scheduler reads. */
+static void env_for(const struct emb_sched *s)
+{
+	char port[16];
+
+	snprintf(port, sizeof(port), "%u", emb_sched_port(s));
+	setenv("EMB_SCHED_HOST", "127.0.0.1", 1);
+	setenv("EMB_SCHED_PORT", port, 1);
+	setenv("EMB_CLUSTER_TIMEOUT", "20", 1);
+}
+
+static void env_clear(void)
+{
+	static const char *const names[] = {
+	    "EMB_ROLE",	      "EMB_SCHED_HOST",	       "EMB_SCHED_PORT",
+	    "EMB_SERVER_NUM", "EMB_WORKER_NUM",	       "EMB_HEARTBEAT_TIMEOUT",
+	    "EMB_CLUSTER_TIMEOUT", "MS_ROLE",	       "MS_SCHED_HOST",
+	    "MS_SCHED_PORT",  "MS_SERVER_NUM",	       "MS_WORKER_NUM",
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		unsetenv(names[i]);
+}
+
+static int node_join(const struct emb_sched *s, uint32_t role,
+		     const char *host, uint16_t port, struct emb_node **out)
+{
+	struct emb_node_opts o = {
+	    .sched_host = "127.0.0.1",
+	    .sched_port = emb_sched_port(s),
+	    .role = role,
+	    .host = host,
+	    .port = port,
+	    .join_timeout_ms = 10000,
+	};
+
+	return emb_node_create(&o, out);
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+/* ---- environment ---------------------------------------------------- */
+
+static void test_env_names(void)
+{
+	struct emb_cluster_env e;
+	const char *bad = NULL;
+
+	env_clear();
+	setenv("MS_ROLE", "MS_PSERVER", 1);
+	setenv("MS_SCHED_HOST", "10.0.0.1", 1);
+	setenv("MS_SCHED_PORT", "8081", 1);
+	setenv("MS_SERVER_NUM", "3", 1);
+	setenv("MS_WORKER_NUM", "5", 1);
+	CU_ASSERT_EQUAL(emb_cluster_env_read(&e, &bad), 0);
+	CU_ASSERT_EQUAL(e.role, EMB_ROLE_SERVER);
+	CU_ASSERT_STRING_EQUAL(e.sched_host, "10.0.0.1");
+	CU_ASSERT_EQUAL(e.sched_port, 8081);
+	CU_ASSERT_EQUAL(e.server_num, 3);
+	CU_ASSERT_EQUAL(e.worker_num, 5);
+	CU_ASSERT_EQUAL(e.hb_timeout_ms, EMB_HEARTBEAT_TIMEOUT_DEFAULT);
+
+	/* embstore's own names win over the aliases. */
+	setenv("EMB_ROLE", "scheduler", 1);
+	setenv("EMB_SCHED_HOST", "10.0.0.2", 1);
+	setenv("EMB_SCHED_PORT", "9000", 1);
+	setenv("EMB_SERVER_NUM", "2", 1);
+	setenv("EMB_WORKER_NUM", "4", 1);
+	setenv("EMB_HEARTBEAT_TIMEOUT", "0.5", 1);
+	CU_ASSERT_EQUAL(emb_cluster_env_read(&e, &bad), 0);
+	CU_ASSERT_EQUAL(e.role, EMB_ROLE_SCHEDULER);
+	CU_ASSERT_STRING_EQUAL(e.sched_host, "10.0.0.2");
+	CU_ASSERT_EQUAL(e.sched_port, 9000);
+	CU_ASSERT_EQUAL(e.server_num, 2);
+	CU_ASSERT_EQUAL(e.worker_num, 4);
+	CU_ASSERT_EQUAL(e.hb_timeout_ms, 500);
+
+	setenv("MS_ROLE", "MS_WORKER", 1);
+	unsetenv("EMB_ROLE");
+	CU_ASSERT_EQUAL(emb_cluster_env_read(&e, &bad), 0);
+	CU_ASSERT_EQUAL(e.role, EMB_ROLE_WORKER);
+	env_clear();
+}
+
+static void test_env_rejects(void)
+{
+	struct emb_cluster_env e;
+	const char *bad = NULL;
+
+	env_clear();
+	setenv("MS_ROLE", "MS_BOSS", 1);
+	CU_ASSERT_EQUAL(emb_cluster_env_read(&e, &bad), -EINVAL);
+	CU_ASSERT_STRING_EQUAL(bad, "EMB_ROLE");
+	env_clear();
+	setenv("EMB_SCHED_PORT", "70000", 1);
+	CU_ASSERT_EQUAL(emb_cluster_env_read(&e, &bad), -EINVAL);
+	CU_ASSERT_STRING_EQUAL(bad, "EMB_SCHED_PORT");
+	env_clear();
+	setenv("EMB_WORKER_NUM", "0", 1);
+	CU_ASSERT_EQUAL(emb_cluster_env_read(&e, &bad), -EINVAL);
+	env_clear();
+	setenv("EMB_HEARTBEAT_TIMEOUT", "-1", 1);
+	CU_ASSERT_EQUAL(emb_cluster_env_read(&e, &bad), -EINVAL);
+	env_clear();
+}
+
+/* ---- registration and the map --------------------------------------- */
+
+static void test_ranks(void)
+{
+	struct emb_sched *s = sched_start(2, 2, 10000);
+	struct emb_node *sv[3], *wk[3];
+
+	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 1111,
+					&sv[0]), 0);
+	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &wk[0]),
+			      0);
+	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 2222,
+					&sv[1]), 0);
+	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &wk[1]),
+			      0);
+	CU_ASSERT_EQUAL(emb_node_rank(sv[0]), 0);
+	CU_ASSERT_EQUAL(emb_node_rank(sv[1]), 1);
+	CU_ASSERT_EQUAL(emb_node_rank(wk[0]), 0);
+	CU_ASSERT_EQUAL(emb_node_rank(wk[1]), 1);
+	CU_ASSERT_EQUAL(emb_node_nservers(wk[0]), 2);
+	CU_ASSERT_EQUAL(emb_node_nworkers(sv[0]), 2);
+	/* Every place is taken. */
+	CU_ASSERT_EQUAL(node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 3333,
+				  &sv[2]),
+			EMB_ECLUSTER);
+	CU_ASSERT_EQUAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &wk[2]),
+			EMB_ECLUSTER);
+	for (int i = 0; i < 2; i++) {
+		emb_node_destroy(wk[i]);
+		emb_node_destroy(sv[i]);
+	}
+	emb_sched_destroy(s);
+}
+
+static void test_map(void)
+{
+	struct emb_sched *s = sched_start(3, 1, 10000);
+	struct emb_node *sv[3], *wk;
+	const struct emb_wire_node_addr *addr;
+	const uint16_t *map;
+	uint32_t per[3] = {0};
+
+	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 7001,
+					&sv[0]), 0);
+	/* A server bound to every address is reached where it came from. */
+	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_SERVER, "0.0.0.0", 7002,
+					&sv[1]), 0);
+	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_SERVER, "localhost", 7003,
+					&sv[2]), 0);
+	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &wk), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_node_wait_map(wk), 0);
+	map = emb_node_slot_map(wk);
+	addr = emb_node_servers(wk);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(map);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		CU_ASSERT_FATAL(map[sl] < 3);
+		per[map[sl]]++;
+		/* Contiguous ranges, as a plain server list routes. */
+		if (sl)
+			CU_ASSERT(map[sl] >= map[sl - 1]);
+	}
+	for (int i = 0; i < 3; i++)
+		CU_ASSERT(per[i] >= EMB_NSLOTS / 3);
+	CU_ASSERT_STRING_EQUAL(addr[0].host, "127.0.0.1");
+	CU_ASSERT_EQUAL(addr[0].port, 7001);
+	CU_ASSERT_STRING_EQUAL(addr[1].host, "127.0.0.1");
+	CU_ASSERT_EQUAL(addr[1].port, 7002);
+	CU_ASSERT_STRING_EQUAL(addr[2].host, "localhost");
+	CU_ASSERT_EQUAL(addr[2].port, 7003);
+	/* Servers get the same map. */
+	CU_ASSERT_EQUAL(emb_node_wait_map(sv[2]), 0);
+	CU_ASSERT_EQUAL(memcmp(emb_node_slot_map(sv[2]), map,
+			       EMB_NSLOTS * sizeof(*map)),
+			0);
+	emb_node_destroy(wk);
+	for (int i = 0; i < 3; i++)
+		emb_node_destroy(sv[i]);
+	emb_sched_destroy(s);
+}
+
+static void test_map_timeout(void)
+{
+	struct emb_sched *s = sched_start(1, 2, 10000);
+	struct emb_node_opts o = {
+	    .sched_host = "127.0.0.1",
+	    .sched_port = emb_sched_port(s),
+	    .role = EMB_ROLE_WORKER,
+	    .join_timeout_ms = 200,
+	};
+	struct emb_node *wk;
+
+	/* One worker of two, no server: the map never comes. */
+	CU_ASSERT_EQUAL_FATAL(emb_node_create(&o, &wk), 0);
+	CU_ASSERT_EQUAL(emb_node_wait_map(wk), -ETIMEDOUT);
+	emb_node_destroy(wk);
+	emb_sched_destroy(s);
+}
+
+static void test_no_scheduler(void)
+{
+	struct emb_node_opts o = {
+	    .sched_host = "127.0.0.1",
+	    .sched_port = 1,
+	    .role = EMB_ROLE_WORKER,
+	    .join_timeout_ms = 300,
+	};
+	struct emb_node *wk;
+
+	CU_ASSERT_EQUAL(emb_node_create(&o, &wk), -ECONNREFUSED);
+	env_clear();
+	CU_ASSERT_EQUAL(emb_client_from_env(NULL, &(struct emb_client *){0}),
+			-EINVAL);
+}
+
+/* ---- workers through the client ------------------------------------- */
+
+struct cluster {
+	struct emb_sched *sched;
+	struct emb_server *srv[4];
+	struct emb_node *snode[4];
+	uint32_t S, W;
+	int ends[4];	/* on_end status per server, or 1 = not yet */
+};
+
+static void on_server_end(void *arg, int status)
+{
+	__atomic_store_n((int *)arg, status, __ATOMIC_SEQ_CST);
+}
+
+static void cluster_up(struct cluster *cl, uint32_t S, uint32_t W,
+		       uint32_t hb_timeout_ms)
+{
+	memset(cl, 0, sizeof(*cl));
+	cl->S = S;
+	cl->W = W;
+	cl->sched = sched_start(S, W, hb_timeout_ms);
+	env_clear();
+	env_for(cl->sched);
+	for (uint32_t i = 0; i < S; i++) {
+		struct emb_server_opts so = nt_server_opts();
+		struct emb_node_opts no = {
+		    .sched_host = "127.0.0.1",
+		    .sched_port = emb_sched_port(cl->sched),
+		    .role = EMB_ROLE_SERVER,
+		    .host = "127.0.0.1",
+		    .join_timeout_ms = 10000,
+		    .on_end = on_server_end,
+		};
+
+		cl->ends[i] = 1;
+		no.arg = &cl->ends[i];
+		cl->srv[i] = nt_server_start(&so);
+		no.port = emb_server_port(cl->srv[i]);
+		CU_ASSERT_EQUAL_FATAL(emb_node_create(&no, &cl->snode[i]), 0);
+	}
+}
+
+static void cluster_down(struct cluster *cl)
+{
+	for (uint32_t i = 0; i < cl->S; i++) {
+		emb_node_destroy(cl->snode[i]);
+		emb_server_destroy(cl->srv[i]);
+	}
+	emb_sched_destroy(cl->sched);
+	env_clear();
+}
+
+struct worker {
+	pthread_t th;
+	struct emb_client *c;
+	int rc;
+};
+
+static void *join_main(void *arg)
+{
+	struct worker *w = arg;
+
+	w->rc = emb_client_from_env(NULL, &w->c);
+	return NULL;
+}
+
+/* Joins n workers at once (each waits for the others). */
+static void workers_join(struct worker *w, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		pthread_create(&w[i].th, NULL, join_main, &w[i]);
+	for (uint32_t i = 0; i < n; i++) {
+		pthread_join(w[i].th, NULL);
+		CU_ASSERT_EQUAL_FATAL(w[i].rc, 0);
+	}
+}
+
+static void test_from_env_trains(void)
+{
+	struct cluster cl;
+	struct worker w[2] = {0};
+	struct emb_table_spec spec = nt_spec("emb", 4, 7);
+	struct emb_client_table *t[2];
+	uint64_t ids[64];
+	float rows[64 * 4], grads[64 * 4], again[64 * 4];
+	bool rank_seen[2] = {false, false};
+
+	cluster_up(&cl, 2, 2, 10000);
+	workers_join(w, 2);
+	for (int i = 0; i < 2; i++) {
+		uint32_t r = emb_client_rank(w[i].c);
+
+		CU_ASSERT_FATAL(r < 2);
+		rank_seen[r] = true;
+		CU_ASSERT_EQUAL(emb_client_nworkers(w[i].c), 2);
+		CU_ASSERT_EQUAL(emb_client_nservers(w[i].c), 2);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_create(w[i].c, &spec, &t[i]), 0);
+	}
+	CU_ASSERT(rank_seen[0] && rank_seen[1]);
+
+	/* Rows spread over both servers, and both workers see one table. */
+	for (int i = 0; i < 64; i++)
+		ids[i] = (uint64_t)i * 7919;
+	CU_ASSERT_EQUAL(emb_client_table_pull(t[0], ids, 64, rows, 0, NULL),
+			0);
+	for (int i = 0; i < 64 * 4; i++)
+		grads[i] = 1.0f;
+	CU_ASSERT_EQUAL(emb_client_table_push(t[0], ids, 64, grads, 1, 0), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t[1], ids, 64, again, 0, NULL),
+			0);
+	CU_ASSERT(memcmp(rows, again, sizeof(rows)) != 0);
+	{
+		bool on[2] = {false, false};
+
+		for (int i = 0; i < 64; i++)
+			on[emb_client_server_of(w[1].c, ids[i])] = true;
+		CU_ASSERT(on[0] && on[1]);
+	}
+	for (int i = 0; i < 2; i++) {
+		emb_client_table_close(t[i]);
+		CU_ASSERT_EQUAL(emb_client_finish(w[i].c), 0);
+		emb_client_destroy(w[i].c);
+	}
+	/* Every worker finished: servers are told, then the job is over. */
+	CU_ASSERT_EQUAL(emb_sched_wait(cl.sched, 20000), 0);
+	for (uint32_t i = 0; i < cl.S; i++)
+		CU_ASSERT_EQUAL(__atomic_load_n(&cl.ends[i], __ATOMIC_SEQ_CST),
+				0);
+	cluster_down(&cl);
+}
+
+struct barrier_arg {
+	struct emb_client *c;
+	const char *name;
+	int rc;
+	bool returned;
+};
+
+static void *barrier_main(void *arg)
+{
+	struct barrier_arg *b = arg;
+
+	b->rc = emb_client_barrier(b->c, b->name);
+	__atomic_store_n(&b->returned, true, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void test_barrier(void)
+{
+	struct cluster cl;
+	struct worker w[3] = {0};
+	struct barrier_arg b[3];
+	pthread_t th[3];
+
+	cluster_up(&cl, 1, 3, 10000);
+	workers_join(w, 3);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < 2; i++) {
+			b[i] = (struct barrier_arg){w[i].c, "step", 0, false};
+			pthread_create(&th[i], NULL, barrier_main, &b[i]);
+		}
+		/* Two of three arrived: nobody may pass. */
+		sleep_ms(100);
+		CU_ASSERT(!__atomic_load_n(&b[0].returned, __ATOMIC_SEQ_CST));
+		CU_ASSERT(!__atomic_load_n(&b[1].returned, __ATOMIC_SEQ_CST));
+		CU_ASSERT_EQUAL(emb_client_barrier(w[2].c, "step"), 0);
+		for (int i = 0; i < 2; i++) {
+			pthread_join(th[i], NULL);
+			CU_ASSERT_EQUAL(b[i].rc, 0);
+		}
+	}
+	CU_ASSERT_EQUAL(emb_client_barrier(w[0].c, ""), -EINVAL);
+	for (int i = 0; i < 3; i++) {
+		emb_client_finish(w[i].c);
+		emb_client_destroy(w[i].c);
+	}
+	CU_ASSERT_EQUAL(emb_sched_wait(cl.sched, 20000), 0);
+	cluster_down(&cl);
+}
+
+static void test_barrier_dead_worker(void)
+{
+	struct cluster cl;
+	struct worker w[2] = {0};
+	struct barrier_arg b;
+	pthread_t th;
+
+	cluster_up(&cl, 1, 2, 10000);
+	workers_join(w, 2);
+	b = (struct barrier_arg){w[0].c, "epoch", 0, false};
+	pthread_create(&th, NULL, barrier_main, &b);
+	sleep_ms(50);
+	/* Worker 1 goes away without finishing: it failed. */
+	emb_client_destroy(w[1].c);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(b.rc, EMB_ENODEAD);
+	CU_ASSERT_EQUAL(emb_client_barrier(w[0].c, "epoch"), EMB_ENODEAD);
+	emb_client_finish(w[0].c);
+	emb_client_destroy(w[0].c);
+	/* The job ends, and says a node died. */
+	CU_ASSERT_EQUAL(emb_sched_wait(cl.sched, 20000), EMB_ENODEAD);
+	cluster_down(&cl);
+}
+
+static void test_without_scheduler(void)
+{
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_server *srv = nt_server_start(&so);
+	char list[64];
+	uint16_t port = emb_server_port(srv);
+	struct emb_client *c;
+
+	nt_addr_list(list, sizeof(list), &port, 1);
+	c = nt_client(list, 0);
+	CU_ASSERT_EQUAL(emb_client_rank(c), 0);
+	CU_ASSERT_EQUAL(emb_client_nworkers(c), 1);
+	CU_ASSERT_EQUAL(emb_client_barrier(c, "x"), EMB_ENOSCHED);
+	CU_ASSERT_EQUAL(emb_client_finish(c), EMB_ENOSCHED);
+	emb_client_destroy(c);
+	emb_server_destroy(srv);
+}
+
+/* ---- server processes ----------------------------------------------- */
+
+/* embstore-server children joined to s; env_for(s) must be set. */
+static void spawn_servers(struct nt_child *ch, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		nt_child_start(&ch[i], NULL);
+}
+
+static int exit_code(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct pull_arg {
+	struct emb_client_table *t;
+	uint64_t *ids;
+	uint32_t n;
+	float *rows;
+	int rc;
+};
+
+static void *pull_main(void *arg)
+{
+	struct pull_arg *p = arg;
+
+	p->rc = emb_client_table_pull(p->t, p->ids, p->n, p->rows, 0, NULL);
+	return NULL;
+}
+
+static void test_frozen_server_dead(void)
+{
+	struct emb_sched *s = sched_start(2, 1, 1000);
+	struct nt_child ch[2];
+	struct emb_client *c;
+	struct emb_client_table *t;
+	struct emb_table_spec spec = nt_spec("emb", 8, 1);
+	struct pull_arg p;
+	uint64_t ids[256];
+	float rows[256 * 8];
+	pthread_t th;
+	int st;
+
+	env_clear();
+	env_for(s);
+	spawn_servers(ch, 2);
+	CU_ASSERT_EQUAL_FATAL(emb_client_from_env(NULL, &c), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &spec, &t), 0);
+	for (int i = 0; i < 256; i++)
+		ids[i] = (uint64_t)i;
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 256, rows, 0, NULL), 0);
+
+	/* Frozen servers keep their sockets open: only silence shows it. */
+	kill(ch[1].pid, SIGSTOP);
+	kill(ch[0].pid, SIGSTOP);
+	p = (struct pull_arg){t, ids, 256, rows, 0};
+	pthread_create(&th, NULL, pull_main, &p);
+	pthread_join(th, NULL);
+	/* Declared dead after ~1 s, well before the client's 30 s timeout. */
+	CU_ASSERT_EQUAL(p.rc, EMB_ENODEAD);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 256, rows, 0, NULL),
+			EMB_ENODEAD);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	for (int i = 0; i < 2; i++) {
+		kill(ch[i].pid, SIGKILL);
+		kill(ch[i].pid, SIGCONT);
+		nt_child_reap(&ch[i], 0);
+	}
+	st = emb_sched_wait(s, 5000);
+	CU_ASSERT(st == EMB_ENODEAD || st == -ETIMEDOUT);
+	emb_sched_destroy(s);
+	env_clear();
+}
+
+static void test_killed_server_dead(void)
+{
+	struct emb_sched *s = sched_start(2, 1, 1000);
+	struct nt_child ch[2];
+	struct emb_client *c;
+	struct emb_client_table *t;
+	struct emb_table_spec spec = nt_spec("emb", 8, 1);
+	uint64_t ids[256];
+	float rows[256 * 8];
+	int rc;
+
+	env_clear();
+	env_for(s);
+	spawn_servers(ch, 2);
+	CU_ASSERT_EQUAL_FATAL(emb_client_from_env(NULL, &c), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &spec, &t), 0);
+	for (int i = 0; i < 256; i++)
+		ids[i] = (uint64_t)i;
+	nt_child_reap(&ch[0], SIGKILL);
+	/* The first calls may see the reset itself; soon every call says
+	 * the scheduler declared the server dead. */
+	for (int i = 0; i < 100; i++) {
+		rc = emb_client_table_pull(t, ids, 256, rows, 0, NULL);
+		if (rc == EMB_ENODEAD)
+			break;
+		CU_ASSERT(rc != 0);
+		sleep_ms(50);
+	}
+	CU_ASSERT_EQUAL(rc, EMB_ENODEAD);
+	emb_client_table_close(t);
+	/* The rest of the job still ends: the surviving server exits. */
+	CU_ASSERT_EQUAL(emb_client_finish(c), 0);
+	emb_client_destroy(c);
+	CU_ASSERT_EQUAL(exit_code(ch[1].pid), 0);
+	ch[1].pid = 0;
+	nt_child_reap(&ch[1], 0);
+	CU_ASSERT_EQUAL(emb_sched_wait(s, 10000), EMB_ENODEAD);
+	emb_sched_destroy(s);
+	env_clear();
+}
+
+static void test_finish_exits(void)
+{
+	const char *bin = getenv("EMB_SERVER_BIN");
+	struct emb_client *c;
+	struct nt_child ch[2];
+	char port[16];
+	pid_t sched;
+	int fd;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(bin);
+	env_clear();
+	/* A free port for the scheduler process: bind, read, release. */
+	{
+		struct emb_sched *probe = sched_start(1, 1, 1000);
+
+		snprintf(port, sizeof(port), "%u", emb_sched_port(probe));
+		emb_sched_destroy(probe);
+	}
+	setenv("MS_ROLE", "MS_SCHED", 1);
+	setenv("MS_SCHED_HOST", "127.0.0.1", 1);
+	setenv("MS_SCHED_PORT", port, 1);
+	setenv("MS_SERVER_NUM", "2", 1);
+	setenv("MS_WORKER_NUM", "1", 1);
+	setenv("EMB_HEARTBEAT_TIMEOUT", "1", 1);
+	sched = fork();
+	CU_ASSERT_FATAL(sched >= 0);
+	if (sched == 0) {
+		fd = open("/dev/null", O_WRONLY);
+		dup2(fd, STDERR_FILENO);
+		execl(bin, bin, NULL);
+		_exit(127);
+	}
+	/* Servers and the worker find it through the MindSpore names. */
+	setenv("MS_ROLE", "MS_PSERVER", 1);
+	spawn_servers(ch, 2);
+	setenv("MS_ROLE", "MS_WORKER", 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_from_env(NULL, &c), 0);
+	CU_ASSERT_EQUAL(emb_client_nservers(c), 2);
+	CU_ASSERT_EQUAL(emb_client_finish(c), 0);
+	emb_client_destroy(c);
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL(exit_code(ch[i].pid), 0);
+		ch[i].pid = 0;
+		nt_child_reap(&ch[i], 0);
+	}
+	CU_ASSERT_EQUAL(exit_code(sched), 0);
+	env_clear();
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+	    {"reads EMB_ and MindSpore variable names", test_env_names},
+	    {"rejects malformed variables", test_env_rejects},
+	    {"assigns ranks in registration order", test_ranks},
+	    {"map covers every slot and lists server addresses", test_map},
+	    {"map wait times out while nodes are missing", test_map_timeout},
+	    {"join fails without a scheduler", test_no_scheduler},
+	    {"workers join from the environment and train", test_from_env_trains},
+	    {"barrier waits for every worker, and again", test_barrier},
+	    {"barrier fails when a worker dies", test_barrier_dead_worker},
+	    {"client without scheduler has rank 0 of 1",
+	     test_without_scheduler},
+	    {"frozen server is declared dead and calls fail",
+	     test_frozen_server_dead},
+	    {"killed server is declared dead, the rest finishes",
+	     test_killed_server_dead},
+	    {"finish stops server and scheduler processes with 0",
+	     test_finish_exits},
+	    {NULL, NULL},
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return emb_test_main(argc, argv, "cluster", cases);
+}
