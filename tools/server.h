@@ -29,6 +29,9 @@ struct emb_server_opts {
 	uint64_t mem_limit;	      /* bytes of all tables; 0 = unlimited */
 	struct emb_wire_limits limits; /* what requests may carry */
 	uint32_t table_shards;	      /* index shards per table */
+	bool zero_copy_pulls;	      /* PULL rows straight from table memory
+					 (default for rdma) instead of one
+					 copied buffer (default for tcp) */
 	/* Runs in emb_server_create() before the listener opens (e.g. to
 	 * load a checkpoint); non-zero fails the create. NULL = none. */
 	int (*on_start)(struct emb_server *s, void *arg);

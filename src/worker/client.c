@@ -51,6 +51,7 @@ struct emb_client {
 	uint32_t nsrv;		    /* >= 1 */
 	uint16_t slot_map[EMB_NSLOTS]; /* slot -> server index */
 	uint32_t timeout_ms;	    /* per request */
+	uint32_t part_ids;	    /* most ids per request */
 
 	pthread_mutex_t err_lock;   /* guards last_* */
 	int last_status;	    /* of the last server error */
@@ -331,6 +332,10 @@ static uint32_t part_max(const struct emb_client *c, uint32_t s,
 
 	if (m > lim->max_ids)
 		m = lim->max_ids;
+	/* Smaller parts pipeline: the server computes one while the previous
+	 * one crosses the network and this side scatters the one before. */
+	if (m > c->part_ids)
+		m = c->part_ids;
 	return m ? (uint32_t)m : 1;
 }
 
@@ -1203,6 +1208,7 @@ int emb_client_create(const struct emb_client_opts *opts,
 		return -ENOMEM;
 	pthread_mutex_init(&c->err_lock, NULL);
 	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 30000;
+	c->part_ids = opts->part_ids ? opts->part_ids : 1024;
 	rc = parse_servers(c, opts->servers);
 	if (rc)
 		goto err_free;

@@ -33,6 +33,8 @@ struct emb_client_opts {
 	const uint8_t *auth_token; /* sent in HELLO, or NULL; copied */
 	uint32_t auth_token_len;   /* bytes, <= 256 */
 	uint32_t timeout_ms;	/* per request; 0 = 30 s */
+	uint32_t part_ids;	/* most ids per request: a larger batch is
+				   split and pipelined; 0 = 1024 */
 	const char *name;	/* shown in server logs; NULL = "embstore" */
 };
 
