@@ -314,6 +314,33 @@ int ctr_params_eval_rows(struct ctr_params *p, const uint64_t *ids,
 	return rc;
 }
 
+int ctr_params_set_mode(struct ctr_params *p, uint32_t mode,
+			uint32_t staleness)
+{
+	int rc = 0;
+
+	if (p->o.local)
+		return 0;
+	for (int k = 0; k < 3 && !rc; k++)
+		rc = emb_client_table_set_mode(
+			p->rt[k], mode,
+			mode == EMB_MODE_SYNC ? p->workers : 0,
+			mode == EMB_MODE_STALE ? staleness : 0);
+	return rc;
+}
+
+int ctr_params_push_empty(struct ctr_params *p, uint64_t step)
+{
+	int rc = 0;
+
+	if (p->o.local)
+		return 0;
+	for (int k = 0; k < 3 && !rc; k++)
+		rc = emb_client_table_push(p->rt[k], NULL, 0, NULL, step,
+					   p->rank);
+	return rc;
+}
+
 int ctr_params_epoch_end(struct ctr_params *p)
 {
 	(void)p;

@@ -51,6 +51,14 @@ int ctr_params_push(struct ctr_params *p, const float *g_emb,
 /* Rows for evaluation: never creates rows; unseen ids read as zeros. */
 int ctr_params_eval_rows(struct ctr_params *p, const uint64_t *ids,
 			 uint32_t n, float *emb, float *wide);
+/*
+ * Sets the training mode of every table (enum emb_mode): every worker calls
+ * it with the same values. A no-op in local mode.
+ */
+int ctr_params_set_mode(struct ctr_params *p, uint32_t mode,
+			uint32_t staleness);
+/* A synchronous step in which this worker has no examples. */
+int ctr_params_push_empty(struct ctr_params *p, uint64_t step);
 /* End of an epoch: flushes cached updates to the servers. */
 int ctr_params_epoch_end(struct ctr_params *p);
 

@@ -3,6 +3,7 @@
  *
  *   train --data train.tsv --test test.tsv [--epochs N] [--batch B] [--local]
  *         [--servers LIST] [--cache-rows R] [--prefetch K] [--staleness S]
+ *         [--mode async|sync|stale:K]
  *
  * Every weight lives in an embstore table: the embeddings ("ctr_emb", dim 16)
  * and the wide weights ("ctr_wide", dim 1) are read through the worker's
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/wire.h"
 #include "ctr.h"
 #include "params.h"
 
@@ -32,6 +34,8 @@ struct cfg {
 	uint32_t batch;	       /* examples per step */
 	uint32_t log_every;    /* steps between loss lines */
 	uint64_t seed;	       /* tables' and the MLP's initial values */
+	uint32_t mode;	       /* enum emb_mode */
+	uint32_t staleness;    /* bounded staleness: K */
 	struct ctr_params_opts popts; /* where the parameters live */
 };
 
@@ -51,7 +55,25 @@ static void usage(FILE *f)
 		"             [--local | --servers HOST:PORT,...] "
 		"[--transport tcp|rdma|auto]\n"
 		"             [--cache-rows R] [--prefetch K] [--staleness S] "
-		"[--seed N] [--log-every N]\n");
+		"[--seed N] [--log-every N]\n"
+		"             [--mode async|sync|stale:K]\n");
+}
+
+/* Lines in path, or 0 if it cannot be read. */
+static uint64_t count_lines(const char *path)
+{
+	char buf[1 << 16];
+	uint64_t n = 0;
+	size_t got;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return 0;
+	while ((got = fread(buf, 1, sizeof(buf), f)) > 0)
+		for (size_t i = 0; i < got; i++)
+			n += buf[i] == '\n';
+	fclose(f);
+	return n;
 }
 
 /* Copies the batch's categorical ids, example-major, for the tables. */
@@ -139,9 +161,17 @@ static int train(const struct cfg *c, struct ctr_params *p)
 	uint64_t *ids[2];
 	float *emb, *wide, *g_emb, *g_wide, *dense, *g_dense;
 	uint32_t rank = ctr_params_rank(p), nw = ctr_params_workers(p);
-	uint64_t samples = 0, bad = 0;
+	uint64_t samples = 0, bad = 0, gstep = 0, sync_steps = 0;
 	double t0 = now_s();
 	int rc = 0;
+
+	/* Synchronous steps need every worker: all take as many steps as the
+	 * largest shard, a worker short of data sending empty ones. */
+	if (c->mode == EMB_MODE_SYNC) {
+		uint64_t lines = count_lines(c->data);
+
+		sync_steps = ((lines + nw - 1) / nw + b - 1) / b;
+	}
 
 	ex[0] = malloc(b * sizeof(**ex));
 	ex[1] = malloc(b * sizeof(**ex));
@@ -175,8 +205,14 @@ static int train(const struct cfg *c, struct ctr_params *p)
 			batch_ids(ex[cur], n, ids[cur]);
 		if (n)
 			rc = ctr_params_prefetch(p, ids[cur], n * CTR_NCAT);
-		while (n && !rc) {
+		while ((n || step < sync_steps) && !rc) {
 			double loss;
+
+			if (!n) {
+				rc = ctr_params_push_empty(p, gstep++);
+				step++;
+				continue;
+			}
 
 			/* Read and prefetch the next batch while this one
 			 * computes: its misses travel meanwhile. */
@@ -196,7 +232,7 @@ static int train(const struct cfg *c, struct ctr_params *p)
 			loss = ctr_forward_backward(ex[cur], n, emb, wide,
 						    dense, g_emb, g_wide,
 						    g_dense, NULL);
-			rc = ctr_params_push(p, g_emb, g_wide, g_dense, step);
+			rc = ctr_params_push(p, g_emb, g_wide, g_dense, gstep++);
 			if (rc)
 				break;
 			step++;
@@ -265,6 +301,7 @@ int main(int argc, char **argv)
 		{"cache-rows", required_argument, NULL, 'c'},
 		{"prefetch", required_argument, NULL, 'p'},
 		{"staleness", required_argument, NULL, 'z'},
+		{"mode", required_argument, NULL, 'm'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -292,6 +329,19 @@ int main(int argc, char **argv)
 		case 'c': c.popts.cache_rows = (uint32_t)atoi(optarg); break;
 		case 'p': c.popts.prefetch = (uint32_t)atoi(optarg); break;
 		case 'z': c.popts.staleness = (uint32_t)atoi(optarg); break;
+		case 'm':
+			if (strcmp(optarg, "async") == 0) {
+				c.mode = EMB_MODE_ASYNC;
+			} else if (strcmp(optarg, "sync") == 0) {
+				c.mode = EMB_MODE_SYNC;
+			} else if (strncmp(optarg, "stale:", 6) == 0) {
+				c.mode = EMB_MODE_STALE;
+				c.staleness = (uint32_t)atoi(optarg + 6);
+			} else {
+				usage(stderr);
+				return 2;
+			}
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -307,6 +357,13 @@ int main(int argc, char **argv)
 	if (rc) {
 		fprintf(stderr, "train: cannot open parameters: %s\n",
 			emb_strerror(rc));
+		return 1;
+	}
+	rc = ctr_params_set_mode(p, c.mode, c.staleness);
+	if (rc) {
+		fprintf(stderr, "train: cannot set the training mode: %s\n",
+			emb_strerror(rc));
+		ctr_params_close(p);
 		return 1;
 	}
 	rc = train(&c, p);
