@@ -219,8 +219,8 @@ int main(int argc, char **argv)
 		{"log-level", required_argument, NULL, 'L'},
 		{"checkpoint-dir", required_argument, NULL, 'C'},
 		{"checkpoint-interval", required_argument, NULL, 'I'},
-		{"help", no_argument, NULL, 'h'},
 		{"role", required_argument, NULL, 'R'},
+		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
@@ -237,12 +237,12 @@ int main(int argc, char **argv)
 	struct emb_ckpt_opts copts = {.keep = CKPT_KEEP,
 				      .interval_s = CKPT_DEFAULT_INTERVAL_S};
 	struct emb_ckpt *ckpt = NULL;
-	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
-	struct emb_server *srv;
 	struct emb_cluster_env cenv;
 	struct emb_node *node = NULL;
 	const char *role = NULL, *bad = NULL;
 	bool listen_set = false;
+	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
+	struct emb_server *srv;
 	struct sigaction sa;
 	sigset_t block, old;
 	enum emb_log_level lvl;
@@ -264,10 +264,10 @@ int main(int argc, char **argv)
 		case 'L': level = optarg; break;
 		case 'C': ckpt_dir = optarg; break;
 		case 'I': ckpt_iv = optarg; break;
+		case 'R': role = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
-		case 'R': role = optarg; break;
 	}
 	if (optind < argc) {
 		fprintf(stderr, "embstore-server: unexpected argument '%s'\n",
@@ -279,9 +279,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	emb_log_set_level(lvl);
-	if (parse_addr(listen, host, sizeof(host), &o.port)) {
-		fprintf(stderr, "embstore-server: bad listen address '%s'\n",
-			listen);
 	if (emb_cluster_env_read(&cenv, &bad) ||
 	    (role && emb_role_parse(role, &cenv.role)) ||
 	    cenv.role == EMB_ROLE_WORKER) {
@@ -292,13 +289,16 @@ int main(int argc, char **argv)
 	/* The scheduler listens where the nodes look for it. */
 	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
 		listen = cenv.sched_host[0] ? cenv.sched_host : "127.0.0.1";
+	if (parse_addr(listen, host, sizeof(host), &o.port)) {
+		fprintf(stderr, "embstore-server: bad listen address '%s'\n",
+			listen);
 		return 2;
 	}
+	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
+		o.port = cenv.sched_port;
 	o.host = host;
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	o.threads = ncpu > 0 ? (uint32_t)ncpu : 1;
-	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
-		o.port = cenv.sched_port;
 	if (threads && parse_u32(threads, 1, 256, &o.threads)) {
 		fprintf(stderr, "embstore-server: bad thread count '%s'\n",
 			threads);
@@ -352,6 +352,8 @@ int main(int argc, char **argv)
 	sigaddset(&block, SIGTERM);
 	sigaddset(&block, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
+	if (cenv.role == EMB_ROLE_SCHEDULER)
+		return run_scheduler(&cenv, host, o.port, &old);
 
 	rc = emb_server_create(&o, &srv);
 	if (rc) {
@@ -365,11 +367,27 @@ int main(int argc, char **argv)
 		o.auth_token_len ? ", auth" : "", mem ? mem : "none");
 	if (ckpt_dir) {
 		rc = emb_ckpt_start(srv, &copts, &ckpt);
-	if (cenv.role == EMB_ROLE_SCHEDULER)
-		return run_scheduler(&cenv, host, o.port, &old);
 		if (rc) {
 			emb_log(EMB_LOG_ERROR, "cannot start checkpoints: %s",
 				emb_strerror(rc));
+			emb_server_destroy(srv);
+			return 1;
+		}
+	}
+	if (cenv.sched_host[0]) {
+		struct emb_node_opts no = {
+		    .sched_host = cenv.sched_host,
+		    .sched_port = cenv.sched_port,
+		    .role = EMB_ROLE_SERVER,
+		    .host = host,
+		    .port = emb_server_port(srv),
+		    .join_timeout_ms = cenv.join_timeout_ms,
+		    .on_end = on_cluster_end,
+		};
+
+		rc = emb_node_create(&no, &node);
+		if (rc) {
+			emb_ckpt_stop(ckpt);
 			emb_server_destroy(srv);
 			return 1;
 		}
@@ -389,25 +407,7 @@ int main(int argc, char **argv)
 				emb_strerror(rc));
 	}
 	emb_server_destroy(srv);
-	if (cenv.sched_host[0]) {
-		struct emb_node_opts no = {
-		    .sched_host = cenv.sched_host,
-		    .sched_port = cenv.sched_port,
-		    .role = EMB_ROLE_SERVER,
-		    .host = host,
-		    .port = emb_server_port(srv),
-		    .join_timeout_ms = cenv.join_timeout_ms,
-		    .on_end = on_cluster_end,
-		};
-
-		rc = emb_node_create(&no, &node);
-		if (rc) {
-			emb_ckpt_stop(ckpt);
-			emb_server_destroy(srv);
-			return 1;
-		}
-	}
+	emb_node_destroy(node);
 	emb_log(EMB_LOG_INFO, "stopped");
 	return job_failed ? 1 : 0;
 }
-	emb_node_destroy(node);
