@@ -35,6 +35,7 @@
 #include "store/snapshot.h"
 #include "transport/transport.h"
 #include "worker/embstore.h"
+#include "launch.h"
 
 #define CHUNK_BYTES   (8u << 20) /* rows asked per DUMP_CHUNK */
 #define ASSIGN_BYTES  (8u << 20) /* rows per restore assign call */
@@ -1082,6 +1083,8 @@ int main(int argc, char **argv)
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
+	if (strcmp(argv[1], "launch") == 0) /* tools/launch.c */
+		return emb_launch_main(argc - 1, argv + 1);
 	for (cmd = commands; cmd->name; cmd++)
 		if (strcmp(cmd->name, argv[1]) == 0)
 			break;

@@ -1,7 +1,535 @@
+/*
+ * tools/launch.c - `embstore launch`: starts a scheduler, the servers and
+ * the workers of a cluster on this machine, each with the environment of
+ * docs/cluster.md, like Paddle's fleetrun or MindSpore's scripts.
+ *
+ * Every child's stdout and stderr go through a pipe: each line is written
+ * to <log-dir>/<name>.log and to our stdout as "[name] line". The children
+ * share one process group of their own, so a signal to the group reaches
+ * whatever they start in turn, and the launcher is their subreaper, so
+ * orphans come back to it to be reaped. When a worker fails, or on SIGINT
+ * or SIGTERM, the group gets SIGTERM, then SIGKILL after a grace period,
+ * and the launcher returns only once every process is reaped.
+ *
+ * Single-threaded: one poll loop over the pipes and a signalfd.
+ */
 #include "launch.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GRACE_MS      5000  /* SIGTERM to SIGKILL */
+#define LINGER_MS     30000 /* servers' own exit after the workers' */
+#define LINE_MAX_LEN  4096  /* longer lines are cut into pieces */
+#define CHILDREN_MAX  1024
+
+enum kind { K_SCHED, K_SERVER, K_WORKER };
+
+struct child {
+	enum kind kind;		/* scheduler, server or worker */
+	char name[32];		/* "worker.3": log file and prefix */
+	pid_t pid;		/* 0 once reaped */
+	int status;		/* wait status once reaped */
+	int out;		/* read end of its stdout+stderr; -1 at EOF */
+	FILE *log;		/* <log-dir>/<name>.log */
+	char line[LINE_MAX_LEN]; /* partial line */
+	size_t len;		/* bytes in line */
+};
+
+struct launch {
+	struct child *ch;	/* nch children */
+	uint32_t nch;
+	pid_t pgid;		/* the children's process group; 0 before */
+	int sigfd;		/* SIGCHLD, SIGINT, SIGTERM */
+	sigset_t oldmask;	/* restored in children */
+	int failed;		/* first failure: 1, or 128 + signal */
+	int64_t kill_at_ms;	/* SIGKILL the group then; 0 = not due */
+	bool stopping;		/* the group got SIGTERM */
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The launcher's own lines, prefixed like the children's. */
+static void say(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("[launch] ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: embstore launch --server_num N --worker_num N "
+		"[options] -- COMMAND [ARGS...]\n"
+		"  --server_num N     servers to start (also --server-num)\n"
+		"  --worker_num N     workers to start: COMMAND, N times\n"
+		"  --sched-port P     scheduler port (default: a free one)\n"
+		"  --log-dir D        one log per process (default: log)\n"
+		"Workers find the cluster through EMB_SCHED_HOST and "
+		"EMB_SCHED_PORT;\nthe server binary is EMB_SERVER_BIN or "
+		"embstore-server next to embstore.\n");
+}
+
+/* A port nobody listens on now (the scheduler binds it right after). */
+static int free_port(uint16_t *port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
+	    getsockname(fd, (struct sockaddr *)&a, &len))
+		rc = -errno;
+	else
+		*port = ntohs(a.sin_port);
+	close(fd);
+	return rc;
+}
+
+static int server_bin(char *buf, size_t cap)
+{
+	const char *env = getenv("EMB_SERVER_BIN");
+	char self[PATH_MAX];
+	ssize_t n;
+
+	if (env && *env) {
+		snprintf(buf, cap, "%s", env);
+		return 0;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n < 0)
+		return -errno;
+	self[n] = '\0';
+	snprintf(buf, cap, "%s/embstore-server", dirname(self));
+	return access(buf, X_OK) ? -errno : 0;
+}
+
+/* ---- output --------------------------------------------------------- */
+
+static void emit(struct child *c)
+{
+	fprintf(stdout, "[%s] %.*s\n", c->name, (int)c->len, c->line);
+	if (c->log) {
+		fprintf(c->log, "%.*s\n", (int)c->len, c->line);
+		fflush(c->log);
+	}
+	c->len = 0;
+}
+
+/* Reads what the child wrote; false at EOF. */
+static bool drain(struct child *c)
+{
+	char buf[4096];
+	ssize_t n = read(c->out, buf, sizeof(buf));
+
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return true;
+	if (n <= 0) {
+		if (c->len)
+			emit(c);
+		close(c->out);
+		c->out = -1;
+		return false;
+	}
+	for (ssize_t i = 0; i < n; i++) {
+		if (buf[i] == '\n') {
+			emit(c);
+			continue;
+		}
+		if (c->len == sizeof(c->line))
+			emit(c);
+		c->line[c->len++] = buf[i];
+	}
+	fflush(stdout);
+	return true;
+}
+
+/* ---- children ------------------------------------------------------- */
+
+static int spawn(struct launch *l, struct child *c, char *const *argv,
+		 const char *const *env)
+{
+	int fds[2];
+	pid_t pid;
+
+	if (pipe2(fds, O_CLOEXEC))
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		return -errno;
+	}
+	if (pid == 0) {
+		/* Die with the launcher, even if it is killed outright. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		setpgid(0, l->pgid);
+		dup2(fds[1], STDOUT_FILENO);
+		dup2(fds[1], STDERR_FILENO);
+		sigprocmask(SIG_SETMASK, &l->oldmask, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		for (; env && env[0]; env += 2)
+			setenv(env[0], env[1], 1);
+		execvp(argv[0], argv);
+		fprintf(stderr, "cannot run %s: %s\n", argv[0],
+			strerror(errno));
+		_exit(127);
+	}
+	/* Both sides set the group, so neither order of events races. */
+	setpgid(pid, l->pgid ? l->pgid : pid);
+	if (!l->pgid)
+		l->pgid = pid;
+	close(fds[1]);
+	c->pid = pid;
+	c->out = fds[0];
+	fcntl(c->out, F_SETFL, O_NONBLOCK);
+	say("started %s, pid %d", c->name, (int)pid);
+	return 0;
+}
+
+static void stop_all(struct launch *l, int why)
+{
+	if (!l->failed)
+		l->failed = why;
+	if (l->stopping || !l->pgid)
+		return;
+	l->stopping = true;
+	l->kill_at_ms = mono_ms() + GRACE_MS;
+	say("stopping every process (SIGTERM, SIGKILL after %d s)",
+	    GRACE_MS / 1000);
+	kill(-l->pgid, SIGTERM);
+}
+
+static struct child *child_of(struct launch *l, pid_t pid)
+{
+	for (uint32_t i = 0; i < l->nch; i++)
+		if (l->ch[i].pid == pid)
+			return &l->ch[i];
+	return NULL;
+}
+
+static bool workers_done(const struct launch *l)
+{
+	for (uint32_t i = 0; i < l->nch; i++)
+		if (l->ch[i].kind == K_WORKER && l->ch[i].pid)
+			return false;
+	return true;
+}
+
+static bool all_reaped(const struct launch *l)
+{
+	for (uint32_t i = 0; i < l->nch; i++)
+		if (l->ch[i].pid || l->ch[i].out >= 0)
+			return false;
+	return true;
+}
+
+/* Reaps every child that exited, ours or orphans handed to us. */
+static void reap(struct launch *l)
+{
+	int status;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		struct child *c = child_of(l, pid);
+		bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+
+		if (!c)
+			continue;
+		c->pid = 0;
+		c->status = status;
+		if (WIFEXITED(status))
+			say("%s exited with %d", c->name, WEXITSTATUS(status));
+		else
+			say("%s killed by %s", c->name,
+			    strsignal(WTERMSIG(status)));
+		/* A failure while the job runs stops the job. */
+		if (!ok && !l->stopping &&
+		    (c->kind == K_WORKER || !workers_done(l)))
+			stop_all(l, 1);
+	}
+}
+
+static void on_signal(struct launch *l)
+{
+	struct signalfd_siginfo si;
+
+	while (read(l->sigfd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGCHLD)
+			continue;
+		say("%s", strsignal((int)si.ssi_signo));
+		if (l->stopping)
+			l->kill_at_ms = mono_ms(); /* second Ctrl-C: now */
+		stop_all(l, 128 + (int)si.ssi_signo);
+	}
+	reap(l);
+}
+
+static int run(struct launch *l)
+{
+	struct pollfd *pf = calloc(l->nch + 1, sizeof(*pf));
+	int64_t linger_at = 0;
+
+	if (!pf)
+		return -ENOMEM;
+	while (!all_reaped(l)) {
+		uint32_t n = 0;
+		int64_t now = mono_ms(), wait = -1;
+		struct child *map[CHILDREN_MAX];
+
+		if (!linger_at && workers_done(l) && !l->stopping)
+			linger_at = now + LINGER_MS;
+		if (linger_at && !l->stopping && now >= linger_at) {
+			say("servers still up %d s after the workers",
+			    LINGER_MS / 1000);
+			stop_all(l, 0);
+		}
+		if (l->stopping && l->kill_at_ms && now >= l->kill_at_ms) {
+			kill(-l->pgid, SIGKILL);
+			l->kill_at_ms = 0;
+		}
+		pf[n++] = (struct pollfd){.fd = l->sigfd, .events = POLLIN};
+		for (uint32_t i = 0; i < l->nch; i++) {
+			if (l->ch[i].out < 0)
+				continue;
+			map[n] = &l->ch[i];
+			pf[n++] = (struct pollfd){.fd = l->ch[i].out,
+						  .events = POLLIN};
+		}
+		if (l->stopping && l->kill_at_ms)
+			wait = l->kill_at_ms - now;
+		else if (linger_at && !l->stopping)
+			wait = linger_at - now;
+		if (wait < 0 && wait != -1)
+			wait = 0;
+		/* Children may outlive their pipes (closed stdout): look
+		 * for exits now and then even without a signal. */
+		if (wait == -1 || wait > 500)
+			wait = 500;
+		if (poll(pf, n, (int)wait) < 0 && errno != EINTR)
+			break;
+		if (pf[0].revents)
+			on_signal(l);
+		for (uint32_t i = 1; i < n; i++)
+			if (pf[i].revents)
+				drain(map[i]);
+		reap(l);
+	}
+	/* Orphans of the group still running: their leaders are gone. */
+	if (l->pgid && kill(-l->pgid, 0) == 0) {
+		kill(-l->pgid, SIGKILL);
+		while (waitpid(-1, NULL, 0) > 0)
+			;
+	}
+	free(pf);
+	return 0;
+}
+
+/* ---- main ----------------------------------------------------------- */
+
+static int add_child(struct launch *l, enum kind k, const char *name,
+		     const char *dir)
+{
+	struct child *c = &l->ch[l->nch++];
+	char path[PATH_MAX];
+
+	memset(c, 0, sizeof(*c));
+	c->kind = k;
+	c->out = -1;
+	snprintf(c->name, sizeof(c->name), "%s", name);
+	snprintf(path, sizeof(path), "%s/%s.log", dir, name);
+	c->log = fopen(path, "we");
+	if (!c->log) {
+		say("cannot write %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+static int parse_num(const char *s, unsigned long hi, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v == 0 || v > hi || s[0] == '-')
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
 int emb_launch_main(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
+	static const struct option longopts[] = {
+		{"server_num", required_argument, NULL, 's'},
+		{"server-num", required_argument, NULL, 's'},
+		{"worker_num", required_argument, NULL, 'w'},
+		{"worker-num", required_argument, NULL, 'w'},
+		{"sched-port", required_argument, NULL, 'p'},
+		{"sched_port", required_argument, NULL, 'p'},
+		{"log-dir", required_argument, NULL, 'd'},
+		{"log_dir", required_argument, NULL, 'd'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct launch l = {.sigfd = -1};
+	uint32_t S = 0, W = 0, port32 = 0;
+	const char *dir = "log";
+	char bin[PATH_MAX], port[8], snum[16], wnum[16], name[32];
+	char *sched_argv[4], *server_argv[2];
+	uint16_t sched_port = 0;
+	sigset_t mask;
+	int c, rc;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			if (parse_num(optarg, 4096, &S))
+				goto bad_usage;
+			break;
+		case 'w':
+			if (parse_num(optarg, CHILDREN_MAX, &W))
+				goto bad_usage;
+			break;
+		case 'p':
+			if (parse_num(optarg, 65535, &port32))
+				goto bad_usage;
+			sched_port = (uint16_t)port32;
+			break;
+		case 'd': dir = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: goto bad_usage;
+		}
+	}
+	if (!S || !W || optind >= argc || S + W + 1 > CHILDREN_MAX)
+		goto bad_usage;
+	if (server_bin(bin, sizeof(bin))) {
+		say("no embstore-server next to embstore; set EMB_SERVER_BIN");
+		return 2;
+	}
+	if (!sched_port && (rc = free_port(&sched_port))) {
+		say("no free port for the scheduler: %s", strerror(-rc));
+		return 1;
+	}
+	if (mkdir(dir, 0755) && errno != EEXIST) {
+		say("cannot make %s: %s", dir, strerror(errno));
+		return 1;
+	}
+	snprintf(port, sizeof(port), "%u", sched_port);
+	snprintf(snum, sizeof(snum), "%u", S);
+	snprintf(wnum, sizeof(wnum), "%u", W);
+
+	l.ch = calloc(S + W + 1, sizeof(*l.ch));
+	if (!l.ch)
+		return 1;
+	/* Orphans of our children come back to us to be reaped. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigprocmask(SIG_BLOCK, &mask, &l.oldmask);
+	l.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (l.sigfd < 0) {
+		rc = 1;
+		goto out;
+	}
+	say("scheduler on 127.0.0.1:%u, %u server%s, %u worker%s, logs in %s",
+	    sched_port, S, S == 1 ? "" : "s", W, W == 1 ? "" : "s", dir);
+
+	sched_argv[0] = bin;
+	sched_argv[1] = "--role";
+	sched_argv[2] = "scheduler";
+	sched_argv[3] = NULL;
+	server_argv[0] = bin;
+	server_argv[1] = NULL;
+	for (uint32_t i = 0; i < 1 + S + W && !l.stopping; i++) {
+		enum kind k = i == 0 ? K_SCHED : i <= S ? K_SERVER : K_WORKER;
+		const char *role = k == K_SCHED	   ? "scheduler"
+				   : k == K_SERVER ? "server"
+						   : "worker";
+		const char *env[] = {
+		    "EMB_ROLE",	      role,
+		    "EMB_SCHED_HOST", "127.0.0.1",
+		    "EMB_SCHED_PORT", port,
+		    "EMB_SERVER_NUM", snum,
+		    "EMB_WORKER_NUM", wnum,
+		    /* Servers bind a free port and register it. */
+		    k == K_SERVER ? "EMB_LISTEN" : NULL, "127.0.0.1:0",
+		    NULL,	      NULL,
+		};
+
+		if (k == K_SCHED)
+			snprintf(name, sizeof(name), "scheduler");
+		else
+			snprintf(name, sizeof(name), "%s.%u", role,
+				 k == K_SERVER ? i - 1 : i - 1 - S);
+		rc = add_child(&l, k, name, dir);
+		if (rc == 0)
+			rc = spawn(&l, &l.ch[l.nch - 1],
+				   k == K_SCHED	   ? sched_argv
+				   : k == K_SERVER ? server_argv
+						   : argv + optind,
+				   env);
+		if (rc) {
+			say("cannot start %s: %s", name, strerror(-rc));
+			stop_all(&l, 1);
+		}
+		/* Signals that came while starting are handled by run(). */
+	}
+	run(&l);
+	rc = l.failed;
+	if (!rc)
+		say("all workers exited 0");
+out:
+	for (uint32_t i = 0; i < l.nch; i++)
+		if (l.ch[i].log)
+			fclose(l.ch[i].log);
+	if (l.sigfd >= 0)
+		close(l.sigfd);
+	sigprocmask(SIG_SETMASK, &l.oldmask, NULL);
+	free(l.ch);
+	return rc;
+
+bad_usage:
+	usage(stderr);
 	return 2;
 }
