@@ -74,13 +74,34 @@ static void free_bufs(struct emb_sync *y)
 	y->bufs = NULL;
 }
 
+void emb__sync_abort(struct emb_sync *y)
+{
+	for (;;) {
+		struct emb_req *req = NULL;
+
+		pthread_mutex_lock(&y->lock);
+		for (uint32_t r = 0; y->bufs && r < y->workers && !req; r++) {
+			req = y->bufs[r].waiter;
+			y->bufs[r].waiter = NULL;
+		}
+		if (!req) {
+			for (uint32_t r = 0; y->bufs && r < y->workers; r++)
+				y->bufs[r].n = 0;
+			y->nended = 0;
+			y->gathering = false;
+		}
+		pthread_mutex_unlock(&y->lock);
+		if (!req)
+			return;
+		y->ack(y->arg, req, EMB_ECLOSED);
+	}
+}
+
 void emb__sync_destroy(struct emb_sync *y)
 {
 	if (!y)
 		return;
-	for (uint32_t r = 0; y->bufs && r < y->workers; r++)
-		if (y->bufs[r].waiter)
-			y->ack(y->arg, y->bufs[r].waiter, EMB_ECLOSED);
+	emb__sync_abort(y);
 	free_bufs(y);
 	pthread_mutex_destroy(&y->lock);
 	free(y);

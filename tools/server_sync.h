@@ -30,6 +30,13 @@ int emb__sync_create(uint32_t dim, emb_sync_ack_fn ack, void *arg,
 void emb__sync_destroy(struct emb_sync *y);
 
 /*
+ * Drops the step being gathered and acknowledges its held pushes with
+ * EMB_ECLOSED now (a server shutting down does this while its connections
+ * still exist).
+ */
+void emb__sync_abort(struct emb_sync *y);
+
+/*
  * Sets the mode (values as SET_MODE carries them, already validated).
  * Setting the current mode again is a no-op. -EBUSY while a synchronous
  * step is half gathered, -ENOMEM.
