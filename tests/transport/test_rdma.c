@@ -9,6 +9,7 @@
  * set (rdma-vm), else 127.0.0.1 (which the transport maps to the device).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -173,18 +174,40 @@ static void pump(struct emb_transport *a, struct emb_transport *b,
 	}
 }
 
+struct accepter {
+	struct server *s;
+	int stop; /* atomic */
+};
+
+static void *accept_main(void *arg)
+{
+	struct accepter *a = arg;
+
+	while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE))
+		emb_transport_poll(a->s->tr, 1);
+	return NULL;
+}
+
+/*
+ * emb_conn_create() blocks until the server accepts, so the server loop
+ * runs in a thread meanwhile; the join hands it back to this thread.
+ */
 static struct emb_conn *dial(struct emb_transport *tr, struct server *s)
 {
 	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
+	struct accepter a = {.s = s};
 	struct emb_conn *c = NULL;
+	pthread_t th;
+	int rc;
 
 	co.host = host;
 	co.port = emb_listener_port(s->l);
 	co.call_timeout_ms = 30000;
-	CU_ASSERT_FATAL(emb_conn_create(tr, &co, &c) == 0);
-	/* Let the server see ESTABLISHED. */
-	for (int i = 0; i < 10; i++)
-		emb_transport_poll(s->tr, 0);
+	CU_ASSERT_FATAL(pthread_create(&th, NULL, accept_main, &a) == 0);
+	rc = emb_conn_create(tr, &co, &c);
+	__atomic_store_n(&a.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
 	return c;
 }
 
