@@ -81,8 +81,9 @@ struct emb_server {
 	bool loops_stopped;	       /* loop threads joined; atomic */
 };
 
-/* A row of zeros for ids missing under NOCREATE; read-only. */
-static const float zero_row[EMB_DIM_MAX];
+/* A row of zeros for ids missing under NOCREATE, wide enough for a whole
+ * record (Adam: weights + 2 * dim + 1 state floats); read-only. */
+static const float zero_row[3 * EMB_DIM_MAX + 1];
 
 static void add(uint64_t *c, int64_t n)
 {
@@ -730,7 +731,8 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	struct emb_frame_hdr hdr = {0};
 	struct srv_table *st;
 	struct pull_ctx *pc;
-	uint32_t dim;
+	uint32_t stride;
+	uint16_t wflags;
 	size_t bitmap;
 	char *mem;
 	int rc, niov;
@@ -741,9 +743,13 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	st = table_get(s, p.table_id);
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
-	if (!s->opts.zero_copy_pulls)
+	/* Whole rows (weights + optimizer state) always go zero-copy: the
+	 * store's copying pull gives weights only. */
+	if (!s->opts.zero_copy_pulls && !p.with_state)
 		return pull_copy(s, req, &p, st);
-	dim = st->spec.dim;
+	stride = p.with_state ? emb_table_row_floats(st->t) : st->spec.dim;
+	wflags = (p.nocreate ? EMB_F_NOCREATE : 0) |
+		 (p.with_state ? EMB_F_WITH_STATE : 0);
 	bitmap = p.nocreate ? emb_wire_bitmap_bytes(p.n) : 0;
 	mem = malloc(sizeof(*pc) + (size_t)p.n * sizeof(float *) +
 		     ((size_t)p.n + 2) * sizeof(struct iovec) + bitmap + p.n);
@@ -772,16 +778,16 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 			found[i] = pc->ptrs[i] != NULL;
 		emb_wire_found_pack(found, p.n, pc->bits);
 	}
-	niov = emb_wire_pull_resp_encode_ptrs(
-		pc->head, pc->iov, p.n + 2, req->hdr.req_id, p.table_id,
-		p.nocreate ? EMB_F_NOCREATE : 0, p.n, dim, pc->bits, pc->ptrs,
-		zero_row);
+	niov = emb_wire_pull_resp_encode_ptrs(pc->head, pc->iov, p.n + 2,
+					      req->hdr.req_id, p.table_id,
+					      wflags, p.n, stride, pc->bits,
+					      pc->ptrs, zero_row);
 	if (niov < 0) {
 		pull_done(pc, 0);
 		return reply_error(s, req, niov, NULL);
 	}
 	hdr.opcode = EMB_OP_PULL | EMB_OP_RESPONSE_BIT;
-	hdr.flags = p.nocreate ? EMB_F_NOCREATE : 0;
+	hdr.flags = wflags;
 	hdr.table_id = p.table_id;
 	hdr.count = p.n;
 	/* iov[0] is the encoder's header; the transport writes its own. */

@@ -37,7 +37,7 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_CREATE_TABLE] = {0, TBL_NONE},
     [EMB_OP_DROP_TABLE] = {0, TBL_SET},
     [EMB_OP_LIST_TABLES] = {0, TBL_NONE},
-    [EMB_OP_PULL] = {EMB_F_NOCREATE, TBL_SET},
+    [EMB_OP_PULL] = {EMB_F_NOCREATE | EMB_F_WITH_STATE, TBL_SET},
     [EMB_OP_PUSH] = {EMB_F_STEP_END, TBL_SET},
     [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE, TBL_SET},
     [EMB_OP_ERASE] = {0, TBL_SET},
@@ -613,7 +613,8 @@ int emb_wire_pull_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 {
 	uint64_t plen = 8ull * n;
 
-	if (!out || table_id == 0 || (flags & ~EMB_F_NOCREATE) || (n && !ids))
+	if (!out || table_id == 0 ||
+	    (flags & ~(EMB_F_NOCREATE | EMB_F_WITH_STATE)) || (n && !ids))
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
@@ -624,16 +625,21 @@ int emb_wire_pull_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 	return 0;
 }
 
-/* Header of a PULL response; returns the payload size or an error. */
+/*
+ * Header of a PULL response; returns the payload size or an error. stride is
+ * dim, or dim + state floats with EMB_F_WITH_STATE.
+ */
 static int64_t pull_resp_hdr(uint8_t *head, uint64_t req_id, uint32_t table_id,
-			     uint16_t flags, uint32_t n, uint32_t dim,
+			     uint16_t flags, uint32_t n, uint32_t stride,
 			     const uint8_t *found)
 {
 	uint64_t bits = (flags & EMB_F_NOCREATE) ? emb_wire_bitmap_bytes(n) : 0;
-	uint64_t plen = bits + 4ull * n * dim;
+	uint64_t plen = bits + 4ull * n * stride;
+	uint32_t max = (flags & EMB_F_WITH_STATE) ? STRIDE_MAX
+						  : EMB_WIRE_DIM_MAX;
 
-	if (table_id == 0 || (flags & ~EMB_F_NOCREATE) || dim == 0 ||
-	    dim > EMB_WIRE_DIM_MAX || (bits && !found))
+	if (table_id == 0 || (flags & ~(EMB_F_NOCREATE | EMB_F_WITH_STATE)) ||
+	    stride == 0 || stride > max || (bits && !found))
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
@@ -644,35 +650,36 @@ static int64_t pull_resp_hdr(uint8_t *head, uint64_t req_id, uint32_t table_id,
 
 int emb_wire_pull_resp_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			      uint32_t table_id, uint16_t flags, uint32_t n,
-			      uint32_t dim, const uint8_t *found,
+			      uint32_t stride, const uint8_t *found,
 			      const float *rows)
 {
 	int64_t plen;
 
 	if (!out || (n && !rows))
 		return EMB_EBADARG;
-	plen = pull_resp_hdr(out->head, req_id, table_id, flags, n, dim, found);
+	plen = pull_resp_hdr(out->head, req_id, table_id, flags, n, stride,
+			     found);
 	if (plen < 0)
 		return (int)plen;
 	iovs_start(out, EMB_WIRE_HDR_SIZE);
 	if (flags & EMB_F_NOCREATE)
 		iovs_add(out, found, emb_wire_bitmap_bytes(n));
-	iovs_add(out, rows, 4ull * n * dim);
+	iovs_add(out, rows, 4ull * n * stride);
 	return 0;
 }
 
 int emb_wire_pull_resp_encode_ptrs(
     uint8_t *head, struct iovec *iov, uint32_t iov_cap, uint64_t req_id,
-    uint32_t table_id, uint16_t flags, uint32_t n, uint32_t dim,
+    uint32_t table_id, uint16_t flags, uint32_t n, uint32_t stride,
     const uint8_t *found, const float *const *rows, const float *zero_row)
 {
-	size_t row_bytes = 4 * (size_t)dim;
+	size_t row_bytes = 4 * (size_t)stride;
 	uint32_t cnt = 1, i;
 	int64_t plen;
 
 	if (!head || !iov || iov_cap == 0 || (n && !rows))
 		return EMB_EBADARG;
-	plen = pull_resp_hdr(head, req_id, table_id, flags, n, dim, found);
+	plen = pull_resp_hdr(head, req_id, table_id, flags, n, stride, found);
 	if (plen < 0)
 		return (int)plen;
 	iov[0].iov_base = head;
@@ -983,18 +990,22 @@ int emb_wire_pull_req_decode(const struct emb_wire_frame *f,
 	out->table_id = f->hdr.table_id;
 	out->n = f->hdr.count;
 	out->nocreate = f->hdr.flags & EMB_F_NOCREATE;
+	out->with_state = f->hdr.flags & EMB_F_WITH_STATE;
 	out->ids = (const uint64_t *)(const void *)f->payload;
 	return 0;
 }
 
 int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
+			      uint32_t state_floats,
 			      struct emb_wire_pull_resp *out)
 {
 	uint64_t bits, i;
-	uint32_t n;
+	uint32_t n, stride;
+	bool with_state;
 	int rc;
 
-	if (dim == 0 || dim > EMB_WIRE_DIM_MAX)
+	if (dim == 0 || dim > EMB_WIRE_DIM_MAX ||
+	    state_floats > STRIDE_MAX - dim)
 		return EMB_EBADARG;
 	rc = check_resp(f, EMB_OP_PULL);
 	if (rc)
@@ -1002,8 +1013,10 @@ int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
 	if (f->hdr.table_id == 0)
 		return EMB_EBADFRAME;
 	n = f->hdr.count;
+	with_state = f->hdr.flags & EMB_F_WITH_STATE;
+	stride = dim + (with_state ? state_floats : 0);
 	bits = (f->hdr.flags & EMB_F_NOCREATE) ? emb_wire_bitmap_bytes(n) : 0;
-	rc = rows_check(f, bits, dim);
+	rc = rows_check(f, bits, stride);
 	if (rc)
 		return rc;
 	/* Padding bits past n are 0, so a reader may count set bits whole. */
@@ -1012,6 +1025,8 @@ int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
 			return EMB_EBADFRAME;
 	out->n = n;
 	out->dim = dim;
+	out->with_state = with_state;
+	out->stride = stride;
 	out->found = bits ? f->payload : NULL;
 	out->rows = (const float *)(const void *)(f->payload + bits);
 	return 0;

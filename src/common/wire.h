@@ -76,7 +76,7 @@ enum emb_op {
 
 /* Header flags; each opcode accepts only its own, others must be 0. */
 #define EMB_F_NOCREATE	 0x0001u /* PULL: report missing ids, create none */
-#define EMB_F_WITH_STATE 0x0002u /* ASSIGN: rows carry optimizer state */
+#define EMB_F_WITH_STATE 0x0002u /* ASSIGN, PULL: rows with optim state */
 #define EMB_F_STEP_END 0x0004u	 /* PUSH: the sender's last part of its step
 				    for this server (synchronous tables) */
 

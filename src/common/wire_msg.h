@@ -65,14 +65,18 @@
  *   136     8        rows held now
  *   size 144
  *
- * PULL request (table id set, count = n <= max_ids, flags EMB_F_NOCREATE)
+ * PULL request (table id set, count = n <= max_ids, flags EMB_F_NOCREATE,
+ * EMB_F_WITH_STATE)
  *   0       8n       u64 ids[n]
  *
  * PULL response (count n, flags echo the request's)
  *   0       B        found bitmap, only with EMB_F_NOCREATE (else B = 0):
  *                    bit i % 8 of byte i / 8 set = id i present; B =
  *                    8 * ceil(n / 64), padding bits 0
- *   B       4*n*dim  f32 rows[n][dim]; a missing id's row is zeros
+ *   B       4*n*s    f32 rows[n][s]; s = dim, or dim + the optimizer's
+ *                    state floats (common/optim.h) with EMB_F_WITH_STATE,
+ *                    the layout ASSIGN takes back; a missing id's row is
+ *                    zeros
  *   The rows come last and start 8-aligned at frame offset 32 + B, which the
  *   client knows from n alone: a TCP server writev()s them straight from
  *   table memory and an RDMA server can RDMA-WRITE them into the client's
@@ -166,11 +170,14 @@ static inline uint64_t emb_wire_pull_rows_offset(uint32_t n, uint16_t flags)
 	       ((flags & EMB_F_NOCREATE) ? emb_wire_bitmap_bytes(n) : 0);
 }
 
-/* Whole PULL response frame, for sizing a client's receive buffer. */
-static inline uint64_t emb_wire_pull_resp_bytes(uint32_t n, uint32_t dim,
+/*
+ * Whole PULL response frame, for sizing a client's receive buffer; stride is
+ * dim, or dim + state floats with EMB_F_WITH_STATE.
+ */
+static inline uint64_t emb_wire_pull_resp_bytes(uint32_t n, uint32_t stride,
 						uint16_t flags)
 {
-	return emb_wire_pull_rows_offset(n, flags) + 4ull * n * dim;
+	return emb_wire_pull_rows_offset(n, flags) + 4ull * n * stride;
 }
 
 /*
@@ -228,14 +235,17 @@ struct emb_wire_pull_req {
 	uint32_t table_id;   /* >= 1 */
 	uint32_t n;	     /* ids */
 	bool nocreate;	     /* EMB_F_NOCREATE */
+	bool with_state;     /* EMB_F_WITH_STATE: rows with optimizer state */
 	const uint64_t *ids; /* n ids in the frame */
 };
 
 struct emb_wire_pull_resp {
 	uint32_t n;	      /* rows */
-	uint32_t dim;	      /* floats per row */
+	uint32_t dim;	      /* weights per row */
+	bool with_state;      /* EMB_F_WITH_STATE */
+	uint32_t stride;      /* floats per row: dim (+ state) */
 	const uint8_t *found; /* bitmap, NULL unless EMB_F_NOCREATE */
-	const float *rows;    /* n * dim floats in the frame */
+	const float *rows;    /* n * stride floats in the frame */
 };
 
 struct emb_wire_push_req {
@@ -371,25 +381,30 @@ int emb_wire_pull_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 /*
  * found is the bitmap (emb_wire_bitmap_bytes(n) bytes, see
  * emb_wire_found_pack()), required with EMB_F_NOCREATE and ignored
- * without; rows holds n * dim floats.
+ * without; rows holds n * stride floats. stride is dim (<=
+ * EMB_WIRE_DIM_MAX), or dim + state floats with EMB_F_WITH_STATE (up to
+ * 3 * EMB_WIRE_DIM_MAX + 1, Adam's row).
  */
 int emb_wire_pull_resp_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			      uint32_t table_id, uint16_t flags, uint32_t n,
-			      uint32_t dim, const uint8_t *found,
+			      uint32_t stride, const uint8_t *found,
 			      const float *rows);
 
 /*
  * PULL response gathered from table memory: head receives the header
  * (EMB_WIRE_HDR_SIZE bytes), iov[0] points at it, the bitmap follows with
  * EMB_F_NOCREATE, then one entry per run of rows that lie back to back in
- * memory (rows[i] + dim == rows[i + 1]). A NULL rows[i] (an id missing under
- * NOCREATE) sends zero_row, dim zero floats. Returns the entries used, or
- * -ENOSPC when iov_cap < that (at most 2 + n suffice), or as above. The
- * count may exceed IOV_MAX: send it in writev() calls of IOV_MAX entries.
+ * memory (rows[i] + stride == rows[i + 1]). With EMB_F_WITH_STATE each
+ * rows[i] points at a whole record (weights, then optimizer state) and
+ * stride is dim + state floats; without it stride is dim. A NULL rows[i]
+ * (an id missing under NOCREATE) sends zero_row, stride zero floats.
+ * Returns the entries used, or -ENOSPC when iov_cap < that (at most 2 + n
+ * suffice), or as above. The count may exceed IOV_MAX: send it in writev()
+ * calls of IOV_MAX entries.
  */
 int emb_wire_pull_resp_encode_ptrs(
     uint8_t *head, struct iovec *iov, uint32_t iov_cap, uint64_t req_id,
-    uint32_t table_id, uint16_t flags, uint32_t n, uint32_t dim,
+    uint32_t table_id, uint16_t flags, uint32_t n, uint32_t stride,
     const uint8_t *found, const float *const *rows, const float *zero_row);
 
 int emb_wire_push_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
@@ -456,8 +471,14 @@ void emb_wire_list_entry(const struct emb_wire_list_resp *resp, uint32_t i,
 			 struct emb_wire_table_info *out);
 int emb_wire_pull_req_decode(const struct emb_wire_frame *f,
 			     struct emb_wire_pull_req *out);
-/* dim: the table's, as the client knows it (EMB_EBADARG if 0 or > 4096). */
+/*
+ * dim and state_floats: the table's, as the client knows them (EMB_EBADARG
+ * if dim is 0 or > 4096); the stride is dim + state_floats when the
+ * response has EMB_F_WITH_STATE and dim without, so a client that asked for
+ * state checks out->with_state.
+ */
 int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
+			      uint32_t state_floats,
 			      struct emb_wire_pull_resp *out);
 int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 			     struct emb_wire_push_req *out);

@@ -101,6 +101,7 @@ struct emb_async {
 	struct emb_client *c;	   /* borrowed */
 	enum op_kind kind;	   /* what completes the parts */
 	uint32_t dim;		   /* row floats the caller sees */
+	uint32_t state;		   /* pull with state: of those, state floats */
 	uint32_t n;		   /* caller's ids */
 	float *out;		   /* pull: caller's rows */
 	uint8_t *found;		   /* pull: caller's found[] or NULL */
@@ -190,10 +191,11 @@ static int pull_scatter(struct emb_async *op, struct part *p)
 
 	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
 	f.lim = &lim;
-	rc = emb_wire_pull_resp_decode(&f, op->dim, &r);
+	rc = emb_wire_pull_resp_decode(&f, op->dim - op->state, op->state, &r);
 	if (rc)
 		return rc;
-	if (r.n != p->n)
+	/* A server that ignored the state flag sends rows of dim floats. */
+	if (r.n != p->n || r.stride != op->dim)
 		return EMB_EBADFRAME;
 	for (uint32_t j = 0; j < r.n; j++) {
 		const float *row = r.rows + (size_t)j * op->dim;
@@ -467,6 +469,9 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 {
 	struct emb_client *c = t->c;
 	const bool nocreate = flags & EMB_CLIENT_NOCREATE;
+	const bool with_state = flags & EMB_CLIENT_WITH_STATE;
+	const uint16_t wflags = (nocreate ? EMB_F_NOCREATE : 0) |
+				(with_state ? EMB_F_WITH_STATE : 0);
 	uint32_t *cnt, *ppos;
 	uint64_t *pids;
 	size_t resp_bytes = 0;
@@ -476,7 +481,8 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	char *r;
 	int rc;
 
-	if (!t || (n && (!ids || !out)) || (flags & ~EMB_CLIENT_NOCREATE))
+	if (!t || (n && (!ids || !out)) ||
+	    (flags & ~(EMB_CLIENT_NOCREATE | EMB_CLIENT_WITH_STATE)))
 		return EMB_EBADARG;
 	op = op_new(c, OP_PULL);
 	cnt = calloc(c->nsrv, sizeof(*cnt));
@@ -484,7 +490,8 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 		rc = -ENOMEM;
 		goto err;
 	}
-	op->dim = t->spec.dim;
+	op->dim = with_state ? t->row_floats : t->spec.dim;
+	op->state = with_state ? t->row_floats - t->spec.dim : 0;
 	op->n = n;
 	op->out = out;
 	op->found = found;
@@ -493,14 +500,13 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 		rc = (int)nu;
 		goto err;
 	}
-	rc = make_parts(op, t, cnt, EMB_OP_PULL, t->spec.dim);
+	rc = make_parts(op, t, cnt, EMB_OP_PULL, op->dim);
 	if (rc)
 		goto err;
 	for (uint32_t k = 0; k < op->nparts; k++) {
 		struct part *p = &op->parts[k];
 
-		p->resp_cap = emb_wire_pull_resp_bytes(p->n, op->dim,
-				nocreate ? EMB_F_NOCREATE : 0) -
+		p->resp_cap = emb_wire_pull_resp_bytes(p->n, op->dim, wflags) -
 			      EMB_WIRE_HDR_SIZE;
 		if (p->resp_cap < ERR_CAP)
 			p->resp_cap = ERR_CAP;
@@ -517,7 +523,7 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 
 		p->resp = r;
 		r += (p->resp_cap + 63) & ~(size_t)63;
-		p->hdr.flags = nocreate ? EMB_F_NOCREATE : 0;
+		p->hdr.flags = wflags;
 		p->iov[0].iov_base = pids + p->first;
 		p->iov[0].iov_len = (size_t)p->n * sizeof(uint64_t);
 		p->niov = 1;

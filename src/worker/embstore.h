@@ -121,12 +121,17 @@ const struct emb_table_spec *emb_client_table_spec(
 	const struct emb_client_table *t);
 
 #define EMB_CLIENT_NOCREATE 0x1u /* pull: report missing ids, create none */
+/* pull: whole rows, weights then optimizer state (row_floats each) */
+#define EMB_CLIENT_WITH_STATE 0x2u
 
 /*
  * Gathers the rows of ids[0..n) into out[i * dim ...] (duplicates allowed;
  * each distinct id crosses the network once). Missing rows are created on
  * the servers, or with EMB_CLIENT_NOCREATE returned as zeros with found[i]
- * = 0 (found may be NULL). 0, or the first error of any server.
+ * = 0 (found may be NULL). With EMB_CLIENT_WITH_STATE each row is
+ * emb_client_table_row_floats() floats, out[i * row_floats ...]: the
+ * weights, then the optimizer state (common/optim.h), as assign with state
+ * takes them back. 0, or the first error of any server.
  */
 int emb_client_table_pull(struct emb_client_table *t, const uint64_t *ids,
 			  uint32_t n, float *out, uint32_t flags,

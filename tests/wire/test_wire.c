@@ -206,7 +206,7 @@ static void test_pull(void)
 	CU_ASSERT_EQUAL_FATAL((uint64_t)len,
 			      emb_wire_pull_resp_bytes(5, 3, EMB_F_NOCREATE));
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
-	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 3, &resp), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 3, 0, &resp), 0);
 	CU_ASSERT_EQUAL(resp.n, 5);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(resp.found);
 	for (i = 0; i < 5; i++)
@@ -221,7 +221,7 @@ static void test_pull(void)
 	len = flatten(&v);
 	CU_ASSERT_EQUAL_FATAL(len, 32 + 60);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
-	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 3, &resp), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 3, 0, &resp), 0);
 	CU_ASSERT_PTR_NULL(resp.found);
 	CU_ASSERT_PTR_EQUAL(resp.rows, buf + 32);
 	CU_ASSERT_EQUAL(memcmp(resp.rows, rows, sizeof(rows)), 0);
@@ -230,7 +230,9 @@ static void test_pull(void)
 static void test_pull_ptrs(void)
 {
 	const uint8_t found[4] = {1, 1, 0, 1};
-	float slab[4 * 2] = {1, 2, 3, 4, 5, 6, 7, 8};
+	/* static: a slab that happened to follow bits on the stack would
+	 * merge with the bitmap's entry and change the count checked below. */
+	static float slab[4 * 2] = {1, 2, 3, 4, 5, 6, 7, 8};
 	const float zero[2] = {0, 0};
 	/* Rows 0 and 1 are adjacent in the slab, row 3 is elsewhere. */
 	const float *ptrs[4] = {&slab[0], &slab[2], NULL, &slab[6]};
@@ -254,7 +256,7 @@ static void test_pull_ptrs(void)
 		off += iov[i].iov_len;
 	}
 	CU_ASSERT_EQUAL_FATAL(decode(buf, off, &f), 0);
-	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 2, &resp), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 2, 0, &resp), 0);
 	CU_ASSERT_EQUAL(memcmp(resp.rows, want, sizeof(want)), 0);
 	CU_ASSERT_FALSE(emb_wire_bit_test(resp.found, 2));
 	CU_ASSERT(emb_wire_bit_test(resp.found, 3));
@@ -266,6 +268,96 @@ static void test_pull_ptrs(void)
 	CU_ASSERT_EQUAL(emb_wire_pull_resp_encode_ptrs(head, iov, 8, 1, 2,
 						       EMB_F_NOCREATE, 4, 2,
 						       bits, ptrs, NULL),
+			EMB_EBADARG);
+}
+
+static void test_pull_state(void)
+{
+	/* dim 2 with Adagrad's 2 state floats: stride 4. */
+	const uint64_t ids[3] = {5, 6, 7};
+	const uint8_t found[3] = {1, 0, 1};
+	static float slab[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+	const float zero[4] = {0, 0, 0, 0};
+	const float *ptrs[3] = {&slab[0], NULL, &slab[8]};
+	const float want[12] = {1, 2, 3, 4, 0, 0, 0, 0, 9, 10, 11, 12};
+	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE];
+	struct emb_wire_pull_resp resp;
+	struct emb_wire_pull_req req;
+	struct emb_wire_frame f;
+	struct emb_wire_iovs v;
+	struct iovec iov[8];
+	uint8_t bits[8];
+	size_t off = 0;
+	int cnt, len, i;
+
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_req_encode(&v, 3, 4,
+						       EMB_F_WITH_STATE, ids,
+						       3),
+			      0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_req_decode(&f, &req), 0);
+	CU_ASSERT(req.with_state);
+	CU_ASSERT_FALSE(req.nocreate);
+
+	/* Whole rows gathered from records, a missing one as zeros. */
+	emb_wire_found_pack(found, 3, bits);
+	cnt = emb_wire_pull_resp_encode_ptrs(
+	    head, iov, 8, 3, 4, EMB_F_NOCREATE | EMB_F_WITH_STATE, 3, 4, bits,
+	    ptrs, zero);
+	CU_ASSERT_EQUAL_FATAL(cnt, 5);
+	for (i = 0; i < cnt; i++) {
+		memcpy(buf + off, iov[i].iov_base, iov[i].iov_len);
+		off += iov[i].iov_len;
+	}
+	CU_ASSERT_EQUAL(off, emb_wire_pull_resp_bytes(
+				 3, 4, EMB_F_NOCREATE | EMB_F_WITH_STATE));
+	CU_ASSERT_EQUAL_FATAL(decode(buf, off, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 2, 2, &resp), 0);
+	CU_ASSERT(resp.with_state);
+	CU_ASSERT_EQUAL(resp.dim, 2);
+	CU_ASSERT_EQUAL(resp.stride, 4);
+	CU_ASSERT_EQUAL(memcmp(resp.rows, want, sizeof(want)), 0);
+	CU_ASSERT_FALSE(emb_wire_bit_test(resp.found, 1));
+	/* A reader expecting other state sizes sees a dim mismatch. */
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 2, 1, &resp),
+			EMB_EBADDIM);
+
+	/* The flat encoder gives the same frame. */
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_encode(
+				  &v, 3, 4, EMB_F_WITH_STATE, 3, 4, NULL, want),
+			      0);
+	len = emb_wire_iovs_flatten(&v, buf2, sizeof(buf2));
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 48);
+	CU_ASSERT_EQUAL_FATAL(decode(buf2, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 2, 2, &resp), 0);
+	CU_ASSERT_EQUAL(resp.stride, 4);
+	CU_ASSERT_PTR_EQUAL(resp.rows, buf2 + 32);
+
+	/* Without the flag the state floats are not expected. */
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_pull_resp_encode(&v, 3, 4, 0, 3, 2, NULL, want), 0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 2, 2, &resp), 0);
+	CU_ASSERT_FALSE(resp.with_state);
+	CU_ASSERT_EQUAL(resp.stride, 2);
+
+	/* Only whole rows may be wider than EMB_WIRE_DIM_MAX. */
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_encode(&v, 3, 4, 0, 1,
+						  EMB_WIRE_DIM_MAX + 1, NULL,
+						  want),
+			EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_encode(&v, 3, 4, EMB_F_WITH_STATE,
+						  0, 3 * EMB_WIRE_DIM_MAX + 1,
+						  NULL, NULL),
+			0);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_encode(&v, 3, 4, EMB_F_WITH_STATE,
+						  0, 3 * EMB_WIRE_DIM_MAX + 2,
+						  NULL, NULL),
+			EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 2, 3 * EMB_WIRE_DIM_MAX,
+						  &resp),
 			EMB_EBADARG);
 }
 
@@ -443,7 +535,7 @@ static void test_ping_error(void)
 	CU_ASSERT_EQUAL(err.msg_len, 10);
 	CU_ASSERT_EQUAL(memcmp(err.msg, "no table 4", 10), 0);
 	/* The op's own decoder points the caller at the error payload. */
-	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 4, &pr), EMB_ESERVER);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 4, 0, &pr), EMB_ESERVER);
 
 	/* A long message is cut before the 2-byte character that straddles
 	 * the limit, never inside it. */
@@ -576,8 +668,8 @@ static void test_dim_mismatch(void)
 	emb_wire_pull_resp_encode(&v, 1, 1, 0, 3, 8, NULL, rows);
 	len = flatten(&v);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
-	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 6, &pr), EMB_EBADDIM);
-	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 8, &pr), 0);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 6, 0, &pr), EMB_EBADDIM);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 8, 0, &pr), 0);
 }
 
 static void test_too_many_ids(void)
@@ -729,7 +821,7 @@ static void test_bad_fields(void)
 	len = flatten(&v);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &pr), 0);
-	f.hdr.flags = EMB_F_WITH_STATE;
+	f.hdr.flags = EMB_F_STEP_END;
 	CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &pr), EMB_EBADFRAME);
 	f.hdr.flags = 0;
 	f.hdr.table_id = 0;
@@ -752,6 +844,7 @@ static const struct emb_test_case cases[] = {
     {"round trips create, drop and list tables", test_tables},
     {"round trips pull with and without nocreate", test_pull},
     {"gathers pull rows from table memory", test_pull_ptrs},
+    {"round trips pull of whole rows with optimizer state", test_pull_state},
     {"round trips push with aligned views", test_push},
     {"round trips assign and erase", test_assign_erase},
     {"round trips stats across counter versions", test_stats},
