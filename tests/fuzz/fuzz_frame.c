@@ -16,6 +16,7 @@
 
 #include "common/err.h"
 #include "common/wire.h"
+#include "common/wire_cluster.h"
 #include "common/wire_msg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -28,8 +29,7 @@ static struct iovec iov[1u << 12];
 static uint8_t found[1u << 12];
 static uint8_t bits[1u << 9];
 static const float *rowp[1u << 12];
-/* Zeros for a whole row with state: Adam's 3 * dim + 1 floats at most. */
-static const float zero_row[3 * EMB_WIRE_DIM_MAX + 1];
+static const float zero_row[EMB_WIRE_DIM_MAX];
 
 static const struct emb_wire_limits limits[] = {
     {.max_frame_bytes = 64u << 20,
@@ -238,24 +238,17 @@ static void check_ids(const struct emb_wire_frame *f)
 	}
 }
 
-static void check_pull_resp(const struct emb_wire_frame *f, uint32_t wdim,
-			    uint32_t state)
+static void check_pull_resp(const struct emb_wire_frame *f, uint32_t dim)
 {
 	struct emb_wire_pull_resp pr;
 	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE];
 	struct emb_wire_iovs v;
 	size_t off = 0;
-	uint32_t i, dim;
+	uint32_t i;
 	int cnt;
 
-	if (emb_wire_pull_resp_decode(f, wdim, state, &pr) != 0)
+	if (emb_wire_pull_resp_decode(f, dim, &pr) != 0)
 		return;
-	/* From here on dim is the row stride the frame carries. */
-	dim = pr.stride;
-	must(pr.dim == wdim, "pull response dim");
-	must(pr.with_state == !!(f->hdr.flags & EMB_F_WITH_STATE),
-	     "pull response state flag");
-	must(dim == wdim + (pr.with_state ? state : 0), "pull response stride");
 	must(pr.n <= f->lim->max_ids, "pull response count");
 	must(((uintptr_t)pr.rows & 7) == 0, "pull rows aligned");
 	must((uint64_t)((const uint8_t *)pr.rows - f->payload) +
@@ -343,8 +336,93 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 			      ar.ids, ar.n, ar.stride, ar.rows),
 			  "assign request");
 	}
-	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++)
-		check_pull_resp(f, dim, states[i]);
+	check_pull_resp(f, dim);
+}
+
+/* Cluster messages (common/wire_cluster.h); every codec there is canonical. */
+static void check_cluster(const struct emb_wire_frame *f)
+{
+	static struct emb_wire_node_addr addrs[EMB_WIRE_SERVERS_MAX];
+	static struct emb_wire_node_ref refs[EMB_WIRE_NODES_MAX];
+	static uint16_t slot_map[EMB_NSLOTS];
+	static const uint8_t node_ops[] = {EMB_OP_CLUSTER_MAP, EMB_OP_FINISH};
+	static const uint8_t ack_ops[] = {EMB_OP_BARRIER, EMB_OP_FINISH};
+	struct emb_wire_register_req rq;
+	struct emb_wire_register_resp rr;
+	struct emb_wire_cluster_map m;
+	struct emb_wire_heartbeat_resp hb;
+	struct emb_wire_barrier_req b;
+	char text[EMB_WIRE_HOST_MAX + 1];
+	uint64_t seq;
+	uint32_t id, count, i;
+
+	if (emb_wire_register_req_decode(f, &rq) == 0) {
+		must(rq.host_len <= EMB_WIRE_HOST_MAX, "register host");
+		memcpy(text, rq.host ? rq.host : "", rq.host_len);
+		text[rq.host_len] = '\0';
+		same(f, out,
+		     emb_wire_register_req_encode(out, sizeof(out),
+						  f->hdr.req_id, rq.role,
+						  rq.port, rq.pid, text),
+		     "register request");
+	}
+	if (emb_wire_register_resp_decode(f, &rr) == 0)
+		same(f, out,
+		     emb_wire_register_resp_encode(out, sizeof(out),
+						   f->hdr.req_id, &rr),
+		     "register response");
+	for (i = 0; i < sizeof(node_ops); i++)
+		if (emb_wire_node_req_decode(f, node_ops[i], &id) == 0)
+			same(f, out,
+			     emb_wire_node_req_encode(out, sizeof(out),
+						      node_ops[i],
+						      f->hdr.req_id, id),
+			     "node request");
+	for (i = 0; i < sizeof(ack_ops); i++)
+		if (emb_wire_cluster_ack_decode(f, ack_ops[i], &count) == 0)
+			same(f, out,
+			     emb_wire_cluster_ack_encode(out, sizeof(out),
+							 ack_ops[i],
+							 f->hdr.req_id, count),
+			     "cluster ack");
+	if (emb_wire_cluster_map_decode(f, &m) == 0) {
+		for (i = 0; i < EMB_NSLOTS; i++) {
+			slot_map[i] = emb_wire_cluster_map_slot(&m, i);
+			must(slot_map[i] < m.nservers, "map slot");
+		}
+		for (i = 0; i < m.nservers; i++)
+			emb_wire_cluster_map_server(&m, i, &addrs[i]);
+		same(f, out,
+		     emb_wire_cluster_map_encode(out, sizeof(out),
+						 f->hdr.req_id, m.nworkers,
+						 slot_map, addrs, m.nservers),
+		     "cluster map");
+	}
+	if (emb_wire_heartbeat_req_decode(f, &id, &seq) == 0)
+		same(f, out,
+		     emb_wire_heartbeat_req_encode(out, sizeof(out),
+						   f->hdr.req_id, id, seq),
+		     "heartbeat request");
+	if (emb_wire_heartbeat_resp_decode(f, &hb) == 0) {
+		for (i = 0; i < hb.ndead; i++)
+			emb_wire_heartbeat_dead(&hb, i, &refs[i]);
+		same(f, out,
+		     emb_wire_heartbeat_resp_encode(out, sizeof(out),
+						    f->hdr.req_id, hb.state,
+						    refs, hb.ndead),
+		     "heartbeat response");
+	}
+	if (emb_wire_barrier_req_decode(f, &b) == 0) {
+		must(b.name_len >= 1 && b.name_len <= EMB_WIRE_BARRIER_NAME_MAX,
+		     "barrier name");
+		memcpy(text, b.name, b.name_len);
+		text[b.name_len] = '\0';
+		same(f, out,
+		     emb_wire_barrier_req_encode(out, sizeof(out),
+						 f->hdr.req_id, b.node_id,
+						 text),
+		     "barrier request");
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -372,6 +450,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_simple(&f);
 		check_stats(&f);
 		check_ids(&f);
+		check_cluster(&f);
 		for (d = 0; d < sizeof(dims) / sizeof(dims[0]); d++)
 			check_rows(&f, dims[d]);
 	}

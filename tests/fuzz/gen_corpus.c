@@ -12,6 +12,7 @@
 
 #include "common/err.h"
 #include "common/wire.h"
+#include "common/wire_cluster.h"
 #include "common/wire_msg.h"
 
 static _Alignas(8) uint8_t buf[1u << 16];
@@ -57,6 +58,58 @@ static struct emb_wire_spec spec_make(const char *name, uint32_t dim)
 	return s;
 }
 
+/* One seed per cluster message (common/wire_cluster.h). */
+static void save_cluster(void)
+{
+	static uint16_t slot_map[EMB_NSLOTS];
+	struct emb_wire_node_addr addrs[2] = {{"10.0.0.2", 7164},
+					      {"node-b.example", 7165}};
+	struct emb_wire_node_ref dead[2] = {{EMB_ROLE_SERVER, 1},
+					    {EMB_ROLE_WORKER, 0}};
+	struct emb_wire_register_resp rr = {
+	    .role = EMB_ROLE_WORKER,
+	    .rank = 1,
+	    .node_id = 4,
+	    .server_num = 2,
+	    .worker_num = 2,
+	    .hb_timeout_ms = 10000,
+	    .cluster_id = 0x1234,
+	};
+
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
+		slot_map[i] = (uint16_t)(i * 2 / EMB_NSLOTS);
+	save("register_req_server",
+	     emb_wire_register_req_encode(buf, sizeof(buf), 1,
+					  EMB_ROLE_SERVER, 7164, 42,
+					  "10.0.0.2"));
+	save("register_req_worker",
+	     emb_wire_register_req_encode(buf, sizeof(buf), 1,
+					  EMB_ROLE_WORKER, 0, 43, NULL));
+	save("register_resp",
+	     emb_wire_register_resp_encode(buf, sizeof(buf), 1, &rr));
+	save("cluster_map_req",
+	     emb_wire_node_req_encode(buf, sizeof(buf), EMB_OP_CLUSTER_MAP, 2,
+				      4));
+	save("cluster_map_resp",
+	     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, slot_map,
+					 addrs, 2));
+	save("heartbeat_req",
+	     emb_wire_heartbeat_req_encode(buf, sizeof(buf), 3, 4, 17));
+	save("heartbeat_resp_dead",
+	     emb_wire_heartbeat_resp_encode(buf, sizeof(buf), 3,
+					    EMB_CLUSTER_READY, dead, 2));
+	save("barrier_req",
+	     emb_wire_barrier_req_encode(buf, sizeof(buf), 5, 4, "epoch-1"));
+	save("barrier_resp",
+	     emb_wire_cluster_ack_encode(buf, sizeof(buf), EMB_OP_BARRIER, 5,
+					 2));
+	save("finish_req",
+	     emb_wire_node_req_encode(buf, sizeof(buf), EMB_OP_FINISH, 6, 4));
+	save("finish_resp",
+	     emb_wire_cluster_ack_encode(buf, sizeof(buf), EMB_OP_FINISH, 6,
+					 0));
+}
+
 int main(int argc, char **argv)
 {
 	const uint64_t ids[4] = {1, 0x8000000000000000ull, 77, 1};
@@ -77,6 +130,7 @@ int main(int argc, char **argv)
 	dir = argv[1];
 	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		rows[i] = (float)i * 0.125f - 1.0f;
+	save_cluster();
 
 	save("hello_req", emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1,
 						    "tok", 3, "fuzz/tcp"));
@@ -116,16 +170,6 @@ int main(int argc, char **argv)
 	save_iovs("pull_resp_nocreate_dim3", &v,
 		  emb_wire_pull_resp_encode(&v, 5, 1, EMB_F_NOCREATE, 4, 3,
 					    bits, rows));
-	save_iovs("pull_req_state", &v,
-		  emb_wire_pull_req_encode(&v, 5, 1, EMB_F_WITH_STATE, ids, 4));
-	/* dim 3 with Adam's 2 * 3 + 1 state floats: stride 10 */
-	save_iovs("pull_resp_state_dim3", &v,
-		  emb_wire_pull_resp_encode(&v, 5, 1, EMB_F_WITH_STATE, 4, 10,
-					    NULL, rows));
-	save_iovs("pull_resp_nocreate_state_dim3", &v,
-		  emb_wire_pull_resp_encode(&v, 5, 1,
-					    EMB_F_NOCREATE | EMB_F_WITH_STATE,
-					    4, 10, bits, rows));
 	save_iovs("push_req_dim3", &v,
 		  emb_wire_push_req_encode(&v, 6, 1, 1000, 2, ids, 4, 3, rows));
 	save_iovs("push_req_dim8", &v,
