@@ -29,7 +29,8 @@ static struct iovec iov[1u << 12];
 static uint8_t found[1u << 12];
 static uint8_t bits[1u << 9];
 static const float *rowp[1u << 12];
-static const float zero_row[EMB_WIRE_DIM_MAX];
+/* Zeros for a whole row with state: Adam's 3 * dim + 1 floats at most. */
+static const float zero_row[3 * EMB_WIRE_DIM_MAX + 1];
 
 static const struct emb_wire_limits limits[] = {
     {.max_frame_bytes = 64u << 20,
@@ -238,17 +239,24 @@ static void check_ids(const struct emb_wire_frame *f)
 	}
 }
 
-static void check_pull_resp(const struct emb_wire_frame *f, uint32_t dim)
+static void check_pull_resp(const struct emb_wire_frame *f, uint32_t wdim,
+			    uint32_t state)
 {
 	struct emb_wire_pull_resp pr;
 	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE];
 	struct emb_wire_iovs v;
 	size_t off = 0;
-	uint32_t i;
+	uint32_t i, dim;
 	int cnt;
 
-	if (emb_wire_pull_resp_decode(f, dim, &pr) != 0)
+	if (emb_wire_pull_resp_decode(f, wdim, state, &pr) != 0)
 		return;
+	/* From here on dim is the row stride the frame carries. */
+	dim = pr.stride;
+	must(pr.dim == wdim, "pull response dim");
+	must(pr.with_state == !!(f->hdr.flags & EMB_F_WITH_STATE),
+	     "pull response state flag");
+	must(dim == wdim + (pr.with_state ? state : 0), "pull response stride");
 	must(pr.n <= f->lim->max_ids, "pull response count");
 	must(((uintptr_t)pr.rows & 7) == 0, "pull rows aligned");
 	must((uint64_t)((const uint8_t *)pr.rows - f->payload) +
@@ -336,7 +344,8 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 			      ar.ids, ar.n, ar.stride, ar.rows),
 			  "assign request");
 	}
-	check_pull_resp(f, dim);
+	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+		check_pull_resp(f, dim, states[i]);
 }
 
 /* Cluster messages (common/wire_cluster.h); every codec there is canonical. */

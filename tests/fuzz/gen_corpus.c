@@ -170,6 +170,16 @@ int main(int argc, char **argv)
 	save_iovs("pull_resp_nocreate_dim3", &v,
 		  emb_wire_pull_resp_encode(&v, 5, 1, EMB_F_NOCREATE, 4, 3,
 					    bits, rows));
+	save_iovs("pull_req_state", &v,
+		  emb_wire_pull_req_encode(&v, 5, 1, EMB_F_WITH_STATE, ids, 4));
+	/* dim 3 with Adam's 2 * 3 + 1 state floats: stride 10 */
+	save_iovs("pull_resp_state_dim3", &v,
+		  emb_wire_pull_resp_encode(&v, 5, 1, EMB_F_WITH_STATE, 4, 10,
+					    NULL, rows));
+	save_iovs("pull_resp_nocreate_state_dim3", &v,
+		  emb_wire_pull_resp_encode(&v, 5, 1,
+					    EMB_F_NOCREATE | EMB_F_WITH_STATE,
+					    4, 10, bits, rows));
 	save_iovs("push_req_dim3", &v,
 		  emb_wire_push_req_encode(&v, 6, 1, 1000, 2, ids, 4, 3, rows));
 	save_iovs("push_req_dim8", &v,
