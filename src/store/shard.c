@@ -40,11 +40,6 @@ void emb__shard_fini(struct emb_table *t, struct emb_shard *s)
 	pthread_mutex_destroy(&s->lock);
 }
 
-const uint32_t *emb__shard_home(const struct emb_shard *s, uint64_t h)
-{
-	return s->nslots ? &s->slots[home_pos(h, s->nslots)] : NULL;
-}
-
 int64_t emb__shard_find(const struct emb_table *t, const struct emb_shard *s,
 			uint64_t id, uint64_t h)
 {

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/hash.h"
 #include "store/store.h"
 
 /*
@@ -86,6 +87,7 @@ struct emb_table {
 	uint32_t dim;		     /* floats of weights per row */
 	uint32_t row_floats;	     /* dim + optimizer state floats */
 	uint32_t row_bytes;	     /* record size, multiple of 8 */
+	uint32_t prefetch_lines;     /* cache lines of a row a pull reads */
 	uint32_t rows_per_slab;	     /* records in one slab */
 	uint64_t slab_div;	     /* ceil(2^64 / rows_per_slab): fast division */
 	size_t slab_bytes;	     /* bytes requested per slab */
@@ -132,8 +134,11 @@ void emb__shard_fini(struct emb_table *t, struct emb_shard *s);
 /* Record index of id, or -1. */
 int64_t emb__shard_find(const struct emb_table *t, const struct emb_shard *s,
 			uint64_t id, uint64_t h);
-/* Slot position where id's probe starts; for batch prefetch. */
-const uint32_t *emb__shard_home(const struct emb_shard *s, uint64_t h);
+/* Slot where the probe for hash h starts (the shard must have slots). */
+static inline uint32_t *emb__shard_home(const struct emb_shard *s, uint64_t h)
+{
+	return &s->slots[emb_fastrange32((uint32_t)(h >> 18), s->nslots)];
+}
 /*
  * Creates a record for id (absent) and indexes it; the record's data is
  * uninitialised. Record index, or EMB_EMEMLIMIT / -ENOMEM / -ENOSPC.

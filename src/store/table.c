@@ -146,6 +146,9 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	t->row_floats = opts->dim + emb_optim_state_floats(opts->optim.kind,
 							   opts->dim);
 	t->row_bytes = (EMB_ROW_HDR_SIZE + 4 * t->row_floats + 7) & ~7u;
+	t->prefetch_lines = (EMB_ROW_HDR_SIZE + 4 * t->dim + 63) / 64;
+	if (t->prefetch_lines > PREFETCH_LINES)
+		t->prefetch_lines = PREFETCH_LINES;
 	size_slabs(t);
 	t->nshards = opts->nshards;
 	t->shard_mask = opts->nshards - 1;
@@ -280,63 +283,59 @@ static void hash_ids(struct batch *b, const uint64_t *ids, uint32_t n)
 		b->h[i] = emb_id_hash(ids[i]);
 }
 
-static void prefetch_row(const struct emb_table *t, const void *r)
+static inline void prefetch_row(const struct emb_table *t, const void *r)
 {
-	uint32_t lines = (EMB_ROW_HDR_SIZE + 4 * t->dim + 63) / 64;
-
-	if (lines > PREFETCH_LINES)
-		lines = PREFETCH_LINES;
-	for (uint32_t l = 0; l < lines; l++)
+	for (uint32_t l = 0; l < t->prefetch_lines; l++)
 		__builtin_prefetch((const char *)r + 64 * l, 1, 3);
 }
 
 /*
- * Pipelined lookup of pos[0..m) in shard s. For each position fills idx[k]
- * with the record index, or -1 when the id is absent. Prefetches home slots,
- * then rows of tag matches, so the caller's pass over rows hits the cache.
+ * Pipelined lookup of pos[0..m) in shard s: sets row[k] to the record of
+ * ids[pos[k]], or NULL when the id is absent. Prefetches the home slots of
+ * the chunk, then follows matching tags and prefetches those rows, then
+ * checks the ids, so the chunk's cache misses overlap (MICA's batching).
  */
 static void lookup_chunk(const struct emb_table *t, const struct emb_shard *s,
 			 const uint64_t *ids, const struct batch *b,
-			 const uint32_t *pos, uint32_t m, int64_t *idx)
+			 const uint32_t *pos, uint32_t m,
+			 struct emb_row_hdr **row)
 {
-	uint32_t cand[CHUNK];
+	const uint32_t *home[CHUNK];
 	uint32_t k;
 
 	if (!s->nslots) {
 		for (k = 0; k < m; k++)
-			idx[k] = -1;
+			row[k] = NULL;
 		return;
 	}
-	for (k = 0; k < m; k++)
-		__builtin_prefetch(emb__shard_home(s, b->h[pos[k]]), 0, 3);
 	for (k = 0; k < m; k++) {
-		uint64_t h = b->h[pos[k]];
-		const uint32_t *p = emb__shard_home(s, h);
+		home[k] = emb__shard_home(s, b->h[pos[k]]);
+		__builtin_prefetch(home[k], 0, 3);
+	}
+	for (k = 0; k < m; k++) {
+		const uint32_t *p = home[k];
 		const uint32_t *end = s->slots + s->nslots;
-		uint32_t tag = emb__hash_tag(h);
+		uint32_t tag = emb__hash_tag(b->h[pos[k]]);
 
-		cand[k] = 0;
-		while (*p) {
+		row[k] = NULL;
+		for (; *p; p = p + 1 == end ? s->slots : p + 1) {
 			if ((*p & ~EMB_SLOT_IDX_MASK) == tag) {
-				cand[k] = *p & EMB_SLOT_IDX_MASK;
-				prefetch_row(t, emb__shard_row(t, s, cand[k] - 1));
+				row[k] = emb__shard_row(
+					t, s, (*p & EMB_SLOT_IDX_MASK) - 1);
+				prefetch_row(t, row[k]);
 				break;
 			}
-			if (++p == end)
-				p = s->slots;
 		}
 	}
 	for (k = 0; k < m; k++) {
 		uint64_t id = ids[pos[k]];
+		int64_t idx;
 
-		if (!cand[k]) {
-			idx[k] = -1;
-		} else if (emb__shard_row(t, s, cand[k] - 1)->id == id) {
-			idx[k] = cand[k] - 1;
-		} else {
-			/* A tag collision: rare, take the slow path. */
-			idx[k] = emb__shard_find(t, s, id, b->h[pos[k]]);
-		}
+		if (!row[k] || row[k]->id == id)
+			continue;
+		/* A tag collision: rare, take the slow path. */
+		idx = emb__shard_find(t, s, id, b->h[pos[k]]);
+		row[k] = idx < 0 ? NULL : emb__shard_row(t, s, (uint32_t)idx);
 	}
 }
 
@@ -406,17 +405,15 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		pthread_mutex_lock(&s->lock);
 		for (uint32_t c = lo; c < hi && !rc; c += CHUNK) {
 			uint32_t m = hi - c < CHUNK ? hi - c : CHUNK;
-			int64_t idx[CHUNK];
+			struct emb_row_hdr *rows[CHUNK];
 			bool made = false;
 
-			lookup_chunk(t, s, ids, &b, &b.pos[c], m, idx);
+			lookup_chunk(t, s, ids, &b, &b.pos[c], m, rows);
 			for (uint32_t k = 0; k < m; k++) {
 				uint32_t p = b.pos[c + k];
-				struct emb_row_hdr *r = NULL;
+				struct emb_row_hdr *r = rows[k];
 
-				if (idx[k] >= 0) {
-					r = emb__shard_row(t, s, (uint32_t)idx[k]);
-				} else {
+				if (!r) {
 					/* The chunk was looked up before any of
 					 * it was created: an id repeated in it
 					 * may exist by now. */
@@ -426,7 +423,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 					if (again >= 0)
 						r = emb__shard_row(t, s, (uint32_t)again);
 				}
-				if (!r && idx[k] < 0) {
+				if (!r) {
 					missing++;
 					if (create) {
 						r = create_row(t, s, ids[p],
@@ -614,18 +611,16 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		pthread_mutex_lock(&s->lock);
 		for (uint32_t c = lo; c < hi; c += CHUNK) {
 			uint32_t m = hi - c < CHUNK ? hi - c : CHUNK;
-			int64_t idx[CHUNK];
+			struct emb_row_hdr *rows[CHUNK];
 
-			lookup_chunk(t, s, ids, &b, &b.pos[c], m, idx);
+			lookup_chunk(t, s, ids, &b, &b.pos[c], m, rows);
 			for (uint32_t k = 0; k < m; k++) {
 				uint32_t p = b.pos[c + k];
-				struct emb_row_hdr *r;
+				struct emb_row_hdr *r = rows[k];
 				float *w;
 				int err = 0;
 
-				if (idx[k] >= 0) {
-					r = emb__shard_row(t, s, (uint32_t)idx[k]);
-				} else {
+				if (!r) {
 					r = create_row(t, s, ids[p], b.h[p], &err);
 					if (!r) {
 						if (!rc)
