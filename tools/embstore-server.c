@@ -17,8 +17,10 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "metrics.h"
 #include "server.h"
 #include "server_checkpoint.h"
+#include "server_metrics.h"
 #include "scheduler.h"
 #include "worker/node.h"
 #include "transport/transport.h"
@@ -83,6 +85,20 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 	return rc ? 1 : 0;
 }
 
+/* --metrics-listen: Prometheus /metrics from fn(arg); logs a failure. */
+static int start_metrics(const char *addr, emb_metrics_collect_fn fn,
+			 void *arg, struct emb_metrics **out)
+{
+	int rc = emb_metrics_create(addr, fn, arg, out);
+
+	if (rc)
+		emb_log(EMB_LOG_ERROR, "cannot serve metrics on %s: %s", addr,
+			emb_strerror(rc));
+	else
+		emb_log(EMB_LOG_INFO, "metrics on http://%s/metrics", addr);
+	return rc;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -100,6 +116,8 @@ static void usage(FILE *f)
 		"  --max-frame SIZE       bytes per frame (EMB_MAX_FRAME)\n"
 		"  --max-tables N         tables (EMB_MAX_TABLES)\n"
 		"  --log-level L          error|warn|info|debug (EMB_LOG_LEVEL)\n"
+		"  --metrics-listen HOST:PORT  serve Prometheus /metrics there "
+		"(EMB_METRICS_LISTEN; default off)\n"
 		"  --checkpoint-dir D     load the newest checkpoint at start, "
 		"write them here (EMB_CHECKPOINT_DIR)\n"
 		"  --checkpoint-interval S  seconds between checkpoints "
@@ -220,6 +238,7 @@ int main(int argc, char **argv)
 		{"checkpoint-dir", required_argument, NULL, 'C'},
 		{"checkpoint-interval", required_argument, NULL, 'I'},
 		{"role", required_argument, NULL, 'R'},
+		{"metrics-listen", required_argument, NULL, 'M'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -234,6 +253,8 @@ int main(int argc, char **argv)
 	const char *level = env_or("EMB_LOG_LEVEL", "info");
 	const char *ckpt_dir = env_or("EMB_CHECKPOINT_DIR", NULL);
 	const char *ckpt_iv = env_or("EMB_CHECKPOINT_INTERVAL", NULL);
+	const char *metrics_addr = env_or("EMB_METRICS_LISTEN", NULL);
+	struct emb_metrics *metrics = NULL;
 	struct emb_ckpt_opts copts = {.keep = CKPT_KEEP,
 				      .interval_s = CKPT_DEFAULT_INTERVAL_S};
 	struct emb_ckpt *ckpt = NULL;
@@ -265,6 +286,7 @@ int main(int argc, char **argv)
 		case 'C': ckpt_dir = optarg; break;
 		case 'I': ckpt_iv = optarg; break;
 		case 'R': role = optarg; break;
+		case 'M': metrics_addr = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -352,8 +374,15 @@ int main(int argc, char **argv)
 	sigaddset(&block, SIGTERM);
 	sigaddset(&block, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
-	if (cenv.role == EMB_ROLE_SCHEDULER)
-		return run_scheduler(&cenv, host, o.port, &old);
+	if (cenv.role == EMB_ROLE_SCHEDULER) {
+		if (metrics_addr && start_metrics(metrics_addr,
+						  emb_sched_metrics_collect,
+						  NULL, &metrics))
+			return 1;
+		rc = run_scheduler(&cenv, host, o.port, &old);
+		emb_metrics_destroy(metrics);
+		return rc;
+	}
 
 	rc = emb_server_create(&o, &srv);
 	if (rc) {
@@ -365,11 +394,18 @@ int main(int argc, char **argv)
 		"listening on %s:%u (%s, %u threads%s, mem limit %s)", host,
 		emb_server_port(srv), o.transport, o.threads,
 		o.auth_token_len ? ", auth" : "", mem ? mem : "none");
+	if (metrics_addr && start_metrics(metrics_addr,
+					  emb_server_metrics_collect, srv,
+					  &metrics)) {
+		emb_server_destroy(srv);
+		return 1;
+	}
 	if (ckpt_dir) {
 		rc = emb_ckpt_start(srv, &copts, &ckpt);
 		if (rc) {
 			emb_log(EMB_LOG_ERROR, "cannot start checkpoints: %s",
 				emb_strerror(rc));
+			emb_metrics_destroy(metrics);
 			emb_server_destroy(srv);
 			return 1;
 		}
@@ -388,6 +424,7 @@ int main(int argc, char **argv)
 		rc = emb_node_create(&no, &node);
 		if (rc) {
 			emb_ckpt_stop(ckpt);
+			emb_metrics_destroy(metrics);
 			emb_server_destroy(srv);
 			return 1;
 		}
@@ -406,6 +443,7 @@ int main(int argc, char **argv)
 			emb_log(EMB_LOG_ERROR, "final checkpoint failed: %s",
 				emb_strerror(rc));
 	}
+	emb_metrics_destroy(metrics);
 	emb_server_destroy(srv);
 	emb_node_destroy(node);
 	emb_log(EMB_LOG_INFO, "stopped");

@@ -28,6 +28,7 @@
 #include "transport/transport.h"
 
 #include "server_dump.h"
+#include "server_lat.h"
 #include "server_sync.h"
 
 struct srv_table {
@@ -42,11 +43,13 @@ struct srv_table {
 struct held {
 	struct emb_req *req;	/* still owned: replied when dispatched */
 	struct held *next;	/* FIFO */
+	uint64_t t0_ns;		/* arrival, CLOCK_MONOTONIC */
 };
 
 struct srv_conn {
 	struct emb_server *s;	    /* owner */
 	struct emb_conn *c;	    /* NULL once closed */
+	uint32_t loop;		    /* index of its loop in s->loops */
 	uint32_t zc_replies;	    /* PULL replies still reading table memory */
 	struct held *held;	    /* oldest held request */
 	struct held *held_tail;	    /* newest held request */
@@ -77,6 +80,8 @@ struct emb_server {
 	uint64_t conns_total;	       /* atomic */
 	uint64_t requests;	       /* atomic */
 	uint64_t errors;	       /* atomic */
+	struct emb_hist *lat;	       /* threads x EMB_LAT_NOPS latencies;
+					  loop i alone writes row i */
 	bool stopped;		       /* emb_server_stop() ran */
 	bool loops_stopped;	       /* loop threads joined; atomic */
 };
@@ -977,6 +982,33 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 	}
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * dispatch(), then records the time from arrival (t0_ns) to the reply
+ * being posted in the loop's own histogram (server_lat.h). A synchronous
+ * push held for its step counts until it is held.
+ */
+static void dispatch_timed(struct emb_server *s, struct emb_conn *c,
+			   struct emb_req *req, const struct emb_frame_hdr *hdr,
+			   void *payload, uint64_t t0_ns)
+{
+	struct srv_conn *sc = emb_conn_user(c);
+	uint32_t op = emb_lat_op_of(hdr->opcode);
+	uint32_t loop = sc ? sc->loop : UINT32_MAX;
+
+	(void)dispatch(s, c, req, hdr, payload);
+	if (loop != UINT32_MAX)
+		emb_lat_record(&s->lat[(size_t)loop * EMB_LAT_NOPS + op],
+			       mono_ns() - t0_ns);
+}
+
 /* Requests that change rows a queued PULL reply may still be reading. */
 static bool writes_rows(uint8_t op)
 {
@@ -999,8 +1031,8 @@ static void conn_drain(struct srv_conn *sc)
 		if (!sc->held)
 			sc->held_tail = NULL;
 		finish(sc->s); /* dispatch() counts it again */
-		(void)dispatch(sc->s, sc->c, h->req, &h->req->hdr,
-			       h->req->payload);
+		dispatch_timed(sc->s, sc->c, h->req, &h->req->hdr,
+			       h->req->payload, h->t0_ns);
 		free(h);
 	}
 }
@@ -1029,6 +1061,7 @@ static void on_request(void *arg, struct emb_conn *c, struct emb_req *req,
 		       const struct emb_frame_hdr *hdr, void *payload)
 {
 	struct srv_conn *sc = emb_conn_user(c);
+	uint64_t t0_ns = mono_ns();
 	struct held *h;
 
 	if (sc && (sc->held || (sc->zc_replies && writes_rows(hdr->opcode)))) {
@@ -1036,6 +1069,7 @@ static void on_request(void *arg, struct emb_conn *c, struct emb_req *req,
 		if (h) {
 			h->req = req;
 			h->next = NULL;
+			h->t0_ns = t0_ns;
 			if (sc->held_tail)
 				sc->held_tail->next = h;
 			else
@@ -1052,7 +1086,7 @@ static void on_request(void *arg, struct emb_conn *c, struct emb_req *req,
 		emb_conn_close(c, -ENOMEM);
 		return;
 	}
-	(void)dispatch(arg, c, req, hdr, payload);
+	dispatch_timed(arg, c, req, hdr, payload, t0_ns);
 }
 
 static void on_open(void *arg, struct emb_conn *c, int reason)
@@ -1070,6 +1104,8 @@ static void on_open(void *arg, struct emb_conn *c, int reason)
 	}
 	sc->s = s;
 	sc->c = c;
+	while (sc->loop + 1 < s->opts.threads && s->loops[sc->loop] != c->tr)
+		sc->loop++;
 	emb_conn_set_user(c, sc);
 	add(&s->conns_open, 1);
 	add(&s->conns_total, 1);
@@ -1146,8 +1182,9 @@ int emb_server_create(const struct emb_server_opts *opts,
 	s->tables = calloc(opts->limits.max_tables, sizeof(*s->tables));
 	s->loops = calloc(opts->threads, sizeof(*s->loops));
 	s->threads = calloc(opts->threads, sizeof(*s->threads));
+	s->lat = calloc((size_t)opts->threads * EMB_LAT_NOPS, sizeof(*s->lat));
 	if (!s->host || !s->transport || !s->tables || !s->loops ||
-	    !s->threads) {
+	    !s->threads || !s->lat) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
@@ -1208,6 +1245,7 @@ err_loops:
 		table_put(s->tables[i]);
 	pthread_rwlock_destroy(&s->tables_lock);
 err_free:
+	free(s->lat);
 	free(s->threads);
 	free(s->loops);
 	free(s->tables);
@@ -1273,6 +1311,7 @@ void emb_server_destroy(struct emb_server *s)
 	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
 		table_put(s->tables[i]);
 	pthread_rwlock_destroy(&s->tables_lock);
+	free(s->lat);
 	free(s->threads);
 	free(s->loops);
 	free(s->tables);
@@ -1295,4 +1334,35 @@ void emb_server_stats(struct emb_server *s, struct emb_server_stats *out)
 	out->errors = __atomic_load_n(&s->errors, __ATOMIC_RELAXED);
 	out->tables = n;
 	out->mem_used = __atomic_load_n(&s->budget.used, __ATOMIC_RELAXED);
+}
+
+uint32_t emb_server_nloops(const struct emb_server *s)
+{
+	return s->opts.threads;
+}
+
+void emb_server_loop_stats(struct emb_server *s, uint32_t i,
+			   struct emb_transport_stats *out)
+{
+	emb_transport_stats(s->loops[i], out);
+}
+
+void emb_server_latency(struct emb_server *s, uint32_t op,
+			struct emb_hist *out)
+{
+	emb_hist_reset(out);
+	for (uint32_t i = 0; i < s->opts.threads; i++)
+		emb_lat_merge(out, &s->lat[(size_t)i * EMB_LAT_NOPS + op]);
+}
+
+int emb_server_table_stats(struct emb_server *s, uint32_t id,
+			   struct emb_wire_stats *out)
+{
+	struct srv_table *st = table_get(s, id);
+
+	if (!st)
+		return EMB_ENOTABLE;
+	fill_stats(st, out);
+	table_put(st);
+	return 0;
 }

@@ -103,4 +103,25 @@ void emb_server_table_release(struct emb_server_table *st); /* NULL: no-op */
 int emb_server_table_create(struct emb_server *s,
 			    const struct emb_wire_spec *spec, uint32_t *id);
 
+/* ---- for the metrics collector (tools/server_metrics.c) ---- */
+
+struct emb_hist;
+struct emb_transport_stats;
+
+/* Event loops, the threads of opts.threads. */
+uint32_t emb_server_nloops(const struct emb_server *s);
+/* Any thread: the counters of loop i (< emb_server_nloops()). */
+void emb_server_loop_stats(struct emb_server *s, uint32_t i,
+			   struct emb_transport_stats *out);
+/*
+ * Any thread: request latency of op (enum emb_lat_op in server_lat.h),
+ * nanoseconds from arrival to reply posted, summed over the loops into
+ * the caller's out (reset first).
+ */
+void emb_server_latency(struct emb_server *s, uint32_t op,
+			struct emb_hist *out);
+/* Any thread: the STATS counters of table id. 0, or EMB_ENOTABLE. */
+int emb_server_table_stats(struct emb_server *s, uint32_t id,
+			   struct emb_wire_stats *out);
+
 #endif
