@@ -239,4 +239,134 @@ int emb_client_barrier(struct emb_client *c, const char *name);
  */
 int emb_client_finish(struct emb_client *c);
 
+
+/* ---- cached tables: a worker-side vocab cache over a table ---------------
+ *
+ * A cached table keeps the hot rows of one table on the worker in a pool of
+ * capacity rows (MindSpore's vocab_cache_size), fetches the rows of the next
+ * prefetch_depth batches while the trainer computes, and sends updates back
+ * (docs/cache.md). Gradients either go to the servers every step
+ * (write-through; cached rows may lag by staleness_steps of this table's
+ * steps), or the optimizer runs on the worker and updated rows go back with
+ * their optimizer state when evicted or flushed (write-back; for rows this
+ * worker alone updates).
+ *
+ * Threads: a cached table belongs to one trainer thread; every call on it
+ * comes from that thread. Its fetches run on the client's network thread.
+ * Several cached tables (one per trainer thread) may share a client.
+ *
+ * A step: lookup(batch b), prefetch(batch b + k), forward and backward,
+ * push_grads(); prefetch batches 0..k-1 first and flush() at the end.
+ */
+struct emb_cached_table;
+
+enum emb_cached_mode {
+	EMB_CACHED_WRITE_THROUGH = 0, /* push every step, servers optimize */
+	EMB_CACHED_WRITE_BACK = 1,    /* optimize here, write rows back */
+};
+
+enum emb_cached_policy {
+	EMB_CACHED_LRU = 0,   /* evict the least recently used row */
+	EMB_CACHED_CLOCK = 1, /* second chance: less work per hit */
+};
+
+struct emb_cached_table_opts {
+	uint32_t capacity;	  /* rows the cache holds, >= 1 */
+	uint32_t max_batch;	  /* most ids per batch, duplicates counted */
+	uint32_t prefetch_depth;  /* batches fetched ahead, 0..64 */
+	uint32_t staleness_steps; /* write-through: most steps of this table
+				     a used row may lag its fetch */
+	uint32_t mode;		  /* enum emb_cached_mode */
+	uint32_t policy;	  /* enum emb_cached_policy */
+	uint32_t rank;		  /* passed to push (synchronous tables) */
+};
+
+#define EMB_CACHED_TABLE_OPTS_DEFAULT                                          \
+	((struct emb_cached_table_opts){.capacity = 1u << 16,                  \
+					.max_batch = 4096,                     \
+					.prefetch_depth = 2,                   \
+					.staleness_steps = 0,                  \
+					.mode = EMB_CACHED_WRITE_THROUGH,      \
+					.policy = EMB_CACHED_LRU})
+
+/* Counters since create; hits and misses count distinct ids per batch. */
+struct emb_cached_table_stats {
+	uint64_t lookups;	/* batches looked up */
+	uint64_t hits;		/* distinct ids served from the cache */
+	uint64_t misses;	/* distinct ids that had to be fetched */
+	double hit_ratio;	/* hits / (hits + misses); 0 before any */
+	uint64_t refetches;	/* write-through: rows older than allowed */
+	uint64_t evictions;	/* rows dropped to make room */
+	uint64_t write_backs;	/* rows written back (evictions, flushes) */
+	uint64_t pushes;	/* gradient pushes sent */
+	uint64_t fetch_calls;	/* pulls sent for misses */
+	uint64_t sync_fetches;	/* of those, started by lookup itself */
+	uint64_t rows_fetched;	/* rows those pulls asked for */
+	uint64_t bytes_fetched; /* row bytes pulled */
+	uint64_t bytes_written; /* gradient and written-back row bytes */
+	uint64_t stalls;	/* lookups that waited for rows */
+	uint64_t wait_ns;	/* ns lookups spent waiting */
+	uint32_t rows;		/* rows cached now */
+	uint32_t dirty;		/* write-back: rows not yet written back */
+};
+
+/*
+ * Puts a cache over t, which the cached table borrows (close t after
+ * destroying it). Allocates everything here. 0 and *out, or EMB_EBADARG (a
+ * zero size, unknown mode or policy, depth > 64), EMB_EBADOPTIM (write-back
+ * with an optimizer the worker cannot run) or -ENOMEM.
+ */
+int emb_cached_table_create(struct emb_client_table *t,
+			    const struct emb_cached_table_opts *opts,
+			    struct emb_cached_table **out);
+
+/*
+ * Waits for fetches in flight and frees the cache. Rows not yet written
+ * back are lost: call emb_cached_table_flush() first. NULL is a no-op.
+ */
+void emb_cached_table_destroy(struct emb_cached_table *ct);
+
+/*
+ * Queues ids[0..n) (borrowed for the call) as a coming batch and starts
+ * pulling its misses. 0, or -EINVAL (n > max_batch), -EBUSY (depth batches
+ * queued), EMB_ECACHEFULL (not queued: lookup will fetch it itself) or
+ * EMB_EWRITEBACK. A failed pull surfaces in the batch's lookup.
+ */
+int emb_cached_table_prefetch(struct emb_cached_table *ct,
+			      const uint64_t *ids, uint32_t n);
+
+/*
+ * Gives the weights of ids[0..n) in out[i * dim ...] (caller-owned),
+ * waiting only for rows still being pulled; the batch becomes the current
+ * one for push_grads. A batch equal to the oldest queued one uses its
+ * prefetch. 0, or -EINVAL, EMB_ECACHEFULL (more distinct ids than the
+ * cache can pin), EMB_EFETCH (a pull failed: a server died, timed out or
+ * refused; the cause is logged) or EMB_EWRITEBACK.
+ */
+int emb_cached_table_lookup(struct emb_cached_table *ct, const uint64_t *ids,
+			    uint32_t n, float *out);
+
+/*
+ * Applies grads[i * dim ...] for the positions of the last looked-up batch
+ * (duplicates are summed): write-through pushes them to the servers and
+ * returns once they are applied there; write-back runs the table's
+ * optimizer on the cached rows. 0, or -EINVAL (no current batch) or
+ * EMB_EPUSH (the push failed; logged).
+ */
+int emb_cached_table_push_grads(struct emb_cached_table *ct,
+				const float *grads);
+
+/*
+ * Write-back: stores every updated row, with its optimizer state, on the
+ * servers. 0 (also in write-through mode, where it does nothing) or
+ * EMB_EWRITEBACK. Call it at the end of training and before a dump.
+ */
+int emb_cached_table_flush(struct emb_cached_table *ct);
+
+/* Drops queued prefetches and the current batch (e.g. at an epoch end). */
+void emb_cached_table_cancel(struct emb_cached_table *ct);
+
+void emb_cached_table_stats(const struct emb_cached_table *ct,
+			    struct emb_cached_table_stats *out);
+
 #endif

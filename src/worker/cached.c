@@ -1,0 +1,213 @@
+/*
+ * src/worker/cached.c - emb_cached_table: the vocab cache (cache/cache.h)
+ * wired to a client table. Misses are asynchronous pulls (with optimizer
+ * state in write-back mode), write-through gradients are pushes and
+ * write-back rows are assigns with state. One trainer thread calls in; the
+ * pulls complete on the client's network thread and are collected here
+ * through emb_async_done() / emb_async_wait().
+ */
+#include "worker/embstore.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "cache/cache.h"
+
+_Static_assert(EMB_CACHED_WRITE_THROUGH == (int)EMB_CACHE_WRITE_THROUGH &&
+		       EMB_CACHED_WRITE_BACK == (int)EMB_CACHE_WRITE_BACK,
+	       "cached table modes are the cache's");
+_Static_assert(EMB_CACHED_LRU == (int)EMB_CACHE_LRU &&
+		       EMB_CACHED_CLOCK == (int)EMB_CACHE_CLOCK,
+	       "cached table policies are the cache's");
+
+struct emb_cached_table {
+	struct emb_client_table *t; /* borrowed */
+	struct emb_cache *cache;    /* owns the pool */
+	struct emb_async **ops;	    /* nops pulls in flight; NULL = free */
+	uint32_t nops;		    /* prefetch_depth + 2 */
+	uint32_t dim;		    /* weights per row */
+	uint32_t rank;		    /* passed to push */
+	uint64_t step;		    /* pushes sent, passed as the worker step */
+};
+
+/* fetch_start: one asynchronous pull; its slot index is the token. */
+static int64_t fetch_start(void *arg, const uint64_t *ids, uint32_t n,
+			   float *dst, uint32_t stride)
+{
+	struct emb_cached_table *ct = arg;
+	uint32_t flags = stride == ct->dim ? 0 : EMB_CLIENT_WITH_STATE;
+	uint32_t i;
+	int rc;
+
+	for (i = 0; i < ct->nops; i++)
+		if (!ct->ops[i])
+			break;
+	/* The cache keeps at most depth + 1 fetches in flight. */
+	if (i == ct->nops)
+		return -EBUSY;
+	rc = emb_client_table_pull_async(ct->t, ids, n, dst, flags, NULL,
+					 &ct->ops[i]);
+	if (rc)
+		return rc;
+	return i;
+}
+
+/* fetch_wait: a poll of the op's completion flag unless block is set. */
+static int fetch_wait(void *arg, int64_t token, bool block)
+{
+	struct emb_cached_table *ct = arg;
+	struct emb_async *op;
+
+	if (token < 0 || (uint64_t)token >= ct->nops || !ct->ops[token])
+		return -EINVAL;
+	op = ct->ops[token];
+	if (!block && !emb_async_done(op))
+		return -EAGAIN;
+	ct->ops[token] = NULL;
+	return emb_async_wait(op);
+}
+
+static int push(void *arg, const uint64_t *ids, uint32_t n,
+		const float *grads)
+{
+	struct emb_cached_table *ct = arg;
+	int rc;
+
+	rc = emb_client_table_push(ct->t, ids, n, grads, ct->step, ct->rank);
+	if (!rc)
+		ct->step++;
+	return rc;
+}
+
+static int write_back(void *arg, const uint64_t *ids, uint32_t n,
+		      const float *rows, uint32_t stride)
+{
+	struct emb_cached_table *ct = arg;
+
+	if (stride != emb_client_table_row_floats(ct->t))
+		return EMB_EBADDIM;
+	return emb_client_table_assign(ct->t, ids, n, rows, true);
+}
+
+int emb_cached_table_create(struct emb_client_table *t,
+			    const struct emb_cached_table_opts *opts,
+			    struct emb_cached_table **out)
+{
+	struct emb_cache_opts co = EMB_CACHE_OPTS_DEFAULT;
+	struct emb_cached_table *ct;
+	int rc;
+
+	if (!t || !opts || !out || opts->prefetch_depth > 64)
+		return EMB_EBADARG;
+	ct = calloc(1, sizeof(*ct));
+	if (!ct)
+		return -ENOMEM;
+	ct->t = t;
+	ct->dim = emb_client_table_dim(t);
+	ct->rank = opts->rank;
+	ct->nops = opts->prefetch_depth + 2;
+	ct->ops = calloc(ct->nops, sizeof(*ct->ops));
+	if (!ct->ops) {
+		rc = -ENOMEM;
+		goto err_free_ct;
+	}
+
+	co.capacity = opts->capacity;
+	co.dim = ct->dim;
+	co.max_batch = opts->max_batch;
+	co.prefetch_depth = opts->prefetch_depth;
+	co.mode = opts->mode;
+	co.policy = opts->policy;
+	co.staleness_steps = opts->staleness_steps;
+	co.optim = emb_client_table_spec(t)->optim;
+	co.ops.fetch_start = fetch_start;
+	co.ops.fetch_wait = fetch_wait;
+	co.ops.push = push;
+	co.ops.write_back = write_back;
+	co.arg = ct;
+	rc = emb_cache_create(&co, &ct->cache);
+	if (rc)
+		goto err_free_ops;
+	/* Whole rows come off the wire as the store lays them out, which is
+	 * the layout the cache's optimizer runs on. */
+	if (opts->mode == EMB_CACHED_WRITE_BACK &&
+	    emb_cache_row_floats(ct->cache) != emb_client_table_row_floats(t)) {
+		rc = EMB_EBADOPTIM;
+		goto err_destroy_cache;
+	}
+	*out = ct;
+	return 0;
+
+err_destroy_cache:
+	emb_cache_destroy(ct->cache);
+err_free_ops:
+	free(ct->ops);
+err_free_ct:
+	free(ct);
+	return rc;
+}
+
+void emb_cached_table_destroy(struct emb_cached_table *ct)
+{
+	if (!ct)
+		return;
+	/* Reports on every token through fetch_wait, freeing the ops. */
+	emb_cache_destroy(ct->cache);
+	free(ct->ops);
+	free(ct);
+}
+
+int emb_cached_table_prefetch(struct emb_cached_table *ct,
+			      const uint64_t *ids, uint32_t n)
+{
+	return emb_cache_prefetch(ct->cache, ids, n);
+}
+
+int emb_cached_table_lookup(struct emb_cached_table *ct, const uint64_t *ids,
+			    uint32_t n, float *out)
+{
+	return emb_cache_lookup(ct->cache, ids, n, out);
+}
+
+int emb_cached_table_push_grads(struct emb_cached_table *ct,
+				const float *grads)
+{
+	return emb_cache_update(ct->cache, grads);
+}
+
+int emb_cached_table_flush(struct emb_cached_table *ct)
+{
+	return emb_cache_flush(ct->cache);
+}
+
+void emb_cached_table_cancel(struct emb_cached_table *ct)
+{
+	emb_cache_cancel(ct->cache);
+}
+
+void emb_cached_table_stats(const struct emb_cached_table *ct,
+			    struct emb_cached_table_stats *out)
+{
+	struct emb_cache_stats s;
+
+	emb_cache_stats(ct->cache, &s);
+	*out = (struct emb_cached_table_stats){
+	    .lookups = s.lookups,
+	    .hits = s.hits,
+	    .misses = s.misses,
+	    .hit_ratio = s.hit_ratio,
+	    .refetches = s.refetches,
+	    .evictions = s.evictions,
+	    .write_backs = s.write_backs,
+	    .pushes = s.pushes,
+	    .fetch_calls = s.fetch_calls,
+	    .sync_fetches = s.sync_fetches,
+	    .rows_fetched = s.rows_fetched,
+	    .bytes_fetched = s.bytes_fetched,
+	    .bytes_written = s.bytes_written,
+	    .stalls = s.stalls,
+	    .wait_ns = s.wait_ns,
+	    .rows = s.rows,
+	    .dirty = s.dirty,
+	};
+}
