@@ -10,6 +10,7 @@
 #include "params.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -27,6 +28,9 @@ struct ctr_params {
 	/* servers */
 	struct emb_client *c;		  /* connection to the cluster */
 	struct emb_client_table *rt[3];	  /* emb, wide, mlp */
+	struct emb_cached_table *ct[2];	  /* caches over emb, wide, or NULL */
+	bool from_env;			  /* joined through a scheduler */
+	uint32_t mode;			  /* enum emb_mode of the tables */
 	/* the batch being trained */
 	uint64_t *ids;			  /* last looked-up ids */
 	uint32_t n;			  /* how many */
@@ -134,19 +138,22 @@ static int open_remote(struct ctr_params *p)
 {
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
 	struct emb_table_spec s[3];
-	const char *env;
 	int rc;
 
 	co.servers = p->o.servers;
 	co.transport = p->o.transport;
 	co.name = "ctr-train";
-	rc = emb_client_create(&co, &p->c);
+	if (p->o.servers) {
+		rc = emb_client_create(&co, &p->c);
+	} else {
+		/* Started by `embstore launch` or a cluster script. */
+		rc = emb_client_from_env(&co, &p->c);
+		p->from_env = rc == 0;
+	}
 	if (rc)
 		return rc;
-	env = getenv("EMB_WORKER_RANK");
-	p->rank = env ? (uint32_t)atoi(env) : 0;
-	env = getenv("EMB_WORKER_NUM");
-	p->workers = env ? (uint32_t)atoi(env) : 1;
+	p->rank = emb_client_rank(p->c);
+	p->workers = emb_client_nworkers(p->c);
 	specs(p->o.seed, s);
 	for (int k = 0; k < 3; k++) {
 		rc = emb_client_table_create(p->c, &s[k], &p->rt[k]);
@@ -154,6 +161,25 @@ static int open_remote(struct ctr_params *p)
 			return rc;
 	}
 	return 0;
+}
+
+/* Caches over the sparse tables; not for synchronous training, where every
+ * step must read the rows the previous step wrote. */
+static int open_caches(struct ctr_params *p)
+{
+	struct emb_cached_table_opts co = EMB_CACHED_TABLE_OPTS_DEFAULT;
+	int rc = 0;
+
+	if (p->o.local || !p->o.cache_rows || p->mode == EMB_MODE_SYNC)
+		return 0;
+	co.capacity = p->o.cache_rows;
+	co.max_batch = p->o.max_batch;
+	co.prefetch_depth = p->o.prefetch;
+	co.staleness_steps = p->o.staleness;
+	co.rank = p->rank;
+	for (int k = 0; k < 2 && !rc; k++)
+		rc = emb_cached_table_create(p->rt[k], &co, &p->ct[k]);
+	return rc;
 }
 
 int ctr_params_open(const struct ctr_params_opts *opts, struct ctr_params **out)
@@ -188,10 +214,15 @@ void ctr_params_close(struct ctr_params *p)
 {
 	if (!p)
 		return;
+	for (int k = 0; k < 2; k++)
+		emb_cached_table_destroy(p->ct[k]);
 	for (int k = 0; k < 3; k++) {
 		emb_table_destroy(p->lt[k]);
 		emb_client_table_close(p->rt[k]);
 	}
+	/* The last worker to finish lets the servers and scheduler exit. */
+	if (p->from_env && emb_client_finish(p->c))
+		fprintf(stderr, "train: the scheduler did not take finish\n");
 	emb_client_destroy(p->c);
 	free(p->ids);
 	free(p);
@@ -209,9 +240,18 @@ uint32_t ctr_params_workers(const struct ctr_params *p)
 
 int ctr_params_prefetch(struct ctr_params *p, const uint64_t *ids, uint32_t n)
 {
-	(void)p;
-	(void)ids;
-	(void)n;
+	for (int k = 0; k < 2; k++) {
+		int rc;
+
+		if (!p->ct[k])
+			continue;
+		rc = emb_cached_table_prefetch(p->ct[k], ids, n);
+		/* Not queued: lookup fetches the batch itself. */
+		if (rc == EMB_ECACHEFULL || rc == -EBUSY)
+			rc = 0;
+		if (rc)
+			return rc;
+	}
 	return 0;
 }
 
@@ -225,6 +265,10 @@ int ctr_params_lookup(struct ctr_params *p, const uint64_t *ids, uint32_t n,
 		return EMB_EBADARG;
 	memcpy(p->ids, ids, (size_t)n * sizeof(*ids));
 	p->n = n;
+	if (p->ct[0]) {
+		rc = emb_cached_table_lookup(p->ct[0], ids, n, emb);
+		return rc ? rc : emb_cached_table_lookup(p->ct[1], ids, n, wide);
+	}
 	if (p->o.local) {
 		rc = emb_table_pull(p->lt[T_EMB], ids, n, emb, 0, NULL);
 		if (rc >= 0)
@@ -266,6 +310,19 @@ int ctr_params_push(struct ctr_params *p, const float *g_emb,
 			rc = emb_table_push(p->lt[T_MLP], p->dense_ids,
 					    CTR_DENSE_ROWS, g_dense);
 		return rc;
+	}
+	if (p->ct[0]) {
+		rc = emb_client_table_push_async(p->rt[T_MLP], p->dense_ids,
+						 CTR_DENSE_ROWS, g_dense, step,
+						 p->rank, &op[2]);
+		if (rc)
+			return rc;
+		rc = emb_cached_table_push_grads(p->ct[0], g_emb);
+		r = emb_cached_table_push_grads(p->ct[1], g_wide);
+		if (r && !rc)
+			rc = r;
+		r = emb_async_wait(op[2]);
+		return rc ? rc : r;
 	}
 	r = emb_client_table_push_async(p->rt[T_EMB], p->ids, p->n, g_emb,
 					step, p->rank, &op[0]);
@@ -319,6 +376,7 @@ int ctr_params_set_mode(struct ctr_params *p, uint32_t mode,
 {
 	int rc = 0;
 
+	p->mode = mode;
 	if (p->o.local)
 		return 0;
 	for (int k = 0; k < 3 && !rc; k++)
@@ -326,7 +384,7 @@ int ctr_params_set_mode(struct ctr_params *p, uint32_t mode,
 			p->rt[k], mode,
 			mode == EMB_MODE_SYNC ? p->workers : 0,
 			mode == EMB_MODE_STALE ? staleness : 0);
-	return rc;
+	return rc ? rc : open_caches(p);
 }
 
 int ctr_params_push_empty(struct ctr_params *p, uint64_t step)
@@ -343,6 +401,11 @@ int ctr_params_push_empty(struct ctr_params *p, uint64_t step)
 
 int ctr_params_epoch_end(struct ctr_params *p)
 {
-	(void)p;
+	for (int k = 0; k < 2; k++) {
+		int rc = p->ct[k] ? emb_cached_table_flush(p->ct[k]) : 0;
+
+		if (rc)
+			return rc;
+	}
 	return 0;
 }
