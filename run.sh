@@ -23,7 +23,7 @@ cd "$(dirname "$0")"
 BUILD=${EMB_BUILD_DIR:-build}
 PACKAGES=(build-essential meson ninja-build pkg-config libibverbs-dev
           librdmacm-dev libjemalloc-dev liblz4-dev libcunit1-dev
-          libxxhash-dev clang)
+          libxxhash-dev libmicrohttpd-dev clang)
 
 die() {
     echo "run.sh: $*" >&2
