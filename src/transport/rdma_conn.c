@@ -548,8 +548,11 @@ static bool is_listener(struct emb_rdma_transport *rt, void *ctx)
 
 static void device_removed(struct emb_rdma_transport *rt)
 {
-	emb_log(EMB_LOG_ERROR, "rdma: device %s removed; closing every conn",
-		ibv_get_device_name(rt->verbs->device));
+	/* Every cm_id on the device reports it; say it once per loop. */
+	if (!rt->dev_gone)
+		emb_log(EMB_LOG_ERROR, "rdma: device %s removed; closing every "
+			"conn", ibv_get_device_name(rt->verbs->device));
+	rt->dev_gone = true;
 	for (uint32_t i = 0; i < rt->nconns; i++)
 		if (rt->conns[i])
 			emb__rdma_conn_fail(rt->conns[i], -ENODEV);

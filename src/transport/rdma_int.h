@@ -285,6 +285,7 @@ struct emb_rdma_transport {
 	uint8_t rd_atom;		 /* READs in flight per QP */
 	bool armed;			 /* CQ notification requested */
 	bool dying;			 /* in destroy */
+	bool dev_gone;			 /* DEVICE_REMOVAL seen */
 	struct emb_rdma_mr **mrs;	 /* sorted by address */
 	uint32_t nmrs;
 	uint32_t mrs_cap;

@@ -101,7 +101,7 @@ int main(int argc, char **argv)
 	uint64_t replies = 0;
 	double t0, t1;
 	pthread_t th;
-	int rc;
+	int rc, err = 0;
 
 	if (argc > 2)
 		host = argv[2];
@@ -149,25 +149,26 @@ int main(int argc, char **argv)
 	}
 	t0 = now_s();
 	t1 = t0;
-	while (t1 - t0 < secs) {
-		for (int i = 0; i < window; i++) {
+	while (t1 - t0 < secs && !err) {
+		for (int i = 0; i < window && !err; i++) {
 			if (!sl[i].done)
 				continue;
-			if (sl[i].status) {
-				fprintf(stderr, "rdma_bench: call: %s\n",
-					emb_strerror(sl[i].status));
-				return 1;
-			}
+			err = sl[i].status;
+			if (err)
+				break;
 			if (t1 > t0)
 				replies++;
 			sl[i].done = false;
-			if (emb_conn_call(c, &h, NULL, 0, resp[i], RESP_BYTES,
-					  on_done, &sl[i]))
-				return 1;
+			err = emb_conn_call(c, &h, NULL, 0, resp[i], RESP_BYTES,
+					    on_done, &sl[i]);
+			if (err)
+				sl[i].done = true;
 		}
 		emb_transport_poll(tr, 10);
 		t1 = now_s();
 	}
+	if (err)
+		fprintf(stderr, "rdma_bench: call: %s\n", emb_strerror(err));
 	printf("%s reg=%d window=%d: %llu replies of %u x %u B in %.2f s: "
 	       "%.1f MB/s, %.1f replies/s\n",
 	       tname, reg, window, (unsigned long long)replies, ROWS, ROW_BYTES,
@@ -190,5 +191,5 @@ int main(int argc, char **argv)
 	emb_transport_destroy(s.tr);
 	emb_transport_destroy(tr);
 	free(s.table);
-	return 0;
+	return err ? 1 : 0;
 }
