@@ -36,6 +36,7 @@
 #include "transport/transport.h"
 #include "worker/embstore.h"
 #include "launch.h"
+#include "stat.h"
 
 #define CHUNK_BYTES   (8u << 20) /* rows asked per DUMP_CHUNK */
 #define ASSIGN_BYTES  (8u << 20) /* rows per restore assign call */
@@ -1012,6 +1013,8 @@ static void usage(FILE *f)
 		"describe a snapshot\n"
 		"  export  --in DIR|FILE --format tsv [--out F] rows as "
 		"id<TAB>v0 v1 ...\n"
+		"  stat    --servers LIST [--watch N]          rows, memory "
+		"and op rates per server and table\n"
 		"options: --transport tcp|rdma (EMB_TRANSPORT), "
 		"--auth-token-file F (EMB_AUTH_TOKEN_FILE),\n"
 		"  --block-size BYTES (dump, default 1M), --no-shuffle (dump), "
@@ -1085,6 +1088,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "launch") == 0) /* tools/launch.c */
 		return emb_launch_main(argc - 1, argv + 1);
+	if (strcmp(argv[1], "stat") == 0) /* tools/stat.c */
+		return emb_stat_main(argc - 1, argv + 1);
 	for (cmd = commands; cmd->name; cmd++)
 		if (strcmp(cmd->name, argv[1]) == 0)
 			break;

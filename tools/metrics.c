@@ -111,11 +111,12 @@ void emb_metrics_u64(struct emb_metrics_out *o, const char *name,
 void emb_metrics_f64(struct emb_metrics_out *o, const char *name,
 		     const char *labels, double v)
 {
-	/* %.17g round-trips a double; Prometheus parses it as Go does. */
+	/* 15 significant digits: exact for counters below 2^49 and
+	 * readable for seconds (%.17g prints 2.4680299999999997). */
 	if (labels && *labels)
-		emb_metrics_printf(o, "%s{%s} %.17g\n", name, labels, v);
+		emb_metrics_printf(o, "%s{%s} %.15g\n", name, labels, v);
 	else
-		emb_metrics_printf(o, "%s %.17g\n", name, v);
+		emb_metrics_printf(o, "%s %.15g\n", name, v);
 }
 
 void emb_metrics_hist(struct emb_metrics_out *o, const char *name,

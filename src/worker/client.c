@@ -1344,3 +1344,25 @@ int emb__client_server_dead(struct emb_client *c, uint32_t server)
 	__atomic_store_n(&c->srv[server].dead, true, __ATOMIC_RELAXED);
 	return emb_transport_exec(c->tr, close_dead, c);
 }
+
+int emb__client_admin(struct emb_client *c, uint8_t opcode,
+		      int (*fn)(void *arg, uint32_t server,
+				const struct emb_wire_frame *f),
+		      void *arg)
+{
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_async *op;
+	int rc;
+
+	lim.max_tables = 65536;
+	op = broadcast(c, opcode, NULL, NULL, 0, &rc);
+	if (!op)
+		return rc;
+	for (uint32_t s = 0; s < c->nsrv && !rc; s++) {
+		struct emb_wire_frame f = part_frame(&op->parts[s], &lim);
+
+		rc = fn(arg, s, &f);
+	}
+	admin_free(op);
+	return rc;
+}

@@ -10,6 +10,7 @@
 
 struct emb_client;
 struct emb_node;
+struct emb_wire_frame;
 
 /*
  * Right after emb_client_create(), before any other call: routes slots by
@@ -28,5 +29,16 @@ struct emb_node *emb__client_node(const struct emb_client *c);
  * and so do later ones. 0, or -EINVAL (no such server), -ENOMEM.
  */
 int emb__client_server_dead(struct emb_client *c, uint32_t server);
+
+/*
+ * Sends opcode (no payload, table id 0) to every server at once and waits,
+ * then hands each server's response frame to fn in server order; the frame
+ * is valid during the call only. 0, the first error of a server or of fn,
+ * or -ENOMEM. For worker/admin.c.
+ */
+int emb__client_admin(struct emb_client *c, uint8_t opcode,
+		      int (*fn)(void *arg, uint32_t server,
+				const struct emb_wire_frame *f),
+		      void *arg);
 
 #endif

@@ -369,4 +369,34 @@ void emb_cached_table_cancel(struct emb_cached_table *ct);
 void emb_cached_table_stats(const struct emb_cached_table *ct,
 			    struct emb_cached_table_stats *out);
 
+/* ---- administration (worker/admin.c) ------------------------------------ */
+
+/* One table on one server, as emb_client_server_stats() reports it. */
+struct emb_client_server_table {
+	uint32_t server;	/* index into the client's server list */
+	char name[64];		/* table name, NUL-terminated */
+	uint32_t dim;		/* floats per row */
+	uint64_t rows;		/* live rows */
+	uint64_t bytes;		/* table memory: slabs, index, fixed parts */
+	uint64_t pulls;		/* pull requests served */
+	uint64_t pushes;	/* push requests applied */
+	uint64_t rows_pulled;	/* ids served by pull */
+	uint64_t rows_pushed;	/* distinct ids updated by push */
+	uint64_t rows_created;	/* rows made by the initializer */
+	uint64_t rows_evicted;	/* rows removed by eviction */
+	uint64_t misses;	/* no-create pulls of an absent id */
+	uint64_t grads_discarded; /* pushed rows dropped as too stale */
+};
+
+/*
+ * Every table of every server with its counters, per server rather than
+ * summed (for monitoring: `embstore stat`). Writes up to cap entries to
+ * out, by server then in each server's order, and returns how many there
+ * are (call again with more room if that exceeds cap), or EMB_EBADARG, or
+ * a transport or server error. A table created or dropped meanwhile may
+ * be missing or show zero counters.
+ */
+int emb_client_server_stats(struct emb_client *c,
+			    struct emb_client_server_table *out, uint32_t cap);
+
 #endif

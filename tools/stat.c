@@ -1,0 +1,433 @@
+/*
+ * tools/stat.c - `embstore stat`: one line per server and table with rows,
+ * memory and op rates.
+ *
+ *   embstore stat --servers LIST [--interval S] [--watch N]
+ *
+ * Rates come from two STATS samples (emb_client_server_stats) a known time
+ * apart: the counters are totals since the table was created, so only a
+ * difference says what a table does now. Without --watch it samples twice
+ * one interval apart (default 1 s) and prints once; --watch N samples every
+ * N seconds and redraws in place (ANSI home + clear when stdout is a
+ * terminal, plain successive tables otherwise) until Ctrl-C, which exits 0.
+ * Single-threaded; the client library runs its own network thread.
+ */
+#include "stat.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/wire.h"
+#include "worker/embstore.h"
+
+#define MAX_SERVERS 256u
+
+/* One sample of every table on every server. */
+struct sample {
+	struct emb_client_server_table *t; /* n entries, malloc'd */
+	uint32_t n;			   /* entries */
+	double at_s;			   /* CLOCK_MONOTONIC, seconds */
+};
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	stop_flag = 1;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Sleeps s seconds in short steps, so Ctrl-C ends it at once. */
+static void nap(double s)
+{
+	double until = mono_s() + s;
+
+	while (!stop_flag && mono_s() < until) {
+		struct timespec ts = {0, 50 * 1000 * 1000};
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Reads every table of every server into *out (which it frees first). */
+static int take(struct emb_client *c, struct sample *out)
+{
+	uint32_t cap = out->n + 16;
+
+	for (;;) {
+		struct emb_client_server_table *t = calloc(cap, sizeof(*t));
+		int n;
+
+		if (!t)
+			return -ENOMEM;
+		n = emb_client_server_stats(c, t, cap);
+		if (n < 0) {
+			free(t);
+			return n;
+		}
+		if ((uint32_t)n <= cap) {
+			free(out->t);
+			out->t = t;
+			out->n = (uint32_t)n;
+			out->at_s = mono_s();
+			return 0;
+		}
+		free(t); /* tables appeared meanwhile: ask with more room */
+		cap = (uint32_t)n + 16;
+	}
+}
+
+static const struct emb_client_server_table *
+find(const struct sample *s, uint32_t server, const char *name)
+{
+	for (uint32_t i = 0; i < s->n; i++)
+		if (s->t[i].server == server && !strcmp(s->t[i].name, name))
+			return &s->t[i];
+	return NULL;
+}
+
+/* 1536 -> "1.5 KiB": memory in binary units. */
+static void fmt_bytes(char *buf, size_t cap, uint64_t v)
+{
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	double d = (double)v;
+	int u = 0;
+
+	while (d >= 1024 && u < 4) {
+		d /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, cap, "%llu B", (unsigned long long)v);
+	else
+		snprintf(buf, cap, "%.1f %s", d, units[u]);
+}
+
+/* 1234567 -> "1.23M": counts and rates in decimal units. */
+static void fmt_count(char *buf, size_t cap, double v)
+{
+	if (v < 10000)
+		snprintf(buf, cap, "%.*f", v < 100 && v != (double)(uint64_t)v
+						   ? 1 : 0, v);
+	else if (v < 1e6)
+		snprintf(buf, cap, "%.1fk", v / 1e3);
+	else if (v < 1e9)
+		snprintf(buf, cap, "%.2fM", v / 1e6);
+	else
+		snprintf(buf, cap, "%.2fG", v / 1e9);
+}
+
+/* The counter's growth per second between a and b; 0 for a new table or
+ * a counter that went back (the table was dropped and made again). */
+static double rate(uint64_t a, uint64_t b, double dt)
+{
+	return b >= a && dt > 0 ? (double)(b - a) / dt : 0;
+}
+
+static void print_row(const char *server, const char *table, uint32_t dim,
+		      uint64_t rows, uint64_t bytes, const double r[4])
+{
+	char rs[16], bs[16], p[16], q[16], rp[16], rq[16];
+
+	fmt_count(rs, sizeof(rs), (double)rows);
+	fmt_bytes(bs, sizeof(bs), bytes);
+	fmt_count(p, sizeof(p), r[0]);
+	fmt_count(q, sizeof(q), r[1]);
+	fmt_count(rp, sizeof(rp), r[2]);
+	fmt_count(rq, sizeof(rq), r[3]);
+	if (dim)
+		printf("%-21s %-16s %5u %9s %10s %9s %9s %11s %11s\n", server,
+		       table, dim, rs, bs, p, q, rp, rq);
+	else
+		printf("%-21s %-16s %5s %9s %10s %9s %9s %11s %11s\n", server,
+		       table, "", rs, bs, p, q, rp, rq);
+}
+
+/* Prints b with rates against a (NULL: none yet). */
+static void show(char *const *names, uint32_t nsrv, const struct sample *a,
+		 const struct sample *b, bool tty)
+{
+	double dt = a ? b->at_s - a->at_s : 0;
+	char when[32];
+	time_t now = time(NULL);
+	struct tm tm;
+
+	localtime_r(&now, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+	if (tty)
+		fputs("\033[H\033[2J", stdout);
+	printf("embstore stat  %s  %u server%s, %u table%s  rates over %.1f s\n",
+	       when, nsrv, nsrv == 1 ? "" : "s", b->n, b->n == 1 ? "" : "s",
+	       dt);
+	printf("%-21s %-16s %5s %9s %10s %9s %9s %11s %11s\n", "SERVER",
+	       "TABLE", "DIM", "ROWS", "MEMORY", "PULLS/S", "PUSHES/S",
+	       "ROWS-PULL/S", "ROWS-PUSH/S");
+	for (uint32_t s = 0; s < nsrv; s++) {
+		uint64_t rows = 0, bytes = 0;
+		double sum[4] = {0};
+		uint32_t ntab = 0;
+
+		for (uint32_t i = 0; i < b->n; i++) {
+			const struct emb_client_server_table *e = &b->t[i];
+			const struct emb_client_server_table *o =
+				a ? find(a, s, e->name) : NULL;
+			double r[4] = {0};
+
+			if (e->server != s)
+				continue;
+			if (o) {
+				r[0] = rate(o->pulls, e->pulls, dt);
+				r[1] = rate(o->pushes, e->pushes, dt);
+				r[2] = rate(o->rows_pulled, e->rows_pulled, dt);
+				r[3] = rate(o->rows_pushed, e->rows_pushed, dt);
+			}
+			print_row(names[s], e->name, e->dim, e->rows, e->bytes,
+				  r);
+			rows += e->rows;
+			bytes += e->bytes;
+			for (int k = 0; k < 4; k++)
+				sum[k] += r[k];
+			ntab++;
+		}
+		if (ntab == 0)
+			printf("%-21s %-16s\n", names[s], "(no tables)");
+		else if (ntab > 1)
+			print_row(names[s], "(all)", 0, rows, bytes, sum);
+	}
+	fflush(stdout);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: embstore stat --servers LIST [options]\n"
+		"  --servers LIST        host:port[,host:port...] (EMB_SERVERS)\n"
+		"  --sched HOST:PORT     resolve the servers through the "
+		"scheduler (not yet available)\n"
+		"  --interval S          seconds between the two samples of "
+		"a rate (default 1)\n"
+		"  --watch N             redraw every N seconds until Ctrl-C\n"
+		"  --transport tcp|rdma  (EMB_TRANSPORT; default tcp)\n"
+		"  --auth-token-file F   (EMB_AUTH_TOKEN_FILE)\n"
+		"  --log-level L         error|warn|info|debug (default "
+		"error)\n");
+}
+
+static int read_token(const char *path, uint8_t *buf, uint32_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	size_t n;
+
+	if (!f)
+		return -errno;
+	n = fread(buf, 1, EMB_WIRE_TOKEN_MAX + 1, f);
+	fclose(f);
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	if (n == 0 || n > EMB_WIRE_TOKEN_MAX)
+		return -EINVAL;
+	*len = (uint32_t)n;
+	return 0;
+}
+
+/* Splits LIST at commas into names[] (malloc'd copies), as the client
+ * numbers its servers. Returns how many, or 0 if malformed. */
+static uint32_t split_servers(const char *list, char **names, uint32_t max)
+{
+	uint32_t n = 0;
+	const char *p = list;
+
+	while (*p && n < max) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		names[n] = strndup(p, len);
+		if (!names[n] || !len)
+			break;
+		n++;
+		if (!end)
+			return n;
+		p = end + 1;
+	}
+	for (uint32_t i = 0; i <= n && i < max; i++) {
+		free(names[i]);
+		names[i] = NULL;
+	}
+	return 0;
+}
+
+static bool parse_seconds(const char *s, double lo, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= lo) || v > 86400)
+		return false;
+	*out = v;
+	return true;
+}
+
+int emb_stat_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"servers", required_argument, NULL, 's'},
+		{"sched", required_argument, NULL, 'S'},
+		{"interval", required_argument, NULL, 'i'},
+		{"watch", required_argument, NULL, 'w'},
+		{"transport", required_argument, NULL, 'T'},
+		{"auth-token-file", required_argument, NULL, 'a'},
+		{"log-level", required_argument, NULL, 'L'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
+	const char *servers = getenv("EMB_SERVERS");
+	const char *token_file = getenv("EMB_AUTH_TOKEN_FILE");
+	const char *sched = NULL, *level = "error";
+	char *names[MAX_SERVERS] = {0};
+	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
+	struct sample a = {0}, b = {0};
+	struct emb_client *c = NULL;
+	double interval = 1, watch = 0;
+	enum emb_log_level lvl;
+	struct sigaction sa;
+	uint32_t nsrv;
+	bool tty;
+	int opt, rc, status = 1;
+
+	co.transport = getenv("EMB_TRANSPORT") ? getenv("EMB_TRANSPORT")
+					       : "tcp";
+	co.timeout_ms = 5000;
+	co.name = "embstore-stat";
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 's': servers = optarg; break;
+		case 'S': sched = optarg; break;
+		case 'i':
+			if (!parse_seconds(optarg, 0.1, &interval)) {
+				fprintf(stderr, "embstore stat: bad --interval "
+						"'%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'w':
+			if (!parse_seconds(optarg, 0.1, &watch)) {
+				fprintf(stderr, "embstore stat: bad --watch "
+						"'%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'T': co.transport = optarg; break;
+		case 'a': token_file = optarg; break;
+		case 'L': level = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "embstore stat: unexpected argument '%s'\n",
+			argv[optind]);
+		return 2;
+	}
+	if (emb_log_parse_level(level, &lvl)) {
+		fprintf(stderr, "embstore stat: bad --log-level '%s'\n", level);
+		return 2;
+	}
+	emb_log_set_level(lvl);
+	if (sched) {
+		/* Asking the scheduler for its map would register this tool
+		 * as a worker; the scheduler has no read-only query yet. */
+		fprintf(stderr, "embstore stat: --sched is not supported yet "
+				"(the scheduler has no query for its cluster "
+				"map); use --servers\n");
+		return 2;
+	}
+	if (!servers || !*servers) {
+		fprintf(stderr, "embstore stat: give --servers (or "
+				"EMB_SERVERS)\n");
+		usage(stderr);
+		return 2;
+	}
+	nsrv = split_servers(servers, names, MAX_SERVERS);
+	if (!nsrv) {
+		fprintf(stderr, "embstore stat: bad server list '%s'\n",
+			servers);
+		return 2;
+	}
+	if (token_file && *token_file) {
+		if (read_token(token_file, token, &co.auth_token_len)) {
+			fprintf(stderr, "embstore stat: cannot use token file "
+					"%s\n", token_file);
+			status = 2;
+			goto out;
+		}
+		co.auth_token = token;
+	}
+	co.servers = servers;
+	rc = emb_client_create(&co, &c);
+	if (rc) {
+		fprintf(stderr, "embstore stat: cannot connect to %s: %s\n",
+			servers, emb_strerror(rc));
+		goto out;
+	}
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_sigint;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	tty = isatty(STDOUT_FILENO);
+
+	rc = take(c, &a);
+	while (!rc && !stop_flag) {
+		nap(watch > 0 ? watch : interval);
+		if (stop_flag)
+			break;
+		rc = take(c, &b);
+		if (rc)
+			break;
+		show(names, nsrv, &a, &b, tty && watch > 0);
+		if (watch <= 0)
+			break;
+		/* b becomes the older sample; a's buffer is reused. */
+		{
+			struct sample t = a;
+
+			a = b;
+			b = t;
+		}
+	}
+	if (rc) {
+		fprintf(stderr, "embstore stat: cannot read stats: %s\n",
+			emb_strerror(rc));
+		goto out;
+	}
+	status = 0;
+out:
+	free(a.t);
+	free(b.t);
+	emb_client_destroy(c);
+	for (uint32_t i = 0; i < MAX_SERVERS; i++)
+		free(names[i]);
+	return status;
+}
