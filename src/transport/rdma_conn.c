@@ -598,7 +598,6 @@ static int cm_events(struct emb_rdma_transport *rt)
 				emb__rdma_conn_opened(c);
 			break;
 		case RDMA_CM_EVENT_DISCONNECTED:
-			c->cm_gone = true;
 			if (c->state != EMB_RDMA_CONN_DRAINING)
 				emb__rdma_conn_fail(c, EMB_EPEERDEAD);
 			break;
@@ -744,6 +743,11 @@ static void op_destroy(struct emb_transport *tr)
 			emb__rdma_conn_fail(rt->conns[i], EMB_ECLOSED);
 	if (rt->cq)
 		drain_all(rt);
+	emb_log(EMB_LOG_DEBUG, "rdma: loop done: %llu responses bounced, %llu "
+		"reply bytes staged, %llu one-off registrations",
+		(unsigned long long)rt->bounced,
+		(unsigned long long)rt->copied_bytes,
+		(unsigned long long)rt->oneoff);
 	for (uint32_t i = 0; i < rt->nmrs; i++) {
 		emb_log(EMB_LOG_WARN, "rdma: %zu bytes at %p still registered "
 			"at destroy", rt->mrs[i]->base.len,

@@ -217,7 +217,6 @@ struct emb_rdma_conn {
 	bool opened;			/* server: on_open ran */
 	bool sq_drained;		/* drain markers seen */
 	bool rq_drained;
-	bool cm_gone;			/* DISCONNECTED or TIMEWAIT seen */
 	uint32_t busy;			/* callbacks running; no free */
 	uint32_t qpn;			/* qp_num, to drop stale CQEs */
 	uint8_t wc_status;		/* failed WR's status, for the log */

@@ -27,6 +27,7 @@
 
 #define OP_ROWS 1 /* payload u32 row numbers; reply one iov per row */
 #define OP_PUSH 2 /* payload u64 ids then floats; reply u64 checksum */
+#define OP_HOLD 3 /* held until the test replies with rows of region 0 */
 #define NREGIONS 3
 #define REGION_FLOATS (4096u * 256u) /* 4 MiB per region */
 
@@ -43,6 +44,8 @@ struct server {
 	int closes;		     /* on_close calls */
 	int last_reason;	     /* their last reason */
 	int bad_seen;		     /* requests that failed a check */
+	struct emb_req *held;	     /* OP_HOLD request */
+	struct emb_frame_hdr held_hdr; /* its header */
 };
 
 static float row_value(unsigned region, uint32_t row, unsigned j)
@@ -88,6 +91,11 @@ static void on_request(void *arg, struct emb_conn *c, struct emb_req *r,
 			       &(struct iovec){.iov_base = &s->sum,
 					       .iov_len = sizeof(s->sum)},
 			       1, NULL, NULL);
+		return;
+	}
+	if (h->opcode == OP_HOLD) {
+		s->held = r;
+		s->held_hdr = *h;
 		return;
 	}
 	emb_req_release(r);
@@ -192,7 +200,16 @@ static void *accept_main(void *arg)
  * emb_conn_create() blocks until the server accepts, so the server loop
  * runs in a thread meanwhile; the join hands it back to this thread.
  */
+static struct emb_conn *dial_timeout(struct emb_transport *tr,
+				     struct server *s, uint32_t timeout_ms);
+
 static struct emb_conn *dial(struct emb_transport *tr, struct server *s)
+{
+	return dial_timeout(tr, s, 30000);
+}
+
+static struct emb_conn *dial_timeout(struct emb_transport *tr,
+				     struct server *s, uint32_t timeout_ms)
 {
 	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
 	struct accepter a = {.s = s};
@@ -202,7 +219,7 @@ static struct emb_conn *dial(struct emb_transport *tr, struct server *s)
 
 	co.host = host;
 	co.port = emb_listener_port(s->l);
-	co.call_timeout_ms = 30000;
+	co.call_timeout_ms = timeout_ms;
 	CU_ASSERT_FATAL(pthread_create(&th, NULL, accept_main, &a) == 0);
 	rc = emb_conn_create(tr, &co, &c);
 	__atomic_store_n(&a.stop, 1, __ATOMIC_RELEASE);
@@ -430,6 +447,110 @@ static void test_deep_pipeline(void)
 	emb_conn_destroy(c);
 	emb_transport_destroy(tr);
 	server_stop(&s);
+}
+
+static void test_dropped_credit(void)
+{
+	enum { N = 80 };
+	struct server s;
+	struct emb_transport *tr;
+	struct emb_conn *c;
+	struct emb_frame_hdr h = {.opcode = 77};
+	struct emb_transport_stats st;
+	struct result r[N];
+	uint32_t rows[4] = {4, 3, 2, 1};
+	char resp[8 + 4 * 4 * 4];
+
+	server_start(&s, NULL);
+	region_fill(&s, 0, 8, 4);
+	CU_ASSERT_FATAL(emb_transport_create("rdma", NULL, &tr) == 0);
+	c = dial_timeout(tr, &s, 500);
+	/* The server drops them all: more than the credit window. */
+	memset(r, 0, sizeof(r));
+	for (int i = 0; i < N; i++)
+		CU_ASSERT_EQUAL_FATAL(emb_conn_call(c, &h, NULL, 0, NULL, 0,
+						    on_done, &r[i]),
+				      0);
+	for (int i = 0; i < N; i++) {
+		pump(tr, s.tr, &r[i].done);
+		CU_ASSERT_EQUAL(r[i].status, -ETIMEDOUT);
+	}
+	emb_transport_stats(tr, &st);
+	CU_ASSERT_EQUAL(st.calls_timed_out, N);
+	/* Their credits came back: the conn still carries calls. */
+	pull_check(tr, &s, c, 0, rows, 4, 4, resp, sizeof(resp));
+
+	emb_conn_destroy(c);
+	emb_transport_destroy(tr);
+	server_stop(&s);
+}
+
+static void test_late_response(void)
+{
+	enum { N = 2048, DIM = 16 };
+	struct server s;
+	struct emb_transport *tr;
+	struct emb_conn *c;
+	size_t cap = 8 + (size_t)N * DIM * 4;
+	char *late = malloc(cap), *resp = malloc(cap);
+	struct emb_frame_hdr h = {.opcode = OP_HOLD};
+	struct emb_frame_hdr rh = {.opcode = OP_HOLD | EMB_OP_RESPONSE_BIT};
+	struct emb_transport_stats st;
+	struct result r = {0};
+	uint32_t rows[N];
+
+	server_start(&s, NULL);
+	region_fill(&s, 0, N, DIM);
+	CU_ASSERT_FATAL(emb_transport_create("rdma", NULL, &tr) == 0);
+	c = dial_timeout(tr, &s, 300);
+	for (uint32_t i = 0; i < N; i++)
+		rows[i] = i;
+	memset(late, 0x77, cap);
+	/* Plain resp buffer: the answer would land in bounce pages. */
+	CU_ASSERT_EQUAL_FATAL(emb_conn_call(c, &h, NULL, 0, late, cap, on_done,
+					    &r),
+			      0);
+	pump(tr, s.tr, &r.done);
+	CU_ASSERT_EQUAL(r.status, -ETIMEDOUT);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s.held);
+	/* The server answers after all, with 1 MiB WRITTEN to the bounce. */
+	for (uint32_t i = 0; i < N; i++)
+		s.iov[i] = (struct iovec){.iov_base = s.region[0] + i * DIM,
+					  .iov_len = DIM * 4};
+	CU_ASSERT_EQUAL(emb_conn_reply(s.held, &rh, s.iov, N, NULL, NULL), 0);
+	s.held = NULL;
+	for (int i = 0; i < 200; i++) {
+		emb_transport_poll(s.tr, 0);
+		emb_transport_poll(tr, 1);
+		emb_transport_stats(tr, &st);
+		if (st.resp_unmatched)
+			break;
+	}
+	CU_ASSERT_EQUAL(st.resp_unmatched, 1);
+	/* The caller's buffer was left alone, the conn still works. */
+	for (size_t i = 0; i < cap; i++)
+		if (late[i] != 0x77) {
+			CU_FAIL("late response landed in the caller's buffer");
+			break;
+		}
+	{
+		struct emb_frame_hdr ph = {.opcode = OP_ROWS, .count = DIM};
+		struct iovec iov = {rows, 64 * 4};
+		struct result r2 = {0};
+
+		CU_ASSERT_EQUAL_FATAL(emb_conn_call(c, &ph, &iov, 1, resp, cap,
+						    on_done, &r2),
+				      0);
+		pump(tr, s.tr, &r2.done);
+		CU_ASSERT_EQUAL(r2.status, 0);
+		CU_ASSERT_EQUAL(r2.hdr.payload_len, 8 + 64 * DIM * 4);
+	}
+
+	emb_conn_destroy(c);
+	emb_transport_destroy(tr);
+	server_stop(&s);
+	free(late);
+	free(resp);
 }
 
 /* The child of test_killed_client: connect, send a 1 MiB push, die. */
@@ -672,6 +793,10 @@ static const struct emb_test_case cases[] = {
 	 test_late_registration},
 	{"moves a push of max_frame_bytes", test_max_frame_push},
 	{"pipelines 1000 calls past the credit window", test_deep_pipeline},
+	{"returns the credit of every request the server drops",
+	 test_dropped_credit},
+	{"parks a timed-out call until its late response",
+	 test_late_response},
 	{"keeps serving when a client is killed mid-request",
 	 test_killed_client},
 	{"closes only the conn that sends a malformed frame", test_malformed},
