@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # run.sh - build, test and try embstore from a checkout.
 #
-#   ./run.sh demo           build, then run the store benchmark (W1) and print figures
+#   ./run.sh demo           build, then train the CTR example on a local cluster,
+#                           dump the trained tables and inspect the dump
+#   ./run.sh store-bench    build, then run the store benchmark (W1) and print figures
 #   ./run.sh test           build, then run every test suite; ends with "N passed, N failed"
 #   ./run.sh build          install missing packages, configure and build
 #   ./run.sh bench ARGS...  build, then run tools/embstore-bench with ARGS
@@ -116,7 +118,7 @@ json_get() {
 # W1: one in-process table of 1M rows x 64 floats, batches of 4096 ids, one
 # thread, SGD. The raw-* ops run the same id stream on a dense array: the
 # store's targets are pull >= 0.6x raw-gather and push >= 0.6x raw-apply.
-cmd_demo() {
+cmd_store_bench() {
     local dur=${EMB_DEMO_DURATION:-5} bench dist op line
     local -A rate
     cmd_build
@@ -154,14 +156,45 @@ cmd_demo() {
     done
 }
 
+# The main job: a local cluster (scheduler, 2 servers, 2 workers) trains the
+# CTR example on generated Criteo-format data, worker 0 dumps the trained
+# tables while the servers still hold them, and the dump is inspected.
+cmd_demo() {
+    local out=${EMB_DEMO_DIR:-out/demo} rows=${EMB_DEMO_ROWS:-200000}
+    local bin=$BUILD/tools ex=$BUILD/examples/ctr t
+    cmd_build
+    rm -rf "$out"
+    mkdir -p "$out"
+    echo
+    echo "== data: $rows Criteo-format lines with a planted truth"
+    "$ex/gen" --rows "$rows" --seed 1 --out "$out/data"
+    echo
+    echo "== baseline: the same model trained in one process (--local)"
+    "$ex/train" --local --data "$out/data/train.tsv" \
+        --test "$out/data/test.tsv" --epochs 2 --log-every 100
+    echo
+    echo "== embstore: scheduler + 2 servers + 2 workers (logs in $out/log)"
+    EMB_LOG_LEVEL=${EMB_LOG_LEVEL:-warn} "$bin/embstore" launch \
+        --server_num 2 --worker_num 2 --log-dir "$out/log" -- \
+        "$ex/train" --data "$out/data/train.tsv" \
+        --test "$out/data/test.tsv" --epochs 2 --log-every 100 \
+        --after-train "mkdir -p '$out/dump' && for t in ctr_emb ctr_wide ctr_mlp; do '$bin/embstore' dump --table \$t --out '$out/dump'/\$t || exit 1; done"
+    echo
+    echo "== the dump, verified"
+    for t in ctr_emb ctr_wide ctr_mlp; do
+        "$bin/embstore" inspect "$out/dump/$t"
+    done
+}
+
 case ${1:-} in
 deps) cmd_deps ;;
 build) cmd_build ;;
 test) cmd_test ;;
 demo) cmd_demo ;;
+store-bench) cmd_store_bench ;;
 bench) shift; cmd_bench "$@" ;;
 *)
-    sed -n '2,9s/^# \{0,1\}//p' "$0" >&2
+    sed -n '2,11s/^# \{0,1\}//p' "$0" >&2
     exit 2
     ;;
 esac

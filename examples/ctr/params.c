@@ -409,3 +409,17 @@ int ctr_params_epoch_end(struct ctr_params *p)
 	}
 	return 0;
 }
+
+int ctr_params_barrier(struct ctr_params *p, const char *name)
+{
+	if (p->o.local || p->workers <= 1 || !p->from_env)
+		return 0;
+	return emb_client_barrier(p->c, name);
+}
+
+int ctr_params_servers(struct ctr_params *p, char *buf, size_t cap)
+{
+	if (p->o.local)
+		return -EINVAL;
+	return emb_client_servers(p->c, buf, cap);
+}

@@ -8,6 +8,7 @@
 #define EMB_EXAMPLES_CTR_PARAMS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -59,6 +60,13 @@ int ctr_params_set_mode(struct ctr_params *p, uint32_t mode,
 			uint32_t staleness);
 /* A synchronous step in which this worker has no examples. */
 int ctr_params_push_empty(struct ctr_params *p, uint64_t step);
+/*
+ * Waits for every worker (a no-op for one worker or local mode). 0, or the
+ * cluster's error.
+ */
+int ctr_params_barrier(struct ctr_params *p, const char *name);
+/* The cluster's servers as "host:port,...", or -EINVAL in local mode. */
+int ctr_params_servers(struct ctr_params *p, char *buf, size_t cap);
 /* End of an epoch: flushes cached updates to the servers. */
 int ctr_params_epoch_end(struct ctr_params *p);
 

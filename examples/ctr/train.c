@@ -36,6 +36,7 @@ struct cfg {
 	uint64_t seed;	       /* tables' and the MLP's initial values */
 	uint32_t mode;	       /* enum emb_mode */
 	uint32_t staleness;    /* bounded staleness: K */
+	const char *after;     /* shell command rank 0 runs after training */
 	struct ctr_params_opts popts; /* where the parameters live */
 };
 
@@ -56,7 +57,10 @@ static void usage(FILE *f)
 		"[--transport tcp|rdma|auto]\n"
 		"             [--cache-rows R] [--prefetch K] [--staleness S] "
 		"[--seed N] [--log-every N]\n"
-		"             [--mode async|sync|stale:K]\n");
+		"             [--mode async|sync|stale:K] [--after-train CMD]\n"
+		"--after-train: once every worker is done, worker 0 runs CMD with\n"
+		"EMB_SERVERS set to the cluster's servers (e.g. an embstore dump)\n"
+		"while they still serve.\n");
 }
 
 /* Lines in path, or 0 if it cannot be read. */
@@ -286,6 +290,34 @@ static int train(const struct cfg *c, struct ctr_params *p)
 	return rc;
 }
 
+/*
+ * Every worker has flushed; worker 0 runs the command (a dump, say) while
+ * the servers still hold the trained tables, then everyone may finish.
+ */
+static int after_train(const struct cfg *c, struct ctr_params *p)
+{
+	char servers[4096];
+	int rc, st;
+
+	rc = ctr_params_barrier(p, "trained");
+	if (rc || ctr_params_rank(p) != 0)
+		return rc ? rc : ctr_params_barrier(p, "after-train");
+	rc = ctr_params_servers(p, servers, sizeof(servers));
+	if (rc == 0 && setenv("EMB_SERVERS", servers, 1) != 0)
+		rc = -errno;
+	if (rc == 0) {
+		fflush(stdout);
+		st = system(c->after);
+		if (st != 0) {
+			fprintf(stderr, "train: after-train command failed "
+					"(status %d): %s\n", st, c->after);
+			rc = EMB_EINTERNAL;
+		}
+	}
+	st = ctr_params_barrier(p, "after-train");
+	return rc ? rc : st;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -302,6 +334,7 @@ int main(int argc, char **argv)
 		{"prefetch", required_argument, NULL, 'p'},
 		{"staleness", required_argument, NULL, 'z'},
 		{"mode", required_argument, NULL, 'm'},
+		{"after-train", required_argument, NULL, 'A'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -329,6 +362,7 @@ int main(int argc, char **argv)
 		case 'c': c.popts.cache_rows = (uint32_t)atoi(optarg); break;
 		case 'p': c.popts.prefetch = (uint32_t)atoi(optarg); break;
 		case 'z': c.popts.staleness = (uint32_t)atoi(optarg); break;
+		case 'A': c.after = optarg; break;
 		case 'm':
 			if (strcmp(optarg, "async") == 0) {
 				c.mode = EMB_MODE_ASYNC;
@@ -367,6 +401,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	rc = train(&c, p);
+	if (!rc && c.after)
+		rc = after_train(&c, p);
 	ctr_params_close(p);
 	if (rc) {
 		fprintf(stderr, "train: %s\n", emb_strerror(rc));

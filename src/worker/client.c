@@ -1206,6 +1206,14 @@ int emb_client_create(const struct emb_client_opts *opts,
 	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
 	    (opts->auth_token_len && !opts->auth_token))
 		return -EINVAL;
+	/* A trainer has no flag for it: the library honours the variable the
+	 * servers and tools read. */
+	if (getenv("EMB_LOG_LEVEL")) {
+		enum emb_log_level lvl;
+
+		if (emb_log_parse_level(getenv("EMB_LOG_LEVEL"), &lvl) == 0)
+			emb_log_set_level(lvl);
+	}
 	tp = opts->transport ? opts->transport : "tcp";
 	if (strcmp(tp, "tcp") && strcmp(tp, "rdma") && strcmp(tp, "auto"))
 		return -EINVAL;
@@ -1276,6 +1284,24 @@ uint32_t emb_client_nservers(const struct emb_client *c)
 const char *emb_client_transport(const struct emb_client *c)
 {
 	return emb_transport_name(c->tr);
+}
+
+int emb_client_servers(const struct emb_client *c, char *buf, size_t cap)
+{
+	size_t at = 0;
+
+	if (!c || !buf || !cap)
+		return EMB_EBADARG;
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < c->nsrv; i++) {
+		int n = snprintf(buf + at, cap - at, "%s%s:%u", i ? "," : "",
+				 c->srv[i].host, c->srv[i].port);
+
+		if (n < 0 || (size_t)n >= cap - at)
+			return -ENOSPC;
+		at += (size_t)n;
+	}
+	return 0;
 }
 
 uint32_t emb_client_server_of(const struct emb_client *c, uint64_t id)

@@ -87,6 +87,11 @@ void emb_client_destroy(struct emb_client *c); /* NULL is a no-op */
 uint32_t emb_client_nservers(const struct emb_client *c);
 /* "tcp" or "rdma": what the client's connections use. */
 const char *emb_client_transport(const struct emb_client *c);
+/*
+ * Writes the servers as "host:port,host:port..." (the form emb_client_opts
+ * and the embstore tools take) to buf. 0, or -ENOSPC if cap is too small.
+ */
+int emb_client_servers(const struct emb_client *c, char *buf, size_t cap);
 /* The server (0-based, in the order given) that holds id. */
 uint32_t emb_client_server_of(const struct emb_client *c, uint64_t id);
 void emb_client_stats(struct emb_client *c, struct emb_client_stats *out);
