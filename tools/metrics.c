@@ -27,30 +27,29 @@
 #include "common/hist.h"
 
 struct emb_metrics {
-	struct MHD_Daemon *d;	/* the HTTP server */
+	struct MHD_Daemon *d;	   /* the HTTP server */
 	emb_metrics_collect_fn fn; /* the owner's collector */
-	void *arg;		/* passed to fn */
-	uint16_t port;		/* bound port */
+	void *arg;		   /* passed to fn */
+	uint16_t port;		   /* bound port */
 };
 
 struct emb_metrics_out {
-	char *buf;	/* text so far; malloc'd, handed to libmicrohttpd */
-	size_t len;	/* bytes written, NUL excluded */
-	size_t cap;	/* bytes allocated */
-	bool failed;	/* out of memory: the scrape answers 500 */
+	char *buf;   /* text so far; malloc'd, handed to libmicrohttpd */
+	size_t len;  /* bytes written, NUL excluded */
+	size_t cap;  /* bytes allocated */
+	bool failed; /* out of memory: the scrape answers 500 */
 };
 
 /* Upper bounds of the latency buckets, seconds; +Inf follows. */
 static const double le_seconds[] = {
-	0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001,
-	0.0025,	 0.005,	   0.01,    0.025,  0.05,    0.1,    0.25,
-	0.5,	 1,	   2.5,	    5,	    10,
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+    0.0025,  0.005,    0.01,	0.025,	0.05,	 0.1,	 0.25,
+    0.5,     1,	       2.5,	5,	10,
 };
 
 /* ---- text ---- */
 
-static void out_vappend(struct emb_metrics_out *o, const char *fmt,
-			va_list ap)
+static void out_vappend(struct emb_metrics_out *o, const char *fmt, va_list ap)
 {
 	va_list cp;
 	int n;
@@ -142,8 +141,8 @@ void emb_metrics_hist(struct emb_metrics_out *o, const char *name,
 				   lb, sep, le_seconds[i],
 				   (unsigned long long)n);
 	}
-	emb_metrics_printf(o, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, lb, sep,
-			   (unsigned long long)h->count);
+	emb_metrics_printf(o, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, lb,
+			   sep, (unsigned long long)h->count);
 	if (*lb) {
 		emb_metrics_printf(o, "%s_sum{%s} %.9f\n", name, lb,
 				   (double)h->sum / 1e9);
@@ -206,7 +205,8 @@ void emb_metrics_process(struct emb_metrics_out *o)
 	emb_metrics_family(o, "embstore_process_resident_memory_bytes", "gauge",
 			   "Resident set size of the process.");
 	emb_metrics_u64(o, "embstore_process_resident_memory_bytes", NULL,
-			rss_pages * (unsigned long long)(page > 0 ? page : 4096));
+			rss_pages *
+			    (unsigned long long)(page > 0 ? page : 4096));
 	emb_metrics_family(o, "embstore_process_virtual_memory_bytes", "gauge",
 			   "Virtual memory size of the process.");
 	emb_metrics_u64(o, "embstore_process_virtual_memory_bytes", NULL,
@@ -238,9 +238,9 @@ static enum MHD_Result answer(struct MHD_Connection *conn, unsigned int code,
 	struct MHD_Response *r;
 	enum MHD_Result ret;
 
-	r = MHD_create_response_from_buffer(
-		len, body, must_free ? MHD_RESPMEM_MUST_FREE
-				     : MHD_RESPMEM_PERSISTENT);
+	r = MHD_create_response_from_buffer(len, body,
+					    must_free ? MHD_RESPMEM_MUST_FREE
+						      : MHD_RESPMEM_PERSISTENT);
 	if (!r) {
 		if (must_free)
 			free(body);
@@ -367,19 +367,18 @@ int emb_metrics_create(const char *addr, emb_metrics_collect_fn fn, void *arg,
 		rc = -errno;
 		goto err_free;
 	}
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &(int){1},
-		       sizeof(int)) < 0 ||
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &(int){1}, sizeof(int)) <
+		0 ||
 	    bind(fd, (struct sockaddr *)&ss, sslen) < 0 || listen(fd, 16) < 0) {
 		rc = -errno;
 		goto err_close;
 	}
 	if (ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	m->d = MHD_start_daemon(flags, 0, NULL, NULL, on_http, m,
-				MHD_OPTION_LISTEN_SOCKET, fd,
-				MHD_OPTION_CONNECTION_LIMIT, 16u,
-				MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-				MHD_OPTION_END);
+	m->d = MHD_start_daemon(
+	    flags, 0, NULL, NULL, on_http, m, MHD_OPTION_LISTEN_SOCKET, fd,
+	    MHD_OPTION_CONNECTION_LIMIT, 16u, MHD_OPTION_CONNECTION_TIMEOUT,
+	    10u, MHD_OPTION_END);
 	if (!m->d) {
 		rc = -ENOMEM;
 		goto err_close;

@@ -68,6 +68,6 @@ void emb_metrics_process(struct emb_metrics_out *o);
 
 /* Appends raw text (tests, or a collector's own lines). */
 void emb_metrics_printf(struct emb_metrics_out *o, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 #endif

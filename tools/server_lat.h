@@ -40,9 +40,9 @@ enum emb_lat_op {
 static inline const char *emb_lat_op_name(uint32_t i)
 {
 	static const char *const names[EMB_LAT_NOPS] = {
-		"pull",	  "push",	  "assign",	  "erase",    "stats",
-		"list_tables", "create_table", "drop_table", "set_mode",
-		"hello",  "ping",	  "dump",	  "other",
+	    "pull",	   "push",	   "assign",	 "erase",    "stats",
+	    "list_tables", "create_table", "drop_table", "set_mode", "hello",
+	    "ping",	   "dump",	   "other",
 	};
 
 	return i < EMB_LAT_NOPS ? names[i] : "other";
@@ -51,21 +51,34 @@ static inline const char *emb_lat_op_name(uint32_t i)
 static inline uint32_t emb_lat_op_of(uint8_t opcode)
 {
 	switch (opcode) {
-	case EMB_OP_PULL: return EMB_LAT_PULL;
-	case EMB_OP_PUSH: return EMB_LAT_PUSH;
-	case EMB_OP_ASSIGN: return EMB_LAT_ASSIGN;
-	case EMB_OP_ERASE: return EMB_LAT_ERASE;
-	case EMB_OP_STATS: return EMB_LAT_STATS;
-	case EMB_OP_LIST_TABLES: return EMB_LAT_LIST_TABLES;
-	case EMB_OP_CREATE_TABLE: return EMB_LAT_CREATE_TABLE;
-	case EMB_OP_DROP_TABLE: return EMB_LAT_DROP_TABLE;
-	case EMB_OP_SET_MODE: return EMB_LAT_SET_MODE;
-	case EMB_OP_HELLO: return EMB_LAT_HELLO;
-	case EMB_OP_PING: return EMB_LAT_PING;
+	case EMB_OP_PULL:
+		return EMB_LAT_PULL;
+	case EMB_OP_PUSH:
+		return EMB_LAT_PUSH;
+	case EMB_OP_ASSIGN:
+		return EMB_LAT_ASSIGN;
+	case EMB_OP_ERASE:
+		return EMB_LAT_ERASE;
+	case EMB_OP_STATS:
+		return EMB_LAT_STATS;
+	case EMB_OP_LIST_TABLES:
+		return EMB_LAT_LIST_TABLES;
+	case EMB_OP_CREATE_TABLE:
+		return EMB_LAT_CREATE_TABLE;
+	case EMB_OP_DROP_TABLE:
+		return EMB_LAT_DROP_TABLE;
+	case EMB_OP_SET_MODE:
+		return EMB_LAT_SET_MODE;
+	case EMB_OP_HELLO:
+		return EMB_LAT_HELLO;
+	case EMB_OP_PING:
+		return EMB_LAT_PING;
 	case EMB_OP_DUMP_BEGIN:
 	case EMB_OP_DUMP_CHUNK:
-	case EMB_OP_DUMP_END: return EMB_LAT_DUMP;
-	default: return EMB_LAT_OTHER;
+	case EMB_OP_DUMP_END:
+		return EMB_LAT_DUMP;
+	default:
+		return EMB_LAT_OTHER;
 	}
 }
 
@@ -96,7 +109,8 @@ static inline void emb_lat_merge(struct emb_hist *dst,
 	uint64_t n = 0;
 
 	for (uint32_t i = 0; i < EMB_HIST_BUCKETS; i++) {
-		uint64_t b = __atomic_load_n(&src->buckets[i], __ATOMIC_RELAXED);
+		uint64_t b =
+		    __atomic_load_n(&src->buckets[i], __ATOMIC_RELAXED);
 
 		dst->buckets[i] += b;
 		n += b;

@@ -24,46 +24,48 @@
 
 /* A per-table counter: its name, help, and where it sits in the stats. */
 struct table_metric {
-	const char *name;	/* full metric name */
-	const char *type;	/* "counter" or "gauge" */
-	const char *help;	/* HELP text */
-	size_t off;		/* offsetof(struct emb_wire_stats, field) */
+	const char *name; /* full metric name */
+	const char *type; /* "counter" or "gauge" */
+	const char *help; /* HELP text */
+	size_t off;	  /* offsetof(struct emb_wire_stats, field) */
 };
 
-#define TM(n, t, f, h) {n, t, h, offsetof(struct emb_wire_stats, f)}
+#define TM(n, t, f, h)                                                         \
+	{                                                                      \
+		n, t, h, offsetof(struct emb_wire_stats, f)                    \
+	}
 
 static const struct table_metric table_metrics[] = {
-	TM("embstore_table_rows", "gauge", rows, "Live rows of the table."),
-	TM("embstore_table_memory_bytes", "gauge", bytes,
-	   "Bytes the table holds: slabs, index and fixed parts."),
-	TM("embstore_table_pulls_total", "counter", pulls,
-	   "Pull requests served."),
-	TM("embstore_table_pushes_total", "counter", pushes,
-	   "Push requests applied."),
-	TM("embstore_table_rows_pulled_total", "counter", rows_pulled,
-	   "Ids served by pull, duplicates counted."),
-	TM("embstore_table_rows_pushed_total", "counter", rows_pushed,
-	   "Distinct ids updated by push."),
-	TM("embstore_table_rows_created_total", "counter", rows_created,
-	   "Rows made by the initializer."),
-	TM("embstore_table_rows_erased_total", "counter", rows_erased,
-	   "Rows removed by erase."),
-	TM("embstore_table_rows_evicted_total", "counter", rows_evicted,
-	   "Rows removed by eviction."),
-	TM("embstore_table_misses_total", "counter", misses,
-	   "No-create pulls of an absent id."),
-	TM("embstore_table_grads_discarded_total", "counter", grads_discarded,
-	   "Pushed rows dropped as too stale (bounded staleness)."),
-	TM("embstore_table_step", "gauge", step,
-	   "The table clock: push batches applied."),
+    TM("embstore_table_rows", "gauge", rows, "Live rows of the table."),
+    TM("embstore_table_memory_bytes", "gauge", bytes,
+       "Bytes the table holds: slabs, index and fixed parts."),
+    TM("embstore_table_pulls_total", "counter", pulls, "Pull requests served."),
+    TM("embstore_table_pushes_total", "counter", pushes,
+       "Push requests applied."),
+    TM("embstore_table_rows_pulled_total", "counter", rows_pulled,
+       "Ids served by pull, duplicates counted."),
+    TM("embstore_table_rows_pushed_total", "counter", rows_pushed,
+       "Distinct ids updated by push."),
+    TM("embstore_table_rows_created_total", "counter", rows_created,
+       "Rows made by the initializer."),
+    TM("embstore_table_rows_erased_total", "counter", rows_erased,
+       "Rows removed by erase."),
+    TM("embstore_table_rows_evicted_total", "counter", rows_evicted,
+       "Rows removed by eviction."),
+    TM("embstore_table_misses_total", "counter", misses,
+       "No-create pulls of an absent id."),
+    TM("embstore_table_grads_discarded_total", "counter", grads_discarded,
+       "Pushed rows dropped as too stale (bounded staleness)."),
+    TM("embstore_table_step", "gauge", step,
+       "The table clock: push batches applied."),
 };
 
 #define NTABLE_METRICS (sizeof(table_metrics) / sizeof(table_metrics[0]))
 
 /* A table's id, name and counters, taken once per scrape. */
 struct table_row {
-	char label[96];		  /* table="name" */
-	struct emb_wire_stats w;  /* its counters */
+	char label[96];		 /* table="name" */
+	struct emb_wire_stats w; /* its counters */
 };
 
 /* `table="name"` with the text format's escapes (\\, \", \n). */
@@ -118,9 +120,11 @@ static void collect_tables(struct emb_server *s, struct emb_metrics_out *o)
 
 		emb_metrics_family(o, tm->name, tm->type, tm->help);
 		for (uint32_t i = 0; i < got; i++)
-			emb_metrics_u64(o, tm->name, rows[i].label,
-					*(const uint64_t *)(const void *)
-					((const char *)&rows[i].w + tm->off));
+			emb_metrics_u64(
+			    o, tm->name, rows[i].label,
+			    *(const uint64_t
+				  *)(const void *)((const char *)&rows[i].w +
+						   tm->off));
 	}
 	free(rows);
 	free(ids);
@@ -128,21 +132,24 @@ static void collect_tables(struct emb_server *s, struct emb_metrics_out *o)
 
 /* Transport error counters and their kind label. */
 struct err_kind {
-	const char *kind;	/* label value */
-	size_t off;		/* offsetof(struct emb_transport_stats, ...) */
+	const char *kind; /* label value */
+	size_t off;	  /* offsetof(struct emb_transport_stats, ...) */
 };
 
-#define EK(k, f) {k, offsetof(struct emb_transport_stats, f)}
+#define EK(k, f)                                                               \
+	{                                                                      \
+		k, offsetof(struct emb_transport_stats, f)                     \
+	}
 
 static const struct err_kind err_kinds[] = {
-	EK("bad_magic", err_bad_magic),
-	EK("bad_version", err_bad_version),
-	EK("frame_too_big", err_too_big),
-	EK("peer_closed", err_peer_closed),
-	EK("io", err_io),
-	EK("response_too_big", resp_too_big),
-	EK("response_unmatched", resp_unmatched),
-	EK("timed_out", calls_timed_out),
+    EK("bad_magic", err_bad_magic),
+    EK("bad_version", err_bad_version),
+    EK("frame_too_big", err_too_big),
+    EK("peer_closed", err_peer_closed),
+    EK("io", err_io),
+    EK("response_too_big", resp_too_big),
+    EK("response_unmatched", resp_unmatched),
+    EK("timed_out", calls_timed_out),
 };
 
 static uint64_t field(const struct emb_transport_stats *t, size_t off)
@@ -165,8 +172,9 @@ static void collect_transport(struct emb_server *s, struct emb_metrics_out *o)
 		sum.rx_pauses += t.rx_pauses;
 		for (size_t k = 0; k < sizeof(err_kinds) / sizeof(err_kinds[0]);
 		     k++)
-			*(uint64_t *)(void *)((char *)&sum + err_kinds[k].off) +=
-				field(&t, err_kinds[k].off);
+			*(uint64_t *)(void *)((char *)&sum +
+					      err_kinds[k].off) +=
+			    field(&t, err_kinds[k].off);
 		if (t.out_queue_peak > sum.out_queue_peak)
 			sum.out_queue_peak = t.out_queue_peak;
 	}
@@ -181,8 +189,7 @@ static void collect_transport(struct emb_server *s, struct emb_metrics_out *o)
 			ss.mem_used);
 	emb_metrics_family(o, "embstore_server_requests_total", "counter",
 			   "Requests handled.");
-	emb_metrics_u64(o, "embstore_server_requests_total", NULL,
-			ss.requests);
+	emb_metrics_u64(o, "embstore_server_requests_total", NULL, ss.requests);
 	emb_metrics_family(o, "embstore_server_error_replies_total", "counter",
 			   "Requests answered with an error.");
 	emb_metrics_u64(o, "embstore_server_error_replies_total", NULL,
@@ -212,7 +219,8 @@ static void collect_transport(struct emb_server *s, struct emb_metrics_out *o)
 	emb_metrics_family(o, "embstore_transport_errors_total", "counter",
 			   "Connections closed or calls failed, by kind.");
 	for (size_t k = 0; k < sizeof(err_kinds) / sizeof(err_kinds[0]); k++) {
-		snprintf(label, sizeof(label), "kind=\"%s\"", err_kinds[k].kind);
+		snprintf(label, sizeof(label), "kind=\"%s\"",
+			 err_kinds[k].kind);
 		emb_metrics_u64(o, "embstore_transport_errors_total", label,
 				field(&sum, err_kinds[k].off));
 	}
@@ -245,7 +253,8 @@ static void collect_latency(struct emb_server *s, struct emb_metrics_out *o)
 		 * show; the rest once they happened. */
 		if (!h->count && op != EMB_LAT_PULL && op != EMB_LAT_PUSH)
 			continue;
-		snprintf(label, sizeof(label), "op=\"%s\"", emb_lat_op_name(op));
+		snprintf(label, sizeof(label), "op=\"%s\"",
+			 emb_lat_op_name(op));
 		emb_metrics_hist(o, "embstore_request_duration_seconds", label,
 				 h);
 	}

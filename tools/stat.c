@@ -123,9 +123,13 @@ static void fmt_bytes(char *buf, size_t cap, uint64_t v)
 /* 1234567 -> "1.23M": counts and rates in decimal units. */
 static void fmt_count(char *buf, size_t cap, double v)
 {
-	if (v < 10000)
-		snprintf(buf, cap, "%.*f", v < 100 && v != (double)(uint64_t)v
-						   ? 1 : 0, v);
+	/* Small rates keep a decimal (0.5 pushes/s); counts never need one. */
+	bool whole = v == (double)(uint64_t)v;
+
+	if (v < 100 && !whole)
+		snprintf(buf, cap, "%.1f", v);
+	else if (v < 10000)
+		snprintf(buf, cap, "%.0f", v);
 	else if (v < 1e6)
 		snprintf(buf, cap, "%.1fk", v / 1e3);
 	else if (v < 1e9)
@@ -173,9 +177,9 @@ static void show(char *const *names, uint32_t nsrv, const struct sample *a,
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
 	if (tty)
 		fputs("\033[H\033[2J", stdout);
-	printf("embstore stat  %s  %u server%s, %u table%s  rates over %.1f s\n",
-	       when, nsrv, nsrv == 1 ? "" : "s", b->n, b->n == 1 ? "" : "s",
-	       dt);
+	printf(
+	    "embstore stat  %s  %u server%s, %u table%s  rates over %.1f s\n",
+	    when, nsrv, nsrv == 1 ? "" : "s", b->n, b->n == 1 ? "" : "s", dt);
 	printf("%-21s %-16s %5s %9s %10s %9s %9s %11s %11s\n", "SERVER",
 	       "TABLE", "DIM", "ROWS", "MEMORY", "PULLS/S", "PUSHES/S",
 	       "ROWS-PULL/S", "ROWS-PUSH/S");
@@ -187,7 +191,7 @@ static void show(char *const *names, uint32_t nsrv, const struct sample *a,
 		for (uint32_t i = 0; i < b->n; i++) {
 			const struct emb_client_server_table *e = &b->t[i];
 			const struct emb_client_server_table *o =
-				a ? find(a, s, e->name) : NULL;
+			    a ? find(a, s, e->name) : NULL;
 			double r[4] = {0};
 
 			if (e->server != s)
@@ -216,18 +220,19 @@ static void show(char *const *names, uint32_t nsrv, const struct sample *a,
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: embstore stat --servers LIST [options]\n"
-		"  --servers LIST        host:port[,host:port...] (EMB_SERVERS)\n"
-		"  --sched HOST:PORT     resolve the servers through the "
-		"scheduler (not yet available)\n"
-		"  --interval S          seconds between the two samples of "
-		"a rate (default 1)\n"
-		"  --watch N             redraw every N seconds until Ctrl-C\n"
-		"  --transport tcp|rdma  (EMB_TRANSPORT; default tcp)\n"
-		"  --auth-token-file F   (EMB_AUTH_TOKEN_FILE)\n"
-		"  --log-level L         error|warn|info|debug (default "
-		"error)\n");
+	fprintf(
+	    f,
+	    "usage: embstore stat --servers LIST [options]\n"
+	    "  --servers LIST        host:port[,host:port...] (EMB_SERVERS)\n"
+	    "  --sched HOST:PORT     resolve the servers through the "
+	    "scheduler (not yet available)\n"
+	    "  --interval S          seconds between the two samples of "
+	    "a rate (default 1)\n"
+	    "  --watch N             redraw every N seconds until Ctrl-C\n"
+	    "  --transport tcp|rdma  (EMB_TRANSPORT; default tcp)\n"
+	    "  --auth-token-file F   (EMB_AUTH_TOKEN_FILE)\n"
+	    "  --log-level L         error|warn|info|debug (default "
+	    "error)\n");
 }
 
 static int read_token(const char *path, uint8_t *buf, uint32_t *len)
@@ -289,15 +294,15 @@ static bool parse_seconds(const char *s, double lo, double *out)
 int emb_stat_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"servers", required_argument, NULL, 's'},
-		{"sched", required_argument, NULL, 'S'},
-		{"interval", required_argument, NULL, 'i'},
-		{"watch", required_argument, NULL, 'w'},
-		{"transport", required_argument, NULL, 'T'},
-		{"auth-token-file", required_argument, NULL, 'a'},
-		{"log-level", required_argument, NULL, 'L'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"servers", required_argument, NULL, 's'},
+	    {"sched", required_argument, NULL, 'S'},
+	    {"interval", required_argument, NULL, 'i'},
+	    {"watch", required_argument, NULL, 'w'},
+	    {"transport", required_argument, NULL, 'T'},
+	    {"auth-token-file", required_argument, NULL, 'a'},
+	    {"log-level", required_argument, NULL, 'L'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
 	const char *servers = getenv("EMB_SERVERS");
@@ -314,34 +319,52 @@ int emb_stat_main(int argc, char **argv)
 	bool tty;
 	int opt, rc, status = 1;
 
-	co.transport = getenv("EMB_TRANSPORT") ? getenv("EMB_TRANSPORT")
-					       : "tcp";
+	co.transport =
+	    getenv("EMB_TRANSPORT") ? getenv("EMB_TRANSPORT") : "tcp";
 	co.timeout_ms = 5000;
 	co.name = "embstore-stat";
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
-		case 's': servers = optarg; break;
-		case 'S': sched = optarg; break;
+		case 's':
+			servers = optarg;
+			break;
+		case 'S':
+			sched = optarg;
+			break;
 		case 'i':
 			if (!parse_seconds(optarg, 0.1, &interval)) {
-				fprintf(stderr, "embstore stat: bad --interval "
-						"'%s'\n", optarg);
+				fprintf(stderr,
+					"embstore stat: bad --interval "
+					"'%s'\n",
+					optarg);
 				return 2;
 			}
 			break;
 		case 'w':
 			if (!parse_seconds(optarg, 0.1, &watch)) {
-				fprintf(stderr, "embstore stat: bad --watch "
-						"'%s'\n", optarg);
+				fprintf(stderr,
+					"embstore stat: bad --watch "
+					"'%s'\n",
+					optarg);
 				return 2;
 			}
 			break;
-		case 'T': co.transport = optarg; break;
-		case 'a': token_file = optarg; break;
-		case 'L': level = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'T':
+			co.transport = optarg;
+			break;
+		case 'a':
+			token_file = optarg;
+			break;
+		case 'L':
+			level = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc) {
@@ -376,8 +399,10 @@ int emb_stat_main(int argc, char **argv)
 	}
 	if (token_file && *token_file) {
 		if (read_token(token_file, token, &co.auth_token_len)) {
-			fprintf(stderr, "embstore stat: cannot use token file "
-					"%s\n", token_file);
+			fprintf(stderr,
+				"embstore stat: cannot use token file "
+				"%s\n",
+				token_file);
 			status = 2;
 			goto out;
 		}

@@ -19,7 +19,7 @@ struct gather {
 	struct emb_client_server_table *out; /* caller's */
 	uint32_t cap;			     /* entries out has room for */
 	uint32_t n;			     /* tables seen so far */
-	uint32_t *ids;			     /* table id of out[i], cap of them */
+	uint32_t *ids; /* table id of out[i], cap of them */
 };
 
 /* LIST_TABLES: one entry per table and server, names and dims. */

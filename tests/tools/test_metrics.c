@@ -91,19 +91,19 @@ static int http_get(uint16_t port, const char *method, const char *path,
 /* ---- a strict parser of the text format ---- */
 
 #define MAX_FAMILIES 128
-#define MAX_SERIES 256
+#define MAX_SERIES   256
 
 struct family {
-	char name[128];	/* metric family name */
-	char type[16];	/* counter, gauge, histogram */
-	bool help;	/* HELP seen */
+	char name[128];	  /* metric family name */
+	char type[16];	  /* counter, gauge, histogram */
+	bool help;	  /* HELP seen */
 	uint32_t samples; /* sample lines */
 };
 
 /* One histogram series: family + labels other than le. */
 struct hseries {
 	char key[256];	/* family{labels without le} */
-	double last_le;	/* last bound seen; -1 before the first */
+	double last_le; /* last bound seen; -1 before the first */
 	double last_n;	/* cumulative count at last_le */
 	bool inf;	/* +Inf bucket seen */
 	double count;	/* _count, -1 until seen */
@@ -114,7 +114,7 @@ struct scrape {
 	uint32_t nfam;
 	struct hseries hs[MAX_SERIES];
 	uint32_t nhs;
-	char err[256];	/* first problem found, "" if none */
+	char err[256]; /* first problem found, "" if none */
 };
 
 static bool name_ok(const char *s, size_t n)
@@ -220,9 +220,9 @@ static void parse_sample(struct scrape *sc, const char *line)
 					 vs);
 			} else {
 				olen += (size_t)snprintf(
-					other + olen, sizeof(other) - olen,
-					"%.*s=%.*s,", (int)klen, k,
-					(int)(p - vs), vs);
+				    other + olen, sizeof(other) - olen,
+				    "%.*s=%.*s,", (int)klen, k, (int)(p - vs),
+				    vs);
 				if (olen >= sizeof(other))
 					FAIL("labels too long in '%s'", line);
 			}
@@ -247,8 +247,7 @@ static void parse_sample(struct scrape *sc, const char *line)
 
 		for (int i = 0; i < 3 && !f; i++)
 			if (has_suffix(name, nlen, sufs[i])) {
-				f = fam_find(sc, name,
-					     nlen - strlen(sufs[i]));
+				f = fam_find(sc, name, nlen - strlen(sufs[i]));
 				suffix = sufs[i];
 			}
 		if (!f || strcmp(f->type, "histogram") != 0)
@@ -365,7 +364,8 @@ static double value_of(const char *body, const char *prefix)
 {
 	size_t n = strlen(prefix);
 
-	for (const char *p = body; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p)
+	for (const char *p = body; p && *p;
+	     p = strchr(p, '\n'), p = p ? p + 1 : p)
 		if (strncmp(p, prefix, n) == 0 && p[n] == ' ')
 			return strtod(p + n + 1, NULL);
 	return -1;
@@ -383,11 +383,11 @@ static void start(void)
 	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
 	struct emb_table_spec sp = {
-		.name = "clicks",
-		.dim = DIM,
-		.optim = EMB_OPTIM_CFG_DEFAULT,
-		.init = EMB_INIT_CFG_DEFAULT,
-		.seed = 7,
+	    .name = "clicks",
+	    .dim = DIM,
+	    .optim = EMB_OPTIM_CFG_DEFAULT,
+	    .init = EMB_INIT_CFG_DEFAULT,
+	    .seed = 7,
 	};
 	char addr[64];
 
@@ -431,54 +431,48 @@ static void test_format(void)
 	for (uint32_t i = 0; i < 100; i++)
 		ids[i] = i * 7919u;
 	for (int k = 0; k < 5; k++)
-		CU_ASSERT_EQUAL(emb_client_table_pull(tab, ids, 100, rows, 0,
-						      NULL),
-				0);
+		CU_ASSERT_EQUAL(
+		    emb_client_table_pull(tab, ids, 100, rows, 0, NULL), 0);
 	for (int k = 0; k < 3; k++)
-		CU_ASSERT_EQUAL(emb_client_table_push(tab, ids, 100, grads, 0,
-						      0),
-				0);
+		CU_ASSERT_EQUAL(
+		    emb_client_table_push(tab, ids, 100, grads, 0, 0), 0);
 	/* One more request on the same connection, so the loop thread has
 	 * recorded the latency of every pull and push before it. */
 	CU_ASSERT_EQUAL(emb_client_table_stats(tab, &ts), 0);
 
-	CU_ASSERT_EQUAL_FATAL(http_get(emb_metrics_port(met), "GET",
-				       "/metrics", &body),
-			      200);
+	CU_ASSERT_EQUAL_FATAL(
+	    http_get(emb_metrics_port(met), "GET", "/metrics", &body), 200);
 	CU_ASSERT_EQUAL(value_of(body, "embstore_table_rows{table=\"clicks\"}"),
 			100);
 	CU_ASSERT_EQUAL(
-		value_of(body, "embstore_table_pulls_total{table=\"clicks\"}"),
-		5);
+	    value_of(body, "embstore_table_pulls_total{table=\"clicks\"}"), 5);
 	CU_ASSERT_EQUAL(
-		value_of(body,
-			 "embstore_table_rows_pulled_total{table=\"clicks\"}"),
-		500);
+	    value_of(body,
+		     "embstore_table_rows_pulled_total{table=\"clicks\"}"),
+	    500);
 	CU_ASSERT_EQUAL(
-		value_of(body, "embstore_table_pushes_total{table=\"clicks\"}"),
-		3);
+	    value_of(body, "embstore_table_pushes_total{table=\"clicks\"}"), 3);
 	CU_ASSERT_EQUAL(
-		value_of(body,
-			 "embstore_table_rows_created_total{table=\"clicks\"}"),
-		100);
+	    value_of(body,
+		     "embstore_table_rows_created_total{table=\"clicks\"}"),
+	    100);
 	CU_ASSERT_EQUAL(
-		value_of(body,
-			 "embstore_request_duration_seconds_count{op=\"pull\"}"),
-		5);
+	    value_of(body,
+		     "embstore_request_duration_seconds_count{op=\"pull\"}"),
+	    5);
 	CU_ASSERT_EQUAL(
-		value_of(body,
-			 "embstore_request_duration_seconds_count{op=\"push\"}"),
-		3);
+	    value_of(body,
+		     "embstore_request_duration_seconds_count{op=\"push\"}"),
+	    3);
 	CU_ASSERT_EQUAL(value_of(body, "embstore_connections_open"), 1);
 	CU_ASSERT_EQUAL(value_of(body, "embstore_server_tables"), 1);
 	CU_ASSERT(value_of(body, "embstore_transport_receive_bytes_total") >
 		  100 * 8 * 5);
-	CU_ASSERT(value_of(body, "embstore_process_resident_memory_bytes") >
-		  0);
+	CU_ASSERT(value_of(body, "embstore_process_resident_memory_bytes") > 0);
 	CU_ASSERT(value_of(body, "embstore_process_cpu_seconds_total") >= 0);
-	CU_ASSERT(value_of(body,
-			   "embstore_transport_errors_total{kind=\"io\"}") ==
-		  0);
+	CU_ASSERT(
+	    value_of(body, "embstore_transport_errors_total{kind=\"io\"}") ==
+	    0);
 
 	parse(sc, body);
 	CU_ASSERT_STRING_EQUAL(sc->err, "");
@@ -498,9 +492,8 @@ static void test_dropped_table(void)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(sc);
 	start();
 	CU_ASSERT_EQUAL(emb_client_table_drop(tab), 0);
-	CU_ASSERT_EQUAL_FATAL(http_get(emb_metrics_port(met), "GET",
-				       "/metrics", &body),
-			      200);
+	CU_ASSERT_EQUAL_FATAL(
+	    http_get(emb_metrics_port(met), "GET", "/metrics", &body), 200);
 	CU_ASSERT_EQUAL(value_of(body, "embstore_table_rows{table=\"clicks\"}"),
 			-1);
 	CU_ASSERT_EQUAL(value_of(body, "embstore_server_tables"), 0);
@@ -519,13 +512,11 @@ static void test_paths(void)
 	CU_ASSERT_EQUAL(http_get(emb_metrics_port(met), "GET", "/", &body),
 			404);
 	free(body);
-	CU_ASSERT_EQUAL(http_get(emb_metrics_port(met), "POST", "/metrics",
-				 &body),
-			405);
+	CU_ASSERT_EQUAL(
+	    http_get(emb_metrics_port(met), "POST", "/metrics", &body), 405);
 	free(body);
-	CU_ASSERT_EQUAL(http_get(emb_metrics_port(met), "HEAD", "/metrics",
-				 &body),
-			200);
+	CU_ASSERT_EQUAL(
+	    http_get(emb_metrics_port(met), "HEAD", "/metrics", &body), 200);
 	CU_ASSERT_STRING_EQUAL(body, "");
 	free(body);
 	stop();
@@ -535,19 +526,19 @@ static void test_paths(void)
 static void test_checker(void)
 {
 	static const char *const bad[] = {
-		"embstore_x 1\n",
-		"# HELP embstore_x h\n# TYPE embstore_x gauge\nembstore_X 1\n",
-		"# HELP Embstore_x h\n# TYPE Embstore_x gauge\nEmbstore_x 1\n",
-		"# HELP embstore_x h\n# TYPE embstore_x gauge\nembstore_x\n",
-		"# HELP embstore_x h\n# TYPE embstore_x counter\nembstore_x -1\n",
-		"# HELP embstore_h h\n# TYPE embstore_h histogram\n"
-		"embstore_h_bucket{le=\"1\"} 2\nembstore_h_bucket{le=\"2\"} 1\n"
-		"embstore_h_bucket{le=\"+Inf\"} 2\nembstore_h_count 2\n",
-		"# HELP embstore_h h\n# TYPE embstore_h histogram\n"
-		"embstore_h_bucket{le=\"1\"} 2\nembstore_h_count 2\n",
-		"# HELP embstore_h h\n# TYPE embstore_h histogram\n"
-		"embstore_h_bucket{le=\"+Inf\"} 2\nembstore_h_count 3\n",
-		"# HELP embstore_x h\n# TYPE embstore_x gauge\nembstore_x 1",
+	    "embstore_x 1\n",
+	    "# HELP embstore_x h\n# TYPE embstore_x gauge\nembstore_X 1\n",
+	    "# HELP Embstore_x h\n# TYPE Embstore_x gauge\nEmbstore_x 1\n",
+	    "# HELP embstore_x h\n# TYPE embstore_x gauge\nembstore_x\n",
+	    "# HELP embstore_x h\n# TYPE embstore_x counter\nembstore_x -1\n",
+	    "# HELP embstore_h h\n# TYPE embstore_h histogram\n"
+	    "embstore_h_bucket{le=\"1\"} 2\nembstore_h_bucket{le=\"2\"} 1\n"
+	    "embstore_h_bucket{le=\"+Inf\"} 2\nembstore_h_count 2\n",
+	    "# HELP embstore_h h\n# TYPE embstore_h histogram\n"
+	    "embstore_h_bucket{le=\"1\"} 2\nembstore_h_count 2\n",
+	    "# HELP embstore_h h\n# TYPE embstore_h histogram\n"
+	    "embstore_h_bucket{le=\"+Inf\"} 2\nembstore_h_count 3\n",
+	    "# HELP embstore_x h\n# TYPE embstore_x gauge\nembstore_x 1",
 	};
 	struct scrape *sc = calloc(1, sizeof(*sc));
 	char buf[512];
@@ -558,11 +549,12 @@ static void test_checker(void)
 		parse(sc, buf);
 		CU_ASSERT_STRING_NOT_EQUAL(sc->err, "");
 	}
-	snprintf(buf, sizeof(buf),
-		 "# HELP embstore_h h\n# TYPE embstore_h histogram\n"
-		 "embstore_h_bucket{op=\"a\",le=\"1\"} 1\n"
-		 "embstore_h_bucket{op=\"a\",le=\"+Inf\"} 2\n"
-		 "embstore_h_sum{op=\"a\"} 0.5\nembstore_h_count{op=\"a\"} 2\n");
+	snprintf(
+	    buf, sizeof(buf),
+	    "# HELP embstore_h h\n# TYPE embstore_h histogram\n"
+	    "embstore_h_bucket{op=\"a\",le=\"1\"} 1\n"
+	    "embstore_h_bucket{op=\"a\",le=\"+Inf\"} 2\n"
+	    "embstore_h_sum{op=\"a\"} 0.5\nembstore_h_count{op=\"a\"} 2\n");
 	parse(sc, buf);
 	CU_ASSERT_STRING_EQUAL(sc->err, "");
 	free(sc);
@@ -577,15 +569,22 @@ static void collect_nothing(void *arg, struct emb_metrics_out *o)
 static void test_bad_addr(void)
 {
 	static const char *const bad[] = {
-		"", "9464", "127.0.0.1", "127.0.0.1:", "127.0.0.1:65536",
-		"127.0.0.1:94x", "localhost:9464", "[::1:9464", ":9464",
+	    "",
+	    "9464",
+	    "127.0.0.1",
+	    "127.0.0.1:",
+	    "127.0.0.1:65536",
+	    "127.0.0.1:94x",
+	    "localhost:9464",
+	    "[::1:9464",
+	    ":9464",
 	};
 	struct emb_metrics *m = NULL;
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		CU_ASSERT_EQUAL(emb_metrics_create(bad[i], collect_nothing,
-						   NULL, &m),
-				-EINVAL);
+		CU_ASSERT_EQUAL(
+		    emb_metrics_create(bad[i], collect_nothing, NULL, &m),
+		    -EINVAL);
 	CU_ASSERT_EQUAL(emb_metrics_create(NULL, collect_nothing, NULL, &m),
 			-EINVAL);
 	CU_ASSERT_EQUAL(emb_metrics_create("127.0.0.1:0", NULL, NULL, &m),
@@ -599,9 +598,8 @@ static void test_port_busy(void)
 	struct emb_metrics *a = NULL, *b = NULL;
 	char addr[32];
 
-	CU_ASSERT_EQUAL_FATAL(emb_metrics_create("127.0.0.1:0", collect_nothing,
-						 NULL, &a),
-			      0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_metrics_create("127.0.0.1:0", collect_nothing, NULL, &a), 0);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", emb_metrics_port(a));
 	CU_ASSERT_EQUAL(emb_metrics_create(addr, collect_nothing, NULL, &b),
 			-EADDRINUSE);
@@ -626,16 +624,16 @@ static void test_ipv6(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"scrape is valid text format with table, transport, latency "
-		 "and process metrics",
-		 test_format},
-		{"a dropped table leaves the scrape", test_dropped_table},
-		{"the format checker catches each broken rule", test_checker},
-		{"only GET or HEAD of /metrics answers 200", test_paths},
-		{"rejects malformed listen addresses", test_bad_addr},
-		{"reports a port in use", test_port_busy},
-		{"listens on IPv6 loopback", test_ipv6},
-		{NULL, NULL},
+	    {"scrape is valid text format with table, transport, latency "
+	     "and process metrics",
+	     test_format},
+	    {"a dropped table leaves the scrape", test_dropped_table},
+	    {"the format checker catches each broken rule", test_checker},
+	    {"only GET or HEAD of /metrics answers 200", test_paths},
+	    {"rejects malformed listen addresses", test_bad_addr},
+	    {"reports a port in use", test_port_busy},
+	    {"listens on IPv6 loopback", test_ipv6},
+	    {NULL, NULL},
 	};
 
 	emb_log_set_level(EMB_LOG_WARN);

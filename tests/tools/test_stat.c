@@ -13,7 +13,7 @@
 #include "server.h"
 #include "worker/embstore.h"
 
-#define DIM 4
+#define DIM  4
 #define NIDS 1000
 
 static struct emb_server *srv[2];
@@ -26,11 +26,11 @@ static void start(void)
 	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
 	struct emb_table_spec sp = {
-		.name = "clicks",
-		.dim = DIM,
-		.optim = EMB_OPTIM_CFG_DEFAULT,
-		.init = EMB_INIT_CFG_DEFAULT,
-		.seed = 3,
+	    .name = "clicks",
+	    .dim = DIM,
+	    .optim = EMB_OPTIM_CFG_DEFAULT,
+	    .init = EMB_INIT_CFG_DEFAULT,
+	    .seed = 3,
 	};
 	static uint64_t ids[NIDS];
 	static float rows[NIDS * DIM];
@@ -45,9 +45,8 @@ static void start(void)
 	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(cli, &sp, &tab), 0);
 	for (uint32_t i = 0; i < NIDS; i++)
 		ids[i] = (uint64_t)i * 104729u + 1;
-	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(tab, ids, NIDS, rows, 0,
-						    NULL),
-			      0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_pull(tab, ids, NIDS, rows, 0, NULL), 0);
 }
 
 static void stop(void)
@@ -150,20 +149,18 @@ static void test_cli(void)
 	CU_ASSERT_EQUAL(run_cli("--servers 127.0.0.1:1", out, sizeof(out)), 1);
 	CU_ASSERT_EQUAL(run_cli("--sched 127.0.0.1:7165", out, sizeof(out)), 2);
 	CU_ASSERT_EQUAL(run_cli("--servers ''", out, sizeof(out)), 2);
-	CU_ASSERT_EQUAL(run_cli("--servers 127.0.0.1:7164 --watch x", out,
-				sizeof(out)),
-			2);
+	CU_ASSERT_EQUAL(
+	    run_cli("--servers 127.0.0.1:7164 --watch x", out, sizeof(out)), 2);
 	stop();
 }
 
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"per-server stats list each server's tables and counters",
-		 test_server_stats},
-		{"embstore stat prints a line per server and table",
-		 test_cli},
-		{NULL, NULL},
+	    {"per-server stats list each server's tables and counters",
+	     test_server_stats},
+	    {"embstore stat prints a line per server and table", test_cli},
+	    {NULL, NULL},
 	};
 
 	emb_log_set_level(EMB_LOG_WARN);
