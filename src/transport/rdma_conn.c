@@ -178,6 +178,33 @@ static uint32_t cq_need(const struct emb_rdma_conn *c)
 	return EMB_RDMA_RING + 1 + c->nslots + 1;
 }
 
+/*
+ * A flushed QP completes every WR it holds, signaled or not, so each conn
+ * reserves its full queue depth in the shared CQ; the CQ grows (doubling,
+ * up to the device's max_cqe) rather than risk an overrun. 0 or -ENOSPC.
+ */
+static int cq_reserve(struct emb_rdma_transport *rt, uint32_t need)
+{
+	uint32_t cap = rt->cq_cap;
+
+	while (rt->cq_used + need > cap && cap < rt->cq_max)
+		cap = 2 * cap < rt->cq_max ? 2 * cap : rt->cq_max;
+	if (rt->cq_used + need > cap) {
+		emb_log(EMB_LOG_WARN, "rdma: CQ full (%u of %u CQEs reserved)",
+			rt->cq_used, cap);
+		return -ENOSPC;
+	}
+	if (cap != rt->cq_cap) {
+		if (ibv_resize_cq(rt->cq, (int)cap)) {
+			emb_log(EMB_LOG_WARN, "rdma: CQ resize to %u CQEs "
+				"failed", cap);
+			return -ENOSPC;
+		}
+		rt->cq_cap = cap;
+	}
+	return 0;
+}
+
 /* Frees what conn_setup made; the QP has no WR the CQ could still name. */
 static void conn_free_res(struct emb_rdma_conn *c)
 {
@@ -233,12 +260,9 @@ static int conn_setup(struct emb_rdma_conn *c, struct rdma_cm_id *id)
 	rc = conn_index(rt, c);
 	if (rc)
 		return rc;
-	if (rt->cq_used + cq_need(c) > rt->cq_cap) {
-		emb_log(EMB_LOG_WARN, "rdma: CQ full (%u of %u CQEs reserved)",
-			rt->cq_used, rt->cq_cap);
-		rc = -ENOSPC;
+	rc = cq_reserve(rt, cq_need(c));
+	if (rc)
 		goto err_free;
-	}
 	c->arena_pages = arena_pages_for(&rt->base);
 	arena_bytes = (size_t)c->arena_pages * EMB_RDMA_PAGE;
 	c->rx_mem = aligned_alloc(EMB_RDMA_PAGE, rx_bytes);
@@ -658,7 +682,8 @@ static int op_create(const struct emb_transport_opts *opts,
 	rt->rd_atom = attr.max_qp_init_rd_atom < 16
 			      ? (uint8_t)attr.max_qp_init_rd_atom
 			      : 16;
-	rt->cq_cap = attr.max_cqe < 16384 ? (uint32_t)attr.max_cqe : 16384;
+	rt->cq_max = (uint32_t)attr.max_cqe;
+	rt->cq_cap = rt->cq_max < 2048 ? rt->cq_max : 2048;
 	rt->pd = ibv_alloc_pd(rt->verbs);
 	rt->comp_ch = ibv_create_comp_channel(rt->verbs);
 	if (!rt->pd || !rt->comp_ch) {

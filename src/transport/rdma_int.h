@@ -276,6 +276,7 @@ struct emb_rdma_transport {
 	struct ibv_comp_channel *comp_ch;
 	struct ibv_cq *cq;
 	uint32_t cq_cap;		 /* CQEs the CQ holds */
+	uint32_t cq_max;		 /* device limit, for resizing */
 	uint32_t cq_used;		 /* CQEs reserved by live QPs */
 	struct rdma_event_channel *ev_ch;
 	int epfd;

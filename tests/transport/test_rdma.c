@@ -553,6 +553,31 @@ static void test_late_response(void)
 	free(resp);
 }
 
+static void test_many_conns(void)
+{
+	enum { N = 40 };
+	struct emb_transport_opts o = EMB_TRANSPORT_OPTS_DEFAULT;
+	struct server s;
+	struct emb_transport *tr;
+	struct emb_conn *c[N];
+	uint32_t rows[2] = {5, 6};
+	char resp[8 + 2 * 4 * 4];
+
+	/* Small frames keep 2 x 40 arenas small; the CQs must grow. */
+	o.max_frame_bytes = 64u << 10;
+	server_start(&s, &o);
+	region_fill(&s, 0, 8, 4);
+	CU_ASSERT_FATAL(emb_transport_create("rdma", &o, &tr) == 0);
+	for (int i = 0; i < N; i++)
+		c[i] = dial(tr, &s);
+	for (int i = 0; i < N; i++)
+		pull_check(tr, &s, c[i], 0, rows, 2, 4, resp, sizeof(resp));
+	for (int i = 0; i < N; i++)
+		emb_conn_destroy(c[i]);
+	emb_transport_destroy(tr);
+	server_stop(&s);
+}
+
 /* The child of test_killed_client: connect, send a 1 MiB push, die. */
 static int child_main(uint16_t port)
 {
@@ -797,6 +822,7 @@ static const struct emb_test_case cases[] = {
 	 test_dropped_credit},
 	{"parks a timed-out call until its late response",
 	 test_late_response},
+	{"grows the shared CQ for 40 conns on one loop", test_many_conns},
 	{"keeps serving when a client is killed mid-request",
 	 test_killed_client},
 	{"closes only the conn that sends a malformed frame", test_malformed},
