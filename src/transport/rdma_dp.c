@@ -442,9 +442,13 @@ static int call_post(struct emb_rdma_conn *c, struct emb_rdma_call *call)
 	struct chain ch = {0};
 	struct emb_rdma_buf tx = {0};
 	struct emb_rdma_swr *e;
+	/* No response outgrows a frame: bounce no more than that. */
+	size_t land = c->base.tr->opts.max_frame_bytes - EMB_WIRE_HDR_SIZE;
 	char *msg;
 	int rc;
 
+	if (call->resp_cap < land)
+		land = call->resp_cap;
 	if (!c->credits || ring_free(c, &ch) < 1)
 		return -EAGAIN;
 	if (!inl && !call->big.addr) {
@@ -459,7 +463,7 @@ static int call_post(struct emb_rdma_conn *c, struct emb_rdma_call *call)
 	}
 	if (!call->resp_rkey && call->resp_cap > EMB_RDMA_INLINE_MAX) {
 		if (!call->bounce.addr) {
-			rc = buf_get(c, call->resp_cap, buf_pages(&call->big),
+			rc = buf_get(c, land, buf_pages(&call->big),
 				     &call->bounce);
 			if (rc)
 				return rc;
@@ -481,8 +485,7 @@ static int call_post(struct emb_rdma_conn *c, struct emb_rdma_call *call)
 		msg = call->big.addr;
 	}
 
-	pfx.resp_cap = call->resp_cap > UINT32_MAX ? UINT32_MAX
-						   : (uint32_t)call->resp_cap;
+	pfx.resp_cap = (uint32_t)land;
 	if (inl) {
 		pfx.type = EMB_RDMA_MSG_REQ_INLINE;
 		iov_copy(msg + EMB_RDMA_MSG_HDRS, call->iov, call->niov);
