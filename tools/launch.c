@@ -38,33 +38,33 @@
 #include <time.h>
 #include <unistd.h>
 
-#define GRACE_MS      5000  /* SIGTERM to SIGKILL */
-#define LINGER_MS     30000 /* servers' own exit after the workers' */
-#define LINE_MAX_LEN  4096  /* longer lines are cut into pieces */
-#define CHILDREN_MAX  1024
+#define GRACE_MS     5000  /* SIGTERM to SIGKILL */
+#define LINGER_MS    30000 /* servers' own exit after the workers' */
+#define LINE_MAX_LEN 4096  /* longer lines are cut into pieces */
+#define CHILDREN_MAX 1024
 
 enum kind { K_SCHED, K_SERVER, K_WORKER };
 
 struct child {
-	enum kind kind;		/* scheduler, server or worker */
-	char name[32];		/* "worker.3": log file and prefix */
-	pid_t pid;		/* 0 once reaped */
-	int status;		/* wait status once reaped */
-	int out;		/* read end of its stdout+stderr; -1 at EOF */
-	FILE *log;		/* <log-dir>/<name>.log */
+	enum kind kind;		 /* scheduler, server or worker */
+	char name[32];		 /* "worker.3": log file and prefix */
+	pid_t pid;		 /* 0 once reaped */
+	int status;		 /* wait status once reaped */
+	int out;		 /* read end of its stdout+stderr; -1 at EOF */
+	FILE *log;		 /* <log-dir>/<name>.log */
 	char line[LINE_MAX_LEN]; /* partial line */
-	size_t len;		/* bytes in line */
+	size_t len;		 /* bytes in line */
 };
 
 struct launch {
-	struct child *ch;	/* nch children */
+	struct child *ch; /* nch children */
 	uint32_t nch;
-	pid_t pgid;		/* the children's process group; 0 before */
-	int sigfd;		/* SIGCHLD, SIGINT, SIGTERM */
-	sigset_t oldmask;	/* restored in children */
-	int failed;		/* first failure: 1, or 128 + signal */
-	int64_t kill_at_ms;	/* SIGKILL the group then; 0 = not due */
-	bool stopping;		/* the group got SIGTERM */
+	pid_t pgid;	    /* the children's process group; 0 before */
+	int sigfd;	    /* SIGCHLD, SIGINT, SIGTERM */
+	sigset_t oldmask;   /* restored in children */
+	int failed;	    /* first failure: 1, or 128 + signal */
+	int64_t kill_at_ms; /* SIGKILL the group then; 0 = not due */
+	bool stopping;	    /* the group got SIGTERM */
 };
 
 static int64_t mono_ms(void)
@@ -91,16 +91,15 @@ static void say(const char *fmt, ...)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: embstore launch --server_num N --worker_num N "
-		"[options] -- COMMAND [ARGS...]\n"
-		"  --server_num N     servers to start (also --server-num)\n"
-		"  --worker_num N     workers to start: COMMAND, N times\n"
-		"  --sched-port P     scheduler port (default: a free one)\n"
-		"  --log-dir D        one log per process (default: log)\n"
-		"Workers find the cluster through EMB_SCHED_HOST and "
-		"EMB_SCHED_PORT;\nthe server binary is EMB_SERVER_BIN or "
-		"embstore-server next to embstore.\n");
+	fprintf(f, "usage: embstore launch --server_num N --worker_num N "
+		   "[options] -- COMMAND [ARGS...]\n"
+		   "  --server_num N     servers to start (also --server-num)\n"
+		   "  --worker_num N     workers to start: COMMAND, N times\n"
+		   "  --sched-port P     scheduler port (default: a free one)\n"
+		   "  --log-dir D        one log per process (default: log)\n"
+		   "Workers find the cluster through EMB_SCHED_HOST and "
+		   "EMB_SCHED_PORT;\nthe server binary is EMB_SERVER_BIN or "
+		   "embstore-server next to embstore.\n");
 }
 
 /* A port nobody listens on now (the scheduler binds it right after). */
@@ -398,16 +397,16 @@ static int parse_num(const char *s, unsigned long hi, uint32_t *out)
 int emb_launch_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"server_num", required_argument, NULL, 's'},
-		{"server-num", required_argument, NULL, 's'},
-		{"worker_num", required_argument, NULL, 'w'},
-		{"worker-num", required_argument, NULL, 'w'},
-		{"sched-port", required_argument, NULL, 'p'},
-		{"sched_port", required_argument, NULL, 'p'},
-		{"log-dir", required_argument, NULL, 'd'},
-		{"log_dir", required_argument, NULL, 'd'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"server_num", required_argument, NULL, 's'},
+	    {"server-num", required_argument, NULL, 's'},
+	    {"worker_num", required_argument, NULL, 'w'},
+	    {"worker-num", required_argument, NULL, 'w'},
+	    {"sched-port", required_argument, NULL, 'p'},
+	    {"sched_port", required_argument, NULL, 'p'},
+	    {"log-dir", required_argument, NULL, 'd'},
+	    {"log_dir", required_argument, NULL, 'd'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct launch l = {.sigfd = -1};
 	uint32_t S = 0, W = 0, port32 = 0;
@@ -434,9 +433,14 @@ int emb_launch_main(int argc, char **argv)
 				goto bad_usage;
 			sched_port = (uint16_t)port32;
 			break;
-		case 'd': dir = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: goto bad_usage;
+		case 'd':
+			dir = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			goto bad_usage;
 		}
 	}
 	if (!S || !W || optind >= argc || S + W + 1 > CHILDREN_MAX)
@@ -487,14 +491,21 @@ int emb_launch_main(int argc, char **argv)
 				   : k == K_SERVER ? "server"
 						   : "worker";
 		const char *env[] = {
-		    "EMB_ROLE",	      role,
-		    "EMB_SCHED_HOST", "127.0.0.1",
-		    "EMB_SCHED_PORT", port,
-		    "EMB_SERVER_NUM", snum,
-		    "EMB_WORKER_NUM", wnum,
+		    "EMB_ROLE",
+		    role,
+		    "EMB_SCHED_HOST",
+		    "127.0.0.1",
+		    "EMB_SCHED_PORT",
+		    port,
+		    "EMB_SERVER_NUM",
+		    snum,
+		    "EMB_WORKER_NUM",
+		    wnum,
 		    /* Servers bind a free port and register it. */
-		    k == K_SERVER ? "EMB_LISTEN" : NULL, "127.0.0.1:0",
-		    NULL,	      NULL,
+		    k == K_SERVER ? "EMB_LISTEN" : NULL,
+		    "127.0.0.1:0",
+		    NULL,
+		    NULL,
 		};
 
 		if (k == K_SCHED)

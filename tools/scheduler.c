@@ -27,47 +27,47 @@
 #include "transport/transport.h"
 
 struct node {
-	uint32_t role;		    /* EMB_ROLE_SERVER or _WORKER; 0 = free */
-	uint32_t rank;		    /* within the role */
-	uint32_t pid;		    /* as registered, for logs */
+	uint32_t role; /* EMB_ROLE_SERVER or _WORKER; 0 = free */
+	uint32_t rank; /* within the role */
+	uint32_t pid;  /* as registered, for logs */
 	struct emb_wire_node_addr addr; /* servers: where workers connect */
-	char peer[64];		    /* "addr:port" it registered from */
-	struct emb_conn *conn;	    /* the conn it registered on */
-	int64_t last_ms;	    /* last request from it, monotonic */
-	bool dead;		    /* declared dead */
-	bool finished;		    /* worker: FINISH; server: acknowledged */
-	struct emb_req *map_req;    /* CLUSTER_MAP held until ready */
+	char peer[64];			/* "addr:port" it registered from */
+	struct emb_conn *conn;		/* the conn it registered on */
+	int64_t last_ms;		/* last request from it, monotonic */
+	bool dead;			/* declared dead */
+	bool finished;		     /* worker: FINISH; server: acknowledged */
+	struct emb_req *map_req;     /* CLUSTER_MAP held until ready */
 	struct emb_req *barrier_req; /* BARRIER held until all arrive */
 	char barrier[EMB_WIRE_BARRIER_NAME_MAX + 1]; /* its name */
 };
 
 struct emb_sched {
-	struct emb_transport *tr;   /* the loop */
-	struct emb_listener *lis;   /* accepts nodes */
-	pthread_t thread;	    /* runs the loop */
-	bool running;		    /* thread started */
-	struct emb_sched_opts o;    /* copy; host points at host */
+	struct emb_transport *tr;	  /* the loop */
+	struct emb_listener *lis;	  /* accepts nodes */
+	pthread_t thread;		  /* runs the loop */
+	bool running;			  /* thread started */
+	struct emb_sched_opts o;	  /* copy; host points at host */
 	char host[EMB_WIRE_HOST_MAX + 1]; /* listen address */
-	uint64_t cluster_id;	    /* random per run */
+	uint64_t cluster_id;		  /* random per run */
 
 	/* Loop thread only. Node id i + 1 names nodes[i]: servers take
 	 * 0..S-1, workers S..S+W-1, so an id says the role and rank. */
-	struct node *nodes;	    /* server_num + worker_num */
-	uint32_t nservers;	    /* servers registered */
-	uint32_t nworkers;	    /* workers registered */
-	uint32_t state;		    /* enum emb_cluster_state */
+	struct node *nodes;		/* server_num + worker_num */
+	uint32_t nservers;		/* servers registered */
+	uint32_t nworkers;		/* workers registered */
+	uint32_t state;			/* enum emb_cluster_state */
 	struct emb_wire_node_ref *dead; /* in order of death */
-	uint32_t ndead;		    /* entries in dead */
-	uint8_t *map_frame;	    /* CLUSTER_MAP response, once ready */
-	int map_len;		    /* its bytes */
-	uint32_t replies;	    /* replies not yet handed to the kernel */
-	bool over;		    /* job ended: stop once replies are out */
+	uint32_t ndead;			/* entries in dead */
+	uint8_t *map_frame;		/* CLUSTER_MAP response, once ready */
+	int map_len;			/* its bytes */
+	uint32_t replies; /* replies not yet handed to the kernel */
+	bool over;	  /* job ended: stop once replies are out */
 
-	pthread_mutex_t mu;	    /* guards done and status, with cv */
-	pthread_cond_t cv;	    /* signalled when done */
-	bool stop;		    /* destroy asked the loop to exit */
-	bool done;		    /* the job ended */
-	int status;		    /* 0, or EMB_ENODEAD */
+	pthread_mutex_t mu; /* guards done and status, with cv */
+	pthread_cond_t cv;  /* signalled when done */
+	bool stop;	    /* destroy asked the loop to exit */
+	bool done;	    /* the job ended */
+	int status;	    /* 0, or EMB_ENODEAD */
 };
 
 /* A reply in flight; freed when the transport is done with it. */
@@ -234,8 +234,8 @@ static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
 	n->dead = true;
 	s->dead[s->ndead++] = (struct emb_wire_node_ref){n->role, n->rank};
 	emb_log(EMB_LOG_ERROR, "%s %u (%s) declared dead: %s",
-		emb_role_name(n->role), n->rank, node_addr(n, addr, sizeof(addr)),
-		why);
+		emb_role_name(n->role), n->rank,
+		node_addr(n, addr, sizeof(addr)), why);
 	snprintf(msg, sizeof(msg), "%s %u died", emb_role_name(n->role),
 		 n->rank);
 	/* A barrier with a dead member can never complete; a cluster with
@@ -272,9 +272,8 @@ static void build_map(struct emb_sched *s)
 	 * grouped by slot restores onto either. */
 	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
 		slot_map[sl] = (uint16_t)((uint64_t)sl * S / EMB_NSLOTS);
-	s->map_len = emb_wire_cluster_map_encode(s->map_frame, cap, 0,
-						 s->o.worker_num, slot_map,
-						 addrs, S);
+	s->map_len = emb_wire_cluster_map_encode(
+	    s->map_frame, cap, 0, s->o.worker_num, slot_map, addrs, S);
 	free(addrs);
 	if (s->map_len > 0)
 		return;
@@ -351,7 +350,8 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 {
 	struct emb_wire_register_req r;
 	struct emb_wire_register_resp resp;
-	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_REGISTER_RESP_SIZE];
+	_Alignas(8)
+	    uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_REGISTER_RESP_SIZE];
 	char addr[EMB_WIRE_HOST_MAX + 16], msg[96];
 	struct node *n;
 	uint32_t idx;
@@ -554,8 +554,8 @@ static void on_request(void *arg, struct emb_conn *conn, struct emb_req *req,
 {
 	struct emb_sched *s = arg;
 	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
-	struct emb_wire_frame f = {.hdr = *hdr, .payload = payload,
-				   .lim = &lim};
+	struct emb_wire_frame f = {
+	    .hdr = *hdr, .payload = payload, .lim = &lim};
 
 	if (hdr->opcode & EMB_OP_RESPONSE_BIT) {
 		send_error(s, req, EMB_EBADOP, "a response sent as a request");
@@ -604,8 +604,8 @@ static void on_close(void *arg, struct emb_conn *conn, int reason)
 	n->conn = NULL;
 	/* A node that is done may go; one that is not has failed. */
 	if (!n->finished && !s->over)
-		declare_dead(s, n, reason ? emb_strerror(reason)
-					  : "connection closed");
+		declare_dead(
+		    s, n, reason ? emb_strerror(reason) : "connection closed");
 }
 
 /* ---- loop ----------------------------------------------------------- */
@@ -630,7 +630,7 @@ static void check_silence(struct emb_sched *s)
 static void *loop_main(void *arg)
 {
 	struct emb_sched *s = arg;
-	int tick = (int)(s->o.hb_timeout_ms / 10);
+	int tick = (int)(s->o.hb_timeout_ms / 10), rc;
 
 	if (tick < 1)
 		tick = 1;
@@ -645,8 +645,13 @@ static void *loop_main(void *arg)
 		/* The job's last replies go out before the loop ends. */
 		if (stop || (s->over && s->replies == 0))
 			break;
-		if (emb_transport_poll(s->tr, tick) < 0)
+		rc = emb_transport_poll(s->tr, tick);
+		/* A signal (a child stopping, say) is no reason to stop. */
+		if (rc < 0 && rc != -EINTR) {
+			emb_log(EMB_LOG_ERROR, "scheduler loop failed: %s",
+				emb_strerror(rc));
 			break;
+		}
 		if (!s->over)
 			check_silence(s);
 	}
@@ -662,8 +667,7 @@ static void *loop_main(void *arg)
 	return NULL;
 }
 
-int emb_sched_create(const struct emb_sched_opts *opts,
-		     struct emb_sched **out)
+int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 {
 	struct emb_listen_opts lo = EMB_LISTEN_OPTS_DEFAULT;
 	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
@@ -753,9 +757,9 @@ int emb_sched_wait(struct emb_sched *s, int timeout_ms)
 	}
 	pthread_mutex_lock(&s->mu);
 	while (!s->done && rc == 0)
-		rc = timeout_ms < 0 ? pthread_cond_wait(&s->cv, &s->mu)
-				    : pthread_cond_timedwait(&s->cv, &s->mu,
-							     &ts);
+		rc = timeout_ms < 0
+			 ? pthread_cond_wait(&s->cv, &s->mu)
+			 : pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 	rc = s->done ? s->status : -ETIMEDOUT;
 	pthread_mutex_unlock(&s->mu);
 	return rc;

@@ -25,7 +25,7 @@ struct emb_sched_opts {
 	 * when every worker finished, EMB_ENODEAD when a node died on the
 	 * way. Optional. */
 	void (*on_done)(void *arg, int status);
-	void *arg;		/* passed to on_done */
+	void *arg; /* passed to on_done */
 };
 
 #define EMB_SCHED_OPTS_DEFAULT                                                 \
@@ -39,8 +39,7 @@ struct emb_sched_opts {
  * Binds and starts serving in its own thread. 0 and *out, or -EINVAL (bad
  * opts), -EADDRINUSE, -ENOMEM, or another negative errno.
  */
-int emb_sched_create(const struct emb_sched_opts *opts,
-		     struct emb_sched **out);
+int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out);
 
 /* The bound port (after port 0). */
 uint16_t emb_sched_port(const struct emb_sched *s);

@@ -114,8 +114,8 @@ static bool register_resp_ok(const struct emb_wire_register_resp *r)
 	    r->server_num > EMB_WIRE_SERVERS_MAX || r->worker_num == 0 ||
 	    r->worker_num > EMB_WIRE_WORKERS_MAX || r->hb_timeout_ms == 0)
 		return false;
-	return r->rank < (r->role == EMB_ROLE_SERVER ? r->server_num
-						     : r->worker_num);
+	return r->rank <
+	       (r->role == EMB_ROLE_SERVER ? r->server_num : r->worker_num);
 }
 
 int emb_wire_register_resp_encode(void *buf, size_t cap, uint64_t req_id,
@@ -140,8 +140,8 @@ int emb_wire_register_resp_encode(void *buf, size_t cap, uint64_t req_id,
 	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_REGISTER_RESP_SIZE);
 }
 
-int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op,
-			     uint64_t req_id, uint32_t node_id)
+int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
+			     uint32_t node_id)
 {
 	uint8_t *p = buf;
 
@@ -365,8 +365,8 @@ int emb_wire_cluster_map_decode(const struct emb_wire_frame *f,
 		return rc;
 	n = f->hdr.count;
 	if (n == 0 || n > EMB_WIRE_SERVERS_MAX ||
-	    f->hdr.payload_len != emb_wire_cluster_map_bytes(n) -
-					  EMB_WIRE_HDR_SIZE)
+	    f->hdr.payload_len !=
+		emb_wire_cluster_map_bytes(n) - EMB_WIRE_HDR_SIZE)
 		return EMB_EBADFRAME;
 	p = f->payload;
 	nw = emb_le32_load(p);
@@ -416,8 +416,7 @@ int emb_wire_heartbeat_req_decode(const struct emb_wire_frame *f,
 
 	if (rc)
 		return rc;
-	if (f->hdr.count ||
-	    f->hdr.payload_len != EMB_WIRE_HEARTBEAT_REQ_SIZE ||
+	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_HEARTBEAT_REQ_SIZE ||
 	    emb_le32_load(f->payload + 4))
 		return EMB_EBADFRAME;
 	*node_id = emb_le32_load(f->payload);

@@ -108,16 +108,16 @@
 #include "common/hash.h"
 #include "common/wire.h"
 
-#define EMB_WIRE_HOST_MAX	   255u	 /* host name or address bytes */
-#define EMB_WIRE_SERVERS_MAX	   4096u /* one server per slot at most */
-#define EMB_WIRE_WORKERS_MAX	   65536u
-#define EMB_WIRE_NODES_MAX	   (EMB_WIRE_SERVERS_MAX + EMB_WIRE_WORKERS_MAX)
-#define EMB_WIRE_BARRIER_NAME_MAX  63u
+#define EMB_WIRE_HOST_MAX	    255u  /* host name or address bytes */
+#define EMB_WIRE_SERVERS_MAX	    4096u /* one server per slot at most */
+#define EMB_WIRE_WORKERS_MAX	    65536u
+#define EMB_WIRE_NODES_MAX	    (EMB_WIRE_SERVERS_MAX + EMB_WIRE_WORKERS_MAX)
+#define EMB_WIRE_BARRIER_NAME_MAX   63u
 #define EMB_WIRE_REGISTER_RESP_SIZE 32u
-#define EMB_WIRE_NODE_REQ_SIZE	   8u
+#define EMB_WIRE_NODE_REQ_SIZE	    8u
 #define EMB_WIRE_HEARTBEAT_REQ_SIZE 16u
-#define EMB_WIRE_MAP_PREFIX_SIZE   (8u + 2u * EMB_NSLOTS)
-#define EMB_WIRE_MAP_ENTRY_SIZE	   264u
+#define EMB_WIRE_MAP_PREFIX_SIZE    (8u + 2u * EMB_NSLOTS)
+#define EMB_WIRE_MAP_ENTRY_SIZE	    264u
 
 /* Whole CLUSTER_MAP response frame for n servers. */
 static inline uint64_t emb_wire_cluster_map_bytes(uint32_t n)
@@ -145,10 +145,10 @@ enum emb_cluster_state {
 const char *emb_role_name(uint32_t role);
 
 struct emb_wire_register_req {
-	uint32_t role;	  /* EMB_ROLE_SERVER or EMB_ROLE_WORKER */
-	uint16_t port;	  /* server's listen port; 0 for workers */
-	uint32_t pid;	  /* node's process id, for logs */
-	const char *host; /* host_len bytes, not terminated; NULL if 0 */
+	uint32_t role;	   /* EMB_ROLE_SERVER or EMB_ROLE_WORKER */
+	uint16_t port;	   /* server's listen port; 0 for workers */
+	uint32_t pid;	   /* node's process id, for logs */
+	const char *host;  /* host_len bytes, not terminated; NULL if 0 */
 	uint32_t host_len; /* 0..EMB_WIRE_HOST_MAX */
 };
 
@@ -189,8 +189,8 @@ struct emb_wire_heartbeat_resp {
 };
 
 struct emb_wire_barrier_req {
-	uint32_t node_id; /* the worker that arrived */
-	const char *name; /* name_len bytes, not terminated */
+	uint32_t node_id;  /* the worker that arrived */
+	const char *name;  /* name_len bytes, not terminated */
 	uint32_t name_len; /* 1..EMB_WIRE_BARRIER_NAME_MAX */
 };
 
@@ -203,8 +203,8 @@ int emb_wire_register_req_encode(void *buf, size_t cap, uint64_t req_id,
 int emb_wire_register_resp_encode(void *buf, size_t cap, uint64_t req_id,
 				  const struct emb_wire_register_resp *r);
 /* op: EMB_OP_CLUSTER_MAP or EMB_OP_FINISH (EMB_EBADARG otherwise). */
-int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op,
-			     uint64_t req_id, uint32_t node_id);
+int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
+			     uint32_t node_id);
 /*
  * slot_map: EMB_NSLOTS server ranks; servers[0..n): by rank. EMB_EBADARG:
  * n 0 or over EMB_WIRE_SERVERS_MAX, nworkers 0 or over the maximum, a rank

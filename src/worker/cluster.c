@@ -26,8 +26,8 @@ static void on_node_dead(void *arg, uint32_t role, uint32_t rank)
 		return;
 	rc = emb__client_server_dead(c, rank);
 	if (rc)
-		emb_log(EMB_LOG_WARN, "cannot fail server %u's calls: %s",
-			rank, emb_strerror(rc));
+		emb_log(EMB_LOG_WARN, "cannot fail server %u's calls: %s", rank,
+			emb_strerror(rc));
 }
 
 /* "h1:p1,h2:p2,..." in rank order; IPv6 hosts need no brackets here. */
@@ -41,8 +41,7 @@ static char *server_list(const struct emb_wire_node_addr *srv, uint32_t n)
 	s[0] = '\0';
 	for (uint32_t i = 0; i < n; i++)
 		len += (size_t)snprintf(s + len, cap - len, "%s%s:%u",
-					i ? "," : "", srv[i].host,
-					srv[i].port);
+					i ? "," : "", srv[i].host, srv[i].port);
 	return s;
 }
 
@@ -71,8 +70,10 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 		return -EINVAL;
 	}
 	if (env.role != EMB_ROLE_NONE && env.role != EMB_ROLE_WORKER) {
-		emb_log(EMB_LOG_ERROR, "cluster environment: role is %s, not "
-				       "worker", emb_role_name(env.role));
+		emb_log(EMB_LOG_ERROR,
+			"cluster environment: role is %s, not "
+			"worker",
+			emb_role_name(env.role));
 		return -EINVAL;
 	}
 	no.sched_host = env.sched_host;

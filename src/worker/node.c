@@ -32,52 +32,52 @@
 #define SMALL_RESP (4u + EMB_WIRE_ERRMSG_MAX)
 
 struct waiter {
-	struct emb_node *n;	  /* owner */
+	struct emb_node *n;	      /* owner */
 	_Alignas(8) uint8_t req[128]; /* encoded request frame */
-	int req_len;		  /* bytes of req */
-	void *resp;		  /* response payload lands here */
-	size_t resp_cap;	  /* bytes */
-	struct emb_frame_hdr rhdr; /* response header, when status is 0 */
-	int status;		  /* transport status */
-	bool posted;		  /* handed to the loop */
-	bool done;		  /* under n->mu */
+	int req_len;		      /* bytes of req */
+	void *resp;		      /* response payload lands here */
+	size_t resp_cap;	      /* bytes */
+	struct emb_frame_hdr rhdr;    /* response header, when status is 0 */
+	int status;		      /* transport status */
+	bool posted;		      /* handed to the loop */
+	bool done;		      /* under n->mu */
 };
 
 struct emb_node {
-	struct emb_transport *tr;  /* agent loop */
-	struct emb_conn *conn;	   /* to the scheduler; agent thread */
-	pthread_t thread;	   /* runs agent_main */
-	bool running;		   /* thread started */
+	struct emb_transport *tr;	   /* agent loop */
+	struct emb_conn *conn;		   /* to the scheduler; agent thread */
+	pthread_t thread;		   /* runs agent_main */
+	bool running;			   /* thread started */
 	char sched[EMB_WIRE_HOST_MAX + 8]; /* "host:port" for logs */
-	uint32_t join_timeout_ms;  /* map wait */
-	emb_node_end_fn on_end;	   /* optional */
-	void *end_arg;		   /* for on_end */
+	uint32_t join_timeout_ms;	   /* map wait */
+	emb_node_end_fn on_end;		   /* optional */
+	void *end_arg;			   /* for on_end */
 	struct emb_wire_register_resp reg; /* our place in the cluster */
 
 	/* Agent thread only. */
-	bool hb_inflight;	   /* a heartbeat is unanswered */
-	uint64_t hb_seq;	   /* last sequence number sent */
-	int64_t next_hb_ms;	   /* monotonic time of the next ping */
-	int64_t last_ok_ms;	   /* last answer from the scheduler */
-	bool finish_sent;	   /* server: acknowledged FINISHING */
-	_Alignas(8) uint8_t hb_req[64]; /* heartbeat request frame */
-	uint8_t *hb_resp;	   /* heartbeat response payload */
-	size_t hb_resp_cap;	   /* bytes */
+	bool hb_inflight;		 /* a heartbeat is unanswered */
+	uint64_t hb_seq;		 /* last sequence number sent */
+	int64_t next_hb_ms;		 /* monotonic time of the next ping */
+	int64_t last_ok_ms;		 /* last answer from the scheduler */
+	bool finish_sent;		 /* server: acknowledged FINISHING */
+	_Alignas(8) uint8_t hb_req[64];	 /* heartbeat request frame */
+	uint8_t *hb_resp;		 /* heartbeat response payload */
+	size_t hb_resp_cap;		 /* bytes */
 	_Alignas(8) uint8_t fin_req[64]; /* server's FINISH frame */
 	_Alignas(8) uint8_t fin_resp[SMALL_RESP]; /* its response */
 
-	pthread_mutex_t mu;	   /* guards the fields below, with cv */
-	pthread_cond_t cv;	   /* a waiter completed, or the link died */
-	bool stop;		   /* destroy asked the agent to exit */
-	int lost;		   /* 0, or why the scheduler link is gone */
-	bool ended;		   /* job over for this node: no more errors */
-	struct emb_wire_node_ref *dead; /* nodes declared dead, in order */
-	uint32_t ndead;		   /* entries in dead */
-	emb_node_dead_fn watch_fn; /* emb_node_watch() */
-	void *watch_arg;	   /* for watch_fn */
-	struct waiter mapw;	   /* CLUSTER_MAP call */
-	bool have_map;		   /* slot_map and servers are set */
-	uint16_t slot_map[EMB_NSLOTS];	 /* slot -> server rank */
+	pthread_mutex_t mu; /* guards the fields below, with cv */
+	pthread_cond_t cv;  /* a waiter completed, or the link died */
+	bool stop;	    /* destroy asked the agent to exit */
+	int lost;	    /* 0, or why the scheduler link is gone */
+	bool ended;	    /* job over for this node: no more errors */
+	struct emb_wire_node_ref *dead;	    /* nodes declared dead, in order */
+	uint32_t ndead;			    /* entries in dead */
+	emb_node_dead_fn watch_fn;	    /* emb_node_watch() */
+	void *watch_arg;		    /* for watch_fn */
+	struct waiter mapw;		    /* CLUSTER_MAP call */
+	bool have_map;			    /* slot_map and servers are set */
+	uint16_t slot_map[EMB_NSLOTS];	    /* slot -> server rank */
 	struct emb_wire_node_addr *servers; /* by rank */
 };
 
@@ -444,8 +444,8 @@ static void hb_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		return;
 	}
 	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
-	f = (struct emb_wire_frame){.hdr = *resp, .payload = n->hb_resp,
-				    .lim = &lim};
+	f = (struct emb_wire_frame){
+	    .hdr = *resp, .payload = n->hb_resp, .lim = &lim};
 	rc = emb_wire_heartbeat_resp_decode(&f, &r);
 	if (rc) {
 		lose(n, rc, "bad heartbeat response");
@@ -471,8 +471,8 @@ static void send_heartbeat(struct emb_node *n)
 	memcpy(&hdr, n->hb_req, sizeof(hdr));
 	iov = (struct iovec){n->hb_req + EMB_WIRE_HDR_SIZE,
 			     (size_t)len - EMB_WIRE_HDR_SIZE};
-	rc = emb_conn_call(n->conn, &hdr, &iov, 1, n->hb_resp,
-			   n->hb_resp_cap, hb_done, n);
+	rc = emb_conn_call(n->conn, &hdr, &iov, 1, n->hb_resp, n->hb_resp_cap,
+			   hb_done, n);
 	if (rc == 0)
 		n->hb_inflight = true;
 	else
@@ -482,13 +482,14 @@ static void send_heartbeat(struct emb_node *n)
 static void *agent_main(void *arg)
 {
 	struct emb_node *n = arg;
-	const int64_t interval = n->reg.hb_timeout_ms / 5 ? n->reg.hb_timeout_ms / 5
-							  : 1;
+	const int64_t interval =
+	    n->reg.hb_timeout_ms / 5 ? n->reg.hb_timeout_ms / 5 : 1;
 
 	n->last_ok_ms = mono_ms();
 	n->next_hb_ms = n->last_ok_ms;
 	for (;;) {
 		int64_t now = mono_ms(), wait;
+		int rc;
 		bool stop, quiet;
 
 		pthread_mutex_lock(&n->mu);
@@ -510,8 +511,13 @@ static void *agent_main(void *arg)
 		wait = n->next_hb_ms - now;
 		if (wait < 1 || n->hb_inflight)
 			wait = interval;
-		if (emb_transport_poll(n->tr, (int)wait) < 0)
+		rc = emb_transport_poll(n->tr, (int)wait);
+		/* A signal (a child stopping, say) is no reason to stop. */
+		if (rc < 0 && rc != -EINTR) {
+			emb_log(EMB_LOG_ERROR, "node agent loop failed: %s",
+				emb_strerror(rc));
 			break;
+		}
 	}
 	return NULL;
 }
@@ -553,9 +559,8 @@ static int register_node(struct emb_node *n, const struct emb_node_opts *o)
 	struct iovec iov;
 	int len, rc;
 
-	len = emb_wire_register_req_encode(req, sizeof(req), 0, o->role,
-					   o->port, (uint32_t)getpid(),
-					   o->host);
+	len = emb_wire_register_req_encode(
+	    req, sizeof(req), 0, o->role, o->port, (uint32_t)getpid(), o->host);
 	if (len < 0)
 		return len;
 	memcpy(&hdr, req, sizeof(hdr));
@@ -695,8 +700,8 @@ static int map_take(struct emb_node *n)
 	int rc;
 
 	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
-	f = (struct emb_wire_frame){.hdr = n->mapw.rhdr,
-				    .payload = n->mapw.resp, .lim = &lim};
+	f = (struct emb_wire_frame){
+	    .hdr = n->mapw.rhdr, .payload = n->mapw.resp, .lim = &lim};
 	rc = emb_wire_cluster_map_decode(&f, &m);
 	if (rc)
 		return rc;
@@ -726,8 +731,8 @@ int emb_node_wait_map(struct emb_node *n)
 	if (!w->resp) {
 		w->resp_cap = emb_wire_cluster_map_bytes(n->reg.server_num) -
 			      EMB_WIRE_HDR_SIZE;
-		w->resp_cap = w->resp_cap < SMALL_RESP ? SMALL_RESP
-						       : w->resp_cap;
+		w->resp_cap =
+		    w->resp_cap < SMALL_RESP ? SMALL_RESP : w->resp_cap;
 		w->resp = malloc(w->resp_cap);
 		if (!w->resp)
 			return -ENOMEM;
@@ -739,8 +744,7 @@ int emb_node_wait_map(struct emb_node *n)
 	}
 	rc = waiter_run(w, mono_ms() + n->join_timeout_ms);
 	if (rc == -ETIMEDOUT)
-		emb_log(EMB_LOG_ERROR,
-			"%s %u: cluster not ready after %u ms",
+		emb_log(EMB_LOG_ERROR, "%s %u: cluster not ready after %u ms",
 			emb_role_name(n->reg.role), n->reg.rank,
 			n->join_timeout_ms);
 	if (rc)
@@ -814,8 +818,8 @@ static int simple_call(struct emb_node *n, struct waiter *w, uint8_t op)
 	rc = waiter_run(w, 0);
 	if (rc)
 		return rc;
-	f = (struct emb_wire_frame){.hdr = w->rhdr, .payload = resp,
-				    .lim = &lim};
+	f = (struct emb_wire_frame){
+	    .hdr = w->rhdr, .payload = resp, .lim = &lim};
 	return emb_wire_cluster_ack_decode(&f, op, &count);
 }
 

@@ -20,9 +20,9 @@
 #include "common/hash.h"
 #include "common/wire_cluster.h"
 
-#define EMB_SCHED_PORT_DEFAULT	     7165
+#define EMB_SCHED_PORT_DEFAULT	      7165
 #define EMB_HEARTBEAT_TIMEOUT_DEFAULT 10000u  /* ms */
-#define EMB_JOIN_TIMEOUT_DEFAULT     300000u /* ms */
+#define EMB_JOIN_TIMEOUT_DEFAULT      300000u /* ms */
 
 /*
  * The cluster as the environment describes it. EMB_* names win over their
@@ -30,7 +30,7 @@
  * MS_SCHED_HOST, MS_SCHED_PORT, MS_SERVER_NUM, MS_WORKER_NUM).
  */
 struct emb_cluster_env {
-	uint32_t role;		  /* EMB_ROLE: EMB_ROLE_NONE when unset */
+	uint32_t role; /* EMB_ROLE: EMB_ROLE_NONE when unset */
 	char sched_host[EMB_WIRE_HOST_MAX + 1]; /* EMB_SCHED_HOST; "" unset */
 	uint16_t sched_port;	  /* EMB_SCHED_PORT; default 7165 */
 	uint32_t server_num;	  /* EMB_SERVER_NUM; 0 when unset */

@@ -52,18 +52,26 @@ static void env_for(const struct emb_sched *s)
 static void env_clear(void)
 {
 	static const char *const names[] = {
-	    "EMB_ROLE",	      "EMB_SCHED_HOST",	       "EMB_SCHED_PORT",
-	    "EMB_SERVER_NUM", "EMB_WORKER_NUM",	       "EMB_HEARTBEAT_TIMEOUT",
-	    "EMB_CLUSTER_TIMEOUT", "MS_ROLE",	       "MS_SCHED_HOST",
-	    "MS_SCHED_PORT",  "MS_SERVER_NUM",	       "MS_WORKER_NUM",
+	    "EMB_ROLE",
+	    "EMB_SCHED_HOST",
+	    "EMB_SCHED_PORT",
+	    "EMB_SERVER_NUM",
+	    "EMB_WORKER_NUM",
+	    "EMB_HEARTBEAT_TIMEOUT",
+	    "EMB_CLUSTER_TIMEOUT",
+	    "MS_ROLE",
+	    "MS_SCHED_HOST",
+	    "MS_SCHED_PORT",
+	    "MS_SERVER_NUM",
+	    "MS_WORKER_NUM",
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		unsetenv(names[i]);
 }
 
-static int node_join(const struct emb_sched *s, uint32_t role,
-		     const char *host, uint16_t port, struct emb_node **out)
+static int node_join(const struct emb_sched *s, uint32_t role, const char *host,
+		     uint16_t port, struct emb_node **out)
 {
 	struct emb_node_opts o = {
 	    .sched_host = "127.0.0.1",
@@ -156,12 +164,12 @@ static void test_ranks(void)
 	struct emb_sched *s = sched_start(2, 2, 10000);
 	struct emb_node *sv[3], *wk[3];
 
-	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 1111,
-					&sv[0]), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 1111, &sv[0]), 0);
 	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &wk[0]),
 			      0);
-	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 2222,
-					&sv[1]), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 2222, &sv[1]), 0);
 	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &wk[1]),
 			      0);
 	CU_ASSERT_EQUAL(emb_node_rank(sv[0]), 0);
@@ -171,9 +179,9 @@ static void test_ranks(void)
 	CU_ASSERT_EQUAL(emb_node_nservers(wk[0]), 2);
 	CU_ASSERT_EQUAL(emb_node_nworkers(sv[0]), 2);
 	/* Every place is taken. */
-	CU_ASSERT_EQUAL(node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 3333,
-				  &sv[2]),
-			EMB_ECLUSTER);
+	CU_ASSERT_EQUAL(
+	    node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 3333, &sv[2]),
+	    EMB_ECLUSTER);
 	CU_ASSERT_EQUAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &wk[2]),
 			EMB_ECLUSTER);
 	for (int i = 0; i < 2; i++) {
@@ -191,13 +199,13 @@ static void test_map(void)
 	const uint16_t *map;
 	uint32_t per[3] = {0};
 
-	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 7001,
-					&sv[0]), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    node_join(s, EMB_ROLE_SERVER, "127.0.0.1", 7001, &sv[0]), 0);
 	/* A server bound to every address is reached where it came from. */
-	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_SERVER, "0.0.0.0", 7002,
-					&sv[1]), 0);
-	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_SERVER, "localhost", 7003,
-					&sv[2]), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    node_join(s, EMB_ROLE_SERVER, "0.0.0.0", 7002, &sv[1]), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    node_join(s, EMB_ROLE_SERVER, "localhost", 7003, &sv[2]), 0);
 	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &wk), 0);
 	CU_ASSERT_EQUAL_FATAL(emb_node_wait_map(wk), 0);
 	map = emb_node_slot_map(wk);
@@ -220,9 +228,9 @@ static void test_map(void)
 	CU_ASSERT_EQUAL(addr[2].port, 7003);
 	/* Servers get the same map. */
 	CU_ASSERT_EQUAL(emb_node_wait_map(sv[2]), 0);
-	CU_ASSERT_EQUAL(memcmp(emb_node_slot_map(sv[2]), map,
-			       EMB_NSLOTS * sizeof(*map)),
-			0);
+	CU_ASSERT_EQUAL(
+	    memcmp(emb_node_slot_map(sv[2]), map, EMB_NSLOTS * sizeof(*map)),
+	    0);
 	emb_node_destroy(wk);
 	for (int i = 0; i < 3; i++)
 		emb_node_destroy(sv[i]);
@@ -270,7 +278,7 @@ struct cluster {
 	struct emb_server *srv[4];
 	struct emb_node *snode[4];
 	uint32_t S, W;
-	int ends[4];	/* on_end status per server, or 1 = not yet */
+	int ends[4]; /* on_end status per server, or 1 = not yet */
 };
 
 static void on_server_end(void *arg, int status)
@@ -368,8 +376,7 @@ static void test_from_env_trains(void)
 	/* Rows spread over both servers, and both workers see one table. */
 	for (int i = 0; i < 64; i++)
 		ids[i] = (uint64_t)i * 7919;
-	CU_ASSERT_EQUAL(emb_client_table_pull(t[0], ids, 64, rows, 0, NULL),
-			0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t[0], ids, 64, rows, 0, NULL), 0);
 	for (int i = 0; i < 64 * 4; i++)
 		grads[i] = 1.0f;
 	CU_ASSERT_EQUAL(emb_client_table_push(t[0], ids, 64, grads, 1, 0), 0);
@@ -390,9 +397,16 @@ static void test_from_env_trains(void)
 	}
 	/* Every worker finished: servers are told, then the job is over. */
 	CU_ASSERT_EQUAL(emb_sched_wait(cl.sched, 20000), 0);
-	for (uint32_t i = 0; i < cl.S; i++)
+	/* Each server's agent hears the FINISH answer on its own time. */
+	for (uint32_t i = 0; i < cl.S; i++) {
+		for (int k = 0;
+		     k < 500 &&
+		     __atomic_load_n(&cl.ends[i], __ATOMIC_SEQ_CST) == 1;
+		     k++)
+			sleep_ms(10);
 		CU_ASSERT_EQUAL(__atomic_load_n(&cl.ends[i], __ATOMIC_SEQ_CST),
 				0);
+	}
 	cluster_down(&cl);
 }
 
@@ -665,7 +679,8 @@ int main(int argc, char **argv)
 	    {"map covers every slot and lists server addresses", test_map},
 	    {"map wait times out while nodes are missing", test_map_timeout},
 	    {"join fails without a scheduler", test_no_scheduler},
-	    {"workers join from the environment and train", test_from_env_trains},
+	    {"workers join from the environment and train",
+	     test_from_env_trains},
 	    {"barrier waits for every worker, and again", test_barrier},
 	    {"barrier fails when a worker dies", test_barrier_dead_worker},
 	    {"client without scheduler has rank 0 of 1",

@@ -23,9 +23,9 @@
 #define PIDS_MAX 16
 
 struct run {
-	char *dir;	     /* temp dir: cwd of the launcher */
-	char out[512];	     /* its stdout and stderr */
-	pid_t pid;	     /* the launcher */
+	char *dir;	      /* temp dir: cwd of the launcher */
+	char out[512];	      /* its stdout and stderr */
+	pid_t pid;	      /* the launcher */
 	pid_t pids[PIDS_MAX]; /* the processes it started */
 	int npids;
 };
@@ -161,8 +161,8 @@ static void test_success(void)
 
 static void test_failing_worker(void)
 {
-	static const char *const args[] = {"--steps", "1000000",
-					   "--fail-rank", "1", NULL};
+	static const char *const args[] = {"--steps", "1000000", "--fail-rank",
+					   "1", NULL};
 	struct run r;
 
 	launch(&r, args);

@@ -41,16 +41,19 @@ static void test_register(void)
 {
 	struct emb_wire_register_req rq;
 	struct emb_wire_register_resp rr, in = {
-	    .role = EMB_ROLE_SERVER, .rank = 1, .node_id = 2,
-	    .server_num = 2, .worker_num = 3, .hb_timeout_ms = 1000,
-	    .cluster_id = 99,
-	};
+					      .role = EMB_ROLE_SERVER,
+					      .rank = 1,
+					      .node_id = 2,
+					      .server_num = 2,
+					      .worker_num = 3,
+					      .hb_timeout_ms = 1000,
+					      .cluster_id = 99,
+					  };
 	struct emb_wire_frame f;
 	int len;
 
-	len = emb_wire_register_req_encode(buf, sizeof(buf), 7,
-					   EMB_ROLE_SERVER, 7164, 42,
-					   "10.0.0.2");
+	len = emb_wire_register_req_encode(buf, sizeof(buf), 7, EMB_ROLE_SERVER,
+					   7164, 42, "10.0.0.2");
 	f = frame(len);
 	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), 0);
 	CU_ASSERT_EQUAL(rq.role, EMB_ROLE_SERVER);
@@ -72,16 +75,14 @@ static void test_register(void)
 	buf[32 + 16] = ' ';
 	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), EMB_EBADFRAME);
 	/* Encoders refuse what decoders would. */
-	CU_ASSERT_EQUAL(emb_wire_register_req_encode(buf, sizeof(buf), 1, 9, 0,
-						     0, NULL),
+	CU_ASSERT_EQUAL(
+	    emb_wire_register_req_encode(buf, sizeof(buf), 1, 9, 0, 0, NULL),
+	    EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_register_req_encode(
+			    buf, sizeof(buf), 1, EMB_ROLE_WORKER, 0, 0, "a b"),
 			EMB_EBADARG);
-	CU_ASSERT_EQUAL(emb_wire_register_req_encode(buf, sizeof(buf), 1,
-						     EMB_ROLE_WORKER, 0, 0,
-						     "a b"),
-			EMB_EBADARG);
-	CU_ASSERT_EQUAL(emb_wire_register_req_encode(buf, 40, 1,
-						     EMB_ROLE_WORKER, 0, 0,
-						     "host"),
+	CU_ASSERT_EQUAL(emb_wire_register_req_encode(
+			    buf, 40, 1, EMB_ROLE_WORKER, 0, 0, "host"),
 			-ENOSPC);
 
 	len = emb_wire_register_resp_encode(buf, sizeof(buf), 7, &in);
@@ -92,8 +93,7 @@ static void test_register(void)
 	emb_le32_store(buf + 32 + 4, 2);
 	CU_ASSERT_EQUAL(emb_wire_register_resp_decode(&f, &rr), EMB_EBADFRAME);
 	in.hb_timeout_ms = 0;
-	CU_ASSERT_EQUAL(emb_wire_register_resp_encode(buf, sizeof(buf), 7,
-						      &in),
+	CU_ASSERT_EQUAL(emb_wire_register_resp_encode(buf, sizeof(buf), 7, &in),
 			EMB_EBADARG);
 }
 
@@ -109,8 +109,8 @@ static void test_map(void)
 
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
 		slots[i] = (uint16_t)(i % 3);
-	len = emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, slots,
-					  addrs, 3);
+	len = emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, slots, addrs,
+					  3);
 	CU_ASSERT_EQUAL(len, (int)emb_wire_cluster_map_bytes(3));
 	f = frame(len);
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), 0);
@@ -148,9 +148,9 @@ static void test_map(void)
 						    slots, addrs, 3),
 			EMB_EBADARG);
 	addrs[1].port = 2;
-	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, 1000, 3, 5, slots,
-						    addrs, 3),
-			-ENOSPC);
+	CU_ASSERT_EQUAL(
+	    emb_wire_cluster_map_encode(buf, 1000, 3, 5, slots, addrs, 3),
+	    -ENOSPC);
 }
 
 static void test_heartbeat(void)
@@ -169,9 +169,9 @@ static void test_heartbeat(void)
 	CU_ASSERT_EQUAL(id, 5);
 	CU_ASSERT_EQUAL(seq, 77);
 	/* Not the message asked for. */
-	CU_ASSERT_EQUAL(emb_wire_barrier_req_decode(&f, &(struct
-				emb_wire_barrier_req){0}),
-			EMB_EBADARG);
+	CU_ASSERT_EQUAL(
+	    emb_wire_barrier_req_decode(&f, &(struct emb_wire_barrier_req){0}),
+	    EMB_EBADARG);
 
 	len = emb_wire_heartbeat_resp_encode(buf, sizeof(buf), 1,
 					     EMB_CLUSTER_READY, dead, 2);
@@ -211,24 +211,22 @@ static void test_barrier_finish(void)
 	CU_ASSERT_EQUAL(emb_wire_barrier_req_decode(&f, &b), EMB_EBADFRAME);
 	memset(name, 'n', sizeof(name));
 	name[64] = '\0';
-	CU_ASSERT_EQUAL(emb_wire_barrier_req_encode(buf, sizeof(buf), 1, 9,
-						    name),
-			EMB_EBADARG);
-	CU_ASSERT_EQUAL(emb_wire_barrier_req_encode(buf, sizeof(buf), 1, 9,
-						    ""),
+	CU_ASSERT_EQUAL(
+	    emb_wire_barrier_req_encode(buf, sizeof(buf), 1, 9, name),
+	    EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_barrier_req_encode(buf, sizeof(buf), 1, 9, ""),
 			EMB_EBADARG);
 
 	f = frame(emb_wire_cluster_ack_encode(buf, sizeof(buf), EMB_OP_BARRIER,
 					      1, 4));
-	CU_ASSERT_EQUAL(emb_wire_cluster_ack_decode(&f, EMB_OP_BARRIER,
-						    &count),
+	CU_ASSERT_EQUAL(emb_wire_cluster_ack_decode(&f, EMB_OP_BARRIER, &count),
 			0);
 	CU_ASSERT_EQUAL(count, 4);
 	CU_ASSERT_EQUAL(emb_wire_cluster_ack_decode(&f, EMB_OP_FINISH, &count),
 			EMB_EBADARG);
 
-	f = frame(emb_wire_node_req_encode(buf, sizeof(buf), EMB_OP_FINISH, 1,
-					   12));
+	f = frame(
+	    emb_wire_node_req_encode(buf, sizeof(buf), EMB_OP_FINISH, 1, 12));
 	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_FINISH, &id), 0);
 	CU_ASSERT_EQUAL(id, 12);
 	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_CLUSTER_MAP, &id),
@@ -241,9 +239,9 @@ static void test_barrier_finish(void)
 	f.hdr.table_id = 1;
 	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_FINISH, &id),
 			EMB_EBADFRAME);
-	CU_ASSERT_EQUAL(emb_wire_node_req_encode(buf, sizeof(buf),
-						 EMB_OP_BARRIER, 1, 1),
-			EMB_EBADARG);
+	CU_ASSERT_EQUAL(
+	    emb_wire_node_req_encode(buf, sizeof(buf), EMB_OP_BARRIER, 1, 1),
+	    EMB_EBADARG);
 }
 
 static void test_truncated(void)
@@ -253,8 +251,8 @@ static void test_truncated(void)
 	int len;
 
 	/* Every shorter payload_len is refused, never read past. */
-	len = emb_wire_register_req_encode(buf, sizeof(buf), 1,
-					   EMB_ROLE_WORKER, 0, 1, "worker-host");
+	len = emb_wire_register_req_encode(buf, sizeof(buf), 1, EMB_ROLE_WORKER,
+					   0, 1, "worker-host");
 	for (int plen = 0; plen < len - 32; plen++) {
 		set_plen((uint32_t)plen);
 		f = frame(32 + plen);
