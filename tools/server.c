@@ -1306,6 +1306,11 @@ void emb_server_destroy(struct emb_server *s)
 	emb_server_stop(s, 1000);
 	if (s->listener)
 		emb_listener_destroy(s->listener);
+	/* Held synchronous pushes name requests of connections that the
+	 * transports free: release them while they exist. */
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
+		if (s->tables[i])
+			emb__sync_abort(s->tables[i]->sync);
 	for (uint32_t i = 0; i < s->opts.threads; i++)
 		emb_transport_destroy(s->loops[i]);
 	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
