@@ -116,6 +116,8 @@ static void usage(FILE *f)
 		"  --max-frame SIZE       bytes per frame (EMB_MAX_FRAME)\n"
 		"  --max-tables N         tables (EMB_MAX_TABLES)\n"
 		"  --log-level L          error|warn|info|debug (EMB_LOG_LEVEL)\n"
+		"  --zero-copy-pulls on|off  PULL rows straight from table memory\n"
+		"                         (EMB_ZERO_COPY_PULLS; default on for rdma, off for tcp)\n"
 		"  --metrics-listen HOST:PORT  serve Prometheus /metrics there "
 		"(EMB_METRICS_LISTEN; default off)\n"
 		"  --checkpoint-dir D     load the newest checkpoint at start, "
@@ -235,6 +237,7 @@ int main(int argc, char **argv)
 		{"max-frame", required_argument, NULL, 'f'},
 		{"max-tables", required_argument, NULL, 'T'},
 		{"log-level", required_argument, NULL, 'L'},
+		{"zero-copy-pulls", required_argument, NULL, 'Z'},
 		{"checkpoint-dir", required_argument, NULL, 'C'},
 		{"checkpoint-interval", required_argument, NULL, 'I'},
 		{"role", required_argument, NULL, 'R'},
@@ -251,6 +254,7 @@ int main(int argc, char **argv)
 	const char *max_frame = env_or("EMB_MAX_FRAME", NULL);
 	const char *max_tables = env_or("EMB_MAX_TABLES", NULL);
 	const char *level = env_or("EMB_LOG_LEVEL", "info");
+	const char *zero_copy = env_or("EMB_ZERO_COPY_PULLS", NULL);
 	const char *ckpt_dir = env_or("EMB_CHECKPOINT_DIR", NULL);
 	const char *ckpt_iv = env_or("EMB_CHECKPOINT_INTERVAL", NULL);
 	const char *metrics_addr = env_or("EMB_METRICS_LISTEN", NULL);
@@ -283,6 +287,7 @@ int main(int argc, char **argv)
 		case 'f': max_frame = optarg; break;
 		case 'T': max_tables = optarg; break;
 		case 'L': level = optarg; break;
+		case 'Z': zero_copy = optarg; break;
 		case 'C': ckpt_dir = optarg; break;
 		case 'I': ckpt_iv = optarg; break;
 		case 'R': role = optarg; break;
@@ -319,6 +324,16 @@ int main(int argc, char **argv)
 	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
 		o.port = cenv.sched_port;
 	o.host = host;
+	o.zero_copy_pulls = strcmp(o.transport, "rdma") == 0;
+	if (zero_copy) {
+		if (strcmp(zero_copy, "on") && strcmp(zero_copy, "off")) {
+			fprintf(stderr,
+				"embstore-server: --zero-copy-pulls takes on "
+				"or off\n");
+			return 2;
+		}
+		o.zero_copy_pulls = strcmp(zero_copy, "on") == 0;
+	}
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	o.threads = ncpu > 0 ? (uint32_t)ncpu : 1;
 	if (threads && parse_u32(threads, 1, 256, &o.threads)) {
