@@ -215,8 +215,10 @@ struct emb_rdma_conn {
 	bool user_gone;			/* destroyed, or on_close ran */
 	bool close_pending;		/* on_close queued for the loop */
 	bool opened;			/* server: on_open ran */
-	bool sq_drained;		/* drain markers seen */
-	bool rq_drained;
+	bool sq_drained;		/* send drain marker seen: free */
+	bool rq_drained;		/* receive marker seen; not waited
+					   for, as a QP in error writes no
+					   slot and stale CQEs are dropped */
 	uint32_t busy;			/* callbacks running; no free */
 	uint32_t qpn;			/* qp_num, to drop stale CQEs */
 	uint8_t wc_status;		/* failed WR's status, for the log */
