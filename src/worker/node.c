@@ -346,9 +346,10 @@ static int waiter_run(struct waiter *w, int64_t deadline_ms)
 	}
 	w->posted = false;
 	rc = w->status;
-	/* A call the agent failed because the link died: say why it died. */
-	if (rc == EMB_ECLOSED && n->lost)
-		rc = n->lost;
+	/* The call failed in the transport: the link to the scheduler is
+	 * gone, whether or not the agent has noticed yet. */
+	if (rc)
+		rc = n->lost ? n->lost : EMB_ENOSCHED;
 	pthread_mutex_unlock(&n->mu);
 	if (rc == 0 && w->rhdr.status < 0) {
 		log_error_resp(n, &w->rhdr, w->resp);

@@ -483,6 +483,35 @@ static void test_barrier_dead_worker(void)
 	cluster_down(&cl);
 }
 
+static void test_scheduler_lost(void)
+{
+	struct cluster cl;
+	struct worker w[2] = {0};
+	struct barrier_arg b;
+	pthread_t th;
+
+	cluster_up(&cl, 1, 2, 1000);
+	workers_join(w, 2);
+	b = (struct barrier_arg){w[0].c, "epoch", 0, false};
+	pthread_create(&th, NULL, barrier_main, &b);
+	sleep_ms(50);
+	emb_sched_destroy(cl.sched);
+	cl.sched = NULL;
+	/* The waiting barrier, and the servers' agents, hear of it. */
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(b.rc, EMB_ENOSCHED);
+	CU_ASSERT_EQUAL(emb_client_finish(w[1].c), EMB_ENOSCHED);
+	for (int k = 0;
+	     k < 500 && __atomic_load_n(&cl.ends[0], __ATOMIC_SEQ_CST) == 1;
+	     k++)
+		sleep_ms(10);
+	CU_ASSERT_EQUAL(__atomic_load_n(&cl.ends[0], __ATOMIC_SEQ_CST),
+			EMB_ENOSCHED);
+	for (int i = 0; i < 2; i++)
+		emb_client_destroy(w[i].c);
+	cluster_down(&cl);
+}
+
 static void test_without_scheduler(void)
 {
 	struct emb_server_opts so = nt_server_opts();
@@ -683,6 +712,8 @@ int main(int argc, char **argv)
 	     test_from_env_trains},
 	    {"barrier waits for every worker, and again", test_barrier},
 	    {"barrier fails when a worker dies", test_barrier_dead_worker},
+	    {"losing the scheduler fails barrier, finish and servers",
+	     test_scheduler_lost},
 	    {"client without scheduler has rank 0 of 1",
 	     test_without_scheduler},
 	    {"frozen server is declared dead and calls fail",
