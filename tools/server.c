@@ -29,10 +29,16 @@
 
 #include "server_dump.h"
 #include "server_lat.h"
+#include "server_reg.h"
 #include "server_sync.h"
 
 struct srv_table {
+	struct emb_server *s;	   /* owner */
 	struct emb_table *t;	   /* owned; destroyed with the last ref */
+	struct emb_regmap *regmap; /* RDMA: its extents' regions; owned */
+	struct srv_table *reap_next; /* reaper queue */
+	struct srv_table *all_next;  /* every table not yet freed */
+	struct srv_table **all_pprev; /* link to this one in that list */
 	struct emb_sync *sync;	   /* training mode; owned */
 	struct emb_wire_spec spec; /* as created */
 	uint32_t id;		   /* >= 1 */
@@ -84,6 +90,15 @@ struct emb_server {
 					  loop i alone writes row i */
 	bool stopped;		       /* emb_server_stop() ran */
 	bool loops_stopped;	       /* loop threads joined; atomic */
+	bool rdma;		       /* loops are RDMA: register tables */
+	pthread_t reaper;	       /* frees tables off the loop threads */
+	bool reaper_running;	       /* reaper started and not joined */
+	pthread_mutex_t reap_mu;       /* guards reap_head, reap_stop */
+	pthread_cond_t reap_cv;	       /* work for the reaper */
+	struct srv_table *reap_head;   /* tables to free */
+	struct srv_table *all_tables;  /* not yet freed, dropped or not;
+					  guarded by reap_mu */
+	bool reap_stop;		       /* reaper: exit once drained */
 };
 
 /* A row of zeros for ids missing under NOCREATE, wide enough for a whole
@@ -111,15 +126,63 @@ static struct srv_table *table_get(struct emb_server *s, uint32_t id)
 	return st;
 }
 
+static void table_free(struct srv_table *st)
+{
+	pthread_mutex_lock(&st->s->reap_mu);
+	*st->all_pprev = st->all_next;
+	if (st->all_next)
+		st->all_next->all_pprev = st->all_pprev;
+	pthread_mutex_unlock(&st->s->reap_mu);
+	emb_log(EMB_LOG_INFO, "table %s (id %u) freed", st->spec.name, st->id);
+	emb__sync_destroy(st->sync);
+	emb_table_destroy(st->t);
+	emb__regmap_destroy(st->regmap);
+	free(st);
+}
+
 static void table_put(struct srv_table *st)
 {
-	if (st && __atomic_sub_fetch(&st->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-		emb_log(EMB_LOG_INFO, "table %s (id %u) freed", st->spec.name,
-			st->id);
-		emb__sync_destroy(st->sync);
-		emb_table_destroy(st->t);
-		free(st);
+	struct emb_server *s;
+
+	if (!st || __atomic_sub_fetch(&st->refs, 1, __ATOMIC_ACQ_REL) != 0)
+		return;
+	s = st->s;
+	/* Deregistering RDMA regions waits for every loop, which a loop
+	 * thread must not do: the reaper frees the table instead. */
+	if (st->regmap && emb__regmap_on_loop()) {
+		/* Without a reaper (stopping), emb_server_destroy() frees
+		 * it once the loops are gone. */
+		pthread_mutex_lock(&s->reap_mu);
+		st->reap_next = s->reap_head;
+		s->reap_head = st;
+		pthread_cond_signal(&s->reap_cv);
+		pthread_mutex_unlock(&s->reap_mu);
+		return;
 	}
+	table_free(st);
+}
+
+static void *reaper_main(void *arg)
+{
+	struct emb_server *s = arg;
+
+	pthread_mutex_lock(&s->reap_mu);
+	for (;;) {
+		struct srv_table *st = s->reap_head;
+
+		if (st) {
+			s->reap_head = st->reap_next;
+			pthread_mutex_unlock(&s->reap_mu);
+			table_free(st);
+			pthread_mutex_lock(&s->reap_mu);
+			continue;
+		}
+		if (s->reap_stop)
+			break;
+		pthread_cond_wait(&s->reap_cv, &s->reap_mu);
+	}
+	pthread_mutex_unlock(&s->reap_mu);
+	return NULL;
 }
 
 static bool same_spec(const struct emb_wire_spec *a,
@@ -176,15 +239,37 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 		free(st);
 		goto out_unlock;
 	}
+	st->s = s;
+	if (s->rdma) {
+		rc = emb__regmap_create(s->loops, s->opts.threads,
+					&s->loops_stopped, &st->regmap);
+		if (!rc)
+			rc = emb_table_set_extent_hook(st->t, emb__regmap_hook,
+						       st->regmap);
+		if (rc) {
+			emb_table_destroy(st->t);
+			emb__regmap_destroy(st->regmap);
+			free(st);
+			goto out_unlock;
+		}
+	}
 	rc = emb__sync_create(spec->dim, sync_ack, s, &st->sync);
 	if (rc) {
 		emb_table_destroy(st->t);
+		emb__regmap_destroy(st->regmap);
 		free(st);
 		goto out_unlock;
 	}
 	st->spec = *spec;
 	st->id = free_slot + 1;
 	st->refs = 1;
+	pthread_mutex_lock(&s->reap_mu);
+	st->all_next = s->all_tables;
+	if (st->all_next)
+		st->all_next->all_pprev = &st->all_next;
+	st->all_pprev = &s->all_tables;
+	s->all_tables = st;
+	pthread_mutex_unlock(&s->reap_mu);
 	s->tables[free_slot] = st;
 	*id_out = st->id;
 	emb_log(EMB_LOG_INFO, "table %s (id %u) created: dim %u, %s, %s",
@@ -1141,8 +1226,10 @@ static void on_close(void *arg, struct emb_conn *c, int reason)
 static void *loop_main(void *arg)
 {
 	struct emb_transport *tr = arg;
-	int rc = emb_transport_run(tr);
+	int rc;
 
+	emb__regmap_set_thread_loop(tr);
+	rc = emb_transport_run(tr);
 	if (rc)
 		emb_log(EMB_LOG_ERROR, "event loop failed: %s",
 			emb_strerror(rc));
@@ -1196,6 +1283,9 @@ int emb_server_create(const struct emb_server_opts *opts,
 	s->budget.limit = opts->mem_limit;
 	s->server_id = random_id();
 	pthread_rwlock_init(&s->tables_lock, NULL);
+	pthread_mutex_init(&s->reap_mu, NULL);
+	pthread_cond_init(&s->reap_cv, NULL);
+	s->rdma = strcmp(opts->transport, "rdma") == 0;
 	/* Before the listener exists, so no client sees a partial state. */
 	if (opts->on_start) {
 		rc = opts->on_start(s, opts->start_arg);
@@ -1228,6 +1318,12 @@ int emb_server_create(const struct emb_server_opts *opts,
 		if (rc)
 			goto err_threads;
 		s->nstarted++;
+	}
+	if (s->rdma) {
+		rc = -pthread_create(&s->reaper, NULL, reaper_main, s);
+		if (rc)
+			goto err_threads;
+		s->reaper_running = true;
 	}
 	*out = s;
 	return 0;
@@ -1291,6 +1387,15 @@ void emb_server_stop(struct emb_server *s, uint32_t grace_ms)
 	}
 	/* One more round so replies just posted reach the socket. */
 	nanosleep(&ts, NULL);
+	/* The reaper waits on the loops: it finishes while they still run. */
+	if (s->reaper_running) {
+		pthread_mutex_lock(&s->reap_mu);
+		s->reap_stop = true;
+		pthread_cond_signal(&s->reap_cv);
+		pthread_mutex_unlock(&s->reap_mu);
+		pthread_join(s->reaper, NULL);
+		s->reaper_running = false;
+	}
 	for (uint32_t i = 0; i < s->nstarted; i++)
 		emb_transport_stop(s->loops[i]);
 	for (uint32_t i = 0; i < s->nstarted; i++)
@@ -1306,6 +1411,19 @@ void emb_server_destroy(struct emb_server *s)
 	emb_server_stop(s, 1000);
 	if (s->listener)
 		emb_listener_destroy(s->listener);
+	/* Tables left to the reaper after it stopped: the loops are gone,
+	 * so this thread deregisters their regions itself. */
+	while (s->reap_head) {
+		struct srv_table *st = s->reap_head;
+
+		s->reap_head = st->reap_next;
+		table_free(st);
+	}
+	/* Regions must go before the transports that registered them; a
+	 * table freed later (a reply completing at transport destroy) then
+	 * finds none left. */
+	for (struct srv_table *st = s->all_tables; st; st = st->all_next)
+		emb__regmap_release_all(st->regmap);
 	/* Held synchronous pushes name requests of connections that the
 	 * transports free: release them while they exist. */
 	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
@@ -1316,6 +1434,8 @@ void emb_server_destroy(struct emb_server *s)
 	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
 		table_put(s->tables[i]);
 	pthread_rwlock_destroy(&s->tables_lock);
+	pthread_cond_destroy(&s->reap_cv);
+	pthread_mutex_destroy(&s->reap_mu);
 	free(s->lat);
 	free(s->threads);
 	free(s->loops);
