@@ -347,6 +347,7 @@ void emb__rdma_conn_opened(struct emb_rdma_conn *c)
 	c->opened = true;
 	c->state = EMB_RDMA_CONN_OPEN;
 	EMB__STAT_ADD(c->rt->base.stats.conns_opened, 1);
+	emb_log(EMB_LOG_INFO, "rdma: accepted %s", c->base.peer);
 	if (c->on_open)
 		c->on_open(c->arg, &c->base, 0);
 }
@@ -384,7 +385,7 @@ void emb__rdma_conn_fail(struct emb_rdma_conn *c, int reason)
 	c->state = EMB_RDMA_CONN_DRAINING;
 	c->reason = reason;
 	if (reason == 0 || reason == EMB_ECLOSED)
-		emb_log(EMB_LOG_DEBUG, "rdma: conn %s closed locally",
+		emb_log(EMB_LOG_INFO, "rdma: conn %s closed",
 			c->base.peer);
 	else if (reason == EMB_EPEERDEAD && !c->wc_status)
 		emb_log(EMB_LOG_INFO, "rdma: conn %s: peer disconnected",
@@ -927,6 +928,8 @@ static int op_listen(struct emb_transport *tr,
 		goto err_destroy_id;
 	}
 	l->base.port = ntohs(rdma_get_src_port(l->id));
+	emb_log(EMB_LOG_INFO, "rdma: listening on %s port %u over %u loops",
+		opts->host, l->base.port, opts->nloops ? opts->nloops : 1);
 	freeaddrinfo(ai);
 	l->next = rt->listeners;
 	rt->listeners = l;
@@ -936,6 +939,8 @@ static int op_listen(struct emb_transport *tr,
 err_destroy_id:
 	rdma_destroy_id(l->id);
 err_free_ai:
+	emb_log(EMB_LOG_WARN, "rdma: listen on %s port %u: %s", opts->host,
+		opts->port, emb_strerror(rc));
 	freeaddrinfo(ai);
 err_free:
 	free(l->loops);
@@ -1093,6 +1098,7 @@ static int op_connect(struct emb_transport *tr,
 	c->state = EMB_RDMA_CONN_OPEN;
 	c->opened = true;
 	EMB__STAT_ADD(tr->stats.conns_opened, 1);
+	emb_log(EMB_LOG_INFO, "rdma: connected to %s", c->base.peer);
 	*out = &c->base;
 	return 0;
 
@@ -1107,6 +1113,8 @@ err_destroy_ch:
 	rdma_destroy_event_channel(ch);
 err_free_ai:
 	freeaddrinfo(ai);
+	emb_log(EMB_LOG_WARN, "rdma: connect to %s port %u: %s", opts->host,
+		opts->port, emb_strerror(rc));
 	return rc;
 }
 
