@@ -14,10 +14,10 @@
 #include "cache/cache.h"
 
 _Static_assert(EMB_CACHED_WRITE_THROUGH == (int)EMB_CACHE_WRITE_THROUGH &&
-		       EMB_CACHED_WRITE_BACK == (int)EMB_CACHE_WRITE_BACK,
+		   EMB_CACHED_WRITE_BACK == (int)EMB_CACHE_WRITE_BACK,
 	       "cached table modes are the cache's");
 _Static_assert(EMB_CACHED_LRU == (int)EMB_CACHE_LRU &&
-		       EMB_CACHED_CLOCK == (int)EMB_CACHE_CLOCK,
+		   EMB_CACHED_CLOCK == (int)EMB_CACHE_CLOCK,
 	       "cached table policies are the cache's");
 
 struct emb_cached_table {
@@ -67,8 +67,7 @@ static int fetch_wait(void *arg, int64_t token, bool block)
 	return emb_async_wait(op);
 }
 
-static int push(void *arg, const uint64_t *ids, uint32_t n,
-		const float *grads)
+static int push(void *arg, const uint64_t *ids, uint32_t n, const float *grads)
 {
 	struct emb_cached_table *ct = arg;
 	int rc;
@@ -157,8 +156,8 @@ void emb_cached_table_destroy(struct emb_cached_table *ct)
 	free(ct);
 }
 
-int emb_cached_table_prefetch(struct emb_cached_table *ct,
-			      const uint64_t *ids, uint32_t n)
+int emb_cached_table_prefetch(struct emb_cached_table *ct, const uint64_t *ids,
+			      uint32_t n)
 {
 	return emb_cache_prefetch(ct->cache, ids, n);
 }
@@ -169,8 +168,7 @@ int emb_cached_table_lookup(struct emb_cached_table *ct, const uint64_t *ids,
 	return emb_cache_lookup(ct->cache, ids, n, out);
 }
 
-int emb_cached_table_push_grads(struct emb_cached_table *ct,
-				const float *grads)
+int emb_cached_table_push_grads(struct emb_cached_table *ct, const float *grads)
 {
 	return emb_cache_update(ct->cache, grads);
 }

@@ -18,10 +18,10 @@
 #include "server.h"
 #include "worker/embstore.h"
 
-#define DIM 8
-#define BATCH 96
-#define IDS 400	  /* id range of the training loops */
-#define STEPS 40
+#define DIM	 8
+#define BATCH	 96
+#define IDS	 400 /* id range of the training loops */
+#define STEPS	 40
 #define CAPACITY 256 /* < IDS: the loops evict and write back */
 
 /* Relative difference within 1e-5 (absolute near zero). */
@@ -58,9 +58,9 @@ static void make_grads(uint32_t s, const uint64_t *ids, const float *rows,
 {
 	for (uint32_t i = 0; i < n; i++)
 		for (uint32_t j = 0; j < DIM; j++)
-			g[i * DIM + j] =
-				0.5f * rows[i * DIM + j] +
-				0.01f * (float)((ids[i] + j + s) % 7) - 0.03f;
+			g[i * DIM + j] = 0.5f * rows[i * DIM + j] +
+					 0.01f * (float)((ids[i] + j + s) % 7) -
+					 0.03f;
 }
 
 static struct emb_table_spec spec_of(const char *name, uint32_t kind)
@@ -98,10 +98,9 @@ static void test_pull_with_state(void)
 		rows[i] = (float)i * 0.25f + 1.0f;
 	CU_ASSERT_EQUAL_FATAL(emb_client_table_assign(t, ids, 2, rows, true),
 			      0);
-	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids, 3, got,
-						    EMB_CLIENT_WITH_STATE,
-						    NULL),
-			      0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_pull(t, ids, 3, got, EMB_CLIENT_WITH_STATE, NULL),
+	    0);
 	CU_ASSERT_EQUAL(memcmp(got, rows, 2 * rf * sizeof(float)), 0);
 	CU_ASSERT_EQUAL(memcmp(got + 2 * rf, rows, rf * sizeof(float)), 0);
 
@@ -109,10 +108,9 @@ static void test_pull_with_state(void)
 	for (uint32_t i = 0; i < DIM; i++)
 		g[i] = 0.5f;
 	CU_ASSERT_EQUAL_FATAL(emb_client_table_push(t, ids, 1, g, 0, 0), 0);
-	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids, 1, got,
-						    EMB_CLIENT_WITH_STATE,
-						    NULL),
-			      0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_pull(t, ids, 1, got, EMB_CLIENT_WITH_STATE, NULL),
+	    0);
 	for (uint32_t j = 0; j < DIM; j++) {
 		CU_ASSERT(close_to(got[DIM + j], rows[DIM + j] + 0.25f));
 		CU_ASSERT(got[j] < rows[j]);
@@ -156,7 +154,7 @@ static void train_and_compare(uint32_t kind, uint32_t mode, uint32_t depth,
 	struct emb_client *c;
 	static uint64_t ids[STEPS + 64][BATCH];
 	static float ra[BATCH * DIM], rb[BATCH * DIM], ga[BATCH * DIM],
-		gb[BATCH * DIM];
+	    gb[BATCH * DIM];
 	uint64_t all[IDS];
 	float *wa, *wb;
 	uint32_t rf, mism = 0;
