@@ -59,6 +59,9 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 
 	if (!out)
 		return -EINVAL;
+	/* Without opts, the transport is the servers' (EMB_TRANSPORT). */
+	if (!opts && getenv("EMB_TRANSPORT") && *getenv("EMB_TRANSPORT"))
+		co.transport = getenv("EMB_TRANSPORT");
 	rc = emb_cluster_env_read(&env, &bad);
 	if (rc) {
 		emb_log(EMB_LOG_ERROR, "cluster environment: bad %s", bad);

@@ -211,9 +211,10 @@ bool emb_async_done(struct emb_async *op);
 /*
  * Joins the cluster as a worker: registers with the scheduler, waits until
  * every server and worker joined (EMB_CLUSTER_TIMEOUT), then connects to
- * the servers of the cluster map. opts may be NULL (defaults); its servers
- * field is ignored. While the client lives, a thread pings the scheduler;
- * when the scheduler declares a server dead, calls to it fail with
+ * the servers of the cluster map. opts may be NULL (defaults, with the
+ * transport taken from EMB_TRANSPORT if set); its servers field is
+ * ignored. While the client lives, a thread pings the scheduler; when the
+ * scheduler declares a server dead, calls to it fail with
  * EMB_ENODEAD instead of waiting. 0 and *out, or -EINVAL (environment
  * incomplete or malformed: the variable is logged), -ETIMEDOUT,
  * -ECONNREFUSED (no scheduler), EMB_ECLUSTER (cluster full), EMB_ENODEAD,
