@@ -123,7 +123,7 @@ static int verify_ckpt(const char *cdir, struct emb_snap_entry **e,
 	}
 	for (uint32_t i = 0; i < *n; i++) {
 		snprintf(p, sizeof(p), "%s/%s", cdir, (*e)[i].file);
-		rc = emb_snap_verify(p, NULL, &sum);
+		rc = emb_snap_verify(p, EMB_SNAP_READ_VERIFY_ONLY, NULL, &sum);
 		if (!rc && sum != (*e)[i].checksum)
 			rc = EMB_EMANIFEST;
 		if (rc) {

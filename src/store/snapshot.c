@@ -4,8 +4,9 @@
  * the reader streams and verifies them, and the table helpers dump and load
  * whole tables. The layout is in snapshot.h and docs/format.md.
  *
- * A writer or reader belongs to one thread at a time; the table helpers
- * only use the table's thread-safe calls.
+ * A writer or reader belongs to one thread at a time (a writer runs one
+ * worker thread of its own); the table helpers only use the table's
+ * thread-safe calls.
  */
 #include "store/snapshot.h"
 
@@ -13,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <lz4.h>
 #include <xxhash.h>
 
@@ -183,29 +188,82 @@ static int hdr_decode(const uint8_t *p, struct emb_snap_meta *m)
 
 /* ---- byte planes ---- */
 
-/* Byte b of float i goes to dst[b * m + i]: exponents end up together. */
+/*
+ * Byte b of float i goes to dst[b * m + i]: exponents end up together. The
+ * SSE2 path moves 16 floats per step (a 4 x 16 byte transpose); the scalar
+ * loop does the tail and non-x86 hosts.
+ */
 static void shuffle4(uint8_t *dst, const uint8_t *src, size_t m)
 {
-	uint8_t *d0 = dst, *d1 = dst + m, *d2 = dst + 2 * m, *d3 = dst + 3 * m;
+	size_t i = 0;
 
-	for (size_t i = 0; i < m; i++) {
-		d0[i] = src[4 * i];
-		d1[i] = src[4 * i + 1];
-		d2[i] = src[4 * i + 2];
-		d3[i] = src[4 * i + 3];
+#ifdef __SSE2__
+	for (; i + 16 <= m; i += 16) {
+		__m128i a[4], b[4];
+
+		for (int k = 0; k < 4; k++) {
+			a[k] = _mm_loadu_si128(
+				(const __m128i *)(const void *)(src + 4 * i +
+								16 * k));
+			b[k] = _mm_shuffle_epi32(a[k], 0xd8);
+			a[k] = _mm_shuffle_epi32(a[k], 0x8d);
+			a[k] = _mm_unpacklo_epi8(b[k], a[k]);
+			b[k] = _mm_shuffle_epi32(a[k], 0x4e);
+			a[k] = _mm_unpacklo_epi16(a[k], b[k]);
+		}
+		for (int k = 0; k < 2; k++) {
+			b[2 * k] = _mm_unpacklo_epi32(a[2 * k], a[2 * k + 1]);
+			b[2 * k + 1] =
+				_mm_unpackhi_epi32(a[2 * k], a[2 * k + 1]);
+		}
+		for (int k = 0; k < 2; k++) {
+			a[2 * k] = _mm_unpacklo_epi64(b[k], b[k + 2]);
+			a[2 * k + 1] = _mm_unpackhi_epi64(b[k], b[k + 2]);
+		}
+		for (int k = 0; k < 4; k++)
+			_mm_storeu_si128((__m128i *)(void *)(dst + k * m + i),
+					 a[k]);
+	}
+#endif
+	for (; i < m; i++) {
+		dst[i] = src[4 * i];
+		dst[m + i] = src[4 * i + 1];
+		dst[2 * m + i] = src[4 * i + 2];
+		dst[3 * m + i] = src[4 * i + 3];
 	}
 }
 
 static void unshuffle4(uint8_t *dst, const uint8_t *src, size_t m)
 {
-	const uint8_t *s0 = src, *s1 = src + m, *s2 = src + 2 * m,
-		      *s3 = src + 3 * m;
+	size_t i = 0;
 
-	for (size_t i = 0; i < m; i++) {
-		dst[4 * i] = s0[i];
-		dst[4 * i + 1] = s1[i];
-		dst[4 * i + 2] = s2[i];
-		dst[4 * i + 3] = s3[i];
+#ifdef __SSE2__
+	for (; i + 16 <= m; i += 16) {
+		__m128i a[4], b[4];
+
+		for (int k = 0; k < 4; k++)
+			a[k] = _mm_loadu_si128(
+				(const __m128i *)(const void *)(src + k * m +
+								i));
+		for (int k = 0; k < 2; k++) {
+			b[k] = _mm_unpacklo_epi8(a[2 * k], a[2 * k + 1]);
+			b[2 + k] = _mm_unpackhi_epi8(a[2 * k], a[2 * k + 1]);
+		}
+		for (int k = 0; k < 2; k++) {
+			a[k] = _mm_unpacklo_epi16(b[2 * k], b[2 * k + 1]);
+			a[2 + k] = _mm_unpackhi_epi16(b[2 * k], b[2 * k + 1]);
+		}
+		_mm_storeu_si128((__m128i *)(void *)(dst + 4 * i), a[0]);
+		_mm_storeu_si128((__m128i *)(void *)(dst + 4 * i + 16), a[2]);
+		_mm_storeu_si128((__m128i *)(void *)(dst + 4 * i + 32), a[1]);
+		_mm_storeu_si128((__m128i *)(void *)(dst + 4 * i + 48), a[3]);
+	}
+#endif
+	for (; i < m; i++) {
+		dst[4 * i] = src[i];
+		dst[4 * i + 1] = src[m + i];
+		dst[4 * i + 2] = src[2 * m + i];
+		dst[4 * i + 3] = src[3 * m + i];
 	}
 }
 
@@ -284,6 +342,8 @@ static uint64_t now_ns(void)
 
 /* ---- writer ---- */
 
+#define NJOBS 3 /* blocks in flight between the caller and the worker */
+
 /* Rows of one slot range waiting to fill a block. */
 struct group {
 	uint64_t *ids;		   /* n ids */
@@ -293,24 +353,51 @@ struct group {
 	uint32_t cap;		   /* room, grows to block_rows */
 };
 
+/* One sorted, uncompressed block handed to the worker. */
+struct job {
+	uint8_t *raw;	  /* raw payload, raw_cap bytes */
+	size_t raw_len;	  /* bytes used */
+	uint32_t n;	  /* rows */
+	uint32_t first;	  /* slot range */
+	uint32_t last;
+};
+
+/*
+ * The caller's thread groups and sorts rows; a worker thread compresses,
+ * checksums and writes the blocks in the order they were queued, so that
+ * the two halves overlap. Fields marked (w) belong to the worker until
+ * finish() has joined it.
+ */
 struct emb_snap_writer {
-	struct emb_snap_meta meta;	 /* header fields, counts so far */
+	struct emb_snap_meta meta;	 /* header fields; counts (w) */
 	struct emb_snap_write_opts opts; /* as given, defaults filled in */
 	char *path;			 /* final name */
 	char *tmp;			 /* name while writing */
 	int fd;				 /* open on tmp, -1 after close */
-	int err;			 /* first error; sticky */
+	int err;			 /* caller's first error; sticky */
 	bool created;			 /* tmp exists: remove unless done */
 	bool done;			 /* renamed to path */
 	uint32_t block_rows;		 /* rows per full block */
+	size_t raw_cap;			 /* bytes of one raw block */
 	struct group groups[NGROUPS];	 /* one per slot range */
-	uint8_t *raw;			 /* one block, uncompressed */
-	uint8_t *plane;			 /* float bytes before shuffling */
-	uint8_t *comp;			 /* block header + LZ4 output */
+	uint8_t *plane;			 /* caller: floats before shuffling */
+	uint8_t *comp;			 /* (w) block header + LZ4 output */
 	size_t comp_cap;		 /* bytes of comp */
 	uint32_t *slot_rows;		 /* rows per slot, EMB_NSLOTS */
-	XXH3_state_t *xxh;		 /* file checksum, body part */
+	XXH3_state_t *xxh;		 /* (w) file checksum, body part */
+
+	pthread_t worker;		 /* compresses and writes */
+	bool worker_running;		 /* started, not joined */
+	pthread_mutex_t lock;		 /* guards the queue below */
+	pthread_cond_t cond;		 /* queue changed */
+	struct job jobs[NJOBS];		 /* ring */
+	uint64_t head;			 /* jobs taken by the worker */
+	uint64_t tail;			 /* jobs queued */
+	bool quit;			 /* no more jobs will come */
+	int werr;			 /* worker's first error */
 };
+
+static void *writer_main(void *arg);
 
 int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 			   const struct emb_snap_write_opts *opts,
@@ -318,7 +405,7 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 {
 	uint8_t hdr[EMB_SNAP_HDR_SIZE];
 	struct emb_snap_writer *w;
-	uint64_t row_bytes, raw_cap;
+	uint64_t row_bytes;
 	size_t plen;
 	int rc;
 
@@ -340,6 +427,8 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 	if (!w)
 		return -ENOMEM;
 	w->fd = -1;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
 	w->meta = *meta;
 	w->meta.rows = 0;
 	w->meta.blocks = 0;
@@ -356,27 +445,33 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 	if (w->block_rows == 0)
 		w->block_rows = 1;
 	/* A single wide row may exceed the target; the limit is the cap. */
-	raw_cap = w->block_rows * row_bytes;
-	if (raw_cap > EMB_SNAP_BLOCK_MAX) {
+	if (w->block_rows * row_bytes > EMB_SNAP_BLOCK_MAX) {
 		rc = EMB_EBADARG;
 		goto err_free;
 	}
-	w->comp_cap = EMB_SNAP_BLOCK_HDR + (size_t)LZ4_compressBound(
-						   (int)raw_cap);
+	w->raw_cap = (size_t)(w->block_rows * row_bytes);
+	w->comp_cap = EMB_SNAP_BLOCK_HDR +
+		      (size_t)LZ4_compressBound((int)w->raw_cap);
 	/* finish() builds the trailer in this buffer too. */
 	if (w->comp_cap < EMB_SNAP_TRAILER_SIZE)
 		w->comp_cap = EMB_SNAP_TRAILER_SIZE;
 	w->path = strdup(path);
 	w->tmp = malloc(plen + 32);
-	w->raw = malloc(raw_cap);
 	w->plane = malloc((size_t)w->block_rows * 4 * meta->row_floats);
 	w->comp = malloc(w->comp_cap);
 	w->slot_rows = calloc(EMB_NSLOTS, sizeof(*w->slot_rows));
 	w->xxh = XXH3_createState();
-	if (!w->path || !w->tmp || !w->raw || !w->plane || !w->comp ||
-	    !w->slot_rows || !w->xxh) {
+	if (!w->path || !w->tmp || !w->plane || !w->comp || !w->slot_rows ||
+	    !w->xxh) {
 		rc = -ENOMEM;
 		goto err_free;
+	}
+	for (int k = 0; k < NJOBS; k++) {
+		w->jobs[k].raw = malloc(w->raw_cap);
+		if (!w->jobs[k].raw) {
+			rc = -ENOMEM;
+			goto err_free;
+		}
 	}
 	XXH3_64bits_reset(w->xxh);
 	snprintf(w->tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
@@ -395,6 +490,10 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 	if (rc)
 		goto err_free;
 	w->meta.file_bytes = EMB_SNAP_HDR_SIZE;
+	rc = -pthread_create(&w->worker, NULL, writer_main, w);
+	if (rc)
+		goto err_free;
+	w->worker_running = true;
 	*out = w;
 	return 0;
 
@@ -403,6 +502,7 @@ err_free:
 	return rc;
 }
 
+/* Worker: appends buf to the file, hashing and counting it. */
 static int writer_write(struct emb_snap_writer *w, const void *buf, size_t n)
 {
 	int rc;
@@ -420,7 +520,74 @@ static int writer_write(struct emb_snap_writer *w, const void *buf, size_t n)
 	return 0;
 }
 
-/* Sorts group g's rows by slot into w->raw, compresses, writes a block. */
+/* Worker: compresses one job into a block and writes it. */
+static int write_block(struct emb_snap_writer *w, const struct job *j)
+{
+	uint8_t *h = w->comp;
+	uint32_t flags = 0;
+	int clen;
+
+	clen = LZ4_compress_fast((const char *)j->raw,
+				 (char *)w->comp + EMB_SNAP_BLOCK_HDR,
+				 (int)j->raw_len,
+				 (int)(w->comp_cap - EMB_SNAP_BLOCK_HDR),
+				 w->opts.level);
+	if (clen <= 0 || (size_t)clen >= j->raw_len) {
+		/* Incompressible: store it, so a block never grows. */
+		memcpy(w->comp + EMB_SNAP_BLOCK_HDR, j->raw, j->raw_len);
+		clen = (int)j->raw_len;
+		flags |= EMB_SNAP_BF_RAW;
+	}
+	emb_le32_store(h, BLOCK_MAGIC);
+	emb_le32_store(h + 4, j->n);
+	emb_le32_store(h + 8, j->first);
+	emb_le32_store(h + 12, j->last);
+	emb_le32_store(h + 16, (uint32_t)j->raw_len);
+	emb_le32_store(h + 20, (uint32_t)clen);
+	emb_le32_store(h + 24, flags);
+	emb_le32_store(h + 28, 0);
+	emb_le64_store(h + 32, w->meta.blocks);
+	emb_le64_store(h + 40, XXH3_64bits_withSeed(h + EMB_SNAP_BLOCK_HDR,
+						    (size_t)clen,
+						    XXH3_64bits(h, 40)));
+	w->meta.rows += j->n;
+	w->meta.blocks++;
+	w->meta.raw_bytes += j->raw_len;
+	return writer_write(w, w->comp, EMB_SNAP_BLOCK_HDR + (size_t)clen);
+}
+
+static void *writer_main(void *arg)
+{
+	struct emb_snap_writer *w = arg;
+	int rc = 0;
+
+	pthread_mutex_lock(&w->lock);
+	for (;;) {
+		struct job *j;
+
+		while (w->head == w->tail && !w->quit)
+			pthread_cond_wait(&w->cond, &w->lock);
+		if (w->head == w->tail)
+			break;
+		j = &w->jobs[w->head % NJOBS];
+		pthread_mutex_unlock(&w->lock);
+		/* After an error the rest is drained unwritten. */
+		if (!rc)
+			rc = write_block(w, j);
+		pthread_mutex_lock(&w->lock);
+		if (rc && !w->werr)
+			w->werr = rc;
+		w->head++;
+		pthread_cond_broadcast(&w->cond);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+/*
+ * Sorts group g's rows by slot into a free job and queues it. Returns the
+ * worker's error if it has failed (the caller stops then).
+ */
 static int flush_group(struct emb_snap_writer *w, uint32_t g)
 {
 	struct group *gr = &w->groups[g];
@@ -428,19 +595,30 @@ static int flush_group(struct emb_snap_writer *w, uint32_t g)
 	uint32_t start[EMB_SNAP_GROUP_SLOTS + 1] = {0};
 	uint32_t slot_lo = g * EMB_SNAP_GROUP_SLOTS, first = UINT32_MAX,
 		 last = 0;
-	uint64_t *ids = (uint64_t *)(void *)w->raw;
-	uint32_t *steps = (uint32_t *)(void *)(w->raw + 8ull * n);
-	uint32_t *counts = steps + n;
-	uint8_t *floats = w->raw + 16ull * n;
-	float *dst_rows = w->opts.shuffle ? (float *)(void *)w->plane
-					  : (float *)(void *)floats;
-	size_t raw_len = (size_t)(n * raw_row_bytes(rf));
-	uint8_t *h = w->comp;
-	uint32_t flags = 0;
-	int clen;
+	uint64_t *ids;
+	uint32_t *steps, *counts;
+	uint8_t *floats;
+	float *dst_rows;
+	struct job *j;
+	int rc;
 
 	if (n == 0)
 		return 0;
+	pthread_mutex_lock(&w->lock);
+	while (w->tail - w->head == NJOBS && !w->werr)
+		pthread_cond_wait(&w->cond, &w->lock);
+	rc = w->werr;
+	j = &w->jobs[w->tail % NJOBS];
+	pthread_mutex_unlock(&w->lock);
+	if (rc)
+		return rc;
+
+	ids = (uint64_t *)(void *)j->raw;
+	steps = (uint32_t *)(void *)(j->raw + 8ull * n);
+	counts = steps + n;
+	floats = j->raw + 16ull * n;
+	dst_rows = w->opts.shuffle ? (float *)(void *)w->plane
+				   : (float *)(void *)floats;
 	/* Counting sort by slot within the group's range. */
 	for (uint32_t i = 0; i < n; i++)
 		start[emb_id_slot(gr->ids[i]) - slot_lo + 1]++;
@@ -463,35 +641,36 @@ static int flush_group(struct emb_snap_writer *w, uint32_t g)
 	}
 	if (w->opts.shuffle)
 		shuffle4(floats, w->plane, (size_t)n * rf);
-
-	clen = LZ4_compress_fast((const char *)w->raw,
-				 (char *)w->comp + EMB_SNAP_BLOCK_HDR,
-				 (int)raw_len,
-				 (int)(w->comp_cap - EMB_SNAP_BLOCK_HDR),
-				 w->opts.level);
-	if (clen <= 0 || (size_t)clen >= raw_len) {
-		/* Incompressible: store it, so a block never grows. */
-		memcpy(w->comp + EMB_SNAP_BLOCK_HDR, w->raw, raw_len);
-		clen = (int)raw_len;
-		flags |= EMB_SNAP_BF_RAW;
-	}
-	emb_le32_store(h, BLOCK_MAGIC);
-	emb_le32_store(h + 4, n);
-	emb_le32_store(h + 8, first);
-	emb_le32_store(h + 12, last);
-	emb_le32_store(h + 16, (uint32_t)raw_len);
-	emb_le32_store(h + 20, (uint32_t)clen);
-	emb_le32_store(h + 24, flags);
-	emb_le32_store(h + 28, 0);
-	emb_le64_store(h + 32, w->meta.blocks);
-	emb_le64_store(h + 40, XXH3_64bits_withSeed(h + EMB_SNAP_BLOCK_HDR,
-						    (size_t)clen,
-						    XXH3_64bits(h, 40)));
+	j->raw_len = (size_t)(n * raw_row_bytes(rf));
+	j->n = n;
+	j->first = first;
+	j->last = last;
 	gr->n = 0;
-	w->meta.rows += n;
-	w->meta.blocks++;
-	w->meta.raw_bytes += raw_len;
-	return writer_write(w, w->comp, EMB_SNAP_BLOCK_HDR + (size_t)clen);
+
+	pthread_mutex_lock(&w->lock);
+	w->tail++;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	return 0;
+}
+
+/* Waits for the worker to write every queued block and stops it. */
+static int writer_join(struct emb_snap_writer *w)
+{
+	int rc;
+
+	if (!w->worker_running)
+		return 0;
+	pthread_mutex_lock(&w->lock);
+	w->quit = true;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	pthread_join(w->worker, NULL);
+	w->worker_running = false;
+	pthread_mutex_lock(&w->lock);
+	rc = w->werr;
+	pthread_mutex_unlock(&w->lock);
+	return rc;
 }
 
 static int group_grow(struct group *gr, uint32_t want, uint32_t rf)
@@ -573,7 +752,10 @@ int emb_snap_writer_finish(struct emb_snap_writer *w,
 		if (rc)
 			goto err;
 	}
-	/* The trailer reuses the compression buffer: it is large enough. */
+	rc = writer_join(w);
+	if (rc)
+		goto err;
+	/* The worker is gone: its buffer builds the trailer. */
 	tr = w->comp;
 	memset(tr, 0, EMB_SNAP_TRAILER_SIZE);
 	emb_le32_store(tr, TRAILER_MAGIC);
@@ -633,6 +815,7 @@ void emb_snap_writer_destroy(struct emb_snap_writer *w)
 {
 	if (!w)
 		return;
+	writer_join(w);
 	if (w->fd >= 0)
 		close(w->fd);
 	if (w->created && !w->done)
@@ -642,12 +825,15 @@ void emb_snap_writer_destroy(struct emb_snap_writer *w)
 		free(w->groups[g].meta);
 		free(w->groups[g].rows);
 	}
+	for (int k = 0; k < NJOBS; k++)
+		free(w->jobs[k].raw);
 	if (w->xxh)
 		XXH3_freeState(w->xxh);
+	pthread_cond_destroy(&w->cond);
+	pthread_mutex_destroy(&w->lock);
 	free(w->slot_rows);
 	free(w->comp);
 	free(w->plane);
-	free(w->raw);
 	free(w->tmp);
 	free(w->path);
 	free(w);
@@ -925,10 +1111,10 @@ static int verify(const char *path, uint32_t flags, struct emb_snap_meta *meta,
 	return rc;
 }
 
-int emb_snap_verify(const char *path, struct emb_snap_meta *meta,
-		    uint64_t *checksum)
+int emb_snap_verify(const char *path, uint32_t flags,
+		    struct emb_snap_meta *meta, uint64_t *checksum)
 {
-	return verify(path, 0, meta, checksum);
+	return verify(path, flags, meta, checksum);
 }
 
 /* ---- tables ---- */

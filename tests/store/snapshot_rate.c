@@ -40,7 +40,7 @@ static void run(struct emb_table *t, const char *path, bool shuffle)
 		fprintf(stderr, "write: %s\n", emb_strerror(rc));
 		exit(1);
 	}
-	rc = emb_snap_verify(path, NULL, NULL);
+	rc = emb_snap_verify(path, 0, NULL, NULL);
 	t2 = now_s();
 	if (!rc)
 		rc = emb_snap_load_new(path, NULL, &back);

@@ -130,7 +130,7 @@ static void round_trip(uint32_t kind, bool shuffle, uint32_t block_bytes)
 	CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(a, p, &wo, &res), 0);
 	CU_ASSERT_EQUAL(res.rows, table_stats(a).rows);
 	CU_ASSERT(res.blocks >= 1);
-	CU_ASSERT_EQUAL(emb_snap_verify(p, &m, &sum), 0);
+	CU_ASSERT_EQUAL(emb_snap_verify(p, 0, &m, &sum), 0);
 	CU_ASSERT_EQUAL(sum, res.checksum);
 	CU_ASSERT_STRING_EQUAL(m.name, "snap.t");
 	CU_ASSERT_EQUAL(m.dim, 7);
@@ -288,7 +288,7 @@ static void expect_refused(struct damage *d, int want)
 	struct emb_table *copy = NULL;
 	int64_t rc;
 
-	CU_ASSERT_EQUAL(emb_snap_verify(d->bad, NULL, NULL), want);
+	CU_ASSERT_EQUAL(emb_snap_verify(d->bad, 0, NULL, NULL), want);
 	/* A copy of dst to compare with afterwards. */
 	CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(d->dst, path_in("dst.embs"),
 						   NULL, NULL),
@@ -353,7 +353,7 @@ static void test_flipped_byte_refused(void)
 		d.file[at[i]] ^= 0x10;
 		/* Lengths are checked before checksums: a flipped size
 		 * may read as truncation or as a bad field. */
-		int rc = emb_snap_verify(d.bad, NULL, NULL);
+		int rc = emb_snap_verify(d.bad, 0, NULL, NULL);
 
 		if (rc != EMB_EBADDUMP)
 			fprintf(stderr, "\n    flip at %zu: %d (%s)", at[i],
