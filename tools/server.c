@@ -891,6 +891,19 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	return 0;
 }
 
+/* Ends a request on table st: drops the reference, then acks or errs. */
+static int end_table_op(struct emb_server *s, struct emb_req *req,
+			struct srv_table *st, int rc, uint32_t count)
+{
+	uint32_t id = st->id;
+
+	table_put(st);
+	if (rc < 0)
+		return reply_error(s, req, rc, NULL);
+	reply_ack(s, req, id, count);
+	return 0;
+}
+
 static int on_push(struct emb_server *s, struct emb_req *req,
 		    const struct emb_wire_frame *f)
 {
@@ -904,13 +917,11 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 	rc = emb_wire_push_req_decode(f, st->spec.dim, &p);
 	if (!rc)
 		rc = emb__sync_push(st->sync, st->t, &p, req);
-	table_put(st);
-	if (rc == 1)
+	if (rc == 1) {
+		table_put(st);
 		return 0; /* held until its synchronous step is applied */
-	if (rc)
-		return reply_error(s, req, rc, NULL);
-	reply_ack(s, req, f->hdr.table_id, 0);
-	return 0;
+	}
+	return end_table_op(s, req, st, rc, 0);
 }
 
 static int on_set_mode(struct emb_server *s, struct emb_req *req,
@@ -928,19 +939,16 @@ static int on_set_mode(struct emb_server *s, struct emb_req *req,
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	rc = emb__sync_set_mode(st->sync, m.mode, m.workers, m.staleness);
 	if (!rc)
-		emb_log(EMB_LOG_INFO, "table %s: mode %s%s", st->spec.name,
+		emb_log(EMB_LOG_INFO, "table %s: mode %s", st->spec.name,
 			m.mode == EMB_MODE_SYNC	   ? "sync"
 			: m.mode == EMB_MODE_STALE ? "bounded staleness"
-						   : "async",
-			"");
-	table_put(st);
-	if (rc == -EBUSY)
+						   : "async");
+	if (rc == -EBUSY) {
+		table_put(st);
 		return reply_error(s, req, rc,
 				   "a synchronous step is being gathered");
-	if (rc)
-		return reply_error(s, req, rc, NULL);
-	reply_ack(s, req, m.table_id, 0);
-	return 0;
+	}
+	return end_table_op(s, req, st, rc, 0);
 }
 
 static int on_assign(struct emb_server *s, struct emb_req *req,
@@ -960,11 +968,7 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 	if (!rc)
 		rc = emb_table_assign(st->t, a.ids, a.n, a.rows, a.with_state,
 				      NULL);
-	table_put(st);
-	if (rc)
-		return reply_error(s, req, rc, NULL);
-	reply_ack(s, req, f->hdr.table_id, 0);
-	return 0;
+	return end_table_op(s, req, st, rc, 0);
 }
 
 static int on_erase(struct emb_server *s, struct emb_req *req,
@@ -981,11 +985,7 @@ static int on_erase(struct emb_server *s, struct emb_req *req,
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	rc = emb_table_erase(st->t, e.ids, e.n);
-	table_put(st);
-	if (rc < 0)
-		return reply_error(s, req, rc, NULL);
-	reply_ack(s, req, e.table_id, (uint32_t)rc);
-	return 0;
+	return end_table_op(s, req, st, rc, rc > 0 ? (uint32_t)rc : 0);
 }
 
 static int on_drop(struct emb_server *s, struct emb_req *req,
