@@ -9,6 +9,7 @@
  * killed with SIGKILL comes back with every row of its last checkpoint.
  */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -355,6 +356,79 @@ static void test_dump_restore_two_servers(void)
 	free(ids);
 }
 
+/* Pushes to the live table until told to stop; each row's dims move as one. */
+struct pusher {
+	struct emb_client_table *t; /* borrowed */
+	const uint64_t *ids;	    /* NIDS ids */
+	volatile int stop;	    /* set by the test */
+	uint32_t pushes;	    /* batches sent */
+};
+
+static void *push_main(void *arg)
+{
+	struct pusher *pu = arg;
+	float *g = calloc((size_t)NIDS * 16, sizeof(float));
+
+	while (!pu->stop && g) {
+		for (uint32_t i = 0; i < NIDS; i++)
+			for (uint32_t d = 0; d < 16; d++)
+				g[i * 16 + d] = (float)((i + pu->pushes) % 5);
+		if (emb_client_table_push(pu->t, pu->ids, NIDS, g, 0, 0))
+			break;
+		pu->pushes++;
+	}
+	free(g);
+	return NULL;
+}
+
+static void test_dump_of_live_table_has_whole_rows(void)
+{
+	struct emb_table_spec sp = {.name = "live", .dim = 16,
+				    .optim = EMB_OPTIM_CFG_DEFAULT,
+				    .init = {.kind = EMB_INIT_CONSTANT, .a = 0},
+				    .seed = 1};
+	struct emb_client *c;
+	struct emb_client_table *t;
+	uint64_t *ids = test_ids();
+	struct pusher pu = {0};
+	struct rowset rs;
+	struct srv s = srv_start(NULL, NULL);
+	float *w = calloc((size_t)NIDS * 16, sizeof(float));
+	pthread_t th;
+	uint32_t torn = 0;
+
+	c = connect_to(&s, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	pu.t = t;
+	pu.ids = ids;
+	/* Every row exists before the dumps begin. */
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, NIDS, w, 0, NULL), 0);
+	CU_ASSERT_FATAL(pthread_create(&th, NULL, push_main, &pu) == 0);
+	/* Several dumps while SGD updates go on. */
+	for (int i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL(run_cli("dump --quiet --block-size 64K "
+					"--servers 127.0.0.1:%u --table live "
+					"--out %s >/dev/null",
+					s.port, sub("live")),
+				0);
+	pu.stop = 1;
+	pthread_join(th, NULL);
+	CU_ASSERT(pu.pushes > 0);
+	rs = read_dump(sub("live"));
+	CU_ASSERT_EQUAL(rs.n, NIDS);
+	/* A row copied while a push changed it would mix two versions. */
+	for (uint64_t i = 0; i < rs.n; i++)
+		for (uint32_t d = 1; d < 16; d++)
+			torn += rs.rows[i * rs.rf + d] != rs.rows[i * rs.rf];
+	CU_ASSERT_EQUAL(torn, 0);
+	rowset_free(&rs);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	srv_stop(&s, SIGTERM);
+	free(w);
+	free(ids);
+}
+
 static void pull_all(struct emb_client_table *t, const uint64_t *ids,
 		     float *out)
 {
@@ -595,6 +669,8 @@ int main(int argc, char **argv)
 	static const struct emb_test_case cases[] = {
 		{"dump, restore onto two servers keeps every row and state",
 		 test_dump_restore_two_servers},
+		{"dump of a table under pushes holds whole rows",
+		 test_dump_of_live_table_has_whole_rows},
 		{"adam training after restore is bit-identical",
 		 test_training_after_restore_bit_identical},
 		{"restore refuses damage, strays and dim mismatch untouched",
