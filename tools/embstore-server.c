@@ -434,10 +434,14 @@ int main(int argc, char **argv)
 		    .port = emb_server_port(srv),
 		    .join_timeout_ms = cenv.join_timeout_ms,
 		    .on_end = on_cluster_end,
+		    .cancel = &got_signal,
 		};
 
+		/* Signals count while the scheduler may not be up yet. */
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		rc = emb_node_create(&no, &node);
-		if (rc) {
+		pthread_sigmask(SIG_BLOCK, &block, NULL);
+		if (rc && !got_signal) {
 			emb_ckpt_stop(ckpt);
 			emb_metrics_destroy(metrics);
 			emb_server_destroy(srv);

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -541,6 +542,8 @@ static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
 		if (rc == 0 || rc == -EINVAL || rc == -ENOMEM ||
 		    mono_ms() + CONNECT_RETRY_MS > deadline)
 			return rc;
+		if (o->cancel && *o->cancel)
+			return -ECANCELED;
 		if (!logged)
 			emb_log(EMB_LOG_INFO, "waiting for scheduler %s: %s",
 				n->sched, emb_strerror(rc));
@@ -588,6 +591,7 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 {
 	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
 	struct emb_node *n;
+	sigset_t all, old;
 	int64_t deadline;
 	int rc;
 
@@ -627,8 +631,9 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 		goto err_free;
 	rc = connect_retry(n, opts, deadline);
 	if (rc) {
-		emb_log(EMB_LOG_ERROR, "cannot reach scheduler %s: %s",
-			n->sched, emb_strerror(rc));
+		emb_log(rc == -ECANCELED ? EMB_LOG_INFO : EMB_LOG_ERROR,
+			"cannot reach scheduler %s: %s", n->sched,
+			emb_strerror(rc));
 		goto err_tr;
 	}
 	rc = register_node(n, opts);
@@ -641,7 +646,12 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 		n->sched, emb_role_name(n->reg.role), n->reg.rank,
 		n->reg.role == EMB_ROLE_SERVER ? n->reg.server_num
 					       : n->reg.worker_num);
+	/* The agent takes no signals: a daemon waits for them in sigsuspend()
+	 * on its main thread, and a trainer has its own plans for them. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
 	rc = -pthread_create(&n->thread, NULL, agent_main, n);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc)
 		goto err_conn;
 	n->running = true;

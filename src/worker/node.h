@@ -14,6 +14,7 @@
 #ifndef EMB_WORKER_NODE_H
 #define EMB_WORKER_NODE_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -76,14 +77,19 @@ struct emb_node_opts {
 	uint32_t join_timeout_ms; /* connect retries and map wait; 0 = 300 s */
 	emb_node_end_fn on_end;	  /* optional */
 	void *arg;		  /* passed to on_end */
+	/* Optional: non-zero stops the connect retries (a daemon's signal
+	 * flag, so Ctrl-C works while the scheduler is not up yet). */
+	const volatile sig_atomic_t *cancel;
 };
 
 /*
  * Connects to the scheduler (retrying while it is not up yet, for at most
- * join_timeout_ms), registers, and starts heartbeats. Returns 0 and *out
- * with the rank known, or -EINVAL (bad opts), -ETIMEDOUT / -ECONNREFUSED
- * (no scheduler in time), EMB_ECLUSTER (scheduler refused: cluster full),
- * -ENOMEM, or another transport error.
+ * join_timeout_ms), registers, and starts heartbeats. The agent thread
+ * blocks every signal: they stay with the host's threads. Returns 0 and
+ * *out with the rank known, or -EINVAL (bad opts), -ETIMEDOUT /
+ * -ECONNREFUSED (no scheduler in time), -ECANCELED (*cancel was set),
+ * EMB_ECLUSTER (scheduler refused: cluster full), -ENOMEM, or another transport
+ * error.
  */
 int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out);
 
