@@ -38,24 +38,24 @@
 #include "launch.h"
 #include "stat.h"
 
-#define CHUNK_BYTES   (8u << 20) /* rows asked per DUMP_CHUNK */
-#define ASSIGN_BYTES  (8u << 20) /* rows per restore assign call */
-#define MAX_SERVERS   256u
+#define CHUNK_BYTES  (8u << 20) /* rows asked per DUMP_CHUNK */
+#define ASSIGN_BYTES (8u << 20) /* rows per restore assign call */
+#define MAX_SERVERS  256u
 
 /* Options shared by the subcommands. */
 struct cli {
-	const char *servers;	   /* "host:port,..." */
-	const char *transport;	   /* "tcp" or "rdma" */
-	const char *table;	   /* table name */
-	const char *dir;	   /* --out of dump, --in of restore/export */
-	const char *out;	   /* export's output file, NULL = stdout */
-	const char *format;	   /* export format */
+	const char *servers;   /* "host:port,..." */
+	const char *transport; /* "tcp" or "rdma" */
+	const char *table;     /* table name */
+	const char *dir;       /* --out of dump, --in of restore/export */
+	const char *out;       /* export's output file, NULL = stdout */
+	const char *format;    /* export format */
 	uint8_t token[EMB_WIRE_TOKEN_MAX]; /* auth token */
-	uint32_t token_len;	   /* 0 = none */
-	uint32_t rows;		   /* inspect --rows */
-	uint32_t block_bytes;	   /* dump block size */
-	bool shuffle;		   /* dump byte planes */
-	bool quiet;		   /* no progress */
+	uint32_t token_len;		   /* 0 = none */
+	uint32_t rows;			   /* inspect --rows */
+	uint32_t block_bytes;		   /* dump block size */
+	bool shuffle;			   /* dump byte planes */
+	bool quiet;			   /* no progress */
 };
 
 static double now_s(void)
@@ -172,11 +172,11 @@ static int parse_servers(const char *list, struct addr *out, uint32_t max)
 
 /* One connection used with blocking calls from one thread. */
 struct rconn {
-	struct emb_transport *tr;     /* this thread's loop */
-	struct emb_conn *c;	      /* to the server */
-	struct emb_wire_limits lim;   /* the server's, from HELLO */
-	uint8_t *resp;		      /* response payloads land here */
-	size_t resp_cap;	      /* bytes of resp */
+	struct emb_transport *tr;	      /* this thread's loop */
+	struct emb_conn *c;		      /* to the server */
+	struct emb_wire_limits lim;	      /* the server's, from HELLO */
+	uint8_t *resp;			      /* response payloads land here */
+	size_t resp_cap;		      /* bytes of resp */
 	char errmsg[EMB_WIRE_ERRMSG_MAX + 1]; /* last server error */
 };
 
@@ -197,9 +197,8 @@ static int rconn_call(struct rconn *r, uint8_t op, uint32_t table_id,
 		      uint32_t count, const void *payload, uint32_t len,
 		      struct emb_wire_frame *f)
 {
-	struct emb_frame_hdr hdr = {.opcode = op,
-				    .table_id = table_id,
-				    .count = count};
+	struct emb_frame_hdr hdr = {
+	    .opcode = op, .table_id = table_id, .count = count};
 	struct iovec iov = {(void *)payload, len};
 	struct emb_wire_error e;
 	int rc;
@@ -301,10 +300,10 @@ static int rconn_find_table(struct rconn *r, const char *name, uint32_t *id)
 #define CHUNKS_INFLIGHT 2
 
 struct chunk_call {
-	uint8_t *buf;		   /* response payload lands here */
-	struct emb_frame_hdr hdr;  /* response header once done */
-	int status;		   /* call status once done */
-	bool done;		   /* the callback ran */
+	uint8_t *buf;		  /* response payload lands here */
+	struct emb_frame_hdr hdr; /* response header once done */
+	int status;		  /* call status once done */
+	bool done;		  /* the callback ran */
 };
 
 static void chunk_done(void *ctx, int status, const struct emb_frame_hdr *resp)
@@ -320,9 +319,8 @@ static void chunk_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 static int chunk_post(struct rconn *r, struct chunk_call *cc, uint32_t id,
 		      uint32_t want)
 {
-	struct emb_frame_hdr hdr = {.opcode = EMB_OP_DUMP_CHUNK,
-				    .table_id = id,
-				    .count = want};
+	struct emb_frame_hdr hdr = {
+	    .opcode = EMB_OP_DUMP_CHUNK, .table_id = id, .count = want};
 
 	cc->done = false;
 	return emb_conn_call(r->c, &hdr, NULL, 0, cc->buf, r->resp_cap,
@@ -340,8 +338,8 @@ static int chunk_wait(struct rconn *r, struct chunk_call *cc,
 		emb_transport_poll(r->tr, 100);
 	if (cc->status)
 		return cc->status;
-	f = (struct emb_wire_frame){.hdr = cc->hdr, .payload = cc->buf,
-				    .lim = &r->lim};
+	f = (struct emb_wire_frame){
+	    .hdr = cc->hdr, .payload = cc->buf, .lim = &r->lim};
 	if (f.hdr.status < 0) {
 		r->errmsg[0] = '\0';
 		if (emb_wire_error_decode(&f, &e) == 0)
@@ -353,17 +351,17 @@ static int chunk_wait(struct rconn *r, struct chunk_call *cc,
 }
 
 struct dump_job {
-	const struct cli *cli;	  /* borrowed */
-	const struct addr *addr;  /* this server */
-	uint32_t part;		  /* index in the server list */
-	uint32_t nparts;	  /* servers */
-	struct progress *prog;	  /* shared */
-	struct emb_snap_entry entry; /* filled on success */
-	struct emb_snap_result res; /* filled on success */
+	const struct cli *cli;	      /* borrowed */
+	const struct addr *addr;      /* this server */
+	uint32_t part;		      /* index in the server list */
+	uint32_t nparts;	      /* servers */
+	struct progress *prog;	      /* shared */
+	struct emb_snap_entry entry;  /* filled on success */
+	struct emb_snap_result res;   /* filled on success */
 	char path[EMB_SNAP_PATH_MAX]; /* final file */
 	char errmsg[EMB_SNAP_PATH_MAX + EMB_WIRE_ERRMSG_MAX + 64]; /* why */
-	int rc;			  /* 0 or the failure */
-	bool began;		  /* DUMP_BEGIN answered (rows_total known) */
+	int rc;	    /* 0 or the failure */
+	bool began; /* DUMP_BEGIN answered (rows_total known) */
 };
 
 static void *dump_main(void *arg)
@@ -449,17 +447,15 @@ static void *dump_main(void *arg)
 			goto chunk_err;
 		if (ch.n == 0)
 			break;
-		rc = emb_snap_writer_add(w, ch.ids, ch.rows,
-					 (const struct emb_row_meta *)(const void *)
-						 ch.meta,
-					 ch.n);
+		rc = emb_snap_writer_add(
+		    w, ch.ids, ch.rows,
+		    (const struct emb_row_meta *)(const void *)ch.meta, ch.n);
 		if (rc) {
-			snprintf(j->errmsg, sizeof(j->errmsg),
-				 "writing %s: %s", j->path, emb_strerror(rc));
+			snprintf(j->errmsg, sizeof(j->errmsg), "writing %s: %s",
+				 j->path, emb_strerror(rc));
 			goto out;
 		}
-		progress_add(j->prog, ch.n,
-			     (uint64_t)ch.n * 4 * m.row_floats);
+		progress_add(j->prog, ch.n, (uint64_t)ch.n * 4 * m.row_floats);
 		rc = chunk_post(&r, &calls[k], id, want);
 		if (rc)
 			goto chunk_err;
@@ -568,8 +564,8 @@ static int cmd_dump(struct cli *cli)
 		file += jobs[i].res.file_bytes;
 	}
 	if (!rc) {
-		int mrc = emb_snap_manifest_write(cli->dir, entries,
-						  (uint32_t)n);
+		int mrc =
+		    emb_snap_manifest_write(cli->dir, entries, (uint32_t)n);
 
 		if (mrc) {
 			fprintf(stderr,
@@ -606,8 +602,8 @@ out:
 
 /* The files to read: a dump directory's manifest, or one file. */
 struct fileset {
-	struct emb_snap_entry *e; /* entries (one for a single file) */
-	uint32_t n;		  /* entries */
+	struct emb_snap_entry *e;    /* entries (one for a single file) */
+	uint32_t n;		     /* entries */
 	char dir[EMB_SNAP_PATH_MAX]; /* directory the names are in */
 };
 
@@ -617,8 +613,7 @@ static void fileset_path(const struct fileset *fs, uint32_t i, char *buf,
 	snprintf(buf, cap, "%s/%s", fs->dir, fs->e[i].file);
 }
 
-static int fileset_open(const char *what, const char *path,
-			struct fileset *fs)
+static int fileset_open(const char *what, const char *path, struct fileset *fs)
 {
 	char bad[EMB_SNAP_PATH_MAX];
 	struct stat st;
@@ -657,9 +652,9 @@ static int fileset_open(const char *what, const char *path,
 	else if (rc)
 		fprintf(stderr, "embstore %s: %s: %s: %s\n", what, path, bad,
 			rc == EMB_EMANIFEST && strcmp(bad, "MANIFEST") != 0
-				? "listed in the manifest but missing, or "
-				  "present but not listed"
-				: emb_strerror(rc));
+			    ? "listed in the manifest but missing, or "
+			      "present but not listed"
+			    : emb_strerror(rc));
 	return rc;
 }
 
@@ -705,8 +700,8 @@ static int fileset_verify(const char *what, const struct fileset *fs,
 		if (rc) {
 			fprintf(stderr, "embstore %s: %s: %s\n", what, p,
 				rc == EMB_EMANIFEST
-					? "checksum differs from the manifest"
-					: snap_err(rc));
+				    ? "checksum differs from the manifest"
+				    : snap_err(rc));
 			return rc;
 		}
 	}
@@ -725,9 +720,9 @@ static int fileset_verify(const char *what, const struct fileset *fs,
 #define ASSIGN_BUFS    4
 
 struct abatch {
-	uint64_t *ids;	/* cap ids */
-	float *rows;	/* cap * row_floats floats */
-	uint32_t n;	/* rows held */
+	uint64_t *ids; /* cap ids */
+	float *rows;   /* cap * row_floats floats */
+	uint32_t n;    /* rows held */
 };
 
 struct apool {
@@ -768,7 +763,8 @@ static void *apool_main(void *arg)
 		ap->qlen--;
 		pthread_mutex_unlock(&ap->lock);
 		b = &ap->bufs[k];
-		rc = emb_client_table_assign(ap->t, b->ids, b->n, b->rows, true);
+		rc =
+		    emb_client_table_assign(ap->t, b->ids, b->n, b->rows, true);
 		if (!rc)
 			progress_add(ap->prog, b->n, 4ull * b->n * ap->rf);
 		pthread_mutex_lock(&ap->lock);
@@ -932,8 +928,7 @@ static int cmd_restore(struct cli *cli)
 				"%u and optimizer %s; the snapshot has dim %u "
 				"and %s; nothing changed\n",
 				name, have->dim,
-				emb_optim_name(have->optim.kind),
-				metas[0].dim,
+				emb_optim_name(have->optim.kind), metas[0].dim,
 				emb_optim_name(metas[0].optim.kind));
 			goto fail;
 		}
@@ -1013,8 +1008,7 @@ static int cmd_restore(struct cli *cli)
 			fprintf(stderr,
 				"embstore restore: %s: %s%s%s (table %s now "
 				"holds part of the snapshot)\n",
-				p, snap_err(rc), msg[0] ? ": " : "", msg,
-				name);
+				p, snap_err(rc), msg[0] ? ": " : "", msg, name);
 			goto fail;
 		}
 	}
@@ -1048,8 +1042,8 @@ static void print_meta(const char *file, const struct emb_snap_meta *m,
 	const struct emb_optim_cfg *o = &m->optim;
 
 	printf("file %s\n", file);
-	printf("  table %s  dim %u  state floats %u  part %u of %u\n",
-	       m->name, m->dim, m->state_floats, m->part, m->nparts);
+	printf("  table %s  dim %u  state floats %u  part %u of %u\n", m->name,
+	       m->dim, m->state_floats, m->part, m->nparts);
 	printf("  optimizer %s lr=%g wd=%g acc=%g beta1=%g beta2=%g eps=%g "
 	       "beta=%g l1=%g l2=%g\n",
 	       emb_optim_name(o->kind), (double)o->lr, (double)o->weight_decay,
@@ -1060,16 +1054,15 @@ static void print_meta(const char *file, const struct emb_snap_meta *m,
 	       emb_init_name(m->init.kind), (double)m->init.a,
 	       (double)m->init.b, (unsigned long long)m->seed,
 	       (unsigned long long)m->step);
-	printf("  rows %llu  blocks %llu  raw %llu B  file %llu B  ratio "
-	       "%.2f  format v%u%s  checksum %016llx OK\n",
-	       (unsigned long long)m->rows, (unsigned long long)m->blocks,
-	       (unsigned long long)m->raw_bytes,
-	       (unsigned long long)m->file_bytes,
-	       m->file_bytes ? (double)m->raw_bytes / (double)m->file_bytes
-			     : 0.0,
-	       EMB_SNAP_VERSION,
-	       (m->flags & EMB_SNAP_F_SHUFFLE) ? " shuffled" : "",
-	       (unsigned long long)checksum);
+	printf(
+	    "  rows %llu  blocks %llu  raw %llu B  file %llu B  ratio "
+	    "%.2f  format v%u%s  checksum %016llx OK\n",
+	    (unsigned long long)m->rows, (unsigned long long)m->blocks,
+	    (unsigned long long)m->raw_bytes, (unsigned long long)m->file_bytes,
+	    m->file_bytes ? (double)m->raw_bytes / (double)m->file_bytes : 0.0,
+	    EMB_SNAP_VERSION,
+	    (m->flags & EMB_SNAP_F_SHUFFLE) ? " shuffled" : "",
+	    (unsigned long long)checksum);
 }
 
 static int cmd_inspect(struct cli *cli)
@@ -1101,8 +1094,8 @@ static int cmd_inspect(struct cli *cli)
 		m = emb_snap_reader_meta(r);
 		while ((rc = emb_snap_reader_next(r, &b)) > 0) {
 			for (uint32_t k = 0; k < b.n; k++) {
-				const float *w = b.rows + (size_t)k *
-								  m->row_floats;
+				const float *w =
+				    b.rows + (size_t)k * m->row_floats;
 				double sq = 0;
 				int bucket;
 
@@ -1110,9 +1103,9 @@ static int cmd_inspect(struct cli *cli)
 					sq += (double)w[d] * w[d];
 				/* Buckets are powers of two of the norm,
 				 * 2^-10 .. 2^5, with under/overflow. */
-				bucket = sq > 0 ? (int)floor(log2(sqrt(sq))) +
-							  11
-						: 0;
+				bucket = sq > 0
+					     ? (int)floor(log2(sqrt(sq))) + 11
+					     : 0;
 				if (bucket < 0)
 					bucket = 0;
 				if (bucket > NORM_BUCKETS + 1)
@@ -1130,8 +1123,8 @@ static int cmd_inspect(struct cli *cli)
 					     d < m->row_floats && d < 16; d++)
 						printf(" %.6g", (double)w[d]);
 					printf("%s\n", m->row_floats > 16
-							       ? " ..."
-							       : "");
+							   ? " ..."
+							   : "");
 				}
 			}
 		}
@@ -1220,8 +1213,8 @@ static int cmd_export(struct cli *cli)
 			break;
 		while ((rc = emb_snap_reader_next(r, &b)) > 0) {
 			for (uint32_t k = 0; k < b.n; k++) {
-				const float *w = b.rows + (size_t)k *
-								  metas[i].row_floats;
+				const float *w =
+				    b.rows + (size_t)k * metas[i].row_floats;
 
 				fprintf(out, "%llu\t",
 					(unsigned long long)b.ids[k]);
@@ -1251,24 +1244,24 @@ static int cmd_export(struct cli *cli)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: embstore COMMAND [options]\n"
-		"  dump    --servers LIST --table T --out DIR   snapshot a "
-		"live table\n"
-		"  restore --in DIR --servers LIST [--table NAME]\n"
-		"                                              load a snapshot "
-		"into a cluster\n"
-		"  inspect DIR|FILE [--rows N]                 verify and "
-		"describe a snapshot\n"
-		"  export  --in DIR|FILE --format tsv [--out F] rows as "
-		"id<TAB>v0 v1 ...\n"
-		"  stat    --servers LIST [--watch N]          rows, memory "
-		"and op rates per server and table\n"
-		"options: --transport tcp|rdma (EMB_TRANSPORT), "
-		"--auth-token-file F (EMB_AUTH_TOKEN_FILE),\n"
-		"  --block-size BYTES (dump, default 1M), --shuffle (dump: "
-		"byte planes, ~8%% smaller, slower),\n  --quiet, --log-level L\n"
-		"LIST is host:port[,host:port...] (EMB_SERVERS)\n");
+	fprintf(
+	    f, "usage: embstore COMMAND [options]\n"
+	       "  dump    --servers LIST --table T --out DIR   snapshot a "
+	       "live table\n"
+	       "  restore --in DIR --servers LIST [--table NAME]\n"
+	       "                                              load a snapshot "
+	       "into a cluster\n"
+	       "  inspect DIR|FILE [--rows N]                 verify and "
+	       "describe a snapshot\n"
+	       "  export  --in DIR|FILE --format tsv [--out F] rows as "
+	       "id<TAB>v0 v1 ...\n"
+	       "  stat    --servers LIST [--watch N]          rows, memory "
+	       "and op rates per server and table\n"
+	       "options: --transport tcp|rdma (EMB_TRANSPORT), "
+	       "--auth-token-file F (EMB_AUTH_TOKEN_FILE),\n"
+	       "  --block-size BYTES (dump, default 1M), --shuffle (dump: "
+	       "byte planes, ~8%% smaller, slower),\n  --quiet, --log-level L\n"
+	       "LIST is host:port[,host:port...] (EMB_SERVERS)\n");
 }
 
 static int read_token(const char *path, struct cli *cli)
@@ -1296,32 +1289,32 @@ struct command {
 };
 
 static const struct command commands[] = {
-	{"dump", cmd_dump},
-	{"restore", cmd_restore},
-	{"inspect", cmd_inspect},
-	{"export", cmd_export},
-	/* launch and stat come with their own issues. */
-	{NULL, NULL},
+    {"dump", cmd_dump},
+    {"restore", cmd_restore},
+    {"inspect", cmd_inspect},
+    {"export", cmd_export},
+    /* launch and stat come with their own issues. */
+    {NULL, NULL},
 };
 
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"servers", required_argument, NULL, 's'},
-		{"table", required_argument, NULL, 't'},
-		{"out", required_argument, NULL, 'o'},
-		{"in", required_argument, NULL, 'i'},
-		{"rows", required_argument, NULL, 'r'},
-		{"format", required_argument, NULL, 'f'},
-		{"transport", required_argument, NULL, 'T'},
-		{"auth-token-file", required_argument, NULL, 'a'},
-		{"block-size", required_argument, NULL, 'b'},
-		{"no-shuffle", no_argument, NULL, 'S'},
-		{"shuffle", no_argument, NULL, 'P'},
-		{"quiet", no_argument, NULL, 'q'},
-		{"log-level", required_argument, NULL, 'L'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"servers", required_argument, NULL, 's'},
+	    {"table", required_argument, NULL, 't'},
+	    {"out", required_argument, NULL, 'o'},
+	    {"in", required_argument, NULL, 'i'},
+	    {"rows", required_argument, NULL, 'r'},
+	    {"format", required_argument, NULL, 'f'},
+	    {"transport", required_argument, NULL, 'T'},
+	    {"auth-token-file", required_argument, NULL, 'a'},
+	    {"block-size", required_argument, NULL, 'b'},
+	    {"no-shuffle", no_argument, NULL, 'S'},
+	    {"shuffle", no_argument, NULL, 'P'},
+	    {"quiet", no_argument, NULL, 'q'},
+	    {"log-level", required_argument, NULL, 'L'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct cli cli = {.block_bytes = 1u << 20};
 	const struct command *cmd;
@@ -1349,29 +1342,41 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	cli.servers = getenv("EMB_SERVERS");
-	cli.transport = getenv("EMB_TRANSPORT") ? getenv("EMB_TRANSPORT")
-						: "tcp";
+	cli.transport =
+	    getenv("EMB_TRANSPORT") ? getenv("EMB_TRANSPORT") : "tcp";
 	argc--;
 	argv++;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
-		case 's': cli.servers = optarg; break;
-		case 't': cli.table = optarg; break;
+		case 's':
+			cli.servers = optarg;
+			break;
+		case 't':
+			cli.table = optarg;
+			break;
 		case 'o':
 			if (strcmp(cmd->name, "export") == 0)
 				cli.out = optarg;
 			else
 				cli.dir = optarg;
 			break;
-		case 'i': cli.dir = optarg; break;
+		case 'i':
+			cli.dir = optarg;
+			break;
 		case 'r':
 			cli.rows = (uint32_t)strtoul(optarg, &end, 10);
 			if (*end)
 				die_usage("bad --rows");
 			break;
-		case 'f': cli.format = optarg; break;
-		case 'T': cli.transport = optarg; break;
-		case 'a': token_file = optarg; break;
+		case 'f':
+			cli.format = optarg;
+			break;
+		case 'T':
+			cli.transport = optarg;
+			break;
+		case 'a':
+			token_file = optarg;
+			break;
 		case 'b':
 			cli.block_bytes = (uint32_t)strtoul(optarg, &end, 10);
 			if (*end == 'K' || *end == 'k')
@@ -1382,12 +1387,24 @@ int main(int argc, char **argv)
 			    cli.block_bytes > EMB_SNAP_BLOCK_MAX)
 				die_usage("bad --block-size (4K..64M)");
 			break;
-		case 'S': cli.shuffle = false; break;
-		case 'P': cli.shuffle = true; break;
-		case 'q': cli.quiet = true; break;
-		case 'L': level = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'S':
+			cli.shuffle = false;
+			break;
+		case 'P':
+			cli.shuffle = true;
+			break;
+		case 'q':
+			cli.quiet = true;
+			break;
+		case 'L':
+			level = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc && !cli.dir &&

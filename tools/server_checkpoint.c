@@ -31,14 +31,14 @@
 #define MAX_CKPTS  4096
 
 struct emb_ckpt {
-	struct emb_server *s;	     /* borrowed */
-	char *dir;		     /* owned copy */
-	uint32_t interval_s;	     /* between checkpoints */
-	uint32_t keep;		     /* kept */
-	pthread_t thread;	     /* the writer */
-	pthread_mutex_t lock;	     /* guards stop */
-	pthread_cond_t cond;	     /* signalled by stop */
-	bool stop;		     /* emb_ckpt_stop() called */
+	struct emb_server *s; /* borrowed */
+	char *dir;	      /* owned copy */
+	uint32_t interval_s;  /* between checkpoints */
+	uint32_t keep;	      /* kept */
+	pthread_t thread;     /* the writer */
+	pthread_mutex_t lock; /* guards stop */
+	pthread_cond_t cond;  /* signalled by stop */
+	bool stop;	      /* emb_ckpt_stop() called */
 };
 
 static int cmp_desc(const void *a, const void *b)
@@ -106,8 +106,7 @@ static void rm_dir(const char *path)
 }
 
 /* Verifies every file of checkpoint cdir; logs and returns the failure. */
-static int verify_ckpt(const char *cdir, struct emb_snap_entry **e,
-		       uint32_t *n)
+static int verify_ckpt(const char *cdir, struct emb_snap_entry **e, uint32_t *n)
 {
 	char p[2 * EMB_SNAP_PATH_MAX + 300], bad[EMB_SNAP_PATH_MAX];
 	uint64_t sum;
@@ -357,9 +356,8 @@ static void *ckpt_main(void *arg)
 	while (!c->stop) {
 		clock_gettime(CLOCK_MONOTONIC, &until);
 		until.tv_sec += c->interval_s;
-		while (!c->stop &&
-		       pthread_cond_timedwait(&c->cond, &c->lock, &until) !=
-			       ETIMEDOUT)
+		while (!c->stop && pthread_cond_timedwait(&c->cond, &c->lock,
+							  &until) != ETIMEDOUT)
 			;
 		if (c->stop)
 			break;

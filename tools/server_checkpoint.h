@@ -18,9 +18,9 @@
 struct emb_ckpt;
 
 struct emb_ckpt_opts {
-	const char *dir;      /* checkpoint directory; created if missing */
-	uint32_t interval_s;  /* seconds between checkpoints, >= 1 */
-	uint32_t keep;	      /* checkpoints kept, >= 1 */
+	const char *dir;     /* checkpoint directory; created if missing */
+	uint32_t interval_s; /* seconds between checkpoints, >= 1 */
+	uint32_t keep;	     /* checkpoints kept, >= 1 */
 };
 
 /*

@@ -115,10 +115,9 @@ static int on_begin(struct emb_server *s, struct emb_req *req,
 		emb__server_dump_free(sess);
 		return reply_error(req, -ENOMEM, NULL);
 	}
-	len = emb_wire_dump_info_encode(buf,
-					EMB_WIRE_HDR_SIZE +
-						EMB_WIRE_DUMP_INFO_SIZE,
-					req->hdr.req_id, f->hdr.table_id, &info);
+	len = emb_wire_dump_info_encode(
+	    buf, EMB_WIRE_HDR_SIZE + EMB_WIRE_DUMP_INFO_SIZE, req->hdr.req_id,
+	    f->hdr.table_id, &info);
 	if (len < 0) {
 		free(buf);
 		emb__server_dump_free(sess);
@@ -162,11 +161,10 @@ static int on_chunk(struct emb_server *s, struct emb_req *req,
 	buf = malloc((size_t)(want * row_bytes));
 	if (!buf)
 		return reply_error(req, -ENOMEM, NULL);
-	got = emb_table_iter_next(sess->it, (uint64_t *)(void *)buf,
-				  (float *)(void *)(buf + 16ull * want),
-				  (struct emb_row_meta *)(void *)(buf +
-								  8ull * want),
-				  want);
+	got = emb_table_iter_next(
+	    sess->it, (uint64_t *)(void *)buf,
+	    (float *)(void *)(buf + 16ull * want),
+	    (struct emb_row_meta *)(void *)(buf + 8ull * want), want);
 	if (got < 0) {
 		free(buf);
 		return reply_error(req, got, NULL);
@@ -175,8 +173,7 @@ static int on_chunk(struct emb_server *s, struct emb_req *req,
 		/* The last chunk: close the gaps left for the rows that
 		 * did not come. */
 		memmove(buf + 8ull * got, buf + 8ull * want, 8ull * got);
-		memmove(buf + 16ull * got, buf + 16ull * want,
-			4ull * rf * got);
+		memmove(buf + 16ull * got, buf + 16ull * want, 4ull * rf * got);
 	}
 	sess->rows_sent += (uint64_t)got;
 	hdr.opcode = EMB_OP_DUMP_CHUNK | EMB_OP_RESPONSE_BIT;

@@ -80,12 +80,12 @@ int emb_wire_dump_info_encode(void *buf, size_t cap, uint64_t req_id,
 			      const struct emb_wire_dump_info *info)
 {
 	struct emb_frame_hdr hdr = {
-		.magic = EMB_WIRE_MAGIC,
-		.version = EMB_WIRE_VERSION,
-		.opcode = EMB_OP_DUMP_BEGIN | EMB_OP_RESPONSE_BIT,
-		.req_id = req_id,
-		.table_id = table_id,
-		.payload_len = EMB_WIRE_DUMP_INFO_SIZE,
+	    .magic = EMB_WIRE_MAGIC,
+	    .version = EMB_WIRE_VERSION,
+	    .opcode = EMB_OP_DUMP_BEGIN | EMB_OP_RESPONSE_BIT,
+	    .req_id = req_id,
+	    .table_id = table_id,
+	    .payload_len = EMB_WIRE_DUMP_INFO_SIZE,
 	};
 	uint8_t *p = (uint8_t *)buf + EMB_WIRE_HDR_SIZE;
 	int rc;
@@ -137,8 +137,7 @@ int emb_wire_dump_info_decode(const struct emb_wire_frame *f,
 
 	if (rc)
 		return rc;
-	if (f->hdr.count != 0 ||
-	    f->hdr.payload_len != EMB_WIRE_DUMP_INFO_SIZE)
+	if (f->hdr.count != 0 || f->hdr.payload_len != EMB_WIRE_DUMP_INFO_SIZE)
 		return EMB_EBADFRAME;
 	p = f->payload;
 	rc = spec_get(p, &out->spec);
@@ -149,8 +148,7 @@ int emb_wire_dump_info_decode(const struct emb_wire_frame *f,
 	out->rows = emb_le64_load(p + 136);
 	out->step = emb_le64_load(p + 144);
 	if (out->state_floats !=
-		    emb_optim_state_floats(out->spec.optim.kind,
-					   out->spec.dim) ||
+		emb_optim_state_floats(out->spec.optim.kind, out->spec.dim) ||
 	    out->row_floats != out->spec.dim + out->state_floats ||
 	    emb_le64_load(p + 152) != 0)
 		return EMB_EBADFRAME;

@@ -57,11 +57,11 @@ struct emb_wire_dump_info {
 
 /* A decoded DUMP_CHUNK response; arrays point into the frame. */
 struct emb_wire_dump_chunk {
-	uint32_t n;		/* rows */
-	uint32_t row_floats;	/* floats per row */
-	const uint64_t *ids;	/* n ids */
-	const uint32_t *meta;	/* n pairs: last_step, count */
-	const float *rows;	/* n * row_floats floats */
+	uint32_t n;	      /* rows */
+	uint32_t row_floats;  /* floats per row */
+	const uint64_t *ids;  /* n ids */
+	const uint32_t *meta; /* n pairs: last_step, count */
+	const float *rows;    /* n * row_floats floats */
 };
 
 /* Bytes of one row in a DUMP_CHUNK response. */
@@ -75,8 +75,8 @@ static inline uint32_t emb_wire_dump_chunk_max_rows(uint32_t max_frame_bytes,
 						    uint32_t row_floats)
 {
 	uint64_t room = max_frame_bytes > EMB_WIRE_HDR_SIZE
-				? max_frame_bytes - EMB_WIRE_HDR_SIZE
-				: 0;
+			    ? max_frame_bytes - EMB_WIRE_HDR_SIZE
+			    : 0;
 	uint64_t n = room / emb_wire_dump_row_bytes(row_floats);
 
 	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;

@@ -32,7 +32,7 @@
 #include "common/hash.h"
 #include "common/wire.h"
 
-#define NGROUPS (EMB_NSLOTS / EMB_SNAP_GROUP_SLOTS)
+#define NGROUPS	  (EMB_NSLOTS / EMB_SNAP_GROUP_SLOTS)
 #define ITER_ROWS 1024u
 
 static const char file_magic[8] = "EMBSNAP";
@@ -203,8 +203,8 @@ static void shuffle4(uint8_t *dst, const uint8_t *src, size_t m)
 
 		for (int k = 0; k < 4; k++) {
 			a[k] = _mm_loadu_si128(
-				(const __m128i *)(const void *)(src + 4 * i +
-								16 * k));
+			    (const __m128i *)(const void *)(src + 4 * i +
+							    16 * k));
 			b[k] = _mm_shuffle_epi32(a[k], 0xd8);
 			a[k] = _mm_shuffle_epi32(a[k], 0x8d);
 			a[k] = _mm_unpacklo_epi8(b[k], a[k]);
@@ -214,7 +214,7 @@ static void shuffle4(uint8_t *dst, const uint8_t *src, size_t m)
 		for (int k = 0; k < 2; k++) {
 			b[2 * k] = _mm_unpacklo_epi32(a[2 * k], a[2 * k + 1]);
 			b[2 * k + 1] =
-				_mm_unpackhi_epi32(a[2 * k], a[2 * k + 1]);
+			    _mm_unpackhi_epi32(a[2 * k], a[2 * k + 1]);
 		}
 		for (int k = 0; k < 2; k++) {
 			a[2 * k] = _mm_unpacklo_epi64(b[k], b[k + 2]);
@@ -243,8 +243,7 @@ static void unshuffle4(uint8_t *dst, const uint8_t *src, size_t m)
 
 		for (int k = 0; k < 4; k++)
 			a[k] = _mm_loadu_si128(
-				(const __m128i *)(const void *)(src + k * m +
-								i));
+			    (const __m128i *)(const void *)(src + k * m + i));
 		for (int k = 0; k < 2; k++) {
 			b[k] = _mm_unpacklo_epi8(a[2 * k], a[2 * k + 1]);
 			b[2 + k] = _mm_unpackhi_epi8(a[2 * k], a[2 * k + 1]);
@@ -355,10 +354,10 @@ struct group {
 
 /* One sorted, uncompressed block handed to the worker. */
 struct job {
-	uint8_t *raw;	  /* raw payload, raw_cap bytes */
-	size_t raw_len;	  /* bytes used */
-	uint32_t n;	  /* rows */
-	uint32_t first;	  /* slot range */
+	uint8_t *raw;	/* raw payload, raw_cap bytes */
+	size_t raw_len; /* bytes used */
+	uint32_t n;	/* rows */
+	uint32_t first; /* slot range */
 	uint32_t last;
 };
 
@@ -386,15 +385,15 @@ struct emb_snap_writer {
 	uint32_t *slot_rows;		 /* rows per slot, EMB_NSLOTS */
 	XXH3_state_t *xxh;		 /* (w) file checksum, body part */
 
-	pthread_t worker;		 /* compresses and writes */
-	bool worker_running;		 /* started, not joined */
-	pthread_mutex_t lock;		 /* guards the queue below */
-	pthread_cond_t cond;		 /* queue changed */
-	struct job jobs[NJOBS];		 /* ring */
-	uint64_t head;			 /* jobs taken by the worker */
-	uint64_t tail;			 /* jobs queued */
-	bool quit;			 /* no more jobs will come */
-	int werr;			 /* worker's first error */
+	pthread_t worker;	/* compresses and writes */
+	bool worker_running;	/* started, not joined */
+	pthread_mutex_t lock;	/* guards the queue below */
+	pthread_cond_t cond;	/* queue changed */
+	struct job jobs[NJOBS]; /* ring */
+	uint64_t head;		/* jobs taken by the worker */
+	uint64_t tail;		/* jobs queued */
+	bool quit;		/* no more jobs will come */
+	int werr;		/* worker's first error */
 };
 
 static void *writer_main(void *arg);
@@ -413,7 +412,7 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 	    meta->dim > EMB_DIM_MAX || meta->nparts == 0 ||
 	    meta->part >= meta->nparts || meta->name[0] == '\0' ||
 	    meta->state_floats !=
-		    emb_optim_state_floats(meta->optim.kind, meta->dim) ||
+		emb_optim_state_floats(meta->optim.kind, meta->dim) ||
 	    meta->row_floats != meta->dim + meta->state_floats)
 		return EMB_EBADARG;
 	if (opts && (opts->block_bytes < 4096 ||
@@ -450,8 +449,8 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 		goto err_free;
 	}
 	w->raw_cap = (size_t)(w->block_rows * row_bytes);
-	w->comp_cap = EMB_SNAP_BLOCK_HDR +
-		      (size_t)LZ4_compressBound((int)w->raw_cap);
+	w->comp_cap =
+	    EMB_SNAP_BLOCK_HDR + (size_t)LZ4_compressBound((int)w->raw_cap);
 	/* finish() builds the trailer in this buffer too. */
 	if (w->comp_cap < EMB_SNAP_TRAILER_SIZE)
 		w->comp_cap = EMB_SNAP_TRAILER_SIZE;
@@ -527,11 +526,10 @@ static int write_block(struct emb_snap_writer *w, const struct job *j)
 	uint32_t flags = 0;
 	int clen;
 
-	clen = LZ4_compress_fast((const char *)j->raw,
-				 (char *)w->comp + EMB_SNAP_BLOCK_HDR,
-				 (int)j->raw_len,
-				 (int)(w->comp_cap - EMB_SNAP_BLOCK_HDR),
-				 w->opts.level);
+	clen = LZ4_compress_fast(
+	    (const char *)j->raw, (char *)w->comp + EMB_SNAP_BLOCK_HDR,
+	    (int)j->raw_len, (int)(w->comp_cap - EMB_SNAP_BLOCK_HDR),
+	    w->opts.level);
 	if (clen <= 0 || (size_t)clen >= j->raw_len) {
 		/* Incompressible: store it, so a block never grows. */
 		memcpy(w->comp + EMB_SNAP_BLOCK_HDR, j->raw, j->raw_len);
@@ -547,9 +545,9 @@ static int write_block(struct emb_snap_writer *w, const struct job *j)
 	emb_le32_store(h + 24, flags);
 	emb_le32_store(h + 28, 0);
 	emb_le64_store(h + 32, w->meta.blocks);
-	emb_le64_store(h + 40, XXH3_64bits_withSeed(h + EMB_SNAP_BLOCK_HDR,
-						    (size_t)clen,
-						    XXH3_64bits(h, 40)));
+	emb_le64_store(h + 40,
+		       XXH3_64bits_withSeed(h + EMB_SNAP_BLOCK_HDR,
+					    (size_t)clen, XXH3_64bits(h, 40)));
 	w->meta.rows += j->n;
 	w->meta.blocks++;
 	w->meta.raw_bytes += j->raw_len;
@@ -842,25 +840,25 @@ void emb_snap_writer_destroy(struct emb_snap_writer *w)
 /* ---- reader ---- */
 
 struct emb_snap_reader {
-	struct emb_snap_meta meta; /* decoded header */
+	struct emb_snap_meta meta;	/* decoded header */
 	uint8_t hdr[EMB_SNAP_HDR_SIZE]; /* raw header, for the file sum */
-	int fd;			   /* open file */
-	uint32_t flags;		   /* EMB_SNAP_READ_* */
-	uint64_t pos;		   /* file offset of the next block */
-	uint64_t end;		   /* file offset of the trailer */
-	uint64_t blocks;	   /* blocks read */
-	uint64_t rows;		   /* rows read */
-	uint64_t raw_bytes;	   /* raw bytes read */
-	uint64_t checksum;	   /* the trailer's, once verified */
-	bool at_end;		   /* trailer verified */
-	uint32_t *slot_rows;	   /* rows seen per slot */
-	uint8_t *stored;	   /* one block as stored */
-	uint8_t *raw;		   /* one block decompressed */
-	uint8_t *plane;		   /* unshuffled floats */
-	size_t stored_cap;	   /* bytes of stored */
-	size_t raw_cap;		   /* bytes of raw */
-	size_t plane_cap;	   /* bytes of plane */
-	XXH3_state_t *xxh;	   /* file checksum so far */
+	int fd;				/* open file */
+	uint32_t flags;			/* EMB_SNAP_READ_* */
+	uint64_t pos;			/* file offset of the next block */
+	uint64_t end;			/* file offset of the trailer */
+	uint64_t blocks;		/* blocks read */
+	uint64_t rows;			/* rows read */
+	uint64_t raw_bytes;		/* raw bytes read */
+	uint64_t checksum;		/* the trailer's, once verified */
+	bool at_end;			/* trailer verified */
+	uint32_t *slot_rows;		/* rows seen per slot */
+	uint8_t *stored;		/* one block as stored */
+	uint8_t *raw;			/* one block decompressed */
+	uint8_t *plane;			/* unshuffled floats */
+	size_t stored_cap;		/* bytes of stored */
+	size_t raw_cap;			/* bytes of raw */
+	size_t plane_cap;		/* bytes of plane */
+	XXH3_state_t *xxh;		/* file checksum so far */
 };
 
 int emb_snap_reader_open(const char *path, uint32_t flags,
@@ -930,8 +928,8 @@ void emb_snap_reader_close(struct emb_snap_reader *r)
 	free(r);
 }
 
-const struct emb_snap_meta *emb_snap_reader_meta(
-	const struct emb_snap_reader *r)
+const struct emb_snap_meta *
+emb_snap_reader_meta(const struct emb_snap_reader *r)
 {
 	return &r->meta;
 }
@@ -978,9 +976,8 @@ static int read_trailer(struct emb_snap_reader *r)
 	if (emb_le32_load(tr) != TRAILER_MAGIC ||
 	    emb_le64_load(tr + 8) != r->rows ||
 	    emb_le64_load(tr + 16) != r->blocks ||
-	    emb_le64_load(tr + 24) != r->raw_bytes ||
-	    r->rows != r->meta.rows || r->blocks != r->meta.blocks ||
-	    r->raw_bytes != r->meta.raw_bytes)
+	    emb_le64_load(tr + 24) != r->raw_bytes || r->rows != r->meta.rows ||
+	    r->blocks != r->meta.blocks || r->raw_bytes != r->meta.raw_bytes)
 		return EMB_EBADDUMP;
 	/* Per-slot counts need the ids: without decoding, the trailer's
 	 * table is only summed (the file checksum covers it anyway). */
@@ -1066,8 +1063,8 @@ int emb_snap_reader_next(struct emb_snap_reader *r, struct emb_snap_block *b)
 		return rc;
 	if (bflags & EMB_SNAP_BF_RAW) {
 		memcpy(r->raw, r->stored, raw_len);
-	} else if (LZ4_decompress_safe((const char *)r->stored,
-				       (char *)r->raw, (int)clen,
+	} else if (LZ4_decompress_safe((const char *)r->stored, (char *)r->raw,
+				       (int)clen,
 				       (int)raw_len) != (int)raw_len) {
 		return EMB_EBADDUMP;
 	}
@@ -1173,7 +1170,7 @@ static int64_t load_rows(struct emb_snap_reader *r, struct emb_table *t)
 	while ((rc = emb_snap_reader_next(r, &b)) > 0) {
 		if (b.n > cap) {
 			struct emb_row_meta *p =
-				realloc(meta, (size_t)b.n * sizeof(*meta));
+			    realloc(meta, (size_t)b.n * sizeof(*meta));
 
 			if (!p) {
 				rc = -ENOMEM;
@@ -1349,7 +1346,8 @@ static int manifest_parse(char *text, size_t len, struct emb_snap_entry **out,
 		return EMB_EMANIFEST;
 	end_line[-1] = '\0';
 	if (sscanf(text, "embstore-manifest %u\nfiles %u\n%n", &ver, &n,
-		   &used) != 2 || ver != EMB_SNAP_VERSION || n > 1u << 20)
+		   &used) != 2 ||
+	    ver != EMB_SNAP_VERSION || n > 1u << 20)
 		return EMB_EMANIFEST;
 	e = calloc(n ? n : 1, sizeof(*e));
 	if (!e)
@@ -1362,8 +1360,8 @@ static int manifest_parse(char *text, size_t len, struct emb_snap_entry **out,
 		if (sscanf(p, "file %255s %63s %u %u %llu %llu %16llx%n", file,
 			   table, &e[i].part, &e[i].nparts, &rows, &bytes, &ck,
 			   &used) != 7 ||
-		    (p[used] != '\n' && p[used] != '\0') ||
-		    e[i].nparts == 0 || e[i].part >= e[i].nparts) {
+		    (p[used] != '\n' && p[used] != '\0') || e[i].nparts == 0 ||
+		    e[i].part >= e[i].nparts) {
 			free(e);
 			return EMB_EMANIFEST;
 		}
@@ -1429,9 +1427,8 @@ int emb_snap_manifest_read(const char *dir, struct emb_snap_entry **out,
 			goto err;
 		}
 		if ((uint64_t)st.st_size != e[i].bytes) {
-			rc = (uint64_t)st.st_size < e[i].bytes
-				     ? EMB_ETRUNCATED
-				     : EMB_EMANIFEST;
+			rc = (uint64_t)st.st_size < e[i].bytes ? EMB_ETRUNCATED
+							       : EMB_EMANIFEST;
 			goto err;
 		}
 	}

@@ -80,7 +80,7 @@
 #define EMB_SNAP_HDR_SIZE     256u
 #define EMB_SNAP_BLOCK_HDR    48u
 #define EMB_SNAP_TRAILER_SIZE (32u + 4u * 4096u + 8u)
-#define EMB_SNAP_GROUP_SLOTS  64u	/* slots a block may span */
+#define EMB_SNAP_GROUP_SLOTS  64u	  /* slots a block may span */
 #define EMB_SNAP_BLOCK_MAX    (64u << 20) /* largest raw block */
 #define EMB_SNAP_PATH_MAX     4096u
 
@@ -136,9 +136,8 @@ struct emb_snap_write_opts {
 };
 
 #define EMB_SNAP_WRITE_OPTS_DEFAULT                                            \
-	((struct emb_snap_write_opts){.block_bytes = 1u << 20,                 \
-				      .shuffle = false,                        \
-				      .level = 1})
+	((struct emb_snap_write_opts){                                         \
+	    .block_bytes = 1u << 20, .shuffle = false, .level = 1})
 
 /* What a finished file holds. */
 struct emb_snap_result {
@@ -188,14 +187,14 @@ struct emb_snap_reader;
 
 /* One block of rows; the arrays point into the reader, valid until next. */
 struct emb_snap_block {
-	uint32_t n;		     /* rows */
-	uint32_t slot_first;	     /* slot range of the block */
-	uint32_t slot_last;
-	const uint64_t *ids;	     /* n ids */
-	const uint32_t *last_step;   /* n values of emb_row_meta.last_step */
-	const uint32_t *count;	     /* n values of emb_row_meta.count */
-	const float *rows;	     /* n * row_floats floats */
-	uint64_t stored_bytes;	     /* block bytes in the file */
+	uint32_t n;		   /* rows */
+	uint32_t slot_first;	   /* slot range of the block */
+	uint32_t slot_last;	   /* last slot of the range */
+	const uint64_t *ids;	   /* n ids */
+	const uint32_t *last_step; /* n values of emb_row_meta.last_step */
+	const uint32_t *count;	   /* n values of emb_row_meta.count */
+	const float *rows;	   /* n * row_floats floats */
+	uint64_t stored_bytes;	   /* block bytes in the file */
 };
 
 #define EMB_SNAP_READ_VERIFY_ONLY 0x1u /* checksums only, no decompress */
@@ -210,8 +209,8 @@ int emb_snap_reader_open(const char *path, uint32_t flags,
 			 struct emb_snap_reader **out);
 void emb_snap_reader_close(struct emb_snap_reader *r); /* NULL: no-op */
 
-const struct emb_snap_meta *emb_snap_reader_meta(
-	const struct emb_snap_reader *r);
+const struct emb_snap_meta *
+emb_snap_reader_meta(const struct emb_snap_reader *r);
 
 /*
  * Reads the next block into *b: returns its row count (> 0), or 0 at the

@@ -55,8 +55,7 @@ static void run(struct emb_table *t, const char *path, bool shuffle)
 	       shuffle, (unsigned long long)res.rows, res.raw_bytes / 1e6,
 	       res.file_bytes / 1e6,
 	       (double)res.raw_bytes / (double)res.file_bytes,
-	       res.raw_bytes / 1e6 / (t1 - t0),
-	       res.raw_bytes / 1e6 / (t2 - t1),
+	       res.raw_bytes / 1e6 / (t1 - t0), res.raw_bytes / 1e6 / (t2 - t1),
 	       res.raw_bytes / 1e6 / (t3 - t2));
 	emb_table_destroy(back);
 	unlink(path);
@@ -80,8 +79,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	o.dim = dim;
-	o.init = (struct emb_init_cfg){.kind = EMB_INIT_NORMAL, .a = 0,
-				       .b = 0.05f};
+	o.init =
+	    (struct emb_init_cfg){.kind = EMB_INIT_NORMAL, .a = 0, .b = 0.05f};
 	if (emb_table_create(&o, &t))
 		return 1;
 	ids = malloc(batch * sizeof(*ids));
@@ -93,14 +92,14 @@ int main(int argc, char **argv)
 		for (uint32_t i = 0; i < n; i++)
 			ids[i] = emb_splitmix64(&st);
 		for (size_t j = 0; j < (size_t)n * dim; j++)
-			g[j] = (float)(emb_splitmix64(&st) >> 40) / 1.6e7f -
-			       0.5f;
+			g[j] =
+			    (float)(emb_splitmix64(&st) >> 40) / 1.6e7f - 0.5f;
 		emb_table_push(t, ids, n, g);
 	}
 	snprintf(path, sizeof(path), "%s/snapshot_rate.%ld.embs", dir,
 		 (long)getpid());
-	printf("table: %u rows, dim %u, %s (row floats %u)\n", rows, dim,
-	       optim, emb_table_row_floats(t));
+	printf("table: %u rows, dim %u, %s (row floats %u)\n", rows, dim, optim,
+	       emb_table_row_floats(t));
 	run(t, path, true);
 	run(t, path, false);
 	emb_table_destroy(t);

@@ -44,8 +44,8 @@ static struct emb_table_opts opts_for(uint32_t kind, uint32_t dim)
 	o.dim = dim;
 	o.optim.kind = kind;
 	o.optim.lr = 0.05f;
-	o.init = (struct emb_init_cfg){.kind = EMB_INIT_NORMAL, .a = 0.0f,
-				       .b = 0.3f};
+	o.init = (struct emb_init_cfg){
+	    .kind = EMB_INIT_NORMAL, .a = 0.0f, .b = 0.3f};
 	o.seed = 0x5eed0000u + kind;
 	o.nshards = 8;
 	return o;
@@ -65,8 +65,10 @@ static struct emb_table *table_filled(const struct emb_table_opts *o,
 	for (int round = 0; round < 3; round++) {
 		for (size_t j = 0; j < (size_t)n * o->dim; j++)
 			g[j] = (float)((int64_t)(emb_splitmix64(&st) >> 40) -
-				       (1 << 23)) / (float)(1 << 23);
-		CU_ASSERT_EQUAL(emb_table_push(t, ids, n > 30 ? n - round * 7 : n, g), 0);
+				       (1 << 23)) /
+			       (float)(1 << 23);
+		CU_ASSERT_EQUAL(
+		    emb_table_push(t, ids, n > 30 ? n - round * 7 : n, g), 0);
 	}
 	free(g);
 	free(ids);
@@ -290,22 +292,19 @@ static void expect_refused(struct damage *d, int want)
 
 	CU_ASSERT_EQUAL(emb_snap_verify(d->bad, 0, NULL, NULL), want);
 	/* A copy of dst to compare with afterwards. */
-	CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(d->dst, path_in("dst.embs"),
-						   NULL, NULL),
-			      0);
-	CU_ASSERT_EQUAL_FATAL(emb_snap_load_new(path_in("dst.embs"), NULL,
-						&copy),
-			      0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_snap_write_table(d->dst, path_in("dst.embs"), NULL, NULL), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_snap_load_new(path_in("dst.embs"), NULL, &copy), 0);
 	rc = emb_snap_load_table(d->bad, d->dst);
 	if (rc != want)
-		fprintf(stderr, "\n    load: %lld (%s), want %d",
-			(long long)rc, emb_strerror((int)rc), want);
+		fprintf(stderr, "\n    load: %lld (%s), want %d", (long long)rc,
+			emb_strerror((int)rc), want);
 	CU_ASSERT_EQUAL(rc, want);
 	CU_ASSERT_EQUAL(table_stats(d->dst).rows, table_stats(copy).rows);
 	assert_same_rows(copy, d->dst);
-	CU_ASSERT_EQUAL(emb_snap_load_new(d->bad, NULL, &(struct emb_table *){
-							NULL}),
-			want);
+	CU_ASSERT_EQUAL(
+	    emb_snap_load_new(d->bad, NULL, &(struct emb_table *){NULL}), want);
 	emb_table_destroy(copy);
 	unlink(path_in("dst.embs"));
 }
@@ -315,9 +314,16 @@ static void test_truncated_refused(void)
 	struct damage d;
 
 	damage_setup(&d);
-	size_t cuts[] = {0, 1, 100, EMB_SNAP_HDR_SIZE - 1, EMB_SNAP_HDR_SIZE,
-			 EMB_SNAP_HDR_SIZE + 20, d.len / 2,
-			 d.len - EMB_SNAP_TRAILER_SIZE, d.len - 8, d.len - 1};
+	size_t cuts[] = {0,
+			 1,
+			 100,
+			 EMB_SNAP_HDR_SIZE - 1,
+			 EMB_SNAP_HDR_SIZE,
+			 EMB_SNAP_HDR_SIZE + 20,
+			 d.len / 2,
+			 d.len - EMB_SNAP_TRAILER_SIZE,
+			 d.len - 8,
+			 d.len - 1};
 
 	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
 		spit(d.bad, d.file, cuts[i]);
@@ -332,19 +338,19 @@ static void test_flipped_byte_refused(void)
 
 	damage_setup(&d);
 	size_t at[] = {
-		20,			  /* name */
-		81,			  /* dim */
-		160,			  /* rows */
-		250,			  /* header checksum */
-		EMB_SNAP_HDR_SIZE + 2,	  /* block magic */
-		EMB_SNAP_HDR_SIZE + 9,	  /* slot range */
-		EMB_SNAP_HDR_SIZE + 30,	  /* reserved */
-		EMB_SNAP_HDR_SIZE + 44,	  /* block checksum */
-		EMB_SNAP_HDR_SIZE + 100,  /* payload */
-		d.len / 2,		  /* some later block */
-		d.len - EMB_SNAP_TRAILER_SIZE + 1, /* trailer magic */
-		d.len - 5000,		  /* slot table */
-		d.len - 1,		  /* file checksum */
+	    20,				       /* name */
+	    81,				       /* dim */
+	    160,			       /* rows */
+	    250,			       /* header checksum */
+	    EMB_SNAP_HDR_SIZE + 2,	       /* block magic */
+	    EMB_SNAP_HDR_SIZE + 9,	       /* slot range */
+	    EMB_SNAP_HDR_SIZE + 30,	       /* reserved */
+	    EMB_SNAP_HDR_SIZE + 44,	       /* block checksum */
+	    EMB_SNAP_HDR_SIZE + 100,	       /* payload */
+	    d.len / 2,			       /* some later block */
+	    d.len - EMB_SNAP_TRAILER_SIZE + 1, /* trailer magic */
+	    d.len - 5000,		       /* slot table */
+	    d.len - 1,			       /* file checksum */
 	};
 
 	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
@@ -356,8 +362,8 @@ static void test_flipped_byte_refused(void)
 		int rc = emb_snap_verify(d.bad, 0, NULL, NULL);
 
 		if (rc != EMB_EBADDUMP)
-			fprintf(stderr, "\n    flip at %zu: %d (%s)", at[i],
-				rc, emb_strerror(rc));
+			fprintf(stderr, "\n    flip at %zu: %d (%s)", at[i], rc,
+				emb_strerror(rc));
 		CU_ASSERT_EQUAL(rc, EMB_EBADDUMP);
 		expect_refused(&d, EMB_EBADDUMP);
 	}
@@ -439,8 +445,7 @@ static void test_full_disk_hook_leaves_nothing(void)
 		size_t budget = budgets[i];
 
 		wo.hook_arg = &budget;
-		CU_ASSERT_EQUAL(emb_snap_write_table(a, p, &wo, NULL),
-				-ENOSPC);
+		CU_ASSERT_EQUAL(emb_snap_write_table(a, p, &wo, NULL), -ENOSPC);
 		assert_no_files(p);
 	}
 	emb_table_destroy(a);
@@ -548,27 +553,26 @@ static void test_manifest_round_trip_and_refusals(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"round trip sgd, rows and meta bit-exact", test_round_trip_sgd},
-		{"round trip adagrad unshuffled", test_round_trip_adagrad},
-		{"round trip adam in many small blocks",
-		 test_round_trip_adam_small_blocks},
-		{"round trip ftrl", test_round_trip_ftrl},
-		{"round trip of an empty table", test_empty_table},
-		{"blocks grouped and sorted by slot",
-		 test_blocks_grouped_by_slot},
-		{"truncated file refused, table untouched",
-		 test_truncated_refused},
-		{"flipped byte refused, table untouched",
-		 test_flipped_byte_refused},
-		{"wrong format version refused", test_wrong_version_refused},
-		{"dim or optimizer mismatch refused before touching",
-		 test_dim_mismatch_refused},
-		{"full disk (hook) leaves no file", test_full_disk_hook_leaves_nothing},
-		{"full disk (tmpfs or fsize limit) leaves no file",
-		 test_full_disk_real_leaves_nothing},
-		{"manifest round trip, stray and missing files",
-		 test_manifest_round_trip_and_refusals},
-		{NULL, NULL},
+	    {"round trip sgd, rows and meta bit-exact", test_round_trip_sgd},
+	    {"round trip adagrad unshuffled", test_round_trip_adagrad},
+	    {"round trip adam in many small blocks",
+	     test_round_trip_adam_small_blocks},
+	    {"round trip ftrl", test_round_trip_ftrl},
+	    {"round trip of an empty table", test_empty_table},
+	    {"blocks grouped and sorted by slot", test_blocks_grouped_by_slot},
+	    {"truncated file refused, table untouched", test_truncated_refused},
+	    {"flipped byte refused, table untouched",
+	     test_flipped_byte_refused},
+	    {"wrong format version refused", test_wrong_version_refused},
+	    {"dim or optimizer mismatch refused before touching",
+	     test_dim_mismatch_refused},
+	    {"full disk (hook) leaves no file",
+	     test_full_disk_hook_leaves_nothing},
+	    {"full disk (tmpfs or fsize limit) leaves no file",
+	     test_full_disk_real_leaves_nothing},
+	    {"manifest round trip, stray and missing files",
+	     test_manifest_round_trip_and_refusals},
+	    {NULL, NULL},
 	};
 	int rc;
 

@@ -136,7 +136,8 @@ static struct emb_client *connect_to(const struct srv *s, int n)
 
 static struct emb_table_spec adam_spec(uint32_t dim)
 {
-	struct emb_table_spec sp = {.name = "emb", .dim = dim,
+	struct emb_table_spec sp = {.name = "emb",
+				    .dim = dim,
 				    .optim = EMB_OPTIM_CFG_DEFAULT,
 				    .init = EMB_INIT_CFG_DEFAULT,
 				    .seed = 42};
@@ -173,9 +174,8 @@ static void train(struct emb_client_table *t, const uint64_t *ids,
 			g[j] = (float)((int32_t)(emb_splitmix64(&st) >> 40) -
 				       (1 << 23)) /
 			       (float)(1 << 23);
-		CU_ASSERT_EQUAL(emb_client_table_push(t, ids + off, batch, g,
-						      step, 0),
-				0);
+		CU_ASSERT_EQUAL(
+		    emb_client_table_push(t, ids + off, batch, g, step, 0), 0);
 	}
 	free(g);
 }
@@ -231,8 +231,8 @@ static struct rowset read_dump(const char *dir)
 		m = emb_snap_reader_meta(r);
 		rs.rf = m->row_floats;
 		rs.ids = realloc(rs.ids, (rs.n + m->rows) * sizeof(uint64_t));
-		rs.rows = realloc(rs.rows,
-				  (rs.n + m->rows) * rs.rf * sizeof(float));
+		rs.rows =
+		    realloc(rs.rows, (rs.n + m->rows) * rs.rf * sizeof(float));
 		while (emb_snap_reader_next(r, &b) > 0) {
 			memcpy(rs.ids + rs.n, b.ids, b.n * sizeof(uint64_t));
 			memcpy(rs.rows + rs.n * rs.rf, b.rows,
@@ -302,10 +302,11 @@ static void test_dump_restore_two_servers(void)
 	FILE *f;
 	uint64_t lines = 0;
 
-	CU_ASSERT_EQUAL(run_cli("dump --quiet --shuffle --servers 127.0.0.1:%u --table "
-				"emb --out %s >/dev/null",
-				a.port, sub("d1")),
-			0);
+	CU_ASSERT_EQUAL(
+	    run_cli("dump --quiet --shuffle --servers 127.0.0.1:%u --table "
+		    "emb --out %s >/dev/null",
+		    a.port, sub("d1")),
+	    0);
 	b[0] = srv_start(NULL, NULL);
 	b[1] = srv_start(NULL, NULL);
 	CU_ASSERT_EQUAL(run_cli("restore --quiet --in %s --servers "
@@ -330,8 +331,7 @@ static void test_dump_restore_two_servers(void)
 	CU_ASSERT_EQUAL_FATAL(ra.n, rb.n);
 	CU_ASSERT(ra.n > 0);
 	CU_ASSERT(memcmp(ra.ids, rb.ids, ra.n * sizeof(uint64_t)) == 0);
-	CU_ASSERT(memcmp(ra.rows, rb.rows, ra.n * ra.rf * sizeof(float)) ==
-		  0);
+	CU_ASSERT(memcmp(ra.rows, rb.rows, ra.n * ra.rf * sizeof(float)) == 0);
 	/* inspect verifies; export writes one line per row. */
 	CU_ASSERT_EQUAL(run_cli("inspect %s --rows 2 >/dev/null", sub("d2")),
 			0);
@@ -383,7 +383,8 @@ static void *push_main(void *arg)
 
 static void test_dump_of_live_table_has_whole_rows(void)
 {
-	struct emb_table_spec sp = {.name = "live", .dim = 16,
+	struct emb_table_spec sp = {.name = "live",
+				    .dim = 16,
 				    .optim = EMB_OPTIM_CFG_DEFAULT,
 				    .init = {.kind = EMB_INIT_CONSTANT, .a = 0},
 				    .seed = 1};
@@ -563,8 +564,8 @@ static bool newest_ckpt(const char *dir, char *out, size_t cap)
 	FILE *f;
 	bool ok;
 
-	snprintf(cmd, sizeof(cmd), "ls -d %s/ckpt-* 2>/dev/null | sort | tail -1",
-		 dir);
+	snprintf(cmd, sizeof(cmd),
+		 "ls -d %s/ckpt-* 2>/dev/null | sort | tail -1", dir);
 	f = popen(cmd, "r");
 	ok = f && fgets(out, (int)cap, f) != NULL;
 	if (f)
@@ -667,17 +668,17 @@ static void test_checkpoint_survives_sigkill(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-		{"dump, restore onto two servers keeps every row and state",
-		 test_dump_restore_two_servers},
-		{"dump of a table under pushes holds whole rows",
-		 test_dump_of_live_table_has_whole_rows},
-		{"adam training after restore is bit-identical",
-		 test_training_after_restore_bit_identical},
-		{"restore refuses damage, strays and dim mismatch untouched",
-		 test_restore_refuses_without_touching},
-		{"checkpoint survives SIGKILL; a damaged one is skipped",
-		 test_checkpoint_survives_sigkill},
-		{NULL, NULL},
+	    {"dump, restore onto two servers keeps every row and state",
+	     test_dump_restore_two_servers},
+	    {"dump of a table under pushes holds whole rows",
+	     test_dump_of_live_table_has_whole_rows},
+	    {"adam training after restore is bit-identical",
+	     test_training_after_restore_bit_identical},
+	    {"restore refuses damage, strays and dim mismatch untouched",
+	     test_restore_refuses_without_touching},
+	    {"checkpoint survives SIGKILL; a damaged one is skipped",
+	     test_checkpoint_survives_sigkill},
+	    {NULL, NULL},
 	};
 	int rc;
 
