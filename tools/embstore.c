@@ -613,6 +613,14 @@ static void fileset_path(const struct fileset *fs, uint32_t i, char *buf,
 	snprintf(buf, cap, "%s/%s", fs->dir, fs->e[i].file);
 }
 
+static bool file_exists(const char *dir, const char *name)
+{
+	char p[2 * EMB_SNAP_PATH_MAX];
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	return access(p, F_OK) == 0;
+}
+
 static int fileset_open(const char *what, const char *path, struct fileset *fs)
 {
 	char bad[EMB_SNAP_PATH_MAX];
@@ -649,12 +657,14 @@ static int fileset_open(const char *what, const char *path, struct fileset *fs)
 			"embstore %s: %s has no MANIFEST: not a finished "
 			"dump\n",
 			what, path);
+	else if (rc == EMB_EMANIFEST && strcmp(bad, EMB_SNAP_MANIFEST) != 0)
+		fprintf(stderr, "embstore %s: %s: %s: %s\n", what, path, bad,
+			file_exists(path, bad)
+			    ? "present but not listed in the MANIFEST"
+			    : "listed in the MANIFEST but missing");
 	else if (rc)
 		fprintf(stderr, "embstore %s: %s: %s: %s\n", what, path, bad,
-			rc == EMB_EMANIFEST && strcmp(bad, "MANIFEST") != 0
-			    ? "listed in the manifest but missing, or "
-			      "present but not listed"
-			    : emb_strerror(rc));
+			emb_strerror(rc));
 	return rc;
 }
 
