@@ -656,6 +656,19 @@ static void test_checkpoint_survives_sigkill(void)
 	snprintf(p, sizeof(p), "grep -q 'refused' %s/server-%u.log", tmp,
 		 s.port);
 	CU_ASSERT_EQUAL(system(p), 0);
+
+	/* SIGTERM writes a last checkpoint: later updates survive it. */
+	train(t, ids, 8, 4);
+	pull_all(t, ids, before);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	srv_stop(&s, SIGTERM);
+	s = srv_start(dir, "1000");
+	c = connect_to(&s, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c, "emb", &t), 0);
+	pull_all(t, ids, after);
+	CU_ASSERT(memcmp(before, after, (size_t)NIDS * DIM * sizeof(float)) ==
+		  0);
 	emb_client_table_close(t);
 	emb_client_destroy(c);
 	srv_stop(&s, SIGTERM);
@@ -676,7 +689,7 @@ int main(int argc, char **argv)
 	     test_training_after_restore_bit_identical},
 	    {"restore refuses damage, strays and dim mismatch untouched",
 	     test_restore_refuses_without_touching},
-	    {"checkpoint survives SIGKILL; a damaged one is skipped",
+	    {"checkpoints: SIGKILL, a damaged one, the last on SIGTERM",
 	     test_checkpoint_survives_sigkill},
 	    {NULL, NULL},
 	};
