@@ -13,7 +13,8 @@
  * then assigns rows with their optimizer state through the client library,
  * which routes each id by slot, so any number of servers may receive them.
  * Progress goes to stderr when it is a terminal; results to stdout.
- * The subcommand table leaves room for launch and stat.
+ * launch (tools/launch.c) and stat (tools/stat.c) parse their own options
+ * and are handed argv from main() before the options here are parsed.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -1303,7 +1304,7 @@ static const struct command commands[] = {
     {"restore", cmd_restore},
     {"inspect", cmd_inspect},
     {"export", cmd_export},
-    /* launch and stat come with their own issues. */
+    /* launch and stat: see main(). */
     {NULL, NULL},
 };
 
