@@ -171,13 +171,13 @@ cmd_demo() {
     echo
     echo "== baseline: the same model trained in one process (--local)"
     "$ex/train" --local --data "$out/data/train.tsv" \
-        --test "$out/data/test.tsv" --epochs 2 --log-every 100
+        --test "$out/data/test.tsv" --epochs 2 --log-every 50
     echo
     echo "== embstore: scheduler + 2 servers + 2 workers (logs in $out/log)"
     EMB_LOG_LEVEL=${EMB_LOG_LEVEL:-warn} "$bin/embstore" launch \
         --server_num 2 --worker_num 2 --log-dir "$out/log" -- \
         "$ex/train" --data "$out/data/train.tsv" \
-        --test "$out/data/test.tsv" --epochs 2 --log-every 100 \
+        --test "$out/data/test.tsv" --epochs 2 --log-every 25 \
         --after-train "mkdir -p '$out/dump' && for t in ctr_emb ctr_wide ctr_mlp; do '$bin/embstore' dump --table \$t --out '$out/dump'/\$t || exit 1; done"
     echo
     echo "== the dump, verified"

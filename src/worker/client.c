@@ -1195,6 +1195,17 @@ err:
 	return rc;
 }
 
+void emb__client_env_log_level(void)
+{
+	const char *v = getenv("EMB_LOG_LEVEL");
+	enum emb_log_level lvl;
+
+	/* A trainer has no flag for it: the library honours the variable the
+	 * servers and tools read. */
+	if (v && emb_log_parse_level(v, &lvl) == 0)
+		emb_log_set_level(lvl);
+}
+
 int emb_client_create(const struct emb_client_opts *opts,
 		      struct emb_client **out)
 {
@@ -1206,14 +1217,7 @@ int emb_client_create(const struct emb_client_opts *opts,
 	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
 	    (opts->auth_token_len && !opts->auth_token))
 		return -EINVAL;
-	/* A trainer has no flag for it: the library honours the variable the
-	 * servers and tools read. */
-	if (getenv("EMB_LOG_LEVEL")) {
-		enum emb_log_level lvl;
-
-		if (emb_log_parse_level(getenv("EMB_LOG_LEVEL"), &lvl) == 0)
-			emb_log_set_level(lvl);
-	}
+	emb__client_env_log_level();
 	tp = opts->transport ? opts->transport : "tcp";
 	if (strcmp(tp, "tcp") && strcmp(tp, "rdma") && strcmp(tp, "auto"))
 		return -EINVAL;

@@ -41,4 +41,7 @@ int emb__client_admin(struct emb_client *c, uint8_t opcode,
 				const struct emb_wire_frame *f),
 		      void *arg);
 
+/* Applies EMB_LOG_LEVEL, if set, to the process's log level. */
+void emb__client_env_log_level(void);
+
 #endif

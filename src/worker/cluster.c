@@ -59,6 +59,7 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 
 	if (!out)
 		return -EINVAL;
+	emb__client_env_log_level();
 	/* Without opts, the transport is the servers' (EMB_TRANSPORT). */
 	if (!opts && getenv("EMB_TRANSPORT") && *getenv("EMB_TRANSPORT"))
 		co.transport = getenv("EMB_TRANSPORT");
