@@ -20,6 +20,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,17 @@ struct cli {
 	bool shuffle;			   /* dump byte planes */
 	bool quiet;			   /* no progress */
 };
+
+/*
+ * Set by SIGINT / SIGTERM: dump and restore stop at the next chunk, so a
+ * dump removes its temporary files instead of leaving them behind.
+ */
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	interrupted = sig;
+}
 
 static double now_s(void)
 {
@@ -457,6 +469,11 @@ static void *dump_main(void *arg)
 			goto out;
 		}
 		progress_add(j->prog, ch.n, (uint64_t)ch.n * 4 * m.row_floats);
+		if (interrupted) {
+			rc = -EINTR;
+			snprintf(j->errmsg, sizeof(j->errmsg), "interrupted");
+			goto out;
+		}
 		rc = chunk_post(&r, &calls[k], id, want);
 		if (rc)
 			goto chunk_err;
@@ -980,6 +997,10 @@ static int cmd_restore(struct cli *cli)
 			goto fail;
 		}
 		while ((rc = emb_snap_reader_next(r, &b)) > 0) {
+			if (interrupted) {
+				rc = -EINTR;
+				break;
+			}
 			for (uint32_t off = 0; off < b.n;) {
 				uint32_t m;
 
@@ -1429,6 +1450,12 @@ int main(int argc, char **argv)
 	}
 	if (emb_log_parse_level(level, &lvl))
 		die_usage("bad --log-level");
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	/* A file size limit must fail write() (EFBIG), not kill us before
+	 * the temporary files are removed. */
+	signal(SIGXFSZ, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
 	emb_log_set_level(lvl);
 	if (token_file && *token_file && read_token(token_file, &cli)) {
 		fprintf(stderr, "embstore: cannot use token file %s\n",

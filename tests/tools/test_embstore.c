@@ -533,6 +533,16 @@ static void test_restore_refuses_without_touching(void)
 			    0);
 	unlink(p);
 
+	/* A dump that hits a file size limit (a full disk) leaves nothing:
+	 * no part file, no temporary file, no manifest. */
+	snprintf(p, sizeof(p),
+		 "ulimit -f 16; %s dump --quiet --servers 127.0.0.1:%u --table "
+		 "emb --out %s 2>/dev/null",
+		 cli_bin, a.port, sub("full"));
+	CU_ASSERT_NOT_EQUAL(system(p), 0);
+	snprintf(p, sizeof(p), "test -z \"$(ls -A %s)\"", sub("full"));
+	CU_ASSERT_EQUAL(system(p), 0);
+
 	/* A table of another dim exists: refused, its rows unchanged. */
 	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c2, &sp4, &t2), 0);
 	CU_ASSERT_EQUAL(emb_client_table_push(t2, ids, 1, g, 0, 0), 0);
