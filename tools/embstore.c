@@ -16,6 +16,7 @@
  * launch (tools/launch.c) and stat (tools/stat.c) parse their own options
  * and are handed argv from main() before the options here are parsed.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -512,6 +513,42 @@ out:
 	return NULL;
 }
 
+/* The name of part i of n of a dump of table. */
+static void part_name(char *buf, size_t cap, const char *table, int i, int n)
+{
+	snprintf(buf, cap, "%s.%05d-of-%05d.embs", table, i, n);
+}
+
+/*
+ * True if dir holds a *.embs file that a dump of table onto n servers would
+ * not overwrite: a restore would then find it unlisted and refuse.
+ */
+static bool stray_snapshot(const char *dir, const char *table, int n)
+{
+	struct dirent *de;
+	bool stray = false;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return false;
+	while (!stray && (de = readdir(d)) != NULL) {
+		size_t len = strlen(de->d_name);
+		bool ours = false;
+
+		if (len < 5 || strcmp(de->d_name + len - 5, ".embs") != 0)
+			continue;
+		for (int i = 0; i < n && !ours; i++) {
+			char name[300];
+
+			part_name(name, sizeof(name), table, i, n);
+			ours = strcmp(name, de->d_name) == 0;
+		}
+		stray = !ours;
+	}
+	closedir(d);
+	return stray;
+}
+
 static int cmd_dump(struct cli *cli)
 {
 	struct addr addrs[MAX_SERVERS];
@@ -534,6 +571,13 @@ static int cmd_dump(struct cli *cli)
 			cli->dir, strerror(errno));
 		return 1;
 	}
+	if (stray_snapshot(cli->dir, cli->table, n)) {
+		fprintf(stderr,
+			"embstore dump: %s holds snapshot files this dump "
+			"would not replace; use an empty directory\n",
+			cli->dir);
+		return 1;
+	}
 	/* An older dump's manifest would describe files being replaced. */
 	snprintf(mpath, sizeof(mpath), "%s/%s", cli->dir, EMB_SNAP_MANIFEST);
 	unlink(mpath);
@@ -552,8 +596,8 @@ static int cmd_dump(struct cli *cli)
 		jobs[i].part = (uint32_t)i;
 		jobs[i].nparts = (uint32_t)n;
 		jobs[i].prog = &prog;
-		snprintf(jobs[i].entry.file, sizeof(jobs[i].entry.file),
-			 "%s.%05d-of-%05d.embs", cli->table, i, n);
+		part_name(jobs[i].entry.file, sizeof(jobs[i].entry.file),
+			  cli->table, i, n);
 		snprintf(jobs[i].path, sizeof(jobs[i].path), "%s/%s", cli->dir,
 			 jobs[i].entry.file);
 		if (pthread_create(&th[i], NULL, dump_main, &jobs[i]) != 0) {

@@ -1361,7 +1361,8 @@ static int manifest_parse(char *text, size_t len, struct emb_snap_entry **out,
 			   table, &e[i].part, &e[i].nparts, &rows, &bytes, &ck,
 			   &used) != 7 ||
 		    (p[used] != '\n' && p[used] != '\0') || e[i].nparts == 0 ||
-		    e[i].part >= e[i].nparts) {
+		    e[i].part >= e[i].nparts || !name_ok(file) ||
+		    strcmp(file, EMB_SNAP_MANIFEST) == 0) {
 			free(e);
 			return EMB_EMANIFEST;
 		}
