@@ -45,7 +45,8 @@
  *   24      4     flags: bit 0 payload stored uncompressed
  *   28      4     reserved, 0
  *   32      8     block sequence number, from 0
- *   40      8     XXH3-64 of block bytes 0..40 then the c stored bytes
+ *   40      8     XXH3-64 of the c stored bytes, seeded with the
+ *                 XXH3-64 of block bytes 0..40
  *   48      c     payload; once decompressed:
  *                   u64 ids[n], u32 last_step[n], u32 count[n],
  *                   f32 rows[n][row floats] (byte planes if shuffled)
