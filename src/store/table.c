@@ -19,6 +19,14 @@
 #include "common/hash.h"
 #include "common/log.h"
 
+/* -DEMB_NO_PREFETCH builds the store without software prefetch, to measure
+ * what it buys (docs/store.md). */
+#ifdef EMB_NO_PREFETCH
+#define prefetch(addr, rw) ((void)(addr))
+#else
+#define prefetch(addr, rw) __builtin_prefetch((addr), (rw), 3)
+#endif
+
 #define CHUNK 16u	   /* ids whose misses are overlapped at once */
 #define PREFETCH_LINES 8u  /* row cache lines prefetched per id */
 #define SLAB_TARGET 65536u /* a jemalloc size class: no rounding waste */
@@ -286,7 +294,7 @@ static void hash_ids(struct batch *b, const uint64_t *ids, uint32_t n)
 static inline void prefetch_row(const struct emb_table *t, const void *r)
 {
 	for (uint32_t l = 0; l < t->prefetch_lines; l++)
-		__builtin_prefetch((const char *)r + 64 * l, 1, 3);
+		prefetch((const char *)r + 64 * l, 1);
 }
 
 /*
@@ -310,7 +318,7 @@ static void lookup_chunk(const struct emb_table *t, const struct emb_shard *s,
 	}
 	for (k = 0; k < m; k++) {
 		home[k] = emb__shard_home(s, b->h[pos[k]]);
-		__builtin_prefetch(home[k], 0, 3);
+		prefetch(home[k], 0);
 	}
 	for (k = 0; k < m; k++) {
 		const uint32_t *p = home[k];
