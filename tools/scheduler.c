@@ -480,6 +480,14 @@ static void on_map(struct emb_sched *s, struct emb_req *req,
 		send_error(s, req, rc, "bad CLUSTER_MAP");
 		return;
 	}
+	if (id == 0) {
+		/* An observer that has not joined: the map, if formed. */
+		if (s->state == EMB_CLUSTER_FORMING)
+			send_error(s, req, EMB_ECLUSTER, "cluster not ready");
+		else
+			send_map(s, req);
+		return;
+	}
 	n = node_of(s, req, id);
 	if (!n)
 		return;

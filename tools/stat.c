@@ -224,8 +224,8 @@ static void usage(FILE *f)
 	    f,
 	    "usage: embstore stat --servers LIST [options]\n"
 	    "  --servers LIST        host:port[,host:port...] (EMB_SERVERS)\n"
-	    "  --sched HOST:PORT     resolve the servers through the "
-	    "scheduler (not yet available)\n"
+	    "  --sched HOST:PORT     find the servers through the "
+	    "scheduler\n"
 	    "  --interval S          seconds between the two samples of "
 	    "a rate (default 1)\n"
 	    "  --watch N             redraw every N seconds until Ctrl-C\n"
@@ -308,6 +308,7 @@ int emb_stat_main(int argc, char **argv)
 	const char *servers = getenv("EMB_SERVERS");
 	const char *token_file = getenv("EMB_AUTH_TOKEN_FILE");
 	const char *sched = NULL, *level = "error";
+	static char sched_servers[65536];
 	char *names[MAX_SERVERS] = {0};
 	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
 	struct sample a = {0}, b = {0};
@@ -378,12 +379,14 @@ int emb_stat_main(int argc, char **argv)
 	}
 	emb_log_set_level(lvl);
 	if (sched) {
-		/* Asking the scheduler for its map would register this tool
-		 * as a worker; the scheduler has no read-only query yet. */
-		fprintf(stderr, "embstore stat: --sched is not supported yet "
-				"(the scheduler has no query for its cluster "
-				"map); use --servers\n");
-		return 2;
+		rc = emb_cluster_servers(sched, sched_servers,
+					 sizeof(sched_servers));
+		if (rc) {
+			fprintf(stderr, "embstore stat: scheduler %s: %s\n",
+				sched, emb_strerror(rc));
+			return 1;
+		}
+		servers = sched_servers;
 	}
 	if (!servers || !*servers) {
 		fprintf(stderr, "embstore stat: give --servers (or "

@@ -47,6 +47,9 @@
  *   0       4     node id
  *   4       4     reserved
  *   payload_len = 8
+ * A CLUSTER_MAP with node id 0 comes from an observer (embstore stat, dump,
+ * restore, bench --sched) that has not joined: it is answered at once with
+ * the map of a formed cluster, or EMB_ECLUSTER while it is still forming.
  *
  * CLUSTER_MAP response (count = server_num): answered once every node
  * has joined

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/wire_cluster.h"
+#include "transport/transport.h"
 #include "worker/client_int.h"
 #include "worker/node.h"
 
@@ -146,4 +148,84 @@ int emb_client_finish(struct emb_client *c)
 	struct emb_node *n = emb__client_node(c);
 
 	return n ? emb_node_finish(n) : EMB_ENOSCHED;
+}
+
+int emb_cluster_servers(const char *sched, char *buf, size_t cap)
+{
+	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 8];
+	struct emb_transport_opts to = EMB_TRANSPORT_OPTS_DEFAULT;
+	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_cluster_map map;
+	struct emb_frame_hdr hdr, rhdr;
+	struct emb_transport *tr = NULL;
+	struct emb_conn *conn = NULL;
+	struct emb_wire_frame f;
+	const char *colon;
+	char host[256];
+	uint8_t *resp = NULL;
+	size_t resp_cap = emb_wire_cluster_map_bytes(EMB_WIRE_SERVERS_MAX);
+	struct iovec iov;
+	size_t at = 0;
+	int rc, len;
+
+	if (!sched || !buf || !cap)
+		return -EINVAL;
+	colon = strrchr(sched, ':');
+	if (!colon || colon == sched || (size_t)(colon - sched) >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, sched, (size_t)(colon - sched));
+	host[colon - sched] = '\0';
+	co.host = host;
+	co.port = (uint16_t)atoi(colon + 1);
+	if (!co.port)
+		return -EINVAL;
+	to.call_timeout_ms = 10000;
+	resp = aligned_alloc(64, (resp_cap + 63) & ~(size_t)63);
+	if (!resp)
+		return -ENOMEM;
+	rc = emb_transport_create("tcp", &to, &tr);
+	if (!rc)
+		rc = emb_conn_create(tr, &co, &conn);
+	if (rc)
+		goto out;
+	len = emb_wire_node_req_encode(req, sizeof(req), EMB_OP_CLUSTER_MAP, 0,
+				       0);
+	if (len < 0) {
+		rc = len;
+		goto out;
+	}
+	memcpy(&hdr, req, sizeof(hdr));
+	iov = (struct iovec){req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call_sync(conn, &hdr, &iov, 1, resp, resp_cap, &rhdr);
+	if (rc)
+		goto out;
+	if (rhdr.status < 0) {
+		rc = rhdr.status;
+		goto out;
+	}
+	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
+	f = (struct emb_wire_frame){.hdr = rhdr, .payload = resp, .lim = &lim};
+	rc = emb_wire_cluster_map_decode(&f, &map);
+	if (rc)
+		goto out;
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < map.nservers && !rc; i++) {
+		struct emb_wire_node_addr a;
+		int n;
+
+		emb_wire_cluster_map_server(&map, i, &a);
+		n = snprintf(buf + at, cap - at, "%s%s:%u", i ? "," : "",
+			     a.host, a.port);
+		if (n < 0 || (size_t)n >= cap - at)
+			rc = -ENOSPC;
+		else
+			at += (size_t)n;
+	}
+out:
+	emb_conn_destroy(conn);
+	emb_transport_destroy(tr);
+	free(resp);
+	return rc;
 }

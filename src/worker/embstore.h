@@ -223,6 +223,15 @@ bool emb_async_done(struct emb_async *op);
 int emb_client_from_env(const struct emb_client_opts *opts,
 			struct emb_client **out);
 
+/*
+ * Asks the scheduler at sched ("host:port") for the servers of its formed
+ * cluster without joining it (for tools that observe a cluster) and writes
+ * them, by rank, as "host:port,host:port..." to buf. 0, or EMB_ECLUSTER
+ * (still forming), -ENOSPC (cap too small), -EINVAL (bad address), or a
+ * connection error.
+ */
+int emb_cluster_servers(const char *sched, char *buf, size_t cap);
+
 /* This worker's rank, 0..nworkers-1; 0 for a client made without one. */
 uint32_t emb_client_rank(const struct emb_client *c);
 /* Workers in the cluster; 1 for a client made without a scheduler. */
