@@ -1337,7 +1337,10 @@ static void usage(FILE *f)
 	       "--auth-token-file F (EMB_AUTH_TOKEN_FILE),\n"
 	       "  --block-size BYTES (dump, default 1M), --shuffle (dump: "
 	       "byte planes, ~8%% smaller, slower),\n  --quiet, --log-level L\n"
-	       "LIST is host:port[,host:port...] (EMB_SERVERS)\n");
+	       "  launch  --server_num N --worker_num N -- CMD ...  a local "
+	       "cluster\n"
+	       "LIST is host:port[,host:port...] (EMB_SERVERS); --sched "
+	       "HOST:PORT finds it through the scheduler\n");
 }
 
 static int read_token(const char *path, struct cli *cli)
@@ -1377,6 +1380,7 @@ int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 	    {"servers", required_argument, NULL, 's'},
+	    {"sched", required_argument, NULL, 'C'},
 	    {"table", required_argument, NULL, 't'},
 	    {"out", required_argument, NULL, 'o'},
 	    {"in", required_argument, NULL, 'i'},
@@ -1396,6 +1400,8 @@ int main(int argc, char **argv)
 	const struct command *cmd;
 	const char *token_file = getenv("EMB_AUTH_TOKEN_FILE");
 	const char *level = "warn";
+	const char *sched = NULL;
+	static char sched_servers[65536];
 	enum emb_log_level lvl;
 	char *end;
 	int c;
@@ -1426,6 +1432,9 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 's':
 			cli.servers = optarg;
+			break;
+		case 'C':
+			sched = optarg;
 			break;
 		case 't':
 			cli.table = optarg;
@@ -1494,6 +1503,17 @@ int main(int argc, char **argv)
 	}
 	if (emb_log_parse_level(level, &lvl))
 		die_usage("bad --log-level");
+	if (sched) {
+		/* An observer: it asks for the map without joining the job. */
+		c = emb_cluster_servers(sched, sched_servers,
+					sizeof(sched_servers));
+		if (c) {
+			fprintf(stderr, "embstore: scheduler %s: %s\n", sched,
+				emb_strerror(c));
+			return 1;
+		}
+		cli.servers = sched_servers;
+	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	/* A file size limit must fail write() (EFBIG), not kill us before
