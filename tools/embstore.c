@@ -1503,6 +1503,13 @@ int main(int argc, char **argv)
 	}
 	if (emb_log_parse_level(level, &lvl))
 		die_usage("bad --log-level");
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	/* A file size limit must fail write() (EFBIG), not kill us before
+	 * the temporary files are removed. */
+	signal(SIGXFSZ, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
+	emb_log_set_level(lvl);
 	if (sched) {
 		/* An observer: it asks for the map without joining the job. */
 		c = emb_cluster_servers(sched, sched_servers,
@@ -1514,13 +1521,6 @@ int main(int argc, char **argv)
 		}
 		cli.servers = sched_servers;
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	/* A file size limit must fail write() (EFBIG), not kill us before
-	 * the temporary files are removed. */
-	signal(SIGXFSZ, SIG_IGN);
-	signal(SIGPIPE, SIG_IGN);
-	emb_log_set_level(lvl);
 	if (token_file && *token_file && read_token(token_file, &cli)) {
 		fprintf(stderr, "embstore: cannot use token file %s\n",
 			token_file);
