@@ -258,6 +258,10 @@ static int train(const struct cfg *c, struct ctr_params *p)
 		if (rc)
 			break;
 		rc = ctr_params_epoch_end(p);
+		/* The last epoch is scored once every worker is done, so the
+		 * figure covers all of their updates. */
+		if (!rc && epoch == c->epochs)
+			rc = ctr_params_barrier(p, "trained");
 		if (!rc && c->test && rank == 0) {
 			double auc = 0.0, ll = 0.0;
 
@@ -297,11 +301,11 @@ static int train(const struct cfg *c, struct ctr_params *p)
 static int after_train(const struct cfg *c, struct ctr_params *p)
 {
 	char servers[4096];
-	int rc, st;
+	int rc = 0, st;
 
-	rc = ctr_params_barrier(p, "trained");
-	if (rc || ctr_params_rank(p) != 0)
-		return rc ? rc : ctr_params_barrier(p, "after-train");
+	/* train() ended with every worker past the "trained" barrier. */
+	if (ctr_params_rank(p) != 0)
+		return ctr_params_barrier(p, "after-train");
 	rc = ctr_params_servers(p, servers, sizeof(servers));
 	if (rc == 0 && setenv("EMB_SERVERS", servers, 1) != 0)
 		rc = -errno;
