@@ -141,7 +141,11 @@ static int open_remote(struct ctr_params *p)
 	int rc;
 
 	co.servers = p->o.servers;
-	co.transport = p->o.transport;
+	/* Under `embstore launch` the servers' transport is in the
+	 * environment; the trainer follows it unless told otherwise. */
+	co.transport = p->o.transport ? p->o.transport
+		       : getenv("EMB_TRANSPORT") ? getenv("EMB_TRANSPORT")
+						 : "tcp";
 	co.name = "ctr-train";
 	if (p->o.servers) {
 		rc = emb_client_create(&co, &p->c);

@@ -18,7 +18,8 @@ struct ctr_params;
 struct ctr_params_opts {
 	bool local;		/* in-process tables, no servers */
 	const char *servers;	/* "host:port,..."; NULL = from environment */
-	const char *transport;	/* "tcp", "rdma" or "auto" */
+	const char *transport;	/* "tcp", "rdma", "auto"; NULL = EMB_TRANSPORT
+				   or tcp */
 	uint32_t cache_rows;	/* vocab cache rows per sparse table; 0 = off */
 	uint32_t prefetch;	/* batches fetched ahead by the cache */
 	uint32_t staleness;	/* cached rows older than this are refetched */
@@ -27,7 +28,7 @@ struct ctr_params_opts {
 };
 
 #define CTR_PARAMS_OPTS_DEFAULT                                                \
-	((struct ctr_params_opts){.transport = "tcp",                          \
+	((struct ctr_params_opts){.transport = NULL,                           \
 				  .cache_rows = 1u << 18,                      \
 				  .prefetch = 1,                               \
 				  .staleness = 2,                              \
