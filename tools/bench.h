@@ -23,6 +23,7 @@ enum emb_bench_op {
 	EMB_BENCH_PULL = 1, /* gather rows */
 	EMB_BENCH_PUSH = 2, /* apply gradients */
 	EMB_BENCH_STEP = 3, /* pull then push of the same batch */
+	EMB_BENCH_MIX = 4,  /* each batch a pull or a push, at random */
 };
 
 enum emb_dist_kind {
@@ -43,6 +44,11 @@ struct emb_bench_cfg {
 	uint32_t threads;	    /* worker threads */
 	struct emb_optim_cfg optim; /* applied by push */
 	uint64_t seed;		    /* id streams and table seed */
+	/* client backend only */
+	const char *servers;	    /* "host:port,..." */
+	const char *transport;	    /* "tcp", "rdma" or "auto" */
+	bool from_env;		    /* join the cluster from the environment */
+	bool preload;		    /* create the rows before timing */
 };
 
 /* The memory a backend holds for the table, for bytes_per_row. */
@@ -72,10 +78,13 @@ struct emb_bench_backend {
 	int (*push)(void *ctx, const uint64_t *ids, uint32_t n,
 		    const float *grads);
 	int (*mem)(void *be, struct emb_bench_mem *out);
+	/* The transport in use ("tcp", "rdma"), or NULL in-process. */
+	const char *(*transport)(void *be);
 };
 
 extern const struct emb_bench_backend emb_bench_store_backend;
 extern const struct emb_bench_backend emb_bench_raw_backend;
+extern const struct emb_bench_backend emb_bench_client_backend;
 
 /*
  * One thread's id stream: draws ranks (0 = hottest) from the distribution

@@ -28,6 +28,7 @@
 #include "common/hash.h"
 #include "common/hist.h"
 #include "common/optim.h"
+#include "worker/embstore.h"
 
 #define THREADS_MAX 256u
 #define BATCH_MAX (1u << 20)
@@ -45,6 +46,10 @@ struct opts {
 	double warmup_s;		/* untimed phase before it */
 	uint64_t batches;		/* per thread; 0 = run for duration_s */
 	bool json;			/* one JSON line on stdout */
+	bool in_process;		/* --in-process given */
+	const char *sched;		/* --sched HOST:PORT */
+	double mix;			/* op mix: share of batches that pull */
+	const char *transport_name;	/* for the report, after open */
 };
 
 /* What a worker does in the current phase. */
@@ -77,6 +82,7 @@ struct worker {
 	uint64_t busy_ns;		/* time inside backend calls */
 	uint64_t end_ns;		/* when this phase's loop ended */
 	uint64_t unique_sum;		/* distinct ids summed over batches */
+	uint64_t mix_rng;		/* op mix: pull or push per batch */
 	_Atomic uint64_t progress;	/* rows so far, read by main */
 	int rc;				/* first error, 0 if none */
 };
@@ -93,8 +99,16 @@ static void usage(FILE *f)
 {
 	fputs("usage: embstore-bench [options]\n"
 	      "  --in-process          drive a table in this process (default)\n"
-	      "  --op OP               pull | push | step | raw-gather | raw-apply"
-	      " (pull)\n"
+	      "  --servers LIST        drive running servers: host:port,...\n"
+	      "  --sched HOST:PORT     find the servers through the scheduler\n"
+	      "                        (neither, with EMB_SCHED_HOST set: join\n"
+	      "                        the cluster as a worker)\n"
+	      "  --transport T         tcp | rdma | auto (tcp)\n"
+	      "  --preload | --no-preload  create the rows first (default on)\n"
+	      "  --op OP               pull | push | step | mix:F | raw-gather |"
+	      " raw-apply (pull);\n"
+	      "                        mix:0.8 pulls 80%% of batches, pushes"
+	      " the rest\n"
 	      "  --rows N              rows preloaded, 1..2^32 (1000000)\n"
 	      "  --dim N               floats per row (64)\n"
 	      "  --batch N             ids per batch (4096)\n"
@@ -156,6 +170,11 @@ enum {
 	OPT_SEED,
 	OPT_TABLE,
 	OPT_JSON,
+	OPT_SERVERS,
+	OPT_SCHED,
+	OPT_TRANSPORT,
+	OPT_PRELOAD,
+	OPT_NO_PRELOAD,
 };
 
 static const struct option long_opts[] = {
@@ -173,6 +192,11 @@ static const struct option long_opts[] = {
 	{"seed", required_argument, NULL, OPT_SEED},
 	{"table", required_argument, NULL, OPT_TABLE},
 	{"json", no_argument, NULL, OPT_JSON},
+	{"servers", required_argument, NULL, OPT_SERVERS},
+	{"sched", required_argument, NULL, OPT_SCHED},
+	{"transport", required_argument, NULL, OPT_TRANSPORT},
+	{"preload", no_argument, NULL, OPT_PRELOAD},
+	{"no-preload", no_argument, NULL, OPT_NO_PRELOAD},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -191,6 +215,18 @@ static int parse_op(struct opts *o, const char *s)
 		{"raw-apply", EMB_BENCH_PUSH, &emb_bench_raw_backend},
 	};
 
+	if (strncmp(s, "mix:", 4) == 0) {
+		char *end;
+		double f = strtod(s + 4, &end);
+
+		if (*end || end == s + 4 || !(f >= 0.0 && f <= 1.0))
+			return -EINVAL;
+		o->op_name = s;
+		o->op = EMB_BENCH_MIX;
+		o->mix = f;
+		o->backend = &emb_bench_store_backend;
+		return 0;
+	}
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
 		if (strcmp(s, ops[i].name) == 0) {
 			o->op_name = ops[i].name;
@@ -220,6 +256,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		.dist_name = "zipf:1.05",
 		.duration_s = 5.0,
 	};
+	o->cfg.transport = "tcp";
+	o->cfg.preload = true;
 	parse_op(o, "pull");
 	emb_dist_parse(o->dist_name, &o->dist);
 
@@ -228,6 +266,25 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 		switch (c) {
 		case OPT_IN_PROCESS:
+			o->in_process = true;
+			break;
+		case OPT_SERVERS:
+			o->cfg.servers = optarg;
+			break;
+		case OPT_SCHED:
+			o->sched = optarg;
+			break;
+		case OPT_TRANSPORT:
+			o->cfg.transport = optarg;
+			if (strcmp(optarg, "tcp") && strcmp(optarg, "rdma") &&
+			    strcmp(optarg, "auto"))
+				what = "--transport";
+			break;
+		case OPT_PRELOAD:
+			o->cfg.preload = true;
+			break;
+		case OPT_NO_PRELOAD:
+			o->cfg.preload = false;
 			break;
 		case OPT_OP:
 			if (parse_op(o, optarg))
@@ -302,6 +359,36 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "embstore-bench: unexpected argument '%s'\n",
 			argv[optind]);
 		rc = -EINVAL;
+	}
+	if (!rc && o->in_process && (o->cfg.servers || o->sched)) {
+		fprintf(stderr, "embstore-bench: --in-process excludes "
+				"--servers and --sched\n");
+		rc = -EINVAL;
+	}
+	/* Which backend: raw ops have their own; otherwise the servers, the
+	 * cluster of the environment, or this process. */
+	if (!rc && o->backend != &emb_bench_raw_backend) {
+		if (o->cfg.servers || o->sched) {
+			o->backend = &emb_bench_client_backend;
+		} else if (!o->in_process &&
+			   ((getenv("EMB_SCHED_HOST") &&
+			     *getenv("EMB_SCHED_HOST")) ||
+			    (getenv("MS_SCHED_HOST") &&
+			     *getenv("MS_SCHED_HOST")))) {
+			o->backend = &emb_bench_client_backend;
+			o->cfg.from_env = true;
+		}
+	}
+	if (!rc && o->sched) {
+		static char list[65536];
+		int err = emb_cluster_servers(o->sched, list, sizeof(list));
+
+		if (err) {
+			fprintf(stderr, "embstore-bench: scheduler %s: %s\n",
+				o->sched, emb_strerror(err));
+			rc = -EINVAL;
+		}
+		o->cfg.servers = list;
 	}
 	if (!rc && o->backend == &emb_bench_raw_backend &&
 	    o->cfg.optim.kind != EMB_OPTIM_SGD) {
@@ -400,6 +487,14 @@ static int run_op(struct worker *w, uint32_t n)
 		if (!rc)
 			rc = w->be->push(w->ctx, w->ids, n, w->grads);
 		break;
+	case EMB_BENCH_MIX:
+		/* 53 random bits against the pull share. */
+		if ((double)(emb_splitmix64(&w->mix_rng) >> 11) / 9007199254740992.0 <
+		    w->o->mix)
+			rc = w->be->pull(w->ctx, w->ids, n, w->out);
+		else
+			rc = w->be->push(w->ctx, w->ids, n, w->grads);
+		break;
 	}
 	return rc;
 }
@@ -482,6 +577,7 @@ static int worker_init(struct worker *w, const struct opts *o, void *be,
 	w->idx = idx;
 	w->o = o;
 	w->be = o->backend;
+	w->mix_rng = emb_id_hash(o->cfg.seed * 31 + idx + 7);
 	emb_hist_reset(&w->hist);
 	rc = emb_idgen_init(&w->gen, &o->dist, o->cfg.rows, o->cfg.seed, idx);
 	if (rc)
@@ -668,6 +764,8 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 	json_str(f, o->op_name);
 	fputs(",\"backend\":", f);
 	json_str(f, o->backend->name);
+	fputs(",\"transport\":", f);
+	json_str(f, o->transport_name);
 	fputs(",\"dist\":", f);
 	json_str(f, o->dist_name);
 	fputs(",\"table\":", f);
@@ -736,6 +834,8 @@ int main(int argc, char **argv)
 			o.backend->name, emb_strerror(rc));
 		return 1;
 	}
+	o.transport_name = o.backend->transport ? o.backend->transport(be)
+						 : "in-process";
 	ws = calloc(o.cfg.threads, sizeof(*ws));
 	r = calloc(1, sizeof(*r));
 	if (!ws || !r) {
