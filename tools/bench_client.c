@@ -18,16 +18,16 @@
 
 struct client_be {
 	const struct emb_bench_cfg *cfg; /* borrowed for the run */
-	struct emb_client *shared;	 /* the setup client, or the joined one */
-	struct emb_client_table *t;	 /* the table, through shared */
-	struct emb_table_spec spec;	 /* created with */
+	struct emb_client *shared;  /* the setup client, or the joined one */
+	struct emb_client_table *t; /* the table, through shared */
+	struct emb_table_spec spec; /* created with */
 };
 
 struct client_ctx {
-	struct client_be *be;		/* shared backend */
-	struct emb_client *c;		/* own client, or be->shared */
-	struct emb_client_table *t;	/* the table through c */
-	float *scratch;			/* batch * dim: preload's output */
+	struct client_be *be;	    /* shared backend */
+	struct emb_client *c;	    /* own client, or be->shared */
+	struct emb_client_table *t; /* the table through c */
+	float *scratch;		    /* batch * dim: preload's output */
 };
 
 static int connect_client(const struct emb_bench_cfg *cfg,
@@ -99,7 +99,8 @@ static int client_thread_open(void *be, uint32_t thread, void **out)
 	if (!x)
 		return -ENOMEM;
 	x->be = b;
-	x->scratch = malloc((size_t)b->cfg->batch * b->cfg->dim * sizeof(float));
+	x->scratch =
+	    malloc((size_t)b->cfg->batch * b->cfg->dim * sizeof(float));
 	if (!x->scratch) {
 		rc = -ENOMEM;
 		goto err_free;
@@ -187,15 +188,15 @@ static const char *client_transport(void *be)
 }
 
 const struct emb_bench_backend emb_bench_client_backend = {
-	.name = "client",
-	.dense_ids = false,
-	.open = client_open,
-	.close = client_close,
-	.thread_open = client_thread_open,
-	.thread_close = client_thread_close,
-	.preload = client_preload,
-	.pull = client_pull,
-	.push = client_push,
-	.mem = client_mem,
-	.transport = client_transport,
+    .name = "client",
+    .dense_ids = false,
+    .open = client_open,
+    .close = client_close,
+    .thread_open = client_thread_open,
+    .thread_close = client_thread_close,
+    .preload = client_preload,
+    .pull = client_pull,
+    .push = client_push,
+    .mem = client_mem,
+    .transport = client_transport,
 };

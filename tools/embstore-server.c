@@ -25,8 +25,8 @@
 #include "worker/node.h"
 #include "transport/transport.h"
 
-#define DEFAULT_PORT 7164
-#define CKPT_KEEP    3
+#define DEFAULT_PORT		7164
+#define CKPT_KEEP		3
 #define CKPT_DEFAULT_INTERVAL_S 300
 
 static volatile sig_atomic_t got_signal;
@@ -86,8 +86,8 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 }
 
 /* --metrics-listen: Prometheus /metrics from fn(arg); logs a failure. */
-static int start_metrics(const char *addr, emb_metrics_collect_fn fn,
-			 void *arg, struct emb_metrics **out)
+static int start_metrics(const char *addr, emb_metrics_collect_fn fn, void *arg,
+			 struct emb_metrics **out)
 {
 	int rc = emb_metrics_create(addr, fn, arg, out);
 
@@ -101,33 +101,35 @@ static int start_metrics(const char *addr, emb_metrics_collect_fn fn,
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: embstore-server [options]\n"
-		"  --listen HOST:PORT     address to serve (EMB_LISTEN; default "
-		"127.0.0.1:7164)\n"
-		"  --transport tcp|rdma   (EMB_TRANSPORT; default tcp)\n"
-		"  --threads N            event loop threads (EMB_THREADS; "
-		"default: cores)\n"
-		"  --auth-token-file F    require this token in HELLO "
-		"(EMB_AUTH_TOKEN_FILE)\n"
-		"  --mem-limit SIZE       bytes of all tables, e.g. 8G "
-		"(EMB_MEM_LIMIT; default unlimited)\n"
-		"  --max-ids N            ids per request (EMB_MAX_IDS)\n"
-		"  --max-frame SIZE       bytes per frame (EMB_MAX_FRAME)\n"
-		"  --max-tables N         tables (EMB_MAX_TABLES)\n"
-		"  --log-level L          error|warn|info|debug (EMB_LOG_LEVEL)\n"
-		"  --zero-copy-pulls on|off  PULL rows straight from table memory\n"
-		"                         (EMB_ZERO_COPY_PULLS; default on for rdma, off for tcp)\n"
-		"  --metrics-listen HOST:PORT  serve Prometheus /metrics there "
-		"(EMB_METRICS_LISTEN; default off)\n"
-		"  --checkpoint-dir D     load the newest checkpoint at start, "
-		"write them here (EMB_CHECKPOINT_DIR)\n"
-		"  --checkpoint-interval S  seconds between checkpoints "
-		"(EMB_CHECKPOINT_INTERVAL; default 300)\n"
-		"  --role scheduler|server  cluster role (EMB_ROLE or MS_ROLE; "
-		"default server);\n"
-		"                         see docs/cluster.md for EMB_SCHED_* "
-		"and the other variables\n");
+	fprintf(
+	    f,
+	    "usage: embstore-server [options]\n"
+	    "  --listen HOST:PORT     address to serve (EMB_LISTEN; default "
+	    "127.0.0.1:7164)\n"
+	    "  --transport tcp|rdma   (EMB_TRANSPORT; default tcp)\n"
+	    "  --threads N            event loop threads (EMB_THREADS; "
+	    "default: cores)\n"
+	    "  --auth-token-file F    require this token in HELLO "
+	    "(EMB_AUTH_TOKEN_FILE)\n"
+	    "  --mem-limit SIZE       bytes of all tables, e.g. 8G "
+	    "(EMB_MEM_LIMIT; default unlimited)\n"
+	    "  --max-ids N            ids per request (EMB_MAX_IDS)\n"
+	    "  --max-frame SIZE       bytes per frame (EMB_MAX_FRAME)\n"
+	    "  --max-tables N         tables (EMB_MAX_TABLES)\n"
+	    "  --log-level L          error|warn|info|debug (EMB_LOG_LEVEL)\n"
+	    "  --zero-copy-pulls on|off  PULL rows straight from table memory\n"
+	    "                         (EMB_ZERO_COPY_PULLS; default on for "
+	    "rdma, off for tcp)\n"
+	    "  --metrics-listen HOST:PORT  serve Prometheus /metrics there "
+	    "(EMB_METRICS_LISTEN; default off)\n"
+	    "  --checkpoint-dir D     load the newest checkpoint at start, "
+	    "write them here (EMB_CHECKPOINT_DIR)\n"
+	    "  --checkpoint-interval S  seconds between checkpoints "
+	    "(EMB_CHECKPOINT_INTERVAL; default 300)\n"
+	    "  --role scheduler|server  cluster role (EMB_ROLE or MS_ROLE; "
+	    "default server);\n"
+	    "                         see docs/cluster.md for EMB_SCHED_* "
+	    "and the other variables\n");
 }
 
 /* "123", "64K", "8M", "2G", "1T" -> bytes; -EINVAL if malformed. */
@@ -142,11 +144,28 @@ static int parse_size(const char *s, uint64_t *out)
 	if (errno || end == s)
 		return -EINVAL;
 	switch (*end) {
-	case 'k': case 'K': mul = 1ull << 10; end++; break;
-	case 'm': case 'M': mul = 1ull << 20; end++; break;
-	case 'g': case 'G': mul = 1ull << 30; end++; break;
-	case 't': case 'T': mul = 1ull << 40; end++; break;
-	default: break;
+	case 'k':
+	case 'K':
+		mul = 1ull << 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		mul = 1ull << 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		mul = 1ull << 30;
+		end++;
+		break;
+	case 't':
+	case 'T':
+		mul = 1ull << 40;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (*end == 'B' || *end == 'b')
 		end++;
@@ -228,22 +247,22 @@ static const char *env_or(const char *name, const char *dflt)
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"listen", required_argument, NULL, 'l'},
-		{"transport", required_argument, NULL, 't'},
-		{"threads", required_argument, NULL, 'n'},
-		{"auth-token-file", required_argument, NULL, 'a'},
-		{"mem-limit", required_argument, NULL, 'm'},
-		{"max-ids", required_argument, NULL, 'i'},
-		{"max-frame", required_argument, NULL, 'f'},
-		{"max-tables", required_argument, NULL, 'T'},
-		{"log-level", required_argument, NULL, 'L'},
-		{"zero-copy-pulls", required_argument, NULL, 'Z'},
-		{"checkpoint-dir", required_argument, NULL, 'C'},
-		{"checkpoint-interval", required_argument, NULL, 'I'},
-		{"role", required_argument, NULL, 'R'},
-		{"metrics-listen", required_argument, NULL, 'M'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"listen", required_argument, NULL, 'l'},
+	    {"transport", required_argument, NULL, 't'},
+	    {"threads", required_argument, NULL, 'n'},
+	    {"auth-token-file", required_argument, NULL, 'a'},
+	    {"mem-limit", required_argument, NULL, 'm'},
+	    {"max-ids", required_argument, NULL, 'i'},
+	    {"max-frame", required_argument, NULL, 'f'},
+	    {"max-tables", required_argument, NULL, 'T'},
+	    {"log-level", required_argument, NULL, 'L'},
+	    {"zero-copy-pulls", required_argument, NULL, 'Z'},
+	    {"checkpoint-dir", required_argument, NULL, 'C'},
+	    {"checkpoint-interval", required_argument, NULL, 'I'},
+	    {"role", required_argument, NULL, 'R'},
+	    {"metrics-listen", required_argument, NULL, 'M'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
 	const char *listen = env_or("EMB_LISTEN", "127.0.0.1:7164");
@@ -278,22 +297,55 @@ int main(int argc, char **argv)
 	o.transport = env_or("EMB_TRANSPORT", "tcp");
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'l': listen = optarg; listen_set = true; break;
-		case 't': o.transport = optarg; break;
-		case 'n': threads = optarg; break;
-		case 'a': token_file = optarg; break;
-		case 'm': mem = optarg; break;
-		case 'i': max_ids = optarg; break;
-		case 'f': max_frame = optarg; break;
-		case 'T': max_tables = optarg; break;
-		case 'L': level = optarg; break;
-		case 'Z': zero_copy = optarg; break;
-		case 'C': ckpt_dir = optarg; break;
-		case 'I': ckpt_iv = optarg; break;
-		case 'R': role = optarg; break;
-		case 'M': metrics_addr = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'l':
+			listen = optarg;
+			listen_set = true;
+			break;
+		case 't':
+			o.transport = optarg;
+			break;
+		case 'n':
+			threads = optarg;
+			break;
+		case 'a':
+			token_file = optarg;
+			break;
+		case 'm':
+			mem = optarg;
+			break;
+		case 'i':
+			max_ids = optarg;
+			break;
+		case 'f':
+			max_frame = optarg;
+			break;
+		case 'T':
+			max_tables = optarg;
+			break;
+		case 'L':
+			level = optarg;
+			break;
+		case 'Z':
+			zero_copy = optarg;
+			break;
+		case 'C':
+			ckpt_dir = optarg;
+			break;
+		case 'I':
+			ckpt_iv = optarg;
+			break;
+		case 'R':
+			role = optarg;
+			break;
+		case 'M':
+			metrics_addr = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc) {
@@ -342,7 +394,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (mem && parse_size(mem, &o.mem_limit)) {
-		fprintf(stderr, "embstore-server: bad memory limit '%s'\n", mem);
+		fprintf(stderr, "embstore-server: bad memory limit '%s'\n",
+			mem);
 		return 2;
 	}
 	if ((max_ids && parse_u32(max_ids, 1, 1u << 26, &o.limits.max_ids)) ||
@@ -390,9 +443,9 @@ int main(int argc, char **argv)
 	sigaddset(&block, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
 	if (cenv.role == EMB_ROLE_SCHEDULER) {
-		if (metrics_addr && start_metrics(metrics_addr,
-						  emb_sched_metrics_collect,
-						  NULL, &metrics))
+		if (metrics_addr &&
+		    start_metrics(metrics_addr, emb_sched_metrics_collect, NULL,
+				  &metrics))
 			return 1;
 		rc = run_scheduler(&cenv, host, o.port, &old);
 		emb_metrics_destroy(metrics);
@@ -409,9 +462,9 @@ int main(int argc, char **argv)
 		"listening on %s:%u (%s, %u threads%s, mem limit %s)", host,
 		emb_server_port(srv), o.transport, o.threads,
 		o.auth_token_len ? ", auth" : "", mem ? mem : "none");
-	if (metrics_addr && start_metrics(metrics_addr,
-					  emb_server_metrics_collect, srv,
-					  &metrics)) {
+	if (metrics_addr &&
+	    start_metrics(metrics_addr, emb_server_metrics_collect, srv,
+			  &metrics)) {
 		emb_server_destroy(srv);
 		return 1;
 	}

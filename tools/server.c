@@ -33,72 +33,72 @@
 #include "server_sync.h"
 
 struct srv_table {
-	struct emb_server *s;	   /* owner */
-	struct emb_table *t;	   /* owned; destroyed with the last ref */
-	struct emb_regmap *regmap; /* RDMA: its extents' regions; owned */
-	struct srv_table *reap_next; /* reaper queue */
-	struct srv_table *all_next;  /* every table not yet freed */
+	struct emb_server *s;	      /* owner */
+	struct emb_table *t;	      /* owned; destroyed with the last ref */
+	struct emb_regmap *regmap;    /* RDMA: its extents' regions; owned */
+	struct srv_table *reap_next;  /* reaper queue */
+	struct srv_table *all_next;   /* every table not yet freed */
 	struct srv_table **all_pprev; /* link to this one in that list */
-	struct emb_sync *sync;	   /* training mode; owned */
-	struct emb_wire_spec spec; /* as created */
-	uint32_t id;		   /* >= 1 */
-	uint32_t refs;		   /* registry + in-flight replies; atomic */
+	struct emb_sync *sync;	      /* training mode; owned */
+	struct emb_wire_spec spec;    /* as created */
+	uint32_t id;		      /* >= 1 */
+	uint32_t refs;		      /* registry + in-flight replies; atomic */
 };
 
 /* A request held back to keep a connection's order (see on_request). */
 struct held {
-	struct emb_req *req;	/* still owned: replied when dispatched */
-	struct held *next;	/* FIFO */
-	uint64_t t0_ns;		/* arrival, CLOCK_MONOTONIC */
+	struct emb_req *req; /* still owned: replied when dispatched */
+	struct held *next;   /* FIFO */
+	uint64_t t0_ns;	     /* arrival, CLOCK_MONOTONIC */
 };
 
 struct srv_conn {
-	struct emb_server *s;	    /* owner */
-	struct emb_conn *c;	    /* NULL once closed */
-	uint32_t loop;		    /* index of its loop in s->loops */
-	uint32_t zc_replies;	    /* PULL replies still reading table memory */
-	struct held *held;	    /* oldest held request */
-	struct held *held_tail;	    /* newest held request */
-	bool hello;	    /* HELLO accepted */
+	struct emb_server *s;	/* owner */
+	struct emb_conn *c;	/* NULL once closed */
+	uint32_t loop;		/* index of its loop in s->loops */
+	uint32_t zc_replies;	/* PULL replies still reading table memory */
+	struct held *held;	/* oldest held request */
+	struct held *held_tail; /* newest held request */
+	bool hello;		/* HELLO accepted */
 	struct emb_dump_sess *dump; /* open DUMP session (server_dump.c) */
-	bool closing;	    /* auth failed or stream untrusted: close once the
-			     * error is sent */
+	bool closing; /* auth failed or stream untrusted: close once the
+		       * error is sent */
 };
 
 struct emb_server {
-	struct emb_server_opts opts;   /* host/transport point at copies */
-	char *host;		       /* owned copy */
-	char *transport;	       /* owned copy */
+	struct emb_server_opts opts;	   /* host/transport point at copies */
+	char *host;			   /* owned copy */
+	char *transport;		   /* owned copy */
 	uint8_t token[EMB_WIRE_TOKEN_MAX]; /* auth token */
-	struct emb_transport **loops;  /* opts.threads event loops */
-	pthread_t *threads;	       /* one per loop */
-	uint32_t nstarted;	       /* threads running */
-	struct emb_listener *listener; /* on loops[0] */
-	uint16_t port;		       /* bound port */
-	uint64_t server_id;	       /* random per process */
-	struct emb_mem_budget budget;  /* shared by all tables */
+	struct emb_transport **loops;	   /* opts.threads event loops */
+	pthread_t *threads;		   /* one per loop */
+	uint32_t nstarted;		   /* threads running */
+	struct emb_listener *listener;	   /* on loops[0] */
+	uint16_t port;			   /* bound port */
+	uint64_t server_id;		   /* random per process */
+	struct emb_mem_budget budget;	   /* shared by all tables */
 
-	pthread_rwlock_t tables_lock;  /* guards tables[] */
-	struct srv_table **tables;     /* limits.max_tables slots; id = i + 1 */
+	pthread_rwlock_t tables_lock; /* guards tables[] */
+	struct srv_table **tables;    /* limits.max_tables slots; id = i + 1 */
 
-	uint64_t inflight;	       /* requests not yet replied; atomic */
-	uint64_t conns_open;	       /* atomic */
-	uint64_t conns_total;	       /* atomic */
-	uint64_t requests;	       /* atomic */
-	uint64_t errors;	       /* atomic */
-	struct emb_hist *lat;	       /* threads x EMB_LAT_NOPS latencies;
-					  loop i alone writes row i */
-	bool stopped;		       /* emb_server_stop() ran */
-	bool loops_stopped;	       /* loop threads joined; atomic */
-	bool rdma;		       /* loops are RDMA: register tables */
-	pthread_t reaper;	       /* frees tables off the loop threads */
-	bool reaper_running;	       /* reaper started and not joined */
-	pthread_mutex_t reap_mu;       /* guards reap_head, reap_stop */
-	pthread_cond_t reap_cv;	       /* work for the reaper */
-	struct srv_table *reap_head;   /* tables to free */
-	struct srv_table *all_tables;  /* not yet freed, dropped or not;
-					  guarded by reap_mu */
-	bool reap_stop;		       /* reaper: exit once drained */
+	uint64_t inflight;	      /* requests not yet replied; atomic */
+	uint64_t conns_open;	      /* atomic */
+	uint64_t conns_total;	      /* atomic */
+	uint64_t requests;	      /* atomic */
+	uint64_t errors;	      /* atomic */
+	struct emb_hist *lat;	      /* threads x EMB_LAT_NOPS latencies;
+					 loop i alone writes row i */
+	bool stopped;		      /* emb_server_stop() ran */
+	bool loops_stopped;	      /* loop threads joined; atomic */
+	bool rdma;		      /* loops are RDMA: register tables */
+	pthread_t reaper;	      /* frees tables off the loop threads */
+	bool reaper_running;	      /* reaper started and not joined */
+	pthread_mutex_t reap_mu;      /* guards reap_head, reap_stop */
+	pthread_cond_t reap_cv;	      /* work for the reaper */
+	struct srv_table *reap_head;  /* tables to free */
+	struct srv_table *all_tables; /* not yet freed, dropped or not;
+					 guarded by reap_mu */
+	bool reap_stop;		      /* reaper: exit once drained */
 };
 
 /* A row of zeros for ids missing under NOCREATE, wide enough for a whole
@@ -299,8 +299,7 @@ static int table_drop(struct emb_server *s, uint32_t id)
 
 /* Tables for in-process users: dump sessions, checkpoints. */
 
-uint32_t emb_server_table_ids(struct emb_server *s, uint32_t *ids,
-			      uint32_t cap)
+uint32_t emb_server_table_ids(struct emb_server *s, uint32_t *ids, uint32_t cap)
 {
 	uint32_t n = 0;
 
@@ -355,8 +354,8 @@ static void free_done(void *ctx, int status)
 
 /* An error reply after which the conn closes: auth failures, bad opcodes. */
 struct close_ctx {
-	struct emb_conn *c;	/* closed once the reply is out */
-	int reason;		/* the reply's status, the close reason */
+	struct emb_conn *c; /* closed once the reply is out */
+	int reason;	    /* the reply's status, the close reason */
 	_Alignas(8) uint8_t frame[EMB_WIRE_HDR_SIZE + 64]; /* the reply */
 };
 
@@ -408,12 +407,12 @@ static int encode_error(void *buf, size_t cap, const struct emb_frame_hdr *rq,
 
 	if (len > 0)
 		((uint8_t *)buf)[5] =
-			(uint8_t)(rq->opcode | EMB_OP_RESPONSE_BIT);
+		    (uint8_t)(rq->opcode | EMB_OP_RESPONSE_BIT);
 	return len;
 }
 
 static int reply_error(struct emb_server *s, struct emb_req *req, int status,
-			const char *msg)
+		       const char *msg)
 {
 	size_t cap = EMB_WIRE_HDR_SIZE + 4 + EMB_WIRE_ERRMSG_MAX;
 	void *buf = malloc(cap);
@@ -438,12 +437,12 @@ static int reply_error(struct emb_server *s, struct emb_req *req, int status,
 }
 
 static int reply_ack(struct emb_server *s, struct emb_req *req,
-		      uint32_t table_id, uint32_t count)
+		     uint32_t table_id, uint32_t count)
 {
 	struct emb_frame_hdr hdr = {
-		.opcode = (uint8_t)(req->hdr.opcode | EMB_OP_RESPONSE_BIT),
-		.table_id = table_id,
-		.count = count,
+	    .opcode = (uint8_t)(req->hdr.opcode | EMB_OP_RESPONSE_BIT),
+	    .table_id = table_id,
+	    .count = count,
 	};
 
 	emb_conn_reply(req, &hdr, NULL, 0, NULL, NULL);
@@ -453,9 +452,9 @@ static int reply_ack(struct emb_server *s, struct emb_req *req,
 
 /* A held synchronous push, acknowledged on its connection's loop thread. */
 struct ack_task {
-	struct emb_server *s;	/* owner */
-	struct emb_req *req;	/* the STEP_END part */
-	int status;		/* 0: step applied */
+	struct emb_server *s; /* owner */
+	struct emb_req *req;  /* the STEP_END part */
+	int status;	      /* 0: step applied */
 };
 
 static void ack_task_run(void *arg)
@@ -532,8 +531,8 @@ static void reply_and_close(struct emb_server *s, struct emb_conn *c,
 /* ---- handlers ---- */
 
 static int on_hello(struct emb_server *s, struct emb_conn *c,
-		     struct srv_conn *sc, struct emb_req *req,
-		     const struct emb_wire_frame *f)
+		    struct srv_conn *sc, struct emb_req *req,
+		    const struct emb_wire_frame *f)
 {
 	struct emb_wire_hello_req h;
 	struct emb_wire_hello_resp r = {0};
@@ -549,8 +548,9 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 		 * client sent, so timing reveals no prefix. */
 		diff = (unsigned char)(h.token_len != s->opts.auth_token_len);
 		for (uint32_t i = 0; i < s->opts.auth_token_len; i++)
-			diff |= (unsigned char)(s->token[i] ^
-				 (i < h.token_len ? h.token[i] : 0));
+			diff |=
+			    (unsigned char)(s->token[i] ^
+					    (i < h.token_len ? h.token[i] : 0));
 		if (diff) {
 			emb_log(EMB_LOG_WARN, "%s: authentication failed",
 				emb_conn_peer(c));
@@ -569,9 +569,9 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 		finish(s);
 		return 0;
 	}
-	len = emb_wire_hello_resp_encode(buf, EMB_WIRE_HDR_SIZE +
-					 EMB_WIRE_HELLO_RESP_SIZE,
-					 req->hdr.req_id, &r);
+	len = emb_wire_hello_resp_encode(
+	    buf, EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE, req->hdr.req_id,
+	    &r);
 	if (len < 0) {
 		free(buf);
 		return reply_error(s, req, len, NULL);
@@ -584,7 +584,7 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 }
 
 static int on_create(struct emb_server *s, struct emb_req *req,
-		      const struct emb_wire_frame *f)
+		     const struct emb_wire_frame *f)
 {
 	struct emb_wire_spec spec;
 	uint32_t id = 0;
@@ -604,7 +604,7 @@ static int on_create(struct emb_server *s, struct emb_req *req,
 }
 
 static int on_list(struct emb_server *s, struct emb_req *req,
-		    const struct emb_wire_frame *f)
+		   const struct emb_wire_frame *f)
 {
 	struct emb_wire_table_info *info;
 	uint32_t n = 0, max = s->opts.limits.max_tables;
@@ -653,28 +653,28 @@ static void fill_stats(const struct srv_table *st, struct emb_wire_stats *w)
 
 	emb_table_stats(st->t, &ts);
 	*w = (struct emb_wire_stats){
-		.table_id = st->id,
-		.rows = ts.rows,
-		.bytes = ts.bytes,
-		.slab_bytes = ts.slab_bytes,
-		.index_bytes = ts.index_bytes,
-		.row_bytes = ts.row_bytes,
-		.pulls = ts.pulls,
-		.pushes = ts.pushes,
-		.rows_pulled = ts.rows_pulled,
-		.rows_pushed = ts.rows_pushed,
-		.rows_created = ts.rows_created,
-		.rows_erased = ts.rows_erased,
-		.rows_evicted = ts.rows_evicted,
-		.misses = ts.misses,
-		.step = ts.step,
-		.extents = ts.extents,
-		.grads_discarded = emb__sync_discarded(st->sync),
+	    .table_id = st->id,
+	    .rows = ts.rows,
+	    .bytes = ts.bytes,
+	    .slab_bytes = ts.slab_bytes,
+	    .index_bytes = ts.index_bytes,
+	    .row_bytes = ts.row_bytes,
+	    .pulls = ts.pulls,
+	    .pushes = ts.pushes,
+	    .rows_pulled = ts.rows_pulled,
+	    .rows_pushed = ts.rows_pushed,
+	    .rows_created = ts.rows_created,
+	    .rows_erased = ts.rows_erased,
+	    .rows_evicted = ts.rows_evicted,
+	    .misses = ts.misses,
+	    .step = ts.step,
+	    .extents = ts.extents,
+	    .grads_discarded = emb__sync_discarded(st->sync),
 	};
 }
 
 static int on_stats(struct emb_server *s, struct emb_req *req,
-		     const struct emb_wire_frame *f)
+		    const struct emb_wire_frame *f)
 {
 	uint32_t max = s->opts.limits.max_tables, n = 0;
 	uint32_t want = f->hdr.table_id;
@@ -719,7 +719,7 @@ static int on_stats(struct emb_server *s, struct emb_req *req,
 }
 
 static int on_ping(struct emb_server *s, struct emb_req *req,
-		    const struct emb_wire_frame *f)
+		   const struct emb_wire_frame *f)
 {
 	struct emb_wire_blob b;
 	struct emb_frame_hdr hdr = {0};
@@ -741,12 +741,12 @@ static int on_ping(struct emb_server *s, struct emb_req *req,
 
 /* State of one PULL reply while its rows are on the wire. */
 struct pull_ctx {
-	struct emb_server *s;	   /* for the in-flight count */
-	struct srv_conn *sc;	   /* its connection; kept alive until done */
-	struct srv_table *st;	   /* referenced until done */
-	const float **ptrs;	   /* n row pointers into table memory */
-	struct iovec *iov;	   /* n + 2 entries */
-	uint8_t *bits;		   /* found bitmap (NOCREATE) */
+	struct emb_server *s; /* for the in-flight count */
+	struct srv_conn *sc;  /* its connection; kept alive until done */
+	struct srv_table *st; /* referenced until done */
+	const float **ptrs;   /* n row pointers into table memory */
+	struct iovec *iov;    /* n + 2 entries */
+	uint8_t *bits;	      /* found bitmap (NOCREATE) */
 	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE]; /* unused header slot */
 };
 
@@ -792,8 +792,9 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 		return reply_error(s, req, -ENOMEM, NULL);
 	}
 	found = p->nocreate ? buf + bitmap + rows : NULL;
-	rc = emb_table_pull(st->t, p->ids, p->n, (float *)(void *)(buf + bitmap),
-			    p->nocreate ? EMB_PULL_NOCREATE : 0, found);
+	rc =
+	    emb_table_pull(st->t, p->ids, p->n, (float *)(void *)(buf + bitmap),
+			   p->nocreate ? EMB_PULL_NOCREATE : 0, found);
 	table_put(st);
 	if (rc < 0) {
 		free(buf);
@@ -815,7 +816,7 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 }
 
 static int on_pull(struct emb_server *s, struct emb_req *req,
-		    const struct emb_wire_frame *f)
+		   const struct emb_wire_frame *f)
 {
 	struct emb_wire_pull_req p;
 	struct emb_frame_hdr hdr = {0};
@@ -868,10 +869,9 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 			found[i] = pc->ptrs[i] != NULL;
 		emb_wire_found_pack(found, p.n, pc->bits);
 	}
-	niov = emb_wire_pull_resp_encode_ptrs(pc->head, pc->iov, p.n + 2,
-					      req->hdr.req_id, p.table_id,
-					      wflags, p.n, stride, pc->bits,
-					      pc->ptrs, zero_row);
+	niov = emb_wire_pull_resp_encode_ptrs(
+	    pc->head, pc->iov, p.n + 2, req->hdr.req_id, p.table_id, wflags,
+	    p.n, stride, pc->bits, pc->ptrs, zero_row);
 	if (niov < 0) {
 		pull_done(pc, 0);
 		return reply_error(s, req, niov, NULL);
@@ -905,7 +905,7 @@ static int end_table_op(struct emb_server *s, struct emb_req *req,
 }
 
 static int on_push(struct emb_server *s, struct emb_req *req,
-		    const struct emb_wire_frame *f)
+		   const struct emb_wire_frame *f)
 {
 	struct emb_wire_push_req p;
 	struct srv_table *st;
@@ -952,7 +952,7 @@ static int on_set_mode(struct emb_server *s, struct emb_req *req,
 }
 
 static int on_assign(struct emb_server *s, struct emb_req *req,
-		      const struct emb_wire_frame *f)
+		     const struct emb_wire_frame *f)
 {
 	struct emb_wire_assign_req a;
 	struct srv_table *st;
@@ -964,7 +964,7 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	dim = st->spec.dim;
 	rc = emb_wire_assign_req_decode(
-		f, dim, emb_optim_state_floats(st->spec.optim.kind, dim), &a);
+	    f, dim, emb_optim_state_floats(st->spec.optim.kind, dim), &a);
 	if (!rc)
 		rc = emb_table_assign(st->t, a.ids, a.n, a.rows, a.with_state,
 				      NULL);
@@ -972,7 +972,7 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 }
 
 static int on_erase(struct emb_server *s, struct emb_req *req,
-		     const struct emb_wire_frame *f)
+		    const struct emb_wire_frame *f)
 {
 	struct emb_wire_ids_req e;
 	struct srv_table *st;
@@ -989,7 +989,7 @@ static int on_erase(struct emb_server *s, struct emb_req *req,
 }
 
 static int on_drop(struct emb_server *s, struct emb_req *req,
-		    const struct emb_wire_frame *f)
+		   const struct emb_wire_frame *f)
 {
 	int rc = emb_wire_empty_req_decode(f, EMB_OP_DROP_TABLE);
 
@@ -1007,9 +1007,9 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 	struct emb_server *s = arg;
 	struct srv_conn *sc = emb_conn_user(c);
 	struct emb_wire_frame f = {
-		.hdr = *hdr,
-		.payload = payload,
-		.lim = &s->opts.limits,
+	    .hdr = *hdr,
+	    .payload = payload,
+	    .lim = &s->opts.limits,
 	};
 
 	__atomic_fetch_add(&s->inflight, 1, __ATOMIC_ACQUIRE);
@@ -1295,8 +1295,8 @@ int emb_server_create(const struct emb_server_opts *opts,
 
 	topts.max_frame_bytes = opts->limits.max_frame_bytes;
 	for (i = 0; i < opts->threads; i++) {
-		rc = emb_transport_create(opts->transport, &topts,
-					  &s->loops[i]);
+		rc =
+		    emb_transport_create(opts->transport, &topts, &s->loops[i]);
 		if (rc)
 			goto err_loops;
 	}
@@ -1472,8 +1472,7 @@ void emb_server_loop_stats(struct emb_server *s, uint32_t i,
 	emb_transport_stats(s->loops[i], out);
 }
 
-void emb_server_latency(struct emb_server *s, uint32_t op,
-			struct emb_hist *out)
+void emb_server_latency(struct emb_server *s, uint32_t op, struct emb_hist *out)
 {
 	emb_hist_reset(out);
 	for (uint32_t i = 0; i < s->opts.threads; i++)

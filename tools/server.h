@@ -20,22 +20,22 @@ struct emb_server;
 struct emb_table;
 
 struct emb_server_opts {
-	const char *host;	      /* listen address; copied */
-	uint16_t port;		      /* 0 picks a free port */
-	const char *transport;	      /* "tcp" or "rdma"; copied */
-	uint32_t threads;	      /* event loops, >= 1 */
-	const uint8_t *auth_token;    /* required in HELLO, or NULL; copied */
-	uint32_t auth_token_len;      /* bytes, <= EMB_WIRE_TOKEN_MAX */
-	uint64_t mem_limit;	      /* bytes of all tables; 0 = unlimited */
+	const char *host;	       /* listen address; copied */
+	uint16_t port;		       /* 0 picks a free port */
+	const char *transport;	       /* "tcp" or "rdma"; copied */
+	uint32_t threads;	       /* event loops, >= 1 */
+	const uint8_t *auth_token;     /* required in HELLO, or NULL; copied */
+	uint32_t auth_token_len;       /* bytes, <= EMB_WIRE_TOKEN_MAX */
+	uint64_t mem_limit;	       /* bytes of all tables; 0 = unlimited */
 	struct emb_wire_limits limits; /* what requests may carry */
-	uint32_t table_shards;	      /* index shards per table */
-	bool zero_copy_pulls;	      /* PULL rows straight from table memory
-					 (default for rdma) instead of one
-					 copied buffer (default for tcp) */
+	uint32_t table_shards;	       /* index shards per table */
+	bool zero_copy_pulls;	       /* PULL rows straight from table memory
+					  (default for rdma) instead of one
+					  copied buffer (default for tcp) */
 	/* Runs in emb_server_create() before the listener opens (e.g. to
 	 * load a checkpoint); non-zero fails the create. NULL = none. */
 	int (*on_start)(struct emb_server *s, void *arg);
-	void *start_arg;	      /* passed to on_start */
+	void *start_arg; /* passed to on_start */
 };
 
 #define EMB_SERVER_OPTS_DEFAULT                                                \
@@ -68,12 +68,12 @@ void emb_server_destroy(struct emb_server *s);
 
 /* Counters for logs and tests. */
 struct emb_server_stats {
-	uint64_t conns_open;	/* connections open now */
-	uint64_t conns_total;	/* accepted since start */
-	uint64_t requests;	/* requests handled */
-	uint64_t errors;	/* error responses sent */
-	uint64_t tables;	/* tables now */
-	uint64_t mem_used;	/* bytes charged by all tables */
+	uint64_t conns_open;  /* connections open now */
+	uint64_t conns_total; /* accepted since start */
+	uint64_t requests;    /* requests handled */
+	uint64_t errors;      /* error responses sent */
+	uint64_t tables;      /* tables now */
+	uint64_t mem_used;    /* bytes charged by all tables */
 };
 
 void emb_server_stats(struct emb_server *s, struct emb_server_stats *out);

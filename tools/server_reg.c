@@ -21,21 +21,21 @@
 #include "transport/transport.h"
 
 enum reg_state {
-	REG_PENDING = 0,   /* registration task queued */
-	REG_DONE,	   /* mr holds the region */
-	REG_FAILED,	   /* registration failed; replies copy */
-	REG_CANCELLED,	   /* removed before the task ran */
+	REG_PENDING = 0, /* registration task queued */
+	REG_DONE,	 /* mr holds the region */
+	REG_FAILED,	 /* registration failed; replies copy */
+	REG_CANCELLED,	 /* removed before the task ran */
 };
 
 struct extent {
-	void *addr;		/* extent start */
-	size_t len;		/* bytes */
-	uint32_t left;		/* dereg tasks not yet run */
-	uint32_t regs_left;	/* reg tasks not yet run */
-	bool orphan;		/* removed: the last reg task frees it */
-	struct extent *next;	/* list */
-	uint8_t *state;		/* enum reg_state per loop */
-	struct emb_mr **mr;	/* per loop, when REG_DONE */
+	void *addr;	     /* extent start */
+	size_t len;	     /* bytes */
+	uint32_t left;	     /* dereg tasks not yet run */
+	uint32_t regs_left;  /* reg tasks not yet run */
+	bool orphan;	     /* removed: the last reg task frees it */
+	struct extent *next; /* list */
+	uint8_t *state;	     /* enum reg_state per loop */
+	struct emb_mr **mr;  /* per loop, when REG_DONE */
 };
 
 struct emb_regmap {
@@ -48,9 +48,9 @@ struct emb_regmap {
 };
 
 struct task {
-	struct emb_regmap *m;	/* owner */
-	struct extent *e;	/* the extent */
-	uint32_t loop;		/* index of the loop it runs on */
+	struct emb_regmap *m; /* owner */
+	struct extent *e;     /* the extent */
+	uint32_t loop;	      /* index of the loop it runs on */
 };
 
 static _Thread_local struct emb_transport *thread_loop;
@@ -219,8 +219,9 @@ static void removed(struct emb_regmap *m, void *addr)
 	if (!e)
 		return;
 	if (!stopped && emb__regmap_on_loop())
-		emb_log(EMB_LOG_ERROR, "table memory removed on a loop thread; "
-				       "its regions are dropped without waiting");
+		emb_log(EMB_LOG_ERROR,
+			"table memory removed on a loop thread; "
+			"its regions are dropped without waiting");
 	for (uint32_t j = 0; j < m->nloops; j++) {
 		struct task *t;
 

@@ -25,27 +25,27 @@
 #include "common/log.h"
 
 struct rank_buf {
-	uint64_t *ids;	 /* gathered ids */
-	float *grads;	 /* gathered gradients / workers */
-	uint32_t n;	 /* ids gathered */
-	uint32_t cap;	 /* room in ids (and cap * dim in grads) */
+	uint64_t *ids;		/* gathered ids */
+	float *grads;		/* gathered gradients / workers */
+	uint32_t n;		/* ids gathered */
+	uint32_t cap;		/* room in ids (and cap * dim in grads) */
 	struct emb_req *waiter; /* its STEP_END part, held */
 };
 
 struct emb_sync {
-	pthread_mutex_t lock;	/* guards everything below */
-	uint32_t dim;		/* floats per row */
-	uint32_t mode;		/* enum emb_mode */
-	uint32_t workers;	/* SYNC: ranks per step */
-	uint32_t staleness;	/* STALE: K */
-	uint64_t newest;	/* STALE: newest step seen */
-	uint64_t discarded;	/* rows dropped as stale */
-	bool gathering;		/* SYNC: some rank sent part of step */
-	uint64_t step;		/* SYNC: the step being gathered */
-	uint32_t nended;	/* SYNC: ranks done with step */
-	struct rank_buf *bufs;	/* SYNC: workers entries */
-	emb_sync_ack_fn ack;	/* acknowledges held parts */
-	void *arg;		/* for ack */
+	pthread_mutex_t lock;  /* guards everything below */
+	uint32_t dim;	       /* floats per row */
+	uint32_t mode;	       /* enum emb_mode */
+	uint32_t workers;      /* SYNC: ranks per step */
+	uint32_t staleness;    /* STALE: K */
+	uint64_t newest;       /* STALE: newest step seen */
+	uint64_t discarded;    /* rows dropped as stale */
+	bool gathering;	       /* SYNC: some rank sent part of step */
+	uint64_t step;	       /* SYNC: the step being gathered */
+	uint32_t nended;       /* SYNC: ranks done with step */
+	struct rank_buf *bufs; /* SYNC: workers entries */
+	emb_sync_ack_fn ack;   /* acknowledges held parts */
+	void *arg;	       /* for ack */
 };
 
 int emb__sync_create(uint32_t dim, emb_sync_ack_fn ack, void *arg,

@@ -14,32 +14,32 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define CTR_NINT 13	 /* integer features per line */
-#define CTR_NCAT 26	 /* categorical features per line */
-#define CTR_EMB_DIM 16	 /* embedding floats per categorical field */
-#define CTR_H1 64	 /* first hidden layer */
-#define CTR_H2 32	 /* second hidden layer */
-#define CTR_IN (CTR_NCAT * CTR_EMB_DIM + CTR_NINT)
+#define CTR_NINT    13 /* integer features per line */
+#define CTR_NCAT    26 /* categorical features per line */
+#define CTR_EMB_DIM 16 /* embedding floats per categorical field */
+#define CTR_H1	    64 /* first hidden layer */
+#define CTR_H2	    32 /* second hidden layer */
+#define CTR_IN	    (CTR_NCAT * CTR_EMB_DIM + CTR_NINT)
 
 /* Dense parameters, laid out one after another in a flat float array. */
-#define CTR_OFF_W1 0
-#define CTR_OFF_B1 (CTR_OFF_W1 + CTR_H1 * CTR_IN)
-#define CTR_OFF_W2 (CTR_OFF_B1 + CTR_H1)
-#define CTR_OFF_B2 (CTR_OFF_W2 + CTR_H2 * CTR_H1)
-#define CTR_OFF_W3 (CTR_OFF_B2 + CTR_H2)
-#define CTR_OFF_B3 (CTR_OFF_W3 + CTR_H2)
+#define CTR_OFF_W1   0
+#define CTR_OFF_B1   (CTR_OFF_W1 + CTR_H1 * CTR_IN)
+#define CTR_OFF_W2   (CTR_OFF_B1 + CTR_H1)
+#define CTR_OFF_B2   (CTR_OFF_W2 + CTR_H2 * CTR_H1)
+#define CTR_OFF_W3   (CTR_OFF_B2 + CTR_H2)
+#define CTR_OFF_B3   (CTR_OFF_W3 + CTR_H2)
 #define CTR_OFF_BIAS (CTR_OFF_B3 + 1) /* the wide part's bias */
-#define CTR_NDENSE (CTR_OFF_BIAS + 1)
+#define CTR_NDENSE   (CTR_OFF_BIAS + 1)
 
 /* The dense parameters travel as rows of this many floats (a dense table). */
-#define CTR_DENSE_ROW 256
+#define CTR_DENSE_ROW  256
 #define CTR_DENSE_ROWS ((CTR_NDENSE + CTR_DENSE_ROW - 1) / CTR_DENSE_ROW)
 
 /* One parsed example. */
 struct ctr_example {
-	float label;		   /* 0 or 1 */
-	float ints[CTR_NINT];	   /* log-normalised integer features */
-	uint64_t ids[CTR_NCAT];	   /* feature id of each categorical value */
+	float label;		/* 0 or 1 */
+	float ints[CTR_NINT];	/* log-normalised integer features */
+	uint64_t ids[CTR_NCAT]; /* feature id of each categorical value */
 };
 
 /*

@@ -26,15 +26,15 @@
 #define ZIPF_S 1.1
 
 struct field {
-	uint32_t vocab;	   /* distinct values */
-	double *cdf;	   /* Zipf CDF over ranks */
-	double scale;	   /* std of this field's value weights */
+	uint32_t vocab; /* distinct values */
+	double *cdf;	/* Zipf CDF over ranks */
+	double scale;	/* std of this field's value weights */
 };
 
 static const uint32_t vocab_sizes[CTR_NCAT] = {
-	1000,  500,   20000, 8000, 200,  50,   5000, 300,  2000, 15000,
-	3000,  100,   4000,  30,   9000, 600,  10,   700,  1500, 5,
-	12000, 40,    2500,  800,  60,   25000};
+    1000,  500,	 20000, 8000, 200,  50,	  5000, 300,  2000,
+    15000, 3000, 100,	4000, 30,   9000, 600,	10,   700,
+    1500,  5,	 12000, 40,   2500, 800,  60,	25000};
 
 /* Crossed field pairs that carry signal of their own. */
 static const int crosses[][2] = {{0, 2}, {3, 9}, {5, 13}};
@@ -88,7 +88,9 @@ static int make_fields(struct field *fs, uint64_t seed)
 		}
 		fs[f].cdf[fs[f].vocab - 1] = 1.0;
 		/* Some fields matter, most a little, a few not at all. */
-		fs[f].scale = (f % 5 == 4) ? 0.0 : 0.25 + 0.35 * ((f * 7 + seed) % 4) / 3.0;
+		fs[f].scale = (f % 5 == 4)
+				  ? 0.0
+				  : 0.25 + 0.35 * ((f * 7 + seed) % 4) / 3.0;
 	}
 	return 0;
 }
@@ -102,12 +104,12 @@ static uint32_t cat_value(uint64_t seed, int f, uint32_t r)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"rows", required_argument, NULL, 'n'},
-		{"seed", required_argument, NULL, 's'},
-		{"out", required_argument, NULL, 'o'},
-		{"test-frac", required_argument, NULL, 't'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"rows", required_argument, NULL, 'n'},
+	    {"seed", required_argument, NULL, 's'},
+	    {"out", required_argument, NULL, 'o'},
+	    {"test-frac", required_argument, NULL, 't'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct field fs[CTR_NCAT];
 	uint64_t rows = 100000, seed = 1, st;
@@ -121,18 +123,28 @@ int main(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'n': rows = strtoull(optarg, NULL, 10); break;
-		case 's': seed = strtoull(optarg, NULL, 10); break;
-		case 'o': out = optarg; break;
-		case 't': test_frac = atof(optarg); break;
+		case 'n':
+			rows = strtoull(optarg, NULL, 10);
+			break;
+		case 's':
+			seed = strtoull(optarg, NULL, 10);
+			break;
+		case 'o':
+			out = optarg;
+			break;
+		case 't':
+			test_frac = atof(optarg);
+			break;
 		default:
-			fprintf(stderr, "usage: gen --rows N --seed S --out DIR "
-					"[--test-frac F]\n");
+			fprintf(stderr,
+				"usage: gen --rows N --seed S --out DIR "
+				"[--test-frac F]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
 	if (!out || rows == 0 || test_frac <= 0.0 || test_frac >= 1.0) {
-		fprintf(stderr, "gen: --out DIR and --rows N > 0 are required\n");
+		fprintf(stderr,
+			"gen: --out DIR and --rows N > 0 are required\n");
 		return 2;
 	}
 	if (mkdir(out, 0755) && errno != EEXIST) {
@@ -164,23 +176,28 @@ int main(int argc, char **argv)
 
 		for (int k = 0; k < CTR_NINT; k++) {
 			/* Counts with a heavy tail; about 1 in 8 missing. */
-			ints[k] = unit(&st) < 0.125
-					  ? -1.0
-					  : floor(exp(2.5 * unit(&st) * (1 + k % 3)) - 1.0);
+			ints[k] =
+			    unit(&st) < 0.125
+				? -1.0
+				: floor(exp(2.5 * unit(&st) * (1 + k % 3)) -
+					1.0);
 			if (ints[k] >= 0)
 				logit += 0.15 * hnormal(seed * 31 + 100 + k) *
 					 (log1p(ints[k]) - 1.5);
 		}
 		for (int k = 0; k < CTR_NCAT; k++) {
 			rank[k] = draw_rank(&fs[k], &st);
-			logit += fs[k].scale *
-				 hnormal(((uint64_t)k << 40) ^ (seed << 20) ^ rank[k]);
+			logit += fs[k].scale * hnormal(((uint64_t)k << 40) ^
+						       (seed << 20) ^ rank[k]);
 		}
-		for (size_t x = 0; x < sizeof(crosses) / sizeof(crosses[0]); x++) {
+		for (size_t x = 0; x < sizeof(crosses) / sizeof(crosses[0]);
+		     x++) {
 			int a = crosses[x][0], b = crosses[x][1];
 
-			logit += 0.6 * hnormal(emb_id_hash(((uint64_t)rank[a] << 32) |
-							   rank[b]) ^ (seed + x));
+			logit += 0.6 *
+				 hnormal(emb_id_hash(((uint64_t)rank[a] << 32) |
+						     rank[b]) ^
+					 (seed + x));
 		}
 		label = unit(&st) < 1.0 / (1.0 + exp(-logit));
 		if (test) {
@@ -198,10 +215,12 @@ int main(int argc, char **argv)
 		}
 		for (int k = 0; k < CTR_NCAT; k++) {
 			/* Empty categorical fields happen in Criteo too. */
-			if (rank[k] == fs[k].vocab - 1 || (k % 7 == 6 && unit(&st) < 0.05))
+			if (rank[k] == fs[k].vocab - 1 ||
+			    (k % 7 == 6 && unit(&st) < 0.05))
 				fputs("\t", f);
 			else
-				fprintf(f, "\t%08x", cat_value(seed, k, rank[k]));
+				fprintf(f, "\t%08x",
+					cat_value(seed, k, rank[k]));
 		}
 		fputc('\n', f);
 	}

@@ -89,13 +89,19 @@ void ctr_dense_init(float *dense, uint64_t seed)
 	memset(dense, 0, CTR_NDENSE * sizeof(float));
 	for (int i = 0; i < CTR_H1 * CTR_IN; i++)
 		dense[CTR_OFF_W1 + i] =
-			l1 * (2.0f * (float)(emb_splitmix64(&st) >> 40) / 16777216.0f - 1.0f);
+		    l1 *
+		    (2.0f * (float)(emb_splitmix64(&st) >> 40) / 16777216.0f -
+		     1.0f);
 	for (int i = 0; i < CTR_H2 * CTR_H1; i++)
 		dense[CTR_OFF_W2 + i] =
-			l2 * (2.0f * (float)(emb_splitmix64(&st) >> 40) / 16777216.0f - 1.0f);
+		    l2 *
+		    (2.0f * (float)(emb_splitmix64(&st) >> 40) / 16777216.0f -
+		     1.0f);
 	for (int i = 0; i < CTR_H2; i++)
 		dense[CTR_OFF_W3 + i] =
-			l3 * (2.0f * (float)(emb_splitmix64(&st) >> 40) / 16777216.0f - 1.0f);
+		    l3 *
+		    (2.0f * (float)(emb_splitmix64(&st) >> 40) / 16777216.0f -
+		     1.0f);
 }
 
 double ctr_forward_backward(const struct ctr_example *ex, uint32_t n,
@@ -141,7 +147,8 @@ double ctr_forward_backward(const struct ctr_example *ex, uint32_t n,
 			z += W3[k] * h2[k];
 		for (int f = 0; f < CTR_NCAT; f++)
 			z += w[f];
-		/* Numerically stable logloss: log(1 + e^-|z|) + max(z, 0) - y z */
+		/* Numerically stable logloss: log(1 + e^-|z|) + max(z, 0) - y z
+		 */
 		loss += log1p(exp(-fabs((double)z))) + (z > 0 ? z : 0) -
 			ex[i].label * z;
 		p = 1.0f / (1.0f + expf(-z));
@@ -178,7 +185,8 @@ double ctr_forward_backward(const struct ctr_example *ex, uint32_t n,
 
 			memset(gx, 0, sizeof(gx));
 			for (int j = 0; j < CTR_H1; j++) {
-				float *gw = g_dense + CTR_OFF_W1 + (size_t)j * CTR_IN;
+				float *gw =
+				    g_dense + CTR_OFF_W1 + (size_t)j * CTR_IN;
 				const float *row = W1 + (size_t)j * CTR_IN;
 				float dj = h1[j] > 0.0f ? d1[j] : 0.0f;
 
@@ -197,8 +205,8 @@ double ctr_forward_backward(const struct ctr_example *ex, uint32_t n,
 }
 
 struct scored {
-	double s;   /* score */
-	uint8_t y;  /* label */
+	double s;  /* score */
+	uint8_t y; /* label */
 };
 
 static int cmp_scored(const void *a, const void *b)

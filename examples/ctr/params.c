@@ -20,20 +20,20 @@
 #include "worker/embstore.h"
 
 struct ctr_params {
-	struct ctr_params_opts o;	  /* as opened */
-	uint32_t rank;			  /* this worker */
-	uint32_t workers;		  /* all workers */
+	struct ctr_params_opts o; /* as opened */
+	uint32_t rank;		  /* this worker */
+	uint32_t workers;	  /* all workers */
 	/* local */
-	struct emb_table *lt[3];	  /* emb, wide, mlp */
+	struct emb_table *lt[3]; /* emb, wide, mlp */
 	/* servers */
-	struct emb_client *c;		  /* connection to the cluster */
-	struct emb_client_table *rt[3];	  /* emb, wide, mlp */
-	struct emb_cached_table *ct[2];	  /* caches over emb, wide, or NULL */
-	bool from_env;			  /* joined through a scheduler */
-	uint32_t mode;			  /* enum emb_mode of the tables */
+	struct emb_client *c;		/* connection to the cluster */
+	struct emb_client_table *rt[3]; /* emb, wide, mlp */
+	struct emb_cached_table *ct[2]; /* caches over emb, wide, or NULL */
+	bool from_env;			/* joined through a scheduler */
+	uint32_t mode;			/* enum emb_mode of the tables */
 	/* the batch being trained */
-	uint64_t *ids;			  /* last looked-up ids */
-	uint32_t n;			  /* how many */
+	uint64_t *ids;			    /* last looked-up ids */
+	uint32_t n;			    /* how many */
 	uint64_t dense_ids[CTR_DENSE_ROWS]; /* 0 .. rows-1 */
 };
 
@@ -50,15 +50,21 @@ static void specs(uint64_t seed, struct emb_table_spec *s)
 	adam.kind = EMB_OPTIM_ADAM;
 	adam.lr = 0.001f;
 	s[T_EMB] = (struct emb_table_spec){
-		.name = "ctr_emb", .dim = CTR_EMB_DIM, .optim = ada,
-		.init = {.kind = EMB_INIT_NORMAL, .a = 0.0f, .b = 0.05f},
-		.seed = seed};
-	s[T_WIDE] = (struct emb_table_spec){
-		.name = "ctr_wide", .dim = 1, .optim = ada,
-		.init = {.kind = EMB_INIT_ZEROS}, .seed = seed};
-	s[T_MLP] = (struct emb_table_spec){
-		.name = "ctr_mlp", .dim = CTR_DENSE_ROW, .optim = adam,
-		.init = {.kind = EMB_INIT_ZEROS}, .seed = seed};
+	    .name = "ctr_emb",
+	    .dim = CTR_EMB_DIM,
+	    .optim = ada,
+	    .init = {.kind = EMB_INIT_NORMAL, .a = 0.0f, .b = 0.05f},
+	    .seed = seed};
+	s[T_WIDE] = (struct emb_table_spec){.name = "ctr_wide",
+					    .dim = 1,
+					    .optim = ada,
+					    .init = {.kind = EMB_INIT_ZEROS},
+					    .seed = seed};
+	s[T_MLP] = (struct emb_table_spec){.name = "ctr_mlp",
+					   .dim = CTR_DENSE_ROW,
+					   .optim = adam,
+					   .init = {.kind = EMB_INIT_ZEROS},
+					   .seed = seed};
 }
 
 static int open_local(struct ctr_params *p)
@@ -89,11 +95,11 @@ static int pull_dense_rows(struct ctr_params *p, float *dense, uint32_t flags,
 		return emb_table_pull(p->lt[T_MLP], p->dense_ids,
 				      CTR_DENSE_ROWS, dense,
 				      flags ? EMB_PULL_NOCREATE : 0, found) < 0
-			       ? EMB_EINTERNAL
-			       : 0;
-	return emb_client_table_pull(p->rt[T_MLP], p->dense_ids,
-				     CTR_DENSE_ROWS, dense,
-				     flags ? EMB_CLIENT_NOCREATE : 0, found);
+			   ? EMB_EINTERNAL
+			   : 0;
+	return emb_client_table_pull(p->rt[T_MLP], p->dense_ids, CTR_DENSE_ROWS,
+				     dense, flags ? EMB_CLIENT_NOCREATE : 0,
+				     found);
 }
 
 /* The first worker writes the MLP's initial values; the others wait. */
@@ -118,13 +124,13 @@ static int init_dense(struct ctr_params *p)
 			break;
 		if (p->rank == 0) {
 			ctr_dense_init(dense, p->o.seed);
-			rc = p->o.local ? emb_table_assign(p->lt[T_MLP],
-							   p->dense_ids,
-							   CTR_DENSE_ROWS,
-							   dense, false, NULL)
-					: emb_client_table_assign(
-						  p->rt[T_MLP], p->dense_ids,
-						  CTR_DENSE_ROWS, dense, false);
+			rc = p->o.local
+				 ? emb_table_assign(p->lt[T_MLP], p->dense_ids,
+						    CTR_DENSE_ROWS, dense,
+						    false, NULL)
+				 : emb_client_table_assign(
+				       p->rt[T_MLP], p->dense_ids,
+				       CTR_DENSE_ROWS, dense, false);
 			break;
 		}
 		nanosleep(&pause, NULL);
@@ -143,7 +149,7 @@ static int open_remote(struct ctr_params *p)
 	co.servers = p->o.servers;
 	/* Under `embstore launch` the servers' transport is in the
 	 * environment; the trainer follows it unless told otherwise. */
-	co.transport = p->o.transport ? p->o.transport
+	co.transport = p->o.transport		 ? p->o.transport
 		       : getenv("EMB_TRANSPORT") ? getenv("EMB_TRANSPORT")
 						 : "tcp";
 	co.name = "ctr-train";
@@ -271,7 +277,8 @@ int ctr_params_lookup(struct ctr_params *p, const uint64_t *ids, uint32_t n,
 	p->n = n;
 	if (p->ct[0]) {
 		rc = emb_cached_table_lookup(p->ct[0], ids, n, emb);
-		return rc ? rc : emb_cached_table_lookup(p->ct[1], ids, n, wide);
+		return rc ? rc
+			  : emb_cached_table_lookup(p->ct[1], ids, n, wide);
 	}
 	if (p->o.local) {
 		rc = emb_table_pull(p->lt[T_EMB], ids, n, emb, 0, NULL);
@@ -280,8 +287,8 @@ int ctr_params_lookup(struct ctr_params *p, const uint64_t *ids, uint32_t n,
 					    NULL);
 		return rc < 0 ? rc : 0;
 	}
-	rc = emb_client_table_pull_async(p->rt[T_EMB], ids, n, emb, 0, NULL,
-					 &a);
+	rc =
+	    emb_client_table_pull_async(p->rt[T_EMB], ids, n, emb, 0, NULL, &a);
 	if (rc)
 		return rc;
 	rc = emb_client_table_pull_async(p->rt[T_WIDE], ids, n, wide, 0, NULL,
@@ -308,8 +315,8 @@ int ctr_params_push(struct ctr_params *p, const float *g_emb,
 	if (p->o.local) {
 		rc = emb_table_push(p->lt[T_EMB], p->ids, p->n, g_emb);
 		if (!rc)
-			rc = emb_table_push(p->lt[T_WIDE], p->ids, p->n,
-					    g_wide);
+			rc =
+			    emb_table_push(p->lt[T_WIDE], p->ids, p->n, g_wide);
 		if (!rc)
 			rc = emb_table_push(p->lt[T_MLP], p->dense_ids,
 					    CTR_DENSE_ROWS, g_dense);
@@ -328,8 +335,8 @@ int ctr_params_push(struct ctr_params *p, const float *g_emb,
 		r = emb_async_wait(op[2]);
 		return rc ? rc : r;
 	}
-	r = emb_client_table_push_async(p->rt[T_EMB], p->ids, p->n, g_emb,
-					step, p->rank, &op[0]);
+	r = emb_client_table_push_async(p->rt[T_EMB], p->ids, p->n, g_emb, step,
+					p->rank, &op[0]);
 	if (r)
 		return r;
 	r = emb_client_table_push_async(p->rt[T_WIDE], p->ids, p->n, g_wide,
@@ -339,8 +346,8 @@ int ctr_params_push(struct ctr_params *p, const float *g_emb,
 		return r;
 	}
 	r = emb_client_table_push_async(p->rt[T_MLP], p->dense_ids,
-					CTR_DENSE_ROWS, g_dense, step,
-					p->rank, &op[2]);
+					CTR_DENSE_ROWS, g_dense, step, p->rank,
+					&op[2]);
 	if (r) {
 		emb_async_wait(op[0]);
 		emb_async_wait(op[1]);
@@ -354,8 +361,8 @@ int ctr_params_push(struct ctr_params *p, const float *g_emb,
 	return rc;
 }
 
-int ctr_params_eval_rows(struct ctr_params *p, const uint64_t *ids,
-			 uint32_t n, float *emb, float *wide)
+int ctr_params_eval_rows(struct ctr_params *p, const uint64_t *ids, uint32_t n,
+			 float *emb, float *wide)
 {
 	int rc;
 
@@ -375,8 +382,7 @@ int ctr_params_eval_rows(struct ctr_params *p, const uint64_t *ids,
 	return rc;
 }
 
-int ctr_params_set_mode(struct ctr_params *p, uint32_t mode,
-			uint32_t staleness)
+int ctr_params_set_mode(struct ctr_params *p, uint32_t mode, uint32_t staleness)
 {
 	int rc = 0;
 
@@ -385,9 +391,8 @@ int ctr_params_set_mode(struct ctr_params *p, uint32_t mode,
 		return 0;
 	for (int k = 0; k < 3 && !rc; k++)
 		rc = emb_client_table_set_mode(
-			p->rt[k], mode,
-			mode == EMB_MODE_SYNC ? p->workers : 0,
-			mode == EMB_MODE_STALE ? staleness : 0);
+		    p->rt[k], mode, mode == EMB_MODE_SYNC ? p->workers : 0,
+		    mode == EMB_MODE_STALE ? staleness : 0);
 	return rc ? rc : open_caches(p);
 }
 

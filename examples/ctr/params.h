@@ -16,15 +16,15 @@
 struct ctr_params;
 
 struct ctr_params_opts {
-	bool local;		/* in-process tables, no servers */
-	const char *servers;	/* "host:port,..."; NULL = from environment */
-	const char *transport;	/* "tcp", "rdma", "auto"; NULL = EMB_TRANSPORT
-				   or tcp */
-	uint32_t cache_rows;	/* vocab cache rows per sparse table; 0 = off */
-	uint32_t prefetch;	/* batches fetched ahead by the cache */
-	uint32_t staleness;	/* cached rows older than this are refetched */
-	uint64_t seed;		/* initial values */
-	uint32_t max_batch;	/* ids per lookup */
+	bool local;	       /* in-process tables, no servers */
+	const char *servers;   /* "host:port,..."; NULL = from environment */
+	const char *transport; /* "tcp", "rdma", "auto"; NULL = EMB_TRANSPORT
+				  or tcp */
+	uint32_t cache_rows;   /* vocab cache rows per sparse table; 0 = off */
+	uint32_t prefetch;     /* batches fetched ahead by the cache */
+	uint32_t staleness;    /* cached rows older than this are refetched */
+	uint64_t seed;	       /* initial values */
+	uint32_t max_batch;    /* ids per lookup */
 };
 
 #define CTR_PARAMS_OPTS_DEFAULT                                                \
@@ -34,7 +34,8 @@ struct ctr_params_opts {
 				  .staleness = 2,                              \
 				  .max_batch = 512 * 26})
 
-int ctr_params_open(const struct ctr_params_opts *opts, struct ctr_params **out);
+int ctr_params_open(const struct ctr_params_opts *opts,
+		    struct ctr_params **out);
 void ctr_params_close(struct ctr_params *p);
 
 uint32_t ctr_params_rank(const struct ctr_params *p);
@@ -51,8 +52,8 @@ int ctr_params_pull_dense(struct ctr_params *p, float *dense);
 int ctr_params_push(struct ctr_params *p, const float *g_emb,
 		    const float *g_wide, const float *g_dense, uint64_t step);
 /* Rows for evaluation: never creates rows; unseen ids read as zeros. */
-int ctr_params_eval_rows(struct ctr_params *p, const uint64_t *ids,
-			 uint32_t n, float *emb, float *wide);
+int ctr_params_eval_rows(struct ctr_params *p, const uint64_t *ids, uint32_t n,
+			 float *emb, float *wide);
 /*
  * Sets the training mode of every table (enum emb_mode): every worker calls
  * it with the same values. A no-op in local mode.

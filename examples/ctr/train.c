@@ -28,15 +28,15 @@
 #include "params.h"
 
 struct cfg {
-	const char *data;      /* training file */
-	const char *test;      /* held-out file, or NULL */
-	uint32_t epochs;       /* passes over the data */
-	uint32_t batch;	       /* examples per step */
-	uint32_t log_every;    /* steps between loss lines */
-	uint64_t seed;	       /* tables' and the MLP's initial values */
-	uint32_t mode;	       /* enum emb_mode */
-	uint32_t staleness;    /* bounded staleness: K */
-	const char *after;     /* shell command rank 0 runs after training */
+	const char *data;   /* training file */
+	const char *test;   /* held-out file, or NULL */
+	uint32_t epochs;    /* passes over the data */
+	uint32_t batch;	    /* examples per step */
+	uint32_t log_every; /* steps between loss lines */
+	uint64_t seed;	    /* tables' and the MLP's initial values */
+	uint32_t mode;	    /* enum emb_mode */
+	uint32_t staleness; /* bounded staleness: K */
+	const char *after;  /* shell command rank 0 runs after training */
 	struct ctr_params_opts popts; /* where the parameters live */
 };
 
@@ -50,17 +50,18 @@ static double now_s(void)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: train --data FILE [--test FILE] [--epochs N] "
-		"[--batch B]\n"
-		"             [--local | --servers HOST:PORT,...] "
-		"[--transport tcp|rdma|auto]\n"
-		"             [--cache-rows R] [--prefetch K] [--staleness S] "
-		"[--seed N] [--log-every N]\n"
-		"             [--mode async|sync|stale:K] [--after-train CMD]\n"
-		"--after-train: once every worker is done, worker 0 runs CMD with\n"
-		"EMB_SERVERS set to the cluster's servers (e.g. an embstore dump)\n"
-		"while they still serve.\n");
+	fprintf(
+	    f,
+	    "usage: train --data FILE [--test FILE] [--epochs N] "
+	    "[--batch B]\n"
+	    "             [--local | --servers HOST:PORT,...] "
+	    "[--transport tcp|rdma|auto]\n"
+	    "             [--cache-rows R] [--prefetch K] [--staleness S] "
+	    "[--seed N] [--log-every N]\n"
+	    "             [--mode async|sync|stale:K] [--after-train CMD]\n"
+	    "--after-train: once every worker is done, worker 0 runs CMD with\n"
+	    "EMB_SERVERS set to the cluster's servers (e.g. an embstore dump)\n"
+	    "while they still serve.\n");
 }
 
 /* Lines in path, or 0 if it cannot be read. */
@@ -109,8 +110,8 @@ static int evaluate(struct ctr_params *p, const char *path, uint32_t batch,
 		goto out;
 	}
 	rc = ctr_params_pull_dense(p, dense);
-	while (!rc && (got = ctr_read_batch(f, ex, batch, 0, 1, &lineno,
-					    &bad)) > 0) {
+	while (!rc &&
+	       (got = ctr_read_batch(f, ex, batch, 0, 1, &lineno, &bad)) > 0) {
 		double pr[1024];
 
 		batch_ids(ex, got, ids);
@@ -129,11 +130,12 @@ static int evaluate(struct ctr_params *p, const char *path, uint32_t batch,
 		for (uint32_t i = 0; i < got; i += 1024) {
 			uint32_t m = got - i < 1024 ? got - i : 1024;
 
-			loss += m * ctr_forward_backward(
-					    ex + i, m,
-					    emb + (size_t)i * CTR_NCAT * CTR_EMB_DIM,
-					    wide + (size_t)i * CTR_NCAT, dense,
-					    NULL, NULL, NULL, pr);
+			loss +=
+			    m * ctr_forward_backward(
+				    ex + i, m,
+				    emb + (size_t)i * CTR_NCAT * CTR_EMB_DIM,
+				    wide + (size_t)i * CTR_NCAT, dense, NULL,
+				    NULL, NULL, pr);
 			for (uint32_t k = 0; k < m; k++) {
 				scores[n + i + k] = pr[k];
 				labels[n + i + k] = (uint8_t)ex[i + k].label;
@@ -187,8 +189,8 @@ static int train(const struct cfg *c, struct ctr_params *p)
 	g_wide = malloc((size_t)b * CTR_NCAT * 4);
 	dense = malloc(CTR_DENSE_ROWS * CTR_DENSE_ROW * 4);
 	g_dense = calloc(CTR_DENSE_ROWS * CTR_DENSE_ROW, 4);
-	if (!ex[0] || !ex[1] || !ids[0] || !ids[1] || !emb || !g_emb ||
-	    !wide || !g_wide || !dense || !g_dense)
+	if (!ex[0] || !ex[1] || !ids[0] || !ids[1] || !emb || !g_emb || !wide ||
+	    !g_wide || !dense || !g_dense)
 		return -ENOMEM;
 
 	for (uint32_t epoch = 1; epoch <= c->epochs && !rc; epoch++) {
@@ -233,10 +235,11 @@ static int train(const struct cfg *c, struct ctr_params *p)
 				rc = ctr_params_pull_dense(p, dense);
 			if (rc)
 				break;
-			loss = ctr_forward_backward(ex[cur], n, emb, wide,
-						    dense, g_emb, g_wide,
-						    g_dense, NULL);
-			rc = ctr_params_push(p, g_emb, g_wide, g_dense, gstep++);
+			loss =
+			    ctr_forward_backward(ex[cur], n, emb, wide, dense,
+						 g_emb, g_wide, g_dense, NULL);
+			rc =
+			    ctr_params_push(p, g_emb, g_wide, g_dense, gstep++);
 			if (rc)
 				break;
 			step++;
@@ -313,8 +316,10 @@ static int after_train(const struct cfg *c, struct ctr_params *p)
 		fflush(stdout);
 		st = system(c->after);
 		if (st != 0) {
-			fprintf(stderr, "train: after-train command failed "
-					"(status %d): %s\n", st, c->after);
+			fprintf(stderr,
+				"train: after-train command failed "
+				"(status %d): %s\n",
+				st, c->after);
 			rc = EMB_EINTERNAL;
 		}
 	}
@@ -325,48 +330,74 @@ static int after_train(const struct cfg *c, struct ctr_params *p)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"data", required_argument, NULL, 'd'},
-		{"test", required_argument, NULL, 't'},
-		{"epochs", required_argument, NULL, 'e'},
-		{"batch", required_argument, NULL, 'b'},
-		{"seed", required_argument, NULL, 's'},
-		{"log-every", required_argument, NULL, 'l'},
-		{"local", no_argument, NULL, 'L'},
-		{"servers", required_argument, NULL, 'S'},
-		{"transport", required_argument, NULL, 'T'},
-		{"cache-rows", required_argument, NULL, 'c'},
-		{"prefetch", required_argument, NULL, 'p'},
-		{"staleness", required_argument, NULL, 'z'},
-		{"mode", required_argument, NULL, 'm'},
-		{"after-train", required_argument, NULL, 'A'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"data", required_argument, NULL, 'd'},
+	    {"test", required_argument, NULL, 't'},
+	    {"epochs", required_argument, NULL, 'e'},
+	    {"batch", required_argument, NULL, 'b'},
+	    {"seed", required_argument, NULL, 's'},
+	    {"log-every", required_argument, NULL, 'l'},
+	    {"local", no_argument, NULL, 'L'},
+	    {"servers", required_argument, NULL, 'S'},
+	    {"transport", required_argument, NULL, 'T'},
+	    {"cache-rows", required_argument, NULL, 'c'},
+	    {"prefetch", required_argument, NULL, 'p'},
+	    {"staleness", required_argument, NULL, 'z'},
+	    {"mode", required_argument, NULL, 'm'},
+	    {"after-train", required_argument, NULL, 'A'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct cfg c = {
-		.epochs = 1,
-		.batch = 512,
-		.log_every = 100,
-		.seed = 2024,
-		.popts = CTR_PARAMS_OPTS_DEFAULT,
+	    .epochs = 1,
+	    .batch = 512,
+	    .log_every = 100,
+	    .seed = 2024,
+	    .popts = CTR_PARAMS_OPTS_DEFAULT,
 	};
 	struct ctr_params *p;
 	int o, rc;
 
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
-		case 'd': c.data = optarg; break;
-		case 't': c.test = optarg; break;
-		case 'e': c.epochs = (uint32_t)atoi(optarg); break;
-		case 'b': c.batch = (uint32_t)atoi(optarg); break;
-		case 's': c.seed = strtoull(optarg, NULL, 10); break;
-		case 'l': c.log_every = (uint32_t)atoi(optarg); break;
-		case 'L': c.popts.local = true; break;
-		case 'S': c.popts.servers = optarg; break;
-		case 'T': c.popts.transport = optarg; break;
-		case 'c': c.popts.cache_rows = (uint32_t)atoi(optarg); break;
-		case 'p': c.popts.prefetch = (uint32_t)atoi(optarg); break;
-		case 'z': c.popts.staleness = (uint32_t)atoi(optarg); break;
-		case 'A': c.after = optarg; break;
+		case 'd':
+			c.data = optarg;
+			break;
+		case 't':
+			c.test = optarg;
+			break;
+		case 'e':
+			c.epochs = (uint32_t)atoi(optarg);
+			break;
+		case 'b':
+			c.batch = (uint32_t)atoi(optarg);
+			break;
+		case 's':
+			c.seed = strtoull(optarg, NULL, 10);
+			break;
+		case 'l':
+			c.log_every = (uint32_t)atoi(optarg);
+			break;
+		case 'L':
+			c.popts.local = true;
+			break;
+		case 'S':
+			c.popts.servers = optarg;
+			break;
+		case 'T':
+			c.popts.transport = optarg;
+			break;
+		case 'c':
+			c.popts.cache_rows = (uint32_t)atoi(optarg);
+			break;
+		case 'p':
+			c.popts.prefetch = (uint32_t)atoi(optarg);
+			break;
+		case 'z':
+			c.popts.staleness = (uint32_t)atoi(optarg);
+			break;
+		case 'A':
+			c.after = optarg;
+			break;
 		case 'm':
 			if (strcmp(optarg, "async") == 0) {
 				c.mode = EMB_MODE_ASYNC;
@@ -380,8 +411,12 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (!c.data || c.epochs == 0 || c.batch == 0 || c.batch > 65536 ||

@@ -45,7 +45,7 @@
 	X(EMB_EQPERR, -1303, "RDMA queue pair in error state")                 \
 	X(EMB_ENOCREDIT, -1304, "no send credit")                              \
 	X(EMB_ENODEVICE, -1305, "no RDMA device for address")                  \
-	X(EMB_ERESPTOOBIG, -1306, "response larger than the receive buffer")  \
+	X(EMB_ERESPTOOBIG, -1306, "response larger than the receive buffer")   \
 	/* cache: -1400.. */                                                   \
 	X(EMB_ECACHEFULL, -1401, "batch has more distinct ids than the cache") \
 	X(EMB_EFETCH, -1402, "cache fetch failed")                             \

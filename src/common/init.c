@@ -25,12 +25,12 @@ int emb_init_validate(const struct emb_init_cfg *cfg)
 		return isfinite(cfg->a) ? 0 : EMB_EBADINIT;
 	case EMB_INIT_UNIFORM:
 		return isfinite(cfg->a) && isfinite(cfg->b) && cfg->a < cfg->b
-			       ? 0
-			       : EMB_EBADINIT;
+			   ? 0
+			   : EMB_EBADINIT;
 	case EMB_INIT_NORMAL:
 		return isfinite(cfg->a) && isfinite(cfg->b) && cfg->b >= 0.0f
-			       ? 0
-			       : EMB_EBADINIT;
+			   ? 0
+			   : EMB_EBADINIT;
 	default:
 		return EMB_EBADINIT;
 	}
@@ -45,7 +45,8 @@ static double unit(uint64_t *st)
 void emb_init_row(const struct emb_init_cfg *cfg, uint64_t seed, uint64_t id,
 		  float *w, uint32_t dim)
 {
-	uint64_t st = emb_id_hash(seed ^ emb_id_hash(id + 0x632be59bd9b4e019ull));
+	uint64_t st =
+	    emb_id_hash(seed ^ emb_id_hash(id + 0x632be59bd9b4e019ull));
 	uint32_t i;
 
 	switch (cfg->kind) {
@@ -69,7 +70,8 @@ void emb_init_row(const struct emb_init_cfg *cfg, uint64_t seed, uint64_t id,
 
 			w[i] = (float)(cfg->a + cfg->b * r * cos(th));
 			if (i + 1 < dim)
-				w[i + 1] = (float)(cfg->a + cfg->b * r * sin(th));
+				w[i + 1] =
+				    (float)(cfg->a + cfg->b * r * sin(th));
 		}
 		break;
 	case EMB_INIT_ZEROS:

@@ -25,7 +25,8 @@ struct emb_init_cfg {
 };
 
 #define EMB_INIT_CFG_DEFAULT                                                   \
-	((struct emb_init_cfg){.kind = EMB_INIT_UNIFORM, .a = -0.05f, .b = 0.05f})
+	((struct emb_init_cfg){                                                \
+	    .kind = EMB_INIT_UNIFORM, .a = -0.05f, .b = 0.05f})
 
 /* 0, or EMB_EBADINIT (unknown kind, a >= b for uniform, b < 0 for normal). */
 int emb_init_validate(const struct emb_init_cfg *cfg);

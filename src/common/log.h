@@ -32,7 +32,7 @@ int emb_log_parse_level(const char *s, enum emb_log_level *out);
 const char *emb_log_level_name(enum emb_log_level level);
 
 void emb__log_write(enum emb_log_level level, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 /* Arguments are evaluated only when the level is enabled. */
 #define emb_log_enabled(lvl) ((int)(lvl) <= emb__log_level)

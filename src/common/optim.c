@@ -129,8 +129,10 @@ static void apply_adam(const struct emb_optim_cfg *cfg, float *restrict w,
 
 		m[i] = cfg->beta1 * m[i] + (1.0f - cfg->beta1) * gi;
 		v[i] = cfg->beta2 * v[i] + (1.0f - cfg->beta2) * gi * gi;
-		/* Kingma & Ba, section 2: eps scaled into the corrected form. */
-		w[i] -= step * m[i] / (sqrtf(v[i]) + cfg->eps * (float)sqrt(c2));
+		/* Kingma & Ba, section 2: eps scaled into the corrected form.
+		 */
+		w[i] -=
+		    step * m[i] / (sqrtf(v[i]) + cfg->eps * (float)sqrt(c2));
 	}
 }
 
@@ -157,9 +159,9 @@ static void apply_ftrl(const struct emb_optim_cfg *cfg, float *restrict w,
 		} else {
 			float sgn = zi < 0.0f ? -1.0f : 1.0f;
 
-			w[i] = -(zi - sgn * cfg->l1) /
-			       ((cfg->ftrl_beta + sqrtf(n_new)) / alpha +
-				cfg->l2);
+			w[i] =
+			    -(zi - sgn * cfg->l1) /
+			    ((cfg->ftrl_beta + sqrtf(n_new)) / alpha + cfg->l2);
 		}
 	}
 }
@@ -208,16 +210,16 @@ static int parse_kv(struct emb_optim_cfg *c, const char *key, size_t klen,
 		const char *name;
 		size_t off;
 	} keys[] = {
-		{"lr", offsetof(struct emb_optim_cfg, lr)},
-		{"alpha", offsetof(struct emb_optim_cfg, lr)},
-		{"wd", offsetof(struct emb_optim_cfg, weight_decay)},
-		{"acc", offsetof(struct emb_optim_cfg, initial_accumulator)},
-		{"beta1", offsetof(struct emb_optim_cfg, beta1)},
-		{"beta2", offsetof(struct emb_optim_cfg, beta2)},
-		{"eps", offsetof(struct emb_optim_cfg, eps)},
-		{"beta", offsetof(struct emb_optim_cfg, ftrl_beta)},
-		{"l1", offsetof(struct emb_optim_cfg, l1)},
-		{"l2", offsetof(struct emb_optim_cfg, l2)},
+	    {"lr", offsetof(struct emb_optim_cfg, lr)},
+	    {"alpha", offsetof(struct emb_optim_cfg, lr)},
+	    {"wd", offsetof(struct emb_optim_cfg, weight_decay)},
+	    {"acc", offsetof(struct emb_optim_cfg, initial_accumulator)},
+	    {"beta1", offsetof(struct emb_optim_cfg, beta1)},
+	    {"beta2", offsetof(struct emb_optim_cfg, beta2)},
+	    {"eps", offsetof(struct emb_optim_cfg, eps)},
+	    {"beta", offsetof(struct emb_optim_cfg, ftrl_beta)},
+	    {"l1", offsetof(struct emb_optim_cfg, l1)},
+	    {"l2", offsetof(struct emb_optim_cfg, l2)},
 	};
 
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {

@@ -7,8 +7,8 @@
  *   optimizer  state floats      layout after w[0..dim)
  *   sgd        0                 -
  *   adagrad    dim               acc[dim] (starts at initial_accumulator)
- *   adam       2*dim + 1         m[dim], v[dim], t (uint32 bits in a float slot)
- *   ftrl       2*dim             z[dim], n[dim]
+ *   adam       2*dim + 1         m[dim], v[dim], t (uint32 bits in a float
+ * slot) ftrl       2*dim             z[dim], n[dim]
  *
  * Weight decay (L2) adds weight_decay * w to the gradient before the update.
  * Functions are pure over their arguments and thread-safe; callers serialise

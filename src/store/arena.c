@@ -30,16 +30,16 @@ struct region {
 };
 
 struct emb_arena {
-	extent_hooks_t hooks;	 /* first: jemalloc hands its address back */
-	unsigned ind;		 /* jemalloc arena index */
-	bool created;		 /* ind is valid */
-	pthread_mutex_t lock;	 /* guards regions, fn, arg */
-	struct region *regions;	 /* every extent mapped, in map order */
-	size_t nregions;	 /* live entries in regions */
-	size_t cap;		 /* room in regions */
-	uint64_t bytes;		 /* sum of region lengths */
-	emb_extent_fn fn;	 /* owner's hook, or NULL */
-	void *arg;		 /* passed back to fn */
+	extent_hooks_t hooks;	/* first: jemalloc hands its address back */
+	unsigned ind;		/* jemalloc arena index */
+	bool created;		/* ind is valid */
+	pthread_mutex_t lock;	/* guards regions, fn, arg */
+	struct region *regions; /* every extent mapped, in map order */
+	size_t nregions;	/* live entries in regions */
+	size_t cap;		/* room in regions */
+	uint64_t bytes;		/* sum of region lengths */
+	emb_extent_fn fn;	/* owner's hook, or NULL */
+	void *arg;		/* passed back to fn */
 };
 
 static struct emb_arena *arena_of(extent_hooks_t *h)
@@ -76,7 +76,8 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size,
 		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (raw == MAP_FAILED)
 		return NULL;
-	p = (char *)(((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1));
+	p = (char *)(((uintptr_t)raw + alignment - 1) &
+		     ~(uintptr_t)(alignment - 1));
 	lead = (size_t)(p - raw);
 	trail = map_len - lead - size;
 	if (lead)
@@ -175,15 +176,15 @@ int emb__arena_create(struct emb_arena **out)
 	if (!a)
 		return -ENOMEM;
 	a->hooks = (extent_hooks_t){
-		.alloc = hook_alloc,
-		.dalloc = hook_dalloc,
-		.destroy = hook_destroy,
-		.commit = hook_commit,
-		.decommit = NULL,
-		.purge_lazy = NULL,
-		.purge_forced = NULL,
-		.split = hook_split,
-		.merge = hook_merge,
+	    .alloc = hook_alloc,
+	    .dalloc = hook_dalloc,
+	    .destroy = hook_destroy,
+	    .commit = hook_commit,
+	    .decommit = NULL,
+	    .purge_lazy = NULL,
+	    .purge_forced = NULL,
+	    .split = hook_split,
+	    .merge = hook_merge,
 	};
 	pthread_mutex_init(&a->lock, NULL);
 	hp = &a->hooks;

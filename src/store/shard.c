@@ -16,8 +16,8 @@
 
 /* Grow at 80% full by 1.5x: probes stay short (about 3 for a hit, 13 for a
  * miss at worst) while the index averages under 6 bytes per row. */
-#define LOAD_NUM 4u
-#define LOAD_DEN 5u
+#define LOAD_NUM  4u
+#define LOAD_DEN  5u
 #define MIN_SLOTS 16u
 
 static inline uint32_t home_pos(uint64_t h, uint32_t nslots)
@@ -94,7 +94,9 @@ static int grow_index(struct emb_table *t, struct emb_shard *s)
 		uint32_t v = s->slots[i];
 
 		if (v) {
-			uint64_t id = emb__shard_row(t, s, (v & EMB_SLOT_IDX_MASK) - 1)->id;
+			uint64_t id =
+			    emb__shard_row(t, s, (v & EMB_SLOT_IDX_MASK) - 1)
+				->id;
 
 			place(slots, n, emb_id_hash(id), v);
 		}
@@ -133,8 +135,8 @@ static int add_slab(struct emb_table *t, struct emb_shard *s)
 	return 0;
 }
 
-int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s,
-			  uint64_t id, uint64_t h)
+int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
+			  uint64_t h)
 {
 	struct emb_row_hdr *r;
 	uint32_t idx;
@@ -191,8 +193,12 @@ void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 		v = s->slots[pos];
 		if (!v)
 			break;
-		home = home_pos(emb_id_hash(emb__shard_row(t, s, (v & EMB_SLOT_IDX_MASK) - 1)->id), n);
-		/* Entry at pos may fill the hole iff home is not in (hole, pos]. */
+		home = home_pos(
+		    emb_id_hash(
+			emb__shard_row(t, s, (v & EMB_SLOT_IDX_MASK) - 1)->id),
+		    n);
+		/* Entry at pos may fill the hole iff home is not in (hole,
+		 * pos]. */
 		if (hole <= pos ? (home <= hole || home > pos)
 				: (home <= hole && home > pos)) {
 			s->slots[hole] = v;

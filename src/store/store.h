@@ -18,9 +18,9 @@
 #include "common/init.h"
 #include "common/optim.h"
 
-#define EMB_DIM_MAX 4096u
-#define EMB_NAME_MAX 63u	  /* bytes of a table name, without the NUL */
-#define EMB_SHARDS_MAX 1024u
+#define EMB_DIM_MAX	  4096u
+#define EMB_NAME_MAX	  63u /* bytes of a table name, without the NUL */
+#define EMB_SHARDS_MAX	  1024u
 #define EMB_ROW_COUNT_MAX 0x7fffffffu /* access counts saturate here */
 
 /*
@@ -46,8 +46,8 @@ struct emb_table_iter;
 typedef int (*emb_extent_fn)(void *arg, void *addr, size_t len, bool added);
 
 struct emb_table_opts {
-	const char *name;	    /* 1..EMB_NAME_MAX of [A-Za-z0-9_.-]; copied */
-	uint32_t dim;		    /* floats per row, 1..EMB_DIM_MAX */
+	const char *name; /* 1..EMB_NAME_MAX of [A-Za-z0-9_.-]; copied */
+	uint32_t dim;	  /* floats per row, 1..EMB_DIM_MAX */
 	struct emb_optim_cfg optim; /* applied by push */
 	struct emb_init_cfg init;   /* values of rows created by pull/push */
 	uint64_t seed;		    /* with the id, decides initial values */
@@ -70,27 +70,28 @@ struct emb_table_opts {
 #define EMB_PULL_NOCREATE 0x1u /* report missing ids instead of creating */
 
 struct emb_table_stats {
-	uint64_t rows;		/* live rows */
-	uint64_t bytes;		/* slab + index + fixed bytes the table holds */
-	uint64_t slab_bytes;	/* bytes of slabs (row records, live or free) */
-	uint64_t index_bytes;	/* bytes of the id index */
-	uint64_t row_bytes;	/* bytes of one row record */
-	uint64_t pulls;		/* pull batches */
-	uint64_t pushes;	/* push batches */
-	uint64_t rows_pulled;	/* ids served by pull (duplicates counted) */
-	uint64_t rows_pushed;	/* distinct ids updated by push */
-	uint64_t rows_created;	/* rows made by the initializer */
-	uint64_t rows_erased;	/* rows removed by erase */
-	uint64_t rows_evicted;	/* rows removed by evict */
-	uint64_t misses;	/* no-create pulls of an absent id */
-	uint64_t step;		/* the table clock: push batches applied */
-	uint64_t extents;	/* arena extents mapped now */
+	uint64_t rows;	       /* live rows */
+	uint64_t bytes;	       /* slab + index + fixed bytes the table holds */
+	uint64_t slab_bytes;   /* bytes of slabs (row records, live or free) */
+	uint64_t index_bytes;  /* bytes of the id index */
+	uint64_t row_bytes;    /* bytes of one row record */
+	uint64_t pulls;	       /* pull batches */
+	uint64_t pushes;       /* push batches */
+	uint64_t rows_pulled;  /* ids served by pull (duplicates counted) */
+	uint64_t rows_pushed;  /* distinct ids updated by push */
+	uint64_t rows_created; /* rows made by the initializer */
+	uint64_t rows_erased;  /* rows removed by erase */
+	uint64_t rows_evicted; /* rows removed by evict */
+	uint64_t misses;       /* no-create pulls of an absent id */
+	uint64_t step;	       /* the table clock: push batches applied */
+	uint64_t extents;      /* arena extents mapped now */
 };
 
 /* Per-row lifecycle data, as kept in the row record. */
 struct emb_row_meta {
-	uint32_t last_step; /* table step of the last pull or push (low 32 bits) */
-	uint32_t count;	    /* pulls + pushes, saturating at EMB_ROW_COUNT_MAX */
+	uint32_t
+	    last_step;	/* table step of the last pull or push (low 32 bits) */
+	uint32_t count; /* pulls + pushes, saturating at EMB_ROW_COUNT_MAX */
 };
 
 /*
@@ -107,8 +108,7 @@ void emb_table_destroy(struct emb_table *t); /* NULL is a no-op */
  * and the error is returned. Not safe against concurrent table growth: set it
  * before the table is shared.
  */
-int emb_table_set_extent_hook(struct emb_table *t, emb_extent_fn fn,
-			      void *arg);
+int emb_table_set_extent_hook(struct emb_table *t, emb_extent_fn fn, void *arg);
 
 const char *emb_table_name(const struct emb_table *t);
 uint32_t emb_table_dim(const struct emb_table *t);

@@ -31,7 +31,7 @@ struct emb_row_hdr {
 };
 
 #define EMB_ROW_HDR_SIZE 16u
-#define EMB_ROW_FREE 0x80000000u
+#define EMB_ROW_FREE	 0x80000000u
 
 _Static_assert(sizeof(struct emb_row_hdr) == EMB_ROW_HDR_SIZE, "row header");
 
@@ -64,21 +64,21 @@ void emb__arena_usage(struct emb_arena *a, uint64_t *extents, uint64_t *bytes);
  * bits are a tag from the id hash and the low 24 bits a record index + 1.
  * A probe touches the row only when the tag matches (1 in 256 otherwise).
  */
-#define EMB_SLOT_IDX_BITS 24u
-#define EMB_SLOT_IDX_MASK ((1u << EMB_SLOT_IDX_BITS) - 1)
+#define EMB_SLOT_IDX_BITS  24u
+#define EMB_SLOT_IDX_MASK  ((1u << EMB_SLOT_IDX_BITS) - 1)
 #define EMB_SHARD_ROWS_MAX (EMB_SLOT_IDX_MASK - 1u)
 
 struct emb_shard {
-	pthread_mutex_t lock;	 /* guards everything below */
-	uint32_t *slots;	 /* index, nslots entries */
-	uint32_t nslots;	 /* any size >= 8; positions via fastrange */
-	uint32_t used;		 /* occupied slots == live rows */
-	uint32_t grow_at;	 /* resize when used reaches this */
-	uint32_t next_idx;	 /* records ever handed out (high water) */
-	uint32_t free_head;	 /* first free record index + 1, 0 = none */
-	uint32_t nslabs;	 /* slabs in use */
-	uint32_t slabs_cap;	 /* room in slabs[] */
-	char **slabs;		 /* slab base addresses */
+	pthread_mutex_t lock; /* guards everything below */
+	uint32_t *slots;      /* index, nslots entries */
+	uint32_t nslots;      /* any size >= 8; positions via fastrange */
+	uint32_t used;	      /* occupied slots == live rows */
+	uint32_t grow_at;     /* resize when used reaches this */
+	uint32_t next_idx;    /* records ever handed out (high water) */
+	uint32_t free_head;   /* first free record index + 1, 0 = none */
+	uint32_t nslabs;      /* slabs in use */
+	uint32_t slabs_cap;   /* room in slabs[] */
+	char **slabs;	      /* slab base addresses */
 } __attribute__((aligned(64)));
 
 struct emb_table {
@@ -89,26 +89,26 @@ struct emb_table {
 	uint32_t row_bytes;	     /* record size, multiple of 8 */
 	uint32_t prefetch_lines;     /* cache lines of a row a pull reads */
 	uint32_t rows_per_slab;	     /* records in one slab */
-	uint64_t slab_div;	     /* ceil(2^64 / rows_per_slab): fast division */
-	size_t slab_bytes;	     /* bytes requested per slab */
-	size_t slab_alloc_bytes;     /* bytes jemalloc really gives per slab */
-	uint32_t nshards;	     /* power of two */
-	uint32_t shard_mask;	     /* nshards - 1 */
-	struct emb_shard *shards;    /* nshards, cache-line aligned */
-	struct emb_arena *arena;     /* owns the slabs */
+	uint64_t slab_div;	 /* ceil(2^64 / rows_per_slab): fast division */
+	size_t slab_bytes;	 /* bytes requested per slab */
+	size_t slab_alloc_bytes; /* bytes jemalloc really gives per slab */
+	uint32_t nshards;	 /* power of two */
+	uint32_t shard_mask;	 /* nshards - 1 */
+	struct emb_shard *shards; /* nshards, cache-line aligned */
+	struct emb_arena *arena;  /* owns the slabs */
 
 	/* Counters, updated with relaxed atomics once per batch. */
-	uint64_t mem_used;	/* slab + index bytes charged */
-	uint64_t rows;		/* live rows */
-	uint64_t step;		/* push batches applied */
-	uint64_t pulls;		/* pull batches */
-	uint64_t pushes;	/* push batches */
-	uint64_t rows_pulled;	/* ids served by pull */
-	uint64_t rows_pushed;	/* distinct ids updated by push */
-	uint64_t rows_created;	/* rows made by the initializer */
-	uint64_t rows_erased;	/* rows removed by erase */
-	uint64_t rows_evicted;	/* rows removed by evict */
-	uint64_t misses;	/* no-create pulls of an absent id */
+	uint64_t mem_used;     /* slab + index bytes charged */
+	uint64_t rows;	       /* live rows */
+	uint64_t step;	       /* push batches applied */
+	uint64_t pulls;	       /* pull batches */
+	uint64_t pushes;       /* push batches */
+	uint64_t rows_pulled;  /* ids served by pull */
+	uint64_t rows_pushed;  /* distinct ids updated by push */
+	uint64_t rows_created; /* rows made by the initializer */
+	uint64_t rows_erased;  /* rows removed by erase */
+	uint64_t rows_evicted; /* rows removed by evict */
+	uint64_t misses;       /* no-create pulls of an absent id */
 };
 
 /* The slot tag and probe start for an id hash (bit use: common/hash.h). */
@@ -143,8 +143,8 @@ static inline uint32_t *emb__shard_home(const struct emb_shard *s, uint64_t h)
  * Creates a record for id (absent) and indexes it; the record's data is
  * uninitialised. Record index, or EMB_EMEMLIMIT / -ENOMEM / -ENOSPC.
  */
-int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s,
-			  uint64_t id, uint64_t h);
+int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
+			  uint64_t h);
 /* Unindexes and frees record idx (live, holding id). */
 void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 		       uint64_t h);

@@ -27,9 +27,9 @@
 #define prefetch(addr, rw) __builtin_prefetch((addr), (rw), 3)
 #endif
 
-#define CHUNK 16u	   /* ids whose misses are overlapped at once */
-#define PREFETCH_LINES 8u  /* row cache lines prefetched per id */
-#define SLAB_TARGET 65536u /* a jemalloc size class: no rounding waste */
+#define CHUNK	       16u    /* ids whose misses are overlapped at once */
+#define PREFETCH_LINES 8u     /* row cache lines prefetched per id */
+#define SLAB_TARGET    65536u /* a jemalloc size class: no rounding waste */
 
 static void add_stat(uint64_t *c, uint64_t n)
 {
@@ -48,7 +48,8 @@ int emb__table_charge(struct emb_table *t, int64_t n)
 	uint64_t used;
 
 	if (n <= 0) {
-		__atomic_fetch_sub(&t->mem_used, (uint64_t)-n, __ATOMIC_RELAXED);
+		__atomic_fetch_sub(&t->mem_used, (uint64_t)-n,
+				   __ATOMIC_RELAXED);
 		if (b)
 			__atomic_fetch_sub(&b->used, (uint64_t)-n,
 					   __ATOMIC_RELAXED);
@@ -58,8 +59,8 @@ int emb__table_charge(struct emb_table *t, int64_t n)
 	if (t->opts.mem_limit && used > t->opts.mem_limit)
 		goto err_table;
 	if (b) {
-		used = __atomic_add_fetch(&b->used, (uint64_t)n,
-					  __ATOMIC_RELAXED);
+		used =
+		    __atomic_add_fetch(&b->used, (uint64_t)n, __ATOMIC_RELAXED);
 		if (b->limit && used > b->limit) {
 			__atomic_fetch_sub(&b->used, (uint64_t)n,
 					   __ATOMIC_RELAXED);
@@ -151,8 +152,8 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	t->opts = *opts;
 	t->opts.name = t->name;
 	t->dim = opts->dim;
-	t->row_floats = opts->dim + emb_optim_state_floats(opts->optim.kind,
-							   opts->dim);
+	t->row_floats =
+	    opts->dim + emb_optim_state_floats(opts->optim.kind, opts->dim);
 	t->row_bytes = (EMB_ROW_HDR_SIZE + 4 * t->row_floats + 7) & ~7u;
 	t->prefetch_lines = (EMB_ROW_HDR_SIZE + 4 * t->dim + 63) / 64;
 	if (t->prefetch_lines > PREFETCH_LINES)
@@ -234,10 +235,10 @@ void emb_table_get_opts(const struct emb_table *t, struct emb_table_opts *out)
  * pos[] lists indexes into ids[]; start[s]..start[s+1] is shard s's group.
  */
 struct batch {
-	uint64_t *h;	  /* emb_id_hash(ids[i]) */
-	uint32_t *pos;	  /* positions, grouped by shard, stable */
-	uint32_t *start;  /* nshards + 1 group bounds */
-	uint32_t npos;	  /* entries in pos */
+	uint64_t *h;	 /* emb_id_hash(ids[i]) */
+	uint32_t *pos;	 /* positions, grouped by shard, stable */
+	uint32_t *start; /* nshards + 1 group bounds */
+	uint32_t npos;	 /* entries in pos */
 };
 
 static int batch_init(struct emb_table *t, struct batch *b, uint32_t n)
@@ -329,7 +330,7 @@ static void lookup_chunk(const struct emb_table *t, const struct emb_shard *s,
 		for (; *p; p = p + 1 == end ? s->slots : p + 1) {
 			if ((*p & ~EMB_SLOT_IDX_MASK) == tag) {
 				row[k] = emb__shard_row(
-					t, s, (*p & EMB_SLOT_IDX_MASK) - 1);
+				    t, s, (*p & EMB_SLOT_IDX_MASK) - 1);
 				prefetch_row(t, row[k]);
 				break;
 			}
@@ -425,11 +426,14 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 					/* The chunk was looked up before any of
 					 * it was created: an id repeated in it
 					 * may exist by now. */
-					int64_t again = made ? emb__shard_find(
-						t, s, ids[p], b.h[p]) : -1;
+					int64_t again =
+					    made ? emb__shard_find(t, s, ids[p],
+								   b.h[p])
+						 : -1;
 
 					if (again >= 0)
-						r = emb__shard_row(t, s, (uint32_t)again);
+						r = emb__shard_row(
+						    t, s, (uint32_t)again);
 				}
 				if (!r) {
 					missing++;
@@ -522,7 +526,8 @@ static int64_t dedup_grads(const struct emb_table *t, const uint64_t *ids,
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t slot = (uint32_t)(h[i] >> 20) & mask;
 
-		while (map[slot] != UINT32_MAX && ids[uniq[map[slot]]] != ids[i])
+		while (map[slot] != UINT32_MAX &&
+		       ids[uniq[map[slot]]] != ids[i])
 			slot = (slot + 1) & mask;
 		if (map[slot] == UINT32_MAX) {
 			map[slot] = nu;
@@ -629,7 +634,8 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 				int err = 0;
 
 				if (!r) {
-					r = create_row(t, s, ids[p], b.h[p], &err);
+					r = create_row(t, s, ids[p], b.h[p],
+						       &err);
 					if (!r) {
 						if (!rc)
 							rc = err;
@@ -809,12 +815,12 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 	for (uint32_t si = 0; si < t->nshards; si++) {
 		struct emb_shard *s = &t->shards[si];
 
-		index_bytes += (uint64_t)__atomic_load_n(&s->nslots,
-							 __ATOMIC_RELAXED) *
-			       sizeof(*s->slots);
-		slab_bytes += (uint64_t)__atomic_load_n(&s->nslabs,
-							__ATOMIC_RELAXED) *
-			      t->slab_alloc_bytes;
+		index_bytes +=
+		    (uint64_t)__atomic_load_n(&s->nslots, __ATOMIC_RELAXED) *
+		    sizeof(*s->slots);
+		slab_bytes +=
+		    (uint64_t)__atomic_load_n(&s->nslabs, __ATOMIC_RELAXED) *
+		    t->slab_alloc_bytes;
 	}
 	out->rows = load_stat(&t->rows);
 	out->slab_bytes = slab_bytes;

@@ -44,34 +44,34 @@ struct server {
 };
 
 struct emb_client {
-	struct emb_transport *tr;   /* the loop */
-	pthread_t thread;	    /* runs the loop */
-	bool running;		    /* thread started */
-	struct server *srv;	    /* nsrv servers, in the order given */
-	uint32_t nsrv;		    /* >= 1 */
+	struct emb_transport *tr;      /* the loop */
+	pthread_t thread;	       /* runs the loop */
+	bool running;		       /* thread started */
+	struct server *srv;	       /* nsrv servers, in the order given */
+	uint32_t nsrv;		       /* >= 1 */
 	uint16_t slot_map[EMB_NSLOTS]; /* slot -> server index */
-	uint32_t timeout_ms;	    /* per request */
-	uint32_t part_ids;	    /* most ids per request */
+	uint32_t timeout_ms;	       /* per request */
+	uint32_t part_ids;	       /* most ids per request */
 
-	pthread_mutex_t err_lock;   /* guards last_* */
-	int last_status;	    /* of the last server error */
+	pthread_mutex_t err_lock;		/* guards last_* */
+	int last_status;			/* of the last server error */
 	char last_msg[EMB_WIRE_ERRMSG_MAX + 1]; /* its message */
 
-	uint64_t requests;	    /* atomic counters */
+	uint64_t requests; /* atomic counters */
 	uint64_t errors;
 	uint64_t ids_in;
 	uint64_t ids_sent;
 
-	struct emb_node *node;	    /* cluster membership, or NULL */
+	struct emb_node *node; /* cluster membership, or NULL */
 };
 
 struct emb_client_table {
-	struct emb_client *c;	   /* borrowed */
+	struct emb_client *c;	       /* borrowed */
 	char name[EMB_WIRE_NAME_SIZE]; /* spec.name points here */
-	struct emb_table_spec spec; /* as created */
-	uint32_t row_floats;	   /* dim + state floats */
-	uint32_t *ids;		   /* table id on each server */
-	uint32_t mode;		   /* enum emb_mode, as set by this client */
+	struct emb_table_spec spec;    /* as created */
+	uint32_t row_floats;	       /* dim + state floats */
+	uint32_t *ids;		       /* table id on each server */
+	uint32_t mode; /* enum emb_mode, as set by this client */
 };
 
 enum op_kind {
@@ -83,42 +83,42 @@ enum op_kind {
 };
 
 struct part {
-	struct emb_async *op;	     /* owner */
-	uint32_t server;	     /* index into c->srv */
-	uint32_t first;		     /* offset into the op's partitioned ids */
-	uint32_t n;		     /* ids in this part */
-	struct emb_frame_hdr hdr;    /* request header (opcode, table, count) */
-	struct iovec iov[3];	     /* request payload */
-	int niov;		     /* entries used */
+	struct emb_async *op;	  /* owner */
+	uint32_t server;	  /* index into c->srv */
+	uint32_t first;		  /* offset into the op's partitioned ids */
+	uint32_t n;		  /* ids in this part */
+	struct emb_frame_hdr hdr; /* request header (opcode, table, count) */
+	struct iovec iov[3];	  /* request payload */
+	int niov;		  /* entries used */
 	uint8_t prefix[EMB_WIRE_PUSH_PREFIX_SIZE]; /* PUSH's step/rank */
-	void *resp;		     /* response payload lands here */
-	size_t resp_cap;	     /* bytes */
-	struct emb_frame_hdr rhdr;   /* response header, once done */
-	int status;		     /* this part's result */
+	void *resp;		   /* response payload lands here */
+	size_t resp_cap;	   /* bytes */
+	struct emb_frame_hdr rhdr; /* response header, once done */
+	int status;		   /* this part's result */
 };
 
 struct emb_async {
-	struct emb_client *c;	   /* borrowed */
-	enum op_kind kind;	   /* what completes the parts */
-	uint32_t dim;		   /* row floats the caller sees */
-	uint32_t state;		   /* pull with state: of those, state floats */
-	uint32_t n;		   /* caller's ids */
-	float *out;		   /* pull: caller's rows */
-	uint8_t *found;		   /* pull: caller's found[] or NULL */
-	uint32_t *pu;		   /* partitioned index -> distinct index */
-	uint32_t *first;	   /* distinct index -> first position */
-	uint32_t *next;		   /* position -> next of the same id */
-	uint64_t count;		   /* erase: ids that existed */
-	struct part *parts;	   /* nparts */
-	uint32_t nparts;	   /* parts posted */
-	uint32_t pending;	   /* loop thread: parts not done */
-	int status;		   /* first error, else 0 */
-	void *mem;		   /* everything above lives here */
-	void *resp_mem;		   /* response buffers */
+	struct emb_client *c; /* borrowed */
+	enum op_kind kind;    /* what completes the parts */
+	uint32_t dim;	      /* row floats the caller sees */
+	uint32_t state;	      /* pull with state: of those, state floats */
+	uint32_t n;	      /* caller's ids */
+	float *out;	      /* pull: caller's rows */
+	uint8_t *found;	      /* pull: caller's found[] or NULL */
+	uint32_t *pu;	      /* partitioned index -> distinct index */
+	uint32_t *first;      /* distinct index -> first position */
+	uint32_t *next;	      /* position -> next of the same id */
+	uint64_t count;	      /* erase: ids that existed */
+	struct part *parts;   /* nparts */
+	uint32_t nparts;      /* parts posted */
+	uint32_t pending;     /* loop thread: parts not done */
+	int status;	      /* first error, else 0 */
+	void *mem;	      /* everything above lives here */
+	void *resp_mem;	      /* response buffers */
 
-	pthread_mutex_t mu;	   /* guards done, with cv */
-	pthread_cond_t cv;	   /* signalled once done */
-	bool done;		   /* all parts finished */
+	pthread_mutex_t mu; /* guards done, with cv */
+	pthread_cond_t cv;  /* signalled once done */
+	bool done;	    /* all parts finished */
 };
 
 static void add(uint64_t *c, uint64_t n)
@@ -175,9 +175,9 @@ static void note_server_error(struct emb_client *c, struct part *p)
 	snprintf(c->last_msg, sizeof(c->last_msg), "%.*s", (int)e.msg_len,
 		 e.msg);
 	pthread_mutex_unlock(&c->err_lock);
-	emb_log(EMB_LOG_DEBUG, "server %s:%u: %s: %.*s",
-		c->srv[p->server].host, c->srv[p->server].port,
-		emb_strerror(e.status), (int)e.msg_len, e.msg);
+	emb_log(EMB_LOG_DEBUG, "server %s:%u: %s: %.*s", c->srv[p->server].host,
+		c->srv[p->server].port, emb_strerror(e.status), (int)e.msg_len,
+		e.msg);
 }
 
 /* Loop thread: copies a pull part's rows to every position of its ids. */
@@ -250,10 +250,10 @@ static void op_issue(void *arg)
 	for (uint32_t k = 0; k < nparts; k++) {
 		struct part *p = &op->parts[k];
 		struct emb_conn *conn = c->srv[p->server].conn;
-		int rc = conn ? emb_conn_call(conn, &p->hdr, p->iov, p->niov,
-					      p->resp, p->resp_cap, part_done,
-					      p)
-			      : EMB_ECLOSED;
+		int rc = conn
+			     ? emb_conn_call(conn, &p->hdr, p->iov, p->niov,
+					     p->resp, p->resp_cap, part_done, p)
+			     : EMB_ECLOSED;
 
 		if (rc == EMB_ECLOSED &&
 		    __atomic_load_n(&c->srv[p->server].dead, __ATOMIC_RELAXED))
@@ -375,8 +375,8 @@ static int64_t prepare(struct emb_async *op, const uint64_t *ids, uint32_t n,
 	op->first = op->pu + n;
 	op->next = op->first + n;
 	start = op->next + n;
-	*extra_out = (void *)(((uintptr_t)(start + c->nsrv + 1) + 63) &
-			      ~(uintptr_t)63);
+	*extra_out =
+	    (void *)(((uintptr_t)(start + c->nsrv + 1) + 63) & ~(uintptr_t)63);
 
 	rc = emb_dedup_create(n, &d);
 	if (rc)
@@ -648,8 +648,8 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 			       rows + (size_t)i * stride,
 			       (size_t)stride * sizeof(float));
 	}
-	rc = make_parts(op, t, cnt, kind == OP_ASSIGN ? EMB_OP_ASSIGN
-						       : EMB_OP_ERASE,
+	rc = make_parts(op, t, cnt,
+			kind == OP_ASSIGN ? EMB_OP_ASSIGN : EMB_OP_ERASE,
 			rows ? stride : 0);
 	if (!rc)
 		rc = give_err_bufs(op);
@@ -664,8 +664,8 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 		p->niov = 1;
 		if (rows) {
 			p->iov[1] = (struct iovec){
-				prows + (size_t)p->first * stride,
-				(size_t)p->n * stride * sizeof(float)};
+			    prows + (size_t)p->first * stride,
+			    (size_t)p->n * stride * sizeof(float)};
 			p->niov = 2;
 		}
 	}
@@ -683,19 +683,17 @@ err:
 	return rc;
 }
 
-int emb_client_table_pull_async(struct emb_client_table *t,
-				const uint64_t *ids, uint32_t n, float *out,
-				uint32_t flags, uint8_t *found,
-				struct emb_async **op)
+int emb_client_table_pull_async(struct emb_client_table *t, const uint64_t *ids,
+				uint32_t n, float *out, uint32_t flags,
+				uint8_t *found, struct emb_async **op)
 {
 	if (!op)
 		return EMB_EBADARG;
 	return pull_start(t, ids, n, out, flags, found, op);
 }
 
-int emb_client_table_push_async(struct emb_client_table *t,
-				const uint64_t *ids, uint32_t n,
-				const float *grads, uint64_t step,
+int emb_client_table_push_async(struct emb_client_table *t, const uint64_t *ids,
+				uint32_t n, const float *grads, uint64_t step,
 				uint32_t rank, struct emb_async **op)
 {
 	if (!op)
@@ -769,8 +767,8 @@ int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
  * each server's response, or NULL with *rc set. The caller frees the op.
  */
 static struct emb_async *broadcast(struct emb_client *c, uint8_t opcode,
-				const uint32_t *table_ids, const void *payload,
-				size_t len, int *rc)
+				   const uint32_t *table_ids,
+				   const void *payload, size_t len, int *rc)
 {
 	struct emb_async *op = op_new(c, OP_ADMIN);
 	char *r;
@@ -821,8 +819,8 @@ static void admin_free(struct emb_async *op)
 static struct emb_wire_frame part_frame(const struct part *p,
 					const struct emb_wire_limits *lim)
 {
-	struct emb_wire_frame f = {.hdr = p->rhdr, .payload = p->resp,
-				   .lim = lim};
+	struct emb_wire_frame f = {
+	    .hdr = p->rhdr, .payload = p->resp, .lim = lim};
 
 	return f;
 }
@@ -846,8 +844,8 @@ static int table_new(struct emb_client *c, const struct emb_wire_spec *ws,
 	t->spec.optim = ws->optim;
 	t->spec.init = ws->init;
 	t->spec.seed = ws->seed;
-	t->row_floats = ws->dim + emb_optim_state_floats(ws->optim.kind,
-							 ws->dim);
+	t->row_floats =
+	    ws->dim + emb_optim_state_floats(ws->optim.kind, ws->dim);
 	*out = t;
 	return 0;
 }
@@ -879,9 +877,9 @@ int emb_client_table_create(struct emb_client *c,
 	len = emb_wire_create_req_encode(payload, sizeof(payload), 0, &ws);
 	if (len < 0)
 		return len;
-	op = broadcast(c, EMB_OP_CREATE_TABLE, NULL,
-		       payload + EMB_WIRE_HDR_SIZE,
-		       (size_t)len - EMB_WIRE_HDR_SIZE, &rc);
+	op =
+	    broadcast(c, EMB_OP_CREATE_TABLE, NULL, payload + EMB_WIRE_HDR_SIZE,
+		      (size_t)len - EMB_WIRE_HDR_SIZE, &rc);
 	if (!op)
 		return rc;
 	if (rc)
@@ -974,7 +972,7 @@ int emb_client_table_drop(struct emb_client_table *t)
 }
 
 int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
-			       uint32_t workers, uint32_t staleness)
+			      uint32_t workers, uint32_t staleness)
 {
 	struct emb_wire_set_mode_req m = {.table_id = 1,
 					  .mode = mode,
@@ -1046,8 +1044,8 @@ uint32_t emb_client_table_row_floats(const struct emb_client_table *t)
 	return t->row_floats;
 }
 
-const struct emb_table_spec *emb_client_table_spec(
-	const struct emb_client_table *t)
+const struct emb_table_spec *
+emb_client_table_spec(const struct emb_client_table *t)
 {
 	return &t->spec;
 }
@@ -1108,12 +1106,12 @@ static int hello(struct emb_client *c, struct server *s,
 	struct iovec iov;
 	int len, rc;
 
-	snprintf(name, sizeof(name), "%s/%s", opts->name ? opts->name
-							  : "embstore",
+	snprintf(name, sizeof(name), "%s/%s",
+		 opts->name ? opts->name : "embstore",
 		 emb_transport_name(c->tr));
 	len = emb_wire_hello_req_encode(req, sizeof(req), 0, EMB_WIRE_VERSION,
-					opts->auth_token,
-					opts->auth_token_len, name);
+					opts->auth_token, opts->auth_token_len,
+					name);
 	if (len < 0)
 		return len;
 	memcpy(&hdr, req, sizeof(hdr));
@@ -1128,8 +1126,9 @@ static int hello(struct emb_client *c, struct server *s,
 		struct emb_wire_error e;
 
 		if (emb_wire_error_decode(&f, &e) == 0)
-			emb_log(EMB_LOG_ERROR, "server %s:%u refused HELLO: %.*s",
-				s->host, s->port, (int)e.msg_len, e.msg);
+			emb_log(EMB_LOG_ERROR,
+				"server %s:%u refused HELLO: %.*s", s->host,
+				s->port, (int)e.msg_len, e.msg);
 		return rhdr.status;
 	}
 	rc = emb_wire_hello_resp_decode(&f, &hr);

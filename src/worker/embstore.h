@@ -28,14 +28,14 @@ struct emb_client_table;
 struct emb_async;
 
 struct emb_client_opts {
-	const char *servers;	/* "host:port[,host:port...]"; copied */
-	const char *transport;	/* "tcp", "rdma" or "auto" (rdma if it can) */
+	const char *servers;   /* "host:port[,host:port...]"; copied */
+	const char *transport; /* "tcp", "rdma" or "auto" (rdma if it can) */
 	const uint8_t *auth_token; /* sent in HELLO, or NULL; copied */
 	uint32_t auth_token_len;   /* bytes, <= 256 */
-	uint32_t timeout_ms;	/* per request; 0 = 30 s */
-	uint32_t part_ids;	/* most ids per request: a larger batch is
-				   split and pipelined; 0 = 1024 */
-	const char *name;	/* shown in server logs; NULL = "embstore" */
+	uint32_t timeout_ms;	   /* per request; 0 = 30 s */
+	uint32_t part_ids;	   /* most ids per request: a larger batch is
+				      split and pipelined; 0 = 1024 */
+	const char *name;	   /* shown in server logs; NULL = "embstore" */
 };
 
 #define EMB_CLIENT_OPTS_DEFAULT                                                \
@@ -54,25 +54,25 @@ struct emb_table_spec {
 
 /* Counters of one table, summed over the servers. */
 struct emb_client_table_stats {
-	uint64_t rows;		/* live rows */
-	uint64_t bytes;		/* table memory on the servers */
-	uint64_t pulls;		/* pull requests served */
-	uint64_t pushes;	/* push requests served */
-	uint64_t rows_pulled;	/* ids served by pull */
-	uint64_t rows_pushed;	/* distinct ids updated by push */
-	uint64_t rows_evicted;	/* rows removed by eviction */
+	uint64_t rows;		  /* live rows */
+	uint64_t bytes;		  /* table memory on the servers */
+	uint64_t pulls;		  /* pull requests served */
+	uint64_t pushes;	  /* push requests served */
+	uint64_t rows_pulled;	  /* ids served by pull */
+	uint64_t rows_pushed;	  /* distinct ids updated by push */
+	uint64_t rows_evicted;	  /* rows removed by eviction */
 	uint64_t grads_discarded; /* pushed rows dropped as too stale */
-	uint32_t servers;	/* servers that answered */
+	uint32_t servers;	  /* servers that answered */
 };
 
 /* Client-side counters. */
 struct emb_client_stats {
-	uint64_t requests;	/* requests sent */
-	uint64_t bytes_out;	/* bytes sent */
-	uint64_t bytes_in;	/* bytes received */
-	uint64_t errors;	/* requests that failed */
-	uint64_t ids_in;	/* ids given to pull/push */
-	uint64_t ids_sent;	/* ids sent after dedup */
+	uint64_t requests;  /* requests sent */
+	uint64_t bytes_out; /* bytes sent */
+	uint64_t bytes_in;  /* bytes received */
+	uint64_t errors;    /* requests that failed */
+	uint64_t ids_in;    /* ids given to pull/push */
+	uint64_t ids_sent;  /* ids sent after dedup */
 };
 
 /*
@@ -122,8 +122,8 @@ int emb_client_table_drop(struct emb_client_table *t);
 uint32_t emb_client_table_dim(const struct emb_client_table *t);
 /* dim + the optimizer's state floats: the row size of assign with state. */
 uint32_t emb_client_table_row_floats(const struct emb_client_table *t);
-const struct emb_table_spec *emb_client_table_spec(
-	const struct emb_client_table *t);
+const struct emb_table_spec *
+emb_client_table_spec(const struct emb_client_table *t);
 
 #define EMB_CLIENT_NOCREATE 0x1u /* pull: report missing ids, create none */
 /* pull: whole rows, weights then optimizer state (row_floats each) */
@@ -184,13 +184,11 @@ int emb_client_table_stats(struct emb_client_table *t,
  * handle; every buffer stays borrowed until emb_async_wait() returns. 0 and
  * *op, or an argument error (then no handle).
  */
-int emb_client_table_pull_async(struct emb_client_table *t,
-				const uint64_t *ids, uint32_t n, float *out,
-				uint32_t flags, uint8_t *found,
-				struct emb_async **op);
-int emb_client_table_push_async(struct emb_client_table *t,
-				const uint64_t *ids, uint32_t n,
-				const float *grads, uint64_t step,
+int emb_client_table_pull_async(struct emb_client_table *t, const uint64_t *ids,
+				uint32_t n, float *out, uint32_t flags,
+				uint8_t *found, struct emb_async **op);
+int emb_client_table_push_async(struct emb_client_table *t, const uint64_t *ids,
+				uint32_t n, const float *grads, uint64_t step,
 				uint32_t rank, struct emb_async **op);
 
 /* Waits for op, frees it, and returns its status. */
@@ -253,7 +251,6 @@ int emb_client_barrier(struct emb_client *c, const char *name);
  * afterwards. 0, or EMB_ENOSCHED, EMB_ENODEAD.
  */
 int emb_client_finish(struct emb_client *c);
-
 
 /* ---- cached tables: a worker-side vocab cache over a table ---------------
  *
@@ -347,8 +344,8 @@ void emb_cached_table_destroy(struct emb_cached_table *ct);
  * queued), EMB_ECACHEFULL (not queued: lookup will fetch it itself) or
  * EMB_EWRITEBACK. A failed pull surfaces in the batch's lookup.
  */
-int emb_cached_table_prefetch(struct emb_cached_table *ct,
-			      const uint64_t *ids, uint32_t n);
+int emb_cached_table_prefetch(struct emb_cached_table *ct, const uint64_t *ids,
+			      uint32_t n);
 
 /*
  * Gives the weights of ids[0..n) in out[i * dim ...] (caller-owned),
@@ -388,18 +385,18 @@ void emb_cached_table_stats(const struct emb_cached_table *ct,
 
 /* One table on one server, as emb_client_server_stats() reports it. */
 struct emb_client_server_table {
-	uint32_t server;	/* index into the client's server list */
-	char name[64];		/* table name, NUL-terminated */
-	uint32_t dim;		/* floats per row */
-	uint64_t rows;		/* live rows */
-	uint64_t bytes;		/* table memory: slabs, index, fixed parts */
-	uint64_t pulls;		/* pull requests served */
-	uint64_t pushes;	/* push requests applied */
-	uint64_t rows_pulled;	/* ids served by pull */
-	uint64_t rows_pushed;	/* distinct ids updated by push */
-	uint64_t rows_created;	/* rows made by the initializer */
-	uint64_t rows_evicted;	/* rows removed by eviction */
-	uint64_t misses;	/* no-create pulls of an absent id */
+	uint32_t server;	  /* index into the client's server list */
+	char name[64];		  /* table name, NUL-terminated */
+	uint32_t dim;		  /* floats per row */
+	uint64_t rows;		  /* live rows */
+	uint64_t bytes;		  /* table memory: slabs, index, fixed parts */
+	uint64_t pulls;		  /* pull requests served */
+	uint64_t pushes;	  /* push requests applied */
+	uint64_t rows_pulled;	  /* ids served by pull */
+	uint64_t rows_pushed;	  /* distinct ids updated by push */
+	uint64_t rows_created;	  /* rows made by the initializer */
+	uint64_t rows_evicted;	  /* rows removed by eviction */
+	uint64_t misses;	  /* no-create pulls of an absent id */
 	uint64_t grads_discarded; /* pushed rows dropped as too stale */
 };
 
