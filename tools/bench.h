@@ -49,6 +49,26 @@ struct emb_bench_cfg {
 	const char *transport;	    /* "tcp", "rdma" or "auto" */
 	bool from_env;		    /* join the cluster from the environment */
 	bool preload;		    /* create the rows before timing */
+	uint32_t cache_rows;	    /* a cached table per thread; 0 = none */
+	uint32_t prefetch;	    /* cache: batches fetched ahead */
+	uint32_t staleness;	    /* cache, write-through: max row age */
+	uint32_t cache_mode;	    /* enum emb_cached_mode */
+};
+
+/*
+ * What a backend moved, summed over threads since open; the bench reports
+ * the difference across the timed phase. Zero where it does not apply.
+ */
+struct emb_bench_report {
+	bool cached;		 /* a cache sits in front */
+	uint64_t hits;		 /* cache: distinct ids found */
+	uint64_t misses;	 /* cache: distinct ids fetched */
+	uint64_t bytes_fetched;	 /* row bytes pulled from the servers */
+	uint64_t bytes_written;	 /* gradient and written-back row bytes */
+	uint64_t wire_bytes_in;	 /* frames received, headers and ids too */
+	uint64_t wire_bytes_out; /* frames sent */
+	uint64_t stalls;	 /* cache: lookups that waited for rows */
+	uint64_t wait_ns;	 /* cache: time they waited */
 };
 
 /* The memory a backend holds for the table, for bytes_per_row. */
@@ -80,6 +100,13 @@ struct emb_bench_backend {
 	int (*mem)(void *be, struct emb_bench_mem *out);
 	/* The transport in use ("tcp", "rdma"), or NULL in-process. */
 	const char *(*transport)(void *be);
+	/*
+	 * Optional (NULL = no cache): announces a batch that a later pull
+	 * will ask for, cfg.prefetch batches ahead, so its fetch overlaps.
+	 */
+	int (*prefetch)(void *ctx, const uint64_t *ids, uint32_t n);
+	/* Optional: traffic and cache counters, see struct above. */
+	void (*report)(void *be, struct emb_bench_report *out);
 };
 
 extern const struct emb_bench_backend emb_bench_store_backend;

@@ -3,8 +3,13 @@
  * library against running servers (--servers), a cluster found through its
  * scheduler (--sched), or one joined as a worker from the environment.
  *
- * Threads: open/close/mem on the main thread. With a server list each
- * worker thread gets a client (a connection per server) of its own; a
+ * With --cache each worker thread also gets a cached table
+ * (emb_cached_table) of its own over its table handle, as each trainer
+ * thread of a job would: pull is its lookup, push its push_grads, and
+ * prefetch queues the batch --prefetch steps ahead.
+ *
+ * Threads: open/close/mem/report on the main thread. With a server list
+ * each worker thread gets a client (a connection per server) of its own; a
  * worker joined from the environment registers once and its threads share
  * that client, which is thread-safe.
  */
@@ -13,6 +18,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "worker/embstore.h"
 
@@ -21,13 +27,18 @@ struct client_be {
 	struct emb_client *shared;  /* the setup client, or the joined one */
 	struct emb_client_table *t; /* the table, through shared */
 	struct emb_table_spec spec; /* created with */
+	struct client_ctx **ctxs;   /* cfg->threads, for report */
 };
 
 struct client_ctx {
-	struct client_be *be;	    /* shared backend */
-	struct emb_client *c;	    /* own client, or be->shared */
-	struct emb_client_table *t; /* the table through c */
-	float *scratch;		    /* batch * dim: preload's output */
+	struct client_be *be;	     /* shared backend */
+	struct emb_client *c;	     /* own client, or be->shared */
+	struct emb_client_table *t;  /* the table through c */
+	float *scratch;		     /* batch * dim: preload's output */
+	struct emb_cached_table *ct; /* --cache, or NULL */
+	uint64_t rows_fetched;	     /* uncached: distinct ids pulled */
+	uint64_t rows_pushed;	     /* uncached: distinct ids pushed */
+	uint32_t thread;	     /* index into be->ctxs */
 };
 
 static int connect_client(const struct emb_bench_cfg *cfg,
@@ -51,6 +62,11 @@ static int client_open(const struct emb_bench_cfg *cfg, void **out)
 
 	if (!b)
 		return -ENOMEM;
+	b->ctxs = calloc(cfg->threads, sizeof(*b->ctxs));
+	if (!b->ctxs) {
+		free(b);
+		return -ENOMEM;
+	}
 	b->cfg = cfg;
 	b->spec = (struct emb_table_spec){.name = cfg->table,
 					  .dim = cfg->dim,
@@ -72,6 +88,7 @@ static int client_open(const struct emb_bench_cfg *cfg, void **out)
 err_destroy:
 	emb_client_destroy(b->shared);
 err_free:
+	free(b->ctxs);
 	free(b);
 	return rc;
 }
@@ -86,7 +103,22 @@ static void client_close(void *be)
 	if (b->cfg->from_env)
 		emb_client_finish(b->shared);
 	emb_client_destroy(b->shared);
+	free(b->ctxs);
 	free(b);
+}
+
+static int cache_open(struct client_ctx *x)
+{
+	struct emb_cached_table_opts co = EMB_CACHED_TABLE_OPTS_DEFAULT;
+	const struct emb_bench_cfg *cfg = x->be->cfg;
+
+	co.capacity = cfg->cache_rows;
+	co.max_batch = cfg->batch;
+	co.prefetch_depth = cfg->prefetch;
+	co.staleness_steps = cfg->staleness;
+	co.mode = cfg->cache_mode;
+	co.rank = emb_client_rank(x->c);
+	return emb_cached_table_create(x->t, &co, &x->ct);
 }
 
 static int client_thread_open(void *be, uint32_t thread, void **out)
@@ -95,7 +127,6 @@ static int client_thread_open(void *be, uint32_t thread, void **out)
 	struct client_ctx *x = calloc(1, sizeof(*x));
 	int rc;
 
-	(void)thread;
 	if (!x)
 		return -ENOMEM;
 	x->be = b;
@@ -118,9 +149,21 @@ static int client_thread_open(void *be, uint32_t thread, void **out)
 			goto err_free;
 		}
 	}
+	if (b->cfg->cache_rows) {
+		rc = cache_open(x);
+		if (rc)
+			goto err_close;
+	}
+	x->thread = thread;
+	b->ctxs[thread] = x;
 	*out = x;
 	return 0;
 
+err_close:
+	if (x->c != b->shared) {
+		emb_client_table_close(x->t);
+		emb_client_destroy(x->c);
+	}
 err_free:
 	free(x->scratch);
 	free(x);
@@ -133,6 +176,16 @@ static void client_thread_close(void *ctx)
 
 	if (!x)
 		return;
+	x->be->ctxs[x->thread] = NULL;
+	if (x->ct) {
+		/* Rows trained here belong on the servers before we go. */
+		int rc = emb_cached_table_flush(x->ct);
+
+		if (rc)
+			fprintf(stderr, "embstore-bench: cache flush: %s\n",
+				emb_strerror(rc));
+		emb_cached_table_destroy(x->ct);
+	}
 	if (x->c != x->be->shared) {
 		emb_client_table_close(x->t);
 		emb_client_destroy(x->c);
@@ -151,19 +204,61 @@ static int client_preload(void *ctx, const uint64_t *ids, uint32_t n)
 	return emb_client_table_pull(x->t, ids, n, x->scratch, 0, NULL);
 }
 
+/*
+ * Distinct ids the client sent since *last (its ids_sent counter). Exact
+ * for a thread's own client; a shared one mixes in the other threads'.
+ */
+static uint64_t sent_since(struct client_ctx *x, uint64_t *last)
+{
+	struct emb_client_stats s;
+	uint64_t d;
+
+	emb_client_stats(x->c, &s);
+	d = s.ids_sent - *last;
+	*last = s.ids_sent;
+	return d;
+}
+
 static int client_pull(void *ctx, const uint64_t *ids, uint32_t n, float *out)
 {
 	struct client_ctx *x = ctx;
+	uint64_t last = 0;
+	int rc;
 
-	return emb_client_table_pull(x->t, ids, n, out, 0, NULL);
+	if (x->ct)
+		return emb_cached_table_lookup(x->ct, ids, n, out);
+	sent_since(x, &last);
+	rc = emb_client_table_pull(x->t, ids, n, out, 0, NULL);
+	x->rows_fetched += sent_since(x, &last);
+	return rc;
 }
 
 static int client_push(void *ctx, const uint64_t *ids, uint32_t n,
 		       const float *grads)
 {
 	struct client_ctx *x = ctx;
+	uint64_t last = 0;
+	int rc;
 
-	return emb_client_table_push(x->t, ids, n, grads, 0, 0);
+	if (x->ct)
+		return emb_cached_table_push_grads(x->ct, grads);
+	sent_since(x, &last);
+	rc = emb_client_table_push(x->t, ids, n, grads, 0, 0);
+	x->rows_pushed += sent_since(x, &last);
+	return rc;
+}
+
+static int client_prefetch(void *ctx, const uint64_t *ids, uint32_t n)
+{
+	struct client_ctx *x = ctx;
+	int rc;
+
+	if (!x->ct)
+		return 0;
+	rc = emb_cached_table_prefetch(x->ct, ids, n);
+	/* A batch that does not fit beside the queued ones is fetched by its
+	 * own lookup instead: slower, not wrong. */
+	return rc == EMB_ECACHEFULL ? 0 : rc;
 }
 
 /* The servers' own accounting of the table, summed (STATS). */
@@ -187,6 +282,46 @@ static const char *client_transport(void *be)
 	return emb_client_transport(b->shared);
 }
 
+static void add_wire(struct emb_client *c, struct emb_bench_report *out)
+{
+	struct emb_client_stats s;
+
+	emb_client_stats(c, &s);
+	out->wire_bytes_in += s.bytes_in;
+	out->wire_bytes_out += s.bytes_out;
+}
+
+static void client_report(void *be, struct emb_bench_report *out)
+{
+	struct client_be *b = be;
+	const uint64_t row = (uint64_t)b->cfg->dim * sizeof(float);
+
+	memset(out, 0, sizeof(*out));
+	out->cached = b->cfg->cache_rows != 0;
+	add_wire(b->shared, out);
+	for (uint32_t i = 0; i < b->cfg->threads; i++) {
+		struct client_ctx *x = b->ctxs[i];
+		struct emb_cached_table_stats st;
+
+		if (!x)
+			continue;
+		if (x->c != b->shared)
+			add_wire(x->c, out);
+		if (!x->ct) {
+			out->bytes_fetched += x->rows_fetched * row;
+			out->bytes_written += x->rows_pushed * row;
+			continue;
+		}
+		emb_cached_table_stats(x->ct, &st);
+		out->hits += st.hits;
+		out->misses += st.misses;
+		out->bytes_fetched += st.bytes_fetched;
+		out->bytes_written += st.bytes_written;
+		out->stalls += st.stalls;
+		out->wait_ns += st.wait_ns;
+	}
+}
+
 const struct emb_bench_backend emb_bench_client_backend = {
     .name = "client",
     .dense_ids = false,
@@ -199,4 +334,6 @@ const struct emb_bench_backend emb_bench_client_backend = {
     .push = client_push,
     .mem = client_mem,
     .transport = client_transport,
+    .prefetch = client_prefetch,
+    .report = client_report,
 };

@@ -9,6 +9,11 @@
  * around the backend call, rows_per_s is the sum over threads of the rows a
  * thread moved divided by its time inside backend calls.
  *
+ * With --cache (client backend) each thread trains through a cached table:
+ * a step is lookup, prefetch of the batch --prefetch steps ahead (its ids
+ * drawn before the clock starts), --compute-us of busy work standing in for
+ * the model, and push; the JSON adds hit ratio and bytes moved.
+ *
  * Threads: main parses options, runs the phases and prints; workers each own
  * one struct worker and touch shared state only through atomics.
  */
@@ -50,6 +55,8 @@ struct opts {
 	const char *sched;		/* --sched HOST:PORT */
 	double mix;			/* op mix: share of batches that pull */
 	const char *transport_name;	/* for the report, after open */
+	uint32_t compute_us;		/* busy wait between pull and push */
+	const char *cache_mode_name;	/* as given: through, back */
 };
 
 /* What a worker does in the current phase. */
@@ -71,7 +78,10 @@ struct worker {
 	uint64_t deadline_ns;		/* warmup / duration: stop after */
 	uint64_t max_batches;		/* measure: stop after; 0 = deadline */
 	struct emb_idgen gen;		/* this thread's id stream */
-	uint64_t *ids;			/* batch ids */
+	uint64_t *ids;			/* ring of k + 1 batches of ids */
+	uint32_t k;			/* batches prefetched ahead */
+	uint32_t head;			/* ring slot of the next batch */
+	bool primed;			/* batches 0..k-1 prefetched */
 	float *out;			/* batch * dim: pull output */
 	float *grads;			/* batch * dim: push input */
 	uint64_t *set;			/* open-addressing set: distinct ids */
@@ -109,6 +119,13 @@ static void usage(FILE *f)
 	      " raw-apply (pull);\n"
 	      "                        mix:0.8 pulls 80%% of batches, pushes"
 	      " the rest\n"
+	      "  --cache ROWS          client: a cached table of ROWS rows per"
+	      " thread\n"
+	      "  --prefetch K          cache: batches fetched ahead (0)\n"
+	      "  --staleness S         cache, write-through: max row age in"
+	      " steps (0)\n"
+	      "  --cache-mode M        cache: through | back (through)\n"
+	      "  --compute-us N        busy-wait N us between pull and push (0)\n"
 	      "  --rows N              rows preloaded, 1..2^32 (1000000)\n"
 	      "  --dim N               floats per row (64)\n"
 	      "  --batch N             ids per batch (4096)\n"
@@ -175,6 +192,11 @@ enum {
 	OPT_TRANSPORT,
 	OPT_PRELOAD,
 	OPT_NO_PRELOAD,
+	OPT_CACHE,
+	OPT_PREFETCH,
+	OPT_STALENESS,
+	OPT_CACHE_MODE,
+	OPT_COMPUTE_US,
 };
 
 static const struct option long_opts[] = {
@@ -197,6 +219,11 @@ static const struct option long_opts[] = {
 	{"transport", required_argument, NULL, OPT_TRANSPORT},
 	{"preload", no_argument, NULL, OPT_PRELOAD},
 	{"no-preload", no_argument, NULL, OPT_NO_PRELOAD},
+	{"cache", required_argument, NULL, OPT_CACHE},
+	{"prefetch", required_argument, NULL, OPT_PREFETCH},
+	{"staleness", required_argument, NULL, OPT_STALENESS},
+	{"cache-mode", required_argument, NULL, OPT_CACHE_MODE},
+	{"compute-us", required_argument, NULL, OPT_COMPUTE_US},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -238,6 +265,34 @@ static int parse_op(struct opts *o, const char *s)
 	return -EINVAL;
 }
 
+/* The cache options fit the backend and op. 0, or -EINVAL after saying why. */
+static int check_cache_opts(const struct opts *o)
+{
+	bool any = o->cfg.cache_rows || o->cfg.prefetch || o->cfg.staleness ||
+		   o->cfg.cache_mode;
+
+	if (!any)
+		return 0;
+	if (o->backend != &emb_bench_client_backend) {
+		fprintf(stderr, "embstore-bench: --cache and its options need"
+				" servers (--servers, --sched or the"
+				" environment)\n");
+		return -EINVAL;
+	}
+	if (!o->cfg.cache_rows) {
+		fprintf(stderr, "embstore-bench: --prefetch, --staleness and"
+				" --cache-mode need --cache\n");
+		return -EINVAL;
+	}
+	/* A cached push applies the gradients of the batch looked up last. */
+	if (o->op != EMB_BENCH_STEP && o->op != EMB_BENCH_PULL) {
+		fprintf(stderr, "embstore-bench: with --cache, --op is step or"
+				" pull\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* Fills *o from argv. 0, or -EINVAL after printing why. */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
@@ -258,6 +313,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	};
 	o->cfg.transport = "tcp";
 	o->cfg.preload = true;
+	o->cache_mode_name = "through";
 	parse_op(o, "pull");
 	emb_dist_parse(o->dist_name, &o->dist);
 
@@ -285,6 +341,35 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_NO_PRELOAD:
 			o->cfg.preload = false;
+			break;
+		case OPT_CACHE:
+			if (parse_u64(optarg, 1, UINT32_MAX, &v))
+				what = "--cache";
+			o->cfg.cache_rows = (uint32_t)v;
+			break;
+		case OPT_PREFETCH:
+			if (parse_u64(optarg, 0, 64, &v))
+				what = "--prefetch";
+			o->cfg.prefetch = (uint32_t)v;
+			break;
+		case OPT_STALENESS:
+			if (parse_u64(optarg, 0, UINT32_MAX, &v))
+				what = "--staleness";
+			o->cfg.staleness = (uint32_t)v;
+			break;
+		case OPT_CACHE_MODE:
+			o->cache_mode_name = optarg;
+			if (!strcmp(optarg, "through"))
+				o->cfg.cache_mode = EMB_CACHED_WRITE_THROUGH;
+			else if (!strcmp(optarg, "back"))
+				o->cfg.cache_mode = EMB_CACHED_WRITE_BACK;
+			else
+				what = "--cache-mode";
+			break;
+		case OPT_COMPUTE_US:
+			if (parse_u64(optarg, 0, 10000000, &v))
+				what = "--compute-us";
+			o->compute_us = (uint32_t)v;
 			break;
 		case OPT_OP:
 			if (parse_op(o, optarg))
@@ -390,6 +475,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		}
 		o->cfg.servers = list;
 	}
+	if (!rc)
+		rc = check_cache_opts(o);
 	if (!rc && o->backend == &emb_bench_raw_backend &&
 	    o->cfg.optim.kind != EMB_OPTIM_SGD) {
 		fprintf(stderr, "embstore-bench: raw-apply applies plain SGD;"
@@ -471,31 +558,58 @@ static int run_preload(struct worker *w)
 	return 0;
 }
 
-static int run_op(struct worker *w, uint32_t n)
+/* The model's forward and backward pass, as far as the network can tell. */
+static void compute(uint32_t us)
 {
+	uint64_t end;
+
+	if (!us)
+		return;
+	end = now_ns() + (uint64_t)us * 1000;
+	while (now_ns() < end)
+		;
+}
+
+/* Ring slot i (mod k + 1) of the worker's batches. */
+static uint64_t *slot(struct worker *w, uint32_t i)
+{
+	return w->ids + (size_t)(i % (w->k + 1)) * w->o->cfg.batch;
+}
+
+/* The next batch of the thread's stream, as backend ids, into ids. */
+static void next_batch(struct worker *w, uint64_t *ids)
+{
+	emb_idgen_fill(&w->gen, ids, w->o->cfg.batch);
+	map_ids(w, ids, w->o->cfg.batch);
+}
+
+/*
+ * One batch: pull it, announce the batch k ahead (ahead, already drawn;
+ * NULL without prefetch), compute, push; only the pull or the push where
+ * the op says so.
+ */
+static int run_op(struct worker *w, const uint64_t *ids, const uint64_t *ahead,
+		  uint32_t n)
+{
+	bool pull = w->o->op != EMB_BENCH_PUSH, push = w->o->op != EMB_BENCH_PULL;
 	int rc = 0;
 
-	switch (w->o->op) {
-	case EMB_BENCH_PULL:
-		rc = w->be->pull(w->ctx, w->ids, n, w->out);
-		break;
-	case EMB_BENCH_PUSH:
-		rc = w->be->push(w->ctx, w->ids, n, w->grads);
-		break;
-	case EMB_BENCH_STEP:
-		rc = w->be->pull(w->ctx, w->ids, n, w->out);
-		if (!rc)
-			rc = w->be->push(w->ctx, w->ids, n, w->grads);
-		break;
-	case EMB_BENCH_MIX:
+	if (w->o->op == EMB_BENCH_MIX) {
 		/* 53 random bits against the pull share. */
-		if ((double)(emb_splitmix64(&w->mix_rng) >> 11) / 9007199254740992.0 <
-		    w->o->mix)
-			rc = w->be->pull(w->ctx, w->ids, n, w->out);
-		else
-			rc = w->be->push(w->ctx, w->ids, n, w->grads);
-		break;
+		pull = (double)(emb_splitmix64(&w->mix_rng) >> 11) /
+			       9007199254740992.0 <
+		       w->o->mix;
+		push = !pull;
 	}
+	if (pull)
+		rc = w->be->pull(w->ctx, ids, n, w->out);
+	if (!rc && ahead)
+		rc = w->be->prefetch(w->ctx, ahead, n);
+	if (rc)
+		return rc;
+	compute(w->o->compute_us);
+	if (push)
+		rc = w->be->push(w->ctx, ids, n, w->grads);
 	return rc;
 }
 
@@ -503,10 +617,21 @@ static int run_batches(struct worker *w, bool timed)
 {
 	uint32_t n = w->o->cfg.batch;
 	uint64_t done = 0;
+	int rc;
 
+	/* Fill the prefetch queue once; it carries over from warmup. */
+	for (; !w->primed && w->head < w->k; w->head++) {
+		next_batch(w, slot(w, w->head));
+		rc = w->be->prefetch(w->ctx, slot(w, w->head), n);
+		if (rc)
+			return rc;
+	}
+	if (!w->primed)
+		w->head = 0;
+	w->primed = true;
 	for (;;) {
+		uint64_t *ids = slot(w, w->head), *ahead = NULL;
 		uint64_t t0, t1;
-		int rc;
 
 		if (timed && w->max_batches) {
 			if (done == w->max_batches)
@@ -514,14 +639,20 @@ static int run_batches(struct worker *w, bool timed)
 		} else if (now_ns() >= w->deadline_ns) {
 			return 0;
 		}
-		emb_idgen_fill(&w->gen, w->ids, n);
+		if (w->k) {
+			/* The slot of the batch before this one is free. */
+			ahead = slot(w, w->head + w->k);
+			next_batch(w, ahead);
+		} else {
+			next_batch(w, ids);
+		}
 		if (timed)
-			w->unique_sum += count_unique(w, w->ids, n);
-		map_ids(w, w->ids, n);
+			w->unique_sum += count_unique(w, ids, n);
 
 		t0 = now_ns();
-		rc = run_op(w, n);
+		rc = run_op(w, ids, ahead, n);
 		t1 = now_ns();
+		w->head = (w->head + 1) % (w->k + 1);
 		if (rc)
 			return rc;
 		done++;
@@ -577,6 +708,7 @@ static int worker_init(struct worker *w, const struct opts *o, void *be,
 	w->idx = idx;
 	w->o = o;
 	w->be = o->backend;
+	w->k = o->backend->prefetch && o->cfg.cache_rows ? o->cfg.prefetch : 0;
 	w->mix_rng = emb_id_hash(o->cfg.seed * 31 + idx + 7);
 	emb_hist_reset(&w->hist);
 	rc = emb_idgen_init(&w->gen, &o->dist, o->cfg.rows, o->cfg.seed, idx);
@@ -585,7 +717,7 @@ static int worker_init(struct worker *w, const struct opts *o, void *be,
 	while (slots < 2 * o->cfg.batch)
 		slots <<= 1;
 	w->set_mask = slots - 1;
-	w->ids = malloc((size_t)o->cfg.batch * sizeof(*w->ids));
+	w->ids = malloc((size_t)(w->k + 1) * o->cfg.batch * sizeof(*w->ids));
 	w->out = malloc(floats * sizeof(float));
 	w->grads = malloc(floats * sizeof(float));
 	w->set = malloc((size_t)slots * sizeof(*w->set));
@@ -718,7 +850,38 @@ struct result {
 	struct emb_bench_mem mem;	/* backend table memory after preload */
 	uint64_t rss;			/* VmRSS after preload, bytes */
 	struct emb_hist hist;		/* all threads' batch latencies */
+	bool has_net;			/* net filled in by the backend */
+	struct emb_bench_report net;	/* timed phase only */
 };
+
+/* What the backend moved during the timed phase: after - before. */
+static void report_diff(const struct emb_bench_report *a,
+			const struct emb_bench_report *b,
+			struct emb_bench_report *out)
+{
+	*out = *b;
+	out->hits -= a->hits;
+	out->misses -= a->misses;
+	out->bytes_fetched -= a->bytes_fetched;
+	out->bytes_written -= a->bytes_written;
+	out->wire_bytes_in -= a->wire_bytes_in;
+	out->wire_bytes_out -= a->wire_bytes_out;
+	out->stalls -= a->stalls;
+	out->wait_ns -= a->wait_ns;
+}
+
+static double hit_ratio(const struct emb_bench_report *n)
+{
+	return n->hits + n->misses
+		       ? (double)n->hits / (double)(n->hits + n->misses)
+		       : 0.0;
+}
+
+/* Per timed batch, all threads together. */
+static double per_batch(const struct result *r, uint64_t v)
+{
+	return r->batches ? (double)v / (double)r->batches : 0.0;
+}
 
 static void print_summary(FILE *f, const struct opts *o,
 			  const struct result *r)
@@ -754,6 +917,25 @@ static void print_summary(FILE *f, const struct opts *o,
 		r->mem.rows ? (double)r->mem.bytes / (double)r->mem.rows : 0.0,
 		(double)r->rss / 1048576.0,
 		(double)r->rss / (double)o->cfg.rows);
+	if (!r->has_net)
+		return;
+	fprintf(f,
+		"  network  per batch: %.0f KB fetched, %.0f KB written,"
+		" wire %.0f KB in / %.0f KB out\n",
+		per_batch(r, r->net.bytes_fetched) / 1e3,
+		per_batch(r, r->net.bytes_written) / 1e3,
+		per_batch(r, r->net.wire_bytes_in) / 1e3,
+		per_batch(r, r->net.wire_bytes_out) / 1e3);
+	if (r->net.cached)
+		fprintf(f,
+			"  cache    %u rows, %s, prefetch %u: hit ratio %.3f,"
+			" %.0f%% of lookups stalled, %.1f us waited per batch\n",
+			o->cfg.cache_rows, o->cache_mode_name, o->cfg.prefetch,
+			hit_ratio(&r->net),
+			r->batches ? 100.0 * (double)r->net.stalls /
+					     (double)r->batches
+				   : 0.0,
+			per_batch(r, r->net.wait_ns) / 1e3);
 }
 
 static void print_json(FILE *f, const struct opts *o, const struct result *r)
@@ -779,7 +961,7 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 		",\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f"
 		",\"max_us\":%.1f,\"mean_us\":%.1f,\"unique_per_batch\":%.1f"
 		",\"preload_rows_per_s\":%.0f,\"bytes_per_row\":%.1f"
-		",\"rss_bytes\":%" PRIu64 ",\"rss_bytes_per_row\":%.1f}\n",
+		",\"rss_bytes\":%" PRIu64 ",\"rss_bytes_per_row\":%.1f",
 		o->cfg.rows, o->cfg.dim, o->cfg.batch, o->cfg.threads,
 		o->cfg.seed, r->batches, r->measure_s, r->rows_per_s,
 		r->mb_per_s, (double)emb_hist_percentile(h, 50) / 1e3,
@@ -790,6 +972,28 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 		r->preload_s > 0 ? (double)o->cfg.rows / r->preload_s : 0.0,
 		r->mem.rows ? (double)r->mem.bytes / (double)r->mem.rows : 0.0,
 		r->rss, (double)r->rss / (double)o->cfg.rows);
+	if (r->has_net) {
+		fputs(",\"cache_mode\":", f);
+		json_str(f, r->net.cached ? o->cache_mode_name : "none");
+		fprintf(f,
+			",\"cache_rows\":%u,\"prefetch\":%u,\"staleness\":%u"
+			",\"compute_us\":%u,\"cache_hit_ratio\":%.4f"
+			",\"bytes_fetched\":%" PRIu64
+			",\"bytes_written\":%" PRIu64
+			",\"bytes_fetched_per_batch\":%.0f"
+			",\"bytes_written_per_batch\":%.0f"
+			",\"wire_bytes_in\":%" PRIu64
+			",\"wire_bytes_out\":%" PRIu64
+			",\"stalls\":%" PRIu64 ",\"wait_us_per_batch\":%.1f",
+			o->cfg.cache_rows, o->cfg.prefetch, o->cfg.staleness,
+			o->compute_us, hit_ratio(&r->net), r->net.bytes_fetched,
+			r->net.bytes_written,
+			per_batch(r, r->net.bytes_fetched),
+			per_batch(r, r->net.bytes_written),
+			r->net.wire_bytes_in, r->net.wire_bytes_out,
+			r->net.stalls, per_batch(r, r->net.wait_ns) / 1e3);
+	}
+	fputs("}\n", f);
 }
 
 static void collect(const struct opts *o, struct worker *ws, struct result *r)
@@ -818,6 +1022,7 @@ static void collect(const struct opts *o, struct worker *ws, struct result *r)
 
 int main(int argc, char **argv)
 {
+	struct emb_bench_report net0 = {0}, net1 = {0};
 	struct result *r = NULL;
 	struct worker *ws = NULL;
 	uint32_t nready = 0;
@@ -866,12 +1071,25 @@ int main(int argc, char **argv)
 		if (rc)
 			goto out;
 	}
+	if (o.backend->report)
+		o.backend->report(be, &net0);
 	rc = run_phase(ws, &o, PHASE_MEASURE, o.op_name,
 		       o.batches ? o.batches * o.cfg.batch * o.cfg.threads : 0,
 		       o.duration_s, &r->measure_s);
 	if (rc)
 		goto out;
 	collect(&o, ws, r);
+	/* Without a preload the table filled up while timing. */
+	if (!o.cfg.preload) {
+		rc = o.backend->mem(be, &r->mem);
+		if (rc)
+			goto out;
+	}
+	if (o.backend->report) {
+		o.backend->report(be, &net1);
+		report_diff(&net0, &net1, &r->net);
+		r->has_net = true;
+	}
 
 	print_summary(o.json ? stderr : stdout, &o, r);
 	if (o.json)
