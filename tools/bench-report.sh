@@ -309,7 +309,9 @@ sec_net() {
 						--threads "$thr"
 					stop_pid "$spid"
 				done
-				if "$bench" --help 2>&1 | grep -q -- '--cache'; then
+				# The bench caches pulls and steps only.
+				if [ "$op" = pull ] &&
+					"$bench" --help 2>&1 | grep -q -- '--cache'; then
 					start_server || return 1
 					run_bench tcp-cache "$rep" \
 						--servers "127.0.0.1:$port" --transport tcp \
