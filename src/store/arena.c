@@ -23,6 +23,7 @@
 #include "common/log.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
+#define GROW_LIMIT ((size_t)4 << 20) /* largest extent growth step */
 
 struct region {
 	void *addr; /* page aligned */
@@ -167,6 +168,8 @@ static bool hook_merge(extent_hooks_t *h, void *addr_a, size_t size_a,
 
 int emb__arena_create(struct emb_arena **out)
 {
+	size_t grow_limit = GROW_LIMIT;
+	char cmd[64];
 	struct emb_arena *a;
 	extent_hooks_t *hp;
 	size_t sz = sizeof(unsigned);
@@ -195,6 +198,14 @@ int emb__arena_create(struct emb_arena **out)
 		goto err_free;
 	}
 	a->created = true;
+	/* jemalloc grows an arena's extents geometrically; the unused tail of
+	 * the last one is mapped (and, with huge pages, often resident)
+	 * memory the table pays for. Small steps keep that tail small. */
+	snprintf(cmd, sizeof(cmd), "arena.%u.retain_grow_limit", a->ind);
+	rc = mallctl(cmd, NULL, NULL, &grow_limit, sizeof(grow_limit));
+	if (rc)
+		emb_log(EMB_LOG_DEBUG, "jemalloc %s: %s", cmd,
+			emb_strerror(-rc));
 	*out = a;
 	return 0;
 
