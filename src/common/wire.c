@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/wire_int.h"
 
 /* Largest payload any frame can carry; keeps byte counts inside an int. */
 #define PAYLOAD_MAX (EMB_WIRE_FRAME_MAX - EMB_WIRE_HDR_SIZE)
@@ -290,7 +291,7 @@ static int rows_check(const struct emb_wire_frame *f, uint64_t off,
 	return EMB_EBADFRAME;
 }
 
-static bool zeros(const uint8_t *p, size_t len)
+bool emb__wire_zeros(const uint8_t *p, size_t len)
 {
 	size_t i;
 
@@ -300,9 +301,9 @@ static bool zeros(const uint8_t *p, size_t len)
 	return true;
 }
 
-static void put_hdr(void *buf, uint8_t op, uint16_t flags, uint64_t req_id,
-		    uint32_t table_id, uint32_t count, uint32_t payload_len,
-		    int32_t status)
+void emb__wire_put_hdr(void *buf, uint8_t op, uint16_t flags, uint64_t req_id,
+		       uint32_t table_id, uint32_t count, uint32_t payload_len,
+		       int32_t status)
 {
 	struct emb_frame_hdr h = {
 	    .magic = EMB_WIRE_MAGIC,
@@ -321,7 +322,7 @@ static void put_hdr(void *buf, uint8_t op, uint16_t flags, uint64_t req_id,
 
 /* ---- table spec ----------------------------------------------------- */
 
-static int spec_put(uint8_t *p, const struct emb_wire_spec *s)
+int emb__wire_spec_put(uint8_t *p, const struct emb_wire_spec *s)
 {
 	size_t len = strnlen(s->name, EMB_WIRE_NAME_SIZE);
 
@@ -354,22 +355,22 @@ static int spec_put(uint8_t *p, const struct emb_wire_spec *s)
  * that two encodings of one spec are byte-identical and nothing hides in
  * the padding.
  */
-static int spec_check(const uint8_t *p, const struct emb_wire_limits *lim)
+int emb__wire_spec_check(const uint8_t *p, const struct emb_wire_limits *lim)
 {
 	const uint8_t *nul = memchr(p, 0, EMB_WIRE_NAME_SIZE);
 	uint32_t dim = emb_le32_load(p + 64);
 
 	if (!nul || nul == p)
 		return EMB_EBADNAME;
-	if (!zeros(nul, (size_t)(p + EMB_WIRE_NAME_SIZE - nul)))
+	if (!emb__wire_zeros(nul, (size_t)(p + EMB_WIRE_NAME_SIZE - nul)))
 		return EMB_EBADNAME;
 	if (dim == 0 || dim > lim->max_dim)
 		return EMB_EBADDIM;
 	return 0;
 }
 
-/* Reads a spec that passed spec_check(). */
-static void spec_get(const uint8_t *p, struct emb_wire_spec *s)
+/* Reads a spec that passed emb__wire_spec_check(). */
+void emb__wire_spec_get(const uint8_t *p, struct emb_wire_spec *s)
 {
 	memcpy(s->name, p, EMB_WIRE_NAME_SIZE);
 	s->dim = emb_le32_load(p + 64);
@@ -405,7 +406,7 @@ int emb_wire_hello_req_encode(void *buf, size_t cap, uint64_t req_id,
 	plen = 8 + token_len + (uint32_t)name_len;
 	if (!p || cap < EMB_WIRE_HDR_SIZE + plen)
 		return -ENOSPC;
-	put_hdr(p, EMB_OP_HELLO, 0, req_id, 0, 0, plen, 0);
+	emb__wire_put_hdr(p, EMB_OP_HELLO, 0, req_id, 0, 0, plen, 0);
 	p += EMB_WIRE_HDR_SIZE;
 	emb_le32_store(p, client_version);
 	emb_le16_store(p + 4, (uint16_t)token_len);
@@ -426,7 +427,7 @@ int emb_wire_hello_resp_encode(void *buf, size_t cap, uint64_t req_id,
 		return EMB_EBADARG;
 	if (!p || cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE)
 		return -ENOSPC;
-	put_hdr(p, EMB_OP_HELLO | EMB_OP_RESPONSE_BIT, 0, req_id, 0, 0,
+	emb__wire_put_hdr(p, EMB_OP_HELLO | EMB_OP_RESPONSE_BIT, 0, req_id, 0, 0,
 		EMB_WIRE_HELLO_RESP_SIZE, 0);
 	p += EMB_WIRE_HDR_SIZE;
 	emb_le32_store(p + 0, resp->server_version);
@@ -449,10 +450,10 @@ int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
 		return EMB_EBADARG;
 	if (!p || cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE)
 		return -ENOSPC;
-	rc = spec_put(p + EMB_WIRE_HDR_SIZE, spec);
+	rc = emb__wire_spec_put(p + EMB_WIRE_HDR_SIZE, spec);
 	if (rc)
 		return rc;
-	put_hdr(p, EMB_OP_CREATE_TABLE, 0, req_id, 0, 0, EMB_WIRE_SPEC_SIZE, 0);
+	emb__wire_put_hdr(p, EMB_OP_CREATE_TABLE, 0, req_id, 0, 0, EMB_WIRE_SPEC_SIZE, 0);
 	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE);
 }
 
@@ -469,7 +470,7 @@ int emb_wire_empty_req_encode(void *buf, size_t cap, uint8_t op,
 		return EMB_EBADARG;
 	if (!buf || cap < EMB_WIRE_HDR_SIZE)
 		return -ENOSPC;
-	put_hdr(buf, op, 0, req_id, table_id, 0, 0, 0);
+	emb__wire_put_hdr(buf, op, 0, req_id, table_id, 0, 0, 0);
 	return (int)EMB_WIRE_HDR_SIZE;
 }
 
@@ -489,7 +490,7 @@ int emb_wire_ack_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 		return EMB_EBADARG;
 	if (!buf || cap < EMB_WIRE_HDR_SIZE)
 		return -ENOSPC;
-	put_hdr(buf, op | EMB_OP_RESPONSE_BIT, 0, req_id, table_id, count, 0,
+	emb__wire_put_hdr(buf, op | EMB_OP_RESPONSE_BIT, 0, req_id, table_id, count, 0,
 		0);
 	return (int)EMB_WIRE_HDR_SIZE;
 }
@@ -511,7 +512,7 @@ int emb_wire_error_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 	}
 	if (!p || cap < EMB_WIRE_HDR_SIZE + 4 + len)
 		return -ENOSPC;
-	put_hdr(p, op | EMB_OP_RESPONSE_BIT, 0, req_id, table_id, 0,
+	emb__wire_put_hdr(p, op | EMB_OP_RESPONSE_BIT, 0, req_id, table_id, 0,
 		(uint32_t)(4 + len), status);
 	emb_le32_store(p + EMB_WIRE_HDR_SIZE, (uint32_t)len);
 	if (len)
@@ -542,12 +543,12 @@ int emb_wire_list_resp_encode(void *buf, size_t cap, uint64_t req_id,
 			return EMB_EBADARG;
 		emb_le32_store(e, tables[i].table_id);
 		emb_le32_store(e + 4, 0);
-		rc = spec_put(e + 8, &tables[i].spec);
+		rc = emb__wire_spec_put(e + 8, &tables[i].spec);
 		if (rc)
 			return rc;
 		emb_le64_store(e + 136, tables[i].rows);
 	}
-	put_hdr(p, EMB_OP_LIST_TABLES | EMB_OP_RESPONSE_BIT, 0, req_id, 0, n,
+	emb__wire_put_hdr(p, EMB_OP_LIST_TABLES | EMB_OP_RESPONSE_BIT, 0, req_id, 0, n,
 		(uint32_t)plen, 0);
 	return (int)(EMB_WIRE_HDR_SIZE + plen);
 }
@@ -567,7 +568,7 @@ int emb_wire_stats_resp_encode(void *buf, size_t cap, uint64_t req_id,
 		return EMB_ETOOMANYTABLES;
 	if (!p || cap < EMB_WIRE_HDR_SIZE + plen)
 		return -ENOSPC;
-	put_hdr(p, EMB_OP_STATS | EMB_OP_RESPONSE_BIT, 0, req_id, table_id, n,
+	emb__wire_put_hdr(p, EMB_OP_STATS | EMB_OP_RESPONSE_BIT, 0, req_id, table_id, n,
 		(uint32_t)plen, 0);
 	p += EMB_WIRE_HDR_SIZE;
 	emb_le32_store(p, EMB_WIRE_STATS_FIELDS);
@@ -618,7 +619,7 @@ int emb_wire_pull_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
-	put_hdr(out->head, EMB_OP_PULL, flags, req_id, table_id, n,
+	emb__wire_put_hdr(out->head, EMB_OP_PULL, flags, req_id, table_id, n,
 		(uint32_t)plen, 0);
 	iovs_start(out, EMB_WIRE_HDR_SIZE);
 	iovs_add(out, ids, plen);
@@ -643,7 +644,7 @@ static int64_t pull_resp_hdr(uint8_t *head, uint64_t req_id, uint32_t table_id,
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
-	put_hdr(head, EMB_OP_PULL | EMB_OP_RESPONSE_BIT, flags, req_id,
+	emb__wire_put_hdr(head, EMB_OP_PULL | EMB_OP_RESPONSE_BIT, flags, req_id,
 		table_id, n, (uint32_t)plen, 0);
 	return (int64_t)plen;
 }
@@ -725,7 +726,7 @@ int emb_wire_push_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
-	put_hdr(out->head, EMB_OP_PUSH, 0, req_id, table_id, n, (uint32_t)plen,
+	emb__wire_put_hdr(out->head, EMB_OP_PUSH, 0, req_id, table_id, n, (uint32_t)plen,
 		0);
 	emb_le64_store(pre, step);
 	emb_le32_store(pre + 8, rank);
@@ -748,7 +749,7 @@ int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
-	put_hdr(out->head, EMB_OP_ASSIGN, flags, req_id, table_id, n,
+	emb__wire_put_hdr(out->head, EMB_OP_ASSIGN, flags, req_id, table_id, n,
 		(uint32_t)plen, 0);
 	iovs_start(out, EMB_WIRE_HDR_SIZE);
 	iovs_add(out, ids, 8ull * n);
@@ -766,7 +767,7 @@ int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
-	put_hdr(out->head, EMB_OP_ERASE, 0, req_id, table_id, n, (uint32_t)plen,
+	emb__wire_put_hdr(out->head, EMB_OP_ERASE, 0, req_id, table_id, n, (uint32_t)plen,
 		0);
 	iovs_start(out, EMB_WIRE_HDR_SIZE);
 	iovs_add(out, ids, plen);
@@ -782,7 +783,7 @@ int emb_wire_ping_encode(struct emb_wire_iovs *out, uint64_t req_id,
 		return EMB_EBADARG;
 	if (len > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
-	put_hdr(out->head, op, 0, req_id, 0, 0, len, 0);
+	emb__wire_put_hdr(out->head, op, 0, req_id, 0, 0, len, 0);
 	iovs_start(out, EMB_WIRE_HDR_SIZE);
 	iovs_add(out, data, len);
 	return 0;
@@ -880,10 +881,10 @@ int emb_wire_create_req_decode(const struct emb_wire_frame *f,
 		return rc;
 	if (f->hdr.count != 0 || f->hdr.payload_len != EMB_WIRE_SPEC_SIZE)
 		return EMB_EBADFRAME;
-	rc = spec_check(f->payload, f->lim);
+	rc = emb__wire_spec_check(f->payload, f->lim);
 	if (rc)
 		return rc;
-	spec_get(f->payload, out);
+	emb__wire_spec_get(f->payload, out);
 	return 0;
 }
 
@@ -957,7 +958,7 @@ int emb_wire_list_resp_decode(const struct emb_wire_frame *f,
 	for (i = 0, e = f->payload; i < n; i++, e += EMB_WIRE_LIST_ENTRY_SIZE) {
 		if (emb_le32_load(e) == 0 || emb_le32_load(e + 4) != 0)
 			return EMB_EBADFRAME;
-		rc = spec_check(e + 8, f->lim);
+		rc = emb__wire_spec_check(e + 8, f->lim);
 		if (rc)
 			return rc;
 	}
@@ -972,7 +973,7 @@ void emb_wire_list_entry(const struct emb_wire_list_resp *resp, uint32_t i,
 	const uint8_t *e = resp->entries + (size_t)i * EMB_WIRE_LIST_ENTRY_SIZE;
 
 	out->table_id = emb_le32_load(e);
-	spec_get(e + 8, &out->spec);
+	emb__wire_spec_get(e + 8, &out->spec);
 	out->rows = emb_le64_load(e + 136);
 }
 
@@ -1199,7 +1200,7 @@ int emb_wire_set_mode_req_encode(void *buf, size_t cap, uint64_t req_id,
 		return EMB_EBADARG;
 	if (cap < len)
 		return -ENOSPC;
-	put_hdr(p, EMB_OP_SET_MODE, 0, req_id, req->table_id, 0,
+	emb__wire_put_hdr(p, EMB_OP_SET_MODE, 0, req_id, req->table_id, 0,
 		EMB_WIRE_SET_MODE_SIZE, 0);
 	p += EMB_WIRE_HDR_SIZE;
 	emb_le32_store(p, req->mode);

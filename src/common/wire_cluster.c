@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/wire_int.h"
 
 const char *emb_role_name(uint32_t role)
 {
@@ -37,27 +38,11 @@ static bool host_ok(const char *h, size_t len)
 	return true;
 }
 
-static bool zeros(const uint8_t *p, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
+/* Cluster frames carry no flags, table id or status. */
 static void put_hdr(void *buf, uint8_t op, uint64_t req_id, uint32_t count,
 		    uint32_t payload_len)
 {
-	struct emb_frame_hdr h = {
-	    .magic = EMB_WIRE_MAGIC,
-	    .version = EMB_WIRE_VERSION,
-	    .opcode = op,
-	    .req_id = req_id,
-	    .count = count,
-	    .payload_len = payload_len,
-	};
-
-	emb_wire_hdr_encode(buf, &h);
+	emb__wire_put_hdr(buf, op, 0, req_id, 0, count, payload_len, 0);
 }
 
 /* Cluster requests have no flags, no table, no status. */
@@ -382,7 +367,7 @@ int emb_wire_cluster_map_decode(const struct emb_wire_frame *f,
 		if (emb_le16_load(e) == 0 || hl == 0 ||
 		    hl > EMB_WIRE_HOST_MAX || emb_le32_load(e + 4) ||
 		    !host_ok((const char *)e + 8, hl) ||
-		    !zeros(e + 8 + hl, EMB_WIRE_MAP_ENTRY_SIZE - 8 - hl))
+		    !emb__wire_zeros(e + 8 + hl, EMB_WIRE_MAP_ENTRY_SIZE - 8 - hl))
 			return EMB_EBADFRAME;
 	}
 	out->nservers = n;

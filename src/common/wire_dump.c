@@ -9,71 +9,15 @@
 
 #include "common/err.h"
 #include "common/optim.h"
+#include "common/wire_int.h"
 
-static bool zeros(const uint8_t *p, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
-/* The CREATE_TABLE spec layout (wire_msg.h), kept byte for byte. */
-static int spec_put(uint8_t *p, const struct emb_wire_spec *s)
-{
-	size_t len = strnlen(s->name, EMB_WIRE_NAME_SIZE);
-
-	if (len == 0 || len >= EMB_WIRE_NAME_SIZE)
-		return EMB_EBADNAME;
-	if (s->dim == 0 || s->dim > EMB_WIRE_DIM_MAX)
-		return EMB_EBADDIM;
-	memset(p, 0, EMB_WIRE_NAME_SIZE);
-	memcpy(p, s->name, len);
-	emb_le32_store(p + 64, s->dim);
-	emb_le32_store(p + 68, s->optim.kind);
-	emb_lef32_store(p + 72, s->optim.lr);
-	emb_lef32_store(p + 76, s->optim.weight_decay);
-	emb_lef32_store(p + 80, s->optim.initial_accumulator);
-	emb_lef32_store(p + 84, s->optim.beta1);
-	emb_lef32_store(p + 88, s->optim.beta2);
-	emb_lef32_store(p + 92, s->optim.eps);
-	emb_lef32_store(p + 96, s->optim.ftrl_beta);
-	emb_lef32_store(p + 100, s->optim.l1);
-	emb_lef32_store(p + 104, s->optim.l2);
-	emb_le32_store(p + 108, s->init.kind);
-	emb_lef32_store(p + 112, s->init.a);
-	emb_lef32_store(p + 116, s->init.b);
-	emb_le64_store(p + 120, s->seed);
-	return 0;
-}
-
-static int spec_get(const uint8_t *p, struct emb_wire_spec *s)
-{
-	const uint8_t *nul = memchr(p, 0, EMB_WIRE_NAME_SIZE);
-
-	if (!nul || nul == p ||
-	    !zeros(nul, (size_t)(p + EMB_WIRE_NAME_SIZE - nul)))
-		return EMB_EBADNAME;
-	memcpy(s->name, p, EMB_WIRE_NAME_SIZE);
-	s->dim = emb_le32_load(p + 64);
-	if (s->dim == 0 || s->dim > EMB_WIRE_DIM_MAX)
-		return EMB_EBADDIM;
-	s->optim.kind = emb_le32_load(p + 68);
-	s->optim.lr = emb_lef32_load(p + 72);
-	s->optim.weight_decay = emb_lef32_load(p + 76);
-	s->optim.initial_accumulator = emb_lef32_load(p + 80);
-	s->optim.beta1 = emb_lef32_load(p + 84);
-	s->optim.beta2 = emb_lef32_load(p + 88);
-	s->optim.eps = emb_lef32_load(p + 92);
-	s->optim.ftrl_beta = emb_lef32_load(p + 96);
-	s->optim.l1 = emb_lef32_load(p + 100);
-	s->optim.l2 = emb_lef32_load(p + 104);
-	s->init.kind = emb_le32_load(p + 108);
-	s->init.a = emb_lef32_load(p + 112);
-	s->init.b = emb_lef32_load(p + 116);
-	s->seed = emb_le64_load(p + 120);
-	return 0;
-}
+/* Any dim the protocol allows: the table's own limit was checked at create. */
+static const struct emb_wire_limits spec_lim = {
+	.max_frame_bytes = EMB_WIRE_FRAME_MAX,
+	.max_ids = 1,
+	.max_tables = 1,
+	.max_dim = EMB_WIRE_DIM_MAX,
+};
 
 int emb_wire_dump_info_encode(void *buf, size_t cap, uint64_t req_id,
 			      uint32_t table_id,
@@ -92,7 +36,7 @@ int emb_wire_dump_info_encode(void *buf, size_t cap, uint64_t req_id,
 
 	if (cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_DUMP_INFO_SIZE)
 		return -ENOSPC;
-	rc = spec_put(p, &info->spec);
+	rc = emb__wire_spec_put(p, &info->spec);
 	if (rc)
 		return rc;
 	emb_le32_store(p + 128, info->state_floats);
@@ -140,9 +84,10 @@ int emb_wire_dump_info_decode(const struct emb_wire_frame *f,
 	if (f->hdr.count != 0 || f->hdr.payload_len != EMB_WIRE_DUMP_INFO_SIZE)
 		return EMB_EBADFRAME;
 	p = f->payload;
-	rc = spec_get(p, &out->spec);
+	rc = emb__wire_spec_check(p, &spec_lim);
 	if (rc)
 		return rc;
+	emb__wire_spec_get(p, &out->spec);
 	out->state_floats = emb_le32_load(p + 128);
 	out->row_floats = emb_le32_load(p + 132);
 	out->rows = emb_le64_load(p + 136);
