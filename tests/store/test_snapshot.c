@@ -403,7 +403,7 @@ static void test_dim_mismatch_refused(void)
 	CU_ASSERT_EQUAL(emb_snap_load_table(p, bs), EMB_EBADOPTIM);
 	CU_ASSERT_EQUAL(table_stats(bs).rows, 10);
 	/* Same dim and optimizer: rows of the file join the table. */
-	CU_ASSERT_EQUAL(emb_snap_load_table(p, a), table_stats(a).rows);
+	CU_ASSERT_EQUAL(emb_snap_load_table(p, a), (int64_t)table_stats(a).rows);
 	emb_table_destroy(a);
 	emb_table_destroy(b8);
 	emb_table_destroy(bs);
