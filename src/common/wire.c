@@ -1182,7 +1182,10 @@ static bool set_mode_valid(const struct emb_wire_set_mode_req *r)
 	case EMB_MODE_ASYNC:
 		return r->workers == 0 && r->staleness == 0;
 	case EMB_MODE_SYNC:
-		return r->workers >= 1 && r->staleness == 0;
+		/* The server keeps a buffer per worker: bound what one
+		 * request can make it allocate. */
+		return r->workers >= 1 && r->workers <= EMB_WIRE_SYNC_WORKERS_MAX &&
+		       r->staleness == 0;
 	case EMB_MODE_STALE:
 		return r->workers == 0;
 	default:

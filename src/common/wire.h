@@ -63,15 +63,15 @@ enum emb_op {
 	EMB_OP_ERASE = 9,	 /* ids */
 	EMB_OP_STATS = 10,	 /* per-table counters */
 	EMB_OP_EVICT = 11,	 /* reserved */
-	EMB_OP_DUMP_BEGIN = 12,	 /* reserved */
-	EMB_OP_DUMP_CHUNK = 13,	 /* reserved */
-	EMB_OP_DUMP_END = 14,	 /* reserved */
-	EMB_OP_BARRIER = 15,	 /* reserved */
+	EMB_OP_DUMP_BEGIN = 12,	 /* stream a table (wire_dump.h) */
+	EMB_OP_DUMP_CHUNK = 13,	 /* next rows of the stream */
+	EMB_OP_DUMP_END = 14,	 /* end of the stream */
+	EMB_OP_BARRIER = 15,	 /* worker -> scheduler (wire_cluster.h) */
 	EMB_OP_SET_MODE = 16,	 /* a table's training mode */
-	EMB_OP_CLUSTER_MAP = 32, /* reserved: scheduler -> nodes */
-	EMB_OP_REGISTER = 33,	 /* reserved: node -> scheduler */
-	EMB_OP_HEARTBEAT = 34,	 /* reserved: node -> scheduler */
-	EMB_OP_FINISH = 35,	 /* reserved: job end */
+	EMB_OP_CLUSTER_MAP = 32, /* node -> scheduler: the map */
+	EMB_OP_REGISTER = 33,	 /* node -> scheduler: join */
+	EMB_OP_HEARTBEAT = 34,	 /* node -> scheduler: alive */
+	EMB_OP_FINISH = 35,	 /* node -> scheduler: done */
 };
 
 /* Header flags; each opcode accepts only its own, others must be 0. */

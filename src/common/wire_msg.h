@@ -113,7 +113,8 @@
  *
  * SET_MODE request (table id set, count 0, flags 0)
  *   0       4        mode: 0 async, 1 sync, 2 bounded staleness (enum emb_mode)
- *   4       4        workers: sync only, the pushes that make a step, >= 1
+ *   4       4        workers: sync only, the pushes that make a step,
+ *                    1..EMB_WIRE_SYNC_WORKERS_MAX
  *   8       4        staleness: bounded only, K steps a push may lag
  *   12      4        reserved
  * SET_MODE response: no payload. Setting the mode a table has is a no-op.
@@ -150,6 +151,7 @@
 #define EMB_WIRE_STATS_PREFIX_SIZE 8u
 #define EMB_WIRE_STATS_FIELDS	   16u /* counters this version sends */
 #define EMB_WIRE_SET_MODE_SIZE 16u
+#define EMB_WIRE_SYNC_WORKERS_MAX 65536u /* workers of a sync table */
 #define EMB_WIRE_STATS_FIELDS_MAX  64u /* most a reader accepts */
 
 /* Bytes of PULL's found bitmap for n ids: whole u64 words. */

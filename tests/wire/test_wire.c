@@ -495,6 +495,9 @@ static void test_set_mode(void)
 	r.workers = 0;
 	CU_ASSERT_EQUAL(emb_wire_set_mode_req_encode(buf, sizeof(buf), 9, &r),
 			EMB_EBADARG);
+	r.workers = EMB_WIRE_SYNC_WORKERS_MAX + 1;
+	CU_ASSERT_EQUAL(emb_wire_set_mode_req_encode(buf, sizeof(buf), 9, &r),
+			EMB_EBADARG);
 	r = (struct emb_wire_set_mode_req){.table_id = 4,
 					   .mode = EMB_MODE_STALE,
 					   .staleness = 2};
