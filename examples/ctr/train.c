@@ -64,6 +64,29 @@ static void usage(FILE *f)
 	    "while they still serve.\n");
 }
 
+/* A decimal in 0..UINT32_MAX and nothing else: 0, or -EINVAL. */
+static int parse_u32(const char *s, uint32_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v > UINT32_MAX)
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int bad_value(const char *opt, const char *value)
+{
+	fprintf(stderr, "train: bad --%s '%s': want a number 0..4294967295\n",
+		opt, value);
+	return 2;
+}
+
 /* Lines in path, or 0 if it cannot be read. */
 static uint64_t count_lines(const char *path)
 {
@@ -355,9 +378,9 @@ int main(int argc, char **argv)
 	    .popts = CTR_PARAMS_OPTS_DEFAULT,
 	};
 	struct ctr_params *p;
-	int o, rc;
+	int o, rc, idx = 0;
 
-	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
 		switch (o) {
 		case 'd':
 			c.data = optarg;
@@ -366,16 +389,19 @@ int main(int argc, char **argv)
 			c.test = optarg;
 			break;
 		case 'e':
-			c.epochs = (uint32_t)atoi(optarg);
+			if (parse_u32(optarg, &c.epochs))
+				return bad_value(opts[idx].name, optarg);
 			break;
 		case 'b':
-			c.batch = (uint32_t)atoi(optarg);
+			if (parse_u32(optarg, &c.batch))
+				return bad_value(opts[idx].name, optarg);
 			break;
 		case 's':
 			c.seed = strtoull(optarg, NULL, 10);
 			break;
 		case 'l':
-			c.log_every = (uint32_t)atoi(optarg);
+			if (parse_u32(optarg, &c.log_every))
+				return bad_value(opts[idx].name, optarg);
 			break;
 		case 'L':
 			c.popts.local = true;
@@ -387,13 +413,16 @@ int main(int argc, char **argv)
 			c.popts.transport = optarg;
 			break;
 		case 'c':
-			c.popts.cache_rows = (uint32_t)atoi(optarg);
+			if (parse_u32(optarg, &c.popts.cache_rows))
+				return bad_value(opts[idx].name, optarg);
 			break;
 		case 'p':
-			c.popts.prefetch = (uint32_t)atoi(optarg);
+			if (parse_u32(optarg, &c.popts.prefetch))
+				return bad_value(opts[idx].name, optarg);
 			break;
 		case 'z':
-			c.popts.staleness = (uint32_t)atoi(optarg);
+			if (parse_u32(optarg, &c.popts.staleness))
+				return bad_value(opts[idx].name, optarg);
 			break;
 		case 'A':
 			c.after = optarg;
@@ -405,7 +434,8 @@ int main(int argc, char **argv)
 				c.mode = EMB_MODE_SYNC;
 			} else if (strncmp(optarg, "stale:", 6) == 0) {
 				c.mode = EMB_MODE_STALE;
-				c.staleness = (uint32_t)atoi(optarg + 6);
+				if (parse_u32(optarg + 6, &c.staleness))
+					return bad_value(opts[idx].name, optarg);
 			} else {
 				usage(stderr);
 				return 2;

@@ -162,7 +162,8 @@ int emb_cluster_servers(const char *sched, char *buf, size_t cap)
 	struct emb_conn *conn = NULL;
 	struct emb_wire_frame f;
 	const char *colon;
-	char host[256];
+	char host[256], *end;
+	unsigned long port;
 	uint8_t *resp = NULL;
 	size_t resp_cap = emb_wire_cluster_map_bytes(EMB_WIRE_SERVERS_MAX);
 	struct iovec iov;
@@ -177,9 +178,11 @@ int emb_cluster_servers(const char *sched, char *buf, size_t cap)
 	memcpy(host, sched, (size_t)(colon - sched));
 	host[colon - sched] = '\0';
 	co.host = host;
-	co.port = (uint16_t)atoi(colon + 1);
-	if (!co.port)
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (errno || end == colon + 1 || *end || port == 0 || port > 65535)
 		return -EINVAL;
+	co.port = (uint16_t)port;
 	to.call_timeout_ms = 10000;
 	resp = aligned_alloc(64, (resp_cap + 63) & ~(size_t)63);
 	if (!resp)
