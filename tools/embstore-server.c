@@ -17,12 +17,12 @@
 
 #include "common/err.h"
 #include "common/log.h"
-#include "metrics.h"
-#include "server.h"
-#include "server_checkpoint.h"
-#include "server_metrics.h"
-#include "scheduler.h"
-#include "worker/node.h"
+#include "metrics/metrics.h"
+#include "server/server.h"
+#include "server/checkpoint.h"
+#include "server/metrics.h"
+#include "cluster/scheduler.h"
+#include "cluster/node.h"
 #include "transport/transport.h"
 
 #define DEFAULT_PORT		7164

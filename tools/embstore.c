@@ -6,7 +6,7 @@
  *   embstore inspect DIR|FILE [--rows N]
  *   embstore export  --in DIR|FILE --format tsv [--out FILE]
  *
- * dump streams each server's rows (DUMP_* ops, common/wire_dump.h) into one
+ * dump streams each server's rows (DUMP_* ops, src/proto/wire_dump.h) into one
  * snapshot file per server (store/snapshot.h), one thread per server, and
  * writes the MANIFEST last: a dump without one is not a dump. restore
  * verifies every file and checks the target before it changes anything,
@@ -32,9 +32,9 @@
 #include "common/err.h"
 #include "common/hash.h"
 #include "common/log.h"
-#include "common/wire.h"
-#include "common/wire_dump.h"
-#include "common/wire_msg.h"
+#include "proto/wire.h"
+#include "proto/wire_dump.h"
+#include "proto/wire_msg.h"
 #include "store/snapshot.h"
 #include "transport/transport.h"
 #include "worker/embstore.h"

@@ -26,7 +26,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
-#include "common/wire.h"
+#include "proto/wire.h"
 #include "worker/embstore.h"
 
 #define MAX_SERVERS 256u

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/wire.h"
+#include "common/tabledef.h"
 #include "ctr.h"
 #include "params.h"
 

@@ -30,7 +30,7 @@
 
 #include "common/err.h"
 #include "common/hash.h"
-#include "common/wire.h"
+#include "common/endian.h"
 
 #define NGROUPS	  (EMB_NSLOTS / EMB_SNAP_GROUP_SLOTS)
 #define ITER_ROWS 1024u

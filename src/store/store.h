@@ -17,9 +17,8 @@
 
 #include "common/init.h"
 #include "common/optim.h"
+#include "common/tabledef.h"
 
-#define EMB_DIM_MAX	  4096u
-#define EMB_NAME_MAX	  63u /* bytes of a table name, without the NUL */
 #define EMB_SHARDS_MAX	  1024u
 #define EMB_ROW_COUNT_MAX 0x7fffffffu /* access counts saturate here */
 

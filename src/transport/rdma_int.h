@@ -16,7 +16,7 @@
  *   20      4     REQ_READ: rkey of the request payload
  *   24      8     REQ_READ: address of the request payload
  *
- * The 32-byte frame header of common/wire.h follows, then (REQ_INLINE,
+ * The 32-byte frame header of src/proto/wire.h follows, then (REQ_INLINE,
  * RESP_INLINE) the payload. A zero-byte SEND with immediate data returns the
  * credit of a request the server dropped; the immediate is the low 32 bits
  * of its req_id.

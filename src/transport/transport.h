@@ -2,11 +2,11 @@
  * src/transport/transport.h - moves framed messages and registered memory
  * between embstore processes, over TCP or RDMA.
  *
- * A message is a frame: the 32-byte header of common/wire.h followed by
+ * A message is a frame: the 32-byte header of src/proto/wire.h followed by
  * payload_len bytes. The transport reads only the header, to delimit frames
  * and to match each response to its request by req_id; payloads are opaque.
  *
- * struct emb_transport is one event loop. Each of tcp.c and rdma.c fills a
+ * struct emb_transport is one event loop. Each of tcp.c and rdma_conn.c fills a
  * struct emb_transport_ops; callers use the inline shims below and never
  * learn which transport they run on.
  *
@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "common/wire.h"
+#include "proto/wire.h"
 
 struct emb_transport;
 struct emb_transport_ops;

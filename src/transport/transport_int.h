@@ -1,6 +1,6 @@
 /*
  * src/transport/transport_int.h - what transport.c shares with tcp.c and
- * rdma.c: the ops tables, the cross-thread task mailbox and stats helpers.
+ * rdma_conn.c: the ops tables, the cross-thread task mailbox and stats helpers.
  * Not seen outside src/transport. Threads as in transport.h.
  */
 #ifndef EMB_TRANSPORT_TRANSPORT_INT_H
@@ -12,7 +12,7 @@
 
 extern const struct emb_transport_ops emb__tcp_ops;
 #ifdef EMB_HAVE_RDMA
-/* rdma.c: create returns -ENODEV when no device is present. */
+/* rdma_conn.c: create returns -ENODEV when no device is present. */
 extern const struct emb_transport_ops emb__rdma_ops;
 #endif
 

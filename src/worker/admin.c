@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/wire.h"
-#include "common/wire_msg.h"
+#include "proto/wire.h"
+#include "proto/wire_msg.h"
 #include "worker/client_int.h"
 
 /* What the two broadcasts fill in. */

@@ -22,11 +22,11 @@
 #include "cache/dedup.h"
 #include "common/hash.h"
 #include "common/log.h"
-#include "common/wire.h"
-#include "common/wire_msg.h"
+#include "proto/wire.h"
+#include "proto/wire_msg.h"
 #include "transport/transport.h"
 #include "worker/client_int.h"
-#include "worker/node.h"
+#include "cluster/node.h"
 
 #define NONE UINT32_MAX
 /* Room for an error response: u32 length + message, in 64-byte lines. */

@@ -2,7 +2,7 @@
  * src/worker/cluster.c - a worker joins a cluster from the environment:
  * emb_client_from_env() and the calls that need the scheduler (rank,
  * worker count, barrier, finish). The membership itself (heartbeats, the
- * map) is worker/node.c; the client only learns the map and which servers
+ * map) is src/cluster/node.c; the client only learns the map and which servers
  * died. Every function may be called from any thread, as embstore.h says.
  */
 #include "worker/embstore.h"
@@ -13,10 +13,10 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "common/wire_cluster.h"
+#include "proto/wire_cluster.h"
 #include "transport/transport.h"
 #include "worker/client_int.h"
-#include "worker/node.h"
+#include "cluster/node.h"
 
 /* Agent thread: the scheduler declared a node dead. */
 static void on_node_dead(void *arg, uint32_t role, uint32_t rank)

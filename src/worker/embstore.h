@@ -21,7 +21,8 @@
 #include "common/err.h"
 #include "common/init.h"
 #include "common/optim.h"
-#include "common/wire.h"
+#include "common/log.h"
+#include "common/tabledef.h"
 
 struct emb_client;
 struct emb_client_table;
@@ -164,7 +165,7 @@ int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
 
 /*
  * Sets the table's training mode on every server (enum emb_mode in
- * common/wire.h): EMB_MODE_ASYNC applies each push on arrival; EMB_MODE_SYNC
+ * src/proto/wire.h): EMB_MODE_ASYNC applies each push on arrival; EMB_MODE_SYNC
  * averages the pushes of `workers` workers per step and applies them once,
  * acknowledging each worker's push only then (so every worker's next pull
  * sees the step); EMB_MODE_STALE discards pushes whose step is more than

@@ -21,8 +21,8 @@
 
 #include "common/err.h"
 #include "harness.h"
-#include "scheduler.h"
-#include "worker/node.h"
+#include "cluster/scheduler.h"
+#include "cluster/node.h"
 
 #define HB_TIMEOUT_MS 1000u /* heartbeats every 200 ms */
 #define ROUNDS	      6

@@ -20,9 +20,9 @@
 
 #include "harness.h"
 #include "worker/netutil.h"
-#include "scheduler.h"
+#include "cluster/scheduler.h"
 #include "worker/embstore.h"
-#include "worker/node.h"
+#include "cluster/node.h"
 
 static struct emb_sched *sched_start(uint32_t S, uint32_t W,
 				     uint32_t hb_timeout_ms)

@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "common/wire.h"
-#include "common/wire_cluster.h"
-#include "common/wire_msg.h"
+#include "proto/wire.h"
+#include "proto/wire_cluster.h"
+#include "proto/wire_msg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -348,7 +348,7 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 		check_pull_resp(f, dim, states[i]);
 }
 
-/* Cluster messages (common/wire_cluster.h); every codec there is canonical. */
+/* Cluster messages (src/proto/wire_cluster.h); every codec there is canonical. */
 static void check_cluster(const struct emb_wire_frame *f)
 {
 	static struct emb_wire_node_addr addrs[EMB_WIRE_SERVERS_MAX];

@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "common/wire.h"
-#include "common/wire_cluster.h"
-#include "common/wire_msg.h"
+#include "proto/wire.h"
+#include "proto/wire_cluster.h"
+#include "proto/wire_msg.h"
 
 static _Alignas(8) uint8_t buf[1u << 16];
 static const char *dir;

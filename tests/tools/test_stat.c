@@ -10,7 +10,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "harness.h"
-#include "server.h"
+#include "server/server.h"
 #include "worker/embstore.h"
 
 #define DIM  4

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
-#include "common/wire_msg.h"
+#include "proto/wire_msg.h"
 #include "harness.h"
 
 #define RAW_TIMEOUT_S 5

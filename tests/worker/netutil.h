@@ -16,8 +16,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "common/wire.h"
-#include "server.h"
+#include "proto/wire.h"
+#include "server/server.h"
 #include "worker/embstore.h"
 
 /* Options for an in-process server on 127.0.0.1, port 0, two loops. */

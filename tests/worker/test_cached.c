@@ -15,7 +15,7 @@
 #include "common/hash.h"
 #include "harness.h"
 #include "netutil.h"
-#include "server.h"
+#include "server/server.h"
 #include "worker/embstore.h"
 
 #define DIM	 8

@@ -17,7 +17,7 @@
 #include "common/err.h"
 #include "harness.h"
 #include "netutil.h"
-#include "server.h"
+#include "server/server.h"
 #include "store/store.h"
 
 static uint64_t splitmix(uint64_t *s)

@@ -6,7 +6,7 @@
  * connection that stays usable, and in every case a well-behaved client,
  * connected before and after, keeps being served.
  */
-#include "server.h"
+#include "server/server.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "common/err.h"
-#include "common/wire.h"
-#include "common/wire_msg.h"
+#include "proto/wire.h"
+#include "proto/wire_msg.h"
 #include "harness.h"
 #include "netutil.h"
 #include "worker/embstore.h"

@@ -11,7 +11,7 @@
 #include "common/hash.h"
 #include "harness.h"
 #include "netutil.h"
-#include "server.h"
+#include "server/server.h"
 #include "store/store.h"
 #include "worker/embstore.h"
 

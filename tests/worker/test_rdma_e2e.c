@@ -12,7 +12,7 @@
 #include "common/hash.h"
 #include "harness.h"
 #include "netutil.h"
-#include "server.h"
+#include "server/server.h"
 #include "store/store.h"
 #include "transport/transport.h"
 #include "worker/embstore.h"

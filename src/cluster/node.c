@@ -1,0 +1,868 @@
+/*
+ * src/cluster/node.c - a cluster member's agent: registration, heartbeats,
+ * the cluster map, barriers and finish, over one TCP connection to the
+ * scheduler (the cluster's control path stays on TCP whatever carries the
+ * data). Layouts are in src/proto/wire_cluster.h.
+ *
+ * The agent thread owns the transport and the connection. Other threads
+ * reach it through emb_transport_exec(): a call is a struct waiter that the
+ * loop posts and completes, and the caller sleeps on the node's condition
+ * variable until it is done. When the scheduler is lost the agent closes
+ * the connection with the reason, which completes every waiting call with
+ * that reason, so no caller hangs on a dead scheduler.
+ */
+#include "cluster/node.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "proto/wire_msg.h"
+#include "transport/transport.h"
+
+#define CONNECT_RETRY_MS 200
+/* Responses other than the map: ERROR payload at most. */
+#define SMALL_RESP (4u + EMB_WIRE_ERRMSG_MAX)
+
+struct waiter {
+	struct emb_node *n;	      /* owner */
+	_Alignas(8) uint8_t req[128]; /* encoded request frame */
+	int req_len;		      /* bytes of req */
+	void *resp;		      /* response payload lands here */
+	size_t resp_cap;	      /* bytes */
+	struct emb_frame_hdr rhdr;    /* response header, when status is 0 */
+	int status;		      /* transport status */
+	bool posted;		      /* handed to the loop */
+	bool done;		      /* under n->mu */
+};
+
+struct emb_node {
+	struct emb_transport *tr;	   /* agent loop */
+	struct emb_conn *conn;		   /* to the scheduler; agent thread */
+	pthread_t thread;		   /* runs agent_main */
+	bool running;			   /* thread started */
+	char sched[EMB_WIRE_HOST_MAX + 8]; /* "host:port" for logs */
+	uint32_t join_timeout_ms;	   /* map wait */
+	emb_node_end_fn on_end;		   /* optional */
+	void *end_arg;			   /* for on_end */
+	struct emb_wire_register_resp reg; /* our place in the cluster */
+
+	/* Agent thread only. */
+	bool hb_inflight;		 /* a heartbeat is unanswered */
+	uint64_t hb_seq;		 /* last sequence number sent */
+	int64_t next_hb_ms;		 /* monotonic time of the next ping */
+	int64_t last_ok_ms;		 /* last answer from the scheduler */
+	bool finish_sent;		 /* server: acknowledged FINISHING */
+	_Alignas(8) uint8_t hb_req[64];	 /* heartbeat request frame */
+	uint8_t *hb_resp;		 /* heartbeat response payload */
+	size_t hb_resp_cap;		 /* bytes */
+	_Alignas(8) uint8_t fin_req[64]; /* server's FINISH frame */
+	_Alignas(8) uint8_t fin_resp[SMALL_RESP]; /* its response */
+
+	pthread_mutex_t mu; /* guards the fields below, with cv */
+	pthread_cond_t cv;  /* a waiter completed, or the link died */
+	bool stop;	    /* destroy asked the agent to exit */
+	int lost;	    /* 0, or why the scheduler link is gone */
+	bool ended;	    /* job over for this node: no more errors */
+	struct emb_wire_node_ref *dead;	    /* nodes declared dead, in order */
+	uint32_t ndead;			    /* entries in dead */
+	emb_node_dead_fn watch_fn;	    /* emb_node_watch() */
+	void *watch_arg;		    /* for watch_fn */
+	struct waiter mapw;		    /* CLUSTER_MAP call */
+	bool have_map;			    /* slot_map and servers are set */
+	uint16_t slot_map[EMB_NSLOTS];	    /* slot -> server rank */
+	struct emb_wire_node_addr *servers; /* by rank */
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- environment ---------------------------------------------------- */
+
+static const char *env2(const char *name, const char *alias)
+{
+	const char *v = getenv(name);
+
+	if ((!v || !*v) && alias)
+		v = getenv(alias);
+	return v && *v ? v : NULL;
+}
+
+int emb_role_parse(const char *s, uint32_t *role)
+{
+	static const struct {
+		const char *name;
+		uint32_t role;
+	} names[] = {
+	    {"scheduler", EMB_ROLE_SCHEDULER}, {"MS_SCHED", EMB_ROLE_SCHEDULER},
+	    {"server", EMB_ROLE_SERVER},       {"MS_PSERVER", EMB_ROLE_SERVER},
+	    {"worker", EMB_ROLE_WORKER},       {"MS_WORKER", EMB_ROLE_WORKER},
+	};
+
+	for (size_t i = 0; s && i < sizeof(names) / sizeof(names[0]); i++) {
+		if (strcmp(s, names[i].name) == 0) {
+			*role = names[i].role;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static int parse_uint(const char *s, unsigned long lo, unsigned long hi,
+		      uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi || s[0] == '-')
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* Seconds, fractions allowed ("0.5"), to ms in [1, 2^31). */
+static int parse_seconds(const char *s, uint32_t *ms)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v > 0) || v * 1000 >= 2147483647.0)
+		return -EINVAL;
+	*ms = v * 1000 < 1 ? 1 : (uint32_t)lround(v * 1000);
+	return 0;
+}
+
+int emb_cluster_env_read(struct emb_cluster_env *out, const char **bad)
+{
+	const char *v, *name = NULL;
+	uint32_t port;
+
+	memset(out, 0, sizeof(*out));
+	out->sched_port = EMB_SCHED_PORT_DEFAULT;
+	out->hb_timeout_ms = EMB_HEARTBEAT_TIMEOUT_DEFAULT;
+	out->join_timeout_ms = EMB_JOIN_TIMEOUT_DEFAULT;
+
+	v = env2("EMB_ROLE", "MS_ROLE");
+	if (v && emb_role_parse(v, &out->role)) {
+		name = "EMB_ROLE";
+		goto err;
+	}
+	v = env2("EMB_SCHED_HOST", "MS_SCHED_HOST");
+	if (v && (strlen(v) > EMB_WIRE_HOST_MAX || strchr(v, ' '))) {
+		name = "EMB_SCHED_HOST";
+		goto err;
+	}
+	if (v)
+		snprintf(out->sched_host, sizeof(out->sched_host), "%s", v);
+	v = env2("EMB_SCHED_PORT", "MS_SCHED_PORT");
+	if (v) {
+		if (parse_uint(v, 1, 65535, &port)) {
+			name = "EMB_SCHED_PORT";
+			goto err;
+		}
+		out->sched_port = (uint16_t)port;
+	}
+	v = env2("EMB_SERVER_NUM", "MS_SERVER_NUM");
+	if (v && parse_uint(v, 1, EMB_WIRE_SERVERS_MAX, &out->server_num)) {
+		name = "EMB_SERVER_NUM";
+		goto err;
+	}
+	v = env2("EMB_WORKER_NUM", "MS_WORKER_NUM");
+	if (v && parse_uint(v, 1, EMB_WIRE_WORKERS_MAX, &out->worker_num)) {
+		name = "EMB_WORKER_NUM";
+		goto err;
+	}
+	v = env2("EMB_HEARTBEAT_TIMEOUT", NULL);
+	if (v && parse_seconds(v, &out->hb_timeout_ms)) {
+		name = "EMB_HEARTBEAT_TIMEOUT";
+		goto err;
+	}
+	v = env2("EMB_CLUSTER_TIMEOUT", NULL);
+	if (v && parse_seconds(v, &out->join_timeout_ms)) {
+		name = "EMB_CLUSTER_TIMEOUT";
+		goto err;
+	}
+	return 0;
+err:
+	if (bad)
+		*bad = name;
+	return -EINVAL;
+}
+
+/* ---- the link ------------------------------------------------------- */
+
+static void log_error_resp(struct emb_node *n, const struct emb_frame_hdr *h,
+			   const void *payload)
+{
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_frame f = {.hdr = *h, .payload = payload, .lim = &lim};
+	struct emb_wire_error e;
+
+	if (emb_wire_error_decode(&f, &e) == 0)
+		emb_log(EMB_LOG_WARN, "scheduler %s: %s %s: %.*s", n->sched,
+			emb_wire_op_name(h->opcode & ~EMB_OP_RESPONSE_BIT),
+			emb_strerror(e.status), (int)e.msg_len, e.msg);
+}
+
+/*
+ * Agent thread: the scheduler link is gone for reason. Closing the conn
+ * completes every call still waiting with reason. After the job ended for
+ * this node, losing the scheduler (which exits then) is expected.
+ */
+static void lose(struct emb_node *n, int reason, const char *why)
+{
+	bool ended;
+
+	pthread_mutex_lock(&n->mu);
+	if (n->lost) {
+		pthread_mutex_unlock(&n->mu);
+		return;
+	}
+	n->lost = reason;
+	ended = n->ended;
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+
+	if (ended)
+		emb_log(EMB_LOG_DEBUG, "scheduler %s gone after the job ended",
+			n->sched);
+	else
+		emb_log(EMB_LOG_ERROR, "%s %u: lost scheduler %s: %s",
+			emb_role_name(n->reg.role), n->reg.rank, n->sched, why);
+	emb_conn_close(n->conn, reason);
+	if (!ended && n->on_end)
+		n->on_end(n->end_arg, reason);
+}
+
+static void on_conn_close(void *arg, struct emb_conn *conn, int reason)
+{
+	(void)conn;
+	lose(arg, EMB_ENOSCHED, emb_strerror(reason));
+}
+
+static void waiter_complete(struct waiter *w, int status)
+{
+	struct emb_node *n = w->n;
+
+	pthread_mutex_lock(&n->mu);
+	w->status = status;
+	w->done = true;
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+}
+
+static void waiter_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct waiter *w = ctx;
+
+	if (status == 0)
+		w->rhdr = *resp;
+	waiter_complete(w, status);
+}
+
+/* Agent thread: posts a waiter's request. */
+static void waiter_post(void *arg)
+{
+	struct waiter *w = arg;
+	struct emb_node *n = w->n;
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	int rc, lost;
+
+	pthread_mutex_lock(&n->mu);
+	lost = n->lost;
+	pthread_mutex_unlock(&n->mu);
+	if (lost) {
+		waiter_complete(w, lost);
+		return;
+	}
+	memcpy(&hdr, w->req, sizeof(hdr));
+	iov = (struct iovec){w->req + EMB_WIRE_HDR_SIZE,
+			     (size_t)w->req_len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call(n->conn, &hdr, &iov, iov.iov_len ? 1 : 0, w->resp,
+			   w->resp_cap, waiter_done, w);
+	if (rc)
+		waiter_complete(w, rc);
+}
+
+/*
+ * Runs w on the agent and waits until it is done or deadline_ms (monotonic,
+ * 0 = none) passes: 0 (with w->rhdr set), the call's error, or -ETIMEDOUT
+ * (w stays posted: only a waiter the node owns may time out).
+ */
+static int waiter_run(struct waiter *w, int64_t deadline_ms)
+{
+	struct emb_node *n = w->n;
+	int rc = 0;
+
+	pthread_mutex_lock(&n->mu);
+	if (!w->posted) {
+		w->done = false;
+		w->posted = true;
+		rc = emb_transport_exec(n->tr, waiter_post, w);
+		if (rc) {
+			w->posted = false;
+			pthread_mutex_unlock(&n->mu);
+			return rc;
+		}
+	}
+	while (!w->done) {
+		struct timespec ts;
+		int64_t left;
+
+		if (!deadline_ms) {
+			pthread_cond_wait(&n->cv, &n->mu);
+			continue;
+		}
+		left = deadline_ms - mono_ms();
+		if (left <= 0) {
+			pthread_mutex_unlock(&n->mu);
+			return -ETIMEDOUT;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += left / 1000;
+		ts.tv_nsec += (left % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&n->cv, &n->mu, &ts);
+	}
+	w->posted = false;
+	rc = w->status;
+	/* The call failed in the transport: the link to the scheduler is
+	 * gone, whether or not the agent has noticed yet. */
+	if (rc)
+		rc = n->lost ? n->lost : EMB_ENOSCHED;
+	pthread_mutex_unlock(&n->mu);
+	if (rc == 0 && w->rhdr.status < 0) {
+		log_error_resp(n, &w->rhdr, w->resp);
+		rc = w->rhdr.status;
+	}
+	return rc;
+}
+
+/* ---- heartbeats ----------------------------------------------------- */
+
+static void finish_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct emb_node *n = ctx;
+
+	if (status == 0 && resp->status == 0) {
+		emb_log(EMB_LOG_INFO, "server %u: job finished", n->reg.rank);
+		pthread_mutex_lock(&n->mu);
+		n->ended = true;
+		pthread_mutex_unlock(&n->mu);
+		if (n->on_end)
+			n->on_end(n->end_arg, 0);
+		return;
+	}
+	lose(n, status ? status : resp->status, "finish refused");
+}
+
+/* Agent thread: a server acknowledges that the job is finishing. */
+static void send_finish(struct emb_node *n)
+{
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	int len, rc;
+
+	n->finish_sent = true;
+	len = emb_wire_node_req_encode(n->fin_req, sizeof(n->fin_req),
+				       EMB_OP_FINISH, 0, n->reg.node_id);
+	if (len < 0) {
+		lose(n, len, "cannot encode FINISH");
+		return;
+	}
+	memcpy(&hdr, n->fin_req, sizeof(hdr));
+	iov = (struct iovec){n->fin_req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call(n->conn, &hdr, &iov, 1, n->fin_resp,
+			   sizeof(n->fin_resp), finish_done, n);
+	if (rc)
+		lose(n, rc, "cannot send FINISH");
+}
+
+/* Agent thread: new deaths from a heartbeat response. */
+static void note_dead(struct emb_node *n,
+		      const struct emb_wire_heartbeat_resp *r)
+{
+	for (;;) {
+		struct emb_wire_node_ref d;
+		emb_node_dead_fn fn;
+		void *arg;
+
+		pthread_mutex_lock(&n->mu);
+		if (n->ndead >= r->ndead || n->stop) {
+			pthread_mutex_unlock(&n->mu);
+			return;
+		}
+		emb_wire_heartbeat_dead(r, n->ndead, &d);
+		n->dead[n->ndead++] = d;
+		fn = n->watch_fn;
+		arg = n->watch_arg;
+		pthread_mutex_unlock(&n->mu);
+		emb_log(EMB_LOG_WARN, "%s %u: scheduler declared %s %u dead",
+			emb_role_name(n->reg.role), n->reg.rank,
+			emb_role_name(d.role), d.rank);
+		if (fn)
+			fn(arg, d.role, d.rank);
+	}
+}
+
+static void hb_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct emb_node *n = ctx;
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_frame f;
+	struct emb_wire_heartbeat_resp r;
+	int rc;
+
+	n->hb_inflight = false;
+	if (status) {
+		lose(n, EMB_ENOSCHED, emb_strerror(status));
+		return;
+	}
+	if (resp->status < 0) {
+		log_error_resp(n, resp, n->hb_resp);
+		lose(n, resp->status, emb_strerror(resp->status));
+		return;
+	}
+	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
+	f = (struct emb_wire_frame){
+	    .hdr = *resp, .payload = n->hb_resp, .lim = &lim};
+	rc = emb_wire_heartbeat_resp_decode(&f, &r);
+	if (rc) {
+		lose(n, rc, "bad heartbeat response");
+		return;
+	}
+	n->last_ok_ms = mono_ms();
+	note_dead(n, &r);
+	if (r.state == EMB_CLUSTER_FINISHING &&
+	    n->reg.role == EMB_ROLE_SERVER && !n->finish_sent)
+		send_finish(n);
+}
+
+static void send_heartbeat(struct emb_node *n)
+{
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	int len, rc;
+
+	len = emb_wire_heartbeat_req_encode(n->hb_req, sizeof(n->hb_req), 0,
+					    n->reg.node_id, ++n->hb_seq);
+	if (len < 0)
+		return;
+	memcpy(&hdr, n->hb_req, sizeof(hdr));
+	iov = (struct iovec){n->hb_req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call(n->conn, &hdr, &iov, 1, n->hb_resp, n->hb_resp_cap,
+			   hb_done, n);
+	if (rc == 0)
+		n->hb_inflight = true;
+	else
+		lose(n, EMB_ENOSCHED, emb_strerror(rc));
+}
+
+static void *agent_main(void *arg)
+{
+	struct emb_node *n = arg;
+	const int64_t interval =
+	    n->reg.hb_timeout_ms / 5 ? n->reg.hb_timeout_ms / 5 : 1;
+
+	n->last_ok_ms = mono_ms();
+	n->next_hb_ms = n->last_ok_ms;
+	for (;;) {
+		int64_t now = mono_ms(), wait;
+		int rc;
+		bool stop, quiet;
+
+		pthread_mutex_lock(&n->mu);
+		stop = n->stop;
+		quiet = n->lost || n->ended;
+		pthread_mutex_unlock(&n->mu);
+		if (stop)
+			break;
+		if (!quiet && now - n->last_ok_ms > n->reg.hb_timeout_ms) {
+			char why[64];
+
+			snprintf(why, sizeof(why), "no answer for %u ms",
+				 n->reg.hb_timeout_ms);
+			lose(n, EMB_ENOSCHED, why);
+		} else if (!quiet && !n->hb_inflight && now >= n->next_hb_ms) {
+			n->next_hb_ms = now + interval;
+			send_heartbeat(n);
+		}
+		wait = n->next_hb_ms - now;
+		if (wait < 1 || n->hb_inflight)
+			wait = interval;
+		rc = emb_transport_poll(n->tr, (int)wait);
+		/* A signal (a child stopping, say) is no reason to stop. */
+		if (rc < 0 && rc != -EINTR) {
+			emb_log(EMB_LOG_ERROR, "node agent loop failed: %s",
+				emb_strerror(rc));
+			break;
+		}
+	}
+	return NULL;
+}
+
+/* ---- create / destroy ---------------------------------------------- */
+
+static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
+			 int64_t deadline)
+{
+	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
+	bool logged = false;
+	int rc;
+
+	co.host = o->sched_host;
+	co.port = o->sched_port;
+	co.on_close = on_conn_close;
+	co.arg = n;
+	for (;;) {
+		rc = emb_conn_create(n->tr, &co, &n->conn);
+		if (rc == 0 || rc == -EINVAL || rc == -ENOMEM ||
+		    mono_ms() + CONNECT_RETRY_MS > deadline)
+			return rc;
+		if (o->cancel && *o->cancel)
+			return -ECANCELED;
+		if (!logged)
+			emb_log(EMB_LOG_INFO, "waiting for scheduler %s: %s",
+				n->sched, emb_strerror(rc));
+		logged = true;
+		usleep(CONNECT_RETRY_MS * 1000);
+	}
+}
+
+/* Creating thread, before the agent starts. */
+static int register_node(struct emb_node *n, const struct emb_node_opts *o)
+{
+	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 16 + EMB_WIRE_HOST_MAX + 1];
+	_Alignas(8) uint8_t resp[SMALL_RESP];
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_frame_hdr hdr, rhdr;
+	struct emb_wire_frame f;
+	struct iovec iov;
+	int len, rc;
+
+	len = emb_wire_register_req_encode(
+	    req, sizeof(req), 0, o->role, o->port, (uint32_t)getpid(), o->host);
+	if (len < 0)
+		return len;
+	memcpy(&hdr, req, sizeof(hdr));
+	iov = (struct iovec){req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call_sync(n->conn, &hdr, &iov, 1, resp, sizeof(resp),
+				&rhdr);
+	if (rc)
+		return rc;
+	if (rhdr.status < 0) {
+		log_error_resp(n, &rhdr, resp);
+		return rhdr.status;
+	}
+	f = (struct emb_wire_frame){.hdr = rhdr, .payload = resp, .lim = &lim};
+	rc = emb_wire_register_resp_decode(&f, &n->reg);
+	if (rc)
+		return rc;
+	if (n->reg.role != o->role)
+		return EMB_EBADFRAME;
+	return 0;
+}
+
+int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
+{
+	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
+	struct emb_node *n;
+	sigset_t all, old;
+	int64_t deadline;
+	int rc;
+
+	if (!opts || !out || !opts->sched_host || !*opts->sched_host ||
+	    !opts->sched_port ||
+	    (opts->role != EMB_ROLE_SERVER && opts->role != EMB_ROLE_WORKER) ||
+	    (opts->role == EMB_ROLE_SERVER && !opts->port))
+		return -EINVAL;
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	pthread_mutex_init(&n->mu, NULL);
+	pthread_cond_init(&n->cv, NULL);
+	n->mapw.n = n;
+	n->on_end = opts->on_end;
+	n->end_arg = opts->arg;
+	n->join_timeout_ms = opts->join_timeout_ms ? opts->join_timeout_ms
+						   : EMB_JOIN_TIMEOUT_DEFAULT;
+	snprintf(n->sched, sizeof(n->sched), "%s:%u", opts->sched_host,
+		 opts->sched_port);
+	deadline = mono_ms() + n->join_timeout_ms;
+
+	n->hb_resp_cap = 8 + 8ull * EMB_WIRE_NODES_MAX;
+	n->hb_resp = malloc(n->hb_resp_cap);
+	n->dead = calloc(EMB_WIRE_NODES_MAX, sizeof(*n->dead));
+	if (!n->hb_resp || !n->dead) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	/* No call deadline: barriers wait as long as the slowest worker;
+	 * heartbeats tell a dead scheduler from a slow barrier. */
+	topts.call_timeout_ms = 0;
+	topts.connect_timeout_ms = 2000;
+	topts.max_frame_bytes = 4u << 20;
+	rc = emb_transport_create("tcp", &topts, &n->tr);
+	if (rc)
+		goto err_free;
+	rc = connect_retry(n, opts, deadline);
+	if (rc) {
+		emb_log(rc == -ECANCELED ? EMB_LOG_INFO : EMB_LOG_ERROR,
+			"cannot reach scheduler %s: %s", n->sched,
+			emb_strerror(rc));
+		goto err_tr;
+	}
+	rc = register_node(n, opts);
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "register with scheduler %s: %s",
+			n->sched, emb_strerror(rc));
+		goto err_conn;
+	}
+	emb_log(EMB_LOG_INFO, "registered with scheduler %s as %s %u of %u",
+		n->sched, emb_role_name(n->reg.role), n->reg.rank,
+		n->reg.role == EMB_ROLE_SERVER ? n->reg.server_num
+					       : n->reg.worker_num);
+	/* The agent takes no signals: a daemon waits for them in sigsuspend()
+	 * on its main thread, and a trainer has its own plans for them. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	rc = -pthread_create(&n->thread, NULL, agent_main, n);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc)
+		goto err_conn;
+	n->running = true;
+	*out = n;
+	return 0;
+
+err_conn:
+	emb_conn_destroy(n->conn);
+err_tr:
+	emb_transport_destroy(n->tr);
+err_free:
+	free(n->dead);
+	free(n->hb_resp);
+	pthread_cond_destroy(&n->cv);
+	pthread_mutex_destroy(&n->mu);
+	free(n);
+	return rc;
+}
+
+void emb_node_destroy(struct emb_node *n)
+{
+	if (!n)
+		return;
+	if (n->running) {
+		pthread_mutex_lock(&n->mu);
+		n->stop = true;
+		pthread_mutex_unlock(&n->mu);
+		emb_transport_wake(n->tr);
+		pthread_join(n->thread, NULL);
+	}
+	/* The agent is gone: this thread owns the conn now. Quietly: the
+	 * close callback must not report a loss nobody can act on. */
+	pthread_mutex_lock(&n->mu);
+	n->ended = true;
+	if (!n->lost)
+		n->lost = EMB_ECLOSED;
+	pthread_mutex_unlock(&n->mu);
+	emb_conn_destroy(n->conn);
+	emb_transport_destroy(n->tr);
+	free(n->mapw.resp);
+	free(n->servers);
+	free(n->dead);
+	free(n->hb_resp);
+	pthread_cond_destroy(&n->cv);
+	pthread_mutex_destroy(&n->mu);
+	free(n);
+}
+
+/* ---- calls ---------------------------------------------------------- */
+
+static int map_take(struct emb_node *n)
+{
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_frame f;
+	struct emb_wire_cluster_map m;
+	struct emb_wire_node_addr *srv;
+	int rc;
+
+	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
+	f = (struct emb_wire_frame){
+	    .hdr = n->mapw.rhdr, .payload = n->mapw.resp, .lim = &lim};
+	rc = emb_wire_cluster_map_decode(&f, &m);
+	if (rc)
+		return rc;
+	if (m.nservers != n->reg.server_num || m.nworkers != n->reg.worker_num)
+		return EMB_EBADFRAME;
+	srv = calloc(m.nservers, sizeof(*srv));
+	if (!srv)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < m.nservers; i++)
+		emb_wire_cluster_map_server(&m, i, &srv[i]);
+	pthread_mutex_lock(&n->mu);
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		n->slot_map[s] = emb_wire_cluster_map_slot(&m, s);
+	n->servers = srv;
+	n->have_map = true;
+	pthread_mutex_unlock(&n->mu);
+	return 0;
+}
+
+int emb_node_wait_map(struct emb_node *n)
+{
+	struct waiter *w = &n->mapw;
+	int rc;
+
+	if (n->have_map)
+		return 0;
+	if (!w->resp) {
+		w->resp_cap = emb_wire_cluster_map_bytes(n->reg.server_num) -
+			      EMB_WIRE_HDR_SIZE;
+		w->resp_cap =
+		    w->resp_cap < SMALL_RESP ? SMALL_RESP : w->resp_cap;
+		w->resp = malloc(w->resp_cap);
+		if (!w->resp)
+			return -ENOMEM;
+		w->req_len = emb_wire_node_req_encode(w->req, sizeof(w->req),
+						      EMB_OP_CLUSTER_MAP, 0,
+						      n->reg.node_id);
+		if (w->req_len < 0)
+			return w->req_len;
+	}
+	rc = waiter_run(w, mono_ms() + n->join_timeout_ms);
+	if (rc == -ETIMEDOUT)
+		emb_log(EMB_LOG_ERROR, "%s %u: cluster not ready after %u ms",
+			emb_role_name(n->reg.role), n->reg.rank,
+			n->join_timeout_ms);
+	if (rc)
+		return rc;
+	return map_take(n);
+}
+
+uint32_t emb_node_role(const struct emb_node *n)
+{
+	return n->reg.role;
+}
+
+uint32_t emb_node_rank(const struct emb_node *n)
+{
+	return n->reg.rank;
+}
+
+uint32_t emb_node_nservers(const struct emb_node *n)
+{
+	return n->reg.server_num;
+}
+
+uint32_t emb_node_nworkers(const struct emb_node *n)
+{
+	return n->reg.worker_num;
+}
+
+const uint16_t *emb_node_slot_map(const struct emb_node *n)
+{
+	return n->have_map ? n->slot_map : NULL;
+}
+
+const struct emb_wire_node_addr *emb_node_servers(const struct emb_node *n)
+{
+	return n->have_map ? n->servers : NULL;
+}
+
+void emb_node_watch(struct emb_node *n, emb_node_dead_fn fn, void *arg)
+{
+	uint32_t seen = 0;
+
+	for (;;) {
+		struct emb_wire_node_ref d;
+
+		pthread_mutex_lock(&n->mu);
+		if (seen == 0) {
+			n->watch_fn = fn;
+			n->watch_arg = arg;
+		}
+		if (!fn || seen >= n->ndead) {
+			pthread_mutex_unlock(&n->mu);
+			return;
+		}
+		d = n->dead[seen++];
+		pthread_mutex_unlock(&n->mu);
+		fn(arg, d.role, d.rank);
+	}
+}
+
+static int simple_call(struct emb_node *n, struct waiter *w, uint8_t op)
+{
+	uint32_t count;
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_frame f;
+	_Alignas(8) uint8_t resp[SMALL_RESP];
+	int rc;
+
+	w->n = n;
+	w->resp = resp;
+	w->resp_cap = sizeof(resp);
+	rc = waiter_run(w, 0);
+	if (rc)
+		return rc;
+	f = (struct emb_wire_frame){
+	    .hdr = w->rhdr, .payload = resp, .lim = &lim};
+	return emb_wire_cluster_ack_decode(&f, op, &count);
+}
+
+int emb_node_barrier(struct emb_node *n, const char *name)
+{
+	struct waiter w = {0};
+
+	if (n->reg.role != EMB_ROLE_WORKER)
+		return EMB_ECLUSTER;
+	w.req_len = emb_wire_barrier_req_encode(w.req, sizeof(w.req), 0,
+						n->reg.node_id, name);
+	if (w.req_len < 0)
+		return -EINVAL;
+	return simple_call(n, &w, EMB_OP_BARRIER);
+}
+
+int emb_node_finish(struct emb_node *n)
+{
+	struct waiter w = {0};
+	int rc;
+
+	if (n->reg.role != EMB_ROLE_WORKER)
+		return EMB_ECLUSTER;
+	w.req_len = emb_wire_node_req_encode(w.req, sizeof(w.req),
+					     EMB_OP_FINISH, 0, n->reg.node_id);
+	if (w.req_len < 0)
+		return w.req_len;
+	rc = simple_call(n, &w, EMB_OP_FINISH);
+	if (rc == 0) {
+		pthread_mutex_lock(&n->mu);
+		n->ended = true;
+		pthread_mutex_unlock(&n->mu);
+	}
+	return rc;
+}

@@ -1,0 +1,139 @@
+/*
+ * src/cluster/node.h - a cluster member's link to the scheduler: the
+ * environment that describes the cluster, registration, the cluster map,
+ * heartbeats, barriers and the end of the job. Used by the worker library
+ * (cluster.c) and by the server daemon; not installed.
+ *
+ * A node runs one agent thread with its own TCP loop and one connection to
+ * the scheduler. The agent pings every timeout / 5, learns from the answers
+ * which nodes died and whether the job is finishing, and declares the
+ * scheduler lost when no answer came for a whole timeout. The functions
+ * below may be called from any thread, except emb_node_destroy(), which
+ * needs every other call finished.
+ */
+#ifndef EMB_CLUSTER_NODE_H
+#define EMB_CLUSTER_NODE_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/hash.h"
+#include "proto/wire_cluster.h"
+
+#define EMB_SCHED_PORT_DEFAULT	      7165
+#define EMB_HEARTBEAT_TIMEOUT_DEFAULT 10000u  /* ms */
+#define EMB_JOIN_TIMEOUT_DEFAULT      300000u /* ms */
+
+/*
+ * The cluster as the environment describes it. EMB_* names win over their
+ * MindSpore aliases (MS_ROLE with MS_SCHED / MS_PSERVER / MS_WORKER,
+ * MS_SCHED_HOST, MS_SCHED_PORT, MS_SERVER_NUM, MS_WORKER_NUM).
+ */
+struct emb_cluster_env {
+	uint32_t role; /* EMB_ROLE: EMB_ROLE_NONE when unset */
+	char sched_host[EMB_WIRE_HOST_MAX + 1]; /* EMB_SCHED_HOST; "" unset */
+	uint16_t sched_port;	  /* EMB_SCHED_PORT; default 7165 */
+	uint32_t server_num;	  /* EMB_SERVER_NUM; 0 when unset */
+	uint32_t worker_num;	  /* EMB_WORKER_NUM; 0 when unset */
+	uint32_t hb_timeout_ms;	  /* EMB_HEARTBEAT_TIMEOUT, seconds (may be
+				     fractional); default 10 s */
+	uint32_t join_timeout_ms; /* EMB_CLUSTER_TIMEOUT, seconds: how long
+				     to wait for the scheduler and the other
+				     nodes; default 300 s */
+};
+
+/*
+ * Reads the environment into *out. 0, or -EINVAL with the name of the
+ * variable that does not parse in *bad (may be NULL). Thread-safe as long
+ * as nobody changes the environment meanwhile.
+ */
+int emb_cluster_env_read(struct emb_cluster_env *out, const char **bad);
+
+/*
+ * "scheduler", "server", "worker" and MindSpore's "MS_SCHED",
+ * "MS_PSERVER", "MS_WORKER" to EMB_ROLE_*; 0, or -EINVAL.
+ */
+int emb_role_parse(const char *s, uint32_t *role);
+
+struct emb_node;
+
+/*
+ * Called from the agent thread: another node was declared dead (role and
+ * rank), or the job ended for this node (status 0: the cluster finished;
+ * EMB_ENOSCHED: scheduler lost; EMB_ENODEAD: the scheduler declared this
+ * node dead). A callback must not call emb_node_destroy().
+ */
+typedef void (*emb_node_dead_fn)(void *arg, uint32_t role, uint32_t rank);
+typedef void (*emb_node_end_fn)(void *arg, int status);
+
+struct emb_node_opts {
+	const char *sched_host;	  /* scheduler address; copied */
+	uint16_t sched_port;	  /* scheduler port */
+	uint32_t role;		  /* EMB_ROLE_SERVER or EMB_ROLE_WORKER */
+	const char *host;	  /* server: address to advertise; NULL or ""
+				     = the one the scheduler sees */
+	uint16_t port;		  /* server: its bound listen port */
+	uint32_t join_timeout_ms; /* connect retries and map wait; 0 = 300 s */
+	emb_node_end_fn on_end;	  /* optional */
+	void *arg;		  /* passed to on_end */
+	/* Optional: non-zero stops the connect retries (a daemon's signal
+	 * flag, so Ctrl-C works while the scheduler is not up yet). */
+	const volatile sig_atomic_t *cancel;
+};
+
+/*
+ * Connects to the scheduler (retrying while it is not up yet, for at most
+ * join_timeout_ms), registers, and starts heartbeats. The agent thread
+ * blocks every signal: they stay with the host's threads. Returns 0 and
+ * *out with the rank known, or -EINVAL (bad opts), -ETIMEDOUT /
+ * -ECONNREFUSED (no scheduler in time), -ECANCELED (*cancel was set),
+ * EMB_ECLUSTER (scheduler refused: cluster full), -ENOMEM, or another transport
+ * error.
+ */
+int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out);
+
+/* Stops the agent and closes the link; NULL is a no-op. */
+void emb_node_destroy(struct emb_node *n);
+
+/*
+ * Waits until every node has joined and the scheduler sent the cluster
+ * map. 0, or -ETIMEDOUT (not within join_timeout_ms), EMB_ENOSCHED,
+ * EMB_ENODEAD (a node died before the cluster formed), EMB_EBADFRAME.
+ */
+int emb_node_wait_map(struct emb_node *n);
+
+uint32_t emb_node_role(const struct emb_node *n);
+uint32_t emb_node_rank(const struct emb_node *n);
+uint32_t emb_node_nservers(const struct emb_node *n);
+uint32_t emb_node_nworkers(const struct emb_node *n);
+
+/*
+ * After emb_node_wait_map(): the slot -> server rank map (EMB_NSLOTS
+ * entries) and the servers' addresses by rank; valid until destroy.
+ */
+const uint16_t *emb_node_slot_map(const struct emb_node *n);
+const struct emb_wire_node_addr *emb_node_servers(const struct emb_node *n);
+
+/*
+ * Calls fn(arg, role, rank) for every node already declared dead, on this
+ * thread, then for each later death on the agent thread. One watcher per
+ * node; fn NULL removes it (a callback already running may still finish).
+ */
+void emb_node_watch(struct emb_node *n, emb_node_dead_fn fn, void *arg);
+
+/*
+ * Workers: blocks until every worker reached the barrier called name. 0,
+ * or -EINVAL (name empty or over 63 bytes), EMB_ENODEAD (a node died),
+ * EMB_ENOSCHED (scheduler lost), EMB_ECLUSTER (not a worker).
+ */
+int emb_node_barrier(struct emb_node *n, const char *name);
+
+/*
+ * Workers: tells the scheduler this worker is done; once all are, the
+ * servers stop and the scheduler exits. Later scheduler loss is no error.
+ * 0, or EMB_ENOSCHED, EMB_ENODEAD, EMB_ECLUSTER (not a worker).
+ */
+int emb_node_finish(struct emb_node *n);
+
+#endif

@@ -1,0 +1,804 @@
+/*
+ * src/cluster/scheduler.c - the scheduler role (docs/cluster.md): ranks, the
+ * cluster map, liveness, barriers and the end of the job.
+ *
+ * Everything runs on the scheduler's one loop thread: the request handler,
+ * the close callback and the timer that declares silent nodes dead. The
+ * transport only lets a scheduler answer requests, so whatever it must
+ * tell a node later is held as an unanswered request (CLUSTER_MAP until
+ * every node joined, BARRIER until every worker arrived) or rides on the
+ * next heartbeat response (deaths, the end of the job). Nodes are few and
+ * messages rare: linear scans keep it plain.
+ */
+#include "cluster/scheduler.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "proto/wire_cluster.h"
+#include "proto/wire_msg.h"
+#include "metrics/metrics.h"
+#include "transport/transport.h"
+
+struct node {
+	uint32_t role; /* EMB_ROLE_SERVER or _WORKER; 0 = free */
+	uint32_t rank; /* within the role */
+	uint32_t pid;  /* as registered, for logs */
+	struct emb_wire_node_addr addr; /* servers: where workers connect */
+	char peer[64];			/* "addr:port" it registered from */
+	struct emb_conn *conn;		/* the conn it registered on */
+	int64_t last_ms;		/* last request from it, monotonic */
+	bool dead;			/* declared dead */
+	bool finished;		     /* worker: FINISH; server: acknowledged */
+	struct emb_req *map_req;     /* CLUSTER_MAP held until ready */
+	struct emb_req *barrier_req; /* BARRIER held until all arrive */
+	char barrier[EMB_WIRE_BARRIER_NAME_MAX + 1]; /* its name */
+};
+
+struct emb_sched {
+	struct emb_transport *tr;	  /* the loop */
+	struct emb_listener *lis;	  /* accepts nodes */
+	pthread_t thread;		  /* runs the loop */
+	bool running;			  /* thread started */
+	struct emb_sched_opts o;	  /* copy; host points at host */
+	char host[EMB_WIRE_HOST_MAX + 1]; /* listen address */
+	uint64_t cluster_id;		  /* random per run */
+
+	/* Loop thread only. Node id i + 1 names nodes[i]: servers take
+	 * 0..S-1, workers S..S+W-1, so an id says the role and rank. */
+	struct node *nodes;		/* server_num + worker_num */
+	uint32_t nservers;		/* servers registered */
+	uint32_t nworkers;		/* workers registered */
+	uint32_t state;			/* enum emb_cluster_state */
+	struct emb_wire_node_ref *dead; /* in order of death */
+	uint32_t ndead;			/* entries in dead */
+	uint8_t *map_frame;		/* CLUSTER_MAP response, once ready */
+	int map_len;			/* its bytes */
+	uint32_t replies; /* replies not yet handed to the kernel */
+	bool over;	  /* job ended: stop once replies are out */
+
+	pthread_mutex_t mu; /* guards done and status, with cv */
+	pthread_cond_t cv;  /* signalled when done */
+	bool stop;	    /* destroy asked the loop to exit */
+	bool done;	    /* the job ended */
+	int status;	    /* 0, or EMB_ENODEAD */
+};
+
+/* A reply in flight; freed when the transport is done with it. */
+struct reply {
+	struct emb_sched *s;	     /* owner */
+	_Alignas(8) uint8_t frame[]; /* the encoded frame */
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint32_t nnodes(const struct emb_sched *s)
+{
+	return s->o.server_num + s->o.worker_num;
+}
+
+static const char *node_addr(const struct node *n, char *buf, size_t cap)
+{
+	if (n->role == EMB_ROLE_SERVER)
+		snprintf(buf, cap, "%s:%u", n->addr.host, n->addr.port);
+	else
+		snprintf(buf, cap, "%s", n->peer);
+	return buf;
+}
+
+/* ---- replies -------------------------------------------------------- */
+
+static void reply_sent(void *ctx, int status)
+{
+	struct reply *r = ctx;
+
+	(void)status;
+	r->s->replies--;
+	free(r);
+}
+
+/* Sends a copy of the encoded frame frame[0..len) as the reply to req. */
+static void send_frame(struct emb_sched *s, struct emb_req *req,
+		       const uint8_t *frame, int len)
+{
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	struct reply *r;
+
+	r = malloc(sizeof(*r) + (size_t)len);
+	if (!r) {
+		emb_req_release(req);
+		return;
+	}
+	r->s = s;
+	memcpy(r->frame, frame, (size_t)len);
+	memcpy(&hdr, r->frame, sizeof(hdr));
+	iov = (struct iovec){r->frame + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	s->replies++;
+	/* req is consumed whatever happens; done runs only on success. */
+	if (emb_conn_reply(req, &hdr, &iov, iov.iov_len ? 1 : 0, reply_sent,
+			   r)) {
+		s->replies--;
+		free(r);
+	}
+}
+
+static void send_error(struct emb_sched *s, struct emb_req *req, int status,
+		       const char *msg)
+{
+	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE + 4 + EMB_WIRE_ERRMSG_MAX];
+	int len = emb_wire_error_encode(buf, sizeof(buf), req->hdr.opcode,
+					req->hdr.req_id, 0, status, msg);
+
+	if (len < 0) {
+		emb_req_release(req);
+		return;
+	}
+	send_frame(s, req, buf, len);
+}
+
+static void send_ack(struct emb_sched *s, struct emb_req *req, uint8_t op,
+		     uint32_t count)
+{
+	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE];
+	int len = emb_wire_cluster_ack_encode(buf, sizeof(buf), op,
+					      req->hdr.req_id, count);
+
+	if (len < 0) {
+		emb_req_release(req);
+		return;
+	}
+	send_frame(s, req, buf, len);
+}
+
+/* ---- the job's course ----------------------------------------------- */
+
+/* The loop ends once the last replies are out (loop_main reports it). */
+static void finish_job(struct emb_sched *s)
+{
+	s->over = true;
+	emb_log(EMB_LOG_INFO, "job over: %u node%s died", s->ndead,
+		s->ndead == 1 ? "" : "s");
+}
+
+/*
+ * Every worker registered and finished or died: servers learn it from
+ * their next heartbeat; once each acknowledged or died, the job is over.
+ */
+static void check_end(struct emb_sched *s)
+{
+	uint32_t S = s->o.server_num;
+
+	if (s->over)
+		return;
+	if (s->state != EMB_CLUSTER_FINISHING) {
+		for (uint32_t i = S; i < nnodes(s); i++) {
+			const struct node *n = &s->nodes[i];
+
+			if (!n->role || !(n->finished || n->dead))
+				return;
+		}
+		s->state = EMB_CLUSTER_FINISHING;
+		emb_log(EMB_LOG_INFO, "all workers done: stopping servers");
+	}
+	for (uint32_t i = 0; i < S; i++) {
+		const struct node *n = &s->nodes[i];
+
+		if (n->role && !n->finished && !n->dead)
+			return;
+	}
+	finish_job(s);
+}
+
+/* The barrier every worker has reached, if any: answer them all. */
+static void check_barrier(struct emb_sched *s, const char *name)
+{
+	uint32_t S = s->o.server_num, W = s->o.worker_num;
+
+	for (uint32_t i = S; i < S + W; i++) {
+		const struct node *n = &s->nodes[i];
+
+		if (!n->barrier_req || strcmp(n->barrier, name))
+			return;
+	}
+	emb_log(EMB_LOG_DEBUG, "barrier %s: %u workers met", name, W);
+	for (uint32_t i = S; i < S + W; i++) {
+		struct node *n = &s->nodes[i];
+		struct emb_req *req = n->barrier_req;
+
+		n->barrier_req = NULL;
+		send_ack(s, req, EMB_OP_BARRIER, W);
+	}
+}
+
+static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
+{
+	char addr[EMB_WIRE_HOST_MAX + 16];
+	char msg[128];
+
+	if (n->dead)
+		return;
+	n->dead = true;
+	s->dead[s->ndead++] = (struct emb_wire_node_ref){n->role, n->rank};
+	emb_log(EMB_LOG_ERROR, "%s %u (%s) declared dead: %s",
+		emb_role_name(n->role), n->rank,
+		node_addr(n, addr, sizeof(addr)), why);
+	snprintf(msg, sizeof(msg), "%s %u died", emb_role_name(n->role),
+		 n->rank);
+	/* A barrier with a dead member can never complete; a cluster with
+	 * a dead member before it formed never will either. */
+	for (uint32_t i = 0; i < nnodes(s); i++) {
+		struct node *m = &s->nodes[i];
+
+		if (m->barrier_req) {
+			send_error(s, m->barrier_req, EMB_ENODEAD, msg);
+			m->barrier_req = NULL;
+		}
+		if (m->map_req) {
+			send_error(s, m->map_req, EMB_ENODEAD, msg);
+			m->map_req = NULL;
+		}
+	}
+	check_end(s);
+}
+
+static void build_map(struct emb_sched *s)
+{
+	uint32_t S = s->o.server_num;
+	struct emb_wire_node_addr *addrs;
+	uint16_t slot_map[EMB_NSLOTS];
+	size_t cap = emb_wire_cluster_map_bytes(S);
+
+	addrs = calloc(S, sizeof(*addrs));
+	s->map_frame = malloc(cap);
+	if (!addrs || !s->map_frame)
+		goto err;
+	for (uint32_t i = 0; i < S; i++)
+		addrs[i] = s->nodes[i].addr;
+	/* Contiguous ranges, as a client given a server list routes: a dump
+	 * grouped by slot restores onto either. */
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		slot_map[sl] = (uint16_t)((uint64_t)sl * S / EMB_NSLOTS);
+	s->map_len = emb_wire_cluster_map_encode(
+	    s->map_frame, cap, 0, s->o.worker_num, slot_map, addrs, S);
+	free(addrs);
+	if (s->map_len > 0)
+		return;
+err:
+	free(addrs);
+	free(s->map_frame);
+	s->map_frame = NULL;
+	emb_log(EMB_LOG_ERROR, "cannot build the cluster map");
+}
+
+static void send_map(struct emb_sched *s, struct emb_req *req)
+{
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+
+	if (!s->map_frame) {
+		send_error(s, req, -ENOMEM, "no cluster map");
+		return;
+	}
+	memcpy(&hdr, s->map_frame, sizeof(hdr));
+	iov = (struct iovec){s->map_frame + EMB_WIRE_HDR_SIZE,
+			     (size_t)s->map_len - EMB_WIRE_HDR_SIZE};
+	/* The map frame lives as long as the scheduler: nothing to free. */
+	emb_conn_reply(req, &hdr, &iov, 1, NULL, NULL);
+}
+
+static void check_ready(struct emb_sched *s)
+{
+	if (s->state != EMB_CLUSTER_FORMING || s->ndead ||
+	    s->nservers < s->o.server_num || s->nworkers < s->o.worker_num)
+		return;
+	s->state = EMB_CLUSTER_READY;
+	build_map(s);
+	emb_log(EMB_LOG_INFO, "cluster ready: %u server%s, %u worker%s",
+		s->nservers, s->nservers == 1 ? "" : "s", s->nworkers,
+		s->nworkers == 1 ? "" : "s");
+	for (uint32_t i = 0; i < nnodes(s); i++) {
+		struct node *n = &s->nodes[i];
+
+		if (n->map_req) {
+			send_map(s, n->map_req);
+			n->map_req = NULL;
+		}
+	}
+}
+
+/* ---- requests ------------------------------------------------------- */
+
+/* The peer's address without port or IPv6 brackets. */
+static void peer_host(const struct emb_conn *conn, char *buf, size_t cap)
+{
+	const char *p = emb_conn_peer(conn);
+	const char *end = strrchr(p, ':');
+	size_t len = end ? (size_t)(end - p) : strlen(p);
+
+	if (len >= 2 && p[0] == '[' && p[len - 1] == ']') {
+		p++;
+		len -= 2;
+	}
+	if (len >= cap)
+		len = cap - 1;
+	memcpy(buf, p, len);
+	buf[len] = '\0';
+}
+
+static bool wildcard(const char *h, uint32_t len)
+{
+	return len == 0 || (len == 7 && !memcmp(h, "0.0.0.0", 7)) ||
+	       (len == 2 && !memcmp(h, "::", 2));
+}
+
+static void on_register(struct emb_sched *s, struct emb_conn *conn,
+			struct emb_req *req, const struct emb_wire_frame *f)
+{
+	struct emb_wire_register_req r;
+	struct emb_wire_register_resp resp;
+	_Alignas(8)
+	    uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_REGISTER_RESP_SIZE];
+	char addr[EMB_WIRE_HOST_MAX + 16], msg[96];
+	struct node *n;
+	uint32_t idx;
+	int len, rc;
+
+	rc = emb_wire_register_req_decode(f, &r);
+	if (rc) {
+		send_error(s, req, rc, "bad REGISTER");
+		return;
+	}
+	if (r.role == EMB_ROLE_SERVER && r.port == 0) {
+		send_error(s, req, EMB_EBADFRAME, "server without a port");
+		return;
+	}
+	if (s->state != EMB_CLUSTER_FORMING ||
+	    (r.role == EMB_ROLE_SERVER ? s->nservers == s->o.server_num
+				       : s->nworkers == s->o.worker_num)) {
+		snprintf(msg, sizeof(msg), "cluster full: %u %ss registered",
+			 r.role == EMB_ROLE_SERVER ? s->o.server_num
+						   : s->o.worker_num,
+			 emb_role_name(r.role));
+		emb_log(EMB_LOG_WARN, "%s from %s refused: %s",
+			emb_role_name(r.role), emb_conn_peer(conn), msg);
+		send_error(s, req, EMB_ECLUSTER, msg);
+		return;
+	}
+	idx = r.role == EMB_ROLE_SERVER ? s->nservers++
+					: s->o.server_num + s->nworkers++;
+	n = &s->nodes[idx];
+	memset(n, 0, sizeof(*n));
+	n->role = r.role;
+	n->rank = r.role == EMB_ROLE_SERVER ? idx : idx - s->o.server_num;
+	n->pid = r.pid;
+	n->conn = conn;
+	snprintf(n->peer, sizeof(n->peer), "%s", emb_conn_peer(conn));
+	n->last_ms = mono_ms();
+	emb_conn_set_user(conn, n);
+	if (r.role == EMB_ROLE_SERVER) {
+		/* A server bound to every address is reached at the one it
+		 * came from. */
+		if (wildcard(r.host, r.host_len))
+			peer_host(conn, n->addr.host, sizeof(n->addr.host));
+		else
+			memcpy(n->addr.host, r.host, r.host_len);
+		n->addr.port = r.port;
+	}
+	emb_log(EMB_LOG_INFO, "assigned %s rank %u to %s (pid %u)",
+		emb_role_name(n->role), n->rank,
+		node_addr(n, addr, sizeof(addr)), n->pid);
+
+	resp = (struct emb_wire_register_resp){
+	    .role = n->role,
+	    .rank = n->rank,
+	    .node_id = idx + 1,
+	    .server_num = s->o.server_num,
+	    .worker_num = s->o.worker_num,
+	    .hb_timeout_ms = s->o.hb_timeout_ms,
+	    .cluster_id = s->cluster_id,
+	};
+	len = emb_wire_register_resp_encode(buf, sizeof(buf), req->hdr.req_id,
+					    &resp);
+	if (len < 0)
+		send_error(s, req, len, "cannot encode REGISTER response");
+	else
+		send_frame(s, req, buf, len);
+	check_ready(s);
+}
+
+/* The live node named by id, or NULL after answering req with an error. */
+static struct node *node_of(struct emb_sched *s, struct emb_req *req,
+			    uint32_t id)
+{
+	struct node *n;
+
+	if (id == 0 || id > nnodes(s) || !s->nodes[id - 1].role) {
+		send_error(s, req, EMB_ECLUSTER, "unknown node id");
+		return NULL;
+	}
+	n = &s->nodes[id - 1];
+	if (n->dead) {
+		send_error(s, req, EMB_ENODEAD, "this node was declared dead");
+		return NULL;
+	}
+	n->last_ms = mono_ms();
+	return n;
+}
+
+static void on_heartbeat(struct emb_sched *s, struct emb_req *req,
+			 const struct emb_wire_frame *f)
+{
+	uint8_t *buf;
+	size_t cap = EMB_WIRE_HDR_SIZE + 8 + 8ull * s->ndead;
+	uint64_t seq;
+	uint32_t id;
+	int len, rc;
+
+	rc = emb_wire_heartbeat_req_decode(f, &id, &seq);
+	if (rc) {
+		send_error(s, req, rc, "bad HEARTBEAT");
+		return;
+	}
+	if (!node_of(s, req, id))
+		return;
+	buf = malloc(cap);
+	if (!buf) {
+		send_error(s, req, -ENOMEM, "out of memory");
+		return;
+	}
+	len = emb_wire_heartbeat_resp_encode(buf, cap, req->hdr.req_id,
+					     s->state, s->dead, s->ndead);
+	if (len < 0)
+		send_error(s, req, len, "cannot encode HEARTBEAT response");
+	else
+		send_frame(s, req, buf, len);
+	free(buf);
+}
+
+static void on_map(struct emb_sched *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	struct node *n;
+	uint32_t id;
+	int rc = emb_wire_node_req_decode(f, EMB_OP_CLUSTER_MAP, &id);
+
+	if (rc) {
+		send_error(s, req, rc, "bad CLUSTER_MAP");
+		return;
+	}
+	if (id == 0) {
+		/* An observer that has not joined: the map, if formed. */
+		if (s->state == EMB_CLUSTER_FORMING)
+			send_error(s, req, EMB_ECLUSTER, "cluster not ready");
+		else
+			send_map(s, req);
+		return;
+	}
+	n = node_of(s, req, id);
+	if (!n)
+		return;
+	if (s->ndead) {
+		send_error(s, req, EMB_ENODEAD, "a node died");
+	} else if (s->state != EMB_CLUSTER_FORMING) {
+		send_map(s, req);
+	} else if (n->map_req) {
+		send_error(s, req, EMB_ECLUSTER, "map already requested");
+	} else {
+		n->map_req = req;
+	}
+}
+
+static void on_barrier(struct emb_sched *s, struct emb_req *req,
+		       const struct emb_wire_frame *f)
+{
+	struct emb_wire_barrier_req b;
+	struct node *n;
+	int rc = emb_wire_barrier_req_decode(f, &b);
+
+	if (rc) {
+		send_error(s, req, rc, "bad BARRIER");
+		return;
+	}
+	n = node_of(s, req, b.node_id);
+	if (!n)
+		return;
+	if (n->role != EMB_ROLE_WORKER || n->barrier_req || n->finished) {
+		send_error(s, req, EMB_ECLUSTER,
+			   "barrier from a server, twice, or after finish");
+		return;
+	}
+	if (s->ndead) {
+		send_error(s, req, EMB_ENODEAD, "a node died");
+		return;
+	}
+	n->barrier_req = req;
+	memcpy(n->barrier, b.name, b.name_len);
+	n->barrier[b.name_len] = '\0';
+	check_barrier(s, n->barrier);
+}
+
+static void on_finish(struct emb_sched *s, struct emb_req *req,
+		      const struct emb_wire_frame *f)
+{
+	struct node *n;
+	uint32_t id;
+	int rc = emb_wire_node_req_decode(f, EMB_OP_FINISH, &id);
+
+	if (rc) {
+		send_error(s, req, rc, "bad FINISH");
+		return;
+	}
+	n = node_of(s, req, id);
+	if (!n)
+		return;
+	if (n->role == EMB_ROLE_SERVER && s->state != EMB_CLUSTER_FINISHING) {
+		send_error(s, req, EMB_ECLUSTER, "the job is not finishing");
+		return;
+	}
+	if (!n->finished)
+		emb_log(EMB_LOG_INFO, "%s %u finished", emb_role_name(n->role),
+			n->rank);
+	n->finished = true;
+	send_ack(s, req, EMB_OP_FINISH, 0);
+	check_end(s);
+}
+
+static void on_request(void *arg, struct emb_conn *conn, struct emb_req *req,
+		       const struct emb_frame_hdr *hdr, void *payload)
+{
+	struct emb_sched *s = arg;
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_frame f = {
+	    .hdr = *hdr, .payload = payload, .lim = &lim};
+
+	if (hdr->opcode & EMB_OP_RESPONSE_BIT) {
+		send_error(s, req, EMB_EBADOP, "a response sent as a request");
+		return;
+	}
+	switch (hdr->opcode) {
+	case EMB_OP_REGISTER:
+		if (emb_conn_user(conn))
+			send_error(s, req, EMB_ECLUSTER,
+				   "connection already registered");
+		else
+			on_register(s, conn, req, &f);
+		break;
+	case EMB_OP_HEARTBEAT:
+		on_heartbeat(s, req, &f);
+		break;
+	case EMB_OP_CLUSTER_MAP:
+		on_map(s, req, &f);
+		break;
+	case EMB_OP_BARRIER:
+		on_barrier(s, req, &f);
+		break;
+	case EMB_OP_FINISH:
+		on_finish(s, req, &f);
+		break;
+	default:
+		send_error(s, req, -EOPNOTSUPP,
+			   "a scheduler serves cluster requests only");
+		break;
+	}
+}
+
+/* A node's connection closed: held requests die with it. */
+static void on_close(void *arg, struct emb_conn *conn, int reason)
+{
+	struct emb_sched *s = arg;
+	struct node *n = emb_conn_user(conn);
+
+	if (!n)
+		return;
+	if (n->map_req)
+		emb_req_release(n->map_req);
+	if (n->barrier_req)
+		emb_req_release(n->barrier_req);
+	n->map_req = n->barrier_req = NULL;
+	n->conn = NULL;
+	/* A node that is done may go; one that is not has failed. */
+	if (!n->finished && !s->over)
+		declare_dead(
+		    s, n, reason ? emb_strerror(reason) : "connection closed");
+}
+
+/* ---- loop ----------------------------------------------------------- */
+
+static void check_silence(struct emb_sched *s)
+{
+	int64_t now = mono_ms();
+	char why[64];
+
+	for (uint32_t i = 0; i < nnodes(s); i++) {
+		struct node *n = &s->nodes[i];
+
+		if (!n->role || n->dead || n->finished ||
+		    now - n->last_ms <= s->o.hb_timeout_ms)
+			continue;
+		snprintf(why, sizeof(why), "silent for %lld ms",
+			 (long long)(now - n->last_ms));
+		declare_dead(s, n, why);
+	}
+}
+
+static void *loop_main(void *arg)
+{
+	struct emb_sched *s = arg;
+	int tick = (int)(s->o.hb_timeout_ms / 10), rc;
+
+	if (tick < 1)
+		tick = 1;
+	if (tick > 200)
+		tick = 200;
+	for (;;) {
+		bool stop;
+
+		pthread_mutex_lock(&s->mu);
+		stop = s->stop;
+		pthread_mutex_unlock(&s->mu);
+		/* The job's last replies go out before the loop ends. */
+		if (stop || (s->over && s->replies == 0))
+			break;
+		rc = emb_transport_poll(s->tr, tick);
+		/* A signal (a child stopping, say) is no reason to stop. */
+		if (rc < 0 && rc != -EINTR) {
+			emb_log(EMB_LOG_ERROR, "scheduler loop failed: %s",
+				emb_strerror(rc));
+			break;
+		}
+		if (!s->over)
+			check_silence(s);
+	}
+	if (!s->over)
+		return NULL;
+	pthread_mutex_lock(&s->mu);
+	s->done = true;
+	s->status = s->ndead ? EMB_ENODEAD : 0;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	if (s->o.on_done)
+		s->o.on_done(s->o.arg, s->status);
+	return NULL;
+}
+
+int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
+{
+	struct emb_listen_opts lo = EMB_LISTEN_OPTS_DEFAULT;
+	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
+	struct emb_sched *s;
+	int rc;
+
+	if (!opts || !out || !opts->host ||
+	    strlen(opts->host) > EMB_WIRE_HOST_MAX || opts->server_num == 0 ||
+	    opts->server_num > EMB_WIRE_SERVERS_MAX || opts->worker_num == 0 ||
+	    opts->worker_num > EMB_WIRE_WORKERS_MAX || !opts->hb_timeout_ms)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->o = *opts;
+	snprintf(s->host, sizeof(s->host), "%s", opts->host);
+	s->o.host = s->host;
+	s->state = EMB_CLUSTER_FORMING;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	if (getrandom(&s->cluster_id, sizeof(s->cluster_id), 0) !=
+	    sizeof(s->cluster_id))
+		s->cluster_id = (uint64_t)mono_ms();
+	s->nodes = calloc(nnodes(s), sizeof(*s->nodes));
+	s->dead = calloc(nnodes(s), sizeof(*s->dead));
+	if (!s->nodes || !s->dead) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	topts.call_timeout_ms = 0;
+	topts.max_frame_bytes = 1u << 20;
+	rc = emb_transport_create("tcp", &topts, &s->tr);
+	if (rc)
+		goto err_free;
+	lo.host = s->host;
+	lo.port = opts->port;
+	lo.on_request = on_request;
+	lo.on_close = on_close;
+	lo.arg = s;
+	rc = emb_listener_create(s->tr, &lo, &s->lis);
+	if (rc)
+		goto err_tr;
+	rc = -pthread_create(&s->thread, NULL, loop_main, s);
+	if (rc)
+		goto err_lis;
+	s->running = true;
+	emb_log(EMB_LOG_INFO,
+		"scheduler listening on %s:%u: waiting for %u server%s and "
+		"%u worker%s, heartbeat timeout %u ms",
+		s->host, emb_listener_port(s->lis), opts->server_num,
+		opts->server_num == 1 ? "" : "s", opts->worker_num,
+		opts->worker_num == 1 ? "" : "s", opts->hb_timeout_ms);
+	*out = s;
+	return 0;
+
+err_lis:
+	emb_listener_destroy(s->lis);
+err_tr:
+	emb_transport_destroy(s->tr);
+err_free:
+	free(s->dead);
+	free(s->nodes);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+	return rc;
+}
+
+uint16_t emb_sched_port(const struct emb_sched *s)
+{
+	return emb_listener_port(s->lis);
+}
+
+int emb_sched_wait(struct emb_sched *s, int timeout_ms)
+{
+	struct timespec ts;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	if (timeout_ms >= 0) {
+		ts.tv_sec += timeout_ms / 1000;
+		ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+	}
+	pthread_mutex_lock(&s->mu);
+	while (!s->done && rc == 0)
+		rc = timeout_ms < 0
+			 ? pthread_cond_wait(&s->cv, &s->mu)
+			 : pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+	rc = s->done ? s->status : -ETIMEDOUT;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+void emb_sched_destroy(struct emb_sched *s)
+{
+	if (!s)
+		return;
+	if (s->running) {
+		pthread_mutex_lock(&s->mu);
+		s->stop = true;
+		pthread_mutex_unlock(&s->mu);
+		emb_transport_wake(s->tr);
+		pthread_join(s->thread, NULL);
+	}
+	emb_listener_destroy(s->lis);
+	/* Closing the server conns runs on_close: held requests go back. */
+	s->over = true;
+	emb_transport_destroy(s->tr);
+	free(s->map_frame);
+	free(s->dead);
+	free(s->nodes);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
+{
+	(void)arg;
+	emb_metrics_process(o);
+}

@@ -1,0 +1,66 @@
+/*
+ * src/cluster/scheduler.h - the embstore scheduler: servers and workers register
+ * with it, get ranks, wait for the cluster map, ping it, meet at barriers
+ * and finish through it (docs/cluster.md). The daemon runs it for
+ * `embstore-server --role scheduler`; tests run it in their own process.
+ *
+ * A scheduler runs one event loop in a thread of its own; every node's
+ * state lives on that thread. create/wait/destroy are called from one
+ * controlling thread; emb_sched_port() from any.
+ */
+#ifndef EMB_CLUSTER_SCHEDULER_H
+#define EMB_CLUSTER_SCHEDULER_H
+
+#include <stdint.h>
+
+struct emb_sched;
+
+struct emb_sched_opts {
+	const char *host;	/* listen address; copied */
+	uint16_t port;		/* 0 picks a free port */
+	uint32_t server_num;	/* servers to wait for, 1..4096 */
+	uint32_t worker_num;	/* workers to wait for, 1..65536 */
+	uint32_t hb_timeout_ms; /* silence that makes a node dead, >= 1 */
+	/* Runs on the scheduler's thread once the job is over: status 0
+	 * when every worker finished, EMB_ENODEAD when a node died on the
+	 * way. Optional. */
+	void (*on_done)(void *arg, int status);
+	void *arg; /* passed to on_done */
+};
+
+#define EMB_SCHED_OPTS_DEFAULT                                                 \
+	((struct emb_sched_opts){.host = "127.0.0.1",                          \
+				 .port = 7165,                                 \
+				 .server_num = 1,                              \
+				 .worker_num = 1,                              \
+				 .hb_timeout_ms = 10000})
+
+/*
+ * Binds and starts serving in its own thread. 0 and *out, or -EINVAL (bad
+ * opts), -EADDRINUSE, -ENOMEM, or another negative errno.
+ */
+int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out);
+
+/* The bound port (after port 0). */
+uint16_t emb_sched_port(const struct emb_sched *s);
+
+/*
+ * Waits up to timeout_ms (-1 = forever) for the job to end: every worker
+ * finished or died, then every server acknowledged the end or died. 0 when
+ * every worker finished and no node died, EMB_ENODEAD when one did, or
+ * -ETIMEDOUT if the job is still running.
+ */
+int emb_sched_wait(struct emb_sched *s, int timeout_ms);
+
+/* Stops the loop, closes every connection, frees; NULL is a no-op. */
+void emb_sched_destroy(struct emb_sched *s);
+
+struct emb_metrics_out;
+
+/*
+ * The scheduler's /metrics collector for emb_metrics_create() (metrics/
+ * metrics.h); arg is unused (NULL): the scheduler's process gauges.
+ */
+void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o);
+
+#endif

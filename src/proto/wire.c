@@ -1,0 +1,1235 @@
+/*
+ * src/proto/wire.c - the frame codec: header checks, payload encoders that
+ * write into caller buffers or fill iovecs over caller arrays, and decoders
+ * that check every length against payload_len before they touch a byte and
+ * hand out views into the frame. Nothing here allocates, logs or locks, so
+ * the transports' receive paths can call it; pure and thread-safe.
+ */
+#include "proto/wire.h"
+#include "proto/wire_msg.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "proto/wire_int.h"
+
+/* Largest payload any frame can carry; keeps byte counts inside an int. */
+#define PAYLOAD_MAX (EMB_WIRE_FRAME_MAX - EMB_WIRE_HDR_SIZE)
+/* Widest ASSIGN row: Adam keeps 2 * dim + 1 state floats after the weights. */
+#define STRIDE_MAX (3 * EMB_WIRE_DIM_MAX + 1)
+
+enum table_rule {
+	TBL_NONE = 0, /* table id must be 0 */
+	TBL_SET,      /* table id must be >= 1 */
+	TBL_ANY,      /* 0 means "all tables" */
+};
+
+struct op_rule {
+	uint16_t flags; /* flags a request may set (responses echo them) */
+	uint8_t table;	/* enum table_rule for the request */
+};
+
+static const struct op_rule op_rules[] = {
+    [EMB_OP_HELLO] = {0, TBL_NONE},
+    [EMB_OP_PING] = {0, TBL_NONE},
+    [EMB_OP_CREATE_TABLE] = {0, TBL_NONE},
+    [EMB_OP_DROP_TABLE] = {0, TBL_SET},
+    [EMB_OP_LIST_TABLES] = {0, TBL_NONE},
+    [EMB_OP_PULL] = {EMB_F_NOCREATE | EMB_F_WITH_STATE, TBL_SET},
+    [EMB_OP_PUSH] = {EMB_F_STEP_END, TBL_SET},
+    [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE, TBL_SET},
+    [EMB_OP_ERASE] = {0, TBL_SET},
+    [EMB_OP_STATS] = {0, TBL_ANY},
+    [EMB_OP_SET_MODE] = {0, TBL_SET},
+};
+
+#define NRULES (sizeof(op_rules) / sizeof(op_rules[0]))
+
+/* The order of the STATS counters on the wire. */
+static const size_t stats_offs[EMB_WIRE_STATS_FIELDS] = {
+    offsetof(struct emb_wire_stats, rows),
+    offsetof(struct emb_wire_stats, bytes),
+    offsetof(struct emb_wire_stats, slab_bytes),
+    offsetof(struct emb_wire_stats, index_bytes),
+    offsetof(struct emb_wire_stats, row_bytes),
+    offsetof(struct emb_wire_stats, pulls),
+    offsetof(struct emb_wire_stats, pushes),
+    offsetof(struct emb_wire_stats, rows_pulled),
+    offsetof(struct emb_wire_stats, rows_pushed),
+    offsetof(struct emb_wire_stats, rows_created),
+    offsetof(struct emb_wire_stats, rows_erased),
+    offsetof(struct emb_wire_stats, rows_evicted),
+    offsetof(struct emb_wire_stats, misses),
+    offsetof(struct emb_wire_stats, step),
+    offsetof(struct emb_wire_stats, extents),
+    offsetof(struct emb_wire_stats, grads_discarded),
+};
+
+const char *emb_wire_op_name(uint8_t op)
+{
+	switch (op) {
+	case EMB_OP_HELLO:
+		return "hello";
+	case EMB_OP_PING:
+		return "ping";
+	case EMB_OP_CREATE_TABLE:
+		return "create_table";
+	case EMB_OP_DROP_TABLE:
+		return "drop_table";
+	case EMB_OP_LIST_TABLES:
+		return "list_tables";
+	case EMB_OP_PULL:
+		return "pull";
+	case EMB_OP_PUSH:
+		return "push";
+	case EMB_OP_ASSIGN:
+		return "assign";
+	case EMB_OP_ERASE:
+		return "erase";
+	case EMB_OP_STATS:
+		return "stats";
+	case EMB_OP_EVICT:
+		return "evict";
+	case EMB_OP_DUMP_BEGIN:
+		return "dump_begin";
+	case EMB_OP_DUMP_CHUNK:
+		return "dump_chunk";
+	case EMB_OP_DUMP_END:
+		return "dump_end";
+	case EMB_OP_BARRIER:
+		return "barrier";
+	case EMB_OP_SET_MODE:
+		return "set_mode";
+	case EMB_OP_CLUSTER_MAP:
+		return "cluster_map";
+	case EMB_OP_REGISTER:
+		return "register";
+	case EMB_OP_HEARTBEAT:
+		return "heartbeat";
+	case EMB_OP_FINISH:
+		return "finish";
+	default:
+		return "?";
+	}
+}
+
+bool emb_wire_op_known(uint8_t op)
+{
+	return emb_wire_op_name(op)[0] != '?';
+}
+
+int emb_wire_limits_validate(const struct emb_wire_limits *lim)
+{
+	if (!lim)
+		return EMB_EBADARG;
+	if (lim->max_frame_bytes < 64 ||
+	    lim->max_frame_bytes > EMB_WIRE_FRAME_MAX)
+		return EMB_EBADARG;
+	if (lim->max_ids == 0 || lim->max_tables == 0)
+		return EMB_EBADARG;
+	if (lim->max_dim == 0 || lim->max_dim > EMB_WIRE_DIM_MAX)
+		return EMB_EBADARG;
+	return 0;
+}
+
+void emb_wire_hdr_encode(void *buf, const struct emb_frame_hdr *hdr)
+{
+	uint8_t *p = buf;
+
+	emb_le32_store(p + 0, hdr->magic);
+	p[4] = hdr->version;
+	p[5] = hdr->opcode;
+	emb_le16_store(p + 6, hdr->flags);
+	emb_le64_store(p + 8, hdr->req_id);
+	emb_le32_store(p + 16, hdr->table_id);
+	emb_le32_store(p + 20, hdr->count);
+	emb_le32_store(p + 24, hdr->payload_len);
+	emb_le32_store(p + 28, (uint32_t)hdr->status);
+}
+
+int emb_wire_hdr_decode(const void *buf, size_t len,
+			const struct emb_wire_limits *lim,
+			struct emb_frame_hdr *out)
+{
+	const uint8_t *p = buf;
+	struct emb_frame_hdr h;
+
+	if (!p || !out || emb_wire_limits_validate(lim))
+		return EMB_EBADARG;
+	if (len < EMB_WIRE_HDR_SIZE)
+		return EMB_ETRUNCFRAME;
+
+	h.magic = emb_le32_load(p + 0);
+	h.version = p[4];
+	h.opcode = p[5];
+	h.flags = emb_le16_load(p + 6);
+	h.req_id = emb_le64_load(p + 8);
+	h.table_id = emb_le32_load(p + 16);
+	h.count = emb_le32_load(p + 20);
+	h.payload_len = emb_le32_load(p + 24);
+	h.status = (int32_t)emb_le32_load(p + 28);
+
+	if (h.magic != EMB_WIRE_MAGIC)
+		return EMB_EBADMAGIC;
+	if (h.version != EMB_WIRE_VERSION)
+		return EMB_EBADVERSION;
+	if (!emb_wire_op_known(h.opcode & ~EMB_OP_RESPONSE_BIT))
+		return EMB_EBADOP;
+	if (h.payload_len > lim->max_frame_bytes - EMB_WIRE_HDR_SIZE)
+		return EMB_ETOOBIG;
+	*out = h;
+	return 0;
+}
+
+int emb_wire_frame_decode(const void *buf, size_t len,
+			  const struct emb_wire_limits *lim,
+			  struct emb_wire_frame *out)
+{
+	struct emb_frame_hdr h;
+	int rc;
+
+	if (!out || ((uintptr_t)buf & 7))
+		return EMB_EBADARG;
+	rc = emb_wire_hdr_decode(buf, len, lim, &h);
+	if (rc)
+		return rc;
+	if (len - EMB_WIRE_HDR_SIZE < h.payload_len)
+		return EMB_ETRUNCFRAME;
+	out->hdr = h;
+	out->payload = (const uint8_t *)buf + EMB_WIRE_HDR_SIZE;
+	out->lim = lim;
+	return 0;
+}
+
+/* ---- shared checks -------------------------------------------------- */
+
+static const struct op_rule *rule_of(uint8_t op)
+{
+	static const struct op_rule none = {0, TBL_ANY};
+
+	if (op < NRULES)
+		return &op_rules[op];
+	return &none;
+}
+
+static bool table_ok(uint8_t rule, uint32_t table_id)
+{
+	switch (rule) {
+	case TBL_NONE:
+		return table_id == 0;
+	case TBL_SET:
+		return table_id != 0;
+	default:
+		return true;
+	}
+}
+
+/* The frame is request op with a request's status, flags and table id. */
+static int check_req(const struct emb_wire_frame *f, uint8_t op)
+{
+	const struct op_rule *r = rule_of(op);
+
+	if (!f || f->hdr.opcode != op)
+		return EMB_EBADARG;
+	if (f->hdr.status != 0 || (f->hdr.flags & ~r->flags))
+		return EMB_EBADFRAME;
+	if (!table_ok(r->table, f->hdr.table_id))
+		return EMB_EBADFRAME;
+	return 0;
+}
+
+/* The frame is a successful response to op. */
+static int check_resp(const struct emb_wire_frame *f, uint8_t op)
+{
+	if (!f || f->hdr.opcode != (op | EMB_OP_RESPONSE_BIT))
+		return EMB_EBADARG;
+	if (f->hdr.status < 0)
+		return EMB_ESERVER;
+	if (f->hdr.status > 0 || (f->hdr.flags & ~rule_of(op)->flags))
+		return EMB_EBADFRAME;
+	return 0;
+}
+
+/*
+ * n ids at the payload's offset off must end exactly at payload_len; counts
+ * are widened to 64 bits so no product can wrap.
+ */
+static int ids_check(const struct emb_wire_frame *f, uint64_t off)
+{
+	uint32_t n = f->hdr.count;
+
+	if (n > f->lim->max_ids)
+		return EMB_ETOOMANYIDS;
+	if (off + 8ull * n != f->hdr.payload_len)
+		return EMB_EBADFRAME;
+	return 0;
+}
+
+/*
+ * n rows of stride floats from payload offset off to the end. When the bytes
+ * left are a whole number of rows of another width, the sender's table has
+ * another dim: say so, rather than "malformed".
+ */
+static int rows_check(const struct emb_wire_frame *f, uint64_t off,
+		      uint32_t stride)
+{
+	uint32_t n = f->hdr.count;
+	uint64_t rest;
+
+	if (n > f->lim->max_ids)
+		return EMB_ETOOMANYIDS;
+	if (off > f->hdr.payload_len)
+		return EMB_EBADFRAME;
+	rest = f->hdr.payload_len - off;
+	if (rest == 4ull * n * stride)
+		return 0;
+	if (n > 0 && rest > 0 && rest % (4ull * n) == 0)
+		return EMB_EBADDIM;
+	return EMB_EBADFRAME;
+}
+
+bool emb__wire_zeros(const uint8_t *p, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+void emb__wire_put_hdr(void *buf, uint8_t op, uint16_t flags, uint64_t req_id,
+		       uint32_t table_id, uint32_t count, uint32_t payload_len,
+		       int32_t status)
+{
+	struct emb_frame_hdr h = {
+	    .magic = EMB_WIRE_MAGIC,
+	    .version = EMB_WIRE_VERSION,
+	    .opcode = op,
+	    .flags = flags,
+	    .req_id = req_id,
+	    .table_id = table_id,
+	    .count = count,
+	    .payload_len = payload_len,
+	    .status = status,
+	};
+
+	emb_wire_hdr_encode(buf, &h);
+}
+
+/* ---- table spec ----------------------------------------------------- */
+
+int emb__wire_spec_put(uint8_t *p, const struct emb_wire_spec *s)
+{
+	size_t len = strnlen(s->name, EMB_WIRE_NAME_SIZE);
+
+	if (len == 0 || len >= EMB_WIRE_NAME_SIZE)
+		return EMB_EBADNAME;
+	if (s->dim == 0 || s->dim > EMB_WIRE_DIM_MAX)
+		return EMB_EBADDIM;
+	memset(p, 0, EMB_WIRE_NAME_SIZE);
+	memcpy(p, s->name, len);
+	emb_le32_store(p + 64, s->dim);
+	emb_le32_store(p + 68, s->optim.kind);
+	emb_lef32_store(p + 72, s->optim.lr);
+	emb_lef32_store(p + 76, s->optim.weight_decay);
+	emb_lef32_store(p + 80, s->optim.initial_accumulator);
+	emb_lef32_store(p + 84, s->optim.beta1);
+	emb_lef32_store(p + 88, s->optim.beta2);
+	emb_lef32_store(p + 92, s->optim.eps);
+	emb_lef32_store(p + 96, s->optim.ftrl_beta);
+	emb_lef32_store(p + 100, s->optim.l1);
+	emb_lef32_store(p + 104, s->optim.l2);
+	emb_le32_store(p + 108, s->init.kind);
+	emb_lef32_store(p + 112, s->init.a);
+	emb_lef32_store(p + 116, s->init.b);
+	emb_le64_store(p + 120, s->seed);
+	return 0;
+}
+
+/*
+ * A name is canonical: non-empty, NUL within the field, zeros after it, so
+ * that two encodings of one spec are byte-identical and nothing hides in
+ * the padding.
+ */
+int emb__wire_spec_check(const uint8_t *p, const struct emb_wire_limits *lim)
+{
+	const uint8_t *nul = memchr(p, 0, EMB_WIRE_NAME_SIZE);
+	uint32_t dim = emb_le32_load(p + 64);
+
+	if (!nul || nul == p)
+		return EMB_EBADNAME;
+	if (!emb__wire_zeros(nul, (size_t)(p + EMB_WIRE_NAME_SIZE - nul)))
+		return EMB_EBADNAME;
+	if (dim == 0 || dim > lim->max_dim)
+		return EMB_EBADDIM;
+	return 0;
+}
+
+/* Reads a spec that passed emb__wire_spec_check(). */
+void emb__wire_spec_get(const uint8_t *p, struct emb_wire_spec *s)
+{
+	memcpy(s->name, p, EMB_WIRE_NAME_SIZE);
+	s->dim = emb_le32_load(p + 64);
+	s->optim.kind = emb_le32_load(p + 68);
+	s->optim.lr = emb_lef32_load(p + 72);
+	s->optim.weight_decay = emb_lef32_load(p + 76);
+	s->optim.initial_accumulator = emb_lef32_load(p + 80);
+	s->optim.beta1 = emb_lef32_load(p + 84);
+	s->optim.beta2 = emb_lef32_load(p + 88);
+	s->optim.eps = emb_lef32_load(p + 92);
+	s->optim.ftrl_beta = emb_lef32_load(p + 96);
+	s->optim.l1 = emb_lef32_load(p + 100);
+	s->optim.l2 = emb_lef32_load(p + 104);
+	s->init.kind = emb_le32_load(p + 108);
+	s->init.a = emb_lef32_load(p + 112);
+	s->init.b = emb_lef32_load(p + 116);
+	s->seed = emb_le64_load(p + 120);
+}
+
+/* ---- encoders into a buffer ------------------------------------------ */
+
+int emb_wire_hello_req_encode(void *buf, size_t cap, uint64_t req_id,
+			      uint32_t client_version, const void *token,
+			      uint32_t token_len, const char *name)
+{
+	size_t name_len = name ? strlen(name) : 0;
+	uint32_t plen;
+	uint8_t *p = buf;
+
+	if (token_len > EMB_WIRE_TOKEN_MAX || (token_len && !token) ||
+	    name_len > EMB_WIRE_CLIENT_NAME_MAX)
+		return EMB_EBADARG;
+	plen = 8 + token_len + (uint32_t)name_len;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + plen)
+		return -ENOSPC;
+	emb__wire_put_hdr(p, EMB_OP_HELLO, 0, req_id, 0, 0, plen, 0);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, client_version);
+	emb_le16_store(p + 4, (uint16_t)token_len);
+	emb_le16_store(p + 6, (uint16_t)name_len);
+	if (token_len)
+		memcpy(p + 8, token, token_len);
+	if (name_len)
+		memcpy(p + 8 + token_len, name, name_len);
+	return (int)(EMB_WIRE_HDR_SIZE + plen);
+}
+
+int emb_wire_hello_resp_encode(void *buf, size_t cap, uint64_t req_id,
+			       const struct emb_wire_hello_resp *resp)
+{
+	uint8_t *p = buf;
+
+	if (!resp || emb_wire_limits_validate(&resp->limits))
+		return EMB_EBADARG;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE)
+		return -ENOSPC;
+	emb__wire_put_hdr(p, EMB_OP_HELLO | EMB_OP_RESPONSE_BIT, 0, req_id, 0, 0,
+		EMB_WIRE_HELLO_RESP_SIZE, 0);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p + 0, resp->server_version);
+	emb_le32_store(p + 4, resp->limits.max_frame_bytes);
+	emb_le32_store(p + 8, resp->limits.max_ids);
+	emb_le32_store(p + 12, resp->limits.max_tables);
+	emb_le32_store(p + 16, resp->limits.max_dim);
+	emb_le32_store(p + 20, 0);
+	emb_le64_store(p + 24, resp->server_id);
+	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE);
+}
+
+int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
+			       const struct emb_wire_spec *spec)
+{
+	uint8_t *p = buf;
+	int rc;
+
+	if (!spec)
+		return EMB_EBADARG;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE)
+		return -ENOSPC;
+	rc = emb__wire_spec_put(p + EMB_WIRE_HDR_SIZE, spec);
+	if (rc)
+		return rc;
+	emb__wire_put_hdr(p, EMB_OP_CREATE_TABLE, 0, req_id, 0, 0, EMB_WIRE_SPEC_SIZE, 0);
+	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE);
+}
+
+static bool empty_req_op(uint8_t op)
+{
+	return op == EMB_OP_DROP_TABLE || op == EMB_OP_LIST_TABLES ||
+	       op == EMB_OP_STATS;
+}
+
+int emb_wire_empty_req_encode(void *buf, size_t cap, uint8_t op,
+			      uint64_t req_id, uint32_t table_id)
+{
+	if (!empty_req_op(op) || !table_ok(rule_of(op)->table, table_id))
+		return EMB_EBADARG;
+	if (!buf || cap < EMB_WIRE_HDR_SIZE)
+		return -ENOSPC;
+	emb__wire_put_hdr(buf, op, 0, req_id, table_id, 0, 0, 0);
+	return (int)EMB_WIRE_HDR_SIZE;
+}
+
+static bool ack_op(uint8_t op)
+{
+	return op == EMB_OP_CREATE_TABLE || op == EMB_OP_DROP_TABLE ||
+	       op == EMB_OP_PUSH || op == EMB_OP_ASSIGN || op == EMB_OP_ERASE ||
+	       op == EMB_OP_SET_MODE;
+}
+
+int emb_wire_ack_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
+			uint32_t table_id, uint32_t count)
+{
+	if (!ack_op(op) || (count && op != EMB_OP_ERASE))
+		return EMB_EBADARG;
+	if (op == EMB_OP_CREATE_TABLE && table_id == 0)
+		return EMB_EBADARG;
+	if (!buf || cap < EMB_WIRE_HDR_SIZE)
+		return -ENOSPC;
+	emb__wire_put_hdr(buf, op | EMB_OP_RESPONSE_BIT, 0, req_id, table_id, count, 0,
+		0);
+	return (int)EMB_WIRE_HDR_SIZE;
+}
+
+int emb_wire_error_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
+			  uint32_t table_id, int32_t status, const char *msg)
+{
+	size_t len = msg ? strlen(msg) : 0;
+	uint8_t *p = buf;
+
+	if (status >= 0 || !emb_wire_op_known(op))
+		return EMB_EBADARG;
+	if (len > EMB_WIRE_ERRMSG_MAX) {
+		/* Never cut a multi-byte character in half: back off over
+		 * continuation bytes (10xxxxxx) to the start of msg[len]'s. */
+		len = EMB_WIRE_ERRMSG_MAX;
+		while (len > 0 && ((uint8_t)msg[len] & 0xc0) == 0x80)
+			len--;
+	}
+	if (!p || cap < EMB_WIRE_HDR_SIZE + 4 + len)
+		return -ENOSPC;
+	emb__wire_put_hdr(p, op | EMB_OP_RESPONSE_BIT, 0, req_id, table_id, 0,
+		(uint32_t)(4 + len), status);
+	emb_le32_store(p + EMB_WIRE_HDR_SIZE, (uint32_t)len);
+	if (len)
+		memcpy(p + EMB_WIRE_HDR_SIZE + 4, msg, len);
+	return (int)(EMB_WIRE_HDR_SIZE + 4 + len);
+}
+
+int emb_wire_list_resp_encode(void *buf, size_t cap, uint64_t req_id,
+			      const struct emb_wire_table_info *tables,
+			      uint32_t n)
+{
+	uint64_t plen = (uint64_t)n * EMB_WIRE_LIST_ENTRY_SIZE;
+	uint8_t *p = buf;
+	uint32_t i;
+	int rc;
+
+	if (n && !tables)
+		return EMB_EBADARG;
+	if (plen > PAYLOAD_MAX)
+		return EMB_ETOOMANYTABLES;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + plen)
+		return -ENOSPC;
+	for (i = 0; i < n; i++) {
+		uint8_t *e = p + EMB_WIRE_HDR_SIZE +
+			     (size_t)i * EMB_WIRE_LIST_ENTRY_SIZE;
+
+		if (tables[i].table_id == 0)
+			return EMB_EBADARG;
+		emb_le32_store(e, tables[i].table_id);
+		emb_le32_store(e + 4, 0);
+		rc = emb__wire_spec_put(e + 8, &tables[i].spec);
+		if (rc)
+			return rc;
+		emb_le64_store(e + 136, tables[i].rows);
+	}
+	emb__wire_put_hdr(p, EMB_OP_LIST_TABLES | EMB_OP_RESPONSE_BIT, 0, req_id, 0, n,
+		(uint32_t)plen, 0);
+	return (int)(EMB_WIRE_HDR_SIZE + plen);
+}
+
+int emb_wire_stats_resp_encode(void *buf, size_t cap, uint64_t req_id,
+			       uint32_t table_id,
+			       const struct emb_wire_stats *stats, uint32_t n)
+{
+	const uint64_t esize = 8 + 8 * EMB_WIRE_STATS_FIELDS;
+	uint64_t plen = EMB_WIRE_STATS_PREFIX_SIZE + (uint64_t)n * esize;
+	uint8_t *p = buf;
+	uint32_t i, j;
+
+	if (n && !stats)
+		return EMB_EBADARG;
+	if (plen > PAYLOAD_MAX)
+		return EMB_ETOOMANYTABLES;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + plen)
+		return -ENOSPC;
+	emb__wire_put_hdr(p, EMB_OP_STATS | EMB_OP_RESPONSE_BIT, 0, req_id, table_id, n,
+		(uint32_t)plen, 0);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, EMB_WIRE_STATS_FIELDS);
+	emb_le32_store(p + 4, 0);
+	p += EMB_WIRE_STATS_PREFIX_SIZE;
+	for (i = 0; i < n; i++, p += esize) {
+		const uint8_t *s = (const uint8_t *)&stats[i];
+
+		emb_le32_store(p, stats[i].table_id);
+		emb_le32_store(p + 4, 0);
+		for (j = 0; j < EMB_WIRE_STATS_FIELDS; j++)
+			emb_le64_store(p + 8 + 8 * j,
+				       emb_le64_load(s + stats_offs[j]));
+	}
+	return (int)(EMB_WIRE_HDR_SIZE + plen);
+}
+
+/* ---- encoders into iovecs -------------------------------------------- */
+
+static void iovs_start(struct emb_wire_iovs *out, size_t head_len)
+{
+	out->iov[0].iov_base = out->head;
+	out->iov[0].iov_len = head_len;
+	out->iovcnt = 1;
+	out->nbytes = head_len;
+}
+
+/* Adds a borrowed array; empty ones get no entry, which writev dislikes. */
+static void iovs_add(struct emb_wire_iovs *out, const void *p, size_t len)
+{
+	if (len == 0)
+		return;
+	/* writev never writes through iov_base: the cast drops const only. */
+	out->iov[out->iovcnt].iov_base = (void *)(uintptr_t)p;
+	out->iov[out->iovcnt].iov_len = len;
+	out->iovcnt++;
+	out->nbytes += len;
+}
+
+int emb_wire_pull_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			     uint32_t table_id, uint16_t flags,
+			     const uint64_t *ids, uint32_t n)
+{
+	uint64_t plen = 8ull * n;
+
+	if (!out || table_id == 0 ||
+	    (flags & ~(EMB_F_NOCREATE | EMB_F_WITH_STATE)) || (n && !ids))
+		return EMB_EBADARG;
+	if (plen > PAYLOAD_MAX)
+		return EMB_ETOOBIG;
+	emb__wire_put_hdr(out->head, EMB_OP_PULL, flags, req_id, table_id, n,
+		(uint32_t)plen, 0);
+	iovs_start(out, EMB_WIRE_HDR_SIZE);
+	iovs_add(out, ids, plen);
+	return 0;
+}
+
+/*
+ * Header of a PULL response; returns the payload size or an error. stride is
+ * dim, or dim + state floats with EMB_F_WITH_STATE.
+ */
+static int64_t pull_resp_hdr(uint8_t *head, uint64_t req_id, uint32_t table_id,
+			     uint16_t flags, uint32_t n, uint32_t stride,
+			     const uint8_t *found)
+{
+	uint64_t bits = (flags & EMB_F_NOCREATE) ? emb_wire_bitmap_bytes(n) : 0;
+	uint64_t plen = bits + 4ull * n * stride;
+	uint32_t max = (flags & EMB_F_WITH_STATE) ? STRIDE_MAX
+						  : EMB_WIRE_DIM_MAX;
+
+	if (table_id == 0 || (flags & ~(EMB_F_NOCREATE | EMB_F_WITH_STATE)) ||
+	    stride == 0 || stride > max || (bits && !found))
+		return EMB_EBADARG;
+	if (plen > PAYLOAD_MAX)
+		return EMB_ETOOBIG;
+	emb__wire_put_hdr(head, EMB_OP_PULL | EMB_OP_RESPONSE_BIT, flags, req_id,
+		table_id, n, (uint32_t)plen, 0);
+	return (int64_t)plen;
+}
+
+int emb_wire_pull_resp_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			      uint32_t table_id, uint16_t flags, uint32_t n,
+			      uint32_t stride, const uint8_t *found,
+			      const float *rows)
+{
+	int64_t plen;
+
+	if (!out || (n && !rows))
+		return EMB_EBADARG;
+	plen = pull_resp_hdr(out->head, req_id, table_id, flags, n, stride,
+			     found);
+	if (plen < 0)
+		return (int)plen;
+	iovs_start(out, EMB_WIRE_HDR_SIZE);
+	if (flags & EMB_F_NOCREATE)
+		iovs_add(out, found, emb_wire_bitmap_bytes(n));
+	iovs_add(out, rows, 4ull * n * stride);
+	return 0;
+}
+
+int emb_wire_pull_resp_encode_ptrs(
+    uint8_t *head, struct iovec *iov, uint32_t iov_cap, uint64_t req_id,
+    uint32_t table_id, uint16_t flags, uint32_t n, uint32_t stride,
+    const uint8_t *found, const float *const *rows, const float *zero_row)
+{
+	size_t row_bytes = 4 * (size_t)stride;
+	uint32_t cnt = 1, i;
+	int64_t plen;
+
+	if (!head || !iov || iov_cap == 0 || (n && !rows))
+		return EMB_EBADARG;
+	plen = pull_resp_hdr(head, req_id, table_id, flags, n, stride, found);
+	if (plen < 0)
+		return (int)plen;
+	iov[0].iov_base = head;
+	iov[0].iov_len = EMB_WIRE_HDR_SIZE;
+	if ((flags & EMB_F_NOCREATE) && n) {
+		if (iov_cap < 2)
+			return -ENOSPC;
+		iov[1].iov_base = (void *)(uintptr_t)found;
+		iov[1].iov_len = emb_wire_bitmap_bytes(n);
+		cnt = 2;
+	}
+	for (i = 0; i < n; i++) {
+		const float *r = rows[i] ? rows[i] : zero_row;
+		struct iovec *last = &iov[cnt - 1];
+
+		if (!r)
+			return EMB_EBADARG;
+		/* Rows that sit back to back in a slab go out as one entry. */
+		if ((const uint8_t *)last->iov_base + last->iov_len ==
+		    (const uint8_t *)r) {
+			last->iov_len += row_bytes;
+			continue;
+		}
+		if (cnt == iov_cap)
+			return -ENOSPC;
+		iov[cnt].iov_base = (void *)(uintptr_t)r;
+		iov[cnt].iov_len = row_bytes;
+		cnt++;
+	}
+	return (int)cnt;
+}
+
+int emb_wire_push_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			     uint32_t table_id, uint64_t step, uint32_t rank,
+			     const uint64_t *ids, uint32_t n, uint32_t dim,
+			     const float *grads)
+{
+	uint64_t plen = EMB_WIRE_PUSH_PREFIX_SIZE + 8ull * n + 4ull * n * dim;
+	uint8_t *pre = out ? out->head + EMB_WIRE_HDR_SIZE : NULL;
+
+	if (!out || table_id == 0 || dim == 0 || dim > EMB_WIRE_DIM_MAX ||
+	    (n && (!ids || !grads)))
+		return EMB_EBADARG;
+	if (plen > PAYLOAD_MAX)
+		return EMB_ETOOBIG;
+	emb__wire_put_hdr(out->head, EMB_OP_PUSH, 0, req_id, table_id, n, (uint32_t)plen,
+		0);
+	emb_le64_store(pre, step);
+	emb_le32_store(pre + 8, rank);
+	emb_le32_store(pre + 12, 0);
+	iovs_start(out, EMB_WIRE_HDR_SIZE + EMB_WIRE_PUSH_PREFIX_SIZE);
+	iovs_add(out, ids, 8ull * n);
+	iovs_add(out, grads, 4ull * n * dim);
+	return 0;
+}
+
+int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			       uint32_t table_id, uint16_t flags,
+			       const uint64_t *ids, uint32_t n, uint32_t stride,
+			       const float *rows)
+{
+	uint64_t plen = 8ull * n + 4ull * n * stride;
+
+	if (!out || table_id == 0 || (flags & ~EMB_F_WITH_STATE) ||
+	    stride == 0 || stride > STRIDE_MAX || (n && (!ids || !rows)))
+		return EMB_EBADARG;
+	if (plen > PAYLOAD_MAX)
+		return EMB_ETOOBIG;
+	emb__wire_put_hdr(out->head, EMB_OP_ASSIGN, flags, req_id, table_id, n,
+		(uint32_t)plen, 0);
+	iovs_start(out, EMB_WIRE_HDR_SIZE);
+	iovs_add(out, ids, 8ull * n);
+	iovs_add(out, rows, 4ull * n * stride);
+	return 0;
+}
+
+int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			      uint32_t table_id, const uint64_t *ids,
+			      uint32_t n)
+{
+	uint64_t plen = 8ull * n;
+
+	if (!out || table_id == 0 || (n && !ids))
+		return EMB_EBADARG;
+	if (plen > PAYLOAD_MAX)
+		return EMB_ETOOBIG;
+	emb__wire_put_hdr(out->head, EMB_OP_ERASE, 0, req_id, table_id, n, (uint32_t)plen,
+		0);
+	iovs_start(out, EMB_WIRE_HDR_SIZE);
+	iovs_add(out, ids, plen);
+	return 0;
+}
+
+int emb_wire_ping_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			 bool response, const void *data, uint32_t len)
+{
+	uint8_t op = EMB_OP_PING | (response ? EMB_OP_RESPONSE_BIT : 0);
+
+	if (!out || (len && !data))
+		return EMB_EBADARG;
+	if (len > PAYLOAD_MAX)
+		return EMB_ETOOBIG;
+	emb__wire_put_hdr(out->head, op, 0, req_id, 0, 0, len, 0);
+	iovs_start(out, EMB_WIRE_HDR_SIZE);
+	iovs_add(out, data, len);
+	return 0;
+}
+
+int emb_wire_iovs_flatten(const struct emb_wire_iovs *iovs, void *buf,
+			  size_t cap)
+{
+	uint8_t *p = buf;
+	int i;
+
+	if (!iovs)
+		return EMB_EBADARG;
+	if (!p || cap < iovs->nbytes)
+		return -ENOSPC;
+	for (i = 0; i < iovs->iovcnt; i++) {
+		memcpy(p, iovs->iov[i].iov_base, iovs->iov[i].iov_len);
+		p += iovs->iov[i].iov_len;
+	}
+	return (int)iovs->nbytes;
+}
+
+void emb_wire_found_pack(const uint8_t *found, uint32_t n, uint8_t *bits)
+{
+	uint32_t i;
+
+	memset(bits, 0, emb_wire_bitmap_bytes(n));
+	for (i = 0; i < n; i++)
+		if (found[i])
+			bits[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
+/* ---- decoders -------------------------------------------------------- */
+
+int emb_wire_hello_req_decode(const struct emb_wire_frame *f,
+			      struct emb_wire_hello_req *out)
+{
+	const uint8_t *p;
+	uint32_t tl, nl;
+	int rc;
+
+	rc = check_req(f, EMB_OP_HELLO);
+	if (rc)
+		return rc;
+	if (f->hdr.count != 0 || f->hdr.payload_len < 8)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	tl = emb_le16_load(p + 4);
+	nl = emb_le16_load(p + 6);
+	if (tl > EMB_WIRE_TOKEN_MAX || nl > EMB_WIRE_CLIENT_NAME_MAX)
+		return EMB_EBADFRAME;
+	if (f->hdr.payload_len != 8 + tl + nl)
+		return EMB_EBADFRAME;
+	out->client_version = emb_le32_load(p);
+	out->token = tl ? p + 8 : NULL;
+	out->token_len = tl;
+	out->name = (const char *)(p + 8 + tl);
+	out->name_len = nl;
+	return 0;
+}
+
+int emb_wire_hello_resp_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_hello_resp *out)
+{
+	struct emb_wire_hello_resp r;
+	const uint8_t *p;
+	int rc;
+
+	rc = check_resp(f, EMB_OP_HELLO);
+	if (rc)
+		return rc;
+	if (f->hdr.table_id != 0 || f->hdr.count != 0 ||
+	    f->hdr.payload_len != EMB_WIRE_HELLO_RESP_SIZE)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	r.server_version = emb_le32_load(p + 0);
+	r.limits.max_frame_bytes = emb_le32_load(p + 4);
+	r.limits.max_ids = emb_le32_load(p + 8);
+	r.limits.max_tables = emb_le32_load(p + 12);
+	r.limits.max_dim = emb_le32_load(p + 16);
+	r.server_id = emb_le64_load(p + 24);
+	if (emb_le32_load(p + 20) != 0 || emb_wire_limits_validate(&r.limits))
+		return EMB_EBADFRAME;
+	*out = r;
+	return 0;
+}
+
+int emb_wire_create_req_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_spec *out)
+{
+	int rc;
+
+	rc = check_req(f, EMB_OP_CREATE_TABLE);
+	if (rc)
+		return rc;
+	if (f->hdr.count != 0 || f->hdr.payload_len != EMB_WIRE_SPEC_SIZE)
+		return EMB_EBADFRAME;
+	rc = emb__wire_spec_check(f->payload, f->lim);
+	if (rc)
+		return rc;
+	emb__wire_spec_get(f->payload, out);
+	return 0;
+}
+
+int emb_wire_empty_req_decode(const struct emb_wire_frame *f, uint8_t op)
+{
+	int rc;
+
+	if (!empty_req_op(op))
+		return EMB_EBADARG;
+	rc = check_req(f, op);
+	if (rc)
+		return rc;
+	if (f->hdr.count != 0 || f->hdr.payload_len != 0)
+		return EMB_EBADFRAME;
+	return 0;
+}
+
+int emb_wire_ack_decode(const struct emb_wire_frame *f, uint8_t op)
+{
+	int rc;
+
+	if (!ack_op(op))
+		return EMB_EBADARG;
+	rc = check_resp(f, op);
+	if (rc)
+		return rc;
+	if (f->hdr.payload_len != 0 || f->hdr.flags != 0)
+		return EMB_EBADFRAME;
+	if (f->hdr.count != 0 && op != EMB_OP_ERASE)
+		return EMB_EBADFRAME;
+	if (op == EMB_OP_CREATE_TABLE && f->hdr.table_id == 0)
+		return EMB_EBADFRAME;
+	return 0;
+}
+
+int emb_wire_error_decode(const struct emb_wire_frame *f,
+			  struct emb_wire_error *out)
+{
+	uint32_t len;
+
+	if (!f || !(f->hdr.opcode & EMB_OP_RESPONSE_BIT) || f->hdr.status >= 0)
+		return EMB_EBADARG;
+	if (f->hdr.count != 0 || f->hdr.flags != 0 || f->hdr.payload_len < 4)
+		return EMB_EBADFRAME;
+	len = emb_le32_load(f->payload);
+	if (len > EMB_WIRE_ERRMSG_MAX || f->hdr.payload_len != 4 + len)
+		return EMB_EBADFRAME;
+	out->status = f->hdr.status;
+	out->msg = (const char *)f->payload + 4;
+	out->msg_len = len;
+	return 0;
+}
+
+int emb_wire_list_resp_decode(const struct emb_wire_frame *f,
+			      struct emb_wire_list_resp *out)
+{
+	const uint8_t *e;
+	uint32_t n, i;
+	int rc;
+
+	rc = check_resp(f, EMB_OP_LIST_TABLES);
+	if (rc)
+		return rc;
+	n = f->hdr.count;
+	if (n > f->lim->max_tables)
+		return EMB_ETOOMANYTABLES;
+	if (f->hdr.table_id != 0 ||
+	    (uint64_t)n * EMB_WIRE_LIST_ENTRY_SIZE != f->hdr.payload_len)
+		return EMB_EBADFRAME;
+	/* Check every entry now so that emb_wire_list_entry() cannot fail. */
+	for (i = 0, e = f->payload; i < n; i++, e += EMB_WIRE_LIST_ENTRY_SIZE) {
+		if (emb_le32_load(e) == 0 || emb_le32_load(e + 4) != 0)
+			return EMB_EBADFRAME;
+		rc = emb__wire_spec_check(e + 8, f->lim);
+		if (rc)
+			return rc;
+	}
+	out->n = n;
+	out->entries = f->payload;
+	return 0;
+}
+
+void emb_wire_list_entry(const struct emb_wire_list_resp *resp, uint32_t i,
+			 struct emb_wire_table_info *out)
+{
+	const uint8_t *e = resp->entries + (size_t)i * EMB_WIRE_LIST_ENTRY_SIZE;
+
+	out->table_id = emb_le32_load(e);
+	emb__wire_spec_get(e + 8, &out->spec);
+	out->rows = emb_le64_load(e + 136);
+}
+
+int emb_wire_pull_req_decode(const struct emb_wire_frame *f,
+			     struct emb_wire_pull_req *out)
+{
+	int rc;
+
+	rc = check_req(f, EMB_OP_PULL);
+	if (rc)
+		return rc;
+	rc = ids_check(f, 0);
+	if (rc)
+		return rc;
+	out->table_id = f->hdr.table_id;
+	out->n = f->hdr.count;
+	out->nocreate = f->hdr.flags & EMB_F_NOCREATE;
+	out->with_state = f->hdr.flags & EMB_F_WITH_STATE;
+	out->ids = (const uint64_t *)(const void *)f->payload;
+	return 0;
+}
+
+int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
+			      uint32_t state_floats,
+			      struct emb_wire_pull_resp *out)
+{
+	uint64_t bits, i;
+	uint32_t n, stride;
+	bool with_state;
+	int rc;
+
+	if (dim == 0 || dim > EMB_WIRE_DIM_MAX ||
+	    state_floats > STRIDE_MAX - dim)
+		return EMB_EBADARG;
+	rc = check_resp(f, EMB_OP_PULL);
+	if (rc)
+		return rc;
+	if (f->hdr.table_id == 0)
+		return EMB_EBADFRAME;
+	n = f->hdr.count;
+	with_state = f->hdr.flags & EMB_F_WITH_STATE;
+	stride = dim + (with_state ? state_floats : 0);
+	bits = (f->hdr.flags & EMB_F_NOCREATE) ? emb_wire_bitmap_bytes(n) : 0;
+	rc = rows_check(f, bits, stride);
+	if (rc)
+		return rc;
+	/* Padding bits past n are 0, so a reader may count set bits whole. */
+	for (i = n; i < bits * 8; i++)
+		if (emb_wire_bit_test(f->payload, (uint32_t)i))
+			return EMB_EBADFRAME;
+	out->n = n;
+	out->dim = dim;
+	out->with_state = with_state;
+	out->stride = stride;
+	out->found = bits ? f->payload : NULL;
+	out->rows = (const float *)(const void *)(f->payload + bits);
+	return 0;
+}
+
+int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
+			     struct emb_wire_push_req *out)
+{
+	const uint8_t *p;
+	uint64_t rows_off;
+	int rc;
+
+	if (dim == 0 || dim > EMB_WIRE_DIM_MAX)
+		return EMB_EBADARG;
+	rc = check_req(f, EMB_OP_PUSH);
+	if (rc)
+		return rc;
+	if (f->hdr.count > f->lim->max_ids)
+		return EMB_ETOOMANYIDS;
+	if (f->hdr.payload_len < EMB_WIRE_PUSH_PREFIX_SIZE)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	if (emb_le32_load(p + 12) != 0)
+		return EMB_EBADFRAME;
+	rows_off = EMB_WIRE_PUSH_PREFIX_SIZE + 8ull * f->hdr.count;
+	rc = rows_check(f, rows_off, dim);
+	if (rc)
+		return rc;
+	out->table_id = f->hdr.table_id;
+	out->step = emb_le64_load(p);
+	out->rank = emb_le32_load(p + 8);
+	out->step_end = f->hdr.flags & EMB_F_STEP_END;
+	out->n = f->hdr.count;
+	out->ids =
+	    (const uint64_t *)(const void *)(p + EMB_WIRE_PUSH_PREFIX_SIZE);
+	out->grads = (const float *)(const void *)(p + rows_off);
+	return 0;
+}
+
+int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
+			       uint32_t state_floats,
+			       struct emb_wire_assign_req *out)
+{
+	uint32_t stride;
+	uint64_t rows_off;
+	bool with_state;
+	int rc;
+
+	if (dim == 0 || dim > EMB_WIRE_DIM_MAX ||
+	    state_floats > STRIDE_MAX - dim)
+		return EMB_EBADARG;
+	rc = check_req(f, EMB_OP_ASSIGN);
+	if (rc)
+		return rc;
+	with_state = f->hdr.flags & EMB_F_WITH_STATE;
+	stride = dim + (with_state ? state_floats : 0);
+	rows_off = 8ull * f->hdr.count;
+	rc = rows_check(f, rows_off, stride);
+	if (rc)
+		return rc;
+	out->table_id = f->hdr.table_id;
+	out->n = f->hdr.count;
+	out->with_state = with_state;
+	out->stride = stride;
+	out->ids = (const uint64_t *)(const void *)f->payload;
+	out->rows = (const float *)(const void *)(f->payload + rows_off);
+	return 0;
+}
+
+int emb_wire_erase_req_decode(const struct emb_wire_frame *f,
+			      struct emb_wire_ids_req *out)
+{
+	int rc;
+
+	rc = check_req(f, EMB_OP_ERASE);
+	if (rc)
+		return rc;
+	rc = ids_check(f, 0);
+	if (rc)
+		return rc;
+	out->table_id = f->hdr.table_id;
+	out->n = f->hdr.count;
+	out->ids = (const uint64_t *)(const void *)f->payload;
+	return 0;
+}
+
+int emb_wire_stats_resp_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_stats_resp *out)
+{
+	const uint8_t *e;
+	uint32_t n, nfields, i;
+	uint64_t esize;
+	int rc;
+
+	rc = check_resp(f, EMB_OP_STATS);
+	if (rc)
+		return rc;
+	n = f->hdr.count;
+	if (n > f->lim->max_tables)
+		return EMB_ETOOMANYTABLES;
+	if (f->hdr.payload_len < EMB_WIRE_STATS_PREFIX_SIZE)
+		return EMB_EBADFRAME;
+	nfields = emb_le32_load(f->payload);
+	if (nfields == 0 || nfields > EMB_WIRE_STATS_FIELDS_MAX ||
+	    emb_le32_load(f->payload + 4) != 0)
+		return EMB_EBADFRAME;
+	esize = 8 + 8ull * nfields;
+	if (EMB_WIRE_STATS_PREFIX_SIZE + n * esize != f->hdr.payload_len)
+		return EMB_EBADFRAME;
+	e = f->payload + EMB_WIRE_STATS_PREFIX_SIZE;
+	for (i = 0; i < n; i++, e += esize)
+		if (emb_le32_load(e + 4) != 0)
+			return EMB_EBADFRAME;
+	out->n = n;
+	out->nfields = nfields;
+	out->entries = f->payload + EMB_WIRE_STATS_PREFIX_SIZE;
+	return 0;
+}
+
+void emb_wire_stats_entry(const struct emb_wire_stats_resp *resp, uint32_t i,
+			  struct emb_wire_stats *out)
+{
+	size_t esize = 8 + 8 * (size_t)resp->nfields;
+	const uint8_t *e = resp->entries + i * esize;
+	uint8_t *o = (uint8_t *)out;
+	uint32_t j;
+
+	memset(out, 0, sizeof(*out));
+	out->table_id = emb_le32_load(e);
+	for (j = 0; j < EMB_WIRE_STATS_FIELDS && j < resp->nfields; j++)
+		emb_le64_store(o + stats_offs[j], emb_le64_load(e + 8 + 8 * j));
+}
+
+int emb_wire_ping_decode(const struct emb_wire_frame *f, bool response,
+			 struct emb_wire_blob *out)
+{
+	int rc;
+
+	rc = response ? check_resp(f, EMB_OP_PING) : check_req(f, EMB_OP_PING);
+	if (rc)
+		return rc;
+	if (f->hdr.table_id != 0 || f->hdr.count != 0)
+		return EMB_EBADFRAME;
+	out->data = f->hdr.payload_len ? f->payload : NULL;
+	out->len = f->hdr.payload_len;
+	return 0;
+}
+
+static bool set_mode_valid(const struct emb_wire_set_mode_req *r)
+{
+	switch (r->mode) {
+	case EMB_MODE_ASYNC:
+		return r->workers == 0 && r->staleness == 0;
+	case EMB_MODE_SYNC:
+		/* The server keeps a buffer per worker: bound what one
+		 * request can make it allocate. */
+		return r->workers >= 1 && r->workers <= EMB_WIRE_SYNC_WORKERS_MAX &&
+		       r->staleness == 0;
+	case EMB_MODE_STALE:
+		return r->workers == 0;
+	default:
+		return false;
+	}
+}
+
+int emb_wire_set_mode_req_encode(void *buf, size_t cap, uint64_t req_id,
+				 const struct emb_wire_set_mode_req *req)
+{
+	uint8_t *p = buf;
+	const size_t len = EMB_WIRE_HDR_SIZE + EMB_WIRE_SET_MODE_SIZE;
+
+	if (!buf || !req || req->table_id == 0 || !set_mode_valid(req))
+		return EMB_EBADARG;
+	if (cap < len)
+		return -ENOSPC;
+	emb__wire_put_hdr(p, EMB_OP_SET_MODE, 0, req_id, req->table_id, 0,
+		EMB_WIRE_SET_MODE_SIZE, 0);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, req->mode);
+	emb_le32_store(p + 4, req->workers);
+	emb_le32_store(p + 8, req->staleness);
+	emb_le32_store(p + 12, 0);
+	return (int)len;
+}
+
+int emb_wire_set_mode_req_decode(const struct emb_wire_frame *f,
+				 struct emb_wire_set_mode_req *out)
+{
+	const uint8_t *p;
+	int rc;
+
+	rc = check_req(f, EMB_OP_SET_MODE);
+	if (rc)
+		return rc;
+	if (f->hdr.count != 0 || f->hdr.payload_len != EMB_WIRE_SET_MODE_SIZE)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	out->table_id = f->hdr.table_id;
+	out->mode = emb_le32_load(p);
+	out->workers = emb_le32_load(p + 4);
+	out->staleness = emb_le32_load(p + 8);
+	if (emb_le32_load(p + 12) != 0 || !set_mode_valid(out))
+		return EMB_EBADFRAME;
+	return 0;
+}

@@ -1,0 +1,176 @@
+/*
+ * src/proto/wire.h - the frame header every embstore message starts with,
+ * the opcodes and the decoder's limits.
+ *
+ * Frames are little-endian. A frame is this fixed 32-byte header followed by
+ * payload_len bytes whose layout depends on the opcode (see wire_msg.h and
+ * docs/protocol.md). Transports only need the header to delimit frames.
+ *
+ *   OFFSET  SIZE  MEANING
+ *   0       4     magic, "EMB1" = 0x31424d45 as a little-endian u32
+ *   4       1     version, EMB_WIRE_VERSION
+ *   5       1     opcode (enum emb_op); responses set EMB_OP_RESPONSE_BIT
+ *   6       2     flags (per opcode; EMB_F_* below)
+ *   8       8     request id, chosen by the client, echoed in the response
+ *   16      4     table id (0 where the op names no table)
+ *   20      4     count: ids or rows in the payload (per opcode)
+ *   24      4     payload_len: bytes after the header
+ *   28      4     status: 0 in requests; 0 or a negative code in responses
+ *
+ * The header is a multiple of 8 bytes, so a payload that starts 8-aligned in
+ * the frame starts 8-aligned in any 8-aligned receive buffer; every payload
+ * layout keeps its u64 arrays 8-aligned and its f32 arrays 8-aligned too.
+ *
+ * Everything here is pure and thread-safe.
+ */
+#ifndef EMB_PROTO_WIRE_H
+#define EMB_PROTO_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/endian.h"
+#include "common/tabledef.h"
+
+#define EMB_WIRE_MAGIC	  0x31424d45u
+#define EMB_WIRE_VERSION  1u
+#define EMB_WIRE_HDR_SIZE 32u
+
+#define EMB_OP_RESPONSE_BIT 0x80u
+
+/*
+ * Decoded payloads are views into the frame (u64 ids, f32 rows) read in host
+ * order, so the host must be little-endian like the wire. Every supported
+ * target (x86-64, aarch64 Linux) is; a big-endian port would have to copy.
+ */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "embstore's wire views assume a little-endian host");
+
+/*
+ * Opcodes. Numbers are fixed forever; reserved ones are named now so that
+ * later releases do not collide. A reserved opcode passes the header check
+ * (a server answers it with -EOPNOTSUPP instead of dropping the connection)
+ * but has no payload decoder yet.
+ */
+enum emb_op {
+	EMB_OP_HELLO = 1,	 /* handshake: versions, auth, limits */
+	EMB_OP_PING = 2,	 /* echo an opaque payload */
+	EMB_OP_CREATE_TABLE = 3, /* name, dim, optimizer, initializer, seed */
+	EMB_OP_DROP_TABLE = 4,	 /* table id in the header */
+	EMB_OP_LIST_TABLES = 5,	 /* all tables with their configs */
+	EMB_OP_PULL = 6,	 /* ids -> rows */
+	EMB_OP_PUSH = 7,	 /* ids + gradients */
+	EMB_OP_ASSIGN = 8,	 /* ids + rows (optionally with state) */
+	EMB_OP_ERASE = 9,	 /* ids */
+	EMB_OP_STATS = 10,	 /* per-table counters */
+	EMB_OP_EVICT = 11,	 /* reserved */
+	EMB_OP_DUMP_BEGIN = 12,	 /* stream a table (wire_dump.h) */
+	EMB_OP_DUMP_CHUNK = 13,	 /* next rows of the stream */
+	EMB_OP_DUMP_END = 14,	 /* end of the stream */
+	EMB_OP_BARRIER = 15,	 /* worker -> scheduler (wire_cluster.h) */
+	EMB_OP_SET_MODE = 16,	 /* a table's training mode */
+	EMB_OP_CLUSTER_MAP = 32, /* node -> scheduler: the map */
+	EMB_OP_REGISTER = 33,	 /* node -> scheduler: join */
+	EMB_OP_HEARTBEAT = 34,	 /* node -> scheduler: alive */
+	EMB_OP_FINISH = 35,	 /* node -> scheduler: done */
+};
+
+/* Header flags; each opcode accepts only its own, others must be 0. */
+#define EMB_F_NOCREATE	 0x0001u /* PULL: report missing ids, create none */
+#define EMB_F_WITH_STATE 0x0002u /* ASSIGN, PULL: rows with optim state */
+#define EMB_F_STEP_END 0x0004u	 /* PUSH: the sender's last part of its step
+				    for this server (synchronous tables) */
+
+/* Field limits fixed by the protocol, whatever the configured limits. */
+#define EMB_WIRE_FRAME_MAX	 (1u << 30) /* largest max_frame_bytes */
+#define EMB_WIRE_DIM_MAX	 EMB_DIM_MAX /* largest dim (common/tabledef.h) */
+#define EMB_WIRE_NAME_SIZE	 64u   /* table name field, NUL-padded */
+#define EMB_WIRE_TOKEN_MAX	 256u  /* HELLO auth token bytes */
+#define EMB_WIRE_CLIENT_NAME_MAX 128u  /* HELLO client/transport string */
+#define EMB_WIRE_ERRMSG_MAX	 1024u /* error message bytes */
+
+/*
+ * What a decoder accepts. A server fills these from its config and sends
+ * them in the HELLO response, so clients split batches to fit.
+ */
+struct emb_wire_limits {
+	uint32_t max_frame_bytes; /* header + payload, 64..EMB_WIRE_FRAME_MAX */
+	uint32_t max_ids;	  /* ids (or rows) per request, >= 1 */
+	uint32_t max_tables;	  /* entries in LIST/STATS responses, >= 1 */
+	uint32_t max_dim;	  /* floats per row, 1..EMB_WIRE_DIM_MAX */
+};
+
+#define EMB_WIRE_LIMITS_DEFAULT                                                \
+	((struct emb_wire_limits){.max_frame_bytes = 64u << 20,                \
+				  .max_ids = 1u << 20,                         \
+				  .max_tables = 1024,                          \
+				  .max_dim = EMB_WIRE_DIM_MAX})
+
+struct emb_frame_hdr {
+	uint32_t magic;	      /* EMB_WIRE_MAGIC */
+	uint8_t version;      /* EMB_WIRE_VERSION */
+	uint8_t opcode;	      /* enum emb_op, | EMB_OP_RESPONSE_BIT */
+	uint16_t flags;	      /* EMB_F_* */
+	uint64_t req_id;      /* echoed in the response */
+	uint32_t table_id;    /* server-assigned table id */
+	uint32_t count;	      /* ids or rows in the payload */
+	uint32_t payload_len; /* bytes after the header */
+	int32_t status;	      /* response status, 0 or negative */
+};
+
+_Static_assert(sizeof(struct emb_frame_hdr) == EMB_WIRE_HDR_SIZE,
+	       "frame header is 32 bytes on the wire");
+
+/*
+ * A frame that passed emb_wire_frame_decode(): the header, and a view of
+ * its payload. payload and lim point into memory the caller keeps alive.
+ */
+struct emb_wire_frame {
+	struct emb_frame_hdr hdr; /* decoded header */
+	const uint8_t *payload;	  /* hdr.payload_len bytes, 8-aligned */
+	const struct emb_wire_limits *lim; /* limits it was checked against */
+};
+
+/* "pull", "hello", ...; "?" for a number that is no opcode. */
+const char *emb_wire_op_name(uint8_t op);
+
+/* True for every opcode above, reserved ones included (response bit off). */
+bool emb_wire_op_known(uint8_t op);
+
+/* 0, or EMB_EBADARG if a field is out of the range given in the struct. */
+int emb_wire_limits_validate(const struct emb_wire_limits *lim);
+
+/* Writes hdr to buf[0..EMB_WIRE_HDR_SIZE) in wire order. */
+void emb_wire_hdr_encode(void *buf, const struct emb_frame_hdr *hdr);
+
+/*
+ * Checks and decodes the header at buf[0..len). Looks at the header only, so
+ * a stream transport can call it on the first 32 bytes to learn how much more
+ * to read. 0 and *out, or:
+ *   EMB_ETRUNCFRAME  len < EMB_WIRE_HDR_SIZE
+ *   EMB_EBADMAGIC    magic is not EMB_WIRE_MAGIC
+ *   EMB_EBADVERSION  version is not EMB_WIRE_VERSION
+ *   EMB_EBADOP       opcode (response bit aside) is not emb_wire_op_known()
+ *   EMB_ETOOBIG      header + payload_len > lim->max_frame_bytes
+ *   EMB_EBADARG      lim fails emb_wire_limits_validate()
+ * Borrows buf and lim for the call.
+ */
+int emb_wire_hdr_decode(const void *buf, size_t len,
+			const struct emb_wire_limits *lim,
+			struct emb_frame_hdr *out);
+
+/*
+ * Decodes a whole frame at buf[0..len): the header as above, then checks
+ * that len holds all payload_len bytes (EMB_ETRUNCFRAME otherwise; bytes
+ * beyond the frame are ignored). buf must be 8-aligned (EMB_EBADARG) so that
+ * payload views are aligned. On success out->payload points into buf and
+ * out->lim is lim: both must outlive any use of *out and of the message
+ * views decoded from it.
+ */
+int emb_wire_frame_decode(const void *buf, size_t len,
+			  const struct emb_wire_limits *lim,
+			  struct emb_wire_frame *out);
+
+#endif

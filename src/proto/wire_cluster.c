@@ -1,0 +1,480 @@
+/*
+ * src/proto/wire_cluster.c - encoders and checked decoders of the cluster
+ * messages (layouts in wire_cluster.h). Pure functions, thread-safe.
+ */
+#include "proto/wire_cluster.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "proto/wire_int.h"
+
+const char *emb_role_name(uint32_t role)
+{
+	switch (role) {
+	case EMB_ROLE_SCHEDULER:
+		return "scheduler";
+	case EMB_ROLE_SERVER:
+		return "server";
+	case EMB_ROLE_WORKER:
+		return "worker";
+	default:
+		return "?";
+	}
+}
+
+static bool node_role(uint32_t role)
+{
+	return role == EMB_ROLE_SERVER || role == EMB_ROLE_WORKER;
+}
+
+/* Host names and numeric addresses: printable ASCII without spaces. */
+static bool host_ok(const char *h, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (h[i] <= ' ' || h[i] > '~')
+			return false;
+	return true;
+}
+
+/* Cluster frames carry no flags, table id or status. */
+static void put_hdr(void *buf, uint8_t op, uint64_t req_id, uint32_t count,
+		    uint32_t payload_len)
+{
+	emb__wire_put_hdr(buf, op, 0, req_id, 0, count, payload_len, 0);
+}
+
+/* Cluster requests have no flags, no table, no status. */
+static int check_req(const struct emb_wire_frame *f, uint8_t op)
+{
+	if (!f || f->hdr.opcode != op)
+		return EMB_EBADARG;
+	if (f->hdr.status || f->hdr.flags || f->hdr.table_id)
+		return EMB_EBADFRAME;
+	return 0;
+}
+
+static int check_resp(const struct emb_wire_frame *f, uint8_t op)
+{
+	if (!f || f->hdr.opcode != (op | EMB_OP_RESPONSE_BIT))
+		return EMB_EBADARG;
+	if (f->hdr.status < 0)
+		return EMB_ESERVER;
+	if (f->hdr.status > 0 || f->hdr.flags || f->hdr.table_id)
+		return EMB_EBADFRAME;
+	return 0;
+}
+
+/* ---- encoders -------------------------------------------------------- */
+
+int emb_wire_register_req_encode(void *buf, size_t cap, uint64_t req_id,
+				 uint32_t role, uint16_t port, uint32_t pid,
+				 const char *host)
+{
+	size_t hl = host ? strlen(host) : 0;
+	uint8_t *p = buf;
+	uint32_t plen;
+
+	if (!node_role(role) || hl > EMB_WIRE_HOST_MAX || !host_ok(host, hl))
+		return EMB_EBADARG;
+	plen = 16 + (uint32_t)hl;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + plen)
+		return -ENOSPC;
+	put_hdr(p, EMB_OP_REGISTER, req_id, 0, plen);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, role);
+	emb_le16_store(p + 4, port);
+	emb_le16_store(p + 6, (uint16_t)hl);
+	emb_le32_store(p + 8, pid);
+	emb_le32_store(p + 12, 0);
+	if (hl)
+		memcpy(p + 16, host, hl);
+	return (int)(EMB_WIRE_HDR_SIZE + plen);
+}
+
+static bool register_resp_ok(const struct emb_wire_register_resp *r)
+{
+	if (!node_role(r->role) || r->server_num == 0 ||
+	    r->server_num > EMB_WIRE_SERVERS_MAX || r->worker_num == 0 ||
+	    r->worker_num > EMB_WIRE_WORKERS_MAX || r->hb_timeout_ms == 0)
+		return false;
+	return r->rank <
+	       (r->role == EMB_ROLE_SERVER ? r->server_num : r->worker_num);
+}
+
+int emb_wire_register_resp_encode(void *buf, size_t cap, uint64_t req_id,
+				  const struct emb_wire_register_resp *r)
+{
+	uint8_t *p = buf;
+
+	if (!r || !register_resp_ok(r))
+		return EMB_EBADARG;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_REGISTER_RESP_SIZE)
+		return -ENOSPC;
+	put_hdr(p, EMB_OP_REGISTER | EMB_OP_RESPONSE_BIT, req_id, 0,
+		EMB_WIRE_REGISTER_RESP_SIZE);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, r->role);
+	emb_le32_store(p + 4, r->rank);
+	emb_le32_store(p + 8, r->node_id);
+	emb_le32_store(p + 12, r->server_num);
+	emb_le32_store(p + 16, r->worker_num);
+	emb_le32_store(p + 20, r->hb_timeout_ms);
+	emb_le64_store(p + 24, r->cluster_id);
+	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_REGISTER_RESP_SIZE);
+}
+
+int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
+			     uint32_t node_id)
+{
+	uint8_t *p = buf;
+
+	if (op != EMB_OP_CLUSTER_MAP && op != EMB_OP_FINISH)
+		return EMB_EBADARG;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_NODE_REQ_SIZE)
+		return -ENOSPC;
+	put_hdr(p, op, req_id, 0, EMB_WIRE_NODE_REQ_SIZE);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, node_id);
+	emb_le32_store(p + 4, 0);
+	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_NODE_REQ_SIZE);
+}
+
+int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
+				uint32_t nworkers, const uint16_t *slot_map,
+				const struct emb_wire_node_addr *servers,
+				uint32_t n)
+{
+	uint8_t *p = buf;
+	uint64_t total;
+
+	if (!slot_map || !servers || n == 0 || n > EMB_WIRE_SERVERS_MAX ||
+	    nworkers == 0 || nworkers > EMB_WIRE_WORKERS_MAX)
+		return EMB_EBADARG;
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
+		if (slot_map[i] >= n)
+			return EMB_EBADARG;
+	for (uint32_t i = 0; i < n; i++) {
+		size_t hl = strnlen(servers[i].host, sizeof(servers[i].host));
+
+		if (hl == 0 || hl > EMB_WIRE_HOST_MAX ||
+		    !host_ok(servers[i].host, hl) || servers[i].port == 0)
+			return EMB_EBADARG;
+	}
+	total = emb_wire_cluster_map_bytes(n);
+	if (!p || cap < total)
+		return -ENOSPC;
+	put_hdr(p, EMB_OP_CLUSTER_MAP | EMB_OP_RESPONSE_BIT, req_id, n,
+		(uint32_t)(total - EMB_WIRE_HDR_SIZE));
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, nworkers);
+	emb_le32_store(p + 4, 0);
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
+		emb_le16_store(p + 8 + 2 * i, slot_map[i]);
+	p += EMB_WIRE_MAP_PREFIX_SIZE;
+	for (uint32_t i = 0; i < n; i++, p += EMB_WIRE_MAP_ENTRY_SIZE) {
+		size_t hl = strlen(servers[i].host);
+
+		memset(p, 0, EMB_WIRE_MAP_ENTRY_SIZE);
+		emb_le16_store(p, servers[i].port);
+		emb_le16_store(p + 2, (uint16_t)hl);
+		memcpy(p + 8, servers[i].host, hl);
+	}
+	return (int)total;
+}
+
+int emb_wire_heartbeat_req_encode(void *buf, size_t cap, uint64_t req_id,
+				  uint32_t node_id, uint64_t seq)
+{
+	uint8_t *p = buf;
+
+	if (!p || cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_HEARTBEAT_REQ_SIZE)
+		return -ENOSPC;
+	put_hdr(p, EMB_OP_HEARTBEAT, req_id, 0, EMB_WIRE_HEARTBEAT_REQ_SIZE);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, node_id);
+	emb_le32_store(p + 4, 0);
+	emb_le64_store(p + 8, seq);
+	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_HEARTBEAT_REQ_SIZE);
+}
+
+static bool state_ok(uint32_t s)
+{
+	return s >= EMB_CLUSTER_FORMING && s <= EMB_CLUSTER_FINISHING;
+}
+
+int emb_wire_heartbeat_resp_encode(void *buf, size_t cap, uint64_t req_id,
+				   uint32_t state,
+				   const struct emb_wire_node_ref *dead,
+				   uint32_t n)
+{
+	uint8_t *p = buf;
+	uint32_t plen;
+
+	if (!state_ok(state) || n > EMB_WIRE_NODES_MAX || (n && !dead))
+		return EMB_EBADARG;
+	for (uint32_t i = 0; i < n; i++)
+		if (!node_role(dead[i].role))
+			return EMB_EBADARG;
+	plen = 8 + 8 * n;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + (size_t)plen)
+		return -ENOSPC;
+	put_hdr(p, EMB_OP_HEARTBEAT | EMB_OP_RESPONSE_BIT, req_id, n, plen);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, state);
+	emb_le32_store(p + 4, 0);
+	for (uint32_t i = 0; i < n; i++) {
+		emb_le32_store(p + 8 + 8 * i, dead[i].role);
+		emb_le32_store(p + 12 + 8 * i, dead[i].rank);
+	}
+	return (int)(EMB_WIRE_HDR_SIZE + plen);
+}
+
+static bool name_ok(const char *name, size_t len)
+{
+	return len >= 1 && len <= EMB_WIRE_BARRIER_NAME_MAX &&
+	       !memchr(name, '\0', len);
+}
+
+int emb_wire_barrier_req_encode(void *buf, size_t cap, uint64_t req_id,
+				uint32_t node_id, const char *name)
+{
+	size_t nl = name ? strnlen(name, EMB_WIRE_BARRIER_NAME_MAX + 1) : 0;
+	uint8_t *p = buf;
+	uint32_t plen;
+
+	if (!name_ok(name, nl))
+		return EMB_EBADARG;
+	plen = 8 + (uint32_t)nl;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + plen)
+		return -ENOSPC;
+	put_hdr(p, EMB_OP_BARRIER, req_id, 0, plen);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, node_id);
+	emb_le16_store(p + 4, (uint16_t)nl);
+	emb_le16_store(p + 6, 0);
+	memcpy(p + 8, name, nl);
+	return (int)(EMB_WIRE_HDR_SIZE + plen);
+}
+
+int emb_wire_cluster_ack_encode(void *buf, size_t cap, uint8_t op,
+				uint64_t req_id, uint32_t count)
+{
+	if ((op != EMB_OP_BARRIER && op != EMB_OP_FINISH) ||
+	    (op == EMB_OP_FINISH && count))
+		return EMB_EBADARG;
+	if (!buf || cap < EMB_WIRE_HDR_SIZE)
+		return -ENOSPC;
+	put_hdr(buf, op | EMB_OP_RESPONSE_BIT, req_id, count, 0);
+	return (int)EMB_WIRE_HDR_SIZE;
+}
+
+/* ---- decoders -------------------------------------------------------- */
+
+int emb_wire_register_req_decode(const struct emb_wire_frame *f,
+				 struct emb_wire_register_req *out)
+{
+	const uint8_t *p;
+	uint32_t hl;
+	int rc = check_req(f, EMB_OP_REGISTER);
+
+	if (rc)
+		return rc;
+	p = f->payload;
+	if (f->hdr.count || f->hdr.payload_len < 16)
+		return EMB_EBADFRAME;
+	hl = emb_le16_load(p + 6);
+	if (hl > EMB_WIRE_HOST_MAX || f->hdr.payload_len != 16 + hl ||
+	    emb_le32_load(p + 12) || !node_role(emb_le32_load(p)) ||
+	    !host_ok((const char *)p + 16, hl))
+		return EMB_EBADFRAME;
+	out->role = emb_le32_load(p);
+	out->port = emb_le16_load(p + 4);
+	out->pid = emb_le32_load(p + 8);
+	out->host = hl ? (const char *)p + 16 : NULL;
+	out->host_len = hl;
+	return 0;
+}
+
+int emb_wire_register_resp_decode(const struct emb_wire_frame *f,
+				  struct emb_wire_register_resp *out)
+{
+	struct emb_wire_register_resp r;
+	const uint8_t *p;
+	int rc = check_resp(f, EMB_OP_REGISTER);
+
+	if (rc)
+		return rc;
+	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_REGISTER_RESP_SIZE)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	r.role = emb_le32_load(p);
+	r.rank = emb_le32_load(p + 4);
+	r.node_id = emb_le32_load(p + 8);
+	r.server_num = emb_le32_load(p + 12);
+	r.worker_num = emb_le32_load(p + 16);
+	r.hb_timeout_ms = emb_le32_load(p + 20);
+	r.cluster_id = emb_le64_load(p + 24);
+	if (!register_resp_ok(&r))
+		return EMB_EBADFRAME;
+	*out = r;
+	return 0;
+}
+
+int emb_wire_node_req_decode(const struct emb_wire_frame *f, uint8_t op,
+			     uint32_t *node_id)
+{
+	int rc;
+
+	if (op != EMB_OP_CLUSTER_MAP && op != EMB_OP_FINISH)
+		return EMB_EBADARG;
+	rc = check_req(f, op);
+	if (rc)
+		return rc;
+	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_NODE_REQ_SIZE ||
+	    emb_le32_load(f->payload + 4))
+		return EMB_EBADFRAME;
+	*node_id = emb_le32_load(f->payload);
+	return 0;
+}
+
+int emb_wire_cluster_map_decode(const struct emb_wire_frame *f,
+				struct emb_wire_cluster_map *out)
+{
+	const uint8_t *p, *e;
+	uint32_t n, nw;
+	int rc = check_resp(f, EMB_OP_CLUSTER_MAP);
+
+	if (rc)
+		return rc;
+	n = f->hdr.count;
+	if (n == 0 || n > EMB_WIRE_SERVERS_MAX ||
+	    f->hdr.payload_len !=
+		emb_wire_cluster_map_bytes(n) - EMB_WIRE_HDR_SIZE)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	nw = emb_le32_load(p);
+	if (nw == 0 || nw > EMB_WIRE_WORKERS_MAX || emb_le32_load(p + 4))
+		return EMB_EBADFRAME;
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
+		if (emb_le16_load(p + 8 + 2 * i) >= n)
+			return EMB_EBADFRAME;
+	e = p + EMB_WIRE_MAP_PREFIX_SIZE;
+	for (uint32_t i = 0; i < n; i++, e += EMB_WIRE_MAP_ENTRY_SIZE) {
+		uint32_t hl = emb_le16_load(e + 2);
+
+		if (emb_le16_load(e) == 0 || hl == 0 ||
+		    hl > EMB_WIRE_HOST_MAX || emb_le32_load(e + 4) ||
+		    !host_ok((const char *)e + 8, hl) ||
+		    !emb__wire_zeros(e + 8 + hl, EMB_WIRE_MAP_ENTRY_SIZE - 8 - hl))
+			return EMB_EBADFRAME;
+	}
+	out->nservers = n;
+	out->nworkers = nw;
+	out->slots = p + 8;
+	out->entries = p + EMB_WIRE_MAP_PREFIX_SIZE;
+	return 0;
+}
+
+uint16_t emb_wire_cluster_map_slot(const struct emb_wire_cluster_map *m,
+				   uint32_t slot)
+{
+	return emb_le16_load(m->slots + 2 * slot);
+}
+
+void emb_wire_cluster_map_server(const struct emb_wire_cluster_map *m,
+				 uint32_t i, struct emb_wire_node_addr *out)
+{
+	const uint8_t *e = m->entries + (size_t)i * EMB_WIRE_MAP_ENTRY_SIZE;
+	uint32_t hl = emb_le16_load(e + 2);
+
+	out->port = emb_le16_load(e);
+	memcpy(out->host, e + 8, hl);
+	out->host[hl] = '\0';
+}
+
+int emb_wire_heartbeat_req_decode(const struct emb_wire_frame *f,
+				  uint32_t *node_id, uint64_t *seq)
+{
+	int rc = check_req(f, EMB_OP_HEARTBEAT);
+
+	if (rc)
+		return rc;
+	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_HEARTBEAT_REQ_SIZE ||
+	    emb_le32_load(f->payload + 4))
+		return EMB_EBADFRAME;
+	*node_id = emb_le32_load(f->payload);
+	*seq = emb_le64_load(f->payload + 8);
+	return 0;
+}
+
+int emb_wire_heartbeat_resp_decode(const struct emb_wire_frame *f,
+				   struct emb_wire_heartbeat_resp *out)
+{
+	const uint8_t *p;
+	uint32_t n;
+	int rc = check_resp(f, EMB_OP_HEARTBEAT);
+
+	if (rc)
+		return rc;
+	n = f->hdr.count;
+	if (n > EMB_WIRE_NODES_MAX || f->hdr.payload_len != 8 + 8ull * n)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	if (!state_ok(emb_le32_load(p)) || emb_le32_load(p + 4))
+		return EMB_EBADFRAME;
+	for (uint32_t i = 0; i < n; i++)
+		if (!node_role(emb_le32_load(p + 8 + 8 * i)))
+			return EMB_EBADFRAME;
+	out->state = emb_le32_load(p);
+	out->ndead = n;
+	out->dead = n ? p + 8 : NULL;
+	return 0;
+}
+
+void emb_wire_heartbeat_dead(const struct emb_wire_heartbeat_resp *r,
+			     uint32_t i, struct emb_wire_node_ref *out)
+{
+	out->role = emb_le32_load(r->dead + 8 * (size_t)i);
+	out->rank = emb_le32_load(r->dead + 8 * (size_t)i + 4);
+}
+
+int emb_wire_barrier_req_decode(const struct emb_wire_frame *f,
+				struct emb_wire_barrier_req *out)
+{
+	const uint8_t *p;
+	uint32_t nl;
+	int rc = check_req(f, EMB_OP_BARRIER);
+
+	if (rc)
+		return rc;
+	if (f->hdr.count || f->hdr.payload_len < 8)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	nl = emb_le16_load(p + 4);
+	if (f->hdr.payload_len != 8 + nl || emb_le16_load(p + 6) ||
+	    !name_ok((const char *)p + 8, nl))
+		return EMB_EBADFRAME;
+	out->node_id = emb_le32_load(p);
+	out->name = (const char *)p + 8;
+	out->name_len = nl;
+	return 0;
+}
+
+int emb_wire_cluster_ack_decode(const struct emb_wire_frame *f, uint8_t op,
+				uint32_t *count)
+{
+	int rc;
+
+	if (op != EMB_OP_BARRIER && op != EMB_OP_FINISH)
+		return EMB_EBADARG;
+	rc = check_resp(f, op);
+	if (rc)
+		return rc;
+	if (f->hdr.payload_len || (op == EMB_OP_FINISH && f->hdr.count))
+		return EMB_EBADFRAME;
+	if (count)
+		*count = f->hdr.count;
+	return 0;
+}

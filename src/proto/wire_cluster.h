@@ -1,0 +1,262 @@
+/*
+ * src/proto/wire_cluster.h - payloads of the cluster messages a scheduler
+ * exchanges with servers and workers: REGISTER, CLUSTER_MAP, HEARTBEAT,
+ * BARRIER and FINISH, with their encoders and checked decoders. The frame
+ * header is in wire.h; docs/protocol.md ("Cluster") and docs/cluster.md
+ * tell the same story with the reasons behind it.
+ *
+ * The transport only carries requests and their responses, so everything a
+ * scheduler tells a node is the answer to a request the node sent: the
+ * cluster map answers a CLUSTER_MAP request held until every node joined,
+ * a barrier answers the BARRIER requests held until every worker arrived,
+ * and deaths and the end of the job ride on heartbeat responses.
+ *
+ * All these requests have table id 0 and flags 0, and so do their
+ * responses. Offsets are from the start of the payload (frame offset 32);
+ * integers are little-endian; reserved fields are written as 0 and rejected
+ * when not 0. A response with a negative status carries the ERROR payload
+ * of wire_msg.h instead (EMB_ECLUSTER: cluster full or unknown node id,
+ * EMB_ENODEAD: a node died, or this node was declared dead).
+ *
+ * Roles on the wire: 2 = server, 3 = worker (enum emb_role).
+ *
+ * REGISTER request (count 0): a node joins
+ *   OFFSET  SIZE  MEANING
+ *   0       4     role: 2 server, 3 worker
+ *   4       2     port: a server's listen port (bound port after port 0);
+ *                 0 for workers
+ *   6       2     host_len, 0..EMB_WIRE_HOST_MAX
+ *   8       4     pid of the node, for logs
+ *   12      4     reserved
+ *   16      hl    host the node serves on: printable ASCII, no spaces;
+ *                 empty = the address the scheduler sees it connect from
+ *   payload_len = 16 + host_len
+ *
+ * REGISTER response (count 0): the node's place in the cluster
+ *   0       4     role, as registered
+ *   4       4     rank: servers 0..server_num-1, workers 0..worker_num-1
+ *   8       4     node id: names the node in later requests
+ *   12      4     server_num, 1..EMB_WIRE_SERVERS_MAX
+ *   16      4     worker_num, 1..EMB_WIRE_WORKERS_MAX
+ *   20      4     heartbeat timeout, ms, >= 1: silent this long = dead;
+ *                 nodes ping every timeout / 5
+ *   24      8     cluster id: random per scheduler run
+ *   payload_len = 32
+ *
+ * CLUSTER_MAP, FINISH requests (count 0)
+ *   0       4     node id
+ *   4       4     reserved
+ *   payload_len = 8
+ * A CLUSTER_MAP with node id 0 comes from an observer (embstore stat, dump,
+ * restore, bench --sched) that has not joined: it is answered at once with
+ * the map of a formed cluster, or EMB_ECLUSTER while it is still forming.
+ *
+ * CLUSTER_MAP response (count = server_num): answered once every node
+ * has joined
+ *   0       4     worker_num
+ *   4       4     reserved
+ *   8       8192  slot map: u16 server rank of each of EMB_NSLOTS slots,
+ *                 each < server_num
+ *   8200    264*n server entries, by rank:
+ *     0     2       port
+ *     2     2       host_len, 1..EMB_WIRE_HOST_MAX
+ *     4     4       reserved
+ *     8     256     host, host_len bytes then NUL padding
+ *   payload_len = 8200 + 264 * server_num
+ *
+ * FINISH response (count 0, no payload). A worker's FINISH says it is
+ * done; once every worker has finished, heartbeat responses say
+ * FINISHING, and a server's FINISH acknowledges that it is stopping.
+ *
+ * HEARTBEAT request (count 0)
+ *   0       4     node id
+ *   4       4     reserved
+ *   8       8     sequence number, from 1, for logs
+ *   payload_len = 16
+ *
+ * HEARTBEAT response (count = ndead, <= EMB_WIRE_NODES_MAX)
+ *   0       4     state: 1 forming, 2 ready, 3 finishing
+ *   4       4     reserved
+ *   8       8*n   nodes declared dead so far, in order of death:
+ *     0     4       role
+ *     4     4       rank
+ *   payload_len = 8 + 8 * ndead
+ *
+ * BARRIER request (count 0): a worker reached the barrier called name
+ *   0       4     node id
+ *   4       2     name_len, 1..EMB_WIRE_BARRIER_NAME_MAX
+ *   6       2     reserved
+ *   8       nl    name, bytes other than NUL
+ *   payload_len = 8 + name_len
+ *
+ * BARRIER response (count = workers that met, no payload): sent to every
+ * worker once all worker_num workers reached the barrier; a barrier of the
+ * same name may then be entered again.
+ *
+ * Encoders write into buf[0..cap) and return the frame's size (> 0),
+ * -ENOSPC when cap is too small, or EMB_EBADARG for a field out of range.
+ * Decoders take a frame from emb_wire_frame_decode(), return views into
+ * it, never read outside it, and return EMB_EBADARG when the frame is not
+ * that message, EMB_ESERVER for a response with a negative status, and
+ * EMB_EBADFRAME when a field breaks the layout. All functions are pure and
+ * thread-safe.
+ */
+#ifndef EMB_PROTO_WIRE_CLUSTER_H
+#define EMB_PROTO_WIRE_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/hash.h"
+#include "proto/wire.h"
+
+#define EMB_WIRE_HOST_MAX	    255u  /* host name or address bytes */
+#define EMB_WIRE_SERVERS_MAX	    4096u /* one server per slot at most */
+#define EMB_WIRE_WORKERS_MAX	    65536u
+#define EMB_WIRE_NODES_MAX	    (EMB_WIRE_SERVERS_MAX + EMB_WIRE_WORKERS_MAX)
+#define EMB_WIRE_BARRIER_NAME_MAX   63u
+#define EMB_WIRE_REGISTER_RESP_SIZE 32u
+#define EMB_WIRE_NODE_REQ_SIZE	    8u
+#define EMB_WIRE_HEARTBEAT_REQ_SIZE 16u
+#define EMB_WIRE_MAP_PREFIX_SIZE    (8u + 2u * EMB_NSLOTS)
+#define EMB_WIRE_MAP_ENTRY_SIZE	    264u
+
+/* Whole CLUSTER_MAP response frame for n servers. */
+static inline uint64_t emb_wire_cluster_map_bytes(uint32_t n)
+{
+	return EMB_WIRE_HDR_SIZE + EMB_WIRE_MAP_PREFIX_SIZE +
+	       (uint64_t)EMB_WIRE_MAP_ENTRY_SIZE * n;
+}
+
+/* Node roles; the numbers of server and worker are on the wire. */
+enum emb_role {
+	EMB_ROLE_NONE = 0,
+	EMB_ROLE_SCHEDULER = 1,
+	EMB_ROLE_SERVER = 2,
+	EMB_ROLE_WORKER = 3,
+};
+
+/* What heartbeat responses say about the job. */
+enum emb_cluster_state {
+	EMB_CLUSTER_FORMING = 1,   /* nodes still joining */
+	EMB_CLUSTER_READY = 2,	   /* every node joined: map sent */
+	EMB_CLUSTER_FINISHING = 3, /* every worker finished: servers stop */
+};
+
+/* "scheduler", "server", "worker", or "?" */
+const char *emb_role_name(uint32_t role);
+
+struct emb_wire_register_req {
+	uint32_t role;	   /* EMB_ROLE_SERVER or EMB_ROLE_WORKER */
+	uint16_t port;	   /* server's listen port; 0 for workers */
+	uint32_t pid;	   /* node's process id, for logs */
+	const char *host;  /* host_len bytes, not terminated; NULL if 0 */
+	uint32_t host_len; /* 0..EMB_WIRE_HOST_MAX */
+};
+
+struct emb_wire_register_resp {
+	uint32_t role;		/* as registered */
+	uint32_t rank;		/* within the role */
+	uint32_t node_id;	/* names the node in later requests */
+	uint32_t server_num;	/* servers in the cluster */
+	uint32_t worker_num;	/* workers in the cluster */
+	uint32_t hb_timeout_ms; /* silence that makes a node dead */
+	uint64_t cluster_id;	/* random per scheduler run */
+};
+
+/* A server's address as the cluster map carries it. */
+struct emb_wire_node_addr {
+	char host[EMB_WIRE_HOST_MAX + 1]; /* NUL-terminated, 1..255 bytes */
+	uint16_t port;			  /* listen port, >= 1 */
+};
+
+/* Decoded CLUSTER_MAP response; read it with the accessors below. */
+struct emb_wire_cluster_map {
+	uint32_t nservers;	/* server entries */
+	uint32_t nworkers;	/* workers in the cluster */
+	const uint8_t *slots;	/* EMB_NSLOTS u16 server ranks */
+	const uint8_t *entries; /* nservers * EMB_WIRE_MAP_ENTRY_SIZE bytes */
+};
+
+/* One dead node in a heartbeat response. */
+struct emb_wire_node_ref {
+	uint32_t role; /* EMB_ROLE_SERVER or EMB_ROLE_WORKER */
+	uint32_t rank; /* within the role */
+};
+
+struct emb_wire_heartbeat_resp {
+	uint32_t state;	     /* enum emb_cluster_state */
+	uint32_t ndead;	     /* dead nodes listed */
+	const uint8_t *dead; /* ndead entries of 8 bytes */
+};
+
+struct emb_wire_barrier_req {
+	uint32_t node_id;  /* the worker that arrived */
+	const char *name;  /* name_len bytes, not terminated */
+	uint32_t name_len; /* 1..EMB_WIRE_BARRIER_NAME_MAX */
+};
+
+/* EMB_EBADARG: a role other than server/worker, host over 255 bytes or
+ * with a byte that is not printable ASCII. host may be NULL (empty). */
+int emb_wire_register_req_encode(void *buf, size_t cap, uint64_t req_id,
+				 uint32_t role, uint16_t port, uint32_t pid,
+				 const char *host);
+/* EMB_EBADARG: counts out of range, timeout 0, rank >= its role's count. */
+int emb_wire_register_resp_encode(void *buf, size_t cap, uint64_t req_id,
+				  const struct emb_wire_register_resp *r);
+/* op: EMB_OP_CLUSTER_MAP or EMB_OP_FINISH (EMB_EBADARG otherwise). */
+int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
+			     uint32_t node_id);
+/*
+ * slot_map: EMB_NSLOTS server ranks; servers[0..n): by rank. EMB_EBADARG:
+ * n 0 or over EMB_WIRE_SERVERS_MAX, nworkers 0 or over the maximum, a rank
+ * >= n in the map, an empty or bad host, port 0.
+ */
+int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
+				uint32_t nworkers, const uint16_t *slot_map,
+				const struct emb_wire_node_addr *servers,
+				uint32_t n);
+int emb_wire_heartbeat_req_encode(void *buf, size_t cap, uint64_t req_id,
+				  uint32_t node_id, uint64_t seq);
+/* EMB_EBADARG: state unknown, n over EMB_WIRE_NODES_MAX, a bad role. */
+int emb_wire_heartbeat_resp_encode(void *buf, size_t cap, uint64_t req_id,
+				   uint32_t state,
+				   const struct emb_wire_node_ref *dead,
+				   uint32_t n);
+/* EMB_EBADARG: name empty, over 63 bytes. */
+int emb_wire_barrier_req_encode(void *buf, size_t cap, uint64_t req_id,
+				uint32_t node_id, const char *name);
+/* Successful BARRIER (count = workers that met) or FINISH (count 0). */
+int emb_wire_cluster_ack_encode(void *buf, size_t cap, uint8_t op,
+				uint64_t req_id, uint32_t count);
+
+int emb_wire_register_req_decode(const struct emb_wire_frame *f,
+				 struct emb_wire_register_req *out);
+int emb_wire_register_resp_decode(const struct emb_wire_frame *f,
+				  struct emb_wire_register_resp *out);
+/* op: EMB_OP_CLUSTER_MAP or EMB_OP_FINISH. */
+int emb_wire_node_req_decode(const struct emb_wire_frame *f, uint8_t op,
+			     uint32_t *node_id);
+int emb_wire_cluster_map_decode(const struct emb_wire_frame *f,
+				struct emb_wire_cluster_map *out);
+/* Server rank of slot (< EMB_NSLOTS) in a decoded map. */
+uint16_t emb_wire_cluster_map_slot(const struct emb_wire_cluster_map *m,
+				   uint32_t slot);
+/* Address of server rank i < m->nservers in a decoded map. */
+void emb_wire_cluster_map_server(const struct emb_wire_cluster_map *m,
+				 uint32_t i, struct emb_wire_node_addr *out);
+int emb_wire_heartbeat_req_decode(const struct emb_wire_frame *f,
+				  uint32_t *node_id, uint64_t *seq);
+int emb_wire_heartbeat_resp_decode(const struct emb_wire_frame *f,
+				   struct emb_wire_heartbeat_resp *out);
+/* Entry i < r->ndead of a decoded heartbeat response. */
+void emb_wire_heartbeat_dead(const struct emb_wire_heartbeat_resp *r,
+			     uint32_t i, struct emb_wire_node_ref *out);
+int emb_wire_barrier_req_decode(const struct emb_wire_frame *f,
+				struct emb_wire_barrier_req *out);
+/* op: EMB_OP_BARRIER or EMB_OP_FINISH; *count (may be NULL) from count. */
+int emb_wire_cluster_ack_decode(const struct emb_wire_frame *f, uint8_t op,
+				uint32_t *count);
+
+#endif

@@ -1,0 +1,507 @@
+/*
+ * src/proto/wire_msg.h - payload layouts of every embstore message, their
+ * encoders and their decoders. The frame header is in wire.h, and
+ * docs/protocol.md tells the same story with the reasons behind it.
+ *
+ * Offsets below are from the start of the payload, which is frame offset 32
+ * (8-aligned). All integers and floats are little-endian; "reserved" fields
+ * are written as 0 and rejected when not 0, so they can gain a meaning later.
+ * Every request gets exactly one response with the request's opcode |
+ * EMB_OP_RESPONSE_BIT and request id. A response whose status is negative
+ * carries the error payload instead of the op's own one.
+ *
+ * ERROR (any response with status < 0; count 0, table id echoed)
+ *   OFFSET  SIZE     MEANING
+ *   0       4        msg_len, 0..EMB_WIRE_ERRMSG_MAX
+ *   4       msg_len  UTF-8 message, not NUL-terminated
+ *   payload_len = 4 + msg_len
+ *
+ * HELLO request (table id 0, count 0, flags 0): first frame on a connection
+ *   0       4        client_version: highest protocol version the client speaks
+ *   4       2        token_len, 0..EMB_WIRE_TOKEN_MAX
+ *   6       2        name_len, 0..EMB_WIRE_CLIENT_NAME_MAX
+ *   8       tl       auth token, opaque bytes
+ *   8+tl    nl       client name and transport, UTF-8 ("trainer-3/rdma")
+ *   payload_len = 8 + token_len + name_len
+ *
+ * HELLO response (table id 0, count 0)
+ *   0       4        server_version
+ *   4       4        max_frame_bytes  } struct emb_wire_limits: what the
+ *   8       4        max_ids          } server's decoder accepts; clients
+ *   12      4        max_tables       } split batches to fit
+ *   16      4        max_dim          }
+ *   20      4        reserved
+ *   24      8        server id
+ *   payload_len = 32
+ *
+ * Table spec: CREATE_TABLE's payload and part of each LIST_TABLES entry
+ *   0       64       name: 1..63 bytes, NUL-terminated, NUL-padded
+ *   64      4        dim, 1..max_dim
+ *   68      4        optimizer kind   } struct emb_optim_cfg, field by field
+ *   72      4        lr (f32)         } (common/optim.h)
+ *   76      4        weight_decay     }
+ *   80      4        initial_accum.   }
+ *   84      4        beta1            }
+ *   88      4        beta2            }
+ *   92      4        eps              }
+ *   96      4        ftrl_beta        }
+ *   100     4        l1               }
+ *   104     4        l2               }
+ *   108     4        initializer kind } struct emb_init_cfg (common/init.h)
+ *   112     4        a (f32)          }
+ *   116     4        b (f32)          }
+ *   120     8        seed
+ *   size 128
+ *
+ * CREATE_TABLE request (table id 0, count 0): one table spec, 128 bytes.
+ * CREATE_TABLE response: the new table's id in the header; no payload.
+ * DROP_TABLE request (table id set, count 0): no payload. Response: none.
+ * LIST_TABLES request (table id 0, count 0): no payload.
+ *
+ * LIST_TABLES response (count = tables, <= max_tables): count entries of
+ *   0       4        table id
+ *   4       4        reserved
+ *   8       128      table spec
+ *   136     8        rows held now
+ *   size 144
+ *
+ * PULL request (table id set, count = n <= max_ids, flags EMB_F_NOCREATE,
+ * EMB_F_WITH_STATE)
+ *   0       8n       u64 ids[n]
+ *
+ * PULL response (count n, flags echo the request's)
+ *   0       B        found bitmap, only with EMB_F_NOCREATE (else B = 0):
+ *                    bit i % 8 of byte i / 8 set = id i present; B =
+ *                    8 * ceil(n / 64), padding bits 0
+ *   B       4*n*s    f32 rows[n][s]; s = dim, or dim + the optimizer's
+ *                    state floats (common/optim.h) with EMB_F_WITH_STATE,
+ *                    the layout ASSIGN takes back; a missing id's row is
+ *                    zeros
+ *   The rows come last and start 8-aligned at frame offset 32 + B, which the
+ *   client knows from n alone: a TCP server writev()s them straight from
+ *   table memory and an RDMA server can RDMA-WRITE them into the client's
+ *   receive buffer at that offset.
+ *
+ * PUSH request (table id set, count = n <= max_ids, flags 0)
+ *   0       8        worker step    } reserved for synchronous and bounded-
+ *   8       4        worker rank    } staleness training; servers ignore
+ *   12      4        reserved       } step and rank today
+ *   16      8n       u64 ids[n]           (frame offset 48: 8-aligned)
+ *   16+8n   4*n*dim  f32 grads[n][dim]    (8-aligned)
+ * PUSH response: no payload.
+ *
+ * ASSIGN request (table id set, count = n <= max_ids, flags
+ * EMB_F_WITH_STATE)
+ *   0       8n       u64 ids[n]
+ *   8n      4*n*s    f32 rows[n][s]; s = dim, or dim + the optimizer's
+ *                    state floats (common/optim.h) with EMB_F_WITH_STATE
+ * ASSIGN response: no payload.
+ *
+ * ERASE request (table id set, count = n <= max_ids): u64 ids[n].
+ * ERASE response: count = how many ids were present; no payload.
+ *
+ * STATS request (table id, or 0 for every table; count 0): no payload.
+ * STATS response (count = entries, <= max_tables)
+ *   0       4        nfields: u64 counters per entry, 1..64; 15 today
+ *   4       4        reserved
+ *   8       E*count  entries, E = 8 + 8 * nfields:
+ *     0     4          table id
+ *     4     4          reserved
+ *     8     8*nfields  u64 counters in the order of struct emb_wire_stats
+ *   A newer server may send more counters than a reader knows (it skips
+ *   them); counters a reader knows but the server did not send read as 0.
+ *
+ * SET_MODE request (table id set, count 0, flags 0)
+ *   0       4        mode: 0 async, 1 sync, 2 bounded staleness (enum emb_mode)
+ *   4       4        workers: sync only, the pushes that make a step,
+ *                    1..EMB_WIRE_SYNC_WORKERS_MAX
+ *   8       4        staleness: bounded only, K steps a push may lag
+ *   12      4        reserved
+ * SET_MODE response: no payload. Setting the mode a table has is a no-op.
+ *
+ * PUSH flag EMB_F_STEP_END: under a sync table a worker sends every server
+ * one PUSH per step (empty when it has no ids there) and flags its last
+ * part; the server acknowledges that part only once the step is applied.
+ *
+ * PING request and response (table id 0, count 0): opaque payload, echoed.
+ *
+ * Decoders take a frame from emb_wire_frame_decode() and return views into
+ * it; they never allocate or read outside the frame. Request decoders return
+ * EMB_EBADARG if the frame is not that request (the caller picks the decoder
+ * by opcode); response decoders return EMB_EBADARG for another opcode and
+ * EMB_ESERVER when the status is negative (read it with
+ * emb_wire_error_decode()). All functions are pure and thread-safe.
+ */
+#ifndef EMB_PROTO_WIRE_MSG_H
+#define EMB_PROTO_WIRE_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "common/init.h"
+#include "common/optim.h"
+#include "proto/wire.h"
+
+#define EMB_WIRE_HELLO_RESP_SIZE   32u
+#define EMB_WIRE_SPEC_SIZE	   128u
+#define EMB_WIRE_LIST_ENTRY_SIZE   144u
+#define EMB_WIRE_PUSH_PREFIX_SIZE  16u
+#define EMB_WIRE_STATS_PREFIX_SIZE 8u
+#define EMB_WIRE_STATS_FIELDS	   16u /* counters this version sends */
+#define EMB_WIRE_SET_MODE_SIZE 16u
+#define EMB_WIRE_SYNC_WORKERS_MAX 65536u /* workers of a sync table */
+#define EMB_WIRE_STATS_FIELDS_MAX  64u /* most a reader accepts */
+
+/* Bytes of PULL's found bitmap for n ids: whole u64 words. */
+static inline uint64_t emb_wire_bitmap_bytes(uint32_t n)
+{
+	return ((uint64_t)n + 63) / 64 * 8;
+}
+
+static inline bool emb_wire_bit_test(const uint8_t *bits, uint32_t i)
+{
+	return (bits[i / 8] >> (i % 8)) & 1;
+}
+
+/* Frame offset of a PULL response's rows: where an RDMA server writes. */
+static inline uint64_t emb_wire_pull_rows_offset(uint32_t n, uint16_t flags)
+{
+	return EMB_WIRE_HDR_SIZE +
+	       ((flags & EMB_F_NOCREATE) ? emb_wire_bitmap_bytes(n) : 0);
+}
+
+/*
+ * Whole PULL response frame, for sizing a client's receive buffer; stride is
+ * dim, or dim + state floats with EMB_F_WITH_STATE.
+ */
+static inline uint64_t emb_wire_pull_resp_bytes(uint32_t n, uint32_t stride,
+						uint16_t flags)
+{
+	return emb_wire_pull_rows_offset(n, flags) + 4ull * n * stride;
+}
+
+/*
+ * A frame ready for writev(): iov[0] is head (header and fixed prefix), later
+ * entries borrow the caller's ids and rows, which must stay unchanged until
+ * the frame is sent. iov[0] points into the struct itself: do not copy it.
+ */
+#define EMB_WIRE_HEAD_MAX 64u
+#define EMB_WIRE_IOV_MAX  4u
+
+struct emb_wire_iovs {
+	struct iovec iov[EMB_WIRE_IOV_MAX]; /* iovcnt entries, none empty */
+	int iovcnt;			    /* entries used, 1.. */
+	size_t nbytes;			    /* bytes of the whole frame */
+	_Alignas(8) uint8_t head[EMB_WIRE_HEAD_MAX]; /* header + prefix */
+};
+
+/* Decoded HELLO request; token and name point into the frame. */
+struct emb_wire_hello_req {
+	uint32_t client_version; /* highest version the client speaks */
+	const uint8_t *token;	 /* token_len bytes, NULL if none */
+	uint32_t token_len;	 /* 0..EMB_WIRE_TOKEN_MAX */
+	const char *name;	 /* name_len bytes, not terminated */
+	uint32_t name_len;	 /* 0..EMB_WIRE_CLIENT_NAME_MAX */
+};
+
+struct emb_wire_hello_resp {
+	uint32_t server_version;       /* highest version the server speaks */
+	struct emb_wire_limits limits; /* what the server accepts */
+	uint64_t server_id;	       /* stable id of the server process */
+};
+
+/* A table's configuration as CREATE_TABLE and LIST_TABLES carry it. */
+struct emb_wire_spec {
+	char name[EMB_WIRE_NAME_SIZE]; /* NUL-terminated, 1..63 bytes */
+	uint32_t dim;		       /* floats per row */
+	struct emb_optim_cfg optim;    /* optimizer applied by push */
+	struct emb_init_cfg init;      /* initializer of new rows */
+	uint64_t seed;		       /* with the id, picks initial values */
+};
+
+struct emb_wire_table_info {
+	uint32_t table_id;	   /* server-assigned, >= 1 */
+	struct emb_wire_spec spec; /* as created */
+	uint64_t rows;		   /* live rows when listed */
+};
+
+/* Decoded LIST_TABLES response; read entries with emb_wire_list_entry(). */
+struct emb_wire_list_resp {
+	uint32_t n;		/* tables */
+	const uint8_t *entries; /* n * EMB_WIRE_LIST_ENTRY_SIZE bytes */
+};
+
+struct emb_wire_pull_req {
+	uint32_t table_id;   /* >= 1 */
+	uint32_t n;	     /* ids */
+	bool nocreate;	     /* EMB_F_NOCREATE */
+	bool with_state;     /* EMB_F_WITH_STATE: rows with optimizer state */
+	const uint64_t *ids; /* n ids in the frame */
+};
+
+struct emb_wire_pull_resp {
+	uint32_t n;	      /* rows */
+	uint32_t dim;	      /* weights per row */
+	bool with_state;      /* EMB_F_WITH_STATE */
+	uint32_t stride;      /* floats per row: dim (+ state) */
+	const uint8_t *found; /* bitmap, NULL unless EMB_F_NOCREATE */
+	const float *rows;    /* n * stride floats in the frame */
+};
+
+struct emb_wire_push_req {
+	uint32_t table_id;   /* >= 1 */
+	uint64_t step;	     /* worker step (sync, bounded staleness) */
+	uint32_t rank;	     /* worker rank (sync) */
+	bool step_end;	     /* EMB_F_STEP_END: last part of the step */
+	uint32_t n;	     /* ids */
+	const uint64_t *ids; /* n ids in the frame */
+	const float *grads;  /* n * dim floats in the frame */
+};
+
+struct emb_wire_assign_req {
+	uint32_t table_id;   /* >= 1 */
+	uint32_t n;	     /* ids */
+	bool with_state;     /* EMB_F_WITH_STATE */
+	uint32_t stride;     /* floats per row: dim (+ state) */
+	const uint64_t *ids; /* n ids in the frame */
+	const float *rows;   /* n * stride floats in the frame */
+};
+
+/* ids-only requests: ERASE. */
+struct emb_wire_ids_req {
+	uint32_t table_id;   /* >= 1 */
+	uint32_t n;	     /* ids */
+	const uint64_t *ids; /* n ids in the frame */
+};
+
+/* One STATS entry; field order is the wire order of the counters. */
+struct emb_wire_stats {
+	uint32_t table_id;     /* table these counters describe */
+	uint64_t rows;	       /* live rows */
+	uint64_t bytes;	       /* slab + index + fixed bytes */
+	uint64_t slab_bytes;   /* bytes of slabs */
+	uint64_t index_bytes;  /* bytes of the id index */
+	uint64_t row_bytes;    /* bytes of one row record */
+	uint64_t pulls;	       /* pull batches */
+	uint64_t pushes;       /* push batches */
+	uint64_t rows_pulled;  /* ids served by pull */
+	uint64_t rows_pushed;  /* distinct ids updated by push */
+	uint64_t rows_created; /* rows made by the initializer */
+	uint64_t rows_erased;  /* rows removed by erase */
+	uint64_t rows_evicted; /* rows removed by evict */
+	uint64_t misses;       /* no-create pulls of an absent id */
+	uint64_t step;	       /* the table clock */
+	uint64_t extents;      /* arena extents mapped now */
+	uint64_t grads_discarded; /* pushed rows dropped as too stale */
+};
+
+struct emb_wire_set_mode_req {
+	uint32_t table_id;  /* >= 1 */
+	uint32_t mode;	    /* enum emb_mode */
+	uint32_t workers;   /* SYNC: workers per step, >= 1; else 0 */
+	uint32_t staleness; /* STALE: steps a push may lag; else 0 */
+};
+
+struct emb_wire_stats_resp {
+	uint32_t n;		/* entries */
+	uint32_t nfields;	/* counters per entry sent */
+	const uint8_t *entries; /* n entries of 8 + 8 * nfields bytes */
+};
+
+struct emb_wire_error {
+	int32_t status;	  /* the response's negative status */
+	const char *msg;  /* msg_len bytes of UTF-8, not terminated */
+	uint32_t msg_len; /* 0..EMB_WIRE_ERRMSG_MAX */
+};
+
+struct emb_wire_blob {
+	const uint8_t *data; /* len bytes in the frame; NULL if len is 0 */
+	uint32_t len;	     /* bytes */
+};
+
+/*
+ * Encoders into a caller buffer buf[0..cap): each returns the frame's size
+ * in bytes (> 0), or -ENOSPC when cap is too small (buf is then undefined),
+ * or the error named with it. They borrow every pointer for the call.
+ */
+
+/* EMB_EBADARG: token_len or strlen(name) over its limit. */
+int emb_wire_hello_req_encode(void *buf, size_t cap, uint64_t req_id,
+			      uint32_t client_version, const void *token,
+			      uint32_t token_len, const char *name);
+int emb_wire_hello_resp_encode(void *buf, size_t cap, uint64_t req_id,
+			       const struct emb_wire_hello_resp *resp);
+
+/* EMB_EBADNAME: name empty or over 63 bytes. EMB_EBADDIM: dim 0 or > 4096. */
+int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
+			       const struct emb_wire_spec *spec);
+
+/*
+ * Requests without a payload: DROP_TABLE (table_id >= 1), LIST_TABLES
+ * (table_id 0), STATS (table_id, 0 = all). EMB_EBADARG for another op or a
+ * table id the op does not allow.
+ */
+int emb_wire_empty_req_encode(void *buf, size_t cap, uint8_t op,
+			      uint64_t req_id, uint32_t table_id);
+
+/*
+ * Successful responses without a payload: CREATE_TABLE (table_id = the new
+ * table), DROP_TABLE, PUSH, ASSIGN, ERASE (count = ids that were present;
+ * count must be 0 for the others). op is the request's opcode. EMB_EBADARG
+ * for another op.
+ */
+int emb_wire_ack_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
+			uint32_t table_id, uint32_t count);
+
+/*
+ * Error response to request op: status < 0 (EMB_EBADARG otherwise) and msg,
+ * cut to EMB_WIRE_ERRMSG_MAX bytes at a UTF-8 character boundary.
+ */
+int emb_wire_error_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
+			  uint32_t table_id, int32_t status, const char *msg);
+
+/* EMB_ETOOMANYTABLES: n over what an int-sized frame can hold. */
+int emb_wire_list_resp_encode(void *buf, size_t cap, uint64_t req_id,
+			      const struct emb_wire_table_info *tables,
+			      uint32_t n);
+int emb_wire_stats_resp_encode(void *buf, size_t cap, uint64_t req_id,
+			       uint32_t table_id,
+			       const struct emb_wire_stats *stats, uint32_t n);
+
+/*
+ * Encoders into a struct emb_wire_iovs: 0, EMB_EBADARG (a NULL array with
+ * n > 0, dim 0 or > EMB_WIRE_DIM_MAX, a table id of 0, unknown flags) or
+ * EMB_ETOOBIG (the frame would exceed EMB_WIRE_FRAME_MAX). The arrays are
+ * borrowed until the frame is sent, not copied.
+ */
+int emb_wire_pull_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			     uint32_t table_id, uint16_t flags,
+			     const uint64_t *ids, uint32_t n);
+
+/*
+ * found is the bitmap (emb_wire_bitmap_bytes(n) bytes, see
+ * emb_wire_found_pack()), required with EMB_F_NOCREATE and ignored
+ * without; rows holds n * stride floats. stride is dim (<=
+ * EMB_WIRE_DIM_MAX), or dim + state floats with EMB_F_WITH_STATE (up to
+ * 3 * EMB_WIRE_DIM_MAX + 1, Adam's row).
+ */
+int emb_wire_pull_resp_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			      uint32_t table_id, uint16_t flags, uint32_t n,
+			      uint32_t stride, const uint8_t *found,
+			      const float *rows);
+
+/*
+ * PULL response gathered from table memory: head receives the header
+ * (EMB_WIRE_HDR_SIZE bytes), iov[0] points at it, the bitmap follows with
+ * EMB_F_NOCREATE, then one entry per run of rows that lie back to back in
+ * memory (rows[i] + stride == rows[i + 1]). With EMB_F_WITH_STATE each
+ * rows[i] points at a whole record (weights, then optimizer state) and
+ * stride is dim + state floats; without it stride is dim. A NULL rows[i]
+ * (an id missing under NOCREATE) sends zero_row, stride zero floats.
+ * Returns the entries used, or -ENOSPC when iov_cap < that (at most 2 + n
+ * suffice), or as above. The count may exceed IOV_MAX: send it in writev()
+ * calls of IOV_MAX entries.
+ */
+int emb_wire_pull_resp_encode_ptrs(
+    uint8_t *head, struct iovec *iov, uint32_t iov_cap, uint64_t req_id,
+    uint32_t table_id, uint16_t flags, uint32_t n, uint32_t stride,
+    const uint8_t *found, const float *const *rows, const float *zero_row);
+
+int emb_wire_push_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			     uint32_t table_id, uint64_t step, uint32_t rank,
+			     const uint64_t *ids, uint32_t n, uint32_t dim,
+			     const float *grads);
+
+/* stride: dim, or dim + state floats with EMB_F_WITH_STATE. */
+int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			       uint32_t table_id, uint16_t flags,
+			       const uint64_t *ids, uint32_t n, uint32_t stride,
+			       const float *rows);
+
+int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			      uint32_t table_id, const uint64_t *ids,
+			      uint32_t n);
+
+/* EMB_EBADARG: mode unknown, workers 0 for sync, or fields set that the
+ * mode does not use. */
+int emb_wire_set_mode_req_encode(void *buf, size_t cap, uint64_t req_id,
+				 const struct emb_wire_set_mode_req *req);
+
+/* PING request (response false) or its echo (response true). */
+int emb_wire_ping_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			 bool response, const void *data, uint32_t len);
+
+/*
+ * Copies the frame described by iovs to buf[0..cap). Returns the bytes
+ * (iovs->nbytes) or -ENOSPC.
+ */
+int emb_wire_iovs_flatten(const struct emb_wire_iovs *iovs, void *buf,
+			  size_t cap);
+
+/* Packs found[0..n) (0 = missing, else present) into bits[0..bitmap). */
+void emb_wire_found_pack(const uint8_t *found, uint32_t n, uint8_t *bits);
+
+/*
+ * Decoders. Beyond the EMB_EBADARG / EMB_ESERVER rules above, each returns
+ * EMB_EBADFRAME when a field breaks the layout (flags, table id, count or
+ * reserved fields the op does not allow, a length that disagrees with
+ * payload_len, a token or string over its limit), EMB_ETOOMANYIDS for count
+ * > lim->max_ids, EMB_ETOOMANYTABLES for entries > lim->max_tables,
+ * EMB_EBADNAME for an empty or unterminated table name, and EMB_EBADDIM
+ * when rows are sized for another dim than the caller's.
+ */
+int emb_wire_hello_req_decode(const struct emb_wire_frame *f,
+			      struct emb_wire_hello_req *out);
+int emb_wire_hello_resp_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_hello_resp *out);
+/* EMB_EBADDIM here: spec dim 0 or > lim->max_dim. */
+int emb_wire_create_req_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_spec *out);
+/* op: DROP_TABLE, LIST_TABLES or STATS; the table id is f->hdr.table_id. */
+int emb_wire_empty_req_decode(const struct emb_wire_frame *f, uint8_t op);
+/* op: the request's opcode, as for emb_wire_ack_encode(). */
+int emb_wire_ack_decode(const struct emb_wire_frame *f, uint8_t op);
+/* Any response with status < 0; EMB_EBADARG for a request or status 0. */
+int emb_wire_error_decode(const struct emb_wire_frame *f,
+			  struct emb_wire_error *out);
+int emb_wire_list_resp_decode(const struct emb_wire_frame *f,
+			      struct emb_wire_list_resp *out);
+/* Entry i < resp->n of a decoded LIST_TABLES response. */
+void emb_wire_list_entry(const struct emb_wire_list_resp *resp, uint32_t i,
+			 struct emb_wire_table_info *out);
+int emb_wire_pull_req_decode(const struct emb_wire_frame *f,
+			     struct emb_wire_pull_req *out);
+/*
+ * dim and state_floats: the table's, as the client knows them (EMB_EBADARG
+ * if dim is 0 or > 4096); the stride is dim + state_floats when the
+ * response has EMB_F_WITH_STATE and dim without, so a client that asked for
+ * state checks out->with_state.
+ */
+int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
+			      uint32_t state_floats,
+			      struct emb_wire_pull_resp *out);
+int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
+			     struct emb_wire_push_req *out);
+/*
+ * dim and state_floats: the table's (emb_optim_state_floats()); the stride
+ * is dim + state_floats with EMB_F_WITH_STATE and dim without.
+ */
+int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
+			       uint32_t state_floats,
+			       struct emb_wire_assign_req *out);
+int emb_wire_erase_req_decode(const struct emb_wire_frame *f,
+			      struct emb_wire_ids_req *out);
+int emb_wire_stats_resp_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_stats_resp *out);
+/* Entry i < resp->n of a decoded STATS response. */
+void emb_wire_stats_entry(const struct emb_wire_stats_resp *resp, uint32_t i,
+			  struct emb_wire_stats *out);
+int emb_wire_set_mode_req_decode(const struct emb_wire_frame *f,
+				 struct emb_wire_set_mode_req *out);
+/* PING request (response false) or response (true). */
+int emb_wire_ping_decode(const struct emb_wire_frame *f, bool response,
+			 struct emb_wire_blob *out);
+
+#endif

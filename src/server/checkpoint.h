@@ -1,0 +1,52 @@
+/*
+ * src/server/checkpoint.h - periodic checkpoints of every table of a
+ * server, in the snapshot format (store/snapshot.h), and loading the newest
+ * valid one at start.
+ *
+ * Layout: DIR/ckpt-<16-digit ms since the epoch>/ holds one TABLE.embs per
+ * table and a MANIFEST; it is written as DIR/.tmp-ckpt-.../ and renamed
+ * whole, so a checkpoint directory either is complete or does not exist.
+ * The newest `keep` checkpoints are kept.
+ */
+#ifndef EMB_SERVER_CHECKPOINT_H
+#define EMB_SERVER_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "server/server.h"
+
+struct emb_ckpt;
+
+struct emb_ckpt_opts {
+	const char *dir;     /* checkpoint directory; created if missing */
+	uint32_t interval_s; /* seconds between checkpoints, >= 1 */
+	uint32_t keep;	     /* checkpoints kept, >= 1 */
+};
+
+/*
+ * Loads the newest checkpoint under dir whose every file verifies into s
+ * (creating its tables), skipping damaged ones with an ERROR log line that
+ * names the file and the reason. For emb_server_opts.on_start. 0 (also when
+ * dir holds no checkpoint), or the error of creating or filling a table
+ * (the server then refuses to start rather than run half-loaded).
+ */
+int emb_ckpt_load(struct emb_server *s, const char *dir);
+
+/*
+ * Writes one checkpoint of every table now and prunes to keep. 0, or the
+ * negative errno / snapshot error of the first failure (nothing partial is
+ * left under a ckpt- name). Any thread; not concurrently with itself.
+ */
+int emb_ckpt_write(struct emb_server *s, const char *dir, uint32_t keep);
+
+/*
+ * Starts a thread that calls emb_ckpt_write() every interval_s. 0 and
+ * *out, or -EINVAL / -ENOMEM / pthread's error. Borrows s until stop.
+ */
+int emb_ckpt_start(struct emb_server *s, const struct emb_ckpt_opts *o,
+		   struct emb_ckpt **out);
+
+/* Stops and joins the thread (a checkpoint in progress finishes). */
+void emb_ckpt_stop(struct emb_ckpt *c); /* NULL is a no-op */
+
+#endif

@@ -1,0 +1,221 @@
+/*
+ * src/server/dump.c - streams a table's rows to a client that writes a
+ * snapshot (DUMP_BEGIN / DUMP_CHUNK / DUMP_END, src/proto/wire_dump.h).
+ *
+ * A session holds the table (so a DROP_TABLE cannot free it underneath) and
+ * a store iterator; each CHUNK copies the next rows straight into the reply
+ * buffer in wire layout: the iterator writes ids, then emb_row_meta pairs
+ * (u32 last_step, u32 count: the wire's per-row meta) and full rows. Runs on
+ * the loop thread that owns the conn; the store's shard locks keep the copy
+ * safe against pushes from other loops.
+ */
+#include "server/dump.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "proto/wire_dump.h"
+#include "proto/wire_msg.h"
+#include "store/store.h"
+#include "transport/transport.h"
+
+_Static_assert(sizeof(struct emb_row_meta) == 8,
+	       "DUMP_CHUNK meta is the store's emb_row_meta, 8 bytes");
+
+struct emb_dump_sess {
+	struct emb_server_table st; /* held until the session ends */
+	struct emb_table_iter *it;  /* position in the table */
+	uint32_t row_floats;	    /* dim + state floats */
+	uint64_t rows_sent;	    /* for the log line at the end */
+};
+
+void emb__server_dump_free(struct emb_dump_sess *sess)
+{
+	if (!sess)
+		return;
+	emb_table_iter_destroy(sess->it);
+	emb_server_table_release(&sess->st);
+	free(sess);
+}
+
+static void free_done(void *ctx, int status)
+{
+	(void)status;
+	free(ctx);
+}
+
+static int reply_error(struct emb_req *req, int status, const char *msg)
+{
+	size_t cap = EMB_WIRE_HDR_SIZE + 4 + EMB_WIRE_ERRMSG_MAX;
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	uint8_t *buf = malloc(cap);
+	int len;
+
+	if (!buf) {
+		emb_req_release(req);
+		return status;
+	}
+	len = emb_wire_error_encode(buf, cap, req->hdr.opcode, req->hdr.req_id,
+				    req->hdr.table_id, status,
+				    msg ? msg : emb_strerror(status));
+	if (len < 0) {
+		free(buf);
+		emb_req_release(req);
+		return status;
+	}
+	memcpy(&hdr, buf, sizeof(hdr));
+	iov.iov_base = buf + EMB_WIRE_HDR_SIZE;
+	iov.iov_len = (size_t)len - EMB_WIRE_HDR_SIZE;
+	if (emb_conn_reply(req, &hdr, &iov, 1, free_done, buf))
+		free(buf);
+	return status;
+}
+
+static int on_begin(struct emb_server *s, struct emb_req *req,
+		    const struct emb_wire_frame *f,
+		    struct emb_dump_sess **sessp)
+{
+	struct emb_wire_dump_info info = {0};
+	struct emb_table_stats ts;
+	struct emb_dump_sess *sess;
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	uint8_t *buf;
+	int rc, len;
+
+	/* A new BEGIN replaces a session the client abandoned. */
+	emb__server_dump_free(*sessp);
+	*sessp = NULL;
+	sess = calloc(1, sizeof(*sess));
+	if (!sess)
+		return reply_error(req, -ENOMEM, NULL);
+	rc = emb_server_table_acquire(s, f->hdr.table_id, &sess->st);
+	if (rc) {
+		free(sess);
+		return reply_error(req, rc, NULL);
+	}
+	rc = emb_table_iter_create(sess->st.t, &sess->it);
+	if (rc) {
+		emb__server_dump_free(sess);
+		return reply_error(req, rc, NULL);
+	}
+	sess->row_floats = emb_table_row_floats(sess->st.t);
+	emb_table_stats(sess->st.t, &ts);
+	info.spec = sess->st.spec;
+	info.row_floats = sess->row_floats;
+	info.state_floats = sess->row_floats - sess->st.spec.dim;
+	info.rows = ts.rows;
+	info.step = ts.step;
+	buf = malloc(EMB_WIRE_HDR_SIZE + EMB_WIRE_DUMP_INFO_SIZE);
+	if (!buf) {
+		emb__server_dump_free(sess);
+		return reply_error(req, -ENOMEM, NULL);
+	}
+	len = emb_wire_dump_info_encode(
+	    buf, EMB_WIRE_HDR_SIZE + EMB_WIRE_DUMP_INFO_SIZE, req->hdr.req_id,
+	    f->hdr.table_id, &info);
+	if (len < 0) {
+		free(buf);
+		emb__server_dump_free(sess);
+		return reply_error(req, len, NULL);
+	}
+	*sessp = sess;
+	emb_log(EMB_LOG_INFO, "%s: dump of table %s (%llu rows) begins",
+		emb_conn_peer(req->conn), sess->st.spec.name,
+		(unsigned long long)ts.rows);
+	memcpy(&hdr, buf, sizeof(hdr));
+	iov.iov_base = buf + EMB_WIRE_HDR_SIZE;
+	iov.iov_len = EMB_WIRE_DUMP_INFO_SIZE;
+	if (emb_conn_reply(req, &hdr, &iov, 1, free_done, buf))
+		free(buf);
+	return 0;
+}
+
+static int on_chunk(struct emb_server *s, struct emb_req *req,
+		    const struct emb_wire_frame *f, struct emb_dump_sess *sess)
+{
+	uint32_t rf, max, want;
+	struct emb_frame_hdr hdr = {0};
+	struct iovec iov;
+	uint8_t *buf;
+	uint64_t row_bytes;
+	int got;
+
+	(void)s;
+	if (!sess || sess->st.id != f->hdr.table_id)
+		return reply_error(req, EMB_EBADARG,
+				   "no dump session open on this table");
+	rf = sess->row_floats;
+	row_bytes = emb_wire_dump_row_bytes(rf);
+	max = emb_wire_dump_chunk_max_rows(f->lim->max_frame_bytes, rf);
+	want = f->hdr.count < max ? f->hdr.count : max;
+	if (want > f->lim->max_ids)
+		want = f->lim->max_ids;
+	if (want == 0)
+		return reply_error(req, EMB_ETOOBIG,
+				   "one row does not fit in a frame");
+	buf = malloc((size_t)(want * row_bytes));
+	if (!buf)
+		return reply_error(req, -ENOMEM, NULL);
+	got = emb_table_iter_next(
+	    sess->it, (uint64_t *)(void *)buf,
+	    (float *)(void *)(buf + 16ull * want),
+	    (struct emb_row_meta *)(void *)(buf + 8ull * want), want);
+	if (got < 0) {
+		free(buf);
+		return reply_error(req, got, NULL);
+	}
+	if ((uint32_t)got < want) {
+		/* The last chunk: close the gaps left for the rows that
+		 * did not come. */
+		memmove(buf + 8ull * got, buf + 8ull * want, 8ull * got);
+		memmove(buf + 16ull * got, buf + 16ull * want, 4ull * rf * got);
+	}
+	sess->rows_sent += (uint64_t)got;
+	hdr.opcode = EMB_OP_DUMP_CHUNK | EMB_OP_RESPONSE_BIT;
+	hdr.table_id = f->hdr.table_id;
+	hdr.count = (uint32_t)got;
+	iov.iov_base = buf;
+	iov.iov_len = (size_t)((uint64_t)got * row_bytes);
+	if (got == 0) {
+		free(buf);
+		emb_conn_reply(req, &hdr, NULL, 0, NULL, NULL);
+		return 0;
+	}
+	if (emb_conn_reply(req, &hdr, &iov, 1, free_done, buf))
+		free(buf);
+	return 0;
+}
+
+int emb__server_dump(struct emb_server *s, struct emb_req *req,
+		     const struct emb_wire_frame *f,
+		     struct emb_dump_sess **sess)
+{
+	struct emb_frame_hdr hdr = {0};
+	int rc = emb_wire_dump_req_decode(f, f->hdr.opcode);
+
+	if (rc)
+		return reply_error(req, rc, NULL);
+	switch (f->hdr.opcode) {
+	case EMB_OP_DUMP_BEGIN:
+		return on_begin(s, req, f, sess);
+	case EMB_OP_DUMP_CHUNK:
+		return on_chunk(s, req, f, *sess);
+	default:
+		if (*sess)
+			emb_log(EMB_LOG_INFO,
+				"%s: dump of table %s ends, %llu rows sent",
+				emb_conn_peer(req->conn), (*sess)->st.spec.name,
+				(unsigned long long)(*sess)->rows_sent);
+		emb__server_dump_free(*sess);
+		*sess = NULL;
+		hdr.opcode = EMB_OP_DUMP_END | EMB_OP_RESPONSE_BIT;
+		hdr.table_id = f->hdr.table_id;
+		emb_conn_reply(req, &hdr, NULL, 0, NULL, NULL);
+		return 0;
+	}
+}

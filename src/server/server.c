@@ -1,0 +1,1492 @@
+/*
+ * src/server/server.c - request handling for embstore-server.
+ *
+ * Each connection belongs to one event loop thread (the transport spreads
+ * them), and every request is handled to completion on that thread: decode,
+ * one store call, reply. PULL replies are gathered straight from table
+ * memory (emb_table_pull_ptrs + an iovec per run of rows), so no row is
+ * copied on the server; the table stays referenced until the reply's done
+ * callback, so a concurrent DROP_TABLE cannot free memory a reply still
+ * names. The table registry is an array under a rwlock: reads (every request)
+ * share it, create and drop take it exclusively.
+ */
+#include "server/server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/optim.h"
+#include "proto/wire.h"
+#include "proto/wire_msg.h"
+#include "store/store.h"
+#include "transport/transport.h"
+
+#include "server/dump.h"
+#include "server/lat.h"
+#include "server/registry.h"
+#include "server/sync.h"
+
+struct srv_table {
+	struct emb_server *s;	      /* owner */
+	struct emb_table *t;	      /* owned; destroyed with the last ref */
+	struct emb_regmap *regmap;    /* RDMA: its extents' regions; owned */
+	struct srv_table *reap_next;  /* reaper queue */
+	struct srv_table *all_next;   /* every table not yet freed */
+	struct srv_table **all_pprev; /* link to this one in that list */
+	struct emb_sync *sync;	      /* training mode; owned */
+	struct emb_wire_spec spec;    /* as created */
+	uint32_t id;		      /* >= 1 */
+	uint32_t refs;		      /* registry + in-flight replies; atomic */
+};
+
+/* A request held back to keep a connection's order (see on_request). */
+struct held {
+	struct emb_req *req; /* still owned: replied when dispatched */
+	struct held *next;   /* FIFO */
+	uint64_t t0_ns;	     /* arrival, CLOCK_MONOTONIC */
+};
+
+struct srv_conn {
+	struct emb_server *s;	/* owner */
+	struct emb_conn *c;	/* NULL once closed */
+	uint32_t loop;		/* index of its loop in s->loops */
+	uint32_t zc_replies;	/* PULL replies still reading table memory */
+	struct held *held;	/* oldest held request */
+	struct held *held_tail; /* newest held request */
+	bool hello;		/* HELLO accepted */
+	struct emb_dump_sess *dump; /* open DUMP session (server_dump.c) */
+	bool closing; /* auth failed or stream untrusted: close once the
+		       * error is sent */
+};
+
+struct emb_server {
+	struct emb_server_opts opts;	   /* host/transport point at copies */
+	char *host;			   /* owned copy */
+	char *transport;		   /* owned copy */
+	uint8_t token[EMB_WIRE_TOKEN_MAX]; /* auth token */
+	struct emb_transport **loops;	   /* opts.threads event loops */
+	pthread_t *threads;		   /* one per loop */
+	uint32_t nstarted;		   /* threads running */
+	struct emb_listener *listener;	   /* on loops[0] */
+	uint16_t port;			   /* bound port */
+	uint64_t server_id;		   /* random per process */
+	struct emb_mem_budget budget;	   /* shared by all tables */
+
+	pthread_rwlock_t tables_lock; /* guards tables[] */
+	struct srv_table **tables;    /* limits.max_tables slots; id = i + 1 */
+
+	uint64_t inflight;	      /* requests not yet replied; atomic */
+	uint64_t conns_open;	      /* atomic */
+	uint64_t conns_total;	      /* atomic */
+	uint64_t requests;	      /* atomic */
+	uint64_t errors;	      /* atomic */
+	struct emb_hist *lat;	      /* threads x EMB_LAT_NOPS latencies;
+					 loop i alone writes row i */
+	bool stopped;		      /* emb_server_stop() ran */
+	bool loops_stopped;	      /* loop threads joined; atomic */
+	bool rdma;		      /* loops are RDMA: register tables */
+	pthread_t reaper;	      /* frees tables off the loop threads */
+	bool reaper_running;	      /* reaper started and not joined */
+	pthread_mutex_t reap_mu;      /* guards reap_head, reap_stop */
+	pthread_cond_t reap_cv;	      /* work for the reaper */
+	struct srv_table *reap_head;  /* tables to free */
+	struct srv_table *all_tables; /* not yet freed, dropped or not;
+					 guarded by reap_mu */
+	bool reap_stop;		      /* reaper: exit once drained */
+};
+
+/* A row of zeros for ids missing under NOCREATE, wide enough for a whole
+ * record (Adam: weights + 2 * dim + 1 state floats); read-only. */
+static const float zero_row[3 * EMB_DIM_MAX + 1];
+
+static void add(uint64_t *c, int64_t n)
+{
+	__atomic_fetch_add(c, (uint64_t)n, __ATOMIC_RELAXED);
+}
+
+/* ---- table registry ---- */
+
+static struct srv_table *table_get(struct emb_server *s, uint32_t id)
+{
+	struct srv_table *st = NULL;
+
+	if (id == 0 || id > s->opts.limits.max_tables)
+		return NULL;
+	pthread_rwlock_rdlock(&s->tables_lock);
+	st = s->tables[id - 1];
+	if (st)
+		__atomic_fetch_add(&st->refs, 1, __ATOMIC_ACQ_REL);
+	pthread_rwlock_unlock(&s->tables_lock);
+	return st;
+}
+
+static void table_free(struct srv_table *st)
+{
+	pthread_mutex_lock(&st->s->reap_mu);
+	*st->all_pprev = st->all_next;
+	if (st->all_next)
+		st->all_next->all_pprev = st->all_pprev;
+	pthread_mutex_unlock(&st->s->reap_mu);
+	emb_log(EMB_LOG_INFO, "table %s (id %u) freed", st->spec.name, st->id);
+	emb__sync_destroy(st->sync);
+	emb_table_destroy(st->t);
+	emb__regmap_destroy(st->regmap);
+	free(st);
+}
+
+static void table_put(struct srv_table *st)
+{
+	struct emb_server *s;
+
+	if (!st || __atomic_sub_fetch(&st->refs, 1, __ATOMIC_ACQ_REL) != 0)
+		return;
+	s = st->s;
+	/* Deregistering RDMA regions waits for every loop, which a loop
+	 * thread must not do: the reaper frees the table instead. */
+	if (st->regmap && emb__regmap_on_loop()) {
+		/* Without a reaper (stopping), emb_server_destroy() frees
+		 * it once the loops are gone. */
+		pthread_mutex_lock(&s->reap_mu);
+		st->reap_next = s->reap_head;
+		s->reap_head = st;
+		pthread_cond_signal(&s->reap_cv);
+		pthread_mutex_unlock(&s->reap_mu);
+		return;
+	}
+	table_free(st);
+}
+
+static void *reaper_main(void *arg)
+{
+	struct emb_server *s = arg;
+
+	pthread_mutex_lock(&s->reap_mu);
+	for (;;) {
+		struct srv_table *st = s->reap_head;
+
+		if (st) {
+			s->reap_head = st->reap_next;
+			pthread_mutex_unlock(&s->reap_mu);
+			table_free(st);
+			pthread_mutex_lock(&s->reap_mu);
+			continue;
+		}
+		if (s->reap_stop)
+			break;
+		pthread_cond_wait(&s->reap_cv, &s->reap_mu);
+	}
+	pthread_mutex_unlock(&s->reap_mu);
+	return NULL;
+}
+
+static bool same_spec(const struct emb_wire_spec *a,
+		      const struct emb_wire_spec *b)
+{
+	return a->dim == b->dim && a->seed == b->seed &&
+	       memcmp(&a->optim, &b->optim, sizeof(a->optim)) == 0 &&
+	       memcmp(&a->init, &b->init, sizeof(a->init)) == 0;
+}
+
+/* Creates a table, or returns the id of an identical one. */
+static void sync_ack(void *arg, struct emb_req *req, int status);
+
+static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
+			uint32_t *id_out)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct srv_table *st;
+	uint32_t i, free_slot = UINT32_MAX;
+	int rc;
+
+	pthread_rwlock_wrlock(&s->tables_lock);
+	for (i = 0; i < s->opts.limits.max_tables; i++) {
+		st = s->tables[i];
+		if (!st) {
+			if (free_slot == UINT32_MAX)
+				free_slot = i;
+			continue;
+		}
+		if (strcmp(st->spec.name, spec->name) == 0) {
+			rc = same_spec(&st->spec, spec) ? 0 : EMB_ETABLEEXISTS;
+			*id_out = st->id;
+			goto out_unlock;
+		}
+	}
+	if (free_slot == UINT32_MAX) {
+		rc = EMB_ETOOMANYTABLES;
+		goto out_unlock;
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
+	o.name = spec->name;
+	o.dim = spec->dim;
+	o.optim = spec->optim;
+	o.init = spec->init;
+	o.seed = spec->seed;
+	o.nshards = s->opts.table_shards;
+	o.budget = &s->budget;
+	rc = emb_table_create(&o, &st->t);
+	if (rc) {
+		free(st);
+		goto out_unlock;
+	}
+	st->s = s;
+	if (s->rdma) {
+		rc = emb__regmap_create(s->loops, s->opts.threads,
+					&s->loops_stopped, &st->regmap);
+		if (!rc)
+			rc = emb_table_set_extent_hook(st->t, emb__regmap_hook,
+						       st->regmap);
+		if (rc) {
+			emb_table_destroy(st->t);
+			emb__regmap_destroy(st->regmap);
+			free(st);
+			goto out_unlock;
+		}
+	}
+	rc = emb__sync_create(spec->dim, sync_ack, s, &st->sync);
+	if (rc) {
+		emb_table_destroy(st->t);
+		emb__regmap_destroy(st->regmap);
+		free(st);
+		goto out_unlock;
+	}
+	st->spec = *spec;
+	st->id = free_slot + 1;
+	st->refs = 1;
+	pthread_mutex_lock(&s->reap_mu);
+	st->all_next = s->all_tables;
+	if (st->all_next)
+		st->all_next->all_pprev = &st->all_next;
+	st->all_pprev = &s->all_tables;
+	s->all_tables = st;
+	pthread_mutex_unlock(&s->reap_mu);
+	s->tables[free_slot] = st;
+	*id_out = st->id;
+	emb_log(EMB_LOG_INFO, "table %s (id %u) created: dim %u, %s, %s",
+		spec->name, st->id, spec->dim, emb_optim_name(spec->optim.kind),
+		emb_init_name(spec->init.kind));
+out_unlock:
+	pthread_rwlock_unlock(&s->tables_lock);
+	return rc;
+}
+
+static int table_drop(struct emb_server *s, uint32_t id)
+{
+	struct srv_table *st = NULL;
+
+	if (id == 0 || id > s->opts.limits.max_tables)
+		return EMB_ENOTABLE;
+	pthread_rwlock_wrlock(&s->tables_lock);
+	st = s->tables[id - 1];
+	s->tables[id - 1] = NULL;
+	pthread_rwlock_unlock(&s->tables_lock);
+	if (!st)
+		return EMB_ENOTABLE;
+	emb_log(EMB_LOG_INFO, "table %s (id %u) dropped", st->spec.name, id);
+	table_put(st);
+	return 0;
+}
+
+/* Tables for in-process users: dump sessions, checkpoints. */
+
+uint32_t emb_server_table_ids(struct emb_server *s, uint32_t *ids, uint32_t cap)
+{
+	uint32_t n = 0;
+
+	pthread_rwlock_rdlock(&s->tables_lock);
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++) {
+		if (!s->tables[i])
+			continue;
+		if (n < cap)
+			ids[n] = s->tables[i]->id;
+		n++;
+	}
+	pthread_rwlock_unlock(&s->tables_lock);
+	return n;
+}
+
+int emb_server_table_acquire(struct emb_server *s, uint32_t id,
+			     struct emb_server_table *out)
+{
+	struct srv_table *st = table_get(s, id);
+
+	if (!st)
+		return EMB_ENOTABLE;
+	out->t = st->t;
+	out->spec = st->spec;
+	out->id = st->id;
+	out->ref = st;
+	return 0;
+}
+
+void emb_server_table_release(struct emb_server_table *st)
+{
+	if (st && st->ref) {
+		table_put(st->ref);
+		st->ref = NULL;
+	}
+}
+
+int emb_server_table_create(struct emb_server *s,
+			    const struct emb_wire_spec *spec, uint32_t *id)
+{
+	return table_create(s, spec, id);
+}
+
+/* ---- replies ---- */
+
+/* A reply whose frame sits whole in one malloc'd buffer. */
+static void free_done(void *ctx, int status)
+{
+	(void)status;
+	free(ctx);
+}
+
+/* An error reply after which the conn closes: auth failures, bad opcodes. */
+struct close_ctx {
+	struct emb_conn *c; /* closed once the reply is out */
+	int reason;	    /* the reply's status, the close reason */
+	_Alignas(8) uint8_t frame[EMB_WIRE_HDR_SIZE + 64]; /* the reply */
+};
+
+static void close_done(void *ctx, int status)
+{
+	struct close_ctx *cc = ctx;
+
+	/* status != 0: the conn already closed and may be gone. */
+	if (status == 0)
+		emb_conn_close(cc->c, cc->reason);
+	free(cc);
+}
+
+static void finish(struct emb_server *s)
+{
+	__atomic_fetch_sub(&s->inflight, 1, __ATOMIC_RELEASE);
+}
+
+/* Sends the frame buf[0..len) (header included) and frees buf afterwards. */
+static int reply_frame(struct emb_server *s, struct emb_req *req, void *buf,
+		       int len)
+{
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	int rc;
+
+	memcpy(&hdr, buf, sizeof(hdr));
+	iov.iov_base = (char *)buf + EMB_WIRE_HDR_SIZE;
+	iov.iov_len = (size_t)len - EMB_WIRE_HDR_SIZE;
+	rc = emb_conn_reply(req, &hdr, &iov, iov.iov_len ? 1 : 0, free_done,
+			    buf);
+	if (rc)
+		free(buf);
+	finish(s);
+	return rc;
+}
+
+/*
+ * An error frame echoing the request's opcode. The encoder takes known
+ * request opcodes only, but a peer may send a response opcode or a number
+ * that is no opcode and still deserves its answer: encode as PING, then put
+ * the peer's opcode (frame offset 5) back.
+ */
+static int encode_error(void *buf, size_t cap, const struct emb_frame_hdr *rq,
+			uint32_t table_id, int status, const char *msg)
+{
+	int len = emb_wire_error_encode(buf, cap, EMB_OP_PING, rq->req_id,
+					table_id, status, msg);
+
+	if (len > 0)
+		((uint8_t *)buf)[5] =
+		    (uint8_t)(rq->opcode | EMB_OP_RESPONSE_BIT);
+	return len;
+}
+
+static int reply_error(struct emb_server *s, struct emb_req *req, int status,
+		       const char *msg)
+{
+	size_t cap = EMB_WIRE_HDR_SIZE + 4 + EMB_WIRE_ERRMSG_MAX;
+	void *buf = malloc(cap);
+	int len;
+
+	add(&s->errors, 1);
+	if (!buf) {
+		emb_req_release(req);
+		finish(s);
+		return 0;
+	}
+	len = encode_error(buf, cap, &req->hdr, req->hdr.table_id, status,
+			   msg ? msg : emb_strerror(status));
+	if (len < 0) {
+		free(buf);
+		emb_req_release(req);
+		finish(s);
+		return 0;
+	}
+	reply_frame(s, req, buf, len);
+	return 0;
+}
+
+static int reply_ack(struct emb_server *s, struct emb_req *req,
+		     uint32_t table_id, uint32_t count)
+{
+	struct emb_frame_hdr hdr = {
+	    .opcode = (uint8_t)(req->hdr.opcode | EMB_OP_RESPONSE_BIT),
+	    .table_id = table_id,
+	    .count = count,
+	};
+
+	emb_conn_reply(req, &hdr, NULL, 0, NULL, NULL);
+	finish(s);
+	return 0;
+}
+
+/* A held synchronous push, acknowledged on its connection's loop thread. */
+struct ack_task {
+	struct emb_server *s; /* owner */
+	struct emb_req *req;  /* the STEP_END part */
+	int status;	      /* 0: step applied */
+};
+
+static void ack_task_run(void *arg)
+{
+	struct ack_task *a = arg;
+
+	if (a->status)
+		reply_error(a->s, a->req, a->status,
+			    "synchronous step not applied");
+	else
+		reply_ack(a->s, a->req, a->req->hdr.table_id, 0);
+	free(a);
+}
+
+static void sync_ack(void *arg, struct emb_req *req, int status)
+{
+	struct emb_server *s = arg;
+	struct ack_task *a;
+
+	/* After the loops stopped, this thread owns every conn. */
+	if (__atomic_load_n(&s->loops_stopped, __ATOMIC_ACQUIRE)) {
+		emb_req_release(req);
+		finish(s);
+		return;
+	}
+	a = malloc(sizeof(*a));
+	if (a) {
+		a->s = s;
+		a->req = req;
+		a->status = status;
+		if (emb_transport_exec(req->conn->tr, ack_task_run, a) == 0)
+			return;
+		free(a);
+	}
+	/* Cannot reach the loop: the client's call times out instead. */
+	emb_log(EMB_LOG_ERROR, "%s: cannot acknowledge a synchronous push",
+		emb_conn_peer(req->conn));
+}
+
+/* Sends status (msg under 64 bytes), then closes the conn. */
+static void reply_and_close(struct emb_server *s, struct emb_conn *c,
+			    struct srv_conn *sc, struct emb_req *req,
+			    int status, const char *msg)
+{
+	struct close_ctx *cc = malloc(sizeof(*cc));
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	int len;
+
+	add(&s->errors, 1);
+	sc->closing = true;
+	len = cc ? encode_error(cc->frame, sizeof(cc->frame), &req->hdr, 0,
+				status, msg)
+		 : -ENOMEM;
+	if (len < 0) {
+		free(cc);
+		emb_req_release(req);
+		finish(s);
+		emb_conn_close(c, status);
+		return;
+	}
+	cc->c = c;
+	cc->reason = status;
+	memcpy(&hdr, cc->frame, sizeof(hdr));
+	iov.iov_base = cc->frame + EMB_WIRE_HDR_SIZE;
+	iov.iov_len = (size_t)len - EMB_WIRE_HDR_SIZE;
+	if (emb_conn_reply(req, &hdr, &iov, 1, close_done, cc)) {
+		free(cc);
+		emb_conn_close(c, status);
+	}
+	finish(s);
+}
+
+/* ---- handlers ---- */
+
+static int on_hello(struct emb_server *s, struct emb_conn *c,
+		    struct srv_conn *sc, struct emb_req *req,
+		    const struct emb_wire_frame *f)
+{
+	struct emb_wire_hello_req h;
+	struct emb_wire_hello_resp r = {0};
+	unsigned char diff = 0;
+	void *buf;
+	int len, rc;
+
+	rc = emb_wire_hello_req_decode(f, &h);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	if (s->opts.auth_token_len) {
+		/* Constant time over the configured token, whatever the
+		 * client sent, so timing reveals no prefix. */
+		diff = (unsigned char)(h.token_len != s->opts.auth_token_len);
+		for (uint32_t i = 0; i < s->opts.auth_token_len; i++)
+			diff |=
+			    (unsigned char)(s->token[i] ^
+					    (i < h.token_len ? h.token[i] : 0));
+		if (diff) {
+			emb_log(EMB_LOG_WARN, "%s: authentication failed",
+				emb_conn_peer(c));
+			reply_and_close(s, c, sc, req, EMB_EAUTH,
+					"authentication failed");
+			return 0;
+		}
+	}
+	sc->hello = true;
+	r.server_version = EMB_WIRE_VERSION;
+	r.limits = s->opts.limits;
+	r.server_id = s->server_id;
+	buf = malloc(EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE);
+	if (!buf) {
+		emb_req_release(req);
+		finish(s);
+		return 0;
+	}
+	len = emb_wire_hello_resp_encode(
+	    buf, EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE, req->hdr.req_id,
+	    &r);
+	if (len < 0) {
+		free(buf);
+		return reply_error(s, req, len, NULL);
+	}
+	if (h.name_len)
+		emb_log(EMB_LOG_DEBUG, "%s: hello from %.*s", emb_conn_peer(c),
+			(int)h.name_len, h.name);
+	reply_frame(s, req, buf, len);
+	return 0;
+}
+
+static int on_create(struct emb_server *s, struct emb_req *req,
+		     const struct emb_wire_frame *f)
+{
+	struct emb_wire_spec spec;
+	uint32_t id = 0;
+	int rc;
+
+	rc = emb_wire_create_req_decode(f, &spec);
+	if (!rc)
+		rc = table_create(s, &spec, &id);
+	if (rc == EMB_ETABLEEXISTS)
+		return reply_error(s, req, rc,
+				   "a table of that name exists with another "
+				   "dim, optimizer, initializer or seed");
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	reply_ack(s, req, id, 0);
+	return 0;
+}
+
+static int on_list(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	struct emb_wire_table_info *info;
+	uint32_t n = 0, max = s->opts.limits.max_tables;
+	size_t cap;
+	void *buf;
+	int len, rc;
+
+	rc = emb_wire_empty_req_decode(f, EMB_OP_LIST_TABLES);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	info = calloc(max, sizeof(*info));
+	cap = EMB_WIRE_HDR_SIZE + (size_t)max * EMB_WIRE_LIST_ENTRY_SIZE;
+	buf = malloc(cap);
+	if (!info || !buf) {
+		free(info);
+		free(buf);
+		return reply_error(s, req, -ENOMEM, NULL);
+	}
+	pthread_rwlock_rdlock(&s->tables_lock);
+	for (uint32_t i = 0; i < max; i++) {
+		struct srv_table *st = s->tables[i];
+		struct emb_table_stats ts;
+
+		if (!st)
+			continue;
+		emb_table_stats(st->t, &ts);
+		info[n].table_id = st->id;
+		info[n].spec = st->spec;
+		info[n].rows = ts.rows;
+		n++;
+	}
+	pthread_rwlock_unlock(&s->tables_lock);
+	len = emb_wire_list_resp_encode(buf, cap, req->hdr.req_id, info, n);
+	free(info);
+	if (len < 0) {
+		free(buf);
+		return reply_error(s, req, len, NULL);
+	}
+	reply_frame(s, req, buf, len);
+	return 0;
+}
+
+static void fill_stats(const struct srv_table *st, struct emb_wire_stats *w)
+{
+	struct emb_table_stats ts;
+
+	emb_table_stats(st->t, &ts);
+	*w = (struct emb_wire_stats){
+	    .table_id = st->id,
+	    .rows = ts.rows,
+	    .bytes = ts.bytes,
+	    .slab_bytes = ts.slab_bytes,
+	    .index_bytes = ts.index_bytes,
+	    .row_bytes = ts.row_bytes,
+	    .pulls = ts.pulls,
+	    .pushes = ts.pushes,
+	    .rows_pulled = ts.rows_pulled,
+	    .rows_pushed = ts.rows_pushed,
+	    .rows_created = ts.rows_created,
+	    .rows_erased = ts.rows_erased,
+	    .rows_evicted = ts.rows_evicted,
+	    .misses = ts.misses,
+	    .step = ts.step,
+	    .extents = ts.extents,
+	    .grads_discarded = emb__sync_discarded(st->sync),
+	};
+}
+
+static int on_stats(struct emb_server *s, struct emb_req *req,
+		    const struct emb_wire_frame *f)
+{
+	uint32_t max = s->opts.limits.max_tables, n = 0;
+	uint32_t want = f->hdr.table_id;
+	struct emb_wire_stats *w;
+	size_t cap;
+	void *buf;
+	int len, rc;
+
+	rc = emb_wire_empty_req_decode(f, EMB_OP_STATS);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	w = calloc(max, sizeof(*w));
+	cap = EMB_WIRE_HDR_SIZE + EMB_WIRE_STATS_PREFIX_SIZE +
+	      (size_t)max * (8 + 8 * EMB_WIRE_STATS_FIELDS);
+	buf = malloc(cap);
+	if (!w || !buf) {
+		free(w);
+		free(buf);
+		return reply_error(s, req, -ENOMEM, NULL);
+	}
+	pthread_rwlock_rdlock(&s->tables_lock);
+	for (uint32_t i = 0; i < max; i++) {
+		struct srv_table *st = s->tables[i];
+
+		if (st && (!want || want == st->id))
+			fill_stats(st, &w[n++]);
+	}
+	pthread_rwlock_unlock(&s->tables_lock);
+	if (want && !n) {
+		free(w);
+		free(buf);
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	}
+	len = emb_wire_stats_resp_encode(buf, cap, req->hdr.req_id, want, w, n);
+	free(w);
+	if (len < 0) {
+		free(buf);
+		return reply_error(s, req, len, NULL);
+	}
+	reply_frame(s, req, buf, len);
+	return 0;
+}
+
+static int on_ping(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	struct emb_wire_blob b;
+	struct emb_frame_hdr hdr = {0};
+	struct iovec iov;
+	int rc;
+
+	rc = emb_wire_ping_decode(f, false, &b);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	hdr.opcode = EMB_OP_PING | EMB_OP_RESPONSE_BIT;
+	/* The echo borrows the request payload, which stays valid until the
+	 * reply completes. */
+	iov.iov_base = (void *)b.data;
+	iov.iov_len = b.len;
+	emb_conn_reply(req, &hdr, &iov, b.len ? 1 : 0, NULL, NULL);
+	finish(s);
+	return 0;
+}
+
+/* State of one PULL reply while its rows are on the wire. */
+struct pull_ctx {
+	struct emb_server *s; /* for the in-flight count */
+	struct srv_conn *sc;  /* its connection; kept alive until done */
+	struct srv_table *st; /* referenced until done */
+	const float **ptrs;   /* n row pointers into table memory */
+	struct iovec *iov;    /* n + 2 entries */
+	uint8_t *bits;	      /* found bitmap (NOCREATE) */
+	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE]; /* unused header slot */
+};
+
+static void conn_drain(struct srv_conn *sc);
+
+static void pull_done(void *ctx, int status)
+{
+	struct pull_ctx *pc = ctx;
+	struct srv_conn *sc = pc->sc;
+
+	(void)status;
+	table_put(pc->st);
+	free(pc);
+	if (sc && --sc->zc_replies == 0) {
+		if (!sc->c)
+			free(sc); /* closed while this reply was out */
+		else
+			conn_drain(sc);
+	}
+}
+
+/*
+ * PULL over a stream transport: copy the rows (prefetched, under the shard
+ * locks, so never torn) into one buffer and send it whole. Measured against
+ * one iovec per row straight from table memory, this is the faster way to
+ * get scattered 256-byte rows into a TCP socket (docs/benchmarks.md); RDMA
+ * keeps the zero-copy path, where the NIC does the gathering.
+ */
+static int pull_copy(struct emb_server *s, struct emb_req *req,
+		     const struct emb_wire_pull_req *p, struct srv_table *st)
+{
+	const uint32_t dim = st->spec.dim;
+	const size_t bitmap = p->nocreate ? emb_wire_bitmap_bytes(p->n) : 0;
+	const size_t rows = (size_t)p->n * dim * sizeof(float);
+	struct emb_frame_hdr hdr = {0};
+	struct iovec iov;
+	uint8_t *buf, *found;
+	int rc;
+
+	buf = malloc(bitmap + rows + (p->nocreate ? p->n : 0) + 1);
+	if (!buf) {
+		table_put(st);
+		return reply_error(s, req, -ENOMEM, NULL);
+	}
+	found = p->nocreate ? buf + bitmap + rows : NULL;
+	rc =
+	    emb_table_pull(st->t, p->ids, p->n, (float *)(void *)(buf + bitmap),
+			   p->nocreate ? EMB_PULL_NOCREATE : 0, found);
+	table_put(st);
+	if (rc < 0) {
+		free(buf);
+		return reply_error(s, req, rc, NULL);
+	}
+	if (found)
+		emb_wire_found_pack(found, p->n, buf);
+	hdr.opcode = EMB_OP_PULL | EMB_OP_RESPONSE_BIT;
+	hdr.flags = p->nocreate ? EMB_F_NOCREATE : 0;
+	hdr.table_id = p->table_id;
+	hdr.count = p->n;
+	iov.iov_base = buf;
+	iov.iov_len = bitmap + rows;
+	if (emb_conn_reply(req, &hdr, &iov, iov.iov_len ? 1 : 0, free_done,
+			   buf))
+		free(buf);
+	finish(s);
+	return 0;
+}
+
+static int on_pull(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	struct emb_wire_pull_req p;
+	struct emb_frame_hdr hdr = {0};
+	struct srv_table *st;
+	struct pull_ctx *pc;
+	uint32_t stride;
+	uint16_t wflags;
+	size_t bitmap;
+	char *mem;
+	int rc, niov;
+
+	rc = emb_wire_pull_req_decode(f, &p);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	st = table_get(s, p.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	/* Whole rows (weights + optimizer state) always go zero-copy: the
+	 * store's copying pull gives weights only. */
+	if (!s->opts.zero_copy_pulls && !p.with_state)
+		return pull_copy(s, req, &p, st);
+	stride = p.with_state ? emb_table_row_floats(st->t) : st->spec.dim;
+	wflags = (p.nocreate ? EMB_F_NOCREATE : 0) |
+		 (p.with_state ? EMB_F_WITH_STATE : 0);
+	bitmap = p.nocreate ? emb_wire_bitmap_bytes(p.n) : 0;
+	mem = malloc(sizeof(*pc) + (size_t)p.n * sizeof(float *) +
+		     ((size_t)p.n + 2) * sizeof(struct iovec) + bitmap + p.n);
+	if (!mem) {
+		table_put(st);
+		return reply_error(s, req, -ENOMEM, NULL);
+	}
+	pc = (struct pull_ctx *)(void *)mem;
+	pc->s = s;
+	pc->sc = NULL;
+	pc->st = st;
+	pc->ptrs = (const float **)(void *)(mem + sizeof(*pc));
+	pc->iov = (struct iovec *)(void *)(pc->ptrs + p.n);
+	pc->bits = (uint8_t *)(pc->iov + p.n + 2);
+
+	rc = emb_table_pull_ptrs(st->t, p.ids, p.n, pc->ptrs,
+				 p.nocreate ? EMB_PULL_NOCREATE : 0);
+	if (rc < 0) {
+		pull_done(pc, 0);
+		return reply_error(s, req, rc, NULL);
+	}
+	if (p.nocreate) {
+		uint8_t *found = pc->bits + bitmap;
+
+		for (uint32_t i = 0; i < p.n; i++)
+			found[i] = pc->ptrs[i] != NULL;
+		emb_wire_found_pack(found, p.n, pc->bits);
+	}
+	niov = emb_wire_pull_resp_encode_ptrs(
+	    pc->head, pc->iov, p.n + 2, req->hdr.req_id, p.table_id, wflags,
+	    p.n, stride, pc->bits, pc->ptrs, zero_row);
+	if (niov < 0) {
+		pull_done(pc, 0);
+		return reply_error(s, req, niov, NULL);
+	}
+	hdr.opcode = EMB_OP_PULL | EMB_OP_RESPONSE_BIT;
+	hdr.flags = wflags;
+	hdr.table_id = p.table_id;
+	hdr.count = p.n;
+	/* iov[0] is the encoder's header; the transport writes its own. */
+	/* From here until pull_done() the reply reads table memory. */
+	pc->sc = emb_conn_user(req->conn);
+	if (pc->sc)
+		pc->sc->zc_replies++;
+	if (emb_conn_reply(req, &hdr, pc->iov + 1, niov - 1, pull_done, pc))
+		pull_done(pc, 0);
+	finish(s);
+	return 0;
+}
+
+/* Ends a request on table st: drops the reference, then acks or errs. */
+static int end_table_op(struct emb_server *s, struct emb_req *req,
+			struct srv_table *st, int rc, uint32_t count)
+{
+	uint32_t id = st->id;
+
+	table_put(st);
+	if (rc < 0)
+		return reply_error(s, req, rc, NULL);
+	reply_ack(s, req, id, count);
+	return 0;
+}
+
+static int on_push(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	struct emb_wire_push_req p;
+	struct srv_table *st;
+	int rc;
+
+	st = table_get(s, f->hdr.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	rc = emb_wire_push_req_decode(f, st->spec.dim, &p);
+	if (!rc)
+		rc = emb__sync_push(st->sync, st->t, &p, req);
+	if (rc == 1) {
+		table_put(st);
+		return 0; /* held until its synchronous step is applied */
+	}
+	return end_table_op(s, req, st, rc, 0);
+}
+
+static int on_set_mode(struct emb_server *s, struct emb_req *req,
+		       const struct emb_wire_frame *f)
+{
+	struct emb_wire_set_mode_req m;
+	struct srv_table *st;
+	int rc;
+
+	rc = emb_wire_set_mode_req_decode(f, &m);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	st = table_get(s, m.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	rc = emb__sync_set_mode(st->sync, m.mode, m.workers, m.staleness);
+	if (!rc)
+		emb_log(EMB_LOG_INFO, "table %s: mode %s", st->spec.name,
+			m.mode == EMB_MODE_SYNC	   ? "sync"
+			: m.mode == EMB_MODE_STALE ? "bounded staleness"
+						   : "async");
+	if (rc == -EBUSY) {
+		table_put(st);
+		return reply_error(s, req, rc,
+				   "a synchronous step is being gathered");
+	}
+	return end_table_op(s, req, st, rc, 0);
+}
+
+static int on_assign(struct emb_server *s, struct emb_req *req,
+		     const struct emb_wire_frame *f)
+{
+	struct emb_wire_assign_req a;
+	struct srv_table *st;
+	uint32_t dim;
+	int rc;
+
+	st = table_get(s, f->hdr.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	dim = st->spec.dim;
+	rc = emb_wire_assign_req_decode(
+	    f, dim, emb_optim_state_floats(st->spec.optim.kind, dim), &a);
+	if (!rc)
+		rc = emb_table_assign(st->t, a.ids, a.n, a.rows, a.with_state,
+				      NULL);
+	return end_table_op(s, req, st, rc, 0);
+}
+
+static int on_erase(struct emb_server *s, struct emb_req *req,
+		    const struct emb_wire_frame *f)
+{
+	struct emb_wire_ids_req e;
+	struct srv_table *st;
+	int rc;
+
+	rc = emb_wire_erase_req_decode(f, &e);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	st = table_get(s, e.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	rc = emb_table_erase(st->t, e.ids, e.n);
+	return end_table_op(s, req, st, rc, rc > 0 ? (uint32_t)rc : 0);
+}
+
+static int on_drop(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	int rc = emb_wire_empty_req_decode(f, EMB_OP_DROP_TABLE);
+
+	if (!rc)
+		rc = table_drop(s, f->hdr.table_id);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	reply_ack(s, req, f->hdr.table_id, 0);
+	return 0;
+}
+
+static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
+		    const struct emb_frame_hdr *hdr, void *payload)
+{
+	struct emb_server *s = arg;
+	struct srv_conn *sc = emb_conn_user(c);
+	struct emb_wire_frame f = {
+	    .hdr = *hdr,
+	    .payload = payload,
+	    .lim = &s->opts.limits,
+	};
+
+	__atomic_fetch_add(&s->inflight, 1, __ATOMIC_ACQUIRE);
+	add(&s->requests, 1);
+	if (!sc || sc->closing) {
+		emb_req_release(req);
+		finish(s);
+		return 0;
+	}
+	if (hdr->opcode & EMB_OP_RESPONSE_BIT)
+		return reply_error(s, req, EMB_EBADFRAME,
+				   "a response sent to the server");
+	/* The transport checks framing only; a number that is no opcode
+	 * means a peer that does not speak this protocol (docs/protocol.md). */
+	if (!emb_wire_op_known(hdr->opcode)) {
+		reply_and_close(s, c, sc, req, EMB_EBADOP, "unknown opcode");
+		return 0;
+	}
+	if (hdr->opcode == EMB_OP_HELLO)
+		return on_hello(s, c, sc, req, &f);
+	if (!sc->hello)
+		return reply_error(s, req, EMB_ENOHELLO, NULL);
+
+	switch (hdr->opcode) {
+	case EMB_OP_PULL:
+		return on_pull(s, req, &f);
+	case EMB_OP_PUSH:
+		return on_push(s, req, &f);
+	case EMB_OP_PING:
+		return on_ping(s, req, &f);
+	case EMB_OP_CREATE_TABLE:
+		return on_create(s, req, &f);
+	case EMB_OP_DROP_TABLE:
+		return on_drop(s, req, &f);
+	case EMB_OP_LIST_TABLES:
+		return on_list(s, req, &f);
+	case EMB_OP_ASSIGN:
+		return on_assign(s, req, &f);
+	case EMB_OP_ERASE:
+		return on_erase(s, req, &f);
+	case EMB_OP_STATS:
+		return on_stats(s, req, &f);
+	case EMB_OP_SET_MODE:
+		return on_set_mode(s, req, &f);
+	case EMB_OP_DUMP_BEGIN:
+	case EMB_OP_DUMP_CHUNK:
+	case EMB_OP_DUMP_END:
+		if (emb__server_dump(s, req, &f, &sc->dump))
+			add(&s->errors, 1);
+		finish(s);
+		return 0;
+	default:
+		return reply_error(s, req, -EOPNOTSUPP,
+				   "opcode reserved for a later version");
+	}
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * dispatch(), then records the time from arrival (t0_ns) to the reply
+ * being posted in the loop's own histogram (server_lat.h). A synchronous
+ * push held for its step counts until it is held.
+ */
+static void dispatch_timed(struct emb_server *s, struct emb_conn *c,
+			   struct emb_req *req, const struct emb_frame_hdr *hdr,
+			   void *payload, uint64_t t0_ns)
+{
+	struct srv_conn *sc = emb_conn_user(c);
+	uint32_t op = emb_lat_op_of(hdr->opcode);
+	uint32_t loop = sc ? sc->loop : UINT32_MAX;
+
+	(void)dispatch(s, c, req, hdr, payload);
+	if (loop != UINT32_MAX)
+		emb_lat_record(&s->lat[(size_t)loop * EMB_LAT_NOPS + op],
+			       mono_ns() - t0_ns);
+}
+
+/* Requests that change rows a queued PULL reply may still be reading. */
+static bool writes_rows(uint8_t op)
+{
+	return op == EMB_OP_PUSH || op == EMB_OP_ASSIGN || op == EMB_OP_ERASE ||
+	       op == EMB_OP_DROP_TABLE;
+}
+
+/*
+ * Runs held requests in arrival order until one must wait again. Loop
+ * thread of the conn only.
+ */
+static void conn_drain(struct srv_conn *sc)
+{
+	while (sc->held && sc->c) {
+		struct held *h = sc->held;
+
+		if (writes_rows(h->req->hdr.opcode) && sc->zc_replies)
+			return;
+		sc->held = h->next;
+		if (!sc->held)
+			sc->held_tail = NULL;
+		finish(sc->s); /* dispatch() counts it again */
+		dispatch_timed(sc->s, sc->c, h->req, &h->req->hdr,
+			       h->req->payload, h->t0_ns);
+		free(h);
+	}
+}
+
+static void conn_release_held(struct srv_conn *sc)
+{
+	while (sc->held) {
+		struct held *h = sc->held;
+
+		sc->held = h->next;
+		emb_req_release(h->req);
+		finish(sc->s);
+		free(h);
+	}
+	sc->held_tail = NULL;
+}
+
+/*
+ * PULL replies are sent straight from table memory, so a PUSH on the same
+ * connection that arrives while one is still on the wire would change rows
+ * under it. Such writes wait until the connection's PULL replies are out,
+ * and everything after a waiting request waits behind it: a client sees
+ * its own requests take effect in the order it sent them.
+ */
+static void on_request(void *arg, struct emb_conn *c, struct emb_req *req,
+		       const struct emb_frame_hdr *hdr, void *payload)
+{
+	struct srv_conn *sc = emb_conn_user(c);
+	uint64_t t0_ns = mono_ns();
+	struct held *h;
+
+	if (sc && (sc->held || (sc->zc_replies && writes_rows(hdr->opcode)))) {
+		h = malloc(sizeof(*h));
+		if (h) {
+			h->req = req;
+			h->next = NULL;
+			h->t0_ns = t0_ns;
+			if (sc->held_tail)
+				sc->held_tail->next = h;
+			else
+				sc->held = h;
+			sc->held_tail = h;
+			/* Counted as in flight, so a graceful stop waits. */
+			__atomic_fetch_add(&sc->s->inflight, 1,
+					   __ATOMIC_ACQUIRE);
+			return;
+		}
+		emb_log(EMB_LOG_ERROR, "%s: out of memory, closing",
+			emb_conn_peer(c));
+		emb_req_release(req);
+		emb_conn_close(c, -ENOMEM);
+		return;
+	}
+	dispatch_timed(arg, c, req, hdr, payload, t0_ns);
+}
+
+static void on_open(void *arg, struct emb_conn *c, int reason)
+{
+	struct emb_server *s = arg;
+	struct srv_conn *sc;
+
+	(void)reason;
+	sc = calloc(1, sizeof(*sc));
+	if (!sc) {
+		emb_log(EMB_LOG_ERROR, "%s: out of memory, closing",
+			emb_conn_peer(c));
+		emb_conn_close(c, -ENOMEM);
+		return;
+	}
+	sc->s = s;
+	sc->c = c;
+	while (sc->loop + 1 < s->opts.threads && s->loops[sc->loop] != c->tr)
+		sc->loop++;
+	emb_conn_set_user(c, sc);
+	add(&s->conns_open, 1);
+	add(&s->conns_total, 1);
+	emb_log(EMB_LOG_INFO, "connection from %s (%s)", emb_conn_peer(c),
+		emb_transport_name(c->tr));
+}
+
+static void on_close(void *arg, struct emb_conn *c, int reason)
+{
+	struct emb_server *s = arg;
+	struct srv_conn *sc = emb_conn_user(c);
+
+	if (!sc)
+		return;
+	emb_conn_set_user(c, NULL);
+	emb__server_dump_free(sc->dump);
+	conn_release_held(sc);
+	sc->c = NULL;
+	/* A PULL reply still out frees it when it completes. */
+	if (!sc->zc_replies)
+		free(sc);
+	__atomic_fetch_sub(&s->conns_open, 1, __ATOMIC_RELAXED);
+	if (reason && reason != EMB_EPEERDEAD)
+		emb_log(EMB_LOG_WARN, "connection from %s closed: %s",
+			emb_conn_peer(c), emb_strerror(reason));
+	else
+		emb_log(EMB_LOG_INFO, "connection from %s closed",
+			emb_conn_peer(c));
+}
+
+/* ---- lifecycle ---- */
+
+static void *loop_main(void *arg)
+{
+	struct emb_transport *tr = arg;
+	int rc;
+
+	emb__regmap_set_thread_loop(tr);
+	rc = emb_transport_run(tr);
+	if (rc)
+		emb_log(EMB_LOG_ERROR, "event loop failed: %s",
+			emb_strerror(rc));
+	return NULL;
+}
+
+static uint64_t random_id(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^
+	       ((uint64_t)getpid() << 40);
+}
+
+int emb_server_create(const struct emb_server_opts *opts,
+		      struct emb_server **out)
+{
+	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
+	struct emb_listen_opts lopts = EMB_LISTEN_OPTS_DEFAULT;
+	struct emb_server *s;
+	uint32_t i;
+	int rc;
+
+	if (!opts || !out || !opts->host || !opts->transport ||
+	    opts->threads == 0 || opts->threads > 256 ||
+	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
+	    (opts->auth_token_len && !opts->auth_token) ||
+	    emb_wire_limits_validate(&opts->limits))
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->opts = *opts;
+	s->host = strdup(opts->host);
+	s->transport = strdup(opts->transport);
+	s->tables = calloc(opts->limits.max_tables, sizeof(*s->tables));
+	s->loops = calloc(opts->threads, sizeof(*s->loops));
+	s->threads = calloc(opts->threads, sizeof(*s->threads));
+	s->lat = calloc((size_t)opts->threads * EMB_LAT_NOPS, sizeof(*s->lat));
+	if (!s->host || !s->transport || !s->tables || !s->loops ||
+	    !s->threads || !s->lat) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	s->opts.host = s->host;
+	s->opts.transport = s->transport;
+	s->opts.auth_token = s->token;
+	if (opts->auth_token_len)
+		memcpy(s->token, opts->auth_token, opts->auth_token_len);
+	s->budget.limit = opts->mem_limit;
+	s->server_id = random_id();
+	pthread_rwlock_init(&s->tables_lock, NULL);
+	pthread_mutex_init(&s->reap_mu, NULL);
+	pthread_cond_init(&s->reap_cv, NULL);
+	s->rdma = strcmp(opts->transport, "rdma") == 0;
+	/* Before the listener exists, so no client sees a partial state. */
+	if (opts->on_start) {
+		rc = opts->on_start(s, opts->start_arg);
+		if (rc)
+			goto err_loops;
+	}
+
+	topts.max_frame_bytes = opts->limits.max_frame_bytes;
+	for (i = 0; i < opts->threads; i++) {
+		rc =
+		    emb_transport_create(opts->transport, &topts, &s->loops[i]);
+		if (rc)
+			goto err_loops;
+	}
+	lopts.host = s->host;
+	lopts.port = opts->port;
+	lopts.loops = s->loops;
+	lopts.nloops = opts->threads;
+	lopts.on_request = on_request;
+	lopts.on_open = on_open;
+	lopts.on_close = on_close;
+	lopts.arg = s;
+	rc = emb_listener_create(s->loops[0], &lopts, &s->listener);
+	if (rc)
+		goto err_loops;
+	s->port = emb_listener_port(s->listener);
+	for (i = 0; i < opts->threads; i++) {
+		rc = -pthread_create(&s->threads[i], NULL, loop_main,
+				     s->loops[i]);
+		if (rc)
+			goto err_threads;
+		s->nstarted++;
+	}
+	if (s->rdma) {
+		rc = -pthread_create(&s->reaper, NULL, reaper_main, s);
+		if (rc)
+			goto err_threads;
+		s->reaper_running = true;
+	}
+	*out = s;
+	return 0;
+
+err_threads:
+	for (i = 0; i < s->nstarted; i++) {
+		emb_transport_stop(s->loops[i]);
+		pthread_join(s->threads[i], NULL);
+	}
+	emb_listener_destroy(s->listener);
+err_loops:
+	for (i = 0; i < opts->threads; i++)
+		emb_transport_destroy(s->loops[i]);
+	for (i = 0; i < opts->limits.max_tables; i++)
+		table_put(s->tables[i]);
+	pthread_rwlock_destroy(&s->tables_lock);
+err_free:
+	free(s->lat);
+	free(s->threads);
+	free(s->loops);
+	free(s->tables);
+	free(s->transport);
+	free(s->host);
+	free(s);
+	return rc;
+}
+
+uint16_t emb_server_port(const struct emb_server *s)
+{
+	return s->port;
+}
+
+static void destroy_listener_task(void *arg)
+{
+	struct emb_server *s = arg;
+
+	emb_listener_destroy(s->listener);
+	/* emb_server_stop() polls this from the controlling thread. */
+	__atomic_store_n(&s->listener, NULL, __ATOMIC_RELEASE);
+}
+
+void emb_server_stop(struct emb_server *s, uint32_t grace_ms)
+{
+	struct timespec ts = {0, 5 * 1000 * 1000};
+
+	if (!s || s->stopped)
+		return;
+	s->stopped = true;
+	/* The listener belongs to loop 0's thread. */
+	if (emb_transport_exec(s->loops[0], destroy_listener_task, s) == 0) {
+		for (uint32_t waited = 0; waited < 2000; waited += 5) {
+			if (!__atomic_load_n(&s->listener, __ATOMIC_ACQUIRE))
+				break;
+			nanosleep(&ts, NULL);
+		}
+	}
+	for (uint32_t waited = 0; waited < grace_ms; waited += 5) {
+		if (__atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) == 0)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	/* One more round so replies just posted reach the socket. */
+	nanosleep(&ts, NULL);
+	/* The reaper waits on the loops: it finishes while they still run. */
+	if (s->reaper_running) {
+		pthread_mutex_lock(&s->reap_mu);
+		s->reap_stop = true;
+		pthread_cond_signal(&s->reap_cv);
+		pthread_mutex_unlock(&s->reap_mu);
+		pthread_join(s->reaper, NULL);
+		s->reaper_running = false;
+	}
+	for (uint32_t i = 0; i < s->nstarted; i++)
+		emb_transport_stop(s->loops[i]);
+	for (uint32_t i = 0; i < s->nstarted; i++)
+		pthread_join(s->threads[i], NULL);
+	s->nstarted = 0;
+	__atomic_store_n(&s->loops_stopped, true, __ATOMIC_RELEASE);
+}
+
+void emb_server_destroy(struct emb_server *s)
+{
+	if (!s)
+		return;
+	emb_server_stop(s, 1000);
+	if (s->listener)
+		emb_listener_destroy(s->listener);
+	/* Tables left to the reaper after it stopped: the loops are gone,
+	 * so this thread deregisters their regions itself. */
+	while (s->reap_head) {
+		struct srv_table *st = s->reap_head;
+
+		s->reap_head = st->reap_next;
+		table_free(st);
+	}
+	/* Regions must go before the transports that registered them; a
+	 * table freed later (a reply completing at transport destroy) then
+	 * finds none left. */
+	for (struct srv_table *st = s->all_tables; st; st = st->all_next)
+		emb__regmap_release_all(st->regmap);
+	/* Held synchronous pushes name requests of connections that the
+	 * transports free: release them while they exist. */
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
+		if (s->tables[i])
+			emb__sync_abort(s->tables[i]->sync);
+	for (uint32_t i = 0; i < s->opts.threads; i++)
+		emb_transport_destroy(s->loops[i]);
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
+		table_put(s->tables[i]);
+	pthread_rwlock_destroy(&s->tables_lock);
+	pthread_cond_destroy(&s->reap_cv);
+	pthread_mutex_destroy(&s->reap_mu);
+	free(s->lat);
+	free(s->threads);
+	free(s->loops);
+	free(s->tables);
+	free(s->transport);
+	free(s->host);
+	free(s);
+}
+
+void emb_server_stats(struct emb_server *s, struct emb_server_stats *out)
+{
+	uint64_t n = 0;
+
+	pthread_rwlock_rdlock(&s->tables_lock);
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
+		n += s->tables[i] != NULL;
+	pthread_rwlock_unlock(&s->tables_lock);
+	out->conns_open = __atomic_load_n(&s->conns_open, __ATOMIC_RELAXED);
+	out->conns_total = __atomic_load_n(&s->conns_total, __ATOMIC_RELAXED);
+	out->requests = __atomic_load_n(&s->requests, __ATOMIC_RELAXED);
+	out->errors = __atomic_load_n(&s->errors, __ATOMIC_RELAXED);
+	out->tables = n;
+	out->mem_used = __atomic_load_n(&s->budget.used, __ATOMIC_RELAXED);
+}
+
+uint32_t emb_server_nloops(const struct emb_server *s)
+{
+	return s->opts.threads;
+}
+
+void emb_server_loop_stats(struct emb_server *s, uint32_t i,
+			   struct emb_transport_stats *out)
+{
+	emb_transport_stats(s->loops[i], out);
+}
+
+void emb_server_latency(struct emb_server *s, uint32_t op, struct emb_hist *out)
+{
+	emb_hist_reset(out);
+	for (uint32_t i = 0; i < s->opts.threads; i++)
+		emb_lat_merge(out, &s->lat[(size_t)i * EMB_LAT_NOPS + op]);
+}
+
+int emb_server_table_stats(struct emb_server *s, uint32_t id,
+			   struct emb_wire_stats *out)
+{
+	struct srv_table *st = table_get(s, id);
+
+	if (!st)
+		return EMB_ENOTABLE;
+	fill_stats(st, out);
+	table_put(st);
+	return 0;
+}

@@ -1,0 +1,127 @@
+/*
+ * src/server/server.h - the embstore server: tables behind a transport.
+ *
+ * Used by the daemon (tools/embstore-server.c) and by tests that want a real
+ * server in their own process. A server runs one event loop per thread;
+ * requests are handled on the loop thread that owns their connection, and
+ * the store's per-shard locks make those threads safe against each other.
+ * create/stop/destroy are called from one controlling thread.
+ */
+#ifndef EMB_SERVER_SERVER_H
+#define EMB_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "proto/wire.h"
+#include "proto/wire_msg.h"
+
+struct emb_server;
+struct emb_table;
+
+struct emb_server_opts {
+	const char *host;	       /* listen address; copied */
+	uint16_t port;		       /* 0 picks a free port */
+	const char *transport;	       /* "tcp" or "rdma"; copied */
+	uint32_t threads;	       /* event loops, >= 1 */
+	const uint8_t *auth_token;     /* required in HELLO, or NULL; copied */
+	uint32_t auth_token_len;       /* bytes, <= EMB_WIRE_TOKEN_MAX */
+	uint64_t mem_limit;	       /* bytes of all tables; 0 = unlimited */
+	struct emb_wire_limits limits; /* what requests may carry */
+	uint32_t table_shards;	       /* index shards per table */
+	bool zero_copy_pulls;	       /* PULL rows straight from table memory
+					  (default for rdma) instead of one
+					  copied buffer (default for tcp) */
+	/* Runs in emb_server_create() before the listener opens (e.g. to
+	 * load a checkpoint); non-zero fails the create. NULL = none. */
+	int (*on_start)(struct emb_server *s, void *arg);
+	void *start_arg; /* passed to on_start */
+};
+
+#define EMB_SERVER_OPTS_DEFAULT                                                \
+	((struct emb_server_opts){.host = "127.0.0.1",                         \
+				  .port = 7164,                                \
+				  .transport = "tcp",                          \
+				  .threads = 1,                                \
+				  .limits = EMB_WIRE_LIMITS_DEFAULT,           \
+				  .table_shards = 64})
+
+/*
+ * Creates the server, binds and starts serving in its own threads. 0 and
+ * *out, or -EINVAL (bad opts), -EADDRINUSE, -ENODEV (transport missing),
+ * -ENOMEM, or another negative errno from the transport.
+ */
+int emb_server_create(const struct emb_server_opts *opts,
+		      struct emb_server **out);
+
+/* The bound port (after port 0). */
+uint16_t emb_server_port(const struct emb_server *s);
+
+/*
+ * Stops accepting, lets requests already read finish and their replies go
+ * out (for at most grace_ms), then stops the loops. Idempotent.
+ */
+void emb_server_stop(struct emb_server *s, uint32_t grace_ms);
+
+/* Stops if needed and frees everything; NULL is a no-op. */
+void emb_server_destroy(struct emb_server *s);
+
+/* Counters for logs and tests. */
+struct emb_server_stats {
+	uint64_t conns_open;  /* connections open now */
+	uint64_t conns_total; /* accepted since start */
+	uint64_t requests;    /* requests handled */
+	uint64_t errors;      /* error responses sent */
+	uint64_t tables;      /* tables now */
+	uint64_t mem_used;    /* bytes charged by all tables */
+};
+
+void emb_server_stats(struct emb_server *s, struct emb_server_stats *out);
+
+/*
+ * A table held by an in-process user (dump sessions, checkpoints): t stays
+ * valid, even through a DROP_TABLE, until emb_server_table_release().
+ */
+struct emb_server_table {
+	struct emb_table *t;	   /* the store table */
+	struct emb_wire_spec spec; /* as created */
+	uint32_t id;		   /* >= 1 */
+	void *ref;		   /* the registry entry held */
+};
+
+/* Any thread: writes up to cap table ids, returns how many tables exist. */
+uint32_t emb_server_table_ids(struct emb_server *s, uint32_t *ids,
+			      uint32_t cap);
+/* Any thread: 0 and *out, or EMB_ENOTABLE. */
+int emb_server_table_acquire(struct emb_server *s, uint32_t id,
+			     struct emb_server_table *out);
+void emb_server_table_release(struct emb_server_table *st); /* NULL: no-op */
+/*
+ * Any thread: creates a table as CREATE_TABLE does, or finds an identical
+ * one. 0 and *id, or EMB_ETABLEEXISTS and the errors of emb_table_create().
+ */
+int emb_server_table_create(struct emb_server *s,
+			    const struct emb_wire_spec *spec, uint32_t *id);
+
+/* ---- for the metrics collector (src/server/metrics.c) ---- */
+
+struct emb_hist;
+struct emb_transport_stats;
+
+/* Event loops, the threads of opts.threads. */
+uint32_t emb_server_nloops(const struct emb_server *s);
+/* Any thread: the counters of loop i (< emb_server_nloops()). */
+void emb_server_loop_stats(struct emb_server *s, uint32_t i,
+			   struct emb_transport_stats *out);
+/*
+ * Any thread: request latency of op (enum emb_lat_op in server_lat.h),
+ * nanoseconds from arrival to reply posted, summed over the loops into
+ * the caller's out (reset first).
+ */
+void emb_server_latency(struct emb_server *s, uint32_t op,
+			struct emb_hist *out);
+/* Any thread: the STATS counters of table id. 0, or EMB_ENOTABLE. */
+int emb_server_table_stats(struct emb_server *s, uint32_t id,
+			   struct emb_wire_stats *out);
+
+#endif

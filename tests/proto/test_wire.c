@@ -1,0 +1,875 @@
+/*
+ * tests/wire/test_wire.c - the frame codec: every message round-trips, and
+ * each kind of malformed frame is rejected with the code the docs promise.
+ * Single-threaded.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "proto/wire.h"
+#include "proto/wire_msg.h"
+#include "harness.h"
+
+#define BUF_BYTES (1u << 16)
+
+/* Frames are decoded in place, so receive buffers are 8-aligned. */
+static _Alignas(8) uint8_t buf[BUF_BYTES];
+static _Alignas(8) uint8_t buf2[BUF_BYTES];
+static struct emb_wire_limits deflim; /* EMB_WIRE_LIMITS_DEFAULT */
+
+static int decode(const void *b, size_t len, struct emb_wire_frame *f)
+{
+	return emb_wire_frame_decode(b, len, &deflim, f);
+}
+
+static int flatten(const struct emb_wire_iovs *v)
+{
+	return emb_wire_iovs_flatten(v, buf, sizeof(buf));
+}
+
+static void put32(size_t off, uint32_t v)
+{
+	emb_le32_store(buf + off, v);
+}
+
+static struct emb_wire_spec spec_make(const char *name, uint32_t dim)
+{
+	struct emb_wire_spec s;
+
+	memset(&s, 0, sizeof(s));
+	snprintf(s.name, sizeof(s.name), "%s", name);
+	s.dim = dim;
+	s.optim = EMB_OPTIM_CFG_DEFAULT;
+	s.optim.kind = EMB_OPTIM_ADAM;
+	s.optim.lr = 0.25f;
+	s.init = EMB_INIT_CFG_DEFAULT;
+	s.seed = 0x0123456789abcdefull;
+	return s;
+}
+
+static void test_header_layout(void)
+{
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_STATS,
+					0x1122334455667788ull, 7);
+	CU_ASSERT_EQUAL_FATAL(len, 32);
+	CU_ASSERT_EQUAL(memcmp(buf, "EMB1", 4), 0);
+	CU_ASSERT_EQUAL(buf[4], EMB_WIRE_VERSION);
+	CU_ASSERT_EQUAL(buf[5], EMB_OP_STATS);
+	CU_ASSERT_EQUAL(buf[8], 0x88); /* request id, low byte first */
+	CU_ASSERT_EQUAL(buf[15], 0x11);
+	CU_ASSERT_EQUAL(buf[16], 7); /* table id */
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(f.hdr.req_id, 0x1122334455667788ull);
+	CU_ASSERT_EQUAL(emb_wire_empty_req_decode(&f, EMB_OP_STATS), 0);
+	CU_ASSERT_EQUAL(f.hdr.table_id, 7);
+}
+
+static void test_hello(void)
+{
+	struct emb_wire_hello_resp resp = {0}, rout;
+	struct emb_wire_hello_req req;
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_hello_req_encode(buf, sizeof(buf), 1, 3, "secret", 6,
+					"trainer-3/rdma");
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_hello_req_decode(&f, &req), 0);
+	CU_ASSERT_EQUAL(req.client_version, 3);
+	CU_ASSERT_EQUAL(req.token_len, 6);
+	CU_ASSERT_EQUAL(memcmp(req.token, "secret", 6), 0);
+	CU_ASSERT_EQUAL(req.name_len, 14);
+	CU_ASSERT_EQUAL(memcmp(req.name, "trainer-3/rdma", 14), 0);
+
+	len = emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1, NULL, 0, NULL);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_hello_req_decode(&f, &req), 0);
+	CU_ASSERT_PTR_NULL(req.token);
+	CU_ASSERT_EQUAL(req.name_len, 0);
+
+	resp.server_version = 1;
+	resp.limits = deflim;
+	resp.limits.max_ids = 4096;
+	resp.server_id = 0xfeedull;
+	len = emb_wire_hello_resp_encode(buf, sizeof(buf), 1, &resp);
+	CU_ASSERT_EQUAL_FATAL(len, 64);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_hello_resp_decode(&f, &rout), 0);
+	CU_ASSERT_EQUAL(rout.server_version, 1);
+	CU_ASSERT_EQUAL(rout.limits.max_ids, 4096);
+	CU_ASSERT_EQUAL(rout.limits.max_frame_bytes, deflim.max_frame_bytes);
+	CU_ASSERT_EQUAL(rout.limits.max_tables, deflim.max_tables);
+	CU_ASSERT_EQUAL(rout.limits.max_dim, deflim.max_dim);
+	CU_ASSERT_EQUAL(rout.server_id, 0xfeedull);
+}
+
+static void test_tables(void)
+{
+	struct emb_wire_spec s = spec_make("user_emb", 16), out;
+	struct emb_wire_table_info tabs[2], info;
+	struct emb_wire_list_resp lr;
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_create_req_encode(buf, sizeof(buf), 2, &s);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 128);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_create_req_decode(&f, &out), 0);
+	CU_ASSERT_EQUAL(memcmp(&out, &s, sizeof(s)), 0);
+
+	len =
+	    emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_CREATE_TABLE, 2, 5, 0);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_ack_decode(&f, EMB_OP_CREATE_TABLE), 0);
+	CU_ASSERT_EQUAL(f.hdr.table_id, 5);
+
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_DROP_TABLE, 3,
+					5);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_empty_req_decode(&f, EMB_OP_DROP_TABLE), 0);
+	CU_ASSERT_EQUAL(emb_wire_empty_req_encode(buf, sizeof(buf),
+						  EMB_OP_DROP_TABLE, 3, 0),
+			EMB_EBADARG);
+
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES, 4,
+					0);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_empty_req_decode(&f, EMB_OP_LIST_TABLES), 0);
+
+	tabs[0].table_id = 5;
+	tabs[0].spec = s;
+	tabs[0].rows = 1000;
+	tabs[1].table_id = 9;
+	tabs[1].spec = spec_make("item.emb-v2", 4096);
+	tabs[1].rows = 0;
+	len = emb_wire_list_resp_encode(buf, sizeof(buf), 4, tabs, 2);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 2 * 144);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_list_resp_decode(&f, &lr), 0);
+	CU_ASSERT_EQUAL_FATAL(lr.n, 2);
+	emb_wire_list_entry(&lr, 1, &info);
+	CU_ASSERT_EQUAL(info.table_id, 9);
+	CU_ASSERT_STRING_EQUAL(info.spec.name, "item.emb-v2");
+	CU_ASSERT_EQUAL(info.spec.dim, 4096);
+	emb_wire_list_entry(&lr, 0, &info);
+	CU_ASSERT_EQUAL(info.rows, 1000);
+	CU_ASSERT_EQUAL(memcmp(&info.spec, &s, sizeof(s)), 0);
+
+	/* An empty list is a valid answer. */
+	len = emb_wire_list_resp_encode(buf, sizeof(buf), 4, NULL, 0);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_list_resp_decode(&f, &lr), 0);
+	CU_ASSERT_EQUAL(lr.n, 0);
+}
+
+static void test_pull(void)
+{
+	const uint64_t ids[5] = {1, 2, 3, 0xffffffffffffffffull, 5};
+	const uint8_t found[5] = {1, 0, 1, 1, 0};
+	float rows[5 * 3];
+	struct emb_wire_pull_resp resp;
+	struct emb_wire_pull_req req;
+	struct emb_wire_iovs v;
+	struct emb_wire_frame f;
+	uint8_t bits[8];
+	int len, i;
+
+	for (i = 0; i < 15; i++)
+		rows[i] = (float)i * 0.5f;
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_pull_req_encode(&v, 9, 4, EMB_F_NOCREATE, ids, 5), 0);
+	CU_ASSERT_EQUAL(v.iovcnt, 2);
+	CU_ASSERT_EQUAL(v.iov[1].iov_base, (const void *)ids);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 40);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_req_decode(&f, &req), 0);
+	CU_ASSERT_EQUAL(req.table_id, 4);
+	CU_ASSERT_EQUAL(req.n, 5);
+	CU_ASSERT(req.nocreate);
+	CU_ASSERT_EQUAL(memcmp(req.ids, ids, sizeof(ids)), 0);
+	CU_ASSERT_PTR_EQUAL(req.ids, buf + 32);
+
+	emb_wire_found_pack(found, 5, bits);
+	CU_ASSERT_EQUAL(bits[0], 0x0d);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_encode(
+				  &v, 9, 4, EMB_F_NOCREATE, 5, 3, bits, rows),
+			      0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL((uint64_t)len,
+			      emb_wire_pull_resp_bytes(5, 3, EMB_F_NOCREATE));
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 3, 0, &resp), 0);
+	CU_ASSERT_EQUAL(resp.n, 5);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(resp.found);
+	for (i = 0; i < 5; i++)
+		CU_ASSERT_EQUAL(emb_wire_bit_test(resp.found, i), found[i]);
+	CU_ASSERT_PTR_EQUAL(resp.rows,
+			    buf + emb_wire_pull_rows_offset(5, EMB_F_NOCREATE));
+	CU_ASSERT_EQUAL(memcmp(resp.rows, rows, sizeof(rows)), 0);
+
+	/* Without NOCREATE the rows follow the header directly. */
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_pull_resp_encode(&v, 9, 4, 0, 5, 3, NULL, rows), 0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 60);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 3, 0, &resp), 0);
+	CU_ASSERT_PTR_NULL(resp.found);
+	CU_ASSERT_PTR_EQUAL(resp.rows, buf + 32);
+	CU_ASSERT_EQUAL(memcmp(resp.rows, rows, sizeof(rows)), 0);
+}
+
+static void test_pull_ptrs(void)
+{
+	const uint8_t found[4] = {1, 1, 0, 1};
+	/* static: a slab that happened to follow bits on the stack would
+	 * merge with the bitmap's entry and change the count checked below. */
+	static float slab[4 * 2] = {1, 2, 3, 4, 5, 6, 7, 8};
+	const float zero[2] = {0, 0};
+	/* Rows 0 and 1 are adjacent in the slab, row 3 is elsewhere. */
+	const float *ptrs[4] = {&slab[0], &slab[2], NULL, &slab[6]};
+	const float want[8] = {1, 2, 3, 4, 0, 0, 7, 8};
+	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE];
+	struct emb_wire_pull_resp resp;
+	struct emb_wire_frame f;
+	struct iovec iov[8];
+	uint8_t bits[8];
+	size_t off = 0;
+	int cnt, i;
+
+	emb_wire_found_pack(found, 4, bits);
+	cnt = emb_wire_pull_resp_encode_ptrs(head, iov, 8, 1, 2, EMB_F_NOCREATE,
+					     4, 2, bits, ptrs, zero);
+	/* head, bitmap, rows 0-1 merged, zero row, row 3 */
+	CU_ASSERT_EQUAL_FATAL(cnt, 5);
+	CU_ASSERT_EQUAL(iov[2].iov_len, 16);
+	for (i = 0; i < cnt; i++) {
+		memcpy(buf + off, iov[i].iov_base, iov[i].iov_len);
+		off += iov[i].iov_len;
+	}
+	CU_ASSERT_EQUAL_FATAL(decode(buf, off, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 2, 0, &resp), 0);
+	CU_ASSERT_EQUAL(memcmp(resp.rows, want, sizeof(want)), 0);
+	CU_ASSERT_FALSE(emb_wire_bit_test(resp.found, 2));
+	CU_ASSERT(emb_wire_bit_test(resp.found, 3));
+
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_encode_ptrs(head, iov, 4, 1, 2,
+						       EMB_F_NOCREATE, 4, 2,
+						       bits, ptrs, zero),
+			-ENOSPC);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_encode_ptrs(head, iov, 8, 1, 2,
+						       EMB_F_NOCREATE, 4, 2,
+						       bits, ptrs, NULL),
+			EMB_EBADARG);
+}
+
+static void test_pull_state(void)
+{
+	/* dim 2 with Adagrad's 2 state floats: stride 4. */
+	const uint64_t ids[3] = {5, 6, 7};
+	const uint8_t found[3] = {1, 0, 1};
+	static float slab[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+	const float zero[4] = {0, 0, 0, 0};
+	const float *ptrs[3] = {&slab[0], NULL, &slab[8]};
+	const float want[12] = {1, 2, 3, 4, 0, 0, 0, 0, 9, 10, 11, 12};
+	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE];
+	struct emb_wire_pull_resp resp;
+	struct emb_wire_pull_req req;
+	struct emb_wire_frame f;
+	struct emb_wire_iovs v;
+	struct iovec iov[8];
+	uint8_t bits[8];
+	size_t off = 0;
+	int cnt, len, i;
+
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_req_encode(&v, 3, 4,
+						       EMB_F_WITH_STATE, ids,
+						       3),
+			      0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_req_decode(&f, &req), 0);
+	CU_ASSERT(req.with_state);
+	CU_ASSERT_FALSE(req.nocreate);
+
+	/* Whole rows gathered from records, a missing one as zeros. */
+	emb_wire_found_pack(found, 3, bits);
+	cnt = emb_wire_pull_resp_encode_ptrs(
+	    head, iov, 8, 3, 4, EMB_F_NOCREATE | EMB_F_WITH_STATE, 3, 4, bits,
+	    ptrs, zero);
+	CU_ASSERT_EQUAL_FATAL(cnt, 5);
+	for (i = 0; i < cnt; i++) {
+		memcpy(buf + off, iov[i].iov_base, iov[i].iov_len);
+		off += iov[i].iov_len;
+	}
+	CU_ASSERT_EQUAL(off, emb_wire_pull_resp_bytes(
+				 3, 4, EMB_F_NOCREATE | EMB_F_WITH_STATE));
+	CU_ASSERT_EQUAL_FATAL(decode(buf, off, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 2, 2, &resp), 0);
+	CU_ASSERT(resp.with_state);
+	CU_ASSERT_EQUAL(resp.dim, 2);
+	CU_ASSERT_EQUAL(resp.stride, 4);
+	CU_ASSERT_EQUAL(memcmp(resp.rows, want, sizeof(want)), 0);
+	CU_ASSERT_FALSE(emb_wire_bit_test(resp.found, 1));
+	/* A reader expecting other state sizes sees a dim mismatch. */
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 2, 1, &resp),
+			EMB_EBADDIM);
+
+	/* The flat encoder gives the same frame. */
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_encode(
+				  &v, 3, 4, EMB_F_WITH_STATE, 3, 4, NULL, want),
+			      0);
+	len = emb_wire_iovs_flatten(&v, buf2, sizeof(buf2));
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 48);
+	CU_ASSERT_EQUAL_FATAL(decode(buf2, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 2, 2, &resp), 0);
+	CU_ASSERT_EQUAL(resp.stride, 4);
+	CU_ASSERT_PTR_EQUAL(resp.rows, buf2 + 32);
+
+	/* Without the flag the state floats are not expected. */
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_pull_resp_encode(&v, 3, 4, 0, 3, 2, NULL, want), 0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&f, 2, 2, &resp), 0);
+	CU_ASSERT_FALSE(resp.with_state);
+	CU_ASSERT_EQUAL(resp.stride, 2);
+
+	/* Only whole rows may be wider than EMB_WIRE_DIM_MAX. */
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_encode(&v, 3, 4, 0, 1,
+						  EMB_WIRE_DIM_MAX + 1, NULL,
+						  want),
+			EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_encode(&v, 3, 4, EMB_F_WITH_STATE,
+						  0, 3 * EMB_WIRE_DIM_MAX + 1,
+						  NULL, NULL),
+			0);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_encode(&v, 3, 4, EMB_F_WITH_STATE,
+						  0, 3 * EMB_WIRE_DIM_MAX + 2,
+						  NULL, NULL),
+			EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 2, 3 * EMB_WIRE_DIM_MAX,
+						  &resp),
+			EMB_EBADARG);
+}
+
+static void test_push(void)
+{
+	const uint64_t ids[3] = {10, 20, 30};
+	const float grads[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+	struct emb_wire_push_req req;
+	struct emb_wire_iovs v;
+	struct emb_wire_frame f;
+	int len;
+
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_push_req_encode(&v, 5, 2, 777, 3, ids, 3, 4, grads), 0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 16 + 24 + 48);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_decode(&f, 4, &req), 0);
+	CU_ASSERT_EQUAL(req.table_id, 2);
+	CU_ASSERT_EQUAL(req.step, 777);
+	CU_ASSERT_EQUAL(req.rank, 3);
+	CU_ASSERT_EQUAL(req.n, 3);
+	CU_ASSERT_EQUAL((uintptr_t)req.ids % 8, 0);
+	CU_ASSERT_EQUAL((uintptr_t)req.grads % 4, 0);
+	CU_ASSERT_EQUAL(memcmp(req.ids, ids, sizeof(ids)), 0);
+	CU_ASSERT_EQUAL(memcmp(req.grads, grads, sizeof(grads)), 0);
+
+	len = emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH, 5, 2, 0);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_ack_decode(&f, EMB_OP_PUSH), 0);
+	CU_ASSERT_EQUAL(f.hdr.req_id, 5);
+}
+
+static void test_assign_erase(void)
+{
+	const uint64_t ids[2] = {7, 8};
+	const float rows[2 * 5] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+	struct emb_wire_assign_req req;
+	struct emb_wire_ids_req er;
+	struct emb_wire_iovs v;
+	struct emb_wire_frame f;
+	int len;
+
+	/* dim 2 with 3 state floats per row: stride 5 */
+	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode(
+				  &v, 1, 3, EMB_F_WITH_STATE, ids, 2, 5, rows),
+			      0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_decode(&f, 2, 3, &req), 0);
+	CU_ASSERT(req.with_state);
+	CU_ASSERT_EQUAL(req.stride, 5);
+	CU_ASSERT_EQUAL(memcmp(req.rows, rows, sizeof(rows)), 0);
+	/* The same frame without state rows would be another dim. */
+	CU_ASSERT_EQUAL(emb_wire_assign_req_decode(&f, 2, 0, &req),
+			EMB_EBADDIM);
+
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_assign_req_encode(&v, 1, 3, 0, ids, 2, 2, rows), 0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_decode(&f, 2, 3, &req), 0);
+	CU_ASSERT_FALSE(req.with_state);
+	CU_ASSERT_EQUAL(req.stride, 2);
+	CU_ASSERT_EQUAL(memcmp(req.rows, rows, 4 * sizeof(float)), 0);
+
+	CU_ASSERT_EQUAL_FATAL(emb_wire_erase_req_encode(&v, 2, 3, ids, 2), 0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_erase_req_decode(&f, &er), 0);
+	CU_ASSERT_EQUAL(er.n, 2);
+	CU_ASSERT_EQUAL(er.ids[1], 8);
+
+	len = emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_ERASE, 2, 3, 1);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_ack_decode(&f, EMB_OP_ERASE), 0);
+	CU_ASSERT_EQUAL(f.hdr.count, 1);
+	CU_ASSERT_EQUAL(
+	    emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH, 2, 3, 1),
+	    EMB_EBADARG);
+}
+
+static void test_stats(void)
+{
+	struct emb_wire_stats st[2], out;
+	struct emb_wire_stats_resp sr;
+	struct emb_wire_frame f;
+	int len;
+
+	memset(st, 0, sizeof(st));
+	st[0].table_id = 1;
+	st[0].rows = 100;
+	st[0].extents = 3;
+	st[1].table_id = 2;
+	st[1].step = 99;
+	st[1].misses = 4;
+	len = emb_wire_stats_resp_encode(buf, sizeof(buf), 1, 0, st, 2);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 8 + 2 * (8 + 8 * EMB_WIRE_STATS_FIELDS));
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_stats_resp_decode(&f, &sr), 0);
+	CU_ASSERT_EQUAL_FATAL(sr.n, 2);
+	emb_wire_stats_entry(&sr, 0, &out);
+	CU_ASSERT_EQUAL(memcmp(&out, &st[0], sizeof(out)), 0);
+	emb_wire_stats_entry(&sr, 1, &out);
+	CU_ASSERT_EQUAL(memcmp(&out, &st[1], sizeof(out)), 0);
+
+	/* An older server that sent only two counters: the rest read 0. */
+	len = emb_wire_stats_resp_encode(buf, sizeof(buf), 1, 1, st, 1);
+	CU_ASSERT_FATAL(len > 0);
+	put32(32, 2);
+	put32(24, 8 + 8 + 16);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, 32 + 32, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_stats_resp_decode(&f, &sr), 0);
+	emb_wire_stats_entry(&sr, 0, &out);
+	CU_ASSERT_EQUAL(out.rows, 100);
+	CU_ASSERT_EQUAL(out.extents, 0);
+}
+
+static void test_set_mode(void)
+{
+	struct emb_wire_set_mode_req r = {.table_id = 4,
+					  .mode = EMB_MODE_SYNC,
+					  .workers = 3}, out;
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_set_mode_req_encode(buf, sizeof(buf), 9, &r);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 16);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_set_mode_req_decode(&f, &out), 0);
+	CU_ASSERT_EQUAL(memcmp(&out, &r, sizeof(r)), 0);
+	/* Fields the mode does not use must be 0; sync needs workers. */
+	put32(32 + 8, 5);
+	CU_ASSERT_EQUAL(emb_wire_set_mode_req_decode(&f, &out), EMB_EBADFRAME);
+	r.workers = 0;
+	CU_ASSERT_EQUAL(emb_wire_set_mode_req_encode(buf, sizeof(buf), 9, &r),
+			EMB_EBADARG);
+	r.workers = EMB_WIRE_SYNC_WORKERS_MAX + 1;
+	CU_ASSERT_EQUAL(emb_wire_set_mode_req_encode(buf, sizeof(buf), 9, &r),
+			EMB_EBADARG);
+	r = (struct emb_wire_set_mode_req){.table_id = 4,
+					   .mode = EMB_MODE_STALE,
+					   .staleness = 2};
+	len = emb_wire_set_mode_req_encode(buf, sizeof(buf), 9, &r);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_set_mode_req_decode(&f, &out), 0);
+	CU_ASSERT_EQUAL(out.staleness, 2);
+	put32(32, 7);
+	CU_ASSERT_EQUAL(emb_wire_set_mode_req_decode(&f, &out), EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_SET_MODE,
+					    9, 4, 0),
+			32);
+}
+
+static void test_ping_error(void)
+{
+	char big[EMB_WIRE_ERRMSG_MAX + 8];
+	struct emb_wire_pull_resp pr;
+	struct emb_wire_error err;
+	struct emb_wire_blob blob;
+	struct emb_wire_iovs v;
+	struct emb_wire_frame f;
+	int len;
+
+	CU_ASSERT_EQUAL_FATAL(emb_wire_ping_encode(&v, 8, false, "abc", 3), 0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_ping_decode(&f, false, &blob), 0);
+	CU_ASSERT_EQUAL(blob.len, 3);
+	CU_ASSERT_EQUAL(memcmp(blob.data, "abc", 3), 0);
+	CU_ASSERT_EQUAL(emb_wire_ping_decode(&f, true, &blob), EMB_EBADARG);
+
+	len = emb_wire_error_encode(buf, sizeof(buf), EMB_OP_PULL, 8, 4,
+				    EMB_ENOTABLE, "no table 4");
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_error_decode(&f, &err), 0);
+	CU_ASSERT_EQUAL(err.status, EMB_ENOTABLE);
+	CU_ASSERT_EQUAL(err.msg_len, 10);
+	CU_ASSERT_EQUAL(memcmp(err.msg, "no table 4", 10), 0);
+	/* The op's own decoder points the caller at the error payload. */
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 4, 0, &pr), EMB_ESERVER);
+
+	/* A long message is cut before the 2-byte character that straddles
+	 * the limit, never inside it. */
+	memset(big, 'x', sizeof(big));
+	big[EMB_WIRE_ERRMSG_MAX - 1] = (char)0xc3;
+	big[EMB_WIRE_ERRMSG_MAX] = (char)0xa9;
+	big[sizeof(big) - 1] = '\0';
+	len = emb_wire_error_encode(buf, sizeof(buf), EMB_OP_HELLO, 1, 0,
+				    EMB_EAUTH, big);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_error_decode(&f, &err), 0);
+	CU_ASSERT_EQUAL(err.msg_len, EMB_WIRE_ERRMSG_MAX - 1);
+	CU_ASSERT_EQUAL(emb_wire_error_encode(buf, sizeof(buf), EMB_OP_HELLO, 1,
+					      0, 0, "ok"),
+			EMB_EBADARG);
+}
+
+static void test_bad_magic(void)
+{
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES, 1,
+					0);
+	buf[3] = '2';
+	CU_ASSERT_EQUAL(decode(buf, (size_t)len, &f), EMB_EBADMAGIC);
+}
+
+static void test_bad_version(void)
+{
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES, 1,
+					0);
+	buf[4] = EMB_WIRE_VERSION + 1;
+	CU_ASSERT_EQUAL(decode(buf, (size_t)len, &f), EMB_EBADVERSION);
+	buf[4] = 0;
+	CU_ASSERT_EQUAL(decode(buf, (size_t)len, &f), EMB_EBADVERSION);
+}
+
+static void test_too_big(void)
+{
+	struct emb_wire_limits lim = deflim;
+	struct emb_frame_hdr h;
+	struct emb_wire_iovs v;
+	struct emb_wire_frame f;
+
+	CU_ASSERT_EQUAL_FATAL(emb_wire_ping_encode(&v, 1, false, buf2, 100), 0);
+	flatten(&v);
+	lim.max_frame_bytes = 132;
+	CU_ASSERT_EQUAL(emb_wire_frame_decode(buf, 132, &lim, &f), 0);
+	lim.max_frame_bytes = 131;
+	/* The header alone says so: no need to have read the payload. */
+	CU_ASSERT_EQUAL(emb_wire_hdr_decode(buf, 32, &lim, &h), EMB_ETOOBIG);
+	CU_ASSERT_EQUAL(emb_wire_frame_decode(buf, 132, &lim, &f), EMB_ETOOBIG);
+	put32(24, 0xffffffffu);
+	CU_ASSERT_EQUAL(decode(buf, 132, &f), EMB_ETOOBIG);
+}
+
+static void test_truncated_header(void)
+{
+	struct emb_frame_hdr h;
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES, 1,
+					0);
+	CU_ASSERT_EQUAL(decode(buf, (size_t)len - 1, &f), EMB_ETRUNCFRAME);
+	CU_ASSERT_EQUAL(decode(buf, 0, &f), EMB_ETRUNCFRAME);
+	CU_ASSERT_EQUAL(emb_wire_hdr_decode(buf, 31, &deflim, &h),
+			EMB_ETRUNCFRAME);
+}
+
+static void test_truncated_payload(void)
+{
+	const uint64_t ids[4] = {1, 2, 3, 4};
+	struct emb_frame_hdr h;
+	struct emb_wire_iovs v;
+	struct emb_wire_frame f;
+	int len;
+
+	emb_wire_pull_req_encode(&v, 1, 1, 0, ids, 4);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL(emb_wire_hdr_decode(buf, 32, &deflim, &h), 0);
+	CU_ASSERT_EQUAL(h.payload_len, 32);
+	CU_ASSERT_EQUAL(decode(buf, (size_t)len - 1, &f), EMB_ETRUNCFRAME);
+	CU_ASSERT_EQUAL(decode(buf, 32, &f), EMB_ETRUNCFRAME);
+	/* Bytes past the frame belong to the next one. */
+	CU_ASSERT_EQUAL(decode(buf, (size_t)len + 100, &f), 0);
+}
+
+static void test_unknown_op(void)
+{
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_LIST_TABLES, 1,
+					0);
+	buf[5] = 0;
+	CU_ASSERT_EQUAL(decode(buf, (size_t)len, &f), EMB_EBADOP);
+	buf[5] = 99;
+	CU_ASSERT_EQUAL(decode(buf, (size_t)len, &f), EMB_EBADOP);
+	buf[5] = 99 | EMB_OP_RESPONSE_BIT;
+	CU_ASSERT_EQUAL(decode(buf, (size_t)len, &f), EMB_EBADOP);
+	/* Reserved ops pass the header check: the server answers them. */
+	buf[5] = EMB_OP_BARRIER;
+	CU_ASSERT_EQUAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_STRING_EQUAL(emb_wire_op_name(EMB_OP_FINISH), "finish");
+	CU_ASSERT_STRING_EQUAL(emb_wire_op_name(99), "?");
+}
+
+static void test_dim_mismatch(void)
+{
+	const uint64_t ids[3] = {1, 2, 3};
+	float rows[3 * 8] = {0};
+	struct emb_wire_pull_resp pr;
+	struct emb_wire_push_req req;
+	struct emb_wire_iovs v;
+	struct emb_wire_frame f;
+	int len;
+
+	emb_wire_push_req_encode(&v, 1, 1, 0, 0, ids, 3, 8, rows);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, 4, &req), EMB_EBADDIM);
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, 16, &req), EMB_EBADDIM);
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, 8, &req), 0);
+
+	emb_wire_pull_resp_encode(&v, 1, 1, 0, 3, 8, NULL, rows);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 6, 0, &pr), EMB_EBADDIM);
+	CU_ASSERT_EQUAL(emb_wire_pull_resp_decode(&f, 8, 0, &pr), 0);
+}
+
+static void test_too_many_ids(void)
+{
+	struct emb_wire_limits lim = deflim;
+	const uint64_t ids[5] = {1, 2, 3, 4, 5};
+	float grads[5] = {0};
+	struct emb_wire_pull_req pr;
+	struct emb_wire_push_req pu;
+	struct emb_wire_ids_req er;
+	struct emb_wire_iovs v;
+	struct emb_wire_frame f;
+	int len;
+
+	lim.max_ids = 4;
+	emb_wire_pull_req_encode(&v, 1, 1, 0, ids, 5);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_frame_decode(buf, (size_t)len, &lim, &f),
+			      0);
+	CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &pr), EMB_ETOOMANYIDS);
+
+	emb_wire_push_req_encode(&v, 1, 1, 0, 0, ids, 5, 1, grads);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_frame_decode(buf, (size_t)len, &lim, &f),
+			      0);
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, 1, &pu), EMB_ETOOMANYIDS);
+
+	emb_wire_erase_req_encode(&v, 1, 1, ids, 4);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_frame_decode(buf, (size_t)len, &lim, &f),
+			      0);
+	CU_ASSERT_EQUAL(emb_wire_erase_req_decode(&f, &er), 0);
+}
+
+static void test_count_mismatch(void)
+{
+	const uint64_t ids[4] = {1, 2, 3, 4};
+	float grads[8] = {0};
+	struct emb_wire_pull_req pr;
+	struct emb_wire_push_req pu;
+	struct emb_wire_list_resp lr;
+	struct emb_wire_iovs v;
+	struct emb_wire_frame f;
+	int len;
+
+	emb_wire_pull_req_encode(&v, 1, 1, 0, ids, 4);
+	len = flatten(&v);
+	put32(20, 3);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &pr), EMB_EBADFRAME);
+	put32(20, 5);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &pr), EMB_EBADFRAME);
+
+	/* A push whose count claims more ids than the payload holds. */
+	emb_wire_push_req_encode(&v, 1, 1, 0, 0, ids, 4, 2, grads);
+	len = flatten(&v);
+	put32(20, 100);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, 2, &pu), EMB_EBADFRAME);
+	/* A ragged payload (not whole rows) is malformed, not another dim. */
+	emb_wire_push_req_encode(&v, 1, 1, 0, 0, ids, 4, 2, grads);
+	len = flatten(&v);
+	put32(24, 16 + 32 + 28);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, 2, &pu), EMB_EBADFRAME);
+
+	len = emb_wire_list_resp_encode(buf, sizeof(buf), 1, NULL, 0);
+	put32(20, 1);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_list_resp_decode(&f, &lr), EMB_EBADFRAME);
+}
+
+static void test_bad_name(void)
+{
+	struct emb_wire_spec s = spec_make("t", 4), out;
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_create_req_encode(buf, sizeof(buf), 1, &s);
+	CU_ASSERT_FATAL(len > 0);
+	memset(buf + 32, 'a', 64); /* 64 bytes, no NUL */
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &out), EMB_EBADNAME);
+	memset(buf + 32, 0, 64); /* empty */
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &out), EMB_EBADNAME);
+	memcpy(buf + 32, "t\0x", 3); /* bytes after the NUL */
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &out), EMB_EBADNAME);
+	memset(buf + 32, 'a', 63); /* 63 bytes + NUL: the longest */
+	buf[32 + 63] = 0;
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &out), 0);
+	CU_ASSERT_EQUAL(strlen(out.name), 63);
+
+	memset(s.name, 'b', sizeof(s.name)); /* unterminated */
+	CU_ASSERT_EQUAL(emb_wire_create_req_encode(buf, sizeof(buf), 1, &s),
+			EMB_EBADNAME);
+	s.name[0] = '\0';
+	CU_ASSERT_EQUAL(emb_wire_create_req_encode(buf, sizeof(buf), 1, &s),
+			EMB_EBADNAME);
+
+	/* The spec's dim must be within the decoder's limit. */
+	s = spec_make("t", 4);
+	len = emb_wire_create_req_encode(buf, sizeof(buf), 1, &s);
+	put32(32 + 64, 0);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &out), EMB_EBADDIM);
+	put32(32 + 64, EMB_WIRE_DIM_MAX + 1);
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &out), EMB_EBADDIM);
+}
+
+static void test_bad_token(void)
+{
+	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
+	struct emb_wire_hello_req req;
+	struct emb_wire_frame f;
+	int len;
+
+	memset(token, 7, sizeof(token));
+	CU_ASSERT_EQUAL(emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1, token,
+						  sizeof(token), "w"),
+			EMB_EBADARG);
+	len = emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1, token,
+					EMB_WIRE_TOKEN_MAX, "w");
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_hello_req_decode(&f, &req), 0);
+	/* Claim a 257-byte token and make the lengths add up. */
+	emb_le16_store(buf + 32 + 4, EMB_WIRE_TOKEN_MAX + 1);
+	emb_le16_store(buf + 32 + 6, 0);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_hello_req_decode(&f, &req), EMB_EBADFRAME);
+	/* A token longer than the payload. */
+	len =
+	    emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1, token, 10, NULL);
+	emb_le16_store(buf + 32 + 4, 11);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_hello_req_decode(&f, &req), EMB_EBADFRAME);
+}
+
+static void test_bad_fields(void)
+{
+	const uint64_t ids[1] = {1};
+	struct emb_wire_pull_req pr;
+	struct emb_wire_iovs v;
+	struct emb_wire_frame f;
+	int len;
+
+	emb_wire_pull_req_encode(&v, 1, 1, 0, ids, 1);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &pr), 0);
+	f.hdr.flags = EMB_F_STEP_END;
+	CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &pr), EMB_EBADFRAME);
+	f.hdr.flags = 0;
+	f.hdr.table_id = 0;
+	CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &pr), EMB_EBADFRAME);
+	f.hdr.table_id = 1;
+	f.hdr.status = -1;
+	CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &pr), EMB_EBADFRAME);
+	f.hdr.status = 0;
+	f.hdr.opcode = EMB_OP_ERASE;
+	CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &pr), EMB_EBADARG);
+
+	/* Frames must sit 8-aligned so the id and row views are aligned. */
+	memcpy(buf2 + 1, buf, (size_t)len);
+	CU_ASSERT_EQUAL(decode(buf2 + 1, (size_t)len, &f), EMB_EBADARG);
+}
+
+static const struct emb_test_case cases[] = {
+    {"header is little-endian and 32 bytes", test_header_layout},
+    {"round trips hello", test_hello},
+    {"round trips create, drop and list tables", test_tables},
+    {"round trips pull with and without nocreate", test_pull},
+    {"gathers pull rows from table memory", test_pull_ptrs},
+    {"round trips pull of whole rows with optimizer state", test_pull_state},
+    {"round trips push with aligned views", test_push},
+    {"round trips assign and erase", test_assign_erase},
+    {"round trips stats across counter versions", test_stats},
+    {"round trips ping and errors", test_ping_error},
+    {"round trips set_mode and rejects unused fields", test_set_mode},
+    {"rejects bad magic", test_bad_magic},
+    {"rejects bad version", test_bad_version},
+    {"rejects length beyond limit", test_too_big},
+    {"rejects truncated header", test_truncated_header},
+    {"rejects truncated payload", test_truncated_payload},
+    {"rejects unknown opcode", test_unknown_op},
+    {"rejects dim mismatch", test_dim_mismatch},
+    {"rejects ids beyond limit", test_too_many_ids},
+    {"rejects count inconsistent with payload", test_count_mismatch},
+    {"rejects unterminated or oversized name", test_bad_name},
+    {"rejects oversized token", test_bad_token},
+    {"rejects flags, table id and status the op forbids", test_bad_fields},
+    {NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+	deflim = EMB_WIRE_LIMITS_DEFAULT;
+	return emb_test_main(argc, argv, "wire", cases);
+}

@@ -1,0 +1,278 @@
+/*
+ * tests/cluster/test_wire_cluster.c - the cluster messages' codecs: every
+ * message round-trips, and the decoders refuse what breaks a layout
+ * (lengths, roles, reserved fields, hosts, slot ranks) without reading
+ * past the frame. Single-threaded.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "proto/wire_cluster.h"
+#include "proto/wire_msg.h"
+#include "harness.h"
+
+static _Alignas(8) uint8_t buf[1u << 21];
+static const struct emb_wire_limits lim = {
+    .max_frame_bytes = 1u << 30,
+    .max_ids = 1u << 20,
+    .max_tables = 1024,
+    .max_dim = EMB_WIRE_DIM_MAX,
+};
+
+/* Decodes buf[0..len) as a frame; fails the case if the header is bad. */
+static struct emb_wire_frame frame(int len)
+{
+	struct emb_wire_frame f;
+
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_frame_decode(buf, (size_t)len, &lim, &f),
+			      0);
+	return f;
+}
+
+/* Sets the payload length to plen (bytes beyond stay as they are). */
+static void set_plen(uint32_t plen)
+{
+	emb_le32_store(buf + 24, plen);
+}
+
+static void test_register(void)
+{
+	struct emb_wire_register_req rq;
+	struct emb_wire_register_resp rr, in = {
+					      .role = EMB_ROLE_SERVER,
+					      .rank = 1,
+					      .node_id = 2,
+					      .server_num = 2,
+					      .worker_num = 3,
+					      .hb_timeout_ms = 1000,
+					      .cluster_id = 99,
+					  };
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_register_req_encode(buf, sizeof(buf), 7, EMB_ROLE_SERVER,
+					   7164, 42, "10.0.0.2");
+	f = frame(len);
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), 0);
+	CU_ASSERT_EQUAL(rq.role, EMB_ROLE_SERVER);
+	CU_ASSERT_EQUAL(rq.port, 7164);
+	CU_ASSERT_EQUAL(rq.pid, 42);
+	CU_ASSERT_EQUAL(rq.host_len, 8);
+	CU_ASSERT_EQUAL(memcmp(rq.host, "10.0.0.2", 8), 0);
+	/* A host_len that runs past the payload. */
+	emb_le16_store(buf + 32 + 6, 9);
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), EMB_EBADFRAME);
+	emb_le16_store(buf + 32 + 6, 8);
+	/* Reserved, role and host bytes. */
+	buf[32 + 12] = 1;
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), EMB_EBADFRAME);
+	buf[32 + 12] = 0;
+	emb_le32_store(buf + 32, EMB_ROLE_SCHEDULER);
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), EMB_EBADFRAME);
+	emb_le32_store(buf + 32, EMB_ROLE_SERVER);
+	buf[32 + 16] = ' ';
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), EMB_EBADFRAME);
+	/* Encoders refuse what decoders would. */
+	CU_ASSERT_EQUAL(
+	    emb_wire_register_req_encode(buf, sizeof(buf), 1, 9, 0, 0, NULL),
+	    EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_register_req_encode(
+			    buf, sizeof(buf), 1, EMB_ROLE_WORKER, 0, 0, "a b"),
+			EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_register_req_encode(
+			    buf, 40, 1, EMB_ROLE_WORKER, 0, 0, "host"),
+			-ENOSPC);
+
+	len = emb_wire_register_resp_encode(buf, sizeof(buf), 7, &in);
+	f = frame(len);
+	CU_ASSERT_EQUAL(emb_wire_register_resp_decode(&f, &rr), 0);
+	CU_ASSERT_EQUAL(memcmp(&rr, &in, sizeof(rr)), 0);
+	/* A rank outside its role's count. */
+	emb_le32_store(buf + 32 + 4, 2);
+	CU_ASSERT_EQUAL(emb_wire_register_resp_decode(&f, &rr), EMB_EBADFRAME);
+	in.hb_timeout_ms = 0;
+	CU_ASSERT_EQUAL(emb_wire_register_resp_encode(buf, sizeof(buf), 7, &in),
+			EMB_EBADARG);
+}
+
+static void test_map(void)
+{
+	static uint16_t slots[EMB_NSLOTS];
+	struct emb_wire_node_addr addrs[3] = {
+	    {"10.0.0.1", 1}, {"server-b", 2}, {"fe80::1", 65535}};
+	struct emb_wire_node_addr a;
+	struct emb_wire_cluster_map m;
+	struct emb_wire_frame f;
+	int len;
+
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
+		slots[i] = (uint16_t)(i % 3);
+	len = emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, slots, addrs,
+					  3);
+	CU_ASSERT_EQUAL(len, (int)emb_wire_cluster_map_bytes(3));
+	f = frame(len);
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), 0);
+	CU_ASSERT_EQUAL(m.nservers, 3);
+	CU_ASSERT_EQUAL(m.nworkers, 5);
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
+		CU_ASSERT_EQUAL(emb_wire_cluster_map_slot(&m, i), i % 3);
+	for (uint32_t i = 0; i < 3; i++) {
+		emb_wire_cluster_map_server(&m, i, &a);
+		CU_ASSERT_STRING_EQUAL(a.host, addrs[i].host);
+		CU_ASSERT_EQUAL(a.port, addrs[i].port);
+	}
+	/* A slot naming a server that is not there. */
+	emb_le16_store(buf + 32 + 8 + 2 * 100, 3);
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
+	emb_le16_store(buf + 32 + 8 + 2 * 100, 1);
+	/* Garbage in an entry's padding. */
+	buf[32 + EMB_WIRE_MAP_PREFIX_SIZE + 8 + 200] = 'x';
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
+	buf[32 + EMB_WIRE_MAP_PREFIX_SIZE + 8 + 200] = 0;
+	/* A count the payload does not hold. */
+	f.hdr.count = 4;
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
+	/* Encoders: a rank out of range, no servers, port 0. */
+	slots[7] = 3;
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5,
+						    slots, addrs, 3),
+			EMB_EBADARG);
+	slots[7] = 0;
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5,
+						    slots, addrs, 0),
+			EMB_EBADARG);
+	addrs[1].port = 0;
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5,
+						    slots, addrs, 3),
+			EMB_EBADARG);
+	addrs[1].port = 2;
+	CU_ASSERT_EQUAL(
+	    emb_wire_cluster_map_encode(buf, 1000, 3, 5, slots, addrs, 3),
+	    -ENOSPC);
+}
+
+static void test_heartbeat(void)
+{
+	struct emb_wire_node_ref dead[2] = {{EMB_ROLE_WORKER, 3},
+					    {EMB_ROLE_SERVER, 0}};
+	struct emb_wire_node_ref d;
+	struct emb_wire_heartbeat_resp r;
+	struct emb_wire_frame f;
+	uint64_t seq;
+	uint32_t id;
+	int len;
+
+	f = frame(emb_wire_heartbeat_req_encode(buf, sizeof(buf), 1, 5, 77));
+	CU_ASSERT_EQUAL(emb_wire_heartbeat_req_decode(&f, &id, &seq), 0);
+	CU_ASSERT_EQUAL(id, 5);
+	CU_ASSERT_EQUAL(seq, 77);
+	/* Not the message asked for. */
+	CU_ASSERT_EQUAL(
+	    emb_wire_barrier_req_decode(&f, &(struct emb_wire_barrier_req){0}),
+	    EMB_EBADARG);
+
+	len = emb_wire_heartbeat_resp_encode(buf, sizeof(buf), 1,
+					     EMB_CLUSTER_READY, dead, 2);
+	f = frame(len);
+	CU_ASSERT_EQUAL(emb_wire_heartbeat_resp_decode(&f, &r), 0);
+	CU_ASSERT_EQUAL(r.state, EMB_CLUSTER_READY);
+	CU_ASSERT_EQUAL(r.ndead, 2);
+	emb_wire_heartbeat_dead(&r, 1, &d);
+	CU_ASSERT_EQUAL(d.role, EMB_ROLE_SERVER);
+	CU_ASSERT_EQUAL(d.rank, 0);
+	/* Unknown state; a dead entry without a role. */
+	emb_le32_store(buf + 32, 9);
+	CU_ASSERT_EQUAL(emb_wire_heartbeat_resp_decode(&f, &r), EMB_EBADFRAME);
+	emb_le32_store(buf + 32, EMB_CLUSTER_READY);
+	emb_le32_store(buf + 32 + 8, 0);
+	CU_ASSERT_EQUAL(emb_wire_heartbeat_resp_decode(&f, &r), EMB_EBADFRAME);
+	/* An error response is ESERVER, its payload read by error_decode. */
+	len = emb_wire_error_encode(buf, sizeof(buf), EMB_OP_HEARTBEAT, 1, 0,
+				    EMB_ENODEAD, "declared dead");
+	f = frame(len);
+	CU_ASSERT_EQUAL(emb_wire_heartbeat_resp_decode(&f, &r), EMB_ESERVER);
+}
+
+static void test_barrier_finish(void)
+{
+	struct emb_wire_barrier_req b;
+	struct emb_wire_frame f;
+	char name[80];
+	uint32_t id, count;
+
+	f = frame(emb_wire_barrier_req_encode(buf, sizeof(buf), 1, 9, "step"));
+	CU_ASSERT_EQUAL(emb_wire_barrier_req_decode(&f, &b), 0);
+	CU_ASSERT_EQUAL(b.node_id, 9);
+	CU_ASSERT_EQUAL(b.name_len, 4);
+	CU_ASSERT_EQUAL(memcmp(b.name, "step", 4), 0);
+	buf[32 + 8 + 1] = '\0';
+	CU_ASSERT_EQUAL(emb_wire_barrier_req_decode(&f, &b), EMB_EBADFRAME);
+	memset(name, 'n', sizeof(name));
+	name[64] = '\0';
+	CU_ASSERT_EQUAL(
+	    emb_wire_barrier_req_encode(buf, sizeof(buf), 1, 9, name),
+	    EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_barrier_req_encode(buf, sizeof(buf), 1, 9, ""),
+			EMB_EBADARG);
+
+	f = frame(emb_wire_cluster_ack_encode(buf, sizeof(buf), EMB_OP_BARRIER,
+					      1, 4));
+	CU_ASSERT_EQUAL(emb_wire_cluster_ack_decode(&f, EMB_OP_BARRIER, &count),
+			0);
+	CU_ASSERT_EQUAL(count, 4);
+	CU_ASSERT_EQUAL(emb_wire_cluster_ack_decode(&f, EMB_OP_FINISH, &count),
+			EMB_EBADARG);
+
+	f = frame(
+	    emb_wire_node_req_encode(buf, sizeof(buf), EMB_OP_FINISH, 1, 12));
+	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_FINISH, &id), 0);
+	CU_ASSERT_EQUAL(id, 12);
+	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_CLUSTER_MAP, &id),
+			EMB_EBADARG);
+	/* Flags or a table id on a cluster request. */
+	f.hdr.flags = 1;
+	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_FINISH, &id),
+			EMB_EBADFRAME);
+	f.hdr.flags = 0;
+	f.hdr.table_id = 1;
+	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_FINISH, &id),
+			EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(
+	    emb_wire_node_req_encode(buf, sizeof(buf), EMB_OP_BARRIER, 1, 1),
+	    EMB_EBADARG);
+}
+
+static void test_truncated(void)
+{
+	struct emb_wire_register_req rq;
+	struct emb_wire_frame f;
+	int len;
+
+	/* Every shorter payload_len is refused, never read past. */
+	len = emb_wire_register_req_encode(buf, sizeof(buf), 1, EMB_ROLE_WORKER,
+					   0, 1, "worker-host");
+	for (int plen = 0; plen < len - 32; plen++) {
+		set_plen((uint32_t)plen);
+		f = frame(32 + plen);
+		CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq),
+				EMB_EBADFRAME);
+	}
+	CU_ASSERT_STRING_EQUAL(emb_role_name(EMB_ROLE_WORKER), "worker");
+	CU_ASSERT_STRING_EQUAL(emb_role_name(77), "?");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+	    {"register round-trips and refuses bad fields", test_register},
+	    {"cluster map round-trips and refuses bad ranks", test_map},
+	    {"heartbeat carries state and dead nodes", test_heartbeat},
+	    {"barrier and finish round-trip", test_barrier_finish},
+	    {"truncated payloads are refused", test_truncated},
+	    {NULL, NULL},
+	};
+
+	return emb_test_main(argc, argv, "wire_cluster", cases);
+}
