@@ -22,17 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/hist.h"
 
 #define BATCH_MAX (1u << 20)
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t splitmix(uint64_t *s)
 {
@@ -131,7 +124,7 @@ int main(int argc, char **argv)
 	memset(req + 4, 0, 4);
 	emb_hist_reset(h);
 
-	start = now_ns();
+	start = emb_clock_ns();
 	deadline = start + (uint64_t)(seconds * 1e9);
 	do {
 		uint64_t t0;
@@ -142,13 +135,13 @@ int main(int argc, char **argv)
 
 			memcpy(req + 8 + (size_t)i * 8, &id, 8);
 		}
-		t0 = now_ns();
+		t0 = emb_clock_ns();
 		if (io_full(fd, req, 8 + (size_t)batch * 8, true) ||
 		    io_full(fd, resp, (size_t)batch * row_bytes, false)) {
 			perror("embstore-echo-client: round trip");
 			return 1;
 		}
-		end = now_ns();
+		end = emb_clock_ns();
 		emb_hist_record(h, end - t0);
 		batches++;
 	} while (end < deadline);

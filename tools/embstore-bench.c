@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/hash.h"
 #include "common/hist.h"
@@ -96,14 +97,6 @@ struct worker {
 	_Atomic uint64_t progress;	/* rows so far, read by main */
 	int rc;				/* first error, 0 if none */
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void usage(FILE *f)
 {
@@ -565,8 +558,8 @@ static void compute(uint32_t us)
 
 	if (!us)
 		return;
-	end = now_ns() + (uint64_t)us * 1000;
-	while (now_ns() < end)
+	end = emb_clock_ns() + (uint64_t)us * 1000;
+	while (emb_clock_ns() < end)
 		;
 }
 
@@ -636,7 +629,7 @@ static int run_batches(struct worker *w, bool timed)
 		if (timed && w->max_batches) {
 			if (done == w->max_batches)
 				return 0;
-		} else if (now_ns() >= w->deadline_ns) {
+		} else if (emb_clock_ns() >= w->deadline_ns) {
 			return 0;
 		}
 		if (w->k) {
@@ -649,9 +642,9 @@ static int run_batches(struct worker *w, bool timed)
 		if (timed)
 			w->unique_sum += count_unique(w, ids, n);
 
-		t0 = now_ns();
+		t0 = emb_clock_ns();
 		rc = run_op(w, ids, ahead, n);
-		t1 = now_ns();
+		t1 = emb_clock_ns();
 		w->head = (w->head + 1) % (w->k + 1);
 		if (rc)
 			return rc;
@@ -682,7 +675,7 @@ static void *worker_main(void *arg)
 		w->rc = run_batches(w, true);
 		break;
 	}
-	w->end_ns = now_ns();
+	w->end_ns = emb_clock_ns();
 	return NULL;
 }
 
@@ -764,7 +757,7 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 {
 	uint32_t n = o->cfg.threads, started = 0;
 	bool tty = isatty(STDERR_FILENO);
-	uint64_t t0 = now_ns(), end = t0;
+	uint64_t t0 = emb_clock_ns(), end = t0;
 	int rc = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -780,7 +773,7 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 	while (tty && !rc) {
 		struct timespec nap = {0, PROGRESS_NS};
 		uint64_t rows = progress_sum(ws, n);
-		double el = (double)(now_ns() - t0) / 1e9, left;
+		double el = (double)(emb_clock_ns() - t0) / 1e9, left;
 		bool done = true;
 
 		for (uint32_t i = 0; i < n; i++) {

@@ -15,8 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/addr.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/token.h"
 #include "metrics/metrics.h"
 #include "server/server.h"
 #include "server/checkpoint.h"
@@ -185,52 +187,6 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 	return 0;
 }
 
-/* HOST:PORT, [V6]:PORT, or HOST alone (default port). */
-static int parse_addr(const char *s, char *host, size_t cap, uint16_t *port)
-{
-	const char *colon = strrchr(s, ':');
-	const char *h = s;
-	size_t hlen;
-	uint32_t p = DEFAULT_PORT;
-
-	if (s[0] == '[') {
-		const char *rb = strchr(s, ']');
-
-		if (!rb)
-			return -EINVAL;
-		h = s + 1;
-		hlen = (size_t)(rb - h);
-		colon = rb[1] == ':' ? rb + 1 : NULL;
-	} else {
-		hlen = colon ? (size_t)(colon - s) : strlen(s);
-	}
-	if (colon && parse_u32(colon + 1, 0, 65535, &p))
-		return -EINVAL;
-	if (hlen == 0 || hlen >= cap)
-		return -EINVAL;
-	memcpy(host, h, hlen);
-	host[hlen] = '\0';
-	*port = (uint16_t)p;
-	return 0;
-}
-
-static int read_token(const char *path, uint8_t *buf, uint32_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	size_t n;
-
-	if (!f)
-		return -errno;
-	n = fread(buf, 1, EMB_WIRE_TOKEN_MAX + 1, f);
-	fclose(f);
-	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-		n--;
-	if (n == 0 || n > EMB_WIRE_TOKEN_MAX)
-		return -EINVAL;
-	*len = (uint32_t)n;
-	return 0;
-}
-
 /* emb_server_opts.on_start: tables come back before the listener opens. */
 static int load_checkpoint(struct emb_server *s, void *arg)
 {
@@ -290,7 +246,7 @@ int main(int argc, char **argv)
 	struct sigaction sa;
 	sigset_t block, old;
 	enum emb_log_level lvl;
-	char host[256];
+	struct emb_addr la;
 	long ncpu;
 	int c, rc;
 
@@ -368,14 +324,15 @@ int main(int argc, char **argv)
 	/* The scheduler listens where the nodes look for it. */
 	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
 		listen = cenv.sched_host[0] ? cenv.sched_host : "127.0.0.1";
-	if (parse_addr(listen, host, sizeof(host), &o.port)) {
+	if (emb_addr_parse(listen, strlen(listen), DEFAULT_PORT, &la)) {
 		fprintf(stderr, "embstore-server: bad listen address '%s'\n",
 			listen);
 		return 2;
 	}
 	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
-		o.port = cenv.sched_port;
-	o.host = host;
+		la.port = cenv.sched_port;
+	o.port = la.port;
+	o.host = la.host;
 	o.zero_copy_pulls = strcmp(o.transport, "rdma") == 0;
 	if (zero_copy) {
 		if (strcmp(zero_copy, "on") && strcmp(zero_copy, "off")) {
@@ -407,7 +364,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (token_file) {
-		rc = read_token(token_file, token, &o.auth_token_len);
+		rc = emb_token_read_file(token_file, token, &o.auth_token_len);
 		if (rc) {
 			fprintf(stderr,
 				"embstore-server: cannot use token file %s: "
@@ -447,19 +404,19 @@ int main(int argc, char **argv)
 		    start_metrics(metrics_addr, emb_sched_metrics_collect, NULL,
 				  &metrics))
 			return 1;
-		rc = run_scheduler(&cenv, host, o.port, &old);
+		rc = run_scheduler(&cenv, la.host, o.port, &old);
 		emb_metrics_destroy(metrics);
 		return rc;
 	}
 
 	rc = emb_server_create(&o, &srv);
 	if (rc) {
-		emb_log(EMB_LOG_ERROR, "cannot serve %s:%u over %s: %s", host,
+		emb_log(EMB_LOG_ERROR, "cannot serve %s:%u over %s: %s", la.host,
 			o.port, o.transport, emb_strerror(rc));
 		return 1;
 	}
 	emb_log(EMB_LOG_INFO,
-		"listening on %s:%u (%s, %u threads%s, mem limit %s)", host,
+		"listening on %s:%u (%s, %u threads%s, mem limit %s)", la.host,
 		emb_server_port(srv), o.transport, o.threads,
 		o.auth_token_len ? ", auth" : "", mem ? mem : "none");
 	if (metrics_addr &&
@@ -483,7 +440,7 @@ int main(int argc, char **argv)
 		    .sched_host = cenv.sched_host,
 		    .sched_port = cenv.sched_port,
 		    .role = EMB_ROLE_SERVER,
-		    .host = host,
+		    .host = la.host,
 		    .port = emb_server_port(srv),
 		    .join_timeout_ms = cenv.join_timeout_ms,
 		    .on_end = on_cluster_end,

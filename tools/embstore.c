@@ -29,15 +29,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/addr.h"
 #include "common/err.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/token.h"
 #include "proto/wire.h"
 #include "proto/wire_dump.h"
 #include "proto/wire_msg.h"
 #include "store/snapshot.h"
 #include "transport/transport.h"
 #include "worker/embstore.h"
+#include "worker/hello.h"
 #include "launch.h"
 #include "stat.h"
 
@@ -72,14 +76,6 @@ static void on_signal(int sig)
 	interrupted = sig;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void die_usage(const char *msg)
 {
 	fprintf(stderr, "embstore: %s (see embstore --help)\n", msg);
@@ -94,7 +90,7 @@ struct progress {
 	uint64_t rows;	     /* done; atomic */
 	uint64_t bytes;	     /* raw row bytes done; atomic */
 	uint64_t rows_total; /* expected, 0 = unknown */
-	double t0;	     /* start, now_s() */
+	double t0;	     /* start, emb_clock_s() */
 	double last;	     /* last print */
 	bool tty;	     /* stderr is a terminal and not --quiet */
 };
@@ -103,7 +99,7 @@ static void progress_init(struct progress *p, const char *what, bool quiet)
 {
 	memset(p, 0, sizeof(*p));
 	p->what = what;
-	p->t0 = now_s();
+	p->t0 = emb_clock_s();
 	p->tty = !quiet && isatty(2);
 }
 
@@ -116,7 +112,7 @@ static void progress_add(struct progress *p, uint64_t rows, uint64_t bytes)
 /* Prints at most 5 times a second; from one thread only. */
 static void progress_show(struct progress *p, bool force)
 {
-	double t = now_s(), dt = t - p->t0;
+	double t = emb_clock_s(), dt = t - p->t0;
 	uint64_t rows = __atomic_load_n(&p->rows, __ATOMIC_RELAXED);
 	uint64_t bytes = __atomic_load_n(&p->bytes, __ATOMIC_RELAXED);
 	double mbs = dt > 0 ? (double)bytes / 1e6 / dt : 0;
@@ -143,46 +139,6 @@ static void progress_end(struct progress *p)
 }
 
 /* ---- server list and raw connections ---- */
-
-struct addr {
-	char host[256];
-	uint16_t port;
-};
-
-static int parse_servers(const char *list, struct addr *out, uint32_t max)
-{
-	uint32_t n = 0;
-	const char *p = list;
-
-	while (p && *p) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		const char *colon = memchr(p, ':', len);
-		char num[8];
-		size_t hlen, plen;
-		char *e;
-		unsigned long port;
-
-		if (n == max || !colon)
-			return -EINVAL;
-		hlen = (size_t)(colon - p);
-		plen = len - hlen - 1;
-		if (hlen == 0 || hlen >= sizeof(out[n].host) || plen == 0 ||
-		    plen >= sizeof(num))
-			return -EINVAL;
-		memcpy(out[n].host, p, hlen);
-		out[n].host[hlen] = '\0';
-		memcpy(num, colon + 1, plen);
-		num[plen] = '\0';
-		port = strtoul(num, &e, 10);
-		if (*e || port == 0 || port > 65535)
-			return -EINVAL;
-		out[n].port = (uint16_t)port;
-		n++;
-		p = end ? end + 1 : NULL;
-	}
-	return n ? (int)n : -EINVAL;
-}
 
 /* One connection used with blocking calls from one thread. */
 struct rconn {
@@ -234,15 +190,11 @@ static int rconn_call(struct rconn *r, uint8_t op, uint32_t table_id,
 }
 
 static int rconn_open(struct rconn *r, const struct cli *cli,
-		      const struct addr *a)
+		      const struct emb_addr *a)
 {
 	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
 	struct emb_connect_opts copts = EMB_CONNECT_OPTS_DEFAULT;
-	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 8 + EMB_WIRE_TOKEN_MAX +
-				EMB_WIRE_CLIENT_NAME_MAX];
-	struct emb_wire_hello_resp hr;
-	struct emb_wire_frame f;
-	int len, rc;
+	int rc;
 
 	memset(r, 0, sizeof(*r));
 	r->lim = EMB_WIRE_LIMITS_DEFAULT;
@@ -261,20 +213,10 @@ static int rconn_open(struct rconn *r, const struct cli *cli,
 	rc = emb_conn_create(r->tr, &copts, &r->c);
 	if (rc)
 		goto err;
-	len = emb_wire_hello_req_encode(req, sizeof(req), 0, EMB_WIRE_VERSION,
-					cli->token_len ? cli->token : NULL,
-					cli->token_len, "embstore-cli");
-	if (len < 0) {
-		rc = len;
-		goto err;
-	}
-	rc = rconn_call(r, EMB_OP_HELLO, 0, 0, req + EMB_WIRE_HDR_SIZE,
-			(uint32_t)len - EMB_WIRE_HDR_SIZE, &f);
-	if (!rc)
-		rc = emb_wire_hello_resp_decode(&f, &hr);
+	rc = emb_hello(r->c, cli->token, cli->token_len, "embstore-cli",
+		       &r->lim, r->errmsg, sizeof(r->errmsg));
 	if (rc)
 		goto err;
-	r->lim = hr.limits;
 	return 0;
 err:
 	rconn_close(r);
@@ -366,7 +308,7 @@ static int chunk_wait(struct rconn *r, struct chunk_call *cc,
 
 struct dump_job {
 	const struct cli *cli;	      /* borrowed */
-	const struct addr *addr;      /* this server */
+	const struct emb_addr *addr;      /* this server */
 	uint32_t part;		      /* index in the server list */
 	uint32_t nparts;	      /* servers */
 	struct progress *prog;	      /* shared */
@@ -551,7 +493,7 @@ static bool stray_snapshot(const char *dir, const char *table, int n)
 
 static int cmd_dump(struct cli *cli)
 {
-	struct addr addrs[MAX_SERVERS];
+	struct emb_addr addrs[MAX_SERVERS];
 	struct emb_snap_entry *entries = NULL;
 	struct dump_job *jobs = NULL;
 	pthread_t *th = NULL;
@@ -563,7 +505,7 @@ static int cmd_dump(struct cli *cli)
 
 	if (!cli->servers || !cli->table || !cli->dir)
 		die_usage("dump needs --servers, --table and --out");
-	n = parse_servers(cli->servers, addrs, MAX_SERVERS);
+	n = emb_addr_list_parse(cli->servers, addrs, MAX_SERVERS);
 	if (n < 0)
 		die_usage("bad --servers list (host:port,...)");
 	if (mkdir(cli->dir, 0755) != 0 && errno != EEXIST) {
@@ -646,7 +588,7 @@ static int cmd_dump(struct cli *cli)
 			cli->dir);
 		goto out;
 	}
-	dt = now_s() - prog.t0;
+	dt = emb_clock_s() - prog.t0;
 	printf("dump: table %s, %llu rows from %d server%s, %.1f MB of rows "
 	       "-> %.1f MB in %d file%s (ratio %.2f), %.2f s, %.0f MB/s\n",
 	       cli->table, (unsigned long long)rows, n, n == 1 ? "" : "s",
@@ -1089,7 +1031,7 @@ static int cmd_restore(struct cli *cli)
 		}
 	}
 	progress_end(&prog);
-	dt = now_s() - prog.t0;
+	dt = emb_clock_s() - prog.t0;
 	printf("restore: table %s, %llu rows from %u file%s onto %u "
 	       "server%s, %.1f MB of rows, %.2f s, %.0f MB/s\n",
 	       name, (unsigned long long)prog.rows, fs.n, fs.n == 1 ? "" : "s",
@@ -1343,25 +1285,6 @@ static void usage(FILE *f)
 	       "HOST:PORT finds it through the scheduler\n");
 }
 
-static int read_token(const char *path, struct cli *cli)
-{
-	FILE *f = fopen(path, "rb");
-	uint8_t buf[EMB_WIRE_TOKEN_MAX + 1];
-	size_t n;
-
-	if (!f)
-		return -errno;
-	n = fread(buf, 1, sizeof(buf), f);
-	fclose(f);
-	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-		n--;
-	if (n == 0 || n > EMB_WIRE_TOKEN_MAX)
-		return -EINVAL;
-	memcpy(cli->token, buf, n);
-	cli->token_len = (uint32_t)n;
-	return 0;
-}
-
 struct command {
 	const char *name;
 	int (*fn)(struct cli *cli);
@@ -1521,7 +1444,7 @@ int main(int argc, char **argv)
 		}
 		cli.servers = sched_servers;
 	}
-	if (token_file && *token_file && read_token(token_file, &cli)) {
+	if (token_file && *token_file && emb_token_read_file(token_file, cli.token, &cli.token_len)) {
 		fprintf(stderr, "embstore: cannot use token file %s\n",
 			token_file);
 		return 2;

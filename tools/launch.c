@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+
 #define GRACE_MS     5000  /* SIGTERM to SIGKILL */
 #define LINGER_MS    30000 /* servers' own exit after the workers' */
 #define LINE_MAX_LEN 4096  /* longer lines are cut into pieces */
@@ -66,14 +68,6 @@ struct launch {
 	int64_t kill_at_ms; /* SIGKILL the group then; 0 = not due */
 	bool stopping;	    /* the group got SIGTERM */
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -229,7 +223,7 @@ static void stop_all(struct launch *l, int why)
 	if (l->stopping || !l->pgid)
 		return;
 	l->stopping = true;
-	l->kill_at_ms = mono_ms() + GRACE_MS;
+	l->kill_at_ms = (int64_t)emb_clock_ms() + GRACE_MS;
 	say("stopping every process (SIGTERM, SIGKILL after %d s)",
 	    GRACE_MS / 1000);
 	kill(-l->pgid, SIGTERM);
@@ -294,7 +288,7 @@ static void on_signal(struct launch *l)
 			continue;
 		say("%s", strsignal((int)si.ssi_signo));
 		if (l->stopping)
-			l->kill_at_ms = mono_ms(); /* second Ctrl-C: now */
+			l->kill_at_ms = (int64_t)emb_clock_ms(); /* second Ctrl-C: now */
 		stop_all(l, 128 + (int)si.ssi_signo);
 	}
 	reap(l);
@@ -309,7 +303,7 @@ static int run(struct launch *l)
 		return -ENOMEM;
 	while (!all_reaped(l)) {
 		uint32_t n = 0;
-		int64_t now = mono_ms(), wait = -1;
+		int64_t now = (int64_t)emb_clock_ms(), wait = -1;
 		struct child *map[CHILDREN_MAX];
 
 		if (!linger_at && workers_done(l) && !l->stopping)

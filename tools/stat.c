@@ -24,8 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/token.h"
 #include "proto/wire.h"
 #include "worker/embstore.h"
 
@@ -46,20 +48,12 @@ static void on_sigint(int sig)
 	stop_flag = 1;
 }
 
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Sleeps s seconds in short steps, so Ctrl-C ends it at once. */
 static void nap(double s)
 {
-	double until = mono_s() + s;
+	double until = emb_clock_s() + s;
 
-	while (!stop_flag && mono_s() < until) {
+	while (!stop_flag && emb_clock_s() < until) {
 		struct timespec ts = {0, 50 * 1000 * 1000};
 
 		nanosleep(&ts, NULL);
@@ -86,7 +80,7 @@ static int take(struct emb_client *c, struct sample *out)
 			free(out->t);
 			out->t = t;
 			out->n = (uint32_t)n;
-			out->at_s = mono_s();
+			out->at_s = emb_clock_s();
 			return 0;
 		}
 		free(t); /* tables appeared meanwhile: ask with more room */
@@ -233,23 +227,6 @@ static void usage(FILE *f)
 	    "  --auth-token-file F   (EMB_AUTH_TOKEN_FILE)\n"
 	    "  --log-level L         error|warn|info|debug (default "
 	    "error)\n");
-}
-
-static int read_token(const char *path, uint8_t *buf, uint32_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	size_t n;
-
-	if (!f)
-		return -errno;
-	n = fread(buf, 1, EMB_WIRE_TOKEN_MAX + 1, f);
-	fclose(f);
-	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-		n--;
-	if (n == 0 || n > EMB_WIRE_TOKEN_MAX)
-		return -EINVAL;
-	*len = (uint32_t)n;
-	return 0;
 }
 
 /* Splits LIST at commas into names[] (malloc'd copies), as the client
@@ -401,7 +378,7 @@ int emb_stat_main(int argc, char **argv)
 		return 2;
 	}
 	if (token_file && *token_file) {
-		if (read_token(token_file, token, &co.auth_token_len)) {
+		if (emb_token_read_file(token_file, token, &co.auth_token_len)) {
 			fprintf(stderr,
 				"embstore stat: cannot use token file "
 				"%s\n",

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/tabledef.h"
 #include "ctr.h"
 #include "params.h"
@@ -39,14 +40,6 @@ struct cfg {
 	const char *after;  /* shell command rank 0 runs after training */
 	struct ctr_params_opts popts; /* where the parameters live */
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f)
 {
@@ -191,7 +184,7 @@ static int train(const struct cfg *c, struct ctr_params *p)
 	float *emb, *wide, *g_emb, *g_wide, *dense, *g_dense;
 	uint32_t rank = ctr_params_rank(p), nw = ctr_params_workers(p);
 	uint64_t samples = 0, bad = 0, gstep = 0, sync_steps = 0;
-	double t0 = now_s();
+	double t0 = emb_clock_s();
 	int rc = 0;
 
 	/* Synchronous steps need every worker: all take as many steps as the
@@ -300,7 +293,7 @@ static int train(const struct cfg *c, struct ctr_params *p)
 		}
 	}
 	if (!rc) {
-		double dt = now_s() - t0;
+		double dt = emb_clock_s() - t0;
 
 		printf("worker %u: %llu samples in %.2f s, %.0f samples/s%s\n",
 		       rank, (unsigned long long)samples, dt,

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "cache/dedup.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -122,14 +123,6 @@ struct emb_cache {
 
 	struct emb_cache_stats st; /* counters; gauges filled on read */
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /*
  * The pool, slots and hash are hundreds of MB touched at random, one row at
@@ -406,11 +399,11 @@ static int fetch_end(struct emb_cache *c, struct fetch *f, bool *stalled)
 	int rc = c->o.ops.fetch_wait(c->o.arg, f->token, false);
 
 	if (rc == -EAGAIN) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = emb_clock_ns();
 
 		*stalled = true;
 		rc = c->o.ops.fetch_wait(c->o.arg, f->token, true);
-		c->st.wait_ns += now_ns() - t0;
+		c->st.wait_ns += emb_clock_ns() - t0;
 		if (rc == -EAGAIN)
 			rc = EMB_EINTERNAL; /* a blocking wait must finish */
 	}
@@ -912,7 +905,7 @@ static int lookup_batch(struct emb_cache *c, const uint64_t *ids, uint32_t n)
 		}
 	}
 	if (nf) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = emb_clock_ns();
 		struct fetch *f;
 
 		stalled = true;
@@ -923,12 +916,12 @@ static int lookup_batch(struct emb_cache *c, const uint64_t *ids, uint32_t n)
 				"cache: fetch of %u rows failed to start: %s",
 				nf, emb_strerror(rc));
 			rc = EMB_EFETCH;
-			c->st.wait_ns += now_ns() - t0;
+			c->st.wait_ns += emb_clock_ns() - t0;
 			goto err_release;
 		}
 		f = &c->fetches[c->slots[c->tmp_slots[0]].rec];
 		wrc = fetch_end(c, f, &stalled);
-		c->st.wait_ns += now_ns() - t0;
+		c->st.wait_ns += emb_clock_ns() - t0;
 		if (wrc) {
 			rc = EMB_EFETCH;
 			goto err_release;

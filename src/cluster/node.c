@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "proto/wire_msg.h"
@@ -81,14 +82,6 @@ struct emb_node {
 	uint16_t slot_map[EMB_NSLOTS];	    /* slot -> server rank */
 	struct emb_wire_node_addr *servers; /* by rank */
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- environment ---------------------------------------------------- */
 
@@ -331,7 +324,7 @@ static int waiter_run(struct waiter *w, int64_t deadline_ms)
 			pthread_cond_wait(&n->cv, &n->mu);
 			continue;
 		}
-		left = deadline_ms - mono_ms();
+		left = deadline_ms - (int64_t)emb_clock_ms();
 		if (left <= 0) {
 			pthread_mutex_unlock(&n->mu);
 			return -ETIMEDOUT;
@@ -453,7 +446,7 @@ static void hb_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		lose(n, rc, "bad heartbeat response");
 		return;
 	}
-	n->last_ok_ms = mono_ms();
+	n->last_ok_ms = (int64_t)emb_clock_ms();
 	note_dead(n, &r);
 	if (r.state == EMB_CLUSTER_FINISHING &&
 	    n->reg.role == EMB_ROLE_SERVER && !n->finish_sent)
@@ -487,10 +480,10 @@ static void *agent_main(void *arg)
 	const int64_t interval =
 	    n->reg.hb_timeout_ms / 5 ? n->reg.hb_timeout_ms / 5 : 1;
 
-	n->last_ok_ms = mono_ms();
+	n->last_ok_ms = (int64_t)emb_clock_ms();
 	n->next_hb_ms = n->last_ok_ms;
 	for (;;) {
-		int64_t now = mono_ms(), wait;
+		int64_t now = (int64_t)emb_clock_ms(), wait;
 		int rc;
 		bool stop, quiet;
 
@@ -540,7 +533,7 @@ static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
 	for (;;) {
 		rc = emb_conn_create(n->tr, &co, &n->conn);
 		if (rc == 0 || rc == -EINVAL || rc == -ENOMEM ||
-		    mono_ms() + CONNECT_RETRY_MS > deadline)
+		    (int64_t)emb_clock_ms() + CONNECT_RETRY_MS > deadline)
 			return rc;
 		if (o->cancel && *o->cancel)
 			return -ECANCELED;
@@ -612,7 +605,7 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 						   : EMB_JOIN_TIMEOUT_DEFAULT;
 	snprintf(n->sched, sizeof(n->sched), "%s:%u", opts->sched_host,
 		 opts->sched_port);
-	deadline = mono_ms() + n->join_timeout_ms;
+	deadline = (int64_t)emb_clock_ms() + n->join_timeout_ms;
 
 	n->hb_resp_cap = 8 + 8ull * EMB_WIRE_NODES_MAX;
 	n->hb_resp = malloc(n->hb_resp_cap);
@@ -753,7 +746,7 @@ int emb_node_wait_map(struct emb_node *n)
 		if (w->req_len < 0)
 			return w->req_len;
 	}
-	rc = waiter_run(w, mono_ms() + n->join_timeout_ms);
+	rc = waiter_run(w, (int64_t)emb_clock_ms() + n->join_timeout_ms);
 	if (rc == -ETIMEDOUT)
 		emb_log(EMB_LOG_ERROR, "%s %u: cluster not ready after %u ms",
 			emb_role_name(n->reg.role), n->reg.rank,

@@ -20,6 +20,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "proto/wire_cluster.h"
@@ -76,14 +77,6 @@ struct reply {
 	struct emb_sched *s;	     /* owner */
 	_Alignas(8) uint8_t frame[]; /* the encoded frame */
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static uint32_t nnodes(const struct emb_sched *s)
 {
@@ -388,7 +381,7 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 	n->pid = r.pid;
 	n->conn = conn;
 	snprintf(n->peer, sizeof(n->peer), "%s", emb_conn_peer(conn));
-	n->last_ms = mono_ms();
+	n->last_ms = (int64_t)emb_clock_ms();
 	emb_conn_set_user(conn, n);
 	if (r.role == EMB_ROLE_SERVER) {
 		/* A server bound to every address is reached at the one it
@@ -436,7 +429,7 @@ static struct node *node_of(struct emb_sched *s, struct emb_req *req,
 		send_error(s, req, EMB_ENODEAD, "this node was declared dead");
 		return NULL;
 	}
-	n->last_ms = mono_ms();
+	n->last_ms = (int64_t)emb_clock_ms();
 	return n;
 }
 
@@ -621,7 +614,7 @@ static void on_close(void *arg, struct emb_conn *conn, int reason)
 
 static void check_silence(struct emb_sched *s)
 {
-	int64_t now = mono_ms();
+	int64_t now = (int64_t)emb_clock_ms();
 	char why[64];
 
 	for (uint32_t i = 0; i < nnodes(s); i++) {
@@ -699,7 +692,7 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	pthread_cond_init(&s->cv, NULL);
 	if (getrandom(&s->cluster_id, sizeof(s->cluster_id), 0) !=
 	    sizeof(s->cluster_id))
-		s->cluster_id = (uint64_t)mono_ms();
+		s->cluster_id = (uint64_t)(int64_t)emb_clock_ms();
 	s->nodes = calloc(nnodes(s), sizeof(*s->nodes));
 	s->dead = calloc(nnodes(s), sizeof(*s->dead));
 	if (!s->nodes || !s->dead) {

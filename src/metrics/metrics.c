@@ -24,6 +24,7 @@
 
 #include <microhttpd.h>
 
+#include "common/addr.h"
 #include "common/hist.h"
 
 struct emb_metrics {
@@ -300,39 +301,15 @@ static int parse_addr(const char *addr, struct sockaddr_storage *ss,
 		      socklen_t *sslen)
 {
 	struct addrinfo hints = {0}, *ai = NULL;
-	char host[INET6_ADDRSTRLEN + 1];
-	const char *colon, *h = addr;
-	size_t hlen;
-	char *end;
-	unsigned long port;
+	struct emb_addr a;
+	char port[8];
 
-	if (!addr)
+	if (!addr || emb_addr_parse(addr, strlen(addr), -1, &a))
 		return -EINVAL;
-	if (*addr == '[') {
-		const char *rb = strchr(addr, ']');
-
-		if (!rb || rb[1] != ':')
-			return -EINVAL;
-		h = addr + 1;
-		hlen = (size_t)(rb - h);
-		colon = rb + 1;
-	} else {
-		colon = strrchr(addr, ':');
-		if (!colon)
-			return -EINVAL;
-		hlen = (size_t)(colon - addr);
-	}
-	if (hlen == 0 || hlen >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, h, hlen);
-	host[hlen] = '\0';
-	errno = 0;
-	port = strtoul(colon + 1, &end, 10);
-	if (errno || end == colon + 1 || *end || port > 65535)
-		return -EINVAL;
+	snprintf(port, sizeof(port), "%u", a.port);
 	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
 	hints.ai_socktype = SOCK_STREAM;
-	if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai)
+	if (getaddrinfo(a.host, port, &hints, &ai) != 0 || !ai)
 		return -EINVAL;
 	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
 	*sslen = ai->ai_addrlen;

@@ -33,6 +33,7 @@
 
 #include "common/endian.h"
 #include "common/tabledef.h"
+#include "common/token.h"
 
 #define EMB_WIRE_MAGIC	  0x31424d45u
 #define EMB_WIRE_VERSION  1u
@@ -87,7 +88,7 @@ enum emb_op {
 #define EMB_WIRE_FRAME_MAX	 (1u << 30) /* largest max_frame_bytes */
 #define EMB_WIRE_DIM_MAX	 EMB_DIM_MAX /* largest dim (common/tabledef.h) */
 #define EMB_WIRE_NAME_SIZE	 64u   /* table name field, NUL-padded */
-#define EMB_WIRE_TOKEN_MAX	 256u  /* HELLO auth token bytes */
+#define EMB_WIRE_TOKEN_MAX	 EMB_TOKEN_MAX /* HELLO auth token bytes */
 #define EMB_WIRE_CLIENT_NAME_MAX 128u  /* HELLO client/transport string */
 #define EMB_WIRE_ERRMSG_MAX	 1024u /* error message bytes */
 

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/optim.h"
@@ -1067,14 +1068,6 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 	}
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /*
  * dispatch(), then records the time from arrival (t0_ns) to the reply
  * being posted in the loop's own histogram (server_lat.h). A synchronous
@@ -1091,7 +1084,7 @@ static void dispatch_timed(struct emb_server *s, struct emb_conn *c,
 	(void)dispatch(s, c, req, hdr, payload);
 	if (loop != UINT32_MAX)
 		emb_lat_record(&s->lat[(size_t)loop * EMB_LAT_NOPS + op],
-			       mono_ns() - t0_ns);
+			       emb_clock_ns() - t0_ns);
 }
 
 /* Requests that change rows a queued PULL reply may still be reading. */
@@ -1146,7 +1139,7 @@ static void on_request(void *arg, struct emb_conn *c, struct emb_req *req,
 		       const struct emb_frame_hdr *hdr, void *payload)
 {
 	struct srv_conn *sc = emb_conn_user(c);
-	uint64_t t0_ns = mono_ns();
+	uint64_t t0_ns = emb_clock_ns();
 	struct held *h;
 
 	if (sc && (sc->held || (sc->zc_replies && writes_rows(hdr->opcode)))) {

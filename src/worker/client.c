@@ -20,12 +20,14 @@
 #include <string.h>
 
 #include "cache/dedup.h"
+#include "common/addr.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
 #include "worker/client_int.h"
+#include "worker/hello.h"
 #include "cluster/node.h"
 
 #define NONE UINT32_MAX
@@ -36,7 +38,7 @@
 	((EMB_WIRE_HDR_SIZE + 1024u * EMB_WIRE_LIST_ENTRY_SIZE + 63u) & ~63u)
 
 struct server {
-	char host[256];		    /* as given */
+	char host[EMB_HOST_MAX];    /* as given, without brackets */
 	uint16_t port;		    /* as given */
 	struct emb_conn *conn;	    /* loop thread only after start */
 	struct emb_wire_limits lim; /* from its HELLO response */
@@ -1054,35 +1056,26 @@ emb_client_table_spec(const struct emb_client_table *t)
 
 static int parse_servers(struct emb_client *c, const char *list)
 {
-	const char *p = list;
 	uint32_t n = 1;
+	struct emb_addr *a;
+	int rc;
 
 	for (const char *q = list; *q; q++)
 		n += *q == ',';
 	c->srv = calloc(n, sizeof(*c->srv));
-	if (!c->srv)
+	a = calloc(n, sizeof(*a));
+	if (!c->srv || !a) {
+		free(a);
 		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		const char *colon = memrchr(p, ':', len);
-		char *num_end;
-		unsigned long port;
-		size_t hlen;
-
-		if (!colon)
-			return -EINVAL;
-		hlen = (size_t)(colon - p);
-		if (hlen == 0 || hlen >= sizeof(c->srv[i].host))
-			return -EINVAL;
-		memcpy(c->srv[i].host, p, hlen);
-		c->srv[i].host[hlen] = '\0';
-		port = strtoul(colon + 1, &num_end, 10);
-		if (num_end != p + len || port == 0 || port > 65535)
-			return -EINVAL;
-		c->srv[i].port = (uint16_t)port;
-		p = end ? end + 1 : p + len;
 	}
+	rc = emb_addr_list_parse(list, a, n);
+	for (int i = 0; i < rc; i++) {
+		memcpy(c->srv[i].host, a[i].host, sizeof(c->srv[i].host));
+		c->srv[i].port = a[i].port;
+	}
+	free(a);
+	if (rc < 0)
+		return -EINVAL;
 	c->nsrv = n;
 	/* Slots go to servers in contiguous ranges, so a dump grouped by slot
 	 * splits cleanly when restored onto another number of servers. */
@@ -1095,47 +1088,19 @@ static int parse_servers(struct emb_client *c, const char *list)
 static int hello(struct emb_client *c, struct server *s,
 		 const struct emb_client_opts *opts)
 {
-	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 8 + EMB_WIRE_TOKEN_MAX +
-				EMB_WIRE_CLIENT_NAME_MAX];
-	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + 4 + EMB_WIRE_ERRMSG_MAX];
-	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
 	char name[EMB_WIRE_CLIENT_NAME_MAX];
-	struct emb_wire_hello_resp hr;
-	struct emb_frame_hdr hdr, rhdr;
-	struct emb_wire_frame f;
-	struct iovec iov;
-	int len, rc;
+	char msg[EMB_WIRE_ERRMSG_MAX + 1];
+	int rc;
 
 	snprintf(name, sizeof(name), "%s/%s",
 		 opts->name ? opts->name : "embstore",
 		 emb_transport_name(c->tr));
-	len = emb_wire_hello_req_encode(req, sizeof(req), 0, EMB_WIRE_VERSION,
-					opts->auth_token, opts->auth_token_len,
-					name);
-	if (len < 0)
-		return len;
-	memcpy(&hdr, req, sizeof(hdr));
-	iov = (struct iovec){req + EMB_WIRE_HDR_SIZE,
-			     (size_t)len - EMB_WIRE_HDR_SIZE};
-	rc = emb_conn_call_sync(s->conn, &hdr, &iov, 1, resp, sizeof(resp),
-				&rhdr);
-	if (rc)
-		return rc;
-	f = (struct emb_wire_frame){.hdr = rhdr, .payload = resp, .lim = &lim};
-	if (rhdr.status < 0) {
-		struct emb_wire_error e;
-
-		if (emb_wire_error_decode(&f, &e) == 0)
-			emb_log(EMB_LOG_ERROR,
-				"server %s:%u refused HELLO: %.*s", s->host,
-				s->port, (int)e.msg_len, e.msg);
-		return rhdr.status;
-	}
-	rc = emb_wire_hello_resp_decode(&f, &hr);
-	if (rc)
-		return rc;
-	s->lim = hr.limits;
-	return 0;
+	rc = emb_hello(s->conn, opts->auth_token, opts->auth_token_len, name,
+		       &s->lim, msg, sizeof(msg));
+	if (rc < 0 && msg[0])
+		emb_log(EMB_LOG_ERROR, "server %s:%u refused HELLO: %s",
+			s->host, s->port, msg);
+	return rc;
 }
 
 static void *loop_main(void *arg)
@@ -1297,10 +1262,17 @@ int emb_client_servers(const struct emb_client *c, char *buf, size_t cap)
 		return EMB_EBADARG;
 	buf[0] = '\0';
 	for (uint32_t i = 0; i < c->nsrv; i++) {
-		int n = snprintf(buf + at, cap - at, "%s%s:%u", i ? "," : "",
-				 c->srv[i].host, c->srv[i].port);
+		struct emb_addr a = {.port = c->srv[i].port};
+		int n;
 
-		if (n < 0 || (size_t)n >= cap - at)
+		memcpy(a.host, c->srv[i].host, sizeof(a.host));
+		if (i) {
+			if (cap - at < 2)
+				return -ENOSPC;
+			buf[at++] = ',';
+		}
+		n = emb_addr_format(&a, buf + at, cap - at);
+		if (n < 0)
 			return -ENOSPC;
 		at += (size_t)n;
 	}

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/addr.h"
 #include "common/log.h"
 #include "proto/wire_cluster.h"
 #include "transport/transport.h"
@@ -161,9 +162,7 @@ int emb_cluster_servers(const char *sched, char *buf, size_t cap)
 	struct emb_transport *tr = NULL;
 	struct emb_conn *conn = NULL;
 	struct emb_wire_frame f;
-	const char *colon;
-	char host[256], *end;
-	unsigned long port;
+	struct emb_addr sa;
 	uint8_t *resp = NULL;
 	size_t resp_cap = emb_wire_cluster_map_bytes(EMB_WIRE_SERVERS_MAX);
 	struct iovec iov;
@@ -172,17 +171,10 @@ int emb_cluster_servers(const char *sched, char *buf, size_t cap)
 
 	if (!sched || !buf || !cap)
 		return -EINVAL;
-	colon = strrchr(sched, ':');
-	if (!colon || colon == sched || (size_t)(colon - sched) >= sizeof(host))
+	if (emb_addr_parse(sched, strlen(sched), -1, &sa) || sa.port == 0)
 		return -EINVAL;
-	memcpy(host, sched, (size_t)(colon - sched));
-	host[colon - sched] = '\0';
-	co.host = host;
-	errno = 0;
-	port = strtoul(colon + 1, &end, 10);
-	if (errno || end == colon + 1 || *end || port == 0 || port > 65535)
-		return -EINVAL;
-	co.port = (uint16_t)port;
+	co.host = sa.host;
+	co.port = sa.port;
 	to.call_timeout_ms = 10000;
 	resp = aligned_alloc(64, (resp_cap + 63) & ~(size_t)63);
 	if (!resp)

@@ -1,0 +1,103 @@
+/*
+ * src/common/addr.c - host:port parsing for every flag, variable and list
+ * (addr.h). Pure and thread-safe.
+ */
+#include "common/addr.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static int parse_port(const char *p, size_t len, uint16_t *out)
+{
+	uint32_t v = 0;
+
+	if (len == 0 || len > 5)
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return -EINVAL;
+		v = v * 10 + (uint32_t)(p[i] - '0');
+	}
+	if (v > 65535)
+		return -EINVAL;
+	*out = (uint16_t)v;
+	return 0;
+}
+
+int emb_addr_parse(const char *s, size_t len, int default_port,
+		   struct emb_addr *out)
+{
+	const char *host = s, *port = NULL;
+	size_t hlen;
+
+	if (!s || !out || default_port > 65535)
+		return -EINVAL;
+	if (len && s[0] == '[') {
+		const char *rb = memchr(s, ']', len);
+
+		if (!rb)
+			return -EINVAL;
+		host = s + 1;
+		hlen = (size_t)(rb - host);
+		if (rb + 1 < s + len) {
+			if (rb[1] != ':')
+				return -EINVAL;
+			port = rb + 2;
+		}
+	} else {
+		const char *colon = memchr(s, ':', len);
+
+		if (colon && memchr(colon + 1, ':', len - (size_t)(colon - s) - 1))
+			return -EINVAL; /* an IPv6 address needs brackets */
+		hlen = colon ? (size_t)(colon - s) : len;
+		if (colon)
+			port = colon + 1;
+	}
+	if (hlen == 0 || hlen >= sizeof(out->host) ||
+	    memchr(host, ',', hlen) || memchr(host, '\0', hlen))
+		return -EINVAL;
+	if (port) {
+		if (parse_port(port, (size_t)(s + len - port), &out->port))
+			return -EINVAL;
+	} else if (default_port >= 0) {
+		out->port = (uint16_t)default_port;
+	} else {
+		return -EINVAL;
+	}
+	memcpy(out->host, host, hlen);
+	out->host[hlen] = '\0';
+	return 0;
+}
+
+int emb_addr_list_parse(const char *list, struct emb_addr *out, uint32_t max)
+{
+	const char *p = list;
+	uint32_t n = 0;
+
+	if (!list || !*list)
+		return -EINVAL;
+	for (;;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		struct emb_addr a;
+
+		if (emb_addr_parse(p, len, -1, &a) || a.port == 0)
+			return -EINVAL;
+		if (n == max)
+			return -E2BIG;
+		out[n++] = a;
+		if (!end)
+			return (int)n;
+		p = end + 1;
+	}
+}
+
+int emb_addr_format(const struct emb_addr *a, char *buf, size_t cap)
+{
+	int n = strchr(a->host, ':') ?
+		    snprintf(buf, cap, "[%s]:%u", a->host, a->port) :
+		    snprintf(buf, cap, "%s:%u", a->host, a->port);
+
+	return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
+}

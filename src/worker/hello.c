@@ -1,0 +1,53 @@
+/*
+ * src/worker/hello.c - the HELLO handshake (hello.h). Threads as
+ * emb_conn_call_sync().
+ */
+#include "worker/hello.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "proto/wire_msg.h"
+#include "transport/transport.h"
+
+int emb_hello(struct emb_conn *conn, const uint8_t *token, uint32_t token_len,
+	      const char *name, struct emb_wire_limits *lim, char *errmsg,
+	      size_t errcap)
+{
+	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 8 + EMB_WIRE_TOKEN_MAX +
+				EMB_WIRE_CLIENT_NAME_MAX];
+	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + 4 + EMB_WIRE_ERRMSG_MAX];
+	struct emb_wire_limits dlim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_hello_resp hr;
+	struct emb_frame_hdr hdr, rhdr;
+	struct emb_wire_frame f;
+	struct iovec iov;
+	int len, rc;
+
+	if (errmsg && errcap)
+		errmsg[0] = '\0';
+	len = emb_wire_hello_req_encode(req, sizeof(req), 0, EMB_WIRE_VERSION,
+					token_len ? token : NULL, token_len,
+					name);
+	if (len < 0)
+		return len;
+	memcpy(&hdr, req, sizeof(hdr));
+	iov = (struct iovec){req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call_sync(conn, &hdr, &iov, 1, resp, sizeof(resp), &rhdr);
+	if (rc)
+		return rc;
+	f = (struct emb_wire_frame){.hdr = rhdr, .payload = resp, .lim = &dlim};
+	if (rhdr.status < 0) {
+		struct emb_wire_error e;
+
+		if (errmsg && errcap && emb_wire_error_decode(&f, &e) == 0)
+			snprintf(errmsg, errcap, "%.*s", (int)e.msg_len, e.msg);
+		return rhdr.status;
+	}
+	rc = emb_wire_hello_resp_decode(&f, &hr);
+	if (rc)
+		return rc;
+	*lim = hr.limits;
+	return 0;
+}

@@ -1,0 +1,31 @@
+/*
+ * src/worker/hello.h - the HELLO handshake, once for everything that talks
+ * to a server: the client library and the embstore CLI's raw connections.
+ * Not installed.
+ *
+ * Threads: as emb_conn_call_sync() (transport.h): on a conn whose loop no
+ * other thread is running.
+ */
+#ifndef EMB_WORKER_HELLO_H
+#define EMB_WORKER_HELLO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/wire.h"
+
+struct emb_conn;
+
+/*
+ * Sends HELLO (protocol version, token[0..token_len) or none when
+ * token_len is 0, and name as the client's name) on conn and waits for the
+ * answer. 0 and the server's limits in *lim, or a transport error
+ * (-ETIMEDOUT, -ECONNRESET, ...), or the server's status (EMB_EAUTH,
+ * EMB_EVERSION, ...) with its message copied to errmsg (NUL-terminated,
+ * cut to errcap; errmsg may be NULL), or -EINVAL (token or name too long).
+ */
+int emb_hello(struct emb_conn *conn, const uint8_t *token, uint32_t token_len,
+	      const char *name, struct emb_wire_limits *lim, char *errmsg,
+	      size_t errcap);
+
+#endif
