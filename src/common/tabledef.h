@@ -1,6 +1,7 @@
 /*
  * src/common/tabledef.h - what a table is, as every module and the public API
- * see it: the limits on names and dims, and the training modes.
+ * see it: the limits on names and dims, the training modes, and the list of
+ * a table's counters.
  *
  * Installed (embstore/common/tabledef.h): includes nothing of embstore's.
  */
@@ -18,5 +19,35 @@ enum emb_mode {
 	EMB_MODE_STALE = 2, /* pushes more than K steps behind the newest are
 			       discarded (bounded staleness) */
 };
+
+/*
+ * The counters of a table, once for every struct that carries them (store,
+ * STATS messages, the client's sums and per-server rows, /metrics). The
+ * order is the STATS wire order: a new counter goes at the end, and a peer
+ * that sends fewer leaves the rest 0. X(name, what it counts).
+ */
+#define EMB_TABLE_STATS(X)                                                     \
+	X(rows, "live rows")                                                   \
+	X(bytes, "bytes the table holds: slabs, index and fixed parts")        \
+	X(slab_bytes, "bytes of slabs (row records, live or free)")            \
+	X(index_bytes, "bytes of the id index")                                \
+	X(row_bytes, "bytes of one row record")                                \
+	X(pulls, "pull requests served")                                       \
+	X(pushes, "push requests applied")                                     \
+	X(rows_pulled, "ids served by pull, duplicates counted")               \
+	X(rows_pushed, "distinct ids updated by push")                         \
+	X(rows_created, "rows made by the initializer")                        \
+	X(rows_erased, "rows removed by erase")                                \
+	X(rows_evicted, "rows removed by eviction")                            \
+	X(misses, "no-create pulls of an absent id")                           \
+	X(step, "the table clock: push batches applied")                       \
+	X(extents, "arena extents mapped now")                                 \
+	X(grads_discarded, "pushed rows dropped as too stale (server's)")
+
+/* One uint64_t member per counter, for struct bodies. */
+#define EMB_TABLE_STAT_FIELD(name, what) uint64_t name;
+/* How many counters the list has. */
+#define EMB__TABLE_STAT_ONE(name, what) +1
+#define EMB_TABLE_NSTATS (0 EMB_TABLE_STATS(EMB__TABLE_STAT_ONE))
 
 #endif

@@ -49,24 +49,10 @@ static const struct op_rule op_rules[] = {
 #define NRULES (sizeof(op_rules) / sizeof(op_rules[0]))
 
 /* The order of the STATS counters on the wire. */
+#define STAT_OFF(name, what) offsetof(struct emb_wire_stats, name),
 static const size_t stats_offs[EMB_WIRE_STATS_FIELDS] = {
-    offsetof(struct emb_wire_stats, rows),
-    offsetof(struct emb_wire_stats, bytes),
-    offsetof(struct emb_wire_stats, slab_bytes),
-    offsetof(struct emb_wire_stats, index_bytes),
-    offsetof(struct emb_wire_stats, row_bytes),
-    offsetof(struct emb_wire_stats, pulls),
-    offsetof(struct emb_wire_stats, pushes),
-    offsetof(struct emb_wire_stats, rows_pulled),
-    offsetof(struct emb_wire_stats, rows_pushed),
-    offsetof(struct emb_wire_stats, rows_created),
-    offsetof(struct emb_wire_stats, rows_erased),
-    offsetof(struct emb_wire_stats, rows_evicted),
-    offsetof(struct emb_wire_stats, misses),
-    offsetof(struct emb_wire_stats, step),
-    offsetof(struct emb_wire_stats, extents),
-    offsetof(struct emb_wire_stats, grads_discarded),
-};
+    EMB_TABLE_STATS(STAT_OFF)};
+#undef STAT_OFF
 
 const char *emb_wire_op_name(uint8_t op)
 {

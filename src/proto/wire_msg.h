@@ -149,7 +149,7 @@
 #define EMB_WIRE_LIST_ENTRY_SIZE   144u
 #define EMB_WIRE_PUSH_PREFIX_SIZE  16u
 #define EMB_WIRE_STATS_PREFIX_SIZE 8u
-#define EMB_WIRE_STATS_FIELDS	   16u /* counters this version sends */
+#define EMB_WIRE_STATS_FIELDS	   EMB_TABLE_NSTATS /* counters sent */
 #define EMB_WIRE_SET_MODE_SIZE 16u
 #define EMB_WIRE_SYNC_WORKERS_MAX 65536u /* workers of a sync table */
 #define EMB_WIRE_STATS_FIELDS_MAX  64u /* most a reader accepts */
@@ -276,25 +276,10 @@ struct emb_wire_ids_req {
 	const uint64_t *ids; /* n ids in the frame */
 };
 
-/* One STATS entry; field order is the wire order of the counters. */
+/* One STATS entry: the table's counters in wire order (tabledef.h). */
 struct emb_wire_stats {
-	uint32_t table_id;     /* table these counters describe */
-	uint64_t rows;	       /* live rows */
-	uint64_t bytes;	       /* slab + index + fixed bytes */
-	uint64_t slab_bytes;   /* bytes of slabs */
-	uint64_t index_bytes;  /* bytes of the id index */
-	uint64_t row_bytes;    /* bytes of one row record */
-	uint64_t pulls;	       /* pull batches */
-	uint64_t pushes;       /* push batches */
-	uint64_t rows_pulled;  /* ids served by pull */
-	uint64_t rows_pushed;  /* distinct ids updated by push */
-	uint64_t rows_created; /* rows made by the initializer */
-	uint64_t rows_erased;  /* rows removed by erase */
-	uint64_t rows_evicted; /* rows removed by evict */
-	uint64_t misses;       /* no-create pulls of an absent id */
-	uint64_t step;	       /* the table clock */
-	uint64_t extents;      /* arena extents mapped now */
-	uint64_t grads_discarded; /* pushed rows dropped as too stale */
+	uint32_t table_id; /* table these counters describe */
+	EMB_TABLE_STATS(EMB_TABLE_STAT_FIELD)
 };
 
 struct emb_wire_set_mode_req {

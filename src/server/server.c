@@ -653,25 +653,11 @@ static void fill_stats(const struct srv_table *st, struct emb_wire_stats *w)
 	struct emb_table_stats ts;
 
 	emb_table_stats(st->t, &ts);
-	*w = (struct emb_wire_stats){
-	    .table_id = st->id,
-	    .rows = ts.rows,
-	    .bytes = ts.bytes,
-	    .slab_bytes = ts.slab_bytes,
-	    .index_bytes = ts.index_bytes,
-	    .row_bytes = ts.row_bytes,
-	    .pulls = ts.pulls,
-	    .pushes = ts.pushes,
-	    .rows_pulled = ts.rows_pulled,
-	    .rows_pushed = ts.rows_pushed,
-	    .rows_created = ts.rows_created,
-	    .rows_erased = ts.rows_erased,
-	    .rows_evicted = ts.rows_evicted,
-	    .misses = ts.misses,
-	    .step = ts.step,
-	    .extents = ts.extents,
-	    .grads_discarded = emb__sync_discarded(st->sync),
-	};
+	w->table_id = st->id;
+#define COPY(name, what) w->name = ts.name;
+	EMB_TABLE_STATS(COPY)
+#undef COPY
+	w->grads_discarded = emb__sync_discarded(st->sync);
 }
 
 static int on_stats(struct emb_server *s, struct emb_req *req,

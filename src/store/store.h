@@ -68,22 +68,10 @@ struct emb_table_opts {
 /* Flags for emb_table_pull() and emb_table_pull_ptrs(). */
 #define EMB_PULL_NOCREATE 0x1u /* report missing ids instead of creating */
 
+/* A table's counters (common/tabledef.h); the store leaves the server's
+ * own (grads_discarded) at 0. */
 struct emb_table_stats {
-	uint64_t rows;	       /* live rows */
-	uint64_t bytes;	       /* slab + index + fixed bytes the table holds */
-	uint64_t slab_bytes;   /* bytes of slabs (row records, live or free) */
-	uint64_t index_bytes;  /* bytes of the id index */
-	uint64_t row_bytes;    /* bytes of one row record */
-	uint64_t pulls;	       /* pull batches */
-	uint64_t pushes;       /* push batches */
-	uint64_t rows_pulled;  /* ids served by pull (duplicates counted) */
-	uint64_t rows_pushed;  /* distinct ids updated by push */
-	uint64_t rows_created; /* rows made by the initializer */
-	uint64_t rows_erased;  /* rows removed by erase */
-	uint64_t rows_evicted; /* rows removed by evict */
-	uint64_t misses;       /* no-create pulls of an absent id */
-	uint64_t step;	       /* the table clock: push batches applied */
-	uint64_t extents;      /* arena extents mapped now */
+	EMB_TABLE_STATS(EMB_TABLE_STAT_FIELD)
 };
 
 /* Per-row lifecycle data, as kept in the row record. */

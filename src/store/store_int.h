@@ -149,7 +149,10 @@ int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 		       uint64_t h);
 
-/* Charges (n > 0) or releases (n < 0) table memory; EMB_EMEMLIMIT. */
-int emb__table_charge(struct emb_table *t, int64_t n);
+/*
+ * shard.c: charges (n > 0) or releases (n < 0) table memory against the
+ * table's limit and its budget; 0 or EMB_EMEMLIMIT (nothing charged).
+ */
+int emb__mem_charge(struct emb_table *t, int64_t n);
 
 #endif

@@ -42,38 +42,6 @@ static uint64_t load_stat(const uint64_t *c)
 	return __atomic_load_n(c, __ATOMIC_RELAXED);
 }
 
-int emb__table_charge(struct emb_table *t, int64_t n)
-{
-	struct emb_mem_budget *b = t->opts.budget;
-	uint64_t used;
-
-	if (n <= 0) {
-		__atomic_fetch_sub(&t->mem_used, (uint64_t)-n,
-				   __ATOMIC_RELAXED);
-		if (b)
-			__atomic_fetch_sub(&b->used, (uint64_t)-n,
-					   __ATOMIC_RELAXED);
-		return 0;
-	}
-	used = __atomic_add_fetch(&t->mem_used, (uint64_t)n, __ATOMIC_RELAXED);
-	if (t->opts.mem_limit && used > t->opts.mem_limit)
-		goto err_table;
-	if (b) {
-		used =
-		    __atomic_add_fetch(&b->used, (uint64_t)n, __ATOMIC_RELAXED);
-		if (b->limit && used > b->limit) {
-			__atomic_fetch_sub(&b->used, (uint64_t)n,
-					   __ATOMIC_RELAXED);
-			goto err_table;
-		}
-	}
-	return 0;
-
-err_table:
-	__atomic_fetch_sub(&t->mem_used, (uint64_t)n, __ATOMIC_RELAXED);
-	return EMB_EMEMLIMIT;
-}
-
 static bool valid_name(const char *name)
 {
 	size_t n;
@@ -218,7 +186,7 @@ void emb_table_destroy(struct emb_table *t)
 	for (uint32_t i = 0; i < t->nshards; i++)
 		emb__shard_fini(t, &t->shards[i]);
 	free(t->shards);
-	emb__table_charge(t, -(int64_t)load_stat(&t->mem_used));
+	emb__mem_charge(t, -(int64_t)load_stat(&t->mem_used));
 	emb__arena_destroy(t->arena);
 	free(t);
 }

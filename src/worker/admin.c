@@ -62,16 +62,9 @@ static int on_stats(void *arg, uint32_t server, const struct emb_wire_frame *f)
 
 			if (e->server != server || g->ids[k] != w.table_id)
 				continue;
-			e->rows = w.rows;
-			e->bytes = w.bytes;
-			e->pulls = w.pulls;
-			e->pushes = w.pushes;
-			e->rows_pulled = w.rows_pulled;
-			e->rows_pushed = w.rows_pushed;
-			e->rows_created = w.rows_created;
-			e->rows_evicted = w.rows_evicted;
-			e->misses = w.misses;
-			e->grads_discarded = w.grads_discarded;
+#define COPY(name, what) e->name = w.name;
+			EMB_TABLE_STATS(COPY)
+#undef COPY
 			break;
 		}
 	}

@@ -1002,6 +1002,7 @@ int emb_client_table_stats(struct emb_client_table *t,
 {
 	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
 	struct emb_async *op;
+	uint64_t row_bytes = 0, step = 0;
 	int rc;
 
 	if (!t || !out)
@@ -1022,16 +1023,16 @@ int emb_client_table_stats(struct emb_client_table *t,
 			break;
 		}
 		emb_wire_stats_entry(&sr, 0, &w);
-		out->rows += w.rows;
-		out->bytes += w.bytes;
-		out->pulls += w.pulls;
-		out->pushes += w.pushes;
-		out->rows_pulled += w.rows_pulled;
-		out->rows_pushed += w.rows_pushed;
-		out->rows_evicted += w.rows_evicted;
-		out->grads_discarded += w.grads_discarded;
+#define SUM(name, what) out->name += w.name;
+		EMB_TABLE_STATS(SUM)
+#undef SUM
+		/* Per-table, not additive: the largest of any server. */
+		row_bytes = w.row_bytes > row_bytes ? w.row_bytes : row_bytes;
+		step = w.step > step ? w.step : step;
 		out->servers++;
 	}
+	out->row_bytes = row_bytes;
+	out->step = step;
 	admin_free(op);
 	return rc;
 }

@@ -53,17 +53,13 @@ struct emb_table_spec {
 	uint64_t seed;		    /* with the id, decides initial values */
 };
 
-/* Counters of one table, summed over the servers. */
+/*
+ * Counters of one table (the list in common/tabledef.h), summed over the
+ * servers; row_bytes and step are the largest of any server.
+ */
 struct emb_client_table_stats {
-	uint64_t rows;		  /* live rows */
-	uint64_t bytes;		  /* table memory on the servers */
-	uint64_t pulls;		  /* pull requests served */
-	uint64_t pushes;	  /* push requests served */
-	uint64_t rows_pulled;	  /* ids served by pull */
-	uint64_t rows_pushed;	  /* distinct ids updated by push */
-	uint64_t rows_evicted;	  /* rows removed by eviction */
-	uint64_t grads_discarded; /* pushed rows dropped as too stale */
-	uint32_t servers;	  /* servers that answered */
+	EMB_TABLE_STATS(EMB_TABLE_STAT_FIELD)
+	uint32_t servers; /* servers that answered */
 };
 
 /* Client-side counters. */
@@ -386,19 +382,10 @@ void emb_cached_table_stats(const struct emb_cached_table *ct,
 
 /* One table on one server, as emb_client_server_stats() reports it. */
 struct emb_client_server_table {
-	uint32_t server;	  /* index into the client's server list */
-	char name[64];		  /* table name, NUL-terminated */
-	uint32_t dim;		  /* floats per row */
-	uint64_t rows;		  /* live rows */
-	uint64_t bytes;		  /* table memory: slabs, index, fixed parts */
-	uint64_t pulls;		  /* pull requests served */
-	uint64_t pushes;	  /* push requests applied */
-	uint64_t rows_pulled;	  /* ids served by pull */
-	uint64_t rows_pushed;	  /* distinct ids updated by push */
-	uint64_t rows_created;	  /* rows made by the initializer */
-	uint64_t rows_evicted;	  /* rows removed by eviction */
-	uint64_t misses;	  /* no-create pulls of an absent id */
-	uint64_t grads_discarded; /* pushed rows dropped as too stale */
+	uint32_t server; /* index into the client's server list */
+	char name[64];	 /* table name, NUL-terminated */
+	uint32_t dim;	 /* floats per row */
+	EMB_TABLE_STATS(EMB_TABLE_STAT_FIELD) /* common/tabledef.h */
 };
 
 /*
