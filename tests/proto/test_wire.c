@@ -1,5 +1,5 @@
 /*
- * tests/wire/test_wire.c - the frame codec: every message round-trips, and
+ * tests/proto/test_wire.c - the frame codec: every message round-trips, and
  * each kind of malformed frame is rejected with the code the docs promise.
  * Single-threaded.
  */

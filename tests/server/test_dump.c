@@ -1,5 +1,5 @@
 /*
- * tests/tools/test_server_dump.c - the server's DUMP_BEGIN / DUMP_CHUNK /
+ * tests/server/test_dump.c - the server's DUMP_BEGIN / DUMP_CHUNK /
  * DUMP_END handlers (src/server/dump.c) through a raw connection to an
  * in-process server: malformed and out-of-order requests are refused, a
  * session streams every row exactly once with its state, a table dropped

@@ -1,5 +1,5 @@
 /*
- * tests/tools/test_metrics.c - the Prometheus endpoint (src/metrics/metrics.c) and
+ * tests/server/test_metrics.c - the Prometheus endpoint (src/metrics/metrics.c) and
  * the server's collector (src/server/metrics.c), scraped over a socket
  * from an in-process server under a little load. Every line of a scrape is
  * parsed as the text exposition format: HELP/TYPE before samples, names
