@@ -25,6 +25,7 @@
 #include "common/err.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/tabledef.h"
 
 #define NIL UINT32_MAX
 /*
@@ -34,7 +35,6 @@
  */
 #define AHEAD	  8u
 #define DEPTH_MAX 64u
-#define DIM_MAX	  4096u
 
 enum slot_state {
 	SLOT_FREE = 0,
@@ -638,7 +638,7 @@ err_unpin:
 
 static int check_opts(const struct emb_cache_opts *o)
 {
-	if (o->dim == 0 || o->dim > DIM_MAX)
+	if (o->dim == 0 || o->dim > EMB_DIM_MAX)
 		return EMB_EBADDIM;
 	if (o->capacity == 0 || o->capacity > (1u << 30) || o->max_batch == 0 ||
 	    o->max_batch > (1u << 30) || o->prefetch_depth > DEPTH_MAX ||

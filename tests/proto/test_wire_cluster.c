@@ -1,5 +1,5 @@
 /*
- * tests/cluster/test_wire_cluster.c - the cluster messages' codecs: every
+ * tests/proto/test_wire_cluster.c - the cluster messages' codecs: every
  * message round-trips, and the decoders refuse what breaks a layout
  * (lengths, roles, reserved fields, hosts, slot ranks) without reading
  * past the frame. Single-threaded.
