@@ -5,6 +5,7 @@
 # and checks that each exits 0 and prints one JSON object with the network
 # keys. Exits 77 (meson SKIP) without python3, which parses the JSON.
 set -u
+. "$(dirname "$0")/../lib.sh"
 
 command -v python3 >/dev/null 2>&1 || exit 77
 : "${EMB_BENCH:?}" "${EMB_SERVER_BIN:?}"
@@ -17,21 +18,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$EMB_SERVER_BIN" --listen 127.0.0.1:0 --threads 1 2>"$dir/server.log" &
-pid=$!
-port=
-for _ in $(seq 100); do
-	port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' \
-		"$dir/server.log" | head -n 1)
-	[ -n "$port" ] && break
-	kill -0 "$pid" 2>/dev/null || break
-	sleep 0.1
-done
-if [ -z "$port" ]; then
-	echo "embstore-server did not report a port:" >&2
-	cat "$dir/server.log" >&2
-	exit 1
-fi
+emb_start_server "$EMB_SERVER_BIN" "$dir/server.log" || exit 1
 
 fail=0
 # run NAME CHECK ARGS...: CHECK is a python expression over the object j.

@@ -7,6 +7,7 @@
 # consumer connects, creates a table, pulls and pushes; then the installed
 # libembstore.so is loaded with dlopen() as an interpreter would.
 set -u
+. "$(dirname "$0")/../lib.sh"
 build=$1
 src=$2
 
@@ -53,21 +54,7 @@ if ! ${CC:-cc} -std=c11 -Wall -Wextra -Wpedantic -Werror -o "$dir/consumer" \
 	exit 1
 fi
 
-"$server" --listen 127.0.0.1:0 --threads 1 2>"$dir/server.log" &
-pid=$!
-port=
-for _ in $(seq 100); do
-	port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' \
-		"$dir/server.log" | head -n 1)
-	[ -n "$port" ] && break
-	kill -0 "$pid" 2>/dev/null || break
-	sleep 0.1
-done
-if [ -z "$port" ]; then
-	echo "FAIL: the installed embstore-server did not start:" >&2
-	cat "$dir/server.log" >&2
-	exit 1
-fi
+emb_start_server "$server" "$dir/server.log" || exit 1
 
 export LD_LIBRARY_PATH
 LD_LIBRARY_PATH=$(dirname "$lib")

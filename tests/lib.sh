@@ -1,0 +1,23 @@
+# tests/lib.sh - shell helpers for the script tests; source it.
+
+# emb_start_server BIN LOG [ARGS...]: starts embstore-server BIN on a free
+# loopback port with its log in LOG, in the background. Sets pid and port;
+# returns 1 (after printing the log) if it did not report a port in 10 s.
+emb_start_server() {
+	_bin=$1
+	_log=$2
+	shift 2
+	"$_bin" --listen 127.0.0.1:0 --threads 1 "$@" 2>"$_log" &
+	pid=$!
+	port=
+	for _ in $(seq 100); do
+		port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' \
+			"$_log" | head -n 1)
+		[ -n "$port" ] && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "embstore-server did not report a port:" >&2
+	cat "$_log" >&2
+	return 1
+}
