@@ -30,6 +30,7 @@
 #include "transport/transport.h"
 
 #define CONNECT_RETRY_MS 200
+#define CONNECT_QUIET_MS 5000 /* retries before one info line */
 /* Responses other than the map: ERROR payload at most. */
 #define SMALL_RESP (4u + EMB_WIRE_ERRMSG_MAX)
 
@@ -523,6 +524,7 @@ static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
 			 int64_t deadline)
 {
 	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
+	int64_t start = mono_ms();
 	bool logged = false;
 	int rc;
 
@@ -537,10 +539,18 @@ static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
 			return rc;
 		if (o->cancel && *o->cancel)
 			return -ECANCELED;
-		if (!logged)
-			emb_log(EMB_LOG_INFO, "waiting for scheduler %s: %s",
-				n->sched, emb_strerror(rc));
-		logged = true;
+		/* The scheduler coming up after its nodes is normal: one
+		 * line, and only once the wait gets long. */
+		emb_log(EMB_LOG_DEBUG, "waiting for scheduler %s: %s",
+			n->sched, emb_strerror(rc));
+		if (!logged &&
+		    mono_ms() - start >= CONNECT_QUIET_MS) {
+			emb_log(EMB_LOG_INFO,
+				"still waiting for scheduler %s after %d s: %s",
+				n->sched, CONNECT_QUIET_MS / 1000,
+				emb_strerror(rc));
+			logged = true;
+		}
 		usleep(CONNECT_RETRY_MS * 1000);
 	}
 }

@@ -347,7 +347,7 @@ void emb__rdma_conn_opened(struct emb_rdma_conn *c)
 	c->opened = true;
 	c->state = EMB_RDMA_CONN_OPEN;
 	EMB__STAT_ADD(c->rt->base.stats.conns_opened, 1);
-	emb_log(EMB_LOG_INFO, "rdma: accepted %s", c->base.peer);
+	emb_log(EMB_LOG_DEBUG, "rdma: accepted %s", c->base.peer);
 	if (c->on_open)
 		c->on_open(c->arg, &c->base, 0);
 }
@@ -385,10 +385,10 @@ void emb__rdma_conn_fail(struct emb_rdma_conn *c, int reason)
 	c->state = EMB_RDMA_CONN_DRAINING;
 	c->reason = reason;
 	if (reason == 0 || reason == EMB_ECLOSED)
-		emb_log(EMB_LOG_INFO, "rdma: conn %s closed",
+		emb_log(EMB_LOG_DEBUG, "rdma: conn %s closed",
 			c->base.peer);
 	else if (reason == EMB_EPEERDEAD && !c->wc_status)
-		emb_log(EMB_LOG_INFO, "rdma: conn %s: peer disconnected",
+		emb_log(EMB_LOG_DEBUG, "rdma: conn %s: peer disconnected",
 			c->base.peer);
 	else if (c->wc_status)
 		emb_log(EMB_LOG_WARN, "rdma: conn %s failed: %s (work request "
@@ -399,7 +399,9 @@ void emb__rdma_conn_fail(struct emb_rdma_conn *c, int reason)
 			emb_strerror(reason));
 	if (was_open || c->opened) {
 		EMB__STAT_ADD(st->conns_closed, 1);
-		if (reason == EMB_EPEERDEAD)
+		if (reason == EMB_EPEERDEAD && !c->wc_status)
+			EMB__STAT_ADD(st->peer_closes, 1);
+		else if (reason == EMB_EPEERDEAD)
 			EMB__STAT_ADD(st->err_peer_closed, 1);
 		else if (reason == EMB_EQPERR || (reason < 0 && reason > -4096))
 			EMB__STAT_ADD(st->err_io, 1);
@@ -928,8 +930,9 @@ static int op_listen(struct emb_transport *tr,
 		goto err_destroy_id;
 	}
 	l->base.port = ntohs(rdma_get_src_port(l->id));
-	emb_log(EMB_LOG_INFO, "rdma: listening on %s port %u over %u loops",
-		opts->host, l->base.port, opts->nloops ? opts->nloops : 1);
+	emb_log(EMB_LOG_DEBUG, "rdma: listening on %s port %u over %u loop%s",
+		opts->host, l->base.port, opts->nloops ? opts->nloops : 1,
+		opts->nloops > 1 ? "s" : "");
 	freeaddrinfo(ai);
 	l->next = rt->listeners;
 	rt->listeners = l;
@@ -1098,7 +1101,7 @@ static int op_connect(struct emb_transport *tr,
 	c->state = EMB_RDMA_CONN_OPEN;
 	c->opened = true;
 	EMB__STAT_ADD(tr->stats.conns_opened, 1);
-	emb_log(EMB_LOG_INFO, "rdma: connected to %s", c->base.peer);
+	emb_log(EMB_LOG_DEBUG, "rdma: connected to %s", c->base.peer);
 	*out = &c->base;
 	return 0;
 
@@ -1113,7 +1116,7 @@ err_destroy_ch:
 	rdma_destroy_event_channel(ch);
 err_free_ai:
 	freeaddrinfo(ai);
-	emb_log(EMB_LOG_WARN, "rdma: connect to %s port %u: %s", opts->host,
+	emb_log(EMB_LOG_DEBUG, "rdma: connect to %s port %u: %s", opts->host,
 		opts->port, emb_strerror(rc));
 	return rc;
 }

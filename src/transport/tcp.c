@@ -463,10 +463,10 @@ static uint64_t check_timeouts(struct tcp_tr *t)
 static void conn_log_close(struct tcp_conn *c, int reason)
 {
 	if (reason == 0)
-		emb_log(EMB_LOG_INFO, "tcp: conn %s closed", c->base.peer);
+		emb_log(EMB_LOG_DEBUG, "tcp: conn %s closed", c->base.peer);
 	else if (reason == EMB_EPEERDEAD && c->rstate == RX_HDR &&
 		 c->rstart == c->rend)
-		emb_log(EMB_LOG_INFO, "tcp: conn %s closed by peer",
+		emb_log(EMB_LOG_DEBUG, "tcp: conn %s closed by peer",
 			c->base.peer);
 	else if (reason == EMB_EPEERDEAD)
 		emb_log(EMB_LOG_WARN, "tcp: conn %s: peer closed mid-frame",
@@ -496,7 +496,11 @@ static void conn_fail(struct tcp_conn *c, int reason)
 	close(c->fd);
 	c->fd = -1;
 	EMB__STAT_ADD(t->base.stats.conns_closed, 1);
-	if (reason == EMB_EPEERDEAD)
+	/* EOF between frames is how a finished client says goodbye. */
+	if (reason == EMB_EPEERDEAD && c->rstate == RX_HDR &&
+	    c->rstart == c->rend)
+		EMB__STAT_ADD(t->base.stats.peer_closes, 1);
+	else if (reason == EMB_EPEERDEAD)
 		EMB__STAT_ADD(t->base.stats.err_peer_closed, 1);
 	else if (reason < 0 && reason > -4096 && reason != -ETIMEDOUT)
 		EMB__STAT_ADD(t->base.stats.err_io, 1);
@@ -1200,7 +1204,7 @@ static void listener_accept(struct tcp_tr *t, struct tcp_listener *l)
 		c->on_request = l->on_request;
 		c->on_close = l->on_close;
 		c->arg = l->arg;
-		emb_log(EMB_LOG_INFO, "tcp: accepted %s on port %u",
+		emb_log(EMB_LOG_DEBUG, "tcp: accepted %s on port %u",
 			c->base.peer, l->base.port);
 		if (target == &t->base) {
 			rc = conn_attach(c, l->on_open);
@@ -1484,8 +1488,9 @@ static int tcp_listen(struct emb_transport *tr,
 	l->on_close = opts->on_close;
 	l->arg = opts->arg;
 	freeaddrinfo(ai);
-	emb_log(EMB_LOG_INFO, "tcp: listening on %s port %u over %u loops",
-		opts->host ? opts->host : "*", l->base.port, l->nloops);
+	emb_log(EMB_LOG_DEBUG, "tcp: listening on %s port %u over %u loop%s",
+		opts->host ? opts->host : "*", l->base.port, l->nloops,
+		l->nloops == 1 ? "" : "s");
 	*out = &l->base;
 	return 0;
 
@@ -1598,7 +1603,7 @@ static int tcp_connect(struct emb_transport *tr,
 	if (rc)
 		goto err_free_c;
 	freeaddrinfo(ai);
-	emb_log(EMB_LOG_INFO, "tcp: connected to %s", c->base.peer);
+	emb_log(EMB_LOG_DEBUG, "tcp: connected to %s", c->base.peer);
 	*out = &c->base;
 	return 0;
 
@@ -1610,7 +1615,7 @@ err_close_fd:
 	close(fd);
 err_free_ai:
 	freeaddrinfo(ai);
-	emb_log(EMB_LOG_WARN, "tcp: connect to %s port %u: %s", opts->host,
+	emb_log(EMB_LOG_DEBUG, "tcp: connect to %s port %u: %s", opts->host,
 		opts->port, emb_strerror(rc));
 	return rc;
 }

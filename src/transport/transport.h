@@ -151,7 +151,10 @@ struct emb_transport_stats {
 	uint64_t err_bad_magic;	  /* conns closed: bad magic */
 	uint64_t err_bad_version; /* conns closed: bad version */
 	uint64_t err_too_big;	  /* conns closed: frame > max_frame_bytes */
-	uint64_t err_peer_closed; /* conns closed by peer (EOF, reset) */
+	uint64_t err_peer_closed; /* conns closed by peer mid-frame or by
+				     a reset */
+	uint64_t peer_closes;	  /* conns the peer closed cleanly: EOF
+				     between frames (no error) */
 	uint64_t err_io;	  /* conns closed: other socket/QP errors */
 	uint64_t resp_too_big;	  /* calls failed: response > resp_cap */
 	uint64_t resp_unmatched;  /* responses for no call (timed out) */

@@ -110,9 +110,10 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 	}
 	/* From here the client owns the node; deaths known already replay. */
 	emb_node_watch(node, on_node_dead, c);
-	emb_log(EMB_LOG_INFO, "worker %u of %u joined: %u servers",
+	emb_log(EMB_LOG_INFO, "worker %u of %u joined: %u server%s",
 		emb_node_rank(node), emb_node_nworkers(node),
-		emb_node_nservers(node));
+		emb_node_nservers(node),
+		emb_node_nservers(node) == 1 ? "" : "s");
 	*out = c;
 	return 0;
 
