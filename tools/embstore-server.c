@@ -51,11 +51,29 @@ static void on_cluster_end(void *arg, int status)
 	kill(getpid(), SIGTERM);
 }
 
+/* --metrics-listen: Prometheus /metrics from fn(arg); logs a failure. */
+static int start_metrics(const char *addr, emb_metrics_collect_fn fn, void *arg,
+			 struct emb_metrics **out)
+{
+	int rc = emb_metrics_create(addr, fn, arg, out);
+
+	if (rc)
+		emb_log(EMB_LOG_ERROR, "cannot serve metrics on %s: %s", addr,
+			emb_strerror(rc));
+	else
+		emb_log(EMB_LOG_INFO,
+			"metrics on http://%s/metrics, health on /healthz",
+			addr);
+	return rc;
+}
+
 /* --role scheduler: serve the cluster until the job ends or a signal. */
 static int run_scheduler(const struct emb_cluster_env *env, const char *host,
-			 uint16_t port, const sigset_t *old)
+			 uint16_t port, const char *metrics_addr,
+			 const sigset_t *old)
 {
 	struct emb_sched_opts so = EMB_SCHED_OPTS_DEFAULT;
+	struct emb_metrics *metrics = NULL;
 	struct emb_sched *sched;
 	int rc;
 
@@ -77,28 +95,43 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 			port, emb_strerror(rc));
 		return 1;
 	}
+	/* A listening scheduler is ready: nodes may join from now on. */
+	if (metrics_addr && start_metrics(metrics_addr,
+					  emb_sched_metrics_collect, sched,
+					  &metrics)) {
+		emb_sched_destroy(sched);
+		return 1;
+	}
 	while (!got_signal)
 		sigsuspend(old);
 	if (!job_over)
 		emb_log(EMB_LOG_INFO, "%s: stopping", strsignal(got_signal));
 	rc = job_over ? emb_sched_wait(sched, 0) : 1;
+	emb_metrics_destroy(metrics);
 	emb_sched_destroy(sched);
 	emb_log(EMB_LOG_INFO, "scheduler stopped");
 	return rc ? 1 : 0;
 }
 
-/* --metrics-listen: Prometheus /metrics from fn(arg); logs a failure. */
-static int start_metrics(const char *addr, emb_metrics_collect_fn fn, void *arg,
-			 struct emb_metrics **out)
-{
-	int rc = emb_metrics_create(addr, fn, arg, out);
+/*
+ * /healthz of a server: ready once it has loaded its checkpoint (before
+ * it listens) and, in a cluster, registered with the scheduler; not ready
+ * again once it stops.
+ */
+static volatile sig_atomic_t joined;
 
-	if (rc)
-		emb_log(EMB_LOG_ERROR, "cannot serve metrics on %s: %s", addr,
-			emb_strerror(rc));
-	else
-		emb_log(EMB_LOG_INFO, "metrics on http://%s/metrics", addr);
-	return rc;
+static bool server_health(void *arg, char *why, size_t cap)
+{
+	(void)arg;
+	if (got_signal) {
+		snprintf(why, cap, "stopping");
+		return false;
+	}
+	if (!joined) {
+		snprintf(why, cap, "not registered with the scheduler yet");
+		return false;
+	}
+	return true;
 }
 
 static void usage(FILE *f)
@@ -122,7 +155,7 @@ static void usage(FILE *f)
 	    "  --zero-copy-pulls on|off  PULL rows straight from table memory\n"
 	    "                         (EMB_ZERO_COPY_PULLS; default on for "
 	    "rdma, off for tcp)\n"
-	    "  --metrics-listen HOST:PORT  serve Prometheus /metrics there "
+	    "  --metrics-listen HOST:PORT  serve Prometheus /metrics and /healthz there "
 	    "(EMB_METRICS_LISTEN; default off)\n"
 	    "  --checkpoint-dir D     load the newest checkpoint at start, "
 	    "write them here (EMB_CHECKPOINT_DIR)\n"
@@ -131,7 +164,8 @@ static void usage(FILE *f)
 	    "  --role scheduler|server  cluster role (EMB_ROLE or MS_ROLE; "
 	    "default server);\n"
 	    "                         see docs/cluster.md for EMB_SCHED_* "
-	    "and the other variables\n");
+	    "and the other variables\n"
+	    "  --help, --version\n");
 }
 
 /* "123", "64K", "8M", "2G", "1T" -> bytes; -EINVAL if malformed. */
@@ -218,6 +252,7 @@ int main(int argc, char **argv)
 	    {"role", required_argument, NULL, 'R'},
 	    {"metrics-listen", required_argument, NULL, 'M'},
 	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
@@ -298,6 +333,9 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
+			return 0;
+		case 'V':
+			printf("embstore-server %s\n", EMB_VERSION);
 			return 0;
 		default:
 			usage(stderr);
@@ -399,15 +437,8 @@ int main(int argc, char **argv)
 	sigaddset(&block, SIGTERM);
 	sigaddset(&block, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
-	if (cenv.role == EMB_ROLE_SCHEDULER) {
-		if (metrics_addr &&
-		    start_metrics(metrics_addr, emb_sched_metrics_collect, NULL,
-				  &metrics))
-			return 1;
-		rc = run_scheduler(&cenv, la.host, o.port, &old);
-		emb_metrics_destroy(metrics);
-		return rc;
-	}
+	if (cenv.role == EMB_ROLE_SCHEDULER)
+		return run_scheduler(&cenv, la.host, o.port, metrics_addr, &old);
 
 	rc = emb_server_create(&o, &srv);
 	if (rc) {
@@ -416,8 +447,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	emb_log(EMB_LOG_INFO,
-		"listening on %s:%u (%s, %u threads%s, mem limit %s)", la.host,
+		"listening on %s:%u (%s, %u thread%s%s, mem limit %s)", la.host,
 		emb_server_port(srv), o.transport, o.threads,
+		o.threads == 1 ? "" : "s",
 		o.auth_token_len ? ", auth" : "", mem ? mem : "none");
 	if (metrics_addr &&
 	    start_metrics(metrics_addr, emb_server_metrics_collect, srv,
@@ -425,6 +457,11 @@ int main(int argc, char **argv)
 		emb_server_destroy(srv);
 		return 1;
 	}
+	/* Checkpoint loaded (emb_server_create ran on_start); a server in
+	 * a cluster is ready once it registered. */
+	joined = !cenv.sched_host[0];
+	if (metrics)
+		emb_metrics_set_health(metrics, server_health, NULL);
 	if (ckpt_dir) {
 		rc = emb_ckpt_start(srv, &copts, &ckpt);
 		if (rc) {
@@ -457,6 +494,7 @@ int main(int argc, char **argv)
 			emb_server_destroy(srv);
 			return 1;
 		}
+		joined = rc == 0;
 	}
 	while (!got_signal)
 		sigsuspend(&old);

@@ -65,8 +65,12 @@ struct emb_sched {
 	uint32_t replies; /* replies not yet handed to the kernel */
 	bool over;	  /* job ended: stop once replies are out */
 
-	pthread_mutex_t mu; /* guards done and status, with cv */
+	uint64_t barriers; /* loop thread: barriers completed */
+	uint64_t hbs;	   /* loop thread: heartbeats answered */
+
+	pthread_mutex_t mu; /* guards done, status and view, with cv */
 	pthread_cond_t cv;  /* signalled when done */
+	struct emb_sched_stats view; /* published by the loop each turn */
 	bool stop;	    /* destroy asked the loop to exit */
 	bool done;	    /* the job ended */
 	int status;	    /* 0, or EMB_ENODEAD */
@@ -208,7 +212,9 @@ static void check_barrier(struct emb_sched *s, const char *name)
 		if (!n->barrier_req || strcmp(n->barrier, name))
 			return;
 	}
-	emb_log(EMB_LOG_DEBUG, "barrier %s: %u workers met", name, W);
+	emb_log(EMB_LOG_DEBUG, "barrier %s: %u worker%s met", name, W,
+		W == 1 ? "" : "s");
+	s->barriers++;
 	for (uint32_t i = S; i < S + W; i++) {
 		struct node *n = &s->nodes[i];
 		struct emb_req *req = n->barrier_req;
@@ -460,6 +466,7 @@ static void on_heartbeat(struct emb_sched *s, struct emb_req *req,
 		send_error(s, req, len, "cannot encode HEARTBEAT response");
 	else
 		send_frame(s, req, buf, len);
+	s->hbs++;
 	free(buf);
 }
 
@@ -629,6 +636,37 @@ static void check_silence(struct emb_sched *s)
 	}
 }
 
+/* Loop thread: publishes the counts for emb_sched_stats(). */
+static void publish(struct emb_sched *s)
+{
+	struct emb_sched_stats v = {0};
+
+	v.state = s->over ? 0 : s->state;
+	v.expected[0] = s->o.server_num;
+	v.expected[1] = s->o.worker_num;
+	for (uint32_t i = 0; i < nnodes(s); i++) {
+		const struct node *n = &s->nodes[i];
+		uint32_t k = n->role == EMB_ROLE_SERVER ? 0 : 1;
+
+		if (!n->role)
+			continue;
+		if (n->dead)
+			v.dead[k]++;
+		else if (n->finished)
+			v.finished[k]++;
+		else
+			v.alive[k]++;
+		if (n->barrier_req)
+			v.barrier_waiting++;
+	}
+	v.barriers_completed = s->barriers;
+	v.heartbeats = s->hbs;
+	v.map_epoch = s->map_frame ? 1 : 0;
+	pthread_mutex_lock(&s->mu);
+	s->view = v;
+	pthread_mutex_unlock(&s->mu);
+}
+
 static void *loop_main(void *arg)
 {
 	struct emb_sched *s = arg;
@@ -656,7 +694,9 @@ static void *loop_main(void *arg)
 		}
 		if (!s->over)
 			check_silence(s);
+		publish(s);
 	}
+	publish(s);
 	if (!s->over)
 		return NULL;
 	pthread_mutex_lock(&s->mu);
@@ -790,8 +830,92 @@ void emb_sched_destroy(struct emb_sched *s)
 	free(s);
 }
 
+void emb_sched_stats(struct emb_sched *s, struct emb_sched_stats *out)
+{
+	pthread_mutex_lock(&s->mu);
+	*out = s->view;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* One gauge per role and state: they sum to the expected count. */
+static void metrics_nodes(struct emb_metrics_out *o,
+			  const struct emb_sched_stats *v)
+{
+	static const char *const roles[2] = {"server", "worker"};
+	char label[64];
+
+	emb_metrics_family(o, "embstore_cluster_nodes", "gauge",
+			   "Nodes by role and state: alive, finished, dead, "
+			   "or missing (not registered yet).");
+	for (int k = 0; k < 2; k++) {
+		uint32_t joined = v->alive[k] + v->finished[k] + v->dead[k];
+		const struct {
+			const char *state;
+			uint32_t n;
+		} st[] = {
+		    {"alive", v->alive[k]},
+		    {"finished", v->finished[k]},
+		    {"dead", v->dead[k]},
+		    {"missing",
+		     v->expected[k] > joined ? v->expected[k] - joined : 0},
+		};
+
+		for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++) {
+			snprintf(label, sizeof(label),
+				 "role=\"%s\",state=\"%s\"", roles[k],
+				 st[i].state);
+			emb_metrics_u64(o, "embstore_cluster_nodes", label,
+					st[i].n);
+		}
+	}
+	emb_metrics_family(o, "embstore_cluster_nodes_expected", "gauge",
+			   "Nodes the job waits for, by role.");
+	for (int k = 0; k < 2; k++) {
+		snprintf(label, sizeof(label), "role=\"%s\"", roles[k]);
+		emb_metrics_u64(o, "embstore_cluster_nodes_expected", label,
+				v->expected[k]);
+	}
+}
+
 void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 {
-	(void)arg;
+	static const char *const states[] = {"over", "forming", "ready",
+					     "finishing"};
+	struct emb_sched *s = arg;
+	struct emb_sched_stats v;
+	char label[32];
+
+	emb_metrics_build_info(o, "scheduler");
+	if (s) {
+		emb_sched_stats(s, &v);
+		metrics_nodes(o, &v);
+		emb_metrics_family(o, "embstore_cluster_state", "gauge",
+				   "1 for the state the job is in: forming, "
+				   "ready, finishing or over.");
+		for (uint32_t i = 0; i < 4; i++) {
+			snprintf(label, sizeof(label), "state=\"%s\"",
+				 states[i]);
+			emb_metrics_u64(o, "embstore_cluster_state", label,
+					v.state == i);
+		}
+		emb_metrics_family(o, "embstore_cluster_map_epoch", "gauge",
+				   "Version of the cluster map: 0 until the "
+				   "cluster formed, then 1.");
+		emb_metrics_u64(o, "embstore_cluster_map_epoch", NULL,
+				v.map_epoch);
+		emb_metrics_family(o, "embstore_cluster_barrier_waiting_workers",
+				   "gauge", "Workers held at a barrier now.");
+		emb_metrics_u64(o, "embstore_cluster_barrier_waiting_workers",
+				NULL, v.barrier_waiting);
+		emb_metrics_family(o, "embstore_cluster_barriers_total",
+				   "counter",
+				   "Barriers every worker passed.");
+		emb_metrics_u64(o, "embstore_cluster_barriers_total", NULL,
+				v.barriers_completed);
+		emb_metrics_family(o, "embstore_cluster_heartbeats_total",
+				   "counter", "Heartbeats answered.");
+		emb_metrics_u64(o, "embstore_cluster_heartbeats_total", NULL,
+				v.heartbeats);
+	}
 	emb_metrics_process(o);
 }

@@ -55,11 +55,31 @@ int emb_sched_wait(struct emb_sched *s, int timeout_ms);
 /* Stops the loop, closes every connection, frees; NULL is a no-op. */
 void emb_sched_destroy(struct emb_sched *s);
 
+/* The cluster as the scheduler sees it; a copy taken by emb_sched_stats(). */
+struct emb_sched_stats {
+	uint32_t state;		     /* enum emb_cluster_state; 0 once over */
+	uint32_t expected[2];	     /* [0] servers, [1] workers to wait for */
+	uint32_t alive[2];	     /* registered, not finished, not dead */
+	uint32_t finished[2];	     /* finished (servers: acknowledged) */
+	uint32_t dead[2];	     /* declared dead */
+	uint32_t barrier_waiting;    /* workers held at a barrier now */
+	uint64_t barriers_completed; /* barriers every worker passed */
+	uint64_t heartbeats;	     /* heartbeats answered */
+	uint64_t map_epoch;	     /* 0 until the cluster formed, then 1 */
+};
+
+/*
+ * Copies the scheduler's latest view into *out. Any thread; the view is
+ * refreshed after each turn of the scheduler's loop (at most 200 ms old).
+ */
+void emb_sched_stats(struct emb_sched *s, struct emb_sched_stats *out);
+
 struct emb_metrics_out;
 
 /*
  * The scheduler's /metrics collector for emb_metrics_create() (metrics/
- * metrics.h); arg is unused (NULL): the scheduler's process gauges.
+ * metrics.h); arg is the struct emb_sched *, which must outlive the
+ * endpoint (NULL: build and process metrics only).
  */
 void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o);
 

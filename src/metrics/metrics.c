@@ -11,8 +11,10 @@
 #include "metrics/metrics.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,11 +29,18 @@
 #include "common/addr.h"
 #include "common/hist.h"
 
+#ifndef EMB_VERSION
+#define EMB_VERSION "unknown"
+#endif
+
 struct emb_metrics {
 	struct MHD_Daemon *d;	   /* the HTTP server */
 	emb_metrics_collect_fn fn; /* the owner's collector */
 	void *arg;		   /* passed to fn */
 	uint16_t port;		   /* bound port */
+	pthread_mutex_t mu;	   /* guards health and health_arg */
+	emb_metrics_health_fn health; /* /healthz; NULL = always ok */
+	void *health_arg;	      /* passed to health */
 };
 
 struct emb_metrics_out {
@@ -190,45 +199,117 @@ static bool proc_stat_field(int n, unsigned long long *v)
 	return false;
 }
 
-void emb_metrics_process(struct emb_metrics_out *o)
+/* Open file descriptors: the entries of /proc/self/fd but its own. */
+static bool open_fds(unsigned long long *n)
 {
-	unsigned long long vsize = 0, rss_pages = 0, threads = 0;
-	long page = sysconf(_SC_PAGESIZE);
-	struct rusage ru;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	unsigned long long k = 0;
+
+	if (!d)
+		return false;
+	while ((de = readdir(d)) != NULL)
+		if (de->d_name[0] != '.')
+			k++;
+	closedir(d);
+	*n = k ? k - 1 : 0; /* the directory stream's own fd */
+	return true;
+}
+
+/* Seconds since the epoch at which the process started. */
+static bool start_time(double *t)
+{
+	unsigned long long ticks;
+	long hz = sysconf(_SC_CLK_TCK);
+	double btime = 0;
+	char line[256];
 	FILE *f;
 
-	f = fopen("/proc/self/statm", "r");
-	if (f) {
-		if (fscanf(f, "%llu %llu", &vsize, &rss_pages) != 2)
-			vsize = rss_pages = 0;
-		fclose(f);
-	}
-	emb_metrics_family(o, "embstore_process_resident_memory_bytes", "gauge",
-			   "Resident set size of the process.");
-	emb_metrics_u64(o, "embstore_process_resident_memory_bytes", NULL,
-			rss_pages *
-			    (unsigned long long)(page > 0 ? page : 4096));
-	emb_metrics_family(o, "embstore_process_virtual_memory_bytes", "gauge",
-			   "Virtual memory size of the process.");
-	emb_metrics_u64(o, "embstore_process_virtual_memory_bytes", NULL,
-			vsize * (unsigned long long)(page > 0 ? page : 4096));
+	if (hz <= 0 || !proc_stat_field(22, &ticks))
+		return false;
+	f = fopen("/proc/stat", "r");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "btime %lf", &btime) == 1)
+			break;
+	fclose(f);
+	if (btime <= 0)
+		return false;
+	*t = btime + (double)ticks / (double)hz;
+	return true;
+}
+
+void emb_metrics_process(struct emb_metrics_out *o)
+{
+	unsigned long long vsize = 0, rss_pages = 0, threads = 0, fds = 0;
+	long page = sysconf(_SC_PAGESIZE);
+	struct rusage ru;
+	struct rlimit rl;
+	double t0;
+	FILE *f;
+
+	if (page <= 0)
+		page = 4096;
 	if (getrusage(RUSAGE_SELF, &ru) == 0) {
 		double cpu = (double)ru.ru_utime.tv_sec +
 			     (double)ru.ru_utime.tv_usec / 1e6 +
 			     (double)ru.ru_stime.tv_sec +
 			     (double)ru.ru_stime.tv_usec / 1e6;
 
-		emb_metrics_family(o, "embstore_process_cpu_seconds_total",
-				   "counter",
-				   "User and system CPU time of the process.");
-		emb_metrics_f64(o, "embstore_process_cpu_seconds_total", NULL,
-				cpu);
+		emb_metrics_family(o, "process_cpu_seconds_total", "counter",
+				   "Total user and system CPU time spent in "
+				   "seconds.");
+		emb_metrics_f64(o, "process_cpu_seconds_total", NULL, cpu);
+	}
+	f = fopen("/proc/self/statm", "r");
+	if (f) {
+		if (fscanf(f, "%llu %llu", &vsize, &rss_pages) != 2)
+			vsize = rss_pages = 0;
+		fclose(f);
+	}
+	emb_metrics_family(o, "process_resident_memory_bytes", "gauge",
+			   "Resident memory size in bytes.");
+	emb_metrics_u64(o, "process_resident_memory_bytes", NULL,
+			rss_pages * (unsigned long long)page);
+	emb_metrics_family(o, "process_virtual_memory_bytes", "gauge",
+			   "Virtual memory size in bytes.");
+	emb_metrics_u64(o, "process_virtual_memory_bytes", NULL,
+			vsize * (unsigned long long)page);
+	if (start_time(&t0)) {
+		emb_metrics_family(o, "process_start_time_seconds", "gauge",
+				   "Start time of the process since unix "
+				   "epoch in seconds.");
+		emb_metrics_f64(o, "process_start_time_seconds", NULL, t0);
+	}
+	if (open_fds(&fds)) {
+		emb_metrics_family(o, "process_open_fds", "gauge",
+				   "Number of open file descriptors.");
+		emb_metrics_u64(o, "process_open_fds", NULL, fds);
+	}
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+		emb_metrics_family(o, "process_max_fds", "gauge",
+				   "Maximum number of open file descriptors.");
+		emb_metrics_u64(o, "process_max_fds", NULL,
+				(unsigned long long)rl.rlim_cur);
 	}
 	if (proc_stat_field(20, &threads)) {
-		emb_metrics_family(o, "embstore_process_threads", "gauge",
+		emb_metrics_family(o, "process_threads", "gauge",
 				   "Threads of the process.");
-		emb_metrics_u64(o, "embstore_process_threads", NULL, threads);
+		emb_metrics_u64(o, "process_threads", NULL, threads);
 	}
+}
+
+void emb_metrics_build_info(struct emb_metrics_out *o, const char *role)
+{
+	char label[96];
+
+	snprintf(label, sizeof(label), "version=\"%s\",role=\"%s\"",
+		 EMB_VERSION, role ? role : "");
+	emb_metrics_family(o, "embstore_build_info", "gauge",
+			   "Always 1; the labels say the version and the "
+			   "role.");
+	emb_metrics_u64(o, "embstore_build_info", label, 1);
 }
 
 /* ---- HTTP ---- */
@@ -259,12 +340,40 @@ static enum MHD_Result answer(struct MHD_Connection *conn, unsigned int code,
 	return ret;
 }
 
+static enum MHD_Result answer_health(struct emb_metrics *m,
+				     struct MHD_Connection *conn)
+{
+	static char ok[] = "ok\n";
+	char why[256] = "not ready";
+	emb_metrics_health_fn fn;
+	bool ready = true;
+	char *body;
+	size_t len;
+
+	pthread_mutex_lock(&m->mu);
+	fn = m->health;
+	if (fn)
+		ready = fn(m->health_arg, why, sizeof(why) - 1);
+	pthread_mutex_unlock(&m->mu);
+	if (ready)
+		return answer(conn, MHD_HTTP_OK, ok, sizeof(ok) - 1, false);
+	why[sizeof(why) - 1] = '\0';
+	len = strlen(why);
+	body = malloc(len + 2);
+	if (!body)
+		return MHD_NO;
+	memcpy(body, why, len);
+	body[len++] = '\n';
+	body[len] = '\0';
+	return answer(conn, MHD_HTTP_SERVICE_UNAVAILABLE, body, len, true);
+}
+
 static enum MHD_Result on_http(void *cls, struct MHD_Connection *conn,
 			       const char *url, const char *method,
 			       const char *version, const char *upload_data,
 			       size_t *upload_data_size, void **con_cls)
 {
-	static char not_found[] = "not found: try /metrics\n";
+	static char not_found[] = "not found: try /metrics or /healthz\n";
 	static char not_allowed[] = "method not allowed\n";
 	static char no_memory[] = "out of memory\n";
 	struct emb_metrics *m = cls;
@@ -278,6 +387,8 @@ static enum MHD_Result on_http(void *cls, struct MHD_Connection *conn,
 			      sizeof(not_allowed) - 1, false);
 	if (*upload_data_size)
 		return MHD_NO; /* a GET with a body is no scrape */
+	if (strcmp(url, "/healthz") == 0)
+		return answer_health(m, conn);
 	if (strcmp(url, "/metrics") != 0)
 		return answer(conn, MHD_HTTP_NOT_FOUND, not_found,
 			      sizeof(not_found) - 1, false);
@@ -337,6 +448,7 @@ int emb_metrics_create(const char *addr, emb_metrics_collect_fn fn, void *arg,
 		return -ENOMEM;
 	m->fn = fn;
 	m->arg = arg;
+	pthread_mutex_init(&m->mu, NULL);
 	/* Bind here, where errno says why it failed, and hand the socket
 	 * over; libmicrohttpd closes it in MHD_stop_daemon(). */
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -368,8 +480,18 @@ int emb_metrics_create(const char *addr, emb_metrics_collect_fn fn, void *arg,
 err_close:
 	close(fd);
 err_free:
+	pthread_mutex_destroy(&m->mu);
 	free(m);
 	return rc;
+}
+
+void emb_metrics_set_health(struct emb_metrics *m, emb_metrics_health_fn fn,
+			    void *arg)
+{
+	pthread_mutex_lock(&m->mu);
+	m->health = fn;
+	m->health_arg = arg;
+	pthread_mutex_unlock(&m->mu);
 }
 
 void emb_metrics_destroy(struct emb_metrics *m)
@@ -377,6 +499,7 @@ void emb_metrics_destroy(struct emb_metrics *m)
 	if (!m)
 		return;
 	MHD_stop_daemon(m->d);
+	pthread_mutex_destroy(&m->mu);
 	free(m);
 }
 

@@ -11,6 +11,8 @@
 #ifndef EMB_METRICS_METRICS_H
 #define EMB_METRICS_METRICS_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct emb_hist;
@@ -21,6 +23,13 @@ struct emb_metrics_out;
 typedef void (*emb_metrics_collect_fn)(void *arg, struct emb_metrics_out *o);
 
 /*
+ * /healthz: true when the daemon is ready to serve; otherwise writes why
+ * (one line, NUL-terminated, at most cap bytes) into why. Runs on the
+ * endpoint's thread.
+ */
+typedef bool (*emb_metrics_health_fn)(void *arg, char *why, size_t cap);
+
+/*
  * Listens on addr ("host:port" or "[v6]:port", numeric host; port 0 picks
  * a free one) and serves GET /metrics from fn(arg). 0 and *out, or -EINVAL
  * (addr malformed or fn NULL), -EADDRINUSE / -EACCES (cannot bind),
@@ -28,6 +37,15 @@ typedef void (*emb_metrics_collect_fn)(void *arg, struct emb_metrics_out *o);
  */
 int emb_metrics_create(const char *addr, emb_metrics_collect_fn fn, void *arg,
 		       struct emb_metrics **out);
+
+/*
+ * Answers GET /healthz from fn(arg) from now on: 200 "ok" when it returns
+ * true, else 503 and its reason. Until set (or with fn NULL) /healthz
+ * answers 200 "ok" whenever the endpoint serves. arg is borrowed until the
+ * next call or emb_metrics_destroy(). Any thread.
+ */
+void emb_metrics_set_health(struct emb_metrics *m, emb_metrics_health_fn fn,
+			    void *arg);
 
 /* Stops serving (a scrape in progress finishes first); NULL is a no-op. */
 void emb_metrics_destroy(struct emb_metrics *m);
@@ -60,11 +78,16 @@ void emb_metrics_hist(struct emb_metrics_out *o, const char *name,
 		      const char *labels, const struct emb_hist *h);
 
 /*
- * The process: embstore_process_resident_memory_bytes,
- * embstore_process_virtual_memory_bytes, embstore_process_cpu_seconds_total
- * and embstore_process_threads, from /proc/self and getrusage().
+ * The process, named as Prometheus client libraries name them:
+ * process_cpu_seconds_total, process_resident_memory_bytes,
+ * process_virtual_memory_bytes, process_start_time_seconds,
+ * process_open_fds, process_max_fds and process_threads, from /proc/self
+ * and getrusage().
  */
 void emb_metrics_process(struct emb_metrics_out *o);
+
+/* embstore_build_info{version="...",role="..."} 1; role as given. */
+void emb_metrics_build_info(struct emb_metrics_out *o, const char *role);
 
 /* Appends raw text (tests, or a collector's own lines). */
 void emb_metrics_printf(struct emb_metrics_out *o, const char *fmt, ...)

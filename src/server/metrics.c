@@ -1,5 +1,5 @@
 /*
- * src/server/metrics.c - the server's and the scheduler's collectors: per
+ * src/server/metrics.c - the server's collector: build info, per
  * table counters (label table), transport counters summed over the event
  * loops, request latency per op (label op) and the process.
  *
@@ -170,6 +170,7 @@ static void collect_transport(struct emb_server *s, struct emb_metrics_out *o)
 		sum.frames_in += t.frames_in;
 		sum.frames_out += t.frames_out;
 		sum.rx_pauses += t.rx_pauses;
+		sum.peer_closes += t.peer_closes;
 		for (size_t k = 0; k < sizeof(err_kinds) / sizeof(err_kinds[0]);
 		     k++)
 			*(uint64_t *)(void *)((char *)&sum +
@@ -216,6 +217,12 @@ static void collect_transport(struct emb_server *s, struct emb_metrics_out *o)
 			   "counter", "Whole frames sent.");
 	emb_metrics_u64(o, "embstore_transport_transmit_frames_total", NULL,
 			sum.frames_out);
+	emb_metrics_family(o, "embstore_transport_peer_closes_total",
+			   "counter",
+			   "Connections the peer closed cleanly between "
+			   "frames (a client that finished); no error.");
+	emb_metrics_u64(o, "embstore_transport_peer_closes_total", NULL,
+			sum.peer_closes);
 	emb_metrics_family(o, "embstore_transport_errors_total", "counter",
 			   "Connections closed or calls failed, by kind.");
 	for (size_t k = 0; k < sizeof(err_kinds) / sizeof(err_kinds[0]); k++) {
@@ -265,6 +272,7 @@ void emb_server_metrics_collect(void *arg, struct emb_metrics_out *o)
 {
 	struct emb_server *s = arg;
 
+	emb_metrics_build_info(o, "server");
 	collect_tables(s, o);
 	collect_transport(s, o);
 	collect_latency(s, o);

@@ -1,10 +1,11 @@
 /*
- * tests/server/test_metrics.c - the Prometheus endpoint (src/metrics/metrics.c) and
- * the server's collector (src/server/metrics.c), scraped over a socket
- * from an in-process server under a little load. Every line of a scrape is
- * parsed as the text exposition format: HELP/TYPE before samples, names
- * `^embstore_[a-z0-9_]+$`, histogram buckets cumulative and ending in +Inf
- * equal to _count.
+ * tests/server/test_metrics.c - the Prometheus endpoint (src/metrics/metrics.c),
+ * its /healthz, the server's collector (src/server/metrics.c) and the
+ * scheduler's (src/cluster/scheduler.c), scraped over a socket from
+ * in-process daemons. Every line of a scrape is parsed as the text
+ * exposition format: HELP/TYPE before samples, names
+ * `^(embstore|process)_[a-z0-9_]+$`, histogram buckets cumulative and
+ * ending in +Inf equal to _count.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -15,8 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "cluster/node.h"
+#include "cluster/scheduler.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "harness.h"
@@ -119,9 +123,15 @@ struct scrape {
 
 static bool name_ok(const char *s, size_t n)
 {
-	if (n <= 9 || strncmp(s, "embstore_", 9) != 0)
+	size_t k;
+
+	if (n > 9 && strncmp(s, "embstore_", 9) == 0)
+		k = 9;
+	else if (n > 8 && strncmp(s, "process_", 8) == 0)
+		k = 8;
+	else
 		return false;
-	for (size_t i = 9; i < n; i++)
+	for (size_t i = k; i < n; i++)
 		if (!((s[i] >= 'a' && s[i] <= 'z') ||
 		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
 			return false;
@@ -468,8 +478,19 @@ static void test_format(void)
 	CU_ASSERT_EQUAL(value_of(body, "embstore_server_tables"), 1);
 	CU_ASSERT(value_of(body, "embstore_transport_receive_bytes_total") >
 		  100 * 8 * 5);
-	CU_ASSERT(value_of(body, "embstore_process_resident_memory_bytes") > 0);
-	CU_ASSERT(value_of(body, "embstore_process_cpu_seconds_total") >= 0);
+	CU_ASSERT(value_of(body, "process_resident_memory_bytes") > 0);
+	CU_ASSERT(value_of(body, "process_virtual_memory_bytes") > 0);
+	CU_ASSERT(value_of(body, "process_cpu_seconds_total") >= 0);
+	CU_ASSERT(value_of(body, "process_open_fds") > 2);
+	CU_ASSERT(value_of(body, "process_max_fds") > 2);
+	CU_ASSERT(value_of(body, "process_threads") > 2);
+	/* Started within the last hour of this clock. */
+	CU_ASSERT(fabs(value_of(body, "process_start_time_seconds") -
+		       (double)time(NULL)) < 3600);
+	CU_ASSERT_EQUAL(value_of(body, "embstore_build_info{version=\""
+				       EMB_VERSION "\",role=\"server\"}"),
+			1);
+	CU_ASSERT_EQUAL(value_of(body, "embstore_process_threads"), -1);
 	CU_ASSERT(
 	    value_of(body, "embstore_transport_errors_total{kind=\"io\"}") ==
 	    0);
@@ -520,6 +541,175 @@ static void test_paths(void)
 	CU_ASSERT_STRING_EQUAL(body, "");
 	free(body);
 	stop();
+}
+
+/* A client that connects, works and goes is no transport error. */
+static void test_clean_close(void)
+{
+	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
+	struct emb_client *c2 = NULL;
+	char addr[64], *body = NULL;
+	double closes = -1;
+
+	start();
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", emb_server_port(srv));
+	co.servers = addr;
+	CU_ASSERT_EQUAL_FATAL(emb_client_create(&co, &c2), 0);
+	emb_client_destroy(c2);
+	for (int i = 0; i < 100 && closes < 1; i++) {
+		free(body);
+		CU_ASSERT_EQUAL_FATAL(http_get(emb_metrics_port(met), "GET",
+					       "/metrics", &body),
+				      200);
+		closes = value_of(body, "embstore_transport_peer_closes_total");
+		if (closes < 1)
+			usleep(20000);
+	}
+	CU_ASSERT_EQUAL(closes, 1);
+	CU_ASSERT_EQUAL(
+	    value_of(body,
+		     "embstore_transport_errors_total{kind=\"peer_closed\"}"),
+	    0);
+	CU_ASSERT_EQUAL(value_of(body, "embstore_connections_open"), 1);
+	free(body);
+	stop();
+}
+
+static bool health_flag;
+
+static bool health_of_flag(void *arg, char *why, size_t cap)
+{
+	(void)arg;
+	snprintf(why, cap, "checkpoint loading");
+	return health_flag;
+}
+
+static void test_healthz(void)
+{
+	char *body = NULL;
+
+	start();
+	/* No health function: serving is being ready. */
+	CU_ASSERT_EQUAL(
+	    http_get(emb_metrics_port(met), "GET", "/healthz", &body), 200);
+	CU_ASSERT_STRING_EQUAL(body, "ok\n");
+	free(body);
+	health_flag = false;
+	emb_metrics_set_health(met, health_of_flag, NULL);
+	CU_ASSERT_EQUAL(
+	    http_get(emb_metrics_port(met), "GET", "/healthz", &body), 503);
+	CU_ASSERT_STRING_EQUAL(body, "checkpoint loading\n");
+	free(body);
+	health_flag = true;
+	CU_ASSERT_EQUAL(
+	    http_get(emb_metrics_port(met), "GET", "/healthz", &body), 200);
+	CU_ASSERT_STRING_EQUAL(body, "ok\n");
+	free(body);
+	CU_ASSERT_EQUAL(
+	    http_get(emb_metrics_port(met), "POST", "/healthz", &body), 405);
+	free(body);
+	stop();
+}
+
+/* Scrapes m until the sample prefix has value want (2 s at most). */
+static char *scrape_until(struct emb_metrics *m, const char *prefix,
+			  double want)
+{
+	char *body = NULL;
+
+	for (int i = 0; i < 100; i++) {
+		free(body);
+		if (http_get(emb_metrics_port(m), "GET", "/metrics", &body) !=
+		    200)
+			return body;
+		if (value_of(body, prefix) == want)
+			return body;
+		usleep(20000);
+	}
+	return body;
+}
+
+static void test_scheduler(void)
+{
+	struct emb_sched_opts so = EMB_SCHED_OPTS_DEFAULT;
+	struct emb_node_opts no = {0};
+	struct scrape *sc = calloc(1, sizeof(*sc));
+	struct emb_node *server = NULL, *worker = NULL;
+	struct emb_sched *sched = NULL;
+	struct emb_metrics *m = NULL;
+	char *body;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(sc);
+	so.port = 0;
+	so.server_num = 1;
+	so.worker_num = 1;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&so, &sched), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_metrics_create("127.0.0.1:0",
+						 emb_sched_metrics_collect,
+						 sched, &m),
+			      0);
+	body = scrape_until(m, "embstore_cluster_state{state=\"forming\"}", 1);
+	CU_ASSERT_EQUAL(
+	    value_of(body, "embstore_cluster_nodes{role=\"server\","
+			   "state=\"missing\"}"),
+	    1);
+	CU_ASSERT_EQUAL(value_of(body, "embstore_cluster_map_epoch"), 0);
+	CU_ASSERT_EQUAL(
+	    value_of(body, "embstore_build_info{version=\"" EMB_VERSION
+			   "\",role=\"scheduler\"}"),
+	    1);
+	parse(sc, body);
+	CU_ASSERT_STRING_EQUAL(sc->err, "");
+	free(body);
+
+	no.sched_host = "127.0.0.1";
+	no.sched_port = emb_sched_port(sched);
+	no.role = EMB_ROLE_SERVER;
+	no.port = 9;
+	no.join_timeout_ms = 5000;
+	CU_ASSERT_EQUAL_FATAL(emb_node_create(&no, &server), 0);
+	no.role = EMB_ROLE_WORKER;
+	no.port = 0;
+	CU_ASSERT_EQUAL_FATAL(emb_node_create(&no, &worker), 0);
+	CU_ASSERT_EQUAL(emb_node_wait_map(worker), 0);
+	body = scrape_until(m, "embstore_cluster_state{state=\"ready\"}", 1);
+	CU_ASSERT_EQUAL(
+	    value_of(body, "embstore_cluster_nodes{role=\"server\","
+			   "state=\"alive\"}"),
+	    1);
+	CU_ASSERT_EQUAL(
+	    value_of(body, "embstore_cluster_nodes{role=\"worker\","
+			   "state=\"alive\"}"),
+	    1);
+	CU_ASSERT_EQUAL(
+	    value_of(body, "embstore_cluster_nodes{role=\"worker\","
+			   "state=\"missing\"}"),
+	    0);
+	CU_ASSERT_EQUAL(value_of(body, "embstore_cluster_map_epoch"), 1);
+	parse(sc, body);
+	CU_ASSERT_STRING_EQUAL(sc->err, "");
+	free(body);
+
+	CU_ASSERT_EQUAL(emb_node_barrier(worker, "b"), 0);
+	body = scrape_until(m, "embstore_cluster_barriers_total", 1);
+	CU_ASSERT_EQUAL(value_of(body, "embstore_cluster_barriers_total"), 1);
+	free(body);
+
+	/* The worker goes without finishing: dead. */
+	emb_node_destroy(worker);
+	body = scrape_until(m,
+			    "embstore_cluster_nodes{role=\"worker\","
+			    "state=\"dead\"}",
+			    1);
+	CU_ASSERT_EQUAL(
+	    value_of(body, "embstore_cluster_nodes{role=\"worker\","
+			   "state=\"dead\"}"),
+	    1);
+	free(body);
+	emb_metrics_destroy(m);
+	emb_node_destroy(server);
+	emb_sched_destroy(sched);
+	free(sc);
 }
 
 /* The checker itself: each body breaks one rule and must be caught. */
@@ -628,6 +818,14 @@ int main(int argc, char **argv)
 	     "and process metrics",
 	     test_format},
 	    {"a dropped table leaves the scrape", test_dropped_table},
+	    {"a client that disconnects cleanly is no transport error",
+	     test_clean_close},
+	    {"/healthz answers 200 when ready and 503 with the reason "
+	     "otherwise",
+	     test_healthz},
+	    {"the scheduler exports nodes by role and state, the cluster "
+	     "state, map epoch and barriers",
+	     test_scheduler},
 	    {"the format checker catches each broken rule", test_checker},
 	    {"only GET or HEAD of /metrics answers 200", test_paths},
 	    {"rejects malformed listen addresses", test_bad_addr},
