@@ -73,6 +73,7 @@ int main(int argc, char **argv)
 		{"rows", required_argument, NULL, 'n'},
 		{"seconds", required_argument, NULL, 's'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
 	struct sockaddr_in sa = {.sin_family = AF_INET};
@@ -94,6 +95,9 @@ int main(int argc, char **argv)
 		case 'n': rows = strtoull(optarg, NULL, 10); break;
 		case 's': seconds = strtod(optarg, NULL); break;
 		case 'h': usage(stdout); return 0;
+		case 'V':
+			printf("embstore-echo-client %s\n", EMB_VERSION);
+			return 0;
 		default: usage(stderr); return 2;
 		}
 	}

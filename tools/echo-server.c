@@ -134,6 +134,7 @@ int main(int argc, char **argv)
 		{"rows", required_argument, NULL, 'n'},
 		{"gather", no_argument, NULL, 'g'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
 	struct cfg cfg = {.row_bytes = 256, .rows = 1u << 20};
@@ -152,6 +153,9 @@ int main(int argc, char **argv)
 		case 'n': cfg.rows = strtoull(optarg, NULL, 10); break;
 		case 'g': cfg.gather = true; break;
 		case 'h': usage(stdout); return 0;
+		case 'V':
+			printf("embstore-echo-server %s\n", EMB_VERSION);
+			return 0;
 		default: usage(stderr); return 2;
 		}
 	}

@@ -95,46 +95,49 @@ struct worker {
 	uint64_t unique_sum;		/* distinct ids summed over batches */
 	uint64_t mix_rng;		/* op mix: pull or push per batch */
 	_Atomic uint64_t progress;	/* rows so far, read by main */
+	_Atomic uint64_t progress_ns;	/* their time in backend calls */
 	int rc;				/* first error, 0 if none */
 };
 
 static void usage(FILE *f)
 {
-	fputs("usage: embstore-bench [options]\n"
-	      "  --in-process          drive a table in this process (default)\n"
-	      "  --servers LIST        drive running servers: host:port,...\n"
-	      "  --sched HOST:PORT     find the servers through the scheduler\n"
-	      "                        (neither, with EMB_SCHED_HOST set: join\n"
-	      "                        the cluster as a worker)\n"
-	      "  --transport T         tcp | rdma | auto (tcp)\n"
-	      "  --preload | --no-preload  create the rows first (default on)\n"
-	      "  --op OP               pull | push | step | mix:F | raw-gather |"
-	      " raw-apply (pull);\n"
-	      "                        mix:0.8 pulls 80%% of batches, pushes"
-	      " the rest\n"
-	      "  --cache ROWS          client: a cached table of ROWS rows per"
-	      " thread\n"
-	      "  --prefetch K          cache: batches fetched ahead (0)\n"
-	      "  --staleness S         cache, write-through: max row age in"
-	      " steps (0)\n"
-	      "  --cache-mode M        cache: through | back (through)\n"
-	      "  --compute-us N        busy-wait N us between pull and push (0)\n"
-	      "  --rows N              rows preloaded, 1..2^32 (1000000)\n"
-	      "  --dim N               floats per row (64)\n"
-	      "  --batch N             ids per batch (4096)\n"
-	      "  --dist D              uniform | zipf:S (zipf:1.05)\n"
-	      "  --optimizer SPEC      sgd|adagrad|adam|ftrl[:key=value,...]"
-	      " (sgd)\n"
-	      "  --threads N           worker threads (1)\n"
-	      "  --duration SECONDS    timed run length (5)\n"
-	      "  --batches N           batches per thread instead of --duration\n"
-	      "  --warmup SECONDS      untimed run before timing (0)\n"
-	      "  --seed N              id streams and table seed (1)\n"
-	      "  --table NAME          table name (bench)\n"
-	      "  --json                one JSON object on stdout; summary to"
-	      " stderr\n"
-	      "  -h, --help            this text\n",
-	      f);
+	fputs(
+	    "usage: embstore-bench [options]\n"
+	    "  --in-process          drive a table in this process (default)\n"
+	    "  --servers LIST        drive running servers: host:port,...\n"
+	    "  --sched HOST:PORT     find the servers through the scheduler\n"
+	    "                        (neither, with EMB_SCHED_HOST set: join\n"
+	    "                        the cluster as a worker)\n"
+	    "  --transport T         tcp | rdma | auto (tcp)\n"
+	    "  --preload | --no-preload  create the rows first (default on)\n"
+	    "  --op OP               pull | push | step | mix:F | raw-gather |"
+	    " raw-apply (pull);\n"
+	    "                        mix:0.8 pulls 80% of batches, pushes"
+	    " the rest\n"
+	    "  --cache ROWS          client: a cached table of ROWS rows per"
+	    " thread\n"
+	    "  --prefetch K          cache: batches fetched ahead (0)\n"
+	    "  --staleness S         cache, write-through: max row age in"
+	    " steps (0)\n"
+	    "  --cache-mode M        cache: through | back (through)\n"
+	    "  --compute-us N        busy-wait N us between pull and push (0)\n"
+	    "  --rows N              rows preloaded, 1..2^32 (1000000)\n"
+	    "  --dim N               floats per row (64)\n"
+	    "  --batch N             ids per batch (4096)\n"
+	    "  --dist D              uniform | zipf:S (zipf:1.05)\n"
+	    "  --optimizer SPEC      sgd|adagrad|adam|ftrl[:key=value,...]"
+	    " (sgd)\n"
+	    "  --threads N           worker threads (1)\n"
+	    "  --duration SECONDS    timed run length (5)\n"
+	    "  --batches N           batches per thread instead of --duration\n"
+	    "  --warmup SECONDS      untimed run before timing (0)\n"
+	    "  --seed N              id streams and table seed (1)\n"
+	    "  --table NAME          table name (bench)\n"
+	    "  --json                one JSON object on stdout; summary to"
+	    " stderr\n"
+	    "  -h, --help            this text\n"
+	    "  --version             the version\n",
+	    f);
 }
 
 static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -193,32 +196,33 @@ enum {
 };
 
 static const struct option long_opts[] = {
-	{"in-process", no_argument, NULL, OPT_IN_PROCESS},
-	{"op", required_argument, NULL, OPT_OP},
-	{"rows", required_argument, NULL, OPT_ROWS},
-	{"dim", required_argument, NULL, OPT_DIM},
-	{"batch", required_argument, NULL, OPT_BATCH},
-	{"dist", required_argument, NULL, OPT_DIST},
-	{"optimizer", required_argument, NULL, OPT_OPTIMIZER},
-	{"threads", required_argument, NULL, OPT_THREADS},
-	{"duration", required_argument, NULL, OPT_DURATION},
-	{"batches", required_argument, NULL, OPT_BATCHES},
-	{"warmup", required_argument, NULL, OPT_WARMUP},
-	{"seed", required_argument, NULL, OPT_SEED},
-	{"table", required_argument, NULL, OPT_TABLE},
-	{"json", no_argument, NULL, OPT_JSON},
-	{"servers", required_argument, NULL, OPT_SERVERS},
-	{"sched", required_argument, NULL, OPT_SCHED},
-	{"transport", required_argument, NULL, OPT_TRANSPORT},
-	{"preload", no_argument, NULL, OPT_PRELOAD},
-	{"no-preload", no_argument, NULL, OPT_NO_PRELOAD},
-	{"cache", required_argument, NULL, OPT_CACHE},
-	{"prefetch", required_argument, NULL, OPT_PREFETCH},
-	{"staleness", required_argument, NULL, OPT_STALENESS},
-	{"cache-mode", required_argument, NULL, OPT_CACHE_MODE},
-	{"compute-us", required_argument, NULL, OPT_COMPUTE_US},
-	{"help", no_argument, NULL, 'h'},
-	{NULL, 0, NULL, 0},
+    {"in-process", no_argument, NULL, OPT_IN_PROCESS},
+    {"op", required_argument, NULL, OPT_OP},
+    {"rows", required_argument, NULL, OPT_ROWS},
+    {"dim", required_argument, NULL, OPT_DIM},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"dist", required_argument, NULL, OPT_DIST},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"duration", required_argument, NULL, OPT_DURATION},
+    {"batches", required_argument, NULL, OPT_BATCHES},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"table", required_argument, NULL, OPT_TABLE},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"servers", required_argument, NULL, OPT_SERVERS},
+    {"sched", required_argument, NULL, OPT_SCHED},
+    {"transport", required_argument, NULL, OPT_TRANSPORT},
+    {"preload", no_argument, NULL, OPT_PRELOAD},
+    {"no-preload", no_argument, NULL, OPT_NO_PRELOAD},
+    {"cache", required_argument, NULL, OPT_CACHE},
+    {"prefetch", required_argument, NULL, OPT_PREFETCH},
+    {"staleness", required_argument, NULL, OPT_STALENESS},
+    {"cache-mode", required_argument, NULL, OPT_CACHE_MODE},
+    {"compute-us", required_argument, NULL, OPT_COMPUTE_US},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
 };
 
 static int parse_op(struct opts *o, const char *s)
@@ -422,6 +426,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'h':
 			usage(stdout);
+			exit(0);
+		case 'V':
+			printf("embstore-bench %s\n", EMB_VERSION);
 			exit(0);
 		default:
 			usage(stderr);
@@ -651,6 +658,8 @@ static int run_batches(struct worker *w, bool timed)
 		done++;
 		atomic_fetch_add_explicit(&w->progress, n,
 					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->progress_ns, t1 - t0,
+					  memory_order_relaxed);
 		if (!timed)
 			continue;
 		emb_hist_record(&w->hist, t1 - t0);
@@ -745,6 +754,27 @@ static uint64_t progress_sum(struct worker *ws, uint32_t n)
 }
 
 /*
+ * Rows per second so far as the result counts them: per thread, rows over
+ * time inside backend calls, summed. 0 when no thread has timed a call
+ * (preload, which is timed by the wall clock).
+ */
+static double progress_rate(struct worker *ws, uint32_t n)
+{
+	double r = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t rows =
+		    atomic_load_explicit(&ws[i].progress, memory_order_relaxed);
+		uint64_t ns = atomic_load_explicit(&ws[i].progress_ns,
+						   memory_order_relaxed);
+
+		if (ns)
+			r += (double)rows * 1e9 / (double)ns;
+	}
+	return r;
+}
+
+/*
  * Runs one phase on every worker and waits for them. With a terminal on
  * stderr it redraws one progress line meanwhile: rows so far, rate, time
  * elapsed and left (estimated from expected rows when there is no clock).
@@ -765,6 +795,7 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 		ws[i].joined = false;
 		ws[i].deadline_ns = t0 + (uint64_t)(limit_s * 1e9);
 		atomic_store(&ws[i].progress, 0);
+		atomic_store(&ws[i].progress_ns, 0);
 		rc = -pthread_create(&ws[i].tid, NULL, worker_main, &ws[i]);
 		if (rc)
 			break;
@@ -773,7 +804,7 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 	while (tty && !rc) {
 		struct timespec nap = {0, PROGRESS_NS};
 		uint64_t rows = progress_sum(ws, n);
-		double el = (double)(emb_clock_ns() - t0) / 1e9, left;
+		double el = (double)(emb_clock_ns() - t0) / 1e9, left, rate;
 		bool done = true;
 
 		for (uint32_t i = 0; i < n; i++) {
@@ -793,10 +824,16 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 				       (double)rows;
 			else
 				left = limit_s - el;
+			/* The same rate the result reports: time in the
+			 * backend, id drawing left out; preload counts the
+			 * wall clock, as its result does. */
+			rate = progress_rate(ws, n);
 			fprintf(stderr,
-				"\r\033[K%s: %.2f M rows/s, %.1f s elapsed,"
-				" %.1f s left",
-				label, (double)rows / el / 1e6, el,
+				"\r\033[K%s: %.2f M rows/s (%s), %.1f s "
+				"elapsed, %.1f s left",
+				label,
+				(rate > 0 ? rate : (double)rows / el) / 1e6,
+				rate > 0 ? "backend time" : "wall clock", el,
 				left > 0 ? left : 0.0);
 		}
 		nanosleep(&nap, NULL);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "common/clock.h"
@@ -313,6 +314,31 @@ static int train(const struct cfg *c, struct ctr_params *p)
 	return rc;
 }
 
+/* Says why the after-train command failed, from system()'s status. */
+static void report_after(const char *cmd, int st)
+{
+	if (st == -1)
+		fprintf(stderr,
+			"train: cannot run the after-train command: "
+			"%s\n",
+			strerror(errno));
+	else if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
+		fprintf(stderr,
+			"train: after-train command not found (exit 127): "
+			"%s\ntrain: is the program on PATH? `embstore launch` "
+			"puts its own directory first; otherwise see "
+			"docs/deploy.md\n",
+			cmd);
+	else if (WIFEXITED(st))
+		fprintf(stderr,
+			"train: after-train command exited with %d: "
+			"%s\n",
+			WEXITSTATUS(st), cmd);
+	else if (WIFSIGNALED(st))
+		fprintf(stderr, "train: after-train command killed by %s: %s\n",
+			strsignal(WTERMSIG(st)), cmd);
+}
+
 /*
  * Every worker has flushed; worker 0 runs the command (a dump, say) while
  * the servers still hold the trained tables, then everyone may finish.
@@ -332,11 +358,8 @@ static int after_train(const struct cfg *c, struct ctr_params *p)
 		fflush(stdout);
 		st = system(c->after);
 		if (st != 0) {
-			fprintf(stderr,
-				"train: after-train command failed "
-				"(status %d): %s\n",
-				st, c->after);
-			rc = EMB_EINTERNAL;
+			report_after(c->after, st);
+			rc = 1; /* reported */
 		}
 	}
 	st = ctr_params_barrier(p, "after-train");
@@ -467,7 +490,9 @@ int main(int argc, char **argv)
 		rc = after_train(&c, p);
 	ctr_params_close(p);
 	if (rc) {
-		fprintf(stderr, "train: %s\n", emb_strerror(rc));
+		/* A positive rc was reported where it happened. */
+		if (rc < 0)
+			fprintf(stderr, "train: %s\n", emb_strerror(rc));
 		return 1;
 	}
 	return 0;

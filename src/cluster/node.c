@@ -524,7 +524,7 @@ static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
 			 int64_t deadline)
 {
 	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
-	int64_t start = mono_ms();
+	int64_t start = (int64_t)emb_clock_ms();
 	bool logged = false;
 	int rc;
 
@@ -544,7 +544,7 @@ static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
 		emb_log(EMB_LOG_DEBUG, "waiting for scheduler %s: %s",
 			n->sched, emb_strerror(rc));
 		if (!logged &&
-		    mono_ms() - start >= CONNECT_QUIET_MS) {
+		    (int64_t)emb_clock_ms() - start >= CONNECT_QUIET_MS) {
 			emb_log(EMB_LOG_INFO,
 				"still waiting for scheduler %s after %d s: %s",
 				n->sched, CONNECT_QUIET_MS / 1000,

@@ -29,10 +29,6 @@
 #include "common/addr.h"
 #include "common/hist.h"
 
-#ifndef EMB_VERSION
-#define EMB_VERSION "unknown"
-#endif
-
 struct emb_metrics {
 	struct MHD_Daemon *d;	   /* the HTTP server */
 	emb_metrics_collect_fn fn; /* the owner's collector */

@@ -1520,7 +1520,7 @@ static void tcp_listener_destroy(struct emb_listener *el)
 	close(l->fd);
 	if (l->spare_fd >= 0)
 		close(l->spare_fd);
-	emb_log(EMB_LOG_INFO, "tcp: stopped listening on port %u", el->port);
+	emb_log(EMB_LOG_DEBUG, "tcp: stopped listening on port %u", el->port);
 	/* An event for it may still sit in this poll's batch. */
 	l->dead_next = t->dead_listeners;
 	t->dead_listeners = l;

@@ -1,8 +1,8 @@
 /*
- * tools/stat.c - `embstore stat`: one line per server and table with rows,
- * memory and op rates.
+ * tools/embstore/stat.c - `embstore stat`: one line per server and table with
+ * rows, memory and op rates.
  *
- *   embstore stat --servers LIST [--interval S] [--watch N]
+ *   embstore stat --servers LIST [--interval S] [--watch N] [--json]
  *
  * Rates come from two STATS samples (emb_client_server_stats) a known time
  * apart: the counters are totals since the table was created, so only a
@@ -12,7 +12,7 @@
  * terminal, plain successive tables otherwise) until Ctrl-C, which exits 0.
  * Single-threaded; the client library runs its own network thread.
  */
-#include "stat.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -158,6 +158,63 @@ static void print_row(const char *server, const char *table, uint32_t dim,
 		       table, "", rs, bs, p, q, rp, rq);
 }
 
+/* s as a JSON string: quotes, backslashes and control bytes escaped. */
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			printf("\\%c", ch);
+		else if (ch < 0x20)
+			printf("\\u%04x", ch);
+		else
+			putchar(ch);
+	}
+	putchar('"');
+}
+
+/*
+ * b with rates against a as one JSON object on one line: the time, the
+ * interval, and one object per server and table with the columns of the
+ * table (rates per second, memory in bytes).
+ */
+static void show_json(char *const *names, uint32_t nsrv, const struct sample *a,
+		      const struct sample *b)
+{
+	double dt = b->at_s - a->at_s;
+	bool first = true;
+
+	printf("{\"time\":%lld,\"interval_s\":%.3f,\"servers\":%u,"
+	       "\"tables\":[",
+	       (long long)time(NULL), dt, nsrv);
+	for (uint32_t i = 0; i < b->n; i++) {
+		const struct emb_client_server_table *e = &b->t[i];
+		const struct emb_client_server_table *o =
+		    find(a, e->server, e->name);
+
+		if (e->server >= nsrv)
+			continue;
+		printf("%s{\"server\":", first ? "" : ",");
+		json_str(names[e->server]);
+		printf(",\"table\":");
+		json_str(e->name);
+		printf(",\"dim\":%u,\"rows\":%llu,\"memory_bytes\":%llu,"
+		       "\"pulls_per_s\":%.1f,\"pushes_per_s\":%.1f,"
+		       "\"rows_pulled_per_s\":%.1f,\"rows_pushed_per_s\":%.1f}",
+		       e->dim, (unsigned long long)e->rows,
+		       (unsigned long long)e->bytes,
+		       o ? rate(o->pulls, e->pulls, dt) : 0.0,
+		       o ? rate(o->pushes, e->pushes, dt) : 0.0,
+		       o ? rate(o->rows_pulled, e->rows_pulled, dt) : 0.0,
+		       o ? rate(o->rows_pushed, e->rows_pushed, dt) : 0.0);
+		first = false;
+	}
+	printf("]}\n");
+	fflush(stdout);
+}
+
 /* Prints b with rates against a (NULL: none yet). */
 static void show(char *const *names, uint32_t nsrv, const struct sample *a,
 		 const struct sample *b, bool tty)
@@ -217,16 +274,21 @@ static void usage(FILE *f)
 	fprintf(
 	    f,
 	    "usage: embstore stat --servers LIST [options]\n"
+	    "Rows, memory and op rates per server and table, from two "
+	    "samples.\n"
 	    "  --servers LIST        host:port[,host:port...] (EMB_SERVERS)\n"
 	    "  --sched HOST:PORT     find the servers through the "
 	    "scheduler\n"
 	    "  --interval S          seconds between the two samples of "
 	    "a rate (default 1)\n"
 	    "  --watch N             redraw every N seconds until Ctrl-C\n"
+	    "  --json                one JSON object per sample, one a "
+	    "line\n"
 	    "  --transport tcp|rdma  (EMB_TRANSPORT; default tcp)\n"
 	    "  --auth-token-file F   (EMB_AUTH_TOKEN_FILE)\n"
 	    "  --log-level L         error|warn|info|debug (default "
-	    "error)\n");
+	    "error)\n"
+	    "  --help, --version\n");
 }
 
 /* Splits LIST at commas into names[] (malloc'd copies), as the client
@@ -268,7 +330,7 @@ static bool parse_seconds(const char *s, double lo, double *out)
 	return true;
 }
 
-int emb_stat_main(int argc, char **argv)
+int emb_cmd_stat(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 	    {"servers", required_argument, NULL, 's'},
@@ -278,7 +340,9 @@ int emb_stat_main(int argc, char **argv)
 	    {"transport", required_argument, NULL, 'T'},
 	    {"auth-token-file", required_argument, NULL, 'a'},
 	    {"log-level", required_argument, NULL, 'L'},
+	    {"json", no_argument, NULL, 'j'},
 	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
@@ -294,7 +358,7 @@ int emb_stat_main(int argc, char **argv)
 	enum emb_log_level lvl;
 	struct sigaction sa;
 	uint32_t nsrv;
-	bool tty;
+	bool tty, json = false;
 	int opt, rc, status = 1;
 
 	co.transport =
@@ -337,8 +401,14 @@ int emb_stat_main(int argc, char **argv)
 		case 'L':
 			level = optarg;
 			break;
+		case 'j':
+			json = true;
+			break;
 		case 'h':
 			usage(stdout);
+			return 0;
+		case 'V':
+			printf("embstore %s\n", EMB_VERSION);
 			return 0;
 		default:
 			usage(stderr);
@@ -378,7 +448,8 @@ int emb_stat_main(int argc, char **argv)
 		return 2;
 	}
 	if (token_file && *token_file) {
-		if (emb_token_read_file(token_file, token, &co.auth_token_len)) {
+		if (emb_token_read_file(token_file, token,
+					&co.auth_token_len)) {
 			fprintf(stderr,
 				"embstore stat: cannot use token file "
 				"%s\n",
@@ -411,7 +482,10 @@ int emb_stat_main(int argc, char **argv)
 		rc = take(c, &b);
 		if (rc)
 			break;
-		show(names, nsrv, &a, &b, tty && watch > 0);
+		if (json)
+			show_json(names, nsrv, &a, &b);
+		else
+			show(names, nsrv, &a, &b, tty && watch > 0);
 		if (watch <= 0)
 			break;
 		/* b becomes the older sample; a's buffer is reused. */

@@ -1,6 +1,6 @@
 /*
- * tools/launch.c - `embstore launch`: starts a scheduler, the servers and
- * the workers of a cluster on this machine, each with the environment of
+ * tools/embstore/launch.c - `embstore launch`: starts a scheduler, the servers
+ * and the workers of a cluster on this machine, each with the environment of
  * docs/cluster.md, like Paddle's fleetrun or MindSpore's scripts.
  *
  * Every child's stdout and stderr go through a pipe: each line is written
@@ -13,7 +13,9 @@
  *
  * Single-threaded: one poll loop over the pipes and a signalfd.
  */
-#include "launch.h"
+#include "cli.h"
+#include "common/err.h"
+#include "worker/embstore.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -40,10 +42,11 @@
 
 #include "common/clock.h"
 
-#define GRACE_MS     5000  /* SIGTERM to SIGKILL */
-#define LINGER_MS    30000 /* servers' own exit after the workers' */
-#define LINE_MAX_LEN 4096  /* longer lines are cut into pieces */
-#define CHILDREN_MAX 1024
+#define GRACE_MS       5000  /* SIGTERM to SIGKILL */
+#define LINGER_MS      30000 /* servers' own exit after the workers' */
+#define LINE_MAX_LEN   4096  /* longer lines are cut into pieces */
+#define CHILDREN_MAX   1024
+#define JOIN_TIMEOUT_S 60 /* EMB_CLUSTER_TIMEOUT unless set */
 
 enum kind { K_SCHED, K_SERVER, K_WORKER };
 
@@ -61,6 +64,10 @@ struct child {
 struct launch {
 	struct child *ch; /* nch children */
 	uint32_t nch;
+	char sched[32];	    /* "127.0.0.1:PORT": the scheduler */
+	bool formed;	    /* the scheduler answered with the map */
+	long timeout_s;	    /* EMB_CLUSTER_TIMEOUT the children got */
+	int64_t form_by_ms; /* the cluster must have formed by then */
 	pid_t pgid;	    /* the children's process group; 0 before */
 	int sigfd;	    /* SIGCHLD, SIGINT, SIGTERM */
 	sigset_t oldmask;   /* restored in children */
@@ -85,15 +92,30 @@ static void say(const char *fmt, ...)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: embstore launch --server_num N --worker_num N "
-		   "[options] -- COMMAND [ARGS...]\n"
-		   "  --server_num N     servers to start (also --server-num)\n"
-		   "  --worker_num N     workers to start: COMMAND, N times\n"
-		   "  --sched-port P     scheduler port (default: a free one)\n"
-		   "  --log-dir D        one log per process (default: log)\n"
-		   "Workers find the cluster through EMB_SCHED_HOST and "
-		   "EMB_SCHED_PORT;\nthe server binary is EMB_SERVER_BIN or "
-		   "embstore-server next to embstore.\n");
+	fprintf(f,
+		"usage: embstore launch --server_num N --worker_num N "
+		"[options] -- COMMAND [ARGS...]\n"
+		"Starts a scheduler, N servers and N copies of COMMAND (the "
+		"workers) on this\nmachine, each with the cluster's "
+		"environment (docs/deploy.md), and waits for\nthe workers. "
+		"Exit status: 0 when every worker exited 0, 1 when one "
+		"failed or\nnever joined, 128 + N after signal N, 2 for bad "
+		"usage.\n"
+		"  --server_num N     servers to start (also --server-num)\n"
+		"  --worker_num N     workers to start: COMMAND, N times "
+		"(also --worker-num,\n"
+		"                     and Paddle's --trainer_num)\n"
+		"  --sched-port P     scheduler port (default: a free one)\n"
+		"  --log-dir D        one log per process (default: log)\n"
+		"  --help, --version\n"
+		"Children find the cluster through EMB_SCHED_HOST and "
+		"EMB_SCHED_PORT; the\nlauncher's directory comes first on "
+		"their PATH, so COMMAND may call embstore\nand "
+		"embstore-server. The cluster must form within "
+		"EMB_CLUSTER_TIMEOUT seconds\n(default here: %d). The "
+		"server binary is EMB_SERVER_BIN or embstore-server next\n"
+		"to embstore.\n",
+		JOIN_TIMEOUT_S);
 }
 
 /* A port nobody listens on now (the scheduler binds it right after). */
@@ -115,22 +137,57 @@ static int free_port(uint16_t *port)
 	return rc;
 }
 
-static int server_bin(char *buf, size_t cap)
+/* The directory embstore runs from. */
+static int self_dir(char *buf, size_t cap)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n < 0)
+		return -errno;
+	self[n] = '\0';
+	snprintf(buf, cap, "%s", dirname(self));
+	return 0;
+}
+
+static int server_bin(const char *dir, char *buf, size_t cap)
 {
 	const char *env = getenv("EMB_SERVER_BIN");
-	char self[PATH_MAX];
-	ssize_t n;
 
 	if (env && *env) {
 		snprintf(buf, cap, "%s", env);
 		return 0;
 	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n < 0)
-		return -errno;
-	self[n] = '\0';
-	snprintf(buf, cap, "%s/embstore-server", dirname(self));
+	if ((size_t)snprintf(buf, cap, "%s/embstore-server", dir) >= cap)
+		return -ENAMETOOLONG;
 	return access(buf, X_OK) ? -errno : 0;
+}
+
+/* dir, then $PATH: the children find embstore and embstore-server. */
+static char *child_path(const char *dir)
+{
+	const char *path = getenv("PATH");
+	size_t len = strlen(dir) + (path ? strlen(path) : 0) + 2;
+	char *p = malloc(len);
+
+	if (p)
+		snprintf(p, len, "%s%s%s", dir, path && *path ? ":" : "",
+			 path ? path : "");
+	return p;
+}
+
+/* EMB_CLUSTER_TIMEOUT in whole seconds, or JOIN_TIMEOUT_S if unset. */
+static long join_timeout_s(void)
+{
+	const char *v = getenv("EMB_CLUSTER_TIMEOUT");
+	double s;
+	char *end;
+
+	if (!v || !*v)
+		return JOIN_TIMEOUT_S;
+	s = strtod(v, &end);
+	return *end || !(s > 0) || s > 86400 ? JOIN_TIMEOUT_S
+					     : (long)s + (s > (long)s);
 }
 
 /* ---- output --------------------------------------------------------- */
@@ -253,6 +310,45 @@ static bool all_reaped(const struct launch *l)
 	return true;
 }
 
+/*
+ * True once the cluster formed: the scheduler gives an observer the map
+ * only then. A scheduler that is gone ended a job that had formed.
+ */
+static bool cluster_formed(struct launch *l)
+{
+	char servers[256];
+	int rc;
+
+	for (int i = 0; !l->formed && i < 100; i++) {
+		/* A scheduler not listening yet refuses too; one that
+		 * exited ended the job. */
+		if (!l->ch[0].pid)
+			return true;
+		rc = emb_cluster_servers(l->sched, servers, sizeof(servers));
+		l->formed = rc == 0 || rc == -ENOSPC;
+		if (rc != -ECONNREFUSED)
+			break;
+		usleep(100 * 1000);
+	}
+	return l->formed;
+}
+
+/* "worker.0, worker.3": the workers not reaped yet, cut to cap. */
+static void running_workers(const struct launch *l, char *buf, size_t cap)
+{
+	size_t at = 0;
+
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < l->nch && at < cap; i++) {
+		if (l->ch[i].kind != K_WORKER || !l->ch[i].pid)
+			continue;
+		at += (size_t)snprintf(buf + at, cap - at, "%s%s",
+				       at ? ", " : "", l->ch[i].name);
+	}
+	if (!buf[0])
+		snprintf(buf, cap, "none");
+}
+
 /* Reaps every child that exited, ours or orphans handed to us. */
 static void reap(struct launch *l)
 {
@@ -276,6 +372,16 @@ static void reap(struct launch *l)
 		if (!ok && !l->stopping &&
 		    (c->kind == K_WORKER || !workers_done(l)))
 			stop_all(l, 1);
+		/* A worker that never joined leaves the others waiting for
+		 * a cluster that cannot form. */
+		if (ok && c->kind == K_WORKER && !l->stopping &&
+		    !cluster_formed(l)) {
+			say("%s exited 0 without joining the cluster: a worker "
+			    "must join it (emb_client_from_env(), or "
+			    "embstore.connect() in Python) before it ends",
+			    c->name);
+			stop_all(l, 1);
+		}
 	}
 }
 
@@ -288,7 +394,8 @@ static void on_signal(struct launch *l)
 			continue;
 		say("%s", strsignal((int)si.ssi_signo));
 		if (l->stopping)
-			l->kill_at_ms = (int64_t)emb_clock_ms(); /* second Ctrl-C: now */
+			l->kill_at_ms =
+			    (int64_t)emb_clock_ms(); /* second Ctrl-C: now */
 		stop_all(l, 128 + (int)si.ssi_signo);
 	}
 	reap(l);
@@ -306,6 +413,19 @@ static int run(struct launch *l)
 		int64_t now = (int64_t)emb_clock_ms(), wait = -1;
 		struct child *map[CHILDREN_MAX];
 
+		if (!l->stopping && !l->formed && now >= l->form_by_ms) {
+			/* Checked once: a formed cluster stays formed. */
+			if (!cluster_formed(l)) {
+				char names[256];
+
+				running_workers(l, names, sizeof(names));
+				say("the cluster did not form within %ld s "
+				    "(EMB_CLUSTER_TIMEOUT): not every worker "
+				    "joined; still running: %s",
+				    l->timeout_s, names);
+				stop_all(l, 1);
+			}
+		}
 		if (!linger_at && workers_done(l) && !l->stopping)
 			linger_at = now + LINGER_MS;
 		if (linger_at && !l->stopping && now >= linger_at) {
@@ -329,6 +449,8 @@ static int run(struct launch *l)
 			wait = l->kill_at_ms - now;
 		else if (linger_at && !l->stopping)
 			wait = linger_at - now;
+		else if (!l->formed && !l->stopping)
+			wait = l->form_by_ms - now;
 		if (wait < 0 && wait != -1)
 			wait = 0;
 		/* Children may outlive their pipes (closed stdout): look
@@ -388,24 +510,29 @@ static int parse_num(const char *s, unsigned long hi, uint32_t *out)
 	return 0;
 }
 
-int emb_launch_main(int argc, char **argv)
+int emb_cmd_launch(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 	    {"server_num", required_argument, NULL, 's'},
 	    {"server-num", required_argument, NULL, 's'},
 	    {"worker_num", required_argument, NULL, 'w'},
 	    {"worker-num", required_argument, NULL, 'w'},
+	    {"trainer_num", required_argument, NULL, 'w'},
+	    {"trainer-num", required_argument, NULL, 'w'},
 	    {"sched-port", required_argument, NULL, 'p'},
 	    {"sched_port", required_argument, NULL, 'p'},
 	    {"log-dir", required_argument, NULL, 'd'},
 	    {"log_dir", required_argument, NULL, 'd'},
 	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct launch l = {.sigfd = -1};
 	uint32_t S = 0, W = 0, port32 = 0;
 	const char *dir = "log";
-	char bin[PATH_MAX], port[8], snum[16], wnum[16], name[32];
+	char bin[PATH_MAX], self[PATH_MAX], port[8], snum[16], wnum[16];
+	char name[32], tmo[24], *path = NULL;
+	long timeout_s;
 	char *sched_argv[4], *server_argv[2];
 	uint16_t sched_port = 0;
 	sigset_t mask;
@@ -433,13 +560,17 @@ int emb_launch_main(int argc, char **argv)
 		case 'h':
 			usage(stdout);
 			return 0;
+		case 'V':
+			printf("embstore %s\n", EMB_VERSION);
+			return 0;
 		default:
 			goto bad_usage;
 		}
 	}
 	if (!S || !W || optind >= argc || S + W + 1 > CHILDREN_MAX)
 		goto bad_usage;
-	if (server_bin(bin, sizeof(bin))) {
+	if (self_dir(self, sizeof(self)) ||
+	    server_bin(self, bin, sizeof(bin))) {
 		say("no embstore-server next to embstore; set EMB_SERVER_BIN");
 		return 2;
 	}
@@ -455,9 +586,20 @@ int emb_launch_main(int argc, char **argv)
 	snprintf(snum, sizeof(snum), "%u", S);
 	snprintf(wnum, sizeof(wnum), "%u", W);
 
+	timeout_s = join_timeout_s();
+	snprintf(tmo, sizeof(tmo), "%ld", timeout_s);
+	snprintf(l.sched, sizeof(l.sched), "127.0.0.1:%u", sched_port);
+	l.timeout_s = timeout_s;
+	/* The nodes give up at the timeout; the launcher a little later,
+	 * should they not (a worker that never tries keeps waiting). */
+	l.form_by_ms = (int64_t)emb_clock_ms() + timeout_s * 1000 + 5000;
+	path = child_path(self);
 	l.ch = calloc(S + W + 1, sizeof(*l.ch));
-	if (!l.ch)
+	if (!path || !l.ch) {
+		free(path);
+		free(l.ch);
 		return 1;
+	}
 	/* Orphans of our children come back to us to be reaped. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	sigemptyset(&mask);
@@ -495,6 +637,10 @@ int emb_launch_main(int argc, char **argv)
 		    snum,
 		    "EMB_WORKER_NUM",
 		    wnum,
+		    "EMB_CLUSTER_TIMEOUT",
+		    tmo,
+		    "PATH",
+		    path,
 		    /* Servers bind a free port and register it. */
 		    k == K_SERVER ? "EMB_LISTEN" : NULL,
 		    "127.0.0.1:0",
@@ -532,6 +678,7 @@ out:
 		close(l.sigfd);
 	sigprocmask(SIG_SETMASK, &l.oldmask, NULL);
 	free(l.ch);
+	free(path);
 	return rc;
 
 bad_usage:

@@ -1,0 +1,203 @@
+/*
+ * tools/embstore/inspect.c - `embstore inspect`: reads every block of a
+ * dump or one snapshot file, verifies the checksums (and the MANIFEST's),
+ * and describes it: metadata, rows, a histogram of weight norms, and the
+ * first rows if asked.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common/hash.h"
+#include "common/optim.h"
+#include "common/init.h"
+
+static void usage(FILE *f)
+{
+	fputs("usage: embstore inspect DIR|FILE [options]\n"
+	      "Verifies a dump (every checksum) and describes it; exits 1 if "
+	      "a file is bad.\n"
+	      "  --rows N                also print the first N "
+	      "rows\n" EMB_CLI_HELP_BASE,
+	      f);
+}
+
+#define NORM_BUCKETS 16
+
+static void print_meta(const char *file, const struct emb_snap_meta *m,
+		       uint64_t checksum)
+{
+	const struct emb_optim_cfg *o = &m->optim;
+
+	printf("file %s\n", file);
+	printf("  table %s  dim %u  state floats %u  part %u of %u\n", m->name,
+	       m->dim, m->state_floats, m->part, m->nparts);
+	printf("  optimizer %s lr=%g wd=%g acc=%g beta1=%g beta2=%g eps=%g "
+	       "beta=%g l1=%g l2=%g\n",
+	       emb_optim_name(o->kind), (double)o->lr, (double)o->weight_decay,
+	       (double)o->initial_accumulator, (double)o->beta1,
+	       (double)o->beta2, (double)o->eps, (double)o->ftrl_beta,
+	       (double)o->l1, (double)o->l2);
+	printf("  initializer %s a=%g b=%g  seed %llu  table step %llu\n",
+	       emb_init_name(m->init.kind), (double)m->init.a,
+	       (double)m->init.b, (unsigned long long)m->seed,
+	       (unsigned long long)m->step);
+	printf(
+	    "  rows %llu  blocks %llu  raw %llu B  file %llu B  ratio "
+	    "%.2f  format v%u%s  checksum %016llx OK\n",
+	    (unsigned long long)m->rows, (unsigned long long)m->blocks,
+	    (unsigned long long)m->raw_bytes, (unsigned long long)m->file_bytes,
+	    m->file_bytes ? (double)m->raw_bytes / (double)m->file_bytes : 0.0,
+	    EMB_SNAP_VERSION,
+	    (m->flags & EMB_SNAP_F_SHUFFLE) ? " shuffled" : "",
+	    (unsigned long long)checksum);
+}
+
+static int run(struct cli *cli)
+{
+	struct emb_cli_fileset fs;
+	char p[EMB_SNAP_PATH_MAX + 300];
+	uint64_t hist[NORM_BUCKETS + 2], total = 0;
+	uint32_t shown = 0;
+	int rc, bad = 0;
+
+	if (!cli->dir)
+		return emb_cli_usage_error(cli, usage,
+					   "inspect needs a directory or file");
+	if (emb_cli_fileset_open("inspect", cli->dir, &fs))
+		return 1;
+	memset(hist, 0, sizeof(hist));
+	for (uint32_t i = 0; i < fs.n; i++) {
+		struct emb_snap_reader *r;
+		struct emb_snap_block b;
+		const struct emb_snap_meta *m;
+
+		emb_cli_fileset_path(&fs, i, p, sizeof(p));
+		rc = emb_snap_reader_open(p, 0, &r);
+		if (rc) {
+			fprintf(stderr, "embstore inspect: %s: %s\n", p,
+				emb_cli_snap_err(rc));
+			bad++;
+			continue;
+		}
+		m = emb_snap_reader_meta(r);
+		while ((rc = emb_snap_reader_next(r, &b)) > 0) {
+			for (uint32_t k = 0; k < b.n; k++) {
+				const float *w =
+				    b.rows + (size_t)k * m->row_floats;
+				double sq = 0;
+				int bucket;
+
+				for (uint32_t d = 0; d < m->dim; d++)
+					sq += (double)w[d] * w[d];
+				/* Buckets are powers of two of the norm,
+				 * 2^-10 .. 2^5, with under/overflow. */
+				bucket = sq > 0
+					     ? (int)floor(log2(sqrt(sq))) + 11
+					     : 0;
+				if (bucket < 0)
+					bucket = 0;
+				if (bucket > NORM_BUCKETS + 1)
+					bucket = NORM_BUCKETS + 1;
+				hist[bucket]++;
+				total++;
+				if (shown < cli->rows) {
+					shown++;
+					printf("row id %llu slot %u step %u "
+					       "count %u:",
+					       (unsigned long long)b.ids[k],
+					       emb_id_slot(b.ids[k]),
+					       b.last_step[k], b.count[k]);
+					for (uint32_t d = 0;
+					     d < m->row_floats && d < 16; d++)
+						printf(" %.6g", (double)w[d]);
+					printf("%s\n", m->row_floats > 16
+							   ? " ..."
+							   : "");
+				}
+			}
+		}
+		if (rc == 0) {
+			if (fs.e[i].bytes &&
+			    emb_snap_reader_checksum(r) != fs.e[i].checksum) {
+				fprintf(stderr,
+					"embstore inspect: %s: checksum "
+					"differs from the manifest\n",
+					p);
+				bad++;
+			} else {
+				print_meta(fs.e[i].file, m,
+					   emb_snap_reader_checksum(r));
+			}
+		} else {
+			fprintf(stderr, "embstore inspect: %s: %s\n", p,
+				emb_cli_snap_err(rc));
+			bad++;
+		}
+		emb_snap_reader_close(r);
+	}
+	printf("rows %llu in %u file%s; weight L2 norm histogram:\n",
+	       (unsigned long long)total, fs.n, fs.n == 1 ? "" : "s");
+	for (int k = 0; k < NORM_BUCKETS + 2; k++) {
+		if (!hist[k])
+			continue;
+		if (k == 0)
+			printf("  [0, 2^-10)     %llu\n",
+			       (unsigned long long)hist[k]);
+		else if (k == NORM_BUCKETS + 1)
+			printf("  [2^%d, inf)     %llu\n", k - 11,
+			       (unsigned long long)hist[k]);
+		else
+			printf("  [2^%d, 2^%d)  %llu\n", k - 11, k - 10,
+			       (unsigned long long)hist[k]);
+	}
+	emb_cli_fileset_close(&fs);
+	if (bad) {
+		printf("%d file%s FAILED verification\n", bad,
+		       bad == 1 ? "" : "s");
+		return 1;
+	}
+	printf("all checksums OK\n");
+	return 0;
+}
+
+int emb_cmd_inspect(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	    {"rows", required_argument, NULL, 'r'},
+	    {"in", required_argument, NULL, 'i'},
+	    EMB_CLI_OPTS_BASE,
+	    {NULL, 0, NULL, 0},
+	};
+	struct cli cli;
+	char *end;
+	int c, status;
+
+	emb_cli_init(&cli, "inspect");
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'r':
+			cli.rows = (uint32_t)strtoul(optarg, &end, 10);
+			if (*end || !*optarg)
+				return emb_cli_usage_error(&cli, usage,
+							   "bad --rows");
+			break;
+		case 'i':
+			cli.dir = optarg;
+			break;
+		default:
+			status = emb_cli_opt(&cli, c, optarg, usage);
+			if (status >= 0)
+				return status;
+		}
+	}
+	if (optind < argc && !cli.dir)
+		cli.dir = argv[optind++];
+	if (optind < argc)
+		return emb_cli_usage_error(&cli, usage, "unexpected argument");
+	status = emb_cli_setup(&cli);
+	return status ? status : run(&cli);
+}

@@ -1,0 +1,391 @@
+/*
+ * tools/embstore/restore.c - `embstore restore`: verifies every file of a
+ * dump and checks the target before it changes anything, then assigns
+ * rows with their optimizer state through the client library, which
+ * routes each id by slot, so any number of servers may receive them.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "worker/embstore.h"
+
+#define ASSIGN_BYTES (8u << 20) /* rows per restore assign call */
+
+static void usage(FILE *f)
+{
+	fputs("usage: embstore restore --in DIR --servers LIST [options]\n"
+	      "Loads a dump (or one of its files) into a cluster of any "
+	      "size; the table is made\nif it does not exist.\n"
+	      "  --in DIR|FILE           the dump\n"
+	      "  --table NAME            the table to create or fill "
+	      "(default: the dump's)\n" EMB_CLI_HELP_CONN EMB_CLI_HELP_BASE,
+	      f);
+}
+
+/*
+ * Restore overlaps reading with sending: this thread decodes blocks into
+ * batch buffers, ASSIGN_THREADS threads send them (the client library is
+ * thread-safe and routes each id by slot). A dump holds an id once, so the
+ * order of the assigns does not matter.
+ */
+#define ASSIGN_THREADS 2
+#define ASSIGN_BUFS    4
+
+struct abatch {
+	uint64_t *ids; /* cap ids */
+	float *rows;   /* cap * row_floats floats */
+	uint32_t n;    /* rows held */
+};
+
+struct apool {
+	struct emb_client_table *t;	 /* borrowed */
+	struct emb_cli_progress *prog;	 /* shared */
+	uint32_t rf;			 /* row floats */
+	uint32_t cap;			 /* rows per batch */
+	struct abatch bufs[ASSIGN_BUFS]; /* batches */
+	uint32_t freel[ASSIGN_BUFS];	 /* free batch indexes */
+	uint32_t nfree;			 /* entries in freel */
+	uint32_t fullq[ASSIGN_BUFS];	 /* filled batches, FIFO */
+	uint32_t qhead;			 /* first in fullq */
+	uint32_t qlen;			 /* entries in fullq */
+	bool closing;			 /* no more batches */
+	int err;			 /* first assign error */
+	pthread_mutex_t lock;		 /* guards the fields above */
+	pthread_cond_t cond;		 /* any change */
+	pthread_t th[ASSIGN_THREADS];	 /* senders */
+	uint32_t nth;			 /* started */
+};
+
+static void *apool_main(void *arg)
+{
+	struct apool *ap = arg;
+
+	pthread_mutex_lock(&ap->lock);
+	for (;;) {
+		struct abatch *b;
+		uint32_t k;
+		int rc;
+
+		while (!ap->qlen && !ap->closing)
+			pthread_cond_wait(&ap->cond, &ap->lock);
+		if (!ap->qlen)
+			break;
+		k = ap->fullq[ap->qhead];
+		ap->qhead = (ap->qhead + 1) % ASSIGN_BUFS;
+		ap->qlen--;
+		pthread_mutex_unlock(&ap->lock);
+		b = &ap->bufs[k];
+		rc =
+		    emb_client_table_assign(ap->t, b->ids, b->n, b->rows, true);
+		if (!rc)
+			emb_cli_progress_add(ap->prog, b->n,
+					     4ull * b->n * ap->rf);
+		pthread_mutex_lock(&ap->lock);
+		if (rc && !ap->err)
+			ap->err = rc;
+		ap->freel[ap->nfree++] = k;
+		pthread_cond_broadcast(&ap->cond);
+	}
+	pthread_mutex_unlock(&ap->lock);
+	return NULL;
+}
+
+static int apool_start(struct apool *ap, struct emb_client_table *t,
+		       struct emb_cli_progress *prog, uint32_t rf)
+{
+	memset(ap, 0, sizeof(*ap));
+	ap->t = t;
+	ap->prog = prog;
+	ap->rf = rf;
+	ap->cap = ASSIGN_BYTES / (8 + 4 * rf);
+	if (ap->cap == 0)
+		ap->cap = 1;
+	pthread_mutex_init(&ap->lock, NULL);
+	pthread_cond_init(&ap->cond, NULL);
+	for (uint32_t k = 0; k < ASSIGN_BUFS; k++) {
+		ap->bufs[k].ids = malloc((size_t)ap->cap * sizeof(uint64_t));
+		ap->bufs[k].rows = malloc((size_t)ap->cap * rf * sizeof(float));
+		if (!ap->bufs[k].ids || !ap->bufs[k].rows)
+			return -ENOMEM;
+		ap->freel[ap->nfree++] = k;
+	}
+	for (; ap->nth < ASSIGN_THREADS; ap->nth++)
+		if (pthread_create(&ap->th[ap->nth], NULL, apool_main, ap))
+			return ap->nth ? 0 : -EAGAIN;
+	return 0;
+}
+
+/* A free batch to fill, or NULL once an assign failed. */
+static struct abatch *apool_get(struct apool *ap, uint32_t *k)
+{
+	struct abatch *b = NULL;
+
+	pthread_mutex_lock(&ap->lock);
+	while (!ap->nfree && !ap->err)
+		pthread_cond_wait(&ap->cond, &ap->lock);
+	if (!ap->err) {
+		*k = ap->freel[--ap->nfree];
+		b = &ap->bufs[*k];
+		b->n = 0;
+	}
+	pthread_mutex_unlock(&ap->lock);
+	return b;
+}
+
+static void apool_put(struct apool *ap, uint32_t k)
+{
+	pthread_mutex_lock(&ap->lock);
+	ap->fullq[(ap->qhead + ap->qlen) % ASSIGN_BUFS] = k;
+	ap->qlen++;
+	pthread_cond_broadcast(&ap->cond);
+	pthread_mutex_unlock(&ap->lock);
+}
+
+/* Sends what is queued, stops the threads, frees; the first error. */
+static int apool_finish(struct apool *ap)
+{
+	int rc;
+
+	pthread_mutex_lock(&ap->lock);
+	ap->closing = true;
+	pthread_cond_broadcast(&ap->cond);
+	pthread_mutex_unlock(&ap->lock);
+	for (uint32_t i = 0; i < ap->nth; i++)
+		pthread_join(ap->th[i], NULL);
+	rc = ap->err;
+	for (uint32_t k = 0; k < ASSIGN_BUFS; k++) {
+		free(ap->bufs[k].ids);
+		free(ap->bufs[k].rows);
+	}
+	pthread_cond_destroy(&ap->cond);
+	pthread_mutex_destroy(&ap->lock);
+	return rc;
+}
+
+static int run(struct cli *cli)
+{
+	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
+	struct emb_client *c = NULL;
+	struct emb_client_table *t = NULL;
+	struct emb_snap_meta *metas = NULL;
+	struct emb_table_spec spec;
+	struct emb_cli_fileset fs;
+	struct emb_cli_progress prog;
+	char p[EMB_SNAP_PATH_MAX + 300];
+	const char *name;
+	uint64_t raw = 0;
+	uint32_t nsel = 0;
+	double dt;
+	int rc;
+
+	if (!cli->servers || !cli->dir)
+		return emb_cli_usage_error(cli, usage,
+					   "restore needs --in and --servers");
+	rc = emb_cli_fileset_open("restore", cli->dir, &fs);
+	if (rc)
+		return 1;
+	metas = calloc(fs.n ? fs.n : 1, sizeof(*metas));
+	if (!metas)
+		goto fail;
+	rc = emb_cli_fileset_verify("restore", &fs, metas);
+	if (rc)
+		goto fail;
+	for (uint32_t i = 0; i < fs.n; i++) {
+		/* One table per restore: the first one, unless named. */
+		if (strcmp(metas[i].name, metas[0].name) != 0) {
+			fprintf(stderr,
+				"embstore restore: %s holds more than one "
+				"table; restore them one directory at a "
+				"time\n",
+				cli->dir);
+			goto fail;
+		}
+		if (metas[i].dim != metas[0].dim ||
+		    metas[i].optim.kind != metas[0].optim.kind) {
+			fprintf(stderr,
+				"embstore restore: files of %s disagree on "
+				"dim or optimizer\n",
+				cli->dir);
+			goto fail;
+		}
+		raw += metas[i].raw_bytes;
+		nsel++;
+	}
+	if (nsel == 0) {
+		fprintf(stderr, "embstore restore: %s holds no files\n",
+			cli->dir);
+		goto fail;
+	}
+	name = cli->table ? cli->table : metas[0].name;
+
+	co.servers = cli->servers;
+	co.transport = cli->transport;
+	co.auth_token = cli->token_len ? cli->token : NULL;
+	co.auth_token_len = cli->token_len;
+	co.name = "embstore-restore";
+	rc = emb_client_create(&co, &c);
+	if (rc) {
+		fprintf(stderr, "embstore restore: cannot connect to %s: %s\n",
+			cli->servers, emb_strerror(rc));
+		goto fail;
+	}
+	/* Refuse before touching: an existing table must take the rows as
+	 * they are (same dim, same optimizer state layout). */
+	rc = emb_client_table_open(c, name, &t);
+	if (rc == 0) {
+		const struct emb_table_spec *have = emb_client_table_spec(t);
+
+		if (have->dim != metas[0].dim ||
+		    have->optim.kind != metas[0].optim.kind) {
+			fprintf(stderr,
+				"embstore restore: table %s exists with dim "
+				"%u and optimizer %s; the snapshot has dim %u "
+				"and %s; nothing changed\n",
+				name, have->dim,
+				emb_optim_name(have->optim.kind), metas[0].dim,
+				emb_optim_name(metas[0].optim.kind));
+			goto fail;
+		}
+	} else {
+		spec.name = name;
+		spec.dim = metas[0].dim;
+		spec.optim = metas[0].optim;
+		spec.init = metas[0].init;
+		spec.seed = metas[0].seed;
+		rc = emb_client_table_create(c, &spec, &t);
+		if (rc) {
+			fprintf(stderr,
+				"embstore restore: cannot create table %s: "
+				"%s\n",
+				name, emb_strerror(rc));
+			goto fail;
+		}
+	}
+
+	emb_cli_progress_init(&prog, "restore", cli->quiet);
+	for (uint32_t i = 0; i < fs.n; i++)
+		prog.rows_total += metas[i].rows;
+	for (uint32_t i = 0; i < fs.n; i++) {
+		struct emb_snap_reader *r;
+		struct emb_snap_block b;
+		struct abatch *ab = NULL;
+		struct apool ap;
+		uint32_t rf = metas[i].row_floats, k = 0;
+		int arc;
+
+		emb_cli_fileset_path(&fs, i, p, sizeof(p));
+		rc = emb_snap_reader_open(p, 0, &r);
+		if (!rc)
+			rc = apool_start(&ap, t, &prog, rf);
+		if (rc) {
+			fprintf(stderr, "embstore restore: %s: %s\n", p,
+				emb_cli_snap_err(rc));
+			goto fail;
+		}
+		while ((rc = emb_snap_reader_next(r, &b)) > 0) {
+			if (emb_cli_interrupted) {
+				rc = -EINTR;
+				break;
+			}
+			for (uint32_t off = 0; off < b.n;) {
+				uint32_t m;
+
+				/* NULL: an assign failed; stop reading. */
+				if (!ab && !(ab = apool_get(&ap, &k))) {
+					rc = -ECANCELED;
+					break;
+				}
+				m = b.n - off < ap.cap - ab->n ? b.n - off
+							       : ap.cap - ab->n;
+				memcpy(ab->ids + ab->n, b.ids + off,
+				       m * sizeof(uint64_t));
+				memcpy(ab->rows + (size_t)ab->n * rf,
+				       b.rows + (size_t)off * rf,
+				       (size_t)m * rf * sizeof(float));
+				ab->n += m;
+				off += m;
+				if (ab->n == ap.cap) {
+					apool_put(&ap, k);
+					ab = NULL;
+				}
+			}
+			if (rc < 0)
+				break;
+			emb_cli_progress_show(&prog, false);
+		}
+		if (ab && ab->n)
+			apool_put(&ap, k);
+		arc = apool_finish(&ap);
+		if (!rc || rc == -ECANCELED)
+			rc = arc;
+		emb_snap_reader_close(r);
+		if (rc) {
+			char msg[256] = "";
+
+			emb_client_last_error(c, msg, sizeof(msg));
+			fprintf(stderr,
+				"embstore restore: %s: %s%s%s (table %s now "
+				"holds part of the snapshot)\n",
+				p, emb_cli_snap_err(rc), msg[0] ? ": " : "",
+				msg, name);
+			goto fail;
+		}
+	}
+	emb_cli_progress_end(&prog);
+	dt = emb_clock_s() - prog.t0;
+	printf("restore: table %s, %llu rows from %u file%s onto %u "
+	       "server%s, %.1f MB of rows, %.2f s, %.0f MB/s\n",
+	       name, (unsigned long long)prog.rows, fs.n, fs.n == 1 ? "" : "s",
+	       emb_client_nservers(c), emb_client_nservers(c) == 1 ? "" : "s",
+	       (double)raw / 1e6, dt, dt > 0 ? (double)raw / 1e6 / dt : 0.0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	free(metas);
+	emb_cli_fileset_close(&fs);
+	return 0;
+fail:
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	free(metas);
+	emb_cli_fileset_close(&fs);
+	return 1;
+}
+
+int emb_cmd_restore(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	    {"in", required_argument, NULL, 'i'},
+	    {"table", required_argument, NULL, 't'},
+	    EMB_CLI_OPTS_CONN,
+	    EMB_CLI_OPTS_BASE,
+	    {NULL, 0, NULL, 0},
+	};
+	struct cli cli;
+	int c, status;
+
+	emb_cli_init(&cli, "restore");
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'i':
+			cli.dir = optarg;
+			break;
+		case 't':
+			cli.table = optarg;
+			break;
+		default:
+			status = emb_cli_opt(&cli, c, optarg, usage);
+			if (status >= 0)
+				return status;
+		}
+	}
+	if (optind < argc)
+		return emb_cli_usage_error(&cli, usage, "unexpected argument");
+	status = emb_cli_setup(&cli);
+	return status ? status : run(&cli);
+}
