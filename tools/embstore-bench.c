@@ -106,7 +106,8 @@ static void usage(FILE *f)
 	    "  --in-process          drive a table in this process (default)\n"
 	    "  --servers LIST        drive running servers: host:port,...\n"
 	    "  --sched HOST:PORT     find the servers through the scheduler\n"
-	    "                        (neither, with EMB_SCHED_HOST set: join\n"
+	    "                        (neither, with EMB_SCHED_HOST or Paddle's\n"
+	    "                        PADDLE_PSERVERS_IP_PORT_LIST set: join\n"
 	    "                        the cluster as a worker)\n"
 	    "  --transport T         tcp | rdma | auto (tcp)\n"
 	    "  --preload | --no-preload  create the rows first (default on)\n"
@@ -138,6 +139,13 @@ static void usage(FILE *f)
 	    "  -h, --help            this text\n"
 	    "  --version             the version\n",
 	    f);
+}
+
+static bool nonempty_env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v;
 }
 
 static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -456,10 +464,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		if (o->cfg.servers || o->sched) {
 			o->backend = &emb_bench_client_backend;
 		} else if (!o->in_process &&
-			   ((getenv("EMB_SCHED_HOST") &&
-			     *getenv("EMB_SCHED_HOST")) ||
-			    (getenv("MS_SCHED_HOST") &&
-			     *getenv("MS_SCHED_HOST")))) {
+			   (nonempty_env("EMB_SCHED_HOST") ||
+			    nonempty_env("MS_SCHED_HOST") ||
+			    nonempty_env("PADDLE_PSERVERS_IP_PORT_LIST"))) {
 			o->backend = &emb_bench_client_backend;
 			o->cfg.from_env = true;
 		}

@@ -359,9 +359,12 @@ int main(int argc, char **argv)
 			bad ? bad : "role (scheduler or server)");
 		return 2;
 	}
-	/* The scheduler listens where the nodes look for it. */
+	/* The scheduler listens where the nodes look for it; a server of
+	 * Paddle's environment at POD_IP:PADDLE_PORT, unless told. */
 	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
 		listen = cenv.sched_host[0] ? cenv.sched_host : "127.0.0.1";
+	else if (!listen_set && !env_or("EMB_LISTEN", NULL) && cenv.listen[0])
+		listen = cenv.listen;
 	if (emb_addr_parse(listen, strlen(listen), DEFAULT_PORT, &la)) {
 		fprintf(stderr, "embstore-server: bad listen address '%s'\n",
 			listen);

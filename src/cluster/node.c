@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/addr.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -82,7 +83,15 @@ struct emb_node {
 	bool have_map;			    /* slot_map and servers are set */
 	uint16_t slot_map[EMB_NSLOTS];	    /* slot -> server rank */
 	struct emb_wire_node_addr *servers; /* by rank */
+
+	/* Static nodes (no scheduler): barrier entries per name, under mu. */
+	bool is_static; /* emb_node_create_static */
+	char (*bar_names)[EMB_WIRE_BARRIER_NAME_MAX + 1]; /* nbar names */
+	uint64_t *bar_gens; /* entries of each name */
+	uint32_t nbar;	    /* names seen */
 };
+
+#define STATIC_BARRIERS_MAX 64 /* barrier names a static node tracks */
 
 /* ---- environment ---------------------------------------------------- */
 
@@ -95,6 +104,35 @@ static const char *env2(const char *name, const char *alias)
 	return v && *v ? v : NULL;
 }
 
+static int parse_uint(const char *s, unsigned long lo, unsigned long hi,
+		      uint32_t *out);
+
+/* The first of name, alias and paddle that is set. */
+static const char *env3(const char *name, const char *alias, const char *paddle)
+{
+	const char *v = env2(name, alias);
+
+	return v ? v : env2(paddle, NULL);
+}
+
+/* Paddle's POD_IP:PADDLE_PORT into out; -EINVAL if malformed. */
+static int paddle_listen(char *out, size_t cap)
+{
+	const char *ip = env2("POD_IP", NULL);
+	const char *port = env2("PADDLE_PORT", NULL);
+	uint32_t p;
+	int n;
+
+	if (!port)
+		return 0;
+	if (parse_uint(port, 1, 65535, &p))
+		return -EINVAL;
+	if (!ip)
+		ip = "0.0.0.0";
+	n = snprintf(out, cap, strchr(ip, ':') ? "[%s]:%u" : "%s:%u", ip, p);
+	return n > 0 && (size_t)n < cap ? 0 : -EINVAL;
+}
+
 int emb_role_parse(const char *s, uint32_t *role)
 {
 	static const struct {
@@ -104,6 +142,7 @@ int emb_role_parse(const char *s, uint32_t *role)
 	    {"scheduler", EMB_ROLE_SCHEDULER}, {"MS_SCHED", EMB_ROLE_SCHEDULER},
 	    {"server", EMB_ROLE_SERVER},       {"MS_PSERVER", EMB_ROLE_SERVER},
 	    {"worker", EMB_ROLE_WORKER},       {"MS_WORKER", EMB_ROLE_WORKER},
+	    {"PSERVER", EMB_ROLE_SERVER},      {"TRAINER", EMB_ROLE_WORKER},
 	};
 
 	for (size_t i = 0; s && i < sizeof(names) / sizeof(names[0]); i++) {
@@ -153,7 +192,8 @@ int emb_cluster_env_read(struct emb_cluster_env *out, const char **bad)
 	out->hb_timeout_ms = EMB_HEARTBEAT_TIMEOUT_DEFAULT;
 	out->join_timeout_ms = EMB_JOIN_TIMEOUT_DEFAULT;
 
-	v = env2("EMB_ROLE", "MS_ROLE");
+	out->rank = -1;
+	v = env3("EMB_ROLE", "MS_ROLE", "TRAINING_ROLE");
 	if (v && emb_role_parse(v, &out->role)) {
 		name = "EMB_ROLE";
 		goto err;
@@ -178,9 +218,38 @@ int emb_cluster_env_read(struct emb_cluster_env *out, const char **bad)
 		name = "EMB_SERVER_NUM";
 		goto err;
 	}
-	v = env2("EMB_WORKER_NUM", "MS_WORKER_NUM");
+	v = env3("EMB_WORKER_NUM", "MS_WORKER_NUM", "PADDLE_TRAINERS_NUM");
 	if (v && parse_uint(v, 1, EMB_WIRE_WORKERS_MAX, &out->worker_num)) {
 		name = "EMB_WORKER_NUM";
+		goto err;
+	}
+	v = env2("PADDLE_PSERVERS_IP_PORT_LIST", NULL);
+	if (v) {
+		struct emb_addr *a = malloc(EMB_WIRE_SERVERS_MAX * sizeof(*a));
+		int n = a ? emb_addr_list_parse(v, a, EMB_WIRE_SERVERS_MAX)
+			  : -ENOMEM;
+
+		free(a);
+		if (n < 0) {
+			name = "PADDLE_PSERVERS_IP_PORT_LIST";
+			goto err;
+		}
+		out->servers = v;
+		if (!out->server_num)
+			out->server_num = (uint32_t)n;
+	}
+	v = env2("PADDLE_TRAINER_ID", NULL);
+	if (v) {
+		uint32_t r;
+
+		if (parse_uint(v, 0, EMB_WIRE_WORKERS_MAX - 1, &r)) {
+			name = "PADDLE_TRAINER_ID";
+			goto err;
+		}
+		out->rank = r;
+	}
+	if (paddle_listen(out->listen, sizeof(out->listen))) {
+		name = "PADDLE_PORT";
 		goto err;
 	}
 	v = env2("EMB_HEARTBEAT_TIMEOUT", NULL);
@@ -674,10 +743,89 @@ err_free:
 	return rc;
 }
 
+int emb_node_create_static(uint32_t role, uint32_t rank, uint32_t nworkers,
+			   const struct emb_wire_node_addr *servers,
+			   uint32_t nservers, struct emb_node **out)
+{
+	struct emb_node *n;
+
+	if (!servers || !nservers || nservers > EMB_WIRE_SERVERS_MAX ||
+	    !nworkers || nworkers > EMB_WIRE_WORKERS_MAX ||
+	    (role == EMB_ROLE_WORKER && rank >= nworkers) ||
+	    (role != EMB_ROLE_WORKER && role != EMB_ROLE_SERVER))
+		return -EINVAL;
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->servers = malloc(nservers * sizeof(*n->servers));
+	n->bar_names = calloc(STATIC_BARRIERS_MAX, sizeof(*n->bar_names));
+	n->bar_gens = calloc(STATIC_BARRIERS_MAX, sizeof(*n->bar_gens));
+	if (!n->servers || !n->bar_names || !n->bar_gens) {
+		free(n->servers);
+		free(n->bar_names);
+		free(n->bar_gens);
+		free(n);
+		return -ENOMEM;
+	}
+	memcpy(n->servers, servers, nservers * sizeof(*n->servers));
+	pthread_mutex_init(&n->mu, NULL);
+	pthread_cond_init(&n->cv, NULL);
+	n->is_static = true;
+	n->reg.role = role;
+	n->reg.rank = rank;
+	n->reg.server_num = nservers;
+	n->reg.worker_num = nworkers;
+	/* The contiguous ranges a client computes from a server list. */
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		n->slot_map[sl] =
+		    (uint16_t)((uint64_t)sl * nservers / EMB_NSLOTS);
+	n->have_map = true;
+	snprintf(n->sched, sizeof(n->sched), "(none)");
+	*out = n;
+	return 0;
+}
+
+bool emb_node_is_static(const struct emb_node *n)
+{
+	return n->is_static;
+}
+
+int emb_node_barrier_gen(struct emb_node *n, const char *name, uint64_t *gen)
+{
+	uint32_t i;
+	int rc = 0;
+
+	if (!name || !*name || strlen(name) > EMB_WIRE_BARRIER_NAME_MAX)
+		return -EINVAL;
+	pthread_mutex_lock(&n->mu);
+	for (i = 0; i < n->nbar; i++)
+		if (!strcmp(n->bar_names[i], name))
+			break;
+	if (i == n->nbar && i == STATIC_BARRIERS_MAX) {
+		rc = -ENOMEM;
+	} else {
+		if (i == n->nbar)
+			snprintf(n->bar_names[n->nbar++],
+				 sizeof(n->bar_names[0]), "%s", name);
+		*gen = ++n->bar_gens[i];
+	}
+	pthread_mutex_unlock(&n->mu);
+	return rc;
+}
+
 void emb_node_destroy(struct emb_node *n)
 {
 	if (!n)
 		return;
+	if (n->is_static) {
+		free(n->servers);
+		free(n->bar_names);
+		free(n->bar_gens);
+		pthread_cond_destroy(&n->cv);
+		pthread_mutex_destroy(&n->mu);
+		free(n);
+		return;
+	}
 	if (n->running) {
 		pthread_mutex_lock(&n->mu);
 		n->stop = true;
@@ -843,6 +991,8 @@ int emb_node_barrier(struct emb_node *n, const char *name)
 
 	if (n->reg.role != EMB_ROLE_WORKER)
 		return EMB_ECLUSTER;
+	if (n->is_static)
+		return EMB_ENOSCHED;
 	w.req_len = emb_wire_barrier_req_encode(w.req, sizeof(w.req), 0,
 						n->reg.node_id, name);
 	if (w.req_len < 0)
@@ -857,6 +1007,8 @@ int emb_node_finish(struct emb_node *n)
 
 	if (n->reg.role != EMB_ROLE_WORKER)
 		return EMB_ECLUSTER;
+	if (n->is_static)
+		return 0; /* nobody to tell: servers stop when told to */
 	w.req_len = emb_wire_node_req_encode(w.req, sizeof(w.req),
 					     EMB_OP_FINISH, 0, n->reg.node_id);
 	if (w.req_len < 0)

@@ -28,7 +28,11 @@
 /*
  * The cluster as the environment describes it. EMB_* names win over their
  * MindSpore aliases (MS_ROLE with MS_SCHED / MS_PSERVER / MS_WORKER,
- * MS_SCHED_HOST, MS_SCHED_PORT, MS_SERVER_NUM, MS_WORKER_NUM).
+ * MS_SCHED_HOST, MS_SCHED_PORT, MS_SERVER_NUM, MS_WORKER_NUM), which win
+ * over Paddle's: TRAINING_ROLE (PSERVER / TRAINER), PADDLE_TRAINERS_NUM,
+ * and, for a cluster without a scheduler, PADDLE_PSERVERS_IP_PORT_LIST (the
+ * servers, in rank order), PADDLE_TRAINER_ID (a trainer's rank), and
+ * POD_IP with PADDLE_PORT (where a server listens).
  */
 struct emb_cluster_env {
 	uint32_t role; /* EMB_ROLE: EMB_ROLE_NONE when unset */
@@ -41,6 +45,12 @@ struct emb_cluster_env {
 	uint32_t join_timeout_ms; /* EMB_CLUSTER_TIMEOUT, seconds: how long
 				     to wait for the scheduler and the other
 				     nodes; default 300 s */
+	const char *servers;	  /* PADDLE_PSERVERS_IP_PORT_LIST, checked;
+				     NULL unset. Points into the
+				     environment */
+	int64_t rank;		  /* PADDLE_TRAINER_ID; -1 when unset */
+	char listen[EMB_WIRE_HOST_MAX + 8]; /* POD_IP:PADDLE_PORT ("0.0.0.0"
+					       without POD_IP); "" unset */
 };
 
 /*
@@ -51,8 +61,9 @@ struct emb_cluster_env {
 int emb_cluster_env_read(struct emb_cluster_env *out, const char **bad);
 
 /*
- * "scheduler", "server", "worker" and MindSpore's "MS_SCHED",
- * "MS_PSERVER", "MS_WORKER" to EMB_ROLE_*; 0, or -EINVAL.
+ * "scheduler", "server", "worker", MindSpore's "MS_SCHED", "MS_PSERVER",
+ * "MS_WORKER" and Paddle's "PSERVER", "TRAINER" to EMB_ROLE_*; 0, or
+ * -EINVAL.
  */
 int emb_role_parse(const char *s, uint32_t *role);
 
@@ -92,6 +103,30 @@ struct emb_node_opts {
  * error.
  */
 int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out);
+
+/*
+ * A member of a cluster without a scheduler, as Paddle's environment
+ * describes one: the servers are listed (servers[0..nservers), rank
+ * order) and each trainer knows its rank. No thread, no connection: the
+ * map is the contiguous one a client computes from the list, nobody is
+ * ever declared dead, finish has no one to tell (0), and barriers are the
+ * caller's (emb_node_barrier() returns EMB_ENOSCHED; see
+ * emb_node_barrier_gen()). 0 and *out, or -EINVAL (rank >= nworkers, no
+ * servers, a host too long), -ENOMEM.
+ */
+int emb_node_create_static(uint32_t role, uint32_t rank, uint32_t nworkers,
+			   const struct emb_wire_node_addr *servers,
+			   uint32_t nservers, struct emb_node **out);
+
+/* True for a node made by emb_node_create_static(). */
+bool emb_node_is_static(const struct emb_node *n);
+
+/*
+ * Static nodes: the generation of barrier name this node enters now, from
+ * 1 on (it counts its own entries per name). 0 and *gen, or -EINVAL (name
+ * empty or over 63 bytes), -ENOMEM (more than 64 names).
+ */
+int emb_node_barrier_gen(struct emb_node *n, const char *name, uint64_t *gen);
 
 /* Stops the agent and closes the link; NULL is a no-op. */
 void emb_node_destroy(struct emb_node *n);

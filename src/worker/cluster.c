@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "common/addr.h"
 #include "common/addr.h"
 #include "common/log.h"
 #include "proto/wire_cluster.h"
@@ -48,6 +50,102 @@ static char *server_list(const struct emb_wire_node_addr *srv, uint32_t n)
 	return s;
 }
 
+/*
+ * Paddle's environment without a scheduler: the servers come from
+ * PADDLE_PSERVERS_IP_PORT_LIST, the rank from PADDLE_TRAINER_ID and the
+ * worker count from PADDLE_TRAINERS_NUM.
+ */
+static int static_node(const struct emb_cluster_env *env, struct emb_node **out)
+{
+	uint32_t nworkers = env->worker_num ? env->worker_num : 1;
+	struct emb_wire_node_addr *srv = NULL;
+	struct emb_addr *a;
+	int n, rc;
+
+	if (env->rank < 0 && nworkers > 1) {
+		emb_log(EMB_LOG_ERROR,
+			"cluster environment: %u trainers but "
+			"PADDLE_TRAINER_ID is not set",
+			nworkers);
+		return -EINVAL;
+	}
+	if (env->rank >= (int64_t)nworkers) {
+		emb_log(EMB_LOG_ERROR,
+			"cluster environment: PADDLE_TRAINER_ID %lld is not "
+			"below PADDLE_TRAINERS_NUM %u",
+			(long long)env->rank, nworkers);
+		return -EINVAL;
+	}
+	a = calloc(EMB_WIRE_SERVERS_MAX, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	n = emb_addr_list_parse(env->servers, a, EMB_WIRE_SERVERS_MAX);
+	rc = n < 0 ? n : 0;
+	if (!rc)
+		srv = calloc((size_t)n, sizeof(*srv));
+	if (!rc && !srv)
+		rc = -ENOMEM;
+	for (int i = 0; !rc && i < n; i++) {
+		snprintf(srv[i].host, sizeof(srv[i].host), "%s", a[i].host);
+		srv[i].port = a[i].port;
+	}
+	if (!rc)
+		rc = emb_node_create_static(
+		    EMB_ROLE_WORKER, env->rank < 0 ? 0 : (uint32_t)env->rank,
+		    nworkers, srv, (uint32_t)n, out);
+	free(srv);
+	free(a);
+	return rc;
+}
+
+/*
+ * A barrier without a scheduler (Paddle's environment): a counter row per
+ * barrier name in a table of the servers'. Each worker adds 1 to it (SGD
+ * with lr 1 and gradient -1, applied on arrival) and waits until it reads
+ * its generation times the worker count. Exact: floats count integers to
+ * 2^24 exactly.
+ */
+#define BARRIER_TABLE "__embstore_barriers"
+
+static int static_barrier(struct emb_client *c, struct emb_node *n,
+			  const char *name)
+{
+	struct emb_table_spec spec = {
+	    .name = BARRIER_TABLE,
+	    .dim = 1,
+	    .optim = {.kind = EMB_OPTIM_SGD, .lr = 1.0f},
+	    .init = {.kind = EMB_INIT_ZEROS},
+	    .seed = 1,
+	};
+	struct emb_client_table *t = NULL;
+	uint64_t gen, id = 14695981039346656037ull; /* FNV-1a */
+	float one = -1.0f, v = 0;
+	double want;
+	useconds_t nap = 1000;
+	int rc;
+
+	rc = emb_node_barrier_gen(n, name, &gen);
+	if (rc)
+		return rc;
+	for (const char *p = name; *p; p++)
+		id = (id ^ (uint8_t)*p) * 1099511628211ull;
+	want = (double)gen * emb_node_nworkers(n);
+	rc = emb_client_table_create(c, &spec, &t);
+	if (!rc)
+		rc =
+		    emb_client_table_push(t, &id, 1, &one, 0, emb_node_rank(n));
+	while (!rc) {
+		rc = emb_client_table_pull(t, &id, 1, &v, 0, NULL);
+		if (rc || (double)v >= want)
+			break;
+		usleep(nap);
+		if (nap < 20000)
+			nap *= 2;
+	}
+	emb_client_table_close(t);
+	return rc;
+}
+
 int emb_client_from_env(const struct emb_client_opts *opts,
 			struct emb_client **out)
 {
@@ -71,9 +169,10 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 		emb_log(EMB_LOG_ERROR, "cluster environment: bad %s", bad);
 		return rc;
 	}
-	if (!env.sched_host[0]) {
+	if (!env.sched_host[0] && !env.servers) {
 		emb_log(EMB_LOG_ERROR,
-			"cluster environment: EMB_SCHED_HOST is not set");
+			"cluster environment: neither EMB_SCHED_HOST nor "
+			"PADDLE_PSERVERS_IP_PORT_LIST is set");
 		return -EINVAL;
 	}
 	if (env.role != EMB_ROLE_NONE && env.role != EMB_ROLE_WORKER) {
@@ -83,11 +182,15 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 			emb_role_name(env.role));
 		return -EINVAL;
 	}
-	no.sched_host = env.sched_host;
-	no.sched_port = env.sched_port;
-	no.role = EMB_ROLE_WORKER;
-	no.join_timeout_ms = env.join_timeout_ms;
-	rc = emb_node_create(&no, &node);
+	if (env.sched_host[0]) {
+		no.sched_host = env.sched_host;
+		no.sched_port = env.sched_port;
+		no.role = EMB_ROLE_WORKER;
+		no.join_timeout_ms = env.join_timeout_ms;
+		rc = emb_node_create(&no, &node);
+	} else {
+		rc = static_node(&env, &node);
+	}
 	if (rc)
 		return rc;
 	rc = emb_node_wait_map(node);
@@ -110,10 +213,11 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 	}
 	/* From here the client owns the node; deaths known already replay. */
 	emb_node_watch(node, on_node_dead, c);
-	emb_log(EMB_LOG_INFO, "worker %u of %u joined: %u server%s",
+	emb_log(EMB_LOG_INFO, "worker %u of %u joined: %u server%s%s",
 		emb_node_rank(node), emb_node_nworkers(node),
 		emb_node_nservers(node),
-		emb_node_nservers(node) == 1 ? "" : "s");
+		emb_node_nservers(node) == 1 ? "" : "s",
+		emb_node_is_static(node) ? " (from Paddle's server list)" : "");
 	*out = c;
 	return 0;
 
@@ -142,6 +246,8 @@ int emb_client_barrier(struct emb_client *c, const char *name)
 
 	if (!name || !*name || strlen(name) > EMB_WIRE_BARRIER_NAME_MAX)
 		return -EINVAL;
+	if (n && emb_node_is_static(n))
+		return static_barrier(c, n, name);
 	return n ? emb_node_barrier(n, name) : EMB_ENOSCHED;
 }
 
