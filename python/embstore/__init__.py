@@ -1,0 +1,31 @@
+"""embstore: embedding tables on parameter servers, from Python.
+
+A thin layer over the C client library libembstore (loaded with ctypes):
+
+    import numpy as np
+    import embstore
+
+    with embstore.connect(servers="127.0.0.1:7164") as client:
+        emb = client.table("emb", dim=16, optimizer="adagrad:lr=0.05")
+        rows = emb.pull(np.array([1, 2, 3], dtype=np.uint64))  # float32 [3, 16]
+        emb.push([1, 2, 3], np.ones((3, 16), dtype=np.float32))
+
+`embstore.torch` (imported on its own, so this package works without
+PyTorch) has Embedding and EmbeddingBag modules over tables. docs/python.md
+has the whole story.
+"""
+
+from .client import (CachedTable, Client, Future, Table, as_ids, connect,
+                     initial_rows, set_log_level)
+from .errors import (AuthError, CacheError, ConnectionError, Error,
+                     TableError, TimeoutError, code_name)
+from . import _lib
+
+__version__ = "0.1.0"
+library_path: str = _lib.path
+"""The libembstore that was loaded."""
+
+__all__ = ["connect", "set_log_level", "Client", "Table", "CachedTable",
+           "Future", "Error", "ConnectionError", "TimeoutError", "TableError",
+           "AuthError", "CacheError", "as_ids", "initial_rows", "code_name",
+           "library_path"]

@@ -1,0 +1,704 @@
+"""Clients, tables, cached tables and futures over libembstore.
+
+Arrays cross into C without copies: ids go as the caller's uint64 (or int64,
+reinterpreted) buffer and rows are gathered straight into the caller's
+float32 array. Every argument is checked here, before anything is sent, so a
+wrong dtype or shape raises TypeError or ValueError and the servers never see
+a half-formed request.
+
+Threads: a Client and its Tables may be used from any thread at once (the C
+library runs its own network thread and ctypes releases the GIL in every
+call). A CachedTable belongs to one thread. close() needs every other call
+on the object finished.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import weakref
+from ctypes import byref, c_uint64, c_void_p
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from . import _lib
+from .errors import CODES, Error, error_class
+
+_L = _lib.lib
+ArrayLike = Any  # numpy arrays, lists, CPU torch tensors: np.asarray() works
+
+_MAX_IDS = 2**32 - 1  # counts are uint32 in the C API
+
+
+def _strerror(rc: int) -> str:
+    return _L.emb_strerror(rc).decode()
+
+
+def _raise(rc: int, client: Optional["Client"] = None) -> None:
+    """Raises the Error subclass of rc, with the server's message if the
+    client's last server error has that code."""
+    msg = _strerror(rc)
+    if client is not None and client._h:
+        buf = ctypes.create_string_buffer(512)
+        if _L.emb_client_last_error(client._h, buf, len(buf)) == rc:
+            text = buf.value.decode(errors="replace")
+            if text and text != msg:
+                msg = f"{msg}: {text}"
+    raise error_class(rc)(rc, msg)
+
+
+def _check(rc: int, client: Optional["Client"] = None) -> int:
+    if rc < 0:
+        _raise(rc, client)
+    return rc
+
+
+def _addr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def as_ids(ids: ArrayLike) -> np.ndarray:
+    """ids as a 1-D C-contiguous uint64 array, without a copy when they are
+    already uint64 or int64 (int64 is reinterpreted: -1 is 2^64 - 1, so ids
+    hashed over all 64 bits fit torch's int64 tensors). Other integer
+    dtypes are converted modulo 2^64. TypeError for non-integers,
+    ValueError for another shape."""
+    a = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
+    if a.dtype.kind not in "iu":
+        if a.size == 0 and a.dtype.kind == "f":
+            a = a.astype(np.uint64)  # np.asarray([]) is float64
+        else:
+            raise TypeError(f"ids must be integers, not {a.dtype}")
+    if a.ndim != 1:
+        raise ValueError(f"ids must be 1-D, not of shape {a.shape}")
+    if a.shape[0] > _MAX_IDS:
+        raise ValueError(f"at most {_MAX_IDS} ids per call")
+    if a.dtype == np.uint64 and a.flags.c_contiguous:
+        return a
+    if a.dtype == np.int64:
+        return np.ascontiguousarray(a).view(np.uint64)
+    return a.astype(np.uint64)
+
+
+def _rows(a: ArrayLike, n: int, width: int, what: str,
+          writable: bool) -> np.ndarray:
+    """Checks a float32 [n, width] C-contiguous array (no conversion: a
+    copy would hide where the data goes)."""
+    if not isinstance(a, np.ndarray):
+        a = np.asarray(a)
+    if a.dtype != np.float32:
+        raise TypeError(f"{what} must be float32, not {a.dtype}")
+    if a.shape != (n, width):
+        raise ValueError(f"{what} must have shape ({n}, {width}), "
+                         f"not {a.shape}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{what} must be C-contiguous")
+    if writable and not a.flags.writeable:
+        raise ValueError(f"{what} must be writable")
+    return a
+
+
+def _parse_optim(spec: str) -> _lib.OptimCfg:
+    cfg = _lib.OptimCfg()
+    if not isinstance(spec, str) or _L.emb_optim_parse(
+            spec.encode(), byref(cfg)) != 0:
+        raise ValueError(f"bad optimizer {spec!r}: want NAME[:key=value,...]"
+                         " with NAME sgd, adagrad, adam or ftrl")
+    return cfg
+
+
+def _parse_init(spec: str) -> _lib.InitCfg:
+    cfg = _lib.InitCfg()
+    if not isinstance(spec, str) or _L.emb_init_parse(
+            spec.encode(), byref(cfg)) != 0:
+        raise ValueError(f"bad initializer {spec!r}: want zeros, "
+                         "constant:V, uniform:A,B or normal:MEAN,STD")
+    return cfg
+
+
+def _parse_mode(mode: str) -> tuple[int, int]:
+    """"async", "sync" or "stale:K" -> (enum emb_mode, K)."""
+    if mode == "async":
+        return _lib.EMB_MODE_ASYNC, 0
+    if mode == "sync":
+        return _lib.EMB_MODE_SYNC, 0
+    if isinstance(mode, str) and mode.startswith("stale:"):
+        k = mode[6:]
+        if k.isdigit() and int(k) < 2**32:
+            return _lib.EMB_MODE_STALE, int(k)
+    raise ValueError(f"bad mode {mode!r}: want async, sync or stale:K")
+
+
+def _struct_dict(s: ctypes.Structure) -> dict:
+    return {name: getattr(s, name) for name, _ in s._fields_}
+
+
+class Future:
+    """A pull or push in flight. The arrays it was given stay referenced
+    (and must not be changed) until it is done; result() waits.
+
+    Dropping an unfinished Future waits for it, since the C library still
+    writes into (or reads from) its arrays."""
+
+    def __init__(self, handle: int, client: "Client", value: Any,
+                 keep: tuple) -> None:
+        self._h = handle
+        self._client = client
+        self._value = value
+        self._keep = keep  # the buffers C borrows
+        self._rc: Optional[int] = None
+        client._futures.add(self)
+
+    def done(self) -> bool:
+        """True once the operation finished (result() will not block)."""
+        return self._rc is not None or bool(_L.emb_async_done(self._h))
+
+    def _wait(self) -> int:
+        if self._rc is None:
+            self._rc = _L.emb_async_wait(self._h)
+            self._h = None
+            self._keep = ()
+        return self._rc
+
+    def result(self) -> Any:
+        """Waits, then returns the pulled float32 [n, dim] array (pull) or
+        None (push); raises the operation's Error."""
+        _check(self._wait(), self._client)
+        return self._value
+
+    wait = result
+
+    def __del__(self) -> None:
+        if getattr(self, "_h", None) is not None:
+            self._wait()
+
+
+class Client:
+    """A connection to every server of a cluster; see :func:`connect`."""
+
+    def __init__(self, handle: int, joined: bool) -> None:
+        self._h = handle
+        self._joined = joined
+        self._finished = False
+        self._tables: "weakref.WeakSet[Table]" = weakref.WeakSet()
+        self._futures: "weakref.WeakSet[Future]" = weakref.WeakSet()
+        self.rank: int = _L.emb_client_rank(handle)
+        """This worker's rank, 0..num_workers-1 (0 without a scheduler)."""
+        self.num_workers: int = _L.emb_client_nworkers(handle)
+        """Workers in the cluster (1 without a scheduler)."""
+
+    def _handle(self) -> int:
+        if not self._h:
+            raise ValueError("the client is closed")
+        return self._h
+
+    @property
+    def num_servers(self) -> int:
+        return _L.emb_client_nservers(self._handle())
+
+    @property
+    def transport(self) -> str:
+        """"tcp" or "rdma": what the connections use."""
+        return _L.emb_client_transport(self._handle()).decode()
+
+    @property
+    def servers(self) -> str:
+        """The servers as "host:port,host:port" (what connect() takes)."""
+        buf = ctypes.create_string_buffer(1 << 16)
+        _check(_L.emb_client_servers(self._handle(), buf, len(buf)))
+        return buf.value.decode()
+
+    def server_of(self, id: int) -> int:
+        """Index (in servers) of the server that holds id."""
+        return _L.emb_client_server_of(self._handle(), id % 2**64)
+
+    def stats(self) -> dict:
+        """Client counters: requests, bytes_out, bytes_in, errors, ids_in,
+        ids_sent."""
+        s = _lib.ClientStats()
+        _L.emb_client_stats(self._handle(), byref(s))
+        return _struct_dict(s)
+
+    def table(self, name: str, dim: int, optimizer: str = "adagrad:lr=0.05",
+              init: str = "normal:0,0.01", mode: str = "async",
+              seed: int = 0) -> "Table":
+        """Creates the table on every server, or opens it where an identical
+        one exists (so every worker may call this), and sets its training
+        mode (every worker must pass the same one).
+
+        Args:
+            name: 1..63 bytes of [A-Za-z0-9_.-].
+            dim: floats per row, 1..4096.
+            optimizer: "sgd", "adagrad", "adam" or "ftrl", with
+                ":key=value,..." (lr, wd, acc, beta1, beta2, eps, beta, l1,
+                l2), applied on the servers by push.
+            init: values of new rows: "zeros", "constant:V", "uniform:A,B"
+                or "normal:MEAN,STD"; a row's values depend only on (seed,
+                id), so every server and restart agrees.
+            mode: "async" (pushes applied on arrival), "sync" (a step's
+                pushes of every worker averaged, applied once) or "stale:K"
+                (pushes more than K steps behind dropped).
+            seed: with the id, decides initial values.
+
+        Raises ValueError for a bad optimizer, init or mode string, and
+        TableError when the servers refuse the spec (same name, other spec;
+        bad name or dim; too many tables).
+        """
+        if not isinstance(dim, (int, np.integer)) or not 1 <= dim <= 4096:
+            raise ValueError(f"dim must be 1..4096, not {dim!r}")
+        spec = _lib.TableSpec(name=name.encode(), dim=int(dim),
+                              optim=_parse_optim(optimizer),
+                              init=_parse_init(init), seed=seed % 2**64)
+        _parse_mode(mode)  # a bad mode raises before the table is made
+        h = c_void_p()
+        _check(_L.emb_client_table_create(self._handle(), byref(spec),
+                                          byref(h)), self)
+        t = Table(self, h.value)
+        try:
+            t.set_mode(mode)
+        except BaseException:
+            t.close()
+            raise
+        return t
+
+    def open_table(self, name: str) -> "Table":
+        """Opens an existing table; TableError (EMB_ENOTABLE) if a server
+        lacks it. Its training mode stays as set."""
+        h = c_void_p()
+        _check(_L.emb_client_table_open(self._handle(), name.encode(),
+                                        byref(h)), self)
+        return Table(self, h.value)
+
+    def barrier(self, name: str = "barrier") -> None:
+        """Blocks until every worker of the cluster called barrier() with
+        the same name (1..63 bytes). A no-op for one worker.
+        ConnectionError if a node died or the scheduler is lost."""
+        if self.num_workers <= 1 and not self._joined:
+            return
+        _check(_L.emb_client_barrier(self._handle(), name.encode()), self)
+
+    def finish(self) -> None:
+        """Tells the scheduler this worker is done; once every worker has,
+        the servers and the scheduler exit. Does not wait for the others.
+        A no-op for a client that did not join through a scheduler."""
+        if not self._joined or self._finished:
+            return
+        self._finished = True
+        _check(_L.emb_client_finish(self._handle()), self)
+
+    def close(self) -> None:
+        """Waits for futures in flight, closes tables and caches, and
+        disconnects. Idempotent. Does not call finish()."""
+        if not self._h:
+            return
+        for f in list(self._futures):
+            f._wait()
+        for t in list(self._tables):
+            t.close()
+        _L.emb_client_destroy(self._h)
+        self._h = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # A worker that fails leaves without finish: the scheduler then
+        # counts it as dead and the job ends with a failure, as it should.
+        try:
+            if exc_type is None and self._h:
+                self.finish()
+        finally:
+            self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_h", None):
+            self.close()
+
+
+class Table:
+    """A table on the servers, from Client.table() or Client.open_table().
+
+    Attributes:
+        name: the table's name.
+        dim: floats per row.
+        step: pushes made through this handle (the step passed to push()
+            when none is given).
+    """
+
+    def __init__(self, client: Client, handle: int) -> None:
+        self._client = client
+        self._h = handle
+        self._caches: "weakref.WeakSet[CachedTable]" = weakref.WeakSet()
+        spec = _L.emb_client_table_spec(handle).contents
+        self.name: str = spec.name.decode()
+        self.dim: int = _L.emb_client_table_dim(handle)
+        self.row_floats: int = _L.emb_client_table_row_floats(handle)
+        self.optimizer: str = _L.emb_optim_name(spec.optim.kind).decode()
+        self.mode = "async"
+        client._tables.add(self)
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    def _handle(self) -> int:
+        if not self._h:
+            raise ValueError(f"table {self.name} is closed")
+        return self._h
+
+    def set_mode(self, mode: str) -> None:
+        """"async", "sync" (over every worker of the client's cluster) or
+        "stale:K"; every worker sets the same mode before its first push."""
+        kind, k = _parse_mode(mode)
+        workers = self._client.num_workers if kind == _lib.EMB_MODE_SYNC \
+            else 0
+        _check(_L.emb_client_table_set_mode(self._handle(), kind, workers,
+                                            k), self._client)
+        self.mode = mode
+
+    def _pull_args(self, ids, out, found, create):
+        ids = as_ids(ids)
+        n = ids.shape[0]
+        if out is None:
+            out = np.empty((n, self.dim), dtype=np.float32)
+        else:
+            out = _rows(out, n, self.dim, "out", True)
+        fp = None
+        if found is not None:
+            if not isinstance(found, np.ndarray) or found.dtype not in (
+                    np.bool_, np.uint8):
+                raise TypeError("found must be a bool or uint8 numpy array")
+            if found.shape != (n,) or not found.flags.c_contiguous:
+                raise ValueError(f"found must be C-contiguous of shape "
+                                 f"({n},)")
+            fp = _addr(found)
+        flags = 0 if create else _lib.EMB_CLIENT_NOCREATE
+        return ids, n, out, flags, fp
+
+    def pull(self, ids: ArrayLike, out: Optional[np.ndarray] = None, *,
+             create: bool = True,
+             found: Optional[np.ndarray] = None) -> np.ndarray:
+        """Rows of ids.
+
+        Args:
+            ids: integer array of n ids (duplicates fine; see as_ids).
+            out: float32 [n, dim] C-contiguous array to fill, or None.
+            create: missing rows are created from the initializer; with
+                False they read as zeros and are not created.
+            found: bool or uint8 [n] array set to whether each row existed
+                (meaningful with create=False).
+
+        Returns:
+            out, or a new float32 [n, dim] array.
+        """
+        ids, n, out, flags, fp = self._pull_args(ids, out, found, create)
+        _check(_L.emb_client_table_pull(self._handle(), _addr(ids), n,
+                                        _addr(out), flags, fp), self._client)
+        return out
+
+    def _push_args(self, ids, grads):
+        ids = as_ids(ids)
+        n = ids.shape[0]
+        grads = _rows(grads, n, self.dim, "grads", False)
+        return ids, n, grads
+
+    def push(self, ids: ArrayLike, grads: ArrayLike, step: int = 0) -> None:
+        """Applies gradients on the servers with the table's optimizer.
+
+        Args:
+            ids: integer array of n ids; duplicates' gradients are summed.
+            grads: float32 [n, dim] C-contiguous.
+            step: this worker's step, for sync and stale:K tables.
+        """
+        ids, n, grads = self._push_args(ids, grads)
+        _check(_L.emb_client_table_push(self._handle(), _addr(ids), n,
+                                        _addr(grads), step,
+                                        self._client.rank), self._client)
+
+    def pull_async(self, ids: ArrayLike, out: Optional[np.ndarray] = None, *,
+                   create: bool = True) -> Future:
+        """pull() without waiting: result() gives the float32 [n, dim]
+        array. ids and out must stay unchanged until then."""
+        ids, n, out, flags, _ = self._pull_args(ids, out, None, create)
+        h = c_void_p()
+        _check(_L.emb_client_table_pull_async(self._handle(), _addr(ids), n,
+                                              _addr(out), flags, None,
+                                              byref(h)), self._client)
+        return Future(h.value, self._client, out, (ids, out))
+
+    def push_async(self, ids: ArrayLike, grads: ArrayLike,
+                   step: int = 0) -> Future:
+        """push() without waiting; ids and grads must stay unchanged until
+        the Future is done."""
+        ids, n, grads = self._push_args(ids, grads)
+        h = c_void_p()
+        _check(_L.emb_client_table_push_async(self._handle(), _addr(ids), n,
+                                              _addr(grads), step,
+                                              self._client.rank, byref(h)),
+               self._client)
+        return Future(h.value, self._client, None, (ids, grads))
+
+    def assign(self, ids: ArrayLike, rows: ArrayLike) -> None:
+        """Overwrites (or creates) rows with float32 [n, dim] values."""
+        ids = as_ids(ids)
+        rows = _rows(rows, ids.shape[0], self.dim, "rows", False)
+        _check(_L.emb_client_table_assign(self._handle(), _addr(ids),
+                                          ids.shape[0], _addr(rows), False),
+               self._client)
+
+    def erase(self, ids: ArrayLike) -> int:
+        """Removes rows; returns how many existed."""
+        ids = as_ids(ids)
+        erased = c_uint64()
+        _check(_L.emb_client_table_erase(self._handle(), _addr(ids),
+                                         ids.shape[0], byref(erased)),
+               self._client)
+        return erased.value
+
+    def stats(self) -> dict:
+        """The table's counters summed over the servers: rows, bytes,
+        pulls, pushes, rows_pulled, rows_pushed, rows_evicted,
+        grads_discarded, servers."""
+        s = _lib.TableStats()
+        _check(_L.emb_client_table_stats(self._handle(), byref(s)),
+               self._client)
+        return _struct_dict(s)
+
+    def drop(self) -> None:
+        """Drops the table on every server (close the handle after)."""
+        _check(_L.emb_client_table_drop(self._handle()), self._client)
+
+    def cached(self, rows: int, prefetch: int = 2, mode: str = "through",
+               staleness: int = 0, max_batch: int = 4096,
+               policy: str = "lru") -> "CachedTable":
+        """A worker-side vocab cache over this table (docs/cache.md).
+
+        Args:
+            rows: rows the cache holds; at least (prefetch + 1) * distinct
+                ids per batch plus the working set.
+            prefetch: batches fetched ahead, 0..64.
+            mode: "through" (gradients pushed every step, the servers
+                optimize) or "back" (the optimizer runs here; rows go back
+                when evicted or flushed).
+            staleness: write-through: steps a used row may lag its fetch; a
+                prefetch overlaps the network only when staleness >=
+                prefetch.
+            max_batch: most ids (duplicates counted) per lookup.
+            policy: "lru" or "clock".
+        """
+        modes = {"through": _lib.EMB_CACHED_WRITE_THROUGH,
+                 "back": _lib.EMB_CACHED_WRITE_BACK}
+        policies = {"lru": _lib.EMB_CACHED_LRU, "clock": _lib.EMB_CACHED_CLOCK}
+        if mode not in modes:
+            raise ValueError(f"bad cache mode {mode!r}: want through or back")
+        if policy not in policies:
+            raise ValueError(f"bad policy {policy!r}: want lru or clock")
+        for what, v, lo, hi in (("rows", rows, 1, 2**32 - 1),
+                                ("prefetch", prefetch, 0, 64),
+                                ("staleness", staleness, 0, 2**32 - 1),
+                                ("max_batch", max_batch, 1, 2**32 - 1)):
+            if not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+                raise ValueError(f"{what} must be {lo}..{hi}, not {v!r}")
+        opts = _lib.CachedOpts(capacity=rows, max_batch=max_batch,
+                               prefetch_depth=prefetch,
+                               staleness_steps=staleness, mode=modes[mode],
+                               policy=policies[policy],
+                               rank=self._client.rank)
+        h = c_void_p()
+        _check(_L.emb_cached_table_create(self._handle(), byref(opts),
+                                          byref(h)), self._client)
+        return CachedTable(self, h.value, rows, prefetch, mode, staleness,
+                           max_batch)
+
+    def close(self) -> None:
+        """Frees the handle and its caches (the table stays on the
+        servers). Idempotent."""
+        if not self._h:
+            return
+        for c in list(self._caches):
+            c.close()
+        _L.emb_client_table_close(self._h)
+        self._h = None
+
+    def __repr__(self) -> str:
+        return (f"<embstore.Table {self.name!r} dim={self.dim} "
+                f"{self.optimizer} {self.mode}>")
+
+
+class CachedTable:
+    """A vocab cache over a Table; see Table.cached(). One thread only.
+
+    A step: lookup(batch b), prefetch(batch b + k), forward and backward,
+    push_grads(); prefetch batches 0..k-1 first and flush() at the end.
+    """
+
+    def __init__(self, table: Table, handle: int, rows: int, prefetch: int,
+                 mode: str, staleness: int, max_batch: int) -> None:
+        self.table = table
+        self._h = handle
+        self.dim = table.dim
+        self.rows = rows
+        self.depth = prefetch
+        self.mode = mode
+        self.staleness = staleness
+        self.max_batch = max_batch
+        self._n: Optional[int] = None  # positions of the current batch
+        table._caches.add(self)
+
+    def _handle(self) -> int:
+        if not self._h:
+            raise ValueError("the cached table is closed")
+        return self._h
+
+    def _batch(self, ids: ArrayLike) -> np.ndarray:
+        ids = as_ids(ids)
+        if ids.shape[0] > self.max_batch:
+            raise ValueError(f"{ids.shape[0]} ids > max_batch "
+                             f"{self.max_batch}")
+        return ids
+
+    def prefetch(self, ids: ArrayLike) -> bool:
+        """Queues ids as a coming batch and starts pulling its misses.
+
+        Returns True if queued, False if not (prefetch batches already
+        queued, or more distinct ids than the cache can pin): the batch's
+        lookup then fetches it itself."""
+        ids = self._batch(ids)
+        rc = _L.emb_cached_table_prefetch(self._handle(), _addr(ids),
+                                          ids.shape[0])
+        if rc in (-16, CODES["EMB_ECACHEFULL"]):  # -EBUSY
+            return False
+        _check(rc, self.table._client)
+        return True
+
+    def lookup(self, ids: ArrayLike,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
+        """Rows of ids in out (float32 [n, dim]); the batch becomes the
+        current one for push_grads(). A batch equal to the oldest queued
+        prefetch uses it. CacheError if a fetch failed."""
+        ids = self._batch(ids)
+        n = ids.shape[0]
+        out = np.empty((n, self.dim), dtype=np.float32) if out is None \
+            else _rows(out, n, self.dim, "out", True)
+        self._n = None
+        _check(_L.emb_cached_table_lookup(self._handle(), _addr(ids), n,
+                                          _addr(out)), self.table._client)
+        self._n = n
+        return out
+
+    def push_grads(self, grads: ArrayLike) -> None:
+        """Gradients (float32 [n, dim]) for the positions of the last
+        looked-up batch: pushed (write-through, returns once applied) or
+        applied here (write-back)."""
+        if self._n is None:
+            raise ValueError("push_grads() needs a lookup() first")
+        grads = _rows(grads, self._n, self.dim, "grads", False)
+        self._n = None
+        _check(_L.emb_cached_table_push_grads(self._handle(), _addr(grads)),
+               self.table._client)
+
+    def flush(self) -> None:
+        """Write-back: stores every updated row on the servers (call it at
+        the end of training and before reading the table elsewhere)."""
+        _check(_L.emb_cached_table_flush(self._handle()), self.table._client)
+
+    def cancel(self) -> None:
+        """Drops queued prefetches and the current batch."""
+        _L.emb_cached_table_cancel(self._handle())
+        self._n = None
+
+    def stats(self) -> dict:
+        """Counters since creation: lookups, hits, misses, hit_ratio,
+        refetches, evictions, write_backs, pushes, fetch_calls,
+        sync_fetches, rows_fetched, bytes_fetched, bytes_written, stalls,
+        wait_ns, rows, dirty."""
+        s = _lib.CachedStats()
+        _L.emb_cached_table_stats(self._handle(), byref(s))
+        return _struct_dict(s)
+
+    def close(self) -> None:
+        """Frees the cache; unflushed write-back rows are lost."""
+        if self._h:
+            _L.emb_cached_table_destroy(self._h)
+            self._h = None
+
+
+def _read_token(path: Union[str, os.PathLike]) -> bytes:
+    """As embstore-server reads it: trailing newlines dropped, 1..256
+    bytes."""
+    with open(path, "rb") as f:
+        tok = f.read(257).rstrip(b"\r\n")
+    if not 1 <= len(tok) <= 256:
+        raise ValueError(f"token file {path}: empty or longer than 256 "
+                         "bytes")
+    return tok
+
+
+def connect(servers: Optional[str] = None, transport: Optional[str] = None,
+            auth_token_file: Optional[Union[str, os.PathLike]] = None,
+            timeout_ms: int = 30000, name: str = "embstore-python",
+            part_ids: int = 0) -> Client:
+    """Connects to the servers of a cluster.
+
+    Args:
+        servers: "host:port,host:port"; None joins the cluster from the
+            environment as a worker (EMB_SCHED_HOST / MS_SCHED_HOST and
+            friends, which `embstore launch` sets), which gives the client
+            its rank and the worker count.
+        transport: "tcp", "rdma" or "auto" (rdma where a device serves the
+            address); None means $EMB_TRANSPORT, else "auto".
+        auth_token_file: file holding the servers' shared token.
+        timeout_ms: per request; a dead or hung server raises within it.
+        name: shown in the servers' logs.
+        part_ids: most ids per request (larger batches are split and
+            pipelined); 0 = the library's default.
+
+    Raises ConnectionError (refused, no RDMA device), TimeoutError,
+    AuthError, ValueError (bad arguments).
+    """
+    if transport is None:
+        transport = os.environ.get("EMB_TRANSPORT") or "auto"
+    if transport not in ("tcp", "rdma", "auto"):
+        raise ValueError(f"bad transport {transport!r}: want tcp, rdma or "
+                         "auto")
+    if not isinstance(timeout_ms, int) or not 1 <= timeout_ms < 2**32:
+        raise ValueError(f"timeout_ms must be 1..2^32-1, not {timeout_ms!r}")
+    token = _read_token(auth_token_file) if auth_token_file else None
+    opts = _lib.ClientOpts(
+        servers=servers.encode() if servers else None,
+        transport=transport.encode(), auth_token=token,
+        auth_token_len=len(token) if token else 0, timeout_ms=timeout_ms,
+        part_ids=part_ids, name=name.encode())
+    h = c_void_p()
+    if servers:
+        rc = _L.emb_client_create(byref(opts), byref(h))
+    else:
+        rc = _L.emb_client_from_env(byref(opts), byref(h))
+    _check(rc)
+    return Client(h.value, joined=not servers)
+
+
+def set_log_level(level: str) -> None:
+    """The library's log level: "error", "warn" (the default, unless
+    $EMB_LOG_LEVEL says otherwise), "info" or "debug". Lines go to
+    stderr."""
+    if level not in _lib.EMB_LOG_LEVELS:
+        raise ValueError(f"bad log level {level!r}")
+    _L.emb_log_set_level(_lib.EMB_LOG_LEVELS.index(level))
+
+
+def initial_rows(init: str, seed: int, ids: ArrayLike,
+                 dim: int) -> np.ndarray:
+    """The values a table with this init and seed gives new rows of ids,
+    float32 [n, dim], computed here without a server (as emb_init_row)."""
+    cfg = _parse_init(init)
+    ids = as_ids(ids)
+    out = np.empty((ids.shape[0], dim), dtype=np.float32)
+    for i, id_ in enumerate(ids.tolist()):
+        _L.emb_init_row(byref(cfg), seed % 2**64, id_, _addr(out[i]), dim)
+    return out
+
+
+__all__ = ["Client", "Table", "CachedTable", "Future", "connect",
+           "set_log_level", "as_ids", "initial_rows", "Error"]
