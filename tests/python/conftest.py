@@ -45,9 +45,7 @@ class Server:
         with open(self.log, "w") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=f,
                                          env=full_env)
-        self.port = 0
-        if role == "server":
-            self.port = self._wait_port()
+        self.port = self._wait_port()
         self.addr = f"127.0.0.1:{self.port}"
 
     def _wait_port(self) -> int:

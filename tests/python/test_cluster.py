@@ -1,0 +1,91 @@
+"""Joining a cluster from the environment, as `embstore launch` starts
+workers: ranks, barriers, finish, and the job winding down."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+import embstore
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def cluster(start_server, monkeypatch):
+    """A scheduler waiting for 1 server and 2 workers, and the server."""
+    env = {"EMB_SCHED_HOST": "127.0.0.1", "EMB_SCHED_PORT": str(_free_port()),
+           "EMB_SERVER_NUM": "1", "EMB_WORKER_NUM": "2",
+           "EMB_HEARTBEAT_TIMEOUT": "2", "EMB_CLUSTER_TIMEOUT": "30"}
+    sched = start_server(env=dict(env, EMB_ROLE="scheduler"),
+                         role="scheduler")
+    server = start_server(env=dict(env, EMB_ROLE="server"))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("EMB_ROLE", "worker")
+    return sched, server
+
+
+def test_workers_join_from_the_environment(cluster):
+    sched, server = cluster
+    seen, errors = {}, []
+
+    def worker() -> None:
+        try:
+            with embstore.connect(transport="tcp") as c:
+                t = c.table("joined", 4, optimizer="sgd:lr=1", init="zeros",
+                            mode="sync")
+                t.push([7], np.ones((1, 4), np.float32), step=0)
+                c.barrier("pushed")
+                seen[c.rank] = (c.num_workers, float(t.pull([7])[0, 0]),
+                                c.servers)
+                c.barrier()
+        except Exception as e:  # reported below, from the test's thread
+            errors.append(e)
+
+    ths = [threading.Thread(target=worker) for _ in range(2)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join(60)
+    assert not errors, errors
+    assert sorted(seen) == [0, 1]
+    # Synchronous: the two pushes of step 0 were averaged, applied once.
+    assert all(v[:2] == (2, -1.0) for v in seen.values())
+    assert seen[0][2] == server.addr
+    # Both finished on leaving their with-block: the job winds down.
+    assert server.proc.wait(20) == 0
+    assert sched.proc.wait(20) == 0
+
+
+def test_barrier_fails_when_a_node_dies(cluster):
+    sched, server = cluster
+    result = {}
+
+    def lone_worker() -> None:
+        try:
+            c = embstore.connect(transport="tcp")
+        except embstore.Error as e:
+            result["connect"] = e
+            return
+        try:
+            c.barrier("never")
+        except embstore.Error as e:
+            result["barrier"] = e
+        c.close()
+
+    joined = threading.Thread(target=lone_worker)
+    joined.start()
+    # The second worker joins, then leaves without finish: declared dead.
+    c2 = embstore.connect(transport="tcp")
+    c2.close()
+    joined.join(60)
+    assert isinstance(result.get("barrier"), embstore.ConnectionError)
+    assert result["barrier"].name == "EMB_ENODEAD"

@@ -1,0 +1,134 @@
+"""Errors: the code list matches src/common/err.h, each family raises its
+class, and a server that dies or hangs raises within the timeout instead
+of hanging."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import embstore
+from embstore import errors
+
+from conftest import ROOT
+
+
+def test_codes_match_err_h():
+    text = (ROOT / "src" / "common" / "err.h").read_text()
+    in_c = {m.group(1): int(m.group(2))
+            for m in re.finditer(r"X\((EMB_E\w+),\s*(-\d+),", text)}
+    assert in_c == errors.CODES
+
+
+def test_error_attributes_and_names():
+    e = errors.error_class(-1202)(-1202, "unknown table")
+    assert isinstance(e, embstore.TableError)
+    assert (e.code, e.name, e.message) == (-1202, "EMB_ENOTABLE",
+                                           "unknown table")
+    assert str(e) == "unknown table (EMB_ENOTABLE)"
+    assert errors.code_name(-110) == "ETIMEDOUT"
+    assert errors.code_name(-99999) == "-99999"
+    assert issubclass(embstore.ConnectionError, ConnectionError)
+    assert issubclass(embstore.TimeoutError, TimeoutError)
+    for cls in (embstore.ConnectionError, embstore.TimeoutError,
+                embstore.TableError, embstore.AuthError, embstore.CacheError):
+        assert issubclass(cls, embstore.Error)
+
+
+def test_refused_connection():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nobody listens there
+    with pytest.raises(embstore.ConnectionError) as e:
+        embstore.connect(servers=f"127.0.0.1:{port}", transport="tcp")
+    assert e.value.name == "ECONNREFUSED"
+
+
+def test_bad_server_list():
+    with pytest.raises(embstore.Error) as e:
+        embstore.connect(servers="no-port-here:x", transport="tcp")
+    assert e.value.code < 0
+
+
+def test_auth(start_server, tmp_path):
+    tok = tmp_path / "token"
+    tok.write_text("s3cret\n")
+    other = tmp_path / "other"
+    other.write_text("guess")
+    s = start_server("--auth-token-file", str(tok))
+    with embstore.connect(servers=s.addr, transport="tcp",
+                          auth_token_file=tok) as c:
+        assert c.table("authed", 4).pull([1]).shape == (1, 4)
+    with pytest.raises(embstore.AuthError) as e:
+        embstore.connect(servers=s.addr, transport="tcp",
+                         auth_token_file=other)
+    assert e.value.name == "EMB_EAUTH"
+    with pytest.raises(embstore.AuthError):
+        embstore.connect(servers=s.addr, transport="tcp")
+
+
+def test_silent_server_times_out():
+    """A peer that accepts and never answers: HELLO times out."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(4)
+    conns = []
+    stop = threading.Event()
+
+    def accept():
+        lst.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conns.append(lst.accept()[0])
+            except OSError:
+                pass
+
+    th = threading.Thread(target=accept)
+    th.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(embstore.TimeoutError):
+            embstore.connect(servers="127.0.0.1:%d" % lst.getsockname()[1],
+                             transport="tcp", timeout_ms=500)
+        assert time.monotonic() - t0 < 10
+    finally:
+        stop.set()
+        th.join()
+        for c in conns:
+            c.close()
+        lst.close()
+
+
+def _ids_on(client, server, n):
+    ids = [i for i in range(10 * n) if client.server_of(i) == server]
+    return np.array(ids[:n], dtype=np.uint64)
+
+
+def test_killed_server_raises_instead_of_hanging(start_server):
+    a, b = start_server(), start_server()
+    c = embstore.connect(servers=f"{a.addr},{b.addr}", transport="tcp",
+                         timeout_ms=3000)
+    t = c.table("k", 4, optimizer="sgd")
+    ct = t.cached(rows=256, prefetch=1)
+    on_b, fresh_b = np.split(_ids_on(c, 1, 100), 2)
+    on_a = _ids_on(c, 0, 50)
+    t.pull(np.concatenate([on_a, on_b]))
+    b.kill()
+    t0 = time.monotonic()
+    with pytest.raises(embstore.ConnectionError):
+        t.pull(on_b)
+    with pytest.raises(embstore.ConnectionError):
+        t.push(on_b, np.zeros((50, 4), np.float32))
+    with pytest.raises(embstore.ConnectionError):
+        t.pull_async(on_b).result()
+    with pytest.raises(embstore.CacheError):
+        ct.lookup(fresh_b)
+    assert time.monotonic() - t0 < 10
+    # The live server still serves its ids.
+    assert t.pull(on_a).shape == (50, 4)
+    c.close()
