@@ -1,0 +1,70 @@
+"""python3 -m embstore.bench: the same id stream and JSON keys as
+embstore-bench --servers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import tool
+from embstore.bench import IdStream, id_hash
+
+ARGS = ["--rows", "20000", "--dim", "8", "--batch", "512", "--batches",
+        "30", "--json"]
+
+
+def _py(servers, *extra):
+    out = subprocess.run([sys.executable, "-m", "embstore.bench",
+                          "--servers", servers, *ARGS, *extra],
+                         capture_output=True, text=True, check=True)
+    assert "rows/s" in out.stderr  # the summary goes to stderr with --json
+    return json.loads(out.stdout)
+
+
+def _c(servers, *extra):
+    out = subprocess.run([tool("embstore-bench"), "--servers", servers,
+                          *ARGS, *extra], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("dist", ["zipf:1.05", "uniform"])
+def test_same_ids_and_keys_as_embstore_bench(servers, dist):
+    c = _c(servers, "--dist", dist, "--op", "pull")
+    py = _py(servers, "--dist", dist, "--op", "pull")
+    # The same 30 batches: the same distinct ids per batch.
+    assert py["unique_per_batch"] == c["unique_per_batch"]
+    assert set(py) <= set(c)
+    for k in ("op", "backend", "transport", "dist", "table", "optimizer",
+              "rows", "dim", "batch", "threads", "seed", "batches",
+              "bytes_fetched_per_batch"):
+        assert py[k] == c[k], k
+    assert py["rows_per_s"] > 0 and py["p99_us"] >= py["p50_us"] > 0
+
+
+@pytest.mark.parametrize("op", ["push", "step"])
+def test_push_and_step(servers, op):
+    r = _py(servers, "--op", op, "--no-preload")
+    assert r["op"] == op and r["batches"] == 30 and r["rows_per_s"] > 0
+
+
+def test_duration_and_bad_arguments(servers):
+    r = _py(servers, "--batches", "0", "--duration", "0.3")
+    assert r["batches"] > 0 and 0.2 < r["elapsed_s"] < 5
+    bad = subprocess.run([sys.executable, "-m", "embstore.bench",
+                          "--servers", servers, "--dist", "zipf:0"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "zipf" in bad.stderr
+
+
+def test_zipf_stream_is_skewed_and_in_range():
+    g = IdStream("zipf:1.05", 1000, seed=1)
+    ranks = g.ranks(20000)
+    assert ranks.max() < 1000
+    counts = np.bincount(ranks.astype(np.int64), minlength=1000)
+    assert counts[0] > counts[10] > counts[500]
+    assert id_hash(np.uint64(0)) == 0
