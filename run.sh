@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run.sh - build, test and try embstore from a checkout.
 #
-#   ./run.sh demo           build, then train the CTR example on a local cluster,
-#                           dump the trained tables and inspect the dump
+#   ./run.sh demo           build, then train the PyTorch CTR example on a local
+#                           cluster, dump the trained tables and inspect the dump
+#   ./run.sh demo-c         the same with the C CTR example
 #   ./run.sh store-bench    build, then run the store benchmark (W1) and print figures
 #   ./run.sh test           build, then run every test suite; ends with "N passed, N failed"
 #   ./run.sh build          install missing packages, configure and build
@@ -18,6 +19,9 @@
 #                      e.g. "-Db_sanitize=address,undefined -Db_lundef=false"
 #   EMB_TEST_ARGS      extra `meson test` arguments (e.g. "--suite store")
 #   EMB_DEMO_DURATION  seconds per demo run (default: 5)
+#   EMB_PYTHON         the Python interpreter (default: /usr/bin/python3, which
+#                      sees Debian's python3-torch, or else the first python3
+#                      in PATH that imports torch)
 set -euo pipefail
 
 cd "$(dirname "$0")"
@@ -25,7 +29,8 @@ cd "$(dirname "$0")"
 BUILD=${EMB_BUILD_DIR:-build}
 PACKAGES=(build-essential meson ninja-build pkg-config libibverbs-dev
           librdmacm-dev libjemalloc-dev liblz4-dev libcunit1-dev
-          libxxhash-dev libmicrohttpd-dev clang)
+          libxxhash-dev libmicrohttpd-dev clang
+          python3-numpy python3-torch python3-pytest)
 
 die() {
     echo "run.sh: $*" >&2
@@ -105,6 +110,24 @@ cmd_test() {
     ((bad == 0))
 }
 
+# The interpreter for the Python package and the PyTorch example: Debian's
+# /usr/bin/python3 sees the python3-* packages installed above, while a
+# python3 earlier in PATH (pyenv, a venv) may not.
+find_python() {
+    local p
+    if [[ -n ${EMB_PYTHON:-} ]]; then
+        echo "$EMB_PYTHON"
+        return
+    fi
+    for p in /usr/bin/python3 $(type -ap python3); do
+        if "$p" -c 'import numpy, torch' 2>/dev/null; then
+            echo "$p"
+            return
+        fi
+    done
+    die "no python3 imports numpy and torch: ./run.sh deps (as root)"
+}
+
 cmd_bench() {
     cmd_build
     exec "$BUILD/tools/embstore-bench" "$@"
@@ -157,9 +180,43 @@ cmd_store_bench() {
 }
 
 # The main job: a local cluster (scheduler, 2 servers, 2 workers) trains the
-# CTR example on generated Criteo-format data, worker 0 dumps the trained
-# tables while the servers still hold them, and the dump is inspected.
+# PyTorch CTR example (examples/torch/train.py) on generated Criteo-format
+# data, worker 0 dumps the trained tables while the servers still hold them,
+# and the dump is inspected.
 cmd_demo() {
+    local out=${EMB_DEMO_DIR:-out/demo} rows=${EMB_DEMO_ROWS:-200000}
+    local bin=$BUILD/tools ex=$BUILD/examples/ctr py t
+    cmd_build
+    py=$(find_python)
+    # The package from this checkout, over the library just built.
+    export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+    EMBSTORE_LIB=$(cd "$BUILD" && pwd)/src/worker/libembstore.so
+    export EMBSTORE_LIB
+    rm -rf "$out"
+    mkdir -p "$out"
+    echo
+    echo "== data: $rows Criteo-format lines with a planted truth"
+    "$ex/gen" --rows "$rows" --seed 1 --out "$out/data"
+    echo
+    echo "== baseline: the PyTorch model with torch.nn embeddings (--local, $py)"
+    "$py" examples/torch/train.py --local --data "$out/data/train.tsv" \
+        --test "$out/data/test.tsv" --epochs 2 --log-every 50
+    echo
+    echo "== embstore: scheduler + 2 servers + 2 PyTorch workers (logs in $out/log)"
+    EMB_LOG_LEVEL=${EMB_LOG_LEVEL:-warn} "$bin/embstore" launch \
+        --server_num 2 --worker_num 2 --log-dir "$out/log" -- \
+        "$py" examples/torch/train.py --data "$out/data/train.tsv" \
+        --test "$out/data/test.tsv" --epochs 2 --log-every 25 \
+        --after-train "mkdir -p '$out/dump' && for t in ctr_emb ctr_wide ctr_mlp; do '$bin/embstore' dump --table \$t --out '$out/dump'/\$t || exit 1; done"
+    echo
+    echo "== the dump, verified"
+    for t in ctr_emb ctr_wide ctr_mlp; do
+        "$bin/embstore" inspect "$out/dump/$t"
+    done
+}
+
+# The same with the C example (examples/ctr/train).
+cmd_demo_c() {
     local out=${EMB_DEMO_DIR:-out/demo} rows=${EMB_DEMO_ROWS:-200000}
     local bin=$BUILD/tools ex=$BUILD/examples/ctr t
     cmd_build
@@ -191,6 +248,7 @@ deps) cmd_deps ;;
 build) cmd_build ;;
 test) cmd_test ;;
 demo) cmd_demo ;;
+demo-c) cmd_demo_c ;;
 store-bench) cmd_store_bench ;;
 bench) shift; cmd_bench "$@" ;;
 *)
