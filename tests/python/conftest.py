@@ -20,7 +20,7 @@ from typing import Iterator, Optional
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("EMB_BUILD_ROOT", ROOT / "build"))
+BUILD = Path(os.environ.get("EMB_BUILD_ROOT", ROOT / "build")).resolve()
 
 
 def tool(name: str) -> str:
