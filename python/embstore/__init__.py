@@ -7,7 +7,7 @@ A thin layer over the C client library libembstore (loaded with ctypes):
 
     with embstore.connect(servers="127.0.0.1:7164") as client:
         emb = client.table("emb", dim=16, optimizer="adagrad:lr=0.05")
-        rows = emb.pull(np.array([1, 2, 3], dtype=np.uint64))  # float32 [3, 16]
+        rows = emb.pull(np.array([1, 2, 3], dtype=np.uint64))  # [3, 16]
         emb.push([1, 2, 3], np.ones((3, 16), dtype=np.float32))
 
 `embstore.torch` (imported on its own, so this package works without
