@@ -312,8 +312,12 @@ class Client:
             self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_h", None):
-            self.close()
+        # At interpreter exit the library may already be unloaded.
+        if getattr(self, "_h", None) and _L is not None:
+            try:
+                self.close()
+            except Exception:
+                pass
 
 
 class Table:
@@ -322,8 +326,9 @@ class Table:
     Attributes:
         name: the table's name.
         dim: floats per row.
-        step: pushes made through this handle (the step passed to push()
-            when none is given).
+        row_floats: dim plus the optimizer's state floats per row.
+        optimizer: "sgd", "adagrad", "adam" or "ftrl".
+        mode: the training mode this handle set ("async" when opened).
     """
 
     def __init__(self, client: Client, handle: int) -> None:
