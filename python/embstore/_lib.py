@@ -77,19 +77,14 @@ class TableSpec(Structure):
 
 
 class TableStats(Structure):
-    """struct emb_client_table_stats."""
+    """struct emb_client_table_stats: EMB_TABLE_STATS of
+    src/common/tabledef.h, in its order, then servers."""
 
-    _fields_ = [
-        ("rows", c_uint64),
-        ("bytes", c_uint64),
-        ("pulls", c_uint64),
-        ("pushes", c_uint64),
-        ("rows_pulled", c_uint64),
-        ("rows_pushed", c_uint64),
-        ("rows_evicted", c_uint64),
-        ("grads_discarded", c_uint64),
-        ("servers", c_uint32),
-    ]
+    _fields_ = [(name, c_uint64) for name in (
+        "rows", "bytes", "slab_bytes", "index_bytes", "row_bytes", "pulls",
+        "pushes", "rows_pulled", "rows_pushed", "rows_created",
+        "rows_erased", "rows_evicted", "misses", "step", "extents",
+        "grads_discarded")] + [("servers", c_uint32)]
 
 
 class ClientStats(Structure):

@@ -462,9 +462,11 @@ class Table:
         return erased.value
 
     def stats(self) -> dict:
-        """The table's counters summed over the servers: rows, bytes,
-        pulls, pushes, rows_pulled, rows_pushed, rows_evicted,
-        grads_discarded, servers."""
+        """The table's counters summed over the servers (row_bytes and
+        step: the largest of any): rows, bytes, slab_bytes, index_bytes,
+        row_bytes, pulls, pushes, rows_pulled, rows_pushed, rows_created,
+        rows_erased, rows_evicted, misses, step, extents, grads_discarded,
+        and servers (how many answered); see src/common/tabledef.h."""
         s = _lib.TableStats()
         _check(_L.emb_client_table_stats(self._handle(), byref(s)),
                self._client)

@@ -132,3 +132,38 @@ def test_killed_server_raises_instead_of_hanging(start_server):
     # The live server still serves its ids.
     assert t.pull(on_a).shape == (50, 4)
     c.close()
+
+
+def _c_fields(text: str, struct: str) -> list[str]:
+    """Member names of a struct in a header, EMB_TABLE_STATS expanded."""
+    body = re.search(r"struct %s \{(.*?)\n\};" % struct, text, re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    stats = re.sub(r"/\*.*?\*/", "", (ROOT / "src" / "common" /
+                                      "tabledef.h").read_text(), flags=re.S)
+    listed = re.findall(r"X\((\w+),", stats)
+    names = []
+    for line in body.splitlines():
+        if "EMB_TABLE_STATS(" in line:
+            names += listed
+        elif ";" in line:
+            names.append(re.search(r"(\w+)(\[\d+\])?;", line).group(1))
+    return names
+
+
+def test_ctypes_structs_match_embstore_h():
+    """ctypes learns layouts from _lib.py alone: this keeps them equal to
+    the header's, member by member."""
+    from embstore import _lib
+    text = (ROOT / "src" / "worker" / "embstore.h").read_text()
+    optim = (ROOT / "src" / "common" / "optim.h").read_text()
+    init = (ROOT / "src" / "common" / "init.h").read_text()
+    pairs = [(text, "emb_client_opts", _lib.ClientOpts),
+             (text, "emb_table_spec", _lib.TableSpec),
+             (text, "emb_client_table_stats", _lib.TableStats),
+             (text, "emb_client_stats", _lib.ClientStats),
+             (text, "emb_cached_table_opts", _lib.CachedOpts),
+             (text, "emb_cached_table_stats", _lib.CachedStats),
+             (optim, "emb_optim_cfg", _lib.OptimCfg),
+             (init, "emb_init_cfg", _lib.InitCfg)]
+    for src, struct, cls in pairs:
+        assert _c_fields(src, struct) == [f[0] for f in cls._fields_], struct
