@@ -68,6 +68,7 @@ def test_workers_join_from_the_environment(cluster):
 def test_barrier_fails_when_a_node_dies(cluster):
     sched, server = cluster
     result = {}
+    joined = threading.Event()
 
     def lone_worker() -> None:
         try:
@@ -75,17 +76,22 @@ def test_barrier_fails_when_a_node_dies(cluster):
         except embstore.Error as e:
             result["connect"] = e
             return
+        finally:
+            joined.set()
         try:
             c.barrier("never")
         except embstore.Error as e:
             result["barrier"] = e
         c.close()
 
-    joined = threading.Thread(target=lone_worker)
-    joined.start()
-    # The second worker joins, then leaves without finish: declared dead.
+    th = threading.Thread(target=lone_worker)
+    th.start()
+    # The second worker joins, then (once the first has its connections)
+    # leaves without finish: declared dead.
     c2 = embstore.connect(transport="tcp")
+    assert joined.wait(60)
     c2.close()
-    joined.join(60)
+    th.join(60)
+    assert "connect" not in result, result
     assert isinstance(result.get("barrier"), embstore.ConnectionError)
     assert result["barrier"].name == "EMB_ENODEAD"
