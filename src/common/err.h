@@ -24,6 +24,8 @@
 	X(EMB_ENOHELLO, -1108, "request before HELLO")                         \
 	X(EMB_ESERVER, -1109, "server reported an error")                      \
 	X(EMB_ETRUNCFRAME, -1110, "frame truncated")                           \
+	X(EMB_ENOADMIN, -1111, "operation needs the admin token")              \
+	X(EMB_ETOOMANYCONNS, -1112, "server has too many connections")         \
 	/* store: -1200.. */                                                   \
 	X(EMB_EBADDUMP, -1201, "dump checksum mismatch")                       \
 	X(EMB_ENOTABLE, -1202, "unknown table")                                \
@@ -39,6 +41,7 @@
 	X(EMB_EDUMPFORMAT, -1212, "bad dump format or version")                \
 	X(EMB_ETRUNCATED, -1213, "dump file truncated")                        \
 	X(EMB_EMANIFEST, -1214, "bad or missing dump manifest")                \
+	X(EMB_ENONFINITE, -1215, "NaN or infinite value refused")              \
 	/* transport: -1300.. */                                               \
 	X(EMB_ECLOSED, -1301, "connection closed")                             \
 	X(EMB_EPEERDEAD, -1302, "peer disconnected")                           \

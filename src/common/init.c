@@ -8,11 +8,18 @@
 #include "common/init.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
 #include "common/hash.h"
+
+/* Within +-EMB_INIT_PARAM_MAX; false for NaN too. */
+static bool bounded(float x)
+{
+	return x >= -EMB_INIT_PARAM_MAX && x <= EMB_INIT_PARAM_MAX;
+}
 
 int emb_init_validate(const struct emb_init_cfg *cfg)
 {
@@ -22,13 +29,13 @@ int emb_init_validate(const struct emb_init_cfg *cfg)
 	case EMB_INIT_ZEROS:
 		return 0;
 	case EMB_INIT_CONSTANT:
-		return isfinite(cfg->a) ? 0 : EMB_EBADINIT;
+		return bounded(cfg->a) ? 0 : EMB_EBADINIT;
 	case EMB_INIT_UNIFORM:
-		return isfinite(cfg->a) && isfinite(cfg->b) && cfg->a < cfg->b
+		return bounded(cfg->a) && bounded(cfg->b) && cfg->a < cfg->b
 			   ? 0
 			   : EMB_EBADINIT;
 	case EMB_INIT_NORMAL:
-		return isfinite(cfg->a) && isfinite(cfg->b) && cfg->b >= 0.0f
+		return bounded(cfg->a) && bounded(cfg->b) && cfg->b >= 0.0f
 			   ? 0
 			   : EMB_EBADINIT;
 	default:

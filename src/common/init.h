@@ -28,7 +28,17 @@ struct emb_init_cfg {
 	((struct emb_init_cfg){                                                \
 	    .kind = EMB_INIT_UNIFORM, .a = -0.05f, .b = 0.05f})
 
-/* 0, or EMB_EBADINIT (unknown kind, a >= b for uniform, b < 0 for normal). */
+/*
+ * Largest |a| and |b| emb_init_validate() accepts. Embeddings start near 0;
+ * a bound far above any real initializer keeps b - a and a + k * b finite
+ * in the row generator.
+ */
+#define EMB_INIT_PARAM_MAX 1e4f
+
+/*
+ * 0, or EMB_EBADINIT (unknown kind, a >= b for uniform, b < 0 for normal,
+ * |a| or |b| over EMB_INIT_PARAM_MAX or not finite).
+ */
 int emb_init_validate(const struct emb_init_cfg *cfg);
 
 /* Writes the initial weights of row id to w[0..dim). */

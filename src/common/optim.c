@@ -12,16 +12,37 @@
 
 #include "common/err.h"
 
+/* A parameter in [0, EMB_OPTIM_PARAM_MAX]; false for NaN too. */
 static bool finite_nonneg(float x)
 {
-	return isfinite(x) && x >= 0.0f;
+	return x >= 0.0f && x <= EMB_OPTIM_PARAM_MAX;
+}
+
+static bool good_eps(float x)
+{
+	return x > 0.0f && x <= 1.0f;
+}
+
+bool emb_floats_finite(const float *v, size_t n)
+{
+	uint32_t bad = 0;
+
+	/* Exponent all ones is Inf or NaN. No early exit: the loop then
+	 * vectorises, and a valid batch is read whole anyway. */
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+
+		memcpy(&u, &v[i], sizeof(u));
+		bad |= (u & 0x7f800000u) == 0x7f800000u;
+	}
+	return !bad;
 }
 
 int emb_optim_validate(const struct emb_optim_cfg *cfg)
 {
 	if (!cfg)
 		return EMB_EBADARG;
-	if (!isfinite(cfg->lr) || cfg->lr <= 0.0f ||
+	if (!finite_nonneg(cfg->lr) || cfg->lr == 0.0f ||
 	    !finite_nonneg(cfg->weight_decay))
 		return EMB_EBADOPTIM;
 	switch (cfg->kind) {
@@ -29,13 +50,13 @@ int emb_optim_validate(const struct emb_optim_cfg *cfg)
 		return 0;
 	case EMB_OPTIM_ADAGRAD:
 		if (!finite_nonneg(cfg->initial_accumulator) ||
-		    !isfinite(cfg->eps) || cfg->eps <= 0.0f)
+		    !good_eps(cfg->eps))
 			return EMB_EBADOPTIM;
 		return 0;
 	case EMB_OPTIM_ADAM:
 		if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) ||
 		    !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f) ||
-		    !isfinite(cfg->eps) || cfg->eps <= 0.0f)
+		    !good_eps(cfg->eps))
 			return EMB_EBADOPTIM;
 		return 0;
 	case EMB_OPTIM_FTRL:

@@ -18,6 +18,7 @@
 #define EMB_COMMON_OPTIM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum emb_optim_kind {
@@ -52,8 +53,26 @@ struct emb_optim_cfg {
 				.l1 = 0.0f,                                    \
 				.l2 = 0.0f})
 
-/* 0, or EMB_EBADOPTIM for an unknown kind or an out-of-range parameter. */
+/*
+ * Largest hyper-parameter emb_optim_validate() accepts (lr, weight decay,
+ * Adagrad's initial accumulator, FTRL's beta, l1, l2). Beyond it one update
+ * overflows a float: such a table could only ever hold Inf and NaN.
+ */
+#define EMB_OPTIM_PARAM_MAX 1e6f
+
+/*
+ * 0, or EMB_EBADOPTIM for an unknown kind or an out-of-range parameter: not
+ * finite, negative (lr: not positive), over EMB_OPTIM_PARAM_MAX, eps not in
+ * (0, 1], betas not in [0, 1).
+ */
 int emb_optim_validate(const struct emb_optim_cfg *cfg);
+
+/*
+ * True when every float of v[0..n) is finite. A push or assign of NaN or
+ * Inf would poison its rows (and their optimizer state) for good, so the
+ * store refuses such batches whole.
+ */
+bool emb_floats_finite(const float *v, size_t n);
 
 /* State floats per row (see the table above); 0 for an unknown kind. */
 uint32_t emb_optim_state_floats(uint32_t kind, uint32_t dim);

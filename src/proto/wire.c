@@ -33,7 +33,7 @@ struct op_rule {
 };
 
 static const struct op_rule op_rules[] = {
-    [EMB_OP_HELLO] = {0, TBL_NONE},
+    [EMB_OP_HELLO] = {EMB_F_ADMIN, TBL_NONE},
     [EMB_OP_PING] = {0, TBL_NONE},
     [EMB_OP_CREATE_TABLE] = {0, TBL_NONE},
     [EMB_OP_DROP_TABLE] = {0, TBL_SET},
@@ -382,17 +382,26 @@ int emb_wire_hello_req_encode(void *buf, size_t cap, uint64_t req_id,
 			      uint32_t client_version, const void *token,
 			      uint32_t token_len, const char *name)
 {
+	return emb_wire_hello_req_encode_flags(buf, cap, req_id, client_version,
+					       0, token, token_len, name);
+}
+
+int emb_wire_hello_req_encode_flags(void *buf, size_t cap, uint64_t req_id,
+				    uint32_t client_version, uint16_t flags,
+				    const void *token, uint32_t token_len,
+				    const char *name)
+{
 	size_t name_len = name ? strlen(name) : 0;
 	uint32_t plen;
 	uint8_t *p = buf;
 
 	if (token_len > EMB_WIRE_TOKEN_MAX || (token_len && !token) ||
-	    name_len > EMB_WIRE_CLIENT_NAME_MAX)
+	    name_len > EMB_WIRE_CLIENT_NAME_MAX || (flags & ~EMB_F_ADMIN))
 		return EMB_EBADARG;
 	plen = 8 + token_len + (uint32_t)name_len;
 	if (!p || cap < EMB_WIRE_HDR_SIZE + plen)
 		return -ENOSPC;
-	emb__wire_put_hdr(p, EMB_OP_HELLO, 0, req_id, 0, 0, plen, 0);
+	emb__wire_put_hdr(p, EMB_OP_HELLO, flags, req_id, 0, 0, plen, 0);
 	p += EMB_WIRE_HDR_SIZE;
 	emb_le32_store(p, client_version);
 	emb_le16_store(p + 4, (uint16_t)token_len);
@@ -824,6 +833,7 @@ int emb_wire_hello_req_decode(const struct emb_wire_frame *f,
 	if (f->hdr.payload_len != 8 + tl + nl)
 		return EMB_EBADFRAME;
 	out->client_version = emb_le32_load(p);
+	out->admin = (f->hdr.flags & EMB_F_ADMIN) != 0;
 	out->token = tl ? p + 8 : NULL;
 	out->token_len = tl;
 	out->name = (const char *)(p + 8 + tl);

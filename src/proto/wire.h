@@ -83,6 +83,8 @@ enum emb_op {
 #define EMB_F_WITH_STATE 0x0002u /* ASSIGN, PULL: rows with optim state */
 #define EMB_F_STEP_END 0x0004u	 /* PUSH: the sender's last part of its step
 				    for this server (synchronous tables) */
+#define EMB_F_ADMIN 0x0008u	 /* HELLO: the token is the admin token; asks
+				    for admin rights (docs/protocol.md) */
 
 /* Field limits fixed by the protocol, whatever the configured limits. */
 #define EMB_WIRE_FRAME_MAX	 (1u << 30) /* largest max_frame_bytes */

@@ -200,6 +200,7 @@ struct emb_wire_iovs {
 /* Decoded HELLO request; token and name point into the frame. */
 struct emb_wire_hello_req {
 	uint32_t client_version; /* highest version the client speaks */
+	bool admin;		 /* EMB_F_ADMIN: token is the admin token */
 	const uint8_t *token;	 /* token_len bytes, NULL if none */
 	uint32_t token_len;	 /* 0..EMB_WIRE_TOKEN_MAX */
 	const char *name;	 /* name_len bytes, not terminated */
@@ -316,6 +317,11 @@ struct emb_wire_blob {
 int emb_wire_hello_req_encode(void *buf, size_t cap, uint64_t req_id,
 			      uint32_t client_version, const void *token,
 			      uint32_t token_len, const char *name);
+/* The same with header flags: 0 or EMB_F_ADMIN (EMB_EBADARG otherwise). */
+int emb_wire_hello_req_encode_flags(void *buf, size_t cap, uint64_t req_id,
+				    uint32_t client_version, uint16_t flags,
+				    const void *token, uint32_t token_len,
+				    const char *name);
 int emb_wire_hello_resp_encode(void *buf, size_t cap, uint64_t req_id,
 			       const struct emb_wire_hello_resp *resp);
 

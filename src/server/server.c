@@ -9,11 +9,18 @@
  * callback, so a concurrent DROP_TABLE cannot free memory a reply still
  * names. The table registry is an array under a rwlock: reads (every request)
  * share it, create and drop take it exclusively.
+ *
+ * Before its HELLO succeeds a connection may send frames of
+ * EMB_SERVER_LOGIN_FRAME bytes at most and has handshake_timeout_ms to log
+ * in; after it, idle_timeout_ms without a request closes it. A sweeper
+ * thread posts a check to every loop a few times per timeout; each loop
+ * walks its own connections, so no lock guards them.
  */
 #include "server/server.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -56,11 +63,17 @@ struct held {
 struct srv_conn {
 	struct emb_server *s;	/* owner */
 	struct emb_conn *c;	/* NULL once closed */
+	struct srv_conn *prev;	/* its loop's list of open conns */
+	struct srv_conn *next;
 	uint32_t loop;		/* index of its loop in s->loops */
 	uint32_t zc_replies;	/* PULL replies still reading table memory */
 	struct held *held;	/* oldest held request */
 	struct held *held_tail; /* newest held request */
+	uint64_t opened_ns;	/* accepted, emb_clock_ns() */
+	uint64_t last_ns;	/* last request arrived, emb_clock_ns() */
 	bool hello;		/* HELLO accepted */
+	bool admin;		/* admin rights (admin token, or none set) */
+	bool refused;		/* over max_conns: refuse its first request */
 	struct emb_dump_sess *dump; /* open DUMP session (server_dump.c) */
 	bool closing; /* auth failed or stream untrusted: close once the
 		       * error is sent */
@@ -71,6 +84,14 @@ struct emb_server {
 	char *host;			   /* owned copy */
 	char *transport;		   /* owned copy */
 	uint8_t token[EMB_WIRE_TOKEN_MAX]; /* auth token */
+	uint8_t admin_token[EMB_WIRE_TOKEN_MAX]; /* admin token */
+	struct emb_buf_budget rx_budget;   /* receive memory of all conns */
+	struct srv_conn **loop_conns;	   /* per loop: its open conns; only
+					      that loop's thread touches it */
+	pthread_t sweeper;		   /* posts timeout checks */
+	bool sweeper_running;		   /* started and not joined */
+	bool sweep_stop;		   /* guarded by reap_mu */
+	pthread_cond_t sweep_cv;	   /* wakes the sweeper to stop */
 	struct emb_transport **loops;	   /* opts.threads event loops */
 	pthread_t *threads;		   /* one per loop */
 	uint32_t nstarted;		   /* threads running */
@@ -87,6 +108,10 @@ struct emb_server {
 	uint64_t conns_total;	      /* atomic */
 	uint64_t requests;	      /* atomic */
 	uint64_t errors;	      /* atomic */
+	uint64_t conns_refused;	      /* over max_conns; atomic */
+	uint64_t conns_timed_out;     /* handshake or idle; atomic */
+	uint64_t nonfinite;	      /* PUSH/ASSIGN with NaN/Inf; atomic */
+	uint64_t not_admin;	      /* admin ops refused; atomic */
 	struct emb_hist *lat;	      /* threads x EMB_LAT_NOPS latencies;
 					 loop i alone writes row i */
 	bool stopped;		      /* emb_server_stop() ran */
@@ -101,6 +126,9 @@ struct emb_server {
 					 guarded by reap_mu */
 	bool reap_stop;		      /* reaper: exit once drained */
 };
+
+/* Conns past max_conns kept to tell them why; beyond, they close at once. */
+#define REFUSE_SLACK 64u
 
 /* A row of zeros for ids missing under NOCREATE, wide enough for a whole
  * record (Adam: weights + 2 * dim + 1 state floats); read-only. */
@@ -254,7 +282,7 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 			goto out_unlock;
 		}
 	}
-	rc = emb__sync_create(spec->dim, sync_ack, s, &st->sync);
+	rc = emb__sync_create(spec->dim, &s->budget, sync_ack, s, &st->sync);
 	if (rc) {
 		emb_table_destroy(st->t);
 		emb__regmap_destroy(st->regmap);
@@ -531,36 +559,57 @@ static void reply_and_close(struct emb_server *s, struct emb_conn *c,
 
 /* ---- handlers ---- */
 
+/*
+ * Constant time over the configured token, whatever the client sent, so
+ * timing reveals no prefix.
+ */
+static bool token_ok(const uint8_t *want, uint32_t want_len,
+		     const uint8_t *got, uint32_t got_len)
+{
+	unsigned char diff = (unsigned char)(got_len != want_len);
+
+	for (uint32_t i = 0; i < want_len; i++)
+		diff |= (unsigned char)(want[i] ^ (i < got_len ? got[i] : 0));
+	return diff == 0;
+}
+
 static int on_hello(struct emb_server *s, struct emb_conn *c,
 		    struct srv_conn *sc, struct emb_req *req,
 		    const struct emb_wire_frame *f)
 {
 	struct emb_wire_hello_req h;
 	struct emb_wire_hello_resp r = {0};
-	unsigned char diff = 0;
+	bool ok, admin;
 	void *buf;
 	int len, rc;
 
 	rc = emb_wire_hello_req_decode(f, &h);
 	if (rc)
 		return reply_error(s, req, rc, NULL);
-	if (s->opts.auth_token_len) {
-		/* Constant time over the configured token, whatever the
-		 * client sent, so timing reveals no prefix. */
-		diff = (unsigned char)(h.token_len != s->opts.auth_token_len);
-		for (uint32_t i = 0; i < s->opts.auth_token_len; i++)
-			diff |=
-			    (unsigned char)(s->token[i] ^
-					    (i < h.token_len ? h.token[i] : 0));
-		if (diff) {
-			emb_log(EMB_LOG_WARN, "%s: authentication failed",
-				emb_conn_peer(c));
-			reply_and_close(s, c, sc, req, EMB_EAUTH,
-					"authentication failed");
-			return 0;
-		}
+	/* The admin token grants everything; without one configured every
+	 * client that logs in has admin rights (one level of trust). */
+	if (h.admin && s->opts.admin_token_len) {
+		ok = token_ok(s->admin_token, s->opts.admin_token_len,
+			      h.token, h.token_len);
+		admin = ok;
+	} else {
+		ok = !s->opts.auth_token_len ||
+		     token_ok(s->token, s->opts.auth_token_len, h.token,
+			      h.token_len);
+		admin = ok && !s->opts.admin_token_len;
+	}
+	if (!ok) {
+		emb_log(EMB_LOG_WARN, "%s: %sauthentication failed",
+			emb_conn_peer(c), h.admin ? "admin " : "");
+		reply_and_close(s, c, sc, req, EMB_EAUTH,
+				h.admin ? "admin authentication failed"
+					: "authentication failed");
+		return 0;
 	}
 	sc->hello = true;
+	sc->admin = admin;
+	/* Proved who it is: its frames may now be as large as the limit. */
+	emb_conn_admit(c);
 	r.server_version = EMB_WIRE_VERSION;
 	r.limits = s->opts.limits;
 	r.server_id = s->server_id;
@@ -802,6 +851,36 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 	return 0;
 }
 
+/*
+ * A reply over the frame limit could never be sent, and the client would
+ * wait for it until its deadline: answer EMB_ETOOBIG before any row is
+ * made instead. False when it fits; true when the error was replied.
+ * Clients split batches by the max_frame_bytes of HELLO, so only a raw
+ * peer gets here.
+ */
+static bool reply_fails(struct emb_server *s, struct emb_req *req,
+		      const struct emb_wire_pull_req *p, struct srv_table *st)
+{
+	uint64_t stride = p->with_state ? emb_table_row_floats(st->t)
+					: st->spec.dim;
+	uint64_t bytes = EMB_WIRE_HDR_SIZE +
+			 (p->nocreate ? emb_wire_bitmap_bytes(p->n) : 0) +
+			 (uint64_t)p->n * stride * sizeof(float);
+	char msg[160];
+
+	if (bytes <= s->opts.limits.max_frame_bytes)
+		return false;
+	snprintf(msg, sizeof(msg),
+		 "reply of %llu bytes over the frame limit of %u; pull at "
+		 "most %llu ids of this table at once",
+		 (unsigned long long)bytes, s->opts.limits.max_frame_bytes,
+		 (unsigned long long)((s->opts.limits.max_frame_bytes -
+				       EMB_WIRE_HDR_SIZE) /
+				      (stride * sizeof(float) + 1)));
+	reply_error(s, req, EMB_ETOOBIG, msg);
+	return true;
+}
+
 static int on_pull(struct emb_server *s, struct emb_req *req,
 		   const struct emb_wire_frame *f)
 {
@@ -821,6 +900,10 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	st = table_get(s, p.table_id);
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	if (reply_fails(s, req, &p, st)) {
+		table_put(st);
+		return 0;
+	}
 	/* Whole rows (weights + optimizer state) always go zero-copy: the
 	 * store's copying pull gives weights only. */
 	if (!s->opts.zero_copy_pulls && !p.with_state)
@@ -902,6 +985,15 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	rc = emb_wire_push_req_decode(f, st->spec.dim, &p);
+	/* Before a synchronous step holds it: one NaN would spoil the whole
+	 * step, and every row it touches for good. */
+	if (!rc && !emb_floats_finite(p.grads, (size_t)p.n * st->spec.dim)) {
+		add(&s->nonfinite, 1);
+		table_put(st);
+		return reply_error(s, req, EMB_ENONFINITE,
+				   "a gradient is NaN or infinite; no row "
+				   "was changed");
+	}
 	if (!rc)
 		rc = emb__sync_push(st->sync, st->t, &p, req);
 	if (rc == 1) {
@@ -955,6 +1047,8 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 	if (!rc)
 		rc = emb_table_assign(st->t, a.ids, a.n, a.rows, a.with_state,
 				      NULL);
+	if (rc == EMB_ENONFINITE)
+		add(&s->nonfinite, 1);
 	return end_table_op(s, req, st, rc, 0);
 }
 
@@ -1006,6 +1100,19 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 		finish(s);
 		return 0;
 	}
+	if (sc->refused) {
+		reply_and_close(s, c, sc, req, EMB_ETOOMANYCONNS,
+				"server at its --max-conns limit; retry later");
+		return 0;
+	}
+	/* The TCP transport enforces this before buffering; RDMA receives
+	 * into fixed buffers, so only the check here applies to it. */
+	if (!sc->hello && EMB_WIRE_HDR_SIZE + (uint64_t)hdr->payload_len >
+			      EMB_SERVER_LOGIN_FRAME) {
+		reply_and_close(s, c, sc, req, EMB_ETOOBIG,
+				"frame too large before HELLO");
+		return 0;
+	}
 	if (hdr->opcode & EMB_OP_RESPONSE_BIT)
 		return reply_error(s, req, EMB_EBADFRAME,
 				   "a response sent to the server");
@@ -1019,6 +1126,19 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 		return on_hello(s, c, sc, req, &f);
 	if (!sc->hello)
 		return reply_error(s, req, EMB_ENOHELLO, NULL);
+	/* Admin rights: what changes a table for everyone else. */
+	if ((hdr->opcode == EMB_OP_SET_MODE ||
+	     hdr->opcode == EMB_OP_DROP_TABLE) &&
+	    !sc->admin) {
+		add(&s->not_admin, 1);
+		emb_log(EMB_LOG_WARN, "%s: %s refused: not admin",
+			emb_conn_peer(c),
+			hdr->opcode == EMB_OP_SET_MODE ? "SET_MODE"
+						       : "DROP_TABLE");
+		return reply_error(s, req, EMB_ENOADMIN,
+				   "this operation needs the admin token "
+				   "(HELLO with EMB_F_ADMIN)");
+	}
 
 	switch (hdr->opcode) {
 	case EMB_OP_PULL:
@@ -1128,6 +1248,8 @@ static void on_request(void *arg, struct emb_conn *c, struct emb_req *req,
 	uint64_t t0_ns = emb_clock_ns();
 	struct held *h;
 
+	if (sc)
+		sc->last_ns = t0_ns;
 	if (sc && (sc->held || (sc->zc_replies && writes_rows(hdr->opcode)))) {
 		h = malloc(sizeof(*h));
 		if (h) {
@@ -1157,6 +1279,7 @@ static void on_open(void *arg, struct emb_conn *c, int reason)
 {
 	struct emb_server *s = arg;
 	struct srv_conn *sc;
+	uint64_t open;
 
 	(void)reason;
 	sc = calloc(1, sizeof(*sc));
@@ -1168,13 +1291,38 @@ static void on_open(void *arg, struct emb_conn *c, int reason)
 	}
 	sc->s = s;
 	sc->c = c;
+	sc->opened_ns = sc->last_ns = mono_ns();
 	while (sc->loop + 1 < s->opts.threads && s->loops[sc->loop] != c->tr)
 		sc->loop++;
 	emb_conn_set_user(c, sc);
-	add(&s->conns_open, 1);
+	sc->next = s->loop_conns[sc->loop];
+	if (sc->next)
+		sc->next->prev = sc;
+	s->loop_conns[sc->loop] = sc;
+	open = __atomic_add_fetch(&s->conns_open, 1, __ATOMIC_RELAXED);
 	add(&s->conns_total, 1);
 	emb_log(EMB_LOG_INFO, "connection from %s (%s)", emb_conn_peer(c),
 		emb_transport_name(c->tr));
+	if (s->opts.max_conns && open > s->opts.max_conns) {
+		/* Its first request (a HELLO) gets the reason; a flood of
+		 * conns that send nothing closes at once. */
+		add(&s->conns_refused, 1);
+		sc->refused = true;
+		emb_log(EMB_LOG_WARN, "%s: refused: %u connections open",
+			emb_conn_peer(c), s->opts.max_conns);
+		if (open > s->opts.max_conns + REFUSE_SLACK)
+			emb_conn_close(c, EMB_ETOOMANYCONNS);
+	}
+}
+
+/* A closing conn's held synchronous pushes go, with their memory. */
+static void drop_sync_parts(struct emb_server *s, struct emb_conn *c)
+{
+	pthread_rwlock_rdlock(&s->tables_lock);
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
+		if (s->tables[i])
+			emb__sync_drop_conn(s->tables[i]->sync, c);
+	pthread_rwlock_unlock(&s->tables_lock);
 }
 
 static void on_close(void *arg, struct emb_conn *c, int reason)
@@ -1185,8 +1333,15 @@ static void on_close(void *arg, struct emb_conn *c, int reason)
 	if (!sc)
 		return;
 	emb_conn_set_user(c, NULL);
+	if (sc->prev)
+		sc->prev->next = sc->next;
+	else
+		s->loop_conns[sc->loop] = sc->next;
+	if (sc->next)
+		sc->next->prev = sc->prev;
 	emb__server_dump_free(sc->dump);
 	conn_release_held(sc);
+	drop_sync_parts(s, c);
 	sc->c = NULL;
 	/* A PULL reply still out frees it when it completes. */
 	if (!sc->zc_replies)
@@ -1198,6 +1353,108 @@ static void on_close(void *arg, struct emb_conn *c, int reason)
 	else
 		emb_log(EMB_LOG_INFO, "connection from %s closed",
 			emb_conn_peer(c));
+}
+
+/* ---- timeouts ---- */
+
+struct sweep_task {
+	struct emb_server *s; /* owner */
+	uint32_t loop;	      /* whose conns to check */
+};
+
+/* Loop thread: closes the loop's conns that outstayed a timeout. */
+static void sweep_run(void *arg)
+{
+	struct sweep_task *w = arg;
+	struct emb_server *s = w->s;
+	const uint64_t hs_ns = (uint64_t)s->opts.handshake_timeout_ms * 1000000;
+	const uint64_t idle_ns = (uint64_t)s->opts.idle_timeout_ms * 1000000;
+	uint64_t now = mono_ns();
+	struct srv_conn *sc, *next;
+	uint32_t loop = w->loop;
+
+	free(w);
+	/* Tasks left at destroy run while the conns are being torn down. */
+	if (__atomic_load_n(&s->loops_stopped, __ATOMIC_ACQUIRE))
+		return;
+	for (sc = s->loop_conns[loop]; sc; sc = next) {
+		struct emb_conn_stats cs;
+		const char *why = NULL;
+
+		next = sc->next; /* closing sc may free it */
+		if (!sc->c)
+			continue;
+		if (!sc->hello) {
+			if (hs_ns && now - sc->opened_ns > hs_ns)
+				why = "no HELLO within the handshake timeout";
+		} else if (idle_ns && now - sc->last_ns > idle_ns &&
+			   !sc->held && !sc->zc_replies) {
+			/* A request still held (a synchronous step) or a
+			 * reply still queued is not idleness. */
+			emb_conn_stats(sc->c, &cs);
+			if (cs.inflight == 0 && cs.out_queued == 0)
+				why = "idle timeout";
+		}
+		if (!why)
+			continue;
+		add(&s->conns_timed_out, 1);
+		emb_log(EMB_LOG_WARN, "%s: closing: %s", emb_conn_peer(sc->c),
+			why);
+		emb_conn_close(sc->c, -ETIMEDOUT);
+	}
+}
+
+/* Posts sweep_run to every loop a few times per timeout until stopped. */
+static void *sweeper_main(void *arg)
+{
+	struct emb_server *s = arg;
+	uint32_t t = s->opts.handshake_timeout_ms;
+	uint64_t period_ms;
+	struct timespec dl;
+
+	if (!t || (s->opts.idle_timeout_ms && s->opts.idle_timeout_ms < t))
+		t = s->opts.idle_timeout_ms;
+	period_ms = t / 4;
+	if (period_ms < 10)
+		period_ms = 10;
+	if (period_ms > 1000)
+		period_ms = 1000;
+	pthread_mutex_lock(&s->reap_mu);
+	while (!s->sweep_stop) {
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_nsec += (long)(period_ms % 1000) * 1000000;
+		dl.tv_sec += (time_t)(period_ms / 1000) + dl.tv_nsec / 1000000000;
+		dl.tv_nsec %= 1000000000;
+		pthread_cond_timedwait(&s->sweep_cv, &s->reap_mu, &dl);
+		if (s->sweep_stop)
+			break;
+		pthread_mutex_unlock(&s->reap_mu);
+		for (uint32_t i = 0; i < s->opts.threads; i++) {
+			struct sweep_task *w = malloc(sizeof(*w));
+
+			if (!w)
+				continue; /* next round */
+			w->s = s;
+			w->loop = i;
+			if (emb_transport_exec(s->loops[i], sweep_run, w))
+				free(w);
+		}
+		pthread_mutex_lock(&s->reap_mu);
+	}
+	pthread_mutex_unlock(&s->reap_mu);
+	return NULL;
+}
+
+static void sweeper_stop(struct emb_server *s)
+{
+	if (!s->sweeper_running)
+		return;
+	pthread_mutex_lock(&s->reap_mu);
+	s->sweep_stop = true;
+	pthread_cond_signal(&s->sweep_cv);
+	pthread_mutex_unlock(&s->reap_mu);
+	pthread_join(s->sweeper, NULL);
+	s->sweeper_running = false;
 }
 
 /* ---- lifecycle ---- */
@@ -1230,6 +1487,7 @@ int emb_server_create(const struct emb_server_opts *opts,
 	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
 	struct emb_listen_opts lopts = EMB_LISTEN_OPTS_DEFAULT;
 	struct emb_server *s;
+	pthread_condattr_t ca;
 	uint32_t i;
 	int rc;
 
@@ -1237,6 +1495,8 @@ int emb_server_create(const struct emb_server_opts *opts,
 	    opts->threads == 0 || opts->threads > 256 ||
 	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
 	    (opts->auth_token_len && !opts->auth_token) ||
+	    opts->admin_token_len > EMB_WIRE_TOKEN_MAX ||
+	    (opts->admin_token_len && !opts->admin_token) ||
 	    emb_wire_limits_validate(&opts->limits))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
@@ -1249,8 +1509,9 @@ int emb_server_create(const struct emb_server_opts *opts,
 	s->loops = calloc(opts->threads, sizeof(*s->loops));
 	s->threads = calloc(opts->threads, sizeof(*s->threads));
 	s->lat = calloc((size_t)opts->threads * EMB_LAT_NOPS, sizeof(*s->lat));
+	s->loop_conns = calloc(opts->threads, sizeof(*s->loop_conns));
 	if (!s->host || !s->transport || !s->tables || !s->loops ||
-	    !s->threads || !s->lat) {
+	    !s->threads || !s->lat || !s->loop_conns) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
@@ -1259,11 +1520,27 @@ int emb_server_create(const struct emb_server_opts *opts,
 	s->opts.auth_token = s->token;
 	if (opts->auth_token_len)
 		memcpy(s->token, opts->auth_token, opts->auth_token_len);
+	s->opts.admin_token = s->admin_token;
+	if (opts->admin_token_len)
+		memcpy(s->admin_token, opts->admin_token,
+		       opts->admin_token_len);
 	s->budget.limit = opts->mem_limit;
+	s->rx_budget.limit = opts->conn_mem_limit;
+	if (!s->rx_budget.limit && !opts->mem_limit)
+		s->rx_budget.limit = 1ull << 30;
+	else if (!s->rx_budget.limit)
+		s->rx_budget.limit = opts->mem_limit / 4 < (64u << 20)
+					 ? 64u << 20
+					 : opts->mem_limit / 4;
 	s->server_id = random_id();
 	pthread_rwlock_init(&s->tables_lock, NULL);
 	pthread_mutex_init(&s->reap_mu, NULL);
 	pthread_cond_init(&s->reap_cv, NULL);
+	/* The sweeper's waits must not jump with the wall clock. */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->sweep_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	s->rdma = strcmp(opts->transport, "rdma") == 0;
 	/* Before the listener exists, so no client sees a partial state. */
 	if (opts->on_start) {
@@ -1273,6 +1550,9 @@ int emb_server_create(const struct emb_server_opts *opts,
 	}
 
 	topts.max_frame_bytes = opts->limits.max_frame_bytes;
+	if (EMB_SERVER_LOGIN_FRAME < topts.max_frame_bytes)
+		topts.login_frame_bytes = EMB_SERVER_LOGIN_FRAME;
+	topts.rx_budget = &s->rx_budget;
 	for (i = 0; i < opts->threads; i++) {
 		rc =
 		    emb_transport_create(opts->transport, &topts, &s->loops[i]);
@@ -1304,9 +1584,24 @@ int emb_server_create(const struct emb_server_opts *opts,
 			goto err_threads;
 		s->reaper_running = true;
 	}
+	if (opts->handshake_timeout_ms || opts->idle_timeout_ms) {
+		rc = -pthread_create(&s->sweeper, NULL, sweeper_main, s);
+		if (rc)
+			goto err_reaper;
+		s->sweeper_running = true;
+	}
 	*out = s;
 	return 0;
 
+err_reaper:
+	if (s->reaper_running) {
+		pthread_mutex_lock(&s->reap_mu);
+		s->reap_stop = true;
+		pthread_cond_signal(&s->reap_cv);
+		pthread_mutex_unlock(&s->reap_mu);
+		pthread_join(s->reaper, NULL);
+		s->reaper_running = false;
+	}
 err_threads:
 	for (i = 0; i < s->nstarted; i++) {
 		emb_transport_stop(s->loops[i]);
@@ -1320,6 +1615,7 @@ err_loops:
 		table_put(s->tables[i]);
 	pthread_rwlock_destroy(&s->tables_lock);
 err_free:
+	free(s->loop_conns);
 	free(s->lat);
 	free(s->threads);
 	free(s->loops);
@@ -1351,6 +1647,7 @@ void emb_server_stop(struct emb_server *s, uint32_t grace_ms)
 	if (!s || s->stopped)
 		return;
 	s->stopped = true;
+	sweeper_stop(s);
 	/* The listener belongs to loop 0's thread. */
 	if (emb_transport_exec(s->loops[0], destroy_listener_task, s) == 0) {
 		for (uint32_t waited = 0; waited < 2000; waited += 5) {
@@ -1414,7 +1711,9 @@ void emb_server_destroy(struct emb_server *s)
 		table_put(s->tables[i]);
 	pthread_rwlock_destroy(&s->tables_lock);
 	pthread_cond_destroy(&s->reap_cv);
+	pthread_cond_destroy(&s->sweep_cv);
 	pthread_mutex_destroy(&s->reap_mu);
+	free(s->loop_conns);
 	free(s->lat);
 	free(s->threads);
 	free(s->loops);
@@ -1438,6 +1737,15 @@ void emb_server_stats(struct emb_server *s, struct emb_server_stats *out)
 	out->errors = __atomic_load_n(&s->errors, __ATOMIC_RELAXED);
 	out->tables = n;
 	out->mem_used = __atomic_load_n(&s->budget.used, __ATOMIC_RELAXED);
+	out->mem_limit = s->budget.limit;
+	out->conn_bytes = __atomic_load_n(&s->rx_budget.used, __ATOMIC_RELAXED);
+	out->conns_refused =
+	    __atomic_load_n(&s->conns_refused, __ATOMIC_RELAXED) +
+	    __atomic_load_n(&s->rx_budget.refused, __ATOMIC_RELAXED);
+	out->conns_timed_out =
+	    __atomic_load_n(&s->conns_timed_out, __ATOMIC_RELAXED);
+	out->nonfinite = __atomic_load_n(&s->nonfinite, __ATOMIC_RELAXED);
+	out->not_admin = __atomic_load_n(&s->not_admin, __ATOMIC_RELAXED);
 }
 
 uint32_t emb_server_nloops(const struct emb_server *s)

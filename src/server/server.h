@@ -19,6 +19,14 @@
 struct emb_server;
 struct emb_table;
 
+/*
+ * Largest frame a connection may send before its HELLO succeeded: HELLO
+ * itself takes at most 32 + 8 + 256 + 128 bytes. Anything larger is
+ * answered with EMB_ETOOBIG and closes the connection, so a stranger
+ * cannot make the server hold more than this per connection.
+ */
+#define EMB_SERVER_LOGIN_FRAME 4096u
+
 struct emb_server_opts {
 	const char *host;	       /* listen address; copied */
 	uint16_t port;		       /* 0 picks a free port */
@@ -26,7 +34,26 @@ struct emb_server_opts {
 	uint32_t threads;	       /* event loops, >= 1 */
 	const uint8_t *auth_token;     /* required in HELLO, or NULL; copied */
 	uint32_t auth_token_len;       /* bytes, <= EMB_WIRE_TOKEN_MAX */
-	uint64_t mem_limit;	       /* bytes of all tables; 0 = unlimited */
+	const uint8_t *admin_token;    /* HELLO with EMB_F_ADMIN and this token
+					  gets admin rights (SET_MODE,
+					  DROP_TABLE); NULL = every client
+					  that logged in has them; copied */
+	uint32_t admin_token_len;      /* bytes, <= EMB_WIRE_TOKEN_MAX */
+	uint64_t mem_limit;	       /* bytes of all tables and held
+					  synchronous pushes; 0 = unlimited */
+	uint64_t conn_mem_limit;       /* bytes of receive buffers of all
+					  connections; 0 = a quarter of
+					  mem_limit, at least 64 MiB (1 GiB
+					  when mem_limit is 0) */
+	uint32_t max_conns;	       /* client connections open at once;
+					  more are refused with
+					  EMB_ETOOMANYCONNS; 0 = unlimited */
+	uint32_t handshake_timeout_ms; /* a connection whose HELLO has not
+					  succeeded by then is closed; 0 =
+					  never */
+	uint32_t idle_timeout_ms;      /* a logged-in connection with no
+					  request for this long and none
+					  pending is closed; 0 = never */
 	struct emb_wire_limits limits; /* what requests may carry */
 	uint32_t table_shards;	       /* index shards per table */
 	bool zero_copy_pulls;	       /* PULL rows straight from table memory
@@ -44,6 +71,9 @@ struct emb_server_opts {
 				  .transport = "tcp",                          \
 				  .threads = 1,                                \
 				  .limits = EMB_WIRE_LIMITS_DEFAULT,           \
+				  .max_conns = 1024,                           \
+				  .handshake_timeout_ms = 10000,               \
+				  .idle_timeout_ms = 600000,                   \
 				  .table_shards = 64})
 
 /*
@@ -74,6 +104,13 @@ struct emb_server_stats {
 	uint64_t errors;      /* error responses sent */
 	uint64_t tables;      /* tables now */
 	uint64_t mem_used;    /* bytes charged by all tables */
+	uint64_t mem_limit;   /* opts.mem_limit; 0 = unlimited */
+	uint64_t conn_bytes;  /* receive buffer bytes of all connections */
+	uint64_t conns_refused; /* connections refused: max_conns or
+				   receive memory full */
+	uint64_t conns_timed_out; /* closed by handshake or idle timeout */
+	uint64_t nonfinite;	  /* PUSH/ASSIGN refused for NaN or Inf */
+	uint64_t not_admin;	  /* admin requests refused: no admin token */
 };
 
 void emb_server_stats(struct emb_server *s, struct emb_server_stats *out);

@@ -2,13 +2,17 @@
  * src/server/sync.c - synchronous and bounded-staleness training.
  *
  * Synchronous: for step s every worker sends this server its gradients
- * (possibly none) and flags its last part with STEP_END. Parts are copied,
- * scaled by 1/workers, into a buffer per rank; when the last worker's
- * STEP_END arrives, the buffers are concatenated in rank order and pushed
- * as one batch (the store sums duplicate ids), so every id gets one update
- * with the average gradient, in an order that does not depend on arrival.
- * Each worker's STEP_END part is acknowledged only then, which is what
- * makes its next pull see step s applied.
+ * (possibly none) and flags its last part with STEP_END. Every part is
+ * held, request and all, in a list per rank: its ids and gradients stay in
+ * the request's own buffer, and the held bytes are charged to the server's
+ * memory budget. When the last worker's STEP_END arrives, the parts are
+ * concatenated in rank order, scaled by 1/workers, and pushed as one batch
+ * (the store sums duplicate ids), so every id gets one update with the
+ * average gradient, in an order that does not depend on arrival. Every
+ * part is acknowledged only then: a success always means "applied", which
+ * is also what makes a worker's next pull see step s. A connection that
+ * closes takes its ranks' parts of the step with it (they are answered
+ * with EMB_ECLOSED and their memory is released).
  *
  * Bounded staleness: a push whose step is more than K behind the newest
  * step seen is dropped and counted (Paddle's lagged-gradient discard).
@@ -23,33 +27,43 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "transport/transport.h"
+
+struct part {
+	struct part *next;     /* arrival order within its rank */
+	struct emb_req *req;   /* held until the step is applied */
+	struct emb_conn *conn; /* req's conn: dropped when it closes */
+	const uint64_t *ids;   /* n ids, in req's payload */
+	const float *grads;    /* n * dim gradients, in req's payload */
+	uint32_t n;	       /* ids */
+	uint64_t bytes;	       /* charged to the budget */
+};
 
 struct rank_buf {
-	uint64_t *ids;		/* gathered ids */
-	float *grads;		/* gathered gradients / workers */
-	uint32_t n;		/* ids gathered */
-	uint32_t cap;		/* room in ids (and cap * dim in grads) */
-	struct emb_req *waiter; /* its STEP_END part, held */
+	struct part *head; /* parts of the step being gathered */
+	struct part *tail;
+	bool ended;	   /* its STEP_END part arrived */
 };
 
 struct emb_sync {
-	pthread_mutex_t lock;  /* guards everything below */
-	uint32_t dim;	       /* floats per row */
-	uint32_t mode;	       /* enum emb_mode */
-	uint32_t workers;      /* SYNC: ranks per step */
-	uint32_t staleness;    /* STALE: K */
-	uint64_t newest;       /* STALE: newest step seen */
-	uint64_t discarded;    /* rows dropped as stale */
-	bool gathering;	       /* SYNC: some rank sent part of step */
-	uint64_t step;	       /* SYNC: the step being gathered */
-	uint32_t nended;       /* SYNC: ranks done with step */
-	struct rank_buf *bufs; /* SYNC: workers entries */
-	emb_sync_ack_fn ack;   /* acknowledges held parts */
-	void *arg;	       /* for ack */
+	pthread_mutex_t lock;	       /* guards everything below */
+	uint32_t dim;		       /* floats per row */
+	uint32_t mode;		       /* enum emb_mode */
+	uint32_t workers;	       /* SYNC: ranks per step */
+	uint32_t staleness;	       /* STALE: K */
+	uint64_t newest;	       /* STALE: newest step seen */
+	uint64_t discarded;	       /* rows dropped as stale */
+	bool gathering;		       /* SYNC: some rank sent part of step */
+	uint64_t step;		       /* SYNC: the step being gathered */
+	uint32_t nended;	       /* SYNC: ranks done with step */
+	struct rank_buf *bufs;	       /* SYNC: workers entries */
+	struct emb_mem_budget *budget; /* held bytes charged here, or NULL */
+	emb_sync_ack_fn ack;	       /* acknowledges held parts */
+	void *arg;		       /* for ack */
 };
 
-int emb__sync_create(uint32_t dim, emb_sync_ack_fn ack, void *arg,
-		     struct emb_sync **out)
+int emb__sync_create(uint32_t dim, struct emb_mem_budget *budget,
+		     emb_sync_ack_fn ack, void *arg, struct emb_sync **out)
 {
 	struct emb_sync *y = calloc(1, sizeof(*y));
 
@@ -58,43 +72,104 @@ int emb__sync_create(uint32_t dim, emb_sync_ack_fn ack, void *arg,
 	pthread_mutex_init(&y->lock, NULL);
 	y->dim = dim;
 	y->mode = EMB_MODE_ASYNC;
+	y->budget = budget;
 	y->ack = ack;
 	y->arg = arg;
 	*out = y;
 	return 0;
 }
 
-static void free_bufs(struct emb_sync *y)
+/* Charges n held bytes; EMB_EMEMLIMIT if the budget cannot take them. */
+static int charge(struct emb_sync *y, uint64_t n)
 {
-	for (uint32_t r = 0; y->bufs && r < y->workers; r++) {
-		free(y->bufs[r].ids);
-		free(y->bufs[r].grads);
+	struct emb_mem_budget *b = y->budget;
+	uint64_t used;
+
+	if (!b)
+		return 0;
+	used = __atomic_add_fetch(&b->used, n, __ATOMIC_RELAXED);
+	if (b->limit && used > b->limit) {
+		__atomic_fetch_sub(&b->used, n, __ATOMIC_RELAXED);
+		return EMB_EMEMLIMIT;
 	}
-	free(y->bufs);
-	y->bufs = NULL;
+	return 0;
+}
+
+static void uncharge(struct emb_sync *y, uint64_t n)
+{
+	if (y->budget)
+		__atomic_fetch_sub(&y->budget->used, n, __ATOMIC_RELAXED);
+}
+
+/* Moves rank r's parts to the front of *out; called with the lock held. */
+static void take_rank(struct emb_sync *y, uint32_t r, struct part **out)
+{
+	struct rank_buf *b = &y->bufs[r];
+
+	if (b->tail) {
+		b->tail->next = *out;
+		*out = b->head;
+	}
+	b->head = b->tail = NULL;
+	if (b->ended)
+		y->nended--;
+	b->ended = false;
+}
+
+/* Called with the lock held: the step is over, whatever became of it. */
+static void end_gathering(struct emb_sync *y)
+{
+	for (uint32_t r = 0; y->bufs && r < y->workers; r++)
+		if (y->bufs[r].head)
+			return;
+	y->gathering = false;
+	y->nended = 0;
+}
+
+/* Without the lock: answers every part of list with status and frees it. */
+static void ack_parts(struct emb_sync *y, struct part *list, int status)
+{
+	while (list) {
+		struct part *pt = list;
+
+		list = pt->next;
+		uncharge(y, pt->bytes);
+		y->ack(y->arg, pt->req, status);
+		free(pt);
+	}
 }
 
 void emb__sync_abort(struct emb_sync *y)
 {
-	for (;;) {
-		struct emb_req *req = NULL;
+	struct part *list = NULL;
 
-		pthread_mutex_lock(&y->lock);
-		for (uint32_t r = 0; y->bufs && r < y->workers && !req; r++) {
-			req = y->bufs[r].waiter;
-			y->bufs[r].waiter = NULL;
-		}
-		if (!req) {
-			for (uint32_t r = 0; y->bufs && r < y->workers; r++)
-				y->bufs[r].n = 0;
-			y->nended = 0;
-			y->gathering = false;
-		}
-		pthread_mutex_unlock(&y->lock);
-		if (!req)
-			return;
-		y->ack(y->arg, req, EMB_ECLOSED);
+	pthread_mutex_lock(&y->lock);
+	for (uint32_t r = 0; y->bufs && r < y->workers; r++)
+		take_rank(y, r, &list);
+	end_gathering(y);
+	pthread_mutex_unlock(&y->lock);
+	ack_parts(y, list, EMB_ECLOSED);
+}
+
+void emb__sync_drop_conn(struct emb_sync *y, const struct emb_conn *conn)
+{
+	struct part *list = NULL;
+
+	pthread_mutex_lock(&y->lock);
+	for (uint32_t r = 0; y->bufs && r < y->workers; r++) {
+		bool mine = false;
+
+		for (struct part *pt = y->bufs[r].head; pt && !mine;
+		     pt = pt->next)
+			mine = pt->conn == conn;
+		/* A rank missing some of its parts cannot count: all go. */
+		if (mine)
+			take_rank(y, r, &list);
 	}
+	if (list)
+		end_gathering(y);
+	pthread_mutex_unlock(&y->lock);
+	ack_parts(y, list, EMB_ECLOSED);
 }
 
 void emb__sync_destroy(struct emb_sync *y)
@@ -102,7 +177,7 @@ void emb__sync_destroy(struct emb_sync *y)
 	if (!y)
 		return;
 	emb__sync_abort(y);
-	free_bufs(y);
+	free(y->bufs);
 	pthread_mutex_destroy(&y->lock);
 	free(y);
 }
@@ -128,7 +203,7 @@ int emb__sync_set_mode(struct emb_sync *y, uint32_t mode, uint32_t workers,
 			goto out;
 		}
 	}
-	free_bufs(y);
+	free(y->bufs);
 	y->bufs = bufs;
 	y->mode = mode;
 	y->workers = mode == EMB_MODE_SYNC ? workers : 0;
@@ -140,131 +215,130 @@ out:
 	return rc;
 }
 
-static int append(struct emb_sync *y, struct rank_buf *b,
-		  const struct emb_wire_push_req *p)
+/*
+ * Applies the gathered step and moves every part to *done; called with the
+ * lock held.
+ */
+static int apply_step(struct emb_sync *y, struct emb_table *t,
+		      struct part **done)
 {
 	const float scale = 1.0f / (float)y->workers;
-	size_t dim = y->dim;
-
-	if (b->n + p->n > b->cap) {
-		uint32_t cap = b->cap ? b->cap : 1024;
-		uint64_t *ids;
-		float *grads;
-
-		while (cap < b->n + p->n)
-			cap *= 2;
-		ids = realloc(b->ids, cap * sizeof(*ids));
-		if (!ids)
-			return -ENOMEM;
-		b->ids = ids;
-		grads = realloc(b->grads, cap * dim * sizeof(*grads));
-		if (!grads)
-			return -ENOMEM;
-		b->grads = grads;
-		b->cap = cap;
-	}
-	memcpy(b->ids + b->n, p->ids, p->n * sizeof(*p->ids));
-	for (size_t i = 0; i < (size_t)p->n * dim; i++)
-		b->grads[b->n * dim + i] = p->grads[i] * scale;
-	b->n += p->n;
-	return 0;
-}
-
-/* Applies the gathered step; called with the lock held. */
-static int apply_step(struct emb_sync *y, struct emb_table *t)
-{
 	size_t dim = y->dim, total = 0, at = 0;
-	uint64_t *ids;
-	float *grads;
-	int rc;
+	uint64_t *ids = NULL;
+	float *grads = NULL;
+	int rc = 0;
 
 	for (uint32_t r = 0; r < y->workers; r++)
-		total += y->bufs[r].n;
-	if (total == 0)
-		return 0;
-	if (total > UINT32_MAX)
-		return -E2BIG;
-	ids = malloc(total * sizeof(*ids));
-	grads = malloc(total * dim * sizeof(*grads));
-	if (!ids || !grads) {
-		free(ids);
-		free(grads);
-		return -ENOMEM;
+		for (struct part *pt = y->bufs[r].head; pt; pt = pt->next)
+			total += pt->n;
+	if (total > UINT32_MAX) {
+		rc = -E2BIG;
+		goto out;
+	}
+	if (total) {
+		ids = malloc(total * sizeof(*ids));
+		grads = malloc(total * dim * sizeof(*grads));
+		if (!ids || !grads) {
+			rc = -ENOMEM;
+			goto out;
+		}
 	}
 	for (uint32_t r = 0; r < y->workers; r++) {
-		struct rank_buf *b = &y->bufs[r];
-
-		memcpy(ids + at, b->ids, b->n * sizeof(*ids));
-		memcpy(grads + at * dim, b->grads, b->n * dim * sizeof(*grads));
-		at += b->n;
+		for (struct part *pt = y->bufs[r].head; pt; pt = pt->next) {
+			memcpy(ids + at, pt->ids, pt->n * sizeof(*ids));
+			for (size_t i = 0; i < (size_t)pt->n * dim; i++)
+				grads[at * dim + i] = pt->grads[i] * scale;
+			at += pt->n;
+		}
 	}
-	rc = emb_table_push(t, ids, (uint32_t)total, grads);
+	if (total)
+		rc = emb_table_push(t, ids, (uint32_t)total, grads);
+out:
 	free(ids);
 	free(grads);
+	for (uint32_t r = 0; r < y->workers; r++)
+		take_rank(y, r, done);
+	y->nended = 0;
+	y->gathering = false;
 	return rc;
 }
 
 static int push_sync(struct emb_sync *y, struct emb_table *t,
 		     const struct emb_wire_push_req *p, struct emb_req *req)
 {
-	struct emb_req *done[256], **waiters = done;
-	uint32_t nw = 0;
+	struct part *pt, *done = NULL, *mine = NULL;
 	struct rank_buf *b;
 	int rc;
+
+	pt = calloc(1, sizeof(*pt));
+	if (!pt)
+		return -ENOMEM;
+	pt->req = req;
+	pt->conn = emb_req_conn(req);
+	pt->ids = p->ids;
+	pt->grads = p->grads;
+	pt->n = p->n;
+	pt->bytes = sizeof(*pt) + EMB_WIRE_HDR_SIZE + req->hdr.payload_len;
 
 	pthread_mutex_lock(&y->lock);
 	if (p->rank >= y->workers) {
 		rc = EMB_EBADARG;
 		goto unlock;
 	}
-	if (!y->gathering) {
-		y->gathering = true;
-		y->step = p->step;
-	}
 	b = &y->bufs[p->rank];
-	if (p->step != y->step || b->waiter) {
+	if ((y->gathering && p->step != y->step) || b->ended) {
 		emb_log(EMB_LOG_WARN,
 			"sync push from rank %u for step %llu while gathering "
 			"step %llu%s",
 			p->rank, (unsigned long long)p->step,
 			(unsigned long long)y->step,
-			b->waiter ? " (rank already done)" : "");
+			b->ended ? " (rank already done)" : "");
 		rc = EMB_EBADARG;
 		goto unlock;
 	}
-	rc = append(y, b, p);
-	if (rc || !p->step_end)
+	rc = charge(y, pt->bytes);
+	if (rc)
 		goto unlock;
-	b->waiter = req;
-	if (++y->nended < y->workers) {
-		rc = 1;
-		goto unlock;
+	if (!y->gathering) {
+		y->gathering = true;
+		y->step = p->step;
 	}
-	/* The last worker's part: apply, then release every waiter. */
-	rc = apply_step(y, t);
+	if (b->tail)
+		b->tail->next = pt;
+	else
+		b->head = pt;
+	b->tail = pt;
+	if (p->step_end) {
+		b->ended = true;
+		y->nended++;
+	}
+	if (y->nended < y->workers) {
+		pthread_mutex_unlock(&y->lock);
+		return 1;
+	}
+	/* The last worker's part: apply, then answer every part. */
+	rc = apply_step(y, t, &done);
 	if (rc)
 		emb_log(EMB_LOG_ERROR, "sync step %llu not applied: %s",
 			(unsigned long long)y->step, emb_strerror(rc));
-	if (y->workers > 256)
-		waiters = malloc(y->workers * sizeof(*waiters));
-	for (uint32_t r = 0; r < y->workers; r++) {
-		if (waiters && y->bufs[r].waiter != req)
-			waiters[nw++] = y->bufs[r].waiter;
-		else if (y->bufs[r].waiter != req)
-			y->ack(y->arg, y->bufs[r].waiter, -ENOMEM);
-		y->bufs[r].waiter = NULL;
-		y->bufs[r].n = 0;
-	}
-	y->nended = 0;
-	y->gathering = false;
 	pthread_mutex_unlock(&y->lock);
-	for (uint32_t k = 0; k < nw; k++)
-		y->ack(y->arg, waiters[k], rc);
-	if (waiters != done)
-		free(waiters);
+	/* This request is answered by the caller, the others through ack. */
+	for (struct part **pp = &done; *pp; pp = &(*pp)->next) {
+		if ((*pp)->req == req) {
+			mine = *pp;
+			*pp = mine->next;
+			break;
+		}
+	}
+	if (mine) {
+		uncharge(y, mine->bytes);
+		free(mine);
+	}
+	ack_parts(y, done, rc);
 	return rc;
 unlock:
 	pthread_mutex_unlock(&y->lock);
+	free(pt);
 	return rc;
 }
 

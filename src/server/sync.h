@@ -15,6 +15,7 @@
 
 struct emb_sync;
 struct emb_req;
+struct emb_conn;
 
 /*
  * Acknowledges a held STEP_END push once its step is applied (status 0) or
@@ -23,9 +24,12 @@ struct emb_req;
  */
 typedef void (*emb_sync_ack_fn)(void *arg, struct emb_req *req, int status);
 
-/* 0 and *out (asynchronous mode), or -ENOMEM. */
-int emb__sync_create(uint32_t dim, emb_sync_ack_fn ack, void *arg,
-		     struct emb_sync **out);
+/*
+ * 0 and *out (asynchronous mode), or -ENOMEM. Held pushes are charged to
+ * budget (borrowed, may be NULL) while they wait for their step.
+ */
+int emb__sync_create(uint32_t dim, struct emb_mem_budget *budget,
+		     emb_sync_ack_fn ack, void *arg, struct emb_sync **out);
 /* Held pushes are acknowledged with EMB_ECLOSED. NULL is a no-op. */
 void emb__sync_destroy(struct emb_sync *y);
 
@@ -37,6 +41,13 @@ void emb__sync_destroy(struct emb_sync *y);
 void emb__sync_abort(struct emb_sync *y);
 
 /*
+ * conn is closing: the step loses every part of each rank that has a part
+ * from conn; they are acknowledged with EMB_ECLOSED and their memory is
+ * released. Those ranks may send their step again.
+ */
+void emb__sync_drop_conn(struct emb_sync *y, const struct emb_conn *conn);
+
+/*
  * Sets the mode (values as SET_MODE carries them, already validated).
  * Setting the current mode again is a no-op. -EBUSY while a synchronous
  * step is half gathered, -ENOMEM.
@@ -45,11 +56,14 @@ int emb__sync_set_mode(struct emb_sync *y, uint32_t mode, uint32_t workers,
 		       uint32_t staleness);
 
 /*
- * Applies a decoded PUSH to t under the mode. Returns 0 when the caller
- * should acknowledge now (applied, gathered, or discarded as stale), 1 when
- * req is held and will be acknowledged through the ack function, or a
- * negative code to reply with (EMB_EBADARG for a rank or step that does not
- * fit the step being gathered, or the store's error).
+ * Applies a decoded PUSH to t under the mode; p's pointers must stay valid
+ * as long as req is held. Returns 0 when the caller should acknowledge now
+ * (applied, or discarded as stale), 1 when req is held and will be
+ * acknowledged through the ack function once its step is applied (every
+ * part of a synchronous step is held), or a negative code to reply with
+ * (EMB_EBADARG for a rank or step that does not fit the step being
+ * gathered, EMB_EMEMLIMIT when the budget cannot hold the part, or the
+ * store's error).
  */
 int emb__sync_push(struct emb_sync *y, struct emb_table *t,
 		   const struct emb_wire_push_req *p, struct emb_req *req);

@@ -23,6 +23,17 @@
 #define EMB_ROW_COUNT_MAX 0x7fffffffu /* access counts saturate here */
 
 /*
+ * Every table charges a fixed cost at create besides its slabs and index:
+ * the table and shard structs, the jemalloc arena's own metadata (a 2 MiB
+ * block, resident once touched with transparent huge pages), and this
+ * much for the part of the arena's current extent that slabs do not fill
+ * yet (extents grow in huge pages; measured: an empty table costs 2 MiB of
+ * RSS, one row 2 MiB more). Without it a stream of CREATE_TABLE passed any
+ * memory limit while charging a few KiB each.
+ */
+#define EMB_TABLE_TAIL_BYTES ((uint64_t)2 << 20)
+
+/*
  * A memory budget shared by several tables (a server's --mem-limit): each
  * table charges its slab and index bytes here as well as to its own limit.
  * Updated with atomics; the owner keeps it alive longer than the tables.
@@ -83,7 +94,9 @@ struct emb_row_meta {
 
 /*
  * Creates a table. 0 and *out on success; EMB_EBADNAME, EMB_EBADDIM,
- * EMB_EBADOPTIM, EMB_EBADINIT, EMB_EBADARG (nshards), EMB_EARENA or -ENOMEM.
+ * EMB_EBADOPTIM, EMB_EBADINIT, EMB_EBADARG (nshards), EMB_EARENA, -ENOMEM,
+ * or EMB_EMEMLIMIT when its fixed cost (EMB_TABLE_TAIL_BYTES) would pass
+ * opts.mem_limit or the budget.
  */
 int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out);
 void emb_table_destroy(struct emb_table *t); /* NULL is a no-op */
@@ -131,6 +144,7 @@ int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
  * gradients of duplicate ids are summed first, so each distinct id is
  * updated once. Missing rows are created first. Advances the table clock by
  * one. 0, or as for pull; rows of an id whose creation failed are untouched.
+ * EMB_ENONFINITE (a gradient is NaN or infinite): nothing is touched.
  */
 int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   const float *grads);
@@ -140,7 +154,8 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
  * the optimizer state when with_state (stride = emb_table_row_floats()),
  * otherwise the state is reset as for a new row (stride = dim). meta, if not
  * NULL, sets each row's lifecycle data. For a duplicated id the last wins.
- * 0, or as for pull.
+ * 0, or as for pull; EMB_ENONFINITE (a float is NaN or infinite) touches
+ * nothing.
  */
 int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		     const float *rows, bool with_state,

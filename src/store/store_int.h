@@ -98,7 +98,8 @@ struct emb_table {
 	struct emb_arena *arena;  /* owns the slabs */
 
 	/* Counters, updated with relaxed atomics once per batch. */
-	uint64_t mem_used;     /* slab + index bytes charged */
+	uint64_t mem_used;     /* slab + index + fixed bytes charged */
+	uint64_t fixed_bytes;  /* charged at create: see EMB_TABLE_TAIL_BYTES */
 	uint64_t rows;	       /* live rows */
 	uint64_t step;	       /* push batches applied */
 	uint64_t pulls;	       /* pull batches */

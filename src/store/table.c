@@ -114,6 +114,7 @@ static void size_slabs(struct emb_table *t)
 
 int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 {
+	uint64_t ext, ext_bytes;
 	struct emb_table *t;
 	uint32_t i;
 	int rc;
@@ -165,6 +166,13 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 		if (rc)
 			goto err_fini_shards;
 	}
+	emb__arena_usage(t->arena, &ext, &ext_bytes);
+	t->fixed_bytes = ext_bytes + EMB_TABLE_TAIL_BYTES +
+			 (uint64_t)t->nshards * sizeof(struct emb_shard) +
+			 sizeof(*t);
+	rc = emb__table_charge(t, (int64_t)t->fixed_bytes);
+	if (rc)
+		goto err_fini_shards;
 	*out = t;
 	return 0;
 
@@ -583,6 +591,8 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		return EMB_EBADARG;
 	if (!n)
 		return 0;
+	if (!emb_floats_finite(grads, (size_t)n * t->dim))
+		return EMB_ENONFINITE;
 	step = (uint32_t)__atomic_add_fetch(&t->step, 1, __ATOMIC_RELAXED);
 	rc = batch_init(t, &b, n);
 	if (rc)
@@ -670,6 +680,8 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	if (!n)
 		return 0;
 	stride = with_state ? t->row_floats : t->dim;
+	if (!emb_floats_finite(rows, (size_t)n * stride))
+		return EMB_ENONFINITE;
 	step = now_step(t);
 	rc = batch_init(t, &b, n);
 	if (rc)
@@ -815,9 +827,7 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 	out->rows = load_stat(&t->rows);
 	out->slab_bytes = slab_bytes;
 	out->index_bytes = index_bytes;
-	out->bytes = slab_bytes + index_bytes +
-		     (uint64_t)t->nshards * sizeof(struct emb_shard) +
-		     sizeof(*t);
+	out->bytes = slab_bytes + index_bytes + t->fixed_bytes;
 	out->row_bytes = t->row_bytes;
 	out->pulls = load_stat(&t->pulls);
 	out->pushes = load_stat(&t->pushes);

@@ -8,7 +8,15 @@
  * and reply rows go from table memory to the socket without a staging copy.
  * Receiving: small frames are parsed out of a 64 KiB buffer; a payload that
  * still misses more than DIRECT_MIN bytes is read straight into its final
- * place (the caller's resp_buf or the request's buffer).
+ * place (the caller's resp_buf or the request's buffer). A request's buffer
+ * grows as its bytes arrive, never from the header's length alone, and
+ * every receive byte is charged to opts.rx_budget: a peer that announces a
+ * 64 MiB frame and sends nothing costs the server nothing. Until
+ * emb_conn_admit() a server conn reads into a LOGIN_RBUF buffer and takes
+ * frames of login_frame_bytes at most. A frame over the limit, or one the
+ * budget cannot hold, is answered with an error; then the conn stops
+ * writing, discards what still comes for up to LINGER_MS (so the peer gets
+ * the error instead of a reset) and closes.
  *
  * Nothing on the per-frame path allocates or logs: call slots are made at
  * connect time and request records are pooled per conn. Conns are never
@@ -35,6 +43,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "proto/wire_msg.h"
 
 #define RBUF_BYTES     (64u << 10)  /* per-conn receive buffer */
 #define DIRECT_MIN     (16u << 10)  /* read payloads this big in place */
@@ -49,6 +58,10 @@
 #define STAGE_BYTES    (256u << 10) /* staging buffer per loop */
 #define TX_IOV_INLINE  4	    /* iov entries a tx holds without heap */
 #define TX_IOV_KEEP    8192	    /* bigger iov copies are freed on reuse */
+#define LOGIN_RBUF     (4u << 10)   /* receive buffer before emb_conn_admit */
+#define GROW_MIN       (64u << 10)  /* first size of a growing request buffer */
+#define LINGER_MS      1000	    /* rejected conn: wait for the peer's EOF */
+#define REJECT_MSG_MAX 160	    /* bytes of a rejection's message */
 
 enum ep_kind {
 	EP_WAKE,
@@ -134,6 +147,10 @@ struct tcp_conn {
 	bool rx_paused;		     /* not reading: output over bound */
 	bool in_rx;		     /* conn_rx/rx_parse on the stack */
 	bool in_flush;		     /* conn_flush on the stack */
+	bool rejecting;		     /* error queued: discard input, close */
+	int reject_status;	     /* the error sent, the close reason */
+	uint64_t linger_ms;	     /* rejecting: close by this emb__now_ms */
+	uint32_t frame_max;	     /* largest frame taken now, bytes */
 	emb_conn_fn on_close;	     /* user callback, may be NULL */
 	void *arg;		     /* for on_close / on_request */
 
@@ -142,13 +159,15 @@ struct tcp_conn {
 	struct tx *txq_tail;
 
 	/* input */
-	char *rbuf;    /* RBUF_BYTES */
-	size_t rstart; /* first unparsed byte in rbuf */
+	char *rbuf;	 /* rbuf_cap bytes */
+	size_t rbuf_cap; /* LOGIN_RBUF until admitted, then RBUF_BYTES */
+	size_t rstart;	 /* first unparsed byte in rbuf */
 	size_t rend;   /* end of valid bytes in rbuf */
 	enum rx_state rstate;
 	struct emb_frame_hdr rhdr; /* header of the frame being read */
 	char *dst;		   /* RX_BODY: where the payload goes */
 	size_t need;		   /* payload bytes still to come */
+	size_t rgot;		   /* server: payload bytes stored so far */
 	struct call *rcall;	   /* client: call being received into */
 	struct tcp_req *rreq;	   /* server: request being read */
 
@@ -165,6 +184,8 @@ struct tcp_conn {
 	struct tcp_req *req_free; /* pooled request records */
 	uint32_t held;		  /* requests not yet replied and sent */
 	uint64_t pool_bytes;	  /* buffer bytes of pooled requests */
+	_Alignas(8) char rej[EMB_WIRE_HDR_SIZE + 4 + REJECT_MSG_MAX]; /* the
+					 rejection frame, while it is sent */
 };
 
 struct tcp_listener {
@@ -315,6 +336,41 @@ static void sock_tune(struct emb_transport *tr, int fd)
 	}
 }
 
+/* ---- receive budget ------------------------------------------------------ */
+
+/* Charges n receive bytes to the shared budget; false if it would pass. */
+static bool budget_take(struct emb_transport *tr, size_t n)
+{
+	struct emb_buf_budget *b = tr->opts.rx_budget;
+	uint64_t used;
+
+	if (!b || !n)
+		return true;
+	used = __atomic_add_fetch(&b->used, n, __ATOMIC_RELAXED);
+	if (b->limit && used > b->limit) {
+		__atomic_fetch_sub(&b->used, n, __ATOMIC_RELAXED);
+		return false;
+	}
+	return true;
+}
+
+static void budget_give(struct emb_transport *tr, size_t n)
+{
+	struct emb_buf_budget *b = tr->opts.rx_budget;
+
+	if (b && n)
+		__atomic_fetch_sub(&b->used, n, __ATOMIC_RELAXED);
+}
+
+/* Over half the budget spent: pooled buffers go back instead of staying. */
+static bool budget_tight(struct emb_transport *tr)
+{
+	struct emb_buf_budget *b = tr->opts.rx_budget;
+
+	return b && b->limit &&
+	       __atomic_load_n(&b->used, __ATOMIC_RELAXED) > b->limit / 2;
+}
+
 /* ---- request pool (server) ----------------------------------------------- */
 
 static struct tcp_req *req_get(struct tcp_conn *c)
@@ -343,7 +399,9 @@ static struct tcp_req *req_get(struct tcp_conn *c)
 static void req_put(struct tcp_conn *c, struct tcp_req *r)
 {
 	if (r->buf_cap > REQ_BUF_KEEP ||
-	    c->pool_bytes + r->buf_cap > REQ_POOL_MAX) {
+	    c->pool_bytes + r->buf_cap > REQ_POOL_MAX ||
+	    budget_tight(c->base.tr)) {
+		budget_give(c->base.tr, r->buf_cap);
 		free(r->buf);
 		r->buf = NULL;
 		r->buf_cap = 0;
@@ -447,6 +505,13 @@ static uint64_t check_timeouts(struct tcp_tr *t)
 	struct tcp_conn *c;
 
 	for (c = t->conns; c; c = c->next) {
+		if (c->rejecting && !c->closed) {
+			if (now >= c->linger_ms && !c->busy)
+				conn_fail(c, c->reject_status);
+			else if (c->linger_ms < next)
+				next = c->linger_ms;
+			continue;
+		}
 		if (c->base.server || c->closed || !c->pend_head)
 			continue;
 		d = c->busy ? c->pend_head->deadline_ms
@@ -575,6 +640,7 @@ static void conn_free(struct tcp_tr *t, struct tcp_conn *c)
 		c->next->prev = c->prev;
 	while ((r = c->req_free)) {
 		c->req_free = r->next_free;
+		budget_give(&t->base, r->buf_cap);
 		free(r->tx.heap);
 		free(r->buf);
 		free(r);
@@ -582,6 +648,7 @@ static void conn_free(struct tcp_tr *t, struct tcp_conn *c)
 	for (uint32_t i = 0; i < c->ncalls; i++)
 		free(c->calls[i].tx.heap);
 	free(c->calls);
+	budget_give(&t->base, c->rbuf_cap);
 	free(c->rbuf);
 	free(c);
 }
@@ -815,6 +882,9 @@ static void tx_sent(struct tcp_tr *t, struct tcp_conn *c, size_t n)
 			req_put(c, r);
 		}
 	}
+	/* The rejection is out: a FIN tells the peer nothing else comes. */
+	if (c->rejecting && !c->txq_head && !c->closed)
+		(void)shutdown(c->fd, SHUT_WR);
 }
 
 static void conn_flush(struct tcp_tr *t, struct tcp_conn *c)
@@ -886,6 +956,101 @@ static void conn_flush(struct tcp_tr *t, struct tcp_conn *c)
 
 /* ---- receiving ----------------------------------------------------------- */
 
+/*
+ * Server: answers the frame being read (c->rhdr) with status and msg, then
+ * reads and drops everything else until the peer closes or LINGER_MS pass.
+ * Closing at once would make the kernel reset the connection over the
+ * unread input, and a reset may destroy the error before the peer reads it.
+ */
+static void conn_reject(struct tcp_tr *t, struct tcp_conn *c, int status,
+			const char *msg)
+{
+	struct tcp_req *r = c->rreq;
+	int len;
+
+	c->rreq = NULL;
+	if (!r)
+		r = req_get(c);
+	if (!r) {
+		conn_fail(c, status);
+		return;
+	}
+	/* Encoded as PING, then the peer's opcode put back: the encoder
+	 * knows request opcodes only, the peer may have sent any. */
+	len = emb_wire_error_encode(c->rej, sizeof(c->rej), EMB_OP_PING,
+				    c->rhdr.req_id, 0, status, msg);
+	if (len < 0) {
+		req_put(c, r);
+		conn_fail(c, status);
+		return;
+	}
+	emb_log(EMB_LOG_WARN, "tcp: conn %s: %s; closing", c->base.peer, msg);
+	r->base.hdr = c->rhdr;
+	r->base.payload = NULL;
+	memcpy(&r->tx.hdr, c->rej, EMB_WIRE_HDR_SIZE);
+	r->tx.hdr.opcode = (uint8_t)(c->rhdr.opcode | EMB_OP_RESPONSE_BIT);
+	r->tx.inl[0] = (struct iovec){.iov_base = c->rej + EMB_WIRE_HDR_SIZE,
+				      .iov_len = (size_t)len -
+						 EMB_WIRE_HDR_SIZE};
+	r->tx.iov = r->tx.inl;
+	r->tx.niov = 1;
+	r->tx.total = (uint64_t)len;
+	r->tx.is_call = false;
+	r->done = NULL;
+	c->rejecting = true;
+	c->reject_status = status;
+	c->linger_ms = emb__now_ms() + LINGER_MS;
+	c->rstate = RX_DISCARD;
+	c->need = SIZE_MAX;
+	tx_enqueue(t, c, &r->tx);
+}
+
+/*
+ * Bytes the payload being read may store at c->dst now. A server's request
+ * buffer grows (doubling from GROW_MIN, at most to the payload's length)
+ * only when the bytes that fill it have arrived, each growth charged to
+ * the budget. 0 when the conn was rejected or failed instead.
+ */
+static size_t rx_room(struct tcp_tr *t, struct tcp_conn *c)
+{
+	struct tcp_req *r = c->rreq;
+	size_t len = c->rhdr.payload_len, cap;
+	char msg[REJECT_MSG_MAX];
+	void *p;
+
+	if (!c->base.server || c->rstate != RX_BODY)
+		return c->need;
+	if (r->buf_cap > c->rgot)
+		return r->buf_cap - c->rgot < c->need ? r->buf_cap - c->rgot
+						      : c->need;
+	cap = r->buf_cap > GROW_MIN / 2 ? 2 * r->buf_cap : GROW_MIN;
+	if (cap > len)
+		cap = len;
+	if (!budget_take(&t->base, cap - r->buf_cap)) {
+		struct emb_buf_budget *b = t->base.opts.rx_budget;
+
+		__atomic_fetch_add(&b->refused, 1, __ATOMIC_RELAXED);
+		EMB__STAT_ADD(t->base.stats.err_no_memory, 1);
+		snprintf(msg, sizeof(msg),
+			 "server receive memory full (%llu bytes in use by "
+			 "connections)",
+			 (unsigned long long)__atomic_load_n(&b->used,
+							     __ATOMIC_RELAXED));
+		conn_reject(t, c, EMB_EMEMLIMIT, msg);
+		return 0;
+	}
+	p = realloc(r->buf, cap);
+	if (!p) {
+		budget_give(&t->base, cap - r->buf_cap);
+		conn_fail(c, -ENOMEM);
+		return 0;
+	}
+	r->buf = p;
+	r->buf_cap = cap;
+	c->dst = (char *)p + c->rgot;
+	return cap - c->rgot < c->need ? cap - c->rgot : c->need;
+}
+
 static void frame_end(struct tcp_tr *t, struct tcp_conn *c)
 {
 	enum rx_state st = c->rstate;
@@ -927,19 +1092,10 @@ static void frame_begin(struct tcp_tr *t, struct tcp_conn *c)
 			conn_fail(c, -ENOMEM);
 			return;
 		}
-		if (len > r->buf_cap) {
-			void *p = realloc(r->buf, len);
-
-			if (!p) {
-				req_put(c, r);
-				conn_fail(c, -ENOMEM);
-				return;
-			}
-			r->buf = p;
-			r->buf_cap = len;
-		}
+		/* The buffer grows in rx_room() as the payload arrives. */
 		c->rreq = r;
 		c->dst = r->buf;
+		c->rgot = 0;
 		c->rstate = RX_BODY;
 	} else {
 		uint32_t slot = (uint32_t)h->req_id;
@@ -965,6 +1121,24 @@ static void frame_begin(struct tcp_tr *t, struct tcp_conn *c)
 		frame_end(t, c);
 }
 
+/* The frame in c->rhdr is over the conn's limit: say which, then close. */
+static void reject_too_big(struct tcp_tr *t, struct tcp_conn *c)
+{
+	char msg[REJECT_MSG_MAX];
+	uint64_t bytes = EMB_WIRE_HDR_SIZE + (uint64_t)c->rhdr.payload_len;
+
+	if (c->frame_max < t->base.opts.max_frame_bytes)
+		snprintf(msg, sizeof(msg),
+			 "frame of %llu bytes before login; at most %u until "
+			 "HELLO succeeds",
+			 (unsigned long long)bytes, c->frame_max);
+	else
+		snprintf(msg, sizeof(msg),
+			 "frame of %llu bytes over the limit of %u",
+			 (unsigned long long)bytes, c->frame_max);
+	conn_reject(t, c, EMB_ETOOBIG, msg);
+}
+
 /* Parses what rbuf holds: headers, payload bytes, whole frames. */
 static void rx_parse(struct tcp_tr *t, struct tcp_conn *c)
 {
@@ -980,6 +1154,16 @@ static void rx_parse(struct tcp_tr *t, struct tcp_conn *c)
 			       EMB_WIRE_HDR_SIZE);
 			c->rstart += EMB_WIRE_HDR_SIZE;
 			rc = emb__frame_check(&t->base, &c->rhdr);
+			if (rc == 0 && EMB_WIRE_HDR_SIZE +
+					       (uint64_t)c->rhdr.payload_len >
+					   c->frame_max) {
+				EMB__STAT_ADD(t->base.stats.err_too_big, 1);
+				rc = EMB_ETOOBIG;
+			}
+			if (rc == EMB_ETOOBIG && c->base.server) {
+				reject_too_big(t, c);
+				continue;
+			}
 			if (rc) {
 				conn_fail(c, rc);
 				break;
@@ -991,8 +1175,15 @@ static void rx_parse(struct tcp_tr *t, struct tcp_conn *c)
 			break;
 		take = avail < c->need ? avail : c->need;
 		if (c->rstate == RX_BODY) {
+			size_t room = rx_room(t, c);
+
+			if (room == 0)
+				continue; /* rejected or failed */
+			if (take > room)
+				take = room;
 			memcpy(c->dst, c->rbuf + c->rstart, take);
 			c->dst += take;
+			c->rgot += take;
 		}
 		c->rstart += take;
 		c->need -= take;
@@ -1017,11 +1208,14 @@ static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
 	while (!c->closed && !c->rx_paused && budget) {
 		direct = c->rstate != RX_HDR && c->rstart == c->rend &&
 			 c->need >= DIRECT_MIN;
-		if (direct) {
-			dst = c->rstate == RX_BODY ? c->dst : c->rbuf;
-			want = c->need;
-			if (c->rstate == RX_DISCARD && want > RBUF_BYTES)
-				want = RBUF_BYTES;
+		if (direct && c->rstate == RX_BODY) {
+			want = rx_room(t, c);
+			if (want == 0)
+				continue; /* rejected or failed */
+			dst = c->dst;
+		} else if (direct) {
+			dst = c->rbuf;
+			want = c->need < c->rbuf_cap ? c->need : c->rbuf_cap;
 		} else {
 			if (c->rstart > 0) {
 				memmove(c->rbuf, c->rbuf + c->rstart,
@@ -1030,27 +1224,31 @@ static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
 				c->rstart = 0;
 			}
 			dst = c->rbuf + c->rend;
-			want = RBUF_BYTES - c->rend;
+			want = c->rbuf_cap - c->rend;
 		}
 		n = recv(c->fd, dst, want, 0);
 		if (n == 0) {
-			conn_fail(c, EMB_EPEERDEAD);
+			conn_fail(c, c->rejecting ? c->reject_status
+						  : EMB_EPEERDEAD);
 			break;
 		}
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				conn_fail(c, errno == ECONNRESET ? EMB_EPEERDEAD
-								 : -errno);
+				conn_fail(c, c->rejecting ? c->reject_status
+					  : errno == ECONNRESET ? EMB_EPEERDEAD
+								: -errno);
 			break;
 		}
 		c->base.stats.bytes_in += (uint64_t)n;
 		EMB__STAT_ADD(t->base.stats.bytes_in, (uint64_t)n);
 		budget -= (size_t)n < budget ? (size_t)n : budget;
 		if (direct) {
-			if (c->rstate == RX_BODY)
+			if (c->rstate == RX_BODY) {
 				c->dst += n;
+				c->rgot += (size_t)n;
+			}
 			c->need -= (size_t)n;
 			if (c->need == 0)
 				frame_end(t, c);
@@ -1068,15 +1266,32 @@ static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
 
 /* ---- conns --------------------------------------------------------------- */
 
-static struct tcp_conn *conn_new(struct emb_transport *tr, int fd, bool server)
+/*
+ * A conn for fd on tr. NULL when out of memory, or (server) when the
+ * receive budget cannot take its read buffer: *rc says which.
+ */
+static struct tcp_conn *conn_new(struct emb_transport *tr, int fd, bool server,
+				 int *rc)
 {
 	struct tcp_conn *c = calloc(1, sizeof(*c));
 
+	*rc = -ENOMEM;
 	if (!c)
 		return NULL;
-	c->rbuf = malloc(RBUF_BYTES);
-	if (!c->rbuf)
+	c->frame_max = tr->opts.max_frame_bytes;
+	c->rbuf_cap = RBUF_BYTES;
+	if (server && tr->opts.login_frame_bytes &&
+	    tr->opts.login_frame_bytes < tr->opts.max_frame_bytes) {
+		c->frame_max = tr->opts.login_frame_bytes;
+		c->rbuf_cap = LOGIN_RBUF;
+	}
+	if (!budget_take(tr, c->rbuf_cap)) {
+		*rc = EMB_EMEMLIMIT;
 		goto err_free_c;
+	}
+	c->rbuf = malloc(c->rbuf_cap);
+	if (!c->rbuf)
+		goto err_give;
 	if (!server) {
 		c->ncalls = tr->opts.max_inflight;
 		c->calls = calloc(c->ncalls, sizeof(*c->calls));
@@ -1093,13 +1308,25 @@ static struct tcp_conn *conn_new(struct emb_transport *tr, int fd, bool server)
 	c->base.server = server;
 	c->ep.kind = EP_CONN;
 	c->fd = fd;
+	*rc = 0;
 	return c;
 
 err_free_rbuf:
 	free(c->rbuf);
+err_give:
+	budget_give(tr, c->rbuf_cap);
 err_free_c:
 	free(c);
 	return NULL;
+}
+
+/* Frees a conn that never joined a loop (conn_new's counterpart). */
+static void conn_discard(struct tcp_conn *c)
+{
+	budget_give(c->base.tr, c->rbuf_cap);
+	free(c->calls);
+	free(c->rbuf);
+	free(c);
 }
 
 /* Adds a new conn to its loop: epoll, conn list, stats, on_open. */
@@ -1142,8 +1369,7 @@ static void attach_task(void *arg)
 		emb_log(EMB_LOG_WARN, "tcp: conn %s: epoll add: %s",
 			c->base.peer, emb_strerror(rc));
 		close(c->fd);
-		free(c->rbuf);
-		free(c);
+		conn_discard(c);
 	}
 	free(h);
 }
@@ -1194,9 +1420,20 @@ static void listener_accept(struct tcp_tr *t, struct tcp_listener *l)
 		}
 		target = l->loops[l->rr++ % l->nloops];
 		sock_tune(target, fd);
-		c = conn_new(target, fd, true);
+		c = conn_new(target, fd, true, &rc);
 		if (!c) {
-			emb_log(EMB_LOG_WARN, "tcp: accept: out of memory");
+			if (rc == EMB_EMEMLIMIT) {
+				__atomic_fetch_add(
+				    &target->opts.rx_budget->refused, 1,
+				    __ATOMIC_RELAXED);
+				emb_log(EMB_LOG_WARN,
+					"tcp: refused a conn on port %u: "
+					"receive memory full",
+					l->base.port);
+			} else {
+				emb_log(EMB_LOG_WARN,
+					"tcp: accept: out of memory");
+			}
 			close(fd);
 			continue;
 		}
@@ -1223,8 +1460,7 @@ static void listener_accept(struct tcp_tr *t, struct tcp_listener *l)
 			emb_log(EMB_LOG_WARN, "tcp: conn %s: %s", c->base.peer,
 				emb_strerror(rc));
 			close(fd);
-			free(c->rbuf);
-			free(c);
+			conn_discard(c);
 		}
 	}
 }
@@ -1589,11 +1825,9 @@ static int tcp_connect(struct emb_transport *tr,
 	if (rc)
 		goto err_free_ai;
 	sock_tune(tr, fd);
-	c = conn_new(tr, fd, false);
-	if (!c) {
-		rc = -ENOMEM;
+	c = conn_new(tr, fd, false, &rc);
+	if (!c)
 		goto err_close_fd;
-	}
 	set_peer(c, a->ai_addr, a->ai_addrlen);
 	c->timeout_ms = opts->call_timeout_ms ? opts->call_timeout_ms
 					      : tr->opts.call_timeout_ms;
@@ -1608,9 +1842,7 @@ static int tcp_connect(struct emb_transport *tr,
 	return 0;
 
 err_free_c:
-	free(c->calls);
-	free(c->rbuf);
-	free(c);
+	conn_discard(c);
 err_close_fd:
 	close(fd);
 err_free_ai:
@@ -1731,6 +1963,29 @@ static int tcp_reply(struct emb_req *er, const struct emb_frame_hdr *hdr,
 	return 0;
 }
 
+/*
+ * Lifts the login limit: frames up to max_frame_bytes, and the full read
+ * buffer (if the budget allows; the small one still works, a little slower).
+ */
+static void tcp_admit(struct emb_conn *ec)
+{
+	struct tcp_conn *c = to_conn(ec);
+	struct emb_transport *tr = ec->tr;
+	char *p;
+
+	c->frame_max = tr->opts.max_frame_bytes;
+	if (c->closed || c->rbuf_cap >= RBUF_BYTES ||
+	    !budget_take(tr, RBUF_BYTES - c->rbuf_cap))
+		return;
+	p = realloc(c->rbuf, RBUF_BYTES);
+	if (!p) {
+		budget_give(tr, RBUF_BYTES - c->rbuf_cap);
+		return;
+	}
+	c->rbuf = p;
+	c->rbuf_cap = RBUF_BYTES;
+}
+
 static void tcp_req_release(struct emb_req *er)
 {
 	req_put(to_conn(er->conn), emb__container_of(er, struct tcp_req, base));
@@ -1772,4 +2027,5 @@ const struct emb_transport_ops emb__tcp_ops = {
     .req_release = tcp_req_release,
     .reg_mem = tcp_reg_mem,
     .dereg_mem = tcp_dereg_mem,
+    .admit = tcp_admit,
 };

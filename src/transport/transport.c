@@ -93,7 +93,9 @@ int emb__transport_init(struct emb_transport *tr,
 	/* call_timeout_ms 0 stays 0: "no deadline" is a valid choice. */
 	if (tr->opts.max_frame_bytes < EMB_WIRE_HDR_SIZE ||
 	    tr->opts.max_inflight > (1u << 20) ||
-	    tr->opts.copy_max_bytes > (64u << 10))
+	    tr->opts.copy_max_bytes > (64u << 10) ||
+	    (tr->opts.login_frame_bytes &&
+	     tr->opts.login_frame_bytes < EMB_WIRE_HDR_SIZE))
 		return -EINVAL;
 
 	cm = calloc(1, sizeof(*cm));

@@ -84,6 +84,19 @@ typedef void (*emb_task_fn)(void *arg);
 
 /* ---- options ------------------------------------------------------------ */
 
+/*
+ * Receive memory that several loops share (a server's): every byte a TCP
+ * conn holds to receive frames (its read buffer, request buffers, pooled
+ * ones) is charged here while held. A conn that would pass the limit gets
+ * an EMB_EMEMLIMIT error and is closed. Updated with atomics; the owner
+ * keeps it alive longer than the transports.
+ */
+struct emb_buf_budget {
+	uint64_t limit;	  /* bytes; 0 = unlimited */
+	uint64_t used;	  /* bytes charged now; read with __atomic_load_n */
+	uint64_t refused; /* conns closed because it was spent; atomic */
+};
+
 struct emb_transport_opts {
 	uint32_t max_frame_bytes;    /* header + payload; larger closes conn */
 	uint64_t out_queue_max;	     /* bytes queued to one conn before its
@@ -98,6 +111,11 @@ struct emb_transport_opts {
 					before sendmsg, at most 64 KiB; 0 =
 					send every piece from its own memory
 					(docs/transport.md) */
+	uint32_t login_frame_bytes;  /* server conns: largest frame until
+					emb_conn_admit(); 0 = max_frame_bytes
+					from the start */
+	struct emb_buf_budget *rx_budget; /* receive memory charged here;
+					     NULL = not counted; borrowed */
 };
 
 #define EMB_TRANSPORT_OPTS_DEFAULT                                             \
@@ -107,7 +125,9 @@ struct emb_transport_opts {
 				     .call_timeout_ms = 30000,                 \
 				     .connect_timeout_ms = 5000,               \
 				     .sock_buf_bytes = 0,                      \
-				     .copy_max_bytes = 0})
+				     .copy_max_bytes = 0,                      \
+				     .login_frame_bytes = 0,                   \
+				     .rx_budget = NULL})
 
 struct emb_listen_opts {
 	const char *host; /* bind address, e.g. "0.0.0.0"; copied */
@@ -158,6 +178,7 @@ struct emb_transport_stats {
 	uint64_t err_io;	  /* conns closed: other socket/QP errors */
 	uint64_t resp_too_big;	  /* calls failed: response > resp_cap */
 	uint64_t resp_unmatched;  /* responses for no call (timed out) */
+	uint64_t err_no_memory;	  /* conns closed: rx_budget spent */
 	uint64_t rx_pauses;	  /* times a conn stopped being read */
 	uint64_t out_queue_peak;  /* most bytes ever queued on one conn */
 };
@@ -217,6 +238,7 @@ struct emb_transport_ops {
 	int (*reg_mem)(struct emb_transport *tr, void *addr, size_t len,
 		       struct emb_mr **out);
 	void (*dereg_mem)(struct emb_transport *tr, struct emb_mr *mr);
+	void (*admit)(struct emb_conn *c); /* NULL: nothing to lift */
 };
 
 /*
@@ -267,9 +289,9 @@ struct emb_mr {
  * a zero field takes its default, except call_timeout_ms, sock_buf_bytes
  * and copy_max_bytes, where 0 means none / kernel's / off). 0 and the
  * handle in *out, or -EINVAL (unknown name; max_frame_bytes < 32,
- * max_inflight > 2^20 or copy_max_bytes > 64 KiB), -ENODEV ("rdma" without
- * RDMA support built in or without a device), -ENOMEM, or a negative errno
- * from epoll/eventfd.
+ * login_frame_bytes 1..31, max_inflight > 2^20 or copy_max_bytes > 64 KiB),
+ * -ENODEV ("rdma" without RDMA support built in or without a device),
+ * -ENOMEM, or a negative errno from epoll/eventfd.
  */
 int emb_transport_create(const char *name,
 			 const struct emb_transport_opts *opts,
@@ -447,6 +469,18 @@ static inline int emb_conn_create(struct emb_transport *tr,
  * emb_conn_close). May be called from this conn's own callbacks.
  */
 void emb_conn_destroy(struct emb_conn *c);
+
+/*
+ * Server conns: lifts the login limit (login_frame_bytes) once the peer has
+ * proved who it is, so its frames may be as large as max_frame_bytes. Until
+ * then a larger frame is answered with EMB_ETOOBIG and closes the conn, so
+ * a stranger cannot make the server buffer more than login_frame_bytes.
+ */
+static inline void emb_conn_admit(struct emb_conn *c)
+{
+	if (c->server && c->tr->ops->admit)
+		c->tr->ops->admit(c);
+}
 
 /*
  * Server conns: closes the conn; on_close runs from the loop with reason,

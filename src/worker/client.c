@@ -1096,8 +1096,14 @@ static int hello(struct emb_client *c, struct server *s,
 	snprintf(name, sizeof(name), "%s/%s",
 		 opts->name ? opts->name : "embstore",
 		 emb_transport_name(c->tr));
-	rc = emb_hello(s->conn, opts->auth_token, opts->auth_token_len, name,
-		       &s->lim, msg, sizeof(msg));
+	/* The admin token proves training rights too: sent alone. */
+	if (opts->admin_token_len)
+		rc = emb_hello_flags(s->conn, EMB_F_ADMIN, opts->admin_token,
+				     opts->admin_token_len, name, &s->lim, msg,
+				     sizeof(msg));
+	else
+		rc = emb_hello(s->conn, opts->auth_token, opts->auth_token_len,
+			       name, &s->lim, msg, sizeof(msg));
 	if (rc < 0 && msg[0])
 		emb_log(EMB_LOG_ERROR, "server %s:%u refused HELLO: %s",
 			s->host, s->port, msg);
@@ -1180,7 +1186,9 @@ int emb_client_create(const struct emb_client_opts *opts,
 
 	if (!opts || !out || !opts->servers || !*opts->servers ||
 	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
-	    (opts->auth_token_len && !opts->auth_token))
+	    (opts->auth_token_len && !opts->auth_token) ||
+	    opts->admin_token_len > EMB_WIRE_TOKEN_MAX ||
+	    (opts->admin_token_len && !opts->admin_token))
 		return -EINVAL;
 	emb__client_env_log_level();
 	tp = opts->transport ? opts->transport : "tcp";

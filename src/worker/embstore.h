@@ -33,6 +33,10 @@ struct emb_client_opts {
 	const char *transport; /* "tcp", "rdma" or "auto" (rdma if it can) */
 	const uint8_t *auth_token; /* sent in HELLO, or NULL; copied */
 	uint32_t auth_token_len;   /* bytes, <= 256 */
+	const uint8_t *admin_token; /* sent in HELLO instead of auth_token,
+				       flagged EMB_F_ADMIN: admin rights
+				       (set_mode, drop); NULL = none */
+	uint32_t admin_token_len;   /* bytes, <= 256 */
 	uint32_t timeout_ms;	   /* per request; 0 = 30 s */
 	uint32_t part_ids;	   /* most ids per request: a larger batch is
 				      split and pipelined; 0 = 1024 */

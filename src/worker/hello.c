@@ -14,6 +14,14 @@ int emb_hello(struct emb_conn *conn, const uint8_t *token, uint32_t token_len,
 	      const char *name, struct emb_wire_limits *lim, char *errmsg,
 	      size_t errcap)
 {
+	return emb_hello_flags(conn, 0, token, token_len, name, lim, errmsg,
+			       errcap);
+}
+
+int emb_hello_flags(struct emb_conn *conn, uint16_t flags,
+		    const uint8_t *token, uint32_t token_len, const char *name,
+		    struct emb_wire_limits *lim, char *errmsg, size_t errcap)
+{
 	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 8 + EMB_WIRE_TOKEN_MAX +
 				EMB_WIRE_CLIENT_NAME_MAX];
 	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + 4 + EMB_WIRE_ERRMSG_MAX];
@@ -26,9 +34,12 @@ int emb_hello(struct emb_conn *conn, const uint8_t *token, uint32_t token_len,
 
 	if (errmsg && errcap)
 		errmsg[0] = '\0';
-	len = emb_wire_hello_req_encode(req, sizeof(req), 0, EMB_WIRE_VERSION,
-					token_len ? token : NULL, token_len,
-					name);
+	len = emb_wire_hello_req_encode_flags(req, sizeof(req), 0,
+					      EMB_WIRE_VERSION, flags,
+					      token_len ? token : NULL,
+					      token_len, name);
+	if (len == EMB_EBADARG)
+		return -EINVAL;
 	if (len < 0)
 		return len;
 	memcpy(&hdr, req, sizeof(hdr));

@@ -28,4 +28,12 @@ int emb_hello(struct emb_conn *conn, const uint8_t *token, uint32_t token_len,
 	      const char *name, struct emb_wire_limits *lim, char *errmsg,
 	      size_t errcap);
 
+/*
+ * The same with HELLO flags: EMB_F_ADMIN says token is the admin token and
+ * asks for admin rights (docs/protocol.md). -EINVAL for other flags.
+ */
+int emb_hello_flags(struct emb_conn *conn, uint16_t flags,
+		    const uint8_t *token, uint32_t token_len, const char *name,
+		    struct emb_wire_limits *lim, char *errmsg, size_t errcap);
+
 #endif

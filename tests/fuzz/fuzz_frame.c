@@ -96,10 +96,11 @@ static void check_hello(const struct emb_wire_frame *f)
 		name[hq.name_len] = '\0';
 		if (strlen(name) == hq.name_len)
 			same(f, out,
-			     emb_wire_hello_req_encode(
+			     emb_wire_hello_req_encode_flags(
 				 out, sizeof(out), f->hdr.req_id,
-				 hq.client_version, hq.token, hq.token_len,
-				 name),
+				 hq.client_version,
+				 hq.admin ? EMB_F_ADMIN : 0, hq.token,
+				 hq.token_len, name),
 			     "hello request");
 	}
 	if (emb_wire_hello_resp_decode(f, &hr) == 0)

@@ -134,6 +134,10 @@ int main(int argc, char **argv)
 
 	save("hello_req", emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1,
 						    "tok", 3, "fuzz/tcp"));
+	save("hello_admin_req",
+	     emb_wire_hello_req_encode_flags(buf, sizeof(buf), 1, 1,
+					     EMB_F_ADMIN, "admin-tok", 9,
+					     "embstore/tcp"));
 	hr.server_version = 1;
 	hr.limits = EMB_WIRE_LIMITS_DEFAULT;
 	hr.server_id = 7;

@@ -1178,7 +1178,7 @@ static int fill(struct emb_table *t, uint64_t *next)
 /* Tables sharing a budget compete for it; destroy gives bytes back. */
 static void test_shared_budget(void)
 {
-	struct emb_mem_budget b = {.limit = 8u << 20, .used = 0};
+	struct emb_mem_budget b = {.limit = 16u << 20, .used = 0};
 	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
 	struct emb_table *t1, *t2;
 	uint64_t next = 1, used1, one = 1ull << 60;

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,14 +200,21 @@ int nt_raw_recv(int fd, struct emb_frame_hdr *hdr, void *payload,
 
 int nt_raw_hello(int fd, const void *token, uint32_t token_len)
 {
+	return nt_raw_hello_flags(fd, 0, token, token_len);
+}
+
+int nt_raw_hello_flags(int fd, uint16_t flags, const void *token,
+		       uint32_t token_len)
+{
 	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE + 8 + EMB_WIRE_TOKEN_MAX +
 				EMB_WIRE_CLIENT_NAME_MAX];
 	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + EMB_WIRE_ERRMSG_MAX];
 	struct emb_frame_hdr h;
 	int len, rc;
 
-	len = emb_wire_hello_req_encode(buf, sizeof(buf), 1, EMB_WIRE_VERSION,
-					token, token_len, "raw/tcp");
+	len = emb_wire_hello_req_encode_flags(buf, sizeof(buf), 1,
+					      EMB_WIRE_VERSION, flags, token,
+					      token_len, "raw/tcp");
 	CU_ASSERT_FATAL(len > 0);
 	CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, buf, (size_t)len), 0);
 	rc = nt_raw_recv(fd, &h, resp, sizeof(resp));
@@ -226,6 +234,13 @@ bool nt_raw_wait_closed(int fd)
 	while ((rc = nt_raw_recv(fd, &h, junk, sizeof(junk))) == 0)
 		;
 	return rc == EMB_EPEERDEAD;
+}
+
+bool nt_raw_quiet(int fd, int ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	return poll(&p, 1, ms) == 0;
 }
 
 struct emb_frame_hdr nt_hdr(uint8_t op, uint64_t req_id, uint32_t table_id,

@@ -62,6 +62,12 @@ int nt_raw_recv(int fd, struct emb_frame_hdr *hdr, void *payload,
  * (0 on success) or an nt_raw_recv() error.
  */
 int nt_raw_hello(int fd, const void *token, uint32_t token_len);
+/* The same with HELLO flags (EMB_F_ADMIN: token is the admin token). */
+int nt_raw_hello_flags(int fd, uint16_t flags, const void *token,
+		       uint32_t token_len);
+
+/* True when nothing arrives on fd for ms milliseconds. */
+bool nt_raw_quiet(int fd, int ms);
 
 /*
  * Reads and drops frames until the server closes the connection: true, or

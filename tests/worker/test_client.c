@@ -635,7 +635,7 @@ static void test_mem_limit(void)
 	int rc = 0;
 
 	CU_ASSERT_FATAL(rows && again);
-	so.mem_limit = 8u << 20;
+	so.mem_limit = 16u << 20;
 	s = nt_server_start(&so);
 	port = emb_server_port(s);
 	nt_addr_list(addr, sizeof(addr), &port, 1);

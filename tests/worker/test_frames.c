@@ -475,6 +475,248 @@ static void test_vanishing_clients(void)
 	fx_teardown(&fx);
 }
 
+/* ---- memory before login, connection limits, reply size ---- */
+
+/* Polls the server's stats for up to 2 s until pred holds; the last ones. */
+static struct emb_server_stats stats_until(struct emb_server *s,
+					   bool (*pred)(const struct
+							emb_server_stats *))
+{
+	struct emb_server_stats ss;
+
+	for (int i = 0; i < 200; i++) {
+		emb_server_stats(s, &ss);
+		if (pred(&ss))
+			break;
+		usleep(10000);
+	}
+	return ss;
+}
+
+static bool past_1mib(const struct emb_server_stats *ss)
+{
+	return ss->conn_bytes >= (1u << 20);
+}
+
+/*
+ * Eight strangers announce 64 MiB PINGs before HELLO: each is told
+ * EMB_ETOOBIG and closed, and the server buffered nothing for them (it
+ * used to allocate the whole announced payload, 512 MiB in all).
+ */
+static void test_prelogin_big_frames(void)
+{
+	struct emb_server_opts so = nt_server_opts();
+	_Alignas(8) uint8_t raw[EMB_WIRE_HDR_SIZE];
+	_Alignas(8) uint8_t resp[EMB_WIRE_ERRMSG_MAX];
+	static uint8_t junk[16 << 10];
+	struct emb_server_stats ss;
+	struct emb_frame_hdr h, r;
+	struct emb_server *s;
+	int fds[8];
+
+	s = nt_server_start(&so);
+	h = nt_hdr(EMB_OP_PING, 5, 0, 0, (64u << 20) - EMB_WIRE_HDR_SIZE);
+	emb_wire_hdr_encode(raw, &h);
+	for (int i = 0; i < 8; i++) {
+		fds[i] = nt_raw_connect(emb_server_port(s));
+		CU_ASSERT_EQUAL(nt_raw_send(fds[i], raw, sizeof(raw)), 0);
+		CU_ASSERT_EQUAL(nt_raw_send(fds[i], junk, sizeof(junk)), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fds[i], &r, resp, sizeof(resp)),
+				      0);
+		CU_ASSERT_EQUAL(r.status, EMB_ETOOBIG);
+		CU_ASSERT_EQUAL(r.req_id, 5);
+		CU_ASSERT_EQUAL(r.opcode, EMB_OP_PING | EMB_OP_RESPONSE_BIT);
+	}
+	emb_server_stats(s, &ss);
+	CU_ASSERT(ss.conn_bytes <= 8 * (64u << 10));
+	for (int i = 0; i < 8; i++) {
+		CU_ASSERT(nt_raw_wait_closed(fds[i]));
+		close(fds[i]);
+	}
+	CU_ASSERT_EQUAL(nt_server_wait_conns(s, 0), 0);
+	emb_server_stats(s, &ss);
+	CU_ASSERT_EQUAL(ss.conn_bytes, 0);
+	emb_server_destroy(s);
+}
+
+/*
+ * After login a frame's buffer grows with the bytes that arrived, not with
+ * the length announced, and all connections together stay within
+ * conn_mem_limit: the frame that would pass it gets EMB_EMEMLIMIT.
+ */
+static void test_rx_budget(void)
+{
+	struct emb_server_opts so = nt_server_opts();
+	_Alignas(8) uint8_t raw[EMB_WIRE_HDR_SIZE];
+	_Alignas(8) uint8_t resp[EMB_WIRE_ERRMSG_MAX];
+	uint8_t *junk = calloc(1, 4u << 20);
+	struct emb_server_stats ss;
+	struct emb_frame_hdr h, r;
+	struct emb_server *s;
+	int fd, fd2;
+
+	CU_ASSERT_FATAL(junk != NULL);
+	so.conn_mem_limit = 4u << 20;
+	s = nt_server_start(&so);
+	fd = nt_raw_connect(emb_server_port(s));
+	CU_ASSERT_EQUAL_FATAL(nt_raw_hello(fd, NULL, 0), 0);
+	h = nt_hdr(EMB_OP_PING, 6, 0, 0, 32u << 20);
+	emb_wire_hdr_encode(raw, &h);
+	CU_ASSERT_EQUAL(nt_raw_send(fd, raw, sizeof(raw)), 0);
+	CU_ASSERT_EQUAL(nt_raw_send(fd, junk, 1u << 20), 0);
+	ss = stats_until(s, past_1mib);
+	CU_ASSERT(ss.conn_bytes >= (1u << 20));
+	CU_ASSERT(ss.conn_bytes <= (3u << 20)); /* not 32 MiB */
+	/* 4 MiB more would pass the limit. */
+	CU_ASSERT_EQUAL(nt_raw_send(fd, junk, 4u << 20), 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, &r, resp, sizeof(resp)), 0);
+	CU_ASSERT_EQUAL(r.status, EMB_EMEMLIMIT);
+	CU_ASSERT_EQUAL(r.req_id, 6);
+	CU_ASSERT(nt_raw_wait_closed(fd));
+	close(fd);
+	/* The memory came back: the next client is served. */
+	CU_ASSERT_EQUAL(nt_server_wait_conns(s, 0), 0);
+	fd2 = nt_raw_connect(emb_server_port(s));
+	CU_ASSERT_EQUAL(nt_raw_hello(fd2, NULL, 0), 0);
+	emb_server_stats(s, &ss);
+	CU_ASSERT(ss.conn_bytes <= (1u << 20));
+	close(fd2);
+	emb_server_destroy(s);
+	free(junk);
+}
+
+/* Silent strangers and idle clients are closed; a busy client is not. */
+static void test_timeouts(void)
+{
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_table_spec sp = nt_spec("idle_t", DIM, 1);
+	struct emb_client_table *t;
+	struct emb_server_stats ss;
+	struct emb_server *s;
+	struct emb_client *c;
+	uint64_t id = 1;
+	float row[DIM];
+	char addr[64];
+	uint16_t port;
+	int quiet, idle;
+
+	so.handshake_timeout_ms = 200;
+	so.idle_timeout_ms = 500;
+	s = nt_server_start(&so);
+	port = emb_server_port(s);
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	c = nt_client(addr, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	quiet = nt_raw_connect(port);
+	idle = nt_raw_connect(port);
+	CU_ASSERT_EQUAL(nt_raw_hello(idle, NULL, 0), 0);
+	/* The client keeps working through both timeouts. */
+	for (int i = 0; i < 12; i++) {
+		CU_ASSERT_EQUAL(emb_client_table_pull(t, &id, 1, row, 0, NULL),
+				0);
+		usleep(100000);
+	}
+	CU_ASSERT(nt_raw_wait_closed(quiet));
+	CU_ASSERT(nt_raw_wait_closed(idle));
+	close(quiet);
+	close(idle);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, &id, 1, row, 0, NULL), 0);
+	emb_server_stats(s, &ss);
+	CU_ASSERT_EQUAL(ss.conns_timed_out, 2);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	emb_server_destroy(s);
+}
+
+/* Past max_conns a connection is told why, then closed. */
+static void test_max_conns(void)
+{
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_server_stats ss;
+	struct emb_server *s;
+	int a, b, over;
+
+	so.max_conns = 2;
+	s = nt_server_start(&so);
+	a = nt_raw_connect(emb_server_port(s));
+	b = nt_raw_connect(emb_server_port(s));
+	CU_ASSERT_EQUAL(nt_raw_hello(a, NULL, 0), 0);
+	CU_ASSERT_EQUAL(nt_raw_hello(b, NULL, 0), 0);
+	over = nt_raw_connect(emb_server_port(s));
+	CU_ASSERT_EQUAL(nt_raw_hello(over, NULL, 0), EMB_ETOOMANYCONNS);
+	CU_ASSERT(nt_raw_wait_closed(over));
+	close(over);
+	close(a);
+	CU_ASSERT_EQUAL(nt_server_wait_conns(s, 1), 1);
+	a = nt_raw_connect(emb_server_port(s));
+	CU_ASSERT_EQUAL(nt_raw_hello(a, NULL, 0), 0);
+	emb_server_stats(s, &ss);
+	CU_ASSERT_EQUAL(ss.conns_refused, 1);
+	close(a);
+	close(b);
+	emb_server_destroy(s);
+}
+
+/*
+ * A PULL whose reply cannot fit the frame limit is answered with
+ * EMB_ETOOBIG (it used to get no answer at all), and the library splits
+ * the same pull by the limit from HELLO so that it works.
+ */
+static void test_pull_reply_too_big(void)
+{
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_table_spec sp = nt_spec("wide", 1024, 1);
+	struct emb_client_table *t;
+	struct emb_wire_iovs iovs;
+	struct emb_server *s;
+	struct emb_client *c;
+	uint64_t *ids = malloc(4096 * sizeof(*ids));
+	float *rows = malloc((size_t)4096 * 1024 * sizeof(float));
+	uint8_t *req = malloc(EMB_WIRE_HDR_SIZE + 4096 * 8);
+	char addr[64];
+	uint16_t port;
+	uint32_t id;
+	int fd, len;
+
+	CU_ASSERT_FATAL(ids && rows && req);
+	so.limits.max_frame_bytes = 4u << 20;
+	s = nt_server_start(&so);
+	port = emb_server_port(s);
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	c = nt_client(addr, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	for (uint32_t i = 0; i < 4096; i++)
+		ids[i] = i;
+	fd = nt_raw_connect(port);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_hello(fd, NULL, 0), 0);
+	id = raw_table_id(fd, "wide");
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_pull_req_encode(&iovs, 8, id, 0, ids, 4096), 0);
+	len = emb_wire_iovs_flatten(&iovs, req, EMB_WIRE_HDR_SIZE + 4096 * 8);
+	CU_ASSERT_FATAL(len > 0);
+	{
+		struct emb_frame_hdr h;
+
+		memcpy(&h, req, sizeof(h));
+		CU_ASSERT_EQUAL(raw_call(fd, h, req + EMB_WIRE_HDR_SIZE,
+					 (size_t)len - EMB_WIRE_HDR_SIZE),
+				EMB_ETOOBIG);
+	}
+	/* The connection stays usable. */
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PING, 9, 0, 0, 0), NULL, 0),
+			0);
+	close(fd);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 4096, rows, 0, NULL), 0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	emb_server_destroy(s);
+	free(req);
+	free(rows);
+	free(ids);
+}
+
 static const struct emb_test_case cases[] = {
 	{"bad magic, version, length or opcode closes the connection",
 	 test_bad_headers},
@@ -488,6 +730,16 @@ static const struct emb_test_case cases[] = {
 	 test_no_hello},
 	{"clients that die mid-request leave the server serving",
 	 test_vanishing_clients},
+	{"big frames before HELLO are refused and never buffered",
+	 test_prelogin_big_frames},
+	{"receive buffers grow as bytes arrive, within conn_mem_limit",
+	 test_rx_budget},
+	{"handshake and idle timeouts close silent connections",
+	 test_timeouts},
+	{"past max_conns a connection is refused with a reason",
+	 test_max_conns},
+	{"a PULL reply over the frame limit is an error, the library splits",
+	 test_pull_reply_too_big},
 	{NULL, NULL},
 };
 
