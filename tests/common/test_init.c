@@ -330,9 +330,26 @@ static void test_name(void)
 	CU_ASSERT_STRING_EQUAL(emb_init_name(0), "?");
 }
 
+/* Values whose rows would overflow (or hold 3e38) are refused. */
+static void test_absurd_params(void)
+{
+	struct emb_init_cfg c = {.kind = EMB_INIT_CONSTANT, .a = 3e38f};
+
+	CU_ASSERT_EQUAL(emb_init_validate(&c), EMB_EBADINIT);
+	c.a = EMB_INIT_PARAM_MAX;
+	CU_ASSERT_EQUAL(emb_init_validate(&c), 0);
+	c = (struct emb_init_cfg){.kind = EMB_INIT_UNIFORM, .a = -3e38f,
+				  .b = 3e38f};
+	CU_ASSERT_EQUAL(emb_init_validate(&c), EMB_EBADINIT);
+	c = (struct emb_init_cfg){.kind = EMB_INIT_NORMAL, .a = 0.0f,
+				  .b = 1e20f};
+	CU_ASSERT_EQUAL(emb_init_validate(&c), EMB_EBADINIT);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
+	    {"absurd parameters are refused", test_absurd_params},
 	    {"zeros and constant fill exactly dim floats", test_zeros_constant},
 	    {"uniform stays in [a, b) with the right moments",
 	     test_uniform_range_and_moments},

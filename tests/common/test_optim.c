@@ -429,9 +429,41 @@ static void test_parse_rejects(void)
 	CU_ASSERT_EQUAL(emb_optim_parse("sgd", NULL), EMB_EBADARG);
 }
 
+/* Parameters whose update would overflow a float are refused. */
+static void test_absurd_params(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+	const float v[4] = {1.0f, -2.0f, 3e38f, 0.0f};
+	float bad[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), 0);
+	c.lr = 1e30f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	c.lr = EMB_OPTIM_PARAM_MAX;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), 0);
+	c.lr = NAN;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	c = EMB_OPTIM_CFG_DEFAULT;
+	c.kind = EMB_OPTIM_ADAM;
+	c.eps = 2.0f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	c = EMB_OPTIM_CFG_DEFAULT;
+	c.kind = EMB_OPTIM_FTRL;
+	c.l1 = 1e20f;
+	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	CU_ASSERT(emb_floats_finite(v, 4));
+	CU_ASSERT(emb_floats_finite(NULL, 0));
+	bad[3] = NAN;
+	CU_ASSERT(!emb_floats_finite(bad, 4));
+	bad[3] = -INFINITY;
+	CU_ASSERT(!emb_floats_finite(bad, 4));
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
+	    {"absurd parameters and non-finite floats are refused",
+	     test_absurd_params},
 	    {"sgd matches the reference, with and without decay", test_sgd},
 	    {"adagrad matches the reference", test_adagrad},
 	    {"adam with bias correction matches the reference", test_adam},

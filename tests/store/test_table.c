@@ -1330,9 +1330,37 @@ static void test_iterator_full_rows(void)
 	free(batch);
 }
 
+/* A batch with one NaN or Inf is refused whole; no row changes. */
+static void test_nonfinite_refused(void)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	const uint64_t ids[2] = {7, 8};
+	float g[16], before[16], after[16];
+	struct emb_table *t;
+
+	o.dim = 8;
+	o.optim.kind = EMB_OPTIM_ADAGRAD;
+	t = table_new(&o);
+	for (int i = 0; i < 16; i++)
+		g[i] = 0.5f;
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, 2, before, 0, NULL), 2);
+	g[11] = NAN;
+	CU_ASSERT_EQUAL(emb_table_push(t, ids, 2, g), EMB_ENONFINITE);
+	CU_ASSERT_EQUAL(emb_table_assign(t, ids, 2, g, false, NULL),
+			EMB_ENONFINITE);
+	g[11] = INFINITY;
+	CU_ASSERT_EQUAL(emb_table_push(t, ids, 2, g), EMB_ENONFINITE);
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, 2, after, 0, NULL), 0);
+	CU_ASSERT_EQUAL(memcmp(before, after, sizeof(before)), 0);
+	CU_ASSERT_EQUAL(table_stats(t).step, 0);
+	emb_table_destroy(t);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
+	    {"NaN or Inf in a push or assign changes no row",
+	     test_nonfinite_refused},
 	    {"reports the options it was created with",
 	     test_create_reports_opts},
 	    {"accepts options at their limits", test_create_edges},

@@ -8,6 +8,7 @@
 #include "worker/embstore.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -699,6 +700,117 @@ static void test_mem_limit(void)
 	free(rows);
 }
 
+/*
+ * NaN and Inf gradients are refused whole: the rows and their optimizer
+ * state stay as they were, and the server counts the refusal. Absurd
+ * optimizer and initializer parameters are refused at create.
+ */
+static void test_nonfinite_refused(void)
+{
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_table_spec sp = nt_spec("nan_t", 4, 1);
+	struct emb_client_table *t, *t2;
+	struct emb_server_stats ss;
+	struct emb_server *s;
+	struct emb_client *c;
+	uint64_t ids[2] = {1, 2};
+	float g[8] = {1, 1, 1, 1, 1, 1, 1, 1}, before[8], after[8];
+	char addr[64];
+	uint16_t port;
+
+	sp.optim.kind = EMB_OPTIM_ADAGRAD;
+	s = nt_server_start(&so);
+	port = emb_server_port(s);
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	c = nt_client(addr, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 2, before, 0, NULL), 0);
+	g[5] = NAN;
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids, 2, g, 0, 0),
+			EMB_ENONFINITE);
+	g[5] = INFINITY;
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids, 2, g, 0, 0),
+			EMB_ENONFINITE);
+	CU_ASSERT_EQUAL(emb_client_table_assign(t, ids, 2, g, false),
+			EMB_ENONFINITE);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 2, after, 0, NULL), 0);
+	CU_ASSERT_EQUAL(memcmp(before, after, sizeof(before)), 0);
+	/* A finite push afterwards works: the state was not poisoned. */
+	g[5] = 1.0f;
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids, 2, g, 0, 0), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 2, after, 0, NULL), 0);
+	for (int i = 0; i < 8; i++)
+		CU_ASSERT(isfinite(after[i]) && after[i] < before[i]);
+	emb_server_stats(s, &ss);
+	CU_ASSERT_EQUAL(ss.nonfinite, 3);
+
+	sp = nt_spec("absurd", 4, 1);
+	sp.init.kind = EMB_INIT_CONSTANT;
+	sp.init.a = 3e38f;
+	CU_ASSERT_EQUAL(emb_client_table_create(c, &sp, &t2), EMB_EBADINIT);
+	sp = nt_spec("absurd", 4, 1);
+	sp.optim.lr = 1e30f;
+	CU_ASSERT_EQUAL(emb_client_table_create(c, &sp, &t2), EMB_EBADOPTIM);
+	sp = nt_spec("absurd", 4, 1);
+	sp.optim.kind = EMB_OPTIM_ADAM;
+	sp.optim.eps = 1e20f;
+	CU_ASSERT_EQUAL(emb_client_table_create(c, &sp, &t2), EMB_EBADOPTIM);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	emb_server_destroy(s);
+}
+
+/*
+ * Each table charges its fixed cost (about 4 MiB: arena metadata and the
+ * first extent), so at the memory limit CREATE_TABLE is refused with
+ * EMB_EMEMLIMIT while the existing tables keep serving. It used to charge
+ * 8.5 KiB, and a 32 MiB server took 1024 tables (2 GiB of RSS).
+ */
+static void test_table_fixed_cost(void)
+{
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_client_table *t[64] = {0};
+	struct emb_server_stats ss;
+	struct emb_server *s;
+	struct emb_client *c;
+	uint64_t id = 5;
+	float row[8], again[8];
+	char addr[64], name[16];
+	uint16_t port;
+	int n = 0, rc = 0;
+
+	so.mem_limit = 32u << 20;
+	s = nt_server_start(&so);
+	port = emb_server_port(s);
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	c = nt_client(addr, 0);
+	for (n = 0; n < 64; n++) {
+		struct emb_table_spec sp;
+
+		snprintf(name, sizeof(name), "fixed%d", n);
+		sp = nt_spec(name, 8, 1);
+		rc = emb_client_table_create(c, &sp, &t[n]);
+		if (rc)
+			break;
+		CU_ASSERT_EQUAL(emb_client_table_pull(t[n], &id, 1, row, 0,
+						      NULL),
+				0);
+	}
+	CU_ASSERT_EQUAL(rc, EMB_EMEMLIMIT);
+	CU_ASSERT(n >= 2 && n <= 8);
+	emb_server_stats(s, &ss);
+	CU_ASSERT(ss.mem_used <= so.mem_limit);
+	CU_ASSERT(ss.mem_used >= (uint64_t)n * (4u << 20));
+	/* Existing rows keep being served. */
+	CU_ASSERT_EQUAL(emb_client_table_pull(t[0], &id, 1, again, 0, NULL), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t[0], &id, 1, row, 0, NULL), 0);
+	CU_ASSERT_EQUAL(memcmp(row, again, sizeof(row)), 0);
+	for (int i = 0; i < n; i++)
+		emb_client_table_close(t[i]);
+	emb_client_destroy(c);
+	emb_server_destroy(s);
+}
+
 static const struct emb_test_case cases[] = {
 	{"pull, push, assign and erase match the store engine bit for bit",
 	 test_roundtrip},
@@ -718,6 +830,10 @@ static const struct emb_test_case cases[] = {
 	 test_auth},
 	{"at the memory limit new rows fail, existing rows are served",
 	 test_mem_limit},
+	{"NaN and Inf gradients and absurd parameters are refused",
+	 test_nonfinite_refused},
+	{"tables charge their fixed cost; create fails at the limit",
+	 test_table_fixed_cost},
 	{NULL, NULL},
 };
 
