@@ -146,8 +146,22 @@ static void usage(FILE *f)
 	    "default: cores)\n"
 	    "  --auth-token-file F    require this token in HELLO "
 	    "(EMB_AUTH_TOKEN_FILE)\n"
-	    "  --mem-limit SIZE       bytes of all tables, e.g. 8G "
-	    "(EMB_MEM_LIMIT; default unlimited)\n"
+	    "  --admin-token-file F   SET_MODE and DROP_TABLE need this "
+	    "token (EMB_ADMIN_TOKEN_FILE)\n"
+	    "  --mem-limit SIZE       bytes of all tables, e.g. 8G; 0 = "
+	    "unlimited\n"
+	    "                         (EMB_MEM_LIMIT; default 5/8 of "
+	    "physical memory)\n"
+	    "  --conn-mem-limit SIZE  receive buffers of all connections "
+	    "(EMB_CONN_MEM_LIMIT;\n"
+	    "                         default a quarter of --mem-limit)\n"
+	    "  --max-conns N          connections at once (EMB_MAX_CONNS; "
+	    "default 1024)\n"
+	    "  --handshake-timeout S  seconds to log in (EMB_HANDSHAKE_TIMEOUT;"
+	    " default 10)\n"
+	    "  --idle-timeout S       seconds a connection may be silent "
+	    "(EMB_IDLE_TIMEOUT;\n"
+	    "                         default 600; 0 = never)\n"
 	    "  --max-ids N            ids per request (EMB_MAX_IDS)\n"
 	    "  --max-frame SIZE       bytes per frame (EMB_MAX_FRAME)\n"
 	    "  --max-tables N         tables (EMB_MAX_TABLES)\n"
@@ -221,6 +235,27 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 	return 0;
 }
 
+/*
+ * The default --mem-limit: 5/8 of physical memory, or of the cgroup's
+ * limit when that is lower, so that tables, connection buffers (a quarter
+ * of it) and the process itself fit. 0 when neither can be read.
+ */
+static uint64_t default_mem_limit(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page
+					      : 0;
+	unsigned long long cg;
+	FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+
+	if (f) {
+		if (fscanf(f, "%llu", &cg) == 1 && cg && (!phys || cg < phys))
+			phys = cg;
+		fclose(f);
+	}
+	return phys / 8 * 5;
+}
+
 /* emb_server_opts.on_start: tables come back before the listener opens. */
 static int load_checkpoint(struct emb_server *s, void *arg)
 {
@@ -241,6 +276,11 @@ int main(int argc, char **argv)
 	    {"transport", required_argument, NULL, 't'},
 	    {"threads", required_argument, NULL, 'n'},
 	    {"auth-token-file", required_argument, NULL, 'a'},
+	    {"admin-token-file", required_argument, NULL, 'A'},
+	    {"conn-mem-limit", required_argument, NULL, 'c'},
+	    {"max-conns", required_argument, NULL, 'x'},
+	    {"handshake-timeout", required_argument, NULL, 'H'},
+	    {"idle-timeout", required_argument, NULL, 'D'},
 	    {"mem-limit", required_argument, NULL, 'm'},
 	    {"max-ids", required_argument, NULL, 'i'},
 	    {"max-frame", required_argument, NULL, 'f'},
@@ -259,6 +299,13 @@ int main(int argc, char **argv)
 	const char *listen = env_or("EMB_LISTEN", "127.0.0.1:7164");
 	const char *threads = env_or("EMB_THREADS", NULL);
 	const char *token_file = env_or("EMB_AUTH_TOKEN_FILE", NULL);
+	const char *admin_file = env_or("EMB_ADMIN_TOKEN_FILE", NULL);
+	const char *conn_mem = env_or("EMB_CONN_MEM_LIMIT", NULL);
+	const char *max_conns = env_or("EMB_MAX_CONNS", NULL);
+	const char *hs_timeout = env_or("EMB_HANDSHAKE_TIMEOUT", NULL);
+	const char *idle_timeout = env_or("EMB_IDLE_TIMEOUT", NULL);
+	uint32_t secs;
+	char mem_desc[32];
 	const char *mem = env_or("EMB_MEM_LIMIT", NULL);
 	const char *max_ids = env_or("EMB_MAX_IDS", NULL);
 	const char *max_frame = env_or("EMB_MAX_FRAME", NULL);
@@ -277,6 +324,7 @@ int main(int argc, char **argv)
 	const char *role = NULL, *bad = NULL;
 	bool listen_set = false;
 	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
+	uint8_t admin_token[EMB_WIRE_TOKEN_MAX + 1];
 	struct emb_server *srv;
 	struct sigaction sa;
 	sigset_t block, old;
@@ -300,6 +348,21 @@ int main(int argc, char **argv)
 			break;
 		case 'a':
 			token_file = optarg;
+			break;
+		case 'A':
+			admin_file = optarg;
+			break;
+		case 'c':
+			conn_mem = optarg;
+			break;
+		case 'x':
+			max_conns = optarg;
+			break;
+		case 'H':
+			hs_timeout = optarg;
+			break;
+		case 'D':
+			idle_timeout = optarg;
 			break;
 		case 'm':
 			mem = optarg;
@@ -391,11 +454,48 @@ int main(int argc, char **argv)
 			threads);
 		return 2;
 	}
+	o.mem_limit = default_mem_limit();
 	if (mem && parse_size(mem, &o.mem_limit)) {
 		fprintf(stderr, "embstore-server: bad memory limit '%s'\n",
 			mem);
 		return 2;
 	}
+	if (conn_mem && parse_size(conn_mem, &o.conn_mem_limit)) {
+		fprintf(stderr,
+			"embstore-server: bad connection memory limit '%s'\n",
+			conn_mem);
+		return 2;
+	}
+	if (max_conns && parse_u32(max_conns, 0, 1u << 20, &o.max_conns)) {
+		fprintf(stderr, "embstore-server: bad --max-conns '%s'\n",
+			max_conns);
+		return 2;
+	}
+	if (hs_timeout) {
+		if (parse_u32(hs_timeout, 0, 86400, &secs)) {
+			fprintf(stderr,
+				"embstore-server: bad --handshake-timeout "
+				"'%s' (seconds, 0..86400)\n",
+				hs_timeout);
+			return 2;
+		}
+		o.handshake_timeout_ms = secs * 1000;
+	}
+	if (idle_timeout) {
+		if (parse_u32(idle_timeout, 0, 86400 * 30, &secs)) {
+			fprintf(stderr,
+				"embstore-server: bad --idle-timeout '%s' "
+				"(seconds, 0..2592000)\n",
+				idle_timeout);
+			return 2;
+		}
+		o.idle_timeout_ms = secs * 1000;
+	}
+	if (o.mem_limit)
+		snprintf(mem_desc, sizeof(mem_desc), "%llu MiB",
+			 (unsigned long long)(o.mem_limit >> 20));
+	else
+		snprintf(mem_desc, sizeof(mem_desc), "none");
 	if ((max_ids && parse_u32(max_ids, 1, 1u << 26, &o.limits.max_ids)) ||
 	    (max_frame && parse_u32(max_frame, 4096, EMB_WIRE_FRAME_MAX,
 				    &o.limits.max_frame_bytes)) ||
@@ -416,6 +516,20 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		o.auth_token = token;
+	}
+	if (admin_file) {
+		rc = emb_token_read_file(admin_file, admin_token,
+					 &o.admin_token_len);
+		if (rc) {
+			fprintf(stderr,
+				"embstore-server: cannot use admin token file "
+				"%s: %s\n",
+				admin_file,
+				rc == -EINVAL ? "empty or longer than 256 bytes"
+					      : emb_strerror(rc));
+			return 2;
+		}
+		o.admin_token = admin_token;
 	}
 
 	if (ckpt_iv && parse_u32(ckpt_iv, 1, 1u << 30, &copts.interval_s)) {
@@ -450,10 +564,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	emb_log(EMB_LOG_INFO,
-		"listening on %s:%u (%s, %u thread%s%s, mem limit %s)", la.host,
-		emb_server_port(srv), o.transport, o.threads,
-		o.threads == 1 ? "" : "s",
-		o.auth_token_len ? ", auth" : "", mem ? mem : "none");
+		"listening on %s:%u (%s, %u thread%s%s%s, mem limit %s)",
+		la.host, emb_server_port(srv), o.transport, o.threads,
+		o.threads == 1 ? "" : "s", o.auth_token_len ? ", auth" : "",
+		o.admin_token_len ? ", admin token" : "", mem_desc);
 	if (metrics_addr &&
 	    start_metrics(metrics_addr, emb_server_metrics_collect, srv,
 			  &metrics)) {

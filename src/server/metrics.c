@@ -150,6 +150,7 @@ static const struct err_kind err_kinds[] = {
     EK("response_too_big", resp_too_big),
     EK("response_unmatched", resp_unmatched),
     EK("timed_out", calls_timed_out),
+    EK("no_memory", err_no_memory),
 };
 
 static uint64_t field(const struct emb_transport_stats *t, size_t off)
@@ -188,6 +189,19 @@ static void collect_transport(struct emb_server *s, struct emb_metrics_out *o)
 			   "Bytes charged by all tables against the limit.");
 	emb_metrics_u64(o, "embstore_server_memory_used_bytes", NULL,
 			ss.mem_used);
+	emb_metrics_family(o, "embstore_server_memory_limit_bytes", "gauge",
+			   "The limit of memory_used_bytes; 0 = none.");
+	emb_metrics_u64(o, "embstore_server_memory_limit_bytes", NULL,
+			ss.mem_limit);
+	emb_metrics_family(o, "embstore_server_nonfinite_refused_total",
+			   "counter",
+			   "PUSH and ASSIGN requests refused for NaN or Inf.");
+	emb_metrics_u64(o, "embstore_server_nonfinite_refused_total", NULL,
+			ss.nonfinite);
+	emb_metrics_family(o, "embstore_server_admin_refused_total", "counter",
+			   "SET_MODE and DROP_TABLE refused: no admin token.");
+	emb_metrics_u64(o, "embstore_server_admin_refused_total", NULL,
+			ss.not_admin);
 	emb_metrics_family(o, "embstore_server_requests_total", "counter",
 			   "Requests handled.");
 	emb_metrics_u64(o, "embstore_server_requests_total", NULL, ss.requests);
@@ -201,6 +215,19 @@ static void collect_transport(struct emb_server *s, struct emb_metrics_out *o)
 	emb_metrics_family(o, "embstore_connections_total", "counter",
 			   "Client connections accepted.");
 	emb_metrics_u64(o, "embstore_connections_total", NULL, ss.conns_total);
+	emb_metrics_family(o, "embstore_connections_refused_total", "counter",
+			   "Connections refused: max-conns or receive memory.");
+	emb_metrics_u64(o, "embstore_connections_refused_total", NULL,
+			ss.conns_refused);
+	emb_metrics_family(o, "embstore_connections_timed_out_total",
+			   "counter",
+			   "Connections closed by handshake or idle timeout.");
+	emb_metrics_u64(o, "embstore_connections_timed_out_total", NULL,
+			ss.conns_timed_out);
+	emb_metrics_family(o, "embstore_connection_buffer_bytes", "gauge",
+			   "Receive buffer bytes all connections hold.");
+	emb_metrics_u64(o, "embstore_connection_buffer_bytes", NULL,
+			ss.conn_bytes);
 	emb_metrics_family(o, "embstore_transport_receive_bytes_total",
 			   "counter", "Bytes read from connections.");
 	emb_metrics_u64(o, "embstore_transport_receive_bytes_total", NULL,

@@ -1291,7 +1291,7 @@ static void on_open(void *arg, struct emb_conn *c, int reason)
 	}
 	sc->s = s;
 	sc->c = c;
-	sc->opened_ns = sc->last_ns = mono_ns();
+	sc->opened_ns = sc->last_ns = emb_clock_ns();
 	while (sc->loop + 1 < s->opts.threads && s->loops[sc->loop] != c->tr)
 		sc->loop++;
 	emb_conn_set_user(c, sc);
@@ -1369,7 +1369,7 @@ static void sweep_run(void *arg)
 	struct emb_server *s = w->s;
 	const uint64_t hs_ns = (uint64_t)s->opts.handshake_timeout_ms * 1000000;
 	const uint64_t idle_ns = (uint64_t)s->opts.idle_timeout_ms * 1000000;
-	uint64_t now = mono_ns();
+	uint64_t now = emb_clock_ns();
 	struct srv_conn *sc, *next;
 	uint32_t loop = w->loop;
 

@@ -170,7 +170,7 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	t->fixed_bytes = ext_bytes + EMB_TABLE_TAIL_BYTES +
 			 (uint64_t)t->nshards * sizeof(struct emb_shard) +
 			 sizeof(*t);
-	rc = emb__table_charge(t, (int64_t)t->fixed_bytes);
+	rc = emb__mem_charge(t, (int64_t)t->fixed_bytes);
 	if (rc)
 		goto err_fini_shards;
 	*out = t;

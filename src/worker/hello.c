@@ -4,9 +4,11 @@
  */
 #include "worker/hello.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
 
