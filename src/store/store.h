@@ -62,7 +62,8 @@ struct emb_table_opts {
 	struct emb_init_cfg init;   /* values of rows created by pull/push */
 	uint64_t seed;		    /* with the id, decides initial values */
 	uint32_t nshards;	    /* index shards, power of two <= 1024 */
-	uint64_t mem_limit;	    /* bytes of rows + index; 0 = unlimited */
+	uint64_t mem_limit;	    /* bytes of rows + index + fixed cost;
+				       0 = unlimited */
 	struct emb_mem_budget *budget; /* shared limit, or NULL; borrowed */
 };
 

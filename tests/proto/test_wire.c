@@ -93,6 +93,23 @@ static void test_hello(void)
 	CU_ASSERT_EQUAL_FATAL(emb_wire_hello_req_decode(&f, &req), 0);
 	CU_ASSERT_PTR_NULL(req.token);
 	CU_ASSERT_EQUAL(req.name_len, 0);
+	CU_ASSERT(!req.admin);
+
+	/* EMB_F_ADMIN round-trips; any other flag is refused both ways. */
+	len = emb_wire_hello_req_encode_flags(buf, sizeof(buf), 1, 1,
+					      EMB_F_ADMIN, "root", 4, "cli");
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_hello_req_decode(&f, &req), 0);
+	CU_ASSERT(req.admin);
+	CU_ASSERT_EQUAL(req.token_len, 4);
+	emb_le16_store(buf + 6, EMB_F_ADMIN | EMB_F_STEP_END);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_hello_req_decode(&f, &req), EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(emb_wire_hello_req_encode_flags(buf, sizeof(buf), 1, 1,
+							EMB_F_STEP_END, NULL, 0,
+							NULL),
+			EMB_EBADARG);
 
 	resp.server_version = 1;
 	resp.limits = deflim;
