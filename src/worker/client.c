@@ -23,6 +23,7 @@
 #include "common/addr.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/token.h"
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
@@ -54,6 +55,8 @@ struct emb_client {
 	uint16_t slot_map[EMB_NSLOTS]; /* slot -> server index */
 	uint32_t timeout_ms;	       /* per request */
 	uint32_t part_ids;	       /* most ids per request */
+	uint8_t admin[EMB_TOKEN_MAX];  /* EMB_ADMIN_TOKEN_FILE's token */
+	uint32_t admin_len;	       /* bytes in admin; 0 = none */
 
 	pthread_mutex_t err_lock;		/* guards last_* */
 	int last_status;			/* of the last server error */
@@ -1097,9 +1100,9 @@ static int hello(struct emb_client *c, struct server *s,
 		 opts->name ? opts->name : "embstore",
 		 emb_transport_name(c->tr));
 	/* The admin token proves training rights too: sent alone. */
-	if (opts->admin_token_len)
-		rc = emb_hello_flags(s->conn, EMB_F_ADMIN, opts->admin_token,
-				     opts->admin_token_len, name, &s->lim, msg,
+	if (c->admin_len)
+		rc = emb_hello_flags(s->conn, EMB_F_ADMIN, c->admin,
+				     c->admin_len, name, &s->lim, msg,
 				     sizeof(msg));
 	else
 		rc = emb_hello(s->conn, opts->auth_token, opts->auth_token_len,
@@ -1177,6 +1180,27 @@ void emb__client_env_log_level(void)
 		emb_log_set_level(lvl);
 }
 
+/*
+ * EMB_ADMIN_TOKEN_FILE names the admin token the client presents in HELLO
+ * (EMB_F_ADMIN), as the servers and tools read it: a trainer that sets
+ * modes, or the CLI, gets admin rights from its environment, and the
+ * options struct (mirrored by the Python binding) keeps its layout.
+ */
+static int env_admin_token(struct emb_client *c)
+{
+	const char *path = getenv("EMB_ADMIN_TOKEN_FILE");
+	int rc;
+
+	if (!path || !*path)
+		return 0;
+	rc = emb_token_read_file(path, c->admin, &c->admin_len);
+	if (rc)
+		emb_log(EMB_LOG_ERROR, "admin token file %s: %s", path,
+			rc == -EINVAL ? "empty or longer than 256 bytes"
+				      : emb_strerror(rc));
+	return rc;
+}
+
 int emb_client_create(const struct emb_client_opts *opts,
 		      struct emb_client **out)
 {
@@ -1186,9 +1210,7 @@ int emb_client_create(const struct emb_client_opts *opts,
 
 	if (!opts || !out || !opts->servers || !*opts->servers ||
 	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
-	    (opts->auth_token_len && !opts->auth_token) ||
-	    opts->admin_token_len > EMB_WIRE_TOKEN_MAX ||
-	    (opts->admin_token_len && !opts->admin_token))
+	    (opts->auth_token_len && !opts->auth_token))
 		return -EINVAL;
 	emb__client_env_log_level();
 	tp = opts->transport ? opts->transport : "tcp";
@@ -1200,6 +1222,9 @@ int emb_client_create(const struct emb_client_opts *opts,
 	pthread_mutex_init(&c->err_lock, NULL);
 	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 30000;
 	c->part_ids = opts->part_ids ? opts->part_ids : 1024;
+	rc = env_admin_token(c);
+	if (rc)
+		goto err_free;
 	rc = parse_servers(c, opts->servers);
 	if (rc)
 		goto err_free;

@@ -33,10 +33,6 @@ struct emb_client_opts {
 	const char *transport; /* "tcp", "rdma" or "auto" (rdma if it can) */
 	const uint8_t *auth_token; /* sent in HELLO, or NULL; copied */
 	uint32_t auth_token_len;   /* bytes, <= 256 */
-	const uint8_t *admin_token; /* sent in HELLO instead of auth_token,
-				       flagged EMB_F_ADMIN: admin rights
-				       (set_mode, drop); NULL = none */
-	uint32_t admin_token_len;   /* bytes, <= 256 */
 	uint32_t timeout_ms;	   /* per request; 0 = 30 s */
 	uint32_t part_ids;	   /* most ids per request: a larger batch is
 				      split and pipelined; 0 = 1024 */
@@ -77,8 +73,12 @@ struct emb_client_stats {
 };
 
 /*
- * Connects to every server (HELLO included). 0 and *out, or -EINVAL (bad
- * opts or server list), -ENODEV ("rdma" without a device), EMB_EAUTH,
+ * Connects to every server (HELLO included). When the environment has
+ * EMB_ADMIN_TOKEN_FILE, the token in that file is presented instead of
+ * auth_token, for admin rights (set_mode, drop; docs/operations.md,
+ * Security). 0 and *out, or -EINVAL (bad opts or server list, or an admin
+ * token file that is empty or over 256 bytes), -errno of reading that
+ * file, -ENODEV ("rdma" without a device), EMB_EAUTH, EMB_ETOOMANYCONNS,
  * -ECONNREFUSED, -ETIMEDOUT, -ENOMEM.
  */
 int emb_client_create(const struct emb_client_opts *opts,
@@ -117,7 +117,11 @@ int emb_client_table_open(struct emb_client *c, const char *name,
 			  struct emb_client_table **out);
 /* Frees the handle (the table stays on the servers). NULL is a no-op. */
 void emb_client_table_close(struct emb_client_table *t);
-/* Drops the table on every server; the handle stays to be closed. */
+/*
+ * Drops the table on every server; the handle stays to be closed. 0,
+ * EMB_ENOADMIN (the server has an admin token this client did not
+ * present), EMB_ENOTABLE, or a transport error.
+ */
 int emb_client_table_drop(struct emb_client_table *t);
 
 uint32_t emb_client_table_dim(const struct emb_client_table *t);
@@ -172,7 +176,8 @@ int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
  * `staleness` behind the newest. Every worker calls it with the same values
  * (a repeat is a no-op) before its first push, and passes its step and rank
  * to push. 0, EMB_EBADARG (bad combination), -EBUSY (a synchronous step is
- * half gathered), or a transport error.
+ * half gathered), EMB_ENOADMIN (the server has an admin token and this
+ * client did not present it), or a transport error.
  */
 int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
 			      uint32_t workers, uint32_t staleness);

@@ -226,20 +226,33 @@ static void test_stale_pushes_are_discarded(void)
 	emb_server_destroy(srv);
 }
 
-/* A client of servers that presents admin_token (NULL: none). */
+/*
+ * A client of servers that presents admin (NULL: none): the library reads
+ * the admin token from the file EMB_ADMIN_TOKEN_FILE names.
+ */
 static struct emb_client *client_as(const char *servers, const char *admin,
 				    int *rc)
 {
 	struct emb_client_opts o = EMB_CLIENT_OPTS_DEFAULT;
 	struct emb_client *c = NULL;
+	char path[] = "/tmp/emb-admin-XXXXXX";
+	int fd = -1;
 
 	o.servers = servers;
 	o.timeout_ms = 2000;
 	if (admin) {
-		o.admin_token = (const uint8_t *)admin;
-		o.admin_token_len = (uint32_t)strlen(admin);
+		fd = mkstemp(path);
+		CU_ASSERT_FATAL(fd >= 0);
+		CU_ASSERT_FATAL(write(fd, admin, strlen(admin)) ==
+				(ssize_t)strlen(admin));
+		setenv("EMB_ADMIN_TOKEN_FILE", path, 1);
 	}
 	*rc = emb_client_create(&o, &c);
+	if (admin) {
+		unsetenv("EMB_ADMIN_TOKEN_FILE");
+		close(fd);
+		unlink(path);
+	}
 	return c;
 }
 
