@@ -1225,6 +1225,8 @@ static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
 			}
 			dst = c->rbuf + c->rend;
 			want = c->rbuf_cap - c->rend;
+			if (want == 0)
+				break; /* paused with a full buffer */
 		}
 		n = recv(c->fd, dst, want, 0);
 		if (n == 0) {
