@@ -15,6 +15,7 @@
 
 #include "common/addr.h"
 #include "common/addr.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "proto/wire_cluster.h"
 #include "transport/transport.h"
@@ -96,6 +97,65 @@ static int static_node(const struct emb_cluster_env *env, struct emb_node **out)
 	free(srv);
 	free(a);
 	return rc;
+}
+
+/*
+ * True once every server of the node accepts a TCP connection. The
+ * transport logs refusals at debug only, so waiting for servers that are
+ * still starting stays quiet.
+ */
+static bool servers_up(struct emb_node *n)
+{
+	struct emb_transport_opts to = EMB_TRANSPORT_OPTS_DEFAULT;
+	const struct emb_wire_node_addr *srv = emb_node_servers(n);
+	struct emb_transport *tr;
+	bool up = true;
+
+	if (emb_transport_create("tcp", &to, &tr))
+		return true; /* let the client say why */
+	for (uint32_t i = 0; up && i < emb_node_nservers(n); i++) {
+		struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
+		struct emb_conn *conn;
+
+		co.host = srv[i].host;
+		co.port = srv[i].port;
+		up = emb_conn_create(tr, &co, &conn) == 0;
+		if (up)
+			emb_conn_destroy(conn);
+	}
+	emb_transport_destroy(tr);
+	return up;
+}
+
+/*
+ * Without a scheduler nothing says when the servers are up: wait until
+ * they are, for the join timeout, as a node waits for its scheduler.
+ * Over TCP the wait is a quiet probe; other transports retry the client.
+ */
+static int create_retry(struct emb_node *n, const struct emb_client_opts *co,
+			uint32_t timeout_ms, struct emb_client **out)
+{
+	bool tcp = co->transport && !strcmp(co->transport, "tcp");
+	uint64_t start = emb_clock_ms();
+	bool logged = false;
+	int rc;
+
+	for (;;) {
+		rc = tcp && !servers_up(n) ? -ECONNREFUSED
+					   : emb_client_create(co, out);
+		if (rc != -ECONNREFUSED ||
+		    emb_clock_ms() - start + 200 > timeout_ms)
+			return rc == -ECONNREFUSED && tcp
+				   ? emb_client_create(co, out)
+				   : rc;
+		if (!logged && emb_clock_ms() - start >= 5000) {
+			emb_log(EMB_LOG_INFO,
+				"still waiting for the servers after 5 s: %s",
+				emb_strerror(rc));
+			logged = true;
+		}
+		usleep(200 * 1000);
+	}
 }
 
 /*
@@ -202,7 +262,9 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 		goto err_node;
 	}
 	co.servers = list;
-	rc = emb_client_create(&co, &c);
+	rc = emb_node_is_static(node)
+		 ? create_retry(node, &co, env.join_timeout_ms, &c)
+		 : emb_client_create(&co, &c);
 	free(list);
 	if (rc)
 		goto err_node;
