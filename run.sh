@@ -7,6 +7,9 @@
 #   ./run.sh store-bench    build, then run the store benchmark (W1) and print figures
 #   ./run.sh test           build, then run every test suite; ends with "N passed, N failed"
 #   ./run.sh build          install missing packages, configure and build
+#   ./run.sh install [DIR]  build, then install the programs, library and headers
+#                           under DIR (default /usr/local: embstore, embstore-server
+#                           and embstore-bench in /usr/local/bin)
 #   ./run.sh bench ARGS...  build, then run tools/embstore-bench with ARGS
 #   ./run.sh deps           install missing Debian packages only
 #
@@ -126,6 +129,14 @@ find_python() {
         fi
     done
     die "no python3 imports numpy and torch: ./run.sh deps (as root)"
+}
+
+cmd_install() {
+    local prefix=${1:-/usr/local}
+    cmd_build
+    meson configure "$BUILD" -Dprefix="$prefix" >/dev/null
+    meson install -C "$BUILD" --quiet
+    echo "run.sh: installed under $prefix; programs in $prefix/bin"
 }
 
 cmd_bench() {
@@ -250,9 +261,10 @@ test) cmd_test ;;
 demo) cmd_demo ;;
 demo-c) cmd_demo_c ;;
 store-bench) cmd_store_bench ;;
+install) shift; cmd_install "$@" ;;
 bench) shift; cmd_bench "$@" ;;
 *)
-    sed -n '2,11s/^# \{0,1\}//p' "$0" >&2
+    sed -n '2,14s/^# \{0,1\}//p' "$0" >&2
     exit 2
     ;;
 esac

@@ -25,8 +25,9 @@ static void usage(FILE *f)
 	      "Snapshots a live table: one file per server and a MANIFEST, "
 	      "while the servers\nkeep serving.\n"
 	      "  --table T               the table\n"
-	      "  --out DIR               where the files go (an empty or "
-	      "earlier dump's directory)\n"
+	      "  --out DIR               where the files go (made if "
+	      "missing; empty, or an\n"
+	      "                          earlier dump of the table)\n"
 	      "  --block-size BYTES      rows per compressed block (4K..64M, "
 	      "default 1M)\n"
 	      "  --shuffle               byte planes: about 8% smaller, "
@@ -244,6 +245,26 @@ out:
 	return NULL;
 }
 
+/* mkdir -p: dir and its missing parents. 0, or -1 with errno set. */
+static int mkdir_p(const char *dir)
+{
+	char p[EMB_SNAP_PATH_MAX];
+
+	if ((size_t)snprintf(p, sizeof(p), "%s", dir) >= sizeof(p)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, 0755) != 0 && errno != EEXIST)
+			return -1;
+		*s = '/';
+	}
+	return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* The name of part i of n of a dump of table. */
 static void part_name(char *buf, size_t cap, const char *table, int i, int n)
 {
@@ -299,7 +320,7 @@ static int run(struct cli *cli)
 	if (n < 0)
 		return emb_cli_usage_error(
 		    cli, usage, "bad --servers list (host:port,...)");
-	if (mkdir(cli->dir, 0755) != 0 && errno != EEXIST) {
+	if (mkdir_p(cli->dir)) {
 		fprintf(stderr, "embstore dump: cannot create %s: %s\n",
 			cli->dir, strerror(errno));
 		return 1;
