@@ -1,13 +1,15 @@
-#!/bin/sh
+#!/bin/bash
 # tests/tools/cli.sh - the command line as a new user meets it, with the
 # built programs: --version on every program, `embstore CMD --help` per
 # subcommand, embstore-bench's help, `embstore stat --json` against an
 # embstore-server child, and `embstore launch`: a healthy local cluster
 # logs no warn or error line at info level, and a worker that exits 0
 # without joining (or never joins) ends the launch with status 1 and a
-# line naming it, well within the join timeout. Needs EMB_BIN_DIR (the
-# build's tools/) and EMB_TRAINER_BIN (tests/cluster/trainer); python3
-# parses the JSON (else that check is skipped).
+# line naming it, well within the join timeout; /healthz of a server
+# before and after it registered, and the scheduler's cluster metrics.
+# Needs EMB_BIN_DIR (the build's tools/) and EMB_TRAINER_BIN
+# (tests/cluster/trainer); python3 parses the JSON and speaks HTTP (else
+# those checks are skipped).
 set -u
 : "${EMB_BIN_DIR:?}" "${EMB_TRAINER_BIN:?}"
 
@@ -107,6 +109,63 @@ EOF
 	kill "$pid"
 	wait "$pid"
 	pid=
+fi
+
+# /healthz of a daemon: a server waiting for its scheduler is not ready;
+# once it registered it is; the scheduler's /metrics shows it joined.
+if command -v python3 >/dev/null 2>&1; then
+	read -r sp mp1 mp2 < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(3)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+	# http_get PORT PATH: prints "STATUS BODY" (python3), or nothing.
+	http_get() {
+		python3 - "$1" "$2" <<'EOF' 2>/dev/null
+import sys, urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}{sys.argv[2]}")
+    print(r.status, r.read().decode().strip())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode().strip())
+EOF
+	}
+	EMB_SCHED_HOST=127.0.0.1 EMB_SCHED_PORT=$sp EMB_SERVER_NUM=1 \
+		EMB_WORKER_NUM=1 "$EMB_BIN_DIR/embstore-server" --listen 127.0.0.1:0 --threads 1 \
+		--metrics-listen "127.0.0.1:$mp1" 2>"$dir/hs.log" &
+	hpid=$!
+	h=
+	for _ in $(seq 50); do
+		h=$(http_get "$mp1" /healthz) && [ -n "$h" ] && break
+		sleep 0.1
+	done
+	[ "$h" = "503 not registered with the scheduler yet" ] ||
+		bad "unregistered server's /healthz: '$h'"
+	EMB_SERVER_NUM=1 EMB_WORKER_NUM=1 EMB_SCHED_HOST=127.0.0.1 \
+		EMB_SCHED_PORT=$sp "$EMB_BIN_DIR/embstore-server" --role scheduler \
+		--metrics-listen "127.0.0.1:$mp2" 2>"$dir/hsched.log" &
+	spid=$!
+	for _ in $(seq 50); do
+		h=$(http_get "$mp1" /healthz)
+		[ "$h" = "200 ok" ] && break
+		sleep 0.1
+	done
+	[ "$h" = "200 ok" ] || bad "registered server's /healthz: '$h'"
+	for _ in $(seq 20); do
+		m=$(http_get "$mp2" /metrics)
+		echo "$m" | grep -q \
+			'^embstore_cluster_nodes{role="server",state="alive"} 1$' &&
+			break
+		sleep 0.1
+	done
+	echo "$m" | grep -q \
+		'^embstore_cluster_nodes{role="server",state="alive"} 1$' ||
+		bad "scheduler /metrics lacks the server: $m"
+	echo "$m" | grep -q '^embstore_cluster_state{state="forming"} 1$' ||
+		bad "scheduler /metrics: not forming: $m"
+	[ "$(http_get "$mp2" /healthz)" = "200 ok" ] || bad "scheduler /healthz"
+	kill "$hpid" "$spid"
+	wait "$hpid" "$spid" 2>/dev/null
 fi
 
 # launch: a healthy job logs nothing at warn or error.
