@@ -51,6 +51,21 @@ static void on_cluster_end(void *arg, int status)
 	kill(getpid(), SIGTERM);
 }
 
+/* Where metrics are served, with the bound port (--metrics-listen H:0). */
+static void log_metrics_addr(const char *addr, uint16_t port)
+{
+	struct emb_addr a;
+	char buf[EMB_HOST_MAX + 16];
+
+	if (emb_addr_parse(addr, strlen(addr), -1, &a) == 0) {
+		a.port = port;
+		if (emb_addr_format(&a, buf, sizeof(buf)) > 0)
+			addr = buf;
+	}
+	emb_log(EMB_LOG_INFO,
+		"metrics on http://%s/metrics, health on /healthz", addr);
+}
+
 /* --metrics-listen: Prometheus /metrics from fn(arg); logs a failure. */
 static int start_metrics(const char *addr, emb_metrics_collect_fn fn, void *arg,
 			 struct emb_metrics **out)
@@ -61,9 +76,7 @@ static int start_metrics(const char *addr, emb_metrics_collect_fn fn, void *arg,
 		emb_log(EMB_LOG_ERROR, "cannot serve metrics on %s: %s", addr,
 			emb_strerror(rc));
 	else
-		emb_log(EMB_LOG_INFO,
-			"metrics on http://%s/metrics, health on /healthz",
-			addr);
+		log_metrics_addr(addr, emb_metrics_port(*out));
 	return rc;
 }
 
@@ -96,9 +109,9 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 		return 1;
 	}
 	/* A listening scheduler is ready: nodes may join from now on. */
-	if (metrics_addr && start_metrics(metrics_addr,
-					  emb_sched_metrics_collect, sched,
-					  &metrics)) {
+	if (metrics_addr &&
+	    start_metrics(metrics_addr, emb_sched_metrics_collect, sched,
+			  &metrics)) {
 		emb_sched_destroy(sched);
 		return 1;
 	}
@@ -169,7 +182,8 @@ static void usage(FILE *f)
 	    "  --zero-copy-pulls on|off  PULL rows straight from table memory\n"
 	    "                         (EMB_ZERO_COPY_PULLS; default on for "
 	    "rdma, off for tcp)\n"
-	    "  --metrics-listen HOST:PORT  serve Prometheus /metrics and /healthz there "
+	    "  --metrics-listen HOST:PORT  serve Prometheus /metrics and "
+	    "/healthz there "
 	    "(EMB_METRICS_LISTEN; default off)\n"
 	    "  --checkpoint-dir D     load the newest checkpoint at start, "
 	    "write them here (EMB_CHECKPOINT_DIR)\n"
@@ -555,7 +569,8 @@ int main(int argc, char **argv)
 	sigaddset(&block, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
 	if (cenv.role == EMB_ROLE_SCHEDULER)
-		return run_scheduler(&cenv, la.host, o.port, metrics_addr, &old);
+		return run_scheduler(&cenv, la.host, o.port, metrics_addr,
+				     &old);
 
 	rc = emb_server_create(&o, &srv);
 	if (rc) {

@@ -610,8 +610,8 @@ static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
 			return -ECANCELED;
 		/* The scheduler coming up after its nodes is normal: one
 		 * line, and only once the wait gets long. */
-		emb_log(EMB_LOG_DEBUG, "waiting for scheduler %s: %s",
-			n->sched, emb_strerror(rc));
+		emb_log(EMB_LOG_DEBUG, "waiting for scheduler %s: %s", n->sched,
+			emb_strerror(rc));
 		if (!logged &&
 		    (int64_t)emb_clock_ms() - start >= CONNECT_QUIET_MS) {
 			emb_log(EMB_LOG_INFO,

@@ -903,13 +903,13 @@ void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 				   "cluster formed, then 1.");
 		emb_metrics_u64(o, "embstore_cluster_map_epoch", NULL,
 				v.map_epoch);
-		emb_metrics_family(o, "embstore_cluster_barrier_waiting_workers",
+		emb_metrics_family(o,
+				   "embstore_cluster_barrier_waiting_workers",
 				   "gauge", "Workers held at a barrier now.");
 		emb_metrics_u64(o, "embstore_cluster_barrier_waiting_workers",
 				NULL, v.barrier_waiting);
 		emb_metrics_family(o, "embstore_cluster_barriers_total",
-				   "counter",
-				   "Barriers every worker passed.");
+				   "counter", "Barriers every worker passed.");
 		emb_metrics_u64(o, "embstore_cluster_barriers_total", NULL,
 				v.barriers_completed);
 		emb_metrics_family(o, "embstore_cluster_heartbeats_total",

@@ -283,7 +283,8 @@ void emb_metrics_process(struct emb_metrics_out *o)
 				   "Number of open file descriptors.");
 		emb_metrics_u64(o, "process_open_fds", NULL, fds);
 	}
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+	    rl.rlim_cur != RLIM_INFINITY) {
 		emb_metrics_family(o, "process_max_fds", "gauge",
 				   "Maximum number of open file descriptors.");
 		emb_metrics_u64(o, "process_max_fds", NULL,

@@ -244,8 +244,7 @@ static void collect_transport(struct emb_server *s, struct emb_metrics_out *o)
 			   "counter", "Whole frames sent.");
 	emb_metrics_u64(o, "embstore_transport_transmit_frames_total", NULL,
 			sum.frames_out);
-	emb_metrics_family(o, "embstore_transport_peer_closes_total",
-			   "counter",
+	emb_metrics_family(o, "embstore_transport_peer_closes_total", "counter",
 			   "Connections the peer closed cleanly between "
 			   "frames (a client that finished); no error.");
 	emb_metrics_u64(o, "embstore_transport_peer_closes_total", NULL,

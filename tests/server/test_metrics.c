@@ -1,9 +1,9 @@
 /*
- * tests/server/test_metrics.c - the Prometheus endpoint (src/metrics/metrics.c),
- * its /healthz, the server's collector (src/server/metrics.c) and the
- * scheduler's (src/cluster/scheduler.c), scraped over a socket from
- * in-process daemons. Every line of a scrape is parsed as the text
- * exposition format: HELP/TYPE before samples, names
+ * tests/server/test_metrics.c - the Prometheus endpoint
+ * (src/metrics/metrics.c), its /healthz, the server's collector
+ * (src/server/metrics.c) and the scheduler's (src/cluster/scheduler.c), scraped
+ * over a socket from in-process daemons. Every line of a scrape is parsed as
+ * the text exposition format: HELP/TYPE before samples, names
  * `^(embstore|process)_[a-z0-9_]+$`, histogram buckets cumulative and
  * ending in +Inf equal to _count.
  */
@@ -487,8 +487,9 @@ static void test_format(void)
 	/* Started within the last hour of this clock. */
 	CU_ASSERT(fabs(value_of(body, "process_start_time_seconds") -
 		       (double)time(NULL)) < 3600);
-	CU_ASSERT_EQUAL(value_of(body, "embstore_build_info{version=\""
-				       EMB_VERSION "\",role=\"server\"}"),
+	CU_ASSERT_EQUAL(value_of(body,
+				 "embstore_build_info{version=\"" EMB_VERSION
+				 "\",role=\"server\"}"),
 			1);
 	CU_ASSERT_EQUAL(value_of(body, "embstore_process_threads"), -1);
 	CU_ASSERT(
@@ -558,9 +559,9 @@ static void test_clean_close(void)
 	emb_client_destroy(c2);
 	for (int i = 0; i < 100 && closes < 1; i++) {
 		free(body);
-		CU_ASSERT_EQUAL_FATAL(http_get(emb_metrics_port(met), "GET",
-					       "/metrics", &body),
-				      200);
+		CU_ASSERT_EQUAL_FATAL(
+		    http_get(emb_metrics_port(met), "GET", "/metrics", &body),
+		    200);
 		closes = value_of(body, "embstore_transport_peer_closes_total");
 		if (closes < 1)
 			usleep(20000);
@@ -649,15 +650,14 @@ static void test_scheduler(void)
 						 sched, &m),
 			      0);
 	body = scrape_until(m, "embstore_cluster_state{state=\"forming\"}", 1);
-	CU_ASSERT_EQUAL(
-	    value_of(body, "embstore_cluster_nodes{role=\"server\","
-			   "state=\"missing\"}"),
-	    1);
+	CU_ASSERT_EQUAL(value_of(body, "embstore_cluster_nodes{role=\"server\","
+				       "state=\"missing\"}"),
+			1);
 	CU_ASSERT_EQUAL(value_of(body, "embstore_cluster_map_epoch"), 0);
-	CU_ASSERT_EQUAL(
-	    value_of(body, "embstore_build_info{version=\"" EMB_VERSION
-			   "\",role=\"scheduler\"}"),
-	    1);
+	CU_ASSERT_EQUAL(value_of(body,
+				 "embstore_build_info{version=\"" EMB_VERSION
+				 "\",role=\"scheduler\"}"),
+			1);
 	parse(sc, body);
 	CU_ASSERT_STRING_EQUAL(sc->err, "");
 	free(body);
@@ -673,18 +673,15 @@ static void test_scheduler(void)
 	CU_ASSERT_EQUAL_FATAL(emb_node_create(&no, &worker), 0);
 	CU_ASSERT_EQUAL(emb_node_wait_map(worker), 0);
 	body = scrape_until(m, "embstore_cluster_state{state=\"ready\"}", 1);
-	CU_ASSERT_EQUAL(
-	    value_of(body, "embstore_cluster_nodes{role=\"server\","
-			   "state=\"alive\"}"),
-	    1);
-	CU_ASSERT_EQUAL(
-	    value_of(body, "embstore_cluster_nodes{role=\"worker\","
-			   "state=\"alive\"}"),
-	    1);
-	CU_ASSERT_EQUAL(
-	    value_of(body, "embstore_cluster_nodes{role=\"worker\","
-			   "state=\"missing\"}"),
-	    0);
+	CU_ASSERT_EQUAL(value_of(body, "embstore_cluster_nodes{role=\"server\","
+				       "state=\"alive\"}"),
+			1);
+	CU_ASSERT_EQUAL(value_of(body, "embstore_cluster_nodes{role=\"worker\","
+				       "state=\"alive\"}"),
+			1);
+	CU_ASSERT_EQUAL(value_of(body, "embstore_cluster_nodes{role=\"worker\","
+				       "state=\"missing\"}"),
+			0);
 	CU_ASSERT_EQUAL(value_of(body, "embstore_cluster_map_epoch"), 1);
 	parse(sc, body);
 	CU_ASSERT_STRING_EQUAL(sc->err, "");
@@ -701,10 +698,9 @@ static void test_scheduler(void)
 			    "embstore_cluster_nodes{role=\"worker\","
 			    "state=\"dead\"}",
 			    1);
-	CU_ASSERT_EQUAL(
-	    value_of(body, "embstore_cluster_nodes{role=\"worker\","
-			   "state=\"dead\"}"),
-	    1);
+	CU_ASSERT_EQUAL(value_of(body, "embstore_cluster_nodes{role=\"worker\","
+				       "state=\"dead\"}"),
+			1);
 	free(body);
 	emb_metrics_destroy(m);
 	emb_node_destroy(server);

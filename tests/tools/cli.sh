@@ -114,11 +114,19 @@ fi
 # /healthz of a daemon: a server waiting for its scheduler is not ready;
 # once it registered it is; the scheduler's /metrics shows it joined.
 if command -v python3 >/dev/null 2>&1; then
-	read -r sp mp1 mp2 < <(python3 -c '
+	sp=$(python3 -c '
 import socket
-s = [socket.socket() for _ in range(3)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')
+	# metrics_port LOG: the port a daemon logged it serves metrics on.
+	metrics_port() {
+		for _ in $(seq 100); do
+			sed -n 's|.*metrics on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' \
+				"$1" | grep . && return
+			sleep 0.1
+		done
+	}
 	# http_get PORT PATH: prints "STATUS BODY" (python3), or nothing.
 	http_get() {
 		python3 - "$1" "$2" <<'EOF' 2>/dev/null
@@ -132,25 +140,28 @@ EOF
 	}
 	EMB_SCHED_HOST=127.0.0.1 EMB_SCHED_PORT=$sp EMB_SERVER_NUM=1 \
 		EMB_WORKER_NUM=1 "$EMB_BIN_DIR/embstore-server" --listen 127.0.0.1:0 --threads 1 \
-		--metrics-listen "127.0.0.1:$mp1" 2>"$dir/hs.log" &
+		--metrics-listen 127.0.0.1:0 2>"$dir/hs.log" &
 	hpid=$!
+	mp1=$(metrics_port "$dir/hs.log")
 	h=
-	for _ in $(seq 50); do
+	for _ in $(seq 100); do
 		h=$(http_get "$mp1" /healthz) && [ -n "$h" ] && break
 		sleep 0.1
 	done
 	[ "$h" = "503 not registered with the scheduler yet" ] ||
-		bad "unregistered server's /healthz: '$h'"
+		bad "unregistered server's /healthz: '$h': $(cat "$dir/hs.log")"
 	EMB_SERVER_NUM=1 EMB_WORKER_NUM=1 EMB_SCHED_HOST=127.0.0.1 \
 		EMB_SCHED_PORT=$sp "$EMB_BIN_DIR/embstore-server" --role scheduler \
-		--metrics-listen "127.0.0.1:$mp2" 2>"$dir/hsched.log" &
+		--metrics-listen 127.0.0.1:0 2>"$dir/hsched.log" &
 	spid=$!
+	mp2=$(metrics_port "$dir/hsched.log")
 	for _ in $(seq 50); do
 		h=$(http_get "$mp1" /healthz)
 		[ "$h" = "200 ok" ] && break
 		sleep 0.1
 	done
-	[ "$h" = "200 ok" ] || bad "registered server's /healthz: '$h'"
+	[ "$h" = "200 ok" ] ||
+		bad "registered server's /healthz: '$h': $(cat "$dir/hs.log")"
 	for _ in $(seq 20); do
 		m=$(http_get "$mp2" /metrics)
 		echo "$m" | grep -q \

@@ -205,16 +205,18 @@ echo secret-token >unit/token
 	set -a
 	. unit/server.env
 	set +a
-	EMB_LISTEN=127.0.0.1:0 EMB_METRICS_LISTEN=127.0.0.1:$p2 \
+	EMB_LISTEN=127.0.0.1:0 EMB_METRICS_LISTEN=127.0.0.1:0 \
 		EMB_CHECKPOINT_DIR=$work/unit/ckpt EMB_AUTH_TOKEN_FILE=$work/unit/token \
 		exec "$BUILD/tools/embstore-server"
 ) >unit/server.log 2>&1 &
 spid=$!
 ok=
-for _ in $(seq 50); do
-	ok=$(python3 -c "
+for _ in $(seq 100); do
+	mp=$(sed -n 's|.*metrics on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' \
+		unit/server.log)
+	[ -n "$mp" ] && ok=$(python3 -c "
 import urllib.request
-print(urllib.request.urlopen('http://127.0.0.1:$p2/healthz').read().decode())" \
+print(urllib.request.urlopen('http://127.0.0.1:$mp/healthz').read().decode())" \
 		2>/dev/null) && break
 	sleep 0.1
 done
