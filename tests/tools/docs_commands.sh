@@ -9,7 +9,8 @@
 #     PATH, and must exit 0; fixed ports (6170, 6171, 7164, 7174, 8081) are
 #     swapped for free ones first;
 #   - an sh block after "<!-- not run: WHY -->" is only parsed (bash -n).
-# Then the scripts no block runs: deploy/slurm/embstore.sbatch with
+# A missing --after-train command is reported as such. Then the scripts
+# no block runs: deploy/slurm/embstore.sbatch with
 # stand-ins for srun and scontrol that run every task here,
 # deploy/kubernetes/embstore.yaml checked as Kubernetes objects (each
 # container's options are ones its program takes), and the systemd unit
@@ -111,6 +112,15 @@ for b in blocks/*.run; do
 	fi
 	kill -- -"${groups##* }" 2>/dev/null
 done
+
+# An after-train command that is not found says so, once.
+embstore launch --server_num 1 --worker_num 1 --log-dir log.after -- \
+	build/examples/ctr/train --data data/train.tsv --epochs 1 \
+	--after-train 'no-such-program --out x' >after.out 2>&1 &&
+	bad "a missing after-train command did not fail the launch"
+grep -q 'after-train command not found (exit 127): no-such-program' \
+	after.out || bad "no clear after-train message: $(tail -n 5 after.out)"
+grep -q 'internal error' after.out && bad "after-train: internal error"
 
 # Slurm: the batch script with srun and scontrol that run every task on
 # this machine.
