@@ -311,8 +311,9 @@ static bool all_reaped(const struct launch *l)
 }
 
 /*
- * True once the cluster formed: the scheduler gives an observer the map
- * only then. A scheduler that is gone ended a job that had formed.
+ * False only when the scheduler says the cluster is still forming (it
+ * gives an observer the map once formed), or never listened. A scheduler
+ * that is gone ended the job.
  */
 static bool cluster_formed(struct launch *l)
 {
@@ -320,15 +321,25 @@ static bool cluster_formed(struct launch *l)
 	int rc;
 
 	for (int i = 0; !l->formed && i < 100; i++) {
+		siginfo_t si = {0};
+
 		/* A scheduler not listening yet refuses too; one that
-		 * exited ended the job. */
-		if (!l->ch[0].pid)
+		 * exited (reaped, or a zombie: WNOWAIT leaves it to reap())
+		 * ended the job. */
+		if (!l->ch[0].pid ||
+		    (waitid(P_PID, (id_t)l->ch[0].pid, &si,
+			    WEXITED | WNOHANG | WNOWAIT) == 0 &&
+		     si.si_pid))
 			return true;
 		rc = emb_cluster_servers(l->sched, servers, sizeof(servers));
-		l->formed = rc == 0 || rc == -ENOSPC;
-		if (rc != -ECONNREFUSED)
-			break;
-		usleep(100 * 1000);
+		if (rc == -ECONNREFUSED) {
+			usleep(100 * 1000);
+			continue;
+		}
+		/* Only "still forming" is a no; an answer we cannot read
+		 * (refused observer, say) must not fail a job. */
+		l->formed = rc != EMB_ECLUSTER;
+		break;
 	}
 	return l->formed;
 }
