@@ -1,15 +1,30 @@
 /*
  * src/cache/cache.c - the worker-side vocab cache: a slot pool with an
- * id -> slot hash, LRU or CLOCK eviction, pinned prefetch batches and the
- * two update modes. Used by one trainer thread; every callback runs on it.
+ * id -> slot hash, W-TinyLFU, LRU or CLOCK eviction, pinned prefetch batches
+ * and the two update modes. Used by one trainer thread; every callback runs
+ * on it.
  *
  * A slot is in one of four states. FREE slots sit on the free list. PENDING
  * slots are mapped but hold no data yet (a deferred or failed fetch).
  * INFLIGHT slots wait for fetch record rec. VALID slots hold data. A slot is
  * pinned while a queued or current batch names it. Only unpinned VALID
- * slots ("idle") may be evicted: under LRU they alone are on the list, so
- * eviction takes the tail without a scan; under CLOCK the hand skips the
- * rest. An unpinned PENDING slot is freed at once.
+ * slots ("idle") may be evicted: under LRU and TinyLFU they alone are on
+ * the lists, so eviction takes a tail without a scan; under CLOCK the hand
+ * skips the rest. An unpinned PENDING slot is freed at once.
+ *
+ * TinyLFU (W-TinyLFU, as in Caffeine) splits the slots into regions, kept
+ * in the flags and unchanged while a slot is pinned: a window (about 1% of
+ * the capacity) where every new row enters, and a main region, segmented
+ * into probation and protected (80% of main). Each region's idle slots
+ * form an LRU list. A batch's misses always get a slot (they are pinned in
+ * the window), so admission decides what stays, not what is served: when
+ * the window grows past its size its LRU row becomes a candidate, and the
+ * frequency sketch (sketch.h) decides between it and main's LRU victim
+ * (probation's tail, else protected's). The loser is evicted; a winning
+ * candidate moves to probation. A probation row used again moves to
+ * protected; protected's overflow goes back to probation. Rows seen once
+ * (a scan) lose against rows seen often, so they leave through the window
+ * without flushing main.
  */
 #include "cache/cache.h"
 
@@ -21,6 +36,7 @@
 #include <time.h>
 
 #include "cache/dedup.h"
+#include "cache/sketch.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/hash.h"
@@ -35,6 +51,14 @@
  */
 #define AHEAD	  8u
 #define DEPTH_MAX 64u
+/*
+ * TinyLFU: window and protected shares, in percent of the capacity and of
+ * main. A small window suits frequency-skewed streams like Zipf ids; it is
+ * there so a new row gets a few batches to prove itself before it has to
+ * beat a row of main (Caffeine starts from the same 1% and 80%).
+ */
+#define WINDOW_PCT    1u
+#define PROTECTED_PCT 80u
 
 enum slot_state {
 	SLOT_FREE = 0,
@@ -46,6 +70,16 @@ enum slot_state {
 #define F_DIRTY	 0x1u /* write-back: updated since fetched or written */
 #define F_REF	 0x2u /* CLOCK: used since the hand last passed */
 #define F_VICTIM 0x4u /* CLOCK: chosen by the eviction in progress */
+#define F_PROBATION 0x8u  /* TinyLFU: in main, probation (else window) */
+#define F_PROTECTED 0x10u /* TinyLFU: in main, protected */
+
+/* LRU lists: LRU uses L_RECENT alone; TinyLFU all three. */
+enum {
+	L_RECENT = 0,	 /* LRU's list; TinyLFU's window */
+	L_PROBATION = 1, /* TinyLFU: main, not used since admitted */
+	L_PROTECTED = 2, /* TinyLFU: main, used again */
+	NLISTS = 3,
+};
 
 struct slot {
 	uint64_t id;	       /* row held, unless FREE */
@@ -87,6 +121,11 @@ struct batch {
 	uint32_t nrefetch; /* of those, stale rows fetched again */
 };
 
+struct lru {
+	uint32_t head; /* most recently released */
+	uint32_t tail; /* next victim */
+};
+
 struct emb_cache {
 	struct emb_cache_opts o; /* as created; ops copied */
 	uint32_t rf;		 /* floats per row in the pool */
@@ -95,9 +134,14 @@ struct emb_cache {
 	struct hent *hash;	 /* id -> slot, linear probing */
 	uint32_t hmask;		 /* hash entries - 1 */
 	uint32_t free_head;	 /* free-list of FREE slots */
-	uint32_t lru_head;	 /* LRU: most recently released */
-	uint32_t lru_tail;	 /* LRU: next victim */
+	struct lru lists[NLISTS]; /* idle slots by region (L_*) */
 	uint32_t hand;		 /* CLOCK: next slot to look at */
+	uint32_t nwin;		 /* TinyLFU: window slots, pinned included */
+	uint32_t nprot;		 /* TinyLFU: protected slots, pinned included */
+	uint32_t win_max;	 /* TinyLFU: window size before candidates
+				    leave it */
+	uint32_t prot_max;	 /* TinyLFU: protected size before demotion */
+	struct emb_sketch *sketch; /* TinyLFU: recent frequency of ids */
 	uint32_t nidle;		 /* unpinned VALID slots: evictable */
 	uint32_t nfree;		 /* slots on the free list */
 	uint32_t nrows;		 /* slots mapped in the hash */
@@ -232,20 +276,29 @@ static void hash_remove(struct emb_cache *c, uint64_t id)
 	c->hash[i].slot = NIL;
 }
 
-/* ---- LRU list and free list ---- */
+/* ---- LRU lists and free list ---- */
+
+/* The list an idle slot is on: its TinyLFU region, or LRU's one list. */
+static uint32_t list_of(const struct slot *sl)
+{
+	if (sl->flags & F_PROBATION)
+		return L_PROBATION;
+	return sl->flags & F_PROTECTED ? L_PROTECTED : L_RECENT;
+}
 
 static void lru_unlink(struct emb_cache *c, uint32_t s)
 {
 	struct slot *sl = &c->slots[s];
+	struct lru *l = &c->lists[list_of(sl)];
 
 	if (sl->prev != NIL)
 		c->slots[sl->prev].next = sl->next;
 	else
-		c->lru_head = sl->next;
+		l->head = sl->next;
 	if (sl->next != NIL)
 		c->slots[sl->next].prev = sl->prev;
 	else
-		c->lru_tail = sl->prev;
+		l->tail = sl->prev;
 	sl->prev = NIL;
 	sl->next = NIL;
 }
@@ -253,14 +306,29 @@ static void lru_unlink(struct emb_cache *c, uint32_t s)
 static void lru_push_head(struct emb_cache *c, uint32_t s)
 {
 	struct slot *sl = &c->slots[s];
+	struct lru *l = &c->lists[list_of(sl)];
 
 	sl->prev = NIL;
-	sl->next = c->lru_head;
-	if (c->lru_head != NIL)
-		c->slots[c->lru_head].prev = s;
+	sl->next = l->head;
+	if (l->head != NIL)
+		c->slots[l->head].prev = s;
 	else
-		c->lru_tail = s;
-	c->lru_head = s;
+		l->tail = s;
+	l->head = s;
+}
+
+/* TinyLFU: moves idle slot s, of the window or protected, to probation. */
+static void to_probation(struct emb_cache *c, uint32_t s)
+{
+	struct slot *sl = &c->slots[s];
+
+	lru_unlink(c, s);
+	if (sl->flags & F_PROTECTED)
+		c->nprot--;
+	else
+		c->nwin--;
+	sl->flags = (uint8_t)((sl->flags & ~F_PROTECTED) | F_PROBATION);
+	lru_push_head(c, s);
 }
 
 static void slot_free(struct emb_cache *c, uint32_t s)
@@ -271,6 +339,10 @@ static void slot_free(struct emb_cache *c, uint32_t s)
 	c->nrows--;
 	if (sl->flags & F_DIRTY)
 		c->ndirty--;
+	if (sl->flags & F_PROTECTED)
+		c->nprot--;
+	else if (!(sl->flags & F_PROBATION))
+		c->nwin--;
 	sl->flags = 0;
 	sl->state = SLOT_FREE;
 	sl->prev = NIL;
@@ -292,7 +364,8 @@ static uint32_t slot_alloc(struct emb_cache *c, uint64_t id)
 	sl->next = NIL;
 	sl->state = SLOT_PENDING;
 	sl->pins = 0;
-	sl->flags = 0;
+	sl->flags = 0; /* TinyLFU: new rows enter the window */
+	c->nwin++;
 	hash_insert(c, id, s);
 	c->nrows++;
 	return s;
@@ -307,9 +380,27 @@ static void pin(struct emb_cache *c, uint32_t s)
 		if (sl->state != SLOT_VALID)
 			return;
 		c->nidle--;
-		if (c->o.policy == EMB_CACHE_LRU)
+		if (c->o.policy != EMB_CACHE_CLOCK)
 			lru_unlink(c, s);
 	}
+}
+
+/*
+ * TinyLFU: a probation row used again is promoted to protected; when that
+ * overflows, protected's LRU row goes back to probation, where it competes
+ * with the window's candidates again.
+ */
+static void promote(struct emb_cache *c, uint32_t s)
+{
+	struct slot *sl = &c->slots[s];
+	uint32_t t;
+
+	sl->flags = (uint8_t)((sl->flags & ~F_PROBATION) | F_PROTECTED);
+	c->nprot++;
+	lru_push_head(c, s);
+	t = c->lists[L_PROTECTED].tail;
+	if (c->nprot > c->prot_max && t != NIL && t != s)
+		to_probation(c, t);
 }
 
 static void unpin(struct emb_cache *c, uint32_t s)
@@ -326,10 +417,12 @@ static void unpin(struct emb_cache *c, uint32_t s)
 		return;
 	}
 	c->nidle++;
-	if (c->o.policy == EMB_CACHE_LRU)
-		lru_push_head(c, s);
-	else
+	if (c->o.policy == EMB_CACHE_CLOCK)
 		sl->flags |= F_REF;
+	else if (c->o.policy == EMB_CACHE_TINYLFU && (sl->flags & F_PROBATION))
+		promote(c, s);
+	else
+		lru_push_head(c, s);
 }
 
 /* ---- batches and fetch records ---- */
@@ -443,20 +536,99 @@ static bool too_old(const struct emb_cache *c, const struct slot *sl,
 	       (uint32_t)use_step - sl->fetched_step > c->o.staleness_steps;
 }
 
-/*
- * Chooses need victims into c->tmp_slots. LRU takes the list's tail. CLOCK
- * sweeps the hand over the pool: an idle slot used since the last pass
- * loses its reference bit and survives, one not used is taken. nidle >=
- * need, so two passes at most.
- */
-static void pick_victims(struct emb_cache *c, uint32_t need)
+/* TinyLFU: the idle slot before s in main's eviction order, or NIL. */
+static uint32_t main_prev(const struct emb_cache *c, uint32_t s)
 {
-	uint32_t s = c->lru_tail;
+	const struct slot *sl = &c->slots[s];
+
+	if (sl->prev != NIL)
+		return sl->prev;
+	return sl->flags & F_PROBATION ? c->lists[L_PROTECTED].tail : NIL;
+}
+
+/* TinyLFU: main's next victim, probation before protected; or NIL. */
+static uint32_t main_tail(const struct emb_cache *c)
+{
+	uint32_t s = c->lists[L_PROBATION].tail;
+
+	return s != NIL ? s : c->lists[L_PROTECTED].tail;
+}
+
+/*
+ * TinyLFU: chooses need victims into c->tmp_slots for nmiss rows about to
+ * enter the window. While the window (with them) is over its size, its LRU
+ * row is a candidate against main's LRU victim: the one the sketch saw less
+ * often is chosen (a tie keeps main's), and a winning candidate moves to
+ * probation. With the window at its size, main's victims go; with main
+ * empty of idle rows, the window's. Victims stay linked until evict() frees
+ * them; the cursors never revisit a slot. Window rows beyond its size that
+ * free slots make room for move to probation without a contest.
+ */
+static void pick_tinylfu(struct emb_cache *c, uint32_t nmiss, uint32_t need)
+{
+	uint32_t w = c->lists[L_RECENT].tail;
+	uint32_t m = main_tail(c);
+	uint32_t nwin = c->nwin + nmiss;
+	uint32_t k = 0;
+
+	while (k < need) {
+		uint32_t v;
+
+		if (nwin > c->win_max && w != NIL) {
+			uint32_t cand = w;
+
+			w = c->slots[w].prev;
+			nwin--;
+			if (m != NIL &&
+			    emb_sketch_estimate(c->sketch, c->slots[cand].id) >
+				emb_sketch_estimate(c->sketch, c->slots[m].id)) {
+				v = m;
+				m = main_prev(c, m);
+				to_probation(c, cand);
+				c->st.admitted++;
+			} else {
+				v = cand;
+				if (m != NIL)
+					c->st.rejected++;
+			}
+		} else if (m != NIL) {
+			v = m;
+			m = main_prev(c, m);
+		} else {
+			assert(w != NIL); /* nidle >= need */
+			v = w;
+			w = c->slots[w].prev;
+			nwin--;
+		}
+		c->tmp_slots[k++] = v;
+	}
+	while (nwin > c->win_max && w != NIL) {
+		uint32_t prev = c->slots[w].prev;
+
+		to_probation(c, w);
+		w = prev;
+		nwin--;
+	}
+}
+
+/*
+ * Chooses need victims into c->tmp_slots for nmiss new rows. LRU takes the
+ * list's tail, TinyLFU see above. CLOCK sweeps the hand over the pool: an
+ * idle slot used since the last pass loses its reference bit and survives,
+ * one not used is taken. nidle >= need, so two passes at most.
+ */
+static void pick_victims(struct emb_cache *c, uint32_t nmiss, uint32_t need)
+{
+	uint32_t s = c->lists[L_RECENT].tail;
 	uint32_t k = 0;
 
 	if (c->o.policy == EMB_CACHE_LRU) {
 		for (; k < need; k++, s = c->slots[s].prev)
 			c->tmp_slots[k] = s;
+		return;
+	}
+	if (c->o.policy == EMB_CACHE_TINYLFU) {
+		pick_tinylfu(c, nmiss, need);
 		return;
 	}
 	while (k < need) {
@@ -486,9 +658,13 @@ static int evict(struct emb_cache *c, uint32_t nmiss)
 	uint32_t ndirty = 0;
 	int rc;
 
-	if (!need)
+	if (!need) {
+		/* Room for all: the window still hands its overflow on. */
+		if (c->o.policy == EMB_CACHE_TINYLFU)
+			pick_tinylfu(c, nmiss, 0);
 		return 0;
-	pick_victims(c, need);
+	}
+	pick_victims(c, nmiss, need);
 	for (uint32_t k = 0; k < need; k++) {
 		uint32_t s = c->tmp_slots[k];
 
@@ -518,7 +694,7 @@ static int evict(struct emb_cache *c, uint32_t nmiss)
 		c->st.bytes_written += (uint64_t)ndirty * c->rf * sizeof(float);
 	}
 	for (uint32_t k = 0; k < need; k++) {
-		if (c->o.policy == EMB_CACHE_LRU)
+		if (c->o.policy != EMB_CACHE_CLOCK)
 			lru_unlink(c, c->tmp_slots[k]);
 		slot_free(c, c->tmp_slots[k]);
 	}
@@ -561,10 +737,20 @@ static int batch_prepare(struct emb_cache *c, struct batch *b,
 		if (s != NIL)
 			__builtin_prefetch(&c->slots[s]);
 	}
+	/* Every use counts, hits and misses alike: admission compares how
+	 * often rows are asked for, not how often they were fetched. */
+	if (c->sketch) {
+		for (uint32_t u = 0; u < b->nuniq; u++) {
+			if (u + AHEAD < b->nuniq)
+				emb_sketch_prefetch(c->sketch,
+						    b->uniq[u + AHEAD]);
+			emb_sketch_add(c->sketch, b->uniq[u]);
+		}
+	}
 	for (uint32_t u = 0; u < b->nuniq; u++) {
 		uint32_t s = b->slots[u];
 
-		if (c->o.policy == EMB_CACHE_LRU && u + AHEAD < b->nuniq &&
+		if (c->o.policy != EMB_CACHE_CLOCK && u + AHEAD < b->nuniq &&
 		    b->slots[u + AHEAD] != NIL) {
 			const struct slot *ahead =
 			    &c->slots[b->slots[u + AHEAD]];
@@ -580,7 +766,7 @@ static int batch_prepare(struct emb_cache *c, struct batch *b,
 		else
 			pin(c, s);
 	}
-	/* Every LRU entry is unpinned, hence evictable. */
+	/* Every list entry is unpinned, hence evictable. */
 	if (nmiss > c->nfree + c->nidle) {
 		rc = EMB_ECACHEFULL;
 		goto err_unpin;
@@ -642,7 +828,8 @@ static int check_opts(const struct emb_cache_opts *o)
 		return EMB_EBADDIM;
 	if (o->capacity == 0 || o->capacity > (1u << 30) || o->max_batch == 0 ||
 	    o->max_batch > (1u << 30) || o->prefetch_depth > DEPTH_MAX ||
-	    (o->policy != EMB_CACHE_LRU && o->policy != EMB_CACHE_CLOCK))
+	    (o->policy != EMB_CACHE_LRU && o->policy != EMB_CACHE_CLOCK &&
+	     o->policy != EMB_CACHE_TINYLFU))
 		return EMB_EBADARG;
 	if (!o->ops.fetch_start || !o->ops.fetch_wait)
 		return EMB_EBADARG;
@@ -684,6 +871,7 @@ static void free_all(struct emb_cache *c)
 	free(c->spare);
 	free(c->batches);
 	emb_dedup_destroy(c->dedup);
+	emb_sketch_destroy(c->sketch);
 	free(c->hash);
 	free(c->slots);
 	free(c->pool);
@@ -752,6 +940,16 @@ int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out)
 	rc = emb_dedup_create(mb, &c->dedup);
 	if (rc)
 		goto err_free;
+	if (opts->policy == EMB_CACHE_TINYLFU) {
+		rc = emb_sketch_create(opts->capacity, 0, &c->sketch);
+		if (rc)
+			goto err_free;
+	}
+	c->win_max = (uint32_t)((uint64_t)opts->capacity * WINDOW_PCT / 100);
+	if (c->win_max == 0)
+		c->win_max = 1;
+	c->prot_max = (uint32_t)((uint64_t)(opts->capacity - c->win_max) *
+				 PROTECTED_PCT / 100);
 
 	c->hmask = hsize - 1;
 	for (uint32_t i = 0; i < hsize; i++)
@@ -765,8 +963,10 @@ int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out)
 	}
 	c->free_head = 0;
 	c->nfree = opts->capacity;
-	c->lru_head = NIL;
-	c->lru_tail = NIL;
+	for (uint32_t l = 0; l < NLISTS; l++) {
+		c->lists[l].head = NIL;
+		c->lists[l].tail = NIL;
+	}
 	*out = c;
 	return 0;
 

@@ -84,7 +84,7 @@ typedef int (*emb_push_fn)(void *arg, const uint64_t *ids, uint32_t n,
 typedef int (*emb_write_back_fn)(void *arg, const uint64_t *ids, uint32_t n,
 				 const float *rows, uint32_t stride);
 
-/* Which idle row to evict; docs/cache.md compares the two on a Zipf stream. */
+/* Which idle row to evict; docs/cache.md compares them on a Zipf stream. */
 enum emb_cache_policy {
 	/* Least recently used: exact order, a doubly linked list through
 	 * the slots. */
@@ -92,6 +92,11 @@ enum emb_cache_policy {
 	/* CLOCK (second chance): a reference bit per slot and a sweeping
 	 * hand; no list to keep up on a hit. */
 	EMB_CACHE_CLOCK = 1,
+	/* W-TinyLFU: new rows enter a small LRU window; a row leaving it
+	 * replaces main's LRU victim only if a frequency sketch saw it more
+	 * often, so one-off rows cannot flush frequent ones. 8 bytes per row
+	 * of capacity for the sketch. */
+	EMB_CACHE_TINYLFU = 2,
 };
 
 struct emb_cache_ops {
@@ -121,7 +126,7 @@ struct emb_cache_opts {
 				 .max_batch = 4096,                            \
 				 .prefetch_depth = 2,                          \
 				 .mode = EMB_CACHE_WRITE_THROUGH,              \
-				 .policy = EMB_CACHE_LRU,                      \
+				 .policy = EMB_CACHE_TINYLFU,                  \
 				 .staleness_steps = 0,                         \
 				 .optim = EMB_OPTIM_CFG_DEFAULT})
 
@@ -135,6 +140,10 @@ struct emb_cache_stats {
 	uint64_t refetches;	/* write-through: cached rows fetched again
 				   because they were older than allowed */
 	uint64_t evictions;	/* rows dropped to make room */
+	uint64_t admitted;	/* TinyLFU: window rows that replaced main's
+				   victim */
+	uint64_t rejected;	/* TinyLFU: window rows evicted instead of
+				   main's victim */
 	uint64_t write_backs;	/* rows sent by write_back (evict + flush) */
 	uint64_t pushes;	/* push calls */
 	uint64_t fetch_calls;	/* fetch_start calls */

@@ -5,7 +5,11 @@
  *
  *   cache_sim [-n ids] [-c capacity] [-b batch] [-d dim] [-s zipf_s]
  *             [-t steps] [-w warmup_steps] [-S staleness] [-m wt|wb]
- *             [-k depth] [-p lru|clock]
+ *             [-k depth] [-p lru|clock|tinylfu] [-r seed]
+ *
+ * Besides the cache's hit ratio it prints the static ideal: the share of
+ * each batch's distinct ids among the capacity most popular ids, which is
+ * what a cache holding exactly those (and nothing else) would hit.
  *
  * The backend is a stub that answers fetches at once (writing the rows so
  * the copies cost what they would) and counts what it is sent. Single
@@ -160,8 +164,9 @@ int main(int argc, char **argv)
 	struct emb_cache *c = NULL;
 	struct emb_dedup *d = NULL;
 	struct stub sb = {0}, sb0 = {0};
-	uint64_t **ids, *uniq, uncached_rows = 0;
-	uint32_t *inv;
+	uint64_t **ids, *uniq, uncached_rows = 0, ideal_hits = 0;
+	uint32_t **ranks, *inv;
+	uint8_t *hot;
 	float *out, *grads;
 	struct zipf z;
 	int opt, rc;
@@ -171,7 +176,7 @@ int main(int argc, char **argv)
 	o.max_batch = 4096;
 	o.staleness_steps = UINT32_MAX;
 	o.optim.kind = EMB_OPTIM_ADAGRAD;
-	while ((opt = getopt(argc, argv, "n:c:b:d:s:t:w:S:m:k:p:")) != -1) {
+	while ((opt = getopt(argc, argv, "n:c:b:d:s:t:w:S:m:k:p:r:")) != -1) {
 		switch (opt) {
 		case 'n':
 			nids = strtoull(optarg, NULL, 0);
@@ -198,9 +203,15 @@ int main(int argc, char **argv)
 			o.staleness_steps = (uint32_t)strtoul(optarg, NULL, 0);
 			break;
 		case 'p':
-			o.policy = strcmp(optarg, "clock") == 0
-				       ? EMB_CACHE_CLOCK
-				       : EMB_CACHE_LRU;
+			if (strcmp(optarg, "clock") == 0)
+				o.policy = EMB_CACHE_CLOCK;
+			else if (strcmp(optarg, "lru") == 0)
+				o.policy = EMB_CACHE_LRU;
+			else
+				o.policy = EMB_CACHE_TINYLFU;
+			break;
+		case 'r':
+			rng = strtoull(optarg, NULL, 0);
 			break;
 		case 'k':
 			depth = (uint32_t)strtoul(optarg, NULL, 0);
@@ -230,14 +241,18 @@ int main(int argc, char **argv)
 		return 1;
 	ring = depth + 1;
 	ids = calloc(ring, sizeof(*ids));
-	for (uint32_t i = 0; i < ring; i++)
+	ranks = calloc(ring, sizeof(*ranks));
+	for (uint32_t i = 0; i < ring; i++) {
 		ids[i] = malloc(o.max_batch * sizeof(**ids));
+		ranks[i] = malloc(o.max_batch * sizeof(**ranks));
+	}
+	hot = malloc(o.max_batch);
 	uniq = malloc(o.max_batch * sizeof(*uniq));
 	inv = malloc(o.max_batch * sizeof(*inv));
 	out = malloc((size_t)o.max_batch * o.dim * sizeof(float));
 	grads = calloc((size_t)o.max_batch * o.dim, sizeof(float));
 	resp = calloc((size_t)o.max_batch * o.dim, sizeof(float));
-	if (!uniq || !inv || !out || !grads || !resp)
+	if (!uniq || !inv || !out || !grads || !resp || !hot)
 		return 1;
 	zipf_init(&z, s, nids);
 
@@ -251,8 +266,12 @@ int main(int argc, char **argv)
 		} else {
 			/* Ranks scattered over the id space, as real ids are.
 			 */
-			for (uint32_t i = 0; i < o.max_batch; i++)
-				cur[i] = emb_id_hash(zipf_draw(&z, &rng));
+			for (uint32_t i = 0; i < o.max_batch; i++) {
+				uint64_t r = zipf_draw(&z, &rng);
+
+				ranks[b % ring][i] = (uint32_t)r;
+				cur[i] = emb_id_hash(r);
+			}
 		}
 		if (b == warmup + depth) {
 			emb_cache_stats(c, &st0);
@@ -288,6 +307,7 @@ int main(int argc, char **argv)
 				double u0 = now_s();
 				int nu = emb_dedup_run(d, use, o.max_batch,
 						       uniq, inv);
+				const uint32_t *rk = ranks[(b - depth) % ring];
 
 				for (uint32_t i = 0; i < o.max_batch; i++)
 					memcpy(out + (size_t)i * o.dim,
@@ -295,6 +315,13 @@ int main(int argc, char **argv)
 					       o.dim * sizeof(float));
 				t_uncached += now_s() - u0;
 				uncached_rows += (uint64_t)nu;
+				/* Static ideal: distinct ids among the
+				 * capacity hottest ranks. */
+				memset(hot, 0, (size_t)nu);
+				for (uint32_t i = 0; i < o.max_batch; i++)
+					hot[inv[i]] = rk[i] <= o.capacity;
+				for (int u = 0; u < nu; u++)
+					ideal_hits += hot[u];
 			}
 		} else if (depth) {
 			rc = emb_cache_prefetch(c, cur, o.max_batch);
@@ -322,12 +349,20 @@ int main(int argc, char **argv)
 		       "policy %s staleness %u depth %u warmup %u steps %u\n",
 		       (unsigned long long)nids, s, o.capacity, o.max_batch,
 		       o.dim, o.mode ? "write-back" : "write-through",
-		       o.policy ? "clock" : "lru", o.staleness_steps, depth,
+		       o.policy == EMB_CACHE_TINYLFU ? "tinylfu"
+		       : o.policy == EMB_CACHE_CLOCK ? "clock"
+						     : "lru",
+		       o.staleness_steps, depth,
 		       warmup, steps);
 		printf("distinct ids per batch      %.1f\n",
 		       (double)uncached_rows / steps);
 		printf("hit ratio (distinct ids)    %.4f\n",
 		       (double)hits / (double)(hits + miss));
+		printf("static ideal (hottest %u)  %.4f\n", o.capacity,
+		       (double)ideal_hits / (double)uncached_rows);
+		printf("admitted / rejected / step  %.1f / %.1f\n",
+		       (double)(st.admitted - st0.admitted) / steps,
+		       (double)(st.rejected - st0.rejected) / steps);
 		printf("rows fetched per step       %.1f (uncached %.1f)\n",
 		       fetched / steps, (double)uncached_rows / steps);
 		printf("bytes fetched per step      %.0f (uncached %.0f) = "
@@ -362,9 +397,13 @@ int main(int argc, char **argv)
 		       (unsigned long long)(st.evictions - st0.evictions),
 		       st.rows);
 	}
-	for (uint32_t i = 0; i < ring; i++)
+	for (uint32_t i = 0; i < ring; i++) {
 		free(ids[i]);
+		free(ranks[i]);
+	}
 	free(ids);
+	free(ranks);
+	free(hot);
 	free(uniq);
 	free(inv);
 	free(out);
