@@ -69,7 +69,8 @@ enum slot_state {
 
 #define F_DIRTY	 0x1u /* write-back: updated since fetched or written */
 #define F_REF	 0x2u /* CLOCK: used since the hand last passed */
-#define F_VICTIM 0x4u /* CLOCK: chosen by the eviction in progress */
+#define F_VICTIM 0x4u /* CLOCK, TinyLFU: chosen by the eviction in
+			 progress */
 #define F_PROBATION 0x8u  /* TinyLFU: in main, probation (else window) */
 #define F_PROTECTED 0x10u /* TinyLFU: in main, protected */
 
@@ -317,7 +318,7 @@ static void lru_push_head(struct emb_cache *c, uint32_t s)
 	l->head = s;
 }
 
-/* TinyLFU: moves idle slot s, of the window or protected, to probation. */
+/* TinyLFU: moves idle slot s, of any region, to probation's head. */
 static void to_probation(struct emb_cache *c, uint32_t s)
 {
 	struct slot *sl = &c->slots[s];
@@ -325,7 +326,7 @@ static void to_probation(struct emb_cache *c, uint32_t s)
 	lru_unlink(c, s);
 	if (sl->flags & F_PROTECTED)
 		c->nprot--;
-	else
+	else if (!(sl->flags & F_PROBATION))
 		c->nwin--;
 	sl->flags = (uint8_t)((sl->flags & ~F_PROTECTED) | F_PROBATION);
 	lru_push_head(c, s);
@@ -536,22 +537,26 @@ static bool too_old(const struct emb_cache *c, const struct slot *sl,
 	       (uint32_t)use_step - sl->fetched_step > c->o.staleness_steps;
 }
 
-/* TinyLFU: the idle slot before s in main's eviction order, or NIL. */
-static uint32_t main_prev(const struct emb_cache *c, uint32_t s)
+/*
+ * TinyLFU: the idle slot after s in main's eviction order (probation from
+ * its tail, then protected from its tail) that is not already a victim, or
+ * NIL. s = NIL starts from the beginning.
+ */
+static uint32_t main_next(const struct emb_cache *c, uint32_t s)
 {
-	const struct slot *sl = &c->slots[s];
-
-	if (sl->prev != NIL)
-		return sl->prev;
-	return sl->flags & F_PROBATION ? c->lists[L_PROTECTED].tail : NIL;
-}
-
-/* TinyLFU: main's next victim, probation before protected; or NIL. */
-static uint32_t main_tail(const struct emb_cache *c)
-{
-	uint32_t s = c->lists[L_PROBATION].tail;
-
-	return s != NIL ? s : c->lists[L_PROTECTED].tail;
+	do {
+		if (s == NIL)
+			s = c->lists[L_PROBATION].tail != NIL
+				? c->lists[L_PROBATION].tail
+				: c->lists[L_PROTECTED].tail;
+		else if (c->slots[s].prev != NIL)
+			s = c->slots[s].prev;
+		else if (c->slots[s].flags & F_PROBATION)
+			s = c->lists[L_PROTECTED].tail;
+		else
+			s = NIL;
+	} while (s != NIL && (c->slots[s].flags & F_VICTIM));
+	return s;
 }
 
 /*
@@ -567,7 +572,7 @@ static uint32_t main_tail(const struct emb_cache *c)
 static void pick_tinylfu(struct emb_cache *c, uint32_t nmiss, uint32_t need)
 {
 	uint32_t w = c->lists[L_RECENT].tail;
-	uint32_t m = main_tail(c);
+	uint32_t m = main_next(c, NIL);
 	uint32_t nwin = c->nwin + nmiss;
 	uint32_t k = 0;
 
@@ -583,23 +588,39 @@ static void pick_tinylfu(struct emb_cache *c, uint32_t nmiss, uint32_t need)
 			    emb_sketch_estimate(c->sketch, c->slots[cand].id) >
 				emb_sketch_estimate(c->sketch, c->slots[m].id)) {
 				v = m;
-				m = main_prev(c, m);
+				m = main_next(c, m);
 				to_probation(c, cand);
 				c->st.admitted++;
 			} else {
 				v = cand;
-				if (m != NIL)
+				if (m != NIL) {
+					uint32_t kept = m;
+
+					/* The survivor goes to probation's
+					 * head, so the next candidate meets
+					 * the next victim: a row whose count
+					 * is inflated by collisions in the
+					 * sketch, but never used, cannot
+					 * block admission for good. */
+					m = main_next(c, m);
+					to_probation(c, kept);
 					c->st.rejected++;
+				}
 			}
 		} else if (m != NIL) {
 			v = m;
-			m = main_prev(c, m);
-		} else {
-			assert(w != NIL); /* nidle >= need */
+			m = main_next(c, m);
+		} else if (w != NIL) {
 			v = w;
 			w = c->slots[w].prev;
 			nwin--;
+		} else {
+			/* Winners and survivors moved behind the cursor;
+			 * nidle >= need, so a second pass finds the rest. */
+			v = main_next(c, NIL);
+			assert(v != NIL);
 		}
+		c->slots[v].flags |= F_VICTIM;
 		c->tmp_slots[k++] = v;
 	}
 	while (nwin > c->win_max && w != NIL) {
