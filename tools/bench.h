@@ -53,6 +53,7 @@ struct emb_bench_cfg {
 	uint32_t prefetch;	    /* cache: batches fetched ahead */
 	uint32_t staleness;	    /* cache, write-through: max row age */
 	uint32_t cache_mode;	    /* enum emb_cached_mode */
+	uint32_t cache_policy;	    /* enum emb_cached_policy */
 };
 
 /*

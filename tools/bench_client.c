@@ -117,6 +117,7 @@ static int cache_open(struct client_ctx *x)
 	co.prefetch_depth = cfg->prefetch;
 	co.staleness_steps = cfg->staleness;
 	co.mode = cfg->cache_mode;
+	co.policy = cfg->cache_policy;
 	co.rank = emb_client_rank(x->c);
 	return emb_cached_table_create(x->t, &co, &x->ct);
 }

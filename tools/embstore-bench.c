@@ -58,6 +58,9 @@ struct opts {
 	const char *transport_name;	/* for the report, after open */
 	uint32_t compute_us;		/* busy wait between pull and push */
 	const char *cache_mode_name;	/* as given: through, back */
+	const char *cache_policy_name;	/* as given: lru, clock, tinylfu */
+	bool cache_opts_given;		/* --prefetch, --staleness,
+					   --cache-mode or --cache-policy */
 };
 
 /* What a worker does in the current phase. */
@@ -121,7 +124,9 @@ static void usage(FILE *f)
 	    "  --prefetch K          cache: batches fetched ahead (0)\n"
 	    "  --staleness S         cache, write-through: max row age in"
 	    " steps (0)\n"
-	    "  --cache-mode M        cache: through | back (through)\n"
+	    "  --cache-mode M        cache: through | back (back)\n"
+	    "  --cache-policy P      cache: tinylfu | lru | clock"
+	    " (tinylfu)\n"
 	    "  --compute-us N        busy-wait N us between pull and push (0)\n"
 	    "  --rows N              rows preloaded, 1..2^32 (1000000)\n"
 	    "  --dim N               floats per row (64)\n"
@@ -201,6 +206,7 @@ enum {
 	OPT_PREFETCH,
 	OPT_STALENESS,
 	OPT_CACHE_MODE,
+	OPT_CACHE_POLICY,
 	OPT_COMPUTE_US,
 };
 
@@ -228,6 +234,7 @@ static const struct option long_opts[] = {
     {"prefetch", required_argument, NULL, OPT_PREFETCH},
     {"staleness", required_argument, NULL, OPT_STALENESS},
     {"cache-mode", required_argument, NULL, OPT_CACHE_MODE},
+    {"cache-policy", required_argument, NULL, OPT_CACHE_POLICY},
     {"compute-us", required_argument, NULL, OPT_COMPUTE_US},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
@@ -274,8 +281,7 @@ static int parse_op(struct opts *o, const char *s)
 /* The cache options fit the backend and op. 0, or -EINVAL after saying why. */
 static int check_cache_opts(const struct opts *o)
 {
-	bool any = o->cfg.cache_rows || o->cfg.prefetch || o->cfg.staleness ||
-		   o->cfg.cache_mode;
+	bool any = o->cfg.cache_rows || o->cache_opts_given;
 
 	if (!any)
 		return 0;
@@ -286,8 +292,9 @@ static int check_cache_opts(const struct opts *o)
 		return -EINVAL;
 	}
 	if (!o->cfg.cache_rows) {
-		fprintf(stderr, "embstore-bench: --prefetch, --staleness and"
-				" --cache-mode need --cache\n");
+		fprintf(stderr, "embstore-bench: --prefetch, --staleness,"
+				" --cache-mode and --cache-policy need"
+				" --cache\n");
 		return -EINVAL;
 	}
 	/* A cached push applies the gradients of the batch looked up last. */
@@ -319,7 +326,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	};
 	o->cfg.transport = "tcp";
 	o->cfg.preload = true;
-	o->cache_mode_name = "through";
+	/* The cache flags default to the cached table's defaults. */
+	o->cfg.cache_mode = EMB_CACHED_TABLE_OPTS_DEFAULT.mode;
+	o->cfg.cache_policy = EMB_CACHED_TABLE_OPTS_DEFAULT.policy;
+	o->cfg.staleness = EMB_CACHED_TABLE_OPTS_DEFAULT.staleness_steps;
+	o->cache_mode_name =
+	    o->cfg.cache_mode == EMB_CACHED_WRITE_BACK ? "back" : "through";
+	o->cache_policy_name = "tinylfu";
 	parse_op(o, "pull");
 	emb_dist_parse(o->dist_name, &o->dist);
 
@@ -357,14 +370,29 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			if (parse_u64(optarg, 0, 64, &v))
 				what = "--prefetch";
 			o->cfg.prefetch = (uint32_t)v;
+			o->cache_opts_given = true;
 			break;
 		case OPT_STALENESS:
 			if (parse_u64(optarg, 0, UINT32_MAX, &v))
 				what = "--staleness";
 			o->cfg.staleness = (uint32_t)v;
+			o->cache_opts_given = true;
+			break;
+		case OPT_CACHE_POLICY:
+			o->cache_policy_name = optarg;
+			o->cache_opts_given = true;
+			if (!strcmp(optarg, "tinylfu"))
+				o->cfg.cache_policy = EMB_CACHED_TINYLFU;
+			else if (!strcmp(optarg, "lru"))
+				o->cfg.cache_policy = EMB_CACHED_LRU;
+			else if (!strcmp(optarg, "clock"))
+				o->cfg.cache_policy = EMB_CACHED_CLOCK;
+			else
+				what = "--cache-policy";
 			break;
 		case OPT_CACHE_MODE:
 			o->cache_mode_name = optarg;
+			o->cache_opts_given = true;
 			if (!strcmp(optarg, "through"))
 				o->cfg.cache_mode = EMB_CACHED_WRITE_THROUGH;
 			else if (!strcmp(optarg, "back"))
@@ -966,9 +994,10 @@ static void print_summary(FILE *f, const struct opts *o,
 		per_batch(r, r->net.wire_bytes_out) / 1e3);
 	if (r->net.cached)
 		fprintf(f,
-			"  cache    %u rows, %s, prefetch %u: hit ratio %.3f,"
+			"  cache    %u rows, %s, %s, prefetch %u: hit ratio %.3f,"
 			" %.0f%% of lookups stalled, %.1f us waited per batch\n",
-			o->cfg.cache_rows, o->cache_mode_name, o->cfg.prefetch,
+			o->cfg.cache_rows, o->cache_mode_name,
+			o->cache_policy_name, o->cfg.prefetch,
 			hit_ratio(&r->net),
 			r->batches ? 100.0 * (double)r->net.stalls /
 					     (double)r->batches
@@ -1013,6 +1042,8 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 	if (r->has_net) {
 		fputs(",\"cache_mode\":", f);
 		json_str(f, r->net.cached ? o->cache_mode_name : "none");
+		fputs(",\"cache_policy\":", f);
+		json_str(f, r->net.cached ? o->cache_policy_name : "none");
 		fprintf(f,
 			",\"cache_rows\":%u,\"prefetch\":%u,\"staleness\":%u"
 			",\"compute_us\":%u,\"cache_hit_ratio\":%.4f"

@@ -12,12 +12,14 @@
 #include <stdlib.h>
 
 #include "cache/cache.h"
+#include "worker/client_int.h"
 
 _Static_assert(EMB_CACHED_WRITE_THROUGH == (int)EMB_CACHE_WRITE_THROUGH &&
 		   EMB_CACHED_WRITE_BACK == (int)EMB_CACHE_WRITE_BACK,
 	       "cached table modes are the cache's");
 _Static_assert(EMB_CACHED_LRU == (int)EMB_CACHE_LRU &&
-		   EMB_CACHED_CLOCK == (int)EMB_CACHE_CLOCK,
+		   EMB_CACHED_CLOCK == (int)EMB_CACHE_CLOCK &&
+		   EMB_CACHED_TINYLFU == (int)EMB_CACHE_TINYLFU,
 	       "cached table policies are the cache's");
 
 struct emb_cached_table {
@@ -26,6 +28,7 @@ struct emb_cached_table {
 	struct emb_async **ops;	    /* nops pulls in flight; NULL = free */
 	uint32_t nops;		    /* prefetch_depth + 2 */
 	uint32_t dim;		    /* weights per row */
+	bool write_back;	    /* mode is EMB_CACHED_WRITE_BACK */
 	uint32_t rank;		    /* passed to push */
 	uint64_t step;		    /* pushes sent, passed as the worker step */
 };
@@ -98,11 +101,22 @@ int emb_cached_table_create(struct emb_client_table *t,
 
 	if (!t || !opts || !out || opts->prefetch_depth > 64)
 		return EMB_EBADARG;
+	/* A synchronous step averages every worker's push; rows updated
+	 * here and assigned later would bypass that. */
+	if (opts->mode == EMB_CACHED_WRITE_BACK &&
+	    emb__client_table_mode(t) == EMB_MODE_SYNC) {
+		emb_log(EMB_LOG_WARN,
+			"cached table %s: write-back on a synchronous table; "
+			"use write-through",
+			emb_client_table_spec(t)->name);
+		return EMB_EBADARG;
+	}
 	ct = calloc(1, sizeof(*ct));
 	if (!ct)
 		return -ENOMEM;
 	ct->t = t;
 	ct->dim = emb_client_table_dim(t);
+	ct->write_back = opts->mode == EMB_CACHED_WRITE_BACK;
 	ct->rank = opts->rank;
 	ct->nops = opts->prefetch_depth + 2;
 	ct->ops = calloc(ct->nops, sizeof(*ct->ops));
@@ -170,6 +184,8 @@ int emb_cached_table_lookup(struct emb_cached_table *ct, const uint64_t *ids,
 
 int emb_cached_table_push_grads(struct emb_cached_table *ct, const float *grads)
 {
+	if (ct->write_back && emb__client_table_mode(ct->t) == EMB_MODE_SYNC)
+		return EMB_EBADARG;
 	return emb_cache_update(ct->cache, grads);
 }
 

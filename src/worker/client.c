@@ -1056,6 +1056,11 @@ emb_client_table_spec(const struct emb_client_table *t)
 	return &t->spec;
 }
 
+uint32_t emb__client_table_mode(const struct emb_client_table *t)
+{
+	return t->mode;
+}
+
 /* ---- client ---- */
 
 static int parse_servers(struct emb_client *c, const char *list)

@@ -1,7 +1,8 @@
 /*
  * src/worker/client_int.h - what client.c lets worker/cluster.c do to a
  * client: install the scheduler's slot map and membership, and fail the
- * connection of a server the scheduler declared dead. Not installed.
+ * connection of a server the scheduler declared dead; and what it tells
+ * worker/cached.c about a table. Not installed.
  */
 #ifndef EMB_WORKER_CLIENT_INT_H
 #define EMB_WORKER_CLIENT_INT_H
@@ -9,6 +10,7 @@
 #include <stdint.h>
 
 struct emb_client;
+struct emb_client_table;
 struct emb_node;
 struct emb_wire_frame;
 
@@ -40,6 +42,9 @@ int emb__client_admin(struct emb_client *c, uint8_t opcode,
 		      int (*fn)(void *arg, uint32_t server,
 				const struct emb_wire_frame *f),
 		      void *arg);
+
+/* The table's enum emb_mode as this client last set it (ASYNC until then). */
+uint32_t emb__client_table_mode(const struct emb_client_table *t);
 
 /* Applies EMB_LOG_LEVEL, if set, to the process's log level. */
 void emb__client_env_log_level(void);

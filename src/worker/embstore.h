@@ -263,11 +263,13 @@ int emb_client_finish(struct emb_client *c);
  * A cached table keeps the hot rows of one table on the worker in a pool of
  * capacity rows (MindSpore's vocab_cache_size), fetches the rows of the next
  * prefetch_depth batches while the trainer computes, and sends updates back
- * (docs/cache.md). Gradients either go to the servers every step
- * (write-through; cached rows may lag by staleness_steps of this table's
- * steps), or the optimizer runs on the worker and updated rows go back with
- * their optimizer state when evicted or flushed (write-back; for rows this
- * worker alone updates).
+ * (docs/cache.md). By default the optimizer runs on the worker and updated
+ * rows go back with their optimizer state when evicted or flushed
+ * (write-back): exact for rows this worker alone updates, last writer wins
+ * for rows several workers update, refused on synchronous tables. Or
+ * gradients go to the servers every step (write-through; cached rows may lag
+ * by staleness_steps of this table's steps, 0 by default: exact in every
+ * training mode, but then every row is fetched again each step).
  *
  * Threads: a cached table belongs to one trainer thread; every call on it
  * comes from that thread. Its fetches run on the client's network thread.
@@ -284,8 +286,11 @@ enum emb_cached_mode {
 };
 
 enum emb_cached_policy {
-	EMB_CACHED_LRU = 0,   /* evict the least recently used row */
-	EMB_CACHED_CLOCK = 1, /* second chance: less work per hit */
+	EMB_CACHED_LRU = 0,	/* evict the least recently used row */
+	EMB_CACHED_CLOCK = 1,	/* second chance: less work per hit */
+	EMB_CACHED_TINYLFU = 2, /* W-TinyLFU: a new row replaces a cached one
+				   only if it was asked for more often
+				   lately; the best hit ratio (default) */
 };
 
 struct emb_cached_table_opts {
@@ -294,7 +299,8 @@ struct emb_cached_table_opts {
 	uint32_t prefetch_depth;  /* batches fetched ahead, 0..64 */
 	uint32_t staleness_steps; /* write-through: most steps of this table
 				     a used row may lag its fetch */
-	uint32_t mode;		  /* enum emb_cached_mode */
+	uint32_t mode;		  /* enum emb_cached_mode; write-back needs a
+				     table not in EMB_MODE_SYNC */
 	uint32_t policy;	  /* enum emb_cached_policy */
 	uint32_t rank;		  /* passed to push (synchronous tables) */
 };
@@ -304,8 +310,8 @@ struct emb_cached_table_opts {
 					.max_batch = 4096,                     \
 					.prefetch_depth = 2,                   \
 					.staleness_steps = 0,                  \
-					.mode = EMB_CACHED_WRITE_THROUGH,      \
-					.policy = EMB_CACHED_LRU})
+					.mode = EMB_CACHED_WRITE_BACK,         \
+					.policy = EMB_CACHED_TINYLFU})
 
 /* Counters since create; hits and misses count distinct ids per batch. */
 struct emb_cached_table_stats {
@@ -331,8 +337,9 @@ struct emb_cached_table_stats {
 /*
  * Puts a cache over t, which the cached table borrows (close t after
  * destroying it). Allocates everything here. 0 and *out, or EMB_EBADARG (a
- * zero size, unknown mode or policy, depth > 64), EMB_EBADOPTIM (write-back
- * with an optimizer the worker cannot run) or -ENOMEM.
+ * zero size, unknown mode or policy, depth > 64, write-back over a table
+ * this client set to EMB_MODE_SYNC), EMB_EBADOPTIM (write-back with an
+ * optimizer the worker cannot run) or -ENOMEM.
  */
 int emb_cached_table_create(struct emb_client_table *t,
 			    const struct emb_cached_table_opts *opts,
@@ -368,8 +375,10 @@ int emb_cached_table_lookup(struct emb_cached_table *ct, const uint64_t *ids,
  * Applies grads[i * dim ...] for the positions of the last looked-up batch
  * (duplicates are summed): write-through pushes them to the servers and
  * returns once they are applied there; write-back runs the table's
- * optimizer on the cached rows. 0, or -EINVAL (no current batch) or
- * EMB_EPUSH (the push failed; logged).
+ * optimizer on the cached rows. 0, or -EINVAL (no current batch),
+ * EMB_EPUSH (the push failed; logged) or EMB_EBADARG (write-back, and the
+ * table was set to EMB_MODE_SYNC since create: nothing applied, as local
+ * updates would bypass the step's averaging).
  */
 int emb_cached_table_push_grads(struct emb_cached_table *ct,
 				const float *grads);

@@ -61,10 +61,16 @@ run pull 'j["bytes_fetched"] > 0 and j["preload_rows_per_s"] > 0' \
 run step2 'j["threads"] == 2 and j["bytes_written"] > 0' \
 	--op step --threads 2 --table plain
 run through 'j["cache_mode"] == "through" and j["cache_rows"] == 500' \
-	--op step --cache 500 --prefetch 1 --staleness 4 --table through
-run back 'j["cache_mode"] == "back" and j["cache_hit_ratio"] > 0' \
+	--op step --cache 500 --prefetch 1 --staleness 4 --cache-mode through \
+	--cache-policy clock --table through
+run back '(j["cache_mode"] == "back" and j["cache_policy"] == "lru" and
+	j["cache_hit_ratio"] > 0)' \
 	--op step --cache 1000 --prefetch 2 --cache-mode back \
-	--optimizer adagrad --compute-us 50 --table back
+	--cache-policy lru --optimizer adagrad --compute-us 50 --table back
+# --cache alone: write-back with TinyLFU, which hits.
+run defaults '(j["cache_mode"] == "back" and j["cache_policy"] == "tinylfu"
+	and j["staleness"] == 0 and j["cache_hit_ratio"] > 0)' \
+	--op step --cache 1000 --table defaults
 
 # Options that contradict each other are refused before any work.
 if "$EMB_BENCH" --servers "127.0.0.1:$port" --in-process --batches 1 \

@@ -2,8 +2,9 @@
  * tests/worker/test_cached.c - cached tables against a real server: PULL
  * with optimizer state, training through the cache in both modes ends with
  * the table the uncached path gives, prefetch pulls ahead of lookup,
- * staleness refetches, oversized batches fail, and a dead server is an
- * error rather than a hang. Single-threaded apart from the servers.
+ * staleness refetches, oversized batches fail, write-back is refused on a
+ * synchronous table, and a dead server is an error rather than a hang.
+ * Single-threaded apart from the servers.
  */
 #include <math.h>
 #include <signal.h>
@@ -361,6 +362,7 @@ static void test_staleness_refetches(void)
 	co.capacity = 64;
 	co.max_batch = 8;
 	co.prefetch_depth = 0;
+	co.mode = EMB_CACHED_WRITE_THROUGH;
 	co.staleness_steps = 1;
 	rig_up(&r, &co);
 	for (uint32_t i = 0; i < 8; i++)
@@ -412,6 +414,42 @@ static void test_batch_larger_than_cache(void)
 	for (uint32_t i = 0; i < 32; i++)
 		ids[i] = i % 16;
 	CU_ASSERT_EQUAL(emb_cached_table_lookup(r.ct, ids, 32, out), 0);
+	rig_down(&r);
+}
+
+/*
+ * The defaults are write-back with TinyLFU, and write-back is refused on a
+ * synchronous table (at create, and at push_grads once the table turned
+ * synchronous), where it would bypass the step's averaging; write-through
+ * with the default staleness of 0 is accepted there.
+ */
+static void test_sync_table_refuses_write_back(void)
+{
+	struct emb_cached_table_opts co = EMB_CACHED_TABLE_OPTS_DEFAULT;
+	struct emb_cached_table *ct = NULL;
+	uint64_t ids[4] = {1, 2, 3, 4};
+	float out[4 * DIM], g[4 * DIM] = {0};
+	struct rig r;
+
+	CU_ASSERT_EQUAL(co.mode, EMB_CACHED_WRITE_BACK);
+	CU_ASSERT_EQUAL(co.policy, EMB_CACHED_TINYLFU);
+	CU_ASSERT_EQUAL(co.staleness_steps, 0);
+	co.capacity = 64;
+	co.max_batch = 4;
+	rig_up(&r, &co);
+	CU_ASSERT_EQUAL(emb_cached_table_lookup(r.ct, ids, 4, out), 0);
+	CU_ASSERT_EQUAL(emb_cached_table_push_grads(r.ct, g), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_set_mode(r.t, EMB_MODE_SYNC, 1, 0), 0);
+	CU_ASSERT_EQUAL(emb_cached_table_lookup(r.ct, ids, 4, out), 0);
+	CU_ASSERT_EQUAL(emb_cached_table_push_grads(r.ct, g), EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_cached_table_create(r.t, &co, &ct), EMB_EBADARG);
+	CU_ASSERT_PTR_NULL(ct);
+	co.mode = EMB_CACHED_WRITE_THROUGH;
+	CU_ASSERT_EQUAL_FATAL(emb_cached_table_create(r.t, &co, &ct), 0);
+	CU_ASSERT_EQUAL(emb_cached_table_lookup(ct, ids, 4, out), 0);
+	CU_ASSERT_EQUAL(emb_cached_table_push_grads(ct, g), 0);
+	emb_cached_table_destroy(ct);
 	rig_down(&r);
 }
 
@@ -479,6 +517,8 @@ static const struct emb_test_case cases[] = {
      test_staleness_refetches},
     {"batch with more distinct ids than the cache fails",
      test_batch_larger_than_cache},
+    {"defaults are write-back and TinyLFU; a sync table refuses write-back",
+     test_sync_table_refuses_write_back},
     {"a server killed mid-training is an error, not a hang",
      test_dead_server_is_an_error},
     {NULL, NULL},
