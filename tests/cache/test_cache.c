@@ -430,7 +430,88 @@ static void test_pins_survive(void)
 	pins_survive();
 	g_policy = EMB_CACHE_CLOCK;
 	pins_survive();
+	g_policy = EMB_CACHE_TINYLFU;
+	pins_survive();
 	g_policy = EMB_CACHE_LRU;
+}
+
+/*
+ * Uses 50 hot ids 5 times each, then scans 1000 ids used once, then looks
+ * at the hot ids again. Returns how many of them had to be fetched.
+ */
+static uint32_t hot_after_scan(uint32_t policy, struct emb_cache_stats *st)
+{
+	struct backend *be = be_new();
+	struct emb_cache *c;
+	uint32_t refetched = 0;
+
+	g_policy = policy;
+	c = cache_new(be, EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 4, 100, 0,
+		      1000);
+	g_policy = EMB_CACHE_LRU;
+	for (int round = 0; round < 5; round++)
+		for (uint64_t id = 1; id <= 50; id++)
+			touch(be, c, id);
+	for (uint64_t id = 1000; id < 2000; id++)
+		CU_ASSERT_EQUAL(touch(be, c, id), 1);
+	for (uint64_t id = 1; id <= 50; id++)
+		refetched += touch(be, c, id);
+	emb_cache_stats(c, st);
+	done(be, c);
+	return refetched;
+}
+
+/* TinyLFU: rows seen once lose against rows seen often, LRU's do not. */
+static void test_tinylfu_scan_keeps_hot_rows(void)
+{
+	struct emb_cache_stats st;
+
+	CU_ASSERT_EQUAL(hot_after_scan(EMB_CACHE_TINYLFU, &st), 0);
+	CU_ASSERT(st.rejected > 0);
+	CU_ASSERT_EQUAL(st.rows, 100);
+	CU_ASSERT_EQUAL(hot_after_scan(EMB_CACHE_LRU, &st), 50);
+	CU_ASSERT_EQUAL(st.admitted + st.rejected, 0);
+}
+
+/*
+ * TinyLFU with 10 rows (a window of 1, 9 in main): a new row used often
+ * while in the window replaces main's victim when it leaves; one used once
+ * does not.
+ */
+static void test_tinylfu_admits_frequent_rows(void)
+{
+	struct backend *be = be_new();
+	struct emb_cache *c;
+	struct emb_cache_stats st;
+
+	g_policy = EMB_CACHE_TINYLFU;
+	c = cache_new(be, EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 4, 10, 0,
+		      1000);
+	g_policy = EMB_CACHE_LRU;
+	/* 1..9 pass through the window into probation (1 at its tail). */
+	for (uint64_t id = 1; id <= 10; id++)
+		CU_ASSERT_EQUAL(touch(be, c, id), 1);
+	/* 100 enters the window; 10 leaves it and ties with main's victim
+	 * 1 (both seen once): 10 goes, 1 survives. */
+	CU_ASSERT_EQUAL(touch(be, c, 100), 1);
+	emb_cache_stats(c, &st);
+	CU_ASSERT_EQUAL(st.rejected, 1);
+	CU_ASSERT_EQUAL(st.admitted, 0);
+	/* 100, seen five times, beats main's next victim 2 (seen once)
+	 * when 101 pushes it out of the window. */
+	for (int k = 0; k < 4; k++)
+		CU_ASSERT_EQUAL(touch(be, c, 100), 0);
+	CU_ASSERT_EQUAL(touch(be, c, 101), 1);
+	emb_cache_stats(c, &st);
+	CU_ASSERT_EQUAL(st.admitted, 1);
+	CU_ASSERT_EQUAL(st.rejected, 1);
+	CU_ASSERT_EQUAL(touch(be, c, 100), 0);
+	CU_ASSERT_EQUAL(touch(be, c, 1), 0);
+	CU_ASSERT_EQUAL(touch(be, c, 2), 1);
+	CU_ASSERT_EQUAL(touch(be, c, 10), 1);
+	emb_cache_stats(c, &st);
+	CU_ASSERT_EQUAL(st.rows, 10);
+	done(be, c);
 }
 
 /* CLOCK keeps a row used since the hand last passed, LRU-like. */
@@ -642,6 +723,10 @@ static void test_write_back_matches(void)
 	g_policy = EMB_CACHE_CLOCK;
 	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAGRAD, 2);
 	train_vs_reference(EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 1);
+	g_policy = EMB_CACHE_TINYLFU;
+	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAGRAD, 2);
+	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAM, 0);
+	train_vs_reference(EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 1);
 	g_policy = EMB_CACHE_LRU;
 }
 
@@ -837,12 +922,16 @@ int main(int argc, char **argv)
 	    {"pinned rows survive eviction pressure", test_pins_survive},
 	    {"clock gives a used row a second chance",
 	     test_clock_second_chance},
+	    {"tinylfu: a scan of one-off rows does not flush hot rows",
+	     test_tinylfu_scan_keeps_hot_rows},
+	    {"tinylfu: a row used often is admitted over main's victim",
+	     test_tinylfu_admits_frequent_rows},
 	    {"writes back dirty rows on eviction and flush",
 	     test_write_back_on_evict},
 	    {"failed write-back keeps rows dirty",
 	     test_write_back_failure_keeps_dirty},
 	    {"write-through S=0 matches the table", test_write_through_matches},
-	    {"write-back after flush matches the table",
+	    {"write-back after flush matches the table (lru, clock, tinylfu)",
 	     test_write_back_matches},
 	    {"staleness refetches exactly the stale rows",
 	     test_staleness_refetch},
