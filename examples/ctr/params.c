@@ -185,6 +185,9 @@ static int open_caches(struct ctr_params *p)
 	co.capacity = p->o.cache_rows;
 	co.max_batch = p->o.max_batch;
 	co.prefetch_depth = p->o.prefetch;
+	/* Workers share rows, so gradients go to the servers (write-back
+	 * would be last writer wins); --staleness bounds the lag. */
+	co.mode = EMB_CACHED_WRITE_THROUGH;
 	co.staleness_steps = p->o.staleness;
 	co.rank = p->rank;
 	for (int k = 0; k < 2 && !rc; k++)
