@@ -67,10 +67,9 @@ enum slot_state {
 	SLOT_VALID = 3,
 };
 
-#define F_DIRTY	 0x1u /* write-back: updated since fetched or written */
-#define F_REF	 0x2u /* CLOCK: used since the hand last passed */
-#define F_VICTIM 0x4u /* CLOCK, TinyLFU: chosen by the eviction in
-			 progress */
+#define F_DIRTY	    0x1u  /* write-back: updated since fetched or written */
+#define F_REF	    0x2u  /* CLOCK: used since the hand last passed */
+#define F_VICTIM    0x4u  /* CLOCK, TinyLFU: chosen by this eviction */
 #define F_PROBATION 0x8u  /* TinyLFU: in main, probation (else window) */
 #define F_PROTECTED 0x10u /* TinyLFU: in main, protected */
 
@@ -135,14 +134,12 @@ struct emb_cache {
 	struct hent *hash;	 /* id -> slot, linear probing */
 	uint32_t hmask;		 /* hash entries - 1 */
 	uint32_t free_head;	 /* free-list of FREE slots */
-	struct lru lists[NLISTS]; /* idle slots by region (L_*) */
+	struct lru lru[NLISTS];	 /* idle slots by region (L_*) */
 	uint32_t hand;		 /* CLOCK: next slot to look at */
 	uint32_t nwin;		 /* TinyLFU: window slots, pinned included */
 	uint32_t nprot;		 /* TinyLFU: protected slots, pinned included */
-	uint32_t win_max;	 /* TinyLFU: window size before candidates
-				    leave it */
+	uint32_t win_max;	 /* TinyLFU: window rows before one leaves */
 	uint32_t prot_max;	 /* TinyLFU: protected size before demotion */
-	struct emb_sketch *sketch; /* TinyLFU: recent frequency of ids */
 	uint32_t nidle;		 /* unpinned VALID slots: evictable */
 	uint32_t nfree;		 /* slots on the free list */
 	uint32_t nrows;		 /* slots mapped in the hash */
@@ -151,6 +148,7 @@ struct emb_cache {
 	uint64_t step;		 /* updates applied: the staleness clock */
 
 	struct emb_dedup *dedup; /* for the trainer thread's batches */
+	struct emb_sketch *sk;	 /* TinyLFU: how often ids were asked for */
 	struct batch *batches;	 /* depth + 1 records */
 	struct batch **spare;	 /* unused batch records, a stack */
 	uint32_t nspare;	 /* entries on spare */
@@ -290,7 +288,7 @@ static uint32_t list_of(const struct slot *sl)
 static void lru_unlink(struct emb_cache *c, uint32_t s)
 {
 	struct slot *sl = &c->slots[s];
-	struct lru *l = &c->lists[list_of(sl)];
+	struct lru *l = &c->lru[list_of(sl)];
 
 	if (sl->prev != NIL)
 		c->slots[sl->prev].next = sl->next;
@@ -307,7 +305,7 @@ static void lru_unlink(struct emb_cache *c, uint32_t s)
 static void lru_push_head(struct emb_cache *c, uint32_t s)
 {
 	struct slot *sl = &c->slots[s];
-	struct lru *l = &c->lists[list_of(sl)];
+	struct lru *l = &c->lru[list_of(sl)];
 
 	sl->prev = NIL;
 	sl->next = l->head;
@@ -399,7 +397,7 @@ static void promote(struct emb_cache *c, uint32_t s)
 	sl->flags = (uint8_t)((sl->flags & ~F_PROBATION) | F_PROTECTED);
 	c->nprot++;
 	lru_push_head(c, s);
-	t = c->lists[L_PROTECTED].tail;
+	t = c->lru[L_PROTECTED].tail;
 	if (c->nprot > c->prot_max && t != NIL && t != s)
 		to_probation(c, t);
 }
@@ -546,13 +544,13 @@ static uint32_t main_next(const struct emb_cache *c, uint32_t s)
 {
 	do {
 		if (s == NIL)
-			s = c->lists[L_PROBATION].tail != NIL
-				? c->lists[L_PROBATION].tail
-				: c->lists[L_PROTECTED].tail;
+			s = c->lru[L_PROBATION].tail != NIL
+				? c->lru[L_PROBATION].tail
+				: c->lru[L_PROTECTED].tail;
 		else if (c->slots[s].prev != NIL)
 			s = c->slots[s].prev;
 		else if (c->slots[s].flags & F_PROBATION)
-			s = c->lists[L_PROTECTED].tail;
+			s = c->lru[L_PROTECTED].tail;
 		else
 			s = NIL;
 	} while (s != NIL && (c->slots[s].flags & F_VICTIM));
@@ -571,7 +569,7 @@ static uint32_t main_next(const struct emb_cache *c, uint32_t s)
  */
 static void pick_tinylfu(struct emb_cache *c, uint32_t nmiss, uint32_t need)
 {
-	uint32_t w = c->lists[L_RECENT].tail;
+	uint32_t w = c->lru[L_RECENT].tail;
 	uint32_t m = main_next(c, NIL);
 	uint32_t nwin = c->nwin + nmiss;
 	uint32_t k = 0;
@@ -585,8 +583,8 @@ static void pick_tinylfu(struct emb_cache *c, uint32_t nmiss, uint32_t need)
 			w = c->slots[w].prev;
 			nwin--;
 			if (m != NIL &&
-			    emb_sketch_estimate(c->sketch, c->slots[cand].id) >
-				emb_sketch_estimate(c->sketch, c->slots[m].id)) {
+			    emb_sketch_estimate(c->sk, c->slots[cand].id) >
+				emb_sketch_estimate(c->sk, c->slots[m].id)) {
 				v = m;
 				m = main_next(c, m);
 				to_probation(c, cand);
@@ -640,7 +638,7 @@ static void pick_tinylfu(struct emb_cache *c, uint32_t nmiss, uint32_t need)
  */
 static void pick_victims(struct emb_cache *c, uint32_t nmiss, uint32_t need)
 {
-	uint32_t s = c->lists[L_RECENT].tail;
+	uint32_t s = c->lru[L_RECENT].tail;
 	uint32_t k = 0;
 
 	if (c->o.policy == EMB_CACHE_LRU) {
@@ -760,12 +758,11 @@ static int batch_prepare(struct emb_cache *c, struct batch *b,
 	}
 	/* Every use counts, hits and misses alike: admission compares how
 	 * often rows are asked for, not how often they were fetched. */
-	if (c->sketch) {
+	if (c->sk) {
 		for (uint32_t u = 0; u < b->nuniq; u++) {
 			if (u + AHEAD < b->nuniq)
-				emb_sketch_prefetch(c->sketch,
-						    b->uniq[u + AHEAD]);
-			emb_sketch_add(c->sketch, b->uniq[u]);
+				emb_sketch_prefetch(c->sk, b->uniq[u + AHEAD]);
+			emb_sketch_add(c->sk, b->uniq[u]);
 		}
 	}
 	for (uint32_t u = 0; u < b->nuniq; u++) {
@@ -892,7 +889,7 @@ static void free_all(struct emb_cache *c)
 	free(c->spare);
 	free(c->batches);
 	emb_dedup_destroy(c->dedup);
-	emb_sketch_destroy(c->sketch);
+	emb_sketch_destroy(c->sk);
 	free(c->hash);
 	free(c->slots);
 	free(c->pool);
@@ -962,7 +959,7 @@ int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out)
 	if (rc)
 		goto err_free;
 	if (opts->policy == EMB_CACHE_TINYLFU) {
-		rc = emb_sketch_create(opts->capacity, 0, &c->sketch);
+		rc = emb_sketch_create(opts->capacity, 0, &c->sk);
 		if (rc)
 			goto err_free;
 	}
@@ -985,8 +982,8 @@ int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out)
 	c->free_head = 0;
 	c->nfree = opts->capacity;
 	for (uint32_t l = 0; l < NLISTS; l++) {
-		c->lists[l].head = NIL;
-		c->lists[l].tail = NIL;
+		c->lru[l].head = NIL;
+		c->lru[l].tail = NIL;
 	}
 	*out = c;
 	return 0;

@@ -67,8 +67,8 @@ int emb_sketch_create(uint32_t capacity, uint64_t sample,
 	for (uint32_t w = 0; w < nwords; w++)
 		s->words[w] = 0;
 	s->block_mask = nwords / 8 - 1;
-	s->sample = sample ? sample
-			   : (uint64_t)EMB_SKETCH_SAMPLE_PER_ROW * capacity;
+	s->sample =
+	    sample ? sample : (uint64_t)EMB_SKETCH_SAMPLE_PER_ROW * capacity;
 	*out = s;
 	return 0;
 }
@@ -134,8 +134,8 @@ void emb_sketch_prefetch(const struct emb_sketch *s, uint64_t id)
 {
 	uint64_t h = sk_hash(id);
 
-	__builtin_prefetch(&s->words[((uint32_t)(h >> 32) & s->block_mask) * 8u],
-			   1);
+	__builtin_prefetch(
+	    &s->words[((uint32_t)(h >> 32) & s->block_mask) * 8u], 1);
 }
 
 uint64_t emb_sketch_halvings(const struct emb_sketch *s)

@@ -352,8 +352,7 @@ int main(int argc, char **argv)
 		       o.policy == EMB_CACHE_TINYLFU ? "tinylfu"
 		       : o.policy == EMB_CACHE_CLOCK ? "clock"
 						     : "lru",
-		       o.staleness_steps, depth,
-		       warmup, steps);
+		       o.staleness_steps, depth, warmup, steps);
 		printf("distinct ids per batch      %.1f\n",
 		       (double)uncached_rows / steps);
 		printf("hit ratio (distinct ids)    %.4f\n",
