@@ -161,8 +161,8 @@ struct emb_cache_stats {
 
 /*
  * Creates a cache; the pool and every buffer are allocated here, once.
- * 0 and *out, or EMB_EBADARG (a zero size, missing callback, unknown mode,
- * depth > 64), EMB_EBADDIM, EMB_EBADOPTIM (write-back with a bad optimizer)
+ * 0 and *out, or EMB_EBADARG (a zero size, missing callback, unknown mode
+ * or policy, depth > 64), EMB_EBADDIM, EMB_EBADOPTIM (write-back with a bad optimizer)
  * or -ENOMEM.
  */
 int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out);
