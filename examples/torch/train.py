@@ -234,7 +234,9 @@ class Remote:
         # read the rows the previous step wrote.
         self.caches = []
         if args.cache_rows and mode != "sync":
-            self.caches = [t.cached(rows=args.cache_rows,
+            # Write-through: the workers share rows, so each must see the
+            # others' updates within the staleness bound.
+            self.caches = [t.cached(rows=args.cache_rows, mode="through",
                                     prefetch=args.prefetch,
                                     staleness=args.staleness,
                                     max_batch=args.batch * NCAT)

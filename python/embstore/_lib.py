@@ -142,7 +142,7 @@ class CachedStats(Structure):
 EMB_CLIENT_NOCREATE = 0x1
 EMB_MODE_ASYNC, EMB_MODE_SYNC, EMB_MODE_STALE = 0, 1, 2
 EMB_CACHED_WRITE_THROUGH, EMB_CACHED_WRITE_BACK = 0, 1
-EMB_CACHED_LRU, EMB_CACHED_CLOCK = 0, 1
+EMB_CACHED_LRU, EMB_CACHED_CLOCK, EMB_CACHED_TINYLFU = 0, 1, 2
 EMB_LOG_LEVELS = ("error", "warn", "info", "debug")
 
 _P = c_void_p  # opaque handles and numpy buffers: plain addresses

@@ -476,31 +476,36 @@ class Table:
         """Drops the table on every server (close the handle after)."""
         _check(_L.emb_client_table_drop(self._handle()), self._client)
 
-    def cached(self, rows: int, prefetch: int = 2, mode: str = "through",
+    def cached(self, rows: int, prefetch: int = 2, mode: str = "back",
                staleness: int = 0, max_batch: int = 4096,
-               policy: str = "lru") -> "CachedTable":
+               policy: str = "tinylfu") -> "CachedTable":
         """A worker-side vocab cache over this table (docs/cache.md).
 
         Args:
             rows: rows the cache holds; at least (prefetch + 1) * distinct
                 ids per batch plus the working set.
             prefetch: batches fetched ahead, 0..64.
-            mode: "through" (gradients pushed every step, the servers
-                optimize) or "back" (the optimizer runs here; rows go back
-                when evicted or flushed).
+            mode: "back" (the default, as in C: the optimizer runs here and
+                rows go back when evicted or flushed; for rows this worker
+                alone updates, refused over a sync table) or "through"
+                (gradients pushed every step, the servers optimize; rows
+                re-read once older than staleness steps).
             staleness: write-through: steps a used row may lag its fetch; a
                 prefetch overlaps the network only when staleness >=
                 prefetch.
             max_batch: most ids (duplicates counted) per lookup.
-            policy: "lru" or "clock".
+            policy: "tinylfu" (the default: a frequency sketch decides
+                whether a new row may evict a cached one), "lru" or "clock".
         """
         modes = {"through": _lib.EMB_CACHED_WRITE_THROUGH,
                  "back": _lib.EMB_CACHED_WRITE_BACK}
-        policies = {"lru": _lib.EMB_CACHED_LRU, "clock": _lib.EMB_CACHED_CLOCK}
+        policies = {"lru": _lib.EMB_CACHED_LRU, "clock": _lib.EMB_CACHED_CLOCK,
+                    "tinylfu": _lib.EMB_CACHED_TINYLFU}
         if mode not in modes:
             raise ValueError(f"bad cache mode {mode!r}: want through or back")
         if policy not in policies:
-            raise ValueError(f"bad policy {policy!r}: want lru or clock")
+            raise ValueError(
+                f"bad policy {policy!r}: want tinylfu, lru or clock")
         for what, v, lo, hi in (("rows", rows, 1, 2**32 - 1),
                                 ("prefetch", prefetch, 0, 64),
                                 ("staleness", staleness, 0, 2**32 - 1),

@@ -280,6 +280,23 @@ def test_cached_table_checks(client, name):
         with pytest.raises(ValueError):
             t.cached(**kw)
     assert t.cached(rows=8, policy="clock").stats()["rows"] == 0
+    assert t.cached(rows=8, policy="tinylfu").stats()["rows"] == 0
+
+
+def test_cached_defaults_are_write_back(client, name):
+    """Like C: write-back and TinyLFU, so the worker's own updates hit."""
+    t = client.table(name, DIM, optimizer="sgd:lr=0.5", init="zeros")
+    ct = t.cached(rows=64, max_batch=16)
+    ids = np.array([1, 2, 3], dtype=np.uint64)
+    for _ in range(3):
+        ct.lookup(ids)
+        ct.push_grads(np.ones((3, DIM), dtype=np.float32))
+    s = ct.stats()
+    assert s["hits"] == 6 and s["misses"] == 3
+    # Nothing reached the servers before the flush.
+    assert np.all(t.pull(ids) == 0)
+    ct.flush()
+    assert np.allclose(t.pull(ids), -1.5)
 
 
 def test_close_and_context_manager(servers, name):

@@ -114,7 +114,7 @@ def test_killed_server_raises_instead_of_hanging(start_server):
     c = embstore.connect(servers=f"{a.addr},{b.addr}", transport="tcp",
                          timeout_ms=3000)
     t = c.table("k", 4, optimizer="sgd")
-    ct = t.cached(rows=256, prefetch=1)
+    ct = t.cached(rows=256, prefetch=1, mode="through")
     on_b, fresh_b = np.split(_ids_on(c, 1, 100), 2)
     on_a = _ids_on(c, 0, 50)
     t.pull(np.concatenate([on_a, on_b]))

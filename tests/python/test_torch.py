@@ -66,8 +66,10 @@ def test_weights_equal_local_training_in_sync_mode(client, name, cached):
     src_e, src_w = emb, wide
     if cached:
         # write-through with staleness 0 reads what the servers hold
-        src_e = emb.cached(rows=256, prefetch=0, staleness=0, max_batch=64)
-        src_w = wide.cached(rows=256, prefetch=0, staleness=0, max_batch=64)
+        src_e = emb.cached(mode="through", rows=256, prefetch=0,
+                           staleness=0, max_batch=64)
+        src_w = wide.cached(mode="through", rows=256, prefetch=0,
+                            staleness=0, max_batch=64)
     remote = Model(et.Embedding(src_e), et.EmbeddingBag(src_w, mode="sum"))
     local = Model(nn.Embedding(len(vocab), 4, sparse=True),
                   nn.EmbeddingBag(len(vocab), 1, mode="sum", sparse=True))
@@ -188,7 +190,8 @@ class Loader:
 
 def test_prefetch_keeps_order_and_reads_ahead(client, name):
     t = client.table(name, 4, optimizer="sgd:lr=0.01", init="constant:0.5")
-    ct = t.cached(rows=1024, prefetch=2, staleness=2, max_batch=64)
+    ct = t.cached(mode="through", rows=1024, prefetch=2, staleness=2,
+                  max_batch=64)
     m = et.Embedding(ct)
     rng = np.random.default_rng(3)
     # Disjoint batches, so no row is fetched for one batch and found too
@@ -212,8 +215,8 @@ def test_prefetch_keeps_order_and_reads_ahead(client, name):
     # without prefetch, the same training gives the same rows
     t2 = client.table(name + "b", 4, optimizer="sgd:lr=0.01",
                       init="constant:0.5")
-    m2 = et.Embedding(t2.cached(rows=1024, prefetch=2, staleness=2,
-                                max_batch=64))
+    m2 = et.Embedding(t2.cached(mode="through", rows=1024, prefetch=2,
+                                staleness=2, max_batch=64))
     for b in batches:
         m2(b).sum().backward()
     ids = np.unique(torch.cat([b.reshape(-1) for b in batches]).numpy())
@@ -222,8 +225,8 @@ def test_prefetch_keeps_order_and_reads_ahead(client, name):
 
 def test_prefetch_used_out_of_order_still_trains(client, name):
     t = client.table(name, 4, optimizer="sgd:lr=0.01", init="zeros")
-    m = et.Embedding(t.cached(rows=256, prefetch=1, staleness=1,
-                              max_batch=16))
+    m = et.Embedding(t.cached(mode="through", rows=256, prefetch=1,
+                              staleness=1, max_batch=16))
     m.prefetch(torch.tensor([1, 2]))
     m(torch.tensor([3, 4])).sum().backward()  # not the announced batch
     m(torch.tensor([1, 2])).sum().backward()
@@ -236,7 +239,7 @@ def test_prefetch_used_out_of_order_still_trains(client, name):
 
 def test_cached_module_needs_backward_between_forwards(client, name):
     t = client.table(name, 4)
-    m = et.Embedding(t.cached(rows=64, max_batch=16))
+    m = et.Embedding(t.cached(mode="through", rows=64, max_batch=16))
     a = m(torch.tensor([1]))
     m(torch.tensor([2]))
     with pytest.raises(RuntimeError):
