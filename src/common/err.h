@@ -26,6 +26,8 @@
 	X(EMB_ETRUNCFRAME, -1110, "frame truncated")                           \
 	X(EMB_ENOADMIN, -1111, "operation needs the admin token")              \
 	X(EMB_ETOOMANYCONNS, -1112, "server has too many connections")         \
+	X(EMB_ERETRYLATE, -1115,                                               \
+	  "push retried too late to know if it was applied; not applied")      \
 	/* store: -1200.. */                                                   \
 	X(EMB_EBADDUMP, -1201, "dump checksum mismatch")                       \
 	X(EMB_ENOTABLE, -1202, "unknown table")                                \

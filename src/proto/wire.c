@@ -39,7 +39,7 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_DROP_TABLE] = {0, TBL_SET},
     [EMB_OP_LIST_TABLES] = {0, TBL_NONE},
     [EMB_OP_PULL] = {EMB_F_NOCREATE | EMB_F_WITH_STATE, TBL_SET},
-    [EMB_OP_PUSH] = {EMB_F_STEP_END, TBL_SET},
+    [EMB_OP_PUSH] = {EMB_F_STEP_END | EMB_F_SESSION, TBL_SET},
     [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE, TBL_SET},
     [EMB_OP_ERASE] = {0, TBL_SET},
     [EMB_OP_STATS] = {0, TBL_ANY},
@@ -430,7 +430,7 @@ int emb_wire_hello_resp_encode(void *buf, size_t cap, uint64_t req_id,
 	emb_le32_store(p + 8, resp->limits.max_ids);
 	emb_le32_store(p + 12, resp->limits.max_tables);
 	emb_le32_store(p + 16, resp->limits.max_dim);
-	emb_le32_store(p + 20, 0);
+	emb_le32_store(p + 20, resp->features);
 	emb_le64_store(p + 24, resp->server_id);
 	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE);
 }
@@ -713,20 +713,37 @@ int emb_wire_push_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			     const uint64_t *ids, uint32_t n, uint32_t dim,
 			     const float *grads)
 {
-	uint64_t plen = EMB_WIRE_PUSH_PREFIX_SIZE + 8ull * n + 4ull * n * dim;
+	return emb_wire_push_req_encode_session(out, req_id, table_id, step,
+						rank, 0, 0, ids, n, dim, grads);
+}
+
+int emb_wire_push_req_encode_session(struct emb_wire_iovs *out,
+				     uint64_t req_id, uint32_t table_id,
+				     uint64_t step, uint32_t rank,
+				     uint64_t session, uint64_t seq,
+				     const uint64_t *ids, uint32_t n,
+				     uint32_t dim, const float *grads)
+{
+	uint32_t pre_len = session ? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
+				   : EMB_WIRE_PUSH_PREFIX_SIZE;
+	uint64_t plen = pre_len + 8ull * n + 4ull * n * dim;
 	uint8_t *pre = out ? out->head + EMB_WIRE_HDR_SIZE : NULL;
 
 	if (!out || table_id == 0 || dim == 0 || dim > EMB_WIRE_DIM_MAX ||
-	    (n && (!ids || !grads)))
+	    (n && (!ids || !grads)) || (session && seq == 0))
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
-	emb__wire_put_hdr(out->head, EMB_OP_PUSH, 0, req_id, table_id, n, (uint32_t)plen,
-		0);
+	emb__wire_put_hdr(out->head, EMB_OP_PUSH, session ? EMB_F_SESSION : 0,
+			  req_id, table_id, n, (uint32_t)plen, 0);
 	emb_le64_store(pre, step);
 	emb_le32_store(pre + 8, rank);
 	emb_le32_store(pre + 12, 0);
-	iovs_start(out, EMB_WIRE_HDR_SIZE + EMB_WIRE_PUSH_PREFIX_SIZE);
+	if (session) {
+		emb_le64_store(pre + 16, session);
+		emb_le64_store(pre + 24, seq);
+	}
+	iovs_start(out, EMB_WIRE_HDR_SIZE + pre_len);
 	iovs_add(out, ids, 8ull * n);
 	iovs_add(out, grads, 4ull * n * dim);
 	return 0;
@@ -860,8 +877,11 @@ int emb_wire_hello_resp_decode(const struct emb_wire_frame *f,
 	r.limits.max_ids = emb_le32_load(p + 8);
 	r.limits.max_tables = emb_le32_load(p + 12);
 	r.limits.max_dim = emb_le32_load(p + 16);
+	r.features = emb_le32_load(p + 20);
 	r.server_id = emb_le64_load(p + 24);
-	if (emb_le32_load(p + 20) != 0 || emb_wire_limits_validate(&r.limits))
+	/* Feature bits a client does not know are not errors: it just does
+	 * not use them. */
+	if (emb_wire_limits_validate(&r.limits))
 		return EMB_EBADFRAME;
 	*out = r;
 	return 0;
@@ -1032,6 +1052,9 @@ int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
 int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 			     struct emb_wire_push_req *out)
 {
+	const bool session = f && (f->hdr.flags & EMB_F_SESSION);
+	const uint32_t pre_len = session ? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
+					 : EMB_WIRE_PUSH_PREFIX_SIZE;
 	const uint8_t *p;
 	uint64_t rows_off;
 	int rc;
@@ -1043,12 +1066,16 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 		return rc;
 	if (f->hdr.count > f->lim->max_ids)
 		return EMB_ETOOMANYIDS;
-	if (f->hdr.payload_len < EMB_WIRE_PUSH_PREFIX_SIZE)
+	if (f->hdr.payload_len < pre_len)
 		return EMB_EBADFRAME;
 	p = f->payload;
 	if (emb_le32_load(p + 12) != 0)
 		return EMB_EBADFRAME;
-	rows_off = EMB_WIRE_PUSH_PREFIX_SIZE + 8ull * f->hdr.count;
+	/* Session 0 means none, and sequence numbers start at 1. */
+	if (session &&
+	    (emb_le64_load(p + 16) == 0 || emb_le64_load(p + 24) == 0))
+		return EMB_EBADFRAME;
+	rows_off = pre_len + 8ull * f->hdr.count;
 	rc = rows_check(f, rows_off, dim);
 	if (rc)
 		return rc;
@@ -1056,9 +1083,10 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	out->step = emb_le64_load(p);
 	out->rank = emb_le32_load(p + 8);
 	out->step_end = f->hdr.flags & EMB_F_STEP_END;
+	out->session = session ? emb_le64_load(p + 16) : 0;
+	out->seq = session ? emb_le64_load(p + 24) : 0;
 	out->n = f->hdr.count;
-	out->ids =
-	    (const uint64_t *)(const void *)(p + EMB_WIRE_PUSH_PREFIX_SIZE);
+	out->ids = (const uint64_t *)(const void *)(p + pre_len);
 	out->grads = (const float *)(const void *)(p + rows_off);
 	return 0;
 }

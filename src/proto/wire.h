@@ -85,6 +85,11 @@ enum emb_op {
 				    for this server (synchronous tables) */
 #define EMB_F_ADMIN 0x0008u	 /* HELLO: the token is the admin token; asks
 				    for admin rights (docs/protocol.md) */
+#define EMB_F_SESSION 0x0010u /* PUSH: a client session id and sequence
+				 number follow rank (retried at most once) */
+
+/* HELLO response features: what this server understands beyond version 1. */
+#define EMB_WIRE_FEAT_PUSH_SESSION 0x1u /* PUSH with EMB_F_SESSION */
 
 /* Field limits fixed by the protocol, whatever the configured limits. */
 #define EMB_WIRE_FRAME_MAX	 (1u << 30) /* largest max_frame_bytes */

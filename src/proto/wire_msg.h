@@ -30,7 +30,8 @@
  *   8       4        max_ids          } server's decoder accepts; clients
  *   12      4        max_tables       } split batches to fit
  *   16      4        max_dim          }
- *   20      4        reserved
+ *   20      4        features: EMB_WIRE_FEAT_* bits (PUSH_SESSION = 1);
+ *                    a client ignores bits it does not know
  *   24      8        server id
  *   payload_len = 32
  *
@@ -88,6 +89,12 @@
  *   12      4        reserved       } step and rank today
  *   16      8n       u64 ids[n]           (frame offset 48: 8-aligned)
  *   16+8n   4*n*dim  f32 grads[n][dim]    (8-aligned)
+ * With EMB_F_SESSION (only to a server whose HELLO has PUSH_SESSION) the
+ * prefix is 32 bytes and the ids start at 32:
+ *   16      8        client session id, random per client, not 0
+ *   24      8        sequence number of this request to this server,
+ *                    from 1; a retry sends the same one, and the server
+ *                    applies a (session, sequence) at most once
  * PUSH response: no payload.
  *
  * ASSIGN request (table id set, count = n <= max_ids, flags
@@ -148,6 +155,7 @@
 #define EMB_WIRE_SPEC_SIZE	   128u
 #define EMB_WIRE_LIST_ENTRY_SIZE   144u
 #define EMB_WIRE_PUSH_PREFIX_SIZE  16u
+#define EMB_WIRE_PUSH_SESSION_PREFIX_SIZE 32u /* with EMB_F_SESSION */
 #define EMB_WIRE_STATS_PREFIX_SIZE 8u
 #define EMB_WIRE_STATS_FIELDS	   EMB_TABLE_NSTATS /* counters sent */
 #define EMB_WIRE_SET_MODE_SIZE 16u
@@ -211,6 +219,7 @@ struct emb_wire_hello_resp {
 	uint32_t server_version;       /* highest version the server speaks */
 	struct emb_wire_limits limits; /* what the server accepts */
 	uint64_t server_id;	       /* stable id of the server process */
+	uint32_t features;	       /* EMB_WIRE_FEAT_* it understands */
 };
 
 /* A table's configuration as CREATE_TABLE and LIST_TABLES carry it. */
@@ -256,6 +265,8 @@ struct emb_wire_push_req {
 	uint64_t step;	     /* worker step (sync, bounded staleness) */
 	uint32_t rank;	     /* worker rank (sync) */
 	bool step_end;	     /* EMB_F_STEP_END: last part of the step */
+	uint64_t session;    /* EMB_F_SESSION: client session; 0 = none */
+	uint64_t seq;	     /* EMB_F_SESSION: sequence number, >= 1 */
 	uint32_t n;	     /* ids */
 	const uint64_t *ids; /* n ids in the frame */
 	const float *grads;  /* n * dim floats in the frame */
@@ -404,6 +415,16 @@ int emb_wire_push_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			     uint32_t table_id, uint64_t step, uint32_t rank,
 			     const uint64_t *ids, uint32_t n, uint32_t dim,
 			     const float *grads);
+/*
+ * PUSH with EMB_F_SESSION when session != 0 (seq then >= 1), else the same
+ * frame as emb_wire_push_req_encode(). EMB_EBADARG for seq 0 with a session.
+ */
+int emb_wire_push_req_encode_session(struct emb_wire_iovs *out,
+				     uint64_t req_id, uint32_t table_id,
+				     uint64_t step, uint32_t rank,
+				     uint64_t session, uint64_t seq,
+				     const uint64_t *ids, uint32_t n,
+				     uint32_t dim, const float *grads);
 
 /* stride: dim, or dim + state floats with EMB_F_WITH_STATE. */
 int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,

@@ -38,6 +38,7 @@
 #include "server/dump.h"
 #include "server/lat.h"
 #include "server/registry.h"
+#include "server/session.h"
 #include "server/sync.h"
 
 struct srv_table {
@@ -98,6 +99,7 @@ struct emb_server {
 	struct emb_listener *listener;	   /* on loops[0] */
 	uint16_t port;			   /* bound port */
 	uint64_t server_id;		   /* random per process */
+	struct emb_sessions *sessions;	   /* pushes' at-most-once windows */
 	struct emb_mem_budget budget;	   /* shared by all tables */
 
 	pthread_rwlock_t tables_lock; /* guards tables[] */
@@ -613,6 +615,7 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	r.server_version = EMB_WIRE_VERSION;
 	r.limits = s->opts.limits;
 	r.server_id = s->server_id;
+	r.features = EMB_WIRE_FEAT_PUSH_SESSION;
 	buf = malloc(EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE);
 	if (!buf) {
 		emb_req_release(req);
@@ -979,6 +982,7 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 {
 	struct emb_wire_push_req p;
 	struct srv_table *st;
+	bool claimed = false;
 	int rc;
 
 	st = table_get(s, f->hdr.table_id);
@@ -994,8 +998,18 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 				   "a gradient is NaN or infinite; no row "
 				   "was changed");
 	}
+	/* A retried push is applied at most once. A synchronous STEP_END
+	 * part is held, not applied, so it is not claimed. */
+	if (!rc && p.session && !p.step_end) {
+		rc = emb__sessions_claim(s->sessions, p.session, p.seq);
+		if (rc == 1)
+			return end_table_op(s, req, st, 0, 0);
+		claimed = rc == 0;
+	}
 	if (!rc)
 		rc = emb__sync_push(st->sync, st->t, &p, req);
+	if (rc < 0 && claimed)
+		emb__sessions_undo(s->sessions, p.session, p.seq);
 	if (rc == 1) {
 		table_put(st);
 		return 0; /* held until its synchronous step is applied */
@@ -1511,7 +1525,8 @@ int emb_server_create(const struct emb_server_opts *opts,
 	s->lat = calloc((size_t)opts->threads * EMB_LAT_NOPS, sizeof(*s->lat));
 	s->loop_conns = calloc(opts->threads, sizeof(*s->loop_conns));
 	if (!s->host || !s->transport || !s->tables || !s->loops ||
-	    !s->threads || !s->lat || !s->loop_conns) {
+	    !s->threads || !s->lat || !s->loop_conns ||
+	    emb__sessions_create(&s->sessions)) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
@@ -1616,6 +1631,7 @@ err_loops:
 	pthread_rwlock_destroy(&s->tables_lock);
 err_free:
 	free(s->loop_conns);
+	emb__sessions_destroy(s->sessions);
 	free(s->lat);
 	free(s->threads);
 	free(s->loops);
@@ -1714,6 +1730,7 @@ void emb_server_destroy(struct emb_server *s)
 	pthread_cond_destroy(&s->sweep_cv);
 	pthread_mutex_destroy(&s->reap_mu);
 	free(s->loop_conns);
+	emb__sessions_destroy(s->sessions);
 	free(s->lat);
 	free(s->threads);
 	free(s->loops);

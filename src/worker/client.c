@@ -10,6 +10,13 @@
  * to finish wakes the waiter. Op fields other than mu/cv/done are touched by
  * the caller before posting and after completion, and by the loop thread in
  * between, never by both at once.
+ *
+ * Lost connections: a part that fails because its connection broke (closed,
+ * reset, timed out) waits on its server while the loop thread reconnects
+ * with backoff (HELLO included) and is then sent again, until the op's
+ * deadline (timeout_ms after it was posted) passes. Pushes carry the
+ * client's session id and a per-server sequence number, so a server applies
+ * a retried push at most once (docs/protocol.md, PUSH).
  */
 #include "worker/embstore.h"
 
@@ -18,9 +25,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "cache/dedup.h"
 #include "common/addr.h"
+#include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/token.h"
@@ -38,12 +48,36 @@
 #define ADMIN_RESP_MAX                                                         \
 	((EMB_WIRE_HDR_SIZE + 1024u * EMB_WIRE_LIST_ENTRY_SIZE + 63u) & ~63u)
 
+#define BACKOFF_MIN_MS 10u   /* wait after the first failed reconnect */
+#define BACKOFF_MAX_MS 1000u /* longest wait between reconnects */
+
+enum srv_state {
+	SRV_UP = 0, /* conn open and HELLO done */
+	SRV_DOWN,   /* no conn: one is made when a part waits */
+	SRV_HELLO,  /* conn open, HELLO in flight */
+};
+
+struct part;
+
 struct server {
 	char host[EMB_HOST_MAX];    /* as given, without brackets */
 	uint16_t port;		    /* as given */
-	struct emb_conn *conn;	    /* loop thread only after start */
-	struct emb_wire_limits lim; /* from its HELLO response */
+	struct emb_conn *conn;	    /* loop thread only after start; NULL
+				       while down */
+	struct emb_wire_limits lim; /* from its first HELLO response */
 	bool dead;		    /* declared dead by the scheduler; atomic */
+	uint64_t push_seq;	    /* last PUSH sequence number; atomic */
+	/* Loop thread only, once the loop runs: */
+	struct emb_client *c;	    /* owner */
+	uint32_t state;		    /* enum srv_state */
+	bool sessions;		    /* it applies retried pushes once */
+	struct part *wait_head;	    /* parts waiting for a conn, FIFO */
+	struct part *wait_tail;	    /* last of them */
+	uint64_t retry_ms;	    /* next reconnect, monotonic ms */
+	uint32_t backoff_ms;	    /* wait after the next failure */
+	int last_err;		    /* why the last conn or attempt failed */
+	uint64_t server_id;	    /* from HELLO: another one = restarted */
+	_Alignas(8) uint8_t hello_resp[8 + EMB_WIRE_ERRMSG_MAX]; /* payload */
 };
 
 struct emb_client {
@@ -68,6 +102,13 @@ struct emb_client {
 	uint64_t ids_sent;
 
 	struct emb_node *node; /* cluster membership, or NULL */
+
+	uint64_t session; /* PUSH session id: random, not 0 */
+	_Alignas(8) uint8_t hello_req[EMB_HELLO_REQ_MAX]; /* HELLO frame */
+	uint32_t hello_len;   /* bytes of hello_req */
+	bool stopping;	      /* destroy began: no retries; atomic */
+	uint64_t retries;     /* parts sent again; atomic */
+	uint64_t reconnects;  /* conns made again; atomic */
 };
 
 struct emb_client_table {
@@ -95,7 +136,10 @@ struct part {
 	struct emb_frame_hdr hdr; /* request header (opcode, table, count) */
 	struct iovec iov[3];	  /* request payload */
 	int niov;		  /* entries used */
-	uint8_t prefix[EMB_WIRE_PUSH_PREFIX_SIZE]; /* PUSH's step/rank */
+	uint8_t prefix[EMB_WIRE_PUSH_SESSION_PREFIX_SIZE]; /* PUSH's step,
+							      rank, session */
+	uint64_t seq;		   /* PUSH: sequence number to its server */
+	struct part *wnext;	   /* next waiting on the server */
 	void *resp;		   /* response payload lands here */
 	size_t resp_cap;	   /* bytes */
 	struct emb_frame_hdr rhdr; /* response header, once done */
@@ -118,6 +162,7 @@ struct emb_async {
 	uint32_t nparts;      /* parts posted */
 	uint32_t pending;     /* loop thread: parts not done */
 	int status;	      /* first error, else 0 */
+	uint64_t deadline_ms; /* monotonic: retries stop here */
 	void *mem;	      /* everything above lives here */
 	void *resp_mem;	      /* response buffers */
 
@@ -130,6 +175,7 @@ static void add(uint64_t *c, uint64_t n)
 {
 	__atomic_fetch_add(c, n, __ATOMIC_RELAXED);
 }
+
 
 /* ---- op lifecycle ---- */
 
@@ -216,9 +262,9 @@ static int pull_scatter(struct emb_async *op, struct part *p)
 	return 0;
 }
 
-static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+static void part_end(struct part *p, int status,
+		     const struct emb_frame_hdr *resp)
 {
-	struct part *p = ctx;
 	struct emb_async *op = p->op;
 
 	if (status == 0) {
@@ -242,31 +288,150 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		op_complete(op);
 }
 
+/* Codes that mean the connection broke, not that the request was wrong. */
+static bool conn_lost(int status)
+{
+	switch (status) {
+	case EMB_EPEERDEAD:
+	case EMB_ECLOSED:
+	case EMB_EQPERR:
+	case -ETIMEDOUT:
+	case -ECONNRESET:
+	case -ECONNREFUSED:
+	case -ECONNABORTED:
+	case -EPIPE:
+	case -EIO:
+	case -ENETUNREACH:
+	case -EHOSTUNREACH:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static bool stopping(const struct emb_client *c)
+{
+	return __atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE);
+}
+
+static bool srv_dead(const struct server *s)
+{
+	return __atomic_load_n(&s->dead, __ATOMIC_RELAXED);
+}
+
+/* Loop thread: the next reconnect of s, after a loss or a failed try. */
+static void schedule_retry(struct server *s)
+{
+	s->retry_ms = emb_clock_ms() + s->backoff_ms;
+	s->backoff_ms = s->backoff_ms ? 2 * s->backoff_ms : BACKOFF_MIN_MS;
+	if (s->backoff_ms > BACKOFF_MAX_MS)
+		s->backoff_ms = BACKOFF_MAX_MS;
+}
+
+/*
+ * Loop thread: drops s's conn; calls still on it come back with EMB_ECLOSED
+ * and wait for the next one. A no-op when s has none.
+ */
+static void server_lost(struct server *s, int reason)
+{
+	struct emb_conn *conn = s->conn;
+
+	if (!conn)
+		return;
+	s->conn = NULL;
+	s->state = SRV_DOWN;
+	s->last_err = reason;
+	if (!stopping(s->c))
+		emb_log(EMB_LOG_WARN, "server %s:%u: connection lost: %s",
+			s->host, s->port, emb_strerror(reason));
+	schedule_retry(s);
+	emb_conn_destroy(conn);
+}
+
+static void part_wait(struct server *s, struct part *p)
+{
+	p->wnext = NULL;
+	if (s->wait_tail)
+		s->wait_tail->wnext = p;
+	else
+		s->wait_head = p;
+	s->wait_tail = p;
+}
+
+/* Loop thread: ends every part waiting on s with status. */
+static void fail_waiting(struct server *s, int status)
+{
+	struct part *p = s->wait_head;
+
+	s->wait_head = s->wait_tail = NULL;
+	while (p) {
+		struct part *next = p->wnext;
+
+		part_end(p, status, NULL);
+		p = next;
+	}
+}
+
+static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct part *p = ctx;
+	struct emb_client *c = p->op->c;
+	struct server *s = &c->srv[p->server];
+
+	if (status && conn_lost(status) && !srv_dead(s)) {
+		/* A timeout as much as a reset: the next call gets a new
+		 * conn rather than one with a stuck request on it. */
+		server_lost(s, status);
+		if (!stopping(c) && emb_clock_ms() < p->op->deadline_ms) {
+			add(&c->retries, 1);
+			part_wait(s, p);
+			return;
+		}
+	}
+	part_end(p, status, resp);
+}
+
+/* Loop thread: posts p on its server's conn, or queues it for the next. */
+static void part_send(struct emb_client *c, struct part *p)
+{
+	struct server *s = &c->srv[p->server];
+	int rc;
+
+	if (srv_dead(s)) {
+		part_end(p, EMB_ENODEAD, NULL);
+		return;
+	}
+	if (s->state != SRV_UP) {
+		part_wait(s, p);
+		return;
+	}
+	if (p->seq) {
+		/* Decided per send: a server restarted as an older version
+		 * may not take sessions. */
+		p->hdr.flags = (uint16_t)((p->hdr.flags & ~EMB_F_SESSION) |
+					  (s->sessions ? EMB_F_SESSION : 0));
+		p->iov[0].iov_len = s->sessions
+					? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
+					: EMB_WIRE_PUSH_PREFIX_SIZE;
+	}
+	add(&c->requests, 1);
+	rc = emb_conn_call(s->conn, &p->hdr, p->iov, p->niov, p->resp,
+			   p->resp_cap, part_done, p);
+	if (rc)
+		part_done(p, rc, NULL);
+}
+
 /* Loop thread: posts every part of op. */
 static void op_issue(void *arg)
 {
 	struct emb_async *op = arg;
-	struct emb_client *c = op->c;
 	uint32_t nparts = op->nparts;
 
 	/* Count all parts first: a part that fails at once must not see
 	 * pending reach 0 while later parts are still unposted. */
 	op->pending = nparts + 1;
-	for (uint32_t k = 0; k < nparts; k++) {
-		struct part *p = &op->parts[k];
-		struct emb_conn *conn = c->srv[p->server].conn;
-		int rc = conn
-			     ? emb_conn_call(conn, &p->hdr, p->iov, p->niov,
-					     p->resp, p->resp_cap, part_done, p)
-			     : EMB_ECLOSED;
-
-		if (rc == EMB_ECLOSED &&
-		    __atomic_load_n(&c->srv[p->server].dead, __ATOMIC_RELAXED))
-			rc = EMB_ENODEAD;
-		add(&c->requests, 1);
-		if (rc)
-			part_done(p, rc, NULL);
-	}
+	for (uint32_t k = 0; k < nparts; k++)
+		part_send(op->c, &op->parts[k]);
 	if (--op->pending == 0)
 		op_complete(op);
 }
@@ -298,6 +463,7 @@ static int op_post(struct emb_async *op)
 		op->done = true;
 		return 0;
 	}
+	op->deadline_ms = emb_clock_ms() + op->c->timeout_ms;
 	return emb_transport_exec(op->c->tr, op_issue, op);
 }
 
@@ -595,10 +761,15 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 	for (uint32_t k = 0; k < op->nparts; k++) {
 		struct part *p = &op->parts[k];
 
+		/* The sequence number is fixed now, so a retry repeats it. */
+		p->seq = __atomic_add_fetch(&c->srv[p->server].push_seq, 1,
+					    __ATOMIC_RELAXED);
 		emb_le64_store(p->prefix, step);
 		emb_le32_store(p->prefix + 8, rank);
 		emb_le32_store(p->prefix + 12, 0);
-		p->iov[0] = (struct iovec){p->prefix, sizeof(p->prefix)};
+		emb_le64_store(p->prefix + 16, c->session);
+		emb_le64_store(p->prefix + 24, p->seq);
+		p->iov[0] = (struct iovec){p->prefix, EMB_WIRE_PUSH_PREFIX_SIZE};
 		p->iov[1] = (struct iovec){pids + p->first,
 					   (size_t)p->n * sizeof(uint64_t)};
 		p->iov[2] = (struct iovec){pgrad + (size_t)p->first * dim,
@@ -1093,39 +1264,192 @@ static int parse_servers(struct emb_client *c, const char *list)
 	return 0;
 }
 
-/* On the creating thread, before the loop thread starts. */
-static int hello(struct emb_client *c, struct server *s,
-		 const struct emb_client_opts *opts)
+/* Encodes the HELLO every connection of c starts with. 0 or an error. */
+static int hello_encode(struct emb_client *c,
+			const struct emb_client_opts *opts)
 {
 	char name[EMB_WIRE_CLIENT_NAME_MAX];
-	char msg[EMB_WIRE_ERRMSG_MAX + 1];
-	int rc;
+	int len;
 
 	snprintf(name, sizeof(name), "%s/%s",
 		 opts->name ? opts->name : "embstore",
 		 emb_transport_name(c->tr));
 	/* The admin token proves training rights too: sent alone. */
 	if (c->admin_len)
-		rc = emb_hello_flags(s->conn, EMB_F_ADMIN, c->admin,
-				     c->admin_len, name, &s->lim, msg,
-				     sizeof(msg));
+		len = emb_hello_encode(c->hello_req, sizeof(c->hello_req),
+				       EMB_F_ADMIN, c->admin, c->admin_len,
+				       name);
 	else
-		rc = emb_hello(s->conn, opts->auth_token, opts->auth_token_len,
-			       name, &s->lim, msg, sizeof(msg));
+		len = emb_hello_encode(c->hello_req, sizeof(c->hello_req), 0,
+				       opts->auth_token, opts->auth_token_len,
+				       name);
+	if (len < 0)
+		return len;
+	c->hello_len = (uint32_t)len;
+	return 0;
+}
+
+/* Reads s's HELLO response (rhdr, payload): 0, or its refusal. */
+static int hello_check(struct server *s, const struct emb_frame_hdr *rhdr,
+		       const void *payload, bool first)
+{
+	char msg[EMB_WIRE_ERRMSG_MAX + 1];
+	struct emb_wire_hello_resp hr;
+	int rc;
+
+	rc = emb_hello_decode(rhdr, payload, &hr, msg, sizeof(msg));
 	if (rc < 0 && msg[0])
 		emb_log(EMB_LOG_ERROR, "server %s:%u refused HELLO: %s",
 			s->host, s->port, msg);
-	return rc;
+	if (rc)
+		return rc;
+	if (first)
+		s->lim = hr.limits; /* read by callers from now on */
+	else if (hr.server_id != s->server_id)
+		emb_log(EMB_LOG_INFO, "server %s:%u restarted: reconnected",
+			s->host, s->port);
+	else
+		emb_log(EMB_LOG_INFO, "server %s:%u: reconnected", s->host,
+			s->port);
+	s->server_id = hr.server_id;
+	s->sessions = hr.features & EMB_WIRE_FEAT_PUSH_SESSION;
+	return 0;
+}
+
+/* On the creating thread, before the loop thread starts. */
+static int hello(struct emb_client *c, struct server *s)
+{
+	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + 4 + EMB_WIRE_ERRMSG_MAX];
+	struct emb_frame_hdr hdr, rhdr;
+	struct iovec iov;
+	int rc;
+
+	memcpy(&hdr, c->hello_req, sizeof(hdr));
+	iov = (struct iovec){c->hello_req + EMB_WIRE_HDR_SIZE,
+			     c->hello_len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call_sync(s->conn, &hdr, &iov, 1, resp, sizeof(resp),
+				&rhdr);
+	if (rc)
+		return rc;
+	return hello_check(s, &rhdr, resp, true);
+}
+
+/* Loop thread: the HELLO of a new conn to s came back. */
+static void hello_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct server *s = ctx;
+	struct emb_client *c = s->c;
+	struct part *p;
+
+	/* The conn was dropped underneath (destroy, or a loss). */
+	if (!s->conn || s->state != SRV_HELLO)
+		return;
+	if (status == 0) {
+		status = hello_check(s, resp, s->hello_resp, false);
+		/* Refused (a token the restarted server does not take):
+		 * retrying cannot help the parts waiting. */
+		if (status && resp->status < 0)
+			fail_waiting(s, status);
+	}
+	if (status) {
+		server_lost(s, status);
+		return;
+	}
+	s->state = SRV_UP;
+	s->backoff_ms = 0;
+	add(&c->reconnects, 1);
+	p = s->wait_head;
+	s->wait_head = s->wait_tail = NULL;
+	while (p) {
+		struct part *next = p->wnext;
+
+		part_send(c, p);
+		p = next;
+	}
+}
+
+/* Loop thread: one connect attempt to s, then HELLO (answered later). */
+static void reconnect(struct emb_client *c, struct server *s)
+{
+	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
+	struct emb_frame_hdr hdr;
+	struct emb_conn *conn;
+	struct iovec iov;
+	int rc;
+
+	co.host = s->host;
+	co.port = s->port;
+	rc = emb_conn_create(c->tr, &co, &conn);
+	if (rc) {
+		s->last_err = rc;
+		schedule_retry(s);
+		return;
+	}
+	s->conn = conn;
+	s->state = SRV_HELLO;
+	memcpy(&hdr, c->hello_req, sizeof(hdr));
+	iov = (struct iovec){c->hello_req + EMB_WIRE_HDR_SIZE,
+			     c->hello_len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call(conn, &hdr, &iov, 1, s->hello_resp,
+			   sizeof(s->hello_resp), hello_done, s);
+	if (rc)
+		server_lost(s, rc);
+}
+
+/*
+ * Loop thread: ends waiting parts whose deadline passed and reconnects
+ * servers that have parts waiting and whose backoff is over. Returns how
+ * long the loop may sleep before the next call, in ms.
+ */
+static int maintain(struct emb_client *c)
+{
+	uint64_t now = emb_clock_ms();
+	int wait = 100;
+
+	for (uint32_t i = 0; i < c->nsrv; i++) {
+		struct server *s = &c->srv[i];
+		struct part **pp = &s->wait_head, *last = NULL;
+
+		while (*pp) {
+			struct part *p = *pp;
+
+			if (now < p->op->deadline_ms) {
+				last = p;
+				pp = &p->wnext;
+				continue;
+			}
+			*pp = p->wnext;
+			part_end(p, s->last_err ? s->last_err : -ETIMEDOUT,
+				 NULL);
+		}
+		s->wait_tail = last;
+		if (!s->wait_head || s->state != SRV_DOWN)
+			continue;
+		if (now >= s->retry_ms) {
+			reconnect(c, s);
+			now = emb_clock_ms();
+		}
+		if (s->state == SRV_DOWN && s->retry_ms > now &&
+		    s->retry_ms - now < (uint64_t)wait)
+			wait = (int)(s->retry_ms - now);
+	}
+	return wait ? wait : 1;
 }
 
 static void *loop_main(void *arg)
 {
 	struct emb_client *c = arg;
-	int rc = emb_transport_run(c->tr);
+	int wait = 100, rc;
 
-	if (rc)
-		emb_log(EMB_LOG_ERROR, "client loop failed: %s",
-			emb_strerror(rc));
+	while (!stopping(c)) {
+		rc = emb_transport_poll(c->tr, wait);
+		if (rc < 0 && rc != -EINTR) {
+			emb_log(EMB_LOG_ERROR, "client loop failed: %s",
+				emb_strerror(rc));
+			break;
+		}
+		wait = maintain(c);
+	}
 	return NULL;
 }
 
@@ -1142,6 +1466,11 @@ static int connect_all(struct emb_client *c, const char *transport,
 	rc = emb_transport_create(transport, &topts, &c->tr);
 	if (rc)
 		return rc;
+	rc = hello_encode(c, opts);
+	if (rc) {
+		i = 0;
+		goto err;
+	}
 	for (i = 0; i < c->nsrv; i++) {
 		struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
 
@@ -1154,7 +1483,7 @@ static int connect_all(struct emb_client *c, const char *transport,
 				emb_strerror(rc));
 			goto err;
 		}
-		rc = hello(c, &c->srv[i], opts);
+		rc = hello(c, &c->srv[i]);
 		if (rc) {
 			emb_log(EMB_LOG_WARN, "hello to %s:%u: %s",
 				c->srv[i].host, c->srv[i].port,
@@ -1230,9 +1559,15 @@ int emb_client_create(const struct emb_client_opts *opts,
 	rc = env_admin_token(c);
 	if (rc)
 		goto err_free;
+	while (c->session == 0)
+		if (getrandom(&c->session, sizeof(c->session), 0) !=
+		    (ssize_t)sizeof(c->session))
+			c->session = emb_clock_ms() ^ ((uint64_t)getpid() << 32);
 	rc = parse_servers(c, opts->servers);
 	if (rc)
 		goto err_free;
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		c->srv[i].c = c;
 	if (strcmp(tp, "auto") == 0) {
 		rc = -ENODEV;
 		if (emb_transport_available("rdma"))
@@ -1270,8 +1605,9 @@ void emb_client_destroy(struct emb_client *c)
 		return;
 	/* First: the node's agent posts to this client's loop. */
 	emb_node_destroy(c->node);
+	__atomic_store_n(&c->stopping, true, __ATOMIC_RELEASE);
 	if (c->running) {
-		emb_transport_stop(c->tr);
+		emb_transport_wake(c->tr);
 		pthread_join(c->thread, NULL);
 	}
 	/* The loop thread is gone: this thread may now own the conns. */
@@ -1334,6 +1670,8 @@ void emb_client_stats(struct emb_client *c, struct emb_client_stats *out)
 	out->ids_sent = __atomic_load_n(&c->ids_sent, __ATOMIC_RELAXED);
 	out->bytes_out = ts.bytes_out;
 	out->bytes_in = ts.bytes_in;
+	out->retries = __atomic_load_n(&c->retries, __ATOMIC_RELAXED);
+	out->reconnects = __atomic_load_n(&c->reconnects, __ATOMIC_RELAXED);
 }
 
 int emb_client_last_error(struct emb_client *c, char *buf, size_t cap)
@@ -1371,10 +1709,13 @@ static void close_dead(void *arg)
 {
 	struct emb_client *c = arg;
 
-	for (uint32_t i = 0; i < c->nsrv; i++)
-		if (__atomic_load_n(&c->srv[i].dead, __ATOMIC_RELAXED) &&
-		    c->srv[i].conn)
+	for (uint32_t i = 0; i < c->nsrv; i++) {
+		if (!srv_dead(&c->srv[i]))
+			continue;
+		fail_waiting(&c->srv[i], EMB_ENODEAD);
+		if (c->srv[i].conn)
 			emb_conn_close(c->srv[i].conn, EMB_ENODEAD);
+	}
 }
 
 int emb__client_server_dead(struct emb_client *c, uint32_t server)

@@ -70,6 +70,8 @@ struct emb_client_stats {
 	uint64_t errors;    /* requests that failed */
 	uint64_t ids_in;    /* ids given to pull/push */
 	uint64_t ids_sent;  /* ids sent after dedup */
+	uint64_t retries;   /* requests sent again after a lost connection */
+	uint64_t reconnects; /* connections made again (HELLO included) */
 };
 
 /*

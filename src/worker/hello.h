@@ -36,4 +36,27 @@ int emb_hello_flags(struct emb_conn *conn, uint16_t flags,
 		    const uint8_t *token, uint32_t token_len, const char *name,
 		    struct emb_wire_limits *lim, char *errmsg, size_t errcap);
 
+/*
+ * The two halves of emb_hello_flags(), for a caller that sends HELLO
+ * itself (the client library's reconnects, on its loop thread). Room for a
+ * request: EMB_HELLO_REQ_MAX bytes, header included.
+ */
+#define EMB_HELLO_REQ_MAX                                                      \
+	(EMB_WIRE_HDR_SIZE + 8 + EMB_WIRE_TOKEN_MAX + EMB_WIRE_CLIENT_NAME_MAX)
+
+/* Writes the HELLO frame to buf; its length, or -EINVAL / -ENOSPC. */
+int emb_hello_encode(void *buf, size_t cap, uint16_t flags,
+		     const uint8_t *token, uint32_t token_len,
+		     const char *name);
+
+/*
+ * Reads a HELLO response (rhdr and its payload, 8-aligned) into *out. 0,
+ * or the server's status with its message in errmsg (as emb_hello()), or
+ * EMB_EBADFRAME.
+ */
+struct emb_wire_hello_resp;
+int emb_hello_decode(const struct emb_frame_hdr *rhdr, const void *payload,
+		     struct emb_wire_hello_resp *out, char *errmsg,
+		     size_t errcap);
+
 #endif

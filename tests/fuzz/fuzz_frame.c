@@ -326,12 +326,14 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 		must(((uintptr_t)pu.grads & 3) == 0, "push grads aligned");
 		touch(pu.ids, 8 * (size_t)pu.n);
 		touch(pu.grads, 4 * (size_t)pu.n * dim);
-		rc = emb_wire_push_req_encode(&v, f->hdr.req_id, pu.table_id,
-					      pu.step, pu.rank, pu.ids, pu.n,
-					      dim, pu.grads);
-		/* The encoder leaves flags to the caller's header. */
+		rc = emb_wire_push_req_encode_session(
+		    &v, f->hdr.req_id, pu.table_id, pu.step, pu.rank,
+		    pu.session, pu.seq, pu.ids, pu.n, dim, pu.grads);
+		/* The encoder leaves STEP_END to the caller's header. */
 		if (rc == 0 && pu.step_end)
-			emb_le16_store(v.head + 6, EMB_F_STEP_END);
+			emb_le16_store(v.head + 6,
+				       emb_le16_load(v.head + 6) |
+					   EMB_F_STEP_END);
 		same_iovs(f, &v, rc, "push request");
 	}
 	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++) {

@@ -1,0 +1,182 @@
+/*
+ * src/server/session.c - per-session windows of PUSH sequence numbers.
+ * Sessions live in one array, chained from hash buckets; the least recently
+ * used one is reused when the array is full. Any thread, under ss->mu.
+ */
+#include "server/session.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+#define WORDS	(EMB_SESSION_WINDOW / 64)
+#define NBUCKET (2 * EMB_SESSIONS_MAX) /* a power of two */
+#define NIL	UINT32_MAX
+
+struct sess {
+	uint64_t id;	      /* client session; 0 = slot unused */
+	uint64_t top;	      /* highest sequence number claimed */
+	uint64_t used;	      /* ss->clock at its last claim */
+	uint32_t next;	      /* next in its bucket, or NIL */
+	uint64_t bits[WORDS]; /* bit seq % WINDOW: seq in (top - WINDOW,
+				 top] claimed */
+};
+
+struct emb_sessions {
+	pthread_mutex_t mu;	      /* guards everything below */
+	struct sess *s;		      /* EMB_SESSIONS_MAX slots */
+	uint32_t n;		      /* slots in use */
+	uint32_t bucket[NBUCKET];     /* first slot of each chain, or NIL */
+	uint64_t clock;		      /* claims so far */
+	uint64_t dups;		      /* duplicates acknowledged */
+};
+
+static uint32_t bucket_of(uint64_t id)
+{
+	id ^= id >> 33;
+	id *= 0xff51afd7ed558ccdull;
+	id ^= id >> 33;
+	return (uint32_t)(id & (NBUCKET - 1));
+}
+
+int emb__sessions_create(struct emb_sessions **out)
+{
+	struct emb_sessions *ss = calloc(1, sizeof(*ss));
+
+	if (!ss)
+		return -ENOMEM;
+	ss->s = calloc(EMB_SESSIONS_MAX, sizeof(*ss->s));
+	if (!ss->s) {
+		free(ss);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < NBUCKET; i++)
+		ss->bucket[i] = NIL;
+	pthread_mutex_init(&ss->mu, NULL);
+	*out = ss;
+	return 0;
+}
+
+void emb__sessions_destroy(struct emb_sessions *ss)
+{
+	if (!ss)
+		return;
+	pthread_mutex_destroy(&ss->mu);
+	free(ss->s);
+	free(ss);
+}
+
+static struct sess *find(struct emb_sessions *ss, uint64_t id)
+{
+	for (uint32_t i = ss->bucket[bucket_of(id)]; i != NIL; i = ss->s[i].next)
+		if (ss->s[i].id == id)
+			return &ss->s[i];
+	return NULL;
+}
+
+static void unlink_slot(struct emb_sessions *ss, uint32_t slot)
+{
+	uint32_t *pp = &ss->bucket[bucket_of(ss->s[slot].id)];
+
+	while (*pp != slot)
+		pp = &ss->s[*pp].next;
+	*pp = ss->s[slot].next;
+}
+
+/* A new session, in a free slot or in the least recently used one. */
+static struct sess *add(struct emb_sessions *ss, uint64_t id)
+{
+	uint32_t slot = ss->n, b = bucket_of(id);
+	struct sess *e;
+
+	if (ss->n == EMB_SESSIONS_MAX) {
+		slot = 0;
+		for (uint32_t i = 1; i < EMB_SESSIONS_MAX; i++)
+			if (ss->s[i].used < ss->s[slot].used)
+				slot = i;
+		unlink_slot(ss, slot);
+	} else {
+		ss->n++;
+	}
+	e = &ss->s[slot];
+	memset(e, 0, sizeof(*e));
+	e->id = id;
+	e->next = ss->bucket[b];
+	ss->bucket[b] = slot;
+	return e;
+}
+
+static bool bit_get(const struct sess *e, uint64_t seq)
+{
+	uint64_t b = seq % EMB_SESSION_WINDOW;
+
+	return (e->bits[b / 64] >> (b % 64)) & 1;
+}
+
+static void bit_put(struct sess *e, uint64_t seq, bool on)
+{
+	uint64_t b = seq % EMB_SESSION_WINDOW, m = 1ull << (b % 64);
+
+	if (on)
+		e->bits[b / 64] |= m;
+	else
+		e->bits[b / 64] &= ~m;
+}
+
+int emb__sessions_claim(struct emb_sessions *ss, uint64_t session,
+			uint64_t seq)
+{
+	struct sess *e;
+	int rc = 0;
+
+	pthread_mutex_lock(&ss->mu);
+	e = find(ss, session);
+	if (!e)
+		e = add(ss, session);
+	e->used = ++ss->clock;
+	if (seq > e->top) {
+		/* Slide the window: the numbers it passes were never seen. */
+		if (seq - e->top >= EMB_SESSION_WINDOW)
+			memset(e->bits, 0, sizeof(e->bits));
+		else
+			for (uint64_t q = e->top + 1; q < seq; q++)
+				bit_put(e, q, false);
+		e->top = seq;
+		bit_put(e, seq, true);
+	} else if (e->top - seq >= EMB_SESSION_WINDOW) {
+		rc = EMB_ERETRYLATE;
+	} else if (bit_get(e, seq)) {
+		ss->dups++;
+		rc = 1;
+	} else {
+		bit_put(e, seq, true);
+	}
+	pthread_mutex_unlock(&ss->mu);
+	return rc;
+}
+
+void emb__sessions_undo(struct emb_sessions *ss, uint64_t session,
+			uint64_t seq)
+{
+	struct sess *e;
+
+	pthread_mutex_lock(&ss->mu);
+	e = find(ss, session);
+	if (e && seq <= e->top && e->top - seq < EMB_SESSION_WINDOW)
+		bit_put(e, seq, false);
+	pthread_mutex_unlock(&ss->mu);
+}
+
+uint64_t emb__sessions_dups(struct emb_sessions *ss)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&ss->mu);
+	n = ss->dups;
+	pthread_mutex_unlock(&ss->mu);
+	return n;
+}
