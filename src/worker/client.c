@@ -49,7 +49,7 @@
 	((EMB_WIRE_HDR_SIZE + 1024u * EMB_WIRE_LIST_ENTRY_SIZE + 63u) & ~63u)
 
 #define BACKOFF_MIN_MS 10u   /* wait after the first failed reconnect */
-#define BACKOFF_MAX_MS 1000u /* longest wait between reconnects */
+#define BACKOFF_MAX_MS 500u /* longest wait between reconnects */
 
 enum srv_state {
 	SRV_UP = 0, /* conn open and HELLO done */

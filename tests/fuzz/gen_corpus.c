@@ -188,6 +188,9 @@ int main(int argc, char **argv)
 		  emb_wire_push_req_encode(&v, 6, 1, 1000, 2, ids, 4, 3, rows));
 	save_iovs("push_req_dim8", &v,
 		  emb_wire_push_req_encode(&v, 6, 1, 1000, 2, ids, 2, 8, rows));
+	save_iovs("push_req_session", &v,
+		  emb_wire_push_req_encode_session(&v, 6, 1, 1000, 2, 0x5e55ull,
+						   3, ids, 4, 3, rows));
 	save("push_resp",
 	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH, 6, 1, 0));
 	save_iovs("assign_req_dim3", &v,

@@ -115,6 +115,7 @@ static void test_hello(void)
 	resp.limits = deflim;
 	resp.limits.max_ids = 4096;
 	resp.server_id = 0xfeedull;
+	resp.features = EMB_WIRE_FEAT_PUSH_SESSION;
 	len = emb_wire_hello_resp_encode(buf, sizeof(buf), 1, &resp);
 	CU_ASSERT_EQUAL_FATAL(len, 64);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
@@ -125,6 +126,7 @@ static void test_hello(void)
 	CU_ASSERT_EQUAL(rout.limits.max_tables, deflim.max_tables);
 	CU_ASSERT_EQUAL(rout.limits.max_dim, deflim.max_dim);
 	CU_ASSERT_EQUAL(rout.server_id, 0xfeedull);
+	CU_ASSERT_EQUAL(rout.features, EMB_WIRE_FEAT_PUSH_SESSION);
 }
 
 static void test_tables(void)
@@ -401,6 +403,28 @@ static void test_push(void)
 	CU_ASSERT_EQUAL((uintptr_t)req.grads % 4, 0);
 	CU_ASSERT_EQUAL(memcmp(req.ids, ids, sizeof(ids)), 0);
 	CU_ASSERT_EQUAL(memcmp(req.grads, grads, sizeof(grads)), 0);
+	CU_ASSERT_EQUAL(req.session, 0);
+
+	/* With a session: 16 more bytes of prefix, ids still 8-aligned. */
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_encode_session(
+				  &v, 5, 2, 777, 3, 0xabcdull, 42, ids, 3, 4,
+				  grads),
+			      0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 32 + 24 + 48);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(f.hdr.flags, EMB_F_SESSION);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_decode(&f, 4, &req), 0);
+	CU_ASSERT_EQUAL(req.session, 0xabcdull);
+	CU_ASSERT_EQUAL(req.seq, 42);
+	CU_ASSERT_EQUAL(req.step, 777);
+	CU_ASSERT_EQUAL((uintptr_t)req.ids % 8, 0);
+	CU_ASSERT_EQUAL(memcmp(req.ids, ids, sizeof(ids)), 0);
+	CU_ASSERT_EQUAL(memcmp(req.grads, grads, sizeof(grads)), 0);
+	/* A session needs a sequence number from 1. */
+	CU_ASSERT_EQUAL(emb_wire_push_req_encode_session(&v, 5, 2, 0, 0, 7, 0,
+							 ids, 3, 4, grads),
+			EMB_EBADARG);
 
 	len = emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH, 5, 2, 0);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);

@@ -2,19 +2,24 @@
  * tests/worker/test_failures.c - the client against embstore-server child
  * processes that die (SIGKILL) or hang (SIGSTOP): every call must come back
  * with an error within the client's timeout, never hang, and servers that
- * are still alive keep answering. Also runs the daemon's own flags (token
+ * are still alive keep answering; a server restarted from its checkpoint is
+ * reconnected and training goes on. Also runs the daemon's own flags (token
  * file, id limit) and its clean exit on SIGTERM.
  */
 #include "worker/embstore.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "harness.h"
 #include "netutil.h"
@@ -153,6 +158,219 @@ static void test_one_of_two_dies(void)
 	nt_child_reap(&ch[0], SIGTERM);
 }
 
+/* ---- a server SIGKILLed and restarted from its checkpoint mid-run ---- */
+
+#define TRAIN_IDS   64u
+#define TRAIN_STEPS 100000u
+
+/* A training loop on its own thread: pull, then push -1 to every id. */
+struct trainer {
+	struct emb_client_table *t; /* borrowed */
+	uint64_t ids[TRAIN_IDS];    /* the batch of every step */
+	bool stop;		    /* set by the test; atomic */
+	uint32_t steps;		    /* steps done; atomic */
+	int rc;			    /* first failure, 0 if none */
+	uint64_t *ack_ms;	    /* wall-clock ms each step's push came back */
+};
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void *train_main(void *arg)
+{
+	struct trainer *tr = arg;
+	static float grads[TRAIN_IDS * DIM], rows[TRAIN_IDS * DIM];
+	uint32_t step = 0;
+
+	for (uint32_t i = 0; i < TRAIN_IDS * DIM; i++)
+		grads[i] = -1.0f;
+	while (!__atomic_load_n(&tr->stop, __ATOMIC_ACQUIRE) &&
+	       step < TRAIN_STEPS) {
+		int rc = emb_client_table_pull(tr->t, tr->ids, TRAIN_IDS, rows,
+					       0, NULL);
+
+		if (!rc)
+			rc = emb_client_table_push(tr->t, tr->ids, TRAIN_IDS,
+						   grads, step, 0);
+		if (rc) {
+			tr->rc = rc;
+			break;
+		}
+		tr->ack_ms[step++] = wall_ms();
+		__atomic_store_n(&tr->steps, step, __ATOMIC_RELEASE);
+		usleep(2000);
+	}
+	return NULL;
+}
+
+/* The time in the name of dir's newest checkpoint (ckpt-<ms>), or 0. */
+static uint64_t newest_ckpt_ms(const char *dir)
+{
+	struct dirent *de;
+	uint64_t best = 0;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d)) != NULL) {
+		uint64_t ms;
+
+		if (strncmp(de->d_name, "ckpt-", 5) == 0 &&
+		    sscanf(de->d_name + 5, "%lu", &ms) == 1 && ms > best)
+			best = ms;
+	}
+	closedir(d);
+	return best;
+}
+
+static uint32_t wait_steps(struct trainer *tr, uint32_t want, int max_ms)
+{
+	uint32_t n = 0;
+
+	for (int i = 0; i < max_ms; i++) {
+		n = __atomic_load_n(&tr->steps, __ATOMIC_ACQUIRE);
+		if (n >= want || tr->rc)
+			break;
+		usleep(1000);
+	}
+	return n;
+}
+
+static void test_restart_from_checkpoint(void)
+{
+	struct emb_table_spec sp = nt_spec("restart", DIM, 5);
+	struct trainer tr = {0};
+	struct emb_client_stats cs;
+	struct emb_client *c;
+	struct nt_child ch[2];
+	char *dir[2], port_arg[32];
+	const char *args[2][8];
+	uint64_t t_kill, t_ckpt, t_back;
+	uint32_t at_kill, done, maybe_lost = 0, lost = 0, back;
+	static float rows[TRAIN_IDS * DIM];
+	pthread_t th;
+
+	sp.optim.lr = 1.0f;
+	sp.init.kind = EMB_INIT_ZEROS;
+	for (int i = 0; i < 2; i++) {
+		dir[i] = emb_test_tmpdir();
+		args[i][0] = "--checkpoint-dir";
+		args[i][1] = dir[i];
+		args[i][2] = "--checkpoint-interval";
+		args[i][3] = "1";
+		args[i][4] = NULL;
+		nt_child_start(&ch[i], args[i]);
+	}
+	{
+		uint16_t ports[2] = {ch[0].port, ch[1].port};
+		char addr[64];
+
+		nt_addr_list(addr, sizeof(addr), ports, 2);
+		c = nt_client(addr, 10000);
+	}
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &tr.t), 0);
+	fill_ids(tr.ids, TRAIN_IDS, 100);
+	tr.ack_ms = calloc(TRAIN_STEPS, sizeof(*tr.ack_ms));
+	CU_ASSERT_PTR_NOT_NULL_FATAL(tr.ack_ms);
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, train_main, &tr), 0);
+
+	/* Past the first checkpoint (1 s), well before the second. */
+	usleep(1500 * 1000);
+	nt_child_reap(&ch[1], SIGKILL);
+	t_kill = emb_clock_ms();
+	at_kill = __atomic_load_n(&tr.steps, __ATOMIC_ACQUIRE);
+	t_ckpt = newest_ckpt_ms(dir[1]);
+	CU_ASSERT_FATAL(t_ckpt > 0);
+
+	/* Down for half a second, then back on its port from its checkpoint. */
+	usleep(500 * 1000);
+	snprintf(port_arg, sizeof(port_arg), "127.0.0.1:%u", ch[1].port);
+	args[1][4] = "--listen";
+	args[1][5] = port_arg;
+	args[1][6] = NULL;
+	nt_child_start(&ch[1], args[1]);
+	back = wait_steps(&tr, at_kill + 2, 10000);
+	t_back = emb_clock_ms();
+	CU_ASSERT(back >= at_kill + 2);
+	wait_steps(&tr, back + 50, 10000);
+	__atomic_store_n(&tr.stop, true, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	done = tr.steps;
+	/* The worker never saw an error: it waited and went on. */
+	CU_ASSERT_EQUAL(tr.rc, 0);
+	emb_client_stats(c, &cs);
+	CU_ASSERT(cs.reconnects >= 1);
+	CU_ASSERT(cs.retries >= 1);
+	fprintf(stderr,
+		"\n    %u steps, %u before the kill; training resumed %llu ms "
+		"after the kill (server down 500 ms); %llu retries\n",
+		done, at_kill, (unsigned long long)(t_back - t_kill),
+		(unsigned long long)cs.retries);
+
+	/* Updates the checkpoint may not hold: acknowledged at or after it. */
+	for (uint32_t k = 0; k < at_kill + 1 && k < done; k++)
+		maybe_lost += tr.ack_ms[k] >= t_ckpt;
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_pull(tr.t, tr.ids, TRAIN_IDS, rows, 0, NULL), 0);
+	for (uint32_t i = 0; i < TRAIN_IDS; i++) {
+		float v = rows[i * DIM];
+
+		if (emb_client_server_of(c, tr.ids[i]) == 0) {
+			/* The live server saw every step once. */
+			CU_ASSERT_EQUAL(v, (float)done);
+		} else {
+			lost = done - (uint32_t)v;
+			/* Never more than was pushed; lost at most what came
+			 * after the checkpoint it restarted from. */
+			CU_ASSERT(v <= (float)done);
+			CU_ASSERT(v >= (float)(done - maybe_lost));
+			CU_ASSERT(v > 0);
+		}
+	}
+	fprintf(stderr,
+		"    restarted server lost %u updates per row; %u were "
+		"acknowledged after its checkpoint\n",
+		lost, maybe_lost);
+	emb_client_table_close(tr.t);
+	emb_client_destroy(c);
+	free(tr.ack_ms);
+	for (int i = 0; i < 2; i++) {
+		nt_child_reap(&ch[i], SIGTERM);
+		emb_test_rmtree(dir[i]);
+		free(dir[i]);
+	}
+}
+
+static void test_deadline(void)
+{
+	struct emb_table_spec sp = nt_spec("deadline", DIM, 2);
+	struct emb_client_table *t;
+	struct emb_client *c;
+	struct nt_child ch;
+	uint64_t ids[16], t0, ms;
+	float rows[16 * DIM];
+
+	nt_child_start(&ch, NULL);
+	c = client_of(&ch, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	fill_ids(ids, 16, 0);
+	nt_child_reap(&ch, SIGKILL);
+	/* Nobody comes back: the caller hears of it when the deadline
+	 * passes, not before and not much later. */
+	t0 = emb_clock_ms();
+	CU_ASSERT_NOT_EQUAL(emb_client_table_pull(t, ids, 16, rows, 0, NULL),
+			    0);
+	ms = emb_clock_ms() - t0;
+	CU_ASSERT(ms >= TIMEOUT_MS - 20 && ms < TIMEOUT_MS + 400);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+}
+
 static void test_refused(void)
 {
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
@@ -233,6 +451,11 @@ static const struct emb_test_case cases[] = {
 	{"with one of two servers dead, ids on the live one are served",
 	 test_one_of_two_dies},
 	{"connecting to a closed port is refused", test_refused},
+	{"a server SIGKILLed and restarted from its checkpoint: training goes "
+	 "on, losing at most the updates after that checkpoint",
+	 test_restart_from_checkpoint},
+	{"calls to a server that stays down fail when the deadline passes",
+	 test_deadline},
 	{"the daemon's token file and id limit are honoured",
 	 test_daemon_flags},
 	{NULL, NULL},
