@@ -187,6 +187,10 @@ static void usage(FILE *f)
 	    "(EMB_METRICS_LISTEN; default off)\n"
 	    "  --checkpoint-dir D     load the newest checkpoint at start, "
 	    "write them here (EMB_CHECKPOINT_DIR)\n"
+	    "  --checkpoint-start-empty  start empty when every checkpoint in "
+	    "the directory\n"
+	    "                         is damaged (they are set aside; default: "
+	    "refuse to start)\n"
 	    "  --checkpoint-interval S  seconds between checkpoints "
 	    "(EMB_CHECKPOINT_INTERVAL; default 300)\n"
 	    "  --role scheduler|server  cluster role (EMB_ROLE or MS_ROLE; "
@@ -271,9 +275,16 @@ static uint64_t default_mem_limit(void)
 }
 
 /* emb_server_opts.on_start: tables come back before the listener opens. */
+struct ckpt_start {
+	const char *dir;  /* --checkpoint-dir */
+	bool start_empty; /* --checkpoint-start-empty */
+};
+
 static int load_checkpoint(struct emb_server *s, void *arg)
 {
-	return emb_ckpt_load(s, arg);
+	const struct ckpt_start *cs = arg;
+
+	return emb_ckpt_load(s, cs->dir, cs->start_empty);
 }
 
 static const char *env_or(const char *name, const char *dflt)
@@ -303,6 +314,7 @@ int main(int argc, char **argv)
 	    {"zero-copy-pulls", required_argument, NULL, 'Z'},
 	    {"checkpoint-dir", required_argument, NULL, 'C'},
 	    {"checkpoint-interval", required_argument, NULL, 'I'},
+	    {"checkpoint-start-empty", no_argument, NULL, 'E'},
 	    {"role", required_argument, NULL, 'R'},
 	    {"metrics-listen", required_argument, NULL, 'M'},
 	    {"help", no_argument, NULL, 'h'},
@@ -333,6 +345,8 @@ int main(int argc, char **argv)
 	struct emb_ckpt_opts copts = {.keep = CKPT_KEEP,
 				      .interval_s = CKPT_DEFAULT_INTERVAL_S};
 	struct emb_ckpt *ckpt = NULL;
+	struct ckpt_start cstart = {0};
+	bool ckpt_failed = false;
 	struct emb_cluster_env cenv;
 	struct emb_node *node = NULL;
 	const char *role = NULL, *bad = NULL;
@@ -401,6 +415,9 @@ int main(int argc, char **argv)
 			break;
 		case 'I':
 			ckpt_iv = optarg;
+			break;
+		case 'E':
+			cstart.start_empty = true;
 			break;
 		case 'R':
 			role = optarg;
@@ -552,8 +569,9 @@ int main(int argc, char **argv)
 	}
 	if (ckpt_dir) {
 		copts.dir = ckpt_dir;
+		cstart.dir = ckpt_dir;
 		o.on_start = load_checkpoint;
-		o.start_arg = (void *)ckpt_dir;
+		o.start_arg = &cstart;
 	}
 
 	memset(&sa, 0, sizeof(sa));
@@ -638,13 +656,16 @@ int main(int argc, char **argv)
 	emb_ckpt_stop(ckpt);
 	if (ckpt_dir) {
 		rc = emb_ckpt_write(srv, ckpt_dir, CKPT_KEEP);
+		ckpt_failed = rc != 0;
 		if (rc)
-			emb_log(EMB_LOG_ERROR, "final checkpoint failed: %s",
+			emb_log(EMB_LOG_ERROR,
+				"final checkpoint failed: %s; exiting 1, "
+				"updates since the last checkpoint are lost",
 				emb_strerror(rc));
 	}
 	emb_metrics_destroy(metrics);
 	emb_server_destroy(srv);
 	emb_node_destroy(node);
 	emb_log(EMB_LOG_INFO, "stopped");
-	return job_failed ? 1 : 0;
+	return job_failed || ckpt_failed ? 1 : 0;
 }

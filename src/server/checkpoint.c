@@ -26,9 +26,10 @@
 #include "store/snapshot.h"
 #include "store/store.h"
 
-#define PREFIX	   "ckpt-"
-#define TMP_PREFIX ".tmp-ckpt-"
-#define MAX_CKPTS  4096
+#define PREFIX	       "ckpt-"
+#define TMP_PREFIX     ".tmp-ckpt-"
+#define REFUSED_PREFIX "refused-ckpt-"
+#define MAX_CKPTS      4096
 
 struct emb_ckpt {
 	struct emb_server *s; /* borrowed */
@@ -189,13 +190,52 @@ static int load_ckpt(struct emb_server *s, const char *cdir,
 	return 0;
 }
 
-int emb_ckpt_load(struct emb_server *s, const char *dir)
+/* Moves a refused checkpoint out of rotation, keeping it for inspection. */
+static void set_aside(const char *dir, const char *name)
+{
+	char from[EMB_SNAP_PATH_MAX + 300], to[EMB_SNAP_PATH_MAX + 320];
+
+	snprintf(from, sizeof(from), "%s/%s", dir, name);
+	snprintf(to, sizeof(to), "%s/refused-%s", dir, name);
+	if (rename(from, to) == 0)
+		emb_log(EMB_LOG_WARN, "checkpoint %s set aside as %s", from,
+			to);
+	else
+		emb_log(EMB_LOG_ERROR, "checkpoint %s: cannot set aside: %s",
+			from, emb_strerror(-errno));
+}
+
+int emb_ckpt_check_dir(const char *dir)
+{
+	char probe[EMB_SNAP_PATH_MAX + 64];
+	int fd, rc = 0;
+
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	snprintf(probe, sizeof(probe), "%s/.probe-%ld", dir, (long)getpid());
+	fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, "x", 1) != 1 || fsync(fd) != 0)
+		rc = errno ? -errno : -EIO;
+	close(fd);
+	unlink(probe);
+	return rc;
+}
+
+int emb_ckpt_load(struct emb_server *s, const char *dir, bool start_empty)
 {
 	char cdir[EMB_SNAP_PATH_MAX + 300];
 	char **names;
 	uint32_t n;
 	int rc;
 
+	rc = emb_ckpt_check_dir(dir);
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "checkpoint directory %s: %s", dir,
+			emb_strerror(rc));
+		return rc;
+	}
 	/* Leftovers of a checkpoint interrupted by a crash. */
 	rc = list_prefixed(dir, TMP_PREFIX, &names, &n);
 	if (rc)
@@ -218,22 +258,40 @@ int emb_ckpt_load(struct emb_server *s, const char *dir)
 			continue;
 		rc = load_ckpt(s, cdir, e, ne);
 		free(e);
+		/* Newer ones were refused: out of rotation, kept. */
+		for (uint32_t j = 0; !rc && j < i; j++)
+			set_aside(dir, names[j]);
 		free_names(names, n);
 		return rc;
 	}
-	if (n)
+	if (n && !start_empty) {
 		emb_log(EMB_LOG_ERROR,
+			"no valid checkpoint in %s (%u refused): not starting; "
+			"move them away or pass --checkpoint-start-empty",
+			dir, n);
+		free_names(names, n);
+		return EMB_ENOCKPT;
+	}
+	if (n)
+		emb_log(EMB_LOG_WARN,
 			"no valid checkpoint in %s (%u refused): starting "
-			"empty",
+			"empty as told",
 			dir, n);
 	else
 		emb_log(EMB_LOG_INFO, "no checkpoint in %s: starting empty",
 			dir);
+	for (uint32_t i = 0; i < n; i++)
+		set_aside(dir, names[i]);
 	free_names(names, n);
 	return 0;
 }
 
-static void prune(const char *dir, uint32_t keep)
+/*
+ * Removes all but the newest keep checkpoints, and never fin, the one just
+ * written and verified: whatever else the directory holds, the last valid
+ * checkpoint stays.
+ */
+static void prune(const char *dir, uint32_t keep, const char *fin)
 {
 	char cdir[EMB_SNAP_PATH_MAX + 300];
 	char **names;
@@ -243,9 +301,25 @@ static void prune(const char *dir, uint32_t keep)
 		return;
 	for (uint32_t i = keep; i < n; i++) {
 		snprintf(cdir, sizeof(cdir), "%s/%s", dir, names[i]);
-		rm_dir(cdir);
+		if (strcmp(cdir, fin) != 0)
+			rm_dir(cdir);
 	}
 	free_names(names, n);
+}
+
+/* The time in the name of dir's newest checkpoint, or 0. */
+static uint64_t newest_ms(const char *dir)
+{
+	unsigned long long ms = 0;
+	char **names;
+	uint32_t n;
+
+	if (list_prefixed(dir, PREFIX, &names, &n))
+		return 0;
+	if (n && sscanf(names[0] + strlen(PREFIX), "%llu", &ms) != 1)
+		ms = 0;
+	free_names(names, n);
+	return ms;
 }
 
 static int fsync_dir(const char *dir)
@@ -274,6 +348,10 @@ int emb_ckpt_write(struct emb_server *s, const char *dir, uint32_t keep)
 		return -errno;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	/* The newest name must be the newest checkpoint, also after the
+	 * wall clock stepped back: rotation goes by name. */
+	if (newest_ms(dir) >= ms)
+		ms = newest_ms(dir) + 1;
 	/* Names sort by time; a second checkpoint within 1 ms moves on. */
 	for (;;) {
 		snprintf(fin, sizeof(fin), "%s/" PREFIX "%016llu", dir,
@@ -334,7 +412,7 @@ int emb_ckpt_write(struct emb_server *s, const char *dir, uint32_t keep)
 		goto err_done;
 	emb_log(EMB_LOG_INFO, "checkpoint %s: %u tables, %llu rows, %llu bytes",
 		fin, ne, (unsigned long long)rows, (unsigned long long)bytes);
-	prune(dir, keep);
+	prune(dir, keep, fin);
 err_done:
 	free(e);
 	free(ids);

@@ -6,11 +6,14 @@
  * Layout: DIR/ckpt-<16-digit ms since the epoch>/ holds one TABLE.embs per
  * table and a MANIFEST; it is written as DIR/.tmp-ckpt-.../ and renamed
  * whole, so a checkpoint directory either is complete or does not exist.
- * The newest `keep` checkpoints are kept.
+ * The newest `keep` checkpoints are kept, and never fewer than the last
+ * valid one: a new checkpoint is named after every existing one, and
+ * rotation never removes the one just written.
  */
 #ifndef EMB_SERVER_CHECKPOINT_H
 #define EMB_SERVER_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "server/server.h"
@@ -24,13 +27,24 @@ struct emb_ckpt_opts {
 };
 
 /*
- * Loads the newest checkpoint under dir whose every file verifies into s
- * (creating its tables), skipping damaged ones with an ERROR log line that
- * names the file and the reason. For emb_server_opts.on_start. 0 (also when
- * dir holds no checkpoint), or the error of creating or filling a table
- * (the server then refuses to start rather than run half-loaded).
+ * Creates dir if missing and checks that a file can be written and synced
+ * there. 0, or the negative errno that stops it.
  */
-int emb_ckpt_load(struct emb_server *s, const char *dir);
+int emb_ckpt_check_dir(const char *dir);
+
+/*
+ * Checks dir as emb_ckpt_check_dir(), then loads the newest checkpoint
+ * under it whose every file verifies into s (creating its tables),
+ * skipping damaged ones with an ERROR log line that names the file and the
+ * reason. Refused checkpoints newer than the one loaded are renamed
+ * refused-ckpt-... : kept for inspection, out of rotation. For
+ * emb_server_opts.on_start. 0 (also when dir holds no checkpoint), or the
+ * directory's error, or EMB_ENOCKPT (checkpoints there, none valid, and
+ * not start_empty; with start_empty they are set aside and the server
+ * starts empty), or the error of creating or filling a table (the server
+ * then refuses to start rather than run half-loaded).
+ */
+int emb_ckpt_load(struct emb_server *s, const char *dir, bool start_empty);
 
 /*
  * Writes one checkpoint of every table now and prunes to keep. 0, or the

@@ -67,6 +67,54 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
+/*
+ * Runs embstore-server --listen 127.0.0.1:port --threads 1 args... (NULL-
+ * terminated) with its log in tmp; returns the child's pid.
+ */
+static pid_t srv_spawn(uint16_t port, const char *const *args)
+{
+	char listen[64], log[600];
+	const char *argv[32];
+	int n = 0;
+	pid_t pid;
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+	snprintf(log, sizeof(log), "%s/server-%u.log", tmp, port);
+	argv[n++] = server_bin;
+	argv[n++] = "--listen";
+	argv[n++] = listen;
+	argv[n++] = "--threads";
+	argv[n++] = "1";
+	while (args && *args && n < 31)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		dup2(fd, 2);
+		execv(server_bin, (char *const *)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Waits up to 10 s for pid to exit: its exit status, or -1. */
+static int exit_status(pid_t pid)
+{
+	int st;
+
+	for (int i = 0; i < 1000; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+		sleep_ms(10);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return -1;
+}
+
 /* Starts embstore-server; ckpt_dir may be NULL. Waits until it answers. */
 static struct srv srv_start(const char *ckpt_dir, const char *interval)
 {
@@ -688,6 +736,131 @@ static void test_checkpoint_survives_sigkill(void)
 	free(ids);
 }
 
+/* A checkpoint directory with a damaged MANIFEST, named for time ms. */
+static void plant_bad_ckpt(const char *dir, unsigned long long ms)
+{
+	char p[800];
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/ckpt-%016llu", dir, ms);
+	CU_ASSERT_EQUAL_FATAL(mkdir(p, 0755), 0);
+	snprintf(p, sizeof(p), "%s/ckpt-%016llu/MANIFEST", dir, ms);
+	f = fopen(p, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fputs("not a manifest\n", f);
+	fclose(f);
+}
+
+static uint32_t rows_found(const struct srv *s, const uint64_t *ids)
+{
+	struct emb_client_table *t;
+	struct emb_client *c = connect_to(s, 1);
+	uint8_t *found = calloc(NIDS, 1);
+	float *rows = calloc((size_t)NIDS * DIM, sizeof(float));
+	uint32_t n = 0;
+
+	if (emb_client_table_open(c, "emb", &t) == 0) {
+		CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, NIDS, rows,
+						      EMB_CLIENT_NOCREATE,
+						      found),
+				0);
+		for (uint32_t i = 0; i < NIDS; i++)
+			n += found[i];
+		emb_client_table_close(t);
+	}
+	emb_client_destroy(c);
+	free(found);
+	free(rows);
+	return n;
+}
+
+static void test_checkpoints_never_lose_data(void)
+{
+	struct emb_table_spec sp = adam_spec(DIM);
+	struct emb_client_table *t;
+	struct emb_client *c;
+	uint64_t *ids = test_ids();
+	char *dir = sub("ckpt-safe"), *bad = sub("ckpt-bad");
+	char *file = sub("not-a-dir"), *moved = sub("ckpt-moved"), p[1400];
+	const char *args[8];
+	uint32_t want;
+	struct srv s;
+	FILE *f;
+
+	/* A server's rows reach a checkpoint (SIGTERM writes the last). */
+	s = srv_start(dir, "1000");
+	c = connect_to(&s, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	train(t, ids, 0, 4);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	want = rows_found(&s, ids);
+	CU_ASSERT_FATAL(want > 0);
+	srv_stop(&s, SIGTERM);
+
+	/* Damaged checkpoints named after the good one (a clock that was
+	 * ahead): refused and set aside, and the checkpoints written next
+	 * never rotate the good one away behind them. */
+	for (int i = 0; i < 3; i++)
+		plant_bad_ckpt(dir, 9999999999990ull + (unsigned long long)i);
+	s = srv_start(dir, "1");
+	CU_ASSERT_EQUAL(rows_found(&s, ids), want);
+	sleep_ms(3500);
+	srv_stop(&s, SIGTERM);
+	snprintf(p, sizeof(p), "test -d %s/refused-ckpt-0009999999999992",
+		 dir);
+	CU_ASSERT_EQUAL(system(p), 0);
+	s = srv_start(dir, "1000");
+	CU_ASSERT_EQUAL(rows_found(&s, ids), want);
+	srv_stop(&s, SIGTERM);
+
+	/* Nothing valid: no start, unless told to start empty. */
+	CU_ASSERT_EQUAL_FATAL(mkdir(bad, 0755), 0);
+	plant_bad_ckpt(bad, 1000);
+	plant_bad_ckpt(bad, 2000);
+	args[0] = "--checkpoint-dir";
+	args[1] = bad;
+	args[2] = NULL;
+	CU_ASSERT_EQUAL(exit_status(srv_spawn(free_port(), args)), 1);
+	snprintf(p, sizeof(p), "test -d %s/ckpt-0000000000002000", bad);
+	CU_ASSERT_EQUAL(system(p), 0);
+	args[2] = "--checkpoint-start-empty";
+	args[3] = NULL;
+	{
+		pid_t pid = srv_spawn(free_port(), args);
+
+		sleep_ms(300);
+		CU_ASSERT_EQUAL(waitpid(pid, NULL, WNOHANG), 0);
+		kill(pid, SIGTERM);
+		CU_ASSERT_EQUAL(exit_status(pid), 0);
+	}
+	snprintf(p, sizeof(p), "test -d %s/refused-ckpt-0000000000002000",
+		 bad);
+	CU_ASSERT_EQUAL(system(p), 0);
+
+	/* A directory that cannot be written fails at start. */
+	f = fopen(file, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fclose(f);
+	args[1] = file;
+	args[2] = NULL;
+	CU_ASSERT_EQUAL(exit_status(srv_spawn(free_port(), args)), 1);
+	snprintf(p, sizeof(p), "%s/sub", file);
+	args[1] = p;
+	CU_ASSERT_EQUAL(exit_status(srv_spawn(free_port(), args)), 1);
+
+	/* A final checkpoint that fails makes the exit status 1. */
+	s = srv_start(dir, "1000");
+	CU_ASSERT_EQUAL_FATAL(rename(dir, moved), 0);
+	f = fopen(dir, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fclose(f);
+	kill(s.pid, SIGTERM);
+	CU_ASSERT_EQUAL(exit_status(s.pid), 1);
+	unlink(dir);
+	free(ids);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -701,6 +874,9 @@ int main(int argc, char **argv)
 	     test_restore_refuses_without_touching},
 	    {"checkpoints: SIGKILL, a damaged one, the last on SIGTERM",
 	     test_checkpoint_survives_sigkill},
+	    {"checkpoints: the last valid one is never rotated away; none "
+	     "valid, an unwritable directory or a failed last one fail",
+	     test_checkpoints_never_lose_data},
 	    {NULL, NULL},
 	};
 	int rc;
