@@ -48,6 +48,8 @@ struct emb_bench_cfg {
 	const char *servers;	    /* "host:port,..." */
 	const char *transport;	    /* "tcp", "rdma" or "auto" */
 	bool from_env;		    /* join the cluster from the environment */
+	const uint8_t *auth_token;  /* sent to servers and scheduler, or NULL */
+	uint32_t auth_token_len;    /* bytes */
 	bool preload;		    /* create the rows before timing */
 	uint32_t cache_rows;	    /* a cached table per thread; 0 = none */
 	uint32_t prefetch;	    /* cache: batches fetched ahead */

@@ -50,6 +50,8 @@ static int connect_client(const struct emb_bench_cfg *cfg,
 	co.transport = cfg->transport;
 	co.name = "embstore-bench";
 	co.timeout_ms = 60000;
+	co.auth_token = cfg->auth_token;
+	co.auth_token_len = cfg->auth_token_len;
 	if (cfg->from_env)
 		return emb_client_from_env(&co, out);
 	return emb_client_create(&co, out);

@@ -34,6 +34,7 @@
 #include "common/hash.h"
 #include "common/hist.h"
 #include "common/optim.h"
+#include "common/token.h"
 #include "worker/embstore.h"
 
 #define THREADS_MAX 256u
@@ -54,6 +55,7 @@ struct opts {
 	bool json;			/* one JSON line on stdout */
 	bool in_process;		/* --in-process given */
 	const char *sched;		/* --sched HOST:PORT */
+	const char *token_file;		/* --auth-token-file, or the env */
 	double mix;			/* op mix: share of batches that pull */
 	const char *transport_name;	/* for the report, after open */
 	uint32_t compute_us;		/* busy wait between pull and push */
@@ -114,6 +116,8 @@ static void usage(FILE *f)
 	    "                        PADDLE_PSERVERS_IP_PORT_LIST set: join\n"
 	    "                        the cluster as a worker)\n"
 	    "  --transport T         tcp | rdma | auto (tcp)\n"
+	    "  --auth-token-file F   token for the servers and the scheduler\n"
+	    "                        (EMB_AUTH_TOKEN_FILE)\n"
 	    "  --preload | --no-preload  create the rows first (default on)\n"
 	    "  --op OP               pull | push | step | mix:F | raw-gather |"
 	    " raw-apply (pull);\n"
@@ -199,6 +203,7 @@ enum {
 	OPT_JSON,
 	OPT_SERVERS,
 	OPT_SCHED,
+	OPT_TOKEN_FILE,
 	OPT_TRANSPORT,
 	OPT_PRELOAD,
 	OPT_NO_PRELOAD,
@@ -227,6 +232,7 @@ static const struct option long_opts[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"servers", required_argument, NULL, OPT_SERVERS},
     {"sched", required_argument, NULL, OPT_SCHED},
+    {"auth-token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"transport", required_argument, NULL, OPT_TRANSPORT},
     {"preload", no_argument, NULL, OPT_PRELOAD},
     {"no-preload", no_argument, NULL, OPT_NO_PRELOAD},
@@ -326,6 +332,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	};
 	o->cfg.transport = "tcp";
 	o->cfg.preload = true;
+	o->token_file = getenv("EMB_AUTH_TOKEN_FILE");
 	/* The cache flags default to the cached table's defaults. */
 	o->cfg.cache_mode = EMB_CACHED_TABLE_OPTS_DEFAULT.mode;
 	o->cfg.cache_policy = EMB_CACHED_TABLE_OPTS_DEFAULT.policy;
@@ -348,6 +355,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_SCHED:
 			o->sched = optarg;
+			break;
+		case OPT_TOKEN_FILE:
+			o->token_file = optarg;
 			break;
 		case OPT_TRANSPORT:
 			o->cfg.transport = optarg;
@@ -500,9 +510,23 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->cfg.from_env = true;
 		}
 	}
+	if (!rc && o->token_file && *o->token_file) {
+		static uint8_t token[EMB_TOKEN_MAX];
+
+		if (emb_token_read_file(o->token_file, token,
+					&o->cfg.auth_token_len)) {
+			fprintf(stderr,
+				"embstore-bench: cannot use token file %s\n",
+				o->token_file);
+			rc = -EINVAL;
+		}
+		o->cfg.auth_token = token;
+	}
 	if (!rc && o->sched) {
 		static char list[65536];
-		int err = emb_cluster_servers(o->sched, list, sizeof(list));
+		int err = emb_cluster_servers_auth(o->sched, o->cfg.auth_token,
+						   o->cfg.auth_token_len, list,
+						   sizeof(list));
 
 		if (err) {
 			fprintf(stderr, "embstore-bench: scheduler %s: %s\n",

@@ -83,7 +83,7 @@ static int start_metrics(const char *addr, emb_metrics_collect_fn fn, void *arg,
 /* --role scheduler: serve the cluster until the job ends or a signal. */
 static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 			 uint16_t port, const char *metrics_addr,
-			 const sigset_t *old)
+			 const struct emb_server_opts *o, const sigset_t *old)
 {
 	struct emb_sched_opts so = EMB_SCHED_OPTS_DEFAULT;
 	struct emb_metrics *metrics = NULL;
@@ -102,6 +102,8 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 	so.worker_num = env->worker_num;
 	so.hb_timeout_ms = env->hb_timeout_ms;
 	so.on_done = on_cluster_end;
+	so.auth_token = o->auth_token;
+	so.auth_token_len = o->auth_token_len;
 	rc = emb_sched_create(&so, &sched);
 	if (rc) {
 		emb_log(EMB_LOG_ERROR, "cannot schedule on %s:%u: %s", host,
@@ -157,7 +159,10 @@ static void usage(FILE *f)
 	    "  --transport tcp|rdma   (EMB_TRANSPORT; default tcp)\n"
 	    "  --threads N            event loop threads (EMB_THREADS; "
 	    "default: cores)\n"
-	    "  --auth-token-file F    require this token in HELLO "
+	    "  --auth-token-file F    require this token in HELLO; the "
+	    "scheduler's too, and a\n"
+	    "                         server logs in to its scheduler with "
+	    "it "
 	    "(EMB_AUTH_TOKEN_FILE)\n"
 	    "  --admin-token-file F   SET_MODE and DROP_TABLE need this "
 	    "token (EMB_ADMIN_TOKEN_FILE)\n"
@@ -587,7 +592,7 @@ int main(int argc, char **argv)
 	sigaddset(&block, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
 	if (cenv.role == EMB_ROLE_SCHEDULER)
-		return run_scheduler(&cenv, la.host, o.port, metrics_addr,
+		return run_scheduler(&cenv, la.host, o.port, metrics_addr, &o,
 				     &old);
 
 	rc = emb_server_create(&o, &srv);
@@ -632,6 +637,8 @@ int main(int argc, char **argv)
 		    .join_timeout_ms = cenv.join_timeout_ms,
 		    .on_end = on_cluster_end,
 		    .cancel = &got_signal,
+		    .auth_token = o.auth_token,
+		    .auth_token_len = o.auth_token_len,
 		};
 
 		/* Signals count while the scheduler may not be up yet. */

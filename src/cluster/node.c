@@ -624,6 +624,40 @@ static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
 	}
 }
 
+/* Creating thread, before the agent starts: logs in with the token. */
+static int hello_sched(struct emb_node *n, const struct emb_node_opts *o)
+{
+	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 8 + EMB_WIRE_TOKEN_MAX +
+				EMB_WIRE_CLIENT_NAME_MAX];
+	_Alignas(8) uint8_t resp[SMALL_RESP];
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_hello_resp hr;
+	struct emb_frame_hdr hdr, rhdr;
+	struct emb_wire_frame f;
+	struct iovec iov;
+	int len, rc;
+
+	len = emb_wire_hello_req_encode(
+	    req, sizeof(req), 0, EMB_WIRE_VERSION, o->auth_token,
+	    o->auth_token_len,
+	    o->role == EMB_ROLE_SERVER ? "embstore-server" : "embstore-worker");
+	if (len < 0)
+		return len;
+	memcpy(&hdr, req, sizeof(hdr));
+	iov = (struct iovec){req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call_sync(n->conn, &hdr, &iov, 1, resp, sizeof(resp),
+				&rhdr);
+	if (rc)
+		return rc;
+	if (rhdr.status < 0) {
+		log_error_resp(n, &rhdr, resp);
+		return rhdr.status;
+	}
+	f = (struct emb_wire_frame){.hdr = rhdr, .payload = resp, .lim = &lim};
+	return emb_wire_hello_resp_decode(&f, &hr);
+}
+
 /* Creating thread, before the agent starts. */
 static int register_node(struct emb_node *n, const struct emb_node_opts *o)
 {
@@ -670,7 +704,9 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 	if (!opts || !out || !opts->sched_host || !*opts->sched_host ||
 	    !opts->sched_port ||
 	    (opts->role != EMB_ROLE_SERVER && opts->role != EMB_ROLE_WORKER) ||
-	    (opts->role == EMB_ROLE_SERVER && !opts->port))
+	    (opts->role == EMB_ROLE_SERVER && !opts->port) ||
+	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
+	    (opts->auth_token_len && !opts->auth_token))
 		return -EINVAL;
 	n = calloc(1, sizeof(*n));
 	if (!n)
@@ -708,7 +744,9 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 			emb_strerror(rc));
 		goto err_tr;
 	}
-	rc = register_node(n, opts);
+	rc = opts->auth_token_len ? hello_sched(n, opts) : 0;
+	if (!rc)
+		rc = register_node(n, opts);
 	if (rc) {
 		emb_log(EMB_LOG_ERROR, "register with scheduler %s: %s",
 			n->sched, emb_strerror(rc));

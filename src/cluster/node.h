@@ -86,6 +86,9 @@ struct emb_node_opts {
 				     = the one the scheduler sees */
 	uint16_t port;		  /* server: its bound listen port */
 	uint32_t join_timeout_ms; /* connect retries and map wait; 0 = 300 s */
+	const uint8_t *auth_token; /* sent in HELLO before REGISTER, or NULL
+				      (no HELLO); borrowed for the call */
+	uint32_t auth_token_len;   /* bytes, <= 256 */
 	emb_node_end_fn on_end;	  /* optional */
 	void *arg;		  /* passed to on_end */
 	/* Optional: non-zero stops the connect retries (a daemon's signal
@@ -95,10 +98,12 @@ struct emb_node_opts {
 
 /*
  * Connects to the scheduler (retrying while it is not up yet, for at most
- * join_timeout_ms), registers, and starts heartbeats. The agent thread
+ * join_timeout_ms), logs in with HELLO when given a token, registers, and
+ * starts heartbeats. The agent thread
  * blocks every signal: they stay with the host's threads. Returns 0 and
  * *out with the rank known, or -EINVAL (bad opts), -ETIMEDOUT /
  * -ECONNREFUSED (no scheduler in time), -ECANCELED (*cancel was set),
+ * EMB_EAUTH (wrong token), EMB_ENOHELLO (the scheduler wants a token),
  * EMB_ECLUSTER (scheduler refused: cluster full), -ENOMEM, or another transport
  * error.
  */

@@ -20,6 +20,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "common/authlimit.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -51,6 +52,9 @@ struct emb_sched {
 	struct emb_sched_opts o;	  /* copy; host points at host */
 	char host[EMB_WIRE_HOST_MAX + 1]; /* listen address */
 	uint64_t cluster_id;		  /* random per run */
+	uint8_t token[EMB_WIRE_TOKEN_MAX]; /* required in HELLO */
+	uint32_t token_len;		  /* 0: HELLO optional */
+	struct emb_authlimit *authlimit;  /* failed HELLOs per address */
 
 	/* Loop thread only. Node id i + 1 names nodes[i]: servers take
 	 * 0..S-1, workers S..S+W-1, so an id says the role and rank. */
@@ -79,8 +83,22 @@ struct emb_sched {
 /* A reply in flight; freed when the transport is done with it. */
 struct reply {
 	struct emb_sched *s;	     /* owner */
+	struct emb_conn *close;	     /* closed once the reply is out, or NULL */
+	int reason;		     /* why, for the close */
 	_Alignas(8) uint8_t frame[]; /* the encoded frame */
 };
+
+/* A conn's user before REGISTER, once its HELLO passed. */
+static char hello_ok;
+#define HELLO_OK ((void *)&hello_ok)
+
+/* The node registered on conn, or NULL. */
+static struct node *conn_node(const struct emb_conn *conn)
+{
+	void *u = emb_conn_user(conn);
+
+	return u == HELLO_OK ? NULL : u;
+}
 
 static uint32_t nnodes(const struct emb_sched *s)
 {
@@ -102,8 +120,10 @@ static void reply_sent(void *ctx, int status)
 {
 	struct reply *r = ctx;
 
-	(void)status;
 	r->s->replies--;
+	/* status != 0: the conn closed already and may be gone. */
+	if (r->close && status == 0)
+		emb_conn_close(r->close, r->reason);
 	free(r);
 }
 
@@ -121,6 +141,7 @@ static void send_frame(struct emb_sched *s, struct emb_req *req,
 		return;
 	}
 	r->s = s;
+	r->close = NULL;
 	memcpy(r->frame, frame, (size_t)len);
 	memcpy(&hdr, r->frame, sizeof(hdr));
 	iov = (struct iovec){r->frame + EMB_WIRE_HDR_SIZE,
@@ -146,6 +167,39 @@ static void send_error(struct emb_sched *s, struct emb_req *req, int status,
 		return;
 	}
 	send_frame(s, req, buf, len);
+}
+
+/* Answers req with status, then closes its conn: login failures. */
+static void refuse_and_close(struct emb_sched *s, struct emb_req *req,
+			     int status, const char *msg)
+{
+	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE + 4 + EMB_WIRE_ERRMSG_MAX];
+	struct emb_conn *conn = emb_req_conn(req);
+	int len = emb_wire_error_encode(buf, sizeof(buf), req->hdr.opcode,
+					req->hdr.req_id, 0, status, msg);
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	struct reply *r;
+
+	r = len < 0 ? NULL : malloc(sizeof(*r) + (size_t)len);
+	if (!r) {
+		emb_req_release(req);
+		emb_conn_close(conn, status);
+		return;
+	}
+	r->s = s;
+	r->close = conn;
+	r->reason = status;
+	memcpy(r->frame, buf, (size_t)len);
+	memcpy(&hdr, r->frame, sizeof(hdr));
+	iov = (struct iovec){r->frame + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	s->replies++;
+	if (emb_conn_reply(req, &hdr, &iov, 1, reply_sent, r)) {
+		s->replies--;
+		free(r);
+		emb_conn_close(conn, status);
+	}
 }
 
 static void send_ack(struct emb_sched *s, struct emb_req *req, uint8_t op,
@@ -420,6 +474,58 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 	check_ready(s);
 }
 
+/*
+ * HELLO: with a token, the one way in (compared in constant time; failures
+ * from an address slow its next tries down); without, a courtesy.
+ */
+static void on_hello(struct emb_sched *s, struct emb_conn *conn,
+		     struct emb_req *req, const struct emb_wire_frame *f)
+{
+	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE];
+	const struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_hello_resp r = {0};
+	struct emb_wire_hello_req h;
+	unsigned char diff;
+	int len, rc;
+
+	rc = emb_wire_hello_req_decode(f, &h);
+	if (rc) {
+		refuse_and_close(s, req, rc, "bad HELLO");
+		return;
+	}
+	if (s->token_len) {
+		if (emb_authlimit_wait_ms(s->authlimit, emb_conn_peer(conn))) {
+			refuse_and_close(s, req, EMB_EAUTH,
+					 "too many failed attempts: wait");
+			return;
+		}
+		diff = (unsigned char)(h.token_len != s->token_len);
+		for (uint32_t i = 0; i < s->token_len; i++)
+			diff |= (unsigned char)(s->token[i] ^
+						(i < h.token_len ? h.token[i]
+								 : 0));
+		if (diff) {
+			emb_log(EMB_LOG_WARN, "%s: authentication failed",
+				emb_conn_peer(conn));
+			emb_authlimit_fail(s->authlimit, emb_conn_peer(conn));
+			refuse_and_close(s, req, EMB_EAUTH,
+					 "authentication failed");
+			return;
+		}
+		emb_authlimit_ok(s->authlimit, emb_conn_peer(conn));
+	}
+	if (!emb_conn_user(conn))
+		emb_conn_set_user(conn, HELLO_OK);
+	r.server_version = EMB_WIRE_VERSION;
+	r.limits = lim;
+	r.server_id = s->cluster_id;
+	len = emb_wire_hello_resp_encode(buf, sizeof(buf), req->hdr.req_id, &r);
+	if (len < 0)
+		send_error(s, req, len, "cannot encode HELLO response");
+	else
+		send_frame(s, req, buf, len);
+}
+
 /* The live node named by id, or NULL after answering req with an error. */
 static struct node *node_of(struct emb_sched *s, struct emb_req *req,
 			    uint32_t id)
@@ -570,9 +676,23 @@ static void on_request(void *arg, struct emb_conn *conn, struct emb_req *req,
 		send_error(s, req, EMB_EBADOP, "a response sent as a request");
 		return;
 	}
+	if (hdr->opcode == EMB_OP_HELLO) {
+		on_hello(s, conn, req, &f);
+		return;
+	}
+	/* With a token nothing counts before HELLO: no rank, no map. */
+	if (s->token_len && !emb_conn_user(conn)) {
+		emb_log(EMB_LOG_WARN, "%s: %s before HELLO refused",
+			emb_conn_peer(conn),
+			hdr->opcode == EMB_OP_REGISTER ? "REGISTER" : "request");
+		refuse_and_close(s, req, EMB_ENOHELLO,
+				 "this scheduler takes HELLO with the "
+				 "cluster's token first");
+		return;
+	}
 	switch (hdr->opcode) {
 	case EMB_OP_REGISTER:
-		if (emb_conn_user(conn))
+		if (conn_node(conn))
 			send_error(s, req, EMB_ECLUSTER,
 				   "connection already registered");
 		else
@@ -601,7 +721,7 @@ static void on_request(void *arg, struct emb_conn *conn, struct emb_req *req,
 static void on_close(void *arg, struct emb_conn *conn, int reason)
 {
 	struct emb_sched *s = arg;
-	struct node *n = emb_conn_user(conn);
+	struct node *n = conn_node(conn);
 
 	if (!n)
 		return;
@@ -719,7 +839,9 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	if (!opts || !out || !opts->host ||
 	    strlen(opts->host) > EMB_WIRE_HOST_MAX || opts->server_num == 0 ||
 	    opts->server_num > EMB_WIRE_SERVERS_MAX || opts->worker_num == 0 ||
-	    opts->worker_num > EMB_WIRE_WORKERS_MAX || !opts->hb_timeout_ms)
+	    opts->worker_num > EMB_WIRE_WORKERS_MAX || !opts->hb_timeout_ms ||
+	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
+	    (opts->auth_token_len && !opts->auth_token))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -727,6 +849,10 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	s->o = *opts;
 	snprintf(s->host, sizeof(s->host), "%s", opts->host);
 	s->o.host = s->host;
+	s->token_len = opts->auth_token_len;
+	if (opts->auth_token_len)
+		memcpy(s->token, opts->auth_token, opts->auth_token_len);
+	s->o.auth_token = NULL;
 	s->state = EMB_CLUSTER_FORMING;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
@@ -735,7 +861,7 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 		s->cluster_id = (uint64_t)(int64_t)emb_clock_ms();
 	s->nodes = calloc(nnodes(s), sizeof(*s->nodes));
 	s->dead = calloc(nnodes(s), sizeof(*s->dead));
-	if (!s->nodes || !s->dead) {
+	if (!s->nodes || !s->dead || emb_authlimit_create(&s->authlimit)) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
@@ -770,6 +896,7 @@ err_lis:
 err_tr:
 	emb_transport_destroy(s->tr);
 err_free:
+	emb_authlimit_destroy(s->authlimit);
 	free(s->dead);
 	free(s->nodes);
 	pthread_cond_destroy(&s->cv);
@@ -823,6 +950,7 @@ void emb_sched_destroy(struct emb_sched *s)
 	s->over = true;
 	emb_transport_destroy(s->tr);
 	free(s->map_frame);
+	emb_authlimit_destroy(s->authlimit);
 	free(s->dead);
 	free(s->nodes);
 	pthread_cond_destroy(&s->cv);

@@ -4,6 +4,10 @@
  * and finish through it (docs/cluster.md). The daemon runs it for
  * `embstore-server --role scheduler`; tests run it in their own process.
  *
+ * With a token, every connection must open with HELLO carrying it before
+ * any cluster request (REGISTER included): anything else is refused and
+ * the connection closed, so a peer without the token takes no rank.
+ *
  * A scheduler runs one event loop in a thread of its own; every node's
  * state lives on that thread. create/wait/destroy are called from one
  * controlling thread; emb_sched_port() from any.
@@ -21,6 +25,10 @@ struct emb_sched_opts {
 	uint32_t server_num;	/* servers to wait for, 1..4096 */
 	uint32_t worker_num;	/* workers to wait for, 1..65536 */
 	uint32_t hb_timeout_ms; /* silence that makes a node dead, >= 1 */
+	/* Required in the HELLO every connection starts with, or NULL: then
+	 * HELLO is optional. Copied. */
+	const uint8_t *auth_token;
+	uint32_t auth_token_len; /* bytes, <= 256 */
 	/* Runs on the scheduler's thread once the job is over: status 0
 	 * when every worker finished, EMB_ENODEAD when a node died on the
 	 * way. Optional. */
@@ -37,7 +45,7 @@ struct emb_sched_opts {
 
 /*
  * Binds and starts serving in its own thread. 0 and *out, or -EINVAL (bad
- * opts), -EADDRINUSE, -ENOMEM, or another negative errno.
+ * opts, a token over 256 bytes), -EADDRINUSE, -ENOMEM, or another negative errno.
  */
 int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out);
 

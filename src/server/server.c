@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/authlimit.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/optim.h"
@@ -100,6 +101,7 @@ struct emb_server {
 	uint16_t port;			   /* bound port */
 	uint64_t server_id;		   /* random per process */
 	struct emb_sessions *sessions;	   /* pushes' at-most-once windows */
+	struct emb_authlimit *authlimit;   /* failed HELLOs per address */
 	struct emb_mem_budget budget;	   /* shared by all tables */
 
 	pthread_rwlock_t tables_lock; /* guards tables[] */
@@ -588,6 +590,14 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	rc = emb_wire_hello_req_decode(f, &h);
 	if (rc)
 		return reply_error(s, req, rc, NULL);
+	/* Guessing is slow: after a few failures from an address, no token
+	 * of its is compared until its wait is over. */
+	if ((s->opts.auth_token_len || s->opts.admin_token_len) &&
+	    emb_authlimit_wait_ms(s->authlimit, emb_conn_peer(c))) {
+		reply_and_close(s, c, sc, req, EMB_EAUTH,
+				"too many failed attempts: wait");
+		return 0;
+	}
 	/* The admin token grants everything; without one configured every
 	 * client that logs in has admin rights (one level of trust). */
 	if (h.admin && s->opts.admin_token_len) {
@@ -603,11 +613,14 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	if (!ok) {
 		emb_log(EMB_LOG_WARN, "%s: %sauthentication failed",
 			emb_conn_peer(c), h.admin ? "admin " : "");
+		emb_authlimit_fail(s->authlimit, emb_conn_peer(c));
 		reply_and_close(s, c, sc, req, EMB_EAUTH,
 				h.admin ? "admin authentication failed"
 					: "authentication failed");
 		return 0;
 	}
+	if (s->opts.auth_token_len || s->opts.admin_token_len)
+		emb_authlimit_ok(s->authlimit, emb_conn_peer(c));
 	sc->hello = true;
 	sc->admin = admin;
 	/* Proved who it is: its frames may now be as large as the limit. */
@@ -1526,7 +1539,8 @@ int emb_server_create(const struct emb_server_opts *opts,
 	s->loop_conns = calloc(opts->threads, sizeof(*s->loop_conns));
 	if (!s->host || !s->transport || !s->tables || !s->loops ||
 	    !s->threads || !s->lat || !s->loop_conns ||
-	    emb__sessions_create(&s->sessions)) {
+	    emb__sessions_create(&s->sessions) ||
+	    emb_authlimit_create(&s->authlimit)) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
@@ -1631,6 +1645,7 @@ err_loops:
 	pthread_rwlock_destroy(&s->tables_lock);
 err_free:
 	free(s->loop_conns);
+	emb_authlimit_destroy(s->authlimit);
 	emb__sessions_destroy(s->sessions);
 	free(s->lat);
 	free(s->threads);
@@ -1731,6 +1746,7 @@ void emb_server_destroy(struct emb_server *s)
 	pthread_mutex_destroy(&s->reap_mu);
 	free(s->loop_conns);
 	emb__sessions_destroy(s->sessions);
+	emb_authlimit_destroy(s->authlimit);
 	free(s->lat);
 	free(s->threads);
 	free(s->loops);

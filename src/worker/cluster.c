@@ -17,9 +17,11 @@
 #include "common/addr.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/token.h"
 #include "proto/wire_cluster.h"
 #include "transport/transport.h"
 #include "worker/client_int.h"
+#include "worker/hello.h"
 #include "cluster/node.h"
 
 /* Agent thread: the scheduler declared a node dead. */
@@ -211,6 +213,8 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 {
 	struct emb_client_opts co = opts ? *opts : EMB_CLIENT_OPTS_DEFAULT;
 	struct emb_node_opts no = {0};
+	uint8_t token[EMB_TOKEN_MAX];
+	const char *tf = getenv("EMB_AUTH_TOKEN_FILE");
 	struct emb_cluster_env env;
 	struct emb_client *c;
 	struct emb_node *node;
@@ -242,7 +246,22 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 			emb_role_name(env.role));
 		return -EINVAL;
 	}
+	/* One token for the scheduler and every server: the caller's, or
+	 * the file the environment names. */
+	if (!co.auth_token_len && tf && *tf) {
+		rc = emb_token_read_file(tf, token, &co.auth_token_len);
+		if (rc) {
+			emb_log(EMB_LOG_ERROR,
+				"EMB_AUTH_TOKEN_FILE %s: %s", tf,
+				rc == -EINVAL ? "empty or over 256 bytes"
+					      : emb_strerror(rc));
+			return -EINVAL;
+		}
+		co.auth_token = token;
+	}
 	if (env.sched_host[0]) {
+		no.auth_token = co.auth_token;
+		no.auth_token_len = co.auth_token_len;
 		no.sched_host = env.sched_host;
 		no.sched_port = env.sched_port;
 		no.role = EMB_ROLE_WORKER;
@@ -322,6 +341,12 @@ int emb_client_finish(struct emb_client *c)
 
 int emb_cluster_servers(const char *sched, char *buf, size_t cap)
 {
+	return emb_cluster_servers_auth(sched, NULL, 0, buf, cap);
+}
+
+int emb_cluster_servers_auth(const char *sched, const uint8_t *token,
+			     uint32_t token_len, char *buf, size_t cap)
+{
 	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 8];
 	struct emb_transport_opts to = EMB_TRANSPORT_OPTS_DEFAULT;
 	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
@@ -351,6 +376,16 @@ int emb_cluster_servers(const char *sched, char *buf, size_t cap)
 	rc = emb_transport_create("tcp", &to, &tr);
 	if (!rc)
 		rc = emb_conn_create(tr, &co, &conn);
+	if (!rc && token_len) {
+		struct emb_wire_limits hl;
+		char msg[128];
+
+		rc = emb_hello(conn, token, token_len, "embstore-observer", &hl,
+			       msg, sizeof(msg));
+		if (rc && msg[0])
+			emb_log(EMB_LOG_ERROR, "scheduler %s refused HELLO: %s",
+				sched, msg);
+	}
 	if (rc)
 		goto out;
 	len = emb_wire_node_req_encode(req, sizeof(req), EMB_OP_CLUSTER_MAP, 0,

@@ -219,7 +219,8 @@ bool emb_async_done(struct emb_async *op);
  * every server and worker joined (EMB_CLUSTER_TIMEOUT), then connects to
  * the servers of the cluster map. opts may be NULL (defaults, with the
  * transport taken from EMB_TRANSPORT if set); its servers field is
- * ignored. While the client lives, a thread pings the scheduler; when the
+ * ignored. The auth token (opts', or else the file EMB_AUTH_TOKEN_FILE
+ * names) goes to the scheduler and to every server. While the client lives, a thread pings the scheduler; when the
  * scheduler declares a server dead, calls to it fail with
  * EMB_ENODEAD instead of waiting. 0 and *out, or -EINVAL (environment
  * incomplete or malformed: the variable is logged), -ETIMEDOUT,
@@ -237,6 +238,13 @@ int emb_client_from_env(const struct emb_client_opts *opts,
  * connection error.
  */
 int emb_cluster_servers(const char *sched, char *buf, size_t cap);
+/*
+ * As emb_cluster_servers(), logging in to a scheduler that requires a
+ * token first (token[0..token_len), borrowed; 0 = no HELLO). Adds
+ * EMB_EAUTH (wrong token) and EMB_ENOHELLO (a token is required).
+ */
+int emb_cluster_servers_auth(const char *sched, const uint8_t *token,
+			     uint32_t token_len, char *buf, size_t cap);
 
 /* This worker's rank, 0..nworkers-1; 0 for a client made without one. */
 uint32_t emb_client_rank(const struct emb_client *c);

@@ -102,22 +102,23 @@ int emb_cli_setup(struct cli *cli)
 	 * the temporary files are removed. */
 	signal(SIGXFSZ, SIG_IGN);
 	signal(SIGPIPE, SIG_IGN);
+	if (cli->token_file && *cli->token_file &&
+	    emb_token_read_file(cli->token_file, cli->token, &cli->token_len)) {
+		fprintf(stderr, "embstore %s: cannot use token file %s\n",
+			cli->cmd, cli->token_file);
+		return 2;
+	}
 	if (cli->sched) {
 		/* An observer: it asks for the map without joining the job. */
-		rc = emb_cluster_servers(cli->sched, sched_servers,
-					 sizeof(sched_servers));
+		rc = emb_cluster_servers_auth(cli->sched, cli->token,
+					      cli->token_len, sched_servers,
+					      sizeof(sched_servers));
 		if (rc) {
 			fprintf(stderr, "embstore %s: scheduler %s: %s\n",
 				cli->cmd, cli->sched, emb_strerror(rc));
 			return 1;
 		}
 		cli->servers = sched_servers;
-	}
-	if (cli->token_file && *cli->token_file &&
-	    emb_token_read_file(cli->token_file, cli->token, &cli->token_len)) {
-		fprintf(stderr, "embstore %s: cannot use token file %s\n",
-			cli->cmd, cli->token_file);
-		return 2;
 	}
 	return 0;
 }

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/token.h"
 
 #define GRACE_MS       5000  /* SIGTERM to SIGKILL */
 #define LINGER_MS      30000 /* servers' own exit after the workers' */
@@ -66,6 +67,8 @@ struct launch {
 	uint32_t nch;
 	char sched[32];	    /* "127.0.0.1:PORT": the scheduler */
 	bool formed;	    /* the scheduler answered with the map */
+	uint8_t token[EMB_TOKEN_MAX]; /* the cluster's, to ask for the map */
+	uint32_t token_len;	    /* 0 = none */
 	long timeout_s;	    /* EMB_CLUSTER_TIMEOUT the children got */
 	int64_t form_by_ms; /* the cluster must have formed by then */
 	pid_t pgid;	    /* the children's process group; 0 before */
@@ -107,6 +110,9 @@ static void usage(FILE *f)
 		"                     and Paddle's --trainer_num)\n"
 		"  --sched-port P     scheduler port (default: a free one)\n"
 		"  --log-dir D        one log per process (default: log)\n"
+		"  --auth-token-file F  the cluster's token, for every "
+		"process\n"
+		"                     (default: EMB_AUTH_TOKEN_FILE)\n"
 		"  --help, --version\n"
 		"Children find the cluster through EMB_SCHED_HOST and "
 		"EMB_SCHED_PORT; the\nlauncher's directory comes first on "
@@ -331,7 +337,8 @@ static bool cluster_formed(struct launch *l)
 			    WEXITED | WNOHANG | WNOWAIT) == 0 &&
 		     si.si_pid))
 			return true;
-		rc = emb_cluster_servers(l->sched, servers, sizeof(servers));
+		rc = emb_cluster_servers_auth(l->sched, l->token, l->token_len,
+					      servers, sizeof(servers));
 		if (rc == -ECONNREFUSED) {
 			usleep(100 * 1000);
 			continue;
@@ -534,11 +541,13 @@ int emb_cmd_launch(int argc, char **argv)
 	    {"sched_port", required_argument, NULL, 'p'},
 	    {"log-dir", required_argument, NULL, 'd'},
 	    {"log_dir", required_argument, NULL, 'd'},
+	    {"auth-token-file", required_argument, NULL, 'a'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct launch l = {.sigfd = -1};
+	const char *token_file = getenv("EMB_AUTH_TOKEN_FILE");
 	uint32_t S = 0, W = 0, port32 = 0;
 	const char *dir = "log";
 	char bin[PATH_MAX], self[PATH_MAX], port[8], snum[16], wnum[16];
@@ -553,20 +562,32 @@ int emb_cmd_launch(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (parse_num(optarg, 4096, &S))
+			if (parse_num(optarg, 4096, &S)) {
+				say("--server_num takes 1..4096, not '%s'",
+				    optarg);
 				goto bad_usage;
+			}
 			break;
 		case 'w':
-			if (parse_num(optarg, CHILDREN_MAX, &W))
+			if (parse_num(optarg, CHILDREN_MAX, &W)) {
+				say("--worker_num takes 1..%u, not '%s'",
+				    CHILDREN_MAX, optarg);
 				goto bad_usage;
+			}
 			break;
 		case 'p':
-			if (parse_num(optarg, 65535, &port32))
+			if (parse_num(optarg, 65535, &port32)) {
+				say("--sched-port takes 1..65535, not '%s'",
+				    optarg);
 				goto bad_usage;
+			}
 			sched_port = (uint16_t)port32;
 			break;
 		case 'd':
 			dir = optarg;
+			break;
+		case 'a':
+			token_file = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -578,8 +599,32 @@ int emb_cmd_launch(int argc, char **argv)
 			goto bad_usage;
 		}
 	}
-	if (!S || !W || optind >= argc || S + W + 1 > CHILDREN_MAX)
+	if (!S || !W) {
+		say("give --server_num and --worker_num");
 		goto bad_usage;
+	}
+	if (optind >= argc) {
+		say("give the worker command after --");
+		goto bad_usage;
+	}
+	if (S + W + 1 > CHILDREN_MAX) {
+		say("at most %u processes: %u servers and %u workers are too "
+		    "many",
+		    CHILDREN_MAX - 1, S, W);
+		goto bad_usage;
+	}
+	/* Checked here once, then every process reads it from the
+	 * environment: scheduler, servers and workers share it. */
+	if (token_file && *token_file) {
+		rc = emb_token_read_file(token_file, l.token, &l.token_len);
+		if (rc) {
+			say("cannot use token file %s: %s", token_file,
+			    rc == -EINVAL ? "empty or over 256 bytes"
+					  : strerror(-rc));
+			return 2;
+		}
+		setenv("EMB_AUTH_TOKEN_FILE", token_file, 1);
+	}
 	if (self_dir(self, sizeof(self)) ||
 	    server_bin(self, bin, sizeof(bin))) {
 		say("no embstore-server next to embstore; set EMB_SERVER_BIN");

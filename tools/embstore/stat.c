@@ -425,9 +425,22 @@ int emb_cmd_stat(int argc, char **argv)
 		return 2;
 	}
 	emb_log_set_level(lvl);
+	if (token_file && *token_file) {
+		if (emb_token_read_file(token_file, token,
+					&co.auth_token_len)) {
+			fprintf(stderr,
+				"embstore stat: cannot use token file "
+				"%s\n",
+				token_file);
+			status = 2;
+			goto out;
+		}
+		co.auth_token = token;
+	}
 	if (sched) {
-		rc = emb_cluster_servers(sched, sched_servers,
-					 sizeof(sched_servers));
+		rc = emb_cluster_servers_auth(sched, co.auth_token,
+					      co.auth_token_len, sched_servers,
+					      sizeof(sched_servers));
 		if (rc) {
 			fprintf(stderr, "embstore stat: scheduler %s: %s\n",
 				sched, emb_strerror(rc));
@@ -446,18 +459,6 @@ int emb_cmd_stat(int argc, char **argv)
 		fprintf(stderr, "embstore stat: bad server list '%s'\n",
 			servers);
 		return 2;
-	}
-	if (token_file && *token_file) {
-		if (emb_token_read_file(token_file, token,
-					&co.auth_token_len)) {
-			fprintf(stderr,
-				"embstore stat: cannot use token file "
-				"%s\n",
-				token_file);
-			status = 2;
-			goto out;
-		}
-		co.auth_token = token;
 	}
 	co.servers = servers;
 	rc = emb_client_create(&co, &c);
