@@ -23,6 +23,8 @@
 #include "cluster/scheduler.h"
 #include "worker/embstore.h"
 #include "cluster/node.h"
+#include "common/err.h"
+#include "proto/wire_cluster.h"
 
 static struct emb_sched *sched_start(uint32_t S, uint32_t W,
 				     uint32_t hb_timeout_ms)
@@ -410,6 +412,110 @@ static void test_from_env_trains(void)
 	cluster_down(&cl);
 }
 
+/* ---- the cluster's token ------------------------------------------- */
+
+static void test_token_cluster(void)
+{
+	static const char token[] = "cluster-secret";
+	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE + 16 + 16];
+	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + EMB_WIRE_ERRMSG_MAX];
+	struct emb_sched_opts so = EMB_SCHED_OPTS_DEFAULT;
+	struct emb_server_opts vo = nt_server_opts();
+	struct emb_node_opts no = {
+	    .sched_host = "127.0.0.1",
+	    .role = EMB_ROLE_SERVER,
+	    .host = "127.0.0.1",
+	    .join_timeout_ms = 10000,
+	};
+	struct emb_table_spec spec = nt_spec("tok", 4, 3);
+	struct emb_client_table *t;
+	struct emb_server *srv;
+	struct emb_sched *sched;
+	struct emb_node *rogue = NULL, *snode = NULL;
+	struct worker w = {0};
+	struct emb_frame_hdr rh;
+	char path[512], list[256], want[64];
+	char *dir = emb_test_tmpdir();
+	uint64_t ids[16];
+	float rows[16 * 4];
+	FILE *f;
+	int fd, len;
+
+	snprintf(path, sizeof(path), "%s/token", dir);
+	f = fopen(path, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fprintf(f, "%s\n", token);
+	fclose(f);
+	so.port = 0;
+	so.auth_token = (const uint8_t *)token;
+	so.auth_token_len = sizeof(token) - 1;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&so, &sched), 0);
+	no.sched_port = emb_sched_port(sched);
+
+	/* A REGISTER that skips HELLO is refused and its connection closed. */
+	fd = nt_raw_connect(emb_sched_port(sched));
+	len = emb_wire_register_req_encode(buf, sizeof(buf), 5,
+					   EMB_ROLE_SERVER, 9, 1, "10.9.9.9");
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL(nt_raw_send(fd, buf, (size_t)len), 0);
+	CU_ASSERT_EQUAL(nt_raw_recv(fd, &rh, resp, sizeof(resp)), 0);
+	CU_ASSERT_EQUAL(rh.status, EMB_ENOHELLO);
+	CU_ASSERT(nt_raw_wait_closed(fd));
+	close(fd);
+	/* So does a node without the token, or with another one. */
+	no.port = 9;
+	CU_ASSERT_EQUAL(emb_node_create(&no, &rogue), EMB_ENOHELLO);
+	no.auth_token = (const uint8_t *)"guess";
+	no.auth_token_len = 5;
+	CU_ASSERT_EQUAL(emb_node_create(&no, &rogue), EMB_EAUTH);
+
+	/* The real server, with the token, still gets rank 0. */
+	vo.auth_token = (const uint8_t *)token;
+	vo.auth_token_len = sizeof(token) - 1;
+	srv = nt_server_start(&vo);
+	no.port = emb_server_port(srv);
+	no.auth_token = (const uint8_t *)token;
+	no.auth_token_len = sizeof(token) - 1;
+	CU_ASSERT_EQUAL_FATAL(emb_node_create(&no, &snode), 0);
+	CU_ASSERT_EQUAL(emb_node_rank(snode), 0);
+
+	/* The worker reads the token file from the environment and uses it
+	 * with the scheduler and the server. */
+	env_clear();
+	env_for(sched);
+	setenv("EMB_AUTH_TOKEN_FILE", path, 1);
+	workers_join(&w, 1);
+	snprintf(want, sizeof(want), "127.0.0.1:%u", emb_server_port(srv));
+	CU_ASSERT_EQUAL(emb_client_servers(w.c, list, sizeof(list)), 0);
+	CU_ASSERT_STRING_EQUAL(list, want);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(w.c, &spec, &t), 0);
+	for (int i = 0; i < 16; i++)
+		ids[i] = (uint64_t)i;
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 16, rows, 0, NULL), 0);
+	emb_client_table_close(t);
+
+	/* An observer needs the token too. */
+	snprintf(want, sizeof(want), "127.0.0.1:%u", emb_sched_port(sched));
+	CU_ASSERT_EQUAL(emb_cluster_servers(want, list, sizeof(list)),
+			EMB_ENOHELLO);
+	CU_ASSERT_EQUAL(emb_cluster_servers_auth(want,
+						 (const uint8_t *)token,
+						 sizeof(token) - 1, list,
+						 sizeof(list)),
+			0);
+
+	CU_ASSERT_EQUAL(emb_client_finish(w.c), 0);
+	emb_client_destroy(w.c);
+	CU_ASSERT_EQUAL(emb_sched_wait(sched, 20000), 0);
+	emb_node_destroy(snode);
+	emb_server_destroy(srv);
+	emb_sched_destroy(sched);
+	unsetenv("EMB_AUTH_TOKEN_FILE");
+	env_clear();
+	emb_test_rmtree(dir);
+	free(dir);
+}
+
 struct barrier_arg {
 	struct emb_client *c;
 	const char *name;
@@ -710,6 +816,9 @@ int main(int argc, char **argv)
 	    {"join fails without a scheduler", test_no_scheduler},
 	    {"workers join from the environment and train",
 	     test_from_env_trains},
+	    {"with a token the cluster forms; a REGISTER without it is "
+	     "refused and takes no rank",
+	     test_token_cluster},
 	    {"barrier waits for every worker, and again", test_barrier},
 	    {"barrier fails when a worker dies", test_barrier_dead_worker},
 	    {"losing the scheduler fails barrier, finish and servers",

@@ -37,6 +37,9 @@ static void sleep_ms(unsigned ms)
 	nanosleep(&ts, NULL);
 }
 
+/* Set for the next launch: EMB_AUTH_TOKEN_FILE in its environment. */
+static const char *token_env;
+
 static void launch(struct run *r, const char *const *trainer_args)
 {
 	const char *bin = getenv("EMB_EMBSTORE_BIN");
@@ -71,6 +74,8 @@ static void launch(struct run *r, const char *const *trainer_args)
 		dup2(fd, STDOUT_FILENO);
 		dup2(fd, STDERR_FILENO);
 		setenv("EMB_HEARTBEAT_TIMEOUT", "1", 1);
+		if (token_env)
+			setenv("EMB_AUTH_TOKEN_FILE", token_env, 1);
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
@@ -159,6 +164,81 @@ static void test_success(void)
 	cleanup(&r);
 }
 
+static void test_token(void)
+{
+	static const char *const args[] = {"--steps", "10", NULL};
+	char path[512];
+	struct run r;
+	char *dir = emb_test_tmpdir();
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/token", dir);
+	f = fopen(path, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fputs("launch-secret\n", f);
+	fclose(f);
+	/* Scheduler, servers and workers all take it from the environment. */
+	token_env = path;
+	launch(&r, args);
+	token_env = NULL;
+	CU_ASSERT_EQUAL(finish(&r), 0);
+	assert_none_left(&r);
+	CU_ASSERT_EQUAL(out_count(&r, "] rank "), 2);
+	CU_ASSERT_EQUAL(out_count(&r, "authentication failed"), 0);
+	CU_ASSERT_EQUAL(out_count(&r, "before HELLO"), 0);
+	cleanup(&r);
+	emb_test_rmtree(dir);
+	free(dir);
+}
+
+/* `embstore launch ARGS`: exit status, and output into out. */
+static int launch_cli(const char *args, char *out, size_t cap)
+{
+	char cmd[1024];
+	size_t n = 0;
+	FILE *p;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s launch %s 2>&1",
+		 getenv("EMB_EMBSTORE_BIN"), args);
+	p = popen(cmd, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+	while (n + 1 < cap && (st = (int)fread(out + n, 1, cap - n - 1, p)) > 0)
+		n += (size_t)st;
+	out[n] = '\0';
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_bad_numbers(void)
+{
+	char out[4096];
+
+	CU_ASSERT_EQUAL(launch_cli("--server_num x --worker_num 1 -- true",
+				   out, sizeof(out)),
+			2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--server_num takes 1..4096, "
+					   "not 'x'"));
+	CU_ASSERT_EQUAL(launch_cli("--server_num 1 --worker_num -3 -- true",
+				   out, sizeof(out)),
+			2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--worker_num takes"));
+	CU_ASSERT_EQUAL(launch_cli("--server_num 1 --worker_num 1 "
+				   "--sched-port 70000 -- true",
+				   out, sizeof(out)),
+			2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--sched-port takes 1..65535"));
+	CU_ASSERT_EQUAL(launch_cli("--server_num 1 -- true", out, sizeof(out)),
+			2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "give --server_num and "
+					   "--worker_num"));
+	CU_ASSERT_EQUAL(launch_cli("--server_num 1 --worker_num 1 "
+				   "--auth-token-file /nonexistent -- true",
+				   out, sizeof(out)),
+			2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "cannot use token file"));
+}
+
 static void test_failing_worker(void)
 {
 	static const char *const args[] = {"--steps", "1000000", "--fail-rank",
@@ -193,6 +273,8 @@ int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
 	    {"job succeeds, one log per process", test_success},
+	    {"job with EMB_AUTH_TOKEN_FILE succeeds end to end", test_token},
+	    {"bad numbers are refused with the reason", test_bad_numbers},
 	    {"failing worker stops the rest, exits non-zero",
 	     test_failing_worker},
 	    {"SIGINT stops every process", test_sigint},
