@@ -7,6 +7,7 @@
  * loop threads.
  */
 #include <errno.h>
+#include <netdb.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -299,6 +300,31 @@ static const char *env_or(const char *name, const char *dflt)
 	return v && *v ? v : dflt;
 }
 
+/*
+ * Resolves host as bind() will, so that a name that does not resolve is
+ * reported as that rather than as "Invalid argument" from the transport.
+ * 0, or 1 after printing why.
+ */
+static int check_host(const char *flag, const char *host)
+{
+	struct addrinfo hints = {.ai_flags = AI_PASSIVE,
+				 .ai_socktype = SOCK_STREAM};
+	struct addrinfo *ai = NULL;
+	int rc = getaddrinfo(host, NULL, &hints, &ai);
+
+	if (rc == 0) {
+		freeaddrinfo(ai);
+		return 0;
+	}
+	fprintf(stderr,
+		"embstore-server: --listen %s: cannot resolve host '%s': %s; "
+		"give an address of this machine (127.0.0.1, 0.0.0.0, [::]) "
+		"or a name that resolves to one\n",
+		flag, host,
+		rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -465,13 +491,17 @@ int main(int argc, char **argv)
 	else if (!listen_set && !env_or("EMB_LISTEN", NULL) && cenv.listen[0])
 		listen = cenv.listen;
 	if (emb_addr_parse(listen, strlen(listen), DEFAULT_PORT, &la)) {
-		fprintf(stderr, "embstore-server: bad listen address '%s'\n",
+		fprintf(stderr,
+			"embstore-server: bad listen address '%s': want HOST, "
+			"HOST:PORT or [V6]:PORT with PORT in 0..65535\n",
 			listen);
 		return 2;
 	}
 	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
 		la.port = cenv.sched_port;
 	o.port = la.port;
+	if (check_host(listen, la.host))
+		return 2;
 	o.host = la.host;
 	o.zero_copy_pulls = strcmp(o.transport, "rdma") == 0;
 	if (zero_copy) {

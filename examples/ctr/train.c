@@ -277,6 +277,15 @@ static int train(const struct cfg *c, struct ctr_params *p)
 		fclose(f);
 		if (rc)
 			break;
+		/* Nothing to learn from: say so rather than report success. */
+		if (samples == 0) {
+			fprintf(stderr,
+				"train: no valid sample in %s for worker %u "
+				"(%llu malformed lines)\n",
+				c->data, rank, (unsigned long long)bad);
+			rc = 1;
+			break;
+		}
 		rc = ctr_params_epoch_end(p);
 		/* The last epoch is scored once every worker is done, so the
 		 * figure covers all of their updates. */

@@ -394,6 +394,27 @@ static void test_dump_restore_two_servers(void)
 	}
 	fclose(f);
 	CU_ASSERT_EQUAL(lines, ra.n);
+	/* A count is no negative number. */
+	CU_ASSERT_EQUAL(run_cli("inspect %s --rows -5 >/dev/null 2>&1",
+				sub("d2")),
+			2);
+	/* A full disk (here a file size limit, or /dev/full): export fails
+	 * and leaves neither a partial file nor its temporary behind. */
+	{
+		char cmd[2048];
+
+		snprintf(cmd, sizeof(cmd),
+			 "ulimit -f 8; %s export --in %s --out %s 2>/dev/null",
+			 cli_bin, sub("d1"), sub("full.tsv"));
+		CU_ASSERT_EQUAL(WEXITSTATUS(system(cmd)), 1);
+		snprintf(cmd, sizeof(cmd), "ls %s* >/dev/null 2>&1",
+			 sub("full.tsv"));
+		CU_ASSERT_NOT_EQUAL(system(cmd), 0);
+		CU_ASSERT_EQUAL(run_cli("export --in %s --out /dev/full "
+					"2>/dev/null",
+					sub("d1")),
+				1);
+	}
 	rowset_free(&ra);
 	rowset_free(&rb);
 	emb_client_destroy(c2);

@@ -444,6 +444,25 @@ static void test_daemon_flags(void)
 	nt_child_reap(&ch, SIGTERM);
 }
 
+static void test_listen_nohost(void)
+{
+	char cmd[512], out[1024];
+	size_t n;
+	FILE *p;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s --listen nohost.invalid:7164 2>&1",
+		 getenv("EMB_SERVER_BIN"));
+	p = popen(cmd, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	st = pclose(p);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(out, "cannot resolve host 'nohost.invalid'"));
+}
+
 static const struct emb_test_case cases[] = {
 	{"a killed server fails every call instead of hanging", test_killed},
 	{"a stopped server times calls out; it still exits on SIGTERM",
@@ -451,6 +470,8 @@ static const struct emb_test_case cases[] = {
 	{"with one of two servers dead, ids on the live one are served",
 	 test_one_of_two_dies},
 	{"connecting to a closed port is refused", test_refused},
+	{"a listen address that does not resolve is named as such",
+	 test_listen_nohost},
 	{"a server SIGKILLed and restarted from its checkpoint: training goes "
 	 "on, losing at most the updates after that checkpoint",
 	 test_restart_from_checkpoint},

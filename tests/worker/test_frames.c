@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/authlimit.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
@@ -455,6 +457,70 @@ static void test_push_session(void)
 	fx_teardown(&fx);
 }
 
+/* HELLO with token on a new connection: its status, the message in msg. */
+static int hello_msg(uint16_t port, const char *token, char *msg, size_t cap)
+{
+	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE + 8 + 64];
+	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + EMB_WIRE_ERRMSG_MAX];
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_frame f = {.payload = resp, .lim = &lim};
+	struct emb_wire_error e;
+	int fd = nt_raw_connect(port), len;
+
+	len = emb_wire_hello_req_encode(buf, sizeof(buf), 1, EMB_WIRE_VERSION,
+					(const uint8_t *)token,
+					(uint32_t)strlen(token), "guesser");
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, buf, (size_t)len), 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, &f.hdr, resp, sizeof(resp)), 0);
+	close(fd);
+	msg[0] = '\0';
+	if (f.hdr.status < 0 && emb_wire_error_decode(&f, &e) == 0)
+		snprintf(msg, cap, "%.*s", (int)e.msg_len, e.msg);
+	return f.hdr.status;
+}
+
+static void test_token_guessing(void)
+{
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_server *s;
+	uint32_t checked = 0, tries = 0;
+	uint64_t t0;
+	char msg[256];
+	uint16_t port;
+
+	so.auth_token = (const uint8_t *)"right-token";
+	so.auth_token_len = 11;
+	s = nt_server_start(&so);
+	port = emb_server_port(s);
+	/* A few mistakes are free... */
+	for (int i = 0; i < 5; i++) {
+		CU_ASSERT_EQUAL(hello_msg(port, "wrong", msg, sizeof(msg)),
+				EMB_EAUTH);
+		CU_ASSERT_STRING_EQUAL(msg, "authentication failed");
+	}
+	/* ...then each one buys a wait during which no token is compared,
+	 * not even the right one. */
+	CU_ASSERT_EQUAL(hello_msg(port, "wrong", msg, sizeof(msg)), EMB_EAUTH);
+	CU_ASSERT_EQUAL(hello_msg(port, "right-token", msg, sizeof(msg)),
+			EMB_EAUTH);
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "too many failed attempts"));
+	usleep((EMB_AUTH_WAIT_MIN_MS + 50) * 1000);
+	CU_ASSERT_EQUAL(hello_msg(port, "right-token", msg, sizeof(msg)), 0);
+
+	/* A guesser at full speed for one second. */
+	t0 = emb_clock_ms();
+	while (emb_clock_ms() - t0 < 1000) {
+		hello_msg(port, "guess", msg, sizeof(msg));
+		tries++;
+		checked += strcmp(msg, "authentication failed") == 0;
+	}
+	fprintf(stderr, "\n    %u HELLOs in 1 s, %u tokens compared\n", tries,
+		checked);
+	CU_ASSERT(checked <= EMB_AUTH_FREE_FAILS + 3);
+	emb_server_destroy(s);
+}
+
 static void test_no_hello(void)
 {
 	static const uint8_t ping[8] = "early";
@@ -814,6 +880,8 @@ static const struct emb_test_case cases[] = {
 	 test_raw_duplicates},
 	{"a PUSH retried with its session and sequence number is applied once",
 	 test_push_session},
+	{"failed tokens make the next attempts wait: guessing is slow",
+	 test_token_guessing},
 	{"requests before HELLO are refused with EMB_ENOHELLO",
 	 test_no_hello},
 	{"clients that die mid-request leave the server serving",

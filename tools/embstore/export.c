@@ -4,8 +4,11 @@
  * The whole dump is verified first, so a damaged dump exports nothing.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -21,11 +24,47 @@ static void usage(FILE *f)
 	      f);
 }
 
+/*
+ * The stream rows go to: a regular file is written as a temporary next to
+ * path (its name in tmp) and renamed over path once complete, so a failed
+ * export leaves nothing half-written; anything else (a pipe, /dev/null)
+ * is written in place and tmp stays "". NULL with errno on failure.
+ */
+static FILE *open_out(const char *path, char *tmp, size_t cap)
+{
+	struct stat st;
+	FILE *f;
+	int fd;
+
+	tmp[0] = '\0';
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+		return fopen(path, "w");
+	if (snprintf(tmp, cap, "%s.tmp-XXXXXX", path) >= (int)cap) {
+		tmp[0] = '\0';
+		errno = ENAMETOOLONG;
+		return NULL;
+	}
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		tmp[0] = '\0';
+		return NULL;
+	}
+	fchmod(fd, 0644);
+	f = fdopen(fd, "w");
+	if (!f) {
+		close(fd);
+		unlink(tmp);
+		tmp[0] = '\0';
+	}
+	return f;
+}
+
 static int run(struct cli *cli)
 {
 	struct emb_cli_fileset fs;
 	struct emb_snap_meta *metas;
 	char p[EMB_SNAP_PATH_MAX + 300];
+	char tmp[PATH_MAX] = "";
 	FILE *out = stdout;
 	int rc = 0;
 
@@ -44,7 +83,7 @@ static int run(struct cli *cli)
 		return 1;
 	}
 	if (cli->out) {
-		out = fopen(cli->out, "w");
+		out = open_out(cli->out, tmp, sizeof(tmp));
 		if (!out) {
 			fprintf(stderr, "embstore export: %s: %s\n", cli->out,
 				strerror(errno));
@@ -81,11 +120,28 @@ static int run(struct cli *cli)
 	if (rc)
 		fprintf(stderr, "embstore export: %s: %s\n", p,
 			emb_cli_snap_err(rc));
+	/* A full disk shows up here at the latest: a write error sticks to
+	 * the stream, and fsync() and fclose() report what was buffered. */
+	if (!rc && (fflush(out) != 0 || ferror(out) ||
+		    (out != stdout && tmp[0] && fsync(fileno(out)) != 0))) {
+		fprintf(stderr, "embstore export: %s: %s\n",
+			cli->out ? cli->out : "stdout",
+			strerror(errno ? errno : EIO));
+		rc = -EIO;
+	}
 	if (out != stdout && fclose(out) != 0 && !rc) {
 		fprintf(stderr, "embstore export: %s: %s\n", cli->out,
 			strerror(errno));
 		rc = -EIO;
 	}
+	/* Whole or not at all: the rows go under the name only now. */
+	if (tmp[0] && !rc && rename(tmp, cli->out) != 0) {
+		fprintf(stderr, "embstore export: %s: %s\n", cli->out,
+			strerror(errno));
+		rc = -EIO;
+	}
+	if (tmp[0] && rc)
+		unlink(tmp);
 	free(metas);
 	emb_cli_fileset_close(&fs);
 	return rc ? 1 : 0;

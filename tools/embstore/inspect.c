@@ -172,6 +172,7 @@ int emb_cmd_inspect(int argc, char **argv)
 	    {NULL, 0, NULL, 0},
 	};
 	struct cli cli;
+	unsigned long rows;
 	char *end;
 	int c, status;
 
@@ -180,10 +181,15 @@ int emb_cmd_inspect(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'r':
-			cli.rows = (uint32_t)strtoul(optarg, &end, 10);
-			if (*end || !*optarg)
-				return emb_cli_usage_error(&cli, usage,
-							   "bad --rows");
+			/* strtoul() takes "-5" as a huge number. */
+			errno = 0;
+			rows = strtoul(optarg, &end, 10);
+			if (*end || optarg[0] < '0' || optarg[0] > '9' ||
+			    errno || rows > UINT32_MAX)
+				return emb_cli_usage_error(
+				    &cli, usage,
+				    "--rows takes a count, 0..4294967295");
+			cli.rows = (uint32_t)rows;
 			break;
 		case 'i':
 			cli.dir = optarg;
