@@ -2,10 +2,14 @@
  * tests/tools/test_stat.c - emb_client_server_stats() (worker/admin.c) and
  * the `embstore stat` command against two in-process servers.
  */
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -155,12 +159,75 @@ static void test_cli(void)
 	stop();
 }
 
+static void nap_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+static void test_watch_restart(void)
+{
+	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
+	const char *bin = getenv("EMB_CLI_BIN");
+	char *dir = emb_test_tmpdir(), out[512], cmd[1024];
+	uint16_t port;
+	int st, rc = -1;
+	pid_t pid;
+	FILE *p;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(bin);
+	start();
+	snprintf(out, sizeof(out), "%s/watch.out", dir);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		execl(bin, bin, "stat", "--servers", addrs, "--watch", "0.2",
+		      (char *)NULL);
+		_exit(127);
+	}
+	nap_ms(700);
+	/* Server 0 goes away and comes back on its port, empty. */
+	port = emb_server_port(srv[0]);
+	emb_server_destroy(srv[0]);
+	nap_ms(500);
+	o.port = port;
+	for (int i = 0; i < 50 && rc; i++) {
+		rc = emb_server_create(&o, &srv[0]);
+		if (rc)
+			nap_ms(50);
+	}
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	nap_ms(1200);
+	/* Still watching: Ctrl-C ends it with 0. */
+	CU_ASSERT_EQUAL(waitpid(pid, &st, WNOHANG), 0);
+	kill(pid, SIGINT);
+	CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* And it drew tables after the restart (an empty server 0 lists no
+	 * table, so the header says one). */
+	snprintf(cmd, sizeof(cmd), "grep -c '2 servers, 1 table' %s", out);
+	p = popen(cmd, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+	CU_ASSERT(fscanf(p, "%d", &rc) == 1 && rc >= 2);
+	pclose(p);
+	stop();
+	emb_test_rmtree(dir);
+	free(dir);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
 	    {"per-server stats list each server's tables and counters",
 	     test_server_stats},
 	    {"embstore stat prints a line per server and table", test_cli},
+	    {"embstore stat --watch goes on through a server restart",
+	     test_watch_restart},
 	    {NULL, NULL},
 	};
 

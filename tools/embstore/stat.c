@@ -481,6 +481,16 @@ int emb_cmd_stat(int argc, char **argv)
 		if (stop_flag)
 			break;
 		rc = take(c, &b);
+		/* Watching goes on through a server's restart: the client
+		 * reconnects, and a sample that failed is skipped. */
+		if (rc && watch > 0) {
+			fprintf(stderr,
+				"embstore stat: cannot read stats: %s; "
+				"trying again\n",
+				emb_strerror(rc));
+			rc = 0;
+			continue;
+		}
 		if (rc)
 			break;
 		if (json)
