@@ -399,6 +399,29 @@ static bool wildcard(const char *h, uint32_t len)
 	       (len == 2 && !memcmp(h, "::", 2));
 }
 
+/*
+ * A server of the formed cluster, not dead, whose connection is gone and
+ * whose address is r's (as on_register() records it), or NULL.
+ */
+static struct node *lost_server(struct emb_sched *s, struct emb_conn *conn,
+				const struct emb_wire_register_req *r)
+{
+	char host[EMB_WIRE_HOST_MAX + 1] = "";
+
+	if (wildcard(r->host, r->host_len))
+		peer_host(conn, host, sizeof(host));
+	else
+		memcpy(host, r->host, r->host_len);
+	for (uint32_t i = 0; i < s->o.server_num; i++) {
+		struct node *n = &s->nodes[i];
+
+		if (n->role == EMB_ROLE_SERVER && !n->dead && !n->conn &&
+		    n->addr.port == r->port && strcmp(n->addr.host, host) == 0)
+			return n;
+	}
+	return NULL;
+}
+
 static void on_register(struct emb_sched *s, struct emb_conn *conn,
 			struct emb_req *req, const struct emb_wire_frame *f)
 {
@@ -419,6 +442,21 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 	if (r.role == EMB_ROLE_SERVER && r.port == 0) {
 		send_error(s, req, EMB_EBADFRAME, "server without a port");
 		return;
+	}
+	/* A server that was lost comes back to its rank. */
+	n = r.role == EMB_ROLE_SERVER && s->state == EMB_CLUSTER_READY
+		? lost_server(s, conn, &r)
+		: NULL;
+	if (n) {
+		idx = (uint32_t)(n - s->nodes);
+		n->conn = conn;
+		n->pid = r.pid;
+		snprintf(n->peer, sizeof(n->peer), "%s", emb_conn_peer(conn));
+		n->last_ms = (int64_t)emb_clock_ms();
+		emb_conn_set_user(conn, n);
+		emb_log(EMB_LOG_INFO, "server %u (%s) registered again (pid %u)",
+			n->rank, node_addr(n, addr, sizeof(addr)), n->pid);
+		goto reply;
 	}
 	if (s->state != EMB_CLUSTER_FORMING ||
 	    (r.role == EMB_ROLE_SERVER ? s->nservers == s->o.server_num
@@ -455,6 +493,7 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 	emb_log(EMB_LOG_INFO, "assigned %s rank %u to %s (pid %u)",
 		emb_role_name(n->role), n->rank,
 		node_addr(n, addr, sizeof(addr)), n->pid);
+reply:
 
 	resp = (struct emb_wire_register_resp){
 	    .role = n->role,
@@ -732,9 +771,24 @@ static void on_close(void *arg, struct emb_conn *conn, int reason)
 	n->map_req = n->barrier_req = NULL;
 	n->conn = NULL;
 	/* A node that is done may go; one that is not has failed. */
-	if (!n->finished && !s->over)
-		declare_dead(
-		    s, n, reason ? emb_strerror(reason) : "connection closed");
+	if (n->finished || s->over)
+		return;
+	/* Except a server of a formed cluster: restarted from its
+	 * checkpoint on its address, it may register again, and until the
+	 * heartbeat timeout passes it is only missing (workers retry). */
+	if (n->role == EMB_ROLE_SERVER && s->state == EMB_CLUSTER_READY) {
+		char addr[EMB_WIRE_HOST_MAX + 16];
+
+		emb_log(EMB_LOG_WARN,
+			"server %u (%s) lost: %s; dead unless it registers "
+			"again within %u ms",
+			n->rank, node_addr(n, addr, sizeof(addr)),
+			reason ? emb_strerror(reason) : "connection closed",
+			s->o.hb_timeout_ms);
+		return;
+	}
+	declare_dead(s, n,
+		     reason ? emb_strerror(reason) : "connection closed");
 }
 
 /* ---- loop ----------------------------------------------------------- */

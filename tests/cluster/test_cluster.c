@@ -756,6 +756,76 @@ static void test_killed_server_dead(void)
 	env_clear();
 }
 
+/* SGD lr 1 from zeros, gradient -1 on 32 ids: each row counts its steps. */
+static int count_steps(struct emb_client_table *t, uint32_t n)
+{
+	uint64_t ids[32];
+	float g[32 * 4];
+	int rc = 0;
+
+	for (int i = 0; i < 32; i++)
+		ids[i] = (uint64_t)i * 7919;
+	for (int i = 0; i < 32 * 4; i++)
+		g[i] = -1.0f;
+	for (uint32_t k = 0; k < n && !rc; k++) {
+		rc = emb_client_table_push(t, ids, 32, g, k, 0);
+		sleep_ms(10);
+	}
+	return rc;
+}
+
+static void test_server_restarts(void)
+{
+	struct emb_sched *s = sched_start(1, 1, 3000);
+	struct emb_table_spec spec = nt_spec("emb", 4, 1);
+	struct emb_client_table *t;
+	struct emb_client *c;
+	struct nt_child ch;
+	char *dir = emb_test_tmpdir(), listen[32];
+	const char *args[8] = {"--checkpoint-dir", dir,
+			       "--checkpoint-interval", "1", NULL};
+	uint64_t ids[32];
+	float rows[32 * 4];
+
+	spec.optim.lr = 1.0f;
+	spec.init.kind = EMB_INIT_ZEROS;
+	env_clear();
+	env_for(s);
+	nt_child_start(&ch, args);
+	CU_ASSERT_EQUAL_FATAL(emb_client_from_env(NULL, &c), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &spec, &t), 0);
+	/* About 1.5 s: a checkpoint holds some of it. */
+	CU_ASSERT_EQUAL(count_steps(t, 100), 0);
+
+	/* Killed, and back on its address from its checkpoint within the
+	 * heartbeat timeout: it gets its rank again, the worker its calls. */
+	nt_child_reap(&ch, SIGKILL);
+	sleep_ms(300);
+	snprintf(listen, sizeof(listen), "127.0.0.1:%u", ch.port);
+	args[4] = "--listen";
+	args[5] = listen;
+	nt_child_start(&ch, args);
+	CU_ASSERT_EQUAL(count_steps(t, 20), 0);
+	for (int i = 0; i < 32; i++)
+		ids[i] = (uint64_t)i * 7919;
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 32, rows, 0, NULL), 0);
+	/* Updates after the last checkpoint are lost, none counted twice. */
+	CU_ASSERT(rows[0] > 20.0f && rows[0] <= 120.0f);
+	emb_client_table_close(t);
+
+	/* Nobody died: the job ends with 0 everywhere. */
+	CU_ASSERT_EQUAL(emb_client_finish(c), 0);
+	emb_client_destroy(c);
+	CU_ASSERT_EQUAL(exit_code(ch.pid), 0);
+	ch.pid = 0;
+	nt_child_reap(&ch, 0);
+	CU_ASSERT_EQUAL(emb_sched_wait(s, 10000), 0);
+	emb_sched_destroy(s);
+	env_clear();
+	emb_test_rmtree(dir);
+	free(dir);
+}
+
 static void test_finish_exits(void)
 {
 	const char *bin = getenv("EMB_SERVER_BIN");
@@ -829,6 +899,9 @@ int main(int argc, char **argv)
 	     test_frozen_server_dead},
 	    {"killed server is declared dead, the rest finishes",
 	     test_killed_server_dead},
+	    {"a server restarted from its checkpoint on its address gets its "
+	     "rank back; the worker goes on",
+	     test_server_restarts},
 	    {"finish stops server and scheduler processes with 0",
 	     test_finish_exits},
 	    {NULL, NULL},
