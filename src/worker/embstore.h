@@ -9,7 +9,11 @@
  * Threads: a client runs its own network thread. Every function here may be
  * called from any thread, concurrently, except emb_client_destroy(), which
  * needs all other calls finished. Blocking calls return an error within the
- * client's timeout when a server dies or hangs, never hang.
+ * client's timeout when a server dies or hangs, never hang. A connection
+ * that breaks is made again (with backoff) and the requests on it are sent
+ * again until the timeout passes, so a server restarted meanwhile is
+ * transparent; a push is applied at most once (docs/operations.md,
+ * Failure).
  */
 #ifndef EMBSTORE_H
 #define EMBSTORE_H
@@ -33,7 +37,7 @@ struct emb_client_opts {
 	const char *transport; /* "tcp", "rdma" or "auto" (rdma if it can) */
 	const uint8_t *auth_token; /* sent in HELLO, or NULL; copied */
 	uint32_t auth_token_len;   /* bytes, <= 256 */
-	uint32_t timeout_ms;	   /* per request; 0 = 30 s */
+	uint32_t timeout_ms;	   /* per call, reconnects included; 0 = 30 s */
 	uint32_t part_ids;	   /* most ids per request: a larger batch is
 				      split and pipelined; 0 = 1024 */
 	const char *name;	   /* shown in server logs; NULL = "embstore" */
