@@ -382,7 +382,12 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		/* A timeout as much as a reset: the next call gets a new
 		 * conn rather than one with a stuck request on it. */
 		server_lost(s, status);
-		if (!stopping(c) && emb_clock_ms() < p->op->deadline_ms) {
+		/* Not again: a part whose attempt timed out (that took the
+		 * whole deadline), and a synchronous STEP_END part (the
+		 * server may still hold it for its step). */
+		if (!stopping(c) && status != -ETIMEDOUT &&
+		    !(p->hdr.flags & EMB_F_STEP_END) &&
+		    emb_clock_ms() < p->op->deadline_ms) {
 			add(&c->retries, 1);
 			part_wait(s, p);
 			return;
