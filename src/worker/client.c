@@ -1615,9 +1615,17 @@ void emb_client_destroy(struct emb_client *c)
 		emb_transport_wake(c->tr);
 		pthread_join(c->thread, NULL);
 	}
-	/* The loop thread is gone: this thread may now own the conns. */
-	for (uint32_t i = 0; i < c->nsrv; i++)
-		emb_conn_destroy(c->srv[i].conn);
+	/* The loop thread is gone: this thread may now own the conns. A
+	 * call still on one (a reconnect's HELLO) comes back during the
+	 * destroy and must find the server without it. */
+	for (uint32_t i = 0; i < c->nsrv; i++) {
+		struct emb_conn *conn = c->srv[i].conn;
+
+		c->srv[i].conn = NULL;
+		c->srv[i].state = SRV_DOWN;
+		emb_conn_destroy(conn);
+		fail_waiting(&c->srv[i], EMB_ECLOSED);
+	}
 	emb_transport_destroy(c->tr);
 	free(c->srv);
 	pthread_mutex_destroy(&c->err_lock);
