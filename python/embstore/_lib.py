@@ -97,6 +97,8 @@ class ClientStats(Structure):
         ("errors", c_uint64),
         ("ids_in", c_uint64),
         ("ids_sent", c_uint64),
+        ("retries", c_uint64),
+        ("reconnects", c_uint64),
     ]
 
 

@@ -215,7 +215,8 @@ class Client:
 
     def stats(self) -> dict:
         """Client counters: requests, bytes_out, bytes_in, errors, ids_in,
-        ids_sent."""
+        ids_sent, retries (requests sent again after a lost connection),
+        reconnects."""
         s = _lib.ClientStats()
         _L.emb_client_stats(self._handle(), byref(s))
         return _struct_dict(s)

@@ -111,8 +111,9 @@ def _ids_on(client, server, n):
 
 def test_killed_server_raises_instead_of_hanging(start_server):
     a, b = start_server(), start_server()
+    # Each call below waits for b to come back until its deadline.
     c = embstore.connect(servers=f"{a.addr},{b.addr}", transport="tcp",
-                         timeout_ms=3000)
+                         timeout_ms=1500)
     t = c.table("k", 4, optimizer="sgd")
     ct = t.cached(rows=256, prefetch=1, mode="through")
     on_b, fresh_b = np.split(_ids_on(c, 1, 100), 2)
