@@ -1021,7 +1021,9 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 	}
 	if (!rc)
 		rc = emb__sync_push(st->sync, st->t, &p, req);
-	if (rc < 0 && claimed)
+	/* Failed, or held for a synchronous step (and dropped if its
+	 * connection goes): either way not applied yet. */
+	if (rc != 0 && claimed)
 		emb__sessions_undo(s->sessions, p.session, p.seq);
 	if (rc == 1) {
 		table_put(st);

@@ -139,6 +139,7 @@ struct part {
 	uint8_t prefix[EMB_WIRE_PUSH_SESSION_PREFIX_SIZE]; /* PUSH's step,
 							      rank, session */
 	uint64_t seq;		   /* PUSH: sequence number to its server */
+	bool once;		   /* never sent again: a synchronous push */
 	struct part *wnext;	   /* next waiting on the server */
 	void *resp;		   /* response payload lands here */
 	size_t resp_cap;	   /* bytes */
@@ -383,10 +384,9 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		 * conn rather than one with a stuck request on it. */
 		server_lost(s, status);
 		/* Not again: a part whose attempt timed out (that took the
-		 * whole deadline), and a synchronous STEP_END part (the
+		 * whole deadline), and a push to a synchronous table (the
 		 * server may still hold it for its step). */
-		if (!stopping(c) && status != -ETIMEDOUT &&
-		    !(p->hdr.flags & EMB_F_STEP_END) &&
+		if (!stopping(c) && status != -ETIMEDOUT && !p->once &&
 		    emb_clock_ms() < p->op->deadline_ms) {
 			add(&c->retries, 1);
 			part_wait(s, p);
@@ -627,6 +627,7 @@ static int make_parts(struct emb_async *op, const struct emb_client_table *t,
 			p->hdr.opcode = opcode;
 			p->hdr.table_id = t->ids[s];
 			p->hdr.count = p->n;
+			p->once = sync;
 			done += m;
 			if (sync && done >= cnt[s])
 				p->hdr.flags = EMB_F_STEP_END;
