@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/addr.h"
 #include "common/clock.h"
 #include "common/hist.h"
 
@@ -77,13 +78,13 @@ int main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	struct sockaddr_in sa = {.sin_family = AF_INET};
-	const char *connect_to = NULL, *colon;
+	const char *connect_to = NULL;
+	struct emb_addr addr;
 	uint32_t batch = 4096, row_bytes = 256;
 	uint64_t rows = 1u << 20, rng = 1, batches = 0, start, end, deadline;
 	double seconds = 5;
-	struct emb_hist *h = malloc(sizeof(*h));
+	struct emb_hist *h;
 	uint8_t *req, *resp;
-	char host[64];
 	int one = 1, fd, c;
 
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -101,24 +102,24 @@ int main(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 	}
-	colon = connect_to ? strrchr(connect_to, ':') : NULL;
-	if (!colon || (size_t)(colon - connect_to) >= sizeof(host) ||
+	if (!connect_to ||
+	    emb_addr_parse(connect_to, strlen(connect_to), -1, &addr) ||
 	    batch == 0 || batch > BATCH_MAX || row_bytes == 0 ||
-	    row_bytes > 65536 || rows == 0 || seconds <= 0 || !h) {
+	    row_bytes > 65536 || rows == 0 || seconds <= 0) {
 		usage(stderr);
 		return 2;
 	}
-	memcpy(host, connect_to, (size_t)(colon - connect_to));
-	host[colon - connect_to] = '\0';
-	sa.sin_port = htons((uint16_t)strtoul(colon + 1, NULL, 10));
-	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
-		fprintf(stderr, "embstore-echo-client: bad address %s\n", host);
+	sa.sin_port = htons(addr.port);
+	if (inet_pton(AF_INET, addr.host, &sa.sin_addr) != 1) {
+		fprintf(stderr, "embstore-echo-client: bad address %s\n",
+			addr.host);
 		return 2;
 	}
+	h = malloc(sizeof(*h));
 	req = malloc(8 + (size_t)batch * 8);
 	resp = malloc((size_t)batch * row_bytes);
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (!req || !resp || fd < 0 ||
+	if (!h || !req || !resp || fd < 0 ||
 	    connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		perror("embstore-echo-client: connect");
 		return 1;
