@@ -190,33 +190,28 @@ cmd_store_bench() {
     done
 }
 
-# The main job: a local cluster (scheduler, 2 servers, 2 workers) trains the
-# PyTorch CTR example (examples/torch/train.py) on generated Criteo-format
-# data, worker 0 dumps the trained tables while the servers still hold them,
-# and the dump is inspected.
-cmd_demo() {
-    local out=${EMB_DEMO_DIR:-out/demo} rows=${EMB_DEMO_ROWS:-200000}
-    local bin=$BUILD/tools ex=$BUILD/examples/ctr py t
-    cmd_build
-    py=$(find_python)
-    # The package from this checkout, over the library just built.
-    export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-    EMBSTORE_LIB=$(cd "$BUILD" && pwd)/src/worker/libembstore.so
-    export EMBSTORE_LIB
+# A demo run: generated Criteo-format data, the trainer TRAINER... once in
+# one process (--local, the baseline), then on a local cluster (scheduler, 2
+# servers, 2 workers) where worker 0 dumps the trained tables while the
+# servers still hold them; the dump is inspected. $1 names the trainer.
+run_demo() {
+    local what=$1 out=${EMB_DEMO_DIR:-out/demo} rows=${EMB_DEMO_ROWS:-200000}
+    local bin=$BUILD/tools ex=$BUILD/examples/ctr t
+    shift
     rm -rf "$out"
     mkdir -p "$out"
     echo
     echo "== data: $rows Criteo-format lines with a planted truth"
     "$ex/gen" --rows "$rows" --seed 1 --out "$out/data"
     echo
-    echo "== baseline: the PyTorch model with torch.nn embeddings (--local, $py)"
-    "$py" examples/torch/train.py --local --data "$out/data/train.tsv" \
+    echo "== baseline: $what trained in one process (--local)"
+    "$@" --local --data "$out/data/train.tsv" \
         --test "$out/data/test.tsv" --epochs 2 --log-every 50
     echo
-    echo "== embstore: scheduler + 2 servers + 2 PyTorch workers (logs in $out/log)"
+    echo "== embstore: scheduler + 2 servers + 2 workers (logs in $out/log)"
     EMB_LOG_LEVEL=${EMB_LOG_LEVEL:-warn} "$bin/embstore" launch \
         --server_num 2 --worker_num 2 --log-dir "$out/log" -- \
-        "$py" examples/torch/train.py --data "$out/data/train.tsv" \
+        "$@" --data "$out/data/train.tsv" \
         --test "$out/data/test.tsv" --epochs 2 --log-every 25 \
         --after-train "mkdir -p '$out/dump' && for t in ctr_emb ctr_wide ctr_mlp; do '$bin/embstore' dump --table \$t --out '$out/dump'/\$t || exit 1; done"
     echo
@@ -226,32 +221,23 @@ cmd_demo() {
     done
 }
 
+# The main job: the PyTorch CTR example (examples/torch/train.py).
+cmd_demo() {
+    local py
+    cmd_build
+    py=$(find_python)
+    # The package from this checkout, over the library just built.
+    export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+    EMBSTORE_LIB=$(cd "$BUILD" && pwd)/src/worker/libembstore.so
+    export EMBSTORE_LIB
+    run_demo "the PyTorch model ($py; torch.nn embeddings locally)" \
+        "$py" examples/torch/train.py
+}
+
 # The same with the C example (examples/ctr/train).
 cmd_demo_c() {
-    local out=${EMB_DEMO_DIR:-out/demo} rows=${EMB_DEMO_ROWS:-200000}
-    local bin=$BUILD/tools ex=$BUILD/examples/ctr t
     cmd_build
-    rm -rf "$out"
-    mkdir -p "$out"
-    echo
-    echo "== data: $rows Criteo-format lines with a planted truth"
-    "$ex/gen" --rows "$rows" --seed 1 --out "$out/data"
-    echo
-    echo "== baseline: the same model trained in one process (--local)"
-    "$ex/train" --local --data "$out/data/train.tsv" \
-        --test "$out/data/test.tsv" --epochs 2 --log-every 50
-    echo
-    echo "== embstore: scheduler + 2 servers + 2 workers (logs in $out/log)"
-    EMB_LOG_LEVEL=${EMB_LOG_LEVEL:-warn} "$bin/embstore" launch \
-        --server_num 2 --worker_num 2 --log-dir "$out/log" -- \
-        "$ex/train" --data "$out/data/train.tsv" \
-        --test "$out/data/test.tsv" --epochs 2 --log-every 25 \
-        --after-train "mkdir -p '$out/dump' && for t in ctr_emb ctr_wide ctr_mlp; do '$bin/embstore' dump --table \$t --out '$out/dump'/\$t || exit 1; done"
-    echo
-    echo "== the dump, verified"
-    for t in ctr_emb ctr_wide ctr_mlp; do
-        "$bin/embstore" inspect "$out/dump/$t"
-    done
+    run_demo "the C wide & deep model" "$BUILD/examples/ctr/train"
 }
 
 case ${1:-} in
