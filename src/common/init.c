@@ -1,9 +1,13 @@
 /*
  * src/common/init.c - initial row values from (seed, id). Thread-safe.
  *
- * The stream for a row starts at splitmix64 state H(seed, id); element j takes
- * the j-th draw (normal takes draws in pairs, Box-Muller). Changing this
- * changes every table's initial values, so the dump format version records it.
+ * A row's key is H(seed, id); elements 2i and 2i + 1 come from the i-th
+ * counter-based draw (below), so a row is filled without a carried state and
+ * a shorter row is a prefix of a longer one. The arithmetic is IEEE float
+ * (C11 without FP contraction), so values are the same on every x86-64
+ * build; normal rows also depend on libm's logf/sinf/cosf. Changing this
+ * changes the initial values of rows created afterwards only: dumps store
+ * rows whole, so old dumps load unchanged.
  */
 #include "common/init.h"
 
@@ -43,16 +47,79 @@ int emb_init_validate(const struct emb_init_cfg *cfg)
 	}
 }
 
-/* Uniform double in [0, 1) with 53 random bits. */
-static double unit(uint64_t *st)
+/*
+ * Counter-based draws: pair i of a row (elements 2i and 2i + 1) comes from
+ * the 64-bit word mix(key + (i + 1) * gamma), splitmix64's finaliser over a
+ * Weyl sequence. No state is carried from one pair to the next, so the pairs
+ * are independent iterations the compiler can pipeline, and element j never
+ * depends on dim. Each word yields two 24-bit fractions, exactly the
+ * precision of a float in [0, 1).
+ */
+#define GAMMA 0x9e3779b97f4a7c15ull
+#define U24   0x1.0p-24f
+
+static inline uint64_t draw(uint64_t key, uint32_t pair)
 {
-	return (double)(emb_splitmix64(st) >> 11) * (1.0 / 9007199254740992.0);
+	uint64_t z = key + (uint64_t)(pair + 1) * GAMMA;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/*
+ * a + (b - a) * u for u in [0, 1), in float. Rounding can land on b itself;
+ * such a value becomes below_b, the float just under b (a select, not a
+ * call, so the loop stays branch-free).
+ */
+static inline float scale(float a, float span, float below_b, uint32_t bits24)
+{
+	float w = a + span * ((float)bits24 * U24);
+
+	return w > below_b ? below_b : w;
+}
+
+static void fill_uniform(float a, float b, uint64_t key, float *w, uint32_t dim)
+{
+	const float span = b - a, below_b = nextafterf(b, a);
+	uint32_t i;
+
+	for (i = 0; i + 1 < dim; i += 2) {
+		uint64_t x = draw(key, i / 2);
+
+		w[i] = scale(a, span, below_b, (uint32_t)(x >> 40));
+		w[i + 1] =
+		    scale(a, span, below_b, (uint32_t)(x >> 8) & 0xffffff);
+	}
+	if (i < dim)
+		w[i] = scale(a, span, below_b, (uint32_t)(draw(key, i / 2) >> 40));
+}
+
+/*
+ * Box-Muller in float over a pair's two fractions: r from 1 - u1 in
+ * (0, 1], so logf() is finite and |z| <= sqrt(48 ln 2) = 5.77 standard
+ * deviations (the 24-bit fraction's smallest step), angle from u2.
+ */
+static void fill_normal(float mean, float std, uint64_t key, float *w,
+			uint32_t dim)
+{
+	for (uint32_t i = 0; i < dim; i += 2) {
+		uint64_t x = draw(key, i / 2);
+		float u1 = 1.0f - (float)(x >> 40) * U24;
+		float th = 6.28318530717958647692f *
+			   ((float)((uint32_t)(x >> 8) & 0xffffff) * U24);
+		float r = sqrtf(-2.0f * logf(u1));
+
+		w[i] = mean + std * (r * cosf(th));
+		if (i + 1 < dim)
+			w[i + 1] = mean + std * (r * sinf(th));
+	}
 }
 
 void emb_init_row(const struct emb_init_cfg *cfg, uint64_t seed, uint64_t id,
 		  float *w, uint32_t dim)
 {
-	uint64_t st =
+	uint64_t key =
 	    emb_id_hash(seed ^ emb_id_hash(id + 0x632be59bd9b4e019ull));
 	uint32_t i;
 
@@ -62,24 +129,10 @@ void emb_init_row(const struct emb_init_cfg *cfg, uint64_t seed, uint64_t id,
 			w[i] = cfg->a;
 		break;
 	case EMB_INIT_UNIFORM:
-		for (i = 0; i < dim; i++) {
-			w[i] = (float)(cfg->a + (cfg->b - cfg->a) * unit(&st));
-			/* Rounding to float can land on b itself. */
-			if (w[i] >= cfg->b)
-				w[i] = nextafterf(cfg->b, cfg->a);
-		}
+		fill_uniform(cfg->a, cfg->b, key, w, dim);
 		break;
 	case EMB_INIT_NORMAL:
-		for (i = 0; i < dim; i += 2) {
-			/* 1 - unit() is in (0, 1], so log() is finite. */
-			double r = sqrt(-2.0 * log(1.0 - unit(&st)));
-			double th = 2.0 * M_PI * unit(&st);
-
-			w[i] = (float)(cfg->a + cfg->b * r * cos(th));
-			if (i + 1 < dim)
-				w[i + 1] =
-				    (float)(cfg->a + cfg->b * r * sin(th));
-		}
+		fill_normal(cfg->a, cfg->b, key, w, dim);
 		break;
 	case EMB_INIT_ZEROS:
 	default:

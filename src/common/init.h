@@ -2,9 +2,10 @@
  * src/common/init.h - deterministic row initializers.
  *
  * A row's initial values depend only on (table seed, id, config), so an id
- * starts identical on any server, after any restart or resharding. Element j
- * of a row is drawn from a splitmix64 stream keyed by seed and id. Pure and
- * thread-safe.
+ * starts identical on any server, after any restart or resharding. Elements
+ * 2i and 2i + 1 of a row come from one counter-based draw keyed by seed and id
+ * (splitmix64's finaliser at counter i + 1), so element j does not depend on
+ * dim. Pure and thread-safe.
  */
 #ifndef EMB_COMMON_INIT_H
 #define EMB_COMMON_INIT_H
@@ -15,7 +16,7 @@ enum emb_init_kind {
 	EMB_INIT_ZEROS = 1,
 	EMB_INIT_CONSTANT = 2,
 	EMB_INIT_UNIFORM = 3, /* uniform in [a, b) */
-	EMB_INIT_NORMAL = 4,  /* normal with mean a, standard deviation b */
+	EMB_INIT_NORMAL = 4,  /* normal with mean a, std b; |z| <= 5.77 */
 };
 
 struct emb_init_cfg {

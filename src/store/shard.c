@@ -125,16 +125,26 @@ static int grow_index(struct emb_table *t, struct emb_shard *s)
 		emb__mem_charge(t, (int64_t)s->nslots * 4 - (int64_t)n * 4);
 		return -ENOMEM;
 	}
-	/* Rehash reads each row's id: records never move, only slots do. */
-	for (uint32_t i = 0; i < s->nslots; i++) {
-		uint32_t v = s->slots[i];
+	/*
+	 * Rehash reads each row's id: records never move, only slots do.
+	 * Walking the records in slab order instead of the old slots in
+	 * index order turns one cache miss per row into a sequential scan
+	 * the hardware prefetcher follows (a third of row creation's time
+	 * went here). Every record below next_idx is live and indexed, or
+	 * free.
+	 */
+	for (uint32_t sl = 0, idx = 0; sl < s->nslabs; sl++) {
+		const char *p = s->slabs[sl];
 
-		if (v) {
-			uint64_t id =
-			    emb__shard_row(t, s, (v & EMB_SLOT_IDX_MASK) - 1)
-				->id;
+		for (uint32_t k = 0; k < t->rows_per_slab && idx < s->next_idx;
+		     k++, idx++, p += t->row_bytes) {
+			const struct emb_row_hdr *r = (const void *)p;
+			uint64_t h;
 
-			place(slots, n, emb_id_hash(id), v);
+			if (r->count & EMB_ROW_FREE)
+				continue;
+			h = emb_id_hash(r->id);
+			place(slots, n, h, emb__hash_tag(h) | (idx + 1));
 		}
 	}
 	free(s->slots);
