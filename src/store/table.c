@@ -28,6 +28,7 @@
 #endif
 
 #define CHUNK	       16u    /* ids whose misses are overlapped at once */
+#define CHUNK_LEN(c, hi) ((hi) - (c) < CHUNK ? (hi) - (c) : CHUNK)
 #define PREFETCH_LINES 8u     /* row cache lines prefetched per id */
 #define SLAB_TARGET    65536u /* a jemalloc size class: no rounding waste */
 
@@ -296,16 +297,27 @@ static inline void prefetch_row(const struct emb_table *t, const void *r)
 		prefetch((const char *)r + 64 * l, 1);
 }
 
+/* Prefetches the home slots of pos[0..m): only a hint, so it is harmless
+ * even if the index is replaced before they are read. */
+static void prefetch_homes(const struct emb_shard *s, const struct batch *b,
+			   const uint32_t *pos, uint32_t m)
+{
+	if (!s->nslots)
+		return;
+	for (uint32_t k = 0; k < m; k++)
+		prefetch(emb__shard_home(s, b->h[pos[k]]), 0);
+}
+
 /*
- * Pipelined lookup of pos[0..m) in shard s: sets row[k] to the record of
- * ids[pos[k]], or NULL when the id is absent. Prefetches the home slots of
- * the chunk, then follows matching tags and prefetches those rows, then
- * checks the ids, so the chunk's cache misses overlap (MICA's batching).
+ * First half of a pipelined lookup of pos[0..m) in shard s: prefetches the
+ * home slots, then follows the first matching tag of each and prefetches
+ * that record, leaving it in row[k] (NULL when no tag matches: absent).
+ * The ids are not checked yet: verify_chunk() does that once the records
+ * have had time to arrive.
  */
-static void lookup_chunk(const struct emb_table *t, const struct emb_shard *s,
-			 const uint64_t *ids, const struct batch *b,
-			 const uint32_t *pos, uint32_t m,
-			 struct emb_row_hdr **row)
+static void resolve_chunk(const struct emb_table *t, const struct emb_shard *s,
+			  const struct batch *b, const uint32_t *pos,
+			  uint32_t m, struct emb_row_hdr **row)
 {
 	const uint32_t *home[CHUNK];
 	uint32_t k;
@@ -334,16 +346,37 @@ static void lookup_chunk(const struct emb_table *t, const struct emb_shard *s,
 			}
 		}
 	}
-	for (k = 0; k < m; k++) {
+}
+
+/* Second half: a tag that matched another id (1 in 256) takes the slow
+ * path, which finds the id or reports it absent. */
+static void verify_chunk(const struct emb_table *t, const struct emb_shard *s,
+			 const uint64_t *ids, const struct batch *b,
+			 const uint32_t *pos, uint32_t m,
+			 struct emb_row_hdr **row)
+{
+	for (uint32_t k = 0; k < m; k++) {
 		uint64_t id = ids[pos[k]];
 		int64_t idx;
 
 		if (!row[k] || row[k]->id == id)
 			continue;
-		/* A tag collision: rare, take the slow path. */
 		idx = emb__shard_find(t, s, id, b->h[pos[k]]);
 		row[k] = idx < 0 ? NULL : emb__shard_row(t, s, (uint32_t)idx);
 	}
+}
+
+/*
+ * Pipelined lookup of one chunk (MICA's batching): sets row[k] to the record
+ * of ids[pos[k]], or NULL when the id is absent.
+ */
+static void lookup_chunk(const struct emb_table *t, const struct emb_shard *s,
+			 const uint64_t *ids, const struct batch *b,
+			 const uint32_t *pos, uint32_t m,
+			 struct emb_row_hdr **row)
+{
+	resolve_chunk(t, s, b, pos, m, row);
+	verify_chunk(t, s, ids, b, pos, m, row);
 }
 
 static void touch(struct emb_row_hdr *r, uint32_t step)
@@ -406,28 +439,44 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	for (uint32_t si = 0; si < t->nshards && !rc; si++) {
 		struct emb_shard *s = &t->shards[si];
 		uint32_t lo = b.start[si], hi = b.start[si + 1];
+		struct emb_row_hdr *rows[2][CHUNK];
+		uint32_t used_at[2];
 
 		if (lo == hi)
 			continue;
 		pthread_mutex_lock(&s->lock);
-		for (uint32_t c = lo; c < hi && !rc; c += CHUNK) {
-			uint32_t m = hi - c < CHUNK ? hi - c : CHUNK;
-			struct emb_row_hdr *rows[CHUNK];
-			bool made = false;
+		/*
+		 * Three chunks in flight: the home slots of chunk c + 2 are
+		 * prefetched and chunk c + 1 is resolved (its records
+		 * prefetched) before chunk c's records are read, so each
+		 * miss has a whole chunk's work to arrive in. Rows created
+		 * meanwhile (s->used moved) may be ids an already-resolved
+		 * chunk found absent, so its misses look again.
+		 */
+		resolve_chunk(t, s, &b, &b.pos[lo], CHUNK_LEN(lo, hi),
+			      rows[0]);
+		used_at[0] = s->used;
+		for (uint32_t c = lo, cur = 0; c < hi && !rc;
+		     c += CHUNK, cur ^= 1) {
+			uint32_t m = CHUNK_LEN(c, hi);
 
-			lookup_chunk(t, s, ids, &b, &b.pos[c], m, rows);
+			if (c + 2 * CHUNK < hi)
+				prefetch_homes(s, &b, &b.pos[c + 2 * CHUNK],
+					       CHUNK_LEN(c + 2 * CHUNK, hi));
+			if (c + CHUNK < hi) {
+				resolve_chunk(t, s, &b, &b.pos[c + CHUNK],
+					      CHUNK_LEN(c + CHUNK, hi),
+					      rows[cur ^ 1]);
+				used_at[cur ^ 1] = s->used;
+			}
+			verify_chunk(t, s, ids, &b, &b.pos[c], m, rows[cur]);
 			for (uint32_t k = 0; k < m; k++) {
 				uint32_t p = b.pos[c + k];
-				struct emb_row_hdr *r = rows[k];
+				struct emb_row_hdr *r = rows[cur][k];
 
-				if (!r) {
-					/* The chunk was looked up before any of
-					 * it was created: an id repeated in it
-					 * may exist by now. */
-					int64_t again =
-					    made ? emb__shard_find(t, s, ids[p],
-								   b.h[p])
-						 : -1;
+				if (!r && s->used != used_at[cur]) {
+					int64_t again = emb__shard_find(
+					    t, s, ids[p], b.h[p]);
 
 					if (again >= 0)
 						r = emb__shard_row(
@@ -440,7 +489,6 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 							       b.h[p], &rc);
 						if (!r)
 							break;
-						made = true;
 						created++;
 						live_delta++;
 					}
