@@ -92,7 +92,8 @@ static void fill_uniform(float a, float b, uint64_t key, float *w, uint32_t dim)
 		    scale(a, span, below_b, (uint32_t)(x >> 8) & 0xffffff);
 	}
 	if (i < dim)
-		w[i] = scale(a, span, below_b, (uint32_t)(draw(key, i / 2) >> 40));
+		w[i] =
+		    scale(a, span, below_b, (uint32_t)(draw(key, i / 2) >> 40));
 }
 
 /*

@@ -28,9 +28,11 @@
 #endif
 
 #define CHUNK	       16u    /* ids whose misses are overlapped at once */
-#define CHUNK_LEN(c, hi) ((hi) - (c) < CHUNK ? (hi) - (c) : CHUNK)
 #define PREFETCH_LINES 8u     /* row cache lines prefetched per id */
 #define SLAB_TARGET    65536u /* a jemalloc size class: no rounding waste */
+
+/* Ids in the chunk that starts at position c of a group ending at hi. */
+#define CHUNK_LEN(c, hi) ((hi) - (c) < CHUNK ? (hi) - (c) : CHUNK)
 
 static void add_stat(uint64_t *c, uint64_t n)
 {
@@ -453,8 +455,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		 * meanwhile (s->used moved) may be ids an already-resolved
 		 * chunk found absent, so its misses look again.
 		 */
-		resolve_chunk(t, s, &b, &b.pos[lo], CHUNK_LEN(lo, hi),
-			      rows[0]);
+		resolve_chunk(t, s, &b, &b.pos[lo], CHUNK_LEN(lo, hi), rows[0]);
 		used_at[0] = s->used;
 		for (uint32_t c = lo, cur = 0; c < hi && !rc;
 		     c += CHUNK, cur ^= 1) {

@@ -146,7 +146,8 @@ static void test_pinned_values(void)
 	CU_ASSERT_EQUAL(memcmp(w, uni, sizeof(w)), 0);
 	emb_init_row(&n, 1, 42, w, 5);
 	for (uint32_t i = 0; i < 5; i++)
-		CU_ASSERT(fabsf(w[i] - nrm[i]) <= 1e-6f * (1.0f + fabsf(nrm[i])));
+		CU_ASSERT(fabsf(w[i] - nrm[i]) <=
+			  1e-6f * (1.0f + fabsf(nrm[i])));
 }
 
 static void test_normal_moments(void)
@@ -376,7 +377,8 @@ int main(int argc, char **argv)
 	    {"uniform stays in [a, b) with the right moments",
 	     test_uniform_range_and_moments},
 	    {"uniform never returns b", test_uniform_excludes_b},
-	    {"rows have the pinned values of seed 1, id 42", test_pinned_values},
+	    {"rows have the pinned values of seed 1, id 42",
+	     test_pinned_values},
 	    {"normal has the configured mean and std", test_normal_moments},
 	    {"normal with odd dim fills the last element", test_normal_odd_dim},
 	    {"normal with std 0 is the mean", test_normal_zero_std},
