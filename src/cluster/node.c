@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster/hello.h"
 #include "common/addr.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -627,35 +628,18 @@ static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
 /* Creating thread, before the agent starts: logs in with the token. */
 static int hello_sched(struct emb_node *n, const struct emb_node_opts *o)
 {
-	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 8 + EMB_WIRE_TOKEN_MAX +
-				EMB_WIRE_CLIENT_NAME_MAX];
-	_Alignas(8) uint8_t resp[SMALL_RESP];
-	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
-	struct emb_wire_hello_resp hr;
-	struct emb_frame_hdr hdr, rhdr;
-	struct emb_wire_frame f;
-	struct iovec iov;
-	int len, rc;
+	struct emb_wire_limits lim;
+	char msg[EMB_WIRE_ERRMSG_MAX + 1];
+	int rc;
 
-	len = emb_wire_hello_req_encode(
-	    req, sizeof(req), 0, EMB_WIRE_VERSION, o->auth_token,
-	    o->auth_token_len,
-	    o->role == EMB_ROLE_SERVER ? "embstore-server" : "embstore-worker");
-	if (len < 0)
-		return len;
-	memcpy(&hdr, req, sizeof(hdr));
-	iov = (struct iovec){req + EMB_WIRE_HDR_SIZE,
-			     (size_t)len - EMB_WIRE_HDR_SIZE};
-	rc = emb_conn_call_sync(n->conn, &hdr, &iov, 1, resp, sizeof(resp),
-				&rhdr);
-	if (rc)
-		return rc;
-	if (rhdr.status < 0) {
-		log_error_resp(n, &rhdr, resp);
-		return rhdr.status;
-	}
-	f = (struct emb_wire_frame){.hdr = rhdr, .payload = resp, .lim = &lim};
-	return emb_wire_hello_resp_decode(&f, &hr);
+	rc = emb_hello(n->conn, o->auth_token, o->auth_token_len,
+		       o->role == EMB_ROLE_SERVER ? "embstore-server"
+						  : "embstore-worker",
+		       &lim, msg, sizeof(msg));
+	if (rc < 0 && msg[0])
+		emb_log(EMB_LOG_WARN, "scheduler %s: hello %s: %s", n->sched,
+			emb_strerror(rc), msg);
+	return rc;
 }
 
 /* Creating thread, before the agent starts. */

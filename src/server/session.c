@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/hash.h"
 
 #define WORDS	(EMB_SESSION_WINDOW / 64)
 #define NBUCKET (2 * EMB_SESSIONS_MAX) /* a power of two */
@@ -37,10 +38,7 @@ struct emb_sessions {
 
 static uint32_t bucket_of(uint64_t id)
 {
-	id ^= id >> 33;
-	id *= 0xff51afd7ed558ccdull;
-	id ^= id >> 33;
-	return (uint32_t)(id & (NBUCKET - 1));
+	return (uint32_t)(emb_id_hash(id) & (NBUCKET - 1));
 }
 
 int emb__sessions_create(struct emb_sessions **out)

@@ -38,7 +38,7 @@
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
 #include "worker/client_int.h"
-#include "worker/hello.h"
+#include "cluster/hello.h"
 #include "cluster/node.h"
 
 #define NONE UINT32_MAX

@@ -21,7 +21,7 @@
 #include "proto/wire_cluster.h"
 #include "transport/transport.h"
 #include "worker/client_int.h"
-#include "worker/hello.h"
+#include "cluster/hello.h"
 #include "cluster/node.h"
 
 /* Agent thread: the scheduler declared a node dead. */

@@ -1,13 +1,13 @@
 /*
- * src/worker/hello.h - the HELLO handshake, once for everything that talks
- * to a server: the client library and the embstore CLI's raw connections.
- * Not installed.
+ * src/cluster/hello.h - the HELLO handshake, once for everything that logs
+ * in: the node agent (to the scheduler), the client library and the
+ * embstore CLI's raw connections (to servers). Not installed.
  *
  * Threads: as emb_conn_call_sync() (transport.h): on a conn whose loop no
  * other thread is running.
  */
-#ifndef EMB_WORKER_HELLO_H
-#define EMB_WORKER_HELLO_H
+#ifndef EMB_CLUSTER_HELLO_H
+#define EMB_CLUSTER_HELLO_H
 
 #include <stddef.h>
 #include <stdint.h>

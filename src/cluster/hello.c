@@ -1,8 +1,8 @@
 /*
- * src/worker/hello.c - the HELLO handshake (hello.h). Threads as
+ * src/cluster/hello.c - the HELLO handshake (hello.h). Threads as
  * emb_conn_call_sync().
  */
-#include "worker/hello.h"
+#include "cluster/hello.h"
 
 #include <errno.h>
 #include <stdio.h>
