@@ -11,6 +11,7 @@
 # (tests/cluster/trainer); python3 parses the JSON and speaks HTTP (else
 # those checks are skipped).
 set -u
+. "$(dirname "$0")/../lib.sh"
 : "${EMB_BIN_DIR:?}" "${EMB_TRAINER_BIN:?}"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/emb-cli-XXXXXX") || exit 1
@@ -68,17 +69,8 @@ grep -q '%%' "$dir/bench.help" && bad "embstore-bench --help prints %%"
 grep -q 'pulls 80% of' "$dir/bench.help" || bad "embstore-bench --help mix"
 
 # embstore stat --json against a server holding a table.
-"$EMB_BIN_DIR/embstore-server" --listen 127.0.0.1:0 --threads 1 \
-	2>"$dir/server.log" &
-pid=$!
-port=
-for _ in $(seq 100); do
-	port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' \
-		"$dir/server.log" | head -n 1)
-	[ -n "$port" ] && break
-	sleep 0.1
-done
-[ -n "$port" ] || bad "embstore-server did not report a port"
+emb_start_server "$EMB_BIN_DIR/embstore-server" "$dir/server.log" ||
+	bad "embstore-server did not report a port"
 if [ -n "$port" ]; then
 	"$EMB_BIN_DIR/embstore-bench" --servers "127.0.0.1:$port" --rows 500 \
 		--dim 4 --batch 50 --batches 5 --table stat_json \

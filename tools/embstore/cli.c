@@ -19,7 +19,7 @@
 #include "common/token.h"
 #include "proto/wire_msg.h"
 #include "worker/embstore.h"
-#include "worker/hello.h"
+#include "cluster/hello.h"
 
 volatile sig_atomic_t emb_cli_interrupted;
 
