@@ -1002,15 +1002,6 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	rc = emb_wire_push_req_decode(f, st->spec.dim, &p);
-	/* Before a synchronous step holds it: one NaN would spoil the whole
-	 * step, and every row it touches for good. */
-	if (!rc && !emb_floats_finite(p.grads, (size_t)p.n * st->spec.dim)) {
-		add(&s->nonfinite, 1);
-		table_put(st);
-		return reply_error(s, req, EMB_ENONFINITE,
-				   "a gradient is NaN or infinite; no row "
-				   "was changed");
-	}
 	/* A retried push is applied at most once. A synchronous STEP_END
 	 * part is held, not applied, so it is not claimed. */
 	if (!rc && p.session && !p.step_end) {
@@ -1028,6 +1019,14 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 	if (rc == 1) {
 		table_put(st);
 		return 0; /* held until its synchronous step is applied */
+	}
+	/* Refused whole, by the store or before a synchronous step. */
+	if (rc == EMB_ENONFINITE) {
+		add(&s->nonfinite, 1);
+		table_put(st);
+		return reply_error(s, req, rc,
+				   "a gradient is NaN or infinite; no row "
+				   "was changed");
 	}
 	return end_table_op(s, req, st, rc, 0);
 }

@@ -27,6 +27,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/optim.h"
 #include "transport/transport.h"
 
 struct part {
@@ -270,6 +271,11 @@ static int push_sync(struct emb_sync *y, struct emb_table *t,
 	struct rank_buf *b;
 	int rc;
 
+	/* Checked before the part is held: one NaN would spoil the whole
+	 * step, and every row it touches for good. (Applied pushes are
+	 * checked by the store itself.) */
+	if (!emb_floats_finite(p->grads, (size_t)p->n * emb_table_dim(t)))
+		return EMB_ENONFINITE;
 	pt = calloc(1, sizeof(*pt));
 	if (!pt)
 		return -ENOMEM;

@@ -760,6 +760,45 @@ static void test_nonfinite_refused(void)
 	emb_server_destroy(s);
 }
 
+/* A synchronous table refuses a NaN part before holding it for the step. */
+static void test_nonfinite_refused_sync(void)
+{
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_table_spec sp = nt_spec("nan_sync", 4, 1);
+	struct emb_client_table *t;
+	struct emb_server_stats ss;
+	struct emb_server *s;
+	struct emb_client *c;
+	uint64_t ids[2] = {1, 2};
+	float g[8] = {1, 1, 1, 1, 1, 1, 1, 1}, before[8], after[8];
+	char addr[64];
+	uint16_t port;
+
+	s = nt_server_start(&so);
+	port = emb_server_port(s);
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	c = nt_client(addr, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_set_mode(t, EMB_MODE_SYNC, 1, 0),
+			      0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 2, before, 0, NULL), 0);
+	g[2] = NAN;
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids, 2, g, 1, 0),
+			EMB_ENONFINITE);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 2, after, 0, NULL), 0);
+	CU_ASSERT_EQUAL(memcmp(before, after, sizeof(before)), 0);
+	g[2] = 1.0f;
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids, 2, g, 1, 0), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 2, after, 0, NULL), 0);
+	for (int i = 0; i < 8; i++)
+		CU_ASSERT(after[i] < before[i]);
+	emb_server_stats(s, &ss);
+	CU_ASSERT_EQUAL(ss.nonfinite, 1);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	emb_server_destroy(s);
+}
+
 /*
  * Each table charges its fixed cost (about 4 MiB: arena metadata and the
  * first extent), so at the memory limit CREATE_TABLE is refused with
@@ -832,6 +871,8 @@ static const struct emb_test_case cases[] = {
 	 test_mem_limit},
 	{"NaN and Inf gradients and absurd parameters are refused",
 	 test_nonfinite_refused},
+	    {"a synchronous table refuses a NaN part before holding it",
+	     test_nonfinite_refused_sync},
 	{"tables charge their fixed cost; create fails at the limit",
 	 test_table_fixed_cost},
 	{NULL, NULL},
