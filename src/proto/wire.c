@@ -868,7 +868,8 @@ int emb_wire_hello_resp_decode(const struct emb_wire_frame *f,
 	rc = check_resp(f, EMB_OP_HELLO);
 	if (rc)
 		return rc;
-	if (f->hdr.table_id != 0 || f->hdr.count != 0 ||
+	/* EMB_F_ADMIN is a request flag; a response carries none. */
+	if (f->hdr.flags || f->hdr.table_id != 0 || f->hdr.count != 0 ||
 	    f->hdr.payload_len != EMB_WIRE_HELLO_RESP_SIZE)
 		return EMB_EBADFRAME;
 	p = f->payload;

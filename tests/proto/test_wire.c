@@ -127,6 +127,12 @@ static void test_hello(void)
 	CU_ASSERT_EQUAL(rout.limits.max_dim, deflim.max_dim);
 	CU_ASSERT_EQUAL(rout.server_id, 0xfeedull);
 	CU_ASSERT_EQUAL(rout.features, EMB_WIRE_FEAT_PUSH_SESSION);
+	/* EMB_F_ADMIN belongs to the request: a response with it is
+	 * malformed (it could not be encoded back the same). */
+	emb_le16_store(buf + 6, EMB_F_ADMIN);
+	if (decode(buf, (size_t)len, &f) == 0)
+		CU_ASSERT_EQUAL(emb_wire_hello_resp_decode(&f, &rout),
+				EMB_EBADFRAME);
 }
 
 static void test_tables(void)
