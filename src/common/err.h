@@ -45,6 +45,7 @@
 	X(EMB_EMANIFEST, -1214, "bad or missing dump manifest")                \
 	X(EMB_ENONFINITE, -1215, "NaN or infinite value refused")              \
 	X(EMB_ENOCKPT, -1220, "checkpoints present but none valid")            \
+	X(EMB_EBADLIFE, -1230, "bad admission or eviction policy")             \
 	/* transport: -1300.. */                                               \
 	X(EMB_ECLOSED, -1301, "connection closed")                             \
 	X(EMB_EPEERDEAD, -1302, "peer disconnected")                           \

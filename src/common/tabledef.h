@@ -42,12 +42,18 @@ enum emb_mode {
 	X(misses, "no-create pulls of an absent id")                           \
 	X(step, "the table clock: push batches applied")                       \
 	X(extents, "arena extents mapped now")                                 \
-	X(grads_discarded, "pushed rows dropped as too stale (server's)")
+	X(grads_discarded, "pushed rows dropped as too stale (server's)")      \
+	X(pulls_unadmitted, "pulled ids not admitted yet (initializer sent)")  \
+	X(pushes_unadmitted, "pushed ids dropped: not admitted yet")           \
+	X(admit_filter_bytes, "bytes of the admission filter")                 \
+	X(rows_evicted_ttl, "rows evicted as idle for ttl steps")              \
+	X(rows_evicted_l2, "rows evicted for an L2 norm under min_l2")         \
+	X(rows_evicted_cap, "rows evicted to stay under max_rows")
 
 /* One uint64_t member per counter, for struct bodies. */
 #define EMB_TABLE_STAT_FIELD(name, what) uint64_t name;
 /* How many counters the list has. */
 #define EMB__TABLE_STAT_ONE(name, what) +1
-#define EMB_TABLE_NSTATS (0 EMB_TABLE_STATS(EMB__TABLE_STAT_ONE))
+#define EMB_TABLE_NSTATS		(0 EMB_TABLE_STATS(EMB__TABLE_STAT_ONE))
 
 #endif

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/init.h"
+#include "common/lifecycle.h"
 #include "common/optim.h"
 #include "common/tabledef.h"
 
@@ -58,13 +59,15 @@ typedef int (*emb_extent_fn)(void *arg, void *addr, size_t len, bool added);
 struct emb_table_opts {
 	const char *name; /* 1..EMB_NAME_MAX of [A-Za-z0-9_.-]; copied */
 	uint32_t dim;	  /* floats per row, 1..EMB_DIM_MAX */
-	struct emb_optim_cfg optim; /* applied by push */
-	struct emb_init_cfg init;   /* values of rows created by pull/push */
-	uint64_t seed;		    /* with the id, decides initial values */
-	uint32_t nshards;	    /* index shards, power of two <= 1024 */
-	uint64_t mem_limit;	    /* bytes of rows + index + fixed cost;
-				       0 = unlimited */
+	struct emb_optim_cfg optim;    /* applied by push */
+	struct emb_init_cfg init;      /* values of rows created by pull/push */
+	uint64_t seed;		       /* with the id, decides initial values */
+	uint32_t nshards;	       /* index shards, power of two <= 1024 */
+	uint64_t mem_limit;	       /* bytes of rows + index + fixed cost;
+					  0 = unlimited */
 	struct emb_mem_budget *budget; /* shared limit, or NULL; borrowed */
+	struct emb_lifecycle_cfg life; /* admission and eviction; all off by
+					  default */
 };
 
 #define EMB_TABLE_OPTS_DEFAULT                                                 \
@@ -75,7 +78,8 @@ struct emb_table_opts {
 				 .seed = 0,                                    \
 				 .nshards = 64,                                \
 				 .mem_limit = 0,                               \
-				 .budget = NULL})
+				 .budget = NULL,                               \
+				 .life = EMB_LIFECYCLE_CFG_DEFAULT})
 
 /* Flags for emb_table_pull() and emb_table_pull_ptrs(). */
 #define EMB_PULL_NOCREATE 0x1u /* report missing ids instead of creating */
@@ -115,8 +119,29 @@ const char *emb_table_name(const struct emb_table *t);
 uint32_t emb_table_dim(const struct emb_table *t);
 /* Floats of a full row: dim weights + optimizer state. */
 uint32_t emb_table_row_floats(const struct emb_table *t);
-/* The options the table was created with; name points into the table. */
+/* The options the table was created with, with the lifecycle as last set;
+ * name points into the table. */
 void emb_table_get_opts(const struct emb_table *t, struct emb_table_opts *out);
+
+/*
+ * Sets the table's admission and eviction (common/lifecycle.h) while it
+ * serves: shard by shard, each under its lock, so a batch sees a shard's
+ * old policy or its new one. A changed admission filter starts empty (ids
+ * pending under the old one start over); a Bloom filter is allocated whole
+ * here. Eviction runs as batches pass (docs/store.md, "Admission and
+ * eviction"). 0, EMB_EBADLIFE, or EMB_EMEMLIMIT / -ENOMEM with the old
+ * policy kept. Any thread; calls are serialised.
+ */
+int emb_table_set_lifecycle(struct emb_table *t,
+			    const struct emb_lifecycle_cfg *c);
+
+/*
+ * Writes the row an absent id would be created with: the initializer's
+ * weights, then (with_state) the fresh optimizer state, at out (dim or
+ * emb_table_row_floats() floats). Pure; for ids not admitted yet.
+ */
+void emb_table_init_row(const struct emb_table *t, uint64_t id, float *out,
+			bool with_state);
 
 /*
  * Gathers the weights of ids[0..n) into out[i * dim ...]. Duplicates are
@@ -126,6 +151,9 @@ void emb_table_get_opts(const struct emb_table *t, struct emb_table_opts *out);
  * that were missing (>= 0), EMB_EBADARG (NULL buffer with n > 0) or
  * EMB_EMEMLIMIT / -ENOMEM / EMB_EARENA when a row cannot be created; on error
  * rows created before it stay and out is undefined.
+ * Under admission (common/lifecycle.h) a pull that creates counts a sighting
+ * of each absent id; one not admitted yet gets the initializer's values in
+ * out without being stored, and found[i] = 0.
  */
 int emb_table_pull(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   float *out, uint32_t flags, uint8_t *found);
@@ -136,6 +164,8 @@ int emb_table_pull(struct emb_table *t, const uint64_t *ids, uint32_t n,
  * For zero-copy senders: the memory stays mapped until the table is
  * destroyed, but a concurrent push may change the floats while they are
  * read, and an erase or evict may reuse the record for another id.
+ * An id not admitted yet gets NULL, as a missing one does under
+ * EMB_PULL_NOCREATE: emb_table_init_row() gives its values.
  */
 int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
 			const float **ptrs, uint32_t flags);
@@ -146,6 +176,9 @@ int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
  * updated once. Missing rows are created first. Advances the table clock by
  * one. 0, or as for pull; rows of an id whose creation failed are untouched.
  * EMB_ENONFINITE (a gradient is NaN or infinite): nothing is touched.
+ * Under admission, gradients of absent ids are dropped and counted
+ * (pushes_unadmitted), never applied, and are no sighting: a training step
+ * pulls every id it pushes, so counting both would admit every id at once.
  */
 int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   const float *grads);
@@ -153,7 +186,8 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 /*
  * Overwrites rows: rows[i * stride ...] holds the dim weights, followed by
  * the optimizer state when with_state (stride = emb_table_row_floats()),
- * otherwise the state is reset as for a new row (stride = dim). meta, if not
+ * otherwise the state is reset as for a new row (stride = dim); admission does
+ * not apply (restores bring rows back whole). meta, if not
  * NULL, sets each row's lifecycle data. For a duplicated id the last wins.
  * 0, or as for pull; EMB_ENONFINITE (a float is NaN or infinite) touches
  * nothing.

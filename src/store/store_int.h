@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common/hash.h"
+#include "common/lifecycle.h"
 #include "store/store.h"
 
 /*
@@ -110,6 +111,16 @@ struct emb_table {
 	uint64_t rows_erased;  /* rows removed by erase */
 	uint64_t rows_evicted; /* rows removed by evict */
 	uint64_t misses;       /* no-create pulls of an absent id */
+
+	/* Admission and eviction (lifecycle.c). */
+	pthread_mutex_t life_lock;   /* serialises emb_table_set_lifecycle */
+	struct emb_life_shard *life; /* nshards, or NULL while never set;
+					load with acquire */
+	uint64_t pulls_unadmitted;   /* pulled ids not admitted yet */
+	uint64_t pushes_unadmitted;  /* pushed ids dropped: not admitted */
+	uint64_t rows_evicted_ttl;   /* by ttl */
+	uint64_t rows_evicted_l2;    /* by min_l2 */
+	uint64_t rows_evicted_cap;   /* by max_rows */
 };
 
 /* The slot tag and probe start for an id hash (bit use: common/hash.h). */
@@ -149,6 +160,52 @@ int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 /* Unindexes and frees record idx (live, holding id). */
 void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 		       uint64_t h);
+
+/* ---- lifecycle.c: admission and eviction; caller holds the shard lock ---- */
+
+/* A shard's part of the table's lifecycle. */
+struct emb_life_shard {
+	struct emb_lifecycle_cfg cfg; /* the policy, copied in under the lock */
+	uint64_t cap;	      /* max_rows share of this shard; 0 = none */
+	uint32_t hand;	      /* next record index the hand visits */
+	uint32_t cnt_slots;   /* COUNT: slots (power of two), 0 = none */
+	uint32_t cnt_used;    /* COUNT: ids pending */
+	uint64_t *cnt_ids;    /* COUNT: ids, then cnt_counts, one block */
+	uint16_t *cnt_counts; /* COUNT: sightings, 0 = empty slot */
+	uint8_t *bloom;	      /* BLOOM: bloom_n 8-bit counters */
+	uint32_t bloom_n;     /* BLOOM: counters (bytes) */
+} __attribute__((aligned(64)));
+
+/* Rows a sweep removed, by reason. */
+struct emb_evict_counts {
+	uint64_t ttl; /* idle too long */
+	uint64_t l2;  /* weights' norm too small */
+	uint64_t cap; /* over max_rows */
+};
+
+/*
+ * One sighting of an absent id under l's admission: 1 when the id is
+ * admitted now (create its row), 0 while it is pending, or EMB_EMEMLIMIT /
+ * -ENOMEM when the counters cannot grow.
+ */
+int emb__admit_sight(struct emb_table *t, struct emb_life_shard *l,
+		     uint64_t id);
+/* True when a sweep of shard s could evict anything. */
+bool emb__evict_wanted(const struct emb_shard *s,
+		       const struct emb_life_shard *l);
+/*
+ * Advances s's clock hand by a bounded number of records (more for bigger
+ * groups, nids ids) and removes the rows the policy condemns, adding them to
+ * out. Rows whose last_step is step or later are never removed, so the
+ * batch that calls it keeps every row it handed out.
+ */
+void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
+		      struct emb_life_shard *l, uint32_t step, uint32_t nids,
+		      struct emb_evict_counts *out);
+/* Frees the filters and shard parts (emb_table_destroy). */
+void emb__life_destroy(struct emb_table *t);
+/* Bytes the admission filters hold now. */
+uint64_t emb__life_filter_bytes(struct emb_table *t);
 
 /*
  * shard.c: charges (n > 0) or releases (n < 0) table memory against the

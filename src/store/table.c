@@ -137,6 +137,9 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	rc = emb_init_validate(&opts->init);
 	if (rc)
 		return rc;
+	rc = emb_lifecycle_validate(&opts->life);
+	if (rc)
+		return rc;
 
 	t = aligned_alloc(64, (sizeof(*t) + 63) & ~(size_t)63);
 	if (!t)
@@ -145,6 +148,8 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	strcpy(t->name, opts->name);
 	t->opts = *opts;
 	t->opts.name = t->name;
+	t->opts.life = EMB_LIFECYCLE_CFG_DEFAULT; /* set below, once usable */
+	pthread_mutex_init(&t->life_lock, NULL);
 	t->dim = opts->dim;
 	t->row_floats =
 	    opts->dim + emb_optim_state_floats(opts->optim.kind, opts->dim);
@@ -176,9 +181,15 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	rc = emb__mem_charge(t, (int64_t)t->fixed_bytes);
 	if (rc)
 		goto err_fini_shards;
+	rc = emb_table_set_lifecycle(t, &opts->life);
+	if (rc)
+		goto err_uncharge;
 	*out = t;
 	return 0;
 
+err_uncharge:
+	emb__mem_charge(t, -(int64_t)t->fixed_bytes);
+	i = t->nshards;
 err_fini_shards:
 	while (i-- > 0)
 		emb__shard_fini(t, &t->shards[i]);
@@ -186,6 +197,7 @@ err_fini_shards:
 err_destroy_arena:
 	emb__arena_destroy(t->arena);
 err_free_t:
+	pthread_mutex_destroy(&t->life_lock);
 	free(t);
 	return rc;
 }
@@ -194,11 +206,13 @@ void emb_table_destroy(struct emb_table *t)
 {
 	if (!t)
 		return;
+	emb__life_destroy(t);
 	for (uint32_t i = 0; i < t->nshards; i++)
 		emb__shard_fini(t, &t->shards[i]);
 	free(t->shards);
 	emb__mem_charge(t, -(int64_t)load_stat(&t->mem_used));
 	emb__arena_destroy(t->arena);
+	pthread_mutex_destroy(&t->life_lock);
 	free(t);
 }
 
@@ -226,7 +240,20 @@ uint32_t emb_table_row_floats(const struct emb_table *t)
 
 void emb_table_get_opts(const struct emb_table *t, struct emb_table_opts *out)
 {
+	/* The lifecycle changes online, under life_lock. */
+	pthread_mutex_t *lock = (pthread_mutex_t *)&t->life_lock;
+
+	pthread_mutex_lock(lock);
 	*out = t->opts;
+	pthread_mutex_unlock(lock);
+}
+
+void emb_table_init_row(const struct emb_table *t, uint64_t id, float *out,
+			bool with_state)
+{
+	emb_init_row(&t->opts.init, t->opts.seed, id, out, t->dim);
+	if (with_state)
+		emb_optim_state_init(&t->opts.optim, out + t->dim, t->dim);
 }
 
 /* ---- batch plumbing ---- */
@@ -413,7 +440,47 @@ static uint32_t now_step(const struct emb_table *t)
 	return (uint32_t)load_stat(&t->step);
 }
 
+/* The shard's lifecycle part, or NULL while the table never had one. */
+static struct emb_life_shard *life_of(struct emb_life_shard *life, uint32_t si)
+{
+	return life ? &life[si] : NULL;
+}
+
+/* Runs shard s's eviction hand after a group of nids ids (lock held). */
+static void sweep(struct emb_table *t, struct emb_shard *s,
+		  struct emb_life_shard *l, uint32_t step, uint32_t nids,
+		  struct emb_evict_counts *ev)
+{
+	if (l && emb__evict_wanted(s, l))
+		emb__evict_sweep(t, s, l, step, nids, ev);
+}
+
+static void add_evicted(struct emb_table *t, const struct emb_evict_counts *ev)
+{
+	uint64_t n = ev->ttl + ev->l2 + ev->cap;
+
+	if (!n)
+		return;
+	__atomic_fetch_sub(&t->rows, n, __ATOMIC_RELAXED);
+	add_stat(&t->rows_evicted, n);
+	add_stat(&t->rows_evicted_ttl, ev->ttl);
+	add_stat(&t->rows_evicted_l2, ev->l2);
+	add_stat(&t->rows_evicted_cap, ev->cap);
+}
+
 /* ---- pull ---- */
+
+/* Counts a sighting of absent id under ls's admission: true when the row
+ * may be created now; false while pending or on error (*rc set). */
+static bool admitted(struct emb_table *t, struct emb_life_shard *ls,
+		     uint64_t id, int *rc)
+{
+	int a = emb__admit_sight(t, ls, id);
+
+	if (a < 0)
+		*rc = a;
+	return a > 0;
+}
 
 static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		       float *out, const float **ptrs, uint32_t flags,
@@ -422,7 +489,10 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	const bool create = !(flags & EMB_PULL_NOCREATE);
 	const size_t row_sz = (size_t)t->dim * sizeof(float);
 	uint32_t step = now_step(t);
-	uint64_t missing = 0, created = 0, live_delta = 0;
+	uint64_t missing = 0, created = 0, live_delta = 0, pending = 0;
+	struct emb_life_shard *life =
+	    __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
+	struct emb_evict_counts ev = {0};
 	struct batch b;
 	int rc = 0;
 
@@ -440,6 +510,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 
 	for (uint32_t si = 0; si < t->nshards && !rc; si++) {
 		struct emb_shard *s = &t->shards[si];
+		struct emb_life_shard *ls = life_of(life, si);
 		uint32_t lo = b.start[si], hi = b.start[si + 1];
 		struct emb_row_hdr *rows[2][CHUNK];
 		uint32_t used_at[2];
@@ -485,6 +556,23 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 				}
 				if (!r) {
 					missing++;
+					if (create && ls && ls->cfg.admit &&
+					    !admitted(t, ls, ids[p], &rc)) {
+						if (rc)
+							break;
+						pending++;
+						if (found)
+							found[p] = 0;
+						if (out)
+							emb_table_init_row(
+							    t, ids[p],
+							    out + (size_t)p *
+								      t->dim,
+							    false);
+						else
+							ptrs[p] = NULL;
+						continue;
+					}
 					if (create) {
 						r = create_row(t, s, ids[p],
 							       b.h[p], &rc);
@@ -512,10 +600,13 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 					ptrs[p] = emb__row_data(r);
 			}
 		}
+		sweep(t, s, ls, step, hi - lo, &ev);
 		pthread_mutex_unlock(&s->lock);
 	}
 	batch_fini(&b);
 
+	add_evicted(t, &ev);
+	add_stat(&t->pulls_unadmitted, pending);
 	add_stat(&t->rows, live_delta);
 	add_stat(&t->rows_created, created);
 	add_stat(&t->pulls, 1);
@@ -629,7 +720,10 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   const float *grads)
 {
 	uint32_t step, *uniq = NULL, *slot_of;
-	uint64_t created = 0, applied = 0;
+	uint64_t created = 0, applied = 0, dropped = 0;
+	struct emb_life_shard *life =
+	    __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
+	struct emb_evict_counts ev = {0};
 	const float **grad = NULL;
 	float *sums = NULL;
 	struct batch b;
@@ -666,6 +760,7 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 
 	for (uint32_t si = 0; si < t->nshards; si++) {
 		struct emb_shard *s = &t->shards[si];
+		struct emb_life_shard *ls = life_of(life, si);
 		uint32_t lo = b.start[si], hi = b.start[si + 1];
 
 		if (lo == hi)
@@ -682,6 +777,10 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 				float *w;
 				int err = 0;
 
+				if (!r && ls && ls->cfg.admit) {
+					dropped++;
+					continue;
+				}
 				if (!r) {
 					r = create_row(t, s, ids[p], b.h[p],
 						       &err);
@@ -699,10 +798,13 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 				applied++;
 			}
 		}
+		sweep(t, s, ls, step, hi - lo, &ev);
 		pthread_mutex_unlock(&s->lock);
 	}
 out:
 	add_stat(&t->rows, created);
+	add_evicted(t, &ev);
+	add_stat(&t->pushes_unadmitted, dropped);
 	add_stat(&t->rows_created, created);
 	add_stat(&t->pushes, 1);
 	add_stat(&t->rows_pushed, applied);
@@ -887,6 +989,13 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 	out->rows_evicted = load_stat(&t->rows_evicted);
 	out->misses = load_stat(&t->misses);
 	out->step = load_stat(&t->step);
+	out->pulls_unadmitted = load_stat(&t->pulls_unadmitted);
+	out->pushes_unadmitted = load_stat(&t->pushes_unadmitted);
+	out->admit_filter_bytes = emb__life_filter_bytes(t);
+	out->bytes += out->admit_filter_bytes;
+	out->rows_evicted_ttl = load_stat(&t->rows_evicted_ttl);
+	out->rows_evicted_l2 = load_stat(&t->rows_evicted_l2);
+	out->rows_evicted_cap = load_stat(&t->rows_evicted_cap);
 	emb__arena_usage(t->arena, &out->extents, &ext_bytes);
 }
 
