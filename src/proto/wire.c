@@ -44,6 +44,7 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_ERASE] = {0, TBL_SET},
     [EMB_OP_STATS] = {0, TBL_ANY},
     [EMB_OP_SET_MODE] = {0, TBL_SET},
+    [EMB_OP_SET_LIFECYCLE] = {0, TBL_SET},
 };
 
 #define NRULES (sizeof(op_rules) / sizeof(op_rules[0]))
@@ -89,6 +90,8 @@ const char *emb_wire_op_name(uint8_t op)
 		return "barrier";
 	case EMB_OP_SET_MODE:
 		return "set_mode";
+	case EMB_OP_SET_LIFECYCLE:
+		return "set_lifecycle";
 	case EMB_OP_CLUSTER_MAP:
 		return "cluster_map";
 	case EMB_OP_REGISTER:
@@ -374,6 +377,8 @@ void emb__wire_spec_get(const uint8_t *p, struct emb_wire_spec *s)
 	s->init.a = emb_lef32_load(p + 112);
 	s->init.b = emb_lef32_load(p + 116);
 	s->seed = emb_le64_load(p + 120);
+	/* Only CREATE_TABLE carries a lifecycle, after the spec. */
+	s->life = EMB_LIFECYCLE_CFG_DEFAULT;
 }
 
 /* ---- encoders into a buffer ------------------------------------------ */
@@ -435,21 +440,54 @@ int emb_wire_hello_resp_encode(void *buf, size_t cap, uint64_t req_id,
 	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE);
 }
 
+/* Writes a lifecycle block (wire_msg.h) that validate accepted. */
+static void life_put(uint8_t *p, const struct emb_lifecycle_cfg *c)
+{
+	emb_le32_store(p, c->admit);
+	emb_le32_store(p + 4, c->admit_n);
+	emb_le32_store(p + 8, c->bloom_bytes);
+	emb_le32_store(p + 12, c->ttl_steps);
+	emb_lef32_store(p + 16, c->min_l2);
+	emb_le32_store(p + 20, c->order);
+	emb_le64_store(p + 24, c->max_rows);
+}
+
+static int life_get(const uint8_t *p, struct emb_lifecycle_cfg *c)
+{
+	c->admit = emb_le32_load(p);
+	c->admit_n = emb_le32_load(p + 4);
+	c->bloom_bytes = emb_le32_load(p + 8);
+	c->ttl_steps = emb_le32_load(p + 12);
+	c->min_l2 = emb_lef32_load(p + 16);
+	c->order = emb_le32_load(p + 20);
+	c->max_rows = emb_le64_load(p + 24);
+	return emb_lifecycle_validate(c) ? EMB_EBADLIFE : 0;
+}
+
 int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
 			       const struct emb_wire_spec *spec)
 {
 	uint8_t *p = buf;
+	uint32_t len = EMB_WIRE_SPEC_SIZE;
+	bool life;
 	int rc;
 
 	if (!spec)
 		return EMB_EBADARG;
-	if (!p || cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE)
+	if (emb_lifecycle_validate(&spec->life))
+		return EMB_EBADLIFE;
+	life = !emb_lifecycle_is_off(&spec->life);
+	if (life)
+		len += EMB_WIRE_LIFECYCLE_SIZE;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + len)
 		return -ENOSPC;
 	rc = emb__wire_spec_put(p + EMB_WIRE_HDR_SIZE, spec);
 	if (rc)
 		return rc;
-	emb__wire_put_hdr(p, EMB_OP_CREATE_TABLE, 0, req_id, 0, 0, EMB_WIRE_SPEC_SIZE, 0);
-	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE);
+	if (life)
+		life_put(p + EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE, &spec->life);
+	emb__wire_put_hdr(p, EMB_OP_CREATE_TABLE, 0, req_id, 0, 0, len, 0);
+	return (int)(EMB_WIRE_HDR_SIZE + len);
 }
 
 static bool empty_req_op(uint8_t op)
@@ -473,7 +511,7 @@ static bool ack_op(uint8_t op)
 {
 	return op == EMB_OP_CREATE_TABLE || op == EMB_OP_DROP_TABLE ||
 	       op == EMB_OP_PUSH || op == EMB_OP_ASSIGN || op == EMB_OP_ERASE ||
-	       op == EMB_OP_SET_MODE;
+	       op == EMB_OP_SET_MODE || op == EMB_OP_SET_LIFECYCLE;
 }
 
 int emb_wire_ack_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
@@ -896,12 +934,22 @@ int emb_wire_create_req_decode(const struct emb_wire_frame *f,
 	rc = check_req(f, EMB_OP_CREATE_TABLE);
 	if (rc)
 		return rc;
-	if (f->hdr.count != 0 || f->hdr.payload_len != EMB_WIRE_SPEC_SIZE)
+	if (f->hdr.count != 0 ||
+	    (f->hdr.payload_len != EMB_WIRE_SPEC_SIZE &&
+	     f->hdr.payload_len != EMB_WIRE_SPEC_SIZE + EMB_WIRE_LIFECYCLE_SIZE))
 		return EMB_EBADFRAME;
 	rc = emb__wire_spec_check(f->payload, f->lim);
 	if (rc)
 		return rc;
 	emb__wire_spec_get(f->payload, out);
+	if (f->hdr.payload_len == EMB_WIRE_SPEC_SIZE)
+		return 0;
+	rc = life_get(f->payload + EMB_WIRE_SPEC_SIZE, &out->life);
+	if (rc)
+		return rc;
+	/* All off is sent as no block: one encoding per request. */
+	if (emb_lifecycle_is_off(&out->life))
+		return EMB_EBADFRAME;
 	return 0;
 }
 
@@ -1236,6 +1284,39 @@ int emb_wire_set_mode_req_encode(void *buf, size_t cap, uint64_t req_id,
 	emb_le32_store(p + 8, req->staleness);
 	emb_le32_store(p + 12, 0);
 	return (int)len;
+}
+
+int emb_wire_set_lifecycle_req_encode(
+    void *buf, size_t cap, uint64_t req_id,
+    const struct emb_wire_set_lifecycle_req *req)
+{
+	uint8_t *p = buf;
+	const size_t len = EMB_WIRE_HDR_SIZE + EMB_WIRE_LIFECYCLE_SIZE;
+
+	if (!buf || !req || req->table_id == 0)
+		return EMB_EBADARG;
+	if (emb_lifecycle_validate(&req->life))
+		return EMB_EBADLIFE;
+	if (cap < len)
+		return -ENOSPC;
+	emb__wire_put_hdr(p, EMB_OP_SET_LIFECYCLE, 0, req_id, req->table_id, 0,
+			  EMB_WIRE_LIFECYCLE_SIZE, 0);
+	life_put(p + EMB_WIRE_HDR_SIZE, &req->life);
+	return (int)len;
+}
+
+int emb_wire_set_lifecycle_req_decode(const struct emb_wire_frame *f,
+				      struct emb_wire_set_lifecycle_req *out)
+{
+	int rc;
+
+	rc = check_req(f, EMB_OP_SET_LIFECYCLE);
+	if (rc)
+		return rc;
+	if (f->hdr.count != 0 || f->hdr.payload_len != EMB_WIRE_LIFECYCLE_SIZE)
+		return EMB_EBADFRAME;
+	out->table_id = f->hdr.table_id;
+	return life_get(f->payload, &out->life);
 }
 
 int emb_wire_set_mode_req_decode(const struct emb_wire_frame *f,

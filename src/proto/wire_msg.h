@@ -54,7 +54,23 @@
  *   120     8        seed
  *   size 128
  *
- * CREATE_TABLE request (table id 0, count 0): one table spec, 128 bytes.
+ * Lifecycle block: a table's admission and eviction (common/lifecycle.h)
+ *   0       4        admission: 0 none, 1 count, 2 bloom
+ *   4       4        admit_n: sightings that make a row (0 with none)
+ *   8       4        bloom_bytes: Bloom counters, 0 = default (bloom only)
+ *   12      4        ttl_steps: evict rows idle this long, 0 = off
+ *   16      4        min_l2 (f32): evict rows of a smaller norm, 0 = off
+ *   20      4        order of max_rows: 0 LRU, 1 LFU
+ *   24      8        max_rows: evict down to this many, 0 = off
+ *   size 32; a block emb_lifecycle_validate() refuses is EMB_EBADLIFE
+ *
+ * CREATE_TABLE request (table id 0, count 0): one table spec, 128 bytes,
+ * then a lifecycle block when the table has a policy (payload 160; a block
+ * with every policy off is refused, so each request has one encoding). A
+ * CREATE of an existing table with the same spec returns its id and sets
+ * the block's policy only if the table has none (a server that restarted
+ * from a checkpoint gets it back from its clients); changing a policy is
+ * SET_LIFECYCLE's.
  * CREATE_TABLE response: the new table's id in the header; no payload.
  * DROP_TABLE request (table id set, count 0): no payload. Response: none.
  * LIST_TABLES request (table id 0, count 0): no payload.
@@ -126,6 +142,10 @@
  *   12      4        reserved
  * SET_MODE response: no payload. Setting the mode a table has is a no-op.
  *
+ * SET_LIFECYCLE request (table id set, count 0, flags 0): a lifecycle block,
+ * 32 bytes, replacing the table's policy (all off turns it off). Needs
+ * admin rights, like SET_MODE. Response: no payload.
+ *
  * PUSH flag EMB_F_STEP_END: under a sync table a worker sends every server
  * one PUSH per step (empty when it has no ids there) and flags its last
  * part; the server acknowledges that part only once the step is applied.
@@ -148,6 +168,7 @@
 #include <sys/uio.h>
 
 #include "common/init.h"
+#include "common/lifecycle.h"
 #include "common/optim.h"
 #include "proto/wire.h"
 
@@ -159,6 +180,7 @@
 #define EMB_WIRE_STATS_PREFIX_SIZE 8u
 #define EMB_WIRE_STATS_FIELDS	   EMB_TABLE_NSTATS /* counters sent */
 #define EMB_WIRE_SET_MODE_SIZE 16u
+#define EMB_WIRE_LIFECYCLE_SIZE	   32u
 #define EMB_WIRE_SYNC_WORKERS_MAX 65536u /* workers of a sync table */
 #define EMB_WIRE_STATS_FIELDS_MAX  64u /* most a reader accepts */
 
@@ -229,6 +251,8 @@ struct emb_wire_spec {
 	struct emb_optim_cfg optim;    /* optimizer applied by push */
 	struct emb_init_cfg init;      /* initializer of new rows */
 	uint64_t seed;		       /* with the id, picks initial values */
+	struct emb_lifecycle_cfg life; /* CREATE_TABLE only: admission and
+					  eviction, all off = no block */
 };
 
 struct emb_wire_table_info {
@@ -301,6 +325,11 @@ struct emb_wire_set_mode_req {
 	uint32_t staleness; /* STALE: steps a push may lag; else 0 */
 };
 
+struct emb_wire_set_lifecycle_req {
+	uint32_t table_id;	       /* >= 1 */
+	struct emb_lifecycle_cfg life; /* the new policy */
+};
+
 struct emb_wire_stats_resp {
 	uint32_t n;		/* entries */
 	uint32_t nfields;	/* counters per entry sent */
@@ -336,7 +365,10 @@ int emb_wire_hello_req_encode_flags(void *buf, size_t cap, uint64_t req_id,
 int emb_wire_hello_resp_encode(void *buf, size_t cap, uint64_t req_id,
 			       const struct emb_wire_hello_resp *resp);
 
-/* EMB_EBADNAME: name empty or over 63 bytes. EMB_EBADDIM: dim 0 or > 4096. */
+/* EMB_EBADNAME: name empty or over 63 bytes. EMB_EBADDIM: dim 0 or > 4096.
+ * EMB_EBADLIFE: spec->life refused by emb_lifecycle_validate(). -ENOSPC:
+ * cap under EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE, + the lifecycle block's
+ * 32 when spec->life is not all off. */
 int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
 			       const struct emb_wire_spec *spec);
 
@@ -441,6 +473,11 @@ int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 int emb_wire_set_mode_req_encode(void *buf, size_t cap, uint64_t req_id,
 				 const struct emb_wire_set_mode_req *req);
 
+/* EMB_EBADARG: table id 0; EMB_EBADLIFE: a policy validate refuses. */
+int emb_wire_set_lifecycle_req_encode(
+    void *buf, size_t cap, uint64_t req_id,
+    const struct emb_wire_set_lifecycle_req *req);
+
 /* PING request (response false) or its echo (response true). */
 int emb_wire_ping_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			 bool response, const void *data, uint32_t len);
@@ -468,7 +505,8 @@ int emb_wire_hello_req_decode(const struct emb_wire_frame *f,
 			      struct emb_wire_hello_req *out);
 int emb_wire_hello_resp_decode(const struct emb_wire_frame *f,
 			       struct emb_wire_hello_resp *out);
-/* EMB_EBADDIM here: spec dim 0 or > lim->max_dim. */
+/* EMB_EBADDIM here: spec dim 0 or > lim->max_dim. EMB_EBADLIFE: a lifecycle
+ * block validate refuses; spec->life is all off without a block. */
 int emb_wire_create_req_decode(const struct emb_wire_frame *f,
 			       struct emb_wire_spec *out);
 /* op: DROP_TABLE, LIST_TABLES or STATS; the table id is f->hdr.table_id. */
@@ -512,6 +550,8 @@ void emb_wire_stats_entry(const struct emb_wire_stats_resp *resp, uint32_t i,
 			  struct emb_wire_stats *out);
 int emb_wire_set_mode_req_decode(const struct emb_wire_frame *f,
 				 struct emb_wire_set_mode_req *out);
+int emb_wire_set_lifecycle_req_decode(const struct emb_wire_frame *f,
+				      struct emb_wire_set_lifecycle_req *out);
 /* PING request (response false) or response (true). */
 int emb_wire_ping_decode(const struct emb_wire_frame *f, bool response,
 			 struct emb_wire_blob *out);

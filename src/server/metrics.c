@@ -52,6 +52,19 @@ static const struct table_metric table_metrics[] = {
        "Rows removed by erase."),
     TM("embstore_table_rows_evicted_total", "counter", rows_evicted,
        "Rows removed by eviction."),
+    TM("embstore_table_rows_evicted_ttl_total", "counter", rows_evicted_ttl,
+       "Rows evicted as not read or written for ttl table steps."),
+    TM("embstore_table_rows_evicted_l2_total", "counter", rows_evicted_l2,
+       "Rows evicted for weights of an L2 norm under min_l2."),
+    TM("embstore_table_rows_evicted_max_rows_total", "counter",
+       rows_evicted_cap, "Rows evicted to keep the table under max_rows."),
+    TM("embstore_table_admission_pending_pulls_total", "counter",
+       pulls_unadmitted,
+       "Pulled ids not admitted yet, answered with initial values."),
+    TM("embstore_table_admission_dropped_pushes_total", "counter",
+       pushes_unadmitted, "Pushed ids not admitted yet, not applied."),
+    TM("embstore_table_admission_filter_bytes", "gauge", admit_filter_bytes,
+       "Bytes of the admission filter (counters or Bloom filter)."),
     TM("embstore_table_misses_total", "counter", misses,
        "No-create pulls of an absent id."),
     TM("embstore_table_grads_discarded_total", "counter", grads_discarded,
@@ -199,7 +212,7 @@ static void collect_transport(struct emb_server *s, struct emb_metrics_out *o)
 	emb_metrics_u64(o, "embstore_server_nonfinite_refused_total", NULL,
 			ss.nonfinite);
 	emb_metrics_family(o, "embstore_server_admin_refused_total", "counter",
-			   "SET_MODE and DROP_TABLE refused: no admin token.");
+			   "SET_MODE, SET_LIFECYCLE and DROP_TABLE refused: no admin token.");
 	emb_metrics_u64(o, "embstore_server_admin_refused_total", NULL,
 			ss.not_admin);
 	emb_metrics_family(o, "embstore_server_requests_total", "counter",

@@ -226,6 +226,34 @@ static bool same_spec(const struct emb_wire_spec *a,
 	       memcmp(&a->init, &b->init, sizeof(a->init)) == 0;
 }
 
+/*
+ * A CREATE of an existing table: a policy it carries is set only if the
+ * table has none, so a server restarted from a checkpoint (which keeps no
+ * policy) gets it back from the first client, while changing one stays
+ * SET_LIFECYCLE's, which needs admin rights.
+ */
+static int adopt_lifecycle(struct srv_table *st,
+			   const struct emb_wire_spec *spec)
+{
+	struct emb_table_opts o;
+	char a[EMB_LIFECYCLE_STR_MAX], e[EMB_LIFECYCLE_STR_MAX];
+	int rc;
+
+	if (emb_lifecycle_is_off(&spec->life))
+		return 0;
+	emb_table_get_opts(st->t, &o);
+	if (!emb_lifecycle_is_off(&o.life))
+		return 0;
+	rc = emb_table_set_lifecycle(st->t, &spec->life);
+	if (rc)
+		return rc;
+	emb_admit_format(&spec->life, a, sizeof(a));
+	emb_evict_format(&spec->life, e, sizeof(e));
+	emb_log(EMB_LOG_INFO, "table %s: admit %s, evict %s (from a CREATE)",
+		spec->name, a, e);
+	return 0;
+}
+
 /* Creates a table, or returns the id of an identical one. */
 static void sync_ack(void *arg, struct emb_req *req, int status);
 
@@ -247,6 +275,8 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 		}
 		if (strcmp(st->spec.name, spec->name) == 0) {
 			rc = same_spec(&st->spec, spec) ? 0 : EMB_ETABLEEXISTS;
+			if (!rc)
+				rc = adopt_lifecycle(st, spec);
 			*id_out = st->id;
 			goto out_unlock;
 		}
@@ -267,6 +297,7 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	o.seed = spec->seed;
 	o.nshards = s->opts.table_shards;
 	o.budget = &s->budget;
+	o.life = spec->life;
 	rc = emb_table_create(&o, &st->t);
 	if (rc) {
 		free(st);
@@ -305,9 +336,18 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	pthread_mutex_unlock(&s->reap_mu);
 	s->tables[free_slot] = st;
 	*id_out = st->id;
-	emb_log(EMB_LOG_INFO, "table %s (id %u) created: dim %u, %s, %s",
-		spec->name, st->id, spec->dim, emb_optim_name(spec->optim.kind),
-		emb_init_name(spec->init.kind));
+	{
+		char a[EMB_LIFECYCLE_STR_MAX], e[EMB_LIFECYCLE_STR_MAX];
+
+		emb_admit_format(&spec->life, a, sizeof(a));
+		emb_evict_format(&spec->life, e, sizeof(e));
+		emb_log(EMB_LOG_INFO,
+			"table %s (id %u) created: dim %u, %s, %s, admit %s, "
+			"evict %s",
+			spec->name, st->id, spec->dim,
+			emb_optim_name(spec->optim.kind),
+			emb_init_name(spec->init.kind), a, e);
+	}
 out_unlock:
 	pthread_rwlock_unlock(&s->tables_lock);
 	return rc;
@@ -797,6 +837,7 @@ struct pull_ctx {
 	struct srv_conn *sc;  /* its connection; kept alive until done */
 	struct srv_table *st; /* referenced until done */
 	const float **ptrs;   /* n row pointers into table memory */
+	float *fresh;	      /* rows of ids not admitted yet, or NULL */
 	struct iovec *iov;    /* n + 2 entries */
 	uint8_t *bits;	      /* found bitmap (NOCREATE) */
 	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE]; /* unused header slot */
@@ -811,6 +852,7 @@ static void pull_done(void *ctx, int status)
 
 	(void)status;
 	table_put(pc->st);
+	free(pc->fresh);
 	free(pc);
 	if (sc && --sc->zc_replies == 0) {
 		if (!sc->c)
@@ -897,6 +939,32 @@ static bool reply_fails(struct emb_server *s, struct emb_req *req,
 	return true;
 }
 
+/* Points each NULL of pc->ptrs at the initial row of its id, in one
+ * buffer pc owns. 0 or -ENOMEM. */
+static int fill_fresh(struct pull_ctx *pc, const struct emb_wire_pull_req *p,
+		      uint32_t stride)
+{
+	uint32_t k = 0, nnull = 0;
+
+	for (uint32_t i = 0; i < p->n; i++)
+		nnull += !pc->ptrs[i];
+	if (!nnull)
+		return 0;
+	pc->fresh = malloc((size_t)nnull * stride * sizeof(float));
+	if (!pc->fresh)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < p->n; i++) {
+		float *row;
+
+		if (pc->ptrs[i])
+			continue;
+		row = pc->fresh + (size_t)k++ * stride;
+		emb_table_init_row(pc->st->t, p->ids[i], row, p->with_state);
+		pc->ptrs[i] = row;
+	}
+	return 0;
+}
+
 static int on_pull(struct emb_server *s, struct emb_req *req,
 		   const struct emb_wire_frame *f)
 {
@@ -938,6 +1006,7 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	pc->s = s;
 	pc->sc = NULL;
 	pc->st = st;
+	pc->fresh = NULL;
 	pc->ptrs = (const float **)(void *)(mem + sizeof(*pc));
 	pc->iov = (struct iovec *)(void *)(pc->ptrs + p.n);
 	pc->bits = (uint8_t *)(pc->iov + p.n + 2);
@@ -947,6 +1016,15 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	if (rc < 0) {
 		pull_done(pc, 0);
 		return reply_error(s, req, rc, NULL);
+	}
+	/* Without NOCREATE a NULL is an id not admitted yet (admission):
+	 * it gets the row it would be created with, from a buffer of ours. */
+	if (!p.nocreate && rc > 0) {
+		rc = fill_fresh(pc, &p, stride);
+		if (rc) {
+			pull_done(pc, 0);
+			return reply_error(s, req, rc, NULL);
+		}
 	}
 	if (p.nocreate) {
 		uint8_t *found = pc->bits + bitmap;
@@ -1027,6 +1105,30 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 		return reply_error(s, req, rc,
 				   "a gradient is NaN or infinite; no row "
 				   "was changed");
+	}
+	return end_table_op(s, req, st, rc, 0);
+}
+
+static int on_set_lifecycle(struct emb_server *s, struct emb_req *req,
+			    const struct emb_wire_frame *f)
+{
+	struct emb_wire_set_lifecycle_req m;
+	char a[EMB_LIFECYCLE_STR_MAX], e[EMB_LIFECYCLE_STR_MAX];
+	struct srv_table *st;
+	int rc;
+
+	rc = emb_wire_set_lifecycle_req_decode(f, &m);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	st = table_get(s, m.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	rc = emb_table_set_lifecycle(st->t, &m.life);
+	if (!rc) {
+		emb_admit_format(&m.life, a, sizeof(a));
+		emb_evict_format(&m.life, e, sizeof(e));
+		emb_log(EMB_LOG_INFO, "table %s: admit %s, evict %s",
+			st->spec.name, a, e);
 	}
 	return end_table_op(s, req, st, rc, 0);
 }
@@ -1156,13 +1258,12 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 		return reply_error(s, req, EMB_ENOHELLO, NULL);
 	/* Admin rights: what changes a table for everyone else. */
 	if ((hdr->opcode == EMB_OP_SET_MODE ||
+	     hdr->opcode == EMB_OP_SET_LIFECYCLE ||
 	     hdr->opcode == EMB_OP_DROP_TABLE) &&
 	    !sc->admin) {
 		add(&s->not_admin, 1);
 		emb_log(EMB_LOG_WARN, "%s: %s refused: not admin",
-			emb_conn_peer(c),
-			hdr->opcode == EMB_OP_SET_MODE ? "SET_MODE"
-						       : "DROP_TABLE");
+			emb_conn_peer(c), emb_wire_op_name(hdr->opcode));
 		return reply_error(s, req, EMB_ENOADMIN,
 				   "this operation needs the admin token "
 				   "(HELLO with EMB_F_ADMIN)");
@@ -1189,6 +1290,8 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 		return on_stats(s, req, &f);
 	case EMB_OP_SET_MODE:
 		return on_set_mode(s, req, &f);
+	case EMB_OP_SET_LIFECYCLE:
+		return on_set_lifecycle(s, req, &f);
 	case EMB_OP_DUMP_BEGIN:
 	case EMB_OP_DUMP_CHUNK:
 	case EMB_OP_DUMP_END:

@@ -1032,11 +1032,24 @@ static int table_new(struct emb_client *c, const struct emb_wire_spec *ws,
 	return 0;
 }
 
+/* What one server keeps of a table-wide policy: ids hash evenly over the
+ * servers, so each holds its share of max_rows. */
+static struct emb_lifecycle_cfg per_server(const struct emb_client *c,
+					   const struct emb_lifecycle_cfg *l)
+{
+	struct emb_lifecycle_cfg r = *l;
+
+	if (r.max_rows)
+		r.max_rows = (r.max_rows + c->nsrv - 1) / c->nsrv;
+	return r;
+}
+
 int emb_client_table_create(struct emb_client *c,
 			    const struct emb_table_spec *spec,
 			    struct emb_client_table **out)
 {
-	uint8_t payload[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE];
+	uint8_t payload[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
+			EMB_WIRE_LIFECYCLE_SIZE];
 	struct emb_client_table *t;
 	struct emb_wire_spec ws = {0};
 	struct emb_async *op;
@@ -1051,9 +1064,12 @@ int emb_client_table_create(struct emb_client *c,
 	ws.optim = spec->optim;
 	ws.init = spec->init;
 	ws.seed = spec->seed;
+	ws.life = per_server(c, &spec->life);
 	rc = emb_optim_validate(&ws.optim);
 	if (!rc)
 		rc = emb_init_validate(&ws.init);
+	if (!rc)
+		rc = emb_lifecycle_validate(&ws.life);
 	if (rc)
 		return rc;
 	len = emb_wire_create_req_encode(payload, sizeof(payload), 0, &ws);
@@ -1174,6 +1190,27 @@ int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
 	admin_free(op);
 	if (!rc)
 		t->mode = mode;
+	return rc;
+}
+
+int emb_client_table_set_lifecycle(struct emb_client_table *t,
+				   const struct emb_lifecycle_cfg *life)
+{
+	struct emb_wire_set_lifecycle_req m = {.table_id = 1};
+	uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_LIFECYCLE_SIZE];
+	struct emb_async *op;
+	int rc, len;
+
+	if (!t || !life)
+		return EMB_EBADARG;
+	m.life = per_server(t->c, life);
+	len = emb_wire_set_lifecycle_req_encode(buf, sizeof(buf), 0, &m);
+	if (len < 0)
+		return len;
+	op = broadcast(t->c, EMB_OP_SET_LIFECYCLE, t->ids,
+		       buf + EMB_WIRE_HDR_SIZE, (size_t)len - EMB_WIRE_HDR_SIZE,
+		       &rc);
+	admin_free(op);
 	return rc;
 }
 

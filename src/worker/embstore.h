@@ -24,6 +24,7 @@
 
 #include "common/err.h"
 #include "common/init.h"
+#include "common/lifecycle.h"
 #include "common/optim.h"
 #include "common/log.h"
 #include "common/tabledef.h"
@@ -55,6 +56,10 @@ struct emb_table_spec {
 	struct emb_optim_cfg optim; /* applied on the servers by push */
 	struct emb_init_cfg init;   /* values of rows created by pull */
 	uint64_t seed;		    /* with the id, decides initial values */
+	/* Admission and eviction (common/lifecycle.h, docs/store.md); all
+	 * off when zeroed. max_rows is for the whole table: each server
+	 * keeps max_rows / servers, rounded up. bloom_bytes is per server. */
+	struct emb_lifecycle_cfg life;
 };
 
 /*
@@ -113,7 +118,9 @@ int emb_client_last_error(struct emb_client *c, char *buf, size_t cap);
  * Creates the table on every server, or opens it where an identical one
  * exists (so every worker may call this). 0 and a handle in *out, or
  * EMB_ETABLEEXISTS (same name, other spec), EMB_EBADDIM, EMB_EBADNAME,
- * EMB_EBADOPTIM, EMB_EBADINIT, EMB_ETOOMANYTABLES, or a transport error.
+ * EMB_EBADOPTIM, EMB_EBADINIT, EMB_EBADLIFE, EMB_ETOOMANYTABLES, or a
+ * transport error. A table that exists keeps its admission and eviction,
+ * unless it has none: then it takes spec->life (docs/protocol.md).
  */
 int emb_client_table_create(struct emb_client *c,
 			    const struct emb_table_spec *spec,
@@ -187,6 +194,16 @@ int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
  */
 int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
 			      uint32_t workers, uint32_t staleness);
+
+/*
+ * Replaces the table's admission and eviction on every server, online
+ * (max_rows split as for create; all off turns them off). 0, EMB_EBADLIFE,
+ * EMB_ENOADMIN (the server has an admin token this client did not
+ * present), EMB_EMEMLIMIT (a Bloom filter does not fit), or a transport
+ * error; servers that failed keep their old policy.
+ */
+int emb_client_table_set_lifecycle(struct emb_client_table *t,
+				   const struct emb_lifecycle_cfg *life);
 
 int emb_client_table_stats(struct emb_client_table *t,
 			   struct emb_client_table_stats *out);

@@ -139,9 +139,9 @@ static void check_simple(const struct emb_wire_frame *f)
 {
 	static const uint8_t empty_ops[] = {EMB_OP_DROP_TABLE,
 					    EMB_OP_LIST_TABLES, EMB_OP_STATS};
-	static const uint8_t ack_ops[] = {EMB_OP_CREATE_TABLE,
-					  EMB_OP_DROP_TABLE, EMB_OP_PUSH,
-					  EMB_OP_ASSIGN, EMB_OP_ERASE};
+	static const uint8_t ack_ops[] = {
+	    EMB_OP_CREATE_TABLE, EMB_OP_DROP_TABLE, EMB_OP_PUSH,
+	    EMB_OP_ASSIGN,	 EMB_OP_ERASE,	    EMB_OP_SET_LIFECYCLE};
 	char msg[EMB_WIRE_ERRMSG_MAX + 1];
 	struct emb_wire_error err;
 	struct emb_wire_blob blob;
@@ -213,6 +213,7 @@ static void check_ids(const struct emb_wire_frame *f)
 {
 	struct emb_wire_pull_req pr;
 	struct emb_wire_set_mode_req sm;
+	struct emb_wire_set_lifecycle_req sl;
 	struct emb_wire_ids_req er;
 	struct emb_wire_iovs v;
 
@@ -231,6 +232,11 @@ static void check_ids(const struct emb_wire_frame *f)
 		     emb_wire_set_mode_req_encode(out, sizeof(out),
 						  f->hdr.req_id, &sm),
 		     "set_mode request");
+	if (emb_wire_set_lifecycle_req_decode(f, &sl) == 0)
+		same(f, out,
+		     emb_wire_set_lifecycle_req_encode(out, sizeof(out),
+						       f->hdr.req_id, &sl),
+		     "set_lifecycle request");
 	if (emb_wire_erase_req_decode(f, &er) == 0) {
 		touch(er.ids, 8 * (size_t)er.n);
 		same_iovs(f, &v,

@@ -147,6 +147,24 @@ int main(int argc, char **argv)
 	spec = spec_make("user_emb", 8);
 	save("create_req",
 	     emb_wire_create_req_encode(buf, sizeof(buf), 2, &spec));
+	/* The same spec with a lifecycle block: admission and eviction. */
+	emb_admit_parse("bloom:3:1m", &spec.life);
+	emb_evict_parse("ttl:1000,min_l2:0.01,max_rows:5000:lfu", &spec.life);
+	save("create_req_lifecycle",
+	     emb_wire_create_req_encode(buf, sizeof(buf), 2, &spec));
+	{
+		struct emb_wire_set_lifecycle_req sl = {.table_id = 1};
+
+		emb_admit_parse("count:2", &sl.life);
+		emb_evict_parse("ttl:50", &sl.life);
+		save("set_lifecycle_req",
+		     emb_wire_set_lifecycle_req_encode(buf, sizeof(buf), 9,
+						       &sl));
+		save("set_lifecycle_resp",
+		     emb_wire_ack_encode(buf, sizeof(buf),
+					 EMB_OP_SET_LIFECYCLE, 9, 1, 0));
+	}
+	spec.life = EMB_LIFECYCLE_CFG_DEFAULT;
 	save("create_resp", emb_wire_ack_encode(buf, sizeof(buf),
 						EMB_OP_CREATE_TABLE, 2, 1, 0));
 	save("drop_req", emb_wire_empty_req_encode(buf, sizeof(buf),

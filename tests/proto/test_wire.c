@@ -194,6 +194,55 @@ static void test_tables(void)
 	CU_ASSERT_EQUAL(lr.n, 0);
 }
 
+/* CREATE_TABLE with a lifecycle block, and SET_LIFECYCLE. */
+static void test_lifecycle(void)
+{
+	struct emb_wire_spec s = spec_make("t", 8), out;
+	struct emb_wire_set_lifecycle_req sl = {.table_id = 3}, slo;
+	struct emb_wire_frame f;
+	int len;
+
+	CU_ASSERT_EQUAL(emb_admit_parse("bloom:4:1m", &s.life), 0);
+	CU_ASSERT_EQUAL(emb_evict_parse("ttl:9,min_l2:0.5,max_rows:7:lfu",
+					&s.life),
+			0);
+	len = emb_wire_create_req_encode(buf, sizeof(buf), 2, &s);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 128 + 32);
+	CU_ASSERT_EQUAL(emb_wire_create_req_encode(buf, 32 + 128, 2, &s),
+			-ENOSPC);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_create_req_decode(&f, &out), 0);
+	CU_ASSERT_EQUAL(memcmp(&out, &s, sizeof(s)), 0);
+	s.life.admit_n = 300; /* over bloom's 255 */
+	CU_ASSERT_EQUAL(emb_wire_create_req_encode(buf, sizeof(buf), 2, &s),
+			EMB_EBADLIFE);
+
+	CU_ASSERT_EQUAL(emb_admit_parse("count:2", &sl.life), 0);
+	len = emb_wire_set_lifecycle_req_encode(buf, sizeof(buf), 4, &sl);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 32);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_set_lifecycle_req_decode(&f, &slo), 0);
+	CU_ASSERT_EQUAL(slo.table_id, 3);
+	CU_ASSERT_EQUAL(memcmp(&slo.life, &sl.life, sizeof(sl.life)), 0);
+	/* A block validate refuses decodes to EMB_EBADLIFE. */
+	buf[32 + 4] = 1; /* count:1 */
+	CU_ASSERT_EQUAL(emb_wire_set_lifecycle_req_decode(&f, &slo),
+			EMB_EBADLIFE);
+	sl.table_id = 0;
+	CU_ASSERT_EQUAL(
+	    emb_wire_set_lifecycle_req_encode(buf, sizeof(buf), 4, &sl),
+	    EMB_EBADARG);
+	/* Off is a valid SET_LIFECYCLE: it turns the policy off. */
+	sl.table_id = 3;
+	sl.life = EMB_LIFECYCLE_CFG_DEFAULT;
+	CU_ASSERT_EQUAL(
+	    emb_wire_set_lifecycle_req_encode(buf, sizeof(buf), 4, &sl), 64);
+	len = emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_SET_LIFECYCLE, 4, 3,
+				  0);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_ack_decode(&f, EMB_OP_SET_LIFECYCLE), 0);
+}
+
 static void test_pull(void)
 {
 	const uint64_t ids[5] = {1, 2, 3, 0xffffffffffffffffull, 5};
@@ -892,6 +941,7 @@ static const struct emb_test_case cases[] = {
     {"header is little-endian and 32 bytes", test_header_layout},
     {"round trips hello", test_hello},
     {"round trips create, drop and list tables", test_tables},
+    {"round trips lifecycle blocks", test_lifecycle},
     {"round trips pull with and without nocreate", test_pull},
     {"gathers pull rows from table memory", test_pull_ptrs},
     {"round trips pull of whole rows with optimizer state", test_pull_state},
