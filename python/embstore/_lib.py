@@ -64,6 +64,20 @@ class ClientOpts(Structure):
     ]
 
 
+class LifecycleCfg(Structure):
+    """struct emb_lifecycle_cfg (src/common/lifecycle.h)."""
+
+    _fields_ = [
+        ("admit", c_uint32),
+        ("admit_n", c_uint32),
+        ("bloom_bytes", c_uint32),
+        ("ttl_steps", c_uint32),
+        ("min_l2", c_float),
+        ("order", c_uint32),
+        ("max_rows", c_uint64),
+    ]
+
+
 class TableSpec(Structure):
     """struct emb_table_spec."""
 
@@ -73,6 +87,7 @@ class TableSpec(Structure):
         ("optim", OptimCfg),
         ("init", InitCfg),
         ("seed", c_uint64),
+        ("life", LifecycleCfg),
     ]
 
 
@@ -84,7 +99,9 @@ class TableStats(Structure):
         "rows", "bytes", "slab_bytes", "index_bytes", "row_bytes", "pulls",
         "pushes", "rows_pulled", "rows_pushed", "rows_created",
         "rows_erased", "rows_evicted", "misses", "step", "extents",
-        "grads_discarded")] + [("servers", c_uint32)]
+        "grads_discarded", "pulls_unadmitted", "pushes_unadmitted",
+        "admit_filter_bytes", "rows_evicted_ttl", "rows_evicted_l2",
+        "rows_evicted_cap")] + [("servers", c_uint32)]
 
 
 class ClientStats(Structure):
@@ -155,6 +172,9 @@ _PROTOS = {
     "emb_optim_parse": (c_int, [c_char_p, POINTER(OptimCfg)]),
     "emb_optim_name": (c_char_p, [c_uint32]),
     "emb_init_parse": (c_int, [c_char_p, POINTER(InitCfg)]),
+    "emb_admit_parse": (c_int, [c_char_p, POINTER(LifecycleCfg)]),
+    "emb_evict_parse": (c_int, [c_char_p, POINTER(LifecycleCfg)]),
+    "emb_client_table_set_lifecycle": (c_int, [_P, POINTER(LifecycleCfg)]),
     "emb_init_name": (c_char_p, [c_uint32]),
     "emb_init_row": (None, [POINTER(InitCfg), c_uint64, c_uint64, _P,
                             c_uint32]),

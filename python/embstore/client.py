@@ -117,6 +117,19 @@ def _parse_init(spec: str) -> _lib.InitCfg:
     return cfg
 
 
+def _parse_lifecycle(admit: str, evict: str) -> _lib.LifecycleCfg:
+    cfg = _lib.LifecycleCfg()
+    if not isinstance(admit, str) or _L.emb_admit_parse(
+            admit.encode(), byref(cfg)) != 0:
+        raise ValueError(f"bad admission {admit!r}: want none, count:N or "
+                         "bloom:N[:BYTES]")
+    if not isinstance(evict, str) or _L.emb_evict_parse(
+            evict.encode(), byref(cfg)) != 0:
+        raise ValueError(f"bad eviction {evict!r}: want none, or ttl:STEPS,"
+                         " min_l2:X, max_rows:N[:lru|lfu] joined by commas")
+    return cfg
+
+
 def _parse_mode(mode: str) -> tuple[int, int]:
     """"async", "sync" or "stale:K" -> (enum emb_mode, K)."""
     if mode == "async":
@@ -223,7 +236,8 @@ class Client:
 
     def table(self, name: str, dim: int, optimizer: str = "adagrad:lr=0.05",
               init: str = "normal:0,0.01", mode: str = "async",
-              seed: int = 0) -> "Table":
+              seed: int = 0, admit: str = "none",
+              evict: str = "none") -> "Table":
         """Creates the table on every server, or opens it where an identical
         one exists (so every worker may call this), and sets its training
         mode (every worker must pass the same one).
@@ -241,8 +255,22 @@ class Client:
                 pushes of every worker averaged, applied once) or "stale:K"
                 (pushes more than K steps behind dropped).
             seed: with the id, decides initial values.
+            admit: when an id becomes a row (docs/store.md): "none" (at
+                its first pull), "count:N" (at its N-th pull; until then
+                pulls get initial values and pushes are dropped) or
+                "bloom:N[:BYTES]" (the same, counted in a Bloom filter of
+                BYTES per server, 16 MiB by default).
+            evict: "none", or any of "ttl:STEPS" (rows not pulled or pushed
+                for STEPS table steps), "min_l2:X" (rows whose weights'
+                L2 norm is under X) and "max_rows:N[:lru|lfu]" (at most N
+                rows over all servers), joined by commas. Evicted rows
+                start over from the initializer.
 
-        Raises ValueError for a bad optimizer, init or mode string, and
+        An existing table keeps its admission and eviction (unless it has
+        none); Table.set_lifecycle() changes them (admin rights).
+
+        Raises ValueError for a bad optimizer, init, mode, admit or evict
+        string, and
         TableError when the servers refuse the spec (same name, other spec;
         bad name or dim; too many tables).
         """
@@ -250,7 +278,8 @@ class Client:
             raise ValueError(f"dim must be 1..4096, not {dim!r}")
         spec = _lib.TableSpec(name=name.encode(), dim=int(dim),
                               optim=_parse_optim(optimizer),
-                              init=_parse_init(init), seed=seed % 2**64)
+                              init=_parse_init(init), seed=seed % 2**64,
+                              life=_parse_lifecycle(admit, evict))
         _parse_mode(mode)  # a bad mode raises before the table is made
         h = c_void_p()
         _check(_L.emb_client_table_create(self._handle(), byref(spec),
@@ -363,6 +392,16 @@ class Table:
                                             k), self._client)
         self.mode = mode
 
+    def set_lifecycle(self, admit: str = "none",
+                      evict: str = "none") -> None:
+        """Replaces the table's admission and eviction on every server
+        while it serves (strings as for Client.table(); "none" for both
+        turns them off). Needs admin rights when the servers have an admin
+        token (AuthError otherwise); ValueError for a bad string."""
+        cfg = _parse_lifecycle(admit, evict)
+        _check(_L.emb_client_table_set_lifecycle(self._handle(), byref(cfg)),
+               self._client)
+
     def _pull_args(self, ids, out, found, create):
         ids = as_ids(ids)
         n = ids.shape[0]
@@ -467,7 +506,9 @@ class Table:
         step: the largest of any): rows, bytes, slab_bytes, index_bytes,
         row_bytes, pulls, pushes, rows_pulled, rows_pushed, rows_created,
         rows_erased, rows_evicted, misses, step, extents, grads_discarded,
-        and servers (how many answered); see src/common/tabledef.h."""
+        pulls_unadmitted, pushes_unadmitted, admit_filter_bytes,
+        rows_evicted_ttl, rows_evicted_l2, rows_evicted_cap, and servers
+        (how many answered); see src/common/tabledef.h."""
         s = _lib.TableStats()
         _check(_L.emb_client_table_stats(self._handle(), byref(s)),
                self._client)

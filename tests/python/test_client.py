@@ -242,6 +242,50 @@ def test_modes(client, name):
         t.set_mode("fast")
 
 
+def test_admission_count(client, name):
+    """count:2: the first pull answers initial values without a row, a push
+    before admission is dropped, the second pull makes the row."""
+    t = client.table(name, DIM, optimizer="sgd:lr=1", init="uniform:-1,1",
+                     seed=3, admit="count:2")
+    ids = np.arange(100, 200, dtype=np.uint64)
+    want = embstore.initial_rows("uniform:-1,1", 3, ids, DIM)
+    np.testing.assert_array_equal(t.pull(ids), want)
+    t.push(ids, np.ones((100, DIM), np.float32))
+    st = t.stats()
+    assert (st["rows"], st["pulls_unadmitted"], st["pushes_unadmitted"]) \
+        == (0, 100, 100)
+    assert st["admit_filter_bytes"] > 0
+    np.testing.assert_array_equal(t.pull(ids), want)
+    assert t.stats()["rows"] == 100
+    t.push(ids, np.ones((100, DIM), np.float32))
+    np.testing.assert_allclose(t.pull(ids), want - 1.0)
+
+
+def test_eviction_and_online_change(client, name):
+    """max_rows holds the table near its size; set_lifecycle changes the
+    policy while the table serves (the servers have no admin token)."""
+    t = client.table(name, DIM, optimizer="sgd:lr=1", init="zeros",
+                     evict="max_rows:300:lru")
+    for b in range(20):
+        ids = np.arange(b * 100, (b + 1) * 100, dtype=np.uint64)
+        t.push(ids, np.zeros((100, DIM), np.float32))
+    st = t.stats()
+    assert 200 <= st["rows"] <= 300 + 100
+    assert st["rows_evicted_cap"] == st["rows_evicted"] > 0
+    t.set_lifecycle(admit="bloom:3:1m", evict="ttl:1000")
+    t.pull([10**9])
+    assert t.stats()["pulls_unadmitted"] == 1
+    t.set_lifecycle()
+    t.pull([10**9 + 1])
+    assert t.stats()["pulls_unadmitted"] == 1
+    with pytest.raises(ValueError):
+        t.set_lifecycle(admit="count:1")
+    with pytest.raises(ValueError):
+        t.set_lifecycle(evict="max_rows:5:mru")
+    with pytest.raises(ValueError):
+        client.table(name + "x", DIM, admit="bloom")
+
+
 @pytest.mark.parametrize("mode", ["through", "back"])
 def test_cached_table(client, name, mode):
     t = client.table(name, DIM, optimizer="adagrad:lr=0.1", init="zeros")
