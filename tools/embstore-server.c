@@ -25,6 +25,7 @@
 #include "server/checkpoint.h"
 #include "server/metrics.h"
 #include "cluster/scheduler.h"
+#include "cluster/coord.h"
 #include "cluster/node.h"
 #include "transport/transport.h"
 
@@ -203,6 +204,11 @@ static void usage(FILE *f)
 	    "default server);\n"
 	    "                         see docs/cluster.md for EMB_SCHED_* "
 	    "and the other variables\n"
+	    "  --coordinator etcd://HOST:PORT[,HOST:PORT]  the job lives in "
+	    "etcd, no scheduler\n"
+	    "                         (EMB_COORDINATOR; docs/coordinator.md)\n"
+	    "  --job NAME             the job's name in etcd (EMB_JOB; "
+	    "default embstore)\n"
 	    "  --help, --version\n");
 }
 
@@ -348,6 +354,8 @@ int main(int argc, char **argv)
 	    {"checkpoint-start-empty", no_argument, NULL, 'E'},
 	    {"role", required_argument, NULL, 'R'},
 	    {"metrics-listen", required_argument, NULL, 'M'},
+	    {"coordinator", required_argument, NULL, 'O'},
+	    {"job", required_argument, NULL, 'J'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
@@ -381,6 +389,7 @@ int main(int argc, char **argv)
 	struct emb_cluster_env cenv;
 	struct emb_node *node = NULL;
 	const char *role = NULL, *bad = NULL;
+	const char *coordinator = NULL, *job = NULL;
 	bool listen_set = false;
 	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
 	uint8_t admin_token[EMB_WIRE_TOKEN_MAX + 1];
@@ -456,6 +465,12 @@ int main(int argc, char **argv)
 		case 'M':
 			metrics_addr = optarg;
 			break;
+		case 'O':
+			coordinator = optarg;
+			break;
+		case 'J':
+			job = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -482,6 +497,22 @@ int main(int argc, char **argv)
 	    cenv.role == EMB_ROLE_WORKER) {
 		fprintf(stderr, "embstore-server: bad %s\n",
 			bad ? bad : "role (scheduler or server)");
+		return 2;
+	}
+	if (coordinator && !emb_coord_is_etcd(coordinator)) {
+		fprintf(stderr,
+			"embstore-server: --coordinator wants "
+			"etcd://HOST:PORT[,HOST:PORT], not '%s'\n",
+			coordinator);
+		return 2;
+	}
+	if (coordinator)
+		cenv.coordinator = coordinator;
+	if (job)
+		cenv.job = job;
+	if (cenv.coordinator && cenv.role == EMB_ROLE_SCHEDULER) {
+		fprintf(stderr, "embstore-server: a job in etcd has no "
+				"scheduler\n");
 		return 2;
 	}
 	/* The scheduler listens where the nodes look for it; a server of
@@ -644,7 +675,7 @@ int main(int argc, char **argv)
 	}
 	/* Checkpoint loaded (emb_server_create ran on_start); a server in
 	 * a cluster is ready once it registered. */
-	joined = !cenv.sched_host[0];
+	joined = !cenv.sched_host[0] && !cenv.coordinator;
 	if (metrics)
 		emb_metrics_set_health(metrics, server_health, NULL);
 	if (ckpt_dir) {
@@ -657,8 +688,13 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (cenv.sched_host[0]) {
+	if (cenv.sched_host[0] || cenv.coordinator) {
 		struct emb_node_opts no = {
+		    .coordinator = cenv.coordinator,
+		    .job = cenv.job,
+		    .server_num = cenv.server_num,
+		    .worker_num = cenv.worker_num,
+		    .hb_timeout_ms = cenv.hb_timeout_ms,
 		    .sched_host = cenv.sched_host,
 		    .sched_port = cenv.sched_port,
 		    .role = EMB_ROLE_SERVER,
@@ -686,7 +722,9 @@ int main(int argc, char **argv)
 	while (!got_signal)
 		sigsuspend(&old);
 	emb_log(EMB_LOG_INFO, "%s: stopping",
-		job_over ? (job_failed ? "scheduler lost" : "job finished")
+		job_over ? (job_failed ? (cenv.coordinator ? "out of the job"
+							    : "scheduler lost")
+				       : "job finished")
 			 : strsignal(got_signal));
 	emb_server_stop(srv, 10000);
 	/* Requests have stopped: the last checkpoint holds every update. */

@@ -35,6 +35,7 @@ CODES = {
     "EMB_EPUSH": -1404,
     "EMB_ENOSERVER": -1501, "EMB_ENODEAD": -1502, "EMB_ENOSCHED": -1503,
     "EMB_ECLUSTER": -1504,
+    "EMB_ENOETCD": -1530, "EMB_EETCD": -1531, "EMB_ENOLEASE": -1532,
 }
 globals().update(CODES)
 _NAMES = {v: k for k, v in CODES.items()}
@@ -88,7 +89,8 @@ for _c in ("ECONNREFUSED", "ECONNRESET", "ECONNABORTED", "EHOSTUNREACH",
     _FAMILY[-getattr(errno, _c)] = ConnectionError
 for _n in ("EMB_ECLOSED", "EMB_EPEERDEAD", "EMB_EQPERR", "EMB_ENODEVICE",
            "EMB_ENOSERVER", "EMB_ENODEAD", "EMB_ENOSCHED", "EMB_ECLUSTER",
-           "EMB_ETOOMANYCONNS", "EMB_ERETRYLATE"):
+           "EMB_ETOOMANYCONNS", "EMB_ERETRYLATE", "EMB_ENOETCD",
+           "EMB_ENOLEASE"):
     _FAMILY[CODES[_n]] = ConnectionError
 _FAMILY[-errno.ETIMEDOUT] = TimeoutError
 for _n in ("EMB_ENOTABLE", "EMB_ETABLEEXISTS", "EMB_EBADDIM", "EMB_EBADOPTIM",

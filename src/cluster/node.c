@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster/coord.h"
 #include "cluster/hello.h"
 #include "common/addr.h"
 #include "common/clock.h"
@@ -84,6 +85,9 @@ struct emb_node {
 	bool have_map;			    /* slot_map and servers are set */
 	uint16_t slot_map[EMB_NSLOTS];	    /* slot -> server rank */
 	struct emb_wire_node_addr *servers; /* by rank */
+
+	struct emb_coord *coord; /* the job in etcd, not a scheduler: every
+				    call goes there (cluster/coord.h) */
 
 	/* Static nodes (no scheduler): barrier entries per name, under mu. */
 	bool is_static; /* emb_node_create_static */
@@ -253,6 +257,13 @@ int emb_cluster_env_read(struct emb_cluster_env *out, const char **bad)
 		name = "PADDLE_PORT";
 		goto err;
 	}
+	v = env2("EMB_COORDINATOR", NULL);
+	if (v && !emb_coord_is_etcd(v)) {
+		name = "EMB_COORDINATOR";
+		goto err;
+	}
+	out->coordinator = v;
+	out->job = env2("EMB_JOB", NULL);
 	v = env2("EMB_HEARTBEAT_TIMEOUT", NULL);
 	if (v && parse_seconds(v, &out->hb_timeout_ms)) {
 		name = "EMB_HEARTBEAT_TIMEOUT";
@@ -677,6 +688,41 @@ static int register_node(struct emb_node *n, const struct emb_node_opts *o)
 	return 0;
 }
 
+/* A node whose job lives in etcd: the coordinator does the work. */
+static int create_coord(const struct emb_node_opts *o, struct emb_node **out)
+{
+	struct emb_coord_opts co = {
+	    .endpoints = o->coordinator,
+	    .job = o->job,
+	    .role = o->role,
+	    .host = o->host,
+	    .port = o->port,
+	    .server_num = o->server_num,
+	    .worker_num = o->worker_num,
+	    .ttl_ms = o->hb_timeout_ms,
+	    .join_timeout_ms = o->join_timeout_ms,
+	    .on_end = o->on_end,
+	    .arg = o->arg,
+	    .cancel = o->cancel,
+	};
+	struct emb_node *n = calloc(1, sizeof(*n));
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	rc = emb_coord_create(&co, &n->coord);
+	if (rc) {
+		free(n);
+		return rc;
+	}
+	pthread_mutex_init(&n->mu, NULL);
+	pthread_cond_init(&n->cv, NULL);
+	n->reg = *emb_coord_reg(n->coord);
+	snprintf(n->sched, sizeof(n->sched), "(etcd)");
+	*out = n;
+	return 0;
+}
+
 int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 {
 	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
@@ -685,6 +731,8 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 	int64_t deadline;
 	int rc;
 
+	if (opts && out && opts->coordinator)
+		return create_coord(opts, out);
 	if (!opts || !out || !opts->sched_host || !*opts->sched_host ||
 	    !opts->sched_port ||
 	    (opts->role != EMB_ROLE_SERVER && opts->role != EMB_ROLE_WORKER) ||
@@ -839,6 +887,14 @@ void emb_node_destroy(struct emb_node *n)
 {
 	if (!n)
 		return;
+	if (n->coord) {
+		emb_coord_destroy(n->coord);
+		free(n->servers);
+		pthread_cond_destroy(&n->cv);
+		pthread_mutex_destroy(&n->mu);
+		free(n);
+		return;
+	}
 	if (n->is_static) {
 		free(n->servers);
 		free(n->bar_names);
@@ -912,6 +968,11 @@ int emb_node_wait_map(struct emb_node *n)
 
 	if (n->have_map)
 		return 0;
+	if (n->coord) {
+		rc = emb_coord_wait_map(n->coord, n->slot_map, &n->servers);
+		n->have_map = rc == 0;
+		return rc;
+	}
 	if (!w->resp) {
 		w->resp_cap = emb_wire_cluster_map_bytes(n->reg.server_num) -
 			      EMB_WIRE_HDR_SIZE;
@@ -970,6 +1031,10 @@ void emb_node_watch(struct emb_node *n, emb_node_dead_fn fn, void *arg)
 {
 	uint32_t seen = 0;
 
+	if (n->coord) {
+		emb_coord_watch(n->coord, fn, arg);
+		return;
+	}
 	for (;;) {
 		struct emb_wire_node_ref d;
 
@@ -1015,6 +1080,8 @@ int emb_node_barrier(struct emb_node *n, const char *name)
 		return EMB_ECLUSTER;
 	if (n->is_static)
 		return EMB_ENOSCHED;
+	if (n->coord)
+		return emb_coord_barrier(n->coord, name);
 	w.req_len = emb_wire_barrier_req_encode(w.req, sizeof(w.req), 0,
 						n->reg.node_id, name);
 	if (w.req_len < 0)
@@ -1031,6 +1098,8 @@ int emb_node_finish(struct emb_node *n)
 		return EMB_ECLUSTER;
 	if (n->is_static)
 		return 0; /* nobody to tell: servers stop when told to */
+	if (n->coord)
+		return emb_coord_finish(n->coord);
 	w.req_len = emb_wire_node_req_encode(w.req, sizeof(w.req),
 					     EMB_OP_FINISH, 0, n->reg.node_id);
 	if (w.req_len < 0)

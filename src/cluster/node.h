@@ -51,6 +51,11 @@ struct emb_cluster_env {
 	int64_t rank;		  /* PADDLE_TRAINER_ID; -1 when unset */
 	char listen[EMB_WIRE_HOST_MAX + 8]; /* POD_IP:PADDLE_PORT ("0.0.0.0"
 					       without POD_IP); "" unset */
+	const char *coordinator;  /* EMB_COORDINATOR, "etcd://h:p[,h:p]":
+				     the job lives in etcd, no scheduler;
+				     NULL unset. Points into the environment */
+	const char *job;	  /* EMB_JOB: the job's name in etcd; NULL
+				     unset ("embstore") */
 };
 
 /*
@@ -94,9 +99,21 @@ struct emb_node_opts {
 	/* Optional: non-zero stops the connect retries (a daemon's signal
 	 * flag, so Ctrl-C works while the scheduler is not up yet). */
 	const volatile sig_atomic_t *cancel;
+	/* Optional: "etcd://h:p[,h:p]": the coordinator is etcd
+	 * (cluster/coord.h), not the scheduler; sched_* are then unused and
+	 * the fields below count. No HELLO: etcd has no token of ours. */
+	const char *coordinator;
+	const char *job;	 /* the job's name in etcd; NULL = default */
+	uint32_t server_num;	 /* etcd: counts, 0 = the job's (the
+				    scheduler's are its own) */
+	uint32_t worker_num;
+	uint32_t hb_timeout_ms;	 /* etcd: lease TTL; 0 = 10 s */
 };
 
 /*
+ * With opts->coordinator, joins the job in etcd instead (emb_coord_create():
+ * its errors, EMB_ENOETCD and EMB_EETCD among them), and every call
+ * below goes there; with the scheduler:
  * Connects to the scheduler (retrying while it is not up yet, for at most
  * join_timeout_ms), logs in with HELLO when given a token, registers, and
  * starts heartbeats. The agent thread

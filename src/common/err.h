@@ -62,7 +62,11 @@
 	X(EMB_ENOSERVER, -1501, "no server for slot")                          \
 	X(EMB_ENODEAD, -1502, "node declared dead")                            \
 	X(EMB_ENOSCHED, -1503, "scheduler unreachable")                        \
-	X(EMB_ECLUSTER, -1504, "cluster not ready")
+	X(EMB_ECLUSTER, -1504, "cluster not ready")                            \
+	/* cluster coordinator on etcd: -1530.. */                             \
+	X(EMB_ENOETCD, -1530, "etcd unreachable")                              \
+	X(EMB_EETCD, -1531, "etcd refused the request")                        \
+	X(EMB_ENOLEASE, -1532, "etcd lease expired")
 
 enum emb_err {
 #define EMB_ERR_ENUM(name, value, msg) name = value,

@@ -233,10 +233,11 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 		emb_log(EMB_LOG_ERROR, "cluster environment: bad %s", bad);
 		return rc;
 	}
-	if (!env.sched_host[0] && !env.servers) {
+	if (!env.sched_host[0] && !env.servers && !env.coordinator) {
 		emb_log(EMB_LOG_ERROR,
-			"cluster environment: neither EMB_SCHED_HOST nor "
-			"PADDLE_PSERVERS_IP_PORT_LIST is set");
+			"cluster environment: none of EMB_SCHED_HOST, "
+			"EMB_COORDINATOR and PADDLE_PSERVERS_IP_PORT_LIST is "
+			"set");
 		return -EINVAL;
 	}
 	if (env.role != EMB_ROLE_NONE && env.role != EMB_ROLE_WORKER) {
@@ -259,7 +260,17 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 		}
 		co.auth_token = token;
 	}
-	if (env.sched_host[0]) {
+	if (env.coordinator) {
+		/* The job lives in etcd: no scheduler to log in to. */
+		no.coordinator = env.coordinator;
+		no.job = env.job;
+		no.server_num = env.server_num;
+		no.worker_num = env.worker_num;
+		no.hb_timeout_ms = env.hb_timeout_ms;
+		no.role = EMB_ROLE_WORKER;
+		no.join_timeout_ms = env.join_timeout_ms;
+		rc = emb_node_create(&no, &node);
+	} else if (env.sched_host[0]) {
 		no.auth_token = co.auth_token;
 		no.auth_token_len = co.auth_token_len;
 		no.sched_host = env.sched_host;

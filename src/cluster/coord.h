@@ -1,0 +1,126 @@
+/*
+ * src/cluster/coord.h - the coordinator on etcd: what the scheduler does
+ * for a cluster (ranks, the cluster map, deaths, barriers, the end of the
+ * job), kept in etcd instead, so that no process of the job is a single
+ * point of failure (docs/coordinator.md has the keys and the reasons).
+ * The node agent (node.h) runs one of these when given a coordinator
+ * address; callers keep using the emb_node_* calls.
+ *
+ * Every key of a job lives under /embstore/<job>/. Each node holds one
+ * lease, renewed by its agent thread every TTL / 3; its rank key is
+ * attached to it, so a node whose lease expires (a crash, a freeze, a
+ * partition longer than the TTL) is dead to every other node. The agent
+ * also polls the job's keys every TTL / 5 for deaths, the map's epoch
+ * and the end of the job.
+ *
+ * Functions may be called from any thread, except emb_coord_destroy(),
+ * which needs every other call finished.
+ */
+#ifndef EMB_CLUSTER_COORD_H
+#define EMB_CLUSTER_COORD_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/hash.h"
+#include "proto/wire_cluster.h"
+
+#define EMB_COORD_JOB_MAX     64u /* bytes of a job name */
+#define EMB_COORD_JOB_DEFAULT "embstore"
+
+struct emb_coord;
+
+/* As emb_node_dead_fn and emb_node_end_fn (node.h). */
+typedef void (*emb_coord_dead_fn)(void *arg, uint32_t role, uint32_t rank);
+typedef void (*emb_coord_end_fn)(void *arg, int status);
+
+struct emb_coord_opts {
+	const char *endpoints;	  /* "etcd://h:p[,h:p...]"; copied */
+	const char *job;	  /* job name: [A-Za-z0-9._-], 1..64 bytes;
+				     NULL = "embstore" */
+	uint32_t role;		  /* EMB_ROLE_SERVER or EMB_ROLE_WORKER */
+	const char *host;	  /* server: address to advertise; NULL, ""
+				     or a wildcard = the one etcd sees */
+	uint16_t port;		  /* server: its bound listen port */
+	uint32_t server_num;	  /* servers of the job; 0 = the job's */
+	uint32_t worker_num;	  /* workers of the job; 0 = the job's */
+	uint32_t ttl_ms;	  /* lease TTL (rounded up to seconds); the
+				     job's first node sets it; 0 = 10 s */
+	uint32_t join_timeout_ms; /* waits for the job's config and its
+				     members; 0 = 300 s */
+	emb_coord_end_fn on_end;  /* optional: job over for this node */
+	void *arg;		  /* passed to on_end */
+	const volatile sig_atomic_t *cancel; /* optional: stops the waits */
+};
+
+/*
+ * Joins the job: takes a lease, checks or writes the job's config (counts
+ * and TTL), claims the lowest free rank of its role by a transaction, and
+ * starts the agent thread. 0 and *out, or -EINVAL (bad opts or job name),
+ * -ETIMEDOUT (no counts given and none in etcd in time), -ECANCELED,
+ * EMB_ECLUSTER (counts differ from the job's, every rank taken, or the job
+ * formed already), EMB_ENOETCD, EMB_EETCD, -ENOMEM.
+ */
+int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out);
+
+/*
+ * Stops the agent and revokes the lease, which removes this node's rank
+ * key: a worker that finished first leaves as finished, any other node
+ * as dead. NULL is a no-op.
+ */
+void emb_coord_destroy(struct emb_coord *c);
+
+/* The node's place: role, rank, counts, TTL (reg.node_id is rank + 1). */
+const struct emb_wire_register_resp *emb_coord_reg(const struct emb_coord *c);
+
+/*
+ * Waits until every rank of the job is taken, then reads the map (the
+ * first node to see the job complete writes epoch 1 with a transaction).
+ * Fills slot_map (EMB_NSLOTS) and *servers (by rank; the caller frees).
+ * 0, or -ETIMEDOUT, -ECANCELED, EMB_ENODEAD (a member died first),
+ * EMB_ENOETCD, EMB_EETCD, EMB_EBADFRAME (a map that does not decode),
+ * -ENOMEM.
+ */
+int emb_coord_wait_map(struct emb_coord *c, uint16_t *slot_map,
+		       struct emb_wire_node_addr **servers);
+
+/* The epoch of the map read last; 0 before. */
+uint64_t emb_coord_epoch(const struct emb_coord *c);
+
+/* As emb_node_watch(). */
+void emb_coord_watch(struct emb_coord *c, emb_coord_dead_fn fn, void *arg);
+
+/*
+ * Workers: waits until every worker entered barrier name as often as this
+ * one. 0, or -EINVAL (name empty or over 63 bytes), EMB_ENODEAD (a node
+ * died), EMB_ENOETCD (etcd lost), EMB_ECLUSTER (not a worker), -ENOMEM.
+ */
+int emb_coord_barrier(struct emb_coord *c, const char *name);
+
+/*
+ * Workers: records that this worker is done; once every worker finished
+ * or died, the servers end (status 0). 0, or EMB_ENOETCD, EMB_EETCD,
+ * EMB_ECLUSTER (not a worker).
+ */
+int emb_coord_finish(struct emb_coord *c);
+
+/*
+ * For launchers and observers, without joining: whether the job's map
+ * exists (1) or not (0), and deleting every key of the job. Negative on
+ * errors as above.
+ */
+int emb_coord_job_formed(const char *endpoints, const char *job);
+int emb_coord_job_delete(const char *endpoints, const char *job);
+
+/*
+ * The servers of a formed job, "h:p,h:p" in rank order, into buf. 0, or
+ * EMB_ECLUSTER (not formed), -ENOSPC, and the errors above.
+ */
+int emb_coord_job_servers(const char *endpoints, const char *job, char *buf,
+			  size_t cap);
+
+/* True if s is "etcd://..." (the only coordinator besides a scheduler). */
+bool emb_coord_is_etcd(const char *s);
+
+#endif
