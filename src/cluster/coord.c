@@ -59,7 +59,7 @@ struct emb_coord {
 	bool stop;	     /* destroy asked the agent to exit */
 	int lost;	     /* 0, or why this node is out of the job */
 	bool ended;	     /* job over for this node: no more reports */
-	bool formed;	     /* the map was read */
+	bool formed;	     /* the job's map exists */
 	uint64_t epoch;	     /* of the map read last */
 	int64_t map_rev;     /* mod_revision of the map key then */
 	uint8_t *dead_srv;   /* [server_num]: declared dead */
@@ -349,9 +349,10 @@ static void declare_dead(struct emb_coord *c, uint32_t role, uint32_t rank)
 }
 
 /*
- * Agent thread, once formed: which ranks are alive and which workers
- * finished, from one keys-only read of the job. Dead: a rank key gone
- * (its lease expired or was revoked) without a finish record.
+ * Agent thread: which ranks are alive and which workers finished, from one
+ * keys-only read of the job. Dead: a rank key gone (its lease expired or
+ * was revoked) without a finish record, once the job formed (its map
+ * exists: servers never wait for it, so the agent looks).
  */
 static int poll_job(struct emb_coord *c)
 {
@@ -361,6 +362,7 @@ static int poll_job(struct emb_coord *c)
 	uint8_t *lw = live + S, *fin = lw + W;
 	struct emb_etcd_range r;
 	uint32_t gone = 0;
+	bool formed = false;
 	int rc;
 
 	if (!live)
@@ -380,8 +382,18 @@ static int poll_job(struct emb_coord *c)
 			lw[v] = 1;
 		else if ((v = rank_in(k, "finish/worker", W)) >= 0)
 			fin[v] = 1;
+		else if (!strcmp(k, "map"))
+			formed = true;
 	}
 	emb_etcd_range_free(&r);
+	pthread_mutex_lock(&c->mu);
+	c->formed = c->formed || formed;
+	formed = c->formed;
+	pthread_mutex_unlock(&c->mu);
+	if (!formed) {
+		free(live);
+		return 0;
+	}
 	for (uint32_t i = 0; i < S + W; i++) {
 		bool srv = i < S;
 		uint32_t rank = srv ? i : i - S;
@@ -422,12 +434,11 @@ static void *agent_main(void *arg)
 
 	for (;;) {
 		int64_t now = (int64_t)emb_clock_ms();
-		bool quiet, formed;
+		bool quiet;
 		int rc;
 
 		pthread_mutex_lock(&c->mu);
 		quiet = c->lost || c->ended;
-		formed = c->formed;
 		pthread_mutex_unlock(&c->mu);
 		if (!quiet && now >= next_renew) {
 			next_renew = now + renew;
@@ -447,7 +458,7 @@ static void *agent_main(void *arg)
 				end_job(c, EMB_ENOETCD, why);
 			}
 		}
-		if (!quiet && formed && now >= next_poll) {
+		if (!quiet && now >= next_poll) {
 			next_poll = now + poll;
 			rc = poll_job(c);
 			if (rc)

@@ -1,0 +1,547 @@
+/*
+ * tests/cluster/test_coord.c - jobs coordinated by etcd, with no scheduler:
+ * ranks by transaction, the map, workers training through
+ * emb_client_from_env(), barriers, finish ending the servers, deaths seen
+ * through expired leases, a dead etcd endpoint in the list, and etcd
+ * itself lost. Starts its own etcd (skips, 77, without one); servers run
+ * in this process, or as embstore-server children (EMB_SERVER_BIN) where
+ * a process must die. Single-threaded but for the worker threads a case
+ * starts itself.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster/coord.h"
+#include "cluster/etcd.h"
+#include "cluster/node.h"
+#include "common/endian.h"
+#include "common/err.h"
+#include "etcd_proc.h"
+#include "harness.h"
+#include "proto/wire_cluster.h"
+#include "worker/embstore.h"
+#include "worker/netutil.h"
+
+static struct etcd_proc etcd;
+static char job[64];
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+/* A fresh job name per case: keys of one case never meet another's. */
+static const char *new_job(void)
+{
+	static int n;
+
+	snprintf(job, sizeof(job), "t%d-%d", (int)getpid(), ++n);
+	return job;
+}
+
+static void env_clear(void)
+{
+	static const char *const names[] = {
+	    "EMB_ROLE",		   "EMB_SCHED_HOST",	    "EMB_SCHED_PORT",
+	    "EMB_SERVER_NUM",	   "EMB_WORKER_NUM",	    "EMB_COORDINATOR",
+	    "EMB_JOB",		   "EMB_HEARTBEAT_TIMEOUT", "EMB_CLUSTER_TIMEOUT",
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		unsetenv(names[i]);
+}
+
+/* The environment of a job of S servers and W workers in our etcd. */
+static void env_for(const char *coordinator, uint32_t S, uint32_t W,
+		    const char *ttl_s)
+{
+	char n[16];
+
+	env_clear();
+	setenv("EMB_COORDINATOR", coordinator, 1);
+	setenv("EMB_JOB", new_job(), 1);
+	snprintf(n, sizeof(n), "%u", S);
+	setenv("EMB_SERVER_NUM", n, 1);
+	snprintf(n, sizeof(n), "%u", W);
+	setenv("EMB_WORKER_NUM", n, 1);
+	setenv("EMB_HEARTBEAT_TIMEOUT", ttl_s, 1);
+	setenv("EMB_CLUSTER_TIMEOUT", "20", 1);
+}
+
+static int exit_code(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* ---- in-process servers ---------------------------------------------- */
+
+struct servers {
+	struct emb_server *srv[4];
+	struct emb_node *node[4];
+	int ends[4]; /* on_end status per server, or 1 = not yet */
+	uint32_t n;
+};
+
+static void on_server_end(void *arg, int status)
+{
+	__atomic_store_n((int *)arg, status, __ATOMIC_SEQ_CST);
+}
+
+struct join_arg {
+	struct emb_node_opts o;
+	struct emb_node **out;
+	int rc;
+};
+
+static void *node_join_main(void *arg)
+{
+	struct join_arg *j = arg;
+
+	j->rc = emb_node_create(&j->o, j->out);
+	return NULL;
+}
+
+/* Starts n servers that join the job of the environment, concurrently. */
+static void servers_up(struct servers *s, uint32_t n)
+{
+	struct emb_server_opts so = nt_server_opts();
+	struct join_arg j[4];
+	pthread_t th[4];
+
+	memset(s, 0, sizeof(*s));
+	s->n = n;
+	for (uint32_t i = 0; i < n; i++) {
+		s->srv[i] = nt_server_start(&so);
+		s->ends[i] = 1;
+		j[i] = (struct join_arg){
+		    .o = {.coordinator = getenv("EMB_COORDINATOR"),
+			  .job = getenv("EMB_JOB"),
+			  .role = EMB_ROLE_SERVER,
+			  .host = "127.0.0.1",
+			  .port = emb_server_port(s->srv[i]),
+			  .server_num = n,
+			  .worker_num = (uint32_t)atoi(
+			      getenv("EMB_WORKER_NUM")),
+			  .hb_timeout_ms = 2000,
+			  .join_timeout_ms = 20000,
+			  .on_end = on_server_end,
+			  .arg = &s->ends[i]},
+		    .out = &s->node[i],
+		};
+		pthread_create(&th[i], NULL, node_join_main, &j[i]);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL_FATAL(j[i].rc, 0);
+	}
+}
+
+/* Waits up to 10 s for server i's end; its status, or 1. */
+static int server_end(struct servers *s, uint32_t i)
+{
+	for (int k = 0;
+	     k < 1000 && __atomic_load_n(&s->ends[i], __ATOMIC_SEQ_CST) == 1;
+	     k++)
+		sleep_ms(10);
+	return __atomic_load_n(&s->ends[i], __ATOMIC_SEQ_CST);
+}
+
+static void servers_down(struct servers *s)
+{
+	for (uint32_t i = 0; i < s->n; i++) {
+		emb_node_destroy(s->node[i]);
+		emb_server_destroy(s->srv[i]);
+	}
+}
+
+/* ---- workers ---------------------------------------------------------- */
+
+struct worker {
+	pthread_t th;
+	struct emb_client *c;
+	int rc;
+};
+
+static void *join_main(void *arg)
+{
+	struct worker *w = arg;
+
+	w->rc = emb_client_from_env(NULL, &w->c);
+	return NULL;
+}
+
+static void workers_join(struct worker *w, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		pthread_create(&w[i].th, NULL, join_main, &w[i]);
+	for (uint32_t i = 0; i < n; i++) {
+		pthread_join(w[i].th, NULL);
+		CU_ASSERT_EQUAL_FATAL(w[i].rc, 0);
+	}
+}
+
+struct barrier_arg {
+	struct emb_client *c;
+	const char *name;
+	int rc;
+};
+
+static void *barrier_main(void *arg)
+{
+	struct barrier_arg *b = arg;
+
+	b->rc = emb_client_barrier(b->c, b->name);
+	return NULL;
+}
+
+/* The job's keys as etcd holds them now. */
+static uint32_t job_keys(const char *sub, struct emb_etcd_range *r)
+{
+	struct emb_etcd_opts o = {.endpoints = etcd.url};
+	struct emb_etcd *e;
+	char key[256];
+
+	snprintf(key, sizeof(key), "/embstore/%s/%s", job, sub);
+	CU_ASSERT_EQUAL_FATAL(emb_etcd_create(&o, &e), 0);
+	CU_ASSERT_EQUAL(emb_etcd_get(e, key, true, false, r), 0);
+	emb_etcd_destroy(e);
+	return r->n;
+}
+
+/* ---- cases ------------------------------------------------------------ */
+
+static void test_env(void)
+{
+	struct emb_cluster_env e;
+	const char *bad = NULL;
+
+	env_clear();
+	setenv("EMB_COORDINATOR", "etcd://10.0.0.1:2379,10.0.0.2:2379", 1);
+	setenv("EMB_JOB", "ctr-7", 1);
+	CU_ASSERT_EQUAL(emb_cluster_env_read(&e, &bad), 0);
+	CU_ASSERT_STRING_EQUAL(e.coordinator,
+			       "etcd://10.0.0.1:2379,10.0.0.2:2379");
+	CU_ASSERT_STRING_EQUAL(e.job, "ctr-7");
+	setenv("EMB_COORDINATOR", "http://10.0.0.1:2379", 1);
+	CU_ASSERT_EQUAL(emb_cluster_env_read(&e, &bad), -EINVAL);
+	CU_ASSERT_STRING_EQUAL(bad, "EMB_COORDINATOR");
+	env_clear();
+}
+
+static void test_bad_opts(void)
+{
+	struct emb_node_opts o = {.coordinator = etcd.url,
+				  .job = "a/b",
+				  .role = EMB_ROLE_WORKER,
+				  .server_num = 1,
+				  .worker_num = 1,
+				  .join_timeout_ms = 2000};
+	struct emb_node *n = NULL;
+
+	CU_ASSERT_EQUAL(emb_node_create(&o, &n), -EINVAL);
+	o.job = new_job();
+	o.coordinator = "etcd://127.0.0.1";
+	CU_ASSERT_EQUAL(emb_node_create(&o, &n), -EINVAL);
+	o.coordinator = etcd.url;
+	o.role = EMB_ROLE_SERVER; /* without a port */
+	CU_ASSERT_EQUAL(emb_node_create(&o, &n), -EINVAL);
+	CU_ASSERT_PTR_NULL(n);
+}
+
+/* Joins a worker node of job with counts S, W; its rc. */
+static int worker_node(uint32_t S, uint32_t W, struct emb_node **out)
+{
+	struct emb_node_opts o = {.coordinator = etcd.url,
+				  .job = job,
+				  .role = EMB_ROLE_WORKER,
+				  .server_num = S,
+				  .worker_num = W,
+				  .hb_timeout_ms = 5000,
+				  .join_timeout_ms = 2000};
+
+	return emb_node_create(&o, out);
+}
+
+static void test_ranks(void)
+{
+	struct join_arg j[4];
+	struct emb_node *n[4], *extra = NULL;
+	pthread_t th[4];
+	bool seen[4] = {false};
+	struct emb_etcd_range r;
+
+	new_job();
+	/* Four at once: each rank is taken by exactly one of them. */
+	for (int i = 0; i < 4; i++) {
+		j[i] = (struct join_arg){
+		    .o = {.coordinator = etcd.url,
+			  .job = job,
+			  .role = EMB_ROLE_WORKER,
+			  .server_num = 1,
+			  .worker_num = 4,
+			  .join_timeout_ms = 5000},
+		    .out = &n[i]};
+		pthread_create(&th[i], NULL, node_join_main, &j[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL_FATAL(j[i].rc, 0);
+		CU_ASSERT_EQUAL(emb_node_role(n[i]), EMB_ROLE_WORKER);
+		CU_ASSERT_EQUAL(emb_node_nworkers(n[i]), 4);
+		CU_ASSERT_EQUAL(emb_node_nservers(n[i]), 1);
+		CU_ASSERT_FATAL(emb_node_rank(n[i]) < 4);
+		CU_ASSERT(!seen[emb_node_rank(n[i])]);
+		seen[emb_node_rank(n[i])] = true;
+	}
+	CU_ASSERT_EQUAL(job_keys("worker/", &r), 4);
+	emb_etcd_range_free(&r);
+
+	/* A fifth worker finds every rank taken; other counts are refused. */
+	CU_ASSERT_EQUAL(worker_node(1, 4, &extra), EMB_ECLUSTER);
+	CU_ASSERT_EQUAL(worker_node(2, 4, &extra), EMB_ECLUSTER);
+	/* A node without counts takes the job's. */
+	emb_node_destroy(n[3]);
+	CU_ASSERT_EQUAL_FATAL(worker_node(0, 0, &extra), 0);
+	CU_ASSERT_EQUAL(emb_node_nworkers(extra), 4);
+	n[3] = extra;
+
+	/* The map is not there while the server is missing. */
+	CU_ASSERT_EQUAL(emb_node_wait_map(n[0]), -ETIMEDOUT);
+	for (int i = 0; i < 4; i++)
+		emb_node_destroy(n[i]);
+	/* Their leases went with them, and their ranks. */
+	CU_ASSERT_EQUAL(job_keys("worker/", &r), 0);
+	emb_etcd_range_free(&r);
+}
+
+/*
+ * The whole job on etcd, with a dead endpoint listed first: ranks, the
+ * map, training over both servers, barriers, and finish ending the
+ * servers with status 0.
+ */
+static void test_trains(void)
+{
+	struct emb_table_spec spec = nt_spec("emb", 4, 7);
+	struct emb_client_table *t[2];
+	struct worker w[2] = {0};
+	struct servers s;
+	struct emb_etcd_range r;
+	bool rank_seen[2] = {false, false}, on[2] = {false, false};
+	uint64_t ids[64];
+	float rows[64 * 4], grads[64 * 4], again[64 * 4];
+	char list[128];
+
+	snprintf(list, sizeof(list), "etcd://127.0.0.1:%u,127.0.0.1:%u",
+		 etcd_proc_free_port(), etcd.port);
+	env_for(list, 2, 2, "2");
+	servers_up(&s, 2);
+	workers_join(w, 2);
+	for (int i = 0; i < 2; i++) {
+		uint32_t rk = emb_client_rank(w[i].c);
+
+		CU_ASSERT_FATAL(rk < 2);
+		rank_seen[rk] = true;
+		CU_ASSERT_EQUAL(emb_client_nworkers(w[i].c), 2);
+		CU_ASSERT_EQUAL(emb_client_nservers(w[i].c), 2);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_create(w[i].c, &spec, &t[i]), 0);
+	}
+	CU_ASSERT(rank_seen[0] && rank_seen[1]);
+	/* The map in etcd: epoch 1, written once. */
+	CU_ASSERT_EQUAL_FATAL(job_keys("map", &r), 1);
+	CU_ASSERT_EQUAL(emb_le64_load(r.kvs[0].value), 1);
+	CU_ASSERT_EQUAL(r.kvs[0].version, 1);
+	emb_etcd_range_free(&r);
+
+	for (int i = 0; i < 64; i++)
+		ids[i] = (uint64_t)i * 7919;
+	CU_ASSERT_EQUAL(emb_client_table_pull(t[0], ids, 64, rows, 0, NULL), 0);
+	for (int i = 0; i < 64 * 4; i++)
+		grads[i] = 1.0f;
+	CU_ASSERT_EQUAL(emb_client_table_push(t[0], ids, 64, grads, 1, 0), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t[1], ids, 64, again, 0, NULL),
+			0);
+	CU_ASSERT(memcmp(rows, again, sizeof(rows)) != 0);
+	for (int i = 0; i < 64; i++)
+		on[emb_client_server_of(w[1].c, ids[i])] = true;
+	CU_ASSERT(on[0] && on[1]);
+
+	/* Barriers: one worker waits for the other, round after round. */
+	for (int round = 0; round < 4; round++) {
+		struct barrier_arg b = {w[0].c, "step", 1};
+		pthread_t th;
+
+		pthread_create(&th, NULL, barrier_main, &b);
+		sleep_ms(50);
+		CU_ASSERT_EQUAL(__atomic_load_n(&b.rc, __ATOMIC_SEQ_CST), 1);
+		CU_ASSERT_EQUAL(emb_client_barrier(w[1].c, "step"), 0);
+		pthread_join(th, NULL);
+		CU_ASSERT_EQUAL(b.rc, 0);
+	}
+	CU_ASSERT_EQUAL(emb_client_barrier(w[0].c, ""), -EINVAL);
+
+	/* One finished: the servers go on; both: they end with 0. */
+	emb_client_table_close(t[0]);
+	CU_ASSERT_EQUAL(emb_client_finish(w[0].c), 0);
+	emb_client_destroy(w[0].c);
+	sleep_ms(1000);
+	CU_ASSERT_EQUAL(__atomic_load_n(&s.ends[0], __ATOMIC_SEQ_CST), 1);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t[1], ids, 64, again, 0, NULL),
+			0);
+	emb_client_table_close(t[1]);
+	CU_ASSERT_EQUAL(emb_client_finish(w[1].c), 0);
+	emb_client_destroy(w[1].c);
+	for (uint32_t i = 0; i < 2; i++)
+		CU_ASSERT_EQUAL(server_end(&s, i), 0);
+	servers_down(&s);
+	env_clear();
+}
+
+static void test_barrier_dead_worker(void)
+{
+	struct worker w[2] = {0};
+	struct servers s;
+	struct barrier_arg b;
+	pthread_t th;
+
+	env_for(etcd.url, 1, 2, "2");
+	servers_up(&s, 1);
+	workers_join(w, 2);
+	b = (struct barrier_arg){w[0].c, "epoch", 1};
+	pthread_create(&th, NULL, barrier_main, &b);
+	sleep_ms(50);
+	/* Worker 1 goes away without finishing: it failed. */
+	emb_client_destroy(w[1].c);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(b.rc, EMB_ENODEAD);
+	CU_ASSERT_EQUAL(emb_client_barrier(w[0].c, "epoch"), EMB_ENODEAD);
+	/* Every worker finished or died: the server's job is over. */
+	CU_ASSERT_EQUAL(emb_client_finish(w[0].c), 0);
+	emb_client_destroy(w[0].c);
+	CU_ASSERT_EQUAL(server_end(&s, 0), 0);
+	servers_down(&s);
+	env_clear();
+}
+
+/*
+ * embstore-server processes join through the environment; one is
+ * SIGKILLed, its lease expires (TTL 2 s), and the worker's calls to it
+ * fail with EMB_ENODEAD; the other server exits 0 at the end.
+ */
+static void test_killed_server(void)
+{
+	struct emb_table_spec spec = nt_spec("emb", 8, 1);
+	struct emb_client_table *t;
+	struct emb_client *c;
+	struct nt_child ch[2];
+	struct emb_etcd_range r;
+	uint64_t ids[256];
+	float rows[256 * 8];
+	int rc = 0;
+
+	env_for(etcd.url, 2, 1, "2");
+	for (int i = 0; i < 2; i++)
+		nt_child_start(&ch[i], NULL);
+	CU_ASSERT_EQUAL_FATAL(emb_client_from_env(NULL, &c), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &spec, &t), 0);
+	for (int i = 0; i < 256; i++)
+		ids[i] = (uint64_t)i;
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 256, rows, 0, NULL), 0);
+	CU_ASSERT_EQUAL(job_keys("server/", &r), 2);
+	emb_etcd_range_free(&r);
+	nt_child_reap(&ch[0], SIGKILL);
+	/* First the reset itself; within TTL + TTL / 5 the lease is gone
+	 * and every call to it says so. */
+	for (int i = 0; i < 200; i++) {
+		rc = emb_client_table_pull(t, ids, 256, rows, 0, NULL);
+		if (rc == EMB_ENODEAD)
+			break;
+		CU_ASSERT(rc != 0);
+		sleep_ms(50);
+	}
+	CU_ASSERT_EQUAL(rc, EMB_ENODEAD);
+	CU_ASSERT_EQUAL(job_keys("server/", &r), 1);
+	emb_etcd_range_free(&r);
+	emb_client_table_close(t);
+	CU_ASSERT_EQUAL(emb_client_finish(c), 0);
+	emb_client_destroy(c);
+	CU_ASSERT_EQUAL(exit_code(ch[1].pid), 0);
+	ch[1].pid = 0;
+	nt_child_reap(&ch[1], 0);
+	env_clear();
+}
+
+/* etcd itself goes away: after the TTL a node is out of the job. */
+static void test_etcd_lost(void)
+{
+	struct etcd_proc mine;
+	struct emb_node *n = NULL;
+	int end = 1;
+	struct emb_node_opts o = {.role = EMB_ROLE_SERVER,
+				  .host = "127.0.0.1",
+				  .port = 7,
+				  .server_num = 1,
+				  .worker_num = 1,
+				  .hb_timeout_ms = 2000,
+				  .join_timeout_ms = 5000,
+				  .on_end = on_server_end,
+				  .arg = &end};
+
+	CU_ASSERT_EQUAL_FATAL(etcd_proc_start(&mine), 0);
+	o.coordinator = mine.url;
+	o.job = new_job();
+	CU_ASSERT_EQUAL_FATAL(emb_node_create(&o, &n), 0);
+	sleep_ms(1000);
+	CU_ASSERT_EQUAL(__atomic_load_n(&end, __ATOMIC_SEQ_CST), 1);
+	etcd_proc_stop(&mine);
+	for (int k = 0; k < 600 && __atomic_load_n(&end, __ATOMIC_SEQ_CST) == 1;
+	     k++)
+		sleep_ms(10);
+	CU_ASSERT_EQUAL(__atomic_load_n(&end, __ATOMIC_SEQ_CST), EMB_ENOETCD);
+	emb_node_destroy(n);
+
+	/* Joining a job in an etcd that is not there fails at once. */
+	CU_ASSERT_EQUAL(emb_node_create(&o, &n), EMB_ENOETCD);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+	    {"reads EMB_COORDINATOR and EMB_JOB", test_env},
+	    {"refuses bad job names, endpoints and opts", test_bad_opts},
+	    {"ranks are taken by transaction, once each", test_ranks},
+	    {"a job with a dead etcd endpoint listed first trains, meets at "
+	     "barriers and ends",
+	     test_trains},
+	    {"barrier fails when a worker dies", test_barrier_dead_worker},
+	    {"a killed server's lease expires and its calls fail",
+	     test_killed_server},
+	    {"losing etcd ends a node's job with EMB_ENOETCD",
+	     test_etcd_lost},
+	    {NULL, NULL},
+	};
+	int rc;
+
+	if (!etcd_proc_available()) {
+		fprintf(stderr, "no etcd binary: skipped\n");
+		return 77;
+	}
+	if (etcd_proc_start(&etcd))
+		return 1;
+	rc = emb_test_main(argc, argv, "cluster/coord", cases);
+	etcd_proc_stop(&etcd);
+	return rc;
+}
