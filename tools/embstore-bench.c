@@ -111,9 +111,10 @@ static void usage(FILE *f)
 	    "  --in-process          drive a table in this process (default)\n"
 	    "  --servers LIST        drive running servers: host:port,...\n"
 	    "  --sched HOST:PORT     find the servers through the scheduler\n"
-	    "                        (neither, with EMB_SCHED_HOST or "
-	    "Paddle's\n"
-	    "                        PADDLE_PSERVERS_IP_PORT_LIST set: join\n"
+	    "                        (neither, with EMB_SCHED_HOST, "
+	    "EMB_COORDINATOR\n"
+	    "                        or Paddle's PADDLE_PSERVERS_IP_PORT_LIST"
+	    " set: join\n"
 	    "                        the cluster as a worker)\n"
 	    "  --transport T         tcp | rdma | auto (tcp)\n"
 	    "  --auth-token-file F   token for the servers and the scheduler\n"
@@ -505,6 +506,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		} else if (!o->in_process &&
 			   (nonempty_env("EMB_SCHED_HOST") ||
 			    nonempty_env("MS_SCHED_HOST") ||
+			    nonempty_env("EMB_COORDINATOR") ||
 			    nonempty_env("PADDLE_PSERVERS_IP_PORT_LIST"))) {
 			o->backend = &emb_bench_client_backend;
 			o->cfg.from_env = true;

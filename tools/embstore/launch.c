@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster/coord.h"
 #include "common/clock.h"
 #include "common/token.h"
 
@@ -77,6 +78,8 @@ struct launch {
 	int failed;	    /* first failure: 1, or 128 + signal */
 	int64_t kill_at_ms; /* SIGKILL the group then; 0 = not due */
 	bool stopping;	    /* the group got SIGTERM */
+	const char *coord;  /* --coordinator etcd://...: no scheduler */
+	char job[EMB_COORD_JOB_MAX + 1]; /* the job's name in etcd */
 };
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -113,6 +116,12 @@ static void usage(FILE *f)
 		"  --auth-token-file F  the cluster's token, for every "
 		"process\n"
 		"                     (default: EMB_AUTH_TOKEN_FILE)\n"
+		"  --coordinator etcd://HOST:PORT[,HOST:PORT]  keep the job in "
+		"etcd and start\n"
+		"                     no scheduler (docs/coordinator.md)\n"
+		"  --job NAME         the job's name in etcd (default: "
+		"launch-PID-TIME); its\n"
+		"                     keys are deleted before and after\n"
 		"  --help, --version\n"
 		"Children find the cluster through EMB_SCHED_HOST and "
 		"EMB_SCHED_PORT; the\nlauncher's directory comes first on "
@@ -326,6 +335,14 @@ static bool cluster_formed(struct launch *l)
 	char servers[256];
 	int rc;
 
+	/* In etcd: formed once the map is there. An error (etcd gone)
+	 * must not fail a job that may be training. */
+	if (l->coord) {
+		if (!l->formed)
+			l->formed =
+			    emb_coord_job_formed(l->coord, l->job) != 0;
+		return l->formed;
+	}
 	for (int i = 0; !l->formed && i < 100; i++) {
 		siginfo_t si = {0};
 
@@ -542,6 +559,8 @@ int emb_cmd_launch(int argc, char **argv)
 	    {"log-dir", required_argument, NULL, 'd'},
 	    {"log_dir", required_argument, NULL, 'd'},
 	    {"auth-token-file", required_argument, NULL, 'a'},
+	    {"coordinator", required_argument, NULL, 'O'},
+	    {"job", required_argument, NULL, 'J'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
@@ -589,6 +608,23 @@ int emb_cmd_launch(int argc, char **argv)
 		case 'a':
 			token_file = optarg;
 			break;
+		case 'O':
+			if (!emb_coord_is_etcd(optarg)) {
+				say("--coordinator takes "
+				    "etcd://HOST:PORT[,HOST:PORT], not '%s'",
+				    optarg);
+				goto bad_usage;
+			}
+			l.coord = optarg;
+			break;
+		case 'J':
+			if (strlen(optarg) > EMB_COORD_JOB_MAX) {
+				say("--job: at most %u bytes",
+				    EMB_COORD_JOB_MAX);
+				goto bad_usage;
+			}
+			snprintf(l.job, sizeof(l.job), "%s", optarg);
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -630,7 +666,20 @@ int emb_cmd_launch(int argc, char **argv)
 		say("no embstore-server next to embstore; set EMB_SERVER_BIN");
 		return 2;
 	}
-	if (!sched_port && (rc = free_port(&sched_port))) {
+	if (l.coord) {
+		if (!l.job[0])
+			snprintf(l.job, sizeof(l.job), "launch-%d-%lld",
+				 (int)getpid(), (long long)time(NULL));
+		/* A job of this name from before would confuse this one. */
+		rc = emb_coord_job_delete(l.coord, l.job);
+		if (rc) {
+			say("cannot clear job %s in etcd %s: %s", l.job,
+			    l.coord,
+			    rc == -EINVAL ? "bad job name or endpoints"
+					  : emb_strerror(rc));
+			return rc == -EINVAL ? 2 : 1;
+		}
+	} else if (!sched_port && (rc = free_port(&sched_port))) {
 		say("no free port for the scheduler: %s", strerror(-rc));
 		return 1;
 	}
@@ -668,8 +717,15 @@ int emb_cmd_launch(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
-	say("scheduler on 127.0.0.1:%u, %u server%s, %u worker%s, logs in %s",
-	    sched_port, S, S == 1 ? "" : "s", W, W == 1 ? "" : "s", dir);
+	if (l.coord)
+		say("job %s in etcd %s, %u server%s, %u worker%s, logs in %s",
+		    l.job, l.coord, S, S == 1 ? "" : "s", W, W == 1 ? "" : "s",
+		    dir);
+	else
+		say("scheduler on 127.0.0.1:%u, %u server%s, %u worker%s, "
+		    "logs in %s",
+		    sched_port, S, S == 1 ? "" : "s", W, W == 1 ? "" : "s",
+		    dir);
 
 	sched_argv[0] = bin;
 	sched_argv[1] = "--role";
@@ -677,7 +733,9 @@ int emb_cmd_launch(int argc, char **argv)
 	sched_argv[3] = NULL;
 	server_argv[0] = bin;
 	server_argv[1] = NULL;
-	for (uint32_t i = 0; i < 1 + S + W && !l.stopping; i++) {
+	/* With etcd there is no scheduler to start: from i = 1. */
+	for (uint32_t i = l.coord ? 1 : 0; i < 1 + S + W && !l.stopping;
+	     i++) {
 		enum kind k = i == 0 ? K_SCHED : i <= S ? K_SERVER : K_WORKER;
 		const char *role = k == K_SCHED	   ? "scheduler"
 				   : k == K_SERVER ? "server"
@@ -685,10 +743,10 @@ int emb_cmd_launch(int argc, char **argv)
 		const char *env[] = {
 		    "EMB_ROLE",
 		    role,
-		    "EMB_SCHED_HOST",
-		    "127.0.0.1",
-		    "EMB_SCHED_PORT",
-		    port,
+		    l.coord ? "EMB_COORDINATOR" : "EMB_SCHED_HOST",
+		    l.coord ? l.coord : "127.0.0.1",
+		    l.coord ? "EMB_JOB" : "EMB_SCHED_PORT",
+		    l.coord ? l.job : port,
 		    "EMB_SERVER_NUM",
 		    snum,
 		    "EMB_WORKER_NUM",
@@ -726,6 +784,8 @@ int emb_cmd_launch(int argc, char **argv)
 	rc = l.failed;
 	if (!rc)
 		say("all workers exited 0");
+	if (l.coord && emb_coord_job_delete(l.coord, l.job))
+		say("could not delete job %s's keys in etcd", l.job);
 out:
 	for (uint32_t i = 0; i < l.nch; i++)
 		if (l.ch[i].log)
