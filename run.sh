@@ -32,7 +32,8 @@ cd "$(dirname "$0")"
 BUILD=${EMB_BUILD_DIR:-build}
 PACKAGES=(build-essential meson ninja-build pkg-config libibverbs-dev
           librdmacm-dev libjemalloc-dev liblz4-dev libcunit1-dev
-          libxxhash-dev libmicrohttpd-dev clang
+          libxxhash-dev libmicrohttpd-dev libcurl4-openssl-dev
+          libcjson-dev etcd-server etcd-client clang
           python3-numpy python3-torch python3-pytest)
 
 die() {

@@ -2,14 +2,16 @@
  * src/cluster/coord.c - the coordinator on etcd (coord.h). Keys under
  * P = /embstore/<job>/ (docs/coordinator.md):
  *
- *   P config            "servers=S workers=W ttl_ms=T": the first node's
- *                       counts, which every later node must match
+ *   P config            "servers=S workers=W ttl_ms=T replicas=R": the
+ *                       first node's, which every later node must match
  *   P server/<rank>     "host:port", on the server's lease: its rank, and
  *                       that it is alive
  *   P worker/<rank>     "pid N", on the worker's lease
- *   P map               u64 epoch (LE), then a CLUSTER_MAP response frame
- *                       (wire_cluster.h): written once by CAS when every
- *                       rank is taken; later epochs by CAS on it
+ *   P map               the replicated map, emb_cmap_encode() (map.h):
+ *                       epoch 1 written by CAS when every rank is taken,
+ *                       later epochs by CAS on its mod_revision
+ *   P servers           "h:p,h:p,...": the servers' addresses by rank,
+ *                       written with epoch 1 (rank keys die with leases)
  *   P finish/worker/<r> a worker finished (no lease: it outlives it)
  *   P barrier/<name>/<gen>/<rank>  a worker entered a barrier
  *
@@ -30,11 +32,12 @@
 #include <unistd.h>
 
 #include "cluster/etcd.h"
+#include "cluster/map.h"
+#include "common/addr.h"
 #include "common/clock.h"
 #include "common/endian.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "proto/wire.h"
 
 #define TTL_DEFAULT_MS	 10000u
 #define JOIN_DEFAULT_MS	 300000u
@@ -46,6 +49,7 @@ struct emb_coord {
 	struct emb_etcd *etcd;		   /* the client */
 	char prefix[32 + EMB_COORD_JOB_MAX]; /* "/embstore/<job>/" */
 	int64_t lease;			   /* this node's */
+	uint32_t replicas;		   /* copies of each slot, the job's */
 	struct emb_wire_register_resp reg; /* role, rank, counts, TTL */
 	uint32_t join_timeout_ms;	   /* waits */
 	emb_coord_end_fn on_end;	   /* optional */
@@ -59,9 +63,11 @@ struct emb_coord {
 	bool stop;	     /* destroy asked the agent to exit */
 	int lost;	     /* 0, or why this node is out of the job */
 	bool ended;	     /* job over for this node: no more reports */
-	bool formed;	     /* the job's map exists */
-	uint64_t epoch;	     /* of the map read last */
+	uint64_t epoch;	     /* of map; 0 before the first */
+	struct emb_cmap *map; /* the newest map read (heap: ~64 KiB) */
 	int64_t map_rev;     /* mod_revision of the map key then */
+	emb_coord_map_fn map_fn; /* emb_coord_watch_map() */
+	void *map_arg;		 /* for map_fn */
 	uint8_t *dead_srv;   /* [server_num]: declared dead */
 	uint8_t *dead_wrk;   /* [worker_num]: declared dead */
 	struct emb_wire_node_ref *dead; /* in order of discovery */
@@ -166,13 +172,15 @@ static void end_job(struct emb_coord *c, int status, const char *why)
 /* ---- config --------------------------------------------------------- */
 
 static int config_parse(const struct emb_etcd_kv *kv, uint32_t *s, uint32_t *w,
-			uint32_t *ttl)
+			uint32_t *ttl, uint32_t *r)
 {
 	if (!kv->value ||
-	    sscanf((const char *)kv->value, "servers=%u workers=%u ttl_ms=%u",
-		   s, w, ttl) != 3 ||
+	    sscanf((const char *)kv->value,
+		   "servers=%u workers=%u ttl_ms=%u replicas=%u", s, w, ttl,
+		   r) != 4 ||
 	    !*s || *s > EMB_WIRE_SERVERS_MAX || !*w ||
-	    *w > EMB_WIRE_WORKERS_MAX || !*ttl)
+	    *w > EMB_WIRE_WORKERS_MAX || !*ttl || !*r ||
+	    *r > EMB_CMAP_REPLICAS_MAX || *r > *s)
 		return EMB_EETCD;
 	return 0;
 }
@@ -184,17 +192,18 @@ static int config_parse(const struct emb_etcd_kv *kv, uint32_t *s, uint32_t *w,
 static int config_join(struct emb_coord *c, const struct emb_coord_opts *o,
 		       int64_t deadline)
 {
-	char key[KEY_MAX], val[96];
+	char key[KEY_MAX], val[128];
 	uint32_t ttl = o->ttl_ms ? o->ttl_ms : TTL_DEFAULT_MS;
 	bool logged = false;
 	int rc;
 
 	key_of(c, key, "config");
-	snprintf(val, sizeof(val), "servers=%u workers=%u ttl_ms=%u",
-		 o->server_num, o->worker_num, ttl);
+	snprintf(val, sizeof(val),
+		 "servers=%u workers=%u ttl_ms=%u replicas=%u", o->server_num,
+		 o->worker_num, ttl, o->replicas ? o->replicas : 1);
 	for (;;) {
 		struct emb_etcd_range r;
-		uint32_t s, w, t;
+		uint32_t s, w, t, rp;
 
 		if (o->server_num && o->worker_num) {
 			struct emb_etcd_cmp cmp = {.key = key,
@@ -215,7 +224,7 @@ static int config_join(struct emb_coord *c, const struct emb_coord_opts *o,
 		if (rc)
 			return rc;
 		if (r.n) {
-			rc = config_parse(&r.kvs[0], &s, &w, &t);
+			rc = config_parse(&r.kvs[0], &s, &w, &t, &rp);
 			if (rc)
 				emb_log(EMB_LOG_ERROR, "job %s: bad config '%s'",
 					c->prefix, (char *)r.kvs[0].value);
@@ -223,15 +232,18 @@ static int config_join(struct emb_coord *c, const struct emb_coord_opts *o,
 			if (rc)
 				return rc;
 			if ((o->server_num && o->server_num != s) ||
-			    (o->worker_num && o->worker_num != w)) {
+			    (o->worker_num && o->worker_num != w) ||
+			    (o->replicas && o->replicas != rp)) {
 				emb_log(EMB_LOG_ERROR,
-					"job %s has %u servers and %u workers, "
-					"not %u and %u (a stale job? delete "
-					"its keys or pick another EMB_JOB)",
-					c->prefix, s, w, o->server_num,
-					o->worker_num);
+					"job %s has %u servers, %u workers "
+					"and %u replicas, not %u, %u and %u "
+					"(a stale job? delete its keys or "
+					"pick another EMB_JOB)",
+					c->prefix, s, w, rp, o->server_num,
+					o->worker_num, o->replicas);
 				return EMB_ECLUSTER;
 			}
+			c->replicas = rp;
 			c->reg.server_num = s;
 			c->reg.worker_num = w;
 			c->reg.hb_timeout_ms = t;
@@ -348,11 +360,109 @@ static void declare_dead(struct emb_coord *c, uint32_t role, uint32_t rank)
 		fn(arg, role, rank);
 }
 
+static int map_read(struct emb_coord *c, bool *newer);
+
+/* Agent thread: a new map epoch for the watcher. */
+static void map_notify(struct emb_coord *c)
+{
+	struct emb_cmap *m = malloc(sizeof(*m));
+	emb_coord_map_fn fn;
+	void *arg;
+
+	if (!m)
+		return;
+	pthread_mutex_lock(&c->mu);
+	*m = *c->map;
+	fn = c->map_fn;
+	arg = c->map_arg;
+	pthread_mutex_unlock(&c->mu);
+	emb_log(EMB_LOG_INFO, "%s %u: job %s map epoch %llu",
+		emb_role_name(c->reg.role), c->reg.rank, c->prefix,
+		(unsigned long long)m->epoch);
+	if (fn)
+		fn(arg, m);
+	free(m);
+}
+
+/* True when rank holds any slot in m. */
+static bool holds_any(const struct emb_cmap *m, uint32_t rank)
+{
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (emb_cmap_holds(m, sl, rank))
+			return true;
+	return false;
+}
+
+/*
+ * Agent thread of the live server of lowest rank: the map without the
+ * dead servers (live[r] == 0) that still hold slots, written by CAS on the
+ * map's mod_revision. Losing the race is fine: the next poll reads the
+ * winner's map and finds nothing left to do.
+ */
+static int failover(struct emb_coord *c, const uint8_t *live)
+{
+	const uint32_t S = c->reg.server_num;
+	size_t len = emb_cmap_encoded_size(c->replicas);
+	struct emb_cmap *m = malloc(sizeof(*m));
+	uint8_t *buf = malloc(len);
+	char key[KEY_MAX];
+	uint64_t epoch0;
+	int64_t rev;
+	int lost = 0, rc = -ENOMEM;
+	bool ok;
+
+	if (!m || !buf)
+		goto out;
+	pthread_mutex_lock(&c->mu);
+	*m = *c->map;
+	rev = c->map_rev;
+	pthread_mutex_unlock(&c->mu);
+	epoch0 = m->epoch;
+	for (uint32_t r = 0; r < S; r++) {
+		if (live[r] || !holds_any(m, r))
+			continue;
+		lost = emb_cmap_remove(m, r, m);
+		emb_log(EMB_LOG_WARN,
+			"server %u: server %u is dead: its slots go to their "
+			"backups (map epoch %llu)",
+			c->reg.rank, r, (unsigned long long)m->epoch);
+	}
+	rc = 0;
+	if (m->epoch == epoch0)
+		goto out; /* nothing to do */
+	if (lost > 0)
+		emb_log(EMB_LOG_ERROR,
+			"server %u: %u slots have no live holder: their rows "
+			"are lost",
+			c->reg.rank, emb_cmap_lost_slots(m));
+	if (emb_cmap_encode(m, buf, len) != (int64_t)len) {
+		rc = EMB_EINTERNAL;
+		goto out;
+	}
+	key_of(c, key, "map");
+	{
+		struct emb_etcd_cmp cmp = {
+		    .key = key, .target = EMB_ETCD_MOD, .revision = rev};
+		struct emb_etcd_op op = {
+		    .key = key, .value = buf, .value_len = len};
+
+		rc = emb_etcd_txn(c->etcd, &cmp, 1, &op, 1, &ok);
+	}
+	if (!rc && !ok)
+		emb_log(EMB_LOG_DEBUG, "job %s: map changed under failover",
+			c->prefix);
+out:
+	free(buf);
+	free(m);
+	return rc;
+}
+
 /*
  * Agent thread: which ranks are alive and which workers finished, from one
  * keys-only read of the job. Dead: a rank key gone (its lease expired or
  * was revoked) without a finish record, once the job formed (its map
- * exists: servers never wait for it, so the agent looks).
+ * exists: servers never wait for it, so the agent looks). A map key whose
+ * revision moved is read again: a new epoch.
  */
 static int poll_job(struct emb_coord *c)
 {
@@ -361,8 +471,8 @@ static int poll_job(struct emb_coord *c)
 	uint8_t *live = calloc((size_t)S + 2u * W, 1);
 	uint8_t *lw = live + S, *fin = lw + W;
 	struct emb_etcd_range r;
-	uint32_t gone = 0;
-	bool formed = false;
+	int64_t map_rev = 0, have_rev;
+	uint32_t gone = 0, first_live = UINT32_MAX;
 	int rc;
 
 	if (!live)
@@ -383,16 +493,26 @@ static int poll_job(struct emb_coord *c)
 		else if ((v = rank_in(k, "finish/worker", W)) >= 0)
 			fin[v] = 1;
 		else if (!strcmp(k, "map"))
-			formed = true;
+			map_rev = r.kvs[i].mod_revision;
 	}
 	emb_etcd_range_free(&r);
 	pthread_mutex_lock(&c->mu);
-	c->formed = c->formed || formed;
-	formed = c->formed;
+	have_rev = c->map_rev;
 	pthread_mutex_unlock(&c->mu);
-	if (!formed) {
+	if (!map_rev) {
 		free(live);
-		return 0;
+		return 0; /* not formed yet */
+	}
+	if (map_rev != have_rev) {
+		bool newer;
+
+		rc = map_read(c, &newer);
+		if (rc) {
+			free(live);
+			return rc;
+		}
+		if (newer)
+			map_notify(c);
 	}
 	for (uint32_t i = 0; i < S + W; i++) {
 		bool srv = i < S;
@@ -413,6 +533,18 @@ static int poll_job(struct emb_coord *c)
 		if (!dead && !c->ended)
 			declare_dead(c, srv ? EMB_ROLE_SERVER : EMB_ROLE_WORKER,
 				     rank);
+	}
+	for (uint32_t i = 0; i < S && first_live == UINT32_MAX; i++)
+		if (live[i])
+			first_live = i;
+	/* One writer per round, the live server of lowest rank; if it dies
+	 * too, the next one takes over at its next poll. */
+	if (c->reg.role == EMB_ROLE_SERVER && c->reg.rank == first_live &&
+	    !c->ended) {
+		rc = failover(c, live);
+		if (rc)
+			emb_log(EMB_LOG_WARN, "job %s: failover map: %s",
+				c->prefix, emb_strerror(rc));
 	}
 	/* The job is over once every worker finished or died. */
 	for (uint32_t w = 0; w < W; w++)
@@ -501,7 +633,9 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	    (opts->role != EMB_ROLE_SERVER && opts->role != EMB_ROLE_WORKER) ||
 	    (opts->role == EMB_ROLE_SERVER && !opts->port) ||
 	    opts->server_num > EMB_WIRE_SERVERS_MAX ||
-	    opts->worker_num > EMB_WIRE_WORKERS_MAX)
+	    opts->worker_num > EMB_WIRE_WORKERS_MAX ||
+	    opts->replicas > EMB_CMAP_REPLICAS_MAX ||
+	    (opts->server_num && opts->replicas > opts->server_num))
 		return -EINVAL;
 	job = opts->job && *opts->job ? opts->job : EMB_COORD_JOB_DEFAULT;
 	if (!job_ok(job)) {
@@ -547,8 +681,9 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 			 sizeof(*c->dead));
 	c->bar_names = calloc(BARRIER_NAMES_MAX, sizeof(*c->bar_names));
 	c->bar_gens = calloc(BARRIER_NAMES_MAX, sizeof(*c->bar_gens));
+	c->map = calloc(1, sizeof(*c->map));
 	if (!c->dead_srv || !c->dead_wrk || !c->dead || !c->bar_names ||
-	    !c->bar_gens) {
+	    !c->bar_gens || !c->map) {
 		rc = -ENOMEM;
 		goto err_lease;
 	}
@@ -579,6 +714,7 @@ err_free:
 	free(c->dead);
 	free(c->bar_names);
 	free(c->bar_gens);
+	free(c->map);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -604,6 +740,7 @@ void emb_coord_destroy(struct emb_coord *c)
 	free(c->dead);
 	free(c->bar_names);
 	free(c->bar_gens);
+	free(c->map);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -614,132 +751,212 @@ const struct emb_wire_register_resp *emb_coord_reg(const struct emb_coord *c)
 	return &c->reg;
 }
 
-uint64_t emb_coord_epoch(const struct emb_coord *c)
+uint64_t emb_coord_epoch(struct emb_coord *c)
 {
-	return c->epoch;
+	uint64_t e;
+
+	pthread_mutex_lock(&c->mu);
+	e = c->epoch;
+	pthread_mutex_unlock(&c->mu);
+	return e;
+}
+
+int emb_coord_map(struct emb_coord *c, struct emb_cmap *out)
+{
+	int rc = EMB_ECLUSTER;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->epoch) {
+		*out = *c->map;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+void emb_coord_watch_map(struct emb_coord *c, emb_coord_map_fn fn, void *arg)
+{
+	struct emb_cmap *m = fn ? malloc(sizeof(*m)) : NULL;
+
+	pthread_mutex_lock(&c->mu);
+	c->map_fn = fn;
+	c->map_arg = arg;
+	if (m && c->epoch)
+		*m = *c->map;
+	else if (m)
+		m->epoch = 0;
+	pthread_mutex_unlock(&c->mu);
+	if (m && m->epoch)
+		fn(arg, m);
+	free(m);
 }
 
 /* ---- the map -------------------------------------------------------- */
 
-/* Decodes a map value into slot_map and a new *servers. */
-static int map_decode(struct emb_coord *c, const struct emb_etcd_kv *kv,
-		      uint16_t *slot_map, struct emb_wire_node_addr **servers)
+/*
+ * Takes an encoded map (emb_cmap_encode()) as the job's current one when
+ * its epoch is newer than ours; *newer says whether it was. EMB_EBADFRAME
+ * for a value that does not decode or does not fit the job.
+ */
+static int map_take(struct emb_coord *c, const struct emb_etcd_kv *kv,
+		    bool *newer)
 {
-	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
-	struct emb_wire_cluster_map m;
-	struct emb_wire_frame f;
-	struct emb_wire_node_addr *srv;
+	struct emb_cmap *m = malloc(sizeof(*m));
 	int rc;
 
-	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
-	if (!kv->value || kv->value_len < 8 + EMB_WIRE_HDR_SIZE)
-		return EMB_EBADFRAME;
-	rc = emb_wire_frame_decode(kv->value + 8, kv->value_len - 8, &lim, &f);
-	if (!rc)
-		rc = emb_wire_cluster_map_decode(&f, &m);
-	if (rc)
-		return rc;
-	if (m.nservers != c->reg.server_num || m.nworkers != c->reg.worker_num)
-		return EMB_EBADFRAME;
-	srv = calloc(m.nservers, sizeof(*srv));
-	if (!srv)
+	*newer = false;
+	if (!m)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < m.nservers; i++)
-		emb_wire_cluster_map_server(&m, i, &srv[i]);
-	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
-		slot_map[s] = emb_wire_cluster_map_slot(&m, s);
-	*servers = srv;
+	rc = kv->value ? emb_cmap_decode(kv->value, kv->value_len, m)
+		       : EMB_EBADFRAME;
+	if (!rc && (m->nservers != c->reg.server_num ||
+		    m->replicas != c->replicas))
+		rc = EMB_EBADFRAME;
 	pthread_mutex_lock(&c->mu);
-	c->epoch = emb_le64_load(kv->value);
-	c->map_rev = kv->mod_revision;
-	c->formed = true;
+	if (!rc && (!c->epoch || m->epoch > c->epoch)) {
+		struct emb_cmap *old = c->map;
+
+		c->map = m;
+		m = old;
+		c->epoch = c->map->epoch;
+		c->map_rev = kv->mod_revision;
+		*newer = true;
+	}
 	pthread_mutex_unlock(&c->mu);
-	return 0;
+	free(m);
+	if (rc)
+		emb_log(EMB_LOG_ERROR, "job %s: bad map in etcd: %s",
+			c->prefix, emb_strerror(rc));
+	return rc;
 }
 
-/* A server's "host:port" (brackets around IPv6) into a. */
-static int addr_take(const struct emb_etcd_kv *kv,
-		     struct emb_wire_node_addr *a)
+/* Reads the map key and takes it (map_take()). */
+static int map_read(struct emb_coord *c, bool *newer)
 {
-	const char *v = (const char *)kv->value;
-	const char *colon = v ? strrchr(v, ':') : NULL;
-	size_t hl;
-	char *end;
-	unsigned long port;
+	char key[KEY_MAX];
+	struct emb_etcd_range r;
+	int rc;
 
-	if (!colon)
-		return EMB_EETCD;
-	hl = (size_t)(colon - v);
-	if (hl >= 2 && v[0] == '[' && v[hl - 1] == ']') {
-		v++;
-		hl -= 2;
+	*newer = false;
+	key_of(c, key, "map");
+	rc = emb_etcd_get(c->etcd, key, false, false, &r);
+	if (rc)
+		return rc;
+	rc = r.n ? map_take(c, &r.kvs[0], newer) : EMB_ECLUSTER;
+	emb_etcd_range_free(&r);
+	return rc;
+}
+
+/* The servers key ("h:p,[h6]:p,..." by rank) into a new *servers. */
+static int servers_read(struct emb_coord *c,
+			struct emb_wire_node_addr **servers)
+{
+	const uint32_t S = c->reg.server_num;
+	struct emb_addr *a = calloc(S, sizeof(*a));
+	struct emb_wire_node_addr *srv = calloc(S, sizeof(*srv));
+	struct emb_etcd_range r = {0};
+	char key[KEY_MAX];
+	int n, rc = -ENOMEM;
+
+	if (!a || !srv)
+		goto out;
+	key_of(c, key, "servers");
+	rc = emb_etcd_get(c->etcd, key, false, false, &r);
+	if (rc)
+		goto out;
+	n = r.n && r.kvs[0].value
+		? emb_addr_list_parse((const char *)r.kvs[0].value, a, S)
+		: -EINVAL;
+	if (n != (int)S) {
+		emb_log(EMB_LOG_ERROR, "job %s: bad server list in etcd",
+			c->prefix);
+		rc = EMB_EBADFRAME;
+		goto out;
 	}
-	port = strtoul(colon + 1, &end, 10);
-	if (!hl || hl > EMB_WIRE_HOST_MAX || *end || !port || port > 65535)
-		return EMB_EETCD;
-	memcpy(a->host, v, hl);
-	a->host[hl] = '\0';
-	a->port = (uint16_t)port;
-	return 0;
+	for (uint32_t i = 0; i < S; i++) {
+		snprintf(srv[i].host, sizeof(srv[i].host), "%s", a[i].host);
+		srv[i].port = a[i].port;
+		if (!srv[i].port) {
+			rc = EMB_EBADFRAME;
+			goto out;
+		}
+	}
+	*servers = srv;
+	srv = NULL;
+out:
+	emb_etcd_range_free(&r);
+	free(srv);
+	free(a);
+	return rc;
 }
 
 /*
- * Every rank is taken: writes map epoch 1 unless someone did. The servers
- * by rank from their keys, the slots in the contiguous ranges a client
- * computes from a server list.
+ * Every rank is taken: writes map epoch 1 and the server list in one
+ * transaction, unless someone did. The servers by rank from their keys;
+ * the map is emb_cmap_init()'s: home ranges, backups on the successors.
  */
 static int map_write(struct emb_coord *c, const struct emb_etcd_range *srvr)
 {
 	const uint32_t S = c->reg.server_num;
-	struct emb_wire_node_addr *srv = calloc(S, sizeof(*srv));
-	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
-	size_t cap = 8 + emb_wire_cluster_map_bytes(S);
-	uint8_t *buf = malloc(cap);
-	size_t plen = strlen(c->prefix);
-	char key[KEY_MAX];
-	int len, rc = -ENOMEM;
+	size_t plen = strlen(c->prefix), cap = (size_t)S * (EMB_HOST_MAX + 9);
+	const char **by_rank = calloc(S, sizeof(*by_rank));
+	struct emb_cmap *m = malloc(sizeof(*m));
+	size_t mlen = emb_cmap_encoded_size(c->replicas), at = 0;
+	uint8_t *buf = malloc(mlen);
+	char *list = malloc(cap);
+	char kmap[KEY_MAX], ksrv[KEY_MAX];
+	int rc = -ENOMEM;
 	bool ok;
 
-	if (!srv || !slots || !buf)
+	if (!by_rank || !m || !buf || !list)
 		goto out;
 	for (uint32_t i = 0; i < srvr->n; i++) {
 		int64_t r = rank_in(srvr->kvs[i].key + plen, "server", S);
 
-		if (r < 0)
-			continue;
-		rc = addr_take(&srvr->kvs[i], &srv[r]);
-		if (rc) {
-			emb_log(EMB_LOG_ERROR, "job %s: bad server key %s",
-				c->prefix, srvr->kvs[i].key);
+		if (r >= 0)
+			by_rank[r] = (const char *)srvr->kvs[i].value;
+	}
+	for (uint32_t i = 0; i < S; i++) {
+		int n;
+
+		if (!by_rank[i] || strlen(by_rank[i]) > EMB_HOST_MAX + 8) {
+			rc = EMB_EBADFRAME;
 			goto out;
 		}
+		n = snprintf(list + at, cap - at, "%s%s", i ? "," : "",
+			     by_rank[i]);
+		at += (size_t)n;
 	}
-	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
-		slots[s] = (uint16_t)((uint64_t)s * S / EMB_NSLOTS);
-	emb_le64_store(buf, 1);
-	len = emb_wire_cluster_map_encode(buf + 8, cap - 8, 0,
-					  c->reg.worker_num, slots, srv, S);
-	if (len < 0) {
-		rc = len;
+	rc = emb_cmap_init(m, S, c->replicas);
+	if (rc)
+		goto out;
+	if (emb_cmap_encode(m, buf, mlen) != (int64_t)mlen) {
+		rc = EMB_EINTERNAL;
 		goto out;
 	}
-	key_of(c, key, "map");
+	key_of(c, kmap, "map");
+	key_of(c, ksrv, "servers");
 	{
-		struct emb_etcd_cmp cmp = {.key = key,
+		struct emb_etcd_cmp cmp = {.key = kmap,
 					   .target = EMB_ETCD_CREATE};
-		struct emb_etcd_op op = {
-		    .key = key, .value = buf, .value_len = 8 + (size_t)len};
+		struct emb_etcd_op ops[2] = {
+		    {.key = kmap, .value = buf, .value_len = mlen},
+		    {.key = ksrv, .value = list, .value_len = at},
+		};
 
-		rc = emb_etcd_txn(c->etcd, &cmp, 1, &op, 1, &ok);
+		rc = emb_etcd_txn(c->etcd, &cmp, 1, ops, 2, &ok);
 	}
 	if (!rc && ok)
 		emb_log(EMB_LOG_INFO,
-			"job %s ready: %u servers, %u workers (map epoch 1)",
-			c->prefix, S, c->reg.worker_num);
+			"job %s ready: %u servers, %u workers, %u cop%s of each "
+			"slot (map epoch 1)",
+			c->prefix, S, c->reg.worker_num, c->replicas,
+			c->replicas == 1 ? "y" : "ies");
 out:
+	free(list);
 	free(buf);
-	free(slots);
-	free(srv);
+	free(m);
+	free(by_rank);
 	return rc;
 }
 
@@ -764,12 +981,21 @@ int emb_coord_wait_map(struct emb_coord *c, uint16_t *slot_map,
 		if (rc)
 			return rc;
 		if (r.n) {
-			rc = map_decode(c, &r.kvs[0], slot_map, servers);
+			bool newer;
+
+			rc = map_take(c, &r.kvs[0], &newer);
 			emb_etcd_range_free(&r);
+			if (!rc)
+				rc = servers_read(c, servers);
 			if (rc)
-				emb_log(EMB_LOG_ERROR, "job %s: bad map: %s",
-					c->prefix, emb_strerror(rc));
-			return rc;
+				return rc;
+			/* Clients route by primaries; backups are the
+			 * replication's business. */
+			pthread_mutex_lock(&c->mu);
+			for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+				slot_map[sl] = emb_cmap_primary(c->map, sl);
+			pthread_mutex_unlock(&c->mu);
+			return 0;
 		}
 		emb_etcd_range_free(&r);
 		key_of(c, key, "server/");
@@ -963,63 +1189,5 @@ int emb_coord_job_delete(const char *endpoints, const char *job)
 		return rc;
 	rc = emb_etcd_delete(e, key, true, NULL);
 	emb_etcd_destroy(e);
-	return rc;
-}
-
-int emb_coord_job_servers(const char *endpoints, const char *job, char *buf,
-			  size_t cap)
-{
-	struct emb_coord c = {0};
-	struct emb_wire_node_addr *srv = NULL;
-	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
-	struct emb_etcd_range r = {0};
-	char key[KEY_MAX];
-	size_t at = 0;
-	int rc;
-
-	if (!buf || !cap) {
-		free(slots);
-		return -EINVAL;
-	}
-	if (!slots)
-		return -ENOMEM;
-	rc = observe(endpoints, job, &c.etcd, c.prefix, sizeof(c.prefix));
-	if (rc) {
-		free(slots);
-		return rc;
-	}
-	pthread_mutex_init(&c.mu, NULL);
-	key_of(&c, key, "config");
-	rc = emb_etcd_get(c.etcd, key, false, false, &r);
-	if (!rc && (!r.n || config_parse(&r.kvs[0], &c.reg.server_num,
-					  &c.reg.worker_num,
-					  &c.reg.hb_timeout_ms)))
-		rc = EMB_ECLUSTER;
-	emb_etcd_range_free(&r);
-	key_of(&c, key, "map");
-	if (!rc)
-		rc = emb_etcd_get(c.etcd, key, false, false, &r);
-	if (!rc && !r.n)
-		rc = EMB_ECLUSTER;
-	if (!rc)
-		rc = map_decode(&c, &r.kvs[0], slots, &srv);
-	emb_etcd_range_free(&r);
-	if (!rc)
-		buf[0] = '\0';
-	for (uint32_t i = 0; !rc && i < c.reg.server_num; i++) {
-		int n = snprintf(buf + at, cap - at,
-				 strchr(srv[i].host, ':') ? "%s[%s]:%u"
-							  : "%s%s:%u",
-				 i ? "," : "", srv[i].host, srv[i].port);
-
-		if (n < 0 || (size_t)n >= cap - at)
-			rc = -ENOSPC;
-		else
-			at += (size_t)n;
-	}
-	free(srv);
-	free(slots);
-	pthread_mutex_destroy(&c.mu);
-	emb_etcd_destroy(c.etcd);
 	return rc;
 }

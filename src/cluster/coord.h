@@ -11,7 +11,10 @@
  * attached to it, so a node whose lease expires (a crash, a freeze, a
  * partition longer than the TTL) is dead to every other node. The agent
  * also polls the job's keys every TTL / 5 for deaths, the map's epoch
- * and the end of the job.
+ * and the end of the job. When a server's lease expires, the live server
+ * of lowest rank computes the failover map (emb_cmap_remove(), map.h) and
+ * writes it by compare-and-swap on the map key; every node reads each
+ * new epoch.
  *
  * Functions may be called from any thread, except emb_coord_destroy(),
  * which needs every other call finished.
@@ -31,9 +34,13 @@
 
 struct emb_coord;
 
+struct emb_cmap;
+
 /* As emb_node_dead_fn and emb_node_end_fn (node.h). */
 typedef void (*emb_coord_dead_fn)(void *arg, uint32_t role, uint32_t rank);
 typedef void (*emb_coord_end_fn)(void *arg, int status);
+/* A new map epoch; m is valid for the call only. */
+typedef void (*emb_coord_map_fn)(void *arg, const struct emb_cmap *m);
 
 struct emb_coord_opts {
 	const char *endpoints;	  /* "etcd://h:p[,h:p...]"; copied */
@@ -45,6 +52,8 @@ struct emb_coord_opts {
 	uint16_t port;		  /* server: its bound listen port */
 	uint32_t server_num;	  /* servers of the job; 0 = the job's */
 	uint32_t worker_num;	  /* workers of the job; 0 = the job's */
+	uint32_t replicas;	  /* copies of each slot, 1..8 and <= the
+				     servers; 0 = the job's (1 if first) */
 	uint32_t ttl_ms;	  /* lease TTL (rounded up to seconds); the
 				     job's first node sets it; 0 = 10 s */
 	uint32_t join_timeout_ms; /* waits for the job's config and its
@@ -85,8 +94,21 @@ const struct emb_wire_register_resp *emb_coord_reg(const struct emb_coord *c);
 int emb_coord_wait_map(struct emb_coord *c, uint16_t *slot_map,
 		       struct emb_wire_node_addr **servers);
 
-/* The epoch of the map read last; 0 before. */
-uint64_t emb_coord_epoch(const struct emb_coord *c);
+/* The epoch of the newest map read; 0 before. */
+uint64_t emb_coord_epoch(struct emb_coord *c);
+
+/*
+ * Copies the newest map into *out: 0, or EMB_ECLUSTER before the first.
+ * Any thread.
+ */
+int emb_coord_map(struct emb_coord *c, struct emb_cmap *out);
+
+/*
+ * Calls fn(arg, map) with the newest map, if there is one, on this thread,
+ * then on the agent thread for each newer epoch. One watcher; fn NULL
+ * removes it (a callback already running may still finish).
+ */
+void emb_coord_watch_map(struct emb_coord *c, emb_coord_map_fn fn, void *arg);
 
 /* As emb_node_watch(). */
 void emb_coord_watch(struct emb_coord *c, emb_coord_dead_fn fn, void *arg);
@@ -112,13 +134,6 @@ int emb_coord_finish(struct emb_coord *c);
  */
 int emb_coord_job_formed(const char *endpoints, const char *job);
 int emb_coord_job_delete(const char *endpoints, const char *job);
-
-/*
- * The servers of a formed job, "h:p,h:p" in rank order, into buf. 0, or
- * EMB_ECLUSTER (not formed), -ENOSPC, and the errors above.
- */
-int emb_coord_job_servers(const char *endpoints, const char *job, char *buf,
-			  size_t cap);
 
 /* True if s is "etcd://..." (the only coordinator besides a scheduler). */
 bool emb_coord_is_etcd(const char *s);

@@ -699,6 +699,7 @@ static int create_coord(const struct emb_node_opts *o, struct emb_node **out)
 	    .port = o->port,
 	    .server_num = o->server_num,
 	    .worker_num = o->worker_num,
+	    .replicas = o->replicas,
 	    .ttl_ms = o->hb_timeout_ms,
 	    .join_timeout_ms = o->join_timeout_ms,
 	    .on_end = o->on_end,
@@ -853,6 +854,11 @@ int emb_node_create_static(uint32_t role, uint32_t rank, uint32_t nworkers,
 	snprintf(n->sched, sizeof(n->sched), "(none)");
 	*out = n;
 	return 0;
+}
+
+struct emb_coord *emb_node_coord(const struct emb_node *n)
+{
+	return n->coord;
 }
 
 bool emb_node_is_static(const struct emb_node *n)

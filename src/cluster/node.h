@@ -108,6 +108,8 @@ struct emb_node_opts {
 				    scheduler's are its own) */
 	uint32_t worker_num;
 	uint32_t hb_timeout_ms;	 /* etcd: lease TTL; 0 = 10 s */
+	uint32_t replicas;	 /* etcd: copies of each slot; 0 = the
+				    job's (1 for its first node) */
 };
 
 /*
@@ -139,6 +141,12 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out);
 int emb_node_create_static(uint32_t role, uint32_t rank, uint32_t nworkers,
 			   const struct emb_wire_node_addr *servers,
 			   uint32_t nservers, struct emb_node **out);
+
+struct emb_coord;
+
+/* The coordinator of a node whose job lives in etcd, else NULL; valid
+ * until destroy (its map and map watcher: cluster/coord.h). */
+struct emb_coord *emb_node_coord(const struct emb_node *n);
 
 /* True for a node made by emb_node_create_static(). */
 bool emb_node_is_static(const struct emb_node *n);

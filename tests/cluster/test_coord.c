@@ -20,8 +20,8 @@
 
 #include "cluster/coord.h"
 #include "cluster/etcd.h"
+#include "cluster/map.h"
 #include "cluster/node.h"
-#include "common/endian.h"
 #include "common/err.h"
 #include "etcd_proc.h"
 #include "harness.h"
@@ -360,10 +360,25 @@ static void test_trains(void)
 		    emb_client_table_create(w[i].c, &spec, &t[i]), 0);
 	}
 	CU_ASSERT(rank_seen[0] && rank_seen[1]);
-	/* The map in etcd: epoch 1, written once. */
+	/* The map in etcd: epoch 1, one copy of each slot, written once;
+	 * the servers' addresses by rank beside it. */
 	CU_ASSERT_EQUAL_FATAL(job_keys("map", &r), 1);
-	CU_ASSERT_EQUAL(emb_le64_load(r.kvs[0].value), 1);
+	{
+		struct emb_cmap *m = malloc(sizeof(*m));
+
+		CU_ASSERT_FATAL(m != NULL);
+		CU_ASSERT_EQUAL(emb_cmap_decode(r.kvs[0].value,
+						r.kvs[0].value_len, m),
+				0);
+		CU_ASSERT_EQUAL(m->epoch, 1);
+		CU_ASSERT_EQUAL(m->replicas, 1);
+		CU_ASSERT_EQUAL(m->nservers, 2);
+		free(m);
+	}
 	CU_ASSERT_EQUAL(r.kvs[0].version, 1);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL_FATAL(job_keys("servers", &r), 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr((char *)r.kvs[0].value, "127.0.0.1:"));
 	emb_etcd_range_free(&r);
 
 	for (int i = 0; i < 64; i++)
@@ -484,6 +499,131 @@ static void test_killed_server(void)
 	env_clear();
 }
 
+static struct emb_coord *coord_join(uint32_t role, uint16_t port)
+{
+	struct emb_coord_opts o = {.endpoints = etcd.url,
+				   .job = job,
+				   .role = role,
+				   .host = "127.0.0.1",
+				   .port = port,
+				   .server_num = 3,
+				   .worker_num = 1,
+				   .replicas = 2,
+				   .ttl_ms = 1000,
+				   .join_timeout_ms = 10000};
+	struct emb_coord *c = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &c), 0);
+	return c;
+}
+
+static uint64_t seen_epoch; /* the worker's map watcher */
+
+static void on_map(void *arg, const struct emb_cmap *m)
+{
+	(void)arg;
+	__atomic_store_n(&seen_epoch, m->epoch, __ATOMIC_SEQ_CST);
+}
+
+/* Waits up to 10 s for the worker's watcher to see epoch e. */
+static bool saw_epoch(uint64_t e)
+{
+	for (int k = 0;
+	     k < 1000 && __atomic_load_n(&seen_epoch, __ATOMIC_SEQ_CST) < e;
+	     k++)
+		sleep_ms(10);
+	return __atomic_load_n(&seen_epoch, __ATOMIC_SEQ_CST) == e;
+}
+
+static bool holds_any(const struct emb_cmap *m, uint32_t rank)
+{
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (emb_cmap_holds(m, sl, rank))
+			return true;
+	return false;
+}
+
+/*
+ * Three servers, two copies of each slot. A server's lease ends: the live
+ * server of lowest rank writes the failover map (epoch 2) and the worker
+ * reads it. Then that writer dies too: the next live server writes epoch 3.
+ */
+static void test_failover_map(void)
+{
+	struct emb_coord *srv[3], *w;
+	struct emb_wire_node_addr *addrs = NULL;
+	struct emb_cmap *m = malloc(sizeof(*m)), *first = malloc(sizeof(*m));
+	struct emb_etcd_range r;
+	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
+	uint32_t home1 = 0, moved = 0;
+
+	CU_ASSERT_FATAL(m && first && slots);
+	new_job();
+	for (uint32_t i = 0; i < 3; i++)
+		srv[i] = coord_join(EMB_ROLE_SERVER, (uint16_t)(7000 + i));
+	w = coord_join(EMB_ROLE_WORKER, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_coord_wait_map(w, slots, &addrs), 0);
+	CU_ASSERT_EQUAL(emb_coord_epoch(w), 1);
+	CU_ASSERT_EQUAL(emb_coord_map(w, first), 0);
+	CU_ASSERT_EQUAL(first->replicas, 2);
+	/* Clients route by the primaries; addresses by rank. */
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		CU_ASSERT_EQUAL(slots[sl], emb_cmap_primary(first, sl));
+	for (uint32_t i = 0; i < 3; i++) {
+		uint32_t rk = emb_coord_reg(srv[i])->rank;
+
+		CU_ASSERT_STRING_EQUAL(addrs[rk].host, "127.0.0.1");
+		CU_ASSERT_EQUAL(addrs[rk].port, 7000 + i);
+	}
+	free(addrs);
+	emb_coord_watch_map(w, on_map, NULL);
+	CU_ASSERT(saw_epoch(1));
+
+	/* Rank 1 goes: its slots' backups (rank 2) become primaries. */
+	for (uint32_t i = 0; i < 3; i++) {
+		if (emb_coord_reg(srv[i])->rank == 1) {
+			emb_coord_destroy(srv[i]);
+			srv[i] = NULL;
+		}
+	}
+	CU_ASSERT_FATAL(saw_epoch(2));
+	CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
+	CU_ASSERT(!holds_any(m, 1));
+	CU_ASSERT_EQUAL(emb_cmap_lost_slots(m), 0);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		if (emb_cmap_primary(first, sl) != 1)
+			continue;
+		home1++;
+		moved += emb_cmap_primary(m, sl) == 2;
+	}
+	CU_ASSERT(home1 > 0);
+	CU_ASSERT_EQUAL(moved, home1);
+	/* The map in etcd is that one, written once more. */
+	CU_ASSERT_EQUAL_FATAL(job_keys("map", &r), 1);
+	CU_ASSERT_EQUAL(r.kvs[0].version, 2);
+	emb_etcd_range_free(&r);
+
+	/* The writer (rank 0) goes: rank 2 writes epoch 3; the slots only
+	 * 0 still held have no holder left. */
+	for (uint32_t i = 0; i < 3; i++) {
+		if (srv[i] && emb_coord_reg(srv[i])->rank == 0) {
+			emb_coord_destroy(srv[i]);
+			srv[i] = NULL;
+		}
+	}
+	CU_ASSERT_FATAL(saw_epoch(3));
+	CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
+	CU_ASSERT(!holds_any(m, 0));
+	CU_ASSERT(emb_cmap_lost_slots(m) > 0);
+	emb_coord_watch_map(w, NULL, NULL);
+	for (uint32_t i = 0; i < 3; i++)
+		emb_coord_destroy(srv[i]);
+	emb_coord_destroy(w);
+	free(slots);
+	free(first);
+	free(m);
+}
+
 /* etcd itself goes away: after the TTL a node is out of the job. */
 static void test_etcd_lost(void)
 {
@@ -529,6 +669,9 @@ int main(int argc, char **argv)
 	    {"barrier fails when a worker dies", test_barrier_dead_worker},
 	    {"a killed server's lease expires and its calls fail",
 	     test_killed_server},
+	    {"a dead server's slots go to their backups in a new map epoch, "
+	     "written by the live server of lowest rank",
+	     test_failover_map},
 	    {"losing etcd ends a node's job with EMB_ENOETCD",
 	     test_etcd_lost},
 	    {NULL, NULL},
