@@ -1,13 +1,13 @@
 #!/bin/bash
 # tests/tools/docs_commands.sh SRC BUILD - the documentation's commands and
 # scripts, run as written with the built programs. In docs/training.md,
-# docs/deploy.md, docs/operations.md and docs/bench.md:
+# docs/deploy.md, docs/operations.md, docs/bench.md and docs/coordinator.md:
 #   - a fenced block introduced by "`deploy/...`:" (or examples/, tests/)
 #     must equal that file;
 #   - every other sh block runs, in order, from a directory that looks like
 #     a built checkout (build/, deploy/, examples/), with build/tools on
 #     PATH, and must exit 0; fixed ports (6170, 6171, 7164, 7174, 8081,
-#     9464) are swapped for free ones first;
+#     9464, and etcd's 2379 and 2380) are swapped for free ones first;
 #   - an sh block after "<!-- not run: WHY -->" is only parsed (bash -n).
 # A missing --after-train command is reported as such. Then the scripts
 # no block runs: deploy/slurm/embstore.sbatch with
@@ -46,7 +46,7 @@ unset EMB_ROLE EMB_SCHED_HOST EMB_SCHED_PORT EMB_SERVERS EMB_LISTEN MS_ROLE \
 # Splits the docs into $work/blocks: NNN.run (to run), NNN.parse (bash -n
 # only); file blocks are compared here. Prints problems, exits 1 on any.
 python3 - "$SRC" "$work/blocks" docs/training.md docs/deploy.md \
-	docs/operations.md docs/bench.md <<'EOF' ||
+	docs/operations.md docs/bench.md docs/coordinator.md <<'EOF' ||
 import os, re, sys
 src, out = sys.argv[1], sys.argv[2]
 os.makedirs(out)
@@ -86,9 +86,9 @@ EOF
 	bad "the docs' file blocks differ from the files"
 
 # Free ports for the fixed ones in the docs.
-read -r p1 p2 p3 p4 p5 p6 < <(python3 -c '
+read -r p1 p2 p3 p4 p5 p6 p7 p8 < <(python3 -c '
 import socket
-s = [socket.socket() for _ in range(6)]
+s = [socket.socket() for _ in range(8)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*[x.getsockname()[1] for x in s])')
 
@@ -104,7 +104,8 @@ done
 for b in blocks/*.run; do
 	sed -e "s/\b8081\b/$p1/g" -e "s/\b7164\b/$p2/g" -e "s/\b7174\b/$p3/g" \
 		-e "s/\b6170\b/$p4/g" -e "s/\b6171\b/$p5/g" \
-		-e "s/\b9464\b/$p6/g" "$b" >"$b.sh"
+		-e "s/\b9464\b/$p6/g" -e "s/\b2379\b/$p7/g" \
+		-e "s/\b2380\b/$p8/g" "$b" >"$b.sh"
 	setsid timeout 120 bash -euo pipefail "$b.sh" >"$b.out" 2>&1 &
 	groups="$groups $!"
 	if ! wait $!; then
