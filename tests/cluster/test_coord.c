@@ -9,6 +9,7 @@
  * starts itself.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -624,6 +625,112 @@ static void test_failover_map(void)
 	free(m);
 }
 
+/*
+ * Runs `embstore launch ARGS... -- TRAINER TARGS...` (EMB_EMBSTORE_BIN,
+ * EMB_TRAINER_BIN) in a temp dir; its exit status, and its output in out.
+ */
+static int run_launch(const char *const *args, const char *const *targs,
+		      char *out, size_t cap)
+{
+	const char *bin = getenv("EMB_EMBSTORE_BIN");
+	const char *trainer = getenv("EMB_TRAINER_BIN");
+	char *dir = emb_test_tmpdir(), path[512];
+	const char *argv[32];
+	int n = 0, st;
+	size_t got;
+	pid_t pid;
+	FILE *f;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(bin);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(trainer);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+	argv[n++] = bin;
+	argv[n++] = "launch";
+	while (*args)
+		argv[n++] = *args++;
+	argv[n++] = "--";
+	argv[n++] = trainer;
+	while (targs && *targs)
+		argv[n++] = *targs++;
+	argv[n] = NULL;
+	snprintf(path, sizeof(path), "%s/launch.out", dir);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		if (fd < 0 || chdir(dir))
+			_exit(126);
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	st = exit_code(pid);
+	f = fopen(path, "r");
+	got = f ? fread(out, 1, cap - 1, f) : 0;
+	out[got] = '\0';
+	if (f)
+		fclose(f);
+	emb_test_rmtree(dir);
+	free(dir);
+	return st;
+}
+
+static int count_of(const char *s, const char *what)
+{
+	int n = 0;
+
+	for (const char *p = s; (p = strstr(p, what)); p++)
+		n++;
+	return n;
+}
+
+/*
+ * embstore launch --coordinator: no scheduler, the trainers join from the
+ * environment and train with a barrier per step, everything exits 0, and
+ * the job's keys are gone afterwards.
+ */
+static void test_launch(void)
+{
+	static char out[1 << 16];
+	const char *args[] = {"--server_num", "2",     "--worker_num",
+			      "2",	      "--coordinator", etcd.url,
+			      "--job",	      new_job(),       NULL};
+	const char *targs[] = {"--steps", "20", NULL};
+	struct emb_etcd_range r;
+
+	env_clear();
+	setenv("EMB_HEARTBEAT_TIMEOUT", "2", 1);
+	CU_ASSERT_EQUAL(run_launch(args, targs, out, sizeof(out)), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "in etcd"));
+	CU_ASSERT_EQUAL(count_of(out, "[launch] started "), 4);
+	CU_ASSERT_EQUAL(count_of(out, "scheduler"), 0);
+	CU_ASSERT_EQUAL(count_of(out, "20 steps done, finish: success"), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "all workers exited 0"));
+	CU_ASSERT_EQUAL(job_keys("", &r), 0);
+	emb_etcd_range_free(&r);
+	if (!strstr(out, "all workers exited 0"))
+		fprintf(stderr, "%s\n", out);
+
+	/* Not an etcd address: refused before anything starts. */
+	args[5] = "http://127.0.0.1:2379";
+	CU_ASSERT_EQUAL(run_launch(args, targs, out, sizeof(out)), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--coordinator takes etcd://"));
+	/* No etcd there: says so, starts nothing. */
+	{
+		char dead[64];
+
+		snprintf(dead, sizeof(dead), "etcd://127.0.0.1:%u",
+			 etcd_proc_free_port());
+		args[5] = dead;
+		CU_ASSERT_EQUAL(run_launch(args, targs, out, sizeof(out)), 1);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "etcd unreachable"));
+		CU_ASSERT_EQUAL(count_of(out, "[launch] started "), 0);
+	}
+	env_clear();
+}
+
 /* etcd itself goes away: after the TTL a node is out of the job. */
 static void test_etcd_lost(void)
 {
@@ -672,6 +779,8 @@ int main(int argc, char **argv)
 	    {"a dead server's slots go to their backups in a new map epoch, "
 	     "written by the live server of lowest rank",
 	     test_failover_map},
+	    {"embstore launch --coordinator runs a job with no scheduler",
+	     test_launch},
 	    {"losing etcd ends a node's job with EMB_ENOETCD",
 	     test_etcd_lost},
 	    {NULL, NULL},
