@@ -13,7 +13,7 @@
  *   P servers           "h:p,h:p,...": the servers' addresses by rank,
  *                       written with epoch 1 (rank keys die with leases)
  *   P finish/worker/<r> a worker finished (no lease: it outlives it)
- *   P barrier/<name>/<gen>/<rank>  a worker entered a barrier
+ *   P barrier/<name>/<gen>/<rank>  a worker entered a barrier (no lease)
  *
  * Threads: the agent thread renews the lease and polls the keys; callers'
  * threads wait for the map and at barriers by polling too. Shared state is
@@ -1100,7 +1100,9 @@ int emb_coord_barrier(struct emb_coord *c, const char *name)
 	}
 	key_of(c, key, "barrier/%s/%" PRIu64 "/%u", name, gen, c->reg.rank);
 	key_of(c, dir, "barrier/%s/%" PRIu64 "/", name, gen);
-	rc = emb_etcd_put(c->etcd, key, "", 0, c->lease);
+	/* Not on our lease: a worker that passes and leaves at once (its
+	 * lease revoked) must not take its key from those still counting. */
+	rc = emb_etcd_put(c->etcd, key, "", 0, 0);
 	while (!rc) {
 		struct emb_etcd_range r;
 		uint32_t n;

@@ -426,6 +426,40 @@ static void test_trains(void)
 	env_clear();
 }
 
+/*
+ * The last barrier: one worker waits (polling slowly by now), the other
+ * arrives, passes, finishes and leaves at once. The first must still
+ * pass: the leaver's barrier key outlives it.
+ */
+static void test_barrier_then_leave(void)
+{
+	struct worker w[2] = {0};
+	struct servers s;
+	struct barrier_arg b;
+	pthread_t th;
+	int k;
+
+	env_for(etcd.url, 1, 2, "2");
+	servers_up(&s, 1);
+	workers_join(w, 2);
+	b = (struct barrier_arg){w[0].c, "last", 1};
+	pthread_create(&th, NULL, barrier_main, &b);
+	sleep_ms(500);
+	CU_ASSERT_EQUAL(emb_client_barrier(w[1].c, "last"), 0);
+	CU_ASSERT_EQUAL(emb_client_finish(w[1].c), 0);
+	emb_client_destroy(w[1].c);
+	for (k = 0; k < 1000 && __atomic_load_n(&b.rc, __ATOMIC_SEQ_CST) == 1;
+	     k++)
+		sleep_ms(10);
+	CU_ASSERT_EQUAL_FATAL(__atomic_load_n(&b.rc, __ATOMIC_SEQ_CST), 0);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(emb_client_finish(w[0].c), 0);
+	emb_client_destroy(w[0].c);
+	CU_ASSERT_EQUAL(server_end(&s, 0), 0);
+	servers_down(&s);
+	env_clear();
+}
+
 static void test_barrier_dead_worker(void)
 {
 	struct worker w[2] = {0};
@@ -774,6 +808,9 @@ int main(int argc, char **argv)
 	     "barriers and ends",
 	     test_trains},
 	    {"barrier fails when a worker dies", test_barrier_dead_worker},
+	    {"a worker that passes the last barrier and leaves does not "
+	     "strand the other",
+	     test_barrier_then_leave},
 	    {"a killed server's lease expires and its calls fail",
 	     test_killed_server},
 	    {"a dead server's slots go to their backups in a new map epoch, "
