@@ -670,7 +670,7 @@ static int op_create(const struct emb_transport_opts *opts,
 	}
 	rt->devs = rdma_get_devices(&ndev);
 	if (!rt->devs || ndev == 0) {
-		emb_log(EMB_LOG_INFO, "rdma: no RDMA device");
+		emb_log(EMB_LOG_DEBUG, "rdma: no RDMA device");
 		rc = -ENODEV;
 		goto err;
 	}
@@ -813,6 +813,58 @@ static int cq_event(struct emb_rdma_transport *rt)
 	return 1;
 }
 
+/* Bounded busy-poll: replies often come within microseconds. */
+static int spin(struct emb_rdma_transport *rt)
+{
+	struct timespec t0, t1;
+	int n;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		n = emb__rdma_poll_cq(rt, 256);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	} while (!n && (t1.tv_sec - t0.tv_sec) * 1000000000L +
+				   (t1.tv_nsec - t0.tv_nsec) <
+			   EMB_RDMA_SPIN_US * 1000L);
+	return n;
+}
+
+/* Asks for a CQ event before sleeping; returns CQEs that beat the arming. */
+static int arm(struct emb_rdma_transport *rt)
+{
+	if (rt->armed)
+		return 0;
+	ibv_req_notify_cq(rt->cq, 0);
+	rt->armed = true;
+	/* A CQE that came before arming raises no event. */
+	return emb__rdma_poll_cq(rt, 256);
+}
+
+int emb__rdma_fd(struct emb_transport *tr)
+{
+	return emb__rdma_tr_of(tr)->epfd;
+}
+
+int emb__rdma_sleep_prep(struct emb_transport *tr, int *wait_ms)
+{
+	struct emb_rdma_transport *rt = emb__rdma_tr_of(tr);
+	uint64_t now, next = UINT64_MAX;
+	int n;
+
+	n = spin(rt);
+	if (!n)
+		n = arm(rt);
+	now = emb__now_ms();
+	n += emb__rdma_timeouts(rt, now, &next);
+	if (next != UINT64_MAX) {
+		uint64_t left = next > now ? next - now : 0;
+
+		if (*wait_ms < 0 || left < (uint64_t)*wait_ms)
+			*wait_ms = (int)left;
+	}
+	return n;
+}
+
 static int op_poll(struct emb_transport *tr, int timeout_ms)
 {
 	struct emb_rdma_transport *rt = emb__rdma_tr_of(tr);
@@ -824,28 +876,13 @@ static int op_poll(struct emb_transport *tr, int timeout_ms)
 	n += run_closes(rt);
 	now = emb__now_ms();
 	n += emb__rdma_timeouts(rt, now, &next);
-	if (n == 0 && timeout_ms != 0) {
-		/* Bounded busy-poll: replies often come within microseconds. */
-		struct timespec t0, t1;
-
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		do {
-			n = emb__rdma_poll_cq(rt, 256);
-			clock_gettime(CLOCK_MONOTONIC, &t1);
-		} while (!n && (t1.tv_sec - t0.tv_sec) * 1000000000L +
-					       (t1.tv_nsec - t0.tv_nsec) <
-				       EMB_RDMA_SPIN_US * 1000L);
-	}
+	if (n == 0 && timeout_ms != 0)
+		n = spin(rt);
 	wait_ms = n ? 0 : timeout_ms;
 	if (wait_ms != 0) {
-		if (!rt->armed) {
-			ibv_req_notify_cq(rt->cq, 0);
-			rt->armed = true;
-			/* A CQE that came before arming raises no event. */
-			n += emb__rdma_poll_cq(rt, 256);
-			if (n)
-				wait_ms = 0;
-		}
+		n += arm(rt);
+		if (n)
+			wait_ms = 0;
 		if (next != UINT64_MAX && wait_ms != 0) {
 			uint64_t left = next > now ? next - now : 0;
 

@@ -468,6 +468,7 @@ static int call_post(struct emb_rdma_conn *c, struct emb_rdma_call *call)
 			if (rc)
 				return rc;
 			c->rt->bounced++;
+			EMB__STAT_ADD(c->rt->base.stats.resp_bounced, 1);
 		}
 		pfx.resp_rkey = call->bounce.rkey;
 		pfx.resp_addr = (uintptr_t)call->bounce.addr;

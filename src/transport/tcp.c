@@ -1658,6 +1658,36 @@ static int tcp_poll(struct emb_transport *tr, int timeout_ms)
 	return rc ? rc : n + handled;
 }
 
+int emb__tcp_fd(struct emb_transport *tr)
+{
+	return to_tr(tr)->epfd;
+}
+
+int emb__tcp_sleep_prep(struct emb_transport *tr, int *wait_ms)
+{
+	struct tcp_tr *t = to_tr(tr);
+	uint64_t next, now;
+	int busy;
+
+	t->in_poll++;
+	next = check_timeouts(t);
+	busy = t->dirty || t->kick;
+	t->in_poll--;
+	if (!t->in_poll)
+		reap(t);
+	if (busy)
+		return 1;
+	if (next != UINT64_MAX) {
+		now = emb__now_ms();
+		/* +1: the coarse clock must have passed the deadline. */
+		uint64_t wait = next > now ? next - now + 1 : 0;
+
+		if (*wait_ms < 0 || wait < (uint64_t)*wait_ms)
+			*wait_ms = (int)(wait < INT_MAX ? wait : INT_MAX);
+	}
+	return 0;
+}
+
 static int tcp_listen(struct emb_transport *tr,
 		      const struct emb_listen_opts *opts,
 		      struct emb_listener **out)

@@ -39,13 +39,34 @@ static const struct emb_transport_ops *find_ops(const char *name)
 #ifdef EMB_HAVE_RDMA
 	if (strcmp(name, "rdma") == 0)
 		return &emb__rdma_ops;
+	if (strcmp(name, "tcp,rdma") == 0)
+		return &emb__dual_tcp_ops;
+	if (strcmp(name, "rdma,tcp") == 0)
+		return &emb__dual_rdma_ops;
 #endif
 	return NULL;
+}
+
+static bool names_rdma(const char *name)
+{
+	return strcmp(name, "rdma") == 0 || strcmp(name, "tcp,rdma") == 0 ||
+	       strcmp(name, "rdma,tcp") == 0;
 }
 
 bool emb_transport_available(const char *name)
 {
 	return name && find_ops(name) != NULL;
+}
+
+bool emb_transport_usable(const char *name)
+{
+	struct emb_transport *tr;
+
+	if (!emb_transport_available(name) ||
+	    emb_transport_create(name, NULL, &tr))
+		return false;
+	emb_transport_destroy(tr);
+	return true;
 }
 
 int emb_transport_create(const char *name,
@@ -59,7 +80,7 @@ int emb_transport_create(const char *name,
 		return -EINVAL;
 	ops = find_ops(name);
 	if (!ops)
-		return strcmp(name, "rdma") == 0 ? -ENODEV : -EINVAL;
+		return names_rdma(name) ? -ENODEV : -EINVAL;
 	if (opts)
 		o = *opts;
 	return ops->create(&o, out);
@@ -235,6 +256,13 @@ void emb_transport_stats(const struct emb_transport *tr,
 	const uint64_t *src = (const uint64_t *)&tr->stats;
 	uint64_t *dst = (uint64_t *)out;
 
+#ifdef EMB_HAVE_RDMA
+	if (emb__dual_is(tr)) {
+		emb__dual_stats(tr, out);
+		return;
+	}
+#endif
+
 	/* All fields are uint64_t; load each one tear-free. */
 	_Static_assert(sizeof(*out) % sizeof(uint64_t) == 0,
 		       "stats are all uint64_t");
@@ -247,6 +275,10 @@ void emb_transport_fault_set(struct emb_transport *tr,
 {
 	if ((unsigned)point >= EMB_FAULT_NPOINTS)
 		return;
+#ifdef EMB_HAVE_RDMA
+	if (emb__dual_is(tr))
+		emb__dual_fault_set(tr, point, nth, rc);
+#endif
 	tr->fault_rc[point] = rc;
 	__atomic_store_n(&tr->fault_nth[point], nth, __ATOMIC_RELAXED);
 }

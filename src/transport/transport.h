@@ -152,6 +152,9 @@ struct emb_connect_opts {
 	uint32_t call_timeout_ms; /* 0 = the transport's call_timeout_ms */
 	emb_conn_fn on_close;	  /* optional: conn failed under its user */
 	void *arg;		  /* passed to on_close */
+	const char *via;	  /* a "tcp,rdma" loop: "tcp" or "rdma";
+				     NULL = the first one named. Others
+				     take NULL or their own name */
 };
 
 #define EMB_CONNECT_OPTS_DEFAULT                                               \
@@ -181,6 +184,9 @@ struct emb_transport_stats {
 	uint64_t err_no_memory;	  /* conns closed: rx_budget spent */
 	uint64_t rx_pauses;	  /* times a conn stopped being read */
 	uint64_t out_queue_peak;  /* most bytes ever queued on one conn */
+	uint64_t resp_bounced;	  /* RDMA calls whose resp_buf was not
+				     registered: the response landed in
+				     transport memory and was copied */
 };
 
 /* Per conn; read on the loop thread with emb_conn_stats(). */
@@ -254,6 +260,8 @@ struct emb_transport {
 	uint32_t fault_nth[EMB_FAULT_NPOINTS]; /* fail the nth hit; 0 = off */
 	int fault_rc[EMB_FAULT_NPOINTS];      /* what the failing hit returns */
 	struct emb__transport_common *common; /* task mailbox, wake fd */
+	struct emb_transport *owner; /* the "tcp,rdma" loop that drives this
+					one, or NULL */
 };
 
 struct emb_listener {
@@ -285,13 +293,17 @@ struct emb_mr {
 /* ---- transport (event loop) --------------------------------------------- */
 
 /*
- * Opens a transport by name ("tcp" or "rdma") with opts (NULL = defaults;
- * a zero field takes its default, except call_timeout_ms, sock_buf_bytes
- * and copy_max_bytes, where 0 means none / kernel's / off). 0 and the
- * handle in *out, or -EINVAL (unknown name; max_frame_bytes < 32,
- * login_frame_bytes 1..31, max_inflight > 2^20 or copy_max_bytes > 64 KiB),
- * -ENODEV ("rdma" without RDMA support built in or without a device),
- * -ENOMEM, or a negative errno from epoll/eventfd.
+ * Opens a transport by name with opts (NULL = defaults; a zero field takes
+ * its default, except call_timeout_ms, sock_buf_bytes and copy_max_bytes,
+ * where 0 means none / kernel's / off). The names: "tcp", "rdma", and
+ * "tcp,rdma" or "rdma,tcp": one loop that drives both, whose listeners
+ * listen on TCP and on RDMA at the same port number (the two port spaces
+ * are apart), whose conns each run on one of the two (emb_connect_opts.via;
+ * the first named by default) and whose registrations are the RDMA
+ * transport's. 0 and the handle in *out, or -EINVAL (unknown name;
+ * max_frame_bytes < 32, login_frame_bytes 1..31, max_inflight > 2^20 or
+ * copy_max_bytes > 64 KiB), -ENODEV (RDMA named without RDMA support built
+ * in or without a device), -ENOMEM, or a negative errno from epoll/eventfd.
  */
 int emb_transport_create(const char *name,
 			 const struct emb_transport_opts *opts,
@@ -312,6 +324,12 @@ static inline const char *emb_transport_name(const struct emb_transport *tr)
 
 /* True if name names a transport built into this binary ("tcp", "rdma"). */
 bool emb_transport_available(const char *name);
+
+/*
+ * True if a transport of that name can be opened here: built in and, for
+ * RDMA, a device present (it opens one and closes it again).
+ */
+bool emb_transport_usable(const char *name);
 
 /*
  * Runs the loop once: sends what is queued, waits up to timeout_ms (-1 =
@@ -457,6 +475,10 @@ static inline int emb_conn_create(struct emb_transport *tr,
 
 	if (!opts || !opts->host || !out)
 		return -EINVAL;
+	/* Only a two-transport loop (its name has a comma) chooses. */
+	if (opts->via && !__builtin_strchr(tr->ops->name, ',') &&
+	    __builtin_strcmp(opts->via, tr->ops->name) != 0)
+		return -EINVAL;
 	rc = emb__fault_hit(tr, EMB_FAULT_CONNECT);
 	if (rc)
 		return rc;
@@ -565,6 +587,16 @@ static inline struct emb_conn *emb_req_conn(const struct emb_req *req)
 	return req->conn;
 }
 
+/*
+ * The loop c belongs to, as its user created it: a "tcp,rdma" loop for
+ * its conns of either kind (c->tr is then the TCP or RDMA transport
+ * inside it). Its thread runs c's callbacks.
+ */
+static inline struct emb_transport *emb_conn_loop(const struct emb_conn *c)
+{
+	return c->tr->owner ? c->tr->owner : c->tr;
+}
+
 static inline void emb_conn_set_user(struct emb_conn *c, void *user)
 {
 	c->user = user;
@@ -573,6 +605,12 @@ static inline void emb_conn_set_user(struct emb_conn *c, void *user)
 static inline void *emb_conn_user(const struct emb_conn *c)
 {
 	return c->user;
+}
+
+/* "tcp" or "rdma": what this conn runs on, also on a "tcp,rdma" loop. */
+static inline const char *emb_conn_transport(const struct emb_conn *c)
+{
+	return c->tr->ops->name;
 }
 
 /* "addr:port" of the other end; valid as long as the conn. */

@@ -14,6 +14,31 @@ extern const struct emb_transport_ops emb__tcp_ops;
 #ifdef EMB_HAVE_RDMA
 /* rdma_conn.c: create returns -ENODEV when no device is present. */
 extern const struct emb_transport_ops emb__rdma_ops;
+/* dual.c: one loop over a TCP and an RDMA transport; "tcp,rdma" connects
+ * over TCP unless told, "rdma,tcp" over RDMA. */
+extern const struct emb_transport_ops emb__dual_tcp_ops;
+extern const struct emb_transport_ops emb__dual_rdma_ops;
+#endif
+
+/*
+ * What the dual transport needs from the two it drives (loop thread).
+ * _fd is the epoll fd that becomes readable when the transport has work.
+ * _sleep_prep is called after a poll(0) found nothing and before the dual
+ * loop sleeps: it returns how many events it handled on the way (> 0: do
+ * not sleep), and lowers *wait_ms (-1 = forever) to the transport's next
+ * call deadline. The RDMA one spins on the CQ for a moment and arms it.
+ */
+int emb__tcp_fd(struct emb_transport *tr);
+int emb__tcp_sleep_prep(struct emb_transport *tr, int *wait_ms);
+#ifdef EMB_HAVE_RDMA
+int emb__rdma_fd(struct emb_transport *tr);
+int emb__rdma_sleep_prep(struct emb_transport *tr, int *wait_ms);
+/* True for a dual transport; its stats are the sum of its two. */
+bool emb__dual_is(const struct emb_transport *tr);
+void emb__dual_stats(const struct emb_transport *tr,
+		     struct emb_transport_stats *out);
+void emb__dual_fault_set(struct emb_transport *tr, enum emb_fault_point point,
+			 uint32_t nth, int rc);
 #endif
 
 #define emb__container_of(ptr, type, member)                                   \

@@ -39,7 +39,7 @@ struct echo_server {
 static struct echo_loop *loop_of(struct echo_server *s, struct emb_conn *c)
 {
 	for (unsigned i = 0; i < s->nloops; i++)
-		if (s->loops[i].tr == c->tr)
+		if (s->loops[i].tr == emb_conn_loop(c))
 			return &s->loops[i];
 	abort();
 }
