@@ -158,7 +158,9 @@ static void usage(FILE *f)
 	    "usage: embstore-server [options]\n"
 	    "  --listen HOST:PORT     address to serve (EMB_LISTEN; default "
 	    "127.0.0.1:7164)\n"
-	    "  --transport tcp|rdma   (EMB_TRANSPORT; default tcp)\n"
+	    "  --transport tcp|rdma|tcp,rdma  (EMB_TRANSPORT; default "
+	    "tcp,rdma where an RDMA\n"
+	    "                         device exists, else tcp)\n"
 	    "  --threads N            event loop threads (EMB_THREADS; "
 	    "default: cores)\n"
 	    "  --auth-token-file F    require this token in HELLO; the "
@@ -401,7 +403,7 @@ int main(int argc, char **argv)
 	long ncpu;
 	int c, rc;
 
-	o.transport = env_or("EMB_TRANSPORT", "tcp");
+	o.transport = env_or("EMB_TRANSPORT", NULL);
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
@@ -534,7 +536,22 @@ int main(int argc, char **argv)
 	if (check_host(listen, la.host))
 		return 2;
 	o.host = la.host;
-	o.zero_copy_pulls = strcmp(o.transport, "rdma") == 0;
+	/* Both where a device exists: a client without RDMA still gets
+	 * in over TCP, one with it moves to RDMA (docs/rdma.md). */
+	if (!o.transport)
+		o.transport = cenv.role != EMB_ROLE_SCHEDULER &&
+				      emb_transport_usable("rdma")
+				  ? "tcp,rdma"
+				  : "tcp";
+	if (strcmp(o.transport, "rdma,tcp") == 0)
+		o.transport = "tcp,rdma";
+	if (strcmp(o.transport, "tcp") && strcmp(o.transport, "rdma") &&
+	    strcmp(o.transport, "tcp,rdma")) {
+		fprintf(stderr, "embstore-server: --transport takes tcp, rdma "
+				"or tcp,rdma\n");
+		return 2;
+	}
+	o.zero_copy_pulls = strstr(o.transport, "rdma") != NULL;
 	if (zero_copy) {
 		if (strcmp(zero_copy, "on") && strcmp(zero_copy, "off")) {
 			fprintf(stderr,

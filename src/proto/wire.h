@@ -91,6 +91,8 @@ enum emb_op {
 
 /* HELLO response features: what this server understands beyond version 1. */
 #define EMB_WIRE_FEAT_PUSH_SESSION 0x1u /* PUSH with EMB_F_SESSION */
+#define EMB_WIRE_FEAT_RDMA 0x2u	/* also listens on RDMA (rdma_cm), same
+				   port number */
 
 /* Field limits fixed by the protocol, whatever the configured limits. */
 #define EMB_WIRE_FRAME_MAX	 (1u << 30) /* largest max_frame_bytes */

@@ -30,8 +30,10 @@
  *   8       4        max_ids          } server's decoder accepts; clients
  *   12      4        max_tables       } split batches to fit
  *   16      4        max_dim          }
- *   20      4        features: EMB_WIRE_FEAT_* bits (PUSH_SESSION = 1);
- *                    a client ignores bits it does not know
+ *   20      4        features: EMB_WIRE_FEAT_* bits (PUSH_SESSION = 1,
+ *                    RDMA = 2: the server listens on RDMA too, at the
+ *                    same port number); a client ignores bits it does
+ *                    not know
  *   24      8        server id
  *   payload_len = 32
  *

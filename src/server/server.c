@@ -120,7 +120,8 @@ struct emb_server {
 					 loop i alone writes row i */
 	bool stopped;		      /* emb_server_stop() ran */
 	bool loops_stopped;	      /* loop threads joined; atomic */
-	bool rdma;		      /* loops are RDMA: register tables */
+	bool rdma;		      /* loops serve RDMA: register tables */
+	bool dual;		      /* and TCP too ("tcp,rdma") */
 	pthread_t reaper;	      /* frees tables off the loop threads */
 	bool reaper_running;	      /* reaper started and not joined */
 	pthread_mutex_t reap_mu;      /* guards reap_head, reap_stop */
@@ -558,7 +559,8 @@ static void sync_ack(void *arg, struct emb_req *req, int status)
 		a->s = s;
 		a->req = req;
 		a->status = status;
-		if (emb_transport_exec(req->conn->tr, ack_task_run, a) == 0)
+		if (emb_transport_exec(emb_conn_loop(req->conn), ack_task_run,
+				       a) == 0)
 			return;
 		free(a);
 	}
@@ -669,6 +671,10 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	r.limits = s->opts.limits;
 	r.server_id = s->server_id;
 	r.features = EMB_WIRE_FEAT_PUSH_SESSION;
+	/* A client that came over TCP learns it may move to RDMA, at this
+	 * host and port number (docs/protocol.md, HELLO). */
+	if (s->rdma)
+		r.features |= EMB_WIRE_FEAT_RDMA;
 	buf = malloc(EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE);
 	if (!buf) {
 		emb_req_release(req);
@@ -965,6 +971,20 @@ static int fill_fresh(struct pull_ctx *pc, const struct emb_wire_pull_req *p,
 	return 0;
 }
 
+/*
+ * Rows straight from table memory, or copied? A server with both
+ * transports copies for its TCP conns whatever zero_copy_pulls says, as a
+ * TCP-only server does by default: a TCP reply is gathered by sendmsg long
+ * after the shard lock is gone, and TCP rows are never torn.
+ */
+static bool zero_copy(const struct emb_server *s, const struct emb_req *req)
+{
+	if (!s->opts.zero_copy_pulls)
+		return false;
+	return !s->dual ||
+	       strcmp(emb_conn_transport(emb_req_conn(req)), "rdma") == 0;
+}
+
 static int on_pull(struct emb_server *s, struct emb_req *req,
 		   const struct emb_wire_frame *f)
 {
@@ -990,7 +1010,7 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	}
 	/* Whole rows (weights + optimizer state) always go zero-copy: the
 	 * store's copying pull gives weights only. */
-	if (!s->opts.zero_copy_pulls && !p.with_state)
+	if (!zero_copy(s, req) && !p.with_state)
 		return pull_copy(s, req, &p, st);
 	stride = p.with_state ? emb_table_row_floats(st->t) : st->spec.dim;
 	wflags = (p.nocreate ? EMB_F_NOCREATE : 0) |
@@ -1423,7 +1443,8 @@ static void on_open(void *arg, struct emb_conn *c, int reason)
 	sc->s = s;
 	sc->c = c;
 	sc->opened_ns = sc->last_ns = emb_clock_ns();
-	while (sc->loop + 1 < s->opts.threads && s->loops[sc->loop] != c->tr)
+	while (sc->loop + 1 < s->opts.threads &&
+	       s->loops[sc->loop] != emb_conn_loop(c))
 		sc->loop++;
 	emb_conn_set_user(c, sc);
 	sc->next = s->loop_conns[sc->loop];
@@ -1433,7 +1454,7 @@ static void on_open(void *arg, struct emb_conn *c, int reason)
 	open = __atomic_add_fetch(&s->conns_open, 1, __ATOMIC_RELAXED);
 	add(&s->conns_total, 1);
 	emb_log(EMB_LOG_INFO, "connection from %s (%s)", emb_conn_peer(c),
-		emb_transport_name(c->tr));
+		emb_conn_transport(c));
 	if (s->opts.max_conns && open > s->opts.max_conns) {
 		/* Its first request (a HELLO) gets the reason; a flood of
 		 * conns that send nothing closes at once. */
@@ -1674,7 +1695,8 @@ int emb_server_create(const struct emb_server_opts *opts,
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->sweep_cv, &ca);
 	pthread_condattr_destroy(&ca);
-	s->rdma = strcmp(opts->transport, "rdma") == 0;
+	s->rdma = strstr(opts->transport, "rdma") != NULL;
+	s->dual = s->rdma && strstr(opts->transport, "tcp") != NULL;
 	/* Before the listener exists, so no client sees a partial state. */
 	if (opts->on_start) {
 		rc = opts->on_start(s, opts->start_arg);

@@ -30,7 +30,8 @@ struct emb_table;
 struct emb_server_opts {
 	const char *host;	       /* listen address; copied */
 	uint16_t port;		       /* 0 picks a free port */
-	const char *transport;	       /* "tcp" or "rdma"; copied */
+	const char *transport;	       /* "tcp", "rdma" or "tcp,rdma" (both,
+					  one port number); copied */
 	uint32_t threads;	       /* event loops, >= 1 */
 	const uint8_t *auth_token;     /* required in HELLO, or NULL; copied */
 	uint32_t auth_token_len;       /* bytes, <= EMB_WIRE_TOKEN_MAX */
@@ -58,7 +59,9 @@ struct emb_server_opts {
 	uint32_t table_shards;	       /* index shards per table */
 	bool zero_copy_pulls;	       /* PULL rows straight from table memory
 					  (default for rdma) instead of one
-					  copied buffer (default for tcp) */
+					  copied buffer (default for tcp); a
+					  "tcp,rdma" server copies for its TCP
+					  conns either way */
 	/* Runs in emb_server_create() before the listener opens (e.g. to
 	 * load a checkpoint); non-zero fails the create. NULL = none. */
 	int (*on_start)(struct emb_server *s, void *arg);
