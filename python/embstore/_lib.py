@@ -116,6 +116,7 @@ class ClientStats(Structure):
         ("ids_sent", c_uint64),
         ("retries", c_uint64),
         ("reconnects", c_uint64),
+        ("resp_copied", c_uint64),
     ]
 
 

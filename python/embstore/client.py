@@ -229,7 +229,8 @@ class Client:
     def stats(self) -> dict:
         """Client counters: requests, bytes_out, bytes_in, errors, ids_in,
         ids_sent, retries (requests sent again after a lost connection),
-        reconnects."""
+        reconnects, resp_copied (RDMA responses copied out of transport
+        memory; 0 while response buffers are registered)."""
         s = _lib.ClientStats()
         _L.emb_client_stats(self._handle(), byref(s))
         return _struct_dict(s)

@@ -38,6 +38,7 @@
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
 #include "worker/client_int.h"
+#include "worker/respbuf.h"
 #include "cluster/hello.h"
 #include "cluster/node.h"
 
@@ -77,11 +78,16 @@ struct server {
 	uint32_t backoff_ms;	    /* wait after the next failure */
 	int last_err;		    /* why the last conn or attempt failed */
 	uint64_t server_id;	    /* from HELLO: another one = restarted */
+	bool rdma_offered;	    /* its HELLO: it listens on RDMA too */
+	bool rdma_refused;	    /* an RDMA connect to it failed: TCP */
+	bool on_rdma;		    /* the conn runs on RDMA; atomic */
 	_Alignas(8) uint8_t hello_resp[8 + EMB_WIRE_ERRMSG_MAX]; /* payload */
 };
 
 struct emb_client {
 	struct emb_transport *tr;      /* the loop */
+	bool dual;		       /* it is "tcp,rdma": conns choose */
+	struct emb__respbufs *bufs;    /* registered pull responses */
 	pthread_t thread;	       /* runs the loop */
 	bool running;		       /* thread started */
 	struct server *srv;	       /* nsrv servers, in the order given */
@@ -166,6 +172,9 @@ struct emb_async {
 	uint64_t deadline_ms; /* monotonic: retries stop here */
 	void *mem;	      /* everything above lives here */
 	void *resp_mem;	      /* response buffers */
+	struct emb__respbuf *rbuf; /* pull: the registered ones instead */
+	bool tainted;	      /* a call failed in the transport: rbuf may
+				 still be written to, never reuse it */
 
 	pthread_mutex_t mu; /* guards done, with cv */
 	pthread_cond_t cv;  /* signalled once done */
@@ -201,6 +210,7 @@ static void op_free(struct emb_async *op)
 	pthread_mutex_destroy(&op->mu);
 	free(op->parts);
 	free(op->resp_mem);
+	emb__respbuf_put(op->rbuf, !op->tainted);
 	free(op->mem);
 	free(op);
 }
@@ -379,6 +389,8 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 	struct emb_client *c = p->op->c;
 	struct server *s = &c->srv[p->server];
 
+	if (status)
+		p->op->tainted = true;
 	if (status && conn_lost(status) && !srv_dead(s)) {
 		/* A timeout as much as a reset: the next call gets a new
 		 * conn rather than one with a stuck request on it. */
@@ -432,6 +444,9 @@ static void op_issue(void *arg)
 	struct emb_async *op = arg;
 	uint32_t nparts = op->nparts;
 
+	/* Registered here, on the loop, once per buffer's life. */
+	if (op->rbuf)
+		emb__respbuf_reg(op->rbuf);
 	/* Count all parts first: a part that fails at once must not see
 	 * pending reach 0 while later parts are still unposted. */
 	op->pending = nparts + 1;
@@ -689,12 +704,14 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 			p->resp_cap = ERR_CAP;
 		resp_bytes += (p->resp_cap + 63) & ~(size_t)63;
 	}
-	op->resp_mem = aligned_alloc(64, resp_bytes ? resp_bytes : 64);
-	if (!op->resp_mem) {
+	/* From the pool: over RDMA the rows land here, not in bounce
+	 * pages that would be copied (docs/rdma.md). */
+	op->rbuf = emb__respbuf_get(c->bufs, resp_bytes ? resp_bytes : 64);
+	if (!op->rbuf) {
 		rc = -ENOMEM;
 		goto err;
 	}
-	r = op->resp_mem;
+	r = op->rbuf->mem;
 	for (uint32_t k = 0; k < op->nparts; k++) {
 		struct part *p = &op->parts[k];
 
@@ -960,12 +977,13 @@ static struct emb_async *broadcast(struct emb_client *c, uint8_t opcode,
 		return NULL;
 	}
 	op->parts = calloc(c->nsrv, sizeof(*op->parts));
-	op->resp_mem = aligned_alloc(64, (size_t)c->nsrv * ADMIN_RESP_MAX);
-	if (!op->parts || !op->resp_mem) {
+	/* Registered too: a listing is larger than an inline response. */
+	op->rbuf = emb__respbuf_get(c->bufs, (size_t)c->nsrv * ADMIN_RESP_MAX);
+	if (!op->parts || !op->rbuf) {
 		*rc = -ENOMEM;
 		goto err;
 	}
-	r = op->resp_mem;
+	r = op->rbuf->mem;
 	for (uint32_t s = 0; s < c->nsrv; s++) {
 		struct part *p = &op->parts[s];
 
@@ -1356,6 +1374,7 @@ static int hello_check(struct server *s, const struct emb_frame_hdr *rhdr,
 			s->port);
 	s->server_id = hr.server_id;
 	s->sessions = hr.features & EMB_WIRE_FEAT_PUSH_SESSION;
+	s->rdma_offered = hr.features & EMB_WIRE_FEAT_RDMA;
 	return 0;
 }
 
@@ -1411,6 +1430,25 @@ static void hello_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 	}
 }
 
+/*
+ * On a "tcp,rdma" loop: RDMA to a server whose HELLO offered it (unless
+ * that failed before), else TCP. NULL on a one-transport loop.
+ */
+static const char *via_for(const struct emb_client *c, const struct server *s)
+{
+	if (!c->dual)
+		return NULL;
+	return s->rdma_offered && !s->rdma_refused ? "rdma" : "tcp";
+}
+
+/* s->conn was just set: record what it runs on, for other threads. */
+static void note_via(struct server *s)
+{
+	__atomic_store_n(&s->on_rdma,
+			 strcmp(emb_conn_transport(s->conn), "rdma") == 0,
+			 __ATOMIC_RELAXED);
+}
+
 /* Loop thread: one connect attempt to s, then HELLO (answered later). */
 static void reconnect(struct emb_client *c, struct server *s)
 {
@@ -1422,13 +1460,25 @@ static void reconnect(struct emb_client *c, struct server *s)
 
 	co.host = s->host;
 	co.port = s->port;
+	co.via = via_for(c, s);
 	rc = emb_conn_create(c->tr, &co, &conn);
+	if (rc && co.via && strcmp(co.via, "rdma") == 0) {
+		co.via = "tcp";
+		if (emb_conn_create(c->tr, &co, &conn) == 0) {
+			emb_log(EMB_LOG_WARN,
+				"server %s:%u: RDMA connect failed (%s): TCP from now on",
+				s->host, s->port, emb_strerror(rc));
+			s->rdma_refused = true;
+			rc = 0;
+		}
+	}
 	if (rc) {
 		s->last_err = rc;
 		schedule_retry(s);
 		return;
 	}
 	s->conn = conn;
+	note_via(s);
 	s->state = SRV_HELLO;
 	memcpy(&hdr, c->hello_req, sizeof(hdr));
 	iov = (struct iovec){c->hello_req + EMB_WIRE_HDR_SIZE,
@@ -1496,6 +1546,39 @@ static void *loop_main(void *arg)
 	return NULL;
 }
 
+/*
+ * Creating thread: s answered HELLO over TCP and offers RDMA at the same
+ * port number; connect there, HELLO again, and keep whichever conn got
+ * through (a worker whose RDMA cannot reach the server stays on TCP).
+ */
+static void move_to_rdma(struct emb_client *c, struct server *s)
+{
+	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
+	struct emb_conn *tcp = s->conn, *conn;
+	int rc;
+
+	co.host = s->host;
+	co.port = s->port;
+	co.via = "rdma";
+	rc = emb_conn_create(c->tr, &co, &conn);
+	if (rc == 0) {
+		s->conn = conn;
+		rc = hello(c, s);
+		if (rc) {
+			emb_conn_destroy(conn);
+			s->conn = tcp;
+		}
+	}
+	if (rc) {
+		emb_log(EMB_LOG_WARN,
+			"server %s:%u offers RDMA, but it failed here (%s): TCP",
+			s->host, s->port, emb_strerror(rc));
+		s->rdma_refused = true;
+		return;
+	}
+	emb_conn_destroy(tcp);
+}
+
 static int connect_all(struct emb_client *c, const char *transport,
 		       const struct emb_client_opts *opts)
 {
@@ -1509,6 +1592,11 @@ static int connect_all(struct emb_client *c, const char *transport,
 	rc = emb_transport_create(transport, &topts, &c->tr);
 	if (rc)
 		return rc;
+	c->dual = strchr(transport, ',') != NULL;
+	rc = emb__respbufs_create(c->tr,
+				  strstr(transport, "rdma") != NULL, &c->bufs);
+	if (rc)
+		goto err_tr;
 	rc = hello_encode(c, opts);
 	if (rc) {
 		i = 0;
@@ -1519,11 +1607,12 @@ static int connect_all(struct emb_client *c, const char *transport,
 
 		co.host = c->srv[i].host;
 		co.port = c->srv[i].port;
+		co.via = via_for(c, &c->srv[i]);
 		rc = emb_conn_create(c->tr, &co, &c->srv[i].conn);
 		if (rc) {
 			emb_log(EMB_LOG_WARN, "connect to %s:%u over %s: %s",
-				c->srv[i].host, c->srv[i].port, transport,
-				emb_strerror(rc));
+				c->srv[i].host, c->srv[i].port,
+				co.via ? co.via : transport, emb_strerror(rc));
 			goto err;
 		}
 		rc = hello(c, &c->srv[i]);
@@ -1534,6 +1623,9 @@ static int connect_all(struct emb_client *c, const char *transport,
 			i++;
 			goto err;
 		}
+		if (c->dual && c->srv[i].rdma_offered)
+			move_to_rdma(c, &c->srv[i]);
+		note_via(&c->srv[i]);
 	}
 	return 0;
 err:
@@ -1541,6 +1633,9 @@ err:
 		emb_conn_destroy(c->srv[i].conn);
 		c->srv[i].conn = NULL;
 	}
+	emb__respbufs_destroy(c->bufs);
+	c->bufs = NULL;
+err_tr:
 	emb_transport_destroy(c->tr);
 	c->tr = NULL;
 	return rc;
@@ -1612,18 +1707,19 @@ int emb_client_create(const struct emb_client_opts *opts,
 	for (uint32_t i = 0; i < c->nsrv; i++)
 		c->srv[i].c = c;
 	if (strcmp(tp, "auto") == 0) {
-		rc = -ENODEV;
-		if (emb_transport_available("rdma"))
-			rc = connect_all(c, "rdma", opts);
-		if (rc)
-			rc = connect_all(c, "tcp", opts);
+		/* Both where this host has a device; each server's HELLO
+		 * then says whether RDMA is there too (move_to_rdma). */
+		rc = connect_all(c,
+				 emb_transport_usable("rdma") ? "tcp,rdma"
+							      : "tcp",
+				 opts);
 	} else {
 		rc = connect_all(c, tp, opts);
 	}
 	if (rc)
 		goto err_free;
 	emb_log(EMB_LOG_INFO, "connected to %u server%s over %s", c->nsrv,
-		c->nsrv == 1 ? "" : "s", emb_transport_name(c->tr));
+		c->nsrv == 1 ? "" : "s", emb_client_transport(c));
 	rc = -pthread_create(&c->thread, NULL, loop_main, c);
 	if (rc)
 		goto err_conns;
@@ -1634,6 +1730,7 @@ int emb_client_create(const struct emb_client_opts *opts,
 err_conns:
 	for (uint32_t i = 0; i < c->nsrv; i++)
 		emb_conn_destroy(c->srv[i].conn);
+	emb__respbufs_destroy(c->bufs);
 	emb_transport_destroy(c->tr);
 err_free:
 	free(c->srv);
@@ -1664,6 +1761,10 @@ void emb_client_destroy(struct emb_client *c)
 		emb_conn_destroy(conn);
 		fail_waiting(&c->srv[i], EMB_ECLOSED);
 	}
+	/* Buffers given back late are released by loop tasks: run them,
+	 * then the pool goes before the transport that registered it. */
+	emb_transport_poll(c->tr, 0);
+	emb__respbufs_destroy(c->bufs);
 	emb_transport_destroy(c->tr);
 	free(c->srv);
 	pthread_mutex_destroy(&c->err_lock);
@@ -1677,7 +1778,13 @@ uint32_t emb_client_nservers(const struct emb_client *c)
 
 const char *emb_client_transport(const struct emb_client *c)
 {
-	return emb_transport_name(c->tr);
+	uint32_t n = 0;
+
+	if (!c->dual)
+		return emb_transport_name(c->tr);
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		n += __atomic_load_n(&c->srv[i].on_rdma, __ATOMIC_RELAXED);
+	return n == c->nsrv ? "rdma" : n ? "tcp,rdma" : "tcp";
 }
 
 int emb_client_servers(const struct emb_client *c, char *buf, size_t cap)
@@ -1723,6 +1830,7 @@ void emb_client_stats(struct emb_client *c, struct emb_client_stats *out)
 	out->bytes_in = ts.bytes_in;
 	out->retries = __atomic_load_n(&c->retries, __ATOMIC_RELAXED);
 	out->reconnects = __atomic_load_n(&c->reconnects, __ATOMIC_RELAXED);
+	out->resp_copied = ts.resp_bounced;
 }
 
 int emb_client_last_error(struct emb_client *c, char *buf, size_t cap)

@@ -35,7 +35,9 @@ struct emb_async;
 
 struct emb_client_opts {
 	const char *servers;   /* "host:port[,host:port...]"; copied */
-	const char *transport; /* "tcp", "rdma" or "auto" (rdma if it can) */
+	const char *transport; /* "tcp", "rdma" or "auto": per server,
+				  RDMA where both ends have it, else
+				  TCP */
 	const uint8_t *auth_token; /* sent in HELLO, or NULL; copied */
 	uint32_t auth_token_len;   /* bytes, <= 256 */
 	uint32_t timeout_ms;	   /* per call, reconnects included; 0 = 30 s */
@@ -81,6 +83,9 @@ struct emb_client_stats {
 	uint64_t ids_sent;  /* ids sent after dedup */
 	uint64_t retries;   /* requests sent again after a lost connection */
 	uint64_t reconnects; /* connections made again (HELLO included) */
+	uint64_t resp_copied; /* RDMA responses that landed in transport
+				 memory and were copied (0 when the
+				 response buffers are registered) */
 };
 
 /*
@@ -97,7 +102,9 @@ int emb_client_create(const struct emb_client_opts *opts,
 void emb_client_destroy(struct emb_client *c); /* NULL is a no-op */
 
 uint32_t emb_client_nservers(const struct emb_client *c);
-/* "tcp" or "rdma": what the client's connections use. */
+/* "tcp" or "rdma": what the client's connections use; "tcp,rdma" when
+ * some use each (transport "auto": per server, RDMA where both ends have
+ * it). */
 const char *emb_client_transport(const struct emb_client *c);
 /*
  * Writes the servers as "host:port,host:port..." (the form emb_client_opts

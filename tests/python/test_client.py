@@ -26,7 +26,8 @@ def test_connect_properties(client, servers):
     assert client.server_of(12345) in (0, 1)
     assert set(client.stats()) == {"requests", "bytes_out", "bytes_in",
                                    "errors", "ids_in", "ids_sent",
-                                   "retries", "reconnects"}
+                                   "retries", "reconnects",
+                                   "resp_copied"}
 
 
 def test_auto_transport_falls_back_to_tcp(servers):
