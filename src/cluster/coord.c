@@ -503,6 +503,16 @@ static int poll_job(struct emb_coord *c)
 		free(live);
 		return 0; /* not formed yet */
 	}
+	/* Every worker finished or died: the job is over, and servers that
+	 * leave now are done, not dead. */
+	for (uint32_t w = 0; w < W; w++)
+		gone += fin[w] || !lw[w];
+	if (gone == W) {
+		free(live);
+		if (c->reg.role == EMB_ROLE_SERVER)
+			end_job(c, 0, NULL);
+		return 0;
+	}
 	if (map_rev != have_rev) {
 		bool newer;
 
@@ -546,12 +556,7 @@ static int poll_job(struct emb_coord *c)
 			emb_log(EMB_LOG_WARN, "job %s: failover map: %s",
 				c->prefix, emb_strerror(rc));
 	}
-	/* The job is over once every worker finished or died. */
-	for (uint32_t w = 0; w < W; w++)
-		gone += fin[w] || !lw[w];
 	free(live);
-	if (gone == W && c->reg.role == EMB_ROLE_SERVER)
-		end_job(c, 0, NULL);
 	return 0;
 }
 

@@ -742,6 +742,9 @@ static void test_launch(void)
 	CU_ASSERT_EQUAL(count_of(out, "scheduler"), 0);
 	CU_ASSERT_EQUAL(count_of(out, "20 steps done, finish: success"), 2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "all workers exited 0"));
+	/* Servers leaving a finished job are not dead, and move no slot. */
+	CU_ASSERT_EQUAL(count_of(out, "is dead"), 0);
+	CU_ASSERT_EQUAL(count_of(out, "map epoch 2"), 0);
 	CU_ASSERT_EQUAL(job_keys("", &r), 0);
 	emb_etcd_range_free(&r);
 	if (!strstr(out, "all workers exited 0"))
