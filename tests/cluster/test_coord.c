@@ -544,7 +544,7 @@ static struct emb_coord *coord_join(uint32_t role, uint16_t port)
 				   .server_num = 3,
 				   .worker_num = 1,
 				   .replicas = 2,
-				   .ttl_ms = 1000,
+				   .ttl_ms = 2000,
 				   .join_timeout_ms = 10000};
 	struct emb_coord *c = NULL;
 
