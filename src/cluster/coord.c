@@ -570,7 +570,7 @@ static void *agent_main(void *arg)
 	int64_t next_poll = last_ok;
 
 	for (;;) {
-		int64_t now = (int64_t)emb_clock_ms();
+		int64_t now = (int64_t)emb_clock_ms(), wait;
 		bool quiet;
 		int rc;
 
@@ -602,11 +602,12 @@ static void *agent_main(void *arg)
 				emb_log(EMB_LOG_DEBUG, "job %s: poll: %s",
 					c->prefix, emb_strerror(rc));
 		}
+		/* Until the next renewal or poll; once out of the job there
+		 * is nothing to do but wait for destroy. */
 		now = (int64_t)emb_clock_ms();
-		if (!nap(c, (uint32_t)(now < next_poll && next_poll < next_renew
-					   ? next_poll - now
-				       : now < next_renew ? next_renew - now
-							  : 1)))
+		wait = next_renew < next_poll ? next_renew : next_poll;
+		wait = quiet ? renew : wait - now < 1 ? 1 : wait - now;
+		if (!nap(c, (uint32_t)wait))
 			break;
 	}
 	return NULL;
