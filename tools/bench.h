@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/lifecycle.h"
 #include "common/optim.h"
 
 enum emb_bench_op {
@@ -44,6 +45,8 @@ struct emb_bench_cfg {
 	uint32_t threads;	    /* worker threads */
 	struct emb_optim_cfg optim; /* applied by push */
 	uint64_t seed;		    /* id streams and table seed */
+	struct emb_lifecycle_cfg life; /* admission and eviction (store and
+					  client backends) */
 	/* client backend only */
 	const char *servers;	    /* "host:port,..." */
 	const char *transport;	    /* "tcp", "rdma" or "auto" */
@@ -78,6 +81,12 @@ struct emb_bench_report {
 struct emb_bench_mem {
 	uint64_t rows;	/* rows the backend holds */
 	uint64_t bytes; /* bytes of table memory */
+	/* Admission and eviction counters (store and client backends). */
+	uint64_t filter_bytes;	    /* admission filter, part of bytes */
+	uint64_t pulls_unadmitted;  /* pulled ids not admitted yet */
+	uint64_t pushes_unadmitted; /* pushed ids dropped: not admitted */
+	uint64_t rows_created;	    /* rows ever made */
+	uint64_t rows_evicted;	    /* rows removed by eviction */
 };
 
 /*

@@ -74,7 +74,8 @@ static int client_open(const struct emb_bench_cfg *cfg, void **out)
 					  .dim = cfg->dim,
 					  .optim = cfg->optim,
 					  .init = EMB_INIT_CFG_DEFAULT,
-					  .seed = cfg->seed};
+					  .seed = cfg->seed,
+					  .life = cfg->life};
 	rc = connect_client(cfg, &b->shared);
 	if (rc)
 		goto err_free;
@@ -275,6 +276,11 @@ static int client_mem(void *be, struct emb_bench_mem *out)
 		return rc;
 	out->rows = st.rows;
 	out->bytes = st.bytes;
+	out->filter_bytes = st.admit_filter_bytes;
+	out->pulls_unadmitted = st.pulls_unadmitted;
+	out->pushes_unadmitted = st.pushes_unadmitted;
+	out->rows_created = st.rows_created;
+	out->rows_evicted = st.rows_evicted;
 	return 0;
 }
 

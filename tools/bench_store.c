@@ -18,6 +18,8 @@ struct store_be {
 	struct emb_table *t; /* the table under test */
 	uint32_t batch;	     /* largest n any call passes */
 	uint32_t dim;	     /* floats per row */
+	bool preload;	     /* false: rows appear as the timed batches
+				touch them (and pass admission) */
 };
 
 struct store_ctx {
@@ -38,11 +40,13 @@ static int store_open(const struct emb_bench_cfg *cfg, void **out)
 	opts.dim = cfg->dim;
 	opts.optim = cfg->optim;
 	opts.seed = cfg->seed;
+	opts.life = cfg->life;
 	rc = emb_table_create(&opts, &s->t);
 	if (rc)
 		goto err_free_s;
 	s->batch = cfg->batch;
 	s->dim = cfg->dim;
+	s->preload = cfg->preload;
 	*out = s;
 	return 0;
 
@@ -99,6 +103,8 @@ static int store_preload(void *ctx, const uint64_t *ids, uint32_t n)
 
 	if (n > c->be->batch)
 		return -EINVAL;
+	if (!c->be->preload)
+		return 0;
 	/* A pull creates missing rows with the initializer, as training does. */
 	rc = emb_table_pull(c->be->t, ids, n, c->scratch, 0, NULL);
 	return rc < 0 ? rc : 0;
@@ -129,6 +135,11 @@ static int store_mem(void *be, struct emb_bench_mem *out)
 	emb_table_stats(s->t, &st);
 	out->rows = st.rows;
 	out->bytes = st.bytes;
+	out->filter_bytes = st.admit_filter_bytes;
+	out->pulls_unadmitted = st.pulls_unadmitted;
+	out->pushes_unadmitted = st.pushes_unadmitted;
+	out->rows_created = st.rows_created;
+	out->rows_evicted = st.rows_evicted;
 	return 0;
 }
 

@@ -139,6 +139,9 @@ static void usage(FILE *f)
 	    "  --dist D              uniform | zipf:S (zipf:1.05)\n"
 	    "  --optimizer SPEC      sgd|adagrad|adam|ftrl[:key=value,...]"
 	    " (sgd)\n"
+	    "  --admit SPEC          none | count:N | bloom:N[:BYTES] (none)\n"
+	    "  --evict SPEC          none | ttl:STEPS,min_l2:X,"
+	    "max_rows:N[:lru|lfu] (none)\n"
 	    "  --threads N           worker threads (1)\n"
 	    "  --duration SECONDS    timed run length (5)\n"
 	    "  --batches N           batches per thread instead of --duration\n"
@@ -214,6 +217,8 @@ enum {
 	OPT_CACHE_MODE,
 	OPT_CACHE_POLICY,
 	OPT_COMPUTE_US,
+	OPT_ADMIT,
+	OPT_EVICT,
 };
 
 static const struct option long_opts[] = {
@@ -243,6 +248,8 @@ static const struct option long_opts[] = {
     {"cache-mode", required_argument, NULL, OPT_CACHE_MODE},
     {"cache-policy", required_argument, NULL, OPT_CACHE_POLICY},
     {"compute-us", required_argument, NULL, OPT_COMPUTE_US},
+    {"admit", required_argument, NULL, OPT_ADMIT},
+    {"evict", required_argument, NULL, OPT_EVICT},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -444,6 +451,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			if (emb_optim_parse(optarg, &o->cfg.optim))
 				what = "--optimizer";
 			break;
+		case OPT_ADMIT:
+			if (emb_admit_parse(optarg, &o->cfg.life))
+				what = "--admit";
+			break;
+		case OPT_EVICT:
+			if (emb_evict_parse(optarg, &o->cfg.life))
+				what = "--evict";
+			break;
 		case OPT_THREADS:
 			if (parse_u64(optarg, 1, THREADS_MAX, &v))
 				what = "--threads";
@@ -543,6 +558,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	    o->cfg.optim.kind != EMB_OPTIM_SGD) {
 		fprintf(stderr, "embstore-bench: raw-apply applies plain SGD;"
 				" use --optimizer sgd\n");
+		rc = -EINVAL;
+	}
+	if (!rc && o->backend == &emb_bench_raw_backend &&
+	    !emb_lifecycle_is_off(&o->cfg.life)) {
+		fprintf(stderr, "embstore-bench: --admit and --evict need a"
+				" table, not a raw op\n");
 		rc = -EINVAL;
 	}
 	return rc;
@@ -940,7 +961,8 @@ struct result {
 	double mb_per_s;		/* row payload moved, 10^6 bytes/s */
 	double unique_per_batch;	/* mean distinct ids per batch */
 	struct emb_bench_mem mem;	/* backend table memory after preload */
-	uint64_t rss;			/* VmRSS after preload, bytes */
+	uint64_t rss;			/* VmRSS after preload (or after
+					   timing without one), bytes */
 	struct emb_hist hist;		/* all threads' batch latencies */
 	bool has_net;			/* net filled in by the backend */
 	struct emb_bench_report net;	/* timed phase only */
@@ -1009,6 +1031,21 @@ static void print_summary(FILE *f, const struct opts *o,
 		r->mem.rows ? (double)r->mem.bytes / (double)r->mem.rows : 0.0,
 		(double)r->rss / 1048576.0,
 		(double)r->rss / (double)o->cfg.rows);
+	if (!emb_lifecycle_is_off(&o->cfg.life) || !o->cfg.preload) {
+		char a[EMB_LIFECYCLE_STR_MAX], e[EMB_LIFECYCLE_STR_MAX];
+
+		emb_admit_format(&o->cfg.life, a, sizeof(a));
+		emb_evict_format(&o->cfg.life, e, sizeof(e));
+		fprintf(f,
+			"  rows     admit %s, evict %s: %" PRIu64
+			" rows held, %" PRIu64 " created, %" PRIu64
+			" evicted; filter %.1f MiB; not admitted: %" PRIu64
+			" pulled, %" PRIu64 " pushed ids\n",
+			a, e, r->mem.rows, r->mem.rows_created,
+			r->mem.rows_evicted,
+			(double)r->mem.filter_bytes / 1048576.0,
+			r->mem.pulls_unadmitted, r->mem.pushes_unadmitted);
+	}
 	if (!r->has_net)
 		return;
 	fprintf(f,
@@ -1065,6 +1102,26 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 		r->preload_s > 0 ? (double)o->cfg.rows / r->preload_s : 0.0,
 		r->mem.rows ? (double)r->mem.bytes / (double)r->mem.rows : 0.0,
 		r->rss, (double)r->rss / (double)o->cfg.rows);
+	{
+		char a[EMB_LIFECYCLE_STR_MAX], e[EMB_LIFECYCLE_STR_MAX];
+
+		emb_admit_format(&o->cfg.life, a, sizeof(a));
+		emb_evict_format(&o->cfg.life, e, sizeof(e));
+		fputs(",\"admit\":", f);
+		json_str(f, a);
+		fputs(",\"evict\":", f);
+		json_str(f, e);
+		fprintf(f,
+			",\"rows_held\":%" PRIu64 ",\"table_bytes\":%" PRIu64
+			",\"rows_created\":%" PRIu64
+			",\"rows_evicted\":%" PRIu64
+			",\"filter_bytes\":%" PRIu64
+			",\"pulls_unadmitted\":%" PRIu64
+			",\"pushes_unadmitted\":%" PRIu64,
+			r->mem.rows, r->mem.bytes, r->mem.rows_created,
+			r->mem.rows_evicted, r->mem.filter_bytes,
+			r->mem.pulls_unadmitted, r->mem.pushes_unadmitted);
+	}
 	if (r->has_net) {
 		fputs(",\"cache_mode\":", f);
 		json_str(f, r->net.cached ? o->cache_mode_name : "none");
@@ -1176,6 +1233,7 @@ int main(int argc, char **argv)
 	collect(&o, ws, r);
 	/* Without a preload the table filled up while timing. */
 	if (!o.cfg.preload) {
+		r->rss = rss_bytes();
 		rc = o.backend->mem(be, &r->mem);
 		if (rc)
 			goto out;

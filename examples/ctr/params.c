@@ -39,7 +39,8 @@ struct ctr_params {
 
 enum { T_EMB, T_WIDE, T_MLP };
 
-static void specs(uint64_t seed, struct emb_table_spec *s)
+static void specs(uint64_t seed, const struct emb_lifecycle_cfg *life,
+		  struct emb_table_spec *s)
 {
 	struct emb_optim_cfg ada = EMB_OPTIM_CFG_DEFAULT;
 	struct emb_optim_cfg adam = EMB_OPTIM_CFG_DEFAULT;
@@ -54,12 +55,14 @@ static void specs(uint64_t seed, struct emb_table_spec *s)
 	    .dim = CTR_EMB_DIM,
 	    .optim = ada,
 	    .init = {.kind = EMB_INIT_NORMAL, .a = 0.0f, .b = 0.05f},
-	    .seed = seed};
+	    .seed = seed,
+	    .life = *life};
 	s[T_WIDE] = (struct emb_table_spec){.name = "ctr_wide",
 					    .dim = 1,
 					    .optim = ada,
 					    .init = {.kind = EMB_INIT_ZEROS},
-					    .seed = seed};
+					    .seed = seed,
+					    .life = *life};
 	s[T_MLP] = (struct emb_table_spec){.name = "ctr_mlp",
 					   .dim = CTR_DENSE_ROW,
 					   .optim = adam,
@@ -72,7 +75,7 @@ static int open_local(struct ctr_params *p)
 	struct emb_table_spec s[3];
 	int rc;
 
-	specs(p->o.seed, s);
+	specs(p->o.seed, &p->o.life, s);
 	for (int k = 0; k < 3; k++) {
 		struct emb_table_opts to = EMB_TABLE_OPTS_DEFAULT;
 
@@ -81,6 +84,7 @@ static int open_local(struct ctr_params *p)
 		to.optim = s[k].optim;
 		to.init = s[k].init;
 		to.seed = s[k].seed;
+		to.life = s[k].life;
 		rc = emb_table_create(&to, &p->lt[k]);
 		if (rc)
 			return rc;
@@ -164,7 +168,7 @@ static int open_remote(struct ctr_params *p)
 		return rc;
 	p->rank = emb_client_rank(p->c);
 	p->workers = emb_client_nworkers(p->c);
-	specs(p->o.seed, s);
+	specs(p->o.seed, &p->o.life, s);
 	for (int k = 0; k < 3; k++) {
 		rc = emb_client_table_create(p->c, &s[k], &p->rt[k]);
 		if (rc)

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/lifecycle.h"
 
 struct ctr_params;
 
@@ -25,6 +26,8 @@ struct ctr_params_opts {
 	uint32_t staleness;    /* cached rows older than this are refetched */
 	uint64_t seed;	       /* initial values */
 	uint32_t max_batch;    /* ids per lookup */
+	struct emb_lifecycle_cfg life; /* admission and eviction of the sparse
+					  tables (emb, wide); not the MLP */
 };
 
 #define CTR_PARAMS_OPTS_DEFAULT                                                \

@@ -53,6 +53,10 @@ static void usage(FILE *f)
 	    "             [--cache-rows R] [--prefetch K] [--staleness S] "
 	    "[--seed N] [--log-every N]\n"
 	    "             [--mode async|sync|stale:K] [--after-train CMD]\n"
+	    "             [--admit none|count:N|bloom:N[:BYTES]]\n"
+	    "             [--evict ttl:STEPS,min_l2:X,max_rows:N[:lru|lfu]]\n"
+	    "--admit, --evict: admission and eviction of the sparse tables\n"
+	    "(docs/store.md).\n"
 	    "--after-train: once every worker is done, worker 0 runs CMD with\n"
 	    "EMB_SERVERS set to the cluster's servers (e.g. an embstore dump)\n"
 	    "while they still serve.\n");
@@ -392,6 +396,8 @@ int main(int argc, char **argv)
 	    {"staleness", required_argument, NULL, 'z'},
 	    {"mode", required_argument, NULL, 'm'},
 	    {"after-train", required_argument, NULL, 'A'},
+	    {"admit", required_argument, NULL, 'a'},
+	    {"evict", required_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -451,6 +457,20 @@ int main(int argc, char **argv)
 			break;
 		case 'A':
 			c.after = optarg;
+			break;
+		case 'a':
+			if (emb_admit_parse(optarg, &c.popts.life)) {
+				fprintf(stderr, "train: bad --admit '%s'\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'v':
+			if (emb_evict_parse(optarg, &c.popts.life)) {
+				fprintf(stderr, "train: bad --evict '%s'\n",
+					optarg);
+				return 2;
+			}
 			break;
 		case 'm':
 			if (strcmp(optarg, "async") == 0) {

@@ -5,6 +5,7 @@
              [--local | --servers HOST:PORT,...] [--mode async|sync|stale:K]
              [--cache-rows R] [--prefetch K] [--staleness S] [--seed N]
              [--log-every N] [--transport T] [--after-train CMD]
+             [--admit none|count:N|bloom:N] [--evict SPEC]
 
 The model and data are those of examples/ctr (Criteo-format lines as
 examples/ctr/gen writes them; the same categorical hashing): an embedding of
@@ -18,6 +19,8 @@ Where the weights live:
   on the servers, read through the worker cache with prefetch in async
   mode; the MLP and bias in the dense table "ctr_mlp" (DenseParameters,
   Adam on the servers), pulled every step and pushed after backward.
+  --admit and --evict set the admission and eviction of the two sparse
+  tables (docs/store.md).
   Without --servers the worker joins the cluster from the environment
   (`embstore launch` sets it) and trains the lines whose number modulo the
   worker count is its rank.
@@ -224,10 +227,11 @@ class Remote:
         self.workers = self.client.num_workers
         c, seed, mode = self.client, args.seed, args.mode
         ada = "adagrad:lr=0.05,acc=0.1"
+        life = dict(admit=args.admit, evict=args.evict)
         emb = c.table("ctr_emb", EMB_DIM, optimizer=ada,
-                      init="normal:0,0.05", mode=mode, seed=seed)
+                      init="normal:0,0.05", mode=mode, seed=seed, **life)
         wide = c.table("ctr_wide", 1, optimizer=ada, init="zeros", mode=mode,
-                       seed=seed)
+                       seed=seed, **life)
         mlp = c.table("ctr_mlp", DENSE_ROW, optimizer="adam:lr=0.001",
                       init="zeros", mode=mode, seed=seed)
         # Caches only for asynchronous training: a synchronous step must
@@ -395,6 +399,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--staleness", type=int, default=2,
                     help="steps a cached row may lag its fetch")
     ap.add_argument("--seed", type=int, default=2024)
+    ap.add_argument("--admit", default="none",
+                    help="admission of the sparse tables: none, count:N or "
+                    "bloom:N[:BYTES] (embstore tables)")
+    ap.add_argument("--evict", default="none",
+                    help="eviction of the sparse tables: none, or ttl:STEPS,"
+                    "min_l2:X,max_rows:N[:lru|lfu] (embstore tables)")
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--after-train", help="once every worker is done, "
                     "worker 0 runs this shell command with EMB_SERVERS set "
@@ -406,6 +416,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     torch.manual_seed(args.seed)
     # One thread: the trainer shares the machine with servers and workers.
     torch.set_num_threads(int(os.environ.get("EMB_TORCH_THREADS", "1")))
+    if args.local and (args.admit != "none" or args.evict != "none"):
+        ap.error("--admit and --evict apply to embstore tables, not "
+                 "--local")
     if args.local:
         _, _, ids, _ = parse(args.data)
         p = Local(args, ids)

@@ -200,6 +200,42 @@ int emb__admit_sight(struct emb_table *t, struct emb_life_shard *l, uint64_t id)
 	}
 }
 
+int emb__admit_batch_sight(struct emb_table *t, struct emb_life_shard *l,
+			   struct emb_admit_batch *b, uint32_t n, uint64_t id)
+{
+	uint32_t i;
+	int a;
+
+	if (!b->ids) {
+		uint32_t size = 16;
+
+		while (size < 2 * (uint64_t)n)
+			size <<= 1;
+		b->ids = malloc((size_t)size * (sizeof(*b->ids) + 1));
+		if (!b->ids)
+			return -ENOMEM;
+		b->used = (uint8_t *)(b->ids + size);
+		memset(b->used, 0, size);
+		b->mask = size - 1;
+	}
+	i = (uint32_t)filter_hash(id) & b->mask;
+	for (; b->used[i]; i = (i + 1) & b->mask)
+		if (b->ids[i] == id)
+			return 0; /* sighted earlier in this call */
+	a = emb__admit_sight(t, l, id);
+	if (a == 0) {
+		b->ids[i] = id;
+		b->used[i] = 1;
+	}
+	return a;
+}
+
+void emb__admit_batch_fini(struct emb_admit_batch *b)
+{
+	free(b->ids);
+	b->ids = NULL;
+}
+
 /* ---- eviction: the clock hand ---- */
 
 static float row_l2(const struct emb_table *t, struct emb_row_hdr *r)

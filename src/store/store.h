@@ -151,9 +151,9 @@ void emb_table_init_row(const struct emb_table *t, uint64_t id, float *out,
  * that were missing (>= 0), EMB_EBADARG (NULL buffer with n > 0) or
  * EMB_EMEMLIMIT / -ENOMEM / EMB_EARENA when a row cannot be created; on error
  * rows created before it stay and out is undefined.
- * Under admission (common/lifecycle.h) a pull that creates counts a sighting
- * of each absent id; one not admitted yet gets the initializer's values in
- * out without being stored, and found[i] = 0.
+ * Under admission (common/lifecycle.h) a pull that creates counts one
+ * sighting of each distinct absent id; one not admitted yet gets the
+ * initializer's values in out without being stored, and found[i] = 0.
  */
 int emb_table_pull(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   float *out, uint32_t flags, uint8_t *found);

@@ -190,6 +190,22 @@ struct emb_evict_counts {
  */
 int emb__admit_sight(struct emb_table *t, struct emb_life_shard *l,
 		     uint64_t id);
+/*
+ * The ids a pull call found pending so far: a batch counts one sighting per
+ * distinct id, as the client library sends each id of a batch once. Made
+ * on the first pending id (zeroed before); emb__admit_batch_fini() frees.
+ */
+struct emb_admit_batch {
+	uint64_t *ids;	/* slots, valid where used[i] */
+	uint8_t *used;	/* slot occupancy */
+	uint32_t mask;	/* slots - 1 */
+};
+
+/* As emb__admit_sight(), once per distinct id of the call (n ids). */
+int emb__admit_batch_sight(struct emb_table *t, struct emb_life_shard *l,
+			   struct emb_admit_batch *b, uint32_t n, uint64_t id);
+void emb__admit_batch_fini(struct emb_admit_batch *b);
+
 /* True when a sweep of shard s could evict anything. */
 bool emb__evict_wanted(const struct emb_shard *s,
 		       const struct emb_life_shard *l);

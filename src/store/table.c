@@ -470,12 +470,14 @@ static void add_evicted(struct emb_table *t, const struct emb_evict_counts *ev)
 
 /* ---- pull ---- */
 
-/* Counts a sighting of absent id under ls's admission: true when the row
- * may be created now; false while pending or on error (*rc set). */
+/* Counts a sighting of absent id under ls's admission (once per call):
+ * true when the row may be created now; false while pending or on error
+ * (*rc set). */
 static bool admitted(struct emb_table *t, struct emb_life_shard *ls,
-		     uint64_t id, int *rc)
+		     struct emb_admit_batch *ab, uint32_t n, uint64_t id,
+		     int *rc)
 {
-	int a = emb__admit_sight(t, ls, id);
+	int a = emb__admit_batch_sight(t, ls, ab, n, id);
 
 	if (a < 0)
 		*rc = a;
@@ -493,6 +495,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	struct emb_life_shard *life =
 	    __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
 	struct emb_evict_counts ev = {0};
+	struct emb_admit_batch ab = {0};
 	struct batch b;
 	int rc = 0;
 
@@ -557,7 +560,8 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 				if (!r) {
 					missing++;
 					if (create && ls && ls->cfg.admit &&
-					    !admitted(t, ls, ids[p], &rc)) {
+					    !admitted(t, ls, &ab, n, ids[p],
+						      &rc)) {
 						if (rc)
 							break;
 						pending++;
@@ -604,6 +608,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		pthread_mutex_unlock(&s->lock);
 	}
 	batch_fini(&b);
+	emb__admit_batch_fini(&ab);
 
 	add_evicted(t, &ev);
 	add_stat(&t->pulls_unadmitted, pending);

@@ -68,3 +68,38 @@ def test_zipf_stream_is_skewed_and_in_range():
     counts = np.bincount(ranks.astype(np.int64), minlength=1000)
     assert counts[0] > counts[10] > counts[500]
     assert id_hash(np.uint64(0)) == 0
+
+
+def _c_local(*extra):
+    out = subprocess.run([tool("embstore-bench"), "--in-process",
+                          "--no-preload", "--op", "step", *ARGS, *extra],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def test_admission_and_eviction_flags(servers):
+    """--admit count:2 stores only the ids seen twice, in process and on
+    servers; every distinct id is pulled at least once before admission (over the
+    wire as in process: a batch is one sighting); --evict
+    max_rows holds the table near its size; bad specs are refused."""
+    off = _c_local()
+    assert off["admit"] == "none" and off["evict"] == "none"
+    assert off["rows_held"] == off["rows_created"] > 0
+    assert off["pulls_unadmitted"] == 0 and off["filter_bytes"] == 0
+    on = _c_local("--admit", "count:2")
+    assert on["admit"] == "count:2"
+    assert 0 < on["rows_held"] < off["rows_held"]
+    assert on["pulls_unadmitted"] >= off["rows_held"]
+    assert on["filter_bytes"] > 0
+    net = _c(servers, "--no-preload", "--op", "step", "--table",
+             "bench_admit", "--admit", "count:2")
+    assert net["rows_held"] == on["rows_held"]
+    capped = _c_local("--evict", "max_rows:2000")
+    assert capped["rows_held"] <= 2000 + 512
+    assert capped["rows_evicted"] == capped["rows_created"] - \
+        capped["rows_held"] > 0
+    for flag, bad in (("--admit", "count:1"), ("--evict", "ttl:0"),
+                      ("--admit", "bloom:2:1k")):
+        r = subprocess.run([tool("embstore-bench"), "--in-process", flag,
+                            bad], capture_output=True, text=True)
+        assert r.returncode != 0 and f"bad {flag}" in r.stderr

@@ -102,7 +102,8 @@ static void test_bloom_admits_on_second(void)
 	check_admit_two("bloom:2:64k");
 }
 
-/* Occurrences in one batch count one each; no-create pulls count none. */
+/* A pull call counts one sighting per distinct id (as the client sends a
+ * batch); no-create pulls count none. */
 static void test_count_in_batch(void)
 {
 	struct emb_table_opts o = opts_with("count:3", "none");
@@ -115,12 +116,14 @@ static void test_count_in_batch(void)
 	for (int i = 0; i < 4; i++)
 		CU_ASSERT_EQUAL(
 		    emb_table_pull(t, ids, 1, w, EMB_PULL_NOCREATE, found), 1);
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, 3, w, 0, found), 3);
 	CU_ASSERT_EQUAL(emb_table_pull(t, ids, 2, w, 0, found), 2);
 	CU_ASSERT_FALSE(table_has(t, 5));
 	CU_ASSERT_EQUAL(found[0], 0);
 	CU_ASSERT_EQUAL(found[1], 0);
-	/* Sightings 3..5: the third admits, later copies find the row, so
-	 * one id was missing. */
+	CU_ASSERT_EQUAL(table_stats(t).pulls_unadmitted, 5);
+	/* The third call admits at the first copy; the later copies find the
+	 * row, so one id was missing. */
 	CU_ASSERT_EQUAL(emb_table_pull(t, ids, 3, w, 0, found), 1);
 	CU_ASSERT_EQUAL(found[0], 1);
 	CU_ASSERT_EQUAL(found[2], 1);
