@@ -15,6 +15,21 @@ FAILED=0
 
 printf 'not\ta\tctr\tline\n%%%%garbage\n\n' >"$DIR/garbage.tsv"
 : >"$DIR/empty.tsv"
+# A bad admission or eviction spec: exit 2 and the flag named.
+for bad in "--admit count:1" "--evict max_rows:5:mru"; do
+    # shellcheck disable=SC2086 # the flag and its value are two words
+    if "$TRAIN" --local --data "$DIR/empty.tsv" $bad >"$DIR/flag.log" 2>&1; then
+        echo "FAIL $bad: exit status 0"
+        FAILED=1
+    elif ! grep -q "bad ${bad%% *}" "$DIR/flag.log"; then
+        echo "FAIL $bad: no reason given"
+        cat "$DIR/flag.log"
+        FAILED=1
+    else
+        echo "ok   $bad: refused"
+    fi
+done
+
 for f in garbage empty; do
     if "$TRAIN" --local --data "$DIR/$f.tsv" --epochs 1 >"$DIR/$f.log" 2>&1; then
         echo "FAIL $f: exit status 0"
