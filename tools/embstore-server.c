@@ -202,6 +202,10 @@ static void usage(FILE *f)
 	    "refuse to start)\n"
 	    "  --checkpoint-interval S  seconds between checkpoints "
 	    "(EMB_CHECKPOINT_INTERVAL; default 300)\n"
+	    "  --checkpoint-full-every K  a full checkpoint every K, deltas "
+	    "(changed rows only)\n"
+	    "                         between (EMB_CHECKPOINT_FULL_EVERY; "
+	    "default 1: all full)\n"
 	    "  --role scheduler|server  cluster role (EMB_ROLE or MS_ROLE; "
 	    "default server);\n"
 	    "                         see docs/cluster.md for EMB_SCHED_* "
@@ -353,6 +357,7 @@ int main(int argc, char **argv)
 	    {"zero-copy-pulls", required_argument, NULL, 'Z'},
 	    {"checkpoint-dir", required_argument, NULL, 'C'},
 	    {"checkpoint-interval", required_argument, NULL, 'I'},
+	    {"checkpoint-full-every", required_argument, NULL, 'K'},
 	    {"checkpoint-start-empty", no_argument, NULL, 'E'},
 	    {"role", required_argument, NULL, 'R'},
 	    {"metrics-listen", required_argument, NULL, 'M'},
@@ -381,6 +386,7 @@ int main(int argc, char **argv)
 	const char *zero_copy = env_or("EMB_ZERO_COPY_PULLS", NULL);
 	const char *ckpt_dir = env_or("EMB_CHECKPOINT_DIR", NULL);
 	const char *ckpt_iv = env_or("EMB_CHECKPOINT_INTERVAL", NULL);
+	const char *ckpt_full = env_or("EMB_CHECKPOINT_FULL_EVERY", NULL);
 	const char *metrics_addr = env_or("EMB_METRICS_LISTEN", NULL);
 	struct emb_metrics *metrics = NULL;
 	struct emb_ckpt_opts copts = {.keep = CKPT_KEEP,
@@ -457,6 +463,9 @@ int main(int argc, char **argv)
 			break;
 		case 'I':
 			ckpt_iv = optarg;
+			break;
+		case 'K':
+			ckpt_full = optarg;
 			break;
 		case 'E':
 			cstart.start_empty = true;
@@ -650,6 +659,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "embstore-server: bad checkpoint interval\n");
 		return 2;
 	}
+	if (ckpt_full && parse_u32(ckpt_full, 1, EMB_CKPT_FULL_EVERY_MAX,
+				   &copts.full_every)) {
+		fprintf(stderr,
+			"embstore-server: bad --checkpoint-full-every (1..%u)\n",
+			EMB_CKPT_FULL_EVERY_MAX);
+		return 2;
+	}
 	if (ckpt_dir) {
 		copts.dir = ckpt_dir;
 		cstart.dir = ckpt_dir;
@@ -745,9 +761,8 @@ int main(int argc, char **argv)
 			 : strsignal(got_signal));
 	emb_server_stop(srv, 10000);
 	/* Requests have stopped: the last checkpoint holds every update. */
-	emb_ckpt_stop(ckpt);
-	if (ckpt_dir) {
-		rc = emb_ckpt_write(srv, ckpt_dir, CKPT_KEEP);
+	if (ckpt) {
+		rc = emb_ckpt_write_final(ckpt);
 		ckpt_failed = rc != 0;
 		if (rc)
 			emb_log(EMB_LOG_ERROR,

@@ -45,6 +45,8 @@
 	X(EMB_EMANIFEST, -1214, "bad or missing dump manifest")                \
 	X(EMB_ENONFINITE, -1215, "NaN or infinite value refused")              \
 	X(EMB_ENOCKPT, -1220, "checkpoints present but none valid")            \
+	X(EMB_EDELTALOST, -1221, "changes not tracked: full checkpoint needed") \
+	X(EMB_ECHAIN, -1222, "checkpoint chain broken")                        \
 	X(EMB_EBADLIFE, -1230, "bad admission or eviction policy")             \
 	/* transport: -1300.. */                                               \
 	X(EMB_ECLOSED, -1301, "connection closed")                             \

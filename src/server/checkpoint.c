@@ -23,6 +23,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "store/chain.h"
 #include "store/snapshot.h"
 #include "store/store.h"
 
@@ -35,7 +36,17 @@ struct emb_ckpt {
 	struct emb_server *s; /* borrowed */
 	char *dir;	      /* owned copy */
 	uint32_t interval_s;  /* between checkpoints */
-	uint32_t keep;	      /* kept */
+	uint32_t keep;	      /* full checkpoints kept, with their chains */
+	uint32_t full_every;  /* a full every this many checkpoints */
+	/* The chain being written; touched by the writer thread, or by
+	 * emb_ckpt_write_final() once that thread is joined. */
+	uint64_t base_id;     /* its full; 0: the next link is full */
+	uint64_t prev_id;     /* the newest link */
+	char prev_name[EMB_CHAIN_NAME_MAX]; /* its directory name */
+	uint32_t links;	      /* deltas since the full */
+	uint32_t *tids;	      /* server table ids in the newest link */
+	uint32_t ntids;	      /* entries in tids */
+	bool joined;	      /* the thread is gone */
 	pthread_t thread;     /* the writer */
 	pthread_mutex_t lock; /* guards stop */
 	pthread_cond_t cond;  /* signalled by stop */
@@ -106,88 +117,43 @@ static void rm_dir(const char *path)
 	rmdir(path);
 }
 
-/* Verifies every file of checkpoint cdir; logs and returns the failure. */
-static int verify_ckpt(const char *cdir, struct emb_snap_entry **e, uint32_t *n)
+/* Loading into the server: one table at a time, held while loaded. */
+struct server_sink {
+	struct emb_server *s;	   /* borrowed */
+	struct emb_server_table st; /* the table being loaded */
+};
+
+static int sink_open(void *arg, const struct emb_snap_meta *m,
+		     struct emb_table **t)
 {
-	char p[2 * EMB_SNAP_PATH_MAX + 300], bad[EMB_SNAP_PATH_MAX];
-	uint64_t sum;
+	struct server_sink *k = arg;
+	struct emb_wire_spec spec = {0};
+	uint32_t id;
 	int rc;
 
-	rc = emb_snap_manifest_read(cdir, e, n, bad);
+	snprintf(spec.name, sizeof(spec.name), "%s", m->name);
+	spec.dim = m->dim;
+	spec.optim = m->optim;
+	spec.init = m->init;
+	spec.seed = m->seed;
+	rc = emb_server_table_create(k->s, &spec, &id);
+	if (!rc)
+		rc = emb_server_table_acquire(k->s, id, &k->st);
 	if (rc) {
-		emb_log(EMB_LOG_ERROR,
-			"checkpoint %s refused: %s: %s; trying the previous "
-			"one",
-			cdir, bad, emb_strerror(rc));
+		emb_log(EMB_LOG_ERROR, "checkpoint: cannot create table %s: %s",
+			spec.name, emb_strerror(rc));
 		return rc;
 	}
-	for (uint32_t i = 0; i < *n; i++) {
-		snprintf(p, sizeof(p), "%s/%s", cdir, (*e)[i].file);
-		rc = emb_snap_verify(p, EMB_SNAP_READ_VERIFY_ONLY, NULL, &sum);
-		if (!rc && sum != (*e)[i].checksum)
-			rc = EMB_EMANIFEST;
-		if (rc) {
-			emb_log(EMB_LOG_ERROR,
-				"checkpoint %s refused: %s: %s; trying the "
-				"previous one",
-				cdir, (*e)[i].file, emb_strerror(rc));
-			free(*e);
-			*e = NULL;
-			return rc;
-		}
-	}
+	*t = k->st.t;
 	return 0;
 }
 
-/* Creates each table of a verified checkpoint and loads its rows. */
-static int load_ckpt(struct emb_server *s, const char *cdir,
-		     const struct emb_snap_entry *e, uint32_t n)
+static void sink_close(void *arg, struct emb_table *t)
 {
-	char p[2 * EMB_SNAP_PATH_MAX + 300];
-	uint64_t rows = 0;
+	struct server_sink *k = arg;
 
-	for (uint32_t i = 0; i < n; i++) {
-		struct emb_snap_reader *r;
-		struct emb_wire_spec spec = {0};
-		struct emb_server_table st;
-		const struct emb_snap_meta *m;
-		uint32_t id;
-		int64_t got;
-		int rc;
-
-		snprintf(p, sizeof(p), "%s/%s", cdir, e[i].file);
-		rc = emb_snap_reader_open(p, 0, &r);
-		if (rc)
-			return rc;
-		m = emb_snap_reader_meta(r);
-		snprintf(spec.name, sizeof(spec.name), "%s", m->name);
-		spec.dim = m->dim;
-		spec.optim = m->optim;
-		spec.init = m->init;
-		spec.seed = m->seed;
-		emb_snap_reader_close(r);
-		rc = emb_server_table_create(s, &spec, &id);
-		if (!rc)
-			rc = emb_server_table_acquire(s, id, &st);
-		if (rc) {
-			emb_log(EMB_LOG_ERROR,
-				"checkpoint %s: cannot create table %s: %s",
-				cdir, spec.name, emb_strerror(rc));
-			return rc;
-		}
-		got = emb_snap_load_table(p, st.t);
-		emb_server_table_release(&st);
-		if (got < 0) {
-			emb_log(EMB_LOG_ERROR,
-				"checkpoint %s: loading %s failed: %s", cdir,
-				e[i].file, emb_strerror((int)got));
-			return (int)got;
-		}
-		rows += (uint64_t)got;
-	}
-	emb_log(EMB_LOG_INFO, "checkpoint %s loaded: %u tables, %llu rows",
-		cdir, n, (unsigned long long)rows);
-	return 0;
+	(void)t;
+	emb_server_table_release(&k->st);
 }
 
 /* Moves a refused checkpoint out of rotation, keeping it for inspection. */
@@ -223,11 +189,61 @@ int emb_ckpt_check_dir(const char *dir)
 	return rc;
 }
 
+/* Loads the chain l[f..] into s: the full, then each delta in order up to
+ * the first refused one. 0, or the error that stops the start. */
+static int load_chain(struct emb_server *s, const char *dir,
+		      struct emb_chain_link *l, uint32_t nl, uint32_t f,
+		      uint32_t *last_out)
+{
+	struct server_sink k = {.s = s};
+	struct emb_chain_sink sink = {
+	    .open = sink_open, .close = sink_close, .arg = &k};
+	uint32_t span = emb_chain_span(l, nl, f), last = f;
+	uint64_t rows;
+	int rc;
+
+	for (uint32_t j = f + 1; j <= f + span; j++) {
+		rc = emb_chain_verify(dir, &l[j]);
+		if (rc) {
+			emb_log(EMB_LOG_ERROR,
+				"checkpoint %s/%s refused: %s: %s; loading %s "
+				"and the %u delta%s before it (up to %s); the "
+				"%u later link%s of the chain are not loaded",
+				dir, l[j].name, l[j].bad, emb_strerror(rc),
+				l[f].name, last - f, last - f == 1 ? "" : "s",
+				l[last].name, f + span - j,
+				f + span - j == 1 ? "" : "s");
+			break;
+		}
+		last = j;
+	}
+	if (last == f + span && last + 1 < nl && l[last + 1].delta)
+		emb_log(EMB_LOG_ERROR,
+			"checkpoint %s/%s refused: it does not continue the "
+			"chain of %s (base or previous link differs); "
+			"loading up to %s",
+			dir, l[last + 1].name, l[f].name, l[last].name);
+	rc = emb_chain_load(dir, l, f, last, &sink, &rows);
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "checkpoint %s/%s: loading failed: %s",
+			dir, l[last].name, emb_strerror(rc));
+		return rc;
+	}
+	emb_log(EMB_LOG_INFO,
+		"checkpoint %s/%s loaded: %u tables, %llu rows read (full "
+		"%s and %u delta%s)",
+		dir, l[last].name, l[last].ne, (unsigned long long)rows,
+		l[f].name, last - f, last - f == 1 ? "" : "s");
+	*last_out = last;
+	return 0;
+}
+
 int emb_ckpt_load(struct emb_server *s, const char *dir, bool start_empty)
 {
 	char cdir[EMB_SNAP_PATH_MAX + 300];
+	struct emb_chain_link *l;
 	char **names;
-	uint32_t n;
+	uint32_t n, nl, last;
 	int rc;
 
 	rc = emb_ckpt_check_dir(dir);
@@ -246,30 +262,35 @@ int emb_ckpt_load(struct emb_server *s, const char *dir, bool start_empty)
 	}
 	free_names(names, n);
 
-	rc = list_prefixed(dir, PREFIX, &names, &n);
+	rc = emb_chain_list(dir, &l, &nl);
 	if (rc)
 		return rc;
-	for (uint32_t i = 0; i < n; i++) {
-		struct emb_snap_entry *e = NULL;
-		uint32_t ne = 0;
-
-		snprintf(cdir, sizeof(cdir), "%s/%s", dir, names[i]);
-		if (verify_ckpt(cdir, &e, &ne))
+	/* Newest full first; each with the deltas that follow it. */
+	for (uint32_t f = nl; f-- > 0;) {
+		if (l[f].delta)
 			continue;
-		rc = load_ckpt(s, cdir, e, ne);
-		free(e);
-		/* Newer ones were refused: out of rotation, kept. */
-		for (uint32_t j = 0; !rc && j < i; j++)
-			set_aside(dir, names[j]);
-		free_names(names, n);
+		if (emb_chain_verify(dir, &l[f])) {
+			emb_log(EMB_LOG_ERROR,
+				"checkpoint %s/%s refused: %s: %s; trying the "
+				"previous one",
+				dir, l[f].name, l[f].bad,
+				emb_strerror(l[f].status));
+			continue;
+		}
+		rc = load_chain(s, dir, l, nl, f, &last);
+		/* Newer links were refused: out of rotation, kept. */
+		for (uint32_t j = last + 1; !rc && j < nl; j++)
+			set_aside(dir, l[j].name);
+		emb_chain_free(l, nl);
 		return rc;
 	}
+	n = nl;
 	if (n && !start_empty) {
 		emb_log(EMB_LOG_ERROR,
 			"no valid checkpoint in %s (%u refused): not starting; "
 			"move them away or pass --checkpoint-start-empty",
 			dir, n);
-		free_names(names, n);
+		emb_chain_free(l, nl);
 		return EMB_ENOCKPT;
 	}
 	if (n)
@@ -280,148 +301,177 @@ int emb_ckpt_load(struct emb_server *s, const char *dir, bool start_empty)
 	else
 		emb_log(EMB_LOG_INFO, "no checkpoint in %s: starting empty",
 			dir);
-	for (uint32_t i = 0; i < n; i++)
-		set_aside(dir, names[i]);
-	free_names(names, n);
+	for (uint32_t i = 0; i < nl; i++)
+		set_aside(dir, l[i].name);
+	emb_chain_free(l, nl);
 	return 0;
 }
 
 /*
- * Removes all but the newest keep checkpoints, and never fin, the one just
- * written and verified: whatever else the directory holds, the last valid
- * checkpoint stays.
+ * After a full checkpoint fin is durable: removes every link older than
+ * the keep-th newest full (whole chains go), never fin itself.
  */
 static void prune(const char *dir, uint32_t keep, const char *fin)
 {
-	char cdir[EMB_SNAP_PATH_MAX + 300];
 	char **names;
-	uint32_t n;
+	uint32_t n, fulls = 0;
 
 	if (list_prefixed(dir, PREFIX, &names, &n))
 		return;
-	for (uint32_t i = keep; i < n; i++) {
-		snprintf(cdir, sizeof(cdir), "%s/%s", dir, names[i]);
-		if (strcmp(cdir, fin) != 0)
-			rm_dir(cdir);
+	for (uint32_t i = 0; i < n; i++) {
+		if (fulls >= keep && strcmp(names[i], fin) != 0)
+			emb_chain_rm(dir, names[i]);
+		if (!strstr(names[i], EMB_CHAIN_DELTA))
+			fulls++;
 	}
 	free_names(names, n);
 }
 
-/* The time in the name of dir's newest checkpoint, or 0. */
-static uint64_t newest_ms(const char *dir)
-{
-	unsigned long long ms = 0;
-	char **names;
-	uint32_t n;
+/* The tables of s, held for a checkpoint. */
+struct held {
+	struct emb_server_table *st; /* acquired */
+	struct emb_chain_table *ct;  /* the same tables, for the writer */
+	uint32_t n;		     /* held */
+};
 
-	if (list_prefixed(dir, PREFIX, &names, &n))
-		return 0;
-	if (n && sscanf(names[0] + strlen(PREFIX), "%llu", &ms) != 1)
-		ms = 0;
-	free_names(names, n);
-	return ms;
+static int hold_tables(struct emb_server *s, struct held *h)
+{
+	uint32_t *ids, n = emb_server_table_ids(s, NULL, 0);
+
+	memset(h, 0, sizeof(*h));
+	ids = calloc(n ? n : 1, sizeof(*ids));
+	h->st = calloc(n ? n : 1, sizeof(*h->st));
+	h->ct = calloc(n ? n : 1, sizeof(*h->ct));
+	if (!ids || !h->st || !h->ct) {
+		free(ids);
+		free(h->st);
+		free(h->ct);
+		return -ENOMEM;
+	}
+	n = emb_server_table_ids(s, ids, n);
+	for (uint32_t i = 0; i < n; i++) {
+		/* Dropped since listed: nothing to keep. */
+		if (emb_server_table_acquire(s, ids[i], &h->st[h->n]))
+			continue;
+		h->ct[h->n].t = h->st[h->n].t;
+		h->n++;
+	}
+	free(ids);
+	return 0;
 }
 
-static int fsync_dir(const char *dir)
+static void release_tables(struct held *h)
 {
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (fsync(fd) != 0)
-		rc = -errno;
-	close(fd);
-	return rc;
+	for (uint32_t i = 0; i < h->n; i++)
+		emb_server_table_release(&h->st[i]);
+	free(h->st);
+	free(h->ct);
 }
 
 int emb_ckpt_write(struct emb_server *s, const char *dir, uint32_t keep)
 {
-	char tmp[EMB_SNAP_PATH_MAX], fin[EMB_SNAP_PATH_MAX];
-	char p[2 * EMB_SNAP_PATH_MAX + 300];
-	struct emb_snap_entry *e = NULL;
-	struct timespec ts;
-	uint32_t *ids = NULL, n, ne = 0;
-	uint64_t rows = 0, bytes = 0, ms;
+	struct emb_chain_result res;
+	char fin[EMB_SNAP_PATH_MAX];
+	struct held h;
 	int rc;
 
-	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-		return -errno;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-	/* The newest name must be the newest checkpoint, also after the
-	 * wall clock stepped back: rotation goes by name. */
-	if (newest_ms(dir) >= ms)
-		ms = newest_ms(dir) + 1;
-	/* Names sort by time; a second checkpoint within 1 ms moves on. */
-	for (;;) {
-		snprintf(fin, sizeof(fin), "%s/" PREFIX "%016llu", dir,
-			 (unsigned long long)ms);
-		if (access(fin, F_OK) != 0)
-			break;
-		ms++;
-	}
-	snprintf(tmp, sizeof(tmp), "%s/" TMP_PREFIX "%016llu", dir,
-		 (unsigned long long)ms);
-	rm_dir(tmp);
-	if (mkdir(tmp, 0755) != 0)
-		return -errno;
-
-	n = emb_server_table_ids(s, NULL, 0);
-	ids = calloc(n ? n : 1, sizeof(*ids));
-	e = calloc(n ? n : 1, sizeof(*e));
-	if (!ids || !e) {
-		rc = -ENOMEM;
-		goto err;
-	}
-	n = emb_server_table_ids(s, ids, n);
-	for (uint32_t i = 0; i < n; i++) {
-		struct emb_server_table st;
-		struct emb_snap_result res;
-
-		/* Dropped since listed: nothing to keep. */
-		if (emb_server_table_acquire(s, ids[i], &st))
-			continue;
-		snprintf(e[ne].file, sizeof(e[ne].file), "%s.embs",
-			 st.spec.name);
-		snprintf(e[ne].table, sizeof(e[ne].table), "%s", st.spec.name);
-		e[ne].nparts = 1;
-		snprintf(p, sizeof(p), "%s/%s", tmp, e[ne].file);
-		rc = emb_snap_write_table(st.t, p, NULL, &res);
-		emb_server_table_release(&st);
-		if (rc) {
-			emb_log(EMB_LOG_ERROR, "checkpoint: writing %s: %s", p,
-				emb_strerror(rc));
-			goto err;
-		}
-		e[ne].rows = res.rows;
-		e[ne].bytes = res.file_bytes;
-		e[ne].checksum = res.checksum;
-		rows += res.rows;
-		bytes += res.file_bytes;
-		ne++;
-	}
-	rc = emb_snap_manifest_write(tmp, e, ne);
+	rc = hold_tables(s, &h);
 	if (rc)
-		goto err;
-	if (rename(tmp, fin) != 0) {
-		rc = -errno;
-		goto err;
+		return rc;
+	rc = emb_chain_write(dir, h.ct, h.n, 0, 0, &res);
+	release_tables(&h);
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "checkpoint in %s: %s", dir,
+			emb_strerror(rc));
+		return rc;
 	}
-	rc = fsync_dir(dir);
-	if (rc)
-		goto err_done;
-	emb_log(EMB_LOG_INFO, "checkpoint %s: %u tables, %llu rows, %llu bytes",
-		fin, ne, (unsigned long long)rows, (unsigned long long)bytes);
+	emb_log(EMB_LOG_INFO, "checkpoint %s/%s: %u tables, %llu rows, %llu "
+		"bytes", dir, res.name, h.n, (unsigned long long)res.rows,
+		(unsigned long long)res.bytes);
+	snprintf(fin, sizeof(fin), "%s", res.name);
 	prune(dir, keep, fin);
-err_done:
-	free(e);
-	free(ids);
-	return rc;
-err:
-	rm_dir(tmp);
-	free(e);
-	free(ids);
-	return rc;
+	return 0;
+}
+
+/* Was table id in the previous link? */
+static bool had_table(const struct emb_ckpt *c, uint32_t id)
+{
+	for (uint32_t i = 0; i < c->ntids; i++)
+		if (c->tids[i] == id)
+			return true;
+	return false;
+}
+
+/* Is c's previous link still the newest checkpoint in its directory? A
+ * full written by someone else (embstore compact) starts a new chain. */
+static bool prev_is_newest(const struct emb_ckpt *c)
+{
+	char **names;
+	uint32_t n;
+	bool yes;
+
+	if (list_prefixed(c->dir, PREFIX, &names, &n))
+		return false;
+	yes = n && strcmp(names[0], c->prev_name) == 0;
+	free_names(names, n);
+	return yes;
+}
+
+/*
+ * Writes the next link: a delta while the chain is shorter than
+ * full_every and intact, else a full (then older chains are pruned).
+ */
+static int write_next(struct emb_ckpt *c)
+{
+	struct emb_chain_result res;
+	bool delta = c->base_id && c->links + 1 < c->full_every &&
+		     prev_is_newest(c);
+	bool any_delta = false;
+	uint32_t *tids;
+	struct held h;
+	int rc;
+
+	rc = hold_tables(c->s, &h);
+	if (rc)
+		return rc;
+	tids = calloc(h.n ? h.n : 1, sizeof(*tids));
+	if (!tids) {
+		release_tables(&h);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < h.n; i++) {
+		tids[i] = h.st[i].id;
+		/* A table new since the previous link starts over whole. */
+		h.ct[i].delta = delta && had_table(c, h.st[i].id);
+		any_delta = any_delta || h.ct[i].delta;
+	}
+	rc = emb_chain_write(c->dir, h.ct, h.n, c->base_id, c->prev_id, &res);
+	release_tables(&h);
+	if (rc) {
+		/* The changes taken are not on disk: start over whole. */
+		c->base_id = 0;
+		free(tids);
+		return rc;
+	}
+	emb_log(EMB_LOG_INFO,
+		"checkpoint %s/%s: %u tables, %llu rows, %llu removed, %llu "
+		"bytes%s",
+		c->dir, res.name, h.n, (unsigned long long)res.rows,
+		(unsigned long long)res.erased, (unsigned long long)res.bytes,
+		res.fell_back ? " (some tables whole: too many removals)" : "");
+	free(c->tids);
+	c->tids = tids;
+	c->ntids = h.n;
+	c->prev_id = res.id;
+	snprintf(c->prev_name, sizeof(c->prev_name), "%s", res.name);
+	if (any_delta) {
+		c->links++;
+	} else {
+		c->base_id = res.id;
+		c->links = 0;
+		prune(c->dir, c->keep, res.name);
+	}
+	return 0;
 }
 
 static void *ckpt_main(void *arg)
@@ -440,7 +490,7 @@ static void *ckpt_main(void *arg)
 		if (c->stop)
 			break;
 		pthread_mutex_unlock(&c->lock);
-		rc = emb_ckpt_write(c->s, c->dir, c->keep);
+		rc = write_next(c);
 		if (rc)
 			emb_log(EMB_LOG_ERROR, "checkpoint in %s failed: %s",
 				c->dir, emb_strerror(rc));
@@ -457,7 +507,8 @@ int emb_ckpt_start(struct emb_server *s, const struct emb_ckpt_opts *o,
 	struct emb_ckpt *c;
 	int rc;
 
-	if (!s || !o || !o->dir || !o->interval_s || !o->keep || !out)
+	if (!s || !o || !o->dir || !o->interval_s || !o->keep || !out ||
+	    o->full_every > EMB_CKPT_FULL_EVERY_MAX)
 		return -EINVAL;
 	c = calloc(1, sizeof(*c));
 	if (!c)
@@ -470,6 +521,7 @@ int emb_ckpt_start(struct emb_server *s, const struct emb_ckpt_opts *o,
 	c->s = s;
 	c->interval_s = o->interval_s;
 	c->keep = o->keep;
+	c->full_every = o->full_every ? o->full_every : 1;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -487,15 +539,30 @@ int emb_ckpt_start(struct emb_server *s, const struct emb_ckpt_opts *o,
 	return 0;
 }
 
-void emb_ckpt_stop(struct emb_ckpt *c)
+static void join(struct emb_ckpt *c)
 {
-	if (!c)
+	if (c->joined)
 		return;
 	pthread_mutex_lock(&c->lock);
 	c->stop = true;
 	pthread_cond_signal(&c->cond);
 	pthread_mutex_unlock(&c->lock);
 	pthread_join(c->thread, NULL);
+	c->joined = true;
+}
+
+int emb_ckpt_write_final(struct emb_ckpt *c)
+{
+	join(c);
+	return write_next(c);
+}
+
+void emb_ckpt_stop(struct emb_ckpt *c)
+{
+	if (!c)
+		return;
+	join(c);
+	free(c->tids);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
 	free(c->dir);

@@ -20,10 +20,14 @@
 
 struct emb_ckpt;
 
+#define EMB_CKPT_FULL_EVERY_MAX 1000000u
+
 struct emb_ckpt_opts {
 	const char *dir;     /* checkpoint directory; created if missing */
 	uint32_t interval_s; /* seconds between checkpoints, >= 1 */
-	uint32_t keep;	     /* checkpoints kept, >= 1 */
+	uint32_t keep;	     /* full checkpoints kept (with their deltas) */
+	uint32_t full_every; /* a full checkpoint every this many, deltas
+				between; 0 or 1: every one is full */
 };
 
 /*
@@ -59,6 +63,13 @@ int emb_ckpt_write(struct emb_server *s, const char *dir, uint32_t keep);
  */
 int emb_ckpt_start(struct emb_server *s, const struct emb_ckpt_opts *o,
 		   struct emb_ckpt **out);
+
+/*
+ * Stops the thread (a checkpoint in progress finishes) and writes one
+ * more checkpoint, the next link of the chain: at shutdown, once requests
+ * have stopped. 0, or as for emb_ckpt_write().
+ */
+int emb_ckpt_write_final(struct emb_ckpt *c);
 
 /* Stops and joins the thread (a checkpoint in progress finishes). */
 void emb_ckpt_stop(struct emb_ckpt *c); /* NULL is a no-op */

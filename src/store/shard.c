@@ -37,6 +37,7 @@ void emb__shard_fini(struct emb_table *t, struct emb_shard *s)
 		emb__arena_free(t->arena, s->slabs[i]);
 	free(s->slabs);
 	free(s->slots);
+	emb__dirty_fini(s);
 	pthread_mutex_destroy(&s->lock);
 }
 
@@ -168,6 +169,8 @@ static int add_slab(struct emb_table *t, struct emb_shard *s)
 		s->slabs = v;
 		s->slabs_cap = ncap;
 	}
+	if (emb__dirty_reserve(s, (s->nslabs + 1) * t->rows_per_slab))
+		return -ENOMEM;
 	rc = emb__mem_charge(t, (int64_t)t->slab_alloc_bytes);
 	if (rc)
 		return rc;
@@ -213,6 +216,8 @@ int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 	r->count = 0;
 	place(s->slots, s->nslots, h, emb__hash_tag(h) | (idx + 1));
 	s->used++;
+	/* A new row is a change the next delta checkpoint must carry. */
+	emb__dirty_mark(s, idx);
 	return idx;
 }
 
@@ -255,6 +260,7 @@ void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 	s->used--;
 
 	r = emb__shard_row(t, s, idx);
+	emb__dirty_erased(s, r->id);
 	r->count = EMB_ROW_FREE;
 	r->last_step = s->free_head;
 	s->free_head = want;

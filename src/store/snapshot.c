@@ -140,6 +140,9 @@ static void hdr_encode(uint8_t *p, const struct emb_snap_meta *m)
 	emb_le32_store(p + 196, m->nparts);
 	emb_le64_store(p + 200, m->file_bytes);
 	emb_le64_store(p + 208, m->raw_bytes);
+	emb_le64_store(p + 216, m->base_id);
+	emb_le64_store(p + 224, m->prev_id);
+	emb_le64_store(p + 232, m->erased);
 	emb_le64_store(p + 248, XXH3_64bits(p, 248));
 }
 
@@ -174,12 +177,19 @@ static int hdr_decode(const uint8_t *p, struct emb_snap_meta *m)
 	m->nparts = emb_le32_load(p + 196);
 	m->file_bytes = emb_le64_load(p + 200);
 	m->raw_bytes = emb_le64_load(p + 208);
+	m->base_id = emb_le64_load(p + 216);
+	m->prev_id = emb_le64_load(p + 224);
+	m->erased = emb_le64_load(p + 232);
+	if (!(m->flags & EMB_SNAP_F_DELTA) &&
+	    (m->base_id || m->prev_id || m->erased))
+		return EMB_EDUMPFORMAT;
 	if (p[16 + EMB_NAME_MAX] != 0 || m->name[0] == '\0' ||
 	    emb_le32_load(p + 92) != EMB_NSLOTS || m->dim == 0 ||
 	    m->dim > EMB_DIM_MAX ||
 	    m->state_floats != emb_optim_state_floats(m->optim.kind, m->dim) ||
 	    m->row_floats != m->dim + m->state_floats ||
-	    (m->flags & ~EMB_SNAP_F_SHUFFLE) || m->nparts == 0 ||
+	    (m->flags & ~(EMB_SNAP_F_SHUFFLE | EMB_SNAP_F_DELTA)) ||
+	    m->nparts == 0 ||
 	    m->part >= m->nparts ||
 	    m->file_bytes < EMB_SNAP_HDR_SIZE + EMB_SNAP_TRAILER_SIZE)
 		return EMB_EDUMPFORMAT;
@@ -359,6 +369,7 @@ struct job {
 	uint32_t n;	/* rows */
 	uint32_t first; /* slot range */
 	uint32_t last;
+	bool erased;	/* raw holds n removed ids */
 };
 
 /*
@@ -374,6 +385,7 @@ struct emb_snap_writer {
 	char *tmp;			 /* name while writing */
 	int fd;				 /* open on tmp, -1 after close */
 	int err;			 /* caller's first error; sticky */
+	bool added;			 /* rows were added: no more erase */
 	bool created;			 /* tmp exists: remove unless done */
 	bool done;			 /* renamed to path */
 	uint32_t block_rows;		 /* rows per full block */
@@ -433,7 +445,10 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 	w->meta.blocks = 0;
 	w->meta.raw_bytes = 0;
 	w->meta.file_bytes = 0;
-	w->meta.flags = 0;
+	w->meta.erased = 0;
+	w->meta.flags = meta->flags & EMB_SNAP_F_DELTA;
+	if (!(w->meta.flags & EMB_SNAP_F_DELTA))
+		w->meta.base_id = w->meta.prev_id = 0;
 	if (!w->meta.created_ns)
 		w->meta.created_ns = now_ns();
 	w->opts = opts ? *opts : EMB_SNAP_WRITE_OPTS_DEFAULT;
@@ -536,6 +551,8 @@ static int write_block(struct emb_snap_writer *w, const struct job *j)
 		clen = (int)j->raw_len;
 		flags |= EMB_SNAP_BF_RAW;
 	}
+	if (j->erased)
+		flags |= EMB_SNAP_BF_ERASED;
 	emb_le32_store(h, BLOCK_MAGIC);
 	emb_le32_store(h + 4, j->n);
 	emb_le32_store(h + 8, j->first);
@@ -548,7 +565,10 @@ static int write_block(struct emb_snap_writer *w, const struct job *j)
 	emb_le64_store(h + 40,
 		       XXH3_64bits_withSeed(h + EMB_SNAP_BLOCK_HDR,
 					    (size_t)clen, XXH3_64bits(h, 40)));
-	w->meta.rows += j->n;
+	if (j->erased)
+		w->meta.erased += j->n;
+	else
+		w->meta.rows += j->n;
 	w->meta.blocks++;
 	w->meta.raw_bytes += j->raw_len;
 	return writer_write(w, w->comp, EMB_SNAP_BLOCK_HDR + (size_t)clen);
@@ -643,6 +663,7 @@ static int flush_group(struct emb_snap_writer *w, uint32_t g)
 	j->n = n;
 	j->first = first;
 	j->last = last;
+	j->erased = false;
 	gr->n = 0;
 
 	pthread_mutex_lock(&w->lock);
@@ -705,6 +726,7 @@ int emb_snap_writer_add(struct emb_snap_writer *w, const uint64_t *ids,
 		return w->err;
 	if (w->done || (n && (!ids || !rows)))
 		return EMB_EBADARG;
+	w->added = w->added || n;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t g = emb_id_slot(ids[i]) / EMB_SNAP_GROUP_SLOTS;
 		struct group *gr = &w->groups[g];
@@ -727,6 +749,61 @@ int emb_snap_writer_add(struct emb_snap_writer *w, const uint64_t *ids,
 			if (rc)
 				goto err;
 		}
+	}
+	return 0;
+err:
+	w->err = rc;
+	return rc;
+}
+
+/* Takes a free job slot, waiting for the worker; its error if it failed. */
+static int job_take(struct emb_snap_writer *w, struct job **out)
+{
+	int rc;
+
+	pthread_mutex_lock(&w->lock);
+	while (w->tail - w->head == NJOBS && !w->werr)
+		pthread_cond_wait(&w->cond, &w->lock);
+	rc = w->werr;
+	*out = &w->jobs[w->tail % NJOBS];
+	pthread_mutex_unlock(&w->lock);
+	return rc;
+}
+
+static void job_queue(struct emb_snap_writer *w)
+{
+	pthread_mutex_lock(&w->lock);
+	w->tail++;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+int emb_snap_writer_erase(struct emb_snap_writer *w, const uint64_t *ids,
+			  uint64_t n)
+{
+	/* As many ids as a row block has bytes, at least one row's worth. */
+	uint64_t per = w->raw_cap / 8;
+	int rc;
+
+	if (w->err)
+		return w->err;
+	if (w->done || w->added || (n && !ids) ||
+	    !(w->meta.flags & EMB_SNAP_F_DELTA))
+		return EMB_EBADARG;
+	for (uint64_t i = 0; i < n; i += per) {
+		uint32_t m = (uint32_t)(n - i < per ? n - i : per);
+		struct job *j;
+
+		rc = job_take(w, &j);
+		if (rc)
+			goto err;
+		memcpy(j->raw, ids + i, (size_t)m * sizeof(*ids));
+		j->raw_len = (size_t)m * sizeof(*ids);
+		j->n = m;
+		j->first = 0;
+		j->last = EMB_NSLOTS - 1;
+		j->erased = true;
+		job_queue(w);
 	}
 	return 0;
 err:
@@ -848,6 +925,7 @@ struct emb_snap_reader {
 	uint64_t end;			/* file offset of the trailer */
 	uint64_t blocks;		/* blocks read */
 	uint64_t rows;			/* rows read */
+	uint64_t erased;		/* removed ids read (deltas) */
 	uint64_t raw_bytes;		/* raw bytes read */
 	uint64_t checksum;		/* the trailer's, once verified */
 	bool at_end;			/* trailer verified */
@@ -977,7 +1055,8 @@ static int read_trailer(struct emb_snap_reader *r)
 	    emb_le64_load(tr + 8) != r->rows ||
 	    emb_le64_load(tr + 16) != r->blocks ||
 	    emb_le64_load(tr + 24) != r->raw_bytes || r->rows != r->meta.rows ||
-	    r->blocks != r->meta.blocks || r->raw_bytes != r->meta.raw_bytes)
+	    r->blocks != r->meta.blocks || r->raw_bytes != r->meta.raw_bytes ||
+	    r->erased != r->meta.erased)
 		return EMB_EBADDUMP;
 	/* Per-slot counts need the ids: without decoding, the trailer's
 	 * table is only summed (the file checksum covers it anyway). */
@@ -1002,8 +1081,10 @@ int emb_snap_reader_next(struct emb_snap_reader *r, struct emb_snap_block *b)
 	uint32_t n, first, last, raw_len, clen, bflags, rf = r->meta.row_floats;
 	const uint64_t *ids;
 	uint8_t *floats;
+	bool erased;
 	int rc;
 
+again:
 	memset(b, 0, sizeof(*b));
 	if (r->at_end)
 		return 0;
@@ -1020,11 +1101,12 @@ int emb_snap_reader_next(struct emb_snap_reader *r, struct emb_snap_block *b)
 	raw_len = emb_le32_load(h + 16);
 	clen = emb_le32_load(h + 20);
 	bflags = emb_le32_load(h + 24);
+	erased = bflags & EMB_SNAP_BF_ERASED;
 	/* Sizes are checked before the checksum so that a flipped length
 	 * cannot make us allocate or read absurd amounts. */
 	if (emb_le32_load(h) != BLOCK_MAGIC || n == 0 ||
 	    raw_len > EMB_SNAP_BLOCK_MAX ||
-	    (uint64_t)raw_len != n * raw_row_bytes(rf) ||
+	    (uint64_t)raw_len != n * (erased ? 8 : raw_row_bytes(rf)) ||
 	    clen > (uint32_t)LZ4_compressBound((int)raw_len) ||
 	    clen > r->end - r->pos - EMB_SNAP_BLOCK_HDR)
 		return EMB_EBADDUMP;
@@ -1037,22 +1119,34 @@ int emb_snap_reader_next(struct emb_snap_reader *r, struct emb_snap_block *b)
 	if (emb_le64_load(h + 40) !=
 	    XXH3_64bits_withSeed(r->stored, clen, XXH3_64bits(h, 40)))
 		return EMB_EBADDUMP;
-	if ((bflags & ~EMB_SNAP_BF_RAW) || emb_le32_load(h + 28) != 0 ||
+	if ((bflags & ~(EMB_SNAP_BF_RAW | EMB_SNAP_BF_ERASED)) ||
+	    emb_le32_load(h + 28) != 0 ||
 	    emb_le64_load(h + 32) != r->blocks || first > last ||
 	    last >= EMB_NSLOTS ||
-	    first / EMB_SNAP_GROUP_SLOTS != last / EMB_SNAP_GROUP_SLOTS ||
+	    (!erased &&
+	     first / EMB_SNAP_GROUP_SLOTS != last / EMB_SNAP_GROUP_SLOTS) ||
 	    ((bflags & EMB_SNAP_BF_RAW) && clen != raw_len))
+		return EMB_EBADDUMP;
+	/* Removals only in deltas, all before the first row. */
+	if (erased && (!(r->meta.flags & EMB_SNAP_F_DELTA) || r->rows ||
+		       first != 0 || last != EMB_NSLOTS - 1))
 		return EMB_EBADDUMP;
 	XXH3_64bits_update(r->xxh, h, sizeof(h));
 	XXH3_64bits_update(r->xxh, r->stored, clen);
 	r->pos += EMB_SNAP_BLOCK_HDR + (uint64_t)clen;
 	r->blocks++;
-	r->rows += n;
+	if (erased)
+		r->erased += n;
+	else
+		r->rows += n;
 	r->raw_bytes += raw_len;
 	b->n = n;
+	b->erased = erased;
 	b->slot_first = first;
 	b->slot_last = last;
 	b->stored_bytes = EMB_SNAP_BLOCK_HDR + (uint64_t)clen;
+	if (erased && !(r->flags & EMB_SNAP_READ_ERASED))
+		goto again;
 	if (r->flags & EMB_SNAP_READ_VERIFY_ONLY)
 		return (int)n;
 
@@ -1069,6 +1163,10 @@ int emb_snap_reader_next(struct emb_snap_reader *r, struct emb_snap_block *b)
 		return EMB_EBADDUMP;
 	}
 	ids = (const uint64_t *)(void *)r->raw;
+	if (erased) {
+		b->ids = ids;
+		return (int)n;
+	}
 	floats = r->raw + 16ull * n;
 	if (r->meta.flags & EMB_SNAP_F_SHUFFLE) {
 		unshuffle4(r->plane, floats, (size_t)n * rf);
@@ -1158,7 +1256,64 @@ out:
 	return rc;
 }
 
-/* Loads every block of an opened reader into t. */
+int emb_snap_write_ckpt(struct emb_table *t, const char *path, bool delta,
+			uint64_t base_id, uint64_t prev_id,
+			const struct emb_snap_write_opts *opts,
+			struct emb_snap_result *res)
+{
+	struct emb_snap_writer *w = NULL;
+	struct emb_table_ckpt *c = NULL;
+	struct emb_snap_meta m;
+	struct emb_row_meta *meta = NULL;
+	const uint64_t *gone;
+	uint64_t *ids = NULL, ngone;
+	float *rows = NULL;
+	int rc, got;
+
+	emb_snap_meta_from_table(t, &m);
+	if (delta) {
+		m.flags = EMB_SNAP_F_DELTA;
+		m.base_id = base_id;
+		m.prev_id = prev_id;
+	}
+	ids = malloc(ITER_ROWS * sizeof(*ids));
+	meta = malloc(ITER_ROWS * sizeof(*meta));
+	rows = malloc((size_t)ITER_ROWS * m.row_floats * sizeof(float));
+	if (!ids || !meta || !rows) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* The file first: a walk begun takes the table's changes. */
+	rc = emb_snap_writer_create(path, &m, opts, &w);
+	if (rc)
+		goto out;
+	rc = emb_table_ckpt_begin(t, delta, &c);
+	if (rc)
+		goto out;
+	ngone = emb_table_ckpt_erased(c, &gone);
+	if (delta) {
+		rc = emb_snap_writer_erase(w, gone, ngone);
+		if (rc)
+			goto out;
+	}
+	while ((got = emb_table_ckpt_next(c, ids, rows, meta, ITER_ROWS)) >
+	       0) {
+		rc = emb_snap_writer_add(w, ids, rows, meta, (uint32_t)got);
+		if (rc)
+			goto out;
+	}
+	rc = got < 0 ? got : emb_snap_writer_finish(w, res);
+out:
+	emb_table_ckpt_end(c);
+	emb_snap_writer_destroy(w);
+	free(rows);
+	free(meta);
+	free(ids);
+	return rc;
+}
+
+/* Loads every block of an opened reader into t (a delta's removals are
+ * its first blocks, so they go before its rows). */
 static int64_t load_rows(struct emb_snap_reader *r, struct emb_table *t)
 {
 	struct emb_row_meta *meta = NULL;
@@ -1168,6 +1323,12 @@ static int64_t load_rows(struct emb_snap_reader *r, struct emb_table *t)
 	int rc;
 
 	while ((rc = emb_snap_reader_next(r, &b)) > 0) {
+		if (b.erased) {
+			rc = emb_table_erase(t, b.ids, b.n);
+			if (rc < 0)
+				break;
+			continue;
+		}
 		if (b.n > cap) {
 			struct emb_row_meta *p =
 			    realloc(meta, (size_t)b.n * sizeof(*meta));
@@ -1207,7 +1368,7 @@ int64_t emb_snap_load_table(const char *path, struct emb_table *t)
 	rc = emb_snap_meta_check(&m, &o);
 	if (rc)
 		return rc;
-	rc = emb_snap_reader_open(path, 0, &r);
+	rc = emb_snap_reader_open(path, EMB_SNAP_READ_ERASED, &r);
 	if (rc)
 		return rc;
 	rc = load_rows(r, t);

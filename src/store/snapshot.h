@@ -22,7 +22,8 @@
  *   96      40    optimizer: kind, lr, weight_decay, initial_accumulator,
  *                 beta1, beta2, eps, ftrl_beta, l1, l2 (u32 then 9 f32)
  *   136     12    initializer: kind (u32), a (f32), b (f32)
- *   148     4     flags, EMB_SNAP_F_* (bit 0: floats byte-shuffled)
+ *   148     4     flags, EMB_SNAP_F_* (bit 0: floats byte-shuffled,
+ *                 bit 1: a delta of an incremental checkpoint)
  *   152     8     seed
  *   160     8     rows in the file
  *   168     8     blocks in the file
@@ -32,7 +33,10 @@
  *   196     4     parts: files in the dump
  *   200     8     file size in bytes, trailer included
  *   208     8     raw bytes: sum of the blocks' uncompressed sizes
- *   216     32    reserved, 0
+ *   216     8     delta: id of the chain's full checkpoint (else 0)
+ *   224     8     delta: id of the checkpoint it follows (else 0)
+ *   232     8     delta: ids removed, in erased blocks (else 0)
+ *   240     8     reserved, 0
  *   248     8     XXH3-64 of bytes 0..248
  *
  * BLOCK (at offset 256, then back to back)
@@ -42,7 +46,9 @@
  *   12      4     last slot of the range (every row's slot lies within)
  *   16      4     raw size = n * (16 + 4 * row floats)
  *   20      4     stored size c: LZ4 block size, or the raw size if stored
- *   24      4     flags: bit 0 payload stored uncompressed
+ *   24      4     flags: bit 0 payload stored uncompressed,
+ *                 bit 1 erased block (delta files, before every row
+ *                 block): payload u64 ids[n] removed, slots 0..4095
  *   28      4     reserved, 0
  *   32      8     block sequence number, from 0
  *   40      8     XXH3-64 of the c stored bytes, seeded with the
@@ -85,8 +91,10 @@
 #define EMB_SNAP_BLOCK_MAX    (64u << 20) /* largest raw block */
 #define EMB_SNAP_PATH_MAX     4096u
 
-#define EMB_SNAP_F_SHUFFLE 0x1u /* floats stored as 4 byte planes */
-#define EMB_SNAP_BF_RAW	   0x1u /* block payload stored uncompressed */
+#define EMB_SNAP_F_SHUFFLE   0x1u /* floats stored as 4 byte planes */
+#define EMB_SNAP_F_DELTA     0x2u /* changes since the previous link */
+#define EMB_SNAP_BF_RAW	     0x1u /* block payload stored uncompressed */
+#define EMB_SNAP_BF_ERASED   0x2u /* block of removed ids (deltas) */
 
 /* A snapshot file's metadata: the header, decoded. */
 struct emb_snap_meta {
@@ -106,6 +114,9 @@ struct emb_snap_meta {
 	uint32_t nparts;	     /* files in the dump, >= 1 */
 	uint64_t file_bytes;	     /* whole file */
 	uint64_t raw_bytes;	     /* uncompressed block payloads */
+	uint64_t base_id;	     /* delta: the chain's full checkpoint */
+	uint64_t prev_id;	     /* delta: the checkpoint it follows */
+	uint64_t erased;	     /* delta: ids in erased blocks */
 };
 
 /* Fills the table part of *m (name .. seed, step) from t; parts = 1. */
@@ -179,6 +190,14 @@ int emb_snap_writer_add(struct emb_snap_writer *w, const uint64_t *ids,
 int emb_snap_writer_finish(struct emb_snap_writer *w,
 			   struct emb_snap_result *res);
 
+/*
+ * Records ids[0..n) as removed, in erased blocks. Only for a writer whose
+ * meta has EMB_SNAP_F_DELTA, and before the first emb_snap_writer_add():
+ * a delta's removals come before its rows. 0, EMB_EBADARG, or as for add.
+ */
+int emb_snap_writer_erase(struct emb_snap_writer *w, const uint64_t *ids,
+			  uint64_t n);
+
 /* Frees the writer; an unfinished file is removed. NULL is a no-op. */
 void emb_snap_writer_destroy(struct emb_snap_writer *w);
 
@@ -196,9 +215,12 @@ struct emb_snap_block {
 	const uint32_t *count;	   /* n values of emb_row_meta.count */
 	const float *rows;	   /* n * row_floats floats */
 	uint64_t stored_bytes;	   /* block bytes in the file */
+	bool erased;		   /* n removed ids; no meta, no rows */
 };
 
 #define EMB_SNAP_READ_VERIFY_ONLY 0x1u /* checksums only, no decompress */
+/* Return a delta's erased blocks too (else they are verified, skipped). */
+#define EMB_SNAP_READ_ERASED 0x2u
 
 /*
  * Opens path and checks its header: 0 and *out, or -ENOENT and other
@@ -245,11 +267,25 @@ int emb_snap_write_table(struct emb_table *t, const char *path,
 			 struct emb_snap_result *res);
 
 /*
+ * Writes a checkpoint walk of t (emb_table_ckpt_*): every row, or with
+ * delta only the rows changed since the last walk plus the removed ids,
+ * under flag EMB_SNAP_F_DELTA with base_id and prev_id in the header.
+ * 0 and *res, EMB_EDELTALOST (a delta is impossible now: write a full),
+ * or as for the writer; after any other error the caller's next walk of
+ * t must be full (the changes taken are not on disk).
+ */
+int emb_snap_write_ckpt(struct emb_table *t, const char *path, bool delta,
+			uint64_t base_id, uint64_t prev_id,
+			const struct emb_snap_write_opts *opts,
+			struct emb_snap_result *res);
+
+/*
  * Loads the snapshot at path into t. The whole file is verified and its
  * metadata checked against t first (EMB_EBADDIM, EMB_EBADOPTIM): on any
- * such error t is untouched. Rows overwrite rows of the same id. Returns
- * the rows loaded (>= 0), or a reader error, or an assign error
- * (EMB_EMEMLIMIT, -ENOMEM) after which t holds part of the file.
+ * such error t is untouched. Rows overwrite rows of the same id; a
+ * delta's removed ids are erased first. Returns the rows loaded (>= 0),
+ * or a reader error, or an assign error (EMB_EMEMLIMIT, -ENOMEM) after
+ * which t holds part of the file.
  */
 int64_t emb_snap_load_table(const char *path, struct emb_table *t);
 

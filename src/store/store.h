@@ -225,4 +225,43 @@ void emb_table_iter_destroy(struct emb_table_iter *it); /* NULL is a no-op */
 int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			struct emb_row_meta *meta, uint32_t max);
 
+/* ---- incremental checkpoints (dirty.c) ---- */
+
+/*
+ * A table remembers which rows were written (pushed, assigned, created)
+ * and which ids were removed since the last checkpoint walk. A walk copies
+ * rows like the iterator and clears their marks, so consecutive walks
+ * give a full image and then deltas: the rows changed since, written
+ * whole, and the ids removed since. At most one walk per table at a time.
+ */
+struct emb_table_ckpt;
+
+/*
+ * Starts a walk over every row (delta false) or over the rows changed
+ * since the last walk (delta true), and takes the removed ids. 0 and *out,
+ * EMB_EBADARG, -ENOMEM, or EMB_EDELTALOST (delta only: more removals came
+ * than the table keeps, so only a full walk is right now; nothing was
+ * started and the marks are intact).
+ */
+int emb_table_ckpt_begin(struct emb_table *t, bool delta,
+			 struct emb_table_ckpt **out);
+
+/*
+ * The ids removed since the last walk (delta walks; 0 for full ones):
+ * *ids points into c until end. A delta applies them before its rows.
+ */
+uint64_t emb_table_ckpt_erased(const struct emb_table_ckpt *c,
+			       const uint64_t **ids);
+
+/* Copies up to max rows as emb_table_iter_next() and clears their marks.
+ * Returns how many (0 at the end) or EMB_EBADARG. */
+int emb_table_ckpt_next(struct emb_table_ckpt *c, uint64_t *ids, float *rows,
+			struct emb_row_meta *meta, uint32_t max);
+
+/*
+ * Ends the walk. A walk whose rows did not reach durable storage loses
+ * the changes it took: the caller's next walk must be full.
+ */
+void emb_table_ckpt_end(struct emb_table_ckpt *c); /* NULL is a no-op */
+
 #endif

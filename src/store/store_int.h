@@ -80,6 +80,14 @@ struct emb_shard {
 	uint32_t nslabs;      /* slabs in use */
 	uint32_t slabs_cap;   /* room in slabs[] */
 	char **slabs;	      /* slab base addresses */
+	/* Incremental checkpoints (dirty.c): what changed since the last
+	 * checkpoint walk took this shard. */
+	uint64_t *dirty;      /* bit per record index: written since */
+	uint32_t dirty_words; /* words in dirty, covers every slab record */
+	uint32_t nerased;     /* ids in erased */
+	uint32_t erased_cap;  /* room in erased */
+	bool erased_lost;     /* a removal was not recorded: no delta */
+	uint64_t *erased;     /* ids removed since */
 } __attribute__((aligned(64)));
 
 struct emb_table {
@@ -222,6 +230,32 @@ void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 void emb__life_destroy(struct emb_table *t);
 /* Bytes the admission filters hold now. */
 uint64_t emb__life_filter_bytes(struct emb_table *t);
+
+/* ---- dirty.c: change tracking for incremental checkpoints ---- */
+
+/*
+ * Every path that writes a row's floats marks its record (push, assign,
+ * and creation in emb__shard_insert); every removal goes through
+ * emb__shard_remove, which records the id. Caller holds the shard lock.
+ * -DEMB_NO_DIRTY builds the store without the marks, to measure what
+ * they cost (docs/store.md).
+ */
+static inline void emb__dirty_mark(struct emb_shard *s, uint32_t idx)
+{
+#ifndef EMB_NO_DIRTY
+	s->dirty[idx >> 6] |= 1ull << (idx & 63);
+#else
+	(void)s;
+	(void)idx;
+#endif
+}
+
+/* Makes room for nrec records' bits (before a slab is added): 0/-ENOMEM. */
+int emb__dirty_reserve(struct emb_shard *s, uint32_t nrec);
+/* Records that id was removed; past the bound, the shard forgets and
+ * sets erased_lost (the next checkpoint must be full). */
+void emb__dirty_erased(struct emb_shard *s, uint64_t id);
+void emb__dirty_fini(struct emb_shard *s);
 
 /*
  * shard.c: charges (n > 0) or releases (n < 0) table memory against the

@@ -346,7 +346,7 @@ static void prefetch_homes(const struct emb_shard *s, const struct batch *b,
  */
 static void resolve_chunk(const struct emb_table *t, const struct emb_shard *s,
 			  const struct batch *b, const uint32_t *pos,
-			  uint32_t m, struct emb_row_hdr **row)
+			  uint32_t m, struct emb_row_hdr **row, uint32_t *idx)
 {
 	const uint32_t *home[CHUNK];
 	uint32_t k;
@@ -370,6 +370,8 @@ static void resolve_chunk(const struct emb_table *t, const struct emb_shard *s,
 			if ((*p & ~EMB_SLOT_IDX_MASK) == tag) {
 				row[k] = emb__shard_row(
 				    t, s, (*p & EMB_SLOT_IDX_MASK) - 1);
+				if (idx)
+					idx[k] = (*p & EMB_SLOT_IDX_MASK) - 1;
 				prefetch_row(t, row[k]);
 				break;
 			}
@@ -382,30 +384,34 @@ static void resolve_chunk(const struct emb_table *t, const struct emb_shard *s,
 static void verify_chunk(const struct emb_table *t, const struct emb_shard *s,
 			 const uint64_t *ids, const struct batch *b,
 			 const uint32_t *pos, uint32_t m,
-			 struct emb_row_hdr **row)
+			 struct emb_row_hdr **row, uint32_t *idx)
 {
 	for (uint32_t k = 0; k < m; k++) {
 		uint64_t id = ids[pos[k]];
-		int64_t idx;
+		int64_t found;
 
 		if (!row[k] || row[k]->id == id)
 			continue;
-		idx = emb__shard_find(t, s, id, b->h[pos[k]]);
-		row[k] = idx < 0 ? NULL : emb__shard_row(t, s, (uint32_t)idx);
+		found = emb__shard_find(t, s, id, b->h[pos[k]]);
+		row[k] =
+		    found < 0 ? NULL : emb__shard_row(t, s, (uint32_t)found);
+		if (idx && found >= 0)
+			idx[k] = (uint32_t)found;
 	}
 }
 
 /*
  * Pipelined lookup of one chunk (MICA's batching): sets row[k] to the record
- * of ids[pos[k]], or NULL when the id is absent.
+ * of ids[pos[k]], or NULL when the id is absent, and idx[k] to its record
+ * index (the dirty mark's position).
  */
 static void lookup_chunk(const struct emb_table *t, const struct emb_shard *s,
 			 const uint64_t *ids, const struct batch *b,
 			 const uint32_t *pos, uint32_t m,
-			 struct emb_row_hdr **row)
+			 struct emb_row_hdr **row, uint32_t *idx)
 {
-	resolve_chunk(t, s, b, pos, m, row);
-	verify_chunk(t, s, ids, b, pos, m, row);
+	resolve_chunk(t, s, b, pos, m, row, idx);
+	verify_chunk(t, s, ids, b, pos, m, row, idx);
 }
 
 static void touch(struct emb_row_hdr *r, uint32_t step)
@@ -529,7 +535,8 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		 * meanwhile (s->used moved) may be ids an already-resolved
 		 * chunk found absent, so its misses look again.
 		 */
-		resolve_chunk(t, s, &b, &b.pos[lo], CHUNK_LEN(lo, hi), rows[0]);
+		resolve_chunk(t, s, &b, &b.pos[lo], CHUNK_LEN(lo, hi), rows[0],
+			      NULL);
 		used_at[0] = s->used;
 		for (uint32_t c = lo, cur = 0; c < hi && !rc;
 		     c += CHUNK, cur ^= 1) {
@@ -541,10 +548,11 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 			if (c + CHUNK < hi) {
 				resolve_chunk(t, s, &b, &b.pos[c + CHUNK],
 					      CHUNK_LEN(c + CHUNK, hi),
-					      rows[cur ^ 1]);
+					      rows[cur ^ 1], NULL);
 				used_at[cur ^ 1] = s->used;
 			}
-			verify_chunk(t, s, ids, &b, &b.pos[c], m, rows[cur]);
+			verify_chunk(t, s, ids, &b, &b.pos[c], m, rows[cur],
+				     NULL);
 			for (uint32_t k = 0; k < m; k++) {
 				uint32_t p = b.pos[c + k];
 				struct emb_row_hdr *r = rows[cur][k];
@@ -774,8 +782,9 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		for (uint32_t c = lo; c < hi; c += CHUNK) {
 			uint32_t m = hi - c < CHUNK ? hi - c : CHUNK;
 			struct emb_row_hdr *rows[CHUNK];
+			uint32_t idx[CHUNK];
 
-			lookup_chunk(t, s, ids, &b, &b.pos[c], m, rows);
+			lookup_chunk(t, s, ids, &b, &b.pos[c], m, rows, idx);
 			for (uint32_t k = 0; k < m; k++) {
 				uint32_t p = b.pos[c + k];
 				struct emb_row_hdr *r = rows[k];
@@ -787,6 +796,7 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 					continue;
 				}
 				if (!r) {
+					/* Marked by the insert. */
 					r = create_row(t, s, ids[p], b.h[p],
 						       &err);
 					if (!r) {
@@ -795,6 +805,8 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 						continue;
 					}
 					created++;
+				} else {
+					emb__dirty_mark(s, idx[k]);
 				}
 				touch(r, step);
 				w = emb__row_data(r);
@@ -868,6 +880,7 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 				created++;
 			}
 			r = emb__shard_row(t, s, (uint32_t)idx);
+			emb__dirty_mark(s, (uint32_t)idx);
 			w = emb__row_data(r);
 			memcpy(w, rows + (size_t)p * stride,
 			       (size_t)stride * sizeof(*w));

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/token.h"
 #include "proto/wire_msg.h"
+#include "store/chain.h"
 #include "worker/embstore.h"
 #include "cluster/hello.h"
 
@@ -285,6 +286,43 @@ static bool file_exists(const char *dir, const char *name)
 	return access(p, F_OK) == 0;
 }
 
+bool emb_cli_is_dump(const char *dir)
+{
+	return file_exists(dir, EMB_SNAP_MANIFEST);
+}
+
+/* A checkpoint directory: its newest chain, merged into a temporary dump
+ * under $TMPDIR that emb_cli_fileset_close() removes. */
+static int open_chain(const char *what, const char *path,
+		      struct emb_cli_fileset *fs)
+{
+	const char *tmp = getenv("TMPDIR");
+	char why[EMB_SNAP_PATH_MAX + 300], bad[EMB_SNAP_PATH_MAX];
+	int rc;
+
+	snprintf(fs->dir, sizeof(fs->dir), "%s/embstore-chain-XXXXXX",
+		 tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(fs->dir)) {
+		rc = -errno;
+		fprintf(stderr, "embstore %s: %s: %s\n", what, fs->dir,
+			strerror(errno));
+		return rc;
+	}
+	fs->merged = true;
+	rc = emb_chain_compact(path, fs->dir, NULL, why, sizeof(why));
+	if (!rc)
+		rc = emb_snap_manifest_read(fs->dir, &fs->e, &fs->n, bad);
+	if (rc) {
+		fprintf(stderr, "embstore %s: %s: checkpoint chain: %s\n",
+			what, path, why[0] ? why : emb_strerror(rc));
+		emb_cli_fileset_close(fs);
+		return rc;
+	}
+	fprintf(stderr, "embstore %s: %s: checkpoint chain %s\n", what, path,
+		why);
+	return 0;
+}
+
 int emb_cli_fileset_open(const char *what, const char *path,
 			 struct emb_cli_fileset *fs)
 {
@@ -316,6 +354,8 @@ int emb_cli_fileset_open(const char *what, const char *path,
 		return 0;
 	}
 	snprintf(fs->dir, sizeof(fs->dir), "%s", path);
+	if (!file_exists(path, EMB_SNAP_MANIFEST) && emb_chain_is_root(path))
+		return open_chain(what, path, fs);
 	rc = emb_snap_manifest_read(path, &fs->e, &fs->n, bad);
 	if (rc == -ENOENT)
 		fprintf(stderr,
@@ -337,6 +377,14 @@ void emb_cli_fileset_close(struct emb_cli_fileset *fs)
 {
 	free(fs->e);
 	fs->e = NULL;
+	if (fs->merged) {
+		char *slash = strrchr(fs->dir, '/');
+
+		*slash = '\0';
+		emb_chain_rm(fs->dir, slash + 1);
+		*slash = '/';
+		fs->merged = false;
+	}
 }
 
 const char *emb_cli_snap_err(int rc)

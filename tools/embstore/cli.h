@@ -29,6 +29,7 @@ int emb_cmd_dump(int argc, char **argv);
 int emb_cmd_restore(int argc, char **argv);
 int emb_cmd_inspect(int argc, char **argv);
 int emb_cmd_export(int argc, char **argv);
+int emb_cmd_compact(int argc, char **argv);
 int emb_cmd_launch(int argc, char **argv);
 int emb_cmd_stat(int argc, char **argv);
 
@@ -169,9 +170,15 @@ struct emb_cli_fileset {
 	struct emb_snap_entry *e;    /* entries (one for a single file) */
 	uint32_t n;		     /* entries */
 	char dir[EMB_SNAP_PATH_MAX]; /* directory the names are in */
+	bool merged;		     /* dir is a merged chain: close
+					removes it */
 };
 
-/* Opens path (a dump directory or one file); prints why not. */
+/* True when dir holds a MANIFEST (a dump or one checkpoint). */
+bool emb_cli_is_dump(const char *dir);
+
+/* Opens path (a dump directory, one file, or a checkpoint directory,
+ * whose newest chain is merged into a temporary dump); prints why not. */
 int emb_cli_fileset_open(const char *what, const char *path,
 			 struct emb_cli_fileset *fs);
 void emb_cli_fileset_close(struct emb_cli_fileset *fs);

@@ -13,12 +13,17 @@
 #include "common/hash.h"
 #include "common/optim.h"
 #include "common/init.h"
+#include "common/err.h"
+#include "store/chain.h"
 
 static void usage(FILE *f)
 {
 	fputs("usage: embstore inspect DIR|FILE [options]\n"
 	      "Verifies a dump (every checksum) and describes it; exits 1 if "
 	      "a file is bad.\n"
+	      "A checkpoint directory (--checkpoint-dir) is shown as chains: "
+	      "each full\ncheckpoint and the deltas that follow it, every link "
+	      "verified.\n"
 	      "  --rows N                also print the first N "
 	      "rows\n" EMB_CLI_HELP_BASE,
 	      f);
@@ -53,6 +58,78 @@ static void print_meta(const char *file, const struct emb_snap_meta *m,
 	    EMB_SNAP_VERSION,
 	    (m->flags & EMB_SNAP_F_SHUFFLE) ? " shuffled" : "",
 	    (unsigned long long)checksum);
+	if (m->flags & EMB_SNAP_F_DELTA)
+		printf("  delta of checkpoint %016llu after %016llu: %llu rows "
+		       "changed, %llu removed\n",
+		       (unsigned long long)m->base_id,
+		       (unsigned long long)m->prev_id,
+		       (unsigned long long)m->rows,
+		       (unsigned long long)m->erased);
+}
+
+/* A checkpoint directory: one line per link, grouped into chains. The
+ * newest chain must verify whole for exit status 0. */
+static int show_chains(const char *root)
+{
+	struct emb_chain_link *l;
+	uint32_t n, newest_full = UINT32_MAX, bad_newest = 0;
+	int rc;
+
+	rc = emb_chain_list(root, &l, &n);
+	if (rc) {
+		fprintf(stderr, "embstore inspect: %s: %s\n", root,
+			emb_strerror(rc));
+		return 1;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (!l[i].delta)
+			newest_full = i;
+	printf("checkpoint directory %s: %u checkpoint%s\n", root, n,
+	       n == 1 ? "" : "s");
+	for (uint32_t i = 0; i < n; i++) {
+		struct emb_chain_link *k = &l[i];
+		bool in_newest = newest_full != UINT32_MAX && i >= newest_full;
+
+		if (!k->delta) {
+			uint32_t span = emb_chain_span(l, n, i);
+
+			printf("chain %s: full + %u delta%s%s\n", k->name, span,
+			       span == 1 ? "" : "s",
+			       i == newest_full ? " (newest: loaded at start)"
+						: "");
+		}
+		emb_chain_verify(root, k);
+		printf("  %-6s %s  %u table%s  %llu rows  %llu removed  %llu B"
+		       "  %s%s%s\n",
+		       k->delta ? "delta" : "full", k->name, k->ne,
+		       k->ne == 1 ? "" : "s", (unsigned long long)k->rows,
+		       (unsigned long long)k->erased,
+		       (unsigned long long)k->bytes,
+		       k->status ? "REFUSED: " : "OK",
+		       k->status ? k->bad : "",
+		       k->status ? "" : "");
+		if (k->status) {
+			printf("         %s\n", emb_cli_snap_err(k->status));
+			if (in_newest)
+				bad_newest++;
+		}
+	}
+	if (newest_full != UINT32_MAX &&
+	    newest_full + emb_chain_span(l, n, newest_full) + 1 < n) {
+		printf("%s does not continue the newest chain\n",
+		       l[newest_full + emb_chain_span(l, n, newest_full) + 1]
+			   .name);
+		bad_newest++;
+	}
+	emb_chain_free(l, n);
+	if (bad_newest || newest_full == UINT32_MAX) {
+		printf("the newest chain is %s\n",
+		       newest_full == UINT32_MAX ? "missing its full checkpoint"
+						 : "damaged");
+		return 1;
+	}
+	printf("all checksums OK\n");
+	return 0;
 }
 
 static int run(struct cli *cli)
@@ -66,6 +143,8 @@ static int run(struct cli *cli)
 	if (!cli->dir)
 		return emb_cli_usage_error(cli, usage,
 					   "inspect needs a directory or file");
+	if (!emb_cli_is_dump(cli->dir) && emb_chain_is_root(cli->dir))
+		return show_chains(cli->dir);
 	if (emb_cli_fileset_open("inspect", cli->dir, &fs))
 		return 1;
 	memset(hist, 0, sizeof(hist));

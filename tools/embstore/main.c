@@ -7,6 +7,7 @@
  *   embstore restore  load a snapshot into a cluster     restore.c
  *   embstore inspect  verify and describe a snapshot     inspect.c
  *   embstore export   a snapshot's rows as text          export.c
+ *   embstore compact  merge a checkpoint chain           compact.c
  *   embstore stat     rows, memory and rates per table   stat.c
  *   embstore launch   a local cluster                    launch.c
  */
@@ -24,6 +25,8 @@ static const struct {
     {"restore", emb_cmd_restore, "load a snapshot into a cluster"},
     {"inspect", emb_cmd_inspect, "verify and describe a snapshot"},
     {"export", emb_cmd_export, "a snapshot's rows as id<TAB>v0 v1 ..."},
+    {"compact", emb_cmd_compact,
+     "merge a checkpoint chain into a full checkpoint"},
     {"stat", emb_cmd_stat, "rows, memory and op rates per server and table"},
     {"launch", emb_cmd_launch,
      "a scheduler, servers and workers on this machine"},

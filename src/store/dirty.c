@@ -1,0 +1,240 @@
+/*
+ * src/store/dirty.c - change tracking for incremental checkpoints, and the
+ * checkpoint walk that reads it (emb_table_ckpt_*).
+ *
+ * Each shard keeps a bit per record (set when the record's floats are
+ * written or the record is created) and a list of the ids it removed. A
+ * push pays one OR into a bitmap that stays cache resident (1 bit per row,
+ * 128 KiB per million rows), under the shard lock it already holds.
+ *
+ * A walk takes the removed ids of every shard at begin, then goes shard by
+ * shard copying rows (all of them, or the marked ones for a delta) and
+ * clearing their marks, under the shard lock in bounded steps. Removals
+ * that happen while a shard is walked stay in its list for the next delta,
+ * except those whose id is live again when the walk leaves the shard: the
+ * walk or the next delta carries that row whole, and a delta applies its
+ * removals before its rows. So the files of a chain, applied in order,
+ * give every row's last written value at the walks' ends.
+ *
+ * Functions named emb__dirty_* run under the caller's shard lock; the walk
+ * may run in any thread, at most one walk per table at a time.
+ */
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/hash.h"
+
+/* Removed ids a shard remembers: beyond this a delta would be about as big
+ * as a full checkpoint, so the shard stops counting and asks for one. */
+#define ERASED_MIN 1024u
+
+int emb__dirty_reserve(struct emb_shard *s, uint32_t nrec)
+{
+	uint32_t words = (nrec + 63) / 64;
+	uint64_t *d;
+
+	if (words <= s->dirty_words)
+		return 0;
+	if (words < 2 * s->dirty_words)
+		words = 2 * s->dirty_words;
+	d = realloc(s->dirty, (size_t)words * sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	memset(d + s->dirty_words, 0,
+	       (size_t)(words - s->dirty_words) * sizeof(*d));
+	s->dirty = d;
+	s->dirty_words = words;
+	return 0;
+}
+
+void emb__dirty_erased(struct emb_shard *s, uint64_t id)
+{
+#ifndef EMB_NO_DIRTY
+	if (s->erased_lost)
+		return;
+	if (s->nerased == s->erased_cap) {
+		uint32_t cap = s->erased_cap ? 2 * s->erased_cap : 64;
+		uint64_t *v;
+
+		/* Bounded by a quarter of the shard's rows (at least
+		 * ERASED_MIN): 2 bytes a row at most. */
+		if (s->nerased >= ERASED_MIN && s->nerased >= s->used / 4) {
+			s->erased_lost = true;
+			return;
+		}
+		v = realloc(s->erased, (size_t)cap * sizeof(*v));
+		if (!v) {
+			s->erased_lost = true;
+			return;
+		}
+		s->erased = v;
+		s->erased_cap = cap;
+	}
+	s->erased[s->nerased++] = id;
+#else
+	(void)s;
+	(void)id;
+#endif
+}
+
+void emb__dirty_fini(struct emb_shard *s)
+{
+	free(s->dirty);
+	free(s->erased);
+	s->dirty = NULL;
+	s->erased = NULL;
+}
+
+/* ---- the checkpoint walk ---- */
+
+struct emb_table_ckpt {
+	struct emb_table *t; /* borrowed */
+	bool delta;	     /* marked rows only */
+	uint32_t shard;	     /* shard being walked */
+	uint32_t idx;	     /* next record index in it */
+	uint64_t *erased;    /* removed ids taken at begin (delta) */
+	uint64_t nerased;    /* ids in erased */
+};
+
+int emb_table_ckpt_begin(struct emb_table *t, bool delta,
+			 struct emb_table_ckpt **out)
+{
+	struct emb_table_ckpt *c;
+	bool lost = false;
+	uint64_t n = 0;
+
+	if (!t || !out)
+		return EMB_EBADARG;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->t = t;
+	c->delta = delta;
+	/* Upper bound first, so that the lists can be taken in one pass. */
+	for (uint32_t si = 0; si < t->nshards; si++)
+		n += __atomic_load_n(&t->shards[si].nerased, __ATOMIC_RELAXED);
+	if (delta) {
+		c->erased = malloc((size_t)(n + t->nshards * 64u) *
+				   sizeof(*c->erased));
+		if (!c->erased) {
+			free(c);
+			return -ENOMEM;
+		}
+	}
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+
+		pthread_mutex_lock(&s->lock);
+		if (s->erased_lost)
+			lost = true;
+		/* A full walk needs no list: what it misses, it never
+		 * copied. Room ran out only if removals came meanwhile. */
+		if (delta && !lost &&
+		    c->nerased + s->nerased <= n + t->nshards * 64u) {
+			memcpy(c->erased + c->nerased, s->erased,
+			       (size_t)s->nerased * sizeof(*c->erased));
+			c->nerased += s->nerased;
+		} else if (delta) {
+			lost = true;
+		}
+		s->nerased = 0;
+		s->erased_lost = false;
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (delta && lost) {
+		/* The marks are intact; the full walk that must follow
+		 * clears them. */
+		free(c->erased);
+		free(c);
+		return EMB_EDELTALOST;
+	}
+	*out = c;
+	return 0;
+}
+
+uint64_t emb_table_ckpt_erased(const struct emb_table_ckpt *c,
+			       const uint64_t **ids)
+{
+	*ids = c->erased;
+	return c->nerased;
+}
+
+/* The walk leaves shard s: drops the removals of ids that are live again. */
+static void leave_shard(struct emb_table *t, struct emb_shard *s)
+{
+	uint32_t keep = 0;
+
+	for (uint32_t i = 0; i < s->nerased; i++) {
+		uint64_t id = s->erased[i];
+
+		if (emb__shard_find(t, s, id, emb_id_hash(id)) < 0)
+			s->erased[keep++] = id;
+	}
+	s->nerased = keep;
+}
+
+int emb_table_ckpt_next(struct emb_table_ckpt *c, uint64_t *ids, float *rows,
+			struct emb_row_meta *meta, uint32_t max)
+{
+	struct emb_table *t = c->t;
+	uint32_t got = 0;
+
+	if (!ids || !rows)
+		return EMB_EBADARG;
+	while (got < max && c->shard < t->nshards) {
+		struct emb_shard *s = &t->shards[c->shard];
+		/* Records looked at per lock hold, so pushes wait little. */
+		uint32_t budget = 4 * max;
+
+		pthread_mutex_lock(&s->lock);
+		while (got < max && budget && c->idx < s->next_idx) {
+			uint32_t i = c->idx;
+			uint64_t *w = &s->dirty[i >> 6];
+			uint64_t bit = 1ull << (i & 63);
+			struct emb_row_hdr *r;
+
+			if (c->delta && !(*w >> (i & 63))) {
+				/* No mark left in this word: next word. */
+				c->idx = (i | 63) + 1;
+				budget--;
+				continue;
+			}
+			c->idx++;
+			budget--;
+			if (c->delta && !(*w & bit))
+				continue;
+			*w &= ~bit;
+			r = emb__shard_row(t, s, i);
+			if (r->count & EMB_ROW_FREE)
+				continue;
+			ids[got] = r->id;
+			memcpy(rows + (size_t)got * t->row_floats,
+			       emb__row_data(r),
+			       (size_t)t->row_floats * sizeof(float));
+			if (meta) {
+				meta[got].last_step = r->last_step;
+				meta[got].count = r->count;
+			}
+			got++;
+		}
+		if (c->idx >= s->next_idx) {
+			leave_shard(t, s);
+			c->shard++;
+			c->idx = 0;
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	return (int)got;
+}
+
+void emb_table_ckpt_end(struct emb_table_ckpt *c)
+{
+	if (!c)
+		return;
+	free(c->erased);
+	free(c);
+}
