@@ -129,23 +129,29 @@ int emb_table_ckpt_begin(struct emb_table *t, bool delta,
 		struct emb_shard *s = &t->shards[si];
 
 		pthread_mutex_lock(&s->lock);
-		if (s->erased_lost)
+		/* Room runs out only if removals came meanwhile. */
+		if (delta && !s->erased_lost &&
+		    c->nerased + s->nerased > n + t->nshards * 64u)
+			s->erased_lost = true;
+		if (delta && s->erased_lost) {
+			/* The flag stays until a full walk: no delta
+			 * before it, even if other lists were taken. */
 			lost = true;
-		/* A full walk needs no list: what it misses, it never
-		 * copied. Room ran out only if removals came meanwhile. */
-		if (delta && !lost &&
-		    c->nerased + s->nerased <= n + t->nshards * 64u) {
-			memcpy(c->erased + c->nerased, s->erased,
-			       (size_t)s->nerased * sizeof(*c->erased));
-			c->nerased += s->nerased;
-		} else if (delta) {
-			lost = true;
+		} else {
+			/* A full walk needs no list: what it misses, it
+			 * never copied. */
+			if (delta) {
+				memcpy(c->erased + c->nerased, s->erased,
+				       (size_t)s->nerased *
+					   sizeof(*c->erased));
+				c->nerased += s->nerased;
+			}
+			s->nerased = 0;
+			s->erased_lost = false;
 		}
-		s->nerased = 0;
-		s->erased_lost = false;
 		pthread_mutex_unlock(&s->lock);
 	}
-	if (delta && lost) {
+	if (lost) {
 		/* The marks are intact; the full walk that must follow
 		 * clears them. */
 		free(c->erased);

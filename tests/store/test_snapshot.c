@@ -550,6 +550,224 @@ static void test_manifest_round_trip_and_refusals(void)
 	emb_table_destroy(a);
 }
 
+/* ---- incremental checkpoints ---- */
+
+/* Writes a walk of t to name (delta or full) and returns its metadata. */
+static struct emb_snap_meta ckpt_to(struct emb_table *t, const char *name,
+				    bool delta, uint64_t base, uint64_t prev)
+{
+	struct emb_snap_meta m;
+	struct emb_snap_result res;
+
+	CU_ASSERT_EQUAL_FATAL(emb_snap_write_ckpt(t, path_in(name), delta,
+						  base, prev, NULL, &res),
+			      0);
+	CU_ASSERT_EQUAL_FATAL(emb_snap_verify(path_in(name), 0, &m, NULL), 0);
+	CU_ASSERT_EQUAL(m.rows, res.rows);
+	return m;
+}
+
+static void push_ids(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		     float v)
+{
+	float *g = xcalloc((size_t)n * emb_table_dim(t), sizeof(float));
+
+	for (size_t j = 0; j < (size_t)n * emb_table_dim(t); j++)
+		g[j] = v + (float)(j % 7) * 0.01f;
+	CU_ASSERT_EQUAL(emb_table_push(t, ids, n, g), 0);
+	free(g);
+}
+
+static void test_delta_chain_replays_live_table(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_ADAM, 5);
+	struct emb_table *a = table_filled(&o, 2000, 7), *b = NULL;
+	struct emb_snap_meta m;
+	uint64_t st = 99, ids[64];
+	char name[32];
+
+	m = ckpt_to(a, "full.embs", false, 0, 0);
+	CU_ASSERT_EQUAL(m.rows, table_stats(a).rows);
+	CU_ASSERT_EQUAL(m.flags & EMB_SNAP_F_DELTA, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_snap_load_new(path_in("full.embs"), NULL, &b),
+			      0);
+	/* Nothing changed: an empty delta. */
+	m = ckpt_to(a, "d0.embs", true, 1, 1);
+	CU_ASSERT_EQUAL(m.rows, 0);
+	CU_ASSERT_EQUAL(m.erased, 0);
+	for (int round = 1; round <= 10; round++) {
+		struct emb_table_iter *it;
+		uint64_t some[8];
+		float *rows = xcalloc(8 * (size_t)emb_table_row_floats(a),
+				      sizeof(float));
+		int got;
+
+		/* Pushes to old and new ids. */
+		for (int k = 0; k < 64; k++)
+			ids[k] = emb_splitmix64(&st) >> (k % 2 ? 52 : 20);
+		push_ids(a, ids, 64, 0.1f * (float)round);
+		/* Erases, one of them re-created, and an assign. */
+		CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(a, &it), 0);
+		got = emb_table_iter_next(it, some, rows, NULL, 8);
+		emb_table_iter_destroy(it);
+		CU_ASSERT_EQUAL_FATAL(got, 8);
+		CU_ASSERT_EQUAL(emb_table_erase(a, some, 6), 6);
+		push_ids(a, some, 1, -0.5f);
+		CU_ASSERT_EQUAL(emb_table_assign(a, some + 6, 2, rows, true,
+						 NULL),
+				0);
+		free(rows);
+		snprintf(name, sizeof(name), "d%d.embs", round);
+		m = ckpt_to(a, name, true, 1, (uint64_t)round);
+		CU_ASSERT(m.flags & EMB_SNAP_F_DELTA);
+		CU_ASSERT_EQUAL(m.base_id, 1);
+		CU_ASSERT_EQUAL(m.prev_id, (uint64_t)round);
+		CU_ASSERT_EQUAL(m.erased, 6);
+		/* At most the pushed, re-created and assigned rows. */
+		CU_ASSERT(m.rows >= 3 && m.rows <= 64 + 1 + 2);
+		CU_ASSERT(emb_snap_load_table(path_in(name), b) >= 0);
+		assert_same_rows(a, b);
+	}
+	emb_table_destroy(b);
+	emb_table_destroy(a);
+}
+
+static void test_delta_erased_blocks_on_request(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_SGD, 3);
+	struct emb_table *a = table_filled(&o, 300, 3);
+	struct emb_snap_reader *r;
+	struct emb_snap_block blk;
+	uint64_t gone[3], seen_rows = 0, seen_erased = 0;
+	struct emb_table_iter *it;
+	float rows[3 * 3];
+	int n;
+
+	ckpt_to(a, "e-full.embs", false, 0, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(a, &it), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_next(it, gone, rows, NULL, 3), 3);
+	emb_table_iter_destroy(it);
+	CU_ASSERT_EQUAL(emb_table_erase(a, gone, 3), 3);
+	push_ids(a, gone, 1, 1.0f);
+	ckpt_to(a, "e-d.embs", true, 5, 6);
+	/* Without the flag: rows only. */
+	CU_ASSERT_EQUAL_FATAL(emb_snap_reader_open(path_in("e-d.embs"), 0, &r),
+			      0);
+	while ((n = emb_snap_reader_next(r, &blk)) > 0) {
+		CU_ASSERT(!blk.erased);
+		seen_rows += (uint64_t)n;
+	}
+	CU_ASSERT_EQUAL(n, 0);
+	emb_snap_reader_close(r);
+	CU_ASSERT_EQUAL(seen_rows, 1);
+	/* With it: the removals first, then the rows. */
+	CU_ASSERT_EQUAL_FATAL(emb_snap_reader_open(path_in("e-d.embs"),
+						   EMB_SNAP_READ_ERASED, &r),
+			      0);
+	seen_rows = 0;
+	while ((n = emb_snap_reader_next(r, &blk)) > 0) {
+		if (blk.erased) {
+			CU_ASSERT_EQUAL(seen_rows, 0);
+			seen_erased += (uint64_t)n;
+			CU_ASSERT_EQUAL(blk.ids[0], gone[0]);
+		} else {
+			seen_rows += (uint64_t)n;
+			CU_ASSERT_EQUAL(blk.ids[0], gone[0]);
+		}
+	}
+	CU_ASSERT_EQUAL(n, 0);
+	emb_snap_reader_close(r);
+	CU_ASSERT_EQUAL(seen_erased, 3);
+	CU_ASSERT_EQUAL(seen_rows, 1);
+	emb_table_destroy(a);
+}
+
+static void test_delta_too_many_removals_needs_full(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_SGD, 2);
+	struct emb_table *a;
+	struct emb_table_ckpt *c = NULL;
+	uint64_t *ids = xcalloc(20000, sizeof(*ids));
+	struct emb_snap_meta m;
+
+	o.nshards = 1;
+	a = table_new(&o);
+	for (uint32_t i = 0; i < 20000; i++)
+		ids[i] = i + 1;
+	push_ids(a, ids, 20000, 0.5f);
+	ckpt_to(a, "l-full.embs", false, 0, 0);
+	/* Half the rows go: more than the shard keeps a list of. */
+	CU_ASSERT_EQUAL(emb_table_erase(a, ids, 10000), 10000);
+	CU_ASSERT_EQUAL(emb_table_ckpt_begin(a, true, &c), EMB_EDELTALOST);
+	CU_ASSERT_PTR_NULL(c);
+	CU_ASSERT_EQUAL(emb_snap_write_ckpt(a, path_in("l-d.embs"), true, 1,
+					    1, NULL, NULL),
+			EMB_EDELTALOST);
+	CU_ASSERT(access(path_in("l-d.embs"), F_OK) != 0);
+	/* A full walk works and starts the tracking over. */
+	m = ckpt_to(a, "l-full2.embs", false, 0, 0);
+	CU_ASSERT_EQUAL(m.rows, 10000);
+	m = ckpt_to(a, "l-d2.embs", true, 1, 1);
+	CU_ASSERT_EQUAL(m.rows, 0);
+	CU_ASSERT_EQUAL(m.erased, 0);
+	free(ids);
+	emb_table_destroy(a);
+}
+
+/*
+ * Removals and re-creations while a walk is inside the shard: applying the
+ * walk, then the next delta, still gives the live table.
+ */
+static void test_delta_changes_during_walk(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_ADAGRAD, 4);
+	uint32_t rf, n;
+	struct emb_table *a, *b = NULL;
+	struct emb_table_ckpt *c;
+	struct emb_row_meta meta[16];
+	const uint64_t *gone;
+	uint64_t ids[400], got_ids[16];
+	float rows[16 * 8];
+	int got, calls = 0;
+
+	o.nshards = 1;
+	a = table_new(&o);
+	rf = emb_table_row_floats(a);
+	for (uint32_t i = 0; i < 400; i++)
+		ids[i] = 1000 + i;
+	push_ids(a, ids, 400, 0.25f);
+	ckpt_to(a, "w-full.embs", false, 0, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_snap_load_new(path_in("w-full.embs"), NULL,
+						&b),
+			      0);
+	push_ids(a, ids, 400, 0.5f); /* every row marked */
+	CU_ASSERT_EQUAL_FATAL(emb_table_ckpt_begin(a, true, &c), 0);
+	n = (uint32_t)emb_table_ckpt_erased(c, &gone);
+	CU_ASSERT_EQUAL(n, 0);
+	while ((got = emb_table_ckpt_next(c, got_ids, rows, meta, 16)) > 0) {
+		CU_ASSERT(rf <= 8);
+		CU_ASSERT_EQUAL(emb_table_assign(b, got_ids, (uint32_t)got,
+						 rows, true, meta),
+				0);
+		if (++calls == 5) {
+			/* ids[0] was copied: removed, then made again
+			 * (its record is reused, behind the walk). ids[399]
+			 * is ahead: removed for good. ids[1] removed and
+			 * made again too. */
+			CU_ASSERT_EQUAL(emb_table_erase(a, ids, 2), 2);
+			CU_ASSERT_EQUAL(emb_table_erase(a, ids + 399, 1), 1);
+			push_ids(a, ids, 2, 2.0f);
+		}
+	}
+	emb_table_ckpt_end(c);
+	/* The next delta carries what the walk missed. */
+	ckpt_to(a, "w-d.embs", true, 1, 1);
+	CU_ASSERT(emb_snap_load_table(path_in("w-d.embs"), b) >= 0);
+	assert_same_rows(a, b);
+	emb_table_destroy(b);
+	emb_table_destroy(a);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -572,6 +790,14 @@ int main(int argc, char **argv)
 	     test_full_disk_real_leaves_nothing},
 	    {"manifest round trip, stray and missing files",
 	     test_manifest_round_trip_and_refusals},
+	    {"a full and 10 deltas replay the live table bit for bit",
+	     test_delta_chain_replays_live_table},
+	    {"a delta's removals come first, read only on request",
+	     test_delta_erased_blocks_on_request},
+	    {"too many removals: no delta until a full walk",
+	     test_delta_too_many_removals_needs_full},
+	    {"removals and re-creations during a walk reach the next delta",
+	     test_delta_changes_during_walk},
 	    {NULL, NULL},
 	};
 	int rc;
