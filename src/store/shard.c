@@ -218,6 +218,8 @@ int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 	s->used++;
 	/* A new row is a change the next delta checkpoint must carry. */
 	emb__dirty_mark(s, idx);
+	if (s->view)
+		emb__view_born(s, idx);
 	return idx;
 }
 
@@ -261,6 +263,8 @@ void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 
 	r = emb__shard_row(t, s, idx);
 	emb__dirty_erased(s, r->id);
+	if (s->view)
+		emb__view_save(t, s, idx);
 	r->count = EMB_ROW_FREE;
 	r->last_step = s->free_head;
 	s->free_head = want;

@@ -225,6 +225,35 @@ void emb_table_iter_destroy(struct emb_table_iter *it); /* NULL is a no-op */
 int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			struct emb_row_meta *meta, uint32_t max);
 
+/* ---- point-in-time views (view.c) ---- */
+
+/*
+ * A view reads every row of a table as it was at one instant, between two
+ * write batches (push, assign, erase), while writes go on: a row is saved
+ * before its first write after the instant, until the view has read it.
+ * Taking the view holds writers back for a moment (emb_table_view_pause_ns).
+ * Weights and optimizer state are those of the instant; lifecycle meta may
+ * be newer (pulls are not held back). One view per table at a time.
+ */
+struct emb_table_view;
+
+/* 0 and *out, EMB_EBADARG, -EBUSY (a view exists) or -ENOMEM. */
+int emb_table_view_create(struct emb_table *t, struct emb_table_view **out);
+/* The table's step (push batches applied) and rows at the instant, and
+ * how long writers were held back. */
+uint64_t emb_table_view_step(const struct emb_table_view *v);
+uint64_t emb_table_view_rows(const struct emb_table_view *v);
+uint64_t emb_table_view_pause_ns(const struct emb_table_view *v);
+/*
+ * Copies up to max rows of the view like emb_table_iter_next(). Returns
+ * how many (0 at the end), EMB_EBADARG, or EMB_EMEMLIMIT when saving rows
+ * for the view did not fit the table's memory limit (the view is then
+ * incomplete: destroy it).
+ */
+int emb_table_view_next(struct emb_table_view *v, uint64_t *ids, float *rows,
+			struct emb_row_meta *meta, uint32_t max);
+void emb_table_view_destroy(struct emb_table_view *v); /* NULL: no-op */
+
 /* ---- incremental checkpoints (dirty.c) ---- */
 
 /*

@@ -88,6 +88,8 @@ struct emb_shard {
 	uint32_t erased_cap;  /* room in erased */
 	bool erased_lost;     /* a removal was not recorded: no delta */
 	uint64_t *erased;     /* ids removed since */
+	struct emb_view_shard *view; /* a point-in-time view's state, or
+					NULL (view.c) */
 } __attribute__((aligned(64)));
 
 struct emb_table {
@@ -129,6 +131,12 @@ struct emb_table {
 	uint64_t rows_evicted_ttl;   /* by ttl */
 	uint64_t rows_evicted_l2;    /* by min_l2 */
 	uint64_t rows_evicted_cap;   /* by max_rows */
+
+	/* Point-in-time views (view.c): batches that write rows count
+	 * themselves in writers and wait while fence is up. */
+	uint32_t writers; /* push/assign/erase batches in progress */
+	uint32_t fence;	  /* a view is being taken: writers wait */
+	bool viewed;	  /* a view exists (one at a time) */
 };
 
 /* The slot tag and probe start for an id hash (bit use: common/hash.h). */
@@ -256,6 +264,33 @@ int emb__dirty_reserve(struct emb_shard *s, uint32_t nrec);
  * sets erased_lost (the next checkpoint must be full). */
 void emb__dirty_erased(struct emb_shard *s, uint64_t id);
 void emb__dirty_fini(struct emb_shard *s);
+
+/* ---- view.c: copy-on-write for point-in-time views ---- */
+
+/* Saves record idx as it is now, if a view still needs it (the caller is
+ * about to change or free it). Caller holds the shard lock. */
+void emb__view_save(struct emb_table *t, struct emb_shard *s, uint32_t idx);
+/* Record idx was just made: no view taken before may show it. */
+void emb__view_born(struct emb_shard *s, uint32_t idx);
+/* A batch that writes rows begins (waits while a view is being taken)
+ * and ends. */
+void emb__writer_enter(struct emb_table *t);
+static inline void emb__writer_exit(struct emb_table *t)
+{
+	__atomic_sub_fetch(&t->writers, 1, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * Every write of a record's floats goes through here first: the dirty
+ * mark for the next delta checkpoint, and the old row for a view.
+ */
+static inline void emb__row_write(struct emb_table *t, struct emb_shard *s,
+				  uint32_t idx)
+{
+	emb__dirty_mark(s, idx);
+	if (__builtin_expect(s->view != NULL, 0))
+		emb__view_save(t, s, idx);
+}
 
 /*
  * shard.c: charges (n > 0) or releases (n < 0) table memory against the

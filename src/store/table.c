@@ -749,10 +749,14 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		return 0;
 	if (!emb_floats_finite(grads, (size_t)n * t->dim))
 		return EMB_ENONFINITE;
+	/* Inside the fence, so that a view's step counts whole batches. */
+	emb__writer_enter(t);
 	step = (uint32_t)__atomic_add_fetch(&t->step, 1, __ATOMIC_RELAXED);
 	rc = batch_init(t, &b, n);
-	if (rc)
+	if (rc) {
+		emb__writer_exit(t);
 		return rc;
+	}
 	hash_ids(&b, ids, n);
 	uniq = malloc((size_t)n * (sizeof(*uniq) + sizeof(*slot_of)));
 	grad = malloc((size_t)n * sizeof(*grad));
@@ -806,7 +810,7 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 					}
 					created++;
 				} else {
-					emb__dirty_mark(s, idx[k]);
+					emb__row_write(t, s, idx[k]);
 				}
 				touch(r, step);
 				w = emb__row_data(r);
@@ -829,6 +833,7 @@ out:
 	free(grad);
 	free(uniq);
 	batch_fini(&b);
+	emb__writer_exit(t);
 	return rc;
 }
 
@@ -850,10 +855,13 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	stride = with_state ? t->row_floats : t->dim;
 	if (!emb_floats_finite(rows, (size_t)n * stride))
 		return EMB_ENONFINITE;
+	emb__writer_enter(t);
 	step = now_step(t);
 	rc = batch_init(t, &b, n);
-	if (rc)
+	if (rc) {
+		emb__writer_exit(t);
 		return rc;
+	}
 	hash_ids(&b, ids, n);
 	batch_group(t, &b, NULL, n);
 
@@ -880,7 +888,7 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 				created++;
 			}
 			r = emb__shard_row(t, s, (uint32_t)idx);
-			emb__dirty_mark(s, (uint32_t)idx);
+			emb__row_write(t, s, (uint32_t)idx);
 			w = emb__row_data(r);
 			memcpy(w, rows + (size_t)p * stride,
 			       (size_t)stride * sizeof(*w));
@@ -898,6 +906,7 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		pthread_mutex_unlock(&s->lock);
 	}
 	batch_fini(&b);
+	emb__writer_exit(t);
 	add_stat(&t->rows, created);
 	return rc;
 }
@@ -912,9 +921,12 @@ int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n)
 		return EMB_EBADARG;
 	if (!n)
 		return 0;
+	emb__writer_enter(t);
 	rc = batch_init(t, &b, n);
-	if (rc)
+	if (rc) {
+		emb__writer_exit(t);
 		return rc;
+	}
 	hash_ids(&b, ids, n);
 	batch_group(t, &b, NULL, n);
 	for (uint32_t si = 0; si < t->nshards; si++) {
@@ -936,6 +948,7 @@ int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n)
 		pthread_mutex_unlock(&s->lock);
 	}
 	batch_fini(&b);
+	emb__writer_exit(t);
 	__atomic_fetch_sub(&t->rows, erased, __ATOMIC_RELAXED);
 	add_stat(&t->rows_erased, erased);
 	return (int)erased;

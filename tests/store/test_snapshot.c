@@ -768,6 +768,115 @@ static void test_delta_changes_during_walk(void)
 	emb_table_destroy(a);
 }
 
+/* ---- point-in-time views ---- */
+
+/* Changes a: pushes to old and new ids, erases, an assign. */
+static void churn(struct emb_table *a, uint64_t *st, float v)
+{
+	struct emb_table_iter *it;
+	uint64_t ids[128], some[16];
+	float rows[16 * 16];
+	int got;
+
+	for (int k = 0; k < 128; k++)
+		ids[k] = emb_splitmix64(st) >> (k % 2 ? 52 : 20);
+	push_ids(a, ids, 128, v);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(a, &it), 0);
+	got = emb_table_iter_next(it, some, rows, NULL, 16);
+	emb_table_iter_destroy(it);
+	CU_ASSERT_EQUAL_FATAL(got, 16);
+	CU_ASSERT_EQUAL(emb_table_erase(a, some, 10), 10);
+	CU_ASSERT_EQUAL(emb_table_assign(a, some + 10, 6, rows, true, NULL),
+			0);
+	push_ids(a, some, 3, -v); /* erased, made again */
+}
+
+static void test_view_is_one_instant(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_ADAM, 3);
+	struct emb_table *a = table_filled(&o, 3000, 11), *ref = NULL, *b;
+	struct emb_table_view *v = NULL, *v2 = NULL;
+	uint32_t rf = emb_table_row_floats(a);
+	uint64_t ids[100], st = 5, step;
+	struct emb_row_meta meta[100];
+	float *rows = xcalloc(100 * (size_t)rf, sizeof(float));
+	int got, calls = 0;
+
+	/* The reference: the table at the instant, through a snapshot. */
+	CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(a, path_in("v.embs"), NULL,
+						   NULL),
+			      0);
+	CU_ASSERT_EQUAL_FATAL(emb_snap_load_new(path_in("v.embs"), NULL, &ref),
+			      0);
+	step = table_stats(a).step;
+	CU_ASSERT_EQUAL_FATAL(emb_table_view_create(a, &v), 0);
+	CU_ASSERT_EQUAL(emb_table_view_create(a, &v2), -EBUSY);
+	CU_ASSERT_EQUAL(emb_table_view_step(v), step);
+	CU_ASSERT_EQUAL(emb_table_view_rows(v), table_stats(ref).rows);
+	o.name = "view.copy";
+	b = table_new(&o);
+	churn(a, &st, 0.5f);
+	while ((got = emb_table_view_next(v, ids, rows, meta, 100)) > 0) {
+		CU_ASSERT_EQUAL(emb_table_assign(b, ids, (uint32_t)got, rows,
+						 true, meta),
+				0);
+		/* Writes go on while the view is read. */
+		if (++calls % 5 == 0)
+			churn(a, &st, 0.1f * (float)calls);
+	}
+	CU_ASSERT_EQUAL(got, 0);
+	CU_ASSERT(calls > 10);
+	emb_table_view_destroy(v);
+	assert_same_rows(ref, b);
+	CU_ASSERT(table_stats(a).step > step);
+	/* Once destroyed, another can be taken. */
+	CU_ASSERT_EQUAL(emb_table_view_create(a, &v2), 0);
+	emb_table_view_destroy(v2);
+	free(rows);
+	emb_table_destroy(b);
+	emb_table_destroy(ref);
+	emb_table_destroy(a);
+}
+
+static void test_view_over_memory_limit_breaks(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_SGD, 64);
+	struct emb_table *a;
+	struct emb_table_view *v;
+	uint64_t ids[2000], got_ids[10];
+	float rows[10 * 64];
+	struct emb_table_stats ts;
+	int got;
+
+	a = table_filled(&o, 2000, 13);
+	ts = table_stats(a);
+	emb_table_destroy(a);
+	/* Room for the table and a little more, not for saving it all. */
+	o.mem_limit = ts.bytes + 64 * 1024;
+	a = table_filled(&o, 2000, 13);
+	CU_ASSERT_EQUAL_FATAL(emb_table_view_create(a, &v), 0);
+	for (uint32_t i = 0; i < 2000; i++)
+		ids[i] = i;
+	{
+		struct emb_table_iter *it;
+		float *r = xcalloc(2000 * 64, sizeof(float));
+
+		CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(a, &it), 0);
+		got = emb_table_iter_next(it, ids, r, NULL, 2000);
+		emb_table_iter_destroy(it);
+		free(r);
+		CU_ASSERT_EQUAL_FATAL(got, 2000);
+	}
+	/* Every row written: the saves pass the limit; writes still work. */
+	push_ids(a, ids, 2000, 0.25f);
+	got = emb_table_view_next(v, got_ids, rows, NULL, 10);
+	CU_ASSERT_EQUAL(got, EMB_EMEMLIMIT);
+	emb_table_view_destroy(v);
+	/* What the view held is given back. */
+	CU_ASSERT(table_stats(a).bytes <= ts.bytes + 64 * 1024);
+	emb_table_destroy(a);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -798,6 +907,10 @@ int main(int argc, char **argv)
 	     test_delta_too_many_removals_needs_full},
 	    {"removals and re-creations during a walk reach the next delta",
 	     test_delta_changes_during_walk},
+	    {"a view reads one instant while writes go on",
+	     test_view_is_one_instant},
+	    {"a view whose saves pass the memory limit fails, writes do not",
+	     test_view_over_memory_limit_breaks},
 	    {NULL, NULL},
 	};
 	int rc;
