@@ -88,6 +88,7 @@ enum emb_op {
 				    for admin rights (docs/protocol.md) */
 #define EMB_F_SESSION 0x0010u /* PUSH: a client session id and sequence
 				 number follow rank (retried at most once) */
+#define EMB_F_CONSISTENT 0x0020u /* DUMP_BEGIN: a point-in-time view */
 
 /* HELLO response features: what this server understands beyond version 1. */
 #define EMB_WIRE_FEAT_PUSH_SESSION 0x1u /* PUSH with EMB_F_SESSION */

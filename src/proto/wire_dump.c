@@ -43,7 +43,8 @@ int emb_wire_dump_info_encode(void *buf, size_t cap, uint64_t req_id,
 	emb_le32_store(p + 132, info->row_floats);
 	emb_le64_store(p + 136, info->rows);
 	emb_le64_store(p + 144, info->step);
-	emb_le64_store(p + 152, 0);
+	emb_le32_store(p + 152, info->flags);
+	emb_le32_store(p + 156, info->pause_us);
 	emb_wire_hdr_encode(buf, &hdr);
 	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_DUMP_INFO_SIZE);
 }
@@ -54,7 +55,9 @@ int emb_wire_dump_req_decode(const struct emb_wire_frame *f, uint8_t op)
 	    (op != EMB_OP_DUMP_BEGIN && op != EMB_OP_DUMP_CHUNK &&
 	     op != EMB_OP_DUMP_END))
 		return EMB_EBADARG;
-	if (f->hdr.status != 0 || f->hdr.flags != 0 ||
+	if (f->hdr.status != 0 ||
+	    (f->hdr.flags & ~(op == EMB_OP_DUMP_BEGIN ? EMB_F_CONSISTENT
+						      : 0u)) ||
 	    f->hdr.payload_len != 0 || f->hdr.table_id == 0)
 		return EMB_EBADFRAME;
 	if ((op == EMB_OP_DUMP_CHUNK) != (f->hdr.count != 0))
@@ -92,10 +95,12 @@ int emb_wire_dump_info_decode(const struct emb_wire_frame *f,
 	out->row_floats = emb_le32_load(p + 132);
 	out->rows = emb_le64_load(p + 136);
 	out->step = emb_le64_load(p + 144);
+	out->flags = emb_le32_load(p + 152);
+	out->pause_us = emb_le32_load(p + 156);
 	if (out->state_floats !=
 		emb_optim_state_floats(out->spec.optim.kind, out->spec.dim) ||
 	    out->row_floats != out->spec.dim + out->state_floats ||
-	    emb_le64_load(p + 152) != 0)
+	    (out->flags & ~EMB_WIRE_DUMP_CONSISTENT))
 		return EMB_EBADFRAME;
 	return 0;
 }

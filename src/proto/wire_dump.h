@@ -8,17 +8,24 @@
  * answered with count 0 means every row was sent, and END (or closing the
  * conn) frees the session. Rows added or removed during the dump may or may
  * not be sent; each row sent is whole (copied under its shard's lock), and
- * an id is sent at most once unless it is erased and created again.
+ * an id is sent at most once unless it is erased and created again. With
+ * EMB_F_CONSISTENT the session reads a point-in-time view instead
+ * (store.h): every row as of one instant between two push batches, each id
+ * once; a server that cannot keep the view within its memory limit fails
+ * a CHUNK with EMB_EMEMLIMIT.
  *
- * DUMP_BEGIN request (table id set, count 0, flags 0): no payload.
+ * DUMP_BEGIN request (table id set, count 0, flags 0 or EMB_F_CONSISTENT):
+ * no payload.
  * DUMP_BEGIN response (table id echoed, count 0)
  *   OFFSET  SIZE  MEANING
  *   0       128   table spec, as in CREATE_TABLE (wire_msg.h)
  *   128     4     state floats per row (common/optim.h)
  *   132     4     row floats = dim + state floats
  *   136     8     rows held when the dump began
- *   144     8     table step (push batches) when the dump began
- *   152     8     reserved, 0
+ *   144     8     table step (push batches) when the dump began (with
+ *                 EMB_F_CONSISTENT: at the view's instant)
+ *   152     4     flags: bit 0 the rows are a point-in-time view
+ *   156     4     writers held back taking the view, microseconds
  *   payload_len = 160
  *
  * DUMP_CHUNK request (table id of the session, count = most rows wanted,
@@ -53,7 +60,11 @@ struct emb_wire_dump_info {
 	uint32_t row_floats;	   /* dim + state_floats */
 	uint64_t rows;		   /* rows when the dump began */
 	uint64_t step;		   /* table step when the dump began */
+	uint32_t flags;		   /* EMB_WIRE_DUMP_CONSISTENT */
+	uint32_t pause_us;	   /* view taken: writers held back, us */
 };
+
+#define EMB_WIRE_DUMP_CONSISTENT 0x1u /* info.flags: a point-in-time view */
 
 /* A decoded DUMP_CHUNK response; arrays point into the frame. */
 struct emb_wire_dump_chunk {

@@ -7,7 +7,9 @@
  * buffer in wire layout: the iterator writes ids, then emb_row_meta pairs
  * (u32 last_step, u32 count: the wire's per-row meta) and full rows. Runs on
  * the loop thread that owns the conn; the store's shard locks keep the copy
- * safe against pushes from other loops.
+ * safe against pushes from other loops. A consistent dump (EMB_F_CONSISTENT)
+ * reads a point-in-time view of the table instead (store.h): taking it
+ * holds the table's writers back for a moment, logged with the dump.
  */
 #include "server/dump.h"
 
@@ -27,7 +29,8 @@ _Static_assert(sizeof(struct emb_row_meta) == 8,
 
 struct emb_dump_sess {
 	struct emb_server_table st; /* held until the session ends */
-	struct emb_table_iter *it;  /* position in the table */
+	struct emb_table_iter *it;  /* position in the table, or */
+	struct emb_table_view *view; /* in the view (consistent dumps) */
 	uint32_t row_floats;	    /* dim + state floats */
 	uint64_t rows_sent;	    /* for the log line at the end */
 };
@@ -37,6 +40,7 @@ void emb__server_dump_free(struct emb_dump_sess *sess)
 	if (!sess)
 		return;
 	emb_table_iter_destroy(sess->it);
+	emb_table_view_destroy(sess->view);
 	emb_server_table_release(&sess->st);
 	free(sess);
 }
@@ -98,10 +102,16 @@ static int on_begin(struct emb_server *s, struct emb_req *req,
 		free(sess);
 		return reply_error(req, rc, NULL);
 	}
-	rc = emb_table_iter_create(sess->st.t, &sess->it);
+	if (f->hdr.flags & EMB_F_CONSISTENT)
+		rc = emb_table_view_create(sess->st.t, &sess->view);
+	else
+		rc = emb_table_iter_create(sess->st.t, &sess->it);
 	if (rc) {
 		emb__server_dump_free(sess);
-		return reply_error(req, rc, NULL);
+		return reply_error(req, rc,
+				   rc == -EBUSY ? "a consistent dump of this "
+						  "table is running"
+						: NULL);
 	}
 	sess->row_floats = emb_table_row_floats(sess->st.t);
 	emb_table_stats(sess->st.t, &ts);
@@ -110,6 +120,14 @@ static int on_begin(struct emb_server *s, struct emb_req *req,
 	info.state_floats = sess->row_floats - sess->st.spec.dim;
 	info.rows = ts.rows;
 	info.step = ts.step;
+	if (sess->view) {
+		uint64_t us = emb_table_view_pause_ns(sess->view) / 1000;
+
+		info.rows = emb_table_view_rows(sess->view);
+		info.step = emb_table_view_step(sess->view);
+		info.flags = EMB_WIRE_DUMP_CONSISTENT;
+		info.pause_us = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+	}
 	buf = malloc(EMB_WIRE_HDR_SIZE + EMB_WIRE_DUMP_INFO_SIZE);
 	if (!buf) {
 		emb__server_dump_free(sess);
@@ -124,9 +142,17 @@ static int on_begin(struct emb_server *s, struct emb_req *req,
 		return reply_error(req, len, NULL);
 	}
 	*sessp = sess;
-	emb_log(EMB_LOG_INFO, "%s: dump of table %s (%llu rows) begins",
-		emb_conn_peer(req->conn), sess->st.spec.name,
-		(unsigned long long)ts.rows);
+	if (sess->view)
+		emb_log(EMB_LOG_INFO,
+			"%s: consistent dump of table %s (%llu rows at step "
+			"%llu) begins; writers held back %u us",
+			emb_conn_peer(req->conn), sess->st.spec.name,
+			(unsigned long long)info.rows,
+			(unsigned long long)info.step, info.pause_us);
+	else
+		emb_log(EMB_LOG_INFO, "%s: dump of table %s (%llu rows) begins",
+			emb_conn_peer(req->conn), sess->st.spec.name,
+			(unsigned long long)ts.rows);
 	memcpy(&hdr, buf, sizeof(hdr));
 	iov.iov_base = buf + EMB_WIRE_HDR_SIZE;
 	iov.iov_len = EMB_WIRE_DUMP_INFO_SIZE;
@@ -161,13 +187,26 @@ static int on_chunk(struct emb_server *s, struct emb_req *req,
 	buf = malloc((size_t)(want * row_bytes));
 	if (!buf)
 		return reply_error(req, -ENOMEM, NULL);
-	got = emb_table_iter_next(
-	    sess->it, (uint64_t *)(void *)buf,
-	    (float *)(void *)(buf + 16ull * want),
-	    (struct emb_row_meta *)(void *)(buf + 8ull * want), want);
+	if (sess->view)
+		got = emb_table_view_next(
+		    sess->view, (uint64_t *)(void *)buf,
+		    (float *)(void *)(buf + 16ull * want),
+		    (struct emb_row_meta *)(void *)(buf + 8ull * want), want);
+	else
+		got = emb_table_iter_next(
+		    sess->it, (uint64_t *)(void *)buf,
+		    (float *)(void *)(buf + 16ull * want),
+		    (struct emb_row_meta *)(void *)(buf + 8ull * want), want);
 	if (got < 0) {
 		free(buf);
-		return reply_error(req, got, NULL);
+		return reply_error(
+		    req, got,
+		    got == EMB_EMEMLIMIT
+			? "the consistent view's saved rows (rows written "
+			  "during the dump) passed the memory limit; dump "
+			  "again when fewer pushes run, or without "
+			  "--consistent"
+			: NULL);
 	}
 	if ((uint32_t)got < want) {
 		/* The last chunk: close the gaps left for the rows that

@@ -1444,11 +1444,19 @@ int emb_snap_manifest_write(const char *dir, const struct emb_snap_entry *e,
 			       EMB_SNAP_VERSION, n);
 	for (uint32_t i = 0; i < n; i++) {
 		int k = snprintf(line, sizeof(line),
-				 "file %s %s %u %u %llu %llu %016llx\n",
+				 "file %s %s %u %u %llu %llu %016llx",
 				 e[i].file, e[i].table, e[i].part, e[i].nparts,
 				 (unsigned long long)e[i].rows,
 				 (unsigned long long)e[i].bytes,
 				 (unsigned long long)e[i].checksum);
+
+		/* Only consistent dumps carry the field: other manifests
+		 * stay readable by older readers. */
+		if (e[i].consistent)
+			k += snprintf(line + k, sizeof(line) - (size_t)k,
+				      " consistent-at-step=%llu",
+				      (unsigned long long)e[i].step);
+		line[k++] = '\n';
 
 		memcpy(text + len, line, (size_t)k);
 		len += (size_t)k;
@@ -1518,9 +1526,23 @@ static int manifest_parse(char *text, size_t len, struct emb_snap_entry **out,
 		unsigned long long rows, bytes, ck;
 		char file[256], table[EMB_NAME_MAX + 1];
 
+		unsigned long long step;
+		int more = 0;
+
 		if (sscanf(p, "file %255s %63s %u %u %llu %llu %16llx%n", file,
 			   table, &e[i].part, &e[i].nparts, &rows, &bytes, &ck,
-			   &used) != 7 ||
+			   &used) == 7 &&
+		    p[used] == ' ' &&
+		    sscanf(p + used, " consistent-at-step=%llu%n", &step,
+			   &more) == 1 &&
+		    more > 0) {
+			e[i].consistent = true;
+			e[i].step = step;
+			used += more;
+		}
+		if (sscanf(p, "file %255s %63s %u %u %llu %llu %16llx", file,
+			   table, &e[i].part, &e[i].nparts, &rows, &bytes,
+			   &ck) != 7 ||
 		    (p[used] != '\n' && p[used] != '\0') || e[i].nparts == 0 ||
 		    e[i].part >= e[i].nparts || !name_ok(file) ||
 		    strcmp(file, EMB_SNAP_MANIFEST) == 0) {

@@ -308,6 +308,9 @@ struct emb_snap_entry {
 	uint64_t rows;		      /* rows in the file */
 	uint64_t bytes;		      /* file size */
 	uint64_t checksum;	      /* file checksum (trailer) */
+	bool consistent;	      /* rows of one instant (dump
+					 --consistent), at step: */
+	uint64_t step;		      /* the table's step then */
 };
 
 #define EMB_SNAP_MANIFEST "MANIFEST"

@@ -56,8 +56,8 @@ static int dump_call(int fd, uint8_t op, uint32_t table_id, uint32_t count,
 	return f->hdr.status;
 }
 
-/* The id of table "d" as LIST_TABLES reports it, 0 if none. */
-static uint32_t table_id_of_d(void)
+/* The id of table name as LIST_TABLES reports it, 0 if none. */
+static uint32_t table_id_of(const char *name)
 {
 	struct emb_frame_hdr hdr = nt_hdr(EMB_OP_LIST_TABLES, 9, 0, 0, 0);
 	struct emb_wire_list_resp lr;
@@ -74,11 +74,16 @@ static uint32_t table_id_of_d(void)
 	CU_ASSERT_EQUAL_FATAL(emb_wire_list_resp_decode(&f, &lr), 0);
 	for (uint32_t i = 0; i < lr.n; i++) {
 		emb_wire_list_entry(&lr, i, &info);
-		if (strcmp(info.spec.name, "d") == 0)
+		if (strcmp(info.spec.name, name) == 0)
 			id = info.table_id;
 	}
 	close(fd);
 	return id;
+}
+
+static uint32_t table_id_of_d(void)
+{
+	return table_id_of("d");
 }
 
 /* A table "d" with NIDS rows trained once; returns its id. */
@@ -285,6 +290,120 @@ static void test_close_mid_dump_frees_session(void)
 	emb_client_destroy(c);
 }
 
+/*
+ * Streams table id (sgd, zero init, every row pushed alike) with or without
+ * EMB_F_CONSISTENT, pushing every row once more after each chunk. Returns
+ * how many distinct weight values the rows came with; *step gets the
+ * step the server reported.
+ */
+static uint32_t stream_while_pushing(int fd, uint32_t id, bool consistent,
+				     struct emb_client_table *t,
+				     const uint64_t *ids, const float *g,
+				     uint64_t *step, uint32_t *rows)
+{
+	struct emb_frame_hdr hdr =
+	    nt_hdr(EMB_OP_DUMP_BEGIN, 7, id, 0, 0);
+	struct emb_wire_dump_info info;
+	struct emb_wire_dump_chunk ch;
+	struct emb_wire_frame f = {.payload = payload, .lim = &lim};
+	uint8_t buf[EMB_WIRE_HDR_SIZE];
+	float vals[8];
+	uint32_t nvals = 0;
+
+	hdr.flags = consistent ? EMB_F_CONSISTENT : 0;
+	emb_wire_hdr_encode(buf, &hdr);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, buf, sizeof(buf)), 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, &f.hdr, payload, CAP), 0);
+	CU_ASSERT_EQUAL_FATAL(f.hdr.status, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_dump_info_decode(&f, &info), 0);
+	CU_ASSERT_EQUAL(!!(info.flags & EMB_WIRE_DUMP_CONSISTENT), consistent);
+	*step = info.step;
+	*rows = 0;
+	for (;;) {
+		CU_ASSERT_EQUAL_FATAL(
+		    dump_call(fd, EMB_OP_DUMP_CHUNK, id, 50, &f), 0);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_wire_dump_chunk_decode(&f, info.row_floats, &ch), 0);
+		if (ch.n == 0)
+			break;
+		for (uint32_t i = 0; i < ch.n; i++) {
+			float v = ch.rows[i * info.row_floats];
+			uint32_t k = 0;
+
+			while (k < nvals && vals[k] != v)
+				k++;
+			if (k == nvals && nvals < 8)
+				vals[nvals++] = v;
+		}
+		*rows += ch.n;
+		CU_ASSERT_EQUAL(emb_client_table_push(t, ids, NIDS, g, 0, 0),
+				0);
+	}
+	CU_ASSERT_EQUAL(dump_call(fd, EMB_OP_DUMP_END, id, 0, &f), 0);
+	return nvals;
+}
+
+static void test_consistent_session_is_one_instant(void)
+{
+	char addr[64];
+	struct emb_client *c;
+	struct emb_client_table *t;
+	struct emb_table_spec sp = nt_spec("cons", DIM, 5);
+	uint64_t ids[NIDS], st = 3, step;
+	float *g = calloc((size_t)NIDS * DIM, sizeof(float));
+	struct emb_wire_frame f;
+	uint32_t id, rows, nvals;
+	int fd, fd2;
+
+	server_up();
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	c = nt_client(addr, 0);
+	sp.init = (struct emb_init_cfg){.kind = EMB_INIT_ZEROS};
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	for (uint32_t i = 0; i < NIDS; i++)
+		ids[i] = emb_splitmix64(&st);
+	for (uint32_t j = 0; j < NIDS * DIM; j++)
+		g[j] = 1.0f;
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids, NIDS, g, 0, 0), 0);
+	id = table_id_of("cons");
+	fd = nt_raw_connect(port);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_hello(fd, NULL, 0), 0);
+	/* A plain dump sees rows of different steps: the test can tell. */
+	nvals = stream_while_pushing(fd, id, false, t, ids, g, &step, &rows);
+	CU_ASSERT_EQUAL(rows, NIDS);
+	CU_ASSERT(nvals > 1);
+	/* A consistent one: one value, every row pushed step times. */
+	nvals = stream_while_pushing(fd, id, true, t, ids, g, &step, &rows);
+	CU_ASSERT_EQUAL(rows, NIDS);
+	CU_ASSERT_EQUAL(nvals, 1);
+	CU_ASSERT(step > 1);
+	/* One view per table: a second consistent BEGIN waits its turn. */
+	fd2 = nt_raw_connect(port);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_hello(fd2, NULL, 0), 0);
+	{
+		struct emb_frame_hdr hdr =
+		    nt_hdr(EMB_OP_DUMP_BEGIN, 7, id, 0, 0);
+		uint8_t buf[EMB_WIRE_HDR_SIZE];
+
+		hdr.flags = EMB_F_CONSISTENT;
+		emb_wire_hdr_encode(buf, &hdr);
+		CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, buf, sizeof(buf)), 0);
+		CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, &f.hdr, payload, CAP),
+				      0);
+		CU_ASSERT_EQUAL(f.hdr.status, 0);
+		CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd2, buf, sizeof(buf)), 0);
+		CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd2, &f.hdr, payload, CAP),
+				      0);
+		CU_ASSERT_EQUAL(f.hdr.status, -EBUSY);
+	}
+	close(fd2);
+	close(fd);
+	CU_ASSERT_EQUAL(emb_client_table_drop(t), 0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	free(g);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -294,6 +413,8 @@ int main(int argc, char **argv)
 	     test_session_streams_every_row_once},
 	    {"a table dropped mid-dump streams to the end",
 	     test_dropped_table_streams_to_the_end},
+	    {"a consistent session is one instant while pushes go on",
+	     test_consistent_session_is_one_instant},
 	    {"closing a conn mid-dump frees the session",
 	     test_close_mid_dump_frees_session},
 	    {NULL, NULL},

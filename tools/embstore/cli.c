@@ -186,12 +186,14 @@ void emb_cli_conn_close(struct emb_cli_conn *r)
  * or a transport error, or the server's negative status (message kept in
  * r->errmsg).
  */
-int emb_cli_conn_call(struct emb_cli_conn *r, uint8_t op, uint32_t table_id,
-		      uint32_t count, const void *payload, uint32_t len,
-		      struct emb_wire_frame *f)
+static int call(struct emb_cli_conn *r, uint8_t op, uint16_t flags,
+		uint32_t table_id, uint32_t count, const void *payload,
+		uint32_t len, struct emb_wire_frame *f)
 {
-	struct emb_frame_hdr hdr = {
-	    .opcode = op, .table_id = table_id, .count = count};
+	struct emb_frame_hdr hdr = {.opcode = op,
+				    .flags = flags,
+				    .table_id = table_id,
+				    .count = count};
 	struct iovec iov = {(void *)payload, len};
 	struct emb_wire_error e;
 	int rc;
@@ -210,6 +212,20 @@ int emb_cli_conn_call(struct emb_cli_conn *r, uint8_t op, uint32_t table_id,
 		return f->hdr.status;
 	}
 	return 0;
+}
+
+int emb_cli_conn_call(struct emb_cli_conn *r, uint8_t op, uint32_t table_id,
+		      uint32_t count, const void *payload, uint32_t len,
+		      struct emb_wire_frame *f)
+{
+	return call(r, op, 0, table_id, count, payload, len, f);
+}
+
+int emb_cli_conn_call_flags(struct emb_cli_conn *r, uint8_t op,
+			    uint16_t flags, uint32_t table_id, uint32_t count,
+			    struct emb_wire_frame *f)
+{
+	return call(r, op, flags, table_id, count, NULL, 0, f);
 }
 
 int emb_cli_conn_open(struct emb_cli_conn *r, const struct cli *cli,

@@ -41,6 +41,7 @@ struct cli {
 	const char *transport;	/* "tcp" or "rdma" */
 	const char *table;	/* table name */
 	const char *dir;	/* --out of dump, --in of restore/export */
+	bool consistent;	/* dump --consistent */
 	const char *out;	/* export's output file, NULL = stdout */
 	const char *format;	/* export format */
 	const char *token_file; /* --auth-token-file */
@@ -158,6 +159,10 @@ void emb_cli_conn_close(struct emb_cli_conn *r);
 int emb_cli_conn_call(struct emb_cli_conn *r, uint8_t op, uint32_t table_id,
 		      uint32_t count, const void *payload, uint32_t len,
 		      struct emb_wire_frame *f);
+/* The same with header flags (EMB_F_*). */
+int emb_cli_conn_call_flags(struct emb_cli_conn *r, uint8_t op,
+			    uint16_t flags, uint32_t table_id, uint32_t count,
+			    struct emb_wire_frame *f);
 
 /* The id of table name on the server: 0 and *id, or EMB_ENOTABLE. */
 int emb_cli_conn_find_table(struct emb_cli_conn *r, const char *name,

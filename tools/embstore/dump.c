@@ -31,7 +31,11 @@ static void usage(FILE *f)
 	      "  --block-size BYTES      rows per compressed block (4K..64M, "
 	      "default 1M)\n"
 	      "  --shuffle               byte planes: about 8% smaller, "
-	      "slower\n" EMB_CLI_HELP_CONN EMB_CLI_HELP_BASE,
+	      "slower\n"
+	      "  --consistent            each server's rows as of one "
+	      "instant (copy-on-write\n"
+	      "                          while pushes go on); the step goes "
+	      "in the MANIFEST\n" EMB_CLI_HELP_CONN EMB_CLI_HELP_BASE,
 	      f);
 }
 
@@ -105,6 +109,7 @@ struct dump_job {
 	char errmsg[EMB_SNAP_PATH_MAX + EMB_WIRE_ERRMSG_MAX + 64]; /* why */
 	int rc;	    /* 0 or the failure */
 	bool began; /* DUMP_BEGIN answered (rows_total known) */
+	uint32_t pause_us; /* consistent: server held writers back, us */
 };
 
 static void *dump_main(void *arg)
@@ -136,9 +141,14 @@ static void *dump_main(void *arg)
 			 cli->table, emb_strerror(rc));
 		goto out;
 	}
-	rc = emb_cli_conn_call(&r, EMB_OP_DUMP_BEGIN, id, 0, NULL, 0, &f);
+	rc = emb_cli_conn_call_flags(&r, EMB_OP_DUMP_BEGIN,
+				     cli->consistent ? EMB_F_CONSISTENT : 0,
+				     id, 0, &f);
 	if (!rc)
 		rc = emb_wire_dump_info_decode(&f, &info);
+	if (!rc && cli->consistent &&
+	    !(info.flags & EMB_WIRE_DUMP_CONSISTENT))
+		rc = EMB_EBADFRAME;
 	if (rc) {
 		snprintf(j->errmsg, sizeof(j->errmsg), "DUMP_BEGIN: %s%s%s",
 			 emb_strerror(rc), r.errmsg[0] ? ": " : "", r.errmsg);
@@ -154,6 +164,9 @@ static void *dump_main(void *arg)
 	m.init = info.spec.init;
 	m.seed = info.spec.seed;
 	m.step = info.step;
+	j->entry.consistent = cli->consistent;
+	j->entry.step = info.step;
+	j->pause_us = info.pause_us;
 	m.part = j->part;
 	m.nparts = j->nparts;
 	wo.block_bytes = cli->block_bytes;
@@ -407,6 +420,12 @@ static int run(struct cli *cli)
 	       (double)raw / 1e6, (double)file / 1e6, n, n == 1 ? "" : "s",
 	       file ? (double)raw / (double)file : 0.0, dt,
 	       dt > 0 ? (double)raw / 1e6 / dt : 0.0);
+	for (int i = 0; cli->consistent && i < n; i++)
+		printf("dump: server %s:%u: consistent at step %llu (writers "
+		       "held back %u us)\n",
+		       addrs[i].host, addrs[i].port,
+		       (unsigned long long)jobs[i].entry.step,
+		       jobs[i].pause_us);
 out:
 	free(th);
 	free(entries);
@@ -422,6 +441,7 @@ int emb_cmd_dump(int argc, char **argv)
 	    {"block-size", required_argument, NULL, 'b'},
 	    {"shuffle", no_argument, NULL, 'P'},
 	    {"no-shuffle", no_argument, NULL, 'S'},
+	    {"consistent", no_argument, NULL, 'c'},
 	    EMB_CLI_OPTS_CONN,
 	    EMB_CLI_OPTS_BASE,
 	    {NULL, 0, NULL, 0},
@@ -456,6 +476,9 @@ int emb_cmd_dump(int argc, char **argv)
 			break;
 		case 'S':
 			cli.shuffle = false;
+			break;
+		case 'c':
+			cli.consistent = true;
 			break;
 		default:
 			status = emb_cli_opt(&cli, c, optarg, usage);

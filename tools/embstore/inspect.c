@@ -209,6 +209,11 @@ static int run(struct cli *cli)
 			} else {
 				print_meta(fs.e[i].file, m,
 					   emb_snap_reader_checksum(r));
+				if (fs.e[i].consistent)
+					printf("  consistent: every row as of "
+					       "one instant, table step "
+					       "%llu\n",
+					       (unsigned long long)fs.e[i].step);
 			}
 		} else {
 			fprintf(stderr, "embstore inspect: %s: %s\n", p,
