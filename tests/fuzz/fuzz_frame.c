@@ -17,6 +17,7 @@
 #include "common/err.h"
 #include "proto/wire.h"
 #include "proto/wire_cluster.h"
+#include "proto/wire_dump.h"
 #include "proto/wire_msg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -443,6 +444,41 @@ static void check_cluster(const struct emb_wire_frame *f)
 	}
 }
 
+/* DUMP_BEGIN / DUMP_CHUNK / DUMP_END (proto/wire_dump.h). */
+static void check_dump(const struct emb_wire_frame *f)
+{
+	static const uint8_t ops[] = {EMB_OP_DUMP_BEGIN, EMB_OP_DUMP_CHUNK,
+				      EMB_OP_DUMP_END};
+	static const uint32_t rfs[] = {1, 4, 9, 3 * EMB_WIRE_DIM_MAX + 1};
+	struct emb_wire_dump_info info;
+	struct emb_wire_dump_chunk ch;
+	uint32_t i;
+
+	for (i = 0; i < sizeof(ops); i++)
+		if (emb_wire_dump_req_decode(f, ops[i]) == 0)
+			must(f->hdr.payload_len == 0 &&
+				 (f->hdr.flags & ~EMB_F_CONSISTENT) == 0,
+			     "dump request");
+	if (emb_wire_dump_info_decode(f, &info) == 0) {
+		must((info.flags & ~EMB_WIRE_DUMP_CONSISTENT) == 0,
+		     "dump info flags");
+		same(f, out,
+		     emb_wire_dump_info_encode(out, sizeof(out), f->hdr.req_id,
+					       f->hdr.table_id, &info),
+		     "dump info");
+	}
+	for (i = 0; i < sizeof(rfs) / sizeof(rfs[0]); i++) {
+		if (emb_wire_dump_chunk_decode(f, rfs[i], &ch) != 0)
+			continue;
+		must((uint64_t)ch.n * emb_wire_dump_row_bytes(rfs[i]) ==
+			 f->hdr.payload_len,
+		     "dump chunk size");
+		touch(ch.ids, 8ull * ch.n);
+		touch(ch.meta, 8ull * ch.n);
+		touch(ch.rows, 4ull * ch.n * rfs[i]);
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct emb_wire_frame f;
@@ -469,6 +505,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_stats(&f);
 		check_ids(&f);
 		check_cluster(&f);
+		check_dump(&f);
 		for (d = 0; d < sizeof(dims) / sizeof(dims[0]); d++)
 			check_rows(&f, dims[d]);
 	}

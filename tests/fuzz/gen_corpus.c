@@ -13,6 +13,7 @@
 #include "common/err.h"
 #include "proto/wire.h"
 #include "proto/wire_cluster.h"
+#include "proto/wire_dump.h"
 #include "proto/wire_msg.h"
 
 static _Alignas(8) uint8_t buf[1u << 16];
@@ -110,6 +111,65 @@ static void save_cluster(void)
 					 0));
 }
 
+/* A header-only frame (DUMP_* requests, DUMP_CHUNK's empty end). */
+static int bare(uint8_t op, uint16_t flags, uint32_t table_id, uint32_t count)
+{
+	struct emb_frame_hdr h = {.magic = EMB_WIRE_MAGIC,
+				  .version = EMB_WIRE_VERSION,
+				  .opcode = op,
+				  .flags = flags,
+				  .req_id = 12,
+				  .table_id = table_id,
+				  .count = count};
+
+	emb_wire_hdr_encode(buf, &h);
+	return EMB_WIRE_HDR_SIZE;
+}
+
+/* One seed per dump message (proto/wire_dump.h). */
+static void save_dump(void)
+{
+	struct emb_wire_dump_info info = {0};
+	struct emb_frame_hdr h = {.magic = EMB_WIRE_MAGIC,
+				  .version = EMB_WIRE_VERSION,
+				  .opcode = EMB_OP_DUMP_CHUNK |
+					    EMB_OP_RESPONSE_BIT,
+				  .req_id = 12,
+				  .table_id = 1,
+				  .count = 2,
+				  .payload_len = 2 * (16 + 4 * 4)};
+	uint8_t *p = buf + EMB_WIRE_HDR_SIZE;
+
+	info.spec = spec_make("emb", 3);
+	info.state_floats = 0;
+	info.row_floats = 3;
+	info.rows = 1000;
+	info.step = 77;
+	save("dump_begin_req", bare(EMB_OP_DUMP_BEGIN, 0, 1, 0));
+	save("dump_begin_req_consistent",
+	     bare(EMB_OP_DUMP_BEGIN, EMB_F_CONSISTENT, 1, 0));
+	save("dump_begin_resp",
+	     emb_wire_dump_info_encode(buf, sizeof(buf), 12, 1, &info));
+	info.flags = EMB_WIRE_DUMP_CONSISTENT;
+	info.pause_us = 120;
+	save("dump_begin_resp_consistent",
+	     emb_wire_dump_info_encode(buf, sizeof(buf), 12, 1, &info));
+	save("dump_chunk_req", bare(EMB_OP_DUMP_CHUNK, 0, 1, 64));
+	/* Two rows of 4 floats: ids, meta pairs, rows. */
+	emb_wire_hdr_encode(buf, &h);
+	memset(p, 0, h.payload_len);
+	p[0] = 1;
+	p[8] = 2;
+	p[16] = 5;
+	p[20] = 1;
+	save("dump_chunk_resp_rf4", (int)(EMB_WIRE_HDR_SIZE + h.payload_len));
+	save("dump_chunk_resp_end",
+	     bare(EMB_OP_DUMP_CHUNK | EMB_OP_RESPONSE_BIT, 0, 1, 0));
+	save("dump_end_req", bare(EMB_OP_DUMP_END, 0, 1, 0));
+	save("dump_end_resp",
+	     bare(EMB_OP_DUMP_END | EMB_OP_RESPONSE_BIT, 0, 1, 0));
+}
+
 int main(int argc, char **argv)
 {
 	const uint64_t ids[4] = {1, 0x8000000000000000ull, 77, 1};
@@ -131,6 +191,7 @@ int main(int argc, char **argv)
 	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		rows[i] = (float)i * 0.125f - 1.0f;
 	save_cluster();
+	save_dump();
 
 	save("hello_req", emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1,
 						    "tok", 3, "fuzz/tcp"));
