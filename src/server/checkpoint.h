@@ -1,14 +1,18 @@
 /*
  * src/server/checkpoint.h - periodic checkpoints of every table of a
  * server, in the snapshot format (store/snapshot.h), and loading the newest
- * valid one at start.
+ * valid chain at start.
  *
- * Layout: DIR/ckpt-<16-digit ms since the epoch>/ holds one TABLE.embs per
- * table and a MANIFEST; it is written as DIR/.tmp-ckpt-.../ and renamed
+ * Layout (store/chain.h): DIR/ckpt-<16-digit ms since the epoch>/ holds a
+ * full checkpoint, one TABLE.embs per table and a MANIFEST;
+ * DIR/ckpt-<ms>-delta/ a delta: per table the rows changed and the ids
+ * removed since the previous checkpoint. With full_every K a full is
+ * written every K checkpoints, deltas between; a chain is a full and the
+ * deltas after it. Each is written as DIR/.tmp-ckpt-.../ and renamed
  * whole, so a checkpoint directory either is complete or does not exist.
- * The newest `keep` checkpoints are kept, and never fewer than the last
- * valid one: a new checkpoint is named after every existing one, and
- * rotation never removes the one just written.
+ * After a full is durable, the chains older than the newest `keep` fulls
+ * are removed: never the one just written, never a link of a kept chain.
+ * A new checkpoint is named after every existing one.
  */
 #ifndef EMB_SERVER_CHECKPOINT_H
 #define EMB_SERVER_CHECKPOINT_H
@@ -37,10 +41,13 @@ struct emb_ckpt_opts {
 int emb_ckpt_check_dir(const char *dir);
 
 /*
- * Checks dir as emb_ckpt_check_dir(), then loads the newest checkpoint
- * under it whose every file verifies into s (creating its tables),
- * skipping damaged ones with an ERROR log line that names the file and the
- * reason. Refused checkpoints newer than the one loaded are renamed
+ * Checks dir as emb_ckpt_check_dir(), then loads into s (creating its
+ * tables) the newest full checkpoint whose every file verifies, and the
+ * deltas that follow it in order, up to the first that does not verify or
+ * does not continue the chain: that one is named in an ERROR line with the
+ * file, the reason and what was loaded instead; no later link is loaded.
+ * A damaged full is skipped with an ERROR line, and the previous chain
+ * tried. Every checkpoint newer than the last link loaded is renamed
  * refused-ckpt-... : kept for inspection, out of rotation. For
  * emb_server_opts.on_start. 0 (also when dir holds no checkpoint), or the
  * directory's error, or EMB_ENOCKPT (checkpoints there, none valid, and
@@ -51,9 +58,11 @@ int emb_ckpt_check_dir(const char *dir);
 int emb_ckpt_load(struct emb_server *s, const char *dir, bool start_empty);
 
 /*
- * Writes one checkpoint of every table now and prunes to keep. 0, or the
- * negative errno / snapshot error of the first failure (nothing partial is
- * left under a ckpt- name). Any thread; not concurrently with itself.
+ * Writes one full checkpoint of every table now and prunes to keep
+ * chains. 0, or the negative errno / snapshot error of the first failure
+ * (nothing partial is left under a ckpt- name). Any thread; not
+ * concurrently with itself or a running emb_ckpt_start() thread (each
+ * walk takes the tables' change marks).
  */
 int emb_ckpt_write(struct emb_server *s, const char *dir, uint32_t keep);
 

@@ -358,6 +358,7 @@ int emb_chain_write(const char *root, const struct emb_chain_table *tables,
 		e[i].bytes = r.file_bytes;
 		e[i].checksum = r.checksum;
 		res->rows += r.rows;
+		res->erased += r.erased;
 		res->bytes += r.file_bytes;
 	}
 	rc = emb_snap_manifest_write(tmp, e, n);

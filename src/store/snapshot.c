@@ -875,6 +875,7 @@ int emb_snap_writer_finish(struct emb_snap_writer *w,
 		goto err;
 	if (res) {
 		res->rows = w->meta.rows;
+		res->erased = w->meta.erased;
 		res->blocks = w->meta.blocks;
 		res->raw_bytes = w->meta.raw_bytes;
 		res->file_bytes = w->meta.file_bytes;

@@ -154,6 +154,7 @@ struct emb_snap_write_opts {
 /* What a finished file holds. */
 struct emb_snap_result {
 	uint64_t rows;	     /* rows written */
+	uint64_t erased;     /* removed ids written (deltas) */
 	uint64_t blocks;     /* blocks written */
 	uint64_t raw_bytes;  /* uncompressed payload bytes */
 	uint64_t file_bytes; /* bytes of the file */
