@@ -82,7 +82,7 @@ grep -q "checkpoint chain ckpt-[0-9]* and $deltas deltas" "$dir/export.err" ||
 
 # inspect shows one chain, every link OK.
 "$B/embstore" inspect "$ck" >"$dir/inspect.out" || bad "inspect of the chain"
-grep -q "^chain ckpt-[0-9]*: full + $deltas deltas (newest" \
+grep -q "^chain ckpt-[0-9]*: full + $deltas deltas (the newest)" \
 	"$dir/inspect.out" || bad "inspect: $(head -n 3 "$dir/inspect.out")"
 [ "$(grep -c '^  delta .* OK$' "$dir/inspect.out")" -eq "$deltas" ] ||
 	bad "inspect: not every delta OK"

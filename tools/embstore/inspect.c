@@ -95,19 +95,17 @@ static int show_chains(const char *root)
 
 			printf("chain %s: full + %u delta%s%s\n", k->name, span,
 			       span == 1 ? "" : "s",
-			       i == newest_full ? " (newest: loaded at start)"
+			       i == newest_full ? " (the newest)"
 						: "");
 		}
 		emb_chain_verify(root, k);
 		printf("  %-6s %s  %u table%s  %llu rows  %llu removed  %llu B"
-		       "  %s%s%s\n",
+		       "  %s%s\n",
 		       k->delta ? "delta" : "full", k->name, k->ne,
 		       k->ne == 1 ? "" : "s", (unsigned long long)k->rows,
 		       (unsigned long long)k->erased,
 		       (unsigned long long)k->bytes,
-		       k->status ? "REFUSED: " : "OK",
-		       k->status ? k->bad : "",
-		       k->status ? "" : "");
+		       k->status ? "REFUSED: " : "OK", k->status ? k->bad : "");
 		if (k->status) {
 			printf("         %s\n", emb_cli_snap_err(k->status));
 			if (in_newest)
