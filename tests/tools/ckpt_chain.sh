@@ -2,8 +2,8 @@
 # tests/tools/ckpt_chain.sh - incremental checkpoints end to end: a server
 # writes a full checkpoint and then 10 deltas while pushes change rows and
 # create new ones; the chain, exported offline, and a server restarted
-# from it (after SIGKILL) both hold exactly the live table, compared through
-# `embstore export`. Then `embstore compact` merges the chain, `inspect`
+# from it (after SIGKILL) and the chain restored onto a fresh server all
+# hold exactly the live table, compared through `embstore export`. Then `embstore compact` merges the chain, `inspect`
 # shows it, and a damaged middle delta is refused by name: the restarted
 # server loads the links before it and sets the later ones aside, and the
 # CLI refuses the chain. Needs EMB_BIN_DIR (the build's tools/).
@@ -95,6 +95,17 @@ grep -q "loaded: 1 tables, .*and $deltas deltas)" "$dir/s2.log" ||
 export_live "$dir/restarted.tsv"
 cmp -s "$dir/live.tsv" "$dir/restarted.tsv" ||
 	bad "restarted server differs from the live table"
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+pid=
+
+# restore takes the chain too.
+emb_start_server "$B/embstore-server" "$dir/s4.log" || exit 1
+"$B/embstore" restore --in "$ck" --servers "127.0.0.1:$port" --quiet \
+	>/dev/null 2>"$dir/restore.err" || bad "restore: $(cat "$dir/restore.err")"
+export_live "$dir/restored.tsv"
+cmp -s "$dir/live.tsv" "$dir/restored.tsv" ||
+	bad "the chain restored onto a server differs from the live table"
 kill -9 "$pid"
 wait "$pid" 2>/dev/null
 pid=
