@@ -770,6 +770,7 @@ int main(int argc, char **argv)
 				"updates since the last checkpoint are lost",
 				emb_strerror(rc));
 	}
+	emb_ckpt_stop(ckpt);
 	emb_metrics_destroy(metrics);
 	emb_server_destroy(srv);
 	emb_node_destroy(node);
