@@ -1686,6 +1686,9 @@ int emb_client_create(const struct emb_client_opts *opts,
 		return -EINVAL;
 	emb__client_env_log_level();
 	tp = opts->transport ? opts->transport : "tcp";
+	/* Both named, as a server's EMB_TRANSPORT may be: that is "auto". */
+	if (strcmp(tp, "tcp,rdma") == 0 || strcmp(tp, "rdma,tcp") == 0)
+		tp = "auto";
 	if (strcmp(tp, "tcp") && strcmp(tp, "rdma") && strcmp(tp, "auto"))
 		return -EINVAL;
 	c = calloc(1, sizeof(*c));

@@ -37,7 +37,7 @@ struct emb_client_opts {
 	const char *servers;   /* "host:port[,host:port...]"; copied */
 	const char *transport; /* "tcp", "rdma" or "auto": per server,
 				  RDMA where both ends have it, else
-				  TCP */
+				  TCP ("tcp,rdma" means auto too) */
 	const uint8_t *auth_token; /* sent in HELLO, or NULL; copied */
 	uint32_t auth_token_len;   /* bytes, <= 256 */
 	uint32_t timeout_ms;	   /* per call, reconnects included; 0 = 30 s */

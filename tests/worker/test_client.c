@@ -613,6 +613,49 @@ static void test_auth(void)
 	emb_server_destroy(s);
 }
 
+/* ---- transport names ---- */
+
+/*
+ * "auto", and "tcp,rdma" as a server's EMB_TRANSPORT may say, reach a
+ * TCP-only server over TCP (its HELLO offers no RDMA, device or not); a
+ * name that is no transport is refused before anything connects.
+ */
+static void test_transport_names(void)
+{
+	static const char *const names[] = {"auto", "tcp,rdma", "rdma,tcp"};
+	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
+	struct emb_table_spec sp = nt_spec("names", 4, 1);
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_client_table *t;
+	struct emb_client *c = NULL;
+	struct emb_server *s;
+	const uint64_t id = 9;
+	uint16_t port;
+	float row[4];
+	char addr[64];
+
+	s = nt_server_start(&so);
+	port = emb_server_port(s);
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	co.servers = addr;
+	co.timeout_ms = 5000;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		co.transport = names[i];
+		CU_ASSERT_EQUAL_FATAL(emb_client_create(&co, &c), 0);
+		CU_ASSERT_STRING_EQUAL(emb_client_transport(c), "tcp");
+		t = make_table(c, &sp);
+		CU_ASSERT_EQUAL(emb_client_table_pull(t, &id, 1, row, 0, NULL),
+				0);
+		emb_client_table_close(t);
+		emb_client_destroy(c);
+		c = NULL;
+	}
+	co.transport = "carrier-pigeon";
+	CU_ASSERT_EQUAL(emb_client_create(&co, &c), -EINVAL);
+	CU_ASSERT_PTR_NULL(c);
+	emb_server_destroy(s);
+}
+
 /* ---- memory limit ---- */
 
 static void test_mem_limit(void)
@@ -865,6 +908,8 @@ static const struct emb_test_case cases[] = {
 	 test_concurrent_clients},
 	{"256 async pushes and pulls in flight on one client complete",
 	 test_pipelined},
+	{"auto and tcp,rdma reach a TCP-only server over TCP; bad names fail",
+	 test_transport_names},
 	{"a wrong or missing auth token is refused, the right one works",
 	 test_auth},
 	{"at the memory limit new rows fail, existing rows are served",
