@@ -28,6 +28,8 @@ struct emb__respbufs {
 	struct emb__respbuf *dead;	   /* could not be released on the
 					      loop: freed at destroy */
 	size_t idle_bytes;		   /* bytes on the idle lists */
+	struct emb__respbuf *lent;	   /* handed out, not yet put back */
+	bool closed;			   /* destroyed: puts free */
 };
 
 int emb__respbufs_create(struct emb_transport *tr, bool reg,
@@ -63,13 +65,45 @@ static void free_list(struct emb__respbufs *p, struct emb__respbuf *b)
 
 void emb__respbufs_destroy(struct emb__respbufs *p)
 {
+	bool last;
+
 	if (!p)
 		return;
+	pthread_mutex_lock(&p->mu);
+	p->closed = true;
 	for (unsigned i = 0; i < NCLASS; i++)
 		free_list(p, p->idle[i]);
 	free_list(p, p->dead);
-	pthread_mutex_destroy(&p->mu);
-	free(p);
+	/* The transport goes next: no registration may outlive it. */
+	for (struct emb__respbuf *b = p->lent; b; b = b->lent_next) {
+		emb_transport_dereg_mem(p->tr, b->mr);
+		b->mr = NULL;
+	}
+	last = !p->lent;
+	pthread_mutex_unlock(&p->mu);
+	if (last) {
+		pthread_mutex_destroy(&p->mu);
+		free(p);
+	}
+}
+
+static void lend(struct emb__respbufs *p, struct emb__respbuf *b)
+{
+	b->lent_prev = NULL;
+	b->lent_next = p->lent;
+	if (p->lent)
+		p->lent->lent_prev = b;
+	p->lent = b;
+}
+
+static void unlend(struct emb__respbufs *p, struct emb__respbuf *b)
+{
+	if (b->lent_prev)
+		b->lent_prev->lent_next = b->lent_next;
+	else
+		p->lent = b->lent_next;
+	if (b->lent_next)
+		b->lent_next->lent_prev = b->lent_prev;
 }
 
 static unsigned class_of(size_t len)
@@ -93,6 +127,7 @@ struct emb__respbuf *emb__respbuf_get(struct emb__respbufs *p, size_t len)
 	if (b) {
 		p->idle[k - CLASS_MIN] = b->next;
 		p->idle_bytes -= b->cap;
+		lend(p, b);
 	}
 	pthread_mutex_unlock(&p->mu);
 	if (b)
@@ -107,6 +142,9 @@ struct emb__respbuf *emb__respbuf_get(struct emb__respbufs *p, size_t len)
 		free(b);
 		return NULL;
 	}
+	pthread_mutex_lock(&p->mu);
+	lend(p, b);
+	pthread_mutex_unlock(&p->mu);
 	return b;
 }
 
@@ -140,6 +178,20 @@ void emb__respbuf_put(struct emb__respbuf *b, bool reuse)
 		return;
 	p = b->pool;
 	pthread_mutex_lock(&p->mu);
+	unlend(p, b);
+	if (p->closed) {
+		/* Its op outlived the client: registration already gone. */
+		bool last = !p->lent;
+
+		pthread_mutex_unlock(&p->mu);
+		free(b->mem);
+		free(b);
+		if (last) {
+			pthread_mutex_destroy(&p->mu);
+			free(p);
+		}
+		return;
+	}
 	if (reuse && p->idle_bytes + b->cap <= IDLE_MAX_BYTES) {
 		unsigned k = class_of(b->cap) - CLASS_MIN;
 

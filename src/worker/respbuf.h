@@ -22,6 +22,8 @@ struct emb__respbuf {
 	size_t cap;		    /* a power of two, >= 64 KiB */
 	struct emb_mr *mr;	    /* NULL until registered (or on TCP) */
 	struct emb__respbufs *pool; /* owner */
+	struct emb__respbuf *lent_next; /* pool's list of lent buffers */
+	struct emb__respbuf *lent_prev;
 };
 
 /*
@@ -31,8 +33,10 @@ struct emb__respbuf {
 int emb__respbufs_create(struct emb_transport *tr, bool reg,
 			 struct emb__respbufs **out);
 /*
- * After the loop thread is gone, before tr is destroyed: deregisters and
- * frees every idle buffer. NULL is a no-op.
+ * After the loop thread is gone and the conns are destroyed (nothing can
+ * WRITE any more), before tr is destroyed: deregisters every buffer and
+ * frees the idle ones. Buffers still lent (an async op not yet waited for)
+ * are freed by their put, the last of which frees the pool. NULL: no-op.
  */
 void emb__respbufs_destroy(struct emb__respbufs *p);
 

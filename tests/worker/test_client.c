@@ -656,6 +656,48 @@ static void test_transport_names(void)
 	emb_server_destroy(s);
 }
 
+/*
+ * An async pull still out when its client is destroyed: waiting for it
+ * afterwards gives its status and frees its response buffer, which the
+ * client's pool no longer holds (ASan sees a use after free otherwise).
+ */
+static void test_async_outlives_client(void)
+{
+	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
+	struct emb_table_spec sp = nt_spec("outlive", 16, 1);
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_client_table *t;
+	struct emb_async *op[2];
+	struct emb_client *c = NULL;
+	struct emb_server *s;
+	static uint64_t ids[4096];
+	static float rows[2][4096 * 16];
+	uint16_t port;
+	char addr[64];
+	int rc;
+
+	for (uint32_t i = 0; i < 4096; i++)
+		ids[i] = i * 31u;
+	s = nt_server_start(&so);
+	port = emb_server_port(s);
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	co.servers = addr;
+	co.timeout_ms = 5000;
+	CU_ASSERT_EQUAL_FATAL(emb_client_create(&co, &c), 0);
+	t = make_table(c, &sp);
+	for (int k = 0; k < 2; k++)
+		CU_ASSERT_EQUAL_FATAL(emb_client_table_pull_async(
+					  t, ids, 4096, rows[k], 0, NULL, &op[k]),
+				      0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	for (int k = 0; k < 2; k++) {
+		rc = emb_async_wait(op[k]);
+		CU_ASSERT(rc == 0 || rc == EMB_ECLOSED);
+	}
+	emb_server_destroy(s);
+}
+
 /* ---- memory limit ---- */
 
 static void test_mem_limit(void)
@@ -910,6 +952,8 @@ static const struct emb_test_case cases[] = {
 	 test_pipelined},
 	{"auto and tcp,rdma reach a TCP-only server over TCP; bad names fail",
 	 test_transport_names},
+	{"an async pull waited for after its client is gone frees cleanly",
+	 test_async_outlives_client},
 	{"a wrong or missing auth token is refused, the right one works",
 	 test_auth},
 	{"at the memory limit new rows fail, existing rows are served",

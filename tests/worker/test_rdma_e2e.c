@@ -317,6 +317,49 @@ static void test_reconnect_stays_on_rdma(void)
 	emb_server_destroy(srv);
 }
 
+/*
+ * Async pulls over RDMA still out when the client is destroyed: their
+ * registered response buffers are deregistered before the transport goes,
+ * and waiting for the ops afterwards frees the memory (no call into the
+ * dead transport).
+ */
+static void test_async_outlives_client(void)
+{
+	struct emb_server *srv = start_server("tcp,rdma", 0);
+	struct emb_table_spec sp = nt_spec("outlive", DIM, 3);
+	struct emb_client_table *t = NULL;
+	struct emb_async *op[3];
+	struct emb_client *c;
+	uint64_t *ids = malloc(BATCH * sizeof(*ids));
+	float *rows = malloc((size_t)3 * BATCH * DIM * sizeof(float));
+	char addr[128];
+	int rc;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(srv);
+	snprintf(addr, sizeof(addr), "%s:%u", ip, emb_server_port(srv));
+	c = client_over(addr, "auto");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_STRING_EQUAL(emb_client_transport(c), "rdma");
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	for (uint32_t i = 0; i < BATCH; i++)
+		ids[i] = i * 13u;
+	for (int k = 0; k < 3; k++)
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_pull_async(t, ids, BATCH,
+						rows + (size_t)k * BATCH * DIM,
+						0, NULL, &op[k]),
+		    0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	for (int k = 0; k < 3; k++) {
+		rc = emb_async_wait(op[k]);
+		CU_ASSERT(rc == 0 || rc == EMB_ECLOSED);
+	}
+	emb_server_destroy(srv);
+	free(ids);
+	free(rows);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -330,6 +373,8 @@ int main(int argc, char **argv)
 		 test_auto_with_a_tcp_only_server},
 		{"a client reconnects over RDMA to a restarted server",
 		 test_reconnect_stays_on_rdma},
+		{"async pulls over RDMA waited for after the client is gone",
+		 test_async_outlives_client},
 		{NULL, NULL},
 	};
 
