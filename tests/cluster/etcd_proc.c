@@ -117,7 +117,8 @@ int etcd_proc_start(struct etcd_proc *p)
 	eo.timeout_ms = 1000;
 	if (emb_etcd_create(&eo, &e))
 		goto fail;
-	for (int i = 0; i < 200 && rc; i++) {
+	/* 20 s at most, whatever each try costs. */
+	for (time_t end = time(NULL) + 20; rc && time(NULL) < end;) {
 		struct emb_etcd_range r;
 		struct timespec ts = {0, 100 * 1000000};
 

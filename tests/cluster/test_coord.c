@@ -78,13 +78,25 @@ static void env_for(const char *coordinator, uint32_t S, uint32_t W,
 	setenv("EMB_CLUSTER_TIMEOUT", "20", 1);
 }
 
+/* pid's exit status; one still running after 60 s is killed: -2. */
 static int exit_code(pid_t pid)
 {
 	int status;
 
-	if (waitpid(pid, &status, 0) != pid)
-		return -1;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	for (int k = 0; k < 6000; k++) {
+		pid_t r = waitpid(pid, &status, WNOHANG);
+
+		if (r == pid)
+			return WIFEXITED(status) ? WEXITSTATUS(status)
+						 : 128 + WTERMSIG(status);
+		if (r < 0)
+			return -1;
+		sleep_ms(10);
+	}
+	fprintf(stderr, "pid %d still running after 60 s: killed\n", (int)pid);
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return -2;
 }
 
 /* ---- in-process servers ---------------------------------------------- */
@@ -204,8 +216,23 @@ static void *barrier_main(void *arg)
 {
 	struct barrier_arg *b = arg;
 
-	b->rc = emb_client_barrier(b->c, b->name);
+	__atomic_store_n(&b->rc, emb_client_barrier(b->c, b->name),
+			 __ATOMIC_SEQ_CST);
 	return NULL;
+}
+
+/*
+ * Joins a barrier thread that should return (b->rc starts at 1); fails
+ * the case instead of hanging if it does not within 20 s.
+ */
+static void barrier_join(pthread_t th, struct barrier_arg *b)
+{
+	for (int k = 0;
+	     k < 2000 && __atomic_load_n(&b->rc, __ATOMIC_SEQ_CST) == 1; k++)
+		sleep_ms(10);
+	CU_ASSERT_NOT_EQUAL_FATAL(__atomic_load_n(&b->rc, __ATOMIC_SEQ_CST),
+				  1);
+	pthread_join(th, NULL);
 }
 
 /* The job's keys as etcd holds them now. */
@@ -404,7 +431,7 @@ static void test_trains(void)
 		sleep_ms(50);
 		CU_ASSERT_EQUAL(__atomic_load_n(&b.rc, __ATOMIC_SEQ_CST), 1);
 		CU_ASSERT_EQUAL(emb_client_barrier(w[1].c, "step"), 0);
-		pthread_join(th, NULL);
+		barrier_join(th, &b);
 		CU_ASSERT_EQUAL(b.rc, 0);
 	}
 	CU_ASSERT_EQUAL(emb_client_barrier(w[0].c, ""), -EINVAL);
@@ -475,7 +502,7 @@ static void test_barrier_dead_worker(void)
 	sleep_ms(50);
 	/* Worker 1 goes away without finishing: it failed. */
 	emb_client_destroy(w[1].c);
-	pthread_join(th, NULL);
+	barrier_join(th, &b);
 	CU_ASSERT_EQUAL(b.rc, EMB_ENODEAD);
 	CU_ASSERT_EQUAL(emb_client_barrier(w[0].c, "epoch"), EMB_ENODEAD);
 	/* Every worker finished or died: the server's job is over. */
