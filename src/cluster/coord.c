@@ -42,6 +42,7 @@
 #define TTL_DEFAULT_MS	 10000u
 #define JOIN_DEFAULT_MS	 300000u
 #define POLL_MS		 100 /* waits for config and members */
+#define ETCD_RETRY_MS	 500 /* waits for etcd itself when joining */
 #define KEY_MAX		 (EMB_ETCD_KEY_MAX + 1)
 #define BARRIER_NAMES_MAX 64 /* barrier names a worker tracks */
 
@@ -194,7 +195,7 @@ static int config_join(struct emb_coord *c, const struct emb_coord_opts *o,
 {
 	char key[KEY_MAX], val[128];
 	uint32_t ttl = o->ttl_ms ? o->ttl_ms : TTL_DEFAULT_MS;
-	bool logged = false;
+	bool logged = false, etcd_logged = false;
 	int rc;
 
 	key_of(c, key, "config");
@@ -215,14 +216,14 @@ static int config_join(struct emb_coord *c, const struct emb_coord_opts *o,
 
 			rc = emb_etcd_txn(c->etcd, &cmp, 1, &op, 1, &ok);
 			if (rc)
-				return rc;
+				goto etcd_down;
 			if (ok)
 				emb_log(EMB_LOG_INFO, "job %s: %s", c->prefix,
 					val);
 		}
 		rc = emb_etcd_get(c->etcd, key, false, false, &r);
 		if (rc)
-			return rc;
+			goto etcd_down;
 		if (r.n) {
 			rc = config_parse(&r.kvs[0], &s, &w, &t, &rp);
 			if (rc)
@@ -260,6 +261,20 @@ static int config_join(struct emb_coord *c, const struct emb_coord_opts *o,
 			logged = true;
 		}
 		if (!nap(c, POLL_MS))
+			return -ECANCELED;
+		continue;
+etcd_down:
+		/* etcd coming up after its nodes is normal, as for a
+		 * scheduler: wait for it within the join timeout. */
+		if (rc != EMB_ENOETCD ||
+		    (int64_t)emb_clock_ms() + ETCD_RETRY_MS > deadline)
+			return rc;
+		if (!etcd_logged) {
+			emb_log(EMB_LOG_INFO, "job %s: waiting for etcd %s",
+				c->prefix, emb_etcd_endpoint(c->etcd));
+			etcd_logged = true;
+		}
+		if (!nap(c, ETCD_RETRY_MS))
 			return -ECANCELED;
 	}
 }

@@ -64,12 +64,14 @@ struct emb_coord_opts {
 };
 
 /*
- * Joins the job: takes a lease, checks or writes the job's config (counts
- * and TTL), claims the lowest free rank of its role by a transaction, and
- * starts the agent thread. 0 and *out, or -EINVAL (bad opts or job name),
+ * Joins the job: checks or writes the job's config (counts, TTL, copies;
+ * waiting for etcd to answer within join_timeout_ms), takes a lease,
+ * claims the lowest free rank of its role by a transaction, and starts
+ * the agent thread. 0 and *out, or -EINVAL (bad opts or job name),
  * -ETIMEDOUT (no counts given and none in etcd in time), -ECANCELED,
  * EMB_ECLUSTER (counts differ from the job's, every rank taken, or the job
- * formed already), EMB_ENOETCD, EMB_EETCD, -ENOMEM.
+ * formed already), EMB_ENOETCD (no etcd within the join timeout),
+ * EMB_EETCD, -ENOMEM.
  */
 int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out);
 

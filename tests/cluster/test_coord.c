@@ -824,7 +824,9 @@ static void test_etcd_lost(void)
 	CU_ASSERT_EQUAL(__atomic_load_n(&end, __ATOMIC_SEQ_CST), EMB_ENOETCD);
 	emb_node_destroy(n);
 
-	/* Joining a job in an etcd that is not there fails at once. */
+	/* Joining a job in an etcd that is not there waits for it up to the
+	 * join timeout, then fails. */
+	o.join_timeout_ms = 1500;
 	CU_ASSERT_EQUAL(emb_node_create(&o, &n), EMB_ENOETCD);
 }
 
