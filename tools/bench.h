@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/init.h"
 #include "common/lifecycle.h"
 #include "common/optim.h"
 
@@ -44,6 +45,7 @@ struct emb_bench_cfg {
 	uint32_t batch;		    /* ids per batch */
 	uint32_t threads;	    /* worker threads */
 	struct emb_optim_cfg optim; /* applied by push */
+	struct emb_init_cfg init;   /* new rows' values */
 	uint64_t seed;		    /* id streams and table seed */
 	struct emb_lifecycle_cfg life; /* admission and eviction (store and
 					  client backends) */
@@ -119,6 +121,11 @@ struct emb_bench_backend {
 	int (*prefetch)(void *ctx, const uint64_t *ids, uint32_t n);
 	/* Optional: traffic and cache counters, see struct above. */
 	void (*report)(void *be, struct emb_bench_report *out);
+	/*
+	 * Optional (NULL: rank 0 of 1): this process's worker rank and the
+	 * number of worker processes, so --verify gives each its own rows.
+	 */
+	void (*rank)(void *be, uint32_t *rank, uint32_t *nworkers);
 };
 
 extern const struct emb_bench_backend emb_bench_store_backend;

@@ -73,7 +73,7 @@ static int client_open(const struct emb_bench_cfg *cfg, void **out)
 	b->spec = (struct emb_table_spec){.name = cfg->table,
 					  .dim = cfg->dim,
 					  .optim = cfg->optim,
-					  .init = EMB_INIT_CFG_DEFAULT,
+					  .init = cfg->init,
 					  .seed = cfg->seed,
 					  .life = cfg->life};
 	rc = connect_client(cfg, &b->shared);
@@ -331,6 +331,18 @@ static void client_report(void *be, struct emb_bench_report *out)
 	}
 }
 
+static void client_rank(void *be, uint32_t *rank, uint32_t *nworkers)
+{
+	struct client_be *b = be;
+
+	*rank = 0;
+	*nworkers = 1;
+	if (b->cfg->from_env) {
+		*rank = emb_client_rank(b->shared);
+		*nworkers = emb_client_nworkers(b->shared);
+	}
+}
+
 const struct emb_bench_backend emb_bench_client_backend = {
     .name = "client",
     .dense_ids = false,
@@ -345,4 +357,5 @@ const struct emb_bench_backend emb_bench_client_backend = {
     .transport = client_transport,
     .prefetch = client_prefetch,
     .report = client_report,
+    .rank = client_rank,
 };

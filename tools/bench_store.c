@@ -39,6 +39,7 @@ static int store_open(const struct emb_bench_cfg *cfg, void **out)
 	opts.name = cfg->table;
 	opts.dim = cfg->dim;
 	opts.optim = cfg->optim;
+	opts.init = cfg->init;
 	opts.seed = cfg->seed;
 	opts.life = cfg->life;
 	rc = emb_table_create(&opts, &s->t);

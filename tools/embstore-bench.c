@@ -14,6 +14,14 @@
  * drawn before the clock starts), --compute-us of busy work standing in for
  * the model, and push; the JSON adds hit ratio and bytes moved.
  *
+ * With --verify each thread pushes gradients of 1 to rows of its own (per
+ * worker process and thread: nobody shares a row) through SGD with lr 0.5
+ * from zeros, counts how often each row was in an acknowledged push, and
+ * at the end pulls every row it touched: a row pushed k times must read
+ * -0.5 k in every element, exactly (multiples of 0.5 add without rounding
+ * in any order). A push that fails fails the run, so every counted push
+ * was acknowledged, and none is counted twice.
+ *
  * Threads: main parses options, runs the phases and prints; workers each own
  * one struct worker and touch shared state only through atomics.
  */
@@ -63,6 +71,8 @@ struct opts {
 	const char *cache_policy_name;	/* as given: lru, clock, tinylfu */
 	bool cache_opts_given;		/* --prefetch, --staleness,
 					   --cache-mode or --cache-policy */
+	bool verify;			/* --verify */
+	bool optim_given;		/* --optimizer given */
 };
 
 /* What a worker does in the current phase. */
@@ -102,6 +112,11 @@ struct worker {
 	_Atomic uint64_t progress;	/* rows so far, read by main */
 	_Atomic uint64_t progress_ns;	/* their time in backend calls */
 	int rc;				/* first error, 0 if none */
+	/* --verify: this thread's rows [vlo, vlo + vlen) */
+	uint64_t vlo;			/* first row */
+	uint64_t vlen;			/* rows, >= 1 */
+	uint32_t *vcnt;			/* acknowledged pushes per row */
+	uint64_t *vrows;		/* the batch's rows, before hashing */
 };
 
 static void usage(FILE *f)
@@ -133,6 +148,11 @@ static void usage(FILE *f)
 	    "  --cache-policy P      cache: tinylfu | lru | clock"
 	    " (tinylfu)\n"
 	    "  --compute-us N        busy-wait N us between pull and push (0)\n"
+	    "  --verify              push or step: each thread pushes to rows"
+	    " of its own\n"
+	    "                        (sgd lr 0.5 from zeros), then checks"
+	    " every row\n"
+	    "                        it touched; exit 1 on a mismatch\n"
 	    "  --rows N              rows preloaded, 1..2^32 (1000000)\n"
 	    "  --dim N               floats per row (64)\n"
 	    "  --batch N             ids per batch (4096)\n"
@@ -219,6 +239,7 @@ enum {
 	OPT_COMPUTE_US,
 	OPT_ADMIT,
 	OPT_EVICT,
+	OPT_VERIFY,
 };
 
 static const struct option long_opts[] = {
@@ -250,6 +271,7 @@ static const struct option long_opts[] = {
     {"compute-us", required_argument, NULL, OPT_COMPUTE_US},
     {"admit", required_argument, NULL, OPT_ADMIT},
     {"evict", required_argument, NULL, OPT_EVICT},
+    {"verify", no_argument, NULL, OPT_VERIFY},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -321,6 +343,8 @@ static int check_cache_opts(const struct opts *o)
 }
 
 /* Fills *o from argv. 0, or -EINVAL after printing why. */
+static int check_verify(struct opts *o);
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	uint64_t v = 0;
@@ -333,6 +357,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			.batch = 4096,
 			.threads = 1,
 			.optim = EMB_OPTIM_CFG_DEFAULT,
+			.init = EMB_INIT_CFG_DEFAULT,
 			.seed = 1},
 		.optim_name = "sgd",
 		.dist_name = "zipf:1.05",
@@ -418,6 +443,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			else
 				what = "--cache-mode";
 			break;
+		case OPT_VERIFY:
+			o->verify = true;
+			break;
 		case OPT_COMPUTE_US:
 			if (parse_u64(optarg, 0, 10000000, &v))
 				what = "--compute-us";
@@ -448,6 +476,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_OPTIMIZER:
 			o->optim_name = optarg;
+			o->optim_given = true;
 			if (emb_optim_parse(optarg, &o->cfg.optim))
 				what = "--optimizer";
 			break;
@@ -554,6 +583,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (!rc)
 		rc = check_cache_opts(o);
+	if (!rc && o->verify)
+		rc = check_verify(o);
 	if (!rc && o->backend == &emb_bench_raw_backend &&
 	    o->cfg.optim.kind != EMB_OPTIM_SGD) {
 		fprintf(stderr, "embstore-bench: raw-apply applies plain SGD;"
@@ -567,6 +598,33 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		rc = -EINVAL;
 	}
 	return rc;
+}
+
+/*
+ * --verify fixes the optimizer and the initializer so that the expected
+ * value of a row is exact; ops that do not push, and caches (whose pushes
+ * are deferred), have nothing to verify.
+ */
+static int check_verify(struct opts *o)
+{
+	const char *why = NULL;
+
+	if (o->op != EMB_BENCH_PUSH && o->op != EMB_BENCH_STEP)
+		why = "--op push or step";
+	else if (o->optim_given)
+		why = "no --optimizer (it uses sgd with lr 0.5)";
+	else if (o->cfg.cache_rows)
+		why = "no --cache";
+	if (why) {
+		fprintf(stderr, "embstore-bench: --verify takes %s\n", why);
+		return -EINVAL;
+	}
+	o->cfg.optim = EMB_OPTIM_CFG_DEFAULT;
+	o->cfg.optim.kind = EMB_OPTIM_SGD;
+	o->cfg.optim.lr = 0.5f;
+	o->optim_name = "sgd:lr=0.5";
+	o->cfg.init = (struct emb_init_cfg){.kind = EMB_INIT_ZEROS};
+	return 0;
 }
 
 /* Resident set size from /proc/self/status, bytes; 0 if unknown. */
@@ -663,6 +721,13 @@ static uint64_t *slot(struct worker *w, uint32_t i)
 static void next_batch(struct worker *w, uint64_t *ids)
 {
 	emb_idgen_fill(&w->gen, ids, w->o->cfg.batch);
+	if (w->vcnt) {
+		/* Folded into the thread's own rows, skew and all. */
+		for (uint32_t i = 0; i < w->o->cfg.batch; i++) {
+			ids[i] = w->vlo + ids[i] % w->vlen;
+			w->vrows[i] = ids[i];
+		}
+	}
 	map_ids(w, ids, w->o->cfg.batch);
 }
 
@@ -738,6 +803,9 @@ static int run_batches(struct worker *w, bool timed)
 		w->head = (w->head + 1) % (w->k + 1);
 		if (rc)
 			return rc;
+		if (w->vcnt)
+			for (uint32_t i = 0; i < n; i++)
+				w->vcnt[w->vrows[i] - w->vlo]++;
 		done++;
 		atomic_fetch_add_explicit(&w->progress, n,
 					  memory_order_relaxed);
@@ -779,6 +847,8 @@ static void worker_fini(struct worker *w)
 	free(w->out);
 	free(w->grads);
 	free(w->set);
+	free(w->vcnt);
+	free(w->vrows);
 }
 
 static int worker_init(struct worker *w, const struct opts *o, void *be,
@@ -810,10 +880,13 @@ static int worker_init(struct worker *w, const struct opts *o, void *be,
 		rc = -ENOMEM;
 		goto err_fini;
 	}
-	/* Small gradients in [-1e-3, 1e-3] keep weights finite for any run. */
+	/* Small gradients in [-1e-3, 1e-3] keep weights finite for any run;
+	 * --verify's are 1, so that every sum is exact. */
 	for (size_t i = 0; i < floats; i++)
-		w->grads[i] = (float)((int)(emb_splitmix64(&rng) % 2001) -
-				      1000) * 1e-6f;
+		w->grads[i] = o->verify ? 1.0f
+					: (float)((int)(emb_splitmix64(&rng) %
+							2001) -
+						  1000) * 1e-6f;
 	rc = w->be->thread_open(be, idx, &w->ctx);
 	if (rc) {
 		w->ctx = NULL;
@@ -1148,6 +1221,69 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 	fputs("}\n", f);
 }
 
+/*
+ * --verify: gives thread idx of worker process rank (of nworkers) its own
+ * rows of the table. 0 or -ENOMEM, or -EINVAL when there are fewer rows
+ * than threads in the whole job.
+ */
+static int verify_init(struct worker *w, const struct opts *o, uint32_t rank,
+		       uint32_t nworkers)
+{
+	uint64_t parts = (uint64_t)nworkers * o->cfg.threads;
+	uint64_t k = (uint64_t)rank * o->cfg.threads + w->idx;
+
+	w->vlo = o->cfg.rows * k / parts;
+	w->vlen = o->cfg.rows * (k + 1) / parts - w->vlo;
+	if (w->vlen == 0)
+		return -EINVAL;
+	w->vcnt = calloc(w->vlen, sizeof(*w->vcnt));
+	w->vrows = malloc((size_t)o->cfg.batch * sizeof(*w->vrows));
+	return w->vcnt && w->vrows ? 0 : -ENOMEM;
+}
+
+/*
+ * --verify: pulls every row a thread pushed to and compares each element
+ * with -0.5 times its acknowledged pushes. Rows checked and mismatched
+ * go to *checked and *bad; 0, or the first pull error.
+ */
+static int verify_rows(struct worker *w, uint64_t *checked, uint64_t *bad)
+{
+	uint32_t batch = w->o->cfg.batch, dim = w->o->cfg.dim, n = 0;
+	uint64_t *rows = w->vrows;
+	int rc;
+
+	for (uint64_t r = 0; r <= w->vlen; r++) {
+		if (r < w->vlen && w->vcnt[r])
+			rows[n++] = w->vlo + r;
+		if (n < batch && (r < w->vlen || n == 0))
+			continue;
+		memcpy(w->ids, rows, (size_t)n * sizeof(*w->ids));
+		map_ids(w, w->ids, n);
+		rc = w->be->pull(w->ctx, w->ids, n, w->out);
+		if (rc)
+			return rc;
+		for (uint32_t i = 0; i < n; i++) {
+			float want = -0.5f * (float)w->vcnt[rows[i] - w->vlo];
+			const float *got = w->out + (size_t)i * dim;
+			uint32_t j = 0;
+
+			while (j < dim && got[j] == want)
+				j++;
+			if (j < dim && *bad < 5)
+				fprintf(stderr,
+					"verify: row %" PRIu64 " element %u:"
+					" %g, want %g (%u pushes)\n",
+					rows[i], j, (double)got[j],
+					(double)want,
+					w->vcnt[rows[i] - w->vlo]);
+			*bad += j < dim;
+		}
+		*checked += n;
+		n = 0;
+	}
+	return 0;
+}
+
 static void collect(const struct opts *o, struct worker *ws, struct result *r)
 {
 	double payload = (double)o->cfg.dim * sizeof(float);
@@ -1207,6 +1343,16 @@ int main(int argc, char **argv)
 		ws[nready].hi = o.cfg.rows * (nready + 1) / o.cfg.threads;
 		ws[nready].max_batches = o.batches;
 	}
+	if (o.verify) {
+		uint32_t rank = 0, nworkers = 1;
+
+		if (o.backend->rank)
+			o.backend->rank(be, &rank, &nworkers);
+		for (uint32_t i = 0; i < nready && !rc; i++)
+			rc = verify_init(&ws[i], &o, rank, nworkers);
+		if (rc)
+			goto out;
+	}
 
 	rc = run_phase(ws, &o, PHASE_PRELOAD, "preload", o.cfg.rows, 0,
 		       &r->preload_s);
@@ -1247,6 +1393,20 @@ int main(int argc, char **argv)
 	print_summary(o.json ? stderr : stdout, &o, r);
 	if (o.json)
 		print_json(stdout, &o, r);
+	if (o.verify) {
+		uint64_t checked = 0, bad = 0;
+
+		for (uint32_t i = 0; i < nready && !rc; i++)
+			rc = verify_rows(&ws[i], &checked, &bad);
+		if (rc)
+			goto out;
+		fprintf(o.json ? stderr : stdout,
+			"verify: %" PRIu64 " rows checked, %" PRIu64
+			" mismatched\n",
+			checked, bad);
+		if (bad)
+			rc = EMB_EINTERNAL;
+	}
 	fflush(stdout);
 out:
 	if (rc)
