@@ -103,6 +103,14 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 	so.server_num = env->server_num;
 	so.worker_num = env->worker_num;
 	so.hb_timeout_ms = env->hb_timeout_ms;
+	so.replicas = env->replicas;
+	if (so.replicas > so.server_num) {
+		emb_log(EMB_LOG_ERROR,
+			"scheduler: EMB_REPLICAS %u is more than the %u "
+			"servers",
+			so.replicas, so.server_num);
+		return 2;
+	}
 	so.on_done = on_cluster_end;
 	so.auth_token = o->auth_token;
 	so.auth_token_len = o->auth_token_len;
@@ -215,6 +223,9 @@ static void usage(FILE *f)
 	    "                         (EMB_COORDINATOR; docs/coordinator.md)\n"
 	    "  --job NAME             the job's name in etcd (EMB_JOB; "
 	    "default embstore)\n"
+	    "  --replicas R           scheduler: copies of each slot, 1..8 "
+	    "(EMB_REPLICAS; default 1;\n"
+	    "                         docs/replication.md)\n"
 	    "  --help, --version\n");
 }
 
@@ -360,6 +371,7 @@ int main(int argc, char **argv)
 	    {"checkpoint-full-every", required_argument, NULL, 'K'},
 	    {"checkpoint-start-empty", no_argument, NULL, 'E'},
 	    {"role", required_argument, NULL, 'R'},
+	    {"replicas", required_argument, NULL, 'P'},
 	    {"metrics-listen", required_argument, NULL, 'M'},
 	    {"coordinator", required_argument, NULL, 'O'},
 	    {"job", required_argument, NULL, 'J'},
@@ -396,7 +408,7 @@ int main(int argc, char **argv)
 	bool ckpt_failed = false;
 	struct emb_cluster_env cenv;
 	struct emb_node *node = NULL;
-	const char *role = NULL, *bad = NULL;
+	const char *role = NULL, *bad = NULL, *replicas = NULL;
 	const char *coordinator = NULL, *job = NULL;
 	bool listen_set = false;
 	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
@@ -473,6 +485,9 @@ int main(int argc, char **argv)
 		case 'R':
 			role = optarg;
 			break;
+		case 'P':
+			replicas = optarg;
+			break;
 		case 'M':
 			metrics_addr = optarg;
 			break;
@@ -525,6 +540,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "embstore-server: a job in etcd has no "
 				"scheduler\n");
 		return 2;
+	}
+	if (replicas) {
+		char *end;
+		unsigned long r = strtoul(replicas, &end, 10);
+
+		if (end == replicas || *end || r < 1 ||
+		    r > EMB_WIRE_REPLICAS_MAX) {
+			fprintf(stderr,
+				"embstore-server: bad --replicas '%s' "
+				"(1..%u)\n",
+				replicas, EMB_WIRE_REPLICAS_MAX);
+			return 2;
+		}
+		cenv.replicas = (uint32_t)r;
 	}
 	/* The scheduler listens where the nodes look for it; a server of
 	 * Paddle's environment at POD_IP:PADDLE_PORT, unless told. */
@@ -728,6 +757,7 @@ int main(int argc, char **argv)
 		    .server_num = cenv.server_num,
 		    .worker_num = cenv.worker_num,
 		    .hb_timeout_ms = cenv.hb_timeout_ms,
+		    .replicas = cenv.replicas,
 		    .sched_host = cenv.sched_host,
 		    .sched_port = cenv.sched_port,
 		    .role = EMB_ROLE_SERVER,

@@ -25,6 +25,7 @@
 
 #include "cluster/coord.h"
 #include "cluster/hello.h"
+#include "cluster/map.h"
 #include "common/addr.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -85,6 +86,7 @@ struct emb_node {
 	bool have_map;			    /* slot_map and servers are set */
 	uint16_t slot_map[EMB_NSLOTS];	    /* slot -> server rank */
 	struct emb_wire_node_addr *servers; /* by rank */
+	uint32_t replicas;		    /* copies of each slot, >= 1 */
 
 	struct emb_coord *coord; /* the job in etcd, not a scheduler: every
 				    call goes there (cluster/coord.h) */
@@ -267,6 +269,11 @@ int emb_cluster_env_read(struct emb_cluster_env *out, const char **bad)
 	v = env2("EMB_HEARTBEAT_TIMEOUT", NULL);
 	if (v && parse_seconds(v, &out->hb_timeout_ms)) {
 		name = "EMB_HEARTBEAT_TIMEOUT";
+		goto err;
+	}
+	v = env2("EMB_REPLICAS", NULL);
+	if (v && parse_uint(v, 1, EMB_WIRE_REPLICAS_MAX, &out->replicas)) {
+		name = "EMB_REPLICAS";
 		goto err;
 	}
 	v = env2("EMB_CLUSTER_TIMEOUT", NULL);
@@ -962,9 +969,38 @@ static int map_take(struct emb_node *n)
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
 		n->slot_map[s] = emb_wire_cluster_map_slot(&m, s);
 	n->servers = srv;
+	n->replicas = m.replicas;
 	n->have_map = true;
 	pthread_mutex_unlock(&n->mu);
 	return 0;
+}
+
+/*
+ * A job in etcd: its map's copies per slot, and the servers it no longer
+ * lists (dropped by a failover) flagged removed, as a scheduler's map
+ * says them. 0 or -ENOMEM, or what emb_coord_map() returns.
+ */
+static int coord_replicas(struct emb_node *n)
+{
+	struct emb_cmap *m = malloc(sizeof(*m));
+	int rc;
+
+	if (!m)
+		return -ENOMEM;
+	rc = emb_coord_map(n->coord, m);
+	if (rc == 0) {
+		n->replicas = m->replicas;
+		for (uint32_t i = 0; i < m->nservers && i < n->reg.server_num;
+		     i++) {
+			bool holds = false;
+
+			for (uint32_t s = 0; s < EMB_NSLOTS && !holds; s++)
+				holds = emb_cmap_holds(m, s, i);
+			n->servers[i].removed = !holds;
+		}
+	}
+	free(m);
+	return rc;
 }
 
 int emb_node_wait_map(struct emb_node *n)
@@ -976,6 +1012,8 @@ int emb_node_wait_map(struct emb_node *n)
 		return 0;
 	if (n->coord) {
 		rc = emb_coord_wait_map(n->coord, n->slot_map, &n->servers);
+		if (rc == 0)
+			rc = coord_replicas(n);
 		n->have_map = rc == 0;
 		return rc;
 	}
@@ -1016,6 +1054,11 @@ uint32_t emb_node_rank(const struct emb_node *n)
 uint32_t emb_node_nservers(const struct emb_node *n)
 {
 	return n->reg.server_num;
+}
+
+uint32_t emb_node_replicas(const struct emb_node *n)
+{
+	return n->replicas ? n->replicas : 1;
 }
 
 uint32_t emb_node_nworkers(const struct emb_node *n)

@@ -42,6 +42,10 @@ struct emb_cluster_env {
 	uint32_t worker_num;	  /* EMB_WORKER_NUM; 0 when unset */
 	uint32_t hb_timeout_ms;	  /* EMB_HEARTBEAT_TIMEOUT, seconds (may be
 				     fractional); default 10 s */
+	uint32_t replicas;	  /* EMB_REPLICAS: copies of each slot,
+				     1..EMB_WIRE_REPLICAS_MAX; 0 when unset
+				     (the scheduler's default is 1, a job
+				     in etcd keeps its first node's) */
 	uint32_t join_timeout_ms; /* EMB_CLUSTER_TIMEOUT, seconds: how long
 				     to wait for the scheduler and the other
 				     nodes; default 300 s */
@@ -171,6 +175,9 @@ int emb_node_wait_map(struct emb_node *n);
 uint32_t emb_node_role(const struct emb_node *n);
 uint32_t emb_node_rank(const struct emb_node *n);
 uint32_t emb_node_nservers(const struct emb_node *n);
+/* After emb_node_wait_map(): copies of each slot (1 unless replicated;
+ * docs/replication.md). */
+uint32_t emb_node_replicas(const struct emb_node *n);
 uint32_t emb_node_nworkers(const struct emb_node *n);
 
 /*

@@ -22,6 +22,7 @@
 
 #include "common/authlimit.h"
 #include "common/clock.h"
+#include "cluster/map.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "proto/wire_cluster.h"
@@ -64,6 +65,10 @@ struct emb_sched {
 	uint32_t state;			/* enum emb_cluster_state */
 	struct emb_wire_node_ref *dead; /* in order of death */
 	uint32_t ndead;			/* entries in dead */
+	/* Deaths the job cannot go on without: a worker, or a server whose
+	 * slots lost their last holder (every server when unreplicated). */
+	uint32_t nfatal;
+	struct emb_cmap *cmap;		/* the map, once formed */
 	uint8_t *map_frame;		/* CLUSTER_MAP response, once ready */
 	int map_len;			/* its bytes */
 	uint32_t replies; /* replies not yet handed to the kernel */
@@ -278,6 +283,39 @@ static void check_barrier(struct emb_sched *s, const char *name)
 	}
 }
 
+static void build_map(struct emb_sched *s);
+
+/*
+ * A server of a replicated cluster died: the map drops it, so its slots'
+ * first backups are their primaries now, and observers asking for the
+ * map from now on get the new one (workers compute the same from the
+ * dead list in heartbeats). True when every slot still has a holder: the
+ * job goes on, and barriers with it.
+ */
+static bool failover(struct emb_sched *s, struct node *n)
+{
+	uint32_t had = emb_cmap_primary_slots(s->cmap, (uint16_t)n->rank);
+	int lost = emb_cmap_remove(s->cmap, n->rank, s->cmap);
+
+	if (lost > 0) {
+		emb_log(EMB_LOG_ERROR,
+			"map epoch %llu: %d slot%s lost every holder with "
+			"server %u: the job cannot go on",
+			(unsigned long long)s->cmap->epoch, lost,
+			lost == 1 ? "" : "s", n->rank);
+		return false;
+	}
+	free(s->map_frame);
+	s->map_frame = NULL;
+	build_map(s);
+	emb_log(EMB_LOG_WARN,
+		"map epoch %llu: server %u removed, its %u primary slot%s "
+		"moved to their first backups; the job goes on",
+		(unsigned long long)s->cmap->epoch, n->rank, had,
+		had == 1 ? "" : "s");
+	return true;
+}
+
 static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
 {
 	char addr[EMB_WIRE_HOST_MAX + 16];
@@ -290,6 +328,12 @@ static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
 	emb_log(EMB_LOG_ERROR, "%s %u (%s) declared dead: %s",
 		emb_role_name(n->role), n->rank,
 		node_addr(n, addr, sizeof(addr)), why);
+	if (n->role == EMB_ROLE_SERVER && s->cmap && s->cmap->replicas > 1 &&
+	    failover(s, n)) {
+		check_end(s);
+		return;
+	}
+	s->nfatal++;
 	snprintf(msg, sizeof(msg), "%s %u died", emb_role_name(n->role),
 		 n->rank);
 	/* A barrier with a dead member can never complete; a cluster with
@@ -309,6 +353,7 @@ static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
 	check_end(s);
 }
 
+/* The CLUSTER_MAP response for the current map, in s->map_frame. */
 static void build_map(struct emb_sched *s)
 {
 	uint32_t S = s->o.server_num;
@@ -320,14 +365,28 @@ static void build_map(struct emb_sched *s)
 	s->map_frame = malloc(cap);
 	if (!addrs || !s->map_frame)
 		goto err;
-	for (uint32_t i = 0; i < S; i++)
-		addrs[i] = s->nodes[i].addr;
 	/* Contiguous ranges, as a client given a server list routes: a dump
-	 * grouped by slot restores onto either. */
+	 * grouped by slot restores onto either. The first map is that;
+	 * failovers only drop servers from it (cluster/map.h). */
+	if (!s->cmap) {
+		s->cmap = malloc(sizeof(*s->cmap));
+		if (!s->cmap ||
+		    emb_cmap_init(s->cmap, S, s->o.replicas ? s->o.replicas
+							    : 1)) {
+			free(s->cmap);
+			s->cmap = NULL;
+			goto err;
+		}
+	}
+	for (uint32_t i = 0; i < S; i++) {
+		addrs[i] = s->nodes[i].addr;
+		addrs[i].removed = s->nodes[i].dead;
+	}
 	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
-		slot_map[sl] = (uint16_t)((uint64_t)sl * S / EMB_NSLOTS);
+		slot_map[sl] = emb_cmap_primary(s->cmap, sl);
 	s->map_len = emb_wire_cluster_map_encode(
-	    s->map_frame, cap, 0, s->o.worker_num, slot_map, addrs, S);
+	    s->map_frame, cap, 0, s->o.worker_num, s->cmap->replicas,
+	    slot_map, addrs, S);
 	free(addrs);
 	if (s->map_len > 0)
 		return;
@@ -356,7 +415,7 @@ static void send_map(struct emb_sched *s, struct emb_req *req)
 
 static void check_ready(struct emb_sched *s)
 {
-	if (s->state != EMB_CLUSTER_FORMING || s->ndead ||
+	if (s->state != EMB_CLUSTER_FORMING || s->nfatal ||
 	    s->nservers < s->o.server_num || s->nworkers < s->o.worker_num)
 		return;
 	s->state = EMB_CLUSTER_READY;
@@ -637,7 +696,7 @@ static void on_map(struct emb_sched *s, struct emb_req *req,
 	n = node_of(s, req, id);
 	if (!n)
 		return;
-	if (s->ndead) {
+	if (s->nfatal) {
 		send_error(s, req, EMB_ENODEAD, "a node died");
 	} else if (s->state != EMB_CLUSTER_FORMING) {
 		send_map(s, req);
@@ -667,7 +726,7 @@ static void on_barrier(struct emb_sched *s, struct emb_req *req,
 			   "barrier from a server, twice, or after finish");
 		return;
 	}
-	if (s->ndead) {
+	if (s->nfatal) {
 		send_error(s, req, EMB_ENODEAD, "a node died");
 		return;
 	}
@@ -775,8 +834,11 @@ static void on_close(void *arg, struct emb_conn *conn, int reason)
 		return;
 	/* Except a server of a formed cluster: restarted from its
 	 * checkpoint on its address, it may register again, and until the
-	 * heartbeat timeout passes it is only missing (workers retry). */
-	if (n->role == EMB_ROLE_SERVER && s->state == EMB_CLUSTER_READY) {
+	 * heartbeat timeout passes it is only missing (workers retry). Not
+	 * when replicated: its backups have every update since, and its
+	 * checkpoint does not, so it fails over at once. */
+	if (n->role == EMB_ROLE_SERVER && s->state == EMB_CLUSTER_READY &&
+	    s->o.replicas <= 1) {
 		char addr[EMB_WIRE_HOST_MAX + 16];
 
 		emb_log(EMB_LOG_WARN,
@@ -835,7 +897,9 @@ static void publish(struct emb_sched *s)
 	}
 	v.barriers_completed = s->barriers;
 	v.heartbeats = s->hbs;
-	v.map_epoch = s->map_frame ? 1 : 0;
+	v.map_epoch = s->cmap ? s->cmap->epoch : 0;
+	v.replicas = s->o.replicas ? s->o.replicas : 1;
+	v.lost_slots = s->cmap ? emb_cmap_lost_slots(s->cmap) : 0;
 	pthread_mutex_lock(&s->mu);
 	s->view = v;
 	pthread_mutex_unlock(&s->mu);
@@ -875,7 +939,7 @@ static void *loop_main(void *arg)
 		return NULL;
 	pthread_mutex_lock(&s->mu);
 	s->done = true;
-	s->status = s->ndead ? EMB_ENODEAD : 0;
+	s->status = s->nfatal ? EMB_ENODEAD : 0;
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	if (s->o.on_done)
@@ -894,6 +958,8 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	    strlen(opts->host) > EMB_WIRE_HOST_MAX || opts->server_num == 0 ||
 	    opts->server_num > EMB_WIRE_SERVERS_MAX || opts->worker_num == 0 ||
 	    opts->worker_num > EMB_WIRE_WORKERS_MAX || !opts->hb_timeout_ms ||
+	    opts->replicas > EMB_WIRE_REPLICAS_MAX ||
+	    opts->replicas > opts->server_num ||
 	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
 	    (opts->auth_token_len && !opts->auth_token))
 		return -EINVAL;
@@ -942,6 +1008,11 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 		s->host, emb_listener_port(s->lis), opts->server_num,
 		opts->server_num == 1 ? "" : "s", opts->worker_num,
 		opts->worker_num == 1 ? "" : "s", opts->hb_timeout_ms);
+	if (opts->replicas > 1)
+		emb_log(EMB_LOG_INFO,
+			"%u copies of each slot: a server death they cover "
+			"does not stop the job",
+			opts->replicas);
 	*out = s;
 	return 0;
 
@@ -951,6 +1022,7 @@ err_tr:
 	emb_transport_destroy(s->tr);
 err_free:
 	emb_authlimit_destroy(s->authlimit);
+	free(s->cmap);
 	free(s->dead);
 	free(s->nodes);
 	pthread_cond_destroy(&s->cv);
@@ -1005,6 +1077,7 @@ void emb_sched_destroy(struct emb_sched *s)
 	emb_transport_destroy(s->tr);
 	free(s->map_frame);
 	emb_authlimit_destroy(s->authlimit);
+	free(s->cmap);
 	free(s->dead);
 	free(s->nodes);
 	pthread_cond_destroy(&s->cv);
@@ -1082,9 +1155,19 @@ void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 		}
 		emb_metrics_family(o, "embstore_cluster_map_epoch", "gauge",
 				   "Version of the cluster map: 0 until the "
-				   "cluster formed, then 1.");
+				   "cluster formed, then 1, and one more for "
+				   "each server failed over.");
 		emb_metrics_u64(o, "embstore_cluster_map_epoch", NULL,
 				v.map_epoch);
+		emb_metrics_family(o, "embstore_cluster_replicas", "gauge",
+				   "Copies of each slot the map was made "
+				   "with.");
+		emb_metrics_u64(o, "embstore_cluster_replicas", NULL,
+				v.replicas);
+		emb_metrics_family(o, "embstore_cluster_lost_slots", "gauge",
+				   "Slots whose every holder died.");
+		emb_metrics_u64(o, "embstore_cluster_lost_slots", NULL,
+				v.lost_slots);
 		emb_metrics_family(o,
 				   "embstore_cluster_barrier_waiting_workers",
 				   "gauge", "Workers held at a barrier now.");

@@ -25,6 +25,10 @@ struct emb_sched_opts {
 	uint32_t server_num;	/* servers to wait for, 1..4096 */
 	uint32_t worker_num;	/* workers to wait for, 1..65536 */
 	uint32_t hb_timeout_ms; /* silence that makes a node dead, >= 1 */
+	/* Copies of each slot, 1..8 and <= server_num; 0 is 1. With more
+	 * than one, a server death the others cover is no failure: the map
+	 * drops the dead server (docs/replication.md) and the job goes on. */
+	uint32_t replicas;
 	/* Required in the HELLO every connection starts with, or NULL: then
 	 * HELLO is optional. Copied. */
 	const uint8_t *auth_token;
@@ -73,7 +77,10 @@ struct emb_sched_stats {
 	uint32_t barrier_waiting;    /* workers held at a barrier now */
 	uint64_t barriers_completed; /* barriers every worker passed */
 	uint64_t heartbeats;	     /* heartbeats answered */
-	uint64_t map_epoch;	     /* 0 until the cluster formed, then 1 */
+	uint64_t map_epoch;	     /* 0 until the cluster formed, then 1,
+					+1 per server dropped from the map */
+	uint32_t replicas;	     /* copies of each slot */
+	uint32_t lost_slots;	     /* slots with no live holder */
 };
 
 /*

@@ -142,7 +142,8 @@ int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 }
 
 int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
-				uint32_t nworkers, const uint16_t *slot_map,
+				uint32_t nworkers, uint32_t replicas,
+				const uint16_t *slot_map,
 				const struct emb_wire_node_addr *servers,
 				uint32_t n)
 {
@@ -150,10 +151,11 @@ int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
 	uint64_t total;
 
 	if (!slot_map || !servers || n == 0 || n > EMB_WIRE_SERVERS_MAX ||
-	    nworkers == 0 || nworkers > EMB_WIRE_WORKERS_MAX)
+	    nworkers == 0 || nworkers > EMB_WIRE_WORKERS_MAX ||
+	    replicas > EMB_WIRE_REPLICAS_MAX || replicas > n)
 		return EMB_EBADARG;
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
-		if (slot_map[i] >= n)
+		if (slot_map[i] >= n || servers[slot_map[i]].removed)
 			return EMB_EBADARG;
 	for (uint32_t i = 0; i < n; i++) {
 		size_t hl = strnlen(servers[i].host, sizeof(servers[i].host));
@@ -169,7 +171,8 @@ int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
 		(uint32_t)(total - EMB_WIRE_HDR_SIZE));
 	p += EMB_WIRE_HDR_SIZE;
 	emb_le32_store(p, nworkers);
-	emb_le32_store(p + 4, 0);
+	/* 1 as 0: an unreplicated map is the bytes it always was. */
+	emb_le32_store(p + 4, replicas > 1 ? replicas : 0);
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
 		emb_le16_store(p + 8 + 2 * i, slot_map[i]);
 	p += EMB_WIRE_MAP_PREFIX_SIZE;
@@ -179,6 +182,8 @@ int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
 		memset(p, 0, EMB_WIRE_MAP_ENTRY_SIZE);
 		emb_le16_store(p, servers[i].port);
 		emb_le16_store(p + 2, (uint16_t)hl);
+		emb_le32_store(p + 4,
+			       servers[i].removed ? EMB_WIRE_SERVER_REMOVED : 0);
 		memcpy(p + 8, servers[i].host, hl);
 	}
 	return (int)total;
@@ -343,7 +348,7 @@ int emb_wire_cluster_map_decode(const struct emb_wire_frame *f,
 				struct emb_wire_cluster_map *out)
 {
 	const uint8_t *p, *e;
-	uint32_t n, nw;
+	uint32_t n, nw, r;
 	int rc = check_resp(f, EMB_OP_CLUSTER_MAP);
 
 	if (rc)
@@ -355,23 +360,33 @@ int emb_wire_cluster_map_decode(const struct emb_wire_frame *f,
 		return EMB_EBADFRAME;
 	p = f->payload;
 	nw = emb_le32_load(p);
-	if (nw == 0 || nw > EMB_WIRE_WORKERS_MAX || emb_le32_load(p + 4))
+	r = emb_le32_load(p + 4);
+	/* 1 is written as 0, so 1 itself is no encoder's output. */
+	if (nw == 0 || nw > EMB_WIRE_WORKERS_MAX || r == 1 ||
+	    r > EMB_WIRE_REPLICAS_MAX || r > n)
 		return EMB_EBADFRAME;
-	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
-		if (emb_le16_load(p + 8 + 2 * i) >= n)
-			return EMB_EBADFRAME;
 	e = p + EMB_WIRE_MAP_PREFIX_SIZE;
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
+		uint32_t rank = emb_le16_load(p + 8 + 2 * i);
+
+		if (rank >= n ||
+		    emb_le32_load(e + (size_t)rank * EMB_WIRE_MAP_ENTRY_SIZE +
+				  4))
+			return EMB_EBADFRAME;
+	}
 	for (uint32_t i = 0; i < n; i++, e += EMB_WIRE_MAP_ENTRY_SIZE) {
 		uint32_t hl = emb_le16_load(e + 2);
 
 		if (emb_le16_load(e) == 0 || hl == 0 ||
-		    hl > EMB_WIRE_HOST_MAX || emb_le32_load(e + 4) ||
+		    hl > EMB_WIRE_HOST_MAX ||
+		    (emb_le32_load(e + 4) & ~EMB_WIRE_SERVER_REMOVED) ||
 		    !host_ok((const char *)e + 8, hl) ||
 		    !emb__wire_zeros(e + 8 + hl, EMB_WIRE_MAP_ENTRY_SIZE - 8 - hl))
 			return EMB_EBADFRAME;
 	}
 	out->nservers = n;
 	out->nworkers = nw;
+	out->replicas = r ? r : 1;
 	out->slots = p + 8;
 	out->entries = p + EMB_WIRE_MAP_PREFIX_SIZE;
 	return 0;
@@ -390,6 +405,7 @@ void emb_wire_cluster_map_server(const struct emb_wire_cluster_map *m,
 	uint32_t hl = emb_le16_load(e + 2);
 
 	out->port = emb_le16_load(e);
+	out->removed = emb_le32_load(e + 4) & EMB_WIRE_SERVER_REMOVED;
 	memcpy(out->host, e + 8, hl);
 	out->host[hl] = '\0';
 }

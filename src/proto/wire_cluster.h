@@ -54,15 +54,22 @@
  * CLUSTER_MAP response (count = server_num): answered once every node
  * has joined
  *   0       4     worker_num
- *   4       4     reserved
- *   8       8192  slot map: u16 server rank of each of EMB_NSLOTS slots,
- *                 each < server_num
+ *   4       4     replicas: copies of each slot (docs/replication.md),
+ *                 0..EMB_WIRE_REPLICAS_MAX and <= server_num; 0 and 1
+ *                 both mean one (a scheduler without replication writes 0)
+ *   8       8192  slot map: u16 server rank of each of EMB_NSLOTS slots'
+ *                 primary, each < server_num and not removed
  *   8200    264*n server entries, by rank:
  *     0     2       port
  *     2     2       host_len, 1..EMB_WIRE_HOST_MAX
- *     4     4       reserved
+ *     4     4       flags: bit 0 = removed from the map (declared dead);
+ *                   other bits 0
  *     8     256     host, host_len bytes then NUL padding
  *   payload_len = 8200 + 264 * server_num
+ * With replicas R > 1 a slot's backups are not listed: they are the R - 1
+ * servers after its home rank (slot * server_num / EMB_NSLOTS) in rank
+ * order, modulo server_num, less the removed ones (cluster/map.h), which
+ * is why removals are all a reader needs.
  *
  * FINISH response (count 0, no payload). A worker's FINISH says it is
  * done; once every worker has finished, heartbeat responses say
@@ -116,6 +123,8 @@
 #define EMB_WIRE_WORKERS_MAX	    65536u
 #define EMB_WIRE_NODES_MAX	    (EMB_WIRE_SERVERS_MAX + EMB_WIRE_WORKERS_MAX)
 #define EMB_WIRE_BARRIER_NAME_MAX   63u
+#define EMB_WIRE_REPLICAS_MAX	    8u /* copies of a slot in the map */
+#define EMB_WIRE_SERVER_REMOVED	    0x1u /* map entry flag: declared dead */
 #define EMB_WIRE_REGISTER_RESP_SIZE 32u
 #define EMB_WIRE_NODE_REQ_SIZE	    8u
 #define EMB_WIRE_HEARTBEAT_REQ_SIZE 16u
@@ -169,12 +178,14 @@ struct emb_wire_register_resp {
 struct emb_wire_node_addr {
 	char host[EMB_WIRE_HOST_MAX + 1]; /* NUL-terminated, 1..255 bytes */
 	uint16_t port;			  /* listen port, >= 1 */
+	bool removed; /* cluster map: declared dead, its slots moved on */
 };
 
 /* Decoded CLUSTER_MAP response; read it with the accessors below. */
 struct emb_wire_cluster_map {
 	uint32_t nservers;	/* server entries */
 	uint32_t nworkers;	/* workers in the cluster */
+	uint32_t replicas;	/* copies of each slot, >= 1 */
 	const uint8_t *slots;	/* EMB_NSLOTS u16 server ranks */
 	const uint8_t *entries; /* nservers * EMB_WIRE_MAP_ENTRY_SIZE bytes */
 };
@@ -209,12 +220,15 @@ int emb_wire_register_resp_encode(void *buf, size_t cap, uint64_t req_id,
 int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 			     uint32_t node_id);
 /*
- * slot_map: EMB_NSLOTS server ranks; servers[0..n): by rank. EMB_EBADARG:
- * n 0 or over EMB_WIRE_SERVERS_MAX, nworkers 0 or over the maximum, a rank
- * >= n in the map, an empty or bad host, port 0.
+ * slot_map: EMB_NSLOTS primaries' ranks; servers[0..n): by rank, with
+ * their removed flags; replicas 0 or 1 for an unreplicated cluster (both
+ * are written as 0). EMB_EBADARG: n 0 or over EMB_WIRE_SERVERS_MAX,
+ * nworkers 0 or over the maximum, replicas over EMB_WIRE_REPLICAS_MAX or
+ * n, a rank >= n or removed in the map, an empty or bad host, port 0.
  */
 int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
-				uint32_t nworkers, const uint16_t *slot_map,
+				uint32_t nworkers, uint32_t replicas,
+				const uint16_t *slot_map,
 				const struct emb_wire_node_addr *servers,
 				uint32_t n);
 int emb_wire_heartbeat_req_encode(void *buf, size_t cap, uint64_t req_id,

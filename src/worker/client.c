@@ -17,6 +17,13 @@
  * deadline (timeout_ms after it was posted) passes. Pushes carry the
  * client's session id and a per-server sequence number, so a server applies
  * a retried push at most once (docs/protocol.md, PUSH).
+ *
+ * Replicas (docs/replication.md): with a map of R > 1 copies per slot, a
+ * push, assign or erase is partitioned by replica group (the servers that
+ * hold a slot) and each part goes to every holder; the op succeeds when
+ * every live holder applied it, and a holder the scheduler declared dead
+ * does not count. Pulls go to the primary; a pull part whose primary died
+ * is sent again to the slot's first live backup.
  */
 #include "worker/embstore.h"
 
@@ -40,6 +47,7 @@
 #include "worker/client_int.h"
 #include "worker/respbuf.h"
 #include "cluster/hello.h"
+#include "cluster/map.h"
 #include "cluster/node.h"
 
 #define NONE UINT32_MAX
@@ -115,6 +123,14 @@ struct emb_client {
 	bool stopping;	      /* destroy began: no retries; atomic */
 	uint64_t retries;     /* parts sent again; atomic */
 	uint64_t reconnects;  /* conns made again; atomic */
+
+	/* Replicated map (R > 1), else NULL. Written by the loop thread on
+	 * a death, read by callers while they partition: under map_mu. */
+	struct emb_cmap *cmap;
+	pthread_mutex_t map_mu;
+	uint16_t *grp;	    /* EMB_NSLOTS: slot -> replica group */
+	uint16_t (*groups)[EMB_CMAP_REPLICAS_MAX]; /* holders of each group */
+	uint32_t ngroups;   /* groups in use */
 };
 
 struct emb_client_table {
@@ -146,6 +162,9 @@ struct part {
 							      rank, session */
 	uint64_t seq;		   /* PUSH: sequence number to its server */
 	bool once;		   /* never sent again: a synchronous push */
+	uint32_t lead;		   /* replicated write: first part of its
+				      copies (they follow it) */
+	uint32_t nrep;		   /* replicated write: copies; 0 = none */
 	struct part *wnext;	   /* next waiting on the server */
 	void *resp;		   /* response payload lands here */
 	size_t resp_cap;	   /* bytes */
@@ -170,6 +189,7 @@ struct emb_async {
 	uint32_t pending;     /* loop thread: parts not done */
 	int status;	      /* first error, else 0 */
 	uint64_t deadline_ms; /* monotonic: retries stop here */
+	const uint32_t *tids; /* pull: the table's id on each server */
 	void *mem;	      /* everything above lives here */
 	void *resp_mem;	      /* response buffers */
 	struct emb__respbuf *rbuf; /* pull: the registered ones instead */
@@ -273,11 +293,86 @@ static int pull_scatter(struct emb_async *op, struct part *p)
 	return 0;
 }
 
+static bool stopping(const struct emb_client *c)
+{
+	return __atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE);
+}
+
+static bool srv_dead(const struct server *s)
+{
+	return __atomic_load_n(&s->dead, __ATOMIC_RELAXED);
+}
+
+static void part_send(struct emb_client *c, struct part *p);
+
+/*
+ * Loop thread: a pull part whose server died goes to the first live
+ * holder of its slots, when that is one server for all of them (it is
+ * with the successor backups of cluster/map.h). False when there is none.
+ */
+static bool pull_reroute(struct emb_async *op, struct part *p)
+{
+	struct emb_client *c = op->c;
+	const uint64_t *ids = p->iov[0].iov_base;
+	uint32_t to = NONE;
+
+	if (!c->cmap || op->kind != OP_PULL || stopping(c))
+		return false;
+	for (uint32_t j = 0; j < p->n; j++) {
+		const uint16_t *h = c->cmap->slot[emb_id_slot(ids[j])];
+		uint32_t live = NONE;
+
+		/* The dead flag comes before the map update: go by it. */
+		for (uint32_t i = 0; i < c->cmap->replicas && live == NONE;
+		     i++)
+			if (h[i] != EMB_CMAP_NONE && !srv_dead(&c->srv[h[i]]))
+				live = h[i];
+		if (live == NONE || (to != NONE && live != to))
+			return false;
+		to = live;
+	}
+	if (to == NONE || to == p->server)
+		return false;
+	p->server = to;
+	p->hdr.table_id = op->tids[to];
+	add(&c->retries, 1);
+	part_send(c, p);
+	return true;
+}
+
+/*
+ * Loop thread, once every part ended: a replicated write failed only
+ * when no copy of some part was applied. Its dead holders are no error.
+ */
+static void rep_check(struct emb_async *op)
+{
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		const struct part *p = &op->parts[k];
+		bool applied = false;
+
+		if (!p->nrep || p->lead != k)
+			continue;
+		for (uint32_t j = 0; j < p->nrep; j++)
+			applied |= op->parts[k + j].status == 0;
+		if (!applied && !op->status)
+			op->status = p->status;
+	}
+}
+
+static void op_finish(struct emb_async *op)
+{
+	if (op->c->cmap)
+		rep_check(op);
+	op_complete(op);
+}
+
 static void part_end(struct part *p, int status,
 		     const struct emb_frame_hdr *resp)
 {
 	struct emb_async *op = p->op;
 
+	if (status == EMB_ENODEAD && pull_reroute(op, p))
+		return;
 	if (status == 0) {
 		p->rhdr = *resp;
 		if (resp->status < 0) {
@@ -292,11 +387,12 @@ static void part_end(struct part *p, int status,
 	p->status = status;
 	if (status) {
 		add(&op->c->errors, 1);
-		if (!op->status)
+		/* A copy on a dead holder: rep_check() decides. */
+		if (!op->status && !(p->nrep && status == EMB_ENODEAD))
 			op->status = status;
 	}
 	if (--op->pending == 0)
-		op_complete(op);
+		op_finish(op);
 }
 
 /* Codes that mean the connection broke, not that the request was wrong. */
@@ -318,16 +414,6 @@ static bool conn_lost(int status)
 	default:
 		return false;
 	}
-}
-
-static bool stopping(const struct emb_client *c)
-{
-	return __atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE);
-}
-
-static bool srv_dead(const struct server *s)
-{
-	return __atomic_load_n(&s->dead, __ATOMIC_RELAXED);
 }
 
 /* Loop thread: the next reconnect of s, after a loss or a failed try. */
@@ -453,7 +539,7 @@ static void op_issue(void *arg)
 	for (uint32_t k = 0; k < nparts; k++)
 		part_send(op->c, &op->parts[k]);
 	if (--op->pending == 0)
-		op_complete(op);
+		op_finish(op);
 }
 
 /*
@@ -533,14 +619,16 @@ static uint32_t part_max(const struct emb_client *c, uint32_t s,
 }
 
 /*
- * Deduplicates ids and orders the distinct ones by server. Fills op->pu,
- * op->first, op->next (in op->mem), the partitioned ids in *pids, the
- * distinct index -> partitioned index map in *ppos, and per-server counts
- * in cnt[nsrv]. Returns the number of distinct ids, or a negative code.
+ * Deduplicates ids and orders the distinct ones by key[slot] (a server,
+ * or a replica group), < nkeys. Fills op->pu, op->first, op->next (in
+ * op->mem), the partitioned ids in *pids, the distinct index ->
+ * partitioned index map in *ppos, and per-key counts in cnt[nkeys].
+ * Returns the number of distinct ids, or a negative code.
  */
 static int64_t prepare(struct emb_async *op, const uint64_t *ids, uint32_t n,
-		       size_t extra, uint64_t **pids, uint32_t **ppos,
-		       uint32_t *cnt, void **extra_out)
+		       const uint16_t *key, uint32_t nkeys, size_t extra,
+		       uint64_t **pids, uint32_t **ppos, uint32_t *cnt,
+		       void **extra_out)
 {
 	struct emb_client *c = op->c;
 	struct emb_dedup *d = NULL;
@@ -552,7 +640,7 @@ static int64_t prepare(struct emb_async *op, const uint64_t *ids, uint32_t n,
 	int rc;
 
 	bytes = (size_t)n * (8 + 8 + 4 + 4 + 4 + 4 + 4 + 4) +
-		(size_t)(c->nsrv + 1) * 4 + extra + 64;
+		(size_t)(nkeys + 1) * 4 + extra + 64;
 	m = malloc(bytes);
 	if (!m)
 		return -ENOMEM;
@@ -567,7 +655,7 @@ static int64_t prepare(struct emb_async *op, const uint64_t *ids, uint32_t n,
 	op->next = op->first + n;
 	start = op->next + n;
 	*extra_out =
-	    (void *)(((uintptr_t)(start + c->nsrv + 1) + 63) & ~(uintptr_t)63);
+	    (void *)(((uintptr_t)(start + nkeys + 1) + 63) & ~(uintptr_t)63);
 
 	rc = emb_dedup_create(n, &d);
 	if (rc)
@@ -577,13 +665,13 @@ static int64_t prepare(struct emb_async *op, const uint64_t *ids, uint32_t n,
 	if (nu < 0)
 		return nu;
 
-	memset(cnt, 0, c->nsrv * sizeof(*cnt));
+	memset(cnt, 0, nkeys * sizeof(*cnt));
 	for (uint32_t u = 0; u < (uint32_t)nu; u++) {
-		srv_of[u] = c->slot_map[emb_id_slot(uniq[u])];
+		srv_of[u] = key[emb_id_slot(uniq[u])];
 		cnt[srv_of[u]]++;
 	}
 	start[0] = 0;
-	for (uint32_t s = 0; s < c->nsrv; s++)
+	for (uint32_t s = 0; s < nkeys; s++)
 		start[s + 1] = start[s] + cnt[s];
 	for (uint32_t u = 0; u < (uint32_t)nu; u++) {
 		uint32_t pos = start[srv_of[u]]++;
@@ -653,6 +741,85 @@ static int make_parts(struct emb_async *op, const struct emb_client_table *t,
 	return 0;
 }
 
+/*
+ * Replicated writes: cnt[g] ids per replica group g, split into parts of
+ * at most part_max() ids for every holder, and each part made once per
+ * holder, copies side by side (lead, nrep). Under c->map_mu. 0, -ENOMEM,
+ * or -EOPNOTSUPP for a synchronous table's push (its per-server step
+ * ends are not replicated).
+ */
+static int make_parts_rep(struct emb_async *op,
+			  const struct emb_client_table *t,
+			  const uint32_t *cnt, uint8_t opcode, uint32_t stride)
+{
+	struct emb_client *c = op->c;
+	uint32_t total = 0, k = 0, off = 0;
+
+	if (opcode == EMB_OP_PUSH && t->mode == EMB_MODE_SYNC)
+		return -EOPNOTSUPP;
+	for (uint32_t g = 0; g < c->ngroups; g++) {
+		const uint16_t *h = c->groups[g];
+		uint32_t m = UINT32_MAX, nh = 0;
+
+		for (; nh < c->cmap->replicas && h[nh] != EMB_CMAP_NONE; nh++)
+			if (part_max(c, h[nh], stride) < m)
+				m = part_max(c, h[nh], stride);
+		total += (cnt[g] + m - 1) / m * nh;
+	}
+	op->parts = calloc(total ? total : 1, sizeof(*op->parts));
+	if (!op->parts)
+		return -ENOMEM;
+	for (uint32_t g = 0; g < c->ngroups; g++) {
+		const uint16_t *h = c->groups[g];
+		uint32_t m = UINT32_MAX, nh = 0;
+
+		for (; nh < c->cmap->replicas && h[nh] != EMB_CMAP_NONE; nh++)
+			if (part_max(c, h[nh], stride) < m)
+				m = part_max(c, h[nh], stride);
+		for (uint32_t done = 0; done < cnt[g]; done += m) {
+			uint32_t lead = k;
+
+			for (uint32_t j = 0; j < nh; j++) {
+				struct part *p = &op->parts[k++];
+
+				p->op = op;
+				p->server = h[j];
+				p->first = off + done;
+				p->n = cnt[g] - done < m ? cnt[g] - done : m;
+				p->hdr.opcode = opcode;
+				p->hdr.table_id = t->ids[h[j]];
+				p->hdr.count = p->n;
+				p->lead = lead;
+				p->nrep = nh;
+			}
+		}
+		off += cnt[g];
+	}
+	op->nparts = total;
+	return 0;
+}
+
+/*
+ * How writes are partitioned: by replica group when replicated (then
+ * c->map_mu is held until unlock_keys()), else by server.
+ */
+static const uint16_t *write_keys(struct emb_client *c, uint32_t *nkeys)
+{
+	if (!c->cmap) {
+		*nkeys = c->nsrv;
+		return c->slot_map;
+	}
+	pthread_mutex_lock(&c->map_mu);
+	*nkeys = c->ngroups;
+	return c->grp;
+}
+
+static void unlock_keys(struct emb_client *c)
+{
+	if (c->cmap)
+		pthread_mutex_unlock(&c->map_mu);
+}
+
 /* ---- table operations ---- */
 
 static int pull_start(struct emb_client_table *t, const uint64_t *ids,
@@ -687,7 +854,15 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	op->n = n;
 	op->out = out;
 	op->found = found;
-	nu = n ? prepare(op, ids, n, 0, &pids, &ppos, cnt, &unused) : 0;
+	op->tids = t->ids;
+	/* Pulls go to primaries; a replicated map moves them on a death. */
+	if (c->cmap)
+		pthread_mutex_lock(&c->map_mu);
+	nu = n ? prepare(op, ids, n, c->slot_map, c->nsrv, 0, &pids, &ppos,
+			 cnt, &unused)
+	       : 0;
+	if (c->cmap)
+		pthread_mutex_unlock(&c->map_mu);
 	if (nu < 0) {
 		rc = (int)nu;
 		goto err;
@@ -740,7 +915,8 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 {
 	struct emb_client *c = t->c;
 	const uint32_t dim = t->spec.dim;
-	uint32_t *cnt, *ppos;
+	uint32_t *cnt, *ppos, nkeys;
+	const uint16_t *key;
 	uint64_t *pids = NULL;
 	struct emb_async *op;
 	float *pgrad = NULL;
@@ -751,16 +927,20 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 	if (!t || (n && (!ids || !grads)))
 		return EMB_EBADARG;
 	op = op_new(c, OP_PUSH);
-	cnt = calloc(c->nsrv, sizeof(*cnt));
+	cnt = calloc(c->nsrv > EMB_NSLOTS ? c->nsrv : EMB_NSLOTS,
+		     sizeof(*cnt));
 	if (!op || !cnt) {
 		rc = -ENOMEM;
 		goto err;
 	}
 	op->dim = dim;
-	nu = n ? prepare(op, ids, n, (size_t)n * dim * sizeof(float), &pids,
-			 &ppos, cnt, &extra)
+	key = write_keys(c, &nkeys);
+	nu = n ? prepare(op, ids, n, key, nkeys,
+			 (size_t)n * dim * sizeof(float), &pids, &ppos, cnt,
+			 &extra)
 	       : 0;
 	if (nu < 0) {
+		unlock_keys(c);
 		rc = (int)nu;
 		goto err;
 	}
@@ -776,7 +956,9 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 			for (uint32_t j = 0; j < dim; j++)
 				dst[j] += grads[(size_t)i * dim + j];
 	}
-	rc = make_parts(op, t, cnt, EMB_OP_PUSH, dim);
+	rc = c->cmap ? make_parts_rep(op, t, cnt, EMB_OP_PUSH, dim)
+		     : make_parts(op, t, cnt, EMB_OP_PUSH, dim);
+	unlock_keys(c);
 	if (!rc)
 		rc = give_err_bufs(op);
 	if (rc)
@@ -817,7 +999,8 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 		     uint32_t stride, uint16_t flags, struct emb_async **opp)
 {
 	struct emb_client *c = t->c;
-	uint32_t *cnt = NULL, *start = NULL;
+	uint32_t *cnt = NULL, *start = NULL, nkeys, most;
+	const uint16_t *key;
 	struct emb_async *op;
 	uint64_t *pids;
 	float *prows = NULL;
@@ -826,20 +1009,22 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 	op = op_new(c, kind);
 	if (!op)
 		return -ENOMEM;
-	cnt = calloc(c->nsrv, sizeof(*cnt));
-	start = calloc(c->nsrv + 1, sizeof(*start));
+	most = c->nsrv > EMB_NSLOTS ? c->nsrv : EMB_NSLOTS;
+	cnt = calloc(most, sizeof(*cnt));
+	start = calloc(most + 1, sizeof(*start));
 	op->mem = malloc((size_t)n * (8 + (rows ? 4ull * stride : 0)) + 8);
 	if (!cnt || !start || !op->mem)
 		goto err;
 	pids = op->mem;
 	if (rows)
 		prows = (float *)(void *)(pids + n);
+	key = write_keys(c, &nkeys);
 	for (uint32_t i = 0; i < n; i++)
-		cnt[c->slot_map[emb_id_slot(ids[i])]]++;
-	for (uint32_t s = 0; s < c->nsrv; s++)
+		cnt[key[emb_id_slot(ids[i])]]++;
+	for (uint32_t s = 0; s < nkeys; s++)
 		start[s + 1] = start[s] + cnt[s];
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t pos = start[c->slot_map[emb_id_slot(ids[i])]]++;
+		uint32_t pos = start[key[emb_id_slot(ids[i])]]++;
 
 		pids[pos] = ids[i];
 		if (rows)
@@ -847,9 +1032,15 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 			       rows + (size_t)i * stride,
 			       (size_t)stride * sizeof(float));
 	}
-	rc = make_parts(op, t, cnt,
-			kind == OP_ASSIGN ? EMB_OP_ASSIGN : EMB_OP_ERASE,
-			rows ? stride : 0);
+	rc = c->cmap ? make_parts_rep(op, t, cnt,
+				      kind == OP_ASSIGN ? EMB_OP_ASSIGN
+							: EMB_OP_ERASE,
+				      rows ? stride : 0)
+		     : make_parts(op, t, cnt,
+				  kind == OP_ASSIGN ? EMB_OP_ASSIGN
+						    : EMB_OP_ERASE,
+				  rows ? stride : 0);
+	unlock_keys(c);
 	if (!rc)
 		rc = give_err_bufs(op);
 	if (rc)
@@ -1200,6 +1391,9 @@ int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
 
 	if (!t)
 		return EMB_EBADARG;
+	/* A step's end is per server; replicas would each need them all. */
+	if (t->c->cmap && mode == EMB_MODE_SYNC)
+		return -EOPNOTSUPP;
 	len = emb_wire_set_mode_req_encode(buf, sizeof(buf), 0, &m);
 	if (len < 0)
 		return len;
@@ -1695,6 +1889,7 @@ int emb_client_create(const struct emb_client_opts *opts,
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_init(&c->err_lock, NULL);
+	pthread_mutex_init(&c->map_mu, NULL);
 	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 30000;
 	c->part_ids = opts->part_ids ? opts->part_ids : 1024;
 	rc = env_admin_token(c);
@@ -1737,6 +1932,7 @@ err_conns:
 	emb_transport_destroy(c->tr);
 err_free:
 	free(c->srv);
+	pthread_mutex_destroy(&c->map_mu);
 	pthread_mutex_destroy(&c->err_lock);
 	free(c);
 	return rc;
@@ -1770,6 +1966,10 @@ void emb_client_destroy(struct emb_client *c)
 	emb__respbufs_destroy(c->bufs);
 	emb_transport_destroy(c->tr);
 	free(c->srv);
+	free(c->cmap);
+	free(c->grp);
+	free(c->groups);
+	pthread_mutex_destroy(&c->map_mu);
 	pthread_mutex_destroy(&c->err_lock);
 	free(c);
 }
@@ -1850,15 +2050,86 @@ int emb_client_last_error(struct emb_client *c, char *buf, size_t cap)
 
 /* ---- cluster hooks (worker/cluster.c) ---- */
 
+/*
+ * Under c->map_mu (or before anyone else sees c): the primaries and the
+ * replica groups of c->cmap. A lost slot keeps its old primary, whose
+ * calls fail with EMB_ENODEAD, as an unreplicated client's do.
+ */
+static void regroup(struct emb_client *c)
+{
+	c->ngroups = 0;
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		const uint16_t *h = c->cmap->slot[sl];
+		uint16_t gone[EMB_CMAP_REPLICAS_MAX];
+		uint32_t g = 0;
+
+		if (h[0] == EMB_CMAP_NONE) {
+			/* No copy left: a group of the old primary alone,
+			 * dead, so that writes fail. */
+			memcpy(gone, h, sizeof(gone));
+			gone[0] = c->slot_map[sl];
+			h = gone;
+		} else {
+			c->slot_map[sl] = h[0];
+		}
+		/* Few groups (about one per server): a linear search. */
+		while (g < c->ngroups &&
+		       memcmp(c->groups[g], h, sizeof(c->groups[g])))
+			g++;
+		if (g == c->ngroups)
+			memcpy(c->groups[c->ngroups++], h, sizeof(c->groups[g]));
+		c->grp[sl] = (uint16_t)g;
+	}
+}
+
 int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
 			    struct emb_node *node)
 {
+	uint32_t r = node ? emb_node_replicas(node) : 1;
+	const struct emb_wire_node_addr *srv =
+	    node ? emb_node_servers(node) : NULL;
+
 	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
 		if (slot_map[sl] >= c->nsrv)
 			return -EINVAL;
+	if (r > 1) {
+		c->cmap = malloc(sizeof(*c->cmap));
+		c->grp = calloc(EMB_NSLOTS, sizeof(*c->grp));
+		c->groups = calloc(EMB_NSLOTS, sizeof(*c->groups));
+		if (!c->cmap || !c->grp || !c->groups)
+			goto err;
+		if (emb_cmap_init(c->cmap, c->nsrv, r))
+			goto err_inval;
+		/* A map sent after a failover says who was removed; the
+		 * rest follows (cluster/map.h), and must be what was sent. */
+		for (uint32_t i = 0; i < c->nsrv; i++)
+			if (srv[i].removed)
+				emb_cmap_remove(c->cmap, i, c->cmap);
+		for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+			if (emb_cmap_primary(c->cmap, sl) != slot_map[sl])
+				goto err_inval;
+	}
 	memcpy(c->slot_map, slot_map, sizeof(c->slot_map));
+	if (c->cmap)
+		regroup(c);
 	c->node = node;
 	return 0;
+err_inval:
+	free(c->cmap);
+	free(c->grp);
+	free(c->groups);
+	c->cmap = NULL;
+	c->grp = NULL;
+	c->groups = NULL;
+	return -EINVAL;
+err:
+	free(c->cmap);
+	free(c->grp);
+	free(c->groups);
+	c->cmap = NULL;
+	c->grp = NULL;
+	c->groups = NULL;
+	return -ENOMEM;
 }
 
 struct emb_node *emb__client_node(const struct emb_client *c)
@@ -1866,11 +2137,47 @@ struct emb_node *emb__client_node(const struct emb_client *c)
 	return c->node;
 }
 
+/*
+ * Loop thread: a replicated map drops the servers declared dead, before
+ * their calls fail, so that pulls find the new primaries.
+ */
+static void failover(struct emb_client *c)
+{
+	uint64_t epoch;
+	uint32_t lost;
+
+	if (!c->cmap)
+		return;
+	pthread_mutex_lock(&c->map_mu);
+	epoch = c->cmap->epoch;
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		if (srv_dead(&c->srv[i]))
+			emb_cmap_remove(c->cmap, i, c->cmap);
+	if (c->cmap->epoch != epoch)
+		regroup(c);
+	lost = emb_cmap_lost_slots(c->cmap);
+	pthread_mutex_unlock(&c->map_mu);
+	if (c->cmap->epoch == epoch)
+		return;
+	if (lost)
+		emb_log(EMB_LOG_ERROR,
+			"map epoch %llu: %u slot%s lost every copy; their "
+			"calls fail",
+			(unsigned long long)c->cmap->epoch, lost,
+			lost == 1 ? "" : "s");
+	else
+		emb_log(EMB_LOG_WARN,
+			"map epoch %llu: dead servers' slots are served by "
+			"their backups",
+			(unsigned long long)c->cmap->epoch);
+}
+
 /* Loop thread: fails the conns of every server declared dead. */
 static void close_dead(void *arg)
 {
 	struct emb_client *c = arg;
 
+	failover(c);
 	for (uint32_t i = 0; i < c->nsrv; i++) {
 		if (!srv_dead(&c->srv[i]))
 			continue;

@@ -267,6 +267,7 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 		no.server_num = env.server_num;
 		no.worker_num = env.worker_num;
 		no.hb_timeout_ms = env.hb_timeout_ms;
+		no.replicas = env.replicas;
 		no.role = EMB_ROLE_WORKER;
 		no.join_timeout_ms = env.join_timeout_ms;
 		rc = emb_node_create(&no, &node);

@@ -414,7 +414,8 @@ static void check_cluster(const struct emb_wire_frame *f)
 		same(f, out,
 		     emb_wire_cluster_map_encode(out, sizeof(out),
 						 f->hdr.req_id, m.nworkers,
-						 slot_map, addrs, m.nservers),
+						 m.replicas, slot_map, addrs,
+						 m.nservers),
 		     "cluster map");
 	}
 	if (emb_wire_heartbeat_req_decode(f, &id, &seq) == 0)

@@ -63,8 +63,8 @@ static struct emb_wire_spec spec_make(const char *name, uint32_t dim)
 static void save_cluster(void)
 {
 	static uint16_t slot_map[EMB_NSLOTS];
-	struct emb_wire_node_addr addrs[2] = {{"10.0.0.2", 7164},
-					      {"node-b.example", 7165}};
+	struct emb_wire_node_addr addrs[2] = {{"10.0.0.2", 7164, false},
+					      {"node-b.example", 7165, false}};
 	struct emb_wire_node_ref dead[2] = {{EMB_ROLE_SERVER, 1},
 					    {EMB_ROLE_WORKER, 0}};
 	struct emb_wire_register_resp rr = {
@@ -92,8 +92,18 @@ static void save_cluster(void)
 	     emb_wire_node_req_encode(buf, sizeof(buf), EMB_OP_CLUSTER_MAP, 2,
 				      4));
 	save("cluster_map_resp",
-	     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, slot_map,
+	     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 0, slot_map,
 					 addrs, 2));
+	/* After a failover: two copies, server 1 removed, 0 holds all. */
+	{
+		static uint16_t primaries[EMB_NSLOTS];
+		struct emb_wire_node_addr after[2] = {{"10.0.0.2", 7164, false},
+						      {"10.0.0.3", 7164, true}};
+
+		save("cluster_map_resp_replicas",
+		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 2,
+						 primaries, after, 2));
+	}
 	save("heartbeat_req",
 	     emb_wire_heartbeat_req_encode(buf, sizeof(buf), 3, 4, 17));
 	save("heartbeat_resp_dead",

@@ -101,7 +101,9 @@ static void test_map(void)
 {
 	static uint16_t slots[EMB_NSLOTS];
 	struct emb_wire_node_addr addrs[3] = {
-	    {"10.0.0.1", 1}, {"server-b", 2}, {"fe80::1", 65535}};
+	    {"10.0.0.1", 1, false},
+	    {"server-b", 2, false},
+	    {"fe80::1", 65535, false}};
 	struct emb_wire_node_addr a;
 	struct emb_wire_cluster_map m;
 	struct emb_wire_frame f;
@@ -109,13 +111,14 @@ static void test_map(void)
 
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
 		slots[i] = (uint16_t)(i % 3);
-	len = emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, slots, addrs,
-					  3);
+	len = emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 0, slots,
+					  addrs, 3);
 	CU_ASSERT_EQUAL(len, (int)emb_wire_cluster_map_bytes(3));
 	f = frame(len);
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), 0);
 	CU_ASSERT_EQUAL(m.nservers, 3);
 	CU_ASSERT_EQUAL(m.nworkers, 5);
+	CU_ASSERT_EQUAL(m.replicas, 1);
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
 		CU_ASSERT_EQUAL(emb_wire_cluster_map_slot(&m, i), i % 3);
 	for (uint32_t i = 0; i < 3; i++) {
@@ -136,21 +139,74 @@ static void test_map(void)
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
 	/* Encoders: a rank out of range, no servers, port 0. */
 	slots[7] = 3;
-	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5,
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 0,
 						    slots, addrs, 3),
 			EMB_EBADARG);
 	slots[7] = 0;
-	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5,
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 0,
 						    slots, addrs, 0),
 			EMB_EBADARG);
 	addrs[1].port = 0;
-	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5,
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 0,
 						    slots, addrs, 3),
 			EMB_EBADARG);
 	addrs[1].port = 2;
 	CU_ASSERT_EQUAL(
-	    emb_wire_cluster_map_encode(buf, 1000, 3, 5, slots, addrs, 3),
+	    emb_wire_cluster_map_encode(buf, 1000, 3, 5, 0, slots, addrs, 3),
 	    -ENOSPC);
+}
+
+/* Replicas and removed servers: what failover changes in the map. */
+static void test_map_replicas(void)
+{
+	static uint16_t slots[EMB_NSLOTS];
+	struct emb_wire_node_addr addrs[3] = {
+	    {"10.0.0.1", 1, false}, {"10.0.0.2", 2, true}, {"10.0.0.3", 3, false}};
+	struct emb_wire_node_addr a;
+	struct emb_wire_cluster_map m;
+	struct emb_wire_frame f;
+	int len;
+
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
+		slots[i] = (uint16_t)(i % 2 ? 2 : 0);
+	len = emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 2, slots,
+					  addrs, 3);
+	f = frame(len);
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), 0);
+	CU_ASSERT_EQUAL(m.replicas, 2);
+	for (uint32_t i = 0; i < 3; i++) {
+		emb_wire_cluster_map_server(&m, i, &a);
+		CU_ASSERT_EQUAL(a.removed, i == 1);
+	}
+	/* A slot whose primary is a removed server. */
+	emb_le16_store(buf + 32 + 8 + 2 * 9, 1);
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
+	emb_le16_store(buf + 32 + 8 + 2 * 9, 2);
+	/* 1 is never written (it is 0), nor more copies than servers, nor
+	 * a flag that means nothing. */
+	emb_le32_store(buf + 32 + 4, 1);
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
+	emb_le32_store(buf + 32 + 4, 4);
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
+	emb_le32_store(buf + 32 + 4, 2);
+	buf[32 + EMB_WIRE_MAP_PREFIX_SIZE + 4] = 2;
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
+	buf[32 + EMB_WIRE_MAP_PREFIX_SIZE + 4] = 0;
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), 0);
+	/* Encoders: replicas over the servers or the maximum, a slot on a
+	 * removed server; replicas 1 is written as 0. */
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 4,
+						    slots, addrs, 3),
+			EMB_EBADARG);
+	slots[5] = 1;
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 2,
+						    slots, addrs, 3),
+			EMB_EBADARG);
+	slots[5] = 0;
+	addrs[1].removed = false;
+	len = emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 1, slots,
+					  addrs, 3);
+	CU_ASSERT_EQUAL(emb_le32_load(buf + 32 + 4), 0);
 }
 
 static void test_heartbeat(void)
@@ -268,6 +324,8 @@ int main(int argc, char **argv)
 	static const struct emb_test_case cases[] = {
 	    {"register round-trips and refuses bad fields", test_register},
 	    {"cluster map round-trips and refuses bad ranks", test_map},
+	    {"cluster map carries replicas and removed servers",
+	     test_map_replicas},
 	    {"heartbeat carries state and dead nodes", test_heartbeat},
 	    {"barrier and finish round-trip", test_barrier_finish},
 	    {"truncated payloads are refused", test_truncated},

@@ -80,6 +80,9 @@ struct launch {
 	bool stopping;	    /* the group got SIGTERM */
 	const char *coord;  /* --coordinator etcd://...: no scheduler */
 	char job[EMB_COORD_JOB_MAX + 1]; /* the job's name in etcd */
+	uint32_t replicas;  /* copies of each slot (--replicas) */
+	uint32_t nservers;  /* servers started */
+	uint32_t servers_lost; /* servers that died while the job ran */
 };
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -113,6 +116,11 @@ static void usage(FILE *f)
 		"                     and Paddle's --trainer_num)\n"
 		"  --sched-port P     scheduler port (default: a free one)\n"
 		"  --log-dir D        one log per process (default: log)\n"
+		"  --replicas R       copies of each slot, 1..8 (default: "
+		"EMB_REPLICAS or 1);\n"
+		"                     with R > 1 the job goes on when a "
+		"server dies\n"
+		"                     (docs/replication.md)\n"
 		"  --auth-token-file F  the cluster's token, for every "
 		"process\n"
 		"                     (default: EMB_AUTH_TOKEN_FILE)\n"
@@ -384,6 +392,29 @@ static void running_workers(const struct launch *l, char *buf, size_t cap)
 		snprintf(buf, cap, "none");
 }
 
+/*
+ * A server died while the workers run: with replicas the job may go on.
+ * Fewer deaths than copies lose no slot; more may (slots whose holders
+ * all died), and then the workers' calls fail and they stop the job, so
+ * the launcher keeps going until a worker fails or no server is left.
+ */
+static bool server_covered(struct launch *l)
+{
+	l->servers_lost++;
+	if (l->replicas < 2 || l->servers_lost >= l->nservers)
+		return false;
+	if (l->servers_lost < l->replicas)
+		say("%u of %u servers lost; with --replicas %u their slots' "
+		    "backups take over: the job goes on",
+		    l->servers_lost, l->nservers, l->replicas);
+	else
+		say("%u of %u servers lost, --replicas %u: slots whose "
+		    "copies all died fail their workers' calls; the job goes "
+		    "on while the workers do",
+		    l->servers_lost, l->nservers, l->replicas);
+	return true;
+}
+
 /* Reaps every child that exited, ours or orphans handed to us. */
 static void reap(struct launch *l)
 {
@@ -403,7 +434,11 @@ static void reap(struct launch *l)
 		else
 			say("%s killed by %s", c->name,
 			    strsignal(WTERMSIG(status)));
-		/* A failure while the job runs stops the job. */
+		/* A failure while the job runs stops the job, except a
+		 * server's while others hold copies of its slots. */
+		if (!ok && !l->stopping && c->kind == K_SERVER &&
+		    !workers_done(l) && server_covered(l))
+			continue;
 		if (!ok && !l->stopping &&
 		    (c->kind == K_WORKER || !workers_done(l)))
 			stop_all(l, 1);
@@ -561,15 +596,17 @@ int emb_cmd_launch(int argc, char **argv)
 	    {"auth-token-file", required_argument, NULL, 'a'},
 	    {"coordinator", required_argument, NULL, 'O'},
 	    {"job", required_argument, NULL, 'J'},
+	    {"replicas", required_argument, NULL, 'r'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct launch l = {.sigfd = -1};
 	const char *token_file = getenv("EMB_AUTH_TOKEN_FILE");
-	uint32_t S = 0, W = 0, port32 = 0;
+	uint32_t S = 0, W = 0, R = 0, port32 = 0;
 	const char *dir = "log";
 	char bin[PATH_MAX], self[PATH_MAX], port[8], snum[16], wnum[16];
+	char rnum[16];
 	char name[32], tmo[24], *path = NULL;
 	long timeout_s;
 	char *sched_argv[4], *server_argv[2];
@@ -625,6 +662,12 @@ int emb_cmd_launch(int argc, char **argv)
 			}
 			snprintf(l.job, sizeof(l.job), "%s", optarg);
 			break;
+		case 'r':
+			if (parse_num(optarg, 8, &R)) {
+				say("--replicas takes 1..8, not '%s'", optarg);
+				goto bad_usage;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -643,6 +686,19 @@ int emb_cmd_launch(int argc, char **argv)
 		say("give the worker command after --");
 		goto bad_usage;
 	}
+	if (!R && getenv("EMB_REPLICAS") &&
+	    parse_num(getenv("EMB_REPLICAS"), 8, &R)) {
+		say("EMB_REPLICAS takes 1..8, not '%s'", getenv("EMB_REPLICAS"));
+		goto bad_usage;
+	}
+	if (!R)
+		R = 1;
+	if (R > S) {
+		say("--replicas %u needs at least %u servers, not %u", R, R, S);
+		goto bad_usage;
+	}
+	l.replicas = R;
+	l.nservers = S;
 	if (S + W + 1 > CHILDREN_MAX) {
 		say("at most %u processes: %u servers and %u workers are too "
 		    "many",
@@ -690,6 +746,7 @@ int emb_cmd_launch(int argc, char **argv)
 	snprintf(port, sizeof(port), "%u", sched_port);
 	snprintf(snum, sizeof(snum), "%u", S);
 	snprintf(wnum, sizeof(wnum), "%u", W);
+	snprintf(rnum, sizeof(rnum), "%u", R);
 
 	timeout_s = join_timeout_s();
 	snprintf(tmo, sizeof(tmo), "%ld", timeout_s);
@@ -726,6 +783,10 @@ int emb_cmd_launch(int argc, char **argv)
 		    "logs in %s",
 		    sched_port, S, S == 1 ? "" : "s", W, W == 1 ? "" : "s",
 		    dir);
+	if (R > 1)
+		say("%u copies of each slot: the job survives %u server "
+		    "death%s",
+		    R, R - 1, R == 2 ? "" : "s");
 
 	sched_argv[0] = bin;
 	sched_argv[1] = "--role";
@@ -753,6 +814,8 @@ int emb_cmd_launch(int argc, char **argv)
 		    wnum,
 		    "EMB_CLUSTER_TIMEOUT",
 		    tmo,
+		    "EMB_REPLICAS",
+		    rnum,
 		    "PATH",
 		    path,
 		    /* Servers bind a free port and register it. */
