@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/tools/docs_commands.sh SRC BUILD - the documentation's commands and
 # scripts, run as written with the built programs. In docs/training.md,
-# docs/deploy.md, docs/operations.md, docs/bench.md and docs/coordinator.md:
+# docs/deploy.md, docs/operations.md, docs/bench.md, docs/coordinator.md
+# and docs/replication.md:
 #   - a fenced block introduced by "`deploy/...`:" (or examples/, tests/)
 #     must equal that file;
 #   - every other sh block runs, in order, from a directory that looks like
@@ -46,7 +47,8 @@ unset EMB_ROLE EMB_SCHED_HOST EMB_SCHED_PORT EMB_SERVERS EMB_LISTEN MS_ROLE \
 # Splits the docs into $work/blocks: NNN.run (to run), NNN.parse (bash -n
 # only); file blocks are compared here. Prints problems, exits 1 on any.
 python3 - "$SRC" "$work/blocks" docs/training.md docs/deploy.md \
-	docs/operations.md docs/bench.md docs/coordinator.md <<'EOF' ||
+	docs/operations.md docs/bench.md docs/coordinator.md \
+	docs/replication.md <<'EOF' ||
 import os, re, sys
 src, out = sys.argv[1], sys.argv[2]
 os.makedirs(out)
