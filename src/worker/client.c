@@ -380,7 +380,9 @@ static void part_end(struct part *p, int status,
 			status = resp->status;
 		} else if (op->kind == OP_PULL) {
 			status = pull_scatter(op, p);
-		} else if (op->kind == OP_ERASE) {
+		} else if (op->kind == OP_ERASE &&
+			   (!p->nrep || p == &op->parts[p->lead])) {
+			/* One copy's count: the first holder's. */
 			op->count += resp->count;
 		}
 	}
@@ -477,6 +479,10 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 
 	if (status)
 		p->op->tainted = true;
+	/* A dead server's broken conn is its death, whichever came first:
+	 * replicated calls go on without it (part_end). */
+	if (status && conn_lost(status) && srv_dead(s))
+		status = EMB_ENODEAD;
 	if (status && conn_lost(status) && !srv_dead(s)) {
 		/* A timeout as much as a reset: the next call gets a new
 		 * conn rather than one with a stuck request on it. */
