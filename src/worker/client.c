@@ -933,8 +933,8 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 	if (!t || (n && (!ids || !grads)))
 		return EMB_EBADARG;
 	op = op_new(c, OP_PUSH);
-	cnt = calloc(c->nsrv > EMB_NSLOTS ? c->nsrv : EMB_NSLOTS,
-		     sizeof(*cnt));
+	/* Counts per server, or per replica group (at most one a slot). */
+	cnt = calloc(c->cmap ? EMB_NSLOTS : c->nsrv, sizeof(*cnt));
 	if (!op || !cnt) {
 		rc = -ENOMEM;
 		goto err;
@@ -1015,7 +1015,7 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 	op = op_new(c, kind);
 	if (!op)
 		return -ENOMEM;
-	most = c->nsrv > EMB_NSLOTS ? c->nsrv : EMB_NSLOTS;
+	most = c->cmap ? EMB_NSLOTS : c->nsrv;
 	cnt = calloc(most, sizeof(*cnt));
 	start = calloc(most + 1, sizeof(*start));
 	op->mem = malloc((size_t)n * (8 + (rows ? 4ull * stride : 0)) + 8);

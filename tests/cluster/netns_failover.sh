@@ -1,0 +1,142 @@
+#!/bin/sh
+# tests/cluster/netns_failover.sh - replication across hosts: a scheduler
+# (EMB_REPLICAS=2), three servers and two workers running embstore-bench
+# --op push --verify, each in a network namespace of its own on a bridge,
+# as netns.sh builds them. While the workers push, one server's link is
+# cut (its veth on the bridge goes down): the process lives on, but nobody
+# hears from it. The scheduler declares it dead after the heartbeat
+# timeout, its slots fail over, and both workers must exit 0 with 0
+# mismatched rows; the scheduler and the other servers exit 0.
+#
+#   netns_failover.sh EMBSTORE_SERVER EMBSTORE_BENCH
+#
+# Exits 77 (meson's SKIP) where namespaces cannot be made. Everything it
+# creates is removed on exit, whatever the outcome.
+set -u
+
+server=${1:?usage: netns_failover.sh EMBSTORE_SERVER EMBSTORE_BENCH}
+bench=${2:?usage: netns_failover.sh EMBSTORE_SERVER EMBSTORE_BENCH}
+p=f$$ # names stay under 15 bytes: f<pid><suffix>
+hub=${p}hub
+nodes="sch s0 s1 s2 w0 w1"
+logs=$(mktemp -d "${TMPDIR:-/tmp}/emb-netnsf-XXXXXX")
+pids=""
+status=1
+
+cleanup() {
+	for pid in $pids; do
+		kill -KILL "$pid" 2>/dev/null
+	done
+	wait 2>/dev/null
+	for n in $nodes; do
+		ip netns del "$p$n" 2>/dev/null
+	done
+	ip netns del "$hub" 2>/dev/null
+	if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
+		for f in "$logs"/*.log; do
+			[ -f "$f" ] || continue
+			echo "==== $f"
+			cat "$f"
+		done
+	fi
+	rm -rf "$logs"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+skip() {
+	echo "SKIP: $*"
+	status=77
+	exit 77
+}
+
+fail() {
+	echo "FAIL: $*"
+	status=1
+	exit 1
+}
+
+[ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
+command -v ip >/dev/null 2>&1 || skip "no ip(8)"
+ip netns add "$hub" 2>/dev/null || skip "cannot create network namespaces"
+ip -n "$hub" link add name br0 type bridge 2>/dev/null || skip "no bridge support"
+ip -n "$hub" link set br0 up
+ip -n "$hub" link set lo up
+
+# One /24 on the bridge: .1 scheduler, .2 .3 .4 servers, .5 .6 workers.
+i=1
+for n in $nodes; do
+	ns=$p$n
+	ip netns add "$ns" || fail "netns add $ns"
+	ip link add name "${p}$n" type veth peer name "${p}${n}h" ||
+		skip "no veth support"
+	ip link set "${p}$n" netns "$ns"
+	ip link set "${p}${n}h" netns "$hub"
+	ip -n "$hub" link set "${p}${n}h" master br0 up
+	ip -n "$ns" link set lo up
+	ip -n "$ns" link set "${p}$n" name eth0
+	ip -n "$ns" addr add "10.78.0.$i/24" dev eth0
+	ip -n "$ns" link set eth0 up
+	i=$((i + 1))
+done
+
+common="EMB_SCHED_HOST=10.78.0.1 EMB_SCHED_PORT=8081 EMB_SERVER_NUM=3
+	EMB_WORKER_NUM=2 EMB_REPLICAS=2 EMB_HEARTBEAT_TIMEOUT=1
+	EMB_CLUSTER_TIMEOUT=60 EMB_THREADS=1"
+
+# shellcheck disable=SC2086 # $common is a list of assignments
+ip netns exec "${p}sch" env $common EMB_ROLE=scheduler "$server" \
+	>"$logs/scheduler.log" 2>&1 &
+sched=$!
+pids="$pids $sched"
+for s in 0 1 2; do
+	# shellcheck disable=SC2086
+	ip netns exec "${p}s$s" env $common EMB_ROLE=server "$server" \
+		--listen 0.0.0.0:7164 >"$logs/server.$s.log" 2>&1 &
+	eval "srv$s=\$!"
+	pids="$pids $!"
+done
+for w in 0 1; do
+	# shellcheck disable=SC2086
+	ip netns exec "${p}w$w" env $common EMB_ROLE=worker "$bench" \
+		--op push --verify --rows 20000 --dim 8 --batch 512 \
+		--duration 8 >"$logs/worker.$w.log" 2>&1 &
+	eval "wk$w=\$!"
+	pids="$pids $!"
+done
+
+# Cut server 1's link 3 s after both workers joined.
+deadline=$(($(date +%s) + 90))
+while [ "$(cat "$logs"/worker.*.log | grep -c 'of 2 joined')" -lt 2 ]; do
+	[ "$(date +%s)" -lt "$deadline" ] || fail "the workers never joined"
+	sleep 0.1
+done
+sleep 3
+ip -n "$hub" link set "${p}s1h" down || fail "cannot cut server 1's link"
+
+wait_exit() { # pid name: waits, fails unless it exited 0
+	while kill -0 "$1" 2>/dev/null; do
+		[ "$(date +%s)" -lt "$deadline" ] || fail "$2 still running"
+		sleep 0.1
+	done
+	wait "$1"
+	rc=$?
+	[ "$rc" -eq 0 ] || fail "$2 exited with $rc"
+}
+wait_exit "$wk0" worker.0
+wait_exit "$wk1" worker.1
+wait_exit "$srv0" server.0
+wait_exit "$srv2" server.2
+wait_exit "$sched" scheduler
+
+grep -q "declared dead: silent for" "$logs/scheduler.log" ||
+	fail "the cut-off server was not declared dead for its silence"
+grep -q "map epoch 2: server [0-2] removed" "$logs/scheduler.log" ||
+	fail "the map did not fail over"
+for w in 0 1; do
+	grep -q "verify: [0-9]* rows checked, 0 mismatched" \
+		"$logs/worker.$w.log" || fail "worker.$w did not verify clean"
+done
+status=0
+echo "netns failover: a server's link cut, 2 workers verified: ok"
+exit 0
