@@ -237,6 +237,17 @@ static void test_bad_numbers(void)
 				   out, sizeof(out)),
 			2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "cannot use token file"));
+	CU_ASSERT_EQUAL(launch_cli("--server_num 3 --worker_num 1 "
+				   "--replicas 9 -- true",
+				   out, sizeof(out)),
+			2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--replicas takes 1..8, not '9'"));
+	CU_ASSERT_EQUAL(launch_cli("--server_num 1 --worker_num 1 "
+				   "--replicas 2 -- true",
+				   out, sizeof(out)),
+			2);
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(out, "--replicas 2 needs at least 2 servers, not 1"));
 }
 
 static void test_failing_worker(void)
