@@ -6,7 +6,9 @@
 # mismatched rows, and the launcher must say the job went on. Then the
 # checks that make it a test: the same kill with --replicas 1 must stop
 # the job, and --verify must see mismatches when two benches push to the
-# same rows of one server.
+# same rows of one server. Where etcd(1) is installed, the replicated kill
+# runs once more with the job in etcd (--coordinator) instead of a
+# scheduler.
 #
 #   failover.sh TOOLS_DIR SRC_DIR
 #
@@ -29,11 +31,13 @@ export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
 unset EMB_REPLICAS EMB_SCHED_HOST EMB_ROLE
 lpid=
 spid=
+epid=
 fail=0
 
 cleanup() {
 	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
 	[ -n "$spid" ] && kill -KILL "$spid" 2>/dev/null
+	[ -n "$epid" ] && kill -KILL "$epid" 2>/dev/null
 	wait 2>/dev/null
 	rm -rf "$work"
 }
@@ -44,13 +48,15 @@ bad() {
 	fail=1
 }
 
-# run_kill R OUT: the launch with --replicas R; kills one server 1.5 to
-# 4.5 s after every worker started pushing. Returns the launcher's status.
+# run_kill R OUT [LAUNCH_ARGS...]: the launch with --replicas R; kills
+# one server 1.5 to 4.5 s after every worker started pushing. Returns the
+# launcher's status.
 run_kill() {
 	r=$1
 	out=$2
+	shift 2
 	(cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
-		--replicas "$r" --log-dir "$work/log-$r" -- \
+		--replicas "$r" --log-dir "$work/log-$r" "$@" -- \
 		embstore-bench --op push --verify --rows 20000 --dim 8 \
 		--batch 512 --duration 8) >"$out" 2>&1 &
 	lpid=$!
@@ -91,6 +97,44 @@ awk '/^\[launch\] server\.[0-2] killed/ { k = NR }
 	bad "--replicas 2: the server died after the workers were done"
 grep -q 'map epoch 2' "$out" || bad "--replicas 2: the map did not change"
 [ "$fail" -eq 0 ] || cat "$out" >&2
+
+# 1b. The same with the job in etcd, no scheduler: the dead server's
+#     lease expires, a live server writes the failover map.
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+if command -v etcd >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1; then
+	cp=$(free_port)
+	pp=$(free_port)
+	etcd --name failover --data-dir "$work/etcd" \
+		--listen-client-urls "http://127.0.0.1:$cp" \
+		--advertise-client-urls "http://127.0.0.1:$cp" \
+		--listen-peer-urls "http://127.0.0.1:$pp" \
+		--initial-advertise-peer-urls "http://127.0.0.1:$pp" \
+		--initial-cluster "failover=http://127.0.0.1:$pp" \
+		>"$work/etcd.log" 2>&1 &
+	epid=$!
+	for _ in $(seq 100); do
+		grep -q 'ready to serve client requests' "$work/etcd.log" && break
+		sleep 0.1
+	done
+	out=$work/etcd.txt
+	run_kill 2 "$out" --coordinator "etcd://127.0.0.1:$cp" --job failover
+	st=$?
+	[ "$st" -eq 0 ] || bad "etcd, --replicas 2: launch exited $st"
+	n=$(grep -c 'verify: [0-9]* rows checked, 0 mismatched' "$out")
+	[ "$n" -eq 2 ] || bad "etcd, --replicas 2: $n of 2 workers verified clean"
+	grep -q 'the job goes on' "$out" ||
+		bad "etcd, --replicas 2: no word of the failover"
+	grep -q 'map epoch 2' "$out" ||
+		bad "etcd, --replicas 2: the workers' map did not change"
+	[ "$fail" -eq 0 ] || { cat "$out" >&2; tail -20 "$work/etcd.log" >&2; }
+	kill -KILL "$epid" 2>/dev/null
+	wait "$epid" 2>/dev/null
+	epid=
+else
+	echo "no etcd: the run with --coordinator is skipped"
+fi
 
 # 2. Unreplicated, the same kill stops the job: the test above can fail.
 out=$work/r1.txt
