@@ -101,8 +101,14 @@ pid=
 
 # restore takes the chain too.
 emb_start_server "$B/embstore-server" "$dir/s4.log" || exit 1
-"$B/embstore" restore --in "$ck" --servers "127.0.0.1:$port" --quiet \
-	>/dev/null 2>"$dir/restore.err" || bad "restore: $(cat "$dir/restore.err")"
+"$B/embstore" restore --in "$ck" --servers "127.0.0.1:$port" \
+	--from nosuch --quiet >/dev/null 2>"$dir/restore.err" &&
+	bad "restore --from a table the chain lacks succeeded"
+grep -q "holds no table nosuch" "$dir/restore.err" ||
+	bad "restore --from nosuch: $(cat "$dir/restore.err")"
+"$B/embstore" restore --in "$ck" --servers "127.0.0.1:$port" --from chain \
+	--quiet >/dev/null 2>"$dir/restore.err" ||
+	bad "restore: $(cat "$dir/restore.err")"
 export_live "$dir/restored.tsv"
 cmp -s "$dir/live.tsv" "$dir/restored.tsv" ||
 	bad "the chain restored onto a server differs from the live table"

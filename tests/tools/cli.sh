@@ -53,7 +53,7 @@ help_has() {
 	grep -q '%%' "$dir/help" && bad "embstore $cmd --help prints %%"
 }
 help_has dump --servers --table --out --quiet --block-size --version
-help_has restore --in --servers --table
+help_has restore --in --servers --table --from
 help_has inspect --rows
 help_has export --in --format --out
 help_has stat --interval --watch --json --sched

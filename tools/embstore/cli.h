@@ -42,6 +42,7 @@ struct cli {
 	const char *table;	/* table name */
 	const char *dir;	/* --out of dump, --in of restore/export */
 	bool consistent;	/* dump --consistent */
+	const char *from;	/* restore --from: the table to take */
 	const char *out;	/* export's output file, NULL = stdout */
 	const char *format;	/* export format */
 	const char *token_file; /* --auth-token-file */

@@ -23,7 +23,11 @@ static void usage(FILE *f)
 	      "size; the table is made\nif it does not exist.\n"
 	      "  --in DIR|FILE           the dump\n"
 	      "  --table NAME            the table to create or fill "
-	      "(default: the dump's)\n" EMB_CLI_HELP_CONN EMB_CLI_HELP_BASE,
+	      "(default: the dump's)\n"
+	      "  --from TABLE            which table to take from a directory "
+	      "that holds\n"
+	      "                          several (a checkpoint)\n"
+	      EMB_CLI_HELP_CONN EMB_CLI_HELP_BASE,
 	      f);
 }
 
@@ -195,14 +199,32 @@ static int run(struct cli *cli)
 	rc = emb_cli_fileset_verify("restore", &fs, metas);
 	if (rc)
 		goto fail;
+	if (cli->from) {
+		/* Keep the files of that table only. */
+		uint32_t k = 0;
+
+		for (uint32_t i = 0; i < fs.n; i++) {
+			if (strcmp(metas[i].name, cli->from) != 0)
+				continue;
+			fs.e[k] = fs.e[i];
+			metas[k++] = metas[i];
+		}
+		if (k == 0) {
+			fprintf(stderr, "embstore restore: %s holds no table "
+					"%s\n",
+				cli->dir, cli->from);
+			goto fail;
+		}
+		fs.n = k;
+	}
 	for (uint32_t i = 0; i < fs.n; i++) {
 		/* One table per restore: the first one, unless named. */
 		if (strcmp(metas[i].name, metas[0].name) != 0) {
 			fprintf(stderr,
 				"embstore restore: %s holds more than one "
-				"table; restore them one directory at a "
-				"time\n",
-				cli->dir);
+				"table (%s, %s, ...); pick one with --from "
+				"TABLE\n",
+				cli->dir, metas[0].name, metas[i].name);
 			goto fail;
 		}
 		if (metas[i].dim != metas[0].dim ||
@@ -361,6 +383,7 @@ int emb_cmd_restore(int argc, char **argv)
 	static const struct option longopts[] = {
 	    {"in", required_argument, NULL, 'i'},
 	    {"table", required_argument, NULL, 't'},
+	    {"from", required_argument, NULL, 'F'},
 	    EMB_CLI_OPTS_CONN,
 	    EMB_CLI_OPTS_BASE,
 	    {NULL, 0, NULL, 0},
@@ -377,6 +400,9 @@ int emb_cmd_restore(int argc, char **argv)
 			break;
 		case 't':
 			cli.table = optarg;
+			break;
+		case 'F':
+			cli.from = optarg;
 			break;
 		default:
 			status = emb_cli_opt(&cli, c, optarg, usage);
