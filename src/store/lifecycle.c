@@ -24,8 +24,7 @@
 #define CNT_MIN_SLOTS 64u
 #define BLOOM_K	      3u
 #define SAMPLE	      8u    /* rows compared per max_rows victim */
-#define SWEEP_BASE    64u   /* records the hand visits per group... */
-#define SWEEP_PER_ID  16u   /* ...plus this many per id of the group */
+#define SWEEP_BASE    16u   /* records the hand visits per group, at least */
 #define SWEEP_MAX     8192u /* at most, so a group's pause stays short */
 
 static uint64_t filter_hash(uint64_t id)
@@ -257,6 +256,35 @@ static uint64_t victim_score(const struct emb_life_shard *l,
 	return step - r->last_step;
 }
 
+/*
+ * Records the hand visits after a group of nids ids: enough for each policy
+ * and no more. ttl: the whole shard twice per ttl steps (a step is a push
+ * batch; pulls sweep too), so a row goes at most about ttl / 2 steps late.
+ * min_l2: 4 per id, as norms change where pushes land and where rows are
+ * made. Over max_rows: 2 * SAMPLE per row over the share, the visits that
+ * pick its victim. Measured on Zipf traffic over 100M ids with ttl:2000,
+ * a fixed 64 + 16 per id made the run 3.5x slower than without eviction.
+ */
+static uint64_t sweep_budget(const struct emb_shard *s,
+			     const struct emb_life_shard *l, uint32_t nids)
+{
+	uint64_t want = SWEEP_BASE, v;
+
+	if (l->cfg.ttl_steps) {
+		v = 2 * (uint64_t)s->next_idx / l->cfg.ttl_steps + SWEEP_BASE;
+		want = v > want ? v : want;
+	}
+	if (l->cfg.min_l2 > 0.0f) {
+		v = 4 * (uint64_t)nids + SWEEP_BASE;
+		want = v > want ? v : want;
+	}
+	if (l->cap && s->used > l->cap) {
+		v = 2 * SAMPLE * (s->used - l->cap) + SWEEP_BASE;
+		want = v > want ? v : want;
+	}
+	return want < SWEEP_MAX ? want : SWEEP_MAX;
+}
+
 bool emb__evict_wanted(const struct emb_shard *s,
 		       const struct emb_life_shard *l)
 {
@@ -268,7 +296,7 @@ void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 		      struct emb_life_shard *l, uint32_t step, uint32_t nids,
 		      struct emb_evict_counts *out)
 {
-	uint64_t budget = SWEEP_BASE + (uint64_t)SWEEP_PER_ID * nids;
+	uint64_t budget = sweep_budget(s, l, nids);
 	uint32_t best = UINT32_MAX, sampled = 0;
 	uint64_t best_score = 0;
 
