@@ -95,3 +95,21 @@ def test_bad_options(data):
     r = subprocess.run([sys.executable, TRAIN, "--data", "x", "--batch",
                         "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "--batch" in r.stderr
+    for bad in (["--local", "--admit", "count:2"], ["--local", "--evict",
+                                                     "ttl:9"]):
+        r = subprocess.run([sys.executable, TRAIN, "--data", "x", *bad],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and bad[1] in r.stderr, r.stderr
+
+
+def test_admission_count2(data, local, start_server):
+    """--admit count:2 on the sparse tables (ids become rows from their
+    second batch on) keeps the AUC bar, and the server counted pulls and
+    pushes of ids not admitted yet."""
+    s = start_server()
+    out = _train(data, "--servers", s.addr, "--admit", "count:2")
+    _check(_auc(out), local[512])
+    import embstore
+    with embstore.connect(servers=s.addr, transport="tcp") as c:
+        st = c.open_table("ctr_emb").stats()
+    assert st["pulls_unadmitted"] > 0 and st["pushes_unadmitted"] > 0
