@@ -1259,6 +1259,18 @@ static struct emb_lifecycle_cfg per_server(const struct emb_client *c,
 	return r;
 }
 
+/*
+ * Copies of a slot must hold the same rows, but pulls reach the primary
+ * only: a backup would count no sightings (admitting nothing, dropping
+ * every push) and age rows by pushes alone. So a replicated map takes no
+ * policy, as it takes no synchronous mode.
+ */
+static bool life_replicable(const struct emb_client *c,
+			    const struct emb_lifecycle_cfg *l)
+{
+	return !c->cmap || emb_lifecycle_is_off(l);
+}
+
 int emb_client_table_create(struct emb_client *c,
 			    const struct emb_table_spec *spec,
 			    struct emb_client_table **out)
@@ -1280,6 +1292,8 @@ int emb_client_table_create(struct emb_client *c,
 	ws.init = spec->init;
 	ws.seed = spec->seed;
 	ws.life = per_server(c, &spec->life);
+	if (!life_replicable(c, &ws.life))
+		return -EOPNOTSUPP;
 	rc = emb_optim_validate(&ws.optim);
 	if (!rc)
 		rc = emb_init_validate(&ws.init);
@@ -1422,6 +1436,8 @@ int emb_client_table_set_lifecycle(struct emb_client_table *t,
 	if (!t || !life)
 		return EMB_EBADARG;
 	m.life = per_server(t->c, life);
+	if (!life_replicable(t->c, &m.life))
+		return -EOPNOTSUPP;
 	len = emb_wire_set_lifecycle_req_encode(buf, sizeof(buf), 0, &m);
 	if (len < 0)
 		return len;

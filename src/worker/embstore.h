@@ -125,9 +125,11 @@ int emb_client_last_error(struct emb_client *c, char *buf, size_t cap);
  * Creates the table on every server, or opens it where an identical one
  * exists (so every worker may call this). 0 and a handle in *out, or
  * EMB_ETABLEEXISTS (same name, other spec), EMB_EBADDIM, EMB_EBADNAME,
- * EMB_EBADOPTIM, EMB_EBADINIT, EMB_EBADLIFE, EMB_ETOOMANYTABLES, or a
- * transport error. A table that exists keeps its admission and eviction,
- * unless it has none: then it takes spec->life (docs/protocol.md).
+ * EMB_EBADOPTIM, EMB_EBADINIT, EMB_EBADLIFE, EMB_ETOOMANYTABLES,
+ * -EOPNOTSUPP (an admission or eviction policy under replicas: backups see
+ * no pulls), or a transport error. A table that exists keeps its admission
+ * and eviction, unless it has none: then it takes spec->life
+ * (docs/protocol.md).
  */
 int emb_client_table_create(struct emb_client *c,
 			    const struct emb_table_spec *spec,
@@ -205,6 +207,7 @@ int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
 /*
  * Replaces the table's admission and eviction on every server, online
  * (max_rows split as for create; all off turns them off). 0, EMB_EBADLIFE,
+ * -EOPNOTSUPP (a policy under replicas),
  * EMB_ENOADMIN (the server has an admin token this client did not
  * present), EMB_EMEMLIMIT (a Bloom filter does not fit), or a transport
  * error; servers that failed keep their old policy.

@@ -103,3 +103,21 @@ def test_admission_and_eviction_flags(servers):
         r = subprocess.run([tool("embstore-bench"), "--in-process", flag,
                             bad], capture_output=True, text=True)
         assert r.returncode != 0 and f"bad {flag}" in r.stderr
+
+
+def test_no_policy_under_replicas(tmp_path):
+    """A replicated cluster takes no admission or eviction (backups see no
+    pulls); the same job without one runs."""
+    def job(*extra):
+        return subprocess.run(
+            [tool("embstore"), "launch", "--server_num", "2",
+             "--worker_num", "1", "--replicas", "2", "--log-dir",
+             str(tmp_path / ("log" + "".join(extra))), "--",
+             tool("embstore-bench"), "--rows", "1000", "--dim", "4",
+             "--batch", "64", "--batches", "2", *extra],
+            capture_output=True, text=True, timeout=120)
+    assert job().returncode == 0
+    for extra in (("--admit", "count:2"), ("--evict", "ttl:5")):
+        r = job(*extra)
+        assert r.returncode != 0
+        assert "Operation not supported" in r.stdout + r.stderr
