@@ -18,6 +18,12 @@
 #   redis  tools/redis-compare.sh: Redis MGET/MSET on the same batches
 #   ctr    examples/ctr: samples/s of --local and of 2 workers / 2 servers
 #          under `embstore launch`
+#   scale  (only when named) embstore-bench in process, dim 16, SGD,
+#          uniform pull, at each size of $EMB_SCALE_ROWS (default 1M 10M
+#          100M rows: about 9 GB at 100M); then, at the largest size, one
+#          embstore-server on loopback: preload over TCP, `embstore dump`,
+#          and `embstore restore` into a fresh server, timed
+#          (EMB_SCALE_TCP=0: in process only)
 #
 # Every figure runs REPS times. Repetitions are the outer loop, so each
 # repetition holds one run of every configuration taken minutes apart at
@@ -51,14 +57,16 @@ summary() {
 	def med: sort | if length % 2 == 1 then .[length / 2 | floor]
 		else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 	def key: [.fig, .op, .dist, (.threads // 1), (.batch // 0),
-		(.dim // 0), (.backend // "")] | map(tostring) | join(" ");
+		(.dim // 0), (.backend // ""), (.rows // 0)]
+		| map(tostring) | join(" ");
 	def rate: (.rows_per_s // .samples_per_s);
-	(["fig", "op", "dist", "thr", "batch", "dim", "backend", "n",
+	(["fig", "op", "dist", "thr", "batch", "dim", "backend", "rows", "n",
 	  "median", "min", "max", "p50_us", "p99_us", "B/row", "rss/row"]
 	 | @tsv),
 	(group_by(key)[] |
 	 [.[0].fig, .[0].op, .[0].dist, (.[0].threads // 1),
-	  (.[0].batch // ""), (.[0].dim // ""), (.[0].backend // ""), length,
+	  (.[0].batch // ""), (.[0].dim // ""), (.[0].backend // ""),
+	  (.[0].rows // ""), length,
 	  (map(rate) | med | floor), (map(rate) | min | floor),
 	  (map(rate) | max | floor),
 	  (map(.p50_us // 0) | med), (map(.p99_us // 0) | med),
@@ -229,6 +237,53 @@ sec_w1() {
 			done
 		done
 	done
+}
+
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+
+sec_scale() {
+	local rep=$1 n big=0 t0 t1 dump=$work/scale-dump j
+	for n in ${EMB_SCALE_ROWS:-1000000 10000000 100000000}; do
+		run_bench scale "$rep" --rows "$n" --dim 16 --optimizer sgd \
+			--batch 4096 --dist uniform --op pull
+		((n > big)) && big=$n
+	done
+	[ "${EMB_SCALE_TCP:-1}" = 0 ] && return 0
+	# The same table through a server: create it over TCP (the bench's
+	# preload), dump it, restore the dump into a fresh server.
+	start_server || return 1
+	run_bench scale-tcp "$rep" --servers "127.0.0.1:$port" --rows "$big" \
+		--dim 16 --optimizer sgd --batch 4096 --dist uniform --op pull
+	rm -rf "$dump"
+	t0=$(date +%s.%N)
+	if ! "$build/tools/embstore" dump --servers "127.0.0.1:$port" \
+		--table bench --out "$dump" --quiet; then
+		note "scale: dump failed"
+		stop_pid "$spid"
+		return 0
+	fi
+	t1=$(date +%s.%N)
+	j=$(jq -nc --argjson rows "$big" --argjson s "$(secs "$t0" "$t1")" \
+		--argjson bytes "$(du -sb "$dump" | cut -f1)" \
+		'{op: "dump", rows: $rows, seconds: $s, file_bytes: $bytes,
+		  rows_per_s: ($rows / $s)}')
+	emit scale-tcp "$rep" "$j"
+	stop_pid "$spid"
+	start_server || return 1
+	t0=$(date +%s.%N)
+	if "$build/tools/embstore" restore --in "$dump" \
+		--servers "127.0.0.1:$port" --quiet; then
+		t1=$(date +%s.%N)
+		j=$(jq -nc --argjson rows "$big" \
+			--argjson s "$(secs "$t0" "$t1")" \
+			'{op: "restore", rows: $rows, seconds: $s,
+			  rows_per_s: ($rows / $s)}')
+		emit scale-tcp "$rep" "$j"
+	else
+		note "scale: restore failed"
+	fi
+	stop_pid "$spid"
+	rm -rf "$dump"
 }
 
 sec_sweep() {

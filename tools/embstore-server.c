@@ -195,6 +195,11 @@ static void usage(FILE *f)
 	    "  --max-ids N            ids per request (EMB_MAX_IDS)\n"
 	    "  --max-frame SIZE       bytes per frame (EMB_MAX_FRAME)\n"
 	    "  --max-tables N         tables (EMB_MAX_TABLES)\n"
+	    "  --table-shards N       index shards per table, a power of two "
+	    "<= 1024\n"
+	    "                         (EMB_TABLE_SHARDS; default 64); each "
+	    "holds at most\n"
+	    "                         2^24 - 2 rows\n"
 	    "  --log-level L          error|warn|info|debug (EMB_LOG_LEVEL)\n"
 	    "  --zero-copy-pulls on|off  PULL rows straight from table memory\n"
 	    "                         (EMB_ZERO_COPY_PULLS; default on for "
@@ -364,6 +369,7 @@ int main(int argc, char **argv)
 	    {"max-ids", required_argument, NULL, 'i'},
 	    {"max-frame", required_argument, NULL, 'f'},
 	    {"max-tables", required_argument, NULL, 'T'},
+	    {"table-shards", required_argument, NULL, 'S'},
 	    {"log-level", required_argument, NULL, 'L'},
 	    {"zero-copy-pulls", required_argument, NULL, 'Z'},
 	    {"checkpoint-dir", required_argument, NULL, 'C'},
@@ -394,6 +400,7 @@ int main(int argc, char **argv)
 	const char *max_ids = env_or("EMB_MAX_IDS", NULL);
 	const char *max_frame = env_or("EMB_MAX_FRAME", NULL);
 	const char *max_tables = env_or("EMB_MAX_TABLES", NULL);
+	const char *table_shards = env_or("EMB_TABLE_SHARDS", NULL);
 	const char *level = env_or("EMB_LOG_LEVEL", "info");
 	const char *zero_copy = env_or("EMB_ZERO_COPY_PULLS", NULL);
 	const char *ckpt_dir = env_or("EMB_CHECKPOINT_DIR", NULL);
@@ -463,6 +470,9 @@ int main(int argc, char **argv)
 			break;
 		case 'T':
 			max_tables = optarg;
+			break;
+		case 'S':
+			table_shards = optarg;
 			break;
 		case 'L':
 			level = optarg;
@@ -654,6 +664,17 @@ int main(int argc, char **argv)
 	    (max_tables &&
 	     parse_u32(max_tables, 1, 65536, &o.limits.max_tables))) {
 		fprintf(stderr, "embstore-server: bad limit\n");
+		return 2;
+	}
+	/* A shard indexes at most 2^24 - 2 rows (store_int.h): the shard
+	 * count is what caps a table's rows on one server. */
+	if (table_shards &&
+	    (parse_u32(table_shards, 1, 1024, &o.table_shards) ||
+	     (o.table_shards & (o.table_shards - 1)))) {
+		fprintf(stderr,
+			"embstore-server: bad --table-shards %s (a power of "
+			"two, 1..1024)\n",
+			table_shards);
 		return 2;
 	}
 	if (token_file) {

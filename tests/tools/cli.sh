@@ -37,6 +37,15 @@ for p in embstore embstore-server embstore-bench embstore-echo-server \
 	esac
 done
 
+# --table-shards: a power of two up to 1024; anything else exits 2 naming it.
+for v in 0 48 2048; do
+	"$EMB_BIN_DIR/embstore-server" --table-shards "$v" \
+		--listen 127.0.0.1:0 >/dev/null 2>"$dir/shards.err"
+	rc=$?
+	[ $rc -eq 2 ] && grep -q -e "--table-shards $v" "$dir/shards.err" ||
+		bad "embstore-server --table-shards $v: exit $rc, $(cat "$dir/shards.err")"
+done
+
 # embstore CMD --help: that command's own usage, on stdout, exit 0.
 # help_has CMD WORD...: each WORD appears in the usage.
 help_has() {
@@ -68,8 +77,10 @@ help_has launch --server_num --worker_num --trainer_num --sched-port \
 grep -q '%%' "$dir/bench.help" && bad "embstore-bench --help prints %%"
 grep -q 'pulls 80% of' "$dir/bench.help" || bad "embstore-bench --help mix"
 
-# embstore stat --json against a server holding a table.
-emb_start_server "$EMB_BIN_DIR/embstore-server" "$dir/server.log" ||
+# embstore stat --json against a server holding a table (one index shard
+# per table, from the environment: every row in one shard).
+EMB_TABLE_SHARDS=1 emb_start_server "$EMB_BIN_DIR/embstore-server" \
+	"$dir/server.log" ||
 	bad "embstore-server did not report a port"
 if [ -n "$port" ]; then
 	"$EMB_BIN_DIR/embstore-bench" --servers "127.0.0.1:$port" --rows 500 \
