@@ -17,68 +17,13 @@ set -u
 server=${1:?usage: netns.sh EMBSTORE_SERVER TRAINER}
 trainer=${2:?usage: netns.sh EMBSTORE_SERVER TRAINER}
 p=e$$ # names stay under 15 bytes: e<pid><suffix>
-hub=${p}hub
 nodes="sch s0 s1 w0 w1"
 logs=$(mktemp -d "${TMPDIR:-/tmp}/emb-netns-XXXXXX")
-pids=""
-status=1
-
-cleanup() {
-	for pid in $pids; do
-		kill -KILL "$pid" 2>/dev/null
-	done
-	wait 2>/dev/null
-	for n in $nodes; do
-		ip netns del "$p$n" 2>/dev/null
-	done
-	ip netns del "$hub" 2>/dev/null
-	if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
-		for f in "$logs"/*.log; do
-			[ -f "$f" ] || continue
-			echo "==== $f"
-			cat "$f"
-		done
-	fi
-	rm -rf "$logs"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-skip() {
-	echo "SKIP: $*"
-	status=77
-	exit 77
-}
-
-fail() {
-	echo "FAIL: $*"
-	status=1
-	exit 1
-}
-
-[ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
-command -v ip >/dev/null 2>&1 || skip "no ip(8)"
-ip netns add "$hub" 2>/dev/null || skip "cannot create network namespaces"
-ip -n "$hub" link add name br0 type bridge 2>/dev/null || skip "no bridge support"
-ip -n "$hub" link set br0 up
-ip -n "$hub" link set lo up
+# shellcheck source=netns_lib.sh
+. "$(dirname "$0")/netns_lib.sh"
 
 # One /24 on the bridge: .1 scheduler, .2 .3 servers, .4 .5 workers.
-i=1
-for n in $nodes; do
-	ns=$p$n
-	ip netns add "$ns" || fail "netns add $ns"
-	ip link add name "${p}$n" type veth peer name "${p}${n}h" ||
-		skip "no veth support"
-	ip link set "${p}$n" netns "$ns"
-	ip link set "${p}${n}h" netns "$hub"
-	ip -n "$hub" link set "${p}${n}h" master br0 up
-	ip -n "$ns" link set lo up
-	ip -n "$ns" link set "${p}$n" name eth0
-	ip -n "$ns" addr add "10.77.0.$i/24" dev eth0
-	ip -n "$ns" link set eth0 up
-	i=$((i + 1))
-done
+netns_up 10.77.0
 
 # The MindSpore names: the scripts of docs/deploy.md, one per namespace.
 common="MS_SCHED_HOST=10.77.0.1 MS_SCHED_PORT=8081 MS_SERVER_NUM=2
