@@ -118,8 +118,8 @@ int emb_table_ckpt_begin(struct emb_table *t, bool delta,
 	for (uint32_t si = 0; si < t->nshards; si++)
 		n += __atomic_load_n(&t->shards[si].nerased, __ATOMIC_RELAXED);
 	if (delta) {
-		c->erased = malloc((size_t)(n + t->nshards * 64u) *
-				   sizeof(*c->erased));
+		c->erased =
+		    malloc((size_t)(n + t->nshards * 64u) * sizeof(*c->erased));
 		if (!c->erased) {
 			free(c);
 			return -ENOMEM;
@@ -142,8 +142,7 @@ int emb_table_ckpt_begin(struct emb_table *t, bool delta,
 			 * never copied. */
 			if (delta) {
 				memcpy(c->erased + c->nerased, s->erased,
-				       (size_t)s->nerased *
-					   sizeof(*c->erased));
+				       (size_t)s->nerased * sizeof(*c->erased));
 				c->nerased += s->nerased;
 			}
 			s->nerased = 0;
@@ -217,15 +216,7 @@ int emb_table_ckpt_next(struct emb_table_ckpt *c, uint64_t *ids, float *rows,
 			r = emb__shard_row(t, s, i);
 			if (r->count & EMB_ROW_FREE)
 				continue;
-			ids[got] = r->id;
-			memcpy(rows + (size_t)got * t->row_floats,
-			       emb__row_data(r),
-			       (size_t)t->row_floats * sizeof(float));
-			if (meta) {
-				meta[got].last_step = r->last_step;
-				meta[got].count = r->count;
-			}
-			got++;
+			emb__row_put(t, r, got++, ids, rows, meta);
 		}
 		if (c->idx >= s->next_idx) {
 			leave_shard(t, s);

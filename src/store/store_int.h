@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/hash.h"
 #include "common/lifecycle.h"
@@ -139,6 +140,27 @@ struct emb_table {
 	bool viewed;	  /* a view exists (one at a time) */
 };
 
+/*
+ * Copies record r (a live row) to entry got of an iterator's output: its
+ * id, its floats (weights and optimizer state), and its access meta when
+ * the caller asked for it. Every walk over rows (iterator, checkpoint,
+ * view) hands rows out this way.
+ */
+static inline void emb__row_put(const struct emb_table *t,
+				const struct emb_row_hdr *r, uint32_t got,
+				uint64_t *ids, float *rows,
+				struct emb_row_meta *meta)
+{
+	ids[got] = r->id;
+	memcpy(rows + (size_t)got * t->row_floats,
+	       (const char *)r + EMB_ROW_HDR_SIZE,
+	       (size_t)t->row_floats * sizeof(float));
+	if (meta) {
+		meta[got].last_step = r->last_step;
+		meta[got].count = r->count;
+	}
+}
+
 /* The slot tag and probe start for an id hash (bit use: common/hash.h). */
 static inline uint32_t emb__hash_tag(uint64_t h)
 {
@@ -212,9 +234,9 @@ int emb__admit_sight(struct emb_table *t, struct emb_life_shard *l,
  * on the first pending id (zeroed before); emb__admit_batch_fini() frees.
  */
 struct emb_admit_batch {
-	uint64_t *ids;	/* slots, valid where used[i] */
-	uint8_t *used;	/* slot occupancy */
-	uint32_t mask;	/* slots - 1 */
+	uint64_t *ids; /* slots, valid where used[i] */
+	uint8_t *used; /* slot occupancy */
+	uint32_t mask; /* slots - 1 */
 };
 
 /* As emb__admit_sight(), once per distinct id of the call (n ids). */

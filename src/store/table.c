@@ -1074,15 +1074,7 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 
 			if (r->count & EMB_ROW_FREE)
 				continue;
-			ids[got] = r->id;
-			memcpy(rows + (size_t)got * t->row_floats,
-			       emb__row_data(r),
-			       (size_t)t->row_floats * sizeof(float));
-			if (meta) {
-				meta[got].last_step = r->last_step;
-				meta[got].count = r->count;
-			}
-			got++;
+			emb__row_put(t, r, got++, ids, rows, meta);
 		}
 		if (it->idx >= s->next_idx) {
 			it->shard++;

@@ -30,10 +30,10 @@
 #include "common/err.h"
 
 struct emb_view_shard {
-	uint64_t *seen; /* bit per record below limit: read, saved, or
-			   made after the instant */
-	uint32_t limit; /* records handed out at the instant */
-	char *saved;	/* saved records, row_bytes each */
+	uint64_t *seen;	 /* bit per record below limit: read, saved, or
+			    made after the instant */
+	uint32_t limit;	 /* records handed out at the instant */
+	char *saved;	 /* saved records, row_bytes each */
 	uint32_t nsaved; /* records in saved */
 	uint32_t cap;	 /* room in saved */
 	bool broken;	 /* a save did not fit */
@@ -83,7 +83,8 @@ void emb__view_save(struct emb_table *t, struct emb_shard *s, uint32_t idx)
 		uint32_t cap = v->cap ? 2 * v->cap : 64;
 		char *p;
 
-		if (emb__mem_charge(t, (int64_t)(cap - v->cap) * t->row_bytes)) {
+		if (emb__mem_charge(t,
+				    (int64_t)(cap - v->cap) * t->row_bytes)) {
 			v->broken = true;
 			return;
 		}
@@ -195,23 +196,8 @@ uint64_t emb_table_view_pause_ns(const struct emb_table_view *vw)
 	return vw->pause_ns;
 }
 
-/* Copies record r (a row) to slot got of the caller's arrays. */
-static void put(const struct emb_table *t, const struct emb_row_hdr *r,
-		uint32_t got, uint64_t *ids, float *rows,
-		struct emb_row_meta *meta)
-{
-	ids[got] = r->id;
-	memcpy(rows + (size_t)got * t->row_floats,
-	       (const char *)r + EMB_ROW_HDR_SIZE,
-	       (size_t)t->row_floats * sizeof(float));
-	if (meta) {
-		meta[got].last_step = r->last_step;
-		meta[got].count = r->count;
-	}
-}
-
-int emb_table_view_next(struct emb_table_view *vw, uint64_t *ids,
-			float *rows, struct emb_row_meta *meta, uint32_t max)
+int emb_table_view_next(struct emb_table_view *vw, uint64_t *ids, float *rows,
+			struct emb_row_meta *meta, uint32_t max)
 {
 	struct emb_table *t = vw->t;
 	uint32_t got = 0;
@@ -241,15 +227,17 @@ int emb_table_view_next(struct emb_table_view *vw, uint64_t *ids,
 			r = emb__shard_row(t, s, i);
 			if (r->count & EMB_ROW_FREE)
 				continue;
-			put(t, r, got++, ids, rows, meta);
+			emb__row_put(t, r, got++, ids, rows, meta);
 		}
 		/* Every live record read: the saved ones, then let go. */
 		while (got < max && vw->idx >= v->limit &&
 		       vw->saved_pos < v->nsaved)
-			put(t,
-			    (const struct emb_row_hdr *)(const void *)(v->saved +
-								(size_t)vw->saved_pos++ *
-								    t->row_bytes),
+			emb__row_put(
+			    t,
+			    (const struct emb_row_hdr
+				 *)(const void *)(v->saved +
+						  (size_t)vw->saved_pos++ *
+						      t->row_bytes),
 			    got++, ids, rows, meta);
 		if (vw->idx >= v->limit && vw->saved_pos >= v->nsaved) {
 			drop_shard(t, s);
