@@ -98,25 +98,6 @@ static void free_names(char **names, uint32_t n)
 	free(names);
 }
 
-static void rm_dir(const char *path)
-{
-	char p[2 * EMB_SNAP_PATH_MAX + 300];
-	struct dirent *de;
-	DIR *d = opendir(path);
-
-	if (d) {
-		while ((de = readdir(d)) != NULL) {
-			if (strcmp(de->d_name, ".") == 0 ||
-			    strcmp(de->d_name, "..") == 0)
-				continue;
-			snprintf(p, sizeof(p), "%s/%s", path, de->d_name);
-			unlink(p);
-		}
-		closedir(d);
-	}
-	rmdir(path);
-}
-
 /* Loading into the server: one table at a time, held while loaded. */
 struct server_sink {
 	struct emb_server *s;	   /* borrowed */
@@ -240,7 +221,6 @@ static int load_chain(struct emb_server *s, const char *dir,
 
 int emb_ckpt_load(struct emb_server *s, const char *dir, bool start_empty)
 {
-	char cdir[EMB_SNAP_PATH_MAX + 300];
 	struct emb_chain_link *l;
 	char **names;
 	uint32_t n, nl, last;
@@ -256,10 +236,8 @@ int emb_ckpt_load(struct emb_server *s, const char *dir, bool start_empty)
 	rc = list_prefixed(dir, TMP_PREFIX, &names, &n);
 	if (rc)
 		return rc;
-	for (uint32_t i = 0; i < n; i++) {
-		snprintf(cdir, sizeof(cdir), "%s/%s", dir, names[i]);
-		rm_dir(cdir);
-	}
+	for (uint32_t i = 0; i < n; i++)
+		emb_chain_rm(dir, names[i]);
 	free_names(names, n);
 
 	rc = emb_chain_list(dir, &l, &nl);

@@ -7,6 +7,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -445,4 +446,14 @@ int emb_cli_fileset_verify(const char *what, const struct emb_cli_fileset *fs,
 		}
 	}
 	return 0;
+}
+
+int emb_cli_finish_dir(struct cli *cli, int argc, char **argv,
+		       void (*usage)(FILE *f))
+{
+	if (optind < argc && !cli->dir)
+		cli->dir = argv[optind++];
+	if (optind < argc)
+		return emb_cli_usage_error(cli, usage, "unexpected argument");
+	return emb_cli_setup(cli);
 }

@@ -101,6 +101,14 @@ int emb_cli_opt(struct cli *cli, int c, const char *arg,
  */
 int emb_cli_setup(struct cli *cli);
 
+/*
+ * The end of parsing for a command that reads a dump or checkpoint: one
+ * positional DIR when --in did not give it, no other argument, then
+ * emb_cli_setup(). 0, or the exit status.
+ */
+int emb_cli_finish_dir(struct cli *cli, int argc, char **argv,
+		       void (*usage)(FILE *f));
+
 /* Prints "embstore CMD: msg" and the usage; returns 2. */
 int emb_cli_usage_error(const struct cli *cli, void (*usage)(FILE *f),
 			const char *msg);

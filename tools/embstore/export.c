@@ -178,10 +178,6 @@ int emb_cmd_export(int argc, char **argv)
 				return status;
 		}
 	}
-	if (optind < argc && !cli.dir)
-		cli.dir = argv[optind++];
-	if (optind < argc)
-		return emb_cli_usage_error(&cli, usage, "unexpected argument");
-	status = emb_cli_setup(&cli);
+	status = emb_cli_finish_dir(&cli, argc, argv, usage);
 	return status ? status : run(&cli);
 }
