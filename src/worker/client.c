@@ -165,6 +165,8 @@ struct part {
 	uint32_t lead;		   /* replicated write: first part of its
 				      copies (they follow it) */
 	uint32_t nrep;		   /* replicated write: copies; 0 = none */
+	bool skip;		   /* fan-out to a removed server whose slots
+				      live on: no request, no response */
 	struct part *wnext;	   /* next waiting on the server */
 	void *resp;		   /* response payload lands here */
 	size_t resp_cap;	   /* bytes */
@@ -366,6 +368,44 @@ static void op_finish(struct emb_async *op)
 	op_complete(op);
 }
 
+/*
+ * Loop thread (it writes c->cmap, so it reads it unlocked): slots of the
+ * replicated map with no holder the scheduler has not declared dead. A
+ * death is flagged (srv_dead) just before failover() redraws the map, so
+ * the flags count, not the map alone.
+ */
+static uint32_t lost_to_deaths(const struct emb_client *c)
+{
+	uint32_t lost = 0;
+
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		const uint16_t *h = c->cmap->slot[sl];
+		bool live = false;
+
+		for (uint32_t i = 0; i < c->cmap->replicas && !live; i++)
+			live = h[i] != EMB_CMAP_NONE &&
+			       !srv_dead(&c->srv[h[i]]);
+		lost += !live;
+	}
+	return lost;
+}
+
+/* Loop thread: why a fan-out to a dead server fails, for
+ * emb_client_last_error() and the log. */
+static void note_lost(struct emb_client *c, const struct part *p,
+		      uint32_t lost)
+{
+	const struct server *s = &c->srv[p->server];
+
+	pthread_mutex_lock(&c->err_lock);
+	c->last_status = EMB_ENODEAD;
+	snprintf(c->last_msg, sizeof(c->last_msg),
+		 "server %s:%u is dead and %u slot%s have no live copy",
+		 s->host, s->port, lost, lost == 1 ? "" : "s");
+	emb_log(EMB_LOG_ERROR, "%s", c->last_msg);
+	pthread_mutex_unlock(&c->err_lock);
+}
+
 static void part_end(struct part *p, int status,
 		     const struct emb_frame_hdr *resp)
 {
@@ -373,6 +413,19 @@ static void part_end(struct part *p, int status,
 
 	if (status == EMB_ENODEAD && pull_reroute(op, p))
 		return;
+	/* A fan-out to a server that died, before or during the call: when
+	 * the live servers hold every slot it is no longer asked. */
+	if (status == EMB_ENODEAD && op->kind == OP_ADMIN && op->c->cmap) {
+		uint32_t lost = lost_to_deaths(op->c);
+
+		if (!lost) {
+			p->skip = true;
+			if (--op->pending == 0)
+				op_finish(op);
+			return;
+		}
+		note_lost(op->c, p, lost);
+	}
 	if (status == 0) {
 		p->rhdr = *resp;
 		if (resp->status < 0) {
@@ -1351,6 +1404,8 @@ int emb_client_table_open(struct emb_client *c, const char *name,
 		struct emb_wire_table_info info;
 		bool hit = false;
 
+		if (op->parts[s].skip)
+			continue; /* removed: its tables live on its backups */
 		rc = emb_wire_list_resp_decode(&f, &lr);
 		for (uint32_t i = 0; !rc && i < lr.n && !hit; i++) {
 			emb_wire_list_entry(&lr, i, &info);
@@ -1468,6 +1523,8 @@ int emb_client_table_stats(struct emb_client_table *t,
 		struct emb_wire_stats_resp sr;
 		struct emb_wire_stats w;
 
+		if (op->parts[s].skip)
+			continue; /* removed, its slots served by backups */
 		rc = emb_wire_stats_resp_decode(&f, &sr);
 		if (rc || sr.n != 1) {
 			rc = rc ? rc : EMB_EBADFRAME;
@@ -1821,6 +1878,12 @@ static int connect_all(struct emb_client *c, const char *transport,
 	for (i = 0; i < c->nsrv; i++) {
 		struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
 
+		/* Removed from the map before this client came: never asked,
+		 * so never connected to (it may well be gone). */
+		if (srv_dead(&c->srv[i])) {
+			c->srv[i].state = SRV_DOWN;
+			continue;
+		}
 		co.host = c->srv[i].host;
 		co.port = c->srv[i].port;
 		co.via = via_for(c, &c->srv[i]);
@@ -1889,8 +1952,23 @@ static int env_admin_token(struct emb_client *c)
 	return rc;
 }
 
+static int client_create(const struct emb_client_opts *opts,
+			 const bool *removed, struct emb_client **out);
+
 int emb_client_create(const struct emb_client_opts *opts,
 		      struct emb_client **out)
+{
+	return client_create(opts, NULL, out);
+}
+
+int emb__client_create_live(const struct emb_client_opts *opts,
+			    const bool *removed, struct emb_client **out)
+{
+	return client_create(opts, removed, out);
+}
+
+static int client_create(const struct emb_client_opts *opts,
+			 const bool *removed, struct emb_client **out)
 {
 	const char *tp;
 	struct emb_client *c;
@@ -1924,8 +2002,10 @@ int emb_client_create(const struct emb_client_opts *opts,
 	rc = parse_servers(c, opts->servers);
 	if (rc)
 		goto err_free;
-	for (uint32_t i = 0; i < c->nsrv; i++)
+	for (uint32_t i = 0; i < c->nsrv; i++) {
 		c->srv[i].c = c;
+		c->srv[i].dead = removed && removed[i];
+	}
 	if (strcmp(tp, "auto") == 0) {
 		/* Both where this host has a device; each server's HELLO
 		 * then says whether RDMA is there too (move_to_rdma). */
@@ -2037,6 +2117,52 @@ int emb_client_servers(const struct emb_client *c, char *buf, size_t cap)
 	return 0;
 }
 
+void emb_client_map(struct emb_client *c, struct emb_client_map *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->epoch = 1;
+	out->replicas = 1;
+	out->nservers = c->nsrv;
+	if (!c->cmap)
+		return;
+	pthread_mutex_lock(&c->map_mu);
+	out->epoch = c->cmap->epoch;
+	out->replicas = c->cmap->replicas;
+	out->lost_slots = emb_cmap_lost_slots(c->cmap);
+	pthread_mutex_unlock(&c->map_mu);
+}
+
+int emb_client_slot_holders(struct emb_client *c, uint32_t slot,
+			    uint32_t *out, uint32_t cap)
+{
+	uint32_t n = 0;
+
+	if (!c || slot >= EMB_NSLOTS || (cap && !out))
+		return EMB_EBADARG;
+	if (!c->cmap) {
+		if (cap)
+			out[0] = c->slot_map[slot];
+		return 1;
+	}
+	pthread_mutex_lock(&c->map_mu);
+	for (uint32_t i = 0; i < c->cmap->replicas; i++) {
+		uint16_t h = c->cmap->slot[slot][i];
+
+		if (h == EMB_CMAP_NONE)
+			break;
+		if (n < cap)
+			out[n] = h;
+		n++;
+	}
+	pthread_mutex_unlock(&c->map_mu);
+	return (int)n;
+}
+
+bool emb_client_server_removed(const struct emb_client *c, uint32_t server)
+{
+	return c->cmap && server < c->nsrv && srv_dead(&c->srv[server]);
+}
+
 uint32_t emb_client_server_of(const struct emb_client *c, uint64_t id)
 {
 	return c->slot_map[emb_id_slot(id)];
@@ -2110,7 +2236,26 @@ int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
 	uint32_t r = node ? emb_node_replicas(node) : 1;
 	const struct emb_wire_node_addr *srv =
 	    node ? emb_node_servers(node) : NULL;
+	bool *removed = NULL;
+	int rc;
 
+	if (r > 1) {
+		removed = calloc(c->nsrv, sizeof(*removed));
+		if (!removed)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < c->nsrv; i++)
+			removed[i] = srv[i].removed;
+	}
+	rc = emb__client_set_map(c, slot_map, r, removed);
+	free(removed);
+	if (!rc)
+		c->node = node;
+	return rc;
+}
+
+int emb__client_set_map(struct emb_client *c, const uint16_t *slot_map,
+			uint32_t r, const bool *removed)
+{
 	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
 		if (slot_map[sl] >= c->nsrv)
 			return -EINVAL;
@@ -2124,9 +2269,14 @@ int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
 			goto err_inval;
 		/* A map sent after a failover says who was removed; the
 		 * rest follows (cluster/map.h), and must be what was sent. */
-		for (uint32_t i = 0; i < c->nsrv; i++)
-			if (srv[i].removed)
-				emb_cmap_remove(c->cmap, i, c->cmap);
+		for (uint32_t i = 0; i < c->nsrv; i++) {
+			if (!removed || !removed[i])
+				continue;
+			emb_cmap_remove(c->cmap, i, c->cmap);
+			/* Its calls end at once (no connection is made). */
+			__atomic_store_n(&c->srv[i].dead, true,
+					 __ATOMIC_RELAXED);
+		}
 		for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
 			if (emb_cmap_primary(c->cmap, sl) != slot_map[sl])
 				goto err_inval;
@@ -2134,7 +2284,6 @@ int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
 	memcpy(c->slot_map, slot_map, sizeof(c->slot_map));
 	if (c->cmap)
 		regroup(c);
-	c->node = node;
 	return 0;
 err_inval:
 	free(c->cmap);
@@ -2233,7 +2382,8 @@ int emb__client_admin(struct emb_client *c, uint8_t opcode,
 	for (uint32_t s = 0; s < c->nsrv && !rc; s++) {
 		struct emb_wire_frame f = part_frame(&op->parts[s], &lim);
 
-		rc = fn(arg, s, &f);
+		if (!op->parts[s].skip)
+			rc = fn(arg, s, &f);
 	}
 	admin_free(op);
 	return rc;

@@ -7,12 +7,14 @@
 #ifndef EMB_WORKER_CLIENT_INT_H
 #define EMB_WORKER_CLIENT_INT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct emb_client;
 struct emb_client_table;
 struct emb_node;
 struct emb_wire_frame;
+struct emb_client_opts;
 
 /*
  * Right after emb_client_create(), before any other call: routes slots by
@@ -22,6 +24,23 @@ struct emb_wire_frame;
  */
 int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
 			    struct emb_node *node);
+
+/*
+ * As emb__client_set_cluster() without a node: replicas r (1 = none) and,
+ * with r > 1, removed[nservers] (NULL: none) the servers the map dropped,
+ * which the client never asks again. For observers (emb_client_from_sched).
+ */
+int emb__client_set_map(struct emb_client *c, const uint16_t *slot_map,
+			uint32_t r, const bool *removed);
+
+/*
+ * emb_client_create() that makes no connection to the servers flagged in
+ * removed[] (one per server of opts->servers; NULL: none): they were
+ * declared dead, their calls fail with EMB_ENODEAD, and the map set next
+ * must remove them too.
+ */
+int emb__client_create_live(const struct emb_client_opts *opts,
+			    const bool *removed, struct emb_client **out);
 
 /* The node installed above, or NULL. */
 struct emb_node *emb__client_node(const struct emb_client *c);

@@ -293,9 +293,23 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 		goto err_node;
 	}
 	co.servers = list;
-	rc = emb_node_is_static(node)
-		 ? create_retry(node, &co, env.join_timeout_ms, &c)
-		 : emb_client_create(&co, &c);
+	if (emb_node_is_static(node)) {
+		rc = create_retry(node, &co, env.join_timeout_ms, &c);
+	} else {
+		/* A worker that joins after a failover does not connect to
+		 * the servers removed from the map. */
+		const struct emb_wire_node_addr *srv = emb_node_servers(node);
+		uint32_t ns = emb_node_nservers(node);
+		bool *removed = calloc(ns, sizeof(*removed));
+
+		rc = removed ? 0 : -ENOMEM;
+		for (uint32_t i = 0; !rc && i < ns; i++)
+			removed[i] = emb_node_replicas(node) > 1 &&
+				     srv[i].removed;
+		if (!rc)
+			rc = emb__client_create_live(&co, removed, &c);
+		free(removed);
+	}
 	free(list);
 	if (rc)
 		goto err_node;
@@ -356,8 +370,70 @@ int emb_cluster_servers(const char *sched, char *buf, size_t cap)
 	return emb_cluster_servers_auth(sched, NULL, 0, buf, cap);
 }
 
+/* What an observer keeps of the scheduler's CLUSTER_MAP. */
+struct sched_map {
+	uint32_t replicas;	       /* >= 1 */
+	uint32_t nservers;	       /* entries in removed */
+	bool removed[EMB_WIRE_SERVERS_MAX];
+	uint16_t slot_map[EMB_NSLOTS]; /* primaries */
+};
+
+static int fetch_map(const char *sched, const uint8_t *token,
+		     uint32_t token_len, char *buf, size_t cap,
+		     struct sched_map *sm);
+
 int emb_cluster_servers_auth(const char *sched, const uint8_t *token,
 			     uint32_t token_len, char *buf, size_t cap)
+{
+	return fetch_map(sched, token, token_len, buf, cap, NULL);
+}
+
+int emb_client_from_sched(const struct emb_client_opts *opts,
+			  const char *sched, struct emb_client **out)
+{
+	struct emb_client_opts co;
+	struct sched_map *sm;
+	struct emb_client *c = NULL;
+	size_t cap = (size_t)EMB_WIRE_SERVERS_MAX * (EMB_WIRE_HOST_MAX + 8);
+	char *list;
+	int rc;
+
+	if (!opts || !out)
+		return -EINVAL;
+	co = *opts;
+	sm = calloc(1, sizeof(*sm));
+	list = malloc(cap);
+	rc = sm && list ? 0 : -ENOMEM;
+	if (!rc)
+		rc = fetch_map(sched, co.auth_token, co.auth_token_len, list,
+			       cap, sm);
+	if (!rc) {
+		co.servers = list;
+		rc = emb__client_create_live(&co, sm->replicas > 1 ? sm->removed
+								  : NULL,
+					     &c);
+	}
+	if (!rc && emb_client_nservers(c) != sm->nservers)
+		rc = EMB_EBADFRAME;
+	if (!rc)
+		rc = emb__client_set_map(c, sm->slot_map, sm->replicas,
+					 sm->removed);
+	if (rc)
+		emb_client_destroy(c);
+	else
+		*out = c;
+	free(list);
+	free(sm);
+	return rc;
+}
+
+/*
+ * The formed cluster's servers from the scheduler at sched, as a list in
+ * buf, and with sm (may be NULL) its replicas, removed flags and slots.
+ */
+static int fetch_map(const char *sched, const uint8_t *token,
+		     uint32_t token_len, char *buf, size_t cap,
+		     struct sched_map *sm)
 {
 	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 8];
 	struct emb_transport_opts to = EMB_TRANSPORT_OPTS_DEFAULT;
@@ -422,11 +498,19 @@ int emb_cluster_servers_auth(const char *sched, const uint8_t *token,
 	if (rc)
 		goto out;
 	buf[0] = '\0';
+	if (sm) {
+		sm->replicas = map.replicas ? map.replicas : 1;
+		sm->nservers = map.nservers;
+		for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+			sm->slot_map[sl] = emb_wire_cluster_map_slot(&map, sl);
+	}
 	for (uint32_t i = 0; i < map.nservers && !rc; i++) {
 		struct emb_wire_node_addr a;
 		int n;
 
 		emb_wire_cluster_map_server(&map, i, &a);
+		if (sm)
+			sm->removed[i] = a.removed;
 		n = snprintf(buf + at, cap - at, "%s%s:%u", i ? "," : "",
 			     a.host, a.port);
 		if (n < 0 || (size_t)n >= cap - at)

@@ -72,6 +72,13 @@ struct emb_client_table_stats {
 	EMB_TABLE_STATS(EMB_TABLE_STAT_FIELD)
 	uint32_t servers; /* servers that answered */
 };
+/*
+ * Under replicas (docs/replication.md) every figure is summed over the
+ * live servers, each of which holds copies: rows and bytes count every
+ * copy (a pushed row R times, a row only pulled once, on its primary), so
+ * they are not the table's distinct rows; pulls count once (they go to
+ * primaries), pushes once per copy. servers excludes removed servers.
+ */
 
 /* Client-side counters. */
 struct emb_client_stats {
@@ -215,6 +222,14 @@ int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
 int emb_client_table_set_lifecycle(struct emb_client_table *t,
 				   const struct emb_lifecycle_cfg *life);
 
+/*
+ * The table's counters summed over its servers (see struct
+ * emb_client_table_stats for what they mean under replicas). Like create,
+ * open, drop and set_mode it goes to every server of the map, less those
+ * the map has removed while the live ones still hold every slot; when some
+ * slot has no live holder left these calls fail with EMB_ENODEAD
+ * (emb_client_last_error() says which server and how many slots).
+ */
 int emb_client_table_stats(struct emb_client_table *t,
 			   struct emb_client_table_stats *out);
 
@@ -276,6 +291,36 @@ int emb_cluster_servers(const char *sched, char *buf, size_t cap);
  */
 int emb_cluster_servers_auth(const char *sched, const uint8_t *token,
 			     uint32_t token_len, char *buf, size_t cap);
+
+/*
+ * A client for observing the cluster of the scheduler at sched
+ * ("host:port") without joining it: its map, replicas and removed servers
+ * included, connected to the live servers only, so it works after a
+ * failover (`embstore stat --sched`). opts as for emb_client_create(), but
+ * opts->servers is ignored. The map is the one of the moment; later
+ * deaths are not followed. Errors as emb_cluster_servers_auth() and
+ * emb_client_create().
+ */
+int emb_client_from_sched(const struct emb_client_opts *opts,
+			  const char *sched, struct emb_client **out);
+
+/* The client's cluster map (docs/replication.md). */
+struct emb_client_map {
+	uint64_t epoch;	     /* 1, then +1 per server removed */
+	uint32_t replicas;   /* copies of each slot; 1 = unreplicated */
+	uint32_t nservers;   /* servers, removed ones included */
+	uint32_t lost_slots; /* slots with no live copy left */
+};
+void emb_client_map(struct emb_client *c, struct emb_client_map *out);
+/*
+ * The live holders of slot (< EMB_NSLOTS) in out[0..cap), primary first,
+ * then the backups in the order they take over. Returns how many there
+ * are (0 for a lost slot; may exceed cap), or EMB_EBADARG.
+ */
+int emb_client_slot_holders(struct emb_client *c, uint32_t slot,
+			    uint32_t *out, uint32_t cap);
+/* True when server (< emb_client_nservers()) was removed from the map. */
+bool emb_client_server_removed(const struct emb_client *c, uint32_t server);
 
 /* This worker's rank, 0..nworkers-1; 0 for a client made without one. */
 uint32_t emb_client_rank(const struct emb_client *c);
