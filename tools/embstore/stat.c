@@ -26,12 +26,14 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "common/token.h"
 #include "proto/wire.h"
 #include "worker/embstore.h"
 
 #define MAX_SERVERS 256u
+#define HOLDERS_MAX 8u /* copies of a slot (EMB_REPLICAS) at most */
 
 /* One sample of every table on every server. */
 struct sample {
@@ -175,20 +177,129 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
+/* The map is shown only where it says more than the server list. */
+static bool map_shown(struct emb_client *c)
+{
+	struct emb_client_map m;
+
+	emb_client_map(c, &m);
+	if (m.replicas > 1)
+		return true;
+	for (uint32_t s = 0; s < m.nservers; s++)
+		if (emb_client_server_removed(c, s))
+			return true;
+	return false;
+}
+
+/*
+ * The slots server s holds as primary (backup false) or as a backup, as
+ * compact ranges "0-1364,2731-4095" ("-" for none) in buf, and how many.
+ */
+static uint32_t slot_ranges(struct emb_client *c, uint32_t s, bool backup,
+			    char *buf, size_t cap)
+{
+	uint32_t n = 0, start = 0, at = 0;
+	bool in = false;
+
+	buf[0] = '\0';
+	for (uint32_t sl = 0; sl <= EMB_NSLOTS; sl++) {
+		uint32_t h[HOLDERS_MAX];
+		bool hit = false;
+
+		if (sl < EMB_NSLOTS) {
+			int k = emb_client_slot_holders(c, sl, h,
+							HOLDERS_MAX);
+
+			for (int i = 0; i < k && i < (int)HOLDERS_MAX; i++)
+				hit |= h[i] == s && (i > 0) == backup;
+		}
+		n += hit;
+		if (hit && !in)
+			start = sl;
+		if (!hit && in && at + 1 < cap) {
+			int w = sl - 1 == start
+				    ? snprintf(buf + at, cap - at, "%s%u",
+					       at ? "," : "", start)
+				    : snprintf(buf + at, cap - at, "%s%u-%u",
+					       at ? "," : "", start, sl - 1);
+
+			at = w < 0 || (size_t)w >= cap - at ? (uint32_t)cap - 1
+							    : at + (uint32_t)w;
+		}
+		in = hit;
+	}
+	if (!n)
+		snprintf(buf, cap, "-");
+	return n;
+}
+
+/* The map as JSON members: "map":{...}, before the tables. */
+static void map_json(struct emb_client *c, char *const *names, uint32_t nsrv)
+{
+	static char pr[4096], bk[4096];
+	struct emb_client_map m;
+
+	emb_client_map(c, &m);
+	printf("\"map\":{\"epoch\":%llu,\"replicas\":%u,\"lost_slots\":%u,"
+	       "\"servers\":[",
+	       (unsigned long long)m.epoch, m.replicas, m.lost_slots);
+	for (uint32_t s = 0; s < nsrv; s++) {
+		uint32_t np = slot_ranges(c, s, false, pr, sizeof(pr));
+		uint32_t nb = slot_ranges(c, s, true, bk, sizeof(bk));
+
+		printf("%s{\"server\":", s ? "," : "");
+		json_str(names[s]);
+		printf(",\"state\":\"%s\",\"primary_slots\":%u,"
+		       "\"backup_slots\":%u,\"primary\":",
+		       emb_client_server_removed(c, s) ? "removed" : "live", np,
+		       nb);
+		json_str(np ? pr : "");
+		printf(",\"backup\":");
+		json_str(nb ? bk : "");
+		putchar('}');
+	}
+	printf("]},");
+}
+
+/* The map as text: epoch, replicas, and each server's state and slots. */
+static void map_text(struct emb_client *c, char *const *names, uint32_t nsrv)
+{
+	static char pr[4096], bk[4096];
+	struct emb_client_map m;
+
+	emb_client_map(c, &m);
+	printf("map epoch %llu, %u replica%s, %u lost slot%s\n",
+	       (unsigned long long)m.epoch, m.replicas,
+	       m.replicas == 1 ? "" : "s", m.lost_slots,
+	       m.lost_slots == 1 ? "" : "s");
+	printf("%-21s %-8s %-24s %s\n", "SERVER", "STATE", "PRIMARY SLOTS",
+	       "BACKUP SLOTS");
+	for (uint32_t s = 0; s < nsrv; s++) {
+		slot_ranges(c, s, false, pr, sizeof(pr));
+		slot_ranges(c, s, true, bk, sizeof(bk));
+		printf("%-21s %-8s %-24s %s\n", names[s],
+		       emb_client_server_removed(c, s) ? "removed" : "live",
+		       pr, bk);
+	}
+	putchar('\n');
+}
+
 /*
  * b with rates against a as one JSON object on one line: the time, the
  * interval, and one object per server and table with the columns of the
  * table (rates per second, memory in bytes).
  */
-static void show_json(char *const *names, uint32_t nsrv, const struct sample *a,
-		      const struct sample *b)
+static void show_json(struct emb_client *c, char *const *names, uint32_t nsrv,
+		      const struct sample *a, const struct sample *b)
 {
 	double dt = b->at_s - a->at_s;
 	bool first = true;
 
-	printf("{\"time\":%lld,\"interval_s\":%.3f,\"servers\":%u,"
-	       "\"tables\":[",
+	printf("{\"time\":%lld,\"interval_s\":%.3f,\"servers\":%u,",
 	       (long long)time(NULL), dt, nsrv);
+	if (map_shown(c))
+		map_json(c, names, nsrv);
+	printf("\"tables\":[");
 	for (uint32_t i = 0; i < b->n; i++) {
 		const struct emb_client_server_table *e = &b->t[i];
 		const struct emb_client_server_table *o =
@@ -216,8 +327,8 @@ static void show_json(char *const *names, uint32_t nsrv, const struct sample *a,
 }
 
 /* Prints b with rates against a (NULL: none yet). */
-static void show(char *const *names, uint32_t nsrv, const struct sample *a,
-		 const struct sample *b, bool tty)
+static void show(struct emb_client *c, char *const *names, uint32_t nsrv,
+		 const struct sample *a, const struct sample *b, bool tty)
 {
 	double dt = a ? b->at_s - a->at_s : 0;
 	char when[32];
@@ -231,6 +342,8 @@ static void show(char *const *names, uint32_t nsrv, const struct sample *a,
 	printf(
 	    "embstore stat  %s  %u server%s, %u table%s  rates over %.1f s\n",
 	    when, nsrv, nsrv == 1 ? "" : "s", b->n, b->n == 1 ? "" : "s", dt);
+	if (map_shown(c))
+		map_text(c, names, nsrv);
 	printf("%-21s %-16s %5s %9s %10s %9s %9s %11s %11s\n", "SERVER",
 	       "TABLE", "DIM", "ROWS", "MEMORY", "PULLS/S", "PUSHES/S",
 	       "ROWS-PULL/S", "ROWS-PUSH/S");
@@ -261,7 +374,9 @@ static void show(char *const *names, uint32_t nsrv, const struct sample *a,
 				sum[k] += r[k];
 			ntab++;
 		}
-		if (ntab == 0)
+		if (emb_client_server_removed(c, s))
+			printf("%-21s %-16s\n", names[s], "(removed)");
+		else if (ntab == 0)
 			printf("%-21s %-16s\n", names[s], "(no tables)");
 		else if (ntab > 1)
 			print_row(names[s], "(all)", 0, rows, bytes, sum);
@@ -277,8 +392,9 @@ static void usage(FILE *f)
 	    "Rows, memory and op rates per server and table, from two "
 	    "samples.\n"
 	    "  --servers LIST        host:port[,host:port...] (EMB_SERVERS)\n"
-	    "  --sched HOST:PORT     find the servers through the "
-	    "scheduler\n"
+	    "  --sched HOST:PORT     find the servers and the map "
+	    "(replicas, failovers)\n"
+	    "                        through the scheduler\n"
 	    "  --interval S          seconds between the two samples of "
 	    "a rate (default 1)\n"
 	    "  --watch N             redraw every N seconds until Ctrl-C\n"
@@ -438,13 +554,16 @@ int emb_cmd_stat(int argc, char **argv)
 		co.auth_token = token;
 	}
 	if (sched) {
-		rc = emb_cluster_servers_auth(sched, co.auth_token,
-					      co.auth_token_len, sched_servers,
-					      sizeof(sched_servers));
+		/* The scheduler's map: replicas, and no connection to the
+		 * servers a failover removed. */
+		rc = emb_client_from_sched(&co, sched, &c);
+		if (!rc)
+			rc = emb_client_servers(c, sched_servers,
+						sizeof(sched_servers));
 		if (rc) {
 			fprintf(stderr, "embstore stat: scheduler %s: %s\n",
 				sched, emb_strerror(rc));
-			return 1;
+			goto out;
 		}
 		servers = sched_servers;
 	}
@@ -461,7 +580,7 @@ int emb_cmd_stat(int argc, char **argv)
 		return 2;
 	}
 	co.servers = servers;
-	rc = emb_client_create(&co, &c);
+	rc = c ? 0 : emb_client_create(&co, &c);
 	if (rc) {
 		fprintf(stderr, "embstore stat: cannot connect to %s: %s\n",
 			servers, emb_strerror(rc));
@@ -494,9 +613,9 @@ int emb_cmd_stat(int argc, char **argv)
 		if (rc)
 			break;
 		if (json)
-			show_json(names, nsrv, &a, &b);
+			show_json(c, names, nsrv, &a, &b);
 		else
-			show(names, nsrv, &a, &b, tty && watch > 0);
+			show(c, names, nsrv, &a, &b, tty && watch > 0);
 		if (watch <= 0)
 			break;
 		/* b becomes the older sample; a's buffer is reused. */
