@@ -1,0 +1,108 @@
+#!/bin/sh
+# tests/cluster/after_failover.sh - calls that go to every server, after a
+# failover: `embstore launch --server_num 3 --worker_num 1 --replicas 2`
+# runs tests/cluster/after_failover.c; once it made a table, one server
+# picked at random is SIGKILLed. When the worker's map is at epoch 2 it
+# creates, opens, pushes and pulls a new table and reads table stats, and
+# `embstore stat --sched` (text and --json) must show epoch 2, the
+# removed server and the live ones' slots. Unreplicated or before the fix
+# those calls fail with EMB_ENODEAD.
+#
+#   after_failover.sh TOOLS_DIR WORKER
+set -u
+
+tools=${1:?usage: after_failover.sh TOOLS_DIR WORKER}
+worker=${2:?usage: after_failover.sh TOOLS_DIR WORKER}
+tools=$(cd "$tools" && pwd) || exit 1
+worker=$(cd "$(dirname "$worker")" && pwd)/$(basename "$worker") || exit 1
+work=$(mktemp -d "${TMPDIR:-/tmp}/emb-after-XXXXXX")
+PATH=$tools:$PATH
+export PATH
+EMB_HEARTBEAT_TIMEOUT=1
+EMB_CLUSTER_TIMEOUT=30
+export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
+unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE
+lpid=
+fail=0
+
+cleanup() {
+	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
+	wait 2>/dev/null
+	[ -n "${KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+bad() {
+	echo "FAIL: $*" >&2
+	fail=1
+}
+
+# wait_for PATTERN: up to 30 s for a line of the launch's output.
+wait_for() {
+	for _ in $(seq 300); do
+		grep -q "$1" "$out" && return 0
+		kill -0 "$lpid" 2>/dev/null || break
+		sleep 0.1
+	done
+	grep -q "$1" "$out"
+}
+
+out=$work/launch.txt
+(cd "$work" && exec embstore launch --server_num 3 --worker_num 1 \
+	--replicas 2 --log-dir "$work/log" -- \
+	"$worker" "$work/go" "$work/done") >"$out" 2>&1 &
+lpid=$!
+wait_for 'ready: sched ' || bad "the worker did not get ready"
+sched=$(sed -n 's/.*ready: sched \([^ ]*\)$/\1/p' "$out" | head -1)
+victim=$(awk 'BEGIN { srand(); print int(rand() * 3) }')
+vpid=$(sed -n "s/^\[launch\] started server\.$victim, pid \([0-9]*\)$/\1/p" \
+	"$out")
+echo "killing server.$victim (pid $vpid); scheduler $sched"
+[ -n "$vpid" ] && kill -KILL "$vpid" || bad "no server.$victim to kill"
+wait_for 'worker\.0\] .*map epoch 2' || bad "the worker's map did not fail over"
+touch "$work/go"
+wait_for 'after: ok' || bad "the worker's calls failed after the failover"
+
+# The observer: the map at epoch 2, the dead server removed, its slots on
+# the live ones, and no error.
+embstore stat --sched "$sched" --interval 0.2 >"$work/stat.txt" 2>&1 ||
+	bad "embstore stat exited $?"
+grep -q '^map epoch 2, 2 replicas, 0 lost slots$' "$work/stat.txt" ||
+	bad "embstore stat: no map at epoch 2"
+[ "$(grep -c ' removed ' "$work/stat.txt")" -eq 1 ] ||
+	bad "embstore stat: not one removed server"
+[ "$(grep -c ' live .*[0-9]-[0-9]' "$work/stat.txt")" -eq 2 ] ||
+	bad "embstore stat: not two live servers with slots"
+grep -q '(removed)' "$work/stat.txt" ||
+	bad "embstore stat: the removed server's tables are not marked"
+grep -q ' after ' "$work/stat.txt" ||
+	bad "embstore stat: table 'after' missing"
+embstore stat --sched "$sched" --interval 0.2 --json >"$work/stat.json" \
+	2>&1 || bad "embstore stat --json exited $?"
+grep -q '"map":{"epoch":2,"replicas":2,"lost_slots":0,' "$work/stat.json" ||
+	bad "embstore stat --json: no map at epoch 2"
+[ "$(grep -o '"state":"removed","primary_slots":0,"backup_slots":0' \
+	"$work/stat.json" | wc -l)" -eq 1 ] ||
+	bad "embstore stat --json: not one removed server without slots"
+if command -v python3 >/dev/null 2>&1; then
+	python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+live = [s for s in d["map"]["servers"] if s["state"] == "live"]
+assert len(live) == 2, live
+assert sum(s["primary_slots"] for s in live) == 4096, live
+assert any(t["table"] == "after" for t in d["tables"]), d["tables"]
+' "$work/stat.json" || bad "embstore stat --json: bad map or tables"
+fi
+touch "$work/done"
+wait "$lpid"
+st=$?
+lpid=
+[ "$st" -eq 0 ] || bad "launch exited $st"
+if [ "$fail" -ne 0 ] || [ -n "${VERBOSE:-}" ]; then
+	for f in "$out" "$work/stat.txt" "$work/stat.json"; do
+		echo "== $f" >&2
+		cat "$f" >&2
+	done
+fi
+exit "$fail"
