@@ -3,7 +3,7 @@
  * after_failover.sh: the calls that go to every server, made after a
  * failover of a replicated cluster.
  *
- *   after_failover GO_FILE DONE_FILE
+ *   after_failover GO_FILE DONE_FILE [LOST_FILE]
  *
  * Joins from the environment, creates table "before" and pushes to it,
  * prints "ready: sched HOST:PORT", then waits (at most 60 s) for GO_FILE,
@@ -14,6 +14,9 @@
  * tables' stats (the removed server must not be counted). Prints
  * "after: ok" and waits for DONE_FILE (at most 60 s), so that `embstore
  * stat` sees the tables, then exits 0; 1 on any failure, with the reason.
+ * With LOST_FILE, the test kills a second server instead and makes
+ * LOST_FILE once this worker's map lost slots: creating a table must then
+ * fail with EMB_ENODEAD and say so ("lost: ok ..."), and the worker exits 0.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -74,8 +77,9 @@ int main(int argc, char **argv)
 	const char *port = getenv("EMB_SCHED_PORT");
 	int rc;
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: after_failover GO_FILE DONE_FILE\n");
+	if (argc != 3 && argc != 4) {
+		fprintf(stderr, "usage: after_failover GO_FILE DONE_FILE "
+				"[LOST_FILE]\n");
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -151,6 +155,25 @@ int main(int argc, char **argv)
 	emb_client_table_close(before);
 	printf("after: ok, %u servers answered, %llu row copies\n", st.servers,
 	       (unsigned long long)st.rows);
+	if (argc == 4) {
+		char msg[256];
+
+		if (wait_file(argv[3]))
+			return 1;
+		sa.name = "lost";
+		rc = emb_client_table_create(c, &sa, &after);
+		emb_client_last_error(c, msg, sizeof(msg));
+		if (rc != EMB_ENODEAD || !strstr(msg, "have no live copy")) {
+			fprintf(stderr,
+				"after_failover: create with lost slots: %s "
+				"(%s), not EMB_ENODEAD\n",
+				emb_strerror(rc), msg);
+			return 1;
+		}
+		printf("lost: ok, %s: %s\n", emb_strerror(rc), msg);
+		emb_client_destroy(c);
+		return 0;
+	}
 	if (wait_file(argv[2]))
 		return 1;
 	rc = emb_client_finish(c);

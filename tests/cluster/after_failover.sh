@@ -8,6 +8,9 @@
 # removed server and the live ones' slots. Unreplicated or before the fix
 # those calls fail with EMB_ENODEAD.
 #
+# Then a second server is killed: slots lose every copy, and creating a
+# table must fail with EMB_ENODEAD and a message.
+#
 #   after_failover.sh TOOLS_DIR WORKER
 set -u
 
@@ -50,7 +53,7 @@ wait_for() {
 out=$work/launch.txt
 (cd "$work" && exec embstore launch --server_num 3 --worker_num 1 \
 	--replicas 2 --log-dir "$work/log" -- \
-	"$worker" "$work/go" "$work/done") >"$out" 2>&1 &
+	"$worker" "$work/go" "$work/done" "$work/lost") >"$out" 2>&1 &
 lpid=$!
 wait_for 'ready: sched ' || bad "the worker did not get ready"
 sched=$(sed -n 's/.*ready: sched \([^ ]*\)$/\1/p' "$out" | head -1)
@@ -94,11 +97,20 @@ assert sum(s["primary_slots"] for s in live) == 4096, live
 assert any(t["table"] == "after" for t in d["tables"]), d["tables"]
 ' "$work/stat.json" || bad "embstore stat --json: bad map or tables"
 fi
-touch "$work/done"
+
+# A second death leaves some slots with no copy: the same calls must
+# now fail with EMB_ENODEAD and say why.
+second=$(( (victim + 1) % 3 ))
+spid=$(sed -n "s/^\[launch\] started server\.$second, pid \([0-9]*\)$/\1/p" \
+	"$out")
+[ -n "$spid" ] && kill -KILL "$spid" || bad "no server.$second to kill"
+wait_for 'worker\.0\] .*map epoch 3: .* lost every copy' ||
+	bad "the worker's map did not lose slots"
+touch "$work/lost"
+wait_for 'lost: ok, .*have no live copy' ||
+	bad "with slots lost, creating a table did not fail with EMB_ENODEAD"
 wait "$lpid"
-st=$?
 lpid=
-[ "$st" -eq 0 ] || bad "launch exited $st"
 if [ "$fail" -ne 0 ] || [ -n "${VERBOSE:-}" ]; then
 	for f in "$out" "$work/stat.txt" "$work/stat.json"; do
 		echo "== $f" >&2
