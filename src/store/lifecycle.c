@@ -210,7 +210,8 @@ int emb__admit_batch_sight(struct emb_table *t, struct emb_life_shard *l,
 
 		while (size < 2 * (uint64_t)n)
 			size <<= 1;
-		b->ids = malloc((size_t)size * (sizeof(*b->ids) + 1));
+		b->ids = emb__scratch(EMB_SCRATCH_ADMIT,
+				      (size_t)size * (sizeof(*b->ids) + 1));
 		if (!b->ids)
 			return -ENOMEM;
 		b->used = (uint8_t *)(b->ids + size);
@@ -231,7 +232,7 @@ int emb__admit_batch_sight(struct emb_table *t, struct emb_life_shard *l,
 
 void emb__admit_batch_fini(struct emb_admit_batch *b)
 {
-	free(b->ids);
+	emb__scratch_done(b->ids);
 	b->ids = NULL;
 }
 

@@ -42,6 +42,28 @@ static inline float *emb__row_data(struct emb_row_hdr *r)
 	return (float *)(void *)((char *)r + EMB_ROW_HDR_SIZE);
 }
 
+/* ---- scratch.c: per-thread buffers a batch call reuses ---- */
+
+/* One buffer per use: a call takes each slot at most once at a time. */
+enum {
+	EMB_SCRATCH_BATCH, /* hashes and shard groups (table.c) */
+	EMB_SCRATCH_DEDUP, /* push: the dedup hash map */
+	EMB_SCRATCH_UNIQ,  /* push: distinct positions and gradient pointers */
+	EMB_SCRATCH_SUMS,  /* push: summed gradients of repeated ids */
+	EMB_SCRATCH_ADMIT, /* pull: ids sighted by admission in this call */
+	EMB_SCRATCH_NSLOTS
+};
+
+/*
+ * At least bytes of the calling thread's buffer for slot, kept for the
+ * thread's next calls (grown on demand, freed when the thread exits), or
+ * NULL when memory is out. Contents are undefined. Pass it to
+ * emb__scratch_done() when the call ends.
+ */
+void *emb__scratch(unsigned slot, size_t bytes);
+/* Ends a call's use of p (from emb__scratch; NULL is fine). */
+void emb__scratch_done(void *p);
+
 /* ---- arena.c: one jemalloc arena over extents the store maps itself ---- */
 
 struct emb_arena;
@@ -231,7 +253,8 @@ int emb__admit_sight(struct emb_table *t, struct emb_life_shard *l,
 /*
  * The ids a pull call found pending so far: a batch counts one sighting per
  * distinct id, as the client library sends each id of a batch once. Made
- * on the first pending id (zeroed before); emb__admit_batch_fini() frees.
+ * on the first pending id (zeroed before) in the thread's scratch (scratch.c);
+ * emb__admit_batch_fini() ends its use.
  */
 struct emb_admit_batch {
 	uint64_t *ids; /* slots, valid where used[i] */

@@ -261,6 +261,8 @@ void emb_table_init_row(const struct emb_table *t, uint64_t id, float *out,
 /*
  * Per-call scratch: hashes of the ids and their positions grouped by shard.
  * pos[] lists indexes into ids[]; start[s]..start[s+1] is shard s's group.
+ * The memory is the calling thread's kept buffer (scratch.c), so a batch
+ * allocates nothing once its thread has seen a batch as large.
  */
 struct batch {
 	uint64_t *h;	 /* emb_id_hash(ids[i]) */
@@ -273,7 +275,7 @@ static int batch_init(struct emb_table *t, struct batch *b, uint32_t n)
 {
 	size_t bytes = (size_t)n * (sizeof(uint64_t) + sizeof(uint32_t)) +
 		       (t->nshards + 1) * sizeof(uint32_t);
-	char *mem = malloc(bytes ? bytes : 1);
+	char *mem = emb__scratch(EMB_SCRATCH_BATCH, bytes);
 
 	if (!mem)
 		return -ENOMEM;
@@ -286,7 +288,7 @@ static int batch_init(struct emb_table *t, struct batch *b, uint32_t n)
 
 static void batch_fini(struct batch *b)
 {
-	free(b->h);
+	emb__scratch_done(b->h);
 }
 
 /* Groups the positions sel[0..m) (or 0..m when sel is NULL) by shard. */
@@ -652,8 +654,9 @@ int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
 /*
  * Collapses duplicate ids: uniq[] receives the first position of each
  * distinct id, and grad[k] the summed gradient of uniq[k] (pointing into
- * grads when the id occurs once, else into the returned sum buffer, which
- * the caller frees). Returns the number of distinct ids or -ENOMEM.
+ * grads when the id occurs once, else into the returned sum buffer, a
+ * scratch buffer the caller passes to emb__scratch_done). Returns the
+ * number of distinct ids or -ENOMEM.
  */
 static int64_t dedup_grads(const struct emb_table *t, const uint64_t *ids,
 			   const uint64_t *h, uint32_t n, const float *grads,
@@ -667,7 +670,8 @@ static int64_t dedup_grads(const struct emb_table *t, const uint64_t *ids,
 	while (size < 2 * n)
 		size <<= 1;
 	mask = size - 1;
-	map = malloc(((size_t)size + 2 * (size_t)n) * sizeof(*map));
+	map = emb__scratch(EMB_SCRATCH_DEDUP,
+			   ((size_t)size + 2 * (size_t)n) * sizeof(*map));
 	if (!map)
 		return -ENOMEM;
 	cnt = map + size;
@@ -692,9 +696,10 @@ static int64_t dedup_grads(const struct emb_table *t, const uint64_t *ids,
 	if (ndup) {
 		uint32_t next = 0;
 
-		sums = malloc((size_t)ndup * dim * sizeof(*sums));
+		sums = emb__scratch(EMB_SCRATCH_SUMS,
+				    (size_t)ndup * dim * sizeof(*sums));
 		if (!sums) {
-			free(map);
+			emb__scratch_done(map);
 			return -ENOMEM;
 		}
 		for (uint32_t k = 0; k < nu; k++) {
@@ -724,7 +729,7 @@ static int64_t dedup_grads(const struct emb_table *t, const uint64_t *ids,
 		for (uint32_t k = 0; k < nu; k++)
 			grad[k] = grads + (size_t)uniq[k] * dim;
 	}
-	free(map);
+	emb__scratch_done(map);
 	*sums_out = sums;
 	return nu;
 }
@@ -758,12 +763,16 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		return rc;
 	}
 	hash_ids(&b, ids, n);
-	uniq = malloc((size_t)n * (sizeof(*uniq) + sizeof(*slot_of)));
-	grad = malloc((size_t)n * sizeof(*grad));
-	if (!uniq || !grad) {
+	/* One buffer: grad[n] first (pointer aligned), then uniq[n] and
+	 * slot_of[n]. */
+	grad = emb__scratch(EMB_SCRATCH_UNIQ,
+			    (size_t)n * (sizeof(*grad) + sizeof(*uniq) +
+					 sizeof(*slot_of)));
+	if (!grad) {
 		rc = -ENOMEM;
 		goto out;
 	}
+	uniq = (uint32_t *)(void *)(grad + n);
 	slot_of = uniq + n;
 	nu = dedup_grads(t, ids, b.h, n, grads, uniq, grad, &sums);
 	if (nu < 0) {
@@ -829,9 +838,8 @@ out:
 	add_stat(&t->rows_created, created);
 	add_stat(&t->pushes, 1);
 	add_stat(&t->rows_pushed, applied);
-	free(sums);
-	free(grad);
-	free(uniq);
+	emb__scratch_done(sums);
+	emb__scratch_done(grad);
 	batch_fini(&b);
 	emb__writer_exit(t);
 	return rc;
