@@ -80,6 +80,10 @@ struct emb_sched {
 	pthread_mutex_t mu; /* guards done, status and view, with cv */
 	pthread_cond_t cv;  /* signalled when done */
 	struct emb_sched_stats view; /* published by the loop each turn */
+	/* Per server rank, the slots it holds as [0] primary, [1] backup,
+	 * in the map of epoch slots_epoch (0: none yet); with view. */
+	uint32_t (*slots)[2];
+	uint64_t slots_epoch;
 	bool stop;	    /* destroy asked the loop to exit */
 	bool done;	    /* the job ended */
 	int status;	    /* 0, or EMB_ENODEAD */
@@ -902,6 +906,25 @@ static void publish(struct emb_sched *s)
 	v.lost_slots = s->cmap ? emb_cmap_lost_slots(s->cmap) : 0;
 	pthread_mutex_lock(&s->mu);
 	s->view = v;
+	/* Counted again only when the map changed: 4096 * R steps. */
+	if (s->cmap && s->cmap->epoch != s->slots_epoch) {
+		if (!s->slots)
+			s->slots = calloc(s->o.server_num, sizeof(*s->slots));
+		if (s->slots) {
+			memset(s->slots, 0,
+			       s->o.server_num * sizeof(*s->slots));
+			for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+				for (uint32_t i = 0; i < s->cmap->replicas;
+				     i++) {
+					uint16_t r = s->cmap->slot[sl][i];
+
+					if (r == EMB_CMAP_NONE)
+						break;
+					s->slots[r][i > 0]++;
+				}
+			s->slots_epoch = s->cmap->epoch;
+		}
+	}
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -1023,6 +1046,7 @@ err_tr:
 err_free:
 	emb_authlimit_destroy(s->authlimit);
 	free(s->cmap);
+	free(s->slots);
 	free(s->dead);
 	free(s->nodes);
 	pthread_cond_destroy(&s->cv);
@@ -1078,6 +1102,7 @@ void emb_sched_destroy(struct emb_sched *s)
 	free(s->map_frame);
 	emb_authlimit_destroy(s->authlimit);
 	free(s->cmap);
+	free(s->slots);
 	free(s->dead);
 	free(s->nodes);
 	pthread_cond_destroy(&s->cv);
@@ -1090,6 +1115,21 @@ void emb_sched_stats(struct emb_sched *s, struct emb_sched_stats *out)
 	pthread_mutex_lock(&s->mu);
 	*out = s->view;
 	pthread_mutex_unlock(&s->mu);
+}
+
+bool emb_sched_server_slots(struct emb_sched *s, uint32_t rank,
+			    uint32_t out[2])
+{
+	bool ok;
+
+	pthread_mutex_lock(&s->mu);
+	ok = s->slots && s->slots_epoch && rank < s->o.server_num;
+	if (ok) {
+		out[0] = s->slots[rank][0];
+		out[1] = s->slots[rank][1];
+	}
+	pthread_mutex_unlock(&s->mu);
+	return ok;
 }
 
 /* One gauge per role and state: they sum to the expected count. */
@@ -1132,6 +1172,32 @@ static void metrics_nodes(struct emb_metrics_out *o,
 	}
 }
 
+/* Slots each server holds by role, once the map is made (a removed
+ * server holds none). */
+static void metrics_server_slots(struct emb_metrics_out *o,
+				 struct emb_sched *s, uint32_t nservers)
+{
+	static const char *const roles[] = {"primary", "backup"};
+	uint32_t n[2];
+	char label[64];
+
+	if (!emb_sched_server_slots(s, 0, n))
+		return;
+	emb_metrics_family(o, "embstore_cluster_server_slots", "gauge",
+			   "Slots a server holds in the cluster map, as "
+			   "primary or as backup.");
+	for (uint32_t r = 0; r < nservers; r++) {
+		if (!emb_sched_server_slots(s, r, n))
+			break;
+		for (uint32_t k = 0; k < 2; k++) {
+			snprintf(label, sizeof(label),
+				 "server=\"%u\",role=\"%s\"", r, roles[k]);
+			emb_metrics_u64(o, "embstore_cluster_server_slots",
+					label, n[k]);
+		}
+	}
+}
+
 void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 {
 	static const char *const states[] = {"over", "forming", "ready",
@@ -1168,6 +1234,7 @@ void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 				   "Slots whose every holder died.");
 		emb_metrics_u64(o, "embstore_cluster_lost_slots", NULL,
 				v.lost_slots);
+		metrics_server_slots(o, s, v.expected[0]);
 		emb_metrics_family(o,
 				   "embstore_cluster_barrier_waiting_workers",
 				   "gauge", "Workers held at a barrier now.");

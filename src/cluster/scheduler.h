@@ -15,6 +15,7 @@
 #ifndef EMB_CLUSTER_SCHEDULER_H
 #define EMB_CLUSTER_SCHEDULER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct emb_sched;
@@ -88,6 +89,14 @@ struct emb_sched_stats {
  * refreshed after each turn of the scheduler's loop (at most 200 ms old).
  */
 void emb_sched_stats(struct emb_sched *s, struct emb_sched_stats *out);
+
+/*
+ * Slots server rank holds in the latest published map: out[0] as primary,
+ * out[1] as backup. False before the map is made or for a rank out of
+ * range. Any thread.
+ */
+bool emb_sched_server_slots(struct emb_sched *s, uint32_t rank,
+			    uint32_t out[2]);
 
 struct emb_metrics_out;
 

@@ -51,7 +51,9 @@ wait_for() {
 }
 
 out=$work/launch.txt
-(cd "$work" && exec embstore launch --server_num 3 --worker_num 1 \
+# Every process serves /metrics on a port of its own; the scheduler's
+# must count each server's slots by role.
+(cd "$work" && EMB_METRICS_LISTEN=127.0.0.1:0 exec embstore launch --server_num 3 --worker_num 1 \
 	--replicas 2 --log-dir "$work/log" -- \
 	"$worker" "$work/go" "$work/done" "$work/lost") >"$out" 2>&1 &
 lpid=$!
@@ -96,6 +98,35 @@ assert len(live) == 2, live
 assert sum(s["primary_slots"] for s in live) == 4096, live
 assert any(t["table"] == "after" for t in d["tables"]), d["tables"]
 ' "$work/stat.json" || bad "embstore stat --json: bad map or tables"
+fi
+
+# The scheduler's /metrics: epoch 2, the removed server holds no slot,
+# the live ones every primary.
+murl=$(sed -n 's/^\[scheduler\] .*metrics on \(http:[^ ,]*\).*/\1/p' "$out" |
+	head -1)
+if command -v curl >/dev/null 2>&1 && [ -n "$murl" ]; then
+	for _ in $(seq 50); do
+		curl -fsS "$murl" >"$work/metrics.txt" 2>/dev/null
+		grep -q '^embstore_cluster_map_epoch 2$' "$work/metrics.txt" &&
+			break
+		sleep 0.1
+	done
+	grep -q '^embstore_cluster_map_epoch 2$' "$work/metrics.txt" ||
+		bad "/metrics: no epoch 2"
+	# (A rank is the order of registration, not the launcher's index.)
+	z=$(awk -F'[{}" ]+' '/^embstore_cluster_server_slots\{/ { n[$3] += $NF }
+		END { for (k in n) z += n[k] == 0; print z + 0 }' \
+		"$work/metrics.txt")
+	p=$(awk '/^embstore_cluster_server_slots\{.*role="primary"\}/ { n += $2 }
+		END { print n + 0 }' "$work/metrics.txt")
+	b=$(awk '/^embstore_cluster_server_slots\{.*role="backup"\}/ { n += $2 }
+		END { print n + 0 }' "$work/metrics.txt")
+	# Slots the dead server held keep one copy: a third of them.
+	[ "$p" -eq 4096 ] && [ "$b" -ge 1365 ] && [ "$b" -le 1366 ] &&
+		[ "$z" -eq 1 ] ||
+		bad "/metrics: $p primary and $b backup slots, $z servers with none"
+else
+	bad "no scheduler /metrics address or no curl"
 fi
 
 # A second death leaves some slots with no copy: the same calls must
