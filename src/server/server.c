@@ -39,6 +39,7 @@
 #include "server/dump.h"
 #include "server/lat.h"
 #include "server/registry.h"
+#include "server/replybuf.h"
 #include "server/session.h"
 #include "server/sync.h"
 
@@ -95,6 +96,8 @@ struct emb_server {
 	bool sweep_stop;		   /* guarded by reap_mu */
 	pthread_cond_t sweep_cv;	   /* wakes the sweeper to stop */
 	struct emb_transport **loops;	   /* opts.threads event loops */
+	struct emb__rbuf_pool *rpools;	   /* per loop: its PULL reply
+					      buffers (replybuf.h) */
 	pthread_t *threads;		   /* one per loop */
 	uint32_t nstarted;		   /* threads running */
 	struct emb_listener *listener;	   /* on loops[0] */
@@ -432,6 +435,26 @@ struct close_ctx {
 	int reason;	    /* the reply's status, the close reason */
 	_Alignas(8) uint8_t frame[EMB_WIRE_HDR_SIZE + 64]; /* the reply */
 };
+
+/* A reply whose frame sits in a buffer of its loop's pool. */
+static void rbuf_done(void *ctx, int status)
+{
+	(void)status;
+	emb__rbuf_put(ctx);
+}
+
+/*
+ * The reply pool of req's loop: requests run on their connection's loop
+ * thread, the one pool user. NULL (plain malloc) for a request without a
+ * server connection.
+ */
+static struct emb__rbuf_pool *pool_of(struct emb_server *s,
+				      const struct emb_req *req)
+{
+	struct srv_conn *sc = emb_conn_user(emb_req_conn(req));
+
+	return sc ? &s->rpools[sc->loop] : NULL;
+}
 
 static void close_done(void *ctx, int status)
 {
@@ -859,7 +882,7 @@ static void pull_done(void *ctx, int status)
 	(void)status;
 	table_put(pc->st);
 	free(pc->fresh);
-	free(pc);
+	emb__rbuf_put(pc);
 	if (sc && --sc->zc_replies == 0) {
 		if (!sc->c)
 			free(sc); /* closed while this reply was out */
@@ -886,7 +909,9 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 	uint8_t *buf, *found;
 	int rc;
 
-	buf = malloc(bitmap + rows + (p->nocreate ? p->n : 0) + 1);
+	/* From the loop's pool: a PULL allocates nothing once warm. */
+	buf = emb__rbuf_get(pool_of(s, req),
+			    bitmap + rows + (p->nocreate ? p->n : 0) + 1);
 	if (!buf) {
 		table_put(st);
 		return reply_error(s, req, -ENOMEM, NULL);
@@ -897,7 +922,7 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 			   p->nocreate ? EMB_PULL_NOCREATE : 0, found);
 	table_put(st);
 	if (rc < 0) {
-		free(buf);
+		emb__rbuf_put(buf);
 		return reply_error(s, req, rc, NULL);
 	}
 	if (found)
@@ -908,9 +933,9 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 	hdr.count = p->n;
 	iov.iov_base = buf;
 	iov.iov_len = bitmap + rows;
-	if (emb_conn_reply(req, &hdr, &iov, iov.iov_len ? 1 : 0, free_done,
+	if (emb_conn_reply(req, &hdr, &iov, iov.iov_len ? 1 : 0, rbuf_done,
 			   buf))
-		free(buf);
+		emb__rbuf_put(buf);
 	finish(s);
 	return 0;
 }
@@ -1016,8 +1041,10 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	wflags = (p.nocreate ? EMB_F_NOCREATE : 0) |
 		 (p.with_state ? EMB_F_WITH_STATE : 0);
 	bitmap = p.nocreate ? emb_wire_bitmap_bytes(p.n) : 0;
-	mem = malloc(sizeof(*pc) + (size_t)p.n * sizeof(float *) +
-		     ((size_t)p.n + 2) * sizeof(struct iovec) + bitmap + p.n);
+	mem = emb__rbuf_get(pool_of(s, req),
+			    sizeof(*pc) + (size_t)p.n * sizeof(float *) +
+				((size_t)p.n + 2) * sizeof(struct iovec) +
+				bitmap + p.n);
 	if (!mem) {
 		table_put(st);
 		return reply_error(s, req, -ENOMEM, NULL);
@@ -1662,8 +1689,9 @@ int emb_server_create(const struct emb_server_opts *opts,
 	s->threads = calloc(opts->threads, sizeof(*s->threads));
 	s->lat = calloc((size_t)opts->threads * EMB_LAT_NOPS, sizeof(*s->lat));
 	s->loop_conns = calloc(opts->threads, sizeof(*s->loop_conns));
+	s->rpools = calloc(opts->threads, sizeof(*s->rpools));
 	if (!s->host || !s->transport || !s->tables || !s->loops ||
-	    !s->threads || !s->lat || !s->loop_conns ||
+	    !s->threads || !s->lat || !s->loop_conns || !s->rpools ||
 	    emb__sessions_create(&s->sessions) ||
 	    emb_authlimit_create(&s->authlimit)) {
 		rc = -ENOMEM;
@@ -1770,6 +1798,9 @@ err_loops:
 		table_put(s->tables[i]);
 	pthread_rwlock_destroy(&s->tables_lock);
 err_free:
+	for (i = 0; s->rpools && i < opts->threads; i++)
+		emb__rbuf_pool_fini(&s->rpools[i]);
+	free(s->rpools);
 	free(s->loop_conns);
 	emb_authlimit_destroy(s->authlimit);
 	emb__sessions_destroy(s->sessions);
@@ -1864,6 +1895,10 @@ void emb_server_destroy(struct emb_server *s)
 			emb__sync_abort(s->tables[i]->sync);
 	for (uint32_t i = 0; i < s->opts.threads; i++)
 		emb_transport_destroy(s->loops[i]);
+	/* Every reply has completed now, its buffer back in its pool. */
+	for (uint32_t i = 0; i < s->opts.threads; i++)
+		emb__rbuf_pool_fini(&s->rpools[i]);
+	free(s->rpools);
 	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
 		table_put(s->tables[i]);
 	pthread_rwlock_destroy(&s->tables_lock);

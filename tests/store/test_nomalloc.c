@@ -1,16 +1,10 @@
 /*
  * tests/store/test_nomalloc.c - a warmed-up pull or push batch allocates
  * nothing: the batch calls reuse their thread's scratch (src/store/
- * scratch.c) instead of calling malloc per batch.
- *
- * This executable defines malloc, calloc, realloc, free, posix_memalign and
- * aligned_alloc itself: each counts while counting is on, then forwards to
- * jemalloc's non-standard API (mallocx & co.), which every embstore program
- * links and which serves malloc for the whole process anyway. Under
- * AddressSanitizer the sanitizer owns the allocator, so nothing is
- * interposed and only the counts go unchecked: the batches, threads and
- * their exits still run, and LeakSanitizer then checks that a thread's
- * scratch goes with it.
+ * scratch.c) instead of calling malloc per batch. The allocator's calls are
+ * counted by tests/alloc_count.h; under AddressSanitizer only the counts go
+ * unchecked: the batches, threads and their exits still run, and
+ * LeakSanitizer then checks that a thread's scratch goes with it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -19,109 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jemalloc/jemalloc.h>
-
+#include "alloc_count.h"
 #include "store_test.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define COUNTING 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define COUNTING 0
-#endif
-#endif
-#ifndef COUNTING
-#define COUNTING 1
-#endif
-
-static int counting;	      /* count allocations while set */
-static unsigned long nallocs; /* allocations counted */
-
-#if COUNTING
-static void note(void)
-{
-	if (__atomic_load_n(&counting, __ATOMIC_RELAXED))
-		__atomic_fetch_add(&nallocs, 1, __ATOMIC_RELAXED);
-}
-
-void *malloc(size_t n)
-{
-	note();
-	return mallocx(n ? n : 1, 0);
-}
-
-void *calloc(size_t n, size_t size)
-{
-	size_t bytes;
-
-	if (__builtin_mul_overflow(n, size, &bytes)) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	note();
-	return mallocx(bytes ? bytes : 1, MALLOCX_ZERO);
-}
-
-void free(void *p)
-{
-	if (p)
-		dallocx(p, 0);
-}
-
-void *realloc(void *p, size_t n)
-{
-	note();
-	if (!p)
-		return mallocx(n ? n : 1, 0);
-	if (!n) {
-		dallocx(p, 0);
-		return NULL;
-	}
-	return rallocx(p, n, 0);
-}
-
-int posix_memalign(void **out, size_t align, size_t n)
-{
-	void *p;
-
-	if (align < sizeof(void *) || (align & (align - 1)))
-		return EINVAL;
-	note();
-	p = mallocx(n ? n : 1, MALLOCX_ALIGN(align));
-	if (!p)
-		return ENOMEM;
-	*out = p;
-	return 0;
-}
-
-void *aligned_alloc(size_t align, size_t n)
-{
-	note();
-	return mallocx(n ? n : 1, MALLOCX_ALIGN(align));
-}
-#endif
-
-static void count_begin(void)
-{
-	__atomic_store_n(&nallocs, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&counting, 1, __ATOMIC_SEQ_CST);
-}
-
-/* Allocations since count_begin(). */
-static unsigned long count_end(void)
-{
-	__atomic_store_n(&counting, 0, __ATOMIC_SEQ_CST);
-	return __atomic_load_n(&nallocs, __ATOMIC_RELAXED);
-}
-
-static void expect_none(unsigned long n, const char *what)
-{
-	if (!COUNTING)
-		return;
-	if (n)
-		fprintf(stderr, "%s: %lu allocations\n", what, n);
-	CU_ASSERT_EQUAL(n, 0);
-}
 
 #define DIM	 64
 #define NROWS	 20000u
