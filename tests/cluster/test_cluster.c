@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster_util.h"
 #include "harness.h"
 #include "worker/netutil.h"
 #include "cluster/scheduler.h"
@@ -85,13 +86,6 @@ static int node_join(const struct emb_sched *s, uint32_t role, const char *host,
 	};
 
 	return emb_node_create(&o, out);
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-
-	nanosleep(&ts, NULL);
 }
 
 /* ---- environment ---------------------------------------------------- */
@@ -283,11 +277,6 @@ struct cluster {
 	int ends[4]; /* on_end status per server, or 1 = not yet */
 };
 
-static void on_server_end(void *arg, int status)
-{
-	__atomic_store_n((int *)arg, status, __ATOMIC_SEQ_CST);
-}
-
 static void cluster_up(struct cluster *cl, uint32_t S, uint32_t W,
 		       uint32_t hb_timeout_ms)
 {
@@ -324,31 +313,6 @@ static void cluster_down(struct cluster *cl)
 	}
 	emb_sched_destroy(cl->sched);
 	env_clear();
-}
-
-struct worker {
-	pthread_t th;
-	struct emb_client *c;
-	int rc;
-};
-
-static void *join_main(void *arg)
-{
-	struct worker *w = arg;
-
-	w->rc = emb_client_from_env(NULL, &w->c);
-	return NULL;
-}
-
-/* Joins n workers at once (each waits for the others). */
-static void workers_join(struct worker *w, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++)
-		pthread_create(&w[i].th, NULL, join_main, &w[i]);
-	for (uint32_t i = 0; i < n; i++) {
-		pthread_join(w[i].th, NULL);
-		CU_ASSERT_EQUAL_FATAL(w[i].rc, 0);
-	}
 }
 
 static void test_from_env_trains(void)

@@ -25,6 +25,7 @@
 #include "cluster/node.h"
 #include "common/err.h"
 #include "etcd_proc.h"
+#include "cluster_util.h"
 #include "harness.h"
 #include "proto/wire_cluster.h"
 #include "worker/embstore.h"
@@ -32,13 +33,6 @@
 
 static struct etcd_proc etcd;
 static char job[64];
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-
-	nanosleep(&ts, NULL);
-}
 
 /* A fresh job name per case: keys of one case never meet another's. */
 static const char *new_job(void)
@@ -108,11 +102,6 @@ struct servers {
 	uint32_t n;
 };
 
-static void on_server_end(void *arg, int status)
-{
-	__atomic_store_n((int *)arg, status, __ATOMIC_SEQ_CST);
-}
-
 struct join_arg {
 	struct emb_node_opts o;
 	struct emb_node **out;
@@ -181,30 +170,6 @@ static void servers_down(struct servers *s)
 }
 
 /* ---- workers ---------------------------------------------------------- */
-
-struct worker {
-	pthread_t th;
-	struct emb_client *c;
-	int rc;
-};
-
-static void *join_main(void *arg)
-{
-	struct worker *w = arg;
-
-	w->rc = emb_client_from_env(NULL, &w->c);
-	return NULL;
-}
-
-static void workers_join(struct worker *w, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++)
-		pthread_create(&w[i].th, NULL, join_main, &w[i]);
-	for (uint32_t i = 0; i < n; i++) {
-		pthread_join(w[i].th, NULL);
-		CU_ASSERT_EQUAL_FATAL(w[i].rc, 0);
-	}
-}
 
 struct barrier_arg {
 	struct emb_client *c;
