@@ -86,6 +86,18 @@ if [ -n "$port" ]; then
 	"$EMB_BIN_DIR/embstore-bench" --servers "127.0.0.1:$port" --rows 500 \
 		--dim 4 --batch 50 --batches 5 --table stat_json \
 		>/dev/null 2>&1 || bad "embstore-bench to fill a table"
+	# A table with admission: its pulls of ids seen once are counted.
+	"$EMB_BIN_DIR/embstore-bench" --servers "127.0.0.1:$port" --rows 500 \
+		--dim 4 --batch 50 --batches 5 --table stat_life \
+		--admit count:3 --evict ttl:2 >/dev/null 2>&1 ||
+		bad "embstore-bench with --admit"
+	"$EMB_BIN_DIR/embstore" stat --servers "127.0.0.1:$port" \
+		--interval 0.2 >"$dir/stat.txt" || bad "embstore stat exit status"
+	grep -A1 "stat_life" "$dir/stat.txt" |
+		grep -q "admission: [1-9][0-9]* pulls and 0 pushes of ids not admitted" ||
+		bad "embstore stat shows no admission line: $(cat "$dir/stat.txt")"
+	grep -A1 "stat_json" "$dir/stat.txt" | grep -q "admission:" &&
+		bad "embstore stat: an admission line for a table without a policy"
 	if "$EMB_BIN_DIR/embstore" stat --servers "127.0.0.1:$port" \
 		--interval 0.2 --json >"$dir/stat.json"; then
 		if command -v python3 >/dev/null 2>&1; then
@@ -103,6 +115,11 @@ assert t["rows"] == 500 and t["memory_bytes"] > 0, t
 for k in ("pulls_per_s", "pushes_per_s", "rows_pulled_per_s",
           "rows_pushed_per_s"):
     assert t[k] == 0, t
+assert t["totals"]["rows"] == 500 and t["totals"]["pulls"] > 0, t
+assert t["totals"]["pulls_unadmitted"] == 0, t
+life = [t for t in j["tables"] if t["table"] == "stat_life"]
+assert len(life) == 1 and life[0]["totals"]["pulls_unadmitted"] > 0, j
+assert life[0]["totals"]["admit_filter_bytes"] > 0, j
 EOF
 				bad "embstore stat --json: $(cat "$dir/stat.json")"
 		fi

@@ -313,17 +313,50 @@ static void show_json(struct emb_client *c, char *const *names, uint32_t nsrv,
 		json_str(e->name);
 		printf(",\"dim\":%u,\"rows\":%llu,\"memory_bytes\":%llu,"
 		       "\"pulls_per_s\":%.1f,\"pushes_per_s\":%.1f,"
-		       "\"rows_pulled_per_s\":%.1f,\"rows_pushed_per_s\":%.1f}",
+		       "\"rows_pulled_per_s\":%.1f,\"rows_pushed_per_s\":%.1f",
 		       e->dim, (unsigned long long)e->rows,
 		       (unsigned long long)e->bytes,
 		       o ? rate(o->pulls, e->pulls, dt) : 0.0,
 		       o ? rate(o->pushes, e->pushes, dt) : 0.0,
 		       o ? rate(o->rows_pulled, e->rows_pulled, dt) : 0.0,
 		       o ? rate(o->rows_pushed, e->rows_pushed, dt) : 0.0);
+		/* Every counter of the table, as totals (common/tabledef.h). */
+#define EMB__STAT_JSON(name, what)                                             \
+	printf("%s\"" #name "\":%llu", k++ ? "," : "",                          \
+	       (unsigned long long)e->name);
+		{
+			unsigned k = 0;
+
+			printf(",\"totals\":{");
+			EMB_TABLE_STATS(EMB__STAT_JSON)
+			printf("}}");
+		}
+#undef EMB__STAT_JSON
 		first = false;
 	}
 	printf("]}\n");
 	fflush(stdout);
+}
+
+/*
+ * Under a table's row: what admission and eviction did (totals since the
+ * server started), only for a table that has a policy at work.
+ */
+static void print_lifecycle(const struct emb_client_server_table *e)
+{
+	if (!e->admit_filter_bytes && !e->pulls_unadmitted &&
+	    !e->pushes_unadmitted && !e->rows_evicted)
+		return;
+	printf("%-21s   admission: %llu pulls and %llu pushes of ids not "
+	       "admitted, filter %llu B; evicted: %llu (ttl %llu, l2 %llu, "
+	       "max_rows %llu)\n",
+	       "", (unsigned long long)e->pulls_unadmitted,
+	       (unsigned long long)e->pushes_unadmitted,
+	       (unsigned long long)e->admit_filter_bytes,
+	       (unsigned long long)e->rows_evicted,
+	       (unsigned long long)e->rows_evicted_ttl,
+	       (unsigned long long)e->rows_evicted_l2,
+	       (unsigned long long)e->rows_evicted_cap);
 }
 
 /* Prints b with rates against a (NULL: none yet). */
@@ -368,6 +401,7 @@ static void show(struct emb_client *c, char *const *names, uint32_t nsrv,
 			}
 			print_row(names[s], e->name, e->dim, e->rows, e->bytes,
 				  r);
+			print_lifecycle(e);
 			rows += e->rows;
 			bytes += e->bytes;
 			for (int k = 0; k < 4; k++)
