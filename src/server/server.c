@@ -54,6 +54,9 @@ struct srv_table {
 	struct emb_wire_spec spec;    /* as created */
 	uint32_t id;		      /* >= 1 */
 	uint32_t refs;		      /* registry + in-flight replies; atomic */
+	bool life_unclaimed; /* made by the server itself (a checkpoint keeps
+				no policy) and no CREATE seen since: the
+				first may give it one; tables_lock */
 };
 
 /* A request held back to keep a connection's order (see on_request). */
@@ -232,18 +235,23 @@ static bool same_spec(const struct emb_wire_spec *a,
 
 /*
  * A CREATE of an existing table: a policy it carries is set only if the
- * table has none, so a server restarted from a checkpoint (which keeps no
- * policy) gets it back from the first client, while changing one stays
- * SET_LIFECYCLE's, which needs admin rights.
+ * table has none and either the client has admin rights or the table is
+ * one the server made from a checkpoint (which keeps no policy) that no
+ * CREATE has claimed yet, so a restarted server gets its policy back from
+ * the first worker. Otherwise changing a policy stays SET_LIFECYCLE's,
+ * which needs admin rights: a training client cannot, say, put max_rows:1
+ * on a live table. Caller holds tables_lock for writing.
  */
 static int adopt_lifecycle(struct srv_table *st,
-			   const struct emb_wire_spec *spec)
+			   const struct emb_wire_spec *spec, bool admin)
 {
 	struct emb_table_opts o;
 	char a[EMB_LIFECYCLE_STR_MAX], e[EMB_LIFECYCLE_STR_MAX];
+	bool unclaimed = st->life_unclaimed;
 	int rc;
 
-	if (emb_lifecycle_is_off(&spec->life))
+	st->life_unclaimed = false;
+	if (emb_lifecycle_is_off(&spec->life) || (!admin && !unclaimed))
 		return 0;
 	emb_table_get_opts(st->t, &o);
 	if (!emb_lifecycle_is_off(&o.life))
@@ -261,8 +269,12 @@ static int adopt_lifecycle(struct srv_table *st,
 /* Creates a table, or returns the id of an identical one. */
 static void sync_ack(void *arg, struct emb_req *req, int status);
 
+/*
+ * admin: the caller's rights (adopt_lifecycle); own: the server makes the
+ * table itself (a checkpoint load), so a CREATE may still give it a policy.
+ */
 static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
-			uint32_t *id_out)
+			uint32_t *id_out, bool admin, bool own)
 {
 	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
 	struct srv_table *st;
@@ -280,7 +292,7 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 		if (strcmp(st->spec.name, spec->name) == 0) {
 			rc = same_spec(&st->spec, spec) ? 0 : EMB_ETABLEEXISTS;
 			if (!rc)
-				rc = adopt_lifecycle(st, spec);
+				rc = adopt_lifecycle(st, spec, admin);
 			*id_out = st->id;
 			goto out_unlock;
 		}
@@ -308,6 +320,7 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 		goto out_unlock;
 	}
 	st->s = s;
+	st->life_unclaimed = own && emb_lifecycle_is_off(&spec->life);
 	if (s->rdma) {
 		rc = emb__regmap_create(s->loops, s->opts.threads,
 					&s->loops_stopped, &st->regmap);
@@ -417,7 +430,7 @@ void emb_server_table_release(struct emb_server_table *st)
 int emb_server_table_create(struct emb_server *s,
 			    const struct emb_wire_spec *spec, uint32_t *id)
 {
-	return table_create(s, spec, id);
+	return table_create(s, spec, id, true, true);
 }
 
 /* ---- replies ---- */
@@ -718,8 +731,8 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	return 0;
 }
 
-static int on_create(struct emb_server *s, struct emb_req *req,
-		     const struct emb_wire_frame *f)
+static int on_create(struct emb_server *s, struct srv_conn *sc,
+		     struct emb_req *req, const struct emb_wire_frame *f)
 {
 	struct emb_wire_spec spec;
 	uint32_t id = 0;
@@ -727,7 +740,7 @@ static int on_create(struct emb_server *s, struct emb_req *req,
 
 	rc = emb_wire_create_req_decode(f, &spec);
 	if (!rc)
-		rc = table_create(s, &spec, &id);
+		rc = table_create(s, &spec, &id, sc->admin, false);
 	if (rc == EMB_ETABLEEXISTS)
 		return reply_error(s, req, rc,
 				   "a table of that name exists with another "
@@ -1324,7 +1337,7 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 	case EMB_OP_PING:
 		return on_ping(s, req, &f);
 	case EMB_OP_CREATE_TABLE:
-		return on_create(s, req, &f);
+		return on_create(s, sc, req, &f);
 	case EMB_OP_DROP_TABLE:
 		return on_drop(s, req, &f);
 	case EMB_OP_LIST_TABLES:

@@ -138,7 +138,9 @@ int emb_server_table_acquire(struct emb_server *s, uint32_t id,
 void emb_server_table_release(struct emb_server_table *st); /* NULL: no-op */
 /*
  * Any thread: creates a table as CREATE_TABLE does, or finds an identical
- * one. 0 and *id, or EMB_ETABLEEXISTS and the errors of emb_table_create().
+ * one; the server's own (a checkpoint load), so the table, made without a
+ * policy, takes the first CREATE's. 0 and *id, or EMB_ETABLEEXISTS and
+ * the errors of emb_table_create().
  */
 int emb_server_table_create(struct emb_server *s,
 			    const struct emb_wire_spec *spec, uint32_t *id);

@@ -200,6 +200,75 @@ static void test_max_rows_and_online(void)
 		emb_server_destroy(s[k]);
 }
 
+/*
+ * With an admin token set, a training client's CREATE of a live table
+ * that has no policy does not give it one (max_rows:1 would evict every
+ * row of it); a table the server made itself (a checkpoint keeps no
+ * policy) takes the first CREATE's, and only the first.
+ */
+static void test_create_rights(void)
+{
+	static const char admin[] = "lc-admin";
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_table_spec plain = spec_with("plain", "none", "none");
+	struct emb_table_spec capped = spec_with("plain", "none", "max_rows:1");
+	struct emb_table_spec restored =
+	    spec_with("restored", "count:3", "none");
+	struct emb_table_spec later = spec_with("restored", "none", "max_rows:1");
+	struct emb_wire_spec ws = {0};
+	struct emb_server *s;
+	struct emb_client *c;
+	struct emb_client_table *t, *t2, *t3;
+	uint64_t ids[64];
+	float g[64 * DIM] = {0};
+	uint16_t port;
+	char addr[64];
+	uint32_t id;
+
+	so.admin_token = (const uint8_t *)admin;
+	so.admin_token_len = sizeof(admin) - 1;
+	s = nt_server_start(&so);
+	port = emb_server_port(s);
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	c = nt_client(addr, 0);
+	for (uint32_t i = 0; i < 64; i++)
+		ids[i] = i;
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &plain, &t), 0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids, 64, g, 0, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &capped, &t2), 0);
+	for (uint32_t b = 1; b <= 4; b++) {
+		for (uint32_t i = 0; i < 64; i++)
+			ids[i] = (uint64_t)b * 64 + i;
+		CU_ASSERT_EQUAL(emb_client_table_push(t2, ids, 64, g, b, 0), 0);
+	}
+	CU_ASSERT_EQUAL(stats_of(t).rows, 5 * 64);
+	CU_ASSERT_EQUAL(stats_of(t).rows_evicted, 0);
+
+	/* As a checkpoint load makes it: no policy, not claimed yet. */
+	snprintf(ws.name, sizeof(ws.name), "%s", restored.name);
+	ws.dim = restored.dim;
+	ws.optim = restored.optim;
+	ws.init = restored.init;
+	ws.seed = restored.seed;
+	CU_ASSERT_EQUAL_FATAL(emb_server_table_create(s, &ws, &id), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &restored, &t3), 0);
+	ids[0] = 1u << 30;
+	CU_ASSERT_EQUAL(emb_client_table_pull(t3, ids, 1, g, 0, NULL), 0);
+	CU_ASSERT_EQUAL(stats_of(t3).pulls_unadmitted, 1);
+	emb_client_table_close(t3);
+	/* Claimed: the next CREATE's policy is not taken. */
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &later, &t3), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t3, ids, 1, g, 0, NULL), 0);
+	CU_ASSERT_EQUAL(stats_of(t3).pulls_unadmitted, 2);
+	CU_ASSERT_EQUAL(stats_of(t3).rows_evicted, 0);
+
+	emb_client_table_close(t3);
+	emb_client_table_close(t2);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	emb_server_destroy(s);
+}
+
 /* Sends a request and returns the response's status. */
 static int raw_call(int fd, uint8_t op, uint32_t table_id, const void *payload,
 		    uint32_t len)
@@ -292,6 +361,9 @@ int main(int argc, char **argv)
 	static const struct emb_test_case cases[] = {
 	    {"count:2 over the wire, copying and zero-copy",
 	     test_count_over_wire},
+	    {"a CREATE sets a policy only with admin rights or on a table "
+	     "loaded from a checkpoint",
+	     test_create_rights},
 	    {"max_rows over two servers; online change needs admin",
 	     test_max_rows_and_online},
 	    {"bad lifecycle frames are refused", test_raw_frames},
