@@ -641,6 +641,20 @@ static int etcd_open(const char *endpoints, uint32_t timeout_ms,
 	return emb_etcd_create(&eo, out);
 }
 
+/* What create allocated, and c itself (the thread and etcd are gone). */
+static void coord_free(struct emb_coord *c)
+{
+	free(c->dead_srv);
+	free(c->dead_wrk);
+	free(c->dead);
+	free(c->bar_names);
+	free(c->bar_gens);
+	free(c->map);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
 int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 {
 	const char *job;
@@ -730,15 +744,7 @@ err_lease:
 err_etcd:
 	emb_etcd_destroy(c->etcd);
 err_free:
-	free(c->dead_srv);
-	free(c->dead_wrk);
-	free(c->dead);
-	free(c->bar_names);
-	free(c->bar_gens);
-	free(c->map);
-	pthread_cond_destroy(&c->cv);
-	pthread_mutex_destroy(&c->mu);
-	free(c);
+	coord_free(c);
 	return rc;
 }
 
@@ -756,15 +762,7 @@ void emb_coord_destroy(struct emb_coord *c)
 	/* Best effort: if etcd is gone, the lease expires on its own. */
 	emb_etcd_lease_revoke(c->etcd, c->lease);
 	emb_etcd_destroy(c->etcd);
-	free(c->dead_srv);
-	free(c->dead_wrk);
-	free(c->dead);
-	free(c->bar_names);
-	free(c->bar_gens);
-	free(c->map);
-	pthread_cond_destroy(&c->cv);
-	pthread_mutex_destroy(&c->mu);
-	free(c);
+	coord_free(c);
 }
 
 const struct emb_wire_register_resp *emb_coord_reg(const struct emb_coord *c)
