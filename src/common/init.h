@@ -42,9 +42,17 @@ struct emb_init_cfg {
  */
 int emb_init_validate(const struct emb_init_cfg *cfg);
 
-/* Writes the initial weights of row id to w[0..dim). */
+/*
+ * Writes the initial weights of row id to w[0..dim). Uses SIMD where the
+ * CPU has it (AVX-512 for uniform rows); the values are the same as
+ * emb_init_row_ref()'s on every CPU.
+ */
 void emb_init_row(const struct emb_init_cfg *cfg, uint64_t seed, uint64_t id,
 		  float *w, uint32_t dim);
+/* The same values one draw at a time, without SIMD: the reference the
+ * tests hold emb_init_row() to. */
+void emb_init_row_ref(const struct emb_init_cfg *cfg, uint64_t seed,
+		      uint64_t id, float *w, uint32_t dim);
 
 const char *emb_init_name(uint32_t kind);
 

@@ -142,8 +142,18 @@ static void test_pinned_values(void)
 	struct emb_init_cfg n = {.kind = EMB_INIT_NORMAL, .a = 0.0f, .b = 1.0f};
 	float w[5];
 
+	/* Elements 16..20 of a 40-wide row: past the first SIMD step, as
+	 * the scalar generator made them before there was one. */
+	static const float uni16[5] = {-0x1.017044p-5f, 0x1.3f16eep-5f,
+				       0x1.f24088p-7f, 0x1.02286ep-5f,
+				       0x1.17c71ap-5f};
+	float wide[40];
+
 	emb_init_row(&u, 1, 42, w, 5);
 	CU_ASSERT_EQUAL(memcmp(w, uni, sizeof(w)), 0);
+	emb_init_row(&u, 1, 42, wide, 40);
+	CU_ASSERT_EQUAL(memcmp(wide, uni, sizeof(uni)), 0);
+	CU_ASSERT_EQUAL(memcmp(wide + 16, uni16, sizeof(uni16)), 0);
 	emb_init_row(&n, 1, 42, w, 5);
 	for (uint32_t i = 0; i < 5; i++)
 		CU_ASSERT(fabsf(w[i] - nrm[i]) <=
@@ -235,6 +245,44 @@ static void test_determinism(void)
 		emb_init_row(c, 5, 1234, b, 6);
 		CU_ASSERT_EQUAL(memcmp(a, b, 6 * sizeof(*a)), 0);
 	}
+	free(a);
+	free(b);
+}
+
+/*
+ * emb_init_row() (SIMD where the CPU has it) gives exactly the reference
+ * generator's values: every dim from 1 to 130 (the SIMD steps, their
+ * tails, rows shorter than one step), many ids and seeds, and ranges
+ * where rounding lands on b (the select to the float under b). A
+ * difference would give a backup another row than its primary.
+ */
+static void test_simd_matches_reference(void)
+{
+	static const struct emb_init_cfg cfgs[] = {
+	    {.kind = EMB_INIT_UNIFORM, .a = -0.05f, .b = 0.05f},
+	    {.kind = EMB_INIT_UNIFORM, .a = -1.0f, .b = 1.0f},
+	    {.kind = EMB_INIT_UNIFORM, .a = 1.0f, .b = 1.0000002f},
+	    {.kind = EMB_INIT_UNIFORM, .a = -EMB_INIT_PARAM_MAX, .b = 3.0f},
+	    {.kind = EMB_INIT_NORMAL, .a = 0.5f, .b = 2.0f},
+	    {.kind = EMB_INIT_CONSTANT, .a = 7.0f},
+	};
+	float *a = row_alloc(130), *b = row_alloc(130);
+	uint32_t bad = 0;
+
+	for (size_t k = 0; k < sizeof(cfgs) / sizeof(cfgs[0]); k++)
+		for (uint32_t dim = 1; dim <= 130; dim++)
+			for (uint64_t id = 0; id < 40; id++) {
+				uint64_t big = id * 0x9e3779b97f4a7c15ull;
+				uint64_t seed = id % 3;
+
+				memset(a, 0xa5, 130 * sizeof(*a));
+				memset(b, 0x5a, 130 * sizeof(*b));
+				emb_init_row(&cfgs[k], seed, big, a, dim);
+				emb_init_row_ref(&cfgs[k], seed, big, b, dim);
+				if (memcmp(a, b, dim * sizeof(*a)))
+					bad++;
+			}
+	CU_ASSERT_EQUAL(bad, 0);
 	free(a);
 	free(b);
 }
@@ -384,6 +432,8 @@ int main(int argc, char **argv)
 	    {"normal with std 0 is the mean", test_normal_zero_std},
 	    {"same seed and id give the same row, others differ",
 	     test_determinism},
+	    {"SIMD rows are bit-identical to the reference generator",
+	     test_simd_matches_reference},
 	    {"neighbouring ids are uncorrelated",
 	     test_neighbour_ids_uncorrelated},
 	    {"validate rejects each bad config", test_validate},
