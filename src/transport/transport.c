@@ -18,18 +18,13 @@
 #include "common/err.h"
 #include "common/log.h"
 
-struct task {
-	struct task *next;
-	emb_task_fn fn;
-	void *arg;
-};
-
 struct emb__transport_common {
 	pthread_mutex_t lock; /* guards head/tail */
-	struct task *head;    /* oldest queued task */
-	struct task *tail;    /* newest queued task */
-	int wake_fd;	      /* eventfd the loop watches */
-	int stop;	      /* set by emb_transport_stop (atomic) */
+	struct emb_task *head; /* oldest queued task: _exec()'s are
+				  malloc'd (heap), _post()'s the caller's */
+	struct emb_task *tail; /* newest queued task */
+	int wake_fd;	       /* eventfd the loop watches */
+	int stop;	       /* set by emb_transport_stop (atomic) */
 };
 
 static const struct emb_transport_ops *find_ops(const char *name)
@@ -159,7 +154,7 @@ void emb__transport_fini(struct emb_transport *tr)
 int emb__transport_run_tasks(struct emb_transport *tr)
 {
 	struct emb__transport_common *cm = tr->common;
-	struct task *t, *next;
+	struct emb_task *t, *next;
 	uint64_t v;
 	int n = 0;
 
@@ -176,9 +171,14 @@ int emb__transport_run_tasks(struct emb_transport *tr)
 		if (!t)
 			break;
 		for (; t; t = next) {
+			/* A caller's task may be reused or freed by fn: read
+			 * everything first. */
+			bool ours = t->heap;
+
 			next = t->next;
 			t->fn(t->arg);
-			free(t);
+			if (ours)
+				free(t);
 			n++;
 		}
 	}
@@ -190,19 +190,9 @@ bool emb__transport_stopping(struct emb_transport *tr)
 	return __atomic_load_n(&tr->common->stop, __ATOMIC_ACQUIRE) != 0;
 }
 
-int emb_transport_exec(struct emb_transport *tr, emb_task_fn fn, void *arg)
+static void post(struct emb__transport_common *cm, struct emb_task *t)
 {
-	struct emb__transport_common *cm = tr->common;
-	struct task *t;
-
-	if (!fn)
-		return -EINVAL;
-	t = malloc(sizeof(*t));
-	if (!t)
-		return -ENOMEM;
 	t->next = NULL;
-	t->fn = fn;
-	t->arg = arg;
 	pthread_mutex_lock(&cm->lock);
 	if (cm->tail)
 		cm->tail->next = t;
@@ -210,6 +200,32 @@ int emb_transport_exec(struct emb_transport *tr, emb_task_fn fn, void *arg)
 		cm->head = t;
 	cm->tail = t;
 	pthread_mutex_unlock(&cm->lock);
+}
+
+int emb_transport_exec(struct emb_transport *tr, emb_task_fn fn, void *arg)
+{
+	struct emb__transport_common *cm = tr->common;
+	struct emb_task *t;
+
+	if (!fn)
+		return -EINVAL;
+	t = malloc(sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->fn = fn;
+	t->arg = arg;
+	t->heap = true;
+	post(cm, t);
+	emb_transport_wake(tr);
+	return 0;
+}
+
+int emb_transport_post(struct emb_transport *tr, struct emb_task *t)
+{
+	if (!t || !t->fn)
+		return -EINVAL;
+	t->heap = false;
+	post(tr->common, t);
 	emb_transport_wake(tr);
 	return 0;
 }

@@ -82,6 +82,17 @@ typedef void (*emb_conn_fn)(void *arg, struct emb_conn *conn, int reason);
 /* Work posted to a loop from another thread with emb_transport_exec(). */
 typedef void (*emb_task_fn)(void *arg);
 
+/*
+ * A task the caller owns, for emb_transport_post(): a caller that posts
+ * on every batch keeps one instead of having the transport malloc one.
+ */
+struct emb_task {
+	struct emb_task *next; /* the transport's while queued */
+	emb_task_fn fn;	       /* set by the caller */
+	void *arg;	       /* set by the caller */
+	bool heap;	       /* the transport's: malloc'd by _exec() */
+};
+
 /* ---- options ------------------------------------------------------------ */
 
 /*
@@ -359,6 +370,13 @@ void emb_transport_stop(struct emb_transport *tr);
  * Tasks still queued at destroy run during emb_transport_destroy().
  */
 int emb_transport_exec(struct emb_transport *tr, emb_task_fn fn, void *arg);
+
+/*
+ * Any thread: the same without allocating, for a task t the caller owns
+ * (fn and arg set). t belongs to the transport from the call until fn
+ * starts: fn may post t again, or free it. 0, or -EINVAL (no fn).
+ */
+int emb_transport_post(struct emb_transport *tr, struct emb_task *t);
 
 /* Any thread: makes a poll that is waiting return now. */
 void emb_transport_wake(struct emb_transport *tr);
