@@ -52,6 +52,7 @@
 #define WIOV_MAX       1024	    /* pieces per sendmsg (Linux IOV_MAX) */
 #define REQ_BUF_KEEP   (16u << 20)  /* request buffers above this are freed */
 #define REQ_POOL_MAX   (64u << 20)  /* buffer bytes pooled per conn at most */
+#define REQ_FIT_LOOK   16	    /* pooled requests req_get() looks at */
 #define WORK_ROUNDS    64	    /* flush/kick rounds per poll */
 #define PREFETCH_MAX   4096	    /* pieces up to this are prefetched */
 #define PREFETCH_AHEAD 8	    /* pieces prefetched ahead of a copy */
@@ -373,12 +374,24 @@ static bool budget_tight(struct emb_transport *tr)
 
 /* ---- request pool (server) ----------------------------------------------- */
 
-static struct tcp_req *req_get(struct tcp_conn *c)
+/*
+ * A request for a payload of len bytes: from the pool, the first of its
+ * first REQ_FIT_LOOK whose buffer holds len, else the most recent. Pulls
+ * and pushes share a conn, and a push taking a pull's small buffer would
+ * grow it again on every batch.
+ */
+static struct tcp_req *req_get(struct tcp_conn *c, size_t len)
 {
-	struct tcp_req *r = c->req_free;
+	struct tcp_req **pp = &c->req_free, **fit = pp, *r;
 
+	for (int i = 0; *pp && i < REQ_FIT_LOOK; i++, pp = &(*pp)->next_free)
+		if ((*pp)->buf_cap >= len) {
+			fit = pp;
+			break;
+		}
+	r = *fit;
 	if (r) {
-		c->req_free = r->next_free;
+		*fit = r->next_free;
 		c->pool_bytes -= r->buf_cap;
 	} else {
 		r = calloc(1, sizeof(*r));
@@ -970,7 +983,7 @@ static void conn_reject(struct tcp_tr *t, struct tcp_conn *c, int status,
 
 	c->rreq = NULL;
 	if (!r)
-		r = req_get(c);
+		r = req_get(c, 0);
 	if (!r) {
 		conn_fail(c, status);
 		return;
@@ -1007,7 +1020,7 @@ static void conn_reject(struct tcp_tr *t, struct tcp_conn *c, int status,
 
 /*
  * Bytes the payload being read may store at c->dst now. A server's request
- * buffer grows (doubling from GROW_MIN, at most to the payload's length)
+ * buffer grows (doubling from GROW_MIN, at most to 5/4 of the payload's)
  * only when the bytes that fill it have arrived, each growth charged to
  * the budget. 0 when the conn was rejected or failed instead.
  */
@@ -1024,8 +1037,11 @@ static size_t rx_room(struct tcp_tr *t, struct tcp_conn *c)
 		return r->buf_cap - c->rgot < c->need ? r->buf_cap - c->rgot
 						      : c->need;
 	cap = r->buf_cap > GROW_MIN / 2 ? 2 * r->buf_cap : GROW_MIN;
-	if (cap > len)
-		cap = len;
+	/* A quarter more than this payload: batches of a job vary by a few
+	 * percent, and a pooled buffer grown to one exact length would be
+	 * grown again by the next slightly larger one. */
+	if (cap > len + len / 4)
+		cap = ((len + len / 4) + 4095) & ~(size_t)4095;
 	if (!budget_take(&t->base, cap - r->buf_cap)) {
 		struct emb_buf_budget *b = t->base.opts.rx_budget;
 
@@ -1086,7 +1102,7 @@ static void frame_begin(struct tcp_tr *t, struct tcp_conn *c)
 	c->need = len;
 	c->rstate = RX_DISCARD;
 	if (c->base.server) {
-		struct tcp_req *r = req_get(c);
+		struct tcp_req *r = req_get(c, len);
 
 		if (!r) {
 			conn_fail(c, -ENOMEM);
