@@ -57,6 +57,9 @@
 #define ADMIN_RESP_MAX                                                         \
 	((EMB_WIRE_HDR_SIZE + 1024u * EMB_WIRE_LIST_ENTRY_SIZE + 63u) & ~63u)
 
+#define OPS_IDLE_MAX   64u		/* ops kept for reuse beyond this are freed */
+#define OP_KEEP_BYTES  (64ull << 20) /* an op's scratch beyond this is not kept */
+
 #define BACKOFF_MIN_MS 10u   /* wait after the first failed reconnect */
 #define BACKOFF_MAX_MS 500u /* longest wait between reconnects */
 
@@ -67,6 +70,23 @@ enum srv_state {
 };
 
 struct part;
+struct emb_async;
+
+/*
+ * Ops (struct emb_async) given back by emb_async_wait() and kept with their
+ * scratch, mutex and condition variable for the next call: a warmed-up
+ * client allocates nothing per batch. Apart from the client because an op
+ * may be waited for after emb_client_destroy(): the last put frees it.
+ */
+struct op_pool {
+	pthread_mutex_t mu;	   /* guards the rest */
+	struct emb_async *idle[2]; /* reusable, most recently used first:
+				      pulls, and the rest (their scratch
+				      grows to different sizes) */
+	uint32_t nidle;		   /* ops on both lists */
+	uint32_t lent;		/* handed out, not yet given back */
+	bool closed;		/* the client is gone: puts free */
+};
 
 struct server {
 	char host[EMB_HOST_MAX];    /* as given, without brackets */
@@ -96,6 +116,7 @@ struct emb_client {
 	struct emb_transport *tr;      /* the loop */
 	bool dual;		       /* it is "tcp,rdma": conns choose */
 	struct emb__respbufs *bufs;    /* registered pull responses */
+	struct op_pool *ops;	       /* ops for reuse */
 	pthread_t thread;	       /* runs the loop */
 	bool running;		       /* thread started */
 	struct server *srv;	       /* nsrv servers, in the order given */
@@ -201,6 +222,18 @@ struct emb_async {
 	pthread_mutex_t mu; /* guards done, with cv */
 	pthread_cond_t cv;  /* signalled once done */
 	bool done;	    /* all parts finished */
+
+	/* Kept across uses of the op (struct op_pool), grown on demand: */
+	struct op_pool *pool;	    /* where emb_async_wait() puts it */
+	struct emb_async *pool_next; /* pool's idle list */
+	struct emb_task task;	    /* posts op_issue() to the loop */
+	size_t mem_cap;		    /* bytes at mem */
+	size_t parts_cap;	    /* bytes at parts */
+	size_t resp_mem_cap;	    /* bytes at resp_mem */
+	uint32_t *cnt;		    /* ids per server or group, and starts */
+	size_t cnt_cap;		    /* bytes at cnt */
+	struct emb_dedup *dedup;    /* the caller thread's, during the call */
+	uint32_t dedup_max;	    /* largest batch dedup takes */
 };
 
 static void add(uint64_t *c, uint64_t n)
@@ -211,30 +244,203 @@ static void add(uint64_t *c, uint64_t n)
 
 /* ---- op lifecycle ---- */
 
+static void op_issue(void *arg);
+
+/*
+ * A buffer of at least need bytes (64-byte aligned) in place of old, of
+ * *cap bytes, whose contents are dropped: old itself while it is large
+ * enough. Grows by half again, so that batches of slowly rising size do
+ * not allocate each time. NULL (old kept): -ENOMEM.
+ */
+static void *grow(void *old, size_t *cap, size_t need)
+{
+	void *q;
+
+	if (old && need <= *cap)
+		return old;
+	need += need / 2;
+	need = (need + 4095) & ~(size_t)4095;
+	q = aligned_alloc(64, need);
+	if (!q)
+		return NULL;
+	free(old);
+	*cap = need;
+	return q;
+}
+
+/* The same for op->mem. 0 or -ENOMEM. */
+static int op_mem(struct emb_async *op, size_t need)
+{
+	void *m = grow(op->mem, &op->mem_cap, need);
+
+	if (!m)
+		return -ENOMEM;
+	op->mem = m;
+	return 0;
+}
+
+/* Frees what an op keeps between uses. */
+static void op_scratch_free(struct emb_async *op)
+{
+	free(op->mem);
+	free(op->parts);
+	free(op->resp_mem);
+	free(op->cnt);
+	emb_dedup_destroy(op->dedup);
+	op->mem = op->parts = op->resp_mem = op->cnt = NULL;
+	op->dedup = NULL;
+	op->mem_cap = op->parts_cap = op->resp_mem_cap = op->cnt_cap = 0;
+	op->dedup_max = 0;
+}
+
+static void op_destroy(struct emb_async *op)
+{
+	op_scratch_free(op);
+	pthread_cond_destroy(&op->cv);
+	pthread_mutex_destroy(&op->mu);
+	free(op);
+}
+
+static void pool_free(struct op_pool *pl)
+{
+	pthread_mutex_destroy(&pl->mu);
+	free(pl);
+}
+
+/* An op for a call: a reused one, else a new one. NULL: -ENOMEM. */
 static struct emb_async *op_new(struct emb_client *c, enum op_kind kind)
 {
-	struct emb_async *op = calloc(1, sizeof(*op));
+	struct op_pool *pl = c->ops;
+	struct emb_async *op;
 
-	if (!op)
-		return NULL;
+	pthread_mutex_lock(&pl->mu);
+	op = pl->idle[kind != OP_PULL];
+	if (op) {
+		pl->idle[kind != OP_PULL] = op->pool_next;
+		pl->nidle--;
+	}
+	pl->lent++;
+	pthread_mutex_unlock(&pl->mu);
+	if (!op) {
+		op = calloc(1, sizeof(*op));
+		if (!op) {
+			pthread_mutex_lock(&pl->mu);
+			pl->lent--;
+			pthread_mutex_unlock(&pl->mu);
+			return NULL;
+		}
+		pthread_mutex_init(&op->mu, NULL);
+		pthread_cond_init(&op->cv, NULL);
+		op->pool = pl;
+		op->task.fn = op_issue;
+		op->task.arg = op;
+	}
+	/* Everything of the last call but the kept scratch. */
 	op->c = c;
 	op->kind = kind;
-	pthread_mutex_init(&op->mu, NULL);
-	pthread_cond_init(&op->cv, NULL);
+	op->dim = op->state = op->n = 0;
+	op->out = NULL;
+	op->found = NULL;
+	op->pu = op->first = op->next = NULL;
+	op->count = 0;
+	op->nparts = op->pending = 0;
+	op->status = 0;
+	op->deadline_ms = 0;
+	op->tids = NULL;
+	op->rbuf = NULL;
+	op->tainted = false;
+	op->done = false;
 	return op;
 }
 
+/* Gives op back for reuse (or frees it). NULL: no-op. */
 static void op_free(struct emb_async *op)
 {
+	struct op_pool *pl;
+	bool keep, last;
+
 	if (!op)
 		return;
-	pthread_cond_destroy(&op->cv);
-	pthread_mutex_destroy(&op->mu);
-	free(op->parts);
-	free(op->resp_mem);
+	pl = op->pool;
 	emb__respbuf_put(op->rbuf, !op->tainted);
-	free(op->mem);
-	free(op);
+	op->rbuf = NULL;
+	/* A huge batch's scratch is not held for the next, smaller ones. */
+	if (op->mem_cap + op->parts_cap + op->resp_mem_cap > OP_KEEP_BYTES)
+		op_scratch_free(op);
+	pthread_mutex_lock(&pl->mu);
+	pl->lent--;
+	keep = !pl->closed && pl->nidle < OPS_IDLE_MAX;
+	if (keep) {
+		op->pool_next = pl->idle[op->kind != OP_PULL];
+		pl->idle[op->kind != OP_PULL] = op;
+		pl->nidle++;
+	}
+	last = pl->closed && !pl->lent;
+	pthread_mutex_unlock(&pl->mu);
+	if (!keep)
+		op_destroy(op);
+	if (last)
+		pool_free(pl);
+}
+
+/*
+ * Client destroy: frees the idle ops, and the pool unless ops are still
+ * out (the last of them frees it). NULL: no-op.
+ */
+static void pool_close(struct op_pool *pl)
+{
+	struct emb_async *idle[2];
+	bool last;
+
+	if (!pl)
+		return;
+	pthread_mutex_lock(&pl->mu);
+	pl->closed = true;
+	idle[0] = pl->idle[0];
+	idle[1] = pl->idle[1];
+	pl->idle[0] = pl->idle[1] = NULL;
+	pl->nidle = 0;
+	last = !pl->lent;
+	pthread_mutex_unlock(&pl->mu);
+	for (int i = 0; i < 2; i++) {
+		struct emb_async *op = idle[i];
+
+		while (op) {
+			struct emb_async *next = op->pool_next;
+
+			op_destroy(op);
+			op = next;
+		}
+	}
+	if (last)
+		pool_free(pl);
+}
+
+/* Zeroed counts for nkeys servers or groups, and room for as many + 1
+ * starts after them, in op->cnt. 0 or -ENOMEM. */
+static int op_counts(struct emb_async *op, uint32_t nkeys)
+{
+	size_t bytes = (2 * (size_t)nkeys + 1) * sizeof(uint32_t);
+	uint32_t *cnt = grow(op->cnt, &op->cnt_cap, bytes);
+
+	if (!cnt)
+		return -ENOMEM;
+	op->cnt = cnt;
+	memset(op->cnt, 0, bytes);
+	return 0;
+}
+
+/* op->parts with room for nparts, zeroed. 0 or -ENOMEM. */
+static int op_parts(struct emb_async *op, uint32_t nparts)
+{
+	size_t bytes = (size_t)(nparts ? nparts : 1) * sizeof(struct part);
+	struct part *p = grow(op->parts, &op->parts_cap, bytes);
+
+	if (!p)
+		return -ENOMEM;
+	op->parts = p;
+	memset(op->parts, 0, bytes);
+	return 0;
 }
 
 static void op_complete(struct emb_async *op)
@@ -611,10 +817,10 @@ static int give_err_bufs(struct emb_async *op)
 
 	if (!op->nparts)
 		return 0;
-	op->resp_mem = aligned_alloc(64, (size_t)op->nparts * ERR_CAP);
-	if (!op->resp_mem)
+	r = grow(op->resp_mem, &op->resp_mem_cap, (size_t)op->nparts * ERR_CAP);
+	if (!r)
 		return -ENOMEM;
-	r = op->resp_mem;
+	op->resp_mem = r;
 	for (uint32_t k = 0; k < op->nparts; k++) {
 		op->parts[k].resp = r + (size_t)k * ERR_CAP;
 		op->parts[k].resp_cap = ERR_CAP;
@@ -629,7 +835,7 @@ static int op_post(struct emb_async *op)
 		return 0;
 	}
 	op->deadline_ms = emb_clock_ms() + op->c->timeout_ms;
-	return emb_transport_exec(op->c->tr, op_issue, op);
+	return emb_transport_post(op->c->tr, &op->task);
 }
 
 int emb_async_wait(struct emb_async *op)
@@ -690,7 +896,6 @@ static int64_t prepare(struct emb_async *op, const uint64_t *ids, uint32_t n,
 		       void **extra_out)
 {
 	struct emb_client *c = op->c;
-	struct emb_dedup *d = NULL;
 	uint64_t *uniq;
 	uint32_t *inv, *srv_of, *start;
 	size_t bytes;
@@ -700,10 +905,9 @@ static int64_t prepare(struct emb_async *op, const uint64_t *ids, uint32_t n,
 
 	bytes = (size_t)n * (8 + 8 + 4 + 4 + 4 + 4 + 4 + 4) +
 		(size_t)(nkeys + 1) * 4 + extra + 64;
-	m = malloc(bytes);
-	if (!m)
+	if (op_mem(op, bytes))
 		return -ENOMEM;
-	op->mem = m;
+	m = op->mem;
 	uniq = (uint64_t *)(void *)m;
 	*pids = uniq + n;
 	inv = (uint32_t *)(void *)(*pids + n);
@@ -716,15 +920,22 @@ static int64_t prepare(struct emb_async *op, const uint64_t *ids, uint32_t n,
 	*extra_out =
 	    (void *)(((uintptr_t)(start + nkeys + 1) + 63) & ~(uintptr_t)63);
 
-	rc = emb_dedup_create(n, &d);
-	if (rc)
-		return rc;
-	nu = emb_dedup_run(d, ids, n, uniq, inv);
-	emb_dedup_destroy(d);
+	if (n > op->dedup_max) {
+		/* Sized for this batch and then some, like grow(). */
+		uint32_t max = n > (1u << 29) ? n : n + n / 2;
+
+		emb_dedup_destroy(op->dedup);
+		op->dedup = NULL;
+		op->dedup_max = 0;
+		rc = emb_dedup_create(max, &op->dedup);
+		if (rc)
+			return rc;
+		op->dedup_max = max;
+	}
+	nu = emb_dedup_run(op->dedup, ids, n, uniq, inv);
 	if (nu < 0)
 		return nu;
 
-	memset(cnt, 0, nkeys * sizeof(*cnt));
 	for (uint32_t u = 0; u < (uint32_t)nu; u++) {
 		srv_of[u] = key[emb_id_slot(uniq[u])];
 		cnt[srv_of[u]]++;
@@ -769,8 +980,7 @@ static int make_parts(struct emb_async *op, const struct emb_client_table *t,
 		if (sync && cnt[s] == 0)
 			total++;
 	}
-	op->parts = calloc(total ? total : 1, sizeof(*op->parts));
-	if (!op->parts)
+	if (op_parts(op, total))
 		return -ENOMEM;
 	for (uint32_t s = 0; s < c->nsrv; s++) {
 		uint32_t m = part_max(c, s, stride);
@@ -825,8 +1035,7 @@ static int make_parts_rep(struct emb_async *op,
 				m = part_max(c, h[nh], stride);
 		total += (cnt[g] + m - 1) / m * nh;
 	}
-	op->parts = calloc(total ? total : 1, sizeof(*op->parts));
-	if (!op->parts)
+	if (op_parts(op, total))
 		return -ENOMEM;
 	for (uint32_t g = 0; g < c->ngroups; g++) {
 		const uint16_t *h = c->groups[g];
@@ -903,11 +1112,11 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	    (flags & ~(EMB_CLIENT_NOCREATE | EMB_CLIENT_WITH_STATE)))
 		return EMB_EBADARG;
 	op = op_new(c, OP_PULL);
-	cnt = calloc(c->nsrv, sizeof(*cnt));
-	if (!op || !cnt) {
+	if (!op || op_counts(op, c->nsrv)) {
 		rc = -ENOMEM;
 		goto err;
 	}
+	cnt = op->cnt;
 	op->dim = with_state ? t->row_floats : t->spec.dim;
 	op->state = with_state ? t->row_floats - t->spec.dim : 0;
 	op->n = n;
@@ -959,11 +1168,9 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	rc = op_post(op);
 	if (rc)
 		goto err;
-	free(cnt);
 	*opp = op;
 	return 0;
 err:
-	free(cnt);
 	op_free(op);
 	return rc;
 }
@@ -987,11 +1194,11 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 		return EMB_EBADARG;
 	op = op_new(c, OP_PUSH);
 	/* Counts per server, or per replica group (at most one a slot). */
-	cnt = calloc(c->cmap ? EMB_NSLOTS : c->nsrv, sizeof(*cnt));
-	if (!op || !cnt) {
+	if (!op || op_counts(op, c->cmap ? EMB_NSLOTS : c->nsrv)) {
 		rc = -ENOMEM;
 		goto err;
 	}
+	cnt = op->cnt;
 	op->dim = dim;
 	key = write_keys(c, &nkeys);
 	nu = n ? prepare(op, ids, n, key, nkeys,
@@ -1043,11 +1250,9 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 	rc = op_post(op);
 	if (rc)
 		goto err;
-	free(cnt);
 	*opp = op;
 	return 0;
 err:
-	free(cnt);
 	op_free(op);
 	return rc;
 }
@@ -1058,7 +1263,7 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 		     uint32_t stride, uint16_t flags, struct emb_async **opp)
 {
 	struct emb_client *c = t->c;
-	uint32_t *cnt = NULL, *start = NULL, nkeys, most;
+	uint32_t *cnt, *start, nkeys, most;
 	const uint16_t *key;
 	struct emb_async *op;
 	uint64_t *pids;
@@ -1069,11 +1274,11 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 	if (!op)
 		return -ENOMEM;
 	most = c->cmap ? EMB_NSLOTS : c->nsrv;
-	cnt = calloc(most, sizeof(*cnt));
-	start = calloc(most + 1, sizeof(*start));
-	op->mem = malloc((size_t)n * (8 + (rows ? 4ull * stride : 0)) + 8);
-	if (!cnt || !start || !op->mem)
+	if (op_counts(op, most) ||
+	    op_mem(op, (size_t)n * (8 + (rows ? 4ull * stride : 0)) + 8))
 		goto err;
+	cnt = op->cnt;
+	start = cnt + most;
 	pids = op->mem;
 	if (rows)
 		prows = (float *)(void *)(pids + n);
@@ -1121,13 +1326,9 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 	rc = op_post(op);
 	if (rc)
 		goto err;
-	free(cnt);
-	free(start);
 	*opp = op;
 	return 0;
 err:
-	free(cnt);
-	free(start);
 	op_free(op);
 	return rc;
 }
@@ -1226,10 +1427,9 @@ static struct emb_async *broadcast(struct emb_client *c, uint8_t opcode,
 		*rc = -ENOMEM;
 		return NULL;
 	}
-	op->parts = calloc(c->nsrv, sizeof(*op->parts));
 	/* Registered too: a listing is larger than an inline response. */
 	op->rbuf = emb__respbuf_get(c->bufs, (size_t)c->nsrv * ADMIN_RESP_MAX);
-	if (!op->parts || !op->rbuf) {
+	if (op_parts(op, c->nsrv) || !op->rbuf) {
 		*rc = -ENOMEM;
 		goto err;
 	}
@@ -1988,6 +2188,12 @@ static int client_create(const struct emb_client_opts *opts,
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
+	c->ops = calloc(1, sizeof(*c->ops));
+	if (!c->ops) {
+		free(c);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&c->ops->mu, NULL);
 	pthread_mutex_init(&c->err_lock, NULL);
 	pthread_mutex_init(&c->map_mu, NULL);
 	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 30000;
@@ -2034,6 +2240,7 @@ err_conns:
 	emb_transport_destroy(c->tr);
 err_free:
 	free(c->srv);
+	pool_close(c->ops);
 	pthread_mutex_destroy(&c->map_mu);
 	pthread_mutex_destroy(&c->err_lock);
 	free(c);
@@ -2071,6 +2278,7 @@ void emb_client_destroy(struct emb_client *c)
 	free(c->cmap);
 	free(c->grp);
 	free(c->groups);
+	pool_close(c->ops);
 	pthread_mutex_destroy(&c->map_mu);
 	pthread_mutex_destroy(&c->err_lock);
 	free(c);
