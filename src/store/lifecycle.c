@@ -375,6 +375,33 @@ static bool same_filter(const struct emb_lifecycle_cfg *a,
 	       a->bloom_bytes == b->bloom_bytes;
 }
 
+/* True when c is an eviction policy (pulls record accesses under it). */
+static bool is_eviction(const struct emb_lifecycle_cfg *c)
+{
+	return c->ttl_steps || c->min_l2 > 0.0f || c->max_rows;
+}
+
+/*
+ * Pulls do not record accesses while no eviction policy is set, so when
+ * one is set, a row's last_step is its last write (push, assign,
+ * creation), however often it was pulled since. Every live row of shard s
+ * starts its idle time now instead, so that a new ttl does not evict rows
+ * that were only read, all at once; counts stay those of writes. One walk
+ * over the shard's records, under its lock, when the policy is set.
+ */
+static void stamp_rows(struct emb_table *t, struct emb_shard *s)
+{
+	uint32_t step =
+	    (uint32_t)__atomic_load_n(&t->step, __ATOMIC_RELAXED);
+
+	for (uint32_t i = 0; i < s->next_idx; i++) {
+		struct emb_row_hdr *r = emb__shard_row(t, s, i);
+
+		if (!(r->count & EMB_ROW_FREE))
+			r->last_step = step;
+	}
+}
+
 int emb_table_set_lifecycle(struct emb_table *t,
 			    const struct emb_lifecycle_cfg *c)
 {
@@ -434,6 +461,8 @@ int emb_table_set_lifecycle(struct emb_table *t,
 			__atomic_store_n(&l->bloom_n, blooms ? slice : 0,
 					 __ATOMIC_RELAXED);
 		}
+		if (!emb__life_tracks(l) && is_eviction(c))
+			stamp_rows(t, &t->shards[i]);
 		l->cfg = *c;
 		l->cap = shard_cap(t, c->max_rows);
 		pthread_mutex_unlock(&t->shards[i].lock);

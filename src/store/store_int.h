@@ -236,6 +236,19 @@ struct emb_life_shard {
 	uint32_t bloom_n;     /* BLOOM: counters (bytes) */
 } __attribute__((aligned(64)));
 
+/*
+ * True when pulls must record each access in the row (last_step, count):
+ * only eviction reads them (ttl and max_rows their values, min_l2 and the
+ * others the guard that keeps rows used in the current step). Without an
+ * eviction policy a pull writes nothing into the rows it reads. Caller
+ * holds the shard lock (the policy is set under it).
+ */
+static inline bool emb__life_tracks(const struct emb_life_shard *l)
+{
+	return l && (l->cfg.ttl_steps || l->cfg.min_l2 > 0.0f ||
+		     l->cfg.max_rows);
+}
+
 /* Rows a sweep removed, by reason. */
 struct emb_evict_counts {
 	uint64_t ttl; /* idle too long */

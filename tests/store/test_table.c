@@ -861,6 +861,15 @@ static void touch(struct emb_table *t, const uint64_t *ids, uint32_t n)
 	free(out);
 }
 
+/*
+ * Pulls record their accesses only under an eviction policy; a row cap far
+ * above what a test holds is one that never evicts anything.
+ */
+static void track_pulls(struct emb_table_opts *o)
+{
+	o->life.max_rows = 1ull << 40;
+}
+
 static void advance(struct emb_table *t, uint32_t steps)
 {
 	const uint64_t clock_id = UINT64_MAX - 7;
@@ -912,6 +921,7 @@ static void test_evict_by_count(void)
 	const uint64_t rare[2] = {10, 11}, hot[2] = {20, 21};
 	struct emb_table *t;
 
+	track_pulls(&o);
 	t = table_new(&o);
 	touch(t, rare, 2);
 	for (int i = 0; i < 6; i++)
@@ -934,6 +944,7 @@ static void test_evict_either_limit(void)
 	const uint64_t old_hot = 1, new_rare = 2, new_hot = 3;
 	struct emb_table *t;
 
+	track_pulls(&o);
 	t = table_new(&o);
 	for (int i = 0; i < 5; i++)
 		touch(t, &old_hot, 1);
@@ -1211,6 +1222,84 @@ static void test_shared_budget(void)
 	CU_ASSERT_EQUAL(__atomic_load_n(&b.used, __ATOMIC_RELAXED), 0);
 }
 
+static struct emb_row_meta meta_of(struct emb_table *t, uint64_t id)
+{
+	struct emb_row_meta m = {UINT32_MAX, UINT32_MAX};
+	struct iter_out it;
+
+	iter_collect(t, 64, 64, &it);
+	for (uint32_t k = 0; k < it.n; k++)
+		if (it.ids[k] == id)
+			m = it.meta[k];
+	iter_free(&it);
+	return m;
+}
+
+/*
+ * Without an eviction policy a pull writes nothing into the rows it reads:
+ * the access meta is that of the row's creation and its writes. Under a
+ * policy, every pull counts; and a policy set later starts every row's
+ * idle time when it is set, so a ttl does not evict rows that were only
+ * read meanwhile.
+ */
+static void test_pull_meta_only_under_eviction(void)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct emb_lifecycle_cfg ttl = EMB_LIFECYCLE_CFG_DEFAULT;
+	const uint64_t id = 77, other = 78;
+	float g[8] = {0};
+	struct emb_row_meta m;
+	struct emb_table *t;
+
+	t = table_new(&o);
+	touch(t, &id, 1); /* created at step 0: an access */
+	advance(t, 5);
+	for (int i = 0; i < 4; i++)
+		touch(t, &id, 1);
+	m = meta_of(t, id);
+	CU_ASSERT_EQUAL(m.count, 1);
+	CU_ASSERT_EQUAL(m.last_step, 0);
+	/* A write counts. */
+	CU_ASSERT_EQUAL(emb_table_push(t, &id, 1, g), 0);
+	m = meta_of(t, id);
+	CU_ASSERT_EQUAL(m.count, 2);
+	CU_ASSERT_EQUAL(m.last_step, 6);
+	/* Admission alone reads no access meta either. */
+	CU_ASSERT_EQUAL(emb_admit_parse("count:2", &ttl), 0);
+	CU_ASSERT_EQUAL(emb_table_set_lifecycle(t, &ttl), 0);
+	touch(t, &id, 1);
+	CU_ASSERT_EQUAL(meta_of(t, id).count, 2);
+
+	/* 30 idle steps by the write meta, then a ttl of 10 is set: the
+	 * row's idle time starts now, and it stays. */
+	advance(t, 30);
+	touch(t, &id, 1);
+	ttl = EMB_LIFECYCLE_CFG_DEFAULT;
+	CU_ASSERT_EQUAL(emb_evict_parse("ttl:10", &ttl), 0);
+	CU_ASSERT_EQUAL(emb_table_set_lifecycle(t, &ttl), 0);
+	m = meta_of(t, id);
+	CU_ASSERT_EQUAL(m.last_step, 36);
+	CU_ASSERT_EQUAL(m.count, 2);
+	advance(t, 4);
+	/* From now on pulls count, and keep the row alive. */
+	touch(t, &id, 1);
+	touch(t, &id, 1);
+	m = meta_of(t, id);
+	CU_ASSERT_EQUAL(m.count, 4);
+	CU_ASSERT_EQUAL(m.last_step, 40);
+	touch(t, &other, 1); /* created at step 40 */
+	for (int i = 0; i < 6; i++) {
+		advance(t, 4);
+		touch(t, &id, 1);
+	}
+	/* Only the row nobody pulled is idle past 10 steps. */
+	CU_ASSERT_EQUAL(meta_of(t, other).count, 1);
+	CU_ASSERT_EQUAL(emb_table_evict(t, 10, 0), 1);
+	CU_ASSERT_TRUE(table_has(t, id));
+	CU_ASSERT_FALSE(table_has(t, other));
+	emb_table_destroy(t);
+}
+
 /* Access counts stop at EMB_ROW_COUNT_MAX instead of wrapping. */
 static void test_count_saturates(void)
 {
@@ -1260,6 +1349,7 @@ static void test_iterator_full_rows(void)
 	o.optim.kind = EMB_OPTIM_ADAGRAD;
 	o.optim.lr = 0.1f;
 	o.nshards = 32;
+	track_pulls(&o);
 	rf = ref_row_floats(&o);
 	ref = xcalloc((size_t)N * rf, sizeof(float));
 	g = xcalloc((size_t)N * DIM, sizeof(float));
@@ -1394,6 +1484,8 @@ int main(int argc, char **argv)
 	     test_mem_limit},
 	    {"tables sharing a budget compete for it", test_shared_budget},
 	    {"access counts saturate", test_count_saturates},
+	    {"pulls record accesses only under an eviction policy",
+	     test_pull_meta_only_under_eviction},
 	    {"iterator returns each row once with state and meta",
 	     test_iterator_full_rows},
 	    {NULL, NULL},
