@@ -92,9 +92,11 @@ struct emb_table_stats {
 
 /* Per-row lifecycle data, as kept in the row record. */
 struct emb_row_meta {
-	uint32_t
-	    last_step;	/* table step of the last pull or push (low 32 bits) */
-	uint32_t count; /* pulls + pushes, saturating at EMB_ROW_COUNT_MAX */
+	uint32_t last_step; /* table step of the last access (low 32 bits);
+			       pulls count only under an eviction policy */
+	uint32_t count;	    /* accesses, saturating at EMB_ROW_COUNT_MAX:
+			       creation, pushes, assigns' meta, and pulls
+			       under an eviction policy */
 };
 
 /*
@@ -202,7 +204,9 @@ int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n);
 /*
  * Removes rows not accessed in the last max_idle_steps table steps (0: no age
  * limit) or accessed fewer than min_count times (0: no count limit). Returns
- * how many rows were removed (>= 0).
+ * how many rows were removed (>= 0). Pulls are accesses only while the table
+ * has an eviction policy (struct emb_row_meta); without one, this goes by
+ * creation and writes.
  */
 int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,
 			uint32_t min_count);
