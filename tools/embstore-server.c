@@ -204,6 +204,12 @@ static void usage(FILE *f)
 	    "  --zero-copy-pulls on|off  PULL rows straight from table memory\n"
 	    "                         (EMB_ZERO_COPY_PULLS; default on for "
 	    "rdma, off for tcp)\n"
+	    "  --remote-read          tables are remote-readable: RDMA clients "
+	    "with\n"
+	    "                         pull_mode onesided READ rows without this "
+	    "server's\n"
+	    "                         CPU; 8 more bytes a row "
+	    "(EMB_REMOTE_READ=1)\n"
 	    "  --metrics-listen HOST:PORT  serve Prometheus /metrics and "
 	    "/healthz there "
 	    "(EMB_METRICS_LISTEN; default off)\n"
@@ -372,6 +378,7 @@ int main(int argc, char **argv)
 	    {"table-shards", required_argument, NULL, 'S'},
 	    {"log-level", required_argument, NULL, 'L'},
 	    {"zero-copy-pulls", required_argument, NULL, 'Z'},
+	    {"remote-read", no_argument, NULL, 'W'},
 	    {"checkpoint-dir", required_argument, NULL, 'C'},
 	    {"checkpoint-interval", required_argument, NULL, 'I'},
 	    {"checkpoint-full-every", required_argument, NULL, 'K'},
@@ -403,6 +410,7 @@ int main(int argc, char **argv)
 	const char *table_shards = env_or("EMB_TABLE_SHARDS", NULL);
 	const char *level = env_or("EMB_LOG_LEVEL", "info");
 	const char *zero_copy = env_or("EMB_ZERO_COPY_PULLS", NULL);
+	const char *remote_read = env_or("EMB_REMOTE_READ", NULL);
 	const char *ckpt_dir = env_or("EMB_CHECKPOINT_DIR", NULL);
 	const char *ckpt_iv = env_or("EMB_CHECKPOINT_INTERVAL", NULL);
 	const char *ckpt_full = env_or("EMB_CHECKPOINT_FULL_EVERY", NULL);
@@ -479,6 +487,9 @@ int main(int argc, char **argv)
 			break;
 		case 'Z':
 			zero_copy = optarg;
+			break;
+		case 'W':
+			remote_read = "1";
 			break;
 		case 'C':
 			ckpt_dir = optarg;
@@ -600,6 +611,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	o.zero_copy_pulls = strstr(o.transport, "rdma") != NULL;
+	o.remote_read = remote_read && strcmp(remote_read, "1") == 0;
 	if (zero_copy) {
 		if (strcmp(zero_copy, "on") && strcmp(zero_copy, "off")) {
 			fprintf(stderr,

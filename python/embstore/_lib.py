@@ -61,7 +61,13 @@ class ClientOpts(Structure):
         ("timeout_ms", c_uint32),
         ("part_ids", c_uint32),
         ("name", c_char_p),
+        ("pull_mode", c_uint32),
+        ("loc_cache_rows", c_uint32),
     ]
+
+
+# enum emb_pull_mode
+EMB_PULL_MODES = ("twosided", "onesided")
 
 
 class LifecycleCfg(Structure):
@@ -117,6 +123,10 @@ class ClientStats(Structure):
         ("retries", c_uint64),
         ("reconnects", c_uint64),
         ("resp_copied", c_uint64),
+        ("rows_read", c_uint64),
+        ("rows_fallback", c_uint64),
+        ("seal_failures", c_uint64),
+        ("read_conn_losses", c_uint64),
     ]
 
 

@@ -230,7 +230,10 @@ class Client:
         """Client counters: requests, bytes_out, bytes_in, errors, ids_in,
         ids_sent, retries (requests sent again after a lost connection),
         reconnects, resp_copied (RDMA responses copied out of transport
-        memory; 0 while response buffers are registered)."""
+        memory; 0 while response buffers are registered); with
+        pull_mode="onesided": rows_read (rows READ and validated),
+        rows_fallback (rows pulled two-sided instead), seal_failures,
+        read_conn_losses."""
         s = _lib.ClientStats()
         _L.emb_client_stats(self._handle(), byref(s))
         return _struct_dict(s)
@@ -693,7 +696,8 @@ def _read_token(path: Union[str, os.PathLike]) -> bytes:
 def connect(servers: Optional[str] = None, transport: Optional[str] = None,
             auth_token_file: Optional[Union[str, os.PathLike]] = None,
             timeout_ms: int = 30000, name: str = "embstore-python",
-            part_ids: int = 0) -> Client:
+            part_ids: int = 0, pull_mode: str = "twosided",
+            loc_cache_rows: int = 0) -> Client:
     """Connects to the servers of a cluster.
 
     Args:
@@ -708,6 +712,13 @@ def connect(servers: Optional[str] = None, transport: Optional[str] = None,
         name: shown in the servers' logs.
         part_ids: most ids per request (larger batches are split and
             pipelined); 0 = the library's default.
+        pull_mode: "twosided" (PULL requests) or "onesided": over RDMA,
+            read rows straight out of the servers' table memory with RDMA
+            READs, each checked by its seal, and pull two-sided only the
+            rows that fail (servers need --remote-read; docs/rdma.md).
+            TCP connections ignore it.
+        loc_cache_rows: onesided: row locations kept per table (24 bytes
+            each); 0 = 2^20.
 
     Raises ConnectionError (refused, no RDMA device), TimeoutError,
     AuthError, ValueError (bad arguments).
@@ -719,12 +730,20 @@ def connect(servers: Optional[str] = None, transport: Optional[str] = None,
                          "auto")
     if not isinstance(timeout_ms, int) or not 1 <= timeout_ms < 2**32:
         raise ValueError(f"timeout_ms must be 1..2^32-1, not {timeout_ms!r}")
+    if pull_mode not in _lib.EMB_PULL_MODES:
+        raise ValueError(f"bad pull_mode {pull_mode!r}: want twosided or "
+                         "onesided")
+    if not isinstance(loc_cache_rows, int) or not 0 <= loc_cache_rows <= 2**30:
+        raise ValueError("loc_cache_rows must be 0..2^30, not "
+                         f"{loc_cache_rows!r}")
     token = _read_token(auth_token_file) if auth_token_file else None
     opts = _lib.ClientOpts(
         servers=servers.encode() if servers else None,
         transport=transport.encode(), auth_token=token,
         auth_token_len=len(token) if token else 0, timeout_ms=timeout_ms,
-        part_ids=part_ids, name=name.encode())
+        part_ids=part_ids, name=name.encode(),
+        pull_mode=_lib.EMB_PULL_MODES.index(pull_mode),
+        loc_cache_rows=loc_cache_rows)
     h = c_void_p()
     if servers:
         rc = _L.emb_client_create(byref(opts), byref(h))

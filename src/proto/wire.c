@@ -45,6 +45,7 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_STATS] = {0, TBL_ANY},
     [EMB_OP_SET_MODE] = {0, TBL_SET},
     [EMB_OP_SET_LIFECYCLE] = {0, TBL_SET},
+    [EMB_OP_LOCATE] = {0, TBL_SET},
 };
 
 #define NRULES (sizeof(op_rules) / sizeof(op_rules[0]))
@@ -76,6 +77,8 @@ const char *emb_wire_op_name(uint8_t op)
 		return "assign";
 	case EMB_OP_ERASE:
 		return "erase";
+	case EMB_OP_LOCATE:
+		return "locate";
 	case EMB_OP_STATS:
 		return "stats";
 	case EMB_OP_EVICT:
@@ -824,6 +827,76 @@ int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 	return 0;
 }
 
+int emb_wire_locate_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			       uint32_t table_id, const uint64_t *ids,
+			       uint32_t n)
+{
+	uint64_t plen = 8ull * n;
+
+	if (!out || table_id == 0 || (n && !ids))
+		return EMB_EBADARG;
+	if (plen > PAYLOAD_MAX)
+		return EMB_ETOOBIG;
+	emb__wire_put_hdr(out->head, EMB_OP_LOCATE, 0, req_id, table_id, n,
+			  (uint32_t)plen, 0);
+	iovs_start(out, EMB_WIRE_HDR_SIZE);
+	iovs_add(out, ids, plen);
+	return 0;
+}
+
+size_t emb_wire_locate_resp_bytes(uint32_t n)
+{
+	return EMB_WIRE_HDR_SIZE + EMB_WIRE_LOCATE_HEAD_SIZE +
+	       (size_t)n * EMB_WIRE_LOCATE_ENTRY_SIZE;
+}
+
+int emb_wire_locate_resp_encode(void *buf, size_t cap, uint64_t req_id,
+				uint32_t table_id,
+				const struct emb_wire_locate_resp *r)
+{
+	uint8_t *p = buf;
+	size_t need;
+
+	if (!r || table_id == 0 || (r->n && !r->entries))
+		return EMB_EBADARG;
+	need = emb_wire_locate_resp_bytes(r->n);
+	if (need > EMB_WIRE_FRAME_MAX)
+		return EMB_ETOOBIG;
+	if (!p || cap < need)
+		return -ENOSPC;
+	emb__wire_put_hdr(p, EMB_OP_LOCATE | EMB_OP_RESPONSE_BIT, 0, req_id,
+			  table_id, r->n, (uint32_t)(need - EMB_WIRE_HDR_SIZE),
+			  0);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le64_store(p, r->seed);
+	emb_le32_store(p + 8, r->rec_bytes);
+	emb_le32_store(p + 12, r->row_floats);
+	if (p + EMB_WIRE_LOCATE_HEAD_SIZE != r->entries)
+		memmove(p + EMB_WIRE_LOCATE_HEAD_SIZE, r->entries,
+			(size_t)r->n * EMB_WIRE_LOCATE_ENTRY_SIZE);
+	return (int)need;
+}
+
+void emb_wire_locate_entry_put(void *entries, uint32_t i, uint64_t addr,
+			       uint32_t rkey)
+{
+	uint8_t *e = (uint8_t *)entries + (size_t)i * EMB_WIRE_LOCATE_ENTRY_SIZE;
+
+	emb_le64_store(e, addr);
+	emb_le32_store(e + 8, rkey);
+	emb_le32_store(e + 12, 0);
+}
+
+void emb_wire_locate_entry_get(const struct emb_wire_locate_resp *r,
+			       uint32_t i, uint64_t *addr, uint32_t *rkey)
+{
+	const uint8_t *e = (const uint8_t *)r->entries +
+			   (size_t)i * EMB_WIRE_LOCATE_ENTRY_SIZE;
+
+	*addr = emb_le64_load(e);
+	*rkey = emb_le32_load(e + 8);
+}
+
 int emb_wire_ping_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			 bool response, const void *data, uint32_t len)
 {
@@ -1184,6 +1257,55 @@ int emb_wire_erase_req_decode(const struct emb_wire_frame *f,
 	out->table_id = f->hdr.table_id;
 	out->n = f->hdr.count;
 	out->ids = (const uint64_t *)(const void *)f->payload;
+	return 0;
+}
+
+int emb_wire_locate_req_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_ids_req *out)
+{
+	int rc;
+
+	rc = check_req(f, EMB_OP_LOCATE);
+	if (rc)
+		return rc;
+	rc = ids_check(f, 0);
+	if (rc)
+		return rc;
+	out->table_id = f->hdr.table_id;
+	out->n = f->hdr.count;
+	out->ids = (const uint64_t *)(const void *)f->payload;
+	return 0;
+}
+
+int emb_wire_locate_resp_decode(const struct emb_wire_frame *f,
+				struct emb_wire_locate_resp *out)
+{
+	const uint8_t *p;
+	uint32_t n;
+	int rc;
+
+	rc = check_resp(f, EMB_OP_LOCATE);
+	if (rc)
+		return rc;
+	n = f->hdr.count;
+	if (n > f->lim->max_ids)
+		return EMB_ETOOMANYIDS;
+	if (f->hdr.payload_len != EMB_WIRE_LOCATE_HEAD_SIZE +
+				      (uint64_t)n * EMB_WIRE_LOCATE_ENTRY_SIZE)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	out->seed = emb_le64_load(p);
+	out->rec_bytes = emb_le32_load(p + 8);
+	out->row_floats = emb_le32_load(p + 12);
+	/* A record holds the 16-byte header, the floats and the seal. */
+	if (out->row_floats == 0 ||
+	    out->row_floats > 4u * EMB_WIRE_DIM_MAX ||
+	    out->rec_bytes < 24 + 4ull * out->row_floats ||
+	    out->rec_bytes > 32 + 4ull * out->row_floats ||
+	    (out->rec_bytes & 7))
+		return EMB_EBADFRAME;
+	out->n = n;
+	out->entries = (void *)(uintptr_t)(p + EMB_WIRE_LOCATE_HEAD_SIZE);
 	return 0;
 }
 

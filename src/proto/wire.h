@@ -73,6 +73,7 @@ enum emb_op {
 	EMB_OP_BARRIER = 15,	 /* worker -> scheduler (wire_cluster.h) */
 	EMB_OP_SET_MODE = 16,	 /* a table's training mode */
 	EMB_OP_SET_LIFECYCLE = 17, /* a table's admission and eviction */
+	EMB_OP_LOCATE = 18,	 /* ids -> where their rows are (RDMA READ) */
 	EMB_OP_CLUSTER_MAP = 32, /* node -> scheduler: the map */
 	EMB_OP_REGISTER = 33,	 /* node -> scheduler: join */
 	EMB_OP_HEARTBEAT = 34,	 /* node -> scheduler: alive */

@@ -125,6 +125,21 @@
  * ERASE request (table id set, count = n <= max_ids): u64 ids[n].
  * ERASE response: count = how many ids were present; no payload.
  *
+ * LOCATE request (table id set, count = n <= max_ids, flags 0): u64 ids[n].
+ * Where each id's row lies in the server's table memory, for one-sided RDMA
+ * READs on the connection the request came on (docs/rdma.md). Creates no
+ * row. A table that is not remote-readable answers EMB_ENOTREMOTE.
+ * LOCATE response (count = n, flags 0)
+ *   0       8        u64 seal seed of the table (common/seal.h)
+ *   8       4        u32 record bytes: 16-byte header, row_floats floats,
+ *                    padding to 8, u64 seal last
+ *   12      4        u32 row_floats: dim + optimizer state floats
+ *   16      16*n     entries, in request order:
+ *     0     8          u64 record address; 0 = no row, or its memory is
+ *                      not registered on this connection's loop yet
+ *     8     4          u32 rkey for a READ of it on this connection
+ *     12    4          reserved, 0
+ *
  * STATS request (table id, or 0 for every table; count 0): no payload.
  * STATS response (count = entries, <= max_tables)
  *   0       4        nfields: u64 counters per entry, 1..64; 15 today
@@ -314,6 +329,18 @@ struct emb_wire_ids_req {
 	const uint64_t *ids; /* n ids in the frame */
 };
 
+/* A LOCATE response. entries points into the frame (or the buffer being
+ * encoded): n entries of EMB_WIRE_LOCATE_ENTRY_SIZE bytes. */
+#define EMB_WIRE_LOCATE_HEAD_SIZE 16u
+#define EMB_WIRE_LOCATE_ENTRY_SIZE 16u
+struct emb_wire_locate_resp {
+	uint64_t seed;	     /* the table's seal seed */
+	uint32_t rec_bytes;  /* record bytes, seal last */
+	uint32_t row_floats; /* floats after the 16-byte header */
+	uint32_t n;	     /* entries */
+	void *entries;	     /* n entries; read with emb_wire_locate_entry_get */
+};
+
 /* One STATS entry: the table's counters in wire order (tabledef.h). */
 struct emb_wire_stats {
 	uint32_t table_id; /* table these counters describe */
@@ -466,6 +493,24 @@ int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       const uint64_t *ids, uint32_t n, uint32_t stride,
 			       const float *rows);
 
+int emb_wire_locate_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			       uint32_t table_id, const uint64_t *ids,
+			       uint32_t n);
+/* Bytes of a whole LOCATE response frame with n entries. */
+size_t emb_wire_locate_resp_bytes(uint32_t n);
+/*
+ * Writes a whole LOCATE response frame into buf (cap bytes): r's head, and
+ * r->n entries copied from r->entries (which may already sit at their place
+ * in buf, 48 bytes in). Frame bytes, or EMB_EBADARG / EMB_ETOOBIG / -ENOSPC.
+ */
+int emb_wire_locate_resp_encode(void *buf, size_t cap, uint64_t req_id,
+				uint32_t table_id,
+				const struct emb_wire_locate_resp *r);
+/* Entry i of an entries array: put (encoder) and get (decoded response). */
+void emb_wire_locate_entry_put(void *entries, uint32_t i, uint64_t addr,
+			       uint32_t rkey);
+void emb_wire_locate_entry_get(const struct emb_wire_locate_resp *r,
+			       uint32_t i, uint64_t *addr, uint32_t *rkey);
 int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			      uint32_t table_id, const uint64_t *ids,
 			      uint32_t n);
@@ -543,6 +588,13 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 			       uint32_t state_floats,
 			       struct emb_wire_assign_req *out);
+/* LOCATE: the request's ids, as for ERASE. */
+int emb_wire_locate_req_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_ids_req *out);
+/* 0 and *out, EMB_ESERVER (status < 0: decode the error), EMB_EBADFRAME,
+ * EMB_ETOOMANYIDS. */
+int emb_wire_locate_resp_decode(const struct emb_wire_frame *f,
+				struct emb_wire_locate_resp *out);
 int emb_wire_erase_req_decode(const struct emb_wire_frame *f,
 			      struct emb_wire_ids_req *out);
 int emb_wire_stats_resp_decode(const struct emb_wire_frame *f,

@@ -314,6 +314,7 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	o.nshards = s->opts.table_shards;
 	o.budget = &s->budget;
 	o.life = spec->life;
+	o.remote_read = s->opts.remote_read;
 	rc = emb_table_create(&o, &st->t);
 	if (rc) {
 		free(st);
@@ -383,6 +384,9 @@ static int table_drop(struct emb_server *s, uint32_t id)
 	if (!st)
 		return EMB_ENOTABLE;
 	emb_log(EMB_LOG_INFO, "table %s (id %u) dropped", st->spec.name, id);
+	/* Its memory lives on until the last request on it ends; a client
+	 * that READs it meanwhile must not see rows of a dropped table. */
+	emb_table_unseal_all(st->t);
 	table_put(st);
 	return 0;
 }
@@ -1259,6 +1263,77 @@ static int on_erase(struct emb_server *s, struct emb_req *req,
 	return end_table_op(s, req, st, rc, rc > 0 ? (uint32_t)rc : 0);
 }
 
+/*
+ * LOCATE: where the ids' records lie, with the rkey of this conn's loop
+ * (each loop registers table memory in its own protection domain, so a
+ * location is good for READs on the conn that asked). Creates nothing.
+ */
+static int on_locate(struct emb_server *s, struct emb_req *req,
+		     const struct emb_wire_frame *f)
+{
+	struct emb_transport *tr = emb_req_conn(req)->tr;
+	struct emb_wire_locate_resp r;
+	struct emb_table_remote rt;
+	struct emb_wire_ids_req q;
+	struct srv_table *st;
+	uint64_t *addrs;
+	size_t len;
+	char *buf;
+	int rc;
+
+	rc = emb_wire_locate_req_decode(f, &q);
+	if (rc)
+		return reply_error(s, req, rc, NULL);
+	st = table_get(s, q.table_id);
+	if (!st)
+		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	if (!emb_table_remote(st->t, &rt)) {
+		table_put(st);
+		return reply_error(s, req, EMB_ENOTREMOTE, NULL);
+	}
+	len = emb_wire_locate_resp_bytes(q.n);
+	if (len > s->opts.limits.max_frame_bytes) {
+		table_put(st);
+		return reply_error(s, req, EMB_ETOOMANYIDS,
+				   "LOCATE response would pass the frame limit");
+	}
+	buf = aligned_alloc(64, (len + 63) & ~(size_t)63);
+	if (!buf) {
+		table_put(st);
+		return reply_error(s, req, -ENOMEM, NULL);
+	}
+	/* The addresses go where the entries will be, half as wide: filled
+	 * back to front, entry i overwrites only addresses >= i. */
+	r.entries = buf + EMB_WIRE_HDR_SIZE + EMB_WIRE_LOCATE_HEAD_SIZE;
+	addrs = (uint64_t *)r.entries;
+	rc = (int)emb_table_locate(st->t, q.ids, q.n, addrs);
+	table_put(st);
+	if (rc < 0) {
+		free(buf);
+		return reply_error(s, req, rc, NULL);
+	}
+	for (uint32_t i = q.n; i-- > 0;) {
+		uint64_t a = addrs[i];
+		uint32_t rkey = 0;
+
+		if (a && emb_transport_rkey(tr, (void *)(uintptr_t)a,
+					    rt.rec_bytes, &rkey) != 0)
+			a = 0;
+		emb_wire_locate_entry_put(r.entries, i, a, rkey);
+	}
+	r.seed = rt.seed;
+	r.rec_bytes = rt.rec_bytes;
+	r.row_floats = rt.row_floats;
+	r.n = q.n;
+	rc = emb_wire_locate_resp_encode(buf, len, req->hdr.req_id, q.table_id,
+					 &r);
+	if (rc < 0) {
+		free(buf);
+		return reply_error(s, req, rc, NULL);
+	}
+	return reply_frame(s, req, buf, rc);
+}
+
 static int on_drop(struct emb_server *s, struct emb_req *req,
 		   const struct emb_wire_frame *f)
 {
@@ -1346,6 +1421,8 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 		return on_assign(s, req, &f);
 	case EMB_OP_ERASE:
 		return on_erase(s, req, &f);
+	case EMB_OP_LOCATE:
+		return on_locate(s, req, &f);
 	case EMB_OP_STATS:
 		return on_stats(s, req, &f);
 	case EMB_OP_SET_MODE:

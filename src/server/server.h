@@ -62,6 +62,10 @@ struct emb_server_opts {
 					  copied buffer (default for tcp); a
 					  "tcp,rdma" server copies for its TCP
 					  conns either way */
+	bool remote_read;	       /* tables it makes are remote-readable:
+					  8 more bytes a row, and RDMA clients
+					  may READ rows without this server's
+					  CPU (LOCATE; docs/rdma.md) */
 	/* Runs in emb_server_create() before the listener opens (e.g. to
 	 * load a checkpoint); non-zero fails the create. NULL = none. */
 	int (*on_start)(struct emb_server *s, void *arg);

@@ -225,6 +225,8 @@ int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 		idx = s->next_idx++;
 		r = emb__shard_row(t, s, idx);
 	}
+	/* A reused record's seal is broken since its removal, so a reader
+	 * sees no valid row until the creator seals the new one. */
 	r->id = id;
 	r->last_step = 0;
 	r->count = 0;
@@ -279,6 +281,7 @@ void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 	emb__dirty_erased(s, r->id);
 	if (s->view)
 		emb__view_save(t, s, idx);
+	emb__row_unseal(t, r);
 	r->count = EMB_ROW_FREE;
 	r->last_step = s->free_head;
 	s->free_head = want;

@@ -68,6 +68,9 @@ struct emb_table_opts {
 	struct emb_mem_budget *budget; /* shared limit, or NULL; borrowed */
 	struct emb_lifecycle_cfg life; /* admission and eviction; all off by
 					  default */
+	bool remote_read; /* records carry a seal, so clients may READ rows
+			     straight out of table memory (8 bytes a row;
+			     docs/store.md, docs/rdma.md) */
 };
 
 #define EMB_TABLE_OPTS_DEFAULT                                                 \
@@ -79,7 +82,8 @@ struct emb_table_opts {
 				 .nshards = 64,                                \
 				 .mem_limit = 0,                               \
 				 .budget = NULL,                               \
-				 .life = EMB_LIFECYCLE_CFG_DEFAULT})
+				 .life = EMB_LIFECYCLE_CFG_DEFAULT,            \
+				 .remote_read = false})
 
 /* Flags for emb_table_pull() and emb_table_pull_ptrs(). */
 #define EMB_PULL_NOCREATE 0x1u /* report missing ids instead of creating */
@@ -116,6 +120,42 @@ void emb_table_destroy(struct emb_table *t); /* NULL is a no-op */
  * before the table is shared.
  */
 int emb_table_set_extent_hook(struct emb_table *t, emb_extent_fn fn, void *arg);
+
+/*
+ * Remote-readable tables (opts.remote_read): what a reader needs to check a
+ * record it READ out of table memory. The record of an id is rec_bytes
+ * long: the 16-byte header (id first), row_floats floats, padding, and an
+ * 8-byte seal at rec_bytes - 8 equal to emb_seal(seed, id, floats,
+ * 4 * row_floats) (common/seal.h) while the row is live and unchanging.
+ */
+struct emb_table_remote {
+	uint64_t seed;	     /* the table's seal seed */
+	uint32_t rec_bytes;  /* bytes of one record */
+	uint32_t row_floats; /* weights + optimizer state floats */
+};
+
+/* True, with *out filled, when t is remote-readable. */
+bool emb_table_remote(const struct emb_table *t, struct emb_table_remote *out);
+
+/*
+ * Remote-readable tables: the address of each id's record now, or 0 where
+ * the id has no row (none is created). An address stays a record of this
+ * table until the table is destroyed, but may be freed or reused for
+ * another id at any time: a reader validates every READ by its seal. Counts
+ * ids found, or EMB_EBADARG (NULL arguments, or a table without seals).
+ */
+int64_t emb_table_locate(struct emb_table *t, const uint64_t *ids, uint32_t n,
+			 uint64_t *addrs);
+
+/*
+ * Remote-readable tables about to go (dropped): breaks every record's seal
+ * and stops sealing, so a READ through a stale location fails from now on
+ * although the memory stays until the table is destroyed. Writers that run
+ * later keep working, unsealed, and emb_table_remote() says false. One pass
+ * over the records, under each shard's lock in turn. No-op for other
+ * tables.
+ */
+void emb_table_unseal_all(struct emb_table *t);
 
 const char *emb_table_name(const struct emb_table *t);
 uint32_t emb_table_dim(const struct emb_table *t);

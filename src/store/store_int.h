@@ -13,6 +13,7 @@
 
 #include "common/hash.h"
 #include "common/lifecycle.h"
+#include "common/seal.h"
 #include "store/store.h"
 
 /*
@@ -25,6 +26,9 @@
  *   12      4               bit 31: record is free; bits 0..30: access count
  *   16      4 * row_floats  dim weights, then optimizer state
  *   ...     0..4            padding to a multiple of 8
+ *   ...     8               remote-readable tables only (opts.remote_read):
+ *                           the seal, emb_seal(seal_seed, id, floats);
+ *                           its complement while the record is free
  */
 struct emb_row_hdr {
 	uint64_t id;	    /* feature id */
@@ -160,7 +164,46 @@ struct emb_table {
 	uint32_t writers; /* push/assign/erase batches in progress */
 	uint32_t fence;	  /* a view is being taken: writers wait */
 	bool viewed;	  /* a view exists (one at a time) */
+
+	/* Remote-readable tables (opts.remote_read): every record ends in a
+	 * seal that writers renew after each change (common/seal.h). */
+	bool sealed;	    /* records carry a seal */
+	uint64_t seal_seed; /* random per table: a stale location that now
+			       points into another table never validates */
 };
+
+/*
+ * Remote-readable tables: renews record r's seal after a change of its id
+ * or floats (caller holds the shard lock, the change is complete). A no-op
+ * for other tables.
+ */
+static inline void emb__row_seal(const struct emb_table *t,
+				 struct emb_row_hdr *r)
+{
+	uint64_t v;
+
+	if (!__atomic_load_n(&t->sealed, __ATOMIC_RELAXED))
+		return;
+	v = emb_seal(t->seal_seed, r->id, (const char *)r + EMB_ROW_HDR_SIZE,
+		     (size_t)t->row_floats * sizeof(float));
+	__atomic_store_n((uint64_t *)(void *)((char *)r + t->row_bytes - 8), v,
+			 __ATOMIC_RELEASE);
+}
+
+/* Breaks r's seal as it is freed: a reader holding its old location must
+ * fall back (shard.c's remove). */
+static inline void emb__row_unseal(const struct emb_table *t,
+				   struct emb_row_hdr *r)
+{
+	uint64_t v;
+
+	if (!__atomic_load_n(&t->sealed, __ATOMIC_RELAXED))
+		return;
+	v = emb_seal(t->seal_seed, r->id, (const char *)r + EMB_ROW_HDR_SIZE,
+		     (size_t)t->row_floats * sizeof(float));
+	__atomic_store_n((uint64_t *)(void *)((char *)r + t->row_bytes - 8), ~v,
+			 __ATOMIC_RELEASE);
+}
 
 /*
  * Copies record r (a live row) to entry got of an iterator's output: its

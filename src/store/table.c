@@ -14,6 +14,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "common/err.h"
 #include "common/hash.h"
@@ -157,6 +159,14 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	t->row_floats =
 	    opts->dim + emb_optim_state_floats(opts->optim.kind, opts->dim);
 	t->row_bytes = (EMB_ROW_HDR_SIZE + 4 * t->row_floats + 7) & ~7u;
+	if (opts->remote_read) {
+		t->sealed = true;
+		t->row_bytes += 8; /* the seal (store_int.h) */
+		if (getrandom(&t->seal_seed, sizeof(t->seal_seed), 0) !=
+		    (ssize_t)sizeof(t->seal_seed))
+			t->seal_seed = emb_id_hash((uintptr_t)t ^
+						   (uint64_t)time(NULL));
+	}
 	t->prefetch_lines = (EMB_ROW_HDR_SIZE + 4 * t->dim + 63) / 64;
 	if (t->prefetch_lines > PREFETCH_LINES)
 		t->prefetch_lines = PREFETCH_LINES;
@@ -460,6 +470,7 @@ static struct emb_row_hdr *create_row(struct emb_table *t, struct emb_shard *s,
 	w = emb__row_data(r);
 	emb_init_row(&t->opts.init, t->opts.seed, id, w, t->dim);
 	emb_optim_state_init(&t->opts.optim, w + t->dim, t->dim);
+	emb__row_seal(t, r);
 	return r;
 }
 
@@ -861,6 +872,7 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 				w = emb__row_data(r);
 				emb_optim_apply(&t->opts.optim, w, w + t->dim,
 						grad[slot_of[p]], t->dim);
+				emb__row_seal(t, r);
 				applied++;
 			}
 		}
@@ -939,6 +951,7 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 			if (!with_state)
 				emb_optim_state_init(&t->opts.optim, w + t->dim,
 						     t->dim);
+			emb__row_seal(t, r);
 			if (meta) {
 				r->last_step = meta[p].last_step;
 				r->count = meta[p].count & EMB_ROW_COUNT_MAX;
@@ -953,6 +966,68 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	emb__writer_exit(t);
 	add_stat(&t->rows, created);
 	return rc;
+}
+
+bool emb_table_remote(const struct emb_table *t, struct emb_table_remote *out)
+{
+	if (!t || !__atomic_load_n(&t->sealed, __ATOMIC_RELAXED))
+		return false;
+	out->seed = t->seal_seed;
+	out->rec_bytes = t->row_bytes;
+	out->row_floats = t->row_floats;
+	return true;
+}
+
+int64_t emb_table_locate(struct emb_table *t, const uint64_t *ids, uint32_t n,
+			 uint64_t *addrs)
+{
+	int64_t found = 0;
+
+	if (!t || !__atomic_load_n(&t->sealed, __ATOMIC_RELAXED) ||
+	    (n && (!ids || !addrs)))
+		return EMB_EBADARG;
+	/* One lock per id: a lookup is rare next to the READs it enables. */
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t h = emb_id_hash(ids[i]);
+		struct emb_shard *s = &t->shards[h & t->shard_mask];
+		int64_t idx;
+
+		pthread_mutex_lock(&s->lock);
+		idx = s->slots ? emb__shard_find(t, s, ids[i], h) : -1;
+		addrs[i] = idx < 0 ? 0
+				   : (uint64_t)(uintptr_t)emb__shard_row(
+					 t, s, (uint32_t)idx);
+		pthread_mutex_unlock(&s->lock);
+		found += idx >= 0;
+	}
+	return found;
+}
+
+void emb_table_unseal_all(struct emb_table *t)
+{
+	if (!t || !__atomic_load_n(&t->sealed, __ATOMIC_RELAXED))
+		return;
+	/* Writers read the flag under their shard's lock: once a shard's
+	 * lock was taken here, none of them seals in it again. */
+	__atomic_store_n(&t->sealed, false, __ATOMIC_RELAXED);
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+
+		pthread_mutex_lock(&s->lock);
+		for (uint32_t i = 0; i < s->next_idx; i++) {
+			char *r = (char *)emb__shard_row(t, s, i);
+			uint64_t *seal = (uint64_t *)(void *)(r + t->row_bytes -
+							      8);
+
+			/* Free records are broken already: flipping them
+			 * back is what must not happen. */
+			if (((struct emb_row_hdr *)(void *)r)->count &
+			    EMB_ROW_FREE)
+				continue;
+			__atomic_store_n(seal, ~*seal, __ATOMIC_RELAXED);
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
 }
 
 int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n)

@@ -310,6 +310,14 @@ static void dual_dereg_mem(struct emb_transport *tr, struct emb_mr *mr)
 	r->ops->dereg_mem(r, mr);
 }
 
+static int dual_rkey_of(struct emb_transport *tr, const void *addr,
+			size_t len, uint32_t *rkey)
+{
+	struct emb_transport *r = to_dual(tr)->sub[SUB_RDMA];
+
+	return emb_transport_rkey(r, addr, len, rkey);
+}
+
 void emb__dual_stats(const struct emb_transport *tr,
 		     struct emb_transport_stats *out)
 {
@@ -354,6 +362,7 @@ const struct emb_transport_ops emb__dual_tcp_ops = {
     .connect = dual_connect,
     .reg_mem = dual_reg_mem,
     .dereg_mem = dual_dereg_mem,
+    .rkey_of = dual_rkey_of,
 };
 
 const struct emb_transport_ops emb__dual_rdma_ops = {
@@ -366,4 +375,5 @@ const struct emb_transport_ops emb__dual_rdma_ops = {
     .connect = dual_connect,
     .reg_mem = dual_reg_mem,
     .dereg_mem = dual_dereg_mem,
+    .rkey_of = dual_rkey_of,
 };

@@ -1255,4 +1255,6 @@ const struct emb_transport_ops emb__rdma_ops = {
 	.req_release = emb__rdma_req_release,
 	.reg_mem = op_reg_mem,
 	.dereg_mem = op_dereg_mem,
+	.rkey_of = emb__rdma_rkey_of,
+	.read = emb__rdma_read,
 };

@@ -686,6 +686,95 @@ static int reply_post(struct emb_rdma_conn *c, struct emb_rdma_sreq *sr)
 	return chain_post(c, &ch);
 }
 
+/* ---- one-sided reads --------------------------------------------------- */
+
+static struct emb_read_op *op_rd(struct emb_rdma_op *op)
+{
+	return emb__container_of((void *)op, struct emb_read_op, priv);
+}
+
+/*
+ * Client: posts the read batch's next READs while the ring has room; only
+ * the last carries the batch's callback, and completions arrive in post
+ * order, so it fires once every READ before it has landed. 0 once all are
+ * posted, -EAGAIN when the ring is full.
+ */
+static int rd_post(struct emb_rdma_conn *c, struct emb_read_op *ro)
+{
+	struct emb_rdma_rd *rd = (struct emb_rdma_rd *)(void *)ro->priv;
+	struct emb_rdma_mr *m = NULL;
+	struct chain ch = {0};
+	int rc;
+
+	while (rd->next < ro->n && ring_free(c, &ch) >= 1) {
+		const struct emb_read_seg *sg = &ro->segs[rd->next];
+		bool last = rd->next + 1 == ro->n;
+		struct emb_rdma_swr *e;
+
+		/* Landings usually share one region: search on a change. */
+		if (!m || (uintptr_t)sg->local < (uintptr_t)m->base.addr ||
+		    (uintptr_t)sg->local + sg->len >
+			(uintptr_t)m->base.addr + m->base.len)
+			m = emb__rdma_mr_find(c->rt, sg->local, sg->len);
+		e = chain_add(c, &ch, last);
+		e->wr.opcode = IBV_WR_RDMA_READ;
+		e->wr.wr.rdma.remote_addr = sg->raddr;
+		e->wr.wr.rdma.rkey = sg->rkey;
+		sge_set(&e->sge[0], sg->local, sg->len, m->mr->lkey);
+		e->wr.num_sge = 1;
+		if (last) {
+			e->done = ro->done;
+			e->ctx = ro->ctx;
+		}
+		rd->next++;
+	}
+	rc = chain_post(c, &ch);
+	if (rc)
+		return rc;
+	return rd->next < ro->n ? -EAGAIN : 0;
+}
+
+int emb__rdma_read(struct emb_conn *conn, struct emb_read_op *ro)
+{
+	struct emb_rdma_conn *c = emb__rdma_conn_of(conn);
+	struct emb_rdma_rd *rd = (struct emb_rdma_rd *)(void *)ro->priv;
+	int rc;
+
+	_Static_assert(sizeof(struct emb_rdma_rd) <= sizeof(ro->priv),
+		       "read batch bookkeeping fits in priv");
+	if (c->state != EMB_RDMA_CONN_OPEN)
+		return EMB_ECLOSED;
+	for (uint32_t i = 0; i < ro->n; i++)
+		if (!ro->segs[i].len ||
+		    !emb__rdma_mr_find(c->rt, ro->segs[i].local,
+				       ro->segs[i].len))
+			return -EINVAL;
+	memset(rd, 0, sizeof(*rd));
+	rd->op.kind = EMB_RDMA_OP_RDREAD;
+	if (!c->q_head) {
+		rc = rd_post(c, ro);
+		if (rc == 0 || c->state != EMB_RDMA_CONN_OPEN)
+			return 0; /* posted, or failed with the conn: the
+				     teardown fires done */
+		if (rc != -EAGAIN)
+			return rc;
+	}
+	q_push(c, &rd->op, 0);
+	return 0;
+}
+
+int emb__rdma_rkey_of(struct emb_transport *tr, const void *addr, size_t len,
+		      uint32_t *rkey)
+{
+	struct emb_rdma_mr *m = emb__rdma_mr_find(emb__rdma_tr_of(tr), addr,
+						  len);
+
+	if (!m)
+		return -ENOENT;
+	*rkey = m->mr->rkey;
+	return 0;
+}
+
 /* Posts queued ops in order until one has to wait. */
 static void q_run(struct emb_rdma_conn *c)
 {
@@ -704,6 +793,9 @@ static void q_run(struct emb_rdma_conn *c)
 			break;
 		case EMB_RDMA_OP_CREDIT:
 			rc = credit_post(c, op_sreq(op));
+			break;
+		case EMB_RDMA_OP_RDREAD:
+			rc = rd_post(c, op_rd(op));
 			break;
 		default:
 			rc = reply_post(c, op_sreq(op));
@@ -882,6 +974,19 @@ void emb__rdma_fail_ops(struct emb_rdma_conn *c, int reason)
 	int status = reason ? reason : EMB_ECLOSED;
 
 	c->busy++;
+	/* Read batches not fully posted: their last READ, which carries the
+	 * callback, never went out. */
+	for (op = c->q_head; op;) {
+		struct emb_rdma_op *next = op->next;
+
+		if (op->kind == EMB_RDMA_OP_RDREAD) {
+			struct emb_read_op *ro = op_rd(op);
+
+			q_remove(c, op, 0);
+			ro->done(ro->ctx, status);
+		}
+		op = next;
+	}
 	/* Queued server ops: replies fail, READs and credits just stop. */
 	while ((op = c->q_head) && op->kind != EMB_RDMA_OP_CALL) {
 		struct emb_rdma_sreq *sr = op_sreq(op);

@@ -129,6 +129,13 @@ struct emb_rdma_op {
 #define EMB_RDMA_OP_REPLY 2
 #define EMB_RDMA_OP_READ 3
 #define EMB_RDMA_OP_CREDIT 4
+#define EMB_RDMA_OP_RDREAD 5 /* client: a one-sided read batch */
+
+/* What a one-sided read batch keeps in its emb_read_op's priv. */
+struct emb_rdma_rd {
+	struct emb_rdma_op op; /* send-queue link (first member) */
+	uint32_t next;	       /* next segment to post */
+};
 
 enum emb_rdma_call_state {
 	EMB_RDMA_CALL_FREE = 0,
@@ -343,6 +350,9 @@ struct emb_rdma_mr *emb__rdma_mr_find(struct emb_rdma_transport *rt,
 int emb__rdma_call(struct emb_conn *c, const struct emb_frame_hdr *hdr,
 		   const struct iovec *iov, int niov, void *resp_buf,
 		   size_t resp_cap, emb_call_done_fn done, void *ctx);
+int emb__rdma_read(struct emb_conn *c, struct emb_read_op *op);
+int emb__rdma_rkey_of(struct emb_transport *tr, const void *addr, size_t len,
+		      uint32_t *rkey);
 int emb__rdma_reply(struct emb_req *req, const struct emb_frame_hdr *hdr,
 		    const struct iovec *iov, int niov, emb_send_done_fn done,
 		    void *ctx);

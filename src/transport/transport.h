@@ -79,6 +79,14 @@ typedef void (*emb_request_fn)(void *arg, struct emb_conn *conn,
  */
 typedef void (*emb_conn_fn)(void *arg, struct emb_conn *conn, int reason);
 
+/*
+ * A one-sided read batch finished: status 0 and every segment's bytes are
+ * in place, or status negative (the conn failed: a READ named memory the
+ * peer no longer has registered, or the conn closed) and none of them may
+ * be trusted.
+ */
+typedef void (*emb_read_done_fn)(void *ctx, int status);
+
 /* Work posted to a loop from another thread with emb_transport_exec(). */
 typedef void (*emb_task_fn)(void *arg);
 
@@ -211,6 +219,28 @@ struct emb_conn_stats {
 	bool rx_paused;	     /* server: reading stopped by backpressure */
 };
 
+/* ---- one-sided reads ---------------------------------------------------- */
+
+/* One RDMA READ: len bytes at raddr of the peer (rkey) into local. */
+struct emb_read_seg {
+	uint64_t raddr; /* peer address */
+	uint32_t rkey;	/* peer's remote key for it */
+	uint32_t len;	/* bytes, >= 1 */
+	void *local;	/* landing: memory registered on the conn's loop */
+};
+
+/*
+ * A batch of READs, in memory the caller owns until done fires: segs (n
+ * entries, borrowed as long) and the transport's bookkeeping in priv.
+ */
+struct emb_read_op {
+	const struct emb_read_seg *segs; /* n segments */
+	uint32_t n;			 /* >= 1 */
+	emb_read_done_fn done;		 /* fired once */
+	void *ctx;			 /* its argument */
+	uint64_t priv[5];		 /* the transport's while posted */
+};
+
 /* ---- fault hooks (tests) ------------------------------------------------ */
 
 enum emb_fault_point {
@@ -256,6 +286,10 @@ struct emb_transport_ops {
 		       struct emb_mr **out);
 	void (*dereg_mem)(struct emb_transport *tr, struct emb_mr *mr);
 	void (*admit)(struct emb_conn *c); /* NULL: nothing to lift */
+	/* One-sided access; NULL on transports without it (TCP). */
+	int (*rkey_of)(struct emb_transport *tr, const void *addr, size_t len,
+		       uint32_t *rkey);
+	int (*read)(struct emb_conn *c, struct emb_read_op *op);
 };
 
 /*
@@ -426,6 +460,22 @@ static inline int emb_transport_reg_mem(struct emb_transport *tr, void *addr,
 	return tr->ops->reg_mem(tr, addr, len, out);
 }
 
+/*
+ * The remote key under which peers of tr's conns may READ [addr, addr +
+ * len): 0 and *rkey when one registration on tr covers the range, -ENOENT
+ * when none does (not registered, or not yet on this loop), -EOPNOTSUPP on
+ * a transport without one-sided access (TCP). A conn's registrations are
+ * c->tr's (also on a "tcp,rdma" loop).
+ */
+static inline int emb_transport_rkey(struct emb_transport *tr,
+				     const void *addr, size_t len,
+				     uint32_t *rkey)
+{
+	if (!tr->ops->rkey_of)
+		return -EOPNOTSUPP;
+	return tr->ops->rkey_of(tr, addr, len, rkey);
+}
+
 /* Deregisters; no WR or queued send may still name the range. NULL: no-op. */
 static inline void emb_transport_dereg_mem(struct emb_transport *tr,
 					   struct emb_mr *mr)
@@ -592,6 +642,24 @@ static inline int emb_conn_reply(struct emb_req *req,
 		return rc;
 	}
 	return tr->ops->reply(req, hdr, iov, niov, done, ctx);
+}
+
+/*
+ * Client conns: posts op's READs in order on c; op->done fires once, from
+ * the loop, after the last one completed or the conn failed. A READ of
+ * memory the peer does not (or no longer) have registered fails the whole
+ * conn (RC queue pairs go to error): run these on a conn of their own so
+ * other calls do not die with it. 0, or -EINVAL (bad op, or a landing not
+ * registered on c's loop), -EOPNOTSUPP (TCP), EMB_ECLOSED (conn not open);
+ * on an error done is never called.
+ */
+static inline int emb_conn_read(struct emb_conn *c, struct emb_read_op *op)
+{
+	if (!op || !op->segs || !op->n || !op->done || c->server)
+		return -EINVAL;
+	if (!c->tr->ops->read)
+		return -EOPNOTSUPP;
+	return c->tr->ops->read(c, op);
 }
 
 /* Drops a request without replying; its payload is dead afterwards. */

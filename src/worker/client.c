@@ -24,6 +24,14 @@
  * every live holder applied it, and a holder the scheduler declared dead
  * does not count. Pulls go to the primary; a pull part whose primary died
  * is sent again to the slot's first live backup.
+ *
+ * One-sided pulls (pull_mode ONESIDED, docs/rdma.md): each RDMA server gets
+ * a second conn, used only for LOCATE calls and RDMA READs, so that a READ
+ * of memory the server freed (which fails the whole conn) costs no other
+ * call. A pull part READs the records of the ids whose location the
+ * table's cache holds, checks each by its seal, and sends the rest as one
+ * ordinary PULL on the main conn; then it LOCATEs those ids for next time.
+ * All of it runs on the loop thread, which alone touches the caches.
  */
 #include "worker/embstore.h"
 
@@ -40,6 +48,7 @@
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/seal.h"
 #include "common/token.h"
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
@@ -62,6 +71,16 @@
 
 #define BACKOFF_MIN_MS 10u   /* wait after the first failed reconnect */
 #define BACKOFF_MAX_MS 500u /* longest wait between reconnects */
+#define LOC_ROWS_DEFAULT (1u << 20) /* one-sided: cached locations */
+#define NOT_REMOTE UINT32_MAX	    /* a server table without seals */
+#define LOC_WAYS 4u		    /* locations per bucket: ids that share
+				       a bucket rarely push each other out */
+
+enum rd_state {
+	RD_DOWN = 0, /* no read conn (or not one-sided) */
+	RD_HELLO,    /* read conn open, HELLO in flight */
+	RD_UP,	     /* READs and LOCATEs may go */
+};
 
 enum srv_state {
 	SRV_UP = 0, /* conn open and HELLO done */
@@ -110,6 +129,14 @@ struct server {
 	bool rdma_refused;	    /* an RDMA connect to it failed: TCP */
 	bool on_rdma;		    /* the conn runs on RDMA; atomic */
 	_Alignas(8) uint8_t hello_resp[8 + EMB_WIRE_ERRMSG_MAX]; /* payload */
+	/* One-sided pulls, loop thread only once the loop runs: */
+	struct emb_conn *rconn;	    /* READs and LOCATEs; NULL while down */
+	uint32_t rstate;	    /* enum rd_state */
+	uint16_t rgen;		    /* bumped per read conn: rkeys belong to
+				       the server loop that conn landed on */
+	uint64_t rretry_ms;	    /* next read conn attempt, monotonic ms */
+	uint32_t rbackoff_ms;	    /* wait after the next failure */
+	_Alignas(8) uint8_t rhello_resp[8 + EMB_WIRE_ERRMSG_MAX]; /* payload */
 };
 
 struct emb_client {
@@ -145,6 +172,13 @@ struct emb_client {
 	uint64_t retries;     /* parts sent again; atomic */
 	uint64_t reconnects;  /* conns made again; atomic */
 
+	bool onesided;		 /* pull_mode ONESIDED */
+	uint32_t loc_rows;	 /* locations cached per table */
+	uint64_t rows_read;	 /* one-sided counters; atomic */
+	uint64_t rows_fallback;
+	uint64_t seal_failures;
+	uint64_t rconn_losses;
+
 	/* Replicated map (R > 1), else NULL. Written by the loop thread on
 	 * a death, read by callers while they partition: under map_mu. */
 	struct emb_cmap *cmap;
@@ -161,6 +195,30 @@ struct emb_client_table {
 	uint32_t row_floats;	       /* dim + state floats */
 	uint32_t *ids;		       /* table id on each server */
 	uint32_t mode; /* enum emb_mode, as set by this client */
+	/* One-sided pulls: the caches below are the loop thread's. */
+	uint32_t refs;		       /* the user's + LOCATEs in flight;
+					  atomic, the last frees */
+	struct loc *loc;	       /* (loc_mask + 1) * LOC_WAYS slots, or
+					  NULL */
+	uint32_t loc_mask;	       /* buckets - 1 */
+	struct remote *rem;	       /* per server: its record layout */
+};
+
+/* Where an id's record was, on which server and read conn generation. */
+struct loc {
+	uint64_t id;   /* the id */
+	uint64_t addr; /* record address on the server; 0 = empty slot */
+	uint32_t rkey; /* for READs on that server's read conn */
+	uint16_t srv;  /* server index */
+	uint16_t gen;  /* its rgen when located */
+};
+
+/* A server's remote-readable table as LOCATE described it. */
+struct remote {
+	uint64_t seed;	    /* seal seed */
+	uint32_t rec_bytes; /* record bytes; 0 = not known yet, NOT_REMOTE =
+			       the server keeps no seals (atomic: read by
+			       callers when they size a pull) */
 };
 
 enum op_kind {
@@ -193,6 +251,21 @@ struct part {
 	size_t resp_cap;	   /* bytes */
 	struct emb_frame_hdr rhdr; /* response header, once done */
 	int status;		   /* this part's result */
+	/* One-sided pull (os) or a pull that LOCATEs its ids (learn): */
+	bool os;		   /* READ the rows whose location is known */
+	bool os_done;		   /* READs over: the next send is two-sided */
+	bool learn;		   /* LOCATE the ids after the PULL */
+	bool fb;		   /* PULL of the misses only: miss maps row j
+				      of the response to the part's id */
+	uint16_t rgen;		   /* the server's rgen its READs went on */
+	uint32_t rb;		   /* record bytes the landing was sized for */
+	char *land;		   /* n records of rb bytes, registered */
+	struct emb_read_seg *segs; /* up to n READs */
+	uint32_t *seg_j;	   /* the part's id index of each READ */
+	uint32_t *miss;		   /* the part's id indexes sent two-sided */
+	uint64_t *miss_ids;	   /* their ids: the fallback's payload */
+	uint32_t nmiss;		   /* entries in miss */
+	struct emb_read_op rop;	   /* the READ batch */
 };
 
 struct emb_async {
@@ -213,6 +286,8 @@ struct emb_async {
 	int status;	      /* first error, else 0 */
 	uint64_t deadline_ms; /* monotonic: retries stop here */
 	const uint32_t *tids; /* pull: the table's id on each server */
+	struct emb_client_table *tbl; /* pull: the table */
+	void *os_mem;	      /* one-sided bookkeeping of the parts (kept) */
 	void *mem;	      /* everything above lives here */
 	void *resp_mem;	      /* response buffers */
 	struct emb__respbuf *rbuf; /* pull: the registered ones instead */
@@ -230,6 +305,7 @@ struct emb_async {
 	size_t mem_cap;		    /* bytes at mem */
 	size_t parts_cap;	    /* bytes at parts */
 	size_t resp_mem_cap;	    /* bytes at resp_mem */
+	size_t os_mem_cap;	    /* bytes at os_mem */
 	uint32_t *cnt;		    /* ids per server or group, and starts */
 	size_t cnt_cap;		    /* bytes at cnt */
 	struct emb_dedup *dedup;    /* the caller thread's, during the call */
@@ -286,7 +362,10 @@ static void op_scratch_free(struct emb_async *op)
 	free(op->parts);
 	free(op->resp_mem);
 	free(op->cnt);
+	free(op->os_mem);
 	emb_dedup_destroy(op->dedup);
+	op->os_mem = NULL;
+	op->os_mem_cap = 0;
 	op->mem = op->parts = op->resp_mem = op->cnt = NULL;
 	op->dedup = NULL;
 	op->mem_cap = op->parts_cap = op->resp_mem_cap = op->cnt_cap = 0;
@@ -347,6 +426,7 @@ static struct emb_async *op_new(struct emb_client *c, enum op_kind kind)
 	op->status = 0;
 	op->deadline_ms = 0;
 	op->tids = NULL;
+	op->tbl = NULL;
 	op->rbuf = NULL;
 	op->tainted = false;
 	op->done = false;
@@ -365,7 +445,8 @@ static void op_free(struct emb_async *op)
 	emb__respbuf_put(op->rbuf, !op->tainted);
 	op->rbuf = NULL;
 	/* A huge batch's scratch is not held for the next, smaller ones. */
-	if (op->mem_cap + op->parts_cap + op->resp_mem_cap > OP_KEEP_BYTES)
+	if (op->mem_cap + op->parts_cap + op->resp_mem_cap + op->os_mem_cap >
+	    OP_KEEP_BYTES)
 		op_scratch_free(op);
 	pthread_mutex_lock(&pl->mu);
 	pl->lent--;
@@ -489,7 +570,7 @@ static int pull_scatter(struct emb_async *op, struct part *p)
 		return EMB_EBADFRAME;
 	for (uint32_t j = 0; j < r.n; j++) {
 		const float *row = r.rows + (size_t)j * op->dim;
-		uint32_t u = op->pu[p->first + j];
+		uint32_t u = op->pu[p->first + (p->fb ? p->miss[j] : j)];
 		uint8_t hit = r.found ? emb_wire_bit_test(r.found, j) : 1;
 
 		for (uint32_t i = op->first[u]; i != NONE; i = op->next[i]) {
@@ -512,6 +593,7 @@ static bool srv_dead(const struct server *s)
 }
 
 static void part_send(struct emb_client *c, struct part *p);
+static void os_learn(struct emb_async *op, struct part *p);
 
 /*
  * Loop thread: a pull part whose server died goes to the first live
@@ -632,7 +714,8 @@ static void part_end(struct part *p, int status,
 		}
 		note_lost(op->c, p, lost);
 	}
-	if (status == 0) {
+	/* A one-sided part that READ every row has no response. */
+	if (status == 0 && resp) {
 		p->rhdr = *resp;
 		if (resp->status < 0) {
 			note_server_error(op->c, p);
@@ -646,6 +729,8 @@ static void part_end(struct part *p, int status,
 		}
 	}
 	p->status = status;
+	if (status == 0 && (p->learn || p->fb))
+		os_learn(op, p);
 	if (status) {
 		add(&op->c->errors, 1);
 		/* A copy on a dead holder: rep_check() decides. */
@@ -759,6 +844,313 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 	part_end(p, status, resp);
 }
 
+/* ---- one-sided pulls (loop thread) ---- */
+
+static void table_unref(struct emb_client_table *t);
+
+/* id's location, or NULL. */
+static struct loc *loc_find(const struct emb_client_table *t, uint64_t id)
+{
+	uint64_t h = emb_id_hash(id);
+	struct loc *b = &t->loc[(h & t->loc_mask) * LOC_WAYS];
+
+	for (uint32_t w = 0; w < LOC_WAYS; w++)
+		if (b[w].addr && b[w].id == id)
+			return &b[w];
+	return NULL;
+}
+
+/* Where id's location goes: its old slot, a free one, or a victim the
+ * hash picks. */
+static struct loc *loc_put(const struct emb_client_table *t, uint64_t id)
+{
+	uint64_t h = emb_id_hash(id);
+	struct loc *b = &t->loc[(h & t->loc_mask) * LOC_WAYS];
+	struct loc *e = loc_find(t, id);
+
+	for (uint32_t w = 0; !e && w < LOC_WAYS; w++)
+		if (!b[w].addr)
+			e = &b[w];
+	return e ? e : &b[(h >> 40) % LOC_WAYS];
+}
+
+/* Loop thread: drops s's read conn; READs and LOCATEs on it fail (and fall
+ * back), and locations learnt through it are stale from now on. */
+static void rconn_lost(struct server *s, int reason)
+{
+	struct emb_conn *conn = s->rconn;
+
+	if (!conn)
+		return;
+	s->rconn = NULL;
+	s->rstate = RD_DOWN;
+	s->rgen++;
+	if (reason != EMB_ECLOSED)
+		add(&s->c->rconn_losses, 1);
+	if (!stopping(s->c))
+		emb_log(EMB_LOG_INFO,
+			"server %s:%u: read connection lost (%s): "
+			"pulls go two-sided until it is back",
+			s->host, s->port, emb_strerror(reason));
+	s->rretry_ms = emb_clock_ms() + s->rbackoff_ms;
+	s->rbackoff_ms = s->rbackoff_ms ? 2 * s->rbackoff_ms : BACKOFF_MIN_MS;
+	if (s->rbackoff_ms > BACKOFF_MAX_MS)
+		s->rbackoff_ms = BACKOFF_MAX_MS;
+	emb_conn_destroy(conn);
+}
+
+/* Sends the part's misses (p->miss) as one PULL, or ends it if none. */
+static void os_fallback(struct emb_client *c, struct part *p)
+{
+	const uint64_t *ids = p->iov[0].iov_base;
+
+	if (!p->nmiss) {
+		part_end(p, 0, NULL);
+		return;
+	}
+	for (uint32_t k = 0; k < p->nmiss; k++)
+		p->miss_ids[k] = ids[p->miss[k]];
+	p->iov[0].iov_base = p->miss_ids;
+	p->iov[0].iov_len = (size_t)p->nmiss * sizeof(uint64_t);
+	p->n = p->nmiss;
+	p->hdr.count = p->nmiss;
+	p->fb = true;
+	add(&c->rows_fallback, p->nmiss);
+	part_send(c, p);
+}
+
+/* True when record rec (rb bytes, as READ) is id's row, whole. */
+static bool seal_ok(const struct remote *r, uint32_t rb, uint32_t row_floats,
+		    const char *rec, uint64_t id)
+{
+	uint64_t got_id, seal;
+
+	memcpy(&got_id, rec, sizeof(got_id));
+	memcpy(&seal, rec + rb - 8, sizeof(seal));
+	return got_id == id &&
+	       emb_seal(r->seed, id, rec + 16,
+			(size_t)row_floats * sizeof(float)) == seal;
+}
+
+static void os_read_done(void *ctx, int status)
+{
+	struct part *p = ctx;
+	struct emb_async *op = p->op;
+	struct emb_client *c = op->c;
+	struct emb_client_table *t = op->tbl;
+	struct server *s = &c->srv[p->server];
+	const struct remote *r = &t->rem[p->server];
+	const uint64_t *ids = p->iov[0].iov_base;
+	const size_t row_sz = (size_t)op->dim * sizeof(float);
+	uint64_t good = 0, bad = 0;
+
+	if (status) {
+		/* Nothing landed that can be trusted: all go two-sided. A
+		 * batch of an older read conn leaves the current one be. */
+		op->tainted = true;
+		if (p->rgen == s->rgen)
+			rconn_lost(s, status);
+		for (uint32_t k = 0; k < p->rop.n; k++)
+			p->miss[p->nmiss++] = p->seg_j[k];
+		os_fallback(c, p);
+		return;
+	}
+	for (uint32_t k = 0; k < p->rop.n; k++) {
+		uint32_t j = p->seg_j[k];
+		const char *rec = p->land + (size_t)j * p->rb;
+		uint32_t u = op->pu[p->first + j];
+
+		if (!seal_ok(r, p->rb, t->row_floats, rec, ids[j])) {
+			struct loc *e = loc_find(t, ids[j]);
+
+			if (e)
+				e->addr = 0; /* LOCATEd again after the PULL */
+			p->miss[p->nmiss++] = j;
+			bad++;
+			continue;
+		}
+		for (uint32_t i = op->first[u]; i != NONE; i = op->next[i]) {
+			memcpy(op->out + (size_t)i * op->dim, rec + 16, row_sz);
+			if (op->found)
+				op->found[i] = 1;
+		}
+		good++;
+	}
+	add(&c->rows_read, good);
+	add(&c->seal_failures, bad);
+	os_fallback(c, p);
+}
+
+/* Part p of a one-sided pull: READs for the ids with a location, the rest
+ * two-sided. Never sent this way twice (a retry is two-sided). */
+static void os_start(struct emb_client *c, struct part *p)
+{
+	struct emb_client_table *t = p->op->tbl;
+	struct server *s = &c->srv[p->server];
+	const uint64_t *ids = p->iov[0].iov_base;
+	uint32_t nseg = 0;
+	int rc;
+
+	p->os_done = true;
+	p->nmiss = 0;
+	if (s->rstate != RD_UP ||
+	    __atomic_load_n(&t->rem[p->server].rec_bytes, __ATOMIC_RELAXED) !=
+		p->rb) {
+		for (uint32_t j = 0; j < p->n; j++)
+			p->miss[p->nmiss++] = j;
+		os_fallback(c, p);
+		return;
+	}
+	for (uint32_t j = 0; j < p->n; j++) {
+		const struct loc *e = loc_find(t, ids[j]);
+
+		if (e && e->srv == p->server && e->gen == s->rgen) {
+			p->segs[nseg] = (struct emb_read_seg){
+			    .raddr = e->addr,
+			    .rkey = e->rkey,
+			    .len = p->rb,
+			    .local = p->land + (size_t)j * p->rb};
+			p->seg_j[nseg++] = j;
+		} else {
+			p->miss[p->nmiss++] = j;
+		}
+	}
+	if (!nseg) {
+		os_fallback(c, p);
+		return;
+	}
+	p->rop = (struct emb_read_op){
+	    .segs = p->segs, .n = nseg, .done = os_read_done, .ctx = p};
+	p->rgen = s->rgen;
+	rc = emb_conn_read(s->rconn, &p->rop);
+	if (rc) {
+		/* A closed conn is replaced; -EINVAL (landing memory not
+		 * registered) only costs this part its READs. */
+		if (rc == EMB_ECLOSED)
+			rconn_lost(s, rc);
+		for (uint32_t k = 0; k < nseg; k++)
+			p->miss[p->nmiss++] = p->seg_j[k];
+		os_fallback(c, p);
+	}
+}
+
+/* A LOCATE in flight: its own memory, as the pull may be over first. */
+struct locreq {
+	struct emb_client_table *t; /* holds a reference */
+	uint32_t srv;		    /* server index */
+	uint16_t gen;		    /* the server's rgen when sent */
+	uint32_t n;		    /* ids */
+	struct emb_frame_hdr hdr;   /* request header */
+	struct iovec iov;	    /* ids */
+	void *resp;		    /* response payload */
+	size_t resp_cap;	    /* its bytes */
+	uint64_t ids[];		    /* n ids */
+};
+
+static void loc_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct locreq *q = ctx;
+	struct emb_client_table *t = q->t;
+	struct emb_client *c = t->c;
+	struct server *s = &c->srv[q->srv];
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_frame f;
+	struct emb_wire_locate_resp r;
+
+	if (status) {
+		if (status != EMB_ECLOSED && q->gen == s->rgen)
+			rconn_lost(s, status);
+		goto out;
+	}
+	/* A server without --remote-read: stop asking it. */
+	if (resp->status == EMB_ENOTREMOTE) {
+		__atomic_store_n(&t->rem[q->srv].rec_bytes, NOT_REMOTE,
+				 __ATOMIC_RELAXED);
+		goto out;
+	}
+	f = (struct emb_wire_frame){.hdr = *resp, .payload = q->resp,
+				    .lim = &lim};
+	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
+	if (emb_wire_locate_resp_decode(&f, &r) != 0 || r.n != q->n ||
+	    r.row_floats != t->row_floats || q->gen != s->rgen)
+		goto out;
+	t->rem[q->srv].seed = r.seed;
+	__atomic_store_n(&t->rem[q->srv].rec_bytes, r.rec_bytes,
+			 __ATOMIC_RELAXED);
+	for (uint32_t i = 0; i < r.n; i++) {
+		struct loc *e;
+		uint64_t addr;
+		uint32_t rkey;
+
+		emb_wire_locate_entry_get(&r, i, &addr, &rkey);
+		if (!addr)
+			continue;
+		e = loc_put(t, q->ids[i]);
+		*e = (struct loc){.id = q->ids[i],
+				  .addr = addr,
+				  .rkey = rkey,
+				  .srv = (uint16_t)q->srv,
+				  .gen = q->gen};
+	}
+out:
+	table_unref(t);
+	free(q);
+}
+
+/* LOCATEs n ids of table t on server si's read conn, in frame-sized
+ * pieces. Best effort: a failure only means more two-sided pulls. */
+static void loc_request(struct emb_client *c, struct emb_client_table *t,
+			uint32_t si, const uint64_t *ids, uint32_t n)
+{
+	struct server *s = &c->srv[si];
+	uint64_t room = (s->lim.max_frame_bytes - 2 * EMB_WIRE_HDR_SIZE -
+			 EMB_WIRE_LOCATE_HEAD_SIZE) /
+			EMB_WIRE_LOCATE_ENTRY_SIZE;
+	uint32_t step = room < s->lim.max_ids ? (uint32_t)room : s->lim.max_ids;
+
+	for (uint32_t done = 0; done < n && s->rstate == RD_UP;) {
+		uint32_t m = n - done < step ? n - done : step;
+		size_t cap = EMB_WIRE_LOCATE_HEAD_SIZE +
+			     (size_t)m * EMB_WIRE_LOCATE_ENTRY_SIZE;
+		struct locreq *q;
+		int rc;
+
+		if (cap < ERR_CAP)
+			cap = ERR_CAP;
+		q = malloc(sizeof(*q) + (size_t)m * sizeof(uint64_t) + cap);
+		if (!q)
+			return;
+		*q = (struct locreq){.t = t, .srv = si, .gen = s->rgen, .n = m};
+		memcpy(q->ids, ids + done, (size_t)m * sizeof(uint64_t));
+		q->resp = q->ids + m;
+		q->resp_cap = cap;
+		q->hdr.opcode = EMB_OP_LOCATE;
+		q->hdr.table_id = t->ids[si];
+		q->hdr.count = m;
+		q->iov = (struct iovec){q->ids, (size_t)m * sizeof(uint64_t)};
+		__atomic_fetch_add(&t->refs, 1, __ATOMIC_RELAXED);
+		rc = emb_conn_call(s->rconn, &q->hdr, &q->iov, 1, q->resp,
+				   q->resp_cap, loc_done, q);
+		if (rc) {
+			__atomic_fetch_sub(&t->refs, 1, __ATOMIC_RELAXED);
+			free(q);
+			rconn_lost(s, rc);
+			return;
+		}
+		done += m;
+	}
+}
+
+/* After a part's PULL: LOCATE the ids it pulled two-sided. */
+static void os_learn(struct emb_async *op, struct part *p)
+{
+	struct emb_client *c = op->c;
+
+	if (c->srv[p->server].rstate != RD_UP)
+		return;
+	loc_request(c, op->tbl, p->server, p->iov[0].iov_base, p->n);
+}
+
 /* Loop thread: posts p on its server's conn, or queues it for the next. */
 static void part_send(struct emb_client *c, struct part *p)
 {
@@ -767,6 +1159,10 @@ static void part_send(struct emb_client *c, struct part *p)
 
 	if (srv_dead(s)) {
 		part_end(p, EMB_ENODEAD, NULL);
+		return;
+	}
+	if (p->os && !p->os_done && s->state == SRV_UP) {
+		os_start(c, p);
 		return;
 	}
 	if (s->state != SRV_UP) {
@@ -1090,6 +1486,56 @@ static void unlock_keys(struct emb_client *c)
 
 /* ---- table operations ---- */
 
+/*
+ * One-sided pulls: which parts READ (their server is on RDMA and its
+ * record layout is known), and their bookkeeping; the others LOCATE their
+ * ids once pulled, so the next pull may READ. Adds the READ landings to
+ * *resp_bytes (they share the registered response buffer). 0 or -ENOMEM.
+ */
+static int os_plan(struct emb_async *op, struct emb_client_table *t,
+		   size_t *resp_bytes)
+{
+	struct emb_client *c = op->c;
+	size_t per_id = sizeof(struct emb_read_seg) + 4 + 4 + 8, total = 0;
+	char *m;
+
+	if (!c->onesided || !t->loc)
+		return 0;
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+		const struct server *s = &c->srv[p->server];
+
+		if (!__atomic_load_n(&s->on_rdma, __ATOMIC_RELAXED))
+			continue;
+		p->rb = __atomic_load_n(&t->rem[p->server].rec_bytes,
+					__ATOMIC_RELAXED);
+		p->os = p->rb != 0 && p->rb != NOT_REMOTE;
+		p->learn = p->rb == 0;
+		if (p->os) {
+			total += p->n;
+			*resp_bytes += ((size_t)p->n * p->rb + 63) & ~(size_t)63;
+		}
+	}
+	if (!total)
+		return 0;
+	m = grow(op->os_mem, &op->os_mem_cap, total * per_id);
+	if (!m)
+		return -ENOMEM;
+	op->os_mem = m;
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+
+		if (!p->os)
+			continue;
+		p->segs = (struct emb_read_seg *)(void *)m;
+		p->miss_ids = (uint64_t *)(void *)(p->segs + p->n);
+		p->seg_j = (uint32_t *)(void *)(p->miss_ids + p->n);
+		p->miss = p->seg_j + p->n;
+		m = (char *)(p->miss + p->n);
+	}
+	return 0;
+}
+
 static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 		      uint32_t n, float *out, uint32_t flags, uint8_t *found,
 		      struct emb_async **opp)
@@ -1123,6 +1569,7 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	op->out = out;
 	op->found = found;
 	op->tids = t->ids;
+	op->tbl = t;
 	/* Pulls go to primaries; a replicated map moves them on a death. */
 	if (c->cmap)
 		pthread_mutex_lock(&c->map_mu);
@@ -1147,6 +1594,9 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 			p->resp_cap = ERR_CAP;
 		resp_bytes += (p->resp_cap + 63) & ~(size_t)63;
 	}
+	rc = os_plan(op, t, &resp_bytes);
+	if (rc)
+		goto err;
 	/* From the pool: over RDMA the rows land here, not in bounce
 	 * pages that would be copied (docs/rdma.md). */
 	op->rbuf = emb__respbuf_get(c->bufs, resp_bytes ? resp_bytes : 64);
@@ -1160,6 +1610,10 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 
 		p->resp = r;
 		r += (p->resp_cap + 63) & ~(size_t)63;
+		if (p->os) {
+			p->land = r;
+			r += ((size_t)p->n * p->rb + 63) & ~(size_t)63;
+		}
 		p->hdr.flags = wflags;
 		p->iov[0].iov_base = pids + p->first;
 		p->iov[0].iov_len = (size_t)p->n * sizeof(uint64_t);
@@ -1496,6 +1950,16 @@ static int table_new(struct emb_client *c, const struct emb_wire_spec *ws,
 	t->spec.seed = ws->seed;
 	t->row_floats =
 	    ws->dim + emb_optim_state_floats(ws->optim.kind, ws->dim);
+	t->refs = 1;
+	if (c->onesided) {
+		t->loc = calloc(c->loc_rows, sizeof(*t->loc));
+		t->rem = calloc(c->nsrv, sizeof(*t->rem));
+		if (!t->loc || !t->rem) {
+			table_unref(t);
+			return -ENOMEM;
+		}
+		t->loc_mask = c->loc_rows / LOC_WAYS - 1;
+	}
 	*out = t;
 	return 0;
 }
@@ -1633,12 +2097,22 @@ int emb_client_table_open(struct emb_client *c, const char *name,
 	return 0;
 }
 
+/* The last reference frees: the user's, or a LOCATE still in flight. */
+static void table_unref(struct emb_client_table *t)
+{
+	if (__atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL))
+		return;
+	free(t->loc);
+	free(t->rem);
+	free(t->ids);
+	free(t);
+}
+
 void emb_client_table_close(struct emb_client_table *t)
 {
 	if (!t)
 		return;
-	free(t->ids);
-	free(t);
+	table_unref(t);
 }
 
 int emb_client_table_drop(struct emb_client_table *t)
@@ -1962,6 +2436,84 @@ static void reconnect(struct emb_client *c, struct server *s)
 		server_lost(s, rc);
 }
 
+/* Loop thread: the HELLO of s's new read conn came back. */
+static void rhello_done(void *ctx, int status,
+			const struct emb_frame_hdr *resp)
+{
+	struct server *s = ctx;
+	char msg[8];
+	struct emb_wire_hello_resp hr;
+
+	if (!s->rconn || s->rstate != RD_HELLO)
+		return;
+	if (status == 0)
+		status = emb_hello_decode(resp, s->rhello_resp, &hr, msg,
+					  sizeof(msg));
+	if (status) {
+		rconn_lost(s, status);
+		return;
+	}
+	s->rstate = RD_UP;
+	s->rbackoff_ms = 0;
+}
+
+/*
+ * Loop thread, or the creating thread before the loop runs (sync): opens
+ * s's read conn over RDMA and sends its HELLO. A failure waits for the
+ * next try; pulls go two-sided meanwhile.
+ */
+static void rconnect(struct emb_client *c, struct server *s, bool sync)
+{
+	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
+	struct emb_frame_hdr hdr, rhdr;
+	struct emb_conn *conn;
+	struct iovec iov;
+	int rc;
+
+	co.host = s->host;
+	co.port = s->port;
+	co.via = c->dual ? "rdma" : NULL;
+	rc = emb_conn_create(c->tr, &co, &conn);
+	if (rc) {
+		s->rretry_ms = emb_clock_ms() + BACKOFF_MAX_MS;
+		emb_log(EMB_LOG_WARN,
+			"server %s:%u: read connection for one-sided pulls: "
+			"%s; pulling two-sided",
+			s->host, s->port, emb_strerror(rc));
+		return;
+	}
+	s->rconn = conn;
+	s->rgen++;
+	s->rstate = RD_HELLO;
+	memcpy(&hdr, c->hello_req, sizeof(hdr));
+	iov = (struct iovec){c->hello_req + EMB_WIRE_HDR_SIZE,
+			     c->hello_len - EMB_WIRE_HDR_SIZE};
+	if (sync) {
+		rc = emb_conn_call_sync(conn, &hdr, &iov, 1, s->rhello_resp,
+					sizeof(s->rhello_resp), &rhdr);
+		rhello_done(s, rc, rc ? NULL : &rhdr);
+		return;
+	}
+	rc = emb_conn_call(conn, &hdr, &iov, 1, s->rhello_resp,
+			   sizeof(s->rhello_resp), rhello_done, s);
+	if (rc)
+		rconn_lost(s, rc);
+}
+
+/* Loop thread: one-sided clients reopen lost read conns, with backoff. */
+static void rmaintain(struct emb_client *c, uint64_t now)
+{
+	for (uint32_t i = 0; i < c->nsrv && c->onesided; i++) {
+		struct server *s = &c->srv[i];
+
+		if (s->rstate == RD_DOWN && s->state == SRV_UP &&
+		    !srv_dead(s) &&
+		    __atomic_load_n(&s->on_rdma, __ATOMIC_RELAXED) &&
+		    now >= s->rretry_ms && !stopping(c))
+			rconnect(c, s, false);
+	}
+}
+
 /*
  * Loop thread: ends waiting parts whose deadline passed and reconnects
  * servers that have parts waiting and whose backoff is over. Returns how
@@ -1972,6 +2524,7 @@ static int maintain(struct emb_client *c)
 	uint64_t now = emb_clock_ms();
 	int wait = 100;
 
+	rmaintain(c, now);
 	for (uint32_t i = 0; i < c->nsrv; i++) {
 		struct server *s = &c->srv[i];
 		struct part **pp = &s->wait_head, *last = NULL;
@@ -2105,12 +2658,15 @@ static int connect_all(struct emb_client *c, const char *transport,
 		if (c->dual && c->srv[i].rdma_offered)
 			move_to_rdma(c, &c->srv[i]);
 		note_via(&c->srv[i]);
+		if (c->onesided && c->srv[i].on_rdma)
+			rconnect(c, &c->srv[i], true);
 	}
 	return 0;
 err:
 	while (i-- > 0) {
 		emb_conn_destroy(c->srv[i].conn);
 		c->srv[i].conn = NULL;
+		rconn_lost(&c->srv[i], EMB_ECLOSED);
 	}
 	emb__respbufs_destroy(c->bufs);
 	c->bufs = NULL;
@@ -2198,6 +2754,19 @@ static int client_create(const struct emb_client_opts *opts,
 	pthread_mutex_init(&c->map_mu, NULL);
 	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 30000;
 	c->part_ids = opts->part_ids ? opts->part_ids : 1024;
+	if (opts->pull_mode > EMB_PULL_ONESIDED ||
+	    opts->loc_cache_rows > (1u << 30)) {
+		rc = -EINVAL;
+		goto err_free;
+	}
+	c->onesided = opts->pull_mode == EMB_PULL_ONESIDED;
+	c->loc_rows = LOC_ROWS_DEFAULT;
+	if (opts->loc_cache_rows) {
+		/* A power of two, so a bucket is a mask of the id hash. */
+		c->loc_rows = LOC_WAYS;
+		while (c->loc_rows < opts->loc_cache_rows)
+			c->loc_rows <<= 1;
+	}
 	rc = env_admin_token(c);
 	if (rc)
 		goto err_free;
@@ -2234,8 +2803,10 @@ static int client_create(const struct emb_client_opts *opts,
 	return 0;
 
 err_conns:
-	for (uint32_t i = 0; i < c->nsrv; i++)
+	for (uint32_t i = 0; i < c->nsrv; i++) {
 		emb_conn_destroy(c->srv[i].conn);
+		rconn_lost(&c->srv[i], EMB_ECLOSED);
+	}
 	emb__respbufs_destroy(c->bufs);
 	emb_transport_destroy(c->tr);
 err_free:
@@ -2268,6 +2839,7 @@ void emb_client_destroy(struct emb_client *c)
 		c->srv[i].state = SRV_DOWN;
 		emb_conn_destroy(conn);
 		fail_waiting(&c->srv[i], EMB_ECLOSED);
+		rconn_lost(&c->srv[i], EMB_ECLOSED);
 	}
 	/* Buffers given back late are released by loop tasks: run them,
 	 * then the pool goes before the transport that registered it. */
@@ -2390,6 +2962,13 @@ void emb_client_stats(struct emb_client *c, struct emb_client_stats *out)
 	out->retries = __atomic_load_n(&c->retries, __ATOMIC_RELAXED);
 	out->reconnects = __atomic_load_n(&c->reconnects, __ATOMIC_RELAXED);
 	out->resp_copied = ts.resp_bounced;
+	out->rows_read = __atomic_load_n(&c->rows_read, __ATOMIC_RELAXED);
+	out->rows_fallback =
+	    __atomic_load_n(&c->rows_fallback, __ATOMIC_RELAXED);
+	out->seal_failures =
+	    __atomic_load_n(&c->seal_failures, __ATOMIC_RELAXED);
+	out->read_conn_losses =
+	    __atomic_load_n(&c->rconn_losses, __ATOMIC_RELAXED);
 }
 
 int emb_client_last_error(struct emb_client *c, char *buf, size_t cap)

@@ -44,12 +44,30 @@ struct emb_client_opts {
 	uint32_t part_ids;	   /* most ids per request: a larger batch is
 				      split and pipelined; 0 = 1024 */
 	const char *name;	   /* shown in server logs; NULL = "embstore" */
+	uint32_t pull_mode;	   /* enum emb_pull_mode: how pulls reach
+				      servers over RDMA; TCP conns always
+				      pull two-sided */
+	uint32_t loc_cache_rows;   /* onesided: row locations kept per table
+				      (24 bytes each); 0 = 2^20 */
+};
+
+/*
+ * How a pull reaches a server over RDMA (docs/rdma.md). ONESIDED reads rows
+ * straight out of the server's table memory with RDMA READs, checks every
+ * row by its seal, and pulls two-sided the rows it has no location for or
+ * whose read failed the check; it needs a server started with
+ * --remote-read (else every row goes two-sided). Pushes are two-sided.
+ */
+enum emb_pull_mode {
+	EMB_PULL_TWOSIDED = 0, /* PULL requests; the server copies the rows */
+	EMB_PULL_ONESIDED = 1, /* RDMA READs, two-sided where they fail */
 };
 
 #define EMB_CLIENT_OPTS_DEFAULT                                                \
 	((struct emb_client_opts){.servers = "127.0.0.1:7164",                 \
 				  .transport = "tcp",                          \
-				  .timeout_ms = 30000})
+				  .timeout_ms = 30000,                         \
+				  .pull_mode = EMB_PULL_TWOSIDED})
 
 /* A table as the cluster knows it. */
 struct emb_table_spec {
@@ -93,6 +111,16 @@ struct emb_client_stats {
 	uint64_t resp_copied; /* RDMA responses that landed in transport
 				 memory and were copied (0 when the
 				 response buffers are registered) */
+	uint64_t rows_read;	/* onesided: rows pulled by RDMA READ whose
+				   seal held */
+	uint64_t rows_fallback; /* onesided: rows pulled two-sided instead
+				   (no location yet, seal broken, read
+				   failed) */
+	uint64_t seal_failures; /* onesided: READs whose row failed the
+				   check (moved, freed, torn by a push) */
+	uint64_t read_conn_losses; /* onesided: read connections lost (a
+				      READ of memory the server freed ends
+				      its connection) */
 };
 
 /*

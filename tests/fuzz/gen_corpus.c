@@ -293,6 +293,23 @@ int main(int argc, char **argv)
 	save_iovs("erase_req", &v, emb_wire_erase_req_encode(&v, 8, 1, ids, 3));
 	save("erase_resp",
 	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_ERASE, 8, 1, 2));
+	save_iovs("locate_req", &v,
+		  emb_wire_locate_req_encode(&v, 8, 1, ids, 3));
+	{
+		struct emb_wire_locate_resp lr = {.seed = 0x5eed,
+						  .rec_bytes = 48,
+						  .row_floats = 6,
+						  .n = 3};
+		uint8_t ent[3 * EMB_WIRE_LOCATE_ENTRY_SIZE];
+
+		for (uint32_t e = 0; e < 3; e++)
+			emb_wire_locate_entry_put(ent, e,
+						  e ? 0x7f0000001000ull * e : 0,
+						  0x1234 + e);
+		lr.entries = ent;
+		save("locate_resp",
+		     emb_wire_locate_resp_encode(buf, sizeof(buf), 8, 1, &lr));
+	}
 	save("stats_req",
 	     emb_wire_empty_req_encode(buf, sizeof(buf), EMB_OP_STATS, 9, 0));
 	memset(st, 0, sizeof(st));

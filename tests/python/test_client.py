@@ -27,12 +27,29 @@ def test_connect_properties(client, servers):
     assert set(client.stats()) == {"requests", "bytes_out", "bytes_in",
                                    "errors", "ids_in", "ids_sent",
                                    "retries", "reconnects",
-                                   "resp_copied"}
+                                   "resp_copied", "rows_read",
+                                   "rows_fallback", "seal_failures",
+                                   "read_conn_losses"}
 
 
 def test_auto_transport_falls_back_to_tcp(servers):
     with embstore.connect(servers=servers) as c:
         assert c.transport in ("tcp", "rdma")
+
+
+def test_onesided_pull_mode_is_ignored_over_tcp(servers, name):
+    with embstore.connect(servers=servers, transport="tcp",
+                          pull_mode="onesided") as c:
+        t = c.table(name, DIM, init="normal:0,0.1", seed=4)
+        ids = np.arange(64, dtype=np.uint64)
+        np.testing.assert_array_equal(
+            t.pull(ids), embstore.initial_rows("normal:0,0.1", 4, ids, DIM))
+        st = c.stats()
+        assert st["rows_read"] == 0 and st["rows_fallback"] == 0
+    with pytest.raises(ValueError):
+        embstore.connect(servers=servers, transport="tcp", pull_mode="rdma")
+    with pytest.raises(ValueError):
+        embstore.connect(servers=servers, loc_cache_rows=-1)
 
 
 def test_pull_creates_rows_from_the_initializer(client, name):

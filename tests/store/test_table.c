@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "store_test.h"
+#include "common/seal.h"
 
 /* Every option the table keeps comes back from emb_table_get_opts(). */
 static void test_create_reports_opts(void)
@@ -484,6 +485,81 @@ static void test_extreme_ids(void)
 		emb_table_destroy(t);
 	}
 	CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* True when the record at addr holds id, sealed (common/seal.h). */
+static bool sealed_as(const struct emb_table_remote *r, uint64_t addr,
+		      uint64_t id)
+{
+	const char *rec = (const char *)(uintptr_t)addr;
+	uint64_t got, seal;
+
+	memcpy(&got, rec, 8);
+	memcpy(&seal, rec + r->rec_bytes - 8, 8);
+	return got == id &&
+	       emb_seal(r->seed, id, rec + 16, 4ull * r->row_floats) == seal;
+}
+
+static uint32_t count_sealed(const struct emb_table_remote *r,
+			     const uint64_t *addrs, const uint64_t *ids,
+			     uint32_t n)
+{
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		k += addrs[i] && sealed_as(r, addrs[i], ids[i]);
+	return k;
+}
+
+static void test_remote_read_seals(void)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct emb_table_remote r;
+	struct emb_table *t, *plain;
+	uint64_t ids[64], addrs[64], again[64];
+	float rows[64 * 8], g[64 * 8];
+
+	o.remote_read = true;
+	t = table_new(&o);
+	o.remote_read = false;
+	plain = table_new(&o);
+	CU_ASSERT_FALSE(emb_table_remote(plain, &r));
+	CU_ASSERT_EQUAL(emb_table_locate(plain, ids, 1, addrs), EMB_EBADARG);
+	CU_ASSERT_TRUE_FATAL(emb_table_remote(t, &r));
+	/* 8 bytes a row more than a plain table's record. */
+	CU_ASSERT_EQUAL(r.rec_bytes, table_stats(plain).row_bytes + 8);
+	CU_ASSERT_EQUAL(r.row_floats, 8);
+	for (uint32_t i = 0; i < 64; i++) {
+		ids[i] = 1000 + 7 * i;
+		for (uint32_t j = 0; j < 8; j++)
+			g[i * 8 + j] = (float)(i + j) * 0.5f;
+	}
+	CU_ASSERT_EQUAL(emb_table_locate(t, ids, 64, addrs), 0);
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, 32, rows, 0, NULL), 32);
+	CU_ASSERT_EQUAL(emb_table_locate(t, ids, 64, addrs), 32);
+	CU_ASSERT_EQUAL(count_sealed(&r, addrs, ids, 64), 32); /* created */
+	CU_ASSERT_EQUAL(emb_table_push(t, ids, 48, g), 0);
+	CU_ASSERT_EQUAL(emb_table_locate(t, ids, 64, addrs), 48);
+	CU_ASSERT_EQUAL(count_sealed(&r, addrs, ids, 64), 48); /* pushed */
+	CU_ASSERT_EQUAL(emb_table_assign(t, ids, 64, g, false, NULL), 0);
+	CU_ASSERT_EQUAL(emb_table_locate(t, ids, 64, addrs), 64);
+	CU_ASSERT_EQUAL(count_sealed(&r, addrs, ids, 64), 64); /* assigned */
+	/* A freed record fails the check at its old address. */
+	CU_ASSERT_EQUAL(emb_table_erase(t, ids, 16), 16);
+	CU_ASSERT_EQUAL(count_sealed(&r, addrs, ids, 16), 0);
+	CU_ASSERT_EQUAL(count_sealed(&r, addrs, ids, 64), 48);
+	/* Reused for another id: not the old id's row either. */
+	again[0] = 99999;
+	CU_ASSERT_EQUAL(emb_table_pull(t, again, 1, rows, 0, NULL), 1);
+	CU_ASSERT_EQUAL(count_sealed(&r, addrs, ids, 16), 0);
+	/* Dropped (memory still there): nothing passes any more. */
+	emb_table_unseal_all(t);
+	CU_ASSERT_EQUAL(count_sealed(&r, addrs, ids, 64), 0);
+	CU_ASSERT_FALSE(emb_table_remote(t, &r));
+	CU_ASSERT_EQUAL(emb_table_push(t, ids + 16, 8, g), 0);
+	CU_ASSERT_EQUAL(emb_table_locate(t, ids, 64, addrs), EMB_EBADARG);
+	emb_table_destroy(t);
+	emb_table_destroy(plain);
 }
 
 static void test_erase_counts(void)
@@ -1465,6 +1541,9 @@ int main(int argc, char **argv)
 	     test_pull_duplicate_missing_far},
 	    {"ids 0 and UINT64_MAX are ordinary ids", test_extreme_ids},
 	    {"erase returns how many were present", test_erase_counts},
+	    {"remote-readable rows are sealed by every writer, broken when "
+	     "freed or dropped",
+	     test_remote_read_seals},
 	    {"dims 1, 7, 64, 4096 round trip with and without state",
 	     test_round_trip_dims},
 	    {"assign of a duplicated id keeps the last",

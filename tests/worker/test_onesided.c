@@ -1,0 +1,430 @@
+/*
+ * tests/worker/test_onesided.c - one-sided pulls (pull_mode ONESIDED) over
+ * RDMA verbs against a --remote-read server in this process: rows READ out
+ * of table memory are bit for bit what two-sided pulls and the initializer
+ * give, a row being pushed is never handed out torn, and rows that were
+ * erased, evicted or whose table was dropped fall back to two-sided pulls.
+ * Runs where an RDMA device and RDMA_VM_IP exist (the Soft-RoCE VM, see
+ * .ci/run); elsewhere it exits 77.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/init.h"
+#include "harness.h"
+#include "netutil.h"
+#include "server/server.h"
+#include "transport/transport.h"
+#include "worker/embstore.h"
+
+#define DIM 64
+#define BATCH 2048
+/* Pulls a test makes at most while locations are being learnt: LOCATE
+ * follows a pull's fallback without holding it up. */
+#define LEARN_TRIES 50
+
+static const char *ip;
+
+static struct emb_server *start_server(bool remote_read)
+{
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_server *srv = NULL;
+
+	so.host = ip;
+	so.transport = "rdma";
+	so.zero_copy_pulls = true;
+	so.remote_read = remote_read;
+	CU_ASSERT_EQUAL(emb_server_create(&so, &srv), 0);
+	return srv;
+}
+
+static struct emb_client *client(uint16_t port, uint32_t mode)
+{
+	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
+	struct emb_client *c = NULL;
+	char addr[128];
+
+	snprintf(addr, sizeof(addr), "%s:%u", ip, port);
+	co.servers = addr;
+	co.transport = "rdma";
+	co.timeout_ms = 60000; /* the VM is emulated: slow, not hung */
+	co.pull_mode = mode;
+	co.loc_cache_rows = 1u << 16;
+	CU_ASSERT_EQUAL(emb_client_create(&co, &c), 0);
+	return c;
+}
+
+static uint64_t rows_read(struct emb_client *c)
+{
+	struct emb_client_stats st;
+
+	emb_client_stats(c, &st);
+	return st.rows_read;
+}
+
+/*
+ * Pulls ids through t until one pull READ all n rows (their LOCATEs have
+ * come back); true if one did within LEARN_TRIES pulls.
+ */
+static bool learn(struct emb_client *c, struct emb_client_table *t,
+		  const uint64_t *ids, uint32_t n, float *out)
+{
+	for (int i = 0; i < LEARN_TRIES; i++) {
+		uint64_t before = rows_read(c);
+
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_pull(t, ids, n, out, 0, NULL), 0);
+		if (rows_read(c) - before == n)
+			return true;
+		usleep(20000);
+	}
+	{
+		struct emb_client_stats st;
+
+		emb_client_stats(c, &st);
+		fprintf(stderr,
+			"  locations not learnt: %llu rows READ, %llu two-sided, "
+			"%llu seal failures, %llu read conns lost\n",
+			(unsigned long long)st.rows_read,
+			(unsigned long long)st.rows_fallback,
+			(unsigned long long)st.seal_failures,
+			(unsigned long long)st.read_conn_losses);
+	}
+	return false;
+}
+
+/* Floats of rows[n][DIM] that differ from the initializer's (bitwise). */
+static uint32_t not_initial(const struct emb_table_spec *sp,
+			    const uint64_t *ids, uint32_t n, const float *rows)
+{
+	float want[DIM];
+	uint32_t bad = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		emb_init_row(&sp->init, sp->seed, ids[i], want, DIM);
+		bad += memcmp(want, rows + (size_t)i * DIM, sizeof(want)) != 0;
+	}
+	return bad;
+}
+
+static void test_rows_match_two_sided(void)
+{
+	struct emb_table_spec sp = nt_spec("match", DIM, 3);
+	struct emb_server *srv = start_server(true);
+	struct emb_client *one, *two;
+	struct emb_client_table *t1, *t2;
+	struct emb_client_stats st;
+	uint64_t *ids = malloc(BATCH * sizeof(*ids));
+	float *a = malloc((size_t)BATCH * DIM * sizeof(float));
+	float *b = malloc((size_t)BATCH * DIM * sizeof(float));
+	float *g = malloc((size_t)BATCH * DIM * sizeof(float));
+	uint32_t bad = 0;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(srv);
+	one = client(emb_server_port(srv), EMB_PULL_ONESIDED);
+	two = client(emb_server_port(srv), EMB_PULL_TWOSIDED);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(one);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(two);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(one, &sp, &t1), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(two, "match", &t2), 0);
+	for (uint32_t i = 0; i < BATCH; i++)
+		ids[i] = (uint64_t)i * 2654435761u + 17;
+	CU_ASSERT_FATAL(learn(one, t1, ids, BATCH, a));
+	CU_ASSERT_EQUAL(not_initial(&sp, ids, BATCH, a), 0);
+	/* Pushed rows are what the next READ brings: a push is applied, and
+	 * its rows sealed, before it is acknowledged. */
+	for (uint32_t r = 0; r < 4; r++) {
+		for (size_t k = 0; k < (size_t)BATCH * DIM; k++)
+			g[k] = (float)((k + r) % 9) - 4.0f;
+		CU_ASSERT_EQUAL(emb_client_table_push(t2, ids, BATCH, g, r, 0),
+				0);
+		CU_ASSERT_EQUAL(emb_client_table_pull(t1, ids, BATCH, a, 0,
+						      NULL),
+				0);
+		CU_ASSERT_EQUAL(emb_client_table_pull(t2, ids, BATCH, b, 0,
+						      NULL),
+				0);
+		bad += memcmp(a, b, (size_t)BATCH * DIM * sizeof(float)) != 0;
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	emb_client_stats(one, &st);
+	CU_ASSERT(st.rows_read >= 5ull * BATCH);
+	CU_ASSERT_EQUAL(st.read_conn_losses, 0);
+	emb_client_stats(two, &st);
+	CU_ASSERT_EQUAL(st.rows_read, 0);
+	emb_client_table_close(t1);
+	emb_client_table_close(t2);
+	emb_client_destroy(one);
+	emb_client_destroy(two);
+	emb_server_destroy(srv);
+	free(ids);
+	free(a);
+	free(b);
+	free(g);
+}
+
+/* A server without --remote-read: every row comes two-sided, right. */
+static void test_plain_server_pulls_two_sided(void)
+{
+	struct emb_table_spec sp = nt_spec("plain", DIM, 4);
+	struct emb_server *srv = start_server(false);
+	struct emb_client_table *t;
+	struct emb_client_stats st;
+	struct emb_client *c;
+	uint64_t ids[256];
+	float rows[256 * DIM];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(srv);
+	c = client(emb_server_port(srv), EMB_PULL_ONESIDED);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	for (uint32_t i = 0; i < 256; i++)
+		ids[i] = i;
+	for (int r = 0; r < 3; r++) {
+		CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 256, rows, 0,
+						      NULL),
+				0);
+		CU_ASSERT_EQUAL(not_initial(&sp, ids, 256, rows), 0);
+	}
+	emb_client_stats(c, &st);
+	CU_ASSERT_EQUAL(st.rows_read, 0);
+	CU_ASSERT_EQUAL(st.rows_fallback, 0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	emb_server_destroy(srv);
+}
+
+/*
+ * Torn rows: every row starts with equal elements and every push adds the
+ * same gradient to all of them, so a row is only ever all-equal. A READ
+ * that mixed two versions of a row would show unequal elements, unless the
+ * seal check let it through.
+ */
+#define HOT 512
+#define READS 60
+
+struct pusher {
+	struct emb_client_table *t; /* two-sided client's */
+	uint64_t *ids;		    /* HOT ids */
+	int stop;		    /* atomic */
+	uint32_t pushes;	    /* done */
+	int rc;			    /* first failure */
+};
+
+static void *push_main(void *arg)
+{
+	struct pusher *p = arg;
+	float *g = malloc((size_t)HOT * DIM * sizeof(float));
+
+	while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) && !p->rc) {
+		float v = (float)(p->pushes % 7) * 0.125f - 0.375f;
+
+		for (size_t k = 0; k < (size_t)HOT * DIM; k++)
+			g[k] = v;
+		p->rc = emb_client_table_push(p->t, p->ids, HOT, g,
+					      p->pushes, 0);
+		p->pushes++;
+	}
+	free(g);
+	return NULL;
+}
+
+static void test_no_torn_rows_under_pushes(void)
+{
+	struct emb_table_spec sp = nt_spec("torn", DIM, 5);
+	struct emb_server *srv = start_server(true);
+	struct emb_client_table *t1, *t2;
+	struct emb_client *one, *two;
+	struct emb_client_stats st;
+	struct pusher p = {0};
+	pthread_t th;
+	uint64_t ids[HOT];
+	float *rows = malloc((size_t)HOT * DIM * sizeof(float));
+	uint32_t torn = 0;
+
+	sp.init = (struct emb_init_cfg){.kind = EMB_INIT_CONSTANT, .a = 0.5f};
+	sp.optim.lr = 1.0f;
+	CU_ASSERT_PTR_NOT_NULL_FATAL(srv);
+	one = client(emb_server_port(srv), EMB_PULL_ONESIDED);
+	two = client(emb_server_port(srv), EMB_PULL_TWOSIDED);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(one);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(two);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(one, &sp, &t1), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(two, "torn", &t2), 0);
+	for (uint32_t i = 0; i < HOT; i++)
+		ids[i] = (uint64_t)i * 7919u + 3;
+	CU_ASSERT_FATAL(learn(one, t1, ids, HOT, rows));
+	p.t = t2;
+	p.ids = ids;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, push_main, &p), 0);
+	for (uint32_t r = 0; r < READS; r++) {
+		CU_ASSERT_EQUAL(emb_client_table_pull(t1, ids, HOT, rows, 0,
+						      NULL),
+				0);
+		for (uint32_t i = 0; i < HOT; i++) {
+			const float *w = rows + (size_t)i * DIM;
+
+			for (uint32_t j = 1; j < DIM; j++)
+				if (memcmp(&w[j], &w[0], sizeof(float))) {
+					torn++;
+					break;
+				}
+		}
+	}
+	__atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(p.rc, 0);
+	CU_ASSERT_EQUAL(torn, 0);
+	CU_ASSERT(p.pushes > 0);
+	emb_client_stats(one, &st);
+	/* The reads ran one-sided (the seal broke for rows caught mid-push,
+	 * which then came two-sided). */
+	CU_ASSERT(st.rows_read > (uint64_t)HOT * READS / 4);
+	fprintf(stderr, "  %u pushes, %llu rows READ, %llu seal failures\n",
+		p.pushes, (unsigned long long)st.rows_read,
+		(unsigned long long)st.seal_failures);
+	emb_client_table_close(t1);
+	emb_client_table_close(t2);
+	emb_client_destroy(one);
+	emb_client_destroy(two);
+	emb_server_destroy(srv);
+	free(rows);
+}
+
+static void test_erased_and_evicted_rows_fall_back(void)
+{
+	struct emb_table_spec sp = nt_spec("evict", DIM, 6);
+	struct emb_server *srv = start_server(true);
+	struct emb_client_table_stats ts;
+	struct emb_client_stats st0, st;
+	struct emb_client_table *t;
+	struct emb_client *c;
+	uint64_t *ids = malloc(4 * BATCH * sizeof(*ids));
+	float *rows = malloc((size_t)4 * BATCH * DIM * sizeof(float));
+	uint64_t erased = 0;
+
+	/* Room for a quarter of the ids: pulling the rest evicts. */
+	sp.life.max_rows = BATCH;
+	CU_ASSERT_PTR_NOT_NULL_FATAL(srv);
+	c = client(emb_server_port(srv), EMB_PULL_ONESIDED);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	for (uint32_t i = 0; i < 4 * BATCH; i++)
+		ids[i] = 1000003ull * i + 11;
+
+	/* Erased: the freed records' seals are broken. */
+	CU_ASSERT_FATAL(learn(c, t, ids, 512, rows));
+	CU_ASSERT_EQUAL(emb_client_table_erase(t, ids, 256, &erased), 0);
+	CU_ASSERT_EQUAL(erased, 256);
+	emb_client_stats(c, &st0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 512, rows, 0, NULL), 0);
+	CU_ASSERT_EQUAL(not_initial(&sp, ids, 512, rows), 0);
+	emb_client_stats(c, &st);
+	CU_ASSERT(st.seal_failures - st0.seal_failures >= 256);
+	CU_ASSERT(st.rows_fallback - st0.rows_fallback >= 256);
+
+	/* Evicted (max_rows; pushes sweep), records reused for other ids.
+	 * Zero gradients leave every row at its initial value. */
+	CU_ASSERT_FATAL(learn(c, t, ids, BATCH / 2, rows));
+	memset(rows, 0, (size_t)BATCH * DIM * sizeof(float));
+	for (uint32_t b = 1; b < 4; b++)
+		CU_ASSERT_EQUAL(emb_client_table_push(t, ids + b * BATCH,
+						      BATCH, rows, b, 0),
+				0);
+	CU_ASSERT_EQUAL(emb_client_table_stats(t, &ts), 0);
+	CU_ASSERT(ts.rows_evicted_cap > 0);
+	emb_client_stats(c, &st0);
+	CU_ASSERT_EQUAL(
+	    emb_client_table_pull(t, ids, BATCH / 2, rows, 0, NULL), 0);
+	CU_ASSERT_EQUAL(not_initial(&sp, ids, BATCH / 2, rows), 0);
+	emb_client_stats(c, &st);
+	CU_ASSERT(st.seal_failures > st0.seal_failures);
+	CU_ASSERT_EQUAL(st.read_conn_losses, 0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	emb_server_destroy(srv);
+	free(ids);
+	free(rows);
+}
+
+/*
+ * A dropped table: once its memory is deregistered a READ of it ends the
+ * read conn (not the main one); pulls fail with EMB_ENOTABLE, never with
+ * old rows, and another table is READ again over the next read conn. (The
+ * seals a drop breaks while the memory lives on are store/table's test.)
+ */
+static void test_dropped_table_is_never_read(void)
+{
+	struct emb_table_spec a = nt_spec("gone", DIM, 7),
+			      b = nt_spec("next", DIM, 8);
+	struct emb_server *srv = start_server(true);
+	struct emb_server_stats ss;
+	struct emb_client_table *ta, *tb;
+	struct emb_client_stats st;
+	struct emb_client *c;
+	uint64_t ids[512];
+	float rows[512 * DIM];
+	uint64_t mem, read0;
+	int i;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(srv);
+	c = client(emb_server_port(srv), EMB_PULL_ONESIDED);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &a, &ta), 0);
+	for (i = 0; i < 512; i++)
+		ids[i] = (uint64_t)i * 31 + 5;
+	CU_ASSERT_FATAL(learn(c, ta, ids, 512, rows));
+	read0 = rows_read(c);
+	emb_server_stats(srv, &ss);
+	mem = ss.mem_used;
+
+	CU_ASSERT_EQUAL(emb_client_table_drop(ta), 0);
+	for (i = 0; i < 500; i++) {
+		emb_server_stats(srv, &ss);
+		if (ss.tables == 0 && ss.mem_used < mem)
+			break;
+		usleep(10000);
+	}
+	CU_ASSERT_EQUAL(emb_client_table_pull(ta, ids, 512, rows, 0, NULL),
+			EMB_ENOTABLE);
+	emb_client_stats(c, &st);
+	CU_ASSERT(st.read_conn_losses >= 1);
+	CU_ASSERT_EQUAL(st.rows_read, read0); /* no row of it passed */
+
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &b, &tb), 0);
+	CU_ASSERT(learn(c, tb, ids, 512, rows));
+	CU_ASSERT_EQUAL(not_initial(&b, ids, 512, rows), 0);
+	emb_client_table_close(ta);
+	emb_client_table_close(tb);
+	emb_client_destroy(c);
+	emb_server_destroy(srv);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+		{"one-sided pulls give the rows two-sided pulls give",
+		 test_rows_match_two_sided},
+		{"a server without remote reads is pulled two-sided",
+		 test_plain_server_pulls_two_sided},
+		{"rows being pushed are never read torn",
+		 test_no_torn_rows_under_pushes},
+		{"erased and evicted rows fall back to two-sided pulls",
+		 test_erased_and_evicted_rows_fall_back},
+		{"a dropped table is never read, and reads resume after",
+		 test_dropped_table_is_never_read},
+		{NULL, NULL},
+	};
+
+	ip = getenv("RDMA_VM_IP");
+	if (!ip || !emb_transport_available("rdma")) {
+		fprintf(stderr, "worker/onesided: no RDMA device here (set "
+				"RDMA_VM_IP inside ../shared/rdma-vm); skipped\n");
+		return 77;
+	}
+	return emb_test_main(argc, argv, "worker", cases);
+}
