@@ -52,6 +52,7 @@ struct emb_bench_cfg {
 	/* client backend only */
 	const char *servers;	    /* "host:port,..." */
 	const char *transport;	    /* "tcp", "rdma" or "auto" */
+	uint32_t pull_mode;	    /* enum emb_pull_mode */
 	bool from_env;		    /* join the cluster from the environment */
 	const uint8_t *auth_token;  /* sent to servers and scheduler, or NULL */
 	uint32_t auth_token_len;    /* bytes */
@@ -75,6 +76,8 @@ struct emb_bench_report {
 	uint64_t bytes_written;	 /* gradient and written-back row bytes */
 	uint64_t wire_bytes_in;	 /* frames received, headers and ids too */
 	uint64_t wire_bytes_out; /* frames sent */
+	uint64_t rows_read;	 /* one-sided: rows READ and validated */
+	uint64_t rows_fallback;	 /* one-sided: rows pulled two-sided */
 	uint64_t stalls;	 /* cache: lookups that waited for rows */
 	uint64_t wait_ns;	 /* cache: time they waited */
 };

@@ -48,6 +48,10 @@ static int connect_client(const struct emb_bench_cfg *cfg,
 
 	co.servers = cfg->servers;
 	co.transport = cfg->transport;
+	co.pull_mode = cfg->pull_mode;
+	/* Locations for every row, with room for the hash to spread them. */
+	if (cfg->rows && cfg->rows <= (1u << 29))
+		co.loc_cache_rows = (uint32_t)(2 * cfg->rows);
 	co.name = "embstore-bench";
 	co.timeout_ms = 60000;
 	co.auth_token = cfg->auth_token;
@@ -298,6 +302,8 @@ static void add_wire(struct emb_client *c, struct emb_bench_report *out)
 	emb_client_stats(c, &s);
 	out->wire_bytes_in += s.bytes_in;
 	out->wire_bytes_out += s.bytes_out;
+	out->rows_read += s.rows_read;
+	out->rows_fallback += s.rows_fallback;
 }
 
 static void client_report(void *be, struct emb_bench_report *out)

@@ -132,6 +132,10 @@ static void usage(FILE *f)
 	    " set: join\n"
 	    "                        the cluster as a worker)\n"
 	    "  --transport T         tcp | rdma | auto (tcp)\n"
+	    "  --pull-mode M         twosided | onesided (twosided): onesided "
+	    "READs rows\n"
+	    "                        out of --remote-read servers' memory over "
+	    "RDMA\n"
 	    "  --auth-token-file F   token for the servers and the scheduler\n"
 	    "                        (EMB_AUTH_TOKEN_FILE)\n"
 	    "  --preload | --no-preload  create the rows first (default on)\n"
@@ -240,6 +244,7 @@ enum {
 	OPT_ADMIT,
 	OPT_EVICT,
 	OPT_VERIFY,
+	OPT_PULL_MODE,
 };
 
 static const struct option long_opts[] = {
@@ -261,6 +266,7 @@ static const struct option long_opts[] = {
     {"sched", required_argument, NULL, OPT_SCHED},
     {"auth-token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"transport", required_argument, NULL, OPT_TRANSPORT},
+    {"pull-mode", required_argument, NULL, OPT_PULL_MODE},
     {"preload", no_argument, NULL, OPT_PRELOAD},
     {"no-preload", no_argument, NULL, OPT_NO_PRELOAD},
     {"cache", required_argument, NULL, OPT_CACHE},
@@ -397,6 +403,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			if (strcmp(optarg, "tcp") && strcmp(optarg, "rdma") &&
 			    strcmp(optarg, "auto"))
 				what = "--transport";
+			break;
+		case OPT_PULL_MODE:
+			if (strcmp(optarg, "twosided") == 0)
+				o->cfg.pull_mode = EMB_PULL_TWOSIDED;
+			else if (strcmp(optarg, "onesided") == 0)
+				o->cfg.pull_mode = EMB_PULL_ONESIDED;
+			else
+				what = "--pull-mode";
 			break;
 		case OPT_PRELOAD:
 			o->cfg.preload = true;
@@ -1053,6 +1067,8 @@ static void report_diff(const struct emb_bench_report *a,
 	out->bytes_written -= a->bytes_written;
 	out->wire_bytes_in -= a->wire_bytes_in;
 	out->wire_bytes_out -= a->wire_bytes_out;
+	out->rows_read -= a->rows_read;
+	out->rows_fallback -= a->rows_fallback;
 	out->stalls -= a->stalls;
 	out->wait_ns -= a->wait_ns;
 }
@@ -1128,6 +1144,11 @@ static void print_summary(FILE *f, const struct opts *o,
 		per_batch(r, r->net.bytes_written) / 1e3,
 		per_batch(r, r->net.wire_bytes_in) / 1e3,
 		per_batch(r, r->net.wire_bytes_out) / 1e3);
+	if (o->cfg.pull_mode == EMB_PULL_ONESIDED)
+		fprintf(f,
+			"  one-sided  %" PRIu64 " rows READ, %" PRIu64
+			" pulled two-sided\n",
+			r->net.rows_read, r->net.rows_fallback);
 	if (r->net.cached)
 		fprintf(f,
 			"  cache    %u rows, %s, %s, prefetch %u: hit ratio %.3f,"
@@ -1209,14 +1230,19 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 			",\"bytes_written_per_batch\":%.0f"
 			",\"wire_bytes_in\":%" PRIu64
 			",\"wire_bytes_out\":%" PRIu64
-			",\"stalls\":%" PRIu64 ",\"wait_us_per_batch\":%.1f",
+			",\"stalls\":%" PRIu64 ",\"wait_us_per_batch\":%.1f"
+			",\"pull_mode\":\"%s\",\"rows_read\":%" PRIu64
+			",\"rows_fallback\":%" PRIu64,
 			o->cfg.cache_rows, o->cfg.prefetch, o->cfg.staleness,
 			o->compute_us, hit_ratio(&r->net), r->net.bytes_fetched,
 			r->net.bytes_written,
 			per_batch(r, r->net.bytes_fetched),
 			per_batch(r, r->net.bytes_written),
 			r->net.wire_bytes_in, r->net.wire_bytes_out,
-			r->net.stalls, per_batch(r, r->net.wait_ns) / 1e3);
+			r->net.stalls, per_batch(r, r->net.wait_ns) / 1e3,
+			o->cfg.pull_mode == EMB_PULL_ONESIDED ? "onesided"
+							      : "twosided",
+			r->net.rows_read, r->net.rows_fallback);
 	}
 	fputs("}\n", f);
 }

@@ -73,8 +73,9 @@
 #define BACKOFF_MAX_MS 500u /* longest wait between reconnects */
 #define LOC_ROWS_DEFAULT (1u << 20) /* one-sided: cached locations */
 #define NOT_REMOTE UINT32_MAX	    /* a server table without seals */
-#define LOC_WAYS 4u		    /* locations per bucket: ids that share
-				       a bucket rarely push each other out */
+#define LOC_WAYS 4u		    /* locations per bucket; an id may sit in
+				       either of two buckets, so ids rarely
+				       push each other out below ~90% load */
 
 enum rd_state {
 	RD_DOWN = 0, /* no read conn (or not one-sided) */
@@ -848,30 +849,43 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 
 static void table_unref(struct emb_client_table *t);
 
+/* id's two candidate buckets (they may coincide). */
+static void loc_buckets(const struct emb_client_table *t, uint64_t id,
+			struct loc **b0, struct loc **b1)
+{
+	uint64_t h = emb_id_hash(id);
+
+	*b0 = &t->loc[(h & t->loc_mask) * LOC_WAYS];
+	*b1 = &t->loc[((h >> 32) & t->loc_mask) * LOC_WAYS];
+}
+
 /* id's location, or NULL. */
 static struct loc *loc_find(const struct emb_client_table *t, uint64_t id)
 {
-	uint64_t h = emb_id_hash(id);
-	struct loc *b = &t->loc[(h & t->loc_mask) * LOC_WAYS];
+	struct loc *b[2];
 
-	for (uint32_t w = 0; w < LOC_WAYS; w++)
-		if (b[w].addr && b[w].id == id)
-			return &b[w];
+	loc_buckets(t, id, &b[0], &b[1]);
+	for (uint32_t k = 0; k < 2; k++)
+		for (uint32_t w = 0; w < LOC_WAYS; w++)
+			if (b[k][w].addr && b[k][w].id == id)
+				return &b[k][w];
 	return NULL;
 }
 
-/* Where id's location goes: its old slot, a free one, or a victim the
- * hash picks. */
+/* Where id's location goes: its old slot, a free one in either bucket, or
+ * a victim the hash picks. */
 static struct loc *loc_put(const struct emb_client_table *t, uint64_t id)
 {
-	uint64_t h = emb_id_hash(id);
-	struct loc *b = &t->loc[(h & t->loc_mask) * LOC_WAYS];
-	struct loc *e = loc_find(t, id);
+	struct loc *e = loc_find(t, id), *b[2];
 
-	for (uint32_t w = 0; !e && w < LOC_WAYS; w++)
-		if (!b[w].addr)
-			e = &b[w];
-	return e ? e : &b[(h >> 40) % LOC_WAYS];
+	if (e)
+		return e;
+	loc_buckets(t, id, &b[0], &b[1]);
+	for (uint32_t k = 0; k < 2; k++)
+		for (uint32_t w = 0; w < LOC_WAYS; w++)
+			if (!b[k][w].addr)
+				return &b[k][w];
+	return &b[(id >> 3) & 1][(emb_id_hash(id) >> 20) % LOC_WAYS];
 }
 
 /* Loop thread: drops s's read conn; READs and LOCATEs on it fail (and fall
