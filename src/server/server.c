@@ -7,8 +7,10 @@
  * memory (emb_table_pull_ptrs + an iovec per run of rows), so no row is
  * copied on the server; the table stays referenced until the reply's done
  * callback, so a concurrent DROP_TABLE cannot free memory a reply still
- * names. The table registry is an array under a rwlock: reads (every request)
- * share it, create and drop take it exclusively.
+ * names. The table registry is an array under a rwlock, written by create
+ * and drop; each loop keeps a copy of it (struct srv_loop), refilled when
+ * the registry's generation moved, so a request takes no lock and writes
+ * nothing another loop reads (docs/architecture.md, "What loops share").
  *
  * Before its HELLO succeeds a connection may send frames of
  * EMB_SERVER_LOGIN_FRAME bytes at most and has handshake_timeout_ms to log
@@ -58,6 +60,45 @@ struct srv_table {
 				no policy) and no CREATE seen since: the
 				first may give it one; tables_lock */
 };
+
+/* A table a loop's cache dropped while requests or replies still used it. */
+struct orphan {
+	struct srv_table *st; /* the cache's reference, put at pins 0 */
+	uint32_t pins;	      /* users left */
+	struct orphan *next;
+};
+
+/*
+ * What a loop's requests touch besides their connection and table, kept
+ * per loop so that loops write no shared cache line per request
+ * (docs/architecture.md, "What loops share"). Written by the loop's
+ * thread only; other threads read the counters with atomic loads.
+ */
+struct srv_loop {
+	_Alignas(64) struct emb_server *s; /* owner */
+	uint32_t index;			   /* in s->loops */
+	int64_t requests;		   /* handled; atomic loads elsewhere */
+	int64_t inflight;		   /* dispatched and not yet replied
+					      here (a reply ended on another
+					      thread counts in s->inflight) */
+	uint64_t gen;			   /* s->tables_gen tabs reflects */
+	struct srv_table **tabs;	   /* max_tables: the registry at
+					      gen, a reference on each */
+	uint32_t *pins;			   /* max_tables: this loop's requests
+					      and replies using tabs[i] */
+	struct orphan *orphans;		   /* dropped from tabs while pinned */
+	uint64_t lat_t0;		   /* the last request's start, ns */
+	uint32_t lat_op;		   /* its enum emb_lat_op */
+	bool lat_open;			   /* its latency waits for the next
+					      clock read (loop_clock) */
+	bool stop;			   /* leave the loop; atomic */
+	struct emb_task sweep;		   /* posts sweep_run() to the loop */
+	bool sweep_queued;		   /* sweep posted, not yet run;
+					      atomic */
+};
+
+/* The loop whose thread this is; NULL on any other thread. */
+static _Thread_local struct srv_loop *cur_loop;
 
 /* A request held back to keep a connection's order (see on_request). */
 struct held {
@@ -112,11 +153,16 @@ struct emb_server {
 
 	pthread_rwlock_t tables_lock; /* guards tables[] */
 	struct srv_table **tables;    /* limits.max_tables slots; id = i + 1 */
+	uint64_t tables_gen;	      /* bumped on every change of tables[],
+					 under tables_lock; atomic loads */
+	struct srv_loop *lstate;      /* opts.threads: per-loop state */
 
-	uint64_t inflight;	      /* requests not yet replied; atomic */
+	int64_t inflight;	      /* requests not yet replied, beyond
+					 the loops' own counts; atomic */
 	uint64_t conns_open;	      /* atomic */
 	uint64_t conns_total;	      /* atomic */
-	uint64_t requests;	      /* atomic */
+	uint64_t requests;	      /* off the loops (lstate[] has the
+					 rest); atomic */
 	uint64_t errors;	      /* atomic */
 	uint64_t conns_refused;	      /* over max_conns; atomic */
 	uint64_t conns_timed_out;     /* handshake or idle; atomic */
@@ -164,6 +210,155 @@ static struct srv_table *table_get(struct emb_server *s, uint32_t id)
 		__atomic_fetch_add(&st->refs, 1, __ATOMIC_ACQ_REL);
 	pthread_rwlock_unlock(&s->tables_lock);
 	return st;
+}
+
+static void table_put(struct srv_table *st);
+
+/*
+ * Loop thread: refills l's cache from the registry after a create or a
+ * drop (s->tables_gen moved). A table gone from a slot leaves its
+ * reference to the last of this loop's users, if it has any left.
+ */
+static void loop_sync(struct srv_loop *l)
+{
+	struct emb_server *s = l->s;
+	struct srv_table *gone = NULL;
+
+	pthread_rwlock_rdlock(&s->tables_lock);
+	l->gen = __atomic_load_n(&s->tables_gen, __ATOMIC_RELAXED);
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++) {
+		struct srv_table *st = s->tables[i], *old = l->tabs[i];
+
+		if (st == old)
+			continue;
+		if (st)
+			__atomic_fetch_add(&st->refs, 1, __ATOMIC_ACQ_REL);
+		l->tabs[i] = st;
+		if (old && l->pins[i]) {
+			struct orphan *o = malloc(sizeof(*o));
+
+			/* Without memory the reference stays taken: a
+			 * table leaked is better than one freed in use. */
+			if (o) {
+				o->st = old;
+				o->pins = l->pins[i];
+				o->next = l->orphans;
+				l->orphans = o;
+			}
+		} else if (old) {
+			old->reap_next = gone;
+			gone = old;
+		}
+		l->pins[i] = 0;
+	}
+	pthread_rwlock_unlock(&s->tables_lock);
+	/* Outside the lock: a last put may free the table. */
+	while (gone) {
+		struct srv_table *next = gone->reap_next;
+
+		table_put(gone);
+		gone = next;
+	}
+}
+
+/*
+ * Request path: table id for a request on loop l (or, on any other
+ * thread, l NULL, with a reference of its own). On the loop it is the
+ * loop's cached pointer, pinned for the request by a counter of the
+ * loop's own: no lock, no shared write. NULL if there is none.
+ */
+static struct srv_table *ltable_get(struct srv_loop *l, struct emb_server *s,
+				    uint32_t id)
+{
+	struct srv_table *st;
+
+	if (!l)
+		return table_get(s, id);
+	if (id == 0 || id > s->opts.limits.max_tables)
+		return NULL;
+	/* One load of a line written only by creates and drops. */
+	if (__atomic_load_n(&s->tables_gen, __ATOMIC_ACQUIRE) != l->gen)
+		loop_sync(l);
+	st = l->tabs[id - 1];
+	if (st)
+		l->pins[id - 1]++;
+	return st;
+}
+
+/* Ends a use of st that ltable_get(l, ...) began, on the same loop. */
+static void ltable_put(struct srv_loop *l, struct srv_table *st)
+{
+	struct orphan **pp;
+
+	if (!st)
+		return;
+	if (!l) {
+		table_put(st);
+		return;
+	}
+	if (l->tabs[st->id - 1] == st) {
+		l->pins[st->id - 1]--;
+		return;
+	}
+	for (pp = &l->orphans; *pp; pp = &(*pp)->next) {
+		struct orphan *o = *pp;
+
+		if (o->st != st)
+			continue;
+		if (--o->pins == 0) {
+			*pp = o->next;
+			free(o);
+			table_put(st);
+		}
+		return;
+	}
+}
+
+/* The loop of the calling thread, if it is one of s's loops. */
+static struct srv_loop *this_loop(const struct emb_server *s)
+{
+	struct srv_loop *l = cur_loop;
+
+	return l && l->s == s ? l : NULL;
+}
+
+static struct srv_table *rtable_get(struct emb_server *s, uint32_t id)
+{
+	return ltable_get(this_loop(s), s, id);
+}
+
+static void rtable_put(struct srv_table *st)
+{
+	ltable_put(this_loop(st->s), st);
+}
+
+/* Loop thread, after the loop stopped or at destroy: drops l's cache. */
+static void loop_fini(struct srv_loop *l)
+{
+	if (!l->tabs)
+		return;
+	for (uint32_t i = 0; i < l->s->opts.limits.max_tables; i++)
+		table_put(l->tabs[i]);
+	while (l->orphans) {
+		struct orphan *o = l->orphans;
+
+		l->orphans = o->next;
+		table_put(o->st);
+		free(o);
+	}
+	free(l->tabs);
+	free(l->pins);
+	l->tabs = NULL;
+	l->pins = NULL;
+}
+
+/* Task: a loop with no request to prompt it lets go of dropped tables. */
+static void loop_sync_task(void *arg)
+{
+	struct srv_loop *l = arg;
+
+	if (l->gen != __atomic_load_n(&l->s->tables_gen, __ATOMIC_ACQUIRE))
+		loop_sync(l);
 }
 
 static void table_free(struct srv_table *st)
@@ -353,6 +548,7 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	s->all_tables = st;
 	pthread_mutex_unlock(&s->reap_mu);
 	s->tables[free_slot] = st;
+	__atomic_add_fetch(&s->tables_gen, 1, __ATOMIC_RELEASE);
 	*id_out = st->id;
 	{
 		char a[EMB_LIFECYCLE_STR_MAX], e[EMB_LIFECYCLE_STR_MAX];
@@ -380,6 +576,8 @@ static int table_drop(struct emb_server *s, uint32_t id)
 	pthread_rwlock_wrlock(&s->tables_lock);
 	st = s->tables[id - 1];
 	s->tables[id - 1] = NULL;
+	if (st)
+		__atomic_add_fetch(&s->tables_gen, 1, __ATOMIC_RELEASE);
 	pthread_rwlock_unlock(&s->tables_lock);
 	if (!st)
 		return EMB_ENOTABLE;
@@ -388,6 +586,15 @@ static int table_drop(struct emb_server *s, uint32_t id)
 	 * that READs it meanwhile must not see rows of a dropped table. */
 	emb_table_unseal_all(st->t);
 	table_put(st);
+	/* Every loop's cache holds a reference: loops that see no request
+	 * soon let go of it through a task. Without one (no memory, or
+	 * stopping) the reference goes at their next request or destroy. */
+	for (uint32_t i = 0; i < s->nstarted; i++)
+		if (&s->lstate[i] != this_loop(s))
+			(void)emb_transport_exec(s->loops[i], loop_sync_task,
+						 &s->lstate[i]);
+	if (this_loop(s))
+		loop_sync(this_loop(s));
 	return 0;
 }
 
@@ -483,9 +690,43 @@ static void close_done(void *ctx, int status)
 	free(cc);
 }
 
+/* A plain read-modify-write: the loop's thread is its one writer. */
+static void loop_add(int64_t *c, int64_t n)
+{
+	__atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n,
+			 __ATOMIC_RELEASE);
+}
+
+/* A request was replied to (or dropped): no longer in flight. */
 static void finish(struct emb_server *s)
 {
-	__atomic_fetch_sub(&s->inflight, 1, __ATOMIC_RELEASE);
+	struct srv_loop *l = this_loop(s);
+
+	if (l)
+		loop_add(&l->inflight, -1);
+	else
+		__atomic_fetch_sub(&s->inflight, 1, __ATOMIC_RELEASE);
+}
+
+/* A request arrived, or a held one is counted again. */
+static void start(struct emb_server *s)
+{
+	struct srv_loop *l = this_loop(s);
+
+	if (l)
+		loop_add(&l->inflight, 1);
+	else
+		__atomic_fetch_add(&s->inflight, 1, __ATOMIC_ACQUIRE);
+}
+
+/* Requests not yet replied, on every loop and off them. */
+static int64_t inflight(struct emb_server *s)
+{
+	int64_t n = __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE);
+
+	for (uint32_t i = 0; i < s->opts.threads; i++)
+		n += __atomic_load_n(&s->lstate[i].inflight, __ATOMIC_ACQUIRE);
+	return n;
 }
 
 /* Sends the frame buf[0..len) (header included) and frees buf afterwards. */
@@ -881,7 +1122,8 @@ static int on_ping(struct emb_server *s, struct emb_req *req,
 struct pull_ctx {
 	struct emb_server *s; /* for the in-flight count */
 	struct srv_conn *sc;  /* its connection; kept alive until done */
-	struct srv_table *st; /* referenced until done */
+	struct srv_table *st; /* in use until done */
+	struct srv_loop *l;   /* st's loop (ltable_get), or NULL */
 	const float **ptrs;   /* n row pointers into table memory */
 	float *fresh;	      /* rows of ids not admitted yet, or NULL */
 	struct iovec *iov;    /* n + 2 entries */
@@ -897,7 +1139,7 @@ static void pull_done(void *ctx, int status)
 	struct srv_conn *sc = pc->sc;
 
 	(void)status;
-	table_put(pc->st);
+	ltable_put(pc->l, pc->st);
 	free(pc->fresh);
 	emb__rbuf_put(pc);
 	if (sc && --sc->zc_replies == 0) {
@@ -930,14 +1172,14 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 	buf = emb__rbuf_get(pool_of(s, req),
 			    bitmap + rows + (p->nocreate ? p->n : 0) + 1);
 	if (!buf) {
-		table_put(st);
+		rtable_put(st);
 		return reply_error(s, req, -ENOMEM, NULL);
 	}
 	found = p->nocreate ? buf + bitmap + rows : NULL;
 	rc =
 	    emb_table_pull(st->t, p->ids, p->n, (float *)(void *)(buf + bitmap),
 			   p->nocreate ? EMB_PULL_NOCREATE : 0, found);
-	table_put(st);
+	rtable_put(st);
 	if (rc < 0) {
 		emb__rbuf_put(buf);
 		return reply_error(s, req, rc, NULL);
@@ -1043,11 +1285,11 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	rc = emb_wire_pull_req_decode(f, &p);
 	if (rc)
 		return reply_error(s, req, rc, NULL);
-	st = table_get(s, p.table_id);
+	st = rtable_get(s, p.table_id);
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	if (reply_fails(s, req, &p, st)) {
-		table_put(st);
+		rtable_put(st);
 		return 0;
 	}
 	/* Whole rows (weights + optimizer state) always go zero-copy: the
@@ -1063,13 +1305,14 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 				((size_t)p.n + 2) * sizeof(struct iovec) +
 				bitmap + p.n);
 	if (!mem) {
-		table_put(st);
+		rtable_put(st);
 		return reply_error(s, req, -ENOMEM, NULL);
 	}
 	pc = (struct pull_ctx *)(void *)mem;
 	pc->s = s;
 	pc->sc = NULL;
 	pc->st = st;
+	pc->l = this_loop(s);
 	pc->fresh = NULL;
 	pc->ptrs = (const float **)(void *)(mem + sizeof(*pc));
 	pc->iov = (struct iovec *)(void *)(pc->ptrs + p.n);
@@ -1125,7 +1368,7 @@ static int end_table_op(struct emb_server *s, struct emb_req *req,
 {
 	uint32_t id = st->id;
 
-	table_put(st);
+	rtable_put(st);
 	if (rc < 0)
 		return reply_error(s, req, rc, NULL);
 	reply_ack(s, req, id, count);
@@ -1140,7 +1383,7 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 	bool claimed = false;
 	int rc;
 
-	st = table_get(s, f->hdr.table_id);
+	st = rtable_get(s, f->hdr.table_id);
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	rc = emb_wire_push_req_decode(f, st->spec.dim, &p);
@@ -1159,13 +1402,13 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 	if (rc != 0 && claimed)
 		emb__sessions_undo(s->sessions, p.session, p.seq);
 	if (rc == 1) {
-		table_put(st);
+		rtable_put(st);
 		return 0; /* held until its synchronous step is applied */
 	}
 	/* Refused whole, by the store or before a synchronous step. */
 	if (rc == EMB_ENONFINITE) {
 		add(&s->nonfinite, 1);
-		table_put(st);
+		rtable_put(st);
 		return reply_error(s, req, rc,
 				   "a gradient is NaN or infinite; no row "
 				   "was changed");
@@ -1184,7 +1427,7 @@ static int on_set_lifecycle(struct emb_server *s, struct emb_req *req,
 	rc = emb_wire_set_lifecycle_req_decode(f, &m);
 	if (rc)
 		return reply_error(s, req, rc, NULL);
-	st = table_get(s, m.table_id);
+	st = rtable_get(s, m.table_id);
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	rc = emb_table_set_lifecycle(st->t, &m.life);
@@ -1207,7 +1450,7 @@ static int on_set_mode(struct emb_server *s, struct emb_req *req,
 	rc = emb_wire_set_mode_req_decode(f, &m);
 	if (rc)
 		return reply_error(s, req, rc, NULL);
-	st = table_get(s, m.table_id);
+	st = rtable_get(s, m.table_id);
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	rc = emb__sync_set_mode(st->sync, m.mode, m.workers, m.staleness);
@@ -1217,7 +1460,7 @@ static int on_set_mode(struct emb_server *s, struct emb_req *req,
 			: m.mode == EMB_MODE_STALE ? "bounded staleness"
 						   : "async");
 	if (rc == -EBUSY) {
-		table_put(st);
+		rtable_put(st);
 		return reply_error(s, req, rc,
 				   "a synchronous step is being gathered");
 	}
@@ -1232,7 +1475,7 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 	uint32_t dim;
 	int rc;
 
-	st = table_get(s, f->hdr.table_id);
+	st = rtable_get(s, f->hdr.table_id);
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	dim = st->spec.dim;
@@ -1256,7 +1499,7 @@ static int on_erase(struct emb_server *s, struct emb_req *req,
 	rc = emb_wire_erase_req_decode(f, &e);
 	if (rc)
 		return reply_error(s, req, rc, NULL);
-	st = table_get(s, e.table_id);
+	st = rtable_get(s, e.table_id);
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	rc = emb_table_erase(st->t, e.ids, e.n);
@@ -1358,8 +1601,11 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 	    .lim = &s->opts.limits,
 	};
 
-	__atomic_fetch_add(&s->inflight, 1, __ATOMIC_ACQUIRE);
-	add(&s->requests, 1);
+	start(s);
+	if (this_loop(s))
+		loop_add(&this_loop(s)->requests, 1);
+	else
+		add(&s->requests, 1);
 	if (!sc || sc->closing) {
 		emb_req_release(req);
 		finish(s);
@@ -1443,22 +1689,63 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 }
 
 /*
+ * The loop's one clock read per request: it starts the request about to
+ * run, and ends the one before, whose latency it records. Requests of a
+ * loop run one after the other, so the next one's start is the last
+ * one's end; after the last request of a wake-up, loop_main() reads the
+ * clock to end it. In ns.
+ */
+static uint64_t loop_clock(struct srv_loop *l)
+{
+	uint64_t now = emb_clock_ns();
+
+	if (l->lat_open) {
+		emb_lat_record(
+		    &l->s->lat[(size_t)l->index * EMB_LAT_NOPS + l->lat_op],
+		    now - l->lat_t0);
+		l->lat_open = false;
+	}
+	return now;
+}
+
+/* A clock read for a request arriving now: on a loop, loop_clock(). */
+static uint64_t request_clock(struct emb_server *s)
+{
+	struct srv_loop *l = this_loop(s);
+
+	return l ? loop_clock(l) : emb_clock_ns();
+}
+
+/*
  * dispatch(), then records the time from arrival (t0_ns) to the reply
- * being posted in the loop's own histogram (server_lat.h). A synchronous
- * push held for its step counts until it is held.
+ * being posted in the loop's own histogram (server_lat.h): on the loop, at
+ * its next clock read. A synchronous push held for its step counts until
+ * it is held.
  */
 static void dispatch_timed(struct emb_server *s, struct emb_conn *c,
 			   struct emb_req *req, const struct emb_frame_hdr *hdr,
 			   void *payload, uint64_t t0_ns)
 {
 	struct srv_conn *sc = emb_conn_user(c);
+	struct srv_loop *l = this_loop(s);
 	uint32_t op = emb_lat_op_of(hdr->opcode);
 	uint32_t loop = sc ? sc->loop : UINT32_MAX;
 
+	/* A held request run from a reply's completion: the request that
+	 * ran before it ends here. */
+	if (l && l->lat_open)
+		(void)loop_clock(l);
 	(void)dispatch(s, c, req, hdr, payload);
-	if (loop != UINT32_MAX)
-		emb_lat_record(&s->lat[(size_t)loop * EMB_LAT_NOPS + op],
-			       emb_clock_ns() - t0_ns);
+	if (loop == UINT32_MAX)
+		return;
+	if (l && l->index == loop) {
+		l->lat_t0 = t0_ns;
+		l->lat_op = op;
+		l->lat_open = true;
+		return;
+	}
+	emb_lat_record(&s->lat[(size_t)loop * EMB_LAT_NOPS + op],
+		       emb_clock_ns() - t0_ns);
 }
 
 /* Requests that change rows a queued PULL reply may still be reading. */
@@ -1513,7 +1800,7 @@ static void on_request(void *arg, struct emb_conn *c, struct emb_req *req,
 		       const struct emb_frame_hdr *hdr, void *payload)
 {
 	struct srv_conn *sc = emb_conn_user(c);
-	uint64_t t0_ns = emb_clock_ns();
+	uint64_t t0_ns = request_clock(arg);
 	struct held *h;
 
 	if (sc)
@@ -1530,8 +1817,7 @@ static void on_request(void *arg, struct emb_conn *c, struct emb_req *req,
 				sc->held = h;
 			sc->held_tail = h;
 			/* Counted as in flight, so a graceful stop waits. */
-			__atomic_fetch_add(&sc->s->inflight, 1,
-					   __ATOMIC_ACQUIRE);
+			start(sc->s);
 			return;
 		}
 		emb_log(EMB_LOG_ERROR, "%s: out of memory, closing",
@@ -1626,23 +1912,19 @@ static void on_close(void *arg, struct emb_conn *c, int reason)
 
 /* ---- timeouts ---- */
 
-struct sweep_task {
-	struct emb_server *s; /* owner */
-	uint32_t loop;	      /* whose conns to check */
-};
-
 /* Loop thread: closes the loop's conns that outstayed a timeout. */
 static void sweep_run(void *arg)
 {
-	struct sweep_task *w = arg;
-	struct emb_server *s = w->s;
+	struct srv_loop *l = arg;
+	struct emb_server *s = l->s;
 	const uint64_t hs_ns = (uint64_t)s->opts.handshake_timeout_ms * 1000000;
 	const uint64_t idle_ns = (uint64_t)s->opts.idle_timeout_ms * 1000000;
 	uint64_t now = emb_clock_ns();
 	struct srv_conn *sc, *next;
-	uint32_t loop = w->loop;
+	uint32_t loop = l->index;
 
-	free(w);
+	/* From here the sweeper may post the task again. */
+	__atomic_store_n(&l->sweep_queued, false, __ATOMIC_RELEASE);
 	/* Tasks left at destroy run while the conns are being torn down. */
 	if (__atomic_load_n(&s->loops_stopped, __ATOMIC_ACQUIRE))
 		return;
@@ -1698,15 +1980,17 @@ static void *sweeper_main(void *arg)
 		if (s->sweep_stop)
 			break;
 		pthread_mutex_unlock(&s->reap_mu);
+		/* Each loop's own task, not a malloc'd one: a server
+		 * serving requests allocates nothing on a timer either. A
+		 * loop too busy to have run the last one is not sent
+		 * another. */
 		for (uint32_t i = 0; i < s->opts.threads; i++) {
-			struct sweep_task *w = malloc(sizeof(*w));
+			struct srv_loop *l = &s->lstate[i];
 
-			if (!w)
-				continue; /* next round */
-			w->s = s;
-			w->loop = i;
-			if (emb_transport_exec(s->loops[i], sweep_run, w))
-				free(w);
+			if (!__atomic_exchange_n(&l->sweep_queued, true,
+						 __ATOMIC_ACQ_REL))
+				(void)emb_transport_post(s->loops[i],
+							 &l->sweep);
 		}
 		pthread_mutex_lock(&s->reap_mu);
 	}
@@ -1730,15 +2014,32 @@ static void sweeper_stop(struct emb_server *s)
 
 static void *loop_main(void *arg)
 {
-	struct emb_transport *tr = arg;
+	struct srv_loop *l = arg;
+	struct emb_transport *tr = l->s->loops[l->index];
 	int rc;
 
+	cur_loop = l;
 	emb__regmap_set_thread_loop(tr);
-	rc = emb_transport_run(tr);
-	if (rc)
-		emb_log(EMB_LOG_ERROR, "event loop failed: %s",
-			emb_strerror(rc));
+	/* emb_transport_run(), but the last request of each wake-up gets
+	 * its end read here (loop_clock). */
+	while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
+		rc = emb_transport_poll(tr, -1);
+		if (l->lat_open)
+			(void)loop_clock(l);
+		if (rc < 0 && rc != -EINTR) {
+			emb_log(EMB_LOG_ERROR, "event loop failed: %s",
+				emb_strerror(rc));
+			break;
+		}
+	}
 	return NULL;
+}
+
+/* Any thread: makes loop i's thread leave loop_main(). */
+static void loop_stop(struct emb_server *s, uint32_t i)
+{
+	__atomic_store_n(&s->lstate[i].stop, true, __ATOMIC_RELEASE);
+	emb_transport_wake(s->loops[i]);
 }
 
 static uint64_t random_id(void)
@@ -1780,8 +2081,29 @@ int emb_server_create(const struct emb_server_opts *opts,
 	s->lat = calloc((size_t)opts->threads * EMB_LAT_NOPS, sizeof(*s->lat));
 	s->loop_conns = calloc(opts->threads, sizeof(*s->loop_conns));
 	s->rpools = calloc(opts->threads, sizeof(*s->rpools));
+	s->lstate = aligned_alloc(64, opts->threads * sizeof(*s->lstate));
+	if (s->lstate) {
+		memset(s->lstate, 0, opts->threads * sizeof(*s->lstate));
+		for (i = 0; i < opts->threads; i++) {
+			struct srv_loop *l = &s->lstate[i];
+
+			l->s = s;
+			l->index = i;
+			l->sweep.fn = sweep_run;
+			l->sweep.arg = l;
+			l->tabs = calloc(opts->limits.max_tables,
+					 sizeof(*l->tabs));
+			l->pins = calloc(opts->limits.max_tables,
+					 sizeof(*l->pins));
+			if (!l->tabs || !l->pins) {
+				rc = -ENOMEM;
+				goto err_free;
+			}
+		}
+	}
 	if (!s->host || !s->transport || !s->tables || !s->loops ||
 	    !s->threads || !s->lat || !s->loop_conns || !s->rpools ||
+	    !s->lstate ||
 	    emb__sessions_create(&s->sessions) ||
 	    emb_authlimit_create(&s->authlimit)) {
 		rc = -ENOMEM;
@@ -1846,7 +2168,7 @@ int emb_server_create(const struct emb_server_opts *opts,
 	s->port = emb_listener_port(s->listener);
 	for (i = 0; i < opts->threads; i++) {
 		rc = -pthread_create(&s->threads[i], NULL, loop_main,
-				     s->loops[i]);
+				     &s->lstate[i]);
 		if (rc)
 			goto err_threads;
 		s->nstarted++;
@@ -1877,7 +2199,7 @@ err_reaper:
 	}
 err_threads:
 	for (i = 0; i < s->nstarted; i++) {
-		emb_transport_stop(s->loops[i]);
+		loop_stop(s, i);
 		pthread_join(s->threads[i], NULL);
 	}
 	emb_listener_destroy(s->listener);
@@ -1888,6 +2210,9 @@ err_loops:
 		table_put(s->tables[i]);
 	pthread_rwlock_destroy(&s->tables_lock);
 err_free:
+	for (i = 0; s->lstate && i < opts->threads; i++)
+		loop_fini(&s->lstate[i]);
+	free(s->lstate);
 	for (i = 0; s->rpools && i < opts->threads; i++)
 		emb__rbuf_pool_fini(&s->rpools[i]);
 	free(s->rpools);
@@ -1935,7 +2260,7 @@ void emb_server_stop(struct emb_server *s, uint32_t grace_ms)
 		}
 	}
 	for (uint32_t waited = 0; waited < grace_ms; waited += 5) {
-		if (__atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) == 0)
+		if (inflight(s) <= 0)
 			break;
 		nanosleep(&ts, NULL);
 	}
@@ -1951,7 +2276,7 @@ void emb_server_stop(struct emb_server *s, uint32_t grace_ms)
 		s->reaper_running = false;
 	}
 	for (uint32_t i = 0; i < s->nstarted; i++)
-		emb_transport_stop(s->loops[i]);
+		loop_stop(s, i);
 	for (uint32_t i = 0; i < s->nstarted; i++)
 		pthread_join(s->threads[i], NULL);
 	s->nstarted = 0;
@@ -1985,10 +2310,14 @@ void emb_server_destroy(struct emb_server *s)
 			emb__sync_abort(s->tables[i]->sync);
 	for (uint32_t i = 0; i < s->opts.threads; i++)
 		emb_transport_destroy(s->loops[i]);
-	/* Every reply has completed now, its buffer back in its pool. */
+	/* Every reply has completed now, its buffer back in its pool, and
+	 * its table use ended. */
 	for (uint32_t i = 0; i < s->opts.threads; i++)
 		emb__rbuf_pool_fini(&s->rpools[i]);
 	free(s->rpools);
+	for (uint32_t i = 0; i < s->opts.threads; i++)
+		loop_fini(&s->lstate[i]);
+	free(s->lstate);
 	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
 		table_put(s->tables[i]);
 	pthread_rwlock_destroy(&s->tables_lock);
@@ -2018,6 +2347,9 @@ void emb_server_stats(struct emb_server *s, struct emb_server_stats *out)
 	out->conns_open = __atomic_load_n(&s->conns_open, __ATOMIC_RELAXED);
 	out->conns_total = __atomic_load_n(&s->conns_total, __ATOMIC_RELAXED);
 	out->requests = __atomic_load_n(&s->requests, __ATOMIC_RELAXED);
+	for (uint32_t i = 0; i < s->opts.threads; i++)
+		out->requests += (uint64_t)__atomic_load_n(
+		    &s->lstate[i].requests, __ATOMIC_RELAXED);
 	out->errors = __atomic_load_n(&s->errors, __ATOMIC_RELAXED);
 	out->tables = n;
 	out->mem_used = __atomic_load_n(&s->budget.used, __ATOMIC_RELAXED);
