@@ -1,7 +1,10 @@
 /*
  * src/server/session.c - per-session windows of PUSH sequence numbers.
- * Sessions live in one array, chained from hash buckets; the least recently
- * used one is reused when the array is full. Any thread, under ss->mu.
+ * Sessions are spread by id over NSTRIPE stripes, each with its own mutex,
+ * so that pushes of different clients on different loops do not queue on
+ * one lock. In a stripe, sessions live in one array, chained from hash
+ * buckets; the least recently used one is reused when the array is full.
+ * Any thread, under the stripe's mutex.
  */
 #include "server/session.h"
 
@@ -15,7 +18,9 @@
 #include "common/hash.h"
 
 #define WORDS	(EMB_SESSION_WINDOW / 64)
-#define NBUCKET (2 * EMB_SESSIONS_MAX) /* a power of two */
+#define NSTRIPE 16u			  /* a power of two */
+#define PER	(EMB_SESSIONS_MAX / NSTRIPE) /* sessions per stripe */
+#define NBUCKET (2 * PER)		  /* a power of two */
 #define NIL	UINT32_MAX
 
 struct sess {
@@ -27,13 +32,17 @@ struct sess {
 				 top] claimed */
 };
 
+struct stripe {
+	_Alignas(64) pthread_mutex_t mu; /* guards everything below */
+	struct sess *s;			 /* PER slots */
+	uint32_t n;			 /* slots in use */
+	uint32_t bucket[NBUCKET];	 /* first slot of each chain, or NIL */
+	uint64_t clock;			 /* claims so far */
+	uint64_t dups;			 /* duplicates acknowledged */
+};
+
 struct emb_sessions {
-	pthread_mutex_t mu;	      /* guards everything below */
-	struct sess *s;		      /* EMB_SESSIONS_MAX slots */
-	uint32_t n;		      /* slots in use */
-	uint32_t bucket[NBUCKET];     /* first slot of each chain, or NIL */
-	uint64_t clock;		      /* claims so far */
-	uint64_t dups;		      /* duplicates acknowledged */
+	struct stripe st[NSTRIPE]; /* by the id's hash, high bits */
 };
 
 static uint32_t bucket_of(uint64_t id)
@@ -41,34 +50,48 @@ static uint32_t bucket_of(uint64_t id)
 	return (uint32_t)(emb_id_hash(id) & (NBUCKET - 1));
 }
 
-int emb__sessions_create(struct emb_sessions **out)
+static struct stripe *stripe_of(struct emb_sessions *ss, uint64_t id)
 {
-	struct emb_sessions *ss = calloc(1, sizeof(*ss));
-
-	if (!ss)
-		return -ENOMEM;
-	ss->s = calloc(EMB_SESSIONS_MAX, sizeof(*ss->s));
-	if (!ss->s) {
-		free(ss);
-		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < NBUCKET; i++)
-		ss->bucket[i] = NIL;
-	pthread_mutex_init(&ss->mu, NULL);
-	*out = ss;
-	return 0;
+	return &ss->st[emb_id_hash(id) >> 60 & (NSTRIPE - 1)];
 }
 
 void emb__sessions_destroy(struct emb_sessions *ss)
 {
 	if (!ss)
 		return;
-	pthread_mutex_destroy(&ss->mu);
-	free(ss->s);
+	for (uint32_t k = 0; k < NSTRIPE; k++) {
+		if (!ss->st[k].s)
+			continue;
+		pthread_mutex_destroy(&ss->st[k].mu);
+		free(ss->st[k].s);
+	}
 	free(ss);
 }
 
-static struct sess *find(struct emb_sessions *ss, uint64_t id)
+int emb__sessions_create(struct emb_sessions **out)
+{
+	struct emb_sessions *ss = aligned_alloc(64, sizeof(*ss));
+
+	if (!ss)
+		return -ENOMEM;
+	memset(ss, 0, sizeof(*ss));
+	for (uint32_t k = 0; k < NSTRIPE; k++) {
+		struct stripe *t = &ss->st[k];
+
+		t->s = calloc(PER, sizeof(*t->s));
+		if (!t->s) {
+			emb__sessions_destroy(ss);
+			return -ENOMEM;
+		}
+		for (uint32_t i = 0; i < NBUCKET; i++)
+			t->bucket[i] = NIL;
+		pthread_mutex_init(&t->mu, NULL);
+	}
+	*out = ss;
+	return 0;
+}
+
+static struct sess *find(struct stripe *ss, uint64_t id)
 {
 	for (uint32_t i = ss->bucket[bucket_of(id)]; i != NIL; i = ss->s[i].next)
 		if (ss->s[i].id == id)
@@ -76,7 +99,7 @@ static struct sess *find(struct emb_sessions *ss, uint64_t id)
 	return NULL;
 }
 
-static void unlink_slot(struct emb_sessions *ss, uint32_t slot)
+static void unlink_slot(struct stripe *ss, uint32_t slot)
 {
 	uint32_t *pp = &ss->bucket[bucket_of(ss->s[slot].id)];
 
@@ -86,14 +109,14 @@ static void unlink_slot(struct emb_sessions *ss, uint32_t slot)
 }
 
 /* A new session, in a free slot or in the least recently used one. */
-static struct sess *add(struct emb_sessions *ss, uint64_t id)
+static struct sess *add(struct stripe *ss, uint64_t id)
 {
 	uint32_t slot = ss->n, b = bucket_of(id);
 	struct sess *e;
 
-	if (ss->n == EMB_SESSIONS_MAX) {
+	if (ss->n == PER) {
 		slot = 0;
-		for (uint32_t i = 1; i < EMB_SESSIONS_MAX; i++)
+		for (uint32_t i = 1; i < PER; i++)
 			if (ss->s[i].used < ss->s[slot].used)
 				slot = i;
 		unlink_slot(ss, slot);
@@ -125,9 +148,10 @@ static void bit_put(struct sess *e, uint64_t seq, bool on)
 		e->bits[b / 64] &= ~m;
 }
 
-int emb__sessions_claim(struct emb_sessions *ss, uint64_t session,
+int emb__sessions_claim(struct emb_sessions *all, uint64_t session,
 			uint64_t seq)
 {
+	struct stripe *ss = stripe_of(all, session);
 	struct sess *e;
 	int rc = 0;
 
@@ -157,9 +181,10 @@ int emb__sessions_claim(struct emb_sessions *ss, uint64_t session,
 	return rc;
 }
 
-void emb__sessions_undo(struct emb_sessions *ss, uint64_t session,
+void emb__sessions_undo(struct emb_sessions *all, uint64_t session,
 			uint64_t seq)
 {
+	struct stripe *ss = stripe_of(all, session);
 	struct sess *e;
 
 	pthread_mutex_lock(&ss->mu);
@@ -171,10 +196,12 @@ void emb__sessions_undo(struct emb_sessions *ss, uint64_t session,
 
 uint64_t emb__sessions_dups(struct emb_sessions *ss)
 {
-	uint64_t n;
+	uint64_t n = 0;
 
-	pthread_mutex_lock(&ss->mu);
-	n = ss->dups;
-	pthread_mutex_unlock(&ss->mu);
+	for (uint32_t k = 0; k < NSTRIPE; k++) {
+		pthread_mutex_lock(&ss->st[k].mu);
+		n += ss->st[k].dups;
+		pthread_mutex_unlock(&ss->st[k].mu);
+	}
 	return n;
 }

@@ -5,8 +5,10 @@
  *
  * A session remembers the last EMB_SESSION_WINDOW sequence numbers below its
  * highest one; the server remembers EMB_SESSIONS_MAX sessions and forgets
- * the one that pushed least recently to make room. Nothing is kept across a
- * restart. Thread-safe: pushes arrive on every loop thread; one mutex.
+ * the one that pushed least recently to make room (within its stripe: the
+ * sessions are spread over 16 stripes of EMB_SESSIONS_MAX / 16 by their
+ * id's hash). Nothing is kept across a restart. Thread-safe: pushes arrive
+ * on every loop thread; one mutex per stripe.
  */
 #ifndef EMB_SERVER_SESSION_H
 #define EMB_SERVER_SESSION_H
