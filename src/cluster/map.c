@@ -5,6 +5,7 @@
 #include "cluster/map.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/endian.h"
@@ -12,6 +13,7 @@
 
 #define CMAP_MAGIC   0x4d424d45u /* "EMBM" */
 #define CMAP_VERSION 1u
+#define CMAP_VERSION_FILL 2u /* with the fill table */
 
 int emb_cmap_init(struct emb_cmap *m, uint32_t nservers, uint32_t replicas)
 {
@@ -29,6 +31,7 @@ int emb_cmap_init(struct emb_cmap *m, uint32_t nservers, uint32_t replicas)
 			m->slot[s][i] = i < replicas
 					    ? (uint16_t)((home + i) % nservers)
 					    : EMB_CMAP_NONE;
+		m->fill[s] = EMB_CMAP_NONE;
 	}
 	return 0;
 }
@@ -62,16 +65,25 @@ int emb_cmap_remove(const struct emb_cmap *in, uint32_t rank,
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
 		uint16_t *h = out->slot[s];
 		uint32_t k = 0;
+		bool held;
 
 		/* Keep the others in order: the first backup left is the
 		 * one promoted, as every reader of the map expects. */
 		for (uint32_t i = 0; i < out->replicas; i++)
 			if (h[i] != rank)
 				h[k++] = h[i];
-		if (k < out->replicas) {
+		held = k < out->replicas;
+		if (held) {
 			changed = true;
 			while (k < out->replicas)
 				h[k++] = EMB_CMAP_NONE;
+		}
+		/* A fill from or to the dead server may have missed rows:
+		 * it starts again later, from a live holder. */
+		if (out->fill[s] != EMB_CMAP_NONE &&
+		    (out->fill[s] == rank || held)) {
+			out->fill[s] = EMB_CMAP_NONE;
+			changed = true;
 		}
 	}
 	if (changed)
@@ -96,11 +108,241 @@ int emb_cmap_add(const struct emb_cmap *in, uint32_t rank,
 		if (n == 0 || n >= out->replicas || emb_cmap_holds(out, s, rank))
 			continue;
 		out->slot[s][n] = (uint16_t)rank;
+		if (out->fill[s] == rank)
+			out->fill[s] = EMB_CMAP_NONE;
 		added++;
 	}
 	if (added)
 		out->epoch++;
 	return added;
+}
+
+/* The slot needs rank filled into it: a holder to stream from, a place
+ * free, rank not there yet, no fill under way. */
+static bool needs(const struct emb_cmap *m, uint32_t s, uint32_t rank)
+{
+	uint32_t n = emb_cmap_holders(m, s);
+
+	return n > 0 && n < m->replicas && !emb_cmap_holds(m, s, rank) &&
+	       m->fill[s] == EMB_CMAP_NONE;
+}
+
+static bool range_ok(const struct emb_cmap *m, uint32_t rank, uint32_t first,
+		     uint32_t n)
+{
+	return rank < m->nservers && first <= EMB_NSLOTS &&
+	       n <= EMB_NSLOTS - first;
+}
+
+int emb_cmap_fill_next(const struct emb_cmap *m, uint32_t rank, uint32_t max,
+		       uint32_t *first)
+{
+	uint32_t s0 = EMB_NSLOTS, n = 0;
+
+	if (rank >= m->nservers || max == 0 || !first || *first >= EMB_NSLOTS)
+		return -EINVAL;
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
+		uint32_t s = (*first + i) % EMB_NSLOTS;
+
+		if (needs(m, s, rank)) {
+			s0 = s;
+			break;
+		}
+	}
+	if (s0 == EMB_NSLOTS)
+		return 0;
+	/* One source per chunk: it fences and streams it in one go. */
+	while (n < max && s0 + n < EMB_NSLOTS && needs(m, s0 + n, rank) &&
+	       m->slot[s0 + n][0] == m->slot[s0][0])
+		n++;
+	*first = s0;
+	return (int)n;
+}
+
+int emb_cmap_fill_begin(const struct emb_cmap *in, uint32_t rank,
+			uint32_t first, uint32_t n, struct emb_cmap *out)
+{
+	int marked = 0;
+
+	if (!range_ok(in, rank, first, n))
+		return -EINVAL;
+	if (out != in)
+		memcpy(out, in, sizeof(*out));
+	for (uint32_t s = first; s < first + n; s++) {
+		if (!needs(out, s, rank))
+			continue;
+		out->fill[s] = (uint16_t)rank;
+		marked++;
+	}
+	if (marked)
+		out->epoch++;
+	return marked;
+}
+
+int emb_cmap_fill_done(const struct emb_cmap *in, uint32_t rank,
+		       uint32_t first, uint32_t n, struct emb_cmap *out)
+{
+	int held = 0;
+
+	if (!range_ok(in, rank, first, n))
+		return -EINVAL;
+	if (out != in)
+		memcpy(out, in, sizeof(*out));
+	for (uint32_t s = first; s < first + n; s++) {
+		uint32_t k = emb_cmap_holders(out, s);
+
+		if (out->fill[s] != rank)
+			continue;
+		out->fill[s] = EMB_CMAP_NONE;
+		/* fill_begin() left room, and remove() ends a fill whose
+		 * slot lost a holder, so there is room still. */
+		if (k < out->replicas && !emb_cmap_holds(out, s, rank)) {
+			out->slot[s][k] = (uint16_t)rank;
+			held++;
+		}
+	}
+	if (held || memcmp(out->fill, in->fill, sizeof(out->fill)))
+		out->epoch++;
+	return held;
+}
+
+int emb_cmap_fill_abort(const struct emb_cmap *in, uint32_t rank,
+			uint32_t first, uint32_t n, struct emb_cmap *out)
+{
+	int dropped = 0;
+
+	if (!range_ok(in, rank, first, n))
+		return -EINVAL;
+	if (out != in)
+		memcpy(out, in, sizeof(*out));
+	for (uint32_t s = first; s < first + n; s++)
+		if (out->fill[s] == rank) {
+			out->fill[s] = EMB_CMAP_NONE;
+			dropped++;
+		}
+	if (dropped)
+		out->epoch++;
+	return dropped;
+}
+
+int emb_cmap_rebalance(const struct emb_cmap *in, struct emb_cmap *out)
+{
+	uint32_t *cnt = calloc(in->nservers, sizeof(*cnt));
+	int moved = 0;
+	bool again = true;
+
+	if (!cnt)
+		return -ENOMEM;
+	if (out != in)
+		memcpy(out, in, sizeof(*out));
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		if (out->slot[s][0] != EMB_CMAP_NONE)
+			cnt[out->slot[s][0]]++;
+	/* Each swap narrows the gap between two counts by at least one, so
+	 * the passes end; a few suffice in practice (successor backups). */
+	for (uint32_t pass = 0; again && pass < 2 * EMB_CMAP_REPLICAS_MAX;
+	     pass++) {
+		again = false;
+		for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+			uint16_t *h = out->slot[s], t;
+			uint32_t n = emb_cmap_holders(out, s), best = 0;
+
+			for (uint32_t i = 1; i < n; i++)
+				if (cnt[h[i]] + 1 < cnt[h[0]] &&
+				    (!best || cnt[h[i]] < cnt[h[best]]))
+					best = i;
+			if (!best)
+				continue;
+			cnt[h[0]]--;
+			cnt[h[best]]++;
+			/* The old primary takes the backup's place: the
+			 * order of the others, which fail over in turn,
+			 * stays. */
+			t = h[0];
+			h[0] = h[best];
+			h[best] = t;
+			moved++;
+			again = true;
+		}
+	}
+	free(cnt);
+	if (moved)
+		out->epoch++;
+	return moved;
+}
+
+uint32_t emb_cmap_writers(const struct emb_cmap *m, uint32_t slot,
+			  uint16_t out[EMB_CMAP_REPLICAS_MAX + 1])
+{
+	uint32_t n = emb_cmap_holders(m, slot);
+
+	memcpy(out, m->slot[slot], n * sizeof(*out));
+	if (m->fill[slot] != EMB_CMAP_NONE)
+		out[n++] = m->fill[slot];
+	return n;
+}
+
+void emb_cmap_view(const struct emb_cmap *m, const struct emb_cmap *prev,
+		   const uint32_t *prev_grew, uint32_t rank, uint8_t *flags,
+		   uint32_t *grew)
+{
+	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1], pw[EMB_CMAP_REPLICAS_MAX + 1];
+
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		uint32_t n = emb_cmap_writers(m, s, w), pn;
+		bool grown = !prev;
+		uint8_t f = 0;
+
+		if (prev) {
+			pn = emb_cmap_writers(prev, s, pw);
+			for (uint32_t i = 0; i < n && !grown; i++) {
+				bool had = false;
+
+				for (uint32_t j = 0; j < pn; j++)
+					had |= pw[j] == w[i];
+				grown = !had;
+			}
+		}
+		grew[s] = grown ? (uint32_t)m->epoch : prev_grew[s];
+		if (emb_cmap_holds(m, s, rank) || m->fill[s] == rank)
+			f |= EMB_CMAP_VIEW_MINE;
+		if (m->fill[s] == rank)
+			f |= EMB_CMAP_VIEW_FILLING;
+		if (m->fill[s] != EMB_CMAP_NONE &&
+		    (m->fill[s] == rank || m->slot[s][0] == rank))
+			f |= EMB_CMAP_VIEW_FENCED;
+		flags[s] = f;
+	}
+}
+
+uint32_t emb_cmap_fill_source(const struct emb_cmap *m, uint32_t rank,
+			      uint32_t *first, uint32_t *to)
+{
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		uint32_t n = 0;
+
+		if (m->fill[s] == EMB_CMAP_NONE || m->slot[s][0] != rank)
+			continue;
+		while (s + n < EMB_NSLOTS && m->fill[s + n] == m->fill[s] &&
+		       m->slot[s + n][0] == rank)
+			n++;
+		*first = s;
+		*to = m->fill[s];
+		return n;
+	}
+	return 0;
+}
+
+void emb_cmap_rank_slots(const struct emb_cmap *m, uint32_t rank,
+			 uint32_t out[3])
+{
+	out[0] = out[1] = out[2] = 0;
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		for (uint32_t i = 0; i < m->replicas; i++)
+			if (m->slot[s][i] == rank)
+				out[i > 0]++;
+		out[2] += m->fill[s] == rank;
+	}
 }
 
 uint32_t emb_cmap_primary_slots(const struct emb_cmap *m, uint32_t rank)
@@ -117,15 +359,32 @@ uint32_t emb_cmap_lost_slots(const struct emb_cmap *m)
 	return emb_cmap_primary_slots(m, EMB_CMAP_NONE);
 }
 
+static bool filling(const struct emb_cmap *m)
+{
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		if (m->fill[s] != EMB_CMAP_NONE)
+			return true;
+	return false;
+}
+
+size_t emb_cmap_size(const struct emb_cmap *m)
+{
+	/* Version 1 when nothing is filled: what a reader without fills
+	 * (a coordinator of an older build) still decodes. */
+	return emb_cmap_encoded_size(m->replicas) +
+	       (filling(m) ? 2u * EMB_NSLOTS : 0);
+}
+
 int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 {
-	size_t need = emb_cmap_encoded_size(m->replicas);
+	size_t need = emb_cmap_size(m);
+	bool v2 = need > emb_cmap_encoded_size(m->replicas);
 	uint8_t *p = buf;
 
 	if (cap < need)
 		return -ENOSPC;
 	emb_le32_store(p, CMAP_MAGIC);
-	emb_le32_store(p + 4, CMAP_VERSION);
+	emb_le32_store(p + 4, v2 ? CMAP_VERSION_FILL : CMAP_VERSION);
 	emb_le64_store(p + 8, m->epoch);
 	emb_le32_store(p + 16, m->nservers);
 	emb_le32_store(p + 20, m->replicas);
@@ -133,24 +392,29 @@ int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
 		for (uint32_t i = 0; i < m->replicas; i++, p += 2)
 			emb_le16_store(p, m->slot[s][i]);
+	for (uint32_t s = 0; v2 && s < EMB_NSLOTS; s++, p += 2)
+		emb_le16_store(p, m->fill[s]);
 	return (int64_t)need;
 }
 
 int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 {
 	const uint8_t *p = buf;
-	uint32_t n, r;
+	uint32_t n, r, ver;
 
 	if (!buf || len < EMB_CMAP_HDR_SIZE ||
-	    emb_le32_load(p) != CMAP_MAGIC ||
-	    emb_le32_load(p + 4) != CMAP_VERSION)
+	    emb_le32_load(p) != CMAP_MAGIC)
+		return EMB_EBADFRAME;
+	ver = emb_le32_load(p + 4);
+	if (ver != CMAP_VERSION && ver != CMAP_VERSION_FILL)
 		return EMB_EBADFRAME;
 	out->epoch = emb_le64_load(p + 8);
 	n = emb_le32_load(p + 16);
 	r = emb_le32_load(p + 20);
 	if (out->epoch == 0 || n == 0 || n > EMB_CMAP_SERVERS_MAX || r == 0 ||
 	    r > EMB_CMAP_REPLICAS_MAX || r > n ||
-	    len != emb_cmap_encoded_size(r))
+	    len != emb_cmap_encoded_size(r) +
+		       (ver == CMAP_VERSION_FILL ? 2u * EMB_NSLOTS : 0))
 		return EMB_EBADFRAME;
 	out->nservers = n;
 	out->replicas = r;
@@ -176,6 +440,21 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 					return EMB_EBADFRAME;
 		}
 		p += 2 * r;
+	}
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		uint16_t f = EMB_CMAP_NONE;
+
+		if (ver == CMAP_VERSION_FILL) {
+			f = emb_le16_load(p);
+			p += 2;
+		}
+		/* A filling server is no holder of its slot yet, and a
+		 * slot without a holder has no rows to fill it with. */
+		if (f != EMB_CMAP_NONE &&
+		    (f >= n || emb_cmap_holds(out, s, f) ||
+		     out->slot[s][0] == EMB_CMAP_NONE))
+			return EMB_EBADFRAME;
+		out->fill[s] = f;
 	}
 	return 0;
 }

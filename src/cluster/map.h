@@ -19,7 +19,19 @@
  *   20      4       replicas wanted per slot, 1..EMB_CMAP_REPLICAS_MAX
  *   24      2*R*N   for each slot in order, R u16 server ranks, primary
  *                   first; EMB_CMAP_NONE after the last live one
- *   size = 24 + 2 * replicas * EMB_NSLOTS
+ *   version 2 only (written when some slot is being filled):
+ *   24+2*R*N 2*N    for each slot in order, the u16 rank of the server
+ *                   being filled with it, or EMB_CMAP_NONE
+ *   size = 24 + 2 * replicas * EMB_NSLOTS (version 1), plus
+ *          2 * EMB_NSLOTS (version 2)
+ *
+ * Recovery (docs/replication.md, "Recovery"): a server that joins a
+ * running job takes the place of a dead rank and is first a *filling*
+ * holder of a chunk of slots (fill[]): clients write to it, nobody reads
+ * from it, and it is never promoted. Once every row of the chunk reached
+ * it, emb_cmap_fill_done() makes it the chunk's last backup; when no slot
+ * is under-replicated, emb_cmap_rebalance() hands it a fair share of
+ * primaries. Each step is one epoch.
  */
 #ifndef EMB_CLUSTER_MAP_H
 #define EMB_CLUSTER_MAP_H
@@ -42,6 +54,10 @@ struct emb_cmap {
 	/* Holders of each slot: primary first, then backups in the order
 	 * they take over; EMB_CMAP_NONE pads after the last one. */
 	uint16_t slot[EMB_NSLOTS][EMB_CMAP_REPLICAS_MAX];
+	/* Server being filled with each slot's rows, or EMB_CMAP_NONE: it
+	 * takes the slot's writes but is no holder (not read, not
+	 * promoted) until emb_cmap_fill_done(). */
+	uint16_t fill[EMB_NSLOTS];
 };
 
 /* Bytes emb_cmap_encode() writes for a map with this many replicas. */
@@ -49,6 +65,10 @@ static inline size_t emb_cmap_encoded_size(uint32_t replicas)
 {
 	return EMB_CMAP_HDR_SIZE + 2u * (size_t)replicas * EMB_NSLOTS;
 }
+
+/* Bytes emb_cmap_encode() writes for m: version 2 when a slot is being
+ * filled, else version 1 (emb_cmap_encoded_size()). */
+size_t emb_cmap_size(const struct emb_cmap *m);
 
 /*
  * The first map of a cluster of nservers with replicas copies of each
@@ -77,7 +97,10 @@ bool emb_cmap_holds(const struct emb_cmap *m, uint32_t slot, uint32_t rank);
 /*
  * Failover: the map without server rank (dead, or cut off). Every slot
  * drops rank from its holders; where rank was primary, the first backup
- * left becomes primary. The epoch goes up by one when anything changed.
+ * left becomes primary. A fill of a slot that rank held or was filled
+ * with ends too (the filling server may have missed rows: it is filled
+ * again from a live holder later, never promoted). The epoch goes up by
+ * one when anything changed.
  * *out may be in. Returns the number of slots left with no holder (their
  * rows are lost: the job cannot go on), or -EINVAL for a rank >= nservers.
  */
@@ -96,6 +119,92 @@ int emb_cmap_add(const struct emb_cmap *in, uint32_t rank,
 		 struct emb_cmap *out);
 
 /*
+ * Recovery, step 1: the next chunk rank should be filled with. Finds the
+ * first slot from *first on (wrapping around) that has a holder, fewer
+ * than replicas of them, not rank among them and no fill under way, and
+ * extends it over the following slots alike with the same primary (the
+ * source that streams the chunk), up to max slots. Returns the chunk's
+ * length and its first slot in *first, or 0 when rank is needed nowhere
+ * (or -EINVAL: rank >= nservers, max 0, *first >= EMB_NSLOTS).
+ */
+int emb_cmap_fill_next(const struct emb_cmap *m, uint32_t rank, uint32_t max,
+		       uint32_t *first);
+
+/*
+ * Recovery, step 2: rank becomes the filling server of the slots
+ * [first, first + n) that emb_cmap_fill_next() would pick (others are
+ * left alone). The epoch goes up by one when anything changed. Returns
+ * the slots marked, or -EINVAL (rank >= nservers, a range past the end).
+ */
+int emb_cmap_fill_begin(const struct emb_cmap *in, uint32_t rank,
+			uint32_t first, uint32_t n, struct emb_cmap *out);
+
+/*
+ * Recovery, step 3: every row of the slots [first, first + n) that rank is
+ * being filled with reached it: it becomes their last backup. The epoch
+ * goes up by one when anything changed. Returns the slots it now holds,
+ * or -EINVAL.
+ */
+int emb_cmap_fill_done(const struct emb_cmap *in, uint32_t rank,
+		       uint32_t first, uint32_t n, struct emb_cmap *out);
+
+/*
+ * A fill of [first, first + n) by rank that cannot finish (its source
+ * died, the stream failed): the slots drop it, and a later
+ * emb_cmap_fill_next() picks them again. The epoch goes up by one when
+ * anything changed. Returns the slots dropped, or -EINVAL.
+ */
+int emb_cmap_fill_abort(const struct emb_cmap *in, uint32_t rank,
+			uint32_t first, uint32_t n, struct emb_cmap *out);
+
+/*
+ * Recovery, last step: primaries spread over the live servers by
+ * reordering each slot's holders (no holder is added or removed, so no
+ * row moves): a backup takes a slot's first place while it has at least
+ * two primaries fewer than the slot's primary. Afterwards the live
+ * servers' primary counts differ by at most one wherever the holders
+ * allow it. The epoch goes up by one when anything changed. Returns the
+ * slots whose primary changed, or -ENOMEM.
+ */
+int emb_cmap_rebalance(const struct emb_cmap *in, struct emb_cmap *out);
+
+/*
+ * The servers a write to slot must reach: its holders, then its filling
+ * server if any. Writes out[0..n) and returns n (<= replicas + 1).
+ */
+uint32_t emb_cmap_writers(const struct emb_cmap *m, uint32_t slot,
+			  uint16_t out[EMB_CMAP_REPLICAS_MAX + 1]);
+
+/* What a server checks writes against (docs/replication.md): per slot. */
+#define EMB_CMAP_VIEW_MINE    0x1u /* rank holds it or is filled with it */
+#define EMB_CMAP_VIEW_FENCED  0x2u /* a fill from (rank is primary) or to
+				      rank is under way: writes wait */
+#define EMB_CMAP_VIEW_FILLING 0x4u /* rank is being filled with it */
+
+/*
+ * Server rank's view of m: flags[EMB_NSLOTS] (EMB_CMAP_VIEW_*), and
+ * grew[EMB_NSLOTS], the epoch each slot's writers last grew at: m's epoch
+ * where m has a writer prev lacked (or there is no prev), else
+ * prev_grew's (grew may be prev_grew). Writes routed before grew[s] miss
+ * a writer and are refused.
+ */
+void emb_cmap_view(const struct emb_cmap *m, const struct emb_cmap *prev,
+		   const uint32_t *prev_grew, uint32_t rank, uint8_t *flags,
+		   uint32_t *grew);
+
+/*
+ * The first chunk rank is the source of: slots with a fill under way whose
+ * primary is rank, the run of them from there with the same filling
+ * server (*to). Returns its length and *first, or 0 when there is none.
+ */
+uint32_t emb_cmap_fill_source(const struct emb_cmap *m, uint32_t rank,
+			      uint32_t *first, uint32_t *to);
+
+/* Slots rank holds as [0] primary, [1] backup, [2] filling. */
+void emb_cmap_rank_slots(const struct emb_cmap *m, uint32_t rank,
+			 uint32_t out[3]);
+
+/*
  * Slots whose primary is rank, after emb_cmap_remove()/add() changed
  * things: a coordinator's log line. Counts slots, 0..EMB_NSLOTS.
  */
@@ -105,15 +214,16 @@ uint32_t emb_cmap_primary_slots(const struct emb_cmap *m, uint32_t rank);
 uint32_t emb_cmap_lost_slots(const struct emb_cmap *m);
 
 /*
- * Writes the encoded map (layout above) to buf[0..cap). Returns its size,
- * or -ENOSPC when cap is too small.
+ * Writes the encoded map (layout above) to buf[0..cap). Returns its size
+ * (emb_cmap_size()), or -ENOSPC when cap is too small.
  */
 int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap);
 
 /*
- * Decodes buf[0..len) into *out, checking every field: magic and version,
- * epoch >= 1, counts in range, the length, every rank < nservers or NONE,
- * no rank twice in a slot, NONE only after the live ones. 0, or
+ * Decodes buf[0..len) into *out, checking every field: magic and version
+ * (1 or 2), epoch >= 1, counts in range, the length, every rank <
+ * nservers or NONE, no rank twice in a slot, NONE only after the live
+ * ones, a filling server < nservers and not a holder of its slot. 0, or
  * EMB_EBADFRAME (*out is then unspecified).
  */
 int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out);

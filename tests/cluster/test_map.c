@@ -2,7 +2,9 @@
  * tests/cluster/test_map.c - the replicated cluster map: the first map
  * (R = 1 is the contiguous map of a plain server list), failover that
  * promotes the first backup left, joins that fill under-replicated slots,
- * lost slots, and the encoding's round trip and refusals. Single-threaded.
+ * lost slots, recovery (a replacement filled chunk by chunk, fills that
+ * end with a death, the rebalance), and the encoding's round trip and
+ * refusals. Single-threaded.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -145,6 +147,212 @@ static void test_encode(void)
 	free(m);
 }
 
+/* Every slot's holders are distinct live ranks, padded with NONE. */
+static void check_slots(const struct emb_cmap *m)
+{
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		uint32_t n = emb_cmap_holders(m, s);
+
+		for (uint32_t i = n; i < m->replicas; i++)
+			CU_ASSERT_EQUAL(m->slot[s][i], EMB_CMAP_NONE);
+		for (uint32_t i = 0; i < n; i++)
+			for (uint32_t j = 0; j < i; j++)
+				CU_ASSERT_NOT_EQUAL(m->slot[s][i], m->slot[s][j]);
+		if (m->fill[s] != EMB_CMAP_NONE)
+			CU_ASSERT(!emb_cmap_holds(m, s, m->fill[s]));
+	}
+}
+
+/* Fills rank chunk by chunk as the scheduler does; returns the chunks. */
+static uint32_t fill_all(struct emb_cmap *m, uint32_t rank, uint32_t max)
+{
+	uint32_t first = 0, chunks = 0;
+	int n;
+
+	while ((n = emb_cmap_fill_next(m, rank, max, &first)) > 0) {
+		uint64_t e = m->epoch;
+		uint16_t src = emb_cmap_primary(m, first), w[9];
+
+		CU_ASSERT((uint32_t)n <= max);
+		CU_ASSERT_EQUAL(emb_cmap_fill_begin(m, rank, first, (uint32_t)n,
+						    m),
+				n);
+		CU_ASSERT_EQUAL(m->epoch, e + 1);
+		for (uint32_t s = first; s < first + (uint32_t)n; s++) {
+			/* One source per chunk; the newcomer is written to
+			 * but neither holds nor serves the slot. */
+			CU_ASSERT_EQUAL(emb_cmap_primary(m, s), src);
+			CU_ASSERT_EQUAL(m->fill[s], rank);
+			CU_ASSERT(!emb_cmap_holds(m, s, rank));
+			CU_ASSERT_EQUAL(emb_cmap_writers(m, s, w),
+					emb_cmap_holders(m, s) + 1);
+			CU_ASSERT_EQUAL(w[emb_cmap_holders(m, s)], rank);
+		}
+		/* A chunk under way is not picked again. */
+		if (emb_cmap_fill_next(m, rank, max, &first) > 0)
+			CU_ASSERT(m->fill[first] == EMB_CMAP_NONE);
+		first = (uint32_t)((first + EMB_NSLOTS - (uint32_t)n) %
+				   EMB_NSLOTS);
+		while (m->fill[first] != rank)
+			first = (first + 1) % EMB_NSLOTS;
+		CU_ASSERT_EQUAL(emb_cmap_fill_done(m, rank, first, (uint32_t)n,
+						   m),
+				n);
+		CU_ASSERT_EQUAL(m->epoch, e + 2);
+		for (uint32_t s = first; s < first + (uint32_t)n; s++) {
+			CU_ASSERT(emb_cmap_holds(m, s, rank));
+			CU_ASSERT_EQUAL(m->fill[s], EMB_CMAP_NONE);
+		}
+		check_slots(m);
+		chunks++;
+	}
+	return chunks;
+}
+
+static void test_recover(void)
+{
+	struct emb_cmap *m = new_map(3, 2), *before = malloc(sizeof(*m));
+	uint32_t first = 0, cnt[3], chunks, had;
+	int moved;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(before);
+	/* Server 1 dies; a replacement takes its rank. */
+	emb_cmap_remove(m, 1, m);
+	CU_ASSERT_EQUAL(emb_cmap_fill_next(m, 9, 64, &first), -EINVAL);
+	CU_ASSERT_EQUAL(emb_cmap_fill_next(m, 1, 0, &first), -EINVAL);
+	had = 0;
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		had += emb_cmap_holders(m, s) < 2;
+	chunks = fill_all(m, 1, 64);
+	/* 64-slot chunks that never span two sources. */
+	CU_ASSERT(chunks >= (had + 63) / 64);
+	CU_ASSERT(chunks <= (had + 63) / 64 + 2);
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		CU_ASSERT_EQUAL(emb_cmap_holders(m, s), 2);
+	CU_ASSERT_EQUAL(emb_cmap_fill_next(m, 1, 64, &first), 0);
+	/* Full again, but 1 is primary nowhere: the rebalance, one epoch,
+	 * moves no holder, only their order. */
+	CU_ASSERT_EQUAL(emb_cmap_primary_slots(m, 1), 0);
+	memcpy(before, m, sizeof(*m));
+	moved = emb_cmap_rebalance(m, m);
+	CU_ASSERT(moved > 0);
+	CU_ASSERT_EQUAL(m->epoch, before->epoch + 1);
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		CU_ASSERT(emb_cmap_holds(m, s, before->slot[s][0]));
+		CU_ASSERT(emb_cmap_holds(m, s, before->slot[s][1]));
+	}
+	for (uint32_t r = 0; r < 3; r++) {
+		cnt[r] = emb_cmap_primary_slots(m, r);
+		CU_ASSERT(cnt[r] >= EMB_NSLOTS / 3 - 1);
+		CU_ASSERT(cnt[r] <= EMB_NSLOTS / 3 + 1);
+	}
+	CU_ASSERT_EQUAL(emb_cmap_rebalance(m, m), 0);
+	CU_ASSERT_EQUAL(m->epoch, before->epoch + 1);
+	emb_cmap_rank_slots(m, 1, cnt);
+	CU_ASSERT_EQUAL(cnt[0], emb_cmap_primary_slots(m, 1));
+	CU_ASSERT_EQUAL(cnt[0] + cnt[1], EMB_NSLOTS * 2 / 3 + 1);
+	CU_ASSERT_EQUAL(cnt[2], 0);
+	check_slots(m);
+	free(before);
+	free(m);
+}
+
+static void test_fill_deaths(void)
+{
+	struct emb_cmap *m = new_map(3, 2);
+	uint32_t first = 0, cnt[3];
+	uint16_t src;
+	int n;
+
+	emb_cmap_remove(m, 1, m);
+	n = emb_cmap_fill_next(m, 1, 100, &first);
+	CU_ASSERT_FATAL(n > 0);
+	src = emb_cmap_primary(m, first);
+	CU_ASSERT_EQUAL(emb_cmap_fill_begin(m, 1, first, (uint32_t)n, m), n);
+	/* Nothing more to mark there: no epoch for nothing. */
+	CU_ASSERT_EQUAL(emb_cmap_fill_begin(m, 1, first, (uint32_t)n, m), 0);
+	CU_ASSERT_EQUAL(emb_cmap_fill_begin(m, 1, EMB_NSLOTS - 1, 2, m),
+			-EINVAL);
+	emb_cmap_rank_slots(m, 1, cnt);
+	CU_ASSERT_EQUAL(cnt[2], (uint32_t)n);
+	/* The newcomer dies while filling: its fills end, nothing else
+	 * changes hands. */
+	CU_ASSERT_EQUAL(emb_cmap_remove(m, 1, m), 0);
+	emb_cmap_rank_slots(m, 1, cnt);
+	CU_ASSERT_EQUAL(cnt[0] + cnt[1] + cnt[2], 0);
+	CU_ASSERT_EQUAL(emb_cmap_fill_done(m, 1, first, (uint32_t)n, m), 0);
+	for (uint32_t s = first; s < first + (uint32_t)n; s++)
+		CU_ASSERT_EQUAL(emb_cmap_primary(m, s), src);
+	/* Again, and the source dies mid-stream: the chunk's only holder is
+	 * gone, and the half-filled newcomer is not promoted (the slots are
+	 * lost rather than served with missing rows). */
+	CU_ASSERT_EQUAL(emb_cmap_fill_next(m, 1, 100, &first), n);
+	emb_cmap_fill_begin(m, 1, first, (uint32_t)n, m);
+	CU_ASSERT(emb_cmap_remove(m, src, m) > 0);
+	for (uint32_t s = first; s < first + (uint32_t)n; s++) {
+		CU_ASSERT_EQUAL(m->fill[s], EMB_CMAP_NONE);
+		CU_ASSERT_EQUAL(emb_cmap_primary(m, s), EMB_CMAP_NONE);
+	}
+	CU_ASSERT_EQUAL(emb_cmap_fill_done(m, 1, first, (uint32_t)n, m), 0);
+	free(m);
+
+	/* R = 3 of 4: a fill ends when a backup of its slot dies too, and
+	 * starts again from the holders left. */
+	m = new_map(4, 3);
+	emb_cmap_remove(m, 3, m);
+	first = 0;
+	n = emb_cmap_fill_next(m, 3, 32, &first);
+	CU_ASSERT_FATAL(n > 0);
+	emb_cmap_fill_begin(m, 3, first, (uint32_t)n, m);
+	src = m->slot[first][1];
+	CU_ASSERT_EQUAL(emb_cmap_remove(m, src, m), 0);
+	CU_ASSERT_EQUAL(m->fill[first], EMB_CMAP_NONE);
+	CU_ASSERT(emb_cmap_fill_next(m, 3, 32, &first) > 0);
+	/* An abort drops just that rank's fills in the range. */
+	n = emb_cmap_fill_next(m, 3, 32, &first);
+	emb_cmap_fill_begin(m, 3, first, (uint32_t)n, m);
+	CU_ASSERT_EQUAL(emb_cmap_fill_abort(m, 2, first, (uint32_t)n, m), 0);
+	CU_ASSERT_EQUAL(emb_cmap_fill_abort(m, 3, 0, EMB_NSLOTS, m), n);
+	CU_ASSERT_EQUAL(m->fill[first], EMB_CMAP_NONE);
+	check_slots(m);
+	free(m);
+}
+
+static void test_encode_fill(void)
+{
+	struct emb_cmap *m = new_map(3, 2), *out = malloc(sizeof(*out));
+	size_t sz = emb_cmap_encoded_size(2) + 2 * EMB_NSLOTS;
+	uint8_t *buf = malloc(sz);
+	uint32_t first = 0;
+	int n;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+	emb_cmap_remove(m, 2, m);
+	CU_ASSERT_EQUAL(emb_cmap_size(m), emb_cmap_encoded_size(2));
+	n = emb_cmap_fill_next(m, 2, 50, &first);
+	emb_cmap_fill_begin(m, 2, first, (uint32_t)n, m);
+	/* A fill makes it version 2, with the fill table after the slots. */
+	CU_ASSERT_EQUAL(emb_cmap_size(m), sz);
+	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, sz - 1), -ENOSPC);
+	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, sz), (int64_t)sz);
+	CU_ASSERT_EQUAL(buf[4], 2);
+	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), 0);
+	CU_ASSERT_EQUAL(memcmp(m, out, sizeof(*m)), 0);
+	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz - 2, out), EMB_EBADFRAME);
+	/* A filling server that holds its slot already, or a rank out of
+	 * range, is refused. */
+	size_t at = emb_cmap_encoded_size(2) + 2 * first;
+	buf[at] = (uint8_t)m->slot[first][0];
+	buf[at + 1] = 0;
+	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+	buf[at] = 3;
+	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+	free(buf);
+	free(out);
+	free(m);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -153,6 +361,12 @@ int main(int argc, char **argv)
 	    {"a dead server's slots go to their first backup", test_remove},
 	    {"a joining server fills under-replicated slots", test_add},
 	    {"the encoding round-trips and refuses bad maps", test_encode},
+	    {"recovery: a replacement filled chunk by chunk, then the "
+	     "rebalance",
+	     test_recover},
+	    {"a fill ends with its newcomer's or its source's death",
+	     test_fill_deaths},
+	    {"a map with fills encodes as version 2", test_encode_fill},
 	    {NULL, NULL},
 	};
 
