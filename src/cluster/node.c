@@ -87,6 +87,15 @@ struct emb_node {
 	uint16_t slot_map[EMB_NSLOTS];	    /* slot -> server rank */
 	struct emb_wire_node_addr *servers; /* by rank */
 	uint32_t replicas;		    /* copies of each slot, >= 1 */
+	struct emb_cmap *cmap;		    /* replicated map (scheduler), or
+					       NULL */
+	emb_node_map_fn map_fn;		    /* emb_node_watch_map() */
+	void *map_arg;			    /* for map_fn */
+	/* Agent thread only: a newer map being fetched. */
+	bool map_inflight;
+	_Alignas(8) uint8_t mapr_req[64];
+	uint8_t *mapr_resp;
+	size_t mapr_cap;
 
 	struct emb_coord *coord; /* the job in etcd, not a scheduler: every
 				    call goes there (cluster/coord.h) */
@@ -482,6 +491,8 @@ static void send_finish(struct emb_node *n)
 		lose(n, rc, "cannot send FINISH");
 }
 
+static void fetch_map(struct emb_node *n);
+
 /* Agent thread: new deaths from a heartbeat response. */
 static void note_dead(struct emb_node *n,
 		      const struct emb_wire_heartbeat_resp *r)
@@ -537,6 +548,17 @@ static void hb_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 	}
 	n->last_ok_ms = (int64_t)emb_clock_ms();
 	note_dead(n, &r);
+	/* A replicated map changed: joins, fills and rebalances are not
+	 * deaths a node could work out by itself. */
+	if (r.map_epoch) {
+		uint64_t have;
+
+		pthread_mutex_lock(&n->mu);
+		have = n->cmap ? n->cmap->epoch : 0;
+		pthread_mutex_unlock(&n->mu);
+		if (have < r.map_epoch)
+			fetch_map(n);
+	}
 	if (r.state == EMB_CLUSTER_FINISHING &&
 	    n->reg.role == EMB_ROLE_SERVER && !n->finish_sent)
 		send_finish(n);
@@ -934,6 +956,8 @@ void emb_node_destroy(struct emb_node *n)
 	emb_conn_destroy(n->conn);
 	emb_transport_destroy(n->tr);
 	free(n->mapw.resp);
+	free(n->mapr_resp);
+	free(n->cmap);
 	free(n->servers);
 	free(n->dead);
 	free(n->hb_resp);
@@ -944,35 +968,173 @@ void emb_node_destroy(struct emb_node *n)
 
 /* ---- calls ---------------------------------------------------------- */
 
-static int map_take(struct emb_node *n)
+/*
+ * Takes a CLUSTER_MAP response (hdr, payload) as the node's map: the first
+ * one, or a newer one of a replicated job (*newer then says it was taken).
+ * 0, EMB_EBADFRAME, -ENOMEM.
+ */
+static int map_take_frame(struct emb_node *n, const struct emb_frame_hdr *hdr,
+			  const void *payload, bool *newer)
 {
 	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
 	struct emb_wire_frame f;
 	struct emb_wire_cluster_map m;
 	struct emb_wire_node_addr *srv;
+	struct emb_cmap *cm = NULL;
 	int rc;
 
+	*newer = false;
 	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
-	f = (struct emb_wire_frame){
-	    .hdr = n->mapw.rhdr, .payload = n->mapw.resp, .lim = &lim};
+	f = (struct emb_wire_frame){.hdr = *hdr, .payload = payload, .lim = &lim};
 	rc = emb_wire_cluster_map_decode(&f, &m);
 	if (rc)
 		return rc;
 	if (m.nservers != n->reg.server_num || m.nworkers != n->reg.worker_num)
 		return EMB_EBADFRAME;
+	if (m.cmap) {
+		cm = malloc(sizeof(*cm));
+		if (!cm)
+			return -ENOMEM;
+		rc = emb_cmap_decode(m.cmap, m.cmap_len, cm);
+		if (!rc && (cm->nservers != m.nservers ||
+			    cm->replicas != m.replicas))
+			rc = EMB_EBADFRAME;
+		if (rc) {
+			free(cm);
+			return rc;
+		}
+	}
 	srv = calloc(m.nservers, sizeof(*srv));
-	if (!srv)
+	if (!srv) {
+		free(cm);
 		return -ENOMEM;
+	}
 	for (uint32_t i = 0; i < m.nservers; i++)
 		emb_wire_cluster_map_server(&m, i, &srv[i]);
 	pthread_mutex_lock(&n->mu);
+	/* Maps only go forward: an answer overtaken by a newer one is
+	 * dropped. */
+	if (n->have_map && (!cm || !n->cmap || cm->epoch <= n->cmap->epoch)) {
+		pthread_mutex_unlock(&n->mu);
+		free(srv);
+		free(cm);
+		return 0;
+	}
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
 		n->slot_map[s] = emb_wire_cluster_map_slot(&m, s);
-	n->servers = srv;
+	/* Once handed out (emb_node_servers()) the array stays: entries
+	 * change in place. */
+	if (n->servers) {
+		memcpy(n->servers, srv, m.nservers * sizeof(*srv));
+		free(srv);
+	} else {
+		n->servers = srv;
+	}
 	n->replicas = m.replicas;
+	*newer = true;
 	n->have_map = true;
+	free(n->cmap);
+	n->cmap = cm;
 	pthread_mutex_unlock(&n->mu);
 	return 0;
+}
+
+static int map_take(struct emb_node *n)
+{
+	bool newer;
+
+	return map_take_frame(n, &n->mapw.rhdr, n->mapw.resp, &newer);
+}
+
+/* Agent thread: tells the map watcher about the map just taken. */
+static void map_tell(struct emb_node *n)
+{
+	struct emb_cmap *m = malloc(sizeof(*m));
+	struct emb_wire_node_addr *srv =
+	    calloc(n->reg.server_num, sizeof(*srv));
+	emb_node_map_fn fn;
+	void *arg;
+
+	pthread_mutex_lock(&n->mu);
+	fn = n->map_fn;
+	arg = n->map_arg;
+	if (m && srv && n->cmap) {
+		*m = *n->cmap;
+		memcpy(srv, n->servers, n->reg.server_num * sizeof(*srv));
+	} else {
+		fn = NULL;
+	}
+	pthread_mutex_unlock(&n->mu);
+	if (fn)
+		fn(arg, m, srv, n->reg.server_num);
+	free(srv);
+	free(m);
+}
+
+static void mapr_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct emb_node *n = ctx;
+	bool newer = false;
+	int rc;
+
+	n->map_inflight = false;
+	if (status)
+		return; /* the link is gone: lose() says so */
+	if (resp->status < 0) {
+		log_error_resp(n, resp, n->mapr_resp);
+		return;
+	}
+	rc = map_take_frame(n, resp, n->mapr_resp, &newer);
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "%s %u: bad cluster map: %s",
+			emb_role_name(n->reg.role), n->reg.rank,
+			emb_strerror(rc));
+		return;
+	}
+	if (newer) {
+		emb_log(EMB_LOG_DEBUG, "%s %u: map epoch %llu",
+			emb_role_name(n->reg.role), n->reg.rank,
+			(unsigned long long)n->cmap->epoch);
+		map_tell(n);
+	}
+}
+
+/* Agent thread: asks the scheduler for its map, unless already asking. */
+static void fetch_map(struct emb_node *n)
+{
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	bool ready;
+	int len, rc;
+
+	/* A server takes its first map here too: nothing waits for it. */
+	pthread_mutex_lock(&n->mu);
+	ready = !n->lost && !n->stop;
+	pthread_mutex_unlock(&n->mu);
+	if (n->map_inflight || !ready || n->coord || n->is_static)
+		return;
+	if (!n->mapr_resp) {
+		n->mapr_cap = emb_wire_cluster_map_cap(n->reg.server_num) -
+			      EMB_WIRE_HDR_SIZE;
+		n->mapr_resp = malloc(n->mapr_cap);
+		if (!n->mapr_resp)
+			return;
+	}
+	len = emb_wire_node_req_encode(n->mapr_req, sizeof(n->mapr_req),
+				       EMB_OP_CLUSTER_MAP, 0, n->reg.node_id);
+	if (len < 0)
+		return;
+	memcpy(&hdr, n->mapr_req, sizeof(hdr));
+	iov = (struct iovec){n->mapr_req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call(n->conn, &hdr, &iov, 1, n->mapr_resp, n->mapr_cap,
+			   mapr_done, n);
+	n->map_inflight = rc == 0;
+}
+
+static void fetch_map_task(void *arg)
+{
+	fetch_map(arg);
 }
 
 /*
@@ -1018,7 +1180,7 @@ int emb_node_wait_map(struct emb_node *n)
 		return rc;
 	}
 	if (!w->resp) {
-		w->resp_cap = emb_wire_cluster_map_bytes(n->reg.server_num) -
+		w->resp_cap = emb_wire_cluster_map_cap(n->reg.server_num) -
 			      EMB_WIRE_HDR_SIZE;
 		w->resp_cap =
 		    w->resp_cap < SMALL_RESP ? SMALL_RESP : w->resp_cap;
@@ -1160,4 +1322,65 @@ int emb_node_finish(struct emb_node *n)
 		pthread_mutex_unlock(&n->mu);
 	}
 	return rc;
+}
+
+void emb_node_watch_map(struct emb_node *n, emb_node_map_fn fn, void *arg)
+{
+	struct emb_cmap *m = malloc(sizeof(*m));
+	struct emb_wire_node_addr *srv =
+	    calloc(n->reg.server_num ? n->reg.server_num : 1, sizeof(*srv));
+	bool have = false;
+
+	pthread_mutex_lock(&n->mu);
+	n->map_fn = fn;
+	n->map_arg = arg;
+	if (fn && m && srv && n->cmap) {
+		*m = *n->cmap;
+		memcpy(srv, n->servers, n->reg.server_num * sizeof(*srv));
+		have = true;
+	}
+	pthread_mutex_unlock(&n->mu);
+	if (have)
+		fn(arg, m, srv, n->reg.server_num);
+	free(srv);
+	free(m);
+}
+
+int emb_node_cmap(struct emb_node *n, struct emb_cmap *out)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&n->mu);
+	if (n->cmap) {
+		*out = *n->cmap;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&n->mu);
+	return rc;
+}
+
+void emb_node_map_refresh(struct emb_node *n)
+{
+	if (n && n->tr && !n->coord && !n->is_static)
+		(void)emb_transport_exec(n->tr, fetch_map_task, n);
+}
+
+int emb_node_fill_done(struct emb_node *n, uint32_t first, uint32_t nslots,
+		       uint64_t epoch, int status)
+{
+	struct emb_wire_fill_done_req d = {
+	    .node_id = n->reg.node_id,
+	    .status = status,
+	    .first = first,
+	    .n = nslots,
+	    .epoch = epoch,
+	};
+	struct waiter w = {0};
+
+	if (n->reg.role != EMB_ROLE_SERVER || n->coord || n->is_static)
+		return EMB_ECLUSTER;
+	w.req_len = emb_wire_fill_done_req_encode(w.req, sizeof(w.req), 0, &d);
+	if (w.req_len < 0)
+		return w.req_len;
+	return simple_call(n, &w, EMB_OP_FILL_DONE);
 }

@@ -87,6 +87,18 @@ struct emb_node;
 typedef void (*emb_node_dead_fn)(void *arg, uint32_t role, uint32_t rank);
 typedef void (*emb_node_end_fn)(void *arg, int status);
 
+struct emb_cmap;
+
+/*
+ * Called on the agent thread with each newer replicated map the scheduler
+ * publishes (heartbeats carry its epoch; docs/replication.md, "Recovery"),
+ * and the servers' addresses by rank (a newcomer that took a dead rank
+ * has its own). Both are valid for the call only.
+ */
+typedef void (*emb_node_map_fn)(void *arg, const struct emb_cmap *m,
+				const struct emb_wire_node_addr *servers,
+				uint32_t nservers);
+
 struct emb_node_opts {
 	const char *sched_host;	  /* scheduler address; copied */
 	uint16_t sched_port;	  /* scheduler port */
@@ -193,6 +205,31 @@ const struct emb_wire_node_addr *emb_node_servers(const struct emb_node *n);
  * node; fn NULL removes it (a callback already running may still finish).
  */
 void emb_node_watch(struct emb_node *n, emb_node_dead_fn fn, void *arg);
+
+/*
+ * Replicated jobs with a scheduler: fn(arg, map, servers, n) once now
+ * with the latest map (if the node has one, on this thread), then on the
+ * agent thread for every newer one. One watcher; fn NULL removes it.
+ */
+void emb_node_watch_map(struct emb_node *n, emb_node_map_fn fn, void *arg);
+
+/* A copy of the latest replicated map in *out: 0, or -ENOENT (none). */
+int emb_node_cmap(struct emb_node *n, struct emb_cmap *out);
+
+/*
+ * Asks the scheduler for the map now rather than at the next heartbeat
+ * (a server said the caller's map is out of date). Any thread, no wait.
+ */
+void emb_node_map_refresh(struct emb_node *n);
+
+/*
+ * Servers: tells the scheduler that the chunk [first, first + nslots)
+ * whose fill began at epoch was streamed (status 0) or not (the error).
+ * 0, or the scheduler's refusal (EMB_ECLUSTER: no such fill under way),
+ * EMB_ENOSCHED.
+ */
+int emb_node_fill_done(struct emb_node *n, uint32_t first, uint32_t nslots,
+		       uint64_t epoch, int status);
 
 /*
  * Workers: blocks until every worker reached the barrier called name. 0,

@@ -7,8 +7,14 @@
  * transport only lets a scheduler answer requests, so whatever it must
  * tell a node later is held as an unanswered request (CLUSTER_MAP until
  * every node joined, BARRIER until every worker arrived) or rides on the
- * next heartbeat response (deaths, the end of the job). Nodes are few and
- * messages rare: linear scans keep it plain.
+ * next heartbeat response (deaths, the end of the job, the map's epoch).
+ * Nodes are few and messages rare: linear scans keep it plain.
+ *
+ * Recovery (docs/replication.md): with replicas, a server that registers
+ * while some server is dead takes the dead rank and is filled with its
+ * slots chunk by chunk. Each step is a new map epoch that nodes learn
+ * from their heartbeats; the chunk's source tells when it streamed the
+ * chunk (FILL_DONE), and the last step rebalances the primaries.
  */
 #include "cluster/scheduler.h"
 
@@ -29,6 +35,15 @@
 #include "proto/wire_msg.h"
 #include "metrics/metrics.h"
 #include "transport/transport.h"
+
+#define NO_FILL UINT32_MAX
+/* Slots per recovery chunk: writes to a chunk wait while it streams, so
+ * it stays small; 4096 / 256 = 16 chunks for a whole server at most. */
+#define FILL_CHUNK_SLOTS 256u
+/* A chunk whose source says nothing for this long is filled again. */
+#define FILL_TIMEOUT_MS 60000
+/* Failed streams of a recovery before it is given up. */
+#define FILL_TRIES 8u
 
 struct node {
 	uint32_t role; /* EMB_ROLE_SERVER or _WORKER; 0 = free */
@@ -65,12 +80,24 @@ struct emb_sched {
 	uint32_t state;			/* enum emb_cluster_state */
 	struct emb_wire_node_ref *dead; /* in order of death */
 	uint32_t ndead;			/* entries in dead */
+	uint32_t dead_cap;		/* room in dead: a replaced rank may
+					   die again */
 	/* Deaths the job cannot go on without: a worker, or a server whose
 	 * slots lost their last holder (every server when unreplicated). */
 	uint32_t nfatal;
 	struct emb_cmap *cmap;		/* the map, once formed */
 	uint8_t *map_frame;		/* CLUSTER_MAP response, once ready */
 	int map_len;			/* its bytes */
+	/* Recovery, loop thread: the rank being filled (NO_FILL: none),
+	 * its chunk under way and the epoch that began it. */
+	uint32_t fill_rank;
+	uint32_t fill_first, fill_n;
+	uint64_t fill_epoch;
+	int64_t fill_chunk_ms; /* the chunk began, monotonic */
+	int64_t fill_ms;       /* the recovery began */
+	uint32_t fill_chunks;  /* chunks streamed so far */
+	uint32_t fill_fails;   /* streams that failed */
+	uint64_t recoveries;   /* servers made full replicas */
 	uint32_t replies; /* replies not yet handed to the kernel */
 	bool over;	  /* job ended: stop once replies are out */
 
@@ -81,8 +108,9 @@ struct emb_sched {
 	pthread_cond_t cv;  /* signalled when done */
 	struct emb_sched_stats view; /* published by the loop each turn */
 	/* Per server rank, the slots it holds as [0] primary, [1] backup,
-	 * in the map of epoch slots_epoch (0: none yet); with view. */
-	uint32_t (*slots)[2];
+	 * [2] filling, in the map of epoch slots_epoch (0: none yet); with
+	 * view. */
+	uint32_t (*slots)[3];
 	uint64_t slots_epoch;
 	bool stop;	    /* destroy asked the loop to exit */
 	bool done;	    /* the job ended */
@@ -288,6 +316,15 @@ static void check_barrier(struct emb_sched *s, const char *name)
 }
 
 static void build_map(struct emb_sched *s);
+static void fill_next(struct emb_sched *s);
+
+/* The map changed: nodes asking from now on get the new one. */
+static void republish(struct emb_sched *s)
+{
+	free(s->map_frame);
+	s->map_frame = NULL;
+	build_map(s);
+}
 
 /*
  * A server of a replicated cluster died: the map drops it, so its slots'
@@ -309,14 +346,29 @@ static bool failover(struct emb_sched *s, struct node *n)
 			lost == 1 ? "" : "s", n->rank);
 		return false;
 	}
-	free(s->map_frame);
-	s->map_frame = NULL;
-	build_map(s);
+	republish(s);
 	emb_log(EMB_LOG_WARN,
 		"map epoch %llu: server %u removed, its %u primary slot%s "
 		"moved to their first backups; the job goes on",
 		(unsigned long long)s->cmap->epoch, n->rank, had,
 		had == 1 ? "" : "s");
+	/* A recovery under way: without its newcomer it ends; without its
+	 * chunk's source (remove() dropped that fill) the chunk starts
+	 * again from the holders left. */
+	if (s->fill_rank == n->rank) {
+		emb_log(EMB_LOG_WARN,
+			"server %u died while being filled: its recovery ends",
+			n->rank);
+		s->fill_rank = NO_FILL;
+	} else if (s->fill_rank != NO_FILL &&
+		   s->cmap->fill[s->fill_first] != s->fill_rank) {
+		emb_log(EMB_LOG_WARN,
+			"the fill of slots %u-%u into server %u lost its "
+			"source: filling them again",
+			s->fill_first, s->fill_first + s->fill_n - 1,
+			s->fill_rank);
+		fill_next(s);
+	}
 	return true;
 }
 
@@ -328,7 +380,23 @@ static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
 	if (n->dead)
 		return;
 	n->dead = true;
-	s->dead[s->ndead++] = (struct emb_wire_node_ref){n->role, n->rank};
+	if (s->ndead == s->dead_cap) {
+		uint32_t cap = 2 * s->dead_cap;
+		struct emb_wire_node_ref *d =
+		    cap <= EMB_WIRE_NODES_MAX
+			? realloc(s->dead, cap * sizeof(*d))
+			: NULL;
+
+		/* Without room the death is still acted on; only later
+		 * heartbeats do not list it (one more replaced rank). */
+		if (d) {
+			s->dead = d;
+			s->dead_cap = cap;
+		}
+	}
+	if (s->ndead < s->dead_cap)
+		s->dead[s->ndead++] =
+		    (struct emb_wire_node_ref){n->role, n->rank};
 	emb_log(EMB_LOG_ERROR, "%s %u (%s) declared dead: %s",
 		emb_role_name(n->role), n->rank,
 		node_addr(n, addr, sizeof(addr)), why);
@@ -363,7 +431,9 @@ static void build_map(struct emb_sched *s)
 	uint32_t S = s->o.server_num;
 	struct emb_wire_node_addr *addrs;
 	uint16_t slot_map[EMB_NSLOTS];
-	size_t cap = emb_wire_cluster_map_bytes(S);
+	size_t cap = emb_wire_cluster_map_cap(S);
+	uint8_t *cm = NULL;
+	int64_t cml = 0;
 
 	addrs = calloc(S, sizeof(*addrs));
 	s->map_frame = malloc(cap);
@@ -388,13 +458,26 @@ static void build_map(struct emb_sched *s)
 	}
 	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
 		slot_map[sl] = emb_cmap_primary(s->cmap, sl);
+	/* Replicated: the whole map rides along, since joins, fills and the
+	 * rebalance make backups that the successor rule does not give. */
+	if (s->cmap->replicas > 1) {
+		cm = malloc(emb_cmap_size(s->cmap));
+		cml = cm ? emb_cmap_encode(s->cmap, cm, emb_cmap_size(s->cmap))
+			 : -ENOMEM;
+		if (cml < 0)
+			goto err;
+	}
 	s->map_len = emb_wire_cluster_map_encode(
 	    s->map_frame, cap, 0, s->o.worker_num, s->cmap->replicas,
-	    slot_map, addrs, S);
+	    slot_map, addrs, S, cm, (uint32_t)cml);
 	free(addrs);
+	addrs = NULL;
+	free(cm);
+	cm = NULL;
 	if (s->map_len > 0)
 		return;
 err:
+	free(cm);
 	free(addrs);
 	free(s->map_frame);
 	s->map_frame = NULL;
@@ -485,6 +568,82 @@ static struct node *lost_server(struct emb_sched *s, struct emb_conn *conn,
 	return NULL;
 }
 
+/* ---- recovery --------------------------------------------------------- */
+
+/*
+ * The next chunk of the server being filled, as a new map epoch; or, when
+ * it holds every slot it should, the rebalance that ends the recovery.
+ */
+static void fill_next(struct emb_sched *s)
+{
+	uint32_t first = s->fill_first, r = s->fill_rank;
+	int n;
+
+	if (r == NO_FILL)
+		return;
+	n = emb_cmap_fill_next(s->cmap, r, FILL_CHUNK_SLOTS, &first);
+	if (n > 0) {
+		emb_cmap_fill_begin(s->cmap, r, first, (uint32_t)n, s->cmap);
+		s->fill_first = first;
+		s->fill_n = (uint32_t)n;
+		s->fill_epoch = s->cmap->epoch;
+		s->fill_chunk_ms = (int64_t)emb_clock_ms();
+		republish(s);
+		emb_log(EMB_LOG_INFO,
+			"map epoch %llu: server %u is being filled with slots "
+			"%u-%u from server %u",
+			(unsigned long long)s->cmap->epoch, r, first,
+			first + (uint32_t)n - 1, emb_cmap_primary(s->cmap, first));
+		return;
+	}
+	/* Full: a pure reordering of holders gives it its primaries. */
+	n = emb_cmap_rebalance(s->cmap, s->cmap);
+	if (n > 0)
+		republish(s);
+	s->recoveries++;
+	s->fill_rank = NO_FILL;
+	emb_log(EMB_LOG_INFO,
+		"map epoch %llu: server %u is a full replica (%u chunk%s in "
+		"%lld ms); %d primary slot%s rebalanced, it is primary of %u",
+		(unsigned long long)s->cmap->epoch, r, s->fill_chunks,
+		s->fill_chunks == 1 ? "" : "s",
+		(long long)((int64_t)emb_clock_ms() - s->fill_ms), n > 0 ? n : 0,
+		n == 1 ? "" : "s", emb_cmap_primary_slots(s->cmap, r));
+}
+
+/* A chunk that will not finish: its slots are filled again, or, after
+ * FILL_TRIES failures, the recovery is given up. */
+static void fill_failed(struct emb_sched *s, const char *why)
+{
+	emb_cmap_fill_abort(s->cmap, s->fill_rank, s->fill_first, s->fill_n,
+			    s->cmap);
+	republish(s);
+	emb_log(EMB_LOG_WARN, "map epoch %llu: the fill of slots %u-%u into "
+			      "server %u failed: %s",
+		(unsigned long long)s->cmap->epoch, s->fill_first,
+		s->fill_first + s->fill_n - 1, s->fill_rank, why);
+	if (++s->fill_fails >= FILL_TRIES) {
+		emb_log(EMB_LOG_ERROR,
+			"server %u: recovery given up after %u failed "
+			"streams; it keeps the %u slots it got",
+			s->fill_rank, s->fill_fails,
+			emb_cmap_primary_slots(s->cmap, s->fill_rank));
+		s->fill_rank = NO_FILL;
+		return;
+	}
+	fill_next(s);
+}
+
+/* A replicated cluster's dead server, whose rank a newcomer may take:
+ * the first, or NULL. */
+static struct node *dead_server(struct emb_sched *s)
+{
+	for (uint32_t i = 0; i < s->o.server_num; i++)
+		if (s->nodes[i].role == EMB_ROLE_SERVER && s->nodes[i].dead)
+			return &s->nodes[i];
+	return NULL;
+}
+
 static void on_register(struct emb_sched *s, struct emb_conn *conn,
 			struct emb_req *req, const struct emb_wire_frame *f)
 {
@@ -519,6 +678,51 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 		emb_conn_set_user(conn, n);
 		emb_log(EMB_LOG_INFO, "server %u (%s) registered again (pid %u)",
 			n->rank, node_addr(n, addr, sizeof(addr)), n->pid);
+		goto reply;
+	}
+	/* Recovery: a server joining a running replicated job takes a dead
+	 * rank (never a live one: a stray REGISTER takes nothing from a
+	 * server that works) and is filled with that rank's slots. */
+	n = r.role == EMB_ROLE_SERVER && s->state == EMB_CLUSTER_READY &&
+		    s->cmap && s->cmap->replicas > 1 && !s->nfatal
+		? dead_server(s)
+		: NULL;
+	if (n && s->fill_rank != NO_FILL) {
+		snprintf(msg, sizeof(msg),
+			 "server %u is being filled: one newcomer at a time",
+			 s->fill_rank);
+		emb_log(EMB_LOG_WARN, "server from %s refused: %s",
+			emb_conn_peer(conn), msg);
+		send_error(s, req, EMB_ECLUSTER, msg);
+		return;
+	}
+	if (n) {
+		idx = (uint32_t)(n - s->nodes);
+		n->dead = false;
+		n->finished = false;
+		n->conn = conn;
+		n->pid = r.pid;
+		snprintf(n->peer, sizeof(n->peer), "%s", emb_conn_peer(conn));
+		n->last_ms = (int64_t)emb_clock_ms();
+		memset(&n->addr, 0, sizeof(n->addr));
+		if (wildcard(r.host, r.host_len))
+			peer_host(conn, n->addr.host, sizeof(n->addr.host));
+		else
+			memcpy(n->addr.host, r.host, r.host_len);
+		n->addr.port = r.port;
+		emb_conn_set_user(conn, n);
+		s->fill_rank = n->rank;
+		s->fill_first = 0;
+		s->fill_fails = 0;
+		s->fill_chunks = 0;
+		s->fill_ms = (int64_t)emb_clock_ms();
+		emb_log(EMB_LOG_INFO,
+			"server %u (%s, pid %u) replaces a dead server: it "
+			"joins as it is filled with its slots",
+			n->rank, node_addr(n, addr, sizeof(addr)), n->pid);
+		/* Its address goes out with the first fill's map. */
+		fill_next(s);
+		republish(s);
 		goto reply;
 	}
 	if (s->state != EMB_CLUSTER_FORMING ||
@@ -639,7 +843,9 @@ static struct node *node_of(struct emb_sched *s, struct emb_req *req,
 		return NULL;
 	}
 	n = &s->nodes[id - 1];
-	if (n->dead) {
+	/* A node speaks on the connection it registered on: a server
+	 * declared dead whose rank a newcomer took is not that newcomer. */
+	if (n->dead || (n->conn && n->conn != emb_req_conn(req))) {
 		send_error(s, req, EMB_ENODEAD, "this node was declared dead");
 		return NULL;
 	}
@@ -668,8 +874,12 @@ static void on_heartbeat(struct emb_sched *s, struct emb_req *req,
 		send_error(s, req, -ENOMEM, "out of memory");
 		return;
 	}
-	len = emb_wire_heartbeat_resp_encode(buf, cap, req->hdr.req_id,
-					     s->state, s->dead, s->ndead);
+	/* The epoch tells nodes of a replicated job when to fetch the map
+	 * again; 0 keeps an unreplicated job's heartbeats as they were. */
+	len = emb_wire_heartbeat_resp_encode(
+	    buf, cap, req->hdr.req_id, s->state,
+	    s->cmap && s->cmap->replicas > 1 ? (uint32_t)s->cmap->epoch : 0,
+	    s->dead, s->ndead);
 	if (len < 0)
 		send_error(s, req, len, "cannot encode HEARTBEAT response");
 	else
@@ -709,6 +919,48 @@ static void on_map(struct emb_sched *s, struct emb_req *req,
 	} else {
 		n->map_req = req;
 	}
+}
+
+/* A source streamed a chunk (or failed to): the fill's next step. */
+static void on_fill_done(struct emb_sched *s, struct emb_req *req,
+			 const struct emb_wire_frame *f)
+{
+	struct emb_wire_fill_done_req d;
+	struct node *n;
+	int rc = emb_wire_fill_done_req_decode(f, &d);
+
+	if (rc) {
+		send_error(s, req, rc, "bad FILL_DONE");
+		return;
+	}
+	n = node_of(s, req, d.node_id);
+	if (!n)
+		return;
+	/* Only the fill under way, from its source: a report of a fill
+	 * that a death or a timeout ended since changes nothing. */
+	if (s->fill_rank == NO_FILL || d.epoch < s->fill_epoch ||
+	    d.first != s->fill_first || d.n != s->fill_n ||
+	    n->role != EMB_ROLE_SERVER ||
+	    emb_cmap_primary(s->cmap, d.first) != n->rank) {
+		send_error(s, req, EMB_ECLUSTER, "no such fill under way");
+		return;
+	}
+	send_ack(s, req, EMB_OP_FILL_DONE, 0);
+	if (d.status) {
+		fill_failed(s, emb_strerror(d.status));
+		return;
+	}
+	emb_cmap_fill_done(s->cmap, s->fill_rank, d.first, d.n, s->cmap);
+	s->fill_chunks++;
+	emb_log(EMB_LOG_DEBUG,
+		"map epoch %llu: server %u holds slots %u-%u (%lld ms)",
+		(unsigned long long)s->cmap->epoch, s->fill_rank, d.first,
+		d.first + d.n - 1,
+		(long long)((int64_t)emb_clock_ms() - s->fill_chunk_ms));
+	s->fill_first = (d.first + d.n) % EMB_NSLOTS;
+	/* fill_next() publishes; the done chunk rides in the same map. */
+	fill_next(s);
+	republish(s);
 }
 
 static void on_barrier(struct emb_sched *s, struct emb_req *req,
@@ -812,6 +1064,9 @@ static void on_request(void *arg, struct emb_conn *conn, struct emb_req *req,
 	case EMB_OP_FINISH:
 		on_finish(s, req, &f);
 		break;
+	case EMB_OP_FILL_DONE:
+		on_fill_done(s, req, &f);
+		break;
 	default:
 		send_error(s, req, -EOPNOTSUPP,
 			   "a scheduler serves cluster requests only");
@@ -874,6 +1129,8 @@ static void check_silence(struct emb_sched *s)
 			 (long long)(now - n->last_ms));
 		declare_dead(s, n, why);
 	}
+	if (s->fill_rank != NO_FILL && now - s->fill_chunk_ms > FILL_TIMEOUT_MS)
+		fill_failed(s, "its source did not report in time");
 }
 
 /* Loop thread: publishes the counts for emb_sched_stats(). */
@@ -904,6 +1161,8 @@ static void publish(struct emb_sched *s)
 	v.map_epoch = s->cmap ? s->cmap->epoch : 0;
 	v.replicas = s->o.replicas ? s->o.replicas : 1;
 	v.lost_slots = s->cmap ? emb_cmap_lost_slots(s->cmap) : 0;
+	v.filling = s->fill_rank;
+	v.recoveries = s->recoveries;
 	pthread_mutex_lock(&s->mu);
 	s->view = v;
 	/* Counted again only when the map changed: 4096 * R steps. */
@@ -913,7 +1172,7 @@ static void publish(struct emb_sched *s)
 		if (s->slots) {
 			memset(s->slots, 0,
 			       s->o.server_num * sizeof(*s->slots));
-			for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+			for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
 				for (uint32_t i = 0; i < s->cmap->replicas;
 				     i++) {
 					uint16_t r = s->cmap->slot[sl][i];
@@ -922,6 +1181,9 @@ static void publish(struct emb_sched *s)
 						break;
 					s->slots[r][i > 0]++;
 				}
+				if (s->cmap->fill[sl] != EMB_CMAP_NONE)
+					s->slots[s->cmap->fill[sl]][2]++;
+			}
 			s->slots_epoch = s->cmap->epoch;
 		}
 	}
@@ -1003,7 +1265,9 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	    sizeof(s->cluster_id))
 		s->cluster_id = (uint64_t)(int64_t)emb_clock_ms();
 	s->nodes = calloc(nnodes(s), sizeof(*s->nodes));
-	s->dead = calloc(nnodes(s), sizeof(*s->dead));
+	s->dead_cap = nnodes(s);
+	s->dead = calloc(s->dead_cap, sizeof(*s->dead));
+	s->fill_rank = NO_FILL;
 	if (!s->nodes || !s->dead || emb_authlimit_create(&s->authlimit)) {
 		rc = -ENOMEM;
 		goto err_free;
@@ -1118,7 +1382,7 @@ void emb_sched_stats(struct emb_sched *s, struct emb_sched_stats *out)
 }
 
 bool emb_sched_server_slots(struct emb_sched *s, uint32_t rank,
-			    uint32_t out[2])
+			    uint32_t out[3])
 {
 	bool ok;
 
@@ -1127,6 +1391,7 @@ bool emb_sched_server_slots(struct emb_sched *s, uint32_t rank,
 	if (ok) {
 		out[0] = s->slots[rank][0];
 		out[1] = s->slots[rank][1];
+		out[2] = s->slots[rank][2];
 	}
 	pthread_mutex_unlock(&s->mu);
 	return ok;
@@ -1173,12 +1438,12 @@ static void metrics_nodes(struct emb_metrics_out *o,
 }
 
 /* Slots each server holds by role, once the map is made (a removed
- * server holds none). */
+ * server holds none), and by state, filling included. */
 static void metrics_server_slots(struct emb_metrics_out *o,
 				 struct emb_sched *s, uint32_t nservers)
 {
-	static const char *const roles[] = {"primary", "backup"};
-	uint32_t n[2];
+	static const char *const roles[] = {"primary", "backup", "filling"};
+	uint32_t n[3];
 	char label[64];
 
 	if (!emb_sched_server_slots(s, 0, n))
@@ -1193,6 +1458,21 @@ static void metrics_server_slots(struct emb_metrics_out *o,
 			snprintf(label, sizeof(label),
 				 "server=\"%u\",role=\"%s\"", r, roles[k]);
 			emb_metrics_u64(o, "embstore_cluster_server_slots",
+					label, n[k]);
+		}
+	}
+	emb_metrics_family(o, "embstore_cluster_slot_holders", "gauge",
+			   "Slots each server holds in the cluster map by "
+			   "state: primary, backup, or filling (a server "
+			   "being filled with them during a recovery; "
+			   "written to, not read from).");
+	for (uint32_t r = 0; r < nservers; r++) {
+		if (!emb_sched_server_slots(s, r, n))
+			break;
+		for (uint32_t k = 0; k < 3; k++) {
+			snprintf(label, sizeof(label),
+				 "server=\"%u\",state=\"%s\"", r, roles[k]);
+			emb_metrics_u64(o, "embstore_cluster_slot_holders",
 					label, n[k]);
 		}
 	}
@@ -1234,6 +1514,18 @@ void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 				   "Slots whose every holder died.");
 		emb_metrics_u64(o, "embstore_cluster_lost_slots", NULL,
 				v.lost_slots);
+		emb_metrics_family(o, "embstore_cluster_filling_server",
+				   "gauge",
+				   "Rank of the server being filled with "
+				   "slots (recovery), or -1.");
+		emb_metrics_f64(o, "embstore_cluster_filling_server", NULL,
+				v.filling == NO_FILL ? -1.0 : (double)v.filling);
+		emb_metrics_family(o, "embstore_cluster_recoveries_total",
+				   "counter",
+				   "Servers that joined a running job and "
+				   "became full replicas.");
+		emb_metrics_u64(o, "embstore_cluster_recoveries_total", NULL,
+				v.recoveries);
 		metrics_server_slots(o, s, v.expected[0]);
 		emb_metrics_family(o,
 				   "embstore_cluster_barrier_waiting_workers",

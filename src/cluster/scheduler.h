@@ -82,6 +82,9 @@ struct emb_sched_stats {
 					+1 per server dropped from the map */
 	uint32_t replicas;	     /* copies of each slot */
 	uint32_t lost_slots;	     /* slots with no live holder */
+	uint32_t filling;	     /* rank being filled (recovery), or
+					UINT32_MAX */
+	uint64_t recoveries;	     /* servers that became full replicas */
 };
 
 /*
@@ -92,11 +95,11 @@ void emb_sched_stats(struct emb_sched *s, struct emb_sched_stats *out);
 
 /*
  * Slots server rank holds in the latest published map: out[0] as primary,
- * out[1] as backup. False before the map is made or for a rank out of
- * range. Any thread.
+ * out[1] as backup, out[2] being filled with (recovery). False before the
+ * map is made or for a rank out of range. Any thread.
  */
 bool emb_sched_server_slots(struct emb_sched *s, uint32_t rank,
-			    uint32_t out[2]);
+			    uint32_t out[3]);
 
 struct emb_metrics_out;
 

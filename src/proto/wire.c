@@ -39,9 +39,9 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_DROP_TABLE] = {0, TBL_SET},
     [EMB_OP_LIST_TABLES] = {0, TBL_NONE},
     [EMB_OP_PULL] = {EMB_F_NOCREATE | EMB_F_WITH_STATE, TBL_SET},
-    [EMB_OP_PUSH] = {EMB_F_STEP_END | EMB_F_SESSION, TBL_SET},
-    [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE, TBL_SET},
-    [EMB_OP_ERASE] = {0, TBL_SET},
+    [EMB_OP_PUSH] = {EMB_F_STEP_END | EMB_F_SESSION | EMB_F_EPOCH, TBL_SET},
+    [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE | EMB_F_EPOCH | EMB_F_FILL, TBL_SET},
+    [EMB_OP_ERASE] = {EMB_F_EPOCH, TBL_SET},
     [EMB_OP_STATS] = {0, TBL_ANY},
     [EMB_OP_SET_MODE] = {0, TBL_SET},
     [EMB_OP_SET_LIFECYCLE] = {0, TBL_SET},
@@ -103,6 +103,8 @@ const char *emb_wire_op_name(uint8_t op)
 		return "heartbeat";
 	case EMB_OP_FINISH:
 		return "finish";
+	case EMB_OP_FILL_DONE:
+		return "fill_done";
 	default:
 		return "?";
 	}
@@ -226,7 +228,16 @@ static int check_req(const struct emb_wire_frame *f, uint8_t op)
 
 	if (!f || f->hdr.opcode != op)
 		return EMB_EBADARG;
-	if (f->hdr.status != 0 || (f->hdr.flags & ~r->flags))
+	if (f->hdr.flags & ~r->flags)
+		return EMB_EBADFRAME;
+	/* A request's status is 0, or with EMB_F_EPOCH the map epoch. */
+	if ((f->hdr.flags & EMB_F_EPOCH) ? f->hdr.status <= 0
+					 : f->hdr.status != 0)
+		return EMB_EBADFRAME;
+	/* Fill rows carry their epoch and their optimizer state. */
+	if ((f->hdr.flags & EMB_F_FILL) &&
+	    (f->hdr.flags & (EMB_F_EPOCH | EMB_F_WITH_STATE)) !=
+		(EMB_F_EPOCH | EMB_F_WITH_STATE))
 		return EMB_EBADFRAME;
 	if (!table_ok(r->table, f->hdr.table_id))
 		return EMB_EBADFRAME;

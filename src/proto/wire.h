@@ -78,6 +78,7 @@ enum emb_op {
 	EMB_OP_REGISTER = 33,	 /* node -> scheduler: join */
 	EMB_OP_HEARTBEAT = 34,	 /* node -> scheduler: alive */
 	EMB_OP_FINISH = 35,	 /* node -> scheduler: done */
+	EMB_OP_FILL_DONE = 36,	 /* server -> scheduler: a chunk streamed */
 };
 
 /* Header flags; each opcode accepts only its own, others must be 0. */
@@ -90,6 +91,13 @@ enum emb_op {
 #define EMB_F_SESSION 0x0010u /* PUSH: a client session id and sequence
 				 number follow rank (retried at most once) */
 #define EMB_F_CONSISTENT 0x0020u /* DUMP_BEGIN: a point-in-time view */
+#define EMB_F_EPOCH 0x0040u /* PUSH, ASSIGN, ERASE: the request's status
+			       field holds the cluster map epoch the sender
+			       routed it by, 1..INT32_MAX (docs/protocol.md,
+			       "Map epochs") */
+#define EMB_F_FILL 0x0080u /* ASSIGN (with EMB_F_EPOCH and _WITH_STATE):
+			      rows of a recovery fill, for slots the server
+			      is being filled with (docs/replication.md) */
 
 /* HELLO response features: what this server understands beyond version 1. */
 #define EMB_WIRE_FEAT_PUSH_SESSION 0x1u /* PUSH with EMB_F_SESSION */
@@ -135,6 +143,34 @@ struct emb_frame_hdr {
 
 _Static_assert(sizeof(struct emb_frame_hdr) == EMB_WIRE_HDR_SIZE,
 	       "frame header is 32 bytes on the wire");
+
+/*
+ * A replicated write routed by map epoch (1..INT32_MAX): EMB_F_EPOCH and
+ * the epoch in the request's status field, plus extra (EMB_F_FILL or 0).
+ */
+static inline void emb_wire_hdr_set_epoch(struct emb_frame_hdr *h,
+					  uint64_t epoch, uint16_t extra)
+{
+	h->flags = (uint16_t)(h->flags | EMB_F_EPOCH | extra);
+	h->status = (int32_t)epoch;
+}
+
+/* The same on an encoded frame buf (EMB_WIRE_HDR_SIZE bytes at least). */
+static inline void emb_wire_stamp_epoch(void *buf, uint64_t epoch,
+					uint16_t extra)
+{
+	uint8_t *p = buf;
+
+	emb_le16_store(p + 6,
+		       (uint16_t)(emb_le16_load(p + 6) | EMB_F_EPOCH | extra));
+	emb_le32_store(p + 28, (uint32_t)epoch);
+}
+
+/* The map epoch a request was routed by, 0 without EMB_F_EPOCH. */
+static inline uint32_t emb_wire_req_epoch(const struct emb_frame_hdr *h)
+{
+	return (h->flags & EMB_F_EPOCH) ? (uint32_t)h->status : 0;
+}
 
 /*
  * A frame that passed emb_wire_frame_decode(): the header, and a view of

@@ -145,14 +145,17 @@ int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
 				uint32_t nworkers, uint32_t replicas,
 				const uint16_t *slot_map,
 				const struct emb_wire_node_addr *servers,
-				uint32_t n)
+				uint32_t n, const void *cmap,
+				uint32_t cmap_len)
 {
 	uint8_t *p = buf;
 	uint64_t total;
 
 	if (!slot_map || !servers || n == 0 || n > EMB_WIRE_SERVERS_MAX ||
 	    nworkers == 0 || nworkers > EMB_WIRE_WORKERS_MAX ||
-	    replicas > EMB_WIRE_REPLICAS_MAX || replicas > n)
+	    replicas > EMB_WIRE_REPLICAS_MAX || replicas > n ||
+	    (replicas > 1) != (cmap_len > 0) || (cmap_len && !cmap) ||
+	    cmap_len > EMB_WIRE_MAP_CMAP_MAX)
 		return EMB_EBADARG;
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
 		if (slot_map[i] >= n || servers[slot_map[i]].removed)
@@ -164,7 +167,7 @@ int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
 		    !host_ok(servers[i].host, hl) || servers[i].port == 0)
 			return EMB_EBADARG;
 	}
-	total = emb_wire_cluster_map_bytes(n);
+	total = emb_wire_cluster_map_bytes(n) + cmap_len;
 	if (!p || cap < total)
 		return -ENOSPC;
 	put_hdr(p, EMB_OP_CLUSTER_MAP | EMB_OP_RESPONSE_BIT, req_id, n,
@@ -186,6 +189,8 @@ int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
 			       servers[i].removed ? EMB_WIRE_SERVER_REMOVED : 0);
 		memcpy(p + 8, servers[i].host, hl);
 	}
+	if (cmap_len)
+		memcpy(p, cmap, cmap_len);
 	return (int)total;
 }
 
@@ -210,7 +215,7 @@ static bool state_ok(uint32_t s)
 }
 
 int emb_wire_heartbeat_resp_encode(void *buf, size_t cap, uint64_t req_id,
-				   uint32_t state,
+				   uint32_t state, uint32_t map_epoch,
 				   const struct emb_wire_node_ref *dead,
 				   uint32_t n)
 {
@@ -228,7 +233,7 @@ int emb_wire_heartbeat_resp_encode(void *buf, size_t cap, uint64_t req_id,
 	put_hdr(p, EMB_OP_HEARTBEAT | EMB_OP_RESPONSE_BIT, req_id, n, plen);
 	p += EMB_WIRE_HDR_SIZE;
 	emb_le32_store(p, state);
-	emb_le32_store(p + 4, 0);
+	emb_le32_store(p + 4, map_epoch);
 	for (uint32_t i = 0; i < n; i++) {
 		emb_le32_store(p + 8 + 8 * i, dead[i].role);
 		emb_le32_store(p + 12 + 8 * i, dead[i].rank);
@@ -263,11 +268,32 @@ int emb_wire_barrier_req_encode(void *buf, size_t cap, uint64_t req_id,
 	return (int)(EMB_WIRE_HDR_SIZE + plen);
 }
 
+int emb_wire_fill_done_req_encode(void *buf, size_t cap, uint64_t req_id,
+				  const struct emb_wire_fill_done_req *r)
+{
+	uint8_t *p = buf;
+
+	if (!r || r->node_id == 0 || r->status > 0 || r->first >= EMB_NSLOTS ||
+	    r->n == 0 || r->n > EMB_NSLOTS - r->first || r->epoch == 0)
+		return EMB_EBADARG;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_FILL_DONE_REQ_SIZE)
+		return -ENOSPC;
+	put_hdr(p, EMB_OP_FILL_DONE, req_id, 0, EMB_WIRE_FILL_DONE_REQ_SIZE);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, r->node_id);
+	emb_le32_store(p + 4, (uint32_t)r->status);
+	emb_le32_store(p + 8, r->first);
+	emb_le32_store(p + 12, r->n);
+	emb_le64_store(p + 16, r->epoch);
+	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_FILL_DONE_REQ_SIZE);
+}
+
 int emb_wire_cluster_ack_encode(void *buf, size_t cap, uint8_t op,
 				uint64_t req_id, uint32_t count)
 {
-	if ((op != EMB_OP_BARRIER && op != EMB_OP_FINISH) ||
-	    (op == EMB_OP_FINISH && count))
+	if ((op != EMB_OP_BARRIER && op != EMB_OP_FINISH &&
+	     op != EMB_OP_FILL_DONE) ||
+	    (op != EMB_OP_BARRIER && count))
 		return EMB_EBADARG;
 	if (!buf || cap < EMB_WIRE_HDR_SIZE)
 		return -ENOSPC;
@@ -348,22 +374,27 @@ int emb_wire_cluster_map_decode(const struct emb_wire_frame *f,
 				struct emb_wire_cluster_map *out)
 {
 	const uint8_t *p, *e;
-	uint32_t n, nw, r;
+	uint32_t n, nw, r, tail;
 	int rc = check_resp(f, EMB_OP_CLUSTER_MAP);
 
 	if (rc)
 		return rc;
 	n = f->hdr.count;
 	if (n == 0 || n > EMB_WIRE_SERVERS_MAX ||
-	    f->hdr.payload_len !=
+	    f->hdr.payload_len <
 		emb_wire_cluster_map_bytes(n) - EMB_WIRE_HDR_SIZE)
 		return EMB_EBADFRAME;
+	tail = f->hdr.payload_len -
+	       (uint32_t)(emb_wire_cluster_map_bytes(n) - EMB_WIRE_HDR_SIZE);
 	p = f->payload;
 	nw = emb_le32_load(p);
 	r = emb_le32_load(p + 4);
 	/* 1 is written as 0, so 1 itself is no encoder's output. */
+	/* The replicated map is there exactly when there are replicas; its
+	 * contents are the reader's to check (emb_cmap_decode()). */
 	if (nw == 0 || nw > EMB_WIRE_WORKERS_MAX || r == 1 ||
-	    r > EMB_WIRE_REPLICAS_MAX || r > n)
+	    r > EMB_WIRE_REPLICAS_MAX || r > n || (r > 1) != (tail > 0) ||
+	    tail > EMB_WIRE_MAP_CMAP_MAX)
 		return EMB_EBADFRAME;
 	e = p + EMB_WIRE_MAP_PREFIX_SIZE;
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
@@ -389,6 +420,8 @@ int emb_wire_cluster_map_decode(const struct emb_wire_frame *f,
 	out->replicas = r ? r : 1;
 	out->slots = p + 8;
 	out->entries = p + EMB_WIRE_MAP_PREFIX_SIZE;
+	out->cmap = tail ? e : NULL;
+	out->cmap_len = tail;
 	return 0;
 }
 
@@ -438,12 +471,13 @@ int emb_wire_heartbeat_resp_decode(const struct emb_wire_frame *f,
 	if (n > EMB_WIRE_NODES_MAX || f->hdr.payload_len != 8 + 8ull * n)
 		return EMB_EBADFRAME;
 	p = f->payload;
-	if (!state_ok(emb_le32_load(p)) || emb_le32_load(p + 4))
+	if (!state_ok(emb_le32_load(p)))
 		return EMB_EBADFRAME;
 	for (uint32_t i = 0; i < n; i++)
 		if (!node_role(emb_le32_load(p + 8 + 8 * i)))
 			return EMB_EBADFRAME;
 	out->state = emb_le32_load(p);
+	out->map_epoch = emb_le32_load(p + 4);
 	out->ndead = n;
 	out->dead = n ? p + 8 : NULL;
 	return 0;
@@ -483,14 +517,38 @@ int emb_wire_cluster_ack_decode(const struct emb_wire_frame *f, uint8_t op,
 {
 	int rc;
 
-	if (op != EMB_OP_BARRIER && op != EMB_OP_FINISH)
+	if (op != EMB_OP_BARRIER && op != EMB_OP_FINISH &&
+	    op != EMB_OP_FILL_DONE)
 		return EMB_EBADARG;
 	rc = check_resp(f, op);
 	if (rc)
 		return rc;
-	if (f->hdr.payload_len || (op == EMB_OP_FINISH && f->hdr.count))
+	if (f->hdr.payload_len || (op != EMB_OP_BARRIER && f->hdr.count))
 		return EMB_EBADFRAME;
 	if (count)
 		*count = f->hdr.count;
+	return 0;
+}
+
+int emb_wire_fill_done_req_decode(const struct emb_wire_frame *f,
+				  struct emb_wire_fill_done_req *out)
+{
+	const uint8_t *p;
+	int rc = check_req(f, EMB_OP_FILL_DONE);
+
+	if (rc)
+		return rc;
+	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_FILL_DONE_REQ_SIZE)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	out->node_id = emb_le32_load(p);
+	out->status = (int32_t)emb_le32_load(p + 4);
+	out->first = emb_le32_load(p + 8);
+	out->n = emb_le32_load(p + 12);
+	out->epoch = emb_le64_load(p + 16);
+	if (out->node_id == 0 || out->status > 0 ||
+	    out->first >= EMB_NSLOTS || out->n == 0 ||
+	    out->n > EMB_NSLOTS - out->first || out->epoch == 0)
+		return EMB_EBADFRAME;
 	return 0;
 }

@@ -65,11 +65,14 @@
  *     4     4       flags: bit 0 = removed from the map (declared dead);
  *                   other bits 0
  *     8     256     host, host_len bytes then NUL padding
- *   payload_len = 8200 + 264 * server_num
- * With replicas R > 1 a slot's backups are not listed: they are the R - 1
- * servers after its home rank (slot * server_num / EMB_NSLOTS) in rank
- * order, modulo server_num, less the removed ones (cluster/map.h), which
- * is why removals are all a reader needs.
+ *   8200+264*n  cl  replicated map (replicas > 1 only): the whole map
+ *                 as emb_cmap_encode() writes it (cluster/map.h: every
+ *                 slot's holders, the epoch, fills under way), which a
+ *                 reader checks with emb_cmap_decode()
+ *   payload_len = 8200 + 264 * server_num + cl
+ * A map with replicas R > 1 thus carries each slot's backups and the
+ * servers being filled (docs/replication.md, "Recovery"); the slot map
+ * holds the same primaries. An unreplicated map has no tail.
  *
  * FINISH response (count 0, no payload). A worker's FINISH says it is
  * done; once every worker has finished, heartbeat responses say
@@ -83,7 +86,8 @@
  *
  * HEARTBEAT response (count = ndead, <= EMB_WIRE_NODES_MAX)
  *   0       4     state: 1 forming, 2 ready, 3 finishing
- *   4       4     reserved
+ *   4       4     map epoch of a replicated cluster, 0 otherwise: a node
+ *                 whose map is older asks for the new one (CLUSTER_MAP)
  *   8       8*n   nodes declared dead so far, in order of death:
  *     0     4       role
  *     4     4       rank
@@ -95,6 +99,17 @@
  *   6       2     reserved
  *   8       nl    name, bytes other than NUL
  *   payload_len = 8 + name_len
+ *
+ * FILL_DONE request (count 0): a server streamed a chunk of slots to the
+ * server being filled with them (docs/replication.md, "Recovery")
+ *   0       4     node id of the source server
+ *   4       4     status: 0 every row of the chunk was installed, or the
+ *                 negative code the stream failed with
+ *   8       4     first slot of the chunk, < EMB_NSLOTS
+ *   12      4     slots in the chunk, 1..EMB_NSLOTS - first
+ *   16      8     map epoch the chunk's fill began with, >= 1
+ *   payload_len = 24
+ * FILL_DONE response (count 0, no payload).
  *
  * BARRIER response (count = workers that met, no payload): sent to every
  * worker once all worker_num workers reached the barrier; a barrier of the
@@ -128,14 +143,26 @@
 #define EMB_WIRE_REGISTER_RESP_SIZE 32u
 #define EMB_WIRE_NODE_REQ_SIZE	    8u
 #define EMB_WIRE_HEARTBEAT_REQ_SIZE 16u
+#define EMB_WIRE_FILL_DONE_REQ_SIZE 24u
 #define EMB_WIRE_MAP_PREFIX_SIZE    (8u + 2u * EMB_NSLOTS)
 #define EMB_WIRE_MAP_ENTRY_SIZE	    264u
+/* Largest replicated map tail: cluster/map.h's version 2 with R = 8. */
+#define EMB_WIRE_MAP_CMAP_MAX                                                  \
+	(24u + 2u * EMB_WIRE_REPLICAS_MAX * EMB_NSLOTS + 2u * EMB_NSLOTS)
 
-/* Whole CLUSTER_MAP response frame for n servers. */
+/* Whole CLUSTER_MAP response frame for n servers, without the
+ * replicated map's tail. */
 static inline uint64_t emb_wire_cluster_map_bytes(uint32_t n)
 {
 	return EMB_WIRE_HDR_SIZE + EMB_WIRE_MAP_PREFIX_SIZE +
 	       (uint64_t)EMB_WIRE_MAP_ENTRY_SIZE * n;
+}
+
+/* Room for a CLUSTER_MAP response of n servers with any replicated map
+ * (cluster/map.h: at most 24 + 2 * 8 * 4096 + 2 * 4096 bytes). */
+static inline uint64_t emb_wire_cluster_map_cap(uint32_t n)
+{
+	return emb_wire_cluster_map_bytes(n) + EMB_WIRE_MAP_CMAP_MAX;
 }
 
 /* Node roles; the numbers of server and worker are on the wire. */
@@ -188,6 +215,9 @@ struct emb_wire_cluster_map {
 	uint32_t replicas;	/* copies of each slot, >= 1 */
 	const uint8_t *slots;	/* EMB_NSLOTS u16 server ranks */
 	const uint8_t *entries; /* nservers * EMB_WIRE_MAP_ENTRY_SIZE bytes */
+	const uint8_t *cmap;	/* replicated map, emb_cmap_encode(); NULL
+				   when replicas is 1 */
+	uint32_t cmap_len;	/* its bytes */
 };
 
 /* One dead node in a heartbeat response. */
@@ -198,8 +228,17 @@ struct emb_wire_node_ref {
 
 struct emb_wire_heartbeat_resp {
 	uint32_t state;	     /* enum emb_cluster_state */
+	uint32_t map_epoch;  /* replicated map's epoch, 0 if none */
 	uint32_t ndead;	     /* dead nodes listed */
 	const uint8_t *dead; /* ndead entries of 8 bytes */
+};
+
+struct emb_wire_fill_done_req {
+	uint32_t node_id; /* the source server */
+	int32_t status;	  /* 0, or why the stream failed */
+	uint32_t first;	  /* first slot of the chunk */
+	uint32_t n;	  /* slots */
+	uint64_t epoch;	  /* the map epoch the fill began with */
 };
 
 struct emb_wire_barrier_req {
@@ -222,26 +261,34 @@ int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 /*
  * slot_map: EMB_NSLOTS primaries' ranks; servers[0..n): by rank, with
  * their removed flags; replicas 0 or 1 for an unreplicated cluster (both
- * are written as 0). EMB_EBADARG: n 0 or over EMB_WIRE_SERVERS_MAX,
- * nworkers 0 or over the maximum, replicas over EMB_WIRE_REPLICAS_MAX or
- * n, a rank >= n or removed in the map, an empty or bad host, port 0.
+ * are written as 0); cmap[0..cmap_len): the encoded replicated map, only
+ * (and then required) with replicas > 1. EMB_EBADARG: n 0 or over
+ * EMB_WIRE_SERVERS_MAX, nworkers 0 or over the maximum, replicas over
+ * EMB_WIRE_REPLICAS_MAX or n, a rank >= n or removed in the map, an empty
+ * or bad host, port 0, a cmap where there should be none or none where
+ * there should be one.
  */
 int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
 				uint32_t nworkers, uint32_t replicas,
 				const uint16_t *slot_map,
 				const struct emb_wire_node_addr *servers,
-				uint32_t n);
+				uint32_t n, const void *cmap,
+				uint32_t cmap_len);
 int emb_wire_heartbeat_req_encode(void *buf, size_t cap, uint64_t req_id,
 				  uint32_t node_id, uint64_t seq);
 /* EMB_EBADARG: state unknown, n over EMB_WIRE_NODES_MAX, a bad role. */
 int emb_wire_heartbeat_resp_encode(void *buf, size_t cap, uint64_t req_id,
-				   uint32_t state,
+				   uint32_t state, uint32_t map_epoch,
 				   const struct emb_wire_node_ref *dead,
 				   uint32_t n);
+/* EMB_EBADARG: node id 0, a status > 0, a chunk out of range, epoch 0. */
+int emb_wire_fill_done_req_encode(void *buf, size_t cap, uint64_t req_id,
+				  const struct emb_wire_fill_done_req *r);
 /* EMB_EBADARG: name empty, over 63 bytes. */
 int emb_wire_barrier_req_encode(void *buf, size_t cap, uint64_t req_id,
 				uint32_t node_id, const char *name);
-/* Successful BARRIER (count = workers that met) or FINISH (count 0). */
+/* Successful BARRIER (count = workers that met), FINISH or FILL_DONE
+ * (count 0). */
 int emb_wire_cluster_ack_encode(void *buf, size_t cap, uint8_t op,
 				uint64_t req_id, uint32_t count);
 
@@ -269,7 +316,10 @@ void emb_wire_heartbeat_dead(const struct emb_wire_heartbeat_resp *r,
 			     uint32_t i, struct emb_wire_node_ref *out);
 int emb_wire_barrier_req_decode(const struct emb_wire_frame *f,
 				struct emb_wire_barrier_req *out);
-/* op: EMB_OP_BARRIER or EMB_OP_FINISH; *count (may be NULL) from count. */
+int emb_wire_fill_done_req_decode(const struct emb_wire_frame *f,
+				  struct emb_wire_fill_done_req *out);
+/* op: EMB_OP_BARRIER, EMB_OP_FINISH or EMB_OP_FILL_DONE; *count (may be
+ * NULL) from count. */
 int emb_wire_cluster_ack_decode(const struct emb_wire_frame *f, uint8_t op,
 				uint32_t *count);
 

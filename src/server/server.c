@@ -43,6 +43,8 @@
 #include "server/registry.h"
 #include "server/replybuf.h"
 #include "server/session.h"
+#include "server/fill.h"
+#include "server/slots.h"
 #include "server/sync.h"
 
 struct srv_table {
@@ -148,6 +150,8 @@ struct emb_server {
 	uint16_t port;			   /* bound port */
 	uint64_t server_id;		   /* random per process */
 	struct emb_sessions *sessions;	   /* pushes' at-most-once windows */
+	struct emb__slots *slots;	   /* replicated: the map's view */
+	struct emb__fill *fill;		   /* recovery: a fill streaming out */
 	struct emb_authlimit *authlimit;   /* failed HELLOs per address */
 	struct emb_mem_budget budget;	   /* shared by all tables */
 
@@ -1381,22 +1385,35 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 	struct emb_wire_push_req p;
 	struct srv_table *st;
 	bool claimed = false;
-	int rc;
+	const char *why;
+	int rc, held = 0;
 
 	st = rtable_get(s, f->hdr.table_id);
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
 	rc = emb_wire_push_req_decode(f, st->spec.dim, &p);
+	/* Checked against the map before its sequence number is claimed:
+	 * a refused push is sent again as it was. */
+	if (!rc) {
+		held = emb__slots_begin(s->slots, &f->hdr, p.ids, p.n, &why);
+		if (held < 0) {
+			rtable_put(st);
+			return reply_error(s, req, held, why);
+		}
+	}
 	/* A retried push is applied at most once. A synchronous STEP_END
 	 * part is held, not applied, so it is not claimed. */
 	if (!rc && p.session && !p.step_end) {
 		rc = emb__sessions_claim(s->sessions, p.session, p.seq);
-		if (rc == 1)
+		if (rc == 1) {
+			emb__slots_end(s->slots, held);
 			return end_table_op(s, req, st, 0, 0);
+		}
 		claimed = rc == 0;
 	}
 	if (!rc)
 		rc = emb__sync_push(st->sync, st->t, &p, req);
+	emb__slots_end(s->slots, held);
 	/* Failed, or held for a synchronous step (and dropped if its
 	 * connection goes): either way not applied yet. */
 	if (rc != 0 && claimed)
@@ -1472,8 +1489,9 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 {
 	struct emb_wire_assign_req a;
 	struct srv_table *st;
+	const char *why;
 	uint32_t dim;
-	int rc;
+	int rc, held;
 
 	st = rtable_get(s, f->hdr.table_id);
 	if (!st)
@@ -1481,9 +1499,16 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 	dim = st->spec.dim;
 	rc = emb_wire_assign_req_decode(
 	    f, dim, emb_optim_state_floats(st->spec.optim.kind, dim), &a);
-	if (!rc)
+	if (!rc) {
+		held = emb__slots_begin(s->slots, &f->hdr, a.ids, a.n, &why);
+		if (held < 0) {
+			rtable_put(st);
+			return reply_error(s, req, held, why);
+		}
 		rc = emb_table_assign(st->t, a.ids, a.n, a.rows, a.with_state,
 				      NULL);
+		emb__slots_end(s->slots, held);
+	}
 	if (rc == EMB_ENONFINITE)
 		add(&s->nonfinite, 1);
 	return end_table_op(s, req, st, rc, 0);
@@ -1494,7 +1519,8 @@ static int on_erase(struct emb_server *s, struct emb_req *req,
 {
 	struct emb_wire_ids_req e;
 	struct srv_table *st;
-	int rc;
+	const char *why;
+	int rc, held;
 
 	rc = emb_wire_erase_req_decode(f, &e);
 	if (rc)
@@ -1502,7 +1528,13 @@ static int on_erase(struct emb_server *s, struct emb_req *req,
 	st = rtable_get(s, e.table_id);
 	if (!st)
 		return reply_error(s, req, EMB_ENOTABLE, NULL);
+	held = emb__slots_begin(s->slots, &f->hdr, e.ids, e.n, &why);
+	if (held < 0) {
+		rtable_put(st);
+		return reply_error(s, req, held, why);
+	}
 	rc = emb_table_erase(st->t, e.ids, e.n);
+	emb__slots_end(s->slots, held);
 	return end_table_op(s, req, st, rc, rc > 0 ? (uint32_t)rc : 0);
 }
 
@@ -2105,6 +2137,8 @@ int emb_server_create(const struct emb_server_opts *opts,
 	    !s->threads || !s->lat || !s->loop_conns || !s->rpools ||
 	    !s->lstate ||
 	    emb__sessions_create(&s->sessions) ||
+	    emb__slots_create(&s->slots) ||
+	    emb__fill_create(&s->fill) ||
 	    emb_authlimit_create(&s->authlimit)) {
 		rc = -ENOMEM;
 		goto err_free;
@@ -2219,6 +2253,8 @@ err_free:
 	free(s->loop_conns);
 	emb_authlimit_destroy(s->authlimit);
 	emb__sessions_destroy(s->sessions);
+	emb__slots_destroy(s->slots);
+	emb__fill_destroy(s->fill);
 	free(s->lat);
 	free(s->threads);
 	free(s->loops);
@@ -2251,6 +2287,8 @@ void emb_server_stop(struct emb_server *s, uint32_t grace_ms)
 		return;
 	s->stopped = true;
 	sweeper_stop(s);
+	/* A fill reads tables: it ends before they can go. */
+	emb__fill_stop(s->fill);
 	/* The listener belongs to loop 0's thread. */
 	if (emb_transport_exec(s->loops[0], destroy_listener_task, s) == 0) {
 		for (uint32_t waited = 0; waited < 2000; waited += 5) {
@@ -2326,6 +2364,8 @@ void emb_server_destroy(struct emb_server *s)
 	pthread_mutex_destroy(&s->reap_mu);
 	free(s->loop_conns);
 	emb__sessions_destroy(s->sessions);
+	emb__slots_destroy(s->slots);
+	emb__fill_destroy(s->fill);
 	emb_authlimit_destroy(s->authlimit);
 	free(s->lat);
 	free(s->threads);
@@ -2392,4 +2432,41 @@ int emb_server_table_stats(struct emb_server *s, uint32_t id,
 	fill_stats(st, out);
 	table_put(st);
 	return 0;
+}
+
+int emb_server_set_map(struct emb_server *s, const struct emb_server_map *m)
+{
+	return emb__slots_set(s->slots, m);
+}
+
+void emb_server_on_newer_map(struct emb_server *s,
+			     void (*fn)(void *arg, uint64_t epoch), void *arg)
+{
+	emb__slots_hook(s->slots, fn, arg);
+}
+
+int emb_server_fill(struct emb_server *s, const char *host, uint16_t port,
+		    uint32_t first, uint32_t n, uint64_t epoch,
+		    emb_server_fill_fn done, void *arg)
+{
+	struct emb__fill_req r = {
+	    .host = host,
+	    .port = port,
+	    .first = first,
+	    .n = n,
+	    .epoch = epoch,
+	    .token = s->opts.auth_token_len ? s->token : NULL,
+	    .token_len = s->opts.auth_token_len,
+	    .done = done,
+	    .arg = arg,
+	};
+
+	if (s->stopped)
+		return -ECANCELED;
+	return emb__fill_start(s->fill, s, &r);
+}
+
+void emb_server_map_counts(struct emb_server *s, uint64_t out[2])
+{
+	emb__slots_counts(s->slots, out);
 }

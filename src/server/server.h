@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/hash.h"
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
 
@@ -121,6 +122,57 @@ struct emb_server_stats {
 };
 
 void emb_server_stats(struct emb_server *s, struct emb_server_stats *out);
+
+/* ---- replicated jobs: the cluster map's view (docs/replication.md) ---- */
+
+#define EMB_SLOT_MINE	 0x1u /* the server holds the slot or is being
+				 filled with it */
+#define EMB_SLOT_FENCED	 0x2u /* a fill of the slot from or to this server
+				 is under way: writes wait (EMB_EMOVING) */
+#define EMB_SLOT_FILLING 0x4u /* this server is being filled with it: the
+				 fill's rows (EMB_F_FILL) land */
+
+/* What a server of a replicated job checks writes against. */
+struct emb_server_map {
+	uint64_t epoch;		    /* of the scheduler's map, >= 1 */
+	uint8_t slot[EMB_NSLOTS];   /* EMB_SLOT_* for this server */
+	uint32_t grew[EMB_NSLOTS];  /* epoch the slot's writers last grew
+				       at: writes routed before it are
+				       refused with EMB_ESTALEMAP */
+};
+
+/*
+ * Any thread: checks every write that carries a map epoch (EMB_F_EPOCH)
+ * against m from now on (an older m than the one held is ignored). When
+ * it returns, no write checked against the previous view is still being
+ * applied. 0, or -EINVAL.
+ */
+int emb_server_set_map(struct emb_server *s, const struct emb_server_map *m);
+
+/*
+ * fn(arg, epoch) runs on a loop thread when a write carries a newer epoch
+ * than the view's: the host fetches the map (it must not block).
+ */
+void emb_server_on_newer_map(struct emb_server *s,
+			     void (*fn)(void *arg, uint64_t epoch), void *arg);
+
+/*
+ * Recovery: streams every row of the slots [first, first + n) of every
+ * table, with optimizer state, to the server at host:port, which is being
+ * filled with them (its tables are created as here, its rows assigned
+ * with EMB_F_FILL and epoch). Runs on a thread of its own; done(arg,
+ * status, rows) follows from it: status 0 once every row was installed,
+ * or the error. One fill at a time per server: -EBUSY while one runs.
+ * 0, or -ENOMEM, -EBUSY.
+ */
+/* Writes refused by the map's view: [0] EMB_EMOVING, [1] EMB_ESTALEMAP. */
+void emb_server_map_counts(struct emb_server *s, uint64_t out[2]);
+
+typedef void (*emb_server_fill_fn)(void *arg, uint32_t first, uint32_t n,
+				   uint64_t epoch, int status, uint64_t rows);
+int emb_server_fill(struct emb_server *s, const char *host, uint16_t port,
+		    uint32_t first, uint32_t n, uint64_t epoch,
+		    emb_server_fill_fn done, void *arg);
 
 /*
  * A table held by an in-process user (dump sessions, checkpoints): t stays

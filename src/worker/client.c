@@ -32,6 +32,14 @@
  * table's cache holds, checks each by its seal, and sends the rest as one
  * ordinary PULL on the main conn; then it LOCATEs those ids for next time.
  * All of it runs on the loop thread, which alone touches the caches.
+ *
+ * Recovery (docs/replication.md, "Recovery"): with a scheduler, every
+ * replicated write carries the epoch of the map it was routed by
+ * (EMB_F_EPOCH). A server filling a chunk answers EMB_EMOVING, and one
+ * whose map grew a writer since that epoch EMB_ESTALEMAP: the copy waits
+ * a moment and goes again to the same server with the same sequence
+ * number; before it goes, a copy routed by an older map than the client's
+ * gets copies for the writers the newer map added (group_fixup()).
  */
 #include "worker/embstore.h"
 
@@ -82,11 +90,15 @@ enum rd_state {
 	RD_HELLO,    /* read conn open, HELLO in flight */
 	RD_UP,	     /* READs and LOCATEs may go */
 };
+#define MOVING_MIN_MS 2u   /* first wait of a copy refused for a fill */
+#define MOVING_MAX_MS 50u  /* longest: a fill's chunk streams in ms */
 
 enum srv_state {
 	SRV_UP = 0, /* conn open and HELLO done */
 	SRV_DOWN,   /* no conn: one is made when a part waits */
 	SRV_HELLO,  /* conn open, HELLO in flight */
+	SRV_TABLES, /* a newcomer on a dead rank: its table ids are being
+		       learned (CREATE of each open table) */
 };
 
 struct part;
@@ -129,6 +141,13 @@ struct server {
 	bool rdma_offered;	    /* its HELLO: it listens on RDMA too */
 	bool rdma_refused;	    /* an RDMA connect to it failed: TCP */
 	bool on_rdma;		    /* the conn runs on RDMA; atomic */
+	bool revived;		    /* a newcomer took this dead rank: learn
+				       its table ids before writing */
+	_Alignas(8) uint8_t tab_req[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
+				    EMB_WIRE_LIFECYCLE_SIZE]; /* CREATE */
+	_Alignas(8) uint8_t tab_resp[8 + EMB_WIRE_ERRMSG_MAX];
+	struct emb_wire_spec *tab_specs; /* the open tables, copied */
+	uint32_t tab_n, tab_at;		 /* how many; the one asked for */
 	_Alignas(8) uint8_t hello_resp[8 + EMB_WIRE_ERRMSG_MAX]; /* payload */
 	/* One-sided pulls, loop thread only once the loop runs: */
 	struct emb_conn *rconn;	    /* READs and LOCATEs; NULL while down */
@@ -187,6 +206,15 @@ struct emb_client {
 	uint16_t *grp;	    /* EMB_NSLOTS: slot -> replica group */
 	uint16_t (*groups)[EMB_CMAP_REPLICAS_MAX]; /* holders of each group */
 	uint32_t ngroups;   /* groups in use */
+	/* Epoch of the scheduler's map this client routes writes by, under
+	 * map_mu (0: no scheduler map, writes carry no epoch). Failovers
+	 * worked out here do not change it: they only drop writers. */
+	uint64_t map_epoch;
+
+	pthread_mutex_t tab_mu;		 /* guards tabs */
+	struct emb_client_table *tabs;	 /* open tables: ids to relearn */
+	struct part *delayed;		 /* loop: copies waiting to go again */
+	uint64_t moved;			 /* copies refused by a fill; atomic */
 };
 
 struct emb_client_table {
@@ -203,6 +231,7 @@ struct emb_client_table {
 					  NULL */
 	uint32_t loc_mask;	       /* buckets - 1 */
 	struct remote *rem;	       /* per server: its record layout */
+	struct emb_client_table *tnext, *tprev; /* c->tabs, under tab_mu */
 };
 
 /* Where an id's record was, on which server and read conn generation. */
@@ -247,6 +276,15 @@ struct part {
 	uint32_t nrep;		   /* replicated write: copies; 0 = none */
 	bool skip;		   /* fan-out to a removed server whose slots
 				      live on: no request, no response */
+	uint64_t epoch;		   /* replicated write: map epoch it was
+				      routed by (0: none) */
+	uint64_t fixed;		   /* lead copy: epoch its group's writers
+				      were last completed for */
+	struct part *ext;	   /* lead copy: copies group_fixup() added */
+	struct part *enext;	   /* next of those */
+	uint64_t due_ms;	   /* delayed: when it goes again */
+	uint32_t wait_ms;	   /* delayed: its next back-off */
+	struct part *dnext;	   /* next delayed part */
 	struct part *wnext;	   /* next waiting on the server */
 	void *resp;		   /* response payload lands here */
 	size_t resp_cap;	   /* bytes */
@@ -286,9 +324,11 @@ struct emb_async {
 	uint32_t pending;     /* loop thread: parts not done */
 	int status;	      /* first error, else 0 */
 	uint64_t deadline_ms; /* monotonic: retries stop here */
-	const uint32_t *tids; /* pull: the table's id on each server */
+	const uint32_t *tids; /* the table's id on each server (updated
+				 on the loop when a newcomer's are learned) */
 	struct emb_client_table *tbl; /* pull: the table */
 	void *os_mem;	      /* one-sided bookkeeping of the parts (kept) */
+	uint32_t stride;      /* replicated write: floats per row sent */
 	void *mem;	      /* everything above lives here */
 	void *resp_mem;	      /* response buffers */
 	struct emb__respbuf *rbuf; /* pull: the registered ones instead */
@@ -428,6 +468,7 @@ static struct emb_async *op_new(struct emb_client *c, enum op_kind kind)
 	op->deadline_ms = 0;
 	op->tids = NULL;
 	op->tbl = NULL;
+	op->stride = 0;
 	op->rbuf = NULL;
 	op->tainted = false;
 	op->done = false;
@@ -442,6 +483,18 @@ static void op_free(struct emb_async *op)
 
 	if (!op)
 		return;
+	/* Copies a map change added: the op's own, not kept. */
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *e = op->parts[k].ext;
+
+		op->parts[k].ext = NULL;
+		while (e) {
+			struct part *next = e->enext;
+
+			free(e);
+			e = next;
+		}
+	}
 	pl = op->pool;
 	emb__respbuf_put(op->rbuf, !op->tainted);
 	op->rbuf = NULL;
@@ -695,6 +748,8 @@ static void note_lost(struct emb_client *c, const struct part *p,
 	pthread_mutex_unlock(&c->err_lock);
 }
 
+static void part_delay(struct emb_client *c, struct part *p);
+
 static void part_end(struct part *p, int status,
 		     const struct emb_frame_hdr *resp)
 {
@@ -702,6 +757,18 @@ static void part_end(struct part *p, int status,
 
 	if (status == EMB_ENODEAD && pull_reroute(op, p))
 		return;
+	/* A copy refused because its slots are being filled, or routed by
+	 * an older map than the server's: not applied, so it goes again,
+	 * same server and sequence number, until the deadline. */
+	if (status == 0 && p->epoch &&
+	    (resp->status == EMB_EMOVING || resp->status == EMB_ESTALEMAP) &&
+	    !stopping(op->c) && emb_clock_ms() < op->deadline_ms) {
+		if (resp->status == EMB_ESTALEMAP && op->c->node)
+			emb_node_map_refresh(op->c->node);
+		add(&op->c->moved, 1);
+		part_delay(op->c, p);
+		return;
+	}
 	/* A fan-out to a server that died, before or during the call: when
 	 * the live servers hold every slot it is no longer asked. */
 	if (status == EMB_ENODEAD && op->kind == OP_ADMIN && op->c->cmap) {
@@ -1165,6 +1232,160 @@ static void os_learn(struct emb_async *op, struct part *p)
 	loc_request(c, op->tbl, p->server, p->iov[0].iov_base, p->n);
 }
 
+/* Loop thread: p waits a back-off, then part_send() again. */
+static void part_delay(struct emb_client *c, struct part *p)
+{
+	p->wait_ms = p->wait_ms ? 2 * p->wait_ms : MOVING_MIN_MS;
+	if (p->wait_ms > MOVING_MAX_MS)
+		p->wait_ms = MOVING_MAX_MS;
+	p->due_ms = emb_clock_ms() + p->wait_ms;
+	p->dnext = c->delayed;
+	c->delayed = p;
+}
+
+/* The ids and rows (NULL for erase) a replicated write's copy sends. */
+static const uint64_t *part_ids(const struct part *p, const float **rows)
+{
+	if (p->op->kind == OP_PUSH) {
+		*rows = p->n ? p->iov[2].iov_base : NULL;
+		return p->iov[1].iov_base;
+	}
+	*rows = p->niov > 1 ? p->iov[1].iov_base : NULL;
+	return p->iov[0].iov_base;
+}
+
+static bool in_list(const uint16_t *w, uint32_t n, uint32_t rank)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (w[i] == rank)
+			return true;
+	return false;
+}
+
+/* Whether a copy group_fixup() added to lead's group sends id to rank. */
+static bool ext_has(const struct part *lead, uint32_t rank, uint64_t id)
+{
+	for (const struct part *e = lead->ext; e; e = e->enext) {
+		const float *unused;
+		const uint64_t *ids;
+
+		if (e->server != rank)
+			continue;
+		ids = part_ids(e, &unused);
+		for (uint32_t j = 0; j < e->n; j++)
+			if (ids[j] == id)
+				return true;
+	}
+	return false;
+}
+
+/*
+ * Loop thread: the copies of lead's group were routed by an older map;
+ * writers the current one added to some of their rows (a server being
+ * filled) get a copy of those rows now, sent at once. The group's other
+ * copies go out as they were: they reach servers that still hold the
+ * rows. 0, or -ENOMEM (the op then fails).
+ */
+static int group_fixup(struct emb_client *c, struct emb_async *op,
+		       struct part *lead)
+{
+	const uint32_t k0 = (uint32_t)(lead - op->parts);
+	uint16_t covered[EMB_CMAP_REPLICAS_MAX + 1], w[EMB_CMAP_REPLICAS_MAX + 1];
+	uint32_t nsib = 0, rowb;
+	const uint64_t *ids;
+	const float *rows;
+
+	if (lead->fixed >= c->map_epoch)
+		return 0;
+	lead->fixed = c->map_epoch;
+	ids = part_ids(lead, &rows);
+	rowb = op->stride * (uint32_t)sizeof(float);
+	for (uint32_t j = 0; j < lead->nrep && nsib < EMB_CMAP_REPLICAS_MAX; j++)
+		covered[nsib++] = (uint16_t)op->parts[k0 + j].server;
+	for (;;) {
+		uint32_t to = NONE, k = 0;
+		struct part *e;
+		char *m;
+
+		/* The next writer some row's copy does not reach yet, and the
+		 * rows it lacks: an earlier fixup may have sent it some. */
+		for (uint32_t j = 0; j < lead->n; j++) {
+			uint32_t nw = emb_cmap_writers(c->cmap,
+						       emb_id_slot(ids[j]), w);
+
+			for (uint32_t i = 0; i < nw; i++) {
+				if (in_list(covered, nsib, w[i]) ||
+				    (to != NONE && w[i] != to) ||
+				    ext_has(lead, w[i], ids[j]))
+					continue;
+				to = w[i];
+				k++;
+			}
+		}
+		if (to == NONE)
+			return 0;
+		m = aligned_alloc(64, ((sizeof(*e) + 63) & ~(size_t)63) +
+					  ERR_CAP + (size_t)k * (8 + rowb) + 64);
+		if (!m)
+			return -ENOMEM;
+		e = (struct part *)(void *)m;
+		*e = *lead;
+		e->ext = e->enext = e->dnext = NULL;
+		e->wait_ms = 0;
+		e->server = to;
+		e->n = k;
+		e->epoch = c->map_epoch;
+		e->nrep = lead->nrep; /* a copy: its death is no error */
+		e->resp = m + ((sizeof(*e) + 63) & ~(size_t)63);
+		e->resp_cap = ERR_CAP;
+		{
+			uint64_t *eids = (uint64_t *)(void *)((char *)e->resp +
+							      ERR_CAP);
+			float *erows = (float *)(void *)(eids + k);
+			uint32_t at = 0;
+
+			for (uint32_t j = 0; j < lead->n && at < k; j++) {
+				uint32_t nw = emb_cmap_writers(
+				    c->cmap, emb_id_slot(ids[j]), w);
+
+				if (!in_list(w, nw, to) ||
+				    ext_has(lead, to, ids[j]))
+					continue;
+				eids[at] = ids[j];
+				if (rows)
+					memcpy(erows + (size_t)at * op->stride,
+					       rows + (size_t)j * op->stride,
+					       rowb);
+				at++;
+			}
+			e->hdr.count = k;
+			if (op->kind == OP_PUSH) {
+				e->seq = __atomic_add_fetch(
+				    &c->srv[to].push_seq, 1, __ATOMIC_RELAXED);
+				emb_le64_store(e->prefix + 24, e->seq);
+				e->iov[0].iov_base = e->prefix;
+				e->iov[1] = (struct iovec){eids, k * 8ull};
+				e->iov[2] = (struct iovec){erows,
+							   (size_t)k * rowb};
+			} else {
+				e->iov[0] = (struct iovec){eids, k * 8ull};
+				if (rows)
+					e->iov[1] = (struct iovec){
+					    erows, (size_t)k * rowb};
+			}
+		}
+		e->enext = lead->ext;
+		lead->ext = e;
+		op->pending++;
+		emb_log(EMB_LOG_DEBUG,
+			"map epoch %llu: %u row%s of a write routed by epoch "
+			"%llu go to server %u too",
+			(unsigned long long)c->map_epoch, k, k == 1 ? "" : "s",
+			(unsigned long long)lead->epoch, to);
+		part_send(c, e);
+	}
+}
+
 /* Loop thread: posts p on its server's conn, or queues it for the next. */
 static void part_send(struct emb_client *c, struct part *p)
 {
@@ -1178,6 +1399,21 @@ static void part_send(struct emb_client *c, struct part *p)
 	if (p->os && !p->os_done && s->state == SRV_UP) {
 		os_start(c, p);
 		return;
+	}
+	if (p->epoch) {
+		/* Routed by an older map: writers it added get their copy
+		 * before this one goes out under the new epoch. */
+		if (p->epoch < c->map_epoch) {
+			rc = group_fixup(c, p->op, &p->op->parts[p->lead]);
+			if (rc) {
+				part_end(p, rc, NULL);
+				return;
+			}
+			p->epoch = c->map_epoch;
+		}
+		p->hdr.table_id =
+		    __atomic_load_n(&p->op->tids[p->server], __ATOMIC_RELAXED);
+		emb_wire_hdr_set_epoch(&p->hdr, p->epoch, 0);
 	}
 	if (s->state != SRV_UP) {
 		part_wait(s, p);
@@ -1447,6 +1683,8 @@ static int make_parts_rep(struct emb_async *op,
 	}
 	if (op_parts(op, total))
 		return -ENOMEM;
+	op->tids = t->ids;
+	op->stride = stride;
 	for (uint32_t g = 0; g < c->ngroups; g++) {
 		const uint16_t *h = c->groups[g];
 		uint32_t m = UINT32_MAX, nh = 0;
@@ -1469,6 +1707,8 @@ static int make_parts_rep(struct emb_async *op,
 				p->hdr.count = p->n;
 				p->lead = lead;
 				p->nrep = nh;
+				p->epoch = c->map_epoch;
+				p->fixed = c->map_epoch;
 			}
 		}
 		off += cnt[g];
@@ -1974,6 +2214,13 @@ static int table_new(struct emb_client *c, const struct emb_wire_spec *ws,
 		}
 		t->loc_mask = c->loc_rows / LOC_WAYS - 1;
 	}
+	/* Listed, so that a newcomer on a dead rank learns its ids. */
+	pthread_mutex_lock(&c->tab_mu);
+	t->tnext = c->tabs;
+	if (c->tabs)
+		c->tabs->tprev = t;
+	c->tabs = t;
+	pthread_mutex_unlock(&c->tab_mu);
 	*out = t;
 	return 0;
 }
@@ -2126,6 +2373,14 @@ void emb_client_table_close(struct emb_client_table *t)
 {
 	if (!t)
 		return;
+	pthread_mutex_lock(&t->c->tab_mu);
+	if (t->tprev)
+		t->tprev->tnext = t->tnext;
+	else
+		t->c->tabs = t->tnext;
+	if (t->tnext)
+		t->tnext->tprev = t->tprev;
+	pthread_mutex_unlock(&t->c->tab_mu);
 	table_unref(t);
 }
 
@@ -2325,7 +2580,9 @@ static int hello_check(struct server *s, const struct emb_frame_hdr *rhdr,
 			s->host, s->port, msg);
 	if (rc)
 		return rc;
-	if (first)
+	/* First contact: at creation, or a newcomer on a rank this client
+	 * never reached. */
+	if (first || !s->lim.max_ids)
 		s->lim = hr.limits; /* read by callers from now on */
 	else if (hr.server_id != s->server_id)
 		emb_log(EMB_LOG_INFO, "server %s:%u restarted: reconnected",
@@ -2357,12 +2614,116 @@ static int hello(struct emb_client *c, struct server *s)
 	return hello_check(s, &rhdr, resp, true);
 }
 
+static void server_up(struct emb_client *c, struct server *s);
+static void tables_next(struct emb_client *c, struct server *s);
+
+/* Loop thread: CREATE answered with the table's id on the newcomer s. */
+static void tab_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct server *s = ctx;
+	struct emb_client *c = s->c;
+	const struct emb_wire_spec *ws;
+	uint32_t i = (uint32_t)(s - c->srv);
+
+	if (!s->conn || s->state != SRV_TABLES)
+		return;
+	if (status) {
+		server_lost(s, status);
+		return;
+	}
+	ws = &s->tab_specs[s->tab_at];
+	if (resp->status < 0) {
+		/* Its id there stays unknown (0): writes to it fail rather
+		 * than reach another table. */
+		emb_log(EMB_LOG_ERROR, "server %s:%u: table %s: %s", s->host,
+			s->port, ws->name, emb_strerror(resp->status));
+	}
+	pthread_mutex_lock(&c->tab_mu);
+	for (struct emb_client_table *t = c->tabs; t; t = t->tnext)
+		if (strcmp(t->name, ws->name) == 0)
+			__atomic_store_n(&t->ids[i],
+					 resp->status < 0 ? 0 : resp->table_id,
+					 __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&c->tab_mu);
+	s->tab_at++;
+	tables_next(c, s);
+}
+
+/* Loop thread: asks the newcomer s for the next table's id, or is done. */
+static void tables_next(struct emb_client *c, struct server *s)
+{
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	int len, rc;
+
+	if (s->tab_at >= s->tab_n) {
+		free(s->tab_specs);
+		s->tab_specs = NULL;
+		s->revived = false;
+		emb_log(EMB_LOG_INFO, "server %s:%u: %u table id%s learned",
+			s->host, s->port, s->tab_n, s->tab_n == 1 ? "" : "s");
+		server_up(c, s);
+		return;
+	}
+	/* CREATE with the same spec: made if missing (the fill's source
+	 * makes it too), else its id. */
+	len = emb_wire_create_req_encode(s->tab_req, sizeof(s->tab_req), 0,
+					 &s->tab_specs[s->tab_at]);
+	if (len < 0) {
+		server_lost(s, len);
+		return;
+	}
+	memcpy(&hdr, s->tab_req, sizeof(hdr));
+	iov = (struct iovec){s->tab_req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call(s->conn, &hdr, &iov, 1, s->tab_resp,
+			   sizeof(s->tab_resp), tab_done, s);
+	if (rc)
+		server_lost(s, rc);
+}
+
+/*
+ * Loop thread: s is a newcomer on a dead rank; the ids this client holds
+ * for it are the dead server's. Learn every open table's id there before
+ * anything is sent to it.
+ */
+static void tables_begin(struct emb_client *c, struct server *s)
+{
+	uint32_t n = 0;
+
+	s->state = SRV_TABLES;
+	free(s->tab_specs);
+	s->tab_specs = NULL;
+	pthread_mutex_lock(&c->tab_mu);
+	for (struct emb_client_table *t = c->tabs; t; t = t->tnext)
+		n++;
+	s->tab_specs = calloc(n ? n : 1, sizeof(*s->tab_specs));
+	n = 0;
+	for (struct emb_client_table *t = c->tabs; s->tab_specs && t;
+	     t = t->tnext, n++) {
+		struct emb_wire_spec *ws = &s->tab_specs[n];
+
+		memcpy(ws->name, t->name, sizeof(ws->name));
+		ws->dim = t->spec.dim;
+		ws->optim = t->spec.optim;
+		ws->init = t->spec.init;
+		ws->seed = t->spec.seed;
+	}
+	pthread_mutex_unlock(&c->tab_mu);
+	if (!s->tab_specs) {
+		server_lost(s, -ENOMEM);
+		return;
+	}
+	s->tab_n = n;
+	s->tab_at = 0;
+	tables_next(c, s);
+}
+
 /* Loop thread: the HELLO of a new conn to s came back. */
 static void hello_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 {
 	struct server *s = ctx;
 	struct emb_client *c = s->c;
-	struct part *p;
 
 	/* The conn was dropped underneath (destroy, or a loss). */
 	if (!s->conn || s->state != SRV_HELLO)
@@ -2378,9 +2739,21 @@ static void hello_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		server_lost(s, status);
 		return;
 	}
-	s->state = SRV_UP;
 	s->backoff_ms = 0;
 	add(&c->reconnects, 1);
+	if (s->revived) {
+		tables_begin(c, s);
+		return;
+	}
+	server_up(c, s);
+}
+
+/* Loop thread: s is ready for requests: the parts waiting go. */
+static void server_up(struct emb_client *c, struct server *s)
+{
+	struct part *p;
+
+	s->state = SRV_UP;
 	p = s->wait_head;
 	s->wait_head = s->wait_tail = NULL;
 	while (p) {
@@ -2536,22 +2909,41 @@ static void rmaintain(struct emb_client *c, uint64_t now)
 static int maintain(struct emb_client *c)
 {
 	uint64_t now = emb_clock_ms();
+	struct part *p, **pp = &c->delayed, *due = NULL;
 	int wait = 100;
 
 	rmaintain(c, now);
+	/* Copies refused by a fill go again once their back-off is over. */
+	while ((p = *pp)) {
+		if (p->due_ms <= now) {
+			*pp = p->dnext;
+			p->dnext = due;
+			due = p;
+			continue;
+		}
+		if (p->due_ms - now < (uint64_t)wait)
+			wait = (int)(p->due_ms - now);
+		pp = &p->dnext;
+	}
+	while ((p = due)) {
+		due = p->dnext;
+		add(&c->retries, 1);
+		part_send(c, p);
+	}
+
 	for (uint32_t i = 0; i < c->nsrv; i++) {
 		struct server *s = &c->srv[i];
-		struct part **pp = &s->wait_head, *last = NULL;
+		struct part **wp = &s->wait_head, *last = NULL;
 
-		while (*pp) {
-			struct part *p = *pp;
+		while (*wp) {
+			p = *wp;
 
 			if (now < p->op->deadline_ms) {
 				last = p;
-				pp = &p->wnext;
+				wp = &p->wnext;
 				continue;
 			}
-			*pp = p->wnext;
+			*wp = p->wnext;
 			part_end(p, s->last_err ? s->last_err : -ETIMEDOUT,
 				 NULL);
 		}
@@ -2566,7 +2958,7 @@ static int maintain(struct emb_client *c)
 		    s->retry_ms - now < (uint64_t)wait)
 			wait = (int)(s->retry_ms - now);
 	}
-	return wait ? wait : 1;
+	return wait > 0 ? wait : 1;
 }
 
 static void *loop_main(void *arg)
@@ -2766,6 +3158,7 @@ static int client_create(const struct emb_client_opts *opts,
 	pthread_mutex_init(&c->ops->mu, NULL);
 	pthread_mutex_init(&c->err_lock, NULL);
 	pthread_mutex_init(&c->map_mu, NULL);
+	pthread_mutex_init(&c->tab_mu, NULL);
 	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 30000;
 	c->part_ids = opts->part_ids ? opts->part_ids : 1024;
 	if (opts->pull_mode > EMB_PULL_ONESIDED ||
@@ -2826,6 +3219,7 @@ err_conns:
 err_free:
 	free(c->srv);
 	pool_close(c->ops);
+	pthread_mutex_destroy(&c->tab_mu);
 	pthread_mutex_destroy(&c->map_mu);
 	pthread_mutex_destroy(&c->err_lock);
 	free(c);
@@ -2855,16 +3249,25 @@ void emb_client_destroy(struct emb_client *c)
 		fail_waiting(&c->srv[i], EMB_ECLOSED);
 		rconn_lost(&c->srv[i], EMB_ECLOSED);
 	}
+	while (c->delayed) {
+		struct part *p = c->delayed;
+
+		c->delayed = p->dnext;
+		part_end(p, EMB_ECLOSED, NULL);
+	}
 	/* Buffers given back late are released by loop tasks: run them,
 	 * then the pool goes before the transport that registered it. */
 	emb_transport_poll(c->tr, 0);
 	emb__respbufs_destroy(c->bufs);
 	emb_transport_destroy(c->tr);
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		free(c->srv[i].tab_specs);
 	free(c->srv);
 	free(c->cmap);
 	free(c->grp);
 	free(c->groups);
 	pool_close(c->ops);
+	pthread_mutex_destroy(&c->tab_mu);
 	pthread_mutex_destroy(&c->map_mu);
 	pthread_mutex_destroy(&c->err_lock);
 	free(c);
@@ -3010,8 +3413,19 @@ static void regroup(struct emb_client *c)
 	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
 		const uint16_t *h = c->cmap->slot[sl];
 		uint16_t gone[EMB_CMAP_REPLICAS_MAX];
+		uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
 		uint32_t g = 0;
 
+		/* Writes go to the slot's writers: its holders and the
+		 * server being filled with it, which never takes a holder's
+		 * place (a fill needs room), so R entries hold them. */
+		if (c->cmap->fill[sl] != EMB_CMAP_NONE) {
+			uint32_t nw = emb_cmap_writers(c->cmap, sl, w);
+
+			for (uint32_t i = nw; i < EMB_CMAP_REPLICAS_MAX; i++)
+				w[i] = EMB_CMAP_NONE;
+			h = w;
+		}
 		if (h[0] == EMB_CMAP_NONE) {
 			/* No copy left: a group of the old primary alone,
 			 * dead, so that writes fail. */
@@ -3031,6 +3445,9 @@ static void regroup(struct emb_client *c)
 	}
 }
 
+static int set_map(struct emb_client *c, const uint16_t *slot_map, uint32_t r,
+		   const bool *removed, bool check);
+
 int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
 			    struct emb_node *node)
 {
@@ -3047,7 +3464,11 @@ int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
 		for (uint32_t i = 0; i < c->nsrv; i++)
 			removed[i] = srv[i].removed;
 	}
-	rc = emb__client_set_map(c, slot_map, r, removed);
+	/* With the scheduler's whole map to follow (emb__client_set_cmap()),
+	 * primaries are its, not what init and removals give. */
+	rc = set_map(c, slot_map, r, removed,
+		     !(r > 1 && emb_node_coord(node) == NULL &&
+		       !emb_node_is_static(node)));
 	free(removed);
 	if (!rc)
 		c->node = node;
@@ -3056,6 +3477,14 @@ int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
 
 int emb__client_set_map(struct emb_client *c, const uint16_t *slot_map,
 			uint32_t r, const bool *removed)
+{
+	return set_map(c, slot_map, r, removed, true);
+}
+
+/* check: the primaries must be what init and removals give (no map from
+ * the scheduler follows to say otherwise). */
+static int set_map(struct emb_client *c, const uint16_t *slot_map, uint32_t r,
+		   const bool *removed, bool check)
 {
 	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
 		if (slot_map[sl] >= c->nsrv)
@@ -3078,7 +3507,7 @@ int emb__client_set_map(struct emb_client *c, const uint16_t *slot_map,
 			__atomic_store_n(&c->srv[i].dead, true,
 					 __ATOMIC_RELAXED);
 		}
-		for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		for (uint32_t sl = 0; check && sl < EMB_NSLOTS; sl++)
 			if (emb_cmap_primary(c->cmap, sl) != slot_map[sl])
 				goto err_inval;
 	}
@@ -3107,6 +3536,144 @@ err:
 struct emb_node *emb__client_node(const struct emb_client *c)
 {
 	return c->node;
+}
+
+int emb__client_set_cmap(struct emb_client *c, const struct emb_cmap *m)
+{
+	bool *removed;
+	int rc;
+
+	if (!c->cmap) {
+		/* The shape first, then the scheduler's map over it: after a
+		 * join or a rebalance it is no longer init and removals. */
+		removed = calloc(c->nsrv, sizeof(*removed));
+		if (!removed)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < c->nsrv; i++)
+			removed[i] = srv_dead(&c->srv[i]);
+		rc = set_map(c, c->slot_map, m->replicas, removed, false);
+		free(removed);
+		if (rc)
+			return rc;
+	}
+	if (!c->cmap || m->nservers != c->nsrv || m->replicas != c->cmap->replicas)
+		return -EINVAL;
+	pthread_mutex_lock(&c->map_mu);
+	*c->cmap = *m;
+	c->map_epoch = m->epoch;
+	regroup(c);
+	pthread_mutex_unlock(&c->map_mu);
+	return 0;
+}
+
+/* A scheduler's newer map, on its way to the client's loop. */
+struct adopt {
+	struct emb_client *c;
+	struct emb_cmap m;
+	uint32_t n;			     /* servers */
+	struct emb_wire_node_addr srv[]; /* by rank */
+};
+
+static void close_dead(void *arg);
+
+/* Whether rank holds or is being filled with any slot in m. */
+static bool in_map(const struct emb_cmap *m, uint32_t rank)
+{
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		if (m->fill[s] == rank || emb_cmap_holds(m, s, rank))
+			return true;
+	return false;
+}
+
+/*
+ * Loop thread: routes by the scheduler's map from now on. Its removed
+ * flags say who is dead, and a dead rank a newcomer took comes back with
+ * the newcomer's address: its table ids are learned before anything is
+ * sent there (tables_begin()).
+ */
+static void adopt_run(void *arg)
+{
+	struct adopt *a = arg;
+	struct emb_client *c = a->c;
+	uint32_t revived = 0;
+
+	if (!c->cmap || a->n != c->nsrv || a->m.replicas != c->cmap->replicas ||
+	    a->m.epoch < c->map_epoch) {
+		free(a);
+		return;
+	}
+	for (uint32_t i = 0; i < c->nsrv; i++) {
+		struct server *s = &c->srv[i];
+		const struct emb_wire_node_addr *na = &a->srv[i];
+		bool moved = strcmp(s->host, na->host) || s->port != na->port;
+
+		if (na->removed || !in_map(&a->m, i)) {
+			if (na->removed)
+				__atomic_store_n(&s->dead, true,
+						 __ATOMIC_RELAXED);
+			continue;
+		}
+		if (!srv_dead(s) && !moved)
+			continue;
+		/* A newcomer on this rank (or the map says it lives after a
+		 * death heard before it): a fresh conn, ids to learn. */
+		if (moved) {
+			snprintf(s->host, sizeof(s->host), "%s", na->host);
+			s->port = na->port;
+		}
+		if (s->conn) {
+			struct emb_conn *conn = s->conn;
+
+			s->conn = NULL;
+			s->state = SRV_DOWN;
+			emb_conn_destroy(conn);
+		}
+		s->state = SRV_DOWN;
+		s->retry_ms = 0;
+		s->backoff_ms = 0;
+		s->revived = true;
+		s->rdma_refused = false;
+		if (!s->lim.max_ids)
+			for (uint32_t j = 0; j < c->nsrv; j++)
+				if (c->srv[j].lim.max_ids) {
+					s->lim = c->srv[j].lim;
+					break;
+				}
+		__atomic_store_n(&s->dead, false, __ATOMIC_RELAXED);
+		revived++;
+	}
+	pthread_mutex_lock(&c->map_mu);
+	*c->cmap = a->m;
+	c->map_epoch = a->m.epoch;
+	/* Deaths heard since the map was made still count. */
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		if (srv_dead(&c->srv[i]))
+			emb_cmap_remove(c->cmap, i, c->cmap);
+	regroup(c);
+	pthread_mutex_unlock(&c->map_mu);
+	emb_log(EMB_LOG_INFO, "map epoch %llu from the scheduler%s",
+		(unsigned long long)a->m.epoch,
+		revived ? ": a newcomer took a dead server's place" : "");
+	free(a);
+	close_dead(c);
+}
+
+int emb__client_adopt_map(struct emb_client *c, const struct emb_cmap *m,
+			  const struct emb_wire_node_addr *srv, uint32_t n)
+{
+	struct adopt *a = malloc(sizeof(*a) + n * sizeof(a->srv[0]));
+	int rc;
+
+	if (!a)
+		return -ENOMEM;
+	a->c = c;
+	a->m = *m;
+	a->n = n;
+	memcpy(a->srv, srv, n * sizeof(a->srv[0]));
+	rc = emb_transport_exec(c->tr, adopt_run, a);
+	if (rc)
+		free(a);
+	return rc;
 }
 
 /*

@@ -43,6 +43,25 @@ int emb__client_create_live(const struct emb_client_opts *opts,
 			    const bool *removed, struct emb_client **out);
 
 /* The node installed above, or NULL. */
+struct emb_cmap;
+struct emb_wire_node_addr;
+
+/*
+ * A scheduler's replicated map (cluster/map.h) in place of the one
+ * emb__client_set_map() computed: backups, fills, its epoch, which
+ * replicated writes carry from now on. Before the client is shared.
+ * 0, or -EINVAL (not replicated, another shape).
+ */
+int emb__client_set_cmap(struct emb_client *c, const struct emb_cmap *m);
+
+/*
+ * Any thread (the node agent's): route by the scheduler's newer map m,
+ * with the servers' addresses srv[0..n) by rank, from the client's loop.
+ * An older map than the one held is ignored. 0, or -ENOMEM.
+ */
+int emb__client_adopt_map(struct emb_client *c, const struct emb_cmap *m,
+			  const struct emb_wire_node_addr *srv, uint32_t n);
+
 struct emb_node *emb__client_node(const struct emb_client *c);
 
 /*

@@ -22,6 +22,7 @@
 #include "transport/transport.h"
 #include "worker/client_int.h"
 #include "cluster/hello.h"
+#include "cluster/map.h"
 #include "cluster/node.h"
 
 /* Agent thread: the scheduler declared a node dead. */
@@ -36,6 +37,17 @@ static void on_node_dead(void *arg, uint32_t role, uint32_t rank)
 	if (rc)
 		emb_log(EMB_LOG_WARN, "cannot fail server %u's calls: %s", rank,
 			emb_strerror(rc));
+}
+
+/* Agent thread: the scheduler published a newer replicated map. */
+static void on_node_map(void *arg, const struct emb_cmap *m,
+			const struct emb_wire_node_addr *srv, uint32_t n)
+{
+	int rc = emb__client_adopt_map(arg, m, srv, n);
+
+	if (rc)
+		emb_log(EMB_LOG_WARN, "cannot take map epoch %llu: %s",
+			(unsigned long long)m->epoch, emb_strerror(rc));
 }
 
 /* "h1:p1,h2:p2,..." in rank order; IPv6 hosts need no brackets here. */
@@ -314,12 +326,25 @@ int emb_client_from_env(const struct emb_client_opts *opts,
 	if (rc)
 		goto err_node;
 	rc = emb__client_set_cluster(c, emb_node_slot_map(node), node);
+	if (!rc && emb_node_replicas(node) > 1 && !emb_node_is_static(node) &&
+	    !emb_node_coord(node)) {
+		struct emb_cmap *m = malloc(sizeof(*m));
+
+		/* The scheduler's own map: backups and fills included. */
+		rc = !m ? -ENOMEM : emb_node_cmap(node, m) ? EMB_EBADFRAME
+							    : emb__client_set_cmap(c, m);
+		free(m);
+	}
 	if (rc) {
 		emb_client_destroy(c);
 		goto err_node;
 	}
-	/* From here the client owns the node; deaths known already replay. */
+	/* From here the client owns the node; deaths known already replay,
+	 * then the map, which says which of those ranks a newcomer took. */
 	emb_node_watch(node, on_node_dead, c);
+	if (emb_node_replicas(node) > 1 && !emb_node_is_static(node) &&
+	    !emb_node_coord(node))
+		emb_node_watch_map(node, on_node_map, c);
 	emb_log(EMB_LOG_INFO, "worker %u of %u joined: %u server%s%s",
 		emb_node_rank(node), emb_node_nworkers(node),
 		emb_node_nservers(node),
@@ -376,6 +401,8 @@ struct sched_map {
 	uint32_t nservers;	       /* entries in removed */
 	bool removed[EMB_WIRE_SERVERS_MAX];
 	uint16_t slot_map[EMB_NSLOTS]; /* primaries */
+	bool have_cmap;		       /* cmap came with it (replicas) */
+	struct emb_cmap cmap;	       /* the scheduler's replicated map */
 };
 
 static int fetch_map(const char *sched, const uint8_t *token,
@@ -415,7 +442,9 @@ int emb_client_from_sched(const struct emb_client_opts *opts,
 	}
 	if (!rc && emb_client_nservers(c) != sm->nservers)
 		rc = EMB_EBADFRAME;
-	if (!rc)
+	if (!rc && sm->have_cmap && sm->replicas > 1)
+		rc = emb__client_set_cmap(c, &sm->cmap);
+	else if (!rc)
 		rc = emb__client_set_map(c, sm->slot_map, sm->replicas,
 					 sm->removed);
 	if (rc)
@@ -446,7 +475,7 @@ static int fetch_map(const char *sched, const uint8_t *token,
 	struct emb_wire_frame f;
 	struct emb_addr sa;
 	uint8_t *resp = NULL;
-	size_t resp_cap = emb_wire_cluster_map_bytes(EMB_WIRE_SERVERS_MAX);
+	size_t resp_cap = emb_wire_cluster_map_cap(EMB_WIRE_SERVERS_MAX);
 	struct iovec iov;
 	size_t at = 0;
 	int rc, len;
@@ -503,6 +532,10 @@ static int fetch_map(const char *sched, const uint8_t *token,
 		sm->nservers = map.nservers;
 		for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
 			sm->slot_map[sl] = emb_wire_cluster_map_slot(&map, sl);
+		sm->have_cmap = map.cmap &&
+				emb_cmap_decode(map.cmap, map.cmap_len,
+						&sm->cmap) == 0 &&
+				sm->cmap.nservers == map.nservers;
 	}
 	for (uint32_t i = 0; i < map.nservers && !rc; i++) {
 		struct emb_wire_node_addr a;

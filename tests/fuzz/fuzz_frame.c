@@ -81,8 +81,21 @@ static void same(const struct emb_wire_frame *f, const void *enc, int len,
 static void same_iovs(const struct emb_wire_frame *f,
 		      const struct emb_wire_iovs *v, int rc, const char *what)
 {
+	const uint16_t ride = EMB_F_EPOCH | EMB_F_FILL;
+	int len;
+
 	must(rc == 0, what);
-	same(f, out, emb_wire_iovs_flatten(v, out, sizeof(out)), what);
+	len = emb_wire_iovs_flatten(v, out, sizeof(out));
+	/* A write's map epoch and fill flag ride in its header, put there
+	 * by the sender (emb_wire_hdr_set_epoch()), not by the encoders. */
+	if (len >= (int)EMB_WIRE_HDR_SIZE && (f->hdr.flags & ride)) {
+		uint16_t fl = (uint16_t)(emb_le16_load(out + 6) |
+					 (f->hdr.flags & ride));
+
+		emb_le16_store(out + 6, fl);
+		emb_le32_store(out + 28, (uint32_t)f->hdr.status);
+	}
+	same(f, out, len, what);
 }
 
 static void check_hello(const struct emb_wire_frame *f)
@@ -408,7 +421,9 @@ static void check_cluster(const struct emb_wire_frame *f)
 	static struct emb_wire_node_ref refs[EMB_WIRE_NODES_MAX];
 	static uint16_t slot_map[EMB_NSLOTS];
 	static const uint8_t node_ops[] = {EMB_OP_CLUSTER_MAP, EMB_OP_FINISH};
-	static const uint8_t ack_ops[] = {EMB_OP_BARRIER, EMB_OP_FINISH};
+	static const uint8_t ack_ops[] = {EMB_OP_BARRIER, EMB_OP_FINISH,
+					  EMB_OP_FILL_DONE};
+	struct emb_wire_fill_done_req fd;
 	struct emb_wire_register_req rq;
 	struct emb_wire_register_resp rr;
 	struct emb_wire_cluster_map m;
@@ -458,9 +473,14 @@ static void check_cluster(const struct emb_wire_frame *f)
 		     emb_wire_cluster_map_encode(out, sizeof(out),
 						 f->hdr.req_id, m.nworkers,
 						 m.replicas, slot_map, addrs,
-						 m.nservers),
+						 m.nservers, m.cmap, m.cmap_len),
 		     "cluster map");
 	}
+	if (emb_wire_fill_done_req_decode(f, &fd) == 0)
+		same(f, out,
+		     emb_wire_fill_done_req_encode(out, sizeof(out),
+						   f->hdr.req_id, &fd),
+		     "fill done request");
 	if (emb_wire_heartbeat_req_decode(f, &id, &seq) == 0)
 		same(f, out,
 		     emb_wire_heartbeat_req_encode(out, sizeof(out),
@@ -472,7 +492,7 @@ static void check_cluster(const struct emb_wire_frame *f)
 		same(f, out,
 		     emb_wire_heartbeat_resp_encode(out, sizeof(out),
 						    f->hdr.req_id, hb.state,
-						    refs, hb.ndead),
+						    hb.map_epoch, refs, hb.ndead),
 		     "heartbeat response");
 	}
 	if (emb_wire_barrier_req_decode(f, &b) == 0) {

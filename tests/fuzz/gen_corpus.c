@@ -93,22 +93,51 @@ static void save_cluster(void)
 				      4));
 	save("cluster_map_resp",
 	     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 0, slot_map,
-					 addrs, 2));
+					 addrs, 2, NULL, 0));
 	/* After a failover: two copies, server 1 removed, 0 holds all. */
 	{
 		static uint16_t primaries[EMB_NSLOTS];
+		/* The replicated map's tail (cluster/map.h, version 1):
+		 * epoch 2, 2 servers, R = 2, every slot on 0 alone. */
+		static uint8_t cm[24 + 4 * EMB_NSLOTS];
+
+		emb_le32_store(cm, 0x4d424d45u);
+		emb_le32_store(cm + 4, 1);
+		emb_le64_store(cm + 8, 2);
+		emb_le32_store(cm + 16, 2);
+		emb_le32_store(cm + 20, 2);
+		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
+			emb_le16_store(cm + 24 + 4 * i, 0);
+			emb_le16_store(cm + 26 + 4 * i, 0xffff);
+		}
 		struct emb_wire_node_addr after[2] = {{"10.0.0.2", 7164, false},
 						      {"10.0.0.3", 7164, true}};
 
 		save("cluster_map_resp_replicas",
 		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 2,
-						 primaries, after, 2));
+						 primaries, after, 2, cm,
+						 sizeof(cm)));
 	}
 	save("heartbeat_req",
 	     emb_wire_heartbeat_req_encode(buf, sizeof(buf), 3, 4, 17));
 	save("heartbeat_resp_dead",
 	     emb_wire_heartbeat_resp_encode(buf, sizeof(buf), 3,
-					    EMB_CLUSTER_READY, dead, 2));
+					    EMB_CLUSTER_READY, 0, dead, 2));
+	save("heartbeat_resp_epoch",
+	     emb_wire_heartbeat_resp_encode(buf, sizeof(buf), 3,
+					    EMB_CLUSTER_READY, 4, dead, 1));
+	{
+		struct emb_wire_fill_done_req fd = {4, 0, 1024, 256, 3};
+
+		save("fill_done_req",
+		     emb_wire_fill_done_req_encode(buf, sizeof(buf), 7, &fd));
+		fd.status = EMB_EMOVING;
+		save("fill_done_req_failed",
+		     emb_wire_fill_done_req_encode(buf, sizeof(buf), 7, &fd));
+		save("fill_done_resp",
+		     emb_wire_cluster_ack_encode(buf, sizeof(buf),
+						 EMB_OP_FILL_DONE, 7, 0));
+	}
 	save("barrier_req",
 	     emb_wire_barrier_req_encode(buf, sizeof(buf), 5, 4, "epoch-1"));
 	save("barrier_resp",
@@ -191,6 +220,7 @@ int main(int argc, char **argv)
 	struct emb_wire_spec spec;
 	struct emb_wire_iovs v;
 	uint8_t bits[8];
+	int rc, len = 0;
 	size_t i;
 
 	if (argc != 2) {
@@ -280,6 +310,17 @@ int main(int argc, char **argv)
 	save_iovs("push_req_session", &v,
 		  emb_wire_push_req_encode_session(&v, 6, 1, 1000, 2, 0x5e55ull,
 						   3, ids, 4, 3, rows));
+	/* Replicated writes carry the map epoch in the header. */
+	rc = emb_wire_push_req_encode_session(&v, 6, 1, 1000, 2, 0x5e55ull, 4,
+					      ids, 4, 3, rows);
+	if (!rc && (len = emb_wire_iovs_flatten(&v, buf, sizeof(buf))) > 0)
+		emb_wire_stamp_epoch(buf, 5, 0);
+	save("push_req_epoch", rc ? rc : len);
+	rc = emb_wire_assign_req_encode(&v, 7, 1, EMB_F_WITH_STATE, ids, 2, 10,
+					rows);
+	if (!rc && (len = emb_wire_iovs_flatten(&v, buf, sizeof(buf))) > 0)
+		emb_wire_stamp_epoch(buf, 5, EMB_F_FILL);
+	save("assign_req_fill", rc ? rc : len);
 	save("push_resp",
 	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH, 6, 1, 0));
 	save_iovs("assign_req_dim3", &v,

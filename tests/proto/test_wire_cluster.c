@@ -112,7 +112,7 @@ static void test_map(void)
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
 		slots[i] = (uint16_t)(i % 3);
 	len = emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 0, slots,
-					  addrs, 3);
+					  addrs, 3, NULL, 0);
 	CU_ASSERT_EQUAL(len, (int)emb_wire_cluster_map_bytes(3));
 	f = frame(len);
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), 0);
@@ -140,19 +140,19 @@ static void test_map(void)
 	/* Encoders: a rank out of range, no servers, port 0. */
 	slots[7] = 3;
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 0,
-						    slots, addrs, 3),
+						    slots, addrs, 3, NULL, 0),
 			EMB_EBADARG);
 	slots[7] = 0;
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 0,
-						    slots, addrs, 0),
+						    slots, addrs, 0, NULL, 0),
 			EMB_EBADARG);
 	addrs[1].port = 0;
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 0,
-						    slots, addrs, 3),
+						    slots, addrs, 3, NULL, 0),
 			EMB_EBADARG);
 	addrs[1].port = 2;
 	CU_ASSERT_EQUAL(
-	    emb_wire_cluster_map_encode(buf, 1000, 3, 5, 0, slots, addrs, 3),
+	    emb_wire_cluster_map_encode(buf, 1000, 3, 5, 0, slots, addrs, 3, NULL, 0),
 	    -ENOSPC);
 }
 
@@ -160,6 +160,7 @@ static void test_map(void)
 static void test_map_replicas(void)
 {
 	static uint16_t slots[EMB_NSLOTS];
+	static const uint8_t tail[40] = {'E', 'M', 'B', 'M'};
 	struct emb_wire_node_addr addrs[3] = {
 	    {"10.0.0.1", 1, false}, {"10.0.0.2", 2, true}, {"10.0.0.3", 3, false}};
 	struct emb_wire_node_addr a;
@@ -170,10 +171,13 @@ static void test_map_replicas(void)
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
 		slots[i] = (uint16_t)(i % 2 ? 2 : 0);
 	len = emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 2, slots,
-					  addrs, 3);
+					  addrs, 3, tail, sizeof(tail));
 	f = frame(len);
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), 0);
 	CU_ASSERT_EQUAL(m.replicas, 2);
+	/* The replicated map rides after the entries, as it was given. */
+	CU_ASSERT_EQUAL(m.cmap_len, sizeof(tail));
+	CU_ASSERT_EQUAL(memcmp(m.cmap, tail, sizeof(tail)), 0);
 	for (uint32_t i = 0; i < 3; i++) {
 		emb_wire_cluster_map_server(&m, i, &a);
 		CU_ASSERT_EQUAL(a.removed, i == 1);
@@ -188,24 +192,38 @@ static void test_map_replicas(void)
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
 	emb_le32_store(buf + 32 + 4, 4);
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
+	emb_le32_store(buf + 32 + 4, 0); /* a tail without replicas */
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
 	emb_le32_store(buf + 32 + 4, 2);
 	buf[32 + EMB_WIRE_MAP_PREFIX_SIZE + 4] = 2;
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
 	buf[32 + EMB_WIRE_MAP_PREFIX_SIZE + 4] = 0;
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), 0);
+	/* Replicas without their map's tail. */
+	f.hdr.payload_len -= sizeof(tail);
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
+	f.hdr.payload_len += sizeof(tail);
 	/* Encoders: replicas over the servers or the maximum, a slot on a
-	 * removed server; replicas 1 is written as 0. */
+	 * removed server, a tail without replicas or replicas without one;
+	 * replicas 1 is written as 0. */
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 0,
+						    slots, addrs, 3, tail,
+						    sizeof(tail)),
+			EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 2,
+						    slots, addrs, 3, NULL, 0),
+			EMB_EBADARG);
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 4,
-						    slots, addrs, 3),
+						    slots, addrs, 3, tail, sizeof(tail)),
 			EMB_EBADARG);
 	slots[5] = 1;
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 2,
-						    slots, addrs, 3),
+						    slots, addrs, 3, tail, sizeof(tail)),
 			EMB_EBADARG);
 	slots[5] = 0;
 	addrs[1].removed = false;
 	len = emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 1, slots,
-					  addrs, 3);
+					  addrs, 3, NULL, 0);
 	CU_ASSERT_EQUAL(emb_le32_load(buf + 32 + 4), 0);
 }
 
@@ -230,10 +248,11 @@ static void test_heartbeat(void)
 	    EMB_EBADARG);
 
 	len = emb_wire_heartbeat_resp_encode(buf, sizeof(buf), 1,
-					     EMB_CLUSTER_READY, dead, 2);
+					     EMB_CLUSTER_READY, 7, dead, 2);
 	f = frame(len);
 	CU_ASSERT_EQUAL(emb_wire_heartbeat_resp_decode(&f, &r), 0);
 	CU_ASSERT_EQUAL(r.state, EMB_CLUSTER_READY);
+	CU_ASSERT_EQUAL(r.map_epoch, 7);
 	CU_ASSERT_EQUAL(r.ndead, 2);
 	emb_wire_heartbeat_dead(&r, 1, &d);
 	CU_ASSERT_EQUAL(d.role, EMB_ROLE_SERVER);
@@ -249,6 +268,29 @@ static void test_heartbeat(void)
 				    EMB_ENODEAD, "declared dead");
 	f = frame(len);
 	CU_ASSERT_EQUAL(emb_wire_heartbeat_resp_decode(&f, &r), EMB_ESERVER);
+}
+
+static void test_fill_done(void)
+{
+	struct emb_wire_fill_done_req in = {4, EMB_EMOVING, 4000, 96, 9}, out;
+	struct emb_wire_frame f;
+
+	f = frame(emb_wire_fill_done_req_encode(buf, sizeof(buf), 3, &in));
+	CU_ASSERT_EQUAL(emb_wire_fill_done_req_decode(&f, &out), 0);
+	CU_ASSERT_EQUAL(memcmp(&in, &out, sizeof(in)), 0);
+	/* A chunk past the last slot, epoch 0, a positive status. */
+	emb_le32_store(buf + 32 + 12, 97);
+	CU_ASSERT_EQUAL(emb_wire_fill_done_req_decode(&f, &out), EMB_EBADFRAME);
+	emb_le32_store(buf + 32 + 12, 96);
+	emb_le64_store(buf + 32 + 16, 0);
+	CU_ASSERT_EQUAL(emb_wire_fill_done_req_decode(&f, &out), EMB_EBADFRAME);
+	in.status = 1;
+	CU_ASSERT_EQUAL(emb_wire_fill_done_req_encode(buf, sizeof(buf), 3, &in),
+			EMB_EBADARG);
+	f = frame(emb_wire_cluster_ack_encode(buf, sizeof(buf),
+					      EMB_OP_FILL_DONE, 3, 0));
+	CU_ASSERT_EQUAL(emb_wire_cluster_ack_decode(&f, EMB_OP_FILL_DONE, NULL),
+			0);
 }
 
 static void test_barrier_finish(void)
@@ -328,6 +370,7 @@ int main(int argc, char **argv)
 	     test_map_replicas},
 	    {"heartbeat carries state and dead nodes", test_heartbeat},
 	    {"barrier and finish round-trip", test_barrier_finish},
+	    {"fill done round-trips and refuses bad chunks", test_fill_done},
 	    {"truncated payloads are refused", test_truncated},
 	    {NULL, NULL},
 	};

@@ -1,0 +1,155 @@
+/*
+ * src/server/slots.c - the replicated server's view of the cluster map and
+ * the check of every write against it (slots.h; the argument for each
+ * rule is in docs/replication.md, "Recovery").
+ */
+#include "server/slots.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "common/err.h"
+#include "common/hash.h"
+
+struct emb__slots {
+	pthread_rwlock_t lock;	 /* writes read, emb__slots_set() writes */
+	bool on;		 /* a view was set; atomic */
+	struct emb_server_map m; /* under lock */
+	uint64_t hinted;	 /* newest epoch passed to hook; atomic */
+	void (*hook)(void *, uint64_t);
+	void *hook_arg;
+	uint64_t refused[2]; /* atomic */
+};
+
+int emb__slots_create(struct emb__slots **out)
+{
+	struct emb__slots *sl = calloc(1, sizeof(*sl));
+
+	if (!sl)
+		return -ENOMEM;
+	pthread_rwlock_init(&sl->lock, NULL);
+	*out = sl;
+	return 0;
+}
+
+void emb__slots_destroy(struct emb__slots *sl)
+{
+	if (!sl)
+		return;
+	pthread_rwlock_destroy(&sl->lock);
+	free(sl);
+}
+
+int emb__slots_set(struct emb__slots *sl, const struct emb_server_map *m)
+{
+	if (!m || m->epoch == 0)
+		return -EINVAL;
+	pthread_rwlock_wrlock(&sl->lock);
+	/* Views only go forward: a late answer changes nothing. */
+	if (!sl->on || m->epoch >= sl->m.epoch)
+		sl->m = *m;
+	__atomic_store_n(&sl->on, true, __ATOMIC_RELEASE);
+	pthread_rwlock_unlock(&sl->lock);
+	return 0;
+}
+
+void emb__slots_hook(struct emb__slots *sl, void (*fn)(void *, uint64_t),
+		     void *arg)
+{
+	pthread_rwlock_wrlock(&sl->lock);
+	sl->hook = fn;
+	sl->hook_arg = arg;
+	pthread_rwlock_unlock(&sl->lock);
+}
+
+static int refuse(struct emb__slots *sl, int code, const char **why,
+		  const char *msg)
+{
+	__atomic_fetch_add(&sl->refused[code == EMB_ESTALEMAP], 1,
+			   __ATOMIC_RELAXED);
+	*why = msg;
+	return code;
+}
+
+/* Under the read lock: the rules, in the order docs/replication.md
+ * gives them. */
+static int check(struct emb__slots *sl, const struct emb_frame_hdr *h,
+		 const uint64_t *ids, uint32_t n, const char **why)
+{
+	const struct emb_server_map *m = &sl->m;
+	const uint64_t e = emb_wire_req_epoch(h);
+	const bool fill = h->flags & EMB_F_FILL;
+
+	/* Routed by a map this server has not seen: it may hold a fence
+	 * or a writer this view lacks, so nothing is applied yet. */
+	if (e > m->epoch) {
+		if (sl->hook && e > __atomic_load_n(&sl->hinted,
+						    __ATOMIC_RELAXED)) {
+			__atomic_store_n(&sl->hinted, e, __ATOMIC_RELAXED);
+			sl->hook(sl->hook_arg, e);
+		}
+		return refuse(sl, EMB_EMOVING, why,
+			      "this server's cluster map is older than the "
+			      "request's: retry");
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = emb_id_slot(ids[i]);
+		uint8_t f = m->slot[s];
+
+		if (fill) {
+			/* Rows of a fill land only in the chunk it fills. */
+			if (!(f & EMB_SLOT_FILLING))
+				return refuse(sl, EMB_ESTALEMAP, why,
+					      "no fill of this slot here");
+			continue;
+		}
+		if (e && e < m->grew[s])
+			return refuse(sl, EMB_ESTALEMAP, why,
+				      "a newer cluster map adds a copy of "
+				      "this slot");
+		if (e && !(f & EMB_SLOT_MINE))
+			return refuse(sl, EMB_ESTALEMAP, why,
+				      "this server holds no copy of the slot");
+		if (f & EMB_SLOT_FENCED)
+			return refuse(sl, EMB_EMOVING, why,
+				      "slot being copied to a new replica");
+	}
+	return 0;
+}
+
+int emb__slots_begin(struct emb__slots *sl, const struct emb_frame_hdr *h,
+		     const uint64_t *ids, uint32_t n, const char **why)
+{
+	int rc;
+
+	*why = NULL;
+	if (!__atomic_load_n(&sl->on, __ATOMIC_ACQUIRE)) {
+		/* A replicated write before this server has any map: it
+		 * may be a newcomer whose rows are not there yet. */
+		if (emb_wire_req_epoch(h))
+			return refuse(sl, EMB_EMOVING, why,
+				      "this server has no cluster map yet");
+		return 0;
+	}
+	pthread_rwlock_rdlock(&sl->lock);
+	rc = check(sl, h, ids, n, why);
+	if (rc) {
+		pthread_rwlock_unlock(&sl->lock);
+		return rc;
+	}
+	return 1;
+}
+
+void emb__slots_end(struct emb__slots *sl, int held)
+{
+	if (held == 1)
+		pthread_rwlock_unlock(&sl->lock);
+}
+
+void emb__slots_counts(struct emb__slots *sl, uint64_t out[2])
+{
+	out[0] = __atomic_load_n(&sl->refused[0], __ATOMIC_RELAXED);
+	out[1] = __atomic_load_n(&sl->refused[1], __ATOMIC_RELAXED);
+}

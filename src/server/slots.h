@@ -1,0 +1,52 @@
+/*
+ * src/server/slots.h - a replicated server's view of the cluster map, which
+ * every write is checked against during a recovery (docs/replication.md,
+ * "Recovery"): writes to a chunk being filled wait (EMB_EMOVING), writes
+ * routed by a map that lacks a writer since added are refused
+ * (EMB_ESTALEMAP), and writes routed by a newer map than the server's wait
+ * until it has that map. Refused writes change nothing and are not
+ * recorded in the push session windows, so the client sends them again
+ * with the same sequence numbers.
+ *
+ * A server without a view (every unreplicated one) checks nothing and
+ * takes no lock. With one, a write holds the view's read lock from the
+ * check until it is applied, and emb__slots_set() takes the write lock:
+ * once it returns, no write that passed the old view is still being
+ * applied, so a fill may snapshot the rows of a chunk it just fenced.
+ */
+#ifndef EMB_SERVER_SLOTS_H
+#define EMB_SERVER_SLOTS_H
+
+#include <stdint.h>
+
+#include "proto/wire.h"
+#include "server/server.h"
+
+struct emb__slots;
+
+/* 0 and *out, or -ENOMEM. */
+int emb__slots_create(struct emb__slots **out);
+void emb__slots_destroy(struct emb__slots *sl); /* NULL is a no-op */
+
+/* Takes m as the view (see emb_server_set_map()); any thread. */
+int emb__slots_set(struct emb__slots *sl, const struct emb_server_map *m);
+
+/* Called (from a loop thread, without locks) with an epoch newer than
+ * the view's that a write carried: the host fetches the map. */
+void emb__slots_hook(struct emb__slots *sl, void (*fn)(void *, uint64_t),
+		     void *arg);
+
+/*
+ * Before a write of ids[0..n) with header h: 0 or 1 (apply it, then call
+ * emb__slots_end() with that value: 1 means the view's read lock is
+ * held), EMB_EMOVING or EMB_ESTALEMAP (refuse it; nothing is held). *why
+ * gets a message for the refusal.
+ */
+int emb__slots_begin(struct emb__slots *sl, const struct emb_frame_hdr *h,
+		     const uint64_t *ids, uint32_t n, const char **why);
+void emb__slots_end(struct emb__slots *sl, int held);
+
+/* Writes refused so far: [0] EMB_EMOVING, [1] EMB_ESTALEMAP. */
+void emb__slots_counts(struct emb__slots *sl, uint64_t out[2]);
+
+#endif
