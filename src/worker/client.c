@@ -3329,6 +3329,19 @@ void emb_client_map(struct emb_client *c, struct emb_client_map *out)
 	pthread_mutex_unlock(&c->map_mu);
 }
 
+int emb_client_slot_filling(struct emb_client *c, uint32_t slot)
+{
+	int r = -1;
+
+	if (!c || slot >= EMB_NSLOTS || !c->cmap)
+		return -1;
+	pthread_mutex_lock(&c->map_mu);
+	if (c->cmap->fill[slot] != EMB_CMAP_NONE)
+		r = c->cmap->fill[slot];
+	pthread_mutex_unlock(&c->map_mu);
+	return r;
+}
+
 int emb_client_slot_holders(struct emb_client *c, uint32_t slot,
 			    uint32_t *out, uint32_t cap)
 {

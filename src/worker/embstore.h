@@ -347,6 +347,12 @@ void emb_client_map(struct emb_client *c, struct emb_client_map *out);
  */
 int emb_client_slot_holders(struct emb_client *c, uint32_t slot,
 			    uint32_t *out, uint32_t cap);
+/*
+ * The server being filled with slot during a recovery (docs/replication.md:
+ * it takes the slot's writes, is not read from, and becomes its last
+ * backup once every row reached it), or -1 (none, or EMB_EBADARG).
+ */
+int emb_client_slot_filling(struct emb_client *c, uint32_t slot);
 /* True when server (< emb_client_nservers()) was removed from the map. */
 bool emb_client_server_removed(const struct emb_client *c, uint32_t server);
 

@@ -57,10 +57,6 @@ murl=$(sed -n 's/^\[scheduler\] .*metrics on \(http:[^ ,]*\).*/\1/p' "$out" |
 	head -1)
 [ -n "$sched" ] && [ -n "$murl" ] || bad "no scheduler address or /metrics"
 
-metric() {
-	curl -fsS "$murl" 2>/dev/null | awk -v k="$1" '$1 == k { print $2 }'
-}
-
 # A server that no dead rank waits for is refused.
 EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} EMB_SCHED_PORT=${sched##*:} \
 	embstore-server --listen 127.0.0.1:0 >"$work/extra.txt" 2>&1
@@ -88,13 +84,19 @@ EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} EMB_SCHED_PORT=${sched##*:} \
 npid=$!
 t0=$(date +%s%N)
 full=
+seen=
 for _ in $(seq 200); do
-	if [ "$(metric embstore_cluster_recoveries_total)" = 1 ]; then
+	curl -fsS "$murl" >"$work/m.txt" 2>/dev/null
+	# While it is filled, some of its slots are always being filled.
+	grep -q "^embstore_cluster_slot_holders{server=\"$rank\",state=\"filling\"} [1-9]" \
+		"$work/m.txt" && seen=1
+	if grep -q '^embstore_cluster_recoveries_total 1$' "$work/m.txt"; then
 		full=1
 		break
 	fi
 	sleep 0.05
 done
+[ -n "$seen" ] || bad "/metrics never showed the replacement filling"
 t1=$(date +%s%N)
 [ -n "$full" ] || bad "the replacement did not become a full replica"
 echo "replacement full after $(( (t1 - t0) / 1000000 )) ms"

@@ -191,11 +191,14 @@ static bool map_shown(struct emb_client *c)
 	return false;
 }
 
+enum role { PRIMARY, BACKUP, FILLING };
+
 /*
- * The slots server s holds as primary (backup false) or as a backup, as
- * compact ranges "0-1364,2731-4095" ("-" for none) in buf, and how many.
+ * The slots server s holds as primary, as a backup, or is being filled
+ * with, as compact ranges "0-1364,2731-4095" ("-" for none) in buf, and
+ * how many.
  */
-static uint32_t slot_ranges(struct emb_client *c, uint32_t s, bool backup,
+static uint32_t slot_ranges(struct emb_client *c, uint32_t s, enum role role,
 			    char *buf, size_t cap)
 {
 	uint32_t n = 0, start = 0, at = 0;
@@ -206,12 +209,14 @@ static uint32_t slot_ranges(struct emb_client *c, uint32_t s, bool backup,
 		uint32_t h[HOLDERS_MAX];
 		bool hit = false;
 
-		if (sl < EMB_NSLOTS) {
+		if (sl < EMB_NSLOTS && role == FILLING) {
+			hit = emb_client_slot_filling(c, sl) == (int)s;
+		} else if (sl < EMB_NSLOTS) {
 			int k = emb_client_slot_holders(c, sl, h,
 							HOLDERS_MAX);
 
 			for (int i = 0; i < k && i < (int)HOLDERS_MAX; i++)
-				hit |= h[i] == s && (i > 0) == backup;
+				hit |= h[i] == s && (i > 0) == (role == BACKUP);
 		}
 		n += hit;
 		if (hit && !in)
@@ -236,7 +241,7 @@ static uint32_t slot_ranges(struct emb_client *c, uint32_t s, bool backup,
 /* The map as JSON members: "map":{...}, before the tables. */
 static void map_json(struct emb_client *c, char *const *names, uint32_t nsrv)
 {
-	static char pr[4096], bk[4096];
+	static char pr[4096], bk[4096], fl[4096];
 	struct emb_client_map m;
 
 	emb_client_map(c, &m);
@@ -244,8 +249,9 @@ static void map_json(struct emb_client *c, char *const *names, uint32_t nsrv)
 	       "\"servers\":[",
 	       (unsigned long long)m.epoch, m.replicas, m.lost_slots);
 	for (uint32_t s = 0; s < nsrv; s++) {
-		uint32_t np = slot_ranges(c, s, false, pr, sizeof(pr));
-		uint32_t nb = slot_ranges(c, s, true, bk, sizeof(bk));
+		uint32_t np = slot_ranges(c, s, PRIMARY, pr, sizeof(pr));
+		uint32_t nb = slot_ranges(c, s, BACKUP, bk, sizeof(bk));
+		uint32_t nf = slot_ranges(c, s, FILLING, fl, sizeof(fl));
 
 		printf("%s{\"server\":", s ? "," : "");
 		json_str(names[s]);
@@ -256,6 +262,8 @@ static void map_json(struct emb_client *c, char *const *names, uint32_t nsrv)
 		json_str(np ? pr : "");
 		printf(",\"backup\":");
 		json_str(nb ? bk : "");
+		printf(",\"filling_slots\":%u,\"filling\":", nf);
+		json_str(nf ? fl : "");
 		putchar('}');
 	}
 	printf("]},");
@@ -264,22 +272,38 @@ static void map_json(struct emb_client *c, char *const *names, uint32_t nsrv)
 /* The map as text: epoch, replicas, and each server's state and slots. */
 static void map_text(struct emb_client *c, char *const *names, uint32_t nsrv)
 {
-	static char pr[4096], bk[4096];
+	static char pr[4096], bk[4096], fl[4096];
 	struct emb_client_map m;
+	bool filling = false;
 
 	emb_client_map(c, &m);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS && !filling; sl++)
+		filling = emb_client_slot_filling(c, sl) >= 0;
 	printf("map epoch %llu, %u replica%s, %u lost slot%s\n",
 	       (unsigned long long)m.epoch, m.replicas,
 	       m.replicas == 1 ? "" : "s", m.lost_slots,
 	       m.lost_slots == 1 ? "" : "s");
-	printf("%-21s %-8s %-24s %s\n", "SERVER", "STATE", "PRIMARY SLOTS",
-	       "BACKUP SLOTS");
+	/* A recovery under way adds the slots each server is filled with. */
+	if (filling)
+		printf("%-21s %-8s %-24s %-24s %s\n", "SERVER", "STATE",
+		       "PRIMARY SLOTS", "BACKUP SLOTS", "FILLING SLOTS");
+	else
+		printf("%-21s %-8s %-24s %s\n", "SERVER", "STATE",
+		       "PRIMARY SLOTS", "BACKUP SLOTS");
 	for (uint32_t s = 0; s < nsrv; s++) {
-		slot_ranges(c, s, false, pr, sizeof(pr));
-		slot_ranges(c, s, true, bk, sizeof(bk));
-		printf("%-21s %-8s %-24s %s\n", names[s],
-		       emb_client_server_removed(c, s) ? "removed" : "live",
-		       pr, bk);
+		slot_ranges(c, s, PRIMARY, pr, sizeof(pr));
+		slot_ranges(c, s, BACKUP, bk, sizeof(bk));
+		slot_ranges(c, s, FILLING, fl, sizeof(fl));
+		if (filling)
+			printf("%-21s %-8s %-24s %-24s %s\n", names[s],
+			       emb_client_server_removed(c, s) ? "removed"
+								: "live",
+			       pr, bk, fl);
+		else
+			printf("%-21s %-8s %-24s %s\n", names[s],
+			       emb_client_server_removed(c, s) ? "removed"
+								: "live",
+			       pr, bk);
 	}
 	putchar('\n');
 }
