@@ -406,7 +406,8 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 		touch(ar.rows, 4 * (size_t)ar.n * ar.stride);
 		same_iovs(f, &v,
 			  emb_wire_assign_req_encode(
-			      &v, f->hdr.req_id, ar.table_id, f->hdr.flags,
+			      &v, f->hdr.req_id, ar.table_id,
+			      f->hdr.flags & ~(EMB_F_EPOCH | EMB_F_FILL),
 			      ar.ids, ar.n, ar.stride, ar.rows),
 			  "assign request");
 	}
