@@ -2123,10 +2123,10 @@ int emb_server_create(const struct emb_server_opts *opts,
 			l->index = i;
 			l->sweep.fn = sweep_run;
 			l->sweep.arg = l;
-			l->tabs = calloc(opts->limits.max_tables,
-					 sizeof(*l->tabs));
-			l->pins = calloc(opts->limits.max_tables,
-					 sizeof(*l->pins));
+			l->tabs =
+			    calloc(opts->limits.max_tables, sizeof(*l->tabs));
+			l->pins =
+			    calloc(opts->limits.max_tables, sizeof(*l->pins));
 			if (!l->tabs || !l->pins) {
 				rc = -ENOMEM;
 				goto err_free;

@@ -18,9 +18,9 @@
 #include "common/hash.h"
 
 #define WORDS	(EMB_SESSION_WINDOW / 64)
-#define NSTRIPE 16u			  /* a power of two */
+#define NSTRIPE 16u			     /* a power of two */
 #define PER	(EMB_SESSIONS_MAX / NSTRIPE) /* sessions per stripe */
-#define NBUCKET (2 * PER)		  /* a power of two */
+#define NBUCKET (2 * PER)		     /* a power of two */
 #define NIL	UINT32_MAX
 
 struct sess {
@@ -93,7 +93,8 @@ int emb__sessions_create(struct emb_sessions **out)
 
 static struct sess *find(struct stripe *ss, uint64_t id)
 {
-	for (uint32_t i = ss->bucket[bucket_of(id)]; i != NIL; i = ss->s[i].next)
+	for (uint32_t i = ss->bucket[bucket_of(id)]; i != NIL;
+	     i = ss->s[i].next)
 		if (ss->s[i].id == id)
 			return &ss->s[i];
 	return NULL;

@@ -19,7 +19,7 @@
 #include "common/log.h"
 
 struct emb__transport_common {
-	pthread_mutex_t lock; /* guards head/tail */
+	pthread_mutex_t lock;  /* guards head/tail */
 	struct emb_task *head; /* oldest queued task: _exec()'s are
 				  malloc'd (heap), _post()'s the caller's */
 	struct emb_task *tail; /* newest queued task */

@@ -74,8 +74,8 @@
 #define ADMIN_RESP_MAX                                                         \
 	((EMB_WIRE_HDR_SIZE + 1024u * EMB_WIRE_LIST_ENTRY_SIZE + 63u) & ~63u)
 
-#define OPS_IDLE_MAX   64u		/* ops kept for reuse beyond this are freed */
-#define OP_KEEP_BYTES  (64ull << 20) /* an op's scratch beyond this is not kept */
+#define OPS_IDLE_MAX  64u	    /* idle ops kept for reuse, at most */
+#define OP_KEEP_BYTES (64ull << 20) /* op scratch beyond this is not kept */
 
 #define BACKOFF_MIN_MS 10u   /* wait after the first failed reconnect */
 #define BACKOFF_MAX_MS 500u /* longest wait between reconnects */
@@ -116,8 +116,8 @@ struct op_pool {
 				      pulls, and the rest (their scratch
 				      grows to different sizes) */
 	uint32_t nidle;		   /* ops on both lists */
-	uint32_t lent;		/* handed out, not yet given back */
-	bool closed;		/* the client is gone: puts free */
+	uint32_t lent;		   /* handed out, not yet given back */
+	bool closed;		   /* the client is gone: puts free */
 };
 
 struct server {
@@ -332,25 +332,25 @@ struct emb_async {
 	void *mem;	      /* everything above lives here */
 	void *resp_mem;	      /* response buffers */
 	struct emb__respbuf *rbuf; /* pull: the registered ones instead */
-	bool tainted;	      /* a call failed in the transport: rbuf may
-				 still be written to, never reuse it */
+	bool tainted;		   /* a call failed in the transport: rbuf may
+				      still be written to, never reuse it */
 
 	pthread_mutex_t mu; /* guards done, with cv */
 	pthread_cond_t cv;  /* signalled once done */
 	bool done;	    /* all parts finished */
 
 	/* Kept across uses of the op (struct op_pool), grown on demand: */
-	struct op_pool *pool;	    /* where emb_async_wait() puts it */
+	struct op_pool *pool;	     /* where emb_async_wait() puts it */
 	struct emb_async *pool_next; /* pool's idle list */
-	struct emb_task task;	    /* posts op_issue() to the loop */
-	size_t mem_cap;		    /* bytes at mem */
-	size_t parts_cap;	    /* bytes at parts */
-	size_t resp_mem_cap;	    /* bytes at resp_mem */
-	size_t os_mem_cap;	    /* bytes at os_mem */
-	uint32_t *cnt;		    /* ids per server or group, and starts */
-	size_t cnt_cap;		    /* bytes at cnt */
-	struct emb_dedup *dedup;    /* the caller thread's, during the call */
-	uint32_t dedup_max;	    /* largest batch dedup takes */
+	struct emb_task task;	     /* posts op_issue() to the loop */
+	size_t mem_cap;		     /* bytes at mem */
+	size_t parts_cap;	     /* bytes at parts */
+	size_t resp_mem_cap;	     /* bytes at resp_mem */
+	size_t os_mem_cap;	     /* bytes at os_mem */
+	uint32_t *cnt;		     /* ids per server or group, and starts */
+	size_t cnt_cap;		     /* bytes at cnt */
+	struct emb_dedup *dedup;     /* the caller thread's, during the call */
+	uint32_t dedup_max;	     /* largest batch dedup takes */
 };
 
 static void add(uint64_t *c, uint64_t n)
