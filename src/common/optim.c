@@ -26,10 +26,20 @@ static bool good_eps(float x)
 bool emb_floats_finite(const float *v, size_t n)
 {
 	uint32_t bad = 0;
+	size_t i = 0;
 
-	/* Exponent all ones is Inf or NaN. No early exit: the loop then
-	 * vectorises, and a valid batch is read whole anyway. */
-	for (size_t i = 0; i < n; i++) {
+	/* Exponent all ones is Inf or NaN. No early exit, and blocks of a
+	 * fixed 16 floats: -O2's vectoriser (GCC's "very cheap" model) takes
+	 * only loops it needs no scalar tail for, and left the plain loop
+	 * scalar: a quarter of an SGD push's time, 4096 x 64 floats a batch. */
+	for (; i + 16 <= n; i += 16) {
+		uint32_t u[16];
+
+		memcpy(u, &v[i], sizeof(u));
+		for (uint32_t k = 0; k < 16; k++)
+			bad |= (u[k] & 0x7f800000u) == 0x7f800000u;
+	}
+	for (; i < n; i++) {
 		uint32_t u;
 
 		memcpy(&u, &v[i], sizeof(u));

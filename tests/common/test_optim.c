@@ -7,6 +7,7 @@
  * float after every step must be within 1e-6 relative error of the double
  * result. Single-threaded.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -457,6 +458,29 @@ static void test_absurd_params(void)
 	CU_ASSERT(!emb_floats_finite(bad, 4));
 	bad[3] = -INFINITY;
 	CU_ASSERT(!emb_floats_finite(bad, 4));
+	/* A NaN or an infinity anywhere, in the blocks of 16 or the tail,
+	 * and the largest finite float, in arrays of every length to 50. */
+	{
+		float w[50];
+		uint32_t missed = 0, wrong = 0;
+
+		for (uint32_t n = 1; n <= 50; n++) {
+			for (uint32_t i = 0; i < n; i++)
+				w[i] = FLT_MAX * (i & 1 ? -1.0f : 1.0f);
+			if (!emb_floats_finite(w, n))
+				wrong++;
+			for (uint32_t at = 0; at < n; at++) {
+				float keep = w[at];
+
+				w[at] = at & 1 ? NAN : INFINITY;
+				if (emb_floats_finite(w, n))
+					missed++;
+				w[at] = keep;
+			}
+		}
+		CU_ASSERT_EQUAL(missed, 0);
+		CU_ASSERT_EQUAL(wrong, 0);
+	}
 }
 
 int main(int argc, char **argv)
