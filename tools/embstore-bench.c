@@ -107,6 +107,7 @@ struct worker {
 	uint64_t rows_done;		/* ids in timed batches */
 	uint64_t busy_ns;		/* time inside backend calls */
 	uint64_t end_ns;		/* when this phase's loop ended */
+	uint64_t cpu_ns;		/* this thread's CPU time in preload */
 	uint64_t unique_sum;		/* distinct ids summed over batches */
 	uint64_t mix_rng;		/* op mix: pull or push per batch */
 	_Atomic uint64_t progress;	/* rows so far, read by main */
@@ -834,14 +835,28 @@ static int run_batches(struct worker *w, bool timed)
 	}
 }
 
+/* CPU time of the calling thread, user and system, in ns. */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 
 	switch (w->phase) {
-	case PHASE_PRELOAD:
+	case PHASE_PRELOAD: {
+		uint64_t c0 = thread_cpu_ns();
+
 		w->rc = run_preload(w);
+		w->cpu_ns = thread_cpu_ns() - c0;
 		break;
+	}
 	case PHASE_WARMUP:
 		w->rc = run_batches(w, false);
 		break;
@@ -1041,6 +1056,7 @@ static void json_str(FILE *f, const char *s)
 
 struct result {
 	double preload_s;		/* wall time of the preload phase */
+	double preload_cpu_s;		/* its threads' CPU time, summed */
 	double measure_s;		/* wall time of the timed phase */
 	uint64_t batches;		/* timed batches, all threads */
 	uint64_t rows;			/* ids in them */
@@ -1098,10 +1114,15 @@ static void print_summary(FILE *f, const struct opts *o,
 		o->cfg.dim, o->cfg.batch, o->dist_name, o->cfg.threads,
 		o->cfg.threads == 1 ? "" : "s",
 		emb_optim_name(o->cfg.optim.kind));
-	fprintf(f, "  preload  %" PRIu64 " rows in %.2f s = %.2f M rows/s\n",
+	fprintf(f,
+		"  preload  %" PRIu64 " rows in %.2f s = %.2f M rows/s"
+		" (%.2f M per CPU second)\n",
 		o->cfg.rows, r->preload_s,
 		r->preload_s > 0 ? (double)o->cfg.rows / r->preload_s / 1e6
-				 : 0.0);
+				 : 0.0,
+		r->preload_cpu_s > 0
+		    ? (double)o->cfg.rows / r->preload_cpu_s / 1e6
+		    : 0.0);
 	fprintf(f,
 		"  timed    %" PRIu64 " batches, %.2f M rows in %.2f s\n",
 		r->batches, (double)r->rows / 1e6, r->measure_s);
@@ -1184,7 +1205,8 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 		",\"elapsed_s\":%.3f,\"rows_per_s\":%.0f,\"mb_per_s\":%.1f"
 		",\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f"
 		",\"max_us\":%.1f,\"mean_us\":%.1f,\"unique_per_batch\":%.1f"
-		",\"preload_rows_per_s\":%.0f,\"bytes_per_row\":%.1f"
+		",\"preload_rows_per_s\":%.0f,\"preload_cpu_rows_per_s\":%.0f"
+		",\"bytes_per_row\":%.1f"
 		",\"rss_bytes\":%" PRIu64 ",\"rss_bytes_per_row\":%.1f",
 		o->cfg.rows, o->cfg.dim, o->cfg.batch, o->cfg.threads,
 		o->cfg.seed, r->batches, r->measure_s, r->rows_per_s,
@@ -1194,6 +1216,8 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 		(double)h->max / 1e3, emb_hist_mean(h) / 1e3,
 		r->unique_per_batch,
 		r->preload_s > 0 ? (double)o->cfg.rows / r->preload_s : 0.0,
+		r->preload_cpu_s > 0 ? (double)o->cfg.rows / r->preload_cpu_s
+				     : 0.0,
 		r->mem.rows ? (double)r->mem.bytes / (double)r->mem.rows : 0.0,
 		r->rss, (double)r->rss / (double)o->cfg.rows);
 	{
@@ -1384,6 +1408,8 @@ int main(int argc, char **argv)
 		       &r->preload_s);
 	if (rc)
 		goto out;
+	for (uint32_t i = 0; i < nready; i++)
+		r->preload_cpu_s += (double)ws[i].cpu_ns / 1e9;
 	r->rss = rss_bytes();
 	rc = o.backend->mem(be, &r->mem);
 	if (rc)

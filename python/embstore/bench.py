@@ -174,13 +174,14 @@ def _run(args, client) -> dict:
                      init="uniform:-0.05,0.05", seed=args.seed)
     n, dim = args.batch, args.dim
     out = np.empty((n, dim), dtype=np.float32)
-    pre_s = 0.0
+    pre_s = pre_cpu_s = 0.0
     if args.preload:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for lo in range(0, args.rows, n):
             ids = id_hash(np.arange(lo, min(lo + n, args.rows), dtype=_U))
             t.pull(ids, out[:len(ids)])
         pre_s = time.perf_counter() - t0
+        pre_cpu_s = time.thread_time() - c0
     rss = _rss_bytes()
     st = t.stats()
     # Small gradients in [-1e-3, 1e-3] keep weights finite for any run.
@@ -239,6 +240,8 @@ def _run(args, client) -> dict:
         "mean_us": round(float(lat_ns.mean()) / 1e3 if batches else 0.0, 1),
         "unique_per_batch": round(uniq_sum / batches if batches else 0.0, 1),
         "preload_rows_per_s": round(args.rows / pre_s) if pre_s else 0,
+        "preload_cpu_rows_per_s": round(args.rows / pre_cpu_s)
+        if pre_cpu_s else 0,
         "bytes_per_row": round(st["bytes"] / st["rows"], 1)
         if st["rows"] else 0.0,
         "rss_bytes": rss, "rss_bytes_per_row": round(rss / args.rows, 1),

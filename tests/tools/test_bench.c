@@ -220,6 +220,7 @@ static void json_has_the_documented_keys(void)
 		"threads",   "rows_per_s",	   "p50_us",
 		"p90_us",    "p99_us",		   "max_us",
 		"mb_per_s",  "unique_per_batch",   "preload_rows_per_s",
+		"preload_cpu_rows_per_s",
 		"rss_bytes", "rss_bytes_per_row", "bytes_per_row",
 	};
 	struct jobj o;
