@@ -341,9 +341,10 @@ static void hash_ids(struct batch *b, const uint64_t *ids, uint32_t n)
  * would hold one of L1's few miss buffers per line, so after a couple of
  * dozen lines every further prefetch instruction waits for one to free
  * (half of a pull's time stalled there). Into L2 the same misses overlap
- * far better: Zipf pulls took 0.78x the time, uniform ones 0.70x, in one
- * process with the variants interleaved (docs/store.md). The row is then
- * copied from L2, which costs little next to the miss.
+ * far better: that alone took Zipf pulls 0.79x the time, in one process
+ * with the variants interleaved (docs/store.md, "Reads and row creation,
+ * second round"). The row is then copied from L2, which costs little next
+ * to the miss.
  */
 static inline void prefetch_row(const struct emb_table *t, const void *r,
 				bool pull)
@@ -569,7 +570,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		 * prefetched) before chunk c's records are read, so each
 		 * miss has a whole chunk's work to arrive in. Chunks of 32
 		 * ids, with the prefetches into L2, were faster than 16 (by
-		 * 10%) and 64; a push keeps 16, as before. Rows created
+		 * 8%) and 64; a push keeps 16, as before. Rows created
 		 * meanwhile (s->used moved) may be ids an already-resolved
 		 * chunk found absent, so its misses look again.
 		 */
