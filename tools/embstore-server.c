@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/addr.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/token.h"
@@ -178,6 +179,7 @@ struct repl {
 	uint32_t fill_first, fill_n, fill_to; /* the fill started last */
 	uint32_t fill_grew; /* its slots' grew epoch: a new fill of the same
 			       chunk has another */
+	uint64_t fence_ms;  /* when its fence went up (0: none held) */
 };
 
 _Static_assert(EMB_CMAP_VIEW_MINE == EMB_SLOT_MINE &&
@@ -215,6 +217,7 @@ static void fill_check(struct repl *r)
 	r->fill_n = len;
 	r->fill_to = to;
 	r->fill_grew = r->view.grew[first];
+	r->fence_ms = emb_clock_ms();
 	emb_log(EMB_LOG_INFO, "map epoch %llu: streaming slots %u-%u to server "
 			      "%u (%s:%u)",
 		(unsigned long long)r->prev.epoch, first, first + len - 1, to,
@@ -252,6 +255,14 @@ static void on_map(void *arg, const struct emb_cmap *m,
 	emb_cmap_view(m, r->have_prev ? &r->prev : NULL, r->view.grew, r->rank,
 		      r->view.slot, r->view.grew);
 	r->view.epoch = m->epoch;
+	/* The last fill's fence is down once its chunk has no fill: how
+	 * long writes to it waited here (docs/replication.md, Figures). */
+	if (r->fence_ms && m->fill[r->fill_first] != r->fill_to) {
+		emb_log(EMB_LOG_INFO, "fence on slots %u-%u lifted after %llu ms",
+			r->fill_first, r->fill_first + r->fill_n - 1,
+			(unsigned long long)(emb_clock_ms() - r->fence_ms));
+		r->fence_ms = 0;
+	}
 	r->prev = *m;
 	r->have_prev = true;
 	free(r->addrs);

@@ -228,6 +228,7 @@ int emb_cmap_fill_abort(const struct emb_cmap *in, uint32_t rank,
 int emb_cmap_rebalance(const struct emb_cmap *in, struct emb_cmap *out)
 {
 	uint32_t *cnt = calloc(in->nservers, sizeof(*cnt));
+	uint16_t was[EMB_NSLOTS]; /* primaries before */
 	int moved = 0;
 	bool again = true;
 
@@ -235,9 +236,11 @@ int emb_cmap_rebalance(const struct emb_cmap *in, struct emb_cmap *out)
 		return -ENOMEM;
 	if (out != in)
 		memcpy(out, in, sizeof(*out));
-	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		was[s] = out->slot[s][0];
 		if (out->slot[s][0] != EMB_CMAP_NONE)
 			cnt[out->slot[s][0]]++;
+	}
 	/* Each swap narrows the gap between two counts by at least one, so
 	 * the passes end; a few suffice in practice (successor backups). */
 	for (uint32_t pass = 0; again && pass < 2 * EMB_CMAP_REPLICAS_MAX;
@@ -266,6 +269,11 @@ int emb_cmap_rebalance(const struct emb_cmap *in, struct emb_cmap *out)
 		}
 	}
 	free(cnt);
+	/* A slot may swap in two passes: count the slots whose primary
+	 * changed. */
+	moved = 0;
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		moved += out->slot[s][0] != was[s];
 	if (moved)
 		out->epoch++;
 	return moved;

@@ -512,6 +512,10 @@ static void note_dead(struct emb_node *n,
 		fn = n->watch_fn;
 		arg = n->watch_arg;
 		pthread_mutex_unlock(&n->mu);
+		/* This node's own rank: the dead server whose place it took
+		 * (its own death would end its heartbeats with ENODEAD). */
+		if (d.role == n->reg.role && d.rank == n->reg.rank)
+			continue;
 		emb_log(EMB_LOG_WARN, "%s %u: scheduler declared %s %u dead",
 			emb_role_name(n->reg.role), n->reg.rank,
 			emb_role_name(d.role), d.rank);
