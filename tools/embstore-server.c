@@ -231,6 +231,10 @@ static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 	struct repl *r = arg;
 	int rc = emb_node_fill_done(r->node, first, n, epoch, status);
 
+	/* The scheduler published the next step as it answered: take it
+	 * now, not at the next heartbeat, so the fence comes down. */
+	if (!rc)
+		emb_node_map_refresh(r->node);
 	emb_log(rc ? EMB_LOG_WARN : EMB_LOG_INFO,
 		"slots %u-%u streamed (%llu rows%s%s): scheduler %s", first,
 		first + n - 1, (unsigned long long)rows, status ? ", " : "",

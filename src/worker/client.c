@@ -1324,8 +1324,10 @@ static int group_fixup(struct emb_client *c, struct emb_async *op,
 		}
 		if (to == NONE)
 			return 0;
-		m = aligned_alloc(64, ((sizeof(*e) + 63) & ~(size_t)63) +
-					  ERR_CAP + (size_t)k * (8 + rowb) + 64);
+		/* aligned_alloc() takes whole 64-byte lines. */
+		m = aligned_alloc(64, (((sizeof(*e) + 63) & ~(size_t)63) +
+				       ERR_CAP + (size_t)k * (8 + rowb) + 63) &
+					  ~(size_t)63);
 		if (!m)
 			return -ENOMEM;
 		e = (struct part *)(void *)m;
