@@ -326,7 +326,8 @@ struct emb_async {
 	uint64_t deadline_ms; /* monotonic: retries stop here */
 	const uint32_t *tids; /* the table's id on each server (updated
 				 on the loop when a newcomer's are learned) */
-	struct emb_client_table *tbl; /* pull: the table */
+	struct emb_client_table *tbl; /* pull: the table, held (refs) until
+					 op_free() */
 	void *os_mem;	      /* one-sided bookkeeping of the parts (kept) */
 	uint32_t stride;      /* replicated write: floats per row sent */
 	void *mem;	      /* everything above lives here */
@@ -475,6 +476,8 @@ static struct emb_async *op_new(struct emb_client *c, enum op_kind kind)
 	return op;
 }
 
+static void table_unref(struct emb_client_table *t);
+
 /* Gives op back for reuse (or frees it). NULL: no-op. */
 static void op_free(struct emb_async *op)
 {
@@ -496,6 +499,10 @@ static void op_free(struct emb_async *op)
 		}
 	}
 	pl = op->pool;
+	/* A pull holds its table: the user may close it while it runs. */
+	if (op->tbl)
+		table_unref(op->tbl);
+	op->tbl = NULL;
 	emb__respbuf_put(op->rbuf, !op->tainted);
 	op->rbuf = NULL;
 	/* A huge batch's scratch is not held for the next, smaller ones. */
@@ -914,7 +921,6 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 
 /* ---- one-sided pulls (loop thread) ---- */
 
-static void table_unref(struct emb_client_table *t);
 
 /* id's two candidate buckets (they may coincide). */
 static void loc_buckets(const struct emb_client_table *t, uint64_t id,
@@ -987,6 +993,11 @@ static void os_fallback(struct emb_client *c, struct part *p)
 
 	if (!p->nmiss) {
 		part_end(p, 0, NULL);
+		return;
+	}
+	/* A batch flushed while the client is destroyed: no conn to use. */
+	if (stopping(c)) {
+		part_end(p, EMB_ECLOSED, NULL);
 		return;
 	}
 	for (uint32_t k = 0; k < p->nmiss; k++)
@@ -1826,6 +1837,7 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	op->found = found;
 	op->tids = t->ids;
 	op->tbl = t;
+	__atomic_fetch_add(&t->refs, 1, __ATOMIC_RELAXED);
 	/* Pulls go to primaries; a replicated map moves them on a death. */
 	if (c->cmap)
 		pthread_mutex_lock(&c->map_mu);
@@ -3245,11 +3257,13 @@ void emb_client_destroy(struct emb_client *c)
 	for (uint32_t i = 0; i < c->nsrv; i++) {
 		struct emb_conn *conn = c->srv[i].conn;
 
+		/* READ batches still out fall back to the main conn: end
+		 * them first, so that what falls back fails with it below. */
+		rconn_lost(&c->srv[i], EMB_ECLOSED);
 		c->srv[i].conn = NULL;
 		c->srv[i].state = SRV_DOWN;
 		emb_conn_destroy(conn);
 		fail_waiting(&c->srv[i], EMB_ECLOSED);
-		rconn_lost(&c->srv[i], EMB_ECLOSED);
 	}
 	while (c->delayed) {
 		struct part *p = c->delayed;
