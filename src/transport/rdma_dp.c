@@ -729,8 +729,13 @@ static int rd_post(struct emb_rdma_conn *c, struct emb_read_op *ro)
 		rd->next++;
 	}
 	rc = chain_post(c, &ch);
-	if (rc)
+	if (rc) {
+		/* The conn failed. Once the last READ is in the ring, the
+		 * teardown fires done from there: the queue lets go. */
+		if (rd->next == ro->n && rd->op.queued)
+			q_remove(c, &rd->op, 0);
 		return rc;
+	}
 	return rd->next < ro->n ? -EAGAIN : 0;
 }
 
@@ -753,9 +758,12 @@ int emb__rdma_read(struct emb_conn *conn, struct emb_read_op *ro)
 	rd->op.kind = EMB_RDMA_OP_RDREAD;
 	if (!c->q_head) {
 		rc = rd_post(c, ro);
-		if (rc == 0 || c->state != EMB_RDMA_CONN_OPEN)
-			return 0; /* posted, or failed with the conn: the
-				     teardown fires done */
+		if (rc == 0)
+			return 0;
+		/* Failed with the conn: the teardown fires done if the last
+		 * READ reached the ring; if not, nothing ever will. */
+		if (c->state != EMB_RDMA_CONN_OPEN)
+			return rd->next == ro->n ? 0 : EMB_ECLOSED;
 		if (rc != -EAGAIN)
 			return rc;
 	}
@@ -981,9 +989,13 @@ void emb__rdma_fail_ops(struct emb_rdma_conn *c, int reason)
 
 		if (op->kind == EMB_RDMA_OP_RDREAD) {
 			struct emb_read_op *ro = op_rd(op);
+			struct emb_rdma_rd *rd =
+			    (struct emb_rdma_rd *)(void *)ro->priv;
 
 			q_remove(c, op, 0);
-			ro->done(ro->ctx, status);
+			/* A last READ in the ring fires done from there. */
+			if (rd->next < ro->n)
+				ro->done(ro->ctx, status);
 		}
 		op = next;
 	}

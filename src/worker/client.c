@@ -1409,6 +1409,12 @@ static void part_send(struct emb_client *c, struct part *p)
 		part_end(p, EMB_ENODEAD, NULL);
 		return;
 	}
+	/* An op whose task runs only as the client is destroyed (its loop
+	 * thread stopped first) finds every server down for good. */
+	if (stopping(c) && s->state != SRV_UP) {
+		part_end(p, EMB_ECLOSED, NULL);
+		return;
+	}
 	if (p->os && !p->os_done && s->state == SRV_UP) {
 		os_start(c, p);
 		return;
