@@ -85,7 +85,7 @@ npid=$!
 t0=$(date +%s%N)
 full=
 seen=
-for _ in $(seq 200); do
+for _ in $(seq 500); do
 	curl -fsS "$murl" >"$work/m.txt" 2>/dev/null
 	# While it is filled, some of its slots are always being filled.
 	grep -q "^embstore_cluster_slot_holders{server=\"$rank\",state=\"filling\"} [1-9]" \
@@ -94,7 +94,7 @@ for _ in $(seq 200); do
 		full=1
 		break
 	fi
-	sleep 0.05
+	sleep 0.02
 done
 [ -n "$seen" ] || bad "/metrics never showed the replacement filling"
 t1=$(date +%s%N)
