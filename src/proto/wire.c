@@ -821,9 +821,10 @@ int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 	return 0;
 }
 
-int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
-			      uint32_t table_id, const uint64_t *ids,
-			      uint32_t n)
+/* ERASE and LOCATE: a table id and its ids, nothing else. */
+static int ids_req_encode(struct emb_wire_iovs *out, uint8_t op,
+			  uint64_t req_id, uint32_t table_id,
+			  const uint64_t *ids, uint32_t n)
 {
 	uint64_t plen = 8ull * n;
 
@@ -831,28 +832,25 @@ int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
-	emb__wire_put_hdr(out->head, EMB_OP_ERASE, 0, req_id, table_id, n, (uint32_t)plen,
-		0);
+	emb__wire_put_hdr(out->head, op, 0, req_id, table_id, n,
+			  (uint32_t)plen, 0);
 	iovs_start(out, EMB_WIRE_HDR_SIZE);
 	iovs_add(out, ids, plen);
 	return 0;
+}
+
+int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			      uint32_t table_id, const uint64_t *ids,
+			      uint32_t n)
+{
+	return ids_req_encode(out, EMB_OP_ERASE, req_id, table_id, ids, n);
 }
 
 int emb_wire_locate_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, const uint64_t *ids,
 			       uint32_t n)
 {
-	uint64_t plen = 8ull * n;
-
-	if (!out || table_id == 0 || (n && !ids))
-		return EMB_EBADARG;
-	if (plen > PAYLOAD_MAX)
-		return EMB_ETOOBIG;
-	emb__wire_put_hdr(out->head, EMB_OP_LOCATE, 0, req_id, table_id, n,
-			  (uint32_t)plen, 0);
-	iovs_start(out, EMB_WIRE_HDR_SIZE);
-	iovs_add(out, ids, plen);
-	return 0;
+	return ids_req_encode(out, EMB_OP_LOCATE, req_id, table_id, ids, n);
 }
 
 size_t emb_wire_locate_resp_bytes(uint32_t n)
@@ -1254,12 +1252,13 @@ int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	return 0;
 }
 
-int emb_wire_erase_req_decode(const struct emb_wire_frame *f,
-			      struct emb_wire_ids_req *out)
+/* ERASE and LOCATE: a table id and its ids, nothing else. */
+static int ids_req_decode(const struct emb_wire_frame *f, uint8_t op,
+			  struct emb_wire_ids_req *out)
 {
 	int rc;
 
-	rc = check_req(f, EMB_OP_ERASE);
+	rc = check_req(f, op);
 	if (rc)
 		return rc;
 	rc = ids_check(f, 0);
@@ -1271,21 +1270,16 @@ int emb_wire_erase_req_decode(const struct emb_wire_frame *f,
 	return 0;
 }
 
+int emb_wire_erase_req_decode(const struct emb_wire_frame *f,
+			      struct emb_wire_ids_req *out)
+{
+	return ids_req_decode(f, EMB_OP_ERASE, out);
+}
+
 int emb_wire_locate_req_decode(const struct emb_wire_frame *f,
 			       struct emb_wire_ids_req *out)
 {
-	int rc;
-
-	rc = check_req(f, EMB_OP_LOCATE);
-	if (rc)
-		return rc;
-	rc = ids_check(f, 0);
-	if (rc)
-		return rc;
-	out->table_id = f->hdr.table_id;
-	out->n = f->hdr.count;
-	out->ids = (const uint64_t *)(const void *)f->payload;
-	return 0;
+	return ids_req_decode(f, EMB_OP_LOCATE, out);
 }
 
 int emb_wire_locate_resp_decode(const struct emb_wire_frame *f,

@@ -173,36 +173,35 @@ struct emb_table {
 };
 
 /*
- * Remote-readable tables: renews record r's seal after a change of its id
- * or floats (caller holds the shard lock, the change is complete). A no-op
- * for other tables.
+ * Remote-readable tables: stores record r's seal xor mask, the seal over
+ * its id and floats (caller holds the shard lock, the change is complete).
+ * A no-op for other tables. mask 0 renews the seal after a change; ~0
+ * breaks it as the record is freed, so a reader holding the old location
+ * falls back (shard.c's remove).
  */
+static inline void emb__row_seal_mask(const struct emb_table *t,
+				      struct emb_row_hdr *r, uint64_t mask)
+{
+	uint64_t v;
+
+	if (!__atomic_load_n(&t->sealed, __ATOMIC_RELAXED))
+		return;
+	v = emb_seal(t->seal_seed, r->id, (const char *)r + EMB_ROW_HDR_SIZE,
+		     (size_t)t->row_floats * sizeof(float));
+	__atomic_store_n((uint64_t *)(void *)((char *)r + t->row_bytes - 8),
+			 v ^ mask, __ATOMIC_RELEASE);
+}
+
 static inline void emb__row_seal(const struct emb_table *t,
 				 struct emb_row_hdr *r)
 {
-	uint64_t v;
-
-	if (!__atomic_load_n(&t->sealed, __ATOMIC_RELAXED))
-		return;
-	v = emb_seal(t->seal_seed, r->id, (const char *)r + EMB_ROW_HDR_SIZE,
-		     (size_t)t->row_floats * sizeof(float));
-	__atomic_store_n((uint64_t *)(void *)((char *)r + t->row_bytes - 8), v,
-			 __ATOMIC_RELEASE);
+	emb__row_seal_mask(t, r, 0);
 }
 
-/* Breaks r's seal as it is freed: a reader holding its old location must
- * fall back (shard.c's remove). */
 static inline void emb__row_unseal(const struct emb_table *t,
 				   struct emb_row_hdr *r)
 {
-	uint64_t v;
-
-	if (!__atomic_load_n(&t->sealed, __ATOMIC_RELAXED))
-		return;
-	v = emb_seal(t->seal_seed, r->id, (const char *)r + EMB_ROW_HDR_SIZE,
-		     (size_t)t->row_floats * sizeof(float));
-	__atomic_store_n((uint64_t *)(void *)((char *)r + t->row_bytes - 8), ~v,
-			 __ATOMIC_RELEASE);
+	emb__row_seal_mask(t, r, ~(uint64_t)0);
 }
 
 /*
