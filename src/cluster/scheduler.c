@@ -86,8 +86,7 @@ struct emb_sched {
 	 * slots lost their last holder (every server when unreplicated). */
 	uint32_t nfatal;
 	struct emb_cmap *cmap;		/* the map, once formed */
-	uint8_t *map_frame;		/* CLUSTER_MAP response, once ready */
-	int map_len;			/* its bytes */
+	struct map_frame *map;		/* CLUSTER_MAP response, once ready */
 	/* Recovery, loop thread: the rank being filled (NO_FILL: none),
 	 * its chunk under way and the epoch that began it. */
 	uint32_t fill_rank;
@@ -315,14 +314,39 @@ static void check_barrier(struct emb_sched *s, const char *name)
 	}
 }
 
+/*
+ * One encoded CLUSTER_MAP response. Replies borrow it until their send
+ * completes, and a recovery can publish several maps while replies with
+ * an older one still wait in a send queue: a reference each, the
+ * scheduler's own included.
+ */
+struct map_frame {
+	unsigned refs; /* atomic: the scheduler's + one per queued reply */
+	int len;       /* bytes of b */
+	uint8_t b[];
+};
+
+static void map_frame_put(struct map_frame *m)
+{
+	if (m && __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		free(m);
+}
+
+static void map_frame_sent(void *ctx, int status)
+{
+	(void)status;
+	map_frame_put(ctx);
+}
+
 static void build_map(struct emb_sched *s);
 static void fill_next(struct emb_sched *s);
 
-/* The map changed: nodes asking from now on get the new one. */
+/* The map changed: nodes asking from now on get the new one; replies
+ * still queued with the old one keep it until they are sent. */
 static void republish(struct emb_sched *s)
 {
-	free(s->map_frame);
-	s->map_frame = NULL;
+	map_frame_put(s->map);
+	s->map = NULL;
 	build_map(s);
 }
 
@@ -425,7 +449,7 @@ static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
 	check_end(s);
 }
 
-/* The CLUSTER_MAP response for the current map, in s->map_frame. */
+/* The CLUSTER_MAP response for the current map, in s->map. */
 static void build_map(struct emb_sched *s)
 {
 	uint32_t S = s->o.server_num;
@@ -436,9 +460,10 @@ static void build_map(struct emb_sched *s)
 	int64_t cml = 0;
 
 	addrs = calloc(S, sizeof(*addrs));
-	s->map_frame = malloc(cap);
-	if (!addrs || !s->map_frame)
+	s->map = malloc(sizeof(*s->map) + cap);
+	if (!addrs || !s->map)
 		goto err;
+	s->map->refs = 1;
 	/* Contiguous ranges, as a client given a server list routes: a dump
 	 * grouped by slot restores onto either. The first map is that;
 	 * failovers only drop servers from it (cluster/map.h). */
@@ -467,37 +492,40 @@ static void build_map(struct emb_sched *s)
 		if (cml < 0)
 			goto err;
 	}
-	s->map_len = emb_wire_cluster_map_encode(
-	    s->map_frame, cap, 0, s->o.worker_num, s->cmap->replicas,
+	s->map->len = emb_wire_cluster_map_encode(
+	    s->map->b, cap, 0, s->o.worker_num, s->cmap->replicas,
 	    slot_map, addrs, S, cm, (uint32_t)cml);
 	free(addrs);
 	addrs = NULL;
 	free(cm);
 	cm = NULL;
-	if (s->map_len > 0)
+	if (s->map->len > 0)
 		return;
 err:
 	free(cm);
 	free(addrs);
-	free(s->map_frame);
-	s->map_frame = NULL;
+	free(s->map);
+	s->map = NULL;
 	emb_log(EMB_LOG_ERROR, "cannot build the cluster map");
 }
 
 static void send_map(struct emb_sched *s, struct emb_req *req)
 {
+	struct map_frame *m = s->map;
 	struct emb_frame_hdr hdr;
 	struct iovec iov;
 
-	if (!s->map_frame) {
+	if (!m) {
 		send_error(s, req, -ENOMEM, "no cluster map");
 		return;
 	}
-	memcpy(&hdr, s->map_frame, sizeof(hdr));
-	iov = (struct iovec){s->map_frame + EMB_WIRE_HDR_SIZE,
-			     (size_t)s->map_len - EMB_WIRE_HDR_SIZE};
-	/* The map frame lives as long as the scheduler: nothing to free. */
-	emb_conn_reply(req, &hdr, &iov, 1, NULL, NULL);
+	memcpy(&hdr, m->b, sizeof(hdr));
+	iov = (struct iovec){m->b + EMB_WIRE_HDR_SIZE,
+			     (size_t)m->len - EMB_WIRE_HDR_SIZE};
+	__atomic_add_fetch(&m->refs, 1, __ATOMIC_RELAXED);
+	/* On an error the reply never queued and done never fires. */
+	if (emb_conn_reply(req, &hdr, &iov, 1, map_frame_sent, m))
+		map_frame_put(m);
 }
 
 static void check_ready(struct emb_sched *s)
@@ -1363,7 +1391,7 @@ void emb_sched_destroy(struct emb_sched *s)
 	/* Closing the server conns runs on_close: held requests go back. */
 	s->over = true;
 	emb_transport_destroy(s->tr);
-	free(s->map_frame);
+	map_frame_put(s->map);
 	emb_authlimit_destroy(s->authlimit);
 	free(s->cmap);
 	free(s->slots);
