@@ -14,12 +14,16 @@
 #define EMB_TESTS_ALLOC_COUNT_H
 
 #include <errno.h>
+#include <execinfo.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include <jemalloc/jemalloc.h>
 
 #include "harness.h"
+
+/* EMB_ALLOC_TRACE=1 in the environment prints the stack of every counted
+ * allocation (link with -rdynamic, or read the addresses with addr2line). */
 
 #if defined(__SANITIZE_ADDRESS__)
 #define COUNTING 0
@@ -34,12 +38,26 @@
 
 static int counting;	      /* count allocations while set */
 static unsigned long nallocs; /* allocations counted */
+static int tracing;	      /* EMB_ALLOC_TRACE set: print each one's stack */
 
 #if COUNTING
 static void note(void)
 {
-	if (__atomic_load_n(&counting, __ATOMIC_RELAXED))
-		__atomic_fetch_add(&nallocs, 1, __ATOMIC_RELAXED);
+	static _Thread_local int in_trace;
+
+	if (!__atomic_load_n(&counting, __ATOMIC_RELAXED))
+		return;
+	__atomic_fetch_add(&nallocs, 1, __ATOMIC_RELAXED);
+	if (tracing && !in_trace) {
+		void *pcs[32];
+		int n;
+
+		in_trace = 1;
+		n = backtrace(pcs, 32);
+		fprintf(stderr, "counted allocation:\n");
+		backtrace_symbols_fd(pcs, n, 2);
+		in_trace = 0;
+	}
 }
 
 void *malloc(size_t n)
@@ -101,6 +119,12 @@ void *aligned_alloc(size_t align, size_t n)
 
 static void count_begin(void)
 {
+	if (COUNTING && getenv("EMB_ALLOC_TRACE") && !tracing) {
+		void *pc;
+
+		backtrace(&pc, 1); /* loads the unwinder now, not while counting */
+		tracing = 1;
+	}
 	__atomic_store_n(&nallocs, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&counting, 1, __ATOMIC_SEQ_CST);
 }

@@ -52,7 +52,7 @@
 #define WIOV_MAX       1024	    /* pieces per sendmsg (Linux IOV_MAX) */
 #define REQ_BUF_KEEP   (16u << 20)  /* request buffers above this are freed */
 #define REQ_POOL_MAX   (64u << 20)  /* buffer bytes pooled per conn at most */
-#define REQ_FIT_LOOK   16	    /* pooled requests req_get() looks at */
+#define REQ_FIT_LOOK   64	    /* pooled requests req_get() looks at */
 #define WORK_ROUNDS    64	    /* flush/kick rounds per poll */
 #define PREFETCH_MAX   4096	    /* pieces up to this are prefetched */
 #define PREFETCH_AHEAD 8	    /* pieces prefetched ahead of a copy */
@@ -375,20 +375,27 @@ static bool budget_tight(struct emb_transport *tr)
 /* ---- request pool (server) ----------------------------------------------- */
 
 /*
- * A request for a payload of len bytes: from the pool, the first of its
- * first REQ_FIT_LOOK whose buffer holds len, else the most recent. Pulls
- * and pushes share a conn, and a push taking a pull's small buffer would
- * grow it again on every batch.
+ * A request for a payload of len bytes: from the pool, among its first
+ * REQ_FIT_LOOK, the smallest buffer that holds len, else the largest.
+ * Pulls and pushes share a conn: a pull taking a push's big buffer, or a
+ * push a pull's small one, would leave the next push a buffer to grow
+ * (an allocation on a warm conn) whenever more records are pooled than
+ * are looked at.
  */
 static struct tcp_req *req_get(struct tcp_conn *c, size_t len)
 {
-	struct tcp_req **pp = &c->req_free, **fit = pp, *r;
+	struct tcp_req **pp = &c->req_free, **fit = NULL, **big = pp, *r;
 
-	for (int i = 0; *pp && i < REQ_FIT_LOOK; i++, pp = &(*pp)->next_free)
-		if ((*pp)->buf_cap >= len) {
+	for (int i = 0; *pp && i < REQ_FIT_LOOK; i++, pp = &(*pp)->next_free) {
+		size_t cap = (*pp)->buf_cap;
+
+		if (cap >= len && (!fit || cap < (*fit)->buf_cap))
 			fit = pp;
-			break;
-		}
+		if (cap > (*big)->buf_cap)
+			big = pp;
+	}
+	if (!fit)
+		fit = big;
 	r = *fit;
 	if (r) {
 		*fit = r->next_free;
