@@ -23,22 +23,32 @@ static bool good_eps(float x)
 	return x > 0.0f && x <= 1.0f;
 }
 
-bool emb_floats_finite(const float *v, size_t n)
+/*
+ * Exponent all ones is Inf or NaN. No early exit, and blocks of a fixed 16
+ * floats: -O2's vectoriser (GCC's "very cheap" model) takes only loops it
+ * needs no scalar tail for, and left the plain loop scalar: a quarter of an
+ * SGD push's time, 4096 x 64 floats a batch. Inlined into a copy built for
+ * AVX-512 and one for AVX2, picked once by the CPU: the baseline build has
+ * only SSE2's 4 floats a step, and the check was 7 % of a Zipf push.
+ */
+static inline __attribute__((always_inline)) bool
+floats_finite_body(const float *v, size_t n)
 {
+	uint32_t acc[16] = {0};
 	uint32_t bad = 0;
 	size_t i = 0;
 
-	/* Exponent all ones is Inf or NaN. No early exit, and blocks of a
-	 * fixed 16 floats: -O2's vectoriser (GCC's "very cheap" model) takes
-	 * only loops it needs no scalar tail for, and left the plain loop
-	 * scalar: a quarter of an SGD push's time, 4096 x 64 floats a batch. */
+	/* One flag per lane, folded once at the end: the blocks then stay
+	 * whole vectors with no reduction in the loop. */
 	for (; i + 16 <= n; i += 16) {
 		uint32_t u[16];
 
 		memcpy(u, &v[i], sizeof(u));
 		for (uint32_t k = 0; k < 16; k++)
-			bad |= (u[k] & 0x7f800000u) == 0x7f800000u;
+			acc[k] |= (u[k] & 0x7f800000u) == 0x7f800000u;
 	}
+	for (uint32_t k = 0; k < 16; k++)
+		bad |= acc[k];
 	for (; i < n; i++) {
 		uint32_t u;
 
@@ -47,6 +57,53 @@ bool emb_floats_finite(const float *v, size_t n)
 	}
 	return !bad;
 }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) static bool
+floats_finite_avx512(const float *v, size_t n)
+{
+	return floats_finite_body(v, n);
+}
+
+__attribute__((target("avx2"))) static bool
+floats_finite_avx2(const float *v, size_t n)
+{
+	return floats_finite_body(v, n);
+}
+
+static bool floats_finite_base(const float *v, size_t n)
+{
+	return floats_finite_body(v, n);
+}
+
+typedef bool (*emb_finite_fn)(const float *v, size_t n);
+
+/* Picked on first use; every thread picks the same, so the race is
+ * benign, and the store is atomic. */
+static emb_finite_fn finite_impl;
+
+bool emb_floats_finite(const float *v, size_t n)
+{
+	emb_finite_fn f = __atomic_load_n(&finite_impl, __ATOMIC_RELAXED);
+
+	if (!f) {
+		__builtin_cpu_init();
+		if (__builtin_cpu_supports("avx512f"))
+			f = floats_finite_avx512;
+		else if (__builtin_cpu_supports("avx2"))
+			f = floats_finite_avx2;
+		else
+			f = floats_finite_base;
+		__atomic_store_n(&finite_impl, f, __ATOMIC_RELAXED);
+	}
+	return f(v, n);
+}
+#else
+bool emb_floats_finite(const float *v, size_t n)
+{
+	return floats_finite_body(v, n);
+}
+#endif
 
 int emb_optim_validate(const struct emb_optim_cfg *cfg)
 {

@@ -700,6 +700,25 @@ int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
 /* ---- push ---- */
 
 /*
+ * dst[j] += src[j] for j < n, in blocks of a fixed 16 floats: GCC's -O2
+ * vectoriser ("very cheap" model) takes only loops that need no scalar
+ * tail, and left the plain loop scalar (addss), a tenth of a Zipf push
+ * where half the ids repeat. dst (a sum row in scratch) never overlaps
+ * src (the caller's gradients).
+ */
+static void add_floats(float *restrict dst, const float *restrict src,
+		       size_t n)
+{
+	size_t j = 0;
+
+	for (; j + 16 <= n; j += 16)
+		for (size_t k = 0; k < 16; k++)
+			dst[j + k] += src[j + k];
+	for (; j < n; j++)
+		dst[j] += src[j];
+}
+
+/*
  * Collapses duplicate ids: uniq[] receives the first position of each
  * distinct id, and grad[k] the summed gradient of uniq[k] (pointing into
  * grads when the id occurs once, else into the returned sum buffer, a
@@ -770,8 +789,7 @@ static int64_t dedup_grads(const struct emb_table *t, const uint64_t *ids,
 			if (cnt[k] == 1 || uniq[k] == i)
 				continue;
 			dst = sums + (size_t)(UINT32_MAX - cnt[k]) * dim;
-			for (size_t j = 0; j < dim; j++)
-				dst[j] += grads[(size_t)i * dim + j];
+			add_floats(dst, grads + (size_t)i * dim, dim);
 		}
 	} else {
 		for (uint32_t k = 0; k < nu; k++)
