@@ -86,6 +86,9 @@ struct srv_loop {
 	uint64_t gen;			   /* s->tables_gen tabs reflects */
 	struct srv_table **tabs;	   /* max_tables: the registry at
 					      gen, a reference on each */
+	struct srv_table **gone;	   /* max_tables: loop_sync()'s
+					      tables to put, its own (other
+					      loops drop the same tables) */
 	uint32_t *pins;			   /* max_tables: this loop's requests
 					      and replies using tabs[i] */
 	struct orphan *orphans;		   /* dropped from tabs while pinned */
@@ -226,7 +229,7 @@ static void table_put(struct srv_table *st);
 static void loop_sync(struct srv_loop *l)
 {
 	struct emb_server *s = l->s;
-	struct srv_table *gone = NULL;
+	uint32_t ngone = 0;
 
 	pthread_rwlock_rdlock(&s->tables_lock);
 	l->gen = __atomic_load_n(&s->tables_gen, __ATOMIC_RELAXED);
@@ -250,19 +253,16 @@ static void loop_sync(struct srv_loop *l)
 				l->orphans = o;
 			}
 		} else if (old) {
-			old->reap_next = gone;
-			gone = old;
+			/* Not chained through the table: every loop drops
+			 * the same tables, each at its own time. */
+			l->gone[ngone++] = old;
 		}
 		l->pins[i] = 0;
 	}
 	pthread_rwlock_unlock(&s->tables_lock);
 	/* Outside the lock: a last put may free the table. */
-	while (gone) {
-		struct srv_table *next = gone->reap_next;
-
-		table_put(gone);
-		gone = next;
-	}
+	for (uint32_t i = 0; i < ngone; i++)
+		table_put(l->gone[i]);
 }
 
 /*
@@ -339,9 +339,7 @@ static void rtable_put(struct srv_table *st)
 /* Loop thread, after the loop stopped or at destroy: drops l's cache. */
 static void loop_fini(struct srv_loop *l)
 {
-	if (!l->tabs)
-		return;
-	for (uint32_t i = 0; i < l->s->opts.limits.max_tables; i++)
+	for (uint32_t i = 0; l->tabs && i < l->s->opts.limits.max_tables; i++)
 		table_put(l->tabs[i]);
 	while (l->orphans) {
 		struct orphan *o = l->orphans;
@@ -352,8 +350,10 @@ static void loop_fini(struct srv_loop *l)
 	}
 	free(l->tabs);
 	free(l->pins);
+	free(l->gone);
 	l->tabs = NULL;
 	l->pins = NULL;
+	l->gone = NULL;
 }
 
 /* Task: a loop with no request to prompt it lets go of dropped tables. */
@@ -2127,7 +2127,9 @@ int emb_server_create(const struct emb_server_opts *opts,
 			    calloc(opts->limits.max_tables, sizeof(*l->tabs));
 			l->pins =
 			    calloc(opts->limits.max_tables, sizeof(*l->pins));
-			if (!l->tabs || !l->pins) {
+			l->gone =
+			    calloc(opts->limits.max_tables, sizeof(*l->gone));
+			if (!l->tabs || !l->pins || !l->gone) {
 				rc = -ENOMEM;
 				goto err_free;
 			}
