@@ -6,9 +6,10 @@
  * realloc, free, posix_memalign and aligned_alloc: each counts while
  * counting is on (any thread), then forwards to jemalloc's non-standard API
  * (mallocx & co.), which every embstore program links and which serves
- * malloc for the whole process anyway. Under AddressSanitizer the sanitizer
- * owns the allocator: nothing is interposed, COUNTING is 0 and expect_none()
- * checks nothing, so the test still runs its paths for the leak checker.
+ * malloc for the whole process anyway. Under AddressSanitizer or
+ * ThreadSanitizer the sanitizer owns the allocator: nothing is interposed,
+ * COUNTING is 0 and expect_none() checks nothing, so the test still runs
+ * its paths for the leak checker and the race detector.
  */
 #ifndef EMB_TESTS_ALLOC_COUNT_H
 #define EMB_TESTS_ALLOC_COUNT_H
@@ -25,10 +26,10 @@
 /* EMB_ALLOC_TRACE=1 in the environment prints the stack of every counted
  * allocation (link with -rdynamic, or read the addresses with addr2line). */
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define COUNTING 0
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define COUNTING 0
 #endif
 #endif

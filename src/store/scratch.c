@@ -90,3 +90,20 @@ void emb__scratch_done(void *p)
 	if (!mine)
 		free(p);
 }
+
+/*
+ * A thread's stripe of the tables' counters (store_int.h): handed out
+ * round robin at the thread's first batch and kept, so two threads share
+ * one only past EMB_TABLE_STRIPES threads.
+ */
+unsigned emb__stripe(void)
+{
+	static unsigned next;
+	static _Thread_local unsigned my; /* stripe + 1, 0 until handed out */
+
+	if (!my)
+		my = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) %
+			 EMB_TABLE_STRIPES +
+		     1;
+	return my - 1;
+}

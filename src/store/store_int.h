@@ -119,6 +119,31 @@ struct emb_shard {
 					NULL (view.c) */
 } __attribute__((aligned(64)));
 
+/*
+ * The counters every pull or push batch adds to, and the writers a view
+ * waits for, one copy per stripe on a cache line of its own: a thread
+ * always uses the same stripe (emb__stripe(), handed out round robin), so
+ * batches of different threads (a server's loops) write no line in
+ * common. Stats and views sum the stripes. Atomics still, since more
+ * threads than stripes may share one.
+ */
+#define EMB_TABLE_STRIPES 16u
+
+struct emb_table_stripe {
+	uint64_t pulls;		    /* pull batches */
+	uint64_t pushes;	    /* push batches */
+	uint64_t rows_pulled;	    /* ids served by pull */
+	uint64_t rows_pushed;	    /* distinct ids updated by push */
+	uint64_t rows_created;	    /* rows made by the initializer */
+	uint64_t misses;	    /* no-create pulls of an absent id */
+	uint64_t pulls_unadmitted;  /* pulled ids not admitted yet */
+	uint64_t pushes_unadmitted; /* pushed ids dropped: not admitted */
+	uint32_t writers;	    /* push/assign/erase batches in progress */
+} __attribute__((aligned(64)));
+
+/* The calling thread's stripe of any table (scratch.c). */
+unsigned emb__stripe(void);
+
 struct emb_table {
 	char name[EMB_NAME_MAX + 1]; /* NUL-terminated */
 	struct emb_table_opts opts;  /* as created; opts.name points at name */
@@ -135,34 +160,28 @@ struct emb_table {
 	struct emb_shard *shards; /* nshards, cache-line aligned */
 	struct emb_arena *arena;  /* owns the slabs */
 
-	/* Counters, updated with relaxed atomics once per batch. */
+	/* Counters written only when rows are made or freed, or by pushes,
+	 * with relaxed atomics once per batch. */
 	uint64_t mem_used;     /* slab + index + fixed bytes charged */
 	uint64_t fixed_bytes;  /* charged at create: see EMB_TABLE_TAIL_BYTES */
 	uint64_t rows;	       /* live rows */
-	uint64_t step;	       /* push batches applied */
-	uint64_t pulls;	       /* pull batches */
-	uint64_t pushes;       /* push batches */
-	uint64_t rows_pulled;  /* ids served by pull */
-	uint64_t rows_pushed;  /* distinct ids updated by push */
-	uint64_t rows_created; /* rows made by the initializer */
+	uint64_t step;	       /* push batches applied: the table's clock */
 	uint64_t rows_erased;  /* rows removed by erase */
 	uint64_t rows_evicted; /* rows removed by evict */
-	uint64_t misses;       /* no-create pulls of an absent id */
+	/* What every batch counts, one copy per stripe (see above). */
+	struct emb_table_stripe stripe[EMB_TABLE_STRIPES];
 
 	/* Admission and eviction (lifecycle.c). */
 	pthread_mutex_t life_lock;   /* serialises emb_table_set_lifecycle */
 	struct emb_life_shard *life; /* nshards, or NULL while never set;
 					load with acquire */
-	uint64_t pulls_unadmitted;   /* pulled ids not admitted yet */
-	uint64_t pushes_unadmitted;  /* pushed ids dropped: not admitted */
 	uint64_t rows_evicted_ttl;   /* by ttl */
 	uint64_t rows_evicted_l2;    /* by min_l2 */
 	uint64_t rows_evicted_cap;   /* by max_rows */
 
 	/* Point-in-time views (view.c): batches that write rows count
-	 * themselves in writers and wait while fence is up. */
-	uint32_t writers; /* push/assign/erase batches in progress */
-	uint32_t fence;	  /* a view is being taken: writers wait */
+	 * themselves in their stripe's writers and wait while fence is up. */
+	uint32_t fence; /* a view is being taken: writers wait */
 	bool viewed;	  /* a view exists (one at a time) */
 
 	/* Remote-readable tables (opts.remote_read): every record ends in a
@@ -171,6 +190,11 @@ struct emb_table {
 	uint64_t seal_seed; /* random per table: a stale location that now
 			       points into another table never validates */
 };
+
+static inline struct emb_table_stripe *emb__my_stripe(struct emb_table *t)
+{
+	return &t->stripe[emb__stripe()];
+}
 
 /*
  * Remote-readable tables: stores record r's seal xor mask, the seal over
@@ -377,7 +401,7 @@ void emb__view_born(struct emb_shard *s, uint32_t idx);
 void emb__writer_enter(struct emb_table *t);
 static inline void emb__writer_exit(struct emb_table *t)
 {
-	__atomic_sub_fetch(&t->writers, 1, __ATOMIC_SEQ_CST);
+	__atomic_sub_fetch(&emb__my_stripe(t)->writers, 1, __ATOMIC_SEQ_CST);
 }
 
 /*

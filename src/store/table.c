@@ -530,10 +530,15 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 {
 	const bool create = !(flags & EMB_PULL_NOCREATE);
 	const size_t row_sz = (size_t)t->dim * sizeof(float);
-	uint32_t step = now_step(t);
 	uint64_t missing = 0, created = 0, live_delta = 0, pending = 0;
 	struct emb_life_shard *life =
 	    __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
+	/* The table's clock is a line every push writes: a pull of existing
+	 * rows reads it only when a policy tracks their access. Rows it
+	 * makes read it then (their creation is their first access). */
+	uint32_t step = life ? now_step(t) : 0;
+	bool have_step = life != NULL;
+	struct emb_table_stripe *st = emb__my_stripe(t);
 	struct emb_evict_counts ev = {0};
 	struct emb_admit_batch ab = {0};
 	struct batch b;
@@ -631,6 +636,10 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 							break;
 						created++;
 						live_delta++;
+						if (!have_step) {
+							step = now_step(t);
+							have_step = true;
+						}
 						/* Being written anyway: its
 						 * creation is an access. */
 						if (!track)
@@ -669,13 +678,13 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	emb__admit_batch_fini(&ab);
 
 	add_evicted(t, &ev);
-	add_stat(&t->pulls_unadmitted, pending);
+	add_stat(&st->pulls_unadmitted, pending);
 	add_stat(&t->rows, live_delta);
-	add_stat(&t->rows_created, created);
-	add_stat(&t->pulls, 1);
-	add_stat(&t->rows_pulled, n);
+	add_stat(&st->rows_created, created);
+	add_stat(&st->pulls, 1);
+	add_stat(&st->rows_pulled, n);
 	if (!create)
-		add_stat(&t->misses, missing);
+		add_stat(&st->misses, missing);
 	if (rc)
 		return rc;
 	return (int)missing;
@@ -804,6 +813,7 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   const float *grads)
 {
 	uint32_t step, *uniq = NULL, *slot_of;
+	struct emb_table_stripe *st;
 	uint64_t created = 0, applied = 0, dropped = 0;
 	struct emb_life_shard *life =
 	    __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
@@ -901,10 +911,11 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 out:
 	add_stat(&t->rows, created);
 	add_evicted(t, &ev);
-	add_stat(&t->pushes_unadmitted, dropped);
-	add_stat(&t->rows_created, created);
-	add_stat(&t->pushes, 1);
-	add_stat(&t->rows_pushed, applied);
+	st = emb__my_stripe(t);
+	add_stat(&st->pushes_unadmitted, dropped);
+	add_stat(&st->rows_created, created);
+	add_stat(&st->pushes, 1);
+	add_stat(&st->rows_pushed, applied);
 	emb__scratch_done(sums);
 	emb__scratch_done(grad);
 	batch_fini(&b);
@@ -1149,17 +1160,24 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 	out->index_bytes = index_bytes;
 	out->bytes = slab_bytes + index_bytes + t->fixed_bytes;
 	out->row_bytes = t->row_bytes;
-	out->pulls = load_stat(&t->pulls);
-	out->pushes = load_stat(&t->pushes);
-	out->rows_pulled = load_stat(&t->rows_pulled);
-	out->rows_pushed = load_stat(&t->rows_pushed);
-	out->rows_created = load_stat(&t->rows_created);
+	out->pulls = out->pushes = out->rows_pulled = out->rows_pushed = 0;
+	out->rows_created = out->misses = 0;
+	out->pulls_unadmitted = out->pushes_unadmitted = 0;
+	for (unsigned i = 0; i < EMB_TABLE_STRIPES; i++) {
+		const struct emb_table_stripe *st = &t->stripe[i];
+
+		out->pulls += load_stat(&st->pulls);
+		out->pushes += load_stat(&st->pushes);
+		out->rows_pulled += load_stat(&st->rows_pulled);
+		out->rows_pushed += load_stat(&st->rows_pushed);
+		out->rows_created += load_stat(&st->rows_created);
+		out->misses += load_stat(&st->misses);
+		out->pulls_unadmitted += load_stat(&st->pulls_unadmitted);
+		out->pushes_unadmitted += load_stat(&st->pushes_unadmitted);
+	}
 	out->rows_erased = load_stat(&t->rows_erased);
 	out->rows_evicted = load_stat(&t->rows_evicted);
-	out->misses = load_stat(&t->misses);
 	out->step = load_stat(&t->step);
-	out->pulls_unadmitted = load_stat(&t->pulls_unadmitted);
-	out->pushes_unadmitted = load_stat(&t->pushes_unadmitted);
 	out->admit_filter_bytes = emb__life_filter_bytes(t);
 	out->bytes += out->admit_filter_bytes;
 	out->rows_evicted_ttl = load_stat(&t->rows_evicted_ttl);

@@ -49,13 +49,27 @@ struct emb_table_view {
 	uint32_t saved_pos;  /* next saved record, after the live ones */
 };
 
+/* Batches writing rows now, over every stripe. */
+static uint32_t writers_in(struct emb_table *t)
+{
+	uint32_t n = 0;
+
+	for (unsigned i = 0; i < EMB_TABLE_STRIPES; i++)
+		n += __atomic_load_n(&t->stripe[i].writers, __ATOMIC_SEQ_CST);
+	return n;
+}
+
 void emb__writer_enter(struct emb_table *t)
 {
+	uint32_t *w = &emb__my_stripe(t)->writers;
+
+	/* Dekker's pattern, all seq_cst: a writer that saw no fence counted
+	 * itself before the fence went up, so the view's sum sees it. */
 	for (;;) {
-		__atomic_add_fetch(&t->writers, 1, __ATOMIC_SEQ_CST);
+		__atomic_add_fetch(w, 1, __ATOMIC_SEQ_CST);
 		if (!__atomic_load_n(&t->fence, __ATOMIC_SEQ_CST))
 			return;
-		__atomic_sub_fetch(&t->writers, 1, __ATOMIC_SEQ_CST);
+		__atomic_sub_fetch(w, 1, __ATOMIC_SEQ_CST);
 		while (__atomic_load_n(&t->fence, __ATOMIC_SEQ_CST))
 			sched_yield();
 	}
@@ -143,7 +157,7 @@ int emb_table_view_create(struct emb_table *t, struct emb_table_view **out)
 	vw->t = t;
 	t0 = mono_ns();
 	__atomic_store_n(&t->fence, 1, __ATOMIC_SEQ_CST);
-	while (__atomic_load_n(&t->writers, __ATOMIC_SEQ_CST))
+	while (writers_in(t))
 		sched_yield();
 	/* All at once: pulls may still make rows, and evict remove them. */
 	for (si = 0; si < t->nshards; si++)

@@ -177,6 +177,9 @@ static void test_racing_creates(void)
 	s = table_stats(t);
 	CU_ASSERT_EQUAL(s.rows, N);
 	CU_ASSERT_EQUAL(s.rows_created, N);
+	/* Each thread counts in a stripe of its own; the stats add them. */
+	CU_ASSERT_EQUAL(s.pulls, (uint64_t)NTHREADS * (N / 32));
+	CU_ASSERT_EQUAL(s.rows_pulled, (uint64_t)NTHREADS * N);
 	emb_table_destroy(t);
 	for (int i = 0; i < NTHREADS; i++)
 		free(args[i].out);
