@@ -349,12 +349,44 @@ static void hash_ids(struct batch *b, const uint64_t *ids, uint32_t n)
 static inline void prefetch_row(const struct emb_table *t, const void *r,
 				bool pull)
 {
-	for (uint32_t l = 0; l < t->prefetch_lines; l++) {
-		if (pull)
-			prefetch_l2((const char *)r + 64 * l);
-		else
-			prefetch((const char *)r + 64 * l, 1);
+	const char *c = r;
+
+	/* Straight-line prefetches, not a loop: with the pull/push choice
+	 * inside, the loop cost 30 instructions a row, a seventh of a pull's
+	 * (PREFETCH_LINES is 8). */
+#define PF(l)                                                                  \
+	do {                                                                   \
+		if (pull)                                                      \
+			prefetch_l2(c + 64 * (l));                             \
+		else                                                           \
+			prefetch(c + 64 * (l), 1);                             \
+	} while (0)
+	switch (t->prefetch_lines) {
+	case 8:
+		PF(7);
+		/* fall through */
+	case 7:
+		PF(6);
+		/* fall through */
+	case 6:
+		PF(5);
+		/* fall through */
+	case 5:
+		PF(4);
+		/* fall through */
+	case 4:
+		PF(3);
+		/* fall through */
+	case 3:
+		PF(2);
+		/* fall through */
+	case 2:
+		PF(1);
+		/* fall through */
+	default:
+		PF(0);
 	}
+#undef PF
 }
 
 /* Prefetches the home slots of pos[0..m) (into L2: a pull's): only a
