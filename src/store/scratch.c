@@ -12,6 +12,8 @@
  * main thread's buffers stay reachable from thread-local storage until the
  * process ends.
  *
+ * Also here: the thread's stripe of the tables' counters (emb__stripe()).
+ *
  * Any thread may call; each touches its own buffers only. A batch call
  * must not run another batch call on the same thread while it holds a
  * scratch pointer (none does: the store never calls out during a batch,

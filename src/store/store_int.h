@@ -397,7 +397,7 @@ void emb__view_save(struct emb_table *t, struct emb_shard *s, uint32_t idx);
 /* Record idx was just made: no view taken before may show it. */
 void emb__view_born(struct emb_shard *s, uint32_t idx);
 /* A batch that writes rows begins (waits while a view is being taken)
- * and ends. */
+ * and ends, both on the same thread: they count in its stripe. */
 void emb__writer_enter(struct emb_table *t);
 static inline void emb__writer_exit(struct emb_table *t)
 {

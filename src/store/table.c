@@ -345,13 +345,12 @@ static void hash_ids(struct batch *b, const uint64_t *ids, uint32_t n)
  * with the variants interleaved (docs/store.md, "Reads and row creation,
  * second round"). The row is then copied from L2, which costs little next
  * to the miss.
- */
-/*
+ *
  * always_inline, here and in prefetch_homes(): GCC counts a prefetch as no
  * side effect, so a helper left out of line that does nothing else is a
- * "const" function to its IPA passes, and its calls are deleted. That
- * happened to prefetch_homes() (never run) and, once the loop below was
- * rewritten, to every row prefetch; the assembly now has all four sites.
+ * "const" function to its IPA passes, and its calls are deleted (it did so
+ * to prefetch_homes(), whose prefetches never ran; docs/store.md, "Third
+ * round").
  */
 static inline __attribute__((always_inline)) void
 prefetch_row(const struct emb_table *t, const void *r, bool pull)
@@ -547,9 +546,10 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	uint64_t missing = 0, created = 0, live_delta = 0, pending = 0;
 	struct emb_life_shard *life =
 	    __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
-	/* The table's clock is a line every push writes: a pull of existing
-	 * rows reads it only when a policy tracks their access. Rows it
-	 * makes read it then (their creation is their first access). */
+	/* The table's clock is a line every push writes: a pull reads it
+	 * only for a table that has had a lifecycle policy (whose access
+	 * meta and eviction hand use it), or when it makes a row (its
+	 * creation is its first access). */
 	uint32_t step = life ? now_step(t) : 0;
 	bool have_step = life != NULL;
 	struct emb_table_stripe *st = emb__my_stripe(t);
