@@ -68,6 +68,15 @@ void *emb__scratch(unsigned slot, size_t bytes);
 /* Ends a call's use of p (from emb__scratch; NULL is fine). */
 void emb__scratch_done(void *p);
 
+/* ---- table.c ---- */
+
+/*
+ * The widest vector copy a pull uses for a row: 64 (AVX-512), 32 (AVX2)
+ * or 0 (memcpy), and never wider than the CPU has. Only tests lower it,
+ * to run the narrower copies on a machine that has the wider ones.
+ */
+extern unsigned emb__pull_vec_max;
+
 /* ---- arena.c: one jemalloc arena over extents the store maps itself ---- */
 
 struct emb_arena;

@@ -336,6 +336,38 @@ static void hash_ids(struct batch *b, const uint64_t *ids, uint32_t n)
 }
 
 /*
+ * Hashes ids[0..n) into b->h and groups every position by shard: the
+ * hashing shares the counting pass, and the local restrict pointers let
+ * the counts stay apart from the hashes being stored (through b, GCC
+ * reloaded them per id).
+ */
+static void hash_group(struct emb_table *t, struct batch *b,
+		       const uint64_t *ids, uint32_t n)
+{
+	uint64_t *restrict h = b->h;
+	uint32_t *restrict start = b->start;
+	uint32_t *restrict pos = b->pos;
+	const uint32_t mask = t->shard_mask;
+	uint32_t s, i, sum = 0;
+
+	memset(start, 0, (t->nshards + 1) * sizeof(*start));
+	for (i = 0; i < n; i++) {
+		h[i] = emb_id_hash(ids[i]);
+		start[(h[i] & mask) + 1]++;
+	}
+	for (s = 0; s <= t->nshards; s++) {
+		sum += start[s];
+		start[s] = sum;
+	}
+	/* start[s + 1] is used as the fill cursor of shard s, then restored. */
+	for (i = 0; i < n; i++)
+		pos[start[h[i] & mask]++] = i;
+	memmove(start + 1, start, t->nshards * sizeof(*start));
+	start[0] = 0;
+	b->npos = n;
+}
+
+/*
  * A pull's prefetches go to L2 (prefetcht1, for reading), a push's to L1
  * for writing. A pull keeps 32 rows of five lines in flight; prefetcht0
  * would hold one of L1's few miss buffers per line, so after a couple of
@@ -356,16 +388,32 @@ static inline __attribute__((always_inline)) void
 prefetch_row(const struct emb_table *t, const void *r, bool pull)
 {
 	const char *c = r;
-	const uint32_t n = t->prefetch_lines;
 
-	/* The choice outside the loops: inside, it cost a compare and a
-	 * branch per line. */
+	/* Straight-line, entered by the line count (at most PREFETCH_LINES):
+	 * a loop cost two instructions per line around each prefetch, a
+	 * sixth of a pull's instructions (docs/store.md, "Fourth round"). */
 	if (pull) {
-		for (uint32_t l = 0; l < n; l++)
-			prefetch_l2(c + 64 * l);
+		switch (t->prefetch_lines) {
+		case 8: prefetch_l2(c + 448); /* fall through */
+		case 7: prefetch_l2(c + 384); /* fall through */
+		case 6: prefetch_l2(c + 320); /* fall through */
+		case 5: prefetch_l2(c + 256); /* fall through */
+		case 4: prefetch_l2(c + 192); /* fall through */
+		case 3: prefetch_l2(c + 128); /* fall through */
+		case 2: prefetch_l2(c + 64); /* fall through */
+		default: prefetch_l2(c);
+		}
 	} else {
-		for (uint32_t l = 0; l < n; l++)
-			prefetch(c + 64 * l, 1);
+		switch (t->prefetch_lines) {
+		case 8: prefetch(c + 448, 1); /* fall through */
+		case 7: prefetch(c + 384, 1); /* fall through */
+		case 6: prefetch(c + 320, 1); /* fall through */
+		case 5: prefetch(c + 256, 1); /* fall through */
+		case 4: prefetch(c + 192, 1); /* fall through */
+		case 3: prefetch(c + 128, 1); /* fall through */
+		case 2: prefetch(c + 64, 1); /* fall through */
+		default: prefetch(c, 1);
+		}
 	}
 }
 
@@ -389,9 +437,10 @@ prefetch_homes(const struct emb_shard *s, const struct batch *b,
  * The ids are not checked yet: verify_chunk() does that once the records
  * have had time to arrive.
  */
-static void resolve_chunk(const struct emb_table *t, const struct emb_shard *s,
-			  const struct batch *b, const uint32_t *pos,
-			  uint32_t m, struct emb_row_hdr **row, uint32_t *idx)
+static inline __attribute__((always_inline)) void
+resolve_chunk(const struct emb_table *t, const struct emb_shard *s,
+	      const struct batch *b, const uint32_t *pos, uint32_t m,
+	      struct emb_row_hdr **row, uint32_t *idx)
 {
 	const uint32_t *home[PULL_CHUNK];
 	const bool pull = !idx; /* only a pull passes no record indexes */
@@ -537,6 +586,156 @@ static bool admitted(struct emb_table *t, struct emb_life_shard *ls,
 	return a > 0;
 }
 
+/* Where a pull's rows go, and what it does to each; fixed for a call. */
+struct pull_out {
+	float *out;	     /* rows, dim floats per id, or NULL: ptrs */
+	const float **ptrs;  /* row pointers when out is NULL */
+	uint8_t *found;	     /* per id: the row exists, or NULL */
+	size_t row_sz;	     /* dim floats in bytes */
+	uint32_t dim;
+	uint32_t step;	     /* the access time of touch() */
+	bool track;	     /* the shard's policy reads access meta */
+};
+
+/*
+ * Copies a row's floats. vec is 64 or 32 in the copies of pull_chunk()
+ * built for AVX-512 or AVX2 (whole vectors, then memcpy for a tail), 0
+ * in the baseline one. glibc's memcpy was a sixth of a pull's
+ * instructions, its size dispatch and call around a 256-byte copy that
+ * four AVX-512 loads and stores do.
+ */
+static inline __attribute__((always_inline)) void
+copy_row(void *restrict dst, const void *restrict src, size_t n, unsigned vec)
+{
+	typedef char v64 __attribute__((vector_size(64)));
+	typedef char v32 __attribute__((vector_size(32)));
+	char *d = dst;
+	const char *s = src;
+	size_t off = 0;
+
+	/* Blocks of 128 bytes written out, then single vectors: a rolled
+	 * loop's count, compare and branch doubled a row's instructions, and
+	 * GCC's own unrolling of it added a computed entry longer still. */
+#define COPY_VEC(T, at)                                                       \
+	do {                                                                  \
+		T x_;                                                         \
+		memcpy(&x_, s + (at), sizeof(T));                            \
+		memcpy(d + (at), &x_, sizeof(T));                            \
+	} while (0)
+	if (vec == 64) {
+		for (; off + 128 <= n; off += 128) {
+			COPY_VEC(v64, off);
+			COPY_VEC(v64, off + 64);
+		}
+		if (off + 64 <= n) {
+			COPY_VEC(v64, off);
+			off += 64;
+		}
+	} else if (vec == 32) {
+		for (; off + 128 <= n; off += 128) {
+			COPY_VEC(v32, off);
+			COPY_VEC(v32, off + 32);
+			COPY_VEC(v32, off + 64);
+			COPY_VEC(v32, off + 96);
+		}
+		for (; off + 32 <= n; off += 32)
+			COPY_VEC(v32, off);
+	}
+#undef COPY_VEC
+	if (off < n)
+		memcpy(d + off, s + off, n - off);
+}
+
+/*
+ * A pull's common case over one resolved chunk, in one tight loop: every
+ * id whose record is resolved and holds it is served. The rest (absent,
+ * or a tag that matched another id: 1 in 256) are listed in slow[] for
+ * the general path of pull_common(); returns how many.
+ */
+static inline __attribute__((always_inline)) uint32_t
+pull_chunk_body(const uint64_t *ids, const uint32_t *pos, uint32_t m,
+		struct emb_row_hdr *const *row, const struct pull_out *o,
+		uint32_t *slow, unsigned vec)
+{
+	/* In locals: the copies write memory, so fields read through o
+	 * would be loaded again for every row. */
+	float *const out = o->out;
+	const float **const ptrs = o->ptrs;
+	uint8_t *const found = o->found;
+	const size_t row_sz = o->row_sz;
+	const uint32_t dim = o->dim, step = o->step;
+	const bool track = o->track;
+	uint32_t nslow = 0;
+
+	for (uint32_t k = 0; k < m; k++) {
+		uint32_t p = pos[k];
+		struct emb_row_hdr *r = row[k];
+
+		if (__builtin_expect(!r || r->id != ids[p], 0)) {
+			slow[nslow++] = k;
+			continue;
+		}
+		/* Without an eviction policy nothing reads the access meta,
+		 * and a pull stays read only: it dirties no line of the
+		 * row, so the row is not written back to memory and a hot
+		 * row's line is not passed between the cores of threads
+		 * pulling it at once. */
+		if (track)
+			touch(r, step);
+		if (found)
+			found[p] = 1;
+		if (out)
+			copy_row(out + (size_t)p * dim, emb__row_data(r),
+				 row_sz, vec);
+		else
+			ptrs[p] = emb__row_data(r);
+	}
+	return nslow;
+}
+
+typedef uint32_t (*pull_chunk_fn)(const uint64_t *ids, const uint32_t *pos,
+				  uint32_t m, struct emb_row_hdr *const *row,
+				  const struct pull_out *o, uint32_t *slow);
+
+static uint32_t pull_chunk_plain(const uint64_t *ids, const uint32_t *pos,
+				 uint32_t m, struct emb_row_hdr *const *row,
+				 const struct pull_out *o, uint32_t *slow)
+{
+	return pull_chunk_body(ids, pos, m, row, o, slow, 0);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) static uint32_t
+pull_chunk_avx512(const uint64_t *ids, const uint32_t *pos, uint32_t m,
+		  struct emb_row_hdr *const *row, const struct pull_out *o,
+		  uint32_t *slow)
+{
+	return pull_chunk_body(ids, pos, m, row, o, slow, 64);
+}
+
+__attribute__((target("avx2"))) static uint32_t
+pull_chunk_avx2(const uint64_t *ids, const uint32_t *pos, uint32_t m,
+		struct emb_row_hdr *const *row, const struct pull_out *o,
+		uint32_t *slow)
+{
+	return pull_chunk_body(ids, pos, m, row, o, slow, 32);
+}
+#endif
+
+unsigned emb__pull_vec_max = 64;
+
+/* The CPU is asked per call, as common/optim.c does. */
+static pull_chunk_fn pull_chunk(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (emb__pull_vec_max >= 64 && __builtin_cpu_supports("avx512f"))
+		return pull_chunk_avx512;
+	if (emb__pull_vec_max >= 32 && __builtin_cpu_supports("avx2"))
+		return pull_chunk_avx2;
+#endif
+	return pull_chunk_plain;
+}
+
 static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		       float *out, const float **ptrs, uint32_t flags,
 		       uint8_t *found)
@@ -555,6 +754,12 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	struct emb_table_stripe *st = emb__my_stripe(t);
 	struct emb_evict_counts ev = {0};
 	struct emb_admit_batch ab = {0};
+	struct pull_out o = {.out = out,
+			     .ptrs = ptrs,
+			     .found = found,
+			     .row_sz = row_sz,
+			     .dim = t->dim};
+	pull_chunk_fn copy_chunk = pull_chunk();
 	struct batch b;
 	int rc = 0;
 
@@ -567,8 +772,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	rc = batch_init(t, &b, n);
 	if (rc)
 		return rc;
-	hash_ids(&b, ids, n);
-	batch_group(t, &b, NULL, n);
+	hash_group(t, &b, ids, n);
 
 	for (uint32_t si = 0; si < t->nshards && !rc; si++) {
 		struct emb_shard *s = &t->shards[si];
@@ -596,9 +800,11 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		resolve_chunk(t, s, &b, &b.pos[lo], CHUNK_LEN(lo, hi), rows[0],
 			      NULL);
 		used_at[0] = s->used;
+		o.track = track;
+		o.step = step;
 		for (uint32_t c = lo, cur = 0; c < hi && !rc;
 		     c += PULL_CHUNK, cur ^= 1) {
-			uint32_t m = CHUNK_LEN(c, hi);
+			uint32_t m = CHUNK_LEN(c, hi), slow[PULL_CHUNK], nslow;
 
 			if (c + 2 * PULL_CHUNK < hi)
 				prefetch_homes(s, &b, &b.pos[c + 2 * PULL_CHUNK],
@@ -609,19 +815,24 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 					      rows[cur ^ 1], NULL);
 				used_at[cur ^ 1] = s->used;
 			}
-			verify_chunk(t, s, ids, &b, &b.pos[c], m, rows[cur],
-				     NULL);
-			for (uint32_t k = 0; k < m; k++) {
-				uint32_t p = b.pos[c + k];
-				struct emb_row_hdr *r = rows[cur][k];
+			nslow = copy_chunk(ids, &b.pos[c], m, rows[cur], &o,
+					   slow);
+			for (uint32_t j = 0; j < nslow && !rc; j++) {
+				uint32_t p = b.pos[c + slow[j]];
+				struct emb_row_hdr *r = rows[cur][slow[j]];
 
-				if (!r && s->used != used_at[cur]) {
+				/* A tag that matched another id looks the id
+				 * up; so does an absent one when rows were
+				 * created since its chunk was resolved (it
+				 * may be one of them). */
+				if (r || s->used != used_at[cur]) {
 					int64_t again = emb__shard_find(
 					    t, s, ids[p], b.h[p]);
 
-					if (again >= 0)
-						r = emb__shard_row(
-						    t, s, (uint32_t)again);
+					r = again < 0 ? NULL
+						      : emb__shard_row(
+							    t, s,
+							    (uint32_t)again);
 				}
 				if (!r) {
 					missing++;
@@ -653,6 +864,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 						if (!have_step) {
 							step = now_step(t);
 							have_step = true;
+							o.step = step;
 						}
 						/* Being written anyway: its
 						 * creation is an access. */
@@ -670,12 +882,6 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 						ptrs[p] = NULL;
 					continue;
 				}
-				/* Without an eviction policy nothing reads
-				 * the access meta, and a pull stays read
-				 * only: it dirties no line of the row, so
-				 * the row is not written back to memory and
-				 * a hot row's line is not passed between the
-				 * cores of threads pulling it at once. */
 				if (track)
 					touch(r, step);
 				if (out)
@@ -962,8 +1168,7 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		emb__writer_exit(t);
 		return rc;
 	}
-	hash_ids(&b, ids, n);
-	batch_group(t, &b, NULL, n);
+	hash_group(t, &b, ids, n);
 
 	for (uint32_t si = 0; si < t->nshards; si++) {
 		struct emb_shard *s = &t->shards[si];
@@ -1090,8 +1295,7 @@ int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n)
 		emb__writer_exit(t);
 		return rc;
 	}
-	hash_ids(&b, ids, n);
-	batch_group(t, &b, NULL, n);
+	hash_group(t, &b, ids, n);
 	for (uint32_t si = 0; si < t->nshards; si++) {
 		struct emb_shard *s = &t->shards[si];
 		uint32_t lo = b.start[si], hi = b.start[si + 1];
