@@ -9,7 +9,8 @@
 # Environment: ROWS (100000), DIST (uniform: ~4000 distinct ids of 4096,
 # so a pull's response is ~1 MiB like perftest's messages), ROUNDS (3),
 # DURATION (5 s), ITERS (150 ib_write_bw messages), ZC (on|off: the
-# server's zero-copy pulls over RDMA).
+# server's zero-copy pulls over RDMA), THREADS (1: client threads, each
+# its own connection with one pull in flight).
 # Per round it prints the bytes/s the client received (the transport's
 # byte count of whole frames, not rows x row size) and ib_write_bw's.
 B=${1:-build}
@@ -17,6 +18,7 @@ ROWS=${ROWS:-100000}
 DIST=${DIST:-uniform}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
+THREADS=${THREADS:-1}
 ITERS=${ITERS:-150}
 if [ -z "$RDMA_VM_IP" ]; then
     echo "rdma-bench-vm: run inside ../shared/rdma-vm (RDMA_VM_IP unset)" >&2
@@ -40,7 +42,7 @@ while [ $r -le "$ROUNDS" ]; do
     for t in auto tcp; do
         echo "round $r $t: $($B/tools/embstore-bench --servers "$RDMA_VM_IP:7164" \
             --transport $t --rows "$ROWS" --batch 4096 --dim 64 --dist "$DIST" \
-            --op pull --duration "$DURATION" --json 2>/dev/null | rate)"
+            --threads "$THREADS" --op pull --duration "$DURATION" --json 2>/dev/null | rate)"
     done
     # perftest's MB/sec are MiB/s (its message rate agrees only so).
     ib_write_bw -R -d rxe0 -s 1048576 -n "$ITERS" >/dev/null 2>&1 &
