@@ -227,6 +227,57 @@ static void test_sgd_wide_rows_bit_exact(void)
 	}
 }
 
+/* The same for Adagrad: the vector copies against the float formula. */
+static void test_adagrad_wide_rows_bit_exact(void)
+{
+	static const uint32_t dims[] = {7, 8, 9, 15, 16, 17, 33, 64, 100, 4096};
+	static const float wds[] = {0.0f, 0.01f};
+
+	for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++) {
+		for (size_t k = 0; k < 2; k++) {
+			struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+			uint32_t dim = dims[d], bad = 0;
+			float *w = calloc(dim, sizeof(float));
+			float *acc = calloc(dim, sizeof(float));
+			float *ww = calloc(dim, sizeof(float));
+			float *wa = calloc(dim, sizeof(float));
+			float *g = calloc(dim, sizeof(float));
+
+			CU_ASSERT_PTR_NOT_NULL_FATAL(w && acc && ww && wa && g);
+			c.kind = EMB_OPTIM_ADAGRAD;
+			c.lr = 0.05f;
+			c.eps = 1e-3f;
+			c.weight_decay = wds[k];
+			for (uint32_t i = 0; i < dim; i++) {
+				w[i] = ww[i] = 0.3f - 0.011f * (float)i;
+				acc[i] = wa[i] = 0.1f + 0.003f * (float)(i % 11);
+				g[i] = (float)(i % 7) * 0.17f - 0.5f;
+			}
+			for (int step = 0; step < 3; step++) {
+				emb_optim_apply(&c, w, acc, g, dim);
+				for (uint32_t i = 0; i < dim; i++) {
+					float gi = g[i] + c.weight_decay * ww[i];
+
+					wa[i] += gi * gi;
+					ww[i] -= c.lr * gi / (sqrtf(wa[i]) + c.eps);
+				}
+			}
+			for (uint32_t i = 0; i < dim; i++)
+				bad += memcmp(&w[i], &ww[i], sizeof(float)) != 0 ||
+				       memcmp(&acc[i], &wa[i], sizeof(float)) != 0;
+			CU_ASSERT_EQUAL(bad, 0);
+			if (bad)
+				fprintf(stderr, "\n    dim %u wd %g: %u differ",
+					dim, (double)c.weight_decay, bad);
+			free(g);
+			free(wa);
+			free(ww);
+			free(acc);
+			free(w);
+		}
+	}
+}
+
 static void test_adagrad(void)
 {
 	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
@@ -536,6 +587,8 @@ int main(int argc, char **argv)
 	     test_absurd_params},
 	    {"sgd matches the reference, with and without decay", test_sgd},
 	    {"sgd on wide rows is bit-exact", test_sgd_wide_rows_bit_exact},
+	    {"adagrad on wide rows is bit-exact",
+	     test_adagrad_wide_rows_bit_exact},
 	    {"adagrad matches the reference", test_adagrad},
 	    {"adam with bias correction matches the reference", test_adam},
 	    {"ftrl with l1 and l2 matches the reference", test_ftrl},
