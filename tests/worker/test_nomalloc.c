@@ -12,6 +12,7 @@
  * AddressSanitizer only the counts go unchecked.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,24 @@ static void warm_deep(struct rig *r)
 		CU_ASSERT_EQUAL(emb_async_wait(op[i]), 0);
 }
 
+/*
+ * Counted passes of ROUNDS batches: the case passes when one of PASSES
+ * passes allocates nothing. A pool grows once whenever the threads happen
+ * to interleave into a depth it never had (a server conn holding one more
+ * request at once than in every warm-up): that is a new high-water mark,
+ * not a cost per batch, and the next pass is clean. An allocation per
+ * batch or per call shows in every pass, ROUNDS times or more.
+ */
+#define PASSES 3
+
+static void note_peak(unsigned long n, const char *what)
+{
+	fprintf(stderr, "%s: %lu allocations in a pass (a pool's new depth?),"
+			" counting again\n",
+		what, n);
+	CU_ASSERT(n < ROUNDS);
+}
+
 static void copied(uint32_t nsrv, uint32_t replicas, const char *what)
 {
 	float before[DIM];
@@ -185,10 +204,19 @@ static void copied(uint32_t nsrv, uint32_t replicas, const char *what)
 	CU_ASSERT_EQUAL(emb_client_table_pull(r.t, r.ids, 1, before, 0, NULL),
 			0);
 
-	count_begin();
-	for (uint32_t k = 0; k < ROUNDS; k++)
-		round_copied(&r, k);
-	expect_none(count_end(), what);
+	for (uint32_t pass = 0;; pass++) {
+		unsigned long n;
+
+		count_begin();
+		for (uint32_t k = 0; k < ROUNDS; k++)
+			round_copied(&r, k);
+		n = count_end();
+		if (!n || pass + 1 == PASSES) {
+			expect_none(n, what);
+			break;
+		}
+		note_peak(n, what);
+	}
 
 	/* The counted calls did their work: the rows moved. */
 	for (uint32_t k = 0; k < 4; k++)
@@ -216,6 +244,19 @@ static void test_replicated(void)
 	copied(3, 2, "copied table, R = 2 over three servers");
 }
 
+/* ROUNDS batches of a trainer over a cached table, from batch from. */
+static void cached_rounds(struct rig *r, struct emb_cached_table *ct,
+			  uint32_t from)
+{
+	for (uint32_t k = from; k < from + ROUNDS; k++) {
+		batch(r, k);
+		CU_ASSERT_EQUAL(emb_cached_table_lookup(ct, r->ids, BATCH,
+							r->rows),
+				0);
+		CU_ASSERT_EQUAL(emb_cached_table_push_grads(ct, r->grads), 0);
+	}
+}
+
 static void cached(uint32_t nsrv, uint32_t mode, const char *what)
 {
 	struct emb_cached_table_opts o = EMB_CACHED_TABLE_OPTS_DEFAULT;
@@ -229,16 +270,19 @@ static void cached(uint32_t nsrv, uint32_t mode, const char *what)
 	o.mode = mode;
 	CU_ASSERT_EQUAL_FATAL(emb_cached_table_create(r.t, &o, &ct), 0);
 	warm_deep(&r);
-	for (uint32_t k = 0; k < 2 * ROUNDS; k++) {
-		if (k == ROUNDS)
-			count_begin();
-		batch(&r, k);
-		CU_ASSERT_EQUAL(emb_cached_table_lookup(ct, r.ids, BATCH,
-							r.rows),
-				0);
-		CU_ASSERT_EQUAL(emb_cached_table_push_grads(ct, r.grads), 0);
+	cached_rounds(&r, ct, 0);
+	for (uint32_t pass = 0;; pass++) {
+		unsigned long n;
+
+		count_begin();
+		cached_rounds(&r, ct, (pass + 1) * ROUNDS);
+		n = count_end();
+		if (!n || pass + 1 == PASSES) {
+			expect_none(n, what);
+			break;
+		}
+		note_peak(n, what);
 	}
-	expect_none(count_end(), what);
 	CU_ASSERT_EQUAL(emb_cached_table_flush(ct), 0);
 	emb_cached_table_destroy(ct);
 	rig_down(&r);
