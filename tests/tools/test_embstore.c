@@ -115,12 +115,34 @@ static int exit_status(pid_t pid)
 	return -1;
 }
 
-/* Starts embstore-server; ckpt_dir may be NULL. Waits until it answers. */
-static struct srv srv_start(const char *ckpt_dir, const char *interval)
+/* Whether a server on port answers within 5 s (a client connects). */
+static bool wait_up(uint16_t port)
 {
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
 	struct emb_client *c = NULL;
-	char listen[64], servers[64], log[600];
+	char servers[64];
+
+	snprintf(servers, sizeof(servers), "127.0.0.1:%u", port);
+	/* The client retries while the server starts: refusals expected. */
+	if (!getenv("EMB_TEST_LOG"))
+		emb_log_set_level(EMB_LOG_ERROR);
+	co.servers = servers;
+	co.timeout_ms = 2000;
+	for (int i = 0; i < 200; i++) {
+		if (emb_client_create(&co, &c) == 0)
+			break;
+		sleep_ms(25);
+	}
+	if (!c)
+		return false;
+	emb_client_destroy(c);
+	return true;
+}
+
+/* Starts embstore-server; ckpt_dir may be NULL. Waits until it answers. */
+static struct srv srv_start(const char *ckpt_dir, const char *interval)
+{
+	char listen[64], log[600];
 	struct srv s = {.port = free_port()};
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%u", s.port);
@@ -140,19 +162,7 @@ static struct srv srv_start(const char *ckpt_dir, const char *interval)
 			      "--threads", "1", (char *)NULL);
 		_exit(127);
 	}
-	snprintf(servers, sizeof(servers), "127.0.0.1:%u", s.port);
-	/* The client retries while the server starts: refusals expected. */
-	if (!getenv("EMB_TEST_LOG"))
-		emb_log_set_level(EMB_LOG_ERROR);
-	co.servers = servers;
-	co.timeout_ms = 2000;
-	for (int i = 0; i < 200; i++) {
-		if (emb_client_create(&co, &c) == 0)
-			break;
-		sleep_ms(25);
-	}
-	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
-	emb_client_destroy(c);
+	CU_ASSERT_FATAL(wait_up(s.port));
 	return s;
 }
 
@@ -848,9 +858,13 @@ static void test_checkpoints_never_lose_data(void)
 	args[2] = "--checkpoint-start-empty";
 	args[3] = NULL;
 	{
-		pid_t pid = srv_spawn(free_port(), args);
+		uint16_t port = free_port();
+		pid_t pid = srv_spawn(port, args);
 
-		sleep_ms(300);
+		/* Up and serving (not a fixed wait: under load a start took
+		 * longer than 300 ms, and SIGTERM then came before it had set
+		 * the damaged checkpoints aside). */
+		CU_ASSERT(wait_up(port));
 		CU_ASSERT_EQUAL(waitpid(pid, NULL, WNOHANG), 0);
 		kill(pid, SIGTERM);
 		CU_ASSERT_EQUAL(exit_status(pid), 0);
