@@ -304,16 +304,25 @@ static void batch_fini(struct batch *b)
 	emb__scratch_done(b->h);
 }
 
-/* Groups the positions sel[0..m) (or 0..m when sel is NULL) by shard. */
-static void batch_group(struct emb_table *t, struct batch *b,
-			const uint32_t *sel, uint32_t m)
+/*
+ * Groups the positions sel[0..m) (or 0..m when sel is NULL) by shard.
+ * Inlined, so the calls with no sel lose its test per id; the local
+ * restrict pointers keep the counts apart from the hashes (through b, GCC
+ * reloaded them per id).
+ */
+static inline __attribute__((always_inline)) void
+batch_group(struct emb_table *t, struct batch *b, const uint32_t *sel,
+	    uint32_t m)
 {
-	uint32_t *start = b->start;
+	const uint64_t *restrict h = b->h;
+	uint32_t *restrict start = b->start;
+	uint32_t *restrict pos = b->pos;
+	const uint32_t mask = t->shard_mask;
 	uint32_t s, i, sum = 0;
 
 	memset(start, 0, (t->nshards + 1) * sizeof(*start));
 	for (i = 0; i < m; i++)
-		start[(b->h[sel ? sel[i] : i] & t->shard_mask) + 1]++;
+		start[(h[sel ? sel[i] : i] & mask) + 1]++;
 	for (s = 0; s <= t->nshards; s++) {
 		sum += start[s];
 		start[s] = sum;
@@ -322,7 +331,7 @@ static void batch_group(struct emb_table *t, struct batch *b,
 	for (i = 0; i < m; i++) {
 		uint32_t p = sel ? sel[i] : i;
 
-		b->pos[start[b->h[p] & t->shard_mask]++] = p;
+		pos[start[h[p] & mask]++] = p;
 	}
 	memmove(start + 1, start, t->nshards * sizeof(*start));
 	start[0] = 0;
@@ -370,34 +379,12 @@ static void hash_all(uint64_t *restrict h, const uint64_t *restrict ids,
 	hash_body(h, ids, n);
 }
 
-/*
- * Hashes ids[0..n) into b->h and groups every position by shard. The local
- * restrict pointers keep the counts apart from the hashes (through b, GCC
- * reloaded them per id).
- */
+/* Hashes ids[0..n) into b->h and groups every position by shard. */
 static void hash_group(struct emb_table *t, struct batch *b,
 		       const uint64_t *ids, uint32_t n)
 {
-	uint64_t *restrict h = b->h;
-	uint32_t *restrict start = b->start;
-	uint32_t *restrict pos = b->pos;
-	const uint32_t mask = t->shard_mask;
-	uint32_t s, i, sum = 0;
-
-	hash_all(h, ids, n);
-	memset(start, 0, (t->nshards + 1) * sizeof(*start));
-	for (i = 0; i < n; i++)
-		start[(h[i] & mask) + 1]++;
-	for (s = 0; s <= t->nshards; s++) {
-		sum += start[s];
-		start[s] = sum;
-	}
-	/* start[s + 1] is used as the fill cursor of shard s, then restored. */
-	for (i = 0; i < n; i++)
-		pos[start[h[i] & mask]++] = i;
-	memmove(start + 1, start, t->nshards * sizeof(*start));
-	start[0] = 0;
-	b->npos = n;
+	hash_all(b->h, ids, n);
+	batch_group(t, b, NULL, n);
 }
 
 /*
@@ -411,12 +398,22 @@ static void hash_group(struct emb_table *t, struct batch *b,
  * second round"). The row is then copied from L2, which costs little next
  * to the miss.
  *
- * always_inline, here and in prefetch_homes(): GCC counts a prefetch as no
- * side effect, so a helper left out of line that does nothing else is a
- * "const" function to its IPA passes, and its calls are deleted (it did so
- * to prefetch_homes(), whose prefetches never ran; docs/store.md, "Third
- * round").
+ * always_inline, here, in prefetch_line() and prefetch_homes(): GCC
+ * counts a prefetch as no side effect, so a helper left out of line that
+ * does nothing else is a "const" function to its IPA passes, and its calls
+ * are deleted (it did so to prefetch_homes(), whose prefetches never ran;
+ * docs/store.md, "Third round"). Inlined, pull is a constant at each call
+ * site, so the choice between the two prefetches costs nothing per line.
  */
+static inline __attribute__((always_inline)) void
+prefetch_line(const char *p, bool pull)
+{
+	if (pull)
+		prefetch_l2(p);
+	else
+		prefetch(p, 1);
+}
+
 static inline __attribute__((always_inline)) void
 prefetch_row(const struct emb_table *t, const void *r, bool pull)
 {
@@ -426,28 +423,15 @@ prefetch_row(const struct emb_table *t, const void *r, bool pull)
 	 * the loop took seven instructions a line, 35 of a pull's 204 a row
 	 * at dim 64; the jump in and five prefetches take twelve
 	 * (docs/store.md, "Fourth round"). */
-	if (pull) {
-		switch (t->prefetch_lines) {
-		case 8: prefetch_l2(c + 448); /* fall through */
-		case 7: prefetch_l2(c + 384); /* fall through */
-		case 6: prefetch_l2(c + 320); /* fall through */
-		case 5: prefetch_l2(c + 256); /* fall through */
-		case 4: prefetch_l2(c + 192); /* fall through */
-		case 3: prefetch_l2(c + 128); /* fall through */
-		case 2: prefetch_l2(c + 64); /* fall through */
-		default: prefetch_l2(c);
-		}
-	} else {
-		switch (t->prefetch_lines) {
-		case 8: prefetch(c + 448, 1); /* fall through */
-		case 7: prefetch(c + 384, 1); /* fall through */
-		case 6: prefetch(c + 320, 1); /* fall through */
-		case 5: prefetch(c + 256, 1); /* fall through */
-		case 4: prefetch(c + 192, 1); /* fall through */
-		case 3: prefetch(c + 128, 1); /* fall through */
-		case 2: prefetch(c + 64, 1); /* fall through */
-		default: prefetch(c, 1);
-		}
+	switch (t->prefetch_lines) {
+	case 8: prefetch_line(c + 448, pull); /* fall through */
+	case 7: prefetch_line(c + 384, pull); /* fall through */
+	case 6: prefetch_line(c + 320, pull); /* fall through */
+	case 5: prefetch_line(c + 256, pull); /* fall through */
+	case 4: prefetch_line(c + 192, pull); /* fall through */
+	case 3: prefetch_line(c + 128, pull); /* fall through */
+	case 2: prefetch_line(c + 64, pull); /* fall through */
+	default: prefetch_line(c, pull);
 	}
 }
 
