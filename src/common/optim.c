@@ -249,57 +249,41 @@ adagrad_tail(const struct emb_optim_cfg *cfg, float *restrict w,
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f"))) static void
-adagrad_avx512(const struct emb_optim_cfg *cfg, float *restrict w,
-	       float *restrict acc, const float *restrict g, uint32_t dim)
-{
-	const __m512 wd = _mm512_set1_ps(cfg->weight_decay);
-	const __m512 lr = _mm512_set1_ps(cfg->lr);
-	const __m512 eps = _mm512_set1_ps(cfg->eps);
-	uint32_t i = 0;
-
-	for (; i + 16 <= dim; i += 16) {
-		__m512 wi = _mm512_loadu_ps(w + i);
-		__m512 gi = _mm512_add_ps(_mm512_loadu_ps(g + i),
-					  _mm512_mul_ps(wd, wi));
-		__m512 a = _mm512_add_ps(_mm512_loadu_ps(acc + i),
-					 _mm512_mul_ps(gi, gi));
-
-		_mm512_storeu_ps(acc + i, a);
-		_mm512_storeu_ps(
-		    w + i,
-		    _mm512_sub_ps(wi, _mm512_div_ps(_mm512_mul_ps(lr, gi),
-						    _mm512_add_ps(
-							_mm512_sqrt_ps(a), eps))));
+/*
+ * One definition for both copies: NAME built for ISA, W floats a step in
+ * vectors of type V, with the intrinsics of prefix P (_mm512, _mm256).
+ */
+#define ADAGRAD_COPY(NAME, ISA, V, P, W)                                      \
+	__attribute__((target(ISA))) static void NAME(                        \
+	    const struct emb_optim_cfg *cfg, float *restrict w,               \
+	    float *restrict acc, const float *restrict g, uint32_t dim)       \
+	{                                                                     \
+		const V wd = P##_set1_ps(cfg->weight_decay);                  \
+		const V lr = P##_set1_ps(cfg->lr);                            \
+		const V eps = P##_set1_ps(cfg->eps);                          \
+		uint32_t i = 0;                                               \
+                                                                              \
+		for (; i + W <= dim; i += W) {                                \
+			V wi = P##_loadu_ps(w + i);                           \
+			V gi = P##_add_ps(P##_loadu_ps(g + i),                \
+					  P##_mul_ps(wd, wi));                \
+			V a = P##_add_ps(P##_loadu_ps(acc + i),               \
+					 P##_mul_ps(gi, gi));                 \
+                                                                              \
+			P##_storeu_ps(acc + i, a);                            \
+			P##_storeu_ps(                                        \
+			    w + i,                                            \
+			    P##_sub_ps(wi, P##_div_ps(P##_mul_ps(lr, gi),     \
+						      P##_add_ps(             \
+							  P##_sqrt_ps(a),     \
+							  eps))));            \
+		}                                                             \
+		adagrad_tail(cfg, w, acc, g, i, dim);                         \
 	}
-	adagrad_tail(cfg, w, acc, g, i, dim);
-}
 
-__attribute__((target("avx2"))) static void
-adagrad_avx2(const struct emb_optim_cfg *cfg, float *restrict w,
-	     float *restrict acc, const float *restrict g, uint32_t dim)
-{
-	const __m256 wd = _mm256_set1_ps(cfg->weight_decay);
-	const __m256 lr = _mm256_set1_ps(cfg->lr);
-	const __m256 eps = _mm256_set1_ps(cfg->eps);
-	uint32_t i = 0;
-
-	for (; i + 8 <= dim; i += 8) {
-		__m256 wi = _mm256_loadu_ps(w + i);
-		__m256 gi = _mm256_add_ps(_mm256_loadu_ps(g + i),
-					  _mm256_mul_ps(wd, wi));
-		__m256 a = _mm256_add_ps(_mm256_loadu_ps(acc + i),
-					 _mm256_mul_ps(gi, gi));
-
-		_mm256_storeu_ps(acc + i, a);
-		_mm256_storeu_ps(
-		    w + i,
-		    _mm256_sub_ps(wi, _mm256_div_ps(_mm256_mul_ps(lr, gi),
-						    _mm256_add_ps(
-							_mm256_sqrt_ps(a), eps))));
-	}
-	adagrad_tail(cfg, w, acc, g, i, dim);
-}
+ADAGRAD_COPY(adagrad_avx512, "avx512f", __m512, _mm512, 16)
+ADAGRAD_COPY(adagrad_avx2, "avx2", __m256, _mm256, 8)
+#undef ADAGRAD_COPY
 #endif
 
 static void apply_adagrad(const struct emb_optim_cfg *cfg, float *restrict w,
