@@ -181,101 +181,115 @@ static void test_sgd(void)
 	check_steps(&c);
 }
 
-/*
- * Rows of whole vector blocks and a tail: every element is bit-identical to
- * the float formula (the vector copies and the scalar tail do the same two
- * operations per element, without contraction), on every x86-64.
- */
-static void test_sgd_wide_rows_bit_exact(void)
+/* Start values of element i of a wide row, its state and its gradient. */
+static float wide_w(uint32_t i)
 {
-	static const uint32_t dims[] = {15, 16, 17, 33, 64, 100, 4096};
-	static const float wds[] = {0.0f, 0.01f};
-
-	for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++) {
-		for (size_t k = 0; k < 2; k++) {
-			struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
-			uint32_t dim = dims[d], bad = 0;
-			float *w = calloc(dim, sizeof(float));
-			float *want = calloc(dim, sizeof(float));
-			float *g = calloc(dim, sizeof(float));
-
-			CU_ASSERT_PTR_NOT_NULL_FATAL(w && want && g);
-			c.lr = 0.037f;
-			c.weight_decay = wds[k];
-			for (uint32_t i = 0; i < dim; i++) {
-				w[i] = want[i] = 0.3f - 0.011f * (float)i;
-				g[i] = (float)(i % 7) * 0.17f - 0.5f;
-			}
-			emb_optim_apply(&c, w, NULL, g, dim);
-			for (uint32_t i = 0; i < dim; i++) {
-				float e =
-				    c.weight_decay == 0.0f
-					? want[i] - c.lr * g[i]
-					: want[i] - c.lr * (g[i] + c.weight_decay *
-								       want[i]);
-
-				bad += memcmp(&e, &w[i], sizeof(e)) != 0;
-			}
-			CU_ASSERT_EQUAL(bad, 0);
-			if (bad)
-				fprintf(stderr, "\n    dim %u wd %g: %u differ",
-					dim, (double)c.weight_decay, bad);
-			free(g);
-			free(want);
-			free(w);
-		}
-	}
+	return 0.3f - 0.011f * (float)i;
 }
 
-/* The same for Adagrad: the vector copies against the float formula. */
-static void test_adagrad_wide_rows_bit_exact(void)
+static float wide_state(uint32_t i)
+{
+	return 0.1f + 0.003f * (float)(i % 11);
+}
+
+static float wide_g(uint32_t i)
+{
+	return (float)(i % 7) * 0.17f - 0.5f;
+}
+
+/* One step of an optimizer on one element, in float as its scalar code
+ * writes it; s is the element's state float (NULL for SGD). */
+typedef void (*float_step_fn)(const struct emb_optim_cfg *c, float *w,
+			      float *s, float g);
+
+static void sgd_float_step(const struct emb_optim_cfg *c, float *w, float *s,
+			   float g)
+{
+	(void)s;
+	if (c->weight_decay == 0.0f)
+		*w -= c->lr * g;
+	else
+		*w -= c->lr * (g + c->weight_decay * *w);
+}
+
+static void adagrad_float_step(const struct emb_optim_cfg *c, float *w,
+			       float *s, float g)
+{
+	float gi = g + c->weight_decay * *w;
+
+	*s += gi * gi;
+	*w -= c->lr * gi / (sqrtf(*s) + c->eps);
+}
+
+/*
+ * Rows of whole vector blocks and a tail: three steps of emb_optim_apply()
+ * on rows of each length, with and without decay, must leave every weight
+ * and state float bit-identical to step() applied element by element (the
+ * vector copies and the scalar tail do the same operations per element,
+ * without contraction), on every x86-64.
+ */
+static void wide_rows_bit_exact(const struct emb_optim_cfg *base,
+				float_step_fn step)
 {
 	static const uint32_t dims[] = {7, 8, 9, 15, 16, 17, 33, 64, 100, 4096};
 	static const float wds[] = {0.0f, 0.01f};
 
 	for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++) {
 		for (size_t k = 0; k < 2; k++) {
-			struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+			struct emb_optim_cfg c = *base;
 			uint32_t dim = dims[d], bad = 0;
+			bool st = emb_optim_state_floats(c.kind, dim) > 0;
 			float *w = calloc(dim, sizeof(float));
-			float *acc = calloc(dim, sizeof(float));
+			float *s = calloc(dim, sizeof(float));
 			float *ww = calloc(dim, sizeof(float));
-			float *wa = calloc(dim, sizeof(float));
+			float *ws = calloc(dim, sizeof(float));
 			float *g = calloc(dim, sizeof(float));
 
-			CU_ASSERT_PTR_NOT_NULL_FATAL(w && acc && ww && wa && g);
-			c.kind = EMB_OPTIM_ADAGRAD;
-			c.lr = 0.05f;
-			c.eps = 1e-3f;
+			CU_ASSERT_PTR_NOT_NULL_FATAL(w && s && ww && ws && g);
 			c.weight_decay = wds[k];
 			for (uint32_t i = 0; i < dim; i++) {
-				w[i] = ww[i] = 0.3f - 0.011f * (float)i;
-				acc[i] = wa[i] = 0.1f + 0.003f * (float)(i % 11);
-				g[i] = (float)(i % 7) * 0.17f - 0.5f;
+				w[i] = ww[i] = wide_w(i);
+				s[i] = ws[i] = wide_state(i);
+				g[i] = wide_g(i);
 			}
-			for (int step = 0; step < 3; step++) {
-				emb_optim_apply(&c, w, acc, g, dim);
-				for (uint32_t i = 0; i < dim; i++) {
-					float gi = g[i] + c.weight_decay * ww[i];
-
-					wa[i] += gi * gi;
-					ww[i] -= c.lr * gi / (sqrtf(wa[i]) + c.eps);
-				}
+			for (int n = 0; n < 3; n++) {
+				emb_optim_apply(&c, w, st ? s : NULL, g, dim);
+				for (uint32_t i = 0; i < dim; i++)
+					step(&c, &ww[i], &ws[i], g[i]);
 			}
 			for (uint32_t i = 0; i < dim; i++)
 				bad += memcmp(&w[i], &ww[i], sizeof(float)) != 0 ||
-				       memcmp(&acc[i], &wa[i], sizeof(float)) != 0;
+				       memcmp(&s[i], &ws[i], sizeof(float)) != 0;
 			CU_ASSERT_EQUAL(bad, 0);
 			if (bad)
-				fprintf(stderr, "\n    dim %u wd %g: %u differ",
-					dim, (double)c.weight_decay, bad);
+				fprintf(stderr, "\n    %s dim %u wd %g: %u differ",
+					emb_optim_name(c.kind), dim,
+					(double)c.weight_decay, bad);
 			free(g);
-			free(wa);
+			free(ws);
 			free(ww);
-			free(acc);
+			free(s);
 			free(w);
 		}
 	}
+}
+
+static void test_sgd_wide_rows_bit_exact(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.lr = 0.037f;
+	wide_rows_bit_exact(&c, sgd_float_step);
+}
+
+static void test_adagrad_wide_rows_bit_exact(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.kind = EMB_OPTIM_ADAGRAD;
+	c.lr = 0.05f;
+	c.eps = 1e-3f;
+	wide_rows_bit_exact(&c, adagrad_float_step);
 }
 
 static void test_adagrad(void)
