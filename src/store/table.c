@@ -415,15 +415,19 @@ prefetch_line(const char *p, bool pull)
 }
 
 static inline __attribute__((always_inline)) void
-prefetch_row(const struct emb_table *t, const void *r, bool pull)
+prefetch_row(const struct emb_table *t, const void *r, bool pull,
+	     unsigned lines)
 {
 	const char *c = r;
 
 	/* Straight-line, entered by the line count (at most PREFETCH_LINES):
 	 * the loop took seven instructions a line, 35 of a pull's 204 a row
 	 * at dim 64; the jump in and five prefetches take twelve
-	 * (docs/store.md, "Fourth round"). */
-	switch (t->prefetch_lines) {
+	 * (docs/store.md, "Fourth round"). A pull passes the table's count
+	 * as a constant (lines > 0, see resolve_pull[]), so the jump is
+	 * folded away: the indirect jump per row cost a pull 5-7 % of its
+	 * time ("Fifth round"). */
+	switch (lines ? lines : t->prefetch_lines) {
 	case 8: prefetch_line(c + 448, pull); /* fall through */
 	case 7: prefetch_line(c + 384, pull); /* fall through */
 	case 6: prefetch_line(c + 320, pull); /* fall through */
@@ -458,7 +462,7 @@ prefetch_homes(const struct emb_shard *s, const struct batch *b,
 static inline __attribute__((always_inline)) void
 resolve_chunk(const struct emb_table *t, const struct emb_shard *s,
 	      const struct batch *b, const uint32_t *pos, uint32_t m,
-	      struct emb_row_hdr **row, uint32_t *idx)
+	      struct emb_row_hdr **row, uint32_t *idx, unsigned lines)
 {
 	const uint32_t *home[PULL_CHUNK];
 	const bool pull = !idx; /* only a pull passes no record indexes */
@@ -485,7 +489,7 @@ resolve_chunk(const struct emb_table *t, const struct emb_shard *s,
 				    t, s, (*p & EMB_SLOT_IDX_MASK) - 1);
 				if (idx)
 					idx[k] = (*p & EMB_SLOT_IDX_MASK) - 1;
-				prefetch_row(t, row[k], pull);
+				prefetch_row(t, row[k], pull, lines);
 				break;
 			}
 		}
@@ -523,9 +527,42 @@ static void lookup_chunk(const struct emb_table *t, const struct emb_shard *s,
 			 const uint32_t *pos, uint32_t m,
 			 struct emb_row_hdr **row, uint32_t *idx)
 {
-	resolve_chunk(t, s, b, pos, m, row, idx);
+	resolve_chunk(t, s, b, pos, m, row, idx, 0);
 	verify_chunk(t, s, ids, b, pos, m, row, idx);
 }
+
+/*
+ * A pull's resolve_chunk(), one copy per row line count (a table's
+ * prefetch_lines, 1..PREFETCH_LINES), so that count is a constant in it.
+ */
+typedef void (*resolve_fn)(const struct emb_table *t,
+			   const struct emb_shard *s, const struct batch *b,
+			   const uint32_t *pos, uint32_t m,
+			   struct emb_row_hdr **row);
+
+#define RESOLVE_PULL(n)                                                       \
+	static void resolve_pull_##n(const struct emb_table *t,               \
+				     const struct emb_shard *s,               \
+				     const struct batch *b,                   \
+				     const uint32_t *pos, uint32_t m,         \
+				     struct emb_row_hdr **row)                \
+	{                                                                     \
+		resolve_chunk(t, s, b, pos, m, row, NULL, n);                 \
+	}
+RESOLVE_PULL(1)
+RESOLVE_PULL(2)
+RESOLVE_PULL(3)
+RESOLVE_PULL(4)
+RESOLVE_PULL(5)
+RESOLVE_PULL(6)
+RESOLVE_PULL(7)
+RESOLVE_PULL(8)
+#undef RESOLVE_PULL
+
+static const resolve_fn resolve_pull[PREFETCH_LINES + 1] = {
+    NULL,	     resolve_pull_1, resolve_pull_2, resolve_pull_3,
+    resolve_pull_4, resolve_pull_5, resolve_pull_6, resolve_pull_7,
+    resolve_pull_8};
 
 static void touch(struct emb_row_hdr *r, uint32_t step)
 {
@@ -669,20 +706,27 @@ copy_row(void *restrict dst, const void *restrict src, size_t n, unsigned vec)
  * id whose record is resolved and holds it is served. The rest (absent,
  * or a tag that matched another id: 1 in 256) are listed in slow[] for
  * the general path of pull_common(); returns how many.
+ *
+ * size > 0 builds the copy for the plainest pull, the one training and a
+ * server's requests make: rows copied out (no pointers, no found[]), no
+ * access meta to write, and rows of size bytes, a constant, so the copy
+ * is its whole vectors with no loop. Those tests per row and the copy's
+ * loop were 5 % and 5 % of a Zipf pull's time ("Fifth round").
  */
 static inline __attribute__((always_inline)) uint32_t
 pull_chunk_body(const uint64_t *ids, const uint32_t *pos, uint32_t m,
 		struct emb_row_hdr *const *row, const struct pull_out *o,
-		uint32_t *slow, unsigned vec)
+		uint32_t *slow, unsigned vec, size_t size)
 {
 	/* In locals: the copies write memory, so fields read through o
 	 * would be loaded again for every row. */
 	float *const out = o->out;
 	const float **const ptrs = o->ptrs;
-	uint8_t *const found = o->found;
-	const size_t row_sz = o->row_sz;
-	const uint32_t dim = o->dim, step = o->step;
-	const bool track = o->track;
+	uint8_t *const found = size ? NULL : o->found;
+	const size_t row_sz = size ? size : o->row_sz;
+	const uint32_t dim = size ? (uint32_t)(size / sizeof(float)) : o->dim;
+	const uint32_t step = o->step;
+	const bool track = size ? false : o->track;
 	uint32_t nslow = 0;
 
 	for (uint32_t k = 0; k < m; k++) {
@@ -702,7 +746,7 @@ pull_chunk_body(const uint64_t *ids, const uint32_t *pos, uint32_t m,
 			touch(r, step);
 		if (found)
 			found[p] = 1;
-		if (out)
+		if (size || out)
 			copy_row(out + (size_t)p * dim, emb__row_data(r),
 				 row_sz, vec);
 		else
@@ -715,42 +759,68 @@ typedef uint32_t (*pull_chunk_fn)(const uint64_t *ids, const uint32_t *pos,
 				  uint32_t m, struct emb_row_hdr *const *row,
 				  const struct pull_out *o, uint32_t *slow);
 
-static uint32_t pull_chunk_plain(const uint64_t *ids, const uint32_t *pos,
-				 uint32_t m, struct emb_row_hdr *const *row,
-				 const struct pull_out *o, uint32_t *slow)
-{
-	return pull_chunk_body(ids, pos, m, row, o, slow, 0);
-}
+/* One copy of the loop per vector width, general (size 0) or for the
+ * plainest pull of size-byte rows. */
+#define PULL_CHUNK_FN(name, vec, size)                                        \
+	static uint32_t name(const uint64_t *ids, const uint32_t *pos,         \
+			     uint32_t m, struct emb_row_hdr *const *row,       \
+			     const struct pull_out *o, uint32_t *slow)         \
+	{                                                                     \
+		return pull_chunk_body(ids, pos, m, row, o, slow, vec, size);  \
+	}
+PULL_CHUNK_FN(pull_chunk_plain, 0, 0)
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f"))) static uint32_t
-pull_chunk_avx512(const uint64_t *ids, const uint32_t *pos, uint32_t m,
-		  struct emb_row_hdr *const *row, const struct pull_out *o,
-		  uint32_t *slow)
-{
-	return pull_chunk_body(ids, pos, m, row, o, slow, 64);
-}
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+PULL_CHUNK_FN(pull_chunk_avx512, 64, 0)
+PULL_CHUNK_FN(pull_chunk_avx512_64, 64, 64)
+PULL_CHUNK_FN(pull_chunk_avx512_128, 64, 128)
+PULL_CHUNK_FN(pull_chunk_avx512_256, 64, 256)
+PULL_CHUNK_FN(pull_chunk_avx512_512, 64, 512)
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx2")
+PULL_CHUNK_FN(pull_chunk_avx2, 32, 0)
+PULL_CHUNK_FN(pull_chunk_avx2_64, 32, 64)
+PULL_CHUNK_FN(pull_chunk_avx2_128, 32, 128)
+PULL_CHUNK_FN(pull_chunk_avx2_256, 32, 256)
+PULL_CHUNK_FN(pull_chunk_avx2_512, 32, 512)
+#pragma GCC pop_options
 
-__attribute__((target("avx2"))) static uint32_t
-pull_chunk_avx2(const uint64_t *ids, const uint32_t *pos, uint32_t m,
-		struct emb_row_hdr *const *row, const struct pull_out *o,
-		uint32_t *slow)
-{
-	return pull_chunk_body(ids, pos, m, row, o, slow, 32);
-}
+/* The copies for a plain pull of rows of 16, 32, 64 and 128 floats. */
+static const pull_chunk_fn pull_sized_avx512[4] = {
+    pull_chunk_avx512_64, pull_chunk_avx512_128, pull_chunk_avx512_256,
+    pull_chunk_avx512_512};
+static const pull_chunk_fn pull_sized_avx2[4] = {
+    pull_chunk_avx2_64, pull_chunk_avx2_128, pull_chunk_avx2_256,
+    pull_chunk_avx2_512};
 #endif
+#undef PULL_CHUNK_FN
 
 unsigned emb__pull_vec_max = 64;
 
-/* The CPU is asked per call, as common/optim.c does. */
-static pull_chunk_fn pull_chunk(void)
+/*
+ * The loop for a pull that writes o (the CPU is asked per call, as
+ * common/optim.c does). plain: rows copied out, no found[], no table
+ * lifecycle; those of 64, 128, 256 or 512 bytes get a sized copy.
+ */
+static pull_chunk_fn pull_chunk(const struct pull_out *o, bool plain)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
+	const size_t sz = o->row_sz;
+	/* 64 << i == sz for i in 0..3 */
+	const int sized = plain && sz >= 64 && sz <= 512 && !(sz & (sz - 1))
+			      ? __builtin_ctzll(sz) - 6
+			      : -1;
+
 	if (emb__pull_vec_max >= 64 && __builtin_cpu_supports("avx512f"))
-		return pull_chunk_avx512;
+		return sized >= 0 ? pull_sized_avx512[sized] : pull_chunk_avx512;
 	if (emb__pull_vec_max >= 32 && __builtin_cpu_supports("avx2"))
-		return pull_chunk_avx2;
+		return sized >= 0 ? pull_sized_avx2[sized] : pull_chunk_avx2;
 #endif
+	(void)o;
+	(void)plain;
 	return pull_chunk_plain;
 }
 
@@ -777,7 +847,9 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 			     .found = found,
 			     .row_sz = row_sz,
 			     .dim = t->dim};
-	pull_chunk_fn copy_chunk = pull_chunk();
+	pull_chunk_fn copy_chunk =
+	    pull_chunk(&o, out && !found && !life);
+	const resolve_fn resolve = resolve_pull[t->prefetch_lines];
 	struct batch b;
 	int rc = 0;
 
@@ -815,8 +887,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		 * meanwhile (s->used moved) may be ids an already-resolved
 		 * chunk found absent, so its misses look again.
 		 */
-		resolve_chunk(t, s, &b, &b.pos[lo], CHUNK_LEN(lo, hi), rows[0],
-			      NULL);
+		resolve(t, s, &b, &b.pos[lo], CHUNK_LEN(lo, hi), rows[0]);
 		used_at[0] = s->used;
 		o.track = track;
 		o.step = step;
@@ -828,9 +899,9 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 				prefetch_homes(s, &b, &b.pos[c + 2 * PULL_CHUNK],
 					       CHUNK_LEN(c + 2 * PULL_CHUNK, hi));
 			if (c + PULL_CHUNK < hi) {
-				resolve_chunk(t, s, &b, &b.pos[c + PULL_CHUNK],
-					      CHUNK_LEN(c + PULL_CHUNK, hi),
-					      rows[cur ^ 1], NULL);
+				resolve(t, s, &b, &b.pos[c + PULL_CHUNK],
+					CHUNK_LEN(c + PULL_CHUNK, hi),
+					rows[cur ^ 1]);
 				used_at[cur ^ 1] = s->used;
 			}
 			nslow = copy_chunk(ids, &b.pos[c], m, rows[cur], &o,

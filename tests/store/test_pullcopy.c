@@ -20,7 +20,7 @@
 #define NIDS   6000u /* ids per batch: tag collisions (1 in 256) do occur */
 #define CANARY 12345.0f
 
-static const uint32_t dims[] = {1, 3, 8, 15, 16, 24, 33, 48, 64, 100, 128, 300};
+static const uint32_t dims[] = {1, 3, 8, 15, 16, 24, 32, 33, 48, 64, 100, 128, 300};
 static const unsigned widths[] = {64, 32, 0};
 
 /* Ids with repeats: every fifth one repeats an earlier position. */
