@@ -161,7 +161,8 @@ struct emb_table {
 	uint32_t row_bytes;	     /* record size, multiple of 8 */
 	uint32_t prefetch_lines;     /* cache lines of a row a pull reads */
 	uint32_t rows_per_slab;	     /* records in one slab */
-	uint64_t slab_div;	 /* ceil(2^64 / rows_per_slab): fast division */
+	uint64_t slab_div;	 /* ceil(2^40 / rows_per_slab): fast division
+				    of a record index (< 2^24) */
 	size_t slab_bytes;	 /* bytes requested per slab */
 	size_t slab_alloc_bytes; /* bytes jemalloc really gives per slab */
 	uint32_t nshards;	 /* power of two */
@@ -264,16 +265,31 @@ static inline uint32_t emb__hash_tag(uint64_t h)
 	return (uint32_t)((h >> 10) & 0xff) << EMB_SLOT_IDX_BITS;
 }
 
+/*
+ * Record idx of a shard whose slab addresses are slabs, for a table's
+ * slab_div, rows_per_slab and row_bytes (loops keep them in locals).
+ * idx / rows_per_slab as a 64-bit multiply and shift: exact for every
+ * idx < 2^24 since rows_per_slab < 2^16 (the error term idx * (slab_div *
+ * rows_per_slab - 2^40) stays under 2^40), and one instruction where the
+ * 128-bit product took four, fixed registers included.
+ */
+static inline struct emb_row_hdr *emb__slab_row(char *const *slabs,
+						uint64_t div, uint32_t rps,
+						uint32_t row_bytes, uint32_t idx)
+{
+	uint32_t slab = (uint32_t)(((uint64_t)idx * div) >> 40);
+	uint32_t off = idx - slab * rps;
+
+	return (struct emb_row_hdr *)(void *)(slabs[slab] +
+					      (size_t)off * row_bytes);
+}
+
 static inline struct emb_row_hdr *emb__shard_row(const struct emb_table *t,
 						 const struct emb_shard *s,
 						 uint32_t idx)
 {
-	__extension__ typedef unsigned __int128 u128;
-	uint32_t slab = (uint32_t)(((u128)t->slab_div * idx) >> 64);
-	uint32_t off = idx - slab * t->rows_per_slab;
-
-	return (struct emb_row_hdr *)(void *)(s->slabs[slab] +
-					      (size_t)off * t->row_bytes);
+	return emb__slab_row(s->slabs, t->slab_div, t->rows_per_slab,
+			     t->row_bytes, idx);
 }
 
 int emb__shard_init(struct emb_shard *s);

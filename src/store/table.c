@@ -117,7 +117,8 @@ static void size_slabs(struct emb_table *t)
 	}
 	t->slab_alloc_bytes = emb__arena_size_class(t->slab_bytes);
 	/* ceil(2^64 / d), exact division for 32-bit dividends (Lemire). */
-	t->slab_div = UINT64_MAX / t->rows_per_slab + 1;
+	t->slab_div = ((UINT64_C(1) << 40) + t->rows_per_slab - 1) /
+		      t->rows_per_slab;
 }
 
 int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
@@ -473,26 +474,40 @@ resolve_chunk(const struct emb_table *t, const struct emb_shard *s,
 			row[k] = NULL;
 		return;
 	}
+	/* In locals: the stores to row[] and idx[] would otherwise make GCC
+	 * load these again for every id. */
+	const uint32_t *const slots = s->slots, nslots = s->nslots;
+	const uint32_t *const end = slots + nslots;
+	char *const *const slabs = s->slabs;
+	const uint64_t div = t->slab_div;
+	const uint32_t rps = t->rows_per_slab, row_bytes = t->row_bytes;
+	const uint64_t *const h = b->h;
+	uint32_t tag[PULL_CHUNK];
+
 	for (k = 0; k < m; k++) {
-		home[k] = emb__shard_home(s, b->h[pos[k]]);
+		uint64_t hk = h[pos[k]];
+
+		home[k] = &slots[emb_fastrange32((uint32_t)(hk >> 18), nslots)];
+		tag[k] = emb__hash_tag(hk);
 		prefetch(home[k], 0);
 	}
 	for (k = 0; k < m; k++) {
 		const uint32_t *p = home[k];
-		const uint32_t *end = s->slots + s->nslots;
-		uint32_t tag = emb__hash_tag(b->h[pos[k]]);
+		struct emb_row_hdr *r = NULL;
 
-		row[k] = NULL;
-		for (; *p; p = p + 1 == end ? s->slots : p + 1) {
-			if ((*p & ~EMB_SLOT_IDX_MASK) == tag) {
-				row[k] = emb__shard_row(
-				    t, s, (*p & EMB_SLOT_IDX_MASK) - 1);
+		for (; *p; p = p + 1 == end ? slots : p + 1) {
+			if ((*p & ~EMB_SLOT_IDX_MASK) == tag[k]) {
+				uint32_t i = (*p & EMB_SLOT_IDX_MASK) - 1;
+
+				r = emb__slab_row(slabs, div, rps, row_bytes,
+						  i);
 				if (idx)
-					idx[k] = (*p & EMB_SLOT_IDX_MASK) - 1;
-				prefetch_row(t, row[k], pull, lines);
+					idx[k] = i;
+				prefetch_row(t, r, pull, lines);
 				break;
 			}
 		}
+		row[k] = r;
 	}
 }
 
