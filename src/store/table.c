@@ -427,7 +427,7 @@ prefetch_row(const struct emb_table *t, const void *r, bool pull,
 	 * (docs/store.md, "Fourth round"). A pull passes the table's count
 	 * as a constant (lines > 0, see resolve_pull[]), so the jump is
 	 * folded away: the indirect jump per row cost a pull 5-7 % of its
-	 * time ("Fifth round"). */
+	 * time (docs/store.md, "Fifth round"). */
 	switch (lines ? lines : t->prefetch_lines) {
 	case 8: prefetch_line(c + 448, pull); /* fall through */
 	case 7: prefetch_line(c + 384, pull); /* fall through */
@@ -722,11 +722,12 @@ copy_row(void *restrict dst, const void *restrict src, size_t n, unsigned vec)
  * or a tag that matched another id: 1 in 256) are listed in slow[] for
  * the general path of pull_common(); returns how many.
  *
- * size > 0 builds the copy for the plainest pull, the one training and a
- * server's requests make: rows copied out (no pointers, no found[]), no
- * access meta to write, and rows of size bytes, a constant, so the copy
- * is its whole vectors with no loop. Those tests per row and the copy's
- * loop were 5 % and 5 % of a Zipf pull's time ("Fifth round").
+ * size > 0 builds the copy for the plainest pull, the common one (a
+ * server's copied replies make it): rows copied out (no pointers, no
+ * found[]), no access meta to write, and rows of size bytes, a constant,
+ * so the copy is its whole vectors with no loop. Those tests per row and
+ * the copy's loop were 5 % and 5 % of a Zipf pull's time (docs/store.md,
+ * "Fifth round").
  */
 static inline __attribute__((always_inline)) uint32_t
 pull_chunk_body(const uint64_t *ids, const uint32_t *pos, uint32_t m,
