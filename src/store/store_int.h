@@ -161,8 +161,7 @@ struct emb_table {
 	uint32_t row_bytes;	     /* record size, multiple of 8 */
 	uint32_t prefetch_lines;     /* cache lines of a row a pull reads */
 	uint32_t rows_per_slab;	     /* records in one slab */
-	uint64_t slab_div;	 /* ceil(2^40 / rows_per_slab): fast division
-				    of a record index (< 2^24) */
+	uint64_t slab_div;	 /* emb__slab_div(rows_per_slab) */
 	size_t slab_bytes;	 /* bytes requested per slab */
 	size_t slab_alloc_bytes; /* bytes jemalloc really gives per slab */
 	uint32_t nshards;	 /* power of two */
@@ -266,18 +265,33 @@ static inline uint32_t emb__hash_tag(uint64_t h)
 }
 
 /*
+ * The table's slab_div for rows_per_slab: ceil(2^40 / rows_per_slab).
+ * Then idx / rows_per_slab is a 64-bit multiply and shift (emb__slab_of),
+ * exact for every idx < 2^24 (a record index) when rows_per_slab < 2^16
+ * (size_slabs() keeps it far below): the error term idx * (slab_div *
+ * rows_per_slab - 2^40) stays under 2^40. One instruction where the
+ * 128-bit product took four, fixed registers included.
+ */
+static inline uint64_t emb__slab_div(uint32_t rows_per_slab)
+{
+	return ((UINT64_C(1) << 40) + rows_per_slab - 1) / rows_per_slab;
+}
+
+/* idx / rows_per_slab, for idx < 2^24 and div = emb__slab_div(). */
+static inline uint32_t emb__slab_of(uint32_t idx, uint64_t div)
+{
+	return (uint32_t)(((uint64_t)idx * div) >> 40);
+}
+
+/*
  * Record idx of a shard whose slab addresses are slabs, for a table's
  * slab_div, rows_per_slab and row_bytes (loops keep them in locals).
- * idx / rows_per_slab as a 64-bit multiply and shift: exact for every
- * idx < 2^24 since rows_per_slab < 2^16 (the error term idx * (slab_div *
- * rows_per_slab - 2^40) stays under 2^40), and one instruction where the
- * 128-bit product took four, fixed registers included.
  */
 static inline struct emb_row_hdr *emb__slab_row(char *const *slabs,
 						uint64_t div, uint32_t rps,
 						uint32_t row_bytes, uint32_t idx)
 {
-	uint32_t slab = (uint32_t)(((uint64_t)idx * div) >> 40);
+	uint32_t slab = emb__slab_of(idx, div);
 	uint32_t off = idx - slab * rps;
 
 	return (struct emb_row_hdr *)(void *)(slabs[slab] +

@@ -116,9 +116,10 @@ static void size_slabs(struct emb_table *t)
 		t->slab_bytes = (size_t)best * t->row_bytes;
 	}
 	t->slab_alloc_bytes = emb__arena_size_class(t->slab_bytes);
-	/* ceil(2^64 / d), exact division for 32-bit dividends (Lemire). */
-	t->slab_div = ((UINT64_C(1) << 40) + t->rows_per_slab - 1) /
-		      t->rows_per_slab;
+	/* A multiply and shift divides record indexes by rows_per_slab
+	 * (store_int.h): exact while rows_per_slab < 2^16, and the largest
+	 * above is 14336 / 24 = 597. */
+	t->slab_div = emb__slab_div(t->rows_per_slab);
 }
 
 int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)

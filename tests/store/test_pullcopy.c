@@ -6,7 +6,8 @@
  * for dims whose rows are whole vectors, end in a part of one, or are
  * shorter than one. Also the ways a row leaves the pull's fast path: an
  * absent id, an id created in the same batch and repeated later in it, and
- * a tag shared with another id.
+ * a tag shared with another id. And the multiply-and-shift division that
+ * finds a record's slab, against the division, at every slab size.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -74,6 +75,13 @@ static void one(uint32_t dim, unsigned width)
 	bad = bad_rows(&o, ids, NIDS, out);
 	CU_ASSERT_EQUAL(bad, 0);
 
+	/* Again, all present, the plainest pull (rows out, no found[]):
+	 * the copies sized for 16, 32, 64 and 128 floats. */
+	memset(out, 0, (size_t)NIDS * dim * sizeof(float));
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, NIDS, out, 0, NULL), 0);
+	bad = bad_rows(&o, ids, NIDS, out);
+	CU_ASSERT_EQUAL(bad, 0);
+
 	/* Again, all present: the fast path, with found[]. */
 	memset(out, 0, (size_t)NIDS * dim * sizeof(float));
 	memset(found, 0xee, NIDS);
@@ -137,10 +145,46 @@ static void test_every_width_and_dim(void)
 			one(dims[d], widths[w]);
 }
 
+/*
+ * A record index is divided by rows_per_slab with a multiply and shift
+ * (emb__slab_of); it must agree with the division for every index below
+ * 2^24 at every slab size a table can have (size_slabs(): under 600 rows,
+ * the check goes to 65535). Checked at the top of the index range, around
+ * multiples of the slab size and at random indexes.
+ */
+static void test_slab_division(void)
+{
+	uint64_t rng = 1, bad = 0, checks = 0;
+
+	for (uint32_t rps = 1; rps < 65536; rps += rps < 1024 ? 1 : 61) {
+		uint64_t div = emb__slab_div(rps);
+
+		for (uint32_t j = 0; j < 2000; j++) {
+			uint32_t idx;
+
+			if (j < 500) /* the top of the range */
+				idx = (1u << 24) - 1 - j;
+			else if (j < 1000) /* either side of a multiple */
+				idx = (uint32_t)((emb_splitmix64(&rng) >> 40) /
+						 rps * rps) -
+				      (j & 1);
+			else
+				idx = (uint32_t)(emb_splitmix64(&rng) >> 40);
+			if (idx >= 1u << 24)
+				continue; /* 0 - 1 wrapped */
+			bad += emb__slab_of(idx, div) != idx / rps;
+			checks++;
+		}
+	}
+	CU_ASSERT(checks > 1000000);
+	CU_ASSERT_EQUAL(bad, 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
 	    {"every copy width, every row length", test_every_width_and_dim},
+	    {"record index to slab, every slab size", test_slab_division},
 	    {NULL, NULL},
 	};
 
