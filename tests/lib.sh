@@ -1,5 +1,12 @@
 # tests/lib.sh - shell helpers for the script tests; source it.
 
+# bad MSG...: reports a failed check on stderr and marks the run failed
+# (fail=1); the scripts go on checking and exit with $fail at the end.
+bad() {
+	echo "FAIL: $*" >&2
+	fail=1
+}
+
 # emb_start_server BIN LOG [ARGS...]: starts embstore-server BIN on a free
 # loopback port with its log in LOG, in the background. Sets pid and port;
 # returns 1 (after printing the log) if it did not report a port in 10 s.

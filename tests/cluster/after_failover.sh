@@ -13,6 +13,7 @@
 #
 #   after_failover.sh TOOLS_DIR WORKER
 set -u
+. "$(dirname "$0")/../lib.sh"
 
 tools=${1:?usage: after_failover.sh TOOLS_DIR WORKER}
 worker=${2:?usage: after_failover.sh TOOLS_DIR WORKER}
@@ -34,11 +35,6 @@ cleanup() {
 	[ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
-
-bad() {
-	echo "FAIL: $*" >&2
-	fail=1
-}
 
 # wait_for PATTERN: up to 30 s for a line of the launch's output.
 wait_for() {

@@ -43,11 +43,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-bad() {
-	echo "FAIL: $*" >&2
-	fail=1
-}
-
 # run_kill R OUT [LAUNCH_ARGS...]: the launch with --replicas R; kills
 # one server 1.5 to 4.5 s after every worker started pushing. Returns the
 # launcher's status.

@@ -13,6 +13,7 @@
 #
 #   recover.sh TOOLS_DIR
 set -u
+. "$(dirname "$0")/../lib.sh"
 
 tools=${1:?usage: recover.sh TOOLS_DIR}
 tools=$(cd "$tools" && pwd) || exit 1
@@ -34,11 +35,6 @@ cleanup() {
 	[ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
-
-bad() {
-	echo "FAIL: $*" >&2
-	fail=1
-}
 
 out=$work/launch.txt
 (cd "$work" && EMB_METRICS_LISTEN=127.0.0.1:0 exec embstore launch \

@@ -6,6 +6,7 @@
 # tools/bench-plot.sh draws bench-scale.png from them (when gnuplot is
 # there). Needs jq, as the scripts do (else SKIP).
 set -u
+. "$(dirname "$0")/../lib.sh"
 SRC=$(cd "${1:?usage: bench_report.sh SRC BUILD}" && pwd)
 BUILD=$(cd "${2:?}" && pwd)
 command -v jq >/dev/null 2>&1 || exit 77
@@ -13,11 +14,6 @@ command -v jq >/dev/null 2>&1 || exit 77
 work=$(mktemp -d "${TMPDIR:-/tmp}/emb-bench-report-XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 fail=0
-bad() {
-	echo "FAIL: $*" >&2
-	fail=1
-}
-
 out=$work/results.jsonl
 EMB_SCALE_ROWS="20000 50000" "$SRC/tools/bench-report.sh" -b "$BUILD" \
 	-r 1 -d 1 -o "$out" scale >"$work/report.log" 2>&1 ||

@@ -20,10 +20,6 @@ cleanup() {
 }
 trap cleanup EXIT
 fail=0
-bad() {
-	echo "FAIL: $*" >&2
-	fail=1
-}
 ck=$dir/ck
 links() { ls "$ck" 2>/dev/null | grep -c '^ckpt-'; }
 # wait_link N: until ck holds more than N links (10 s at most).

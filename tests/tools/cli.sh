@@ -22,11 +22,6 @@ cleanup() {
 }
 trap cleanup EXIT
 fail=0
-bad() {
-	echo "FAIL: $*" >&2
-	fail=1
-}
-
 # --version: "NAME VERSION" on stdout, exit 0.
 for p in embstore embstore-server embstore-bench embstore-echo-server \
 	embstore-echo-client; do

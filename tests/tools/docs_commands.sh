@@ -17,6 +17,7 @@
 # container's options are ones its program takes), and the systemd unit
 # verified and its server.env served. Needs python3 (else SKIP).
 set -u
+. "$(dirname "$0")/../lib.sh"
 SRC=$(cd "${1:?usage: docs_commands.sh SRC BUILD}" && pwd)
 BUILD=$(cd "${2:?}" && pwd)
 command -v python3 >/dev/null 2>&1 || exit 77
@@ -32,11 +33,6 @@ cleanup() {
 groups=
 trap cleanup EXIT
 fail=0
-bad() {
-	echo "FAIL: $*" >&2
-	fail=1
-}
-
 ln -s "$BUILD" "$work/build"
 ln -s "$SRC/deploy" "$work/deploy"
 ln -s "$SRC/examples" "$work/examples"

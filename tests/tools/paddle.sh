@@ -9,6 +9,7 @@
 # servers hold the table. Needs EMB_BIN_DIR and EMB_TRAINER_BIN; python3
 # finds two free ports (else SKIP).
 set -u
+. "$(dirname "$0")/../lib.sh"
 : "${EMB_BIN_DIR:?}" "${EMB_TRAINER_BIN:?}"
 command -v python3 >/dev/null 2>&1 || exit 77
 
@@ -22,11 +23,6 @@ cleanup() {
 }
 trap cleanup EXIT
 fail=0
-bad() {
-	echo "FAIL: $*" >&2
-	fail=1
-}
-
 # Two ports nobody listens on now.
 set -- $(python3 -c '
 import socket
