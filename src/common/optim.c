@@ -303,6 +303,71 @@ static void apply_adagrad(const struct emb_optim_cfg *cfg, float *restrict w,
 	adagrad_tail(cfg, w, acc, g, 0, dim);
 }
 
+/*
+ * m = b1 m + (1 - b1) gi; v = b2 v + (1 - b2) gi gi;
+ * w -= step m / (sqrt(v) + epsc), with gi = g + wd * w and step, epsc the
+ * row's bias-corrected rate and eps. As Adagrad's: vector copies with the
+ * scalar code's IEEE operations in its order, bit-identical rows on every
+ * x86-64; adam_tail() finishes the row from i.
+ */
+static inline __attribute__((always_inline)) void
+adam_tail(const struct emb_optim_cfg *cfg, float step, float epsc,
+	  float *restrict w, float *restrict m, float *restrict v,
+	  const float *restrict g, uint32_t i, uint32_t dim)
+{
+	for (; i < dim; i++) {
+		float gi = g[i] + cfg->weight_decay * w[i];
+
+		m[i] = cfg->beta1 * m[i] + (1.0f - cfg->beta1) * gi;
+		v[i] = cfg->beta2 * v[i] + (1.0f - cfg->beta2) * gi * gi;
+		w[i] -= step * m[i] / (sqrtf(v[i]) + epsc);
+	}
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* As ADAGRAD_COPY: NAME for ISA, W floats a step in V, intrinsics P. */
+#define ADAM_COPY(NAME, ISA, V, P, W)                                         \
+	__attribute__((target(ISA))) static void NAME(                        \
+	    const struct emb_optim_cfg *cfg, float step_, float epsc_,        \
+	    float *restrict w, float *restrict m, float *restrict v,          \
+	    const float *restrict g, uint32_t dim)                            \
+	{                                                                     \
+		const V wd = P##_set1_ps(cfg->weight_decay);                  \
+		const V b1 = P##_set1_ps(cfg->beta1);                         \
+		const V c1 = P##_set1_ps(1.0f - cfg->beta1);                  \
+		const V b2 = P##_set1_ps(cfg->beta2);                         \
+		const V c2 = P##_set1_ps(1.0f - cfg->beta2);                  \
+		const V step = P##_set1_ps(step_);                            \
+		const V epsc = P##_set1_ps(epsc_);                            \
+		uint32_t i = 0;                                               \
+                                                                              \
+		for (; i + W <= dim; i += W) {                                \
+			V wi = P##_loadu_ps(w + i);                           \
+			V gi = P##_add_ps(P##_loadu_ps(g + i),                \
+					  P##_mul_ps(wd, wi));                \
+			V mi = P##_add_ps(P##_mul_ps(b1, P##_loadu_ps(m + i)), \
+					  P##_mul_ps(c1, gi));                \
+			V vi = P##_add_ps(                                    \
+			    P##_mul_ps(b2, P##_loadu_ps(v + i)),              \
+			    P##_mul_ps(P##_mul_ps(c2, gi), gi));              \
+                                                                              \
+			P##_storeu_ps(m + i, mi);                             \
+			P##_storeu_ps(v + i, vi);                             \
+			P##_storeu_ps(                                        \
+			    w + i,                                            \
+			    P##_sub_ps(wi, P##_div_ps(P##_mul_ps(step, mi),   \
+						      P##_add_ps(             \
+							  P##_sqrt_ps(vi),    \
+							  epsc))));           \
+		}                                                             \
+		adam_tail(cfg, step_, epsc_, w, m, v, g, i, dim);             \
+	}
+
+ADAM_COPY(adam_avx512, "avx512f", __m512, _mm512, 16)
+ADAM_COPY(adam_avx2, "avx2", __m256, _mm256, 8)
+#undef ADAM_COPY
+#endif
+
 static void apply_adam(const struct emb_optim_cfg *cfg, float *restrict w,
 		       float *restrict st, const float *restrict g,
 		       uint32_t dim)
@@ -311,7 +376,7 @@ static void apply_adam(const struct emb_optim_cfg *cfg, float *restrict w,
 	float *v = st + dim;
 	uint32_t t;
 	double c1, c2;
-	float step;
+	float step, epsc;
 
 	/* Per-row step count: rows of a sparse table are updated unevenly, so
 	 * bias correction must count this row's updates, not global steps. */
@@ -321,17 +386,19 @@ static void apply_adam(const struct emb_optim_cfg *cfg, float *restrict w,
 	c1 = 1.0 - pow(cfg->beta1, (double)t);
 	c2 = 1.0 - pow(cfg->beta2, (double)t);
 	step = (float)(cfg->lr * sqrt(c2) / c1);
-
-	for (uint32_t i = 0; i < dim; i++) {
-		float gi = g[i] + cfg->weight_decay * w[i];
-
-		m[i] = cfg->beta1 * m[i] + (1.0f - cfg->beta1) * gi;
-		v[i] = cfg->beta2 * v[i] + (1.0f - cfg->beta2) * gi * gi;
-		/* Kingma & Ba, section 2: eps scaled into the corrected form.
-		 */
-		w[i] -=
-		    step * m[i] / (sqrtf(v[i]) + cfg->eps * (float)sqrt(c2));
+	/* Kingma & Ba, section 2: eps scaled into the corrected form. */
+	epsc = cfg->eps * (float)sqrt(c2);
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (__builtin_cpu_supports("avx512f")) {
+		adam_avx512(cfg, step, epsc, w, m, v, g, dim);
+		return;
 	}
+	if (__builtin_cpu_supports("avx2")) {
+		adam_avx2(cfg, step, epsc, w, m, v, g, dim);
+		return;
+	}
+#endif
+	adam_tail(cfg, step, epsc, w, m, v, g, 0, dim);
 }
 
 static void apply_ftrl(const struct emb_optim_cfg *cfg, float *restrict w,

@@ -292,6 +292,86 @@ static void test_adagrad_wide_rows_bit_exact(void)
 	wide_rows_bit_exact(&c, adagrad_float_step);
 }
 
+/*
+ * Adam's rows against its scalar code written out here (the per-row step
+ * count and bias correction, then each element's operations in order):
+ * three steps of emb_optim_apply() on rows of each length, with and
+ * without decay, leave the weights, both moments and the step count
+ * bit-identical, as for SGD and Adagrad above.
+ */
+static void adam_row_ref(const struct emb_optim_cfg *c, float *w, float *st,
+			 const float *g, uint32_t dim)
+{
+	float *m = st, *v = st + dim;
+	uint32_t t;
+	double c1, c2;
+	float step;
+
+	memcpy(&t, &st[2 * dim], sizeof(t));
+	t++;
+	memcpy(&st[2 * dim], &t, sizeof(t));
+	c1 = 1.0 - pow(c->beta1, (double)t);
+	c2 = 1.0 - pow(c->beta2, (double)t);
+	step = (float)(c->lr * sqrt(c2) / c1);
+	for (uint32_t i = 0; i < dim; i++) {
+		float gi = g[i] + c->weight_decay * w[i];
+
+		m[i] = c->beta1 * m[i] + (1.0f - c->beta1) * gi;
+		v[i] = c->beta2 * v[i] + (1.0f - c->beta2) * gi * gi;
+		w[i] -= step * m[i] / (sqrtf(v[i]) + c->eps * (float)sqrt(c2));
+	}
+}
+
+static void test_adam_wide_rows_bit_exact(void)
+{
+	static const uint32_t dims[] = {7, 8, 9, 15, 16, 17, 33, 64, 100, 4096};
+	static const float wds[] = {0.0f, 0.01f};
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.kind = EMB_OPTIM_ADAM;
+	c.lr = 0.02f;
+	c.eps = 1e-3f;
+	c.beta1 = 0.8f;
+	c.beta2 = 0.9f;
+	for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++) {
+		for (size_t k = 0; k < 2; k++) {
+			uint32_t dim = dims[d], ns = 2 * dim + 1, bad = 0;
+			float *w = calloc(dim, sizeof(float));
+			float *ww = calloc(dim, sizeof(float));
+			float *s = calloc(ns, sizeof(float));
+			float *ws = calloc(ns, sizeof(float));
+			float *g = calloc(dim, sizeof(float));
+
+			CU_ASSERT_PTR_NOT_NULL_FATAL(w && ww && s && ws && g);
+			CU_ASSERT_EQUAL(emb_optim_state_floats(c.kind, dim), ns);
+			c.weight_decay = wds[k];
+			for (uint32_t i = 0; i < dim; i++) {
+				w[i] = ww[i] = wide_w(i);
+				g[i] = wide_g(i);
+				/* m of either sign, v >= 0 */
+				s[i] = ws[i] = wide_state(i) - 0.115f;
+				s[dim + i] = ws[dim + i] = wide_state(i);
+			}
+			for (int n = 0; n < 3; n++) {
+				emb_optim_apply(&c, w, s, g, dim);
+				adam_row_ref(&c, ww, ws, g, dim);
+			}
+			for (uint32_t i = 0; i < dim; i++)
+				bad += memcmp(&w[i], &ww[i], sizeof(float)) != 0;
+			bad += memcmp(s, ws, ns * sizeof(float)) != 0;
+			CU_ASSERT_EQUAL(bad, 0);
+			if (bad)
+				fprintf(stderr, "\n    adam dim %u wd %g: %u differ",
+					dim, (double)c.weight_decay, bad);
+			free(g);
+			free(ws);
+			free(s);
+			free(ww);
+			free(w);
+		}
+	}
+}
+
 static void test_adagrad(void)
 {
 	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
@@ -603,6 +683,7 @@ int main(int argc, char **argv)
 	    {"sgd on wide rows is bit-exact", test_sgd_wide_rows_bit_exact},
 	    {"adagrad on wide rows is bit-exact",
 	     test_adagrad_wide_rows_bit_exact},
+	    {"adam on wide rows is bit-exact", test_adam_wide_rows_bit_exact},
 	    {"adagrad matches the reference", test_adagrad},
 	    {"adam with bias correction matches the reference", test_adam},
 	    {"ftrl with l1 and l2 matches the reference", test_ftrl},
