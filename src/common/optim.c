@@ -1,9 +1,11 @@
 /*
  * src/common/optim.c - SGD, Adagrad, Adam and FTRL-proximal over one row.
  * Called with the row's lock held (store) or from the owning worker thread
- * (cache); keeps no state of its own.
+ * (cache); keeps no state of its own (emb__optim_vec_max is a knob for
+ * tests, optim_int.h).
  */
 #include "common/optim.h"
+#include "common/optim_int.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -16,6 +18,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
+
+unsigned emb__optim_vec_max = 64;
 
 /* A parameter in [0, EMB_OPTIM_PARAM_MAX]; false for NaN too. */
 static bool finite_nonneg(float x)
@@ -81,9 +85,9 @@ floats_finite_avx2(const float *v, size_t n)
  * libgcc filled at start-up. */
 bool emb_floats_finite(const float *v, size_t n)
 {
-	if (__builtin_cpu_supports("avx512f"))
+	if (emb__optim_vec_max >= 64 && __builtin_cpu_supports("avx512f"))
 		return floats_finite_avx512(v, n);
-	if (__builtin_cpu_supports("avx2"))
+	if (emb__optim_vec_max >= 32 && __builtin_cpu_supports("avx2"))
 		return floats_finite_avx2(v, n);
 	return floats_finite_body(v, n);
 }
@@ -214,11 +218,12 @@ static void apply_sgd(const struct emb_optim_cfg *cfg, float *restrict w,
 		      const float *restrict g, uint32_t dim)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (__builtin_cpu_supports("avx512f")) {
+	if (emb__optim_vec_max >= 64 &&
+	    __builtin_cpu_supports("avx512f")) {
 		sgd_avx512(cfg->lr, cfg->weight_decay, w, g, dim);
 		return;
 	}
-	if (__builtin_cpu_supports("avx2")) {
+	if (emb__optim_vec_max >= 32 && __builtin_cpu_supports("avx2")) {
 		sgd_avx2(cfg->lr, cfg->weight_decay, w, g, dim);
 		return;
 	}
@@ -291,11 +296,12 @@ static void apply_adagrad(const struct emb_optim_cfg *cfg, float *restrict w,
 			  uint32_t dim)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (__builtin_cpu_supports("avx512f")) {
+	if (emb__optim_vec_max >= 64 &&
+	    __builtin_cpu_supports("avx512f")) {
 		adagrad_avx512(cfg, w, acc, g, dim);
 		return;
 	}
-	if (__builtin_cpu_supports("avx2")) {
+	if (emb__optim_vec_max >= 32 && __builtin_cpu_supports("avx2")) {
 		adagrad_avx2(cfg, w, acc, g, dim);
 		return;
 	}
@@ -389,11 +395,12 @@ static void apply_adam(const struct emb_optim_cfg *cfg, float *restrict w,
 	/* Kingma & Ba, section 2: eps scaled into the corrected form. */
 	epsc = cfg->eps * (float)sqrt(c2);
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (__builtin_cpu_supports("avx512f")) {
+	if (emb__optim_vec_max >= 64 &&
+	    __builtin_cpu_supports("avx512f")) {
 		adam_avx512(cfg, step, epsc, w, m, v, g, dim);
 		return;
 	}
-	if (__builtin_cpu_supports("avx2")) {
+	if (emb__optim_vec_max >= 32 && __builtin_cpu_supports("avx2")) {
 		adam_avx2(cfg, step, epsc, w, m, v, g, dim);
 		return;
 	}
@@ -401,16 +408,22 @@ static void apply_adam(const struct emb_optim_cfg *cfg, float *restrict w,
 	adam_tail(cfg, step, epsc, w, m, v, g, 0, dim);
 }
 
-static void apply_ftrl(const struct emb_optim_cfg *cfg, float *restrict w,
-		       float *restrict st, const float *restrict g,
-		       uint32_t dim)
+/*
+ * McMahan et al. 2013, Algorithm 1, per coordinate: with gi = g + wd * w,
+ * n' = n + gi^2, sigma = (sqrt(n') - sqrt(n)) / alpha, z += gi - sigma w;
+ * then w = 0 where |z| <= l1, else -(z - sgn(z) l1) / ((beta + sqrt(n'))
+ * / alpha + l2). As Adam's and Adagrad's: vector copies with the scalar
+ * code's operations in its order (the branch as a compare and a select),
+ * bit-identical rows on every x86-64; ftrl_tail() finishes from i.
+ */
+static inline __attribute__((always_inline)) void
+ftrl_tail(const struct emb_optim_cfg *cfg, float *restrict w,
+	  float *restrict z, float *restrict n, const float *restrict g,
+	  uint32_t i, uint32_t dim)
 {
-	float *z = st;
-	float *n = st + dim;
 	const float alpha = cfg->lr;
 
-	/* McMahan et al. 2013, Algorithm 1 (per coordinate). */
-	for (uint32_t i = 0; i < dim; i++) {
+	for (; i < dim; i++) {
 		float gi = g[i] + cfg->weight_decay * w[i];
 		float n_new = n[i] + gi * gi;
 		float sigma = (sqrtf(n_new) - sqrtf(n[i])) / alpha;
@@ -429,6 +442,100 @@ static void apply_ftrl(const struct emb_optim_cfg *cfg, float *restrict w,
 			    ((cfg->ftrl_beta + sqrtf(n_new)) / alpha + cfg->l2);
 		}
 	}
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/*
+ * As ADAM_COPY, with the ISA's compare and select: SMALL(z, l1) is the
+ * mask of |z| <= l1, NEG(z) of z < 0, SEL(m, a, b) takes b where m is set,
+ * FLIP(x, sign) flips x's sign bit (AVX-512F has no float xor).
+ * sgn(z) l1 is -l1 or l1 exactly, and the negation flips the sign bit, as
+ * the scalar code's do.
+ */
+#define FTRL_COPY(NAME, ISA, V, P, W, SMALL, NEG, SEL, FLIP)                  \
+	__attribute__((target(ISA))) static void NAME(                        \
+	    const struct emb_optim_cfg *cfg, float *restrict w,               \
+	    float *restrict z, float *restrict n, const float *restrict g,    \
+	    uint32_t dim)                                                     \
+	{                                                                     \
+		const V wd = P##_set1_ps(cfg->weight_decay);                  \
+		const V alpha = P##_set1_ps(cfg->lr);                         \
+		const V l1 = P##_set1_ps(cfg->l1);                            \
+		const V l1n = P##_set1_ps(-cfg->l1);                          \
+		const V l2 = P##_set1_ps(cfg->l2);                            \
+		const V beta = P##_set1_ps(cfg->ftrl_beta);                   \
+		const V zero = P##_setzero_ps();                              \
+		const V sign = P##_set1_ps(-0.0f);                            \
+		uint32_t i = 0;                                               \
+                                                                              \
+		for (; i + W <= dim; i += W) {                                \
+			V wi = P##_loadu_ps(w + i);                           \
+			V ni = P##_loadu_ps(n + i);                           \
+			V gi = P##_add_ps(P##_loadu_ps(g + i),                \
+					  P##_mul_ps(wd, wi));                \
+			V nn = P##_add_ps(ni, P##_mul_ps(gi, gi));            \
+			V rn = P##_sqrt_ps(nn);                               \
+			V sigma = P##_div_ps(                                 \
+			    P##_sub_ps(rn, P##_sqrt_ps(ni)), alpha);          \
+			V zi = P##_add_ps(P##_loadu_ps(z + i),                \
+					  P##_sub_ps(gi, P##_mul_ps(sigma, wi))); \
+			V sl1 = SEL(NEG(zi, zero), l1, l1n);                  \
+			V wn = P##_div_ps(                                    \
+			    FLIP(P##_sub_ps(zi, sl1), sign),                  \
+			    P##_add_ps(P##_div_ps(P##_add_ps(beta, rn),       \
+						  alpha),                     \
+				       l2));                                  \
+                                                                              \
+			P##_storeu_ps(z + i, zi);                             \
+			P##_storeu_ps(n + i, nn);                             \
+			P##_storeu_ps(w + i, SEL(SMALL(zi, l1), wn, zero));   \
+		}                                                             \
+		ftrl_tail(cfg, w, z, n, g, i, dim);                           \
+	}
+
+#define SMALL_512(z, l1) _mm512_cmp_ps_mask(_mm512_abs_ps(z), l1, _CMP_LE_OQ)
+#define NEG_512(z, zero) _mm512_cmp_ps_mask(z, zero, _CMP_LT_OQ)
+#define SEL_512(m, a, b) _mm512_mask_blend_ps(m, a, b)
+#define FLIP_512(x, sign)                                                     \
+	_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x),          \
+					     _mm512_castps_si512(sign)))
+#define SMALL_256(z, l1)                                                      \
+	_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), z), l1,         \
+		      _CMP_LE_OQ)
+#define NEG_256(z, zero) _mm256_cmp_ps(z, zero, _CMP_LT_OQ)
+#define SEL_256(m, a, b) _mm256_blendv_ps(a, b, m)
+#define FLIP_256(x, sign) _mm256_xor_ps(x, sign)
+FTRL_COPY(ftrl_avx512, "avx512f", __m512, _mm512, 16, SMALL_512, NEG_512,
+	  SEL_512, FLIP_512)
+FTRL_COPY(ftrl_avx2, "avx2", __m256, _mm256, 8, SMALL_256, NEG_256, SEL_256,
+	  FLIP_256)
+#undef FTRL_COPY
+#undef SMALL_512
+#undef NEG_512
+#undef SEL_512
+#undef SMALL_256
+#undef NEG_256
+#undef SEL_256
+#undef FLIP_512
+#undef FLIP_256
+#endif
+
+static void apply_ftrl(const struct emb_optim_cfg *cfg, float *restrict w,
+		       float *restrict st, const float *restrict g,
+		       uint32_t dim)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (emb__optim_vec_max >= 64 &&
+	    __builtin_cpu_supports("avx512f")) {
+		ftrl_avx512(cfg, w, st, st + dim, g, dim);
+		return;
+	}
+	if (emb__optim_vec_max >= 32 && __builtin_cpu_supports("avx2")) {
+		ftrl_avx2(cfg, w, st, st + dim, g, dim);
+		return;
+	}
+#endif
+	ftrl_tail(cfg, w, st, st + dim, g, 0, dim);
 }
 
 void emb_optim_apply(const struct emb_optim_cfg *cfg, float *w, float *state,

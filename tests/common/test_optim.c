@@ -16,6 +16,8 @@
 
 #include "harness.h"
 
+#include "common/optim_int.h"
+
 #include "common/err.h"
 #include "common/optim.h"
 
@@ -228,8 +230,8 @@ static void adagrad_float_step(const struct emb_optim_cfg *c, float *w,
  * vector copies and the scalar tail do the same operations per element,
  * without contraction), on every x86-64.
  */
-static void wide_rows_bit_exact(const struct emb_optim_cfg *base,
-				float_step_fn step)
+static void wide_rows_bit_exact_at(const struct emb_optim_cfg *base,
+				   float_step_fn step)
 {
 	static const uint32_t dims[] = {7, 8, 9, 15, 16, 17, 33, 64, 100, 4096};
 	static const float wds[] = {0.0f, 0.01f};
@@ -262,9 +264,11 @@ static void wide_rows_bit_exact(const struct emb_optim_cfg *base,
 				       memcmp(&s[i], &ws[i], sizeof(float)) != 0;
 			CU_ASSERT_EQUAL(bad, 0);
 			if (bad)
-				fprintf(stderr, "\n    %s dim %u wd %g: %u differ",
+				fprintf(stderr,
+					"\n    %s dim %u wd %g width %u: %u differ",
 					emb_optim_name(c.kind), dim,
-					(double)c.weight_decay, bad);
+					(double)c.weight_decay, emb__optim_vec_max,
+					bad);
 			free(g);
 			free(ws);
 			free(ww);
@@ -272,6 +276,22 @@ static void wide_rows_bit_exact(const struct emb_optim_cfg *base,
 			free(w);
 		}
 	}
+}
+
+/*
+ * The copies the CPU would not pick run too: the widest copy is lowered
+ * (emb__optim_vec_max) to AVX2 and to the scalar loop in turn.
+ */
+static const unsigned vec_widths[] = {64, 32, 0};
+
+static void wide_rows_bit_exact(const struct emb_optim_cfg *base,
+				float_step_fn step)
+{
+	for (size_t i = 0; i < sizeof(vec_widths) / sizeof(vec_widths[0]); i++) {
+		emb__optim_vec_max = vec_widths[i];
+		wide_rows_bit_exact_at(base, step);
+	}
+	emb__optim_vec_max = 64;
 }
 
 static void test_sgd_wide_rows_bit_exact(void)
@@ -293,12 +313,16 @@ static void test_adagrad_wide_rows_bit_exact(void)
 }
 
 /*
- * Adam's rows against its scalar code written out here (the per-row step
- * count and bias correction, then each element's operations in order):
- * three steps of emb_optim_apply() on rows of each length, with and
- * without decay, leave the weights, both moments and the step count
- * bit-identical, as for SGD and Adagrad above.
+ * Adam and FTRL rows against their scalar code written out here (Adam's
+ * per-row step count and bias correction, then each element's operations
+ * in order): three steps of emb_optim_apply() on rows of each length,
+ * with and without decay, leave the weights and every state float (both
+ * moments and the step count; z and n) bit-identical, as for SGD and
+ * Adagrad above.
  */
+typedef void (*row_ref_fn)(const struct emb_optim_cfg *c, float *w, float *st,
+			   const float *g, uint32_t dim);
+
 static void adam_row_ref(const struct emb_optim_cfg *c, float *w, float *st,
 			 const float *g, uint32_t dim)
 {
@@ -322,20 +346,37 @@ static void adam_row_ref(const struct emb_optim_cfg *c, float *w, float *st,
 	}
 }
 
-static void test_adam_wide_rows_bit_exact(void)
+static void ftrl_row_ref(const struct emb_optim_cfg *c, float *w, float *st,
+			 const float *g, uint32_t dim)
+{
+	float *z = st, *n = st + dim;
+
+	for (uint32_t i = 0; i < dim; i++) {
+		float gi = g[i] + c->weight_decay * w[i];
+		float n_new = n[i] + gi * gi;
+		float sigma = (sqrtf(n_new) - sqrtf(n[i])) / c->lr;
+
+		z[i] += gi - sigma * w[i];
+		n[i] = n_new;
+		if (fabsf(z[i]) <= c->l1)
+			w[i] = 0.0f;
+		else
+			w[i] = -(z[i] - (z[i] < 0.0f ? -1.0f : 1.0f) * c->l1) /
+			       ((c->ftrl_beta + sqrtf(n_new)) / c->lr + c->l2);
+	}
+}
+
+static void rows_match_scalar_at(const struct emb_optim_cfg *base,
+				 row_ref_fn ref)
 {
 	static const uint32_t dims[] = {7, 8, 9, 15, 16, 17, 33, 64, 100, 4096};
 	static const float wds[] = {0.0f, 0.01f};
-	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
 
-	c.kind = EMB_OPTIM_ADAM;
-	c.lr = 0.02f;
-	c.eps = 1e-3f;
-	c.beta1 = 0.8f;
-	c.beta2 = 0.9f;
 	for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++) {
 		for (size_t k = 0; k < 2; k++) {
-			uint32_t dim = dims[d], ns = 2 * dim + 1, bad = 0;
+			struct emb_optim_cfg c = *base;
+			uint32_t dim = dims[d], bad = 0, zeros = 0;
+			uint32_t ns = emb_optim_state_floats(c.kind, dim);
 			float *w = calloc(dim, sizeof(float));
 			float *ww = calloc(dim, sizeof(float));
 			float *s = calloc(ns, sizeof(float));
@@ -343,26 +384,34 @@ static void test_adam_wide_rows_bit_exact(void)
 			float *g = calloc(dim, sizeof(float));
 
 			CU_ASSERT_PTR_NOT_NULL_FATAL(w && ww && s && ws && g);
-			CU_ASSERT_EQUAL(emb_optim_state_floats(c.kind, dim), ns);
 			c.weight_decay = wds[k];
 			for (uint32_t i = 0; i < dim; i++) {
 				w[i] = ww[i] = wide_w(i);
 				g[i] = wide_g(i);
-				/* m of either sign, v >= 0 */
+				/* first state of either sign, second >= 0 */
 				s[i] = ws[i] = wide_state(i) - 0.115f;
 				s[dim + i] = ws[dim + i] = wide_state(i);
 			}
 			for (int n = 0; n < 3; n++) {
 				emb_optim_apply(&c, w, s, g, dim);
-				adam_row_ref(&c, ww, ws, g, dim);
+				ref(&c, ww, ws, g, dim);
 			}
-			for (uint32_t i = 0; i < dim; i++)
+			for (uint32_t i = 0; i < dim; i++) {
 				bad += memcmp(&w[i], &ww[i], sizeof(float)) != 0;
+				zeros += w[i] == 0.0f;
+			}
 			bad += memcmp(s, ws, ns * sizeof(float)) != 0;
 			CU_ASSERT_EQUAL(bad, 0);
+			/* FTRL's l1 zeroes some weights and not others: both
+			 * sides of its select run. */
+			if (c.kind == EMB_OPTIM_FTRL && dim >= 16)
+				CU_ASSERT(zeros > 0 && zeros < dim);
 			if (bad)
-				fprintf(stderr, "\n    adam dim %u wd %g: %u differ",
-					dim, (double)c.weight_decay, bad);
+				fprintf(stderr,
+					"\n    %s dim %u wd %g width %u: %u differ",
+					emb_optim_name(c.kind), dim,
+					(double)c.weight_decay, emb__optim_vec_max,
+					bad);
 			free(g);
 			free(ws);
 			free(s);
@@ -370,6 +419,40 @@ static void test_adam_wide_rows_bit_exact(void)
 			free(w);
 		}
 	}
+}
+
+static void rows_match_scalar(const struct emb_optim_cfg *base,
+			      row_ref_fn ref)
+{
+	for (size_t i = 0; i < sizeof(vec_widths) / sizeof(vec_widths[0]); i++) {
+		emb__optim_vec_max = vec_widths[i];
+		rows_match_scalar_at(base, ref);
+	}
+	emb__optim_vec_max = 64;
+}
+
+static void test_adam_wide_rows_bit_exact(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.kind = EMB_OPTIM_ADAM;
+	c.lr = 0.02f;
+	c.eps = 1e-3f;
+	c.beta1 = 0.8f;
+	c.beta2 = 0.9f;
+	rows_match_scalar(&c, adam_row_ref);
+}
+
+static void test_ftrl_wide_rows_bit_exact(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.kind = EMB_OPTIM_FTRL;
+	c.lr = 0.1f;
+	c.l1 = 0.05f;
+	c.l2 = 0.01f;
+	c.ftrl_beta = 1.0f;
+	rows_match_scalar(&c, ftrl_row_ref);
 }
 
 static void test_adagrad(void)
@@ -684,6 +767,7 @@ int main(int argc, char **argv)
 	    {"adagrad on wide rows is bit-exact",
 	     test_adagrad_wide_rows_bit_exact},
 	    {"adam on wide rows is bit-exact", test_adam_wide_rows_bit_exact},
+	    {"ftrl on wide rows is bit-exact", test_ftrl_wide_rows_bit_exact},
 	    {"adagrad matches the reference", test_adagrad},
 	    {"adam with bias correction matches the reference", test_adam},
 	    {"ftrl with l1 and l2 matches the reference", test_ftrl},
