@@ -199,129 +199,36 @@ static float wide_g(uint32_t i)
 	return (float)(i % 7) * 0.17f - 0.5f;
 }
 
-/* One step of an optimizer on one element, in float as its scalar code
- * writes it; s is the element's state float (NULL for SGD). */
-typedef void (*float_step_fn)(const struct emb_optim_cfg *c, float *w,
-			      float *s, float g);
-
-static void sgd_float_step(const struct emb_optim_cfg *c, float *w, float *s,
-			   float g)
-{
-	(void)s;
-	if (c->weight_decay == 0.0f)
-		*w -= c->lr * g;
-	else
-		*w -= c->lr * (g + c->weight_decay * *w);
-}
-
-static void adagrad_float_step(const struct emb_optim_cfg *c, float *w,
-			       float *s, float g)
-{
-	float gi = g + c->weight_decay * *w;
-
-	*s += gi * gi;
-	*w -= c->lr * gi / (sqrtf(*s) + c->eps);
-}
-
 /*
- * Rows of whole vector blocks and a tail: three steps of emb_optim_apply()
- * on rows of each length, with and without decay, must leave every weight
- * and state float bit-identical to step() applied element by element (the
- * vector copies and the scalar tail do the same operations per element,
- * without contraction), on every x86-64.
- */
-static void wide_rows_bit_exact_at(const struct emb_optim_cfg *base,
-				   float_step_fn step)
-{
-	static const uint32_t dims[] = {7, 8, 9, 15, 16, 17, 33, 64, 100, 4096};
-	static const float wds[] = {0.0f, 0.01f};
-
-	for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++) {
-		for (size_t k = 0; k < 2; k++) {
-			struct emb_optim_cfg c = *base;
-			uint32_t dim = dims[d], bad = 0;
-			bool st = emb_optim_state_floats(c.kind, dim) > 0;
-			float *w = calloc(dim, sizeof(float));
-			float *s = calloc(dim, sizeof(float));
-			float *ww = calloc(dim, sizeof(float));
-			float *ws = calloc(dim, sizeof(float));
-			float *g = calloc(dim, sizeof(float));
-
-			CU_ASSERT_PTR_NOT_NULL_FATAL(w && s && ww && ws && g);
-			c.weight_decay = wds[k];
-			for (uint32_t i = 0; i < dim; i++) {
-				w[i] = ww[i] = wide_w(i);
-				s[i] = ws[i] = wide_state(i);
-				g[i] = wide_g(i);
-			}
-			for (int n = 0; n < 3; n++) {
-				emb_optim_apply(&c, w, st ? s : NULL, g, dim);
-				for (uint32_t i = 0; i < dim; i++)
-					step(&c, &ww[i], &ws[i], g[i]);
-			}
-			for (uint32_t i = 0; i < dim; i++)
-				bad += memcmp(&w[i], &ww[i], sizeof(float)) != 0 ||
-				       memcmp(&s[i], &ws[i], sizeof(float)) != 0;
-			CU_ASSERT_EQUAL(bad, 0);
-			if (bad)
-				fprintf(stderr,
-					"\n    %s dim %u wd %g width %u: %u differ",
-					emb_optim_name(c.kind), dim,
-					(double)c.weight_decay, emb__optim_vec_max,
-					bad);
-			free(g);
-			free(ws);
-			free(ww);
-			free(s);
-			free(w);
-		}
-	}
-}
-
-/*
- * The copies the CPU would not pick run too: the widest copy is lowered
- * (emb__optim_vec_max) to AVX2 and to the scalar loop in turn.
- */
-static const unsigned vec_widths[] = {64, 32, 0};
-
-static void wide_rows_bit_exact(const struct emb_optim_cfg *base,
-				float_step_fn step)
-{
-	for (size_t i = 0; i < sizeof(vec_widths) / sizeof(vec_widths[0]); i++) {
-		emb__optim_vec_max = vec_widths[i];
-		wide_rows_bit_exact_at(base, step);
-	}
-	emb__optim_vec_max = 64;
-}
-
-static void test_sgd_wide_rows_bit_exact(void)
-{
-	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
-
-	c.lr = 0.037f;
-	wide_rows_bit_exact(&c, sgd_float_step);
-}
-
-static void test_adagrad_wide_rows_bit_exact(void)
-{
-	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
-
-	c.kind = EMB_OPTIM_ADAGRAD;
-	c.lr = 0.05f;
-	c.eps = 1e-3f;
-	wide_rows_bit_exact(&c, adagrad_float_step);
-}
-
-/*
- * Adam and FTRL rows against their scalar code written out here (Adam's
- * per-row step count and bias correction, then each element's operations
- * in order): three steps of emb_optim_apply() on rows of each length,
- * with and without decay, leave the weights and every state float (both
- * moments and the step count; z and n) bit-identical, as for SGD and
- * Adagrad above.
+ * Each optimizer's scalar code written out here, one row at a time: the
+ * operations of every element in their order (and Adam's per-row step
+ * count and bias correction). st is the row's state (NULL for SGD).
  */
 typedef void (*row_ref_fn)(const struct emb_optim_cfg *c, float *w, float *st,
 			   const float *g, uint32_t dim);
+
+static void sgd_row_ref(const struct emb_optim_cfg *c, float *w, float *st,
+			const float *g, uint32_t dim)
+{
+	(void)st;
+	for (uint32_t i = 0; i < dim; i++) {
+		if (c->weight_decay == 0.0f)
+			w[i] -= c->lr * g[i];
+		else
+			w[i] -= c->lr * (g[i] + c->weight_decay * w[i]);
+	}
+}
+
+static void adagrad_row_ref(const struct emb_optim_cfg *c, float *w,
+			    float *st, const float *g, uint32_t dim)
+{
+	for (uint32_t i = 0; i < dim; i++) {
+		float gi = g[i] + c->weight_decay * w[i];
+
+		st[i] += gi * gi;
+		w[i] -= c->lr * gi / (sqrtf(st[i]) + c->eps);
+	}
+}
 
 static void adam_row_ref(const struct emb_optim_cfg *c, float *w, float *st,
 			 const float *g, uint32_t dim)
@@ -366,6 +273,31 @@ static void ftrl_row_ref(const struct emb_optim_cfg *c, float *w, float *st,
 	}
 }
 
+/*
+ * A row's state to start from: the first dim floats of either sign for
+ * Adam's m and FTRL's z, every other float positive (Adagrad's
+ * accumulator, Adam's v, FTRL's n), Adam's step count 0.
+ */
+static void wide_state_row(enum emb_optim_kind kind, float *s, uint32_t dim,
+			   uint32_t ns)
+{
+	const bool signed_first =
+	    kind == EMB_OPTIM_ADAM || kind == EMB_OPTIM_FTRL;
+
+	for (uint32_t j = 0; j < ns; j++)
+		s[j] = wide_state(j % dim) - (signed_first && j < dim ? 0.115f
+								       : 0.0f);
+	if (kind == EMB_OPTIM_ADAM)
+		s[2 * dim] = 0.0f; /* the bits of step count 0 */
+}
+
+/*
+ * Rows of whole vector blocks and a tail: three steps of emb_optim_apply()
+ * on rows of each length, with and without decay, must leave every weight
+ * and state float bit-identical to the scalar code (the vector copies and
+ * the scalar tail do the same operations per element, without
+ * contraction), on every x86-64, in the copy emb__optim_vec_max allows.
+ */
 static void rows_match_scalar_at(const struct emb_optim_cfg *base,
 				 row_ref_fn ref)
 {
@@ -379,8 +311,8 @@ static void rows_match_scalar_at(const struct emb_optim_cfg *base,
 			uint32_t ns = emb_optim_state_floats(c.kind, dim);
 			float *w = calloc(dim, sizeof(float));
 			float *ww = calloc(dim, sizeof(float));
-			float *s = calloc(ns, sizeof(float));
-			float *ws = calloc(ns, sizeof(float));
+			float *s = calloc(ns + 1, sizeof(float));
+			float *ws = calloc(ns + 1, sizeof(float));
 			float *g = calloc(dim, sizeof(float));
 
 			CU_ASSERT_PTR_NOT_NULL_FATAL(w && ww && s && ws && g);
@@ -388,13 +320,12 @@ static void rows_match_scalar_at(const struct emb_optim_cfg *base,
 			for (uint32_t i = 0; i < dim; i++) {
 				w[i] = ww[i] = wide_w(i);
 				g[i] = wide_g(i);
-				/* first state of either sign, second >= 0 */
-				s[i] = ws[i] = wide_state(i) - 0.115f;
-				s[dim + i] = ws[dim + i] = wide_state(i);
 			}
+			wide_state_row(c.kind, s, dim, ns);
+			wide_state_row(c.kind, ws, dim, ns);
 			for (int n = 0; n < 3; n++) {
-				emb_optim_apply(&c, w, s, g, dim);
-				ref(&c, ww, ws, g, dim);
+				emb_optim_apply(&c, w, ns ? s : NULL, g, dim);
+				ref(&c, ww, ns ? ws : NULL, g, dim);
 			}
 			for (uint32_t i = 0; i < dim; i++) {
 				bad += memcmp(&w[i], &ww[i], sizeof(float)) != 0;
@@ -421,14 +352,38 @@ static void rows_match_scalar_at(const struct emb_optim_cfg *base,
 	}
 }
 
+/*
+ * The copies the CPU would not pick run too: the widest copy is lowered
+ * (emb__optim_vec_max) to AVX2 and to the scalar loop in turn.
+ */
 static void rows_match_scalar(const struct emb_optim_cfg *base,
 			      row_ref_fn ref)
 {
-	for (size_t i = 0; i < sizeof(vec_widths) / sizeof(vec_widths[0]); i++) {
-		emb__optim_vec_max = vec_widths[i];
+	static const unsigned widths[] = {64, 32, 0};
+
+	for (size_t i = 0; i < sizeof(widths) / sizeof(widths[0]); i++) {
+		emb__optim_vec_max = widths[i];
 		rows_match_scalar_at(base, ref);
 	}
 	emb__optim_vec_max = 64;
+}
+
+static void test_sgd_wide_rows_bit_exact(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.lr = 0.037f;
+	rows_match_scalar(&c, sgd_row_ref);
+}
+
+static void test_adagrad_wide_rows_bit_exact(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.kind = EMB_OPTIM_ADAGRAD;
+	c.lr = 0.05f;
+	c.eps = 1e-3f;
+	rows_match_scalar(&c, adagrad_row_ref);
 }
 
 static void test_adam_wide_rows_bit_exact(void)
