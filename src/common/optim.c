@@ -237,8 +237,10 @@ static void apply_sgd(const struct emb_optim_cfg *cfg, float *restrict w,
  * IEEE operations in the same order as the scalar code (multiply, add,
  * multiply, add, square root, add, multiply, divide, subtract; no
  * contraction), so rows stay bit-identical on every x86-64. Intrinsics
- * here, not blocks for the vectoriser: with errno set by sqrtf, GCC keeps
- * a scalar call per element. adagrad_tail() finishes the row from i.
+ * here, not blocks for the vectoriser as SGD's: each operation and its
+ * order are then written in the source, not left to what a GCC version
+ * makes of a loop with a square root, a division and (FTRL) a branch.
+ * adagrad_tail() finishes the row from i.
  */
 static inline __attribute__((always_inline)) void
 adagrad_tail(const struct emb_optim_cfg *cfg, float *restrict w,
