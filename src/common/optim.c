@@ -21,6 +21,23 @@
 
 unsigned emb__optim_vec_max = 64;
 
+/*
+ * The vector copy to run: 64 (AVX-512), 32 (AVX2) or 0 (the scalar
+ * loops), the widest the CPU has and emb__optim_vec_max allows. The CPU is
+ * asked per call, as common/init.c does: a load of a word libgcc filled at
+ * start-up.
+ */
+#if defined(__x86_64__) && defined(__GNUC__)
+static unsigned vec_width(void)
+{
+	if (emb__optim_vec_max >= 64 && __builtin_cpu_supports("avx512f"))
+		return 64;
+	if (emb__optim_vec_max >= 32 && __builtin_cpu_supports("avx2"))
+		return 32;
+	return 0;
+}
+#endif
+
 /* A parameter in [0, EMB_OPTIM_PARAM_MAX]; false for NaN too. */
 static bool finite_nonneg(float x)
 {
@@ -81,15 +98,13 @@ floats_finite_avx2(const float *v, size_t n)
 	return floats_finite_body(v, n);
 }
 
-/* The CPU is asked per call, as common/init.c does: a load of a word
- * libgcc filled at start-up. */
 bool emb_floats_finite(const float *v, size_t n)
 {
-	if (emb__optim_vec_max >= 64 && __builtin_cpu_supports("avx512f"))
-		return floats_finite_avx512(v, n);
-	if (emb__optim_vec_max >= 32 && __builtin_cpu_supports("avx2"))
-		return floats_finite_avx2(v, n);
-	return floats_finite_body(v, n);
+	switch (vec_width()) {
+	case 64: return floats_finite_avx512(v, n);
+	case 32: return floats_finite_avx2(v, n);
+	default: return floats_finite_body(v, n);
+	}
 }
 #else
 bool emb_floats_finite(const float *v, size_t n)
@@ -218,14 +233,9 @@ static void apply_sgd(const struct emb_optim_cfg *cfg, float *restrict w,
 		      const float *restrict g, uint32_t dim)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (emb__optim_vec_max >= 64 &&
-	    __builtin_cpu_supports("avx512f")) {
-		sgd_avx512(cfg->lr, cfg->weight_decay, w, g, dim);
-		return;
-	}
-	if (emb__optim_vec_max >= 32 && __builtin_cpu_supports("avx2")) {
-		sgd_avx2(cfg->lr, cfg->weight_decay, w, g, dim);
-		return;
+	switch (vec_width()) {
+	case 64: sgd_avx512(cfg->lr, cfg->weight_decay, w, g, dim); return;
+	case 32: sgd_avx2(cfg->lr, cfg->weight_decay, w, g, dim); return;
 	}
 #endif
 	sgd_body(cfg->lr, cfg->weight_decay, w, g, dim);
@@ -298,14 +308,9 @@ static void apply_adagrad(const struct emb_optim_cfg *cfg, float *restrict w,
 			  uint32_t dim)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (emb__optim_vec_max >= 64 &&
-	    __builtin_cpu_supports("avx512f")) {
-		adagrad_avx512(cfg, w, acc, g, dim);
-		return;
-	}
-	if (emb__optim_vec_max >= 32 && __builtin_cpu_supports("avx2")) {
-		adagrad_avx2(cfg, w, acc, g, dim);
-		return;
+	switch (vec_width()) {
+	case 64: adagrad_avx512(cfg, w, acc, g, dim); return;
+	case 32: adagrad_avx2(cfg, w, acc, g, dim); return;
 	}
 #endif
 	adagrad_tail(cfg, w, acc, g, 0, dim);
@@ -397,14 +402,9 @@ static void apply_adam(const struct emb_optim_cfg *cfg, float *restrict w,
 	/* Kingma & Ba, section 2: eps scaled into the corrected form. */
 	epsc = cfg->eps * (float)sqrt(c2);
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (emb__optim_vec_max >= 64 &&
-	    __builtin_cpu_supports("avx512f")) {
-		adam_avx512(cfg, step, epsc, w, m, v, g, dim);
-		return;
-	}
-	if (emb__optim_vec_max >= 32 && __builtin_cpu_supports("avx2")) {
-		adam_avx2(cfg, step, epsc, w, m, v, g, dim);
-		return;
+	switch (vec_width()) {
+	case 64: adam_avx512(cfg, step, epsc, w, m, v, g, dim); return;
+	case 32: adam_avx2(cfg, step, epsc, w, m, v, g, dim); return;
 	}
 #endif
 	adam_tail(cfg, step, epsc, w, m, v, g, 0, dim);
@@ -527,14 +527,9 @@ static void apply_ftrl(const struct emb_optim_cfg *cfg, float *restrict w,
 		       uint32_t dim)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (emb__optim_vec_max >= 64 &&
-	    __builtin_cpu_supports("avx512f")) {
-		ftrl_avx512(cfg, w, st, st + dim, g, dim);
-		return;
-	}
-	if (emb__optim_vec_max >= 32 && __builtin_cpu_supports("avx2")) {
-		ftrl_avx2(cfg, w, st, st + dim, g, dim);
-		return;
+	switch (vec_width()) {
+	case 64: ftrl_avx512(cfg, w, st, st + dim, g, dim); return;
+	case 32: ftrl_avx2(cfg, w, st, st + dim, g, dim); return;
 	}
 #endif
 	ftrl_tail(cfg, w, st, st + dim, g, 0, dim);
