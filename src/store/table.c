@@ -788,30 +788,26 @@ typedef uint32_t (*pull_chunk_fn)(const uint64_t *ids, const uint32_t *pos,
 PULL_CHUNK_FN(pull_chunk_plain, 0, 0)
 
 #if defined(__x86_64__) && defined(__GNUC__)
+/* For one ISA: the general loop pull_chunk_ISA, and pull_sized_ISA[i] for
+ * a plain pull of rows of 64 << i bytes (16, 32, 64 and 128 floats). */
+#define PULL_CHUNK_FNS(isa, vec)                                              \
+	PULL_CHUNK_FN(pull_chunk_##isa, vec, 0)                               \
+	PULL_CHUNK_FN(pull_chunk_##isa##_64, vec, 64)                         \
+	PULL_CHUNK_FN(pull_chunk_##isa##_128, vec, 128)                       \
+	PULL_CHUNK_FN(pull_chunk_##isa##_256, vec, 256)                       \
+	PULL_CHUNK_FN(pull_chunk_##isa##_512, vec, 512)                       \
+	static const pull_chunk_fn pull_sized_##isa[4] = {                    \
+	    pull_chunk_##isa##_64, pull_chunk_##isa##_128,                    \
+	    pull_chunk_##isa##_256, pull_chunk_##isa##_512};
 #pragma GCC push_options
 #pragma GCC target("avx512f")
-PULL_CHUNK_FN(pull_chunk_avx512, 64, 0)
-PULL_CHUNK_FN(pull_chunk_avx512_64, 64, 64)
-PULL_CHUNK_FN(pull_chunk_avx512_128, 64, 128)
-PULL_CHUNK_FN(pull_chunk_avx512_256, 64, 256)
-PULL_CHUNK_FN(pull_chunk_avx512_512, 64, 512)
+PULL_CHUNK_FNS(avx512, 64)
 #pragma GCC pop_options
 #pragma GCC push_options
 #pragma GCC target("avx2")
-PULL_CHUNK_FN(pull_chunk_avx2, 32, 0)
-PULL_CHUNK_FN(pull_chunk_avx2_64, 32, 64)
-PULL_CHUNK_FN(pull_chunk_avx2_128, 32, 128)
-PULL_CHUNK_FN(pull_chunk_avx2_256, 32, 256)
-PULL_CHUNK_FN(pull_chunk_avx2_512, 32, 512)
+PULL_CHUNK_FNS(avx2, 32)
 #pragma GCC pop_options
-
-/* The copies for a plain pull of rows of 16, 32, 64 and 128 floats. */
-static const pull_chunk_fn pull_sized_avx512[4] = {
-    pull_chunk_avx512_64, pull_chunk_avx512_128, pull_chunk_avx512_256,
-    pull_chunk_avx512_512};
-static const pull_chunk_fn pull_sized_avx2[4] = {
-    pull_chunk_avx2_64, pull_chunk_avx2_128, pull_chunk_avx2_256,
-    pull_chunk_avx2_512};
+#undef PULL_CHUNK_FNS
 #endif
 #undef PULL_CHUNK_FN
 
