@@ -28,9 +28,10 @@
 #include <lz4.h>
 #include <xxhash.h>
 
+#include "common/cfgcodec.h"
+#include "common/endian.h"
 #include "common/err.h"
 #include "common/hash.h"
-#include "common/endian.h"
 
 #define NGROUPS	  (EMB_NSLOTS / EMB_SNAP_GROUP_SLOTS)
 #define ITER_ROWS 1024u
@@ -87,34 +88,6 @@ int emb_snap_meta_check(const struct emb_snap_meta *m,
 	return 0;
 }
 
-static void optim_encode(uint8_t *p, const struct emb_optim_cfg *c)
-{
-	emb_le32_store(p, c->kind);
-	emb_lef32_store(p + 4, c->lr);
-	emb_lef32_store(p + 8, c->weight_decay);
-	emb_lef32_store(p + 12, c->initial_accumulator);
-	emb_lef32_store(p + 16, c->beta1);
-	emb_lef32_store(p + 20, c->beta2);
-	emb_lef32_store(p + 24, c->eps);
-	emb_lef32_store(p + 28, c->ftrl_beta);
-	emb_lef32_store(p + 32, c->l1);
-	emb_lef32_store(p + 36, c->l2);
-}
-
-static void optim_decode(const uint8_t *p, struct emb_optim_cfg *c)
-{
-	c->kind = emb_le32_load(p);
-	c->lr = emb_lef32_load(p + 4);
-	c->weight_decay = emb_lef32_load(p + 8);
-	c->initial_accumulator = emb_lef32_load(p + 12);
-	c->beta1 = emb_lef32_load(p + 16);
-	c->beta2 = emb_lef32_load(p + 20);
-	c->eps = emb_lef32_load(p + 24);
-	c->ftrl_beta = emb_lef32_load(p + 28);
-	c->l1 = emb_lef32_load(p + 32);
-	c->l2 = emb_lef32_load(p + 36);
-}
-
 static void hdr_encode(uint8_t *p, const struct emb_snap_meta *m)
 {
 	memset(p, 0, EMB_SNAP_HDR_SIZE);
@@ -126,10 +99,8 @@ static void hdr_encode(uint8_t *p, const struct emb_snap_meta *m)
 	emb_le32_store(p + 84, m->state_floats);
 	emb_le32_store(p + 88, m->row_floats);
 	emb_le32_store(p + 92, EMB_NSLOTS);
-	optim_encode(p + 96, &m->optim);
-	emb_le32_store(p + 136, m->init.kind);
-	emb_lef32_store(p + 140, m->init.a);
-	emb_lef32_store(p + 144, m->init.b);
+	emb_optim_cfg_encode(p + 96, &m->optim);
+	emb_init_cfg_encode(p + 136, &m->init);
 	emb_le32_store(p + 148, m->flags);
 	emb_le64_store(p + 152, m->seed);
 	emb_le64_store(p + 160, m->rows);
@@ -163,10 +134,8 @@ static int hdr_decode(const uint8_t *p, struct emb_snap_meta *m)
 	m->dim = emb_le32_load(p + 80);
 	m->state_floats = emb_le32_load(p + 84);
 	m->row_floats = emb_le32_load(p + 88);
-	optim_decode(p + 96, &m->optim);
-	m->init.kind = emb_le32_load(p + 136);
-	m->init.a = emb_lef32_load(p + 140);
-	m->init.b = emb_lef32_load(p + 144);
+	emb_optim_cfg_decode(p + 96, &m->optim);
+	emb_init_cfg_decode(p + 136, &m->init);
 	m->flags = emb_le32_load(p + 148);
 	m->seed = emb_le64_load(p + 152);
 	m->rows = emb_le64_load(p + 160);
