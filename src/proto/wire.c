@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/cfgcodec.h"
 #include "common/err.h"
 #include "proto/wire_int.h"
 
@@ -131,17 +132,7 @@ int emb_wire_limits_validate(const struct emb_wire_limits *lim)
 
 void emb_wire_hdr_encode(void *buf, const struct emb_frame_hdr *hdr)
 {
-	uint8_t *p = buf;
-
-	emb_le32_store(p + 0, hdr->magic);
-	p[4] = hdr->version;
-	p[5] = hdr->opcode;
-	emb_le16_store(p + 6, hdr->flags);
-	emb_le64_store(p + 8, hdr->req_id);
-	emb_le32_store(p + 16, hdr->table_id);
-	emb_le32_store(p + 20, hdr->count);
-	emb_le32_store(p + 24, hdr->payload_len);
-	emb_le32_store(p + 28, (uint32_t)hdr->status);
+	emb_frame_hdr_encode(buf, hdr);
 }
 
 int emb_wire_hdr_decode(const void *buf, size_t len,
@@ -150,29 +141,20 @@ int emb_wire_hdr_decode(const void *buf, size_t len,
 {
 	const uint8_t *p = buf;
 	struct emb_frame_hdr h;
+	int rc;
 
 	if (!p || !out || emb_wire_limits_validate(lim))
 		return EMB_EBADARG;
 	if (len < EMB_WIRE_HDR_SIZE)
 		return EMB_ETRUNCFRAME;
 
-	h.magic = emb_le32_load(p + 0);
-	h.version = p[4];
-	h.opcode = p[5];
-	h.flags = emb_le16_load(p + 6);
-	h.req_id = emb_le64_load(p + 8);
-	h.table_id = emb_le32_load(p + 16);
-	h.count = emb_le32_load(p + 20);
-	h.payload_len = emb_le32_load(p + 24);
-	h.status = (int32_t)emb_le32_load(p + 28);
-
-	if (h.magic != EMB_WIRE_MAGIC)
-		return EMB_EBADMAGIC;
-	if (h.version != EMB_WIRE_VERSION)
-		return EMB_EBADVERSION;
+	emb_frame_hdr_decode(p, &h);
+	rc = emb_frame_hdr_check(&h);
+	if (rc)
+		return rc;
 	if (!emb_wire_op_known(h.opcode & ~EMB_OP_RESPONSE_BIT))
 		return EMB_EBADOP;
-	if (h.payload_len > lim->max_frame_bytes - EMB_WIRE_HDR_SIZE)
+	if (!emb_frame_fits(&h, lim->max_frame_bytes))
 		return EMB_ETOOBIG;
 	*out = h;
 	return 0;
@@ -244,8 +226,7 @@ static int check_req(const struct emb_wire_frame *f, uint8_t op)
 	return 0;
 }
 
-/* The frame is a successful response to op. */
-static int check_resp(const struct emb_wire_frame *f, uint8_t op)
+int emb__wire_check_resp(const struct emb_wire_frame *f, uint8_t op)
 {
 	if (!f || f->hdr.opcode != (op | EMB_OP_RESPONSE_BIT))
 		return EMB_EBADARG;
@@ -336,19 +317,8 @@ int emb__wire_spec_put(uint8_t *p, const struct emb_wire_spec *s)
 	memset(p, 0, EMB_WIRE_NAME_SIZE);
 	memcpy(p, s->name, len);
 	emb_le32_store(p + 64, s->dim);
-	emb_le32_store(p + 68, s->optim.kind);
-	emb_lef32_store(p + 72, s->optim.lr);
-	emb_lef32_store(p + 76, s->optim.weight_decay);
-	emb_lef32_store(p + 80, s->optim.initial_accumulator);
-	emb_lef32_store(p + 84, s->optim.beta1);
-	emb_lef32_store(p + 88, s->optim.beta2);
-	emb_lef32_store(p + 92, s->optim.eps);
-	emb_lef32_store(p + 96, s->optim.ftrl_beta);
-	emb_lef32_store(p + 100, s->optim.l1);
-	emb_lef32_store(p + 104, s->optim.l2);
-	emb_le32_store(p + 108, s->init.kind);
-	emb_lef32_store(p + 112, s->init.a);
-	emb_lef32_store(p + 116, s->init.b);
+	emb_optim_cfg_encode(p + 68, &s->optim);
+	emb_init_cfg_encode(p + 108, &s->init);
 	emb_le64_store(p + 120, s->seed);
 	return 0;
 }
@@ -377,19 +347,8 @@ void emb__wire_spec_get(const uint8_t *p, struct emb_wire_spec *s)
 {
 	memcpy(s->name, p, EMB_WIRE_NAME_SIZE);
 	s->dim = emb_le32_load(p + 64);
-	s->optim.kind = emb_le32_load(p + 68);
-	s->optim.lr = emb_lef32_load(p + 72);
-	s->optim.weight_decay = emb_lef32_load(p + 76);
-	s->optim.initial_accumulator = emb_lef32_load(p + 80);
-	s->optim.beta1 = emb_lef32_load(p + 84);
-	s->optim.beta2 = emb_lef32_load(p + 88);
-	s->optim.eps = emb_lef32_load(p + 92);
-	s->optim.ftrl_beta = emb_lef32_load(p + 96);
-	s->optim.l1 = emb_lef32_load(p + 100);
-	s->optim.l2 = emb_lef32_load(p + 104);
-	s->init.kind = emb_le32_load(p + 108);
-	s->init.a = emb_lef32_load(p + 112);
-	s->init.b = emb_lef32_load(p + 116);
+	emb_optim_cfg_decode(p + 68, &s->optim);
+	emb_init_cfg_decode(p + 108, &s->init);
 	s->seed = emb_le64_load(p + 120);
 	/* Only CREATE_TABLE carries a lifecycle, after the spec. */
 	s->life = EMB_LIFECYCLE_CFG_DEFAULT;
@@ -542,14 +501,13 @@ int emb_wire_ack_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 	return (int)EMB_WIRE_HDR_SIZE;
 }
 
-int emb_wire_error_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
-			  uint32_t table_id, int32_t status, const char *msg)
+/* The ERROR payload after a header answering resp_op (response bit set). */
+static int error_put(void *buf, size_t cap, uint8_t resp_op, uint64_t req_id,
+		     uint32_t table_id, int32_t status, const char *msg)
 {
 	size_t len = msg ? strlen(msg) : 0;
 	uint8_t *p = buf;
 
-	if (status >= 0 || !emb_wire_op_known(op))
-		return EMB_EBADARG;
 	if (len > EMB_WIRE_ERRMSG_MAX) {
 		/* Never cut a multi-byte character in half: back off over
 		 * continuation bytes (10xxxxxx) to the start of msg[len]'s. */
@@ -559,12 +517,33 @@ int emb_wire_error_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 	}
 	if (!p || cap < EMB_WIRE_HDR_SIZE + 4 + len)
 		return -ENOSPC;
-	emb__wire_put_hdr(p, op | EMB_OP_RESPONSE_BIT, 0, req_id, table_id, 0,
+	emb__wire_put_hdr(p, resp_op, 0, req_id, table_id, 0,
 		(uint32_t)(4 + len), status);
 	emb_le32_store(p + EMB_WIRE_HDR_SIZE, (uint32_t)len);
 	if (len)
 		memcpy(p + EMB_WIRE_HDR_SIZE + 4, msg, len);
 	return (int)(EMB_WIRE_HDR_SIZE + 4 + len);
+}
+
+int emb_wire_error_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
+			  uint32_t table_id, int32_t status, const char *msg)
+{
+	if (status >= 0 || !emb_wire_op_known(op))
+		return EMB_EBADARG;
+	return error_put(buf, cap, op | EMB_OP_RESPONSE_BIT, req_id, table_id,
+			 status, msg);
+}
+
+int emb_wire_reject_encode(void *buf, size_t cap,
+			   const struct emb_frame_hdr *req, int status,
+			   const char *msg)
+{
+	if (!req || status >= 0)
+		return EMB_EBADARG;
+	/* Whatever the peer sent, known opcode or not: the transport
+	 * refuses frames before anything decodes them. */
+	return error_put(buf, cap, (uint8_t)(req->opcode | EMB_OP_RESPONSE_BIT),
+			 req->req_id, 0, status, msg);
 }
 
 int emb_wire_list_resp_encode(void *buf, size_t cap, uint64_t req_id,
@@ -985,7 +964,7 @@ int emb_wire_hello_resp_decode(const struct emb_wire_frame *f,
 	const uint8_t *p;
 	int rc;
 
-	rc = check_resp(f, EMB_OP_HELLO);
+	rc = emb__wire_check_resp(f, EMB_OP_HELLO);
 	if (rc)
 		return rc;
 	/* EMB_F_ADMIN is a request flag; a response carries none. */
@@ -1055,7 +1034,7 @@ int emb_wire_ack_decode(const struct emb_wire_frame *f, uint8_t op)
 
 	if (!ack_op(op))
 		return EMB_EBADARG;
-	rc = check_resp(f, op);
+	rc = emb__wire_check_resp(f, op);
 	if (rc)
 		return rc;
 	if (f->hdr.payload_len != 0 || f->hdr.flags != 0)
@@ -1092,7 +1071,7 @@ int emb_wire_list_resp_decode(const struct emb_wire_frame *f,
 	uint32_t n, i;
 	int rc;
 
-	rc = check_resp(f, EMB_OP_LIST_TABLES);
+	rc = emb__wire_check_resp(f, EMB_OP_LIST_TABLES);
 	if (rc)
 		return rc;
 	n = f->hdr.count;
@@ -1155,7 +1134,7 @@ int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
 	if (dim == 0 || dim > EMB_WIRE_DIM_MAX ||
 	    state_floats > STRIDE_MAX - dim)
 		return EMB_EBADARG;
-	rc = check_resp(f, EMB_OP_PULL);
+	rc = emb__wire_check_resp(f, EMB_OP_PULL);
 	if (rc)
 		return rc;
 	if (f->hdr.table_id == 0)
@@ -1289,7 +1268,7 @@ int emb_wire_locate_resp_decode(const struct emb_wire_frame *f,
 	uint32_t n;
 	int rc;
 
-	rc = check_resp(f, EMB_OP_LOCATE);
+	rc = emb__wire_check_resp(f, EMB_OP_LOCATE);
 	if (rc)
 		return rc;
 	n = f->hdr.count;
@@ -1322,7 +1301,7 @@ int emb_wire_stats_resp_decode(const struct emb_wire_frame *f,
 	uint64_t esize;
 	int rc;
 
-	rc = check_resp(f, EMB_OP_STATS);
+	rc = emb__wire_check_resp(f, EMB_OP_STATS);
 	if (rc)
 		return rc;
 	n = f->hdr.count;
@@ -1366,7 +1345,8 @@ int emb_wire_ping_decode(const struct emb_wire_frame *f, bool response,
 {
 	int rc;
 
-	rc = response ? check_resp(f, EMB_OP_PING) : check_req(f, EMB_OP_PING);
+	rc = response ? emb__wire_check_resp(f, EMB_OP_PING)
+		      : check_req(f, EMB_OP_PING);
 	if (rc)
 		return rc;
 	if (f->hdr.table_id != 0 || f->hdr.count != 0)

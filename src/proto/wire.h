@@ -1,10 +1,11 @@
 /*
- * src/proto/wire.h - the frame header every embstore message starts with,
- * the opcodes and the decoder's limits.
+ * src/proto/wire.h - the protocol's side of the frame header: what its
+ * opcode, flags and status mean, the opcodes, and the decoder's limits.
  *
- * Frames are little-endian. A frame is this fixed 32-byte header followed by
- * payload_len bytes whose layout depends on the opcode (see wire_msg.h and
- * docs/protocol.md). Transports only need the header to delimit frames.
+ * Frames are little-endian. A frame is the fixed 32-byte header of
+ * common/frame.h followed by payload_len bytes whose layout depends on the
+ * opcode (see wire_msg.h and docs/protocol.md). Transports need only the
+ * header to delimit frames, and know it from common/frame.h alone:
  *
  *   OFFSET  SIZE  MEANING
  *   0       4     magic, "EMB1" = 0x31424d45 as a little-endian u32
@@ -32,12 +33,14 @@
 #include <string.h>
 
 #include "common/endian.h"
+#include "common/frame.h"
 #include "common/tabledef.h"
 #include "common/token.h"
 
-#define EMB_WIRE_MAGIC	  0x31424d45u
-#define EMB_WIRE_VERSION  1u
-#define EMB_WIRE_HDR_SIZE 32u
+/* The frame header's constants, under the protocol's names. */
+#define EMB_WIRE_MAGIC	  EMB_FRAME_MAGIC
+#define EMB_WIRE_VERSION  EMB_FRAME_VERSION
+#define EMB_WIRE_HDR_SIZE EMB_FRAME_HDR_SIZE
 
 #define EMB_OP_RESPONSE_BIT 0x80u
 
@@ -105,7 +108,7 @@ enum emb_op {
 				   port number */
 
 /* Field limits fixed by the protocol, whatever the configured limits. */
-#define EMB_WIRE_FRAME_MAX	 (1u << 30) /* largest max_frame_bytes */
+#define EMB_WIRE_FRAME_MAX	 EMB_FRAME_MAX /* largest max_frame_bytes */
 #define EMB_WIRE_DIM_MAX	 EMB_DIM_MAX /* largest dim (common/tabledef.h) */
 #define EMB_WIRE_NAME_SIZE	 64u   /* table name field, NUL-padded */
 #define EMB_WIRE_TOKEN_MAX	 EMB_TOKEN_MAX /* HELLO auth token bytes */
@@ -128,21 +131,6 @@ struct emb_wire_limits {
 				  .max_ids = 1u << 20,                         \
 				  .max_tables = 1024,                          \
 				  .max_dim = EMB_WIRE_DIM_MAX})
-
-struct emb_frame_hdr {
-	uint32_t magic;	      /* EMB_WIRE_MAGIC */
-	uint8_t version;      /* EMB_WIRE_VERSION */
-	uint8_t opcode;	      /* enum emb_op, | EMB_OP_RESPONSE_BIT */
-	uint16_t flags;	      /* EMB_F_* */
-	uint64_t req_id;      /* echoed in the response */
-	uint32_t table_id;    /* server-assigned table id */
-	uint32_t count;	      /* ids or rows in the payload */
-	uint32_t payload_len; /* bytes after the header */
-	int32_t status;	      /* response status, 0 or negative */
-};
-
-_Static_assert(sizeof(struct emb_frame_hdr) == EMB_WIRE_HDR_SIZE,
-	       "frame header is 32 bytes on the wire");
 
 /*
  * A replicated write routed by map epoch (1..INT32_MAX): EMB_F_EPOCH and

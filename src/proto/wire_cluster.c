@@ -55,15 +55,14 @@ static int check_req(const struct emb_wire_frame *f, uint8_t op)
 	return 0;
 }
 
-static int check_resp(const struct emb_wire_frame *f, uint8_t op)
+/* A successful cluster response: no flags and no table. */
+static int check_cluster_resp(const struct emb_wire_frame *f, uint8_t op)
 {
-	if (!f || f->hdr.opcode != (op | EMB_OP_RESPONSE_BIT))
-		return EMB_EBADARG;
-	if (f->hdr.status < 0)
-		return EMB_ESERVER;
-	if (f->hdr.status > 0 || f->hdr.flags || f->hdr.table_id)
+	int rc = emb__wire_check_resp(f, op);
+
+	if (rc == 0 && f->hdr.table_id)
 		return EMB_EBADFRAME;
-	return 0;
+	return rc;
 }
 
 /* ---- encoders -------------------------------------------------------- */
@@ -333,7 +332,7 @@ int emb_wire_register_resp_decode(const struct emb_wire_frame *f,
 {
 	struct emb_wire_register_resp r;
 	const uint8_t *p;
-	int rc = check_resp(f, EMB_OP_REGISTER);
+	int rc = check_cluster_resp(f, EMB_OP_REGISTER);
 
 	if (rc)
 		return rc;
@@ -375,7 +374,7 @@ int emb_wire_cluster_map_decode(const struct emb_wire_frame *f,
 {
 	const uint8_t *p, *e;
 	uint32_t n, nw, r, tail;
-	int rc = check_resp(f, EMB_OP_CLUSTER_MAP);
+	int rc = check_cluster_resp(f, EMB_OP_CLUSTER_MAP);
 
 	if (rc)
 		return rc;
@@ -463,7 +462,7 @@ int emb_wire_heartbeat_resp_decode(const struct emb_wire_frame *f,
 {
 	const uint8_t *p;
 	uint32_t n;
-	int rc = check_resp(f, EMB_OP_HEARTBEAT);
+	int rc = check_cluster_resp(f, EMB_OP_HEARTBEAT);
 
 	if (rc)
 		return rc;
@@ -520,7 +519,7 @@ int emb_wire_cluster_ack_decode(const struct emb_wire_frame *f, uint8_t op,
 	if (op != EMB_OP_BARRIER && op != EMB_OP_FINISH &&
 	    op != EMB_OP_FILL_DONE)
 		return EMB_EBADARG;
-	rc = check_resp(f, op);
+	rc = check_cluster_resp(f, op);
 	if (rc)
 		return rc;
 	if (f->hdr.payload_len || (op != EMB_OP_BARRIER && f->hdr.count))

@@ -65,22 +65,11 @@ int emb_wire_dump_req_decode(const struct emb_wire_frame *f, uint8_t op)
 	return 0;
 }
 
-static int check_resp(const struct emb_wire_frame *f, uint8_t op)
-{
-	if (!f || f->hdr.opcode != (op | EMB_OP_RESPONSE_BIT))
-		return EMB_EBADARG;
-	if (f->hdr.status < 0)
-		return EMB_ESERVER;
-	if (f->hdr.status > 0 || f->hdr.flags != 0)
-		return EMB_EBADFRAME;
-	return 0;
-}
-
 int emb_wire_dump_info_decode(const struct emb_wire_frame *f,
 			      struct emb_wire_dump_info *out)
 {
 	const uint8_t *p;
-	int rc = check_resp(f, EMB_OP_DUMP_BEGIN);
+	int rc = emb__wire_check_resp(f, EMB_OP_DUMP_BEGIN);
 
 	if (rc)
 		return rc;
@@ -110,7 +99,7 @@ int emb_wire_dump_chunk_decode(const struct emb_wire_frame *f,
 			       struct emb_wire_dump_chunk *out)
 {
 	uint32_t n;
-	int rc = check_resp(f, EMB_OP_DUMP_CHUNK);
+	int rc = emb__wire_check_resp(f, EMB_OP_DUMP_CHUNK);
 
 	if (rc)
 		return rc;

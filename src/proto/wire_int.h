@@ -21,6 +21,15 @@ void emb__wire_put_hdr(void *buf, uint8_t op, uint16_t flags, uint64_t req_id,
 		       int32_t status);
 
 /*
+ * The one check of a response for every decoder (wire.c, wire_dump.c,
+ * wire_cluster.c): f is a successful response to op. 0, or EMB_EBADARG
+ * (another opcode, or not a response), EMB_ESERVER (status < 0: an ERROR
+ * payload), EMB_EBADFRAME (status > 0, or a flag op's requests may not
+ * set: dump and cluster responses carry none).
+ */
+int emb__wire_check_resp(const struct emb_wire_frame *f, uint8_t op);
+
+/*
  * The 128-byte table spec of CREATE_TABLE, LIST_TABLES and DUMP_BEGIN.
  * put: 0, EMB_EBADNAME or EMB_EBADDIM. check: 0, or EMB_EBADNAME for an
  * empty, unterminated or not NUL-padded name, EMB_EBADDIM for dim 0 or over

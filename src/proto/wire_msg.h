@@ -425,6 +425,18 @@ int emb_wire_ack_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 int emb_wire_error_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 			  uint32_t table_id, int32_t status, const char *msg);
 
+/*
+ * The error response to a frame refused before anything decoded it, whose
+ * opcode may be any byte: answers req's opcode | EMB_OP_RESPONSE_BIT and
+ * req_id, table id 0, with status < 0 (EMB_EBADARG otherwise) and msg as
+ * emb_wire_error_encode() does. Bytes written, or -ENOSPC. The transports'
+ * emb_reject_fn (transport/transport.h): a server puts it in
+ * emb_transport_opts.reject_encode.
+ */
+int emb_wire_reject_encode(void *buf, size_t cap,
+			   const struct emb_frame_hdr *req, int status,
+			   const char *msg);
+
 /* EMB_ETOOMANYTABLES: n over what an int-sized frame can hold. */
 int emb_wire_list_resp_encode(void *buf, size_t cap, uint64_t req_id,
 			      const struct emb_wire_table_info *tables,
