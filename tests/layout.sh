@@ -11,7 +11,7 @@ allowed() {
 	case $1 in
 	common) echo "common" ;;
 	proto | store | cache | metrics) echo "common $1" ;;
-	transport) echo "common proto transport" ;;
+	transport) echo "common transport" ;;
 	cluster) echo "common proto transport metrics cluster" ;;
 	server) echo "common proto transport store metrics server" ;;
 	worker) echo "common proto transport cache cluster worker" ;;

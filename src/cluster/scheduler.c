@@ -1302,6 +1302,7 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	}
 	topts.call_timeout_ms = 0;
 	topts.max_frame_bytes = 1u << 20;
+	topts.reject_encode = emb_wire_reject_encode;
 	rc = emb_transport_create("tcp", &topts, &s->tr);
 	if (rc)
 		goto err_free;

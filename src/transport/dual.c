@@ -50,7 +50,7 @@ static struct dual_tr *to_dual(struct emb_transport *tr)
 	return (struct dual_tr *)tr;
 }
 
-bool emb__dual_is(const struct emb_transport *tr)
+static bool dual_is(const struct emb_transport *tr)
 {
 	return tr->ops == &emb__dual_tcp_ops || tr->ops == &emb__dual_rdma_ops;
 }
@@ -198,7 +198,7 @@ static int sub_loops(const struct emb_listen_opts *opts, int which,
 	if (!v)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < opts->nloops; i++) {
-		if (!opts->loops[i] || !emb__dual_is(opts->loops[i])) {
+		if (!opts->loops[i] || !dual_is(opts->loops[i])) {
 			free(v);
 			return -EINVAL;
 		}
@@ -318,15 +318,16 @@ static int dual_rkey_of(struct emb_transport *tr, const void *addr,
 	return emb_transport_rkey(r, addr, len, rkey);
 }
 
-void emb__dual_stats(const struct emb_transport *tr,
-		     struct emb_transport_stats *out)
+/* The counters of the two added up. */
+static void dual_stats(const struct emb_transport *tr,
+		       struct emb_transport_stats *out)
 {
 	const struct dual_tr *d = (const struct dual_tr *)tr;
 	struct emb_transport_stats s[2];
 	uint64_t *o = (uint64_t *)out;
 
-	emb_transport_stats(d->sub[SUB_TCP], &s[0]);
-	emb_transport_stats(d->sub[SUB_RDMA], &s[1]);
+	d->sub[SUB_TCP]->ops->stats(d->sub[SUB_TCP], &s[0]);
+	d->sub[SUB_RDMA]->ops->stats(d->sub[SUB_RDMA], &s[1]);
 	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
 		o[i] = ((uint64_t *)&s[0])[i] + ((uint64_t *)&s[1])[i];
 	/* A peak is not a count: the larger of the two. */
@@ -335,17 +336,19 @@ void emb__dual_stats(const struct emb_transport *tr,
 				  : s[1].out_queue_peak;
 }
 
-void emb__dual_fault_set(struct emb_transport *tr, enum emb_fault_point point,
-			 uint32_t nth, int rc)
+static void dual_fault_set(struct emb_transport *tr,
+			   enum emb_fault_point point, uint32_t nth, int rc)
 {
 	struct dual_tr *d = to_dual(tr);
 
-	/* Sends and I/O are counted where the conn lives; registering,
-	 * connecting and listening in the shims on this loop. */
+	/* Armed here for the shims on this loop, which count registering,
+	 * connecting and listening; sends and I/O are counted where the
+	 * conn lives, in the two below. */
+	emb__transport_fault_arm(tr, point, nth, rc);
 	if (point != EMB_FAULT_SEND && point != EMB_FAULT_IO)
 		return;
 	for (int i = 0; i < 2; i++)
-		emb_transport_fault_set(d->sub[i], point, nth, rc);
+		d->sub[i]->ops->fault_set(d->sub[i], point, nth, rc);
 }
 
 /*
@@ -363,6 +366,8 @@ const struct emb_transport_ops emb__dual_tcp_ops = {
     .reg_mem = dual_reg_mem,
     .dereg_mem = dual_dereg_mem,
     .rkey_of = dual_rkey_of,
+    .stats = dual_stats,
+    .fault_set = dual_fault_set,
 };
 
 const struct emb_transport_ops emb__dual_rdma_ops = {
@@ -376,4 +381,6 @@ const struct emb_transport_ops emb__dual_rdma_ops = {
     .reg_mem = dual_reg_mem,
     .dereg_mem = dual_dereg_mem,
     .rkey_of = dual_rkey_of,
+    .stats = dual_stats,
+    .fault_set = dual_fault_set,
 };

@@ -328,7 +328,7 @@ static void close_list_remove(struct emb_rdma_conn *c)
 	c->close_pending = false;
 }
 
-void emb__rdma_conn_maybe_free(struct emb_rdma_conn *c)
+static void conn_maybe_free(struct emb_rdma_conn *c)
 {
 	if (c->state != EMB_RDMA_CONN_DRAINING || !c->sq_drained ||
 	    !c->user_gone || c->held || c->close_pending || c->busy)
@@ -340,7 +340,7 @@ void emb__rdma_conn_maybe_free(struct emb_rdma_conn *c)
 	free(c);
 }
 
-void emb__rdma_conn_opened(struct emb_rdma_conn *c)
+static void conn_opened(struct emb_rdma_conn *c)
 {
 	if (c->opened)
 		return;
@@ -374,7 +374,7 @@ static void post_drain(struct emb_rdma_conn *c)
 		c->rq_drained = true;
 }
 
-void emb__rdma_conn_fail(struct emb_rdma_conn *c, int reason)
+static void conn_fail(struct emb_rdma_conn *c, int reason)
 {
 	struct emb_rdma_transport *rt = c->rt;
 	struct emb_transport_stats *st = &rt->base.stats;
@@ -414,6 +414,13 @@ void emb__rdma_conn_fail(struct emb_rdma_conn *c, int reason)
 	rt->close_head = c;
 }
 
+/* What rdma_dp.c calls back into when a conn fails, opens or may go. */
+static const struct emb_rdma_conn_ops conn_ops = {
+	.fail = conn_fail,
+	.opened = conn_opened,
+	.maybe_free = conn_maybe_free,
+};
+
 /* Loop: fails pending work of closed conns and runs their on_close. */
 static int run_closes(struct emb_rdma_transport *rt)
 {
@@ -435,7 +442,7 @@ static int run_closes(struct emb_rdma_transport *rt)
 			}
 		}
 		c->busy--;
-		emb__rdma_conn_maybe_free(c);
+		conn_maybe_free(c);
 		n++;
 	}
 	return n;
@@ -582,7 +589,7 @@ static void device_removed(struct emb_rdma_transport *rt)
 	rt->dev_gone = true;
 	for (uint32_t i = 0; i < rt->nconns; i++)
 		if (rt->conns[i])
-			emb__rdma_conn_fail(rt->conns[i], -ENODEV);
+			conn_fail(rt->conns[i], -ENODEV);
 }
 
 static int cm_events(struct emb_rdma_transport *rt)
@@ -622,16 +629,16 @@ static int cm_events(struct emb_rdma_transport *rt)
 		switch (type) {
 		case RDMA_CM_EVENT_ESTABLISHED:
 			if (c->base.server && c->state != EMB_RDMA_CONN_DRAINING)
-				emb__rdma_conn_opened(c);
+				conn_opened(c);
 			break;
 		case RDMA_CM_EVENT_DISCONNECTED:
 			if (c->state != EMB_RDMA_CONN_DRAINING)
-				emb__rdma_conn_fail(c, EMB_EPEERDEAD);
+				conn_fail(c, EMB_EPEERDEAD);
 			break;
 		case RDMA_CM_EVENT_REJECTED:
 		case RDMA_CM_EVENT_UNREACHABLE:
 		case RDMA_CM_EVENT_CONNECT_ERROR:
-			emb__rdma_conn_fail(c, -ECONNABORTED);
+			conn_fail(c, -ECONNABORTED);
 			break;
 		default:
 			break;
@@ -668,6 +675,7 @@ static int op_create(const struct emb_transport_opts *opts,
 		free(rt);
 		return rc;
 	}
+	rt->conn_ops = &conn_ops;
 	rt->devs = rdma_get_devices(&ndev);
 	if (!rt->devs || ndev == 0) {
 		emb_log(EMB_LOG_DEBUG, "rdma: no RDMA device");
@@ -755,7 +763,7 @@ static void drain_all(struct emb_rdma_transport *rt)
 		c->sq_drained = c->user_gone = true;
 		c->held = 0;
 		c->busy = 0;
-		emb__rdma_conn_maybe_free(c);
+		conn_maybe_free(c);
 	}
 }
 
@@ -768,7 +776,7 @@ static void op_destroy(struct emb_transport *tr)
 		emb__transport_run_tasks(tr);
 	for (uint32_t i = 0; i < rt->nconns; i++)
 		if (rt->conns[i])
-			emb__rdma_conn_fail(rt->conns[i], EMB_ECLOSED);
+			conn_fail(rt->conns[i], EMB_ECLOSED);
 	if (rt->cq)
 		drain_all(rt);
 	emb_log(EMB_LOG_DEBUG, "rdma: loop done: %llu responses bounced, %llu "
@@ -1164,12 +1172,12 @@ static void op_conn_destroy(struct emb_conn *base)
 
 	c->user_gone = true;
 	if (c->state != EMB_RDMA_CONN_DRAINING)
-		emb__rdma_conn_fail(c, EMB_ECLOSED);
+		conn_fail(c, EMB_ECLOSED);
 	close_list_remove(c);
 	c->busy++;
 	emb__rdma_fail_ops(c, EMB_ECLOSED);
 	c->busy--;
-	emb__rdma_conn_maybe_free(c);
+	conn_maybe_free(c);
 }
 
 static void op_conn_close(struct emb_conn *base, int reason)
@@ -1177,7 +1185,7 @@ static void op_conn_close(struct emb_conn *base, int reason)
 	struct emb_rdma_conn *c = emb__rdma_conn_of(base);
 
 	if (c->state != EMB_RDMA_CONN_DRAINING)
-		emb__rdma_conn_fail(c, reason);
+		conn_fail(c, reason);
 }
 
 /* ---- memory registration ------------------------------------------------ */
@@ -1257,4 +1265,6 @@ const struct emb_transport_ops emb__rdma_ops = {
 	.dereg_mem = op_dereg_mem,
 	.rkey_of = emb__rdma_rkey_of,
 	.read = emb__rdma_read,
+	.stats = emb__transport_stats_read,
+	.fault_set = emb__transport_fault_arm,
 };

@@ -427,9 +427,9 @@ static struct emb_rdma_sreq *op_sreq(struct emb_rdma_op *op)
 static uint64_t op_bytes(struct emb_rdma_op *op)
 {
 	if (op->kind == EMB_RDMA_OP_CALL)
-		return EMB_WIRE_HDR_SIZE + op_call(op)->hdr.payload_len;
+		return EMB_FRAME_HDR_SIZE + op_call(op)->hdr.payload_len;
 	if (op->kind == EMB_RDMA_OP_REPLY)
-		return EMB_WIRE_HDR_SIZE + op_sreq(op)->rhdr.payload_len;
+		return EMB_FRAME_HDR_SIZE + op_sreq(op)->rhdr.payload_len;
 	return 0;
 }
 
@@ -443,7 +443,7 @@ static int call_post(struct emb_rdma_conn *c, struct emb_rdma_call *call)
 	struct emb_rdma_buf tx = {0};
 	struct emb_rdma_swr *e;
 	/* No response outgrows a frame: bounce no more than that. */
-	size_t land = c->base.tr->opts.max_frame_bytes - EMB_WIRE_HDR_SIZE;
+	size_t land = c->base.tr->opts.max_frame_bytes - EMB_FRAME_HDR_SIZE;
 	char *msg;
 	int rc;
 
@@ -511,9 +511,9 @@ static int call_post(struct emb_rdma_conn *c, struct emb_rdma_call *call)
 	call->state = EMB_RDMA_CALL_POSTED;
 	call->at_server = true;
 	EMB__STAT_ADD(c->base.tr->stats.frames_out, 1);
-	EMB__STAT_ADD(c->base.tr->stats.bytes_out, EMB_WIRE_HDR_SIZE + plen);
+	EMB__STAT_ADD(c->base.tr->stats.bytes_out, EMB_FRAME_HDR_SIZE + plen);
 	c->base.stats.frames_out++;
-	c->base.stats.bytes_out += EMB_WIRE_HDR_SIZE + plen;
+	c->base.stats.bytes_out += EMB_FRAME_HDR_SIZE + plen;
 	return chain_post(c, &ch);
 }
 
@@ -680,9 +680,9 @@ static int reply_post(struct emb_rdma_conn *c, struct emb_rdma_sreq *sr)
 	}
 	sr->state = EMB_RDMA_SREQ_IDLE;
 	EMB__STAT_ADD(rt->base.stats.frames_out, 1);
-	EMB__STAT_ADD(rt->base.stats.bytes_out, EMB_WIRE_HDR_SIZE + plen);
+	EMB__STAT_ADD(rt->base.stats.bytes_out, EMB_FRAME_HDR_SIZE + plen);
 	c->base.stats.frames_out++;
-	c->base.stats.bytes_out += EMB_WIRE_HDR_SIZE + plen;
+	c->base.stats.bytes_out += EMB_FRAME_HDR_SIZE + plen;
 	return chain_post(c, &ch);
 }
 
@@ -864,7 +864,7 @@ int emb__rdma_call(struct emb_conn *conn, const struct emb_frame_hdr *hdr,
 	uint32_t idx;
 	int rc;
 
-	if (plen > tr->opts.max_frame_bytes - EMB_WIRE_HDR_SIZE)
+	if (plen > tr->opts.max_frame_bytes - EMB_FRAME_HDR_SIZE)
 		return -EINVAL;
 	/* A conn that failed but whose close is not yet delivered still
 	 * takes calls; they fail with the close reason, as queued ones do. */
@@ -880,8 +880,8 @@ int emb__rdma_call(struct emb_conn *conn, const struct emb_frame_hdr *hdr,
 	idx = (uint32_t)(call - c->calls);
 	call->req_id = (++c->req_seq << CALL_IDX_BITS) | idx;
 	call->hdr = *hdr;
-	call->hdr.magic = EMB_WIRE_MAGIC;
-	call->hdr.version = EMB_WIRE_VERSION;
+	call->hdr.magic = EMB_FRAME_MAGIC;
+	call->hdr.version = EMB_FRAME_VERSION;
 	call->hdr.req_id = call->req_id;
 	call->hdr.payload_len = (uint32_t)plen;
 	call->iov = iov;
@@ -921,7 +921,7 @@ int emb__rdma_call(struct emb_conn *conn, const struct emb_frame_hdr *hdr,
 	rc = iov_keep(iov, niov, call->iov_inl, &call->iov_heap, &call->iov);
 	if (rc)
 		goto err_undo;
-	q_push(c, &call->op, EMB_WIRE_HDR_SIZE + plen);
+	q_push(c, &call->op, EMB_FRAME_HDR_SIZE + plen);
 	return 0;
 
 err_undo:
@@ -1075,9 +1075,9 @@ static void deliver(struct emb_rdma_conn *c, struct emb_rdma_sreq *sr,
 		EMB__STAT_ADD(rt->base.stats.rx_pauses, 1);
 	}
 	c->base.stats.frames_in++;
-	c->base.stats.bytes_in += EMB_WIRE_HDR_SIZE + plen;
+	c->base.stats.bytes_in += EMB_FRAME_HDR_SIZE + plen;
 	EMB__STAT_ADD(rt->base.stats.frames_in, 1);
-	EMB__STAT_ADD(rt->base.stats.bytes_in, EMB_WIRE_HDR_SIZE + plen);
+	EMB__STAT_ADD(rt->base.stats.bytes_in, EMB_FRAME_HDR_SIZE + plen);
 	if (c->state != EMB_RDMA_CONN_OPEN)
 		return; /* closed from on_open: req stays held */
 	c->on_request(c->arg, &c->base, &sr->base, &sr->base.hdr,
@@ -1149,7 +1149,7 @@ int emb__rdma_reply(struct emb_req *req, const struct emb_frame_hdr *hdr,
 		emb__rdma_req_release(req);
 		return EMB_ECLOSED;
 	}
-	if (plen > rt->base.opts.max_frame_bytes - EMB_WIRE_HDR_SIZE) {
+	if (plen > rt->base.opts.max_frame_bytes - EMB_FRAME_HDR_SIZE) {
 		emb__rdma_req_release(req);
 		return -EMSGSIZE;
 	}
@@ -1157,8 +1157,8 @@ int emb__rdma_reply(struct emb_req *req, const struct emb_frame_hdr *hdr,
 	c->base.stats.inflight = c->held;
 	c->base.stats.rx_paused = false;
 	sr->rhdr = *hdr;
-	sr->rhdr.magic = EMB_WIRE_MAGIC;
-	sr->rhdr.version = EMB_WIRE_VERSION;
+	sr->rhdr.magic = EMB_FRAME_MAGIC;
+	sr->rhdr.version = EMB_FRAME_VERSION;
 	sr->rhdr.req_id = sr->base.hdr.req_id;
 	sr->rhdr.payload_len = (uint32_t)plen;
 	sr->riov = iov;
@@ -1215,7 +1215,7 @@ int emb__rdma_reply(struct emb_req *req, const struct emb_frame_hdr *hdr,
 	}
 	sr->rniov -= sr->ri;
 	sr->ri = 0;
-	q_push(c, &sr->op, EMB_WIRE_HDR_SIZE + plen);
+	q_push(c, &sr->op, EMB_FRAME_HDR_SIZE + plen);
 	return 0;
 }
 
@@ -1324,9 +1324,9 @@ static void cli_recv(struct emb_rdma_conn *c, uint32_t slot,
 	}
 	c->credits++;
 	c->base.stats.frames_in++;
-	c->base.stats.bytes_in += EMB_WIRE_HDR_SIZE + plen;
+	c->base.stats.bytes_in += EMB_FRAME_HDR_SIZE + plen;
 	EMB__STAT_ADD(rt->base.stats.frames_in, 1);
-	EMB__STAT_ADD(rt->base.stats.bytes_in, EMB_WIRE_HDR_SIZE + plen);
+	EMB__STAT_ADD(rt->base.stats.bytes_in, EMB_FRAME_HDR_SIZE + plen);
 	if (!call || call->state != EMB_RDMA_CALL_POSTED) {
 		EMB__STAT_ADD(rt->base.stats.resp_unmatched, 1);
 		if (call) {

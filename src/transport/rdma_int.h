@@ -1,6 +1,9 @@
 /*
  * src/transport/rdma_int.h - what rdma_conn.c (setup, teardown, event loop)
- * shares with rdma_dp.c (posting WRs, polling the CQ). Not seen outside
+ * shares with rdma_dp.c (posting WRs, polling the CQ). rdma_conn.c calls
+ * the data path's functions; the data path reaches back into setup only
+ * through the struct emb_rdma_conn_ops that rdma_conn.c puts in each
+ * transport, so neither file calls one that calls it. Not seen outside
  * src/transport. Every function here runs on the loop thread of the
  * transport it is given, as transport.h says; nothing here locks.
  *
@@ -16,7 +19,7 @@
  *   20      4     REQ_READ: rkey of the request payload
  *   24      8     REQ_READ: address of the request payload
  *
- * The 32-byte frame header of src/proto/wire.h follows, then (REQ_INLINE,
+ * The 32-byte frame header of src/common/frame.h follows, then (REQ_INLINE,
  * RESP_INLINE) the payload. A zero-byte SEND with immediate data returns the
  * credit of a request the server dropped; the immediate is the low 32 bits
  * of its req_id.
@@ -30,7 +33,7 @@
 #include <rdma/rdma_cma.h>
 
 #define EMB_RDMA_PREFIX_SIZE 32u
-#define EMB_RDMA_MSG_HDRS (EMB_RDMA_PREFIX_SIZE + EMB_WIRE_HDR_SIZE)
+#define EMB_RDMA_MSG_HDRS (EMB_RDMA_PREFIX_SIZE + EMB_FRAME_HDR_SIZE)
 #define EMB_RDMA_SLOT_BYTES 4096u	/* one receive slot, one page */
 #define EMB_RDMA_INLINE_MAX (EMB_RDMA_SLOT_BYTES - EMB_RDMA_MSG_HDRS)
 #define EMB_RDMA_MAX_CREDITS 32u	/* receive slots per conn */
@@ -210,6 +213,19 @@ enum emb_rdma_conn_state {
 };
 
 struct emb_rdma_transport;
+struct emb_rdma_conn;
+
+/* Connection setup's part in a conn's life, for the data path (rdma_conn.c
+ * fills it; the shims at the end of this file call it). */
+struct emb_rdma_conn_ops {
+	/* Starts an orderly close of c: disconnect, fail pending work,
+	 * drain. */
+	void (*fail)(struct emb_rdma_conn *c, int reason);
+	/* Server: marks c open, counts it and runs on_open (once). */
+	void (*opened)(struct emb_rdma_conn *c);
+	/* A drain marker or a released request may let c be freed now. */
+	void (*maybe_free)(struct emb_rdma_conn *c);
+};
 
 struct emb_rdma_conn {
 	struct emb_conn base;		/* first member */
@@ -279,6 +295,7 @@ struct emb_rdma_mr {
 
 struct emb_rdma_transport {
 	struct emb_transport base;	 /* first member */
+	const struct emb_rdma_conn_ops *conn_ops; /* rdma_conn.c's */
 	struct ibv_context **devs;	 /* rdma_get_devices() list */
 	struct ibv_context *verbs;	 /* the device every conn uses */
 	struct ibv_pd *pd;
@@ -358,13 +375,21 @@ int emb__rdma_reply(struct emb_req *req, const struct emb_frame_hdr *hdr,
 		    void *ctx);
 void emb__rdma_req_release(struct emb_req *req);
 
-/* ---- rdma_conn.c -------------------------------------------------------- */
+/* ---- rdma_conn.c, through rt->conn_ops ---------------------------------- */
 
-/* Starts an orderly close of c: disconnect, fail pending work, drain. */
-void emb__rdma_conn_fail(struct emb_rdma_conn *c, int reason);
-/* Server: marks c open, counts it and runs on_open (once). */
-void emb__rdma_conn_opened(struct emb_rdma_conn *c);
-/* A drain marker or a released request may let c be freed now. */
-void emb__rdma_conn_maybe_free(struct emb_rdma_conn *c);
+static inline void emb__rdma_conn_fail(struct emb_rdma_conn *c, int reason)
+{
+	c->rt->conn_ops->fail(c, reason);
+}
+
+static inline void emb__rdma_conn_opened(struct emb_rdma_conn *c)
+{
+	c->rt->conn_ops->opened(c);
+}
+
+static inline void emb__rdma_conn_maybe_free(struct emb_rdma_conn *c)
+{
+	c->rt->conn_ops->maybe_free(c);
+}
 
 #endif

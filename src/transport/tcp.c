@@ -14,9 +14,10 @@
  * 64 MiB frame and sends nothing costs the server nothing. Until
  * emb_conn_admit() a server conn reads into a LOGIN_RBUF buffer and takes
  * frames of login_frame_bytes at most. A frame over the limit, or one the
- * budget cannot hold, is answered with an error; then the conn stops
- * writing, discards what still comes for up to LINGER_MS (so the peer gets
- * the error instead of a reset) and closes.
+ * budget cannot hold, is answered with an error (the frame that
+ * opts.reject_encode writes; without one the conn just closes); then the
+ * conn stops writing, discards what still comes for up to LINGER_MS (so the
+ * peer gets the error instead of a reset) and closes.
  *
  * Nothing on the per-frame path allocates or logs: call slots are made at
  * connect time and request records are pooled per conn. Conns are never
@@ -43,7 +44,6 @@
 
 #include "common/err.h"
 #include "common/log.h"
-#include "proto/wire_msg.h"
 
 #define RBUF_BYTES     (64u << 10)  /* per-conn receive buffer */
 #define DIRECT_MIN     (16u << 10)  /* read payloads this big in place */
@@ -63,6 +63,9 @@
 #define GROW_MIN       (64u << 10)  /* first size of a growing request buffer */
 #define LINGER_MS      1000	    /* rejected conn: wait for the peer's EOF */
 #define REJECT_MSG_MAX 160	    /* bytes of a rejection's message */
+#define REJECT_BYTES   (EMB_FRAME_HDR_SIZE + 8 + REJECT_MSG_MAX) /* room for
+				       the rejection frame: header, message
+				       and the protocol's length field */
 
 enum ep_kind {
 	EP_WAKE,
@@ -185,8 +188,8 @@ struct tcp_conn {
 	struct tcp_req *req_free; /* pooled request records */
 	uint32_t held;		  /* requests not yet replied and sent */
 	uint64_t pool_bytes;	  /* buffer bytes of pooled requests */
-	_Alignas(8) char rej[EMB_WIRE_HDR_SIZE + 4 + REJECT_MSG_MAX]; /* the
-					 rejection frame, while it is sent */
+	_Alignas(8) char rej[REJECT_BYTES]; /* the rejection frame, while
+					       it is sent */
 };
 
 struct tcp_listener {
@@ -822,7 +825,7 @@ static int tx_gather(struct tcp_tr *t, struct tcp_conn *c, size_t *bytes)
 
 		if (i < 0) {
 			if (!gather_piece(t, &g, (char *)&tx->hdr + off,
-					  EMB_WIRE_HDR_SIZE - off))
+					  EMB_FRAME_HDR_SIZE - off))
 				break;
 			i = 0;
 			off = 0;
@@ -853,7 +856,7 @@ static bool tx_advance(struct tx *tx, size_t *left)
 	size_t r;
 
 	if (tx->idx < 0) {
-		r = EMB_WIRE_HDR_SIZE - tx->off;
+		r = EMB_FRAME_HDR_SIZE - tx->off;
 		if (*left < r) {
 			tx->off += *left;
 			*left = 0;
@@ -995,11 +998,13 @@ static void conn_reject(struct tcp_tr *t, struct tcp_conn *c, int status,
 		conn_fail(c, status);
 		return;
 	}
-	/* Encoded as PING, then the peer's opcode put back: the encoder
-	 * knows request opcodes only, the peer may have sent any. */
-	len = emb_wire_error_encode(c->rej, sizeof(c->rej), EMB_OP_PING,
-				    c->rhdr.req_id, 0, status, msg);
-	if (len < 0) {
+	/* The layer above writes the error; the transport knows no
+	 * payload. Without an encoder the conn closes without a reply. */
+	len = t->base.opts.reject_encode
+		  ? t->base.opts.reject_encode(c->rej, sizeof(c->rej),
+					       &c->rhdr, status, msg)
+		  : -EOPNOTSUPP;
+	if (len < (int)EMB_FRAME_HDR_SIZE || len > (int)sizeof(c->rej)) {
 		req_put(c, r);
 		conn_fail(c, status);
 		return;
@@ -1007,11 +1012,10 @@ static void conn_reject(struct tcp_tr *t, struct tcp_conn *c, int status,
 	emb_log(EMB_LOG_WARN, "tcp: conn %s: %s; closing", c->base.peer, msg);
 	r->base.hdr = c->rhdr;
 	r->base.payload = NULL;
-	memcpy(&r->tx.hdr, c->rej, EMB_WIRE_HDR_SIZE);
-	r->tx.hdr.opcode = (uint8_t)(c->rhdr.opcode | EMB_OP_RESPONSE_BIT);
-	r->tx.inl[0] = (struct iovec){.iov_base = c->rej + EMB_WIRE_HDR_SIZE,
+	emb_frame_hdr_decode(c->rej, &r->tx.hdr);
+	r->tx.inl[0] = (struct iovec){.iov_base = c->rej + EMB_FRAME_HDR_SIZE,
 				      .iov_len = (size_t)len -
-						 EMB_WIRE_HDR_SIZE};
+						 EMB_FRAME_HDR_SIZE};
 	r->tx.iov = r->tx.inl;
 	r->tx.niov = 1;
 	r->tx.total = (uint64_t)len;
@@ -1148,7 +1152,7 @@ static void frame_begin(struct tcp_tr *t, struct tcp_conn *c)
 static void reject_too_big(struct tcp_tr *t, struct tcp_conn *c)
 {
 	char msg[REJECT_MSG_MAX];
-	uint64_t bytes = EMB_WIRE_HDR_SIZE + (uint64_t)c->rhdr.payload_len;
+	uint64_t bytes = EMB_FRAME_HDR_SIZE + (uint64_t)c->rhdr.payload_len;
 
 	if (c->frame_max < t->base.opts.max_frame_bytes)
 		snprintf(msg, sizeof(msg),
@@ -1171,13 +1175,13 @@ static void rx_parse(struct tcp_tr *t, struct tcp_conn *c)
 	while (!c->closed) {
 		avail = c->rend - c->rstart;
 		if (c->rstate == RX_HDR) {
-			if (c->rx_paused || avail < EMB_WIRE_HDR_SIZE)
+			if (c->rx_paused || avail < EMB_FRAME_HDR_SIZE)
 				break;
 			memcpy(&c->rhdr, c->rbuf + c->rstart,
-			       EMB_WIRE_HDR_SIZE);
-			c->rstart += EMB_WIRE_HDR_SIZE;
+			       EMB_FRAME_HDR_SIZE);
+			c->rstart += EMB_FRAME_HDR_SIZE;
 			rc = emb__frame_check(&t->base, &c->rhdr);
-			if (rc == 0 && EMB_WIRE_HDR_SIZE +
+			if (rc == 0 && EMB_FRAME_HDR_SIZE +
 					       (uint64_t)c->rhdr.payload_len >
 					   c->frame_max) {
 				EMB__STAT_ADD(t->base.stats.err_too_big, 1);
@@ -1949,18 +1953,18 @@ static int tcp_call(struct emb_conn *ec, const struct emb_frame_hdr *hdr,
 	len = tx_copy_iov(&call->tx, iov, niov);
 	if (len < 0)
 		return (int)len;
-	if ((uint64_t)len > t->base.opts.max_frame_bytes - EMB_WIRE_HDR_SIZE)
+	if ((uint64_t)len > t->base.opts.max_frame_bytes - EMB_FRAME_HDR_SIZE)
 		return -EINVAL;
 	c->free_head = call->next_free;
 
 	call->req_id =
 	    (call->req_id & 0xffffffffu) | (((call->req_id >> 32) + 1) << 32);
 	call->tx.hdr = *hdr;
-	call->tx.hdr.magic = EMB_WIRE_MAGIC;
-	call->tx.hdr.version = EMB_WIRE_VERSION;
+	call->tx.hdr.magic = EMB_FRAME_MAGIC;
+	call->tx.hdr.version = EMB_FRAME_VERSION;
 	call->tx.hdr.req_id = call->req_id;
 	call->tx.hdr.payload_len = (uint32_t)len;
-	call->tx.total = EMB_WIRE_HDR_SIZE + (uint64_t)len;
+	call->tx.total = EMB_FRAME_HDR_SIZE + (uint64_t)len;
 	call->resp_buf = resp_buf;
 	call->resp_cap = resp_cap;
 	call->done = done;
@@ -2000,16 +2004,16 @@ static int tcp_reply(struct emb_req *er, const struct emb_frame_hdr *hdr,
 		req_put(c, r);
 		return (int)len;
 	}
-	if ((uint64_t)len > t->base.opts.max_frame_bytes - EMB_WIRE_HDR_SIZE) {
+	if ((uint64_t)len > t->base.opts.max_frame_bytes - EMB_FRAME_HDR_SIZE) {
 		req_put(c, r);
 		return -EMSGSIZE;
 	}
 	r->tx.hdr = *hdr;
-	r->tx.hdr.magic = EMB_WIRE_MAGIC;
-	r->tx.hdr.version = EMB_WIRE_VERSION;
+	r->tx.hdr.magic = EMB_FRAME_MAGIC;
+	r->tx.hdr.version = EMB_FRAME_VERSION;
 	r->tx.hdr.req_id = er->hdr.req_id;
 	r->tx.hdr.payload_len = (uint32_t)len;
-	r->tx.total = EMB_WIRE_HDR_SIZE + (uint64_t)len;
+	r->tx.total = EMB_FRAME_HDR_SIZE + (uint64_t)len;
 	r->tx.is_call = false;
 	r->done = done;
 	r->ctx = ctx;
@@ -2083,4 +2087,6 @@ const struct emb_transport_ops emb__tcp_ops = {
     .reg_mem = tcp_reg_mem,
     .dereg_mem = tcp_dereg_mem,
     .admit = tcp_admit,
+    .stats = emb__transport_stats_read,
+    .fault_set = emb__transport_fault_arm,
 };

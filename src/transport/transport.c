@@ -1,9 +1,11 @@
 /*
- * src/transport/transport.c - what every transport shares: open by name,
- * the cross-thread task mailbox and wake-up eventfd, header checks, stats,
- * fault hooks and the non-inline shims. emb_transport_exec(), _wake(),
- * _stop() and _stats() may be called from any thread; the rest from the
- * loop's thread, as transport.h says.
+ * src/transport/transport.c - what every transport shares: the
+ * cross-thread task mailbox and wake-up eventfd, header checks, the stats
+ * and fault hooks the back-ends put in their vtables, and the non-inline
+ * shims. It calls the back-ends only through their vtables (opening one by
+ * name is backends.c's). emb_transport_exec(), _wake(), _stop() and
+ * _stats() may be called from any thread; the rest from the loop's thread,
+ * as transport.h says.
  */
 #include "transport/transport_int.h"
 
@@ -26,60 +28,6 @@ struct emb__transport_common {
 	int wake_fd;	       /* eventfd the loop watches */
 	int stop;	       /* set by emb_transport_stop (atomic) */
 };
-
-static const struct emb_transport_ops *find_ops(const char *name)
-{
-	if (strcmp(name, "tcp") == 0)
-		return &emb__tcp_ops;
-#ifdef EMB_HAVE_RDMA
-	if (strcmp(name, "rdma") == 0)
-		return &emb__rdma_ops;
-	if (strcmp(name, "tcp,rdma") == 0)
-		return &emb__dual_tcp_ops;
-	if (strcmp(name, "rdma,tcp") == 0)
-		return &emb__dual_rdma_ops;
-#endif
-	return NULL;
-}
-
-static bool names_rdma(const char *name)
-{
-	return strcmp(name, "rdma") == 0 || strcmp(name, "tcp,rdma") == 0 ||
-	       strcmp(name, "rdma,tcp") == 0;
-}
-
-bool emb_transport_available(const char *name)
-{
-	return name && find_ops(name) != NULL;
-}
-
-bool emb_transport_usable(const char *name)
-{
-	struct emb_transport *tr;
-
-	if (!emb_transport_available(name) ||
-	    emb_transport_create(name, NULL, &tr))
-		return false;
-	emb_transport_destroy(tr);
-	return true;
-}
-
-int emb_transport_create(const char *name,
-			 const struct emb_transport_opts *opts,
-			 struct emb_transport **out)
-{
-	const struct emb_transport_ops *ops;
-	struct emb_transport_opts o = EMB_TRANSPORT_OPTS_DEFAULT;
-
-	if (!name || !out)
-		return -EINVAL;
-	ops = find_ops(name);
-	if (!ops)
-		return names_rdma(name) ? -ENODEV : -EINVAL;
-	if (opts)
-		o = *opts;
-	return ops->create(&o, out);
-}
 
 void emb_transport_destroy(struct emb_transport *tr)
 {
@@ -107,11 +55,11 @@ int emb__transport_init(struct emb_transport *tr,
 	if (!tr->opts.connect_timeout_ms)
 		tr->opts.connect_timeout_ms = def.connect_timeout_ms;
 	/* call_timeout_ms 0 stays 0: "no deadline" is a valid choice. */
-	if (tr->opts.max_frame_bytes < EMB_WIRE_HDR_SIZE ||
+	if (tr->opts.max_frame_bytes < EMB_FRAME_HDR_SIZE ||
 	    tr->opts.max_inflight > (1u << 20) ||
 	    tr->opts.copy_max_bytes > (64u << 10) ||
 	    (tr->opts.login_frame_bytes &&
-	     tr->opts.login_frame_bytes < EMB_WIRE_HDR_SIZE))
+	     tr->opts.login_frame_bytes < EMB_FRAME_HDR_SIZE))
 		return -EINVAL;
 
 	cm = calloc(1, sizeof(*cm));
@@ -269,15 +217,14 @@ out:
 void emb_transport_stats(const struct emb_transport *tr,
 			 struct emb_transport_stats *out)
 {
+	tr->ops->stats(tr, out);
+}
+
+void emb__transport_stats_read(const struct emb_transport *tr,
+			       struct emb_transport_stats *out)
+{
 	const uint64_t *src = (const uint64_t *)&tr->stats;
 	uint64_t *dst = (uint64_t *)out;
-
-#ifdef EMB_HAVE_RDMA
-	if (emb__dual_is(tr)) {
-		emb__dual_stats(tr, out);
-		return;
-	}
-#endif
 
 	/* All fields are uint64_t; load each one tear-free. */
 	_Static_assert(sizeof(*out) % sizeof(uint64_t) == 0,
@@ -291,29 +238,31 @@ void emb_transport_fault_set(struct emb_transport *tr,
 {
 	if ((unsigned)point >= EMB_FAULT_NPOINTS)
 		return;
-#ifdef EMB_HAVE_RDMA
-	if (emb__dual_is(tr))
-		emb__dual_fault_set(tr, point, nth, rc);
-#endif
+	tr->ops->fault_set(tr, point, nth, rc);
+}
+
+void emb__transport_fault_arm(struct emb_transport *tr,
+			      enum emb_fault_point point, uint32_t nth, int rc)
+{
 	tr->fault_rc[point] = rc;
 	__atomic_store_n(&tr->fault_nth[point], nth, __ATOMIC_RELAXED);
 }
 
 int emb__frame_check(struct emb_transport *tr, const struct emb_frame_hdr *h)
 {
-	if (h->magic != EMB_WIRE_MAGIC) {
-		EMB__STAT_ADD(tr->stats.err_bad_magic, 1);
-		return EMB_EBADMAGIC;
-	}
-	if (h->version != EMB_WIRE_VERSION) {
-		EMB__STAT_ADD(tr->stats.err_bad_version, 1);
-		return EMB_EBADVERSION;
-	}
-	if (h->payload_len > tr->opts.max_frame_bytes - EMB_WIRE_HDR_SIZE) {
+	int rc = emb_frame_hdr_check(h);
+
+	if (__builtin_expect(rc == 0, 1)) {
+		if (emb_frame_fits(h, tr->opts.max_frame_bytes))
+			return 0;
 		EMB__STAT_ADD(tr->stats.err_too_big, 1);
 		return EMB_ETOOBIG;
 	}
-	return 0;
+	if (rc == EMB_EBADMAGIC)
+		EMB__STAT_ADD(tr->stats.err_bad_magic, 1);
+	else
+		EMB__STAT_ADD(tr->stats.err_bad_version, 1);
+	return rc;
 }
 
 uint64_t emb__now_ms(void)

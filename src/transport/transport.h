@@ -2,9 +2,12 @@
  * src/transport/transport.h - moves framed messages and registered memory
  * between embstore processes, over TCP or RDMA.
  *
- * A message is a frame: the 32-byte header of src/proto/wire.h followed by
- * payload_len bytes. The transport reads only the header, to delimit frames
- * and to match each response to its request by req_id; payloads are opaque.
+ * A message is a frame: the 32-byte header of src/common/frame.h followed
+ * by payload_len bytes. The transport reads only the header, to delimit
+ * frames and to match each response to its request by req_id; opcodes and
+ * payloads are the protocol's (src/proto), which the transport never sees:
+ * the one frame it writes itself, the error reply to a frame it refuses,
+ * is encoded by the layer above (emb_transport_opts.reject_encode).
  *
  * struct emb_transport is one event loop. Each of tcp.c and rdma_conn.c fills a
  * struct emb_transport_ops; callers use the inline shims below and never
@@ -31,7 +34,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "proto/wire.h"
+#include "common/frame.h"
 
 struct emb_transport;
 struct emb_transport_ops;
@@ -87,6 +90,19 @@ typedef void (*emb_conn_fn)(void *arg, struct emb_conn *conn, int reason);
  */
 typedef void (*emb_read_done_fn)(void *ctx, int status);
 
+/*
+ * Server conns: encodes the error reply to a frame the transport refuses
+ * before the conn closes (req is its header; status EMB_ETOOBIG or
+ * EMB_EMEMLIMIT; msg says why, NUL-terminated) into buf[0..cap): a whole
+ * frame, header included. Returns its length in bytes, or a negative code
+ * if it cannot, and the conn then closes without a reply. The protocol
+ * supplies it (emb_wire_reject_encode); it runs on the loop thread and
+ * must not call into the transport.
+ */
+typedef int (*emb_reject_fn)(void *buf, size_t cap,
+			     const struct emb_frame_hdr *req, int status,
+			     const char *msg);
+
 /* Work posted to a loop from another thread with emb_transport_exec(). */
 typedef void (*emb_task_fn)(void *arg);
 
@@ -135,6 +151,9 @@ struct emb_transport_opts {
 					from the start */
 	struct emb_buf_budget *rx_budget; /* receive memory charged here;
 					     NULL = not counted; borrowed */
+	emb_reject_fn reject_encode; /* server conns: the error reply to a
+					refused frame; NULL = close
+					without one */
 };
 
 #define EMB_TRANSPORT_OPTS_DEFAULT                                             \
@@ -146,7 +165,8 @@ struct emb_transport_opts {
 				     .sock_buf_bytes = 0,                      \
 				     .copy_max_bytes = 0,                      \
 				     .login_frame_bytes = 0,                   \
-				     .rx_budget = NULL})
+				     .rx_budget = NULL,                        \
+				     .reject_encode = NULL})
 
 struct emb_listen_opts {
 	const char *host; /* bind address, e.g. "0.0.0.0"; copied */
@@ -256,9 +276,9 @@ enum emb_fault_point {
 /* ---- the vtable --------------------------------------------------------- */
 
 /*
- * Filled by each transport (emb__tcp_ops, emb__rdma_ops). Callers go through
- * the shims; the argument checks and fault hooks live there, so an op may
- * assume valid arguments.
+ * Filled by each transport (emb__tcp_ops, emb__rdma_ops, and the "tcp,rdma"
+ * loops' emb__dual_*_ops). Callers go through the shims; the argument
+ * checks and fault hooks live there, so an op may assume valid arguments.
  */
 struct emb_transport_ops {
 	const char *name; /* "tcp", "rdma" */
@@ -290,6 +310,12 @@ struct emb_transport_ops {
 	int (*rkey_of)(struct emb_transport *tr, const void *addr, size_t len,
 		       uint32_t *rkey);
 	int (*read)(struct emb_conn *c, struct emb_read_op *op);
+	/* Any thread: a tear-free snapshot of the counters. */
+	void (*stats)(const struct emb_transport *tr,
+		      struct emb_transport_stats *out);
+	/* Arms fault point (< EMB_FAULT_NPOINTS) where its hits count. */
+	void (*fault_set)(struct emb_transport *tr, enum emb_fault_point point,
+			  uint32_t nth, int rc);
 };
 
 /*
@@ -616,13 +642,13 @@ int emb_conn_call_sync(struct emb_conn *c, const struct emb_frame_hdr *hdr,
 
 /*
  * Replies to req, in any order relative to other requests. hdr supplies
- * opcode (with EMB_OP_RESPONSE_BIT), flags, table_id, count and status; the
- * transport sets magic, version, req_id (the request's) and payload_len.
- * hdr and the iov array are copied; the memory iov names (it may point
- * straight into table memory) is borrowed until done fires; done may be
- * NULL. req
- * is consumed whatever the return: 0, or -EINVAL, -EMSGSIZE (payload over
- * max_frame_bytes), -ENOMEM, EMB_ECLOSED (the conn has closed).
+ * opcode (the response's, as the protocol has it), flags, table_id, count
+ * and status; the transport sets magic, version, req_id (the request's)
+ * and payload_len. hdr and the iov array are copied; the memory iov names
+ * (it may point straight into table memory) is borrowed until done fires;
+ * done may be NULL. req is consumed whatever the return: 0, or -EINVAL,
+ * -EMSGSIZE (payload over max_frame_bytes), -ENOMEM, EMB_ECLOSED (the conn
+ * has closed).
  */
 static inline int emb_conn_reply(struct emb_req *req,
 				 const struct emb_frame_hdr *hdr,

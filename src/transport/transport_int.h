@@ -1,7 +1,8 @@
 /*
- * src/transport/transport_int.h - what transport.c shares with tcp.c and
- * rdma_conn.c: the ops tables, the cross-thread task mailbox and stats helpers.
- * Not seen outside src/transport. Threads as in transport.h.
+ * src/transport/transport_int.h - what transport.c shares with the
+ * back-ends (tcp.c, rdma_conn.c, dual.c): the ops tables, the cross-thread
+ * task mailbox, and the stats and fault helpers their vtables use. Not seen
+ * outside src/transport. Threads as in transport.h.
  */
 #ifndef EMB_TRANSPORT_TRANSPORT_INT_H
 #define EMB_TRANSPORT_TRANSPORT_INT_H
@@ -33,12 +34,6 @@ int emb__tcp_sleep_prep(struct emb_transport *tr, int *wait_ms);
 #ifdef EMB_HAVE_RDMA
 int emb__rdma_fd(struct emb_transport *tr);
 int emb__rdma_sleep_prep(struct emb_transport *tr, int *wait_ms);
-/* True for a dual transport; its stats are the sum of its two. */
-bool emb__dual_is(const struct emb_transport *tr);
-void emb__dual_stats(const struct emb_transport *tr,
-		     struct emb_transport_stats *out);
-void emb__dual_fault_set(struct emb_transport *tr, enum emb_fault_point point,
-			 uint32_t nth, int rc);
 #endif
 
 #define emb__container_of(ptr, type, member)                                   \
@@ -74,6 +69,16 @@ void emb__transport_fini(struct emb_transport *tr);
 int emb__transport_run_tasks(struct emb_transport *tr);
 /* Loop thread: true once emb_transport_stop() was called. */
 bool emb__transport_stopping(struct emb_transport *tr);
+
+/*
+ * The stats and fault_set ops of a transport that counts in its own
+ * struct emb_transport (TCP, RDMA): a tear-free copy of tr->stats, and
+ * arming tr->fault_nth / fault_rc, which the shims' emb__fault_hit() reads.
+ */
+void emb__transport_stats_read(const struct emb_transport *tr,
+			       struct emb_transport_stats *out);
+void emb__transport_fault_arm(struct emb_transport *tr,
+			      enum emb_fault_point point, uint32_t nth, int rc);
 
 /* Header checks shared by every transport: 0 or EMB_EBADMAGIC,
  * EMB_EBADVERSION, EMB_ETOOBIG; bumps the matching error counter. */

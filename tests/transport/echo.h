@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "proto/wire.h"
 #include "transport/transport.h"
 
 #define ECHO_OP_ECHO 1 /* reply with the request's payload, zero copy */

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "common/err.h"
+#include "proto/wire.h"
 #include "transport/transport.h"
 
 #define ROWS 4096u

@@ -12,6 +12,7 @@
 #include "common/err.h"
 #include "echo.h"
 #include "harness.h"
+#include "proto/wire.h"
 #include "transport/transport.h"
 
 static const char *tname = "tcp";

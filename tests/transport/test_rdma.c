@@ -23,6 +23,7 @@
 
 #include "common/err.h"
 #include "harness.h"
+#include "proto/wire.h"
 #include "transport/transport.h"
 
 #define OP_ROWS 1 /* payload u32 row numbers; reply one iov per row */

@@ -18,6 +18,7 @@
 #include "common/err.h"
 #include "echo.h"
 #include "harness.h"
+#include "proto/wire.h"
 #include "transport/transport.h"
 
 /* ---- raw socket helpers -------------------------------------------------- */
