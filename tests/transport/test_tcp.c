@@ -19,6 +19,7 @@
 #include "echo.h"
 #include "harness.h"
 #include "proto/wire.h"
+#include "proto/wire_msg.h"
 #include "transport/transport.h"
 
 /* ---- raw socket helpers -------------------------------------------------- */
@@ -214,6 +215,58 @@ static void test_too_big(void)
 	o.max_frame_bytes = 1u << 20;
 	bad_header_case(hdr(ECHO_OP_ECHO, 1u << 20, 1),
 			offsetof(struct emb_transport_stats, err_too_big), &o);
+}
+
+/*
+ * The reply to a refused frame is the layer above's: with reject_encode the
+ * peer reads exactly the frame it writes (here the protocol's ERROR, to an
+ * opcode the protocol does not know), then EOF; without one, EOF alone.
+ */
+static void reject_case(bool with_encoder)
+{
+	struct emb_transport_opts o = EMB_TRANSPORT_OPTS_DEFAULT;
+	struct emb_frame_hdr h = hdr(0x77, 1u << 20, 0xabcdef);
+	struct emb_transport_stats st;
+	_Alignas(8) char want[256], got[256];
+	struct fixture f;
+	char junk[64] = {0};
+	ssize_t r;
+	int fd, n;
+
+	o.max_frame_bytes = 1u << 20;
+	o.reject_encode = with_encoder ? emb_wire_reject_encode : NULL;
+	setup(&f, &o);
+	fd = raw_connect(echo_port(f.s), 0);
+	raw_send(fd, &h, sizeof(h));
+	raw_send(fd, junk, sizeof(junk));
+	if (with_encoder) {
+		n = emb_wire_reject_encode(
+		    want, sizeof(want), &h, EMB_ETOOBIG,
+		    "frame of 1048608 bytes over the limit of 1048576");
+		CU_ASSERT_FATAL(n > 32);
+		CU_ASSERT_FATAL(raw_recv(fd, got, (size_t)n));
+		CU_ASSERT(memcmp(got, want, (size_t)n) == 0);
+		CU_ASSERT_EQUAL((uint8_t)got[5], 0x77 | EMB_OP_RESPONSE_BIT);
+	}
+	/* Nothing more: the next read is the end of the stream. */
+	r = recv(fd, got, sizeof(got), 0);
+	CU_ASSERT(r == 0 || (r < 0 && errno == ECONNRESET));
+	close(fd);
+	wait_closed(f.s, 1, &st);
+	CU_ASSERT_EQUAL(st.conns_closed, 1);
+	CU_ASSERT_EQUAL(st.err_too_big, 1);
+	good_call(f.c);
+	teardown(&f);
+}
+
+static void test_reject_encoded(void)
+{
+	reject_case(true);
+}
+
+static void test_reject_unencoded(void)
+{
+	reject_case(false);
 }
 
 static void truncated_case(const void *bytes, size_t n)
@@ -643,6 +696,10 @@ static const struct emb_test_case cases[] = {
     {"closes only the conn that sends bad magic", test_bad_magic},
     {"closes only the conn that sends a bad version", test_bad_version},
     {"closes only the conn whose frame is over the limit", test_too_big},
+    {"answers a refused frame with the frame reject_encode writes",
+     test_reject_encoded},
+    {"closes on a refused frame without a reply when no encoder is set",
+     test_reject_unencoded},
     {"survives a peer that stops mid-header", test_truncated_header},
     {"survives a peer that stops mid-payload", test_truncated_payload},
     {"assembles frames written a byte at a time", test_byte_at_a_time},
