@@ -63,9 +63,9 @@
 #define GROW_MIN       (64u << 10)  /* first size of a growing request buffer */
 #define LINGER_MS      1000	    /* rejected conn: wait for the peer's EOF */
 #define REJECT_MSG_MAX 160	    /* bytes of a rejection's message */
-#define REJECT_BYTES   (EMB_FRAME_HDR_SIZE + 8 + REJECT_MSG_MAX) /* room for
-				       the rejection frame: header, message
-				       and the protocol's length field */
+/* Room for a rejection frame: the header, the message and 8 bytes of the
+ * protocol's own (its ERROR payload adds a 4-byte length). */
+#define REJECT_BYTES   (EMB_FRAME_HDR_SIZE + 8 + REJECT_MSG_MAX)
 
 enum ep_kind {
 	EP_WAKE,
