@@ -6,7 +6,7 @@
 
 #include "common/endian.h"
 
-void emb_optim_cfg_encode(uint8_t *p, const struct emb_optim_cfg *c)
+void emb_cfg_optim_encode(uint8_t *p, const struct emb_optim_cfg *c)
 {
 	emb_le32_store(p, c->kind);
 	emb_lef32_store(p + 4, c->lr);
@@ -20,7 +20,7 @@ void emb_optim_cfg_encode(uint8_t *p, const struct emb_optim_cfg *c)
 	emb_lef32_store(p + 36, c->l2);
 }
 
-void emb_optim_cfg_decode(const uint8_t *p, struct emb_optim_cfg *c)
+void emb_cfg_optim_decode(const uint8_t *p, struct emb_optim_cfg *c)
 {
 	c->kind = emb_le32_load(p);
 	c->lr = emb_lef32_load(p + 4);
@@ -34,14 +34,14 @@ void emb_optim_cfg_decode(const uint8_t *p, struct emb_optim_cfg *c)
 	c->l2 = emb_lef32_load(p + 36);
 }
 
-void emb_init_cfg_encode(uint8_t *p, const struct emb_init_cfg *c)
+void emb_cfg_init_encode(uint8_t *p, const struct emb_init_cfg *c)
 {
 	emb_le32_store(p, c->kind);
 	emb_lef32_store(p + 4, c->a);
 	emb_lef32_store(p + 8, c->b);
 }
 
-void emb_init_cfg_decode(const uint8_t *p, struct emb_init_cfg *c)
+void emb_cfg_init_decode(const uint8_t *p, struct emb_init_cfg *c)
 {
 	c->kind = emb_le32_load(p);
 	c->a = emb_lef32_load(p + 4);

@@ -26,7 +26,8 @@
  *   size 12
  *
  * Decoders check nothing: callers validate the configs they read. Pure and
- * thread-safe; p may have any alignment.
+ * thread-safe; p may have any alignment. Named emb_cfg_* so that
+ * libembstore's export list (emb_optim_*, emb_init_*) leaves them inside.
  */
 #ifndef EMB_COMMON_CFGCODEC_H
 #define EMB_COMMON_CFGCODEC_H
@@ -36,17 +37,17 @@
 #include "common/init.h"
 #include "common/optim.h"
 
-#define EMB_OPTIM_CFG_BYTES 40u
-#define EMB_INIT_CFG_BYTES  12u
+#define EMB_CFG_OPTIM_BYTES 40u
+#define EMB_CFG_INIT_BYTES  12u
 
-/* Writes c to p[0..EMB_OPTIM_CFG_BYTES). */
-void emb_optim_cfg_encode(uint8_t *p, const struct emb_optim_cfg *c);
-/* Reads p[0..EMB_OPTIM_CFG_BYTES) into *c. */
-void emb_optim_cfg_decode(const uint8_t *p, struct emb_optim_cfg *c);
+/* Writes c to p[0..EMB_CFG_OPTIM_BYTES). */
+void emb_cfg_optim_encode(uint8_t *p, const struct emb_optim_cfg *c);
+/* Reads p[0..EMB_CFG_OPTIM_BYTES) into *c. */
+void emb_cfg_optim_decode(const uint8_t *p, struct emb_optim_cfg *c);
 
-/* Writes c to p[0..EMB_INIT_CFG_BYTES). */
-void emb_init_cfg_encode(uint8_t *p, const struct emb_init_cfg *c);
-/* Reads p[0..EMB_INIT_CFG_BYTES) into *c. */
-void emb_init_cfg_decode(const uint8_t *p, struct emb_init_cfg *c);
+/* Writes c to p[0..EMB_CFG_INIT_BYTES). */
+void emb_cfg_init_encode(uint8_t *p, const struct emb_init_cfg *c);
+/* Reads p[0..EMB_CFG_INIT_BYTES) into *c. */
+void emb_cfg_init_decode(const uint8_t *p, struct emb_init_cfg *c);
 
 #endif

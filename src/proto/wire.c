@@ -317,8 +317,8 @@ int emb__wire_spec_put(uint8_t *p, const struct emb_wire_spec *s)
 	memset(p, 0, EMB_WIRE_NAME_SIZE);
 	memcpy(p, s->name, len);
 	emb_le32_store(p + 64, s->dim);
-	emb_optim_cfg_encode(p + 68, &s->optim);
-	emb_init_cfg_encode(p + 108, &s->init);
+	emb_cfg_optim_encode(p + 68, &s->optim);
+	emb_cfg_init_encode(p + 108, &s->init);
 	emb_le64_store(p + 120, s->seed);
 	return 0;
 }
@@ -347,8 +347,8 @@ void emb__wire_spec_get(const uint8_t *p, struct emb_wire_spec *s)
 {
 	memcpy(s->name, p, EMB_WIRE_NAME_SIZE);
 	s->dim = emb_le32_load(p + 64);
-	emb_optim_cfg_decode(p + 68, &s->optim);
-	emb_init_cfg_decode(p + 108, &s->init);
+	emb_cfg_optim_decode(p + 68, &s->optim);
+	emb_cfg_init_decode(p + 108, &s->init);
 	s->seed = emb_le64_load(p + 120);
 	/* Only CREATE_TABLE carries a lifecycle, after the spec. */
 	s->life = EMB_LIFECYCLE_CFG_DEFAULT;

@@ -99,8 +99,8 @@ static void hdr_encode(uint8_t *p, const struct emb_snap_meta *m)
 	emb_le32_store(p + 84, m->state_floats);
 	emb_le32_store(p + 88, m->row_floats);
 	emb_le32_store(p + 92, EMB_NSLOTS);
-	emb_optim_cfg_encode(p + 96, &m->optim);
-	emb_init_cfg_encode(p + 136, &m->init);
+	emb_cfg_optim_encode(p + 96, &m->optim);
+	emb_cfg_init_encode(p + 136, &m->init);
 	emb_le32_store(p + 148, m->flags);
 	emb_le64_store(p + 152, m->seed);
 	emb_le64_store(p + 160, m->rows);
@@ -134,8 +134,8 @@ static int hdr_decode(const uint8_t *p, struct emb_snap_meta *m)
 	m->dim = emb_le32_load(p + 80);
 	m->state_floats = emb_le32_load(p + 84);
 	m->row_floats = emb_le32_load(p + 88);
-	emb_optim_cfg_decode(p + 96, &m->optim);
-	emb_init_cfg_decode(p + 136, &m->init);
+	emb_cfg_optim_decode(p + 96, &m->optim);
+	emb_cfg_init_decode(p + 136, &m->init);
 	m->flags = emb_le32_load(p + 148);
 	m->seed = emb_le64_load(p + 152);
 	m->rows = emb_le64_load(p + 160);
