@@ -24,6 +24,7 @@ import numpy as np
 
 from . import _lib
 from .errors import CODES, Error, error_class
+from .stats import CachedTableStats, ClientStats, TableStats
 
 _L = _lib.lib
 ArrayLike = Any  # numpy arrays, lists, CPU torch tensors: np.asarray() works
@@ -35,22 +36,24 @@ def _strerror(rc: int) -> str:
     return _L.emb_strerror(rc).decode()
 
 
-def _raise(rc: int, client: Optional["Client"] = None) -> None:
-    """Raises the Error subclass of rc, with the server's message if the
-    client's last server error has that code."""
+def _raise(rc: int) -> None:
+    """Raises the Error subclass of rc, with the text of this thread's last
+    error (a server's message, or what was wrong) when it is rc's: called
+    on the thread whose call just failed, before it makes another."""
     msg = _strerror(rc)
-    if client is not None and client._h:
-        buf = ctypes.create_string_buffer(512)
-        if _L.emb_client_last_error(client._h, buf, len(buf)) == rc:
-            text = buf.value.decode(errors="replace")
-            if text and text != msg:
-                msg = f"{msg}: {text}"
+    buf = ctypes.create_string_buffer(512)
+    if _L.emb_last_error(buf, len(buf)) == rc:
+        text = buf.value.decode(errors="replace")
+        if text and text != msg:
+            msg = f"{msg}: {text}"
     raise error_class(rc)(rc, msg)
 
 
 def _check(rc: int, client: Optional["Client"] = None) -> int:
+    """rc, or the Error of a negative rc (client: unused, kept for the
+    callers' symmetry; the last error is per thread)."""
     if rc < 0:
-        _raise(rc, client)
+        _raise(rc)
     return rc
 
 
@@ -143,10 +146,6 @@ def _parse_mode(mode: str) -> tuple[int, int]:
     raise ValueError(f"bad mode {mode!r}: want async, sync or stale:K")
 
 
-def _struct_dict(s: ctypes.Structure) -> dict:
-    return {name: getattr(s, name) for name, _ in s._fields_}
-
-
 class Future:
     """A pull or push in flight. The arrays it was given stay referenced
     (and must not be changed) until it is done; result() waits.
@@ -226,17 +225,18 @@ class Client:
         """Index (in servers) of the server that holds id."""
         return _L.emb_client_server_of(self._handle(), id % 2**64)
 
-    def stats(self) -> dict:
-        """Client counters: requests, bytes_out, bytes_in, errors, ids_in,
-        ids_sent, retries (requests sent again after a lost connection),
-        reconnects, resp_copied (RDMA responses copied out of transport
-        memory; 0 while response buffers are registered); with
+    def stats(self) -> ClientStats:
+        """Client counters (:class:`embstore.ClientStats`, also a Mapping:
+        ``stats["retries"]``): requests, bytes_out, bytes_in, errors,
+        ids_in, ids_sent, retries (requests sent again after a lost
+        connection), reconnects, resp_copied (RDMA responses copied out of
+        transport memory; 0 while response buffers are registered); with
         pull_mode="onesided": rows_read (rows READ and validated),
         rows_fallback (rows pulled two-sided instead), seal_failures,
         read_conn_losses."""
         s = _lib.ClientStats()
-        _L.emb_client_stats(self._handle(), byref(s))
-        return _struct_dict(s)
+        _check(_L.emb_client_stats(self._handle(), byref(s)))
+        return ClientStats.from_struct(s)
 
     def table(self, name: str, dim: int, optimizer: str = "adagrad:lr=0.05",
               init: str = "normal:0,0.01", mode: str = "async",
@@ -505,9 +505,10 @@ class Table:
                self._client)
         return erased.value
 
-    def stats(self) -> dict:
-        """The table's counters summed over the servers (row_bytes and
-        step: the largest of any): rows, bytes, slab_bytes, index_bytes,
+    def stats(self) -> TableStats:
+        """The table's counters summed over the servers
+        (:class:`embstore.TableStats`, also a Mapping: ``stats["rows"]``;
+        row_bytes and step: the largest of any): rows, bytes, slab_bytes, index_bytes,
         row_bytes, pulls, pushes, rows_pulled, rows_pushed, rows_created,
         rows_erased, rows_evicted, misses, step, extents, grads_discarded,
         pulls_unadmitted, pushes_unadmitted, admit_filter_bytes,
@@ -516,7 +517,7 @@ class Table:
         s = _lib.TableStats()
         _check(_L.emb_client_table_stats(self._handle(), byref(s)),
                self._client)
-        return _struct_dict(s)
+        return TableStats.from_struct(s)
 
     def drop(self) -> None:
         """Drops the table on every server (close the handle after)."""
@@ -666,14 +667,15 @@ class CachedTable:
         _L.emb_cached_table_cancel(self._handle())
         self._n = None
 
-    def stats(self) -> dict:
-        """Counters since creation: lookups, hits, misses, hit_ratio,
+    def stats(self) -> CachedTableStats:
+        """Counters since creation (:class:`embstore.CachedTableStats`,
+        also a Mapping: ``stats["hits"]``): lookups, hits, misses, hit_ratio,
         refetches, evictions, write_backs, pushes, fetch_calls,
         sync_fetches, rows_fetched, bytes_fetched, bytes_written, stalls,
         wait_ns, rows, dirty."""
         s = _lib.CachedStats()
-        _L.emb_cached_table_stats(self._handle(), byref(s))
-        return _struct_dict(s)
+        _check(_L.emb_cached_table_stats(self._handle(), byref(s)))
+        return CachedTableStats.from_struct(s)
 
     def close(self) -> None:
         """Frees the cache; unflushed write-back rows are lost."""
