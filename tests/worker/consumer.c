@@ -49,7 +49,10 @@ static int use_dlopen(const char *lib)
 int main(int argc, char **argv)
 {
 	struct emb_client_opts o = EMB_CLIENT_OPTS_DEFAULT;
-	struct emb_table_spec spec = {.name = "consumer", .dim = 4};
+	struct emb_table_spec spec = {.struct_size =
+					  sizeof(struct emb_table_spec),
+				      .name = "consumer",
+				      .dim = 4};
 	struct emb_client *c;
 	struct emb_client_table *t;
 	uint64_t ids[3] = {7, 1u << 20, 7};
