@@ -10,7 +10,8 @@ A failing call raises the subclass of :class:`Error` for its code's family
 (connection, timeout, table, auth, cache); which codes make up a family is
 decided here, by name, in :data:`FAMILIES`, and a code in none of them
 raises :class:`Error`. The message is ``emb_strerror()``'s, followed by the
-server's own text when a server sent one.
+text of the calling thread's last error (emb_last_error()) when it says
+more: a server's own text, or what was wrong.
 
 Built at import, read-only afterwards: any thread.
 """
@@ -32,8 +33,8 @@ def _library_codes() -> dict[str, int]:
     buf = (ctypes.c_int * n)()
     got = lib.emb_err_codes(buf, n)
     if got != n:
-        raise ImportError(f"embstore: emb_err_codes() gave {got} codes, "
-                          f"then {n}")
+        raise ImportError(f"embstore: emb_err_codes() counted {n} codes, "
+                          f"then {got}")
     return {lib.emb_err_name(c).decode(): c for c in buf}
 
 
@@ -50,7 +51,8 @@ class Error(Exception):
     Attributes:
         code: the C return code (negative errno or an EMB_E* value).
         name: its symbolic name (``"EMB_ENOTABLE"``, ``"ETIMEDOUT"``).
-        message: emb_strerror()'s text, plus the server's when it sent one.
+        message: emb_strerror()'s text, plus the thread's last error text
+            (the server's, or what was wrong) when it says more.
     """
 
     def __init__(self, code: int, message: str) -> None:
