@@ -508,6 +508,13 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	/* The in-process tables admit as the servers do but evict nothing. */
+	if (c.popts.local && (c.popts.life.ttl_steps || c.popts.life.min_l2 ||
+			      c.popts.life.max_rows)) {
+		fprintf(stderr, "train: --evict needs servers; --local tables "
+				"keep every row\n");
+		return 2;
+	}
 	c.popts.seed = c.seed;
 	c.popts.max_batch = c.batch * CTR_NCAT;
 	rc = ctr_params_open(&c.popts, &p);

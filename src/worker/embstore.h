@@ -340,7 +340,7 @@ int emb_client_table_set_lifecycle(struct emb_client_table *t,
  * open, drop and set_mode it goes to every server of the map, less those
  * the map has removed while the live ones still hold every slot; when some
  * slot has no live holder left these calls fail with EMB_ENODEAD
- * (emb_client_last_error() says which server and how many slots).
+ * (emb_last_error() says which server and how many slots).
  */
 int emb_client_table_stats(struct emb_client_table *t,
 			   struct emb_client_table_stats *out);
