@@ -74,7 +74,9 @@ static int client_open(const struct emb_bench_cfg *cfg, void **out)
 		return -ENOMEM;
 	}
 	b->cfg = cfg;
-	b->spec = (struct emb_table_spec){.name = cfg->table,
+	b->spec = (struct emb_table_spec){.struct_size =
+					      sizeof(struct emb_table_spec),
+					  .name = cfg->table,
 					  .dim = cfg->dim,
 					  .optim = cfg->optim,
 					  .init = cfg->init,
@@ -218,7 +220,7 @@ static int client_preload(void *ctx, const uint64_t *ids, uint32_t n)
  */
 static uint64_t sent_since(struct client_ctx *x, uint64_t *last)
 {
-	struct emb_client_stats s;
+	struct emb_client_stats s = EMB_SIZED(struct emb_client_stats);
 	uint64_t d;
 
 	emb_client_stats(x->c, &s);
@@ -273,7 +275,8 @@ static int client_prefetch(void *ctx, const uint64_t *ids, uint32_t n)
 static int client_mem(void *be, struct emb_bench_mem *out)
 {
 	struct client_be *b = be;
-	struct emb_client_table_stats st;
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
 	int rc = emb_client_table_stats(b->t, &st);
 
 	if (rc)
@@ -297,7 +300,7 @@ static const char *client_transport(void *be)
 
 static void add_wire(struct emb_client *c, struct emb_bench_report *out)
 {
-	struct emb_client_stats s;
+	struct emb_client_stats s = EMB_SIZED(struct emb_client_stats);
 
 	emb_client_stats(c, &s);
 	out->wire_bytes_in += s.bytes_in;
@@ -316,7 +319,8 @@ static void client_report(void *be, struct emb_bench_report *out)
 	add_wire(b->shared, out);
 	for (uint32_t i = 0; i < b->cfg->threads; i++) {
 		struct client_ctx *x = b->ctxs[i];
-		struct emb_cached_table_stats st;
+		struct emb_cached_table_stats st =
+		    EMB_SIZED(struct emb_cached_table_stats);
 
 		if (!x)
 			continue;

@@ -14,6 +14,30 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/*
+ * MurmurHash3's fmix64 and a splitmix64 step: the data's own hashes (ids of
+ * categorical values, generated data). The same functions as the servers'
+ * id hash, but the example's data does not depend on them.
+ */
+static inline uint64_t ctr_hash(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return x;
+}
+
+static inline uint64_t ctr_splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
 #define CTR_NINT    13 /* integer features per line */
 #define CTR_NCAT    26 /* categorical features per line */
 #define CTR_EMB_DIM 16 /* embedding floats per categorical field */

@@ -20,7 +20,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/hash.h"
 #include "ctr.h"
 
 #define ZIPF_S 1.1
@@ -41,13 +40,13 @@ static const int crosses[][2] = {{0, 2}, {3, 9}, {5, 13}};
 
 static double unit(uint64_t *st)
 {
-	return (double)(emb_splitmix64(st) >> 11) * (1.0 / 9007199254740992.0);
+	return (double)(ctr_splitmix64(st) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 /* A standard normal from a hash: the same key always gives the same draw. */
 static double hnormal(uint64_t key)
 {
-	uint64_t st = emb_id_hash(key);
+	uint64_t st = ctr_hash(key);
 	double u1 = 1.0 - unit(&st), u2 = unit(&st);
 
 	return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
@@ -98,7 +97,7 @@ static int make_fields(struct field *fs, uint64_t seed)
 /* The categorical value of rank r in field f, as Criteo's hashed hex. */
 static uint32_t cat_value(uint64_t seed, int f, uint32_t r)
 {
-	return (uint32_t)emb_id_hash(seed * 1000003u + (uint64_t)f * 7919u + r);
+	return (uint32_t)ctr_hash(seed * 1000003u + (uint64_t)f * 7919u + r);
 }
 
 int main(int argc, char **argv)
@@ -165,7 +164,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gen: cannot write to %s\n", out);
 		return 1;
 	}
-	st = emb_id_hash(seed ^ 0x5eedull);
+	st = ctr_hash(seed ^ 0x5eedull);
 	for (uint64_t i = 0; i < rows; i++) {
 		uint32_t rank[CTR_NCAT];
 		double ints[CTR_NINT];
@@ -195,7 +194,7 @@ int main(int argc, char **argv)
 			int a = crosses[x][0], b = crosses[x][1];
 
 			logit += 0.6 *
-				 hnormal(emb_id_hash(((uint64_t)rank[a] << 32) |
+				 hnormal(ctr_hash(((uint64_t)rank[a] << 32) |
 						     rank[b]) ^
 					 (seed + x));
 		}

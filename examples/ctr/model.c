@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/hash.h"
 
 int ctr_parse(const char *line, struct ctr_example *ex)
 {
@@ -54,7 +53,7 @@ int ctr_parse(const char *line, struct ctr_example *ex)
 		if (nd > 16)
 			return -1;
 		/* Field in the top byte; nd == 0 (empty) is its own value. */
-		ex->ids[k] = emb_id_hash(((uint64_t)(k + 1) << 56) ^
+		ex->ids[k] = ctr_hash(((uint64_t)(k + 1) << 56) ^
 					 (nd ? h : 0xffffffffffull));
 	}
 	return (*p == '\n' || *p == '\0' || *p == '\r') ? 0 : -1;
@@ -82,7 +81,7 @@ uint32_t ctr_read_batch(FILE *f, struct ctr_example *ex, uint32_t max,
 
 void ctr_dense_init(float *dense, uint64_t seed)
 {
-	uint64_t st = emb_id_hash(seed ^ 0xde45eull);
+	uint64_t st = ctr_hash(seed ^ 0xde45eull);
 	float l1 = sqrtf(6.0f / CTR_IN), l2 = sqrtf(6.0f / CTR_H1),
 	      l3 = sqrtf(6.0f / CTR_H2);
 
@@ -90,17 +89,17 @@ void ctr_dense_init(float *dense, uint64_t seed)
 	for (int i = 0; i < CTR_H1 * CTR_IN; i++)
 		dense[CTR_OFF_W1 + i] =
 		    l1 *
-		    (2.0f * (float)(emb_splitmix64(&st) >> 40) / 16777216.0f -
+		    (2.0f * (float)(ctr_splitmix64(&st) >> 40) / 16777216.0f -
 		     1.0f);
 	for (int i = 0; i < CTR_H2 * CTR_H1; i++)
 		dense[CTR_OFF_W2 + i] =
 		    l2 *
-		    (2.0f * (float)(emb_splitmix64(&st) >> 40) / 16777216.0f -
+		    (2.0f * (float)(ctr_splitmix64(&st) >> 40) / 16777216.0f -
 		     1.0f);
 	for (int i = 0; i < CTR_H2; i++)
 		dense[CTR_OFF_W3 + i] =
 		    l3 *
-		    (2.0f * (float)(emb_splitmix64(&st) >> 40) / 16777216.0f -
+		    (2.0f * (float)(ctr_splitmix64(&st) >> 40) / 16777216.0f -
 		     1.0f);
 }
 

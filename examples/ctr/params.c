@@ -5,7 +5,8 @@
  * "ctr_mlp" (dense rows of 256 floats, Adam). The MLP's initial values need
  * per-layer scales, so the first worker assigns them once; the others wait
  * until every dense row exists (no-create pulls) before training. Local mode
- * runs the same tables, optimizers and initial values in this process.
+ * runs the same tables, optimizers and initial values in this process
+ * (local.h), through libembstore's public API alone.
  */
 #include "params.h"
 
@@ -15,16 +16,17 @@
 #include <string.h>
 #include <time.h>
 
+#include <embstore.h>
+
 #include "ctr.h"
-#include "store/store.h"
-#include "worker/embstore.h"
+#include "local.h"
 
 struct ctr_params {
 	struct ctr_params_opts o; /* as opened */
 	uint32_t rank;		  /* this worker */
 	uint32_t workers;	  /* all workers */
 	/* local */
-	struct emb_table *lt[3]; /* emb, wide, mlp */
+	struct ctr_local *lt[3]; /* emb, wide, mlp */
 	/* servers */
 	struct emb_client *c;		/* connection to the cluster */
 	struct emb_client_table *rt[3]; /* emb, wide, mlp */
@@ -51,19 +53,24 @@ static void specs(uint64_t seed, const struct emb_lifecycle_cfg *life,
 	adam.kind = EMB_OPTIM_ADAM;
 	adam.lr = 0.001f;
 	s[T_EMB] = (struct emb_table_spec){
+	    .struct_size = sizeof(struct emb_table_spec),
 	    .name = "ctr_emb",
 	    .dim = CTR_EMB_DIM,
 	    .optim = ada,
 	    .init = {.kind = EMB_INIT_NORMAL, .a = 0.0f, .b = 0.05f},
 	    .seed = seed,
 	    .life = *life};
-	s[T_WIDE] = (struct emb_table_spec){.name = "ctr_wide",
+	s[T_WIDE] = (struct emb_table_spec){.struct_size =
+						sizeof(struct emb_table_spec),
+					    .name = "ctr_wide",
 					    .dim = 1,
 					    .optim = ada,
 					    .init = {.kind = EMB_INIT_ZEROS},
 					    .seed = seed,
 					    .life = *life};
-	s[T_MLP] = (struct emb_table_spec){.name = "ctr_mlp",
+	s[T_MLP] = (struct emb_table_spec){.struct_size =
+					       sizeof(struct emb_table_spec),
+					   .name = "ctr_mlp",
 					   .dim = CTR_DENSE_ROW,
 					   .optim = adam,
 					   .init = {.kind = EMB_INIT_ZEROS},
@@ -77,15 +84,7 @@ static int open_local(struct ctr_params *p)
 
 	specs(p->o.seed, &p->o.life, s);
 	for (int k = 0; k < 3; k++) {
-		struct emb_table_opts to = EMB_TABLE_OPTS_DEFAULT;
-
-		to.name = s[k].name;
-		to.dim = s[k].dim;
-		to.optim = s[k].optim;
-		to.init = s[k].init;
-		to.seed = s[k].seed;
-		to.life = s[k].life;
-		rc = emb_table_create(&to, &p->lt[k]);
+		rc = ctr_local_create(&s[k], &p->lt[k]);
 		if (rc)
 			return rc;
 	}
@@ -96,11 +95,8 @@ static int pull_dense_rows(struct ctr_params *p, float *dense, uint32_t flags,
 			   uint8_t *found)
 {
 	if (p->o.local)
-		return emb_table_pull(p->lt[T_MLP], p->dense_ids,
-				      CTR_DENSE_ROWS, dense,
-				      flags ? EMB_PULL_NOCREATE : 0, found) < 0
-			   ? EMB_EINTERNAL
-			   : 0;
+		return ctr_local_pull(p->lt[T_MLP], p->dense_ids,
+				      CTR_DENSE_ROWS, dense, !flags, found);
 	return emb_client_table_pull(p->rt[T_MLP], p->dense_ids, CTR_DENSE_ROWS,
 				     dense, flags ? EMB_CLIENT_NOCREATE : 0,
 				     found);
@@ -129,9 +125,8 @@ static int init_dense(struct ctr_params *p)
 		if (p->rank == 0) {
 			ctr_dense_init(dense, p->o.seed);
 			rc = p->o.local
-				 ? emb_table_assign(p->lt[T_MLP], p->dense_ids,
-						    CTR_DENSE_ROWS, dense,
-						    false, NULL)
+				 ? ctr_local_assign(p->lt[T_MLP], p->dense_ids,
+						    CTR_DENSE_ROWS, dense)
 				 : emb_client_table_assign(
 				       p->rt[T_MLP], p->dense_ids,
 				       CTR_DENSE_ROWS, dense, false);
@@ -234,7 +229,7 @@ void ctr_params_close(struct ctr_params *p)
 	for (int k = 0; k < 2; k++)
 		emb_cached_table_destroy(p->ct[k]);
 	for (int k = 0; k < 3; k++) {
-		emb_table_destroy(p->lt[k]);
+		ctr_local_destroy(p->lt[k]);
 		emb_client_table_close(p->rt[k]);
 	}
 	/* The last worker to finish lets the servers and scheduler exit. */
@@ -288,11 +283,10 @@ int ctr_params_lookup(struct ctr_params *p, const uint64_t *ids, uint32_t n,
 			  : emb_cached_table_lookup(p->ct[1], ids, n, wide);
 	}
 	if (p->o.local) {
-		rc = emb_table_pull(p->lt[T_EMB], ids, n, emb, 0, NULL);
-		if (rc >= 0)
-			rc = emb_table_pull(p->lt[T_WIDE], ids, n, wide, 0,
-					    NULL);
-		return rc < 0 ? rc : 0;
+		rc = ctr_local_pull(p->lt[T_EMB], ids, n, emb, true, NULL);
+		return rc ? rc
+			  : ctr_local_pull(p->lt[T_WIDE], ids, n, wide, true,
+					   NULL);
 	}
 	rc =
 	    emb_client_table_pull_async(p->rt[T_EMB], ids, n, emb, 0, NULL, &a);
@@ -320,12 +314,12 @@ int ctr_params_push(struct ctr_params *p, const float *g_emb,
 	int rc = 0, r;
 
 	if (p->o.local) {
-		rc = emb_table_push(p->lt[T_EMB], p->ids, p->n, g_emb);
+		rc = ctr_local_push(p->lt[T_EMB], p->ids, p->n, g_emb);
 		if (!rc)
-			rc =
-			    emb_table_push(p->lt[T_WIDE], p->ids, p->n, g_wide);
+			rc = ctr_local_push(p->lt[T_WIDE], p->ids, p->n,
+					    g_wide);
 		if (!rc)
-			rc = emb_table_push(p->lt[T_MLP], p->dense_ids,
+			rc = ctr_local_push(p->lt[T_MLP], p->dense_ids,
 					    CTR_DENSE_ROWS, g_dense);
 		return rc;
 	}
@@ -374,12 +368,10 @@ int ctr_params_eval_rows(struct ctr_params *p, const uint64_t *ids, uint32_t n,
 	int rc;
 
 	if (p->o.local) {
-		rc = emb_table_pull(p->lt[T_EMB], ids, n, emb,
-				    EMB_PULL_NOCREATE, NULL);
-		if (rc >= 0)
-			rc = emb_table_pull(p->lt[T_WIDE], ids, n, wide,
-					    EMB_PULL_NOCREATE, NULL);
-		return rc < 0 ? rc : 0;
+		rc = ctr_local_pull(p->lt[T_EMB], ids, n, emb, false, NULL);
+		return rc ? rc
+			  : ctr_local_pull(p->lt[T_WIDE], ids, n, wide, false,
+					   NULL);
 	}
 	rc = emb_client_table_pull(p->rt[T_EMB], ids, n, emb,
 				   EMB_CLIENT_NOCREATE, NULL);

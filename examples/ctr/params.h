@@ -1,7 +1,8 @@
 /*
  * examples/ctr/params.h - where the CTR model's parameters live: embstore
  * servers (through the client library and its vocab cache) or, with
- * opts.local, tables in this process. The trainer sees one interface.
+ * opts.local, tables in this process (local.h). The trainer sees one
+ * interface.
  * One thread per handle.
  */
 #ifndef EMB_EXAMPLES_CTR_PARAMS_H
@@ -11,8 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/err.h"
-#include "common/lifecycle.h"
+#include <embstore.h>
 
 struct ctr_params;
 

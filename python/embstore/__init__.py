@@ -13,19 +13,29 @@ A thin layer over the C client library libembstore (loaded with ctypes):
 `embstore.torch` (imported on its own, so this package works without
 PyTorch) has Embedding and EmbeddingBag modules over tables. docs/python.md
 has the whole story.
+
+Importing the package loads the library and checks it (embstore/_lib.py):
+its version against the package's, and the size of every C struct the
+package mirrors; a mismatch raises ImportError.
 """
 
 from .client import (CachedTable, Client, Future, Table, as_ids, connect,
                      initial_rows, set_log_level)
 from .errors import (AuthError, CacheError, ConnectionError, Error,
                      TableError, TimeoutError, code_name)
+from .stats import CachedTableStats, ClientStats, TableStats
 from . import _lib
 
-__version__ = "0.1.0"
+__version__: str = _lib.version
+"""The project version meson built the package with (the library's
+emb_version() when run from a source checkout)."""
 library_path: str = _lib.path
 """The libembstore that was loaded."""
+library_version: str = _lib.library_version
+"""emb_version() of that library."""
 
 __all__ = ["connect", "set_log_level", "Client", "Table", "CachedTable",
            "Future", "Error", "ConnectionError", "TimeoutError", "TableError",
-           "AuthError", "CacheError", "as_ids", "initial_rows", "code_name",
-           "library_path"]
+           "AuthError", "CacheError", "ClientStats", "TableStats",
+           "CachedTableStats", "as_ids", "initial_rows", "code_name",
+           "library_path", "library_version"]

@@ -1,9 +1,17 @@
-"""Loads libembstore and declares the C API of embstore.h for ctypes.
+"""Loads libembstore, declares the C API of embstore.h for ctypes, and
+checks at import that the library is the one this package was made for.
 
-Only this module knows C layouts: the structs below mirror
-src/worker/embstore.h, src/common/optim.h and src/common/init.h field for
-field, and every function gets its argument and result types here so that
-ctypes converts (and checks) them on each call.
+Only this module knows C layouts: the structs below mirror the installed
+embstore.h field for field, and every function gets its argument and
+result types here so that ctypes converts (and checks) them on each call.
+At import each mirrored struct's size is compared with the library's own
+(emb_struct_size()), and the library's version with the package's
+(_version.py, which meson writes from the project version): a mismatch
+raises ImportError instead of letting a call read or write past a struct.
+
+Sized structs (those with struct_size first) must have it set to their
+size before the library sees them: the constructor of each class here
+sets it.
 
 Where the library is looked for, first match wins:
 
@@ -13,6 +21,8 @@ Where the library is looked for, first match wins:
 3. a source checkout: ``$EMB_BUILD_DIR`` or ``build/`` at the top of the
    checkout this package sits in (``src/worker/libembstore.so``);
 4. ``ctypes.util.find_library("embstore")`` (the loader's search path).
+
+Import-time only; afterwards read-only, so any thread may use it.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import warnings
 from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_float,
                     c_int, c_size_t, c_uint32, c_uint64, c_void_p)
 from pathlib import Path
@@ -27,9 +38,23 @@ from pathlib import Path
 _SONAME = "libembstore.so"
 
 
-class OptimCfg(Structure):
-    """struct emb_optim_cfg (src/common/optim.h)."""
+class CStruct(Structure):
+    """A mirror of a public C struct: _c_name_ is its name as
+    emb_struct_size() takes it. A struct whose first field is struct_size
+    (a sized struct, embstore.h) gets it set here on construction."""
 
+    _c_name_ = ""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self._fields_ and self._fields_[0][0] == "struct_size":
+            self.struct_size = ctypes.sizeof(self)
+
+
+class OptimCfg(CStruct):
+    """struct emb_optim_cfg (fixed layout: no struct_size)."""
+
+    _c_name_ = "emb_optim_cfg"
     _fields_ = [
         ("kind", c_uint32),
         ("lr", c_float),
@@ -44,23 +69,26 @@ class OptimCfg(Structure):
     ]
 
 
-class InitCfg(Structure):
-    """struct emb_init_cfg (src/common/init.h)."""
+class InitCfg(CStruct):
+    """struct emb_init_cfg (fixed layout)."""
 
+    _c_name_ = "emb_init_cfg"
     _fields_ = [("kind", c_uint32), ("a", c_float), ("b", c_float)]
 
 
-class ClientOpts(Structure):
+class ClientOpts(CStruct):
     """struct emb_client_opts."""
 
+    _c_name_ = "emb_client_opts"
     _fields_ = [
+        ("struct_size", c_uint32),
+        ("auth_token_len", c_uint32),
         ("servers", c_char_p),
         ("transport", c_char_p),
         ("auth_token", c_char_p),
-        ("auth_token_len", c_uint32),
+        ("name", c_char_p),
         ("timeout_ms", c_uint32),
         ("part_ids", c_uint32),
-        ("name", c_char_p),
         ("pull_mode", c_uint32),
         ("loc_cache_rows", c_uint32),
     ]
@@ -70,9 +98,10 @@ class ClientOpts(Structure):
 EMB_PULL_MODES = ("twosided", "onesided")
 
 
-class LifecycleCfg(Structure):
-    """struct emb_lifecycle_cfg (src/common/lifecycle.h)."""
+class LifecycleCfg(CStruct):
+    """struct emb_lifecycle_cfg (fixed layout)."""
 
+    _c_name_ = "emb_lifecycle_cfg"
     _fields_ = [
         ("admit", c_uint32),
         ("admit_n", c_uint32),
@@ -84,36 +113,46 @@ class LifecycleCfg(Structure):
     ]
 
 
-class TableSpec(Structure):
+class TableSpec(CStruct):
     """struct emb_table_spec."""
 
+    _c_name_ = "emb_table_spec"
     _fields_ = [
-        ("name", c_char_p),
+        ("struct_size", c_uint32),
         ("dim", c_uint32),
+        ("name", c_char_p),
         ("optim", OptimCfg),
         ("init", InitCfg),
+        ("_pad0", c_uint32),
         ("seed", c_uint64),
         ("life", LifecycleCfg),
     ]
 
 
-class TableStats(Structure):
-    """struct emb_client_table_stats: EMB_TABLE_STATS of
-    src/common/tabledef.h, in its order, then servers."""
-
-    _fields_ = [(name, c_uint64) for name in (
-        "rows", "bytes", "slab_bytes", "index_bytes", "row_bytes", "pulls",
-        "pushes", "rows_pulled", "rows_pushed", "rows_created",
-        "rows_erased", "rows_evicted", "misses", "step", "extents",
-        "grads_discarded", "pulls_unadmitted", "pushes_unadmitted",
-        "admit_filter_bytes", "rows_evicted_ttl", "rows_evicted_l2",
-        "rows_evicted_cap")] + [("servers", c_uint32)]
+# The counters of a table, in EMB_TABLE_STATS order (src/common/tabledef.h).
+TABLE_STAT_NAMES = (
+    "rows", "bytes", "slab_bytes", "index_bytes", "row_bytes", "pulls",
+    "pushes", "rows_pulled", "rows_pushed", "rows_created", "rows_erased",
+    "rows_evicted", "misses", "step", "extents", "grads_discarded",
+    "pulls_unadmitted", "pushes_unadmitted", "admit_filter_bytes",
+    "rows_evicted_ttl", "rows_evicted_l2", "rows_evicted_cap")
 
 
-class ClientStats(Structure):
+class TableStats(CStruct):
+    """struct emb_client_table_stats: servers, then EMB_TABLE_STATS."""
+
+    _c_name_ = "emb_client_table_stats"
+    _fields_ = [("struct_size", c_uint32), ("servers", c_uint32)] + \
+        [(name, c_uint64) for name in TABLE_STAT_NAMES]
+
+
+class ClientStats(CStruct):
     """struct emb_client_stats."""
 
+    _c_name_ = "emb_client_stats"
     _fields_ = [
+        ("struct_size", c_uint32),
+        ("_pad0", c_uint32),
         ("requests", c_uint64),
         ("bytes_out", c_uint64),
         ("bytes_in", c_uint64),
@@ -130,10 +169,12 @@ class ClientStats(Structure):
     ]
 
 
-class CachedOpts(Structure):
+class CachedOpts(CStruct):
     """struct emb_cached_table_opts."""
 
+    _c_name_ = "emb_cached_table_opts"
     _fields_ = [
+        ("struct_size", c_uint32),
         ("capacity", c_uint32),
         ("max_batch", c_uint32),
         ("prefetch_depth", c_uint32),
@@ -144,10 +185,13 @@ class CachedOpts(Structure):
     ]
 
 
-class CachedStats(Structure):
+class CachedStats(CStruct):
     """struct emb_cached_table_stats."""
 
+    _c_name_ = "emb_cached_table_stats"
     _fields_ = [
+        ("struct_size", c_uint32),
+        ("_pad0", c_uint32),
         ("lookups", c_uint64),
         ("hits", c_uint64),
         ("misses", c_uint64),
@@ -168,8 +212,14 @@ class CachedStats(Structure):
     ]
 
 
+# Every mirror, for the size check at import.
+STRUCTS = (OptimCfg, InitCfg, LifecycleCfg, ClientOpts, TableSpec,
+           TableStats, ClientStats, CachedOpts, CachedStats)
+
+
 # Values of the C enums and flags the package passes.
 EMB_CLIENT_NOCREATE = 0x1
+EMB_CLIENT_WITH_STATE = 0x2
 EMB_MODE_ASYNC, EMB_MODE_SYNC, EMB_MODE_STALE = 0, 1, 2
 EMB_CACHED_WRITE_THROUGH, EMB_CACHED_WRITE_BACK = 0, 1
 EMB_CACHED_LRU, EMB_CACHED_CLOCK, EMB_CACHED_TINYLFU = 0, 1, 2
@@ -178,6 +228,12 @@ EMB_LOG_LEVELS = ("error", "warn", "info", "debug")
 _P = c_void_p  # opaque handles and numpy buffers: plain addresses
 _U64P = c_void_p
 _PROTOS = {
+    "emb_version": (c_char_p, []),
+    "emb_version_number": (c_uint32, []),
+    "emb_struct_size": (c_size_t, [c_char_p]),
+    "emb_err_name": (c_char_p, [c_int]),
+    "emb_err_codes": (c_int, [POINTER(c_int), c_size_t]),
+    "emb_last_error": (c_int, [c_char_p, c_size_t]),
     "emb_strerror": (c_char_p, [c_int]),
     "emb_log_set_level": (None, [c_int]),
     "emb_optim_parse": (c_int, [c_char_p, POINTER(OptimCfg)]),
@@ -196,8 +252,7 @@ _PROTOS = {
     "emb_client_transport": (c_char_p, [_P]),
     "emb_client_servers": (c_int, [_P, c_char_p, c_size_t]),
     "emb_client_server_of": (c_uint32, [_P, c_uint64]),
-    "emb_client_stats": (None, [_P, POINTER(ClientStats)]),
-    "emb_client_last_error": (c_int, [_P, c_char_p, c_size_t]),
+    "emb_client_stats": (c_int, [_P, POINTER(ClientStats)]),
     "emb_client_rank": (c_uint32, [_P]),
     "emb_client_nworkers": (c_uint32, [_P]),
     "emb_client_barrier": (c_int, [_P, c_char_p]),
@@ -231,7 +286,7 @@ _PROTOS = {
     "emb_cached_table_push_grads": (c_int, [_P, _P]),
     "emb_cached_table_flush": (c_int, [_P]),
     "emb_cached_table_cancel": (None, [_P]),
-    "emb_cached_table_stats": (None, [_P, POINTER(CachedStats)]),
+    "emb_cached_table_stats": (c_int, [_P, POINTER(CachedStats)]),
 }
 
 
@@ -272,16 +327,76 @@ def _load() -> ctypes.CDLL:
                       "to its path. Tried: " + "; ".join(tried))
 
 
-def _declare(lib: ctypes.CDLL) -> None:
-    for name, (res, args) in _PROTOS.items():
-        fn = getattr(lib, name)
+def _declare(lib: ctypes.CDLL, names) -> None:
+    for name in names:
+        res, args = _PROTOS[name]
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise ImportError(f"embstore: {lib._name} has no {name}(): a "
+                              "library older than this package") from None
         fn.restype = res
         fn.argtypes = args
 
 
+def _parse_version(v: str) -> tuple[int, int, int]:
+    try:
+        major, minor, patch = (int(x) for x in v.split("."))
+    except ValueError:
+        raise ImportError(f"embstore: bad version {v!r}") from None
+    return major, minor, patch
+
+
+def check_version(built: str, running: str, where: str) -> None:
+    """The rule of embstore.h, for this package as a program built against
+    release built: a library running X.y.z serves it when X is built's
+    major and y.z >= built's minor.patch. ImportError for a library that
+    cannot serve it; a RuntimeWarning for a newer one that can (the size
+    check then decides)."""
+    b, r = _parse_version(built), _parse_version(running)
+    if b == r:
+        return
+    if r[0] != b[0] or r < b:
+        raise ImportError(f"embstore: the package is version {built} but "
+                          f"the library {where} is {running}; install the "
+                          "two from one build (or set EMBSTORE_LIB to the "
+                          f"libembstore of {built})")
+    warnings.warn(f"embstore: the package is version {built}, the library "
+                  f"{where} is the newer {running}", RuntimeWarning,
+                  stacklevel=2)
+
+
+def check_struct_sizes(lib: ctypes.CDLL, structs) -> None:
+    """ImportError naming the first mirror in structs whose ctypes size is
+    not the library's sizeof of its struct (0: a struct it does not
+    know)."""
+    for cls in structs:
+        want = lib.emb_struct_size(cls._c_name_.encode())
+        have = ctypes.sizeof(cls)
+        if want != have:
+            known = f"{want} bytes" if want else "unknown"
+            raise ImportError(
+                f"embstore: struct {cls._c_name_} is {have} bytes in the "
+                f"package (embstore/_lib.py, {cls.__name__}) but {known} in "
+                f"{lib._name}: the package and the library disagree on its "
+                "layout")
+
+
 lib = _load()
-_declare(lib)
 path = lib._name
+_declare(lib, ("emb_version", "emb_version_number"))
+library_version: str = lib.emb_version().decode()
+"""emb_version() of the loaded library."""
+try:
+    from ._version import VERSION as built_version  # written by meson
+except ImportError:  # a source checkout: the library's own is the build's
+    built_version = None
+version: str = built_version or library_version
+"""The package's version: the project version meson built it with, or in
+a source checkout (no _version.py) the library's."""
+check_version(version, library_version, path)
+_declare(lib, _PROTOS)
+check_struct_sizes(lib, STRUCTS)
 
 
 def _initial_log_level() -> int:
@@ -293,5 +408,8 @@ def _initial_log_level() -> int:
 
 lib.emb_log_set_level(_initial_log_level())
 
-__all__ = ["lib", "path", "OptimCfg", "InitCfg", "ClientOpts", "TableSpec",
-           "TableStats", "ClientStats", "CachedOpts", "CachedStats"]
+__all__ = ["lib", "path", "version", "library_version", "built_version",
+           "CStruct", "STRUCTS", "check_version",
+           "check_struct_sizes", "OptimCfg", "InitCfg", "LifecycleCfg",
+           "ClientOpts", "TableSpec", "TableStats", "ClientStats",
+           "CachedOpts", "CachedStats"]

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import _lib
 from .errors import CODES, Error, error_class
+from .stats import CachedTableStats, ClientStats, TableStats
 
 _L = _lib.lib
 ArrayLike = Any  # numpy arrays, lists, CPU torch tensors: np.asarray() works
@@ -35,22 +36,24 @@ def _strerror(rc: int) -> str:
     return _L.emb_strerror(rc).decode()
 
 
-def _raise(rc: int, client: Optional["Client"] = None) -> None:
-    """Raises the Error subclass of rc, with the server's message if the
-    client's last server error has that code."""
+def _raise(rc: int) -> None:
+    """Raises the Error subclass of rc, with the text of this thread's last
+    error (a server's message, or what was wrong) when it is rc's: called
+    on the thread whose call just failed, before it makes another."""
     msg = _strerror(rc)
-    if client is not None and client._h:
-        buf = ctypes.create_string_buffer(512)
-        if _L.emb_client_last_error(client._h, buf, len(buf)) == rc:
-            text = buf.value.decode(errors="replace")
-            if text and text != msg:
-                msg = f"{msg}: {text}"
+    buf = ctypes.create_string_buffer(512)
+    if _L.emb_last_error(buf, len(buf)) == rc:
+        text = buf.value.decode(errors="replace")
+        if text and text != msg:
+            msg = f"{msg}: {text}"
     raise error_class(rc)(rc, msg)
 
 
 def _check(rc: int, client: Optional["Client"] = None) -> int:
+    """rc, or the Error of a negative rc (client: unused, kept for the
+    callers' symmetry; the last error is per thread)."""
     if rc < 0:
-        _raise(rc, client)
+        _raise(rc)
     return rc
 
 
@@ -143,10 +146,6 @@ def _parse_mode(mode: str) -> tuple[int, int]:
     raise ValueError(f"bad mode {mode!r}: want async, sync or stale:K")
 
 
-def _struct_dict(s: ctypes.Structure) -> dict:
-    return {name: getattr(s, name) for name, _ in s._fields_}
-
-
 class Future:
     """A pull or push in flight. The arrays it was given stay referenced
     (and must not be changed) until it is done; result() waits.
@@ -226,17 +225,18 @@ class Client:
         """Index (in servers) of the server that holds id."""
         return _L.emb_client_server_of(self._handle(), id % 2**64)
 
-    def stats(self) -> dict:
-        """Client counters: requests, bytes_out, bytes_in, errors, ids_in,
-        ids_sent, retries (requests sent again after a lost connection),
-        reconnects, resp_copied (RDMA responses copied out of transport
-        memory; 0 while response buffers are registered); with
+    def stats(self) -> ClientStats:
+        """Client counters (:class:`embstore.ClientStats`, also a Mapping:
+        ``stats["retries"]``): requests, bytes_out, bytes_in, errors,
+        ids_in, ids_sent, retries (requests sent again after a lost
+        connection), reconnects, resp_copied (RDMA responses copied out of
+        transport memory; 0 while response buffers are registered); with
         pull_mode="onesided": rows_read (rows READ and validated),
         rows_fallback (rows pulled two-sided instead), seal_failures,
         read_conn_losses."""
         s = _lib.ClientStats()
-        _L.emb_client_stats(self._handle(), byref(s))
-        return _struct_dict(s)
+        _check(_L.emb_client_stats(self._handle(), byref(s)))
+        return ClientStats.from_struct(s)
 
     def table(self, name: str, dim: int, optimizer: str = "adagrad:lr=0.05",
               init: str = "normal:0,0.01", mode: str = "async",
@@ -381,6 +381,24 @@ class Table:
     def client(self) -> Client:
         return self._client
 
+    def spec(self) -> dict[str, Any]:
+        """The table's spec as the servers hold it, in the arguments of
+        Client.table() that make it: name, dim, optimizer (every
+        hyper-parameter written out, so the string gives back the same
+        floats), init and seed. ``client.table(**t.spec())`` makes or
+        opens the same table (admission and eviction not included)."""
+        s = _L.emb_client_table_spec(self._handle()).contents
+        o = s.optim
+        optim = (f"{self.optimizer}:lr={o.lr!r},wd={o.weight_decay!r},"
+                 f"acc={o.initial_accumulator!r},beta1={o.beta1!r},"
+                 f"beta2={o.beta2!r},eps={o.eps!r},beta={o.ftrl_beta!r},"
+                 f"l1={o.l1!r},l2={o.l2!r}")
+        kind = _L.emb_init_name(s.init.kind).decode()
+        init = {"zeros": "zeros", "constant": f"constant:{s.init.a!r}"}.get(
+            kind, f"{kind}:{s.init.a!r},{s.init.b!r}")
+        return {"name": self.name, "dim": self.dim, "optimizer": optim,
+                "init": init, "seed": s.seed}
+
     def _handle(self) -> int:
         if not self._h:
             raise ValueError(f"table {self.name} is closed")
@@ -406,13 +424,14 @@ class Table:
         _check(_L.emb_client_table_set_lifecycle(self._handle(), byref(cfg)),
                self._client)
 
-    def _pull_args(self, ids, out, found, create):
+    def _pull_args(self, ids, out, found, create, with_state=False):
         ids = as_ids(ids)
         n = ids.shape[0]
+        width = self.row_floats if with_state else self.dim
         if out is None:
-            out = np.empty((n, self.dim), dtype=np.float32)
+            out = np.empty((n, width), dtype=np.float32)
         else:
-            out = _rows(out, n, self.dim, "out", True)
+            out = _rows(out, n, width, "out", True)
         fp = None
         if found is not None:
             if not isinstance(found, np.ndarray) or found.dtype not in (
@@ -423,11 +442,13 @@ class Table:
                                  f"({n},)")
             fp = _addr(found)
         flags = 0 if create else _lib.EMB_CLIENT_NOCREATE
+        if with_state:
+            flags |= _lib.EMB_CLIENT_WITH_STATE
         return ids, n, out, flags, fp
 
     def pull(self, ids: ArrayLike, out: Optional[np.ndarray] = None, *,
-             create: bool = True,
-             found: Optional[np.ndarray] = None) -> np.ndarray:
+             create: bool = True, found: Optional[np.ndarray] = None,
+             with_state: bool = False) -> np.ndarray:
         """Rows of ids.
 
         Args:
@@ -437,11 +458,15 @@ class Table:
                 False they read as zeros and are not created.
             found: bool or uint8 [n] array set to whether each row existed
                 (meaningful with create=False).
+            with_state: whole rows, [n, row_floats]: the weights, then the
+                optimizer's state (what assign(..., with_state=True) takes
+                back).
 
         Returns:
-            out, or a new float32 [n, dim] array.
+            out, or a new float32 [n, dim] (or [n, row_floats]) array.
         """
-        ids, n, out, flags, fp = self._pull_args(ids, out, found, create)
+        ids, n, out, flags, fp = self._pull_args(ids, out, found, create,
+                                                 with_state)
         _check(_L.emb_client_table_pull(self._handle(), _addr(ids), n,
                                         _addr(out), flags, fp), self._client)
         return out
@@ -488,13 +513,17 @@ class Table:
                self._client)
         return Future(h.value, self._client, None, (ids, grads))
 
-    def assign(self, ids: ArrayLike, rows: ArrayLike) -> None:
-        """Overwrites (or creates) rows with float32 [n, dim] values."""
+    def assign(self, ids: ArrayLike, rows: ArrayLike, *,
+               with_state: bool = False) -> None:
+        """Overwrites (or creates) rows with float32 [n, dim] values, or
+        with with_state [n, row_floats]: weights and optimizer state, as
+        pull(..., with_state=True) gives them."""
         ids = as_ids(ids)
-        rows = _rows(rows, ids.shape[0], self.dim, "rows", False)
+        width = self.row_floats if with_state else self.dim
+        rows = _rows(rows, ids.shape[0], width, "rows", False)
         _check(_L.emb_client_table_assign(self._handle(), _addr(ids),
-                                          ids.shape[0], _addr(rows), False),
-               self._client)
+                                          ids.shape[0], _addr(rows),
+                                          bool(with_state)), self._client)
 
     def erase(self, ids: ArrayLike) -> int:
         """Removes rows; returns how many existed."""
@@ -505,18 +534,20 @@ class Table:
                self._client)
         return erased.value
 
-    def stats(self) -> dict:
-        """The table's counters summed over the servers (row_bytes and
-        step: the largest of any): rows, bytes, slab_bytes, index_bytes,
-        row_bytes, pulls, pushes, rows_pulled, rows_pushed, rows_created,
-        rows_erased, rows_evicted, misses, step, extents, grads_discarded,
-        pulls_unadmitted, pushes_unadmitted, admit_filter_bytes,
-        rows_evicted_ttl, rows_evicted_l2, rows_evicted_cap, and servers
+    def stats(self) -> TableStats:
+        """The table's counters summed over the servers
+        (:class:`embstore.TableStats`, also a Mapping: ``stats["rows"]``;
+        row_bytes and step: the largest of any): rows, bytes, slab_bytes,
+        index_bytes, row_bytes, pulls, pushes, rows_pulled, rows_pushed,
+        rows_created, rows_erased, rows_evicted, misses, step, extents,
+        grads_discarded, pulls_unadmitted, pushes_unadmitted,
+        admit_filter_bytes, rows_evicted_ttl, rows_evicted_l2,
+        rows_evicted_cap, and servers
         (how many answered); see src/common/tabledef.h."""
         s = _lib.TableStats()
         _check(_L.emb_client_table_stats(self._handle(), byref(s)),
                self._client)
-        return _struct_dict(s)
+        return TableStats.from_struct(s)
 
     def drop(self) -> None:
         """Drops the table on every server (close the handle after)."""
@@ -666,14 +697,15 @@ class CachedTable:
         _L.emb_cached_table_cancel(self._handle())
         self._n = None
 
-    def stats(self) -> dict:
-        """Counters since creation: lookups, hits, misses, hit_ratio,
+    def stats(self) -> CachedTableStats:
+        """Counters since creation (:class:`embstore.CachedTableStats`,
+        also a Mapping: ``stats["hits"]``): lookups, hits, misses, hit_ratio,
         refetches, evictions, write_backs, pushes, fetch_calls,
         sync_fetches, rows_fetched, bytes_fetched, bytes_written, stalls,
         wait_ns, rows, dirty."""
         s = _lib.CachedStats()
-        _L.emb_cached_table_stats(self._handle(), byref(s))
-        return _struct_dict(s)
+        _check(_L.emb_cached_table_stats(self._handle(), byref(s)))
+        return CachedTableStats.from_struct(s)
 
     def close(self) -> None:
         """Frees the cache; unflushed write-back rows are lost."""

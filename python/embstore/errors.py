@@ -1,43 +1,46 @@
 """embstore's exceptions and the C return codes they come from.
 
 Every C call returns 0 or a negative code: a negative errno, or one of
-embstore's own codes below -1000 (src/common/err.h; tests/python checks that
-CODES below matches that list). A failing call raises the subclass of
-:class:`Error` for its code's family; the message is ``emb_strerror()``'s,
-followed by the server's own text when a server sent one.
+embstore's own codes below -1000. Their names and values come from the
+loaded library at import (emb_err_codes(), emb_err_name()), so this
+package never holds a copy of the list: :data:`CODES` maps each name to its
+value, and each is a constant here too (``errors.EMB_ENOTABLE``).
+
+A failing call raises the subclass of :class:`Error` for its code's family
+(connection, timeout, table, auth, cache); which codes make up a family is
+decided here, by name, in :data:`FAMILIES`, and a code in none of them
+raises :class:`Error`. The message is ``emb_strerror()``'s, followed by the
+text of the calling thread's last error (emb_last_error()) when it says
+more: a server's own text, or what was wrong.
+
+Built at import, read-only afterwards: any thread.
 """
 
 from __future__ import annotations
 
 import builtins
+import ctypes
 import errno
+from typing import Optional
 
-# name -> value, as in src/common/err.h's EMB_ERR_LIST.
-CODES = {
-    "EMB_EINTERNAL": -1001, "EMB_EBADARG": -1002,
-    "EMB_EBADMAGIC": -1101, "EMB_EBADVERSION": -1102,
-    "EMB_EBADFRAME": -1103, "EMB_ETOOBIG": -1104, "EMB_EBADOP": -1105,
-    "EMB_ETOOMANYIDS": -1106, "EMB_EAUTH": -1107, "EMB_ENOHELLO": -1108,
-    "EMB_ESERVER": -1109, "EMB_ETRUNCFRAME": -1110,
-    "EMB_ENOADMIN": -1111, "EMB_ETOOMANYCONNS": -1112,
-    "EMB_ERETRYLATE": -1115,
-    "EMB_EBADDUMP": -1201, "EMB_ENOTABLE": -1202, "EMB_ETABLEEXISTS": -1203,
-    "EMB_EBADDIM": -1204, "EMB_EBADOPTIM": -1205, "EMB_EBADINIT": -1206,
-    "EMB_EMEMLIMIT": -1207, "EMB_ETOOMANYTABLES": -1208,
-    "EMB_EBADNAME": -1209, "EMB_EARENA": -1210, "EMB_ENOTFOUND": -1211,
-    "EMB_EDUMPFORMAT": -1212, "EMB_ETRUNCATED": -1213,
-    "EMB_EMANIFEST": -1214, "EMB_ENONFINITE": -1215, "EMB_ENOCKPT": -1220,
-    "EMB_EDELTALOST": -1221, "EMB_ECHAIN": -1222,
-    "EMB_EBADLIFE": -1230, "EMB_ENOTREMOTE": -1231,
-    "EMB_ECLOSED": -1301, "EMB_EPEERDEAD": -1302, "EMB_EQPERR": -1303,
-    "EMB_ENOCREDIT": -1304, "EMB_ENODEVICE": -1305,
-    "EMB_ERESPTOOBIG": -1306,
-    "EMB_ECACHEFULL": -1401, "EMB_EFETCH": -1402, "EMB_EWRITEBACK": -1403,
-    "EMB_EPUSH": -1404,
-    "EMB_ENOSERVER": -1501, "EMB_ENODEAD": -1502, "EMB_ENOSCHED": -1503,
-    "EMB_ECLUSTER": -1504, "EMB_ESTALEMAP": -1505, "EMB_EMOVING": -1506,
-    "EMB_ENOETCD": -1530, "EMB_EETCD": -1531, "EMB_ENOLEASE": -1532,
-}
+from . import _lib
+
+
+def _library_codes() -> dict[str, int]:
+    """name -> value of the library's own codes, in its order."""
+    lib = _lib.lib
+    n = lib.emb_err_codes(None, 0)
+    buf = (ctypes.c_int * n)()
+    got = lib.emb_err_codes(buf, n)
+    if got != n:
+        raise ImportError(f"embstore: emb_err_codes() counted {n} codes, "
+                          f"then {got}")
+    return {lib.emb_err_name(c).decode(): c for c in buf}
+
+
+CODES: dict[str, int] = _library_codes()
+"""Name -> value of each of embstore's own codes (EMB_E*), from the
+library."""
 globals().update(CODES)
 _NAMES = {v: k for k, v in CODES.items()}
 
@@ -48,7 +51,8 @@ class Error(Exception):
     Attributes:
         code: the C return code (negative errno or an EMB_E* value).
         name: its symbolic name (``"EMB_ENOTABLE"``, ``"ETIMEDOUT"``).
-        message: emb_strerror()'s text, plus the server's when it sent one.
+        message: emb_strerror()'s text, plus the thread's last error text
+            (the server's, or what was wrong) when it says more.
     """
 
     def __init__(self, code: int, message: str) -> None:
@@ -84,33 +88,48 @@ class CacheError(Error):
     a lost server, is in the log), or a batch does not fit the cache."""
 
 
-_FAMILY = {}
-for _c in ("ECONNREFUSED", "ECONNRESET", "ECONNABORTED", "EHOSTUNREACH",
-           "ENETUNREACH", "EPIPE", "ENOTCONN", "ENODEV"):
-    _FAMILY[-getattr(errno, _c)] = ConnectionError
-for _n in ("EMB_ECLOSED", "EMB_EPEERDEAD", "EMB_EQPERR", "EMB_ENODEVICE",
-           "EMB_ENOSERVER", "EMB_ENODEAD", "EMB_ENOSCHED", "EMB_ECLUSTER",
-           "EMB_ETOOMANYCONNS", "EMB_ERETRYLATE", "EMB_ENOETCD",
-           "EMB_ENOLEASE", "EMB_ESTALEMAP", "EMB_EMOVING"):
-    _FAMILY[CODES[_n]] = ConnectionError
-_FAMILY[-errno.ETIMEDOUT] = TimeoutError
-for _n in ("EMB_ENOTABLE", "EMB_ETABLEEXISTS", "EMB_EBADDIM", "EMB_EBADOPTIM",
-           "EMB_EBADINIT", "EMB_EMEMLIMIT", "EMB_ETOOMANYTABLES",
-           "EMB_EBADNAME", "EMB_ENOTFOUND", "EMB_EBADLIFE",
-           "EMB_ENOTREMOTE"):
-    _FAMILY[CODES[_n]] = TableError
-for _n in ("EMB_EAUTH", "EMB_ENOHELLO", "EMB_ENOADMIN"):
-    _FAMILY[CODES[_n]] = AuthError
-for _n in ("EMB_ECACHEFULL", "EMB_EFETCH", "EMB_EWRITEBACK", "EMB_EPUSH"):
-    _FAMILY[CODES[_n]] = CacheError
-_FAMILY[-errno.EACCES] = AuthError
+# Which codes each family raises, by name: EMB_E* names from the library's
+# list, the others errno's. A name the loaded library lacks maps nothing
+# (tests/python checks that every EMB_E* name here is the library's).
+FAMILIES: dict[type[Error], tuple[str, ...]] = {
+    ConnectionError: (
+        "ECONNREFUSED", "ECONNRESET", "ECONNABORTED", "EHOSTUNREACH",
+        "ENETUNREACH", "EPIPE", "ENOTCONN", "ENODEV",
+        "EMB_ECLOSED", "EMB_EPEERDEAD", "EMB_EQPERR", "EMB_ENODEVICE",
+        "EMB_ENOSERVER", "EMB_ENODEAD", "EMB_ENOSCHED", "EMB_ECLUSTER",
+        "EMB_ETOOMANYCONNS", "EMB_ERETRYLATE", "EMB_ENOETCD",
+        "EMB_ENOLEASE", "EMB_ESTALEMAP", "EMB_EMOVING"),
+    TimeoutError: ("ETIMEDOUT",),
+    TableError: (
+        "EMB_ENOTABLE", "EMB_ETABLEEXISTS", "EMB_EBADDIM", "EMB_EBADOPTIM",
+        "EMB_EBADINIT", "EMB_EMEMLIMIT", "EMB_ETOOMANYTABLES",
+        "EMB_EBADNAME", "EMB_ENOTFOUND", "EMB_EBADLIFE", "EMB_ENOTREMOTE"),
+    AuthError: ("EMB_EAUTH", "EMB_ENOHELLO", "EMB_ENOADMIN", "EACCES"),
+    CacheError: ("EMB_ECACHEFULL", "EMB_EFETCH", "EMB_EWRITEBACK",
+                 "EMB_EPUSH"),
+}
+
+
+def _code_of(name: str) -> Optional[int]:
+    if name.startswith("EMB_"):
+        return CODES.get(name)
+    value = getattr(errno, name, None)
+    return None if value is None else -value
+
+
+_FAMILY = {_code_of(n): cls for cls, names in FAMILIES.items()
+           for n in names if _code_of(n) is not None}
 
 
 def code_name(code: int) -> str:
-    """``"EMB_ENOTABLE"`` for -1202, ``"ETIMEDOUT"`` for -110, else the
-    number as a string."""
+    """``"EMB_ENOTABLE"`` for -1202, ``"ETIMEDOUT"`` for -110 (the
+    library's emb_err_name()), else the number as a string."""
     if code in _NAMES:
         return _NAMES[code]
+    if -2**31 <= code < 0:
+        name = _lib.lib.emb_err_name(code).decode()
+        if name not in ("OK", "UNKNOWN"):
+            return name
     if code < 0 and -code in errno.errorcode:
         return errno.errorcode[-code]
     return str(code)
@@ -122,4 +141,5 @@ def error_class(code: int) -> type[Error]:
 
 
 __all__ = ["Error", "ConnectionError", "TimeoutError", "TableError",
-           "AuthError", "CacheError", "CODES", "code_name", "error_class"]
+           "AuthError", "CacheError", "CODES", "FAMILIES", "code_name",
+           "error_class"]

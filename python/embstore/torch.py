@@ -11,6 +11,14 @@
   table, pulled each step and pushed after backward (MindSpore's
   ``set_param_ps``), so data-parallel workers share one copy.
 
+What ``state_dict()`` holds: the modules have no torch parameters (their
+weights live on the servers), so each carries its table's spec (name, dim,
+optimizer, init, seed) and its step as extra state; with ``save_rows=True``
+also the rows of every id it trained, weights and optimizer state, which
+``load_state_dict()`` assigns back to the table. Without them, loading into
+a module whose table is empty warns: the embeddings are not in the state
+dict.
+
 Imported on its own (``import embstore.torch``): ``import embstore`` does
 not need PyTorch. CPU tensors only. A module is used from one thread.
 """
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import time
+import warnings
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import numpy as np
@@ -64,11 +73,16 @@ class _Rows(torch.autograd.Function):
         return None, None, None
 
 
+# Version of the extra state the modules put in a state dict.
+_STATE_FORMAT = 1
+
+
 class _TableModule(nn.Module):
     """What Embedding and EmbeddingBag share: the source, the step count,
-    the prefetch queue."""
+    the prefetch queue, the state dict's entry."""
 
-    def __init__(self, source: Source, create_in_eval: bool = False) -> None:
+    def __init__(self, source: Source, create_in_eval: bool = False,
+                 save_rows: bool = False) -> None:
         super().__init__()
         if isinstance(source, CachedTable):
             self.cache: Optional[CachedTable] = source
@@ -90,10 +104,17 @@ class _TableModule(nn.Module):
         self._serial = 0  # forwards through the cache, to pair backward
         self._queued: collections.deque = collections.deque()
         self._pending: collections.deque = collections.deque()
+        self.save_rows = save_rows
+        """state_dict() carries the rows of the ids trained (else only the
+        table's spec)."""
+        self._seen: list[np.ndarray] = []  # with save_rows: ids trained
+        self._seen_n = 0  # distinct ids in _seen after the last merge
 
     # ---- rows in and out ---------------------------------------------
 
     def _pull_rows(self, uniq: np.ndarray) -> np.ndarray:
+        if self.save_rows:
+            self._note_seen(uniq)
         if self.cache is None:
             return self.table.pull(uniq)
         if self._queued:
@@ -159,6 +180,102 @@ class _TableModule(nn.Module):
                         step=self.step)
         self.step += 1
 
+    # ---- state dict ----------------------------------------------------
+
+    def _note_seen(self, uniq: np.ndarray) -> None:
+        self._seen.append(uniq.copy())
+        total = sum(len(a) for a in self._seen)
+        if total > 2 * self._seen_n + 65536:  # merge now and then
+            self._seen = [np.unique(np.concatenate(self._seen))]
+            self._seen_n = len(self._seen[0])
+
+    def seen_ids(self) -> np.ndarray:
+        """With save_rows: the distinct ids trained so far (uint64,
+        sorted); empty otherwise."""
+        if not self._seen:
+            return np.empty(0, np.uint64)
+        self._seen = [np.unique(np.concatenate(self._seen))]
+        self._seen_n = len(self._seen[0])
+        return self._seen[0]
+
+    def get_extra_state(self) -> dict:
+        """What state_dict() holds for this module: the table's spec
+        (Table.spec()), the step, and with save_rows the ids trained with
+        their rows, float32 [n, row_floats] (weights then optimizer state;
+        a write-back cache is flushed first so the rows are current)."""
+        state = {"format": _STATE_FORMAT, **self.table.spec(),
+                 "row_floats": self.table.row_floats, "step": self.step,
+                 "ids": None, "rows": None}
+        if self.save_rows:
+            if self.cache is not None:
+                self.cache.flush()
+            ids = self.seen_ids()
+            found = np.zeros(len(ids), dtype=np.bool_)
+            rows = self.table.pull(ids, create=False, found=found,
+                                   with_state=True)
+            # ids evicted meanwhile have no row to save
+            state["ids"] = torch.from_numpy(ids[found].view(np.int64))
+            state["rows"] = torch.from_numpy(rows[found])
+        return state
+
+    def set_extra_state(self, state: dict) -> None:
+        """load_state_dict()'s half: takes the step, and assigns saved rows
+        to this module's table (with their optimizer state when the table's
+        rows have the same layout). ValueError for another dim, or rows to
+        load into a cache that already holds rows (load before training).
+        Without rows, warns when this module's table is empty."""
+        if not isinstance(state, dict) or \
+                state.get("format") != _STATE_FORMAT:
+            raise ValueError("not an embstore.torch module's state")
+        if state["dim"] != self.embedding_dim:
+            raise ValueError(f"state of table {state['name']!r} has dim "
+                             f"{state['dim']}, this module's "
+                             f"{self.table.name!r} {self.embedding_dim}")
+        rows = state.get("rows")
+        if rows is None:
+            if self.table.stats().rows == 0:
+                warnings.warn(
+                    f"embstore.torch: the state dict holds no rows of table "
+                    f"{state['name']!r} (saved without save_rows=True) and "
+                    f"this module's table {self.table.name!r} is empty: its "
+                    "embeddings start from the initializer", RuntimeWarning,
+                    stacklevel=3)
+        else:
+            if self.cache is not None and self.cache.stats().rows:
+                raise ValueError("load the state dict before training: the "
+                                 "cache already holds rows")
+            ids = state["ids"].numpy().view(np.uint64)
+            rows = np.ascontiguousarray(rows.numpy(), dtype=np.float32)
+            if state["row_floats"] == self.table.row_floats and \
+                    state["optimizer"].split(":")[0] == self.table.optimizer:
+                self.table.assign(ids, rows, with_state=True)
+            else:
+                warnings.warn(
+                    f"embstore.torch: table {self.table.name!r} has another "
+                    f"optimizer than the saved {state['name']!r}: weights "
+                    "loaded, optimizer state dropped", RuntimeWarning,
+                    stacklevel=3)
+                self.table.assign(ids, np.ascontiguousarray(
+                    rows[:, :self.embedding_dim]))
+            if self.save_rows:
+                self._note_seen(ids)
+        self.step = int(state["step"])
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata,
+                              strict, missing_keys, unexpected_keys,
+                              error_msgs) -> None:
+        # A state dict saved before these modules had state has no entry:
+        # accepted (strict or not), with a warning, as nothing is lost
+        # that was not lost before.
+        if prefix + "_extra_state" not in state_dict:
+            warnings.warn(f"embstore.torch: no state for {prefix!r} (table "
+                          f"{self.table.name!r}) in the state dict",
+                          RuntimeWarning, stacklevel=3)
+            return
+        super()._load_from_state_dict(state_dict, prefix, local_metadata,
+                                      strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
     def extra_repr(self) -> str:
         via = f", cached {self.cache.rows} rows" if self.cache else ""
         return f"{self.table.name!r}, dim={self.embedding_dim}{via}"
@@ -176,6 +293,9 @@ class Embedding(_TableModule):
         create_in_eval: in eval mode (or under torch.no_grad()) rows are
             read without creating missing ones, which read as zeros;
             True creates them as training does.
+        save_rows: state_dict() carries the rows of every id trained
+            (weights and optimizer state), and load_state_dict() assigns
+            them back; else only the table's spec and the step.
     """
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -190,12 +310,13 @@ class EmbeddingBag(_TableModule):
 
     forward(ids, offsets=None): ids int [B, L] (B bags of L ids) or [N]
     with offsets int64 [B] (bag b starts at offsets[b]); returns float32
-    [B, dim].
+    [B, dim]. source, create_in_eval and save_rows as for Embedding.
     """
 
     def __init__(self, source: Source, mode: str = "sum",
-                 create_in_eval: bool = False) -> None:
-        super().__init__(source, create_in_eval)
+                 create_in_eval: bool = False,
+                 save_rows: bool = False) -> None:
+        super().__init__(source, create_in_eval, save_rows)
         if mode not in ("sum", "mean"):
             raise ValueError(f"mode must be sum or mean, not {mode!r}")
         self.mode = mode

@@ -3,10 +3,13 @@
  *
  * Functions return 0 or a negative code: a negative errno where one fits, or
  * one of the EMB_E* codes below -1000. Each module owns one block of codes.
- * Thread-safe: emb_strerror() returns static strings.
+ * Thread-safe: every function here returns static strings. Installed: the
+ * body is inlined into embstore.h (includes nothing).
  */
 #ifndef EMB_COMMON_ERR_H
 #define EMB_COMMON_ERR_H
+
+#include <stddef.h>
 
 /* X(name, value, message): one block per module, never renumber a code. */
 #define EMB_ERR_LIST(X)                                                        \
@@ -85,5 +88,19 @@ enum emb_err {
  * the string is static (negative errno goes through strerrordesc_np()).
  */
 const char *emb_strerror(int rc);
+
+/*
+ * The name of a return code: "EMB_EBADDUMP" for ours, "EINVAL" for a
+ * negative errno, "OK" for 0, "UNKNOWN" for anything else. Static, never
+ * NULL.
+ */
+const char *emb_err_name(int rc);
+
+/*
+ * Writes up to cap of embstore's own codes (the EMB_E* list above, in its
+ * order) to out (may be NULL when cap is 0) and returns how many there are,
+ * so bindings take the list from the library instead of copying it.
+ */
+int emb_err_codes(int *out, size_t cap);
 
 #endif

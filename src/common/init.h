@@ -5,7 +5,7 @@
  * starts identical on any server, after any restart or resharding. Elements
  * 2i and 2i + 1 of a row come from one counter-based draw keyed by seed and id
  * (splitmix64's finaliser at counter i + 1), so element j does not depend on
- * dim. Pure and thread-safe.
+ * dim. Pure and thread-safe. Installed: embstore.h inlines the body.
  */
 #ifndef EMB_COMMON_INIT_H
 #define EMB_COMMON_INIT_H

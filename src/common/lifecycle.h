@@ -4,7 +4,7 @@
  *
  * Shared by the store (which applies it), the wire codecs (CREATE_TABLE and
  * SET_LIFECYCLE carry it) and the client options. Pure and thread-safe.
- * Installed (embstore/common/lifecycle.h): includes nothing of embstore's.
+ * Installed: embstore.h inlines the body (libc includes only).
  */
 #ifndef EMB_COMMON_LIFECYCLE_H
 #define EMB_COMMON_LIFECYCLE_H

@@ -12,7 +12,8 @@
  *
  * Weight decay (L2) adds weight_decay * w to the gradient before the update.
  * Functions are pure over their arguments and thread-safe; callers serialise
- * updates to one row.
+ * updates to one row. Installed: embstore.h inlines the body, less the part
+ * marked private.
  */
 #ifndef EMB_COMMON_OPTIM_H
 #define EMB_COMMON_OPTIM_H
@@ -67,12 +68,14 @@ struct emb_optim_cfg {
  */
 int emb_optim_validate(const struct emb_optim_cfg *cfg);
 
+/* private: not in the installed embstore.h */
 /*
  * True when every float of v[0..n) is finite. A push or assign of NaN or
  * Inf would poison its rows (and their optimizer state) for good, so the
  * store refuses such batches whole.
  */
 bool emb_floats_finite(const float *v, size_t n);
+/* end private */
 
 /* State floats per row (see the table above); 0 for an unknown kind. */
 uint32_t emb_optim_state_floats(uint32_t kind, uint32_t dim);

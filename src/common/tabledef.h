@@ -3,7 +3,7 @@
  * see it: the limits on names and dims, the training modes, and the list of
  * a table's counters.
  *
- * Installed (embstore/common/tabledef.h): includes nothing of embstore's.
+ * Installed: embstore.h inlines the body (includes nothing).
  */
 #ifndef EMB_COMMON_TABLEDEF_H
 #define EMB_COMMON_TABLEDEF_H

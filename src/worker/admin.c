@@ -12,6 +12,7 @@
 
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
+#include "worker/abi.h"
 #include "worker/client_int.h"
 
 /* What the two broadcasts fill in. */
@@ -71,14 +72,13 @@ static int on_stats(void *arg, uint32_t server, const struct emb_wire_frame *f)
 	return rc;
 }
 
-int emb_client_server_stats(struct emb_client *c,
-			    struct emb_client_server_table *out, uint32_t cap)
+/* server_stats() into the library's own entries tmp[0..cap). */
+static int server_stats(struct emb_client *c,
+			struct emb_client_server_table *tmp, uint32_t cap)
 {
-	struct gather g = {.out = out, .cap = cap};
+	struct gather g = {.out = tmp, .cap = cap};
 	int rc;
 
-	if (!c || (cap && !out))
-		return EMB_EBADARG;
 	if (cap) {
 		g.ids = calloc(cap, sizeof(*g.ids));
 		if (!g.ids)
@@ -91,4 +91,36 @@ int emb_client_server_stats(struct emb_client *c,
 	if (rc)
 		return rc;
 	return g.n > INT32_MAX ? INT32_MAX : (int)g.n;
+}
+
+int emb_client_server_stats(struct emb_client *c,
+			    struct emb_client_server_table *out, uint32_t cap)
+{
+	struct emb_client_server_table *tmp = NULL;
+	uint32_t stride = 0;
+	int n;
+
+	if (!c || (cap && !out))
+		return emb__err(EMB_EBADARG);
+	if (cap) {
+		/* The caller's entries may be longer or shorter than ours:
+		 * out[0].struct_size is the array's stride. */
+		n = emb__stats_check(out, "emb_client_server_table");
+		if (n)
+			return emb__err(n);
+		memcpy(&stride, out, sizeof(stride));
+		tmp = calloc(cap, sizeof(*tmp));
+		if (!tmp)
+			return emb__err(-ENOMEM);
+	}
+	n = server_stats(c, tmp, cap);
+	for (uint32_t i = 0; n > 0 && i < cap && i < (uint32_t)n; i++) {
+		char *e = (char *)out + (size_t)i * stride;
+
+		memcpy(e, &stride, sizeof(stride));
+		emb__stats_copy(e, &tmp[i], sizeof(tmp[i]),
+				"emb_client_server_table");
+	}
+	free(tmp);
+	return emb__err(n);
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "cache/cache.h"
+#include "worker/abi.h"
 #include "worker/client_int.h"
 
 _Static_assert(EMB_CACHED_WRITE_THROUGH == (int)EMB_CACHE_WRITE_THROUGH &&
@@ -91,9 +92,9 @@ static int write_back(void *arg, const uint64_t *ids, uint32_t n,
 	return emb_client_table_assign(ct->t, ids, n, rows, true);
 }
 
-int emb_cached_table_create(struct emb_client_table *t,
-			    const struct emb_cached_table_opts *opts,
-			    struct emb_cached_table **out)
+static int cached_create(struct emb_client_table *t,
+			 const struct emb_cached_table_opts *opts,
+			 struct emb_cached_table **out)
 {
 	struct emb_cache_opts co = EMB_CACHE_OPTS_DEFAULT;
 	struct emb_cached_table *ct;
@@ -160,6 +161,18 @@ err_free_ct:
 	return rc;
 }
 
+int emb_cached_table_create(struct emb_client_table *t,
+			    const struct emb_cached_table_opts *opts,
+			    struct emb_cached_table **out)
+{
+	struct emb_cached_table_opts o;
+	int rc =
+	    opts ? emb__opts_copy(&o, sizeof(o), opts, "emb_cached_table_opts")
+		 : EMB_EBADARG;
+
+	return emb__err(rc ? rc : cached_create(t, &o, out));
+}
+
 void emb_cached_table_destroy(struct emb_cached_table *ct)
 {
 	if (!ct)
@@ -173,25 +186,25 @@ void emb_cached_table_destroy(struct emb_cached_table *ct)
 int emb_cached_table_prefetch(struct emb_cached_table *ct, const uint64_t *ids,
 			      uint32_t n)
 {
-	return emb_cache_prefetch(ct->cache, ids, n);
+	return emb__err(emb_cache_prefetch(ct->cache, ids, n));
 }
 
 int emb_cached_table_lookup(struct emb_cached_table *ct, const uint64_t *ids,
 			    uint32_t n, float *out)
 {
-	return emb_cache_lookup(ct->cache, ids, n, out);
+	return emb__err(emb_cache_lookup(ct->cache, ids, n, out));
 }
 
 int emb_cached_table_push_grads(struct emb_cached_table *ct, const float *grads)
 {
 	if (ct->write_back && emb__client_table_mode(ct->t) == EMB_MODE_SYNC)
-		return EMB_EBADARG;
-	return emb_cache_update(ct->cache, grads);
+		return emb__err(EMB_EBADARG);
+	return emb__err(emb_cache_update(ct->cache, grads));
 }
 
 int emb_cached_table_flush(struct emb_cached_table *ct)
 {
-	return emb_cache_flush(ct->cache);
+	return emb__err(emb_cache_flush(ct->cache));
 }
 
 void emb_cached_table_cancel(struct emb_cached_table *ct)
@@ -199,13 +212,14 @@ void emb_cached_table_cancel(struct emb_cached_table *ct)
 	emb_cache_cancel(ct->cache);
 }
 
-void emb_cached_table_stats(const struct emb_cached_table *ct,
-			    struct emb_cached_table_stats *out)
+int emb_cached_table_stats(const struct emb_cached_table *ct,
+			   struct emb_cached_table_stats *dst)
 {
+	struct emb_cached_table_stats st = EMB_SIZED(struct emb_cached_table_stats);
 	struct emb_cache_stats s;
 
 	emb_cache_stats(ct->cache, &s);
-	*out = (struct emb_cached_table_stats){
+	st = (struct emb_cached_table_stats){
 	    .lookups = s.lookups,
 	    .hits = s.hits,
 	    .misses = s.misses,
@@ -224,4 +238,6 @@ void emb_cached_table_stats(const struct emb_cached_table *ct,
 	    .rows = s.rows,
 	    .dirty = s.dirty,
 	};
+	return emb__err(
+	    emb__stats_copy(dst, &st, sizeof(st), "emb_cached_table_stats"));
 }

@@ -61,6 +61,7 @@
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
+#include "worker/abi.h"
 #include "worker/client_int.h"
 #include "worker/respbuf.h"
 #include "cluster/hello.h"
@@ -753,6 +754,23 @@ static void note_lost(struct emb_client *c, const struct part *p,
 		 s->host, s->port, lost, lost == 1 ? "" : "s");
 	emb_log(EMB_LOG_ERROR, "%s", c->last_msg);
 	pthread_mutex_unlock(&c->err_lock);
+}
+
+/*
+ * Any thread, as a public call returns: rc becomes the calling thread's
+ * last error, with the text of c's latest server error when that has the
+ * same code (set by the loop thread: possibly another call's, of the same
+ * code). Returns rc.
+ */
+static int client_err(struct emb_client *c, int rc)
+{
+	if (rc < 0 && c) {
+		pthread_mutex_lock(&c->err_lock);
+		if (c->last_status == rc && c->last_msg[0])
+			emb__err_set(rc, "%s", c->last_msg);
+		pthread_mutex_unlock(&c->err_lock);
+	}
+	return emb__err(rc);
 }
 
 static void part_delay(struct emb_client *c, struct part *p);
@@ -1505,17 +1523,19 @@ static int op_post(struct emb_async *op)
 
 int emb_async_wait(struct emb_async *op)
 {
+	struct emb_client *c;
 	int rc;
 
 	if (!op)
-		return EMB_EBADARG;
+		return client_err(NULL, EMB_EBADARG);
 	pthread_mutex_lock(&op->mu);
 	while (!op->done)
 		pthread_cond_wait(&op->cv, &op->mu);
 	pthread_mutex_unlock(&op->mu);
 	rc = op->status;
+	c = op->c;
 	op_free(op);
-	return rc;
+	return client_err(c, rc);
 }
 
 bool emb_async_done(struct emb_async *op)
@@ -2061,22 +2081,38 @@ err:
 	return rc;
 }
 
-int emb_client_table_pull_async(struct emb_client_table *t, const uint64_t *ids,
-				uint32_t n, float *out, uint32_t flags,
-				uint8_t *found, struct emb_async **op)
+static int pull_async(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, float *out, uint32_t flags, uint8_t *found,
+		      struct emb_async **op)
 {
 	if (!op)
 		return EMB_EBADARG;
 	return pull_start(t, ids, n, out, flags, found, op);
 }
 
-int emb_client_table_push_async(struct emb_client_table *t, const uint64_t *ids,
-				uint32_t n, const float *grads, uint64_t step,
-				uint32_t rank, struct emb_async **op)
+int emb_client_table_pull_async(struct emb_client_table *t, const uint64_t *ids,
+				uint32_t n, float *out, uint32_t flags,
+				uint8_t *found, struct emb_async **op)
+{
+	return client_err(t ? t->c : NULL,
+			  pull_async(t, ids, n, out, flags, found, op));
+}
+
+static int push_async(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, const float *grads, uint64_t step,
+		      uint32_t rank, struct emb_async **op)
 {
 	if (!op)
 		return EMB_EBADARG;
 	return push_start(t, ids, n, grads, step, rank, op);
+}
+
+int emb_client_table_push_async(struct emb_client_table *t, const uint64_t *ids,
+				uint32_t n, const float *grads, uint64_t step,
+				uint32_t rank, struct emb_async **op)
+{
+	return client_err(t ? t->c : NULL,
+			  push_async(t, ids, n, grads, step, rank, op));
 }
 
 int emb_client_table_pull(struct emb_client_table *t, const uint64_t *ids,
@@ -2086,7 +2122,7 @@ int emb_client_table_pull(struct emb_client_table *t, const uint64_t *ids,
 	struct emb_async *op;
 	int rc = pull_start(t, ids, n, out, flags, found, &op);
 
-	return rc ? rc : emb_async_wait(op);
+	return rc ? client_err(t ? t->c : NULL, rc) : emb_async_wait(op);
 }
 
 int emb_client_table_push(struct emb_client_table *t, const uint64_t *ids,
@@ -2096,11 +2132,11 @@ int emb_client_table_push(struct emb_client_table *t, const uint64_t *ids,
 	struct emb_async *op;
 	int rc = push_start(t, ids, n, grads, step, rank, &op);
 
-	return rc ? rc : emb_async_wait(op);
+	return rc ? client_err(t ? t->c : NULL, rc) : emb_async_wait(op);
 }
 
-int emb_client_table_assign(struct emb_client_table *t, const uint64_t *ids,
-			    uint32_t n, const float *rows, bool with_state)
+static int table_assign(struct emb_client_table *t, const uint64_t *ids,
+			uint32_t n, const float *rows, bool with_state)
 {
 	struct emb_async *op;
 	int rc;
@@ -2113,8 +2149,15 @@ int emb_client_table_assign(struct emb_client_table *t, const uint64_t *ids,
 	return rc ? rc : emb_async_wait(op);
 }
 
-int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
-			   uint32_t n, uint64_t *erased)
+int emb_client_table_assign(struct emb_client_table *t, const uint64_t *ids,
+			    uint32_t n, const float *rows, bool with_state)
+{
+	return client_err(t ? t->c : NULL,
+			  table_assign(t, ids, n, rows, with_state));
+}
+
+static int table_erase(struct emb_client_table *t, const uint64_t *ids,
+		       uint32_t n, uint64_t *erased)
 {
 	struct emb_async *op;
 	uint64_t count;
@@ -2135,6 +2178,12 @@ int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
 	if (erased)
 		*erased = count;
 	return rc;
+}
+
+int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
+			   uint32_t n, uint64_t *erased)
+{
+	return client_err(t ? t->c : NULL, table_erase(t, ids, n, erased));
 }
 
 /* ---- admin requests: one to every server ---- */
@@ -2217,6 +2266,7 @@ static int table_new(struct emb_client *c, const struct emb_wire_spec *ws,
 	}
 	t->c = c;
 	memcpy(t->name, ws->name, sizeof(t->name));
+	t->spec.struct_size = sizeof(t->spec);
 	t->spec.name = t->name;
 	t->spec.dim = ws->dim;
 	t->spec.optim = ws->optim;
@@ -2269,9 +2319,8 @@ static bool life_replicable(const struct emb_client *c,
 	return !c->cmap || emb_lifecycle_is_off(l);
 }
 
-int emb_client_table_create(struct emb_client *c,
-			    const struct emb_table_spec *spec,
-			    struct emb_client_table **out)
+static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
+			struct emb_client_table **out)
 {
 	uint8_t payload[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
 			EMB_WIRE_LIFECYCLE_SIZE];
@@ -2320,6 +2369,17 @@ out:
 	return rc;
 }
 
+int emb_client_table_create(struct emb_client *c,
+			    const struct emb_table_spec *spec,
+			    struct emb_client_table **out)
+{
+	struct emb_table_spec sp;
+	int rc = spec ? emb__opts_copy(&sp, sizeof(sp), spec, "emb_table_spec")
+		      : EMB_EBADARG;
+
+	return client_err(c, rc ? rc : table_create(c, &sp, out));
+}
+
 static bool spec_equal(const struct emb_wire_spec *a,
 		       const struct emb_wire_spec *b)
 {
@@ -2328,8 +2388,8 @@ static bool spec_equal(const struct emb_wire_spec *a,
 	       memcmp(&a->init, &b->init, sizeof(a->init)) == 0;
 }
 
-int emb_client_table_open(struct emb_client *c, const char *name,
-			  struct emb_client_table **out)
+static int table_open(struct emb_client *c, const char *name,
+		      struct emb_client_table **out)
 {
 	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
 	struct emb_client_table *t = NULL;
@@ -2378,6 +2438,12 @@ int emb_client_table_open(struct emb_client *c, const char *name,
 	return 0;
 }
 
+int emb_client_table_open(struct emb_client *c, const char *name,
+			  struct emb_client_table **out)
+{
+	return client_err(c, table_open(c, name, out));
+}
+
 /* The last reference frees: the user's, or a LOCATE still in flight. */
 static void table_unref(struct emb_client_table *t)
 {
@@ -2404,7 +2470,7 @@ void emb_client_table_close(struct emb_client_table *t)
 	table_unref(t);
 }
 
-int emb_client_table_drop(struct emb_client_table *t)
+static int table_drop(struct emb_client_table *t)
 {
 	struct emb_async *op;
 	int rc;
@@ -2416,8 +2482,13 @@ int emb_client_table_drop(struct emb_client_table *t)
 	return rc;
 }
 
-int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
-			      uint32_t workers, uint32_t staleness)
+int emb_client_table_drop(struct emb_client_table *t)
+{
+	return client_err(t ? t->c : NULL, table_drop(t));
+}
+
+static int table_set_mode(struct emb_client_table *t, uint32_t mode,
+			  uint32_t workers, uint32_t staleness)
 {
 	struct emb_wire_set_mode_req m = {.table_id = 1,
 					  .mode = mode,
@@ -2443,8 +2514,15 @@ int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
 	return rc;
 }
 
-int emb_client_table_set_lifecycle(struct emb_client_table *t,
-				   const struct emb_lifecycle_cfg *life)
+int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
+			      uint32_t workers, uint32_t staleness)
+{
+	return client_err(t ? t->c : NULL,
+			  table_set_mode(t, mode, workers, staleness));
+}
+
+static int table_set_lifecycle(struct emb_client_table *t,
+			       const struct emb_lifecycle_cfg *life)
 {
 	struct emb_wire_set_lifecycle_req m = {.table_id = 1};
 	uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_LIFECYCLE_SIZE];
@@ -2466,8 +2544,14 @@ int emb_client_table_set_lifecycle(struct emb_client_table *t,
 	return rc;
 }
 
-int emb_client_table_stats(struct emb_client_table *t,
-			   struct emb_client_table_stats *out)
+int emb_client_table_set_lifecycle(struct emb_client_table *t,
+				   const struct emb_lifecycle_cfg *life)
+{
+	return client_err(t ? t->c : NULL, table_set_lifecycle(t, life));
+}
+
+static int table_stats(struct emb_client_table *t,
+		       struct emb_client_table_stats *out)
 {
 	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
 	struct emb_async *op;
@@ -2506,6 +2590,19 @@ int emb_client_table_stats(struct emb_client_table *t,
 	out->step = step;
 	admin_free(op);
 	return rc;
+}
+
+int emb_client_table_stats(struct emb_client_table *t,
+			   struct emb_client_table_stats *out)
+{
+	struct emb_client_table_stats st = EMB_SIZED(struct emb_client_table_stats);
+	int rc = emb__stats_check(out, "emb_client_table_stats");
+
+	if (!rc) {
+		rc = table_stats(t, &st);
+		emb__stats_copy(out, &st, sizeof(st), "emb_client_table_stats");
+	}
+	return client_err(t ? t->c : NULL, rc);
 }
 
 uint32_t emb_client_table_dim(const struct emb_client_table *t)
@@ -3140,7 +3237,10 @@ static int client_create(const struct emb_client_opts *opts,
 int emb_client_create(const struct emb_client_opts *opts,
 		      struct emb_client **out)
 {
-	return client_create(opts, NULL, out);
+	struct emb_client_opts o;
+	int rc = emb__opts_copy(&o, sizeof(o), opts, "emb_client_opts");
+
+	return client_err(NULL, rc ? rc : client_create(&o, NULL, out));
 }
 
 int emb__client_create_live(const struct emb_client_opts *opts,
@@ -3311,7 +3411,7 @@ const char *emb_client_transport(const struct emb_client *c)
 	return n == c->nsrv ? "rdma" : n ? "tcp,rdma" : "tcp";
 }
 
-int emb_client_servers(const struct emb_client *c, char *buf, size_t cap)
+static int client_servers(const struct emb_client *c, char *buf, size_t cap)
 {
 	size_t at = 0;
 
@@ -3336,19 +3436,24 @@ int emb_client_servers(const struct emb_client *c, char *buf, size_t cap)
 	return 0;
 }
 
-void emb_client_map(struct emb_client *c, struct emb_client_map *out)
+int emb_client_servers(const struct emb_client *c, char *buf, size_t cap)
 {
-	memset(out, 0, sizeof(*out));
-	out->epoch = 1;
-	out->replicas = 1;
+	return client_err(NULL, client_servers(c, buf, cap));
+}
+
+int emb_client_map(struct emb_client *c, struct emb_client_map *dst)
+{
+	struct emb_client_map m = {.epoch = 1, .replicas = 1}, *out = &m;
+
 	out->nservers = c->nsrv;
-	if (!c->cmap)
-		return;
-	pthread_mutex_lock(&c->map_mu);
-	out->epoch = c->cmap->epoch;
-	out->replicas = c->cmap->replicas;
-	out->lost_slots = emb_cmap_lost_slots(c->cmap);
-	pthread_mutex_unlock(&c->map_mu);
+	if (c->cmap) {
+		pthread_mutex_lock(&c->map_mu);
+		out->epoch = c->cmap->epoch;
+		out->replicas = c->cmap->replicas;
+		out->lost_slots = emb_cmap_lost_slots(c->cmap);
+		pthread_mutex_unlock(&c->map_mu);
+	}
+	return emb__err(emb__stats_copy(dst, &m, sizeof(m), "emb_client_map"));
 }
 
 int emb_client_slot_filling(struct emb_client *c, uint32_t slot)
@@ -3364,8 +3469,8 @@ int emb_client_slot_filling(struct emb_client *c, uint32_t slot)
 	return r;
 }
 
-int emb_client_slot_holders(struct emb_client *c, uint32_t slot,
-			    uint32_t *out, uint32_t cap)
+static int slot_holders(struct emb_client *c, uint32_t slot, uint32_t *out,
+			uint32_t cap)
 {
 	uint32_t n = 0;
 
@@ -3390,6 +3495,12 @@ int emb_client_slot_holders(struct emb_client *c, uint32_t slot,
 	return (int)n;
 }
 
+int emb_client_slot_holders(struct emb_client *c, uint32_t slot, uint32_t *out,
+			    uint32_t cap)
+{
+	return client_err(c, slot_holders(c, slot, out, cap));
+}
+
 bool emb_client_server_removed(const struct emb_client *c, uint32_t server)
 {
 	return c->cmap && server < c->nsrv && srv_dead(&c->srv[server]);
@@ -3400,8 +3511,9 @@ uint32_t emb_client_server_of(const struct emb_client *c, uint64_t id)
 	return c->slot_map[emb_id_slot(id)];
 }
 
-void emb_client_stats(struct emb_client *c, struct emb_client_stats *out)
+int emb_client_stats(struct emb_client *c, struct emb_client_stats *dst)
 {
+	struct emb_client_stats st = {0}, *out = &st;
 	struct emb_transport_stats ts;
 
 	emb_transport_stats(c->tr, &ts);
@@ -3421,18 +3533,14 @@ void emb_client_stats(struct emb_client *c, struct emb_client_stats *out)
 	    __atomic_load_n(&c->seal_failures, __ATOMIC_RELAXED);
 	out->read_conn_losses =
 	    __atomic_load_n(&c->rconn_losses, __ATOMIC_RELAXED);
+	return emb__err(
+	    emb__stats_copy(dst, &st, sizeof(st), "emb_client_stats"));
 }
 
 int emb_client_last_error(struct emb_client *c, char *buf, size_t cap)
 {
-	int st;
-
-	pthread_mutex_lock(&c->err_lock);
-	st = c->last_status;
-	if (buf && cap)
-		snprintf(buf, cap, "%s", c->last_msg);
-	pthread_mutex_unlock(&c->err_lock);
-	return st;
+	(void)c;
+	return emb_last_error(buf, cap);
 }
 
 /* ---- cluster hooks (worker/cluster.c) ---- */

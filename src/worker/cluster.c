@@ -20,6 +20,7 @@
 #include "common/token.h"
 #include "proto/wire_cluster.h"
 #include "transport/transport.h"
+#include "worker/abi.h"
 #include "worker/client_int.h"
 #include "cluster/hello.h"
 #include "cluster/map.h"
@@ -185,6 +186,7 @@ static int static_barrier(struct emb_client *c, struct emb_node *n,
 			  const char *name)
 {
 	struct emb_table_spec spec = {
+	    .struct_size = sizeof(spec),
 	    .name = BARRIER_TABLE,
 	    .dim = 1,
 	    .optim = {.kind = EMB_OPTIM_SGD, .lr = 1.0f},
@@ -220,8 +222,7 @@ static int static_barrier(struct emb_client *c, struct emb_node *n,
 	return rc;
 }
 
-int emb_client_from_env(const struct emb_client_opts *opts,
-			struct emb_client **out)
+static int from_env(const struct emb_client_opts *opts, struct emb_client **out)
 {
 	struct emb_client_opts co = opts ? *opts : EMB_CLIENT_OPTS_DEFAULT;
 	struct emb_node_opts no = {0};
@@ -358,6 +359,16 @@ err_node:
 	return rc;
 }
 
+int emb_client_from_env(const struct emb_client_opts *opts,
+			struct emb_client **out)
+{
+	struct emb_client_opts o;
+	int rc =
+	    opts ? emb__opts_copy(&o, sizeof(o), opts, "emb_client_opts") : 0;
+
+	return emb__err(rc ? rc : from_env(opts ? &o : NULL, out));
+}
+
 uint32_t emb_client_rank(const struct emb_client *c)
 {
 	struct emb_node *n = emb__client_node(c);
@@ -372,7 +383,7 @@ uint32_t emb_client_nworkers(const struct emb_client *c)
 	return n ? emb_node_nworkers(n) : 1;
 }
 
-int emb_client_barrier(struct emb_client *c, const char *name)
+static int barrier(struct emb_client *c, const char *name)
 {
 	struct emb_node *n = emb__client_node(c);
 
@@ -383,11 +394,16 @@ int emb_client_barrier(struct emb_client *c, const char *name)
 	return n ? emb_node_barrier(n, name) : EMB_ENOSCHED;
 }
 
+int emb_client_barrier(struct emb_client *c, const char *name)
+{
+	return emb__err(barrier(c, name));
+}
+
 int emb_client_finish(struct emb_client *c)
 {
 	struct emb_node *n = emb__client_node(c);
 
-	return n ? emb_node_finish(n) : EMB_ENOSCHED;
+	return emb__err(n ? emb_node_finish(n) : EMB_ENOSCHED);
 }
 
 int emb_cluster_servers(const char *sched, char *buf, size_t cap)
@@ -412,11 +428,11 @@ static int fetch_map(const char *sched, const uint8_t *token,
 int emb_cluster_servers_auth(const char *sched, const uint8_t *token,
 			     uint32_t token_len, char *buf, size_t cap)
 {
-	return fetch_map(sched, token, token_len, buf, cap, NULL);
+	return emb__err(fetch_map(sched, token, token_len, buf, cap, NULL));
 }
 
-int emb_client_from_sched(const struct emb_client_opts *opts,
-			  const char *sched, struct emb_client **out)
+static int from_sched(const struct emb_client_opts *opts, const char *sched,
+		      struct emb_client **out)
 {
 	struct emb_client_opts co;
 	struct sched_map *sm;
@@ -454,6 +470,16 @@ int emb_client_from_sched(const struct emb_client_opts *opts,
 	free(list);
 	free(sm);
 	return rc;
+}
+
+int emb_client_from_sched(const struct emb_client_opts *opts, const char *sched,
+			  struct emb_client **out)
+{
+	struct emb_client_opts o;
+	int rc = opts ? emb__opts_copy(&o, sizeof(o), opts, "emb_client_opts")
+		      : -EINVAL;
+
+	return emb__err(rc ? rc : from_sched(&o, sched, out));
 }
 
 /*

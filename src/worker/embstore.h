@@ -14,6 +14,33 @@
  * again until the timeout passes, so a server restarted meanwhile is
  * transparent; a push is applied at most once (docs/operations.md,
  * Failure).
+ *
+ * Errors: every function returning int returns 0 (or a count), or a
+ * negative code: a negative errno or an EMB_E* code of the list below
+ * (emb_strerror() says what it means, emb_err_name() names it). A call that
+ * fails also records the code and a message as the calling thread's last
+ * error (emb_last_error()); threads never see each other's.
+ *
+ * Versions (docs/api.md): EMBSTORE_VERSION_* say which release this header
+ * is, emb_version() and emb_version_number() which library runs. A program
+ * built against release X.Y.Z runs with any library X.y.z where y.z >= Y.Z.
+ *
+ * Sized structs: each options struct and each struct the library fills
+ * opens with uint32_t struct_size, the bytes of the struct as the caller
+ * was compiled with it (its _DEFAULT macro, _init() function or
+ * EMB_SIZED() set it). New fields only ever go at the end. The library
+ * reads min(struct_size, its own size) bytes of an options struct and
+ * takes the rest as 0 (each field's default); it refuses struct_size 0
+ * (-EINVAL) and a longer struct whose bytes beyond its own are not all 0
+ * (-E2BIG: a newer program asks for something this library cannot do).
+ * Into a struct it fills it writes at most struct_size bytes, keeps
+ * struct_size, and zeroes what it does not know. No struct has implicit
+ * padding: the _pad fields are there to stay 0.
+ *
+ * The installed embstore.h is this file with the common/ headers named
+ * below inlined: it includes libc headers only, and compiles as C11 or
+ * C++ (in C++, set defaults with the _init() functions; the _DEFAULT
+ * macros are C compound literals).
  */
 #ifndef EMBSTORE_H
 #define EMBSTORE_H
@@ -22,6 +49,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "worker/version.h"
+
 #include "common/err.h"
 #include "common/init.h"
 #include "common/lifecycle.h"
@@ -29,21 +62,51 @@
 #include "common/log.h"
 #include "common/tabledef.h"
 
+/* ---- versions and the library's own description ---------------------- */
+
+/* The library's release, "MAJOR.MINOR.PATCH" (EMBSTORE_VERSION_STRING of
+ * the header it was built with). Static. */
+const char *emb_version(void);
+/* The library's EMBSTORE_VERSION_NUMBER. */
+uint32_t emb_version_number(void);
+/*
+ * The library's sizeof of a public struct by its bare name
+ * ("emb_client_opts"), or 0 for a name it does not know: lets a binding
+ * check its mirror of each struct.
+ */
+size_t emb_struct_size(const char *name);
+
+/*
+ * The calling thread's last error: copies its message into buf
+ * (NUL-terminated, cut to cap; buf may be NULL) and returns its code, or 0
+ * (and "") when no call of this thread has failed yet. Every function of
+ * this header that returns a negative code sets it first; a call that
+ * succeeds leaves it. The message is the server's text for an error a
+ * server reported (e.g. which limit a table creation broke), else a
+ * description of what was wrong, else emb_strerror(code).
+ */
+int emb_last_error(char *buf, size_t cap);
+
+/* A zeroed struct of type T, struct_size set: for the structs the library
+ * fills (C only). */
+#define EMB_SIZED(T) ((T){.struct_size = sizeof(T)})
+
 struct emb_client;
 struct emb_client_table;
 struct emb_async;
 
 struct emb_client_opts {
-	const char *servers;   /* "host:port[,host:port...]"; copied */
-	const char *transport; /* "tcp", "rdma" or "auto": per server,
-				  RDMA where both ends have it, else
-				  TCP ("tcp,rdma" means auto too) */
-	const uint8_t *auth_token; /* sent in HELLO, or NULL; copied */
+	uint32_t struct_size;	   /* bytes of this struct (sized structs) */
 	uint32_t auth_token_len;   /* bytes, <= 256 */
+	const char *servers;	   /* "host:port[,host:port...]"; copied */
+	const char *transport;	   /* "tcp", "rdma" or "auto": per server,
+				      RDMA where both ends have it, else
+				      TCP ("tcp,rdma" means auto too) */
+	const uint8_t *auth_token; /* sent in HELLO, or NULL; copied */
+	const char *name;	   /* shown in server logs; NULL = "embstore" */
 	uint32_t timeout_ms;	   /* per call, reconnects included; 0 = 30 s */
 	uint32_t part_ids;	   /* most ids per request: a larger batch is
 				      split and pipelined; 0 = 1024 */
-	const char *name;	   /* shown in server logs; NULL = "embstore" */
 	uint32_t pull_mode;	   /* enum emb_pull_mode: how pulls reach
 				      servers over RDMA; TCP conns always
 				      pull two-sided */
@@ -64,17 +127,23 @@ enum emb_pull_mode {
 };
 
 #define EMB_CLIENT_OPTS_DEFAULT                                                \
-	((struct emb_client_opts){.servers = "127.0.0.1:7164",                 \
+	((struct emb_client_opts){.struct_size =                               \
+				      sizeof(struct emb_client_opts),          \
+				  .servers = "127.0.0.1:7164",                 \
 				  .transport = "tcp",                          \
 				  .timeout_ms = 30000,                         \
 				  .pull_mode = EMB_PULL_TWOSIDED})
+/* Sets *o to EMB_CLIENT_OPTS_DEFAULT. */
+void emb_client_opts_init(struct emb_client_opts *o);
 
 /* A table as the cluster knows it. */
 struct emb_table_spec {
-	const char *name;	    /* 1..63 bytes of [A-Za-z0-9_.-] */
+	uint32_t struct_size;	    /* bytes of this struct (sized structs) */
 	uint32_t dim;		    /* floats per row, 1..4096 */
+	const char *name;	    /* 1..63 bytes of [A-Za-z0-9_.-] */
 	struct emb_optim_cfg optim; /* applied on the servers by push */
 	struct emb_init_cfg init;   /* values of rows created by pull */
+	uint32_t _pad0;		    /* 0 */
 	uint64_t seed;		    /* with the id, decides initial values */
 	/* Admission and eviction (common/lifecycle.h, docs/store.md); all
 	 * off when zeroed. max_rows is for the whole table: each server
@@ -82,13 +151,22 @@ struct emb_table_spec {
 	struct emb_lifecycle_cfg life;
 };
 
+/* No name or dim yet; SGD and uniform rows by their defaults; life off. */
+#define EMB_TABLE_SPEC_DEFAULT                                                 \
+	((struct emb_table_spec){.struct_size = sizeof(struct emb_table_spec), \
+				 .optim = EMB_OPTIM_CFG_DEFAULT,               \
+				 .init = EMB_INIT_CFG_DEFAULT})
+/* Sets *s to EMB_TABLE_SPEC_DEFAULT. */
+void emb_table_spec_init(struct emb_table_spec *s);
+
 /*
  * Counters of one table (the list in common/tabledef.h), summed over the
  * servers; row_bytes and step are the largest of any server.
  */
 struct emb_client_table_stats {
+	uint32_t struct_size; /* bytes of this struct (sized structs) */
+	uint32_t servers;     /* servers that answered */
 	EMB_TABLE_STATS(EMB_TABLE_STAT_FIELD)
-	uint32_t servers; /* servers that answered */
 };
 /*
  * Under replicas (docs/replication.md) every figure is summed over the
@@ -100,24 +178,26 @@ struct emb_client_table_stats {
 
 /* Client-side counters. */
 struct emb_client_stats {
-	uint64_t requests;  /* requests sent */
-	uint64_t bytes_out; /* bytes sent */
-	uint64_t bytes_in;  /* bytes received */
-	uint64_t errors;    /* requests that failed */
-	uint64_t ids_in;    /* ids given to pull/push */
-	uint64_t ids_sent;  /* ids sent after dedup */
-	uint64_t retries;   /* requests sent again after a lost connection */
-	uint64_t reconnects; /* connections made again (HELLO included) */
+	uint32_t struct_size; /* bytes of this struct (sized structs) */
+	uint32_t _pad0;	      /* 0 */
+	uint64_t requests;    /* requests sent */
+	uint64_t bytes_out;   /* bytes sent */
+	uint64_t bytes_in;    /* bytes received */
+	uint64_t errors;      /* requests that failed */
+	uint64_t ids_in;      /* ids given to pull/push */
+	uint64_t ids_sent;    /* ids sent after dedup */
+	uint64_t retries;     /* requests sent again after a lost connection */
+	uint64_t reconnects;  /* connections made again (HELLO included) */
 	uint64_t resp_copied; /* RDMA responses that landed in transport
 				 memory and were copied (0 when the
 				 response buffers are registered) */
-	uint64_t rows_read;	/* onesided: rows pulled by RDMA READ whose
-				   seal held */
-	uint64_t rows_fallback; /* onesided: rows pulled two-sided instead
-				   (no location yet, seal broken, read
-				   failed) */
-	uint64_t seal_failures; /* onesided: READs whose row failed the
-				   check (moved, freed, torn by a push) */
+	uint64_t rows_read;   /* onesided: rows pulled by RDMA READ whose
+				 seal held */
+	uint64_t rows_fallback;	   /* onesided: rows pulled two-sided instead
+				      (no location yet, seal broken, read
+				      failed) */
+	uint64_t seal_failures;	   /* onesided: READs whose row failed the
+				      check (moved, freed, torn by a push) */
 	uint64_t read_conn_losses; /* onesided: read connections lost (a
 				      READ of memory the server freed ends
 				      its connection) */
@@ -127,10 +207,11 @@ struct emb_client_stats {
  * Connects to every server (HELLO included). When the environment has
  * EMB_ADMIN_TOKEN_FILE, the token in that file is presented instead of
  * auth_token, for admin rights (set_mode, drop; docs/operations.md,
- * Security). 0 and *out, or -EINVAL (bad opts or server list, or an admin
- * token file that is empty or over 256 bytes), -errno of reading that
- * file, -ENODEV ("rdma" without a device), EMB_EAUTH, EMB_ETOOMANYCONNS,
- * -ECONNREFUSED, -ETIMEDOUT, -ENOMEM.
+ * Security). 0 and *out, or -EINVAL (bad opts or server list, a wrong
+ * struct_size, or an admin token file that is empty or over 256 bytes),
+ * -E2BIG (opts of a newer header that set a field this library lacks),
+ * -errno of reading that file, -ENODEV ("rdma" without a device),
+ * EMB_EAUTH, EMB_ETOOMANYCONNS, -ECONNREFUSED, -ETIMEDOUT, -ENOMEM.
  */
 int emb_client_create(const struct emb_client_opts *opts,
 		      struct emb_client **out);
@@ -148,23 +229,25 @@ const char *emb_client_transport(const struct emb_client *c);
 int emb_client_servers(const struct emb_client *c, char *buf, size_t cap);
 /* The server (0-based, in the order given) that holds id. */
 uint32_t emb_client_server_of(const struct emb_client *c, uint64_t id);
-void emb_client_stats(struct emb_client *c, struct emb_client_stats *out);
+/* Fills *out (caller sets out->struct_size). 0, or -EINVAL (struct_size). */
+int emb_client_stats(struct emb_client *c, struct emb_client_stats *out);
 
 /*
- * The message of the last error a server sent to this client, copied into
- * buf (NUL-terminated, cut to cap). Returns its status, or 0 if none.
+ * The calling thread's last error, as emb_last_error() (c is not used and
+ * may be NULL): kept for programs written when the last error was the
+ * client's. Any thread.
  */
 int emb_client_last_error(struct emb_client *c, char *buf, size_t cap);
 
 /*
  * Creates the table on every server, or opens it where an identical one
  * exists (so every worker may call this). 0 and a handle in *out, or
- * EMB_ETABLEEXISTS (same name, other spec), EMB_EBADDIM, EMB_EBADNAME,
- * EMB_EBADOPTIM, EMB_EBADINIT, EMB_EBADLIFE, EMB_ETOOMANYTABLES,
- * -EOPNOTSUPP (an admission or eviction policy under replicas: backups see
- * no pulls), or a transport error. A table that exists keeps its admission
- * and eviction, unless it has none: then it takes spec->life
- * (docs/protocol.md).
+ * -EINVAL or -E2BIG (spec->struct_size), EMB_ETABLEEXISTS (same name,
+ * other spec), EMB_EBADDIM, EMB_EBADNAME, EMB_EBADOPTIM, EMB_EBADINIT,
+ * EMB_EBADLIFE, EMB_ETOOMANYTABLES, -EOPNOTSUPP (an admission or eviction
+ * policy under replicas: backups see no pulls), or a transport error. A table
+ * that exists keeps its admission and eviction, unless it has none: then it
+ * takes spec->life (docs/protocol.md).
  */
 int emb_client_table_create(struct emb_client *c,
 			    const struct emb_table_spec *spec,
@@ -251,12 +334,13 @@ int emb_client_table_set_lifecycle(struct emb_client_table *t,
 				   const struct emb_lifecycle_cfg *life);
 
 /*
- * The table's counters summed over its servers (see struct
+ * The table's counters summed over its servers, into *out (caller sets
+ * out->struct_size; -EINVAL if it is wrong) (see struct
  * emb_client_table_stats for what they mean under replicas). Like create,
  * open, drop and set_mode it goes to every server of the map, less those
  * the map has removed while the live ones still hold every slot; when some
  * slot has no live holder left these calls fail with EMB_ENODEAD
- * (emb_client_last_error() says which server and how many slots).
+ * (emb_last_error() says which server and how many slots).
  */
 int emb_client_table_stats(struct emb_client_table *t,
 			   struct emb_client_table_stats *out);
@@ -294,10 +378,10 @@ bool emb_async_done(struct emb_async *op);
  * the servers of the cluster map. opts may be NULL (defaults, with the
  * transport taken from EMB_TRANSPORT if set); its servers field is
  * ignored. The auth token (opts', or else the file EMB_AUTH_TOKEN_FILE
- * names) goes to the scheduler and to every server. While the client lives, a thread pings the scheduler; when the
- * scheduler declares a server dead, calls to it fail with
- * EMB_ENODEAD instead of waiting. 0 and *out, or -EINVAL (environment
- * incomplete or malformed: the variable is logged), -ETIMEDOUT,
+ * names) goes to the scheduler and to every server. While the client lives, a
+ * thread pings the scheduler; when the scheduler declares a server dead, calls
+ * to it fail with EMB_ENODEAD instead of waiting. 0 and *out, or -EINVAL
+ * (environment incomplete or malformed: the variable is logged), -ETIMEDOUT,
  * -ECONNREFUSED (no scheduler), EMB_ECLUSTER (cluster full), EMB_ENODEAD,
  * EMB_ENOSCHED, or an error of emb_client_create().
  */
@@ -329,24 +413,26 @@ int emb_cluster_servers_auth(const char *sched, const uint8_t *token,
  * deaths are not followed. Errors as emb_cluster_servers_auth() and
  * emb_client_create().
  */
-int emb_client_from_sched(const struct emb_client_opts *opts,
-			  const char *sched, struct emb_client **out);
+int emb_client_from_sched(const struct emb_client_opts *opts, const char *sched,
+			  struct emb_client **out);
 
 /* The client's cluster map (docs/replication.md). */
 struct emb_client_map {
-	uint64_t epoch;	     /* 1, then +1 per server removed */
-	uint32_t replicas;   /* copies of each slot; 1 = unreplicated */
-	uint32_t nservers;   /* servers, removed ones included */
-	uint32_t lost_slots; /* slots with no live copy left */
+	uint32_t struct_size; /* bytes of this struct (sized structs) */
+	uint32_t replicas;    /* copies of each slot; 1 = unreplicated */
+	uint64_t epoch;	      /* 1, then +1 per server removed */
+	uint32_t nservers;    /* servers, removed ones included */
+	uint32_t lost_slots;  /* slots with no live copy left */
 };
-void emb_client_map(struct emb_client *c, struct emb_client_map *out);
+/* Fills *out (caller sets out->struct_size). 0, or -EINVAL (struct_size). */
+int emb_client_map(struct emb_client *c, struct emb_client_map *out);
 /*
  * The live holders of slot (< EMB_NSLOTS) in out[0..cap), primary first,
  * then the backups in the order they take over. Returns how many there
  * are (0 for a lost slot; may exceed cap), or EMB_EBADARG.
  */
-int emb_client_slot_holders(struct emb_client *c, uint32_t slot,
-			    uint32_t *out, uint32_t cap);
+int emb_client_slot_holders(struct emb_client *c, uint32_t slot, uint32_t *out,
+			    uint32_t cap);
 /*
  * The server being filled with slot during a recovery (docs/replication.md:
  * it takes the slot's writes, is not read from, and becomes its last
@@ -414,6 +500,7 @@ enum emb_cached_policy {
 };
 
 struct emb_cached_table_opts {
+	uint32_t struct_size;	  /* bytes of this struct (sized structs) */
 	uint32_t capacity;	  /* rows the cache holds, >= 1 */
 	uint32_t max_batch;	  /* most ids per batch, duplicates counted */
 	uint32_t prefetch_depth;  /* batches fetched ahead, 0..64 */
@@ -426,15 +513,21 @@ struct emb_cached_table_opts {
 };
 
 #define EMB_CACHED_TABLE_OPTS_DEFAULT                                          \
-	((struct emb_cached_table_opts){.capacity = 1u << 16,                  \
-					.max_batch = 4096,                     \
-					.prefetch_depth = 2,                   \
-					.staleness_steps = 0,                  \
-					.mode = EMB_CACHED_WRITE_BACK,         \
-					.policy = EMB_CACHED_TINYLFU})
+	((struct emb_cached_table_opts){                                       \
+	    .struct_size = sizeof(struct emb_cached_table_opts),               \
+	    .capacity = 1u << 16,                                              \
+	    .max_batch = 4096,                                                 \
+	    .prefetch_depth = 2,                                               \
+	    .staleness_steps = 0,                                              \
+	    .mode = EMB_CACHED_WRITE_BACK,                                     \
+	    .policy = EMB_CACHED_TINYLFU})
+/* Sets *o to EMB_CACHED_TABLE_OPTS_DEFAULT. */
+void emb_cached_table_opts_init(struct emb_cached_table_opts *o);
 
 /* Counters since create; hits and misses count distinct ids per batch. */
 struct emb_cached_table_stats {
+	uint32_t struct_size;	/* bytes of this struct (sized structs) */
+	uint32_t _pad0;		/* 0 */
 	uint64_t lookups;	/* batches looked up */
 	uint64_t hits;		/* distinct ids served from the cache */
 	uint64_t misses;	/* distinct ids that had to be fetched */
@@ -456,7 +549,8 @@ struct emb_cached_table_stats {
 
 /*
  * Puts a cache over t, which the cached table borrows (close t after
- * destroying it). Allocates everything here. 0 and *out, or EMB_EBADARG (a
+ * destroying it). Allocates everything here. 0 and *out, or -EINVAL or
+ * -E2BIG (opts->struct_size), EMB_EBADARG (a
  * zero size, unknown mode or policy, depth > 64, write-back over a table
  * this client set to EMB_MODE_SYNC), EMB_EBADOPTIM (write-back with an
  * optimizer the worker cannot run) or -ENOMEM.
@@ -513,28 +607,36 @@ int emb_cached_table_flush(struct emb_cached_table *ct);
 /* Drops queued prefetches and the current batch (e.g. at an epoch end). */
 void emb_cached_table_cancel(struct emb_cached_table *ct);
 
-void emb_cached_table_stats(const struct emb_cached_table *ct,
-			    struct emb_cached_table_stats *out);
+/* Fills *out (caller sets out->struct_size). 0, or -EINVAL (struct_size). */
+int emb_cached_table_stats(const struct emb_cached_table *ct,
+			   struct emb_cached_table_stats *out);
 
 /* ---- administration (worker/admin.c) ------------------------------------ */
 
 /* One table on one server, as emb_client_server_stats() reports it. */
 struct emb_client_server_table {
-	uint32_t server; /* index into the client's server list */
-	char name[64];	 /* table name, NUL-terminated */
-	uint32_t dim;	 /* floats per row */
+	uint32_t struct_size; /* bytes of this struct (sized structs) */
+	uint32_t server;      /* index into the client's server list */
+	char name[64];	      /* table name, NUL-terminated */
+	uint32_t dim;	      /* floats per row */
+	uint32_t _pad0;	      /* 0 */
 	EMB_TABLE_STATS(EMB_TABLE_STAT_FIELD) /* common/tabledef.h */
 };
 
 /*
  * Every table of every server with its counters, per server rather than
- * summed (for monitoring: `embstore stat`). Writes up to cap entries to
- * out, by server then in each server's order, and returns how many there
- * are (call again with more room if that exceeds cap), or EMB_EBADARG, or
- * a transport or server error. A table created or dropped meanwhile may
- * be missing or show zero counters.
+ * summed (for monitoring: `embstore stat`). out[0].struct_size is the size
+ * of every entry (the array's stride; set it in each, EMB_SIZED()). Writes
+ * up to cap entries to out, by server then in each server's order, and returns
+ * how many there are (call again with more room if that exceeds cap), or
+ * EMB_EBADARG, -EINVAL (struct_size), or a transport or server error. A table
+ * created or dropped meanwhile may be missing or show zero counters.
  */
 int emb_client_server_stats(struct emb_client *c,
 			    struct emb_client_server_table *out, uint32_t cap);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

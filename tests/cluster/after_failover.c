@@ -32,6 +32,7 @@
 static struct emb_table_spec spec(const char *name)
 {
 	struct emb_table_spec s = {
+	    .struct_size = sizeof(struct emb_table_spec),
 	    .name = name,
 	    .dim = DIM,
 	    .optim = {.kind = EMB_OPTIM_SGD, .lr = 1.0f},
@@ -70,8 +71,9 @@ int main(int argc, char **argv)
 	static float grads[N * DIM], rows[N * DIM];
 	struct emb_table_spec sb = spec("before"), sa = spec("after");
 	struct emb_client_table *before, *after, *opened;
-	struct emb_client_table_stats st;
-	struct emb_client_map m;
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
+	struct emb_client_map m = EMB_SIZED(struct emb_client_map);
 	struct emb_client *c;
 	const char *host = getenv("EMB_SCHED_HOST");
 	const char *port = getenv("EMB_SCHED_PORT");

@@ -23,6 +23,7 @@
 int main(int argc, char **argv)
 {
 	struct emb_table_spec spec = {
+	    .struct_size = sizeof(struct emb_table_spec),
 	    .name = "ctr",
 	    .dim = DIM,
 	    .optim = {.kind = EMB_OPTIM_SGD, .lr = 0.1f},

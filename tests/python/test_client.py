@@ -1,12 +1,17 @@
 """embstore's Python API against two real servers: every call, dtypes and
-shapes, zero copies, futures, cached tables."""
+shapes, zero copies, futures, cached tables, stats objects."""
 
 from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import typing
 
 import numpy as np
 import pytest
 
 import embstore
+from embstore import _lib
 
 DIM = 8
 
@@ -30,6 +35,42 @@ def test_connect_properties(client, servers):
                                    "resp_copied", "rows_read",
                                    "rows_fallback", "seal_failures",
                                    "read_conn_losses"}
+
+
+def test_stats_are_typed_read_only_mappings(client, name):
+    t = client.table(name, DIM, optimizer="sgd:lr=1", init="zeros")
+    t.pull([1, 2, 3])
+    t.push([1], np.ones((1, DIM), np.float32))
+    ct = t.cached(rows=8, max_batch=4)
+    ct.lookup([1, 2])
+    for st, cls, mirror in (
+            (client.stats(), embstore.ClientStats, _lib.ClientStats),
+            (t.stats(), embstore.TableStats, _lib.TableStats),
+            (ct.stats(), embstore.CachedTableStats, _lib.CachedStats)):
+        assert type(st) is cls
+        assert isinstance(st, collections.abc.Mapping)
+        # the C struct's fields, its size and padding aside
+        assert set(st) == {f for f, _ in mirror._fields_
+                           if f != "struct_size" and not f.startswith("_")}
+        assert len(st) == len(dataclasses.fields(cls))
+        assert dict(st) == dataclasses.asdict(st) == dict(st.items())
+        assert st == dict(st)  # compares as the dict it used to be
+        for k in st:
+            assert st[k] == getattr(st, k)
+        hints = typing.get_type_hints(cls)
+        assert {hints[k] for k in st} <= {int, float}
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(st, next(iter(st)), 1)
+        with pytest.raises(KeyError):
+            st["struct_size"]
+        assert st.get("nope", 7) == 7
+    st = t.stats()
+    assert st.rows == st["rows"] == 3 and st.servers == 2
+    assert st.rows_pushed == 1
+    cs = ct.stats()
+    assert cs.lookups == 1 and cs.misses == 2
+    assert type(cs.hit_ratio) is float and type(cs.rows) is int
+    assert client.stats().ids_in >= 4
 
 
 def test_auto_transport_falls_back_to_tcp(servers):

@@ -1,9 +1,11 @@
-"""Errors: the code list matches src/common/err.h, each family raises its
-class, and a server that dies or hangs raises within the timeout instead
-of hanging."""
+"""Errors: the code list is the library's (and src/common/err.h's), each
+family raises its class, and a server that dies or hangs raises within the
+timeout instead of hanging."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import re
 import socket
 import threading
@@ -13,9 +15,9 @@ import numpy as np
 import pytest
 
 import embstore
-from embstore import errors
+from embstore import _lib, errors
 
-from conftest import ROOT
+from conftest import BUILD, ROOT
 
 
 def test_codes_match_err_h():
@@ -23,6 +25,43 @@ def test_codes_match_err_h():
     in_c = {m.group(1): int(m.group(2))
             for m in re.finditer(r"X\((EMB_E\w+),\s*(-\d+),", text)}
     assert in_c == errors.CODES
+
+
+def test_codes_and_names_come_from_the_library():
+    lib = _lib.lib
+    n = lib.emb_err_codes(None, 0)
+    buf = (ctypes.c_int * n)()
+    assert lib.emb_err_codes(buf, n) == n > 50
+    assert errors.CODES == {lib.emb_err_name(c).decode(): c for c in buf}
+    assert list(errors.CODES.values()) == list(buf)  # the library's order
+    two = (ctypes.c_int * 2)()
+    assert lib.emb_err_codes(two, 2) == n and list(two) == list(buf)[:2]
+    for name, code in errors.CODES.items():
+        assert getattr(errors, name) == code
+        assert errors.code_name(code) == name
+        assert errors.error_class(code)(code, "m").name == name
+    # errno names come from the library too
+    assert lib.emb_err_name(-errno.EINVAL) == b"EINVAL"
+    assert errors.code_name(-errno.EINVAL) == "EINVAL"
+    assert errors.code_name(0) == "0"
+
+
+def test_every_family_name_is_the_librarys():
+    """The families are kept here by name: a code the library renamed or
+    dropped would silently fall back to Error, so each name must be one
+    the library (or errno) knows, and map to its family."""
+    assert set(errors.FAMILIES) == {
+        embstore.ConnectionError, embstore.TimeoutError,
+        embstore.TableError, embstore.AuthError, embstore.CacheError}
+    for cls, names in errors.FAMILIES.items():
+        for n in names:
+            if n.startswith("EMB_"):
+                code = errors.CODES[n]
+            else:
+                code = -getattr(errno, n)
+            assert errors.error_class(code) is cls, n
+    assert errors.error_class(errors.EMB_EBADDUMP) is embstore.Error
+    assert errors.error_class(-errno.ETIMEDOUT) is embstore.TimeoutError
 
 
 def test_error_attributes_and_names():
@@ -153,18 +192,10 @@ def _c_fields(text: str, struct: str) -> list[str]:
 
 def test_ctypes_structs_match_embstore_h():
     """ctypes learns layouts from _lib.py alone: this keeps them equal to
-    the header's, member by member."""
+    the installed header's (one file with every public struct), member by
+    member; the import's size check cannot see two fields swapped."""
     from embstore import _lib
-    text = (ROOT / "src" / "worker" / "embstore.h").read_text()
-    optim = (ROOT / "src" / "common" / "optim.h").read_text()
-    init = (ROOT / "src" / "common" / "init.h").read_text()
-    pairs = [(text, "emb_client_opts", _lib.ClientOpts),
-             (text, "emb_table_spec", _lib.TableSpec),
-             (text, "emb_client_table_stats", _lib.TableStats),
-             (text, "emb_client_stats", _lib.ClientStats),
-             (text, "emb_cached_table_opts", _lib.CachedOpts),
-             (text, "emb_cached_table_stats", _lib.CachedStats),
-             (optim, "emb_optim_cfg", _lib.OptimCfg),
-             (init, "emb_init_cfg", _lib.InitCfg)]
-    for src, struct, cls in pairs:
-        assert _c_fields(src, struct) == [f[0] for f in cls._fields_], struct
+    text = (BUILD / "src" / "worker" / "public" / "embstore.h").read_text()
+    for cls in _lib.STRUCTS:
+        assert _c_fields(text, cls._c_name_) == \
+            [f[0] for f in cls._fields_], cls._c_name_

@@ -1,11 +1,14 @@
 """embstore.torch: modules over tables train exactly as torch.nn ones do,
-push only the batch's distinct rows, prefetch in order, and raise when a
-server dies."""
+push only the batch's distinct rows, prefetch in order, raise when a
+server dies, and carry their table (and with save_rows its rows) in
+state_dict()."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -299,3 +302,102 @@ def test_import_embstore_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, check=True).stdout.split()
     assert out == ["connect", "no", "torch"]
+
+
+def _train(model, steps, seed=0):
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        ids = torch.from_numpy(rng.integers(0, 50, (8, 3)))
+        loss = F.binary_cross_entropy_with_logits(
+            model(ids), (ids[:, 0] % 2).float())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_table_spec_round_trips(client, name):
+    t = client.table(name, 4, optimizer=ADAGRAD, init="uniform:-0.5,0.25",
+                     seed=9)
+    spec = t.spec()
+    assert (spec["name"], spec["dim"], spec["seed"]) == (name, 4, 9)
+    assert spec["optimizer"].startswith("adagrad:lr=0.05")
+    assert spec["init"] == "uniform:-0.5,0.25"
+    # the same floats: the servers open the table instead of refusing it
+    again = client.table(**spec)
+    assert again.spec() == spec
+    assert client.table(name + "z", 2, init="constant:1.5").spec()["init"] \
+        == "constant:1.5"
+
+
+def test_state_dict_names_the_table_and_the_step(client, name):
+    t = client.table(name, 4, optimizer=ADAGRAD, seed=3)
+    m = et.Embedding(t)
+    m(torch.tensor([1, 2])).sum().backward()
+    sd = m.state_dict()
+    assert list(sd) == ["_extra_state"]
+    st = sd["_extra_state"]
+    assert {k: st[k] for k in ("name", "dim", "seed", "step")} == \
+        {"name": name, "dim": 4, "seed": 3, "step": 1}
+    assert st["optimizer"] == t.spec()["optimizer"]
+    assert st["rows"] is None and st["ids"] is None
+    # without rows: loading into a module over the trained table is
+    # quiet and takes the step; over an empty table it warns
+    m2 = et.Embedding(t)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m2.load_state_dict(sd)
+    assert m2.step == 1
+    with pytest.warns(RuntimeWarning, match="holds no rows of table"):
+        et.Embedding(client.table(name + "_empty", 4)).load_state_dict(sd)
+    with pytest.raises(ValueError, match="dim"):
+        et.Embedding(client.table(name + "_d8", 8)).load_state_dict(sd)
+    # a state dict from before the modules had state still loads
+    with pytest.warns(RuntimeWarning, match="no state for"):
+        et.Embedding(t).load_state_dict({})
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_state_dict_with_rows_restores_the_embeddings(client, name, cached):
+    """save_rows: the rows trained, weights and optimizer state, travel in
+    the state dict (through torch.save) into fresh tables, and training
+    goes on from there exactly as it would have."""
+    def model(suffix, save_rows=True):
+        deep = client.table(name + suffix + "d", 4, optimizer=ADAGRAD,
+                            init="normal:0,0.1", seed=1)
+        wide = client.table(name + suffix + "w", 1, optimizer="sgd:lr=0.1",
+                            init="zeros")
+        src = deep.cached(rows=256, max_batch=64) if cached else deep
+        torch.manual_seed(0)
+        return Model(et.Embedding(src, save_rows=save_rows),
+                     et.EmbeddingBag(wide, save_rows=save_rows)), deep, wide
+
+    a, a_deep, a_wide = model("a")
+    _train(a, 5)
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    buf.seek(0)
+    sd = torch.load(buf)
+    ids = np.sort(a.deep.seen_ids())
+    assert len(ids) == len(sd["deep._extra_state"]["ids"]) > 0
+    assert sd["deep._extra_state"]["rows"].shape == (len(ids),
+                                                     a_deep.row_floats)
+
+    b, b_deep, b_wide = model("b")
+    b.load_state_dict(sd)
+    assert b.deep.step == a.deep.step == 5
+    np.testing.assert_array_equal(b_deep.pull(ids, with_state=True),
+                                  a_deep.pull(ids, with_state=True))
+    np.testing.assert_array_equal(b_wide.pull(ids, create=False),
+                                  a_wide.pull(ids, create=False))
+    # the same next steps give the same rows
+    _train(a, 3, seed=1)
+    _train(b, 3, seed=1)
+    if cached:
+        a.deep.cache.flush()
+        b.deep.cache.flush()
+    np.testing.assert_allclose(b_deep.pull(np.arange(50)),
+                               a_deep.pull(np.arange(50)), rtol=1e-6)
+    if cached:
+        with pytest.raises(ValueError, match="before training"):
+            b.load_state_dict(sd)

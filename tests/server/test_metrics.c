@@ -393,6 +393,7 @@ static void start(void)
 	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
 	struct emb_table_spec sp = {
+	    .struct_size = sizeof(struct emb_table_spec),
 	    .name = "clicks",
 	    .dim = DIM,
 	    .optim = EMB_OPTIM_CFG_DEFAULT,
@@ -432,7 +433,8 @@ static void test_format(void)
 {
 	static uint64_t ids[100];
 	static float rows[100 * DIM], grads[100 * DIM];
-	struct emb_client_table_stats ts;
+	struct emb_client_table_stats ts =
+	    EMB_SIZED(struct emb_client_table_stats);
 	struct scrape *sc = calloc(1, sizeof(*sc));
 	char *body = NULL;
 

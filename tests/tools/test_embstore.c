@@ -194,7 +194,9 @@ static struct emb_client *connect_to(const struct srv *s, int n)
 
 static struct emb_table_spec adam_spec(uint32_t dim)
 {
-	struct emb_table_spec sp = {.name = "emb",
+	struct emb_table_spec sp = {.struct_size =
+					sizeof(struct emb_table_spec),
+				    .name = "emb",
 				    .dim = dim,
 				    .optim = EMB_OPTIM_CFG_DEFAULT,
 				    .init = EMB_INIT_CFG_DEFAULT,
@@ -352,7 +354,8 @@ static void test_dump_restore_two_servers(void)
 {
 	struct emb_client *c, *c2;
 	struct emb_client_table *t;
-	struct emb_client_table_stats ts;
+	struct emb_client_table_stats ts =
+	    EMB_SIZED(struct emb_client_table_stats);
 	uint64_t *ids = test_ids();
 	struct srv a = trained_server(&c, &t, ids), b[2];
 	struct rowset ra, rb;
@@ -462,7 +465,9 @@ static void *push_main(void *arg)
 
 static void test_dump_of_live_table_has_whole_rows(void)
 {
-	struct emb_table_spec sp = {.name = "live",
+	struct emb_table_spec sp = {.struct_size =
+					sizeof(struct emb_table_spec),
+				    .name = "live",
 				    .dim = 16,
 				    .optim = EMB_OPTIM_CFG_DEFAULT,
 				    .init = {.kind = EMB_INIT_CONSTANT, .a = 0},
@@ -576,7 +581,8 @@ static void test_restore_refuses_without_touching(void)
 {
 	struct emb_client *c, *c2;
 	struct emb_client_table *t, *t2;
-	struct emb_client_table_stats ts;
+	struct emb_client_table_stats ts =
+	    EMB_SIZED(struct emb_client_table_stats);
 	struct emb_table_spec sp4 = adam_spec(4);
 	uint64_t *ids = test_ids();
 	struct srv a = trained_server(&c, &t, ids), b;

@@ -30,6 +30,7 @@ static void start(void)
 	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
 	struct emb_table_spec sp = {
+	    .struct_size = sizeof(struct emb_table_spec),
 	    .name = "clicks",
 	    .dim = DIM,
 	    .optim = EMB_OPTIM_CFG_DEFAULT,
@@ -65,7 +66,10 @@ static void stop(void)
 
 static void test_server_stats(void)
 {
-	struct emb_client_server_table t[4], one;
+	struct emb_client_server_table t[4] = {
+	    EMB_SIZED(struct emb_client_server_table)};
+	struct emb_client_server_table one =
+	    EMB_SIZED(struct emb_client_server_table);
 	uint64_t rows = 0, pulled = 0;
 
 	start();
@@ -124,7 +128,8 @@ static int run_cli(const char *args, char *out, size_t cap)
 static void test_cli(void)
 {
 	char args[256], out[8192], want[64];
-	struct emb_client_server_table t[2];
+	struct emb_client_server_table t[2] = {
+	    EMB_SIZED(struct emb_client_server_table)};
 
 	start();
 	CU_ASSERT_EQUAL_FATAL(emb_client_server_stats(cli, t, 2), 2);

@@ -32,6 +32,8 @@ static int use_dlopen(const char *lib)
 	}
 	*(void **)&strerr = dlsym(h, "emb_strerror");
 	if (!strerr || !dlsym(h, "emb_client_create") ||
+	    !dlsym(h, "emb_version") || !dlsym(h, "emb_err_name") ||
+	    !dlsym(h, "emb_last_error") || !dlsym(h, "emb_struct_size") ||
 	    !dlsym(h, "emb_cached_table_lookup")) {
 		fprintf(stderr, "consumer: dlsym: API symbols missing\n");
 		return 1;
@@ -49,7 +51,7 @@ static int use_dlopen(const char *lib)
 int main(int argc, char **argv)
 {
 	struct emb_client_opts o = EMB_CLIENT_OPTS_DEFAULT;
-	struct emb_table_spec spec = {.name = "consumer", .dim = 4};
+	struct emb_table_spec spec = EMB_TABLE_SPEC_DEFAULT;
 	struct emb_client *c;
 	struct emb_client_table *t;
 	uint64_t ids[3] = {7, 1u << 20, 7};
@@ -62,6 +64,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: consumer HOST:PORT | --dlopen LIB\n");
 		return 2;
 	}
+	/* The header this was built with is the library it runs with. */
+	if (emb_version_number() != EMBSTORE_VERSION_NUMBER ||
+	    strcmp(emb_version(), EMBSTORE_VERSION_STRING)) {
+		fprintf(stderr, "consumer: header %s, library %s\n",
+			EMBSTORE_VERSION_STRING, emb_version());
+		return 1;
+	}
+	spec.name = "consumer";
+	spec.dim = 4;
 	o.servers = argv[1];
 	rc = emb_optim_parse("sgd:lr=0.5", &spec.optim);
 	if (!rc)

@@ -3,7 +3,7 @@
 # the tree gets it: `meson install --destdir` into a temp dir, then
 # consumer.c compiled with nothing but `pkg-config --cflags --libs embstore`
 # (pointed into that dir) and strict warnings, which proves the installed
-# headers self-contained. The installed embstore-server serves it; the
+# header self-contained (the only one installed). The installed embstore-server serves it; the
 # consumer connects, creates a table, pulls and pushes; then the installed
 # libembstore.so is loaded with dlopen() as an interpreter would.
 set -u
@@ -38,6 +38,14 @@ for f in "$pc" "$lib" "$server" \
 		exit 1
 	fi
 done
+
+# One header is installed, and nothing of the tree's internals.
+hdrs=$(find "$dest" -path '*/include/*' -type f)
+if [ "$(printf '%s\n' "$hdrs" | wc -l)" -ne 1 ]; then
+	echo "FAIL: headers other than embstore.h installed:" >&2
+	printf '%s\n' "$hdrs" >&2
+	exit 1
+fi
 
 # The .pc names the real prefix; the sysroot variable maps -I and -L into
 # the destdir, as for a staged install.

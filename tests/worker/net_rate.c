@@ -53,11 +53,12 @@ int main(int argc, char **argv)
 	};
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
 	struct emb_table_spec sp = {
-		.name = "net_rate",
-		.dim = 64,
-		.optim = EMB_OPTIM_CFG_DEFAULT,
-		.init = EMB_INIT_CFG_DEFAULT,
-		.seed = 1,
+	    .struct_size = sizeof(struct emb_table_spec),
+	    .name = "net_rate",
+	    .dim = 64,
+	    .optim = EMB_OPTIM_CFG_DEFAULT,
+	    .init = EMB_INIT_CFG_DEFAULT,
+	    .seed = 1,
 	};
 	struct emb_client_table *t;
 	struct emb_client *c;

@@ -85,11 +85,12 @@ struct emb_client *nt_client(const char *servers, uint32_t timeout_ms)
 struct emb_table_spec nt_spec(const char *name, uint32_t dim, uint64_t seed)
 {
 	struct emb_table_spec sp = {
-		.name = name,
-		.dim = dim,
-		.optim = EMB_OPTIM_CFG_DEFAULT,
-		.init = EMB_INIT_CFG_DEFAULT,
-		.seed = seed,
+	    .struct_size = sizeof(struct emb_table_spec),
+	    .name = name,
+	    .dim = dim,
+	    .optim = EMB_OPTIM_CFG_DEFAULT,
+	    .init = EMB_INIT_CFG_DEFAULT,
+	    .seed = seed,
 	};
 
 	return sp;

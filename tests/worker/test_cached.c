@@ -151,7 +151,8 @@ static void train_and_compare(uint32_t kind, uint32_t mode, uint32_t depth,
 	struct emb_table_spec sb = spec_of("plain", kind);
 	struct emb_client_table *ta = NULL, *tb = NULL;
 	struct emb_cached_table *ct = NULL;
-	struct emb_cached_table_stats st;
+	struct emb_cached_table_stats st =
+	    EMB_SIZED(struct emb_cached_table_stats);
 	struct emb_client *c;
 	static uint64_t ids[STEPS + 64][BATCH];
 	static float ra[BATCH * DIM], rb[BATCH * DIM], ga[BATCH * DIM],
@@ -291,7 +292,7 @@ static void rig_down(struct rig *r)
 
 static uint64_t requests(struct emb_client *c)
 {
-	struct emb_client_stats s;
+	struct emb_client_stats s = EMB_SIZED(struct emb_client_stats);
 
 	emb_client_stats(c, &s);
 	return s.requests;
@@ -314,7 +315,8 @@ static uint64_t wait_requests(struct emb_client *c, uint64_t want)
 static void test_prefetch_pulls_before_lookup(void)
 {
 	struct emb_cached_table_opts co = EMB_CACHED_TABLE_OPTS_DEFAULT;
-	struct emb_cached_table_stats st;
+	struct emb_cached_table_stats st =
+	    EMB_SIZED(struct emb_cached_table_stats);
 	uint64_t a[16], b[16], before;
 	float out[16 * DIM], g[16 * DIM] = {0};
 	struct rig r;
@@ -353,7 +355,8 @@ static void test_prefetch_pulls_before_lookup(void)
 static void test_staleness_refetches(void)
 {
 	struct emb_cached_table_opts co = EMB_CACHED_TABLE_OPTS_DEFAULT;
-	struct emb_cached_table_stats st;
+	struct emb_cached_table_stats st =
+	    EMB_SIZED(struct emb_cached_table_stats);
 	uint64_t ids[8];
 	float out[8 * DIM], ref[8 * DIM], g[8 * DIM];
 	uint64_t n0, n1, n2;

@@ -180,7 +180,8 @@ static void test_nocreate(void)
 	struct emb_table_spec sp = nt_spec("nocreate", DIM, 5);
 	struct emb_server *s = nt_server_start(&so);
 	uint16_t port = emb_server_port(s);
-	struct emb_client_table_stats st;
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
 	struct emb_client_table *t;
 	struct emb_client *c;
 	uint64_t ids[200];
@@ -234,9 +235,10 @@ static void test_duplicates(void)
 	const uint64_t pull_ids[5] = {7, 7, 3, 7, 3};
 	const uint64_t push_ids[4] = {7, 7, 3, 7};
 	const float want[5] = {-7, -7, -3, -7, -3};
-	struct emb_client_table_stats st;
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
 	struct emb_client_table *t;
-	struct emb_client_stats cs;
+	struct emb_client_stats cs = EMB_SIZED(struct emb_client_stats);
 	struct emb_client *c;
 	float grads[4 * DIM], rows[5 * DIM];
 	char addr[64];
@@ -283,7 +285,8 @@ static void test_three_servers(void)
 	struct emb_server *s[NS];
 	struct emb_client *c, *c2, *one[NS];
 	struct emb_client_table *t, *t2, *t1;
-	struct emb_client_table_stats st;
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
 	struct emb_server_stats ss;
 	uint16_t ports[NS];
 	uint64_t *ids = malloc(N * sizeof(*ids));
@@ -493,7 +496,7 @@ static void test_pipelined(void)
 	struct emb_server *s[2];
 	struct emb_async *op[OPS];
 	struct emb_client_table *t;
-	struct emb_client_stats cs;
+	struct emb_client_stats cs = EMB_SIZED(struct emb_client_stats);
 	struct emb_client *c;
 	uint16_t ports[2];
 	uint64_t *ids = malloc(OPS * PER * sizeof(*ids));

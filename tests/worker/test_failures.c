@@ -47,7 +47,8 @@ static void fill_ids(uint64_t *ids, uint32_t n, uint64_t base)
 static void test_killed(void)
 {
 	struct emb_table_spec sp = nt_spec("k", DIM, 1);
-	struct emb_client_table_stats st;
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
 	struct emb_client_table *t;
 	struct emb_async *op;
 	struct emb_client *c;
@@ -245,7 +246,7 @@ static void test_restart_from_checkpoint(void)
 {
 	struct emb_table_spec sp = nt_spec("restart", DIM, 5);
 	struct trainer tr = {0};
-	struct emb_client_stats cs;
+	struct emb_client_stats cs = EMB_SIZED(struct emb_client_stats);
 	struct emb_client *c;
 	struct nt_child ch[2];
 	char *dir[2], port_arg[32];
@@ -394,9 +395,10 @@ static void test_daemon_flags(void)
 	static const char token[] = "daemon-token";
 	struct emb_table_spec sp = nt_spec("flags", DIM, 9);
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
-	struct emb_client_table_stats st;
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
 	struct emb_client_table *t;
-	struct emb_client_stats cs;
+	struct emb_client_stats cs = EMB_SIZED(struct emb_client_stats);
 	struct emb_client *c = NULL;
 	struct nt_child ch;
 	char path[256], addr[64];

@@ -331,7 +331,8 @@ static void test_raw_duplicates(void)
 	const uint64_t ids[6] = {40, 41, 40, 40, 42, 41};
 	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE];
 	_Alignas(8) float rows[6 * DIM];
-	struct emb_client_table_stats st;
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
 	struct emb_frame_hdr h, r;
 	struct fixture fx;
 	float want[DIM];

@@ -37,7 +37,8 @@ static struct emb_table_spec spec_with(const char *name, const char *admit,
 
 static struct emb_client_table_stats stats_of(struct emb_client_table *t)
 {
-	struct emb_client_table_stats st;
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
 
 	CU_ASSERT_EQUAL(emb_client_table_stats(t, &st), 0);
 	return st;
@@ -56,7 +57,8 @@ static void test_count_over_wire(void)
 	struct emb_server *s[2];
 	struct emb_client *c;
 	struct emb_client_table *t;
-	struct emb_client_table_stats st;
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
 	uint64_t *ids = malloc(N * sizeof(*ids));
 	float *rows = malloc((size_t)N * DIM * sizeof(float));
 	float *g = malloc((size_t)N * DIM * sizeof(float));

@@ -194,7 +194,8 @@ static void test_stale_pushes_are_discarded(void)
 	struct emb_server_opts so = nt_server_opts();
 	struct emb_server *srv = nt_server_start(&so);
 	struct emb_table_spec sp = nt_spec("stale_t", DIM, 1);
-	struct emb_client_table_stats cs;
+	struct emb_client_table_stats cs =
+	    EMB_SIZED(struct emb_client_table_stats);
 	struct emb_client_table *t;
 	struct emb_client *c;
 	uint64_t ids[2] = {1, 2};

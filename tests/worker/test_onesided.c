@@ -60,7 +60,7 @@ static struct emb_client *client(uint16_t port, uint32_t mode)
 
 static uint64_t rows_read(struct emb_client *c)
 {
-	struct emb_client_stats st;
+	struct emb_client_stats st = EMB_SIZED(struct emb_client_stats);
 
 	emb_client_stats(c, &st);
 	return st.rows_read;
@@ -83,7 +83,7 @@ static bool learn(struct emb_client *c, struct emb_client_table *t,
 		usleep(20000);
 	}
 	{
-		struct emb_client_stats st;
+		struct emb_client_stats st = EMB_SIZED(struct emb_client_stats);
 
 		emb_client_stats(c, &st);
 		fprintf(stderr,
@@ -117,7 +117,7 @@ static void test_rows_match_two_sided(void)
 	struct emb_server *srv = start_server(true);
 	struct emb_client *one, *two;
 	struct emb_client_table *t1, *t2;
-	struct emb_client_stats st;
+	struct emb_client_stats st = EMB_SIZED(struct emb_client_stats);
 	uint64_t *ids = malloc(BATCH * sizeof(*ids));
 	float *a = malloc((size_t)BATCH * DIM * sizeof(float));
 	float *b = malloc((size_t)BATCH * DIM * sizeof(float));
@@ -173,7 +173,7 @@ static void test_plain_server_pulls_two_sided(void)
 	struct emb_table_spec sp = nt_spec("plain", DIM, 4);
 	struct emb_server *srv = start_server(false);
 	struct emb_client_table *t;
-	struct emb_client_stats st;
+	struct emb_client_stats st = EMB_SIZED(struct emb_client_stats);
 	struct emb_client *c;
 	uint64_t ids[256];
 	float rows[256 * DIM];
@@ -239,7 +239,7 @@ static void test_no_torn_rows_under_pushes(void)
 	struct emb_server *srv = start_server(true);
 	struct emb_client_table *t1, *t2;
 	struct emb_client *one, *two;
-	struct emb_client_stats st;
+	struct emb_client_stats st = EMB_SIZED(struct emb_client_stats);
 	struct pusher p = {0};
 	pthread_t th;
 	uint64_t ids[HOT];
@@ -299,8 +299,10 @@ static void test_erased_and_evicted_rows_fall_back(void)
 {
 	struct emb_table_spec sp = nt_spec("evict", DIM, 6);
 	struct emb_server *srv = start_server(true);
-	struct emb_client_table_stats ts;
-	struct emb_client_stats st0, st;
+	struct emb_client_table_stats ts =
+	    EMB_SIZED(struct emb_client_table_stats);
+	struct emb_client_stats st0 = EMB_SIZED(struct emb_client_stats),
+				st = EMB_SIZED(struct emb_client_stats);
 	struct emb_client_table *t;
 	struct emb_client *c;
 	uint64_t *ids = malloc(4 * BATCH * sizeof(*ids));
@@ -366,7 +368,7 @@ static void test_dropped_table_is_never_read(void)
 	struct emb_server *srv = start_server(true);
 	struct emb_server_stats ss;
 	struct emb_client_table *ta, *tb;
-	struct emb_client_stats st;
+	struct emb_client_stats st = EMB_SIZED(struct emb_client_stats);
 	struct emb_client *c;
 	uint64_t ids[512];
 	float rows[512 * DIM];

@@ -61,7 +61,8 @@ static void test_rows_of_a_growing_table(void)
 	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
 	struct emb_table_spec sp = nt_spec("grow", DIM, 11);
 	struct emb_server *srv = start_rdma_server();
-	struct emb_client_table_stats st;
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
 	struct emb_client_table *t;
 	struct emb_client *c;
 	struct emb_table *ref;
@@ -237,7 +238,7 @@ static void test_both_transports_at_one_port(void)
 	struct emb_client *c[3];
 	static const char *const tp[3] = {"auto", "tcp", "rdma"};
 	static const char *const want[3] = {"rdma", "tcp", "rdma"};
-	struct emb_client_stats st;
+	struct emb_client_stats st = EMB_SIZED(struct emb_client_stats);
 	char addr[128], name[16];
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(srv);
@@ -295,7 +296,7 @@ static void test_auto_with_a_tcp_only_server(void)
 static void test_reconnect_stays_on_rdma(void)
 {
 	struct emb_server *srv = start_server("tcp,rdma", 0);
-	struct emb_client_stats st;
+	struct emb_client_stats st = EMB_SIZED(struct emb_client_stats);
 	struct emb_client *c;
 	uint16_t port;
 	char addr[128];

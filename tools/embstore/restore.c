@@ -177,7 +177,7 @@ static int run(struct cli *cli)
 	struct emb_client *c = NULL;
 	struct emb_client_table *t = NULL;
 	struct emb_snap_meta *metas = NULL;
-	struct emb_table_spec spec = {0};
+	struct emb_table_spec spec = EMB_TABLE_SPEC_DEFAULT;
 	struct emb_cli_fileset fs;
 	struct emb_cli_progress prog;
 	char p[EMB_SNAP_PATH_MAX + 300];

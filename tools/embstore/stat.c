@@ -73,6 +73,7 @@ static int take(struct emb_client *c, struct sample *out)
 
 		if (!t)
 			return -ENOMEM;
+		t[0].struct_size = sizeof(*t); /* the entries' stride */
 		n = emb_client_server_stats(c, t, cap);
 		if (n < 0) {
 			free(t);
@@ -180,7 +181,7 @@ static void json_str(const char *s)
 /* The map is shown only where it says more than the server list. */
 static bool map_shown(struct emb_client *c)
 {
-	struct emb_client_map m;
+	struct emb_client_map m = EMB_SIZED(struct emb_client_map);
 
 	emb_client_map(c, &m);
 	if (m.replicas > 1)
@@ -242,7 +243,7 @@ static uint32_t slot_ranges(struct emb_client *c, uint32_t s, enum role role,
 static void map_json(struct emb_client *c, char *const *names, uint32_t nsrv)
 {
 	static char pr[4096], bk[4096], fl[4096];
-	struct emb_client_map m;
+	struct emb_client_map m = EMB_SIZED(struct emb_client_map);
 
 	emb_client_map(c, &m);
 	printf("\"map\":{\"epoch\":%llu,\"replicas\":%u,\"lost_slots\":%u,"
@@ -273,7 +274,7 @@ static void map_json(struct emb_client *c, char *const *names, uint32_t nsrv)
 static void map_text(struct emb_client *c, char *const *names, uint32_t nsrv)
 {
 	static char pr[4096], bk[4096], fl[4096];
-	struct emb_client_map m;
+	struct emb_client_map m = EMB_SIZED(struct emb_client_map);
 	bool filling = false;
 
 	emb_client_map(c, &m);

@@ -1,0 +1,47 @@
+/*
+ * src/worker/lasterr.c - the calling thread's last error: the code and
+ * message of the last public call of this thread that failed
+ * (emb_last_error()). Each thread has its own, so threads sharing a client
+ * never read each other's. Any thread; no locks.
+ */
+#include "worker/abi.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "worker/embstore.h"
+
+static _Thread_local struct {
+	int rc;	       /* code of the last failed call; 0 = none yet */
+	bool fresh;    /* msg was set by emb__err_set() in the current call */
+	char msg[512]; /* its message, NUL-terminated */
+} last;
+
+void emb__err_set(int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last.msg, sizeof(last.msg), fmt, ap);
+	va_end(ap);
+	last.rc = rc;
+	last.fresh = true;
+}
+
+int emb__err(int rc)
+{
+	if (rc < 0 && !(last.fresh && last.rc == rc)) {
+		last.rc = rc;
+		snprintf(last.msg, sizeof(last.msg), "%s", emb_strerror(rc));
+	}
+	last.fresh = false;
+	return rc;
+}
+
+int emb_last_error(char *buf, size_t cap)
+{
+	if (buf && cap)
+		snprintf(buf, cap, "%s", last.msg);
+	return last.rc;
+}
