@@ -40,7 +40,7 @@
 
 #include "server/dump.h"
 #include "server/lat.h"
-#include "server/registry.h"
+#include "server/memreg.h"
 #include "server/replybuf.h"
 #include "server/session.h"
 #include "server/fill.h"
@@ -50,7 +50,7 @@
 struct srv_table {
 	struct emb_server *s;	      /* owner */
 	struct emb_table *t;	      /* owned; destroyed with the last ref */
-	struct emb_regmap *regmap;    /* RDMA: its extents' regions; owned */
+	struct emb_memreg *memreg;    /* RDMA: its extents' regions; owned */
 	struct srv_table *reap_next;  /* reaper queue */
 	struct srv_table *all_next;   /* every table not yet freed */
 	struct srv_table **all_pprev; /* link to this one in that list */
@@ -375,7 +375,7 @@ static void table_free(struct srv_table *st)
 	emb_log(EMB_LOG_INFO, "table %s (id %u) freed", st->spec.name, st->id);
 	emb__sync_destroy(st->sync);
 	emb_table_destroy(st->t);
-	emb__regmap_destroy(st->regmap);
+	emb__memreg_destroy(st->memreg);
 	free(st);
 }
 
@@ -388,7 +388,7 @@ static void table_put(struct srv_table *st)
 	s = st->s;
 	/* Deregistering RDMA regions waits for every loop, which a loop
 	 * thread must not do: the reaper frees the table instead. */
-	if (st->regmap && emb__regmap_on_loop()) {
+	if (st->memreg && emb__memreg_on_loop()) {
 		/* Without a reaper (stopping), emb_server_destroy() frees
 		 * it once the loops are gone. */
 		pthread_mutex_lock(&s->reap_mu);
@@ -522,14 +522,14 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	st->s = s;
 	st->life_unclaimed = own && emb_lifecycle_is_off(&spec->life);
 	if (s->rdma) {
-		rc = emb__regmap_create(s->loops, s->opts.threads,
-					&s->loops_stopped, &st->regmap);
+		rc = emb__memreg_create(s->loops, s->opts.threads,
+					&s->loops_stopped, &st->memreg);
 		if (!rc)
-			rc = emb_table_set_extent_hook(st->t, emb__regmap_hook,
-						       st->regmap);
+			rc = emb_table_set_extent_hook(st->t, emb__memreg_hook,
+						       st->memreg);
 		if (rc) {
 			emb_table_destroy(st->t);
-			emb__regmap_destroy(st->regmap);
+			emb__memreg_destroy(st->memreg);
 			free(st);
 			goto out_unlock;
 		}
@@ -537,7 +537,7 @@ static int table_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	rc = emb__sync_create(spec->dim, &s->budget, sync_ack, s, &st->sync);
 	if (rc) {
 		emb_table_destroy(st->t);
-		emb__regmap_destroy(st->regmap);
+		emb__memreg_destroy(st->memreg);
 		free(st);
 		goto out_unlock;
 	}
@@ -2051,7 +2051,7 @@ static void *loop_main(void *arg)
 	int rc;
 
 	cur_loop = l;
-	emb__regmap_set_thread_loop(tr);
+	emb__memreg_set_thread_loop(tr);
 	/* emb_transport_run(), but the last request of each wake-up gets
 	 * its end read here (loop_clock). */
 	while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
@@ -2342,7 +2342,7 @@ void emb_server_destroy(struct emb_server *s)
 	 * table freed later (a reply completing at transport destroy) then
 	 * finds none left. */
 	for (struct srv_table *st = s->all_tables; st; st = st->all_next)
-		emb__regmap_release_all(st->regmap);
+		emb__memreg_release_all(st->memreg);
 	/* Held synchronous pushes name requests of connections that the
 	 * transports free: release them while they exist. */
 	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
