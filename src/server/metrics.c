@@ -20,6 +20,7 @@
 
 #include "metrics/metrics.h"
 #include "server/server.h"
+#include "server/tables.h"
 #include "server/lat.h"
 
 /* A per-table counter: its name, help, and where it sits in the stats. */
