@@ -25,6 +25,7 @@
 #include "server/server.h"
 #include "server/checkpoint.h"
 #include "server/metrics.h"
+#include "server/replica.h"
 #include "cluster/scheduler.h"
 #include "cluster/coord.h"
 #include "cluster/map.h"
@@ -159,135 +160,6 @@ static bool server_health(void *arg, char *why, size_t cap)
 		return false;
 	}
 	return true;
-}
-
-/*
- * A server of a replicated job (docs/replication.md, "Recovery"): each
- * newer map from the scheduler becomes the view writes are checked
- * against, and a fill whose source this server is starts streaming.
- */
-struct repl {
-	pthread_mutex_t mu; /* the agent's and the fill's threads */
-	struct emb_server *srv;
-	struct emb_node *node;
-	uint32_t rank;
-	bool have_prev;
-	struct emb_cmap prev;	    /* the last map taken */
-	struct emb_wire_node_addr *addrs; /* its servers */
-	uint32_t naddrs;
-	struct emb_server_map view; /* its view */
-	uint32_t fill_first, fill_n, fill_to; /* the fill started last */
-	uint32_t fill_grew; /* its slots' grew epoch: a new fill of the same
-			       chunk has another */
-	uint64_t fence_ms;  /* when its fence went up (0: none held) */
-};
-
-_Static_assert(EMB_CMAP_VIEW_MINE == EMB_SLOT_MINE &&
-		   EMB_CMAP_VIEW_FENCED == EMB_SLOT_FENCED &&
-		   EMB_CMAP_VIEW_FILLING == EMB_SLOT_FILLING,
-	       "the map's view flags are the server's");
-
-static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
-			 int status, uint64_t rows);
-
-/* Under r->mu: starts the fill this server is the source of in the last
- * map, unless it started it already. */
-static void fill_check(struct repl *r)
-{
-	uint32_t first, to, len;
-	int rc;
-
-	if (!r->have_prev)
-		return;
-	len = emb_cmap_fill_source(&r->prev, r->rank, &first, &to);
-	if (!len || to >= r->naddrs ||
-	    (first == r->fill_first && len == r->fill_n && to == r->fill_to &&
-	     r->view.grew[first] == r->fill_grew))
-		return;
-	rc = emb_server_fill(r->srv, r->addrs[to].host, r->addrs[to].port,
-			     first, len, r->prev.epoch, on_fill_done, r);
-	if (rc) {
-		/* -EBUSY: the last fill is ending; its end looks again. */
-		if (rc != -EBUSY)
-			emb_log(EMB_LOG_WARN, "cannot stream slots %u-%u: %s",
-				first, first + len - 1, emb_strerror(rc));
-		return;
-	}
-	r->fill_first = first;
-	r->fill_n = len;
-	r->fill_to = to;
-	r->fill_grew = r->view.grew[first];
-	r->fence_ms = emb_clock_ms();
-	emb_log(EMB_LOG_INFO, "map epoch %llu: streaming slots %u-%u to server "
-			      "%u (%s:%u)",
-		(unsigned long long)r->prev.epoch, first, first + len - 1, to,
-		r->addrs[to].host, r->addrs[to].port);
-}
-
-/* The fill's thread: the chunk is done (or not); the scheduler moves on. */
-static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
-			 int status, uint64_t rows)
-{
-	struct repl *r = arg;
-	int rc = emb_node_fill_done(r->node, first, n, epoch, status);
-
-	/* The scheduler published the next step as it answered: take it
-	 * now, not at the next heartbeat, so the fence comes down. */
-	if (!rc)
-		emb_node_map_refresh(r->node);
-	emb_log(rc ? EMB_LOG_WARN : EMB_LOG_INFO,
-		"slots %u-%u streamed (%llu rows%s%s): scheduler %s", first,
-		first + n - 1, (unsigned long long)rows, status ? ", " : "",
-		status ? emb_strerror(status) : "",
-		rc ? emb_strerror(rc) : "told");
-	pthread_mutex_lock(&r->mu);
-	fill_check(r);
-	pthread_mutex_unlock(&r->mu);
-}
-
-/* Agent thread: a newer map. */
-static void on_map(void *arg, const struct emb_cmap *m,
-		   const struct emb_wire_node_addr *srv, uint32_t n)
-{
-	struct repl *r = arg;
-	struct emb_wire_node_addr *a = calloc(n, sizeof(*a));
-
-	if (!a)
-		return;
-	memcpy(a, srv, n * sizeof(*a));
-	pthread_mutex_lock(&r->mu);
-	emb_cmap_view(m, r->have_prev ? &r->prev : NULL, r->view.grew, r->rank,
-		      r->view.slot, r->view.grew);
-	r->view.epoch = m->epoch;
-	/* The last fill's fence is down once its chunk has no fill: how
-	 * long writes to it waited here (docs/replication.md, Figures). */
-	if (r->fence_ms && m->fill[r->fill_first] != r->fill_to) {
-		emb_log(EMB_LOG_INFO, "fence on slots %u-%u lifted after %llu ms",
-			r->fill_first, r->fill_first + r->fill_n - 1,
-			(unsigned long long)(emb_clock_ms() - r->fence_ms));
-		r->fence_ms = 0;
-	}
-	r->prev = *m;
-	r->have_prev = true;
-	free(r->addrs);
-	r->addrs = a;
-	r->naddrs = n;
-	/* Fences first: when this returns, no write to a fenced chunk is
-	 * still being applied, so the fill reads final rows. */
-	emb_server_set_map(r->srv, &r->view);
-	fill_check(r);
-	pthread_mutex_unlock(&r->mu);
-}
-
-static struct repl repl;
-
-/* A loop thread: a write carried a newer epoch than the view's. */
-static void on_newer_map(void *arg, uint64_t epoch)
-{
-	struct repl *r = arg;
-
-	(void)epoch;
-	emb_node_map_refresh(r->node);
 }
 
 static void usage(FILE *f)
@@ -554,6 +426,7 @@ int main(int argc, char **argv)
 	bool ckpt_failed = false;
 	struct emb_cluster_env cenv;
 	struct emb_node *node = NULL;
+	struct emb_replica *replica = NULL;
 	const char *role = NULL, *bad = NULL, *replicas = NULL;
 	const char *coordinator = NULL, *job = NULL;
 	bool listen_set = false;
@@ -947,14 +820,10 @@ int main(int argc, char **argv)
 		joined = rc == 0;
 		/* Replicated: writes are checked against the scheduler's
 		 * map, and fills stream from here (docs/replication.md). */
-		if (joined && !cenv.coordinator) {
-			pthread_mutex_init(&repl.mu, NULL);
-			repl.srv = srv;
-			repl.node = node;
-			repl.rank = emb_node_rank(node);
-			emb_server_on_newer_map(srv, on_newer_map, &repl);
-			emb_node_watch_map(node, on_map, &repl);
-		}
+		if (joined && !cenv.coordinator &&
+		    emb_replica_create(srv, node, &replica))
+			emb_log(EMB_LOG_ERROR, "cannot follow the cluster map: %s",
+				emb_strerror(-ENOMEM));
 	}
 	while (!got_signal)
 		sigsuspend(&old);
@@ -976,12 +845,9 @@ int main(int argc, char **argv)
 	}
 	emb_ckpt_stop(ckpt);
 	emb_metrics_destroy(metrics);
-	/* The agent first: its map callbacks use the server. */
-	if (node)
-		emb_node_watch_map(node, NULL, NULL);
+	emb_replica_destroy(replica);
 	emb_server_destroy(srv);
 	emb_node_destroy(node);
-	free(repl.addrs);
 	emb_log(EMB_LOG_INFO, "stopped");
 	return job_failed || ckpt_failed ? 1 : 0;
 }

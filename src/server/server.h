@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cluster/map.h"
 #include "common/hash.h"
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
@@ -125,17 +126,11 @@ void emb_server_stats(struct emb_server *s, struct emb_server_stats *out);
 
 /* ---- replicated jobs: the cluster map's view (docs/replication.md) ---- */
 
-#define EMB_SLOT_MINE	 0x1u /* the server holds the slot or is being
-				 filled with it */
-#define EMB_SLOT_FENCED	 0x2u /* a fill of the slot from or to this server
-				 is under way: writes wait (EMB_EMOVING) */
-#define EMB_SLOT_FILLING 0x4u /* this server is being filled with it: the
-				 fill's rows (EMB_F_FILL) land */
-
 /* What a server of a replicated job checks writes against. */
 struct emb_server_map {
 	uint64_t epoch;		    /* of the scheduler's map, >= 1 */
-	uint8_t slot[EMB_NSLOTS];   /* EMB_SLOT_* for this server */
+	uint8_t slot[EMB_NSLOTS];   /* enum emb_cmap_view_flag bits
+				       (cluster/map.h) for this server */
 	uint32_t grew[EMB_NSLOTS];  /* epoch the slot's writers last grew
 				       at: writes routed before it are
 				       refused with EMB_ESTALEMAP */
