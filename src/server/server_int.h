@@ -256,8 +256,8 @@ int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
  * 0, or EMB_ENOTABLE. */
 int emb__tables_drop(struct emb_server *s, uint32_t id);
 /* Every table's id, spec and rows into info[0..cap); returns how many. */
-uint32_t emb__tables_list(struct emb_server *s, struct emb_wire_table_info *info,
-			  uint32_t cap);
+uint32_t emb__tables_list(struct emb_server *s,
+			  struct emb_wire_table_info *info, uint32_t cap);
 /* The STATS counters of table want (0: of every table) into w[0..cap);
  * returns how many. */
 uint32_t emb__tables_stats(struct emb_server *s, uint32_t want,

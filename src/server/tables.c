@@ -481,8 +481,8 @@ int emb_server_table_stats(struct emb_server *s, uint32_t id,
 	return 0;
 }
 
-uint32_t emb__tables_list(struct emb_server *s, struct emb_wire_table_info *info,
-			  uint32_t cap)
+uint32_t emb__tables_list(struct emb_server *s,
+			  struct emb_wire_table_info *info, uint32_t cap)
 {
 	uint32_t n = 0;
 
