@@ -6,7 +6,7 @@
  * start and join, waits for a signal or the job's end, and calls stop; the
  * functions log what they do and why they fail (docs/operations.md).
  *
- * All three calls are for one controlling thread.
+ * Every call here is for one controlling thread.
  */
 #ifndef EMB_SERVER_ROLE_H
 #define EMB_SERVER_ROLE_H

@@ -14,7 +14,10 @@
  *   reply.c    replies and the in-flight count -> tables (emb__cur_loop)
  *   tables.c   the table registry, per-loop caches, the reaper -> memreg,
  *              sync; dump.c, fill.c and checkpoint.c use it through the
- *              emb_server_table_* calls of server.h
+ *              emb_server_table_* calls of tables.h
+ *
+ *   (replica.c, role.c, metrics.c and checkpoint.c use server.h and
+ *   tables.h only, and nothing here calls them.)
  *
  *   s->sync_ack   tables.c hands it to each table's sync (it is reply.c's
  *                 emb__reply_sync_ack)
