@@ -50,8 +50,9 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 		return 0;
 	}
 	if (sc->refused) {
-		emb__reply_and_close(s, c, sc, req, EMB_ETOOMANYCONNS,
-				"server at its --max-conns limit; retry later");
+		emb__reply_and_close(
+		    s, c, sc, req, EMB_ETOOMANYCONNS,
+		    "server at its --max-conns limit; retry later");
 		return 0;
 	}
 	/* The TCP transport enforces this before buffering; RDMA receives
@@ -59,16 +60,17 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 	if (!sc->hello && EMB_WIRE_HDR_SIZE + (uint64_t)hdr->payload_len >
 			      EMB_SERVER_LOGIN_FRAME) {
 		emb__reply_and_close(s, c, sc, req, EMB_ETOOBIG,
-				"frame too large before HELLO");
+				     "frame too large before HELLO");
 		return 0;
 	}
 	if (hdr->opcode & EMB_OP_RESPONSE_BIT)
 		return emb__reply_error(s, req, EMB_EBADFRAME,
-				   "a response sent to the server");
+					"a response sent to the server");
 	/* The transport checks framing only; a number that is no opcode
 	 * means a peer that does not speak this protocol (docs/protocol.md). */
 	if (!emb_wire_op_known(hdr->opcode)) {
-		emb__reply_and_close(s, c, sc, req, EMB_EBADOP, "unknown opcode");
+		emb__reply_and_close(s, c, sc, req, EMB_EBADOP,
+				     "unknown opcode");
 		return 0;
 	}
 	if (hdr->opcode != EMB_OP_HELLO && !sc->hello)
@@ -82,8 +84,8 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 		emb_log(EMB_LOG_WARN, "%s: %s refused: not admin",
 			emb_conn_peer(c), emb_wire_op_name(hdr->opcode));
 		return emb__reply_error(s, req, EMB_ENOADMIN,
-				   "this operation needs the admin token "
-				   "(HELLO with EMB_F_ADMIN)");
+					"this operation needs the admin token "
+					"(HELLO with EMB_F_ADMIN)");
 	}
 	return emb__handle(s, c, sc, req, &f);
 }

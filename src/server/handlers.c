@@ -70,7 +70,7 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	if ((s->opts.auth_token_len || s->opts.admin_token_len) &&
 	    emb_authlimit_wait_ms(s->authlimit, emb_conn_peer(c))) {
 		emb__reply_and_close(s, c, sc, req, EMB_EAUTH,
-				"too many failed attempts: wait");
+				     "too many failed attempts: wait");
 		return 0;
 	}
 	/* The admin token grants everything; without one configured every
@@ -90,8 +90,8 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 			emb_conn_peer(c), h.admin ? "admin " : "");
 		emb_authlimit_fail(s->authlimit, emb_conn_peer(c));
 		emb__reply_and_close(s, c, sc, req, EMB_EAUTH,
-				h.admin ? "admin authentication failed"
-					: "authentication failed");
+				     h.admin ? "admin authentication failed"
+					     : "authentication failed");
 		return 0;
 	}
 	if (s->opts.auth_token_len || s->opts.admin_token_len)
@@ -139,9 +139,10 @@ static int on_create(struct emb_server *s, struct srv_conn *sc,
 	if (!rc)
 		rc = emb__tables_create(s, &spec, &id, sc->admin, false);
 	if (rc == EMB_ETABLEEXISTS)
-		return emb__reply_error(s, req, rc,
-				   "a table of that name exists with another "
-				   "dim, optimizer, initializer or seed");
+		return emb__reply_error(
+		    s, req, rc,
+		    "a table of that name exists with another "
+		    "dim, optimizer, initializer or seed");
 	if (rc)
 		return emb__reply_error(s, req, rc, NULL);
 	emb__reply_ack(s, req, id, 0);
@@ -541,8 +542,8 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 		emb__count(&s->nonfinite, 1);
 		emb__tables_unpin(st);
 		return emb__reply_error(s, req, rc,
-				   "a gradient is NaN or infinite; no row "
-				   "was changed");
+					"a gradient is NaN or infinite; no row "
+					"was changed");
 	}
 	return end_table_op(s, req, st, rc, 0);
 }
@@ -593,7 +594,7 @@ static int on_set_mode(struct emb_server *s, struct emb_req *req,
 	if (rc == -EBUSY) {
 		emb__tables_unpin(st);
 		return emb__reply_error(s, req, rc,
-				   "a synchronous step is being gathered");
+					"a synchronous step is being gathered");
 	}
 	return end_table_op(s, req, st, rc, 0);
 }
@@ -683,8 +684,9 @@ static int on_locate(struct emb_server *s, struct emb_req *req,
 	len = emb_wire_locate_resp_bytes(q.n);
 	if (len > s->opts.limits.max_frame_bytes) {
 		emb__tables_put(st);
-		return emb__reply_error(s, req, EMB_ETOOMANYIDS,
-				   "LOCATE response would pass the frame limit");
+		return emb__reply_error(
+		    s, req, EMB_ETOOMANYIDS,
+		    "LOCATE response would pass the frame limit");
 	}
 	buf = aligned_alloc(64, (len + 63) & ~(size_t)63);
 	if (!buf) {

@@ -235,22 +235,22 @@ static const struct server_metric server_metrics[] = {
     SM("embstore_connection_buffer_bytes", "gauge", conn_bytes,
        "Receive buffer bytes all connections hold."),
     TR("embstore_transport_receive_bytes_total", "counter", bytes_in,
-	"Bytes read from connections."),
+       "Bytes read from connections."),
     TR("embstore_transport_transmit_bytes_total", "counter", bytes_out,
-	"Bytes written to connections."),
+       "Bytes written to connections."),
     TR("embstore_transport_receive_frames_total", "counter", frames_in,
-	"Whole frames received."),
+       "Whole frames received."),
     TR("embstore_transport_transmit_frames_total", "counter", frames_out,
-	"Whole frames sent."),
+       "Whole frames sent."),
     TR("embstore_transport_peer_closes_total", "counter", peer_closes,
-	"Connections the peer closed cleanly between frames (a client that "
-	"finished); no error."),
+       "Connections the peer closed cleanly between frames (a client that "
+       "finished); no error."),
     {"embstore_transport_errors_total", "counter",
      "Connections closed or calls failed, by kind.", FROM_ERRORS, 0},
     TR("embstore_transport_rx_pauses_total", "counter", rx_pauses,
-	"Times a connection stopped being read (backpressure)."),
+       "Times a connection stopped being read (backpressure)."),
     TR("embstore_transport_out_queue_peak_bytes", "gauge", out_queue_peak,
-	"Most bytes ever queued for sending on one connection."),
+       "Most bytes ever queued for sending on one connection."),
 };
 
 #define NSERVER_METRICS (sizeof(server_metrics) / sizeof(server_metrics[0]))
@@ -292,11 +292,9 @@ static void collect_server(struct emb_server *s, struct emb_metrics_out *o)
 
 		emb_metrics_family(o, sm->name, sm->type, sm->help);
 		if (sm->from == FROM_SERVER)
-			emb_metrics_u64(o, sm->name, NULL,
-					get(&ss, sm->off));
+			emb_metrics_u64(o, sm->name, NULL, get(&ss, sm->off));
 		else if (sm->from == FROM_TRANSPORT)
-			emb_metrics_u64(o, sm->name, NULL,
-					get(&sum, sm->off));
+			emb_metrics_u64(o, sm->name, NULL, get(&sum, sm->off));
 		else
 			for (size_t k = 0; k < NERR_KINDS; k++) {
 				snprintf(label, sizeof(label), "kind=\"%s\"",

@@ -33,13 +33,13 @@ struct emb_replica {
 	struct emb_wire_node_addr *addrs; /* its servers by rank; owned */
 	uint32_t naddrs;		  /* entries of addrs */
 	struct emb_server_map view;	  /* prev as this server sees it */
-	uint32_t fill_first;	/* first slot of the fill started last */
-	uint32_t fill_n;	/* its slots */
-	uint32_t fill_to;	/* rank it streams to */
-	uint32_t fill_grew;	/* its slots' grew epoch: a new fill of the
-				   same chunk has another */
-	uint64_t fence_ms;	/* when its fence went up, emb_clock_ms()
-				   (0: none held) */
+	uint32_t fill_first; /* first slot of the fill started last */
+	uint32_t fill_n;     /* its slots */
+	uint32_t fill_to;    /* rank it streams to */
+	uint32_t fill_grew;  /* its slots' grew epoch: a new fill of the
+				same chunk has another */
+	uint64_t fence_ms;   /* when its fence went up, emb_clock_ms()
+				(0: none held) */
 };
 
 static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
@@ -73,8 +73,9 @@ static void fill_check(struct emb_replica *r)
 	r->fill_to = to;
 	r->fill_grew = r->view.grew[first];
 	r->fence_ms = emb_clock_ms();
-	emb_log(EMB_LOG_INFO, "map epoch %llu: streaming slots %u-%u to server "
-			      "%u (%s:%u)",
+	emb_log(EMB_LOG_INFO,
+		"map epoch %llu: streaming slots %u-%u to server "
+		"%u (%s:%u)",
 		(unsigned long long)r->prev.epoch, first, first + len - 1, to,
 		r->addrs[to].host, r->addrs[to].port);
 }
@@ -117,7 +118,8 @@ static void on_map(void *arg, const struct emb_cmap *m,
 	/* The last fill's fence is down once its chunk has no fill: how
 	 * long writes to it waited here (docs/replication.md, Figures). */
 	if (r->fence_ms && m->fill[r->fill_first] != r->fill_to) {
-		emb_log(EMB_LOG_INFO, "fence on slots %u-%u lifted after %llu ms",
+		emb_log(EMB_LOG_INFO,
+			"fence on slots %u-%u lifted after %llu ms",
 			r->fill_first, r->fill_first + r->fill_n - 1,
 			(unsigned long long)(emb_clock_ms() - r->fence_ms));
 		r->fence_ms = 0;

@@ -141,8 +141,8 @@ int emb__reply_error(struct emb_server *s, struct emb_req *req, int status,
 	return 0;
 }
 
-int emb__reply_ack(struct emb_server *s, struct emb_req *req,
-		   uint32_t table_id, uint32_t count)
+int emb__reply_ack(struct emb_server *s, struct emb_req *req, uint32_t table_id,
+		   uint32_t count)
 {
 	struct emb_frame_hdr hdr = {
 	    .opcode = (uint8_t)(req->hdr.opcode | EMB_OP_RESPONSE_BIT),
@@ -168,7 +168,7 @@ static void ack_task_run(void *arg)
 
 	if (a->status)
 		emb__reply_error(a->s, a->req, a->status,
-			    "synchronous step not applied");
+				 "synchronous step not applied");
 	else
 		emb__reply_ack(a->s, a->req, a->req->hdr.table_id, 0);
 	free(a);

@@ -32,8 +32,8 @@ struct emb_server_role {
 uint64_t emb_server_default_mem_limit(void)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-	uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page
-					      : 0;
+	uint64_t phys =
+	    pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
 	unsigned long long cg;
 	FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
 

@@ -22,22 +22,22 @@
 struct emb_server_role;
 
 struct emb_server_role_opts {
-	struct emb_server_opts server; /* as for emb_server_create(); the
-					  role sets on_start to load
-					  ckpt.dir */
-	const char *metrics_addr;      /* serve /metrics and /healthz there,
-					  or NULL */
-	struct emb_ckpt_opts ckpt;     /* ckpt.dir NULL: no checkpoints */
-	bool ckpt_start_empty;	       /* start empty when every
-					  checkpoint is damaged
-					  (emb_ckpt_load()) */
+	struct emb_server_opts server;	   /* as for emb_server_create(); the
+					      role sets on_start to load
+					      ckpt.dir */
+	const char *metrics_addr;	   /* serve /metrics and /healthz there,
+					      or NULL */
+	struct emb_ckpt_opts ckpt;	   /* ckpt.dir NULL: no checkpoints */
+	bool ckpt_start_empty;		   /* start empty when every
+					      checkpoint is damaged
+					      (emb_ckpt_load()) */
 	const struct emb_cluster_env *env; /* the cluster (sched_host or
 					      coordinator set: join it);
 					      borrowed until stop */
-	emb_node_end_fn on_end;	       /* the job ended (node agent
-					  thread) */
-	volatile sig_atomic_t *cancel; /* non-zero: a signal came; joining
-					  gives up, /healthz says stopping */
+	emb_node_end_fn on_end;		   /* the job ended (node agent
+					      thread) */
+	volatile sig_atomic_t *cancel;	   /* non-zero: a signal came; joining
+					      gives up, /healthz says stopping */
 };
 
 /*

@@ -89,10 +89,8 @@ int emb_server_create(const struct emb_server_opts *opts,
 	}
 	if (!s->host || !s->transport || !s->tables || !s->loops ||
 	    !s->threads || !s->lat || !s->loop_conns || !s->rpools ||
-	    !s->lstate ||
-	    emb__sessions_create(&s->sessions) ||
-	    emb__slots_create(&s->slots) ||
-	    emb__fill_create(&s->fill) ||
+	    !s->lstate || emb__sessions_create(&s->sessions) ||
+	    emb__slots_create(&s->slots) || emb__fill_create(&s->fill) ||
 	    emb_authlimit_create(&s->authlimit)) {
 		rc = -ENOMEM;
 		goto err_free;
@@ -334,7 +332,6 @@ void emb_server_latency(struct emb_server *s, uint32_t op, struct emb_hist *out)
 	for (uint32_t i = 0; i < s->opts.threads; i++)
 		emb_lat_merge(out, &s->lat[(size_t)i * EMB_LAT_NOPS + op]);
 }
-
 
 int emb_server_set_map(struct emb_server *s, const struct emb_server_map *m)
 {

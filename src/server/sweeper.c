@@ -75,7 +75,8 @@ static void *sweeper_main(void *arg)
 	while (!s->sweep_stop) {
 		clock_gettime(CLOCK_MONOTONIC, &dl);
 		dl.tv_nsec += (long)(period_ms % 1000) * 1000000;
-		dl.tv_sec += (time_t)(period_ms / 1000) + dl.tv_nsec / 1000000000;
+		dl.tv_sec +=
+		    (time_t)(period_ms / 1000) + dl.tv_nsec / 1000000000;
 		dl.tv_nsec %= 1000000000;
 		pthread_cond_timedwait(&s->sweep_cv, &s->reap_mu, &dl);
 		if (s->sweep_stop)

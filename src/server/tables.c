@@ -342,8 +342,7 @@ int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
 			goto out_unlock;
 		}
 	}
-	rc = emb__sync_create(spec->dim, &s->budget, s->sync_ack, s,
-			      &st->sync);
+	rc = emb__sync_create(spec->dim, &s->budget, s->sync_ack, s, &st->sync);
 	if (rc) {
 		emb_table_destroy(st->t);
 		emb__memreg_destroy(st->memreg);
