@@ -13,7 +13,7 @@ allowed() {
 	proto | store | cache | metrics) echo "common $1" ;;
 	transport) echo "common transport" ;;
 	cluster) echo "common proto transport metrics cluster" ;;
-	server) echo "common proto transport store metrics server" ;;
+	server) echo "common proto transport store metrics cluster server" ;;
 	worker) echo "common proto transport cache cluster worker" ;;
 	*) echo "" ;;
 	esac

@@ -1,11 +1,13 @@
 /*
  * tools/embstore-server.c - the embstore server daemon.
  *
- * Parses flags (each with an EMB_* environment fallback), starts the server
- * and waits for SIGTERM or SIGINT, then stops accepting, lets in-flight
- * requests finish and exits 0. Single-threaded here; the server runs its own
- * loop threads.
+ * Parses flags (each with an EMB_* environment fallback), starts the
+ * server role (src/server/role.h) or the scheduler role, and waits for
+ * SIGTERM or SIGINT or the job's end, then stops accepting, lets in-flight
+ * requests finish and exits 0. Single-threaded here; the server runs its
+ * own loop threads, and replication runs in the library (replica.c).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <getopt.h>
@@ -17,17 +19,16 @@
 #include <unistd.h>
 
 #include "common/addr.h"
-#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/token.h"
 #include "metrics/metrics.h"
-#include "server/server.h"
 #include "server/checkpoint.h"
 #include "server/metrics.h"
+#include "server/role.h"
+#include "server/server.h"
 #include "cluster/scheduler.h"
 #include "cluster/coord.h"
-#include "cluster/map.h"
 #include "cluster/node.h"
 #include "transport/transport.h"
 
@@ -53,35 +54,6 @@ static void on_cluster_end(void *arg, int status)
 	job_failed = status != 0;
 	job_over = 1;
 	kill(getpid(), SIGTERM);
-}
-
-/* Where metrics are served, with the bound port (--metrics-listen H:0). */
-static void log_metrics_addr(const char *addr, uint16_t port)
-{
-	struct emb_addr a;
-	char buf[EMB_HOST_MAX + 16];
-
-	if (emb_addr_parse(addr, strlen(addr), -1, &a) == 0) {
-		a.port = port;
-		if (emb_addr_format(&a, buf, sizeof(buf)) > 0)
-			addr = buf;
-	}
-	emb_log(EMB_LOG_INFO,
-		"metrics on http://%s/metrics, health on /healthz", addr);
-}
-
-/* --metrics-listen: Prometheus /metrics from fn(arg); logs a failure. */
-static int start_metrics(const char *addr, emb_metrics_collect_fn fn, void *arg,
-			 struct emb_metrics **out)
-{
-	int rc = emb_metrics_create(addr, fn, arg, out);
-
-	if (rc)
-		emb_log(EMB_LOG_ERROR, "cannot serve metrics on %s: %s", addr,
-			emb_strerror(rc));
-	else
-		log_metrics_addr(addr, emb_metrics_port(*out));
-	return rc;
 }
 
 /* --role scheduler: serve the cluster until the job ends or a signal. */
@@ -124,8 +96,8 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 	}
 	/* A listening scheduler is ready: nodes may join from now on. */
 	if (metrics_addr &&
-	    start_metrics(metrics_addr, emb_sched_metrics_collect, sched,
-			  &metrics)) {
+	    emb_server_metrics_serve(metrics_addr, emb_sched_metrics_collect,
+				     sched, &metrics)) {
 		emb_sched_destroy(sched);
 		return 1;
 	}
@@ -138,156 +110,6 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 	emb_sched_destroy(sched);
 	emb_log(EMB_LOG_INFO, "scheduler stopped");
 	return rc ? 1 : 0;
-}
-
-/*
- * /healthz of a server: ready once it has loaded its checkpoint (before
- * it listens) and, in a cluster, registered with the scheduler; not ready
- * again once it stops.
- */
-static volatile sig_atomic_t joined;
-
-static bool server_health(void *arg, char *why, size_t cap)
-{
-	(void)arg;
-	if (got_signal) {
-		snprintf(why, cap, "stopping");
-		return false;
-	}
-	if (!joined) {
-		snprintf(why, cap, "not registered with the scheduler yet");
-		return false;
-	}
-	return true;
-}
-
-/*
- * A server of a replicated job (docs/replication.md, "Recovery"): each
- * newer map from the scheduler becomes the view writes are checked
- * against, and a fill whose source this server is starts streaming.
- */
-struct repl {
-	pthread_mutex_t mu; /* the agent's and the fill's threads */
-	struct emb_server *srv;
-	struct emb_node *node;
-	uint32_t rank;
-	bool have_prev;
-	struct emb_cmap prev;	    /* the last map taken */
-	struct emb_wire_node_addr *addrs; /* its servers */
-	uint32_t naddrs;
-	struct emb_server_map view; /* its view */
-	uint32_t fill_first, fill_n, fill_to; /* the fill started last */
-	uint32_t fill_grew; /* its slots' grew epoch: a new fill of the same
-			       chunk has another */
-	uint64_t fence_ms;  /* when its fence went up (0: none held) */
-};
-
-_Static_assert(EMB_CMAP_VIEW_MINE == EMB_SLOT_MINE &&
-		   EMB_CMAP_VIEW_FENCED == EMB_SLOT_FENCED &&
-		   EMB_CMAP_VIEW_FILLING == EMB_SLOT_FILLING,
-	       "the map's view flags are the server's");
-
-static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
-			 int status, uint64_t rows);
-
-/* Under r->mu: starts the fill this server is the source of in the last
- * map, unless it started it already. */
-static void fill_check(struct repl *r)
-{
-	uint32_t first, to, len;
-	int rc;
-
-	if (!r->have_prev)
-		return;
-	len = emb_cmap_fill_source(&r->prev, r->rank, &first, &to);
-	if (!len || to >= r->naddrs ||
-	    (first == r->fill_first && len == r->fill_n && to == r->fill_to &&
-	     r->view.grew[first] == r->fill_grew))
-		return;
-	rc = emb_server_fill(r->srv, r->addrs[to].host, r->addrs[to].port,
-			     first, len, r->prev.epoch, on_fill_done, r);
-	if (rc) {
-		/* -EBUSY: the last fill is ending; its end looks again. */
-		if (rc != -EBUSY)
-			emb_log(EMB_LOG_WARN, "cannot stream slots %u-%u: %s",
-				first, first + len - 1, emb_strerror(rc));
-		return;
-	}
-	r->fill_first = first;
-	r->fill_n = len;
-	r->fill_to = to;
-	r->fill_grew = r->view.grew[first];
-	r->fence_ms = emb_clock_ms();
-	emb_log(EMB_LOG_INFO, "map epoch %llu: streaming slots %u-%u to server "
-			      "%u (%s:%u)",
-		(unsigned long long)r->prev.epoch, first, first + len - 1, to,
-		r->addrs[to].host, r->addrs[to].port);
-}
-
-/* The fill's thread: the chunk is done (or not); the scheduler moves on. */
-static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
-			 int status, uint64_t rows)
-{
-	struct repl *r = arg;
-	int rc = emb_node_fill_done(r->node, first, n, epoch, status);
-
-	/* The scheduler published the next step as it answered: take it
-	 * now, not at the next heartbeat, so the fence comes down. */
-	if (!rc)
-		emb_node_map_refresh(r->node);
-	emb_log(rc ? EMB_LOG_WARN : EMB_LOG_INFO,
-		"slots %u-%u streamed (%llu rows%s%s): scheduler %s", first,
-		first + n - 1, (unsigned long long)rows, status ? ", " : "",
-		status ? emb_strerror(status) : "",
-		rc ? emb_strerror(rc) : "told");
-	pthread_mutex_lock(&r->mu);
-	fill_check(r);
-	pthread_mutex_unlock(&r->mu);
-}
-
-/* Agent thread: a newer map. */
-static void on_map(void *arg, const struct emb_cmap *m,
-		   const struct emb_wire_node_addr *srv, uint32_t n)
-{
-	struct repl *r = arg;
-	struct emb_wire_node_addr *a = calloc(n, sizeof(*a));
-
-	if (!a)
-		return;
-	memcpy(a, srv, n * sizeof(*a));
-	pthread_mutex_lock(&r->mu);
-	emb_cmap_view(m, r->have_prev ? &r->prev : NULL, r->view.grew, r->rank,
-		      r->view.slot, r->view.grew);
-	r->view.epoch = m->epoch;
-	/* The last fill's fence is down once its chunk has no fill: how
-	 * long writes to it waited here (docs/replication.md, Figures). */
-	if (r->fence_ms && m->fill[r->fill_first] != r->fill_to) {
-		emb_log(EMB_LOG_INFO, "fence on slots %u-%u lifted after %llu ms",
-			r->fill_first, r->fill_first + r->fill_n - 1,
-			(unsigned long long)(emb_clock_ms() - r->fence_ms));
-		r->fence_ms = 0;
-	}
-	r->prev = *m;
-	r->have_prev = true;
-	free(r->addrs);
-	r->addrs = a;
-	r->naddrs = n;
-	/* Fences first: when this returns, no write to a fenced chunk is
-	 * still being applied, so the fill reads final rows. */
-	emb_server_set_map(r->srv, &r->view);
-	fill_check(r);
-	pthread_mutex_unlock(&r->mu);
-}
-
-static struct repl repl;
-
-/* A loop thread: a write carried a newer epoch than the view's. */
-static void on_newer_map(void *arg, uint64_t epoch)
-{
-	struct repl *r = arg;
-
-	(void)epoch;
-	emb_node_map_refresh(r->node);
 }
 
 static void usage(FILE *f)
@@ -374,6 +196,8 @@ static void usage(FILE *f)
 /* "123", "64K", "8M", "2G", "1T" -> bytes; -EINVAL if malformed. */
 static int parse_size(const char *s, uint64_t *out)
 {
+	static const char units[] = "kmgt"; /* 2^10, 2^20, 2^30, 2^40 */
+	const char *u;
 	char *end;
 	unsigned long long v;
 	uint64_t mul = 1;
@@ -382,29 +206,10 @@ static int parse_size(const char *s, uint64_t *out)
 	v = strtoull(s, &end, 10);
 	if (errno || end == s)
 		return -EINVAL;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		mul = 1ull << 10;
+	u = *end ? strchr(units, tolower((unsigned char)*end)) : NULL;
+	if (u) {
+		mul = 1ull << (10 * (u - units + 1));
 		end++;
-		break;
-	case 'm':
-	case 'M':
-		mul = 1ull << 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		mul = 1ull << 30;
-		end++;
-		break;
-	case 't':
-	case 'T':
-		mul = 1ull << 40;
-		end++;
-		break;
-	default:
-		break;
 	}
 	if (*end == 'B' || *end == 'b')
 		end++;
@@ -424,43 +229,25 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 	return 0;
 }
 
-/*
- * The default --mem-limit: 5/8 of physical memory, or of the cgroup's
- * limit when that is lower, so that tables, connection buffers (a quarter
- * of it) and the process itself fit. 0 when neither can be read.
- */
-static uint64_t default_mem_limit(void)
+/* --auth-token-file or --admin-token-file (what: "" or "admin "). 0, or 1
+ * after printing why. */
+static int read_token(const char *what, const char *file, uint8_t *buf,
+		      uint32_t *len)
 {
-	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-	uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page
-					      : 0;
-	unsigned long long cg;
-	FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+	int rc = emb_token_read_file(file, buf, len);
 
-	if (f) {
-		if (fscanf(f, "%llu", &cg) == 1 && cg && (!phys || cg < phys))
-			phys = cg;
-		fclose(f);
-	}
-	return phys / 8 * 5;
-}
-
-/* emb_server_opts.on_start: tables come back before the listener opens. */
-struct ckpt_start {
-	const char *dir;  /* --checkpoint-dir */
-	bool start_empty; /* --checkpoint-start-empty */
-};
-
-static int load_checkpoint(struct emb_server *s, void *arg)
-{
-	const struct ckpt_start *cs = arg;
-
-	return emb_ckpt_load(s, cs->dir, cs->start_empty);
+	if (rc)
+		fprintf(stderr,
+			"embstore-server: cannot use %stoken file %s: %s\n",
+			what, file,
+			rc == -EINVAL ? "empty or longer than 256 bytes"
+				      : emb_strerror(rc));
+	return rc ? 1 : 0;
 }
 
 static const char *env_or(const char *name, const char *dflt)
 {
-	const char *v = getenv(name);
+	const char *v = name ? getenv(name) : NULL;
 
 	return v && *v ? v : dflt;
 }
@@ -490,76 +277,82 @@ static int check_host(const char *flag, const char *host)
 	return 1;
 }
 
+/* A flag's value: from --name, else from the environment variable env. */
+struct flag {
+	const char *name; /* long option */
+	int has_arg;	  /* required_argument, or no_argument ("1") */
+	const char *env;  /* EMB_* fallback, or NULL */
+	const char **val; /* where the value goes */
+};
+
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-	    {"listen", required_argument, NULL, 'l'},
-	    {"transport", required_argument, NULL, 't'},
-	    {"threads", required_argument, NULL, 'n'},
-	    {"auth-token-file", required_argument, NULL, 'a'},
-	    {"admin-token-file", required_argument, NULL, 'A'},
-	    {"conn-mem-limit", required_argument, NULL, 'c'},
-	    {"max-conns", required_argument, NULL, 'x'},
-	    {"handshake-timeout", required_argument, NULL, 'H'},
-	    {"idle-timeout", required_argument, NULL, 'D'},
-	    {"mem-limit", required_argument, NULL, 'm'},
-	    {"max-ids", required_argument, NULL, 'i'},
-	    {"max-frame", required_argument, NULL, 'f'},
-	    {"max-tables", required_argument, NULL, 'T'},
-	    {"table-shards", required_argument, NULL, 'S'},
-	    {"log-level", required_argument, NULL, 'L'},
-	    {"zero-copy-pulls", required_argument, NULL, 'Z'},
-	    {"remote-read", no_argument, NULL, 'W'},
-	    {"checkpoint-dir", required_argument, NULL, 'C'},
-	    {"checkpoint-interval", required_argument, NULL, 'I'},
-	    {"checkpoint-full-every", required_argument, NULL, 'K'},
-	    {"checkpoint-start-empty", no_argument, NULL, 'E'},
-	    {"role", required_argument, NULL, 'R'},
-	    {"replicas", required_argument, NULL, 'P'},
-	    {"metrics-listen", required_argument, NULL, 'M'},
-	    {"coordinator", required_argument, NULL, 'O'},
-	    {"job", required_argument, NULL, 'J'},
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},
-	    {NULL, 0, NULL, 0},
-	};
 	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
-	const char *listen = env_or("EMB_LISTEN", "127.0.0.1:7164");
-	const char *threads = env_or("EMB_THREADS", NULL);
-	const char *token_file = env_or("EMB_AUTH_TOKEN_FILE", NULL);
-	const char *admin_file = env_or("EMB_ADMIN_TOKEN_FILE", NULL);
-	const char *conn_mem = env_or("EMB_CONN_MEM_LIMIT", NULL);
-	const char *max_conns = env_or("EMB_MAX_CONNS", NULL);
-	const char *hs_timeout = env_or("EMB_HANDSHAKE_TIMEOUT", NULL);
-	const char *idle_timeout = env_or("EMB_IDLE_TIMEOUT", NULL);
-	uint32_t secs;
-	char mem_desc[32];
-	const char *mem = env_or("EMB_MEM_LIMIT", NULL);
-	const char *max_ids = env_or("EMB_MAX_IDS", NULL);
-	const char *max_frame = env_or("EMB_MAX_FRAME", NULL);
-	const char *max_tables = env_or("EMB_MAX_TABLES", NULL);
-	const char *table_shards = env_or("EMB_TABLE_SHARDS", NULL);
-	const char *level = env_or("EMB_LOG_LEVEL", "info");
-	const char *zero_copy = env_or("EMB_ZERO_COPY_PULLS", NULL);
-	const char *remote_read = env_or("EMB_REMOTE_READ", NULL);
-	const char *ckpt_dir = env_or("EMB_CHECKPOINT_DIR", NULL);
-	const char *ckpt_iv = env_or("EMB_CHECKPOINT_INTERVAL", NULL);
-	const char *ckpt_full = env_or("EMB_CHECKPOINT_FULL_EVERY", NULL);
-	const char *metrics_addr = env_or("EMB_METRICS_LISTEN", NULL);
-	struct emb_metrics *metrics = NULL;
-	struct emb_ckpt_opts copts = {.keep = CKPT_KEEP,
-				      .interval_s = CKPT_DEFAULT_INTERVAL_S};
-	struct emb_ckpt *ckpt = NULL;
-	struct ckpt_start cstart = {0};
-	bool ckpt_failed = false;
 	struct emb_cluster_env cenv;
-	struct emb_node *node = NULL;
-	const char *role = NULL, *bad = NULL, *replicas = NULL;
-	const char *coordinator = NULL, *job = NULL;
-	bool listen_set = false;
+	struct emb_server_role_opts ro = {
+	    .ckpt = {.keep = CKPT_KEEP, .interval_s = CKPT_DEFAULT_INTERVAL_S},
+	    .env = &cenv,
+	    .on_end = on_cluster_end,
+	    .cancel = &got_signal,
+	};
+	const char *listen = NULL, *listen_flag = NULL, *transport = NULL;
+	const char *threads = NULL, *token_file = NULL, *admin_file = NULL;
+	const char *conn_mem = NULL, *max_conns = NULL, *hs_timeout = NULL;
+	const char *idle_timeout = NULL, *mem = NULL, *max_ids = NULL;
+	const char *max_frame = NULL, *max_tables = NULL, *level = NULL;
+	const char *table_shards = NULL, *zero_copy = NULL;
+	const char *remote_read = NULL, *ckpt_dir = NULL, *ckpt_iv = NULL;
+	const char *ckpt_full = NULL, *start_empty = NULL, *role = NULL;
+	const char *replicas = NULL, *metrics_addr = NULL;
+	const char *coordinator = NULL, *job = NULL, *bad = NULL;
+	const struct flag flags[] = {
+	    {"listen", required_argument, NULL, &listen_flag},
+	    {"transport", required_argument, "EMB_TRANSPORT", &transport},
+	    {"threads", required_argument, "EMB_THREADS", &threads},
+	    {"auth-token-file", required_argument, "EMB_AUTH_TOKEN_FILE",
+	     &token_file},
+	    {"admin-token-file", required_argument, "EMB_ADMIN_TOKEN_FILE",
+	     &admin_file},
+	    {"conn-mem-limit", required_argument, "EMB_CONN_MEM_LIMIT",
+	     &conn_mem},
+	    {"max-conns", required_argument, "EMB_MAX_CONNS", &max_conns},
+	    {"handshake-timeout", required_argument, "EMB_HANDSHAKE_TIMEOUT",
+	     &hs_timeout},
+	    {"idle-timeout", required_argument, "EMB_IDLE_TIMEOUT",
+	     &idle_timeout},
+	    {"mem-limit", required_argument, "EMB_MEM_LIMIT", &mem},
+	    {"max-ids", required_argument, "EMB_MAX_IDS", &max_ids},
+	    {"max-frame", required_argument, "EMB_MAX_FRAME", &max_frame},
+	    {"max-tables", required_argument, "EMB_MAX_TABLES", &max_tables},
+	    {"table-shards", required_argument, "EMB_TABLE_SHARDS",
+	     &table_shards},
+	    {"log-level", required_argument, "EMB_LOG_LEVEL", &level},
+	    {"zero-copy-pulls", required_argument, "EMB_ZERO_COPY_PULLS",
+	     &zero_copy},
+	    {"remote-read", no_argument, "EMB_REMOTE_READ", &remote_read},
+	    {"checkpoint-dir", required_argument, "EMB_CHECKPOINT_DIR",
+	     &ckpt_dir},
+	    {"checkpoint-interval", required_argument,
+	     "EMB_CHECKPOINT_INTERVAL", &ckpt_iv},
+	    {"checkpoint-full-every", required_argument,
+	     "EMB_CHECKPOINT_FULL_EVERY", &ckpt_full},
+	    {"checkpoint-start-empty", no_argument, NULL, &start_empty},
+	    {"role", required_argument, NULL, &role},
+	    {"replicas", required_argument, NULL, &replicas},
+	    {"metrics-listen", required_argument, "EMB_METRICS_LISTEN",
+	     &metrics_addr},
+	    {"coordinator", required_argument, NULL, &coordinator},
+	    {"job", required_argument, NULL, &job},
+	};
+	enum { NFLAGS = sizeof(flags) / sizeof(flags[0]) };
+	struct option longopts[NFLAGS + 3] = {
+	    [NFLAGS] = {"help", no_argument, NULL, 'h'},
+	    [NFLAGS + 1] = {"version", no_argument, NULL, 'V'},
+	};
+	struct emb_server_role *srole = NULL;
+	uint32_t secs;
 	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
 	uint8_t admin_token[EMB_WIRE_TOKEN_MAX + 1];
-	struct emb_server *srv;
 	struct sigaction sa;
 	sigset_t block, old;
 	enum emb_log_level lvl;
@@ -567,105 +360,34 @@ int main(int argc, char **argv)
 	long ncpu;
 	int c, rc;
 
-	o.transport = env_or("EMB_TRANSPORT", NULL);
+	for (int i = 0; i < NFLAGS; i++) {
+		longopts[i] = (struct option){flags[i].name, flags[i].has_arg,
+					      NULL, 256 + i};
+		*flags[i].val = env_or(flags[i].env, NULL);
+	}
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'l':
-			listen = optarg;
-			listen_set = true;
-			break;
-		case 't':
-			o.transport = optarg;
-			break;
-		case 'n':
-			threads = optarg;
-			break;
-		case 'a':
-			token_file = optarg;
-			break;
-		case 'A':
-			admin_file = optarg;
-			break;
-		case 'c':
-			conn_mem = optarg;
-			break;
-		case 'x':
-			max_conns = optarg;
-			break;
-		case 'H':
-			hs_timeout = optarg;
-			break;
-		case 'D':
-			idle_timeout = optarg;
-			break;
-		case 'm':
-			mem = optarg;
-			break;
-		case 'i':
-			max_ids = optarg;
-			break;
-		case 'f':
-			max_frame = optarg;
-			break;
-		case 'T':
-			max_tables = optarg;
-			break;
-		case 'S':
-			table_shards = optarg;
-			break;
-		case 'L':
-			level = optarg;
-			break;
-		case 'Z':
-			zero_copy = optarg;
-			break;
-		case 'W':
-			remote_read = "1";
-			break;
-		case 'C':
-			ckpt_dir = optarg;
-			break;
-		case 'I':
-			ckpt_iv = optarg;
-			break;
-		case 'K':
-			ckpt_full = optarg;
-			break;
-		case 'E':
-			cstart.start_empty = true;
-			break;
-		case 'R':
-			role = optarg;
-			break;
-		case 'P':
-			replicas = optarg;
-			break;
-		case 'M':
-			metrics_addr = optarg;
-			break;
-		case 'O':
-			coordinator = optarg;
-			break;
-		case 'J':
-			job = optarg;
-			break;
-		case 'h':
+		if (c >= 256 && c < 256 + NFLAGS) {
+			*flags[c - 256].val = optarg ? optarg : "1";
+		} else if (c == 'h') {
 			usage(stdout);
 			return 0;
-		case 'V':
+		} else if (c == 'V') {
 			printf("embstore-server %s\n", EMB_VERSION);
 			return 0;
-		default:
+		} else {
 			usage(stderr);
 			return 2;
 		}
 	}
+	listen = listen_flag ? listen_flag
+			     : env_or("EMB_LISTEN", "127.0.0.1:7164");
+	o.transport = transport;
 	if (optind < argc) {
 		fprintf(stderr, "embstore-server: unexpected argument '%s'\n",
 			argv[optind]);
 		return 2;
 	}
-	if (emb_log_parse_level(level, &lvl)) {
+	if (emb_log_parse_level(level ? level : "info", &lvl)) {
 		fprintf(stderr, "embstore-server: bad log level '%s'\n", level);
 		return 2;
 	}
@@ -709,9 +431,9 @@ int main(int argc, char **argv)
 	}
 	/* The scheduler listens where the nodes look for it; a server of
 	 * Paddle's environment at POD_IP:PADDLE_PORT, unless told. */
-	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
+	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_flag)
 		listen = cenv.sched_host[0] ? cenv.sched_host : "127.0.0.1";
-	else if (!listen_set && !env_or("EMB_LISTEN", NULL) && cenv.listen[0])
+	else if (!listen_flag && !env_or("EMB_LISTEN", NULL) && cenv.listen[0])
 		listen = cenv.listen;
 	if (emb_addr_parse(listen, strlen(listen), DEFAULT_PORT, &la)) {
 		fprintf(stderr,
@@ -720,7 +442,7 @@ int main(int argc, char **argv)
 			listen);
 		return 2;
 	}
-	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_set)
+	if (cenv.role == EMB_ROLE_SCHEDULER && !listen_flag)
 		la.port = cenv.sched_port;
 	o.port = la.port;
 	if (check_host(listen, la.host))
@@ -759,7 +481,7 @@ int main(int argc, char **argv)
 			threads);
 		return 2;
 	}
-	o.mem_limit = default_mem_limit();
+	o.mem_limit = emb_server_default_mem_limit();
 	if (mem && parse_size(mem, &o.mem_limit)) {
 		fprintf(stderr, "embstore-server: bad memory limit '%s'\n",
 			mem);
@@ -796,11 +518,6 @@ int main(int argc, char **argv)
 		}
 		o.idle_timeout_ms = secs * 1000;
 	}
-	if (o.mem_limit)
-		snprintf(mem_desc, sizeof(mem_desc), "%llu MiB",
-			 (unsigned long long)(o.mem_limit >> 20));
-	else
-		snprintf(mem_desc, sizeof(mem_desc), "none");
 	if ((max_ids && parse_u32(max_ids, 1, 1u << 26, &o.limits.max_ids)) ||
 	    (max_frame && parse_u32(max_frame, 4096, EMB_WIRE_FRAME_MAX,
 				    &o.limits.max_frame_bytes)) ||
@@ -820,51 +537,27 @@ int main(int argc, char **argv)
 			table_shards);
 		return 2;
 	}
-	if (token_file) {
-		rc = emb_token_read_file(token_file, token, &o.auth_token_len);
-		if (rc) {
-			fprintf(stderr,
-				"embstore-server: cannot use token file %s: "
-				"%s\n",
-				token_file,
-				rc == -EINVAL ? "empty or longer than 256 bytes"
-					      : emb_strerror(rc));
-			return 2;
-		}
-		o.auth_token = token;
-	}
-	if (admin_file) {
-		rc = emb_token_read_file(admin_file, admin_token,
-					 &o.admin_token_len);
-		if (rc) {
-			fprintf(stderr,
-				"embstore-server: cannot use admin token file "
-				"%s: %s\n",
-				admin_file,
-				rc == -EINVAL ? "empty or longer than 256 bytes"
-					      : emb_strerror(rc));
-			return 2;
-		}
-		o.admin_token = admin_token;
-	}
+	if ((token_file &&
+	     read_token("", token_file, token, &o.auth_token_len)) ||
+	    (admin_file && read_token("admin ", admin_file, admin_token,
+				      &o.admin_token_len)))
+		return 2;
+	o.auth_token = token_file ? token : NULL;
+	o.admin_token = admin_file ? admin_token : NULL;
 
-	if (ckpt_iv && parse_u32(ckpt_iv, 1, 1u << 30, &copts.interval_s)) {
+	if (ckpt_iv && parse_u32(ckpt_iv, 1, 1u << 30, &ro.ckpt.interval_s)) {
 		fprintf(stderr, "embstore-server: bad checkpoint interval\n");
 		return 2;
 	}
 	if (ckpt_full && parse_u32(ckpt_full, 1, EMB_CKPT_FULL_EVERY_MAX,
-				   &copts.full_every)) {
+				   &ro.ckpt.full_every)) {
 		fprintf(stderr,
 			"embstore-server: bad --checkpoint-full-every (1..%u)\n",
 			EMB_CKPT_FULL_EVERY_MAX);
 		return 2;
 	}
-	if (ckpt_dir) {
-		copts.dir = ckpt_dir;
-		cstart.dir = ckpt_dir;
-		o.on_start = load_checkpoint;
-		o.start_arg = &cstart;
-	}
+	ro.ckpt.dir = ckpt_dir;
+	ro.ckpt_start_empty = start_empty != NULL;
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
@@ -882,79 +575,17 @@ int main(int argc, char **argv)
 		return run_scheduler(&cenv, la.host, o.port, metrics_addr, &o,
 				     &old);
 
-	rc = emb_server_create(&o, &srv);
+	ro.metrics_addr = metrics_addr;
+	ro.server = o;
+	if (emb_server_role_start(&ro, &srole))
+		return 1;
+	/* Signals count while the scheduler may not be up yet. */
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = emb_server_role_join(srole);
+	pthread_sigmask(SIG_BLOCK, &block, NULL);
 	if (rc) {
-		emb_log(EMB_LOG_ERROR, "cannot serve %s:%u over %s: %s", la.host,
-			o.port, o.transport, emb_strerror(rc));
+		emb_server_role_destroy(srole);
 		return 1;
-	}
-	emb_log(EMB_LOG_INFO,
-		"listening on %s:%u (%s, %u thread%s%s%s, mem limit %s)",
-		la.host, emb_server_port(srv), o.transport, o.threads,
-		o.threads == 1 ? "" : "s", o.auth_token_len ? ", auth" : "",
-		o.admin_token_len ? ", admin token" : "", mem_desc);
-	if (metrics_addr &&
-	    start_metrics(metrics_addr, emb_server_metrics_collect, srv,
-			  &metrics)) {
-		emb_server_destroy(srv);
-		return 1;
-	}
-	/* Checkpoint loaded (emb_server_create ran on_start); a server in
-	 * a cluster is ready once it registered. */
-	joined = !cenv.sched_host[0] && !cenv.coordinator;
-	if (metrics)
-		emb_metrics_set_health(metrics, server_health, NULL);
-	if (ckpt_dir) {
-		rc = emb_ckpt_start(srv, &copts, &ckpt);
-		if (rc) {
-			emb_log(EMB_LOG_ERROR, "cannot start checkpoints: %s",
-				emb_strerror(rc));
-			emb_metrics_destroy(metrics);
-			emb_server_destroy(srv);
-			return 1;
-		}
-	}
-	if (cenv.sched_host[0] || cenv.coordinator) {
-		struct emb_node_opts no = {
-		    .coordinator = cenv.coordinator,
-		    .job = cenv.job,
-		    .server_num = cenv.server_num,
-		    .worker_num = cenv.worker_num,
-		    .hb_timeout_ms = cenv.hb_timeout_ms,
-		    .replicas = cenv.replicas,
-		    .sched_host = cenv.sched_host,
-		    .sched_port = cenv.sched_port,
-		    .role = EMB_ROLE_SERVER,
-		    .host = la.host,
-		    .port = emb_server_port(srv),
-		    .join_timeout_ms = cenv.join_timeout_ms,
-		    .on_end = on_cluster_end,
-		    .cancel = &got_signal,
-		    .auth_token = o.auth_token,
-		    .auth_token_len = o.auth_token_len,
-		};
-
-		/* Signals count while the scheduler may not be up yet. */
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		rc = emb_node_create(&no, &node);
-		pthread_sigmask(SIG_BLOCK, &block, NULL);
-		if (rc && !got_signal) {
-			emb_ckpt_stop(ckpt);
-			emb_metrics_destroy(metrics);
-			emb_server_destroy(srv);
-			return 1;
-		}
-		joined = rc == 0;
-		/* Replicated: writes are checked against the scheduler's
-		 * map, and fills stream from here (docs/replication.md). */
-		if (joined && !cenv.coordinator) {
-			pthread_mutex_init(&repl.mu, NULL);
-			repl.srv = srv;
-			repl.node = node;
-			repl.rank = emb_node_rank(node);
-			emb_server_on_newer_map(srv, on_newer_map, &repl);
-			emb_node_watch_map(node, on_map, &repl);
-		}
 	}
 	while (!got_signal)
 		sigsuspend(&old);
@@ -963,25 +594,6 @@ int main(int argc, char **argv)
 							    : "scheduler lost")
 				       : "job finished")
 			 : strsignal(got_signal));
-	emb_server_stop(srv, 10000);
-	/* Requests have stopped: the last checkpoint holds every update. */
-	if (ckpt) {
-		rc = emb_ckpt_write_final(ckpt);
-		ckpt_failed = rc != 0;
-		if (rc)
-			emb_log(EMB_LOG_ERROR,
-				"final checkpoint failed: %s; exiting 1, "
-				"updates since the last checkpoint are lost",
-				emb_strerror(rc));
-	}
-	emb_ckpt_stop(ckpt);
-	emb_metrics_destroy(metrics);
-	/* The agent first: its map callbacks use the server. */
-	if (node)
-		emb_node_watch_map(node, NULL, NULL);
-	emb_server_destroy(srv);
-	emb_node_destroy(node);
-	free(repl.addrs);
-	emb_log(EMB_LOG_INFO, "stopped");
-	return job_failed || ckpt_failed ? 1 : 0;
+	rc = emb_server_role_stop(srole);
+	return job_failed || rc ? 1 : 0;
 }

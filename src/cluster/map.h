@@ -175,11 +175,20 @@ int emb_cmap_rebalance(const struct emb_cmap *in, struct emb_cmap *out);
 uint32_t emb_cmap_writers(const struct emb_cmap *m, uint32_t slot,
 			  uint16_t out[EMB_CMAP_REPLICAS_MAX + 1]);
 
-/* What a server checks writes against (docs/replication.md): per slot. */
-#define EMB_CMAP_VIEW_MINE    0x1u /* rank holds it or is filled with it */
-#define EMB_CMAP_VIEW_FENCED  0x2u /* a fill from (rank is primary) or to
-				      rank is under way: writes wait */
-#define EMB_CMAP_VIEW_FILLING 0x4u /* rank is being filled with it */
+/*
+ * What a server checks writes against (docs/replication.md): the state of
+ * each slot in a server's view, flags of these. The one list of them: the
+ * server's view (struct emb_server_map, src/server/slots.c) holds these.
+ */
+enum emb_cmap_view_flag {
+	EMB_CMAP_VIEW_MINE = 0x1,    /* rank holds it or is filled with it:
+					writes land */
+	EMB_CMAP_VIEW_FENCED = 0x2,  /* a fill from (rank is primary) or to
+					rank is under way: writes wait
+					(EMB_EMOVING) */
+	EMB_CMAP_VIEW_FILLING = 0x4, /* rank is being filled with it: the
+					fill's rows (EMB_F_FILL) land */
+};
 
 /*
  * Server rank's view of m: flags[EMB_NSLOTS] (EMB_CMAP_VIEW_*), and

@@ -27,6 +27,8 @@
 #include "store/snapshot.h"
 #include "store/store.h"
 
+#include "server/tables.h"
+
 #define PREFIX	       "ckpt-"
 #define TMP_PREFIX     ".tmp-ckpt-"
 #define REFUSED_PREFIX "refused-ckpt-"

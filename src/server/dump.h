@@ -1,13 +1,13 @@
 /*
  * src/server/dump.h - the server's DUMP_BEGIN / DUMP_CHUNK / DUMP_END
- * handlers (server_dump.c), called from server.c's dispatch. One session per
+ * handlers (dump.c), called from handlers.c. One session per
  * conn, owned by the conn and touched only on its loop thread.
  */
 #ifndef EMB_SERVER_DUMP_H
 #define EMB_SERVER_DUMP_H
 
 #include "proto/wire.h"
-#include "server/server.h"
+#include "server/tables.h"
 
 struct emb_dump_sess;
 struct emb_req;

@@ -29,6 +29,8 @@
 #include "store/store.h"
 #include "transport/transport.h"
 
+#include "server/tables.h"
+
 #define FILL_BATCH	  2048u	 /* rows per ASSIGN */
 #define FILL_SCAN	  4096u	 /* rows read from the table at a time */
 #define FILL_DEADLINE_MS  60000	 /* a fill that has not finished by then

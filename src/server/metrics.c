@@ -6,21 +6,39 @@
  * Every value is read from counters the data path keeps anyway (atomics,
  * the store's stats, per-loop histograms merged here), so a scrape costs
  * the loops nothing but a read-lock of the table registry per table. Runs
- * on the metrics endpoint's thread, one scrape at a time.
+ * on the metrics endpoint's thread, one scrape at a time. Each metric is
+ * named once, in a table with its type, help and the stats field it reads
+ * (table_metrics, server_metrics), and emitted in the table's order.
  */
 #include "server/metrics.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "common/addr.h"
+#include "common/err.h"
 #include "common/hist.h"
+#include "common/log.h"
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
 
 #include "metrics/metrics.h"
 #include "server/server.h"
+#include "server/tables.h"
 #include "server/lat.h"
+
+/* The u64 counter at byte off of a stats struct. */
+static uint64_t get(const void *stats, size_t off)
+{
+	return *(const uint64_t *)(const void *)((const char *)stats + off);
+}
+
+static uint64_t *at(void *stats, size_t off)
+{
+	return (uint64_t *)(void *)((char *)stats + off);
+}
 
 /* A per-table counter: its name, help, and where it sits in the stats. */
 struct table_metric {
@@ -133,11 +151,8 @@ static void collect_tables(struct emb_server *s, struct emb_metrics_out *o)
 
 		emb_metrics_family(o, tm->name, tm->type, tm->help);
 		for (uint32_t i = 0; i < got; i++)
-			emb_metrics_u64(
-			    o, tm->name, rows[i].label,
-			    *(const uint64_t
-				  *)(const void *)((const char *)&rows[i].w +
-						   tm->off));
+			emb_metrics_u64(o, tm->name, rows[i].label,
+					get(&rows[i].w, tm->off));
 	}
 	free(rows);
 	free(ids);
@@ -166,121 +181,128 @@ static const struct err_kind err_kinds[] = {
     EK("no_memory", err_no_memory),
 };
 
-static uint64_t field(const struct emb_transport_stats *t, size_t off)
-{
-	return *(const uint64_t *)(const void *)((const char *)t + off);
-}
+#define NERR_KINDS (sizeof(err_kinds) / sizeof(err_kinds[0]))
 
-static void collect_transport(struct emb_server *s, struct emb_metrics_out *o)
+/* Where a server-wide metric's value is read. */
+enum from {
+	FROM_SERVER,	/* struct emb_server_stats, at off */
+	FROM_TRANSPORT, /* struct emb_transport_stats summed over the loops,
+			   at off; a gauge (a peak) is the loops' largest */
+	FROM_ERRORS,	/* the err_kinds of that sum, one series each */
+};
+
+/* A server-wide metric: named once, emitted in this order. */
+struct server_metric {
+	const char *name; /* full metric name */
+	const char *type; /* "counter" or "gauge" */
+	const char *help; /* HELP text */
+	enum from from;	  /* which stats */
+	size_t off;	  /* offsetof() its field there */
+};
+
+#define SM(n, t, f, h)                                                         \
+	{                                                                      \
+		n, t, h, FROM_SERVER, offsetof(struct emb_server_stats, f)     \
+	}
+#define TR(n, t, f, h)                                                         \
+	{                                                                      \
+		n, t, h, FROM_TRANSPORT,                                       \
+		    offsetof(struct emb_transport_stats, f)                    \
+	}
+
+static const struct server_metric server_metrics[] = {
+    SM("embstore_server_tables", "gauge", tables, "Tables the server holds."),
+    SM("embstore_server_memory_used_bytes", "gauge", mem_used,
+       "Bytes charged by all tables against the limit."),
+    SM("embstore_server_memory_limit_bytes", "gauge", mem_limit,
+       "The limit of memory_used_bytes; 0 = none."),
+    SM("embstore_server_nonfinite_refused_total", "counter", nonfinite,
+       "PUSH and ASSIGN requests refused for NaN or Inf."),
+    SM("embstore_server_admin_refused_total", "counter", not_admin,
+       "SET_MODE, SET_LIFECYCLE and DROP_TABLE refused: no admin token."),
+    SM("embstore_server_requests_total", "counter", requests,
+       "Requests handled."),
+    SM("embstore_server_error_replies_total", "counter", errors,
+       "Requests answered with an error."),
+    SM("embstore_connections_open", "gauge", conns_open,
+       "Client connections open now."),
+    SM("embstore_connections_total", "counter", conns_total,
+       "Client connections accepted."),
+    SM("embstore_connections_refused_total", "counter", conns_refused,
+       "Connections refused: max-conns or receive memory."),
+    SM("embstore_connections_timed_out_total", "counter", conns_timed_out,
+       "Connections closed by handshake or idle timeout."),
+    SM("embstore_connection_buffer_bytes", "gauge", conn_bytes,
+       "Receive buffer bytes all connections hold."),
+    TR("embstore_transport_receive_bytes_total", "counter", bytes_in,
+       "Bytes read from connections."),
+    TR("embstore_transport_transmit_bytes_total", "counter", bytes_out,
+       "Bytes written to connections."),
+    TR("embstore_transport_receive_frames_total", "counter", frames_in,
+       "Whole frames received."),
+    TR("embstore_transport_transmit_frames_total", "counter", frames_out,
+       "Whole frames sent."),
+    TR("embstore_transport_peer_closes_total", "counter", peer_closes,
+       "Connections the peer closed cleanly between frames (a client that "
+       "finished); no error."),
+    {"embstore_transport_errors_total", "counter",
+     "Connections closed or calls failed, by kind.", FROM_ERRORS, 0},
+    TR("embstore_transport_rx_pauses_total", "counter", rx_pauses,
+       "Times a connection stopped being read (backpressure)."),
+    TR("embstore_transport_out_queue_peak_bytes", "gauge", out_queue_peak,
+       "Most bytes ever queued for sending on one connection."),
+};
+
+#define NSERVER_METRICS (sizeof(server_metrics) / sizeof(server_metrics[0]))
+
+/* The loops' transport counters, summed (gauges: the largest). */
+static void transport_sum(struct emb_server *s, struct emb_transport_stats *sum)
 {
-	struct emb_transport_stats sum = {0}, t;
-	struct emb_server_stats ss;
-	char label[64];
+	struct emb_transport_stats t;
 
 	for (uint32_t i = 0; i < emb_server_nloops(s); i++) {
 		emb_server_loop_stats(s, i, &t);
-		sum.bytes_in += t.bytes_in;
-		sum.bytes_out += t.bytes_out;
-		sum.frames_in += t.frames_in;
-		sum.frames_out += t.frames_out;
-		sum.rx_pauses += t.rx_pauses;
-		sum.peer_closes += t.peer_closes;
-		for (size_t k = 0; k < sizeof(err_kinds) / sizeof(err_kinds[0]);
-		     k++)
-			*(uint64_t *)(void *)((char *)&sum +
-					      err_kinds[k].off) +=
-			    field(&t, err_kinds[k].off);
-		if (t.out_queue_peak > sum.out_queue_peak)
-			sum.out_queue_peak = t.out_queue_peak;
-	}
-	emb_server_stats(s, &ss);
+		for (size_t m = 0; m < NSERVER_METRICS; m++) {
+			const struct server_metric *sm = &server_metrics[m];
+			uint64_t *to = at(sum, sm->off), v;
 
-	emb_metrics_family(o, "embstore_server_tables", "gauge",
-			   "Tables the server holds.");
-	emb_metrics_u64(o, "embstore_server_tables", NULL, ss.tables);
-	emb_metrics_family(o, "embstore_server_memory_used_bytes", "gauge",
-			   "Bytes charged by all tables against the limit.");
-	emb_metrics_u64(o, "embstore_server_memory_used_bytes", NULL,
-			ss.mem_used);
-	emb_metrics_family(o, "embstore_server_memory_limit_bytes", "gauge",
-			   "The limit of memory_used_bytes; 0 = none.");
-	emb_metrics_u64(o, "embstore_server_memory_limit_bytes", NULL,
-			ss.mem_limit);
-	emb_metrics_family(o, "embstore_server_nonfinite_refused_total",
-			   "counter",
-			   "PUSH and ASSIGN requests refused for NaN or Inf.");
-	emb_metrics_u64(o, "embstore_server_nonfinite_refused_total", NULL,
-			ss.nonfinite);
-	emb_metrics_family(o, "embstore_server_admin_refused_total", "counter",
-			   "SET_MODE, SET_LIFECYCLE and DROP_TABLE refused: no admin token.");
-	emb_metrics_u64(o, "embstore_server_admin_refused_total", NULL,
-			ss.not_admin);
-	emb_metrics_family(o, "embstore_server_requests_total", "counter",
-			   "Requests handled.");
-	emb_metrics_u64(o, "embstore_server_requests_total", NULL, ss.requests);
-	emb_metrics_family(o, "embstore_server_error_replies_total", "counter",
-			   "Requests answered with an error.");
-	emb_metrics_u64(o, "embstore_server_error_replies_total", NULL,
-			ss.errors);
-	emb_metrics_family(o, "embstore_connections_open", "gauge",
-			   "Client connections open now.");
-	emb_metrics_u64(o, "embstore_connections_open", NULL, ss.conns_open);
-	emb_metrics_family(o, "embstore_connections_total", "counter",
-			   "Client connections accepted.");
-	emb_metrics_u64(o, "embstore_connections_total", NULL, ss.conns_total);
-	emb_metrics_family(o, "embstore_connections_refused_total", "counter",
-			   "Connections refused: max-conns or receive memory.");
-	emb_metrics_u64(o, "embstore_connections_refused_total", NULL,
-			ss.conns_refused);
-	emb_metrics_family(o, "embstore_connections_timed_out_total",
-			   "counter",
-			   "Connections closed by handshake or idle timeout.");
-	emb_metrics_u64(o, "embstore_connections_timed_out_total", NULL,
-			ss.conns_timed_out);
-	emb_metrics_family(o, "embstore_connection_buffer_bytes", "gauge",
-			   "Receive buffer bytes all connections hold.");
-	emb_metrics_u64(o, "embstore_connection_buffer_bytes", NULL,
-			ss.conn_bytes);
-	emb_metrics_family(o, "embstore_transport_receive_bytes_total",
-			   "counter", "Bytes read from connections.");
-	emb_metrics_u64(o, "embstore_transport_receive_bytes_total", NULL,
-			sum.bytes_in);
-	emb_metrics_family(o, "embstore_transport_transmit_bytes_total",
-			   "counter", "Bytes written to connections.");
-	emb_metrics_u64(o, "embstore_transport_transmit_bytes_total", NULL,
-			sum.bytes_out);
-	emb_metrics_family(o, "embstore_transport_receive_frames_total",
-			   "counter", "Whole frames received.");
-	emb_metrics_u64(o, "embstore_transport_receive_frames_total", NULL,
-			sum.frames_in);
-	emb_metrics_family(o, "embstore_transport_transmit_frames_total",
-			   "counter", "Whole frames sent.");
-	emb_metrics_u64(o, "embstore_transport_transmit_frames_total", NULL,
-			sum.frames_out);
-	emb_metrics_family(o, "embstore_transport_peer_closes_total", "counter",
-			   "Connections the peer closed cleanly between "
-			   "frames (a client that finished); no error.");
-	emb_metrics_u64(o, "embstore_transport_peer_closes_total", NULL,
-			sum.peer_closes);
-	emb_metrics_family(o, "embstore_transport_errors_total", "counter",
-			   "Connections closed or calls failed, by kind.");
-	for (size_t k = 0; k < sizeof(err_kinds) / sizeof(err_kinds[0]); k++) {
-		snprintf(label, sizeof(label), "kind=\"%s\"",
-			 err_kinds[k].kind);
-		emb_metrics_u64(o, "embstore_transport_errors_total", label,
-				field(&sum, err_kinds[k].off));
+			if (sm->from != FROM_TRANSPORT)
+				continue;
+			v = get(&t, sm->off);
+			if (sm->type[0] == 'g')
+				*to = v > *to ? v : *to;
+			else
+				*to += v;
+		}
+		for (size_t k = 0; k < NERR_KINDS; k++)
+			*at(sum, err_kinds[k].off) += get(&t, err_kinds[k].off);
 	}
-	emb_metrics_family(o, "embstore_transport_rx_pauses_total", "counter",
-			   "Times a connection stopped being read "
-			   "(backpressure).");
-	emb_metrics_u64(o, "embstore_transport_rx_pauses_total", NULL,
-			sum.rx_pauses);
-	emb_metrics_family(o, "embstore_transport_out_queue_peak_bytes",
-			   "gauge",
-			   "Most bytes ever queued for sending on one "
-			   "connection.");
-	emb_metrics_u64(o, "embstore_transport_out_queue_peak_bytes", NULL,
-			sum.out_queue_peak);
+}
+
+static void collect_server(struct emb_server *s, struct emb_metrics_out *o)
+{
+	struct emb_transport_stats sum = {0};
+	struct emb_server_stats ss;
+	char label[64];
+
+	transport_sum(s, &sum);
+	emb_server_stats(s, &ss);
+	for (size_t m = 0; m < NSERVER_METRICS; m++) {
+		const struct server_metric *sm = &server_metrics[m];
+
+		emb_metrics_family(o, sm->name, sm->type, sm->help);
+		if (sm->from == FROM_SERVER)
+			emb_metrics_u64(o, sm->name, NULL, get(&ss, sm->off));
+		else if (sm->from == FROM_TRANSPORT)
+			emb_metrics_u64(o, sm->name, NULL, get(&sum, sm->off));
+		else
+			for (size_t k = 0; k < NERR_KINDS; k++) {
+				snprintf(label, sizeof(label), "kind=\"%s\"",
+					 err_kinds[k].kind);
+				emb_metrics_u64(o, sm->name, label,
+						get(&sum, err_kinds[k].off));
+			}
+	}
 }
 
 static void collect_latency(struct emb_server *s, struct emb_metrics_out *o)
@@ -313,7 +335,35 @@ void emb_server_metrics_collect(void *arg, struct emb_metrics_out *o)
 
 	emb_metrics_build_info(o, "server");
 	collect_tables(s, o);
-	collect_transport(s, o);
+	collect_server(s, o);
 	collect_latency(s, o);
 	emb_metrics_process(o);
+}
+
+/* Where metrics are served, with the bound port (--metrics-listen H:0). */
+static void log_metrics_addr(const char *addr, uint16_t port)
+{
+	struct emb_addr a;
+	char buf[EMB_HOST_MAX + 16];
+
+	if (emb_addr_parse(addr, strlen(addr), -1, &a) == 0) {
+		a.port = port;
+		if (emb_addr_format(&a, buf, sizeof(buf)) > 0)
+			addr = buf;
+	}
+	emb_log(EMB_LOG_INFO,
+		"metrics on http://%s/metrics, health on /healthz", addr);
+}
+
+int emb_server_metrics_serve(const char *addr, emb_metrics_collect_fn fn,
+			     void *arg, struct emb_metrics **out)
+{
+	int rc = emb_metrics_create(addr, fn, arg, out);
+
+	if (rc)
+		emb_log(EMB_LOG_ERROR, "cannot serve metrics on %s: %s", addr,
+			emb_strerror(rc));
+	else
+		log_metrics_addr(addr, emb_metrics_port(*out));
+	return rc;
 }

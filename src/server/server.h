@@ -13,12 +13,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cluster/map.h"
 #include "common/hash.h"
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
+#include "server/tables.h"
 
 struct emb_server;
-struct emb_table;
 
 /*
  * Largest frame a connection may send before its HELLO succeeded: HELLO
@@ -125,17 +126,11 @@ void emb_server_stats(struct emb_server *s, struct emb_server_stats *out);
 
 /* ---- replicated jobs: the cluster map's view (docs/replication.md) ---- */
 
-#define EMB_SLOT_MINE	 0x1u /* the server holds the slot or is being
-				 filled with it */
-#define EMB_SLOT_FENCED	 0x2u /* a fill of the slot from or to this server
-				 is under way: writes wait (EMB_EMOVING) */
-#define EMB_SLOT_FILLING 0x4u /* this server is being filled with it: the
-				 fill's rows (EMB_F_FILL) land */
-
 /* What a server of a replicated job checks writes against. */
 struct emb_server_map {
 	uint64_t epoch;		    /* of the scheduler's map, >= 1 */
-	uint8_t slot[EMB_NSLOTS];   /* EMB_SLOT_* for this server */
+	uint8_t slot[EMB_NSLOTS];   /* enum emb_cmap_view_flag bits
+				       (cluster/map.h) for this server */
 	uint32_t grew[EMB_NSLOTS];  /* epoch the slot's writers last grew
 				       at: writes routed before it are
 				       refused with EMB_ESTALEMAP */
@@ -156,6 +151,9 @@ int emb_server_set_map(struct emb_server *s, const struct emb_server_map *m);
 void emb_server_on_newer_map(struct emb_server *s,
 			     void (*fn)(void *arg, uint64_t epoch), void *arg);
 
+/* Writes refused by the map's view: [0] EMB_EMOVING, [1] EMB_ESTALEMAP. */
+void emb_server_map_counts(struct emb_server *s, uint64_t out[2]);
+
 /*
  * Recovery: streams every row of the slots [first, first + n) of every
  * table, with optimizer state, to the server at host:port, which is being
@@ -165,41 +163,11 @@ void emb_server_on_newer_map(struct emb_server *s,
  * or the error. One fill at a time per server: -EBUSY while one runs.
  * 0, or -ENOMEM, -EBUSY.
  */
-/* Writes refused by the map's view: [0] EMB_EMOVING, [1] EMB_ESTALEMAP. */
-void emb_server_map_counts(struct emb_server *s, uint64_t out[2]);
-
 typedef void (*emb_server_fill_fn)(void *arg, uint32_t first, uint32_t n,
 				   uint64_t epoch, int status, uint64_t rows);
 int emb_server_fill(struct emb_server *s, const char *host, uint16_t port,
 		    uint32_t first, uint32_t n, uint64_t epoch,
 		    emb_server_fill_fn done, void *arg);
-
-/*
- * A table held by an in-process user (dump sessions, checkpoints): t stays
- * valid, even through a DROP_TABLE, until emb_server_table_release().
- */
-struct emb_server_table {
-	struct emb_table *t;	   /* the store table */
-	struct emb_wire_spec spec; /* as created */
-	uint32_t id;		   /* >= 1 */
-	void *ref;		   /* the registry entry held */
-};
-
-/* Any thread: writes up to cap table ids, returns how many tables exist. */
-uint32_t emb_server_table_ids(struct emb_server *s, uint32_t *ids,
-			      uint32_t cap);
-/* Any thread: 0 and *out, or EMB_ENOTABLE. */
-int emb_server_table_acquire(struct emb_server *s, uint32_t id,
-			     struct emb_server_table *out);
-void emb_server_table_release(struct emb_server_table *st); /* NULL: no-op */
-/*
- * Any thread: creates a table as CREATE_TABLE does, or finds an identical
- * one; the server's own (a checkpoint load), so the table, made without a
- * policy, takes the first CREATE's. 0 and *id, or EMB_ETABLEEXISTS and
- * the errors of emb_table_create().
- */
-int emb_server_table_create(struct emb_server *s,
-			    const struct emb_wire_spec *spec, uint32_t *id);
 
 /* ---- for the metrics collector (src/server/metrics.c) ---- */
 
@@ -212,14 +180,11 @@ uint32_t emb_server_nloops(const struct emb_server *s);
 void emb_server_loop_stats(struct emb_server *s, uint32_t i,
 			   struct emb_transport_stats *out);
 /*
- * Any thread: request latency of op (enum emb_lat_op in server_lat.h),
+ * Any thread: request latency of op (enum emb_lat_op in lat.h),
  * nanoseconds from arrival to reply posted, summed over the loops into
  * the caller's out (reset first).
  */
 void emb_server_latency(struct emb_server *s, uint32_t op,
 			struct emb_hist *out);
-/* Any thread: the STATS counters of table id. 0, or EMB_ENOTABLE. */
-int emb_server_table_stats(struct emb_server *s, uint32_t id,
-			   struct emb_wire_stats *out);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "cluster/map.h"
 #include "common/err.h"
 #include "common/hash.h"
 
@@ -100,7 +101,7 @@ static int check(struct emb__slots *sl, const struct emb_frame_hdr *h,
 
 		if (fill) {
 			/* Rows of a fill land only in the chunk it fills. */
-			if (!(f & EMB_SLOT_FILLING))
+			if (!(f & EMB_CMAP_VIEW_FILLING))
 				return refuse(sl, EMB_ESTALEMAP, why,
 					      "no fill of this slot here");
 			continue;
@@ -109,10 +110,10 @@ static int check(struct emb__slots *sl, const struct emb_frame_hdr *h,
 			return refuse(sl, EMB_ESTALEMAP, why,
 				      "a newer cluster map adds a copy of "
 				      "this slot");
-		if (e && !(f & EMB_SLOT_MINE))
+		if (e && !(f & EMB_CMAP_VIEW_MINE))
 			return refuse(sl, EMB_ESTALEMAP, why,
 				      "this server holds no copy of the slot");
-		if (f & EMB_SLOT_FENCED)
+		if (f & EMB_CMAP_VIEW_FENCED)
 			return refuse(sl, EMB_EMOVING, why,
 				      "slot being copied to a new replica");
 	}

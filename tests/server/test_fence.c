@@ -113,7 +113,7 @@ static void view(uint64_t e, uint32_t s, uint8_t f, uint32_t grew)
 
 	m.epoch = e;
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
-		m.slot[i] = EMB_SLOT_MINE;
+		m.slot[i] = EMB_CMAP_VIEW_MINE;
 		m.grew[i] = 1;
 	}
 	m.slot[s] = f;
@@ -134,13 +134,13 @@ static void test_fence(void)
 	CU_ASSERT_EQUAL(push(id, 1, 3), EMB_EMOVING);
 	CU_ASSERT_EQUAL(value(id), v0);
 	/* Fenced: refused, nothing applied, the sequence number not taken. */
-	view(3, s, EMB_SLOT_MINE | EMB_SLOT_FENCED, 3);
+	view(3, s, EMB_CMAP_VIEW_MINE | EMB_CMAP_VIEW_FENCED, 3);
 	CU_ASSERT_EQUAL(push(id, 1, 3), EMB_EMOVING);
 	CU_ASSERT_EQUAL(value(id), v0);
 	/* A write without an epoch (no map behind it) waits as well. */
 	CU_ASSERT_EQUAL(push(id, 2, 0), EMB_EMOVING);
 	/* The fence lifted: the same push is applied, once. */
-	view(4, s, EMB_SLOT_MINE, 3);
+	view(4, s, EMB_CMAP_VIEW_MINE, 3);
 	CU_ASSERT_EQUAL(push(id, 1, 3), 0);
 	v1 = value(id);
 	CU_ASSERT(v1 < v0);
@@ -165,7 +165,7 @@ static void test_stale(void)
 	v0 = value(id);
 	/* The slot's writers grew at epoch 6: a push routed by 5 missed
 	 * one of them. */
-	view(7, s, EMB_SLOT_MINE, 6);
+	view(7, s, EMB_CMAP_VIEW_MINE, 6);
 	CU_ASSERT_EQUAL(push(id, 10, 5), EMB_ESTALEMAP);
 	CU_ASSERT_EQUAL(value(id), v0);
 	CU_ASSERT_EQUAL(push(id, 10, 6), 0);
@@ -178,7 +178,7 @@ static void test_stale(void)
 	CU_ASSERT_EQUAL(push(id, 12, 9), EMB_EMOVING);
 	CU_ASSERT_EQUAL(__atomic_load_n(&hinted, __ATOMIC_RELAXED), 9);
 	/* An older view than the one held changes nothing. */
-	view(2, s, EMB_SLOT_MINE, 1);
+	view(2, s, EMB_CMAP_VIEW_MINE, 1);
 	CU_ASSERT_EQUAL(push(id, 11, 8), EMB_ESTALEMAP);
 }
 
@@ -191,7 +191,7 @@ static void test_fill_rows(void)
 	float got[DIM];
 
 	setup();
-	view(20, s, EMB_SLOT_MINE | EMB_SLOT_FENCED | EMB_SLOT_FILLING, 20);
+	view(20, s, EMB_CMAP_VIEW_MINE | EMB_CMAP_VIEW_FENCED | EMB_CMAP_VIEW_FILLING, 20);
 	/* SGD has no state: a row with state is the row. Fill rows land in
 	 * the fenced slot being filled; a client's assign does not. */
 	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode(&v, 1, tid,
@@ -204,7 +204,7 @@ static void test_fill_rows(void)
 			      0);
 	CU_ASSERT_EQUAL(memcmp(got, row, sizeof(row)), 0);
 	/* No fill of this slot here (any more): refused. */
-	view(21, s, EMB_SLOT_MINE, 20);
+	view(21, s, EMB_CMAP_VIEW_MINE, 20);
 	CU_ASSERT_EQUAL(send_frame(&v, 21, EMB_F_FILL), EMB_ESTALEMAP);
 }
 

@@ -1,5 +1,5 @@
 /*
- * src/server/registry.c - a table's extents registered on every loop.
+ * src/server/memreg.c - a table's extents registered on every loop.
  *
  * Each extent gets one memory region per loop. A loop's registration runs
  * as a task on that loop; deregistration is posted to every loop too, and
@@ -9,7 +9,7 @@
  * registration. Any thread may call the hook; the per-extent state is under
  * the map's mutex.
  */
-#include "server/registry.h"
+#include "server/memreg.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -38,7 +38,7 @@ struct extent {
 	struct emb_mr **mr;  /* per loop, when REG_DONE */
 };
 
-struct emb_regmap {
+struct emb_memreg {
 	struct emb_transport *const *loops; /* borrowed */
 	uint32_t nloops;		    /* entries in loops */
 	const bool *stopped;		    /* loops joined; atomic */
@@ -48,27 +48,27 @@ struct emb_regmap {
 };
 
 struct task {
-	struct emb_regmap *m; /* owner */
+	struct emb_memreg *m; /* owner */
 	struct extent *e;     /* the extent */
 	uint32_t loop;	      /* index of the loop it runs on */
 };
 
 static _Thread_local struct emb_transport *thread_loop;
 
-void emb__regmap_set_thread_loop(struct emb_transport *tr)
+void emb__memreg_set_thread_loop(struct emb_transport *tr)
 {
 	thread_loop = tr;
 }
 
-bool emb__regmap_on_loop(void)
+bool emb__memreg_on_loop(void)
 {
 	return thread_loop != NULL;
 }
 
-int emb__regmap_create(struct emb_transport *const *loops, uint32_t nloops,
-		       const bool *stopped, struct emb_regmap **out)
+int emb__memreg_create(struct emb_transport *const *loops, uint32_t nloops,
+		       const bool *stopped, struct emb_memreg **out)
 {
-	struct emb_regmap *m = calloc(1, sizeof(*m));
+	struct emb_memreg *m = calloc(1, sizeof(*m));
 
 	if (!m)
 		return -ENOMEM;
@@ -81,12 +81,12 @@ int emb__regmap_create(struct emb_transport *const *loops, uint32_t nloops,
 	return 0;
 }
 
-void emb__regmap_destroy(struct emb_regmap *m)
+void emb__memreg_destroy(struct emb_memreg *m)
 {
 	if (!m)
 		return;
 	if (m->extents)
-		emb_log(EMB_LOG_ERROR, "regmap destroyed with extents left");
+		emb_log(EMB_LOG_ERROR, "memreg destroyed with extents left");
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
@@ -102,7 +102,7 @@ static void free_extent(struct extent *e)
 static void reg_task(void *arg)
 {
 	struct task *t = arg;
-	struct emb_regmap *m = t->m;
+	struct emb_memreg *m = t->m;
 	struct extent *e = t->e;
 	struct emb_mr *mr = NULL;
 	bool go;
@@ -136,7 +136,7 @@ static void reg_task(void *arg)
 }
 
 /* Loop thread (or any thread once loops stopped): drops this loop's region. */
-static void dereg_one(struct emb_regmap *m, struct extent *e, uint32_t j)
+static void dereg_one(struct emb_memreg *m, struct extent *e, uint32_t j)
 {
 	struct emb_mr *mr = NULL;
 
@@ -153,7 +153,7 @@ static void dereg_one(struct emb_regmap *m, struct extent *e, uint32_t j)
 static void dereg_task(void *arg)
 {
 	struct task *t = arg;
-	struct emb_regmap *m = t->m;
+	struct emb_memreg *m = t->m;
 
 	dereg_one(m, t->e, t->loop);
 	pthread_mutex_lock(&m->mu);
@@ -163,7 +163,7 @@ static void dereg_task(void *arg)
 	free(t);
 }
 
-static int added(struct emb_regmap *m, void *addr, size_t len)
+static int added(struct emb_memreg *m, void *addr, size_t len)
 {
 	struct extent *e = calloc(1, sizeof(*e));
 
@@ -201,7 +201,7 @@ static int added(struct emb_regmap *m, void *addr, size_t len)
 	return 0;
 }
 
-static void removed(struct emb_regmap *m, void *addr)
+static void removed(struct emb_memreg *m, void *addr)
 {
 	bool stopped = __atomic_load_n(m->stopped, __ATOMIC_ACQUIRE);
 	struct extent **pp, *e = NULL;
@@ -218,7 +218,7 @@ static void removed(struct emb_regmap *m, void *addr)
 	pthread_mutex_unlock(&m->mu);
 	if (!e)
 		return;
-	if (!stopped && emb__regmap_on_loop())
+	if (!stopped && emb__memreg_on_loop())
 		emb_log(EMB_LOG_ERROR,
 			"table memory removed on a loop thread; "
 			"its regions are dropped without waiting");
@@ -226,7 +226,7 @@ static void removed(struct emb_regmap *m, void *addr)
 		struct task *t;
 
 		/* Stopped loops run no tasks: this thread owns them now. */
-		if (stopped || emb__regmap_on_loop()) {
+		if (stopped || emb__memreg_on_loop()) {
 			dereg_one(m, e, j);
 			continue;
 		}
@@ -256,7 +256,7 @@ static void removed(struct emb_regmap *m, void *addr)
 		free_extent(e);
 }
 
-void emb__regmap_release_all(struct emb_regmap *m)
+void emb__memreg_release_all(struct emb_memreg *m)
 {
 	if (!m)
 		return;
@@ -272,9 +272,9 @@ void emb__regmap_release_all(struct emb_regmap *m)
 	pthread_mutex_unlock(&m->mu);
 }
 
-int emb__regmap_hook(void *arg, void *addr, size_t len, bool is_added)
+int emb__memreg_hook(void *arg, void *addr, size_t len, bool is_added)
 {
-	struct emb_regmap *m = arg;
+	struct emb_memreg *m = arg;
 
 	if (is_added)
 		return added(m, addr, len);

@@ -1,0 +1,782 @@
+/*
+ * src/server/handlers.c - one function per opcode: decode the request, make
+ * one store call, reply. Runs on the loop thread that owns the request's
+ * connection (conn.c dispatches here once the connection has logged in and
+ * holds the rights the opcode needs).
+ *
+ * PULL replies are gathered straight from table memory
+ * (emb_table_pull_ptrs + an iovec per run of rows), so no row is copied on
+ * the server; the table stays pinned until the reply's done callback, so a
+ * concurrent DROP_TABLE cannot free memory a reply still names. Over TCP a
+ * PULL copies its rows into one pooled buffer instead (pull_copy).
+ */
+#include "server/server_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/authlimit.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/optim.h"
+
+#include "server/dump.h"
+#include "server/replybuf.h"
+#include "server/session.h"
+#include "server/slots.h"
+
+/* A row of zeros for ids missing under NOCREATE, wide enough for a whole
+ * record (Adam: weights + 2 * dim + 1 state floats); read-only. */
+static const float zero_row[3 * EMB_DIM_MAX + 1];
+
+/* A reply whose frame sits in a buffer of its loop's pool. */
+static void rbuf_done(void *ctx, int status)
+{
+	(void)status;
+	emb__rbuf_put(ctx);
+}
+
+/*
+ * Constant time over the configured token, whatever the client sent, so
+ * timing reveals no prefix.
+ */
+static bool token_ok(const uint8_t *want, uint32_t want_len,
+		     const uint8_t *got, uint32_t got_len)
+{
+	unsigned char diff = (unsigned char)(got_len != want_len);
+
+	for (uint32_t i = 0; i < want_len; i++)
+		diff |= (unsigned char)(want[i] ^ (i < got_len ? got[i] : 0));
+	return diff == 0;
+}
+
+static int on_hello(struct emb_server *s, struct emb_conn *c,
+		    struct srv_conn *sc, struct emb_req *req,
+		    const struct emb_wire_frame *f)
+{
+	struct emb_wire_hello_req h;
+	struct emb_wire_hello_resp r = {0};
+	bool ok, admin;
+	void *buf;
+	int len, rc;
+
+	rc = emb_wire_hello_req_decode(f, &h);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	/* Guessing is slow: after a few failures from an address, no token
+	 * of its is compared until its wait is over. */
+	if ((s->opts.auth_token_len || s->opts.admin_token_len) &&
+	    emb_authlimit_wait_ms(s->authlimit, emb_conn_peer(c))) {
+		emb__reply_and_close(s, c, sc, req, EMB_EAUTH,
+				     "too many failed attempts: wait");
+		return 0;
+	}
+	/* The admin token grants everything; without one configured every
+	 * client that logs in has admin rights (one level of trust). */
+	if (h.admin && s->opts.admin_token_len) {
+		ok = token_ok(s->admin_token, s->opts.admin_token_len,
+			      h.token, h.token_len);
+		admin = ok;
+	} else {
+		ok = !s->opts.auth_token_len ||
+		     token_ok(s->token, s->opts.auth_token_len, h.token,
+			      h.token_len);
+		admin = ok && !s->opts.admin_token_len;
+	}
+	if (!ok) {
+		emb_log(EMB_LOG_WARN, "%s: %sauthentication failed",
+			emb_conn_peer(c), h.admin ? "admin " : "");
+		emb_authlimit_fail(s->authlimit, emb_conn_peer(c));
+		emb__reply_and_close(s, c, sc, req, EMB_EAUTH,
+				     h.admin ? "admin authentication failed"
+					     : "authentication failed");
+		return 0;
+	}
+	if (s->opts.auth_token_len || s->opts.admin_token_len)
+		emb_authlimit_ok(s->authlimit, emb_conn_peer(c));
+	sc->hello = true;
+	sc->admin = admin;
+	/* Proved who it is: its frames may now be as large as the limit. */
+	emb_conn_admit(c);
+	r.server_version = EMB_WIRE_VERSION;
+	r.limits = s->opts.limits;
+	r.server_id = s->server_id;
+	r.features = EMB_WIRE_FEAT_PUSH_SESSION;
+	/* A client that came over TCP learns it may move to RDMA, at this
+	 * host and port number (docs/protocol.md, HELLO). */
+	if (s->rdma)
+		r.features |= EMB_WIRE_FEAT_RDMA;
+	buf = malloc(EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE);
+	if (!buf) {
+		emb_req_release(req);
+		emb__req_end(s);
+		return 0;
+	}
+	len = emb_wire_hello_resp_encode(
+	    buf, EMB_WIRE_HDR_SIZE + EMB_WIRE_HELLO_RESP_SIZE, req->hdr.req_id,
+	    &r);
+	if (len < 0) {
+		free(buf);
+		return emb__reply_error(s, req, len, NULL);
+	}
+	if (h.name_len)
+		emb_log(EMB_LOG_DEBUG, "%s: hello from %.*s", emb_conn_peer(c),
+			(int)h.name_len, h.name);
+	emb__reply_frame(s, req, buf, len);
+	return 0;
+}
+
+static int on_create(struct emb_server *s, struct srv_conn *sc,
+		     struct emb_req *req, const struct emb_wire_frame *f)
+{
+	struct emb_wire_spec spec;
+	uint32_t id = 0;
+	int rc;
+
+	rc = emb_wire_create_req_decode(f, &spec);
+	if (!rc)
+		rc = emb__tables_create(s, &spec, &id, sc->admin, false);
+	if (rc == EMB_ETABLEEXISTS)
+		return emb__reply_error(
+		    s, req, rc,
+		    "a table of that name exists with another "
+		    "dim, optimizer, initializer or seed");
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	emb__reply_ack(s, req, id, 0);
+	return 0;
+}
+
+static int on_list(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	struct emb_wire_table_info *info;
+	uint32_t n = 0, max = s->opts.limits.max_tables;
+	size_t cap;
+	void *buf;
+	int len, rc;
+
+	rc = emb_wire_empty_req_decode(f, EMB_OP_LIST_TABLES);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	info = calloc(max, sizeof(*info));
+	cap = EMB_WIRE_HDR_SIZE + (size_t)max * EMB_WIRE_LIST_ENTRY_SIZE;
+	buf = malloc(cap);
+	if (!info || !buf) {
+		free(info);
+		free(buf);
+		return emb__reply_error(s, req, -ENOMEM, NULL);
+	}
+	n = emb__tables_list(s, info, max);
+	len = emb_wire_list_resp_encode(buf, cap, req->hdr.req_id, info, n);
+	free(info);
+	if (len < 0) {
+		free(buf);
+		return emb__reply_error(s, req, len, NULL);
+	}
+	emb__reply_frame(s, req, buf, len);
+	return 0;
+}
+
+static int on_stats(struct emb_server *s, struct emb_req *req,
+		    const struct emb_wire_frame *f)
+{
+	uint32_t max = s->opts.limits.max_tables, n = 0;
+	uint32_t want = f->hdr.table_id;
+	struct emb_wire_stats *w;
+	size_t cap;
+	void *buf;
+	int len, rc;
+
+	rc = emb_wire_empty_req_decode(f, EMB_OP_STATS);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	w = calloc(max, sizeof(*w));
+	cap = EMB_WIRE_HDR_SIZE + EMB_WIRE_STATS_PREFIX_SIZE +
+	      (size_t)max * (8 + 8 * EMB_WIRE_STATS_FIELDS);
+	buf = malloc(cap);
+	if (!w || !buf) {
+		free(w);
+		free(buf);
+		return emb__reply_error(s, req, -ENOMEM, NULL);
+	}
+	n = emb__tables_stats(s, want, w, max);
+	if (want && !n) {
+		free(w);
+		free(buf);
+		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
+	}
+	len = emb_wire_stats_resp_encode(buf, cap, req->hdr.req_id, want, w, n);
+	free(w);
+	if (len < 0) {
+		free(buf);
+		return emb__reply_error(s, req, len, NULL);
+	}
+	emb__reply_frame(s, req, buf, len);
+	return 0;
+}
+
+static int on_ping(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	struct emb_wire_blob b;
+	struct emb_frame_hdr hdr = {0};
+	struct iovec iov;
+	int rc;
+
+	rc = emb_wire_ping_decode(f, false, &b);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	hdr.opcode = EMB_OP_PING | EMB_OP_RESPONSE_BIT;
+	/* The echo borrows the request payload, which stays valid until the
+	 * reply completes. */
+	iov.iov_base = (void *)b.data;
+	iov.iov_len = b.len;
+	emb_conn_reply(req, &hdr, &iov, b.len ? 1 : 0, NULL, NULL);
+	emb__req_end(s);
+	return 0;
+}
+
+/* State of one PULL reply while its rows are on the wire. */
+struct pull_ctx {
+	struct emb_server *s; /* for the in-flight count */
+	struct srv_conn *sc;  /* its connection; kept alive until done */
+	struct srv_table *st; /* in use until done */
+	struct srv_loop *l;   /* the loop st is pinned on, or NULL */
+	const float **ptrs;   /* n row pointers into table memory */
+	float *fresh;	      /* rows of ids not admitted yet, or NULL */
+	struct iovec *iov;    /* n + 2 entries */
+	uint8_t *bits;	      /* found bitmap (NOCREATE) */
+	_Alignas(8) uint8_t head[EMB_WIRE_HDR_SIZE]; /* unused header slot */
+};
+
+static void pull_done(void *ctx, int status)
+{
+	struct pull_ctx *pc = ctx;
+	struct srv_conn *sc = pc->sc;
+
+	(void)status;
+	emb__tables_unpin_on(pc->l, pc->st);
+	free(pc->fresh);
+	emb__rbuf_put(pc);
+	if (sc && --sc->zc_replies == 0) {
+		if (!sc->c)
+			free(sc); /* closed while this reply was out */
+		else
+			sc->s->conn_drain(sc);
+	}
+}
+
+/*
+ * PULL over a stream transport: copy the rows (prefetched, under the shard
+ * locks, so never torn) into one buffer and send it whole. Measured against
+ * one iovec per row straight from table memory, this is the faster way to
+ * get scattered 256-byte rows into a TCP socket (docs/benchmarks.md); RDMA
+ * keeps the zero-copy path, where the NIC does the gathering.
+ */
+static int pull_copy(struct emb_server *s, struct emb_req *req,
+		     const struct emb_wire_pull_req *p, struct srv_table *st)
+{
+	const uint32_t dim = st->spec.dim;
+	const size_t bitmap = p->nocreate ? emb_wire_bitmap_bytes(p->n) : 0;
+	const size_t rows = (size_t)p->n * dim * sizeof(float);
+	struct emb_frame_hdr hdr = {0};
+	struct iovec iov;
+	uint8_t *buf, *found;
+	int rc;
+
+	/* From the loop's pool: a PULL allocates nothing once warm. */
+	buf = emb__rbuf_get(emb__reply_pool(s, req),
+			    bitmap + rows + (p->nocreate ? p->n : 0) + 1);
+	if (!buf) {
+		emb__tables_unpin(st);
+		return emb__reply_error(s, req, -ENOMEM, NULL);
+	}
+	found = p->nocreate ? buf + bitmap + rows : NULL;
+	rc =
+	    emb_table_pull(st->t, p->ids, p->n, (float *)(void *)(buf + bitmap),
+			   p->nocreate ? EMB_PULL_NOCREATE : 0, found);
+	emb__tables_unpin(st);
+	if (rc < 0) {
+		emb__rbuf_put(buf);
+		return emb__reply_error(s, req, rc, NULL);
+	}
+	if (found)
+		emb_wire_found_pack(found, p->n, buf);
+	hdr.opcode = EMB_OP_PULL | EMB_OP_RESPONSE_BIT;
+	hdr.flags = p->nocreate ? EMB_F_NOCREATE : 0;
+	hdr.table_id = p->table_id;
+	hdr.count = p->n;
+	iov.iov_base = buf;
+	iov.iov_len = bitmap + rows;
+	if (emb_conn_reply(req, &hdr, &iov, iov.iov_len ? 1 : 0, rbuf_done,
+			   buf))
+		emb__rbuf_put(buf);
+	emb__req_end(s);
+	return 0;
+}
+
+/*
+ * A reply over the frame limit could never be sent, and the client would
+ * wait for it until its deadline: answer EMB_ETOOBIG before any row is
+ * made instead. False when it fits; true when the error was replied.
+ * Clients split batches by the max_frame_bytes of HELLO, so only a raw
+ * peer gets here.
+ */
+static bool reply_fails(struct emb_server *s, struct emb_req *req,
+		      const struct emb_wire_pull_req *p, struct srv_table *st)
+{
+	uint64_t stride = p->with_state ? emb_table_row_floats(st->t)
+					: st->spec.dim;
+	uint64_t bytes = EMB_WIRE_HDR_SIZE +
+			 (p->nocreate ? emb_wire_bitmap_bytes(p->n) : 0) +
+			 (uint64_t)p->n * stride * sizeof(float);
+	char msg[160];
+
+	if (bytes <= s->opts.limits.max_frame_bytes)
+		return false;
+	snprintf(msg, sizeof(msg),
+		 "reply of %llu bytes over the frame limit of %u; pull at "
+		 "most %llu ids of this table at once",
+		 (unsigned long long)bytes, s->opts.limits.max_frame_bytes,
+		 (unsigned long long)((s->opts.limits.max_frame_bytes -
+				       EMB_WIRE_HDR_SIZE) /
+				      (stride * sizeof(float) + 1)));
+	emb__reply_error(s, req, EMB_ETOOBIG, msg);
+	return true;
+}
+
+/* Points each NULL of pc->ptrs at the initial row of its id, in one
+ * buffer pc owns. 0 or -ENOMEM. */
+static int fill_fresh(struct pull_ctx *pc, const struct emb_wire_pull_req *p,
+		      uint32_t stride)
+{
+	uint32_t k = 0, nnull = 0;
+
+	for (uint32_t i = 0; i < p->n; i++)
+		nnull += !pc->ptrs[i];
+	if (!nnull)
+		return 0;
+	pc->fresh = malloc((size_t)nnull * stride * sizeof(float));
+	if (!pc->fresh)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < p->n; i++) {
+		float *row;
+
+		if (pc->ptrs[i])
+			continue;
+		row = pc->fresh + (size_t)k++ * stride;
+		emb_table_init_row(pc->st->t, p->ids[i], row, p->with_state);
+		pc->ptrs[i] = row;
+	}
+	return 0;
+}
+
+/*
+ * Rows straight from table memory, or copied? A server with both
+ * transports copies for its TCP conns whatever zero_copy_pulls says, as a
+ * TCP-only server does by default: a TCP reply is gathered by sendmsg long
+ * after the shard lock is gone, and TCP rows are never torn.
+ */
+static bool zero_copy(const struct emb_server *s, const struct emb_req *req)
+{
+	if (!s->opts.zero_copy_pulls)
+		return false;
+	return !s->dual ||
+	       strcmp(emb_conn_transport(emb_req_conn(req)), "rdma") == 0;
+}
+
+static int on_pull(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	struct emb_wire_pull_req p;
+	struct emb_frame_hdr hdr = {0};
+	struct srv_table *st;
+	struct pull_ctx *pc;
+	uint32_t stride;
+	uint16_t wflags;
+	size_t bitmap;
+	char *mem;
+	int rc, niov;
+
+	rc = emb_wire_pull_req_decode(f, &p);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	st = emb__tables_pin(s, p.table_id);
+	if (!st)
+		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
+	if (reply_fails(s, req, &p, st)) {
+		emb__tables_unpin(st);
+		return 0;
+	}
+	/* Whole rows (weights + optimizer state) always go zero-copy: the
+	 * store's copying pull gives weights only. */
+	if (!zero_copy(s, req) && !p.with_state)
+		return pull_copy(s, req, &p, st);
+	stride = p.with_state ? emb_table_row_floats(st->t) : st->spec.dim;
+	wflags = (p.nocreate ? EMB_F_NOCREATE : 0) |
+		 (p.with_state ? EMB_F_WITH_STATE : 0);
+	bitmap = p.nocreate ? emb_wire_bitmap_bytes(p.n) : 0;
+	mem = emb__rbuf_get(emb__reply_pool(s, req),
+			    sizeof(*pc) + (size_t)p.n * sizeof(float *) +
+				((size_t)p.n + 2) * sizeof(struct iovec) +
+				bitmap + p.n);
+	if (!mem) {
+		emb__tables_unpin(st);
+		return emb__reply_error(s, req, -ENOMEM, NULL);
+	}
+	pc = (struct pull_ctx *)(void *)mem;
+	pc->s = s;
+	pc->sc = NULL;
+	pc->st = st;
+	pc->l = emb__this_loop(s);
+	pc->fresh = NULL;
+	pc->ptrs = (const float **)(void *)(mem + sizeof(*pc));
+	pc->iov = (struct iovec *)(void *)(pc->ptrs + p.n);
+	pc->bits = (uint8_t *)(pc->iov + p.n + 2);
+
+	rc = emb_table_pull_ptrs(st->t, p.ids, p.n, pc->ptrs,
+				 p.nocreate ? EMB_PULL_NOCREATE : 0);
+	if (rc < 0) {
+		pull_done(pc, 0);
+		return emb__reply_error(s, req, rc, NULL);
+	}
+	/* Without NOCREATE a NULL is an id not admitted yet (admission):
+	 * it gets the row it would be created with, from a buffer of ours. */
+	if (!p.nocreate && rc > 0) {
+		rc = fill_fresh(pc, &p, stride);
+		if (rc) {
+			pull_done(pc, 0);
+			return emb__reply_error(s, req, rc, NULL);
+		}
+	}
+	if (p.nocreate) {
+		uint8_t *found = pc->bits + bitmap;
+
+		for (uint32_t i = 0; i < p.n; i++)
+			found[i] = pc->ptrs[i] != NULL;
+		emb_wire_found_pack(found, p.n, pc->bits);
+	}
+	niov = emb_wire_pull_resp_encode_ptrs(
+	    pc->head, pc->iov, p.n + 2, req->hdr.req_id, p.table_id, wflags,
+	    p.n, stride, pc->bits, pc->ptrs, zero_row);
+	if (niov < 0) {
+		pull_done(pc, 0);
+		return emb__reply_error(s, req, niov, NULL);
+	}
+	hdr.opcode = EMB_OP_PULL | EMB_OP_RESPONSE_BIT;
+	hdr.flags = wflags;
+	hdr.table_id = p.table_id;
+	hdr.count = p.n;
+	/* iov[0] is the encoder's header; the transport writes its own. */
+	/* From here until pull_done() the reply reads table memory. */
+	pc->sc = emb_conn_user(req->conn);
+	if (pc->sc)
+		pc->sc->zc_replies++;
+	if (emb_conn_reply(req, &hdr, pc->iov + 1, niov - 1, pull_done, pc))
+		pull_done(pc, 0);
+	emb__req_end(s);
+	return 0;
+}
+
+/* Ends a request on table st: drops the reference, then acks or errs. */
+static int end_table_op(struct emb_server *s, struct emb_req *req,
+			struct srv_table *st, int rc, uint32_t count)
+{
+	uint32_t id = st->id;
+
+	emb__tables_unpin(st);
+	if (rc < 0)
+		return emb__reply_error(s, req, rc, NULL);
+	emb__reply_ack(s, req, id, count);
+	return 0;
+}
+
+static int on_push(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	struct emb_wire_push_req p;
+	struct srv_table *st;
+	bool claimed = false;
+	const char *why;
+	int rc, held = 0;
+
+	st = emb__tables_pin(s, f->hdr.table_id);
+	if (!st)
+		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
+	rc = emb_wire_push_req_decode(f, st->spec.dim, &p);
+	/* Checked against the map before its sequence number is claimed:
+	 * a refused push is sent again as it was. */
+	if (!rc) {
+		held = emb__slots_begin(s->slots, &f->hdr, p.ids, p.n, &why);
+		if (held < 0) {
+			emb__tables_unpin(st);
+			return emb__reply_error(s, req, held, why);
+		}
+	}
+	/* A retried push is applied at most once. A synchronous STEP_END
+	 * part is held, not applied, so it is not claimed. */
+	if (!rc && p.session && !p.step_end) {
+		rc = emb__sessions_claim(s->sessions, p.session, p.seq);
+		if (rc == 1) {
+			emb__slots_end(s->slots, held);
+			return end_table_op(s, req, st, 0, 0);
+		}
+		claimed = rc == 0;
+	}
+	if (!rc)
+		rc = emb__sync_push(st->sync, st->t, &p, req);
+	emb__slots_end(s->slots, held);
+	/* Failed, or held for a synchronous step (and dropped if its
+	 * connection goes): either way not applied yet. */
+	if (rc != 0 && claimed)
+		emb__sessions_undo(s->sessions, p.session, p.seq);
+	if (rc == 1) {
+		emb__tables_unpin(st);
+		return 0; /* held until its synchronous step is applied */
+	}
+	/* Refused whole, by the store or before a synchronous step. */
+	if (rc == EMB_ENONFINITE) {
+		emb__count(&s->nonfinite, 1);
+		emb__tables_unpin(st);
+		return emb__reply_error(s, req, rc,
+					"a gradient is NaN or infinite; no row "
+					"was changed");
+	}
+	return end_table_op(s, req, st, rc, 0);
+}
+
+static int on_set_lifecycle(struct emb_server *s, struct emb_req *req,
+			    const struct emb_wire_frame *f)
+{
+	struct emb_wire_set_lifecycle_req m;
+	char a[EMB_LIFECYCLE_STR_MAX], e[EMB_LIFECYCLE_STR_MAX];
+	struct srv_table *st;
+	int rc;
+
+	rc = emb_wire_set_lifecycle_req_decode(f, &m);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	st = emb__tables_pin(s, m.table_id);
+	if (!st)
+		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
+	rc = emb_table_set_lifecycle(st->t, &m.life);
+	if (!rc) {
+		emb_admit_format(&m.life, a, sizeof(a));
+		emb_evict_format(&m.life, e, sizeof(e));
+		emb_log(EMB_LOG_INFO, "table %s: admit %s, evict %s",
+			st->spec.name, a, e);
+	}
+	return end_table_op(s, req, st, rc, 0);
+}
+
+static int on_set_mode(struct emb_server *s, struct emb_req *req,
+		       const struct emb_wire_frame *f)
+{
+	struct emb_wire_set_mode_req m;
+	struct srv_table *st;
+	int rc;
+
+	rc = emb_wire_set_mode_req_decode(f, &m);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	st = emb__tables_pin(s, m.table_id);
+	if (!st)
+		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
+	rc = emb__sync_set_mode(st->sync, m.mode, m.workers, m.staleness);
+	if (!rc)
+		emb_log(EMB_LOG_INFO, "table %s: mode %s", st->spec.name,
+			m.mode == EMB_MODE_SYNC	   ? "sync"
+			: m.mode == EMB_MODE_STALE ? "bounded staleness"
+						   : "async");
+	if (rc == -EBUSY) {
+		emb__tables_unpin(st);
+		return emb__reply_error(s, req, rc,
+					"a synchronous step is being gathered");
+	}
+	return end_table_op(s, req, st, rc, 0);
+}
+
+static int on_assign(struct emb_server *s, struct emb_req *req,
+		     const struct emb_wire_frame *f)
+{
+	struct emb_wire_assign_req a;
+	struct srv_table *st;
+	const char *why;
+	uint32_t dim;
+	int rc, held;
+
+	st = emb__tables_pin(s, f->hdr.table_id);
+	if (!st)
+		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
+	dim = st->spec.dim;
+	rc = emb_wire_assign_req_decode(
+	    f, dim, emb_optim_state_floats(st->spec.optim.kind, dim), &a);
+	if (!rc) {
+		held = emb__slots_begin(s->slots, &f->hdr, a.ids, a.n, &why);
+		if (held < 0) {
+			emb__tables_unpin(st);
+			return emb__reply_error(s, req, held, why);
+		}
+		rc = emb_table_assign(st->t, a.ids, a.n, a.rows, a.with_state,
+				      NULL);
+		emb__slots_end(s->slots, held);
+	}
+	if (rc == EMB_ENONFINITE)
+		emb__count(&s->nonfinite, 1);
+	return end_table_op(s, req, st, rc, 0);
+}
+
+static int on_erase(struct emb_server *s, struct emb_req *req,
+		    const struct emb_wire_frame *f)
+{
+	struct emb_wire_ids_req e;
+	struct srv_table *st;
+	const char *why;
+	int rc, held;
+
+	rc = emb_wire_erase_req_decode(f, &e);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	st = emb__tables_pin(s, e.table_id);
+	if (!st)
+		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
+	held = emb__slots_begin(s->slots, &f->hdr, e.ids, e.n, &why);
+	if (held < 0) {
+		emb__tables_unpin(st);
+		return emb__reply_error(s, req, held, why);
+	}
+	rc = emb_table_erase(st->t, e.ids, e.n);
+	emb__slots_end(s->slots, held);
+	return end_table_op(s, req, st, rc, rc > 0 ? (uint32_t)rc : 0);
+}
+
+/*
+ * LOCATE: where the ids' records lie, with the rkey of this conn's loop
+ * (each loop registers table memory in its own protection domain, so a
+ * location is good for READs on the conn that asked). Creates nothing.
+ */
+static int on_locate(struct emb_server *s, struct emb_req *req,
+		     const struct emb_wire_frame *f)
+{
+	struct emb_transport *tr = emb_req_conn(req)->tr;
+	struct emb_wire_locate_resp r;
+	struct emb_table_remote rt;
+	struct emb_wire_ids_req q;
+	struct srv_table *st;
+	uint64_t *addrs;
+	size_t len;
+	char *buf;
+	int rc;
+
+	rc = emb_wire_locate_req_decode(f, &q);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	st = emb__tables_get(s, q.table_id);
+	if (!st)
+		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
+	if (!emb_table_remote(st->t, &rt)) {
+		emb__tables_put(st);
+		return emb__reply_error(s, req, EMB_ENOTREMOTE, NULL);
+	}
+	len = emb_wire_locate_resp_bytes(q.n);
+	if (len > s->opts.limits.max_frame_bytes) {
+		emb__tables_put(st);
+		return emb__reply_error(
+		    s, req, EMB_ETOOMANYIDS,
+		    "LOCATE response would pass the frame limit");
+	}
+	buf = aligned_alloc(64, (len + 63) & ~(size_t)63);
+	if (!buf) {
+		emb__tables_put(st);
+		return emb__reply_error(s, req, -ENOMEM, NULL);
+	}
+	/* The addresses go where the entries will be, half as wide: filled
+	 * back to front, entry i overwrites only addresses >= i. */
+	r.entries = buf + EMB_WIRE_HDR_SIZE + EMB_WIRE_LOCATE_HEAD_SIZE;
+	addrs = (uint64_t *)r.entries;
+	rc = (int)emb_table_locate(st->t, q.ids, q.n, addrs);
+	emb__tables_put(st);
+	if (rc < 0) {
+		free(buf);
+		return emb__reply_error(s, req, rc, NULL);
+	}
+	for (uint32_t i = q.n; i-- > 0;) {
+		uint64_t a = addrs[i];
+		uint32_t rkey = 0;
+
+		if (a && emb_transport_rkey(tr, (void *)(uintptr_t)a,
+					    rt.rec_bytes, &rkey) != 0)
+			a = 0;
+		emb_wire_locate_entry_put(r.entries, i, a, rkey);
+	}
+	r.seed = rt.seed;
+	r.rec_bytes = rt.rec_bytes;
+	r.row_floats = rt.row_floats;
+	r.n = q.n;
+	rc = emb_wire_locate_resp_encode(buf, len, req->hdr.req_id, q.table_id,
+					 &r);
+	if (rc < 0) {
+		free(buf);
+		return emb__reply_error(s, req, rc, NULL);
+	}
+	return emb__reply_frame(s, req, buf, rc);
+}
+
+static int on_drop(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	int rc = emb_wire_empty_req_decode(f, EMB_OP_DROP_TABLE);
+
+	if (!rc)
+		rc = emb__tables_drop(s, f->hdr.table_id);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	emb__reply_ack(s, req, f->hdr.table_id, 0);
+	return 0;
+}
+
+int emb__handle(struct emb_server *s, struct emb_conn *c, struct srv_conn *sc,
+		struct emb_req *req, const struct emb_wire_frame *f)
+{
+	switch (f->hdr.opcode) {
+	case EMB_OP_HELLO:
+		return on_hello(s, c, sc, req, f);
+	case EMB_OP_PULL:
+		return on_pull(s, req, f);
+	case EMB_OP_PUSH:
+		return on_push(s, req, f);
+	case EMB_OP_PING:
+		return on_ping(s, req, f);
+	case EMB_OP_CREATE_TABLE:
+		return on_create(s, sc, req, f);
+	case EMB_OP_DROP_TABLE:
+		return on_drop(s, req, f);
+	case EMB_OP_LIST_TABLES:
+		return on_list(s, req, f);
+	case EMB_OP_ASSIGN:
+		return on_assign(s, req, f);
+	case EMB_OP_ERASE:
+		return on_erase(s, req, f);
+	case EMB_OP_LOCATE:
+		return on_locate(s, req, f);
+	case EMB_OP_STATS:
+		return on_stats(s, req, f);
+	case EMB_OP_SET_MODE:
+		return on_set_mode(s, req, f);
+	case EMB_OP_SET_LIFECYCLE:
+		return on_set_lifecycle(s, req, f);
+	case EMB_OP_DUMP_BEGIN:
+	case EMB_OP_DUMP_CHUNK:
+	case EMB_OP_DUMP_END:
+		if (emb__server_dump(s, req, f, &sc->dump))
+			emb__count(&s->errors, 1);
+		emb__req_end(s);
+		return 0;
+	default:
+		return emb__reply_error(s, req, -EOPNOTSUPP,
+					"opcode reserved for a later version");
+	}
+}

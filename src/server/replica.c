@@ -1,0 +1,175 @@
+/*
+ * src/server/replica.c - a replicated server's side of recovery
+ * (replica.h): the node agent's maps become the server's view
+ * (emb_server_set_map), and the chunk this server is the source of is
+ * streamed to the server being filled with it (emb_server_fill); when the
+ * chunk is done the scheduler is told, and its next map lifts the fence.
+ *
+ * Threads: on_map runs on the agent's thread, on_fill_done on the fill's,
+ * on_newer_map on a loop's; the mutex orders the first two.
+ */
+#include "server/replica.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/map.h"
+#include "cluster/node.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "server/server.h"
+
+struct emb_replica {
+	pthread_mutex_t mu;	/* the agent's and the fill's threads */
+	struct emb_server *srv; /* borrowed */
+	struct emb_node *node;	/* borrowed */
+	uint32_t rank;		/* this server's */
+	bool have_prev;		/* prev holds a map */
+	struct emb_cmap prev;	/* the last map taken */
+	struct emb_wire_node_addr *addrs; /* its servers by rank; owned */
+	uint32_t naddrs;		  /* entries of addrs */
+	struct emb_server_map view;	  /* prev as this server sees it */
+	uint32_t fill_first; /* first slot of the fill started last */
+	uint32_t fill_n;     /* its slots */
+	uint32_t fill_to;    /* rank it streams to */
+	uint32_t fill_grew;  /* its slots' grew epoch: a new fill of the
+				same chunk has another */
+	uint64_t fence_ms;   /* when its fence went up, emb_clock_ms()
+				(0: none held) */
+};
+
+static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
+			 int status, uint64_t rows);
+
+/* Under r->mu: starts the fill this server is the source of in the last
+ * map, unless it started it already. */
+static void fill_check(struct emb_replica *r)
+{
+	uint32_t first, to, len;
+	int rc;
+
+	if (!r->have_prev)
+		return;
+	len = emb_cmap_fill_source(&r->prev, r->rank, &first, &to);
+	if (!len || to >= r->naddrs ||
+	    (first == r->fill_first && len == r->fill_n && to == r->fill_to &&
+	     r->view.grew[first] == r->fill_grew))
+		return;
+	rc = emb_server_fill(r->srv, r->addrs[to].host, r->addrs[to].port,
+			     first, len, r->prev.epoch, on_fill_done, r);
+	if (rc) {
+		/* -EBUSY: the last fill is ending; its end looks again. */
+		if (rc != -EBUSY)
+			emb_log(EMB_LOG_WARN, "cannot stream slots %u-%u: %s",
+				first, first + len - 1, emb_strerror(rc));
+		return;
+	}
+	r->fill_first = first;
+	r->fill_n = len;
+	r->fill_to = to;
+	r->fill_grew = r->view.grew[first];
+	r->fence_ms = emb_clock_ms();
+	emb_log(EMB_LOG_INFO,
+		"map epoch %llu: streaming slots %u-%u to server "
+		"%u (%s:%u)",
+		(unsigned long long)r->prev.epoch, first, first + len - 1, to,
+		r->addrs[to].host, r->addrs[to].port);
+}
+
+/* The fill's thread: the chunk is done (or not); the scheduler moves on. */
+static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
+			 int status, uint64_t rows)
+{
+	struct emb_replica *r = arg;
+	int rc = emb_node_fill_done(r->node, first, n, epoch, status);
+
+	/* The scheduler published the next step as it answered: take it
+	 * now, not at the next heartbeat, so the fence comes down. */
+	if (!rc)
+		emb_node_map_refresh(r->node);
+	emb_log(rc ? EMB_LOG_WARN : EMB_LOG_INFO,
+		"slots %u-%u streamed (%llu rows%s%s): scheduler %s", first,
+		first + n - 1, (unsigned long long)rows, status ? ", " : "",
+		status ? emb_strerror(status) : "",
+		rc ? emb_strerror(rc) : "told");
+	pthread_mutex_lock(&r->mu);
+	fill_check(r);
+	pthread_mutex_unlock(&r->mu);
+}
+
+/* Agent thread: a newer map. */
+static void on_map(void *arg, const struct emb_cmap *m,
+		   const struct emb_wire_node_addr *srv, uint32_t n)
+{
+	struct emb_replica *r = arg;
+	struct emb_wire_node_addr *a = calloc(n, sizeof(*a));
+
+	if (!a)
+		return;
+	memcpy(a, srv, n * sizeof(*a));
+	pthread_mutex_lock(&r->mu);
+	emb_cmap_view(m, r->have_prev ? &r->prev : NULL, r->view.grew, r->rank,
+		      r->view.slot, r->view.grew);
+	r->view.epoch = m->epoch;
+	/* The last fill's fence is down once its chunk has no fill: how
+	 * long writes to it waited here (docs/replication.md, Figures). */
+	if (r->fence_ms && m->fill[r->fill_first] != r->fill_to) {
+		emb_log(EMB_LOG_INFO,
+			"fence on slots %u-%u lifted after %llu ms",
+			r->fill_first, r->fill_first + r->fill_n - 1,
+			(unsigned long long)(emb_clock_ms() - r->fence_ms));
+		r->fence_ms = 0;
+	}
+	r->prev = *m;
+	r->have_prev = true;
+	free(r->addrs);
+	r->addrs = a;
+	r->naddrs = n;
+	/* Fences first: when this returns, no write to a fenced chunk is
+	 * still being applied, so the fill reads final rows. */
+	emb_server_set_map(r->srv, &r->view);
+	fill_check(r);
+	pthread_mutex_unlock(&r->mu);
+}
+
+/* A loop thread: a write carried a newer epoch than the view's. */
+static void on_newer_map(void *arg, uint64_t epoch)
+{
+	struct emb_replica *r = arg;
+
+	(void)epoch;
+	emb_node_map_refresh(r->node);
+}
+
+int emb_replica_create(struct emb_server *s, struct emb_node *n,
+		       struct emb_replica **out)
+{
+	struct emb_replica *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return -ENOMEM;
+	pthread_mutex_init(&r->mu, NULL);
+	r->srv = s;
+	r->node = n;
+	r->rank = emb_node_rank(n);
+	emb_server_on_newer_map(s, on_newer_map, r);
+	emb_node_watch_map(n, on_map, r);
+	*out = r;
+	return 0;
+}
+
+void emb_replica_destroy(struct emb_replica *r)
+{
+	if (!r)
+		return;
+	/* The agent first: its map callbacks use the server. */
+	emb_node_watch_map(r->node, NULL, NULL);
+	emb_server_on_newer_map(r->srv, NULL, NULL);
+	pthread_mutex_destroy(&r->mu);
+	free(r->addrs);
+	free(r);
+}
