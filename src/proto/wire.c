@@ -534,16 +534,24 @@ int emb_wire_error_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 			 status, msg);
 }
 
+int emb_wire_error_echo_encode(void *buf, size_t cap,
+			       const struct emb_frame_hdr *req,
+			       uint32_t table_id, int32_t status,
+			       const char *msg)
+{
+	if (!req || status >= 0)
+		return EMB_EBADARG;
+	/* Whatever the peer sent, known opcode or not: it is answered. */
+	return error_put(buf, cap, (uint8_t)(req->opcode | EMB_OP_RESPONSE_BIT),
+			 req->req_id, table_id, status, msg);
+}
+
 int emb_wire_reject_encode(void *buf, size_t cap,
 			   const struct emb_frame_hdr *req, int status,
 			   const char *msg)
 {
-	if (!req || status >= 0)
-		return EMB_EBADARG;
-	/* Whatever the peer sent, known opcode or not: the transport
-	 * refuses frames before anything decodes them. */
-	return error_put(buf, cap, (uint8_t)(req->opcode | EMB_OP_RESPONSE_BIT),
-			 req->req_id, 0, status, msg);
+	/* The transport refuses frames before anything decodes them. */
+	return emb_wire_error_echo_encode(buf, cap, req, 0, status, msg);
 }
 
 int emb_wire_list_resp_encode(void *buf, size_t cap, uint64_t req_id,

@@ -426,10 +426,20 @@ int emb_wire_error_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 			  uint32_t table_id, int32_t status, const char *msg);
 
 /*
- * The error response to a frame refused before anything decoded it, whose
- * opcode may be any byte: answers req's opcode | EMB_OP_RESPONSE_BIT and
- * req_id, table id 0, with status < 0 (EMB_EBADARG otherwise) and msg as
- * emb_wire_error_encode() does. Bytes written, or -ENOSPC. The transports'
+ * The error response to a request whose opcode may be any byte (a response
+ * opcode, a number that is no opcode): answers req's opcode |
+ * EMB_OP_RESPONSE_BIT and req_id with table_id, status < 0 (EMB_EBADARG
+ * otherwise) and msg as emb_wire_error_encode() does. Bytes written, or
+ * -ENOSPC. A server answers every request it refuses with this.
+ */
+int emb_wire_error_echo_encode(void *buf, size_t cap,
+			       const struct emb_frame_hdr *req,
+			       uint32_t table_id, int32_t status,
+			       const char *msg);
+
+/*
+ * The error response to a frame refused before anything decoded it:
+ * emb_wire_error_echo_encode() with table id 0. The transports'
  * emb_reject_fn (transport/transport.h): a server puts it in
  * emb_transport_opts.reject_encode.
  */

@@ -98,23 +98,6 @@ int emb__reply_frame(struct emb_server *s, struct emb_req *req, void *buf,
 	return rc;
 }
 
-/*
- * An error frame echoing the request's opcode. The encoder takes known
- * request opcodes only, but a peer may send a response opcode or a number
- * that is no opcode and still deserves its answer: encode as PING, then put
- * the peer's opcode (frame offset 5) back.
- */
-static int encode_error(void *buf, size_t cap, const struct emb_frame_hdr *rq,
-			uint32_t table_id, int status, const char *msg)
-{
-	int len = emb_wire_error_encode(buf, cap, EMB_OP_PING, rq->req_id,
-					table_id, status, msg);
-
-	if (len > 0)
-		((uint8_t *)buf)[5] =
-		    (uint8_t)(rq->opcode | EMB_OP_RESPONSE_BIT);
-	return len;
-}
 
 int emb__reply_error(struct emb_server *s, struct emb_req *req, int status,
 		     const char *msg)
@@ -129,8 +112,9 @@ int emb__reply_error(struct emb_server *s, struct emb_req *req, int status,
 		emb__req_end(s);
 		return 0;
 	}
-	len = encode_error(buf, cap, &req->hdr, req->hdr.table_id, status,
-			   msg ? msg : emb_strerror(status));
+	len = emb_wire_error_echo_encode(buf, cap, &req->hdr,
+					 req->hdr.table_id, status,
+					 msg ? msg : emb_strerror(status));
 	if (len < 0) {
 		free(buf);
 		emb_req_release(req);
@@ -211,8 +195,8 @@ void emb__reply_and_close(struct emb_server *s, struct emb_conn *c,
 
 	emb__count(&s->errors, 1);
 	sc->closing = true;
-	len = cc ? encode_error(cc->frame, sizeof(cc->frame), &req->hdr, 0,
-				status, msg)
+	len = cc ? emb_wire_error_echo_encode(cc->frame, sizeof(cc->frame),
+					      &req->hdr, 0, status, msg)
 		 : -ENOMEM;
 	if (len < 0) {
 		free(cc);
