@@ -61,8 +61,8 @@ static inline float *emb__row_data(struct emb_row_hdr *r)
 /* One buffer per use: a call takes each slot at most once at a time. */
 enum {
 	EMB_SCRATCH_BATCH, /* hashes and shard groups (table.c) */
-	EMB_SCRATCH_DEDUP, /* push: the dedup hash map */
-	EMB_SCRATCH_UNIQ,  /* push: distinct positions and gradient pointers */
+	EMB_SCRATCH_DEDUP, /* push: the set of hashes seen (repeat check) */
+	EMB_SCRATCH_UNIQ,  /* push: repeats' positions and their sum rows */
 	EMB_SCRATCH_SUMS,  /* push: summed gradients of repeated ids */
 	EMB_SCRATCH_ADMIT, /* pull: ids sighted by admission in this call */
 	EMB_SCRATCH_NSLOTS

@@ -307,14 +307,13 @@ static void batch_fini(struct batch *b)
 }
 
 /*
- * Groups the positions sel[0..m) (or 0..m when sel is NULL) by shard.
- * Inlined, so the calls with no sel lose its test per id; the local
- * restrict pointers keep the counts apart from the hashes (through b, GCC
- * reloaded them per id).
+ * Groups the positions 0..n of b by shard. Inlined; the local restrict
+ * pointers keep the counts apart from the hashes (through b, GCC
+ * reloaded them per id). A push groups with its duplicate check folded
+ * in instead (group_push()).
  */
 static inline __attribute__((always_inline)) void
-batch_group(struct emb_table *t, struct batch *b, const uint32_t *sel,
-	    uint32_t m)
+batch_group(struct emb_table *t, struct batch *b, uint32_t n)
 {
 	const uint64_t *restrict h = b->h;
 	uint32_t *restrict start = b->start;
@@ -323,21 +322,18 @@ batch_group(struct emb_table *t, struct batch *b, const uint32_t *sel,
 	uint32_t s, i, sum = 0;
 
 	memset(start, 0, (t->nshards + 1) * sizeof(*start));
-	for (i = 0; i < m; i++)
-		start[(h[sel ? sel[i] : i] & mask) + 1]++;
+	for (i = 0; i < n; i++)
+		start[(h[i] & mask) + 1]++;
 	for (s = 0; s <= t->nshards; s++) {
 		sum += start[s];
 		start[s] = sum;
 	}
 	/* start[s + 1] is used as the fill cursor of shard s, then restored. */
-	for (i = 0; i < m; i++) {
-		uint32_t p = sel ? sel[i] : i;
-
-		pos[start[h[p] & mask]++] = p;
-	}
+	for (i = 0; i < n; i++)
+		pos[start[h[i] & mask]++] = i;
 	memmove(start + 1, start, t->nshards * sizeof(*start));
 	start[0] = 0;
-	b->npos = m;
+	b->npos = n;
 }
 
 /*
@@ -386,7 +382,7 @@ static void hash_group(struct emb_table *t, struct batch *b,
 		       const uint64_t *ids, uint32_t n)
 {
 	hash_all(b->h, ids, n);
-	batch_group(t, b, NULL, n);
+	batch_group(t, b, n);
 }
 
 /*
@@ -1130,85 +1126,140 @@ static void add_floats(float *restrict dst, const float *restrict src,
 }
 
 /*
- * Collapses duplicate ids: uniq[] receives the first position of each
- * distinct id, and grad[k] the summed gradient of uniq[k] (pointing into
- * grads when the id occurs once, else into the returned sum buffer, a
- * scratch buffer the caller passes to emb__scratch_done). Returns the
- * number of distinct ids or -ENOMEM.
+ * What a push's grouping found repeated: the gradients of each id that
+ * occurs more than once, summed in batch order into a row of sums, and
+ * which sum row each first occurrence takes. Both NULL when every id of
+ * the batch is distinct (the client library's pushes, after its own
+ * dedup): then each position's gradient is the caller's row.
  */
-static int64_t dedup_grads(const struct emb_table *t, const uint64_t *ids,
-			   const uint64_t *h, uint32_t n, const float *grads,
-			   uint32_t *uniq, const float **grad, float **sums_out)
-{
-	uint32_t size = 16, mask, nu = 0, ndup = 0;
-	uint32_t *map, *cnt, *of;
-	float *sums = NULL;
-	const size_t dim = t->dim;
+struct push_sums {
+	const uint32_t *sum_of; /* per position: its row in sums, or
+				   UINT32_MAX: the caller's gradient */
+	float *sums;		/* dim floats per repeated id (scratch) */
+	void *buf;		/* the scratch buffer sum_of lies in */
+};
 
-	while (size < 2 * n)
+/*
+ * Groups a push's positions by shard (as batch_group()) and checks for
+ * repeated ids in the same pass: the counting loop probes a set of the
+ * hashes seen so far (emb_id_hash is a bijection, so equal hashes are
+ * equal ids, and the ids themselves are never read again). Only the
+ * first occurrence of an id goes into its group; the later ones are
+ * listed, and their gradients added to the first one's in a sum row.
+ * So a batch with repeats gives the same rows as one with each id once
+ * and the gradients summed, it never makes a row twice, and a batch of
+ * distinct ids pays one probe per id and nothing else: no separate dedup
+ * pass, no gradient pointers per id (docs/store.md, "One dedup per
+ * push"). 0, or -ENOMEM (nothing is left to release then).
+ */
+static int group_push(struct emb_table *t, struct batch *b, uint32_t n,
+		      const float *grads, struct push_sums *ps)
+{
+	const uint64_t *restrict h = b->h;
+	uint32_t *restrict start = b->start;
+	uint32_t *restrict pos = b->pos;
+	const uint32_t smask = t->shard_mask;
+	const size_t dim = t->dim;
+	uint32_t *map, *rep = NULL, *of, *sum_of, *first;
+	uint32_t nrep = 0, nsum = 0;
+	uint64_t size = 16;
+	uint32_t mask;
+	float *sums;
+
+	ps->sum_of = NULL;
+	ps->sums = NULL;
+	ps->buf = NULL;
+	while (size < 2 * (uint64_t)n)
 		size <<= 1;
-	mask = size - 1;
-	map = emb__scratch(EMB_SCRATCH_DEDUP,
-			   ((size_t)size + 2 * (size_t)n) * sizeof(*map));
+	mask = (uint32_t)(size - 1);
+	/* map[slot]: a batch position + 1 whose hash is there, 0 = empty. */
+	map = emb__scratch(EMB_SCRATCH_DEDUP, (size_t)size * sizeof(*map));
 	if (!map)
 		return -ENOMEM;
-	cnt = map + size;
-	of = cnt + n;
-	memset(map, 0xff, (size_t)size * sizeof(*map));
-
+	memset(map, 0, (size_t)size * sizeof(*map));
+	memset(start, 0, (t->nshards + 1) * sizeof(*start));
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t slot = (uint32_t)(h[i] >> 20) & mask;
+		const uint64_t hi = h[i];
+		uint32_t slot = (uint32_t)(hi >> 20) & mask, q;
 
-		while (map[slot] != UINT32_MAX &&
-		       ids[uniq[map[slot]]] != ids[i])
+		while ((q = map[slot]) && h[q - 1] != hi)
 			slot = (slot + 1) & mask;
-		if (map[slot] == UINT32_MAX) {
-			map[slot] = nu;
-			uniq[nu] = i;
-			cnt[nu++] = 1;
-		} else if (cnt[map[slot]]++ == 1) {
-			ndup++;
+		if (__builtin_expect(!q, 1)) {
+			map[slot] = i + 1;
+			start[(hi & smask) + 1]++;
+			continue;
 		}
-		of[i] = map[slot];
-	}
-	if (ndup) {
-		uint32_t next = 0;
-
-		sums = emb__scratch(EMB_SCRATCH_SUMS,
-				    (size_t)ndup * dim * sizeof(*sums));
-		if (!sums) {
-			emb__scratch_done(map);
-			return -ENOMEM;
-		}
-		for (uint32_t k = 0; k < nu; k++) {
-			if (cnt[k] == 1) {
-				grad[k] = grads + (size_t)uniq[k] * dim;
-			} else {
-				/* cnt[k] now names the id's sum row. */
-				float *dst = sums + (size_t)next * dim;
-
-				memcpy(dst, grads + (size_t)uniq[k] * dim,
-				       dim * sizeof(*dst));
-				grad[k] = dst;
-				cnt[k] = UINT32_MAX - next++;
+		/* A repeat: rep[] lists its position (in batch order), of[]
+		 * the first occurrence's. One buffer, made at the first
+		 * repeat: rep[n + 1], of[n], sum_of[n], first[n]. */
+		if (!rep) {
+			rep = emb__scratch(EMB_SCRATCH_UNIQ,
+					   ((size_t)n * 4 + 1) * sizeof(*rep));
+			if (!rep) {
+				emb__scratch_done(map);
+				return -ENOMEM;
 			}
 		}
-		for (uint32_t i = 0; i < n; i++) {
-			uint32_t k = of[i];
-			float *dst;
-
-			if (cnt[k] == 1 || uniq[k] == i)
-				continue;
-			dst = sums + (size_t)(UINT32_MAX - cnt[k]) * dim;
-			add_floats(dst, grads + (size_t)i * dim, dim);
-		}
-	} else {
-		for (uint32_t k = 0; k < nu; k++)
-			grad[k] = grads + (size_t)uniq[k] * dim;
+		rep[nrep] = i;
+		rep[n + 1 + nrep++] = q - 1;
 	}
 	emb__scratch_done(map);
-	*sums_out = sums;
-	return nu;
+	for (uint32_t si = 0, sum = 0; si <= t->nshards; si++) {
+		sum += start[si];
+		start[si] = sum;
+	}
+	/* start[s + 1] is used as the fill cursor of shard s, then restored. */
+	if (!nrep) {
+		for (uint32_t i = 0; i < n; i++)
+			pos[start[h[i] & smask]++] = i;
+		memmove(start + 1, start, t->nshards * sizeof(*start));
+		start[0] = 0;
+		b->npos = n;
+		return 0;
+	}
+	of = rep + n + 1;
+	sum_of = of + n;
+	first = sum_of + n;
+	/* Repeats stay out of the groups; a first occurrence has its own
+	 * gradient (UINT32_MAX) until it is given a sum row below. rep[nrep]
+	 * = n ends the list for the test. */
+	rep[nrep] = n;
+	for (uint32_t i = 0, d = 0; i < n; i++) {
+		if (rep[d] == i) {
+			d++;
+			continue;
+		}
+		sum_of[i] = UINT32_MAX;
+		pos[start[h[i] & smask]++] = i;
+	}
+	memmove(start + 1, start, t->nshards * sizeof(*start));
+	start[0] = 0;
+	b->npos = n - nrep;
+
+	/* A sum row per repeated id, in the order of first occurrence. */
+	for (uint32_t d = 0; d < nrep; d++) {
+		uint32_t q = of[d];
+
+		if (sum_of[q] == UINT32_MAX) {
+			sum_of[q] = nsum;
+			first[nsum++] = q;
+		}
+	}
+	sums = emb__scratch(EMB_SCRATCH_SUMS, (size_t)nsum * dim * sizeof(*sums));
+	if (!sums) {
+		emb__scratch_done(rep);
+		return -ENOMEM;
+	}
+	for (uint32_t k = 0; k < nsum; k++)
+		memcpy(sums + (size_t)k * dim, grads + (size_t)first[k] * dim,
+		       dim * sizeof(*sums));
+	for (uint32_t d = 0; d < nrep; d++)
+		add_floats(sums + (size_t)sum_of[of[d]] * dim,
+			   grads + (size_t)rep[d] * dim, dim);
+	ps->sum_of = sum_of;
+	ps->sums = sums;
+	ps->buf = rep;
+	return 0;
 }
 
 /* A push call's state, shared by its groups (push_group()). */
@@ -1216,8 +1267,8 @@ struct push_ctx {
 	const uint64_t *ids;	    /* the call's ids */
 	const struct batch *b;	    /* hashes and groups */
 	struct emb_life_shard *life; /* the table's lifecycle, or NULL */
-	const float *const *grad;   /* summed gradient of each distinct id */
-	const uint32_t *slot_of;    /* batch position -> index in grad */
+	const float *grads;	    /* the caller's, dim floats per id */
+	struct push_sums ps;	    /* repeated ids' summed gradients */
 	uint32_t step;		    /* this push's step: the access time */
 	uint64_t created;	    /* rows made */
 	uint64_t applied;	    /* rows updated */
@@ -1236,8 +1287,10 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	 * for every row, and keep the counts in memory. */
 	const uint64_t *const ids = x->ids;
 	const struct batch *const b = x->b;
-	const float *const *const grad = x->grad;
-	const uint32_t *const slot_of = x->slot_of;
+	const float *const grads = x->grads;
+	const uint32_t *const sum_of = x->ps.sum_of;
+	const float *const sums = x->ps.sums;
+	const size_t dim = t->dim;
 	const uint32_t step = x->step;
 	struct emb_life_shard *ls = life_of(x->life, si);
 	uint64_t created = 0, applied = 0, dropped = 0;
@@ -1273,7 +1326,10 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 			touch(r, step);
 			w = emb__row_data(r);
 			emb_optim_apply(&t->opts.optim, w, w + t->dim,
-					grad[slot_of[p]], t->dim);
+					sum_of && sum_of[p] != UINT32_MAX
+					    ? sums + (size_t)sum_of[p] * dim
+					    : grads + (size_t)p * dim,
+					t->dim);
 			emb__row_seal(t, r);
 			applied++;
 		}
@@ -1288,13 +1344,9 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   const float *grads)
 {
-	uint32_t *uniq = NULL, *slot_of;
+	struct push_ctx x = {.ids = ids, .grads = grads};
 	struct emb_table_stripe *st;
-	struct push_ctx x = {.ids = ids};
-	const float **grad = NULL;
-	float *sums = NULL;
 	struct batch b;
-	int64_t nu;
 	int rc;
 
 	if (!t || (n && (!ids || !grads)))
@@ -1313,33 +1365,12 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		return rc;
 	}
 	hash_all(b.h, ids, n);
-	/* One buffer: grad[n] first (pointer aligned), then uniq[n] and
-	 * slot_of[n]. */
-	grad = emb__scratch(EMB_SCRATCH_UNIQ,
-			    (size_t)n * (sizeof(*grad) + sizeof(*uniq) +
-					 sizeof(*slot_of)));
-	if (!grad) {
-		rc = -ENOMEM;
-		goto out;
+	rc = group_push(t, &b, n, grads, &x.ps);
+	if (!rc) {
+		x.b = &b;
+		each_group(t, &b, push_group, &x);
+		rc = x.rc;
 	}
-	uniq = (uint32_t *)(void *)(grad + n);
-	slot_of = uniq + n;
-	nu = dedup_grads(t, ids, b.h, n, grads, uniq, grad, &sums);
-	if (nu < 0) {
-		rc = (int)nu;
-		goto out;
-	}
-	/* Map a batch position back to its distinct index for grad[]. */
-	for (uint32_t k = 0; k < (uint32_t)nu; k++)
-		slot_of[uniq[k]] = k;
-	batch_group(t, &b, uniq, (uint32_t)nu);
-
-	x.b = &b;
-	x.grad = grad;
-	x.slot_of = slot_of;
-	each_group(t, &b, push_group, &x);
-	rc = x.rc;
-out:
 	add_stat(&t->rows, x.created);
 	add_evicted(t, &x.ev);
 	st = emb__my_stripe(t);
@@ -1347,14 +1378,12 @@ out:
 	add_stat(&st->rows_created, x.created);
 	add_stat(&st->pushes, 1);
 	add_stat(&st->rows_pushed, x.applied);
-	emb__scratch_done(sums);
-	emb__scratch_done(grad);
+	emb__scratch_done(x.ps.sums);
+	emb__scratch_done(x.ps.buf);
 	batch_fini(&b);
 	emb__writer_exit(t);
 	return rc;
 }
-
-/* ---- assign, erase ---- */
 
 /* An assign call's state, shared by its groups (assign_group()). */
 struct assign_ctx {
