@@ -1,32 +1,22 @@
 /*
- * src/store/dirty.c - change tracking for incremental checkpoints, and the
- * checkpoint walk that reads it (emb_table_ckpt_*).
+ * src/store/dirty.c - change tracking for incremental checkpoints: what
+ * each shard wrote and removed since the last checkpoint walk (ckpt.c
+ * reads and clears it).
  *
  * Each shard keeps a bit per record (set when the record's floats are
- * written or the record is created) and a list of the ids it removed. A
- * push pays one OR into a bitmap that stays cache resident (1 bit per row,
- * 128 KiB per million rows), under the shard lock it already holds.
+ * written or the record is created: emb__dirty_mark in store_int.h) and a
+ * list of the ids it removed. A push pays one OR into a bitmap that stays
+ * cache resident (1 bit per row, 128 KiB per million rows), under the
+ * shard lock it already holds.
  *
- * A walk takes the removed ids of every shard at begin, then goes shard by
- * shard copying rows (all of them, or the marked ones for a delta) and
- * clearing their marks, under the shard lock in bounded steps. Removals
- * that happen while a shard is walked stay in its list for the next delta,
- * except those whose id is live again when the walk leaves the shard: the
- * walk or the next delta carries that row whole, and a delta applies its
- * removals before its rows. So the files of a chain, applied in order,
- * give every row's last written value at the walks' ends.
- *
- * Functions named emb__dirty_* run under the caller's shard lock; the walk
- * may run in any thread, at most one walk per table at a time.
+ * A leaf: the shard calls down into it, it calls no other file of the
+ * store. Every function runs under the caller's shard lock.
  */
 #include "store/store_int.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "common/err.h"
-#include "common/hash.h"
 
 /* Removed ids a shard remembers: beyond this a delta would be about as big
  * as a full checkpoint, so the shard stops counting and asks for one. */
@@ -87,151 +77,4 @@ void emb__dirty_fini(struct emb_shard *s)
 	free(s->erased);
 	s->dirty = NULL;
 	s->erased = NULL;
-}
-
-/* ---- the checkpoint walk ---- */
-
-struct emb_table_ckpt {
-	struct emb_table *t; /* borrowed */
-	bool delta;	     /* marked rows only */
-	uint32_t shard;	     /* shard being walked */
-	uint32_t idx;	     /* next record index in it */
-	uint64_t *erased;    /* removed ids taken at begin (delta) */
-	uint64_t nerased;    /* ids in erased */
-};
-
-int emb_table_ckpt_begin(struct emb_table *t, bool delta,
-			 struct emb_table_ckpt **out)
-{
-	struct emb_table_ckpt *c;
-	bool lost = false;
-	uint64_t n = 0;
-
-	if (!t || !out)
-		return EMB_EBADARG;
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	c->t = t;
-	c->delta = delta;
-	/* Upper bound first, so that the lists can be taken in one pass. */
-	for (uint32_t si = 0; si < t->nshards; si++)
-		n += __atomic_load_n(&t->shards[si].nerased, __ATOMIC_RELAXED);
-	if (delta) {
-		c->erased =
-		    malloc((size_t)(n + t->nshards * 64u) * sizeof(*c->erased));
-		if (!c->erased) {
-			free(c);
-			return -ENOMEM;
-		}
-	}
-	for (uint32_t si = 0; si < t->nshards; si++) {
-		struct emb_shard *s = &t->shards[si];
-
-		pthread_mutex_lock(&s->lock);
-		/* Room runs out only if removals came meanwhile. */
-		if (delta && !s->erased_lost &&
-		    c->nerased + s->nerased > n + t->nshards * 64u)
-			s->erased_lost = true;
-		if (delta && s->erased_lost) {
-			/* The flag stays until a full walk: no delta
-			 * before it, even if other lists were taken. */
-			lost = true;
-		} else {
-			/* A full walk needs no list: what it misses, it
-			 * never copied. */
-			if (delta) {
-				memcpy(c->erased + c->nerased, s->erased,
-				       (size_t)s->nerased * sizeof(*c->erased));
-				c->nerased += s->nerased;
-			}
-			s->nerased = 0;
-			s->erased_lost = false;
-		}
-		pthread_mutex_unlock(&s->lock);
-	}
-	if (lost) {
-		/* The marks are intact; the full walk that must follow
-		 * clears them. */
-		free(c->erased);
-		free(c);
-		return EMB_EDELTALOST;
-	}
-	*out = c;
-	return 0;
-}
-
-uint64_t emb_table_ckpt_erased(const struct emb_table_ckpt *c,
-			       const uint64_t **ids)
-{
-	*ids = c->erased;
-	return c->nerased;
-}
-
-/* The walk leaves shard s: drops the removals of ids that are live again. */
-static void leave_shard(struct emb_table *t, struct emb_shard *s)
-{
-	uint32_t keep = 0;
-
-	for (uint32_t i = 0; i < s->nerased; i++) {
-		uint64_t id = s->erased[i];
-
-		if (emb__shard_find(t, s, id, emb_id_hash(id)) < 0)
-			s->erased[keep++] = id;
-	}
-	s->nerased = keep;
-}
-
-int emb_table_ckpt_next(struct emb_table_ckpt *c, uint64_t *ids, float *rows,
-			struct emb_row_meta *meta, uint32_t max)
-{
-	struct emb_table *t = c->t;
-	uint32_t got = 0;
-
-	if (!ids || !rows)
-		return EMB_EBADARG;
-	while (got < max && c->shard < t->nshards) {
-		struct emb_shard *s = &t->shards[c->shard];
-		/* Records looked at per lock hold, so pushes wait little. */
-		uint32_t budget = 4 * max;
-
-		pthread_mutex_lock(&s->lock);
-		while (got < max && budget && c->idx < s->next_idx) {
-			uint32_t i = c->idx;
-			uint64_t *w = &s->dirty[i >> 6];
-			uint64_t bit = 1ull << (i & 63);
-			struct emb_row_hdr *r;
-
-			if (c->delta && !(*w >> (i & 63))) {
-				/* No mark left in this word: next word. */
-				c->idx = (i | 63) + 1;
-				budget--;
-				continue;
-			}
-			c->idx++;
-			budget--;
-			if (c->delta && !(*w & bit))
-				continue;
-			*w &= ~bit;
-			r = emb__shard_row(t, s, i);
-			if (r->count & EMB_ROW_FREE)
-				continue;
-			emb__row_put(t, r, got++, ids, rows, meta);
-		}
-		if (c->idx >= s->next_idx) {
-			leave_shard(t, s);
-			c->shard++;
-			c->idx = 0;
-		}
-		pthread_mutex_unlock(&s->lock);
-	}
-	return (int)got;
-}
-
-void emb_table_ckpt_end(struct emb_table_ckpt *c)
-{
-	if (!c)
-		return;
-	free(c->erased);
-	free(c);
 }

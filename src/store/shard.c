@@ -77,42 +77,6 @@ static void place(uint32_t *slots, uint32_t n, uint64_t h, uint32_t v)
 	slots[pos] = v;
 }
 
-/*
- * Memory is charged where it is allocated: the shard grows the index and
- * the slabs, so charging lives here and table.c only calls down into it.
- */
-int emb__mem_charge(struct emb_table *t, int64_t n)
-{
-	struct emb_mem_budget *b = t->opts.budget;
-	uint64_t used;
-
-	if (n <= 0) {
-		__atomic_fetch_sub(&t->mem_used, (uint64_t)-n,
-				   __ATOMIC_RELAXED);
-		if (b)
-			__atomic_fetch_sub(&b->used, (uint64_t)-n,
-					   __ATOMIC_RELAXED);
-		return 0;
-	}
-	used = __atomic_add_fetch(&t->mem_used, (uint64_t)n, __ATOMIC_RELAXED);
-	if (t->opts.mem_limit && used > t->opts.mem_limit)
-		goto err_table;
-	if (b) {
-		used =
-		    __atomic_add_fetch(&b->used, (uint64_t)n, __ATOMIC_RELAXED);
-		if (b->limit && used > b->limit) {
-			__atomic_fetch_sub(&b->used, (uint64_t)n,
-					   __ATOMIC_RELAXED);
-			goto err_table;
-		}
-	}
-	return 0;
-
-err_table:
-	__atomic_fetch_sub(&t->mem_used, (uint64_t)n, __ATOMIC_RELAXED);
-	return EMB_EMEMLIMIT;
-}
-
 static int grow_index(struct emb_table *t, struct emb_shard *s)
 {
 	uint32_t n = s->nslots ? s->nslots + s->nslots / 2 : MIN_SLOTS;

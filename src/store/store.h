@@ -298,7 +298,7 @@ int emb_table_view_next(struct emb_table_view *v, uint64_t *ids, float *rows,
 			struct emb_row_meta *meta, uint32_t max);
 void emb_table_view_destroy(struct emb_table_view *v); /* NULL: no-op */
 
-/* ---- incremental checkpoints (dirty.c) ---- */
+/* ---- incremental checkpoints (ckpt.c) ---- */
 
 /*
  * A table remembers which rows were written (pushed, assigned, created)

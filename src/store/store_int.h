@@ -1,6 +1,16 @@
 /*
  * src/store/store_int.h - the store's own types: arena, shard, row records.
  * Only the store's own .c files include this.
+ *
+ * Calls between the store's files run one way, so that no file calls a
+ * file that calls it back (a file that needs to reach up takes a function
+ * pointer, as the arena's extent hook does):
+ *
+ *   chain.c -> snapshot.c -> ckpt.c, table.c
+ *   table.c -> lifecycle.c -> shard.c -> dirty.c, view.c, arena.c
+ *   ckpt.c -> shard.c;  table.c -> view.c, shard.c, arena.c
+ *   mem.c (memory charges) and scratch.c (per-thread buffers) are leaves
+ *   every level may call; dirty.c, arena.c and mem.c call no store file.
  */
 #ifndef EMB_STORE_STORE_INT_H
 #define EMB_STORE_STORE_INT_H
@@ -51,8 +61,8 @@ static inline float *emb__row_data(struct emb_row_hdr *r)
 /* One buffer per use: a call takes each slot at most once at a time. */
 enum {
 	EMB_SCRATCH_BATCH, /* hashes and shard groups (table.c) */
-	EMB_SCRATCH_DEDUP, /* push: the dedup hash map */
-	EMB_SCRATCH_UNIQ,  /* push: distinct positions and gradient pointers */
+	EMB_SCRATCH_DEDUP, /* push: the set of hashes seen (repeat check) */
+	EMB_SCRATCH_UNIQ,  /* push: repeats' positions and their sum rows */
 	EMB_SCRATCH_SUMS,  /* push: summed gradients of repeated ids */
 	EMB_SCRATCH_ADMIT, /* pull: ids sighted by admission in this call */
 	EMB_SCRATCH_NSLOTS
@@ -116,8 +126,8 @@ struct emb_shard {
 	uint32_t nslabs;      /* slabs in use */
 	uint32_t slabs_cap;   /* room in slabs[] */
 	char **slabs;	      /* slab base addresses */
-	/* Incremental checkpoints (dirty.c): what changed since the last
-	 * checkpoint walk took this shard. */
+	/* Incremental checkpoints (dirty.c, read by ckpt.c): what changed
+	 * since the last checkpoint walk took this shard. */
 	uint64_t *dirty;      /* bit per record index: written since */
 	uint32_t dirty_words; /* words in dirty, covers every slab record */
 	uint32_t nerased;     /* ids in erased */
@@ -456,7 +466,7 @@ static inline void emb__row_write(struct emb_table *t, struct emb_shard *s,
 }
 
 /*
- * shard.c: charges (n > 0) or releases (n < 0) table memory against the
+ * mem.c: charges (n > 0) or releases (n < 0) table memory against the
  * table's limit and its budget; 0 or EMB_EMEMLIMIT (nothing charged).
  */
 int emb__mem_charge(struct emb_table *t, int64_t n);

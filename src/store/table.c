@@ -307,14 +307,13 @@ static void batch_fini(struct batch *b)
 }
 
 /*
- * Groups the positions sel[0..m) (or 0..m when sel is NULL) by shard.
- * Inlined, so the calls with no sel lose its test per id; the local
- * restrict pointers keep the counts apart from the hashes (through b, GCC
- * reloaded them per id).
+ * Groups the positions 0..n of b by shard. Inlined; the local restrict
+ * pointers keep the counts apart from the hashes (through b, GCC
+ * reloaded them per id). A push groups with its duplicate check folded
+ * in instead (group_push()).
  */
 static inline __attribute__((always_inline)) void
-batch_group(struct emb_table *t, struct batch *b, const uint32_t *sel,
-	    uint32_t m)
+batch_group(struct emb_table *t, struct batch *b, uint32_t n)
 {
 	const uint64_t *restrict h = b->h;
 	uint32_t *restrict start = b->start;
@@ -323,21 +322,18 @@ batch_group(struct emb_table *t, struct batch *b, const uint32_t *sel,
 	uint32_t s, i, sum = 0;
 
 	memset(start, 0, (t->nshards + 1) * sizeof(*start));
-	for (i = 0; i < m; i++)
-		start[(h[sel ? sel[i] : i] & mask) + 1]++;
+	for (i = 0; i < n; i++)
+		start[(h[i] & mask) + 1]++;
 	for (s = 0; s <= t->nshards; s++) {
 		sum += start[s];
 		start[s] = sum;
 	}
 	/* start[s + 1] is used as the fill cursor of shard s, then restored. */
-	for (i = 0; i < m; i++) {
-		uint32_t p = sel ? sel[i] : i;
-
-		pos[start[h[p] & mask]++] = p;
-	}
+	for (i = 0; i < n; i++)
+		pos[start[h[i] & mask]++] = i;
 	memmove(start + 1, start, t->nshards * sizeof(*start));
 	start[0] = 0;
-	b->npos = m;
+	b->npos = n;
 }
 
 /*
@@ -386,7 +382,7 @@ static void hash_group(struct emb_table *t, struct batch *b,
 		       const uint64_t *ids, uint32_t n)
 {
 	hash_all(b->h, ids, n);
-	batch_group(t, b, NULL, n);
+	batch_group(t, b, n);
 }
 
 /*
@@ -641,6 +637,66 @@ static void add_evicted(struct emb_table *t, const struct emb_evict_counts *ev)
 	add_stat(&t->rows_evicted_cap, ev->cap);
 }
 
+/*
+ * The per-shard batch loop that every batch operation (pull, push,
+ * assign, erase) runs: for each shard that b's grouping gave ids, takes
+ * the shard's lock once, runs body over its group, b->pos[lo..hi), and
+ * lets go; stops after a body that returns false. The op's state is in
+ * ctx.
+ *
+ * always_inline, and each body a static always_inline function passed by
+ * name: once this is inlined into an op, body is a constant at the call,
+ * so GCC inlines the body too and specialises the loop per op, as the
+ * hand-written copies were (no indirect call per group; the pull's hot
+ * loops are its chunk functions, called from inside its body, as before).
+ */
+typedef bool (*group_fn)(struct emb_table *t, struct emb_shard *s,
+			 uint32_t si, uint32_t lo, uint32_t hi, void *ctx);
+
+static inline __attribute__((always_inline)) void
+each_group(struct emb_table *t, const struct batch *b, group_fn body,
+	   void *ctx)
+{
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+		uint32_t lo = b->start[si], hi = b->start[si + 1];
+		bool go;
+
+		if (lo == hi)
+			continue;
+		pthread_mutex_lock(&s->lock);
+		go = body(t, s, si, lo, hi, ctx);
+		pthread_mutex_unlock(&s->lock);
+		if (!go)
+			break;
+	}
+}
+
+/*
+ * The other walk over shards: every live record of every shard, each
+ * shard under its lock (unseal_all, evict). body may remove the record
+ * it is given (it is then free, and the walk goes on after it).
+ */
+typedef void (*row_fn)(struct emb_table *t, struct emb_shard *s, uint32_t idx,
+		       struct emb_row_hdr *r, void *ctx);
+
+static inline __attribute__((always_inline)) void
+each_live_row(struct emb_table *t, row_fn body, void *ctx)
+{
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+
+		pthread_mutex_lock(&s->lock);
+		for (uint32_t i = 0; i < s->next_idx; i++) {
+			struct emb_row_hdr *r = emb__shard_row(t, s, i);
+
+			if (!(r->count & EMB_ROW_FREE))
+				body(t, s, i, r, ctx);
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
 /* ---- pull ---- */
 
 /* Counts a sighting of absent id under ls's admission (once per call):
@@ -837,34 +893,171 @@ static pull_chunk_fn pull_chunk(const struct pull_out *o, bool plain)
 	return pull_chunk_plain;
 }
 
+/* A pull call's state, shared by its groups (pull_group()). */
+struct pull_ctx {
+	const uint64_t *ids;	  /* the call's ids */
+	uint32_t n;		  /* how many */
+	bool create;		  /* make missing rows (no EMB_PULL_NOCREATE) */
+	bool have_step;		  /* o.step holds the table's clock */
+	const struct batch *b;	  /* hashes and groups */
+	struct emb_life_shard *life; /* the table's lifecycle, or NULL */
+	resolve_fn resolve;	  /* resolve_pull[] for the table's rows */
+	pull_chunk_fn copy_chunk; /* the fast path, see pull_chunk() */
+	struct pull_out o;	  /* where rows go; o.step: access time */
+	uint64_t missing;	  /* ids absent when looked up */
+	uint64_t created;	  /* rows made */
+	uint64_t pending;	  /* ids not admitted yet */
+	struct emb_admit_batch ab; /* ids sighted by admission */
+	struct emb_evict_counts ev; /* rows the sweeps removed */
+	int rc;			  /* first error; stops the call */
+};
+
+/* Pulls shard s's group b->pos[lo..hi) (lock held); false on an error. */
+static inline __attribute__((always_inline)) bool
+pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
+	   uint32_t hi, void *ctx)
+{
+	struct pull_ctx *x = ctx;
+	const uint64_t *const ids = x->ids;
+	const struct batch *const b = x->b;
+	const resolve_fn resolve = x->resolve;
+	const pull_chunk_fn copy_chunk = x->copy_chunk;
+	float *const out = x->o.out;
+	const float **const ptrs = x->o.ptrs;
+	uint8_t *const found = x->o.found;
+	const size_t row_sz = x->o.row_sz;
+	const bool create = x->create;
+	struct emb_life_shard *ls = life_of(x->life, si);
+	struct emb_row_hdr *rows[2][PULL_CHUNK];
+	uint32_t used_at[2];
+	bool track;
+	int rc = 0;
+
+	/* The policy is read under the shard lock it is set under. */
+	track = emb__life_tracks(ls);
+	/*
+	 * Three chunks in flight: the home slots of chunk c + 2 are
+	 * prefetched and chunk c + 1 is resolved (its records prefetched)
+	 * before chunk c's records are read, so each miss has a whole
+	 * chunk's work to arrive in. Chunks of 32 ids, with the prefetches
+	 * into L2, were faster than 16 (by 8%) and 64; a push keeps 16, as
+	 * before. Rows created meanwhile (s->used moved) may be ids an
+	 * already-resolved chunk found absent, so its misses look again.
+	 */
+	resolve(t, s, b, &b->pos[lo], CHUNK_LEN(lo, hi), rows[0]);
+	used_at[0] = s->used;
+	x->o.track = track;
+	for (uint32_t c = lo, cur = 0; c < hi && !rc; c += PULL_CHUNK, cur ^= 1) {
+		uint32_t m = CHUNK_LEN(c, hi), slow[PULL_CHUNK], nslow;
+
+		if (c + 2 * PULL_CHUNK < hi)
+			prefetch_homes(s, b, &b->pos[c + 2 * PULL_CHUNK],
+				       CHUNK_LEN(c + 2 * PULL_CHUNK, hi));
+		if (c + PULL_CHUNK < hi) {
+			resolve(t, s, b, &b->pos[c + PULL_CHUNK],
+				CHUNK_LEN(c + PULL_CHUNK, hi), rows[cur ^ 1]);
+			used_at[cur ^ 1] = s->used;
+		}
+		nslow = copy_chunk(ids, &b->pos[c], m, rows[cur], &x->o, slow);
+		for (uint32_t j = 0; j < nslow && !rc; j++) {
+			uint32_t p = b->pos[c + slow[j]];
+			struct emb_row_hdr *r = rows[cur][slow[j]];
+
+			/* A tag that matched another id looks the id up; so
+			 * does an absent one when rows were created since its
+			 * chunk was resolved (it may be one of them). */
+			if (r || s->used != used_at[cur]) {
+				int64_t again =
+				    emb__shard_find(t, s, ids[p], b->h[p]);
+
+				r = again < 0 ? NULL
+					      : emb__shard_row(t, s,
+							       (uint32_t)again);
+			}
+			if (!r) {
+				x->missing++;
+				if (create && ls && ls->cfg.admit &&
+				    !admitted(t, ls, &x->ab, x->n, ids[p],
+					      &rc)) {
+					if (rc)
+						break;
+					x->pending++;
+					if (found)
+						found[p] = 0;
+					if (out)
+						emb_table_init_row(
+						    t, ids[p],
+						    out + (size_t)p * t->dim,
+						    false);
+					else
+						ptrs[p] = NULL;
+					continue;
+				}
+				if (create) {
+					r = create_row(t, s, ids[p], b->h[p],
+						       &rc);
+					if (!r)
+						break;
+					x->created++;
+					if (!x->have_step) {
+						x->o.step = now_step(t);
+						x->have_step = true;
+					}
+					/* Being written anyway: its creation
+					 * is an access. */
+					if (!track)
+						touch(r, x->o.step);
+				}
+			}
+			if (found)
+				found[p] = r != NULL;
+			if (!r) {
+				if (out)
+					memset(out + (size_t)p * t->dim, 0,
+					       row_sz);
+				else
+					ptrs[p] = NULL;
+				continue;
+			}
+			if (track)
+				touch(r, x->o.step);
+			if (out)
+				memcpy(out + (size_t)p * t->dim,
+				       emb__row_data(r), row_sz);
+			else
+				ptrs[p] = emb__row_data(r);
+		}
+	}
+	sweep(t, s, ls, x->o.step, hi - lo, &x->ev);
+	x->rc = rc;
+	return !rc;
+}
+
 static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		       float *out, const float **ptrs, uint32_t flags,
 		       uint8_t *found)
 {
-	const bool create = !(flags & EMB_PULL_NOCREATE);
-	const size_t row_sz = (size_t)t->dim * sizeof(float);
-	uint64_t missing = 0, created = 0, live_delta = 0, pending = 0;
 	struct emb_life_shard *life =
 	    __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
+	struct emb_table_stripe *st = emb__my_stripe(t);
 	/* The table's clock is a line every push writes: a pull reads it
 	 * only for a table that has had a lifecycle policy (whose access
 	 * meta and eviction hand use it), or when it makes a row (its
 	 * creation is its first access). */
-	uint32_t step = life ? now_step(t) : 0;
-	bool have_step = life != NULL;
-	struct emb_table_stripe *st = emb__my_stripe(t);
-	struct emb_evict_counts ev = {0};
-	struct emb_admit_batch ab = {0};
-	struct pull_out o = {.out = out,
-			     .ptrs = ptrs,
-			     .found = found,
-			     .row_sz = row_sz,
-			     .dim = t->dim};
-	pull_chunk_fn copy_chunk =
-	    pull_chunk(&o, out && !found && !life);
-	const resolve_fn resolve = resolve_pull[t->prefetch_lines];
+	struct pull_ctx x = {.ids = ids,
+			     .n = n,
+			     .create = !(flags & EMB_PULL_NOCREATE),
+			     .have_step = life != NULL,
+			     .life = life,
+			     .resolve = resolve_pull[t->prefetch_lines],
+			     .o = {.out = out,
+				   .ptrs = ptrs,
+				   .found = found,
+				   .row_sz = (size_t)t->dim * sizeof(float),
+				   .dim = t->dim,
+				   .step = life ? now_step(t) : 0}};
 	struct batch b;
-	int rc = 0;
+	int rc;
 
 	if (n && (!ids || (!out && !ptrs)))
 		return EMB_EBADARG;
@@ -872,144 +1065,27 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		return EMB_EBADARG;
 	if (!n)
 		return 0;
+	x.copy_chunk = pull_chunk(&x.o, out && !found && !life);
 	rc = batch_init(t, &b, n);
 	if (rc)
 		return rc;
 	hash_group(t, &b, ids, n);
-
-	for (uint32_t si = 0; si < t->nshards && !rc; si++) {
-		struct emb_shard *s = &t->shards[si];
-		struct emb_life_shard *ls = life_of(life, si);
-		uint32_t lo = b.start[si], hi = b.start[si + 1];
-		struct emb_row_hdr *rows[2][PULL_CHUNK];
-		bool track;
-		uint32_t used_at[2];
-
-		if (lo == hi)
-			continue;
-		pthread_mutex_lock(&s->lock);
-		/* The policy is read under the shard lock it is set under. */
-		track = emb__life_tracks(ls);
-		/*
-		 * Three chunks in flight: the home slots of chunk c + 2 are
-		 * prefetched and chunk c + 1 is resolved (its records
-		 * prefetched) before chunk c's records are read, so each
-		 * miss has a whole chunk's work to arrive in. Chunks of 32
-		 * ids, with the prefetches into L2, were faster than 16 (by
-		 * 8%) and 64; a push keeps 16, as before. Rows created
-		 * meanwhile (s->used moved) may be ids an already-resolved
-		 * chunk found absent, so its misses look again.
-		 */
-		resolve(t, s, &b, &b.pos[lo], CHUNK_LEN(lo, hi), rows[0]);
-		used_at[0] = s->used;
-		o.track = track;
-		o.step = step;
-		for (uint32_t c = lo, cur = 0; c < hi && !rc;
-		     c += PULL_CHUNK, cur ^= 1) {
-			uint32_t m = CHUNK_LEN(c, hi), slow[PULL_CHUNK], nslow;
-
-			if (c + 2 * PULL_CHUNK < hi)
-				prefetch_homes(s, &b, &b.pos[c + 2 * PULL_CHUNK],
-					       CHUNK_LEN(c + 2 * PULL_CHUNK, hi));
-			if (c + PULL_CHUNK < hi) {
-				resolve(t, s, &b, &b.pos[c + PULL_CHUNK],
-					CHUNK_LEN(c + PULL_CHUNK, hi),
-					rows[cur ^ 1]);
-				used_at[cur ^ 1] = s->used;
-			}
-			nslow = copy_chunk(ids, &b.pos[c], m, rows[cur], &o,
-					   slow);
-			for (uint32_t j = 0; j < nslow && !rc; j++) {
-				uint32_t p = b.pos[c + slow[j]];
-				struct emb_row_hdr *r = rows[cur][slow[j]];
-
-				/* A tag that matched another id looks the id
-				 * up; so does an absent one when rows were
-				 * created since its chunk was resolved (it
-				 * may be one of them). */
-				if (r || s->used != used_at[cur]) {
-					int64_t again = emb__shard_find(
-					    t, s, ids[p], b.h[p]);
-
-					r = again < 0 ? NULL
-						      : emb__shard_row(
-							    t, s,
-							    (uint32_t)again);
-				}
-				if (!r) {
-					missing++;
-					if (create && ls && ls->cfg.admit &&
-					    !admitted(t, ls, &ab, n, ids[p],
-						      &rc)) {
-						if (rc)
-							break;
-						pending++;
-						if (found)
-							found[p] = 0;
-						if (out)
-							emb_table_init_row(
-							    t, ids[p],
-							    out + (size_t)p *
-								      t->dim,
-							    false);
-						else
-							ptrs[p] = NULL;
-						continue;
-					}
-					if (create) {
-						r = create_row(t, s, ids[p],
-							       b.h[p], &rc);
-						if (!r)
-							break;
-						created++;
-						live_delta++;
-						if (!have_step) {
-							step = now_step(t);
-							have_step = true;
-							o.step = step;
-						}
-						/* Being written anyway: its
-						 * creation is an access. */
-						if (!track)
-							touch(r, step);
-					}
-				}
-				if (found)
-					found[p] = r != NULL;
-				if (!r) {
-					if (out)
-						memset(out + (size_t)p * t->dim,
-						       0, row_sz);
-					else
-						ptrs[p] = NULL;
-					continue;
-				}
-				if (track)
-					touch(r, step);
-				if (out)
-					memcpy(out + (size_t)p * t->dim,
-					       emb__row_data(r), row_sz);
-				else
-					ptrs[p] = emb__row_data(r);
-			}
-		}
-		sweep(t, s, ls, step, hi - lo, &ev);
-		pthread_mutex_unlock(&s->lock);
-	}
+	x.b = &b;
+	each_group(t, &b, pull_group, &x);
 	batch_fini(&b);
-	emb__admit_batch_fini(&ab);
+	emb__admit_batch_fini(&x.ab);
 
-	add_evicted(t, &ev);
-	add_stat(&st->pulls_unadmitted, pending);
-	add_stat(&t->rows, live_delta);
-	add_stat(&st->rows_created, created);
+	add_evicted(t, &x.ev);
+	add_stat(&st->pulls_unadmitted, x.pending);
+	add_stat(&t->rows, x.created);
+	add_stat(&st->rows_created, x.created);
 	add_stat(&st->pulls, 1);
 	add_stat(&st->rows_pulled, n);
-	if (!create)
-		add_stat(&st->misses, missing);
-	if (rc)
-		return rc;
-	return (int)missing;
+	if (!x.create)
+		add_stat(&st->misses, x.missing);
+	if (x.rc)
+		return x.rc;
+	return (int)x.missing;
 }
 
 int emb_table_pull(struct emb_table *t, const uint64_t *ids, uint32_t n,
@@ -1050,100 +1126,227 @@ static void add_floats(float *restrict dst, const float *restrict src,
 }
 
 /*
- * Collapses duplicate ids: uniq[] receives the first position of each
- * distinct id, and grad[k] the summed gradient of uniq[k] (pointing into
- * grads when the id occurs once, else into the returned sum buffer, a
- * scratch buffer the caller passes to emb__scratch_done). Returns the
- * number of distinct ids or -ENOMEM.
+ * What a push's grouping found repeated: the gradients of each id that
+ * occurs more than once, summed in batch order into a row of sums, and
+ * which sum row each first occurrence takes. Both NULL when every id of
+ * the batch is distinct (the client library's pushes, after its own
+ * dedup): then each position's gradient is the caller's row.
  */
-static int64_t dedup_grads(const struct emb_table *t, const uint64_t *ids,
-			   const uint64_t *h, uint32_t n, const float *grads,
-			   uint32_t *uniq, const float **grad, float **sums_out)
-{
-	uint32_t size = 16, mask, nu = 0, ndup = 0;
-	uint32_t *map, *cnt, *of;
-	float *sums = NULL;
-	const size_t dim = t->dim;
+struct push_sums {
+	const uint32_t *sum_of; /* per position: its row in sums, or
+				   UINT32_MAX: the caller's gradient */
+	float *sums;		/* dim floats per repeated id (scratch) */
+	void *buf;		/* the scratch buffer sum_of lies in */
+};
 
-	while (size < 2 * n)
+/*
+ * Groups a push's positions by shard (as batch_group()) and checks for
+ * repeated ids in the same pass: the counting loop probes a set of the
+ * hashes seen so far (emb_id_hash is a bijection, so equal hashes are
+ * equal ids, and the ids themselves are never read again). Only the
+ * first occurrence of an id goes into its group; the later ones are
+ * listed, and their gradients added to the first one's in a sum row.
+ * So a batch with repeats gives the same rows as one with each id once
+ * and the gradients summed, it never makes a row twice, and a batch of
+ * distinct ids pays one probe per id and nothing else: no separate dedup
+ * pass, no gradient pointers per id (docs/store.md, "One dedup per
+ * push"). 0, or -ENOMEM (nothing is left to release then).
+ */
+static int group_push(struct emb_table *t, struct batch *b, uint32_t n,
+		      const float *grads, struct push_sums *ps)
+{
+	const uint64_t *restrict h = b->h;
+	uint32_t *restrict start = b->start;
+	uint32_t *restrict pos = b->pos;
+	const uint32_t smask = t->shard_mask;
+	const size_t dim = t->dim;
+	uint32_t *map, *rep = NULL, *of, *sum_of, *first;
+	uint32_t nrep = 0, nsum = 0;
+	uint64_t size = 16;
+	uint32_t mask;
+	float *sums;
+
+	ps->sum_of = NULL;
+	ps->sums = NULL;
+	ps->buf = NULL;
+	while (size < 2 * (uint64_t)n)
 		size <<= 1;
-	mask = size - 1;
-	map = emb__scratch(EMB_SCRATCH_DEDUP,
-			   ((size_t)size + 2 * (size_t)n) * sizeof(*map));
+	mask = (uint32_t)(size - 1);
+	/* map[slot]: a batch position + 1 whose hash is there, 0 = empty. */
+	map = emb__scratch(EMB_SCRATCH_DEDUP, (size_t)size * sizeof(*map));
 	if (!map)
 		return -ENOMEM;
-	cnt = map + size;
-	of = cnt + n;
-	memset(map, 0xff, (size_t)size * sizeof(*map));
-
+	memset(map, 0, (size_t)size * sizeof(*map));
+	memset(start, 0, (t->nshards + 1) * sizeof(*start));
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t slot = (uint32_t)(h[i] >> 20) & mask;
+		const uint64_t hi = h[i];
+		uint32_t slot = (uint32_t)(hi >> 20) & mask, q;
 
-		while (map[slot] != UINT32_MAX &&
-		       ids[uniq[map[slot]]] != ids[i])
+		while ((q = map[slot]) && h[q - 1] != hi)
 			slot = (slot + 1) & mask;
-		if (map[slot] == UINT32_MAX) {
-			map[slot] = nu;
-			uniq[nu] = i;
-			cnt[nu++] = 1;
-		} else if (cnt[map[slot]]++ == 1) {
-			ndup++;
+		if (__builtin_expect(!q, 1)) {
+			map[slot] = i + 1;
+			start[(hi & smask) + 1]++;
+			continue;
 		}
-		of[i] = map[slot];
-	}
-	if (ndup) {
-		uint32_t next = 0;
-
-		sums = emb__scratch(EMB_SCRATCH_SUMS,
-				    (size_t)ndup * dim * sizeof(*sums));
-		if (!sums) {
-			emb__scratch_done(map);
-			return -ENOMEM;
-		}
-		for (uint32_t k = 0; k < nu; k++) {
-			if (cnt[k] == 1) {
-				grad[k] = grads + (size_t)uniq[k] * dim;
-			} else {
-				/* cnt[k] now names the id's sum row. */
-				float *dst = sums + (size_t)next * dim;
-
-				memcpy(dst, grads + (size_t)uniq[k] * dim,
-				       dim * sizeof(*dst));
-				grad[k] = dst;
-				cnt[k] = UINT32_MAX - next++;
+		/* A repeat: rep[] lists its position (in batch order), of[]
+		 * the first occurrence's. One buffer, made at the first
+		 * repeat: rep[n + 1], of[n], sum_of[n], first[n]. */
+		if (!rep) {
+			rep = emb__scratch(EMB_SCRATCH_UNIQ,
+					   ((size_t)n * 4 + 1) * sizeof(*rep));
+			if (!rep) {
+				emb__scratch_done(map);
+				return -ENOMEM;
 			}
 		}
-		for (uint32_t i = 0; i < n; i++) {
-			uint32_t k = of[i];
-			float *dst;
-
-			if (cnt[k] == 1 || uniq[k] == i)
-				continue;
-			dst = sums + (size_t)(UINT32_MAX - cnt[k]) * dim;
-			add_floats(dst, grads + (size_t)i * dim, dim);
-		}
-	} else {
-		for (uint32_t k = 0; k < nu; k++)
-			grad[k] = grads + (size_t)uniq[k] * dim;
+		rep[nrep] = i;
+		rep[n + 1 + nrep++] = q - 1;
 	}
 	emb__scratch_done(map);
-	*sums_out = sums;
-	return nu;
+	for (uint32_t si = 0, sum = 0; si <= t->nshards; si++) {
+		sum += start[si];
+		start[si] = sum;
+	}
+	/* start[s + 1] is used as the fill cursor of shard s, then restored. */
+	if (!nrep) {
+		for (uint32_t i = 0; i < n; i++)
+			pos[start[h[i] & smask]++] = i;
+		memmove(start + 1, start, t->nshards * sizeof(*start));
+		start[0] = 0;
+		b->npos = n;
+		return 0;
+	}
+	of = rep + n + 1;
+	sum_of = of + n;
+	first = sum_of + n;
+	/* Repeats stay out of the groups; a first occurrence has its own
+	 * gradient (UINT32_MAX) until it is given a sum row below. rep[nrep]
+	 * = n ends the list for the test. */
+	rep[nrep] = n;
+	for (uint32_t i = 0, d = 0; i < n; i++) {
+		if (rep[d] == i) {
+			d++;
+			continue;
+		}
+		sum_of[i] = UINT32_MAX;
+		pos[start[h[i] & smask]++] = i;
+	}
+	memmove(start + 1, start, t->nshards * sizeof(*start));
+	start[0] = 0;
+	b->npos = n - nrep;
+
+	/* A sum row per repeated id, in the order of first occurrence. */
+	for (uint32_t d = 0; d < nrep; d++) {
+		uint32_t q = of[d];
+
+		if (sum_of[q] == UINT32_MAX) {
+			sum_of[q] = nsum;
+			first[nsum++] = q;
+		}
+	}
+	sums = emb__scratch(EMB_SCRATCH_SUMS, (size_t)nsum * dim * sizeof(*sums));
+	if (!sums) {
+		emb__scratch_done(rep);
+		return -ENOMEM;
+	}
+	for (uint32_t k = 0; k < nsum; k++)
+		memcpy(sums + (size_t)k * dim, grads + (size_t)first[k] * dim,
+		       dim * sizeof(*sums));
+	for (uint32_t d = 0; d < nrep; d++)
+		add_floats(sums + (size_t)sum_of[of[d]] * dim,
+			   grads + (size_t)rep[d] * dim, dim);
+	ps->sum_of = sum_of;
+	ps->sums = sums;
+	ps->buf = rep;
+	return 0;
+}
+
+/* A push call's state, shared by its groups (push_group()). */
+struct push_ctx {
+	const uint64_t *ids;	    /* the call's ids */
+	const struct batch *b;	    /* hashes and groups */
+	struct emb_life_shard *life; /* the table's lifecycle, or NULL */
+	const float *grads;	    /* the caller's, dim floats per id */
+	struct push_sums ps;	    /* repeated ids' summed gradients */
+	uint32_t step;		    /* this push's step: the access time */
+	uint64_t created;	    /* rows made */
+	uint64_t applied;	    /* rows updated */
+	uint64_t dropped;	    /* ids not admitted: not applied */
+	struct emb_evict_counts ev; /* rows the sweeps removed */
+	int rc;			    /* first error; the push goes on */
+};
+
+/* Applies shard s's group b->pos[lo..hi) (lock held). */
+static inline __attribute__((always_inline)) bool
+push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
+	   uint32_t hi, void *ctx)
+{
+	struct push_ctx *x = ctx;
+	/* In locals: the row writes would make GCC load fields of x again
+	 * for every row, and keep the counts in memory. */
+	const uint64_t *const ids = x->ids;
+	const struct batch *const b = x->b;
+	const float *const grads = x->grads;
+	const uint32_t *const sum_of = x->ps.sum_of;
+	const float *const sums = x->ps.sums;
+	const size_t dim = t->dim;
+	const uint32_t step = x->step;
+	struct emb_life_shard *ls = life_of(x->life, si);
+	uint64_t created = 0, applied = 0, dropped = 0;
+
+	for (uint32_t c = lo; c < hi; c += CHUNK) {
+		uint32_t m = hi - c < CHUNK ? hi - c : CHUNK;
+		struct emb_row_hdr *rows[CHUNK];
+		uint32_t idx[CHUNK];
+
+		lookup_chunk(t, s, ids, b, &b->pos[c], m, rows, idx);
+		for (uint32_t k = 0; k < m; k++) {
+			uint32_t p = b->pos[c + k];
+			struct emb_row_hdr *r = rows[k];
+			float *w;
+			int err = 0;
+
+			if (!r && ls && ls->cfg.admit) {
+				dropped++;
+				continue;
+			}
+			if (!r) {
+				/* Marked by the insert. */
+				r = create_row(t, s, ids[p], b->h[p], &err);
+				if (!r) {
+					if (!x->rc)
+						x->rc = err;
+					continue;
+				}
+				created++;
+			} else {
+				emb__row_write(t, s, idx[k]);
+			}
+			touch(r, step);
+			w = emb__row_data(r);
+			emb_optim_apply(&t->opts.optim, w, w + t->dim,
+					sum_of && sum_of[p] != UINT32_MAX
+					    ? sums + (size_t)sum_of[p] * dim
+					    : grads + (size_t)p * dim,
+					t->dim);
+			emb__row_seal(t, r);
+			applied++;
+		}
+	}
+	x->created += created;
+	x->applied += applied;
+	x->dropped += dropped;
+	sweep(t, s, ls, step, hi - lo, &x->ev);
+	return true;
 }
 
 int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   const float *grads)
 {
-	uint32_t step, *uniq = NULL, *slot_of;
+	struct push_ctx x = {.ids = ids, .grads = grads};
 	struct emb_table_stripe *st;
-	uint64_t created = 0, applied = 0, dropped = 0;
-	struct emb_life_shard *life =
-	    __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
-	struct emb_evict_counts ev = {0};
-	const float **grad = NULL;
-	float *sums = NULL;
 	struct batch b;
-	int64_t nu;
 	int rc;
 
 	if (!t || (n && (!ids || !grads)))
@@ -1152,107 +1355,103 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		return 0;
 	if (!emb_floats_finite(grads, (size_t)n * t->dim))
 		return EMB_ENONFINITE;
+	x.life = __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
 	/* Inside the fence, so that a view's step counts whole batches. */
 	emb__writer_enter(t);
-	step = (uint32_t)__atomic_add_fetch(&t->step, 1, __ATOMIC_RELAXED);
+	x.step = (uint32_t)__atomic_add_fetch(&t->step, 1, __ATOMIC_RELAXED);
 	rc = batch_init(t, &b, n);
 	if (rc) {
 		emb__writer_exit(t);
 		return rc;
 	}
 	hash_all(b.h, ids, n);
-	/* One buffer: grad[n] first (pointer aligned), then uniq[n] and
-	 * slot_of[n]. */
-	grad = emb__scratch(EMB_SCRATCH_UNIQ,
-			    (size_t)n * (sizeof(*grad) + sizeof(*uniq) +
-					 sizeof(*slot_of)));
-	if (!grad) {
-		rc = -ENOMEM;
-		goto out;
+	rc = group_push(t, &b, n, grads, &x.ps);
+	if (!rc) {
+		x.b = &b;
+		each_group(t, &b, push_group, &x);
+		rc = x.rc;
 	}
-	uniq = (uint32_t *)(void *)(grad + n);
-	slot_of = uniq + n;
-	nu = dedup_grads(t, ids, b.h, n, grads, uniq, grad, &sums);
-	if (nu < 0) {
-		rc = (int)nu;
-		goto out;
-	}
-	/* Map a batch position back to its distinct index for grad[]. */
-	for (uint32_t k = 0; k < (uint32_t)nu; k++)
-		slot_of[uniq[k]] = k;
-	batch_group(t, &b, uniq, (uint32_t)nu);
-
-	for (uint32_t si = 0; si < t->nshards; si++) {
-		struct emb_shard *s = &t->shards[si];
-		struct emb_life_shard *ls = life_of(life, si);
-		uint32_t lo = b.start[si], hi = b.start[si + 1];
-
-		if (lo == hi)
-			continue;
-		pthread_mutex_lock(&s->lock);
-		for (uint32_t c = lo; c < hi; c += CHUNK) {
-			uint32_t m = hi - c < CHUNK ? hi - c : CHUNK;
-			struct emb_row_hdr *rows[CHUNK];
-			uint32_t idx[CHUNK];
-
-			lookup_chunk(t, s, ids, &b, &b.pos[c], m, rows, idx);
-			for (uint32_t k = 0; k < m; k++) {
-				uint32_t p = b.pos[c + k];
-				struct emb_row_hdr *r = rows[k];
-				float *w;
-				int err = 0;
-
-				if (!r && ls && ls->cfg.admit) {
-					dropped++;
-					continue;
-				}
-				if (!r) {
-					/* Marked by the insert. */
-					r = create_row(t, s, ids[p], b.h[p],
-						       &err);
-					if (!r) {
-						if (!rc)
-							rc = err;
-						continue;
-					}
-					created++;
-				} else {
-					emb__row_write(t, s, idx[k]);
-				}
-				touch(r, step);
-				w = emb__row_data(r);
-				emb_optim_apply(&t->opts.optim, w, w + t->dim,
-						grad[slot_of[p]], t->dim);
-				emb__row_seal(t, r);
-				applied++;
-			}
-		}
-		sweep(t, s, ls, step, hi - lo, &ev);
-		pthread_mutex_unlock(&s->lock);
-	}
-out:
-	add_stat(&t->rows, created);
-	add_evicted(t, &ev);
+	add_stat(&t->rows, x.created);
+	add_evicted(t, &x.ev);
 	st = emb__my_stripe(t);
-	add_stat(&st->pushes_unadmitted, dropped);
-	add_stat(&st->rows_created, created);
+	add_stat(&st->pushes_unadmitted, x.dropped);
+	add_stat(&st->rows_created, x.created);
 	add_stat(&st->pushes, 1);
-	add_stat(&st->rows_pushed, applied);
-	emb__scratch_done(sums);
-	emb__scratch_done(grad);
+	add_stat(&st->rows_pushed, x.applied);
+	emb__scratch_done(x.ps.sums);
+	emb__scratch_done(x.ps.buf);
 	batch_fini(&b);
 	emb__writer_exit(t);
 	return rc;
 }
 
-/* ---- assign, erase ---- */
+/* An assign call's state, shared by its groups (assign_group()). */
+struct assign_ctx {
+	const uint64_t *ids;		 /* the call's ids */
+	const struct batch *b;		 /* hashes and groups */
+	const float *rows;		 /* stride floats per id */
+	const struct emb_row_meta *meta; /* per id, or NULL: now, count 0 */
+	uint32_t stride;		 /* row_floats with state, else dim */
+	bool with_state;		 /* rows carry optimizer state */
+	uint32_t step;			 /* last_step when meta is NULL */
+	uint64_t created;		 /* rows made */
+	int rc;				 /* first error; the assign goes on */
+};
+
+/* Overwrites the rows of shard s's group b->pos[lo..hi) (lock held). */
+static inline __attribute__((always_inline)) bool
+assign_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
+	     uint32_t lo, uint32_t hi, void *ctx)
+{
+	struct assign_ctx *x = ctx;
+	const uint64_t *const ids = x->ids;
+	const struct batch *const b = x->b;
+	const uint32_t stride = x->stride;
+
+	(void)si;
+	for (uint32_t c = lo; c < hi; c++) {
+		uint32_t p = b->pos[c];
+		int64_t idx = emb__shard_find(t, s, ids[p], b->h[p]);
+		struct emb_row_hdr *r;
+		float *w;
+
+		if (idx < 0) {
+			idx = emb__shard_insert(t, s, ids[p], b->h[p]);
+			if (idx < 0) {
+				if (!x->rc)
+					x->rc = (int)idx;
+				continue;
+			}
+			x->created++;
+		}
+		r = emb__shard_row(t, s, (uint32_t)idx);
+		emb__row_write(t, s, (uint32_t)idx);
+		w = emb__row_data(r);
+		memcpy(w, x->rows + (size_t)p * stride,
+		       (size_t)stride * sizeof(*w));
+		if (!x->with_state)
+			emb_optim_state_init(&t->opts.optim, w + t->dim,
+					     t->dim);
+		emb__row_seal(t, r);
+		if (x->meta) {
+			r->last_step = x->meta[p].last_step;
+			r->count = x->meta[p].count & EMB_ROW_COUNT_MAX;
+		} else {
+			r->last_step = x->step;
+			r->count = 0;
+		}
+	}
+	return true;
+}
 
 int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		     const float *rows, bool with_state,
 		     const struct emb_row_meta *meta)
 {
-	uint32_t stride, step;
-	uint64_t created = 0;
+	struct assign_ctx x = {.ids = ids,
+			       .rows = rows,
+			       .meta = meta,
+			       .with_state = with_state};
 	struct batch b;
 	int rc;
 
@@ -1260,63 +1459,23 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		return EMB_EBADARG;
 	if (!n)
 		return 0;
-	stride = with_state ? t->row_floats : t->dim;
-	if (!emb_floats_finite(rows, (size_t)n * stride))
+	x.stride = with_state ? t->row_floats : t->dim;
+	if (!emb_floats_finite(rows, (size_t)n * x.stride))
 		return EMB_ENONFINITE;
 	emb__writer_enter(t);
-	step = now_step(t);
+	x.step = now_step(t);
 	rc = batch_init(t, &b, n);
 	if (rc) {
 		emb__writer_exit(t);
 		return rc;
 	}
 	hash_group(t, &b, ids, n);
-
-	for (uint32_t si = 0; si < t->nshards; si++) {
-		struct emb_shard *s = &t->shards[si];
-		uint32_t lo = b.start[si], hi = b.start[si + 1];
-
-		if (lo == hi)
-			continue;
-		pthread_mutex_lock(&s->lock);
-		for (uint32_t c = lo; c < hi; c++) {
-			uint32_t p = b.pos[c];
-			int64_t idx = emb__shard_find(t, s, ids[p], b.h[p]);
-			struct emb_row_hdr *r;
-			float *w;
-
-			if (idx < 0) {
-				idx = emb__shard_insert(t, s, ids[p], b.h[p]);
-				if (idx < 0) {
-					if (!rc)
-						rc = (int)idx;
-					continue;
-				}
-				created++;
-			}
-			r = emb__shard_row(t, s, (uint32_t)idx);
-			emb__row_write(t, s, (uint32_t)idx);
-			w = emb__row_data(r);
-			memcpy(w, rows + (size_t)p * stride,
-			       (size_t)stride * sizeof(*w));
-			if (!with_state)
-				emb_optim_state_init(&t->opts.optim, w + t->dim,
-						     t->dim);
-			emb__row_seal(t, r);
-			if (meta) {
-				r->last_step = meta[p].last_step;
-				r->count = meta[p].count & EMB_ROW_COUNT_MAX;
-			} else {
-				r->last_step = step;
-				r->count = 0;
-			}
-		}
-		pthread_mutex_unlock(&s->lock);
-	}
+	x.b = &b;
+	each_group(t, &b, assign_group, &x);
 	batch_fini(&b);
 	emb__writer_exit(t);
-	add_stat(&t->rows, created);
-	return rc;
+	add_stat(&t->rows, x.created);
+	return x.rc;
 }
 
 bool emb_table_remote(const struct emb_table *t, struct emb_table_remote *out)
@@ -1354,36 +1513,61 @@ int64_t emb_table_locate(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	return found;
 }
 
+/* Breaks live record r's seal (unseal_all). */
+static inline __attribute__((always_inline)) void
+break_seal(struct emb_table *t, struct emb_shard *s, uint32_t idx,
+	   struct emb_row_hdr *r, void *ctx)
+{
+	uint64_t *seal = (uint64_t *)(void *)((char *)r + t->row_bytes - 8);
+
+	(void)s;
+	(void)idx;
+	(void)ctx;
+	__atomic_store_n(seal, ~*seal, __ATOMIC_RELAXED);
+}
+
 void emb_table_unseal_all(struct emb_table *t)
 {
 	if (!t || !__atomic_load_n(&t->sealed, __ATOMIC_RELAXED))
 		return;
 	/* Writers read the flag under their shard's lock: once a shard's
-	 * lock was taken here, none of them seals in it again. */
+	 * lock was taken here, none of them seals in it again. Free records
+	 * are broken already: flipping them back is what must not happen,
+	 * so only live ones are walked. */
 	__atomic_store_n(&t->sealed, false, __ATOMIC_RELAXED);
-	for (uint32_t si = 0; si < t->nshards; si++) {
-		struct emb_shard *s = &t->shards[si];
+	each_live_row(t, break_seal, NULL);
+}
 
-		pthread_mutex_lock(&s->lock);
-		for (uint32_t i = 0; i < s->next_idx; i++) {
-			char *r = (char *)emb__shard_row(t, s, i);
-			uint64_t *seal = (uint64_t *)(void *)(r + t->row_bytes -
-							      8);
+/* An erase call's state, shared by its groups (erase_group()). */
+struct erase_ctx {
+	const uint64_t *ids;   /* the call's ids */
+	const struct batch *b; /* hashes and groups */
+	uint64_t erased;       /* rows removed */
+};
 
-			/* Free records are broken already: flipping them
-			 * back is what must not happen. */
-			if (((struct emb_row_hdr *)(void *)r)->count &
-			    EMB_ROW_FREE)
-				continue;
-			__atomic_store_n(seal, ~*seal, __ATOMIC_RELAXED);
+/* Removes the ids of shard s's group b->pos[lo..hi) (lock held). */
+static inline __attribute__((always_inline)) bool
+erase_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
+	    uint32_t lo, uint32_t hi, void *ctx)
+{
+	struct erase_ctx *x = ctx;
+
+	(void)si;
+	for (uint32_t c = lo; c < hi; c++) {
+		uint32_t p = x->b->pos[c];
+		int64_t idx = emb__shard_find(t, s, x->ids[p], x->b->h[p]);
+
+		if (idx >= 0) {
+			emb__shard_remove(t, s, (uint32_t)idx, x->b->h[p]);
+			x->erased++;
 		}
-		pthread_mutex_unlock(&s->lock);
 	}
+	return true;
 }
 
 int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n)
 {
-	uint64_t erased = 0;
+	struct erase_ctx x = {.ids = ids};
 	struct batch b;
 	int rc;
 
@@ -1398,64 +1582,52 @@ int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n)
 		return rc;
 	}
 	hash_group(t, &b, ids, n);
-	for (uint32_t si = 0; si < t->nshards; si++) {
-		struct emb_shard *s = &t->shards[si];
-		uint32_t lo = b.start[si], hi = b.start[si + 1];
-
-		if (lo == hi)
-			continue;
-		pthread_mutex_lock(&s->lock);
-		for (uint32_t c = lo; c < hi; c++) {
-			uint32_t p = b.pos[c];
-			int64_t idx = emb__shard_find(t, s, ids[p], b.h[p]);
-
-			if (idx >= 0) {
-				emb__shard_remove(t, s, (uint32_t)idx, b.h[p]);
-				erased++;
-			}
-		}
-		pthread_mutex_unlock(&s->lock);
-	}
+	x.b = &b;
+	each_group(t, &b, erase_group, &x);
 	batch_fini(&b);
 	emb__writer_exit(t);
-	__atomic_fetch_sub(&t->rows, erased, __ATOMIC_RELAXED);
-	add_stat(&t->rows_erased, erased);
-	return (int)erased;
+	__atomic_fetch_sub(&t->rows, x.erased, __ATOMIC_RELAXED);
+	add_stat(&t->rows_erased, x.erased);
+	return (int)x.erased;
+}
+
+/* emb_table_evict()'s test, per live record. */
+struct evict_ctx {
+	uint32_t step;		 /* the table's clock now */
+	uint32_t max_idle_steps; /* 0 = no idle test */
+	uint32_t min_count;	 /* 0 = no count test */
+	uint64_t evicted;	 /* rows removed */
+};
+
+static inline __attribute__((always_inline)) void
+evict_row(struct emb_table *t, struct emb_shard *s, uint32_t idx,
+	  struct emb_row_hdr *r, void *ctx)
+{
+	struct evict_ctx *x = ctx;
+	uint32_t age = x->step - r->last_step;
+
+	if ((x->max_idle_steps && age > x->max_idle_steps) ||
+	    (x->min_count && r->count < x->min_count)) {
+		emb__shard_remove(t, s, idx, emb_id_hash(r->id));
+		x->evicted++;
+	}
 }
 
 int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,
 			uint32_t min_count)
 {
-	uint32_t step;
-	uint64_t evicted = 0;
+	struct evict_ctx x = {.max_idle_steps = max_idle_steps,
+			      .min_count = min_count};
 
 	if (!t)
 		return EMB_EBADARG;
 	if (!max_idle_steps && !min_count)
 		return 0;
-	step = now_step(t);
-	for (uint32_t si = 0; si < t->nshards; si++) {
-		struct emb_shard *s = &t->shards[si];
-
-		pthread_mutex_lock(&s->lock);
-		for (uint32_t i = 0; i < s->next_idx; i++) {
-			struct emb_row_hdr *r = emb__shard_row(t, s, i);
-			uint32_t age;
-
-			if (r->count & EMB_ROW_FREE)
-				continue;
-			age = step - r->last_step;
-			if ((max_idle_steps && age > max_idle_steps) ||
-			    (min_count && r->count < min_count)) {
-				emb__shard_remove(t, s, i, emb_id_hash(r->id));
-				evicted++;
-			}
-		}
-		pthread_mutex_unlock(&s->lock);
-	}
-	__atomic_fetch_sub(&t->rows, evicted, __ATOMIC_RELAXED);
-	add_stat(&t->rows_evicted, evicted);
-	return (int64_t)evicted;
+	x.step = now_step(t);
+	each_live_row(t, evict_row, &x);
+	__atomic_fetch_sub(&t->rows, x.evicted, __ATOMIC_RELAXED);
+	add_stat(&t->rows_evicted, x.evicted);
+	return (int64_t)x.evicted;
 }
 
 void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)

@@ -904,6 +904,121 @@ static void test_push_sums_duplicates(void)
 	emb_table_destroy(t);
 }
 
+/*
+ * A batch with repeated ids, pushed in process as a careless caller would,
+ * against the same batch with each id once and its gradients summed in
+ * batch order (what the client library sends): every row bit for bit the
+ * same, weights and optimizer state, and no id made into two rows. Half
+ * the ids exist before the push and half are created by it; dim 20 runs
+ * the sums' 16-float blocks and their tail.
+ */
+static void push_repeats_match_summed(struct emb_optim_cfg optim)
+{
+	enum { NIDS = 200, N = 700, DIM = 20 };
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	uint64_t ids[N], uniq[NIDS], st = 42;
+	float *g, *sums, *rows;
+	uint32_t nu = 0, rf, first[NIDS];
+	struct iter_out a, b;
+	struct emb_table *ta, *tb;
+	int bad = 0;
+
+	o.dim = DIM;
+	o.optim = optim;
+	o.seed = 9;
+	o.nshards = 4;
+	rf = ref_row_floats(&o);
+	ta = table_new(&o);
+	o.name = "summed";
+	tb = table_new(&o);
+	g = xcalloc((size_t)N * DIM, sizeof(float));
+	sums = xcalloc((size_t)NIDS * DIM, sizeof(float));
+	rows = xcalloc((size_t)NIDS * DIM, sizeof(float));
+	for (uint32_t i = 0; i < NIDS / 2; i++)
+		uniq[i] = 1000 + i;
+	/* The first half of the ids exist before the push (a pull that
+	 * creates returns how many were missing). */
+	CU_ASSERT_EQUAL(emb_table_pull(ta, uniq, NIDS / 2, rows, 0, NULL),
+			NIDS / 2);
+	CU_ASSERT_EQUAL(emb_table_pull(tb, uniq, NIDS / 2, rows, 0, NULL),
+			NIDS / 2);
+
+	for (uint32_t i = 0; i < NIDS; i++)
+		first[i] = UINT32_MAX;
+	for (uint32_t i = 0; i < N; i++) {
+		/* Runs of one id (repeats within a chunk), then far ones. */
+		uint32_t k = i % 7 < 2 && i ? (uint32_t)(ids[i - 1] - 1000)
+					    : rnd_below(&st, NIDS);
+		float *sum;
+
+		ids[i] = 1000 + k;
+		for (uint32_t j = 0; j < DIM; j++)
+			g[(size_t)i * DIM + j] =
+			    (float)((int)rnd_below(&st, 2001) - 1000) * 1e-3f;
+		if (first[k] == UINT32_MAX) {
+			first[k] = nu;
+			uniq[nu++] = ids[i];
+			memcpy(sums + (size_t)first[k] * DIM,
+			       g + (size_t)i * DIM, DIM * sizeof(float));
+			continue;
+		}
+		sum = sums + (size_t)first[k] * DIM;
+		for (uint32_t j = 0; j < DIM; j++)
+			sum[j] += g[(size_t)i * DIM + j];
+	}
+	CU_ASSERT_FATAL(nu < N / 2);
+
+	CU_ASSERT_EQUAL(emb_table_push(ta, ids, N, g), 0);
+	CU_ASSERT_EQUAL(emb_table_push(tb, uniq, nu, sums), 0);
+	CU_ASSERT_EQUAL(table_stats(ta).rows_pushed, nu);
+	CU_ASSERT_EQUAL(table_stats(ta).rows, table_stats(tb).rows);
+
+	iter_collect(ta, 64, NIDS, &a);
+	iter_collect(tb, 64, NIDS, &b);
+	CU_ASSERT_EQUAL_FATAL(a.n, b.n);
+	for (uint32_t i = 0; i < a.n; i++) {
+		uint32_t j = 0;
+
+		/* Distinct ids, each in b too. */
+		for (uint32_t k = 0; k < i; k++)
+			CU_ASSERT_NOT_EQUAL(a.ids[k], a.ids[i]);
+		while (j < b.n && b.ids[j] != a.ids[i])
+			j++;
+		CU_ASSERT_FATAL(j < b.n);
+		expect_floats(emb_optim_name(optim.kind), a.ids[i],
+			      a.rows + (size_t)i * rf, b.rows + (size_t)j * rf,
+			      rf, &bad);
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	iter_free(&a);
+	iter_free(&b);
+	emb_table_destroy(ta);
+	emb_table_destroy(tb);
+	free(rows);
+	free(sums);
+	free(g);
+}
+
+static void test_push_repeats_each_optimizer(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.lr = 0.1f;
+	push_repeats_match_summed(c);
+	c.weight_decay = 0.05f;
+	push_repeats_match_summed(c);
+	c.kind = EMB_OPTIM_ADAGRAD;
+	push_repeats_match_summed(c);
+	c.kind = EMB_OPTIM_ADAM;
+	c.lr = 0.01f;
+	push_repeats_match_summed(c);
+	c.kind = EMB_OPTIM_FTRL;
+	c.lr = 0.05f;
+	c.l1 = 0.01f;
+	c.l2 = 0.1f;
+	push_repeats_match_summed(c);
+}
+
 /* A push to an absent id creates it from the initializer, then applies. */
 static void test_push_creates(void)
 {
@@ -1605,6 +1720,8 @@ int main(int argc, char **argv)
 	     test_push_each_optimizer},
 	    {"push sums duplicate ids before one update",
 	     test_push_sums_duplicates},
+	    {"push of repeated ids equals the summed push, each optimizer",
+	     test_push_repeats_each_optimizer},
 	    {"push creates a missing row first", test_push_creates},
 	    {"evicts rows idle too long", test_evict_by_age},
 	    {"evicts rows accessed too rarely", test_evict_by_count},
