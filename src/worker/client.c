@@ -259,8 +259,8 @@ enum op_kind {
 	OP_ADMIN,
 };
 
-struct part {
-	struct emb_async *op;	  /* owner */
+/* A part's request and its answer: one frame to one server. */
+struct part_req {
 	uint32_t server;	  /* index into c->srv */
 	uint32_t first;		  /* offset into the op's partitioned ids */
 	uint32_t n;		  /* ids in this part */
@@ -271,26 +271,35 @@ struct part {
 							      rank, session */
 	uint64_t seq;		   /* PUSH: sequence number to its server */
 	bool once;		   /* never sent again: a synchronous push */
-	uint32_t lead;		   /* replicated write: first part of its
-				      copies (they follow it) */
-	uint32_t nrep;		   /* replicated write: copies; 0 = none */
-	bool skip;		   /* fan-out to a removed server whose slots
-				      live on: no request, no response */
-	uint64_t epoch;		   /* replicated write: map epoch it was
-				      routed by (0: none) */
-	uint64_t fixed;		   /* lead copy: epoch its group's writers
-				      were last completed for */
-	struct part *ext;	   /* lead copy: copies group_fixup() added */
-	struct part *enext;	   /* next of those */
-	uint64_t due_ms;	   /* delayed: when it goes again */
-	uint32_t wait_ms;	   /* delayed: its next back-off */
-	struct part *dnext;	   /* next delayed part */
-	struct part *wnext;	   /* next waiting on the server */
 	void *resp;		   /* response payload lands here */
 	size_t resp_cap;	   /* bytes */
 	struct emb_frame_hdr rhdr; /* response header, once done */
 	int status;		   /* this part's result */
-	/* One-sided pull (os) or a pull that LOCATEs its ids (learn): */
+};
+
+/* A part waiting to go again: for its server's conn, or a back-off. */
+struct part_retry {
+	struct part *wnext; /* next waiting on the server */
+	uint64_t due_ms;    /* delayed: when it goes again, monotonic ms */
+	uint32_t wait_ms;   /* delayed: its next back-off */
+	struct part *dnext; /* next delayed part */
+};
+
+/* A replicated write's copy (nrep > 0), or a fan-out's skipped part. */
+struct part_rep {
+	uint32_t lead;	    /* first part of its copies (they follow it) */
+	uint32_t nrep;	    /* copies; 0 = not a replicated write */
+	bool skip;	    /* fan-out to a removed server whose slots live
+			       on: no request, no response */
+	uint64_t epoch;	    /* map epoch it was routed by (0: none) */
+	uint64_t fixed;	    /* lead copy: epoch its group's writers were
+			       last completed for */
+	struct part *ext;   /* lead copy: copies group_fixup() added */
+	struct part *enext; /* next of those */
+};
+
+/* A one-sided pull part (os), or a pull that LOCATEs its ids (learn). */
+struct part_rd {
 	bool os;		   /* READ the rows whose location is known */
 	bool os_done;		   /* READs over: the next send is two-sided */
 	bool learn;		   /* LOCATE the ids after the PULL */
@@ -305,6 +314,15 @@ struct part {
 	uint64_t *miss_ids;	   /* their ids: the fallback's payload */
 	uint32_t nmiss;		   /* entries in miss */
 	struct emb_read_op rop;	   /* the READ batch */
+};
+
+/* One request of an op, with the state of each concern apart. */
+struct part {
+	struct emb_async *op;	/* owner */
+	struct part_req req;	/* the frame and its answer */
+	struct part_retry retry; /* waiting to go again */
+	struct part_rep rep;	/* replicated writes */
+	struct part_rd rd;	/* one-sided pulls */
 };
 
 struct emb_async {
@@ -488,11 +506,11 @@ static void op_free(struct emb_async *op)
 		return;
 	/* Copies a map change added: the op's own, not kept. */
 	for (uint32_t k = 0; k < op->nparts; k++) {
-		struct part *e = op->parts[k].ext;
+		struct part *e = op->parts[k].rep.ext;
 
-		op->parts[k].ext = NULL;
+		op->parts[k].rep.ext = NULL;
 		while (e) {
-			struct part *next = e->enext;
+			struct part *next = e->rep.enext;
 
 			free(e);
 			e = next;
@@ -595,7 +613,7 @@ static void op_complete(struct emb_async *op)
 
 static void note_server_error(struct emb_client *c, struct part *p)
 {
-	struct emb_wire_frame f = {.hdr = p->rhdr, .payload = p->resp};
+	struct emb_wire_frame f = {.hdr = p->req.rhdr, .payload = p->req.resp};
 	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
 	struct emb_wire_error e;
 
@@ -607,8 +625,8 @@ static void note_server_error(struct emb_client *c, struct part *p)
 	snprintf(c->last_msg, sizeof(c->last_msg), "%.*s", (int)e.msg_len,
 		 e.msg);
 	pthread_mutex_unlock(&c->err_lock);
-	emb_log(EMB_LOG_DEBUG, "server %s:%u: %s: %.*s", c->srv[p->server].host,
-		c->srv[p->server].port, emb_strerror(e.status), (int)e.msg_len,
+	emb_log(EMB_LOG_DEBUG, "server %s:%u: %s: %.*s", c->srv[p->req.server].host,
+		c->srv[p->req.server].port, emb_strerror(e.status), (int)e.msg_len,
 		e.msg);
 }
 
@@ -616,7 +634,7 @@ static void note_server_error(struct emb_client *c, struct part *p)
 static int pull_scatter(struct emb_async *op, struct part *p)
 {
 	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
-	struct emb_wire_frame f = {.hdr = p->rhdr, .payload = p->resp};
+	struct emb_wire_frame f = {.hdr = p->req.rhdr, .payload = p->req.resp};
 	struct emb_wire_pull_resp r;
 	const size_t row_sz = (size_t)op->dim * sizeof(float);
 	int rc;
@@ -627,11 +645,11 @@ static int pull_scatter(struct emb_async *op, struct part *p)
 	if (rc)
 		return rc;
 	/* A server that ignored the state flag sends rows of dim floats. */
-	if (r.n != p->n || r.stride != op->dim)
+	if (r.n != p->req.n || r.stride != op->dim)
 		return EMB_EBADFRAME;
 	for (uint32_t j = 0; j < r.n; j++) {
 		const float *row = r.rows + (size_t)j * op->dim;
-		uint32_t u = op->pu[p->first + (p->fb ? p->miss[j] : j)];
+		uint32_t u = op->pu[p->req.first + (p->rd.fb ? p->rd.miss[j] : j)];
 		uint8_t hit = r.found ? emb_wire_bit_test(r.found, j) : 1;
 
 		for (uint32_t i = op->first[u]; i != NONE; i = op->next[i]) {
@@ -664,12 +682,12 @@ static void os_learn(struct emb_async *op, struct part *p);
 static bool pull_reroute(struct emb_async *op, struct part *p)
 {
 	struct emb_client *c = op->c;
-	const uint64_t *ids = p->iov[0].iov_base;
+	const uint64_t *ids = p->req.iov[0].iov_base;
 	uint32_t to = NONE;
 
 	if (!c->cmap || op->kind != OP_PULL || stopping(c))
 		return false;
-	for (uint32_t j = 0; j < p->n; j++) {
+	for (uint32_t j = 0; j < p->req.n; j++) {
 		const uint16_t *h = c->cmap->slot[emb_id_slot(ids[j])];
 		uint32_t live = NONE;
 
@@ -682,10 +700,10 @@ static bool pull_reroute(struct emb_async *op, struct part *p)
 			return false;
 		to = live;
 	}
-	if (to == NONE || to == p->server)
+	if (to == NONE || to == p->req.server)
 		return false;
-	p->server = to;
-	p->hdr.table_id = op->tids[to];
+	p->req.server = to;
+	p->req.hdr.table_id = op->tids[to];
 	add(&c->retries, 1);
 	part_send(c, p);
 	return true;
@@ -701,12 +719,12 @@ static void rep_check(struct emb_async *op)
 		const struct part *p = &op->parts[k];
 		bool applied = false;
 
-		if (!p->nrep || p->lead != k)
+		if (!p->rep.nrep || p->rep.lead != k)
 			continue;
-		for (uint32_t j = 0; j < p->nrep; j++)
-			applied |= op->parts[k + j].status == 0;
+		for (uint32_t j = 0; j < p->rep.nrep; j++)
+			applied |= op->parts[k + j].req.status == 0;
 		if (!applied && !op->status)
-			op->status = p->status;
+			op->status = p->req.status;
 	}
 }
 
@@ -744,7 +762,7 @@ static uint32_t lost_to_deaths(const struct emb_client *c)
 static void note_lost(struct emb_client *c, const struct part *p,
 		      uint32_t lost)
 {
-	const struct server *s = &c->srv[p->server];
+	const struct server *s = &c->srv[p->req.server];
 
 	pthread_mutex_lock(&c->err_lock);
 	c->last_status = EMB_ENODEAD;
@@ -767,7 +785,7 @@ static void part_end(struct part *p, int status,
 	/* A copy refused because its slots are being filled, or routed by
 	 * an older map than the server's: not applied, so it goes again,
 	 * same server and sequence number, until the deadline. */
-	if (status == 0 && p->epoch &&
+	if (status == 0 && p->rep.epoch &&
 	    (resp->status == EMB_EMOVING || resp->status == EMB_ESTALEMAP) &&
 	    !stopping(op->c) && emb_clock_ms() < op->deadline_ms) {
 		if (resp->status == EMB_ESTALEMAP && op->c->node)
@@ -782,7 +800,7 @@ static void part_end(struct part *p, int status,
 		uint32_t lost = lost_to_deaths(op->c);
 
 		if (!lost) {
-			p->skip = true;
+			p->rep.skip = true;
 			if (--op->pending == 0)
 				op_finish(op);
 			return;
@@ -791,25 +809,25 @@ static void part_end(struct part *p, int status,
 	}
 	/* A one-sided part that READ every row has no response. */
 	if (status == 0 && resp) {
-		p->rhdr = *resp;
+		p->req.rhdr = *resp;
 		if (resp->status < 0) {
 			note_server_error(op->c, p);
 			status = resp->status;
 		} else if (op->kind == OP_PULL) {
 			status = pull_scatter(op, p);
 		} else if (op->kind == OP_ERASE &&
-			   (!p->nrep || p == &op->parts[p->lead])) {
+			   (!p->rep.nrep || p == &op->parts[p->rep.lead])) {
 			/* One copy's count: the first holder's. */
 			op->count += resp->count;
 		}
 	}
-	p->status = status;
-	if (status == 0 && (p->learn || p->fb))
+	p->req.status = status;
+	if (status == 0 && (p->rd.learn || p->rd.fb))
 		os_learn(op, p);
 	if (status) {
 		add(&op->c->errors, 1);
 		/* A copy on a dead holder: rep_check() decides. */
-		if (!op->status && !(p->nrep && status == EMB_ENODEAD))
+		if (!op->status && !(p->rep.nrep && status == EMB_ENODEAD))
 			op->status = status;
 	}
 	if (--op->pending == 0)
@@ -868,9 +886,9 @@ static void server_lost(struct server *s, int reason)
 
 static void part_wait(struct server *s, struct part *p)
 {
-	p->wnext = NULL;
+	p->retry.wnext = NULL;
 	if (s->wait_tail)
-		s->wait_tail->wnext = p;
+		s->wait_tail->retry.wnext = p;
 	else
 		s->wait_head = p;
 	s->wait_tail = p;
@@ -883,7 +901,7 @@ static void fail_waiting(struct server *s, int status)
 
 	s->wait_head = s->wait_tail = NULL;
 	while (p) {
-		struct part *next = p->wnext;
+		struct part *next = p->retry.wnext;
 
 		part_end(p, status, NULL);
 		p = next;
@@ -894,7 +912,7 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 {
 	struct part *p = ctx;
 	struct emb_client *c = p->op->c;
-	struct server *s = &c->srv[p->server];
+	struct server *s = &c->srv[p->req.server];
 
 	if (status)
 		p->op->tainted = true;
@@ -909,7 +927,7 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		/* Not again: a part whose attempt timed out (that took the
 		 * whole deadline), and a push to a synchronous table (the
 		 * server may still hold it for its step). */
-		if (!stopping(c) && status != -ETIMEDOUT && !p->once &&
+		if (!stopping(c) && status != -ETIMEDOUT && !p->req.once &&
 		    emb_clock_ms() < p->op->deadline_ms) {
 			add(&c->retries, 1);
 			part_wait(s, p);
@@ -986,12 +1004,12 @@ static void rconn_lost(struct server *s, int reason)
 	emb_conn_destroy(conn);
 }
 
-/* Sends the part's misses (p->miss) as one PULL, or ends it if none. */
+/* Sends the part's misses (p->rd.miss) as one PULL, or ends it if none. */
 static void os_fallback(struct emb_client *c, struct part *p)
 {
-	const uint64_t *ids = p->iov[0].iov_base;
+	const uint64_t *ids = p->req.iov[0].iov_base;
 
-	if (!p->nmiss) {
+	if (!p->rd.nmiss) {
 		part_end(p, 0, NULL);
 		return;
 	}
@@ -1000,14 +1018,14 @@ static void os_fallback(struct emb_client *c, struct part *p)
 		part_end(p, EMB_ECLOSED, NULL);
 		return;
 	}
-	for (uint32_t k = 0; k < p->nmiss; k++)
-		p->miss_ids[k] = ids[p->miss[k]];
-	p->iov[0].iov_base = p->miss_ids;
-	p->iov[0].iov_len = (size_t)p->nmiss * sizeof(uint64_t);
-	p->n = p->nmiss;
-	p->hdr.count = p->nmiss;
-	p->fb = true;
-	add(&c->rows_fallback, p->nmiss);
+	for (uint32_t k = 0; k < p->rd.nmiss; k++)
+		p->rd.miss_ids[k] = ids[p->rd.miss[k]];
+	p->req.iov[0].iov_base = p->rd.miss_ids;
+	p->req.iov[0].iov_len = (size_t)p->rd.nmiss * sizeof(uint64_t);
+	p->req.n = p->rd.nmiss;
+	p->req.hdr.count = p->rd.nmiss;
+	p->rd.fb = true;
+	add(&c->rows_fallback, p->rd.nmiss);
 	part_send(c, p);
 }
 
@@ -1030,9 +1048,9 @@ static void os_read_done(void *ctx, int status)
 	struct emb_async *op = p->op;
 	struct emb_client *c = op->c;
 	struct emb_client_table *t = op->tbl;
-	struct server *s = &c->srv[p->server];
-	const struct remote *r = &t->rem[p->server];
-	const uint64_t *ids = p->iov[0].iov_base;
+	struct server *s = &c->srv[p->req.server];
+	const struct remote *r = &t->rem[p->req.server];
+	const uint64_t *ids = p->req.iov[0].iov_base;
 	const size_t row_sz = (size_t)op->dim * sizeof(float);
 	uint64_t good = 0, bad = 0;
 
@@ -1040,24 +1058,24 @@ static void os_read_done(void *ctx, int status)
 		/* Nothing landed that can be trusted: all go two-sided. A
 		 * batch of an older read conn leaves the current one be. */
 		op->tainted = true;
-		if (p->rgen == s->rgen)
+		if (p->rd.rgen == s->rgen)
 			rconn_lost(s, status);
-		for (uint32_t k = 0; k < p->rop.n; k++)
-			p->miss[p->nmiss++] = p->seg_j[k];
+		for (uint32_t k = 0; k < p->rd.rop.n; k++)
+			p->rd.miss[p->rd.nmiss++] = p->rd.seg_j[k];
 		os_fallback(c, p);
 		return;
 	}
-	for (uint32_t k = 0; k < p->rop.n; k++) {
-		uint32_t j = p->seg_j[k];
-		const char *rec = p->land + (size_t)j * p->rb;
-		uint32_t u = op->pu[p->first + j];
+	for (uint32_t k = 0; k < p->rd.rop.n; k++) {
+		uint32_t j = p->rd.seg_j[k];
+		const char *rec = p->rd.land + (size_t)j * p->rd.rb;
+		uint32_t u = op->pu[p->req.first + j];
 
-		if (!seal_ok(r, p->rb, t->row_floats, rec, ids[j])) {
+		if (!seal_ok(r, p->rd.rb, t->row_floats, rec, ids[j])) {
 			struct loc *e = loc_find(t, ids[j]);
 
 			if (e)
 				e->addr = 0; /* LOCATEd again after the PULL */
-			p->miss[p->nmiss++] = j;
+			p->rd.miss[p->rd.nmiss++] = j;
 			bad++;
 			continue;
 		}
@@ -1078,50 +1096,50 @@ static void os_read_done(void *ctx, int status)
 static void os_start(struct emb_client *c, struct part *p)
 {
 	struct emb_client_table *t = p->op->tbl;
-	struct server *s = &c->srv[p->server];
-	const uint64_t *ids = p->iov[0].iov_base;
+	struct server *s = &c->srv[p->req.server];
+	const uint64_t *ids = p->req.iov[0].iov_base;
 	uint32_t nseg = 0;
 	int rc;
 
-	p->os_done = true;
-	p->nmiss = 0;
+	p->rd.os_done = true;
+	p->rd.nmiss = 0;
 	if (s->rstate != RD_UP ||
-	    __atomic_load_n(&t->rem[p->server].rec_bytes, __ATOMIC_RELAXED) !=
-		p->rb) {
-		for (uint32_t j = 0; j < p->n; j++)
-			p->miss[p->nmiss++] = j;
+	    __atomic_load_n(&t->rem[p->req.server].rec_bytes, __ATOMIC_RELAXED) !=
+		p->rd.rb) {
+		for (uint32_t j = 0; j < p->req.n; j++)
+			p->rd.miss[p->rd.nmiss++] = j;
 		os_fallback(c, p);
 		return;
 	}
-	for (uint32_t j = 0; j < p->n; j++) {
+	for (uint32_t j = 0; j < p->req.n; j++) {
 		const struct loc *e = loc_find(t, ids[j]);
 
-		if (e && e->srv == p->server && e->gen == s->rgen) {
-			p->segs[nseg] = (struct emb_read_seg){
+		if (e && e->srv == p->req.server && e->gen == s->rgen) {
+			p->rd.segs[nseg] = (struct emb_read_seg){
 			    .raddr = e->addr,
 			    .rkey = e->rkey,
-			    .len = p->rb,
-			    .local = p->land + (size_t)j * p->rb};
-			p->seg_j[nseg++] = j;
+			    .len = p->rd.rb,
+			    .local = p->rd.land + (size_t)j * p->rd.rb};
+			p->rd.seg_j[nseg++] = j;
 		} else {
-			p->miss[p->nmiss++] = j;
+			p->rd.miss[p->rd.nmiss++] = j;
 		}
 	}
 	if (!nseg) {
 		os_fallback(c, p);
 		return;
 	}
-	p->rop = (struct emb_read_op){
-	    .segs = p->segs, .n = nseg, .done = os_read_done, .ctx = p};
-	p->rgen = s->rgen;
-	rc = emb_conn_read(s->rconn, &p->rop);
+	p->rd.rop = (struct emb_read_op){
+	    .segs = p->rd.segs, .n = nseg, .done = os_read_done, .ctx = p};
+	p->rd.rgen = s->rgen;
+	rc = emb_conn_read(s->rconn, &p->rd.rop);
 	if (rc) {
 		/* A closed conn is replaced; -EINVAL (landing memory not
 		 * registered) only costs this part its READs. */
 		if (rc == EMB_ECLOSED)
 			rconn_lost(s, rc);
 		for (uint32_t k = 0; k < nseg; k++)
-			p->miss[p->nmiss++] = p->seg_j[k];
+			p->rd.miss[p->rd.nmiss++] = p->rd.seg_j[k];
 		os_fallback(c, p);
 	}
 }
@@ -1238,19 +1256,19 @@ static void os_learn(struct emb_async *op, struct part *p)
 {
 	struct emb_client *c = op->c;
 
-	if (c->srv[p->server].rstate != RD_UP)
+	if (c->srv[p->req.server].rstate != RD_UP)
 		return;
-	loc_request(c, op->tbl, p->server, p->iov[0].iov_base, p->n);
+	loc_request(c, op->tbl, p->req.server, p->req.iov[0].iov_base, p->req.n);
 }
 
 /* Loop thread: p waits a back-off, then part_send() again. */
 static void part_delay(struct emb_client *c, struct part *p)
 {
-	p->wait_ms = p->wait_ms ? 2 * p->wait_ms : MOVING_MIN_MS;
-	if (p->wait_ms > MOVING_MAX_MS)
-		p->wait_ms = MOVING_MAX_MS;
-	p->due_ms = emb_clock_ms() + p->wait_ms;
-	p->dnext = c->delayed;
+	p->retry.wait_ms = p->retry.wait_ms ? 2 * p->retry.wait_ms : MOVING_MIN_MS;
+	if (p->retry.wait_ms > MOVING_MAX_MS)
+		p->retry.wait_ms = MOVING_MAX_MS;
+	p->retry.due_ms = emb_clock_ms() + p->retry.wait_ms;
+	p->retry.dnext = c->delayed;
 	c->delayed = p;
 }
 
@@ -1258,11 +1276,11 @@ static void part_delay(struct emb_client *c, struct part *p)
 static const uint64_t *part_ids(const struct part *p, const float **rows)
 {
 	if (p->op->kind == OP_PUSH) {
-		*rows = p->n ? p->iov[2].iov_base : NULL;
-		return p->iov[1].iov_base;
+		*rows = p->req.n ? p->req.iov[2].iov_base : NULL;
+		return p->req.iov[1].iov_base;
 	}
-	*rows = p->niov > 1 ? p->iov[1].iov_base : NULL;
-	return p->iov[0].iov_base;
+	*rows = p->req.niov > 1 ? p->req.iov[1].iov_base : NULL;
+	return p->req.iov[0].iov_base;
 }
 
 static bool in_list(const uint16_t *w, uint32_t n, uint32_t rank)
@@ -1276,14 +1294,14 @@ static bool in_list(const uint16_t *w, uint32_t n, uint32_t rank)
 /* Whether a copy group_fixup() added to lead's group sends id to rank. */
 static bool ext_has(const struct part *lead, uint32_t rank, uint64_t id)
 {
-	for (const struct part *e = lead->ext; e; e = e->enext) {
+	for (const struct part *e = lead->rep.ext; e; e = e->rep.enext) {
 		const float *unused;
 		const uint64_t *ids;
 
-		if (e->server != rank)
+		if (e->req.server != rank)
 			continue;
 		ids = part_ids(e, &unused);
-		for (uint32_t j = 0; j < e->n; j++)
+		for (uint32_t j = 0; j < e->req.n; j++)
 			if (ids[j] == id)
 				return true;
 	}
@@ -1306,13 +1324,13 @@ static int group_fixup(struct emb_client *c, struct emb_async *op,
 	const uint64_t *ids;
 	const float *rows;
 
-	if (lead->fixed >= c->map_epoch)
+	if (lead->rep.fixed >= c->map_epoch)
 		return 0;
-	lead->fixed = c->map_epoch;
+	lead->rep.fixed = c->map_epoch;
 	ids = part_ids(lead, &rows);
 	rowb = op->stride * (uint32_t)sizeof(float);
-	for (uint32_t j = 0; j < lead->nrep && nsib < EMB_CMAP_REPLICAS_MAX; j++)
-		covered[nsib++] = (uint16_t)op->parts[k0 + j].server;
+	for (uint32_t j = 0; j < lead->rep.nrep && nsib < EMB_CMAP_REPLICAS_MAX; j++)
+		covered[nsib++] = (uint16_t)op->parts[k0 + j].req.server;
 	for (;;) {
 		uint32_t to = NONE, k = 0;
 		struct part *e;
@@ -1320,7 +1338,7 @@ static int group_fixup(struct emb_client *c, struct emb_async *op,
 
 		/* The next writer some row's copy does not reach yet, and the
 		 * rows it lacks: an earlier fixup may have sent it some. */
-		for (uint32_t j = 0; j < lead->n; j++) {
+		for (uint32_t j = 0; j < lead->req.n; j++) {
 			uint32_t nw = emb_cmap_writers(c->cmap,
 						       emb_id_slot(ids[j]), w);
 
@@ -1343,21 +1361,21 @@ static int group_fixup(struct emb_client *c, struct emb_async *op,
 			return -ENOMEM;
 		e = (struct part *)(void *)m;
 		*e = *lead;
-		e->ext = e->enext = e->dnext = NULL;
-		e->wait_ms = 0;
-		e->server = to;
-		e->n = k;
-		e->epoch = c->map_epoch;
-		e->nrep = lead->nrep; /* a copy: its death is no error */
-		e->resp = m + ((sizeof(*e) + 63) & ~(size_t)63);
-		e->resp_cap = ERR_CAP;
+		e->rep.ext = e->rep.enext = e->retry.dnext = NULL;
+		e->retry.wait_ms = 0;
+		e->req.server = to;
+		e->req.n = k;
+		e->rep.epoch = c->map_epoch;
+		e->rep.nrep = lead->rep.nrep; /* a copy: its death is no error */
+		e->req.resp = m + ((sizeof(*e) + 63) & ~(size_t)63);
+		e->req.resp_cap = ERR_CAP;
 		{
-			uint64_t *eids = (uint64_t *)(void *)((char *)e->resp +
+			uint64_t *eids = (uint64_t *)(void *)((char *)e->req.resp +
 							      ERR_CAP);
 			float *erows = (float *)(void *)(eids + k);
 			uint32_t at = 0;
 
-			for (uint32_t j = 0; j < lead->n && at < k; j++) {
+			for (uint32_t j = 0; j < lead->req.n && at < k; j++) {
 				uint32_t nw = emb_cmap_writers(
 				    c->cmap, emb_id_slot(ids[j]), w);
 
@@ -1371,30 +1389,30 @@ static int group_fixup(struct emb_client *c, struct emb_async *op,
 					       rowb);
 				at++;
 			}
-			e->hdr.count = k;
+			e->req.hdr.count = k;
 			if (op->kind == OP_PUSH) {
-				e->seq = __atomic_add_fetch(
+				e->req.seq = __atomic_add_fetch(
 				    &c->srv[to].push_seq, 1, __ATOMIC_RELAXED);
-				emb_le64_store(e->prefix + 24, e->seq);
-				e->iov[0].iov_base = e->prefix;
-				e->iov[1] = (struct iovec){eids, k * 8ull};
-				e->iov[2] = (struct iovec){erows,
+				emb_le64_store(e->req.prefix + 24, e->req.seq);
+				e->req.iov[0].iov_base = e->req.prefix;
+				e->req.iov[1] = (struct iovec){eids, k * 8ull};
+				e->req.iov[2] = (struct iovec){erows,
 							   (size_t)k * rowb};
 			} else {
-				e->iov[0] = (struct iovec){eids, k * 8ull};
+				e->req.iov[0] = (struct iovec){eids, k * 8ull};
 				if (rows)
-					e->iov[1] = (struct iovec){
+					e->req.iov[1] = (struct iovec){
 					    erows, (size_t)k * rowb};
 			}
 		}
-		e->enext = lead->ext;
-		lead->ext = e;
+		e->rep.enext = lead->rep.ext;
+		lead->rep.ext = e;
 		op->pending++;
 		emb_log(EMB_LOG_DEBUG,
 			"map epoch %llu: %u row%s of a write routed by epoch "
 			"%llu go to server %u too",
 			(unsigned long long)c->map_epoch, k, k == 1 ? "" : "s",
-			(unsigned long long)lead->epoch, to);
+			(unsigned long long)lead->rep.epoch, to);
 		part_send(c, e);
 	}
 }
@@ -1402,7 +1420,7 @@ static int group_fixup(struct emb_client *c, struct emb_async *op,
 /* Loop thread: posts p on its server's conn, or queues it for the next. */
 static void part_send(struct emb_client *c, struct part *p)
 {
-	struct server *s = &c->srv[p->server];
+	struct server *s = &c->srv[p->req.server];
 	int rc;
 
 	if (srv_dead(s)) {
@@ -1415,41 +1433,41 @@ static void part_send(struct emb_client *c, struct part *p)
 		part_end(p, EMB_ECLOSED, NULL);
 		return;
 	}
-	if (p->os && !p->os_done && s->state == SRV_UP) {
+	if (p->rd.os && !p->rd.os_done && s->state == SRV_UP) {
 		os_start(c, p);
 		return;
 	}
-	if (p->epoch) {
+	if (p->rep.epoch) {
 		/* Routed by an older map: writers it added get their copy
 		 * before this one goes out under the new epoch. */
-		if (p->epoch < c->map_epoch) {
-			rc = group_fixup(c, p->op, &p->op->parts[p->lead]);
+		if (p->rep.epoch < c->map_epoch) {
+			rc = group_fixup(c, p->op, &p->op->parts[p->rep.lead]);
 			if (rc) {
 				part_end(p, rc, NULL);
 				return;
 			}
-			p->epoch = c->map_epoch;
+			p->rep.epoch = c->map_epoch;
 		}
-		p->hdr.table_id =
-		    __atomic_load_n(&p->op->tids[p->server], __ATOMIC_RELAXED);
-		emb_wire_hdr_set_epoch(&p->hdr, p->epoch, 0);
+		p->req.hdr.table_id =
+		    __atomic_load_n(&p->op->tids[p->req.server], __ATOMIC_RELAXED);
+		emb_wire_hdr_set_epoch(&p->req.hdr, p->rep.epoch, 0);
 	}
 	if (s->state != SRV_UP) {
 		part_wait(s, p);
 		return;
 	}
-	if (p->seq) {
+	if (p->req.seq) {
 		/* Decided per send: a server restarted as an older version
 		 * may not take sessions. */
-		p->hdr.flags = (uint16_t)((p->hdr.flags & ~EMB_F_SESSION) |
+		p->req.hdr.flags = (uint16_t)((p->req.hdr.flags & ~EMB_F_SESSION) |
 					  (s->sessions ? EMB_F_SESSION : 0));
-		p->iov[0].iov_len = s->sessions
+		p->req.iov[0].iov_len = s->sessions
 					? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
 					: EMB_WIRE_PUSH_PREFIX_SIZE;
 	}
 	add(&c->requests, 1);
-	rc = emb_conn_call(s->conn, &p->hdr, p->iov, p->niov, p->resp,
-			   p->resp_cap, part_done, p);
+	rc = emb_conn_call(s->conn, &p->req.hdr, p->req.iov, p->req.niov, p->req.resp,
+			   p->req.resp_cap, part_done, p);
 	if (rc)
 		part_done(p, rc, NULL);
 }
@@ -1487,8 +1505,8 @@ static int give_err_bufs(struct emb_async *op)
 		return -ENOMEM;
 	op->resp_mem = r;
 	for (uint32_t k = 0; k < op->nparts; k++) {
-		op->parts[k].resp = r + (size_t)k * ERR_CAP;
-		op->parts[k].resp_cap = ERR_CAP;
+		op->parts[k].req.resp = r + (size_t)k * ERR_CAP;
+		op->parts[k].req.resp_cap = ERR_CAP;
 	}
 	return 0;
 }
@@ -1658,16 +1676,16 @@ static int make_parts(struct emb_async *op, const struct emb_client_table *t,
 				break;
 			p = &op->parts[k++];
 			p->op = op;
-			p->server = s;
-			p->first = off + done;
-			p->n = cnt[s] - done < m ? cnt[s] - done : m;
-			p->hdr.opcode = opcode;
-			p->hdr.table_id = t->ids[s];
-			p->hdr.count = p->n;
-			p->once = sync;
+			p->req.server = s;
+			p->req.first = off + done;
+			p->req.n = cnt[s] - done < m ? cnt[s] - done : m;
+			p->req.hdr.opcode = opcode;
+			p->req.hdr.table_id = t->ids[s];
+			p->req.hdr.count = p->req.n;
+			p->req.once = sync;
 			done += m;
 			if (sync && done >= cnt[s])
-				p->hdr.flags = EMB_F_STEP_END;
+				p->req.hdr.flags = EMB_F_STEP_END;
 		} while (done < cnt[s]);
 		off += cnt[s];
 	}
@@ -1718,16 +1736,16 @@ static int make_parts_rep(struct emb_async *op,
 				struct part *p = &op->parts[k++];
 
 				p->op = op;
-				p->server = h[j];
-				p->first = off + done;
-				p->n = cnt[g] - done < m ? cnt[g] - done : m;
-				p->hdr.opcode = opcode;
-				p->hdr.table_id = t->ids[h[j]];
-				p->hdr.count = p->n;
-				p->lead = lead;
-				p->nrep = nh;
-				p->epoch = c->map_epoch;
-				p->fixed = c->map_epoch;
+				p->req.server = h[j];
+				p->req.first = off + done;
+				p->req.n = cnt[g] - done < m ? cnt[g] - done : m;
+				p->req.hdr.opcode = opcode;
+				p->req.hdr.table_id = t->ids[h[j]];
+				p->req.hdr.count = p->req.n;
+				p->rep.lead = lead;
+				p->rep.nrep = nh;
+				p->rep.epoch = c->map_epoch;
+				p->rep.fixed = c->map_epoch;
 			}
 		}
 		off += cnt[g];
@@ -1776,17 +1794,17 @@ static int os_plan(struct emb_async *op, struct emb_client_table *t,
 		return 0;
 	for (uint32_t k = 0; k < op->nparts; k++) {
 		struct part *p = &op->parts[k];
-		const struct server *s = &c->srv[p->server];
+		const struct server *s = &c->srv[p->req.server];
 
 		if (!__atomic_load_n(&s->on_rdma, __ATOMIC_RELAXED))
 			continue;
-		p->rb = __atomic_load_n(&t->rem[p->server].rec_bytes,
+		p->rd.rb = __atomic_load_n(&t->rem[p->req.server].rec_bytes,
 					__ATOMIC_RELAXED);
-		p->os = p->rb != 0 && p->rb != NOT_REMOTE;
-		p->learn = p->rb == 0;
-		if (p->os) {
-			total += p->n;
-			*resp_bytes += ((size_t)p->n * p->rb + 63) & ~(size_t)63;
+		p->rd.os = p->rd.rb != 0 && p->rd.rb != NOT_REMOTE;
+		p->rd.learn = p->rd.rb == 0;
+		if (p->rd.os) {
+			total += p->req.n;
+			*resp_bytes += ((size_t)p->req.n * p->rd.rb + 63) & ~(size_t)63;
 		}
 	}
 	if (!total)
@@ -1798,13 +1816,13 @@ static int os_plan(struct emb_async *op, struct emb_client_table *t,
 	for (uint32_t k = 0; k < op->nparts; k++) {
 		struct part *p = &op->parts[k];
 
-		if (!p->os)
+		if (!p->rd.os)
 			continue;
-		p->segs = (struct emb_read_seg *)(void *)m;
-		p->miss_ids = (uint64_t *)(void *)(p->segs + p->n);
-		p->seg_j = (uint32_t *)(void *)(p->miss_ids + p->n);
-		p->miss = p->seg_j + p->n;
-		m = (char *)(p->miss + p->n);
+		p->rd.segs = (struct emb_read_seg *)(void *)m;
+		p->rd.miss_ids = (uint64_t *)(void *)(p->rd.segs + p->req.n);
+		p->rd.seg_j = (uint32_t *)(void *)(p->rd.miss_ids + p->req.n);
+		p->rd.miss = p->rd.seg_j + p->req.n;
+		m = (char *)(p->rd.miss + p->req.n);
 	}
 	return 0;
 }
@@ -1862,11 +1880,11 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	for (uint32_t k = 0; k < op->nparts; k++) {
 		struct part *p = &op->parts[k];
 
-		p->resp_cap = emb_wire_pull_resp_bytes(p->n, op->dim, wflags) -
+		p->req.resp_cap = emb_wire_pull_resp_bytes(p->req.n, op->dim, wflags) -
 			      EMB_WIRE_HDR_SIZE;
-		if (p->resp_cap < ERR_CAP)
-			p->resp_cap = ERR_CAP;
-		resp_bytes += (p->resp_cap + 63) & ~(size_t)63;
+		if (p->req.resp_cap < ERR_CAP)
+			p->req.resp_cap = ERR_CAP;
+		resp_bytes += (p->req.resp_cap + 63) & ~(size_t)63;
 	}
 	rc = os_plan(op, t, &resp_bytes);
 	if (rc)
@@ -1882,16 +1900,16 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	for (uint32_t k = 0; k < op->nparts; k++) {
 		struct part *p = &op->parts[k];
 
-		p->resp = r;
-		r += (p->resp_cap + 63) & ~(size_t)63;
-		if (p->os) {
-			p->land = r;
-			r += ((size_t)p->n * p->rb + 63) & ~(size_t)63;
+		p->req.resp = r;
+		r += (p->req.resp_cap + 63) & ~(size_t)63;
+		if (p->rd.os) {
+			p->rd.land = r;
+			r += ((size_t)p->req.n * p->rd.rb + 63) & ~(size_t)63;
 		}
-		p->hdr.flags = wflags;
-		p->iov[0].iov_base = pids + p->first;
-		p->iov[0].iov_len = (size_t)p->n * sizeof(uint64_t);
-		p->niov = 1;
+		p->req.hdr.flags = wflags;
+		p->req.iov[0].iov_base = pids + p->req.first;
+		p->req.iov[0].iov_len = (size_t)p->req.n * sizeof(uint64_t);
+		p->req.niov = 1;
 	}
 	rc = op_post(op);
 	if (rc)
@@ -1961,19 +1979,19 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 		struct part *p = &op->parts[k];
 
 		/* The sequence number is fixed now, so a retry repeats it. */
-		p->seq = __atomic_add_fetch(&c->srv[p->server].push_seq, 1,
+		p->req.seq = __atomic_add_fetch(&c->srv[p->req.server].push_seq, 1,
 					    __ATOMIC_RELAXED);
-		emb_le64_store(p->prefix, step);
-		emb_le32_store(p->prefix + 8, rank);
-		emb_le32_store(p->prefix + 12, 0);
-		emb_le64_store(p->prefix + 16, c->session);
-		emb_le64_store(p->prefix + 24, p->seq);
-		p->iov[0] = (struct iovec){p->prefix, EMB_WIRE_PUSH_PREFIX_SIZE};
-		p->iov[1] = (struct iovec){pids + p->first,
-					   (size_t)p->n * sizeof(uint64_t)};
-		p->iov[2] = (struct iovec){pgrad + (size_t)p->first * dim,
-					   (size_t)p->n * dim * sizeof(float)};
-		p->niov = p->n ? 3 : 1; /* an empty STEP_END part */
+		emb_le64_store(p->req.prefix, step);
+		emb_le32_store(p->req.prefix + 8, rank);
+		emb_le32_store(p->req.prefix + 12, 0);
+		emb_le64_store(p->req.prefix + 16, c->session);
+		emb_le64_store(p->req.prefix + 24, p->req.seq);
+		p->req.iov[0] = (struct iovec){p->req.prefix, EMB_WIRE_PUSH_PREFIX_SIZE};
+		p->req.iov[1] = (struct iovec){pids + p->req.first,
+					   (size_t)p->req.n * sizeof(uint64_t)};
+		p->req.iov[2] = (struct iovec){pgrad + (size_t)p->req.first * dim,
+					   (size_t)p->req.n * dim * sizeof(float)};
+		p->req.niov = p->req.n ? 3 : 1; /* an empty STEP_END part */
 	}
 	rc = op_post(op);
 	if (rc)
@@ -2040,15 +2058,15 @@ static int ids_start(struct emb_client_table *t, enum op_kind kind,
 	for (uint32_t k = 0; k < op->nparts; k++) {
 		struct part *p = &op->parts[k];
 
-		p->hdr.flags = flags;
-		p->iov[0] = (struct iovec){pids + p->first,
-					   (size_t)p->n * sizeof(uint64_t)};
-		p->niov = 1;
+		p->req.hdr.flags = flags;
+		p->req.iov[0] = (struct iovec){pids + p->req.first,
+					   (size_t)p->req.n * sizeof(uint64_t)};
+		p->req.niov = 1;
 		if (rows) {
-			p->iov[1] = (struct iovec){
-			    prows + (size_t)p->first * stride,
-			    (size_t)p->n * stride * sizeof(float)};
-			p->niov = 2;
+			p->req.iov[1] = (struct iovec){
+			    prows + (size_t)p->req.first * stride,
+			    (size_t)p->req.n * stride * sizeof(float)};
+			p->req.niov = 2;
 		}
 	}
 	rc = op_post(op);
@@ -2166,13 +2184,13 @@ static struct emb_async *broadcast(struct emb_client *c, uint8_t opcode,
 		struct part *p = &op->parts[s];
 
 		p->op = op;
-		p->server = s;
-		p->hdr.opcode = opcode;
-		p->hdr.table_id = table_ids ? table_ids[s] : 0;
-		p->iov[0] = (struct iovec){(void *)payload, len};
-		p->niov = len ? 1 : 0;
-		p->resp = r + (size_t)s * ADMIN_RESP_MAX;
-		p->resp_cap = ADMIN_RESP_MAX;
+		p->req.server = s;
+		p->req.hdr.opcode = opcode;
+		p->req.hdr.table_id = table_ids ? table_ids[s] : 0;
+		p->req.iov[0] = (struct iovec){(void *)payload, len};
+		p->req.niov = len ? 1 : 0;
+		p->req.resp = r + (size_t)s * ADMIN_RESP_MAX;
+		p->req.resp_cap = ADMIN_RESP_MAX;
 	}
 	op->nparts = c->nsrv;
 	*rc = op_post(op);
@@ -2198,7 +2216,7 @@ static struct emb_wire_frame part_frame(const struct part *p,
 					const struct emb_wire_limits *lim)
 {
 	struct emb_wire_frame f = {
-	    .hdr = p->rhdr, .payload = p->resp, .lim = lim};
+	    .hdr = p->req.rhdr, .payload = p->req.resp, .lim = lim};
 
 	return f;
 }
@@ -2313,7 +2331,7 @@ int emb_client_table_create(struct emb_client *c,
 	if (rc)
 		goto out;
 	for (uint32_t s = 0; s < c->nsrv; s++)
-		t->ids[s] = op->parts[s].rhdr.table_id;
+		t->ids[s] = op->parts[s].req.rhdr.table_id;
 	*out = t;
 out:
 	admin_free(op);
@@ -2349,7 +2367,7 @@ int emb_client_table_open(struct emb_client *c, const char *name,
 		struct emb_wire_table_info info;
 		bool hit = false;
 
-		if (op->parts[s].skip)
+		if (op->parts[s].rep.skip)
 			continue; /* removed: its tables live on its backups */
 		rc = emb_wire_list_resp_decode(&f, &lr);
 		for (uint32_t i = 0; !rc && i < lr.n && !hit; i++) {
@@ -2486,7 +2504,7 @@ int emb_client_table_stats(struct emb_client_table *t,
 		struct emb_wire_stats_resp sr;
 		struct emb_wire_stats w;
 
-		if (op->parts[s].skip)
+		if (op->parts[s].rep.skip)
 			continue; /* removed, its slots served by backups */
 		rc = emb_wire_stats_resp_decode(&f, &sr);
 		if (rc || sr.n != 1) {
@@ -2777,7 +2795,7 @@ static void server_up(struct emb_client *c, struct server *s)
 	p = s->wait_head;
 	s->wait_head = s->wait_tail = NULL;
 	while (p) {
-		struct part *next = p->wnext;
+		struct part *next = p->retry.wnext;
 
 		part_send(c, p);
 		p = next;
@@ -2935,18 +2953,18 @@ static int maintain(struct emb_client *c)
 	rmaintain(c, now);
 	/* Copies refused by a fill go again once their back-off is over. */
 	while ((p = *pp)) {
-		if (p->due_ms <= now) {
-			*pp = p->dnext;
-			p->dnext = due;
+		if (p->retry.due_ms <= now) {
+			*pp = p->retry.dnext;
+			p->retry.dnext = due;
 			due = p;
 			continue;
 		}
-		if (p->due_ms - now < (uint64_t)wait)
-			wait = (int)(p->due_ms - now);
-		pp = &p->dnext;
+		if (p->retry.due_ms - now < (uint64_t)wait)
+			wait = (int)(p->retry.due_ms - now);
+		pp = &p->retry.dnext;
 	}
 	while ((p = due)) {
-		due = p->dnext;
+		due = p->retry.dnext;
 		add(&c->retries, 1);
 		part_send(c, p);
 	}
@@ -2960,10 +2978,10 @@ static int maintain(struct emb_client *c)
 
 			if (now < p->op->deadline_ms) {
 				last = p;
-				wp = &p->wnext;
+				wp = &p->retry.wnext;
 				continue;
 			}
-			*wp = p->wnext;
+			*wp = p->retry.wnext;
 			part_end(p, s->last_err ? s->last_err : -ETIMEDOUT,
 				 NULL);
 		}
@@ -3274,7 +3292,7 @@ void emb_client_destroy(struct emb_client *c)
 	while (c->delayed) {
 		struct part *p = c->delayed;
 
-		c->delayed = p->dnext;
+		c->delayed = p->retry.dnext;
 		part_end(p, EMB_ECLOSED, NULL);
 	}
 	/* Buffers given back late are released by loop tasks: run them,
@@ -3785,7 +3803,7 @@ int emb__client_admin(struct emb_client *c, uint8_t opcode,
 	for (uint32_t s = 0; s < c->nsrv && !rc; s++) {
 		struct emb_wire_frame f = part_frame(&op->parts[s], &lim);
 
-		if (!op->parts[s].skip)
+		if (!op->parts[s].rep.skip)
 			rc = fn(arg, s, &f);
 	}
 	admin_free(op);
