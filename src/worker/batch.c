@@ -40,10 +40,10 @@ static uint32_t part_max(const struct emb_client *c, uint32_t s,
  * partitioned index map in *ppos, and per-key counts in cnt[nkeys].
  * Returns the number of distinct ids, or a negative code.
  */
-int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids, uint32_t n,
-		       const uint16_t *key, uint32_t nkeys, size_t extra,
-		       uint64_t **pids, uint32_t **ppos, uint32_t *cnt,
-		       void **extra_out)
+int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids,
+			   uint32_t n, const uint16_t *key, uint32_t nkeys,
+			   size_t extra, uint64_t **pids, uint32_t **ppos,
+			   uint32_t *cnt, void **extra_out)
 {
 	struct emb_client *c = op->c;
 	uint64_t *uniq;
@@ -108,6 +108,42 @@ int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids, uint32_t n
 	add(&c->ids_in, n);
 	add(&c->ids_sent, (uint64_t)nu);
 	return nu;
+}
+
+/*
+ * Assign and erase: ids in key order as given (last write wins in batch
+ * order per server), with their rows when there are any.
+ */
+int emb__batch_order(struct emb_async *op, const uint64_t *ids, uint32_t n,
+		     const float *rows, uint32_t stride, const uint16_t *key,
+		     uint32_t nkeys, uint32_t most, uint64_t **pids_out,
+		     float **prows_out)
+{
+	uint32_t *cnt = op->cnt, *start = cnt + most;
+	float *prows = NULL;
+	uint64_t *pids;
+
+	if (emb__op_mem(op, (size_t)n * (8 + (rows ? 4ull * stride : 0)) + 8))
+		return -ENOMEM;
+	pids = op->mem;
+	if (rows)
+		prows = (float *)(void *)(pids + n);
+	for (uint32_t i = 0; i < n; i++)
+		cnt[key[emb_id_slot(ids[i])]]++;
+	for (uint32_t s = 0; s < nkeys; s++)
+		start[s + 1] = start[s] + cnt[s];
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t pos = start[key[emb_id_slot(ids[i])]]++;
+
+		pids[pos] = ids[i];
+		if (rows)
+			memcpy(prows + (size_t)pos * stride,
+			       rows + (size_t)i * stride,
+			       (size_t)stride * sizeof(float));
+	}
+	*pids_out = pids;
+	*prows_out = prows;
+	return 0;
 }
 
 /*
@@ -205,7 +241,8 @@ int emb__batch_parts_rep(struct emb_async *op,
 				p->op = op;
 				p->req.server = h[j];
 				p->req.first = off + done;
-				p->req.n = cnt[g] - done < m ? cnt[g] - done : m;
+				p->req.n =
+				    cnt[g] - done < m ? cnt[g] - done : m;
 				p->req.hdr.opcode = opcode;
 				p->req.hdr.table_id = t->ids[h[j]];
 				p->req.hdr.count = p->req.n;

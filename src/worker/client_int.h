@@ -443,9 +443,11 @@ void emb__os_learn(struct emb_async *op, struct part *p);
 
 /* ---- replicas.c ---- */
 
-/* How writes are partitioned: by replica group when replicated (then
- * c->map_mu is held until emb__rep_unlock_keys()), else by server. */
-const uint16_t *emb__rep_write_keys(struct emb_client *c, uint32_t *nkeys);
+/* The key of each slot: its replica group (by_group, when replicated),
+ * else its primary; *nkeys of them. Replicated, c->map_mu is held until
+ * emb__rep_unlock_keys(). */
+const uint16_t *emb__rep_keys(struct emb_client *c, bool by_group,
+			      uint32_t *nkeys);
 void emb__rep_unlock_keys(struct emb_client *c);
 /* Loop thread: a pull part whose server died moves to the live holder of
  * its slots. True when it did (p->req.server is the new one). */
@@ -473,6 +475,15 @@ int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids,
 			   uint32_t n, const uint16_t *key, uint32_t nkeys,
 			   size_t extra, uint64_t **pids, uint32_t **ppos,
 			   uint32_t *cnt, void **extra_out);
+/*
+ * ids (and rows of stride floats, or NULL) in key order as given, no
+ * dedup, in op->mem: *pids, *prows. Counts in op->cnt, starts after its
+ * first most entries. 0 or -ENOMEM.
+ */
+int emb__batch_order(struct emb_async *op, const uint64_t *ids, uint32_t n,
+		     const float *rows, uint32_t stride, const uint16_t *key,
+		     uint32_t nkeys, uint32_t most, uint64_t **pids,
+		     float **prows);
 /* cnt[s] ids per server cut into parts to the servers' limits. 0 or
  * -ENOMEM. */
 int emb__batch_parts(struct emb_async *op, const struct emb_client_table *t,

@@ -11,8 +11,8 @@
  * Parts are sent and ended through c->fns (op.c), which this file never
  * calls directly.
  *
- * Threads: the creating thread until the loop starts (emb__conn_connect_all()), then
- * the loop thread alone.
+ * Threads: the creating thread until the loop starts
+ * (emb__conn_connect_all()), then the loop thread alone.
  */
 #include "worker/embstore.h"
 

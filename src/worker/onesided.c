@@ -164,8 +164,8 @@ void emb__os_start(struct emb_client *c, struct part *p)
 	p->rd.os_done = true;
 	p->rd.nmiss = 0;
 	if (s->rstate != RD_UP ||
-	    __atomic_load_n(&t->rem[p->req.server].rec_bytes, __ATOMIC_RELAXED) !=
-		p->rd.rb) {
+	    __atomic_load_n(&t->rem[p->req.server].rec_bytes,
+			    __ATOMIC_RELAXED) != p->rd.rb) {
 		for (uint32_t j = 0; j < p->req.n; j++)
 			p->rd.miss[p->rd.nmiss++] = j;
 		os_fallback(c, p);
@@ -318,7 +318,8 @@ void emb__os_learn(struct emb_async *op, struct part *p)
 
 	if (c->srv[p->req.server].rstate != RD_UP)
 		return;
-	loc_request(c, op->tbl, p->req.server, p->req.iov[0].iov_base, p->req.n);
+	loc_request(c, op->tbl, p->req.server, p->req.iov[0].iov_base,
+		    p->req.n);
 }
 
 /*
@@ -348,7 +349,8 @@ int emb__os_plan(struct emb_async *op, struct emb_client_table *t,
 		p->rd.learn = p->rd.rb == 0;
 		if (p->rd.os) {
 			total += p->req.n;
-			*resp_bytes += ((size_t)p->req.n * p->rd.rb + 63) & ~(size_t)63;
+			*resp_bytes +=
+			    ((size_t)p->req.n * p->rd.rb + 63) & ~(size_t)63;
 		}
 	}
 	if (!total)

@@ -15,6 +15,13 @@
  * so a server applies a retried push at most once (docs/protocol.md,
  * PUSH).
  *
+ * One skeleton (op_start()) serves the four calls, and a struct kind says
+ * what differs: the opcode, whether ids are deduplicated, whether a
+ * replicated map partitions them by replica group, the response buffers,
+ * each part's payload, and what a part's end means (one completion hook
+ * per kind of op: a pull reroutes and scatters, a write goes again when a
+ * fill refused it, an erase counts, a fan-out skips dead servers).
+ *
  * Threads: the public calls from any thread; the rest on the loop thread.
  */
 #include "worker/embstore.h"
@@ -48,9 +55,9 @@ static void note_server_error(struct emb_client *c, struct part *p)
 	snprintf(c->last_msg, sizeof(c->last_msg), "%.*s", (int)e.msg_len,
 		 e.msg);
 	pthread_mutex_unlock(&c->err_lock);
-	emb_log(EMB_LOG_DEBUG, "server %s:%u: %s: %.*s", c->srv[p->req.server].host,
-		c->srv[p->req.server].port, emb_strerror(e.status), (int)e.msg_len,
-		e.msg);
+	emb_log(EMB_LOG_DEBUG, "server %s:%u: %s: %.*s",
+		c->srv[p->req.server].host, c->srv[p->req.server].port,
+		emb_strerror(e.status), (int)e.msg_len, e.msg);
 }
 
 /* Loop thread: copies a pull part's rows to every position of its ids. */
@@ -72,7 +79,8 @@ static int pull_scatter(struct emb_async *op, struct part *p)
 		return EMB_EBADFRAME;
 	for (uint32_t j = 0; j < r.n; j++) {
 		const float *row = r.rows + (size_t)j * op->dim;
-		uint32_t u = op->pu[p->req.first + (p->rd.fb ? p->rd.miss[j] : j)];
+		uint32_t u =
+		    op->pu[p->req.first + (p->rd.fb ? p->rd.miss[j] : j)];
 		uint8_t hit = r.found ? emb_wire_bit_test(r.found, j) : 1;
 
 		for (uint32_t i = op->first[u]; i != NONE; i = op->next[i]) {
@@ -110,9 +118,50 @@ static void op_finish(struct emb_async *op)
 	emb__op_complete(op);
 }
 
+
+/*
+ * Loop thread: the server's verdict on p's request (resp NULL: none, as
+ * for a one-sided part that READ every row). Keeps the response header;
+ * a server error is noted for emb_client_last_error() and returned, else
+ * status as given.
+ */
+static int resp_status(struct part *p, int status,
+		       const struct emb_frame_hdr *resp)
+{
+	if (status || !resp)
+		return status;
+	p->req.rhdr = *resp;
+	if (resp->status < 0) {
+		note_server_error(p->op->c, p);
+		return resp->status;
+	}
+	return 0;
+}
+
+/* Loop thread: p is over with status; the last part ends the op. */
+static void part_close(struct part *p, int status)
+{
+	struct emb_async *op = p->op;
+
+	p->req.status = status;
+	if (status) {
+		add(&op->c->errors, 1);
+		/* A copy on a dead holder: rep_check() decides. */
+		if (!op->status && !(p->rep.nrep && status == EMB_ENODEAD))
+			op->status = status;
+	}
+	if (--op->pending == 0)
+		op_finish(op);
+}
+
 static void part_send(struct emb_client *c, struct part *p);
 
-static void part_end(struct part *p, int status,
+/*
+ * Pull: a part whose server died goes to a live holder of its slots; the
+ * rows scatter to the caller; ids pulled two-sided are LOCATEd for the
+ * next one-sided pull.
+ */
+static void pull_end(struct part *p, int status,
 		     const struct emb_frame_hdr *resp)
 {
 	struct emb_async *op = p->op;
@@ -122,9 +171,24 @@ static void part_end(struct part *p, int status,
 		part_send(op->c, p);
 		return;
 	}
-	/* A copy refused because its slots are being filled, or routed by
-	 * an older map than the server's: not applied, so it goes again,
-	 * same server and sequence number, until the deadline. */
+	status = resp_status(p, status, resp);
+	if (status == 0 && resp)
+		status = pull_scatter(op, p);
+	if (status == 0 && (p->rd.learn || p->rd.fb))
+		emb__os_learn(op, p);
+	part_close(p, status);
+}
+
+/*
+ * Loop thread: a copy refused because its slots are being filled, or
+ * routed by an older map than the server's: not applied, so it goes again,
+ * same server and sequence number, until the deadline. True when it will.
+ */
+static bool write_again(struct part *p, int status,
+			const struct emb_frame_hdr *resp)
+{
+	struct emb_async *op = p->op;
+
 	if (status == 0 && p->rep.epoch &&
 	    (resp->status == EMB_EMOVING || resp->status == EMB_ESTALEMAP) &&
 	    !stopping(op->c) && emb_clock_ms() < op->deadline_ms) {
@@ -132,46 +196,254 @@ static void part_end(struct part *p, int status,
 			emb_node_map_refresh(op->c->node);
 		add(&op->c->moved, 1);
 		emb__rep_delay(op->c, p);
-		return;
+		return true;
 	}
-	/* A fan-out to a server that died, before or during the call: when
-	 * the live servers hold every slot it is no longer asked. */
-	if (status == EMB_ENODEAD && op->kind == OP_ADMIN && op->c->cmap) {
+	return false;
+}
+
+/* Push and assign: applied, refused for a fill (again), or failed. */
+static void write_end(struct part *p, int status,
+		      const struct emb_frame_hdr *resp)
+{
+	if (write_again(p, status, resp))
+		return;
+	part_close(p, resp_status(p, status, resp));
+}
+
+/* Erase: as a write, and the ids that existed, counted once per part. */
+static void erase_end(struct part *p, int status,
+		      const struct emb_frame_hdr *resp)
+{
+	struct emb_async *op = p->op;
+
+	if (write_again(p, status, resp))
+		return;
+	status = resp_status(p, status, resp);
+	/* One copy's count: the first holder's. */
+	if (status == 0 && resp &&
+	    (!p->rep.nrep || p == &op->parts[p->rep.lead]))
+		op->count += resp->count;
+	part_close(p, status);
+}
+
+/*
+ * A fan-out (broadcast.c): a server that died, before or during the call,
+ * is no longer asked when the live servers hold every slot.
+ */
+static void admin_end(struct part *p, int status,
+		      const struct emb_frame_hdr *resp)
+{
+	struct emb_async *op = p->op;
+
+	if (status == EMB_ENODEAD && op->c->cmap) {
 		uint32_t lost = emb__rep_lost_slots(op->c);
 
 		if (!lost) {
 			p->rep.skip = true;
-			if (--op->pending == 0)
-				op_finish(op);
+			part_close(p, 0);
 			return;
 		}
 		emb__rep_note_lost(op->c, p, lost);
 	}
-	/* A one-sided part that READ every row has no response. */
-	if (status == 0 && resp) {
-		p->req.rhdr = *resp;
-		if (resp->status < 0) {
-			note_server_error(op->c, p);
-			status = resp->status;
-		} else if (op->kind == OP_PULL) {
-			status = pull_scatter(op, p);
-		} else if (op->kind == OP_ERASE &&
-			   (!p->rep.nrep || p == &op->parts[p->rep.lead])) {
-			/* One copy's count: the first holder's. */
-			op->count += resp->count;
+	part_close(p, resp_status(p, status, resp));
+}
+
+/* A data call's arguments and its batch as arranged, for the hooks. */
+struct call {
+	struct emb_client_table *t; /* the table */
+	const uint64_t *ids;	    /* caller's, n of them */
+	uint32_t n;		    /* caller's ids */
+	const float *rows;	    /* push: gradients, assign: rows; else
+				       NULL */
+	float *out;		    /* pull: caller's rows */
+	uint8_t *found;		    /* pull: caller's found[] or NULL */
+	uint32_t stride;	    /* floats per row sent or received */
+	uint16_t flags;		    /* wire flags of every part */
+	uint64_t step;		    /* push */
+	uint32_t rank;		    /* push */
+	uint64_t *pids;		    /* ids in partitioned order (op->mem) */
+	float *prows;		    /* their rows, or NULL */
+};
+
+/* What one kind of data call does at each step of op_start(). */
+struct kind {
+	enum op_kind kind; /* what completes the parts */
+	uint8_t opcode;	   /* of every part */
+	bool dedup;	   /* ids deduplicated (rows summed), else sent as
+			      given: last write wins in batch order */
+	bool by_group;	   /* a replicated map sends it to every holder */
+	/* Before the batch is arranged (NULL: nothing). */
+	void (*init)(struct emb_async *op, const struct call *a);
+	/* Response buffers of the parts made. 0 or -ENOMEM. */
+	int (*resp)(struct emb_async *op, const struct call *a);
+	/* Part p's request payload and flags. */
+	void (*payload)(struct emb_async *op, const struct call *a,
+			struct part *p);
+};
+
+/* The pull holds its table: the user may close it while it runs. */
+static void pull_init(struct emb_async *op, const struct call *a)
+{
+	struct emb_client_table *t = a->t;
+
+	op->dim = a->stride;
+	op->state = a->stride - t->spec.dim;
+	op->n = a->n;
+	op->out = a->out;
+	op->found = a->found;
+	op->tids = t->ids;
+	op->tbl = t;
+	__atomic_fetch_add(&t->refs, 1, __ATOMIC_RELAXED);
+}
+
+/*
+ * Room for each part's rows (or an error), and the landings of its READs
+ * when one-sided, in a registered buffer from the pool: over RDMA the rows
+ * land there, not in bounce pages that would be copied (docs/rdma.md).
+ */
+static int pull_resp(struct emb_async *op, const struct call *a)
+{
+	size_t resp_bytes = 0;
+	char *r;
+	int rc;
+
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+
+		p->req.resp_cap =
+		    emb_wire_pull_resp_bytes(p->req.n, op->dim, a->flags) -
+		    EMB_WIRE_HDR_SIZE;
+		if (p->req.resp_cap < ERR_CAP)
+			p->req.resp_cap = ERR_CAP;
+		resp_bytes += (p->req.resp_cap + 63) & ~(size_t)63;
+	}
+	rc = emb__os_plan(op, a->t, &resp_bytes);
+	if (rc)
+		return rc;
+	op->rbuf = emb__respbuf_get(op->c->bufs, resp_bytes ? resp_bytes : 64);
+	if (!op->rbuf)
+		return -ENOMEM;
+	r = op->rbuf->mem;
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+
+		p->req.resp = r;
+		r += (p->req.resp_cap + 63) & ~(size_t)63;
+		if (p->rd.os) {
+			p->rd.land = r;
+			r += ((size_t)p->req.n * p->rd.rb + 63) & ~(size_t)63;
 		}
 	}
-	p->req.status = status;
-	if (status == 0 && (p->rd.learn || p->rd.fb))
-		emb__os_learn(op, p);
-	if (status) {
-		add(&op->c->errors, 1);
-		/* A copy on a dead holder: rep_check() decides. */
-		if (!op->status && !(p->rep.nrep && status == EMB_ENODEAD))
-			op->status = status;
+	return 0;
+}
+
+/* Writes answer nothing on success: room for an error only. */
+static int write_resp(struct emb_async *op, const struct call *a)
+{
+	(void)a;
+	return emb__op_err_bufs(op);
+}
+
+static void pull_payload(struct emb_async *op, const struct call *a,
+			 struct part *p)
+{
+	(void)op;
+	p->req.hdr.flags = a->flags;
+	p->req.iov[0].iov_base = a->pids + p->req.first;
+	p->req.iov[0].iov_len = (size_t)p->req.n * sizeof(uint64_t);
+	p->req.niov = 1;
+}
+
+static void push_payload(struct emb_async *op, const struct call *a,
+			 struct part *p)
+{
+	struct emb_client *c = op->c;
+
+	/* The sequence number is fixed now, so a retry repeats it. */
+	p->req.seq = __atomic_add_fetch(&c->srv[p->req.server].push_seq, 1,
+					__ATOMIC_RELAXED);
+	emb_le64_store(p->req.prefix, a->step);
+	emb_le32_store(p->req.prefix + 8, a->rank);
+	emb_le32_store(p->req.prefix + 12, 0);
+	emb_le64_store(p->req.prefix + 16, c->session);
+	emb_le64_store(p->req.prefix + 24, p->req.seq);
+	p->req.iov[0] =
+	    (struct iovec){p->req.prefix, EMB_WIRE_PUSH_PREFIX_SIZE};
+	p->req.iov[1] = (struct iovec){a->pids + p->req.first,
+				       (size_t)p->req.n * sizeof(uint64_t)};
+	p->req.iov[2] =
+	    (struct iovec){a->prows + (size_t)p->req.first * a->stride,
+			   (size_t)p->req.n * a->stride * sizeof(float)};
+	p->req.niov = p->req.n ? 3 : 1; /* an empty STEP_END part */
+}
+
+/* Assign (ids and rows) and erase (ids). */
+static void ids_payload(struct emb_async *op, const struct call *a,
+			struct part *p)
+{
+	(void)op;
+	p->req.hdr.flags = a->flags;
+	p->req.iov[0] = (struct iovec){a->pids + p->req.first,
+				       (size_t)p->req.n * sizeof(uint64_t)};
+	p->req.niov = 1;
+	if (a->rows) {
+		p->req.iov[1] = (struct iovec){
+		    a->prows + (size_t)p->req.first * a->stride,
+		    (size_t)p->req.n * a->stride * sizeof(float)};
+		p->req.niov = 2;
 	}
-	if (--op->pending == 0)
-		op_finish(op);
+}
+
+static const struct kind pull_kind = {
+    .kind = OP_PULL,
+    .opcode = EMB_OP_PULL,
+    .dedup = true,
+    .by_group = false, /* to primaries; a death moves them (pull_end) */
+    .init = pull_init,
+    .resp = pull_resp,
+    .payload = pull_payload,
+};
+
+static const struct kind push_kind = {
+    .kind = OP_PUSH,
+    .opcode = EMB_OP_PUSH,
+    .dedup = true,
+    .by_group = true,
+    .resp = write_resp,
+    .payload = push_payload,
+};
+
+static const struct kind assign_kind = {
+    .kind = OP_ASSIGN,
+    .opcode = EMB_OP_ASSIGN,
+    .by_group = true,
+    .resp = write_resp,
+    .payload = ids_payload,
+};
+
+static const struct kind erase_kind = {
+    .kind = OP_ERASE,
+    .opcode = EMB_OP_ERASE,
+    .by_group = true,
+    .resp = write_resp,
+    .payload = ids_payload,
+};
+
+/* How each kind of op completes a part: one hook per kind. */
+static void (*const part_ends[])(struct part *p, int status,
+				 const struct emb_frame_hdr *resp) = {
+    [OP_PULL] = pull_end,
+    [OP_PUSH] = write_end,
+    [OP_ASSIGN] = write_end,
+    [OP_ERASE] = erase_end,
+    [OP_ADMIN] = admin_end,
+};
+
+/* Loop thread: p is over; its kind of op says what that means. */
+static void part_end(struct part *p, int status,
+		     const struct emb_frame_hdr *resp)
+{
+	part_ends[p->op->kind](p, status, resp);
 }
 
 /* Loop thread: posts p on its server's conn, or queues it for the next. */
@@ -198,15 +470,16 @@ static void part_send(struct emb_client *c, struct part *p)
 		/* Routed by an older map: writers it added get their copy
 		 * before this one goes out under the new epoch. */
 		if (p->rep.epoch < c->map_epoch) {
-			rc = emb__rep_fixup(c, p->op, &p->op->parts[p->rep.lead]);
+			rc = emb__rep_fixup(c, p->op,
+					    &p->op->parts[p->rep.lead]);
 			if (rc) {
 				part_end(p, rc, NULL);
 				return;
 			}
 			p->rep.epoch = c->map_epoch;
 		}
-		p->req.hdr.table_id =
-		    __atomic_load_n(&p->op->tids[p->req.server], __ATOMIC_RELAXED);
+		p->req.hdr.table_id = __atomic_load_n(
+		    &p->op->tids[p->req.server], __ATOMIC_RELAXED);
 		emb_wire_hdr_set_epoch(&p->req.hdr, p->rep.epoch, 0);
 	}
 	emb__conn_post(c, p);
@@ -247,90 +520,87 @@ const struct emb__part_fns emb__op_part_fns = {
     .end = part_end,
 };
 
-static int pull_start(struct emb_client_table *t, const uint64_t *ids,
-		      uint32_t n, float *out, uint32_t flags, uint8_t *found,
-		      struct emb_async **opp)
+
+/*
+ * Deduplicates a->ids in server (or group) order; rows given (a push's
+ * gradients) are summed per distinct id into a->prows: the first
+ * occurrence copies, later ones add, in batch order. 0 or negative.
+ */
+static int arrange_dedup(struct emb_async *op, struct call *a,
+			 const uint16_t *key, uint32_t nkeys)
 {
-	struct emb_client *c = t->c;
-	const bool nocreate = flags & EMB_CLIENT_NOCREATE;
-	const bool with_state = flags & EMB_CLIENT_WITH_STATE;
-	const uint16_t wflags = (nocreate ? EMB_F_NOCREATE : 0) |
-				(with_state ? EMB_F_WITH_STATE : 0);
-	uint32_t *cnt, *ppos;
-	uint64_t *pids;
-	size_t resp_bytes = 0;
-	struct emb_async *op;
-	void *unused;
+	const uint32_t dim = a->stride;
+	uint32_t *ppos;
+	void *extra;
 	int64_t nu;
-	char *r;
+
+	a->pids = NULL;
+	a->prows = NULL;
+	if (!a->n)
+		return 0;
+	nu = emb__batch_prepare(
+	    op, a->ids, a->n, key, nkeys,
+	    a->rows ? (size_t)a->n * dim * sizeof(float) : 0, &a->pids, &ppos,
+	    op->cnt, &extra);
+	if (nu < 0)
+		return (int)nu;
+	if (!a->rows)
+		return 0;
+	a->prows = extra;
+	for (uint32_t u = 0; u < (uint32_t)nu; u++) {
+		float *dst = a->prows + (size_t)ppos[u] * dim;
+		uint32_t i = op->first[u];
+
+		memcpy(dst, a->rows + (size_t)i * dim, dim * sizeof(float));
+		for (i = op->next[i]; i != NONE; i = op->next[i])
+			for (uint32_t j = 0; j < dim; j++)
+				dst[j] += a->rows[(size_t)i * dim + j];
+	}
+	return 0;
+}
+
+/*
+ * The one skeleton of the data calls: an op of kind k for the call a,
+ * its batch arranged by server (or by replica group), cut into parts,
+ * given response buffers and payloads, and posted. 0 and the op in *opp,
+ * or negative (nothing was sent).
+ */
+static int op_start(const struct kind *k, struct call *a,
+		    struct emb_async **opp)
+{
+	struct emb_client *c = a->t->c;
+	const bool rep = k->by_group && c->cmap;
+	const uint32_t most = rep ? EMB_NSLOTS : c->nsrv;
+	const uint16_t *key;
+	struct emb_async *op;
+	uint32_t nkeys;
 	int rc;
 
-	if (!t || (n && (!ids || !out)) ||
-	    (flags & ~(EMB_CLIENT_NOCREATE | EMB_CLIENT_WITH_STATE)))
-		return EMB_EBADARG;
-	op = emb__op_new(c, OP_PULL);
-	if (!op || emb__op_counts(op, c->nsrv)) {
+	op = emb__op_new(c, k->kind);
+	/* Counts per server, or per replica group (at most one a slot). */
+	if (!op || emb__op_counts(op, most)) {
 		rc = -ENOMEM;
 		goto err;
 	}
-	cnt = op->cnt;
-	op->dim = with_state ? t->row_floats : t->spec.dim;
-	op->state = with_state ? t->row_floats - t->spec.dim : 0;
-	op->n = n;
-	op->out = out;
-	op->found = found;
-	op->tids = t->ids;
-	op->tbl = t;
-	__atomic_fetch_add(&t->refs, 1, __ATOMIC_RELAXED);
-	/* Pulls go to primaries; a replicated map moves them on a death. */
-	if (c->cmap)
-		pthread_mutex_lock(&c->map_mu);
-	nu = n ? emb__batch_prepare(op, ids, n, c->slot_map, c->nsrv, 0, &pids, &ppos,
-			 cnt, &unused)
-	       : 0;
-	if (c->cmap)
-		pthread_mutex_unlock(&c->map_mu);
-	if (nu < 0) {
-		rc = (int)nu;
-		goto err;
-	}
-	rc = emb__batch_parts(op, t, cnt, EMB_OP_PULL, op->dim);
+	if (k->init)
+		k->init(op, a);
+	key = emb__rep_keys(c, k->by_group, &nkeys);
+	rc = k->dedup ? arrange_dedup(op, a, key, nkeys)
+		      : emb__batch_order(op, a->ids, a->n, a->rows, a->stride,
+					 key, nkeys, most, &a->pids,
+					 &a->prows);
+	if (!rc)
+		rc = rep ? emb__batch_parts_rep(op, a->t, op->cnt, k->opcode,
+						a->stride)
+			 : emb__batch_parts(op, a->t, op->cnt, k->opcode,
+					    a->stride);
+	emb__rep_unlock_keys(c);
+	if (!rc)
+		rc = k->resp(op, a);
 	if (rc)
 		goto err;
-	for (uint32_t k = 0; k < op->nparts; k++) {
-		struct part *p = &op->parts[k];
-
-		p->req.resp_cap = emb_wire_pull_resp_bytes(p->req.n, op->dim, wflags) -
-			      EMB_WIRE_HDR_SIZE;
-		if (p->req.resp_cap < ERR_CAP)
-			p->req.resp_cap = ERR_CAP;
-		resp_bytes += (p->req.resp_cap + 63) & ~(size_t)63;
-	}
-	rc = emb__os_plan(op, t, &resp_bytes);
-	if (rc)
-		goto err;
-	/* From the pool: over RDMA the rows land here, not in bounce
-	 * pages that would be copied (docs/rdma.md). */
-	op->rbuf = emb__respbuf_get(c->bufs, resp_bytes ? resp_bytes : 64);
-	if (!op->rbuf) {
-		rc = -ENOMEM;
-		goto err;
-	}
-	r = op->rbuf->mem;
-	for (uint32_t k = 0; k < op->nparts; k++) {
-		struct part *p = &op->parts[k];
-
-		p->req.resp = r;
-		r += (p->req.resp_cap + 63) & ~(size_t)63;
-		if (p->rd.os) {
-			p->rd.land = r;
-			r += ((size_t)p->req.n * p->rd.rb + 63) & ~(size_t)63;
-		}
-		p->req.hdr.flags = wflags;
-		p->req.iov[0].iov_base = pids + p->req.first;
-		p->req.iov[0].iov_len = (size_t)p->req.n * sizeof(uint64_t);
-		p->req.niov = 1;
-	}
+	for (uint32_t j = 0; j < op->nparts; j++)
+		k->payload(op, a, &op->parts[j]);
 	rc = emb__op_post(op);
 	if (rc)
 		goto err;
@@ -339,164 +609,36 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 err:
 	emb__op_free(op);
 	return rc;
+}
+
+static int pull_start(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, float *out, uint32_t flags, uint8_t *found,
+		      struct emb_async **opp)
+{
+	const bool with_state = flags & EMB_CLIENT_WITH_STATE;
+	struct call a = {.t = t, .ids = ids, .n = n, .out = out,
+			 .found = found};
+
+	if (!t || (n && (!ids || !out)) ||
+	    (flags & ~(EMB_CLIENT_NOCREATE | EMB_CLIENT_WITH_STATE)))
+		return EMB_EBADARG;
+	a.stride = with_state ? t->row_floats : t->spec.dim;
+	a.flags = (flags & EMB_CLIENT_NOCREATE ? EMB_F_NOCREATE : 0) |
+		  (with_state ? EMB_F_WITH_STATE : 0);
+	return op_start(&pull_kind, &a, opp);
 }
 
 static int push_start(struct emb_client_table *t, const uint64_t *ids,
 		      uint32_t n, const float *grads, uint64_t step,
 		      uint32_t rank, struct emb_async **opp)
 {
-	struct emb_client *c = t->c;
-	const uint32_t dim = t->spec.dim;
-	uint32_t *cnt, *ppos, nkeys;
-	const uint16_t *key;
-	uint64_t *pids = NULL;
-	struct emb_async *op;
-	float *pgrad = NULL;
-	void *extra;
-	int64_t nu;
-	int rc;
+	struct call a = {.t = t, .ids = ids, .n = n, .rows = grads,
+			 .step = step, .rank = rank};
 
 	if (!t || (n && (!ids || !grads)))
 		return EMB_EBADARG;
-	op = emb__op_new(c, OP_PUSH);
-	/* Counts per server, or per replica group (at most one a slot). */
-	if (!op || emb__op_counts(op, c->cmap ? EMB_NSLOTS : c->nsrv)) {
-		rc = -ENOMEM;
-		goto err;
-	}
-	cnt = op->cnt;
-	op->dim = dim;
-	key = emb__rep_write_keys(c, &nkeys);
-	nu = n ? emb__batch_prepare(op, ids, n, key, nkeys,
-			 (size_t)n * dim * sizeof(float), &pids, &ppos, cnt,
-			 &extra)
-	       : 0;
-	if (nu < 0) {
-		emb__rep_unlock_keys(c);
-		rc = (int)nu;
-		goto err;
-	}
-	/* Sum duplicates straight into server order: first occurrence
-	 * copies, later ones add, in batch order. */
-	pgrad = n ? extra : NULL;
-	for (uint32_t u = 0; u < (uint32_t)nu; u++) {
-		float *dst = pgrad + (size_t)ppos[u] * dim;
-		uint32_t i = op->first[u];
-
-		memcpy(dst, grads + (size_t)i * dim, dim * sizeof(float));
-		for (i = op->next[i]; i != NONE; i = op->next[i])
-			for (uint32_t j = 0; j < dim; j++)
-				dst[j] += grads[(size_t)i * dim + j];
-	}
-	rc = c->cmap ? emb__batch_parts_rep(op, t, cnt, EMB_OP_PUSH, dim)
-		     : emb__batch_parts(op, t, cnt, EMB_OP_PUSH, dim);
-	emb__rep_unlock_keys(c);
-	if (!rc)
-		rc = emb__op_err_bufs(op);
-	if (rc)
-		goto err;
-	for (uint32_t k = 0; k < op->nparts; k++) {
-		struct part *p = &op->parts[k];
-
-		/* The sequence number is fixed now, so a retry repeats it. */
-		p->req.seq = __atomic_add_fetch(&c->srv[p->req.server].push_seq, 1,
-					    __ATOMIC_RELAXED);
-		emb_le64_store(p->req.prefix, step);
-		emb_le32_store(p->req.prefix + 8, rank);
-		emb_le32_store(p->req.prefix + 12, 0);
-		emb_le64_store(p->req.prefix + 16, c->session);
-		emb_le64_store(p->req.prefix + 24, p->req.seq);
-		p->req.iov[0] = (struct iovec){p->req.prefix, EMB_WIRE_PUSH_PREFIX_SIZE};
-		p->req.iov[1] = (struct iovec){pids + p->req.first,
-					   (size_t)p->req.n * sizeof(uint64_t)};
-		p->req.iov[2] = (struct iovec){pgrad + (size_t)p->req.first * dim,
-					   (size_t)p->req.n * dim * sizeof(float)};
-		p->req.niov = p->req.n ? 3 : 1; /* an empty STEP_END part */
-	}
-	rc = emb__op_post(op);
-	if (rc)
-		goto err;
-	*opp = op;
-	return 0;
-err:
-	emb__op_free(op);
-	return rc;
-}
-
-/* Assign and erase: no dedup (last write wins in batch order per server). */
-static int ids_start(struct emb_client_table *t, enum op_kind kind,
-		     const uint64_t *ids, uint32_t n, const float *rows,
-		     uint32_t stride, uint16_t flags, struct emb_async **opp)
-{
-	struct emb_client *c = t->c;
-	uint32_t *cnt, *start, nkeys, most;
-	const uint16_t *key;
-	struct emb_async *op;
-	uint64_t *pids;
-	float *prows = NULL;
-	int rc = -ENOMEM;
-
-	op = emb__op_new(c, kind);
-	if (!op)
-		return -ENOMEM;
-	most = c->cmap ? EMB_NSLOTS : c->nsrv;
-	if (emb__op_counts(op, most) ||
-	    emb__op_mem(op, (size_t)n * (8 + (rows ? 4ull * stride : 0)) + 8))
-		goto err;
-	cnt = op->cnt;
-	start = cnt + most;
-	pids = op->mem;
-	if (rows)
-		prows = (float *)(void *)(pids + n);
-	key = emb__rep_write_keys(c, &nkeys);
-	for (uint32_t i = 0; i < n; i++)
-		cnt[key[emb_id_slot(ids[i])]]++;
-	for (uint32_t s = 0; s < nkeys; s++)
-		start[s + 1] = start[s] + cnt[s];
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t pos = start[key[emb_id_slot(ids[i])]]++;
-
-		pids[pos] = ids[i];
-		if (rows)
-			memcpy(prows + (size_t)pos * stride,
-			       rows + (size_t)i * stride,
-			       (size_t)stride * sizeof(float));
-	}
-	rc = c->cmap ? emb__batch_parts_rep(op, t, cnt,
-				      kind == OP_ASSIGN ? EMB_OP_ASSIGN
-							: EMB_OP_ERASE,
-				      rows ? stride : 0)
-		     : emb__batch_parts(op, t, cnt,
-				  kind == OP_ASSIGN ? EMB_OP_ASSIGN
-						    : EMB_OP_ERASE,
-				  rows ? stride : 0);
-	emb__rep_unlock_keys(c);
-	if (!rc)
-		rc = emb__op_err_bufs(op);
-	if (rc)
-		goto err;
-	for (uint32_t k = 0; k < op->nparts; k++) {
-		struct part *p = &op->parts[k];
-
-		p->req.hdr.flags = flags;
-		p->req.iov[0] = (struct iovec){pids + p->req.first,
-					   (size_t)p->req.n * sizeof(uint64_t)};
-		p->req.niov = 1;
-		if (rows) {
-			p->req.iov[1] = (struct iovec){
-			    prows + (size_t)p->req.first * stride,
-			    (size_t)p->req.n * stride * sizeof(float)};
-			p->req.niov = 2;
-		}
-	}
-	rc = emb__op_post(op);
-	if (rc)
-		goto err;
-	*opp = op;
-	return 0;
-err:
-	emb__op_free(op);
-	return rc;
+	a.stride = t->spec.dim;
+	return op_start(&push_kind, &a, opp);
 }
 
 int emb_client_table_pull_async(struct emb_client_table *t, const uint64_t *ids,
@@ -540,27 +682,29 @@ int emb_client_table_push(struct emb_client_table *t, const uint64_t *ids,
 int emb_client_table_assign(struct emb_client_table *t, const uint64_t *ids,
 			    uint32_t n, const float *rows, bool with_state)
 {
+	struct call a = {.t = t, .ids = ids, .n = n, .rows = rows};
 	struct emb_async *op;
 	int rc;
 
 	if (!t || (n && (!ids || !rows)))
 		return EMB_EBADARG;
-	rc = ids_start(t, OP_ASSIGN, ids, n, rows,
-		       with_state ? t->row_floats : t->spec.dim,
-		       with_state ? EMB_F_WITH_STATE : 0, &op);
+	a.stride = with_state ? t->row_floats : t->spec.dim;
+	a.flags = with_state ? EMB_F_WITH_STATE : 0;
+	rc = op_start(&assign_kind, &a, &op);
 	return rc ? rc : emb_async_wait(op);
 }
 
 int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
 			   uint32_t n, uint64_t *erased)
 {
+	struct call a = {.t = t, .ids = ids, .n = n};
 	struct emb_async *op;
 	uint64_t count;
 	int rc;
 
 	if (!t || (n && !ids))
 		return EMB_EBADARG;
-	rc = ids_start(t, OP_ERASE, ids, n, NULL, 0, 0, &op);
+	rc = op_start(&erase_kind, &a, &op);
 	if (rc)
 		return rc;
 	/* Read the count before emb_async_wait() frees the op. */
@@ -571,4 +715,3 @@ int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
 		*erased = count;
 	return rc;
 }
-

@@ -249,7 +249,8 @@ int emb__op_err_bufs(struct emb_async *op)
 
 	if (!op->nparts)
 		return 0;
-	r = emb__op_grow(op->resp_mem, &op->resp_mem_cap, (size_t)op->nparts * ERR_CAP);
+	r = emb__op_grow(op->resp_mem, &op->resp_mem_cap,
+			 (size_t)op->nparts * ERR_CAP);
 	if (!r)
 		return -ENOMEM;
 	op->resp_mem = r;

@@ -50,16 +50,22 @@ static int set_map(struct emb_client *c, const uint16_t *slot_map, uint32_t r,
 static void close_dead(void *arg);
 
 /*
- * How writes are partitioned: by replica group when replicated (then
- * c->map_mu is held until emb__rep_unlock_keys()), else by server.
+ * The key each slot is partitioned by: its replica group (by_group, and
+ * replicated), else its primary server. Replicated, c->map_mu is held
+ * until emb__rep_unlock_keys(): the loop may redraw the map meanwhile.
  */
-const uint16_t *emb__rep_write_keys(struct emb_client *c, uint32_t *nkeys)
+const uint16_t *emb__rep_keys(struct emb_client *c, bool by_group,
+			      uint32_t *nkeys)
 {
 	if (!c->cmap) {
 		*nkeys = c->nsrv;
 		return c->slot_map;
 	}
 	pthread_mutex_lock(&c->map_mu);
+	if (!by_group) {
+		*nkeys = c->nsrv;
+		return c->slot_map;
+	}
 	*nkeys = c->ngroups;
 	return c->grp;
 }
@@ -146,7 +152,8 @@ void emb__rep_note_lost(struct emb_client *c, const struct part *p,
 /* Loop thread: p waits a back-off, then is sent again (conn.c's loop). */
 void emb__rep_delay(struct emb_client *c, struct part *p)
 {
-	p->retry.wait_ms = p->retry.wait_ms ? 2 * p->retry.wait_ms : MOVING_MIN_MS;
+	p->retry.wait_ms =
+	    p->retry.wait_ms ? 2 * p->retry.wait_ms : MOVING_MIN_MS;
 	if (p->retry.wait_ms > MOVING_MAX_MS)
 		p->retry.wait_ms = MOVING_MAX_MS;
 	p->retry.due_ms = emb_clock_ms() + p->retry.wait_ms;
@@ -248,12 +255,13 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 		e->req.server = to;
 		e->req.n = k;
 		e->rep.epoch = c->map_epoch;
-		e->rep.nrep = lead->rep.nrep; /* a copy: its death is no error */
+		e->rep.nrep =
+		    lead->rep.nrep; /* a copy: its death is no error */
 		e->req.resp = m + ((sizeof(*e) + 63) & ~(size_t)63);
 		e->req.resp_cap = ERR_CAP;
 		{
-			uint64_t *eids = (uint64_t *)(void *)((char *)e->req.resp +
-							      ERR_CAP);
+			uint64_t *eids =
+			    (uint64_t *)(void *)((char *)e->req.resp + ERR_CAP);
 			float *erows = (float *)(void *)(eids + k);
 			uint32_t at = 0;
 

@@ -74,9 +74,9 @@ int emb_client_table_create(struct emb_client *c,
 	len = emb_wire_create_req_encode(payload, sizeof(payload), 0, &ws);
 	if (len < 0)
 		return len;
-	op =
-	    emb__broadcast(c, EMB_OP_CREATE_TABLE, NULL, payload + EMB_WIRE_HDR_SIZE,
-		      (size_t)len - EMB_WIRE_HDR_SIZE, &rc);
+	op = emb__broadcast(c, EMB_OP_CREATE_TABLE, NULL,
+			    payload + EMB_WIRE_HDR_SIZE,
+			    (size_t)len - EMB_WIRE_HDR_SIZE, &rc);
 	if (!op)
 		return rc;
 	if (rc)
@@ -181,8 +181,9 @@ int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
 	len = emb_wire_set_mode_req_encode(buf, sizeof(buf), 0, &m);
 	if (len < 0)
 		return len;
-	op = emb__broadcast(t->c, EMB_OP_SET_MODE, t->ids, buf + EMB_WIRE_HDR_SIZE,
-		       (size_t)len - EMB_WIRE_HDR_SIZE, &rc);
+	op = emb__broadcast(t->c, EMB_OP_SET_MODE, t->ids,
+			    buf + EMB_WIRE_HDR_SIZE,
+			    (size_t)len - EMB_WIRE_HDR_SIZE, &rc);
 	emb__op_free(op);
 	if (!rc)
 		t->mode = mode;
