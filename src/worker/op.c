@@ -118,7 +118,6 @@ static void op_finish(struct emb_async *op)
 	emb__op_complete(op);
 }
 
-
 /*
  * Loop thread: the server's verdict on p's request (resp NULL: none, as
  * for a one-sided part that READ every row). Keeps the response header;
@@ -519,7 +518,6 @@ const struct emb__part_fns emb__op_part_fns = {
     .send = part_send,
     .end = part_end,
 };
-
 
 /*
  * Deduplicates a->ids in server (or group) order; rows given (a push's
