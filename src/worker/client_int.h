@@ -49,21 +49,16 @@ struct emb__part_fns;
 /* Room for an error response: u32 length + message, in 64-byte lines. */
 #define ERR_CAP ((4u + EMB_WIRE_ERRMSG_MAX + 63u) & ~63u)
 
-#define BACKOFF_MIN_MS 10u   /* wait after the first failed reconnect */
-#define BACKOFF_MAX_MS 500u /* longest wait between reconnects */
-#define LOC_ROWS_DEFAULT (1u << 20) /* one-sided: cached locations */
-#define NOT_REMOTE UINT32_MAX	    /* a server table without seals */
-#define LOC_WAYS 4u		    /* locations per bucket; an id may sit in
-				       either of two buckets, so ids rarely
-				       push each other out below ~90% load */
+#define NOT_REMOTE UINT32_MAX /* a server table without seals */
+#define LOC_WAYS 4u /* locations per bucket; an id may sit in either of two
+		       buckets, so ids rarely push each other out below
+		       ~90% load */
 
 enum rd_state {
 	RD_DOWN = 0, /* no read conn (or not one-sided) */
 	RD_HELLO,    /* read conn open, HELLO in flight */
 	RD_UP,	     /* READs and LOCATEs may go */
 };
-#define MOVING_MIN_MS 2u   /* first wait of a copy refused for a fill */
-#define MOVING_MAX_MS 50u  /* longest: a fill's chunk streams in ms */
 
 enum srv_state {
 	SRV_UP = 0, /* conn open and HELLO done */
