@@ -49,4 +49,14 @@ void emb__err_set(int rc, const char *fmt, ...)
  */
 int emb__err(int rc);
 
+struct emb_client;
+
+/*
+ * emb__err() for a call on client c (NULL: none): when rc is the code of
+ * c's latest server error (set by its loop thread, so possibly another
+ * call's error of the same code), that server's text becomes the message.
+ * Returns rc. Any thread.
+ */
+int emb__client_err(struct emb_client *c, int rc);
+
 #endif

@@ -1,20 +1,521 @@
 /*
- * src/worker/client_int.h - what client.c lets worker/cluster.c do to a
- * client: install the scheduler's slot map and membership, and fail the
- * connection of a server the scheduler declared dead; and what it tells
- * worker/cached.c about a table. Not installed.
+ * src/worker/client_int.h - the client library's shared state: the client,
+ * its servers, tables, ops and their parts, and the calls its files make
+ * into each other. Not installed.
+ *
+ * The files, lowest first; each calls only files below it, and those call
+ * back up only through c->fns (struct emb__part_fns):
+ *   table.c        a table's handle: ids per server, location cache, refs
+ *   oppool.c       ops handed out, given back and kept for reuse
+ *   conn.c         servers' conns: HELLO, reconnect, read conns, the loop
+ *   onesided.c     one-sided pulls: RDMA READs and the location cache
+ *   replicas.c     the replicated map: routing, reroute, failover, fixup
+ *   batch.c        a batch deduplicated, partitioned and cut into parts
+ *   op.c           the data calls (pull, push, assign, erase): one
+ *                  skeleton, parts sent, one completion hook per kind
+ *   broadcast.c    one request to every server, waited for
+ *   table_admin.c  table calls to every server: create, open, drop, modes
+ *   client.c       the client: create, destroy, counters
+ *   admin.c, cached.c, cluster.c: calls built on the above
+ *
+ * Threads: fields say who may touch them; "loop" is the client's network
+ * thread, which alone runs completions and reconnects.
  */
 #ifndef EMB_WORKER_CLIENT_INT_H
 #define EMB_WORKER_CLIENT_INT_H
 
+#include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
-struct emb_client;
-struct emb_client_table;
+#include "cluster/hello.h"
+#include "cluster/map.h"
+#include "common/addr.h"
+#include "common/token.h"
+#include "proto/wire.h"
+#include "proto/wire_msg.h"
+#include "transport/transport.h"
+#include "worker/embstore.h"
+#include "worker/respbuf.h"
+
+struct emb_dedup;
 struct emb_node;
-struct emb_wire_frame;
-struct emb_client_opts;
+struct emb_wire_spec;
+struct emb__part_fns;
+
+#define NONE UINT32_MAX /* no index */
+/* Room for an error response: u32 length + message, in 64-byte lines. */
+#define ERR_CAP ((4u + EMB_WIRE_ERRMSG_MAX + 63u) & ~63u)
+
+#define NOT_REMOTE UINT32_MAX /* a server table without seals */
+#define LOC_WAYS 4u /* locations per bucket; an id may sit in either of two
+		       buckets, so ids rarely push each other out below
+		       ~90% load */
+
+enum rd_state {
+	RD_DOWN = 0, /* no read conn (or not one-sided) */
+	RD_HELLO,    /* read conn open, HELLO in flight */
+	RD_UP,	     /* READs and LOCATEs may go */
+};
+
+enum srv_state {
+	SRV_UP = 0, /* conn open and HELLO done */
+	SRV_DOWN,   /* no conn: one is made when a part waits */
+	SRV_HELLO,  /* conn open, HELLO in flight */
+	SRV_TABLES, /* a newcomer on a dead rank: its table ids are being
+		       learned (CREATE of each open table) */
+};
+
+struct part;
+struct emb_async;
+
+/*
+ * Ops (struct emb_async) given back by emb_async_wait() and kept with their
+ * scratch, mutex and condition variable for the next call: a warmed-up
+ * client allocates nothing per batch. Apart from the client because an op
+ * may be waited for after emb_client_destroy(): the last put frees it.
+ */
+struct op_pool {
+	pthread_mutex_t mu;	   /* guards the rest */
+	struct emb_async *idle[2]; /* reusable, most recently used first:
+				      pulls, and the rest (their scratch
+				      grows to different sizes) */
+	uint32_t nidle;		   /* ops on both lists */
+	uint32_t lent;		   /* handed out, not yet given back */
+	bool closed;		   /* the client is gone: puts free */
+};
+
+struct server {
+	char host[EMB_HOST_MAX];    /* as given, without brackets */
+	uint16_t port;		    /* as given */
+	struct emb_conn *conn;	    /* loop thread only after start; NULL
+				       while down */
+	struct emb_wire_limits lim; /* from its first HELLO response */
+	bool dead;		    /* declared dead by the scheduler; atomic */
+	uint64_t push_seq;	    /* last PUSH sequence number; atomic */
+	/* Loop thread only, once the loop runs: */
+	struct emb_client *c;	    /* owner */
+	uint32_t state;		    /* enum srv_state */
+	bool sessions;		    /* it applies retried pushes once */
+	struct part *wait_head;	    /* parts waiting for a conn, FIFO */
+	struct part *wait_tail;	    /* last of them */
+	uint64_t retry_ms;	    /* next reconnect, monotonic ms */
+	uint32_t backoff_ms;	    /* wait after the next failure */
+	int last_err;		    /* why the last conn or attempt failed */
+	uint64_t server_id;	    /* from HELLO: another one = restarted */
+	bool rdma_offered;	    /* its HELLO: it listens on RDMA too */
+	bool rdma_refused;	    /* an RDMA connect to it failed: TCP */
+	bool on_rdma;		    /* the conn runs on RDMA; atomic */
+	bool revived;		    /* a newcomer took this dead rank: learn
+				       its table ids before writing */
+	_Alignas(8) uint8_t tab_req[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
+				    EMB_WIRE_LIFECYCLE_SIZE]; /* CREATE */
+	_Alignas(8) uint8_t tab_resp[8 + EMB_WIRE_ERRMSG_MAX];
+	struct emb_wire_spec *tab_specs; /* the open tables, copied */
+	uint32_t tab_n, tab_at;		 /* how many; the one asked for */
+	_Alignas(8) uint8_t hello_resp[8 + EMB_WIRE_ERRMSG_MAX]; /* payload */
+	/* One-sided pulls, loop thread only once the loop runs: */
+	struct emb_conn *rconn;	    /* READs and LOCATEs; NULL while down */
+	uint32_t rstate;	    /* enum rd_state */
+	uint16_t rgen;		    /* bumped per read conn: rkeys belong to
+				       the server loop that conn landed on */
+	uint64_t rretry_ms;	    /* next read conn attempt, monotonic ms */
+	uint32_t rbackoff_ms;	    /* wait after the next failure */
+	_Alignas(8) uint8_t rhello_resp[8 + EMB_WIRE_ERRMSG_MAX]; /* payload */
+};
+
+struct emb_client {
+	struct emb_transport *tr;      /* the loop */
+	const struct emb__part_fns *fns; /* op.c's, for the files below it */
+	bool dual;		       /* it is "tcp,rdma": conns choose */
+	struct emb__respbufs *bufs;    /* registered pull responses */
+	struct op_pool *ops;	       /* ops for reuse */
+	pthread_t thread;	       /* runs the loop */
+	bool running;		       /* thread started */
+	struct server *srv;	       /* nsrv servers, in the order given */
+	uint32_t nsrv;		       /* >= 1 */
+	uint16_t slot_map[EMB_NSLOTS]; /* slot -> server index */
+	uint32_t timeout_ms;	       /* per request */
+	uint32_t part_ids;	       /* most ids per request */
+	uint8_t admin[EMB_TOKEN_MAX];  /* EMB_ADMIN_TOKEN_FILE's token */
+	uint32_t admin_len;	       /* bytes in admin; 0 = none */
+
+	pthread_mutex_t err_lock;		/* guards last_* */
+	int last_status;			/* of the last server error */
+	char last_msg[EMB_WIRE_ERRMSG_MAX + 1]; /* its message */
+
+	uint64_t requests; /* atomic counters */
+	uint64_t errors;
+	uint64_t ids_in;
+	uint64_t ids_sent;
+
+	struct emb_node *node; /* cluster membership, or NULL */
+
+	uint64_t session; /* PUSH session id: random, not 0 */
+	_Alignas(8) uint8_t hello_req[EMB_HELLO_REQ_MAX]; /* HELLO frame */
+	uint32_t hello_len;   /* bytes of hello_req */
+	bool stopping;	      /* destroy began: no retries; atomic */
+	uint64_t retries;     /* parts sent again; atomic */
+	uint64_t reconnects;  /* conns made again; atomic */
+
+	bool onesided;		 /* pull_mode ONESIDED */
+	uint32_t loc_rows;	 /* locations cached per table */
+	uint64_t rows_read;	 /* one-sided counters; atomic */
+	uint64_t rows_fallback;
+	uint64_t seal_failures;
+	uint64_t rconn_losses;
+
+	/* Replicated map (R > 1), else NULL. Written by the loop thread on
+	 * a death, read by callers while they partition: under map_mu. */
+	struct emb_cmap *cmap;
+	pthread_mutex_t map_mu;
+	uint16_t *grp;	    /* EMB_NSLOTS: slot -> replica group */
+	uint16_t (*groups)[EMB_CMAP_REPLICAS_MAX]; /* holders of each group */
+	uint32_t ngroups;   /* groups in use */
+	/* Epoch of the scheduler's map this client routes writes by, under
+	 * map_mu (0: no scheduler map, writes carry no epoch). Failovers
+	 * worked out here do not change it: they only drop writers. */
+	uint64_t map_epoch;
+
+	pthread_mutex_t tab_mu;		 /* guards tabs */
+	struct emb_client_table *tabs;	 /* open tables: ids to relearn */
+	struct part *delayed;		 /* loop: copies waiting to go again */
+	uint64_t moved;			 /* copies refused by a fill; atomic */
+};
+
+struct emb_client_table {
+	struct emb_client *c;	       /* borrowed */
+	char name[EMB_WIRE_NAME_SIZE]; /* spec.name points here */
+	struct emb_table_spec spec;    /* as created */
+	uint32_t row_floats;	       /* dim + state floats */
+	uint32_t *ids;		       /* table id on each server */
+	uint32_t mode; /* enum emb_mode, as set by this client */
+	/* One-sided pulls: the caches below are the loop thread's. */
+	uint32_t refs;		       /* the user's + LOCATEs in flight;
+					  atomic, the last frees */
+	struct loc *loc;	       /* (loc_mask + 1) * LOC_WAYS slots, or
+					  NULL */
+	uint32_t loc_mask;	       /* buckets - 1 */
+	struct remote *rem;	       /* per server: its record layout */
+	struct emb_client_table *tnext, *tprev; /* c->tabs, under tab_mu */
+};
+
+/* Where an id's record was, on which server and read conn generation. */
+struct loc {
+	uint64_t id;   /* the id */
+	uint64_t addr; /* record address on the server; 0 = empty slot */
+	uint32_t rkey; /* for READs on that server's read conn */
+	uint16_t srv;  /* server index */
+	uint16_t gen;  /* its rgen when located */
+};
+
+/* A server's remote-readable table as LOCATE described it. */
+struct remote {
+	uint64_t seed;	    /* seal seed */
+	uint32_t rec_bytes; /* record bytes; 0 = not known yet, NOT_REMOTE =
+			       the server keeps no seals (atomic: read by
+			       callers when they size a pull) */
+};
+
+enum op_kind {
+	OP_PULL,
+	OP_PUSH,
+	OP_ASSIGN,
+	OP_ERASE,
+	OP_ADMIN,
+};
+
+/* A part's request and its answer: one frame to one server. */
+struct part_req {
+	uint32_t server;	  /* index into c->srv */
+	uint32_t first;		  /* offset into the op's partitioned ids */
+	uint32_t n;		  /* ids in this part */
+	struct emb_frame_hdr hdr; /* request header (opcode, table, count) */
+	struct iovec iov[3];	  /* request payload */
+	int niov;		  /* entries used */
+	uint8_t prefix[EMB_WIRE_PUSH_SESSION_PREFIX_SIZE]; /* PUSH's step,
+							      rank, session */
+	uint64_t seq;		   /* PUSH: sequence number to its server */
+	bool once;		   /* never sent again: a synchronous push */
+	void *resp;		   /* response payload lands here */
+	size_t resp_cap;	   /* bytes */
+	struct emb_frame_hdr rhdr; /* response header, once done */
+	int status;		   /* this part's result */
+};
+
+/* A part waiting to go again: for its server's conn, or a back-off. */
+struct part_retry {
+	struct part *wnext; /* next waiting on the server */
+	uint64_t due_ms;    /* delayed: when it goes again, monotonic ms */
+	uint32_t wait_ms;   /* delayed: its next back-off */
+	struct part *dnext; /* next delayed part */
+};
+
+/* A replicated write's copy (nrep > 0), or a fan-out's skipped part. */
+struct part_rep {
+	uint32_t lead;	    /* first part of its copies (they follow it) */
+	uint32_t nrep;	    /* copies; 0 = not a replicated write */
+	bool skip;	    /* fan-out to a removed server whose slots live
+			       on: no request, no response */
+	uint64_t epoch;	    /* map epoch it was routed by (0: none) */
+	uint64_t fixed;	    /* lead copy: epoch its group's writers were
+			       last completed for */
+	struct part *ext;   /* lead copy: copies emb__rep_fixup() added */
+	struct part *enext; /* next of those */
+};
+
+/* A one-sided pull part (os), or a pull that LOCATEs its ids (learn). */
+struct part_rd {
+	bool os;		   /* READ the rows whose location is known */
+	bool os_done;		   /* READs over: the next send is two-sided */
+	bool learn;		   /* LOCATE the ids after the PULL */
+	bool fb;		   /* PULL of the misses only: miss maps row j
+				      of the response to the part's id */
+	uint16_t rgen;		   /* the server's rgen its READs went on */
+	uint32_t rb;		   /* record bytes the landing was sized for */
+	char *land;		   /* n records of rb bytes, registered */
+	struct emb_read_seg *segs; /* up to n READs */
+	uint32_t *seg_j;	   /* the part's id index of each READ */
+	uint32_t *miss;		   /* the part's id indexes sent two-sided */
+	uint64_t *miss_ids;	   /* their ids: the fallback's payload */
+	uint32_t nmiss;		   /* entries in miss */
+	struct emb_read_op rop;	   /* the READ batch */
+};
+
+/* One request of an op, with the state of each concern apart. */
+struct part {
+	struct emb_async *op;	/* owner */
+	struct part_req req;	/* the frame and its answer */
+	struct part_retry retry; /* waiting to go again */
+	struct part_rep rep;	/* replicated writes */
+	struct part_rd rd;	/* one-sided pulls */
+};
+
+struct emb_async {
+	struct emb_client *c; /* borrowed */
+	enum op_kind kind;    /* what completes the parts */
+	uint32_t dim;	      /* row floats the caller sees */
+	uint32_t state;	      /* pull with state: of those, state floats */
+	uint32_t n;	      /* caller's ids */
+	float *out;	      /* pull: caller's rows */
+	uint8_t *found;	      /* pull: caller's found[] or NULL */
+	uint32_t *pu;	      /* partitioned index -> distinct index */
+	uint32_t *first;      /* distinct index -> first position */
+	uint32_t *next;	      /* position -> next of the same id */
+	uint64_t count;	      /* erase: ids that existed */
+	struct part *parts;   /* nparts */
+	uint32_t nparts;      /* parts posted */
+	uint32_t pending;     /* loop thread: parts not done */
+	int status;	      /* first error, else 0 */
+	uint64_t deadline_ms; /* monotonic: retries stop here */
+	const uint32_t *tids; /* the table's id on each server (updated
+				 on the loop when a newcomer's are learned) */
+	struct emb_client_table *tbl; /* pull: the table, held (refs) until
+					 emb__op_free() */
+	void *os_mem;	      /* one-sided bookkeeping of the parts (kept) */
+	uint32_t stride;      /* replicated write: floats per row sent */
+	void *mem;	      /* everything above lives here */
+	void *resp_mem;	      /* response buffers */
+	struct emb__respbuf *rbuf; /* pull: the registered ones instead */
+	bool tainted;		   /* a call failed in the transport: rbuf may
+				      still be written to, never reuse it */
+
+	pthread_mutex_t mu; /* guards done, with cv */
+	pthread_cond_t cv;  /* signalled once done */
+	bool done;	    /* all parts finished */
+
+	/* Kept across uses of the op (struct op_pool), grown on demand: */
+	struct op_pool *pool;	     /* where emb_async_wait() puts it */
+	struct emb_async *pool_next; /* pool's idle list */
+	struct emb_task task;	     /* posts op_issue() to the loop */
+	size_t mem_cap;		     /* bytes at mem */
+	size_t parts_cap;	     /* bytes at parts */
+	size_t resp_mem_cap;	     /* bytes at resp_mem */
+	size_t os_mem_cap;	     /* bytes at os_mem */
+	uint32_t *cnt;		     /* ids per server or group, and starts */
+	size_t cnt_cap;		     /* bytes at cnt */
+	struct emb_dedup *dedup;     /* the caller thread's, during the call */
+	uint32_t dedup_max;	     /* largest batch dedup takes */
+};
+
+static inline void add(uint64_t *c, uint64_t n)
+{
+	__atomic_fetch_add(c, n, __ATOMIC_RELAXED);
+}
+
+static inline bool stopping(const struct emb_client *c)
+{
+	return __atomic_load_n(&c->stopping, __ATOMIC_ACQUIRE);
+}
+
+static inline bool srv_dead(const struct server *s)
+{
+	return __atomic_load_n(&s->dead, __ATOMIC_RELAXED);
+}
+
+/*
+ * What op.c does with a part, for the files below it (conn.c, onesided.c,
+ * replicas.c): they reach it only through c->fns, so that no two files
+ * call each other. Loop thread.
+ */
+struct emb__part_fns {
+	/* Posts p to its server, or queues it; a failure ends it. */
+	void (*send)(struct emb_client *c, struct part *p);
+	/* p is over with status and the response header (NULL: none). */
+	void (*end)(struct part *p, int status,
+		    const struct emb_frame_hdr *resp);
+};
+
+/* ---- table.c ---- */
+
+/*
+ * A handle for the table ws describes, listed in c->tabs (so that a
+ * newcomer on a dead rank learns its id), one reference held, its ids all
+ * 0. 0 or -ENOMEM.
+ */
+int emb__table_new(struct emb_client *c, const struct emb_wire_spec *ws,
+		   struct emb_client_table **out);
+/* Drops a reference: the user's, a pull's or a LOCATE's; the last frees. */
+void emb__table_unref(struct emb_client_table *t);
+
+/* ---- oppool.c ---- */
+
+/*
+ * A buffer of at least need bytes (64-byte aligned) in place of old, of
+ * *cap bytes, whose contents are dropped. NULL (old kept): -ENOMEM.
+ */
+void *emb__op_grow(void *old, size_t *cap, size_t need);
+/* op->mem of at least need bytes. 0 or -ENOMEM. */
+int emb__op_mem(struct emb_async *op, size_t need);
+/* An op of kind for a call on c: a reused one, else new. NULL: -ENOMEM. */
+struct emb_async *emb__op_new(struct emb_client *c, enum op_kind kind);
+/* Gives op back for reuse (or frees it). NULL: no-op. */
+void emb__op_free(struct emb_async *op);
+/* Client destroy: the pool goes once the ops still out are back. */
+void emb__op_pool_close(struct op_pool *pl);
+/* Zeroed counts for nkeys servers or groups, then room for nkeys + 1
+ * starts, in op->cnt. 0 or -ENOMEM. */
+int emb__op_counts(struct emb_async *op, uint32_t nkeys);
+/* op->parts with room for nparts, zeroed. 0 or -ENOMEM. */
+int emb__op_parts(struct emb_async *op, uint32_t nparts);
+/* A buffer for an error message per part of a call whose success has no
+ * payload. 0 or -ENOMEM. */
+int emb__op_err_bufs(struct emb_async *op);
+/* Loop thread: op is over; wakes its waiter. */
+void emb__op_complete(struct emb_async *op);
+/* Any thread: blocks until op is over (it stays the caller's). */
+void emb__op_wait_done(struct emb_async *op);
+
+/* ---- conn.c ---- */
+
+/* Connects to every server of c over transport and says HELLO (the
+ * creating thread, before the loop runs). 0, or the first failure. */
+int emb__conn_connect_all(struct emb_client *c, const char *transport,
+			  const struct emb_client_opts *opts);
+/* The loop thread's body (arg: the client), until c is stopping. */
+void *emb__conn_loop(void *arg);
+/* Loop thread: posts p on its server's conn, or queues it until the
+ * server is up again. */
+void emb__conn_post(struct emb_client *c, struct part *p);
+/* Loop thread: ends every part waiting on s with status. */
+void emb__conn_fail_waiting(struct server *s, int status);
+/* Loop thread: drops s's read conn (one-sided); a no-op without one. */
+void emb__rconn_lost(struct server *s, int reason);
+
+/* ---- onesided.c ---- */
+
+/* Which parts of a pull READ, and their bookkeeping; adds their landing
+ * bytes to *resp_bytes. 0 or -ENOMEM. */
+int emb__os_plan(struct emb_async *op, struct emb_client_table *t,
+		 size_t *resp_bytes);
+/* Loop thread: READs for p's ids with a known location, the rest as a
+ * PULL. */
+void emb__os_start(struct emb_client *c, struct part *p);
+/* Loop thread: after p's PULL, LOCATE its ids for the next pull. */
+void emb__os_learn(struct emb_async *op, struct part *p);
+
+/* ---- replicas.c ---- */
+
+/* The key of each slot: its replica group (by_group, when replicated),
+ * else its primary; *nkeys of them. Replicated, c->map_mu is held until
+ * emb__rep_unlock_keys(). */
+const uint16_t *emb__rep_keys(struct emb_client *c, bool by_group,
+			      uint32_t *nkeys);
+void emb__rep_unlock_keys(struct emb_client *c);
+/* Loop thread: a pull part whose server died moves to the live holder of
+ * its slots. True when it did (p->req.server is the new one). */
+bool emb__rep_reroute(struct emb_async *op, struct part *p);
+/* Loop thread: slots left with no live holder. */
+uint32_t emb__rep_lost_slots(const struct emb_client *c);
+/* Loop thread: records why a fan-out to a dead server fails. */
+void emb__rep_note_lost(struct emb_client *c, const struct part *p,
+			uint32_t lost);
+/* Loop thread: copies for writers a newer map added to lead's group.
+ * 0 or -ENOMEM. */
+int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
+		   struct part *lead);
+/* Loop thread: p waits a back-off, then goes again (c->fns->send). */
+void emb__rep_delay(struct emb_client *c, struct part *p);
+
+/* ---- batch.c ---- */
+
+/*
+ * Deduplicates ids and orders the distinct ones by key[slot] (a server,
+ * or a replica group), < nkeys, in op->mem with extra bytes after them.
+ * The number of distinct ids, or a negative code.
+ */
+int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids,
+			   uint32_t n, const uint16_t *key, uint32_t nkeys,
+			   size_t extra, uint64_t **pids, uint32_t **ppos,
+			   uint32_t *cnt, void **extra_out);
+/*
+ * ids (and rows of stride floats, or NULL) in key order as given, no
+ * dedup, in op->mem: *pids, *prows. Counts in op->cnt, starts after its
+ * first most entries. 0 or -ENOMEM.
+ */
+int emb__batch_order(struct emb_async *op, const uint64_t *ids, uint32_t n,
+		     const float *rows, uint32_t stride, const uint16_t *key,
+		     uint32_t nkeys, uint32_t most, uint64_t **pids,
+		     float **prows);
+/* cnt[s] ids per server cut into parts to the servers' limits. 0 or
+ * -ENOMEM. */
+int emb__batch_parts(struct emb_async *op, const struct emb_client_table *t,
+		     const uint32_t *cnt, uint8_t opcode, uint32_t stride);
+/* cnt[g] ids per replica group, each part once per holder (under
+ * c->map_mu). 0, -ENOMEM or -EOPNOTSUPP. */
+int emb__batch_parts_rep(struct emb_async *op,
+			 const struct emb_client_table *t, const uint32_t *cnt,
+			 uint8_t opcode, uint32_t stride);
+
+/* ---- op.c ---- */
+
+/* The part functions every client's c->fns points to. */
+extern const struct emb__part_fns emb__op_part_fns;
+/* Hands op (its parts made) to the loop, which sends them. 0, or the
+ * transport's error (nothing was posted). */
+int emb__op_post(struct emb_async *op);
+
+/* ---- broadcast.c ---- */
+
+/*
+ * Sends the same request (opcode, payload) to every server, with
+ * table_ids[s] (or 0) in the header, and waits. The finished op, whose
+ * parts hold each server's response, or NULL with *rc set. The caller
+ * frees it (emb__op_free()).
+ */
+struct emb_async *emb__broadcast(struct emb_client *c, uint8_t opcode,
+				 const uint32_t *table_ids,
+				 const void *payload, size_t len, int *rc);
+/* A broadcast part's response as a frame to decode, under lim. */
+struct emb_wire_frame emb__part_frame(const struct part *p,
+				      const struct emb_wire_limits *lim);
+
+/* ---- for cluster.c, admin.c, cached.c (client.c, replicas.c,
+ * broadcast.c, table.c hold these) ---- */
+
+struct emb_node;
 
 /*
  * Right after emb_client_create(), before any other call: routes slots by

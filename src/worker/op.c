@@ -1,0 +1,729 @@
+/*
+ * src/worker/op.c - the data calls: pull, push, assign and erase.
+ *
+ * A call builds an op in the caller's thread (batch.c: dedup, partition
+ * by server or replica group, split to the servers' limits), hands it to
+ * the loop with emb__op_post(), and the loop thread sends one request per
+ * part (conn.c; onesided.c READs a one-sided pull's rows). As responses
+ * arrive, the loop thread scatters rows into the caller's buffer, so an
+ * asynchronous pull overlaps with the caller's compute; the last part to
+ * finish wakes the waiter. Op fields other than mu/cv/done are touched by
+ * the caller before posting and after completion, and by the loop thread
+ * in between, never by both at once.
+ *
+ * Pushes carry the client's session id and a per-server sequence number,
+ * so a server applies a retried push at most once (docs/protocol.md,
+ * PUSH).
+ *
+ * One skeleton (op_start()) serves the four calls, and a struct kind says
+ * what differs: the opcode, whether ids are deduplicated, whether a
+ * replicated map partitions them by replica group, the response buffers,
+ * each part's payload, and what a part's end means (one completion hook
+ * per kind of op: a pull reroutes and scatters, a write goes again when a
+ * fill refused it, an erase counts, a fan-out skips dead servers).
+ *
+ * Threads: the public calls from any thread; the rest on the loop thread.
+ */
+#include "worker/embstore.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "proto/wire.h"
+#include "proto/wire_msg.h"
+#include "transport/transport.h"
+#include "worker/abi.h"
+#include "worker/client_int.h"
+#include "worker/respbuf.h"
+#include "cluster/node.h"
+
+static void note_server_error(struct emb_client *c, struct part *p)
+{
+	struct emb_wire_frame f = {.hdr = p->req.rhdr, .payload = p->req.resp};
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_error e;
+
+	f.lim = &lim;
+	if (emb_wire_error_decode(&f, &e) != 0)
+		return;
+	pthread_mutex_lock(&c->err_lock);
+	c->last_status = e.status;
+	snprintf(c->last_msg, sizeof(c->last_msg), "%.*s", (int)e.msg_len,
+		 e.msg);
+	pthread_mutex_unlock(&c->err_lock);
+	emb_log(EMB_LOG_DEBUG, "server %s:%u: %s: %.*s",
+		c->srv[p->req.server].host, c->srv[p->req.server].port,
+		emb_strerror(e.status), (int)e.msg_len, e.msg);
+}
+
+/* Loop thread: copies a pull part's rows to every position of its ids. */
+static int pull_scatter(struct emb_async *op, struct part *p)
+{
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_frame f = {.hdr = p->req.rhdr, .payload = p->req.resp};
+	struct emb_wire_pull_resp r;
+	const size_t row_sz = (size_t)op->dim * sizeof(float);
+	int rc;
+
+	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
+	f.lim = &lim;
+	rc = emb_wire_pull_resp_decode(&f, op->dim - op->state, op->state, &r);
+	if (rc)
+		return rc;
+	/* A server that ignored the state flag sends rows of dim floats. */
+	if (r.n != p->req.n || r.stride != op->dim)
+		return EMB_EBADFRAME;
+	for (uint32_t j = 0; j < r.n; j++) {
+		const float *row = r.rows + (size_t)j * op->dim;
+		uint32_t u =
+		    op->pu[p->req.first + (p->rd.fb ? p->rd.miss[j] : j)];
+		uint8_t hit = r.found ? emb_wire_bit_test(r.found, j) : 1;
+
+		for (uint32_t i = op->first[u]; i != NONE; i = op->next[i]) {
+			memcpy(op->out + (size_t)i * op->dim, row, row_sz);
+			if (op->found)
+				op->found[i] = hit;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Loop thread, once every part ended: a replicated write failed only
+ * when no copy of some part was applied. Its dead holders are no error.
+ */
+static void rep_check(struct emb_async *op)
+{
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		const struct part *p = &op->parts[k];
+		bool applied = false;
+
+		if (!p->rep.nrep || p->rep.lead != k)
+			continue;
+		for (uint32_t j = 0; j < p->rep.nrep; j++)
+			applied |= op->parts[k + j].req.status == 0;
+		if (!applied && !op->status)
+			op->status = p->req.status;
+	}
+}
+
+static void op_finish(struct emb_async *op)
+{
+	if (op->c->cmap)
+		rep_check(op);
+	emb__op_complete(op);
+}
+
+/*
+ * Loop thread: the server's verdict on p's request (resp NULL: none, as
+ * for a one-sided part that READ every row). Keeps the response header;
+ * a server error is noted for emb_client_last_error() and returned, else
+ * status as given.
+ */
+static int resp_status(struct part *p, int status,
+		       const struct emb_frame_hdr *resp)
+{
+	if (status || !resp)
+		return status;
+	p->req.rhdr = *resp;
+	if (resp->status < 0) {
+		note_server_error(p->op->c, p);
+		return resp->status;
+	}
+	return 0;
+}
+
+/* Loop thread: p is over with status; the last part ends the op. */
+static void part_close(struct part *p, int status)
+{
+	struct emb_async *op = p->op;
+
+	p->req.status = status;
+	if (status) {
+		add(&op->c->errors, 1);
+		/* A copy on a dead holder: rep_check() decides. */
+		if (!op->status && !(p->rep.nrep && status == EMB_ENODEAD))
+			op->status = status;
+	}
+	if (--op->pending == 0)
+		op_finish(op);
+}
+
+static void part_send(struct emb_client *c, struct part *p);
+
+/*
+ * Pull: a part whose server died goes to a live holder of its slots; the
+ * rows scatter to the caller; ids pulled two-sided are LOCATEd for the
+ * next one-sided pull.
+ */
+static void pull_end(struct part *p, int status,
+		     const struct emb_frame_hdr *resp)
+{
+	struct emb_async *op = p->op;
+
+	if (status == EMB_ENODEAD && emb__rep_reroute(op, p)) {
+		add(&op->c->retries, 1);
+		part_send(op->c, p);
+		return;
+	}
+	status = resp_status(p, status, resp);
+	if (status == 0 && resp)
+		status = pull_scatter(op, p);
+	if (status == 0 && (p->rd.learn || p->rd.fb))
+		emb__os_learn(op, p);
+	part_close(p, status);
+}
+
+/*
+ * Loop thread: a copy refused because its slots are being filled, or
+ * routed by an older map than the server's: not applied, so it goes again,
+ * same server and sequence number, until the deadline. True when it will.
+ */
+static bool write_again(struct part *p, int status,
+			const struct emb_frame_hdr *resp)
+{
+	struct emb_async *op = p->op;
+
+	if (status == 0 && p->rep.epoch &&
+	    (resp->status == EMB_EMOVING || resp->status == EMB_ESTALEMAP) &&
+	    !stopping(op->c) && emb_clock_ms() < op->deadline_ms) {
+		if (resp->status == EMB_ESTALEMAP && op->c->node)
+			emb_node_map_refresh(op->c->node);
+		add(&op->c->moved, 1);
+		emb__rep_delay(op->c, p);
+		return true;
+	}
+	return false;
+}
+
+/* Push and assign: applied, refused for a fill (again), or failed. */
+static void write_end(struct part *p, int status,
+		      const struct emb_frame_hdr *resp)
+{
+	if (write_again(p, status, resp))
+		return;
+	part_close(p, resp_status(p, status, resp));
+}
+
+/* Erase: as a write, and the ids that existed, counted once per part. */
+static void erase_end(struct part *p, int status,
+		      const struct emb_frame_hdr *resp)
+{
+	struct emb_async *op = p->op;
+
+	if (write_again(p, status, resp))
+		return;
+	status = resp_status(p, status, resp);
+	/* One copy's count: the first holder's. */
+	if (status == 0 && resp &&
+	    (!p->rep.nrep || p == &op->parts[p->rep.lead]))
+		op->count += resp->count;
+	part_close(p, status);
+}
+
+/*
+ * A fan-out (broadcast.c): a server that died, before or during the call,
+ * is no longer asked when the live servers hold every slot.
+ */
+static void admin_end(struct part *p, int status,
+		      const struct emb_frame_hdr *resp)
+{
+	struct emb_async *op = p->op;
+
+	if (status == EMB_ENODEAD && op->c->cmap) {
+		uint32_t lost = emb__rep_lost_slots(op->c);
+
+		if (!lost) {
+			p->rep.skip = true;
+			part_close(p, 0);
+			return;
+		}
+		emb__rep_note_lost(op->c, p, lost);
+	}
+	part_close(p, resp_status(p, status, resp));
+}
+
+/* A data call's arguments and its batch as arranged, for the hooks. */
+struct call {
+	struct emb_client_table *t; /* the table */
+	const uint64_t *ids;	    /* caller's, n of them */
+	uint32_t n;		    /* caller's ids */
+	const float *rows;	    /* push: gradients, assign: rows; else
+				       NULL */
+	float *out;		    /* pull: caller's rows */
+	uint8_t *found;		    /* pull: caller's found[] or NULL */
+	uint32_t stride;	    /* floats per row sent or received */
+	uint16_t flags;		    /* wire flags of every part */
+	uint64_t step;		    /* push */
+	uint32_t rank;		    /* push */
+	uint64_t *pids;		    /* ids in partitioned order (op->mem) */
+	float *prows;		    /* their rows, or NULL */
+};
+
+/* What one kind of data call does at each step of op_start(). */
+struct kind {
+	enum op_kind kind; /* what completes the parts */
+	uint8_t opcode;	   /* of every part */
+	bool dedup;	   /* ids deduplicated (rows summed), else sent as
+			      given: last write wins in batch order */
+	bool by_group;	   /* a replicated map sends it to every holder */
+	/* Before the batch is arranged (NULL: nothing). */
+	void (*init)(struct emb_async *op, const struct call *a);
+	/* Response buffers of the parts made. 0 or -ENOMEM. */
+	int (*resp)(struct emb_async *op, const struct call *a);
+	/* Part p's request payload and flags. */
+	void (*payload)(struct emb_async *op, const struct call *a,
+			struct part *p);
+};
+
+/* The pull holds its table: the user may close it while it runs. */
+static void pull_init(struct emb_async *op, const struct call *a)
+{
+	struct emb_client_table *t = a->t;
+
+	op->dim = a->stride;
+	op->state = a->stride - t->spec.dim;
+	op->n = a->n;
+	op->out = a->out;
+	op->found = a->found;
+	op->tids = t->ids;
+	op->tbl = t;
+	__atomic_fetch_add(&t->refs, 1, __ATOMIC_RELAXED);
+}
+
+/*
+ * Room for each part's rows (or an error), and the landings of its READs
+ * when one-sided, in a registered buffer from the pool: over RDMA the rows
+ * land there, not in bounce pages that would be copied (docs/rdma.md).
+ */
+static int pull_resp(struct emb_async *op, const struct call *a)
+{
+	size_t resp_bytes = 0;
+	char *r;
+	int rc;
+
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+
+		p->req.resp_cap =
+		    emb_wire_pull_resp_bytes(p->req.n, op->dim, a->flags) -
+		    EMB_WIRE_HDR_SIZE;
+		if (p->req.resp_cap < ERR_CAP)
+			p->req.resp_cap = ERR_CAP;
+		resp_bytes += (p->req.resp_cap + 63) & ~(size_t)63;
+	}
+	rc = emb__os_plan(op, a->t, &resp_bytes);
+	if (rc)
+		return rc;
+	op->rbuf = emb__respbuf_get(op->c->bufs, resp_bytes ? resp_bytes : 64);
+	if (!op->rbuf)
+		return -ENOMEM;
+	r = op->rbuf->mem;
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+
+		p->req.resp = r;
+		r += (p->req.resp_cap + 63) & ~(size_t)63;
+		if (p->rd.os) {
+			p->rd.land = r;
+			r += ((size_t)p->req.n * p->rd.rb + 63) & ~(size_t)63;
+		}
+	}
+	return 0;
+}
+
+/* Writes answer nothing on success: room for an error only. */
+static int write_resp(struct emb_async *op, const struct call *a)
+{
+	(void)a;
+	return emb__op_err_bufs(op);
+}
+
+static void pull_payload(struct emb_async *op, const struct call *a,
+			 struct part *p)
+{
+	(void)op;
+	p->req.hdr.flags = a->flags;
+	p->req.iov[0].iov_base = a->pids + p->req.first;
+	p->req.iov[0].iov_len = (size_t)p->req.n * sizeof(uint64_t);
+	p->req.niov = 1;
+}
+
+static void push_payload(struct emb_async *op, const struct call *a,
+			 struct part *p)
+{
+	struct emb_client *c = op->c;
+
+	/* The sequence number is fixed now, so a retry repeats it. */
+	p->req.seq = __atomic_add_fetch(&c->srv[p->req.server].push_seq, 1,
+					__ATOMIC_RELAXED);
+	emb_le64_store(p->req.prefix, a->step);
+	emb_le32_store(p->req.prefix + 8, a->rank);
+	emb_le32_store(p->req.prefix + 12, 0);
+	emb_le64_store(p->req.prefix + 16, c->session);
+	emb_le64_store(p->req.prefix + 24, p->req.seq);
+	p->req.iov[0] =
+	    (struct iovec){p->req.prefix, EMB_WIRE_PUSH_PREFIX_SIZE};
+	p->req.iov[1] = (struct iovec){a->pids + p->req.first,
+				       (size_t)p->req.n * sizeof(uint64_t)};
+	p->req.iov[2] =
+	    (struct iovec){a->prows + (size_t)p->req.first * a->stride,
+			   (size_t)p->req.n * a->stride * sizeof(float)};
+	p->req.niov = p->req.n ? 3 : 1; /* an empty STEP_END part */
+}
+
+/* Assign (ids and rows) and erase (ids). */
+static void ids_payload(struct emb_async *op, const struct call *a,
+			struct part *p)
+{
+	(void)op;
+	p->req.hdr.flags = a->flags;
+	p->req.iov[0] = (struct iovec){a->pids + p->req.first,
+				       (size_t)p->req.n * sizeof(uint64_t)};
+	p->req.niov = 1;
+	if (a->rows) {
+		p->req.iov[1] = (struct iovec){
+		    a->prows + (size_t)p->req.first * a->stride,
+		    (size_t)p->req.n * a->stride * sizeof(float)};
+		p->req.niov = 2;
+	}
+}
+
+static const struct kind pull_kind = {
+    .kind = OP_PULL,
+    .opcode = EMB_OP_PULL,
+    .dedup = true,
+    .by_group = false, /* to primaries; a death moves them (pull_end) */
+    .init = pull_init,
+    .resp = pull_resp,
+    .payload = pull_payload,
+};
+
+static const struct kind push_kind = {
+    .kind = OP_PUSH,
+    .opcode = EMB_OP_PUSH,
+    .dedup = true,
+    .by_group = true,
+    .resp = write_resp,
+    .payload = push_payload,
+};
+
+static const struct kind assign_kind = {
+    .kind = OP_ASSIGN,
+    .opcode = EMB_OP_ASSIGN,
+    .by_group = true,
+    .resp = write_resp,
+    .payload = ids_payload,
+};
+
+static const struct kind erase_kind = {
+    .kind = OP_ERASE,
+    .opcode = EMB_OP_ERASE,
+    .by_group = true,
+    .resp = write_resp,
+    .payload = ids_payload,
+};
+
+/* How each kind of op completes a part: one hook per kind. */
+static void (*const part_ends[])(struct part *p, int status,
+				 const struct emb_frame_hdr *resp) = {
+    [OP_PULL] = pull_end,
+    [OP_PUSH] = write_end,
+    [OP_ASSIGN] = write_end,
+    [OP_ERASE] = erase_end,
+    [OP_ADMIN] = admin_end,
+};
+
+/* Loop thread: p is over; its kind of op says what that means. */
+static void part_end(struct part *p, int status,
+		     const struct emb_frame_hdr *resp)
+{
+	part_ends[p->op->kind](p, status, resp);
+}
+
+/* Loop thread: posts p on its server's conn, or queues it for the next. */
+static void part_send(struct emb_client *c, struct part *p)
+{
+	struct server *s = &c->srv[p->req.server];
+	int rc;
+
+	if (srv_dead(s)) {
+		part_end(p, EMB_ENODEAD, NULL);
+		return;
+	}
+	/* An op whose task runs only as the client is destroyed (its loop
+	 * thread stopped first) finds every server down for good. */
+	if (stopping(c) && s->state != SRV_UP) {
+		part_end(p, EMB_ECLOSED, NULL);
+		return;
+	}
+	if (p->rd.os && !p->rd.os_done && s->state == SRV_UP) {
+		emb__os_start(c, p);
+		return;
+	}
+	if (p->rep.epoch) {
+		/* Routed by an older map: writers it added get their copy
+		 * before this one goes out under the new epoch. */
+		if (p->rep.epoch < c->map_epoch) {
+			rc = emb__rep_fixup(c, p->op,
+					    &p->op->parts[p->rep.lead]);
+			if (rc) {
+				part_end(p, rc, NULL);
+				return;
+			}
+			p->rep.epoch = c->map_epoch;
+		}
+		p->req.hdr.table_id = __atomic_load_n(
+		    &p->op->tids[p->req.server], __ATOMIC_RELAXED);
+		emb_wire_hdr_set_epoch(&p->req.hdr, p->rep.epoch, 0);
+	}
+	emb__conn_post(c, p);
+}
+
+/* Loop thread: posts every part of op. */
+static void op_issue(void *arg)
+{
+	struct emb_async *op = arg;
+	uint32_t nparts = op->nparts;
+
+	/* Registered here, on the loop, once per buffer's life. */
+	if (op->rbuf)
+		emb__respbuf_reg(op->rbuf);
+	/* Count all parts first: a part that fails at once must not see
+	 * pending reach 0 while later parts are still unposted. */
+	op->pending = nparts + 1;
+	for (uint32_t k = 0; k < nparts; k++)
+		part_send(op->c, &op->parts[k]);
+	if (--op->pending == 0)
+		op_finish(op);
+}
+
+int emb__op_post(struct emb_async *op)
+{
+	if (op->nparts == 0) {
+		op->done = true;
+		return 0;
+	}
+	op->deadline_ms = emb_clock_ms() + op->c->timeout_ms;
+	op->task.fn = op_issue;
+	op->task.arg = op;
+	return emb_transport_post(op->c->tr, &op->task);
+}
+
+const struct emb__part_fns emb__op_part_fns = {
+    .send = part_send,
+    .end = part_end,
+};
+
+/*
+ * Deduplicates a->ids in server (or group) order; rows given (a push's
+ * gradients) are summed per distinct id into a->prows: the first
+ * occurrence copies, later ones add, in batch order. 0 or negative.
+ */
+static int arrange_dedup(struct emb_async *op, struct call *a,
+			 const uint16_t *key, uint32_t nkeys)
+{
+	const uint32_t dim = a->stride;
+	uint32_t *ppos;
+	void *extra;
+	int64_t nu;
+
+	a->pids = NULL;
+	a->prows = NULL;
+	if (!a->n)
+		return 0;
+	nu = emb__batch_prepare(
+	    op, a->ids, a->n, key, nkeys,
+	    a->rows ? (size_t)a->n * dim * sizeof(float) : 0, &a->pids, &ppos,
+	    op->cnt, &extra);
+	if (nu < 0)
+		return (int)nu;
+	if (!a->rows)
+		return 0;
+	a->prows = extra;
+	for (uint32_t u = 0; u < (uint32_t)nu; u++) {
+		float *dst = a->prows + (size_t)ppos[u] * dim;
+		uint32_t i = op->first[u];
+
+		memcpy(dst, a->rows + (size_t)i * dim, dim * sizeof(float));
+		for (i = op->next[i]; i != NONE; i = op->next[i])
+			for (uint32_t j = 0; j < dim; j++)
+				dst[j] += a->rows[(size_t)i * dim + j];
+	}
+	return 0;
+}
+
+/*
+ * The one skeleton of the data calls: an op of kind k for the call a,
+ * its batch arranged by server (or by replica group), cut into parts,
+ * given response buffers and payloads, and posted. 0 and the op in *opp,
+ * or negative (nothing was sent).
+ */
+static int op_start(const struct kind *k, struct call *a,
+		    struct emb_async **opp)
+{
+	struct emb_client *c = a->t->c;
+	const bool rep = k->by_group && c->cmap;
+	const uint32_t most = rep ? EMB_NSLOTS : c->nsrv;
+	const uint16_t *key;
+	struct emb_async *op;
+	uint32_t nkeys;
+	int rc;
+
+	op = emb__op_new(c, k->kind);
+	/* Counts per server, or per replica group (at most one a slot). */
+	if (!op || emb__op_counts(op, most)) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	if (k->init)
+		k->init(op, a);
+	key = emb__rep_keys(c, k->by_group, &nkeys);
+	rc = k->dedup ? arrange_dedup(op, a, key, nkeys)
+		      : emb__batch_order(op, a->ids, a->n, a->rows, a->stride,
+					 key, nkeys, most, &a->pids,
+					 &a->prows);
+	if (!rc)
+		rc = rep ? emb__batch_parts_rep(op, a->t, op->cnt, k->opcode,
+						a->stride)
+			 : emb__batch_parts(op, a->t, op->cnt, k->opcode,
+					    a->stride);
+	emb__rep_unlock_keys(c);
+	if (!rc)
+		rc = k->resp(op, a);
+	if (rc)
+		goto err;
+	for (uint32_t j = 0; j < op->nparts; j++)
+		k->payload(op, a, &op->parts[j]);
+	rc = emb__op_post(op);
+	if (rc)
+		goto err;
+	*opp = op;
+	return 0;
+err:
+	emb__op_free(op);
+	return rc;
+}
+
+static int pull_start(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, float *out, uint32_t flags, uint8_t *found,
+		      struct emb_async **opp)
+{
+	const bool with_state = flags & EMB_CLIENT_WITH_STATE;
+	struct call a = {.t = t, .ids = ids, .n = n, .out = out,
+			 .found = found};
+
+	if (!t || (n && (!ids || !out)) ||
+	    (flags & ~(EMB_CLIENT_NOCREATE | EMB_CLIENT_WITH_STATE)))
+		return EMB_EBADARG;
+	a.stride = with_state ? t->row_floats : t->spec.dim;
+	a.flags = (flags & EMB_CLIENT_NOCREATE ? EMB_F_NOCREATE : 0) |
+		  (with_state ? EMB_F_WITH_STATE : 0);
+	return op_start(&pull_kind, &a, opp);
+}
+
+static int push_start(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, const float *grads, uint64_t step,
+		      uint32_t rank, struct emb_async **opp)
+{
+	struct call a = {.t = t, .ids = ids, .n = n, .rows = grads,
+			 .step = step, .rank = rank};
+
+	if (!t || (n && (!ids || !grads)))
+		return EMB_EBADARG;
+	a.stride = t->spec.dim;
+	return op_start(&push_kind, &a, opp);
+}
+
+int emb_client_table_pull_async(struct emb_client_table *t, const uint64_t *ids,
+				uint32_t n, float *out, uint32_t flags,
+				uint8_t *found, struct emb_async **op)
+{
+	return emb__client_err(t ? t->c : NULL,
+			       op ? pull_start(t, ids, n, out, flags, found, op)
+				  : EMB_EBADARG);
+}
+
+int emb_client_table_push_async(struct emb_client_table *t, const uint64_t *ids,
+				uint32_t n, const float *grads, uint64_t step,
+				uint32_t rank, struct emb_async **op)
+{
+	return emb__client_err(t ? t->c : NULL,
+			       op ? push_start(t, ids, n, grads, step, rank, op)
+				  : EMB_EBADARG);
+}
+
+int emb_client_table_pull(struct emb_client_table *t, const uint64_t *ids,
+			  uint32_t n, float *out, uint32_t flags,
+			  uint8_t *found)
+{
+	struct emb_async *op;
+	int rc = pull_start(t, ids, n, out, flags, found, &op);
+
+	return rc ? emb__client_err(t ? t->c : NULL, rc) : emb_async_wait(op);
+}
+
+int emb_client_table_push(struct emb_client_table *t, const uint64_t *ids,
+			  uint32_t n, const float *grads, uint64_t step,
+			  uint32_t rank)
+{
+	struct emb_async *op;
+	int rc = push_start(t, ids, n, grads, step, rank, &op);
+
+	return rc ? emb__client_err(t ? t->c : NULL, rc) : emb_async_wait(op);
+}
+
+static int table_assign(struct emb_client_table *t, const uint64_t *ids,
+			uint32_t n, const float *rows, bool with_state)
+{
+	struct call a = {.t = t, .ids = ids, .n = n, .rows = rows};
+	struct emb_async *op;
+	int rc;
+
+	if (!t || (n && (!ids || !rows)))
+		return EMB_EBADARG;
+	a.stride = with_state ? t->row_floats : t->spec.dim;
+	a.flags = with_state ? EMB_F_WITH_STATE : 0;
+	rc = op_start(&assign_kind, &a, &op);
+	return rc ? rc : emb_async_wait(op);
+}
+
+static int table_erase(struct emb_client_table *t, const uint64_t *ids,
+		       uint32_t n, uint64_t *erased)
+{
+	struct call a = {.t = t, .ids = ids, .n = n};
+	struct emb_async *op;
+	uint64_t count;
+	int rc;
+
+	if (!t || (n && !ids))
+		return EMB_EBADARG;
+	rc = op_start(&erase_kind, &a, &op);
+	if (rc)
+		return rc;
+	/* Read the count before emb_async_wait() frees the op. */
+	emb__op_wait_done(op);
+	count = op->count;
+	rc = emb_async_wait(op);
+	if (erased)
+		*erased = count;
+	return rc;
+}
+
+int emb_client_table_assign(struct emb_client_table *t, const uint64_t *ids,
+			    uint32_t n, const float *rows, bool with_state)
+{
+	return emb__client_err(t ? t->c : NULL,
+			       table_assign(t, ids, n, rows, with_state));
+}
+
+int emb_client_table_erase(struct emb_client_table *t, const uint64_t *ids,
+			   uint32_t n, uint64_t *erased)
+{
+	return emb__client_err(t ? t->c : NULL, table_erase(t, ids, n, erased));
+}

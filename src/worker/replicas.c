@@ -1,0 +1,702 @@
+/*
+ * src/worker/replicas.c - the client's replicated map (docs/replication.md):
+ * routing by the scheduler's map, replica groups for writes, a pull
+ * rerouted when its server died, failover when the scheduler declares a
+ * server dead, and the hooks worker/cluster.c installs the map through.
+ *
+ * With a map of R > 1 copies per slot, a push, assign or erase is
+ * partitioned by replica group (the servers that hold a slot) and each
+ * part goes to every holder; the op succeeds when every live holder
+ * applied it, and a holder the scheduler declared dead does not count.
+ * Pulls go to the primary; a pull part whose primary died is sent again to
+ * the slot's first live backup.
+ *
+ * Recovery ("Recovery" there): with a scheduler, every replicated write
+ * carries the epoch of the map it was routed by (EMB_F_EPOCH). A server
+ * filling a chunk answers EMB_EMOVING, and one whose map grew a writer
+ * since that epoch EMB_ESTALEMAP: the copy waits a moment and goes again
+ * to the same server with the same sequence number; before it goes, a
+ * copy routed by an older map than the client's gets copies for the
+ * writers the newer map added (emb__rep_fixup()).
+ *
+ * Parts are sent again through c->fns (op.c).
+ *
+ * Threads: c->cmap is written by the loop thread and read by callers as
+ * they partition, under c->map_mu; the map setters run before the client
+ * is shared.
+ */
+#include "worker/embstore.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "proto/wire.h"
+#include "transport/transport.h"
+#include "worker/abi.h"
+#include "worker/client_int.h"
+#include "cluster/map.h"
+#include "cluster/node.h"
+
+#define MOVING_MIN_MS 2u  /* first wait of a copy refused for a fill */
+#define MOVING_MAX_MS 50u /* longest: a fill's chunk streams in ms */
+
+static int set_map(struct emb_client *c, const uint16_t *slot_map, uint32_t r,
+		   const bool *removed, bool check);
+static void close_dead(void *arg);
+
+/*
+ * The key each slot is partitioned by: its replica group (by_group, and
+ * replicated), else its primary server. Replicated, c->map_mu is held
+ * until emb__rep_unlock_keys(): the loop may redraw the map meanwhile.
+ */
+const uint16_t *emb__rep_keys(struct emb_client *c, bool by_group,
+			      uint32_t *nkeys)
+{
+	if (!c->cmap) {
+		*nkeys = c->nsrv;
+		return c->slot_map;
+	}
+	pthread_mutex_lock(&c->map_mu);
+	if (!by_group) {
+		*nkeys = c->nsrv;
+		return c->slot_map;
+	}
+	*nkeys = c->ngroups;
+	return c->grp;
+}
+
+void emb__rep_unlock_keys(struct emb_client *c)
+{
+	if (c->cmap)
+		pthread_mutex_unlock(&c->map_mu);
+}
+
+/*
+ * Loop thread: a pull part whose server died goes to the first live
+ * holder of its slots, when that is one server for all of them (it is
+ * with the successor backups of cluster/map.h): p->req.server and its
+ * table id become that holder's, for the caller to send p again. False
+ * when there is none.
+ */
+bool emb__rep_reroute(struct emb_async *op, struct part *p)
+{
+	struct emb_client *c = op->c;
+	const uint64_t *ids = p->req.iov[0].iov_base;
+	uint32_t to = NONE;
+
+	if (!c->cmap || op->kind != OP_PULL || stopping(c))
+		return false;
+	for (uint32_t j = 0; j < p->req.n; j++) {
+		const uint16_t *h = c->cmap->slot[emb_id_slot(ids[j])];
+		uint32_t live = NONE;
+
+		/* The dead flag comes before the map update: go by it. */
+		for (uint32_t i = 0; i < c->cmap->replicas && live == NONE;
+		     i++)
+			if (h[i] != EMB_CMAP_NONE && !srv_dead(&c->srv[h[i]]))
+				live = h[i];
+		if (live == NONE || (to != NONE && live != to))
+			return false;
+		to = live;
+	}
+	if (to == NONE || to == p->req.server)
+		return false;
+	p->req.server = to;
+	p->req.hdr.table_id = op->tids[to];
+	return true;
+}
+
+/*
+ * Loop thread (it writes c->cmap, so it reads it unlocked): slots of the
+ * replicated map with no holder the scheduler has not declared dead. A
+ * death is flagged (srv_dead) just before failover() redraws the map, so
+ * the flags count, not the map alone.
+ */
+uint32_t emb__rep_lost_slots(const struct emb_client *c)
+{
+	uint32_t lost = 0;
+
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		const uint16_t *h = c->cmap->slot[sl];
+		bool live = false;
+
+		for (uint32_t i = 0; i < c->cmap->replicas && !live; i++)
+			live = h[i] != EMB_CMAP_NONE &&
+			       !srv_dead(&c->srv[h[i]]);
+		lost += !live;
+	}
+	return lost;
+}
+
+/* Loop thread: why a fan-out to a dead server fails, for
+ * emb_client_last_error() and the log. */
+void emb__rep_note_lost(struct emb_client *c, const struct part *p,
+		      uint32_t lost)
+{
+	const struct server *s = &c->srv[p->req.server];
+
+	pthread_mutex_lock(&c->err_lock);
+	c->last_status = EMB_ENODEAD;
+	snprintf(c->last_msg, sizeof(c->last_msg),
+		 "server %s:%u is dead and %u slot%s have no live copy",
+		 s->host, s->port, lost, lost == 1 ? "" : "s");
+	emb_log(EMB_LOG_ERROR, "%s", c->last_msg);
+	pthread_mutex_unlock(&c->err_lock);
+}
+
+/* Loop thread: p waits a back-off, then is sent again (conn.c's loop). */
+void emb__rep_delay(struct emb_client *c, struct part *p)
+{
+	p->retry.wait_ms =
+	    p->retry.wait_ms ? 2 * p->retry.wait_ms : MOVING_MIN_MS;
+	if (p->retry.wait_ms > MOVING_MAX_MS)
+		p->retry.wait_ms = MOVING_MAX_MS;
+	p->retry.due_ms = emb_clock_ms() + p->retry.wait_ms;
+	p->retry.dnext = c->delayed;
+	c->delayed = p;
+}
+
+/* The ids and rows (NULL for erase) a replicated write's copy sends. */
+static const uint64_t *part_ids(const struct part *p, const float **rows)
+{
+	if (p->op->kind == OP_PUSH) {
+		*rows = p->req.n ? p->req.iov[2].iov_base : NULL;
+		return p->req.iov[1].iov_base;
+	}
+	*rows = p->req.niov > 1 ? p->req.iov[1].iov_base : NULL;
+	return p->req.iov[0].iov_base;
+}
+
+static bool in_list(const uint16_t *w, uint32_t n, uint32_t rank)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (w[i] == rank)
+			return true;
+	return false;
+}
+
+/* Whether a copy emb__rep_fixup() added to lead's group sends id to rank. */
+static bool ext_has(const struct part *lead, uint32_t rank, uint64_t id)
+{
+	for (const struct part *e = lead->rep.ext; e; e = e->rep.enext) {
+		const float *unused;
+		const uint64_t *ids;
+
+		if (e->req.server != rank)
+			continue;
+		ids = part_ids(e, &unused);
+		for (uint32_t j = 0; j < e->req.n; j++)
+			if (ids[j] == id)
+				return true;
+	}
+	return false;
+}
+
+/*
+ * Loop thread: the copies of lead's group were routed by an older map;
+ * writers the current one added to some of their rows (a server being
+ * filled) get a copy of those rows now, sent at once. The group's other
+ * copies go out as they were: they reach servers that still hold the
+ * rows. 0, or -ENOMEM (the op then fails).
+ */
+int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
+		       struct part *lead)
+{
+	const uint32_t k0 = (uint32_t)(lead - op->parts);
+	uint16_t covered[EMB_CMAP_REPLICAS_MAX + 1], w[EMB_CMAP_REPLICAS_MAX + 1];
+	uint32_t nsib = 0, rowb;
+	const uint64_t *ids;
+	const float *rows;
+
+	if (lead->rep.fixed >= c->map_epoch)
+		return 0;
+	lead->rep.fixed = c->map_epoch;
+	ids = part_ids(lead, &rows);
+	rowb = op->stride * (uint32_t)sizeof(float);
+	for (uint32_t j = 0; j < lead->rep.nrep && nsib < EMB_CMAP_REPLICAS_MAX; j++)
+		covered[nsib++] = (uint16_t)op->parts[k0 + j].req.server;
+	for (;;) {
+		uint32_t to = NONE, k = 0;
+		struct part *e;
+		char *m;
+
+		/* The next writer some row's copy does not reach yet, and the
+		 * rows it lacks: an earlier fixup may have sent it some. */
+		for (uint32_t j = 0; j < lead->req.n; j++) {
+			uint32_t nw = emb_cmap_writers(c->cmap,
+						       emb_id_slot(ids[j]), w);
+
+			for (uint32_t i = 0; i < nw; i++) {
+				if (in_list(covered, nsib, w[i]) ||
+				    (to != NONE && w[i] != to) ||
+				    ext_has(lead, w[i], ids[j]))
+					continue;
+				to = w[i];
+				k++;
+			}
+		}
+		if (to == NONE)
+			return 0;
+		/* aligned_alloc() takes whole 64-byte lines. */
+		m = aligned_alloc(64, (((sizeof(*e) + 63) & ~(size_t)63) +
+				       ERR_CAP + (size_t)k * (8 + rowb) + 63) &
+					  ~(size_t)63);
+		if (!m)
+			return -ENOMEM;
+		e = (struct part *)(void *)m;
+		*e = *lead;
+		e->rep.ext = e->rep.enext = e->retry.dnext = NULL;
+		e->retry.wait_ms = 0;
+		e->req.server = to;
+		e->req.n = k;
+		e->rep.epoch = c->map_epoch;
+		e->rep.nrep =
+		    lead->rep.nrep; /* a copy: its death is no error */
+		e->req.resp = m + ((sizeof(*e) + 63) & ~(size_t)63);
+		e->req.resp_cap = ERR_CAP;
+		{
+			uint64_t *eids =
+			    (uint64_t *)(void *)((char *)e->req.resp + ERR_CAP);
+			float *erows = (float *)(void *)(eids + k);
+			uint32_t at = 0;
+
+			for (uint32_t j = 0; j < lead->req.n && at < k; j++) {
+				uint32_t nw = emb_cmap_writers(
+				    c->cmap, emb_id_slot(ids[j]), w);
+
+				if (!in_list(w, nw, to) ||
+				    ext_has(lead, to, ids[j]))
+					continue;
+				eids[at] = ids[j];
+				if (rows)
+					memcpy(erows + (size_t)at * op->stride,
+					       rows + (size_t)j * op->stride,
+					       rowb);
+				at++;
+			}
+			e->req.hdr.count = k;
+			if (op->kind == OP_PUSH) {
+				e->req.seq = __atomic_add_fetch(
+				    &c->srv[to].push_seq, 1, __ATOMIC_RELAXED);
+				emb_le64_store(e->req.prefix + 24, e->req.seq);
+				e->req.iov[0].iov_base = e->req.prefix;
+				e->req.iov[1] = (struct iovec){eids, k * 8ull};
+				e->req.iov[2] = (struct iovec){erows,
+							   (size_t)k * rowb};
+			} else {
+				e->req.iov[0] = (struct iovec){eids, k * 8ull};
+				if (rows)
+					e->req.iov[1] = (struct iovec){
+					    erows, (size_t)k * rowb};
+			}
+		}
+		e->rep.enext = lead->rep.ext;
+		lead->rep.ext = e;
+		op->pending++;
+		emb_log(EMB_LOG_DEBUG,
+			"map epoch %llu: %u row%s of a write routed by epoch "
+			"%llu go to server %u too",
+			(unsigned long long)c->map_epoch, k, k == 1 ? "" : "s",
+			(unsigned long long)lead->rep.epoch, to);
+		c->fns->send(c, e);
+	}
+}
+
+/*
+ * Under c->map_mu (or before anyone else sees c): the primaries and the
+ * replica groups of c->cmap. A lost slot keeps its old primary, whose
+ * calls fail with EMB_ENODEAD, as an unreplicated client's do.
+ */
+static void regroup(struct emb_client *c)
+{
+	c->ngroups = 0;
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		const uint16_t *h = c->cmap->slot[sl];
+		uint16_t gone[EMB_CMAP_REPLICAS_MAX];
+		uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
+		uint32_t g = 0;
+
+		/* Writes go to the slot's writers: its holders and the
+		 * server being filled with it, which never takes a holder's
+		 * place (a fill needs room), so R entries hold them. */
+		if (c->cmap->fill[sl] != EMB_CMAP_NONE) {
+			uint32_t nw = emb_cmap_writers(c->cmap, sl, w);
+
+			for (uint32_t i = nw; i < EMB_CMAP_REPLICAS_MAX; i++)
+				w[i] = EMB_CMAP_NONE;
+			h = w;
+		}
+		if (h[0] == EMB_CMAP_NONE) {
+			/* No copy left: a group of the old primary alone,
+			 * dead, so that writes fail. */
+			memcpy(gone, h, sizeof(gone));
+			gone[0] = c->slot_map[sl];
+			h = gone;
+		} else {
+			c->slot_map[sl] = h[0];
+		}
+		/* Few groups (about one per server): a linear search. */
+		while (g < c->ngroups &&
+		       memcmp(c->groups[g], h, sizeof(c->groups[g])))
+			g++;
+		if (g == c->ngroups)
+			memcpy(c->groups[c->ngroups++], h, sizeof(c->groups[g]));
+		c->grp[sl] = (uint16_t)g;
+	}
+}
+
+int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
+			    struct emb_node *node)
+{
+	uint32_t r = node ? emb_node_replicas(node) : 1;
+	const struct emb_wire_node_addr *srv =
+	    node ? emb_node_servers(node) : NULL;
+	bool *removed = NULL;
+	int rc;
+
+	if (r > 1) {
+		removed = calloc(c->nsrv, sizeof(*removed));
+		if (!removed)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < c->nsrv; i++)
+			removed[i] = srv[i].removed;
+	}
+	/* With the scheduler's whole map to follow (emb__client_set_cmap()),
+	 * primaries are its, not what init and removals give. */
+	rc = set_map(c, slot_map, r, removed,
+		     !(r > 1 && emb_node_coord(node) == NULL &&
+		       !emb_node_is_static(node)));
+	free(removed);
+	if (!rc)
+		c->node = node;
+	return rc;
+}
+
+int emb__client_set_map(struct emb_client *c, const uint16_t *slot_map,
+			uint32_t r, const bool *removed)
+{
+	return set_map(c, slot_map, r, removed, true);
+}
+
+/* check: the primaries must be what init and removals give (no map from
+ * the scheduler follows to say otherwise). */
+static int set_map(struct emb_client *c, const uint16_t *slot_map, uint32_t r,
+		   const bool *removed, bool check)
+{
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (slot_map[sl] >= c->nsrv)
+			return -EINVAL;
+	if (r > 1) {
+		c->cmap = malloc(sizeof(*c->cmap));
+		c->grp = calloc(EMB_NSLOTS, sizeof(*c->grp));
+		c->groups = calloc(EMB_NSLOTS, sizeof(*c->groups));
+		if (!c->cmap || !c->grp || !c->groups)
+			goto err;
+		if (emb_cmap_init(c->cmap, c->nsrv, r))
+			goto err_inval;
+		/* A map sent after a failover says who was removed; the
+		 * rest follows (cluster/map.h), and must be what was sent. */
+		for (uint32_t i = 0; i < c->nsrv; i++) {
+			if (!removed || !removed[i])
+				continue;
+			emb_cmap_remove(c->cmap, i, c->cmap);
+			/* Its calls end at once (no connection is made). */
+			__atomic_store_n(&c->srv[i].dead, true,
+					 __ATOMIC_RELAXED);
+		}
+		for (uint32_t sl = 0; check && sl < EMB_NSLOTS; sl++)
+			if (emb_cmap_primary(c->cmap, sl) != slot_map[sl])
+				goto err_inval;
+	}
+	memcpy(c->slot_map, slot_map, sizeof(c->slot_map));
+	if (c->cmap)
+		regroup(c);
+	return 0;
+err_inval:
+	free(c->cmap);
+	free(c->grp);
+	free(c->groups);
+	c->cmap = NULL;
+	c->grp = NULL;
+	c->groups = NULL;
+	return -EINVAL;
+err:
+	free(c->cmap);
+	free(c->grp);
+	free(c->groups);
+	c->cmap = NULL;
+	c->grp = NULL;
+	c->groups = NULL;
+	return -ENOMEM;
+}
+
+int emb__client_set_cmap(struct emb_client *c, const struct emb_cmap *m)
+{
+	bool *removed;
+	int rc;
+
+	if (!c->cmap) {
+		/* The shape first, then the scheduler's map over it: after a
+		 * join or a rebalance it is no longer init and removals. */
+		removed = calloc(c->nsrv, sizeof(*removed));
+		if (!removed)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < c->nsrv; i++)
+			removed[i] = srv_dead(&c->srv[i]);
+		rc = set_map(c, c->slot_map, m->replicas, removed, false);
+		free(removed);
+		if (rc)
+			return rc;
+	}
+	if (!c->cmap || m->nservers != c->nsrv || m->replicas != c->cmap->replicas)
+		return -EINVAL;
+	pthread_mutex_lock(&c->map_mu);
+	*c->cmap = *m;
+	c->map_epoch = m->epoch;
+	regroup(c);
+	pthread_mutex_unlock(&c->map_mu);
+	return 0;
+}
+
+/* A scheduler's newer map, on its way to the client's loop. */
+struct adopt {
+	struct emb_client *c;
+	struct emb_cmap m;
+	uint32_t n;			     /* servers */
+	struct emb_wire_node_addr srv[]; /* by rank */
+};
+
+/* Whether rank holds or is being filled with any slot in m. */
+static bool in_map(const struct emb_cmap *m, uint32_t rank)
+{
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		if (m->fill[s] == rank || emb_cmap_holds(m, s, rank))
+			return true;
+	return false;
+}
+
+/*
+ * Loop thread: routes by the scheduler's map from now on. Its removed
+ * flags say who is dead, and a dead rank a newcomer took comes back with
+ * the newcomer's address: its table ids are learned before anything is
+ * sent there (tables_begin()).
+ */
+static void adopt_run(void *arg)
+{
+	struct adopt *a = arg;
+	struct emb_client *c = a->c;
+	uint32_t revived = 0;
+
+	if (!c->cmap || a->n != c->nsrv || a->m.replicas != c->cmap->replicas ||
+	    a->m.epoch < c->map_epoch) {
+		free(a);
+		return;
+	}
+	for (uint32_t i = 0; i < c->nsrv; i++) {
+		struct server *s = &c->srv[i];
+		const struct emb_wire_node_addr *na = &a->srv[i];
+		bool moved = strcmp(s->host, na->host) || s->port != na->port;
+
+		if (na->removed || !in_map(&a->m, i)) {
+			if (na->removed)
+				__atomic_store_n(&s->dead, true,
+						 __ATOMIC_RELAXED);
+			continue;
+		}
+		if (!srv_dead(s) && !moved)
+			continue;
+		/* A newcomer on this rank (or the map says it lives after a
+		 * death heard before it): a fresh conn, ids to learn. */
+		if (moved) {
+			snprintf(s->host, sizeof(s->host), "%s", na->host);
+			s->port = na->port;
+		}
+		if (s->conn) {
+			struct emb_conn *conn = s->conn;
+
+			s->conn = NULL;
+			s->state = SRV_DOWN;
+			emb_conn_destroy(conn);
+		}
+		s->state = SRV_DOWN;
+		s->retry_ms = 0;
+		s->backoff_ms = 0;
+		s->revived = true;
+		s->rdma_refused = false;
+		if (!s->lim.max_ids)
+			for (uint32_t j = 0; j < c->nsrv; j++)
+				if (c->srv[j].lim.max_ids) {
+					s->lim = c->srv[j].lim;
+					break;
+				}
+		__atomic_store_n(&s->dead, false, __ATOMIC_RELAXED);
+		revived++;
+	}
+	pthread_mutex_lock(&c->map_mu);
+	*c->cmap = a->m;
+	c->map_epoch = a->m.epoch;
+	/* Deaths heard since the map was made still count. */
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		if (srv_dead(&c->srv[i]))
+			emb_cmap_remove(c->cmap, i, c->cmap);
+	regroup(c);
+	pthread_mutex_unlock(&c->map_mu);
+	emb_log(EMB_LOG_INFO, "map epoch %llu from the scheduler%s",
+		(unsigned long long)a->m.epoch,
+		revived ? ": a newcomer took a dead server's place" : "");
+	free(a);
+	close_dead(c);
+}
+
+int emb__client_adopt_map(struct emb_client *c, const struct emb_cmap *m,
+			  const struct emb_wire_node_addr *srv, uint32_t n)
+{
+	struct adopt *a = malloc(sizeof(*a) + n * sizeof(a->srv[0]));
+	int rc;
+
+	if (!a)
+		return -ENOMEM;
+	a->c = c;
+	a->m = *m;
+	a->n = n;
+	memcpy(a->srv, srv, n * sizeof(a->srv[0]));
+	rc = emb_transport_exec(c->tr, adopt_run, a);
+	if (rc)
+		free(a);
+	return rc;
+}
+
+/*
+ * Loop thread: a replicated map drops the servers declared dead, before
+ * their calls fail, so that pulls find the new primaries.
+ */
+static void failover(struct emb_client *c)
+{
+	uint64_t epoch;
+	uint32_t lost;
+
+	if (!c->cmap)
+		return;
+	pthread_mutex_lock(&c->map_mu);
+	epoch = c->cmap->epoch;
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		if (srv_dead(&c->srv[i]))
+			emb_cmap_remove(c->cmap, i, c->cmap);
+	if (c->cmap->epoch != epoch)
+		regroup(c);
+	lost = emb_cmap_lost_slots(c->cmap);
+	pthread_mutex_unlock(&c->map_mu);
+	if (c->cmap->epoch == epoch)
+		return;
+	if (lost)
+		emb_log(EMB_LOG_ERROR,
+			"map epoch %llu: %u slot%s lost every copy; their "
+			"calls fail",
+			(unsigned long long)c->cmap->epoch, lost,
+			lost == 1 ? "" : "s");
+	else
+		emb_log(EMB_LOG_WARN,
+			"map epoch %llu: dead servers' slots are served by "
+			"their backups",
+			(unsigned long long)c->cmap->epoch);
+}
+
+/* Loop thread: fails the conns of every server declared dead. */
+static void close_dead(void *arg)
+{
+	struct emb_client *c = arg;
+
+	failover(c);
+	for (uint32_t i = 0; i < c->nsrv; i++) {
+		if (!srv_dead(&c->srv[i]))
+			continue;
+		emb__conn_fail_waiting(&c->srv[i], EMB_ENODEAD);
+		if (c->srv[i].conn)
+			emb_conn_close(c->srv[i].conn, EMB_ENODEAD);
+	}
+}
+
+int emb__client_server_dead(struct emb_client *c, uint32_t server)
+{
+	if (server >= c->nsrv)
+		return -EINVAL;
+	__atomic_store_n(&c->srv[server].dead, true, __ATOMIC_RELAXED);
+	return emb_transport_exec(c->tr, close_dead, c);
+}
+
+int emb_client_map(struct emb_client *c, struct emb_client_map *dst)
+{
+	struct emb_client_map m = {.epoch = 1, .replicas = 1}, *out = &m;
+
+	out->nservers = c->nsrv;
+	if (c->cmap) {
+		pthread_mutex_lock(&c->map_mu);
+		out->epoch = c->cmap->epoch;
+		out->replicas = c->cmap->replicas;
+		out->lost_slots = emb_cmap_lost_slots(c->cmap);
+		pthread_mutex_unlock(&c->map_mu);
+	}
+	return emb__err(emb__stats_copy(dst, &m, sizeof(m), "emb_client_map"));
+}
+
+int emb_client_slot_filling(struct emb_client *c, uint32_t slot)
+{
+	int r = -1;
+
+	if (!c || slot >= EMB_NSLOTS || !c->cmap)
+		return -1;
+	pthread_mutex_lock(&c->map_mu);
+	if (c->cmap->fill[slot] != EMB_CMAP_NONE)
+		r = c->cmap->fill[slot];
+	pthread_mutex_unlock(&c->map_mu);
+	return r;
+}
+
+static int slot_holders(struct emb_client *c, uint32_t slot, uint32_t *out,
+			uint32_t cap)
+{
+	uint32_t n = 0;
+
+	if (!c || slot >= EMB_NSLOTS || (cap && !out))
+		return EMB_EBADARG;
+	if (!c->cmap) {
+		if (cap)
+			out[0] = c->slot_map[slot];
+		return 1;
+	}
+	pthread_mutex_lock(&c->map_mu);
+	for (uint32_t i = 0; i < c->cmap->replicas; i++) {
+		uint16_t h = c->cmap->slot[slot][i];
+
+		if (h == EMB_CMAP_NONE)
+			break;
+		if (n < cap)
+			out[n] = h;
+		n++;
+	}
+	pthread_mutex_unlock(&c->map_mu);
+	return (int)n;
+}
+
+int emb_client_slot_holders(struct emb_client *c, uint32_t slot, uint32_t *out,
+			    uint32_t cap)
+{
+	return emb__client_err(c, slot_holders(c, slot, out, cap));
+}
+
+bool emb_client_server_removed(const struct emb_client *c, uint32_t server)
+{
+	return c->cmap && server < c->nsrv && srv_dead(&c->srv[server]);
+}
+
+uint32_t emb_client_server_of(const struct emb_client *c, uint64_t id)
+{
+	return c->slot_map[emb_id_slot(id)];
+}
+
