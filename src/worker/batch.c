@@ -196,6 +196,20 @@ int emb__batch_parts(struct emb_async *op, const struct emb_client_table *t,
 	return 0;
 }
 
+/* The holders of replica group h (*nh of them) and the most ids a part
+ * may carry to every one of them. */
+static uint32_t group_part_max(const struct emb_client *c, const uint16_t *h,
+			       uint32_t stride, uint32_t *nh)
+{
+	uint32_t m = UINT32_MAX, n = 0;
+
+	for (; n < c->cmap->replicas && h[n] != EMB_CMAP_NONE; n++)
+		if (part_max(c, h[n], stride) < m)
+			m = part_max(c, h[n], stride);
+	*nh = n;
+	return m;
+}
+
 /*
  * Replicated writes: cnt[g] ids per replica group g, split into parts of
  * at most part_max() ids for every holder, and each part made once per
@@ -213,12 +227,8 @@ int emb__batch_parts_rep(struct emb_async *op,
 	if (opcode == EMB_OP_PUSH && t->mode == EMB_MODE_SYNC)
 		return -EOPNOTSUPP;
 	for (uint32_t g = 0; g < c->ngroups; g++) {
-		const uint16_t *h = c->groups[g];
-		uint32_t m = UINT32_MAX, nh = 0;
+		uint32_t nh, m = group_part_max(c, c->groups[g], stride, &nh);
 
-		for (; nh < c->cmap->replicas && h[nh] != EMB_CMAP_NONE; nh++)
-			if (part_max(c, h[nh], stride) < m)
-				m = part_max(c, h[nh], stride);
 		total += (cnt[g] + m - 1) / m * nh;
 	}
 	if (emb__op_parts(op, total))
@@ -227,11 +237,8 @@ int emb__batch_parts_rep(struct emb_async *op,
 	op->stride = stride;
 	for (uint32_t g = 0; g < c->ngroups; g++) {
 		const uint16_t *h = c->groups[g];
-		uint32_t m = UINT32_MAX, nh = 0;
+		uint32_t nh, m = group_part_max(c, h, stride, &nh);
 
-		for (; nh < c->cmap->replicas && h[nh] != EMB_CMAP_NONE; nh++)
-			if (part_max(c, h[nh], stride) < m)
-				m = part_max(c, h[nh], stride);
 		for (uint32_t done = 0; done < cnt[g]; done += m) {
 			uint32_t lead = k;
 

@@ -389,6 +389,8 @@ int emb__client_set_map(struct emb_client *c, const uint16_t *slot_map,
 static int set_map(struct emb_client *c, const uint16_t *slot_map, uint32_t r,
 		   const bool *removed, bool check)
 {
+	int rc = -ENOMEM;
+
 	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
 		if (slot_map[sl] >= c->nsrv)
 			return -EINVAL;
@@ -398,8 +400,9 @@ static int set_map(struct emb_client *c, const uint16_t *slot_map, uint32_t r,
 		c->groups = calloc(EMB_NSLOTS, sizeof(*c->groups));
 		if (!c->cmap || !c->grp || !c->groups)
 			goto err;
+		rc = -EINVAL;
 		if (emb_cmap_init(c->cmap, c->nsrv, r))
-			goto err_inval;
+			goto err;
 		/* A map sent after a failover says who was removed; the
 		 * rest follows (cluster/map.h), and must be what was sent. */
 		for (uint32_t i = 0; i < c->nsrv; i++) {
@@ -412,20 +415,12 @@ static int set_map(struct emb_client *c, const uint16_t *slot_map, uint32_t r,
 		}
 		for (uint32_t sl = 0; check && sl < EMB_NSLOTS; sl++)
 			if (emb_cmap_primary(c->cmap, sl) != slot_map[sl])
-				goto err_inval;
+				goto err;
 	}
 	memcpy(c->slot_map, slot_map, sizeof(c->slot_map));
 	if (c->cmap)
 		regroup(c);
 	return 0;
-err_inval:
-	free(c->cmap);
-	free(c->grp);
-	free(c->groups);
-	c->cmap = NULL;
-	c->grp = NULL;
-	c->groups = NULL;
-	return -EINVAL;
 err:
 	free(c->cmap);
 	free(c->grp);
@@ -433,7 +428,7 @@ err:
 	c->cmap = NULL;
 	c->grp = NULL;
 	c->groups = NULL;
-	return -ENOMEM;
+	return rc;
 }
 
 int emb__client_set_cmap(struct emb_client *c, const struct emb_cmap *m)

@@ -838,24 +838,30 @@ static void push_matches_apply(struct emb_optim_cfg optim)
 	free(g);
 }
 
-static void test_push_each_optimizer(void)
+/* Runs check with SGD (plain and with decay), Adagrad, Adam and FTRL. */
+static void each_optimizer(void (*check)(struct emb_optim_cfg))
 {
 	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
 
 	c.lr = 0.1f;
-	push_matches_apply(c);
+	check(c);
 	c.weight_decay = 0.05f;
-	push_matches_apply(c);
+	check(c);
 	c.kind = EMB_OPTIM_ADAGRAD;
-	push_matches_apply(c);
+	check(c);
 	c.kind = EMB_OPTIM_ADAM;
 	c.lr = 0.01f;
-	push_matches_apply(c);
+	check(c);
 	c.kind = EMB_OPTIM_FTRL;
 	c.lr = 0.05f;
 	c.l1 = 0.01f;
 	c.l2 = 0.1f;
-	push_matches_apply(c);
+	check(c);
+}
+
+static void test_push_each_optimizer(void)
+{
+	each_optimizer(push_matches_apply);
 }
 
 /* Adagrad tells one update with the sum apart from two updates. */
@@ -1001,22 +1007,7 @@ static void push_repeats_match_summed(struct emb_optim_cfg optim)
 
 static void test_push_repeats_each_optimizer(void)
 {
-	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
-
-	c.lr = 0.1f;
-	push_repeats_match_summed(c);
-	c.weight_decay = 0.05f;
-	push_repeats_match_summed(c);
-	c.kind = EMB_OPTIM_ADAGRAD;
-	push_repeats_match_summed(c);
-	c.kind = EMB_OPTIM_ADAM;
-	c.lr = 0.01f;
-	push_repeats_match_summed(c);
-	c.kind = EMB_OPTIM_FTRL;
-	c.lr = 0.05f;
-	c.l1 = 0.01f;
-	c.l2 = 0.1f;
-	push_repeats_match_summed(c);
+	each_optimizer(push_repeats_match_summed);
 }
 
 /* A push to an absent id creates it from the initializer, then applies. */
