@@ -309,6 +309,10 @@ struct emb_async {
 	uint32_t nparts;      /* parts posted */
 	uint32_t pending;     /* loop thread: parts not done */
 	int status;	      /* first error, else 0 */
+	char err_msg[EMB_WIRE_ERRMSG_MAX + 1]; /* the server's text for status,
+						  copied as the op completes
+						  (the client may be gone when
+						  it is waited for); "" none */
 	uint64_t deadline_ms; /* monotonic: retries stop here */
 	const uint32_t *tids; /* the table's id on each server (updated
 				 on the loop when a newcomer's are learned) */

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -264,6 +265,18 @@ int emb__op_err_bufs(struct emb_async *op)
 
 void emb__op_complete(struct emb_async *op)
 {
+	struct emb_client *c = op->c;
+
+	/* The op may be waited for after its client is destroyed: keep the
+	 * server's text for its error now, while the client exists. */
+	op->err_msg[0] = '\0';
+	if (op->status < 0) {
+		pthread_mutex_lock(&c->err_lock);
+		if (c->last_status == op->status)
+			snprintf(op->err_msg, sizeof(op->err_msg), "%s",
+				 c->last_msg);
+		pthread_mutex_unlock(&c->err_lock);
+	}
 	pthread_mutex_lock(&op->mu);
 	op->done = true;
 	pthread_cond_broadcast(&op->cv);
@@ -280,16 +293,16 @@ void emb__op_wait_done(struct emb_async *op)
 
 int emb_async_wait(struct emb_async *op)
 {
-	struct emb_client *c;
 	int rc;
 
 	if (!op)
-		return emb__client_err(NULL, EMB_EBADARG);
+		return emb__err(EMB_EBADARG);
 	emb__op_wait_done(op);
 	rc = op->status;
-	c = op->c;
+	if (rc < 0 && op->err_msg[0])
+		emb__err_set(rc, "%s", op->err_msg);
 	emb__op_free(op);
-	return emb__client_err(c, rc);
+	return emb__err(rc);
 }
 
 bool emb_async_done(struct emb_async *op)

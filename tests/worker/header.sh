@@ -77,7 +77,11 @@ int main(void)
 }
 PROG
 ln -s "$hdr" "$dir/embstore.h"
-if ! $cc -std=c11 $strict -I"$dir" -o "$dir/v" "$dir/v.c" "$lib"; then
+# A sanitized library needs its runtime in the program too (EMB_SANITIZE:
+# the build's b_sanitize).
+san=
+case ${EMB_SANITIZE:-none} in none | '') ;; *) san=-fsanitize=$EMB_SANITIZE ;; esac
+if ! $cc -std=c11 $strict $san -I"$dir" -o "$dir/v" "$dir/v.c" "$lib"; then
 	echo "FAIL: a program does not build with $hdr" >&2
 	exit 1
 fi
