@@ -73,7 +73,8 @@ int emb_table_ckpt_begin(struct emb_table *t, bool delta,
 		} else {
 			/* A full walk needs no list: what it misses, it
 			 * never copied. */
-			if (delta) {
+			if (delta && s->nerased) {
+				/* s->erased is NULL until the first removal. */
 				memcpy(c->erased + c->nerased, s->erased,
 				       (size_t)s->nerased * sizeof(*c->erased));
 				c->nerased += s->nerased;
