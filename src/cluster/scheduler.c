@@ -28,7 +28,9 @@
 
 #include "common/authlimit.h"
 #include "common/clock.h"
+#include "cluster/detector.h"
 #include "cluster/map.h"
+#include "cluster/probe.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "proto/wire_cluster.h"
@@ -44,6 +46,8 @@
 #define FILL_TIMEOUT_MS 60000
 /* Failed streams of a recovery before it is given up. */
 #define FILL_TRIES 8u
+/* Probes of suspect servers under way at once; more suspects wait. */
+#define PROBES_MAX 16u
 
 struct node {
 	uint32_t role; /* EMB_ROLE_SERVER or _WORKER; 0 = free */
@@ -53,6 +57,12 @@ struct node {
 	char peer[64];			/* "addr:port" it registered from */
 	struct emb_conn *conn;		/* the conn it registered on */
 	int64_t last_ms;		/* last request from it, monotonic */
+	/* Liveness (docs/replication.md#failure-detection), loop thread:
+	 * the detector of the connection it follows, on the look clock. */
+	struct emb_detector fd;
+	const struct emb_conn *fd_conn; /* conn fd was started for */
+	uint32_t fd_gen;		/* +1 per start: stale probes */
+	bool probing;			/* a probe of it is under way */
 	bool dead;			/* declared dead */
 	bool finished;		     /* worker: FINISH; server: acknowledged */
 	struct emb_req *map_req;     /* CLUSTER_MAP held until ready */
@@ -99,6 +109,16 @@ struct emb_sched {
 	uint64_t recoveries;   /* servers made full replicas */
 	uint32_t replies; /* replies not yet handed to the kernel */
 	bool over;	  /* job ended: stop once replies are out */
+
+	/* The look clock: monotonic time less the time the loop was not
+	 * running (its own stall, or the whole machine's), so that time the
+	 * scheduler was not looking never counts as others' silence. */
+	int64_t look_last_ms; /* monotonic, when the loop last ran */
+	int64_t blind_ms;     /* total time not looking */
+	int64_t tick_ms;      /* the loop's poll timeout */
+	uint32_t nprobing;    /* probes under way (done not yet run) */
+	uint64_t probes;	   /* probes started */
+	uint64_t probes_answered;  /* ... that the server answered */
 
 	uint64_t barriers; /* loop thread: barriers completed */
 	uint64_t hbs;	   /* loop thread: heartbeats answered */
@@ -860,6 +880,132 @@ static void on_hello(struct emb_sched *s, struct emb_conn *conn,
 		send_frame(s, req, buf, len);
 }
 
+/* ---- liveness ------------------------------------------------------- */
+
+/*
+ * The look clock now (struct emb_sched). A turn of the loop waits at most
+ * tick_ms in poll, so a longer gap since the loop last ran is time it was
+ * not looking: the scheduler was starved, stopped or the machine froze,
+ * and the heartbeats that came meanwhile wait unread in sockets. It
+ * counts as nobody's silence.
+ */
+static int64_t look_ms(struct emb_sched *s)
+{
+	int64_t now = (int64_t)emb_clock_ms();
+	int64_t blind = now - s->look_last_ms - s->tick_ms;
+
+	if (blind > 0) {
+		s->blind_ms += blind;
+		if (blind >= s->o.hb_timeout_ms / 2)
+			emb_log(EMB_LOG_WARN,
+				"scheduler: its loop did not run for %lld ms; "
+				"that time does not count as any node's "
+				"silence",
+				(long long)blind);
+	}
+	s->look_last_ms = now;
+	return now - s->blind_ms;
+}
+
+/* n's detector, started afresh when n registered (again) on a new
+ * connection: the history of another process says nothing. */
+static struct emb_detector *detector(struct emb_sched *s, struct node *n,
+				     int64_t now)
+{
+	if (n->fd_conn != n->conn && n->conn) {
+		emb_detector_init(&n->fd, s->o.hb_timeout_ms, now);
+		n->fd_gen++;
+		n->probing = false;
+	}
+	n->fd_conn = n->conn;
+	return &n->fd;
+}
+
+/* Which probe of which node a result belongs to. */
+struct probe_ref {
+	struct emb_sched *s;
+	uint32_t idx; /* in nodes */
+	uint32_t gen; /* its fd_gen when the probe began */
+};
+
+static void probe_done(void *arg, int status, uint32_t took_ms)
+{
+	struct probe_ref *r = arg;
+	struct emb_sched *s = r->s;
+	struct node *n = &s->nodes[r->idx];
+	char addr[EMB_WIRE_HOST_MAX + 16], why[160];
+	int64_t now;
+
+	s->nprobing--;
+	if (s->over || n->fd_gen != r->gen || n->dead || n->finished)
+		goto out;
+	n->probing = false;
+	now = look_ms(s);
+	node_addr(n, addr, sizeof(addr));
+	if (status == 0) {
+		s->probes_answered++;
+		emb_detector_touch(&n->fd, now);
+		emb_log(EMB_LOG_WARN,
+			"server %u (%s) answered a probe in %u ms: alive, "
+			"only its heartbeats are late",
+			n->rank, addr, took_ms);
+		goto out;
+	}
+	/* A heartbeat may have come while the probe ran. */
+	if (!emb_detector_suspect(&n->fd, now))
+		goto out;
+	snprintf(why, sizeof(why),
+		 "silent for %lld ms, and a probe of its serving address had "
+		 "no answer in %u ms: %s",
+		 (long long)emb_detector_silence_ms(&n->fd, now), took_ms,
+		 emb_strerror(status));
+	declare_dead(s, n, why);
+out:
+	free(r);
+}
+
+/*
+ * A silent server is only suspect: a probe of the address it serves on
+ * settles it. 0 when a probe is under way (or waits for a free one), or
+ * the error that keeps one from starting.
+ */
+static int probe(struct emb_sched *s, struct node *n, int64_t quiet)
+{
+	struct emb_probe_opts po = {0};
+	char addr[EMB_WIRE_HOST_MAX + 16];
+	struct probe_ref *r;
+	int rc;
+
+	if (s->nprobing >= PROBES_MAX)
+		return 0;
+	r = malloc(sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	*r = (struct probe_ref){s, (uint32_t)(n - s->nodes), n->fd_gen};
+	po.host = n->addr.host;
+	po.port = n->addr.port;
+	po.token = s->token_len ? s->token : NULL;
+	po.token_len = s->token_len;
+	po.timeout_ms = s->o.hb_timeout_ms;
+	po.reply_to = s->tr;
+	po.done = probe_done;
+	po.arg = r;
+	rc = emb_probe_start(&po);
+	if (rc) {
+		free(r);
+		return rc;
+	}
+	n->probing = true;
+	s->nprobing++;
+	s->probes++;
+	emb_log(EMB_LOG_WARN,
+		"server %u (%s) silent for %lld ms, past the %u ms its "
+		"heartbeats allow: probing it",
+		n->rank, node_addr(n, addr, sizeof(addr)), (long long)quiet,
+		emb_detector_suspect_ms(&n->fd));
+	return 0;
+}
+
 /* The live node named by id, or NULL after answering req with an error. */
 static struct node *node_of(struct emb_sched *s, struct emb_req *req,
 			    uint32_t id)
@@ -878,6 +1024,11 @@ static struct node *node_of(struct emb_sched *s, struct emb_req *req,
 		return NULL;
 	}
 	n->last_ms = (int64_t)emb_clock_ms();
+	if (n->conn) {
+		int64_t now = look_ms(s);
+
+		emb_detector_touch(detector(s, n, now), now);
+	}
 	return n;
 }
 
@@ -886,6 +1037,7 @@ static void on_heartbeat(struct emb_sched *s, struct emb_req *req,
 {
 	uint8_t *buf;
 	size_t cap = EMB_WIRE_HDR_SIZE + 8 + 8ull * s->ndead;
+	struct node *n;
 	uint64_t seq;
 	uint32_t id;
 	int len, rc;
@@ -895,8 +1047,11 @@ static void on_heartbeat(struct emb_sched *s, struct emb_req *req,
 		send_error(s, req, rc, "bad HEARTBEAT");
 		return;
 	}
-	if (!node_of(s, req, id))
+	n = node_of(s, req, id);
+	if (!n)
 		return;
+	if (n->conn)
+		emb_detector_heard(&n->fd, look_ms(s));
 	buf = malloc(cap);
 	if (!buf) {
 		send_error(s, req, -ENOMEM, "out of memory");
@@ -1142,22 +1297,42 @@ static void on_close(void *arg, struct emb_conn *conn, int reason)
 
 /* ---- loop ----------------------------------------------------------- */
 
+/*
+ * Each turn: silence past a node's suspect time (its detector's, never
+ * under T) makes a worker dead and a server suspect, and a suspect server
+ * is probed before any verdict. A server that lost its connection waits
+ * T to register again, as it always did.
+ */
 static void check_silence(struct emb_sched *s)
 {
-	int64_t now = (int64_t)emb_clock_ms();
-	char why[64];
+	int64_t now = look_ms(s), quiet;
+	char why[96];
 
 	for (uint32_t i = 0; i < nnodes(s); i++) {
 		struct node *n = &s->nodes[i];
+		struct emb_detector *d;
 
-		if (!n->role || n->dead || n->finished ||
-		    now - n->last_ms <= s->o.hb_timeout_ms)
+		if (!n->role || n->dead || n->finished)
 			continue;
+		d = detector(s, n, now);
+		quiet = emb_detector_silence_ms(d, now);
+		if (n->conn ? !emb_detector_suspect(d, now) || n->probing
+			    : quiet <= s->o.hb_timeout_ms)
+			continue;
+		if (n->conn && n->role == EMB_ROLE_SERVER) {
+			int rc = probe(s, n, quiet);
+
+			if (rc == 0)
+				continue;
+			emb_log(EMB_LOG_WARN, "server %u: cannot probe: %s",
+				n->rank, emb_strerror(rc));
+		}
 		snprintf(why, sizeof(why), "silent for %lld ms",
-			 (long long)(now - n->last_ms));
+			 (long long)quiet);
 		declare_dead(s, n, why);
 	}
-	if (s->fill_rank != NO_FILL && now - s->fill_chunk_ms > FILL_TIMEOUT_MS)
+	if (s->fill_rank != NO_FILL &&
+	    (int64_t)emb_clock_ms() - s->fill_chunk_ms > FILL_TIMEOUT_MS)
 		fill_failed(s, "its source did not report in time");
 }
 
@@ -1191,6 +1366,9 @@ static void publish(struct emb_sched *s)
 	v.lost_slots = s->cmap ? emb_cmap_lost_slots(s->cmap) : 0;
 	v.filling = s->fill_rank;
 	v.recoveries = s->recoveries;
+	v.probes = s->probes;
+	v.probes_answered = s->probes_answered;
+	v.blind_ms = (uint64_t)s->blind_ms;
 	pthread_mutex_lock(&s->mu);
 	s->view = v;
 	/* Counted again only when the map changed: 4096 * R steps. */
@@ -1221,12 +1399,8 @@ static void publish(struct emb_sched *s)
 static void *loop_main(void *arg)
 {
 	struct emb_sched *s = arg;
-	int tick = (int)(s->o.hb_timeout_ms / 10), rc;
+	int tick = (int)s->tick_ms, rc;
 
-	if (tick < 1)
-		tick = 1;
-	if (tick > 200)
-		tick = 200;
 	for (;;) {
 		bool stop;
 
@@ -1296,6 +1470,12 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	s->dead_cap = nnodes(s);
 	s->dead = calloc(s->dead_cap, sizeof(*s->dead));
 	s->fill_rank = NO_FILL;
+	s->tick_ms = s->o.hb_timeout_ms / 10;
+	if (s->tick_ms < 1)
+		s->tick_ms = 1;
+	if (s->tick_ms > 200)
+		s->tick_ms = 200;
+	s->look_last_ms = (int64_t)emb_clock_ms();
 	if (!s->nodes || !s->dead || emb_authlimit_create(&s->authlimit)) {
 		rc = -ENOMEM;
 		goto err_free;
@@ -1391,6 +1571,9 @@ void emb_sched_destroy(struct emb_sched *s)
 	emb_listener_destroy(s->lis);
 	/* Closing the server conns runs on_close: held requests go back. */
 	s->over = true;
+	/* Probes still under way post their results to this loop. */
+	while (s->nprobing)
+		emb_transport_poll(s->tr, 50);
 	emb_transport_destroy(s->tr);
 	map_frame_put(s->map);
 	emb_authlimit_destroy(s->authlimit);

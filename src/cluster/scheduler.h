@@ -25,7 +25,10 @@ struct emb_sched_opts {
 	uint16_t port;		/* 0 picks a free port */
 	uint32_t server_num;	/* servers to wait for, 1..4096 */
 	uint32_t worker_num;	/* workers to wait for, 1..65536 */
-	uint32_t hb_timeout_ms; /* silence that makes a node dead, >= 1 */
+	/* Silence that makes a node suspect, >= 1 ms: the least; a node
+	 * whose heartbeats jitter gets more (cluster/detector.h), and a
+	 * suspect server is probed before it is declared dead. */
+	uint32_t hb_timeout_ms;
 	/* Copies of each slot, 1..8 and <= server_num; 0 is 1. With more
 	 * than one, a server death the others cover is no failure: the map
 	 * drops the dead server (docs/replication.md) and the job goes on. */
@@ -85,6 +88,12 @@ struct emb_sched_stats {
 	uint32_t filling;	     /* rank being filled (recovery), or
 					UINT32_MAX */
 	uint64_t recoveries;	     /* servers that became full replicas */
+	uint64_t probes;	     /* probes of silent servers started */
+	uint64_t probes_answered;    /* ... that the server answered: it
+					lived, only its heartbeats were late */
+	uint64_t blind_ms;	     /* time the scheduler's own loop was
+					not running, ms (not counted as any
+					node's silence) */
 };
 
 /*

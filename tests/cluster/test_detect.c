@@ -1,0 +1,222 @@
+/*
+ * tests/cluster/test_detect.c - the scheduler's failure detection with a
+ * server that is only silent: a fake server node (raw frames on the
+ * scheduler connection, so the test decides when it heartbeats) whose
+ * serving address is a real in-process server, or a socket that never
+ * answers. Silence makes it suspect; the probe of its address decides.
+ * The scheduler runs in this process; single-threaded but for its loop.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cluster_util.h"
+#include "cluster/scheduler.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "harness.h"
+#include "proto/wire_cluster.h"
+#include "worker/netutil.h"
+
+#define T_MS 1000u
+
+/* A server node that heartbeats only when told to. */
+struct fake {
+	int fd;		  /* to the scheduler */
+	uint32_t node_id; /* from REGISTER */
+	uint64_t seq;	  /* last heartbeat's */
+};
+
+static struct emb_sched *sched_start(void)
+{
+	struct emb_sched_opts o = EMB_SCHED_OPTS_DEFAULT;
+	struct emb_sched *s;
+
+	o.port = 0;
+	o.server_num = 1;
+	o.worker_num = 1;
+	o.hb_timeout_ms = T_MS;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &s), 0);
+	return s;
+}
+
+static void fake_register(struct fake *f, struct emb_sched *s, uint16_t port)
+{
+	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE + 64];
+	_Alignas(8) uint8_t resp[256];
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_register_resp r;
+	struct emb_wire_frame fr;
+	struct emb_frame_hdr rh;
+	int len;
+
+	f->fd = nt_raw_connect(emb_sched_port(s));
+	CU_ASSERT_FATAL(f->fd >= 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_hello(f->fd, NULL, 0), 0);
+	len = emb_wire_register_req_encode(buf, sizeof(buf), 1,
+					   EMB_ROLE_SERVER, port,
+					   (uint32_t)getpid(), "127.0.0.1");
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_send(f->fd, buf, (size_t)len), 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(f->fd, &rh, resp, sizeof(resp)), 0);
+	CU_ASSERT_EQUAL_FATAL(rh.status, 0);
+	fr = (struct emb_wire_frame){.hdr = rh, .payload = resp, .lim = &lim};
+	CU_ASSERT_EQUAL_FATAL(emb_wire_register_resp_decode(&fr, &r), 0);
+	f->node_id = r.node_id;
+	f->seq = 0;
+}
+
+/* One heartbeat; the status of its answer. */
+static int fake_beat(struct fake *f)
+{
+	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE + 32];
+	_Alignas(8) uint8_t resp[512];
+	struct emb_frame_hdr rh;
+	int len, rc;
+
+	len = emb_wire_heartbeat_req_encode(buf, sizeof(buf), 2, f->node_id,
+					    ++f->seq);
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_send(f->fd, buf, (size_t)len), 0);
+	rc = nt_raw_recv(f->fd, &rh, resp, sizeof(resp));
+	return rc ? rc : rh.status;
+}
+
+/* A few heartbeats T / 5 apart, as a node sends them. */
+static void fake_beats(struct fake *f, int n)
+{
+	for (int i = 0; i < n; i++) {
+		CU_ASSERT_EQUAL(fake_beat(f), 0);
+		sleep_ms(T_MS / 5);
+	}
+}
+
+static void stats(struct emb_sched *s, struct emb_sched_stats *v)
+{
+	emb_sched_stats(s, v);
+}
+
+/* A server whose agent went quiet while its loops serve (a stuck agent
+ * thread, a heartbeat starved by load) answers the probe: not dead. */
+static void test_silent_but_serving(void)
+{
+	struct emb_server_opts vo = nt_server_opts();
+	struct emb_server *srv = nt_server_start(&vo);
+	struct emb_sched *s = sched_start();
+	struct emb_sched_stats v;
+	struct fake f;
+
+	fake_register(&f, s, emb_server_port(srv));
+	fake_beats(&f, 3);
+	/* Three and a half T of silence: a probe after T, answered, then
+	 * another after T more, answered. */
+	sleep_ms(3 * T_MS + T_MS / 2);
+	stats(s, &v);
+	CU_ASSERT_EQUAL(v.dead[0], 0);
+	CU_ASSERT(v.probes >= 1);
+	CU_ASSERT(v.probes_answered >= 1);
+	CU_ASSERT_EQUAL(v.probes_answered, v.probes);
+	/* It is still a member: its next heartbeat is answered. */
+	CU_ASSERT_EQUAL(fake_beat(&f), 0);
+	close(f.fd);
+	emb_sched_destroy(s);
+	emb_server_destroy(srv);
+}
+
+/* A socket that accepts (the kernel does, into the backlog) and never
+ * answers: a frozen process, as far as a probe can tell. */
+static int mute_listener(uint16_t *port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL_FATAL(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	CU_ASSERT_EQUAL_FATAL(listen(fd, 8), 0);
+	CU_ASSERT_EQUAL_FATAL(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* Silent, and its address does not answer: dead, no sooner than T and
+ * within T (suspect, no history yet) + T (the probe's deadline). */
+static void test_silent_and_mute(void)
+{
+	struct emb_sched *s = sched_start();
+	struct emb_sched_stats v;
+	struct fake f;
+	uint16_t port;
+	int lfd = mute_listener(&port);
+	int64_t t0, took = -1;
+
+	fake_register(&f, s, port);
+	fake_beats(&f, 2);
+	CU_ASSERT_EQUAL(fake_beat(&f), 0);
+	t0 = (int64_t)emb_clock_ms();
+	while ((int64_t)emb_clock_ms() - t0 < 10 * T_MS) {
+		stats(s, &v);
+		if (v.dead[0]) {
+			took = (int64_t)emb_clock_ms() - t0;
+			break;
+		}
+		sleep_ms(10);
+	}
+	CU_ASSERT(took >= (int64_t)T_MS);
+	/* 2 T and the loop's tick, with room for a loaded machine. */
+	CU_ASSERT(took > 0 && took <= 2 * T_MS + 1500);
+	CU_ASSERT_EQUAL(v.probes, 1);
+	CU_ASSERT_EQUAL(v.probes_answered, 0);
+	/* A member no more: its heartbeats are refused. */
+	CU_ASSERT_EQUAL(fake_beat(&f), EMB_ENODEAD);
+	close(f.fd);
+	close(lfd);
+	emb_sched_destroy(s);
+}
+
+/* A scheduler torn down while a probe waits on a mute address returns
+ * once the probe has (its deadline bounds the wait). */
+static void test_destroy_while_probing(void)
+{
+	struct emb_sched *s = sched_start();
+	struct emb_sched_stats v;
+	struct fake f;
+	uint16_t port;
+	int lfd = mute_listener(&port);
+	int64_t t0;
+
+	fake_register(&f, s, port);
+	CU_ASSERT_EQUAL(fake_beat(&f), 0);
+	t0 = (int64_t)emb_clock_ms();
+	do {
+		sleep_ms(10);
+		stats(s, &v);
+	} while (!v.probes && (int64_t)emb_clock_ms() - t0 < 5 * T_MS);
+	CU_ASSERT_EQUAL(v.probes, 1);
+	t0 = (int64_t)emb_clock_ms();
+	emb_sched_destroy(s);
+	CU_ASSERT((int64_t)emb_clock_ms() - t0 <= 2 * T_MS + 1000);
+	close(f.fd);
+	close(lfd);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+	    {"a silent server that answers a probe is not dead",
+	     test_silent_but_serving},
+	    {"a silent server whose address does not answer is dead within "
+	     "2 T",
+	     test_silent_and_mute},
+	    {"destroy waits for a probe under way", test_destroy_while_probing},
+	    {NULL, NULL},
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return emb_test_main(argc, argv, "detect", cases);
+}
