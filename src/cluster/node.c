@@ -598,7 +598,7 @@ static void *agent_main(void *arg)
 	n->last_ok_ms = (int64_t)emb_clock_ms();
 	n->next_hb_ms = n->last_ok_ms;
 	for (;;) {
-		int64_t now = (int64_t)emb_clock_ms(), wait;
+		int64_t now = (int64_t)emb_clock_ms(), wait, late;
 		int rc;
 		bool stop, quiet;
 
@@ -622,6 +622,12 @@ static void *agent_main(void *arg)
 		if (wait < 1 || n->hb_inflight)
 			wait = interval;
 		rc = emb_transport_poll(n->tr, (int)wait);
+		/* Time past the wait that this loop did not run (the process
+		 * was starved or stopped) is this node's own, not the
+		 * scheduler's silence: the answer may be waiting unread. */
+		late = (int64_t)emb_clock_ms() - now - wait;
+		if (late > 0)
+			n->last_ok_ms += late;
 		/* A signal (a child stopping, say) is no reason to stop. */
 		if (rc < 0 && rc != -EINTR) {
 			emb_log(EMB_LOG_ERROR, "node agent loop failed: %s",

@@ -679,6 +679,51 @@ static void test_frozen_server_dead(void)
 	env_clear();
 }
 
+/*
+ * A server stopped for less than the scheduler's verdict takes (suspect
+ * after T, then a probe with a deadline of T) is not dead, and does not
+ * itself count the time it was stopped as the scheduler's silence: it
+ * goes on, and the job ends with 0.
+ */
+static void test_short_stop_survives(void)
+{
+	struct emb_sched *s = sched_start(1, 1, 1000);
+	struct emb_sched_stats v;
+	struct nt_child ch;
+	struct emb_client *c;
+	struct emb_client_table *t;
+	struct emb_table_spec spec = nt_spec("emb", 8, 1);
+	uint64_t ids[64];
+	float rows[64 * 8];
+	int status;
+
+	env_clear();
+	env_for(s);
+	spawn_servers(&ch, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_from_env(NULL, &c), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &spec, &t), 0);
+	for (int i = 0; i < 64; i++)
+		ids[i] = (uint64_t)i;
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 64, rows, 0, NULL), 0);
+	kill(ch.pid, SIGSTOP);
+	sleep_ms(1500);
+	kill(ch.pid, SIGCONT);
+	sleep_ms(2000);
+	CU_ASSERT_EQUAL(waitpid(ch.pid, &status, WNOHANG), 0);
+	emb_sched_stats(s, &v);
+	CU_ASSERT_EQUAL(v.dead[0], 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 64, rows, 0, NULL), 0);
+	emb_client_table_close(t);
+	CU_ASSERT_EQUAL(emb_client_finish(c), 0);
+	emb_client_destroy(c);
+	CU_ASSERT_EQUAL(exit_code(ch.pid), 0);
+	ch.pid = 0;
+	nt_child_reap(&ch, 0);
+	CU_ASSERT_EQUAL(emb_sched_wait(s, 10000), 0);
+	emb_sched_destroy(s);
+	env_clear();
+}
+
 static void test_killed_server_dead(void)
 {
 	struct emb_sched *s = sched_start(2, 1, 1000);
@@ -861,6 +906,8 @@ int main(int argc, char **argv)
 	     test_without_scheduler},
 	    {"frozen server is declared dead and calls fail",
 	     test_frozen_server_dead},
+	    {"a server stopped for 1.5 T is not dead and goes on",
+	     test_short_stop_survives},
 	    {"killed server is declared dead, the rest finishes",
 	     test_killed_server_dead},
 	    {"a server restarted from its checkpoint on its address gets its "
