@@ -580,9 +580,15 @@ static void *agent_main(void *arg)
 	struct emb_coord *c = arg;
 	const uint32_t ttl = c->reg.hb_timeout_ms;
 	const uint32_t renew = ttl / 3 ? ttl / 3 : 1;
+	/* After a failed renewal, the next try comes sooner: the lease
+	 * has a third of its life less left. */
+	const uint32_t retry = renew / 4 ? renew / 4 : 1;
 	const uint32_t poll = ttl / 5 ? ttl / 5 : 1;
 	int64_t last_ok = (int64_t)emb_clock_ms(), next_renew = last_ok;
 	int64_t next_poll = last_ok;
+	/* The lease's life as etcd granted it: at least the job's TTL
+	 * rounded up to seconds, more where etcd has a higher minimum. */
+	int64_t lease_ms = ((int64_t)ttl + 999) / 1000 * 1000, got_s;
 
 	for (;;) {
 		int64_t now = (int64_t)emb_clock_ms(), wait;
@@ -594,20 +600,29 @@ static void *agent_main(void *arg)
 		pthread_mutex_unlock(&c->mu);
 		if (!quiet && now >= next_renew) {
 			next_renew = now + renew;
-			rc = emb_etcd_lease_keepalive(c->etcd, c->lease, NULL);
+			rc = emb_etcd_lease_keepalive(c->etcd, c->lease,
+						      &got_s);
 			if (rc == 0) {
 				last_ok = (int64_t)emb_clock_ms();
+				if (got_s * 1000 > lease_ms)
+					lease_ms = got_s * 1000;
 			} else if (rc == EMB_ENOLEASE) {
 				end_job(c, EMB_ENODEAD,
 					"its etcd lease expired: the others "
 					"count it dead");
-			} else if (now - last_ok > ttl) {
+			} else if (now - last_ok > lease_ms) {
 				char why[96];
 
+				/* Only once the lease is surely gone: an etcd
+				 * back before that (restarted, or its leader
+				 * elected again) still holds it. */
 				snprintf(why, sizeof(why),
-					 "etcd unreachable for %u ms: %s", ttl,
+					 "etcd unreachable for %lld ms: %s",
+					 (long long)(now - last_ok),
 					 emb_strerror(rc));
 				end_job(c, EMB_ENOETCD, why);
+			} else {
+				next_renew = (int64_t)emb_clock_ms() + retry;
 			}
 		}
 		if (!quiet && now >= next_poll) {
