@@ -1752,6 +1752,24 @@ void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 				   "counter", "Heartbeats answered.");
 		emb_metrics_u64(o, "embstore_cluster_heartbeats_total", NULL,
 				v.heartbeats);
+		emb_metrics_family(o, "embstore_cluster_probes_total",
+				   "counter",
+				   "Probes of silent servers' serving "
+				   "addresses, by result: answered (the "
+				   "server lived) or unanswered (it was "
+				   "declared dead).");
+		emb_metrics_u64(o, "embstore_cluster_probes_total",
+				"result=\"answered\"", v.probes_answered);
+		emb_metrics_u64(o, "embstore_cluster_probes_total",
+				"result=\"unanswered\"",
+				v.probes - v.probes_answered);
+		emb_metrics_family(o, "embstore_cluster_scheduler_stall_ms_total",
+				   "counter",
+				   "Milliseconds the scheduler's loop did not "
+				   "run past its poll wait; not counted as "
+				   "any node's silence.");
+		emb_metrics_u64(o, "embstore_cluster_scheduler_stall_ms_total",
+				NULL, v.blind_ms);
 	}
 	emb_metrics_process(o);
 }
