@@ -624,9 +624,10 @@ static void *agent_main(void *arg)
 		rc = emb_transport_poll(n->tr, (int)wait);
 		/* Time past the wait that this loop did not run (the process
 		 * was starved or stopped) is this node's own, not the
-		 * scheduler's silence: the answer may be waiting unread. */
+		 * scheduler's silence: the answer may be waiting unread. A few
+		 * ms are the loop's own work. */
 		late = (int64_t)emb_clock_ms() - now - wait;
-		if (late > 0)
+		if (late > 5)
 			n->last_ok_ms += late;
 		/* A signal (a child stopping, say) is no reason to stop. */
 		if (rc < 0 && rc != -EINTR) {

@@ -48,6 +48,9 @@
 #define FILL_TRIES 8u
 /* Probes of suspect servers under way at once; more suspects wait. */
 #define PROBES_MAX 16u
+/* A turn's overrun below this is the loop's own work, not a stall: left
+ * uncounted, so that an idle loop's clock does not drift. */
+#define STALL_MIN_MS 5
 
 struct node {
 	uint32_t role; /* EMB_ROLE_SERVER or _WORKER; 0 = free */
@@ -894,7 +897,7 @@ static int64_t look_ms(struct emb_sched *s)
 	int64_t now = (int64_t)emb_clock_ms();
 	int64_t blind = now - s->look_last_ms - s->tick_ms;
 
-	if (blind > 0) {
+	if (blind > STALL_MIN_MS) {
 		s->blind_ms += blind;
 		if (blind >= s->o.hb_timeout_ms / 2)
 			emb_log(EMB_LOG_WARN,
