@@ -1759,8 +1759,9 @@ void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 				   "counter",
 				   "Probes of silent servers' serving "
 				   "addresses, by result: answered (the "
-				   "server lived) or unanswered (it was "
-				   "declared dead).");
+				   "server lived) or unanswered (no answer "
+				   "within the heartbeat timeout: dead, "
+				   "unless a heartbeat came meanwhile).");
 		emb_metrics_u64(o, "embstore_cluster_probes_total",
 				"result=\"answered\"", v.probes_answered);
 		emb_metrics_u64(o, "embstore_cluster_probes_total",
