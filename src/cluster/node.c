@@ -111,6 +111,8 @@ struct emb_node {
 	pthread_cond_t cv;  /* a waiter completed, or the link died */
 	bool stop;	    /* destroy asked the agent to exit */
 	int lost;	    /* 0, or why the scheduler link is gone for good */
+	bool formed;	    /* the cluster formed: a map or a heartbeat
+			       said so, and losing the link is no end */
 	bool away;	    /* link down, rejoining (not lost yet) */
 	uint64_t link_gen;  /* links made since create: a call that failed
 			       on one is sent again on the next */
@@ -419,7 +421,7 @@ static void link_down(struct emb_node *n, const char *why)
 	pthread_mutex_lock(&n->mu);
 	gone = n->lost || n->ended || n->stop;
 	away = n->away;
-	ride = !gone && !away && n->have_map && n->grace_ms;
+	ride = !gone && !away && (n->formed || n->have_map) && n->grace_ms;
 	if (ride)
 		n->away = true;
 	epoch = n->cmap ? n->cmap->epoch : 0;
@@ -591,8 +593,8 @@ again:
 	/* The call failed in the transport: the link to the scheduler is
 	 * gone, whether or not the agent has noticed yet. A node riding it
 	 * out sends the call again on the next link. */
-	if (rc && n->grace_ms && n->have_map && wait_relink(n, w, deadline_ms,
-							   &rc))
+	if (rc && n->grace_ms && (n->formed || n->have_map) &&
+	    wait_relink(n, w, deadline_ms, &rc))
 		goto again;
 	if (rc && rc != -ETIMEDOUT)
 		rc = n->lost ? n->lost : EMB_ENOSCHED;
@@ -714,6 +716,11 @@ static void hb_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		return;
 	}
 	n->last_ok_ms = (int64_t)emb_clock_ms();
+	if (r.state != EMB_CLUSTER_FORMING) {
+		pthread_mutex_lock(&n->mu);
+		n->formed = true;
+		pthread_mutex_unlock(&n->mu);
+	}
 	note_dead(n, &r);
 	/* A replicated map changed: joins, fills and rebalances are not
 	 * deaths a node could work out by itself. */
