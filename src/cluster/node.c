@@ -946,6 +946,25 @@ static void try_rejoin(struct emb_node *n)
 	n->rejoin_by_ms = (int64_t)emb_clock_ms() + REJOIN_CALL_MS;
 }
 
+/*
+ * Agent thread, while away: the next rejoin attempt when it is due, or
+ * the end of one whose answer is overdue (closing its conn completes the
+ * call, and rejoin_done() plans the next). How long the loop may wait.
+ */
+static int64_t ride_out(struct emb_node *n, int64_t now)
+{
+	int64_t wait;
+
+	if (n->rejoin_step && now >= n->rejoin_by_ms)
+		emb_conn_close(n->conn, -ETIMEDOUT);
+	else if (!n->rejoin_step && now >= n->retry_ms)
+		try_rejoin(n);
+	wait = (n->rejoin_step ? n->rejoin_by_ms : n->retry_ms) - now;
+	if (wait < 1)
+		wait = 1;
+	return wait > REJOIN_MAX_MS ? REJOIN_MAX_MS : wait;
+}
+
 static void *agent_main(void *arg)
 {
 	struct emb_node *n = arg;
@@ -967,16 +986,7 @@ static void *agent_main(void *arg)
 		if (stop)
 			break;
 		if (!quiet && away) {
-			/* A step unanswered too long: closing the attempt's
-			 * conn completes it, and the next comes later. */
-			if (n->rejoin_step && now >= n->rejoin_by_ms)
-				emb_conn_close(n->conn, -ETIMEDOUT);
-			else if (!n->rejoin_step && now >= n->retry_ms)
-				try_rejoin(n);
-			wait = (n->rejoin_step ? n->rejoin_by_ms
-					       : n->retry_ms) - now;
-			wait = wait < 1 ? 1 : wait > REJOIN_MAX_MS ? REJOIN_MAX_MS : wait;
-			rc = emb_transport_poll(n->tr, (int)wait);
+			rc = emb_transport_poll(n->tr, (int)ride_out(n, now));
 			if (rc < 0 && rc != -EINTR) {
 				emb_log(EMB_LOG_ERROR,
 					"node agent loop failed: %s",
