@@ -78,8 +78,8 @@ static uint8_t *encode(const struct emb_sched_state *st, size_t *len, int *rc)
 		size_t hl = strnlen(n->addr.host, EMB_WIRE_HOST_MAX);
 
 		emb_le32_store(p, n->role);
-		emb_le32_store(p + 4, (n->dead ? 1u : 0u) |
-					  (n->finished ? 2u : 0u));
+		emb_le32_store(p + 4,
+			       (n->dead ? 1u : 0u) | (n->finished ? 2u : 0u));
 		emb_le16_store(p + 8, n->addr.port);
 		emb_le16_store(p + 10, (uint16_t)hl);
 		emb_le32_store(p + 12, n->pid);
@@ -231,8 +231,7 @@ int emb_sched_state_load(const char *path, struct emb_sched_state *st)
 	rc = EMB_ESCHEDSTATE;
 	if (memcmp(b, magic, 8) ||
 	    emb_le32_load(b + 8) != EMB_SCHED_STATE_VERSION || len % 8 ||
-	    emb_le64_load(b + len - SEAL_SIZE) !=
-		seal_of(b, len - SEAL_SIZE) ||
+	    emb_le64_load(b + len - SEAL_SIZE) != seal_of(b, len - SEAL_SIZE) ||
 	    emb_le32_load(b + 68))
 		goto err;
 	st->state = emb_le32_load(b + 12);
@@ -268,8 +267,9 @@ int emb_sched_state_load(const char *path, struct emb_sched_state *st)
 	}
 	p = b + HDR_SIZE;
 	for (uint32_t i = 0; i < nn; i++, p += NODE_SIZE)
-		if (!node_decode(p, i < st->server_num ? EMB_ROLE_SERVER
-						       : EMB_ROLE_WORKER,
+		if (!node_decode(p,
+				 i < st->server_num ? EMB_ROLE_SERVER
+						    : EMB_ROLE_WORKER,
 				 &st->nodes[i]))
 			goto err;
 	for (uint32_t i = 0; i < st->ndead; i++, p += 8) {

@@ -55,19 +55,19 @@
 
 /* One node's place, as the state file keeps it. */
 struct emb_sched_state_node {
-	uint32_t role;			/* 0: never registered */
-	bool dead;			/* declared dead */
-	bool finished;			/* worker FINISH / server acknowledged */
-	uint32_t pid;			/* as registered, for logs */
+	uint32_t role; /* 0: never registered */
+	bool dead;     /* declared dead */
+	bool finished; /* worker FINISH / server acknowledged */
+	uint32_t pid;  /* as registered, for logs */
 	struct emb_wire_node_addr addr; /* servers: where workers connect */
 };
 
 struct emb_sched_state {
-	uint32_t state;		/* EMB_CLUSTER_READY or _FINISHING */
-	uint64_t cluster_id;	/* not 0 */
-	uint32_t server_num;	/* servers in the job */
-	uint32_t worker_num;	/* workers in the job */
-	uint32_t replicas;	/* copies of each slot, >= 1 */
+	uint32_t state;	     /* EMB_CLUSTER_READY or _FINISHING */
+	uint64_t cluster_id; /* not 0 */
+	uint32_t server_num; /* servers in the job */
+	uint32_t worker_num; /* workers in the job */
+	uint32_t replicas;   /* copies of each slot, >= 1 */
 	struct emb_sched_state_node *nodes; /* server_num + worker_num */
 	struct emb_wire_node_ref *dead;	    /* in order of death */
 	uint32_t ndead;			    /* entries in dead */

@@ -159,8 +159,7 @@ static void test_refuses_damage(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-	    {"a job's ranks, deaths, map and fill round-trip",
-	     test_round_trip},
+	    {"a job's ranks, deaths, map and fill round-trip", test_round_trip},
 	    {"a damaged or truncated file is refused whole",
 	     test_refuses_damage},
 	    {NULL, NULL},
