@@ -6,6 +6,7 @@
 # takes the job up from its state file while the nodes, which went on
 # without it, rejoin. Then a server is SIGKILLed: the restarted scheduler
 # must still fail it over. Every worker must exit 0 with 0 mismatched.
+# The job has a token, so every rejoin logs in with it first.
 #
 #   sched_restart.sh TOOLS_DIR SRC_DIR
 #
@@ -55,8 +56,11 @@ pid_of() {
 }
 
 out=$work/launch.txt
+# With a token: the rejoins log in with HELLO as the first joins did.
+printf 'sched-restart-token' >"$work/token"
+chmod 600 "$work/token"
 (cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
-	--replicas 2 --log-dir "$work/log" -- \
+	--replicas 2 --log-dir "$work/log" --auth-token-file "$work/token" -- \
 	embstore-bench --op step --verify --rows 20000 --dim 8 \
 	--batch 256 --duration 14) >"$out" 2>&1 &
 lpid=$!
