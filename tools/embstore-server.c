@@ -88,6 +88,7 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 	so.on_done = on_cluster_end;
 	so.auth_token = o->auth_token;
 	so.auth_token_len = o->auth_token_len;
+	so.state_file = env->sched_state;
 	rc = emb_sched_create(&so, &sched);
 	if (rc) {
 		emb_log(EMB_LOG_ERROR, "cannot schedule on %s:%u: %s", host,

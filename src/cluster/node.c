@@ -10,6 +10,13 @@
  * variable until it is done. When the scheduler is lost the agent closes
  * the connection with the reason, which completes every waiting call with
  * that reason, so no caller hangs on a dead scheduler.
+ *
+ * Once the cluster formed, a broken or silent link is not the end: the
+ * node goes on with the map it has while the agent reconnects to the same
+ * address with backoff and rejoins its rank (docs/cluster.md, "When the
+ * scheduler restarts"). Calls that need the scheduler wait for the new
+ * link and are sent again on it. Only when the grace (EMB_SCHED_GRACE)
+ * runs out, or a scheduler refuses the rejoin, is the scheduler lost.
  */
 #include "cluster/node.h"
 
@@ -35,6 +42,14 @@
 
 #define CONNECT_RETRY_MS 200
 #define CONNECT_QUIET_MS 5000 /* retries before one info line */
+/* Rejoin attempts: the first soon (a restarted scheduler is up again in
+ * well under a second), then doubling to a cap that keeps a node inside
+ * a restarted scheduler's rejoin window (EMB_SCHED_REJOIN_MS). */
+#define REJOIN_FIRST_MS 100
+#define REJOIN_MAX_MS	1000
+/* A scheduler that accepted but does not answer HELLO or REGISTER (it
+ * is stopped, say) gets this long before the attempt is dropped. */
+#define REJOIN_CALL_MS 5000
 /* Responses other than the map: ERROR payload at most. */
 #define SMALL_RESP (4u + EMB_WIRE_ERRMSG_MAX)
 
@@ -48,6 +63,7 @@ struct waiter {
 	int status;		      /* transport status */
 	bool posted;		      /* handed to the loop */
 	bool done;		      /* under n->mu */
+	uint64_t gen;		      /* n->link_gen when posted */
 };
 
 struct emb_node {
@@ -73,10 +89,33 @@ struct emb_node {
 	_Alignas(8) uint8_t fin_req[64]; /* server's FINISH frame */
 	_Alignas(8) uint8_t fin_resp[SMALL_RESP]; /* its response */
 
+	/* Rejoining, agent thread only (away and link_gen are under mu). */
+	char sched_host[EMB_WIRE_HOST_MAX + 1]; /* to reconnect to */
+	uint16_t sched_port;
+	char my_host[EMB_WIRE_HOST_MAX + 1]; /* as registered; "" = seen */
+	uint16_t my_port;		     /* as registered */
+	uint8_t token[EMB_WIRE_TOKEN_MAX];   /* for HELLO; a copy */
+	uint32_t token_len;		     /* 0: no HELLO */
+	uint32_t grace_ms;		     /* rejoin for this long; 0 never */
+	int64_t away_ms;		     /* the link broke, monotonic */
+	int64_t retry_ms;		     /* next attempt */
+	uint32_t backoff_ms;		     /* until the one after */
+	int rejoin_step;		     /* 0 idle, 1 HELLO, 2 REGISTER */
+	int64_t rejoin_by_ms;		     /* the step's answer due */
+	_Alignas(8) uint8_t rj_req[EMB_HELLO_REQ_MAX > 64 + EMB_WIRE_HOST_MAX
+					   ? EMB_HELLO_REQ_MAX
+					   : 64 + EMB_WIRE_HOST_MAX];
+	_Alignas(8) uint8_t rj_resp[SMALL_RESP];
+
 	pthread_mutex_t mu; /* guards the fields below, with cv */
 	pthread_cond_t cv;  /* a waiter completed, or the link died */
 	bool stop;	    /* destroy asked the agent to exit */
-	int lost;	    /* 0, or why the scheduler link is gone */
+	int lost;	    /* 0, or why the scheduler link is gone for good */
+	bool formed;	    /* the cluster formed: a map or a heartbeat
+			       said so, and losing the link is no end */
+	bool away;	    /* link down, rejoining (not lost yet) */
+	uint64_t link_gen;  /* links made since create: a call that failed
+			       on one is sent again on the next */
 	bool ended;	    /* job over for this node: no more errors */
 	struct emb_wire_node_ref *dead;	    /* nodes declared dead, in order */
 	uint32_t ndead;			    /* entries in dead */
@@ -181,6 +220,22 @@ static int parse_uint(const char *s, unsigned long lo, unsigned long hi,
 	if (errno || end == s || *end || v < lo || v > hi || s[0] == '-')
 		return -EINVAL;
 	*out = (uint32_t)v;
+	return 0;
+}
+
+/* EMB_SCHED_GRACE: seconds (fractions allowed), 0 = none, to ms. */
+static int parse_grace(const char *s, uint32_t *ms)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= 0) || v * 1000 >= 2147483647.0)
+		return -EINVAL;
+	*ms = (uint32_t)lround(v * 1000);
+	if (v > 0 && *ms == 0)
+		*ms = 1;
 	return 0;
 }
 
@@ -290,6 +345,13 @@ int emb_cluster_env_read(struct emb_cluster_env *out, const char **bad)
 		name = "EMB_CLUSTER_TIMEOUT";
 		goto err;
 	}
+	out->sched_state = env2("EMB_SCHED_STATE", NULL);
+	out->sched_grace_ms = EMB_SCHED_GRACE_DEFAULT;
+	v = env2("EMB_SCHED_GRACE", NULL);
+	if (v && parse_grace(v, &out->sched_grace_ms)) {
+		name = "EMB_SCHED_GRACE";
+		goto err;
+	}
 	return 0;
 err:
 	if (bad)
@@ -337,15 +399,61 @@ static void lose(struct emb_node *n, int reason, const char *why)
 	else
 		emb_log(EMB_LOG_ERROR, "%s %u: lost scheduler %s: %s",
 			emb_role_name(n->reg.role), n->reg.rank, n->sched, why);
-	emb_conn_close(n->conn, reason);
+	/* Between rejoin attempts there is no conn. */
+	if (n->conn)
+		emb_conn_close(n->conn, reason);
 	if (!ended && n->on_end)
 		n->on_end(n->end_arg, reason);
 }
 
+/*
+ * Agent thread: the link broke or went silent. A node of a formed job
+ * that is not over rides it out: it keeps its map (servers serve, workers
+ * train) and rejoins (agent_main, try_rejoin()). Before the map, after
+ * the end, or without a grace, the scheduler is lost as it always was.
+ */
+static void link_down(struct emb_node *n, const char *why)
+{
+	int64_t now = (int64_t)emb_clock_ms();
+	uint64_t epoch;
+	bool gone, away, ride;
+
+	pthread_mutex_lock(&n->mu);
+	gone = n->lost || n->ended || n->stop;
+	away = n->away;
+	ride = !gone && !away && (n->formed || n->have_map) && n->grace_ms;
+	if (ride)
+		n->away = true;
+	epoch = n->cmap ? n->cmap->epoch : 0;
+	pthread_mutex_unlock(&n->mu);
+	if (gone || away)
+		return;
+	if (!ride) {
+		lose(n, EMB_ENOSCHED, why);
+		return;
+	}
+	n->away_ms = now;
+	n->backoff_ms = REJOIN_FIRST_MS;
+	n->retry_ms = now + REJOIN_FIRST_MS;
+	n->rejoin_step = 0;
+	emb_log(EMB_LOG_WARN,
+		"%s %u: scheduler %s lost (%s): going on with map epoch %llu "
+		"and rejoining for up to %u s",
+		emb_role_name(n->reg.role), n->reg.rank, n->sched, why,
+		(unsigned long long)epoch, (n->grace_ms + 999) / 1000);
+	/* Completes the calls on it: they wait for the next link. */
+	emb_conn_close(n->conn, EMB_ENOSCHED);
+}
+
 static void on_conn_close(void *arg, struct emb_conn *conn, int reason)
 {
-	(void)conn;
-	lose(arg, EMB_ENOSCHED, emb_strerror(reason));
+	struct emb_node *n = arg;
+
+	/* A conn that is no longer the link (an attempt given up) says
+	 * nothing about the one there is. */
+	if (conn != n->conn)
+		return;
+	link_down(n, emb_strerror(reason));
 }
 
 static void waiter_complete(struct waiter *w, int status)
@@ -379,6 +487,10 @@ static void waiter_post(void *arg)
 
 	pthread_mutex_lock(&n->mu);
 	lost = n->lost;
+	/* Posted on a link that has gone since: waiter_run() posts it again
+	 * once the next one is up. */
+	if (!lost && (n->away || n->link_gen != w->gen))
+		lost = EMB_ENOSCHED;
 	pthread_mutex_unlock(&n->mu);
 	if (lost) {
 		waiter_complete(w, lost);
@@ -389,8 +501,46 @@ static void waiter_post(void *arg)
 			     (size_t)w->req_len - EMB_WIRE_HDR_SIZE};
 	rc = emb_conn_call(n->conn, &hdr, &iov, iov.iov_len ? 1 : 0, w->resp,
 			   w->resp_cap, waiter_done, w);
-	if (rc)
+	if (rc) {
+		/* A link that cannot take a call is one to make again. */
 		waiter_complete(w, rc);
+		link_down(n, emb_strerror(rc));
+	}
+}
+
+/*
+ * Under n->mu, after a call failed in the transport: waits for a new link
+ * (true: post again) or for the scheduler to be lost for good (false).
+ * -ETIMEDOUT in *rc when deadline_ms (0 = none) passes first.
+ */
+static bool wait_relink(struct emb_node *n, struct waiter *w,
+			int64_t deadline_ms, int *rc)
+{
+	while (!n->lost && !n->stop && (n->away || n->link_gen == w->gen)) {
+		struct timespec ts;
+		int64_t left;
+
+		/* The agent may not have seen the break yet: it will, from
+		 * the close or the silence, within a heartbeat timeout. */
+		if (!deadline_ms) {
+			pthread_cond_wait(&n->cv, &n->mu);
+			continue;
+		}
+		left = deadline_ms - (int64_t)emb_clock_ms();
+		if (left <= 0) {
+			*rc = -ETIMEDOUT;
+			return false;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += left / 1000;
+		ts.tv_nsec += (left % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&n->cv, &n->mu, &ts);
+	}
+	return !n->lost && !n->stop;
 }
 
 /*
@@ -404,9 +554,11 @@ static int waiter_run(struct waiter *w, int64_t deadline_ms)
 	int rc = 0;
 
 	pthread_mutex_lock(&n->mu);
+again:
 	if (!w->posted) {
 		w->done = false;
 		w->posted = true;
+		w->gen = n->link_gen;
 		rc = emb_transport_exec(n->tr, waiter_post, w);
 		if (rc) {
 			w->posted = false;
@@ -439,8 +591,12 @@ static int waiter_run(struct waiter *w, int64_t deadline_ms)
 	w->posted = false;
 	rc = w->status;
 	/* The call failed in the transport: the link to the scheduler is
-	 * gone, whether or not the agent has noticed yet. */
-	if (rc)
+	 * gone, whether or not the agent has noticed yet. A node riding it
+	 * out sends the call again on the next link. */
+	if (rc && n->grace_ms && (n->formed || n->have_map) &&
+	    wait_relink(n, w, deadline_ms, &rc))
+		goto again;
+	if (rc && rc != -ETIMEDOUT)
 		rc = n->lost ? n->lost : EMB_ENOSCHED;
 	pthread_mutex_unlock(&n->mu);
 	if (rc == 0 && w->rhdr.status < 0) {
@@ -465,7 +621,14 @@ static void finish_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 			n->on_end(n->end_arg, 0);
 		return;
 	}
-	lose(n, status ? status : resp->status, "finish refused");
+	/* The link broke before the answer: FINISH goes again once the
+	 * next link's heartbeats say the job is finishing. */
+	if (status) {
+		n->finish_sent = false;
+		link_down(n, emb_strerror(status));
+		return;
+	}
+	lose(n, resp->status, "finish refused");
 }
 
 /* Agent thread: a server acknowledges that the job is finishing. */
@@ -487,8 +650,10 @@ static void send_finish(struct emb_node *n)
 			     (size_t)len - EMB_WIRE_HDR_SIZE};
 	rc = emb_conn_call(n->conn, &hdr, &iov, 1, n->fin_resp,
 			   sizeof(n->fin_resp), finish_done, n);
-	if (rc)
-		lose(n, rc, "cannot send FINISH");
+	if (rc) {
+		n->finish_sent = false;
+		link_down(n, "cannot send FINISH");
+	}
 }
 
 static void fetch_map(struct emb_node *n);
@@ -534,7 +699,7 @@ static void hb_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 
 	n->hb_inflight = false;
 	if (status) {
-		lose(n, EMB_ENOSCHED, emb_strerror(status));
+		link_down(n, emb_strerror(status));
 		return;
 	}
 	if (resp->status < 0) {
@@ -551,6 +716,11 @@ static void hb_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		return;
 	}
 	n->last_ok_ms = (int64_t)emb_clock_ms();
+	if (r.state != EMB_CLUSTER_FORMING) {
+		pthread_mutex_lock(&n->mu);
+		n->formed = true;
+		pthread_mutex_unlock(&n->mu);
+	}
 	note_dead(n, &r);
 	/* A replicated map changed: joins, fills and rebalances are not
 	 * deaths a node could work out by itself. */
@@ -586,7 +756,213 @@ static void send_heartbeat(struct emb_node *n)
 	if (rc == 0)
 		n->hb_inflight = true;
 	else
-		lose(n, EMB_ENOSCHED, emb_strerror(rc));
+		link_down(n, emb_strerror(rc));
+}
+
+static int rejoin_send(struct emb_node *n);
+
+/* Agent thread: this rejoin attempt failed; the next after a backoff,
+ * unless the grace is spent. */
+static void rejoin_retry(struct emb_node *n, const char *why)
+{
+	int64_t now = (int64_t)emb_clock_ms();
+
+	n->rejoin_step = 0;
+	emb_log(EMB_LOG_DEBUG, "%s %u: rejoin %s: %s",
+		emb_role_name(n->reg.role), n->reg.rank, n->sched, why);
+	if (now - n->away_ms >= (int64_t)n->grace_ms) {
+		char msg[96];
+
+		snprintf(msg, sizeof(msg),
+			 "no scheduler for %u ms (EMB_SCHED_GRACE): %s",
+			 n->grace_ms, why);
+		lose(n, EMB_ENOSCHED, msg);
+		return;
+	}
+	n->retry_ms = now + n->backoff_ms;
+	n->backoff_ms = n->backoff_ms * 2 > REJOIN_MAX_MS ? REJOIN_MAX_MS
+							  : n->backoff_ms * 2;
+}
+
+/* Agent thread: the scheduler took this node back. */
+static void rejoin_ok(struct emb_node *n)
+{
+	int64_t now = (int64_t)emb_clock_ms();
+
+	n->rejoin_step = 0;
+	n->last_ok_ms = now;
+	n->next_hb_ms = now;
+	n->hb_inflight = false;
+	pthread_mutex_lock(&n->mu);
+	n->away = false;
+	n->link_gen++;
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+	emb_log(EMB_LOG_INFO, "%s %u: rejoined scheduler %s after %lld ms",
+		emb_role_name(n->reg.role), n->reg.rank, n->sched,
+		(long long)(now - n->away_ms));
+}
+
+/* Agent thread: the answer to a rejoin's HELLO or REGISTER. */
+static void rejoin_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct emb_node *n = ctx;
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_register_resp r;
+	struct emb_wire_frame f;
+	char msg[EMB_WIRE_ERRMSG_MAX + 1];
+	bool gone;
+	int rc;
+
+	pthread_mutex_lock(&n->mu);
+	gone = n->lost || n->stop;
+	pthread_mutex_unlock(&n->mu);
+	if (gone)
+		return;
+	if (status) {
+		rejoin_retry(n, emb_strerror(status));
+		return;
+	}
+	if (n->rejoin_step == 1) {
+		struct emb_wire_hello_resp hr;
+
+		rc = emb_hello_decode(resp, n->rj_resp, &hr, msg, sizeof(msg));
+		if (rc) {
+			emb_log(EMB_LOG_ERROR, "scheduler %s: hello %s: %s",
+				n->sched, emb_strerror(rc), msg);
+			lose(n, rc, "the scheduler refused this node's HELLO");
+			return;
+		}
+		rc = rejoin_send(n);
+		if (rc)
+			rejoin_retry(n, emb_strerror(rc));
+		return;
+	}
+	/* A refusal is final: the scheduler is up and does not know this
+	 * node's place (no state of the job), or declared it dead. */
+	if (resp->status < 0) {
+		log_error_resp(n, resp, n->rj_resp);
+		lose(n, resp->status, "the scheduler refused the rejoin");
+		return;
+	}
+	f = (struct emb_wire_frame){
+	    .hdr = *resp, .payload = n->rj_resp, .lim = &lim};
+	rc = emb_wire_register_resp_decode(&f, &r);
+	if (!rc && (r.role != n->reg.role || r.rank != n->reg.rank ||
+		    r.node_id != n->reg.node_id ||
+		    r.server_num != n->reg.server_num ||
+		    r.worker_num != n->reg.worker_num))
+		rc = EMB_EBADFRAME;
+	if (rc) {
+		lose(n, rc, "the scheduler gave this node another place");
+		return;
+	}
+	rejoin_ok(n);
+}
+
+/* Agent thread: the rejoin's REGISTER (step 2). 0 or a transport error. */
+static int rejoin_send(struct emb_node *n)
+{
+	struct emb_wire_register_req r = {
+	    .role = n->reg.role,
+	    .port = n->my_port,
+	    .pid = (uint32_t)getpid(),
+	    .host = n->my_host,
+	    .host_len = (uint32_t)strlen(n->my_host),
+	    .rank = n->reg.rank,
+	    .cluster_id = n->reg.cluster_id,
+	};
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	int len, rc;
+
+	pthread_mutex_lock(&n->mu);
+	r.map_epoch = n->cmap ? n->cmap->epoch : 0;
+	pthread_mutex_unlock(&n->mu);
+	len = emb_wire_rejoin_req_encode(n->rj_req, sizeof(n->rj_req), 0, &r);
+	if (len < 0)
+		return len;
+	memcpy(&hdr, n->rj_req, sizeof(hdr));
+	iov = (struct iovec){n->rj_req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call(n->conn, &hdr, &iov, 1, n->rj_resp,
+			   sizeof(n->rj_resp), rejoin_done, n);
+	if (rc == 0) {
+		n->rejoin_step = 2;
+		n->rejoin_by_ms = (int64_t)emb_clock_ms() + REJOIN_CALL_MS;
+	}
+	return rc;
+}
+
+/*
+ * Agent thread: one rejoin attempt. Connecting blocks the agent for at
+ * most the transport's connect timeout (nothing else needs it meanwhile);
+ * HELLO and REGISTER are answered through rejoin_done().
+ */
+static void try_rejoin(struct emb_node *n)
+{
+	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
+	struct emb_frame_hdr hdr;
+	struct iovec iov;
+	int len, rc;
+
+	/* The old link's last calls complete here, before the new one. */
+	emb_conn_destroy(n->conn);
+	n->conn = NULL;
+	co.host = n->sched_host;
+	co.port = n->sched_port;
+	co.on_close = on_conn_close;
+	co.arg = n;
+	rc = emb_conn_create(n->tr, &co, &n->conn);
+	if (rc) {
+		n->conn = NULL;
+		rejoin_retry(n, emb_strerror(rc));
+		return;
+	}
+	if (!n->token_len) {
+		rc = rejoin_send(n);
+		if (rc)
+			rejoin_retry(n, emb_strerror(rc));
+		return;
+	}
+	len = emb_hello_encode(n->rj_req, sizeof(n->rj_req), 0, n->token,
+			       n->token_len,
+			       n->reg.role == EMB_ROLE_SERVER ? "embstore-server"
+							      : "embstore-worker");
+	if (len < 0) {
+		lose(n, len, "cannot encode HELLO");
+		return;
+	}
+	memcpy(&hdr, n->rj_req, sizeof(hdr));
+	iov = (struct iovec){n->rj_req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call(n->conn, &hdr, &iov, 1, n->rj_resp,
+			   sizeof(n->rj_resp), rejoin_done, n);
+	if (rc) {
+		rejoin_retry(n, emb_strerror(rc));
+		return;
+	}
+	n->rejoin_step = 1;
+	n->rejoin_by_ms = (int64_t)emb_clock_ms() + REJOIN_CALL_MS;
+}
+
+/*
+ * Agent thread, while away: the next rejoin attempt when it is due, or
+ * the end of one whose answer is overdue (closing its conn completes the
+ * call, and rejoin_done() plans the next). How long the loop may wait.
+ */
+static int64_t ride_out(struct emb_node *n, int64_t now)
+{
+	int64_t wait;
+
+	if (n->rejoin_step && now >= n->rejoin_by_ms)
+		emb_conn_close(n->conn, -ETIMEDOUT);
+	else if (!n->rejoin_step && now >= n->retry_ms)
+		try_rejoin(n);
+	wait = (n->rejoin_step ? n->rejoin_by_ms : n->retry_ms) - now;
+	if (wait < 1)
+		wait = 1;
+	return wait > REJOIN_MAX_MS ? REJOIN_MAX_MS : wait;
 }
 
 static void *agent_main(void *arg)
@@ -600,20 +976,31 @@ static void *agent_main(void *arg)
 	for (;;) {
 		int64_t now = (int64_t)emb_clock_ms(), wait, late;
 		int rc;
-		bool stop, quiet;
+		bool stop, quiet, away;
 
 		pthread_mutex_lock(&n->mu);
 		stop = n->stop;
 		quiet = n->lost || n->ended;
+		away = n->away;
 		pthread_mutex_unlock(&n->mu);
 		if (stop)
 			break;
+		if (!quiet && away) {
+			rc = emb_transport_poll(n->tr, (int)ride_out(n, now));
+			if (rc < 0 && rc != -EINTR) {
+				emb_log(EMB_LOG_ERROR,
+					"node agent loop failed: %s",
+					emb_strerror(rc));
+				break;
+			}
+			continue;
+		}
 		if (!quiet && now - n->last_ok_ms > n->reg.hb_timeout_ms) {
 			char why[64];
 
 			snprintf(why, sizeof(why), "no answer for %u ms",
 				 n->reg.hb_timeout_ms);
-			lose(n, EMB_ENOSCHED, why);
+			link_down(n, why);
 		} else if (!quiet && !n->hb_inflight && now >= n->next_hb_ms) {
 			n->next_hb_ms = now + interval;
 			send_heartbeat(n);
@@ -683,7 +1070,7 @@ static int hello_sched(struct emb_node *n, const struct emb_node_opts *o)
 	char msg[EMB_WIRE_ERRMSG_MAX + 1];
 	int rc;
 
-	rc = emb_hello(n->conn, o->auth_token, o->auth_token_len,
+	rc = emb_hello(n->conn, n->token, n->token_len,
 		       o->role == EMB_ROLE_SERVER ? "embstore-server"
 						  : "embstore-worker",
 		       &lim, msg, sizeof(msg));
@@ -791,6 +1178,28 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 	n->end_arg = opts->arg;
 	n->join_timeout_ms = opts->join_timeout_ms ? opts->join_timeout_ms
 						   : EMB_JOIN_TIMEOUT_DEFAULT;
+	snprintf(n->sched_host, sizeof(n->sched_host), "%s", opts->sched_host);
+	n->sched_port = opts->sched_port;
+	if (opts->host && strlen(opts->host) > EMB_WIRE_HOST_MAX) {
+		rc = -EINVAL;
+		goto err_free;
+	}
+	snprintf(n->my_host, sizeof(n->my_host), "%s",
+		 opts->host ? opts->host : "");
+	n->my_port = opts->port;
+	n->token_len = opts->auth_token_len;
+	if (n->token_len)
+		memcpy(n->token, opts->auth_token, n->token_len);
+	n->grace_ms = opts->sched_grace_ms;
+	if (!n->grace_ms) {
+		const char *g = getenv("EMB_SCHED_GRACE");
+
+		n->grace_ms = EMB_SCHED_GRACE_DEFAULT;
+		if (g && *g && parse_grace(g, &n->grace_ms)) {
+			rc = -EINVAL;
+			goto err_free;
+		}
+	}
 	snprintf(n->sched, sizeof(n->sched), "%s:%u", opts->sched_host,
 		 opts->sched_port);
 	deadline = (int64_t)emb_clock_ms() + n->join_timeout_ms;
@@ -1120,7 +1529,7 @@ static void fetch_map(struct emb_node *n)
 
 	/* A server takes its first map here too: nothing waits for it. */
 	pthread_mutex_lock(&n->mu);
-	ready = !n->lost && !n->stop;
+	ready = !n->lost && !n->stop && !n->away;
 	pthread_mutex_unlock(&n->mu);
 	if (n->map_inflight || !ready || n->coord || n->is_static)
 		return;

@@ -24,6 +24,7 @@
 #define EMB_SCHED_PORT_DEFAULT	      7165
 #define EMB_HEARTBEAT_TIMEOUT_DEFAULT 10000u  /* ms */
 #define EMB_JOIN_TIMEOUT_DEFAULT      300000u /* ms */
+#define EMB_SCHED_GRACE_DEFAULT	      300000u /* ms */
 
 /*
  * The cluster as the environment describes it. EMB_* names win over their
@@ -60,6 +61,13 @@ struct emb_cluster_env {
 				     NULL unset. Points into the environment */
 	const char *job;	  /* EMB_JOB: the job's name in etcd; NULL
 				     unset ("embstore") */
+	const char *sched_state;  /* EMB_SCHED_STATE: the scheduler's state
+				     file; NULL unset. Points into the
+				     environment */
+	uint32_t sched_grace_ms;  /* EMB_SCHED_GRACE, seconds: how long a
+				     node of a formed job rides out its
+				     scheduler's absence; default 300 s,
+				     0 = not at all */
 };
 
 /*
@@ -126,6 +134,10 @@ struct emb_node_opts {
 	uint32_t hb_timeout_ms;	 /* etcd: lease TTL; 0 = 10 s */
 	uint32_t replicas;	 /* etcd: copies of each slot; 0 = the
 				    job's (1 for its first node) */
+	/* Scheduler: how long a node of a formed job rides out the
+	 * scheduler's absence, rejoining it (docs/cluster.md); 0 = the
+	 * environment's EMB_SCHED_GRACE (0 there: not at all), else 300 s. */
+	uint32_t sched_grace_ms;
 };
 
 /*

@@ -15,6 +15,12 @@
  * slots chunk by chunk. Each step is a new map epoch that nodes learn
  * from their heartbeats; the chunk's source tells when it streamed the
  * chunk (FILL_DONE), and the last step rebalances the primaries.
+ *
+ * Restarts (docs/cluster.md, "When the scheduler restarts"): with a state
+ * file, each change of the formed job is written to it before any node
+ * can learn of it, and a scheduler started on the file takes the job up:
+ * its nodes rejoin their ranks, and those that do not within the rejoin
+ * window are declared dead like any silent node.
  */
 #include "cluster/scheduler.h"
 
@@ -25,7 +31,9 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "cluster/sched_state.h"
 #include "common/authlimit.h"
 #include "common/clock.h"
 #include "cluster/detector.h"
@@ -122,6 +130,8 @@ struct emb_sched {
 	uint32_t nprobing;    /* probes under way (done not yet run) */
 	uint64_t probes;	   /* probes started */
 	uint64_t probes_answered;  /* ... that the server answered */
+	char *state_path;  /* state file, or NULL */
+	bool state_failed; /* the last write failed (logged once) */
 
 	uint64_t barriers; /* loop thread: barriers completed */
 	uint64_t hbs;	   /* loop thread: heartbeats answered */
@@ -275,6 +285,71 @@ static void send_ack(struct emb_sched *s, struct emb_req *req, uint8_t op,
 	send_frame(s, req, buf, len);
 }
 
+/* ---- the state file ------------------------------------------------- */
+
+/*
+ * Loop thread: writes the formed job to the state file, if there is one.
+ * Called before the change it records goes out to any node, so a
+ * restarted scheduler never knows less than its nodes were told. A write
+ * that fails leaves the job running on (logged once until one works): the
+ * file only matters if this scheduler dies.
+ */
+static void state_save(struct emb_sched *s)
+{
+	struct emb_sched_state st = {0};
+	struct emb_sched_state_node *nodes;
+	int rc;
+
+	if (!s->state_path || s->state == EMB_CLUSTER_FORMING || s->over)
+		return;
+	nodes = calloc(nnodes(s), sizeof(*nodes));
+	if (!nodes) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < nnodes(s); i++) {
+		const struct node *n = &s->nodes[i];
+
+		nodes[i] = (struct emb_sched_state_node){
+		    .role = n->role,
+		    .dead = n->dead,
+		    .finished = n->finished,
+		    .pid = n->pid,
+		    .addr = n->addr,
+		};
+	}
+	st.state = s->state;
+	st.cluster_id = s->cluster_id;
+	st.server_num = s->o.server_num;
+	st.worker_num = s->o.worker_num;
+	st.replicas = s->o.replicas ? s->o.replicas : 1;
+	st.nodes = nodes;
+	st.dead = s->dead;
+	st.ndead = s->ndead;
+	st.cmap = st.replicas > 1 ? s->cmap : NULL;
+	st.fill_rank = s->fill_rank;
+	st.fill_first = s->fill_first;
+	st.fill_n = s->fill_n;
+	st.fill_fails = s->fill_fails;
+	st.fill_epoch = s->fill_epoch;
+	/* A newcomer whose first chunk is not chosen yet: nothing under
+	 * way to start again. */
+	if (st.fill_rank != NO_FILL && (!st.fill_n || !st.fill_epoch))
+		st.fill_rank = NO_FILL;
+	rc = emb_sched_state_save(s->state_path, &st);
+	free(nodes);
+out:
+	if (rc && !s->state_failed)
+		emb_log(EMB_LOG_ERROR,
+			"cannot write the state file %s: %s (a restart would "
+			"not find this job)",
+			s->state_path, emb_strerror(rc));
+	else if (!rc && s->state_failed)
+		emb_log(EMB_LOG_INFO, "state file %s written again",
+			s->state_path);
+	s->state_failed = rc != 0;
+}
+
 /* ---- the job's course ----------------------------------------------- */
 
 /* The loop ends once the last replies are out (loop_main reports it). */
@@ -283,6 +358,11 @@ static void finish_job(struct emb_sched *s)
 	s->over = true;
 	emb_log(EMB_LOG_INFO, "job over: %u node%s died", s->ndead,
 		s->ndead == 1 ? "" : "s");
+	/* A job that is over is no job to take up: the next start on this
+	 * file begins a new one. */
+	if (s->state_path && unlink(s->state_path) && errno != ENOENT)
+		emb_log(EMB_LOG_WARN, "cannot remove the state file %s: %s",
+			s->state_path, strerror(errno));
 }
 
 /*
@@ -370,6 +450,7 @@ static void republish(struct emb_sched *s)
 {
 	map_frame_put(s->map);
 	s->map = NULL;
+	state_save(s);
 	build_map(s);
 }
 
@@ -558,6 +639,7 @@ static void check_ready(struct emb_sched *s)
 		return;
 	s->state = EMB_CLUSTER_READY;
 	build_map(s);
+	state_save(s);
 	emb_log(EMB_LOG_INFO, "cluster ready: %u server%s, %u worker%s",
 		s->nservers, s->nservers == 1 ? "" : "s", s->nworkers,
 		s->nworkers == 1 ? "" : "s");
@@ -695,6 +777,92 @@ static struct node *dead_server(struct emb_sched *s)
 	return NULL;
 }
 
+/*
+ * A node of the formed job comes back to its rank after losing its link
+ * (this scheduler restarted, or the link broke). The node slot it names
+ * must be one this scheduler knows from the job (its state file, or its
+ * own run: the cluster id says which), alive, unfinished, without a link,
+ * and a server must come from the address it serves on. The rank's node,
+ * or NULL after answering req with the refusal.
+ */
+static struct node *rejoin(struct emb_sched *s, struct emb_conn *conn,
+			   struct emb_req *req,
+			   const struct emb_wire_register_req *r)
+{
+	char host[EMB_WIRE_HOST_MAX + 1] = "", addr[EMB_WIRE_HOST_MAX + 16];
+	char msg[2 * EMB_WIRE_HOST_MAX + 64];
+	uint32_t count = r->role == EMB_ROLE_SERVER ? s->o.server_num
+						     : s->o.worker_num;
+	uint64_t have = s->cmap ? s->cmap->epoch : 0;
+	struct node *n;
+	int status = EMB_ECLUSTER;
+
+	if (s->state == EMB_CLUSTER_FORMING || r->cluster_id != s->cluster_id) {
+		snprintf(msg, sizeof(msg),
+			 "no job of cluster id %016llx here (this scheduler "
+			 "has no state of it)",
+			 (unsigned long long)r->cluster_id);
+		goto refuse;
+	}
+	if (r->rank >= count) {
+		snprintf(msg, sizeof(msg), "%s rank %u: the job has %u",
+			 emb_role_name(r->role), r->rank, count);
+		goto refuse;
+	}
+	n = &s->nodes[r->role == EMB_ROLE_SERVER ? r->rank
+						  : s->o.server_num + r->rank];
+	if (wildcard(r->host, r->host_len))
+		peer_host(conn, host, sizeof(host));
+	else
+		memcpy(host, r->host, r->host_len);
+	if (n->role != r->role) {
+		snprintf(msg, sizeof(msg), "%s rank %u never registered",
+			 emb_role_name(r->role), r->rank);
+	} else if (n->dead) {
+		status = EMB_ENODEAD;
+		snprintf(msg, sizeof(msg),
+			 "%s %u was declared dead while away",
+			 emb_role_name(n->role), n->rank);
+	} else if (n->finished || n->conn) {
+		snprintf(msg, sizeof(msg), "%s %u is %s",
+			 emb_role_name(n->role), n->rank,
+			 n->finished ? "finished" : "connected already");
+	} else if (n->role == EMB_ROLE_SERVER &&
+		   (n->addr.port != r->port || strcmp(n->addr.host, host))) {
+		snprintf(msg, sizeof(msg),
+			 "server %u serves on %s:%u, not on %s:%u", n->rank,
+			 n->addr.host, n->addr.port, host, r->port);
+	} else {
+		n->conn = conn;
+		n->pid = r->pid;
+		snprintf(n->peer, sizeof(n->peer), "%s", emb_conn_peer(conn));
+		n->last_ms = (int64_t)emb_clock_ms();
+		emb_conn_set_user(conn, n);
+		emb_log(EMB_LOG_INFO, "%s %u (%s, pid %u) rejoined with map "
+				      "epoch %llu (ours %llu)",
+			emb_role_name(n->role), n->rank,
+			node_addr(n, addr, sizeof(addr)), n->pid,
+			(unsigned long long)r->map_epoch,
+			(unsigned long long)have);
+		/* Newer than ours: the state file missed an epoch (a write
+		 * failed). Ours is the one the job goes on with; the node
+		 * takes it from its next heartbeat. */
+		if (r->map_epoch > have && s->cmap && s->cmap->replicas > 1)
+			emb_log(EMB_LOG_WARN,
+				"%s %u holds map epoch %llu, newer than this "
+				"scheduler's %llu",
+				emb_role_name(n->role), n->rank,
+				(unsigned long long)r->map_epoch,
+				(unsigned long long)have);
+		return n;
+	}
+refuse:
+	emb_log(EMB_LOG_WARN, "rejoin of %s %u from %s refused: %s",
+		emb_role_name(r->role), r->rank, emb_conn_peer(conn), msg);
+	send_error(s, req, status, msg);
+	return NULL;
+}
+
 static void on_register(struct emb_sched *s, struct emb_conn *conn,
 			struct emb_req *req, const struct emb_wire_frame *f)
 {
@@ -715,6 +883,13 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 	if (r.role == EMB_ROLE_SERVER && r.port == 0) {
 		send_error(s, req, EMB_EBADFRAME, "server without a port");
 		return;
+	}
+	if (r.rejoin) {
+		n = rejoin(s, conn, req, &r);
+		if (!n)
+			return;
+		idx = (uint32_t)(n - s->nodes);
+		goto reply;
 	}
 	/* A server that was lost comes back to its rank. */
 	n = r.role == EMB_ROLE_SERVER && s->state == EMB_CLUSTER_READY
@@ -1200,6 +1375,9 @@ static void on_finish(struct emb_sched *s, struct emb_req *req,
 		emb_log(EMB_LOG_INFO, "%s %u finished", emb_role_name(n->role),
 			n->rank);
 	n->finished = true;
+	/* Recorded before the ack: a worker told it is done may exit, and
+	 * a restarted scheduler must not wait for it to rejoin. */
+	state_save(s);
 	send_ack(s, req, EMB_OP_FINISH, 0);
 	check_end(s);
 }
@@ -1437,6 +1615,122 @@ static void *loop_main(void *arg)
 	return NULL;
 }
 
+/*
+ * Creating thread, before the loop starts: takes up the job in the state
+ * file, if there is one. Its live nodes get the rejoin window before
+ * check_silence() may declare them dead (their last_ms is set ahead), and
+ * a fill that was under way starts its chunk again: whether the last one
+ * streamed died with the old scheduler. 0, or what
+ * emb_sched_state_load() returns (-ENOENT aside: a first start), or
+ * -EINVAL when the file is another job's shape.
+ */
+static int state_restore(struct emb_sched *s)
+{
+	struct emb_sched_state st;
+	uint32_t R = s->o.replicas ? s->o.replicas : 1, live = 0;
+	int64_t window = 2 * (int64_t)s->o.hb_timeout_ms;
+	int rc;
+
+	if (!s->state_path)
+		return 0;
+	rc = emb_sched_state_load(s->state_path, &st);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc) {
+		emb_log(EMB_LOG_ERROR,
+			"state file %s: %s: move it away to start a new job",
+			s->state_path, emb_strerror(rc));
+		return rc;
+	}
+	if (st.server_num != s->o.server_num ||
+	    st.worker_num != s->o.worker_num || st.replicas != R) {
+		emb_log(EMB_LOG_ERROR,
+			"state file %s holds a job of %u servers, %u workers "
+			"and %u copies, not %u, %u and %u",
+			s->state_path, st.server_num, st.worker_num,
+			st.replicas, s->o.server_num, s->o.worker_num, R);
+		rc = -EINVAL;
+		goto out;
+	}
+	if (st.ndead > s->dead_cap) {
+		struct emb_wire_node_ref *d =
+		    realloc(s->dead, st.ndead * sizeof(*d));
+
+		if (!d) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		s->dead = d;
+		s->dead_cap = st.ndead;
+	}
+	if (window < EMB_SCHED_REJOIN_MS)
+		window = EMB_SCHED_REJOIN_MS;
+	s->state = st.state;
+	s->cluster_id = st.cluster_id;
+	for (uint32_t i = 0; i < nnodes(s); i++) {
+		struct node *n = &s->nodes[i];
+		const struct emb_sched_state_node *sn = &st.nodes[i];
+
+		if (!sn->role)
+			continue;
+		n->role = sn->role;
+		n->rank = i < s->o.server_num ? i : i - s->o.server_num;
+		n->pid = sn->pid;
+		n->addr = sn->addr;
+		n->dead = sn->dead;
+		n->finished = sn->finished;
+		snprintf(n->peer, sizeof(n->peer), "(not rejoined)");
+		/* check_silence() counts from here: the window, not one
+		 * heartbeat timeout, to come back. */
+		n->last_ms = (int64_t)emb_clock_ms() + window -
+			     (int64_t)s->o.hb_timeout_ms;
+		if (n->role == EMB_ROLE_SERVER)
+			s->nservers++;
+		else
+			s->nworkers++;
+		live += !n->dead && !n->finished;
+	}
+	memcpy(s->dead, st.dead, st.ndead * sizeof(*s->dead));
+	s->ndead = st.ndead;
+	s->cmap = st.cmap; /* NULL unreplicated: build_map() makes it */
+	st.cmap = NULL;
+	emb_log(EMB_LOG_INFO,
+		"state file %s: taking up cluster %016llx at map epoch %llu; "
+		"%u node%s to rejoin within %lld ms",
+		s->state_path, (unsigned long long)s->cluster_id,
+		(unsigned long long)(s->cmap ? s->cmap->epoch : 1), live,
+		live == 1 ? "" : "s", (long long)window);
+	build_map(s);
+	if (st.fill_rank != EMB_SCHED_STATE_NO_FILL && s->cmap &&
+	    !s->nodes[st.fill_rank].dead) {
+		s->fill_rank = st.fill_rank;
+		s->fill_first = st.fill_first;
+		s->fill_n = st.fill_n;
+		s->fill_fails = st.fill_fails;
+		s->fill_ms = (int64_t)emb_clock_ms();
+		emb_log(EMB_LOG_INFO,
+			"server %u was being filled (slots %u-%u): that "
+			"chunk starts again",
+			s->fill_rank, s->fill_first,
+			s->fill_first + s->fill_n - 1);
+		emb_cmap_fill_abort(s->cmap, s->fill_rank, s->fill_first,
+				    s->fill_n, s->cmap);
+		fill_next(s);
+		republish(s);
+	} else if (s->cmap) {
+		/* A filled server that died: its fill entries went with it
+		 * (emb_cmap_remove()), nothing to start again. */
+		state_save(s);
+	}
+	/* Every worker may have finished just before the restart. */
+	check_end(s);
+	if (!s->map)
+		rc = -ENOMEM;
+out:
+	emb_sched_state_free(&st);
+	return rc;
+}
+
 int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 {
 	struct emb_listen_opts lo = EMB_LISTEN_OPTS_DEFAULT;
@@ -1479,10 +1773,18 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	if (s->tick_ms > 200)
 		s->tick_ms = 200;
 	s->look_last_ms = (int64_t)emb_clock_ms();
-	if (!s->nodes || !s->dead || emb_authlimit_create(&s->authlimit)) {
+	s->state_path = opts->state_file && *opts->state_file
+			    ? strdup(opts->state_file)
+			    : NULL;
+	s->o.state_file = NULL;
+	if (!s->nodes || !s->dead || emb_authlimit_create(&s->authlimit) ||
+	    (opts->state_file && *opts->state_file && !s->state_path)) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
+	rc = state_restore(s);
+	if (rc)
+		goto err_free;
 	topts.call_timeout_ms = 0;
 	topts.max_frame_bytes = 1u << 20;
 	topts.reject_encode = emb_wire_reject_encode;
@@ -1521,6 +1823,8 @@ err_tr:
 	emb_transport_destroy(s->tr);
 err_free:
 	emb_authlimit_destroy(s->authlimit);
+	map_frame_put(s->map);
+	free(s->state_path);
 	free(s->cmap);
 	free(s->slots);
 	free(s->dead);
@@ -1580,6 +1884,7 @@ void emb_sched_destroy(struct emb_sched *s)
 	emb_transport_destroy(s->tr);
 	map_frame_put(s->map);
 	emb_authlimit_destroy(s->authlimit);
+	free(s->state_path);
 	free(s->cmap);
 	free(s->slots);
 	free(s->dead);

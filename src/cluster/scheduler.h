@@ -20,6 +20,13 @@
 
 struct emb_sched;
 
+/*
+ * How long a restarted scheduler waits for the nodes of the job it rebuilt
+ * to rejoin before it declares the missing ones dead: the longer of this
+ * and twice the heartbeat timeout.
+ */
+#define EMB_SCHED_REJOIN_MS 10000u
+
 struct emb_sched_opts {
 	const char *host;	/* listen address; copied */
 	uint16_t port;		/* 0 picks a free port */
@@ -42,6 +49,12 @@ struct emb_sched_opts {
 	 * way. Optional. */
 	void (*on_done)(void *arg, int status);
 	void *arg; /* passed to on_done */
+	/* The state file (cluster/sched_state.h), or NULL: none. Copied.
+	 * Written at each change of the formed job; a scheduler started on
+	 * an existing one takes the job up where it was, and its nodes
+	 * rejoin (docs/cluster.md, "When the scheduler restarts"). Removed
+	 * once the job is over. */
+	const char *state_file;
 };
 
 #define EMB_SCHED_OPTS_DEFAULT                                                 \
@@ -52,8 +65,12 @@ struct emb_sched_opts {
 				 .hb_timeout_ms = 10000})
 
 /*
- * Binds and starts serving in its own thread. 0 and *out, or -EINVAL (bad
- * opts, a token over 256 bytes), -EADDRINUSE, -ENOMEM, or another negative errno.
+ * Binds and starts serving in its own thread. With a state file that
+ * exists, rebuilds the job it holds first: its nodes have a rejoin window
+ * (EMB_SCHED_REJOIN_MS) to come back before they are declared dead. 0 and
+ * *out, or -EINVAL (bad opts, a token over 256 bytes, a state file whose
+ * counts or replicas are not these opts'), EMB_ESCHEDSTATE (a damaged
+ * state file), -EADDRINUSE, -ENOMEM, or another negative errno.
  */
 int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out);
 

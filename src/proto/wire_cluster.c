@@ -92,6 +92,39 @@ int emb_wire_register_req_encode(void *buf, size_t cap, uint64_t req_id,
 	return (int)(EMB_WIRE_HDR_SIZE + plen);
 }
 
+int emb_wire_rejoin_req_encode(void *buf, size_t cap, uint64_t req_id,
+			       const struct emb_wire_register_req *r)
+{
+	char host[EMB_WIRE_HOST_MAX + 1];
+	uint8_t *p = buf;
+	int len;
+
+	if (!r || r->host_len > EMB_WIRE_HOST_MAX || r->cluster_id == 0 ||
+	    r->rank >= (r->role == EMB_ROLE_SERVER ? EMB_WIRE_SERVERS_MAX
+						   : EMB_WIRE_WORKERS_MAX))
+		return EMB_EBADARG;
+	memcpy(host, r->host ? r->host : "", r->host_len);
+	host[r->host_len] = '\0';
+	if (strlen(host) != r->host_len)
+		return EMB_EBADARG;
+	if (cap < EMB_WIRE_HDR_SIZE + 16 + r->host_len + EMB_WIRE_REJOIN_SIZE)
+		return -ENOSPC;
+	len = emb_wire_register_req_encode(buf, cap, req_id, r->role, r->port,
+					   r->pid, host);
+	if (len < 0)
+		return len;
+	put_hdr(p, EMB_OP_REGISTER, req_id, 0,
+		16 + r->host_len + EMB_WIRE_REJOIN_SIZE);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p + 12, EMB_WIRE_REGISTER_REJOIN);
+	p += 16 + r->host_len;
+	emb_le32_store(p, r->rank);
+	emb_le32_store(p + 4, 0);
+	emb_le64_store(p + 8, r->cluster_id);
+	emb_le64_store(p + 16, r->map_epoch);
+	return len + (int)EMB_WIRE_REJOIN_SIZE;
+}
+
 static bool register_resp_ok(const struct emb_wire_register_resp *r)
 {
 	if (!node_role(r->role) || r->server_num == 0 ||
@@ -306,7 +339,7 @@ int emb_wire_register_req_decode(const struct emb_wire_frame *f,
 				 struct emb_wire_register_req *out)
 {
 	const uint8_t *p;
-	uint32_t hl;
+	uint32_t hl, flags, tail;
 	int rc = check_req(f, EMB_OP_REGISTER);
 
 	if (rc)
@@ -315,15 +348,34 @@ int emb_wire_register_req_decode(const struct emb_wire_frame *f,
 	if (f->hdr.count || f->hdr.payload_len < 16)
 		return EMB_EBADFRAME;
 	hl = emb_le16_load(p + 6);
-	if (hl > EMB_WIRE_HOST_MAX || f->hdr.payload_len != 16 + hl ||
-	    emb_le32_load(p + 12) || !node_role(emb_le32_load(p)) ||
-	    !host_ok((const char *)p + 16, hl))
+	flags = emb_le32_load(p + 12);
+	/* A rejoin carries its place after the host; any other flag is
+	 * one this version does not know. */
+	tail = flags == EMB_WIRE_REGISTER_REJOIN ? EMB_WIRE_REJOIN_SIZE : 0;
+	if (hl > EMB_WIRE_HOST_MAX || f->hdr.payload_len != 16 + hl + tail ||
+	    (flags & ~EMB_WIRE_REGISTER_REJOIN) ||
+	    !node_role(emb_le32_load(p)) || !host_ok((const char *)p + 16, hl))
 		return EMB_EBADFRAME;
+	memset(out, 0, sizeof(*out));
 	out->role = emb_le32_load(p);
 	out->port = emb_le16_load(p + 4);
 	out->pid = emb_le32_load(p + 8);
 	out->host = hl ? (const char *)p + 16 : NULL;
 	out->host_len = hl;
+	if (tail) {
+		const uint8_t *t = p + 16 + hl;
+		uint32_t max = out->role == EMB_ROLE_SERVER
+				   ? EMB_WIRE_SERVERS_MAX
+				   : EMB_WIRE_WORKERS_MAX;
+
+		out->rejoin = true;
+		out->rank = emb_le32_load(t);
+		out->cluster_id = emb_le64_load(t + 8);
+		out->map_epoch = emb_le64_load(t + 16);
+		if (out->rank >= max || emb_le32_load(t + 4) ||
+		    out->cluster_id == 0)
+			return EMB_EBADFRAME;
+	}
 	return 0;
 }
 

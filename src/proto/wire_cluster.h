@@ -27,10 +27,20 @@
  *                 0 for workers
  *   6       2     host_len, 0..EMB_WIRE_HOST_MAX
  *   8       4     pid of the node, for logs
- *   12      4     reserved
+ *   12      4     flags: bit 0 = rejoin (the tail below follows the
+ *                 host); other bits 0. Before rejoins this field was
+ *                 reserved: a scheduler that predates them refuses a
+ *                 rejoin as a bad frame, never mistakes it for a join
  *   16      hl    host the node serves on: printable ASCII, no spaces;
  *                 empty = the address the scheduler sees it connect from
- *   payload_len = 16 + host_len
+ *   payload_len = 16 + host_len, or 16 + host_len + 24 with the rejoin
+ *   tail (docs/cluster.md, "When the scheduler restarts"):
+ *   16+hl   4     rank the node holds: < EMB_WIRE_SERVERS_MAX (servers)
+ *                 or EMB_WIRE_WORKERS_MAX (workers)
+ *   20+hl   4     reserved
+ *   24+hl   8     cluster id of the scheduler run it registered with,
+ *                 not 0
+ *   32+hl   8     epoch of the replicated map it holds (0: none)
  *
  * REGISTER response (count 0): the node's place in the cluster
  *   0       4     role, as registered
@@ -141,6 +151,8 @@
 #define EMB_WIRE_REPLICAS_MAX	    8u /* copies of a slot in the map */
 #define EMB_WIRE_SERVER_REMOVED	    0x1u /* map entry flag: declared dead */
 #define EMB_WIRE_REGISTER_RESP_SIZE 32u
+#define EMB_WIRE_REGISTER_REJOIN    0x1u /* REGISTER flag: a rejoin */
+#define EMB_WIRE_REJOIN_SIZE	    24u  /* the rejoin tail's bytes */
 #define EMB_WIRE_NODE_REQ_SIZE	    8u
 #define EMB_WIRE_HEARTBEAT_REQ_SIZE 16u
 #define EMB_WIRE_FILL_DONE_REQ_SIZE 24u
@@ -189,6 +201,12 @@ struct emb_wire_register_req {
 	uint32_t pid;	   /* node's process id, for logs */
 	const char *host;  /* host_len bytes, not terminated; NULL if 0 */
 	uint32_t host_len; /* 0..EMB_WIRE_HOST_MAX */
+	/* A rejoin: a node of a formed cluster whose scheduler restarted
+	 * comes back to the place it holds. */
+	bool rejoin;	     /* the fields below are set */
+	uint32_t rank;	     /* within the role */
+	uint64_t cluster_id; /* of the run it first registered with */
+	uint64_t map_epoch;  /* of the replicated map it holds, 0: none */
 };
 
 struct emb_wire_register_resp {
@@ -252,6 +270,12 @@ struct emb_wire_barrier_req {
 int emb_wire_register_req_encode(void *buf, size_t cap, uint64_t req_id,
 				 uint32_t role, uint16_t port, uint32_t pid,
 				 const char *host);
+/*
+ * A REGISTER with the rejoin tail from r (r->rejoin is not read).
+ * EMB_EBADARG as above, or a rank out of range, cluster id 0.
+ */
+int emb_wire_rejoin_req_encode(void *buf, size_t cap, uint64_t req_id,
+			       const struct emb_wire_register_req *r);
 /* EMB_EBADARG: counts out of range, timeout 0, rank >= its role's count. */
 int emb_wire_register_resp_encode(void *buf, size_t cap, uint64_t req_id,
 				  const struct emb_wire_register_resp *r);

@@ -560,6 +560,9 @@ static void test_scheduler_lost(void)
 	struct barrier_arg b;
 	pthread_t th;
 
+	/* Nodes ride out a missing scheduler for this long, then give up
+	 * as they always did. */
+	setenv("EMB_SCHED_GRACE", "1", 1);
 	cluster_up(&cl, 1, 2, 1000);
 	workers_join(w, 2);
 	b = (struct barrier_arg){w[0].c, "epoch", 0, false};
@@ -580,6 +583,144 @@ static void test_scheduler_lost(void)
 	for (int i = 0; i < 2; i++)
 		emb_client_destroy(w[i].c);
 	cluster_down(&cl);
+	unsetenv("EMB_SCHED_GRACE");
+}
+
+/*
+ * A scheduler that dies mid-job and starts again on its port with its
+ * state file: every node rejoins, a barrier entered before the death
+ * completes after it, and the job ends as ever when the workers finish.
+ */
+static void test_scheduler_restarts(void)
+{
+	struct emb_sched_opts o = EMB_SCHED_OPTS_DEFAULT;
+	struct emb_sched_stats st;
+	struct cluster cl;
+	struct worker w[2] = {0};
+	struct barrier_arg b;
+	char *dir = emb_test_tmpdir(), path[512];
+	pthread_t th;
+	uint16_t port;
+
+	snprintf(path, sizeof(path), "%s/sched.state", dir);
+	cluster_up(&cl, 1, 2, 1000);
+	/* cluster_up's scheduler has no state file: this one does, on the
+	 * same port, before anyone joined. */
+	port = emb_sched_port(cl.sched);
+	emb_node_destroy(cl.snode[0]);
+	emb_sched_destroy(cl.sched);
+	o.port = port;
+	o.server_num = 1;
+	o.worker_num = 2;
+	o.hb_timeout_ms = 1000;
+	o.state_file = path;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &cl.sched), 0);
+	{
+		struct emb_node_opts no = {
+		    .sched_host = "127.0.0.1",
+		    .sched_port = port,
+		    .role = EMB_ROLE_SERVER,
+		    .host = "127.0.0.1",
+		    .port = emb_server_port(cl.srv[0]),
+		    .join_timeout_ms = 10000,
+		    .on_end = on_server_end,
+		    .arg = &cl.ends[0],
+		};
+
+		CU_ASSERT_EQUAL_FATAL(emb_node_create(&no, &cl.snode[0]), 0);
+	}
+	workers_join(w, 2);
+	/* The server knows the cluster formed (its heartbeats would tell
+	 * it soon): a node rides out only a formed cluster's scheduler. */
+	CU_ASSERT_EQUAL(emb_node_wait_map(cl.snode[0]), 0);
+	CU_ASSERT_EQUAL(access(path, F_OK), 0);
+
+	b = (struct barrier_arg){w[0].c, "epoch", 0, false};
+	pthread_create(&th, NULL, barrier_main, &b);
+	sleep_ms(100);
+	/* The scheduler dies; nodes go on without it for a while. */
+	emb_sched_destroy(cl.sched);
+	sleep_ms(300);
+	CU_ASSERT(!__atomic_load_n(&b.returned, __ATOMIC_SEQ_CST));
+	CU_ASSERT_EQUAL(__atomic_load_n(&cl.ends[0], __ATOMIC_SEQ_CST), 1);
+	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &cl.sched), 0);
+	/* The barrier's first worker sends it again on the new link; the
+	 * second arrives there. */
+	CU_ASSERT_EQUAL(emb_client_barrier(w[1].c, "epoch"), 0);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(b.rc, 0);
+	emb_sched_stats(cl.sched, &st);
+	CU_ASSERT_EQUAL(st.alive[0], 1);
+	CU_ASSERT_EQUAL(st.alive[1], 2);
+	CU_ASSERT_EQUAL(st.dead[0] + st.dead[1], 0);
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL(emb_client_finish(w[i].c), 0);
+		emb_client_destroy(w[i].c);
+	}
+	CU_ASSERT_EQUAL(emb_sched_wait(cl.sched, 20000), 0);
+	for (int k = 0;
+	     k < 500 && __atomic_load_n(&cl.ends[0], __ATOMIC_SEQ_CST) == 1;
+	     k++)
+		sleep_ms(10);
+	CU_ASSERT_EQUAL(__atomic_load_n(&cl.ends[0], __ATOMIC_SEQ_CST), 0);
+	/* A job that is over leaves no state to take up. */
+	CU_ASSERT_NOT_EQUAL(access(path, F_OK), 0);
+	cluster_down(&cl);
+	emb_test_rmtree(dir);
+	free(dir);
+}
+
+/*
+ * A restarted scheduler declares a node that does not come back within
+ * its rejoin window dead: a worker that vanished while it was away fails
+ * the job, as a worker death always does.
+ */
+static void test_restart_missing_node(void)
+{
+	struct emb_sched_opts o = EMB_SCHED_OPTS_DEFAULT;
+	struct cluster cl;
+	struct worker w[2] = {0};
+	char *dir = emb_test_tmpdir(), path[512];
+	uint16_t port;
+
+	snprintf(path, sizeof(path), "%s/sched.state", dir);
+	cluster_up(&cl, 1, 2, 500);
+	port = emb_sched_port(cl.sched);
+	emb_node_destroy(cl.snode[0]);
+	emb_sched_destroy(cl.sched);
+	o.port = port;
+	o.server_num = 1;
+	o.worker_num = 2;
+	o.hb_timeout_ms = 500;
+	o.state_file = path;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &cl.sched), 0);
+	{
+		struct emb_node_opts no = {
+		    .sched_host = "127.0.0.1",
+		    .sched_port = port,
+		    .role = EMB_ROLE_SERVER,
+		    .host = "127.0.0.1",
+		    .port = emb_server_port(cl.srv[0]),
+		    .join_timeout_ms = 10000,
+		    .on_end = on_server_end,
+		    .arg = &cl.ends[0],
+		};
+
+		CU_ASSERT_EQUAL_FATAL(emb_node_create(&no, &cl.snode[0]), 0);
+	}
+	workers_join(w, 2);
+	CU_ASSERT_EQUAL(emb_node_wait_map(cl.snode[0]), 0);
+	emb_sched_destroy(cl.sched);
+	/* Worker 1 is gone before the scheduler comes back. */
+	emb_client_destroy(w[1].c);
+	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &cl.sched), 0);
+	/* Worker 0's barrier fails once the window passes (10 s). */
+	CU_ASSERT_EQUAL(emb_client_barrier(w[0].c, "x"), EMB_ENODEAD);
+	emb_client_destroy(w[0].c);
+	CU_ASSERT_EQUAL(emb_sched_wait(cl.sched, 30000), EMB_ENODEAD);
+	cluster_down(&cl);
+	emb_test_rmtree(dir);
+	free(dir);
 }
 
 static void test_without_scheduler(void)
@@ -900,8 +1041,16 @@ int main(int argc, char **argv)
 	     test_token_cluster},
 	    {"barrier waits for every worker, and again", test_barrier},
 	    {"barrier fails when a worker dies", test_barrier_dead_worker},
-	    {"losing the scheduler fails barrier, finish and servers",
+	    {"losing the scheduler for longer than EMB_SCHED_GRACE fails "
+	     "barrier, finish and servers",
 	     test_scheduler_lost},
+	    {"a scheduler restarted on its state file takes the job up: "
+	     "nodes rejoin, a barrier across the restart completes, the job "
+	     "ends",
+	     test_scheduler_restarts},
+	    {"a restarted scheduler declares a node that does not rejoin "
+	     "dead",
+	     test_restart_missing_node},
 	    {"client without scheduler has rank 0 of 1",
 	     test_without_scheduler},
 	    {"frozen server is declared dead and calls fail",

@@ -439,9 +439,11 @@ static void check_cluster(const struct emb_wire_frame *f)
 		memcpy(text, rq.host ? rq.host : "", rq.host_len);
 		text[rq.host_len] = '\0';
 		same(f, out,
-		     emb_wire_register_req_encode(out, sizeof(out),
-						  f->hdr.req_id, rq.role,
-						  rq.port, rq.pid, text),
+		     rq.rejoin ? emb_wire_rejoin_req_encode(
+				     out, sizeof(out), f->hdr.req_id, &rq)
+			       : emb_wire_register_req_encode(
+				     out, sizeof(out), f->hdr.req_id, rq.role,
+				     rq.port, rq.pid, text),
 		     "register request");
 	}
 	if (emb_wire_register_resp_decode(f, &rr) == 0)

@@ -76,6 +76,16 @@ static void save_cluster(void)
 	    .hb_timeout_ms = 10000,
 	    .cluster_id = 0x1234,
 	};
+	const struct emb_wire_register_req rejoin = {
+	    .role = EMB_ROLE_SERVER,
+	    .port = 7164,
+	    .pid = 42,
+	    .host = "10.0.0.2",
+	    .host_len = 8,
+	    .rank = 1,
+	    .cluster_id = 0x1234,
+	    .map_epoch = 3,
+	};
 
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
 		slot_map[i] = (uint16_t)(i * 2 / EMB_NSLOTS);
@@ -86,6 +96,8 @@ static void save_cluster(void)
 	save("register_req_worker",
 	     emb_wire_register_req_encode(buf, sizeof(buf), 1,
 					  EMB_ROLE_WORKER, 0, 43, NULL));
+	save("register_req_rejoin",
+	     emb_wire_rejoin_req_encode(buf, sizeof(buf), 1, &rejoin));
 	save("register_resp",
 	     emb_wire_register_resp_encode(buf, sizeof(buf), 1, &rr));
 	save("cluster_map_req",

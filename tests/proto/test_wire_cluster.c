@@ -361,10 +361,72 @@ static void test_truncated(void)
 	CU_ASSERT_STRING_EQUAL(emb_role_name(77), "?");
 }
 
+/* A rejoin: the REGISTER flag and its tail; what a join is not. */
+static void test_rejoin(void)
+{
+	struct emb_wire_register_req rq, in = {
+					     .role = EMB_ROLE_SERVER,
+					     .port = 7164,
+					     .pid = 42,
+					     .host = "10.0.0.2",
+					     .host_len = 8,
+					     .rank = 2,
+					     .cluster_id = 0x1234567890abcdefull,
+					     .map_epoch = 17,
+					 };
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_rejoin_req_encode(buf, sizeof(buf), 7, &in);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 16 + 8 + 24);
+	f = frame(len);
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), 0);
+	CU_ASSERT(rq.rejoin);
+	CU_ASSERT_EQUAL(rq.role, EMB_ROLE_SERVER);
+	CU_ASSERT_EQUAL(rq.port, 7164);
+	CU_ASSERT_EQUAL(rq.host_len, 8);
+	CU_ASSERT_EQUAL(memcmp(rq.host, "10.0.0.2", 8), 0);
+	CU_ASSERT_EQUAL(rq.rank, 2);
+	CU_ASSERT_EQUAL(rq.cluster_id, 0x1234567890abcdefull);
+	CU_ASSERT_EQUAL(rq.map_epoch, 17);
+	/* Reserved, cluster id 0, a rank past the role's maximum. */
+	buf[32 + 16 + 8 + 4] = 1;
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), EMB_EBADFRAME);
+	buf[32 + 16 + 8 + 4] = 0;
+	memset(buf + 32 + 16 + 8 + 8, 0, 8);
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), EMB_EBADFRAME);
+	emb_le64_store(buf + 32 + 16 + 8 + 8, 5);
+	emb_le32_store(buf + 32 + 16 + 8, EMB_WIRE_SERVERS_MAX);
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), EMB_EBADFRAME);
+	emb_le32_store(buf + 32 + 16 + 8, 2);
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), 0);
+	/* Flags this version does not know. */
+	emb_le32_store(buf + 32 + 12, 3);
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), EMB_EBADFRAME);
+	/* A plain join decodes with rejoin false. */
+	len = emb_wire_register_req_encode(buf, sizeof(buf), 7,
+					   EMB_ROLE_WORKER, 0, 1, NULL);
+	f = frame(len);
+	CU_ASSERT_EQUAL(emb_wire_register_req_decode(&f, &rq), 0);
+	CU_ASSERT(!rq.rejoin);
+	/* The encoder refuses what the decoder would. */
+	in.cluster_id = 0;
+	CU_ASSERT_EQUAL(emb_wire_rejoin_req_encode(buf, sizeof(buf), 1, &in),
+			EMB_EBADARG);
+	in.cluster_id = 1;
+	in.rank = EMB_WIRE_SERVERS_MAX;
+	CU_ASSERT_EQUAL(emb_wire_rejoin_req_encode(buf, sizeof(buf), 1, &in),
+			EMB_EBADARG);
+	in.rank = 0;
+	CU_ASSERT_EQUAL(emb_wire_rejoin_req_encode(buf, 60, 1, &in), -ENOSPC);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
 	    {"register round-trips and refuses bad fields", test_register},
+	    {"a rejoin carries rank, cluster id and map epoch",
+	     test_rejoin},
 	    {"cluster map round-trips and refuses bad ranks", test_map},
 	    {"cluster map carries replicas and removed servers",
 	     test_map_replicas},

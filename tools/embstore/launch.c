@@ -9,7 +9,10 @@
  * whatever they start in turn, and the launcher is their subreaper, so
  * orphans come back to it to be reaped. When a worker fails, or on SIGINT
  * or SIGTERM, the group gets SIGTERM, then SIGKILL after a grace period,
- * and the launcher returns only once every process is reaped.
+ * and the launcher returns only once every process is reaped. A scheduler
+ * killed by a signal is started again on its port with the same
+ * environment: it takes the job up from its state file in the log
+ * directory, and the nodes, which ride out its absence, rejoin it.
  *
  * Single-threaded: one poll loop over the pipes and a signalfd.
  */
@@ -49,6 +52,8 @@
 #define LINE_MAX_LEN   4096  /* longer lines are cut into pieces */
 #define CHILDREN_MAX   1024
 #define JOIN_TIMEOUT_S 60 /* EMB_CLUSTER_TIMEOUT unless set */
+#define SCHED_RESTARTS_MAX 16 /* scheduler restarts in one job */
+#define ENV_MAX		   24 /* a child's environment pairs, flat */
 
 enum kind { K_SCHED, K_SERVER, K_WORKER };
 
@@ -83,6 +88,9 @@ struct launch {
 	uint32_t replicas;  /* copies of each slot (--replicas) */
 	uint32_t nservers;  /* servers started */
 	uint32_t servers_lost; /* servers that died while the job ran */
+	char *const *sched_argv;	/* to start the scheduler again */
+	const char *sched_env[ENV_MAX]; /* its environment, NULL-ended */
+	uint32_t sched_restarts;	/* times it was started again */
 };
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -130,6 +138,9 @@ static void usage(FILE *f)
 		"  --job NAME         the job's name in etcd (default: "
 		"launch-PID-TIME); its\n"
 		"                     keys are deleted before and after\n"
+		"A scheduler killed by a signal is started again on its port; "
+		"it takes the\njob up from D/scheduler.state and the nodes "
+		"rejoin it (docs/cluster.md).\n"
 		"  --help, --version\n"
 		"Children find the cluster through EMB_SCHED_HOST and "
 		"EMB_SCHED_PORT; the\nlauncher's directory comes first on "
@@ -415,6 +426,43 @@ static bool server_covered(struct launch *l)
 	return true;
 }
 
+/*
+ * The scheduler was killed (a crash, the OOM killer, an operator): the
+ * job need not end. It starts again on its port with its environment and
+ * takes the job up from its state file; true when it did. Exits with a
+ * status are the scheduler's own verdict and are not retried.
+ */
+static bool sched_restart(struct launch *l, struct child *c, int status)
+{
+	int rc;
+
+	if (c->kind != K_SCHED || !WIFSIGNALED(status) || l->stopping ||
+	    !l->sched_argv)
+		return false;
+	if (l->sched_restarts == SCHED_RESTARTS_MAX) {
+		say("the scheduler died %u times: not starting it again",
+		    SCHED_RESTARTS_MAX + 1);
+		return false;
+	}
+	/* The old pipe's last lines first: the new one takes its place. */
+	for (int i = 0; i < 64 && c->out >= 0 && drain(c); i++)
+		;
+	if (c->out >= 0) {
+		close(c->out);
+		c->out = -1;
+	}
+	l->sched_restarts++;
+	say("restarting the scheduler on %s from its state file (restart "
+	    "%u)",
+	    l->sched, l->sched_restarts);
+	rc = spawn(l, c, l->sched_argv, l->sched_env);
+	if (rc) {
+		say("cannot restart the scheduler: %s", strerror(-rc));
+		return false;
+	}
+	return true;
+}
+
 /* Reaps every child that exited, ours or orphans handed to us. */
 static void reap(struct launch *l)
 {
@@ -434,6 +482,8 @@ static void reap(struct launch *l)
 		else
 			say("%s killed by %s", c->name,
 			    strsignal(WTERMSIG(status)));
+		if (sched_restart(l, c, status))
+			continue;
 		/* A failure while the job runs stops the job, except a
 		 * server's while others hold copies of its slots. */
 		if (!ok && !l->stopping && c->kind == K_SERVER &&
@@ -607,7 +657,7 @@ int emb_cmd_launch(int argc, char **argv)
 	const char *dir = "log";
 	char bin[PATH_MAX], self[PATH_MAX], port[8], snum[16], wnum[16];
 	char rnum[16];
-	char name[32], tmo[24], *path = NULL;
+	char name[32], tmo[24], *path = NULL, state[PATH_MAX];
 	long timeout_s;
 	char *sched_argv[4], *server_argv[2];
 	uint16_t sched_port = 0;
@@ -744,6 +794,17 @@ int emb_cmd_launch(int argc, char **argv)
 		return 1;
 	}
 	snprintf(port, sizeof(port), "%u", sched_port);
+	/* The scheduler's state file, for its restarts; one from a job
+	 * before in the same directory is not this job's. */
+	if ((size_t)snprintf(state, sizeof(state), "%s/scheduler.state", dir) >=
+	    sizeof(state)) {
+		say("--log-dir %s: path too long", dir);
+		return 2;
+	}
+	if (!l.coord && unlink(state) && errno != ENOENT) {
+		say("cannot remove %s: %s", state, strerror(errno));
+		return 1;
+	}
 	snprintf(snum, sizeof(snum), "%u", S);
 	snprintf(wnum, sizeof(wnum), "%u", W);
 	snprintf(rnum, sizeof(rnum), "%u", R);
@@ -818,12 +879,22 @@ int emb_cmd_launch(int argc, char **argv)
 		    rnum,
 		    "PATH",
 		    path,
-		    /* Servers bind a free port and register it. */
-		    k == K_SERVER ? "EMB_LISTEN" : NULL,
-		    "127.0.0.1:0",
+		    /* Servers bind a free port and register it; the
+		     * scheduler keeps its state for its restarts. */
+		    k == K_SERVER  ? "EMB_LISTEN"
+		    : k == K_SCHED ? "EMB_SCHED_STATE"
+				   : NULL,
+		    k == K_SERVER ? "127.0.0.1:0" : state,
 		    NULL,
 		    NULL,
 		};
+		_Static_assert(sizeof(env) / sizeof(env[0]) <= ENV_MAX,
+			       "room for the scheduler's environment");
+
+		if (k == K_SCHED) {
+			memcpy(l.sched_env, env, sizeof(env));
+			l.sched_argv = sched_argv;
+		}
 
 		if (k == K_SCHED)
 			snprintf(name, sizeof(name), "scheduler");
