@@ -194,6 +194,65 @@ static void test_deadline_across_reroute(void)
 	nt_child_reap(&ch[1], SIGKILL);
 }
 
+/*
+ * A server this client cannot reach while nobody declares it dead (a cut
+ * link; here a frozen process, whose kernel still takes the bytes): a
+ * pull whose rows there go in several requests ends at its deadline with
+ * -ETIMEDOUT naming that server, not with whichever error the first of
+ * its requests to be dropped with the conn happened to get.
+ */
+static void test_unreachable(void)
+{
+	const uint32_t timeout_ms = 1500;
+	struct emb_table_spec sp = nt_spec("cut", DIM, 6);
+	struct emb_client_opts o = EMB_CLIENT_OPTS_DEFAULT;
+	struct nt_child ch[2];
+	uint16_t ports[2];
+	struct emb_client_table *t;
+	struct emb_client *c;
+	struct emb_cmap m;
+	char addr[128], msg[512], want[64];
+	uint64_t ids[256], t0, ms;
+	float got[256 * DIM];
+	int rc;
+
+	for (int i = 0; i < 2; i++) {
+		nt_child_start(&ch[i], NULL);
+		ports[i] = ch[i].port;
+	}
+	nt_addr_list(addr, sizeof(addr), ports, 2);
+	o.servers = addr;
+	o.timeout_ms = timeout_ms;
+	o.part_ids = 16; /* several requests to each server */
+	CU_ASSERT_EQUAL_FATAL(emb_client_create(&o, &c), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 2, 2), 0);
+	set_cmap(c, &m, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	for (uint32_t i = 0; i < 256; i++)
+		ids[i] = 5000 + i;
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids, 256, got, 0, NULL),
+			      0);
+
+	CU_ASSERT_EQUAL_FATAL(kill(ch[1].pid, SIGSTOP), 0);
+	t0 = emb_clock_ms();
+	rc = emb_client_table_pull(t, ids, 256, got, 0, NULL);
+	ms = emb_clock_ms() - t0;
+	CU_ASSERT_EQUAL(rc, -ETIMEDOUT);
+	CU_ASSERT(ms >= timeout_ms - 20 && ms < timeout_ms + 400);
+	CU_ASSERT_EQUAL(emb_last_error(msg, sizeof(msg)), -ETIMEDOUT);
+	snprintf(want, sizeof(want), "127.0.0.1:%u (rank 1)", ports[1]);
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, want));
+	printf("(%llu ms, \"%s\") ", (unsigned long long)ms, msg);
+
+	/* Answering again: the next call gets a new conn and goes through. */
+	CU_ASSERT_EQUAL_FATAL(kill(ch[1].pid, SIGCONT), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 256, got, 0, NULL), 0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	nt_child_reap(&ch[0], SIGTERM);
+	nt_child_reap(&ch[1], SIGTERM);
+}
+
 /* ---- a fill's fence (EMB_EMOVING), with in-process servers ---- */
 
 struct lift {
@@ -309,6 +368,9 @@ int main(int argc, char **argv)
 	     test_pull_split},
 	    {"a call ends at its deadline across a reroute",
 	     test_deadline_across_reroute},
+	    {"a server that stops answering fails the call at its deadline, "
+	     "named",
+	     test_unreachable},
 	    {"a write refused for a fill goes again until the deadline",
 	     test_moving},
 	    {NULL, NULL},
