@@ -441,10 +441,12 @@ void emb__conn_post(struct emb_client *c, struct part *p);
 /* Loop thread: ends every part waiting on s with status. */
 void emb__conn_fail_waiting(struct server *s, int status);
 /*
- * Loop thread: p's op passed its deadline while p waited for server s or
- * was on its way there: records the call's error (emb_last_error() names
- * the server, its rank and why: why is the last failure, 0 for none) and
- * returns -ETIMEDOUT.
+ * Loop thread: p's op passed its deadline while p waited for its server
+ * or was on its way there; why is the last thing that went wrong (0:
+ * nothing but silence). Records the call's error, whose message names the
+ * server by address and rank, and returns its code: why when the server
+ * refused or dropped the connection (it is down: -ECONNREFUSED,
+ * EMB_EPEERDEAD ...), else -ETIMEDOUT.
  */
 int emb__conn_timeout(struct emb_client *c, const struct part *p, int why);
 /* Loop thread: drops s's read conn (one-sided); a no-op without one. */

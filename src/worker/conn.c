@@ -122,11 +122,17 @@ int emb__conn_timeout(struct emb_client *c, const struct part *p, int why)
 {
 	struct server *s = &c->srv[p->req.server];
 	uint64_t now = emb_clock_ms();
-	/* A timeout says nothing more; a refusal or a lost conn does. */
+	/* A server that refused or dropped the connection is down, and
+	 * says so; one that said nothing (a cut link, a frozen process, a
+	 * conn this client closed) or only refused writes for a fill timed
+	 * out. */
+	int rc = conn_lost(why) && why != -ETIMEDOUT && why != EMB_ECLOSED
+		     ? why
+		     : -ETIMEDOUT;
 	bool show = why && why != -ETIMEDOUT;
 
 	pthread_mutex_lock(&c->err_lock);
-	c->last_status = -ETIMEDOUT;
+	c->last_status = rc;
 	snprintf(c->last_msg, sizeof(c->last_msg),
 		 "server %s:%u (rank %u): no answer within the call's %u ms "
 		 "deadline%s%s",
@@ -137,7 +143,7 @@ int emb__conn_timeout(struct emb_client *c, const struct part *p, int why)
 		emb_log(EMB_LOG_WARN, "%s", c->last_msg);
 	}
 	pthread_mutex_unlock(&c->err_lock);
-	return -ETIMEDOUT;
+	return rc;
 }
 
 static void part_wait(struct server *s, struct part *p)
