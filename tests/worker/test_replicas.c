@@ -201,6 +201,7 @@ static void test_deadline_across_reroute(void)
 	uint32_t n = 0;
 	float got[64 * DIM];
 	char msg[512], want[64];
+	bool late;
 	int rc;
 
 	for (int i = 0; i < 2; i++) {
@@ -223,12 +224,17 @@ static void test_deadline_across_reroute(void)
 	CU_ASSERT_EQUAL_FATAL(
 	    emb_client_table_pull_async(t, ids, n, got, 0, NULL, &op), 0);
 	usleep(timeout_ms / 2 * 1000);
+	/* A test thread that overslept past the deadline (a loaded machine)
+	 * checks the outcome but cannot time it. */
+	late = emb_clock_ms() - t0 > timeout_ms - 200;
 	CU_ASSERT_EQUAL(emb__client_server_dead(c, 0), 0);
 	rc = emb_async_wait(op);
 	ms = emb_clock_ms() - t0;
 	CU_ASSERT_EQUAL(rc, -ETIMEDOUT);
 	CU_ASSERT(ms >= timeout_ms - 20);
-	CU_ASSERT(ms < timeout_ms + 400);
+	CU_ASSERT(late || ms < timeout_ms + 400);
+	if (late)
+		printf("(slept past the deadline: not timed) ");
 	CU_ASSERT_EQUAL(emb_last_error(msg, sizeof(msg)), -ETIMEDOUT);
 	snprintf(want, sizeof(want), "127.0.0.1:%u (rank 1)", ports[1]);
 	CU_ASSERT_PTR_NOT_NULL(strstr(msg, want));
