@@ -261,6 +261,7 @@ struct part_retry {
 	struct part *fnext; /* fly list: next posted on the server */
 	struct part *fprev; /* fly list: previous, NULL for the head */
 	bool flying;	    /* in its server's fly list */
+	bool reading;	    /* ...for its READs on the read conn */
 	uint64_t due_ms;    /* delayed: when it goes again, monotonic ms */
 	uint32_t wait_ms;   /* delayed: its next back-off */
 	struct part *dnext; /* next delayed part */
@@ -440,6 +441,11 @@ void *emb__conn_loop(void *arg);
 void emb__conn_post(struct emb_client *c, struct part *p);
 /* Loop thread: ends every part waiting on s with status. */
 void emb__conn_fail_waiting(struct server *s, int status);
+/* Loop thread: p is posted on one of s's conns (p->retry.reading: its
+ * READs on the read conn) until its completion takes it off, so that it
+ * ends at its op's deadline (the loop drops that conn then). */
+void emb__conn_fly_add(struct server *s, struct part *p);
+void emb__conn_fly_del(struct server *s, struct part *p);
 /*
  * Loop thread: p's op passed its deadline while p waited for its server
  * or was on its way there; why is the last thing that went wrong (0:

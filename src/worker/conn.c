@@ -92,8 +92,7 @@ static void server_lost(struct server *s, int reason)
 	emb_conn_destroy(conn);
 }
 
-/* Loop thread: p is posted on s's conn until part_done() takes it off. */
-static void fly_add(struct server *s, struct part *p)
+void emb__conn_fly_add(struct server *s, struct part *p)
 {
 	p->retry.fprev = NULL;
 	p->retry.fnext = s->fly;
@@ -105,7 +104,7 @@ static void fly_add(struct server *s, struct part *p)
 		s->fly_check_ms = p->op->deadline_ms;
 }
 
-static void fly_del(struct server *s, struct part *p)
+void emb__conn_fly_del(struct server *s, struct part *p)
 {
 	if (!p->retry.flying)
 		return;
@@ -176,7 +175,7 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 	struct emb_client *c = p->op->c;
 	struct server *s = &c->srv[p->req.server];
 
-	fly_del(s, p);
+	emb__conn_fly_del(s, p);
 	if (status)
 		p->op->tainted = true;
 	/* A dead server's broken conn is its death, whichever came first:
@@ -225,7 +224,7 @@ void emb__conn_post(struct emb_client *c, struct part *p)
 	add(&c->requests, 1);
 	/* In the fly list before the call: a transport may complete it at
 	 * once. */
-	fly_add(s, p);
+	emb__conn_fly_add(s, p);
 	rc = emb_conn_call(s->conn, &p->req.hdr, p->req.iov, p->req.niov,
 			   p->req.resp, p->req.resp_cap, part_done, p);
 	if (rc)
@@ -626,17 +625,24 @@ static void rmaintain(struct emb_client *c, uint64_t now)
 static void fly_check(struct server *s, uint64_t now)
 {
 	uint64_t next = UINT64_MAX;
-	bool over = false;
+	bool over = false, rover = false;
 
 	if (now < s->fly_check_ms)
 		return;
 	for (struct part *p = s->fly; p; p = p->retry.fnext) {
-		if (p->op->deadline_ms <= now)
+		if (p->op->deadline_ms > now) {
+			if (p->op->deadline_ms < next)
+				next = p->op->deadline_ms;
+		} else if (p->retry.reading) {
+			rover = true;
+		} else {
 			over = true;
-		else if (p->op->deadline_ms < next)
-			next = p->op->deadline_ms;
+		}
 	}
 	s->fly_check_ms = next;
+	/* READs past it: they fall back to a PULL, which ends at once. */
+	if (rover && !stopping(s->c))
+		emb__rconn_lost(s, -ETIMEDOUT);
 	if (over && s->conn && !stopping(s->c)) {
 		emb_log(EMB_LOG_WARN,
 			"server %s:%u: no reply within a call's deadline: "
