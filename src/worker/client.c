@@ -172,6 +172,7 @@ static int client_create(const struct emb_client_opts *opts,
 		goto err_free;
 	for (uint32_t i = 0; i < c->nsrv; i++) {
 		c->srv[i].c = c;
+		c->srv[i].gen = 1;
 		c->srv[i].dead = removed && removed[i];
 	}
 	if (strcmp(tp, "auto") == 0) {

@@ -94,6 +94,8 @@ struct server {
 				       while down */
 	struct emb_wire_limits lim; /* from its first HELLO response */
 	bool dead;		    /* declared dead by the scheduler; atomic */
+	uint32_t gen;		    /* incarnation of this rank: 1, one more
+				       each time a newcomer takes it; atomic */
 	uint64_t push_seq;	    /* last PUSH sequence number; atomic */
 	/* Loop thread only, once the loop runs: */
 	struct emb_client *c;	    /* owner */
@@ -101,6 +103,10 @@ struct server {
 	bool sessions;		    /* it applies retried pushes once */
 	struct part *wait_head;	    /* parts waiting for a conn, FIFO */
 	struct part *wait_tail;	    /* last of them */
+	struct part *fly;	    /* parts posted on conn, not yet done */
+	uint64_t fly_check_ms;	    /* no part in fly has an earlier
+				       deadline; monotonic ms */
+	uint64_t timeout_log_ms;    /* next timeout to log, monotonic ms */
 	uint64_t retry_ms;	    /* next reconnect, monotonic ms */
 	uint32_t backoff_ms;	    /* wait after the next failure */
 	int last_err;		    /* why the last conn or attempt failed */
@@ -238,6 +244,9 @@ struct part_req {
 	uint8_t prefix[EMB_WIRE_PUSH_SESSION_PREFIX_SIZE]; /* PUSH's step,
 							      rank, session */
 	uint64_t seq;		   /* PUSH: sequence number to its server */
+	uint32_t gen;		   /* data calls: its server's gen when routed
+				      (a newcomer on that rank is not the
+				      server it was routed to); 0 = any */
 	bool once;		   /* never sent again: a synchronous push */
 	void *resp;		   /* response payload lands here */
 	size_t resp_cap;	   /* bytes */
@@ -245,9 +254,14 @@ struct part_req {
 	int status;		   /* this part's result */
 };
 
-/* A part waiting to go again: for its server's conn, or a back-off. */
+/* A part waiting to go again: for its server's conn, or a back-off; or
+ * posted on the conn, in its server's fly list until it is done. */
 struct part_retry {
 	struct part *wnext; /* next waiting on the server */
+	struct part *fnext; /* fly list: next posted on the server */
+	struct part *fprev; /* fly list: previous, NULL for the head */
+	bool flying;	    /* in its server's fly list */
+	bool reading;	    /* ...for its READs on the read conn */
 	uint64_t due_ms;    /* delayed: when it goes again, monotonic ms */
 	uint32_t wait_ms;   /* delayed: its next back-off */
 	struct part *dnext; /* next delayed part */
@@ -318,6 +332,8 @@ struct emb_async {
 				 on the loop when a newcomer's are learned) */
 	struct emb_client_table *tbl; /* pull: the table, held (refs) until
 					 emb__op_free() */
+	struct part *split;   /* pull: parts a reroute split off (their own
+				 memory, freed with the op), by rep.enext */
 	void *os_mem;	      /* one-sided bookkeeping of the parts (kept) */
 	uint32_t stride;      /* replicated write: floats per row sent */
 	void *mem;	      /* everything above lives here */
@@ -425,6 +441,20 @@ void *emb__conn_loop(void *arg);
 void emb__conn_post(struct emb_client *c, struct part *p);
 /* Loop thread: ends every part waiting on s with status. */
 void emb__conn_fail_waiting(struct server *s, int status);
+/* Loop thread: p is posted on one of s's conns (p->retry.reading: its
+ * READs on the read conn) until its completion takes it off, so that it
+ * ends at its op's deadline (the loop drops that conn then). */
+void emb__conn_fly_add(struct server *s, struct part *p);
+void emb__conn_fly_del(struct server *s, struct part *p);
+/*
+ * Loop thread: p's op passed its deadline while p waited for its server
+ * or was on its way there; why is the last thing that went wrong (0:
+ * nothing but silence). Records the call's error, whose message names the
+ * server by address and rank, and returns its code: why when the server
+ * refused or dropped the connection (it is down: -ECONNREFUSED,
+ * EMB_EPEERDEAD ...), else -ETIMEDOUT.
+ */
+int emb__conn_timeout(struct emb_client *c, const struct part *p, int why);
 /* Loop thread: drops s's read conn (one-sided); a no-op without one. */
 void emb__rconn_lost(struct server *s, int reason);
 
@@ -448,9 +478,16 @@ void emb__os_learn(struct emb_async *op, struct part *p);
 const uint16_t *emb__rep_keys(struct emb_client *c, bool by_group,
 			      uint32_t *nkeys);
 void emb__rep_unlock_keys(struct emb_client *c);
-/* Loop thread: a pull part whose server died moves to the live holder of
- * its slots. True when it did (p->req.server is the new one). */
-bool emb__rep_reroute(struct emb_async *op, struct part *p);
+/* What emb__rep_reroute() did with a pull part whose server died. */
+enum reroute {
+	REROUTE_NONE,  /* no live holder for some id: the part fails */
+	REROUTE_MOVED, /* one live holder for all: p->req.server is it */
+	REROUTE_SPLIT, /* several: parts of its own for each were sent, and
+			  p is over (with nothing to scatter) */
+};
+/* Loop thread: a pull part whose server died goes to the live holders of
+ * its slots. */
+enum reroute emb__rep_reroute(struct emb_async *op, struct part *p);
 /* Loop thread: slots left with no live holder. */
 uint32_t emb__rep_lost_slots(const struct emb_client *c);
 /* Loop thread: records why a fan-out to a dead server fails. */

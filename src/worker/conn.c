@@ -32,6 +32,12 @@
 
 #define BACKOFF_MIN_MS 10u  /* wait after the first failed reconnect */
 #define BACKOFF_MAX_MS 500u /* longest wait between reconnects */
+/* Longest connect attempt: a connect blocks the loop thread, and with it
+ * every other server's calls and every deadline, so a server whose SYNs
+ * vanish (a cut link) must not hold it long; a reachable server answers
+ * a connect in well under a millisecond, and a miss is tried again. */
+#define CONNECT_MAX_MS 1000u
+#define TIMEOUT_LOG_MS 1000u /* at most one timeout logged per server */
 
 static void server_up(struct emb_client *c, struct server *s);
 static void tables_next(struct emb_client *c, struct server *s);
@@ -86,6 +92,59 @@ static void server_lost(struct server *s, int reason)
 	emb_conn_destroy(conn);
 }
 
+void emb__conn_fly_add(struct server *s, struct part *p)
+{
+	p->retry.fprev = NULL;
+	p->retry.fnext = s->fly;
+	if (s->fly)
+		s->fly->retry.fprev = p;
+	s->fly = p;
+	p->retry.flying = true;
+	if (p->op->deadline_ms < s->fly_check_ms)
+		s->fly_check_ms = p->op->deadline_ms;
+}
+
+void emb__conn_fly_del(struct server *s, struct part *p)
+{
+	if (!p->retry.flying)
+		return;
+	if (p->retry.fprev)
+		p->retry.fprev->retry.fnext = p->retry.fnext;
+	else
+		s->fly = p->retry.fnext;
+	if (p->retry.fnext)
+		p->retry.fnext->retry.fprev = p->retry.fprev;
+	p->retry.flying = false;
+}
+
+int emb__conn_timeout(struct emb_client *c, const struct part *p, int why)
+{
+	struct server *s = &c->srv[p->req.server];
+	uint64_t now = emb_clock_ms();
+	/* A server that refused or dropped the connection is down, and
+	 * says so; one that said nothing (a cut link, a frozen process, a
+	 * conn this client closed) or only refused writes for a fill timed
+	 * out. */
+	int rc = conn_lost(why) && why != -ETIMEDOUT && why != EMB_ECLOSED
+		     ? why
+		     : -ETIMEDOUT;
+	bool show = why && why != -ETIMEDOUT;
+
+	pthread_mutex_lock(&c->err_lock);
+	c->last_status = rc;
+	snprintf(c->last_msg, sizeof(c->last_msg),
+		 "server %s:%u (rank %u): no answer within the call's %u ms "
+		 "deadline%s%s",
+		 s->host, s->port, p->req.server, c->timeout_ms,
+		 show ? ": last " : "", show ? emb_strerror(why) : "");
+	if (now >= s->timeout_log_ms) {
+		s->timeout_log_ms = now + TIMEOUT_LOG_MS;
+		emb_log(EMB_LOG_WARN, "%s", c->last_msg);
+	}
+	pthread_mutex_unlock(&c->err_lock);
+	return rc;
+}
+
 static void part_wait(struct server *s, struct part *p)
 {
 	p->retry.wnext = NULL;
@@ -116,6 +175,7 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 	struct emb_client *c = p->op->c;
 	struct server *s = &c->srv[p->req.server];
 
+	emb__conn_fly_del(s, p);
 	if (status)
 		p->op->tainted = true;
 	/* A dead server's broken conn is its death, whichever came first:
@@ -126,15 +186,18 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		/* A timeout as much as a reset: the next call gets a new
 		 * conn rather than one with a stuck request on it. */
 		server_lost(s, status);
-		/* Not again: a part whose attempt timed out (that took the
-		 * whole deadline), and a push to a synchronous table (the
-		 * server may still hold it for its step). */
-		if (!stopping(c) && status != -ETIMEDOUT && !p->req.once &&
+		/* Again on the next conn while the op's deadline allows, but
+		 * never a push to a synchronous table (the server may still
+		 * hold it for its step). The deadline is the op's, not the
+		 * attempt's: a retry does not start the clock again. */
+		if (!stopping(c) && !p->req.once &&
 		    emb_clock_ms() < p->op->deadline_ms) {
 			add(&c->retries, 1);
 			part_wait(s, p);
 			return;
 		}
+		if (!stopping(c) && emb_clock_ms() >= p->op->deadline_ms)
+			status = emb__conn_timeout(c, p, status);
 	}
 	c->fns->end(p, status, resp);
 }
@@ -159,6 +222,9 @@ void emb__conn_post(struct emb_client *c, struct part *p)
 					    : EMB_WIRE_PUSH_PREFIX_SIZE;
 	}
 	add(&c->requests, 1);
+	/* In the fly list before the call: a transport may complete it at
+	 * once. */
+	emb__conn_fly_add(s, p);
 	rc = emb_conn_call(s->conn, &p->req.hdr, p->req.iov, p->req.niov,
 			   p->req.resp, p->req.resp_cap, part_done, p);
 	if (rc)
@@ -548,9 +614,51 @@ static void rmaintain(struct emb_client *c, uint64_t now)
 }
 
 /*
- * Loop thread: ends waiting parts whose deadline passed and reconnects
- * servers that have parts waiting and whose backoff is over. Returns how
- * long the loop may sleep before the next call, in ms.
+ * Loop thread: when a part posted on s's conn belongs to an op whose
+ * deadline passed, the server did not answer in time (cut off, frozen, or
+ * its reply lost): the conn is dropped, so that part ends now with
+ * -ETIMEDOUT (part_done()) and the others on it go again on a new conn.
+ * The transport's own call timeout counts from each send, and a part sent
+ * again (after a reconnect, a refusal for a fill, a reroute) would
+ * otherwise outlive its op's deadline by up to a whole timeout.
+ */
+static void fly_check(struct server *s, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	bool over = false, rover = false;
+
+	if (now < s->fly_check_ms)
+		return;
+	for (struct part *p = s->fly; p; p = p->retry.fnext) {
+		if (p->op->deadline_ms > now) {
+			if (p->op->deadline_ms < next)
+				next = p->op->deadline_ms;
+		} else if (p->retry.reading) {
+			rover = true;
+		} else {
+			over = true;
+		}
+	}
+	s->fly_check_ms = next;
+	/* READs past it: they fall back to a PULL, which ends at once. */
+	if (rover && !stopping(s->c))
+		emb__rconn_lost(s, -ETIMEDOUT);
+	if (over && s->conn && !stopping(s->c)) {
+		emb_log(EMB_LOG_WARN,
+			"server %s:%u: no reply within a call's deadline: "
+			"dropping its connection",
+			s->host, s->port);
+		/* The calls on it complete with -ETIMEDOUT (part_done()). */
+		emb_conn_close(s->conn, -ETIMEDOUT);
+		server_lost(s, -ETIMEDOUT);
+	}
+}
+
+/*
+ * Loop thread: ends parts whose deadline passed (waiting for a conn, for
+ * their back-off, or posted and unanswered) and reconnects servers that
+ * have parts waiting and whose backoff is over. Returns how long the loop
+ * may sleep before the next call, in ms.
  */
 static int maintain(struct emb_client *c)
 {
@@ -573,6 +681,13 @@ static int maintain(struct emb_client *c)
 	}
 	while ((p = due)) {
 		due = p->retry.dnext;
+		/* Refused until the deadline: the server named, and what it
+		 * last said (the part's status holds it meanwhile). */
+		if (now >= p->op->deadline_ms && !stopping(c)) {
+			c->fns->end(p, emb__conn_timeout(c, p, p->req.status),
+				    NULL);
+			continue;
+		}
 		add(&c->retries, 1);
 		c->fns->send(c, p);
 	}
@@ -581,6 +696,10 @@ static int maintain(struct emb_client *c)
 		struct server *s = &c->srv[i];
 		struct part **wp = &s->wait_head, *last = NULL;
 
+		fly_check(s, now);
+		if (s->fly && s->fly_check_ms > now &&
+		    s->fly_check_ms - now < (uint64_t)wait)
+			wait = (int)(s->fly_check_ms - now);
 		while (*wp) {
 			p = *wp;
 
@@ -590,8 +709,8 @@ static int maintain(struct emb_client *c)
 				continue;
 			}
 			*wp = p->retry.wnext;
-			c->fns->end(p, s->last_err ? s->last_err : -ETIMEDOUT,
-				 NULL);
+			c->fns->end(p, emb__conn_timeout(c, p, s->last_err),
+				    NULL);
 		}
 		s->wait_tail = last;
 		if (!s->wait_head || s->state != SRV_DOWN)
@@ -665,7 +784,8 @@ int emb__conn_connect_all(struct emb_client *c, const char *transport,
 	int rc;
 
 	topts.call_timeout_ms = c->timeout_ms;
-	topts.connect_timeout_ms = c->timeout_ms < 5000 ? c->timeout_ms : 5000;
+	topts.connect_timeout_ms =
+	    c->timeout_ms < CONNECT_MAX_MS ? c->timeout_ms : CONNECT_MAX_MS;
 	topts.max_frame_bytes = EMB_WIRE_FRAME_MAX;
 	rc = emb_transport_create(transport, &topts, &c->tr);
 	if (rc)

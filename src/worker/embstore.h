@@ -9,9 +9,12 @@
  * Threads: a client runs its own network thread. Every function here may be
  * called from any thread, concurrently, except emb_client_destroy(), which
  * needs all other calls finished. Blocking calls return an error within the
- * client's timeout when a server dies or hangs, never hang. A connection
+ * client's timeout when a server dies or hangs, never hang: the timeout is
+ * each call's deadline from when it was made, and no retry starts it again
+ * (-ETIMEDOUT, or the connection's error if the server refused it; the
+ * last error names the server: docs/api.md, Deadlines). A connection
  * that breaks is made again (with backoff) and the requests on it are sent
- * again until the timeout passes, so a server restarted meanwhile is
+ * again until the deadline passes, so a server restarted meanwhile is
  * transparent; a push is applied at most once (docs/operations.md,
  * Failure).
  *

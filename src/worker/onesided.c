@@ -114,6 +114,8 @@ static void os_read_done(void *ctx, int status)
 	const size_t row_sz = (size_t)op->dim * sizeof(float);
 	uint64_t good = 0, bad = 0;
 
+	emb__conn_fly_del(s, p);
+	p->retry.reading = false;
 	if (status) {
 		/* Nothing landed that can be trusted: all go two-sided. A
 		 * batch of an older read conn leaves the current one be. */
@@ -192,8 +194,13 @@ void emb__os_start(struct emb_client *c, struct part *p)
 	p->rd.rop = (struct emb_read_op){
 	    .segs = p->rd.segs, .n = nseg, .done = os_read_done, .ctx = p};
 	p->rd.rgen = s->rgen;
+	/* In the fly list before the READs: they may complete at once. */
+	p->retry.reading = true;
+	emb__conn_fly_add(s, p);
 	rc = emb_conn_read(s->rconn, &p->rd.rop);
 	if (rc) {
+		emb__conn_fly_del(s, p);
+		p->retry.reading = false;
 		/* A closed conn is replaced; -EINVAL (landing memory not
 		 * registered) only costs this part its READs. */
 		if (rc == EMB_ECLOSED)

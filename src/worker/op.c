@@ -166,10 +166,19 @@ static void pull_end(struct part *p, int status,
 {
 	struct emb_async *op = p->op;
 
-	if (status == EMB_ENODEAD && emb__rep_reroute(op, p)) {
-		add(&op->c->retries, 1);
-		part_send(op->c, p);
-		return;
+	if (status == EMB_ENODEAD) {
+		switch (emb__rep_reroute(op, p)) {
+		case REROUTE_MOVED:
+			add(&op->c->retries, 1);
+			part_send(op->c, p);
+			return;
+		case REROUTE_SPLIT:
+			/* Its ids went out in parts of their own. */
+			part_close(p, 0);
+			return;
+		case REROUTE_NONE:
+			break;
+		}
 	}
 	status = resp_status(p, status, resp);
 	if (status == 0 && resp)
@@ -181,24 +190,31 @@ static void pull_end(struct part *p, int status,
 
 /*
  * Loop thread: a copy refused because its slots are being filled, or
- * routed by an older map than the server's: not applied, so it goes again,
- * same server and sequence number, until the deadline. True when it will.
+ * routed by an older map than the server's: not applied (the server
+ * refuses before its session window sees the sequence number), so it goes
+ * again, same server and sequence number, after a back-off. True when p
+ * is taken care of: delayed, or over with -ETIMEDOUT once the deadline
+ * passed (emb_last_error() names the server that kept refusing).
  */
 static bool write_again(struct part *p, int status,
 			const struct emb_frame_hdr *resp)
 {
 	struct emb_async *op = p->op;
 
-	if (status == 0 && p->rep.epoch &&
-	    (resp->status == EMB_EMOVING || resp->status == EMB_ESTALEMAP) &&
-	    !stopping(op->c) && emb_clock_ms() < op->deadline_ms) {
-		if (resp->status == EMB_ESTALEMAP && op->c->node)
-			emb_node_map_refresh(op->c->node);
-		add(&op->c->moved, 1);
-		emb__rep_delay(op->c, p);
+	if (status || stopping(op->c) ||
+	    (resp->status != EMB_EMOVING && resp->status != EMB_ESTALEMAP))
+		return false;
+	if (emb_clock_ms() >= op->deadline_ms) {
+		part_close(p, emb__conn_timeout(op->c, p, resp->status));
 		return true;
 	}
-	return false;
+	if (resp->status == EMB_ESTALEMAP && op->c->node)
+		emb_node_map_refresh(op->c->node);
+	add(&op->c->moved, 1);
+	/* What the server said, should the deadline pass meanwhile. */
+	p->req.status = resp->status;
+	emb__rep_delay(op->c, p);
+	return true;
 }
 
 /* Push and assign: applied, refused for a fill (again), or failed. */
@@ -452,7 +468,11 @@ static void part_send(struct emb_client *c, struct part *p)
 	struct server *s = &c->srv[p->req.server];
 	int rc;
 
-	if (srv_dead(s)) {
+	/* Dead, or a newcomer took its rank since p was routed: what p was
+	 * meant for is gone (a copy on a dead holder, a pull to reroute). */
+	if (srv_dead(s) ||
+	    (p->req.gen &&
+	     p->req.gen != __atomic_load_n(&s->gen, __ATOMIC_RELAXED))) {
 		part_end(p, EMB_ENODEAD, NULL);
 		return;
 	}
@@ -462,6 +482,10 @@ static void part_send(struct emb_client *c, struct part *p)
 		part_end(p, EMB_ECLOSED, NULL);
 		return;
 	}
+	/* A pull rerouted to a newcomer may have waited for its table ids. */
+	if (p->op->kind == OP_PULL && p->req.gen)
+		p->req.hdr.table_id = __atomic_load_n(
+		    &p->op->tids[p->req.server], __ATOMIC_RELAXED);
 	if (p->rd.os && !p->rd.os_done && s->state == SRV_UP) {
 		emb__os_start(c, p);
 		return;

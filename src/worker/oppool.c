@@ -154,6 +154,13 @@ void emb__op_free(struct emb_async *op)
 			e = next;
 		}
 	}
+	/* Parts a pull's reroute split off, likewise. */
+	while (op->split) {
+		struct part *next = op->split->rep.enext;
+
+		free(op->split);
+		op->split = next;
+	}
 	pl = op->pool;
 	/* A pull holds its table: the user may close it while it runs. */
 	if (op->tbl)

@@ -49,6 +49,7 @@
 static int set_map(struct emb_client *c, const uint16_t *slot_map, uint32_t r,
 		   const bool *removed, bool check);
 static void close_dead(void *arg);
+static void failover(struct emb_client *c);
 
 /*
  * The key each slot is partitioned by: its replica group (by_group, and
@@ -77,39 +78,145 @@ void emb__rep_unlock_keys(struct emb_client *c)
 		pthread_mutex_unlock(&c->map_mu);
 }
 
+/* Loop thread: the first holder of slot sl not declared dead, or NONE.
+ * The dead flag comes before the map update: go by it. */
+static uint32_t live_holder(const struct emb_client *c, uint32_t sl)
+{
+	const uint16_t *h = c->cmap->slot[sl];
+
+	for (uint32_t i = 0; i < c->cmap->replicas; i++)
+		if (h[i] != EMB_CMAP_NONE && !srv_dead(&c->srv[h[i]]))
+			return h[i];
+	return NONE;
+}
+
 /*
- * Loop thread: a pull part whose server died goes to the first live
- * holder of its slots, when that is one server for all of them (it is
- * with the successor backups of cluster/map.h): p->req.server and its
- * table id become that holder's, for the caller to send p again. False
- * when there is none.
+ * Loop thread: p's ids go to several live holders (after a rebalance a
+ * primary's slots have different backups): one new part per holder, each
+ * a PULL of its ids that scatters them to their places as a one-sided
+ * part's fallback does (rd.fb, rd.miss), in memory of its own that the op
+ * frees. All are made before any is sent. 0, or -ENOMEM (none was).
  */
-bool emb__rep_reroute(struct emb_async *op, struct part *p)
+static int split(struct emb_async *op, struct part *p)
+{
+	struct emb_client *c = op->c;
+	const uint64_t *ids = p->req.iov[0].iov_base;
+	struct part *made = NULL, *e;
+	uint32_t nmade = 0;
+
+	for (uint32_t j0 = 0; j0 < p->req.n; j0++) {
+		uint32_t to = live_holder(c, emb_id_slot(ids[j0])), k = 0, at = 0;
+		bool seen = false;
+		size_t resp_cap, head = (sizeof(*e) + 63) & ~(size_t)63;
+		char *m;
+
+		/* Each holder once: at the first id that goes to it. */
+		for (uint32_t j = 0; j < j0 && !seen; j++)
+			seen = live_holder(c, emb_id_slot(ids[j])) == to;
+		if (seen)
+			continue;
+		for (uint32_t j = j0; j < p->req.n; j++)
+			k += live_holder(c, emb_id_slot(ids[j])) == to;
+		resp_cap = emb_wire_pull_resp_bytes(k, op->dim,
+						    p->req.hdr.flags) -
+			   EMB_WIRE_HDR_SIZE;
+		if (resp_cap < ERR_CAP)
+			resp_cap = ERR_CAP;
+		resp_cap = (resp_cap + 63) & ~(size_t)63;
+		/* aligned_alloc() takes whole 64-byte lines. */
+		m = aligned_alloc(64, (head + resp_cap + (size_t)k * 12 + 63) &
+					  ~(size_t)63);
+		if (!m)
+			goto err;
+		e = (struct part *)(void *)m;
+		*e = *p;
+		memset(&e->retry, 0, sizeof(e->retry));
+		memset(&e->rd, 0, sizeof(e->rd));
+		e->req.server = to;
+		e->req.gen = __atomic_load_n(&c->srv[to].gen, __ATOMIC_RELAXED);
+		e->req.hdr.table_id =
+		    __atomic_load_n(&op->tids[to], __ATOMIC_RELAXED);
+		e->req.n = k;
+		e->req.hdr.count = k;
+		e->req.status = 0;
+		e->req.resp = m + head;
+		e->req.resp_cap = resp_cap;
+		e->rd.os_done = true;
+		e->rd.fb = true;
+		e->rd.nmiss = k;
+		e->rd.miss_ids = (uint64_t *)(void *)(m + head + resp_cap);
+		e->rd.miss = (uint32_t *)(void *)(e->rd.miss_ids + k);
+		for (uint32_t j = j0; j < p->req.n; j++) {
+			if (live_holder(c, emb_id_slot(ids[j])) != to)
+				continue;
+			e->rd.miss_ids[at] = ids[j];
+			/* Its place in the op: as p's row j says. */
+			e->rd.miss[at++] = p->rd.fb ? p->rd.miss[j] : j;
+		}
+		e->req.iov[0] = (struct iovec){e->rd.miss_ids, k * 8ull};
+		e->req.niov = 1;
+		e->rep.enext = made;
+		made = e;
+		nmade++;
+	}
+	/* Counted before any is sent: one may end at once. */
+	op->pending += nmade;
+	emb_log(EMB_LOG_INFO,
+		"a pull part of %u ids for dead server %u goes to %u live "
+		"holders",
+		p->req.n, p->req.server, nmade);
+	while ((e = made)) {
+		made = e->rep.enext;
+		e->rep.enext = op->split;
+		op->split = e;
+		c->fns->send(c, e);
+	}
+	return 0;
+err:
+	while ((e = made)) {
+		made = e->rep.enext;
+		free(e);
+	}
+	return -ENOMEM;
+}
+
+/*
+ * Loop thread: a pull part whose server died (or whose rank a newcomer
+ * took since it was routed) goes to the first live holder of each of its
+ * ids' slots: p itself when that is one server for all of them (it is
+ * with the successor backups of the first map), else new parts (split()).
+ */
+enum reroute emb__rep_reroute(struct emb_async *op, struct part *p)
 {
 	struct emb_client *c = op->c;
 	const uint64_t *ids = p->req.iov[0].iov_base;
 	uint32_t to = NONE;
+	bool several = false;
 
 	if (!c->cmap || op->kind != OP_PULL || stopping(c))
-		return false;
+		return REROUTE_NONE;
 	for (uint32_t j = 0; j < p->req.n; j++) {
-		const uint16_t *h = c->cmap->slot[emb_id_slot(ids[j])];
-		uint32_t live = NONE;
+		uint32_t live = live_holder(c, emb_id_slot(ids[j]));
 
-		/* The dead flag comes before the map update: go by it. */
-		for (uint32_t i = 0; i < c->cmap->replicas && live == NONE;
-		     i++)
-			if (h[i] != EMB_CMAP_NONE && !srv_dead(&c->srv[h[i]]))
-				live = h[i];
-		if (live == NONE || (to != NONE && live != to))
-			return false;
-		to = live;
+		if (live == NONE)
+			return REROUTE_NONE; /* a lost slot: the pull fails */
+		if (to == NONE)
+			to = live;
+		else if (live != to)
+			several = true;
 	}
-	if (to == NONE || to == p->req.server)
-		return false;
+	if (to == NONE)
+		return REROUTE_NONE;
+	if (several)
+		return split(op, p) ? REROUTE_NONE : REROUTE_SPLIT;
+	/* The server it was sent to, as it is now: no reason to move. */
+	if (to == p->req.server &&
+	    p->req.gen == __atomic_load_n(&c->srv[to].gen, __ATOMIC_RELAXED))
+		return REROUTE_NONE;
 	p->req.server = to;
-	p->req.hdr.table_id = op->tids[to];
-	return true;
+	p->req.gen = __atomic_load_n(&c->srv[to].gen, __ATOMIC_RELAXED);
+	p->req.hdr.table_id = __atomic_load_n(&op->tids[to], __ATOMIC_RELAXED);
+	return REROUTE_MOVED;
 }
 
 /*
@@ -158,6 +265,9 @@ void emb__rep_delay(struct emb_client *c, struct part *p)
 	if (p->retry.wait_ms > MOVING_MAX_MS)
 		p->retry.wait_ms = MOVING_MAX_MS;
 	p->retry.due_ms = emb_clock_ms() + p->retry.wait_ms;
+	/* No later than the deadline: then it ends (conn.c's loop). */
+	if (p->retry.due_ms > p->op->deadline_ms)
+		p->retry.due_ms = p->op->deadline_ms;
 	p->retry.dnext = c->delayed;
 	c->delayed = p;
 }
@@ -181,14 +291,25 @@ static bool in_list(const uint16_t *w, uint32_t n, uint32_t rank)
 	return false;
 }
 
+/* Whether copy q goes to its server as it is now: not to an earlier
+ * server on that rank (a newcomer took it since; such a copy is never
+ * sent, op.c). */
+static bool current(const struct emb_client *c, const struct part *q)
+{
+	return !q->req.gen ||
+	       q->req.gen ==
+		   __atomic_load_n(&c->srv[q->req.server].gen, __ATOMIC_RELAXED);
+}
+
 /* Whether a copy emb__rep_fixup() added to lead's group sends id to rank. */
-static bool ext_has(const struct part *lead, uint32_t rank, uint64_t id)
+static bool ext_has(const struct emb_client *c, const struct part *lead,
+		    uint32_t rank, uint64_t id)
 {
 	for (const struct part *e = lead->rep.ext; e; e = e->rep.enext) {
 		const float *unused;
 		const uint64_t *ids;
 
-		if (e->req.server != rank)
+		if (e->req.server != rank || !current(c, e))
 			continue;
 		ids = part_ids(e, &unused);
 		for (uint32_t j = 0; j < e->req.n; j++)
@@ -219,8 +340,11 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 	lead->rep.fixed = c->map_epoch;
 	ids = part_ids(lead, &rows);
 	rowb = op->stride * (uint32_t)sizeof(float);
+	/* A copy to a rank's earlier server covers nothing on the newcomer
+	 * that took it: the newcomer, being filled, gets a copy of its own. */
 	for (uint32_t j = 0; j < lead->rep.nrep && nsib < EMB_CMAP_REPLICAS_MAX; j++)
-		covered[nsib++] = (uint16_t)op->parts[k0 + j].req.server;
+		if (current(c, &op->parts[k0 + j]))
+			covered[nsib++] = (uint16_t)op->parts[k0 + j].req.server;
 	for (;;) {
 		uint32_t to = NONE, k = 0;
 		struct part *e;
@@ -235,7 +359,7 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 			for (uint32_t i = 0; i < nw; i++) {
 				if (in_list(covered, nsib, w[i]) ||
 				    (to != NONE && w[i] != to) ||
-				    ext_has(lead, w[i], ids[j]))
+				    ext_has(c, lead, w[i], ids[j]))
 					continue;
 				to = w[i];
 				k++;
@@ -254,7 +378,10 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 		e->rep.ext = e->rep.enext = e->retry.dnext = NULL;
 		e->retry.wait_ms = 0;
 		e->req.server = to;
+		e->req.gen = __atomic_load_n(&c->srv[to].gen, __ATOMIC_RELAXED);
 		e->req.n = k;
+		e->req.status = 0;
+		e->retry.flying = false;
 		e->rep.epoch = c->map_epoch;
 		e->rep.nrep =
 		    lead->rep.nrep; /* a copy: its death is no error */
@@ -271,7 +398,7 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 				    c->cmap, emb_id_slot(ids[j]), w);
 
 				if (!in_list(w, nw, to) ||
-				    ext_has(lead, to, ids[j]))
+				    ext_has(c, lead, to, ids[j]))
 					continue;
 				eids[at] = ids[j];
 				if (rows)
@@ -464,6 +591,8 @@ struct adopt {
 	struct emb_client *c;
 	struct emb_cmap m;
 	uint32_t n;			     /* servers */
+	bool *revive;			     /* n: a newcomer takes the rank
+						(after srv[], same block) */
 	struct emb_wire_node_addr srv[]; /* by rank */
 };
 
@@ -507,17 +636,30 @@ static void adopt_run(void *arg)
 		if (!srv_dead(s) && !moved)
 			continue;
 		/* A newcomer on this rank (or the map says it lives after a
-		 * death heard before it): a fresh conn, ids to learn. */
-		if (moved) {
-			snprintf(s->host, sizeof(s->host), "%s", na->host);
-			s->port = na->port;
+		 * death heard before it): a fresh conn, ids to learn. Only a
+		 * dead rank is taken, so the server this client knew there
+		 * is dead even if its death was not heard yet: it leaves the
+		 * map first, so that no call is routed to it meanwhile. */
+		if (!srv_dead(s)) {
+			__atomic_store_n(&s->dead, true, __ATOMIC_RELAXED);
+			failover(c);
 		}
+		/* What was meant for it ends as its death (a pull moves to a
+		 * live holder, a copy no longer counts) rather than reach the
+		 * newcomer, which holds none of it yet; parts routed to it
+		 * later by an older map are told apart by gen (op.c). */
+		emb__conn_fail_waiting(s, EMB_ENODEAD);
+		emb__rconn_lost(s, EMB_ENODEAD);
 		if (s->conn) {
 			struct emb_conn *conn = s->conn;
 
 			s->conn = NULL;
 			s->state = SRV_DOWN;
 			emb_conn_destroy(conn);
+		}
+		if (moved) {
+			snprintf(s->host, sizeof(s->host), "%s", na->host);
+			s->port = na->port;
 		}
 		s->state = SRV_DOWN;
 		s->retry_ms = 0;
@@ -531,9 +673,15 @@ static void adopt_run(void *arg)
 					break;
 				}
 		__atomic_store_n(&s->dead, false, __ATOMIC_RELAXED);
+		a->revive[i] = true;
 		revived++;
 	}
 	pthread_mutex_lock(&c->map_mu);
+	/* The newcomers' incarnations begin with the map that has them, so
+	 * a call routed by the old map never reaches them (op.c). */
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		if (a->revive[i])
+			__atomic_add_fetch(&c->srv[i].gen, 1, __ATOMIC_RELAXED);
 	*c->cmap = a->m;
 	c->map_epoch = a->m.epoch;
 	/* Deaths heard since the map was made still count. */
@@ -552,7 +700,8 @@ static void adopt_run(void *arg)
 int emb__client_adopt_map(struct emb_client *c, const struct emb_cmap *m,
 			  const struct emb_wire_node_addr *srv, uint32_t n)
 {
-	struct adopt *a = malloc(sizeof(*a) + n * sizeof(a->srv[0]));
+	struct adopt *a =
+	    malloc(sizeof(*a) + n * (sizeof(a->srv[0]) + sizeof(bool)));
 	int rc;
 
 	if (!a)
@@ -560,6 +709,8 @@ int emb__client_adopt_map(struct emb_client *c, const struct emb_cmap *m,
 	a->c = c;
 	a->m = *m;
 	a->n = n;
+	a->revive = (bool *)(void *)(a->srv + n);
+	memset(a->revive, 0, n * sizeof(bool));
 	memcpy(a->srv, srv, n * sizeof(a->srv[0]));
 	rc = emb_transport_exec(c->tr, adopt_run, a);
 	if (rc)
@@ -612,6 +763,8 @@ static void close_dead(void *arg)
 		if (!srv_dead(&c->srv[i]))
 			continue;
 		emb__conn_fail_waiting(&c->srv[i], EMB_ENODEAD);
+		/* READs in flight there fall back to a PULL, which moves. */
+		emb__rconn_lost(&c->srv[i], EMB_ENODEAD);
 		if (c->srv[i].conn)
 			emb_conn_close(c->srv[i].conn, EMB_ENODEAD);
 	}

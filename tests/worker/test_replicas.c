@@ -1,0 +1,435 @@
+/*
+ * tests/worker/test_replicas.c - a replicated client (R = 2) at the
+ * moments a failover or a recovery reaches its calls: a pull in flight to
+ * a server declared dead goes on to the live holders, even when they are
+ * several for one part (a map after a rebalance); a write refused for a
+ * fill goes again until the fence lifts, and ends with -ETIMEDOUT naming
+ * the server when it never does; and a call whose server does not answer
+ * ends at its deadline, however often it was sent again, not a whole
+ * timeout after its last send.
+ *
+ * Servers are embstore-server children (so SIGSTOP freezes a whole
+ * process), or in-process servers whose map view the test sets. The maps
+ * are set on the client directly, as the node agent would.
+ */
+#include "worker/embstore.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cluster/map.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/hash.h"
+#include "harness.h"
+#include "netutil.h"
+#include "worker/client_int.h"
+
+#define DIM 4u
+
+static struct emb_client *client_of(const uint16_t *ports, uint32_t n,
+				    uint32_t timeout_ms)
+{
+	char addr[256];
+
+	nt_addr_list(addr, sizeof(addr), ports, n);
+	return nt_client(addr, timeout_ms);
+}
+
+/*
+ * m as the client's map. Epoch 0 unless given: servers without a map of
+ * their own (children) refuse writes that carry an epoch (EMB_EMOVING).
+ */
+static void set_cmap(struct emb_client *c, struct emb_cmap *m, uint64_t epoch)
+{
+	m->epoch = epoch;
+	CU_ASSERT_EQUAL_FATAL(emb__client_set_cmap(c, m), 0);
+}
+
+/*
+ * SIGSTOP, then waits until every thread of pid has stopped (state T in
+ * /proc): the signal is delivered asynchronously, and a loop thread may
+ * still answer a request that arrives meanwhile.
+ */
+static bool stopped(const char *stat_path)
+{
+	char buf[512], *st;
+	FILE *f = fopen(stat_path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+
+	if (f)
+		fclose(f);
+	buf[n] = '\0';
+	st = strrchr(buf, ')');
+	return st && st[1] == ' ' && (st[2] == 'T' || st[2] == 't');
+}
+
+static void freeze(pid_t pid)
+{
+	char dir[64], path[320];
+
+	CU_ASSERT_EQUAL_FATAL(kill(pid, SIGSTOP), 0);
+	snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+	for (int i = 0; i < 500; i++) {
+		DIR *d = opendir(dir);
+		struct dirent *e;
+		bool all = d != NULL;
+
+		while (d && (e = readdir(d))) {
+			if (e->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "/proc/%d/task/%.32s/stat",
+				 (int)pid, e->d_name);
+			all &= stopped(path);
+		}
+		if (d)
+			closedir(d);
+		if (all)
+			return;
+		usleep(10 * 1000);
+	}
+	CU_FAIL_FATAL("the server did not stop");
+}
+
+/* A row's value in these tests: a function of its id. */
+static void row_of(uint64_t id, float *row)
+{
+	for (uint32_t j = 0; j < DIM; j++)
+		row[j] = (float)(id % 1000) + 0.25f * (float)j;
+}
+
+/*
+ * After a rebalance the slots of one primary have different backups, so a
+ * pull part to that primary has several live holders when it dies. Server
+ * 0 is frozen with the pull's part on it, then declared dead: the pull
+ * must still return every row, from servers 1 and 2.
+ */
+static void test_pull_split(void)
+{
+	enum { N = 2000 };
+	struct emb_table_spec sp = nt_spec("split", DIM, 3);
+	struct nt_child ch[3];
+	uint16_t ports[3];
+	struct emb_client_table *t;
+	struct emb_client *c;
+	struct emb_async *op;
+	struct emb_cmap m;
+	uint64_t *ids = malloc(N * sizeof(*ids));
+	float *rows = malloc(N * DIM * sizeof(float));
+	float *got = malloc(N * DIM * sizeof(float));
+	uint32_t on0 = 0, via[3] = {0, 0, 0};
+
+	CU_ASSERT_FATAL(ids && rows && got);
+	for (int i = 0; i < 3; i++) {
+		nt_child_start(&ch[i], NULL);
+		ports[i] = ch[i].port;
+	}
+	c = client_of(ports, 3, 5000);
+	/* Server 0's slots: backup 1 or 2 by slot parity, as a rebalance
+	 * leaves them; the others keep their successor. */
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 3, 2), 0);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m.slot[sl][0] == 0)
+			m.slot[sl][1] = (uint16_t)(sl & 1 ? 1 : 2);
+	set_cmap(c, &m, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	for (uint32_t i = 0; i < N; i++) {
+		uint32_t sl;
+
+		ids[i] = 900000 + i;
+		row_of(ids[i], rows + (size_t)i * DIM);
+		sl = emb_id_slot(ids[i]);
+		if (m.slot[sl][0] == 0) {
+			on0++;
+			via[m.slot[sl][1]]++;
+		}
+	}
+	CU_ASSERT_FATAL(via[1] > 0 && via[2] > 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_assign(t, ids, N, rows, false),
+			      0);
+
+	/* The pull's part for server 0 is on its conn when it freezes. */
+	freeze(ch[0].pid);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_pull_async(t, ids, N, got, 0, NULL, &op), 0);
+	usleep(100 * 1000);
+	CU_ASSERT_FALSE(emb_async_done(op));
+	CU_ASSERT_EQUAL(emb__client_server_dead(c, 0), 0);
+	CU_ASSERT_EQUAL(emb_async_wait(op), 0);
+	CU_ASSERT_EQUAL(memcmp(got, rows, (size_t)N * DIM * sizeof(float)), 0);
+	printf("(%u of %u ids on the dead server: %u to server 1, %u to "
+	       "server 2) ",
+	       on0, N, via[1], via[2]);
+
+	/* And later pulls go straight to the new primaries. */
+	memset(got, 0, (size_t)N * DIM * sizeof(float));
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, N, got, 0, NULL), 0);
+	CU_ASSERT_EQUAL(memcmp(got, rows, (size_t)N * DIM * sizeof(float)), 0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	nt_child_reap(&ch[0], SIGKILL);
+	nt_child_reap(&ch[1], SIGTERM);
+	nt_child_reap(&ch[2], SIGTERM);
+	free(ids);
+	free(rows);
+	free(got);
+}
+
+/*
+ * Both servers frozen; the pull's part for server 0 waits, server 0 is
+ * declared dead halfway to the deadline and the part goes to server 1,
+ * which does not answer either. The call must end at its deadline, not a
+ * whole timeout after the reroute, with -ETIMEDOUT and a message naming
+ * server 1 by address and rank.
+ */
+static void test_deadline_across_reroute(void)
+{
+	const uint32_t timeout_ms = 1500;
+	struct emb_table_spec sp = nt_spec("deadline", DIM, 5);
+	struct nt_child ch[2];
+	uint16_t ports[2];
+	struct emb_client_table *t;
+	struct emb_client *c;
+	struct emb_async *op;
+	struct emb_cmap m;
+	uint64_t ids[64], t0, ms;
+	uint32_t n = 0;
+	float got[64 * DIM];
+	char msg[512], want[64];
+	bool late;
+	int rc;
+
+	for (int i = 0; i < 2; i++) {
+		nt_child_start(&ch[i], NULL);
+		ports[i] = ch[i].port;
+	}
+	c = client_of(ports, 2, timeout_ms);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 2, 2), 0);
+	set_cmap(c, &m, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	for (uint64_t id = 1; n < 64; id++)
+		if (m.slot[emb_id_slot(id)][0] == 0)
+			ids[n++] = id;
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids, n, got, 0, NULL),
+			      0);
+
+	freeze(ch[0].pid);
+	freeze(ch[1].pid);
+	t0 = emb_clock_ms();
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_pull_async(t, ids, n, got, 0, NULL, &op), 0);
+	usleep(timeout_ms / 2 * 1000);
+	/* A test thread that overslept past the deadline (a loaded machine)
+	 * checks the outcome but cannot time it. */
+	late = emb_clock_ms() - t0 > timeout_ms - 200;
+	CU_ASSERT_EQUAL(emb__client_server_dead(c, 0), 0);
+	rc = emb_async_wait(op);
+	ms = emb_clock_ms() - t0;
+	CU_ASSERT_EQUAL(rc, -ETIMEDOUT);
+	CU_ASSERT(ms >= timeout_ms - 20);
+	CU_ASSERT(late || ms < timeout_ms + 400);
+	if (late)
+		printf("(slept past the deadline: not timed) ");
+	CU_ASSERT_EQUAL(emb_last_error(msg, sizeof(msg)), -ETIMEDOUT);
+	snprintf(want, sizeof(want), "127.0.0.1:%u (rank 1)", ports[1]);
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, want));
+	printf("(%llu ms, \"%s\") ", (unsigned long long)ms, msg);
+
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	nt_child_reap(&ch[0], SIGKILL);
+	nt_child_reap(&ch[1], SIGKILL);
+}
+
+/*
+ * A server this client cannot reach while nobody declares it dead (a cut
+ * link; here a frozen process, whose kernel still takes the bytes): a
+ * pull whose rows there go in several requests ends at its deadline with
+ * -ETIMEDOUT naming that server, not with whichever error the first of
+ * its requests to be dropped with the conn happened to get.
+ */
+static void test_unreachable(void)
+{
+	const uint32_t timeout_ms = 1500;
+	struct emb_table_spec sp = nt_spec("cut", DIM, 6);
+	struct emb_client_opts o = EMB_CLIENT_OPTS_DEFAULT;
+	struct nt_child ch[2];
+	uint16_t ports[2];
+	struct emb_client_table *t;
+	struct emb_client *c;
+	struct emb_cmap m;
+	char addr[128], msg[512], want[64];
+	uint64_t ids[256], t0, ms;
+	float got[256 * DIM];
+	int rc;
+
+	for (int i = 0; i < 2; i++) {
+		nt_child_start(&ch[i], NULL);
+		ports[i] = ch[i].port;
+	}
+	nt_addr_list(addr, sizeof(addr), ports, 2);
+	o.servers = addr;
+	o.timeout_ms = timeout_ms;
+	o.part_ids = 16; /* several requests to each server */
+	CU_ASSERT_EQUAL_FATAL(emb_client_create(&o, &c), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 2, 2), 0);
+	set_cmap(c, &m, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	for (uint32_t i = 0; i < 256; i++)
+		ids[i] = 5000 + i;
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids, 256, got, 0, NULL),
+			      0);
+
+	freeze(ch[1].pid);
+	t0 = emb_clock_ms();
+	rc = emb_client_table_pull(t, ids, 256, got, 0, NULL);
+	ms = emb_clock_ms() - t0;
+	if (rc != -ETIMEDOUT)
+		printf("(rc %s) ", emb_err_name(rc));
+	CU_ASSERT_EQUAL(rc, -ETIMEDOUT);
+	CU_ASSERT(ms >= timeout_ms - 20 && ms < timeout_ms + 400);
+	CU_ASSERT_EQUAL(emb_last_error(msg, sizeof(msg)), -ETIMEDOUT);
+	snprintf(want, sizeof(want), "127.0.0.1:%u (rank 1)", ports[1]);
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, want));
+	printf("(%llu ms, \"%s\") ", (unsigned long long)ms, msg);
+
+	/* Answering again: the next call gets a new conn and goes through. */
+	CU_ASSERT_EQUAL_FATAL(kill(ch[1].pid, SIGCONT), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 256, got, 0, NULL), 0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	nt_child_reap(&ch[0], SIGTERM);
+	nt_child_reap(&ch[1], SIGTERM);
+}
+
+/* ---- a fill's fence (EMB_EMOVING), with in-process servers ---- */
+
+struct lift {
+	struct emb_server *s;	 /* the fenced server */
+	struct emb_server_map *m; /* its view, to lift the fence in */
+	uint32_t slot;		 /* the fenced slot */
+	uint32_t after_ms;	 /* when */
+};
+
+static void *lift_fence(void *arg)
+{
+	struct lift *l = arg;
+
+	usleep(l->after_ms * 1000);
+	l->m->slot[l->slot] &= (uint8_t)~EMB_CMAP_VIEW_FENCED;
+	emb_server_set_map(l->s, l->m);
+	return NULL;
+}
+
+/*
+ * Server 1 refuses writes to one slot (a fill's fence): a push there is
+ * sent again, with back-off, until the fence lifts, and is applied once
+ * on each holder. A fence that never lifts ends the push at its deadline
+ * with -ETIMEDOUT, the message naming server 1 and its refusal.
+ */
+static void test_moving(void)
+{
+	const uint32_t timeout_ms = 1500;
+	struct emb_table_spec sp = nt_spec("moving", DIM, 9);
+	struct emb_server *srv[2];
+	struct emb_server_map *view[2];
+	struct emb_server_opts o = nt_server_opts();
+	uint16_t ports[2];
+	struct emb_client_table *t;
+	struct emb_client *c;
+	struct emb_cmap m;
+	struct lift l;
+	pthread_t th;
+	uint64_t id = 77, t0, ms, refused[2];
+	float g[DIM], before[DIM], after[DIM];
+	char msg[512], want[64];
+	int rc;
+
+	for (int i = 0; i < 2; i++) {
+		srv[i] = nt_server_start(&o);
+		ports[i] = emb_server_port(srv[i]);
+		view[i] = calloc(1, sizeof(*view[i]));
+		CU_ASSERT_FATAL(view[i] != NULL);
+		view[i]->epoch = 1;
+		memset(view[i]->slot, EMB_CMAP_VIEW_MINE, EMB_NSLOTS);
+		CU_ASSERT_EQUAL_FATAL(emb_server_set_map(srv[i], view[i]), 0);
+	}
+	c = client_of(ports, 2, timeout_ms);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 2, 2), 0);
+	set_cmap(c, &m, 1); /* writes carry epoch 1, as the views have */
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, &id, 1, before, 0, NULL),
+			      0);
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 1.0f;
+
+	/* A fence that lifts after 300 ms: the push waits it out. */
+	view[1]->slot[emb_id_slot(id)] |= EMB_CMAP_VIEW_FENCED;
+	CU_ASSERT_EQUAL_FATAL(emb_server_set_map(srv[1], view[1]), 0);
+	l = (struct lift){srv[1], view[1], emb_id_slot(id), 300};
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, lift_fence, &l), 0);
+	t0 = emb_clock_ms();
+	CU_ASSERT_EQUAL(emb_client_table_push(t, &id, 1, g, 0, 0), 0);
+	ms = emb_clock_ms() - t0;
+	pthread_join(th, NULL);
+	CU_ASSERT(ms >= 250);
+	emb_server_map_counts(srv[1], refused);
+	CU_ASSERT(refused[0] >= 2);
+	/* Applied once on each holder: the primary now, the backup once
+	 * it is the one read (server 0 declared dead). */
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, &id, 1, after, 0, NULL), 0);
+	for (uint32_t j = 0; j < DIM; j++)
+		CU_ASSERT_DOUBLE_EQUAL(after[j], before[j] - sp.optim.lr, 1e-5);
+	CU_ASSERT_EQUAL(emb__client_server_dead(c, 0), 0);
+	memset(after, 0, sizeof(after));
+	for (int i = 0; i < 100 && emb_client_server_of(c, id) != 1; i++)
+		usleep(10 * 1000);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, &id, 1, after, 0, NULL), 0);
+	for (uint32_t j = 0; j < DIM; j++)
+		CU_ASSERT_DOUBLE_EQUAL(after[j], before[j] - sp.optim.lr, 1e-5);
+
+	/* A fence that stays: the deadline ends it, naming the server. */
+	view[1]->slot[emb_id_slot(id)] |= EMB_CMAP_VIEW_FENCED;
+	CU_ASSERT_EQUAL_FATAL(emb_server_set_map(srv[1], view[1]), 0);
+	t0 = emb_clock_ms();
+	rc = emb_client_table_push(t, &id, 1, g, 0, 0);
+	ms = emb_clock_ms() - t0;
+	CU_ASSERT_EQUAL(rc, -ETIMEDOUT);
+	CU_ASSERT(ms >= timeout_ms - 20 && ms < timeout_ms + 400);
+	CU_ASSERT_EQUAL(emb_last_error(msg, sizeof(msg)), -ETIMEDOUT);
+	snprintf(want, sizeof(want), "127.0.0.1:%u (rank 1)", ports[1]);
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, want));
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, emb_strerror(EMB_EMOVING)));
+	printf("(%llu ms, \"%s\") ", (unsigned long long)ms, msg);
+
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	for (int i = 0; i < 2; i++) {
+		emb_server_destroy(srv[i]);
+		free(view[i]);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+	    {"a pull whose server dies goes to each live holder",
+	     test_pull_split},
+	    {"a call ends at its deadline across a reroute",
+	     test_deadline_across_reroute},
+	    {"a server that stops answering fails the call at its deadline, "
+	     "named",
+	     test_unreachable},
+	    {"a write refused for a fill goes again until the deadline",
+	     test_moving},
+	    {NULL, NULL},
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return emb_test_main(argc, argv, "worker/replicas", cases);
+}
