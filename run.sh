@@ -34,7 +34,8 @@ PACKAGES=(build-essential meson ninja-build pkg-config libibverbs-dev
           librdmacm-dev libjemalloc-dev liblz4-dev libcunit1-dev
           libxxhash-dev libmicrohttpd-dev libcurl4-openssl-dev
           libcjson-dev etcd-server etcd-client clang
-          python3-numpy python3-torch python3-pytest jq)
+          python3-numpy python3-torch python3-pytest jq
+          stress-ng)  # stress-ng: CPU load beside tests (tests/chaos)
 
 die() {
     echo "run.sh: $*" >&2
