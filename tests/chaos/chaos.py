@@ -37,6 +37,7 @@ time) so that a run shows this script catches each failure.
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -93,7 +94,7 @@ def pct(vals, p):
     if not vals:
         return None
     v = sorted(vals)
-    return v[min(len(v) - 1, max(0, int(round(p / 100 * len(v) + 0.5)) - 1))]
+    return v[min(len(v) - 1, max(0, math.ceil(p / 100 * len(v)) - 1))]
 
 
 # ---- network namespaces ---------------------------------------------------
@@ -121,9 +122,11 @@ def netns_hub_up(prefix):
 
 
 def netns_down(prefix):
+    # Exactly ours: another run's prefix may begin with this one.
+    mine = re.compile(re.escape(prefix) + r"(hub|s\d+)")
     for name in sh("ip", "netns", "list", check=False).split("\n"):
         name = name.split(" ")[0]
-        if name.startswith(prefix):
+        if mine.fullmatch(name):
             sh("ip", "netns", "del", name, check=False)
 
 
@@ -180,7 +183,7 @@ class Run:
         self.work = a.work or tempfile.mkdtemp(prefix="emb-chaos-")
         os.makedirs(self.work, exist_ok=True)
         self.logf = open(os.path.join(self.work, "chaos.log"), "w")
-        self.prefix = "c%d" % (os.getpid() % 100000)
+        self.prefix = "ch%d" % (os.getpid() % 100000)
         self.hub = None
         self.faults = []  # one dict per fault
         self.sched_pid = None
