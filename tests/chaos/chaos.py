@@ -673,7 +673,8 @@ class Run:
                 "" if f["target"] is None else "rank %d" % f["target"],
                 "recovered in %.2f s" % f["recovery_s"]
                 if f["recovery_s"] is not None else
-                ("died, not recovered" if f["died"] else "no failover"),
+                ("not recovered" if f["died"] or f["kind"] == "sched"
+                 else "no failover"),
                 (" (%s)" % f["note"]) if f["note"] else ""), file=out)
         r = fig["recovery_s"]
         print("recovery: %d measured, p50 %s s, max %s s" %
