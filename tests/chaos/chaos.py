@@ -80,6 +80,16 @@ def log(msg):
     print("[chaos] " + msg, file=sys.stderr, flush=True)
 
 
+def signal_pid(pid, sig):
+    """Sends sig to pid; False when it is gone (the job may have ended and
+    taken it meanwhile)."""
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def sh(*cmd, check=True):
     """Runs a short command; its output is returned, a failure raised."""
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -202,7 +212,8 @@ class Run:
         self.verify = {}  # worker -> (checked, mismatched)
         self.exits = {}  # worker -> exit code (or "killed ...")
         self.exit_t = {}  # worker -> when launch saw it exit
-        self.joined_t = None
+        self.joined = set()  # workers that joined the cluster
+        self.joined_t = None  # when the last of them did
         self.excerpts = []  # notable lines, with time
         self.restarts = {"launch": 0, "chaos": 0}
 
@@ -258,7 +269,7 @@ class Run:
                 self.addr_pid[m.group(2)] = int(m.group(3))
                 self.replacing.pop(int(m.group(1)), None)
             m = RE_DEAD.search(line)
-            if m and line.startswith("[scheduler") and "server" in line:
+            if m and line.startswith("[scheduler"):
                 self.deaths.append((t, int(m.group(1)), m.group(3),
                                     self.addr_pid.get(m.group(2))))
             m = RE_REMOVED.search(line)
@@ -294,8 +305,11 @@ class Run:
             m = RE_SCHED_ADDR.search(line)
             if m:
                 self.sched_addr = m.group(1)
-            if RE_JOINED.search(line) and self.joined_t is None:
-                self.joined_t = t
+            m = RE_JOINED.search(line)
+            if m:
+                self.joined.add(int(m.group(1)))
+                if len(self.joined) == WORKERS:
+                    self.joined_t = t
             if (RE_TROUBLE.search(line) and "interval:" not in line and
                     len(self.excerpts) < 400):
                 self.excerpts.append((t, line))
@@ -379,10 +393,8 @@ class Run:
         # The workers' own clock: the timed phase starts once both joined.
         cmd += self.bench_cmd(self.a.seconds)
         self.launch = self.start(self.in_hub(cmd), None, env=env)
-        ok = self.wait_for(lambda: self.sched_addr and len(self.ranks) ==
-                           SERVERS and sum(1 for _, l in self.lines
-                                           if RE_JOINED.search(l)) >= WORKERS,
-                           90)
+        ok = self.wait_for(lambda: self.sched_addr and self.joined_t and
+                           len(self.ranks) == SERVERS, 90)
         if not ok:
             raise RuntimeError("the job did not form")
         with open("/proc/%d/environ" % self.sched_pid, "rb") as f:
@@ -467,15 +479,15 @@ class Run:
         if kind == "kill":
             self.note("fault kill: SIGKILL server %d (pid %d)" % (rank, pid))
             f["t"] = self.now()
-            os.kill(pid, signal.SIGKILL)
+            signal_pid(pid, signal.SIGKILL)
         elif kind == "stop":
             hold = self.a.hb_timeout * 3 + self.rng.uniform(0, 2)
             self.note("fault stop: SIGSTOP server %d (pid %d) for %.1f s" %
                       (rank, pid, hold))
             f["t"] = self.now()
-            os.kill(pid, signal.SIGSTOP)
+            signal_pid(pid, signal.SIGSTOP)
             self.sleep(hold)
-            os.kill(pid, signal.SIGCONT)
+            signal_pid(pid, signal.SIGCONT)
             self.note("SIGCONT server %d" % rank)
         elif kind == "partition":
             veth = self.ns_of(pid)
@@ -498,7 +510,7 @@ class Run:
         old = self.sched_pid
         self.note("fault sched: SIGKILL the scheduler (pid %d)" % old)
         f["t"] = self.now()
-        os.kill(old, signal.SIGKILL)
+        signal_pid(old, signal.SIGKILL)
         # launch may restart it; if it does not within 3 s, we do, at the
         # same port and with the environment it had.
         if self.wait_for(lambda: self.sched_pid != old, 3):
