@@ -35,7 +35,7 @@ PACKAGES=(build-essential meson ninja-build pkg-config libibverbs-dev
           libxxhash-dev libmicrohttpd-dev libcurl4-openssl-dev
           libcjson-dev etcd-server etcd-client clang
           python3-numpy python3-torch python3-pytest jq
-          stress-ng)  # stress-ng: CPU load beside the cluster tests (.ci/run)
+          stress-ng)  # stress-ng: CPU load beside tests (.ci/run, tests/chaos)
 
 die() {
     echo "run.sh: $*" >&2

@@ -59,6 +59,7 @@ struct opts {
 	const char *optim_name;		/* as given to --optimizer */
 	double duration_s;		/* timed phase, when batches is 0 */
 	double warmup_s;		/* untimed phase before it */
+	double report_s;		/* --report-interval; 0 = no lines */
 	uint64_t batches;		/* per thread; 0 = run for duration_s */
 	bool json;			/* one JSON line on stdout */
 	bool in_process;		/* --in-process given */
@@ -103,6 +104,9 @@ struct worker {
 	uint64_t *set;			/* open-addressing set: distinct ids */
 	uint32_t set_mask;		/* set slots - 1 */
 	struct emb_hist hist;		/* batch latency, ns */
+	pthread_mutex_t ilock;		/* guards ihist: main reads it */
+	struct emb_hist ihist;		/* --report-interval: this interval's
+					   batch latency, ns */
 	uint64_t batches_done;		/* timed batches */
 	uint64_t rows_done;		/* ids in timed batches */
 	uint64_t busy_ns;		/* time inside backend calls */
@@ -171,6 +175,8 @@ static void usage(FILE *f)
 	    "  --duration SECONDS    timed run length (5)\n"
 	    "  --batches N           batches per thread instead of --duration\n"
 	    "  --warmup SECONDS      untimed run before timing (0)\n"
+	    "  --report-interval S   timed run: a latency line on stderr"
+	    " every S seconds\n"
 	    "  --seed N              id streams and table seed (1)\n"
 	    "  --table NAME          table name (bench)\n"
 	    "  --json                one JSON object on stdout; summary to"
@@ -245,6 +251,7 @@ enum {
 	OPT_ADMIT,
 	OPT_EVICT,
 	OPT_VERIFY,
+	OPT_REPORT_INTERVAL,
 	OPT_PULL_MODE,
 };
 
@@ -279,6 +286,7 @@ static const struct option long_opts[] = {
     {"admit", required_argument, NULL, OPT_ADMIT},
     {"evict", required_argument, NULL, OPT_EVICT},
     {"verify", no_argument, NULL, OPT_VERIFY},
+    {"report-interval", required_argument, NULL, OPT_REPORT_INTERVAL},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -520,6 +528,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case OPT_WARMUP:
 			if (parse_secs(optarg, &o->warmup_s))
 				what = "--warmup";
+			break;
+		case OPT_REPORT_INTERVAL:
+			/* Finer than the 250 ms nap of run_phase() cannot be
+			 * kept; a lone long stall still shows, as a line of
+			 * 0 batches. */
+			if (parse_secs(optarg, &o->report_s) ||
+			    o->report_s < 0.25)
+				what = "--report-interval";
 			break;
 		case OPT_SEED:
 			if (parse_u64(optarg, 0, UINT64_MAX, &o->cfg.seed))
@@ -829,6 +845,11 @@ static int run_batches(struct worker *w, bool timed)
 		if (!timed)
 			continue;
 		emb_hist_record(&w->hist, t1 - t0);
+		if (w->o->report_s > 0) {
+			pthread_mutex_lock(&w->ilock);
+			emb_hist_record(&w->ihist, t1 - t0);
+			pthread_mutex_unlock(&w->ilock);
+		}
 		w->busy_ns += t1 - t0;
 		w->batches_done++;
 		w->rows_done += n;
@@ -878,6 +899,7 @@ static void worker_fini(struct worker *w)
 	free(w->set);
 	free(w->vcnt);
 	free(w->vrows);
+	pthread_mutex_destroy(&w->ilock);
 }
 
 static int worker_init(struct worker *w, const struct opts *o, void *be,
@@ -895,6 +917,8 @@ static int worker_init(struct worker *w, const struct opts *o, void *be,
 	w->k = o->backend->prefetch && o->cfg.cache_rows ? o->cfg.prefetch : 0;
 	w->mix_rng = emb_id_hash(o->cfg.seed * 31 + idx + 7);
 	emb_hist_reset(&w->hist);
+	emb_hist_reset(&w->ihist);
+	pthread_mutex_init(&w->ilock, NULL);
 	rc = emb_idgen_init(&w->gen, &o->dist, o->cfg.rows, o->cfg.seed, idx);
 	if (rc)
 		return rc;
@@ -960,6 +984,34 @@ static double progress_rate(struct worker *ws, uint32_t n)
 }
 
 /*
+ * --report-interval: merges and empties every thread's interval histogram
+ * and writes one line for the interval that ends at at_s seconds into the
+ * timed run: batches done in it (0 is a stall: no call returned) and their
+ * latency p50, p99 and max in us. A watcher (tests/chaos) reads these to
+ * see latency before and during faults, so the format is fixed.
+ */
+static void report_interval(struct worker *ws, uint32_t n, double at_s,
+			    bool tty)
+{
+	struct emb_hist h;
+
+	emb_hist_reset(&h);
+	for (uint32_t i = 0; i < n; i++) {
+		pthread_mutex_lock(&ws[i].ilock);
+		emb_hist_merge(&h, &ws[i].ihist);
+		emb_hist_reset(&ws[i].ihist);
+		pthread_mutex_unlock(&ws[i].ilock);
+	}
+	fprintf(stderr,
+		"%sinterval: %.1f s, %" PRIu64 " batches, p50 %.1f us, "
+		"p99 %.1f us, max %.1f us\n",
+		tty ? "\r\033[K" : "", at_s, h.count,
+		(double)emb_hist_percentile(&h, 50) / 1e3,
+		(double)emb_hist_percentile(&h, 99) / 1e3,
+		(double)(h.count ? h.max : 0) / 1e3);
+}
+
+/*
  * Runs one phase on every worker and waits for them. With a terminal on
  * stderr it redraws one progress line meanwhile: rows so far, rate, time
  * elapsed and left (estimated from expected rows when there is no clock).
@@ -972,7 +1024,10 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 {
 	uint32_t n = o->cfg.threads, started = 0;
 	bool tty = isatty(STDERR_FILENO);
+	bool lines = ph == PHASE_MEASURE && o->report_s > 0;
 	uint64_t t0 = emb_clock_ns(), end = t0;
+	uint64_t every_ns = (uint64_t)(o->report_s * 1e9);
+	uint64_t next_line = t0 + every_ns;
 	int rc = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -986,7 +1041,7 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 			break;
 		started++;
 	}
-	while (tty && !rc) {
+	while ((tty || lines) && !rc) {
 		struct timespec nap = {0, PROGRESS_NS};
 		uint64_t rows = progress_sum(ws, n);
 		double el = (double)(emb_clock_ns() - t0) / 1e9, left, rate;
@@ -1002,8 +1057,13 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 		}
 		if (done)
 			break;
+		if (lines && emb_clock_ns() >= next_line) {
+			report_interval(ws, n, (double)(next_line - t0) / 1e9,
+					tty);
+			next_line += every_ns;
+		}
 		/* the first draw waits for a rate worth showing */
-		if (el >= PROGRESS_NS / 1e9) {
+		if (tty && el >= PROGRESS_NS / 1e9) {
 			if (expect_rows && rows)
 				left = el * (double)(expect_rows - rows) /
 				       (double)rows;
@@ -1032,6 +1092,15 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 			rc = ws[i].rc;
 		if (ws[i].end_ns > end)
 			end = ws[i].end_ns;
+	}
+	/* The last, shorter interval: the threads are joined. */
+	if (lines && started == n) {
+		bool any = false;
+
+		for (uint32_t i = 0; i < n; i++)
+			any |= ws[i].ihist.count > 0;
+		if (any)
+			report_interval(ws, n, (double)(end - t0) / 1e9, tty);
 	}
 	*wall_s = (double)(end - t0) / 1e9;
 	return rc;

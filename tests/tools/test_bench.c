@@ -326,6 +326,47 @@ static void duration_and_warmup_bound_the_run(void)
 	CU_ASSERT(num(&o, "elapsed_s") >= 0.2);
 }
 
+/*
+ * --report-interval: latency lines on stderr while timing, the last one for
+ * the shorter rest, and together they count every timed batch. Only the
+ * sum is exact (how many lines depends on the clock): at least the last
+ * and one before it in 2 s of 0.25 s intervals.
+ */
+static void report_interval_lines_count_every_batch(void)
+{
+	static char out[1 << 16];
+	unsigned long long lines = 0, sum = 0, total = 0, b;
+	double at, p50, p99, max, last_at = 0;
+	char *line, *save = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(run_bench("--rows 1000 --dim 8 --batch 64"
+					" --op step --threads 2 --duration 2"
+					" --report-interval 0.25 2>&1",
+					out, sizeof(out)),
+			      0);
+	for (line = strtok_r(out, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		if (sscanf(line, "  timed %llu batches", &b) == 1)
+			total = b;
+		if (strncmp(line, "interval: ", 10))
+			continue;
+		CU_ASSERT_EQUAL_FATAL(sscanf(line,
+					     "interval: %lf s, %llu batches, "
+					     "p50 %lf us, p99 %lf us, max %lf "
+					     "us",
+					     &at, &b, &p50, &p99, &max),
+				      5);
+		CU_ASSERT(at > last_at);
+		CU_ASSERT(b == 0 || (p50 > 0 && p50 <= p99 && p99 <= max));
+		last_at = at;
+		sum += b;
+		lines++;
+	}
+	CU_ASSERT(lines >= 2);
+	CU_ASSERT(total > 0);
+	CU_ASSERT_EQUAL(sum, total);
+}
+
 static void summary_without_json_is_not_json(void)
 {
 	char out[8192];
@@ -354,6 +395,8 @@ static void rejects_bad_arguments(void)
 		"--optimizer sgd:lr=-1",
 		"--op raw-apply --optimizer adam",
 		"--duration 0",
+		"--report-interval 0.1",
+		"--report-interval soon",
 		"stray",
 	};
 	char out[4096];
@@ -386,6 +429,8 @@ static const struct emb_test_case cases[] = {
 	{"same seed repeats the id stream", seed_repeats_the_id_stream},
 	{"duration and warmup bound the run",
 	 duration_and_warmup_bound_the_run},
+	{"report-interval lines count every timed batch",
+	 report_interval_lines_count_every_batch},
 	{"summary without --json is not json",
 	 summary_without_json_is_not_json},
 	{"rejects bad arguments with status 2", rejects_bad_arguments},
