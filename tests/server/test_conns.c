@@ -20,10 +20,12 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
 #include "harness.h"
 #include "netutil.h"
+#include "worker/embstore.h"
 
 #define WAIT_MS 30000 /* the longest any condition is waited for */
 
@@ -143,6 +145,20 @@ static void test_idle_conns_reach_max_conns(void)
 	emb_server_destroy(s);
 }
 
+static char caught[1024]; /* log lines naming the connection limit */
+
+static void catch_line(enum emb_log_level level, const char *line,
+		       void *arg)
+{
+	(void)arg;
+	if (strstr(line, "--max-conns") &&
+	    strlen(caught) + strlen(line) + 2 < sizeof(caught)) {
+		strcat(caught, line);
+		strcat(caught, "\n");
+	}
+	fprintf(stderr, "%d %s\n", (int)level, line);
+}
+
 /*
  * However many connections come past max_conns, each one is answered
  * with an error frame naming the limit, then closed: none is reset
@@ -176,6 +192,23 @@ static void test_every_refusal_has_a_frame(void)
 		CU_ASSERT(nt_raw_wait_closed(fds[i]));
 		close(fds[i]);
 	}
+	/* The client library returns the status and logs the message. */
+	emb_log_set_sink(catch_line, NULL);
+	{
+		struct emb_client_opts o = EMB_CLIENT_OPTS_DEFAULT;
+		struct emb_client *c = NULL;
+		char addr[64];
+		uint16_t port = emb_server_port(s);
+
+		nt_addr_list(addr, sizeof(addr), &port, 1);
+		o.servers = addr;
+		o.timeout_ms = 20000;
+		o.name = "test";
+		CU_ASSERT_EQUAL(emb_client_create(&o, &c), EMB_ETOOMANYCONNS);
+		emb_client_destroy(c);
+	}
+	emb_log_set_sink(NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(caught, "server full: 2 connections"));
 	/* The two inside are still served. */
 	CU_ASSERT_EQUAL(ping(a, 7), 0);
 	CU_ASSERT_EQUAL(ping(b, 8), 0);
