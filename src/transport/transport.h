@@ -383,8 +383,8 @@ struct emb_mr {
 
 /*
  * Opens a transport by name with opts (NULL = defaults; a zero field takes
- * its default, except call_timeout_ms, sock_buf_bytes and copy_max_bytes,
- * where 0 means none / kernel's / off). The names: "tcp", "rdma", and
+ * its default, except call_timeout_ms, sock_buf_bytes, copy_max_bytes and
+ * frame_timeout_ms, where 0 means none / kernel's / off / none). The names: "tcp", "rdma", and
  * "tcp,rdma" or "rdma,tcp": one loop that drives both, whose listeners
  * listen on TCP and on RDMA at the same port number (the two port spaces
  * are apart), whose conns each run on one of the two (emb_connect_opts.via;
