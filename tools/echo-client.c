@@ -25,6 +25,7 @@
 #include "common/addr.h"
 #include "common/clock.h"
 #include "common/hist.h"
+#include "common/seconds.h"
 
 #define BATCH_MAX (1u << 20)
 
@@ -82,7 +83,7 @@ int main(int argc, char **argv)
 	struct emb_addr addr;
 	uint32_t batch = 4096, row_bytes = 256;
 	uint64_t rows = 1u << 20, rng = 1, batches = 0, start, end, deadline;
-	double seconds = 5;
+	uint64_t ms = 5000;
 	struct emb_hist *h;
 	uint8_t *req, *resp;
 	int one = 1, fd, c;
@@ -94,7 +95,15 @@ int main(int argc, char **argv)
 		case 'r': row_bytes = (uint32_t)strtoul(optarg, NULL, 10);
 			  break;
 		case 'n': rows = strtoull(optarg, NULL, 10); break;
-		case 's': seconds = strtod(optarg, NULL); break;
+		case 's':
+			if (emb_seconds_parse(optarg, 1, 86400000, &ms)) {
+				fprintf(stderr,
+					"embstore-echo-client: bad --seconds "
+					"'%s'\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 'h': usage(stdout); return 0;
 		case 'V':
 			printf("embstore-echo-client %s\n", EMB_VERSION);
@@ -105,7 +114,7 @@ int main(int argc, char **argv)
 	if (!connect_to ||
 	    emb_addr_parse(connect_to, strlen(connect_to), -1, &addr) ||
 	    batch == 0 || batch > BATCH_MAX || row_bytes == 0 ||
-	    row_bytes > 65536 || rows == 0 || seconds <= 0) {
+	    row_bytes > 65536 || rows == 0) {
 		usage(stderr);
 		return 2;
 	}
@@ -130,7 +139,7 @@ int main(int argc, char **argv)
 	emb_hist_reset(h);
 
 	start = emb_clock_ns();
-	deadline = start + (uint64_t)(seconds * 1e9);
+	deadline = start + ms * 1000000;
 	do {
 		uint64_t t0;
 

@@ -42,6 +42,7 @@
 #include "common/hash.h"
 #include "common/hist.h"
 #include "common/optim.h"
+#include "common/seconds.h"
 #include "common/token.h"
 #include "worker/embstore.h"
 
@@ -208,17 +209,15 @@ static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 	return 0;
 }
 
+/* Seconds, fractions allowed, in [0, 10^6]. */
 static int parse_secs(const char *s, double *out)
 {
-	char *end;
-	double v;
+	uint64_t ms;
+	int rc = emb_seconds_parse(s, 0, 1000000000, &ms);
 
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || *end || !(v >= 0.0 && v <= 1e6))
-		return -EINVAL;
-	*out = v;
-	return 0;
+	if (rc == 0)
+		*out = ms / 1000.0;
+	return rc;
 }
 
 enum {

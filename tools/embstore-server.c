@@ -21,6 +21,7 @@
 #include "common/addr.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/seconds.h"
 #include "common/token.h"
 #include "metrics/metrics.h"
 #include "server/checkpoint.h"
@@ -146,6 +147,10 @@ static void usage(FILE *f)
 	    "  --idle-timeout S       seconds a connection may be silent "
 	    "(EMB_IDLE_TIMEOUT;\n"
 	    "                         default 600; 0 = never)\n"
+	    "  --frame-timeout S      seconds a frame may take to arrive once "
+	    "begun; a slower\n"
+	    "                         sender is closed (EMB_FRAME_TIMEOUT; "
+	    "default 30; 0 = never)\n"
 	    "  --max-ids N            ids per request (EMB_MAX_IDS)\n"
 	    "  --max-frame SIZE       bytes per frame (EMB_MAX_FRAME)\n"
 	    "  --max-tables N         tables (EMB_MAX_TABLES)\n"
@@ -230,6 +235,28 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 	return 0;
 }
 
+/*
+ * A flag in seconds, fractions allowed, to ms in [min_ms, max_ms]: 0, or 1
+ * after printing why.
+ */
+static int parse_ms(const char *flag, const char *s, uint64_t min_ms,
+		    uint64_t max_ms, uint32_t *out)
+{
+	uint64_t ms;
+	int rc = emb_seconds_parse(s, min_ms, max_ms, &ms);
+
+	if (rc) {
+		fprintf(stderr,
+			"embstore-server: bad --%s '%s': %s (seconds, "
+			"%g..%g)\n",
+			flag, s, emb_seconds_strerror(rc), min_ms / 1000.0,
+			max_ms / 1000.0);
+		return 1;
+	}
+	*out = (uint32_t)ms;
+	return 0;
+}
+
 /* --auth-token-file or --admin-token-file (what: "" or "admin "). 0, or 1
  * after printing why. */
 static int read_token(const char *what, const char *file, uint8_t *buf,
@@ -291,7 +318,7 @@ int main(int argc, char **argv)
 	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
 	struct emb_cluster_env cenv;
 	struct emb_server_role_opts ro = {
-	    .ckpt = {.keep = CKPT_KEEP, .interval_s = CKPT_DEFAULT_INTERVAL_S},
+	    .ckpt = {.keep = CKPT_KEEP, .interval_ms = CKPT_DEFAULT_INTERVAL_S * 1000},
 	    .env = &cenv,
 	    .on_end = on_cluster_end,
 	    .cancel = &got_signal,
@@ -300,6 +327,7 @@ int main(int argc, char **argv)
 	const char *threads = NULL, *token_file = NULL, *admin_file = NULL;
 	const char *conn_mem = NULL, *max_conns = NULL, *hs_timeout = NULL;
 	const char *idle_timeout = NULL, *mem = NULL, *max_ids = NULL;
+	const char *frame_timeout = NULL;
 	const char *max_frame = NULL, *max_tables = NULL, *level = NULL;
 	const char *table_shards = NULL, *zero_copy = NULL;
 	const char *remote_read = NULL, *ckpt_dir = NULL, *ckpt_iv = NULL;
@@ -321,6 +349,8 @@ int main(int argc, char **argv)
 	     &hs_timeout},
 	    {"idle-timeout", required_argument, "EMB_IDLE_TIMEOUT",
 	     &idle_timeout},
+	    {"frame-timeout", required_argument, "EMB_FRAME_TIMEOUT",
+	     &frame_timeout},
 	    {"mem-limit", required_argument, "EMB_MEM_LIMIT", &mem},
 	    {"max-ids", required_argument, "EMB_MAX_IDS", &max_ids},
 	    {"max-frame", required_argument, "EMB_MAX_FRAME", &max_frame},
@@ -351,7 +381,6 @@ int main(int argc, char **argv)
 	    [NFLAGS + 1] = {"version", no_argument, NULL, 'V'},
 	};
 	struct emb_server_role *srole = NULL;
-	uint32_t secs;
 	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
 	uint8_t admin_token[EMB_WIRE_TOKEN_MAX + 1];
 	struct sigaction sa;
@@ -499,26 +528,13 @@ int main(int argc, char **argv)
 			max_conns);
 		return 2;
 	}
-	if (hs_timeout) {
-		if (parse_u32(hs_timeout, 0, 86400, &secs)) {
-			fprintf(stderr,
-				"embstore-server: bad --handshake-timeout "
-				"'%s' (seconds, 0..86400)\n",
-				hs_timeout);
-			return 2;
-		}
-		o.handshake_timeout_ms = secs * 1000;
-	}
-	if (idle_timeout) {
-		if (parse_u32(idle_timeout, 0, 86400 * 30, &secs)) {
-			fprintf(stderr,
-				"embstore-server: bad --idle-timeout '%s' "
-				"(seconds, 0..2592000)\n",
-				idle_timeout);
-			return 2;
-		}
-		o.idle_timeout_ms = secs * 1000;
-	}
+	if ((hs_timeout && parse_ms("handshake-timeout", hs_timeout, 0,
+				    86400000, &o.handshake_timeout_ms)) ||
+	    (idle_timeout && parse_ms("idle-timeout", idle_timeout, 0,
+				      2592000000u, &o.idle_timeout_ms)) ||
+	    (frame_timeout && parse_ms("frame-timeout", frame_timeout, 0,
+				       86400000, &o.frame_timeout_ms)))
+		return 2;
 	if ((max_ids && parse_u32(max_ids, 1, 1u << 26, &o.limits.max_ids)) ||
 	    (max_frame && parse_u32(max_frame, 4096, EMB_WIRE_FRAME_MAX,
 				    &o.limits.max_frame_bytes)) ||
@@ -546,10 +562,9 @@ int main(int argc, char **argv)
 	o.auth_token = token_file ? token : NULL;
 	o.admin_token = admin_file ? admin_token : NULL;
 
-	if (ckpt_iv && parse_u32(ckpt_iv, 1, 1u << 30, &ro.ckpt.interval_s)) {
-		fprintf(stderr, "embstore-server: bad checkpoint interval\n");
+	if (ckpt_iv && parse_ms("checkpoint-interval", ckpt_iv, 1,
+				UINT32_MAX, &ro.ckpt.interval_ms))
 		return 2;
-	}
 	if (ckpt_full && parse_u32(ckpt_full, 1, EMB_CKPT_FULL_EVERY_MAX,
 				   &ro.ckpt.full_every)) {
 		fprintf(stderr,

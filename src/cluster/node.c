@@ -37,6 +37,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/seconds.h"
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
 
@@ -242,15 +243,12 @@ static int parse_grace(const char *s, uint32_t *ms)
 /* Seconds, fractions allowed ("0.5"), to ms in [1, 2^31). */
 static int parse_seconds(const char *s, uint32_t *ms)
 {
-	char *end;
-	double v;
+	uint64_t v;
+	int rc = emb_seconds_parse(s, 1, INT32_MAX, &v);
 
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || *end || !(v > 0) || v * 1000 >= 2147483647.0)
-		return -EINVAL;
-	*ms = v * 1000 < 1 ? 1 : (uint32_t)lround(v * 1000);
-	return 0;
+	if (rc == 0)
+		*ms = (uint32_t)v;
+	return rc;
 }
 
 int emb_cluster_env_read(struct emb_cluster_env *out, const char **bad)

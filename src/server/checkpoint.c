@@ -37,7 +37,7 @@
 struct emb_ckpt {
 	struct emb_server *s; /* borrowed */
 	char *dir;	      /* owned copy */
-	uint32_t interval_s;  /* between checkpoints */
+	uint32_t interval_ms; /* between checkpoints */
 	uint32_t keep;	      /* full checkpoints kept, with their chains */
 	uint32_t full_every;  /* a full every this many checkpoints */
 	/* The chain being written; touched by the writer thread, or by
@@ -463,7 +463,12 @@ static void *ckpt_main(void *arg)
 	pthread_mutex_lock(&c->lock);
 	while (!c->stop) {
 		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_sec += c->interval_s;
+		until.tv_sec += c->interval_ms / 1000;
+		until.tv_nsec += (long)(c->interval_ms % 1000) * 1000000;
+		if (until.tv_nsec >= 1000000000) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
 		while (!c->stop && pthread_cond_timedwait(&c->cond, &c->lock,
 							  &until) != ETIMEDOUT)
 			;
@@ -487,7 +492,7 @@ int emb_ckpt_start(struct emb_server *s, const struct emb_ckpt_opts *o,
 	struct emb_ckpt *c;
 	int rc;
 
-	if (!s || !o || !o->dir || !o->interval_s || !o->keep || !out ||
+	if (!s || !o || !o->dir || !o->interval_ms || !o->keep || !out ||
 	    o->full_every > EMB_CKPT_FULL_EVERY_MAX)
 		return -EINVAL;
 	c = calloc(1, sizeof(*c));
@@ -499,7 +504,7 @@ int emb_ckpt_start(struct emb_server *s, const struct emb_ckpt_opts *o,
 		return -ENOMEM;
 	}
 	c->s = s;
-	c->interval_s = o->interval_s;
+	c->interval_ms = o->interval_ms;
 	c->keep = o->keep;
 	c->full_every = o->full_every ? o->full_every : 1;
 	pthread_mutex_init(&c->lock, NULL);

@@ -28,7 +28,7 @@ struct emb_ckpt;
 
 struct emb_ckpt_opts {
 	const char *dir;     /* checkpoint directory; created if missing */
-	uint32_t interval_s; /* seconds between checkpoints, >= 1 */
+	uint32_t interval_ms; /* ms between checkpoints, >= 1 */
 	uint32_t keep;	     /* full checkpoints kept (with their deltas) */
 	uint32_t full_every; /* a full checkpoint every this many, deltas
 				between; 0 or 1: every one is full */
@@ -67,7 +67,7 @@ int emb_ckpt_load(struct emb_server *s, const char *dir, bool start_empty);
 int emb_ckpt_write(struct emb_server *s, const char *dir, uint32_t keep);
 
 /*
- * Starts a thread that calls emb_ckpt_write() every interval_s. 0 and
+ * Starts a thread that calls emb_ckpt_write() every interval_ms. 0 and
  * *out, or -EINVAL / -ENOMEM / pthread's error. Borrows s until stop.
  */
 int emb_ckpt_start(struct emb_server *s, const struct emb_ckpt_opts *o,

@@ -15,6 +15,7 @@
 #include "server/server_int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/clock.h"
@@ -25,7 +26,11 @@
 #include "server/lat.h"
 #include "server/memreg.h"
 
-/* Conns past max_conns kept to tell them why; beyond, they close at once. */
+/*
+ * Where the transport cannot refuse a conn itself (RDMA), conns past
+ * max_conns are kept to tell them why on their first request; beyond this
+ * many more, they close at once.
+ */
 #define REFUSE_SLACK 64u
 
 static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
@@ -52,7 +57,7 @@ static int dispatch(void *arg, struct emb_conn *c, struct emb_req *req,
 	if (sc->refused) {
 		emb__reply_and_close(
 		    s, c, sc, req, EMB_ETOOMANYCONNS,
-		    "server at its --max-conns limit; retry later");
+		    "server full (--max-conns); retry later");
 		return 0;
 	}
 	/* The TCP transport enforces this before buffering; RDMA receives
@@ -238,7 +243,8 @@ void emb__conn_on_open(void *arg, struct emb_conn *c, int reason)
 	if (!sc) {
 		emb_log(EMB_LOG_ERROR, "%s: out of memory, closing",
 			emb_conn_peer(c));
-		emb_conn_close(c, -ENOMEM);
+		if (emb_conn_refuse(c, -ENOMEM, "server out of memory"))
+			emb_conn_close(c, -ENOMEM);
 		return;
 	}
 	sc->s = s;
@@ -257,13 +263,22 @@ void emb__conn_on_open(void *arg, struct emb_conn *c, int reason)
 	emb_log(EMB_LOG_INFO, "connection from %s (%s)", emb_conn_peer(c),
 		emb_conn_transport(c));
 	if (s->opts.max_conns && open > s->opts.max_conns) {
-		/* Its first request (a HELLO) gets the reason; a flood of
-		 * conns that send nothing closes at once. */
+		char msg[96];
+
+		/* Its first request (a HELLO) gets the reason, from the
+		 * transport where it can (no buffer held meanwhile), else
+		 * from dispatch(); past the slack there, a flood of conns
+		 * that send nothing closes at once. */
 		emb__count(&s->conns_refused, 1);
 		sc->refused = true;
 		emb_log(EMB_LOG_WARN, "%s: refused: %u connections open",
 			emb_conn_peer(c), s->opts.max_conns);
-		if (open > s->opts.max_conns + REFUSE_SLACK)
+		snprintf(msg, sizeof(msg),
+			 "server full: %u connections (--max-conns); retry "
+			 "later",
+			 s->opts.max_conns);
+		if (emb_conn_refuse(c, EMB_ETOOMANYCONNS, msg) &&
+		    open > s->opts.max_conns + REFUSE_SLACK)
 			emb_conn_close(c, EMB_ETOOMANYCONNS);
 	}
 }

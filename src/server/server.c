@@ -135,6 +135,7 @@ int emb_server_create(const struct emb_server_opts *opts,
 		topts.login_frame_bytes = EMB_SERVER_LOGIN_FRAME;
 	topts.rx_budget = &s->rx_budget;
 	topts.reject_encode = emb_wire_reject_encode;
+	topts.frame_timeout_ms = opts->frame_timeout_ms;
 	for (i = 0; i < opts->threads; i++) {
 		rc =
 		    emb_transport_create(opts->transport, &topts, &s->loops[i]);

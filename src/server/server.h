@@ -57,6 +57,10 @@ struct emb_server_opts {
 	uint32_t idle_timeout_ms;      /* a logged-in connection with no
 					  request for this long and none
 					  pending is closed; 0 = never */
+	uint32_t frame_timeout_ms;     /* a frame must arrive whole within
+					  this long of its first byte, or
+					  the connection is closed with
+					  -ETIMEDOUT (TCP); 0 = never */
 	struct emb_wire_limits limits; /* what requests may carry */
 	uint32_t table_shards;	       /* index shards per table */
 	bool zero_copy_pulls;	       /* PULL rows straight from table memory
@@ -83,6 +87,7 @@ struct emb_server_opts {
 				  .max_conns = 1024,                           \
 				  .handshake_timeout_ms = 10000,               \
 				  .idle_timeout_ms = 600000,                   \
+				  .frame_timeout_ms = 30000,                   \
 				  .table_shards = 64})
 
 /*

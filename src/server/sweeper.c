@@ -34,7 +34,7 @@ void emb__sweep_run(void *arg)
 		const char *why = NULL;
 
 		next = sc->next; /* closing sc may free it */
-		if (!sc->c)
+		if (!sc->c || sc->closing)
 			continue;
 		if (!sc->hello) {
 			if (hs_ns && now - sc->opened_ns > hs_ns)
@@ -52,6 +52,13 @@ void emb__sweep_run(void *arg)
 		emb__count(&s->conns_timed_out, 1);
 		emb_log(EMB_LOG_WARN, "%s: closing: %s", emb_conn_peer(sc->c),
 			why);
+		/* A login still arriving is answered why (the transport
+		 * refuses the frame being read, or the next header within a
+		 * second); an idle conn has nothing to answer. */
+		if (!sc->hello && emb_conn_refuse(sc->c, -ETIMEDOUT, why) == 0) {
+			sc->closing = true;
+			continue;
+		}
 		emb_conn_close(sc->c, -ETIMEDOUT);
 	}
 }

@@ -11,10 +11,16 @@
  * place (the caller's resp_buf or the request's buffer). A request's buffer
  * grows as its bytes arrive, never from the header's length alone, and
  * every receive byte is charged to opts.rx_budget: a peer that announces a
- * 64 MiB frame and sends nothing costs the server nothing. Until
- * emb_conn_admit() a server conn reads into a LOGIN_RBUF buffer and takes
- * frames of login_frame_bytes at most. A frame over the limit, or one the
- * budget cannot hold, is answered with an error (the frame that
+ * 64 MiB frame and sends nothing costs the server nothing. A server conn
+ * reads headers into RBUF_SMALL bytes inside itself and takes a 64 KiB
+ * buffer only once input comes faster than that holds; the buffer and the
+ * pooled request buffers go back after IDLE_TRIM_MS without input (at once
+ * while the budget is over half spent), so an idle conn holds no receive
+ * memory and --max-conns, not the budget, bounds how many may wait. Until
+ * emb_conn_admit() a server conn takes frames of login_frame_bytes at
+ * most. A frame over the limit, one the budget cannot hold, one slower
+ * than frame_timeout_ms, or any frame of a conn refused with
+ * emb_conn_refuse(), is answered with an error (the frame that
  * opts.reject_encode writes; without one the conn just closes); then the
  * conn stops writing, discards what still comes for up to LINGER_MS (so the
  * peer gets the error instead of a reset) and closes.
@@ -45,7 +51,9 @@
 #include "common/err.h"
 #include "common/log.h"
 
-#define RBUF_BYTES     (64u << 10)  /* per-conn receive buffer */
+#define RBUF_BYTES     (64u << 10)  /* receive buffer of a busy conn */
+#define RBUF_SMALL     512u	    /* server conn's own, for headers */
+#define IDLE_TRIM_MS   2000	    /* idle server conn frees its buffers */
 #define DIRECT_MIN     (16u << 10)  /* read payloads this big in place */
 #define READ_BUDGET    (4u << 20)   /* bytes read from one conn per event */
 #define EVENTS_MAX     64	    /* epoll events taken per wait */
@@ -59,7 +67,6 @@
 #define STAGE_BYTES    (256u << 10) /* staging buffer per loop */
 #define TX_IOV_INLINE  4	    /* iov entries a tx holds without heap */
 #define TX_IOV_KEEP    8192	    /* bigger iov copies are freed on reuse */
-#define LOGIN_RBUF     (4u << 10)   /* receive buffer before emb_conn_admit */
 #define GROW_MIN       (64u << 10)  /* first size of a growing request buffer */
 #define LINGER_MS      1000	    /* rejected conn: wait for the peer's EOF */
 #define REJECT_MSG_MAX 160	    /* bytes of a rejection's message */
@@ -152,8 +159,14 @@ struct tcp_conn {
 	bool in_rx;		     /* conn_rx/rx_parse on the stack */
 	bool in_flush;		     /* conn_flush on the stack */
 	bool rejecting;		     /* error queued: discard input, close */
+	bool refusing;		     /* emb_conn_refuse(): answer the next
+					header with refuse_msg */
 	int reject_status;	     /* the error sent, the close reason */
-	uint64_t linger_ms;	     /* rejecting: close by this emb__now_ms */
+	uint64_t linger_ms;	     /* rejecting or refusing: close by this
+					emb__now_ms */
+	uint64_t rx_ms;		     /* emb__now_ms of the last input */
+	uint64_t frame_ms;	     /* first byte of the frame being read
+					(or a later resume of reading) */
 	uint32_t frame_max;	     /* largest frame taken now, bytes */
 	emb_conn_fn on_close;	     /* user callback, may be NULL */
 	void *arg;		     /* for on_close / on_request */
@@ -163,8 +176,8 @@ struct tcp_conn {
 	struct tx *txq_tail;
 
 	/* input */
-	char *rbuf;	 /* rbuf_cap bytes */
-	size_t rbuf_cap; /* LOGIN_RBUF until admitted, then RBUF_BYTES */
+	char *rbuf;	 /* rbuf_cap bytes: rsmall, or RBUF_BYTES of heap */
+	size_t rbuf_cap; /* RBUF_SMALL or RBUF_BYTES */
 	size_t rstart;	 /* first unparsed byte in rbuf */
 	size_t rend;   /* end of valid bytes in rbuf */
 	enum rx_state rstate;
@@ -190,6 +203,9 @@ struct tcp_conn {
 	uint64_t pool_bytes;	  /* buffer bytes of pooled requests */
 	_Alignas(8) char rej[REJECT_BYTES]; /* the rejection frame, while
 					       it is sent */
+	char refuse_msg[REJECT_MSG_MAX];    /* refusing: why */
+	_Alignas(8) char rsmall[RBUF_SMALL]; /* server conns' rbuf while
+						input is slow or idle */
 };
 
 struct tcp_listener {
@@ -243,6 +259,8 @@ static inline struct tcp_tr *conn_tr(struct tcp_conn *c)
 static void conn_fail(struct tcp_conn *c, int reason);
 static void tx_trim(struct tx *tx);
 static void rx_parse(struct tcp_tr *t, struct tcp_conn *c);
+static void conn_reject(struct tcp_tr *t, struct tcp_conn *c, int status,
+			const char *msg);
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -303,10 +321,14 @@ static void rx_update(struct tcp_tr *t, struct tcp_conn *c)
 		return;
 	c->rx_paused = pause;
 	c->base.stats.rx_paused = pause;
-	if (pause)
+	if (pause) {
 		EMB__STAT_ADD(t->base.stats.rx_pauses, 1);
-	else if (c->rend > c->rstart)
-		conn_kick(t, c); /* frames already buffered get no EPOLLIN */
+	} else {
+		/* The time we did not read is ours, not the sender's. */
+		c->frame_ms = emb__now_ms();
+		if (c->rend > c->rstart)
+			conn_kick(t, c); /* buffered frames get no EPOLLIN */
+	}
 	conn_arm(t, c);
 }
 
@@ -373,6 +395,88 @@ static bool budget_tight(struct emb_transport *tr)
 
 	return b && b->limit &&
 	       __atomic_load_n(&b->used, __ATOMIC_RELAXED) > b->limit / 2;
+}
+
+/* ---- idle conns give their receive memory back (server) ------------------ */
+
+/* Nothing half-read and nothing buffered: its buffers may go. */
+static bool conn_between_frames(const struct tcp_conn *c)
+{
+	return c->rstate == RX_HDR && c->rstart == c->rend && !c->in_rx;
+}
+
+static bool conn_holds_buffers(const struct tcp_conn *c)
+{
+	return c->rbuf != c->rsmall || c->req_free;
+}
+
+/*
+ * A server conn between frames frees its big read buffer (headers go to
+ * rsmall again) and every pooled request record with its buffer; the next
+ * busy spell takes them again. Held requests are the server's and stay.
+ */
+static void conn_trim(struct tcp_tr *t, struct tcp_conn *c)
+{
+	struct tcp_req *r;
+
+	if (c->rbuf != c->rsmall) {
+		budget_give(&t->base, c->rbuf_cap);
+		free(c->rbuf);
+		c->rbuf = c->rsmall;
+		c->rbuf_cap = RBUF_SMALL;
+		c->rstart = c->rend = 0;
+	}
+	while ((r = c->req_free)) {
+		c->req_free = r->next_free;
+		budget_give(&t->base, r->buf_cap);
+		free(r->tx.heap);
+		free(r->buf);
+		free(r);
+	}
+	c->pool_bytes = 0;
+	EMB__STAT_ADD(t->base.stats.rx_trims, 1);
+}
+
+/*
+ * The budget is spent: every conn of this loop that sits between frames
+ * gives its buffers back now rather than at its idle deadline. True if
+ * any did. (Other loops' idle conns give theirs within IDLE_TRIM_MS.)
+ */
+static bool trim_idle(struct tcp_tr *t)
+{
+	bool any = false;
+
+	for (struct tcp_conn *c = t->conns; c; c = c->next) {
+		if (!c->base.server || c->closed || c->busy ||
+		    !conn_between_frames(c) || !conn_holds_buffers(c))
+			continue;
+		conn_trim(t, c);
+		any = true;
+	}
+	return any;
+}
+
+/*
+ * Input comes faster than RBUF_SMALL holds: take the big buffer, if the
+ * budget allows (the small one still works, with more reads).
+ */
+static void rbuf_grow(struct tcp_tr *t, struct tcp_conn *c)
+{
+	size_t have = c->rend - c->rstart;
+	char *p;
+
+	if (!budget_take(&t->base, RBUF_BYTES))
+		return;
+	p = malloc(RBUF_BYTES);
+	if (!p) {
+		budget_give(&t->base, RBUF_BYTES);
+		return;
+	}
+	memcpy(p, c->rbuf + c->rstart, have);
+	c->rbuf = p;
+	c->rbuf_cap = RBUF_BYTES;
+	c->rstart = 0;
+	c->rend = have;
 }
 
 /* ---- request pool (server) ----------------------------------------------- */
@@ -522,20 +626,87 @@ static uint64_t conn_timeouts(struct tcp_tr *t, struct tcp_conn *c,
 	return UINT64_MAX;
 }
 
+/*
+ * A frame began more than frame_timeout_ms ago and is still not whole: a
+ * slow or stalled sender would hold its buffer (and a loop's attention)
+ * for ever. Answered with -ETIMEDOUT when its header is known.
+ */
+static void frame_timeout(struct tcp_tr *t, struct tcp_conn *c)
+{
+	uint32_t ms = t->base.opts.frame_timeout_ms;
+	char msg[REJECT_MSG_MAX];
+
+	EMB__STAT_ADD(t->base.stats.frames_timed_out, 1);
+	if (c->rstate == RX_HDR) {
+		emb_log(EMB_LOG_WARN,
+			"tcp: conn %s: frame header not whole within %u ms; "
+			"closing",
+			c->base.peer, ms);
+		conn_fail(c, -ETIMEDOUT);
+		return;
+	}
+	snprintf(msg, sizeof(msg),
+		 "frame of %llu bytes not received within %g s "
+		 "(--frame-timeout); %zu bytes still missing",
+		 (unsigned long long)(EMB_FRAME_HDR_SIZE +
+				      (uint64_t)c->rhdr.payload_len),
+		 ms / 1000.0, c->need);
+	conn_reject(t, c, -ETIMEDOUT, msg);
+}
+
+/*
+ * Server conn: closes a frame too slow, or frees buffers idle too long.
+ * Returns the next time it needs looking at; UINT64_MAX = none.
+ */
+static uint64_t server_timeouts(struct tcp_tr *t, struct tcp_conn *c,
+				uint64_t now, bool tight)
+{
+	uint32_t fto = t->base.opts.frame_timeout_ms;
+	uint64_t d;
+
+	if (c->rstate != RX_HDR || c->rend > c->rstart) {
+		/* Paused: we stopped reading, the sender did not stall. */
+		if (!fto || c->rx_paused)
+			return UINT64_MAX;
+		d = c->frame_ms + fto;
+		if (now < d || c->busy)
+			return d;
+		frame_timeout(t, c);
+		return UINT64_MAX;
+	}
+	if (!conn_holds_buffers(c))
+		return UINT64_MAX;
+	d = tight ? now : c->rx_ms + IDLE_TRIM_MS;
+	if (now < d)
+		return d;
+	if (!c->busy && conn_between_frames(c))
+		conn_trim(t, c);
+	return UINT64_MAX;
+}
+
 static uint64_t check_timeouts(struct tcp_tr *t)
 {
 	uint64_t now = emb__now_ms(), next = UINT64_MAX, d;
+	bool tight = budget_tight(&t->base);
 	struct tcp_conn *c;
 
 	for (c = t->conns; c; c = c->next) {
-		if (c->rejecting && !c->closed) {
+		if ((c->rejecting || c->refusing) && !c->closed) {
 			if (now >= c->linger_ms && !c->busy)
 				conn_fail(c, c->reject_status);
 			else if (c->linger_ms < next)
 				next = c->linger_ms;
 			continue;
 		}
-		if (c->base.server || c->closed || !c->pend_head)
+		if (c->closed)
+			continue;
+		if (c->base.server) {
+			d = server_timeouts(t, c, now, tight);
+			if (d < next)
+				next = d;
+			continue;
+		}
+		if (!c->pend_head)
 			continue;
 		d = c->busy ? c->pend_head->deadline_ms
 			    : conn_timeouts(t, c, now);
@@ -671,8 +842,10 @@ static void conn_free(struct tcp_tr *t, struct tcp_conn *c)
 	for (uint32_t i = 0; i < c->ncalls; i++)
 		free(c->calls[i].tx.heap);
 	free(c->calls);
-	budget_give(&t->base, c->rbuf_cap);
-	free(c->rbuf);
+	if (c->rbuf != c->rsmall) {
+		budget_give(&t->base, c->rbuf_cap);
+		free(c->rbuf);
+	}
 	free(c);
 }
 
@@ -1053,7 +1226,8 @@ static size_t rx_room(struct tcp_tr *t, struct tcp_conn *c)
 	 * grown again by the next slightly larger one. */
 	if (cap > len + len / 4)
 		cap = ((len + len / 4) + 4095) & ~(size_t)4095;
-	if (!budget_take(&t->base, cap - r->buf_cap)) {
+	if (!budget_take(&t->base, cap - r->buf_cap) &&
+	    (!trim_idle(t) || !budget_take(&t->base, cap - r->buf_cap))) {
 		struct emb_buf_budget *b = t->base.opts.rx_budget;
 
 		__atomic_fetch_add(&b->refused, 1, __ATOMIC_RELAXED);
@@ -1083,6 +1257,10 @@ static void frame_end(struct tcp_tr *t, struct tcp_conn *c)
 	enum rx_state st = c->rstate;
 
 	c->rstate = RX_HDR;
+	/* The next frame began no earlier than the input that ended this
+	 * one (a resume after a pause may have set a later start). */
+	if (c->rx_ms > c->frame_ms)
+		c->frame_ms = c->rx_ms;
 	c->base.stats.frames_in++;
 	EMB__STAT_ADD(t->base.stats.frames_in, 1);
 	if (st != RX_BODY)
@@ -1187,6 +1365,14 @@ static void rx_parse(struct tcp_tr *t, struct tcp_conn *c)
 				EMB__STAT_ADD(t->base.stats.err_too_big, 1);
 				rc = EMB_ETOOBIG;
 			}
+			if (c->refusing && (rc == 0 || rc == EMB_ETOOBIG)) {
+				/* emb_conn_refuse(): this header gets the
+				 * error, whatever it asks. */
+				c->refusing = false;
+				conn_reject(t, c, c->reject_status,
+					    c->refuse_msg);
+				continue;
+			}
 			if (rc == EMB_ETOOBIG && c->base.server) {
 				reject_too_big(t, c);
 				continue;
@@ -1224,7 +1410,7 @@ static void rx_parse(struct tcp_tr *t, struct tcp_conn *c)
 static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
 {
 	size_t budget = READ_BUDGET, want;
-	bool direct;
+	bool direct, boundary, grow = false;
 	ssize_t n;
 	char *dst;
 
@@ -1244,6 +1430,8 @@ static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
 			dst = c->rbuf;
 			want = c->need < c->rbuf_cap ? c->need : c->rbuf_cap;
 		} else {
+			if (grow)
+				rbuf_grow(t, c);
 			if (c->rstart > 0) {
 				memmove(c->rbuf, c->rbuf + c->rstart,
 					c->rend - c->rstart);
@@ -1255,21 +1443,32 @@ static void conn_rx(struct tcp_tr *t, struct tcp_conn *c)
 			if (want == 0)
 				break; /* paused with a full buffer */
 		}
+		boundary = c->rstate == RX_HDR && c->rstart == c->rend;
 		n = recv(c->fd, dst, want, 0);
 		if (n == 0) {
-			conn_fail(c, c->rejecting ? c->reject_status
-						  : EMB_EPEERDEAD);
+			conn_fail(c, c->rejecting || c->refusing
+					 ? c->reject_status
+					 : EMB_EPEERDEAD);
 			break;
 		}
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				conn_fail(c, c->rejecting ? c->reject_status
-					  : errno == ECONNRESET ? EMB_EPEERDEAD
+				conn_fail(c, c->rejecting || c->refusing
+						 ? c->reject_status
+					 : errno == ECONNRESET ? EMB_EPEERDEAD
 								: -errno);
 			break;
 		}
+		c->rx_ms = emb__now_ms();
+		if (boundary)
+			c->frame_ms = c->rx_ms; /* a frame's first byte */
+		/* A logged-in server conn that filled its small buffer has
+		 * more waiting: worth the big one (conn_trim gives it back). */
+		grow = !direct && (size_t)n == want && c->rbuf == c->rsmall &&
+		       c->frame_max >= t->base.opts.max_frame_bytes &&
+		       !c->rejecting && !c->refusing;
 		c->base.stats.bytes_in += (uint64_t)n;
 		EMB__STAT_ADD(t->base.stats.bytes_in, (uint64_t)n);
 		budget -= (size_t)n < budget ? (size_t)n : budget;
@@ -1308,20 +1507,24 @@ static struct tcp_conn *conn_new(struct emb_transport *tr, int fd, bool server,
 	if (!c)
 		return NULL;
 	c->frame_max = tr->opts.max_frame_bytes;
-	c->rbuf_cap = RBUF_BYTES;
-	if (server && tr->opts.login_frame_bytes &&
-	    tr->opts.login_frame_bytes < tr->opts.max_frame_bytes) {
-		c->frame_max = tr->opts.login_frame_bytes;
-		c->rbuf_cap = LOGIN_RBUF;
-	}
-	if (!budget_take(tr, c->rbuf_cap)) {
-		*rc = EMB_EMEMLIMIT;
-		goto err_free_c;
-	}
-	c->rbuf = malloc(c->rbuf_cap);
-	if (!c->rbuf)
-		goto err_give;
-	if (!server) {
+	if (server) {
+		/* Nothing charged: an idle server conn holds no receive
+		 * memory (rbuf_grow takes more while input is busy). */
+		if (tr->opts.login_frame_bytes &&
+		    tr->opts.login_frame_bytes < tr->opts.max_frame_bytes)
+			c->frame_max = tr->opts.login_frame_bytes;
+		c->rbuf = c->rsmall;
+		c->rbuf_cap = RBUF_SMALL;
+	} else {
+		c->rbuf_cap = RBUF_BYTES;
+		if (!budget_take(tr, c->rbuf_cap)) {
+			*rc = EMB_EMEMLIMIT;
+			goto err_free_c;
+		}
+		c->rbuf = malloc(c->rbuf_cap);
+		if (!c->rbuf)
+			goto err_give;
+
 		c->ncalls = tr->opts.max_inflight;
 		c->calls = calloc(c->ncalls, sizeof(*c->calls));
 		if (!c->calls)
@@ -1333,6 +1536,7 @@ static struct tcp_conn *conn_new(struct emb_transport *tr, int fd, bool server,
 		}
 		c->free_head = 0;
 	}
+	c->rx_ms = c->frame_ms = emb__now_ms();
 	c->base.tr = tr;
 	c->base.server = server;
 	c->ep.kind = EP_CONN;
@@ -1352,9 +1556,11 @@ err_free_c:
 /* Frees a conn that never joined a loop (conn_new's counterpart). */
 static void conn_discard(struct tcp_conn *c)
 {
-	budget_give(c->base.tr, c->rbuf_cap);
+	if (c->rbuf != c->rsmall) {
+		budget_give(c->base.tr, c->rbuf_cap);
+		free(c->rbuf);
+	}
 	free(c->calls);
-	free(c->rbuf);
 	free(c);
 }
 
@@ -1449,20 +1655,12 @@ static void listener_accept(struct tcp_tr *t, struct tcp_listener *l)
 		}
 		target = l->loops[l->rr++ % l->nloops];
 		sock_tune(target, fd);
+		/* A server conn charges nothing to the budget until it
+		 * sends: only memory itself can fail here. */
 		c = conn_new(target, fd, true, &rc);
 		if (!c) {
-			if (rc == EMB_EMEMLIMIT) {
-				__atomic_fetch_add(
-				    &target->opts.rx_budget->refused, 1,
-				    __ATOMIC_RELAXED);
-				emb_log(EMB_LOG_WARN,
-					"tcp: refused a conn on port %u: "
-					"receive memory full",
-					l->base.port);
-			} else {
-				emb_log(EMB_LOG_WARN,
-					"tcp: accept: out of memory");
-			}
+			emb_log(EMB_LOG_WARN, "tcp: accept: %s",
+				emb_strerror(rc));
 			close(fd);
 			continue;
 		}
@@ -2023,26 +2221,40 @@ static int tcp_reply(struct emb_req *er, const struct emb_frame_hdr *hdr,
 }
 
 /*
- * Lifts the login limit: frames up to max_frame_bytes, and the full read
- * buffer (if the budget allows; the small one still works, a little slower).
+ * Lifts the login limit: frames up to max_frame_bytes, and the big read
+ * buffer once input is busy (rbuf_grow).
  */
 static void tcp_admit(struct emb_conn *ec)
 {
-	struct tcp_conn *c = to_conn(ec);
-	struct emb_transport *tr = ec->tr;
-	char *p;
+	to_conn(ec)->frame_max = ec->tr->opts.max_frame_bytes;
+}
 
-	c->frame_max = tr->opts.max_frame_bytes;
-	if (c->closed || c->rbuf_cap >= RBUF_BYTES ||
-	    !budget_take(tr, RBUF_BYTES - c->rbuf_cap))
-		return;
-	p = realloc(c->rbuf, RBUF_BYTES);
-	if (!p) {
-		budget_give(tr, RBUF_BYTES - c->rbuf_cap);
-		return;
+/* See emb_conn_refuse() in transport.h. */
+static int tcp_refuse(struct emb_conn *ec, int status, const char *msg)
+{
+	struct tcp_conn *c = to_conn(ec);
+	struct tcp_tr *t = conn_tr(c);
+
+	if (c->closed)
+		return EMB_ECLOSED;
+	if (!t->base.opts.reject_encode)
+		return -EINVAL;
+	if (c->rejecting || c->refusing)
+		return 0; /* already on its way out with an error */
+	snprintf(c->refuse_msg, sizeof(c->refuse_msg), "%s", msg);
+	c->reject_status = status;
+	if (c->rstate == RX_BODY && !c->in_rx) {
+		/* A frame is being read: it is the one answered. */
+		conn_reject(t, c, status, c->refuse_msg);
+		return 0;
 	}
-	c->rbuf = p;
-	c->rbuf_cap = RBUF_BYTES;
+	c->refusing = true;
+	c->linger_ms = emb__now_ms() + LINGER_MS;
+	if (!c->busy && conn_between_frames(c) && conn_holds_buffers(c))
+		conn_trim(t, c);
+	if (c->rend > c->rstart)
+		conn_kick(t, c); /* a header may be buffered already */
+	return 0;
 }
 
 static void tcp_req_release(struct emb_req *er)
@@ -2087,6 +2299,7 @@ const struct emb_transport_ops emb__tcp_ops = {
     .reg_mem = tcp_reg_mem,
     .dereg_mem = tcp_dereg_mem,
     .admit = tcp_admit,
+    .refuse = tcp_refuse,
     .stats = emb__transport_stats_read,
     .fault_set = emb__transport_fault_arm,
 };

@@ -92,8 +92,10 @@ typedef void (*emb_read_done_fn)(void *ctx, int status);
 
 /*
  * Server conns: encodes the error reply to a frame the transport refuses
- * before the conn closes (req is its header; status EMB_ETOOBIG or
- * EMB_EMEMLIMIT; msg says why, NUL-terminated) into buf[0..cap): a whole
+ * before the conn closes (req is its header; status EMB_ETOOBIG,
+ * EMB_EMEMLIMIT, -ETIMEDOUT for a frame slower than frame_timeout_ms, or
+ * the status given to emb_conn_refuse(); msg says why, NUL-terminated)
+ * into buf[0..cap): a whole
  * frame, header included. Returns its length in bytes, or a negative code
  * if it cannot, and the conn then closes without a reply. The protocol
  * supplies it (emb_wire_reject_encode); it runs on the loop thread and
@@ -122,9 +124,12 @@ struct emb_task {
 /*
  * Receive memory that several loops share (a server's): every byte a TCP
  * conn holds to receive frames (its read buffer, request buffers, pooled
- * ones) is charged here while held. A conn that would pass the limit gets
- * an EMB_EMEMLIMIT error and is closed. Updated with atomics; the owner
- * keeps it alive longer than the transports.
+ * ones) is charged here while held. An idle server conn holds none of it:
+ * headers land in a small buffer inside the conn, and the bigger buffers
+ * a busy conn keeps go back after a while without input, or at once when
+ * more than half the limit is spent. A frame that would pass the limit
+ * gets an EMB_EMEMLIMIT error and its conn is closed. Updated with
+ * atomics; the owner keeps it alive longer than the transports.
  */
 struct emb_buf_budget {
 	uint64_t limit;	  /* bytes; 0 = unlimited */
@@ -154,6 +159,12 @@ struct emb_transport_opts {
 	emb_reject_fn reject_encode; /* server conns: the error reply to a
 					refused frame; NULL = close
 					without one */
+	uint32_t frame_timeout_ms;   /* server conns (TCP): a frame must
+					arrive whole within this long of
+					its first byte, else it is answered
+					with -ETIMEDOUT and the conn closes;
+					time spent not reading (backpressure)
+					does not count; 0 = no bound */
 };
 
 #define EMB_TRANSPORT_OPTS_DEFAULT                                             \
@@ -166,7 +177,8 @@ struct emb_transport_opts {
 				     .copy_max_bytes = 0,                      \
 				     .login_frame_bytes = 0,                   \
 				     .rx_budget = NULL,                        \
-				     .reject_encode = NULL})
+				     .reject_encode = NULL,                    \
+				     .frame_timeout_ms = 0})
 
 struct emb_listen_opts {
 	const char *host; /* bind address, e.g. "0.0.0.0"; copied */
@@ -226,6 +238,10 @@ struct emb_transport_stats {
 	uint64_t resp_bounced;	  /* RDMA calls whose resp_buf was not
 				     registered: the response landed in
 				     transport memory and was copied */
+	uint64_t frames_timed_out; /* conns closed: a frame slower than
+				      frame_timeout_ms */
+	uint64_t rx_trims;	   /* idle conns that gave their receive
+				      buffers back */
 };
 
 /* Per conn; read on the loop thread with emb_conn_stats(). */
@@ -306,6 +322,8 @@ struct emb_transport_ops {
 		       struct emb_mr **out);
 	void (*dereg_mem)(struct emb_transport *tr, struct emb_mr *mr);
 	void (*admit)(struct emb_conn *c); /* NULL: nothing to lift */
+	/* NULL: the transport cannot answer before a request arrives. */
+	int (*refuse)(struct emb_conn *c, int status, const char *msg);
 	/* One-sided access; NULL on transports without it (TCP). */
 	int (*rkey_of)(struct emb_transport *tr, const void *addr, size_t len,
 		       uint32_t *rkey);
@@ -365,8 +383,8 @@ struct emb_mr {
 
 /*
  * Opens a transport by name with opts (NULL = defaults; a zero field takes
- * its default, except call_timeout_ms, sock_buf_bytes and copy_max_bytes,
- * where 0 means none / kernel's / off). The names: "tcp", "rdma", and
+ * its default, except call_timeout_ms, sock_buf_bytes, copy_max_bytes and
+ * frame_timeout_ms, where 0 means none / kernel's / off / none). The names: "tcp", "rdma", and
  * "tcp,rdma" or "rdma,tcp": one loop that drives both, whose listeners
  * listen on TCP and on RDMA at the same port number (the two port spaces
  * are apart), whose conns each run on one of the two (emb_connect_opts.via;
@@ -596,6 +614,28 @@ static inline void emb_conn_admit(struct emb_conn *c)
 {
 	if (c->server && c->tr->ops->admit)
 		c->tr->ops->admit(c);
+}
+
+/*
+ * Server conns: refuses the conn without serving it. The next frame's
+ * header (or that of the frame being read) is answered with an error
+ * frame of status and msg (at most 159 bytes are kept; encoded by
+ * opts.reject_encode), no request reaches on_request any more, and the
+ * conn closes once the error is sent and the peer had a moment to read
+ * it; one that sends no header within a second closes without it. The
+ * conn holds no receive buffer meanwhile, so a flood of refused conns
+ * costs little. 0, or -EINVAL (status >= 0, not a server conn, no
+ * reject_encode), -EOPNOTSUPP (the transport cannot: RDMA),
+ * EMB_ECLOSED.
+ */
+static inline int emb_conn_refuse(struct emb_conn *c, int status,
+				  const char *msg)
+{
+	if (!c->server || status >= 0 || !msg)
+		return -EINVAL;
+	if (!c->tr->ops->refuse)
+		return -EOPNOTSUPP;
+	return c->tr->ops->refuse(c, status, msg);
 }
 
 /*

@@ -45,6 +45,7 @@
 
 #include "cluster/coord.h"
 #include "common/clock.h"
+#include "common/seconds.h"
 #include "common/token.h"
 
 #define GRACE_MS       5000  /* SIGTERM to SIGKILL */
@@ -75,7 +76,7 @@ struct launch {
 	bool formed;	    /* the scheduler answered with the map */
 	uint8_t token[EMB_TOKEN_MAX]; /* the cluster's, to ask for the map */
 	uint32_t token_len;	    /* 0 = none */
-	long timeout_s;	    /* EMB_CLUSTER_TIMEOUT the children got */
+	double timeout_s;   /* EMB_CLUSTER_TIMEOUT the children got */
 	int64_t form_by_ms; /* the cluster must have formed by then */
 	pid_t pgid;	    /* the children's process group; 0 before */
 	int sigfd;	    /* SIGCHLD, SIGINT, SIGTERM */
@@ -210,18 +211,22 @@ static char *child_path(const char *dir)
 	return p;
 }
 
-/* EMB_CLUSTER_TIMEOUT in whole seconds, or JOIN_TIMEOUT_S if unset. */
-static long join_timeout_s(void)
+/* EMB_CLUSTER_TIMEOUT in seconds (fractions allowed), or JOIN_TIMEOUT_S
+ * if unset or not a duration in (0, 86400]. */
+static double join_timeout_s(void)
 {
 	const char *v = getenv("EMB_CLUSTER_TIMEOUT");
-	double s;
-	char *end;
+	uint64_t ms;
 
 	if (!v || !*v)
 		return JOIN_TIMEOUT_S;
-	s = strtod(v, &end);
-	return *end || !(s > 0) || s > 86400 ? JOIN_TIMEOUT_S
-					     : (long)s + (s > (long)s);
+	if (emb_seconds_parse(v, 1, 86400000, &ms)) {
+		say("EMB_CLUSTER_TIMEOUT '%s' is not a duration in seconds "
+		    "(0..86400): using %d",
+		    v, JOIN_TIMEOUT_S);
+		return JOIN_TIMEOUT_S;
+	}
+	return ms / 1000.0;
 }
 
 /* ---- output --------------------------------------------------------- */
@@ -539,7 +544,7 @@ static int run(struct launch *l)
 				char names[256];
 
 				running_workers(l, names, sizeof(names));
-				say("the cluster did not form within %ld s "
+				say("the cluster did not form within %g s "
 				    "(EMB_CLUSTER_TIMEOUT): not every worker "
 				    "joined; still running: %s",
 				    l->timeout_s, names);
@@ -658,7 +663,7 @@ int emb_cmd_launch(int argc, char **argv)
 	char bin[PATH_MAX], self[PATH_MAX], port[8], snum[16], wnum[16];
 	char rnum[16];
 	char name[32], tmo[24], *path = NULL, state[PATH_MAX];
-	long timeout_s;
+	double timeout_s;
 	char *sched_argv[4], *server_argv[2];
 	uint16_t sched_port = 0;
 	sigset_t mask;
@@ -810,12 +815,12 @@ int emb_cmd_launch(int argc, char **argv)
 	snprintf(rnum, sizeof(rnum), "%u", R);
 
 	timeout_s = join_timeout_s();
-	snprintf(tmo, sizeof(tmo), "%ld", timeout_s);
+	snprintf(tmo, sizeof(tmo), "%.3f", timeout_s);
 	snprintf(l.sched, sizeof(l.sched), "127.0.0.1:%u", sched_port);
 	l.timeout_s = timeout_s;
 	/* The nodes give up at the timeout; the launcher a little later,
 	 * should they not (a worker that never tries keeps waiting). */
-	l.form_by_ms = (int64_t)emb_clock_ms() + timeout_s * 1000 + 5000;
+	l.form_by_ms = (int64_t)emb_clock_ms() + (int64_t)(timeout_s * 1000) + 5000;
 	path = child_path(self);
 	l.ch = calloc(S + W + 1, sizeof(*l.ch));
 	if (!path || !l.ch) {

@@ -28,6 +28,7 @@
 #include "common/err.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/seconds.h"
 #include "common/token.h"
 #include "proto/wire.h"
 #include "worker/embstore.h"
@@ -494,14 +495,11 @@ static uint32_t split_servers(const char *list, char **names, uint32_t max)
 
 static bool parse_seconds(const char *s, double lo, double *out)
 {
-	char *end;
-	double v;
+	uint64_t ms;
 
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || *end || !(v >= lo) || v > 86400)
+	if (emb_seconds_parse(s, (uint64_t)(lo * 1000), 86400000, &ms))
 		return false;
-	*out = v;
+	*out = ms / 1000.0;
 	return true;
 }
 
