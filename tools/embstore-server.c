@@ -35,7 +35,7 @@
 
 #define DEFAULT_PORT		7164
 #define CKPT_KEEP		3
-#define CKPT_DEFAULT_INTERVAL_S 300
+#define CKPT_DEFAULT_INTERVAL_MS 300000
 
 static volatile sig_atomic_t got_signal;
 
@@ -318,7 +318,7 @@ int main(int argc, char **argv)
 	struct emb_server_opts o = EMB_SERVER_OPTS_DEFAULT;
 	struct emb_cluster_env cenv;
 	struct emb_server_role_opts ro = {
-	    .ckpt = {.keep = CKPT_KEEP, .interval_ms = CKPT_DEFAULT_INTERVAL_S * 1000},
+	    .ckpt = {.keep = CKPT_KEEP, .interval_ms = CKPT_DEFAULT_INTERVAL_MS},
 	    .env = &cenv,
 	    .on_end = on_cluster_end,
 	    .cancel = &got_signal,

@@ -55,7 +55,8 @@ void emb__sweep_run(void *arg)
 		/* A login still arriving is answered why (the transport
 		 * refuses the frame being read, or the next header within a
 		 * second); an idle conn has nothing to answer. */
-		if (!sc->hello && emb_conn_refuse(sc->c, -ETIMEDOUT, why) == 0) {
+		if (!sc->hello &&
+		    emb_conn_refuse(sc->c, -ETIMEDOUT, why) == 0) {
 			sc->closing = true;
 			continue;
 		}

@@ -384,10 +384,10 @@ struct emb_mr {
 /*
  * Opens a transport by name with opts (NULL = defaults; a zero field takes
  * its default, except call_timeout_ms, sock_buf_bytes, copy_max_bytes and
- * frame_timeout_ms, where 0 means none / kernel's / off / none). The names: "tcp", "rdma", and
- * "tcp,rdma" or "rdma,tcp": one loop that drives both, whose listeners
- * listen on TCP and on RDMA at the same port number (the two port spaces
- * are apart), whose conns each run on one of the two (emb_connect_opts.via;
+ * frame_timeout_ms, where 0 means none / kernel's / off / none). The
+ * names: "tcp", "rdma", and "tcp,rdma" or "rdma,tcp": one loop that
+ * drives both, whose listeners listen on TCP and on RDMA at the same port
+ * number (the two port spaces are apart), whose conns each run on one of the two (emb_connect_opts.via;
  * the first named by default) and whose registrations are the RDMA
  * transport's. 0 and the handle in *out, or -EINVAL (unknown name;
  * max_frame_bytes < 32, login_frame_bytes 1..31, max_inflight > 2^20 or

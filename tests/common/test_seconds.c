@@ -38,8 +38,8 @@ static void test_forms(void)
 static void test_refusals(void)
 {
 	static const char *junk[] = {
-	    "",	   "abc", "1.5s", "1,5", " 1", "1 ",  "nan", "NaN",
-	    "inf", "0x10", "1e",  "--1", "e3", "1.2.3", "+",  "-",
+	    "",	   "abc",  "1.5s", "1,5", " 1", "1 ",	 "nan", "NaN",
+	    "inf", "0x10", "1e",   "--1", "e3", "1.2.3", "+",	"-",
 	};
 	static const char *range[] = {"-1", "-0.5", "1e300", "1e20"};
 	uint64_t ms = 777;
@@ -48,8 +48,8 @@ static void test_refusals(void)
 		CU_ASSERT_EQUAL(emb_seconds_parse(junk[i], 0, UINT64_MAX, &ms),
 				-EINVAL);
 	for (size_t i = 0; i < sizeof(range) / sizeof(range[0]); i++)
-		CU_ASSERT_EQUAL(
-		    emb_seconds_parse(range[i], 0, UINT64_MAX, &ms), -ERANGE);
+		CU_ASSERT_EQUAL(emb_seconds_parse(range[i], 0, UINT64_MAX, &ms),
+				-ERANGE);
 	CU_ASSERT_EQUAL(emb_seconds_parse(NULL, 0, 1, &ms), -EINVAL);
 	CU_ASSERT_EQUAL(ms, 777); /* untouched on failure */
 }

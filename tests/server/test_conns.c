@@ -44,9 +44,8 @@ static int hello_msg(int fd, char *msg, size_t cap)
 	int len, rc;
 
 	msg[0] = 0;
-	len = emb_wire_hello_req_encode_flags(buf, sizeof(buf), 1,
-					      EMB_WIRE_VERSION, 0, NULL, 0,
-					      "raw/tcp");
+	len = emb_wire_hello_req_encode_flags(
+	    buf, sizeof(buf), 1, EMB_WIRE_VERSION, 0, NULL, 0, "raw/tcp");
 	CU_ASSERT_FATAL(len > 0);
 	if (nt_raw_send(fd, buf, (size_t)len))
 		return EMB_EPEERDEAD;
@@ -84,9 +83,8 @@ static int ping(int fd, uint64_t req_id)
 }
 
 /* Server stats once done(stats) holds, or the last seen after WAIT_MS. */
-static struct emb_server_stats stats_until(struct emb_server *s,
-					   bool (*done)(
-					       const struct emb_server_stats *))
+static struct emb_server_stats
+stats_until(struct emb_server *s, bool (*done)(const struct emb_server_stats *))
 {
 	uint64_t until = emb_clock_ms() + WAIT_MS;
 	struct emb_server_stats ss;
@@ -147,8 +145,7 @@ static void test_idle_conns_reach_max_conns(void)
 
 static char caught[1024]; /* log lines naming the connection limit */
 
-static void catch_line(enum emb_log_level level, const char *line,
-		       void *arg)
+static void catch_line(enum emb_log_level level, const char *line, void *arg)
 {
 	(void)arg;
 	if (strstr(line, "--max-conns") &&

@@ -820,7 +820,8 @@ int emb_cmd_launch(int argc, char **argv)
 	l.timeout_s = timeout_s;
 	/* The nodes give up at the timeout; the launcher a little later,
 	 * should they not (a worker that never tries keeps waiting). */
-	l.form_by_ms = (int64_t)emb_clock_ms() + (int64_t)(timeout_s * 1000) + 5000;
+	l.form_by_ms =
+	    (int64_t)emb_clock_ms() + (int64_t)(timeout_s * 1000) + 5000;
 	path = child_path(self);
 	l.ch = calloc(S + W + 1, sizeof(*l.ch));
 	if (!path || !l.ch) {
