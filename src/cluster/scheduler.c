@@ -1618,7 +1618,8 @@ static void *loop_main(void *arg)
 /*
  * Creating thread, before the loop starts: takes up the job in the state
  * file, if there is one. Its live nodes get the rejoin window before
- * check_silence() may declare them dead (their last_ms is set ahead), and
+ * check_silence() may declare them dead (their last sign of life is set
+ * ahead, in last_ms and the detector), and
  * a fill that was under way starts its chunk again: whether the last one
  * streamed died with the old scheduler. 0, or what
  * emb_sched_state_load() returns (-ENOENT aside: a first start), or
@@ -1684,6 +1685,9 @@ static int state_restore(struct emb_sched *s)
 		 * heartbeat timeout, to come back. */
 		n->last_ms = (int64_t)emb_clock_ms() + window -
 			     (int64_t)s->o.hb_timeout_ms;
+		/* The detector judges silence: start it there too, so the
+		 * rejoin window holds; its first connection starts it anew. */
+		emb_detector_init(&n->fd, s->o.hb_timeout_ms, n->last_ms);
 		if (n->role == EMB_ROLE_SERVER)
 			s->nservers++;
 		else

@@ -5,7 +5,10 @@
 # while the workers train, launch starts it again on its port, and it
 # takes the job up from its state file while the nodes, which went on
 # without it, rejoin. Then a server is SIGKILLed: the restarted scheduler
-# must still fail it over. Every worker must exit 0 with 0 mismatched.
+# must still fail it over. Then, in a second job, the scheduler and a
+# server die at once: the restarted scheduler declares the server that
+# does not rejoin dead and fails it over. Every worker must exit 0 with
+# 0 mismatched.
 # The job has a token, so every rejoin logs in with it first.
 #
 #   sched_restart.sh TOOLS_DIR SRC_DIR
@@ -109,4 +112,40 @@ awk '/^\[launch\] server\.[0-2] killed/ { k = NR }
 [ ! -f "$work/log/scheduler.state" ] ||
 	bad "the state file outlived the job"
 [ "$fail" -eq 0 ] || cat "$out" >&2
+fail1=$fail
+
+# 3. The scheduler and a server die together: the restarted scheduler
+#    misses the server among the rejoins, declares it dead when its
+#    rejoin window (10 s) passes, and fails it over; the workers' calls
+#    to it wait for that map within their 30 s deadline.
+out=$work/launch2.txt
+(cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
+	--replicas 2 --log-dir "$work/log2" -- \
+	embstore-bench --op step --verify --rows 20000 --dim 8 \
+	--batch 256 --duration 24) >"$out" 2>&1 &
+lpid=$!
+wait_for 'worker\.[01]\] .*worker 1 of 2 joined' "$out" &&
+	wait_for 'worker\.[01]\] .*worker 0 of 2 joined' "$out" ||
+	bad "together: the workers did not join"
+sleep 1
+spid=$(pid_of scheduler)
+vpid=$(pid_of "server\\.1")
+echo "killing the scheduler (pid $spid) and server.1 (pid $vpid)"
+if [ -n "$spid" ] && [ -n "$vpid" ]; then
+	kill -KILL "$spid" "$vpid"
+else
+	bad "together: nothing to kill"
+fi
+wait "$lpid"
+st=$?
+lpid=
+[ "$st" -eq 0 ] || bad "together: launch exited $st"
+n=$(grep -c 'verify: [0-9]* rows checked, 0 mismatched' "$out")
+[ "$n" -eq 2 ] || bad "together: $n of 2 workers verified clean"
+awk '/taking up cluster/ { t = NR }
+     /declared dead: silent/ && t { d = NR }
+     /server [0-2] removed.*the job goes on/ && d { r = NR }
+     END { exit !r }' "$out" ||
+	bad "together: the missing server was not failed over on return"
+[ "$fail" -eq "$fail1" ] || cat "$out" >&2
 exit "$fail"
