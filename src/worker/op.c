@@ -201,8 +201,12 @@ static bool write_again(struct part *p, int status,
 {
 	struct emb_async *op = p->op;
 
+	/* A stale map is worth a retry only where a newer one can come: from
+	 * the node agent, or as a fixup of a copy routed by an older one. */
 	if (status || stopping(op->c) ||
-	    (resp->status != EMB_EMOVING && resp->status != EMB_ESTALEMAP))
+	    (resp->status != EMB_EMOVING &&
+	     !(resp->status == EMB_ESTALEMAP &&
+	       (op->c->node || p->rep.epoch))))
 		return false;
 	if (emb_clock_ms() >= op->deadline_ms) {
 		part_close(p, emb__conn_timeout(op->c, p, resp->status));

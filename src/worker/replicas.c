@@ -161,7 +161,7 @@ static int split(struct emb_async *op, struct part *p)
 	}
 	/* Counted before any is sent: one may end at once. */
 	op->pending += nmade;
-	emb_log(EMB_LOG_INFO,
+	emb_log(EMB_LOG_DEBUG,
 		"a pull part of %u ids for dead server %u goes to %u live "
 		"holders",
 		p->req.n, p->req.server, nmade);
