@@ -239,10 +239,17 @@ static void erase_end(struct part *p, int status,
 	if (write_again(p, status, resp))
 		return;
 	status = resp_status(p, status, resp);
-	/* One copy's count: the first holder's. */
-	if (status == 0 && resp &&
-	    (!p->rep.nrep || p == &op->parts[p->rep.lead]))
+	/* One copy's count: the first to answer of the group's own copies
+	 * (the first holder may be dead; a fixup's copy has some rows
+	 * only). */
+	if (status == 0 && resp && !p->rep.nrep) {
 		op->count += resp->count;
+	} else if (status == 0 && resp && p >= op->parts &&
+		   p < op->parts + op->nparts &&
+		   !op->parts[p->rep.lead].rep.counted) {
+		op->parts[p->rep.lead].rep.counted = true;
+		op->count += resp->count;
+	}
 	part_close(p, status);
 }
 
