@@ -205,8 +205,7 @@ static bool write_again(struct part *p, int status,
 	 * the node agent, or as a fixup of a copy routed by an older one. */
 	if (status || stopping(op->c) ||
 	    (resp->status != EMB_EMOVING &&
-	     !(resp->status == EMB_ESTALEMAP &&
-	       (op->c->node || p->rep.epoch))))
+	     !(resp->status == EMB_ESTALEMAP && (op->c->node || p->rep.epoch))))
 		return false;
 	if (emb_clock_ms() >= op->deadline_ms) {
 		part_close(p, emb__conn_timeout(op->c, p, resp->status));

@@ -185,11 +185,11 @@ static void test_pull_split(void)
 #define KN 600u /* ids per kind of call */
 
 struct kinds {
-	struct emb_client_table *t;  /* borrowed */
-	uint64_t ids[5][KN];	     /* push, assign, erase, cached, spare */
-	float rows[KN * DIM];	     /* scratch */
-	uint64_t erased;	     /* erase's count */
-	int rc[5];		     /* each call's result */
+	struct emb_client_table *t; /* borrowed */
+	uint64_t ids[5][KN];	    /* push, assign, erase, cached, spare */
+	float rows[KN * DIM];	    /* scratch */
+	uint64_t erased;	    /* erase's count */
+	int rc[5];		    /* each call's result */
 };
 
 static void *push_call(void *arg)
@@ -255,7 +255,8 @@ static void *cached_call(void *arg)
 static void *stats_call(void *arg)
 {
 	struct kinds *k = arg;
-	struct emb_client_table_stats st = EMB_SIZED(struct emb_client_table_stats);
+	struct emb_client_table_stats st =
+	    EMB_SIZED(struct emb_client_table_stats);
 
 	k->rc[4] = emb_client_table_stats(k->t, &st);
 	return NULL;
@@ -303,12 +304,15 @@ static void test_every_call(void)
 		for (uint32_t i = 0; i < KN; i++)
 			row_of(k->ids[j][i], k->rows + (size_t)i * DIM);
 		CU_ASSERT_EQUAL_FATAL(emb_client_table_assign(
-			k->t, k->ids[j], KN, k->rows, false), 0);
+					  k->t, k->ids[j], KN, k->rows, false),
+				      0);
 	}
-	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(k->t, k->ids[0], KN,
-						    before, 0, NULL), 0);
-	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(
-	    k->t, k->ids[3], KN, before + (size_t)KN * DIM, 0, NULL), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_pull(k->t, k->ids[0], KN, before, 0, NULL), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(k->t, k->ids[3], KN,
+						    before + (size_t)KN * DIM,
+						    0, NULL),
+			      0);
 
 	freeze(ch[0].pid);
 	for (int j = 0; j < 5; j++)
@@ -325,30 +329,30 @@ static void test_every_call(void)
 	CU_ASSERT_EQUAL(k->erased, KN);
 
 	/* What each call left, read from the live holders. */
-	CU_ASSERT_EQUAL(emb_client_table_pull(k->t, k->ids[0], KN, got, 0,
-					      NULL), 0);
+	CU_ASSERT_EQUAL(
+	    emb_client_table_pull(k->t, k->ids[0], KN, got, 0, NULL), 0);
 	for (uint32_t i = 0; i < KN * DIM; i++)
 		CU_ASSERT_DOUBLE_EQUAL(got[i], before[i] - sp.optim.lr, 1e-4);
-	CU_ASSERT_EQUAL(emb_client_table_pull(k->t, k->ids[1], KN, got, 0,
-					      NULL), 0);
+	CU_ASSERT_EQUAL(
+	    emb_client_table_pull(k->t, k->ids[1], KN, got, 0, NULL), 0);
 	for (uint32_t i = 0; i < KN; i++) {
 		float want[DIM];
 
 		row_of(k->ids[1][i] + 1, want);
-		CU_ASSERT_EQUAL(memcmp(got + (size_t)i * DIM, want,
-				       sizeof(want)), 0);
+		CU_ASSERT_EQUAL(
+		    memcmp(got + (size_t)i * DIM, want, sizeof(want)), 0);
 	}
 	CU_ASSERT_EQUAL(emb_client_table_pull(k->t, k->ids[2], KN, got,
-					      EMB_CLIENT_NOCREATE, found), 0);
+					      EMB_CLIENT_NOCREATE, found),
+			0);
 	for (uint32_t i = 0; i < KN; i++)
 		CU_ASSERT_EQUAL(found[i], 0);
-	CU_ASSERT_EQUAL(emb_client_table_pull(k->t, k->ids[3], KN, got, 0,
-					      NULL), 0);
+	CU_ASSERT_EQUAL(
+	    emb_client_table_pull(k->t, k->ids[3], KN, got, 0, NULL), 0);
 	for (uint32_t i = 0; i < KN * DIM; i++)
-		CU_ASSERT_DOUBLE_EQUAL(got[i],
-				       before[(size_t)KN * DIM + i] -
-					   2.0f * sp.optim.lr,
-				       1e-4);
+		CU_ASSERT_DOUBLE_EQUAL(
+		    got[i], before[(size_t)KN * DIM + i] - 2.0f * sp.optim.lr,
+		    1e-4);
 
 	emb_client_table_close(k->t);
 	emb_client_destroy(c);
@@ -491,10 +495,10 @@ static void test_unreachable(void)
 /* ---- a fill's fence (EMB_EMOVING), with in-process servers ---- */
 
 struct lift {
-	struct emb_server *s;	 /* the fenced server */
+	struct emb_server *s;	  /* the fenced server */
 	struct emb_server_map *m; /* its view, to lift the fence in */
-	uint32_t slot;		 /* the fenced slot */
-	uint64_t refusals;	 /* lift once it refused this many writes */
+	uint32_t slot;		  /* the fenced slot */
+	uint64_t refusals;	  /* lift once it refused this many writes */
 };
 
 /* Lifts the fence once the push was refused (and so sent again) a few
@@ -516,8 +520,9 @@ static void *lift_fence(void *arg)
 /*
  * Server 1 refuses writes to one slot (a fill's fence): a push there is
  * sent again, with back-off, until the fence lifts (after three
- * refusals), and is applied once on each holder. A fence that never lifts ends the push at its deadline
- * with -ETIMEDOUT, the message naming server 1 and its refusal.
+ * refusals), and is applied once on each holder. A fence that never lifts ends
+ * the push at its deadline with -ETIMEDOUT, the message naming server 1 and its
+ * refusal.
  */
 static void test_moving(void)
 {
