@@ -189,8 +189,8 @@ int emb__batch_parts(struct emb_async *op, const struct emb_client_table *t,
 			/* Read under c->map_mu with the map: the
 			 * incarnation this map routes to. */
 			if (c->cmap)
-				p->req.gen = __atomic_load_n(
-				    &c->srv[s].gen, __ATOMIC_RELAXED);
+				p->req.gen = __atomic_load_n(&c->srv[s].gen,
+							     __ATOMIC_RELAXED);
 			done += m;
 			if (sync && done >= cnt[s])
 				p->req.hdr.flags = EMB_F_STEP_END;
@@ -258,8 +258,8 @@ int emb__batch_parts_rep(struct emb_async *op,
 				p->req.hdr.opcode = opcode;
 				p->req.hdr.table_id = t->ids[h[j]];
 				p->req.hdr.count = p->req.n;
-				p->req.gen = __atomic_load_n(
-				    &c->srv[h[j]].gen, __ATOMIC_RELAXED);
+				p->req.gen = __atomic_load_n(&c->srv[h[j]].gen,
+							     __ATOMIC_RELAXED);
 				p->rep.lead = lead;
 				p->rep.nrep = nh;
 				p->rep.epoch = c->map_epoch;

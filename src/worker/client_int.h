@@ -273,6 +273,7 @@ struct part_rep {
 	uint32_t nrep;	    /* copies; 0 = not a replicated write */
 	bool skip;	    /* fan-out to a removed server whose slots live
 			       on: no request, no response */
+	bool counted;	    /* erase, lead copy: a copy's count was taken */
 	uint64_t epoch;	    /* map epoch it was routed by (0: none) */
 	uint64_t fixed;	    /* lead copy: epoch its group's writers were
 			       last completed for */

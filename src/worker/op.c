@@ -201,8 +201,11 @@ static bool write_again(struct part *p, int status,
 {
 	struct emb_async *op = p->op;
 
+	/* A stale map is worth a retry only where a newer one can come: from
+	 * the node agent, or as a fixup of a copy routed by an older one. */
 	if (status || stopping(op->c) ||
-	    (resp->status != EMB_EMOVING && resp->status != EMB_ESTALEMAP))
+	    (resp->status != EMB_EMOVING &&
+	     !(resp->status == EMB_ESTALEMAP && (op->c->node || p->rep.epoch))))
 		return false;
 	if (emb_clock_ms() >= op->deadline_ms) {
 		part_close(p, emb__conn_timeout(op->c, p, resp->status));
@@ -235,10 +238,17 @@ static void erase_end(struct part *p, int status,
 	if (write_again(p, status, resp))
 		return;
 	status = resp_status(p, status, resp);
-	/* One copy's count: the first holder's. */
-	if (status == 0 && resp &&
-	    (!p->rep.nrep || p == &op->parts[p->rep.lead]))
+	/* One copy's count: the first to answer of the group's own copies
+	 * (the first holder may be dead; a fixup's copy has some rows
+	 * only). */
+	if (status == 0 && resp && !p->rep.nrep) {
 		op->count += resp->count;
+	} else if (status == 0 && resp && p >= op->parts &&
+		   p < op->parts + op->nparts &&
+		   !op->parts[p->rep.lead].rep.counted) {
+		op->parts[p->rep.lead].rep.counted = true;
+		op->count += resp->count;
+	}
 	part_close(p, status);
 }
 

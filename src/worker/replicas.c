@@ -105,7 +105,8 @@ static int split(struct emb_async *op, struct part *p)
 	uint32_t nmade = 0;
 
 	for (uint32_t j0 = 0; j0 < p->req.n; j0++) {
-		uint32_t to = live_holder(c, emb_id_slot(ids[j0])), k = 0, at = 0;
+		uint32_t to = live_holder(c, emb_id_slot(ids[j0])), k = 0,
+			 at = 0;
 		bool seen = false;
 		size_t resp_cap, head = (sizeof(*e) + 63) & ~(size_t)63;
 		char *m;
@@ -117,9 +118,9 @@ static int split(struct emb_async *op, struct part *p)
 			continue;
 		for (uint32_t j = j0; j < p->req.n; j++)
 			k += live_holder(c, emb_id_slot(ids[j])) == to;
-		resp_cap = emb_wire_pull_resp_bytes(k, op->dim,
-						    p->req.hdr.flags) -
-			   EMB_WIRE_HDR_SIZE;
+		resp_cap =
+		    emb_wire_pull_resp_bytes(k, op->dim, p->req.hdr.flags) -
+		    EMB_WIRE_HDR_SIZE;
 		if (resp_cap < ERR_CAP)
 			resp_cap = ERR_CAP;
 		resp_cap = (resp_cap + 63) & ~(size_t)63;
@@ -161,7 +162,7 @@ static int split(struct emb_async *op, struct part *p)
 	}
 	/* Counted before any is sent: one may end at once. */
 	op->pending += nmade;
-	emb_log(EMB_LOG_INFO,
+	emb_log(EMB_LOG_DEBUG,
 		"a pull part of %u ids for dead server %u goes to %u live "
 		"holders",
 		p->req.n, p->req.server, nmade);
@@ -297,8 +298,8 @@ static bool in_list(const uint16_t *w, uint32_t n, uint32_t rank)
 static bool current(const struct emb_client *c, const struct part *q)
 {
 	return !q->req.gen ||
-	       q->req.gen ==
-		   __atomic_load_n(&c->srv[q->req.server].gen, __ATOMIC_RELAXED);
+	       q->req.gen == __atomic_load_n(&c->srv[q->req.server].gen,
+					     __ATOMIC_RELAXED);
 }
 
 /* Whether a copy emb__rep_fixup() added to lead's group sends id to rank. */
@@ -344,7 +345,8 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 	 * that took it: the newcomer, being filled, gets a copy of its own. */
 	for (uint32_t j = 0; j < lead->rep.nrep && nsib < EMB_CMAP_REPLICAS_MAX; j++)
 		if (current(c, &op->parts[k0 + j]))
-			covered[nsib++] = (uint16_t)op->parts[k0 + j].req.server;
+			covered[nsib++] =
+			    (uint16_t)op->parts[k0 + j].req.server;
 	for (;;) {
 		uint32_t to = NONE, k = 0;
 		struct part *e;
