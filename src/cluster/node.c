@@ -963,6 +963,16 @@ static int64_t ride_out(struct emb_node *n, int64_t now)
 	return wait > REJOIN_MAX_MS ? REJOIN_MAX_MS : wait;
 }
 
+/*
+ * Heartbeat timeouts without an answer before a node takes its scheduler
+ * link for down. Not 1: the scheduler gives a silent node up to 3 T before
+ * it suspects it and a probe of up to T after, so a node quicker to give
+ * up on its scheduler than the scheduler on it would turn a stall of
+ * either (a loaded machine) into a closed link. A scheduler that died
+ * closes the link, which is noticed at once.
+ */
+#define LINK_SILENT_FACTOR 4
+
 static void *agent_main(void *arg)
 {
 	struct emb_node *n = arg;
@@ -993,11 +1003,12 @@ static void *agent_main(void *arg)
 			}
 			continue;
 		}
-		if (!quiet && now - n->last_ok_ms > n->reg.hb_timeout_ms) {
+		if (!quiet && now - n->last_ok_ms > LINK_SILENT_FACTOR *
+							(int64_t)n->reg.hb_timeout_ms) {
 			char why[64];
 
-			snprintf(why, sizeof(why), "no answer for %u ms",
-				 n->reg.hb_timeout_ms);
+			snprintf(why, sizeof(why), "no answer for %lld ms",
+				 (long long)(now - n->last_ok_ms));
 			link_down(n, why);
 		} else if (!quiet && !n->hb_inflight && now >= n->next_hb_ms) {
 			n->next_hb_ms = now + interval;

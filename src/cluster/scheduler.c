@@ -74,6 +74,10 @@ struct node {
 	const struct emb_conn *fd_conn; /* conn fd was started for */
 	uint32_t fd_gen;		/* +1 per start: stale probes */
 	bool probing;			/* a probe of it is under way */
+	/* Server of a formed replicated job whose conn closed: look-clock
+	 * time of the close (0: none). It is dead once a probe goes
+	 * unanswered, or when it has not rejoined in the rejoin window. */
+	int64_t closed_ms;
 	bool dead;			/* declared dead */
 	bool finished;		     /* worker: FINISH; server: acknowledged */
 	struct emb_req *map_req;     /* CLUSTER_MAP held until ready */
@@ -1094,6 +1098,7 @@ static struct emb_detector *detector(struct emb_sched *s, struct node *n,
 		emb_detector_init(&n->fd, s->o.hb_timeout_ms, now);
 		n->fd_gen++;
 		n->probing = false;
+		n->closed_ms = 0; /* rejoined */
 	}
 	n->fd_conn = n->conn;
 	return &n->fd;
@@ -1105,6 +1110,15 @@ struct probe_ref {
 	uint32_t idx; /* in nodes */
 	uint32_t gen; /* its fd_gen when the probe began */
 };
+
+/* How long a node away from the scheduler has to rejoin: after a restart,
+ * or a server whose conn closed while it still answers probes. */
+static int64_t rejoin_window_ms(const struct emb_sched *s)
+{
+	int64_t w = 2 * (int64_t)s->o.hb_timeout_ms;
+
+	return w < EMB_SCHED_REJOIN_MS ? EMB_SCHED_REJOIN_MS : w;
+}
 
 static void probe_done(void *arg, int status, uint32_t took_ms)
 {
@@ -1123,10 +1137,25 @@ static void probe_done(void *arg, int status, uint32_t took_ms)
 	if (status == 0) {
 		s->probes_answered++;
 		emb_detector_touch(&n->fd, now);
-		emb_log(EMB_LOG_WARN,
-			"server %u (%s) answered a probe in %u ms: alive, "
-			"only its heartbeats are late",
-			n->rank, addr, took_ms);
+		if (n->closed_ms && !n->conn)
+			emb_log(EMB_LOG_WARN,
+				"server %u (%s) closed its scheduler "
+				"connection but answered a probe in %u ms: "
+				"alive, waiting for it to rejoin",
+				n->rank, addr, took_ms);
+		else
+			emb_log(EMB_LOG_WARN,
+				"server %u (%s) answered a probe in %u ms: "
+				"alive, only its heartbeats are late",
+				n->rank, addr, took_ms);
+		goto out;
+	}
+	if (n->closed_ms) {
+		snprintf(why, sizeof(why),
+			 "its connection closed, and a probe of its serving "
+			 "address had no answer in %u ms: %s",
+			 took_ms, emb_strerror(status));
+		declare_dead(s, n, why);
 		goto out;
 	}
 	/* A heartbeat may have come while the probe ran. */
@@ -1176,11 +1205,17 @@ static int probe(struct emb_sched *s, struct node *n, int64_t quiet)
 	n->probing = true;
 	s->nprobing++;
 	s->probes++;
-	emb_log(EMB_LOG_WARN,
-		"server %u (%s) silent for %lld ms, past the %u ms its "
-		"heartbeats allow: probing it",
-		n->rank, node_addr(n, addr, sizeof(addr)), (long long)quiet,
-		emb_detector_suspect_ms(&n->fd));
+	if (n->closed_ms)
+		emb_log(EMB_LOG_WARN,
+			"server %u (%s) closed its scheduler connection: "
+			"probing it",
+			n->rank, node_addr(n, addr, sizeof(addr)));
+	else
+		emb_log(EMB_LOG_WARN,
+			"server %u (%s) silent for %lld ms, past the %u ms "
+			"its heartbeats allow: probing it",
+			n->rank, node_addr(n, addr, sizeof(addr)),
+			(long long)quiet, emb_detector_suspect_ms(&n->fd));
 	return 0;
 }
 
@@ -1444,7 +1479,10 @@ static void on_close(void *arg, struct emb_conn *conn, int reason)
 	struct emb_sched *s = arg;
 	struct node *n = conn_node(conn);
 
-	if (!n)
+	/* The conn of an earlier incarnation of the rank (declared dead,
+	 * its rank since taken, or rejoined on a new conn) closing says
+	 * nothing of the node holding the rank now. */
+	if (!n || n->conn != conn)
 		return;
 	if (n->map_req)
 		emb_req_release(n->map_req);
@@ -1472,6 +1510,24 @@ static void on_close(void *arg, struct emb_conn *conn, int reason)
 			s->o.hb_timeout_ms);
 		return;
 	}
+	/* Replicated: a killed server refuses the probe at once and fails
+	 * over in milliseconds; a live one whose node agent gave up on a
+	 * scheduler it heard nothing from (a stall of either) still serves,
+	 * answers, and rejoins on a new conn. A closed conn alone is no
+	 * verdict: that false verdict ends jobs on loaded machines. */
+	if (n->role == EMB_ROLE_SERVER && s->state == EMB_CLUSTER_READY &&
+	    s->cmap && s->cmap->replicas > 1) {
+		int rc;
+
+		n->closed_ms = look_ms(s);
+		if (n->probing)
+			return; /* the probe under way decides */
+		rc = probe(s, n, 0);
+		if (rc == 0)
+			return;
+		emb_log(EMB_LOG_WARN, "server %u: cannot probe: %s", n->rank,
+			emb_strerror(rc));
+	}
 	declare_dead(s, n,
 		     reason ? emb_strerror(reason) : "connection closed");
 }
@@ -1496,6 +1552,20 @@ static void check_silence(struct emb_sched *s)
 		if (!n->role || n->dead || n->finished)
 			continue;
 		d = detector(s, n, now);
+		if (n->closed_ms && !n->conn) {
+			/* Closed, and answered its probe: it has the rejoin
+			 * window to come back on a new conn. */
+			int64_t gone = now - n->closed_ms;
+
+			if (n->probing || gone <= rejoin_window_ms(s))
+				continue;
+			snprintf(why, sizeof(why),
+				 "its connection closed %lld ms ago and it "
+				 "did not rejoin",
+				 (long long)gone);
+			declare_dead(s, n, why);
+			continue;
+		}
 		quiet = emb_detector_silence_ms(d, now);
 		if (n->conn ? !emb_detector_suspect(d, now) || n->probing
 			    : quiet <= s->o.hb_timeout_ms)
@@ -1629,7 +1699,7 @@ static int state_restore(struct emb_sched *s)
 {
 	struct emb_sched_state st;
 	uint32_t R = s->o.replicas ? s->o.replicas : 1, live = 0;
-	int64_t window = 2 * (int64_t)s->o.hb_timeout_ms;
+	int64_t window = rejoin_window_ms(s);
 	int rc;
 
 	if (!s->state_path)
@@ -1664,8 +1734,6 @@ static int state_restore(struct emb_sched *s)
 		s->dead = d;
 		s->dead_cap = st.ndead;
 	}
-	if (window < EMB_SCHED_REJOIN_MS)
-		window = EMB_SCHED_REJOIN_MS;
 	s->state = st.state;
 	s->cluster_id = st.cluster_id;
 	for (uint32_t i = 0; i < nnodes(s); i++) {

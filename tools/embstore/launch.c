@@ -417,7 +417,10 @@ static void running_workers(const struct launch *l, char *buf, size_t cap)
 static bool server_covered(struct launch *l)
 {
 	l->servers_lost++;
-	if (l->replicas < 2 || l->servers_lost >= l->nservers)
+	/* Replicated, the scheduler judges: servers started outside launch
+	 * may have taken the dead ranks, and a slot that lost every copy
+	 * fails its workers' calls, which ends the job through them. */
+	if (l->replicas < 2)
 		return false;
 	if (l->servers_lost < l->replicas)
 		say("%u of %u servers lost; with --replicas %u their slots' "
