@@ -1287,7 +1287,6 @@ struct push_ctx {
 	char *saved;		    /* row_bytes per undo entry */
 	uint32_t nundo;		    /* entries in undo */
 	uint32_t step;		    /* this push's step: the access time */
-	uint32_t check_floats;	    /* floats of a row that must be finite */
 	bool bad;		    /* a result was not finite: refused */
 	uint64_t bad_id;	    /* the first id whose result was not */
 	uint64_t created;	    /* rows made */
@@ -1341,7 +1340,6 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	const size_t dim = t->dim;
 	const uint32_t step = x->step;
 	const uint32_t row_bytes = t->row_bytes;
-	const uint32_t check = x->check_floats;
 	struct push_undo *const undo = x->undo;
 	char *const saved = x->saved;
 	uint32_t nundo = x->nundo;
@@ -1387,16 +1385,18 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 			nundo++;
 			touch(r, step);
 			w = emb__row_data(r);
-			emb_optim_apply(&t->opts.optim, w, w + t->dim,
-					sum_of && sum_of[p] != UINT32_MAX
-					    ? sums + (size_t)sum_of[p] * dim
-					    : grads + (size_t)p * dim,
-					t->dim);
 			/* Checked after the optimizer, every copy of it
 			 * alike: finite gradients can still overflow a row
 			 * (or its state), and one summed from repeats can
 			 * overflow on its own. */
-			if (__builtin_expect(!emb_floats_finite(w, check), 0)) {
+			if (__builtin_expect(
+				!emb_optim_apply_row(
+				    &t->opts.optim, w,
+				    sum_of && sum_of[p] != UINT32_MAX
+					? sums + (size_t)sum_of[p] * dim
+					: grads + (size_t)p * dim,
+				    t->dim),
+				0)) {
 				x->bad = true;
 				x->bad_id = ids[p];
 				ok = false;
@@ -1487,7 +1487,6 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		nonfinite_id = first_nonfinite(t, ids, n, grads, t->dim);
 		return EMB_ENONFINITE;
 	}
-	x.check_floats = emb__row_check_floats(t);
 	x.life = __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
 	/* Inside the fence, so that a view's step counts whole batches. */
 	emb__writer_enter(t);
