@@ -1296,8 +1296,9 @@ struct set_aside {
  * float (weights or optimizer state) that is NaN or infinite: an older
  * version could write those, and refusing the block would refuse the
  * whole table (and the server's restart) for one row. Such a row is left
- * out, so the id is absent and made afresh from the initializer when next
- * used, and counted in sa. 0 or as emb_table_assign().
+ * out, and the id removed (a delta's row replaces the older links' one),
+ * so it is absent and made afresh from the initializer when next used;
+ * counted in sa. 0 or as emb_table_assign() / emb_table_erase().
  */
 static int assign_finite(struct emb_table *t, const struct emb_snap_block *b,
 			 const struct emb_row_meta *meta, struct set_aside *sa)
@@ -1321,7 +1322,10 @@ static int assign_finite(struct emb_table *t, const struct emb_snap_block *b,
 			rc = emb_table_assign(t, b->ids + from, i - from,
 					      b->rows + (size_t)from * rf, true,
 					      meta + from);
-		if (i < b->n) {
+		if (i < b->n && !rc) {
+			int e = emb_table_erase(t, &b->ids[i], 1);
+
+			rc = e < 0 ? e : 0;
 			if (sa->n < 8)
 				sa->ids[sa->n] = b->ids[i];
 			sa->n++;

@@ -15,6 +15,7 @@
 #include "store_test.h"
 #include "common/optim.h"
 #include "common/optim_int.h"
+#include "store/chain.h"
 #include "store/snapshot.h"
 
 #define DIM   20u /* whole AVX2 and AVX-512 blocks plus a scalar tail */
@@ -277,6 +278,64 @@ static void test_load_sets_aside(void)
 	emb_table_destroy(dst);
 }
 
+/*
+ * A server's restart path: a checkpoint chain (a full link and a delta)
+ * whose rows include non-finite ones loads every other row. The rows are
+ * spoiled in table memory through emb_table_pull_ptrs(), as a store
+ * without the push check could leave them, before each link is written.
+ */
+static void test_chain_load_sets_aside(void)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	char root[] = "/tmp/emb_nonfinite_chain_XXXXXX";
+	struct emb_chain_result full, delta;
+	struct emb_chain_table ct;
+	struct emb_table *t, **got = NULL;
+	uint64_t ids[NROWS];
+	float g[NROWS * 4], w[4];
+	const float *p;
+	uint32_t n = 0;
+	char why[256];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(root));
+	o.dim = 4;
+	o.optim.kind = EMB_OPTIM_FTRL;
+	t = table_new(&o);
+	for (uint32_t i = 0; i < NROWS; i++)
+		ids[i] = 9000 + i;
+	for (uint32_t i = 0; i < NROWS * 4; i++)
+		g[i] = 0.1f;
+	CU_ASSERT_EQUAL(emb_table_push(t, ids, NROWS, g), 0);
+	CU_ASSERT_EQUAL(emb_table_pull_ptrs(t, &ids[5], 1, &p, 0), 0);
+	((float *)p)[2] = -INFINITY;
+	ct = (struct emb_chain_table){.t = t, .delta = false};
+	CU_ASSERT_EQUAL_FATAL(emb_chain_write(root, &ct, 1, 0, 0, &full), 0);
+	/* The delta: one more row changed and spoiled (its z). */
+	CU_ASSERT_EQUAL(emb_table_push(t, &ids[9], 1, g), 0);
+	CU_ASSERT_EQUAL(emb_table_pull_ptrs(t, &ids[9], 1, &p, 0), 0);
+	((float *)p)[4 + 1] = NAN;
+	ct.delta = true;
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_chain_write(root, &ct, 1, full.id, full.id, &delta), 0);
+
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_chain_load_newest(root, &got, &n, why, sizeof(why)), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_EQUAL(table_stats(got[0]).rows, NROWS - 2);
+	CU_ASSERT_EQUAL(table_stats(got[0]).rows_nonfinite, 2);
+	for (uint32_t i = 0; i < NROWS; i++) {
+		uint8_t found;
+
+		emb_table_pull(got[0], &ids[i], 1, w, EMB_PULL_NOCREATE,
+			       &found);
+		CU_ASSERT_EQUAL(found, i != 5 && i != 9);
+	}
+	emb_table_destroy(got[0]);
+	free(got);
+	emb_table_destroy(t);
+	emb_chain_rm("/tmp", root + 5);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -288,6 +347,8 @@ int main(int argc, char **argv)
 	     test_sgd_three_pushes},
 	    {"a snapshot's non-finite rows are set aside, the rest load",
 	     test_load_sets_aside},
+	    {"a checkpoint chain's non-finite rows are set aside",
+	     test_chain_load_sets_aside},
 	    {NULL, NULL},
 	};
 
