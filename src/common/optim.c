@@ -176,11 +176,12 @@ void emb_optim_state_init(const struct emb_optim_cfg *cfg, float *state,
 
 /*
  * w -= lr * (g + wd * w), in blocks of a fixed 16 floats that the -O2
- * vectoriser takes (see floats_finite_body()), inlined into an AVX-512 and
- * an AVX2 copy picked by the CPU per call. Without contraction (C11) every
- * element gets the same multiply and subtract as the scalar tail, so the
- * rows are bit-identical on every x86-64. The plain loop stayed scalar:
- * three of every five instructions of a Zipf SGD push (callgrind).
+ * vectoriser takes (see floats_finite_body()): the baseline copy (SSE2),
+ * and the tail of the AVX-512 and AVX2 copies below. Without contraction
+ * (C11) every element gets the same multiply and subtract in every copy,
+ * so the rows are bit-identical on every x86-64. The plain loop stayed
+ * scalar: three of every five instructions of a Zipf SGD push
+ * (callgrind). True when every weight it wrote is finite.
  */
 static inline __attribute__((always_inline)) bool
 sgd_body(float lr, float wd, float *restrict w, const float *restrict g,
