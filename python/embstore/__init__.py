@@ -22,7 +22,7 @@ package mirrors; a mismatch raises ImportError.
 from .client import (CachedTable, Client, Future, Table, as_ids, connect,
                      initial_rows, set_log_level)
 from .errors import (AuthError, CacheError, ConnectionError, Error,
-                     TableError, TimeoutError, code_name)
+                     NonFiniteError, TableError, TimeoutError, code_name)
 from .stats import CachedTableStats, ClientStats, TableStats
 from . import _lib
 
@@ -36,6 +36,6 @@ library_version: str = _lib.library_version
 
 __all__ = ["connect", "set_log_level", "Client", "Table", "CachedTable",
            "Future", "Error", "ConnectionError", "TimeoutError", "TableError",
-           "AuthError", "CacheError", "ClientStats", "TableStats",
+           "NonFiniteError", "AuthError", "CacheError", "ClientStats", "TableStats",
            "CachedTableStats", "as_ids", "initial_rows", "code_name",
            "library_path", "library_version"]

@@ -135,7 +135,8 @@ TABLE_STAT_NAMES = (
     "pushes", "rows_pulled", "rows_pushed", "rows_created", "rows_erased",
     "rows_evicted", "misses", "step", "extents", "grads_discarded",
     "pulls_unadmitted", "pushes_unadmitted", "admit_filter_bytes",
-    "rows_evicted_ttl", "rows_evicted_l2", "rows_evicted_cap")
+    "rows_evicted_ttl", "rows_evicted_l2", "rows_evicted_cap",
+    "rows_nonfinite")
 
 
 class TableStats(CStruct):

@@ -542,7 +542,7 @@ class Table:
         rows_created, rows_erased, rows_evicted, misses, step, extents,
         grads_discarded, pulls_unadmitted, pushes_unadmitted,
         admit_filter_bytes, rows_evicted_ttl, rows_evicted_l2,
-        rows_evicted_cap, and servers
+        rows_evicted_cap, rows_nonfinite, and servers
         (how many answered); see src/common/tabledef.h."""
         s = _lib.TableStats()
         _check(_L.emb_client_table_stats(self._handle(), byref(s)),

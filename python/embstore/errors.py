@@ -79,6 +79,13 @@ class TableError(Error):
     optimizer or initializer is rejected; or the servers' memory is full."""
 
 
+class NonFiniteError(Error, builtins.ValueError):
+    """A push or assign was refused whole (EMB_ENONFINITE): a gradient or
+    row is NaN or infinite, or the update would make a row (weights or
+    optimizer state) so. No row was changed; the message names the table
+    and the first such id. Also a builtin ``ValueError``."""
+
+
 class AuthError(Error):
     """The servers refused the client's token."""
 
@@ -104,6 +111,7 @@ FAMILIES: dict[type[Error], tuple[str, ...]] = {
         "EMB_ENOTABLE", "EMB_ETABLEEXISTS", "EMB_EBADDIM", "EMB_EBADOPTIM",
         "EMB_EBADINIT", "EMB_EMEMLIMIT", "EMB_ETOOMANYTABLES",
         "EMB_EBADNAME", "EMB_ENOTFOUND", "EMB_EBADLIFE", "EMB_ENOTREMOTE"),
+    NonFiniteError: ("EMB_ENONFINITE",),
     AuthError: ("EMB_EAUTH", "EMB_ENOHELLO", "EMB_ENOADMIN", "EACCES"),
     CacheError: ("EMB_ECACHEFULL", "EMB_EFETCH", "EMB_EWRITEBACK",
                  "EMB_EPUSH"),

@@ -131,6 +131,8 @@ class TableStats(_Stats):
     """rows evicted for an L2 norm under min_l2"""
     rows_evicted_cap: int
     """rows evicted to stay under max_rows"""
+    rows_nonfinite: int
+    """rows with a NaN or Inf set aside when loaded"""
     servers: int
     """servers that answered"""
 

@@ -176,16 +176,23 @@ void emb_optim_state_init(const struct emb_optim_cfg *cfg, float *state,
 
 /*
  * w -= lr * (g + wd * w), in blocks of a fixed 16 floats that the -O2
- * vectoriser takes (see floats_finite_body()), inlined into an AVX-512 and
- * an AVX2 copy picked by the CPU per call. Without contraction (C11) every
- * element gets the same multiply and subtract as the scalar tail, so the
- * rows are bit-identical on every x86-64. The plain loop stayed scalar:
- * three of every five instructions of a Zipf SGD push (callgrind).
+ * vectoriser takes (see floats_finite_body()): the baseline copy (SSE2),
+ * and the tail of the AVX-512 and AVX2 copies below. Without contraction
+ * (C11) every element gets the same multiply and subtract in every copy,
+ * so the rows are bit-identical on every x86-64. The plain loop stayed
+ * scalar: three of every five instructions of a Zipf SGD push
+ * (callgrind). True when every weight it wrote is finite.
  */
-static inline __attribute__((always_inline)) void
+static inline __attribute__((always_inline)) bool
 sgd_body(float lr, float wd, float *restrict w, const float *restrict g,
 	 uint32_t dim)
 {
+	/* The finiteness of the result, folded in: x - x is 0 for a finite
+	 * x and NaN for an infinite or NaN one (C11 without fast-math keeps
+	 * it), so one subtract and add per vector flags the row, where a
+	 * second pass over it was 65 instructions a dim-64 row (callgrind). */
+	float chk[16] = {0};
+	float bad = 0.0f;
 	size_t i = 0;
 
 	/* size_t offsets: with 32-bit ones (which may wrap) GCC kept the
@@ -195,50 +202,100 @@ sgd_body(float lr, float wd, float *restrict w, const float *restrict g,
 			float *restrict wb = w + i;
 			const float *restrict gb = g + i;
 
-			for (size_t k = 0; k < 16; k++)
+			for (size_t k = 0; k < 16; k++) {
 				wb[k] -= lr * gb[k];
+				chk[k] += wb[k] - wb[k];
+			}
 		}
-		for (; i < dim; i++)
+		for (; i < dim; i++) {
 			w[i] -= lr * g[i];
+			bad += w[i] - w[i];
+		}
 	} else {
 		for (; i + 16 <= dim; i += 16) {
 			float *restrict wb = w + i;
 			const float *restrict gb = g + i;
 
-			for (size_t k = 0; k < 16; k++)
+			for (size_t k = 0; k < 16; k++) {
 				wb[k] -= lr * (gb[k] + wd * wb[k]);
+				chk[k] += wb[k] - wb[k];
+			}
 		}
-		for (; i < dim; i++)
+		for (; i < dim; i++) {
 			w[i] -= lr * (g[i] + wd * w[i]);
+			bad += w[i] - w[i];
+		}
 	}
+	for (size_t k = 0; k < 16; k++)
+		bad += chk[k];
+	return bad == bad;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f"))) static void
-sgd_avx512(float lr, float wd, float *restrict w, const float *restrict g,
-	   uint32_t dim)
-{
-	sgd_body(lr, wd, w, g, dim);
-}
+/*
+ * The vector copies, with intrinsics so that the check stays in a
+ * register: written for the vectoriser, the check's accumulator was kept
+ * on the stack and summed in order at the end (78 instructions a dim-64
+ * row against 32 without it). The same multiply and subtract (and add
+ * for decay) in the same order as sgd_body(): bit-identical rows. NAME
+ * for ISA, W floats a step in V, intrinsics P; NAN_ANY(c) is true when a
+ * lane of c is NaN. sgd_body() finishes the row from i.
+ */
+#define SGD_COPY(NAME, ISA, V, P, W, NAN_ANY)                                 \
+	__attribute__((target(ISA))) static bool NAME(                        \
+	    float lr_, float wd_, float *restrict w,                          \
+	    const float *restrict g, uint32_t dim)                            \
+	{                                                                     \
+		const V lr = P##_set1_ps(lr_);                                \
+		const V wd = P##_set1_ps(wd_);                                \
+		V chk = P##_setzero_ps();                                     \
+		uint32_t i = 0;                                               \
+                                                                              \
+		if (wd_ == 0.0f) {                                            \
+			for (; i + W <= dim; i += W) {                        \
+				V x = P##_sub_ps(                             \
+				    P##_loadu_ps(w + i),                      \
+				    P##_mul_ps(lr, P##_loadu_ps(g + i)));     \
+				P##_storeu_ps(w + i, x);                      \
+				chk = P##_add_ps(chk, P##_sub_ps(x, x));      \
+			}                                                     \
+		} else {                                                      \
+			for (; i + W <= dim; i += W) {                        \
+				V wi = P##_loadu_ps(w + i);                   \
+				V x = P##_sub_ps(                             \
+				    wi,                                       \
+				    P##_mul_ps(lr,                            \
+					       P##_add_ps(P##_loadu_ps(g + i), \
+							  P##_mul_ps(wd, wi)))); \
+				P##_storeu_ps(w + i, x);                      \
+				chk = P##_add_ps(chk, P##_sub_ps(x, x));      \
+			}                                                     \
+		}                                                             \
+		if (NAN_ANY(chk))                                             \
+			return false;                                         \
+		return i == dim ||                                            \
+		       sgd_body(lr_, wd_, w + i, g + i, dim - i);             \
+	}
 
-__attribute__((target("avx2"))) static void
-sgd_avx2(float lr, float wd, float *restrict w, const float *restrict g,
-	 uint32_t dim)
-{
-	sgd_body(lr, wd, w, g, dim);
-}
+#define NAN_ANY_512(c) (_mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q) != 0)
+#define NAN_ANY_256(c) (_mm256_movemask_ps(_mm256_cmp_ps(c, c, _CMP_UNORD_Q)) != 0)
+SGD_COPY(sgd_avx512, "avx512f", __m512, _mm512, 16, NAN_ANY_512)
+SGD_COPY(sgd_avx2, "avx2", __m256, _mm256, 8, NAN_ANY_256)
+#undef SGD_COPY
+#undef NAN_ANY_512
+#undef NAN_ANY_256
 #endif
 
-static void apply_sgd(const struct emb_optim_cfg *cfg, float *restrict w,
+static bool apply_sgd(const struct emb_optim_cfg *cfg, float *restrict w,
 		      const float *restrict g, uint32_t dim)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
 	switch (vec_width()) {
-	case 64: sgd_avx512(cfg->lr, cfg->weight_decay, w, g, dim); return;
-	case 32: sgd_avx2(cfg->lr, cfg->weight_decay, w, g, dim); return;
+	case 64: return sgd_avx512(cfg->lr, cfg->weight_decay, w, g, dim);
+	case 32: return sgd_avx2(cfg->lr, cfg->weight_decay, w, g, dim);
 	}
 #endif
-	sgd_body(cfg->lr, cfg->weight_decay, w, g, dim);
+	return sgd_body(cfg->lr, cfg->weight_decay, w, g, dim);
 }
 
 /*
@@ -533,6 +590,29 @@ static void apply_ftrl(const struct emb_optim_cfg *cfg, float *restrict w,
 	}
 #endif
 	ftrl_tail(cfg, w, st, st + dim, g, 0, dim);
+}
+
+bool emb_optim_apply_row(const struct emb_optim_cfg *cfg, float *w,
+			 const float *g, uint32_t dim)
+{
+	float *state = w + dim;
+
+	switch (cfg->kind) {
+	case EMB_OPTIM_SGD:
+		return apply_sgd(cfg, w, g, dim);
+	case EMB_OPTIM_ADAGRAD:
+		apply_adagrad(cfg, w, state, g, dim);
+		return emb_floats_finite(w, 2 * (size_t)dim);
+	case EMB_OPTIM_ADAM:
+		/* w, m and v lie together; t (a uint32) follows them. */
+		apply_adam(cfg, w, state, g, dim);
+		return emb_floats_finite(w, 3 * (size_t)dim);
+	case EMB_OPTIM_FTRL:
+		apply_ftrl(cfg, w, state, g, dim);
+		return emb_floats_finite(w, 3 * (size_t)dim);
+	default:
+		return true;
+	}
 }
 
 void emb_optim_apply(const struct emb_optim_cfg *cfg, float *w, float *state,

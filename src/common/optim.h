@@ -75,6 +75,16 @@ int emb_optim_validate(const struct emb_optim_cfg *cfg);
  * store refuses such batches whole.
  */
 bool emb_floats_finite(const float *v, size_t n);
+
+/*
+ * emb_optim_apply() over a row as the store keeps it, w[0..dim) followed
+ * by its state, and true when every float of the result (weights and
+ * state; Adam's step count aside) is finite. Finite gradients can still
+ * overflow a row, so the store checks each result before it keeps it. The
+ * check is folded into SGD's loop; the others check the row after it.
+ */
+bool emb_optim_apply_row(const struct emb_optim_cfg *cfg, float *w,
+			 const float *g, uint32_t dim);
 /* end private */
 
 /* State floats per row (see the table above); 0 for an unknown kind. */

@@ -48,7 +48,8 @@ enum emb_mode {
 	X(admit_filter_bytes, "bytes of the admission filter")                 \
 	X(rows_evicted_ttl, "rows evicted as idle for ttl steps")              \
 	X(rows_evicted_l2, "rows evicted for an L2 norm under min_l2")         \
-	X(rows_evicted_cap, "rows evicted to stay under max_rows")
+	X(rows_evicted_cap, "rows evicted to stay under max_rows")             \
+	X(rows_nonfinite, "rows with a NaN or Inf set aside when loaded")
 
 /* One uint64_t member per counter, for struct bodies. */
 #define EMB_TABLE_STAT_FIELD(name, what) uint64_t name;

@@ -169,13 +169,16 @@ static int fill_table(struct emb__fill *f, struct emb_conn *conn,
 		    EMB_WIRE_LIFECYCLE_SIZE];
 	uint64_t *ids = NULL, *out_ids = NULL;
 	float *rows = NULL, *out_rows = NULL;
-	uint32_t rf, k = 0, tid;
+	uint32_t rf, check, k = 0, tid;
+	uint64_t aside = 0, aside_ids[8];
 	int rc, len, got;
 
 	rc = emb_server_table_acquire(f->s, id, &st);
 	if (rc)
 		return rc == EMB_ENOTABLE ? 0 : rc; /* dropped meanwhile */
 	rf = emb_table_row_floats(st.t);
+	/* Adam's step count is a uint32 in a float's bits. */
+	check = rf - (st.spec.optim.kind == EMB_OPTIM_ADAM);
 	len = emb_wire_create_req_encode(buf, sizeof(buf), 0, &st.spec);
 	if (len < 0) {
 		rc = len;
@@ -202,6 +205,16 @@ static int fill_table(struct emb__fill *f, struct emb_conn *conn,
 
 			if (sl < f->first || sl >= f->first + f->n)
 				continue;
+			/* A row with a NaN or Inf (an older version could
+			 * make one) is not sent: the target refuses it, and
+			 * with it the whole chunk, at every try. Left out,
+			 * it is made afresh there when next used. */
+			if (!emb_floats_finite(rows + (size_t)j * rf, check)) {
+				if (aside < 8)
+					aside_ids[aside] = ids[j];
+				aside++;
+				continue;
+			}
 			out_ids[k] = ids[j];
 			memcpy(out_rows + (size_t)k * rf,
 			       rows + (size_t)j * rf, rf * sizeof(float));
@@ -221,6 +234,20 @@ static int fill_table(struct emb__fill *f, struct emb_conn *conn,
 		rc = send_rows(f, conn, tid, out_ids, out_rows, k, rf,
 			       deadline);
 		*rows_out += k;
+	}
+	if (aside) {
+		char list[8 * 21 + 1];
+		size_t at = 0;
+
+		for (uint64_t i = 0; i < aside && i < 8; i++)
+			at += (size_t)snprintf(list + at, sizeof(list) - at,
+					       "%s%llu", i ? "," : "",
+					       (unsigned long long)aside_ids[i]);
+		emb_log(EMB_LOG_WARN,
+			"fill: table %s: %llu rows with a NaN or infinite "
+			"value not sent (made afresh when next used); ids %s%s",
+			st.spec.name, (unsigned long long)aside, list,
+			aside > 8 ? ",..." : "");
 	}
 out:
 	emb_table_iter_destroy(it);

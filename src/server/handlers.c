@@ -539,11 +539,17 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 	}
 	/* Refused whole, by the store or before a synchronous step. */
 	if (rc == EMB_ENONFINITE) {
+		char msg[EMB_NAME_MAX + 160];
+
 		emb__count(&s->nonfinite, 1);
+		snprintf(msg, sizeof(msg),
+			 "table %s: the gradient of id %llu is NaN or "
+			 "infinite, or would make its row so; no row was "
+			 "changed",
+			 st->spec.name,
+			 (unsigned long long)emb_table_nonfinite_id());
 		emb__tables_unpin(st);
-		return emb__reply_error(s, req, rc,
-					"a gradient is NaN or infinite; no row "
-					"was changed");
+		return emb__reply_error(s, req, rc, msg);
 	}
 	return end_table_op(s, req, st, rc, 0);
 }
@@ -624,8 +630,18 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 				      NULL);
 		emb__slots_end(s->slots, held);
 	}
-	if (rc == EMB_ENONFINITE)
+	if (rc == EMB_ENONFINITE) {
+		char msg[EMB_NAME_MAX + 120];
+
 		emb__count(&s->nonfinite, 1);
+		snprintf(msg, sizeof(msg),
+			 "table %s: the row of id %llu is NaN or infinite; no "
+			 "row was changed",
+			 st->spec.name,
+			 (unsigned long long)emb_table_nonfinite_id());
+		emb__tables_unpin(st);
+		return emb__reply_error(s, req, rc, msg);
+	}
 	return end_table_op(s, req, st, rc, 0);
 }
 

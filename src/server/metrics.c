@@ -87,6 +87,8 @@ static const struct table_metric table_metrics[] = {
        "No-create pulls of an absent id."),
     TM("embstore_table_grads_discarded_total", "counter", grads_discarded,
        "Pushed rows dropped as too stale (bounded staleness)."),
+    TM("embstore_table_rows_nonfinite_total", "counter", rows_nonfinite,
+       "Rows with a NaN or infinite value set aside when loaded."),
     TM("embstore_table_step", "gauge", step,
        "The table clock: push batches applied."),
 };

@@ -9,6 +9,7 @@
  * thread-safe calls.
  */
 #include "store/snapshot.h"
+#include "store/store_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -32,6 +33,8 @@
 #include "common/endian.h"
 #include "common/err.h"
 #include "common/hash.h"
+#include "common/log.h"
+#include "common/optim.h"
 
 #define NGROUPS	  (EMB_NSLOTS / EMB_SNAP_GROUP_SLOTS)
 #define ITER_ROWS 1024u
@@ -1282,17 +1285,70 @@ out:
 	return rc;
 }
 
+/* Rows a load set aside as not finite: how many, and the first ids. */
+struct set_aside {
+	uint64_t n;	  /* rows */
+	uint64_t ids[8];  /* the first min(n, 8) of them */
+};
+
+/*
+ * Assigns the rows of block b (meta filled) to t, less any row with a
+ * float (weights or optimizer state) that is NaN or infinite: an older
+ * version could write those, and refusing the block would refuse the
+ * whole table (and the server's restart) for one row. Such a row is left
+ * out, and the id removed (a delta's row replaces the older links' one),
+ * so it is absent and made afresh from the initializer when next used;
+ * counted in sa. 0 or as emb_table_assign() / emb_table_erase().
+ */
+static int assign_finite(struct emb_table *t, const struct emb_snap_block *b,
+			 const struct emb_row_meta *meta, struct set_aside *sa)
+{
+	struct emb_table_opts o;
+	uint32_t rf = emb_table_row_floats(t), check, from = 0;
+	int rc = 0;
+
+	emb_table_get_opts(t, &o);
+	/* Adam's step count is a uint32 in a float's bits. */
+	check = rf - (o.optim.kind == EMB_OPTIM_ADAM);
+	if (emb_floats_finite(b->rows, (size_t)b->n * rf) &&
+	    o.optim.kind != EMB_OPTIM_ADAM)
+		return emb_table_assign(t, b->ids, b->n, b->rows, true, meta);
+	for (uint32_t i = 0; i <= b->n && !rc; i++) {
+		if (i < b->n &&
+		    emb_floats_finite(b->rows + (size_t)i * rf, check))
+			continue;
+		/* Rows from..i are finite: assign them as one run. */
+		if (i > from)
+			rc = emb_table_assign(t, b->ids + from, i - from,
+					      b->rows + (size_t)from * rf, true,
+					      meta + from);
+		if (i < b->n && !rc) {
+			int e = emb_table_erase(t, &b->ids[i], 1);
+
+			rc = e < 0 ? e : 0;
+			if (sa->n < 8)
+				sa->ids[sa->n] = b->ids[i];
+			sa->n++;
+		}
+		from = i + 1;
+	}
+	return rc;
+}
+
 /* Loads every block of an opened reader into t (a delta's removals are
  * its first blocks, so they go before its rows). */
 static int64_t load_rows(struct emb_snap_reader *r, struct emb_table *t)
 {
 	struct emb_row_meta *meta = NULL;
+	struct set_aside sa = {0};
 	struct emb_snap_block b;
 	uint32_t cap = 0;
 	int64_t total = 0;
 	int rc;
 
 	while ((rc = emb_snap_reader_next(r, &b)) > 0) {
+		uint64_t aside = sa.n;
+
 		if (b.erased) {
 			rc = emb_table_erase(t, b.ids, b.n);
 			if (rc < 0)
@@ -1314,12 +1370,27 @@ static int64_t load_rows(struct emb_snap_reader *r, struct emb_table *t)
 			meta[i].last_step = b.last_step[i];
 			meta[i].count = b.count[i];
 		}
-		rc = emb_table_assign(t, b.ids, b.n, b.rows, true, meta);
+		rc = assign_finite(t, &b, meta, &sa);
 		if (rc)
 			break;
-		total += b.n;
+		total += b.n - (int64_t)(sa.n - aside);
 	}
 	free(meta);
+	if (sa.n) {
+		char list[8 * 21 + 1];
+		size_t at = 0;
+
+		for (uint64_t i = 0; i < sa.n && i < 8; i++)
+			at += (size_t)snprintf(list + at, sizeof(list) - at,
+					       "%s%llu", i ? "," : "",
+					       (unsigned long long)sa.ids[i]);
+		emb_log(EMB_LOG_WARN,
+			"table %s: %llu rows with a NaN or infinite value set "
+			"aside on load (made afresh when next used); ids %s%s",
+			emb_table_name(t), (unsigned long long)sa.n, list,
+			sa.n > 8 ? ",..." : "");
+		emb__table_count_nonfinite(t, sa.n);
+	}
 	return rc < 0 ? rc : total;
 }
 

@@ -217,7 +217,11 @@ int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
  * gradients of duplicate ids are summed first, so each distinct id is
  * updated once. Missing rows are created first. Advances the table clock by
  * one. 0, or as for pull; rows of an id whose creation failed are untouched.
- * EMB_ENONFINITE (a gradient is NaN or infinite): nothing is touched.
+ * EMB_ENONFINITE when a gradient is NaN or infinite, or when the update
+ * would make any float of a row (weights or optimizer state) NaN or
+ * infinite, as finite gradients can (a huge step, a sum of repeats): the
+ * push is refused whole, in every shard, and no row is changed (rows it
+ * would have made are not made); emb_table_nonfinite_id() names the id.
  * Under admission, gradients of absent ids are dropped and counted
  * (pushes_unadmitted), never applied, and are no sighting: a training step
  * pulls every id it pushes, so counting both would admit every id at once.
@@ -225,6 +229,12 @@ int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
 int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   const float *grads);
 
+/*
+ * The id named by the calling thread's last EMB_ENONFINITE from
+ * emb_table_push() or emb_table_assign(): the first id whose gradient or
+ * row was not finite, or whose update would not have been. 0 before any.
+ */
+uint64_t emb_table_nonfinite_id(void);
 /*
  * Overwrites rows: rows[i * stride ...] holds the dim weights, followed by
  * the optimizer state when with_state (stride = emb_table_row_floats()),

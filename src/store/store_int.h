@@ -65,6 +65,7 @@ enum {
 	EMB_SCRATCH_UNIQ,  /* push: repeats' positions and their sum rows */
 	EMB_SCRATCH_SUMS,  /* push: summed gradients of repeated ids */
 	EMB_SCRATCH_ADMIT, /* pull: ids sighted by admission in this call */
+	EMB_SCRATCH_UNDO,  /* push: rows as they were, until its verdict */
 	EMB_SCRATCH_NSLOTS
 };
 
@@ -86,6 +87,9 @@ void emb__scratch_done(void *p);
  * to run the narrower copies on a machine that has the wider ones.
  */
 extern unsigned emb__pull_vec_max;
+
+/* Counts n rows a load set aside as not finite (stats rows_nonfinite). */
+void emb__table_count_nonfinite(struct emb_table *t, uint64_t n);
 
 /* ---- arena.c: one jemalloc arena over extents the store maps itself ---- */
 
@@ -197,6 +201,7 @@ struct emb_table {
 	uint64_t rows_evicted_ttl;   /* by ttl */
 	uint64_t rows_evicted_l2;    /* by min_l2 */
 	uint64_t rows_evicted_cap;   /* by max_rows */
+	uint64_t rows_nonfinite;     /* loaded rows set aside: not finite */
 
 	/* Point-in-time views (view.c): batches that write rows count
 	 * themselves in their stripe's writers and wait while fence is up. */
@@ -213,6 +218,15 @@ struct emb_table {
 static inline struct emb_table_stripe *emb__my_stripe(struct emb_table *t)
 {
 	return &t->stripe[emb__stripe()];
+}
+
+/*
+ * Floats of a row of t that must be finite: weights and optimizer state,
+ * less Adam's step count (a uint32 kept in a float's bits).
+ */
+static inline uint32_t emb__row_check_floats(const struct emb_table *t)
+{
+	return t->row_floats - (t->opts.optim.kind == EMB_OPTIM_ADAM);
 }
 
 /*

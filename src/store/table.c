@@ -1262,6 +1262,20 @@ static int group_push(struct emb_table *t, struct batch *b, uint32_t n,
 	return 0;
 }
 
+/*
+ * What a push changed, kept until its verdict: the push holds the locks of
+ * the shards it has reached until it ends, and a result that is not finite
+ * anywhere puts every row back from here, so no row (in any shard) shows a
+ * refused push. One entry per row reached, in order; a row that existed
+ * has its whole record (header, floats, seal) in saved, one made by this
+ * push is removed instead.
+ */
+struct push_undo {
+	struct emb_row_hdr *r; /* the record */
+	uint32_t si;	       /* its shard */
+	bool created;	       /* made by this push: remove it */
+};
+
 /* A push call's state, shared by its groups (push_group()). */
 struct push_ctx {
 	const uint64_t *ids;	    /* the call's ids */
@@ -1269,7 +1283,12 @@ struct push_ctx {
 	struct emb_life_shard *life; /* the table's lifecycle, or NULL */
 	const float *grads;	    /* the caller's, dim floats per id */
 	struct push_sums ps;	    /* repeated ids' summed gradients */
+	struct push_undo *undo;	    /* rows reached so far (scratch) */
+	char *saved;		    /* row_bytes per undo entry */
+	uint32_t nundo;		    /* entries in undo */
 	uint32_t step;		    /* this push's step: the access time */
+	bool bad;		    /* a result was not finite: refused */
+	uint64_t bad_id;	    /* the first id whose result was not */
 	uint64_t created;	    /* rows made */
 	uint64_t applied;	    /* rows updated */
 	uint64_t dropped;	    /* ids not admitted: not applied */
@@ -1277,7 +1296,35 @@ struct push_ctx {
 	int rc;			    /* first error; the push goes on */
 };
 
-/* Applies shard s's group b->pos[lo..hi) (lock held). */
+/* The id of the last row the calling thread's push found would become
+ * non-finite (emb_table_nonfinite_id()). */
+static _Thread_local uint64_t nonfinite_id;
+
+uint64_t emb_table_nonfinite_id(void)
+{
+	return nonfinite_id;
+}
+
+void emb__table_count_nonfinite(struct emb_table *t, uint64_t n)
+{
+	add_stat(&t->rows_nonfinite, n);
+}
+
+/* The first of ids[0..n) whose stride floats at v are not all finite. */
+static uint64_t first_nonfinite(const struct emb_table *t, const uint64_t *ids,
+				uint32_t n, const float *v, uint32_t stride)
+{
+	(void)t;
+	for (uint32_t i = 0; i < n; i++)
+		if (!emb_floats_finite(v + (size_t)i * stride, stride))
+			return ids[i];
+	return 0;
+}
+
+/*
+ * Applies shard s's group b->pos[lo..hi) (lock held, and kept by the
+ * caller until the push's verdict); false once a result is not finite.
+ */
 static inline __attribute__((always_inline)) bool
 push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	   uint32_t hi, void *ctx)
@@ -1292,10 +1339,15 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	const float *const sums = x->ps.sums;
 	const size_t dim = t->dim;
 	const uint32_t step = x->step;
+	const uint32_t row_bytes = t->row_bytes;
+	struct push_undo *const undo = x->undo;
+	char *const saved = x->saved;
+	uint32_t nundo = x->nundo;
 	struct emb_life_shard *ls = life_of(x->life, si);
 	uint64_t created = 0, applied = 0, dropped = 0;
+	bool ok = true;
 
-	for (uint32_t c = lo; c < hi; c += CHUNK) {
+	for (uint32_t c = lo; c < hi && ok; c += CHUNK) {
 		uint32_t m = hi - c < CHUNK ? hi - c : CHUNK;
 		struct emb_row_hdr *rows[CHUNK];
 		uint32_t idx[CHUNK];
@@ -1304,6 +1356,7 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 		for (uint32_t k = 0; k < m; k++) {
 			uint32_t p = b->pos[c + k];
 			struct emb_row_hdr *r = rows[k];
+			struct push_undo *u = &undo[nundo];
 			float *w;
 			int err = 0;
 
@@ -1319,26 +1372,103 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 						x->rc = err;
 					continue;
 				}
+				u->created = true;
 				created++;
 			} else {
+				memcpy(saved + (size_t)nundo * row_bytes, r,
+				       row_bytes);
+				u->created = false;
 				emb__row_write(t, s, idx[k]);
 			}
+			u->r = r;
+			u->si = si;
+			nundo++;
 			touch(r, step);
 			w = emb__row_data(r);
-			emb_optim_apply(&t->opts.optim, w, w + t->dim,
-					sum_of && sum_of[p] != UINT32_MAX
-					    ? sums + (size_t)sum_of[p] * dim
-					    : grads + (size_t)p * dim,
-					t->dim);
+			/* Checked after the optimizer, every copy of it
+			 * alike: finite gradients can still overflow a row
+			 * (or its state), and one summed from repeats can
+			 * overflow on its own. */
+			if (__builtin_expect(
+				!emb_optim_apply_row(
+				    &t->opts.optim, w,
+				    sum_of && sum_of[p] != UINT32_MAX
+					? sums + (size_t)sum_of[p] * dim
+					: grads + (size_t)p * dim,
+				    t->dim),
+				0)) {
+				x->bad = true;
+				x->bad_id = ids[p];
+				ok = false;
+				break;
+			}
 			emb__row_seal(t, r);
 			applied++;
 		}
 	}
+	x->nundo = nundo;
 	x->created += created;
 	x->applied += applied;
 	x->dropped += dropped;
-	sweep(t, s, ls, step, hi - lo, &x->ev);
-	return true;
+	if (ok)
+		sweep(t, s, ls, step, hi - lo, &x->ev);
+	return ok;
+}
+
+/*
+ * Puts back every row a refused push reached, newest first, while it
+ * still holds their shards' locks: a row it made is removed, any other
+ * gets its whole record back (floats, access meta and seal).
+ */
+static void push_undo(struct emb_table *t, struct push_ctx *x)
+{
+	for (uint32_t i = x->nundo; i-- > 0;) {
+		struct push_undo *u = &x->undo[i];
+		struct emb_shard *s = &t->shards[u->si];
+
+		if (u->created) {
+			uint64_t h = emb_id_hash(u->r->id);
+			int64_t idx = emb__shard_find(t, s, u->r->id, h);
+
+			if (idx >= 0)
+				emb__shard_remove(t, s, (uint32_t)idx, h);
+			continue;
+		}
+		memcpy(u->r, x->saved + (size_t)i * t->row_bytes,
+		       t->row_bytes);
+	}
+}
+
+/*
+ * Runs push_group() over b's groups in shard order, like each_group(),
+ * but keeps each shard's lock until every group is done: the verdict
+ * (every result finite, or the push refused and undone) is reached while
+ * no other batch can see or change a row the push reached. Shards are
+ * locked in increasing order, as every batch that holds more than one at
+ * a time does (views), so this cannot deadlock.
+ */
+static void push_groups(struct emb_table *t, const struct batch *b,
+			struct push_ctx *x)
+{
+	uint32_t last = 0;
+	bool any = false;
+
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		uint32_t lo = b->start[si], hi = b->start[si + 1];
+
+		if (lo == hi)
+			continue;
+		pthread_mutex_lock(&t->shards[si].lock);
+		last = si;
+		any = true;
+		if (!push_group(t, &t->shards[si], si, lo, hi, x))
+			break;
+	}
+	if (x->bad)
+		push_undo(t, x);
+	for (uint32_t si = 0; any && si <= last; si++)
+		if (b->start[si] != b->start[si + 1])
+			pthread_mutex_unlock(&t->shards[si].lock);
 }
 
 int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
@@ -1353,8 +1483,10 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		return EMB_EBADARG;
 	if (!n)
 		return 0;
-	if (!emb_floats_finite(grads, (size_t)n * t->dim))
+	if (!emb_floats_finite(grads, (size_t)n * t->dim)) {
+		nonfinite_id = first_nonfinite(t, ids, n, grads, t->dim);
 		return EMB_ENONFINITE;
+	}
 	x.life = __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
 	/* Inside the fence, so that a view's step counts whole batches. */
 	emb__writer_enter(t);
@@ -1365,19 +1497,34 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		return rc;
 	}
 	hash_all(b.h, ids, n);
+	x.undo = emb__scratch(EMB_SCRATCH_UNDO,
+			      (size_t)n * (sizeof(*x.undo) + t->row_bytes));
+	if (!x.undo) {
+		batch_fini(&b);
+		emb__writer_exit(t);
+		return -ENOMEM;
+	}
+	x.saved = (char *)(x.undo + n);
 	rc = group_push(t, &b, n, grads, &x.ps);
 	if (!rc) {
 		x.b = &b;
-		each_group(t, &b, push_group, &x);
+		push_groups(t, &b, &x);
 		rc = x.rc;
+	}
+	if (x.bad) {
+		/* The rows it made are gone again; nothing was applied. */
+		x.created = x.applied = 0;
+		nonfinite_id = x.bad_id;
+		rc = EMB_ENONFINITE;
 	}
 	add_stat(&t->rows, x.created);
 	add_evicted(t, &x.ev);
 	st = emb__my_stripe(t);
 	add_stat(&st->pushes_unadmitted, x.dropped);
 	add_stat(&st->rows_created, x.created);
-	add_stat(&st->pushes, 1);
+	add_stat(&st->pushes, !x.bad);
 	add_stat(&st->rows_pushed, x.applied);
+	emb__scratch_done(x.undo);
 	emb__scratch_done(x.ps.sums);
 	emb__scratch_done(x.ps.buf);
 	batch_fini(&b);
@@ -1460,8 +1607,10 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	if (!n)
 		return 0;
 	x.stride = with_state ? t->row_floats : t->dim;
-	if (!emb_floats_finite(rows, (size_t)n * x.stride))
+	if (!emb_floats_finite(rows, (size_t)n * x.stride)) {
+		nonfinite_id = first_nonfinite(t, ids, n, rows, x.stride);
 		return EMB_ENONFINITE;
+	}
 	emb__writer_enter(t);
 	x.step = now_step(t);
 	rc = batch_init(t, &b, n);
@@ -1675,6 +1824,7 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 	out->rows_evicted_ttl = load_stat(&t->rows_evicted_ttl);
 	out->rows_evicted_l2 = load_stat(&t->rows_evicted_l2);
 	out->rows_evicted_cap = load_stat(&t->rows_evicted_cap);
+	out->rows_nonfinite = load_stat(&t->rows_nonfinite);
 	emb__arena_usage(t->arena, &out->extents, &ext_bytes);
 }
 

@@ -52,7 +52,8 @@ def test_every_family_name_is_the_librarys():
     the library (or errno) knows, and map to its family."""
     assert set(errors.FAMILIES) == {
         embstore.ConnectionError, embstore.TimeoutError,
-        embstore.TableError, embstore.AuthError, embstore.CacheError}
+        embstore.TableError, embstore.AuthError, embstore.CacheError,
+        embstore.NonFiniteError}
     for cls, names in errors.FAMILIES.items():
         for n in names:
             if n.startswith("EMB_"):
@@ -109,6 +110,37 @@ def test_auth(start_server, tmp_path):
     assert e.value.name == "EMB_EAUTH"
     with pytest.raises(embstore.AuthError):
         embstore.connect(servers=s.addr, transport="tcp")
+
+
+def test_push_that_would_overflow_is_refused_whole(start_server):
+    """Finite gradients that would make a row infinite (3e38 at lr 1,
+    twice; or one id 64 times in a batch) are refused whole with
+    EMB_ENONFINITE naming the table and the id; no row changes, and the
+    server keeps serving."""
+    s = start_server()
+    with embstore.connect(servers=s.addr, transport="tcp") as c:
+        t = c.table("huge", 4, optimizer="sgd:lr=1")
+        ids = np.arange(100, 164, dtype=np.uint64)
+        t.push(ids, np.full((64, 4), 0.5, np.float32))
+        before = t.pull(ids).copy()
+        big = np.full((64, 4), 3e38, np.float32)
+        with pytest.raises(embstore.NonFiniteError) as e:
+            t.push(np.full(64, 7, np.uint64), big)
+        assert isinstance(e.value, ValueError)
+        assert e.value.name == "EMB_ENONFINITE"
+        assert "table huge" in e.value.message and "id 7" in e.value.message
+        grads = np.full((64, 4), 0.25, np.float32)
+        grads[40] = 3e38
+        t.push(ids[40:41], grads[40:41])  # -3e38: still finite
+        with pytest.raises(embstore.NonFiniteError) as e:
+            t.push(ids, grads)
+        assert f"id {int(ids[40])}" in e.value.message
+        after = t.pull(ids)
+        assert np.isfinite(after).all()
+        assert np.array_equal(after[:40], before[:40])
+        assert np.array_equal(after[41:], before[41:])
+        t.push(ids[:2], grads[:2])  # still serving
+        assert np.array_equal(t.pull(ids[:2]), before[:2] - 0.25)
 
 
 def test_silent_server_times_out():

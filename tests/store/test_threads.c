@@ -213,9 +213,10 @@ static void *mixed_worker(void *p)
 
 		for (uint32_t i = 0; i < n; i++)
 			ids[i] = rnd_below(&rng, MIXED_IDS);
+		/* Not negative: an assigned Adam state with v < 0 would
+		 * make the next push's result NaN, which is refused. */
 		for (uint32_t i = 0; i < n * rf; i++)
-			buf[i] =
-			    0.001f * (float)((int)rnd_below(&rng, 200) - 100);
+			buf[i] = 0.001f * (float)rnd_below(&rng, 200);
 		/* Role 0 also walks the table and evicts; the others do
 		 * data-path traffic. */
 		if (a->role == 0 && op < 3) {

@@ -135,6 +135,7 @@ static int run(struct cli *cli)
 	struct emb_cli_fileset fs;
 	char p[EMB_SNAP_PATH_MAX + 300];
 	uint64_t hist[NORM_BUCKETS + 2], total = 0;
+	uint64_t nonfinite = 0, nonfinite_ids[8];
 	uint32_t shown = 0;
 	int rc, bad = 0;
 
@@ -164,9 +165,23 @@ static int run(struct cli *cli)
 			for (uint32_t k = 0; k < b.n; k++) {
 				const float *w =
 				    b.rows + (size_t)k * m->row_floats;
+				/* Adam's state ends in a uint32 step count. */
+				uint32_t check =
+				    m->row_floats -
+				    (m->state_floats == 2 * m->dim + 1);
 				double sq = 0;
 				int bucket;
 
+				/* Written by an older version: a load sets
+				 * such a row aside, so it is counted, not
+				 * put in the histogram. */
+				if (!emb_floats_finite(w, check)) {
+					if (nonfinite < 8)
+						nonfinite_ids[nonfinite] =
+						    b.ids[k];
+					nonfinite++;
+					continue;
+				}
 				for (uint32_t d = 0; d < m->dim; d++)
 					sq += (double)w[d] * w[d];
 				/* Buckets are powers of two of the norm,
@@ -234,6 +249,14 @@ static int run(struct cli *cli)
 		else
 			printf("  [2^%d, 2^%d)  %llu\n", k - 11, k - 10,
 			       (unsigned long long)hist[k]);
+	}
+	if (nonfinite) {
+		printf("warning: %llu rows with a NaN or infinite value "
+		       "(a load sets them aside); ids",
+		       (unsigned long long)nonfinite);
+		for (uint64_t k = 0; k < nonfinite && k < 8; k++)
+			printf(" %llu", (unsigned long long)nonfinite_ids[k]);
+		printf("%s\n", nonfinite > 8 ? " ..." : "");
 	}
 	emb_cli_fileset_close(&fs);
 	if (bad) {

@@ -124,6 +124,19 @@ static int apool_start(struct apool *ap, struct emb_client_table *t,
 	return 0;
 }
 
+/* True when the n floats at v are all finite (exponent bits not all set). */
+static bool row_finite(const float *v, uint32_t n)
+{
+	for (uint32_t j = 0; j < n; j++) {
+		uint32_t u;
+
+		memcpy(&u, &v[j], sizeof(u));
+		if ((u & 0x7f800000u) == 0x7f800000u)
+			return false;
+	}
+	return true;
+}
+
 /* A free batch to fill, or NULL once an assign failed. */
 static struct abatch *apool_get(struct apool *ap, uint32_t *k)
 {
@@ -298,6 +311,10 @@ static int run(struct cli *cli)
 		struct abatch *ab = NULL;
 		struct apool ap;
 		uint32_t rf = metas[i].row_floats, k = 0;
+		/* Adam's state ends in a uint32 step count. */
+		uint32_t check = rf - (metas[i].state_floats ==
+				       2 * metas[i].dim + 1);
+		uint64_t aside = 0, aside_ids[8];
 		int arc;
 
 		emb_cli_fileset_path(&fs, i, p, sizeof(p));
@@ -329,8 +346,33 @@ static int run(struct cli *cli)
 				memcpy(ab->rows + (size_t)ab->n * rf,
 				       b.rows + (size_t)off * rf,
 				       (size_t)m * rf * sizeof(float));
-				ab->n += m;
 				off += m;
+				/* A row with a NaN or Inf (an older version
+				 * could write one) would make the server
+				 * refuse its whole batch: it is set aside,
+				 * to be made afresh when next used. */
+				for (uint32_t j = ab->n, e = ab->n + m; j < e;
+				     j++) {
+					float *row = ab->rows + (size_t)j * rf;
+
+					if (row_finite(row, check)) {
+						if (ab->n != j) {
+							ab->ids[ab->n] =
+							    ab->ids[j];
+							memmove(ab->rows +
+								    (size_t)ab->n *
+									rf,
+								row,
+								(size_t)rf *
+								    sizeof(float));
+						}
+						ab->n++;
+						continue;
+					}
+					if (aside < 8)
+						aside_ids[aside] = ab->ids[j];
+					aside++;
+				}
 				if (ab->n == ap.cap) {
 					apool_put(&ap, k);
 					ab = NULL;
@@ -346,6 +388,16 @@ static int run(struct cli *cli)
 		if (!rc || rc == -ECANCELED)
 			rc = arc;
 		emb_snap_reader_close(r);
+		if (aside) {
+			fprintf(stderr,
+				"embstore restore: %s: %llu rows with a NaN or "
+				"infinite value set aside; ids",
+				p, (unsigned long long)aside);
+			for (uint64_t j = 0; j < aside && j < 8; j++)
+				fprintf(stderr, " %llu",
+					(unsigned long long)aside_ids[j]);
+			fprintf(stderr, "%s\n", aside > 8 ? " ..." : "");
+		}
 		if (rc) {
 			char msg[256] = "";
 
