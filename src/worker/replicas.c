@@ -847,6 +847,14 @@ bool emb_client_server_removed(const struct emb_client *c, uint32_t server)
 
 uint32_t emb_client_server_of(const struct emb_client *c, uint64_t id)
 {
-	return c->slot_map[emb_id_slot(id)];
+	/* A failover rewrites the map on the network thread, under map_mu;
+	 * the lock is the client's own state, not what the caller sees. */
+	pthread_mutex_t *mu = (pthread_mutex_t *)&c->map_mu;
+	uint32_t r;
+
+	pthread_mutex_lock(mu);
+	r = c->slot_map[emb_id_slot(id)];
+	pthread_mutex_unlock(mu);
+	return r;
 }
 
