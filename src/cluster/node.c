@@ -507,6 +507,33 @@ static void waiter_post(void *arg)
 }
 
 /*
+ * Under n->mu: one wait on n->cv, until deadline_ms (monotonic, 0 = none).
+ * False once the deadline has passed (nothing waited then).
+ */
+static bool wait_until(struct emb_node *n, int64_t deadline_ms)
+{
+	struct timespec ts;
+	int64_t left;
+
+	if (!deadline_ms) {
+		pthread_cond_wait(&n->cv, &n->mu);
+		return true;
+	}
+	left = deadline_ms - (int64_t)emb_clock_ms();
+	if (left <= 0)
+		return false;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += left / 1000;
+	ts.tv_nsec += (left % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&n->cv, &n->mu, &ts);
+	return true;
+}
+
+/*
  * Under n->mu, after a call failed in the transport: waits for a new link
  * (true: post again) or for the scheduler to be lost for good (false).
  * -ETIMEDOUT in *rc when deadline_ms (0 = none) passes first.
@@ -515,28 +542,12 @@ static bool wait_relink(struct emb_node *n, struct waiter *w,
 			int64_t deadline_ms, int *rc)
 {
 	while (!n->lost && !n->stop && (n->away || n->link_gen == w->gen)) {
-		struct timespec ts;
-		int64_t left;
-
 		/* The agent may not have seen the break yet: it will, from
 		 * the close or the silence, within a heartbeat timeout. */
-		if (!deadline_ms) {
-			pthread_cond_wait(&n->cv, &n->mu);
-			continue;
-		}
-		left = deadline_ms - (int64_t)emb_clock_ms();
-		if (left <= 0) {
+		if (!wait_until(n, deadline_ms)) {
 			*rc = -ETIMEDOUT;
 			return false;
 		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += left / 1000;
-		ts.tv_nsec += (left % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&n->cv, &n->mu, &ts);
 	}
 	return !n->lost && !n->stop;
 }
@@ -565,26 +576,10 @@ again:
 		}
 	}
 	while (!w->done) {
-		struct timespec ts;
-		int64_t left;
-
-		if (!deadline_ms) {
-			pthread_cond_wait(&n->cv, &n->mu);
-			continue;
-		}
-		left = deadline_ms - (int64_t)emb_clock_ms();
-		if (left <= 0) {
+		if (!wait_until(n, deadline_ms)) {
 			pthread_mutex_unlock(&n->mu);
 			return -ETIMEDOUT;
 		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += left / 1000;
-		ts.tv_nsec += (left % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&n->cv, &n->mu, &ts);
 	}
 	w->posted = false;
 	rc = w->status;
