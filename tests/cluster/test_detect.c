@@ -31,20 +31,27 @@ struct fake {
 	uint64_t seq;	  /* last heartbeat's */
 };
 
-static struct emb_sched *sched_start(void)
+static struct emb_sched *sched_start_n(uint32_t servers, uint32_t replicas)
 {
 	struct emb_sched_opts o = EMB_SCHED_OPTS_DEFAULT;
 	struct emb_sched *s;
 
 	o.port = 0;
-	o.server_num = 1;
+	o.server_num = servers;
 	o.worker_num = 1;
+	o.replicas = replicas;
 	o.hb_timeout_ms = T_MS;
 	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &s), 0);
 	return s;
 }
 
-static void fake_register(struct fake *f, struct emb_sched *s, uint16_t port)
+static struct emb_sched *sched_start(void)
+{
+	return sched_start_n(1, 1);
+}
+
+static void fake_register_as(struct fake *f, struct emb_sched *s,
+			     uint32_t role, uint16_t port)
 {
 	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE + 64];
 	_Alignas(8) uint8_t resp[256];
@@ -57,8 +64,7 @@ static void fake_register(struct fake *f, struct emb_sched *s, uint16_t port)
 	f->fd = nt_raw_connect(emb_sched_port(s));
 	CU_ASSERT_FATAL(f->fd >= 0);
 	CU_ASSERT_EQUAL_FATAL(nt_raw_hello(f->fd, NULL, 0), 0);
-	len = emb_wire_register_req_encode(buf, sizeof(buf), 1,
-					   EMB_ROLE_SERVER, port,
+	len = emb_wire_register_req_encode(buf, sizeof(buf), 1, role, port,
 					   (uint32_t)getpid(), "127.0.0.1");
 	CU_ASSERT_FATAL(len > 0);
 	CU_ASSERT_EQUAL_FATAL(nt_raw_send(f->fd, buf, (size_t)len), 0);
@@ -68,6 +74,11 @@ static void fake_register(struct fake *f, struct emb_sched *s, uint16_t port)
 	CU_ASSERT_EQUAL_FATAL(emb_wire_register_resp_decode(&fr, &r), 0);
 	f->node_id = r.node_id;
 	f->seq = 0;
+}
+
+static void fake_register(struct fake *f, struct emb_sched *s, uint16_t port)
+{
+	fake_register_as(f, s, EMB_ROLE_SERVER, port);
 }
 
 /* One heartbeat; the status of its answer. */
@@ -205,6 +216,71 @@ static void test_destroy_while_probing(void)
 	close(lfd);
 }
 
+/* Heartbeats from each of fakes[0..n) every T / 5 for ms. */
+static void fakes_beat_for(struct fake *fakes, int n, int64_t ms)
+{
+	int64_t t0 = (int64_t)emb_clock_ms();
+
+	while ((int64_t)emb_clock_ms() - t0 < ms) {
+		for (int i = 0; i < n; i++)
+			CU_ASSERT_EQUAL(fake_beat(&fakes[i]), 0);
+		sleep_ms(T_MS / 5);
+	}
+}
+
+/*
+ * Replicated: a server whose scheduler connection closes while its
+ * serving address answers (its agent gave up on a silent link) is probed,
+ * answers and is not dead: it has the rejoin window. One whose address
+ * refuses (a killed process) is dead at once.
+ */
+static void test_closed_link(void)
+{
+	struct emb_server_opts vo = nt_server_opts();
+	struct emb_server *srv0 = nt_server_start(&vo);
+	struct emb_server *srv1 = nt_server_start(&vo);
+	struct emb_sched *s = sched_start_n(2, 2);
+	struct emb_sched_stats v;
+	struct fake f[3]; /* server 0, server 1, the worker */
+	int64_t t0, took = -1;
+
+	fake_register(&f[0], s, emb_server_port(srv0));
+	fake_register(&f[1], s, emb_server_port(srv1));
+	fake_register_as(&f[2], s, EMB_ROLE_WORKER, 0);
+	fakes_beat_for(f, 3, T_MS / 2);
+	stats(s, &v);
+	CU_ASSERT_EQUAL_FATAL(v.state, EMB_CLUSTER_READY);
+
+	/* Server 0's link closes; it still serves. */
+	close(f[0].fd);
+	fakes_beat_for(&f[1], 2, T_MS + T_MS / 2);
+	stats(s, &v);
+	CU_ASSERT_EQUAL(v.dead[0], 0);
+	CU_ASSERT(v.probes >= 1);
+	CU_ASSERT_EQUAL(v.probes_answered, v.probes);
+
+	/* Server 1 killed: its link closes and its address refuses. */
+	emb_server_destroy(srv1);
+	srv1 = NULL;
+	close(f[1].fd);
+	t0 = (int64_t)emb_clock_ms();
+	while ((int64_t)emb_clock_ms() - t0 < 10 * T_MS) {
+		CU_ASSERT_EQUAL(fake_beat(&f[2]), 0);
+		stats(s, &v);
+		if (v.dead[0]) {
+			took = (int64_t)emb_clock_ms() - t0;
+			break;
+		}
+		sleep_ms(10);
+	}
+	/* Well within the rejoin window (10 s) it would wait otherwise. */
+	CU_ASSERT(took >= 0 && took < 5 * (int64_t)T_MS);
+	CU_ASSERT_EQUAL(v.dead[0], 1);
+	close(f[2].fd);
+	emb_sched_destroy(s);
+	emb_server_destroy(srv0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -214,6 +290,8 @@ int main(int argc, char **argv)
 	     "2 T",
 	     test_silent_and_mute},
 	    {"destroy waits for a probe under way", test_destroy_while_probing},
+	    {"a closed link is probed: alive waits to rejoin, refused is dead",
+	     test_closed_link},
 	    {NULL, NULL},
 	};
 
