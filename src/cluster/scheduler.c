@@ -54,6 +54,11 @@
 #define FILL_TIMEOUT_MS 60000
 /* Failed streams of a recovery before it is given up. */
 #define FILL_TRIES 8u
+/* Heartbeat timeouts a connected worker may be silent. A worker serves
+ * nothing a probe could ask, and its death ends the job: a late verdict
+ * on a frozen one costs time, a false one on a starved one (a loaded
+ * machine) costs the job. */
+#define WORKER_SILENT_FACTOR 10
 /* Probes of suspect servers under way at once; more suspects wait. */
 #define PROBES_MAX 16u
 /* A turn's overrun below this is the loop's own work, not a stall: left
@@ -1569,6 +1574,9 @@ static void check_silence(struct emb_sched *s)
 		quiet = emb_detector_silence_ms(d, now);
 		if (n->conn ? !emb_detector_suspect(d, now) || n->probing
 			    : quiet <= s->o.hb_timeout_ms)
+			continue;
+		if (n->conn && n->role == EMB_ROLE_WORKER &&
+		    quiet <= WORKER_SILENT_FACTOR * (int64_t)s->o.hb_timeout_ms)
 			continue;
 		if (n->conn && n->role == EMB_ROLE_SERVER) {
 			int rc = probe(s, n, quiet);

@@ -159,7 +159,8 @@ grep -q 'verify: [0-9]* rows checked, [1-9][0-9]* mismatched' \
 embstore-bench --servers "127.0.0.1:$port" --op push --verify --table own \
 	--rows 2000 --dim 4 --batch 256 --duration 1 >"$work/c.txt" 2>&1 ||
 	bad "alone: bench exited $?"
-grep -q 'verify: 2000 rows checked, 0 mismatched' "$work/c.txt" ||
+# (how many rows a 1 s run touched depends on the machine's load)
+grep -q 'verify: [1-9][0-9]* rows checked, 0 mismatched' "$work/c.txt" ||
 	bad "alone: $(grep verify "$work/c.txt")"
 if [ "$fail" -ne 0 ]; then
 	for f in "$work"/a.txt "$work"/c.txt "$work"/r1.txt; do
