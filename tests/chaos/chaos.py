@@ -779,6 +779,10 @@ def parse_args(argv):
     if a.seconds < 10 or a.fault_every < 5:
         ap.error("--seconds must be >= 10 and --fault-every >= 5")
     a.bin_dir = os.path.abspath(a.bin_dir)
+    # The job runs with the work directory as its cwd: a relative one
+    # would name a directory inside itself.
+    if a.work:
+        a.work = os.path.abspath(a.work)
     return a
 
 
