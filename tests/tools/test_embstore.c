@@ -942,7 +942,8 @@ static bool spoil_row(const char *dir, uint64_t id, float v)
 		CU_ASSERT_FATAL(ids && gone && rm && rows);
 		while (emb_snap_reader_next(r, &b) > 0) {
 			if (b.erased) {
-				memcpy(gone + ngone, b.ids, b.n * sizeof(*gone));
+				memcpy(gone + ngone, b.ids,
+				       b.n * sizeof(*gone));
 				ngone += b.n;
 				continue;
 			}
@@ -1116,8 +1117,9 @@ static void test_checkpoint_nonfinite_row_set_aside(void)
 	metrics = calloc(1, 1 << 20);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(metrics);
 	scrape(mport, metrics, 1 << 20);
-	CU_ASSERT_PTR_NOT_NULL(strstr(
-	    metrics, "\nembstore_table_rows_nonfinite_total{table=\"emb\"} 1\n"));
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(metrics, "\nembstore_table_rows_nonfinite_total"
+			    "{table=\"emb\"} 1\n"));
 	free(metrics);
 	emb_client_table_close(t);
 	emb_client_destroy(c);

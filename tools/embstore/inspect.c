@@ -69,15 +69,16 @@ static void print_nonfinite(const char *indent, const struct nonfinite *nf)
  * Decodes the rows of checkpoint link l (verified) and counts the
  * non-finite ones in nf: the checksums cannot tell, and a restart would
  * set them aside. A delta's erased blocks hold no rows and are skipped.
- * 0, or the reader's error.
+ * 0, or the reader's error (l->bad names the file).
  */
-static int link_nonfinite(const char *root, const struct emb_chain_link *l,
+static int link_nonfinite(const char *root, struct emb_chain_link *l,
 			  struct nonfinite *nf)
 {
 	char p[EMB_SNAP_PATH_MAX + 300];
+	uint32_t i;
 	int rc = 0;
 
-	for (uint32_t i = 0; i < l->ne && !rc; i++) {
+	for (i = 0; i < l->ne && !rc; i++) {
 		struct emb_snap_reader *r;
 		struct emb_snap_block b;
 		const struct emb_snap_meta *m;
@@ -85,14 +86,17 @@ static int link_nonfinite(const char *root, const struct emb_chain_link *l,
 		snprintf(p, sizeof(p), "%s/%s/%s", root, l->name, l->e[i].file);
 		rc = emb_snap_reader_open(p, 0, &r);
 		if (rc)
-			break;
+			continue; /* ends the loop, past file i */
 		m = emb_snap_reader_meta(r);
 		while ((rc = emb_snap_reader_next(r, &b)) > 0)
 			for (uint32_t k = 0; k < b.n; k++)
-				row_finite(m, b.rows + (size_t)k * m->row_floats,
+				row_finite(m,
+					   b.rows + (size_t)k * m->row_floats,
 					   b.ids[k], nf);
 		emb_snap_reader_close(r);
 	}
+	if (rc)
+		snprintf(l->bad, sizeof(l->bad), "%s", l->e[i - 1].file);
 	return rc;
 }
 
@@ -153,6 +157,7 @@ static int show_chains(const char *root)
 	       n == 1 ? "" : "s");
 	for (uint32_t i = 0; i < n; i++) {
 		struct emb_chain_link *k = &l[i];
+		struct nonfinite nf = {0};
 		bool in_newest = newest_full != UINT32_MAX && i >= newest_full;
 
 		if (!k->delta) {
@@ -163,7 +168,8 @@ static int show_chains(const char *root)
 			       i == newest_full ? " (the newest)"
 						: "");
 		}
-		emb_chain_verify(root, k);
+		if (!emb_chain_verify(root, k))
+			k->status = link_nonfinite(root, k, &nf);
 		printf("  %-6s %s  %u table%s  %llu rows  %llu removed  %llu B"
 		       "  %s%s\n",
 		       k->delta ? "delta" : "full", k->name, k->ne,
@@ -171,12 +177,7 @@ static int show_chains(const char *root)
 		       (unsigned long long)k->erased,
 		       (unsigned long long)k->bytes,
 		       k->status ? "REFUSED: " : "OK", k->status ? k->bad : "");
-		if (!k->status) {
-			struct nonfinite nf = {0};
-
-			k->status = link_nonfinite(root, k, &nf);
-			print_nonfinite("         ", &nf);
-		}
+		print_nonfinite("         ", &nf);
 		if (k->status) {
 			printf("         %s\n", emb_cli_snap_err(k->status));
 			if (in_newest)
