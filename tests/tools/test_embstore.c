@@ -9,6 +9,7 @@
  * killed with SIGKILL comes back with every row of its last checkpoint.
  */
 #include <arpa/inet.h>
+#include <math.h>
 #include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +30,7 @@
 
 #include "common/err.h"
 #include "common/hash.h"
+#include "common/init.h"
 #include "common/log.h"
 #include "store/snapshot.h"
 #include "worker/embstore.h"
@@ -902,6 +904,297 @@ static void test_checkpoints_never_lose_data(void)
 	free(ids);
 }
 
+/*
+ * Rewrites the file of dump or checkpoint directory dir that holds id
+ * through the store's own writer, with the row's first weight set to v,
+ * and updates the MANIFEST's size and checksum: every checksum holds, only
+ * the value is wrong (as a version without the push check could write
+ * it). A delta's erased blocks are kept. True if a file held id.
+ */
+static bool spoil_row(const char *dir, uint64_t id, float v)
+{
+	struct emb_snap_entry *e = NULL;
+	uint32_t n = 0;
+	bool hit = false;
+	char p[1200];
+
+	CU_ASSERT_EQUAL_FATAL(emb_snap_manifest_read(dir, &e, &n, NULL), 0);
+	for (uint32_t i = 0; i < n && !hit; i++) {
+		struct emb_snap_reader *r;
+		struct emb_snap_writer *w;
+		struct emb_snap_result res;
+		struct emb_snap_block b;
+		struct emb_snap_meta m;
+		struct emb_row_meta *rm;
+		uint64_t *ids, *gone, nrows = 0, ngone = 0;
+		float *rows;
+		uint32_t rf;
+
+		snprintf(p, sizeof(p), "%s/%s", dir, e[i].file);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_snap_reader_open(p, EMB_SNAP_READ_ERASED, &r), 0);
+		m = *emb_snap_reader_meta(r);
+		rf = m.row_floats;
+		ids = calloc(m.rows + 1, sizeof(*ids));
+		gone = calloc(m.erased + 1, sizeof(*gone));
+		rm = calloc(m.rows + 1, sizeof(*rm));
+		rows = calloc((m.rows + 1) * rf, sizeof(float));
+		CU_ASSERT_FATAL(ids && gone && rm && rows);
+		while (emb_snap_reader_next(r, &b) > 0) {
+			if (b.erased) {
+				memcpy(gone + ngone, b.ids,
+				       b.n * sizeof(*gone));
+				ngone += b.n;
+				continue;
+			}
+			for (uint32_t k = 0; k < b.n; k++) {
+				ids[nrows] = b.ids[k];
+				rm[nrows] = (struct emb_row_meta){
+				    .last_step = b.last_step[k],
+				    .count = b.count[k]};
+				memcpy(rows + nrows * rf,
+				       b.rows + (size_t)k * rf,
+				       rf * sizeof(float));
+				if (b.ids[k] == id) {
+					rows[nrows * rf] = v;
+					hit = true;
+				}
+				nrows++;
+			}
+		}
+		emb_snap_reader_close(r);
+		if (hit) {
+			CU_ASSERT_EQUAL_FATAL(
+			    emb_snap_writer_create(p, &m, NULL, &w), 0);
+			if (ngone)
+				CU_ASSERT_EQUAL(
+				    emb_snap_writer_erase(w, gone, ngone), 0);
+			CU_ASSERT_EQUAL(emb_snap_writer_add(w, ids, rows, rm,
+							    (uint32_t)nrows),
+					0);
+			CU_ASSERT_EQUAL_FATAL(emb_snap_writer_finish(w, &res),
+					      0);
+			emb_snap_writer_destroy(w);
+			e[i].bytes = res.file_bytes;
+			e[i].checksum = res.checksum;
+			CU_ASSERT_EQUAL(emb_snap_manifest_write(dir, e, n), 0);
+		}
+		free(ids);
+		free(gone);
+		free(rm);
+		free(rows);
+	}
+	free(e);
+	return hit;
+}
+
+/* Whether file holds the text s (grep -F). */
+static bool file_has(const char *file, const char *s)
+{
+	char cmd[1600];
+
+	snprintf(cmd, sizeof(cmd), "grep -qF -- '%s' '%s'", s, file);
+	return system(cmd) == 0;
+}
+
+/* GET /metrics from 127.0.0.1:port into buf (NUL-terminated). */
+static void scrape(uint16_t port, char *buf, size_t cap)
+{
+	static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons(port)};
+	size_t got = 0;
+	ssize_t k;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	buf[0] = '\0';
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL_FATAL(connect(fd, (struct sockaddr *)&a, sizeof(a)),
+			      0);
+	CU_ASSERT_EQUAL(write(fd, req, sizeof(req) - 1),
+			(ssize_t)sizeof(req) - 1);
+	while (got + 1 < cap && (k = read(fd, buf + got, cap - 1 - got)) > 0)
+		got += (size_t)k;
+	buf[got] = '\0';
+	close(fd);
+}
+
+/* Ids of ids[0..NIDS) the table holds, as found[] flags; their count. */
+static uint32_t pull_found(struct emb_client_table *t, const uint64_t *ids,
+			   float *out, uint8_t *found)
+{
+	uint32_t n = 0;
+
+	memset(found, 0, NIDS);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, NIDS, out,
+					      EMB_CLIENT_NOCREATE, found),
+			0);
+	for (uint32_t i = 0; i < NIDS; i++)
+		n += found[i];
+	return n;
+}
+
+/*
+ * A checkpoint holding a non-finite row (written by a version without the
+ * push check; here spoiled in the newest full checkpoint, its checksums
+ * made to match): inspect names the row and exits 0; the server restarts
+ * from it and serves every other row as it was, the id is absent and made
+ * afresh from the initializer, and the log and /metrics count it.
+ */
+static void test_checkpoint_nonfinite_row_set_aside(void)
+{
+	struct emb_table_spec sp = adam_spec(DIM);
+	struct emb_client *c;
+	struct emb_client_table *t;
+	uint64_t *ids = test_ids();
+	float *before = calloc((size_t)NIDS * DIM, sizeof(float));
+	float *after = calloc((size_t)NIDS * DIM, sizeof(float));
+	uint8_t *found = calloc(NIDS, 1);
+	char *dir = sub("ckpt-nonfinite"), *out = sub("inspect-ckpt.out");
+	char last[700], want[256], log[600], maddr[64], *metrics;
+	const char *args[] = {"--checkpoint-dir", dir, "--checkpoint-interval",
+			      "1000", "--checkpoint-full-every", "1",
+			      NULL, NULL, NULL};
+	float fresh[DIM], got[DIM];
+	uint32_t have, spoilt = NIDS;
+	uint16_t mport;
+	struct srv s;
+
+	/* Trained rows, and the last checkpoint SIGTERM writes (full). */
+	s.port = free_port();
+	s.pid = srv_spawn(s.port, args);
+	CU_ASSERT_FATAL(wait_up(s.port));
+	c = connect_to(&s, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	train(t, ids, 0, 8);
+	have = pull_found(t, ids, before, found);
+	CU_ASSERT_FATAL(have > NIDS / 2);
+	for (uint32_t i = 0; i < NIDS && spoilt == NIDS; i++)
+		if (found[i])
+			spoilt = i;
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	srv_stop(&s, SIGTERM);
+	CU_ASSERT_FATAL(newest_ckpt(dir, last, sizeof(last)));
+
+	CU_ASSERT_EQUAL(run_cli("inspect %s >%s", dir, out), 0);
+	CU_ASSERT(!file_has(out, "NaN or infinite"));
+	CU_ASSERT_FATAL(spoil_row(last, ids[spoilt], -INFINITY));
+	CU_ASSERT_EQUAL(run_cli("inspect %s >%s", dir, out), 0);
+	snprintf(want, sizeof(want),
+		 "warning: 1 rows with a NaN or infinite value (a load sets "
+		 "them aside); ids %llu",
+		 (unsigned long long)ids[spoilt]);
+	CU_ASSERT(file_has(out, want));
+
+	/* The restart loads every other row and says which it set aside. */
+	s.port = free_port();
+	mport = free_port();
+	snprintf(maddr, sizeof(maddr), "127.0.0.1:%u", mport);
+	args[6] = "--metrics-listen";
+	args[7] = maddr;
+	s.pid = srv_spawn(s.port, args);
+	CU_ASSERT_FATAL(wait_up(s.port));
+	c = connect_to(&s, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c, "emb", &t), 0);
+	CU_ASSERT_EQUAL(pull_found(t, ids, after, found), have - 1);
+	CU_ASSERT_FALSE(found[spoilt]);
+	memset(before + (size_t)spoilt * DIM, 0, DIM * sizeof(float));
+	CU_ASSERT(memcmp(before, after, (size_t)NIDS * DIM * sizeof(float)) ==
+		  0);
+	emb_init_row(&sp.init, sp.seed, ids[spoilt], fresh, DIM);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, &ids[spoilt], 1, got, 0,
+					      NULL),
+			0);
+	CU_ASSERT(memcmp(fresh, got, sizeof(got)) == 0);
+	snprintf(log, sizeof(log), "%s/server-%u.log", tmp, s.port);
+	snprintf(want, sizeof(want),
+		 "table emb: 1 rows with a NaN or infinite value set aside "
+		 "on load (made afresh when next used); ids %llu",
+		 (unsigned long long)ids[spoilt]);
+	CU_ASSERT(file_has(log, want));
+	metrics = calloc(1, 1 << 20);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(metrics);
+	scrape(mport, metrics, 1 << 20);
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(metrics, "\nembstore_table_rows_nonfinite_total"
+			    "{table=\"emb\"} 1\n"));
+	free(metrics);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	srv_stop(&s, SIGKILL);
+	free(found);
+	free(before);
+	free(after);
+	free(ids);
+}
+
+/*
+ * A dump holding a non-finite row: inspect names it (and a clean dump
+ * has no warning); restore loads every other row, names the one it set
+ * aside and exits 0.
+ */
+static void test_dump_nonfinite_row_restored_without_it(void)
+{
+	struct emb_client *c;
+	struct emb_client_table *t;
+	uint64_t *ids = test_ids();
+	float *before = calloc((size_t)NIDS * DIM, sizeof(float));
+	float *after = calloc((size_t)NIDS * DIM, sizeof(float));
+	uint8_t *found = calloc(NIDS, 1);
+	char *dump = sub("dump-nonfinite"), *out = sub("inspect-dump.out");
+	char *err = sub("restore-nonfinite.err"), want[256];
+	struct srv s = trained_server(&c, &t, ids), b;
+	uint32_t have, spoilt = NIDS;
+
+	have = pull_found(t, ids, before, found);
+	for (uint32_t i = NIDS; i-- > 0 && spoilt == NIDS;)
+		if (found[i])
+			spoilt = i;
+	CU_ASSERT_EQUAL_FATAL(run_cli("dump --servers 127.0.0.1:%u --table emb "
+				      "--out %s --quiet >/dev/null",
+				      s.port, dump),
+			      0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	srv_stop(&s, SIGTERM);
+
+	CU_ASSERT_EQUAL(run_cli("inspect %s >%s", dump, out), 0);
+	CU_ASSERT(!file_has(out, "NaN or infinite"));
+	CU_ASSERT_FATAL(spoil_row(dump, ids[spoilt], NAN));
+	CU_ASSERT_EQUAL(run_cli("inspect %s >%s", dump, out), 0);
+	snprintf(want, sizeof(want),
+		 "warning: 1 rows with a NaN or infinite value (a load sets "
+		 "them aside); ids %llu",
+		 (unsigned long long)ids[spoilt]);
+	CU_ASSERT(file_has(out, want));
+
+	b = srv_start(NULL, NULL);
+	CU_ASSERT_EQUAL(run_cli("restore --in %s --servers 127.0.0.1:%u "
+				"--quiet >/dev/null 2>%s",
+				dump, b.port, err),
+			0);
+	snprintf(want, sizeof(want),
+		 "1 rows with a NaN or infinite value set aside; ids %llu",
+		 (unsigned long long)ids[spoilt]);
+	CU_ASSERT(file_has(err, want));
+	c = connect_to(&b, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c, "emb", &t), 0);
+	CU_ASSERT_EQUAL(pull_found(t, ids, after, found), have - 1);
+	CU_ASSERT_FALSE(found[spoilt]);
+	memset(before + (size_t)spoilt * DIM, 0, DIM * sizeof(float));
+	CU_ASSERT(memcmp(before, after, (size_t)NIDS * DIM * sizeof(float)) ==
+		  0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	srv_stop(&b, SIGTERM);
+	free(found);
+	free(before);
+	free(after);
+	free(ids);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -918,6 +1211,12 @@ int main(int argc, char **argv)
 	    {"checkpoints: the last valid one is never rotated away; none "
 	     "valid, an unwritable directory or a failed last one fail",
 	     test_checkpoints_never_lose_data},
+	    {"a checkpoint's non-finite row: inspect names it, a restart "
+	     "sets it aside and serves the rest",
+	     test_checkpoint_nonfinite_row_set_aside},
+	    {"a dump's non-finite row: inspect names it, restore sets it "
+	     "aside and loads the rest",
+	     test_dump_nonfinite_row_restored_without_it},
 	    {NULL, NULL},
 	};
 	int rc;

@@ -31,6 +31,75 @@ static void usage(FILE *f)
 
 #define NORM_BUCKETS 16
 
+/* Rows with a NaN or an infinity (written by an older version: a load
+ * sets them aside): how many, and the first ids. */
+struct nonfinite {
+	uint64_t n;
+	uint64_t ids[8];
+};
+
+/* Whether row w of a file with metadata m is finite; counts it in nf if
+ * not. Adam's state ends in a uint32 step count, not a float. */
+static bool row_finite(const struct emb_snap_meta *m, const float *w,
+		       uint64_t id, struct nonfinite *nf)
+{
+	uint32_t check = m->row_floats - (m->state_floats == 2 * m->dim + 1);
+
+	if (emb_floats_finite(w, check))
+		return true;
+	if (nf->n < 8)
+		nf->ids[nf->n] = id;
+	nf->n++;
+	return false;
+}
+
+static void print_nonfinite(const char *indent, const struct nonfinite *nf)
+{
+	if (!nf->n)
+		return;
+	printf("%swarning: %llu rows with a NaN or infinite value "
+	       "(a load sets them aside); ids",
+	       indent, (unsigned long long)nf->n);
+	for (uint64_t k = 0; k < nf->n && k < 8; k++)
+		printf(" %llu", (unsigned long long)nf->ids[k]);
+	printf("%s\n", nf->n > 8 ? " ..." : "");
+}
+
+/*
+ * Decodes the rows of checkpoint link l (verified) and counts the
+ * non-finite ones in nf: the checksums cannot tell, and a restart would
+ * set them aside. A delta's erased blocks hold no rows and are skipped.
+ * 0, or the reader's error (l->bad names the file).
+ */
+static int link_nonfinite(const char *root, struct emb_chain_link *l,
+			  struct nonfinite *nf)
+{
+	char p[EMB_SNAP_PATH_MAX + 300];
+	uint32_t i;
+	int rc = 0;
+
+	for (i = 0; i < l->ne && !rc; i++) {
+		struct emb_snap_reader *r;
+		struct emb_snap_block b;
+		const struct emb_snap_meta *m;
+
+		snprintf(p, sizeof(p), "%s/%s/%s", root, l->name, l->e[i].file);
+		rc = emb_snap_reader_open(p, 0, &r);
+		if (rc)
+			continue; /* ends the loop, past file i */
+		m = emb_snap_reader_meta(r);
+		while ((rc = emb_snap_reader_next(r, &b)) > 0)
+			for (uint32_t k = 0; k < b.n; k++)
+				row_finite(m,
+					   b.rows + (size_t)k * m->row_floats,
+					   b.ids[k], nf);
+		emb_snap_reader_close(r);
+	}
+	if (rc)
+		snprintf(l->bad, sizeof(l->bad), "%s", l->e[i - 1].file);
+	return rc;
+}
+
 static void print_meta(const char *file, const struct emb_snap_meta *m,
 		       uint64_t checksum)
 {
@@ -88,6 +157,7 @@ static int show_chains(const char *root)
 	       n == 1 ? "" : "s");
 	for (uint32_t i = 0; i < n; i++) {
 		struct emb_chain_link *k = &l[i];
+		struct nonfinite nf = {0};
 		bool in_newest = newest_full != UINT32_MAX && i >= newest_full;
 
 		if (!k->delta) {
@@ -98,7 +168,8 @@ static int show_chains(const char *root)
 			       i == newest_full ? " (the newest)"
 						: "");
 		}
-		emb_chain_verify(root, k);
+		if (!emb_chain_verify(root, k))
+			k->status = link_nonfinite(root, k, &nf);
 		printf("  %-6s %s  %u table%s  %llu rows  %llu removed  %llu B"
 		       "  %s%s\n",
 		       k->delta ? "delta" : "full", k->name, k->ne,
@@ -106,6 +177,7 @@ static int show_chains(const char *root)
 		       (unsigned long long)k->erased,
 		       (unsigned long long)k->bytes,
 		       k->status ? "REFUSED: " : "OK", k->status ? k->bad : "");
+		print_nonfinite("         ", &nf);
 		if (k->status) {
 			printf("         %s\n", emb_cli_snap_err(k->status));
 			if (in_newest)
@@ -135,7 +207,7 @@ static int run(struct cli *cli)
 	struct emb_cli_fileset fs;
 	char p[EMB_SNAP_PATH_MAX + 300];
 	uint64_t hist[NORM_BUCKETS + 2], total = 0;
-	uint64_t nonfinite = 0, nonfinite_ids[8];
+	struct nonfinite nf = {0};
 	uint32_t shown = 0;
 	int rc, bad = 0;
 
@@ -165,23 +237,13 @@ static int run(struct cli *cli)
 			for (uint32_t k = 0; k < b.n; k++) {
 				const float *w =
 				    b.rows + (size_t)k * m->row_floats;
-				/* Adam's state ends in a uint32 step count. */
-				uint32_t check =
-				    m->row_floats -
-				    (m->state_floats == 2 * m->dim + 1);
 				double sq = 0;
 				int bucket;
 
-				/* Written by an older version: a load sets
-				 * such a row aside, so it is counted, not
-				 * put in the histogram. */
-				if (!emb_floats_finite(w, check)) {
-					if (nonfinite < 8)
-						nonfinite_ids[nonfinite] =
-						    b.ids[k];
-					nonfinite++;
+				/* A load sets such a row aside, so it is
+				 * counted, not put in the histogram. */
+				if (!row_finite(m, w, b.ids[k], &nf))
 					continue;
-				}
 				for (uint32_t d = 0; d < m->dim; d++)
 					sq += (double)w[d] * w[d];
 				/* Buckets are powers of two of the norm,
@@ -250,14 +312,7 @@ static int run(struct cli *cli)
 			printf("  [2^%d, 2^%d)  %llu\n", k - 11, k - 10,
 			       (unsigned long long)hist[k]);
 	}
-	if (nonfinite) {
-		printf("warning: %llu rows with a NaN or infinite value "
-		       "(a load sets them aside); ids",
-		       (unsigned long long)nonfinite);
-		for (uint64_t k = 0; k < nonfinite && k < 8; k++)
-			printf(" %llu", (unsigned long long)nonfinite_ids[k]);
-		printf("%s\n", nonfinite > 8 ? " ..." : "");
-	}
+	print_nonfinite("", &nf);
 	emb_cli_fileset_close(&fs);
 	if (bad) {
 		printf("%d file%s FAILED verification\n", bad,
