@@ -1495,8 +1495,13 @@ static void on_close(void *arg, struct emb_conn *conn, int reason)
 		emb_req_release(n->barrier_req);
 	n->map_req = n->barrier_req = NULL;
 	n->conn = NULL;
-	/* A node that is done may go; one that is not has failed. */
-	if (n->finished || s->over)
+	/* The next conn starts the detector afresh, even one the allocator
+	 * places where this one was (detector() compares pointers). */
+	n->fd_conn = NULL;
+	/* A node that is done may go; one that is not has failed; one
+	 * declared dead is past judging (no probe of it: its rank may be
+	 * taken next). */
+	if (n->finished || s->over || n->dead)
 		return;
 	/* Except a server of a formed cluster: restarted from its
 	 * checkpoint on its address, it may register again, and until the
