@@ -17,7 +17,9 @@ Where the library is looked for, first match wins:
 
 1. ``$EMBSTORE_LIB``: a path to the shared object;
 2. the installed layout: the libdir that ``meson install`` wrote into
-   ``_install.py`` next to this file;
+   ``_install.py`` next to this file, or, installed from a wheel
+   (``pip install .``), this package's own directory, where the wheel
+   carries the library;
 3. a source checkout: ``$EMB_BUILD_DIR`` or ``build/`` at the top of the
    checkout this package sits in (``src/worker/libembstore.so``);
 4. ``ctypes.util.find_library("embstore")`` (the loader's search path).
@@ -300,7 +302,9 @@ def _candidates() -> list[str]:
     here = Path(__file__).resolve().parent
     try:
         from . import _install  # written by meson install
-        out.append(os.path.join(_install.LIBDIR, _SONAME))
+        # An empty LIBDIR (a wheel) is this directory; join() keeps an
+        # absolute one as it is.
+        out.append(os.path.join(here, _install.LIBDIR, _SONAME))
     except ImportError:
         pass
     # python/embstore/ in a checkout: the build dir is two levels up.
