@@ -35,7 +35,9 @@ PACKAGES=(build-essential meson ninja-build pkg-config libibverbs-dev
           libxxhash-dev libmicrohttpd-dev libcurl4-openssl-dev
           libcjson-dev etcd-server etcd-client clang
           python3-numpy python3-torch python3-pytest jq
-          stress-ng)  # stress-ng: CPU load beside tests (.ci/run, tests/chaos)
+          stress-ng   # CPU load beside tests (.ci/run, tests/chaos)
+          # pip install . and wheels (pyproject.toml, tests/python/test_pip.py)
+          python3-mesonpy python3-build python3-venv python3-pip)
 
 die() {
     echo "run.sh: $*" >&2
