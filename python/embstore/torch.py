@@ -481,3 +481,8 @@ class DenseParameters:
 
 __all__ = ["Embedding", "EmbeddingBag", "DenseParameters", "prefetch",
            "unique_ids"]
+
+
+# TorchRec-shaped modules: EmbeddingBagCollection, EmbeddingCollection,
+# their configs and KeyedJaggedTensor (python/embstore/_torchrec.py).
+from ._torchrec import *  # noqa: E402,F401,F403
