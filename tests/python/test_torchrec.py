@@ -7,10 +7,15 @@ features, and errors that say what is wrong."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import embstore
+from conftest import ROOT
 
 torch = pytest.importorskip("torch")
 import embstore.torch as et  # noqa: E402
@@ -475,3 +480,21 @@ def test_state_dict_carries_specs_and_step(client, name):
         [f"{name}_a", f"{name}_b"]
     with pytest.raises(ValueError, match="state of tables"):
         _ebc(client, name + "x").load_state_dict(state)
+
+
+def test_bench_features_runs(servers):
+    """examples/torch/bench_features.py times both models and reports the
+    requests each makes per step (one pull and one push per table for the
+    single-table modules)."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples/torch/bench_features.py"),
+         "--servers", servers, "--features", "3", "--batch", "8",
+         "--steps", "2", "--warmup", "1", "--json"],
+        capture_output=True, text=True, timeout=120, check=True).stdout
+    res = json.loads(out)
+    assert res["features"] == 3 and res["servers"] == 2
+    for k in ("ebc", "single"):
+        assert res[f"{k}_median_ms"] > 0
+    # each table's pull and push go to each server holding its ids
+    assert 0 < res["ebc_requests_per_step"] <= \
+        res["single_requests_per_step"] <= 3 * 2 * 2
