@@ -624,8 +624,12 @@ class _Collection(nn.Module):
               grads: Sequence[Optional[torch.Tensor]]) -> None:
         reqs = []
         for t, u, g in zip(self._table_list, uniqs, grads):
-            if g is None:  # a table whose rows the loss did not use
-                g = np.zeros((len(u), t.dim), np.float32)
+            if g is None:
+                # The loss did not use this table's rows: no gradient, as
+                # torch's optimizers skip a weight whose grad is None, but
+                # the table still takes the step (sync tables count them).
+                u = np.empty(0, np.uint64)
+                g = np.empty((0, t.dim), np.float32)
             else:
                 g = g.detach().to(torch.float32).contiguous().numpy()
             reqs.append((t, u, g))
