@@ -498,3 +498,22 @@ def test_bench_features_runs(servers):
     # each table's pull and push go to each server holding its ids
     assert 0 < res["ebc_requests_per_step"] <= \
         res["single_requests_per_step"] <= 3 * 2 * 2
+
+
+def test_table_unused_by_the_loss_gets_no_gradient(client, name):
+    """An EmbeddingCollection's table whose rows the loss does not use is
+    left as torch leaves a weight whose grad is None: under Adam, zeros
+    pushed would still move its rows (the moments of the step before)."""
+    tables = [et.EmbeddingConfig(name=f"{name}_{x}", embedding_dim=2,
+                                 num_embeddings=100, feature_names=feats,
+                                 optimizer="adam:lr=0.1")
+              for x, feats in (("a", ["f1", "f2"]), ("b", ["f3"]))]
+    ec = et.EmbeddingCollection(tables=tables, client=client)
+    kjt = _kjt()
+    out = ec(kjt)
+    (out["f1"].values().sum() + out["f3"].values().sum()).backward()
+    ids = np.array([5, 7, 2], np.uint64)
+    before = ec.tables[f"{name}_a"].pull(ids)
+    ec(kjt)["f3"].values().sum().backward()
+    assert np.array_equal(ec.tables[f"{name}_a"].pull(ids), before)
+    assert ec.step == 2
