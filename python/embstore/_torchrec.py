@@ -269,7 +269,13 @@ class KeyedJaggedTensor:
                  stride: Optional[int] = None,
                  length_per_key: Optional[List[int]] = None,
                  offset_per_key: Optional[List[int]] = None,
-                 **_torchrec_only: Any) -> None:
+                 **torchrec_only: Any) -> None:
+        # TorchRec's other arguments (variable strides, inverse indices,
+        # a jt_dict cache) are accepted when unset, as TorchRec code
+        # passes them; set, they would change what the KJT means.
+        for k, v in torchrec_only.items():
+            if v is not None:
+                raise ValueError(f"KeyedJaggedTensor: {k} is not supported")
         self._keys = list(keys)
         self._values = values
         self._weights = weights

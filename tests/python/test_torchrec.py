@@ -126,6 +126,10 @@ def test_kjt_fields_as_torchrec():
     (lambda: et.KeyedJaggedTensor.from_offsets_sync(
         ["a"], torch.tensor([1, 2]), torch.tensor([1, 2])),
      ValueError, "offsets must be 1-D, starting at 0"),
+    (lambda: et.KeyedJaggedTensor(
+        ["a"], torch.tensor([1]), lengths=torch.tensor([1]),
+        stride_per_key_per_rank=[[1]]),
+     ValueError, "stride_per_key_per_rank is not supported"),
 ])
 def test_kjt_refuses_bad_input(build, err, text):
     with pytest.raises(err, match=text.replace("(", r"\(").replace(")",
