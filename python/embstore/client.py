@@ -18,7 +18,7 @@ import ctypes
 import os
 import weakref
 from ctypes import byref, c_uint64, c_void_p
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -303,27 +303,6 @@ class Client:
         _check(_L.emb_client_table_open(self._handle(), name.encode(),
                                         byref(h)), self)
         return Table(self, h.value)
-
-    def pull_many(self, reqs: Sequence[tuple["Table", ArrayLike]], *,
-                  create: bool = True) -> list[np.ndarray]:
-        """Rows of several tables: [(table, ids), ...] -> a float32
-        [n_i, dim_i] array per request, in order (create as for pull)."""
-        for t, _ in reqs:
-            if not isinstance(t, Table) or t._client is not self:
-                raise TypeError("pull_many takes (Table, ids) pairs of "
-                                "this client")
-        return [t.pull(ids, create=create) for t, ids in reqs]
-
-    def push_many(self, reqs: Sequence[tuple["Table", ArrayLike, ArrayLike]],
-                  step: int = 0) -> None:
-        """Gradients of several tables: [(table, ids, grads), ...], each
-        as Table.push takes them, at this worker's step."""
-        for t, _, _ in reqs:
-            if not isinstance(t, Table) or t._client is not self:
-                raise TypeError("push_many takes (Table, ids, grads) "
-                                "triples of this client")
-        for t, ids, grads in reqs:
-            t.push(ids, grads, step=step)
 
     def barrier(self, name: str = "barrier") -> None:
         """Blocks until every worker of the cluster called barrier() with
