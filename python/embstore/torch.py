@@ -34,7 +34,11 @@ not need PyTorch. A module is used from one thread.
 from __future__ import annotations
 
 import collections
+import os
+import shutil
+import subprocess
 import time
+from pathlib import Path
 import warnings
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
@@ -768,6 +772,135 @@ class DenseParameters:
                         np.empty((0, self.table.dim), np.float32),
                         step=self.step)
         self.step += 1
+
+# ---- save and load -------------------------------------------------------
+
+_SAVE_FORMAT = 1
+
+
+def _tables(model: nn.Module) -> list[tuple[Table, Optional[CachedTable]]]:
+    """The distinct tables model's embstore modules read, in module order
+    (a table read by two modules, or two caches, once)."""
+    out: dict = {}
+    for m in model.modules():
+        for slot in _slots(m).values():
+            src = slot.source
+            table = src.table if isinstance(src, CachedTable) else src
+            cache = src if isinstance(src, CachedTable) else None
+            key = (id(table.client), table.name)
+            if key not in out or out[key][1] is None:
+                out[key] = (table, cache)
+    return list(out.values())
+
+
+def _cli() -> str:
+    """The embstore command: $EMBSTORE_CLI; the build tree's
+    tools/embstore next to a checkout's library; else on PATH."""
+    env = os.environ.get("EMBSTORE_CLI")
+    if env:
+        return env
+    from . import _lib
+    lib = Path(getattr(_lib.lib, "_name", "") or "")
+    if lib.parent.name == "worker" and lib.parent.parent.name == "src":
+        cand = lib.parent.parent.parent / "tools" / "embstore"
+        if cand.exists():
+            return str(cand)
+    found = shutil.which("embstore")
+    if not found:
+        raise FileNotFoundError("the embstore command is not on PATH (set "
+                                "EMBSTORE_CLI to its path)")
+    return found
+
+
+def _run_cli(table: Table, args: list[str]) -> None:
+    client = table.client
+    cmd = [_cli(), *args, "--servers", client.servers, "--transport",
+           client.transport, "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:2])} of table {table.name!r} "
+                           f"failed ({r.returncode}): {r.stderr.strip()}")
+
+
+def _table_dir(root: Path, i: int, table: Table) -> Path:
+    return root / "tables" / f"{i}-{table.name}"
+
+
+def save(model: nn.Module, dir: Union[str, os.PathLike],
+         optimizer: Optional[SparseOptimizer] = None,
+         dense_optimizer: Optional[torch.optim.Optimizer] = None) -> None:
+    """Writes model's embeddings and dense state to dir (made if missing).
+
+    dir/tables/<i>-<name>/: a consistent dump (``embstore dump
+    --consistent``) of every table model's embstore modules read (write-
+    back caches flushed first): each server's rows, weights and optimizer
+    state, as of one instant between two push batches. dir/dense.pt:
+    torch.save of model.state_dict() (the modules' table specs and steps),
+    and the optimizers' state dicts. Call it between steps; with several
+    workers, from one after a barrier, so no push lands between the
+    tables' instants. Runs the embstore command (see _cli) with the
+    client's servers and transport; EMB_AUTH_TOKEN_FILE passes a token.
+    RuntimeError if a dump fails.
+    """
+    root = Path(dir)
+    tables = _tables(model)
+    if not tables:
+        raise ValueError("the model has no embstore.torch module")
+    (root / "tables").mkdir(parents=True, exist_ok=True)
+    names = []
+    for i, (table, cache) in enumerate(tables):
+        if cache is not None:
+            cache.flush()
+        out = _table_dir(root, i, table)
+        if out.exists():
+            shutil.rmtree(out)  # the dump wants an empty directory
+        _run_cli(table, ["dump", "--table", table.name, "--out", str(out),
+                         "--consistent"])
+        names.append(table.name)
+    state = {"format": _SAVE_FORMAT, "tables": names,
+             "model": model.state_dict(),
+             "optimizer": optimizer.state_dict() if optimizer else None,
+             "dense_optimizer":
+                 dense_optimizer.state_dict() if dense_optimizer else None}
+    tmp = root / "dense.pt.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, root / "dense.pt")
+
+
+def load(model: nn.Module, dir: Union[str, os.PathLike],
+         optimizer: Optional[SparseOptimizer] = None,
+         dense_optimizer: Optional[torch.optim.Optimizer] = None) -> None:
+    """Restores what save() wrote into model (built as it was, over tables
+    of the same dims and optimizers, on this or another cluster of any
+    size): each table's rows are assigned back (``embstore restore``,
+    made if missing), then the state dicts are loaded. Rows of ids created
+    after the save stay in a table loaded into; a fresh table holds
+    exactly the saved ones. Pending gradients are dropped; a cache over a
+    table must not hold rows yet (load before training through it).
+    """
+    root = Path(dir)
+    state = torch.load(root / "dense.pt")
+    if not isinstance(state, dict) or state.get("format") != _SAVE_FORMAT:
+        raise ValueError(f"{root}: not an embstore.torch.save directory")
+    tables = _tables(model)
+    if len(tables) != len(state["tables"]):
+        raise ValueError(f"{root} holds {len(state['tables'])} tables, the "
+                         f"model reads {len(tables)}")
+    for i, (table, cache) in enumerate(tables):
+        if cache is not None and cache.stats().rows:
+            raise ValueError("load before training: the cache of table "
+                             f"{table.name!r} already holds rows")
+        src = root / "tables" / f"{i}-{state['tables'][i]}"
+        _run_cli(table, ["restore", "--in", str(src), "--table",
+                         table.name])
+    for m in model.modules():
+        for slot in _slots(m).values():
+            slot.clear()
+    model.load_state_dict(state["model"])
+    if optimizer is not None and state["optimizer"] is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    if dense_optimizer is not None and state["dense_optimizer"] is not None:
+        dense_optimizer.load_state_dict(state["dense_optimizer"])
 
 
 __all__ = ["Embedding", "EmbeddingBag", "SparseOptimizer", "clip_grad_norm_",
