@@ -9,7 +9,8 @@ EmbeddingBagCollection against one EmbeddingBag module per table.
 Both models have --features categorical features, each with its own table
 (--dim floats, sum pooling, Adagrad on the servers), and the same dense
 head (a linear layer, torch SGD). A step is forward, backward and the
-optimizers' steps, timed with the batch (a KeyedJaggedTensor of bags of 1
+optimizers' steps (the dense one, and embstore.torch.SparseOptimizer's,
+which pushes the embeddings' gradients), timed with the batch (a KeyedJaggedTensor of bags of 1
 to 2 * --bag - 1 ids drawn uniformly from --vocab) built outside the
 clock. The two models take turns step by step, so load on the machine
 falls on both alike.
@@ -96,6 +97,7 @@ def main(argv=None) -> int:
         heads = {k: nn.Linear(nf * a.dim, 1) for k in models}
         dense = {k: torch.optim.SGD(h.parameters(), lr=0.01)
                  for k, h in heads.items()}
+        sparse = {k: et.SparseOptimizer(m) for k, (m, _) in models.items()}
         times = {k: [] for k in models}
         reqs = {k: 0 for k in models}
         rng = np.random.default_rng(1)
@@ -109,8 +111,9 @@ def main(argv=None) -> int:
                 loss = nn.functional.binary_cross_entropy_with_logits(
                     logit, label)
                 dense[k].zero_grad()
-                loss.backward()  # pushes the sparse gradients
+                loss.backward()  # records the sparse gradients
                 dense[k].step()
+                sparse[k].step()  # pushes them
                 dt = time.perf_counter() - t0
                 if step >= a.warmup:
                     times[k].append(dt)

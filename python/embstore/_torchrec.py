@@ -10,8 +10,9 @@ table's name) and reads all of them for a step at once: forward gathers
 each table's distinct ids over every feature it serves and makes ONE
 ``Client.pull_many`` call for all tables, then pools on the torch side
 with differentiable ops over the pulled rows, so autograd gives the
-gradient of each table's distinct rows only; backward hands those to
-``Client.push_many`` in one call. No gradient of a whole table is made.
+gradient of each table's distinct rows only; backward records those, and
+``embstore.torch.SparseOptimizer.step()`` pushes every table's in one
+``Client.push_many`` call. No gradient of a whole table is made.
 
 What differs from TorchRec: no sharding planner or DistributedModelParallel
 (the servers shard every table by id hash), ``num_embeddings`` is not a
@@ -37,6 +38,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .client import Client, Table
+# Defined before torch.py imports this module (at its end).
+from .torch import _check_unpushed, _record_grads, _slot
 
 
 @unique
@@ -525,8 +528,8 @@ class _Features:
 
 class _PullAll(torch.autograd.Function):
     """forward: the rows of every table's distinct ids, one float32
-    [u_t, dim_t] tensor per table, from one pull_many. backward: their
-    gradients, to the collection's push (one push_many)."""
+    [u_t, dim_t] tensor per table, from one pull_many. backward: records
+    their gradients for SparseOptimizer.step()."""
 
     @staticmethod
     def forward(ctx, anchor, module, uniqs):  # noqa: D401 (torch's API)
@@ -538,7 +541,7 @@ class _PullAll(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        ctx.module._push(ctx.uniqs, grads)
+        ctx.module._record(ctx.uniqs, grads)
         return None, None, None
 
 
@@ -547,8 +550,9 @@ _STATE_FORMAT = 1
 
 
 class _Collection(nn.Module):
-    """What both collections share: the tables, the one pull and push of a
-    step, the step count, the state dict's entry."""
+    """What both collections share: the tables, the one pull of a step,
+    the gradients recorded for SparseOptimizer, the step count, the state
+    dict's entry."""
 
     def __init__(self, tables: Sequence[BaseEmbeddingConfig],
                  client: Optional[Client], device: Optional[torch.device],
@@ -564,8 +568,6 @@ class _Collection(nn.Module):
         self._device = torch.device("cpu")
         self.client = client
         self.create_in_eval = create_in_eval
-        self.step = 0
-        """Pushes made: the step passed to the servers."""
         self._configs = list(tables)
         seen = set()
         self.tables: Dict[str, Table] = {}
@@ -602,6 +604,11 @@ class _Collection(nn.Module):
                 c.name, c.embedding_dim, optimizer=c.optimizer,
                 init=c.table_init(), mode=c.mode, seed=c.seed)
         self._table_list = [self.tables[c.name] for c in self._configs]
+        # Where backward records each table's gradients (torch.py's
+        # _Slot, one per table): SparseOptimizer(model) finds them, pushes
+        # them all in one push_many per step, and save()/load() find the
+        # tables.
+        self._slots = [_slot(self, t) for t in self._table_list]
         # TorchRec's names: a feature read by several tables is
         # "feature@table" in the output.
         count: Dict[str, int] = {}
@@ -619,36 +626,45 @@ class _Collection(nn.Module):
     def device(self) -> torch.device:
         return self._device
 
-    # ---- the step's pull and push --------------------------------------
+    @property
+    def step(self) -> int:
+        """Pushes made (SparseOptimizer steps and push_empty calls): the
+        step passed to the servers, for sync and stale:K tables; every
+        table of the collection takes each step."""
+        return self._slots[0].step if self._slots else 0
+
+    @step.setter
+    def step(self, value: int) -> None:
+        for s in self._slots:
+            s.step = int(value)
+
+    # ---- the step's pull and gradients ---------------------------------
 
     def _pull(self, uniqs: List[np.ndarray], create: bool
               ) -> List[np.ndarray]:
         return self.client.pull_many(list(zip(self._table_list, uniqs)),
                                      create=create)
 
-    def _push(self, uniqs: List[np.ndarray],
-              grads: Sequence[Optional[torch.Tensor]]) -> None:
-        reqs = []
+    def _record(self, uniqs: List[np.ndarray],
+                grads: Sequence[Optional[torch.Tensor]]) -> None:
         for t, u, g in zip(self._table_list, uniqs, grads):
             if g is None:
                 # The loss did not use this table's rows: no gradient, as
                 # torch's optimizers skip a weight whose grad is None, but
-                # the table still takes the step (sync tables count them).
+                # the table still takes the step (sync tables count them,
+                # and the tables stay in one push_many).
                 u = np.empty(0, np.uint64)
-                g = np.empty((0, t.dim), np.float32)
-            else:
-                g = g.detach().to(torch.float32).contiguous().numpy()
-            reqs.append((t, u, g))
-        self.client.push_many(reqs, step=self.step)
-        self.step += 1
+                g = torch.zeros((0, t.dim))
+            _record_grads(self, t, u, g)
 
     def push_empty(self) -> None:
         """A step without examples (sync tables: every worker takes each
         step)."""
+        step = self.step
         self.client.push_many(
             [(t, np.empty(0, np.uint64), np.empty((0, t.dim), np.float32))
-             for t in self._table_list], step=self.step)
-        self.step += 1
+             for t in self._table_list], step=step)
+        self.step = step + 1
 
     def _lookup(self, feats: _Features):
         """Per table: its features' (ids, lengths, weights) and the
@@ -665,6 +681,8 @@ class _Collection(nn.Module):
             invs = torch.split(inv, [p[0].numel() for p in parts])
             per_table.append([(iv, p[1], p[2]) for iv, p in zip(invs, parts)])
         if self.training and torch.is_grad_enabled():
+            for t in self._table_list:
+                _check_unpushed(self, t)
             rows = _PullAll.apply(self._anchor, self, uniqs)
         else:
             # Evaluation reads without creating rows (unseen ids read as

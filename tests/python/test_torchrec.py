@@ -2,8 +2,9 @@
 TorchRec's fields (and torchrec's own, duck-typed), EmbeddingBagCollection
 pooling exactly the rows its tables hold (sum, mean, max, weighted, shared
 tables, empty bags, padding_idx), EmbeddingCollection, gradients equal to
-torch.nn.EmbeddingBag's with SGD, one pull and one push per step for 26
-features, and errors that say what is wrong."""
+torch.nn.EmbeddingBag's with SGD, pushed by SparseOptimizer.step() in one
+push_many, one pull and one push per step for 26 features, and errors
+that say what is wrong."""
 
 from __future__ import annotations
 
@@ -219,6 +220,7 @@ def test_ebc_padding_idx(client, name):
         out["f2"][2].detach().numpy(),
         t.pull(np.array([11], np.uint64))[0], rtol=1e-6)
     out.values().sum().backward()
+    et.SparseOptimizer(ebc).step()
     t.pull(np.array([5], np.uint64), create=False, found=found)
     assert not found[0]
 
@@ -280,6 +282,7 @@ def test_ec_returns_the_rows_unpooled(client, name):
             want[src.values().numpy() == 7] = 0  # padding_idx reads zeros
         assert torch.equal(jt.values(), torch.from_numpy(want))
     (out["f1"].values().sum() + out["f2"].values().sum()).backward()
+    et.SparseOptimizer(ec).step()
     found = np.zeros(1, np.bool_)
     ec.tables[f"{name}_a"].pull(np.array([7], np.uint64), create=False,
                                 found=found)
@@ -323,10 +326,13 @@ def test_training_equals_torch_embedding_bag(client, name, pooling,
         push_many(reqs, step=step)
 
     client.push_many = counting
+    sparse = et.SparseOptimizer(ebc)
     try:
-        for _ in range(3):
+        for i in range(3):
             out = ebc(kjt).values()
             ((out - target) ** 2).sum().backward()
+            assert len(pushes) == i  # backward records, step() pushes
+            sparse.step()
     finally:
         del client.push_many
     assert pushes == [[5, 3]] * 3  # distinct ids of each table
@@ -387,6 +393,7 @@ def test_26_features_one_pull_and_one_push_per_step(client, name):
               for i in range(nf)]
     ebc = et.EmbeddingBagCollection(tables=tables, client=client)
     head = nn.Linear(nf * 4, 1)
+    sparse = et.SparseOptimizer(nn.ModuleDict({"ebc": ebc, "head": head}))
     g = torch.Generator().manual_seed(1)
     count = _Counting(client)
     try:
@@ -397,6 +404,7 @@ def test_26_features_one_pull_and_one_push_per_step(client, name):
             kjt = et.KeyedJaggedTensor.from_lengths_sync(
                 [f"c{i}" for i in range(nf)], values, lengths)
             head(ebc(kjt).values()).sum().backward()
+            sparse.step()
     finally:
         count.close()
     assert count.pulls == [nf] * 3  # one call per step, all 26 tables
@@ -476,6 +484,7 @@ def test_bad_configs_raise(client, name):
 def test_state_dict_carries_specs_and_step(client, name):
     ebc = _ebc(client, name)
     ebc(_kjt()).values().sum().backward()
+    et.SparseOptimizer(ebc).step()
     state = ebc.state_dict()
     other = _ebc(client, name)
     other.load_state_dict(state)
@@ -513,11 +522,59 @@ def test_table_unused_by_the_loss_gets_no_gradient(client, name):
                                  optimizer="adam:lr=0.1")
               for x, feats in (("a", ["f1", "f2"]), ("b", ["f3"]))]
     ec = et.EmbeddingCollection(tables=tables, client=client)
+    sparse = et.SparseOptimizer(ec)
     kjt = _kjt()
     out = ec(kjt)
     (out["f1"].values().sum() + out["f3"].values().sum()).backward()
+    sparse.step()
     ids = np.array([5, 7, 2], np.uint64)
     before = ec.tables[f"{name}_a"].pull(ids)
     ec(kjt)["f3"].values().sum().backward()
+    sparse.step()
     assert np.array_equal(ec.tables[f"{name}_a"].pull(ids), before)
     assert ec.step == 2
+
+
+def test_gradients_wait_for_sparse_optimizer(client, name):
+    """backward only records; without a SparseOptimizer the next training
+    forward says the gradients were never pushed; zero_grad() drops them
+    and push_empty() takes a step with none."""
+    ebc = _ebc(client, name)
+    a = ebc.tables[f"{name}_a"]
+    ebc(_kjt()).values().sum().backward()
+    ids = np.array([5, 7], np.uint64)
+    before = a.pull(ids)
+    with pytest.raises(RuntimeError, match="never pushed"):
+        ebc(_kjt())
+    sparse = et.SparseOptimizer(ebc)
+    sparse.zero_grad()
+    assert np.array_equal(a.pull(ids), before)
+    ebc(_kjt()).values().sum().backward()
+    sparse.step()
+    assert not np.array_equal(a.pull(ids), before)
+    assert ebc.step == 1
+    ebc.push_empty()
+    assert ebc.step == 2
+
+
+def test_save_and_load_a_collection(client, name, tmp_path):
+    """embstore.torch.save/load find a collection's tables: rows (with
+    their optimizer state) and the step come back."""
+    ebc = _ebc(client, name)
+    sparse = et.SparseOptimizer(ebc)
+    for _ in range(2):
+        ebc(_kjt()).values().sum().backward()
+        sparse.step()
+    et.save(ebc, tmp_path / "ck", sparse)
+    ids = np.array([5, 7, 2, 9, 11], np.uint64)
+    a, b = ebc.tables[f"{name}_a"], ebc.tables[f"{name}_b"]
+    rows_a = a.pull(ids, with_state=True)
+    rows_b = b.pull(np.array([4, 8], np.uint64), with_state=True)
+    ebc(_kjt()).values().sum().backward()
+    sparse.step()
+    assert not np.array_equal(a.pull(ids, with_state=True), rows_a)
+    et.load(ebc, tmp_path / "ck", sparse)
+    np.testing.assert_array_equal(a.pull(ids, with_state=True), rows_a)
+    np.testing.assert_array_equal(
+        b.pull(np.array([4, 8], np.uint64), with_state=True), rows_b)
+    assert ebc.step == 2
