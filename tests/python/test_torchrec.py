@@ -578,3 +578,24 @@ def test_save_and_load_a_collection(client, name, tmp_path):
     np.testing.assert_array_equal(
         b.pull(np.array([4, 8], np.uint64), with_state=True), rows_b)
     assert ebc.step == 2
+
+
+def test_micro_batches_accumulate_until_step(client, name):
+    """Two backward passes, then one SparseOptimizer.step(): the servers
+    apply the sum (SGD: the same rows as one pass of twice the loss), in
+    one push."""
+    kjt = _kjt()
+    rows = []
+    for x, passes, scale in (("once", 1, 2.0), ("twice", 2, 1.0)):
+        ebc = et.EmbeddingBagCollection(tables=[et.EmbeddingBagConfig(
+            name=f"{name}_{x}", embedding_dim=4, num_embeddings=100,
+            feature_names=["f1", "f2", "f3"], optimizer="sgd:lr=0.1",
+            seed=5)], client=client)
+        sparse = et.SparseOptimizer(ebc)
+        for _ in range(passes):
+            (ebc(kjt).values() ** 2).sum().mul(scale).backward()
+        sparse.step()
+        assert ebc.step == 1
+        rows.append(ebc.tables[f"{name}_{x}"].pull(
+            np.unique(kjt.values().numpy()).view(np.uint64)))
+    np.testing.assert_allclose(rows[0], rows[1], rtol=1e-6, atol=1e-7)
