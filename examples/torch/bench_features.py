@@ -12,8 +12,8 @@ head (a linear layer, torch SGD). A step is forward, backward and the
 optimizers' steps (the dense one, and embstore.torch.SparseOptimizer's,
 which pushes the embeddings' gradients), timed with the batch (a
 KeyedJaggedTensor of bags of 1 to 2 * --bag - 1 ids drawn uniformly from
---vocab) built outside the clock. The two models take turns step by step, so load on the machine
-falls on both alike.
+--vocab) built outside the clock. The two models take turns step by
+step, so load on the machine falls on both alike.
 
 - ebc: embstore.torch.EmbeddingBagCollection: all tables of a step in one
   Client.pull_many and one push_many.
