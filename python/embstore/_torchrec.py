@@ -21,8 +21,9 @@ are float32 only, initial values come from the servers' initializer
 (``init``, by default TorchRec's uniform(-sqrt(1/dim), sqrt(1/dim))), and
 the optimizer of each table runs on the servers (``optimizer``).
 
-A module is used from one thread; CPU tensors (ids on another device are
-read on the CPU and the output moved back).
+A module is used from one thread. Ids may be on any device: they are
+read, and rows pooled, on the CPU, and the output goes to the ids' device
+(``device=`` is taken for TorchRec's sake and does not change that).
 """
 
 from __future__ import annotations
@@ -562,10 +563,12 @@ class _Collection(nn.Module):
             raise TypeError(f"{type(self).__name__} needs client=, an "
                             "embstore Client (embstore.connect(...)): its "
                             "tables live on the servers")
-        if device is not None and torch.device(device).type != "cpu":
-            raise ValueError(f"{type(self).__name__} computes on the CPU, "
-                             f"not {device}")
-        self._device = torch.device("cpu")
+        self._device = torch.device("cpu" if device is None else device)
+        if self._device.type == "meta":
+            # TorchRec's meta device defers materializing weights to a
+            # sharder; here the rows are on the servers from the start.
+            raise ValueError(f"{type(self).__name__} has no meta-device "
+                             "form: its tables are on the servers")
         self.client = client
         self.create_in_eval = create_in_eval
         self._configs = list(tables)
@@ -729,7 +732,8 @@ class EmbeddingBagCollection(_Collection):
         is_weighted: bags are pooled with the KJT's weights (SUM: the
             weighted sum; MEAN: the weighted sum over the bag's size, as
             TorchRec's fused kernels; MAX refuses weights).
-        device: None or "cpu".
+        device: TorchRec's argument (kept as .device); the output goes to
+            the device of the KJT's values, whatever it is.
         client: the embstore Client whose servers hold the tables
             (keyword only, required).
         create_in_eval: in eval mode (or under torch.no_grad()) rows are

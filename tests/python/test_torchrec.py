@@ -476,6 +476,9 @@ def test_bad_configs_raise(client, name):
         et.EmbeddingBagCollection(tables=[cfg(name="")], client=client)
     with pytest.raises(TypeError, match="takes EmbeddingConfigs"):
         et.EmbeddingCollection(tables=[cfg()], client=client)
+    with pytest.raises(ValueError, match="no meta-device form"):
+        et.EmbeddingBagCollection(tables=[cfg()], client=client,
+                                  device=torch.device("meta"))
     with pytest.raises(ValueError, match="pooling .* does not pool"):
         et.EmbeddingBagCollection(tables=[cfg(pooling=et.PoolingType.NONE)],
                                   client=client)
