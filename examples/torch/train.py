@@ -16,7 +16,7 @@ integer features into an MLP (429 -> 64 -> 32 -> 1, ReLU), plus a wide part
 Where the weights live:
 - embstore (default): embeddings in table "ctr_emb" (embstore.torch.
   Embedding), wide weights in "ctr_wide" (EmbeddingBag, sum), both Adagrad
-  on the servers, read through the worker cache with prefetch in async
+  on the servers (their gradients pushed by embstore.torch.SparseOptimizer), read through the worker cache with prefetch in async
   mode; the MLP and bias in the dense table "ctr_mlp" (DenseParameters,
   Adam on the servers), pulled every step and pushed after backward.
   --admit and --evict set the admission and eviction of the two sparse
@@ -249,6 +249,8 @@ class Remote:
         self.model = WideDeep(et.Embedding(emb),
                               et.EmbeddingBag(wide, mode="sum"))
         self.dense = et.DenseParameters(self.model.dense, mlp)
+        # backward records the embeddings' gradients; step() pushes them
+        self.sparse = et.SparseOptimizer(self.model)
         self.prefetch = args.prefetch if self.caches else 0
         self.et = et
 
@@ -266,6 +268,8 @@ class Remote:
         self.dense.pull()
 
     def after_backward(self) -> None:
+        self.sparse.step()
+        self.sparse.zero_grad()
         self.dense.push()
 
     def empty_step(self) -> None:

@@ -304,6 +304,17 @@ class Client:
                                         byref(h)), self)
         return Table(self, h.value)
 
+    def pull_many(self, reqs, *, create: bool = True) -> list:
+        """Rows of several tables: [(table, ids), ...] -> a float32
+        [n_i, dim_i] array each (one pull per table here)."""
+        return [t.pull(ids, create=create) for t, ids in reqs]
+
+    def push_many(self, reqs, step: int = 0) -> None:
+        """Gradients of several tables: [(table, ids, grads), ...], all at
+        step (one push per table here)."""
+        for t, ids, grads in reqs:
+            t.push(ids, grads, step=step)
+
     def barrier(self, name: str = "barrier") -> None:
         """Blocks until every worker of the cluster called barrier() with
         the same name (1..63 bytes). A no-op for one worker.

@@ -105,3 +105,5 @@ def test_every_command_of_python_md(tmp_path):
     assert "steps: 20 loss:" in torch_out
     aucs = [v for k, v in outputs.items() if "train.py" in k]
     assert len(aucs) == 3 and all("test auc=" in v for v in aucs)
+    trec = next(v for k, v in outputs.items() if "torchrec_quickstart" in k)
+    assert "['user', 'friend', 'item'] (2, 20) (2, 4)" in trec

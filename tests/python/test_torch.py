@@ -82,6 +82,7 @@ def test_weights_equal_local_training_in_sync_mode(client, name, cached):
             "normal:0,0.05", seed, vocab, 4)))
         local.wide.weight.zero_()
     ps = et.DenseParameters(remote.mlp, dense)
+    sparse = et.SparseOptimizer(remote)
     opts = [torch.optim.Adagrad(list(local.deep.parameters()) +
                                 list(local.wide.parameters()), lr=0.05,
                                 initial_accumulator_value=0.1, eps=1e-8),
@@ -91,6 +92,8 @@ def test_weights_equal_local_training_in_sync_mode(client, name, cached):
         ps.pull()
         loss = F.binary_cross_entropy_with_logits(remote(ids[b]), labels[b])
         loss.backward()
+        sparse.step()
+        sparse.zero_grad()
         ps.push()
         for o in opts:
             o.zero_grad()
@@ -125,6 +128,7 @@ def test_embedding_bag_matches_torch(client, name, mode):
     want = ref(ref_ids, offsets)
     torch.testing.assert_close(out, want)
     (out * torch.arange(9.0).reshape(3, 3)).sum().backward()
+    et.SparseOptimizer(bag).step()
     (want * torch.arange(9.0).reshape(3, 3)).sum().backward()
     # SGD with lr 1: the pushed rows moved by minus their gradient.
     np.testing.assert_allclose(t.pull(uniq), w0 - ref.weight.grad.numpy(),
@@ -145,6 +149,8 @@ def test_backward_pushes_only_the_distinct_rows(client, name):
     out = m(ids)
     assert out.shape == (2, 3, 4) and out.dtype == torch.float32
     out.sum().backward()
+    assert t.stats()["pushes"] == 0  # backward only records
+    et.SparseOptimizer(m).step()
     st = t.stats()
     assert st["rows_pushed"] == 3 and st["pushes"] >= 1
     # each id moved by lr * (its number of positions)
@@ -203,11 +209,13 @@ def test_prefetch_keeps_order_and_reads_ahead(client, name):
                for i in range(10)]
     loader = Loader(batches)
     order = []
+    opt = et.SparseOptimizer(m)
     for batch in et.prefetch(loader, {m: "ids"}, depth=2):
         order.append(batch["i"])
         # the loader is read two batches ahead of training
         assert loader.read[-1] == min(batch["i"] + 2, 9)
         m(batch["ids"]).sum().backward()
+        opt.step()
     assert order == list(range(10))
     st = ct.stats()
     assert st["lookups"] == 10
@@ -220,8 +228,10 @@ def test_prefetch_keeps_order_and_reads_ahead(client, name):
                       init="constant:0.5")
     m2 = et.Embedding(t2.cached(mode="through", rows=1024, prefetch=2,
                                 staleness=2, max_batch=64))
+    opt2 = et.SparseOptimizer(m2)
     for b in batches:
         m2(b).sum().backward()
+        opt2.step()
     ids = np.unique(torch.cat([b.reshape(-1) for b in batches]).numpy())
     np.testing.assert_allclose(t.pull(ids), t2.pull(ids), atol=1e-6)
 
@@ -230,9 +240,12 @@ def test_prefetch_used_out_of_order_still_trains(client, name):
     t = client.table(name, 4, optimizer="sgd:lr=0.01", init="zeros")
     m = et.Embedding(t.cached(mode="through", rows=256, prefetch=1,
                               staleness=1, max_batch=16))
+    opt = et.SparseOptimizer(m)
     m.prefetch(torch.tensor([1, 2]))
     m(torch.tensor([3, 4])).sum().backward()  # not the announced batch
+    opt.step()
     m(torch.tensor([1, 2])).sum().backward()
+    opt.step()
     np.testing.assert_allclose(t.pull([1, 3])[:, 0], -0.01, rtol=1e-6)
     with pytest.raises(ValueError):
         list(et.prefetch([], {m: None}, depth=0))
@@ -284,11 +297,14 @@ def test_forward_raises_when_a_server_dies(start_server):
     s = start_server()
     c = embstore.connect(servers=s.addr, transport="tcp", timeout_ms=2000)
     m = et.Embedding(c.table("dies", 4))
+    opt = et.SparseOptimizer(m)
     m(torch.tensor([1])).sum().backward()
+    opt.step()
     out = m(torch.tensor([2]))
     s.kill()
+    out.sum().backward()  # records only
     with pytest.raises(embstore.ConnectionError):
-        out.sum().backward()
+        opt.step()
     with pytest.raises(embstore.ConnectionError):
         m(torch.tensor([3]))
     c.close()
@@ -307,13 +323,16 @@ def test_import_embstore_without_torch():
 def _train(model, steps, seed=0):
     rng = np.random.default_rng(seed)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sparse = et.SparseOptimizer(model)
     for _ in range(steps):
         ids = torch.from_numpy(rng.integers(0, 50, (8, 3)))
         loss = F.binary_cross_entropy_with_logits(
             model(ids), (ids[:, 0] % 2).float())
         opt.zero_grad()
+        sparse.zero_grad()
         loss.backward()
         opt.step()
+        sparse.step()
 
 
 def test_table_spec_round_trips(client, name):
@@ -334,6 +353,7 @@ def test_state_dict_names_the_table_and_the_step(client, name):
     t = client.table(name, 4, optimizer=ADAGRAD, seed=3)
     m = et.Embedding(t)
     m(torch.tensor([1, 2])).sum().backward()
+    et.SparseOptimizer(m).step()
     sd = m.state_dict()
     assert list(sd) == ["_extra_state"]
     st = sd["_extra_state"]
