@@ -604,6 +604,108 @@ static void test_moving(void)
 	}
 }
 
+/* Tables and calls of test_many_failover(). */
+struct many {
+	struct emb_table_batch b[2];
+	int rc_push, rc_pull;
+};
+
+static void *many_calls(void *arg)
+{
+	struct many *m = arg;
+
+	m->rc_push = emb_client_push_many(m->b[0].table->c, m->b, 2, 0, 0);
+	return NULL;
+}
+
+/*
+ * push_many and pull_many over two tables of different dims, their parts
+ * on frozen server 0 when it is declared dead (replicas R = 2, the map of
+ * a rebalance): the calls succeed from the live holders, each table's
+ * push applied once.
+ */
+static void test_many_failover(void)
+{
+	enum { MN = 64 };
+	static const uint32_t dims[2] = {DIM, 2 * DIM};
+	struct nt_child ch[3];
+	struct emb_client_table *t[2];
+	struct emb_client *c;
+	struct emb_cmap m;
+	struct many *mc = calloc(1, sizeof(*mc));
+	uint64_t *ids = malloc(MN * sizeof(uint64_t));
+	float *rows[2], *got[2], *grads[2];
+	uint16_t ports[3];
+	float lr[2];
+	pthread_t th;
+
+	CU_ASSERT_FATAL(mc && ids);
+	for (int i = 0; i < 3; i++) {
+		nt_child_start(&ch[i], NULL);
+		ports[i] = ch[i].port;
+	}
+	c = client_of(ports, 3, 10000);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 3, 2), 0);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m.slot[sl][0] == 0)
+			m.slot[sl][1] = (uint16_t)(sl & 1 ? 1 : 2);
+	set_cmap(c, &m, 0);
+	for (uint32_t i = 0; i < MN; i++)
+		ids[i] = 3000000 + 7 * i;
+	for (int j = 0; j < 2; j++) {
+		struct emb_table_spec sp =
+		    nt_spec(j ? "many_b" : "many_a", dims[j], 5 + j);
+
+		lr[j] = sp.optim.lr;
+		CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t[j]),
+				      0);
+		rows[j] = malloc((size_t)MN * dims[j] * sizeof(float));
+		got[j] = malloc((size_t)MN * dims[j] * sizeof(float));
+		grads[j] = malloc((size_t)MN * dims[j] * sizeof(float));
+		CU_ASSERT_FATAL(rows[j] && got[j] && grads[j]);
+		for (uint32_t i = 0; i < MN * dims[j]; i++) {
+			rows[j][i] = (float)(i % 97) + 0.5f * (float)j;
+			grads[j][i] = 1.0f;
+		}
+		CU_ASSERT_EQUAL_FATAL(emb_client_table_assign(t[j], ids, MN,
+							      rows[j], false),
+				      0);
+		mc->b[j] = EMB_SIZED(struct emb_table_batch);
+		mc->b[j].table = t[j];
+		mc->b[j].ids = ids;
+		mc->b[j].n = MN;
+		mc->b[j].rows = grads[j];
+	}
+
+	freeze(ch[0].pid);
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, many_calls, mc), 0);
+	usleep(300 * 1000);
+	CU_ASSERT_EQUAL(emb__client_server_dead(c, 0), 0);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(mc->rc_push, 0);
+
+	for (int j = 0; j < 2; j++)
+		mc->b[j].rows = got[j];
+	CU_ASSERT_EQUAL(emb_client_pull_many(c, mc->b, 2, 0), 0);
+	for (int j = 0; j < 2; j++)
+		for (uint32_t i = 0; i < MN * dims[j]; i++)
+			CU_ASSERT_DOUBLE_EQUAL(got[j][i], rows[j][i] - lr[j],
+					       1e-4);
+
+	for (int j = 0; j < 2; j++) {
+		emb_client_table_close(t[j]);
+		free(rows[j]);
+		free(got[j]);
+		free(grads[j]);
+	}
+	emb_client_destroy(c);
+	nt_child_reap(&ch[0], SIGKILL);
+	nt_child_reap(&ch[1], SIGTERM);
+	nt_child_reap(&ch[2], SIGTERM);
+	free(mc);
+	free(ids);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -618,6 +720,8 @@ int main(int argc, char **argv)
 	     test_unreachable},
 	    {"a write refused for a fill goes again until the deadline",
 	     test_moving},
+	    {"push_many and pull_many succeed across a server's death",
+	     test_many_failover},
 	    {NULL, NULL},
 	};
 
