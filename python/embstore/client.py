@@ -346,8 +346,9 @@ class Client:
                   create: bool = True) -> list[np.ndarray]:
         """The rows of several tables' ids in one call: each request
         (table, ids) is pulled as Table.pull(ids, create=create) would,
-        but all at once, so a step over many tables waits about one round
-        trip per server instead of one per table.
+        but all at once (one request per table and server still, back to
+        back), so a step over many tables waits about one round trip
+        instead of one per table.
 
         Returns a float32 [n_i, dim_i] array per request, in reqs order.
         TypeError for a request that is not (Table, ids); ValueError for a

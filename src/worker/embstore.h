@@ -382,8 +382,9 @@ struct emb_table_batch {
 /*
  * The pulls of b[0..nb) (every table of a step), all in flight at once:
  * each entry is pulled exactly as emb_client_table_pull(entry, flags)
- * would, but no entry waits for another's round trip, so a step over many
- * tables costs about one round trip per server. The array's stride is
+ * would, but no entry waits for another's round trip (one request per
+ * entry and server still, sent back to back), so a step over many tables
+ * waits about one round trip instead of one per table. The stride is
  * b[0].struct_size and every entry must have the same. 0, or the first
  * error in entry order (the last error's message is that entry's; rows of
  * the other entries may be filled); EMB_EBADARG for a NULL or foreign

@@ -3,8 +3,9 @@
  * what a model with many sparse features does every step.
  *
  * Each table's part is started as its own asynchronous op before any is
- * waited for, so the requests of every table leave in one burst and the
- * step costs about one round trip per server instead of one per table.
+ * waited for, so the requests of every table leave in one burst (one per
+ * table and server, on the same connections) and the step waits about one
+ * round trip instead of one per table.
  * Every op is an ordinary pull or push (op.c): deduplication, routing by
  * server or replica group, reroute on a dead server, EMOVING retries, the
  * deadline, one-sided pulls, and a push's exactly-once session sequence
