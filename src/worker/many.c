@@ -48,6 +48,13 @@ static int entry_get(const struct emb_table_batch *b, size_t i,
 	return rc;
 }
 
+static int end(struct emb_async **ops, struct emb_async **stack_ops, int rc)
+{
+	if (ops != stack_ops)
+		free(ops);
+	return rc;
+}
+
 /*
  * Starts every entry's op, then waits for all of them: also after a start
  * failed (the ops started own borrowed buffers until waited for). Returns
@@ -125,14 +132,20 @@ static int many_run(struct emb_client *c, const struct emb_table_batch *b,
 		if (i != bad)
 			emb_async_wait(ops[i]);
 	if (bad < nb) {
+		struct emb_table_batch e;
+
 		rc = emb_async_wait(ops[bad]);
 		emb_last_error(msg, sizeof(msg));
+		/* Which of the step's tables failed, unless the message says
+		 * so already (a server's EMB_ENOTABLE knows only an id). */
+		if (!entry_get(b, bad, &e) && !strstr(msg, e.table->name)) {
+			emb__err_set(rc, "table %s: %s", e.table->name, msg);
+			return end(ops, stack_ops, rc);
+		}
 	}
 	if (rc)
 		emb__err_set(rc, "%s", msg);
-	if (ops != stack_ops)
-		free(ops);
-	return rc;
+	return end(ops, stack_ops, rc);
 }
 
 int emb_client_pull_many(struct emb_client *c,

@@ -96,5 +96,5 @@ def test_nonfinite_push_many(client, name):
 def test_dropped_table(client, name):
     a, b = _tables(client, name, (4, 4))
     b.drop()
-    with pytest.raises(embstore.TableError):
+    with pytest.raises(embstore.TableError, match=f"table {b.name}: "):
         client.pull_many([(a, [1]), (b, [1])])

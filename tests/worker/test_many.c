@@ -287,6 +287,7 @@ static void test_errors(void)
 	b[0].rows = g;
 	b[1].table = gone;
 	CU_ASSERT_EQUAL(emb_client_pull_many(k.c, b, 2, 0), EMB_ENOTABLE);
+	expect_msg("table many3: ");
 	b[0].table = gone;
 	b[1].table = k.t[0];
 	CU_ASSERT_EQUAL(emb_client_pull_many(k.c, b, 2, 0), EMB_ENOTABLE);
