@@ -105,6 +105,7 @@ static void test_same_as_single(void)
 	uint64_t rng = 11, *ids[NT];
 	float *rows[NT], *want[NT];
 	uint8_t *found[NT], *fwant[NT];
+	int rc;
 
 	cluster_start(&k);
 	for (int i = 0; i < NT; i++) {
@@ -144,10 +145,16 @@ static void test_same_as_single(void)
 						0);
 			continue;
 		}
-		CU_ASSERT_EQUAL(emb_client_pull_many(
-				    k.c, b, NT,
-				    nocreate ? EMB_CLIENT_NOCREATE : 0),
-				0);
+		rc = emb_client_pull_many(k.c, b, NT,
+					  nocreate ? EMB_CLIENT_NOCREATE : 0);
+		if (rc) {
+			char msg[512];
+
+			emb_last_error(msg, sizeof(msg));
+			fprintf(stderr, "pull_many: %s: %s\n",
+				emb_err_name(rc), msg);
+		}
+		CU_ASSERT_EQUAL(rc, 0);
 		for (int i = 0; i < NT; i++) {
 			CU_ASSERT(emb_table_pull(k.ref[i], ids[i], b[i].n,
 						 want[i],
