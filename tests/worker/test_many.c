@@ -193,6 +193,72 @@ static void test_same_as_single(void)
 	cluster_stop(&k);
 }
 
+
+static uint64_t requests(struct emb_client *c)
+{
+	struct emb_client_stats st = EMB_SIZED(struct emb_client_stats);
+
+	CU_ASSERT_EQUAL(emb_client_stats(c, &st), 0);
+	return st.requests;
+}
+
+/*
+ * A pull_many of every table sends one PULL_MANY per server (the servers
+ * offer it), a WITH_STATE one a PULL per table and server; both give what
+ * the single pulls give.
+ */
+static void test_one_request_per_server(void)
+{
+	struct emb_table_batch b[NT];
+	struct cluster k;
+	uint64_t ids[64], before;
+	float *rows[NT], *want[NT];
+
+	cluster_start(&k);
+	for (uint32_t j = 0; j < 64; j++)
+		ids[j] = j * 0x9e3779b97f4a7c15ull;
+	for (int i = 0; i < NT; i++) {
+		rows[i] = calloc((size_t)64 * 3 * dims[i] + 1, sizeof(float));
+		want[i] = calloc((size_t)64 * 3 * dims[i] + 1, sizeof(float));
+		CU_ASSERT_FATAL(rows[i] && want[i]);
+		b[i] = EMB_SIZED(struct emb_table_batch);
+		b[i].table = k.t[i];
+		b[i].ids = ids;
+		b[i].n = 64;
+		b[i].rows = rows[i];
+	}
+	/* Both servers hold some of the 64 ids. */
+	CU_ASSERT(emb_client_server_of(k.c, ids[0]) !=
+		      emb_client_server_of(k.c, ids[1]) ||
+		  emb_client_server_of(k.c, ids[0]) !=
+		      emb_client_server_of(k.c, ids[2]));
+	before = requests(k.c);
+	CU_ASSERT_EQUAL(emb_client_pull_many(k.c, b, NT, 0), 0);
+	CU_ASSERT_EQUAL(requests(k.c) - before, 2);
+	for (int i = 0; i < NT; i++) {
+		CU_ASSERT_EQUAL(emb_client_table_pull(k.t[i], ids, 64, want[i],
+						      0, NULL),
+				0);
+		CU_ASSERT_EQUAL(memcmp(rows[i], want[i], 64 * dims[i] * 4), 0);
+	}
+	before = requests(k.c);
+	CU_ASSERT_EQUAL(emb_client_pull_many(k.c, b, NT, EMB_CLIENT_WITH_STATE),
+			0);
+	CU_ASSERT_EQUAL(requests(k.c) - before, 2 * NT);
+	for (int i = 0; i < NT; i++) {
+		uint32_t rf = emb_client_table_row_floats(k.t[i]);
+
+		CU_ASSERT_EQUAL(emb_client_table_pull(k.t[i], ids, 64, want[i],
+						      EMB_CLIENT_WITH_STATE,
+						      NULL),
+				0);
+		CU_ASSERT_EQUAL(memcmp(rows[i], want[i], 64 * rf * 4), 0);
+		free(rows[i]);
+		free(want[i]);
+	}
+	cluster_stop(&k);
+}
+
 /*
  * A caller built against a longer emb_table_batch: the array's stride is
  * its struct_size, and a zero tail is accepted.
@@ -306,6 +372,8 @@ static void test_errors(void)
 static const struct emb_test_case cases[] = {
 	{"pull_many and push_many end as per-table calls, tables of 4 dims",
 	 test_same_as_single},
+	{"pull_many sends one PULL_MANY per server; WITH_STATE one PULL each",
+	 test_one_request_per_server},
 	{"the entry array's stride is its struct_size; unknown tail refused",
 	 test_stride},
 	{"bad entries are named; one entry's error fails the call alone",
