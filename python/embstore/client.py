@@ -346,8 +346,8 @@ class Client:
                   create: bool = True) -> list[np.ndarray]:
         """The rows of several tables' ids in one call: each request
         (table, ids) is pulled as Table.pull(ids, create=create) would,
-        but all at once (one request per table and server still, back to
-        back), so a step over many tables waits about one round trip
+        but in one request per server (PULL_MANY) where the servers offer
+        it, so a step over many tables costs one round trip per server
         instead of one per table.
 
         Returns a float32 [n_i, dim_i] array per request, in reqs order.
@@ -366,7 +366,8 @@ class Client:
         """Gradients for several tables in one call: each request (table,
         ids, grads float32 [n_i, dim_i]) is pushed as Table.push(ids,
         grads, step) would (duplicates summed, applied at most once,
-        refused whole if not finite), but all at once.
+        refused whole if not finite), but all at once (one PUSH per table
+        and server, back to back), waiting about one round trip.
 
         TypeError and ValueError as for pull_many() and for bad grads;
         the errors of Table.push() otherwise (NonFiniteError ...: the first

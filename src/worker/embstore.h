@@ -382,9 +382,9 @@ struct emb_table_batch {
 /*
  * The pulls of b[0..nb) (every table of a step), all in flight at once:
  * each entry is pulled exactly as emb_client_table_pull(entry, flags)
- * would, but no entry waits for another's round trip (one request per
- * entry and server still, sent back to back), so a step over many tables
- * waits about one round trip instead of one per table. The stride is
+ * would, but the entries' parts for one server travel in one PULL_MANY
+ * frame (docs/protocol.md) where the server offers it, so a step over many
+ * tables costs one request and round trip per server. The stride is
  * b[0].struct_size and every entry must have the same. 0, or the first
  * error in entry order (the last error's message is that entry's; rows of
  * the other entries may be filled); EMB_EBADARG for a NULL or foreign
@@ -397,7 +397,9 @@ int emb_client_pull_many(struct emb_client *c,
 
 /*
  * The pushes of b[0..nb), as emb_client_table_push(entry, step, rank) for
- * each, all in flight at once: each keeps every guarantee of a single push
+ * each, all in flight at once (one PUSH per entry and server, sent back to
+ * back, so the step waits about one round trip): each keeps every
+ * guarantee of a single push
  * (applied at most once across retries, forwarded to backups, refused
  * whole if not finite). An entry that fails does not undo the others. 0,
  * or the first error in entry order, as for emb_client_pull_many().
