@@ -98,3 +98,13 @@ def test_dropped_table(client, name):
     b.drop()
     with pytest.raises(embstore.TableError, match=f"table {b.name}: "):
         client.pull_many([(a, [1]), (b, [1])])
+
+
+def test_pull_many_is_one_request_per_server(client, name):
+    tabs = _tables(client, name, (4, 8, 16))
+    ids = np.arange(200)  # spread over both servers
+    before = client.stats().requests
+    got = client.pull_many([(t, ids) for t in tabs])
+    assert client.stats().requests - before == 2
+    for t, rows in zip(tabs, got):
+        np.testing.assert_array_equal(rows, t.pull(ids))
