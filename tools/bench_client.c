@@ -33,23 +33,23 @@ struct client_be {
 	struct emb_client *shared;  /* the setup client, or the joined one */
 	struct emb_client_table *t; /* the table, through shared */
 	struct emb_client_table **more; /* tables 1..tables-1, through shared */
-	struct emb_table_spec spec; /* created with */
-	struct client_ctx **ctxs;   /* cfg->threads, for report */
+	struct emb_table_spec spec;	/* created with */
+	struct client_ctx **ctxs;	/* cfg->threads, for report */
 };
 
 struct client_ctx {
-	struct client_be *be;	     /* shared backend */
-	struct emb_client *c;	     /* own client, or be->shared */
-	struct emb_client_table *t;  /* the table through c */
+	struct client_be *be;	      /* shared backend */
+	struct emb_client *c;	      /* own client, or be->shared */
+	struct emb_client_table *t;   /* the table through c */
 	struct emb_client_table **tt; /* every table through c: tables */
-	struct emb_table_batch *mb;  /* --tables: one entry per table */
-	float *scratch;		     /* batch * dim: preload's output */
-	float *outs;		     /* (tables - 1) * batch * dim: the
-					other tables' rows */
-	struct emb_cached_table *ct; /* --cache, or NULL */
-	uint64_t rows_fetched;	     /* uncached: distinct ids pulled */
-	uint64_t rows_pushed;	     /* uncached: distinct ids pushed */
-	uint32_t thread;	     /* index into be->ctxs */
+	struct emb_table_batch *mb;   /* --tables: one entry per table */
+	float *scratch;		      /* batch * dim: preload's output */
+	float *outs;		      /* (tables - 1) * batch * dim: the
+					 other tables' rows */
+	struct emb_cached_table *ct;  /* --cache, or NULL */
+	uint64_t rows_fetched;	      /* uncached: distinct ids pulled */
+	uint64_t rows_pushed;	      /* uncached: distinct ids pushed */
+	uint32_t thread;	      /* index into be->ctxs */
 };
 
 static int connect_client(const struct emb_bench_cfg *cfg,
@@ -73,8 +73,8 @@ static int connect_client(const struct emb_bench_cfg *cfg,
 }
 
 /* "NAME.i": table i of a --tables run (table 0 is NAME itself). */
-static void table_name(const struct emb_bench_cfg *cfg, uint32_t i,
-		       char *buf, size_t cap)
+static void table_name(const struct emb_bench_cfg *cfg, uint32_t i, char *buf,
+		       size_t cap)
 {
 	snprintf(buf, cap, "%s.%u", cfg->table, i);
 }
@@ -263,19 +263,20 @@ static int tables_op(struct client_ctx *x, const uint64_t *ids, uint32_t n,
 		x->mb[i].ids = ids;
 		x->mb[i].n = n;
 		x->mb[i].rows = grads ? (float *)grads
-				: i ? x->outs + (i - 1) * stride : out;
+				: i   ? x->outs + (i - 1) * stride
+				      : out;
 	}
 	if (cfg->multi)
-		return grads ? emb_client_push_many(x->c, x->mb, cfg->tables,
-						    0, 0)
-			     : emb_client_pull_many(x->c, x->mb, cfg->tables,
-						    0);
+		return grads
+			   ? emb_client_push_many(x->c, x->mb, cfg->tables, 0,
+						  0)
+			   : emb_client_pull_many(x->c, x->mb, cfg->tables, 0);
 	/* One call per table, each waiting for the one before. */
 	for (uint32_t i = 0; !rc && i < cfg->tables; i++)
-		rc = grads ? emb_client_table_push(x->tt[i], ids, n, grads, 0,
-						   0)
-			   : emb_client_table_pull(x->tt[i], ids, n,
-						   x->mb[i].rows, 0, NULL);
+		rc = grads
+			 ? emb_client_table_push(x->tt[i], ids, n, grads, 0, 0)
+			 : emb_client_table_pull(x->tt[i], ids, n,
+						 x->mb[i].rows, 0, NULL);
 	return rc;
 }
 

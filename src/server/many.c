@@ -66,7 +66,8 @@ static void sub_size(struct emb_server *s, const struct emb_wire_frame *f,
 	rows = (uint64_t)u->p.n * u->st->spec.dim * sizeof(float);
 	rows += u->p.nocreate ? emb_wire_bitmap_bytes(u->p.n) : 0;
 	/* Over 4 GiB: more than any frame, refused whole below. */
-	u->size = rows > UINT32_MAX ? rows : emb_wire_many_sub_size((uint32_t)rows);
+	u->size =
+	    rows > UINT32_MAX ? rows : emb_wire_many_sub_size((uint32_t)rows);
 	if (u->size < ERR_FRAME)
 		u->size = ERR_FRAME;
 }
@@ -89,9 +90,9 @@ static uint64_t sub_error(uint8_t *p, uint32_t i, const struct sub *u,
 	len = emb_wire_error_encode(p, ERR_FRAME, EMB_OP_PULL, i, table_id,
 				    u->rc, msg);
 	/* ERR_FRAME holds any message above: len > 0. */
-	memset(p + len, 0, emb_wire_many_sub_size((uint32_t)len -
-						  EMB_WIRE_HDR_SIZE) -
-			       (uint64_t)len);
+	memset(p + len, 0,
+	       emb_wire_many_sub_size((uint32_t)len - EMB_WIRE_HDR_SIZE) -
+		   (uint64_t)len);
 	return emb_wire_many_sub_size((uint32_t)len - EMB_WIRE_HDR_SIZE);
 }
 

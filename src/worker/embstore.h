@@ -391,9 +391,8 @@ struct emb_table_batch {
  * table, nb > EMB_CLIENT_MANY_MAX or an entry's bad arguments (no entry
  * is then waited for beyond those started before it, which are).
  */
-int emb_client_pull_many(struct emb_client *c,
-			 const struct emb_table_batch *b, size_t nb,
-			 uint32_t flags);
+int emb_client_pull_many(struct emb_client *c, const struct emb_table_batch *b,
+			 size_t nb, uint32_t flags);
 
 /*
  * The pushes of b[0..nb), as emb_client_table_push(entry, step, rank) for
@@ -404,9 +403,8 @@ int emb_client_pull_many(struct emb_client *c,
  * whole if not finite). An entry that fails does not undo the others. 0,
  * or the first error in entry order, as for emb_client_pull_many().
  */
-int emb_client_push_many(struct emb_client *c,
-			 const struct emb_table_batch *b, size_t nb,
-			 uint64_t step, uint32_t rank);
+int emb_client_push_many(struct emb_client *c, const struct emb_table_batch *b,
+			 size_t nb, uint64_t step, uint32_t rank);
 
 /* Waits for op, frees it, and returns its status. */
 int emb_async_wait(struct emb_async *op);

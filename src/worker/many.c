@@ -65,16 +65,14 @@ static int end(struct emb_async **ops, struct emb_async **stack_ops, int rc)
 	return rc;
 }
 
-
 /* The parts of one PULL_MANY frame, to one server. */
 struct bundle {
-	struct emb_client *c;
-	uint32_t server;			  /* index into c->srv */
-	uint32_t n;				  /* parts */
-	uint64_t req_bytes;			  /* payload: sub-requests */
-	uint64_t resp_bytes;			  /* payload: sub-answers */
-	uint8_t *req;				  /* the request payload */
-	uint8_t *resp;				  /* the reply lands here */
+	uint32_t server;     /* index into c->srv */
+	uint32_t n;	     /* parts */
+	uint64_t req_bytes;  /* payload: sub-requests */
+	uint64_t resp_bytes; /* payload: sub-answers */
+	uint8_t *req;	     /* the request payload */
+	uint8_t *resp;	     /* the reply lands here */
 	struct part *parts[EMB_WIRE_MANY_MAX];
 	struct emb_wire_frame subs[EMB_WIRE_MANY_MAX]; /* reply, split */
 };
@@ -256,7 +254,7 @@ static void issue_run(void *arg)
 			uint32_t sv = p->req.server;
 			uint64_t max = c->srv[sv].lim.max_frame_bytes;
 			uint64_t rq = emb_wire_many_sub_size(
-					 (uint32_t)req_len(p)),
+				     (uint32_t)req_len(p)),
 				 rs = resp_room(p);
 			struct bundle *b = open ? open[sv] : NULL;
 
@@ -266,10 +264,10 @@ static void issue_run(void *arg)
 				c->fns->send(c, p);
 				continue;
 			}
-			if (b && (b->n == EMB_WIRE_MANY_MAX ||
-				  EMB_WIRE_HDR_SIZE + b->req_bytes + rq > max ||
-				  EMB_WIRE_HDR_SIZE + b->resp_bytes + rs >
-				      max)) {
+			if (b &&
+			    (b->n == EMB_WIRE_MANY_MAX ||
+			     EMB_WIRE_HDR_SIZE + b->req_bytes + rq > max ||
+			     EMB_WIRE_HDR_SIZE + b->resp_bytes + rs > max)) {
 				bundle_send(c, b);
 				b = open[sv] = NULL;
 			}
@@ -279,7 +277,6 @@ static void issue_run(void *arg)
 					c->fns->send(c, p);
 					continue;
 				}
-				b->c = c;
 				b->server = sv;
 				open[sv] = b;
 			}
@@ -354,8 +351,8 @@ static int many_run(struct emb_client *c, const struct emb_table_batch *b,
 	int rc = 0;
 
 	if (!c || (nb && !b)) {
-		emb__err_set(EMB_EBADARG, "%s", !c ? "client is NULL"
-						   : "batch array is NULL");
+		emb__err_set(EMB_EBADARG, "%s",
+			     !c ? "client is NULL" : "batch array is NULL");
 		return EMB_EBADARG;
 	}
 	if (nb > EMB_CLIENT_MANY_MAX) {
@@ -370,8 +367,10 @@ static int many_run(struct emb_client *c, const struct emb_table_batch *b,
 	if (nb > MANY_STACK) {
 		ops = calloc(nb, sizeof(*ops));
 		if (!ops) {
-			emb__err_set(-ENOMEM, "%zu tables: no memory for their "
-				     "ops", nb);
+			emb__err_set(-ENOMEM,
+				     "%zu tables: no memory for their "
+				     "ops",
+				     nb);
 			return -ENOMEM;
 		}
 	}
@@ -395,9 +394,9 @@ static int many_run(struct emb_client *c, const struct emb_table_batch *b,
 							 &ops[started]);
 		else if (bundled)
 			rc = emb__client_err(
-			    c, emb__pull_prepare(e.table, e.ids, e.n, e.rows,
-						 flags, e.found,
-						 &ops[started]));
+			    c,
+			    emb__pull_prepare(e.table, e.ids, e.n, e.rows,
+					      flags, e.found, &ops[started]));
 		else
 			rc = emb_client_table_pull_async(e.table, e.ids, e.n,
 							 e.rows, flags, e.found,
@@ -440,16 +439,14 @@ static int many_run(struct emb_client *c, const struct emb_table_batch *b,
 	return end(ops, stack_ops, rc);
 }
 
-int emb_client_pull_many(struct emb_client *c,
-			 const struct emb_table_batch *b, size_t nb,
-			 uint32_t flags)
+int emb_client_pull_many(struct emb_client *c, const struct emb_table_batch *b,
+			 size_t nb, uint32_t flags)
 {
 	return emb__err(many_run(c, b, nb, false, flags, 0, 0));
 }
 
-int emb_client_push_many(struct emb_client *c,
-			 const struct emb_table_batch *b, size_t nb,
-			 uint64_t step, uint32_t rank)
+int emb_client_push_many(struct emb_client *c, const struct emb_table_batch *b,
+			 size_t nb, uint64_t step, uint32_t rank)
 {
 	return emb__err(many_run(c, b, nb, true, 0, step, rank));
 }

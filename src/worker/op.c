@@ -688,9 +688,10 @@ int emb_client_table_pull_async(struct emb_client_table *t, const uint64_t *ids,
 				uint32_t n, float *out, uint32_t flags,
 				uint8_t *found, struct emb_async **op)
 {
-	return emb__client_err(t ? t->c : NULL,
-			       op ? pull_start(t, ids, n, out, flags, found, op, true)
-				  : EMB_EBADARG);
+	return emb__client_err(
+	    t ? t->c : NULL,
+	    op ? pull_start(t, ids, n, out, flags, found, op, true)
+	       : EMB_EBADARG);
 }
 
 int emb_client_table_push_async(struct emb_client_table *t, const uint64_t *ids,

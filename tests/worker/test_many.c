@@ -151,16 +151,15 @@ static void test_same_as_single(void)
 			char msg[512];
 
 			emb_last_error(msg, sizeof(msg));
-			fprintf(stderr, "pull_many: %s: %s\n",
-				emb_err_name(rc), msg);
+			fprintf(stderr, "pull_many: %s: %s\n", emb_err_name(rc),
+				msg);
 		}
 		CU_ASSERT_EQUAL(rc, 0);
 		for (int i = 0; i < NT; i++) {
-			CU_ASSERT(emb_table_pull(k.ref[i], ids[i], b[i].n,
-						 want[i],
-						 nocreate ? EMB_PULL_NOCREATE
-							  : 0,
-						 fwant[i]) >= 0);
+			CU_ASSERT(
+			    emb_table_pull(k.ref[i], ids[i], b[i].n, want[i],
+					   nocreate ? EMB_PULL_NOCREATE : 0,
+					   fwant[i]) >= 0);
 			CU_ASSERT_EQUAL(memcmp(rows[i], want[i],
 					       (size_t)b[i].n * dims[i] * 4),
 					0);
@@ -174,9 +173,8 @@ static void test_same_as_single(void)
 	CU_ASSERT_EQUAL(emb_client_push_many(k.c, b, 2, 99, 0), 0);
 	CU_ASSERT_EQUAL(emb_table_push(k.ref[0], ids[0], b[0].n, rows[0]), 0);
 	CU_ASSERT_EQUAL(emb_table_push(k.ref[0], ids[0], b[0].n, rows[0]), 0);
-	CU_ASSERT_EQUAL(emb_client_table_pull(k.t[0], ids[0], b[0].n, rows[0],
-					      0, NULL),
-			0);
+	CU_ASSERT_EQUAL(
+	    emb_client_table_pull(k.t[0], ids[0], b[0].n, rows[0], 0, NULL), 0);
 	CU_ASSERT(emb_table_pull(k.ref[0], ids[0], b[0].n, want[0], 0, NULL) >=
 		  0);
 	CU_ASSERT_EQUAL(memcmp(rows[0], want[0], (size_t)b[0].n * dims[0] * 4),
@@ -192,7 +190,6 @@ static void test_same_as_single(void)
 	}
 	cluster_stop(&k);
 }
-
 
 static uint64_t requests(struct emb_client *c)
 {
@@ -236,9 +233,9 @@ static void test_one_request_per_server(void)
 	CU_ASSERT_EQUAL(emb_client_pull_many(k.c, b, NT, 0), 0);
 	CU_ASSERT_EQUAL(requests(k.c) - before, 2);
 	for (int i = 0; i < NT; i++) {
-		CU_ASSERT_EQUAL(emb_client_table_pull(k.t[i], ids, 64, want[i],
-						      0, NULL),
-				0);
+		CU_ASSERT_EQUAL(
+		    emb_client_table_pull(k.t[i], ids, 64, want[i], 0, NULL),
+		    0);
 		CU_ASSERT_EQUAL(memcmp(rows[i], want[i], 64 * dims[i] * 4), 0);
 	}
 	before = requests(k.c);
@@ -329,9 +326,9 @@ static void test_errors(void)
 	CU_ASSERT_EQUAL(emb_client_pull_many(k.c, b, 2, 0), EMB_EBADARG);
 	expect_msg("batch 1: struct_size 8");
 	b[1].struct_size = sizeof(b[1]);
-	CU_ASSERT_EQUAL(emb_client_pull_many(k.c, b, EMB_CLIENT_MANY_MAX + 1,
-					     0),
-			EMB_EBADARG);
+	CU_ASSERT_EQUAL(
+	    emb_client_pull_many(k.c, b, EMB_CLIENT_MANY_MAX + 1, 0),
+	    EMB_EBADARG);
 	CU_ASSERT_EQUAL(emb_client_pull_many(k.c, b, 2, 0x80), EMB_EBADARG);
 	CU_ASSERT_EQUAL(emb_client_pull_many(NULL, b, 2, 0), EMB_EBADARG);
 
@@ -370,15 +367,15 @@ static void test_errors(void)
 }
 
 static const struct emb_test_case cases[] = {
-	{"pull_many and push_many end as per-table calls, tables of 4 dims",
-	 test_same_as_single},
-	{"pull_many sends one PULL_MANY per server; WITH_STATE one PULL each",
-	 test_one_request_per_server},
-	{"the entry array's stride is its struct_size; unknown tail refused",
-	 test_stride},
-	{"bad entries are named; one entry's error fails the call alone",
-	 test_errors},
-	{NULL, NULL},
+    {"pull_many and push_many end as per-table calls, tables of 4 dims",
+     test_same_as_single},
+    {"pull_many sends one PULL_MANY per server; WITH_STATE one PULL each",
+     test_one_request_per_server},
+    {"the entry array's stride is its struct_size; unknown tail refused",
+     test_stride},
+    {"bad entries are named; one entry's error fails the call alone",
+     test_errors},
+    {NULL, NULL},
 };
 
 int main(int argc, char **argv)

@@ -614,8 +614,8 @@ static void *many_push(void *arg)
 {
 	struct many *m = arg;
 
-	m->rc_push = emb_client_push_many(m->push[0].table->c, m->push, 2, 0,
-					  0);
+	m->rc_push =
+	    emb_client_push_many(m->push[0].table->c, m->push, 2, 0, 0);
 	return NULL;
 }
 
@@ -677,9 +677,9 @@ static void test_many_failover(void)
 			rows[j][i] = (float)(i % 97) + 0.5f * (float)j;
 			grads[j][i] = 1.0f;
 		}
-		CU_ASSERT_EQUAL_FATAL(emb_client_table_assign(t[j], ids, 2 * MN,
-							      rows[j], false),
-				      0);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_assign(t[j], ids, 2 * MN, rows[j], false),
+		    0);
 		mc->push[j] = EMB_SIZED(struct emb_table_batch);
 		mc->push[j].table = t[j];
 		mc->push[j].ids = ids;
@@ -704,9 +704,9 @@ static void test_many_failover(void)
 	for (int j = 0; j < 2; j++) {
 		size_t half = (size_t)MN * dims[j];
 
-		CU_ASSERT_EQUAL(memcmp(got[j] + half, rows[j] + half,
-				       half * sizeof(float)),
-				0);
+		CU_ASSERT_EQUAL(
+		    memcmp(got[j] + half, rows[j] + half, half * sizeof(float)),
+		    0);
 		mc->pull[j].ids = ids;
 		mc->pull[j].rows = got[j];
 	}
