@@ -19,6 +19,7 @@
 #include "netutil.h"
 #include "server/server.h"
 #include "store/store.h"
+#include "worker/client_int.h"
 
 enum { NT = 4, N = 300, SPACE = 2000, ROUNDS = 12 };
 
@@ -201,8 +202,9 @@ static uint64_t requests(struct emb_client *c)
 
 /*
  * A pull_many of every table sends one PULL_MANY per server (the servers
- * offer it), a WITH_STATE one a PULL per table and server; both give what
- * the single pulls give.
+ * offer it), one PULL per table to a server that does not offer it, and a
+ * WITH_STATE one a PULL per table and server; all give what the single
+ * pulls give.
  */
 static void test_one_request_per_server(void)
 {
@@ -238,6 +240,14 @@ static void test_one_request_per_server(void)
 		    0);
 		CU_ASSERT_EQUAL(memcmp(rows[i], want[i], 64 * dims[i] * 4), 0);
 	}
+	/* A server whose HELLO did not offer PULL_MANY (an older release)
+	 * gets one PULL per table. Set before the call posts its task. */
+	k.c->srv[1].pull_many = false;
+	before = requests(k.c);
+	CU_ASSERT_EQUAL(emb_client_pull_many(k.c, b, NT, 0), 0);
+	CU_ASSERT_EQUAL(requests(k.c) - before, 1 + NT);
+	for (int i = 0; i < NT; i++)
+		CU_ASSERT_EQUAL(memcmp(rows[i], want[i], 64 * dims[i] * 4), 0);
 	before = requests(k.c);
 	CU_ASSERT_EQUAL(emb_client_pull_many(k.c, b, NT, EMB_CLIENT_WITH_STATE),
 			0);
@@ -369,7 +379,7 @@ static void test_errors(void)
 static const struct emb_test_case cases[] = {
     {"pull_many and push_many end as per-table calls, tables of 4 dims",
      test_same_as_single},
-    {"pull_many sends one PULL_MANY per server; WITH_STATE one PULL each",
+    {"pull_many sends one PULL_MANY per server that offers it, else PULLs",
      test_one_request_per_server},
     {"the entry array's stride is its struct_size; unknown tail refused",
      test_stride},
