@@ -605,8 +605,9 @@ static int arrange_dedup(struct emb_async *op, struct call *a,
 /*
  * The one skeleton of the data calls: an op of kind k for the call a,
  * its batch arranged by server (or by replica group), cut into parts,
- * given response buffers and payloads, and posted. 0 and the op in *opp,
- * or negative (nothing was sent).
+ * given response buffers and payloads, and posted (unless !post: the
+ * caller sends the parts, many.c). 0 and the op in *opp, or negative
+ * (nothing was sent).
  */
 static int op_start(const struct kind *k, struct call *a,
 		    struct emb_async **opp, bool post)
