@@ -62,7 +62,14 @@ struct emb_bench_cfg {
 	uint32_t staleness;	    /* cache, write-through: max row age */
 	uint32_t cache_mode;	    /* enum emb_cached_mode */
 	uint32_t cache_policy;	    /* enum emb_cached_policy */
+	uint32_t tables;	    /* tables a batch goes to (features of a
+				       step), 1..EMB_BENCH_TABLES_MAX */
+	bool multi;		    /* tables > 1: one pull_many/push_many
+				       per batch, not one call per table */
 };
+
+/* Most --tables: a model's sparse features, with room. */
+#define EMB_BENCH_TABLES_MAX 256
 
 /*
  * What a backend moved, summed over threads since open; the bench reports

@@ -8,6 +8,12 @@
  * thread of a job would: pull is its lookup, push its push_grads, and
  * prefetch queues the batch --prefetch steps ahead.
  *
+ * With --tables N a batch goes to N tables of the same spec (the sparse
+ * features of a step): the table, then NAME.1 ... NAME.N-1, each given the
+ * batch's ids, pulled and pushed by one call per table in turn (what a
+ * model with a module per table does) or, with --multi, by one
+ * emb_client_pull_many() and one emb_client_push_many() per batch.
+ *
  * Threads: open/close/mem/report on the main thread. With a server list
  * each worker thread gets a client (a connection per server) of its own; a
  * worker joined from the environment registers once and its threads share
@@ -26,19 +32,24 @@ struct client_be {
 	const struct emb_bench_cfg *cfg; /* borrowed for the run */
 	struct emb_client *shared;  /* the setup client, or the joined one */
 	struct emb_client_table *t; /* the table, through shared */
-	struct emb_table_spec spec; /* created with */
-	struct client_ctx **ctxs;   /* cfg->threads, for report */
+	struct emb_client_table **more; /* tables 1..tables-1, through shared */
+	struct emb_table_spec spec;	/* created with */
+	struct client_ctx **ctxs;	/* cfg->threads, for report */
 };
 
 struct client_ctx {
-	struct client_be *be;	     /* shared backend */
-	struct emb_client *c;	     /* own client, or be->shared */
-	struct emb_client_table *t;  /* the table through c */
-	float *scratch;		     /* batch * dim: preload's output */
-	struct emb_cached_table *ct; /* --cache, or NULL */
-	uint64_t rows_fetched;	     /* uncached: distinct ids pulled */
-	uint64_t rows_pushed;	     /* uncached: distinct ids pushed */
-	uint32_t thread;	     /* index into be->ctxs */
+	struct client_be *be;	      /* shared backend */
+	struct emb_client *c;	      /* own client, or be->shared */
+	struct emb_client_table *t;   /* the table through c */
+	struct emb_client_table **tt; /* every table through c: tables */
+	struct emb_table_batch *mb;   /* --tables: one entry per table */
+	float *scratch;		      /* batch * dim: preload's output */
+	float *outs;		      /* (tables - 1) * batch * dim: the
+					 other tables' rows */
+	struct emb_cached_table *ct;  /* --cache, or NULL */
+	uint64_t rows_fetched;	      /* uncached: distinct ids pulled */
+	uint64_t rows_pushed;	      /* uncached: distinct ids pushed */
+	uint32_t thread;	      /* index into be->ctxs */
 };
 
 static int connect_client(const struct emb_bench_cfg *cfg,
@@ -59,6 +70,52 @@ static int connect_client(const struct emb_bench_cfg *cfg,
 	if (cfg->from_env)
 		return emb_client_from_env(&co, out);
 	return emb_client_create(&co, out);
+}
+
+/* "NAME.i": table i of a --tables run (table 0 is NAME itself). */
+static void table_name(const struct emb_bench_cfg *cfg, uint32_t i, char *buf,
+		       size_t cap)
+{
+	snprintf(buf, cap, "%s.%u", cfg->table, i);
+}
+
+static void tables_close(struct emb_client_table **tt, uint32_t n)
+{
+	for (uint32_t i = 0; tt && i < n; i++)
+		emb_client_table_close(tt[i]);
+	free(tt);
+}
+
+/* Creates tables 1..tables-1 through b->shared (same spec as the first). */
+static int tables_create(struct client_be *b)
+{
+	const struct emb_bench_cfg *cfg = b->cfg;
+	char name[128];
+	uint32_t i;
+	int rc = 0;
+
+	if (cfg->tables <= 1)
+		return 0;
+	b->more = calloc(cfg->tables, sizeof(*b->more));
+	if (!b->more)
+		return -ENOMEM;
+	for (i = 1; i < cfg->tables; i++) {
+		struct emb_table_spec sp = b->spec;
+
+		table_name(cfg, i, name, sizeof(name));
+		sp.name = name;
+		rc = emb_client_table_create(b->shared, &sp, &b->more[i]);
+		if (rc) {
+			fprintf(stderr, "embstore-bench: table %s: %s\n", name,
+				emb_strerror(rc));
+			break;
+		}
+	}
+	if (rc) {
+		tables_close(b->more, i);
+		b->more = NULL;
+	}
+	return rc;
 }
 
 static int client_open(const struct emb_bench_cfg *cfg, void **out)
@@ -91,9 +148,14 @@ static int client_open(const struct emb_bench_cfg *cfg, void **out)
 			emb_strerror(rc));
 		goto err_destroy;
 	}
+	rc = tables_create(b);
+	if (rc)
+		goto err_close;
 	*out = b;
 	return 0;
 
+err_close:
+	emb_client_table_close(b->t);
 err_destroy:
 	emb_client_destroy(b->shared);
 err_free:
@@ -109,6 +171,7 @@ static void client_close(void *be)
 	if (!b)
 		return;
 	emb_client_table_close(b->t);
+	tables_close(b->more, b->cfg->tables);
 	if (b->cfg->from_env)
 		emb_client_finish(b->shared);
 	emb_client_destroy(b->shared);
@@ -129,6 +192,92 @@ static int cache_open(struct client_ctx *x)
 	co.policy = cfg->cache_policy;
 	co.rank = emb_client_rank(x->c);
 	return emb_cached_table_create(x->t, &co, &x->ct);
+}
+
+/* Tables 1.. of a thread's own client (or the shared ones), and buffers. */
+static void thread_tables_close(struct client_ctx *x)
+{
+	const struct emb_bench_cfg *cfg = x->be->cfg;
+
+	if (x->tt && x->c != x->be->shared)
+		for (uint32_t i = 1; i < cfg->tables; i++)
+			emb_client_table_close(x->tt[i]);
+	free(x->tt);
+	free(x->mb);
+	free(x->outs);
+	x->tt = NULL;
+	x->mb = NULL;
+	x->outs = NULL;
+}
+
+static int thread_tables_open(struct client_ctx *x)
+{
+	const struct emb_bench_cfg *cfg = x->be->cfg;
+	char name[128];
+	int rc = 0;
+
+	if (cfg->tables <= 1)
+		return 0;
+	x->tt = calloc(cfg->tables, sizeof(*x->tt));
+	x->mb = calloc(cfg->tables, sizeof(*x->mb));
+	x->outs = malloc((size_t)(cfg->tables - 1) * cfg->batch * cfg->dim *
+			 sizeof(float));
+	if (!x->tt || !x->mb || !x->outs) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	x->tt[0] = x->t;
+	for (uint32_t i = 1; i < cfg->tables; i++) {
+		if (x->c == x->be->shared) {
+			x->tt[i] = x->be->more[i];
+			continue;
+		}
+		table_name(cfg, i, name, sizeof(name));
+		rc = emb_client_table_open(x->c, name, &x->tt[i]);
+		if (rc)
+			goto err;
+	}
+	for (uint32_t i = 0; i < cfg->tables; i++) {
+		x->mb[i] = EMB_SIZED(struct emb_table_batch);
+		x->mb[i].table = x->tt[i];
+	}
+	return 0;
+err:
+	thread_tables_close(x);
+	return rc;
+}
+
+/*
+ * A batch over every table: the ids (the same for each), rows into out
+ * for the first table and x->outs for the others; grads (push) are the
+ * same for each table.
+ */
+static int tables_op(struct client_ctx *x, const uint64_t *ids, uint32_t n,
+		     float *out, const float *grads)
+{
+	const struct emb_bench_cfg *cfg = x->be->cfg;
+	size_t stride = (size_t)n * cfg->dim;
+	int rc = 0;
+
+	for (uint32_t i = 0; i < cfg->tables; i++) {
+		x->mb[i].ids = ids;
+		x->mb[i].n = n;
+		x->mb[i].rows = grads ? (float *)grads
+				: i   ? x->outs + (i - 1) * stride
+				      : out;
+	}
+	if (cfg->multi)
+		return grads
+			   ? emb_client_push_many(x->c, x->mb, cfg->tables, 0,
+						  0)
+			   : emb_client_pull_many(x->c, x->mb, cfg->tables, 0);
+	/* One call per table, each waiting for the one before. */
+	for (uint32_t i = 0; !rc && i < cfg->tables; i++)
+		rc = grads
+			 ? emb_client_table_push(x->tt[i], ids, n, grads, 0, 0)
+			 : emb_client_table_pull(x->tt[i], ids, n,
+						 x->mb[i].rows, 0, NULL);
+	return rc;
 }
 
 static int client_thread_open(void *be, uint32_t thread, void **out)
@@ -164,12 +313,17 @@ static int client_thread_open(void *be, uint32_t thread, void **out)
 		if (rc)
 			goto err_close;
 	}
+	rc = thread_tables_open(x);
+	if (rc)
+		goto err_close;
 	x->thread = thread;
 	b->ctxs[thread] = x;
 	*out = x;
 	return 0;
 
 err_close:
+	emb_cached_table_destroy(x->ct);
+	thread_tables_close(x);
 	if (x->c != b->shared) {
 		emb_client_table_close(x->t);
 		emb_client_destroy(x->c);
@@ -196,6 +350,7 @@ static void client_thread_close(void *ctx)
 				emb_strerror(rc));
 		emb_cached_table_destroy(x->ct);
 	}
+	thread_tables_close(x);
 	if (x->c != x->be->shared) {
 		emb_client_table_close(x->t);
 		emb_client_destroy(x->c);
@@ -211,6 +366,13 @@ static int client_preload(void *ctx, const uint64_t *ids, uint32_t n)
 	if (!x->be->cfg->preload)
 		return 0;
 	/* A pull creates missing rows on the servers, as training does. */
+	for (uint32_t i = 1; i < x->be->cfg->tables; i++) {
+		int rc = emb_client_table_pull(x->tt[i], ids, n, x->scratch, 0,
+					       NULL);
+
+		if (rc)
+			return rc;
+	}
 	return emb_client_table_pull(x->t, ids, n, x->scratch, 0, NULL);
 }
 
@@ -238,7 +400,10 @@ static int client_pull(void *ctx, const uint64_t *ids, uint32_t n, float *out)
 	if (x->ct)
 		return emb_cached_table_lookup(x->ct, ids, n, out);
 	sent_since(x, &last);
-	rc = emb_client_table_pull(x->t, ids, n, out, 0, NULL);
+	if (x->tt)
+		rc = tables_op(x, ids, n, out, NULL);
+	else
+		rc = emb_client_table_pull(x->t, ids, n, out, 0, NULL);
 	x->rows_fetched += sent_since(x, &last);
 	return rc;
 }
@@ -253,7 +418,10 @@ static int client_push(void *ctx, const uint64_t *ids, uint32_t n,
 	if (x->ct)
 		return emb_cached_table_push_grads(x->ct, grads);
 	sent_since(x, &last);
-	rc = emb_client_table_push(x->t, ids, n, grads, 0, 0);
+	if (x->tt)
+		rc = tables_op(x, ids, n, NULL, grads);
+	else
+		rc = emb_client_table_push(x->t, ids, n, grads, 0, 0);
 	x->rows_pushed += sent_since(x, &last);
 	return rc;
 }

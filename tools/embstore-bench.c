@@ -186,6 +186,11 @@ static void usage(FILE *f)
 	    " every S seconds\n"
 	    "  --seed N              id streams and table seed (1)\n"
 	    "  --table NAME          table name (bench)\n"
+	    "  --tables N            client: each batch goes to N tables\n"
+	    "                        (NAME, NAME.1 ...; a step of N sparse\n"
+	    "                        features), one call per table (1)\n"
+	    "  --multi               with --tables: one pull_many and one\n"
+	    "                        push_many per batch instead\n"
 	    "  --json                one JSON object on stdout; summary to"
 	    " stderr\n"
 	    "  -h, --help            this text\n"
@@ -258,6 +263,8 @@ enum {
 	OPT_VERIFY,
 	OPT_REPORT_INTERVAL,
 	OPT_PULL_MODE,
+	OPT_TABLES,
+	OPT_MULTI,
 };
 
 static const struct option long_opts[] = {
@@ -274,6 +281,8 @@ static const struct option long_opts[] = {
     {"warmup", required_argument, NULL, OPT_WARMUP},
     {"seed", required_argument, NULL, OPT_SEED},
     {"table", required_argument, NULL, OPT_TABLE},
+    {"tables", required_argument, NULL, OPT_TABLES},
+    {"multi", no_argument, NULL, OPT_MULTI},
     {"json", no_argument, NULL, OPT_JSON},
     {"servers", required_argument, NULL, OPT_SERVERS},
     {"sched", required_argument, NULL, OPT_SCHED},
@@ -378,7 +387,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			.threads = 1,
 			.optim = EMB_OPTIM_CFG_DEFAULT,
 			.init = EMB_INIT_CFG_DEFAULT,
-			.seed = 1},
+			.seed = 1,
+			.tables = 1},
 		.optim_name = "sgd",
 		.dist_name = "zipf:1.05",
 		.duration_s = 5.0,
@@ -549,6 +559,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case OPT_TABLE:
 			o->cfg.table = optarg;
 			break;
+		case OPT_TABLES:
+			if (parse_u64(optarg, 1, EMB_BENCH_TABLES_MAX, &v))
+				what = "--tables";
+			o->cfg.tables = (uint32_t)v;
+			break;
+		case OPT_MULTI:
+			o->cfg.multi = true;
+			break;
 		case OPT_JSON:
 			o->json = true;
 			break;
@@ -619,6 +637,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (!rc)
 		rc = check_cache_opts(o);
+	if (!rc && (o->cfg.tables > 1 || o->cfg.multi) &&
+	    (o->backend != &emb_bench_client_backend || o->cfg.cache_rows ||
+	     o->verify)) {
+		fprintf(stderr, "embstore-bench: --tables and --multi need"
+				" servers, without --cache or --verify\n");
+		rc = -EINVAL;
+	}
 	if (!rc && o->verify)
 		rc = check_verify(o);
 	if (!rc && o->backend == &emb_bench_raw_backend &&
@@ -1199,6 +1224,10 @@ static void print_summary(FILE *f, const struct opts *o,
 		o->cfg.dim, o->cfg.batch, o->dist_name, o->cfg.threads,
 		o->cfg.threads == 1 ? "" : "s",
 		emb_optim_name(o->cfg.optim.kind));
+	if (o->cfg.tables > 1)
+		fprintf(f, "  tables   %u per batch, %s\n", o->cfg.tables,
+			o->cfg.multi ? "one pull_many + push_many call"
+				     : "one call per table");
 	fprintf(f,
 		"  preload  %" PRIu64 " rows in %.2f s = %.2f M rows/s"
 		" (%.2f M per CPU second)\n",
@@ -1284,6 +1313,8 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 	json_str(f, o->cfg.table);
 	fputs(",\"optimizer\":", f);
 	json_str(f, emb_optim_name(o->cfg.optim.kind));
+	fprintf(f, ",\"tables\":%u,\"multi\":%s", o->cfg.tables,
+		o->cfg.multi ? "true" : "false");
 	fprintf(f,
 		",\"rows\":%" PRIu64 ",\"dim\":%u,\"batch\":%u,\"threads\":%u"
 		",\"seed\":%" PRIu64 ",\"batches\":%" PRIu64

@@ -215,9 +215,23 @@ class CachedStats(CStruct):
     ]
 
 
+class TableBatch(CStruct):
+    """struct emb_table_batch: one table's part of pull_many/push_many."""
+
+    _c_name_ = "emb_table_batch"
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("n", c_uint32),
+        ("table", c_void_p),
+        ("ids", c_void_p),
+        ("rows", c_void_p),
+        ("found", c_void_p),
+    ]
+
+
 # Every mirror, for the size check at import.
 STRUCTS = (OptimCfg, InitCfg, LifecycleCfg, ClientOpts, TableSpec,
-           TableStats, ClientStats, CachedOpts, CachedStats)
+           TableStats, ClientStats, CachedOpts, CachedStats, TableBatch)
 
 
 # Values of the C enums and flags the package passes.
@@ -279,6 +293,8 @@ _PROTOS = {
                                             c_uint32, _P, POINTER(_P)]),
     "emb_client_table_push_async": (c_int, [_P, _U64P, c_uint32, _P,
                                             c_uint64, c_uint32, POINTER(_P)]),
+    "emb_client_pull_many": (c_int, [_P, _P, c_size_t, c_uint32]),
+    "emb_client_push_many": (c_int, [_P, _P, c_size_t, c_uint64, c_uint32]),
     "emb_async_wait": (c_int, [_P]),
     "emb_async_done": (c_bool, [_P]),
     "emb_cached_table_create": (c_int, [_P, POINTER(CachedOpts),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import weakref
+from collections.abc import Sequence
 from ctypes import byref, c_uint64, c_void_p
 from typing import Any, Optional, Union
 
@@ -304,16 +305,76 @@ class Client:
                                         byref(h)), self)
         return Table(self, h.value)
 
-    def pull_many(self, reqs, *, create: bool = True) -> list:
-        """Rows of several tables: [(table, ids), ...] -> a float32
-        [n_i, dim_i] array each (one pull per table here)."""
-        return [t.pull(ids, create=create) for t, ids in reqs]
+    def _batch(self, reqs: Sequence[tuple], what: str,
+               width: int) -> tuple[Any, list]:
+        """The emb_table_batch array of reqs, whose tables must be this
+        client's; keep (the arrays the C call borrows) is returned beside
+        it so they outlive the call."""
+        if isinstance(reqs, (str, bytes)) or not isinstance(reqs, Sequence):
+            raise TypeError(f"{what} takes a sequence of tuples, not "
+                            f"{type(reqs).__name__}")
+        self._handle()
+        arr = (_lib.TableBatch * len(reqs))()
+        keep = []
+        for i, r in enumerate(reqs):
+            if not isinstance(r, tuple) or len(r) != width:
+                raise TypeError(f"{what}: request {i} must be a tuple of "
+                                f"{width}, not {r!r:.60}")
+            t = r[0]
+            if not isinstance(t, Table):
+                raise TypeError(f"{what}: request {i}: {t!r:.60} is not "
+                                "a Table")
+            if t._client is not self:
+                raise ValueError(f"{what}: request {i}: table {t.name} "
+                                 "belongs to another client")
+            ids = as_ids(r[1])
+            n = ids.shape[0]
+            if width == 2:
+                rows = np.empty((n, t.dim), dtype=np.float32)
+            else:
+                rows = _rows(r[2], n, t.dim, f"{what}: request {i}: grads",
+                             False)
+            arr[i].struct_size = ctypes.sizeof(_lib.TableBatch)
+            arr[i].table = t._handle()
+            arr[i].n = n
+            arr[i].ids = _addr(ids)
+            arr[i].rows = _addr(rows)
+            keep.append((ids, rows))
+        return arr, keep
 
-    def push_many(self, reqs, step: int = 0) -> None:
-        """Gradients of several tables: [(table, ids, grads), ...], all at
-        step (one push per table here)."""
-        for t, ids, grads in reqs:
-            t.push(ids, grads, step=step)
+    def pull_many(self, reqs: Sequence[tuple["Table", ArrayLike]], *,
+                  create: bool = True) -> list[np.ndarray]:
+        """The rows of several tables' ids in one call: each request
+        (table, ids) is pulled as Table.pull(ids, create=create) would,
+        but in one request per server (PULL_MANY) where the servers offer
+        it, so a step over many tables costs one round trip per server
+        instead of one per table.
+
+        Returns a float32 [n_i, dim_i] array per request, in reqs order.
+        TypeError for a request that is not (Table, ids); ValueError for a
+        table of another client; the errors of Table.pull() otherwise (the
+        first failing request's)."""
+        arr, keep = self._batch(reqs, "pull_many", 2)
+        flags = 0 if create else _lib.EMB_CLIENT_NOCREATE
+        _check(_L.emb_client_pull_many(self._h, arr, len(reqs), flags),
+               self)
+        return [rows for _, rows in keep]
+
+    def push_many(self, reqs: Sequence[tuple["Table", ArrayLike,
+                                             ArrayLike]],
+                  step: int = 0) -> None:
+        """Gradients for several tables in one call: each request (table,
+        ids, grads float32 [n_i, dim_i]) is pushed as Table.push(ids,
+        grads, step) would (duplicates summed, applied at most once,
+        refused whole if not finite), but all at once (one PUSH per table
+        and server, back to back), waiting about one round trip.
+
+        TypeError and ValueError as for pull_many() and for bad grads;
+        the errors of Table.push() otherwise (NonFiniteError ...: the first
+        failing request's; the other requests are applied)."""
+        arr, keep = self._batch(reqs, "push_many", 3)
+        _check(_L.emb_client_push_many(self._h, arr, len(reqs), step,
+                                       self.rank), self)
 
     def barrier(self, name: str = "barrier") -> None:
         """Blocks until every worker of the cluster called barrier() with

@@ -47,6 +47,7 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_SET_MODE] = {0, TBL_SET},
     [EMB_OP_SET_LIFECYCLE] = {0, TBL_SET},
     [EMB_OP_LOCATE] = {0, TBL_SET},
+    [EMB_OP_PULL_MANY] = {0, TBL_NONE},
 };
 
 #define NRULES (sizeof(op_rules) / sizeof(op_rules[0]))
@@ -80,6 +81,8 @@ const char *emb_wire_op_name(uint8_t op)
 		return "erase";
 	case EMB_OP_LOCATE:
 		return "locate";
+	case EMB_OP_PULL_MANY:
+		return "pull_many";
 	case EMB_OP_STATS:
 		return "stats";
 	case EMB_OP_EVICT:

@@ -103,7 +103,7 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	r.server_version = EMB_WIRE_VERSION;
 	r.limits = s->opts.limits;
 	r.server_id = s->server_id;
-	r.features = EMB_WIRE_FEAT_PUSH_SESSION;
+	r.features = EMB_WIRE_FEAT_PUSH_SESSION | EMB_WIRE_FEAT_PULL_MANY;
 	/* A client that came over TCP learns it may move to RDMA, at this
 	 * host and port number (docs/protocol.md, HELLO). */
 	if (s->rdma)
@@ -762,6 +762,8 @@ int emb__handle(struct emb_server *s, struct emb_conn *c, struct srv_conn *sc,
 		return on_hello(s, c, sc, req, f);
 	case EMB_OP_PULL:
 		return on_pull(s, req, f);
+	case EMB_OP_PULL_MANY:
+		return emb__on_pull_many(s, req, f);
 	case EMB_OP_PUSH:
 		return on_push(s, req, f);
 	case EMB_OP_PING:

@@ -52,6 +52,7 @@ static inline uint32_t emb_lat_op_of(uint8_t opcode)
 {
 	switch (opcode) {
 	case EMB_OP_PULL:
+	case EMB_OP_PULL_MANY:
 		return EMB_LAT_PULL;
 	case EMB_OP_PUSH:
 		return EMB_LAT_PUSH;

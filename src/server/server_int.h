@@ -329,6 +329,12 @@ void emb__reply_sync_ack(void *arg, struct emb_req *req, int status);
 int emb__handle(struct emb_server *s, struct emb_conn *c, struct srv_conn *sc,
 		struct emb_req *req, const struct emb_wire_frame *f);
 
+/* ---- many.c ---- */
+
+/* PULL_MANY (proto/wire_many.h), as emb__handle()'s handlers. Returns 0. */
+int emb__on_pull_many(struct emb_server *s, struct emb_req *req,
+		      const struct emb_wire_frame *f);
+
 /* ---- conn.c: loops, connections, dispatch ---- */
 
 /* The listener's callbacks; arg is the server. */

@@ -31,6 +31,7 @@ static const struct {
     {"emb_cached_table_stats", sizeof(struct emb_cached_table_stats), 136},
     {"emb_client_map", sizeof(struct emb_client_map), 24},
     {"emb_client_server_table", sizeof(struct emb_client_server_table), 256},
+    {"emb_table_batch", sizeof(struct emb_table_batch), 40},
     /* Fixed value types inside the ones above: no struct_size. */
     {"emb_optim_cfg", sizeof(struct emb_optim_cfg), 40},
     {"emb_init_cfg", sizeof(struct emb_init_cfg), 12},
@@ -44,7 +45,8 @@ _Static_assert(offsetof(struct emb_client_opts, struct_size) == 0 &&
 		   offsetof(struct emb_client_table_stats, struct_size) == 0 &&
 		   offsetof(struct emb_cached_table_stats, struct_size) == 0 &&
 		   offsetof(struct emb_client_map, struct_size) == 0 &&
-		   offsetof(struct emb_client_server_table, struct_size) == 0,
+		   offsetof(struct emb_client_server_table, struct_size) == 0 &&
+		   offsetof(struct emb_table_batch, struct_size) == 0,
 	       "struct_size opens every sized struct");
 
 static size_t size_v0(const char *type)

@@ -101,6 +101,7 @@ struct server {
 	struct emb_client *c;	    /* owner */
 	uint32_t state;		    /* enum srv_state */
 	bool sessions;		    /* it applies retried pushes once */
+	bool pull_many;		    /* it takes PULL_MANY (many.c) */
 	struct part *wait_head;	    /* parts waiting for a conn, FIFO */
 	struct part *wait_tail;	    /* last of them */
 	struct part *fly;	    /* parts posted on conn, not yet done */
@@ -424,6 +425,20 @@ int emb__op_parts(struct emb_async *op, uint32_t nparts);
 /* A buffer for an error message per part of a call whose success has no
  * payload. 0 or -ENOMEM. */
 int emb__op_err_bufs(struct emb_async *op);
+/*
+ * Loop thread: what posting op does around its parts' sends (op.c),
+ * for a caller that sends them itself (many.c): begin counts them, end
+ * finishes op once every part has ended.
+ */
+void emb__op_issue_begin(struct emb_async *op);
+void emb__op_issue_end(struct emb_async *op);
+/*
+ * emb_client_table_pull_async() but not posted: the op's parts are ready
+ * for emb__op_issue_begin() and their sends (an op of no parts is done).
+ */
+int emb__pull_prepare(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, float *out, uint32_t flags, uint8_t *found,
+		      struct emb_async **op);
 /* Loop thread: op is over; wakes its waiter. */
 void emb__op_complete(struct emb_async *op);
 /* Any thread: blocks until op is over (it stays the caller's). */
@@ -440,6 +455,14 @@ void *emb__conn_loop(void *arg);
 /* Loop thread: posts p on its server's conn, or queues it until the
  * server is up again. */
 void emb__conn_post(struct emb_client *c, struct part *p);
+/*
+ * Loop thread: p's call completed with status and resp (the answer's
+ * header, its payload in p->req.resp), as if p had been posted by
+ * emb__conn_post() (p in its server's fly list): a lost conn sends it
+ * again while the deadline allows, else it ends.
+ */
+void emb__conn_part_done(struct part *p, int status,
+			 const struct emb_frame_hdr *resp);
 /* Loop thread: ends every part waiting on s with status. */
 void emb__conn_fail_waiting(struct server *s, int status);
 /* Loop thread: p is posted on one of s's conns (p->retry.reading: its

@@ -202,6 +202,12 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 	c->fns->end(p, status, resp);
 }
 
+void emb__conn_part_done(struct part *p, int status,
+			 const struct emb_frame_hdr *resp)
+{
+	part_done(p, status, resp);
+}
+
 void emb__conn_post(struct emb_client *c, struct part *p)
 {
 	struct server *s = &c->srv[p->req.server];
@@ -307,6 +313,7 @@ static int hello_check(struct server *s, const struct emb_frame_hdr *rhdr,
 			s->port);
 	s->server_id = hr.server_id;
 	s->sessions = hr.features & EMB_WIRE_FEAT_PUSH_SESSION;
+	s->pull_many = hr.features & EMB_WIRE_FEAT_PULL_MANY;
 	s->rdma_offered = hr.features & EMB_WIRE_FEAT_RDMA;
 	return 0;
 }

@@ -360,6 +360,52 @@ int emb_client_table_push_async(struct emb_client_table *t, const uint64_t *ids,
 				uint32_t n, const float *grads, uint64_t step,
 				uint32_t rank, struct emb_async **op);
 
+/*
+ * One table's part of a call over several tables (a sized struct: set
+ * struct_size, e.g. with EMB_SIZED(struct emb_table_batch)). rows: pull,
+ * out[i * stride ...] filled as emb_client_table_pull() fills it; push,
+ * the gradients (only read). found: pull with EMB_CLIENT_NOCREATE, as for
+ * emb_client_table_pull() (may be NULL); push ignores it.
+ */
+struct emb_table_batch {
+	uint32_t struct_size; /* bytes of this struct (sized structs) */
+	uint32_t n;	      /* ids in ids[] */
+	struct emb_client_table *table; /* a table of the calling client */
+	const uint64_t *ids;
+	float *rows;
+	uint8_t *found;
+};
+
+/* Most entries in one pull_many or push_many call. */
+#define EMB_CLIENT_MANY_MAX 4096u
+
+/*
+ * The pulls of b[0..nb) (every table of a step), all in flight at once:
+ * each entry is pulled exactly as emb_client_table_pull(entry, flags)
+ * would, but the entries' parts for one server travel in one PULL_MANY
+ * frame (docs/protocol.md) where the server offers it, so a step over many
+ * tables costs one request and round trip per server. The stride is
+ * b[0].struct_size and every entry must have the same. 0, or the first
+ * error in entry order (the last error's message is that entry's; rows of
+ * the other entries may be filled); EMB_EBADARG for a NULL or foreign
+ * table, nb > EMB_CLIENT_MANY_MAX or an entry's bad arguments (no entry
+ * is then waited for beyond those started before it, which are).
+ */
+int emb_client_pull_many(struct emb_client *c, const struct emb_table_batch *b,
+			 size_t nb, uint32_t flags);
+
+/*
+ * The pushes of b[0..nb), as emb_client_table_push(entry, step, rank) for
+ * each, all in flight at once (one PUSH per entry and server, sent back to
+ * back, so the step waits about one round trip): each keeps every
+ * guarantee of a single push
+ * (applied at most once across retries, forwarded to backups, refused
+ * whole if not finite). An entry that fails does not undo the others. 0,
+ * or the first error in entry order, as for emb_client_pull_many().
+ */
+int emb_client_push_many(struct emb_client *c, const struct emb_table_batch *b,
+			 size_t nb, uint64_t step, uint32_t rank);
+
 /* Waits for op, frees it, and returns its status. */
 int emb_async_wait(struct emb_async *op);
 /* True once op has finished (emb_async_wait will not block). */

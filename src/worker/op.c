@@ -519,22 +519,32 @@ static void part_send(struct emb_client *c, struct part *p)
 	emb__conn_post(c, p);
 }
 
+void emb__op_issue_begin(struct emb_async *op)
+{
+	/* Registered here, on the loop, once per buffer's life. */
+	if (op->rbuf)
+		emb__respbuf_reg(op->rbuf);
+	/* Count all parts first: a part that fails at once must not see
+	 * pending reach 0 while later parts are still unposted. */
+	op->pending = op->nparts + 1;
+}
+
+void emb__op_issue_end(struct emb_async *op)
+{
+	if (--op->pending == 0)
+		op_finish(op);
+}
+
 /* Loop thread: posts every part of op. */
 static void op_issue(void *arg)
 {
 	struct emb_async *op = arg;
 	uint32_t nparts = op->nparts;
 
-	/* Registered here, on the loop, once per buffer's life. */
-	if (op->rbuf)
-		emb__respbuf_reg(op->rbuf);
-	/* Count all parts first: a part that fails at once must not see
-	 * pending reach 0 while later parts are still unposted. */
-	op->pending = nparts + 1;
+	emb__op_issue_begin(op);
 	for (uint32_t k = 0; k < nparts; k++)
 		part_send(op->c, &op->parts[k]);
-	if (--op->pending == 0)
-		op_finish(op);
+	emb__op_issue_end(op);
 }
 
 int emb__op_post(struct emb_async *op)
@@ -595,11 +605,12 @@ static int arrange_dedup(struct emb_async *op, struct call *a,
 /*
  * The one skeleton of the data calls: an op of kind k for the call a,
  * its batch arranged by server (or by replica group), cut into parts,
- * given response buffers and payloads, and posted. 0 and the op in *opp,
- * or negative (nothing was sent).
+ * given response buffers and payloads, and posted (unless !post: the
+ * caller sends the parts, many.c). 0 and the op in *opp, or negative
+ * (nothing was sent).
  */
 static int op_start(const struct kind *k, struct call *a,
-		    struct emb_async **opp)
+		    struct emb_async **opp, bool post)
 {
 	struct emb_client *c = a->t->c;
 	const bool rep = k->by_group && c->cmap;
@@ -634,7 +645,7 @@ static int op_start(const struct kind *k, struct call *a,
 		goto err;
 	for (uint32_t j = 0; j < op->nparts; j++)
 		k->payload(op, a, &op->parts[j]);
-	rc = emb__op_post(op);
+	rc = post ? emb__op_post(op) : 0;
 	if (rc)
 		goto err;
 	*opp = op;
@@ -646,7 +657,7 @@ err:
 
 static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 		      uint32_t n, float *out, uint32_t flags, uint8_t *found,
-		      struct emb_async **opp)
+		      struct emb_async **opp, bool post)
 {
 	const bool with_state = flags & EMB_CLIENT_WITH_STATE;
 	struct call a = {.t = t, .ids = ids, .n = n, .out = out,
@@ -658,7 +669,7 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	a.stride = with_state ? t->row_floats : t->spec.dim;
 	a.flags = (flags & EMB_CLIENT_NOCREATE ? EMB_F_NOCREATE : 0) |
 		  (with_state ? EMB_F_WITH_STATE : 0);
-	return op_start(&pull_kind, &a, opp);
+	return op_start(&pull_kind, &a, opp, post);
 }
 
 static int push_start(struct emb_client_table *t, const uint64_t *ids,
@@ -671,16 +682,17 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 	if (!t || (n && (!ids || !grads)))
 		return EMB_EBADARG;
 	a.stride = t->spec.dim;
-	return op_start(&push_kind, &a, opp);
+	return op_start(&push_kind, &a, opp, true);
 }
 
 int emb_client_table_pull_async(struct emb_client_table *t, const uint64_t *ids,
 				uint32_t n, float *out, uint32_t flags,
 				uint8_t *found, struct emb_async **op)
 {
-	return emb__client_err(t ? t->c : NULL,
-			       op ? pull_start(t, ids, n, out, flags, found, op)
-				  : EMB_EBADARG);
+	return emb__client_err(
+	    t ? t->c : NULL,
+	    op ? pull_start(t, ids, n, out, flags, found, op, true)
+	       : EMB_EBADARG);
 }
 
 int emb_client_table_push_async(struct emb_client_table *t, const uint64_t *ids,
@@ -692,12 +704,24 @@ int emb_client_table_push_async(struct emb_client_table *t, const uint64_t *ids,
 				  : EMB_EBADARG);
 }
 
+int emb__pull_prepare(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, float *out, uint32_t flags, uint8_t *found,
+		      struct emb_async **op)
+{
+	int rc = pull_start(t, ids, n, out, flags, found, op, false);
+
+	/* A pull of nothing has no part to wait for: over already. */
+	if (!rc && !(*op)->nparts)
+		(*op)->done = true;
+	return rc;
+}
+
 int emb_client_table_pull(struct emb_client_table *t, const uint64_t *ids,
 			  uint32_t n, float *out, uint32_t flags,
 			  uint8_t *found)
 {
 	struct emb_async *op;
-	int rc = pull_start(t, ids, n, out, flags, found, &op);
+	int rc = pull_start(t, ids, n, out, flags, found, &op, true);
 
 	return rc ? emb__client_err(t ? t->c : NULL, rc) : emb_async_wait(op);
 }
@@ -723,7 +747,7 @@ static int table_assign(struct emb_client_table *t, const uint64_t *ids,
 		return EMB_EBADARG;
 	a.stride = with_state ? t->row_floats : t->spec.dim;
 	a.flags = with_state ? EMB_F_WITH_STATE : 0;
-	rc = op_start(&assign_kind, &a, &op);
+	rc = op_start(&assign_kind, &a, &op, true);
 	return rc ? rc : emb_async_wait(op);
 }
 
@@ -737,7 +761,7 @@ static int table_erase(struct emb_client_table *t, const uint64_t *ids,
 
 	if (!t || (n && !ids))
 		return EMB_EBADARG;
-	rc = op_start(&erase_kind, &a, &op);
+	rc = op_start(&erase_kind, &a, &op, true);
 	if (rc)
 		return rc;
 	/* Read the count before emb_async_wait() frees the op. */

@@ -20,6 +20,7 @@
 #include "proto/wire.h"
 #include "proto/wire_cluster.h"
 #include "proto/wire_dump.h"
+#include "proto/wire_many.h"
 #include "proto/wire_msg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -546,6 +547,48 @@ static void check_dump(const struct emb_wire_frame *f)
 	}
 }
 
+
+/*
+ * PULL_MANY: every sub-frame lies inside the payload and is itself a frame
+ * the single-frame checks accept or refuse; the sub-frames written again
+ * give the payload back byte for byte.
+ */
+static void check_many(const struct emb_wire_frame *f)
+{
+	static struct emb_wire_frame subs[EMB_WIRE_MANY_MAX];
+	uint64_t off = 0;
+	int n = emb_wire_many_decode(f, subs, EMB_WIRE_MANY_MAX);
+
+	if (n <= 0)
+		return;
+	must(n == (int)f->hdr.count, "pull_many count");
+	for (int i = 0; i < n; i++) {
+		const struct emb_wire_frame *s = &subs[i];
+
+		must(s->payload >= f->payload + EMB_WIRE_HDR_SIZE &&
+			 s->payload + s->hdr.payload_len <=
+			     f->payload + f->hdr.payload_len,
+		     "sub-frame inside");
+		must(((uintptr_t)s->payload & 7) == 0, "sub-frame aligned");
+		touch(s->payload, s->hdr.payload_len);
+		check_ids(s);
+		check_simple(s);
+	}
+	/* After the checks above, which re-encode into out too. */
+	for (int i = 0; i < n; i++) {
+		const struct emb_wire_frame *s = &subs[i];
+		struct iovec v = {(void *)s->payload, s->hdr.payload_len};
+		int64_t len;
+
+		len = emb_wire_many_sub_put(out + off, &s->hdr, &v, 1);
+		must(len > 0, "sub-frame re-encoded");
+		off += (uint64_t)len;
+	}
+	must(off == f->hdr.payload_len &&
+		 memcmp(out, f->payload, off) == 0,
+	     "pull_many re-encoded");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct emb_wire_frame f;
@@ -572,6 +615,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_stats(&f);
 		check_locate(&f);
 		check_ids(&f);
+		check_many(&f);
 		check_cluster(&f);
 		check_dump(&f);
 		for (d = 0; d < sizeof(dims) / sizeof(dims[0]); d++)

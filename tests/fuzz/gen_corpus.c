@@ -14,6 +14,7 @@
 #include "proto/wire.h"
 #include "proto/wire_cluster.h"
 #include "proto/wire_dump.h"
+#include "proto/wire_many.h"
 #include "proto/wire_msg.h"
 
 static _Alignas(8) uint8_t buf[1u << 16];
@@ -57,6 +58,75 @@ static struct emb_wire_spec spec_make(const char *name, uint32_t dim)
 	s.init = EMB_INIT_CFG_DEFAULT;
 	s.seed = 42;
 	return s;
+}
+
+
+/*
+ * PULL_MANY (proto/wire_many.h): a request of two PULLs (NOCREATE on the
+ * second), and its reply: dim-3 rows, then the second's error.
+ */
+static void save_many(void)
+{
+	static const uint64_t ids[3] = {1, 2, 3};
+	static const float rows[2 * 3] = {1, 2, 3, 4, 5, 6};
+	struct emb_frame_hdr h = {.magic = EMB_WIRE_MAGIC,
+				  .version = EMB_WIRE_VERSION,
+				  .opcode = EMB_OP_PULL,
+				  .table_id = 1,
+				  .count = 2,
+				  .payload_len = 16};
+	struct iovec v = {(void *)ids, 16};
+	_Alignas(8) uint8_t err[64];
+	int64_t off = EMB_WIRE_HDR_SIZE;
+	int len;
+
+	off += emb_wire_many_sub_put(buf + off, &h, &v, 1);
+	h.req_id = 1;
+	h.table_id = 2;
+	h.count = 1;
+	h.flags = EMB_F_NOCREATE;
+	h.payload_len = 8;
+	v = (struct iovec){(void *)(ids + 2), 8};
+	off += emb_wire_many_sub_put(buf + off, &h, &v, 1);
+	emb_wire_hdr_encode(buf, &(struct emb_frame_hdr){
+				     .magic = EMB_WIRE_MAGIC,
+				     .version = EMB_WIRE_VERSION,
+				     .opcode = EMB_OP_PULL_MANY,
+				     .req_id = 12,
+				     .count = 2,
+				     .payload_len = (uint32_t)off -
+						    EMB_WIRE_HDR_SIZE});
+	save("pull_many_req", (int)off);
+
+	off = EMB_WIRE_HDR_SIZE;
+	h = (struct emb_frame_hdr){.magic = EMB_WIRE_MAGIC,
+				   .version = EMB_WIRE_VERSION,
+				   .opcode = EMB_OP_PULL | EMB_OP_RESPONSE_BIT,
+				   .table_id = 1,
+				   .count = 2,
+				   .payload_len = sizeof(rows)};
+	v = (struct iovec){(void *)rows, sizeof(rows)};
+	off += emb_wire_many_sub_put(buf + off, &h, &v, 1);
+	len = emb_wire_error_encode(err, sizeof(err), EMB_OP_PULL, 1, 2,
+				    EMB_ENOTABLE, "no table 2");
+	memcpy(&h, &(struct emb_frame_hdr){0}, sizeof(h));
+	if (len < 0 || emb_wire_hdr_decode(err, (size_t)len,
+					   &EMB_WIRE_LIMITS_DEFAULT, &h)) {
+		save("pull_many_resp", len < 0 ? len : EMB_EBADFRAME);
+		return;
+	}
+	v = (struct iovec){err + EMB_WIRE_HDR_SIZE, h.payload_len};
+	off += emb_wire_many_sub_put(buf + off, &h, &v, 1);
+	emb_wire_hdr_encode(buf, &(struct emb_frame_hdr){
+				     .magic = EMB_WIRE_MAGIC,
+				     .version = EMB_WIRE_VERSION,
+				     .opcode = EMB_OP_PULL_MANY |
+					       EMB_OP_RESPONSE_BIT,
+				     .req_id = 12,
+				     .count = 2,
+				     .payload_len = (uint32_t)off -
+						    EMB_WIRE_HDR_SIZE});
+	save("pull_many_resp", (int)off);
 }
 
 /* One seed per cluster message (common/wire_cluster.h). */
@@ -244,6 +314,7 @@ int main(int argc, char **argv)
 		rows[i] = (float)i * 0.125f - 1.0f;
 	save_cluster();
 	save_dump();
+	save_many();
 
 	save("hello_req", emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1,
 						    "tok", 3, "fuzz/tcp"));

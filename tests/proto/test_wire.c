@@ -10,6 +10,7 @@
 
 #include "common/err.h"
 #include "proto/wire.h"
+#include "proto/wire_many.h"
 #include "proto/wire_msg.h"
 #include "harness.h"
 
@@ -937,9 +938,141 @@ static void test_bad_fields(void)
 	CU_ASSERT_EQUAL(decode(buf2 + 1, (size_t)len, &f), EMB_EBADARG);
 }
 
+
+/* A PULL_MANY of two PULLs (3 and 1 ids) in buf; its frame length. */
+static size_t many_req(uint8_t op_of_second, uint32_t count)
+{
+	static const uint64_t a[3] = {1, 2, 3}, b[1] = {7};
+	struct emb_frame_hdr h = {.magic = EMB_WIRE_MAGIC,
+				  .version = EMB_WIRE_VERSION,
+				  .opcode = EMB_OP_PULL,
+				  .table_id = 4,
+				  .count = 3,
+				  .payload_len = 24};
+	struct iovec v = {(void *)a, 24};
+	int64_t off = EMB_WIRE_HDR_SIZE;
+
+	off += emb_wire_many_sub_put(buf + off, &h, &v, 1);
+	h.opcode = op_of_second;
+	h.req_id = 1;
+	h.table_id = 5;
+	h.count = 1;
+	h.flags = EMB_F_NOCREATE;
+	h.payload_len = 8;
+	v = (struct iovec){(void *)b, 8};
+	off += emb_wire_many_sub_put(buf + off, &h, &v, 1);
+	h = (struct emb_frame_hdr){.magic = EMB_WIRE_MAGIC,
+				   .version = EMB_WIRE_VERSION,
+				   .opcode = EMB_OP_PULL_MANY,
+				   .count = count,
+				   .payload_len = (uint32_t)off -
+						  EMB_WIRE_HDR_SIZE};
+	emb_wire_hdr_encode(buf, &h);
+	return (size_t)off;
+}
+
+static int many_decode(size_t len, struct emb_wire_frame *subs)
+{
+	struct emb_wire_frame f;
+	int rc = decode(buf, len, &f);
+
+	return rc ? rc : emb_wire_many_decode(&f, subs, EMB_WIRE_MANY_MAX);
+}
+
+static void test_pull_many(void)
+{
+	struct emb_wire_frame subs[EMB_WIRE_MANY_MAX], f;
+	struct emb_wire_pull_req r;
+	struct iovec v = {buf, 4};
+	struct emb_frame_hdr h = {.payload_len = 5};
+	size_t len;
+
+	CU_ASSERT_STRING_EQUAL(emb_wire_op_name(EMB_OP_PULL_MANY), "pull_many");
+	len = many_req(EMB_OP_PULL, 2);
+	/* 32 + (32 + 24) + (32 + 8): every sub-frame 8-aligned. */
+	CU_ASSERT_EQUAL_FATAL(len, 128);
+	CU_ASSERT_EQUAL_FATAL(many_decode(len, subs), 2);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_req_decode(&subs[0], &r), 0);
+	CU_ASSERT_EQUAL(r.table_id, 4);
+	CU_ASSERT_EQUAL(r.n, 3);
+	CU_ASSERT_EQUAL(r.ids[2], 3);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_req_decode(&subs[1], &r), 0);
+	CU_ASSERT_EQUAL(r.table_id, 5);
+	CU_ASSERT(r.nocreate);
+	CU_ASSERT_EQUAL(r.ids[0], 7);
+
+	/* Counts that do not match the sub-frames, or none. */
+	CU_ASSERT_EQUAL(many_decode(many_req(EMB_OP_PULL, 1), subs),
+			EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(many_decode(many_req(EMB_OP_PULL, 3), subs),
+			EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(many_decode(many_req(EMB_OP_PULL, 0), subs),
+			EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(many_decode(many_req(EMB_OP_PULL,
+					     EMB_WIRE_MANY_MAX + 1),
+				    subs),
+			EMB_ETOOMANYIDS);
+	/* A sub-frame of another opcode. */
+	CU_ASSERT_EQUAL(many_decode(many_req(EMB_OP_PUSH, 2), subs),
+			EMB_EBADFRAME);
+	/* Flags or a table id on the outer frame. */
+	len = many_req(EMB_OP_PULL, 2);
+	put32(16, 9);
+	CU_ASSERT_EQUAL(many_decode(len, subs), EMB_EBADFRAME);
+	len = many_req(EMB_OP_PULL, 2);
+	buf[6] = 1;
+	CU_ASSERT_EQUAL(many_decode(len, subs), EMB_EBADFRAME);
+	/* A sub-frame whose payload runs past the frame. */
+	len = many_req(EMB_OP_PULL, 2);
+	put32(32 + 56 + 24, 16);
+	CU_ASSERT_EQUAL(many_decode(len, subs), EMB_EBADFRAME);
+	/* Trailing bytes after the last sub-frame. */
+	len = many_req(EMB_OP_PULL, 2);
+	memset(buf + len, 0, 8);
+	put32(24, (uint32_t)len + 8 - 32);
+	CU_ASSERT_EQUAL(many_decode(len + 8, subs), EMB_EBADFRAME);
+	/* A sub-frame with a bad magic. */
+	len = many_req(EMB_OP_PULL, 2);
+	buf[32 + 56] ^= 1;
+	CU_ASSERT_EQUAL(many_decode(len, subs), EMB_EBADMAGIC);
+
+	/* Non-zero padding after an odd payload; a misnumbered answer. */
+	h = (struct emb_frame_hdr){.magic = EMB_WIRE_MAGIC,
+				   .version = EMB_WIRE_VERSION,
+				   .opcode = EMB_OP_PULL | EMB_OP_RESPONSE_BIT,
+				   .table_id = 4,
+				   .count = 1,
+				   .payload_len = 4};
+	memset(buf2, 0, sizeof(buf2));
+	v = (struct iovec){buf2, 4};
+	CU_ASSERT_EQUAL(emb_wire_many_sub_put(buf + 32, &h, &v, 1), 40);
+	h = (struct emb_frame_hdr){.magic = EMB_WIRE_MAGIC,
+				   .version = EMB_WIRE_VERSION,
+				   .opcode = EMB_OP_PULL_MANY |
+					     EMB_OP_RESPONSE_BIT,
+				   .count = 1,
+				   .payload_len = 40};
+	emb_wire_hdr_encode(buf, &h);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, 72, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_many_decode(&f, subs, 1), 1);
+	CU_ASSERT_EQUAL(subs[0].hdr.payload_len, 4);
+	buf[32 + 32 + 5] = 1;
+	CU_ASSERT_EQUAL(emb_wire_many_decode(&f, subs, 1), EMB_EBADFRAME);
+	buf[32 + 32 + 5] = 0;
+	put32(32 + 8, 1); /* req_id 1 for the first answer */
+	CU_ASSERT_EQUAL(emb_wire_many_decode(&f, subs, 1), EMB_EBADFRAME);
+	/* A whole-frame error reply is not split. */
+	f.hdr.status = EMB_EBADFRAME;
+	CU_ASSERT_EQUAL(emb_wire_many_decode(&f, subs, 1), EMB_EBADARG);
+	/* Lengths that do not add up are refused by the encoder. */
+	CU_ASSERT_EQUAL(emb_wire_many_sub_put(buf2, &h, &v, 1), EMB_EBADARG);
+}
+
 static const struct emb_test_case cases[] = {
     {"header is little-endian and 32 bytes", test_header_layout},
     {"round trips hello", test_hello},
+    {"splits PULL_MANY into its PULLs; refuses malformed ones",
+     test_pull_many},
     {"round trips create, drop and list tables", test_tables},
     {"round trips lifecycle blocks", test_lifecycle},
     {"round trips pull with and without nocreate", test_pull},

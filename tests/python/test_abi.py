@@ -53,7 +53,8 @@ def test_every_mirror_has_the_librarys_size():
     assert names == {"emb_optim_cfg", "emb_init_cfg", "emb_lifecycle_cfg",
                      "emb_client_opts", "emb_table_spec",
                      "emb_client_table_stats", "emb_client_stats",
-                     "emb_cached_table_opts", "emb_cached_table_stats"}
+                     "emb_cached_table_opts", "emb_cached_table_stats",
+                     "emb_table_batch"}
     for cls in _lib.STRUCTS:
         assert ctypes.sizeof(cls) == \
             _lib.lib.emb_struct_size(cls._c_name_.encode()), cls._c_name_
@@ -101,7 +102,7 @@ def test_sized_structs_carry_their_size():
     assert {cls._c_name_ for cls in sized} == {
         "emb_client_opts", "emb_table_spec", "emb_client_table_stats",
         "emb_client_stats", "emb_cached_table_opts",
-        "emb_cached_table_stats"}
+        "emb_cached_table_stats", "emb_table_batch"}
     for cls in sized:
         assert cls().struct_size == ctypes.sizeof(cls)
         assert cls(struct_size=5).struct_size == ctypes.sizeof(cls)

@@ -121,3 +121,28 @@ def test_no_policy_under_replicas(tmp_path):
         r = job(*extra)
         assert r.returncode != 0
         assert "Operation not supported" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_tables_per_step(servers, multi):
+    """--tables N: each batch pulls and pushes N tables, one call per
+    table or one pull_many + push_many (--multi); the wire carries N
+    tables' rows either way."""
+    one = _c(servers, "--op", "step", "--table", "tps")
+    extra = ["--multi"] if multi else []
+    r = _c(servers, "--op", "step", "--table", "tps", "--tables", "3",
+           *extra)
+    assert r["tables"] == 3 and r["multi"] is multi and r["batches"] == 30
+    assert one["tables"] == 1 and one["multi"] is False
+    # Per-batch figures are rounded averages.
+    assert abs(r["bytes_fetched_per_batch"] -
+               3 * one["bytes_fetched_per_batch"]) <= 3
+
+
+def test_tables_need_servers():
+    bad = subprocess.run([tool("embstore-bench"), "--in-process",
+                          "--tables", "2"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--tables" in bad.stderr
+    bad = subprocess.run([tool("embstore-bench"), "--tables", "0"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "--tables" in bad.stderr

@@ -78,6 +78,8 @@ static void test_struct_sizes(void)
 			sizeof(struct emb_client_map));
 	CU_ASSERT_EQUAL(emb_struct_size("emb_client_server_table"),
 			sizeof(struct emb_client_server_table));
+	CU_ASSERT_EQUAL(emb_struct_size("emb_table_batch"),
+			sizeof(struct emb_table_batch));
 	CU_ASSERT_EQUAL(emb_struct_size("emb_optim_cfg"),
 			sizeof(struct emb_optim_cfg));
 	CU_ASSERT_EQUAL(emb_struct_size("emb_init_cfg"),

@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "proto/wire.h"
+#include "proto/wire_many.h"
 #include "proto/wire_msg.h"
 #include "harness.h"
 #include "netutil.h"
@@ -877,6 +878,123 @@ static void test_pull_reply_too_big(void)
 	free(ids);
 }
 
+
+/* Appends sub-request PULL i of table tid over ids[0..n) at *off. */
+static void many_sub(uint8_t *buf, size_t *off, uint32_t i, uint32_t tid,
+		     uint16_t flags, const uint64_t *ids, uint32_t n)
+{
+	struct emb_frame_hdr h = nt_hdr(EMB_OP_PULL, i, tid, n, n * 8);
+	struct iovec v = {(void *)ids, (size_t)n * 8};
+
+	h.flags = flags;
+	*off += (size_t)emb_wire_many_sub_put(buf + *off, &h, &v, 1);
+}
+
+/* Sends PULL_MANY of count sub-frames buf[32..off); the reply in resp. */
+static void many_call(int fd, uint8_t *buf, size_t off, uint32_t count,
+		      uint64_t req_id, struct emb_wire_frame *f,
+		      uint8_t *resp, size_t cap)
+{
+	static struct emb_wire_limits lim;
+
+	lim = EMB_WIRE_LIMITS_DEFAULT;
+	emb_wire_hdr_encode(buf, &(struct emb_frame_hdr){
+				     .magic = EMB_WIRE_MAGIC,
+				     .version = EMB_WIRE_VERSION,
+				     .opcode = EMB_OP_PULL_MANY,
+				     .req_id = req_id,
+				     .count = count,
+				     .payload_len = (uint32_t)off -
+						    EMB_WIRE_HDR_SIZE});
+	CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, buf, off), 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, &f->hdr, resp, cap), 0);
+	CU_ASSERT_EQUAL(f->hdr.req_id, req_id);
+	f->payload = resp;
+	f->lim = &lim;
+}
+
+/*
+ * PULL_MANY over a raw connection: each sub-request answered as its PULL
+ * alone would be (rows, NOCREATE's bitmap, an unknown table's or too many
+ * ids' error for that sub-request only); malformed frames and replies over
+ * the frame limit are refused whole, and the connection keeps serving.
+ */
+static void test_pull_many_raw(void)
+{
+	static _Alignas(8) uint8_t buf[1u << 20], resp[1u << 20];
+	struct emb_wire_frame f, subs[EMB_WIRE_MANY_MAX];
+	struct emb_wire_pull_resp pr;
+	struct emb_wire_error e;
+	uint64_t ids[MAX_IDS + 1];
+	float want[2 * BIG_DIM];
+	struct fixture fx;
+	size_t off;
+	int fd;
+
+	fx_setup(&fx);
+	for (uint32_t i = 0; i <= MAX_IDS; i++)
+		ids[i] = 5000 + i;
+	fd = raw_ready(&fx);
+
+	off = EMB_WIRE_HDR_SIZE;
+	many_sub(buf, &off, 0, fx.id8, EMB_F_NOCREATE, ids, 3);
+	many_sub(buf, &off, 1, 77, 0, ids, 2);
+	many_sub(buf, &off, 2, fx.id1k, 0, ids + 10, 2);
+	many_sub(buf, &off, 3, fx.id8, 0, ids, MAX_IDS + 1);
+	many_call(fd, buf, off, 4, 40, &f, resp, sizeof(resp));
+	CU_ASSERT_EQUAL_FATAL(f.hdr.status, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_many_decode(&f, subs, 4), 4);
+	/* Rows that do not exist, NOCREATE: zeros, none found. */
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pull_resp_decode(&subs[0], DIM, 0, &pr),
+			      0);
+	CU_ASSERT_EQUAL(pr.n, 3);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pr.found);
+	for (uint32_t i = 0; i < 3; i++)
+		CU_ASSERT(!emb_wire_bit_test(pr.found, i));
+	for (uint32_t i = 0; i < 3 * DIM; i++)
+		CU_ASSERT_EQUAL(pr.rows[i], 0.0f);
+	/* The unknown table's error names its id. */
+	CU_ASSERT_EQUAL_FATAL(emb_wire_error_decode(&subs[1], &e), 0);
+	CU_ASSERT_EQUAL(e.status, EMB_ENOTABLE);
+	CU_ASSERT_PTR_NOT_NULL(memmem(e.msg, e.msg_len, "77", 2));
+	/* The big table's rows, as the library pulls them. */
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_pull_resp_decode(&subs[2], BIG_DIM, 0, &pr), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(fx.tb, ids + 10, 2, want, 0,
+					      NULL),
+			0);
+	CU_ASSERT_EQUAL(memcmp(pr.rows, want, sizeof(want)), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_error_decode(&subs[3], &e), 0);
+	CU_ASSERT_EQUAL(e.status, EMB_ETOOMANYIDS);
+
+	/* A reply over the 1 MiB frame limit: 5 x 64 rows of 4 KiB. */
+	off = EMB_WIRE_HDR_SIZE;
+	for (uint32_t i = 0; i < 5; i++)
+		many_sub(buf, &off, i, fx.id1k, 0, ids, MAX_IDS);
+	many_call(fd, buf, off, 5, 41, &f, resp, sizeof(resp));
+	CU_ASSERT_EQUAL(f.hdr.status, EMB_ETOOBIG);
+	/* Malformed: no sub-frame; a PUSH inside; a count that lies. */
+	off = EMB_WIRE_HDR_SIZE;
+	many_call(fd, buf, off, 0, 42, &f, resp, sizeof(resp));
+	CU_ASSERT_EQUAL(f.hdr.status, EMB_EBADFRAME);
+	many_sub(buf, &off, 0, fx.id8, 0, ids, 2);
+	buf[EMB_WIRE_HDR_SIZE + 5] = EMB_OP_PUSH;
+	many_call(fd, buf, off, 1, 43, &f, resp, sizeof(resp));
+	CU_ASSERT_EQUAL(f.hdr.status, EMB_EBADFRAME);
+	off = EMB_WIRE_HDR_SIZE;
+	many_sub(buf, &off, 0, fx.id8, 0, ids, 2);
+	many_call(fd, buf, off, 2, 44, &f, resp, sizeof(resp));
+	CU_ASSERT_EQUAL(f.hdr.status, EMB_EBADFRAME);
+
+	/* Still in step on the same connection. */
+	CU_ASSERT_EQUAL(raw_call(fd, nt_hdr(EMB_OP_PULL, 45, fx.id8, 2, 16),
+				 ids, 16),
+			0);
+	close(fd);
+	fx_check_serving(&fx);
+	fx_teardown(&fx);
+}
+
 static const struct emb_test_case cases[] = {
 	{"bad magic, version, length or opcode closes the connection",
 	 test_bad_headers},
@@ -904,6 +1022,8 @@ static const struct emb_test_case cases[] = {
 	 test_max_conns},
 	{"a PULL reply over the frame limit is an error, the library splits",
 	 test_pull_reply_too_big},
+	{"PULL_MANY answers each PULL alone; malformed ones refused whole",
+	 test_pull_many_raw},
 	{NULL, NULL},
 };
 

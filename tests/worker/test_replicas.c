@@ -604,6 +604,132 @@ static void test_moving(void)
 	}
 }
 
+/* Tables and calls of test_many_failover(). */
+struct many {
+	struct emb_table_batch push[2], pull[2];
+	int rc_push, rc_pull;
+};
+
+static void *many_push(void *arg)
+{
+	struct many *m = arg;
+
+	m->rc_push =
+	    emb_client_push_many(m->push[0].table->c, m->push, 2, 0, 0);
+	return NULL;
+}
+
+static void *many_pull(void *arg)
+{
+	struct many *m = arg;
+
+	m->rc_pull = emb_client_pull_many(m->pull[0].table->c, m->pull, 2, 0);
+	return NULL;
+}
+
+/*
+ * push_many and pull_many over two tables of different dims (other ids
+ * each), their parts on frozen server 0 (the pull's in one PULL_MANY)
+ * when it is declared dead (replicas R = 2, the map of a rebalance): both
+ * calls succeed from the live holders, each table's push applied once.
+ */
+static void test_many_failover(void)
+{
+	enum { MN = 64 };
+	static const uint32_t dims[2] = {DIM, 2 * DIM};
+	struct nt_child ch[3];
+	struct emb_client_table *t[2];
+	struct emb_client *c;
+	struct emb_cmap m;
+	struct many *mc = calloc(1, sizeof(*mc));
+	uint64_t *ids = malloc(2 * MN * sizeof(uint64_t));
+	float *rows[2], *got[2], *grads[2];
+	uint16_t ports[3];
+	float lr[2];
+	pthread_t th[2];
+
+	CU_ASSERT_FATAL(mc && ids);
+	for (int i = 0; i < 3; i++) {
+		nt_child_start(&ch[i], NULL);
+		ports[i] = ch[i].port;
+	}
+	c = client_of(ports, 3, 10000);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 3, 2), 0);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m.slot[sl][0] == 0)
+			m.slot[sl][1] = (uint16_t)(sl & 1 ? 1 : 2);
+	set_cmap(c, &m, 0);
+	for (uint32_t i = 0; i < 2 * MN; i++)
+		ids[i] = 3000000 + 7 * i;
+	for (int j = 0; j < 2; j++) {
+		struct emb_table_spec sp =
+		    nt_spec(j ? "many_b" : "many_a", dims[j], 5 + j);
+		size_t fl = (size_t)2 * MN * dims[j];
+
+		lr[j] = sp.optim.lr;
+		CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t[j]),
+				      0);
+		rows[j] = malloc(fl * sizeof(float));
+		got[j] = malloc(fl * sizeof(float));
+		grads[j] = malloc(fl * sizeof(float));
+		CU_ASSERT_FATAL(rows[j] && got[j] && grads[j]);
+		for (uint32_t i = 0; i < fl; i++) {
+			rows[j][i] = (float)(i % 97) + 0.5f * (float)j;
+			grads[j][i] = 1.0f;
+		}
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_assign(t[j], ids, 2 * MN, rows[j], false),
+		    0);
+		mc->push[j] = EMB_SIZED(struct emb_table_batch);
+		mc->push[j].table = t[j];
+		mc->push[j].ids = ids;
+		mc->push[j].n = MN;
+		mc->push[j].rows = grads[j];
+		mc->pull[j] = mc->push[j];
+		mc->pull[j].ids = ids + MN;
+		mc->pull[j].rows = got[j] + (size_t)MN * dims[j];
+	}
+
+	freeze(ch[0].pid);
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th[0], NULL, many_push, mc), 0);
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th[1], NULL, many_pull, mc), 0);
+	usleep(300 * 1000);
+	CU_ASSERT_EQUAL(emb__client_server_dead(c, 0), 0);
+	pthread_join(th[0], NULL);
+	pthread_join(th[1], NULL);
+	CU_ASSERT_EQUAL(mc->rc_push, 0);
+	CU_ASSERT_EQUAL(mc->rc_pull, 0);
+
+	/* The pulled rows as assigned; the pushed ones moved once. */
+	for (int j = 0; j < 2; j++) {
+		size_t half = (size_t)MN * dims[j];
+
+		CU_ASSERT_EQUAL(
+		    memcmp(got[j] + half, rows[j] + half, half * sizeof(float)),
+		    0);
+		mc->pull[j].ids = ids;
+		mc->pull[j].rows = got[j];
+	}
+	CU_ASSERT_EQUAL(emb_client_pull_many(c, mc->pull, 2, 0), 0);
+	for (int j = 0; j < 2; j++)
+		for (uint32_t i = 0; i < MN * dims[j]; i++)
+			CU_ASSERT_DOUBLE_EQUAL(got[j][i], rows[j][i] - lr[j],
+					       1e-4);
+
+	for (int j = 0; j < 2; j++) {
+		emb_client_table_close(t[j]);
+		free(rows[j]);
+		free(got[j]);
+		free(grads[j]);
+	}
+	emb_client_destroy(c);
+	nt_child_reap(&ch[0], SIGKILL);
+	nt_child_reap(&ch[1], SIGTERM);
+	nt_child_reap(&ch[2], SIGTERM);
+	free(mc);
+	free(ids);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -618,6 +744,8 @@ int main(int argc, char **argv)
 	     test_unreachable},
 	    {"a write refused for a fill goes again until the deadline",
 	     test_moving},
+	    {"push_many and pull_many succeed across a server's death",
+	     test_many_failover},
 	    {NULL, NULL},
 	};
 
