@@ -103,12 +103,42 @@ def _rows(a: ArrayLike, n: int, width: int, what: str,
     return a
 
 
+# What emb_optim_parse() takes (src/common/optim.c); docs/python.md's
+# table lists the same (tests/python/test_errors.py checks both).
+OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+OPTIMIZER_KEYS = ("lr", "alpha", "wd", "acc", "beta1", "beta2", "eps", "beta",
+                  "l1", "l2")
+
+
+def _optim_why(spec: str) -> str:
+    """What is wrong with an optimizer spec the library refused."""
+    name, _, rest = spec.partition(":")
+    if name not in OPTIMIZERS:
+        return (f"unknown optimizer {name!r}: want one of "
+                f"{', '.join(OPTIMIZERS)}")
+    for kv in rest.split(",") if rest else ():
+        key, eq, value = kv.partition("=")
+        if not eq:
+            return f"{kv!r} is not key=value"
+        if key not in OPTIMIZER_KEYS:
+            return (f"unknown key {key!r}: the keys are "
+                    f"{', '.join(OPTIMIZER_KEYS)}")
+        try:
+            float(value)
+        except ValueError:
+            return f"{key}={value!r} is not a number"
+    return ("a value is out of range: lr > 0; wd, acc, beta, l1, l2 >= 0; "
+            "beta1 and beta2 in [0, 1); eps > 0 (docs/python.md)")
+
+
 def _parse_optim(spec: str) -> _lib.OptimCfg:
     cfg = _lib.OptimCfg()
-    if not isinstance(spec, str) or _L.emb_optim_parse(
-            spec.encode(), byref(cfg)) != 0:
-        raise ValueError(f"bad optimizer {spec!r}: want NAME[:key=value,...]"
-                         " with NAME sgd, adagrad, adam or ftrl")
+    if not isinstance(spec, str):
+        raise TypeError(f"optimizer must be a str like 'adagrad:lr=0.05', "
+                        f"not {type(spec).__name__}")
+    if _L.emb_optim_parse(spec.encode(), byref(cfg)) != 0:
+        raise ValueError(f"bad optimizer {spec!r}: {_optim_why(spec)}; want "
+                         "NAME[:key=value,...], e.g. 'adagrad:lr=0.05'")
     return cfg
 
 
@@ -811,7 +841,8 @@ def connect(servers: Optional[str] = None, transport: Optional[str] = None,
             its rank and the worker count.
         transport: "tcp", "rdma" or "auto" (rdma where a device serves the
             address); None means $EMB_TRANSPORT, else "auto".
-        auth_token_file: file holding the servers' shared token.
+        auth_token_file: file holding the servers' shared token; None
+            means $EMB_AUTH_TOKEN_FILE when set (with servers= too).
         timeout_ms: per request; a dead or hung server raises within it.
         name: shown in the servers' logs.
         part_ids: most ids per request (larger batches are split and
@@ -840,6 +871,9 @@ def connect(servers: Optional[str] = None, transport: Optional[str] = None,
     if not isinstance(loc_cache_rows, int) or not 0 <= loc_cache_rows <= 2**30:
         raise ValueError("loc_cache_rows must be 0..2^30, not "
                          f"{loc_cache_rows!r}")
+    # The servers' token file, as for a cluster's workers (docs/security.md).
+    if auth_token_file is None and servers:
+        auth_token_file = os.environ.get("EMB_AUTH_TOKEN_FILE") or None
     token = _read_token(auth_token_file) if auth_token_file else None
     opts = _lib.ClientOpts(
         servers=servers.encode() if servers else None,

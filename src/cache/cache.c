@@ -30,6 +30,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -146,6 +147,8 @@ struct emb_cache {
 	uint32_t npinned;	 /* slots with pins > 0 */
 	uint32_t ndirty;	 /* slots with dirty set */
 	uint64_t step;		 /* updates applied: the staleness clock */
+	uint64_t bad_id;	 /* the last update refused as non-finite: */
+	uint32_t bad_elem;	 /* its first bad id and element */
 
 	struct emb_dedup *dedup; /* for the trainer thread's batches */
 	struct emb_sketch *sk;	 /* TinyLFU: how often ids were asked for */
@@ -1212,6 +1215,21 @@ int emb_cache_update(struct emb_cache *c, const float *grads)
 
 	if (!b || (b->n && !grads))
 		return -EINVAL;
+	/* A NaN or an infinity would be summed into cached rows (write-back)
+	 * or pushed, where the server refuses the push whole: refused here,
+	 * before anything changes, and the batch released as after any
+	 * failed update. The first bad element is kept for the message. */
+	if (!emb_floats_finite(grads, (size_t)b->n * dim)) {
+		for (size_t k = 0; k < (size_t)b->n * dim; k++) {
+			if (!isfinite(grads[k])) {
+				c->bad_id = b->ids[k / dim];
+				c->bad_elem = (uint32_t)(k % dim);
+				break;
+			}
+		}
+		rc = EMB_ENONFINITE;
+		goto out_release;
+	}
 	/* Sum duplicates in batch order, then update each row once, as
 	 * emb_table_push() does on the server. */
 	memset(c->gsum, 0, (size_t)b->nuniq * dim * sizeof(float));
@@ -1258,6 +1276,13 @@ out_release:
 	batch_release(c, b);
 	c->cur = NULL;
 	return rc;
+}
+
+void emb_cache_nonfinite(const struct emb_cache *c, uint64_t *id,
+			 uint32_t *elem)
+{
+	*id = c->bad_id;
+	*elem = c->bad_elem;
 }
 
 int emb_cache_flush(struct emb_cache *c)

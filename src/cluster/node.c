@@ -42,7 +42,8 @@
 #include "transport/transport.h"
 
 #define CONNECT_RETRY_MS 200
-#define CONNECT_QUIET_MS 5000 /* retries before one info line */
+#define CONNECT_QUIET_MS 3000  /* retries before a warning line */
+#define CONNECT_NAG_MS 30000   /* and between such lines */
 /* Rejoin attempts: the first soon (a restarted scheduler is up again in
  * well under a second), then doubling to a cap that keeps a node inside
  * a restarted scheduler's rejoin window (EMB_SCHED_REJOIN_MS). */
@@ -1037,7 +1038,7 @@ static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
 {
 	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
 	int64_t start = (int64_t)emb_clock_ms();
-	bool logged = false;
+	int64_t next_log = start + CONNECT_QUIET_MS;
 	int rc;
 
 	co.host = o->sched_host;
@@ -1051,17 +1052,24 @@ static int connect_retry(struct emb_node *n, const struct emb_node_opts *o,
 			return rc;
 		if (o->cancel && *o->cancel)
 			return -ECANCELED;
-		/* The scheduler coming up after its nodes is normal: one
-		 * line, and only once the wait gets long. */
+		/* The scheduler coming up after its nodes is normal, so
+		 * nothing is said at first; once the wait gets long, a line
+		 * at the default level (and then every CONNECT_NAG_MS) says
+		 * what this process waits for, rather than a silent hang. */
 		emb_log(EMB_LOG_DEBUG, "waiting for scheduler %s: %s", n->sched,
 			emb_strerror(rc));
-		if (!logged &&
-		    (int64_t)emb_clock_ms() - start >= CONNECT_QUIET_MS) {
-			emb_log(EMB_LOG_INFO,
-				"still waiting for scheduler %s after %d s: %s",
-				n->sched, CONNECT_QUIET_MS / 1000,
-				emb_strerror(rc));
-			logged = true;
+		if ((int64_t)emb_clock_ms() >= next_log) {
+			emb_log(EMB_LOG_WARN,
+				"waiting for the scheduler at %s "
+				"(EMB_SCHED_HOST/EMB_SCHED_PORT) for %lld s: "
+				"%s; giving up in %lld s",
+				n->sched,
+				(long long)((int64_t)emb_clock_ms() - start) /
+				    1000,
+				emb_strerror(rc),
+				(long long)(deadline - (int64_t)emb_clock_ms()) /
+				    1000);
+			next_log = (int64_t)emb_clock_ms() + CONNECT_NAG_MS;
 		}
 		usleep(CONNECT_RETRY_MS * 1000);
 	}

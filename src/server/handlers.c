@@ -138,11 +138,15 @@ static int on_create(struct emb_server *s, struct srv_conn *sc,
 	rc = emb_wire_create_req_decode(f, &spec);
 	if (!rc)
 		rc = emb__tables_create(s, &spec, &id, sc->admin, false);
-	if (rc == EMB_ETABLEEXISTS)
-		return emb__reply_error(
-		    s, req, rc,
-		    "a table of that name exists with another "
-		    "dim, optimizer, initializer or seed");
+	if (rc == EMB_ETABLEEXISTS) {
+		char why[512];
+
+		if (emb__tables_spec_diff(s, &spec, why, sizeof(why)))
+			snprintf(why, sizeof(why),
+				 "a table of that name exists with another "
+				 "dim, optimizer, initializer or seed");
+		return emb__reply_error(s, req, rc, why);
+	}
 	if (rc)
 		return emb__reply_error(s, req, rc, NULL);
 	emb__reply_ack(s, req, id, 0);

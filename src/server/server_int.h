@@ -253,6 +253,12 @@ void emb__tables_unpin_on(struct srv_loop *l, struct srv_table *st);
  * EMB_ETABLEEXISTS, EMB_ETOOMANYTABLES, -ENOMEM and the errors of
  * emb_table_create().
  */
+/* Which field of spec differs from its existing table's, and both values,
+ * as a message into buf; -1 if no table of spec's name exists. Takes
+ * tables_lock for reading. */
+int emb__tables_spec_diff(struct emb_server *s,
+			  const struct emb_wire_spec *spec, char *buf,
+			  size_t cap);
 int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
 		       uint32_t *id_out, bool admin, bool own);
 /* Drops table id from the registry; its memory goes with its last use.

@@ -16,10 +16,12 @@
 #include "server/tables.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
+#include "common/init.h"
 #include "common/log.h"
 #include "common/optim.h"
 
@@ -241,6 +243,63 @@ static bool same_spec(const struct emb_wire_spec *a,
 	return a->dim == b->dim && a->seed == b->seed &&
 	       memcmp(&a->optim, &b->optim, sizeof(a->optim)) == 0 &&
 	       memcmp(&a->init, &b->init, sizeof(a->init)) == 0;
+}
+
+static int optim_str(const struct emb_optim_cfg *o, char *buf, size_t cap)
+{
+	return snprintf(buf, cap,
+			"%s:lr=%g,wd=%g,acc=%g,beta1=%g,beta2=%g,eps=%g,"
+			"beta=%g,l1=%g,l2=%g",
+			emb_optim_name(o->kind), (double)o->lr,
+			(double)o->weight_decay, (double)o->initial_accumulator,
+			(double)o->beta1, (double)o->beta2, (double)o->eps,
+			(double)o->ftrl_beta, (double)o->l1, (double)o->l2);
+}
+
+int emb__tables_spec_diff(struct emb_server *s,
+			  const struct emb_wire_spec *spec, char *buf,
+			  size_t cap)
+{
+	const struct emb_wire_spec *have = NULL;
+	char a[160], b[160];
+	int n = -1;
+
+	pthread_rwlock_rdlock(&s->tables_lock);
+	for (uint32_t i = 0; i < s->opts.limits.max_tables && !have; i++)
+		if (s->tables[i] && strcmp(s->tables[i]->spec.name,
+					   spec->name) == 0)
+			have = &s->tables[i]->spec;
+	if (!have) {
+		n = -1;
+	} else if (have->dim != spec->dim) {
+		n = snprintf(buf, cap,
+			     "table %s exists with dim %u; this CREATE asks "
+			     "dim %u",
+			     spec->name, have->dim, spec->dim);
+	} else if (memcmp(&have->optim, &spec->optim, sizeof(have->optim))) {
+		optim_str(&have->optim, a, sizeof(a));
+		optim_str(&spec->optim, b, sizeof(b));
+		n = snprintf(buf, cap,
+			     "table %s exists with optimizer %s; this CREATE "
+			     "asks %s",
+			     spec->name, a, b);
+	} else if (memcmp(&have->init, &spec->init, sizeof(have->init))) {
+		n = snprintf(buf, cap,
+			     "table %s exists with initializer %s a=%g b=%g; "
+			     "this CREATE asks %s a=%g b=%g",
+			     spec->name, emb_init_name(have->init.kind),
+			     (double)have->init.a, (double)have->init.b,
+			     emb_init_name(spec->init.kind),
+			     (double)spec->init.a, (double)spec->init.b);
+	} else if (have->seed != spec->seed) {
+		n = snprintf(buf, cap,
+			     "table %s exists with seed %llu; this CREATE "
+			     "asks seed %llu",
+			     spec->name, (unsigned long long)have->seed,
+			     (unsigned long long)spec->seed);
+	}
+	pthread_rwlock_unlock(&s->tables_lock);
+	return n < 0 ? -1 : 0;
 }
 
 /*

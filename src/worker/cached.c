@@ -197,9 +197,23 @@ int emb_cached_table_lookup(struct emb_cached_table *ct, const uint64_t *ids,
 
 int emb_cached_table_push_grads(struct emb_cached_table *ct, const float *grads)
 {
+	int rc;
+
 	if (ct->write_back && emb__client_table_mode(ct->t) == EMB_MODE_SYNC)
 		return emb__err(EMB_EBADARG);
-	return emb__err(emb_cache_update(ct->cache, grads));
+	rc = emb_cache_update(ct->cache, grads);
+	if (rc == EMB_ENONFINITE) {
+		uint64_t id;
+		uint32_t elem;
+
+		emb_cache_nonfinite(ct->cache, &id, &elem);
+		emb__err_set(rc,
+			     "table %s: the gradient of id %llu (element %u) is "
+			     "NaN or infinite; nothing of this batch was applied",
+			     emb_client_table_spec(ct->t)->name,
+			     (unsigned long long)id, elem);
+	}
+	return emb__err(rc);
 }
 
 int emb_cached_table_flush(struct emb_cached_table *ct)

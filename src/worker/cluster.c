@@ -243,10 +243,18 @@ static int from_env(const struct emb_client_opts *opts, struct emb_client **out)
 		co.transport = getenv("EMB_TRANSPORT");
 	rc = emb_cluster_env_read(&env, &bad);
 	if (rc) {
+		emb__err_set(rc, "cluster environment: bad %s", bad);
 		emb_log(EMB_LOG_ERROR, "cluster environment: bad %s", bad);
 		return rc;
 	}
 	if (!env.sched_host[0] && !env.servers && !env.coordinator) {
+		emb__err_set(-EINVAL,
+			     "no servers and no cluster environment: give the "
+			     "servers (host:port,...; Python: "
+			     "connect(servers=...)), or join a cluster: "
+			     "EMB_SCHED_HOST (or MS_SCHED_HOST) with "
+			     "EMB_SCHED_PORT, as embstore launch sets them; "
+			     "EMB_COORDINATOR; or PADDLE_PSERVERS_IP_PORT_LIST");
 		emb_log(EMB_LOG_ERROR,
 			"cluster environment: none of EMB_SCHED_HOST, "
 			"EMB_COORDINATOR and PADDLE_PSERVERS_IP_PORT_LIST is "
@@ -292,6 +300,13 @@ static int from_env(const struct emb_client_opts *opts, struct emb_client **out)
 		no.role = EMB_ROLE_WORKER;
 		no.join_timeout_ms = env.join_timeout_ms;
 		rc = emb_node_create(&no, &node);
+		if (rc && rc != -ECANCELED)
+			emb__err_set(rc,
+				     "cannot join the cluster through the "
+				     "scheduler at %s:%u (EMB_SCHED_HOST/"
+				     "EMB_SCHED_PORT): %s",
+				     env.sched_host, env.sched_port,
+				     emb_strerror(rc));
 	} else {
 		rc = static_node(&env, &node);
 	}

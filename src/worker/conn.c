@@ -17,6 +17,7 @@
 #include "worker/embstore.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
+#include "worker/abi.h"
 #include "worker/client_int.h"
 #include "worker/respbuf.h"
 #include "cluster/hello.h"
@@ -783,6 +785,33 @@ static void move_to_rdma(struct emb_client *c, struct server *s)
 	emb_conn_destroy(tcp);
 }
 
+/*
+ * A connection to srv could not be made: the last error names the address
+ * and the cause, and an unresolvable host is told apart from the other
+ * EINVALs of a connect (the transports map a failed lookup to it).
+ */
+static void connect_failed(const struct server *srv, const char *via, int rc)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+	struct addrinfo *ai = NULL;
+	int gai = 0;
+
+	if (rc == -EINVAL) {
+		gai = getaddrinfo(srv->host, NULL, &hints, &ai);
+		if (ai)
+			freeaddrinfo(ai);
+	}
+	if (gai)
+		emb__err_set(rc, "connect to server %s:%u: cannot resolve "
+				 "host %s: %s",
+			     srv->host, srv->port, srv->host, gai_strerror(gai));
+	else
+		emb__err_set(rc, "could not connect to server %s:%u over %s",
+			     srv->host, srv->port, via);
+	emb_log(EMB_LOG_WARN, "connect to %s:%u over %s: %s", srv->host,
+		srv->port, via, emb_strerror(rc));
+}
+
 int emb__conn_connect_all(struct emb_client *c, const char *transport,
 		       const struct emb_client_opts *opts)
 {
@@ -821,13 +850,17 @@ int emb__conn_connect_all(struct emb_client *c, const char *transport,
 		co.via = via_for(c, &c->srv[i]);
 		rc = emb_conn_create(c->tr, &co, &c->srv[i].conn);
 		if (rc) {
-			emb_log(EMB_LOG_WARN, "connect to %s:%u over %s: %s",
-				c->srv[i].host, c->srv[i].port,
-				co.via ? co.via : transport, emb_strerror(rc));
+			connect_failed(&c->srv[i], co.via ? co.via : transport,
+				       rc);
 			goto err;
 		}
 		rc = hello(c, &c->srv[i]);
 		if (rc) {
+			/* The server's own message, if it sent one, says
+			 * more (a bad token, too many connections). */
+			emb__err_set(rc, "hello to server %s:%u: %s",
+				     c->srv[i].host, c->srv[i].port,
+				     emb_strerror(rc));
 			emb_log(EMB_LOG_WARN, "hello to %s:%u: %s",
 				c->srv[i].host, c->srv[i].port,
 				emb_strerror(rc));

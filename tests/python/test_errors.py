@@ -7,7 +7,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import re
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -93,6 +96,159 @@ def test_bad_server_list():
     with pytest.raises(embstore.Error) as e:
         embstore.connect(servers="no-port-here:x", transport="tcp")
     assert e.value.code < 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: nobody listens there
+
+
+def test_refused_connection_names_the_address():
+    port = _free_port()
+    with pytest.raises(embstore.ConnectionError) as e:
+        embstore.connect(servers=f"127.0.0.1:{port}", transport="tcp")
+    assert f"127.0.0.1:{port}" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("servers, why", [
+    ("127.0.0.1", 'entry 1 "127.0.0.1": no port'),
+    ("127.0.0.1:70000", 'entry 1 "127.0.0.1:70000": the port is not a '
+                        "number in 1..65535"),
+    ("127.0.0.1:7000,,127.0.0.1:7001", 'entry 2 "": empty entry'),
+    ("127.0.0.1:7000,host:x", 'entry 2 "host:x": the port is not a number'),
+    ("fe80::1:7000", "an IPv6 address needs brackets"),
+    (":7000", "no host"),
+])
+def test_bad_server_entry_is_named(servers, why):
+    with pytest.raises(embstore.Error) as e:
+        embstore.connect(servers=servers, transport="tcp")
+    assert e.value.name == "EINVAL"
+    assert why in str(e.value), str(e.value)
+
+
+def test_unknown_host_is_named():
+    with pytest.raises(embstore.Error) as e:
+        embstore.connect(servers="nosuchhost.invalid:7000", transport="tcp")
+    assert "cannot resolve host nosuchhost.invalid" in str(e.value)
+
+
+def test_connect_without_servers_or_environment(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith(("EMB_", "MS_", "PADDLE_")):
+            monkeypatch.delenv(k)
+    with pytest.raises(embstore.Error) as e:
+        embstore.connect()
+    msg = str(e.value)
+    for what in ("servers", "EMB_SCHED_HOST", "EMB_COORDINATOR",
+                 "PADDLE_PSERVERS_IP_PORT_LIST"):
+        assert what in msg, msg
+
+
+def test_waiting_for_the_scheduler_is_said(tmp_path):
+    """A worker whose scheduler is not there says so on stderr at the
+    default log level, within seconds, instead of waiting in silence."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("EMB_", "MS_", "PADDLE_"))}
+    env.update(EMB_SCHED_HOST="127.0.0.1", EMB_SCHED_PORT=str(port))
+    p = subprocess.Popen([sys.executable, "-c",
+                          "import embstore; embstore.connect()"],
+                         env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = p.stderr.readline()
+            if "waiting for the scheduler" in line or not line:
+                break
+        assert f"waiting for the scheduler at 127.0.0.1:{port}" in line, line
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_auth_token_file_from_the_environment(start_server, tmp_path,
+                                              monkeypatch):
+    tok = tmp_path / "token"
+    tok.write_text("s3cret\n")
+    s = start_server("--auth-token-file", str(tok))
+    monkeypatch.setenv("EMB_AUTH_TOKEN_FILE", str(tok))
+    with embstore.connect(servers=s.addr, transport="tcp") as c:
+        assert c.table("authed_env", 4).pull([1]).shape == (1, 4)
+
+
+def test_table_spec_mismatch_names_the_field(start_server):
+    s = start_server()
+    with embstore.connect(servers=s.addr, transport="tcp") as c:
+        c.table("spec_mm", 16, optimizer="sgd:lr=0.1", seed=3)
+        with pytest.raises(embstore.TableError) as e:
+            c.table("spec_mm", 32, optimizer="sgd:lr=0.1", seed=3)
+        assert "exists with dim 16; this CREATE asks dim 32" in str(e.value)
+        with pytest.raises(embstore.TableError) as e:
+            c.table("spec_mm", 16, optimizer="adagrad:lr=0.1", seed=3)
+        assert "exists with optimizer sgd:lr=0.1" in str(e.value)
+        assert "asks adagrad:lr=0.1" in str(e.value)
+        with pytest.raises(embstore.TableError) as e:
+            c.table("spec_mm", 16, optimizer="sgd:lr=0.1", seed=4)
+        assert "exists with seed 3; this CREATE asks seed 4" in str(e.value)
+
+
+def test_nan_through_a_cached_table(start_server):
+    s = start_server()
+    with embstore.connect(servers=s.addr, transport="tcp") as c:
+        t = c.table("nan_cached", 4, optimizer="sgd:lr=1", init="zeros")
+        for mode in ("back", "through"):
+            ct = t.cached(rows=64, mode=mode)
+            ct.lookup([1, 2, 3])
+            g = np.ones((3, 4), np.float32)
+            g[1, 2] = np.nan
+            with pytest.raises(embstore.NonFiniteError) as e:
+                ct.push_grads(g)
+            assert ("table nan_cached: the gradient of id 2 (element 2)"
+                    in str(e.value)), str(e.value)
+            # Nothing was applied, and the cache trains on.
+            ct.lookup([1, 2, 3])
+            ct.push_grads(np.ones((3, 4), np.float32))
+            ct.flush()
+            ct.close()
+        assert (t.pull([1, 2, 3]) == -2).all()
+
+
+@pytest.mark.parametrize("spec, why", [
+    ("adagrd:lr=1", "unknown optimizer 'adagrd'"),
+    ("adagrad:lrr=1", "unknown key 'lrr': the keys are lr, alpha"),
+    ("adagrad:lr", "'lr' is not key=value"),
+    ("adagrad:lr=fast", "lr='fast' is not a number"),
+    ("adam:beta1=1.5", "a value is out of range"),
+])
+def test_bad_optimizer_says_which_part(start_server, spec, why):
+    s = start_server()
+    with embstore.connect(servers=s.addr, transport="tcp") as c:
+        with pytest.raises(ValueError) as e:
+            c.table("bad_optim", 4, optimizer=spec)
+    assert why in str(e.value), str(e.value)
+
+
+def test_optimizer_table_of_the_docs_is_the_parsers():
+    """docs/python.md's table lists every optimizer and key the parser
+    takes (so it cannot drift), and each key parses."""
+    from embstore import client as cl
+    text = (ROOT / "docs" / "python.md").read_text()
+    sec = text.split("### Optimizers and initializers", 1)[1]
+    sec = sec.split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| (.*?) \|", sec, re.M)
+    names = [n for n, _ in rows]
+    assert set(cl.OPTIMIZERS) <= set(names), names
+    keys = set(re.findall(r"`(\w+)=`", sec))
+    assert keys == set(cl.OPTIMIZER_KEYS), keys
+    for name in cl.OPTIMIZERS:
+        for key in cl.OPTIMIZER_KEYS:
+            cl._parse_optim(f"{name}:{key}=0.5")
+    for init in ("zeros", "constant:0.5", "uniform:-0.1,0.1",
+                 "normal:0,0.01"):
+        assert f"`{init}`" in sec
+        cl._parse_init(init)
 
 
 def test_auth(start_server, tmp_path):
