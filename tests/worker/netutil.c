@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/hash.h"
 #include "proto/wire_msg.h"
 #include "harness.h"
 
@@ -342,4 +343,24 @@ void nt_child_reap(struct nt_child *ch, int sig)
 		unlink(ch->log);
 		ch->log[0] = '\0';
 	}
+}
+
+float nt_dyadic(uint64_t *rng)
+{
+	return (float)((int)(emb_splitmix64(rng) % 129) - 64) / 64.0f;
+}
+
+struct emb_table *nt_ref_table(const struct emb_table_spec *sp)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct emb_table *t = NULL;
+
+	o.name = sp->name;
+	o.dim = sp->dim;
+	o.optim = sp->optim;
+	o.init = sp->init;
+	o.seed = sp->seed;
+	o.nshards = 4;
+	CU_ASSERT_EQUAL_FATAL(emb_table_create(&o, &t), 0);
+	return t;
 }

@@ -18,6 +18,7 @@
 
 #include "proto/wire.h"
 #include "server/server.h"
+#include "store/store.h"
 #include "worker/embstore.h"
 
 /* Options for an in-process server on 127.0.0.1, port 0, two loops. */
@@ -34,6 +35,15 @@ struct emb_client *nt_client(const char *servers, uint32_t timeout_ms);
 
 /* A table spec with every field set: SGD, uniform init unless changed. */
 struct emb_table_spec nt_spec(const char *name, uint32_t dim, uint64_t seed);
+
+/* k/64 for a random k in [-64, 64]: sums of a few such values are exact in
+ * any order, so rows pushed through servers compare bit for bit with a
+ * reference. */
+float nt_dyadic(uint64_t *rng);
+
+/* An in-process table (4 shards) with sp's name, dim, optimizer,
+ * initializer and seed: the reference a test replays its calls on. */
+struct emb_table *nt_ref_table(const struct emb_table_spec *sp);
 
 /*
  * Polls emb_server_stats() for up to 5 s until conns_open == want; returns

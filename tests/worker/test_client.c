@@ -17,41 +17,12 @@
 
 #include "common/err.h"
 #include "harness.h"
+#include "common/hash.h"
 #include "netutil.h"
 #include "server/server.h"
 #include "store/store.h"
 
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* k/64 for k in [-64, 64]: sums of a few are exact in any order. */
-static float dyadic(uint64_t *s)
-{
-	return (float)((int)(splitmix(s) % 129) - 64) / 64.0f;
-}
-
 /* A local table with the spec's configuration: the reference. */
-static struct emb_table *ref_table(const struct emb_table_spec *sp)
-{
-	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
-	struct emb_table *t = NULL;
-
-	o.name = sp->name;
-	o.dim = sp->dim;
-	o.optim = sp->optim;
-	o.init = sp->init;
-	o.seed = sp->seed;
-	o.nshards = 4;
-	CU_ASSERT_EQUAL_FATAL(emb_table_create(&o, &t), 0);
-	return t;
-}
-
 static struct emb_client_table *make_table(struct emb_client *c,
 					   const struct emb_table_spec *sp)
 {
@@ -107,7 +78,7 @@ static void run_against_store(bool with_state)
 	nt_addr_list(addr, sizeof(addr), &port, 1);
 	c = nt_client(addr, 0);
 	t = make_table(c, &sp);
-	ref = ref_table(&sp);
+	ref = nt_ref_table(&sp);
 	rf = emb_client_table_row_floats(t);
 	CU_ASSERT_EQUAL(rf, emb_table_row_floats(ref));
 	buf = calloc((size_t)N * rf, sizeof(float));
@@ -116,14 +87,14 @@ static void run_against_store(bool with_state)
 	for (uint32_t r = 0; r < ROUNDS; r++) {
 		/* Ids drawn with replacement: batches carry duplicates. */
 		for (uint32_t i = 0; i < N; i++)
-			ids[i] = splitmix(&rng) % SPACE * 0x10001ull;
+			ids[i] = emb_splitmix64(&rng) % SPACE * 0x10001ull;
 		switch (r % 4) {
 		case 0:
 			check_same(t, ref, ids, N, 0);
 			break;
 		case 1:
 			for (uint32_t i = 0; i < N * DIM; i++)
-				buf[i] = dyadic(&rng);
+				buf[i] = nt_dyadic(&rng);
 			CU_ASSERT_EQUAL(emb_client_table_push(t, ids, N, buf,
 							      r, 0), 0);
 			CU_ASSERT_EQUAL(emb_table_push(ref, ids, N, buf), 0);
@@ -132,7 +103,7 @@ static void run_against_store(bool with_state)
 			uint32_t stride = with_state ? rf : DIM;
 
 			for (uint32_t i = 0; i < N * stride; i++)
-				buf[i] = dyadic(&rng) + (i % stride >= DIM);
+				buf[i] = nt_dyadic(&rng) + (i % stride >= DIM);
 			CU_ASSERT_EQUAL(emb_client_table_assign(t, ids, N / 4,
 						buf, with_state), 0);
 			CU_ASSERT_EQUAL(emb_table_assign(ref, ids, N / 4, buf,

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/hash.h"
 #include "harness.h"
 #include "netutil.h"
 #include "server/server.h"
@@ -24,36 +25,6 @@
 enum { NT = 4, N = 300, SPACE = 2000, ROUNDS = 12 };
 
 static const uint32_t dims[NT] = {4, 16, 33, 8};
-
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* k/64 for k in [-64, 64]: sums of a few are exact in any order. */
-static float dyadic(uint64_t *s)
-{
-	return (float)((int)(splitmix(s) % 129) - 64) / 64.0f;
-}
-
-static struct emb_table *ref_table(const struct emb_table_spec *sp)
-{
-	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
-	struct emb_table *t = NULL;
-
-	o.name = sp->name;
-	o.dim = sp->dim;
-	o.optim = sp->optim;
-	o.init = sp->init;
-	o.seed = sp->seed;
-	o.nshards = 4;
-	CU_ASSERT_EQUAL_FATAL(emb_table_create(&o, &t), 0);
-	return t;
-}
 
 struct cluster {
 	struct emb_server *s[2];
@@ -83,7 +54,7 @@ static void cluster_start(struct cluster *k)
 		sp.optim.lr = 0.25f;
 		CU_ASSERT_EQUAL_FATAL(
 		    emb_client_table_create(k->c, &sp, &k->t[i]), 0);
-		k->ref[i] = ref_table(&sp);
+		k->ref[i] = nt_ref_table(&sp);
 	}
 }
 
@@ -126,7 +97,7 @@ static void test_same_as_single(void)
 			uint32_t n = i == 3 && r % 4 == 0 ? 0 : N - 17 * i;
 
 			for (uint32_t j = 0; j < n; j++)
-				ids[i][j] = splitmix(&rng) % SPACE * 0x10001ull;
+				ids[i][j] = emb_splitmix64(&rng) % SPACE * 0x10001ull;
 			b[i] = EMB_SIZED(struct emb_table_batch);
 			b[i].table = k.t[i];
 			b[i].n = n;
@@ -135,7 +106,7 @@ static void test_same_as_single(void)
 			b[i].found = found[i];
 			if (push)
 				for (uint32_t j = 0; j < n * dims[i]; j++)
-					rows[i][j] = dyadic(&rng);
+					rows[i][j] = nt_dyadic(&rng);
 		}
 		if (push) {
 			CU_ASSERT_EQUAL(emb_client_push_many(k.c, b, NT, r, 0),
