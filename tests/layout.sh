@@ -15,6 +15,7 @@ allowed() {
 	cluster) echo "common proto transport metrics cluster" ;;
 	server) echo "common proto transport store metrics cluster server" ;;
 	worker) echo "common proto transport cache cluster worker" ;;
+	plugin) echo "common worker plugin" ;;
 	*) echo "" ;;
 	esac
 }
