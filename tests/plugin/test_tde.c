@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -287,7 +289,72 @@ static void test_bad_config_and_down_server(void)
 	dlclose(pl.dl);
 }
 
+/*
+ * The servers die after IO_Initialize: a push can be neither stored nor
+ * reported, so once retry_ms has passed the process stops (SIGABRT)
+ * without calling on_push_complete, rather than drop rows TDE let go.
+ */
+static void test_dead_cluster_stops_the_push(void)
+{
+	struct plugin pl = load();
+	struct nt_child ch;
+	int to_child[2], to_parent[2], st = 0;
+	char cfg[128], c = 0;
+	pid_t pid;
+
+	nt_child_start(&ch, NULL);
+	snprintf(cfg, sizeof(cfg),
+		 "127.0.0.1:%u/?timeout_ms=300&retry_ms=600", ch.port);
+	CU_ASSERT_FATAL(pipe(to_child) == 0 && pipe(to_parent) == 0);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		int64_t id = 5, col = 0;
+		uint32_t state = 0;
+		uint64_t offs[2] = {0, 4 * sizeof(float)};
+		float row[4] = {1, 2, 3, 4};
+		int pushed = 0;
+		struct rlimit nocore = {0, 0};
+		void *io;
+
+		setrlimit(RLIMIT_CORE, &nocore); /* the abort is expected */
+		io = pl.init(cfg);
+
+		if (!io || write(to_parent[1], "r", 1) != 1 ||
+		    read(to_child[0], &c, 1) != 1)
+			_exit(3);
+		pl.push(io, (struct tde_io_push_param){
+				.table_name = "dead",
+				.num_cols = 1,
+				.num_global_ids = 1,
+				.col_ids = &col,
+				.global_ids = &id,
+				.num_optimizer_states = 1,
+				.state_ids = &state,
+				.num_offsets = 2,
+				.offsets = offs,
+				.data = row,
+				.ctx = &pushed,
+				.on_push_complete = on_pushed,
+			    });
+		_exit(pushed ? 4 : 5); /* reported, or returned without */
+	}
+	CU_ASSERT_EQUAL(read(to_parent[0], &c, 1), 1);
+	nt_child_reap(&ch, SIGKILL);
+	CU_ASSERT_EQUAL(write(to_child[1], "k", 1), 1);
+	CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+	CU_ASSERT(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+	close(to_child[0]);
+	close(to_child[1]);
+	close(to_parent[0]);
+	close(to_parent[1]);
+	dlclose(pl.dl);
+}
+
 static const struct emb_test_case cases[] = {
+	{"a push the cluster cannot store stops the process after retry_ms, "
+	 "never reported complete",
+	 test_dead_cluster_stops_the_push},
 	{"blobs of two columns and two states round-trip byte for byte; ids "
 	 "and states never pushed are reported missing",
 	 test_round_trip},
