@@ -72,6 +72,8 @@
 	X(EMB_ECLUSTER, -1504, "cluster not ready")                            \
 	X(EMB_ESTALEMAP, -1505, "cluster map out of date: fetch it, retry")    \
 	X(EMB_EMOVING, -1506, "slot being copied to a new replica: retry")     \
+	X(EMB_ENOBUNDLE, -1507,                                                \
+	  "synchronous-mode push cannot go in PUSH_MANY: send it alone")       \
 	X(EMB_ESCHEDSTATE, -1519, "bad scheduler state file")                  \
 	/* cluster coordinator on etcd: -1530.. */                             \
 	X(EMB_ENOETCD, -1530, "etcd unreachable")                              \

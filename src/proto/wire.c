@@ -48,6 +48,7 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_SET_LIFECYCLE] = {0, TBL_SET},
     [EMB_OP_LOCATE] = {0, TBL_SET},
     [EMB_OP_PULL_MANY] = {0, TBL_NONE},
+    [EMB_OP_PUSH_MANY] = {0, TBL_NONE},
 };
 
 #define NRULES (sizeof(op_rules) / sizeof(op_rules[0]))
@@ -83,6 +84,8 @@ const char *emb_wire_op_name(uint8_t op)
 		return "locate";
 	case EMB_OP_PULL_MANY:
 		return "pull_many";
+	case EMB_OP_PUSH_MANY:
+		return "push_many";
 	case EMB_OP_STATS:
 		return "stats";
 	case EMB_OP_EVICT:

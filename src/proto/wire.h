@@ -78,6 +78,7 @@ enum emb_op {
 	EMB_OP_SET_LIFECYCLE = 17, /* a table's admission and eviction */
 	EMB_OP_LOCATE = 18,	 /* ids -> where their rows are (RDMA READ) */
 	EMB_OP_PULL_MANY = 19,	 /* several PULLs in one frame (wire_many.h) */
+	EMB_OP_PUSH_MANY = 20,	 /* several PUSHes in one frame (wire_many.h) */
 	EMB_OP_CLUSTER_MAP = 32, /* node -> scheduler: the map */
 	EMB_OP_REGISTER = 33,	 /* node -> scheduler: join */
 	EMB_OP_HEARTBEAT = 34,	 /* node -> scheduler: alive */
@@ -108,6 +109,7 @@ enum emb_op {
 #define EMB_WIRE_FEAT_RDMA 0x2u	/* also listens on RDMA (rdma_cm), same
 				   port number */
 #define EMB_WIRE_FEAT_PULL_MANY 0x4u /* PULL_MANY (proto/wire_many.h) */
+#define EMB_WIRE_FEAT_PUSH_MANY 0x8u /* PUSH_MANY (proto/wire_many.h) */
 
 /* Field limits fixed by the protocol, whatever the configured limits. */
 #define EMB_WIRE_FRAME_MAX	 EMB_FRAME_MAX /* largest max_frame_bytes */

@@ -1,5 +1,6 @@
 /*
- * src/proto/wire_many.c - PULL_MANY's frame of frames (wire_many.h).
+ * src/proto/wire_many.c - PULL_MANY's and PUSH_MANY's frame of frames
+ * (wire_many.h).
  */
 #include "proto/wire_many.h"
 
@@ -37,13 +38,14 @@ int emb_wire_many_decode(const struct emb_wire_frame *f,
 			 struct emb_wire_frame *subs, uint32_t max)
 {
 	const struct emb_frame_hdr *h = f ? &f->hdr : NULL;
+	const uint8_t op = h ? h->opcode & ~EMB_OP_RESPONSE_BIT : 0;
 	bool resp;
 	uint64_t off = 0, len;
 	uint8_t want;
 	int rc;
 
 	if (!f || !subs || !max ||
-	    (h->opcode & ~EMB_OP_RESPONSE_BIT) != EMB_OP_PULL_MANY)
+	    (op != EMB_OP_PULL_MANY && op != EMB_OP_PUSH_MANY))
 		return EMB_EBADARG;
 	resp = h->opcode & EMB_OP_RESPONSE_BIT;
 	if (resp && h->status < 0)
@@ -52,7 +54,8 @@ int emb_wire_many_decode(const struct emb_wire_frame *f,
 		return EMB_EBADFRAME;
 	if (h->count > max || h->count > EMB_WIRE_MANY_MAX)
 		return EMB_ETOOMANYIDS;
-	want = EMB_OP_PULL | (resp ? EMB_OP_RESPONSE_BIT : 0);
+	want = (op == EMB_OP_PULL_MANY ? EMB_OP_PULL : EMB_OP_PUSH) |
+	       (resp ? EMB_OP_RESPONSE_BIT : 0);
 	len = h->payload_len;
 	for (uint32_t i = 0; i < h->count; i++) {
 		struct emb_wire_frame *s = &subs[i];

@@ -1,16 +1,17 @@
 /*
- * src/proto/wire_many.h - PULL_MANY: the PULLs of several tables to one
- * server in one frame, and their answers in one reply (docs/protocol.md,
- * "PULL_MANY").
+ * src/proto/wire_many.h - PULL_MANY and PUSH_MANY: the PULLs (PUSHes) of
+ * several tables to one server in one frame, and their answers in one
+ * reply (docs/protocol.md, "PULL_MANY", "PUSH_MANY").
  *
- * The payload is a sequence of whole frames, each a PULL request (in a
- * request) or a PULL response, success or error (in a reply), each
+ * The payload is a sequence of whole frames, each a PULL (PUSH) request (in
+ * a request) or a PULL (PUSH) response, success or error (in a reply), each
  * starting 8-aligned: a sub-frame is its 32-byte header and payload, then
  * zero bytes up to the next multiple of 8. The outer header's count is the
  * number of sub-frames; its table id and flags are 0. A sub-request's
  * req_id is its index, which its answer echoes. So every sub-frame is
- * checked by the PULL codecs as it would be alone, and the rules of PULL
- * (flags, limits, NOCREATE's bitmap) hold unchanged inside.
+ * checked by the PULL (PUSH) codecs as it would be alone, and their rules
+ * (flags, limits, NOCREATE's bitmap, a PUSH's session) hold unchanged
+ * inside.
  *
  * Pure and thread-safe.
  */
@@ -24,7 +25,7 @@
 
 #include "proto/wire.h"
 
-/* Most sub-frames in one PULL_MANY (a model's sparse features, and room). */
+/* Most sub-frames in one bundle (a model's sparse features, and room). */
 #define EMB_WIRE_MANY_MAX 256u
 /*
  * Most bytes a sub-request's error answer takes in a reply (its message is
@@ -49,13 +50,13 @@ int64_t emb_wire_many_sub_put(void *buf, const struct emb_frame_hdr *hdr,
 			      const struct iovec *iov, int niov);
 
 /*
- * Splits the PULL_MANY request or reply f (a frame that passed
- * emb_wire_frame_decode()) into views of its sub-frames, subs[0..count),
- * each decoded by emb_wire_frame_decode() under f->lim: its header is
- * valid, and its payload is inside f's. A request's sub-frames are PULL
- * requests; a reply's are PULL responses (status 0 or < 0) whose req_id is
- * their index. Returns count, or:
- *   EMB_EBADARG    f is neither a PULL_MANY request nor its successful reply
+ * Splits the PULL_MANY or PUSH_MANY request or reply f (a frame that
+ * passed emb_wire_frame_decode()) into views of its sub-frames,
+ * subs[0..count), each decoded by emb_wire_frame_decode() under f->lim: its
+ * header is valid, and its payload is inside f's. A request's sub-frames
+ * are PULL (PUSH) requests; a reply's are PULL (PUSH) responses (status 0
+ * or < 0) whose req_id is their index. Returns count, or:
+ *   EMB_EBADARG    f is neither such a request nor its successful reply
  *                  (a reply with status < 0 is a plain error: decode it
  *                  with emb_wire_error_decode()), or max is 0
  *   EMB_EBADFRAME  flags or table id not 0, count 0, a sub-frame that is

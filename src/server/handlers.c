@@ -103,7 +103,8 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	r.server_version = EMB_WIRE_VERSION;
 	r.limits = s->opts.limits;
 	r.server_id = s->server_id;
-	r.features = EMB_WIRE_FEAT_PUSH_SESSION | EMB_WIRE_FEAT_PULL_MANY;
+	r.features = EMB_WIRE_FEAT_PUSH_SESSION | EMB_WIRE_FEAT_PULL_MANY |
+		     EMB_WIRE_FEAT_PUSH_MANY;
 	/* A client that came over TCP learns it may move to RDMA, at this
 	 * host and port number (docs/protocol.md, HELLO). */
 	if (s->rdma)
@@ -498,26 +499,30 @@ static int end_table_op(struct emb_server *s, struct emb_req *req,
 	return 0;
 }
 
-static int on_push(struct emb_server *s, struct emb_req *req,
-		   const struct emb_wire_frame *f)
+int emb__push_one(struct emb_server *s, struct emb_req *req,
+		  const struct emb_wire_frame *f, char *msg, size_t msg_len)
 {
 	struct emb_wire_push_req p;
 	struct srv_table *st;
 	bool claimed = false;
-	const char *why;
+	const char *why = NULL;
 	int rc, held = 0;
 
+	msg[0] = '\0';
 	st = emb__tables_pin(s, f->hdr.table_id);
 	if (!st)
-		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
+		return EMB_ENOTABLE;
 	rc = emb_wire_push_req_decode(f, st->spec.dim, &p);
 	/* Checked against the map before its sequence number is claimed:
 	 * a refused push is sent again as it was. */
 	if (!rc) {
 		held = emb__slots_begin(s->slots, &f->hdr, p.ids, p.n, &why);
 		if (held < 0) {
-			emb__tables_unpin(st);
-			return emb__reply_error(s, req, held, why);
+			rc = held;
+			held = 0;
+			if (why)
+				snprintf(msg, msg_len, "%s", why);
+			goto out;
 		}
 	}
 	/* A retried push is applied at most once. A synchronous STEP_END
@@ -526,7 +531,8 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 		rc = emb__sessions_claim(s->sessions, p.session, p.seq);
 		if (rc == 1) {
 			emb__slots_end(s->slots, held);
-			return end_table_op(s, req, st, 0, 0);
+			rc = 0;
+			goto out;
 		}
 		claimed = rc == 0;
 	}
@@ -537,25 +543,33 @@ static int on_push(struct emb_server *s, struct emb_req *req,
 	 * connection goes): either way not applied yet. */
 	if (rc != 0 && claimed)
 		emb__sessions_undo(s->sessions, p.session, p.seq);
-	if (rc == 1) {
-		emb__tables_unpin(st);
-		return 0; /* held until its synchronous step is applied */
-	}
 	/* Refused whole, by the store or before a synchronous step. */
 	if (rc == EMB_ENONFINITE) {
-		char msg[EMB_NAME_MAX + 160];
-
 		emb__count(&s->nonfinite, 1);
-		snprintf(msg, sizeof(msg),
+		snprintf(msg, msg_len,
 			 "table %s: the gradient of id %llu is NaN or "
 			 "infinite, or would make its row so; no row was "
 			 "changed",
 			 st->spec.name,
 			 (unsigned long long)emb_table_nonfinite_id());
-		emb__tables_unpin(st);
-		return emb__reply_error(s, req, rc, msg);
 	}
-	return end_table_op(s, req, st, rc, 0);
+out:
+	emb__tables_unpin(st);
+	return rc;
+}
+
+static int on_push(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	char msg[EMB_NAME_MAX + 160];
+	int rc = emb__push_one(s, req, f, msg, sizeof(msg));
+
+	if (rc == 1)
+		return 0; /* held until its synchronous step is applied */
+	if (rc < 0)
+		return emb__reply_error(s, req, rc, msg[0] ? msg : NULL);
+	emb__reply_ack(s, req, f->hdr.table_id, 0);
+	return 0;
 }
 
 static int on_set_lifecycle(struct emb_server *s, struct emb_req *req,
@@ -768,6 +782,8 @@ int emb__handle(struct emb_server *s, struct emb_conn *c, struct srv_conn *sc,
 		return on_pull(s, req, f);
 	case EMB_OP_PULL_MANY:
 		return emb__on_pull_many(s, req, f);
+	case EMB_OP_PUSH_MANY:
+		return emb__on_push_many(s, req, f);
 	case EMB_OP_PUSH:
 		return on_push(s, req, f);
 	case EMB_OP_PING:

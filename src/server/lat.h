@@ -55,6 +55,7 @@ static inline uint32_t emb_lat_op_of(uint8_t opcode)
 	case EMB_OP_PULL_MANY:
 		return EMB_LAT_PULL;
 	case EMB_OP_PUSH:
+	case EMB_OP_PUSH_MANY:
 		return EMB_LAT_PUSH;
 	case EMB_OP_ASSIGN:
 		return EMB_LAT_ASSIGN;

@@ -1,6 +1,6 @@
 /*
- * src/server/many.c - PULL_MANY: the PULLs of several tables in one frame
- * (proto/wire_many.h), answered in one reply.
+ * src/server/many.c - PULL_MANY and PUSH_MANY: the PULLs (PUSHes) of
+ * several tables in one frame (proto/wire_many.h), answered in one reply.
  *
  * Each sub-request is a PULL checked by the PULL decoder and served as a
  * PULL over TCP is (the rows copied under the shard locks, admission
@@ -10,6 +10,15 @@
  * reply gathered from table memory would need one iovec per row of every
  * table. Pulls take no slot fence, and need no rights beyond HELLO, as
  * PULL; the tables' own counters count each sub-request as one pull.
+ *
+ * Each PUSH_MANY sub-request goes through what a PUSH goes through
+ * (emb__push_one(): slot fences, the session's exactly-once claim, the
+ * mode, the non-finite check), its answer an acknowledgement or an error
+ * frame of its own, so that a refused part (EMOVING, non-finite) fails
+ * alone while the others are applied, as separate PUSHes would be. A
+ * synchronous table's push would be held until its step is applied, which
+ * a bundle's one reply cannot wait for: it is refused with EMB_ENOBUNDLE,
+ * untouched, and the client sends it again as a PUSH of its own.
  *
  * Threads: the request's loop thread.
  */
@@ -194,4 +203,78 @@ unpin:
 		if (u[i].st)
 			emb__tables_unpin(u[i].st);
 	return rc;
+}
+
+/* Sub-request i's answer at p (ERR_FRAME bytes of room): ack or error. */
+static uint64_t push_answer(uint8_t *p, uint32_t i,
+			    const struct emb_frame_hdr *h, int rc,
+			    const char *msg)
+{
+	struct emb_frame_hdr a = {0};
+	int len;
+
+	if (rc < 0) {
+		len =
+		    emb_wire_error_encode(p, ERR_FRAME, EMB_OP_PUSH, i,
+					  h->table_id, rc, msg[0] ? msg : NULL);
+		/* A message too long for ERR_FRAME: the code alone. */
+		if (len < 0)
+			len = emb_wire_error_encode(p, ERR_FRAME, EMB_OP_PUSH,
+						    i, h->table_id, rc, NULL);
+		memset(
+		    p + len, 0,
+		    emb_wire_many_sub_size((uint32_t)len - EMB_WIRE_HDR_SIZE) -
+			(uint64_t)len);
+		return emb_wire_many_sub_size((uint32_t)len -
+					      EMB_WIRE_HDR_SIZE);
+	}
+	a.magic = EMB_WIRE_MAGIC;
+	a.version = EMB_WIRE_VERSION;
+	a.opcode = EMB_OP_PUSH | EMB_OP_RESPONSE_BIT;
+	a.req_id = i;
+	a.table_id = h->table_id;
+	emb_wire_hdr_encode(p, &a);
+	return EMB_WIRE_HDR_SIZE;
+}
+
+int emb__on_push_many(struct emb_server *s, struct emb_req *req,
+		      const struct emb_wire_frame *f)
+{
+	struct emb_wire_frame subs[EMB_WIRE_MANY_MAX];
+	const uint32_t max_frame = s->opts.limits.max_frame_bytes;
+	struct emb_frame_hdr hdr = {0};
+	char msg[EMB_NAME_MAX + 160];
+	uint64_t off = 0;
+	uint8_t *buf;
+	struct iovec iov;
+	int n;
+
+	n = emb_wire_many_decode(f, subs, EMB_WIRE_MANY_MAX);
+	if (n < 0)
+		return emb__reply_error(s, req, n, "malformed PUSH_MANY");
+	/* Checked before any sub-request is applied: all or none go. */
+	if (EMB_WIRE_HDR_SIZE + (uint64_t)n * ERR_FRAME > max_frame) {
+		snprintf(msg, sizeof(msg),
+			 "PUSH_MANY of %d pushes: its reply may exceed the "
+			 "frame limit of %u",
+			 n, max_frame);
+		return emb__reply_error(s, req, EMB_ETOOBIG, msg);
+	}
+	buf = emb__rbuf_get(emb__reply_pool(s, req), (size_t)n * ERR_FRAME);
+	if (!buf)
+		return emb__reply_error(s, req, -ENOMEM, NULL);
+	for (int i = 0; i < n; i++) {
+		int rc = emb__push_one(s, NULL, &subs[i], msg, sizeof(msg));
+
+		off +=
+		    push_answer(buf + off, (uint32_t)i, &subs[i].hdr, rc, msg);
+	}
+	hdr.opcode = EMB_OP_PUSH_MANY | EMB_OP_RESPONSE_BIT;
+	hdr.count = (uint32_t)n;
+	iov.iov_base = buf;
+	iov.iov_len = off;
+	if (emb_conn_reply(req, &hdr, &iov, 1, many_done, buf))
+		emb__rbuf_put(buf);
+	emb__req_end(s);
+	return 0;
 }

@@ -340,6 +340,21 @@ int emb__handle(struct emb_server *s, struct emb_conn *c, struct srv_conn *sc,
 /* PULL_MANY (proto/wire_many.h), as emb__handle()'s handlers. Returns 0. */
 int emb__on_pull_many(struct emb_server *s, struct emb_req *req,
 		      const struct emb_wire_frame *f);
+/* PUSH_MANY: each sub-request as emb__push_one(), answered in one reply. */
+int emb__on_push_many(struct emb_server *s, struct emb_req *req,
+		      const struct emb_wire_frame *f);
+
+/* ---- handlers.c ---- */
+
+/*
+ * The PUSH f, as one request or a PUSH_MANY's sub-request (req NULL: it
+ * cannot be held for a synchronous step). Returns 0 to acknowledge (applied,
+ * discarded as stale, or a retry seen before), 1 when req is held until its
+ * synchronous step is applied, or a negative code; msg (msg_len bytes) is
+ * then the text to send with it, or "".
+ */
+int emb__push_one(struct emb_server *s, struct emb_req *req,
+		  const struct emb_wire_frame *f, char *msg, size_t msg_len);
 
 /* ---- conn.c: loops, connections, dispatch ---- */
 

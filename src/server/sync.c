@@ -370,8 +370,11 @@ int emb__sync_push(struct emb_sync *y, struct emb_table *t,
 		}
 	}
 	pthread_mutex_unlock(&y->lock);
+	/* Decided on the mode read under the lock with the part's queueing
+	 * in push_sync(): a mode set in between is SET_MODE's -EBUSY race,
+	 * as for a single PUSH. */
 	if (mode == EMB_MODE_SYNC)
-		return push_sync(y, t, p, req);
+		return req ? push_sync(y, t, p, req) : EMB_ENOBUNDLE;
 	return emb_table_push(t, p->ids, p->n, p->grads);
 }
 

@@ -63,7 +63,9 @@ int emb__sync_set_mode(struct emb_sync *y, uint32_t mode, uint32_t workers,
  * part of a synchronous step is held), or a negative code to reply with
  * (EMB_EBADARG for a rank or step that does not fit the step being
  * gathered, EMB_EMEMLIMIT when the budget cannot hold the part, or the
- * store's error).
+ * store's error). req NULL: a push that cannot be held (a PUSH_MANY's
+ * sub-request, answered in its bundle's reply) is refused with
+ * EMB_ENOBUNDLE, untouched, when the table is synchronous.
  */
 int emb__sync_push(struct emb_sync *y, struct emb_table *t,
 		   const struct emb_wire_push_req *p, struct emb_req *req);

@@ -102,6 +102,7 @@ struct server {
 	uint32_t state;		    /* enum srv_state */
 	bool sessions;		    /* it applies retried pushes once */
 	bool pull_many;		    /* it takes PULL_MANY (many.c) */
+	bool push_many;		    /* it takes PUSH_MANY (many.c) */
 	struct part *wait_head;	    /* parts waiting for a conn, FIFO */
 	struct part *wait_tail;	    /* last of them */
 	struct part *fly;	    /* parts posted on conn, not yet done */
@@ -439,6 +440,10 @@ void emb__op_issue_end(struct emb_async *op);
 int emb__pull_prepare(struct emb_client_table *t, const uint64_t *ids,
 		      uint32_t n, float *out, uint32_t flags, uint8_t *found,
 		      struct emb_async **op);
+/* The same for emb_client_table_push_async(). */
+int emb__push_prepare(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, const float *grads, uint64_t step,
+		      uint32_t rank, struct emb_async **op);
 /* Loop thread: op is over; wakes its waiter. */
 void emb__op_complete(struct emb_async *op);
 /* Any thread: blocks until op is over (it stays the caller's). */
@@ -470,6 +475,8 @@ void emb__conn_fail_waiting(struct server *s, int status);
  * ends at its op's deadline (the loop drops that conn then). */
 void emb__conn_fly_add(struct server *s, struct part *p);
 void emb__conn_fly_del(struct server *s, struct part *p);
+/* Loop thread: a push part's session flag and prefix, for s as it is now. */
+void emb__conn_session_prep(const struct server *s, struct part *p);
 /*
  * Loop thread: p's op passed its deadline while p waited for its server
  * or was on its way there; why is the last thing that went wrong (0:

@@ -210,6 +210,18 @@ void emb__conn_part_done(struct part *p, int status,
 	part_done(p, status, resp);
 }
 
+void emb__conn_session_prep(const struct server *s, struct part *p)
+{
+	if (!p->req.seq)
+		return;
+	/* Decided per send: a server restarted as an older version may not
+	 * take sessions. */
+	p->req.hdr.flags = (uint16_t)((p->req.hdr.flags & ~EMB_F_SESSION) |
+				      (s->sessions ? EMB_F_SESSION : 0));
+	p->req.iov[0].iov_len = s->sessions ? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
+					    : EMB_WIRE_PUSH_PREFIX_SIZE;
+}
+
 void emb__conn_post(struct emb_client *c, struct part *p)
 {
 	struct server *s = &c->srv[p->req.server];
@@ -219,16 +231,7 @@ void emb__conn_post(struct emb_client *c, struct part *p)
 		part_wait(s, p);
 		return;
 	}
-	if (p->req.seq) {
-		/* Decided per send: a server restarted as an older version
-		 * may not take sessions. */
-		p->req.hdr.flags =
-		    (uint16_t)((p->req.hdr.flags & ~EMB_F_SESSION) |
-			       (s->sessions ? EMB_F_SESSION : 0));
-		p->req.iov[0].iov_len = s->sessions
-					    ? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
-					    : EMB_WIRE_PUSH_PREFIX_SIZE;
-	}
+	emb__conn_session_prep(s, p);
 	add(&c->requests, 1);
 	/* In the fly list before the call: a transport may complete it at
 	 * once. */
@@ -316,6 +319,7 @@ static int hello_check(struct server *s, const struct emb_frame_hdr *rhdr,
 	s->server_id = hr.server_id;
 	s->sessions = hr.features & EMB_WIRE_FEAT_PUSH_SESSION;
 	s->pull_many = hr.features & EMB_WIRE_FEAT_PULL_MANY;
+	s->push_many = hr.features & EMB_WIRE_FEAT_PUSH_MANY;
 	s->rdma_offered = hr.features & EMB_WIRE_FEAT_RDMA;
 	return 0;
 }

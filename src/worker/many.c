@@ -8,16 +8,20 @@
  * all hold per table exactly as for the single calls. Every op is started
  * before any is waited for.
  *
- * Pulls go further: their ops' parts are sent together, from one task on
- * the loop, and the parts for one server that takes PULL_MANY (its HELLO
- * says so) go as one PULL_MANY frame (proto/wire_many.h) over TCP, whose
- * answer is split back into each part's own PULL answer. Anything a bundle
- * cannot carry goes as the single calls send it: a one-sided or
- * WITH_STATE part, a part to a server that is down or does not take
- * PULL_MANY, and every part again after its bundle's conn was lost (each
- * part is then retried on its own, under its op's deadline). Pushes stay
- * one PUSH per table and server: their session sequence, synchronous
- * steps and copies to backups are per frame.
+ * The ops' parts are then sent together, from one task on the loop, and
+ * the parts for one server that takes PULL_MANY (PUSH_MANY; its HELLO
+ * says so) go as one PULL_MANY (PUSH_MANY) frame (proto/wire_many.h) over
+ * TCP, whose answer is split back into each part's own PULL (PUSH) answer:
+ * each part completes as if its own reply had come, so EMOVING's resend,
+ * a replicated push's copies and the session's exactly-once sequence
+ * (fixed per part, repeated by a resend) are those of the single calls.
+ * Anything a bundle cannot carry goes as the single calls send it: a
+ * one-sided or WITH_STATE pull, a push to a table this client made
+ * synchronous (it is held for its step, which one reply cannot wait for),
+ * a part to a server that is down or does not take the bundle, a part the
+ * server refused with EMB_ENOBUNDLE (a table made synchronous by another
+ * client), and every part again after its bundle's conn was lost (each
+ * part is then retried on its own, under its op's deadline).
  *
  * Threads: the caller's; the ops and the bundles run on the client's loop.
  */
@@ -65,9 +69,11 @@ static int end(struct emb_async **ops, struct emb_async **stack_ops, int rc)
 	return rc;
 }
 
-/* The parts of one PULL_MANY frame, to one server. */
+/* The parts of one PULL_MANY or PUSH_MANY frame, to one server. */
 struct bundle {
 	uint32_t server;     /* index into c->srv */
+	uint8_t op;	     /* EMB_OP_PULL_MANY or EMB_OP_PUSH_MANY */
+	struct emb_client *c;
 	uint32_t n;	     /* parts */
 	uint64_t req_bytes;  /* payload: sub-requests */
 	uint64_t resp_bytes; /* payload: sub-answers */
@@ -77,7 +83,7 @@ struct bundle {
 	struct emb_wire_frame subs[EMB_WIRE_MANY_MAX]; /* reply, split */
 };
 
-/* The pulls of one pull_many call, issued by one task on the loop. */
+/* The parts of one many call, issued by one task on the loop. */
 struct issue {
 	struct emb_task task;
 	struct emb_client *c;
@@ -98,22 +104,29 @@ static uint64_t req_len(const struct part *p)
 /* What p's sub-answer may take in a reply: its rows, or an error. */
 static uint64_t resp_room(const struct part *p)
 {
-	uint64_t rows = emb_wire_many_sub_size((uint32_t)p->req.resp_cap);
+	uint64_t rows = p->op->kind == OP_PUSH
+			    ? 0
+			    : emb_wire_many_sub_size((uint32_t)p->req.resp_cap);
 
 	return rows > EMB_WIRE_MANY_ERR_SIZE ? rows : EMB_WIRE_MANY_ERR_SIZE;
 }
 
-/* Whether p may go in a PULL_MANY to its server (loop thread). */
+/* Whether p may go in a PULL_MANY or PUSH_MANY to its server (loop). */
 static bool bundle_ok(struct emb_client *c, const struct part *p)
 {
 	const struct server *s = &c->srv[p->req.server];
+	const bool push = p->op->kind == OP_PUSH;
 
-	if (p->op->kind != OP_PULL || p->rd.os || p->rd.learn || p->rd.fb ||
-	    (p->req.hdr.flags & EMB_F_WITH_STATE) ||
-	    p->req.resp_cap > UINT32_MAX)
+	/* A copy routed by an older map than the client's sends the newer
+	 * writers their copies first (part_send() in op.c): alone. */
+	if (push ? p->req.once || (p->req.hdr.flags & EMB_F_STEP_END) ||
+		       (p->rep.epoch && p->rep.epoch < c->map_epoch)
+		 : p->op->kind != OP_PULL || p->rd.os || p->rd.learn ||
+		       p->rd.fb || (p->req.hdr.flags & EMB_F_WITH_STATE) ||
+		       p->req.resp_cap > UINT32_MAX)
 		return false;
-	if (!s->pull_many || s->state != SRV_UP || !s->conn || srv_dead(s) ||
-	    stopping(c) ||
+	if (!(push ? s->push_many : s->pull_many) || s->state != SRV_UP ||
+	    !s->conn || srv_dead(s) || stopping(c) ||
 	    (p->req.gen &&
 	     p->req.gen != __atomic_load_n(&s->gen, __ATOMIC_RELAXED)))
 		return false;
@@ -129,14 +142,16 @@ static void bundle_free(struct bundle *b)
 }
 
 /*
- * Loop thread: the PULL_MANY's reply (or its failure) ends each part as
- * its own PULL answer would: the part's sub-answer is copied to its
+ * Loop thread: the bundle's reply (or its failure) ends each part as its
+ * own PULL or PUSH answer would: the part's sub-answer is copied to its
  * response buffer and the part completes through conn.c, which retries it
- * on its own after a lost conn.
+ * on its own after a lost conn. A push refused with EMB_ENOBUNDLE goes
+ * again, alone and once (its table is synchronous).
  */
 static void bundle_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 {
 	struct bundle *b = ctx;
+	struct emb_client *c = b->c;
 	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
 	struct emb_wire_frame f = {.payload = b->resp, .lim = &lim};
 	int n = 0;
@@ -162,9 +177,17 @@ static void bundle_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 			emb__conn_part_done(p, status, NULL);
 			continue;
 		}
-		/* The whole frame refused, or this part's answer: as PULL's. */
+		/* The whole frame refused, or this part's answer: as its
+		 * own. */
 		h = sf->hdr;
-		h.opcode = EMB_OP_PULL | EMB_OP_RESPONSE_BIT;
+		h.opcode = p->req.hdr.opcode | EMB_OP_RESPONSE_BIT;
+		if (sf != &f && h.status == EMB_ENOBUNDLE &&
+		    p->op->kind == OP_PUSH) {
+			emb__conn_fly_del(&c->srv[p->req.server], p);
+			p->req.once = true;
+			c->fns->send(c, p);
+			continue;
+		}
 		len = h.payload_len;
 		if (len > p->req.resp_cap) {
 			if (h.status >= 0) {
@@ -217,15 +240,19 @@ static void bundle_send(struct emb_client *c, struct bundle *b)
 		h.payload_len = (uint32_t)req_len(p);
 		/* A pull rerouted to a newcomer may have waited for its
 		 * table ids (as part_send() does). */
-		if (p->req.gen)
+		if ((p->op->kind == OP_PULL && p->req.gen) || p->rep.epoch)
 			h.table_id = __atomic_load_n(
 			    &p->op->tids[p->req.server], __ATOMIC_RELAXED);
+		/* A replicated copy carries its map's epoch, as part_send()
+		 * stamps it on a PUSH alone. */
+		if (p->rep.epoch)
+			emb_wire_hdr_set_epoch(&h, p->rep.epoch, 0);
 		off += (uint64_t)emb_wire_many_sub_put(b->req + off, &h,
 						       p->req.iov, p->req.niov);
 		/* Its deadline watched as any posted part's (conn.c). */
 		emb__conn_fly_add(s, p);
 	}
-	hdr.opcode = EMB_OP_PULL_MANY;
+	hdr.opcode = b->op;
 	hdr.count = b->n;
 	iov.iov_base = b->req;
 	iov.iov_len = off;
@@ -253,10 +280,14 @@ static void issue_run(void *arg)
 			struct part *p = &op->parts[k];
 			uint32_t sv = p->req.server;
 			uint64_t max = c->srv[sv].lim.max_frame_bytes;
-			uint64_t rq = emb_wire_many_sub_size(
-				     (uint32_t)req_len(p)),
-				 rs = resp_room(p);
+			uint64_t rq, rs;
 			struct bundle *b = open ? open[sv] : NULL;
+
+			/* Its session flag and prefix, as emb__conn_post()
+			 * decides them for a PUSH alone: sized with them. */
+			emb__conn_session_prep(&c->srv[sv], p);
+			rq = emb_wire_many_sub_size((uint32_t)req_len(p));
+			rs = resp_room(p);
 
 			if (!open || !bundle_ok(c, p) ||
 			    EMB_WIRE_HDR_SIZE + rq > max ||
@@ -278,6 +309,9 @@ static void issue_run(void *arg)
 					continue;
 				}
 				b->server = sv;
+				b->op = op->kind == OP_PUSH ? EMB_OP_PUSH_MANY
+							    : EMB_OP_PULL_MANY;
+				b->c = c;
 				open[sv] = b;
 			}
 			b->parts[b->n++] = p;
@@ -295,8 +329,8 @@ static void issue_run(void *arg)
 }
 
 /*
- * Sends the prepared pull ops[0..n): those with parts from one task on the
- * loop; if that cannot be posted, each as a single pull is. Every op ends
+ * Sends the prepared ops[0..n): those with parts from one task on the
+ * loop; if that cannot be posted, each as a single call's is. Every op ends
  * (done) whatever happens here.
  */
 static void issue_post(struct emb_client *c, struct emb_async **ops, size_t n)
@@ -345,7 +379,7 @@ static int many_run(struct emb_client *c, const struct emb_table_batch *b,
 {
 	struct emb_async *stack_ops[MANY_STACK], **ops = stack_ops;
 	/* Whole rows go single: PULL_MANY carries weights only. */
-	const bool bundled = !push && !(flags & EMB_CLIENT_WITH_STATE);
+	const bool bundled = push || !(flags & EMB_CLIENT_WITH_STATE);
 	size_t started = 0, bad = nb;
 	char msg[512];
 	int rc = 0;
@@ -389,9 +423,9 @@ static int many_run(struct emb_client *c, const struct emb_table_batch *b,
 			break;
 		}
 		if (push)
-			rc = emb_client_table_push_async(e.table, e.ids, e.n,
-							 e.rows, step, rank,
-							 &ops[started]);
+			rc = emb__client_err(
+			    c, emb__push_prepare(e.table, e.ids, e.n, e.rows,
+						 step, rank, &ops[started]));
 		else if (bundled)
 			rc = emb__client_err(
 			    c,
@@ -404,7 +438,7 @@ static int many_run(struct emb_client *c, const struct emb_table_batch *b,
 		if (rc)
 			break;
 	}
-	/* The prepared pulls go even after a failed start: their buffers
+	/* The prepared ops go even after a failed start: their buffers
 	 * are the caller's until they are done. */
 	if (bundled)
 		issue_post(c, ops, started);

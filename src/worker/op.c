@@ -674,7 +674,7 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 
 static int push_start(struct emb_client_table *t, const uint64_t *ids,
 		      uint32_t n, const float *grads, uint64_t step,
-		      uint32_t rank, struct emb_async **opp)
+		      uint32_t rank, struct emb_async **opp, bool post)
 {
 	struct call a = {.t = t, .ids = ids, .n = n, .rows = grads,
 			 .step = step, .rank = rank};
@@ -682,7 +682,7 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 	if (!t || (n && (!ids || !grads)))
 		return EMB_EBADARG;
 	a.stride = t->spec.dim;
-	return op_start(&push_kind, &a, opp, true);
+	return op_start(&push_kind, &a, opp, post);
 }
 
 int emb_client_table_pull_async(struct emb_client_table *t, const uint64_t *ids,
@@ -699,9 +699,10 @@ int emb_client_table_push_async(struct emb_client_table *t, const uint64_t *ids,
 				uint32_t n, const float *grads, uint64_t step,
 				uint32_t rank, struct emb_async **op)
 {
-	return emb__client_err(t ? t->c : NULL,
-			       op ? push_start(t, ids, n, grads, step, rank, op)
-				  : EMB_EBADARG);
+	return emb__client_err(
+	    t ? t->c : NULL,
+	    op ? push_start(t, ids, n, grads, step, rank, op, true)
+	       : EMB_EBADARG);
 }
 
 int emb__pull_prepare(struct emb_client_table *t, const uint64_t *ids,
@@ -711,6 +712,17 @@ int emb__pull_prepare(struct emb_client_table *t, const uint64_t *ids,
 	int rc = pull_start(t, ids, n, out, flags, found, op, false);
 
 	/* A pull of nothing has no part to wait for: over already. */
+	if (!rc && !(*op)->nparts)
+		(*op)->done = true;
+	return rc;
+}
+
+int emb__push_prepare(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, const float *grads, uint64_t step,
+		      uint32_t rank, struct emb_async **op)
+{
+	int rc = push_start(t, ids, n, grads, step, rank, op, false);
+
 	if (!rc && !(*op)->nparts)
 		(*op)->done = true;
 	return rc;
@@ -731,7 +743,7 @@ int emb_client_table_push(struct emb_client_table *t, const uint64_t *ids,
 			  uint32_t rank)
 {
 	struct emb_async *op;
-	int rc = push_start(t, ids, n, grads, step, rank, &op);
+	int rc = push_start(t, ids, n, grads, step, rank, &op, true);
 
 	return rc ? emb__client_err(t ? t->c : NULL, rc) : emb_async_wait(op);
 }

@@ -549,9 +549,10 @@ static void check_dump(const struct emb_wire_frame *f)
 
 
 /*
- * PULL_MANY: every sub-frame lies inside the payload and is itself a frame
- * the single-frame checks accept or refuse; the sub-frames written again
- * give the payload back byte for byte.
+ * PULL_MANY and PUSH_MANY: every sub-frame lies inside the payload and is
+ * itself a frame the single-frame checks accept or refuse (a PUSH's rows
+ * at every dim); the sub-frames written again give the payload back byte
+ * for byte.
  */
 static void check_many(const struct emb_wire_frame *f)
 {
@@ -561,7 +562,7 @@ static void check_many(const struct emb_wire_frame *f)
 
 	if (n <= 0)
 		return;
-	must(n == (int)f->hdr.count, "pull_many count");
+	must(n == (int)f->hdr.count, "many count");
 	for (int i = 0; i < n; i++) {
 		const struct emb_wire_frame *s = &subs[i];
 
@@ -573,6 +574,8 @@ static void check_many(const struct emb_wire_frame *f)
 		touch(s->payload, s->hdr.payload_len);
 		check_ids(s);
 		check_simple(s);
+		for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++)
+			check_rows(s, dims[d]);
 	}
 	/* After the checks above, which re-encode into out too. */
 	for (int i = 0; i < n; i++) {
@@ -586,7 +589,7 @@ static void check_many(const struct emb_wire_frame *f)
 	}
 	must(off == f->hdr.payload_len &&
 		 memcmp(out, f->payload, off) == 0,
-	     "pull_many re-encoded");
+	     "many re-encoded");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -129,6 +129,71 @@ static void save_many(void)
 	save("pull_many_resp", (int)off);
 }
 
+/*
+ * PUSH_MANY (proto/wire_many.h): a request of two PUSHes of dim 3 (the
+ * second with a session), and its reply: an acknowledgement, then the
+ * second's error.
+ */
+static void save_push_many(void)
+{
+	static const uint64_t ids[2] = {1, 2};
+	static const float grads[2 * 3] = {1, 2, 3, 4, 5, 6};
+	_Alignas(8) uint8_t sub[256];
+	struct emb_wire_iovs v;
+	struct emb_frame_hdr h;
+	struct iovec iov;
+	int64_t off = EMB_WIRE_HDR_SIZE;
+	int len;
+
+	for (uint32_t i = 0; i < 2; i++) {
+		int rc =
+		    i ? emb_wire_push_req_encode_session(
+			    &v, i, 2, 5, 0, 0x5e55, 9, ids + 1, 1, 3, grads + 3)
+		      : emb_wire_push_req_encode(&v, i, 1, 5, 0, ids, 1, 3,
+						 grads);
+
+		len = rc ? rc : emb_wire_iovs_flatten(&v, sub, sizeof(sub));
+		if (len < 0 ||
+		    emb_wire_hdr_decode(sub, (size_t)len,
+					&EMB_WIRE_LIMITS_DEFAULT, &h)) {
+			save("push_many_req", len < 0 ? len : EMB_EBADFRAME);
+			return;
+		}
+		iov = (struct iovec){sub + EMB_WIRE_HDR_SIZE, h.payload_len};
+		off += emb_wire_many_sub_put(buf + off, &h, &iov, 1);
+	}
+	emb_wire_hdr_encode(
+	    buf, &(struct emb_frame_hdr){.magic = EMB_WIRE_MAGIC,
+					 .version = EMB_WIRE_VERSION,
+					 .opcode = EMB_OP_PUSH_MANY,
+					 .req_id = 13,
+					 .count = 2,
+					 .payload_len = (uint32_t)off -
+							EMB_WIRE_HDR_SIZE});
+	save("push_many_req", (int)off);
+
+	off = EMB_WIRE_HDR_SIZE;
+	off += emb_wire_ack_encode(buf + off, 64, EMB_OP_PUSH, 0, 1, 0);
+	len = emb_wire_error_encode(sub, sizeof(sub), EMB_OP_PUSH, 1, 2,
+				    EMB_ENONFINITE, "gradient of id 2 is NaN");
+	if (len < 0 || emb_wire_hdr_decode(sub, (size_t)len,
+					   &EMB_WIRE_LIMITS_DEFAULT, &h)) {
+		save("push_many_resp", len < 0 ? len : EMB_EBADFRAME);
+		return;
+	}
+	iov = (struct iovec){sub + EMB_WIRE_HDR_SIZE, h.payload_len};
+	off += emb_wire_many_sub_put(buf + off, &h, &iov, 1);
+	emb_wire_hdr_encode(
+	    buf, &(struct emb_frame_hdr){
+		     .magic = EMB_WIRE_MAGIC,
+		     .version = EMB_WIRE_VERSION,
+		     .opcode = EMB_OP_PUSH_MANY | EMB_OP_RESPONSE_BIT,
+		     .req_id = 13,
+		     .count = 2,
+		     .payload_len = (uint32_t)off - EMB_WIRE_HDR_SIZE});
+	save("push_many_resp", (int)off);
+}
+
 /* One seed per cluster message (common/wire_cluster.h). */
 static void save_cluster(void)
 {
@@ -315,6 +380,7 @@ int main(int argc, char **argv)
 	save_cluster();
 	save_dump();
 	save_many();
+	save_push_many();
 
 	save("hello_req", emb_wire_hello_req_encode(buf, sizeof(buf), 1, 1,
 						    "tok", 3, "fuzz/tcp"));

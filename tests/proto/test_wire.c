@@ -1068,11 +1068,124 @@ static void test_pull_many(void)
 	CU_ASSERT_EQUAL(emb_wire_many_sub_put(buf2, &h, &v, 1), EMB_EBADARG);
 }
 
+/*
+ * A PUSH_MANY of two PUSHes (2 ids of dim 3 to table 4, then 1 id with a
+ * session to table 5) in buf, the second sub-frame of opcode second; its
+ * frame length.
+ */
+static size_t push_many_req(uint8_t second, uint32_t count)
+{
+	static const uint64_t a[2] = {1, 2}, b[1] = {7};
+	static const float ga[6] = {1, 2, 3, 4, 5, 6}, gb[3] = {-1, 0, 1};
+	const struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_iovs v;
+	struct emb_frame_hdr h;
+	int64_t off = EMB_WIRE_HDR_SIZE;
+	int len;
+
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_push_req_encode(&v, 0, 4, 9, 1, a, 2, 3, ga), 0);
+	len = emb_wire_iovs_flatten(&v, buf2, sizeof(buf2));
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_hdr_decode(buf2, (size_t)len, &lim, &h),
+			      0);
+	off += emb_wire_many_sub_put(
+	    buf + off, &h,
+	    &(struct iovec){buf2 + EMB_WIRE_HDR_SIZE, h.payload_len}, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_encode_session(
+				  &v, 1, 5, 9, 1, 0xabc, 3, b, 1, 3, gb),
+			      0);
+	len = emb_wire_iovs_flatten(&v, buf2, sizeof(buf2));
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_hdr_decode(buf2, (size_t)len, &lim, &h),
+			      0);
+	h.opcode = second;
+	off += emb_wire_many_sub_put(
+	    buf + off, &h,
+	    &(struct iovec){buf2 + EMB_WIRE_HDR_SIZE, h.payload_len}, 1);
+	h = (struct emb_frame_hdr){.magic = EMB_WIRE_MAGIC,
+				   .version = EMB_WIRE_VERSION,
+				   .opcode = EMB_OP_PUSH_MANY,
+				   .count = count,
+				   .payload_len =
+				       (uint32_t)off - EMB_WIRE_HDR_SIZE};
+	emb_wire_hdr_encode(buf, &h);
+	return (size_t)off;
+}
+
+static void test_push_many(void)
+{
+	struct emb_wire_frame subs[EMB_WIRE_MANY_MAX], f;
+	struct emb_wire_push_req r;
+	struct emb_wire_error e;
+	struct emb_frame_hdr h;
+	size_t len;
+	int elen;
+
+	CU_ASSERT_STRING_EQUAL(emb_wire_op_name(EMB_OP_PUSH_MANY), "push_many");
+	len = push_many_req(EMB_OP_PUSH, 2);
+	CU_ASSERT_EQUAL_FATAL(many_decode(len, subs), 2);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_decode(&subs[0], 3, &r), 0);
+	CU_ASSERT_EQUAL(r.n, 2);
+	CU_ASSERT_EQUAL(r.step, 9);
+	CU_ASSERT_EQUAL(r.ids[1], 2);
+	CU_ASSERT_EQUAL(r.grads[5], 6.0f);
+	CU_ASSERT_EQUAL(r.session, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_decode(&subs[1], 3, &r), 0);
+	CU_ASSERT_EQUAL(subs[1].hdr.table_id, 5);
+	CU_ASSERT_EQUAL(r.session, 0xabc);
+	CU_ASSERT_EQUAL(r.seq, 3);
+	CU_ASSERT_EQUAL(r.grads[0], -1.0f);
+
+	/* A PULL inside a PUSH_MANY, a count that lies, none, too many. */
+	CU_ASSERT_EQUAL(many_decode(push_many_req(EMB_OP_PULL, 2), subs),
+			EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(many_decode(push_many_req(EMB_OP_PUSH, 3), subs),
+			EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(many_decode(push_many_req(EMB_OP_PUSH, 0), subs),
+			EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(
+	    many_decode(push_many_req(EMB_OP_PUSH, EMB_WIRE_MANY_MAX + 1),
+			subs),
+	    EMB_ETOOMANYIDS);
+	/* A table id on the outer frame. */
+	len = push_many_req(EMB_OP_PUSH, 2);
+	put32(16, 9);
+	CU_ASSERT_EQUAL(many_decode(len, subs), EMB_EBADFRAME);
+
+	/* A reply: an acknowledgement and an error, numbered. */
+	elen = emb_wire_ack_encode(buf + 32, 64, EMB_OP_PUSH, 0, 4, 0);
+	CU_ASSERT_EQUAL_FATAL(elen, 32);
+	elen = emb_wire_error_encode(buf + 64, 256, EMB_OP_PUSH, 1, 5,
+				     EMB_ENONFINITE, "nan");
+	CU_ASSERT_FATAL(elen > 0);
+	memset(buf + 64 + elen, 0,
+	       emb_wire_many_sub_size((uint32_t)elen - 32) - (size_t)elen);
+	h = (struct emb_frame_hdr){
+	    .magic = EMB_WIRE_MAGIC,
+	    .version = EMB_WIRE_VERSION,
+	    .opcode = EMB_OP_PUSH_MANY | EMB_OP_RESPONSE_BIT,
+	    .count = 2,
+	    .payload_len =
+		32 + (uint32_t)emb_wire_many_sub_size((uint32_t)elen - 32)};
+	emb_wire_hdr_encode(buf, &h);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, 32 + h.payload_len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_many_decode(&f, subs, 2), 2);
+	CU_ASSERT_EQUAL(subs[0].hdr.status, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_error_decode(&subs[1], &e), 0);
+	CU_ASSERT_EQUAL(e.status, EMB_ENONFINITE);
+	/* A PULL answer in a PUSH_MANY reply. */
+	buf[32 + 5] = EMB_OP_PULL | EMB_OP_RESPONSE_BIT;
+	CU_ASSERT_EQUAL(emb_wire_many_decode(&f, subs, 2), EMB_EBADFRAME);
+}
+
 static const struct emb_test_case cases[] = {
     {"header is little-endian and 32 bytes", test_header_layout},
     {"round trips hello", test_hello},
     {"splits PULL_MANY into its PULLs; refuses malformed ones",
      test_pull_many},
+    {"splits PUSH_MANY into its PUSHes; refuses malformed ones",
+     test_push_many},
     {"round trips create, drop and list tables", test_tables},
     {"round trips lifecycle blocks", test_lifecycle},
     {"round trips pull with and without nocreate", test_pull},

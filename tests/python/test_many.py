@@ -100,11 +100,20 @@ def test_dropped_table(client, name):
         client.pull_many([(a, [1]), (b, [1])])
 
 
-def test_pull_many_is_one_request_per_server(client, name):
+def test_many_is_one_request_per_server(client, name):
     tabs = _tables(client, name, (4, 8, 16))
+    ref = _tables(client, name + "r", (4, 8, 16))
     ids = np.arange(200)  # spread over both servers
     before = client.stats().requests
     got = client.pull_many([(t, ids) for t in tabs])
     assert client.stats().requests - before == 2
     for t, rows in zip(tabs, got):
         np.testing.assert_array_equal(rows, t.pull(ids))
+    grads = [np.full((200, t.dim), 0.125 * (i + 1), np.float32)
+             for i, t in enumerate(tabs)]
+    before = client.stats().requests
+    client.push_many([(t, ids, g) for t, g in zip(tabs, grads)], step=1)
+    assert client.stats().requests - before == 2
+    for t, r, g in zip(tabs, ref, grads):
+        r.push(ids, g, step=1)
+        np.testing.assert_array_equal(t.pull(ids), r.pull(ids))

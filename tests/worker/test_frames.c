@@ -9,6 +9,7 @@
 #include "server/server.h"
 
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -995,6 +996,116 @@ static void test_pull_many_raw(void)
 	fx_teardown(&fx);
 }
 
+/* Appends sub-request PUSH i: grad g to id, with session sess, seq. */
+static void push_sub(uint8_t *buf, size_t *off, uint32_t i, uint32_t tid,
+		     uint64_t id, float g, uint64_t sess, uint64_t seq)
+{
+	_Alignas(8) uint8_t tmp[EMB_WIRE_HDR_SIZE + 64 + DIM * 4];
+	struct emb_wire_iovs v;
+	float grad[DIM];
+	int len;
+
+	for (uint32_t j = 0; j < DIM; j++)
+		grad[j] = g;
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_encode_session(
+				  &v, i, tid, 0, 0, sess, seq, &id, 1, DIM,
+				  grad),
+			      0);
+	len = emb_wire_iovs_flatten(&v, tmp, sizeof(tmp));
+	CU_ASSERT_FATAL(len > 0);
+	memcpy(buf + *off, tmp, (size_t)len);
+	memset(buf + *off + len, 0,
+	       emb_wire_many_sub_size((uint32_t)len - EMB_WIRE_HDR_SIZE) -
+		   (size_t)len);
+	*off += emb_wire_many_sub_size((uint32_t)len - EMB_WIRE_HDR_SIZE);
+}
+
+/* Sends the PUSH_MANY buf[32..off) of count pushes; its sub-statuses. */
+static void push_many_call(int fd, uint8_t *buf, size_t off, uint32_t count,
+			   uint64_t req_id, int *status)
+{
+	static _Alignas(8) uint8_t resp[1u << 16];
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_frame f = {.payload = resp, .lim = &lim},
+			      subs[EMB_WIRE_MANY_MAX];
+
+	emb_wire_hdr_encode(buf, &(struct emb_frame_hdr){
+				     .magic = EMB_WIRE_MAGIC,
+				     .version = EMB_WIRE_VERSION,
+				     .opcode = EMB_OP_PUSH_MANY,
+				     .req_id = req_id,
+				     .count = count,
+				     .payload_len = (uint32_t)off -
+						    EMB_WIRE_HDR_SIZE});
+	CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, buf, off), 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, &f.hdr, resp, sizeof(resp)), 0);
+	CU_ASSERT_EQUAL(f.hdr.req_id, req_id);
+	CU_ASSERT_EQUAL_FATAL(f.hdr.status, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_many_decode(&f, subs, count),
+			      (int)count);
+	for (uint32_t i = 0; i < count; i++)
+		status[i] = subs[i].hdr.status;
+}
+
+/*
+ * PUSH_MANY over a raw connection: each sub-request is a PUSH of its own:
+ * a sub-push repeated with its session and sequence number (in the same
+ * frame, or the whole frame sent again) is applied once, a NaN one and one
+ * of an unknown table fail alone, the others are applied; a synchronous
+ * table's sub-push is refused with EMB_ENOBUNDLE, untouched.
+ */
+static void test_push_many_raw(void)
+{
+	static _Alignas(8) uint8_t buf[1u << 16];
+	const uint64_t sess = 0x5e55a0u, id = 901;
+	const float lr = EMB_OPTIM_CFG_DEFAULT.lr;
+	struct fixture fx;
+	int st[8], fd;
+	size_t off;
+	float v0;
+
+	fx_setup(&fx);
+	fd = raw_ready(&fx);
+	v0 = row0(&fx, id);
+	off = EMB_WIRE_HDR_SIZE;
+	push_sub(buf, &off, 0, fx.id8, id, 1.0f, sess, 1);
+	push_sub(buf, &off, 1, fx.id8, id, 1.0f, sess, 1);
+	push_sub(buf, &off, 2, fx.id8, id, NAN, sess, 2);
+	push_sub(buf, &off, 3, 77, id, 1.0f, sess, 3);
+	push_sub(buf, &off, 4, fx.id8, id, 1.0f, sess, 4);
+	push_many_call(fd, buf, off, 5, 50, st);
+	CU_ASSERT_EQUAL(st[0], 0);
+	CU_ASSERT_EQUAL(st[1], 0);
+	CU_ASSERT_EQUAL(st[2], EMB_ENONFINITE);
+	CU_ASSERT_EQUAL(st[3], EMB_ENOTABLE);
+	CU_ASSERT_EQUAL(st[4], 0);
+	CU_ASSERT_DOUBLE_EQUAL(row0(&fx, id), v0 - 2 * lr, 1e-6);
+	/* The whole frame again, as after a lost connection: the applied
+	 * ones are acknowledged, not applied again. */
+	close(fd);
+	fd = raw_ready(&fx);
+	push_many_call(fd, buf, off, 5, 51, st);
+	CU_ASSERT_EQUAL(st[0], 0);
+	CU_ASSERT_EQUAL(st[2], EMB_ENONFINITE);
+	CU_ASSERT_EQUAL(st[4], 0);
+	CU_ASSERT_DOUBLE_EQUAL(row0(&fx, id), v0 - 2 * lr, 1e-6);
+	/* Synchronous: refused untouched, and its number not taken. */
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_set_mode(fx.t, EMB_MODE_SYNC, 1, 0), 0);
+	off = EMB_WIRE_HDR_SIZE;
+	push_sub(buf, &off, 0, fx.id8, id, 1.0f, sess, 5);
+	push_many_call(fd, buf, off, 1, 52, st);
+	CU_ASSERT_EQUAL(st[0], EMB_ENOBUNDLE);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_set_mode(fx.t, EMB_MODE_ASYNC, 0, 0), 0);
+	push_many_call(fd, buf, off, 1, 53, st);
+	CU_ASSERT_EQUAL(st[0], 0);
+	CU_ASSERT_DOUBLE_EQUAL(row0(&fx, id), v0 - 3 * lr, 1e-6);
+	close(fd);
+	fx_check_serving(&fx);
+	fx_teardown(&fx);
+}
+
 static const struct emb_test_case cases[] = {
 	{"bad magic, version, length or opcode closes the connection",
 	 test_bad_headers},
@@ -1024,6 +1135,8 @@ static const struct emb_test_case cases[] = {
 	 test_pull_reply_too_big},
 	{"PULL_MANY answers each PULL alone; malformed ones refused whole",
 	 test_pull_many_raw},
+	{"PUSH_MANY: each PUSH alone; a repeated session push applied once",
+	 test_push_many_raw},
 	{NULL, NULL},
 };
 
