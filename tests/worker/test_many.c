@@ -271,7 +271,7 @@ static void test_push_one_request_per_server(void)
 			k.c->srv[1].push_many = false;
 		for (int i = 0; i < NT; i++)
 			for (uint32_t j = 0; j < 64 * dims[i]; j++)
-				g[i][j] = dyadic(&rng);
+				g[i][j] = nt_dyadic(&rng);
 		before = requests(k.c);
 		CU_ASSERT_EQUAL(emb_client_push_many(k.c, b, NT, r, 0), 0);
 		CU_ASSERT_EQUAL(requests(k.c) - before, r ? 1 + NT : 2);
