@@ -409,7 +409,11 @@ def test_26_features_one_pull_and_one_push_per_step(client, name):
             pulled = client.stats().requests - sent
             assert 1 <= pulled <= client.num_servers, pulled
             head(out.values()).sum().backward()
+            sent = client.stats().requests
             sparse.step()
+            # And one each for all 26 tables' gradients (PUSH_MANY).
+            pushed = client.stats().requests - sent
+            assert 1 <= pushed <= client.num_servers, pushed
     finally:
         count.close()
     assert count.pulls == [nf] * 3  # one call per step, all 26 tables
