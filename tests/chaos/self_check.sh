@@ -43,7 +43,10 @@ python3 "$chaos" --bin-dir "$tools" --seconds 10 --quiet 2 --kinds "" \
 	--json >"$out" 2>/dev/null
 python3 -c 'import json, sys
 f = json.load(open(sys.argv[1]))
-assert f["failures"] and f["workers"]["0"]["verify"], f
+# Whichever worker did not exit 3 may be stopped by launch before its
+# verify line: one of them printed it.
+assert f["failures"], f
+assert any(w["verify"] for w in f["workers"].values()), f
 assert f["step_latency"]["before_faults"]["intervals"] > 0, f' "$out" ||
 	bad "--json: no figures or no failure in it"
 exit "$fail"
