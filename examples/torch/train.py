@@ -6,6 +6,8 @@
              [--cache-rows R] [--prefetch K] [--staleness S] [--seed N]
              [--log-every N] [--transport T] [--after-train CMD]
              [--admit none|count:N|bloom:N] [--evict SPEC]
+             [--dense servers|ddp]
+    torchrun --nproc_per_node N train.py --servers HOST:PORT,... ...
 
 The model and data are those of examples/ctr (Criteo-format lines as
 examples/ctr/gen writes them; the same categorical hashing): an embedding of
@@ -18,12 +20,19 @@ Where the weights live:
   Embedding), wide weights in "ctr_wide" (EmbeddingBag, sum), both Adagrad
   on the servers (their gradients pushed by embstore.torch.SparseOptimizer), read through the worker cache with prefetch in async
   mode; the MLP and bias in the dense table "ctr_mlp" (DenseParameters,
-  Adam on the servers), pulled every step and pushed after backward.
+  Adam on the servers), pulled every step and pushed after backward;
+  or, with --dense ddp, the MLP and bias data-parallel in every worker
+  (torch's DistributedDataParallel, gloo, gradients all-reduced; torch's
+  Adam), the embeddings still on the servers.
   --admit and --evict set the admission and eviction of the two sparse
   tables (docs/store.md).
   Without --servers the worker joins the cluster from the environment
   (`embstore launch` sets it) and trains the lines whose number modulo the
   worker count is its rank.
+  Under torchrun (RANK and WORLD_SIZE set; docs/python.md) with --servers,
+  the rank and worker count are torchrun's (embstore.distributed_env()),
+  dense weights default to --dense ddp, and workers meet in
+  torch.distributed barriers: torchrun starts no embstore scheduler.
 - --local: the same model with torch.nn.Embedding / EmbeddingBag and
   torch's Adagrad and Adam, in this process: the baseline.
 
@@ -37,6 +46,7 @@ is installed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import subprocess
@@ -122,6 +132,12 @@ class Dense(nn.Module):
                 nn.init.uniform_(m.weight, -lim, lim)
                 nn.init.zeros_(m.bias)
 
+    def forward(self, x: torch.Tensor, wide: torch.Tensor) -> torch.Tensor:
+        """x [B, 429] (embeddings and integer features), wide [B]: the
+        wide part's sums; returns logits [B]. A forward of its own so that
+        DistributedDataParallel can wrap this part alone."""
+        return self.mlp(x).squeeze(1) + wide + self.bias
+
 
 class WideDeep(nn.Module):
     """deep(ids) -> [B, 26, 16]; wide(ids) -> [B, 1]; returns logits [B]."""
@@ -132,10 +148,12 @@ class WideDeep(nn.Module):
         self.wide = wide
         self.dense = Dense()
 
-    def forward(self, ints: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ints: torch.Tensor, ids: torch.Tensor,
+                dense: Optional[nn.Module] = None) -> torch.Tensor:
+        """dense: what runs self.dense (its DistributedDataParallel
+        wrapper while training with --dense ddp)."""
         x = torch.cat([self.deep(ids).flatten(1), ints], dim=1)
-        return (self.dense.mlp(x).squeeze(1) + self.wide(ids).squeeze(1) +
-                self.dense.bias)
+        return (dense or self.dense)(x, self.wide(ids).squeeze(1))
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -186,6 +204,12 @@ class Local:
             torch.optim.Adam(self.model.dense.parameters(), lr=0.001)]
         self.rank, self.workers = 0, 1
 
+    def forward(self, xb: torch.Tensor, ib: torch.Tensor) -> torch.Tensor:
+        return self.model(xb, ib)
+
+    def joined(self):
+        return contextlib.nullcontext()
+
     def index(self, ids: np.ndarray) -> np.ndarray:
         u = ids.view(np.uint64)
         pos = np.searchsorted(self.vocab, u)
@@ -232,8 +256,6 @@ class Remote:
                       init="normal:0,0.05", mode=mode, seed=seed, **life)
         wide = c.table("ctr_wide", 1, optimizer=ada, init="zeros", mode=mode,
                        seed=seed, **life)
-        mlp = c.table("ctr_mlp", DENSE_ROW, optimizer="adam:lr=0.001",
-                      init="zeros", mode=mode, seed=seed)
         # Caches only for asynchronous training: a synchronous step must
         # read the rows the previous step wrote.
         self.caches = []
@@ -248,11 +270,25 @@ class Remote:
             emb, wide = self.caches
         self.model = WideDeep(et.Embedding(emb),
                               et.EmbeddingBag(wide, mode="sum"))
-        self.dense = et.DenseParameters(self.model.dense, mlp)
         # backward records the embeddings' gradients; step() pushes them
         self.sparse = et.SparseOptimizer(self.model)
         self.prefetch = args.prefetch if self.caches else 0
         self.et = et
+        self.dense_setup(args)
+
+    def dense_setup(self, args) -> None:
+        """The MLP and bias in the dense table "ctr_mlp"."""
+        mlp = self.client.table("ctr_mlp", DENSE_ROW,
+                                optimizer="adam:lr=0.001", init="zeros",
+                                mode=args.mode, seed=args.seed)
+        self.dense = self.et.DenseParameters(self.model.dense, mlp)
+
+    def forward(self, xb: torch.Tensor, ib: torch.Tensor) -> torch.Tensor:
+        return self.model(xb, ib)
+
+    def joined(self):
+        """Context of one epoch's steps (see Hybrid)."""
+        return contextlib.nullcontext()
 
     def batches(self, dl):
         if not self.prefetch:
@@ -290,6 +326,67 @@ class Remote:
         self.client.close()
 
 
+class Hybrid(Remote):
+    """--dense ddp: embeddings on the servers as Remote's, the MLP and bias
+    data-parallel in every worker (DistributedDataParallel over gloo: each
+    step all-reduces their gradients, so every worker applies the same Adam
+    step to the same weights, as for one step over the global batch)."""
+
+    def __init__(self, args) -> None:
+        import torch.distributed as dist
+
+        # Rendezvous at MASTER_ADDR:MASTER_PORT as RANK of WORLD_SIZE,
+        # which torchrun sets.
+        dist.init_process_group("gloo")
+        self.dist = dist
+        try:
+            super().__init__(args)
+            if (self.rank, self.workers) != (dist.get_rank(),
+                                             dist.get_world_size()):
+                raise RuntimeError(
+                    f"embstore rank {self.rank} of {self.workers} workers, "
+                    f"torch.distributed rank {dist.get_rank()} of "
+                    f"{dist.get_world_size()}")
+        except BaseException:
+            if getattr(self, "client", None) is not None:
+                self.client.close()
+            dist.destroy_process_group()
+            raise
+
+    def dense_setup(self, args) -> None:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        # Broadcasts rank 0's initial weights to every worker.
+        self.ddp = DDP(self.model.dense)
+        self.opt = torch.optim.Adam(self.model.dense.parameters(), lr=0.001)
+
+    def forward(self, xb: torch.Tensor, ib: torch.Tensor) -> torch.Tensor:
+        return self.model(xb, ib, dense=self.ddp)
+
+    def joined(self):
+        """Workers whose shard ran out of batches shadow the others'
+        all-reduces until every worker's epoch is done."""
+        return self.ddp.join()
+
+    def before_step(self) -> None:
+        self.opt.zero_grad()
+
+    def after_backward(self) -> None:
+        self.sparse.step()
+        self.sparse.zero_grad()
+        self.opt.step()
+
+    def empty_step(self) -> None:
+        self.model.deep.push_empty()
+        self.model.wide.push_empty()
+
+    def close(self, ok: bool) -> None:
+        try:
+            super().close(ok)
+        finally:
+            self.dist.destroy_process_group()
+
+
 def evaluate(p, model: WideDeep, path: str) -> tuple[float, float]:
     """Test AUC and logloss of the current weights (nothing is updated or
     created: the modules read the tables without creating rows)."""
@@ -298,7 +395,7 @@ def evaluate(p, model: WideDeep, path: str) -> tuple[float, float]:
     scores = np.empty(len(y), dtype=np.float64)
     loss = 0.0
     with torch.no_grad():
-        if isinstance(p, Remote):
+        if isinstance(p, Remote) and not isinstance(p, Hybrid):
             p.dense.pull()
         for i in range(0, len(y), 4096):
             sl = slice(i, i + 4096)
@@ -333,22 +430,23 @@ def train(args, p) -> int:
     for epoch in range(1, args.epochs + 1):
         step, loss_sum, loss_n = 0, 0.0, 0
         batches = p.batches(dl) if isinstance(p, Remote) else dl
-        for xb, ib, yb in batches:
-            p.before_step()
-            loss = lossf(model(xb, ib), yb)
-            loss.backward()
-            p.after_backward()
-            step += 1
-            samples += len(yb)
-            loss_sum += loss.item()
-            loss_n += 1
-            if step % args.log_every == 0:
-                print(f"epoch: {epoch} step: {step}, loss is "
-                      f"{loss_sum / loss_n:.4f}", flush=True)
-                loss_sum, loss_n = 0.0, 0
-        while step < sync_steps:
-            p.empty_step()
-            step += 1
+        with p.joined():
+            for xb, ib, yb in batches:
+                p.before_step()
+                loss = lossf(p.forward(xb, ib), yb)
+                loss.backward()
+                p.after_backward()
+                step += 1
+                samples += len(yb)
+                loss_sum += loss.item()
+                loss_n += 1
+                if step % args.log_every == 0:
+                    print(f"epoch: {epoch} step: {step}, loss is "
+                          f"{loss_sum / loss_n:.4f}", flush=True)
+                    loss_sum, loss_n = 0.0, 0
+            while step < sync_steps:
+                p.empty_step()
+                step += 1
         p.epoch_end()
         # The last epoch is scored once every worker is done, so the
         # figure covers all of their updates.
@@ -378,6 +476,30 @@ def after_train(args, p: Remote) -> int:
                   f"{args.after_train}", file=sys.stderr)
     p.barrier("after-train")
     return rc
+
+
+def dense_placement(args) -> str:
+    """"servers" or "ddp" (see --dense); ValueError for a combination that
+    cannot run."""
+    if args.local:  # embstore need not even be importable
+        if args.dense:
+            raise ValueError("--dense applies to embstore runs, not --local")
+        if os.environ.get("WORLD_SIZE", "1") != "1":
+            raise ValueError("--local trains in one process, not in "
+                             f"{os.environ['WORLD_SIZE']} torchrun workers")
+        return "servers"
+    import embstore
+
+    env = embstore.distributed_env()  # ValueError for a malformed one
+    dense = args.dense or ("ddp" if env and args.servers else "servers")
+    if dense == "ddp":
+        if not args.servers:
+            raise ValueError("--dense ddp needs --servers: torchrun starts "
+                             "no embstore scheduler")
+        if env is None or "MASTER_ADDR" not in os.environ:
+            raise ValueError("--dense ddp needs torchrun's environment "
+                             "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+    return dense
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -410,6 +532,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="eviction of the sparse tables: none, or ttl:STEPS,"
                     "min_l2:X,max_rows:N[:lru|lfu] (embstore tables)")
     ap.add_argument("--log-every", type=int, default=100)
+    ap.add_argument("--dense", choices=("servers", "ddp"),
+                    help="where the MLP and bias train: in the dense "
+                    "table on the servers, or data-parallel in the "
+                    "workers (DistributedDataParallel; needs torchrun's "
+                    "environment); default: ddp under torchrun with "
+                    "--servers, else servers")
     ap.add_argument("--after-train", help="once every worker is done, "
                     "worker 0 runs this shell command with EMB_SERVERS set "
                     "to the cluster's servers (e.g. an embstore dump)")
@@ -423,11 +551,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.local and (args.admit != "none" or args.evict != "none"):
         ap.error("--admit and --evict apply to embstore tables, not "
                  "--local")
+    try:
+        dense = dense_placement(args)
+    except ValueError as e:
+        ap.error(str(e))
     if args.local:
         _, _, ids, _ = parse(args.data)
         p = Local(args, ids)
         return train(args, p)
-    p = Remote(args)
+    p = Hybrid(args) if dense == "ddp" else Remote(args)
     ok = False
     try:
         rc = train(args, p)

@@ -21,6 +21,7 @@ package mirrors; a mismatch raises ImportError.
 
 from .client import (CachedTable, Client, Future, Table, as_ids, connect,
                      initial_rows, set_log_level)
+from .client import DistributedEnv, distributed_env
 from .errors import (AuthError, CacheError, ConnectionError, Error,
                      NonFiniteError, TableError, TimeoutError, code_name)
 from .stats import CachedTableStats, ClientStats, TableStats
@@ -38,4 +39,5 @@ __all__ = ["connect", "set_log_level", "Client", "Table", "CachedTable",
            "Future", "Error", "ConnectionError", "TimeoutError", "TableError",
            "NonFiniteError", "AuthError", "CacheError", "ClientStats", "TableStats",
            "CachedTableStats", "as_ids", "initial_rows", "code_name",
-           "library_path", "library_version"]
+           "library_path", "library_version", "distributed_env",
+           "DistributedEnv"]

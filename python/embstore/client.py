@@ -19,7 +19,7 @@ import os
 import weakref
 from collections.abc import Sequence
 from ctypes import byref, c_uint64, c_void_p
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -227,9 +227,15 @@ class Client:
         self._tables: "weakref.WeakSet[Table]" = weakref.WeakSet()
         self._futures: "weakref.WeakSet[Future]" = weakref.WeakSet()
         self.rank: int = _L.emb_client_rank(handle)
-        """This worker's rank, 0..num_workers-1 (0 without a scheduler)."""
+        """This worker's rank, 0..num_workers-1: the scheduler's; without
+        one, torchrun's RANK (distributed_env()), else 0."""
         self.num_workers: int = _L.emb_client_nworkers(handle)
-        """Workers in the cluster (1 without a scheduler)."""
+        """Workers in the cluster: the scheduler's count; without one,
+        torchrun's WORLD_SIZE, else 1."""
+        if not joined:
+            env = distributed_env()
+            if env is not None:
+                self.rank, self.num_workers = env.rank, env.world_size
 
     def _handle(self) -> int:
         if not self._h:
@@ -406,11 +412,24 @@ class Client:
         _check(_L.emb_client_push_many(self._h, arr, len(reqs), step,
                                        self.rank), self)
 
+    @property
+    def world_size(self) -> int:
+        """num_workers, under torch.distributed's name."""
+        return self.num_workers
+
     def barrier(self, name: str = "barrier") -> None:
         """Blocks until every worker of the cluster called barrier() with
         the same name (1..63 bytes). A no-op for one worker.
-        ConnectionError if a node died or the scheduler is lost."""
-        if self.num_workers <= 1 and not self._joined:
+        ConnectionError if a node died or the scheduler is lost.
+
+        Without a scheduler, several workers (torchrun's WORLD_SIZE > 1)
+        meet in torch.distributed.barrier() of the default process group,
+        which the caller has initialized (init_process_group()): torchrun
+        starts no scheduler, and the servers do not count workers. The
+        name is then not checked. RuntimeError without such a group."""
+        if not self._joined:
+            if self.num_workers > 1:
+                _torch_barrier(self.num_workers)
             return
         _check(_L.emb_client_barrier(self._handle(), name.encode()), self)
 
@@ -891,6 +910,98 @@ def connect(servers: Optional[str] = None, transport: Optional[str] = None,
     return Client(h.value, joined=not servers)
 
 
+class DistributedEnv(NamedTuple):
+    """Where torchrun (TorchElastic) put this process: see
+    distributed_env()."""
+    rank: int
+    """Global rank, 0..world_size-1 (RANK)."""
+    world_size: int
+    """Processes of the job (WORLD_SIZE)."""
+    local_rank: int
+    """Rank on this node (LOCAL_RANK; rank when unset)."""
+    local_world_size: int
+    """Processes on this node (LOCAL_WORLD_SIZE; 1 when unset)."""
+    node_rank: int
+    """This node's rank (GROUP_RANK or PET_NODE_RANK; 0 when unset)."""
+    run_id: str
+    """TORCHELASTIC_RUN_ID, "" when not run by torchrun."""
+
+
+def _env_int(env, name: str, lo: int, hi: Optional[int] = None) -> int:
+    v = env[name]
+    try:
+        n = int(v)
+    except ValueError:
+        n = lo - 1
+    if n < lo or (hi is not None and n > hi):
+        want = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ValueError(f"${name}={v!r}: want an integer {want}")
+    return n
+
+
+def distributed_env(environ=None) -> Optional[DistributedEnv]:
+    """This process's place in a torchrun-started job, or None.
+
+    torchrun's agent gives each worker it starts RANK, WORLD_SIZE,
+    LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the node's rank), MASTER_ADDR,
+    MASTER_PORT and TORCHELASTIC_RUN_ID; so do Kubeflow's PyTorchJob and
+    `python -m torch.distributed.launch`-style launchers for RANK and
+    WORLD_SIZE. Without RANK, the PET_* variables that Kubeflow sets for
+    torchrun to read describe one process per node: PET_NNODES (an
+    integer; an elastic "MIN:MAX" range is torchrun's to settle) and
+    PET_NODE_RANK, when PET_NPROC_PER_NODE is unset or 1. A process with
+    none of them is not part of such a job: None.
+
+    Raises ValueError, naming the variable, for a value that is not a
+    count (RANK without WORLD_SIZE, a rank not below the world size, an
+    elastic range or several processes per node without torchrun).
+    """
+    env = os.environ if environ is None else environ
+    if "RANK" in env or "WORLD_SIZE" in env:
+        for need, other in (("RANK", "WORLD_SIZE"), ("WORLD_SIZE", "RANK")):
+            if need not in env:
+                raise ValueError(f"${need} is unset but ${other} is set: a "
+                                 "torchrun worker has both")
+        world = _env_int(env, "WORLD_SIZE", 1)
+        rank = _env_int(env, "RANK", 0, world - 1)
+        lws = _env_int(env, "LOCAL_WORLD_SIZE", 1, world) \
+            if "LOCAL_WORLD_SIZE" in env else 1
+        lrank = _env_int(env, "LOCAL_RANK", 0, lws - 1) \
+            if "LOCAL_RANK" in env else rank % lws
+        node = "GROUP_RANK" if "GROUP_RANK" in env else "PET_NODE_RANK"
+        return DistributedEnv(rank, world, lrank, lws,
+                              _env_int(env, node, 0) if node in env else 0,
+                              env.get("TORCHELASTIC_RUN_ID", ""))
+    if "PET_NNODES" not in env:
+        return None
+    if env.get("PET_NPROC_PER_NODE", "1") != "1":
+        raise ValueError(f"$PET_NPROC_PER_NODE={env['PET_NPROC_PER_NODE']!r}"
+                         " without $RANK: start the workers with torchrun, "
+                         "which reads PET_* and gives each its RANK")
+    world = _env_int(env, "PET_NNODES", 1)
+    rank = _env_int(env, "PET_NODE_RANK", 0, world - 1) \
+        if "PET_NODE_RANK" in env else 0
+    return DistributedEnv(rank, world, 0, 1, rank, "")
+
+
+def _torch_barrier(workers: int) -> None:
+    """torch.distributed.barrier() over the default process group, which
+    must be initialized with one member per worker (this module does not
+    import torch: a program that has no group has not imported it)."""
+    import sys
+    dist = getattr(sys.modules.get("torch"), "distributed", None)
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(
+            f"barrier() of {workers} workers without a scheduler needs "
+            "torch.distributed.init_process_group() first (or join through "
+            "a scheduler: connect() without servers)")
+    if dist.get_world_size() != workers:
+        raise RuntimeError(f"barrier(): the process group has "
+                           f"{dist.get_world_size()} members, the client "
+                           f"{workers} workers")
+    dist.barrier()
+
+
 def set_log_level(level: str) -> None:
     """The library's log level: "error", "warn" (the default, unless
     $EMB_LOG_LEVEL says otherwise), "info" or "debug". Lines go to
@@ -913,4 +1024,5 @@ def initial_rows(init: str, seed: int, ids: ArrayLike,
 
 
 __all__ = ["Client", "Table", "CachedTable", "Future", "connect",
+           "distributed_env", "DistributedEnv",
            "set_log_level", "as_ids", "initial_rows", "Error"]
