@@ -155,10 +155,12 @@ static void dispatch_timed(struct emb_server *s, struct emb_conn *c,
 		       emb_clock_ns() - t0_ns);
 }
 
-/* Requests that change rows a queued PULL reply may still be reading. */
+/* Requests that change rows a queued PULL reply may still be reading
+ * (a PUSH_MANY is PUSHes). */
 static bool writes_rows(uint8_t op)
 {
-	return op == EMB_OP_PUSH || op == EMB_OP_ASSIGN || op == EMB_OP_ERASE ||
+	return op == EMB_OP_PUSH || op == EMB_OP_PUSH_MANY ||
+	       op == EMB_OP_ASSIGN || op == EMB_OP_ERASE ||
 	       op == EMB_OP_DROP_TABLE;
 }
 
