@@ -1215,21 +1215,6 @@ int emb_cache_update(struct emb_cache *c, const float *grads)
 
 	if (!b || (b->n && !grads))
 		return -EINVAL;
-	/* A NaN or an infinity would be summed into cached rows (write-back)
-	 * or pushed, where the server refuses the push whole: refused here,
-	 * before anything changes, and the batch released as after any
-	 * failed update. The first bad element is kept for the message. */
-	if (!emb_floats_finite(grads, (size_t)b->n * dim)) {
-		for (size_t k = 0; k < (size_t)b->n * dim; k++) {
-			if (!isfinite(grads[k])) {
-				c->bad_id = b->ids[k / dim];
-				c->bad_elem = (uint32_t)(k % dim);
-				break;
-			}
-		}
-		rc = EMB_ENONFINITE;
-		goto out_release;
-	}
 	/* Sum duplicates in batch order, then update each row once, as
 	 * emb_table_push() does on the server. */
 	memset(c->gsum, 0, (size_t)b->nuniq * dim * sizeof(float));
@@ -1238,6 +1223,23 @@ int emb_cache_update(struct emb_cache *c, const float *grads)
 		const float *restrict src = grads + (size_t)i * dim;
 
 		add_floats(g, src, dim);
+	}
+	/* A NaN or an infinity in a gradient (or in a sum of them) would go
+	 * into cached rows (write-back) or be pushed, where the server
+	 * refuses the push whole: refused here, checked on the sums (a NaN
+	 * or an infinity summed stays one), before anything changes, and the
+	 * batch released as after any failed update. The first bad element
+	 * is kept for the message. */
+	if (!emb_floats_finite(c->gsum, (size_t)b->nuniq * dim)) {
+		for (size_t k = 0; k < (size_t)b->nuniq * dim; k++) {
+			if (!isfinite(c->gsum[k])) {
+				c->bad_id = b->uniq[k / dim];
+				c->bad_elem = (uint32_t)(k % dim);
+				break;
+			}
+		}
+		rc = EMB_ENONFINITE;
+		goto out_release;
 	}
 
 	if (c->o.mode == EMB_CACHE_WRITE_THROUGH) {

@@ -219,8 +219,8 @@ int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids, uint32_t n,
  */
 int emb_cache_update(struct emb_cache *c, const float *grads);
 /* After emb_cache_update() returned EMB_ENONFINITE (a NaN or an infinity
- * among the gradients; nothing was applied and the batch is released):
- * the id and element of the first bad gradient. */
+ * among an id's gradients or their sum; nothing was applied and the batch
+ * is released): the first such id, in distinct-id order, and element. */
 void emb_cache_nonfinite(const struct emb_cache *c, uint64_t *id,
 			 uint32_t *elem);
 
