@@ -81,12 +81,30 @@ static void sub_size(struct emb_server *s, const struct emb_wire_frame *f,
 		u->size = ERR_FRAME;
 }
 
-/* An error answer for sub-request i at p (ERR_FRAME bytes of room). */
+/*
+ * An error answer of opcode op for sub-request i at p (ERR_FRAME bytes of
+ * room), padded to the next sub-frame; its size. A message too long for
+ * ERR_FRAME goes as the code alone.
+ */
+static uint64_t put_error(uint8_t *p, uint8_t op, uint32_t i,
+			  uint32_t table_id, int rc, const char *msg)
+{
+	int len = emb_wire_error_encode(p, ERR_FRAME, op, i, table_id, rc, msg);
+	uint64_t size;
+
+	if (len < 0)
+		len = emb_wire_error_encode(p, ERR_FRAME, op, i, table_id, rc,
+					    NULL);
+	size = emb_wire_many_sub_size((uint32_t)len - EMB_WIRE_HDR_SIZE);
+	memset(p + len, 0, size - (uint64_t)len);
+	return size;
+}
+
+/* A PULL sub-request's error answer at p. */
 static uint64_t sub_error(uint8_t *p, uint32_t i, const struct sub *u,
 			  uint32_t table_id)
 {
 	char msg[160];
-	int len;
 
 	if (u->rc == EMB_ENOTABLE)
 		snprintf(msg, sizeof(msg), "no table of id %u on this server",
@@ -96,13 +114,7 @@ static uint64_t sub_error(uint8_t *p, uint32_t i, const struct sub *u,
 			 "PULL_MANY takes no WITH_STATE pull");
 	else
 		snprintf(msg, sizeof(msg), "%s", emb_strerror(u->rc));
-	len = emb_wire_error_encode(p, ERR_FRAME, EMB_OP_PULL, i, table_id,
-				    u->rc, msg);
-	/* ERR_FRAME holds any message above: len > 0. */
-	memset(p + len, 0,
-	       emb_wire_many_sub_size((uint32_t)len - EMB_WIRE_HDR_SIZE) -
-		   (uint64_t)len);
-	return emb_wire_many_sub_size((uint32_t)len - EMB_WIRE_HDR_SIZE);
+	return put_error(p, EMB_OP_PULL, i, table_id, u->rc, msg);
 }
 
 /* Sub-request i's rows at p (u->size bytes of room), or its error. */
@@ -211,23 +223,10 @@ static uint64_t push_answer(uint8_t *p, uint32_t i,
 			    const char *msg)
 {
 	struct emb_frame_hdr a = {0};
-	int len;
 
-	if (rc < 0) {
-		len =
-		    emb_wire_error_encode(p, ERR_FRAME, EMB_OP_PUSH, i,
-					  h->table_id, rc, msg[0] ? msg : NULL);
-		/* A message too long for ERR_FRAME: the code alone. */
-		if (len < 0)
-			len = emb_wire_error_encode(p, ERR_FRAME, EMB_OP_PUSH,
-						    i, h->table_id, rc, NULL);
-		memset(
-		    p + len, 0,
-		    emb_wire_many_sub_size((uint32_t)len - EMB_WIRE_HDR_SIZE) -
-			(uint64_t)len);
-		return emb_wire_many_sub_size((uint32_t)len -
-					      EMB_WIRE_HDR_SIZE);
-	}
+	if (rc < 0)
+		return put_error(p, EMB_OP_PUSH, i, h->table_id, rc,
+				 msg[0] ? msg : NULL);
 	a.magic = EMB_WIRE_MAGIC;
 	a.version = EMB_WIRE_VERSION;
 	a.opcode = EMB_OP_PUSH | EMB_OP_RESPONSE_BIT;
