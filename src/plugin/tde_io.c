@@ -255,26 +255,46 @@ static void tab_name(const struct tde_io *io, const char *table, int64_t col,
 }
 
 /*
+ * After a call on table name failed with rc: returns to try it again after
+ * a pause while the cluster may still recover (until the deadline), or
+ * stops the process (the top of this file says why).
+ */
+static void again_or_die(int rc, int64_t until, const char *what,
+			 const char *name)
+{
+	char buf[512];
+
+	if (!retryable(rc) || now_ms() >= until)
+		die("%s %s: %s", what, name, why(rc, buf, sizeof(buf)));
+	usleep(100 * 1000);
+}
+
+/* The handle of table name if this instance has it, else NULL (mu held). */
+static struct emb_client_table *tab_find(const struct tde_io *io,
+					 const char *name)
+{
+	for (size_t i = 0; i < io->ntabs; i++)
+		if (strcmp(io->tabs[i].name, name) == 0)
+			return io->tabs[i].t;
+	return NULL;
+}
+
+/*
  * The table named name: dim 0 opens it if it exists (NULL if not), else it
  * is made with dim floats per row if missing. Dies on what no retry mends.
+ * The network calls run without mu, so other tables' calls go on; of two
+ * threads that opened one table, the first kept its handle.
  */
 static struct emb_client_table *tab_get(struct tde_io *io, const char *name,
 					uint32_t dim)
 {
-	struct emb_client_table *t = NULL;
 	int64_t until = now_ms() + io->retry_ms;
-	char buf[512];
+	struct emb_client_table *t, *had;
 	int rc;
 
-	bool cached = false;
-
 	pthread_mutex_lock(&io->mu);
-	for (size_t i = 0; i < io->ntabs && !cached; i++) {
-		if (strcmp(io->tabs[i].name, name) == 0) {
-			t = io->tabs[i].t;
-			cached = true;
-		}
-	}
+	t = tab_find(io, name);
+	pthread_mutex_unlock(&io->mu);
 	while (!t) {
 		if (dim) {
 			struct emb_table_spec sp;
@@ -287,30 +307,36 @@ static struct emb_client_table *tab_get(struct tde_io *io, const char *name,
 		} else {
 			rc = emb_client_table_open(io->c, name, &t);
 			if (rc == EMB_ENOTABLE)
-				break; /* nothing stored yet */
+				return NULL; /* nothing stored yet */
 		}
-		if (!rc)
-			break;
-		if (!retryable(rc) || now_ms() >= until)
-			die("table %s: %s", name, why(rc, buf, sizeof(buf)));
-		usleep(100 * 1000);
-	}
-	if (t && !cached) {
-		if (io->ntabs == io->cap) {
-			size_t cap = io->cap ? 2 * io->cap : 16;
-			struct tab *nt = realloc(io->tabs, cap * sizeof(*nt));
+		if (rc) {
+			t = NULL;
+			again_or_die(rc, until, "table", name);
+			continue;
+		}
+		pthread_mutex_lock(&io->mu);
+		had = tab_find(io, name);
+		if (had) {
+			emb_client_table_close(t);
+			t = had;
+		} else {
+			if (io->ntabs == io->cap) {
+				size_t cap = io->cap ? 2 * io->cap : 16;
+				struct tab *nt =
+				    realloc(io->tabs, cap * sizeof(*nt));
 
-			if (!nt)
-				die("out of memory");
-			io->tabs = nt;
-			io->cap = cap;
+				if (!nt)
+					die("out of memory");
+				io->tabs = nt;
+				io->cap = cap;
+			}
+			snprintf(io->tabs[io->ntabs].name,
+				 sizeof(io->tabs[0].name), "%s", name);
+			io->tabs[io->ntabs++].t = t;
 		}
-		snprintf(io->tabs[io->ntabs].name, sizeof(io->tabs[0].name),
-			 "%s", name);
-		io->tabs[io->ntabs++].t = t;
+		pthread_mutex_unlock(&io->mu);
 	}
-	pthread_mutex_unlock(&io->mu);
-	if (t && dim && emb_client_table_dim(t) != dim)
+	if (dim && emb_client_table_dim(t) != dim)
 		die("table %s holds rows of %u floats; this push has blobs of "
 		    "%u floats",
 		    name, emb_client_table_dim(t), dim);
@@ -335,7 +361,7 @@ IO_Pull(void *instance, struct tde_io_pull_param p)
 	uint64_t *ids;
 	uint8_t *found;
 	float *rows = NULL;
-	char name[NAME_MAX_LEN + 1], buf[512];
+	char name[NAME_MAX_LEN + 1];
 
 	/* TorchRec keeps a failed IO_Initialize's NULL and calls on. */
 	if (!io)
@@ -369,13 +395,8 @@ IO_Pull(void *instance, struct tde_io_pull_param p)
 				die("out of memory for %u rows", p.num_global_ids);
 			while ((rc = emb_client_table_pull(
 				    t, ids, p.num_global_ids, rows,
-				    EMB_CLIENT_NOCREATE, found)) != 0) {
-				if (!retryable(rc) || now_ms() >= until)
-					die("pull of %u ids from %s: %s",
-					    p.num_global_ids, name,
-					    why(rc, buf, sizeof(buf)));
-				usleep(100 * 1000);
-			}
+				    EMB_CLIENT_NOCREATE, found)) != 0)
+				again_or_die(rc, until, "pull from", name);
 			for (uint32_t i = 0; i < p.num_global_ids; i++)
 				p.on_fetched(p.ctx, i * p.num_cols + j, s,
 					     found[i] ? rows + (size_t)i * dim
@@ -398,7 +419,7 @@ IO_Push(void *instance, struct tde_io_push_param p)
 				p.num_optimizer_states;
 	uint64_t *ids;
 	float *rows = NULL;
-	char name[NAME_MAX_LEN + 1], buf[512];
+	char name[NAME_MAX_LEN + 1];
 
 	if (!io)
 		die("push to %s: IO_Initialize failed (see above)",
@@ -445,14 +466,8 @@ IO_Push(void *instance, struct tde_io_push_param p)
 			t = tab_get(io, name, (uint32_t)(len / sizeof(float)));
 			until = now_ms() + io->retry_ms;
 			while ((rc = emb_client_table_assign(
-				    t, ids, p.num_global_ids, rows, false)) !=
-			       0) {
-				if (!retryable(rc) || now_ms() >= until)
-					die("push of %u rows to %s: %s",
-					    p.num_global_ids, name,
-					    why(rc, buf, sizeof(buf)));
-				usleep(100 * 1000);
-			}
+				    t, ids, p.num_global_ids, rows, false)) != 0)
+				again_or_die(rc, until, "push to", name);
 		}
 	}
 	free(rows);
