@@ -93,6 +93,58 @@ int emb_addr_list_parse(const char *list, struct emb_addr *out, uint32_t max)
 	}
 }
 
+/*
+ * Why entry [p, p + len) of a list is no host:port with a non-zero port,
+ * told apart by what emb_addr_parse() makes of it with and without a
+ * default port.
+ */
+static const char *entry_why(const char *p, size_t len)
+{
+	struct emb_addr a;
+	const char *colon;
+
+	if (len == 0)
+		return "empty entry";
+	if (emb_addr_parse(p, len, 1, &a) == 0) {
+		/* Parses with a default port: the port is missing or 0. */
+		return emb_addr_parse(p, len, -1, &a) ? "no port (want host:port)"
+						      : "port 0";
+	}
+	colon = p[0] == '[' ? memchr(p, ']', len) : memchr(p, ':', len);
+	if (p[0] != '[' && colon &&
+	    memchr(colon + 1, ':', len - (size_t)(colon - p) - 1))
+		return "an IPv6 address needs brackets: [addr]:port";
+	if (colon == p || (p[0] == '[' && colon == p + 1))
+		return "no host";
+	if (colon && (p[0] != '[' || (colon[1] == ':'))) {
+		const char *port = colon + (p[0] == '[' ? 2 : 1);
+
+		if (port >= p + len)
+			return "no port (want host:port)";
+		return "the port is not a number in 1..65535";
+	}
+	return "the host is longer than 255 bytes or malformed";
+}
+
+int emb_addr_list_explain(const char *list, char *buf, size_t cap)
+{
+	const char *p = list ? list : "";
+
+	for (unsigned i = 1;; i++) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		struct emb_addr a;
+
+		if (emb_addr_parse(p, len, -1, &a) || a.port == 0)
+			return snprintf(buf, cap, "entry %u \"%.*s\": %s", i,
+					(int)(len > 64 ? 64 : len), p,
+					entry_why(p, len));
+		if (!end)
+			return snprintf(buf, cap, "no bad entry");
+		p = end + 1;
+	}
+}
+
 int emb_addr_format(const struct emb_addr *a, char *buf, size_t cap)
 {
 	int n = strchr(a->host, ':') ?

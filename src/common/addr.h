@@ -43,6 +43,13 @@ int emb_addr_parse(const char *s, size_t len, int default_port,
 int emb_addr_list_parse(const char *list, struct emb_addr *out, uint32_t max);
 
 /*
+ * Why emb_addr_list_parse() refuses list: its first bad entry, by position
+ * from 1, and what is wrong with it, into buf ('entry 2 "h:x": the port is
+ * not a number in 1..65535'). snprintf's return.
+ */
+int emb_addr_list_explain(const char *list, char *buf, size_t cap);
+
+/*
  * Writes a as "host:port", or "[host]:port" when host contains ':', to
  * buf. Returns the length, or -ENOSPC if cap is too small.
  */

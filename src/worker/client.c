@@ -37,61 +37,6 @@
 static int client_create(const struct emb_client_opts *opts,
 			 const bool *removed, struct emb_client **out);
 
-/*
- * Why entry [p, p + len) of a server list is no host:port, for the error a
- * user reads (emb_addr_list_parse() says only that one is not).
- */
-static const char *bad_entry_why(const char *p, size_t len)
-{
-	struct emb_addr a;
-	const char *colon;
-
-	if (len == 0)
-		return "empty entry";
-	if (emb_addr_parse(p, len, 1, &a) == 0) {
-		/* Parses with a default port: the port is missing or 0. */
-		return emb_addr_parse(p, len, -1, &a) ? "no port (want host:port)"
-						      : "port 0";
-	}
-	colon = p[0] == '[' ? memchr(p, ']', len) : memchr(p, ':', len);
-	if (p[0] != '[' && colon &&
-	    memchr(colon + 1, ':', len - (size_t)(colon - p) - 1))
-		return "an IPv6 address needs brackets: [addr]:port";
-	if (colon == p || (p[0] == '[' && colon == p + 1))
-		return "no host";
-	if (colon && (p[0] != '[' || (colon[1] == ':'))) {
-		const char *port = colon + (p[0] == '[' ? 2 : 1);
-
-		if (port >= p + len)
-			return "no port (want host:port)";
-		return "the port is not a number in 1..65535";
-	}
-	return "the host is longer than 255 bytes or malformed";
-}
-
-/* Sets the last error to name the first bad entry of list. */
-static void explain_servers(const char *list)
-{
-	const char *p = list;
-
-	for (unsigned i = 0;; i++) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		struct emb_addr a;
-
-		if (emb_addr_parse(p, len, -1, &a) || a.port == 0) {
-			emb__err_set(-EINVAL,
-				     "servers \"%.200s\": entry %u \"%.*s\": %s",
-				     list, i + 1, (int)(len > 64 ? 64 : len), p,
-				     bad_entry_why(p, len));
-			return;
-		}
-		if (!end)
-			return;
-		p = end + 1;
-	}
-}
-
 static int parse_servers(struct emb_client *c, const char *list)
 {
 	uint32_t n = 1;
@@ -113,7 +58,10 @@ static int parse_servers(struct emb_client *c, const char *list)
 	}
 	free(a);
 	if (rc < 0) {
-		explain_servers(list);
+		char why[160];
+
+		emb_addr_list_explain(list, why, sizeof(why));
+		emb__err_set(-EINVAL, "servers \"%.200s\": %s", list, why);
 		return -EINVAL;
 	}
 	c->nsrv = n;

@@ -116,6 +116,38 @@ static void test_token_file(void)
 	free(dir);
 }
 
+/* What a user reads about a server list that does not parse. */
+static void test_list_explain(void)
+{
+	static const struct {
+		const char *list, *want;
+	} cases[] = {
+	    {"127.0.0.1", "entry 1 \"127.0.0.1\": no port (want host:port)"},
+	    {"h:1,h:70000", "entry 2 \"h:70000\": the port is not a number "
+			    "in 1..65535"},
+	    {"h:1,,h:2", "entry 2 \"\": empty entry"},
+	    {"", "entry 1 \"\": empty entry"},
+	    {"h:0", "entry 1 \"h:0\": port 0"},
+	    {"fe80::1:7000", "an IPv6 address needs brackets"},
+	    {":7000", "entry 1 \":7000\": no host"},
+	    {"[::1]:x", "the port is not a number"},
+	    {"[::1]", "no port"},
+	    {"h:", "no port"},
+	};
+	char buf[160];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct emb_addr a[4];
+
+		CU_ASSERT(emb_addr_list_parse(cases[i].list, a, 4) < 0);
+		CU_ASSERT(emb_addr_list_explain(cases[i].list, buf,
+						sizeof(buf)) > 0);
+		if (!strstr(buf, cases[i].want))
+			fprintf(stderr, "%s: %s\n", cases[i].list, buf);
+		CU_ASSERT_PTR_NOT_NULL(strstr(buf, cases[i].want));
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -127,6 +159,8 @@ int main(int argc, char **argv)
 	     test_lists_and_format},
 	    {"reads token files, trimming newlines, refusing empty and long",
 	     test_token_file},
+	    {"a refused list names its first bad entry and the fault",
+	     test_list_explain},
 	    {NULL, NULL},
 	};
 
