@@ -17,8 +17,8 @@ step, so load on the machine falls on both alike.
 
 - ebc: embstore.torch.EmbeddingBagCollection: all tables of a step in one
   Client.pull_many and one push_many.
-- single: one embstore.torch.EmbeddingBag per table: a pull and a push per
-  table.
+- single: one embstore.torch.EmbeddingBag per table: a pull per table
+  (their gradients still go in SparseOptimizer.step()'s one push_many).
 
 Prints, per model, the median and 90th percentile step time in ms and the
 client's requests per step (the servers' round trips, from
