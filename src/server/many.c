@@ -53,6 +53,22 @@ static void many_done(void *ctx, int status)
 	emb__rbuf_put(ctx);
 }
 
+/* Sends the n answers in buf[0..len), a buffer of the reply pool, as op's
+ * reply; the buffer goes back to its pool once sent. */
+static int reply(struct emb_server *s, struct emb_req *req, uint8_t op,
+		 uint32_t n, uint8_t *buf, uint64_t len)
+{
+	struct emb_frame_hdr hdr = {0};
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+
+	hdr.opcode = op | EMB_OP_RESPONSE_BIT;
+	hdr.count = n;
+	if (emb_conn_reply(req, &hdr, &iov, 1, many_done, buf))
+		emb__rbuf_put(buf);
+	emb__req_end(s);
+	return 0;
+}
+
 /* Checks sub-request f and pins its table; *u says what it needs. */
 static void sub_size(struct emb_server *s, const struct emb_wire_frame *f,
 		     struct sub *u)
@@ -159,11 +175,9 @@ int emb__on_pull_many(struct emb_server *s, struct emb_req *req,
 	struct emb_wire_frame subs[EMB_WIRE_MANY_MAX];
 	struct sub u[EMB_WIRE_MANY_MAX];
 	const uint32_t max_frame = s->opts.limits.max_frame_bytes;
-	struct emb_frame_hdr hdr = {0};
 	uint64_t total = 0, off = 0;
 	uint32_t max_n = 0;
 	uint8_t *buf = NULL, *found = NULL;
-	struct iovec iov;
 	int n, rc = 0;
 
 	n = emb_wire_many_decode(f, subs, EMB_WIRE_MANY_MAX);
@@ -201,14 +215,7 @@ int emb__on_pull_many(struct emb_server *s, struct emb_req *req,
 			emb__tables_unpin(u[i].st);
 		u[i].st = NULL;
 	}
-	hdr.opcode = EMB_OP_PULL_MANY | EMB_OP_RESPONSE_BIT;
-	hdr.count = (uint32_t)n;
-	iov.iov_base = buf;
-	iov.iov_len = off;
-	if (emb_conn_reply(req, &hdr, &iov, 1, many_done, buf))
-		emb__rbuf_put(buf);
-	emb__req_end(s);
-	return 0;
+	return reply(s, req, EMB_OP_PULL_MANY, (uint32_t)n, buf, off);
 
 unpin:
 	for (int i = 0; i < n; i++)
@@ -241,11 +248,9 @@ int emb__on_push_many(struct emb_server *s, struct emb_req *req,
 {
 	struct emb_wire_frame subs[EMB_WIRE_MANY_MAX];
 	const uint32_t max_frame = s->opts.limits.max_frame_bytes;
-	struct emb_frame_hdr hdr = {0};
 	char msg[EMB_NAME_MAX + 160];
 	uint64_t off = 0;
 	uint8_t *buf;
-	struct iovec iov;
 	int n;
 
 	n = emb_wire_many_decode(f, subs, EMB_WIRE_MANY_MAX);
@@ -268,12 +273,5 @@ int emb__on_push_many(struct emb_server *s, struct emb_req *req,
 		off +=
 		    push_answer(buf + off, (uint32_t)i, &subs[i].hdr, rc, msg);
 	}
-	hdr.opcode = EMB_OP_PUSH_MANY | EMB_OP_RESPONSE_BIT;
-	hdr.count = (uint32_t)n;
-	iov.iov_base = buf;
-	iov.iov_len = off;
-	if (emb_conn_reply(req, &hdr, &iov, 1, many_done, buf))
-		emb__rbuf_put(buf);
-	emb__req_end(s);
-	return 0;
+	return reply(s, req, EMB_OP_PUSH_MANY, (uint32_t)n, buf, off);
 }
