@@ -11,6 +11,18 @@
 #define EMB_DIM_MAX  4096u /* floats per row, at most */
 #define EMB_NAME_MAX 63u   /* bytes of a table name, without the NUL */
 
+/*
+ * How a table keeps each row's weights (common/rowfmt.h has the layouts).
+ * The optimizer always computes in fp32 and its state stays fp32.
+ */
+enum emb_row_format {
+	EMB_ROWFMT_FP32 = 0, /* 4 bytes a weight (the default) */
+	EMB_ROWFMT_FP16 = 1, /* IEEE half: 2 bytes */
+	EMB_ROWFMT_BF16 = 2, /* bfloat16: 2 bytes, fp32's range */
+	EMB_ROWFMT_INT8 = 3, /* 1 byte, with an f32 scale and bias per row */
+};
+#define EMB_ROWFMT_COUNT 4u
+
 /* Training modes of a table (SET_MODE). */
 enum emb_mode {
 	EMB_MODE_ASYNC = 0, /* each push is applied on arrival */
