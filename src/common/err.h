@@ -51,6 +51,8 @@
 	X(EMB_EDELTALOST, -1221, "changes not tracked: full checkpoint needed") \
 	X(EMB_ECHAIN, -1222, "checkpoint chain broken")                        \
 	X(EMB_EBADLIFE, -1230, "bad admission or eviction policy")             \
+	X(EMB_EBADFORMAT, -1232,                                               \
+	  "unknown row format, or one the table does not have")             \
 	X(EMB_ENOTREMOTE, -1231,                                               \
 	  "table not remote-readable (server without --remote-read)")           \
 	/* transport: -1300.. */                                               \

@@ -169,7 +169,7 @@ static int fill_table(struct emb__fill *f, struct emb_conn *conn,
 		    EMB_WIRE_LIFECYCLE_SIZE];
 	uint64_t *ids = NULL, *out_ids = NULL;
 	float *rows = NULL, *out_rows = NULL;
-	uint32_t rf, check, k = 0, tid;
+	uint32_t rf, k = 0, tid;
 	uint64_t aside = 0, aside_ids[8];
 	int rc, len, got;
 
@@ -177,8 +177,6 @@ static int fill_table(struct emb__fill *f, struct emb_conn *conn,
 	if (rc)
 		return rc == EMB_ENOTABLE ? 0 : rc; /* dropped meanwhile */
 	rf = emb_table_row_floats(st.t);
-	/* Adam's step count is a uint32 in a float's bits. */
-	check = rf - (st.spec.optim.kind == EMB_OPTIM_ADAM);
 	len = emb_wire_create_req_encode(buf, sizeof(buf), 0, &st.spec);
 	if (len < 0) {
 		rc = len;
@@ -209,7 +207,8 @@ static int fill_table(struct emb__fill *f, struct emb_conn *conn,
 			 * make one) is not sent: the target refuses it, and
 			 * with it the whole chunk, at every try. Left out,
 			 * it is made afresh there when next used. */
-			if (!emb_floats_finite(rows + (size_t)j * rf, check)) {
+			if (!emb_table_row_finite(st.t,
+						  rows + (size_t)j * rf)) {
 				if (aside < 8)
 					aside_ids[aside] = ids[j];
 				aside++;

@@ -241,8 +241,13 @@ void emb__admit_batch_fini(struct emb_admit_batch *b)
 static float row_l2(const struct emb_table *t, struct emb_row_hdr *r)
 {
 	const float *w = emb__row_data(r);
+	float buf[EMB_DIM_MAX];
 	double sum = 0.0;
 
+	if (t->fmt != EMB_ROWFMT_FP32) {
+		emb_rowfmt_decode(t->fmt, w, buf, t->dim);
+		w = buf;
+	}
 	for (uint32_t j = 0; j < t->dim; j++)
 		sum += (double)w[j] * w[j];
 	return (float)sqrt(sum);

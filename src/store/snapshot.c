@@ -1304,18 +1304,19 @@ static int assign_finite(struct emb_table *t, const struct emb_snap_block *b,
 			 const struct emb_row_meta *meta, struct set_aside *sa)
 {
 	struct emb_table_opts o;
-	uint32_t rf = emb_table_row_floats(t), check, from = 0;
+	uint32_t rf = emb_table_row_floats(t), from = 0;
 	int rc = 0;
 
 	emb_table_get_opts(t, &o);
-	/* Adam's step count is a uint32 in a float's bits. */
-	check = rf - (o.optim.kind == EMB_OPTIM_ADAM);
-	if (emb_floats_finite(b->rows, (size_t)b->n * rf) &&
-	    o.optim.kind != EMB_OPTIM_ADAM)
+	/* Adam's step count is a uint32 in a float's bits, and a compact
+	 * row's weights are not floats: both are checked row by row. */
+	if (o.row_format == EMB_ROWFMT_FP32 &&
+	    o.optim.kind != EMB_OPTIM_ADAM &&
+	    emb_floats_finite(b->rows, (size_t)b->n * rf))
 		return emb_table_assign(t, b->ids, b->n, b->rows, true, meta);
 	for (uint32_t i = 0; i <= b->n && !rc; i++) {
 		if (i < b->n &&
-		    emb_floats_finite(b->rows + (size_t)i * rf, check))
+		    emb_table_row_finite(t, b->rows + (size_t)i * rf))
 			continue;
 		/* Rows from..i are finite: assign them as one run. */
 		if (i > from)

@@ -1,8 +1,14 @@
 /*
  * src/store/store.h - the embedding table engine: what other modules see.
  *
- * A table maps uint64 feature ids to fixed-size float rows (dim weights plus
- * the optimizer's state, see common/optim.h). Row records live in slabs that
+ * A table maps uint64 feature ids to fixed-size rows: dim weights in the
+ * table's row format (fp32, fp16, bf16 or int8; common/rowfmt.h) followed by
+ * the optimizer's fp32 state (common/optim.h). A full row, as iterators,
+ * checkpoints, views and assign with state carry it, is
+ * emb_table_row_floats() 4-byte words: emb_rowfmt_words() words of weights
+ * in the table's format, then the state floats; for an fp32 table that is
+ * just floats. Pulls give fp32 weights unless asked for the table's format;
+ * pushes take fp32 gradients, and the optimizer computes in fp32. Row records live in slabs that
  * come from a jemalloc arena the table owns; an id index split into shards
  * finds them. Every batch operation is thread-safe: any number of threads may
  * call pull/push/assign/erase/evict/stats on one table at once. Create and
@@ -18,6 +24,7 @@
 #include "common/init.h"
 #include "common/lifecycle.h"
 #include "common/optim.h"
+#include "common/rowfmt.h"
 #include "common/tabledef.h"
 
 #define EMB_SHARDS_MAX	  1024u
@@ -71,6 +78,11 @@ struct emb_table_opts {
 	bool remote_read; /* records carry a seal, so clients may READ rows
 			     straight out of table memory (8 bytes a row;
 			     docs/store.md, docs/rdma.md) */
+	uint32_t row_format; /* enum emb_row_format: how weights are kept */
+	uint32_t rounding;   /* enum emb_round: how a push's fp32 result is
+				rounded into a compact row (stochastic by
+				default; creation and assign round to
+				nearest) */
 };
 
 #define EMB_TABLE_OPTS_DEFAULT                                                 \
@@ -83,7 +95,9 @@ struct emb_table_opts {
 				 .mem_limit = 0,                               \
 				 .budget = NULL,                               \
 				 .life = EMB_LIFECYCLE_CFG_DEFAULT,            \
-				 .remote_read = false})
+				 .remote_read = false,                         \
+				 .row_format = EMB_ROWFMT_FP32,                \
+				 .rounding = EMB_ROUND_STOCHASTIC})
 
 /* Flags for emb_table_pull() and emb_table_pull_ptrs(). */
 #define EMB_PULL_NOCREATE 0x1u /* report missing ids instead of creating */
@@ -105,7 +119,8 @@ struct emb_row_meta {
 
 /*
  * Creates a table. 0 and *out on success; EMB_EBADNAME, EMB_EBADDIM,
- * EMB_EBADOPTIM, EMB_EBADINIT, EMB_EBADARG (nshards), EMB_EARENA, -ENOMEM,
+ * EMB_EBADOPTIM, EMB_EBADINIT, EMB_EBADFORMAT (row_format, rounding),
+ * EMB_EBADARG (nshards), EMB_EARENA, -ENOMEM,
  * or EMB_EMEMLIMIT when its fixed cost (EMB_TABLE_TAIL_BYTES) would pass
  * opts.mem_limit or the budget.
  */
@@ -131,7 +146,7 @@ int emb_table_set_extent_hook(struct emb_table *t, emb_extent_fn fn, void *arg);
 struct emb_table_remote {
 	uint64_t seed;	     /* the table's seal seed */
 	uint32_t rec_bytes;  /* bytes of one record */
-	uint32_t row_floats; /* weights + optimizer state floats */
+	uint32_t row_floats; /* words of weights + optimizer state */
 };
 
 /* True, with *out filled, when t is remote-readable. */
@@ -159,8 +174,13 @@ void emb_table_unseal_all(struct emb_table *t);
 
 const char *emb_table_name(const struct emb_table *t);
 uint32_t emb_table_dim(const struct emb_table *t);
-/* Floats of a full row: dim weights + optimizer state. */
+/* 4-byte words of a full row: the weights in the table's format, then
+ * the optimizer's state floats (dim + state floats for fp32 tables). */
 uint32_t emb_table_row_floats(const struct emb_table *t);
+/* The table's enum emb_row_format. */
+uint32_t emb_table_row_format(const struct emb_table *t);
+/* 4-byte words of a row's weights in the table's format. */
+uint32_t emb_table_weight_words(const struct emb_table *t);
 /* The options the table was created with, with the lifecycle as last set;
  * name points into the table. */
 void emb_table_get_opts(const struct emb_table *t, struct emb_table_opts *out);
@@ -180,10 +200,15 @@ int emb_table_set_lifecycle(struct emb_table *t,
 /*
  * Writes the row an absent id would be created with: the initializer's
  * weights, then (with_state) the fresh optimizer state, at out (dim or
- * emb_table_row_floats() floats). Pure; for ids not admitted yet.
+ * emb_table_row_floats() floats). With state, or raw, the row is in the
+ * table's format (a full row, or emb_table_weight_words() words of
+ * weights) exactly as a new record would hold it; otherwise fp32 weights
+ * as the record decodes to. Pure; for ids not admitted yet.
  */
 void emb_table_init_row(const struct emb_table *t, uint64_t id, float *out,
 			bool with_state);
+void emb_table_init_row_raw(const struct emb_table *t, uint64_t id,
+			    void *out);
 
 /*
  * Gathers the weights of ids[0..n) into out[i * dim ...]. Duplicates are
@@ -201,8 +226,18 @@ int emb_table_pull(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   float *out, uint32_t flags, uint8_t *found);
 
 /*
+ * Like emb_table_pull(), but out gets each row's weights in the table's
+ * row format, emb_table_weight_words() words a row, as the record holds
+ * them (missing rows: zeros; ids not admitted: emb_table_init_row_raw()).
+ * For an fp32 table the same as emb_table_pull().
+ */
+int emb_table_pull_raw(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		       void *out, uint32_t flags, uint8_t *found);
+
+/*
  * Like emb_table_pull(), but sets ptrs[i] to the row's weights in table
- * memory instead of copying (NULL for a missing id under EMB_PULL_NOCREATE).
+ * memory (in the table's row format, emb_table_weight_words() words)
+ * instead of copying (NULL for a missing id under EMB_PULL_NOCREATE).
  * For zero-copy senders: the memory stays mapped until the table is
  * destroyed, but a concurrent push may change the floats while they are
  * read, and an erase or evict may reuse the record for another id.
@@ -236,17 +271,26 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
  */
 uint64_t emb_table_nonfinite_id(void);
 /*
- * Overwrites rows: rows[i * stride ...] holds the dim weights, followed by
- * the optimizer state when with_state (stride = emb_table_row_floats()),
- * otherwise the state is reset as for a new row (stride = dim); admission does
+ * Overwrites rows: rows[i * stride ...] holds a full row in the table's
+ * format when with_state (stride = emb_table_row_floats() words), or dim
+ * fp32 weights otherwise (stride = dim), rounded to nearest into the
+ * table's format, with the state reset as for a new row; admission does
  * not apply (restores bring rows back whole). meta, if not
  * NULL, sets each row's lifecycle data. For a duplicated id the last wins.
- * 0, or as for pull; EMB_ENONFINITE (a float is NaN or infinite) touches
- * nothing.
+ * 0, or as for pull; EMB_ENONFINITE (a float is NaN or infinite, or a
+ * weight is out of the format's range) touches nothing.
  */
 int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		     const float *rows, bool with_state,
 		     const struct emb_row_meta *meta);
+
+/*
+ * True when a full row of t (emb_table_row_floats() words in the table's
+ * format) holds only finite values: its decoded weights (an int8 row's
+ * scale and bias too) and its state floats, Adam's step count aside. What
+ * assign with state checks; loaders use it to set bad rows aside.
+ */
+bool emb_table_row_finite(const struct emb_table *t, const float *row);
 
 /* Removes ids[0..n); returns how many were present (>= 0). */
 int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n);

@@ -34,7 +34,9 @@
  *   8       4               last_step: table step of last access (live);
  *                           next free record index + 1, 0 = none (free)
  *   12      4               bit 31: record is free; bits 0..30: access count
- *   16      4 * row_floats  dim weights, then optimizer state
+ *   16      4 * row_floats  dim weights in the table's row format
+ *                           (4 * wwords bytes, common/rowfmt.h), then
+ *                           the optimizer's fp32 state
  *   ...     0..4            padding to a multiple of 8
  *   ...     8               remote-readable tables only (opts.remote_read):
  *                           the seal, emb_seal(seal_seed, id, floats);
@@ -66,6 +68,7 @@ enum {
 	EMB_SCRATCH_SUMS,  /* push: summed gradients of repeated ids */
 	EMB_SCRATCH_ADMIT, /* pull: ids sighted by admission in this call */
 	EMB_SCRATCH_UNDO,  /* push: rows as they were, until its verdict */
+	EMB_SCRATCH_ROW,   /* push, assign: one fp32 row of a compact table */
 	EMB_SCRATCH_NSLOTS
 };
 
@@ -170,8 +173,10 @@ unsigned emb__stripe(void);
 struct emb_table {
 	char name[EMB_NAME_MAX + 1]; /* NUL-terminated */
 	struct emb_table_opts opts;  /* as created; opts.name points at name */
-	uint32_t dim;		     /* floats of weights per row */
-	uint32_t row_floats;	     /* dim + optimizer state floats */
+	uint32_t dim;		     /* weights per row */
+	uint32_t fmt;		     /* enum emb_row_format of the weights */
+	uint32_t wwords;	     /* 4-byte words of the weights */
+	uint32_t row_floats;	     /* wwords + optimizer state floats */
 	uint32_t row_bytes;	     /* record size, multiple of 8 */
 	uint32_t prefetch_lines;     /* cache lines of a row a pull reads */
 	uint32_t rows_per_slab;	     /* records in one slab */
@@ -222,12 +227,14 @@ static inline struct emb_table_stripe *emb__my_stripe(struct emb_table *t)
 
 /*
  * Floats of a row of t that must be finite: weights and optimizer state,
- * less Adam's step count (a uint32 kept in a float's bits).
+ * less Adam's step count (a uint32 kept in a float's bits). fp32 tables
+ * only: a compact row is checked by emb__row_finite().
  */
 static inline uint32_t emb__row_check_floats(const struct emb_table *t)
 {
 	return t->row_floats - (t->opts.optim.kind == EMB_OPTIM_ADAM);
 }
+
 
 /*
  * Remote-readable tables: stores record r's seal xor mask, the seal over

@@ -147,6 +147,9 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	rc = emb_lifecycle_validate(&opts->life);
 	if (rc)
 		return rc;
+	if (opts->row_format >= EMB_ROWFMT_COUNT ||
+	    opts->rounding > EMB_ROUND_STOCHASTIC)
+		return EMB_EBADFORMAT;
 
 	t = aligned_alloc(64, (sizeof(*t) + 63) & ~(size_t)63);
 	if (!t)
@@ -158,8 +161,10 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	t->opts.life = EMB_LIFECYCLE_CFG_DEFAULT; /* set below, once usable */
 	pthread_mutex_init(&t->life_lock, NULL);
 	t->dim = opts->dim;
+	t->fmt = opts->row_format;
+	t->wwords = emb_rowfmt_words(t->fmt, t->dim);
 	t->row_floats =
-	    opts->dim + emb_optim_state_floats(opts->optim.kind, opts->dim);
+	    t->wwords + emb_optim_state_floats(opts->optim.kind, opts->dim);
 	t->row_bytes = (EMB_ROW_HDR_SIZE + 4 * t->row_floats + 7) & ~7u;
 	if (opts->remote_read) {
 		t->sealed = true;
@@ -169,7 +174,7 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 			t->seal_seed = emb_id_hash((uintptr_t)t ^
 						   (uint64_t)time(NULL));
 	}
-	t->prefetch_lines = (EMB_ROW_HDR_SIZE + 4 * t->dim + 63) / 64;
+	t->prefetch_lines = (EMB_ROW_HDR_SIZE + 4 * t->wwords + 63) / 64;
 	if (t->prefetch_lines > PREFETCH_LINES)
 		t->prefetch_lines = PREFETCH_LINES;
 	size_slabs(t);
@@ -253,6 +258,16 @@ uint32_t emb_table_row_floats(const struct emb_table *t)
 	return t->row_floats;
 }
 
+uint32_t emb_table_row_format(const struct emb_table *t)
+{
+	return t->fmt;
+}
+
+uint32_t emb_table_weight_words(const struct emb_table *t)
+{
+	return t->wwords;
+}
+
 void emb_table_get_opts(const struct emb_table *t, struct emb_table_opts *out)
 {
 	/* The lifecycle changes online, under life_lock. */
@@ -263,12 +278,55 @@ void emb_table_get_opts(const struct emb_table *t, struct emb_table_opts *out)
 	pthread_mutex_unlock(lock);
 }
 
+/*
+ * The weights a new row of id gets, in the table's format at out
+ * (t->wwords words): the initializer's fp32 values rounded to nearest. An
+ * initializer's values are finite and small, so the encode cannot refuse
+ * them; a table whose initializer could overflow fp16 (uniform with a
+ * bound over 65504) keeps the largest finite instead of a refused row.
+ */
+static void init_weights(const struct emb_table *t, uint64_t id, void *out)
+{
+	float w[EMB_DIM_MAX];
+
+	if (t->fmt == EMB_ROWFMT_FP32) {
+		emb_init_row(&t->opts.init, t->opts.seed, id, out, t->dim);
+		return;
+	}
+	emb_init_row(&t->opts.init, t->opts.seed, id, w, t->dim);
+	if (!emb_rowfmt_encode(t->fmt, w, out, t->dim, EMB_ROUND_NEAREST, 0)) {
+		for (uint32_t j = 0; j < t->dim; j++)
+			w[j] = w[j] > 65504.0f	  ? 65504.0f
+			       : w[j] < -65504.0f ? -65504.0f
+						  : w[j];
+		emb_rowfmt_encode(t->fmt, w, out, t->dim, EMB_ROUND_NEAREST,
+				  0);
+	}
+}
+
 void emb_table_init_row(const struct emb_table *t, uint64_t id, float *out,
 			bool with_state)
 {
-	emb_init_row(&t->opts.init, t->opts.seed, id, out, t->dim);
-	if (with_state)
-		emb_optim_state_init(&t->opts.optim, out + t->dim, t->dim);
+	if (with_state) {
+		init_weights(t, id, out);
+		emb_optim_state_init(&t->opts.optim, out + t->wwords, t->dim);
+		return;
+	}
+	if (t->fmt == EMB_ROWFMT_FP32) {
+		emb_init_row(&t->opts.init, t->opts.seed, id, out, t->dim);
+		return;
+	}
+	{
+		uint32_t raw[EMB_DIM_MAX];
+
+		init_weights(t, id, raw);
+		emb_rowfmt_decode(t->fmt, raw, out, t->dim);
+	}
+}
+
+void emb_table_init_row_raw(const struct emb_table *t, uint64_t id, void *out)
+{
+	init_weights(t, id, out);
 }
 
 /* ---- batch plumbing ---- */
@@ -598,8 +656,8 @@ static struct emb_row_hdr *create_row(struct emb_table *t, struct emb_shard *s,
 	}
 	r = emb__shard_row(t, s, (uint32_t)idx);
 	w = emb__row_data(r);
-	emb_init_row(&t->opts.init, t->opts.seed, id, w, t->dim);
-	emb_optim_state_init(&t->opts.optim, w + t->dim, t->dim);
+	init_weights(t, id, w);
+	emb_optim_state_init(&t->opts.optim, w + t->wwords, t->dim);
 	emb__row_seal(t, r);
 	return r;
 }
@@ -715,13 +773,17 @@ static bool admitted(struct emb_table *t, struct emb_life_shard *ls,
 
 /* Where a pull's rows go, and what it does to each; fixed for a call. */
 struct pull_out {
-	float *out;	     /* rows, dim floats per id, or NULL: ptrs */
+	float *out;	     /* rows, dim words per id, or NULL: ptrs */
 	const float **ptrs;  /* row pointers when out is NULL */
 	uint8_t *found;	     /* per id: the row exists, or NULL */
-	size_t row_sz;	     /* dim floats in bytes */
-	uint32_t dim;
+	size_t row_sz;	     /* dim words in bytes */
+	uint32_t dim;	     /* words of an out row: the table's dim
+				(fp32 out) or weight words (raw out) */
 	uint32_t step;	     /* the access time of touch() */
 	bool track;	     /* the shard's policy reads access meta */
+	bool decode;	     /* out is fp32 of a compact table: decode */
+	bool raw;	     /* out is in the table's format (compact) */
+	uint32_t fmt;	     /* the table's row format */
 };
 
 /*
@@ -789,7 +851,7 @@ copy_row(void *restrict dst, const void *restrict src, size_t n, unsigned vec)
 static inline __attribute__((always_inline)) uint32_t
 pull_chunk_body(const uint64_t *ids, const uint32_t *pos, uint32_t m,
 		struct emb_row_hdr *const *row, const struct pull_out *o,
-		uint32_t *slow, unsigned vec, size_t size)
+		uint32_t *slow, unsigned vec, size_t size, bool decode)
 {
 	/* In locals: the copies write memory, so fields read through o
 	 * would be loaded again for every row. */
@@ -819,7 +881,10 @@ pull_chunk_body(const uint64_t *ids, const uint32_t *pos, uint32_t m,
 			touch(r, step);
 		if (found)
 			found[p] = 1;
-		if (size || out)
+		if (decode)
+			emb_rowfmt_decode(o->fmt, emb__row_data(r),
+					  out + (size_t)p * dim, dim);
+		else if (size || out)
 			copy_row(out + (size_t)p * dim, emb__row_data(r),
 				 row_sz, vec);
 		else
@@ -839,9 +904,18 @@ typedef uint32_t (*pull_chunk_fn)(const uint64_t *ids, const uint32_t *pos,
 			     uint32_t m, struct emb_row_hdr *const *row,       \
 			     const struct pull_out *o, uint32_t *slow)         \
 	{                                                                     \
-		return pull_chunk_body(ids, pos, m, row, o, slow, vec, size);  \
+		return pull_chunk_body(ids, pos, m, row, o, slow, vec, size,   \
+				       false);                                \
 	}
 PULL_CHUNK_FN(pull_chunk_plain, 0, 0)
+
+/* Compact rows into fp32: common/rowfmt.c picks the vector body. */
+static uint32_t pull_chunk_decode(const uint64_t *ids, const uint32_t *pos,
+				  uint32_t m, struct emb_row_hdr *const *row,
+				  const struct pull_out *o, uint32_t *slow)
+{
+	return pull_chunk_body(ids, pos, m, row, o, slow, 0, 0, true);
+}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* For one ISA: the general loop pull_chunk_ISA, and pull_sized_ISA[i] for
@@ -876,6 +950,8 @@ unsigned emb__pull_vec_max = 64;
  */
 static pull_chunk_fn pull_chunk(const struct pull_out *o, bool plain)
 {
+	if (o->decode)
+		return pull_chunk_decode;
 #if defined(__x86_64__) && defined(__GNUC__)
 	const size_t sz = o->row_sz;
 	/* 64 << i == sz for i in 0..3 */
@@ -984,10 +1060,14 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 					x->pending++;
 					if (found)
 						found[p] = 0;
-					if (out)
+					if (out && x->o.raw)
+						emb_table_init_row_raw(
+						    t, ids[p],
+						    out + (size_t)p * x->o.dim);
+					else if (out)
 						emb_table_init_row(
 						    t, ids[p],
-						    out + (size_t)p * t->dim,
+						    out + (size_t)p * x->o.dim,
 						    false);
 					else
 						ptrs[p] = NULL;
@@ -1013,7 +1093,7 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 				found[p] = r != NULL;
 			if (!r) {
 				if (out)
-					memset(out + (size_t)p * t->dim, 0,
+					memset(out + (size_t)p * x->o.dim, 0,
 					       row_sz);
 				else
 					ptrs[p] = NULL;
@@ -1021,8 +1101,12 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 			}
 			if (track)
 				touch(r, x->o.step);
-			if (out)
-				memcpy(out + (size_t)p * t->dim,
+			if (out && x->o.decode)
+				emb_rowfmt_decode(t->fmt, emb__row_data(r),
+						  out + (size_t)p * x->o.dim,
+						  t->dim);
+			else if (out)
+				memcpy(out + (size_t)p * x->o.dim,
 				       emb__row_data(r), row_sz);
 			else
 				ptrs[p] = emb__row_data(r);
@@ -1035,8 +1119,12 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 
 static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		       float *out, const float **ptrs, uint32_t flags,
-		       uint8_t *found)
+		       uint8_t *found, bool raw)
 {
+	/* Raw rows of a compact table are its weight words, copied like
+	 * fp32 rows of that many floats; fp32 rows of it are decoded. */
+	const bool compact = t->fmt != EMB_ROWFMT_FP32;
+	const uint32_t words = raw ? t->wwords : t->dim;
 	struct emb_life_shard *life =
 	    __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
 	struct emb_table_stripe *st = emb__my_stripe(t);
@@ -1053,9 +1141,12 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 			     .o = {.out = out,
 				   .ptrs = ptrs,
 				   .found = found,
-				   .row_sz = (size_t)t->dim * sizeof(float),
-				   .dim = t->dim,
-				   .step = life ? now_step(t) : 0}};
+				   .row_sz = (size_t)words * sizeof(float),
+				   .dim = words,
+				   .step = life ? now_step(t) : 0,
+				   .decode = compact && !raw && out,
+				   .raw = compact && raw,
+				   .fmt = t->fmt}};
 	struct batch b;
 	int rc;
 
@@ -1093,7 +1184,15 @@ int emb_table_pull(struct emb_table *t, const uint64_t *ids, uint32_t n,
 {
 	if (!t || (n && !out))
 		return EMB_EBADARG;
-	return pull_common(t, ids, n, out, NULL, flags, found);
+	return pull_common(t, ids, n, out, NULL, flags, found, false);
+}
+
+int emb_table_pull_raw(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		       void *out, uint32_t flags, uint8_t *found)
+{
+	if (!t || (n && !out))
+		return EMB_EBADARG;
+	return pull_common(t, ids, n, out, NULL, flags, found, true);
 }
 
 int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
@@ -1101,7 +1200,7 @@ int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
 {
 	if (!t || (n && !ptrs))
 		return EMB_EBADARG;
-	return pull_common(t, ids, n, NULL, ptrs, flags, NULL);
+	return pull_common(t, ids, n, NULL, ptrs, flags, NULL, true);
 }
 
 /* ---- push ---- */
@@ -1286,6 +1385,8 @@ struct push_ctx {
 	struct push_undo *undo;	    /* rows reached so far (scratch) */
 	char *saved;		    /* row_bytes per undo entry */
 	uint32_t nundo;		    /* entries in undo */
+	float *tmp;		    /* compact tables: one fp32 row (weights
+				       and state) the optimizer works on */
 	uint32_t step;		    /* this push's step: the access time */
 	bool bad;		    /* a result was not finite: refused */
 	uint64_t bad_id;	    /* the first id whose result was not */
@@ -1295,6 +1396,33 @@ struct push_ctx {
 	struct emb_evict_counts ev; /* rows the sweeps removed */
 	int rc;			    /* first error; the push goes on */
 };
+
+/*
+ * Applies gradient g to record r of a compact table: the weights decoded
+ * into tmp with the state after them, the optimizer in fp32, and the
+ * result rounded back, stochastically by default with the key of the
+ * row's update count (touch() counted this update already), so replicas
+ * and reruns write the same bits. False when the result is not finite or
+ * out of the format's range: the record may then hold a partial write,
+ * which the refused push's undo puts back.
+ */
+static bool apply_compact(const struct emb_table *t, struct emb_row_hdr *r,
+			  const float *g, float *tmp)
+{
+	char *data = (char *)emb__row_data(r);
+	const size_t state = (size_t)(t->row_floats - t->wwords) * 4;
+
+	emb_rowfmt_decode(t->fmt, data, tmp, t->dim);
+	memcpy(tmp + t->dim, data + (size_t)t->wwords * 4, state);
+	if (!emb_optim_apply_row(&t->opts.optim, tmp, g, t->dim))
+		return false;
+	if (!emb_rowfmt_encode(
+		t->fmt, tmp, data, t->dim, t->opts.rounding,
+		emb_rowfmt_sr_key(t->opts.seed, r->id, r->count)))
+		return false;
+	memcpy(data + (size_t)t->wwords * 4, tmp + t->dim, state);
+	return true;
+}
 
 /* The id of the last row the calling thread's push found would become
  * non-finite (emb_table_nonfinite_id()). */
@@ -1342,6 +1470,7 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	const uint32_t row_bytes = t->row_bytes;
 	struct push_undo *const undo = x->undo;
 	char *const saved = x->saved;
+	float *const tmp = x->tmp;
 	uint32_t nundo = x->nundo;
 	struct emb_life_shard *ls = life_of(x->life, si);
 	uint64_t created = 0, applied = 0, dropped = 0;
@@ -1357,6 +1486,7 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 			uint32_t p = b->pos[c + k];
 			struct emb_row_hdr *r = rows[k];
 			struct push_undo *u = &undo[nundo];
+			const float *g;
 			float *w;
 			int err = 0;
 
@@ -1385,17 +1515,17 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 			nundo++;
 			touch(r, step);
 			w = emb__row_data(r);
+			g = sum_of && sum_of[p] != UINT32_MAX
+				? sums + (size_t)sum_of[p] * dim
+				: grads + (size_t)p * dim;
 			/* Checked after the optimizer, every copy of it
 			 * alike: finite gradients can still overflow a row
 			 * (or its state), and one summed from repeats can
 			 * overflow on its own. */
 			if (__builtin_expect(
-				!emb_optim_apply_row(
-				    &t->opts.optim, w,
-				    sum_of && sum_of[p] != UINT32_MAX
-					? sums + (size_t)sum_of[p] * dim
-					: grads + (size_t)p * dim,
-				    t->dim),
+				tmp ? !apply_compact(t, r, g, tmp)
+				    : !emb_optim_apply_row(&t->opts.optim, w,
+							   g, t->dim),
 				0)) {
 				x->bad = true;
 				x->bad_id = ids[p];
@@ -1505,6 +1635,17 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		return -ENOMEM;
 	}
 	x.saved = (char *)(x.undo + n);
+	if (t->fmt != EMB_ROWFMT_FP32) {
+		x.tmp = emb__scratch(EMB_SCRATCH_ROW,
+				     ((size_t)t->dim + t->row_floats) *
+					 sizeof(float));
+		if (!x.tmp) {
+			emb__scratch_done(x.undo);
+			batch_fini(&b);
+			emb__writer_exit(t);
+			return -ENOMEM;
+		}
+	}
 	rc = group_push(t, &b, n, grads, &x.ps);
 	if (!rc) {
 		x.b = &b;
@@ -1525,6 +1666,7 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	add_stat(&st->pushes, !x.bad);
 	add_stat(&st->rows_pushed, x.applied);
 	emb__scratch_done(x.undo);
+	emb__scratch_done(x.tmp);
 	emb__scratch_done(x.ps.sums);
 	emb__scratch_done(x.ps.buf);
 	batch_fini(&b);
@@ -1532,11 +1674,45 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	return rc;
 }
 
+bool emb_table_row_finite(const struct emb_table *t, const float *row)
+{
+	const uint32_t adam = t->opts.optim.kind == EMB_OPTIM_ADAM;
+	float w[EMB_DIM_MAX];
+
+	if (t->fmt == EMB_ROWFMT_FP32)
+		return emb_floats_finite(row, t->row_floats - adam);
+	/* An int8 row's scale and bias, then its decoded weights: a finite
+	 * scale and bias can still make an infinite weight. */
+	if (t->fmt == EMB_ROWFMT_INT8 && !emb_floats_finite(row, 2))
+		return false;
+	emb_rowfmt_decode(t->fmt, row, w, t->dim);
+	return emb_floats_finite(w, t->dim) &&
+	       emb_floats_finite(row + t->wwords,
+				 t->row_floats - t->wwords - adam);
+}
+
+/* The first of ids[0..n) whose full row at rows (stride words) is not
+ * finite (emb_table_row_finite()), or 0. */
+static uint64_t first_bad_row(const struct emb_table *t, const uint64_t *ids,
+			      uint32_t n, const float *rows, uint32_t stride,
+			      bool *bad)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (!emb_table_row_finite(t, rows + (size_t)i * stride)) {
+			*bad = true;
+			return ids[i];
+		}
+	*bad = false;
+	return 0;
+}
+
 /* An assign call's state, shared by its groups (assign_group()). */
 struct assign_ctx {
 	const uint64_t *ids;		 /* the call's ids */
 	const struct batch *b;		 /* hashes and groups */
 	const float *rows;		 /* stride floats per id */
+	const uint32_t *enc;		 /* compact, without state: the rows
+					    encoded, wwords words per id */
 	const struct emb_row_meta *meta; /* per id, or NULL: now, count 0 */
 	uint32_t stride;		 /* row_floats with state, else dim */
 	bool with_state;		 /* rows carry optimizer state */
@@ -1574,10 +1750,14 @@ assign_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 		r = emb__shard_row(t, s, (uint32_t)idx);
 		emb__row_write(t, s, (uint32_t)idx);
 		w = emb__row_data(r);
-		memcpy(w, x->rows + (size_t)p * stride,
-		       (size_t)stride * sizeof(*w));
+		if (x->enc)
+			memcpy(w, x->enc + (size_t)p * t->wwords,
+			       (size_t)t->wwords * 4);
+		else
+			memcpy(w, x->rows + (size_t)p * stride,
+			       (size_t)stride * sizeof(*w));
 		if (!x->with_state)
-			emb_optim_state_init(&t->opts.optim, w + t->dim,
+			emb_optim_state_init(&t->opts.optim, w + t->wwords,
 					     t->dim);
 		emb__row_seal(t, r);
 		if (x->meta) {
@@ -1599,6 +1779,7 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 			       .rows = rows,
 			       .meta = meta,
 			       .with_state = with_state};
+	uint32_t *enc = NULL;
 	struct batch b;
 	int rc;
 
@@ -1607,15 +1788,40 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	if (!n)
 		return 0;
 	x.stride = with_state ? t->row_floats : t->dim;
-	if (!emb_floats_finite(rows, (size_t)n * x.stride)) {
+	if (with_state && t->fmt != EMB_ROWFMT_FP32) {
+		bool bad;
+		uint64_t id = first_bad_row(t, ids, n, rows, x.stride, &bad);
+
+		if (bad) {
+			nonfinite_id = id;
+			return EMB_ENONFINITE;
+		}
+	} else if (!emb_floats_finite(rows, (size_t)n * x.stride)) {
 		nonfinite_id = first_nonfinite(t, ids, n, rows, x.stride);
 		return EMB_ENONFINITE;
+	}
+	/* fp32 weights into a compact table: rounded to nearest first, so
+	 * that a value out of the format's range refuses the call whole. */
+	if (!with_state && t->fmt != EMB_ROWFMT_FP32) {
+		enc = malloc((size_t)n * t->wwords * 4);
+		if (!enc)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < n; i++)
+			if (!emb_rowfmt_encode(t->fmt, rows + (size_t)i * t->dim,
+					       enc + (size_t)i * t->wwords,
+					       t->dim, EMB_ROUND_NEAREST, 0)) {
+				nonfinite_id = ids[i];
+				free(enc);
+				return EMB_ENONFINITE;
+			}
+		x.enc = enc;
 	}
 	emb__writer_enter(t);
 	x.step = now_step(t);
 	rc = batch_init(t, &b, n);
 	if (rc) {
 		emb__writer_exit(t);
+		free(enc);
 		return rc;
 	}
 	hash_group(t, &b, ids, n);
@@ -1623,6 +1829,7 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	each_group(t, &b, assign_group, &x);
 	batch_fini(&b);
 	emb__writer_exit(t);
+	free(enc);
 	add_stat(&t->rows, x.created);
 	return x.rc;
 }
