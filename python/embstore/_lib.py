@@ -128,6 +128,8 @@ class TableSpec(CStruct):
         ("_pad0", c_uint32),
         ("seed", c_uint64),
         ("life", LifecycleCfg),
+        ("row_format", c_uint32),
+        ("rounding", c_uint32),
     ]
 
 
@@ -237,6 +239,11 @@ STRUCTS = (OptimCfg, InitCfg, LifecycleCfg, ClientOpts, TableSpec,
 # Values of the C enums and flags the package passes.
 EMB_CLIENT_NOCREATE = 0x1
 EMB_CLIENT_WITH_STATE = 0x2
+EMB_CLIENT_RAW = 0x4
+
+# enum emb_row_format and enum emb_round (src/common/tabledef.h).
+ROW_FORMATS = ("fp32", "fp16", "bf16", "int8")
+ROUNDINGS = ("stochastic", "nearest")
 EMB_MODE_ASYNC, EMB_MODE_SYNC, EMB_MODE_STALE = 0, 1, 2
 EMB_CACHED_WRITE_THROUGH, EMB_CACHED_WRITE_BACK = 0, 1
 EMB_CACHED_LRU, EMB_CACHED_CLOCK, EMB_CACHED_TINYLFU = 0, 1, 2
@@ -280,6 +287,7 @@ _PROTOS = {
     "emb_client_table_drop": (c_int, [_P]),
     "emb_client_table_dim": (c_uint32, [_P]),
     "emb_client_table_row_floats": (c_uint32, [_P]),
+    "emb_client_table_weight_words": (c_uint32, [_P]),
     "emb_client_table_spec": (POINTER(TableSpec), [_P]),
     "emb_client_table_pull": (c_int, [_P, _U64P, c_uint32, _P, c_uint32, _P]),
     "emb_client_table_push": (c_int, [_P, _U64P, c_uint32, _P, c_uint64,

@@ -278,7 +278,8 @@ class Client:
     def table(self, name: str, dim: int, optimizer: str = "adagrad:lr=0.05",
               init: str = "normal:0,0.01", mode: str = "async",
               seed: int = 0, admit: str = "none",
-              evict: str = "none") -> "Table":
+              evict: str = "none", row_format: str = "fp32",
+              rounding: str = "stochastic") -> "Table":
         """Creates the table on every server, or opens it where an identical
         one exists (so every worker may call this), and sets its training
         mode (every worker must pass the same one).
@@ -306,6 +307,13 @@ class Client:
                 L2 norm is under X) and "max_rows:N[:lru|lfu]" (at most N
                 rows over all servers), joined by commas. Evicted rows
                 start over from the initializer.
+            row_format: how the servers keep the weights: "fp32", "fp16",
+                "bf16" or "int8" (a scale and bias per row). The optimizer
+                and its state stay fp32; pulls still give float32 unless
+                asked otherwise (Table.pull's dtype).
+            rounding: how a push's fp32 result goes back into a compact
+                row: "stochastic" (seeded by seed, id and the row's update
+                count, so reruns and replicas agree) or "nearest".
 
         An existing table keeps its admission and eviction (unless it has
         none); Table.set_lifecycle() changes them (admin rights).
@@ -317,10 +325,19 @@ class Client:
         """
         if not isinstance(dim, (int, np.integer)) or not 1 <= dim <= 4096:
             raise ValueError(f"dim must be 1..4096, not {dim!r}")
+        if row_format not in _lib.ROW_FORMATS:
+            raise ValueError(f"row_format must be one of "
+                             f"{', '.join(_lib.ROW_FORMATS)}, not "
+                             f"{row_format!r}")
+        if rounding not in _lib.ROUNDINGS:
+            raise ValueError(f"rounding must be one of "
+                             f"{', '.join(_lib.ROUNDINGS)}, not {rounding!r}")
         spec = _lib.TableSpec(name=name.encode(), dim=int(dim),
                               optim=_parse_optim(optimizer),
                               init=_parse_init(init), seed=seed % 2**64,
-                              life=_parse_lifecycle(admit, evict))
+                              life=_parse_lifecycle(admit, evict),
+                              row_format=_lib.ROW_FORMATS.index(row_format),
+                              rounding=_lib.ROUNDINGS.index(rounding))
         _parse_mode(mode)  # a bad mode raises before the table is made
         h = c_void_p()
         _check(_L.emb_client_table_create(self._handle(), byref(spec),
@@ -481,7 +498,10 @@ class Table:
     Attributes:
         name: the table's name.
         dim: floats per row.
-        row_floats: dim plus the optimizer's state floats per row.
+        row_floats: 4-byte words of a whole row: the weights in the
+            table's row format (dim floats for fp32), then the optimizer's
+            state floats.
+        row_format: "fp32", "fp16", "bf16" or "int8".
         optimizer: "sgd", "adagrad", "adam" or "ftrl".
         mode: the training mode this handle set ("async" when opened).
     """
@@ -494,6 +514,9 @@ class Table:
         self.name: str = spec.name.decode()
         self.dim: int = _L.emb_client_table_dim(handle)
         self.row_floats: int = _L.emb_client_table_row_floats(handle)
+        self.row_format: str = _lib.ROW_FORMATS[spec.row_format]
+        self.rounding: str = _lib.ROUNDINGS[spec.rounding]
+        self._weight_words: int = _L.emb_client_table_weight_words(handle)
         self.optimizer: str = _L.emb_optim_name(spec.optim.kind).decode()
         self.mode = "async"
         client._tables.add(self)
@@ -517,8 +540,12 @@ class Table:
         kind = _L.emb_init_name(s.init.kind).decode()
         init = {"zeros": "zeros", "constant": f"constant:{s.init.a!r}"}.get(
             kind, f"{kind}:{s.init.a!r},{s.init.b!r}")
-        return {"name": self.name, "dim": self.dim, "optimizer": optim,
-                "init": init, "seed": s.seed}
+        out = {"name": self.name, "dim": self.dim, "optimizer": optim,
+               "init": init, "seed": s.seed}
+        if self.row_format != "fp32":
+            out["row_format"] = self.row_format
+            out["rounding"] = self.rounding
+        return out
 
     def _handle(self) -> int:
         if not self._h:
@@ -569,7 +596,7 @@ class Table:
 
     def pull(self, ids: ArrayLike, out: Optional[np.ndarray] = None, *,
              create: bool = True, found: Optional[np.ndarray] = None,
-             with_state: bool = False) -> np.ndarray:
+             with_state: bool = False, dtype: Any = np.float32) -> np.ndarray:
         """Rows of ids.
 
         Args:
@@ -581,16 +608,52 @@ class Table:
                 (meaningful with create=False).
             with_state: whole rows, [n, row_floats]: the weights, then the
                 optimizer's state (what assign(..., with_state=True) takes
-                back).
+                back). A compact table's weights there are its format's
+                bytes in the float32 words: keep them, do not compute.
+            dtype: np.float32 (the default), np.float16, or "bfloat16"
+                (numpy has none: np.uint16 bit patterns, which
+                torch.Tensor.view(torch.bfloat16) reads). A table kept in
+                that format hands its rows over as they are, with no
+                conversion; any other is converted from float32 here,
+                rounding to nearest.
 
         Returns:
-            out, or a new float32 [n, dim] (or [n, row_floats]) array.
+            out, or a new float32 [n, dim] (or [n, row_floats]) array; with
+            another dtype a new [n, dim] array of it.
         """
+        if (isinstance(dtype, str) and dtype == "bfloat16") or \
+                np.dtype(dtype) != np.float32:
+            if out is not None or with_state:
+                raise TypeError("dtype other than float32 takes no out and "
+                                "no with_state")
+            return self._pull_half(ids, found, create, dtype)
         ids, n, out, flags, fp = self._pull_args(ids, out, found, create,
                                                  with_state)
         _check(_L.emb_client_table_pull(self._handle(), _addr(ids), n,
                                         _addr(out), flags, fp), self._client)
         return out
+
+    def _pull_half(self, ids, found, create, dtype) -> np.ndarray:
+        """pull() of float16 or bfloat16 rows."""
+        bf16 = isinstance(dtype, str) and dtype == "bfloat16"
+        if not bf16 and np.dtype(dtype) != np.float16:
+            raise TypeError(f"dtype must be np.float32, np.float16 or "
+                            f"'bfloat16', not {dtype!r}")
+        if self.row_format != ("bf16" if bf16 else "fp16"):
+            rows = self.pull(ids, create=create, found=found)
+            if not bf16:
+                return rows.astype(np.float16)
+            bits = rows.view(np.uint32)
+            return ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16).astype(
+                np.uint16)
+        ids, n, _, flags, fp = self._pull_args(ids, np.empty(
+            (as_ids(ids).shape[0], self.dim), np.float32), found, create)
+        raw = np.empty((n, self._weight_words * 2), dtype=np.uint16)
+        _check(_L.emb_client_table_pull(self._handle(), _addr(ids), n,
+                                        _addr(raw), flags | _lib.EMB_CLIENT_RAW,
+                                        fp), self._client)
+        raw = raw[:, :self.dim]
+        return np.ascontiguousarray(raw if bf16 else raw.view(np.float16))
 
     def _push_args(self, ids, grads):
         ids = as_ids(ids)

@@ -67,12 +67,6 @@ const char *emb_rowfmt_name(uint32_t f);
  * 0 and *out, or EMB_EBADARG. */
 int emb_rowfmt_parse(const char *s, uint32_t *out);
 
-/* Rounding of an encode. */
-enum emb_round {
-	EMB_ROUND_NEAREST = 0,	  /* to nearest, ties to even */
-	EMB_ROUND_STOCHASTIC = 1, /* seeded by the key, see above */
-};
-
 /* The stochastic-rounding key of one write of a row. */
 uint64_t emb_rowfmt_sr_key(uint64_t seed, uint64_t id, uint32_t count);
 

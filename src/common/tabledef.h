@@ -23,6 +23,14 @@ enum emb_row_format {
 };
 #define EMB_ROWFMT_COUNT 4u
 
+/* How a push's fp32 result is rounded into a compact row. */
+enum emb_round {
+	EMB_ROUND_STOCHASTIC = 0, /* stochastic, seeded by table seed, id and
+				     the row's update count: replicas and
+				     reruns round alike (the default) */
+	EMB_ROUND_NEAREST = 1,	  /* to nearest, ties to even */
+};
+
 /* Training modes of a table (SET_MODE). */
 enum emb_mode {
 	EMB_MODE_ASYNC = 0, /* each push is applied on arrival */

@@ -36,10 +36,11 @@ struct op_rule {
 static const struct op_rule op_rules[] = {
     [EMB_OP_HELLO] = {EMB_F_ADMIN, TBL_NONE},
     [EMB_OP_PING] = {0, TBL_NONE},
-    [EMB_OP_CREATE_TABLE] = {0, TBL_NONE},
+    [EMB_OP_CREATE_TABLE] = {EMB_F_ROWFMT, TBL_NONE},
     [EMB_OP_DROP_TABLE] = {0, TBL_SET},
     [EMB_OP_LIST_TABLES] = {0, TBL_NONE},
-    [EMB_OP_PULL] = {EMB_F_NOCREATE | EMB_F_WITH_STATE, TBL_SET},
+    [EMB_OP_PULL] = {EMB_F_NOCREATE | EMB_F_WITH_STATE | EMB_F_FP32,
+		     TBL_SET},
     [EMB_OP_PUSH] = {EMB_F_STEP_END | EMB_F_SESSION | EMB_F_EPOCH, TBL_SET},
     [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE | EMB_F_EPOCH | EMB_F_FILL, TBL_SET},
     [EMB_OP_ERASE] = {EMB_F_EPOCH, TBL_SET},
@@ -348,6 +349,25 @@ int emb__wire_spec_check(const uint8_t *p, const struct emb_wire_limits *lim)
 	return 0;
 }
 
+uint32_t emb__wire_fmt_word(const struct emb_wire_spec *s)
+{
+	return s->row_format |
+	       (s->row_format != EMB_ROWFMT_FP32 &&
+			s->rounding == EMB_ROUND_NEAREST
+		    ? 0x100u
+		    : 0u);
+}
+
+int emb__wire_fmt_set(uint32_t w, struct emb_wire_spec *s)
+{
+	if ((w & ~0x1ffu) || (w & 0xffu) >= EMB_ROWFMT_COUNT ||
+	    ((w & 0x100u) && (w & 0xffu) == EMB_ROWFMT_FP32))
+		return EMB_EBADFORMAT;
+	s->row_format = w & 0xffu;
+	s->rounding = (w & 0x100u) ? EMB_ROUND_NEAREST : EMB_ROUND_STOCHASTIC;
+	return 0;
+}
+
 /* Reads a spec that passed emb__wire_spec_check(). */
 void emb__wire_spec_get(const uint8_t *p, struct emb_wire_spec *s)
 {
@@ -356,8 +376,11 @@ void emb__wire_spec_get(const uint8_t *p, struct emb_wire_spec *s)
 	emb_cfg_optim_decode(p + 68, &s->optim);
 	emb_cfg_init_decode(p + 108, &s->init);
 	s->seed = emb_le64_load(p + 120);
-	/* Only CREATE_TABLE carries a lifecycle, after the spec. */
+	/* Only CREATE_TABLE carries a lifecycle, after the spec; the
+	 * row format travels beside the spec, in each message's own way. */
 	s->life = EMB_LIFECYCLE_CFG_DEFAULT;
+	s->row_format = EMB_ROWFMT_FP32;
+	s->rounding = EMB_ROUND_STOCHASTIC;
 }
 
 /* ---- encoders into a buffer ------------------------------------------ */
@@ -447,7 +470,8 @@ int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
 			       const struct emb_wire_spec *spec)
 {
 	uint8_t *p = buf;
-	uint32_t len = EMB_WIRE_SPEC_SIZE;
+	uint32_t len = EMB_WIRE_SPEC_SIZE, word, at;
+	struct emb_wire_spec chk;
 	bool life;
 	int rc;
 
@@ -455,7 +479,13 @@ int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
 		return EMB_EBADARG;
 	if (emb_lifecycle_validate(&spec->life))
 		return EMB_EBADLIFE;
+	word = emb__wire_fmt_word(spec);
+	if (spec->rounding > EMB_ROUND_NEAREST ||
+	    emb__wire_fmt_set(word, &chk))
+		return EMB_EBADFORMAT;
 	life = !emb_lifecycle_is_off(&spec->life);
+	if (word)
+		len += EMB_WIRE_ROWFMT_SIZE;
 	if (life)
 		len += EMB_WIRE_LIFECYCLE_SIZE;
 	if (!p || cap < EMB_WIRE_HDR_SIZE + len)
@@ -463,9 +493,16 @@ int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
 	rc = emb__wire_spec_put(p + EMB_WIRE_HDR_SIZE, spec);
 	if (rc)
 		return rc;
+	at = EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE;
+	if (word) {
+		emb_le32_store(p + at, word);
+		emb_le32_store(p + at + 4, 0);
+		at += EMB_WIRE_ROWFMT_SIZE;
+	}
 	if (life)
-		life_put(p + EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE, &spec->life);
-	emb__wire_put_hdr(p, EMB_OP_CREATE_TABLE, 0, req_id, 0, 0, len, 0);
+		life_put(p + at, &spec->life);
+	emb__wire_put_hdr(p, EMB_OP_CREATE_TABLE, word ? EMB_F_ROWFMT : 0,
+			  req_id, 0, 0, len, 0);
 	return (int)(EMB_WIRE_HDR_SIZE + len);
 }
 
@@ -582,7 +619,7 @@ int emb_wire_list_resp_encode(void *buf, size_t cap, uint64_t req_id,
 		if (tables[i].table_id == 0)
 			return EMB_EBADARG;
 		emb_le32_store(e, tables[i].table_id);
-		emb_le32_store(e + 4, 0);
+		emb_le32_store(e + 4, emb__wire_fmt_word(&tables[i].spec));
 		rc = emb__wire_spec_put(e + 8, &tables[i].spec);
 		if (rc)
 			return rc;
@@ -655,7 +692,10 @@ int emb_wire_pull_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 	uint64_t plen = 8ull * n;
 
 	if (!out || table_id == 0 ||
-	    (flags & ~(EMB_F_NOCREATE | EMB_F_WITH_STATE)) || (n && !ids))
+	    (flags & ~(EMB_F_NOCREATE | EMB_F_WITH_STATE | EMB_F_FP32)) ||
+	    (flags & (EMB_F_WITH_STATE | EMB_F_FP32)) ==
+		(EMB_F_WITH_STATE | EMB_F_FP32) ||
+	    (n && !ids))
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
@@ -679,7 +719,8 @@ static int64_t pull_resp_hdr(uint8_t *head, uint64_t req_id, uint32_t table_id,
 	uint32_t max = (flags & EMB_F_WITH_STATE) ? STRIDE_MAX
 						  : EMB_WIRE_DIM_MAX;
 
-	if (table_id == 0 || (flags & ~(EMB_F_NOCREATE | EMB_F_WITH_STATE)) ||
+	if (table_id == 0 ||
+	    (flags & ~(EMB_F_NOCREATE | EMB_F_WITH_STATE | EMB_F_FP32)) ||
 	    stride == 0 || stride > max || (bits && !found))
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
@@ -1004,22 +1045,35 @@ int emb_wire_hello_resp_decode(const struct emb_wire_frame *f,
 int emb_wire_create_req_decode(const struct emb_wire_frame *f,
 			       struct emb_wire_spec *out)
 {
+	const bool fmt = f && (f->hdr.flags & EMB_F_ROWFMT);
+	const uint32_t at =
+	    EMB_WIRE_SPEC_SIZE + (fmt ? EMB_WIRE_ROWFMT_SIZE : 0);
 	int rc;
 
 	rc = check_req(f, EMB_OP_CREATE_TABLE);
 	if (rc)
 		return rc;
-	if (f->hdr.count != 0 ||
-	    (f->hdr.payload_len != EMB_WIRE_SPEC_SIZE &&
-	     f->hdr.payload_len != EMB_WIRE_SPEC_SIZE + EMB_WIRE_LIFECYCLE_SIZE))
+	if (f->hdr.count != 0 || (f->hdr.payload_len != at &&
+				  f->hdr.payload_len != at + EMB_WIRE_LIFECYCLE_SIZE))
 		return EMB_EBADFRAME;
 	rc = emb__wire_spec_check(f->payload, f->lim);
 	if (rc)
 		return rc;
 	emb__wire_spec_get(f->payload, out);
-	if (f->hdr.payload_len == EMB_WIRE_SPEC_SIZE)
+	if (fmt) {
+		uint32_t word = emb_le32_load(f->payload + EMB_WIRE_SPEC_SIZE);
+
+		/* A word of 0 is sent as no block: one encoding. */
+		if (word == 0 ||
+		    emb_le32_load(f->payload + EMB_WIRE_SPEC_SIZE + 4) != 0)
+			return EMB_EBADFRAME;
+		rc = emb__wire_fmt_set(word, out);
+		if (rc)
+			return rc;
+	}
+	if (f->hdr.payload_len == at)
 		return 0;
-	rc = life_get(f->payload + EMB_WIRE_SPEC_SIZE, &out->life);
+	rc = life_get(f->payload + at, &out->life);
 	if (rc)
 		return rc;
 	/* All off is sent as no block: one encoding per request. */
@@ -1096,8 +1150,13 @@ int emb_wire_list_resp_decode(const struct emb_wire_frame *f,
 		return EMB_EBADFRAME;
 	/* Check every entry now so that emb_wire_list_entry() cannot fail. */
 	for (i = 0, e = f->payload; i < n; i++, e += EMB_WIRE_LIST_ENTRY_SIZE) {
-		if (emb_le32_load(e) == 0 || emb_le32_load(e + 4) != 0)
+		struct emb_wire_spec fs;
+
+		if (emb_le32_load(e) == 0)
 			return EMB_EBADFRAME;
+		rc = emb__wire_fmt_set(emb_le32_load(e + 4), &fs);
+		if (rc)
+			return rc;
 		rc = emb__wire_spec_check(e + 8, f->lim);
 		if (rc)
 			return rc;
@@ -1114,6 +1173,7 @@ void emb_wire_list_entry(const struct emb_wire_list_resp *resp, uint32_t i,
 
 	out->table_id = emb_le32_load(e);
 	emb__wire_spec_get(e + 8, &out->spec);
+	emb__wire_fmt_set(emb_le32_load(e + 4), &out->spec);
 	out->rows = emb_le64_load(e + 136);
 }
 
@@ -1132,6 +1192,11 @@ int emb_wire_pull_req_decode(const struct emb_wire_frame *f,
 	out->n = f->hdr.count;
 	out->nocreate = f->hdr.flags & EMB_F_NOCREATE;
 	out->with_state = f->hdr.flags & EMB_F_WITH_STATE;
+	out->fp32 = f->hdr.flags & EMB_F_FP32;
+	/* Whole rows are the table's own: f32 weights are for pulls of
+	 * weights only. */
+	if (out->with_state && out->fp32)
+		return EMB_EBADFRAME;
 	out->ids = (const uint64_t *)(const void *)f->payload;
 	return 0;
 }

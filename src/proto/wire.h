@@ -103,6 +103,9 @@ enum emb_op {
 #define EMB_F_FILL 0x0080u /* ASSIGN (with EMB_F_EPOCH and _WITH_STATE):
 			      rows of a recovery fill, for slots the server
 			      is being filled with (docs/replication.md) */
+#define EMB_F_FP32 0x0100u /* PULL: f32 weights of a compact table */
+#define EMB_F_ROWFMT 0x0200u /* CREATE_TABLE: a row-format block follows
+				the spec (wire_msg.h) */
 
 /* HELLO response features: what this server understands beyond version 1. */
 #define EMB_WIRE_FEAT_PUSH_SESSION 0x1u /* PUSH with EMB_F_SESSION */
@@ -110,6 +113,8 @@ enum emb_op {
 				   port number */
 #define EMB_WIRE_FEAT_PULL_MANY 0x4u /* PULL_MANY (proto/wire_many.h) */
 #define EMB_WIRE_FEAT_PUSH_MANY 0x8u /* PUSH_MANY (proto/wire_many.h) */
+#define EMB_WIRE_FEAT_ROWFMT 0x10u /* row formats: CREATE with EMB_F_ROWFMT,
+				      compact PULL rows and EMB_F_FP32 */
 
 /* Field limits fixed by the protocol, whatever the configured limits. */
 #define EMB_WIRE_FRAME_MAX	 EMB_FRAME_MAX /* largest max_frame_bytes */

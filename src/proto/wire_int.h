@@ -38,5 +38,9 @@ int emb__wire_check_resp(const struct emb_wire_frame *f, uint8_t op);
 int emb__wire_spec_put(uint8_t *p, const struct emb_wire_spec *s);
 int emb__wire_spec_check(const uint8_t *p, const struct emb_wire_limits *lim);
 void emb__wire_spec_get(const uint8_t *p, struct emb_wire_spec *s);
+/* A spec's row-format word (wire_msg.h), and the reverse: 0, or
+ * EMB_EBADFORMAT for a word no table has (s untouched). */
+uint32_t emb__wire_fmt_word(const struct emb_wire_spec *s);
+int emb__wire_fmt_set(uint32_t w, struct emb_wire_spec *s);
 
 #endif

@@ -66,9 +66,19 @@
  *   24      8        max_rows: evict down to this many, 0 = off
  *   size 32; a block emb_lifecycle_validate() refuses is EMB_EBADLIFE
  *
- * CREATE_TABLE request (table id 0, count 0): one table spec, 128 bytes,
- * then a lifecycle block when the table has a policy (payload 160; a block
- * with every policy off is refused, so each request has one encoding). A
+ * Row-format word: how a table keeps its weights (common/rowfmt.h)
+ *   bits 0..7   enum emb_row_format: 0 fp32, 1 fp16, 2 bf16, 3 int8
+ *   bit 8       1 = pushes round to nearest, 0 = stochastically (default)
+ *   bits 9..31  0
+ *   0 for an fp32 table as every earlier version made it.
+ *
+ * CREATE_TABLE request (table id 0, count 0): one table spec, 128 bytes;
+ * then, when the row-format word is not 0 (flag EMB_F_ROWFMT), 8 bytes:
+ * the word and 4 reserved; then a lifecycle block when the table has a
+ * policy (payload 128, 136, 160 or 168; a block with every policy off, or
+ * a word of 0 sent as a block, is refused, so each request has one
+ * encoding). A server that does not know EMB_F_ROWFMT refuses the frame,
+ * so a compact table is never made fp32 by mistake. A
  * CREATE of an existing table with the same spec returns its id and sets
  * the block's policy only if the table has none (a server that restarted
  * from a checkpoint gets it back from its clients); changing a policy is
@@ -79,23 +89,28 @@
  *
  * LIST_TABLES response (count = tables, <= max_tables): count entries of
  *   0       4        table id
- *   4       4        reserved
+ *   4       4        row-format word (0 from servers before row formats)
  *   8       128      table spec
  *   136     8        rows held now
  *   size 144
  *
  * PULL request (table id set, count = n <= max_ids, flags EMB_F_NOCREATE,
- * EMB_F_WITH_STATE)
+ * EMB_F_WITH_STATE, EMB_F_FP32)
  *   0       8n       u64 ids[n]
  *
  * PULL response (count n, flags echo the request's)
  *   0       B        found bitmap, only with EMB_F_NOCREATE (else B = 0):
  *                    bit i % 8 of byte i / 8 set = id i present; B =
  *                    8 * ceil(n / 64), padding bits 0
- *   B       4*n*s    f32 rows[n][s]; s = dim, or dim + the optimizer's
- *                    state floats (common/optim.h) with EMB_F_WITH_STATE,
- *                    the layout ASSIGN takes back; a missing id's row is
- *                    zeros
+ *   B       4*n*s    rows[n][s] of s 4-byte words; a missing id's row is
+ *                    zeros. Of an fp32 table, or with EMB_F_FP32: s = dim
+ *                    f32 weights. Of a compact table: s = the words of its
+ *                    weights in its row format (common/rowfmt.h: fp16 and
+ *                    bf16 2 bytes a weight, int8 8 + dim bytes; rounded up
+ *                    to words, the tail zero), as the table holds them.
+ *                    With EMB_F_WITH_STATE (never with EMB_F_FP32): the
+ *                    full row, those weight words then the optimizer's f32
+ *                    state (common/optim.h), the layout ASSIGN takes back
  *   The rows come last and start 8-aligned at frame offset 32 + B, which the
  *   client knows from n alone: a TCP server writev()s them straight from
  *   table memory and an RDMA server can RDMA-WRITE them into the client's
@@ -118,8 +133,10 @@
  * ASSIGN request (table id set, count = n <= max_ids, flags
  * EMB_F_WITH_STATE)
  *   0       8n       u64 ids[n]
- *   8n      4*n*s    f32 rows[n][s]; s = dim, or dim + the optimizer's
- *                    state floats (common/optim.h) with EMB_F_WITH_STATE
+ *   8n      4*n*s    rows[n][s]; s = dim f32 weights (rounded to nearest
+ *                    into a compact table's format), or with
+ *                    EMB_F_WITH_STATE full rows in the table's format as
+ *                    PULL with EMB_F_WITH_STATE gives them
  * ASSIGN response: no payload.
  *
  * ERASE request (table id set, count = n <= max_ids): u64 ids[n].
@@ -198,6 +215,7 @@
 #define EMB_WIRE_STATS_FIELDS	   EMB_TABLE_NSTATS /* counters sent */
 #define EMB_WIRE_SET_MODE_SIZE 16u
 #define EMB_WIRE_LIFECYCLE_SIZE	   32u
+#define EMB_WIRE_ROWFMT_SIZE	   8u /* CREATE_TABLE's row-format block */
 #define EMB_WIRE_SYNC_WORKERS_MAX 65536u /* workers of a sync table */
 #define EMB_WIRE_STATS_FIELDS_MAX  64u /* most a reader accepts */
 
@@ -270,6 +288,8 @@ struct emb_wire_spec {
 	uint64_t seed;		       /* with the id, picks initial values */
 	struct emb_lifecycle_cfg life; /* CREATE_TABLE only: admission and
 					  eviction, all off = no block */
+	uint32_t row_format; /* enum emb_row_format (common/tabledef.h) */
+	uint32_t rounding;   /* enum emb_round (common/rowfmt.h) */
 };
 
 struct emb_wire_table_info {
@@ -289,6 +309,7 @@ struct emb_wire_pull_req {
 	uint32_t n;	     /* ids */
 	bool nocreate;	     /* EMB_F_NOCREATE */
 	bool with_state;     /* EMB_F_WITH_STATE: rows with optimizer state */
+	bool fp32;	     /* EMB_F_FP32: f32 weights of a compact table */
 	const uint64_t *ids; /* n ids in the frame */
 };
 
@@ -596,7 +617,8 @@ int emb_wire_pull_req_decode(const struct emb_wire_frame *f,
  * dim and state_floats: the table's, as the client knows them (EMB_EBADARG
  * if dim is 0 or > 4096); the stride is dim + state_floats when the
  * response has EMB_F_WITH_STATE and dim without, so a client that asked for
- * state checks out->with_state.
+ * state checks out->with_state. For a compact table's rows (no EMB_F_FP32)
+ * dim is the words of its weights (emb_rowfmt_words()).
  */
 int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
 			      uint32_t state_floats,

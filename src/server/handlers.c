@@ -103,6 +103,7 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	r.limits = s->opts.limits;
 	r.server_id = s->server_id;
 	r.features = EMB_WIRE_FEAT_PUSH_SESSION | EMB_WIRE_FEAT_PULL_MANY |
+		     EMB_WIRE_FEAT_ROWFMT |
 		     EMB_WIRE_FEAT_PUSH_MANY;
 	/* A client that came over TCP learns it may move to RDMA, at this
 	 * host and port number (docs/protocol.md, HELLO). */
@@ -280,10 +281,20 @@ static void pull_done(void *ctx, int status)
  * get scattered 256-byte rows into a TCP socket (docs/benchmarks.md); RDMA
  * keeps the zero-copy path, where the NIC does the gathering.
  */
+/* Words of a pulled row of p's table: its weights (f32 with EMB_F_FP32
+ * or of an fp32 table, else in its format), with the state if asked. */
+static uint32_t pull_stride(const struct emb_wire_pull_req *p,
+			    struct srv_table *st)
+{
+	if (p->with_state)
+		return emb_table_row_floats(st->t);
+	return p->fp32 ? st->spec.dim : emb_table_weight_words(st->t);
+}
+
 static int pull_copy(struct emb_server *s, struct emb_req *req,
 		     const struct emb_wire_pull_req *p, struct srv_table *st)
 {
-	const uint32_t dim = st->spec.dim;
+	const uint32_t dim = pull_stride(p, st);
 	const size_t bitmap = p->nocreate ? emb_wire_bitmap_bytes(p->n) : 0;
 	const size_t rows = (size_t)p->n * dim * sizeof(float);
 	struct emb_frame_hdr hdr = {0};
@@ -299,9 +310,13 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 		return emb__reply_error(s, req, -ENOMEM, NULL);
 	}
 	found = p->nocreate ? buf + bitmap + rows : NULL;
-	rc =
-	    emb_table_pull(st->t, p->ids, p->n, (float *)(void *)(buf + bitmap),
-			   p->nocreate ? EMB_PULL_NOCREATE : 0, found);
+	/* A compact table's rows go as it keeps them, unless asked in f32. */
+	rc = p->fp32 ? emb_table_pull(st->t, p->ids, p->n,
+				      (float *)(void *)(buf + bitmap),
+				      p->nocreate ? EMB_PULL_NOCREATE : 0, found)
+		     : emb_table_pull_raw(st->t, p->ids, p->n, buf + bitmap,
+					  p->nocreate ? EMB_PULL_NOCREATE : 0,
+					  found);
 	emb__tables_unpin(st);
 	if (rc < 0) {
 		emb__rbuf_put(buf);
@@ -310,7 +325,8 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 	if (found)
 		emb_wire_found_pack(found, p->n, buf);
 	hdr.opcode = EMB_OP_PULL | EMB_OP_RESPONSE_BIT;
-	hdr.flags = p->nocreate ? EMB_F_NOCREATE : 0;
+	hdr.flags = (p->nocreate ? EMB_F_NOCREATE : 0) |
+		    (p->fp32 ? EMB_F_FP32 : 0);
 	hdr.table_id = p->table_id;
 	hdr.count = p->n;
 	iov.iov_base = buf;
@@ -332,8 +348,7 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 static bool reply_fails(struct emb_server *s, struct emb_req *req,
 		      const struct emb_wire_pull_req *p, struct srv_table *st)
 {
-	uint64_t stride = p->with_state ? emb_table_row_floats(st->t)
-					: st->spec.dim;
+	uint64_t stride = pull_stride(p, st);
 	uint64_t bytes = EMB_WIRE_HDR_SIZE +
 			 (p->nocreate ? emb_wire_bitmap_bytes(p->n) : 0) +
 			 (uint64_t)p->n * stride * sizeof(float);
@@ -372,7 +387,11 @@ static int fill_fresh(struct pull_ctx *pc, const struct emb_wire_pull_req *p,
 		if (pc->ptrs[i])
 			continue;
 		row = pc->fresh + (size_t)k++ * stride;
-		emb_table_init_row(pc->st->t, p->ids[i], row, p->with_state);
+		/* As the record would hold it: in the table's format. */
+		if (p->with_state)
+			emb_table_init_row(pc->st->t, p->ids[i], row, true);
+		else
+			emb_table_init_row_raw(pc->st->t, p->ids[i], row);
 		pc->ptrs[i] = row;
 	}
 	return 0;
@@ -416,12 +435,15 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 		return 0;
 	}
 	/* Whole rows (weights + optimizer state) always go zero-copy: the
-	 * store's copying pull gives weights only. */
-	if (!zero_copy(s, req) && !p.with_state)
+	 * store's copying pull gives weights only. f32 rows of a compact
+	 * table are decoded, so never straight from table memory. */
+	if ((!zero_copy(s, req) && !p.with_state) ||
+	    (p.fp32 && emb_table_row_format(st->t) != EMB_ROWFMT_FP32))
 		return pull_copy(s, req, &p, st);
-	stride = p.with_state ? emb_table_row_floats(st->t) : st->spec.dim;
+	stride = pull_stride(&p, st);
 	wflags = (p.nocreate ? EMB_F_NOCREATE : 0) |
-		 (p.with_state ? EMB_F_WITH_STATE : 0);
+		 (p.with_state ? EMB_F_WITH_STATE : 0) |
+		 (p.fp32 ? EMB_F_FP32 : 0);
 	bitmap = p.nocreate ? emb_wire_bitmap_bytes(p.n) : 0;
 	mem = emb__rbuf_get(emb__reply_pool(s, req),
 			    sizeof(*pc) + (size_t)p.n * sizeof(float *) +
@@ -576,8 +598,12 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 	if (!st)
 		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
 	dim = st->spec.dim;
+	/* Whole rows are in the table's format, weights alone in f32. */
 	rc = emb_wire_assign_req_decode(
-	    f, dim, emb_optim_state_floats(st->spec.optim.kind, dim), &a);
+	    f,
+	    (f->hdr.flags & EMB_F_WITH_STATE) ? emb_table_weight_words(st->t)
+					      : dim,
+	    emb_optim_state_floats(st->spec.optim.kind, dim), &a);
 	if (!rc) {
 		held = emb__slots_begin(s->slots, &f->hdr, a.ids, a.n, &why);
 		if (held < 0) {
@@ -593,10 +619,13 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 
 		emb__count(&s->nonfinite, 1);
 		snprintf(msg, sizeof(msg),
-			 "table %s: the row of id %llu is NaN or infinite; no "
-			 "row was changed",
+			 "table %s: the row of id %llu is NaN or infinite%s; "
+			 "no row was changed",
 			 st->spec.name,
-			 (unsigned long long)emb_table_nonfinite_id());
+			 (unsigned long long)emb_table_nonfinite_id(),
+			 st->spec.row_format == EMB_ROWFMT_FP32
+			     ? ""
+			     : ", or out of the row format's range");
 		emb__tables_unpin(st);
 		return emb__reply_error(s, req, rc, msg);
 	}

@@ -24,6 +24,7 @@
 #include "common/init.h"
 #include "common/log.h"
 #include "common/optim.h"
+#include "common/rowfmt.h"
 
 #include "server/memreg.h"
 #include "server/server_int.h"
@@ -241,6 +242,7 @@ static bool same_spec(const struct emb_wire_spec *a,
 		      const struct emb_wire_spec *b)
 {
 	return a->dim == b->dim && a->seed == b->seed &&
+	       a->row_format == b->row_format && a->rounding == b->rounding &&
 	       memcmp(&a->optim, &b->optim, sizeof(a->optim)) == 0 &&
 	       memcmp(&a->init, &b->init, sizeof(a->init)) == 0;
 }
@@ -271,6 +273,15 @@ int emb__tables_spec_diff(struct emb_server *s,
 			have = &s->tables[i]->spec;
 	if (!have) {
 		n = -1;
+	} else if (have->row_format != spec->row_format ||
+		   have->rounding != spec->rounding) {
+		n = snprintf(buf, cap,
+			     "table %s exists with row format %s (%s "
+			     "rounding); this CREATE asks %s (%s rounding)",
+			     spec->name, emb_rowfmt_name(have->row_format),
+			     have->rounding ? "nearest" : "stochastic",
+			     emb_rowfmt_name(spec->row_format),
+			     spec->rounding ? "nearest" : "stochastic");
 	} else if (have->dim != spec->dim) {
 		n = snprintf(buf, cap,
 			     "table %s exists with dim %u; this CREATE asks "
@@ -381,6 +392,8 @@ int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	o.budget = &s->budget;
 	o.life = spec->life;
 	o.remote_read = s->opts.remote_read;
+	o.row_format = spec->row_format;
+	o.rounding = spec->rounding;
 	rc = emb_table_create(&o, &st->t);
 	if (rc) {
 		free(st);

@@ -148,7 +148,7 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	if (rc)
 		return rc;
 	if (opts->row_format >= EMB_ROWFMT_COUNT ||
-	    opts->rounding > EMB_ROUND_STOCHASTIC)
+	    opts->rounding > EMB_ROUND_NEAREST)
 		return EMB_EBADFORMAT;
 
 	t = aligned_alloc(64, (sizeof(*t) + 63) & ~(size_t)63);

@@ -152,6 +152,11 @@ struct emb_table_spec {
 	 * off when zeroed. max_rows is for the whole table: each server
 	 * keeps max_rows / servers, rounded up. bloom_bytes is per server. */
 	struct emb_lifecycle_cfg life;
+	/* Since 0.3: how the servers keep the weights (enum emb_row_format;
+	 * 0 = fp32) and round a push's result into them (enum emb_round;
+	 * 0 = stochastic). The optimizer computes in fp32 either way. */
+	uint32_t row_format;
+	uint32_t rounding;
 };
 
 /* No name or dim yet; SGD and uniform rows by their defaults; life off. */
@@ -268,23 +273,34 @@ void emb_client_table_close(struct emb_client_table *t);
 int emb_client_table_drop(struct emb_client_table *t);
 
 uint32_t emb_client_table_dim(const struct emb_client_table *t);
-/* dim + the optimizer's state floats: the row size of assign with state. */
+/* 4-byte words of a whole row, the row size of pull and assign with
+ * state: the weights in the table's row format (dim floats for fp32), then
+ * the optimizer's state floats. */
 uint32_t emb_client_table_row_floats(const struct emb_client_table *t);
+/* 4-byte words of a row's weights in the table's format: the row size of
+ * a pull with EMB_CLIENT_RAW (dim for an fp32 table). */
+uint32_t emb_client_table_weight_words(const struct emb_client_table *t);
 const struct emb_table_spec *
 emb_client_table_spec(const struct emb_client_table *t);
 
 #define EMB_CLIENT_NOCREATE 0x1u /* pull: report missing ids, create none */
 /* pull: whole rows, weights then optimizer state (row_floats each) */
 #define EMB_CLIENT_WITH_STATE 0x2u
+/* pull: weights in the table's row format, as the servers keep and send
+ * them (emb_client_table_weight_words() words each), not decoded to f32 */
+#define EMB_CLIENT_RAW 0x4u
 
 /*
  * Gathers the rows of ids[0..n) into out[i * dim ...] (duplicates allowed;
  * each distinct id crosses the network once). Missing rows are created on
  * the servers, or with EMB_CLIENT_NOCREATE returned as zeros with found[i]
- * = 0 (found may be NULL). With EMB_CLIENT_WITH_STATE each row is
- * emb_client_table_row_floats() floats, out[i * row_floats ...]: the
- * weights, then the optimizer state (common/optim.h), as assign with state
- * takes them back. 0, or the first error of any server.
+ * = 0 (found may be NULL). A compact table's rows (fp16, bf16, int8) cross
+ * the network as the servers keep them and are decoded to f32 here, or
+ * with EMB_CLIENT_RAW handed out as they are. With EMB_CLIENT_WITH_STATE
+ * each row is emb_client_table_row_floats() words, out[i * row_floats
+ * ...]: the weights in the table's format, then the optimizer state
+ * (common/optim.h), as assign with state takes them back. 0, or the first
+ * error of any server.
  */
 int emb_client_table_pull(struct emb_client_table *t, const uint64_t *ids,
 			  uint32_t n, float *out, uint32_t flags,
@@ -300,8 +316,10 @@ int emb_client_table_push(struct emb_client_table *t, const uint64_t *ids,
 			  uint32_t rank);
 
 /*
- * Overwrites rows: rows[i * stride ...], stride = dim, or row_floats with
- * with_state (weights then optimizer state). 0, or the first error.
+ * Overwrites rows: rows[i * stride ...], stride = dim f32 weights (the
+ * servers round them to nearest into a compact table's format), or
+ * row_floats words with with_state (whole rows in the table's format, as
+ * pull with state gives them). 0, or the first error.
  */
 int emb_client_table_assign(struct emb_client_table *t, const uint64_t *ids,
 			    uint32_t n, const float *rows, bool with_state);

@@ -34,6 +34,7 @@
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/rowfmt.h"
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
@@ -72,19 +73,33 @@ static int pull_scatter(struct emb_async *op, struct part *p)
 
 	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
 	f.lim = &lim;
-	rc = emb_wire_pull_resp_decode(&f, op->dim - op->state, op->state, &r);
+	rc = emb_wire_pull_resp_decode(&f, op->wire - op->state, op->state,
+				       &r);
 	if (rc)
 		return rc;
 	/* A server that ignored the state flag sends rows of dim floats. */
-	if (r.n != p->req.n || r.stride != op->dim)
+	if (r.n != p->req.n || r.stride != op->wire ||
+	    (f.hdr.flags & EMB_F_FP32))
 		return EMB_EBADFRAME;
 	for (uint32_t j = 0; j < r.n; j++) {
-		const float *row = r.rows + (size_t)j * op->dim;
+		const float *row = r.rows + (size_t)j * op->wire;
 		uint32_t u =
 		    op->pu[p->req.first + (p->rd.fb ? p->rd.miss[j] : j)];
 		uint8_t hit = r.found ? emb_wire_bit_test(r.found, j) : 1;
+		uint32_t i = op->first[u];
 
-		for (uint32_t i = op->first[u]; i != NONE; i = op->next[i]) {
+		/* Decoded once, into the first position; copied to the
+		 * others. */
+		if (op->decode != EMB_ROWFMT_FP32 && i != NONE) {
+			emb_rowfmt_decode(op->decode, row,
+					  op->out + (size_t)i * op->dim,
+					  op->dim);
+			row = op->out + (size_t)i * op->dim;
+			if (op->found)
+				op->found[i] = hit;
+			i = op->next[i];
+		}
+		for (; i != NONE; i = op->next[i]) {
 			memcpy(op->out + (size_t)i * op->dim, row, row_sz);
 			if (op->found)
 				op->found[i] = hit;
@@ -285,6 +300,7 @@ struct call {
 	uint8_t *found;		    /* pull: caller's found[] or NULL */
 	uint32_t stride;	    /* floats per row sent or received */
 	uint16_t flags;		    /* wire flags of every part */
+	bool raw;		    /* pull: rows as the table keeps them */
 	uint64_t step;		    /* push */
 	uint32_t rank;		    /* push */
 	uint64_t *pids;		    /* ids in partitioned order (op->mem) */
@@ -313,7 +329,13 @@ static void pull_init(struct emb_async *op, const struct call *a)
 	struct emb_client_table *t = a->t;
 
 	op->dim = a->stride;
-	op->state = a->stride - t->spec.dim;
+	/* The servers send a compact table's rows as they keep them; they
+	 * are decoded here, unless the caller asked for them raw. */
+	op->state = (a->flags & EMB_F_WITH_STATE) ? t->row_floats - t->wwords
+						   : 0;
+	op->wire = op->state ? t->row_floats : t->wwords;
+	op->decode = !op->state && !a->raw ? t->spec.row_format
+					    : EMB_ROWFMT_FP32;
 	op->n = a->n;
 	op->out = a->out;
 	op->found = a->found;
@@ -337,7 +359,7 @@ static int pull_resp(struct emb_async *op, const struct call *a)
 		struct part *p = &op->parts[k];
 
 		p->req.resp_cap =
-		    emb_wire_pull_resp_bytes(p->req.n, op->dim, a->flags) -
+		    emb_wire_pull_resp_bytes(p->req.n, op->wire, a->flags) -
 		    EMB_WIRE_HDR_SIZE;
 		if (p->req.resp_cap < ERR_CAP)
 			p->req.resp_cap = ERR_CAP;
@@ -664,9 +686,13 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 			 .found = found};
 
 	if (!t || (n && (!ids || !out)) ||
-	    (flags & ~(EMB_CLIENT_NOCREATE | EMB_CLIENT_WITH_STATE)))
+	    (flags & ~(EMB_CLIENT_NOCREATE | EMB_CLIENT_WITH_STATE |
+		       EMB_CLIENT_RAW)))
 		return EMB_EBADARG;
-	a.stride = with_state ? t->row_floats : t->spec.dim;
+	a.raw = flags & EMB_CLIENT_RAW;
+	a.stride = with_state ? t->row_floats
+		   : a.raw    ? t->wwords
+			      : t->spec.dim;
 	a.flags = (flags & EMB_CLIENT_NOCREATE ? EMB_F_NOCREATE : 0) |
 		  (with_state ? EMB_F_WITH_STATE : 0);
 	return op_start(&pull_kind, &a, opp, post);

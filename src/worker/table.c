@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/optim.h"
+#include "common/rowfmt.h"
 #include "proto/wire_msg.h"
 #include "worker/client_int.h"
 
@@ -38,8 +39,11 @@ int emb__table_new(struct emb_client *c, const struct emb_wire_spec *ws,
 	t->spec.optim = ws->optim;
 	t->spec.init = ws->init;
 	t->spec.seed = ws->seed;
+	t->spec.row_format = ws->row_format;
+	t->spec.rounding = ws->rounding;
+	t->wwords = emb_rowfmt_words(ws->row_format, ws->dim);
 	t->row_floats =
-	    ws->dim + emb_optim_state_floats(ws->optim.kind, ws->dim);
+	    t->wwords + emb_optim_state_floats(ws->optim.kind, ws->dim);
 	t->refs = 1;
 	if (c->onesided) {
 		t->loc = calloc(c->loc_rows, sizeof(*t->loc));
@@ -95,6 +99,11 @@ uint32_t emb_client_table_dim(const struct emb_client_table *t)
 uint32_t emb_client_table_row_floats(const struct emb_client_table *t)
 {
 	return t->row_floats;
+}
+
+uint32_t emb_client_table_weight_words(const struct emb_client_table *t)
+{
+	return t->wwords;
 }
 
 const struct emb_table_spec *

@@ -46,7 +46,7 @@ static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
 			struct emb_client_table **out)
 {
 	uint8_t payload[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
-			EMB_WIRE_LIFECYCLE_SIZE];
+			EMB_WIRE_ROWFMT_SIZE + EMB_WIRE_LIFECYCLE_SIZE];
 	struct emb_client_table *t;
 	struct emb_wire_spec ws = {0};
 	struct emb_async *op;
@@ -61,6 +61,13 @@ static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
 	ws.optim = spec->optim;
 	ws.init = spec->init;
 	ws.seed = spec->seed;
+	ws.row_format = spec->row_format;
+	/* Rounding means nothing to fp32 rows: one spec per table. */
+	ws.rounding = spec->row_format == EMB_ROWFMT_FP32 ? 0 : spec->rounding;
+	if (ws.row_format >= EMB_ROWFMT_COUNT || spec->rounding > 1)
+		return EMB_EBADFORMAT;
+	/* A server before row formats refuses the CREATE's flag: no table
+	 * is made fp32 that was asked compact. */
 	ws.life = per_server(c, &spec->life);
 	if (!life_replicable(c, &ws.life))
 		return -EOPNOTSUPP;
@@ -96,6 +103,7 @@ static bool spec_equal(const struct emb_wire_spec *a,
 		       const struct emb_wire_spec *b)
 {
 	return a->dim == b->dim && a->seed == b->seed &&
+	       a->row_format == b->row_format && a->rounding == b->rounding &&
 	       memcmp(&a->optim, &b->optim, sizeof(a->optim)) == 0 &&
 	       memcmp(&a->init, &b->init, sizeof(a->init)) == 0;
 }
