@@ -24,7 +24,7 @@
  * each server's response, or NULL with *rc set. The caller frees the op.
  */
 struct emb_async *emb__broadcast(struct emb_client *c, uint8_t opcode,
-				   const uint32_t *table_ids,
+				   uint16_t flags, const uint32_t *table_ids,
 				   const void *payload, size_t len, int *rc)
 {
 	struct emb_async *op = emb__op_new(c, OP_ADMIN);
@@ -47,6 +47,7 @@ struct emb_async *emb__broadcast(struct emb_client *c, uint8_t opcode,
 		p->op = op;
 		p->req.server = s;
 		p->req.hdr.opcode = opcode;
+		p->req.hdr.flags = flags;
 		p->req.hdr.table_id = table_ids ? table_ids[s] : 0;
 		p->req.iov[0] = (struct iovec){(void *)payload, len};
 		p->req.niov = len ? 1 : 0;
@@ -84,7 +85,7 @@ int emb__client_admin(struct emb_client *c, uint8_t opcode,
 	int rc;
 
 	lim.max_tables = 65536;
-	op = emb__broadcast(c, opcode, NULL, NULL, 0, &rc);
+	op = emb__broadcast(c, opcode, 0, NULL, NULL, 0, &rc);
 	if (!op)
 		return rc;
 	for (uint32_t s = 0; s < c->nsrv && !rc; s++) {

@@ -578,13 +578,13 @@ int emb__op_post(struct emb_async *op);
 /* ---- broadcast.c ---- */
 
 /*
- * Sends the same request (opcode, payload) to every server, with
+ * Sends the same request (opcode, flags, payload) to every server, with
  * table_ids[s] (or 0) in the header, and waits. The finished op, whose
  * parts hold each server's response, or NULL with *rc set. The caller
  * frees it (emb__op_free()).
  */
 struct emb_async *emb__broadcast(struct emb_client *c, uint8_t opcode,
-				 const uint32_t *table_ids,
+				 uint16_t flags, const uint32_t *table_ids,
 				 const void *payload, size_t len, int *rc);
 /* A broadcast part's response as a frame to decode, under lim. */
 struct emb_wire_frame emb__part_frame(const struct part *p,

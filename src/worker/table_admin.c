@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common/endian.h"
 #include "common/init.h"
 #include "common/lifecycle.h"
 #include "common/optim.h"
@@ -81,7 +82,9 @@ static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
 	len = emb_wire_create_req_encode(payload, sizeof(payload), 0, &ws);
 	if (len < 0)
 		return len;
-	op = emb__broadcast(c, EMB_OP_CREATE_TABLE, NULL,
+	/* The encoder's flags: EMB_F_ROWFMT when a format block follows. */
+	op = emb__broadcast(c, EMB_OP_CREATE_TABLE, emb_le16_load(payload + 6),
+			    NULL,
 			    payload + EMB_WIRE_HDR_SIZE,
 			    (size_t)len - EMB_WIRE_HDR_SIZE, &rc);
 	if (!op)
@@ -120,7 +123,7 @@ static int table_open(struct emb_client *c, const char *name,
 	if (!c || !name || !out)
 		return EMB_EBADARG;
 	lim.max_tables = 65536;
-	op = emb__broadcast(c, EMB_OP_LIST_TABLES, NULL, NULL, 0, &rc);
+	op = emb__broadcast(c, EMB_OP_LIST_TABLES, 0, NULL, NULL, 0, &rc);
 	if (!op)
 		return rc;
 	for (uint32_t s = 0; s < c->nsrv && !rc; s++) {
@@ -165,7 +168,7 @@ static int table_drop(struct emb_client_table *t)
 
 	if (!t)
 		return EMB_EBADARG;
-	op = emb__broadcast(t->c, EMB_OP_DROP_TABLE, t->ids, NULL, 0, &rc);
+	op = emb__broadcast(t->c, EMB_OP_DROP_TABLE, 0, t->ids, NULL, 0, &rc);
 	emb__op_free(op);
 	return rc;
 }
@@ -189,7 +192,7 @@ static int table_set_mode(struct emb_client_table *t, uint32_t mode,
 	len = emb_wire_set_mode_req_encode(buf, sizeof(buf), 0, &m);
 	if (len < 0)
 		return len;
-	op = emb__broadcast(t->c, EMB_OP_SET_MODE, t->ids,
+	op = emb__broadcast(t->c, EMB_OP_SET_MODE, 0, t->ids,
 			    buf + EMB_WIRE_HDR_SIZE,
 			    (size_t)len - EMB_WIRE_HDR_SIZE, &rc);
 	emb__op_free(op);
@@ -214,7 +217,7 @@ static int table_set_lifecycle(struct emb_client_table *t,
 	len = emb_wire_set_lifecycle_req_encode(buf, sizeof(buf), 0, &m);
 	if (len < 0)
 		return len;
-	op = emb__broadcast(t->c, EMB_OP_SET_LIFECYCLE, t->ids,
+	op = emb__broadcast(t->c, EMB_OP_SET_LIFECYCLE, 0, t->ids,
 		       buf + EMB_WIRE_HDR_SIZE, (size_t)len - EMB_WIRE_HDR_SIZE,
 		       &rc);
 	emb__op_free(op);
@@ -233,7 +236,7 @@ static int table_stats(struct emb_client_table *t,
 		return EMB_EBADARG;
 	memset(out, 0, sizeof(*out));
 	lim.max_tables = 65536;
-	op = emb__broadcast(t->c, EMB_OP_STATS, t->ids, NULL, 0, &rc);
+	op = emb__broadcast(t->c, EMB_OP_STATS, 0, t->ids, NULL, 0, &rc);
 	if (!op)
 		return rc;
 	for (uint32_t s = 0; s < t->c->nsrv && !rc; s++) {
