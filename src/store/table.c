@@ -1504,6 +1504,13 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 				}
 				u->created = true;
 				created++;
+				/* Its creation is an access, as a pull's is,
+				 * and the push another: a row counts the same
+				 * whether a pull or this push made it, so a
+				 * backup (which sees no pulls) keeps the
+				 * count, and with it the rounding key, of its
+				 * primary. */
+				r->count = 1;
 			} else {
 				memcpy(saved + (size_t)nundo * row_bytes, r,
 				       row_bytes);
