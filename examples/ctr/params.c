@@ -42,7 +42,7 @@ struct ctr_params {
 enum { T_EMB, T_WIDE, T_MLP };
 
 static void specs(uint64_t seed, const struct emb_lifecycle_cfg *life,
-		  struct emb_table_spec *s)
+		  uint32_t row_format, struct emb_table_spec *s)
 {
 	struct emb_optim_cfg ada = EMB_OPTIM_CFG_DEFAULT;
 	struct emb_optim_cfg adam = EMB_OPTIM_CFG_DEFAULT;
@@ -59,7 +59,8 @@ static void specs(uint64_t seed, const struct emb_lifecycle_cfg *life,
 	    .optim = ada,
 	    .init = {.kind = EMB_INIT_NORMAL, .a = 0.0f, .b = 0.05f},
 	    .seed = seed,
-	    .life = *life};
+	    .life = *life,
+	    .row_format = row_format};
 	s[T_WIDE] = (struct emb_table_spec){.struct_size =
 						sizeof(struct emb_table_spec),
 					    .name = "ctr_wide",
@@ -67,7 +68,8 @@ static void specs(uint64_t seed, const struct emb_lifecycle_cfg *life,
 					    .optim = ada,
 					    .init = {.kind = EMB_INIT_ZEROS},
 					    .seed = seed,
-					    .life = *life};
+					    .life = *life,
+					    .row_format = row_format};
 	s[T_MLP] = (struct emb_table_spec){.struct_size =
 					       sizeof(struct emb_table_spec),
 					   .name = "ctr_mlp",
@@ -82,7 +84,7 @@ static int open_local(struct ctr_params *p)
 	struct emb_table_spec s[3];
 	int rc;
 
-	specs(p->o.seed, &p->o.life, s);
+	specs(p->o.seed, &p->o.life, p->o.row_format, s);
 	for (int k = 0; k < 3; k++) {
 		rc = ctr_local_create(&s[k], &p->lt[k]);
 		if (rc)
@@ -163,7 +165,7 @@ static int open_remote(struct ctr_params *p)
 		return rc;
 	p->rank = emb_client_rank(p->c);
 	p->workers = emb_client_nworkers(p->c);
-	specs(p->o.seed, &p->o.life, s);
+	specs(p->o.seed, &p->o.life, p->o.row_format, s);
 	for (int k = 0; k < 3; k++) {
 		rc = emb_client_table_create(p->c, &s[k], &p->rt[k]);
 		if (rc)

@@ -28,6 +28,8 @@ struct ctr_params_opts {
 	uint32_t max_batch;    /* ids per lookup */
 	struct emb_lifecycle_cfg life; /* admission and eviction of the sparse
 					  tables (emb, wide); not the MLP */
+	uint32_t row_format; /* enum emb_row_format of the sparse tables on
+				the servers (not --local); the MLP is fp32 */
 };
 
 #define CTR_PARAMS_OPTS_DEFAULT                                                \

@@ -64,8 +64,11 @@ static void usage(FILE *f)
 	    "             [--mode async|sync|stale:K] [--after-train CMD]\n"
 	    "             [--admit none|count:N|bloom:N[:BYTES]]\n"
 	    "             [--evict ttl:STEPS,min_l2:X,max_rows:N[:lru|lfu]]\n"
+	    "             [--row-format fp32|fp16|bf16|int8]\n"
 	    "--admit, --evict: admission and eviction of the sparse tables\n"
 	    "(docs/store.md).\n"
+	    "--row-format: how the servers keep the sparse tables' rows\n"
+	    "(docs/store.md, \"Row formats\"); not with --local.\n"
 	    "--after-train: once every worker is done, worker 0 runs CMD with\n"
 	    "EMB_SERVERS set to the cluster's servers (e.g. an embstore dump)\n"
 	    "while they still serve.\n");
@@ -407,6 +410,7 @@ int main(int argc, char **argv)
 	    {"after-train", required_argument, NULL, 'A'},
 	    {"admit", required_argument, NULL, 'a'},
 	    {"evict", required_argument, NULL, 'v'},
+	    {"row-format", required_argument, NULL, 'R'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -467,6 +471,10 @@ int main(int argc, char **argv)
 		case 'A':
 			c.after = optarg;
 			break;
+		case 'R':
+			if (emb_rowfmt_parse(optarg, &c.popts.row_format))
+				return bad_value(opts[idx].name, optarg);
+			break;
 		case 'a':
 			if (emb_admit_parse(optarg, &c.popts.life)) {
 				fprintf(stderr, "train: bad --admit '%s'\n",
@@ -513,6 +521,12 @@ int main(int argc, char **argv)
 			      c.popts.life.max_rows)) {
 		fprintf(stderr, "train: --evict needs servers; --local tables "
 				"keep every row\n");
+		return 2;
+	}
+	if (c.popts.local && c.popts.row_format != EMB_ROWFMT_FP32) {
+		fprintf(stderr, "train: --row-format %s needs servers; --local "
+				"tables are fp32\n",
+			emb_rowfmt_name(c.popts.row_format));
 		return 2;
 	}
 	c.popts.seed = c.seed;

@@ -251,7 +251,8 @@ class Remote:
         self.workers = self.client.num_workers
         c, seed, mode = self.client, args.seed, args.mode
         ada = "adagrad:lr=0.05,acc=0.1"
-        life = dict(admit=args.admit, evict=args.evict)
+        life = dict(admit=args.admit, evict=args.evict,
+                    row_format=args.row_format)
         emb = c.table("ctr_emb", EMB_DIM, optimizer=ada,
                       init="normal:0,0.05", mode=mode, seed=seed, **life)
         wide = c.table("ctr_wide", 1, optimizer=ada, init="zeros", mode=mode,
@@ -531,6 +532,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--evict", default="none",
                     help="eviction of the sparse tables: none, or ttl:STEPS,"
                     "min_l2:X,max_rows:N[:lru|lfu] (embstore tables)")
+    ap.add_argument("--row-format", default="fp32",
+                    choices=("fp32", "fp16", "bf16", "int8"),
+                    help="how the servers keep the embedding rows (the "
+                    "optimizer stays fp32; default fp32)")
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--dense", choices=("servers", "ddp"),
                     help="where the MLP and bias train: in the dense "
@@ -548,9 +553,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     torch.manual_seed(args.seed)
     # One thread: the trainer shares the machine with servers and workers.
     torch.set_num_threads(int(os.environ.get("EMB_TORCH_THREADS", "1")))
-    if args.local and (args.admit != "none" or args.evict != "none"):
-        ap.error("--admit and --evict apply to embstore tables, not "
-                 "--local")
+    if args.local and (args.admit != "none" or args.evict != "none" or
+                       args.row_format != "fp32"):
+        ap.error("--admit, --evict and --row-format apply to embstore "
+                 "tables, not --local")
     try:
         dense = dense_placement(args)
     except ValueError as e:

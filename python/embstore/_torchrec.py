@@ -57,8 +57,10 @@ class PoolingType(Enum):
 
 @unique
 class DataType(Enum):
-    """TorchRec's DataType; embstore tables hold float32 rows, so FP32 is
-    the only one a collection takes."""
+    """TorchRec's DataType: how the servers keep a table's weights. FP32,
+    FP16, BF16 and INT8 are embstore's row formats (Client.table()'s
+    row_format); INT4 and INT2 have none and are refused. The lookups give
+    float32 whatever the format."""
 
     FP32 = "FP32"
     FP16 = "FP16"
@@ -66,6 +68,11 @@ class DataType(Enum):
     INT8 = "INT8"
     INT4 = "INT4"
     INT2 = "INT2"
+
+
+# DataType -> Client.table()'s row_format.
+_ROW_FORMATS = {DataType.FP32: "fp32", DataType.FP16: "fp16",
+                DataType.BF16: "bf16", DataType.INT8: "int8"}
 
 
 @dataclass
@@ -79,7 +86,9 @@ class BaseEmbeddingConfig:
         embedding_dim: floats per row, 1..4096.
         name: the embstore table's name (1..63 bytes of [A-Za-z0-9_.-]);
             the collection creates it, or opens an identical one.
-        data_type: DataType.FP32 (rows are float32).
+        data_type: how the servers keep the weights: DataType.FP32, FP16,
+            BF16 or INT8 (Client.table()'s row_format); the optimizer and
+            the modules' outputs stay float32.
         feature_names: the KeyedJaggedTensor keys this table embeds; empty
             means [name], as in TorchRec.
         weight_init_max, weight_init_min: bounds of TorchRec's default
@@ -586,9 +595,10 @@ class _Collection(nn.Module):
             if c.name in seen:
                 raise ValueError(f"Duplicate table name {c.name}")
             seen.add(c.name)
-            if c.data_type != DataType.FP32:
-                raise ValueError(f"table {c.name!r}: embstore rows are "
-                                 f"float32, not {c.data_type}")
+            if c.data_type not in _ROW_FORMATS:
+                raise ValueError(f"table {c.name!r}: embstore keeps rows "
+                                 f"in FP32, FP16, BF16 or INT8, not "
+                                 f"{c.data_type}")
             if c.init_fn is not None:
                 raise ValueError(f"table {c.name!r}: init_fn cannot make rows"
                                  " on the servers; give init='uniform:A,B' "
@@ -605,7 +615,8 @@ class _Collection(nn.Module):
         for c in self._configs:
             self.tables[c.name] = client.table(
                 c.name, c.embedding_dim, optimizer=c.optimizer,
-                init=c.table_init(), mode=c.mode, seed=c.seed)
+                init=c.table_init(), mode=c.mode, seed=c.seed,
+                row_format=_ROW_FORMATS[c.data_type])
         self._table_list = [self.tables[c.name] for c in self._configs]
         # Where backward records each table's gradients (torch.py's
         # _Slot, one per table): SparseOptimizer(model) finds them, pushes

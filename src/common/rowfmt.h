@@ -67,11 +67,7 @@ static inline uint32_t emb_rowfmt_words(uint32_t f, uint32_t dim)
 	return (emb_rowfmt_bytes(f, dim) + 3) / 4;
 }
 
-/* "fp32", "fp16", "bf16", "int8"; "?" for an unknown format. */
-const char *emb_rowfmt_name(uint32_t f);
-/* Parses one of those names (also "float32", "float16", "bfloat16");
- * 0 and *out, or EMB_EBADARG. */
-int emb_rowfmt_parse(const char *s, uint32_t *out);
+/* emb_rowfmt_name() and emb_rowfmt_parse(): common/tabledef.h. */
 
 /*
  * The stochastic-rounding key of one write of a row:

@@ -1,12 +1,14 @@
 /*
  * src/common/tabledef.h - what a table is, as every module and the public API
- * see it: the limits on names and dims, the training modes, and the list of
- * a table's counters.
+ * see it: the limits on names and dims, the row formats, the training modes,
+ * and the list of a table's counters.
  *
- * Installed: embstore.h inlines the body (includes nothing).
+ * Installed: embstore.h inlines the body (includes libc's only).
  */
 #ifndef EMB_COMMON_TABLEDEF_H
 #define EMB_COMMON_TABLEDEF_H
+
+#include <stdint.h>
 
 #define EMB_DIM_MAX  4096u /* floats per row, at most */
 #define EMB_NAME_MAX 63u   /* bytes of a table name, without the NUL */
@@ -22,6 +24,12 @@ enum emb_row_format {
 	EMB_ROWFMT_INT8 = 3, /* 1 byte, with an f32 scale and bias per row */
 };
 #define EMB_ROWFMT_COUNT 4u
+
+/* "fp32", "fp16", "bf16", "int8"; "?" for an unknown format. */
+const char *emb_rowfmt_name(uint32_t f);
+/* Parses one of those names (also "float32", "float16", "bfloat16");
+ * 0 and *out, or EMB_EBADARG. */
+int emb_rowfmt_parse(const char *s, uint32_t *out);
 
 /* How a push's fp32 result is rounded into a compact row. */
 enum emb_round {

@@ -414,7 +414,16 @@ int main(int argc, char **argv)
 		     emb_wire_ack_encode(buf, sizeof(buf),
 					 EMB_OP_SET_LIFECYCLE, 9, 1, 0));
 	}
+	/* A compact table: the row-format block, then the lifecycle. */
+	spec.row_format = EMB_ROWFMT_INT8;
+	spec.rounding = EMB_ROUND_NEAREST;
+	save("create_req_rowfmt_lifecycle",
+	     emb_wire_create_req_encode(buf, sizeof(buf), 2, &spec));
 	spec.life = EMB_LIFECYCLE_CFG_DEFAULT;
+	spec.row_format = EMB_ROWFMT_FP16;
+	spec.rounding = EMB_ROUND_STOCHASTIC;
+	save("create_req_rowfmt",
+	     emb_wire_create_req_encode(buf, sizeof(buf), 2, &spec));
 	save("create_resp", emb_wire_ack_encode(buf, sizeof(buf),
 						EMB_OP_CREATE_TABLE, 2, 1, 0));
 	save("drop_req", emb_wire_empty_req_encode(buf, sizeof(buf),
@@ -442,6 +451,11 @@ int main(int argc, char **argv)
 	save_iovs("pull_resp_nocreate_dim3", &v,
 		  emb_wire_pull_resp_encode(&v, 5, 1, EMB_F_NOCREATE, 4, 3,
 					    bits, rows));
+	save_iovs("pull_req_fp32", &v,
+		  emb_wire_pull_req_encode(&v, 5, 1, EMB_F_FP32, ids, 4));
+	/* fp16 rows of dim 8: 4 words each */
+	save_iovs("pull_resp_fp16_dim8", &v,
+		  emb_wire_pull_resp_encode(&v, 5, 1, 0, 4, 4, NULL, rows));
 	save_iovs("pull_req_state", &v,
 		  emb_wire_pull_req_encode(&v, 5, 1, EMB_F_WITH_STATE, ids, 4));
 	/* dim 3 with Adam's 2 * 3 + 1 state floats: stride 10 */

@@ -85,6 +85,14 @@ def test_one_worker_one_server_sync(data, local):
     _check(_auc(_train(data, "--mode", "sync", launch=(1, 1))), local[512])
 
 
+@pytest.mark.parametrize("fmt", ["fp16", "int8"])
+def test_compact_rows_train_as_well(data, local, fmt):
+    """--row-format: the embeddings kept in fp16 or int8 on the servers,
+    2 servers and 2 workers, reach the same gate as fp32 rows."""
+    _check(_auc(_train(data, "--row-format", fmt, launch=(2, 2))),
+           local[512])
+
+
 def test_servers_without_a_scheduler(data, local, start_server):
     s = start_server()
     out = _train(data, "--servers", s.addr, "--cache-rows", "0")
@@ -96,7 +104,8 @@ def test_bad_options(data):
                         "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "--batch" in r.stderr
     for bad in (["--local", "--admit", "count:2"], ["--local", "--evict",
-                                                     "ttl:9"]):
+                                                     "ttl:9"],
+                ["--local", "--row-format", "fp16"]):
         r = subprocess.run([sys.executable, TRAIN, "--data", "x", *bad],
                            capture_output=True, text=True)
         assert r.returncode == 2 and bad[1] in r.stderr, r.stderr

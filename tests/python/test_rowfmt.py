@@ -5,10 +5,14 @@ nothing out of a format's range is stored."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import embstore
+from conftest import tool
 
 DIM = 10  # odd words for fp16/bf16 rows: their tail is padding
 
@@ -131,3 +135,53 @@ def test_out_of_range_is_refused_and_nothing_changes(client, name):
     rows[0, 0] = 65504.0
     t.assign(ids, rows)
     assert t.pull(ids)[0, 0] == 65504.0
+
+
+_REPLICA_JOB = """
+import numpy as np
+import embstore
+
+DIM = 16
+with embstore.connect() as c:
+    t = c.table("rep", DIM, optimizer="adagrad:lr=0.1", row_format="{fmt}")
+    # Each worker owns its ids: every copy sees one writer per row.
+    ids = np.arange(c.rank, 3000, c.num_workers, dtype=np.uint64)
+    rng = np.random.default_rng(c.rank)
+    for step in range(15):
+        t.pull(ids)
+        t.push(ids, rng.normal(size=(len(ids), DIM)).astype(np.float32))
+    c.barrier("trained")
+    if c.rank == 0:
+        every = np.arange(3000, dtype=np.uint64)
+        held = []
+        for addr in c.servers.split(","):
+            # One server alone: its copy of every slot, primary or not.
+            with embstore.connect(servers=addr, transport="tcp") as one:
+                found = np.zeros(len(every), dtype=np.uint8)
+                rows = one.open_table("rep").pull(every, create=False,
+                                                  found=found,
+                                                  with_state=True)
+                assert found.all(), addr
+                held.append(rows.tobytes())
+        assert len(held) == 2 and held[0] == held[1], "replicas differ"
+        print("replicas identical:", len(held[0]), "bytes")
+    c.barrier("checked")
+"""
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "int8"])
+def test_replicas_hold_identical_bits(tmp_path, fmt):
+    """Two servers holding every slot (R = 2), two workers each owning its
+    ids: after training, both servers' copies of the table are the same
+    bits, although the primaries made their rows at pulls and the backups
+    at pushes (the rounding key counts both alike)."""
+    job = tmp_path / "job.py"
+    job.write_text(_REPLICA_JOB.replace("{fmt}", fmt))
+    r = subprocess.run(
+        [tool("embstore"), "launch", "--server_num", "2", "--worker_num",
+         "2", "--replicas", "2", "--log-dir", str(tmp_path / "log"), "--",
+         sys.executable, str(job)],
+        capture_output=True, text=True, timeout=240)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert "replicas identical:" in out

@@ -181,6 +181,30 @@ def test_ebc_pools_exactly_the_tables_rows(client, name, pooling):
     assert b.pull(np.array([4], np.uint64)).std() > 0.1
 
 
+@pytest.mark.parametrize("dt,fmt", [("FP16", "fp16"), ("BF16", "bf16"),
+                                    ("INT8", "int8")])
+def test_ebc_data_type_is_the_row_format(client, name, dt, fmt):
+    """TorchRec's data_type picks the servers' row format; the pooled
+    output is float32 of the rows as kept, and training pushes into them."""
+    ebc = et.EmbeddingBagCollection(tables=[et.EmbeddingBagConfig(
+        name=name, embedding_dim=6, num_embeddings=100,
+        feature_names=["f1", "f2", "f3"], data_type=et.DataType(dt),
+        init="normal:0,1")], client=client)
+    t = ebc.tables[name]
+    assert t.row_format == fmt
+    kjt = _kjt()
+    kt = ebc(kjt)
+    assert kt.values().dtype == torch.float32
+    np.testing.assert_allclose(kt["f1"].detach().numpy(),
+                               _expected(kjt, t, "f1", "sum"), rtol=1e-6,
+                               atol=1e-6)
+    before = t.pull(np.array([5], np.uint64)).copy()
+    opt = et.SparseOptimizer(ebc)
+    kt.values().sum().backward()
+    opt.step()
+    assert not np.array_equal(t.pull(np.array([5], np.uint64)), before)
+
+
 @pytest.mark.parametrize("pooling", ["SUM", "MEAN"])
 def test_ebc_weighted(client, name, pooling):
     ebc = _ebc(client, name, et.PoolingType(pooling), is_weighted=True)
@@ -478,9 +502,9 @@ def test_bad_configs_raise(client, name):
     with pytest.raises(ValueError, match="MAX pooling takes no weights"):
         et.EmbeddingBagCollection(tables=[cfg(pooling=et.PoolingType.MAX)],
                                   client=client, is_weighted=True)
-    with pytest.raises(ValueError, match="float32"):
+    with pytest.raises(ValueError, match="FP32, FP16, BF16 or INT8"):
         et.EmbeddingBagCollection(
-            tables=[cfg(data_type=et.DataType.FP16)], client=client)
+            tables=[cfg(data_type=et.DataType.INT4)], client=client)
     with pytest.raises(ValueError, match="each config needs a name"):
         et.EmbeddingBagCollection(tables=[cfg(name="")], client=client)
     with pytest.raises(TypeError, match="takes EmbeddingConfigs"):
