@@ -42,6 +42,7 @@ static int on_list(void *arg, uint32_t server, const struct emb_wire_frame *f)
 		e->server = server;
 		memcpy(e->name, info.spec.name, sizeof(e->name) - 1);
 		e->dim = info.spec.dim;
+		e->row_format = info.spec.row_format;
 		e->rows = info.rows;
 		g->ids[g->n] = info.table_id;
 	}

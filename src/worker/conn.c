@@ -433,6 +433,8 @@ static void tables_begin(struct emb_client *c, struct server *s)
 		ws->optim = t->spec.optim;
 		ws->init = t->spec.init;
 		ws->seed = t->spec.seed;
+		ws->row_format = t->spec.row_format;
+		ws->rounding = t->spec.rounding;
 	}
 	pthread_mutex_unlock(&c->tab_mu);
 	if (!s->tab_specs) {

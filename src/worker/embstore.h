@@ -685,8 +685,9 @@ struct emb_client_server_table {
 	uint32_t struct_size; /* bytes of this struct (sized structs) */
 	uint32_t server;      /* index into the client's server list */
 	char name[64];	      /* table name, NUL-terminated */
-	uint32_t dim;	      /* floats per row */
-	uint32_t _pad0;	      /* 0 */
+	uint32_t dim;	      /* weights per row */
+	uint32_t row_format;  /* enum emb_row_format (0 from servers before
+				 row formats) */
 	EMB_TABLE_STATS(EMB_TABLE_STAT_FIELD) /* common/tabledef.h */
 };
 

@@ -144,7 +144,8 @@ static double rate(uint64_t a, uint64_t b, double dt)
 }
 
 static void print_row(const char *server, const char *table, uint32_t dim,
-		      uint64_t rows, uint64_t bytes, const double r[4])
+		      const char *fmt, uint64_t rows, uint64_t bytes,
+		      const double r[4])
 {
 	char rs[16], bs[16], p[16], q[16], rp[16], rq[16];
 
@@ -155,11 +156,11 @@ static void print_row(const char *server, const char *table, uint32_t dim,
 	fmt_count(rp, sizeof(rp), r[2]);
 	fmt_count(rq, sizeof(rq), r[3]);
 	if (dim)
-		printf("%-21s %-16s %5u %9s %10s %9s %9s %11s %11s\n", server,
-		       table, dim, rs, bs, p, q, rp, rq);
+		printf("%-21s %-16s %5u %-4s %9s %10s %9s %9s %11s %11s\n",
+		       server, table, dim, fmt, rs, bs, p, q, rp, rq);
 	else
-		printf("%-21s %-16s %5s %9s %10s %9s %9s %11s %11s\n", server,
-		       table, "", rs, bs, p, q, rp, rq);
+		printf("%-21s %-16s %5s %-4s %9s %10s %9s %9s %11s %11s\n",
+		       server, table, "", "", rs, bs, p, q, rp, rq);
 }
 
 /* s as a JSON string: quotes, backslashes and control bytes escaped. */
@@ -337,6 +338,7 @@ static void show_json(struct emb_client *c, char *const *names, uint32_t nsrv,
 		json_str(names[e->server]);
 		printf(",\"table\":");
 		json_str(e->name);
+		printf(",\"row_format\":\"%s\"", emb_rowfmt_name(e->row_format));
 		printf(",\"dim\":%u,\"rows\":%llu,\"memory_bytes\":%llu,"
 		       "\"pulls_per_s\":%.1f,\"pushes_per_s\":%.1f,"
 		       "\"rows_pulled_per_s\":%.1f,\"rows_pushed_per_s\":%.1f",
@@ -403,8 +405,8 @@ static void show(struct emb_client *c, char *const *names, uint32_t nsrv,
 	    when, nsrv, nsrv == 1 ? "" : "s", b->n, b->n == 1 ? "" : "s", dt);
 	if (map_shown(c))
 		map_text(c, names, nsrv);
-	printf("%-21s %-16s %5s %9s %10s %9s %9s %11s %11s\n", "SERVER",
-	       "TABLE", "DIM", "ROWS", "MEMORY", "PULLS/S", "PUSHES/S",
+	printf("%-21s %-16s %5s %-4s %9s %10s %9s %9s %11s %11s\n", "SERVER",
+	       "TABLE", "DIM", "FMT", "ROWS", "MEMORY", "PULLS/S", "PUSHES/S",
 	       "ROWS-PULL/S", "ROWS-PUSH/S");
 	for (uint32_t s = 0; s < nsrv; s++) {
 		uint64_t rows = 0, bytes = 0;
@@ -425,7 +427,8 @@ static void show(struct emb_client *c, char *const *names, uint32_t nsrv,
 				r[2] = rate(o->rows_pulled, e->rows_pulled, dt);
 				r[3] = rate(o->rows_pushed, e->rows_pushed, dt);
 			}
-			print_row(names[s], e->name, e->dim, e->rows, e->bytes,
+			print_row(names[s], e->name, e->dim,
+				  emb_rowfmt_name(e->row_format), e->rows, e->bytes,
 				  r);
 			print_lifecycle(e);
 			rows += e->rows;
@@ -439,7 +442,7 @@ static void show(struct emb_client *c, char *const *names, uint32_t nsrv,
 		else if (ntab == 0)
 			printf("%-21s %-16s\n", names[s], "(no tables)");
 		else if (ntab > 1)
-			print_row(names[s], "(all)", 0, rows, bytes, sum);
+			print_row(names[s], "(all)", 0, "", rows, bytes, sum);
 	}
 	fflush(stdout);
 }
