@@ -288,6 +288,7 @@ _PROTOS = {
     "emb_client_table_dim": (c_uint32, [_P]),
     "emb_client_table_row_floats": (c_uint32, [_P]),
     "emb_client_table_weight_words": (c_uint32, [_P]),
+    "emb_client_table_set_push_format": (c_int, [_P, c_uint32]),
     "emb_client_table_spec": (POINTER(TableSpec), [_P]),
     "emb_client_table_pull": (c_int, [_P, _U64P, c_uint32, _P, c_uint32, _P]),
     "emb_client_table_push": (c_int, [_P, _U64P, c_uint32, _P, c_uint64,

@@ -517,6 +517,7 @@ class Table:
         self.row_format: str = _lib.ROW_FORMATS[spec.row_format]
         self.rounding: str = _lib.ROUNDINGS[spec.rounding]
         self._weight_words: int = _L.emb_client_table_weight_words(handle)
+        self.push_format = "fp32"
         self.optimizer: str = _L.emb_optim_name(spec.optim.kind).decode()
         self.mode = "async"
         client._tables.add(self)
@@ -654,6 +655,20 @@ class Table:
                                         fp), self._client)
         raw = raw[:, :self.dim]
         return np.ascontiguousarray(raw if bf16 else raw.view(np.float16))
+
+    def set_push_format(self, fmt: str) -> None:
+        """How this handle's pushes carry gradients on the wire: "fp32"
+        (the default), or "fp16" or "bf16" in half the bytes, rounded to
+        nearest after duplicates are summed; the servers widen them back
+        and apply the optimizer in fp32. A gradient out of fp16's range
+        raises NonFiniteError and nothing is sent. Synchronous tables take
+        fp32 only. Any row format takes any of them."""
+        if fmt not in ("fp32", "fp16", "bf16"):
+            raise ValueError(f"push format must be fp32, fp16 or bf16, not "
+                             f"{fmt!r}")
+        _check(_L.emb_client_table_set_push_format(
+            self._handle(), _lib.ROW_FORMATS.index(fmt)), self._client)
+        self.push_format = fmt
 
     def _push_args(self, ids, grads):
         ids = as_ids(ids)

@@ -41,7 +41,9 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_LIST_TABLES] = {0, TBL_NONE},
     [EMB_OP_PULL] = {EMB_F_NOCREATE | EMB_F_WITH_STATE | EMB_F_FP32,
 		     TBL_SET},
-    [EMB_OP_PUSH] = {EMB_F_STEP_END | EMB_F_SESSION | EMB_F_EPOCH, TBL_SET},
+    [EMB_OP_PUSH] = {EMB_F_STEP_END | EMB_F_SESSION | EMB_F_EPOCH |
+			 EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16,
+		     TBL_SET},
     [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE | EMB_F_EPOCH | EMB_F_FILL, TBL_SET},
     [EMB_OP_ERASE] = {EMB_F_EPOCH, TBL_SET},
     [EMB_OP_STATS] = {0, TBL_ANY},
@@ -1246,6 +1248,7 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 					 : EMB_WIRE_PUSH_PREFIX_SIZE;
 	const uint8_t *p;
 	uint64_t rows_off;
+	uint16_t half;
 	int rc;
 
 	if (dim == 0 || dim > EMB_WIRE_DIM_MAX)
@@ -1265,9 +1268,26 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	    (emb_le64_load(p + 16) == 0 || emb_le64_load(p + 24) == 0))
 		return EMB_EBADFRAME;
 	rows_off = pre_len + 8ull * f->hdr.count;
-	rc = rows_check(f, rows_off, dim);
-	if (rc)
-		return rc;
+	half = f->hdr.flags & (EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16);
+	if (half == (EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16))
+		return EMB_EBADFRAME;
+	if (half) {
+		/* 2-byte values, then zeros to a multiple of 8. */
+		uint64_t len = 2ull * f->hdr.count * dim, pad = (8 - len % 8) % 8;
+
+		if (f->hdr.payload_len != rows_off + len + pad)
+			return EMB_EBADFRAME;
+		if (!emb__wire_zeros(p + rows_off + len, pad))
+			return EMB_EBADFRAME;
+	} else {
+		rc = rows_check(f, rows_off, dim);
+		if (rc)
+			return rc;
+	}
+	out->half = half == EMB_F_GRAD_FP16   ? EMB_ROWFMT_FP16
+		    : half == EMB_F_GRAD_BF16 ? EMB_ROWFMT_BF16
+					      : 0;
+	out->half_grads = half ? p + rows_off : NULL;
 	out->table_id = f->hdr.table_id;
 	out->step = emb_le64_load(p);
 	out->rank = emb_le32_load(p + 8);
@@ -1276,7 +1296,7 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	out->seq = session ? emb_le64_load(p + 24) : 0;
 	out->n = f->hdr.count;
 	out->ids = (const uint64_t *)(const void *)(p + pre_len);
-	out->grads = (const float *)(const void *)(p + rows_off);
+	out->grads = half ? NULL : (const float *)(const void *)(p + rows_off);
 	return 0;
 }
 

@@ -106,6 +106,8 @@ enum emb_op {
 #define EMB_F_FP32 0x0100u /* PULL: f32 weights of a compact table */
 #define EMB_F_ROWFMT 0x0200u /* CREATE_TABLE: a row-format block follows
 				the spec (wire_msg.h) */
+#define EMB_F_GRAD_FP16 0x0400u /* PUSH: the gradients are fp16 */
+#define EMB_F_GRAD_BF16 0x0800u /* PUSH: the gradients are bf16 */
 
 /* HELLO response features: what this server understands beyond version 1. */
 #define EMB_WIRE_FEAT_PUSH_SESSION 0x1u /* PUSH with EMB_F_SESSION */
@@ -114,7 +116,8 @@ enum emb_op {
 #define EMB_WIRE_FEAT_PULL_MANY 0x4u /* PULL_MANY (proto/wire_many.h) */
 #define EMB_WIRE_FEAT_PUSH_MANY 0x8u /* PUSH_MANY (proto/wire_many.h) */
 #define EMB_WIRE_FEAT_ROWFMT 0x10u /* row formats: CREATE with EMB_F_ROWFMT,
-				      compact PULL rows and EMB_F_FP32 */
+				      compact PULL rows, EMB_F_FP32, and
+				      PUSH with half-precision gradients */
 
 /* Field limits fixed by the protocol, whatever the configured limits. */
 #define EMB_WIRE_FRAME_MAX	 EMB_FRAME_MAX /* largest max_frame_bytes */

@@ -122,6 +122,10 @@
  *   12      4        reserved       } step and rank today
  *   16      8n       u64 ids[n]           (frame offset 48: 8-aligned)
  *   16+8n   4*n*dim  f32 grads[n][dim]    (8-aligned)
+ * With EMB_F_GRAD_FP16 or EMB_F_GRAD_BF16 (not both; to a server whose
+ * HELLO has ROWFMT) the gradients are 2*n*dim bytes of fp16 or bf16
+ * instead, then zeros to a multiple of 8; the server widens them to f32.
+ * A synchronous table refuses them (EMB_EBADFORMAT).
  * With EMB_F_SESSION (only to a server whose HELLO has PUSH_SESSION) the
  * prefix is 32 bytes and the ids start at 32:
  *   16      8        client session id, random per client, not 0
@@ -331,7 +335,10 @@ struct emb_wire_push_req {
 	uint64_t seq;	     /* EMB_F_SESSION: sequence number, >= 1 */
 	uint32_t n;	     /* ids */
 	const uint64_t *ids; /* n ids in the frame */
-	const float *grads;  /* n * dim floats in the frame */
+	const float *grads;  /* n * dim floats in the frame; NULL when half */
+	uint32_t half;	     /* EMB_ROWFMT_FP16 or _BF16: the gradients are
+				n * dim 2-byte values at half_grads; 0 = f32 */
+	const void *half_grads; /* in the frame, 2-aligned */
 };
 
 struct emb_wire_assign_req {

@@ -8,10 +8,13 @@
  */
 #include "server/server_int.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "common/err.h"
+#include "common/rowfmt.h"
 #include "server/session.h"
 #include "server/slots.h"
 #include "server/sync.h"
@@ -21,6 +24,7 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 {
 	struct emb_wire_push_req p;
 	struct srv_table *st;
+	float *wide = NULL;
 	bool claimed = false;
 	const char *why = NULL;
 	int rc, held = 0;
@@ -30,6 +34,23 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 	if (!st)
 		return EMB_ENOTABLE;
 	rc = emb_wire_push_req_decode(f, st->spec.dim, &p);
+	/* Half-precision gradients, widened to f32 exactly (every fp16 and
+	 * bf16 value is an f32 one). */
+	if (!rc && p.half) {
+		wide = malloc((size_t)p.n * st->spec.dim * sizeof(float) + 1);
+		if (!wide) {
+			rc = -ENOMEM;
+		} else {
+			for (uint32_t i = 0; i < p.n; i++)
+				emb_rowfmt_decode(
+				    p.half,
+				    (const uint16_t *)p.half_grads +
+					(size_t)i * st->spec.dim,
+				    wide + (size_t)i * st->spec.dim,
+				    st->spec.dim);
+			p.grads = wide;
+		}
+	}
 	/* Checked against the map before its sequence number is claimed:
 	 * a refused push is sent again as it was. */
 	if (!rc) {
@@ -61,6 +82,12 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 	if (rc != 0 && claimed)
 		emb__sessions_undo(s->sessions, p.session, p.seq);
 	/* Refused whole, by the store or before a synchronous step. */
+	if (rc == EMB_EBADFORMAT && p.half)
+		snprintf(msg, msg_len,
+			 "table %s is synchronous: send its gradients in f32 "
+			 "(half-precision ones are for async and stale:K "
+			 "tables)",
+			 st->spec.name);
 	if (rc == EMB_ENONFINITE) {
 		emb__count(&s->nonfinite, 1);
 		snprintf(msg, msg_len,
@@ -71,6 +98,7 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 			 (unsigned long long)emb_table_nonfinite_id());
 	}
 out:
+	free(wide);
 	emb__tables_unpin(st);
 	return rc;
 }

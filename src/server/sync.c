@@ -373,6 +373,10 @@ int emb__sync_push(struct emb_sync *y, struct emb_table *t,
 	/* Decided on the mode read under the lock with the part's queueing
 	 * in push_sync(): a mode set in between is SET_MODE's -EBUSY race,
 	 * as for a single PUSH. */
+	/* A held part keeps pointers into its frame, and half-precision
+	 * gradients were widened into a buffer that lives for this call. */
+	if (mode == EMB_MODE_SYNC && p->half)
+		return EMB_EBADFORMAT;
 	if (mode == EMB_MODE_SYNC)
 		return req ? push_sync(y, t, p, req) : EMB_ENOBUNDLE;
 	return emb_table_push(t, p->ids, p->n, p->grads);

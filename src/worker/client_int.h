@@ -200,6 +200,8 @@ struct emb_client_table {
 	uint32_t row_floats;	       /* wwords + state floats */
 	uint32_t wwords;	       /* words of the weights in the
 					  table's row format */
+	uint32_t push_fmt;	       /* gradients on the wire: fp32 (0),
+					  fp16 or bf16 (set_push_format) */
 	uint32_t *ids;		       /* table id on each server */
 	uint32_t mode; /* enum emb_mode, as set by this client */
 	/* One-sided pulls: the caches below are the loop thread's. */
@@ -243,7 +245,7 @@ struct part_req {
 	uint32_t first;		  /* offset into the op's partitioned ids */
 	uint32_t n;		  /* ids in this part */
 	struct emb_frame_hdr hdr; /* request header (opcode, table, count) */
-	struct iovec iov[3];	  /* request payload */
+	struct iovec iov[4];	  /* request payload */
 	int niov;		  /* entries used */
 	uint8_t prefix[EMB_WIRE_PUSH_SESSION_PREFIX_SIZE]; /* PUSH's step,
 							      rank, session */

@@ -307,6 +307,18 @@ int emb_client_table_pull(struct emb_client_table *t, const uint64_t *ids,
 			  uint8_t *found);
 
 /*
+ * Gradients this handle's pushes send: EMB_ROWFMT_FP32 (the default), or
+ * EMB_ROWFMT_FP16 or _BF16 (half the bytes on the wire), rounded to
+ * nearest on the client after duplicates are summed; the servers widen
+ * them back to f32. A gradient out of fp16's range fails the push with
+ * EMB_ENONFINITE, nothing sent. Synchronous tables take f32 only (their
+ * pushes fail with EMB_EBADFORMAT). 0, or EMB_EBADFORMAT for another
+ * format. Set it before pushes are in flight.
+ */
+int emb_client_table_set_push_format(struct emb_client_table *t,
+				     uint32_t fmt);
+
+/*
  * Sends gradients grads[i * dim ...] for ids[0..n); duplicates are summed
  * on the client first. step and rank are carried for synchronous and
  * bounded-staleness training (0 where unused). 0, or the first error.

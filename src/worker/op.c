@@ -301,6 +301,9 @@ struct call {
 	uint32_t stride;	    /* floats per row sent or received */
 	uint16_t flags;		    /* wire flags of every part */
 	bool raw;		    /* pull: rows as the table keeps them */
+	uint32_t half;		    /* push: EMB_ROWFMT_FP16/BF16 gradients on
+				       the wire, prows then holds 2-byte
+				       values; 0 = f32 */
 	uint64_t step;		    /* push */
 	uint32_t rank;		    /* push */
 	uint64_t *pids;		    /* ids in partitioned order (op->mem) */
@@ -423,6 +426,52 @@ static void push_payload(struct emb_async *op, const struct call *a,
 	    (struct iovec){a->prows + (size_t)p->req.first * a->stride,
 			   (size_t)p->req.n * a->stride * sizeof(float)};
 	p->req.niov = p->req.n ? 3 : 1; /* an empty STEP_END part */
+	if (a->half && p->req.n) {
+		static const uint8_t zeros[8];
+		const size_t len = (size_t)p->req.n * a->stride * 2;
+
+		/* 2-byte values, then zeros to a multiple of 8. */
+		p->req.hdr.flags |= a->half == EMB_ROWFMT_FP16 ? EMB_F_GRAD_FP16
+							       : EMB_F_GRAD_BF16;
+		p->req.iov[2] = (struct iovec){
+		    (uint16_t *)(void *)a->prows +
+			(size_t)p->req.first * a->stride,
+		    len};
+		if (len % 8)
+			p->req.iov[p->req.niov++] =
+			    (struct iovec){(void *)zeros, 8 - len % 8};
+	}
+}
+
+/*
+ * A push's summed gradients (n rows of dim f32 in a->prows) as 2-byte
+ * values of a->half, in place: value k is written at byte 2k after the
+ * f32 at 4k was read. 0, or EMB_ENONFINITE for a value out of fp16's range
+ * (its id named as the store would: the push is refused, nothing sent).
+ */
+static int push_narrow(struct emb_client *c, struct call *a, uint32_t n)
+{
+	uint16_t *out = (uint16_t *)(void *)a->prows;
+
+	for (size_t k = 0; k < (size_t)n * a->stride; k++) {
+		bool ok;
+
+		out[k] = a->half == EMB_ROWFMT_FP16
+			     ? emb_fp32_to_fp16(a->prows[k], &ok)
+			     : emb_fp32_to_bf16(a->prows[k], &ok);
+		if (!ok) {
+			pthread_mutex_lock(&c->err_lock);
+			c->last_status = EMB_ENONFINITE;
+			snprintf(c->last_msg, sizeof(c->last_msg),
+				 "table %s: a gradient (%g) is out of %s's "
+				 "range; no row was changed",
+				 a->t->name, (double)a->prows[k],
+				 emb_rowfmt_name(a->half));
+			pthread_mutex_unlock(&c->err_lock);
+			return EMB_ENONFINITE;
+		}
+	}
+	return 0;
 }
 
 /* Assign (ids and rows) and erase (ids). */
@@ -621,7 +670,8 @@ static int arrange_dedup(struct emb_async *op, struct call *a,
 			for (uint32_t j = 0; j < dim; j++)
 				dst[j] += a->rows[(size_t)i * dim + j];
 	}
-	return 0;
+	/* Sums in f32, then narrowed once for the wire. */
+	return a->half ? push_narrow(op->c, a, (uint32_t)nu) : 0;
 }
 
 /*
@@ -708,6 +758,7 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 	if (!t || (n && (!ids || !grads)))
 		return EMB_EBADARG;
 	a.stride = t->spec.dim;
+	a.half = t->push_fmt;
 	return op_start(&push_kind, &a, opp, post);
 }
 

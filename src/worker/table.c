@@ -17,6 +17,7 @@
 #include "common/optim.h"
 #include "common/rowfmt.h"
 #include "proto/wire_msg.h"
+#include "worker/abi.h"
 #include "worker/client_int.h"
 
 int emb__table_new(struct emb_client *c, const struct emb_wire_spec *ws,
@@ -104,6 +105,21 @@ uint32_t emb_client_table_row_floats(const struct emb_client_table *t)
 uint32_t emb_client_table_weight_words(const struct emb_client_table *t)
 {
 	return t->wwords;
+}
+
+int emb_client_table_set_push_format(struct emb_client_table *t,
+				     uint32_t fmt)
+{
+	int rc = 0;
+
+	if (!t)
+		return emb__client_err(NULL, EMB_EBADARG);
+	if (fmt != EMB_ROWFMT_FP32 && fmt != EMB_ROWFMT_FP16 &&
+	    fmt != EMB_ROWFMT_BF16)
+		rc = EMB_EBADFORMAT;
+	else
+		t->push_fmt = fmt;
+	return emb__client_err(t->c, rc);
 }
 
 const struct emb_table_spec *

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/endian.h"
 #include "common/err.h"
 #include "proto/wire.h"
 #include "proto/wire_many.h"
@@ -486,6 +487,118 @@ static void test_push(void)
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_EQUAL(emb_wire_ack_decode(&f, EMB_OP_PUSH), 0);
 	CU_ASSERT_EQUAL(f.hdr.req_id, 5);
+}
+
+/*
+ * PUSH with half-precision gradients: 2 bytes a value, zeros to a
+ * multiple of 8; a frame whose length or padding is off, or that says
+ * both fp16 and bf16, is refused.
+ */
+/* A request header with these fields (the rest as every request). */
+static void put_hdr(uint8_t op, uint16_t flags, uint32_t table_id,
+		    uint32_t count, uint32_t payload_len)
+{
+	struct emb_frame_hdr h = {.magic = EMB_WIRE_MAGIC,
+				  .version = EMB_WIRE_VERSION,
+				  .opcode = op,
+				  .flags = flags,
+				  .req_id = 1,
+				  .table_id = table_id,
+				  .count = count,
+				  .payload_len = payload_len};
+
+	emb_wire_hdr_encode(buf, &h);
+}
+
+static void test_push_half(void)
+{
+	struct emb_wire_push_req req;
+	struct emb_wire_frame f;
+	const uint32_t n = 3, dim = 3; /* 18 bytes of grads, 6 of padding */
+	const size_t plen = 16 + 8 * n + 24;
+
+	memset(buf, 0, sizeof(buf));
+	put_hdr(EMB_OP_PUSH, EMB_F_GRAD_FP16, 2, n, (uint32_t)plen);
+	for (uint32_t i = 0; i < n; i++)
+		emb_le64_store(buf + 32 + 16 + 8 * i, 100 + i);
+	for (uint32_t k = 0; k < n * dim; k++)
+		emb_le16_store(buf + 32 + 16 + 8 * n + 2 * k,
+			       (uint16_t)(0x3c00u + k)); /* 1.0 and up */
+	CU_ASSERT_EQUAL_FATAL(decode(buf, 32 + plen, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_decode(&f, dim, &req), 0);
+	CU_ASSERT_EQUAL(req.half, EMB_ROWFMT_FP16);
+	CU_ASSERT_PTR_NULL(req.grads);
+	CU_ASSERT_EQUAL(emb_le16_load((const uint8_t *)req.half_grads + 2),
+			0x3c01u);
+	/* Another dim does not fit (4 would: 24 bytes with no padding). */
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, 5, &req), EMB_EBADFRAME);
+	/* A byte of padding that is not zero. */
+	buf[32 + plen - 1] = 1;
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, dim, &req),
+			EMB_EBADFRAME);
+	buf[32 + plen - 1] = 0;
+	/* Both half formats at once. */
+	put_hdr(EMB_OP_PUSH, EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16, 2, n,
+		(uint32_t)plen);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, 32 + plen, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, dim, &req),
+			EMB_EBADFRAME);
+	/* bf16 alone is fine. */
+	put_hdr(EMB_OP_PUSH, EMB_F_GRAD_BF16, 2, n, (uint32_t)plen);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, 32 + plen, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, dim, &req), 0);
+	CU_ASSERT_EQUAL(req.half, EMB_ROWFMT_BF16);
+}
+
+/*
+ * A compact table's CREATE carries its row-format block, a LIST entry its
+ * row-format word; fp32 tables send neither, so frames of earlier
+ * versions are unchanged; words no table has are refused.
+ */
+static void test_row_format_spec(void)
+{
+	struct emb_wire_spec s = spec_make("small", 8), got;
+	struct emb_wire_table_info info = {.table_id = 3, .rows = 9}, back;
+	struct emb_wire_list_resp lr;
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_create_req_encode(buf, sizeof(buf), 1, &s);
+	CU_ASSERT_EQUAL(len, 32 + 128);
+	s.row_format = EMB_ROWFMT_INT8;
+	s.rounding = EMB_ROUND_NEAREST;
+	len = emb_wire_create_req_encode(buf, sizeof(buf), 1, &s);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 136);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(f.hdr.flags, EMB_F_ROWFMT);
+	CU_ASSERT_EQUAL(emb_le32_load(buf + 32 + 128), 0x103u);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_create_req_decode(&f, &got), 0);
+	CU_ASSERT_EQUAL(got.row_format, EMB_ROWFMT_INT8);
+	CU_ASSERT_EQUAL(got.rounding, EMB_ROUND_NEAREST);
+	/* An unknown format, and a block of 0 (sent as no block). */
+	put32(32 + 128, 9);
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &got), EMB_EBADFORMAT);
+	put32(32 + 128, 0);
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &got), EMB_EBADFRAME);
+	/* fp32 with rounding to nearest is the word 0x100: no table. */
+	put32(32 + 128, 0x100);
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &got), EMB_EBADFORMAT);
+	s.row_format = 7;
+	CU_ASSERT_EQUAL(emb_wire_create_req_encode(buf, sizeof(buf), 1, &s),
+			EMB_EBADFORMAT);
+
+	s.row_format = EMB_ROWFMT_BF16;
+	s.rounding = EMB_ROUND_STOCHASTIC;
+	info.spec = s;
+	len = emb_wire_list_resp_encode(buf, sizeof(buf), 2, &info, 1);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_le32_load(buf + 32 + 4), EMB_ROWFMT_BF16);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_list_resp_decode(&f, &lr), 0);
+	emb_wire_list_entry(&lr, 0, &back);
+	CU_ASSERT_EQUAL(back.spec.row_format, EMB_ROWFMT_BF16);
+	CU_ASSERT_EQUAL(back.spec.rounding, EMB_ROUND_STOCHASTIC);
+	put32(32 + 4, 0x200);
+	CU_ASSERT_EQUAL(emb_wire_list_resp_decode(&f, &lr), EMB_EBADFORMAT);
 }
 
 static void test_assign_erase(void)
@@ -1196,6 +1309,8 @@ static const struct emb_test_case cases[] = {
     {"round trips stats across counter versions", test_stats},
     {"round trips ping and errors", test_ping_error},
     {"round trips set_mode and rejects unused fields", test_set_mode},
+    {"PUSH with fp16 and bf16 gradients", test_push_half},
+    {"row formats in CREATE_TABLE and LIST_TABLES", test_row_format_spec},
     {"rejects bad magic", test_bad_magic},
     {"rejects bad version", test_bad_version},
     {"rejects length beyond limit", test_too_big},

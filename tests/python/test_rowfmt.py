@@ -185,3 +185,50 @@ def test_replicas_hold_identical_bits(tmp_path, fmt):
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     assert "replicas identical:" in out
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_half_precision_gradients(client, name, fmt):
+    """set_push_format: gradients cross the wire in 2 bytes, rounded to
+    nearest after the client summed duplicates; the servers apply exactly
+    those values."""
+    half = client.table(name, DIM, optimizer="sgd:lr=1", init="zeros")
+    ref = client.table(name + "_ref", DIM, optimizer="sgd:lr=1",
+                       init="zeros")
+    half.set_push_format(fmt)
+    ids = np.array([1, 2, 1, 3], dtype=np.uint64)
+    rng = np.random.default_rng(3)
+    g = rng.normal(size=(4, DIM)).astype(np.float32)
+    sent = client.stats().bytes_out
+    half.push(ids, g)
+    half_bytes = client.stats().bytes_out - sent
+    summed = np.stack([g[0] + g[2], g[1], g[3]])
+    if fmt == "fp16":
+        narrowed = summed.astype(np.float16).astype(np.float32)
+    else:
+        narrowed = from_bf16_bits(to_bf16_bits(summed))
+    sent = client.stats().bytes_out
+    ref.push(np.array([1, 2, 3], dtype=np.uint64), narrowed)
+    full_bytes = client.stats().bytes_out - sent
+    u = np.array([1, 2, 3], dtype=np.uint64)
+    np.testing.assert_array_equal(half.pull(u), ref.pull(u))
+    np.testing.assert_array_equal(half.pull(u), -narrowed)
+    assert half_bytes < full_bytes
+
+
+def test_half_gradients_out_of_range_and_sync(client, name):
+    t = client.table(name, DIM, optimizer="sgd", init="zeros")
+    t.set_push_format("fp16")
+    g = np.zeros((1, DIM), dtype=np.float32)
+    g[0, 0] = 1e6
+    with pytest.raises(embstore.NonFiniteError, match="range"):
+        t.push(np.array([1], np.uint64), g)
+    assert t.stats()["rows"] == 0
+    with pytest.raises(ValueError):
+        t.set_push_format("int8")
+    s = client.table(name + "_sync", DIM, optimizer="sgd", mode="sync")
+    s.set_push_format("bf16")
+    with pytest.raises(embstore.Error, match="synchronous"):
+        s.push(np.array([1], np.uint64), np.ones((1, DIM), np.float32))
+    s.set_push_format("fp32")
+    s.push(np.array([1], np.uint64), np.ones((1, DIM), np.float32))
