@@ -661,6 +661,56 @@ static void test_decode_rows(void)
 	CU_ASSERT_EQUAL(bad, 0);
 }
 
+/*
+ * A gather of 8 MiB or more into an aligned buffer streams its stores
+ * (rowfmt.c's STREAM_BYTES): the same values by another store path.
+ */
+static void test_decode_rows_large(void)
+{
+	static const uint32_t dims[] = {64, 48};
+	const size_t out_bytes = (size_t)9 << 20;
+	float *want = aligned_alloc(64, out_bytes);
+	float *got = aligned_alloc(64, out_bytes);
+	unsigned char *src = malloc(out_bytes);
+	uint32_t bad = 0;
+
+	CU_ASSERT_FATAL(want && got && src);
+	for (size_t i = 0; i < out_bytes; i++)
+		src[i] = (unsigned char)rnd();
+	for (size_t di = 0; di < 2; di++) {
+		uint32_t dim = dims[di];
+		uint32_t n = (uint32_t)(out_bytes / 4 / dim);
+
+		for (uint32_t f = 1; f < EMB_ROWFMT_COUNT; f++) {
+			size_t stride = emb_rowfmt_bytes(f, dim);
+
+			if (f == EMB_ROWFMT_INT8) /* finite scales and biases */
+				for (uint32_t r = 0; r < n; r++) {
+					float sb[2] = {0.01f * (float)(r % 7),
+						       -(float)(r % 5)};
+
+					memcpy(src + r * stride, sb,
+					       sizeof(sb));
+				}
+			emb__rowfmt_vec_max = 0;
+			emb_rowfmt_decode_rows(f, src, stride, want, dim, n);
+			for (size_t w = 0; w < 2; w++) {
+				emb__rowfmt_vec_max = widths[w];
+				memset(got, 0, out_bytes);
+				emb_rowfmt_decode_rows(f, src, stride, got, dim,
+						       n);
+				bad +=
+				    memcmp(got, want, (size_t)n * dim * 4) != 0;
+			}
+		}
+	}
+	emb__rowfmt_vec_max = 64;
+	CU_ASSERT_EQUAL(bad, 0);
+	free(src);
+	free(got);
+	free(want);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -676,6 +726,8 @@ int main(int argc, char **argv)
 	    {"stochastic rounding is unbiased", test_sr_unbiased},
 	    {"vector bodies give the scalar body's bits", test_vector_bodies},
 	    {"decodes many rows at a stride", test_decode_rows},
+	    {"streams a large gather to the same values",
+	     test_decode_rows_large},
 	    {NULL, NULL},
 	};
 
