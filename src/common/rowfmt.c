@@ -4,10 +4,12 @@
  * AVX-512) picked per call that give the same bits. Pure functions; any
  * thread may call them (emb__rowfmt_vec_max is a knob for tests).
  *
- * Everything here is exact or rounds in one defined way, whatever the
- * caller's MXCSR: integer rounding for fp16 and bf16, explicit-rounding
- * conversion instructions, and for int8 only IEEE operations that both
- * bodies perform in the same order (C11 does not contract a * b + c).
+ * fp16 and bf16 round in integers, and the vectors' conversions take
+ * their rounding mode from the instruction, not from MXCSR. The float
+ * arithmetic left (int8, and p of stochastic fp16) is the same IEEE
+ * operations in the same order in every body (C11 does not contract
+ * a * b + c), so the bodies agree bit for bit in any rounding mode; the
+ * values documented are those of the default, round to nearest.
  */
 #include "common/rowfmt.h"
 
@@ -200,9 +202,9 @@ static inline uint16_t fp16_mag(uint32_t a, bool near)
 		return (uint16_t)q;
 	rem = m & ((1u << shift) - 1);
 	half = 1u << (shift - 1);
+	/* A carry out of 0x3ff gives 0x400, the smallest normal: right. */
 	if (rem > half || (rem == half && (q & 1)))
-		q++; /* 0x3ff + 1 is the smallest normal's pattern, as it should
-		      */
+		q++;
 	return (uint16_t)q;
 }
 
