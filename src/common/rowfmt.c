@@ -481,43 +481,10 @@ VEC_INLINE void store_v8(float *d, bool nt, __m256 v)
 		_mm256_storeu_ps(d, v);
 }
 
-VEC_INLINE void dec_fp16_v8(const unsigned char *s, float *d, uint32_t i,
-			    uint32_t n, bool nt)
-{
-	for (; i + 8 <= n; i += 8)
-		store_v8(d + i, nt,
-			 _mm256_cvtph_ps(
-			     _mm_loadu_si128((const __m128i *)(s + 2 * i))));
-	if (i < n) {
-		unsigned char t[16] = {0};
-		float o[8];
-
-		memcpy(t, s + 2 * i, 2 * (n - i));
-		_mm256_storeu_ps(
-		    o, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t)));
-		memcpy(d + i, o, 4 * (n - i));
-	}
-}
-
 VEC_INLINE __m256 bf16_v8(const unsigned char *s)
 {
 	return _mm256_castsi256_ps(_mm256_slli_epi32(
 	    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)s)), 16));
-}
-
-VEC_INLINE void dec_bf16_v8(const unsigned char *s, float *d, uint32_t i,
-			    uint32_t n, bool nt)
-{
-	for (; i + 8 <= n; i += 8)
-		store_v8(d + i, nt, bf16_v8(s + 2 * i));
-	if (i < n) {
-		unsigned char t[16] = {0};
-		float o[8];
-
-		memcpy(t, s + 2 * i, 2 * (n - i));
-		_mm256_storeu_ps(o, bf16_v8(t));
-		memcpy(d + i, o, 4 * (n - i));
-	}
 }
 
 VEC_INLINE __m256 int8_v8(const unsigned char *q, __m256 scale, __m256 bias)
@@ -528,6 +495,51 @@ VEC_INLINE __m256 int8_v8(const unsigned char *q, __m256 scale, __m256 bias)
 			       scale, bias);
 }
 
+/*
+ * The last k (1..7) values of a decode, staged through a zeroed buffer:
+ * one conversion, out of line so that the whole-vector loops need no
+ * stack frame. q: the first value's bytes (for int8 its code).
+ */
+__attribute__((noinline)) static void dec_tail_v8(uint32_t f,
+						  const unsigned char *q,
+						  float scale, float bias,
+						  float *d, uint32_t k)
+{
+	unsigned char t[16] = {0};
+	float o[8];
+	__m256 v;
+
+	memcpy(t, q, f == EMB_ROWFMT_INT8 ? k : 2 * k);
+	if (f == EMB_ROWFMT_FP16)
+		v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t));
+	else if (f == EMB_ROWFMT_BF16)
+		v = bf16_v8(t);
+	else
+		v = int8_v8(t, _mm256_set1_ps(scale), _mm256_set1_ps(bias));
+	_mm256_storeu_ps(o, v);
+	memcpy(d, o, 4 * k);
+}
+
+VEC_INLINE void dec_fp16_v8(const unsigned char *s, float *d, uint32_t i,
+			    uint32_t n, bool nt)
+{
+	for (; i + 8 <= n; i += 8)
+		store_v8(d + i, nt,
+			 _mm256_cvtph_ps(
+			     _mm_loadu_si128((const __m128i *)(s + 2 * i))));
+	if (i < n)
+		dec_tail_v8(EMB_ROWFMT_FP16, s + 2 * i, 0, 0, d + i, n - i);
+}
+
+VEC_INLINE void dec_bf16_v8(const unsigned char *s, float *d, uint32_t i,
+			    uint32_t n, bool nt)
+{
+	for (; i + 8 <= n; i += 8)
+		store_v8(d + i, nt, bf16_v8(s + 2 * i));
+	if (i < n)
+		dec_tail_v8(EMB_ROWFMT_BF16, s + 2 * i, 0, 0, d + i, n - i);
+}
+
 VEC_INLINE void dec_int8_v8(const unsigned char *q, float scale, float bias,
 			    float *d, uint32_t i, uint32_t n, bool nt)
 {
@@ -535,14 +547,8 @@ VEC_INLINE void dec_int8_v8(const unsigned char *q, float scale, float bias,
 
 	for (; i + 8 <= n; i += 8)
 		store_v8(d + i, nt, int8_v8(q + i, vs, vb));
-	if (i < n) {
-		unsigned char t[8] = {0};
-		float o[8];
-
-		memcpy(t, q + i, n - i);
-		_mm256_storeu_ps(o, int8_v8(t, vs, vb));
-		memcpy(d + i, o, 4 * (n - i));
-	}
+	if (i < n)
+		dec_tail_v8(EMB_ROWFMT_INT8, q + i, scale, bias, d + i, n - i);
 }
 
 VEC_INLINE void dec_row_v8(uint32_t f, const unsigned char *s, float *d,
@@ -565,10 +571,14 @@ VEC_INLINE void dec_row_v8(uint32_t f, const unsigned char *s, float *d,
 	}
 }
 
+/* One row; the common dim 64 unrolled whole (see dec_rows_avx2()). */
 static void dec_row_avx2(uint32_t f, const unsigned char *s, float *d,
 			 uint32_t dim)
 {
-	dec_row_v8(f, s, d, dim, false);
+	if (dim == 64)
+		dec_row_v8(f, s, d, 64, false);
+	else
+		dec_row_v8(f, s, d, dim, false);
 }
 
 /*
@@ -891,7 +901,10 @@ VEC_INLINE void dec_row_v16(uint32_t f, const unsigned char *s, float *d,
 static void dec_row_avx512(uint32_t f, const unsigned char *s, float *d,
 			   uint32_t dim)
 {
-	dec_row_v16(f, s, d, dim, false);
+	if (dim == 64)
+		dec_row_v16(f, s, d, 64, false);
+	else
+		dec_row_v16(f, s, d, dim, false);
 }
 
 static void dec_rows_avx512(uint32_t f, const unsigned char *s, size_t stride,
@@ -1061,7 +1074,7 @@ static void enc_codes_avx512(const float *s, unsigned char *q, uint32_t n,
  * (AVX2, F16C and FMA) or 0 (scalar), the widest the CPU has and
  * emb__rowfmt_vec_max allows. Asked per call, as common/optim.c does.
  */
-static unsigned vec_width(void)
+static inline __attribute__((always_inline)) unsigned vec_width(void)
 {
 #if ROWFMT_X86
 	if (emb__rowfmt_vec_max < 32 || !__builtin_cpu_supports("avx2") ||
