@@ -254,22 +254,30 @@ static void check_encode_nearest(uint32_t f, double (*val)(uint16_t),
 		CU_ASSERT_TRUE(ok);
 		CU_ASSERT_EQUAL(h, ref_encode(val, max_pat, edges[i], &rok));
 	}
+	/* refused alone, and at every place of a row (vector lanes and the
+	 * scalar tail), by every body */
 	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
-		float row[3] = {1.0f, refused[i], 2.0f};
-		uint16_t out[4];
+		float row[37];
+		uint16_t out[38];
 
 		ok = true;
 		one(refused[i], &ok);
 		CU_ASSERT_FALSE(ok);
-		for (size_t w = 0; w < NWIDTHS; w++) {
-			emb__rowfmt_vec_max = widths[w];
-			CU_ASSERT_FALSE(emb_rowfmt_encode(
-			    f, row, out, 3, EMB_ROUND_NEAREST, 0));
-			CU_ASSERT_FALSE(emb_rowfmt_encode(
-			    f, row, out, 3, EMB_ROUND_STOCHASTIC, 7));
+		for (uint32_t at = 0; at < 37; at++) {
+			for (uint32_t k = 0; k < 37; k++)
+				row[k] = (float)k;
+			row[at] = refused[i];
+			for (size_t w = 0; w < NWIDTHS; w++) {
+				emb__rowfmt_vec_max = widths[w];
+				bad += emb_rowfmt_encode(f, row, out, 37,
+							 EMB_ROUND_NEAREST, 0);
+				bad += emb_rowfmt_encode(
+				    f, row, out, 37, EMB_ROUND_STOCHASTIC, 7);
+			}
 		}
 		emb__rowfmt_vec_max = 64;
 	}
+	CU_ASSERT_EQUAL(bad, 0);
 	for (int i = 0; i < 400000; i++) {
 		float x = interesting(val, max_pat);
 		uint16_t r = ref_encode(val, max_pat, x, &rok);
@@ -331,6 +339,18 @@ static void test_int8(void)
 			    ldexp(1, ilogbf(fabsf(row[i]) + 1e-30f) - 23);
 
 			CU_ASSERT(err <= scale * 0.5001 + 2 * ulp);
+		}
+		/* stochastic: one of the two codes around, so within a step */
+		CU_ASSERT_TRUE_FATAL(
+		    emb_rowfmt_encode(EMB_ROWFMT_INT8, row, buf, dim,
+				      EMB_ROUND_STOCHASTIC, rnd()));
+		emb_rowfmt_decode(EMB_ROWFMT_INT8, buf, back, dim);
+		for (uint32_t i = 0; i < dim; i++) {
+			double err = fabs((double)back[i] - row[i]);
+			double ulp =
+			    ldexp(1, ilogbf(fabsf(row[i]) + 1e-30f) - 23);
+
+			CU_ASSERT(err <= scale * 1.0001 + 2 * ulp);
 		}
 	}
 	/* a constant row comes back exactly */
