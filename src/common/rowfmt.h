@@ -95,12 +95,12 @@ uint64_t emb_rowfmt_sr_key(uint64_t seed, uint64_t id, uint32_t count);
 void emb_rowfmt_decode(uint32_t f, const void *src, float *dst, uint32_t dim);
 
 /*
- * Encodes src[0..dim) into format f at dst (emb_rowfmt_words() words; the
- * tail bytes past emb_rowfmt_bytes() are zeroed). key is used only by
- * EMB_ROUND_STOCHASTIC. true, or false when a value is not finite or out
- * of the format's range (int8: when max - min of the row overflows), or f
- * or round is unknown: dst is then undefined and the caller keeps the row
- * it had. fp32 refuses NaN and Inf too.
+ * Encodes src[0..dim) into format f at dst (emb_rowfmt_words() words, not
+ * overlapping src; the tail bytes past emb_rowfmt_bytes() are zeroed). key is
+ * used only by EMB_ROUND_STOCHASTIC. true, or false when a value is not finite
+ * or out of the format's range (int8: when max - min of the row overflows), or
+ * f or round is unknown: dst is then undefined and the caller keeps the row it
+ * had. fp32 refuses NaN and Inf too.
  */
 bool emb_rowfmt_encode(uint32_t f, const float *src, void *dst, uint32_t dim,
 		       enum emb_round round, uint64_t key);
