@@ -344,7 +344,7 @@ struct int8_par {
  * inv may be Inf for a subnormal scale: int8_code() then maps the row's
  * min (0 * Inf, NaN) to 0 and the rest to 255.
  */
-static bool int8_params(float mn, float mx, struct int8_par *p)
+static inline bool int8_params(float mn, float mx, struct int8_par *p)
 {
 	float range;
 
@@ -357,6 +357,13 @@ static bool int8_params(float mn, float mx, struct int8_par *p)
 	p->bias = mn;
 	p->inv = p->scale > 0.0f ? 1.0f / p->scale : 0.0f;
 	return true;
+}
+
+/* An int8 row's header: f32 scale, then f32 bias. */
+static inline void put_int8_par(unsigned char *d, const struct int8_par *p)
+{
+	memcpy(d, &p->scale, sizeof(p->scale));
+	memcpy(d + 4, &p->bias, sizeof(p->bias));
 }
 
 /* x's code: the operations, in this order, of the vector bodies too. */
@@ -377,7 +384,8 @@ static inline uint8_t int8_code(float x, const struct int8_par *p,
 
 /* Min and max of s[0..n) and *mn, *mx (the caller starts them at a value
  * of the row), false when a value is not finite. */
-static bool minmax_scalar(const float *s, uint32_t n, float *mn, float *mx)
+static inline bool minmax_scalar(const float *s, uint32_t n, float *mn,
+				 float *mx)
 {
 	float lo = *mn, hi = *mx;
 	uint32_t bad = 0;
@@ -394,9 +402,10 @@ static bool minmax_scalar(const float *s, uint32_t n, float *mn, float *mx)
 	return !bad;
 }
 
-static void enc_int8_codes_scalar(const float *s, unsigned char *q, uint32_t i0,
-				  uint32_t n, const struct int8_par *p,
-				  enum emb_round round, uint64_t key)
+static inline void enc_int8_codes_scalar(const float *s, unsigned char *q,
+					 uint32_t i0, uint32_t n,
+					 const struct int8_par *p,
+					 enum emb_round round, uint64_t key)
 {
 	for (uint32_t i = i0; i < n; i++)
 		q[i] = int8_code(s[i], p, round,
@@ -786,22 +795,24 @@ static bool enc_bf16_avx2(const float *s, unsigned char *d, uint32_t n,
 	return enc_bf16_scalar(s, d, i, n, round, key) && ok;
 }
 
-static bool minmax_avx2(const float *s, uint32_t n, float *mn, float *mx)
+/* A whole int8 row in AVX code: the scalar steps between the vector
+ * loops inlined, not calls out to SSE code and back. */
+static bool enc_int8_avx2(const float *s, unsigned char *d, uint32_t n,
+			  enum emb_round round, uint64_t key)
 {
+	struct int8_par p;
+	float mn = n ? s[0] : 0.0f, mx = mn;
 	uint32_t i = 0;
-	bool ok = minmax_v8(s, &i, n, mn, mx);
+	bool ok = minmax_v8(s, &i, n, &mn, &mx);
 
-	return minmax_scalar(s + i, n - i, mn, mx) && ok;
-}
-
-static void enc_codes_avx2(const float *s, unsigned char *q, uint32_t n,
-			   const struct int8_par *p, enum emb_round round,
-			   uint64_t key)
-{
-	uint32_t i = 0;
-
-	enc_codes_v8(s, q, &i, n, p, round, key);
-	enc_int8_codes_scalar(s, q, i, n, p, round, key);
+	if (!minmax_scalar(s + i, n - i, &mn, &mx) || !ok ||
+	    !int8_params(mn, mx, &p))
+		return false;
+	put_int8_par(d, &p);
+	i = 0;
+	enc_codes_v8(s, d + 8, &i, n, &p, round, key);
+	enc_int8_codes_scalar(s, d + 8, i, n, &p, round, key);
+	return true;
 }
 #pragma GCC pop_options
 
@@ -1008,7 +1019,7 @@ static bool enc_bf16_avx512(const float *s, unsigned char *d, uint32_t n,
 	return enc_bf16_scalar(s, d, i, n, round, key) && ok && !bad;
 }
 
-static bool minmax_avx512(const float *s, uint32_t n, float *mn, float *mx)
+VEC_INLINE bool minmax_v16(const float *s, uint32_t n, float *mn, float *mx)
 {
 	const __m512i expm = _mm512_set1_epi32((int)EXP_MASK);
 	__m512 lo = _mm512_set1_ps(*mn), hi = _mm512_set1_ps(*mx);
@@ -1035,9 +1046,9 @@ static bool minmax_avx512(const float *s, uint32_t n, float *mn, float *mx)
 	return minmax_scalar(s + i, n - i, mn, mx) && ok && !bad;
 }
 
-static void enc_codes_avx512(const float *s, unsigned char *q, uint32_t n,
-			     const struct int8_par *p, enum emb_round round,
-			     uint64_t key)
+VEC_INLINE void enc_codes_v16(const float *s, unsigned char *q, uint32_t n,
+			      const struct int8_par *p, enum emb_round round,
+			      uint64_t key)
 {
 	const __m512 bias = _mm512_set1_ps(p->bias);
 	const __m512 inv = _mm512_set1_ps(p->inv);
@@ -1063,6 +1074,18 @@ static void enc_codes_avx512(const float *s, unsigned char *q, uint32_t n,
 	}
 	enc_codes_v8(s, q, &i, n, p, round, key);
 	enc_int8_codes_scalar(s, q, i, n, p, round, key);
+}
+static bool enc_int8_avx512(const float *s, unsigned char *d, uint32_t n,
+			    enum emb_round round, uint64_t key)
+{
+	struct int8_par p;
+	float mn = n ? s[0] : 0.0f, mx = mn;
+
+	if (!minmax_v16(s, n, &mn, &mx) || !int8_params(mn, mx, &p))
+		return false;
+	put_int8_par(d, &p);
+	enc_codes_v16(s, d + 8, n, &p, round, key);
+	return true;
 }
 #pragma GCC pop_options
 #endif
@@ -1174,38 +1197,18 @@ static bool encode_int8(unsigned w, const float *src, unsigned char *d,
 {
 	struct int8_par p;
 	float mn = dim ? src[0] : 0.0f, mx = mn;
-	bool finite;
 
-	switch (w) {
 #if ROWFMT_X86
-	case 64:
-		finite = minmax_avx512(src, dim, &mn, &mx);
-		break;
-	case 32:
-		finite = minmax_avx2(src, dim, &mn, &mx);
-		break;
+	if (w)
+		return w == 64 ? enc_int8_avx512(src, d, dim, round, key)
+			       : enc_int8_avx2(src, d, dim, round, key);
+#else
+	(void)w;
 #endif
-	default:
-		finite = minmax_scalar(src, dim, &mn, &mx);
-		break;
-	}
-	if (!finite || !int8_params(mn, mx, &p))
+	if (!minmax_scalar(src, dim, &mn, &mx) || !int8_params(mn, mx, &p))
 		return false;
-	memcpy(d, &p.scale, sizeof(p.scale));
-	memcpy(d + 4, &p.bias, sizeof(p.bias));
-	switch (w) {
-#if ROWFMT_X86
-	case 64:
-		enc_codes_avx512(src, d + 8, dim, &p, round, key);
-		break;
-	case 32:
-		enc_codes_avx2(src, d + 8, dim, &p, round, key);
-		break;
-#endif
-	default:
-		enc_int8_codes_scalar(src, d + 8, 0, dim, &p, round, key);
-		break;
-	}
+	put_int8_par(d, &p);
+	enc_int8_codes_scalar(src, d + 8, 0, dim, &p, round, key);
 	return true;
 }
 
