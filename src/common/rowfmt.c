@@ -452,26 +452,26 @@ static bool streamable(const float *d, uint32_t dim, uint32_t n)
 
 static const float sr_scale_v = 0x1p-24f;
 
+/* fmix32() in 8 lanes. */
+VEC_INLINE __m256i fmix32_v8(__m256i h)
+{
+	h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+	h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)0x85ebca6bu));
+	h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 13));
+	h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)0xc2b2ae35u));
+	return _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+}
+
 /* sr_hash() of indexes idx in 8 lanes. */
 VEC_INLINE __m256i sr_hash_v8(__m256i idx, uint64_t key)
 {
-	const __m256i c1 = _mm256_set1_epi32((int)0x85ebca6bu);
-	const __m256i c2 = _mm256_set1_epi32((int)0xc2b2ae35u);
 	__m256i h = _mm256_add_epi32(
 	    _mm256_mullo_epi32(idx, _mm256_set1_epi32((int)0x9e3779b9u)),
 	    _mm256_set1_epi32((int)(uint32_t)key));
 
-	for (int r = 0; r < 2; r++) {
-		if (r)
-			h = _mm256_xor_si256(
-			    h, _mm256_set1_epi32((int)(uint32_t)(key >> 32)));
-		h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
-		h = _mm256_mullo_epi32(h, c1);
-		h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 13));
-		h = _mm256_mullo_epi32(h, c2);
-		h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
-	}
-	return h;
+	h = fmix32_v8(h);
+	h = _mm256_xor_si256(h, _mm256_set1_epi32((int)(uint32_t)(key >> 32)));
+	return fmix32_v8(h);
 }
 
 /* 8 lanes of 0..0xffff to 8 u16. */
@@ -823,25 +823,26 @@ static bool enc_int8_avx2(const float *s, unsigned char *d, uint32_t n,
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,f16c,fma")
 
+/* fmix32() in 16 lanes. */
+VEC_INLINE __m512i fmix32_v16(__m512i h)
+{
+	h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+	h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)0x85ebca6bu));
+	h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
+	h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)0xc2b2ae35u));
+	return _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+}
+
+/* sr_hash() of indexes idx in 16 lanes. */
 VEC_INLINE __m512i sr_hash_v16(__m512i idx, uint64_t key)
 {
-	const __m512i c1 = _mm512_set1_epi32((int)0x85ebca6bu);
-	const __m512i c2 = _mm512_set1_epi32((int)0xc2b2ae35u);
 	__m512i h = _mm512_add_epi32(
 	    _mm512_mullo_epi32(idx, _mm512_set1_epi32((int)0x9e3779b9u)),
 	    _mm512_set1_epi32((int)(uint32_t)key));
 
-	for (int r = 0; r < 2; r++) {
-		if (r)
-			h = _mm512_xor_si512(
-			    h, _mm512_set1_epi32((int)(uint32_t)(key >> 32)));
-		h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-		h = _mm512_mullo_epi32(h, c1);
-		h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
-		h = _mm512_mullo_epi32(h, c2);
-		h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-	}
-	return h;
+	h = fmix32_v16(h);
+	h = _mm512_xor_si512(h, _mm512_set1_epi32((int)(uint32_t)(key >> 32)));
+	return fmix32_v16(h);
 }
 
 VEC_INLINE __m512i idx_v16(uint32_t i)
