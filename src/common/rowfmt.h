@@ -79,23 +79,27 @@ uint64_t emb_rowfmt_sr_key(uint64_t seed, uint64_t id, uint32_t count);
 
 /*
  * Decodes dim weights of format f at src (emb_rowfmt_bytes() bytes, any
- * alignment) into dst[0..dim). fp32 is a copy.
+ * alignment) into dst[0..dim). fp32 is a copy; an unknown f writes
+ * nothing (formats are checked where a table is defined).
  */
 void emb_rowfmt_decode(uint32_t f, const void *src, float *dst, uint32_t dim);
 
 /*
- * Encodes src[0..dim) into format f at dst (emb_rowfmt_words() words; the
- * tail bytes past emb_rowfmt_bytes() are zeroed). key is used only by
- * EMB_ROUND_STOCHASTIC. true, or false when a value is not finite or out
- * of the format's range (int8: when max - min of the row overflows): dst is
- * then undefined and the caller keeps the row it had.
+ * Encodes src[0..dim) into format f at dst (emb_rowfmt_words() words, not
+ * overlapping src; the tail bytes past emb_rowfmt_bytes() are zeroed). key is
+ * used only by EMB_ROUND_STOCHASTIC. true, or false when a value is not finite
+ * or out of the format's range (int8: when max - min of the row overflows), or
+ * f or round is unknown: dst is then undefined and the caller keeps the row it
+ * had. fp32 refuses NaN and Inf too.
  */
 bool emb_rowfmt_encode(uint32_t f, const float *src, void *dst, uint32_t dim,
 		       enum emb_round round, uint64_t key);
 
 /*
  * Decodes n rows: row i of src starts at src + i * src_stride bytes, and
- * goes to dst + i * dim. For gathers (a pull of n rows into fp32).
+ * goes to dst + i * dim. For gathers (a pull of n rows into fp32). When
+ * dst is 64-byte aligned, dim a multiple of 16 and the output 8 MiB or
+ * more, the stores bypass the caches (too large to stay cached anyway).
  */
 void emb_rowfmt_decode_rows(uint32_t f, const void *src, size_t src_stride,
 			    float *dst, uint32_t dim, uint32_t n);
