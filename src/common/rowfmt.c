@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/hash.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -103,17 +104,8 @@ int emb_rowfmt_parse(const char *s, uint32_t *out)
 	return EMB_EBADARG;
 }
 
-/* MurmurHash3's finalisers: bijections that spread every input bit. */
-static inline uint64_t fmix64(uint64_t k)
-{
-	k ^= k >> 33;
-	k *= 0xff51afd7ed558ccdull;
-	k ^= k >> 33;
-	k *= 0xc4ceb9fe1a85ec53ull;
-	k ^= k >> 33;
-	return k;
-}
-
+/* MurmurHash3's finalisers: bijections that spread every input bit
+ * (fmix64 is common/hash.h's emb_id_hash()). */
 static inline uint32_t fmix32(uint32_t h)
 {
 	h ^= h >> 16;
@@ -134,10 +126,10 @@ static inline uint32_t fmix32(uint32_t h)
  */
 uint64_t emb_rowfmt_sr_key(uint64_t seed, uint64_t id, uint32_t count)
 {
-	uint64_t k = fmix64(seed + 0x9e3779b97f4a7c15ull);
+	uint64_t k = emb_id_hash(seed + 0x9e3779b97f4a7c15ull);
 
-	k = fmix64(k ^ id);
-	return fmix64(k ^ count);
+	k = emb_id_hash(k ^ id);
+	return emb_id_hash(k ^ count);
 }
 
 /*
