@@ -336,9 +336,10 @@ static void pull_init(struct emb_async *op, const struct call *a)
 	 * are decoded here, unless the caller asked for them raw. */
 	op->state = (a->flags & EMB_F_WITH_STATE) ? t->row_floats - t->wwords
 						   : 0;
-	op->wire = op->state ? t->row_floats : t->wwords;
-	op->decode = !op->state && !a->raw ? t->spec.row_format
-					    : EMB_ROWFMT_FP32;
+	op->wire = (a->flags & EMB_F_WITH_STATE) ? t->row_floats : t->wwords;
+	op->decode = !(a->flags & EMB_F_WITH_STATE) && !a->raw
+			 ? t->spec.row_format
+			 : EMB_ROWFMT_FP32;
 	op->n = a->n;
 	op->out = a->out;
 	op->found = a->found;
