@@ -313,8 +313,12 @@ struct part {
 struct emb_async {
 	struct emb_client *c; /* borrowed */
 	enum op_kind kind;    /* what completes the parts */
-	uint32_t dim;	      /* row floats the caller sees */
+	uint32_t dim;	      /* row words the caller sees */
 	uint32_t state;	      /* pull with state: of those, state floats */
+	uint32_t wire;	      /* pull: words of a row as the servers send
+				 it (the table's format) */
+	uint32_t decode;      /* pull: enum emb_row_format to decode into
+				 f32 rows for the caller, 0 = copy as sent */
 	uint32_t n;	      /* caller's ids */
 	float *out;	      /* pull: caller's rows */
 	uint8_t *found;	      /* pull: caller's found[] or NULL */

@@ -152,6 +152,11 @@ struct emb_table_spec {
 	 * off when zeroed. max_rows is for the whole table: each server
 	 * keeps max_rows / servers, rounded up. bloom_bytes is per server. */
 	struct emb_lifecycle_cfg life;
+	/* Since 0.3: how the servers keep the weights (enum emb_row_format;
+	 * 0 = fp32) and round a push's result into them (enum emb_round;
+	 * 0 = stochastic). The optimizer computes in fp32 either way. */
+	uint32_t row_format;
+	uint32_t rounding;
 };
 
 /* No name or dim yet; SGD and uniform rows by their defaults; life off. */
@@ -276,6 +281,9 @@ emb_client_table_spec(const struct emb_client_table *t);
 #define EMB_CLIENT_NOCREATE 0x1u /* pull: report missing ids, create none */
 /* pull: whole rows, weights then optimizer state (row_floats each) */
 #define EMB_CLIENT_WITH_STATE 0x2u
+/* pull: weights in the table's row format, as the servers keep and send
+ * them (emb_client_table_weight_words() words each), not decoded to f32 */
+#define EMB_CLIENT_RAW 0x4u
 
 /*
  * Gathers the rows of ids[0..n) into out[i * dim ...] (duplicates allowed;
