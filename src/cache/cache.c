@@ -25,6 +25,13 @@
  * protected; protected's overflow goes back to probation. Rows seen once
  * (a scan) lose against rows seen often, so they leave through the window
  * without flushing main.
+ *
+ * The pool keeps rows as the table does (opts.row_format): a row is ww
+ * words of weights, in the table's format, and in write-back mode the
+ * fp32 optimizer state after them, rf words in all. Only lookups and
+ * write-back updates decode; fetches, evictions and flushes move the words
+ * as they are. A write-back slot counts its updates (count, where a
+ * write-through slot keeps fetched_step) for the rounding key.
  */
 #include "cache/cache.h"
 
@@ -60,6 +67,9 @@
  */
 #define WINDOW_PCT    1u
 #define PROTECTED_PCT 80u
+/* A write-back row's update count saturates where the store's does
+ * (EMB_ROW_COUNT_MAX), so both keep rounding with the same key. */
+#define COUNT_MAX 0x7fffffffu
 
 enum slot_state {
 	SLOT_FREE = 0,
@@ -83,10 +93,17 @@ enum {
 };
 
 struct slot {
-	uint64_t id;	       /* row held, unless FREE */
-	uint32_t prev;	       /* LRU: towards the head (most recent) */
-	uint32_t next;	       /* LRU: towards the tail; free-list link */
-	uint32_t fetched_step; /* low 32 bits of the step its fetch began */
+	uint64_t id;   /* row held, unless FREE */
+	uint32_t prev; /* LRU: towards the head (most recent) */
+	uint32_t next; /* LRU: towards the tail; free-list link */
+	union {
+		/* Write-through: low 32 bits of the step its fetch began. */
+		uint32_t fetched_step;
+		/* Write-back: the row's update count in the stochastic
+		 * rounding key: 1 when fetched, one more per update
+		 * (emb_cache_update() tells why). */
+		uint32_t count;
+	};
 	uint8_t pins;	       /* batches naming the slot, <= DEPTH_MAX + 1 */
 	uint8_t state;	       /* enum slot_state */
 	uint8_t flags;	       /* F_* bits */
@@ -103,7 +120,7 @@ struct hent {
 struct fetch {
 	uint64_t *ids;	 /* ids asked for [max_batch] */
 	uint32_t *slots; /* their slots [max_batch] */
-	float *buf;	 /* staging rows [max_batch * row_floats] */
+	float *buf;	 /* staging rows [max_batch * rf] words */
 	int64_t token;	 /* from fetch_start */
 	uint32_t n;	 /* rows asked for */
 	uint32_t step;	 /* low 32 bits of c->step at fetch_start */
@@ -129,8 +146,10 @@ struct lru {
 
 struct emb_cache {
 	struct emb_cache_opts o; /* as created; ops copied */
-	uint32_t rf;		 /* floats per row in the pool */
-	float *pool;		 /* capacity * rf floats, one allocation */
+	uint32_t rf;		 /* words per row in the pool */
+	uint32_t ww;		 /* of those, the weights' (row_format) */
+	bool compact;		 /* row_format is not fp32 */
+	float *pool;		 /* capacity * rf words, one allocation */
 	struct slot *slots;	 /* capacity entries */
 	struct hent *hash;	 /* id -> slot, linear probing */
 	uint32_t hmask;		 /* hash entries - 1 */
@@ -163,9 +182,14 @@ struct emb_cache {
 	uint32_t nfetches;	 /* records */
 
 	uint64_t *wb_ids;    /* write-back staging [max_batch] */
-	float *wb_rows;	     /* [max_batch * rf] */
+	float *wb_rows;	     /* [max_batch * rf] words; also a compact
+				write-back update's new rows */
 	uint32_t *tmp_slots; /* slots gathered for a fetch or evict */
 	float *gsum;	     /* summed grads [max_batch * dim] */
+	float *dec;	     /* compact rows: lookup_ptrs' decoded rows
+				[max_batch * dim] */
+	float *work;	     /* compact write-back: one fp32 row, dim
+				weights then the state */
 
 	struct emb_cache_stats st; /* counters; gauges filled on read */
 };
@@ -518,7 +542,10 @@ static int fetch_end(struct emb_cache *c, struct fetch *f, bool *stalled)
 			memcpy(row_of(c, s), f->buf + (size_t)i * c->rf,
 			       c->rf * sizeof(float));
 			sl->state = SLOT_VALID;
-			sl->fetched_step = f->step;
+			if (c->o.mode == EMB_CACHE_WRITE_BACK)
+				sl->count = 1;
+			else
+				sl->fetched_step = f->step;
 		} else {
 			sl->state = SLOT_PENDING;
 		}
@@ -854,6 +881,10 @@ static int check_opts(const struct emb_cache_opts *o)
 		return EMB_EBADARG;
 	if (!o->ops.fetch_start || !o->ops.fetch_wait)
 		return EMB_EBADARG;
+	if (o->row_format >= EMB_ROWFMT_COUNT ||
+	    (o->rounding != EMB_ROUND_NEAREST &&
+	     o->rounding != EMB_ROUND_STOCHASTIC))
+		return EMB_EBADFORMAT;
 	switch (o->mode) {
 	case EMB_CACHE_WRITE_THROUGH:
 		return o->ops.push ? 0 : EMB_EBADARG;
@@ -883,6 +914,8 @@ static void free_all(struct emb_cache *c)
 			free(c->fetches[i].buf);
 		}
 	}
+	free(c->work);
+	free(c->dec);
 	free(c->gsum);
 	free(c->tmp_slots);
 	free(c->wb_rows);
@@ -916,13 +949,15 @@ int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out)
 	if (!c)
 		return -ENOMEM;
 	c->o = *opts;
-	c->rf = opts->dim;
+	c->ww = emb_rowfmt_words(opts->row_format, opts->dim);
+	c->compact = opts->row_format != EMB_ROWFMT_FP32;
+	c->rf = c->ww;
 	if (opts->mode == EMB_CACHE_WRITE_BACK)
 		c->rf += emb_optim_state_floats(opts->optim.kind, opts->dim);
 	mb = opts->max_batch;
 	nb = opts->prefetch_depth + 1;
 
-	/* One allocation for every row. */
+	/* One allocation for every row: rf words each. */
 	pool_bytes = (size_t)opts->capacity * c->rf * sizeof(float);
 	c->pool = big_alloc(pool_bytes);
 	c->slots = big_alloc((size_t)opts->capacity * sizeof(*c->slots));
@@ -937,9 +972,16 @@ int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out)
 	c->wb_rows = malloc((size_t)mb * c->rf * sizeof(float));
 	c->tmp_slots = malloc((size_t)mb * sizeof(*c->tmp_slots));
 	c->gsum = malloc((size_t)mb * opts->dim * sizeof(float));
+	if (c->compact) {
+		c->dec = malloc((size_t)mb * opts->dim * sizeof(float));
+		/* dim weights, then as much state as the pool row has. */
+		c->work = malloc(((size_t)opts->dim + c->rf - c->ww) *
+				 sizeof(float));
+	}
 	if (!c->pool || !c->slots || !c->hash || !c->batches || !c->spare ||
 	    !c->queue || !c->fetches || !c->wb_ids || !c->wb_rows ||
-	    !c->tmp_slots || !c->gsum)
+	    !c->tmp_slots || !c->gsum ||
+	    (c->compact && (!c->dec || !c->work)))
 		goto err_free;
 	c->nfetches = nb;
 	for (uint32_t i = 0; i < nb; i++) {
@@ -1180,12 +1222,17 @@ int emb_cache_lookup(struct emb_cache *c, const uint64_t *ids, uint32_t n,
 		return rc;
 	b = c->cur;
 	for (uint32_t i = 0; i < n; i++) {
+		const float *row = row_of(c, b->slots[b->inv[i]]);
+
 		if (i + AHEAD < n)
 			prefetch_floats(row_of(c, b->slots[b->inv[i + AHEAD]]),
-					c->o.dim);
-		memcpy(out + (size_t)i * c->o.dim,
-		       row_of(c, b->slots[b->inv[i]]),
-		       c->o.dim * sizeof(float));
+					c->ww);
+		if (c->compact)
+			emb_rowfmt_decode(c->o.row_format, row,
+					  out + (size_t)i * c->o.dim, c->o.dim);
+		else
+			memcpy(out + (size_t)i * c->o.dim, row,
+			       c->o.dim * sizeof(float));
 	}
 	return 0;
 }
@@ -1202,8 +1249,80 @@ int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids, uint32_t n,
 	if (rc)
 		return rc;
 	b = c->cur;
+	if (!c->compact) {
+		for (uint32_t i = 0; i < n; i++)
+			ptrs[i] = row_of(c, b->slots[b->inv[i]]);
+		return 0;
+	}
+	/* Compact rows have no fp32 weights to point at: each distinct row
+	 * is decoded once, into a buffer the next call reuses. */
+	for (uint32_t u = 0; u < b->nuniq; u++) {
+		if (u + AHEAD < b->nuniq)
+			prefetch_floats(row_of(c, b->slots[u + AHEAD]), c->ww);
+		emb_rowfmt_decode(c->o.row_format, row_of(c, b->slots[u]),
+				  c->dec + (size_t)u * c->o.dim, c->o.dim);
+	}
 	for (uint32_t i = 0; i < n; i++)
-		ptrs[i] = row_of(c, b->slots[b->inv[i]]);
+		ptrs[i] = c->dec + (size_t)b->inv[i] * c->o.dim;
+	return 0;
+}
+
+static void mark_dirty(struct emb_cache *c, uint32_t s)
+{
+	if (!(c->slots[s].flags & F_DIRTY)) {
+		c->slots[s].flags |= F_DIRTY;
+		c->ndirty++;
+	}
+}
+
+static uint32_t count_next(uint32_t count)
+{
+	return count < COUNT_MAX ? count + 1 : COUNT_MAX;
+}
+
+/*
+ * Write-back update of compact rows, with the summed gradients in c->gsum:
+ * each distinct row is decoded into c->work with its state after it,
+ * updated in fp32 and encoded into c->wb_rows (unused between evictions)
+ * as the store's push would encode it; only when every row came out finite
+ * and in range do they replace the cached ones, so a refused batch changes
+ * nothing, as on the server. 0, or EMB_ENONFINITE with c->bad_id set.
+ */
+static int update_compact(struct emb_cache *c, const struct batch *b)
+{
+	const uint32_t dim = c->o.dim, fmt = c->o.row_format;
+	const size_t wbytes = (size_t)c->ww * sizeof(float);
+	const size_t state = (size_t)(c->rf - c->ww) * sizeof(float);
+	float *w = c->work;
+
+	for (uint32_t u = 0; u < b->nuniq; u++) {
+		const struct slot *sl = &c->slots[b->slots[u]];
+		const char *row = (const char *)row_of(c, b->slots[u]);
+		char *nrow = (char *)(c->wb_rows + (size_t)u * c->rf);
+		uint64_t key =
+		    emb_rowfmt_sr_key(c->o.seed, sl->id, count_next(sl->count));
+
+		if (u + AHEAD < b->nuniq)
+			prefetch_floats(row_of(c, b->slots[u + AHEAD]), c->rf);
+		emb_rowfmt_decode(fmt, row, w, dim);
+		memcpy(w + dim, row + wbytes, state);
+		if (!emb_optim_apply_row(&c->o.optim, w,
+					 c->gsum + (size_t)u * dim, dim) ||
+		    !emb_rowfmt_encode(fmt, w, nrow, dim, c->o.rounding, key)) {
+			c->bad_id = sl->id;
+			c->bad_elem = UINT32_MAX;
+			return EMB_ENONFINITE;
+		}
+		memcpy(nrow + wbytes, w + dim, state);
+	}
+	for (uint32_t u = 0; u < b->nuniq; u++) {
+		uint32_t s = b->slots[u];
+
+		memcpy(row_of(c, s), c->wb_rows + (size_t)u * c->rf,
+		       c->rf * sizeof(float));
+		c->slots[s].count = count_next(c->slots[s].count);
+		mark_dirty(c, s);
+	}
 	return 0;
 }
 
@@ -1256,6 +1375,10 @@ int emb_cache_update(struct emb_cache *c, const float *grads)
 			goto out_release;
 		}
 		c->st.bytes_written += (uint64_t)b->nuniq * dim * sizeof(float);
+	} else if (c->compact) {
+		rc = update_compact(c, b);
+		if (rc)
+			goto out_release;
 	} else {
 		for (uint32_t u = 0; u < b->nuniq; u++) {
 			uint32_t s = b->slots[u];
@@ -1266,10 +1389,8 @@ int emb_cache_update(struct emb_cache *c, const float *grads)
 						c->rf);
 			emb_optim_apply(&c->o.optim, row, row + dim,
 					c->gsum + (size_t)u * dim, dim);
-			if (!(c->slots[s].flags & F_DIRTY)) {
-				c->slots[s].flags |= F_DIRTY;
-				c->ndirty++;
-			}
+			c->slots[s].count = count_next(c->slots[s].count);
+			mark_dirty(c, s);
 		}
 	}
 	c->step++;

@@ -24,6 +24,13 @@
  *
  * after prefetching batches 0 .. k-1 before the first step, and
  * emb_cache_flush() at the end of training and before a dump.
+ *
+ * Compact tables (row_format fp16, bf16 or int8): the pool keeps each row
+ * in the table's format, as the servers send and store it, so a cached row
+ * takes the compact bytes (plus the fp32 optimizer state in write-back
+ * mode); lookups decode into the caller's fp32 rows. A write-back update
+ * decodes the row, runs the optimizer in fp32 and rounds the result back
+ * as a push on the server would (see emb_cache_update()).
  */
 #ifndef EMB_CACHE_CACHE_H
 #define EMB_CACHE_CACHE_H
@@ -32,6 +39,7 @@
 #include <stdint.h>
 
 #include "common/optim.h"
+#include "common/rowfmt.h"
 
 struct emb_cache;
 
@@ -46,9 +54,11 @@ enum emb_cache_mode {
 };
 
 /*
- * Starts fetching the rows of ids[0..n) into dst[i * stride ...]: dim
- * weights in write-through mode, dim weights + optimizer state in write-back
- * mode (stride is that many floats). Rows the servers do not hold yet are
+ * Starts fetching the rows of ids[0..n) into dst[i * stride ...], stride
+ * 4-byte words a row, in the table's row format (opts.row_format) as the
+ * servers keep them: the weights alone in write-through mode
+ * (emb_rowfmt_words() words; dim floats for fp32), the full row, weights
+ * then the fp32 optimizer state, in write-back mode. Rows the servers do not hold yet are
  * created there as a pull would create them. Both ids and dst stay valid and
  * untouched by the cache until fetch_wait() has reported on the token.
  * Returns a token >= 0, or a negative code (the cache logs it and fails the
@@ -76,8 +86,9 @@ typedef int (*emb_push_fn)(void *arg, const uint64_t *ids, uint32_t n,
 			   const float *grads);
 
 /*
- * Write-back: stores full rows (weights + optimizer state, rows[i * stride
- * ...]) of distinct ids[0..n) on the servers, replacing what they hold.
+ * Write-back: stores full rows (weights in the table's row format, then the
+ * optimizer state; rows[i * stride ...], stride words) of distinct
+ * ids[0..n) on the servers, replacing what they hold.
  * 0 or negative; on failure the cache keeps the rows dirty. A fetch started
  * after write_back returned must see the rows.
  */
@@ -118,6 +129,12 @@ struct emb_cache_opts {
 	struct emb_optim_cfg optim; /* write-back: the table's optimizer */
 	struct emb_cache_ops ops;   /* callbacks; copied */
 	void *arg;		    /* passed to every callback */
+	uint32_t row_format;	    /* enum emb_row_format: how the table,
+				       and so the pool, keeps weights */
+	uint32_t rounding;	    /* write-back, compact rows: enum
+				       emb_round of an update's result */
+	uint64_t seed;		    /* write-back, compact rows: the table's
+				       seed, in the stochastic-rounding key */
 };
 
 #define EMB_CACHE_OPTS_DEFAULT                                                 \
@@ -128,7 +145,9 @@ struct emb_cache_opts {
 				 .mode = EMB_CACHE_WRITE_THROUGH,              \
 				 .policy = EMB_CACHE_TINYLFU,                  \
 				 .staleness_steps = 0,                         \
-				 .optim = EMB_OPTIM_CFG_DEFAULT})
+				 .optim = EMB_OPTIM_CFG_DEFAULT,               \
+				 .row_format = EMB_ROWFMT_FP32,                \
+				 .rounding = EMB_ROUND_STOCHASTIC})
 
 struct emb_cache_stats {
 	uint64_t lookups;	/* batches looked up */
@@ -162,8 +181,8 @@ struct emb_cache_stats {
 /*
  * Creates a cache; the pool and every buffer are allocated here, once.
  * 0 and *out, or EMB_EBADARG (a zero size, missing callback, unknown mode
- * or policy, depth > 64), EMB_EBADDIM, EMB_EBADOPTIM (write-back with a bad optimizer)
- * or -ENOMEM.
+ * or policy, depth > 64), EMB_EBADDIM, EMB_EBADOPTIM (write-back with a bad
+ * optimizer), EMB_EBADFORMAT (unknown row_format or rounding) or -ENOMEM.
  */
 int emb_cache_create(const struct emb_cache_opts *opts, struct emb_cache **out);
 
@@ -202,8 +221,10 @@ int emb_cache_lookup(struct emb_cache *c, const uint64_t *ids, uint32_t n,
 
 /*
  * Like emb_cache_lookup(), but sets ptrs[i] to the cached weights of ids[i]
- * instead of copying. The pointers stay valid until the next update, lookup
- * or cancel call; rows must not be written through them.
+ * instead of copying (of a compact table: to the batch's rows decoded once
+ * per distinct id into a buffer of the cache). The pointers stay valid
+ * until the next update, lookup or cancel call; rows must not be written
+ * through them.
  */
 int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids, uint32_t n,
 			  const float **ptrs);
@@ -214,13 +235,32 @@ int emb_cache_lookup_ptrs(struct emb_cache *c, const uint64_t *ids, uint32_t n,
  * ids' gradients are summed first and each distinct id is updated once, as
  * the store does. Write-through: one push of the distinct ids. Write-back:
  * emb_optim_apply() on the cached rows, which become dirty. Counts one step.
- * 0, or -EINVAL (no current batch) or EMB_EPUSH (push failed; logged; the
- * batch is released and the step not counted).
+ * 0, or -EINVAL (no current batch), EMB_ENONFINITE (nothing applied, see
+ * below) or EMB_EPUSH (push failed; logged; the batch is released and the
+ * step not counted).
+ *
+ * Write-back on compact rows: each row is decoded, updated in fp32 and
+ * encoded back with opts.rounding; stochastic rounding uses the key
+ * emb_rowfmt_sr_key(seed, id, count) the store uses for a push. The store's
+ * count is the row's accesses, its creation included; the cache cannot
+ * see it (pulls do not carry it), so it numbers a row's updates from its
+ * fetch on as if the fetch had created the row: count 1 when fetched, one
+ * more before each update. For a row the fetch did create (a new id), and
+ * a table without an eviction policy (under which pulls count too), the
+ * bits are those the server would have written for the same gradients
+ * pushed to it. A row fetched again after a write-back starts over at 1
+ * where the server, whose assign zeroed its count, would use 0 then 1:
+ * the same rounding, other random bits. A batch whose result would not be
+ * finite or would not fit the format (fp16 beyond 65504) is refused whole
+ * with EMB_ENONFINITE, as the store refuses such a push.
  */
 int emb_cache_update(struct emb_cache *c, const float *grads);
-/* After emb_cache_update() returned EMB_ENONFINITE (a NaN or an infinity
- * among an id's gradients or their sum; nothing was applied and the batch
- * is released): the first such id, in distinct-id order, and element. */
+/* After emb_cache_update() returned EMB_ENONFINITE (nothing was applied
+ * and the batch is released): the first bad id, in distinct-id order, and
+ * the element of its gradient (or of the sum of its gradients) that is a
+ * NaN or an infinity, or UINT32_MAX when the gradients were finite but the
+ * row the write-back update would make is not (or, compact, does not fit
+ * the table's format). */
 void emb_cache_nonfinite(const struct emb_cache *c, uint64_t *id,
 			 uint32_t *elem);
 
@@ -242,7 +282,8 @@ void emb_cache_cancel(struct emb_cache *c);
 
 void emb_cache_stats(const struct emb_cache *c, struct emb_cache_stats *out);
 
-/* Floats per cached row: dim, plus the optimizer state in write-back mode. */
+/* 4-byte words per cached row (4 bytes each): the weights in the table's
+ * format (dim for fp32), plus the optimizer state in write-back mode. */
 uint32_t emb_cache_row_floats(const struct emb_cache *c);
 
 #endif

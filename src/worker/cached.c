@@ -2,7 +2,10 @@
  * src/worker/cached.c - emb_cached_table: the vocab cache (cache/cache.h)
  * wired to a client table. Misses are asynchronous pulls (with optimizer
  * state in write-back mode), write-through gradients are pushes and
- * write-back rows are assigns with state. One trainer thread calls in; the
+ * write-back rows are assigns with state. Rows stay in the table's row
+ * format from the servers to the cache and back: a compact table's misses
+ * are pulled raw (or with state, which is raw too), and the cache decodes
+ * on lookup. One trainer thread calls in; the
  * pulls complete on the client's network thread and are collected here
  * through emb_async_done() / emb_async_wait().
  */
@@ -12,6 +15,7 @@
 #include <stdlib.h>
 
 #include "cache/cache.h"
+#include "common/rowfmt.h"
 #include "worker/abi.h"
 #include "worker/client_int.h"
 
@@ -29,6 +33,9 @@ struct emb_cached_table {
 	struct emb_async **ops;	    /* nops pulls in flight; NULL = free */
 	uint32_t nops;		    /* prefetch_depth + 2 */
 	uint32_t dim;		    /* weights per row */
+	uint32_t pull_flags;	    /* of every fetch: with state in
+				       write-back mode, else raw rows of a
+				       compact table */
 	bool write_back;	    /* mode is EMB_CACHED_WRITE_BACK */
 	uint32_t rank;		    /* passed to push */
 	uint64_t step;		    /* pushes sent, passed as the worker step */
@@ -39,7 +46,6 @@ static int64_t fetch_start(void *arg, const uint64_t *ids, uint32_t n,
 			   float *dst, uint32_t stride)
 {
 	struct emb_cached_table *ct = arg;
-	uint32_t flags = stride == ct->dim ? 0 : EMB_CLIENT_WITH_STATE;
 	uint32_t i;
 	int rc;
 
@@ -49,8 +55,9 @@ static int64_t fetch_start(void *arg, const uint64_t *ids, uint32_t n,
 	/* The cache keeps at most depth + 1 fetches in flight. */
 	if (i == ct->nops)
 		return -EBUSY;
-	rc = emb_client_table_pull_async(ct->t, ids, n, dst, flags, NULL,
-					 &ct->ops[i]);
+	(void)stride; /* the layout pull_flags ask for, checked at create */
+	rc = emb_client_table_pull_async(ct->t, ids, n, dst, ct->pull_flags,
+					 NULL, &ct->ops[i]);
 	if (rc)
 		return rc;
 	return i;
@@ -97,7 +104,9 @@ static int cached_create(struct emb_client_table *t,
 			 struct emb_cached_table **out)
 {
 	struct emb_cache_opts co = EMB_CACHE_OPTS_DEFAULT;
+	const struct emb_table_spec *sp;
 	struct emb_cached_table *ct;
+	uint32_t want;
 	int rc;
 
 	if (!t || !opts || !out || opts->prefetch_depth > 64)
@@ -115,9 +124,14 @@ static int cached_create(struct emb_client_table *t,
 	ct = calloc(1, sizeof(*ct));
 	if (!ct)
 		return -ENOMEM;
+	sp = emb_client_table_spec(t);
 	ct->t = t;
 	ct->dim = emb_client_table_dim(t);
 	ct->write_back = opts->mode == EMB_CACHED_WRITE_BACK;
+	if (ct->write_back)
+		ct->pull_flags = EMB_CLIENT_WITH_STATE;
+	else if (sp->row_format != EMB_ROWFMT_FP32)
+		ct->pull_flags = EMB_CLIENT_RAW;
 	ct->rank = opts->rank;
 	ct->nops = opts->prefetch_depth + 2;
 	ct->ops = calloc(ct->nops, sizeof(*ct->ops));
@@ -133,7 +147,10 @@ static int cached_create(struct emb_client_table *t,
 	co.mode = opts->mode;
 	co.policy = opts->policy;
 	co.staleness_steps = opts->staleness_steps;
-	co.optim = emb_client_table_spec(t)->optim;
+	co.optim = sp->optim;
+	co.row_format = sp->row_format;
+	co.rounding = sp->rounding;
+	co.seed = sp->seed;
 	co.ops.fetch_start = fetch_start;
 	co.ops.fetch_wait = fetch_wait;
 	co.ops.push = push;
@@ -142,10 +159,12 @@ static int cached_create(struct emb_client_table *t,
 	rc = emb_cache_create(&co, &ct->cache);
 	if (rc)
 		goto err_free_ops;
-	/* Whole rows come off the wire as the store lays them out, which is
-	 * the layout the cache's optimizer runs on. */
-	if (opts->mode == EMB_CACHED_WRITE_BACK &&
-	    emb_cache_row_floats(ct->cache) != emb_client_table_row_floats(t)) {
+	/* Rows come off the wire as the store lays them out, which is the
+	 * layout the cache keeps (and its optimizer runs on): whole rows in
+	 * write-back mode, the weights alone otherwise. */
+	want = ct->write_back ? emb_client_table_row_floats(t)
+			      : emb_rowfmt_words(sp->row_format, ct->dim);
+	if (emb_cache_row_floats(ct->cache) != want) {
 		rc = EMB_EBADOPTIM;
 		goto err_destroy_cache;
 	}
@@ -207,11 +226,23 @@ int emb_cached_table_push_grads(struct emb_cached_table *ct, const float *grads)
 		uint32_t elem;
 
 		emb_cache_nonfinite(ct->cache, &id, &elem);
-		emb__err_set(rc,
-			     "table %s: the gradient of id %llu (element %u) is "
-			     "NaN or infinite; nothing of this batch was applied",
-			     emb_client_table_spec(ct->t)->name,
-			     (unsigned long long)id, elem);
+		if (elem == UINT32_MAX)
+			emb__err_set(
+			    rc,
+			    "table %s: the update of id %llu would make its "
+			    "row NaN, infinite or too large for the table's "
+			    "%s rows; nothing of this batch was applied",
+			    emb_client_table_spec(ct->t)->name,
+			    (unsigned long long)id,
+			    emb_rowfmt_name(
+				emb_client_table_spec(ct->t)->row_format));
+		else
+			emb__err_set(rc,
+				     "table %s: the gradient of id %llu "
+				     "(element %u) is NaN or infinite; nothing "
+				     "of this batch was applied",
+				     emb_client_table_spec(ct->t)->name,
+				     (unsigned long long)id, elem);
 	}
 	return emb__err(rc);
 }

@@ -7,6 +7,12 @@
  * checks each by its seal, and sends the rest as one ordinary PULL on the
  * main conn; then it LOCATEs those ids for next time.
  *
+ * A record holds the row as the table keeps it: the weights in the table's
+ * row format, then the optimizer state. The seal covers those words
+ * whatever the format; only once it checks is a compact row decoded into
+ * the caller's fp32 rows (or copied as it is for raw and whole-row pulls),
+ * exactly as a two-sided PULL's rows are.
+ *
  * Parts are sent and ended through c->fns (op.c).
  *
  * Threads: emb__os_plan() in the caller's thread as it builds a pull; the
@@ -19,6 +25,7 @@
 #include <string.h>
 
 #include "common/hash.h"
+#include "common/rowfmt.h"
 #include "common/seal.h"
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
@@ -89,7 +96,8 @@ static void os_fallback(struct emb_client *c, struct part *p)
 	c->fns->send(c, p);
 }
 
-/* True when record rec (rb bytes, as READ) is id's row, whole. */
+/* True when record rec (rb bytes, as READ) is id's row, whole: its
+ * row_floats words (weights in the table's format, then state) sealed. */
 static bool seal_ok(const struct remote *r, uint32_t rb, uint32_t row_floats,
 		    const char *rec, uint64_t id)
 {
@@ -130,7 +138,9 @@ static void os_read_done(void *ctx, int status)
 	for (uint32_t k = 0; k < p->rd.rop.n; k++) {
 		uint32_t j = p->rd.seg_j[k];
 		const char *rec = p->rd.land + (size_t)j * p->rd.rb;
+		const void *row = rec + 16;
 		uint32_t u = op->pu[p->req.first + j];
+		uint32_t i;
 
 		if (!seal_ok(r, p->rd.rb, t->row_floats, rec, ids[j])) {
 			struct loc *e = loc_find(t, ids[j]);
@@ -141,8 +151,21 @@ static void os_read_done(void *ctx, int status)
 			bad++;
 			continue;
 		}
-		for (uint32_t i = op->first[u]; i != NONE; i = op->next[i]) {
-			memcpy(op->out + (size_t)i * op->dim, rec + 16, row_sz);
+		/* Sealed, so whole: a compact row is decoded (from the
+		 * landing, which nothing writes any more) into the first
+		 * position and copied to the others. */
+		i = op->first[u];
+		if (op->decode != EMB_ROWFMT_FP32 && i != NONE) {
+			emb_rowfmt_decode(op->decode, row,
+					  op->out + (size_t)i * op->dim,
+					  op->dim);
+			row = op->out + (size_t)i * op->dim;
+			if (op->found)
+				op->found[i] = 1;
+			i = op->next[i];
+		}
+		for (; i != NONE; i = op->next[i]) {
+			memcpy(op->out + (size_t)i * op->dim, row, row_sz);
 			if (op->found)
 				op->found[i] = 1;
 		}

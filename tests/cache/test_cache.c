@@ -2,12 +2,14 @@
  * tests/cache/test_cache.c - emb_cache over an in-process emb_table standing
  * in for the servers. The backend below can hold fetches "in flight" until a
  * blocking wait, fail the Nth call of each callback, and logs the ids it was
- * asked to fetch.
+ * asked to fetch. The table may keep compact rows (fp16, bf16, int8): the
+ * backend then moves them as the servers would, in the table's format.
  */
 #include "cache/cache.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +23,8 @@
 struct backend {
 	struct emb_table *t;	 /* the "servers" */
 	uint32_t dim;		 /* weights per row */
-	uint32_t rf;		 /* floats of a full table row */
+	uint32_t rf;		 /* words of a full table row */
+	uint32_t ww;		 /* words of a row's weights */
 	bool full_rows;		 /* fetch weights + state (write-back) */
 	bool slow;		 /* non-blocking waits report -EAGAIN */
 	bool live[NTOK];	 /* token issued and not yet reported */
@@ -49,7 +52,7 @@ static int64_t be_fetch_start(void *arg, const uint64_t *ids, uint32_t n,
 	be->fetch_calls++;
 	if (be->fetch_calls == be->fail_start)
 		return -ECONNRESET;
-	CU_ASSERT_EQUAL(stride, be->full_rows ? be->rf : be->dim);
+	CU_ASSERT_EQUAL(stride, be->full_rows ? be->rf : be->ww);
 	for (uint32_t i = 0; i < n && be->nlog < (1u << 16); i++)
 		be->log[be->nlog++] = ids[i];
 	/* The rows are read now: the fetch sees the servers as of its start. */
@@ -57,14 +60,14 @@ static int64_t be_fetch_start(void *arg, const uint64_t *ids, uint32_t n,
 		p = malloc(n * sizeof(*p));
 		CU_ASSERT_PTR_NOT_NULL_FATAL(p);
 		rc = emb_table_pull_ptrs(be->t, ids, n, p, 0);
-		/* A row record is dim weights followed by the optimizer
+		/* A row record is the weights followed by the optimizer
 		 * state (store_int.h), so the weights pointer is the row. */
 		for (uint32_t i = 0; rc >= 0 && i < n; i++)
 			memcpy(dst + (size_t)i * stride, p[i],
 			       be->rf * sizeof(float));
 		free(p);
 	} else {
-		rc = emb_table_pull(be->t, ids, n, dst, 0, NULL);
+		rc = emb_table_pull_raw(be->t, ids, n, dst, 0, NULL);
 	}
 	if (rc < 0)
 		return rc;
@@ -109,10 +112,14 @@ static int be_write_back(void *arg, const uint64_t *ids, uint32_t n,
 	return emb_table_assign(be->t, ids, n, rows, true, NULL);
 }
 
+/* Row format of the tables table_new() makes. */
+static uint32_t g_fmt = EMB_ROWFMT_FP32;
+
 static struct emb_table_opts table_opts(uint32_t dim, uint32_t optim)
 {
 	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
 
+	o.row_format = g_fmt;
 	o.dim = dim;
 	o.optim.kind = optim;
 	o.optim.lr = 0.05f;
@@ -145,6 +152,7 @@ static struct emb_cache *cache_new(struct backend *be, uint32_t mode,
 	be->t = table_new(dim, optim);
 	be->dim = dim;
 	be->rf = emb_table_row_floats(be->t);
+	be->ww = emb_table_weight_words(be->t);
 	be->full_rows = mode == EMB_CACHE_WRITE_BACK;
 	o.capacity = capacity;
 	o.dim = dim;
@@ -154,13 +162,16 @@ static struct emb_cache *cache_new(struct backend *be, uint32_t mode,
 	o.policy = g_policy;
 	o.staleness_steps = staleness;
 	o.optim = table_opts(dim, optim).optim;
+	o.row_format = g_fmt;
+	o.seed = table_opts(dim, optim).seed;
 	o.ops.fetch_start = be_fetch_start;
 	o.ops.fetch_wait = be_fetch_wait;
 	o.ops.push = be_push;
 	o.ops.write_back = be_write_back;
 	o.arg = be;
 	CU_ASSERT_EQUAL_FATAL(emb_cache_create(&o, &c), 0);
-	CU_ASSERT_EQUAL(emb_cache_row_floats(c), be->full_rows ? be->rf : dim);
+	CU_ASSERT_EQUAL(emb_cache_row_floats(c),
+			be->full_rows ? be->rf : be->ww);
 	return c;
 }
 
@@ -731,6 +742,251 @@ static void test_write_back_matches(void)
 	g_policy = EMB_CACHE_LRU;
 }
 
+/*
+ * Compact tables: trains through the cache over a table of format fmt and,
+ * in lockstep, straight on a reference table of that format, as
+ * train_vs_reference() does. Write-through (staleness 0) and write-back
+ * while every row stays cached are bit for bit the reference: lookups
+ * decode the bits the table holds, and a write-back update rounds with the
+ * key the store's push uses. A write-back cache that evicts (cap < the
+ * rows used) numbers a refetched row's updates from 1 again, where the
+ * store's count of a row it was assigned restarts from 0: other rounding
+ * bits, so there the rows must only stay finite and close. Returns the
+ * bytes of one cached row.
+ */
+static uint32_t train_compact(uint32_t fmt, uint32_t mode, uint32_t optim,
+			      uint32_t depth, uint32_t cap)
+{
+	enum { DIM = 64, BATCH = 128, STEPS = 60, RANGE = 600 };
+	struct backend *be = be_new();
+	struct emb_cache *c;
+	struct emb_table *ref;
+	static uint64_t ids[STEPS][BATCH];
+	static float out[BATCH * DIM], want[BATCH * DIM], g[BATCH * DIM];
+	const float *ptrs[BATCH];
+	uint64_t rng = 4321, nrng = 77;
+	uint32_t rf, bytes, diff = 0, far = 0, bad = 0, ptr_bad = 0;
+	const bool exact = mode == EMB_CACHE_WRITE_THROUGH || cap >= RANGE;
+	struct emb_cache_stats st;
+	float *ra, *rb, *wa, *wb;
+
+	g_fmt = fmt;
+	c = cache_new(be, mode, optim, DIM, cap, depth, 0);
+	ref = table_new(DIM, optim);
+	g_fmt = EMB_ROWFMT_FP32;
+	rf = emb_table_row_floats(ref);
+	CU_ASSERT_EQUAL(emb_table_row_format(ref), fmt);
+	for (int s = 0; s < STEPS; s++)
+		for (int i = 0; i < BATCH; i++)
+			ids[s][i] = draw_id(&rng, RANGE);
+	for (uint32_t s = 0; s < depth; s++)
+		CU_ASSERT_EQUAL(emb_cache_prefetch(c, ids[s], BATCH), 0);
+	for (uint32_t s = 0; s < STEPS; s++) {
+		if (s % 7 == 3) {
+			/* lookup_ptrs decodes too. */
+			CU_ASSERT_EQUAL_FATAL(
+			    emb_cache_lookup_ptrs(c, ids[s], BATCH, ptrs), 0);
+			for (int i = 0; i < BATCH; i++) {
+				memcpy(out + (size_t)i * DIM, ptrs[i],
+				       DIM * sizeof(float));
+				ptr_bad += ptrs[i] != ptrs[0] &&
+					   ids[s][i] == ids[s][0];
+			}
+		} else {
+			CU_ASSERT_EQUAL_FATAL(
+			    emb_cache_lookup(c, ids[s], BATCH, out), 0);
+		}
+		if (depth && s + depth < STEPS)
+			CU_ASSERT_EQUAL(
+			    emb_cache_prefetch(c, ids[s + depth], BATCH), 0);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_table_pull(ref, ids[s], BATCH, want, 0, NULL) >= 0,
+		    true);
+		for (int i = 0; i < BATCH * DIM; i++) {
+			diff += memcmp(&out[i], &want[i], sizeof(float)) != 0;
+			far += !(fabsf(out[i] - want[i]) <=
+				 0.05f * fabsf(want[i]) + 0.02f);
+			g[i] = 0.5f * out[i] + draw_noise(&nrng);
+		}
+		CU_ASSERT_EQUAL_FATAL(emb_cache_update(c, g), 0);
+		/* The reference's gradients are the cache's: any
+		 * difference in the rows is the rows', not the model's. */
+		CU_ASSERT_EQUAL_FATAL(emb_table_push(ref, ids[s], BATCH, g), 0);
+	}
+	CU_ASSERT_EQUAL(ptr_bad, 0);
+	CU_ASSERT_EQUAL(far, 0);
+	if (exact)
+		CU_ASSERT_EQUAL(diff, 0);
+	emb_cache_cancel(c);
+	CU_ASSERT_EQUAL(emb_cache_flush(c), 0);
+	emb_cache_stats(c, &st);
+	CU_ASSERT(mode == EMB_CACHE_WRITE_THROUGH || st.write_backs > 0);
+	CU_ASSERT(exact || st.evictions > 0);
+	/* Rows cross from the servers as the table keeps them. */
+	bytes = emb_cache_row_floats(c) * 4;
+	CU_ASSERT_EQUAL(st.bytes_fetched, (uint64_t)st.rows_fetched * bytes);
+
+	/* Every row either side holds: whole, in the table's format. */
+	ra = malloc(rf * sizeof(float));
+	rb = malloc(rf * sizeof(float));
+	wa = malloc(DIM * sizeof(float));
+	wb = malloc(DIM * sizeof(float));
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ra && rb && wa && wb);
+	diff = 0;
+	for (int s = 0; s < STEPS; s++) {
+		for (int i = 0; i < BATCH; i++) {
+			table_row(be->t, ids[s][i], ra);
+			table_row(ref, ids[s][i], rb);
+			bad += !emb_table_row_finite(be->t, ra);
+			diff += memcmp(ra, rb, rf * sizeof(float)) != 0;
+			emb_rowfmt_decode(fmt, ra, wa, DIM);
+			emb_rowfmt_decode(fmt, rb, wb, DIM);
+			for (uint32_t j = 0; j < DIM; j++)
+				bad += !(fabsf(wa[j] - wb[j]) <=
+					 0.05f * fabsf(wb[j]) + 0.02f);
+		}
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	if (exact) {
+		CU_ASSERT_EQUAL(diff, 0);
+	} else {
+		CU_ASSERT(diff > 0); /* the keys did differ: see above */
+	}
+	free(ra);
+	free(rb);
+	free(wa);
+	free(wb);
+	emb_table_destroy(ref);
+	done(be, c);
+	return bytes;
+}
+
+static void test_compact_write_through(void)
+{
+	static const uint32_t fmts[] = {EMB_ROWFMT_FP32, EMB_ROWFMT_FP16,
+					EMB_ROWFMT_BF16, EMB_ROWFMT_INT8};
+	/* Bytes of a cached row of dim 64: the weights as the table keeps
+	 * them (int8: 64 codes, a scale and a bias). */
+	static const uint32_t want[] = {256, 128, 128, 72};
+
+	for (uint32_t k = 0; k < 4; k++) {
+		uint32_t b = train_compact(fmts[k], EMB_CACHE_WRITE_THROUGH,
+					   EMB_OPTIM_ADAGRAD, 2, 200);
+
+		CU_ASSERT_EQUAL(b, want[k]);
+		printf("\n    write-through %s: %u bytes a cached row",
+		       emb_rowfmt_name(fmts[k]), b);
+	}
+}
+
+static void test_compact_write_back(void)
+{
+	/* Adagrad's state is dim fp32 floats after the weights. */
+	CU_ASSERT_EQUAL(train_compact(EMB_ROWFMT_FP16, EMB_CACHE_WRITE_BACK,
+				      EMB_OPTIM_ADAGRAD, 2, 1024),
+			128 + 256);
+	CU_ASSERT_EQUAL(train_compact(EMB_ROWFMT_INT8, EMB_CACHE_WRITE_BACK,
+				      EMB_OPTIM_SGD, 1, 1024),
+			72);
+	CU_ASSERT_EQUAL(train_compact(EMB_ROWFMT_BF16, EMB_CACHE_WRITE_BACK,
+				      EMB_OPTIM_ADAM, 0, 1024),
+			128 + 4 * (2 * 64 + 1));
+	g_policy = EMB_CACHE_TINYLFU;
+	train_compact(EMB_ROWFMT_FP16, EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAGRAD,
+		      2, 400);
+	train_compact(EMB_ROWFMT_INT8, EMB_CACHE_WRITE_BACK, EMB_OPTIM_SGD, 0,
+		      300);
+	g_policy = EMB_CACHE_LRU;
+}
+
+/*
+ * The rounding key of a write-back update, exactly: (seed, id, 2) for the
+ * first update after a fetch, 3 for the next, and 2 again once the row
+ * was written back, evicted and fetched anew. A result fp16 cannot hold
+ * is refused whole, nothing changed.
+ */
+static void test_compact_write_back_key(void)
+{
+	enum { DIM = 16 };
+	struct backend *be = be_new();
+	struct emb_cache *c;
+	struct emb_optim_cfg oc;
+	const uint64_t ab[2] = {5, 6};
+	uint64_t id = 5, other = 9;
+	float g[2 * DIM], out[2 * DIM], w[DIM], before[2 * DIM];
+	uint16_t want[DIM], got[DIM];
+	uint32_t count = 2, elem = 0;
+	uint64_t bad_id = 0;
+	struct emb_cache_stats st;
+
+	g_fmt = EMB_ROWFMT_FP16;
+	c = cache_new(be, EMB_CACHE_WRITE_BACK, EMB_OPTIM_SGD, DIM, 2, 0, 0);
+	g_fmt = EMB_ROWFMT_FP32;
+	oc = table_opts(DIM, EMB_OPTIM_SGD).optim;
+	for (int j = 0; j < 2 * DIM; j++)
+		g[j] = 0.37f + 0.011f * (float)j;
+	for (int round = 0; round < 2; round++) {
+		for (int k = 0; k < 2; k++, count++) {
+			/* Expected: the row as the table (or the last
+			 * update) left it, stepped in fp32, rounded with
+			 * the key of this update. */
+			CU_ASSERT_EQUAL_FATAL(emb_cache_lookup(c, &id, 1, w),
+					      0);
+			CU_ASSERT_FATAL(emb_optim_apply_row(&oc, w, g, DIM));
+			CU_ASSERT_FATAL(emb_rowfmt_encode(
+			    EMB_ROWFMT_FP16, w, want, DIM,
+			    EMB_ROUND_STOCHASTIC,
+			    emb_rowfmt_sr_key(7, id, count)));
+			CU_ASSERT_EQUAL_FATAL(emb_cache_update(c, g), 0);
+		}
+		CU_ASSERT_EQUAL(emb_cache_flush(c), 0);
+		table_row(be->t, id, (float *)(void *)got);
+		CU_ASSERT(memcmp(got, want, sizeof(want)) == 0);
+		/* Capacity 2: 9 and 6 push 5 out; it comes back with
+		 * count 1. */
+		CU_ASSERT_EQUAL(emb_cache_lookup(c, &other, 1, out), 0);
+		CU_ASSERT_EQUAL(emb_cache_lookup(c, &ab[1], 1, out), 0);
+		count = 2;
+	}
+	emb_cache_stats(c, &st);
+	CU_ASSERT(st.evictions >= 2);
+
+	/* 5 and 6 cached; 6's step leaves fp16's range: nothing changes. */
+	CU_ASSERT_EQUAL_FATAL(emb_cache_lookup(c, ab, 2, before), 0);
+	for (int j = 0; j < DIM; j++)
+		g[DIM + j] = 1e7f;
+	CU_ASSERT_EQUAL(emb_cache_update(c, g), EMB_ENONFINITE);
+	emb_cache_nonfinite(c, &bad_id, &elem);
+	CU_ASSERT_EQUAL(bad_id, 6);
+	CU_ASSERT_EQUAL(elem, UINT32_MAX);
+	emb_cache_stats(c, &st);
+	CU_ASSERT_EQUAL(st.dirty, 0);
+	CU_ASSERT_EQUAL(st.pinned, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_cache_lookup(c, ab, 2, out), 0);
+	CU_ASSERT(memcmp(out, before, sizeof(out)) == 0);
+	done(be, c);
+}
+
+static void test_compact_bad_format(void)
+{
+	struct emb_cache_opts o = EMB_CACHE_OPTS_DEFAULT;
+	struct emb_cache *c = NULL;
+
+	o.ops.fetch_start = be_fetch_start;
+	o.ops.fetch_wait = be_fetch_wait;
+	o.ops.push = be_push;
+	o.row_format = EMB_ROWFMT_COUNT;
+	CU_ASSERT_EQUAL(emb_cache_create(&o, &c), EMB_EBADFORMAT);
+	o.row_format = EMB_ROWFMT_INT8;
+	o.rounding = 2;
+	CU_ASSERT_EQUAL(emb_cache_create(&o, &c), EMB_EBADFORMAT);
+	CU_ASSERT_PTR_NULL(c);
+	o.rounding = EMB_ROUND_NEAREST;
+	CU_ASSERT_EQUAL_FATAL(emb_cache_create(&o, &c), 0);
+	CU_ASSERT_EQUAL(emb_cache_row_floats(c), (8 + 8) / 4);
+	emb_cache_destroy(c);
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -941,6 +1197,16 @@ int main(int argc, char **argv)
 	    {"fetch error surfaces from lookup", test_fetch_error},
 	    {"push error surfaces from update", test_push_error},
 	    {"cancel drops queued batches", test_cancel},
+	    {"compact rows: write-through is the table bit for bit, in the "
+	     "table's bytes",
+	     test_compact_write_through},
+	    {"compact rows: write-back rounds as the store does; evicting "
+	     "stays finite and close",
+	     test_compact_write_back},
+	    {"compact rows: write-back rounding key, and refused results",
+	     test_compact_write_back_key},
+	    {"compact rows: unknown format or rounding is refused",
+	     test_compact_bad_format},
 	    {NULL, NULL},
 	};
 

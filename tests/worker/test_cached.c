@@ -4,6 +4,9 @@
  * the table the uncached path gives, prefetch pulls ahead of lookup,
  * staleness refetches, oversized batches fail, write-back is refused on a
  * synchronous table, and a dead server is an error rather than a hang.
+ * Compact tables (fp16, bf16, int8) through the cache: write-through
+ * lookups are the uncached pulls bit for bit, rows cross and stay in the
+ * table's bytes, and write-back rounds as the servers do.
  * Single-threaded apart from the servers.
  */
 #include <math.h>
@@ -14,6 +17,7 @@
 #include <time.h>
 
 #include "common/hash.h"
+#include "common/rowfmt.h"
 #include "harness.h"
 #include "netutil.h"
 #include "server/server.h"
@@ -259,6 +263,168 @@ static void test_write_back_equals_uncached(void)
 			  EMB_CACHED_LRU);
 	train_and_compare(EMB_OPTIM_ROWWISE_ADAGRAD, EMB_CACHED_WRITE_BACK, 1,
 			  EMB_CACHED_LRU);
+}
+
+/*
+ * A compact table trained through a cached table and, in lockstep, an
+ * uncached twin (same spec: the same initial rows, the same rounding keys).
+ * Exact where the cache promises it (cache.h, emb_cache_update()): every
+ * write-through lookup, and write-back while no row is evicted; after
+ * evictions a refetched row rounds with other random bits, and the tables
+ * must only stay finite and close. Returns the bytes of a cached row, or 0
+ * when the client cannot make compact tables.
+ */
+static uint32_t train_compact(uint32_t fmt, uint32_t kind, uint32_t mode,
+			      uint32_t capacity)
+{
+	struct emb_server_opts o = nt_server_opts();
+	struct emb_server *srv = nt_server_start(&o);
+	uint16_t port = emb_server_port(srv);
+	struct emb_cached_table_opts co = EMB_CACHED_TABLE_OPTS_DEFAULT;
+	struct emb_table_spec sa = spec_of("cached", kind);
+	struct emb_table_spec sb = spec_of("plain", kind);
+	struct emb_client_table *ta = NULL, *tb = NULL;
+	struct emb_cached_table *ct = NULL;
+	struct emb_cached_table_stats st =
+	    EMB_SIZED(struct emb_cached_table_stats);
+	struct emb_client *c;
+	static uint64_t ids[STEPS][BATCH];
+	static float ra[BATCH * DIM], rb[BATCH * DIM], g[BATCH * DIM];
+	const bool exact = mode == EMB_CACHED_WRITE_THROUGH || capacity >= IDS;
+	uint32_t rf, bytes = 0, diff = 0, far = 0, bad = 0;
+	uint64_t all[IDS];
+	float *wa = NULL, *wb = NULL, da[DIM], db[DIM];
+	char addr[64];
+
+	sa.row_format = sb.row_format = fmt;
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	c = nt_client(addr, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sa, &ta), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sb, &tb), 0);
+	if (emb_client_table_spec(ta)->row_format != fmt)
+		goto out; /* see test_compact_through_cache() */
+	co.capacity = capacity;
+	co.max_batch = BATCH;
+	co.prefetch_depth = 2;
+	co.mode = mode;
+	co.policy = EMB_CACHED_LRU;
+	co.staleness_steps = 0;
+	CU_ASSERT_EQUAL_FATAL(emb_cached_table_create(ta, &co, &ct), 0);
+
+	for (uint32_t s = 0; s < STEPS; s++)
+		make_ids(s, ids[s], BATCH);
+	for (uint32_t s = 0; s < 2; s++)
+		CU_ASSERT_EQUAL(emb_cached_table_prefetch(ct, ids[s], BATCH),
+				0);
+	for (uint32_t s = 0; s < STEPS; s++) {
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_cached_table_lookup(ct, ids[s], BATCH, ra), 0);
+		if (s + 2 < STEPS)
+			CU_ASSERT_EQUAL(
+			    emb_cached_table_prefetch(ct, ids[s + 2], BATCH),
+			    0);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_pull(tb, ids[s], BATCH, rb, 0, NULL), 0);
+		diff += memcmp(ra, rb, sizeof(ra)) != 0;
+		for (uint32_t i = 0; i < BATCH * DIM; i++)
+			far += !(fabsf(ra[i] - rb[i]) <=
+				 0.05f * fabsf(rb[i]) + 0.02f);
+		/* Both sides push the cache's gradients. */
+		make_grads(s, ids[s], ra, BATCH, g);
+		CU_ASSERT_EQUAL_FATAL(emb_cached_table_push_grads(ct, g), 0);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_push(tb, ids[s], BATCH, g, s, 0), 0);
+	}
+	CU_ASSERT_EQUAL(far, 0);
+	if (exact)
+		CU_ASSERT_EQUAL(diff, 0);
+	emb_cached_table_cancel(ct);
+	CU_ASSERT_EQUAL(emb_cached_table_flush(ct), 0);
+	emb_cached_table_stats(ct, &st);
+	CU_ASSERT(st.rows_fetched > 0);
+	bytes = (uint32_t)(st.bytes_fetched / st.rows_fetched);
+	CU_ASSERT_EQUAL(st.bytes_fetched, (uint64_t)st.rows_fetched * bytes);
+	CU_ASSERT(exact || st.evictions > 0);
+
+	/* Whole rows of every id, in the table's format. */
+	rf = emb_client_table_row_floats(ta);
+	wa = malloc((size_t)IDS * rf * sizeof(float));
+	wb = malloc((size_t)IDS * rf * sizeof(float));
+	CU_ASSERT_PTR_NOT_NULL_FATAL(wa && wb);
+	for (uint32_t i = 0; i < IDS; i++)
+		all[i] = i;
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(ta, all, IDS, wa,
+						    EMB_CLIENT_WITH_STATE,
+						    NULL),
+			      0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(tb, all, IDS, wb,
+						    EMB_CLIENT_WITH_STATE,
+						    NULL),
+			      0);
+	diff = 0;
+	for (uint32_t i = 0; i < IDS; i++) {
+		const float *xa = wa + (size_t)i * rf, *xb = wb + (size_t)i * rf;
+
+		diff += memcmp(xa, xb, rf * sizeof(float)) != 0;
+		emb_rowfmt_decode(fmt, xa, da, DIM);
+		emb_rowfmt_decode(fmt, xb, db, DIM);
+		for (uint32_t j = 0; j < DIM; j++)
+			bad += !isfinite(da[j]) ||
+			       !(fabsf(da[j] - db[j]) <=
+				 0.05f * fabsf(db[j]) + 0.02f);
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	if (exact)
+		CU_ASSERT_EQUAL(diff, 0);
+	free(wa);
+	free(wb);
+	emb_cached_table_destroy(ct);
+out:
+	emb_client_table_close(ta);
+	emb_client_table_close(tb);
+	emb_client_destroy(c);
+	emb_server_destroy(srv);
+	return bytes;
+}
+
+/*
+ * Cached rows of a compact table take its bytes: at dim 8, fp16 and bf16
+ * weights 16 bytes, int8 16 (8 codes, a scale and a bias), fp32 32; with
+ * Adagrad's state (8 floats) in write-back mode, 32 more.
+ */
+static void test_compact_through_cache(void)
+{
+	static const uint32_t fmts[] = {EMB_ROWFMT_FP16, EMB_ROWFMT_BF16,
+					EMB_ROWFMT_INT8};
+	uint32_t b;
+
+	/* A client without row formats on the wire makes fp32 tables: it
+	 * has nothing compact to cache. */
+	if (!train_compact(EMB_ROWFMT_FP16, EMB_OPTIM_SGD,
+			   EMB_CACHED_WRITE_THROUGH, CAPACITY)) {
+		printf("\n    skipped: this client makes no compact tables ");
+		return;
+	}
+	for (uint32_t k = 0; k < 3; k++) {
+		b = train_compact(fmts[k], EMB_OPTIM_ADAGRAD,
+				  EMB_CACHED_WRITE_THROUGH, CAPACITY);
+		CU_ASSERT_EQUAL(b, 16);
+		printf("\n    write-through %s: %u bytes a cached row (fp32: "
+		       "32)",
+		       emb_rowfmt_name(fmts[k]), b);
+	}
+	b = train_compact(EMB_ROWFMT_FP16, EMB_OPTIM_ADAGRAD,
+			  EMB_CACHED_WRITE_BACK, 512);
+	CU_ASSERT_EQUAL(b, 16 + 32);
+	printf("\n    write-back fp16 + adagrad: %u bytes a cached row (fp32: "
+	       "64) ",
+	       b);
+	CU_ASSERT_EQUAL(train_compact(EMB_ROWFMT_FP16, EMB_OPTIM_ADAGRAD,
+				      EMB_CACHED_WRITE_BACK, CAPACITY),
+			16 + 32);
+	CU_ASSERT_EQUAL(train_compact(EMB_ROWFMT_INT8, EMB_OPTIM_SGD,
+				      EMB_CACHED_WRITE_BACK, CAPACITY),
+			16);
 }
 
 /* A server, a client and table "t" for the cases below. */
@@ -526,6 +692,8 @@ static const struct emb_test_case cases[] = {
      test_sync_table_refuses_write_back},
     {"a server killed mid-training is an error, not a hang",
      test_dead_server_is_an_error},
+    {"compact tables: lookups are the uncached pulls, rows the table's bytes",
+     test_compact_through_cache},
     {NULL, NULL},
 };
 

@@ -4,6 +4,8 @@
  * of table memory are bit for bit what two-sided pulls and the initializer
  * give, a row being pushed is never handed out torn, and rows that were
  * erased, evicted or whose table was dropped fall back to two-sided pulls.
+ * Compact tables (fp16, int8): records READ hold the table's format and
+ * are decoded after the seal check into what two-sided pulls give.
  * Runs where an RDMA device and RDMA_VM_IP exist (the Soft-RoCE VM, see
  * .ci/run); elsewhere it exits 77.
  */
@@ -15,6 +17,7 @@
 
 #include "common/err.h"
 #include "common/init.h"
+#include "common/rowfmt.h"
 #include "harness.h"
 #include "netutil.h"
 #include "server/server.h"
@@ -165,6 +168,94 @@ static void test_rows_match_two_sided(void)
 	free(a);
 	free(b);
 	free(g);
+}
+
+/*
+ * A compact table read one-sided: the records hold fp16 or int8 weights
+ * (then Adagrad's fp32 state), so a READ brings fewer bytes, and the rows
+ * the caller gets, decoded after the seal check, are bit for bit the
+ * two-sided pull's, before and after pushes; raw and whole-row pulls get
+ * the words as read. 0 when the client made no compact table.
+ */
+static uint32_t compact_rows_match(uint32_t fmt)
+{
+	enum { N = 512 };
+	struct emb_table_spec sp = nt_spec("compact", DIM, 5);
+	struct emb_server *srv = start_server(true);
+	struct emb_client *one, *two;
+	struct emb_client_table *t1 = NULL, *t2 = NULL;
+	struct emb_client_stats st = EMB_SIZED(struct emb_client_stats);
+	uint64_t ids[N];
+	static float a[N * 2 * DIM], b[N * 2 * DIM], g[N * DIM];
+	uint32_t bad = 0, made = 0, rf, ww = emb_rowfmt_words(fmt, DIM);
+	uint64_t before;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(srv);
+	sp.row_format = fmt;
+	sp.optim.kind = EMB_OPTIM_ADAGRAD;
+	one = client(emb_server_port(srv), EMB_PULL_ONESIDED);
+	two = client(emb_server_port(srv), EMB_PULL_TWOSIDED);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(one);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(two);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(one, &sp, &t1), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(two, "compact", &t2), 0);
+	if (emb_client_table_spec(t1)->row_format != fmt)
+		goto out; /* see test_compact_rows_match_two_sided() */
+	made = 1;
+	rf = emb_client_table_row_floats(t1);
+	CU_ASSERT_EQUAL(rf, ww + DIM);
+	for (uint32_t i = 0; i < N; i++)
+		ids[i] = (uint64_t)i * 2654435761u + 99;
+	CU_ASSERT_FATAL(learn(one, t1, ids, N, a));
+	for (uint32_t r = 0; r < 3; r++) {
+		for (size_t k = 0; k < (size_t)N * DIM; k++)
+			g[k] = 0.25f * (float)((k * 7 + r) % 9) - 1.0f;
+		CU_ASSERT_EQUAL(emb_client_table_push(t2, ids, N, g, r, 0), 0);
+		before = rows_read(one);
+		CU_ASSERT_EQUAL(emb_client_table_pull(t1, ids, N, a, 0, NULL),
+				0);
+		CU_ASSERT_EQUAL(rows_read(one) - before, N);
+		CU_ASSERT_EQUAL(emb_client_table_pull(t2, ids, N, b, 0, NULL),
+				0);
+		bad += memcmp(a, b, (size_t)N * DIM * sizeof(float)) != 0;
+	}
+	/* Raw weights and whole rows: the record's words as they are. */
+	before = rows_read(one);
+	CU_ASSERT_EQUAL(
+	    emb_client_table_pull(t1, ids, N, a, EMB_CLIENT_RAW, NULL), 0);
+	CU_ASSERT_EQUAL(
+	    emb_client_table_pull(t2, ids, N, b, EMB_CLIENT_RAW, NULL), 0);
+	bad += memcmp(a, b, (size_t)N * ww * sizeof(float)) != 0;
+	CU_ASSERT_EQUAL(
+	    emb_client_table_pull(t1, ids, N, a, EMB_CLIENT_WITH_STATE, NULL),
+	    0);
+	CU_ASSERT_EQUAL(
+	    emb_client_table_pull(t2, ids, N, b, EMB_CLIENT_WITH_STATE, NULL),
+	    0);
+	bad += memcmp(a, b, (size_t)N * rf * sizeof(float)) != 0;
+	CU_ASSERT_EQUAL(rows_read(one) - before, 2 * N);
+	CU_ASSERT_EQUAL(bad, 0);
+	emb_client_stats(one, &st);
+	CU_ASSERT_EQUAL(st.seal_failures, 0);
+	CU_ASSERT_EQUAL(st.read_conn_losses, 0);
+out:
+	emb_client_table_close(t1);
+	emb_client_table_close(t2);
+	emb_client_destroy(one);
+	emb_client_destroy(two);
+	emb_server_destroy(srv);
+	return made;
+}
+
+static void test_compact_rows_match_two_sided(void)
+{
+	/* A client without row formats on the wire makes fp32 tables:
+	 * nothing compact to read. */
+	if (!compact_rows_match(EMB_ROWFMT_FP16)) {
+		printf("\n    skipped: this client makes no compact tables ");
+		return;
+	}
+	CU_ASSERT(compact_rows_match(EMB_ROWFMT_INT8));
 }
 
 /* A server without --remote-read: every row comes two-sided, right. */
@@ -463,6 +554,8 @@ int main(int argc, char **argv)
 		 test_dropped_table_is_never_read},
 		{"one-sided pulls waited for after the client is gone",
 		 test_async_outlives_client},
+		{"compact rows READ decode to what two-sided pulls give",
+		 test_compact_rows_match_two_sided},
 		{NULL, NULL},
 	};
 
