@@ -373,10 +373,11 @@ static inline uint8_t int8_code(float x, const struct int8_par *p,
 	return (uint8_t)(uint32_t)(v + MAGIC - MAGIC);
 }
 
-/* Min and max of s[0..n), false when a value is not finite. */
+/* Min and max of s[0..n) and *mn, *mx (the caller starts them at a value
+ * of the row), false when a value is not finite. */
 static bool minmax_scalar(const float *s, uint32_t n, float *mn, float *mx)
 {
-	float lo = n ? s[0] : 0.0f, hi = lo;
+	float lo = *mn, hi = *mx;
 	uint32_t bad = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -401,36 +402,623 @@ static void enc_int8_codes_scalar(const float *s, unsigned char *q, uint32_t i0,
 							       : 0);
 }
 
+/* ---- vector bodies ----------------------------------------------------- */
+
+/*
+ * Each body does whole vectors and leaves the rest to the next narrower
+ * one, down to the scalar loops; a partial vector of a decode is staged
+ * through a zeroed buffer instead, one conversion for the last 1..7 values.
+ * Refused values are only flagged: what a refused row's bytes hold does
+ * not matter, so the vectors convert them like any other.
+ *
+ * F16C's vcvtph2ps is exact and quiets NaNs as emb_fp16_to_fp32() does;
+ * vcvtps2ph with an immediate rounding mode ignores MXCSR's and rounds
+ * binary32 subnormals as the integer code does (all to 0). AVX2 min/max
+ * return their second operand on NaN, as the scalar ternaries do.
+ */
+#if ROWFMT_X86
+#define VEC_INLINE static inline __attribute__((always_inline))
+
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c,fma")
+
+static const float sr_scale_v = 0x1p-24f;
+
+/* sr_hash() of indexes idx in 8 lanes. */
+VEC_INLINE __m256i sr_hash_v8(__m256i idx, uint64_t key)
+{
+	const __m256i c1 = _mm256_set1_epi32((int)0x85ebca6bu);
+	const __m256i c2 = _mm256_set1_epi32((int)0xc2b2ae35u);
+	__m256i h = _mm256_add_epi32(
+	    _mm256_mullo_epi32(idx, _mm256_set1_epi32((int)0x9e3779b9u)),
+	    _mm256_set1_epi32((int)(uint32_t)key));
+
+	for (int r = 0; r < 2; r++) {
+		if (r)
+			h = _mm256_xor_si256(
+			    h, _mm256_set1_epi32((int)(uint32_t)(key >> 32)));
+		h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+		h = _mm256_mullo_epi32(h, c1);
+		h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 13));
+		h = _mm256_mullo_epi32(h, c2);
+		h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+	}
+	return h;
+}
+
+/* 8 lanes of 0..0xffff to 8 u16. */
+VEC_INLINE __m128i pack16_v8(__m256i v)
+{
+	return _mm_packus_epi32(_mm256_castsi256_si128(v),
+				_mm256_extracti128_si256(v, 1));
+}
+
+VEC_INLINE void dec_fp16_v8(const unsigned char *s, float *d, uint32_t i,
+			    uint32_t n)
+{
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(
+					    (const __m128i *)(s + 2 * i))));
+	if (i < n) {
+		unsigned char t[16] = {0};
+		float o[8];
+
+		memcpy(t, s + 2 * i, 2 * (n - i));
+		_mm256_storeu_ps(
+		    o, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t)));
+		memcpy(d + i, o, 4 * (n - i));
+	}
+}
+
+VEC_INLINE __m256 bf16_v8(const unsigned char *s)
+{
+	return _mm256_castsi256_ps(_mm256_slli_epi32(
+	    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)s)), 16));
+}
+
+VEC_INLINE void dec_bf16_v8(const unsigned char *s, float *d, uint32_t i,
+			    uint32_t n)
+{
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(d + i, bf16_v8(s + 2 * i));
+	if (i < n) {
+		unsigned char t[16] = {0};
+		float o[8];
+
+		memcpy(t, s + 2 * i, 2 * (n - i));
+		_mm256_storeu_ps(o, bf16_v8(t));
+		memcpy(d + i, o, 4 * (n - i));
+	}
+}
+
+VEC_INLINE __m256 int8_v8(const unsigned char *q, __m256 scale, __m256 bias)
+{
+	__m128i b = _mm_loadl_epi64((const __m128i *)q);
+
+	return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)),
+			       scale, bias);
+}
+
+VEC_INLINE void dec_int8_v8(const unsigned char *q, float scale, float bias,
+			    float *d, uint32_t i, uint32_t n)
+{
+	const __m256 vs = _mm256_set1_ps(scale), vb = _mm256_set1_ps(bias);
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(d + i, int8_v8(q + i, vs, vb));
+	if (i < n) {
+		unsigned char t[8] = {0};
+		float o[8];
+
+		memcpy(t, q + i, n - i);
+		_mm256_storeu_ps(o, int8_v8(t, vs, vb));
+		memcpy(d + i, o, 4 * (n - i));
+	}
+}
+
+VEC_INLINE void dec_row_v8(uint32_t f, const unsigned char *s, float *d,
+			   uint32_t dim)
+{
+	float scale, bias;
+
+	switch (f) {
+	case EMB_ROWFMT_FP16:
+		dec_fp16_v8(s, d, 0, dim);
+		break;
+	case EMB_ROWFMT_BF16:
+		dec_bf16_v8(s, d, 0, dim);
+		break;
+	case EMB_ROWFMT_INT8:
+		memcpy(&scale, s, sizeof(scale));
+		memcpy(&bias, s + 4, sizeof(bias));
+		dec_int8_v8(s + 8, scale, bias, d, 0, dim);
+		break;
+	}
+}
+
+static void dec_row_avx2(uint32_t f, const unsigned char *s, float *d,
+			 uint32_t dim)
+{
+	dec_row_v8(f, s, d, dim);
+}
+
+/* A copy for dim 64 (the common embedding width) that the compiler
+ * unrolls whole; rows of any other dim take the general loop. */
+static void dec_rows_avx2(uint32_t f, const unsigned char *s, size_t stride,
+			  float *d, uint32_t dim, uint32_t n)
+{
+	if (dim == 64) {
+		for (uint32_t r = 0; r < n; r++, s += stride, d += 64)
+			dec_row_v8(f, s, d, 64);
+		return;
+	}
+	for (uint32_t r = 0; r < n; r++, s += stride, d += dim)
+		dec_row_v8(f, s, d, dim);
+}
+
+/* fp16 from value *i on, while 8 remain; *i is where it stopped. The
+ * flag is true when nothing was refused. */
+VEC_INLINE bool enc_fp16_v8(const float *s, unsigned char *d, uint32_t *pi,
+			    uint32_t n, enum emb_round round, uint64_t key)
+{
+	const __m256i absm = _mm256_set1_epi32((int)ABS_MASK);
+	const __m256i maxb = _mm256_set1_epi32((int)FP16_MAX_BITS);
+	__m256i bad = _mm256_setzero_si256();
+	__m256i idx =
+	    _mm256_add_epi32(_mm256_set1_epi32((int)*pi),
+			     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	uint32_t i = *pi;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 x = _mm256_loadu_ps(s + i);
+		__m256i a = _mm256_and_si256(_mm256_castps_si256(x), absm);
+		__m128i h, lo, up16;
+		__m256 flo, fhi, p, u;
+		__m256i up;
+
+		bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(a, maxb));
+		if (round != EMB_ROUND_STOCHASTIC) {
+			h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+			_mm_storeu_si128((__m128i *)(d + 2 * i), h);
+			continue;
+		}
+		/* fp16_sr(), 8 at once */
+		lo = _mm256_cvtps_ph(x, _MM_FROUND_TO_ZERO);
+		flo = _mm256_castsi256_ps(_mm256_and_si256(
+		    _mm256_castps_si256(_mm256_cvtph_ps(lo)), absm));
+		fhi = _mm256_castsi256_ps(
+		    _mm256_and_si256(_mm256_castps_si256(_mm256_cvtph_ps(
+					 _mm_add_epi16(lo, _mm_set1_epi16(1)))),
+				     absm));
+		p = _mm256_div_ps(_mm256_sub_ps(_mm256_castsi256_ps(a), flo),
+				  _mm256_sub_ps(fhi, flo));
+		u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(
+				      sr_hash_v8(idx, key), 8)),
+				  _mm256_set1_ps(sr_scale_v));
+		up = _mm256_castps_si256(_mm256_cmp_ps(u, p, _CMP_LT_OQ));
+		up16 = _mm_packs_epi32(_mm256_castsi256_si128(up),
+				       _mm256_extracti128_si256(up, 1));
+		_mm_storeu_si128((__m128i *)(d + 2 * i),
+				 _mm_sub_epi16(lo, up16));
+		idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
+	}
+	*pi = i;
+	return _mm256_testz_si256(bad, bad);
+}
+
+VEC_INLINE bool enc_bf16_v8(const float *s, unsigned char *d, uint32_t *pi,
+			    uint32_t n, enum emb_round round, uint64_t key)
+{
+	const __m256i absm = _mm256_set1_epi32((int)ABS_MASK);
+	const __m256i maxb = _mm256_set1_epi32((int)BF16_MAX_BITS);
+	const __m256i one = _mm256_set1_epi32(1);
+	const __m256i low16 = _mm256_set1_epi32(0xffff);
+	__m256i bad = _mm256_setzero_si256();
+	__m256i idx =
+	    _mm256_add_epi32(_mm256_set1_epi32((int)*pi),
+			     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	uint32_t i = *pi;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256i u = _mm256_loadu_si256((const __m256i *)(s + i));
+		__m256i r, up;
+
+		bad = _mm256_or_si256(
+		    bad, _mm256_cmpgt_epi32(_mm256_and_si256(u, absm), maxb));
+		if (round != EMB_ROUND_STOCHASTIC) {
+			r = _mm256_add_epi32(
+			    _mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
+			    _mm256_and_si256(_mm256_srli_epi32(u, 16), one));
+			r = _mm256_srli_epi32(r, 16);
+		} else { /* bf16_sr(): both sides below 2^24, signed is fine */
+			up = _mm256_cmpgt_epi32(
+			    _mm256_slli_epi32(_mm256_and_si256(u, low16), 8),
+			    _mm256_srli_epi32(sr_hash_v8(idx, key), 8));
+			r = _mm256_sub_epi32(_mm256_srli_epi32(u, 16), up);
+			idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
+		}
+		_mm_storeu_si128((__m128i *)(d + 2 * i), pack16_v8(r));
+	}
+	*pi = i;
+	return _mm256_testz_si256(bad, bad);
+}
+
+/* min_ps(x, m) is x < m ? x : m, as minmax_scalar()'s ternary. */
+VEC_INLINE bool minmax_v8(const float *s, uint32_t *pi, uint32_t n, float *mn,
+			  float *mx)
+{
+	const __m256i expm = _mm256_set1_epi32((int)EXP_MASK);
+	__m256 lo = _mm256_set1_ps(*mn), hi = _mm256_set1_ps(*mx);
+	__m256i bad = _mm256_setzero_si256();
+	float l[8], h[8];
+	uint32_t i = *pi;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 x = _mm256_loadu_ps(s + i);
+		__m256i e = _mm256_and_si256(_mm256_castps_si256(x), expm);
+
+		bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(e, expm));
+		lo = _mm256_min_ps(x, lo);
+		hi = _mm256_max_ps(x, hi);
+	}
+	_mm256_storeu_ps(l, lo);
+	_mm256_storeu_ps(h, hi);
+	for (int k = 0; k < 8; k++) {
+		*mn = l[k] < *mn ? l[k] : *mn;
+		*mx = h[k] > *mx ? h[k] : *mx;
+	}
+	*pi = i;
+	return _mm256_testz_si256(bad, bad);
+}
+
+/* int8_code() of 8 values at q. */
+VEC_INLINE void codes_v8(__m256 x, const struct int8_par *p,
+			 enum emb_round round, __m256i idx, uint64_t key,
+			 unsigned char *q)
+{
+	__m256 v = _mm256_mul_ps(_mm256_sub_ps(x, _mm256_set1_ps(p->bias)),
+				 _mm256_set1_ps(p->inv));
+	__m256i c;
+	__m128i c16;
+
+	v = _mm256_max_ps(v, _mm256_setzero_ps());
+	v = _mm256_min_ps(v, _mm256_set1_ps(255.0f));
+	if (round == EMB_ROUND_STOCHASTIC) {
+		__m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(
+					     sr_hash_v8(idx, key), 8)),
+					 _mm256_set1_ps(sr_scale_v));
+
+		c = _mm256_cvttps_epi32(_mm256_add_ps(v, u));
+		c = _mm256_min_epi32(c, _mm256_set1_epi32(255));
+	} else {
+		v = _mm256_add_ps(v, _mm256_set1_ps(MAGIC));
+		c = _mm256_cvttps_epi32(
+		    _mm256_sub_ps(v, _mm256_set1_ps(MAGIC)));
+	}
+	c16 = pack16_v8(c);
+	_mm_storel_epi64((__m128i *)q, _mm_packus_epi16(c16, c16));
+}
+
+VEC_INLINE void enc_codes_v8(const float *s, unsigned char *q, uint32_t *pi,
+			     uint32_t n, const struct int8_par *p,
+			     enum emb_round round, uint64_t key)
+{
+	__m256i idx =
+	    _mm256_add_epi32(_mm256_set1_epi32((int)*pi),
+			     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	uint32_t i = *pi;
+
+	for (; i + 8 <= n; i += 8) {
+		codes_v8(_mm256_loadu_ps(s + i), p, round, idx, key, q + i);
+		idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
+	}
+	*pi = i;
+}
+
+static bool enc_fp16_avx2(const float *s, unsigned char *d, uint32_t n,
+			  enum emb_round round, uint64_t key)
+{
+	uint32_t i = 0;
+	bool ok = enc_fp16_v8(s, d, &i, n, round, key);
+
+	return enc_fp16_scalar(s, d, i, n, round, key) && ok;
+}
+
+static bool enc_bf16_avx2(const float *s, unsigned char *d, uint32_t n,
+			  enum emb_round round, uint64_t key)
+{
+	uint32_t i = 0;
+	bool ok = enc_bf16_v8(s, d, &i, n, round, key);
+
+	return enc_bf16_scalar(s, d, i, n, round, key) && ok;
+}
+
+static bool minmax_avx2(const float *s, uint32_t n, float *mn, float *mx)
+{
+	uint32_t i = 0;
+	bool ok = minmax_v8(s, &i, n, mn, mx);
+
+	return minmax_scalar(s + i, n - i, mn, mx) && ok;
+}
+
+static void enc_codes_avx2(const float *s, unsigned char *q, uint32_t n,
+			   const struct int8_par *p, enum emb_round round,
+			   uint64_t key)
+{
+	uint32_t i = 0;
+
+	enc_codes_v8(s, q, &i, n, p, round, key);
+	enc_int8_codes_scalar(s, q, i, n, p, round, key);
+}
+#pragma GCC pop_options
+
+/*
+ * AVX-512F only (with AVX2, F16C and FMA for the narrower bodies it ends
+ * with): vpmovdw and vpmovdb narrow the lanes, masks replace blends.
+ */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,f16c,fma")
+
+VEC_INLINE __m512i sr_hash_v16(__m512i idx, uint64_t key)
+{
+	const __m512i c1 = _mm512_set1_epi32((int)0x85ebca6bu);
+	const __m512i c2 = _mm512_set1_epi32((int)0xc2b2ae35u);
+	__m512i h = _mm512_add_epi32(
+	    _mm512_mullo_epi32(idx, _mm512_set1_epi32((int)0x9e3779b9u)),
+	    _mm512_set1_epi32((int)(uint32_t)key));
+
+	for (int r = 0; r < 2; r++) {
+		if (r)
+			h = _mm512_xor_si512(
+			    h, _mm512_set1_epi32((int)(uint32_t)(key >> 32)));
+		h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+		h = _mm512_mullo_epi32(h, c1);
+		h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
+		h = _mm512_mullo_epi32(h, c2);
+		h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+	}
+	return h;
+}
+
+VEC_INLINE __m512i idx_v16(uint32_t i)
+{
+	return _mm512_add_epi32(_mm512_set1_epi32((int)i),
+				_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+						  10, 11, 12, 13, 14, 15));
+}
+
+VEC_INLINE __m512 sr_unit_v16(__m512i idx, uint64_t key)
+{
+	return _mm512_mul_ps(
+	    _mm512_cvtepi32_ps(_mm512_srli_epi32(sr_hash_v16(idx, key), 8)),
+	    _mm512_set1_ps(sr_scale_v));
+}
+
+VEC_INLINE void dec_row_v16(uint32_t f, const unsigned char *s, float *d,
+			    uint32_t dim)
+{
+	uint32_t i = 0;
+	float scale, bias;
+	__m512 vs, vb;
+
+	switch (f) {
+	case EMB_ROWFMT_FP16:
+		for (; i + 16 <= dim; i += 16)
+			_mm512_storeu_ps(d + i,
+					 _mm512_cvtph_ps(_mm256_loadu_si256(
+					     (const __m256i *)(s + 2 * i))));
+		dec_fp16_v8(s, d, i, dim);
+		break;
+	case EMB_ROWFMT_BF16:
+		for (; i + 16 <= dim; i += 16)
+			_mm512_storeu_ps(
+			    d + i, _mm512_castsi512_ps(_mm512_slli_epi32(
+				       _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+					   (const __m256i *)(s + 2 * i))),
+				       16)));
+		dec_bf16_v8(s, d, i, dim);
+		break;
+	case EMB_ROWFMT_INT8:
+		memcpy(&scale, s, sizeof(scale));
+		memcpy(&bias, s + 4, sizeof(bias));
+		vs = _mm512_set1_ps(scale);
+		vb = _mm512_set1_ps(bias);
+		for (; i + 16 <= dim; i += 16) {
+			__m128i b =
+			    _mm_loadu_si128((const __m128i *)(s + 8 + i));
+
+			_mm512_storeu_ps(
+			    d + i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(
+						       _mm512_cvtepu8_epi32(b)),
+						   vs, vb));
+		}
+		dec_int8_v8(s + 8, scale, bias, d, i, dim);
+		break;
+	}
+}
+
+static void dec_row_avx512(uint32_t f, const unsigned char *s, float *d,
+			   uint32_t dim)
+{
+	dec_row_v16(f, s, d, dim);
+}
+
+static void dec_rows_avx512(uint32_t f, const unsigned char *s, size_t stride,
+			    float *d, uint32_t dim, uint32_t n)
+{
+	if (dim == 64) {
+		for (uint32_t r = 0; r < n; r++, s += stride, d += 64)
+			dec_row_v16(f, s, d, 64);
+		return;
+	}
+	for (uint32_t r = 0; r < n; r++, s += stride, d += dim)
+		dec_row_v16(f, s, d, dim);
+}
+
+static bool enc_fp16_avx512(const float *s, unsigned char *d, uint32_t n,
+			    enum emb_round round, uint64_t key)
+{
+	const __m512i absm = _mm512_set1_epi32((int)ABS_MASK);
+	const __m512i maxb = _mm512_set1_epi32((int)FP16_MAX_BITS);
+	__mmask16 bad = 0;
+	uint32_t i = 0;
+	bool ok;
+
+	for (; i + 16 <= n; i += 16) {
+		__m512 x = _mm512_loadu_ps(s + i);
+		__m512i a = _mm512_and_si512(_mm512_castps_si512(x), absm);
+		__m256i lo, hi;
+		__m512 flo, fhi, p;
+		__mmask16 up;
+
+		bad |= _mm512_cmpgt_epu32_mask(a, maxb);
+		if (round != EMB_ROUND_STOCHASTIC) {
+			_mm256_storeu_si256(
+			    (__m256i *)(d + 2 * i),
+			    _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+			continue;
+		}
+		lo = _mm512_cvtps_ph(x, _MM_FROUND_TO_ZERO);
+		hi = _mm256_add_epi16(lo, _mm256_set1_epi16(1));
+		flo = _mm512_castsi512_ps(_mm512_and_si512(
+		    _mm512_castps_si512(_mm512_cvtph_ps(lo)), absm));
+		fhi = _mm512_castsi512_ps(_mm512_and_si512(
+		    _mm512_castps_si512(_mm512_cvtph_ps(hi)), absm));
+		p = _mm512_div_ps(_mm512_sub_ps(_mm512_castsi512_ps(a), flo),
+				  _mm512_sub_ps(fhi, flo));
+		up = _mm512_cmp_ps_mask(sr_unit_v16(idx_v16(i), key), p,
+					_CMP_LT_OQ);
+		_mm256_storeu_si256(
+		    (__m256i *)(d + 2 * i),
+		    _mm512_cvtepi32_epi16(_mm512_mask_add_epi32(
+			_mm512_cvtepu16_epi32(lo), up,
+			_mm512_cvtepu16_epi32(lo), _mm512_set1_epi32(1))));
+	}
+	ok = enc_fp16_v8(s, d, &i, n, round, key);
+	return enc_fp16_scalar(s, d, i, n, round, key) && ok && !bad;
+}
+
+static bool enc_bf16_avx512(const float *s, unsigned char *d, uint32_t n,
+			    enum emb_round round, uint64_t key)
+{
+	const __m512i absm = _mm512_set1_epi32((int)ABS_MASK);
+	const __m512i maxb = _mm512_set1_epi32((int)BF16_MAX_BITS);
+	const __m512i one = _mm512_set1_epi32(1);
+	__mmask16 bad = 0;
+	uint32_t i = 0;
+	bool ok;
+
+	for (; i + 16 <= n; i += 16) {
+		__m512i u = _mm512_loadu_si512(s + i);
+		__m512i r = _mm512_srli_epi32(u, 16);
+
+		bad |= _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absm), maxb);
+		if (round != EMB_ROUND_STOCHASTIC) {
+			r = _mm512_add_epi32(
+			    _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+			    _mm512_and_si512(r, one));
+			r = _mm512_srli_epi32(r, 16);
+		} else {
+			__mmask16 up = _mm512_cmplt_epu32_mask(
+			    _mm512_srli_epi32(sr_hash_v16(idx_v16(i), key), 8),
+			    _mm512_slli_epi32(
+				_mm512_and_si512(u, _mm512_set1_epi32(0xffff)),
+				8));
+
+			r = _mm512_mask_add_epi32(r, up, r, one);
+		}
+		_mm256_storeu_si256((__m256i *)(d + 2 * i),
+				    _mm512_cvtepi32_epi16(r));
+	}
+	ok = enc_bf16_v8(s, d, &i, n, round, key);
+	return enc_bf16_scalar(s, d, i, n, round, key) && ok && !bad;
+}
+
+static bool minmax_avx512(const float *s, uint32_t n, float *mn, float *mx)
+{
+	const __m512i expm = _mm512_set1_epi32((int)EXP_MASK);
+	__m512 lo = _mm512_set1_ps(*mn), hi = _mm512_set1_ps(*mx);
+	__mmask16 bad = 0;
+	float l[16], h[16];
+	uint32_t i = 0;
+	bool ok;
+
+	for (; i + 16 <= n; i += 16) {
+		__m512 x = _mm512_loadu_ps(s + i);
+
+		bad |= _mm512_cmpeq_epi32_mask(
+		    _mm512_and_si512(_mm512_castps_si512(x), expm), expm);
+		lo = _mm512_min_ps(x, lo);
+		hi = _mm512_max_ps(x, hi);
+	}
+	_mm512_storeu_ps(l, lo);
+	_mm512_storeu_ps(h, hi);
+	for (int k = 0; k < 16; k++) {
+		*mn = l[k] < *mn ? l[k] : *mn;
+		*mx = h[k] > *mx ? h[k] : *mx;
+	}
+	ok = minmax_v8(s, &i, n, mn, mx);
+	return minmax_scalar(s + i, n - i, mn, mx) && ok && !bad;
+}
+
+static void enc_codes_avx512(const float *s, unsigned char *q, uint32_t n,
+			     const struct int8_par *p, enum emb_round round,
+			     uint64_t key)
+{
+	const __m512 bias = _mm512_set1_ps(p->bias);
+	const __m512 inv = _mm512_set1_ps(p->inv);
+	uint32_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		__m512 v = _mm512_mul_ps(
+		    _mm512_sub_ps(_mm512_loadu_ps(s + i), bias), inv);
+		__m512i c;
+
+		v = _mm512_max_ps(v, _mm512_setzero_ps());
+		v = _mm512_min_ps(v, _mm512_set1_ps(255.0f));
+		if (round == EMB_ROUND_STOCHASTIC) {
+			c = _mm512_cvttps_epi32(
+			    _mm512_add_ps(v, sr_unit_v16(idx_v16(i), key)));
+			c = _mm512_min_epi32(c, _mm512_set1_epi32(255));
+		} else {
+			v = _mm512_add_ps(v, _mm512_set1_ps(MAGIC));
+			c = _mm512_cvttps_epi32(
+			    _mm512_sub_ps(v, _mm512_set1_ps(MAGIC)));
+		}
+		_mm_storeu_si128((__m128i *)(q + i), _mm512_cvtepi32_epi8(c));
+	}
+	enc_codes_v8(s, q, &i, n, p, round, key);
+	enc_int8_codes_scalar(s, q, i, n, p, round, key);
+}
+#pragma GCC pop_options
+#endif
+
 /* ---- dispatch ---------------------------------------------------------- */
 
 /*
- * The vector bodies to run: 64 (AVX-512 F/BW/VL with F16C and FMA), 32
+ * The vector bodies to run: 64 (AVX-512F, with AVX2, F16C and FMA), 32
  * (AVX2, F16C and FMA) or 0 (scalar), the widest the CPU has and
  * emb__rowfmt_vec_max allows. Asked per call, as common/optim.c does.
  */
 static unsigned vec_width(void)
 {
 #if ROWFMT_X86
-	if (!__builtin_cpu_supports("avx2") ||
+	if (emb__rowfmt_vec_max < 32 || !__builtin_cpu_supports("avx2") ||
 	    !__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("fma"))
 		return 0;
-	if (emb__rowfmt_vec_max >= 64 && __builtin_cpu_supports("avx512f") &&
-	    __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl"))
+	if (emb__rowfmt_vec_max >= 64 && __builtin_cpu_supports("avx512f"))
 		return 64;
-	if (emb__rowfmt_vec_max >= 32)
-		return 32;
-#endif
+	return 32;
+#else
 	return 0;
+#endif
 }
 
-/* One row of format f (not fp32) at s into d, by the body of width w. */
-static void decode_row(unsigned w, uint32_t f, const unsigned char *s, float *d,
-		       uint32_t dim)
+static void dec_row_scalar(uint32_t f, const unsigned char *s, float *d,
+			   uint32_t dim)
 {
 	float scale, bias;
 
-	(void)w;
 	switch (f) {
 	case EMB_ROWFMT_FP16:
 		dec_fp16_scalar(s, d, dim);
@@ -452,14 +1040,25 @@ void emb_rowfmt_decode(uint32_t f, const void *src, float *dst, uint32_t dim)
 		memcpy(dst, src, (size_t)dim * sizeof(*dst));
 		return;
 	}
-	decode_row(vec_width(), f, src, dst, dim);
+	switch (vec_width()) {
+#if ROWFMT_X86
+	case 64:
+		dec_row_avx512(f, src, dst, dim);
+		break;
+	case 32:
+		dec_row_avx2(f, src, dst, dim);
+		break;
+#endif
+	default:
+		dec_row_scalar(f, src, dst, dim);
+		break;
+	}
 }
 
 void emb_rowfmt_decode_rows(uint32_t f, const void *src, size_t src_stride,
 			    float *dst, uint32_t dim, uint32_t n)
 {
 	const unsigned char *s = src;
-	unsigned w;
 
 	if (f == EMB_ROWFMT_FP32) {
 		if (src_stride == (size_t)dim * sizeof(*dst)) {
@@ -471,15 +1070,26 @@ void emb_rowfmt_decode_rows(uint32_t f, const void *src, size_t src_stride,
 			       (size_t)dim * sizeof(*dst));
 		return;
 	}
-	w = vec_width();
-	for (uint32_t r = 0; r < n; r++)
-		decode_row(w, f, s + r * src_stride, dst + (size_t)r * dim,
-			   dim);
+	switch (vec_width()) {
+#if ROWFMT_X86
+	case 64:
+		dec_rows_avx512(f, s, src_stride, dst, dim, n);
+		break;
+	case 32:
+		dec_rows_avx2(f, s, src_stride, dst, dim, n);
+		break;
+#endif
+	default:
+		for (uint32_t r = 0; r < n; r++)
+			dec_row_scalar(f, s + r * src_stride,
+				       dst + (size_t)r * dim, dim);
+		break;
+	}
 }
 
 static bool encode_fp32(const float *src, unsigned char *d, uint32_t dim)
 {
-	float mn, mx;
+	float mn = 0.0f, mx = 0.0f;
 
 	memcpy(d, src, (size_t)dim * sizeof(*src));
 	return minmax_scalar(src, dim, &mn, &mx);
@@ -489,14 +1099,39 @@ static bool encode_int8(unsigned w, const float *src, unsigned char *d,
 			uint32_t dim, enum emb_round round, uint64_t key)
 {
 	struct int8_par p;
-	float mn, mx;
+	float mn = dim ? src[0] : 0.0f, mx = mn;
+	bool finite;
 
-	(void)w;
-	if (!minmax_scalar(src, dim, &mn, &mx) || !int8_params(mn, mx, &p))
+	switch (w) {
+#if ROWFMT_X86
+	case 64:
+		finite = minmax_avx512(src, dim, &mn, &mx);
+		break;
+	case 32:
+		finite = minmax_avx2(src, dim, &mn, &mx);
+		break;
+#endif
+	default:
+		finite = minmax_scalar(src, dim, &mn, &mx);
+		break;
+	}
+	if (!finite || !int8_params(mn, mx, &p))
 		return false;
 	memcpy(d, &p.scale, sizeof(p.scale));
 	memcpy(d + 4, &p.bias, sizeof(p.bias));
-	enc_int8_codes_scalar(src, d + 8, 0, dim, &p, round, key);
+	switch (w) {
+#if ROWFMT_X86
+	case 64:
+		enc_codes_avx512(src, d + 8, dim, &p, round, key);
+		break;
+	case 32:
+		enc_codes_avx2(src, d + 8, dim, &p, round, key);
+		break;
+#endif
+	default:
+		enc_int8_codes_scalar(src, d + 8, 0, dim, &p, round, key);
+		break;
+	}
 	return true;
 }
 
@@ -506,29 +1141,37 @@ bool emb_rowfmt_encode(uint32_t f, const float *src, void *dst, uint32_t dim,
 	unsigned char *d = dst;
 	uint32_t nbytes = emb_rowfmt_bytes(f, dim);
 	unsigned w;
-	bool ok = false;
+	bool ok;
 
-	if (!nbytes && dim)
-		return false; /* unknown format */
-	if (round != EMB_ROUND_NEAREST && round != EMB_ROUND_STOCHASTIC)
+	if (f >= EMB_ROWFMT_COUNT ||
+	    (round != EMB_ROUND_NEAREST && round != EMB_ROUND_STOCHASTIC))
 		return false;
 	w = vec_width();
-	(void)w;
 	switch (f) {
 	case EMB_ROWFMT_FP32:
 		ok = encode_fp32(src, d, dim);
 		break;
 	case EMB_ROWFMT_FP16:
-		ok = enc_fp16_scalar(src, d, 0, dim, round, key);
+#if ROWFMT_X86
+		if (w)
+			ok = w == 64 ? enc_fp16_avx512(src, d, dim, round, key)
+				     : enc_fp16_avx2(src, d, dim, round, key);
+		else
+#endif
+			ok = enc_fp16_scalar(src, d, 0, dim, round, key);
 		break;
 	case EMB_ROWFMT_BF16:
-		ok = enc_bf16_scalar(src, d, 0, dim, round, key);
-		break;
-	case EMB_ROWFMT_INT8:
-		ok = encode_int8(w, src, d, dim, round, key);
+#if ROWFMT_X86
+		if (w)
+			ok = w == 64 ? enc_bf16_avx512(src, d, dim, round, key)
+				     : enc_bf16_avx2(src, d, dim, round, key);
+		else
+#endif
+			ok = enc_bf16_scalar(src, d, 0, dim, round, key);
 		break;
 	default:
-		return false;
+		ok = encode_int8(w, src, d, dim, round, key);
+		break;
 	}
 	/* The words' tail: stored records and dumps hold no stray bytes. */
 	memset(d + nbytes, 0, emb_rowfmt_words(f, dim) * 4u - nbytes);
