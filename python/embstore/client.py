@@ -105,7 +105,7 @@ def _rows(a: ArrayLike, n: int, width: int, what: str,
 
 # What emb_optim_parse() takes (src/common/optim.c); docs/python.md's
 # table lists the same (tests/python/test_errors.py checks both).
-OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl", "rowwise_adagrad")
 OPTIMIZER_KEYS = ("lr", "alpha", "wd", "acc", "beta1", "beta2", "eps", "beta",
                   "l1", "l2")
 
@@ -286,9 +286,10 @@ class Client:
         Args:
             name: 1..63 bytes of [A-Za-z0-9_.-].
             dim: floats per row, 1..4096.
-            optimizer: "sgd", "adagrad", "adam" or "ftrl", with
-                ":key=value,..." (lr, wd, acc, beta1, beta2, eps, beta, l1,
-                l2), applied on the servers by push.
+            optimizer: "sgd", "adagrad", "adam", "ftrl" or
+                "rowwise_adagrad" (one accumulator a row, not one a
+                weight), with ":key=value,..." (lr, wd, acc, beta1, beta2,
+                eps, beta, l1, l2), applied on the servers by push.
             init: values of new rows: "zeros", "constant:V", "uniform:A,B"
                 or "normal:MEAN,STD"; a row's values depend only on (seed,
                 id), so every server and restart agrees.
@@ -482,7 +483,7 @@ class Table:
         name: the table's name.
         dim: floats per row.
         row_floats: dim plus the optimizer's state floats per row.
-        optimizer: "sgd", "adagrad", "adam" or "ftrl".
+        optimizer: "sgd", "adagrad", "adam", "ftrl" or "rowwise_adagrad".
         mode: the training mode this handle set ("async" when opened).
     """
 

@@ -1,5 +1,6 @@
 /*
- * src/common/optim.c - SGD, Adagrad, Adam and FTRL-proximal over one row.
+ * src/common/optim.c - SGD, Adagrad, Adam, FTRL-proximal and row-wise
+ * Adagrad over one row.
  * Called with the row's lock held (store) or from the owning worker thread
  * (cache); keeps no state of its own (emb__optim_vec_max is a knob for
  * tests, optim_int.h).
@@ -124,6 +125,7 @@ int emb_optim_validate(const struct emb_optim_cfg *cfg)
 	case EMB_OPTIM_SGD:
 		return 0;
 	case EMB_OPTIM_ADAGRAD:
+	case EMB_OPTIM_ROWWISE_ADAGRAD:
 		if (!finite_nonneg(cfg->initial_accumulator) ||
 		    !good_eps(cfg->eps))
 			return EMB_EBADOPTIM;
@@ -155,6 +157,8 @@ uint32_t emb_optim_state_floats(uint32_t kind, uint32_t dim)
 		return 2 * dim + 1;
 	case EMB_OPTIM_FTRL:
 		return 2 * dim;
+	case EMB_OPTIM_ROWWISE_ADAGRAD:
+		return 1;
 	default:
 		return 0;
 	}
@@ -168,6 +172,10 @@ void emb_optim_state_init(const struct emb_optim_cfg *cfg, float *state,
 	if (cfg->kind == EMB_OPTIM_ADAGRAD) {
 		for (uint32_t i = 0; i < dim; i++)
 			state[i] = cfg->initial_accumulator;
+		return;
+	}
+	if (cfg->kind == EMB_OPTIM_ROWWISE_ADAGRAD) {
+		state[0] = cfg->initial_accumulator;
 		return;
 	}
 	if (n)
@@ -592,6 +600,169 @@ static void apply_ftrl(const struct emb_optim_cfg *cfg, float *restrict w,
 	ftrl_tail(cfg, w, st, st + dim, g, 0, dim);
 }
 
+/*
+ * Row-wise Adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD), with gi = g + wd * w:
+ * acc += (sum of gi^2) / dim, then w -= step * gi with step = lr /
+ * (sqrt(acc) + eps): one square root and one division a row, where
+ * Adagrad has one of each per element. Two passes over the row, the sum
+ * and then the update; w does not change before the second, so both see
+ * the same gi.
+ *
+ * The other optimizers are element-wise, and their vector copies match
+ * the scalar code by doing each element's operations in its order. A sum
+ * is not: its order is fixed here by dim alone, so that every copy gives
+ * the same bits. Lane k of RW_LANES partial sums adds the squares of the
+ * elements i = k mod RW_LANES of the whole blocks, block by block (one
+ * AVX-512 vector, two AVX2 ones, or the scalar loop's array); rw_fold()
+ * then adds the lanes pairwise in one order, and the tail's squares are
+ * added after, in turn.
+ */
+#define RW_LANES 16
+
+static inline __attribute__((always_inline)) float rw_fold(float *p)
+{
+	for (uint32_t h = RW_LANES / 2; h; h /= 2) {
+		for (uint32_t k = 0; k < h; k++)
+			p[k] += p[k + h];
+	}
+	return p[0];
+}
+
+/* sum plus the squares of gi for i in [i, dim), in turn. */
+static inline __attribute__((always_inline)) float
+rw_sumsq_tail(float wd, const float *restrict w, const float *restrict g,
+	      float sum, uint32_t i, uint32_t dim)
+{
+	for (; i < dim; i++) {
+		float gi = g[i] + wd * w[i];
+
+		sum += gi * gi;
+	}
+	return sum;
+}
+
+/* The sum of squares: blocks of a fixed RW_LANES for the vectoriser. */
+static inline __attribute__((always_inline)) float
+rw_sumsq_body(float wd, const float *restrict w, const float *restrict g,
+	      uint32_t dim)
+{
+	float p[RW_LANES] = {0};
+	size_t i = 0;
+
+	for (; i + RW_LANES <= dim; i += RW_LANES) {
+		const float *restrict wb = w + i;
+		const float *restrict gb = g + i;
+
+		for (size_t k = 0; k < RW_LANES; k++) {
+			float gi = gb[k] + wd * wb[k];
+
+			p[k] += gi * gi;
+		}
+	}
+	return rw_sumsq_tail(wd, w, g, rw_fold(p), (uint32_t)i, dim);
+}
+
+/* w -= step * (g + wd * w) for i in [i, dim). */
+static inline __attribute__((always_inline)) void
+rw_update_tail(float step, float wd, float *restrict w,
+	       const float *restrict g, uint32_t i, uint32_t dim)
+{
+	for (; i < dim; i++)
+		w[i] -= step * (g[i] + wd * w[i]);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/*
+ * As ADAGRAD_COPY: NAME##_sumsq and NAME##_update built for ISA, W floats
+ * a step in V, intrinsics P; RW_LANES / W vectors of partial sums, each
+ * lane the scalar loop's lane of the same number.
+ */
+#define RW_COPY(NAME, ISA, V, P, W)                                           \
+	__attribute__((target(ISA))) static float NAME##_sumsq(               \
+	    float wd_, const float *restrict w, const float *restrict g,      \
+	    uint32_t dim)                                                     \
+	{                                                                     \
+		const V wd = P##_set1_ps(wd_);                                \
+		V s[RW_LANES / W];                                            \
+		float p[RW_LANES];                                            \
+		uint32_t i = 0;                                               \
+                                                                              \
+		for (uint32_t k = 0; k < RW_LANES / W; k++)                   \
+			s[k] = P##_setzero_ps();                              \
+		for (; i + RW_LANES <= dim; i += RW_LANES) {                  \
+			for (uint32_t k = 0; k < RW_LANES / W; k++) {         \
+				const uint32_t j = i + k * W;                 \
+				V gi = P##_add_ps(                            \
+				    P##_loadu_ps(g + j),                      \
+				    P##_mul_ps(wd, P##_loadu_ps(w + j)));     \
+                                                                              \
+				s[k] = P##_add_ps(s[k], P##_mul_ps(gi, gi));  \
+			}                                                     \
+		}                                                             \
+		for (uint32_t k = 0; k < RW_LANES / W; k++)                   \
+			P##_storeu_ps(p + k * W, s[k]);                       \
+		return rw_sumsq_tail(wd_, w, g, rw_fold(p), i, dim);          \
+	}                                                                     \
+                                                                              \
+	__attribute__((target(ISA))) static void NAME##_update(               \
+	    float step_, float wd_, float *restrict w,                        \
+	    const float *restrict g, uint32_t dim)                            \
+	{                                                                     \
+		const V step = P##_set1_ps(step_);                            \
+		const V wd = P##_set1_ps(wd_);                                \
+		uint32_t i = 0;                                               \
+                                                                              \
+		for (; i + W <= dim; i += W) {                                \
+			V wi = P##_loadu_ps(w + i);                           \
+			V gi = P##_add_ps(P##_loadu_ps(g + i),                \
+					  P##_mul_ps(wd, wi));                \
+                                                                              \
+			P##_storeu_ps(w + i,                                  \
+				      P##_sub_ps(wi, P##_mul_ps(step, gi)));  \
+		}                                                             \
+		rw_update_tail(step_, wd_, w, g, i, dim);                     \
+	}
+
+RW_COPY(rw_avx512, "avx512f", __m512, _mm512, 16)
+RW_COPY(rw_avx2, "avx2", __m256, _mm256, 8)
+#undef RW_COPY
+#endif
+
+static void apply_rowwise_adagrad(const struct emb_optim_cfg *cfg,
+				  float *restrict w, float *restrict acc,
+				  const float *restrict g, uint32_t dim)
+{
+	const float wd = cfg->weight_decay;
+	float sum, step;
+#if defined(__x86_64__) && defined(__GNUC__)
+	const unsigned width = vec_width();
+
+	switch (width) {
+	case 64: sum = rw_avx512_sumsq(wd, w, g, dim); break;
+	case 32: sum = rw_avx2_sumsq(wd, w, g, dim); break;
+	default: sum = rw_sumsq_body(wd, w, g, dim); break;
+	}
+#else
+	sum = rw_sumsq_body(wd, w, g, dim);
+#endif
+	/* A sum of 0 leaves the row as it is. For a zero gradient that is
+	 * the update (acc + 0, w - step * 0), less its NaN of inf * 0 when
+	 * acc is 0 and lr / eps overflows a float; the only other such sum
+	 * is of a gradient under 4e-23 throughout (squares underflow), whose
+	 * mean square fp32 cannot hold either. */
+	if (sum == 0.0f)
+		return;
+	acc[0] += sum / (float)dim;
+	step = cfg->lr / (sqrtf(acc[0]) + cfg->eps);
+#if defined(__x86_64__) && defined(__GNUC__)
+	switch (width) {
+	case 64: rw_avx512_update(step, wd, w, g, dim); return;
+	case 32: rw_avx2_update(step, wd, w, g, dim); return;
+	}
+#endif
+	rw_update_tail(step, wd, w, g, 0, dim);
+}
+
 bool emb_optim_apply_row(const struct emb_optim_cfg *cfg, float *w,
 			 const float *g, uint32_t dim)
 {
@@ -610,6 +781,9 @@ bool emb_optim_apply_row(const struct emb_optim_cfg *cfg, float *w,
 	case EMB_OPTIM_FTRL:
 		apply_ftrl(cfg, w, state, g, dim);
 		return emb_floats_finite(w, 3 * (size_t)dim);
+	case EMB_OPTIM_ROWWISE_ADAGRAD:
+		apply_rowwise_adagrad(cfg, w, state, g, dim);
+		return emb_floats_finite(w, (size_t)dim + 1);
 	default:
 		return true;
 	}
@@ -631,6 +805,9 @@ void emb_optim_apply(const struct emb_optim_cfg *cfg, float *w, float *state,
 	case EMB_OPTIM_FTRL:
 		apply_ftrl(cfg, w, state, g, dim);
 		break;
+	case EMB_OPTIM_ROWWISE_ADAGRAD:
+		apply_rowwise_adagrad(cfg, w, state, g, dim);
+		break;
 	default:
 		break;
 	}
@@ -647,6 +824,8 @@ const char *emb_optim_name(uint32_t kind)
 		return "adam";
 	case EMB_OPTIM_FTRL:
 		return "ftrl";
+	case EMB_OPTIM_ROWWISE_ADAGRAD:
+		return "rowwise_adagrad";
 	default:
 		return "?";
 	}
@@ -693,7 +872,7 @@ int emb_optim_parse(const char *s, struct emb_optim_cfg *out)
 	colon = strchr(s, ':');
 	nlen = colon ? (size_t)(colon - s) : strlen(s);
 	c.kind = 0;
-	for (k = EMB_OPTIM_SGD; k <= EMB_OPTIM_FTRL; k++) {
+	for (k = EMB_OPTIM_SGD; k <= EMB_OPTIM_ROWWISE_ADAGRAD; k++) {
 		if (strlen(emb_optim_name(k)) == nlen &&
 		    memcmp(emb_optim_name(k), s, nlen) == 0)
 			c.kind = k;

@@ -4,11 +4,18 @@
  *
  * A row is dim float weights followed by the optimizer's state floats:
  *
- *   optimizer  state floats      layout after w[0..dim)
- *   sgd        0                 -
- *   adagrad    dim               acc[dim] (starts at initial_accumulator)
- *   adam       2*dim + 1         m[dim], v[dim], t (uint32 bits in a float
- * slot) ftrl       2*dim             z[dim], n[dim]
+ *   optimizer        state floats  layout after w[0..dim)
+ *   sgd              0             -
+ *   adagrad          dim           acc[dim] (starts at initial_accumulator)
+ *   adam             2*dim + 1     m[dim], v[dim], t (uint32 bits in a float)
+ *   ftrl             2*dim         z[dim], n[dim]
+ *   rowwise_adagrad  1             acc (starts at initial_accumulator)
+ *
+ * The state is fp32 whatever the format the weights are kept in.
+ * rowwise_adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD) keeps one accumulator
+ * for the whole row: acc += mean over the row of g'^2, then every weight
+ * moves by lr * g' / (sqrt(acc) + eps). A row of dim 64 then carries 65
+ * floats where Adagrad's carries 128.
  *
  * Weight decay (L2) adds weight_decay * w to the gradient before the update.
  * Functions are pure over their arguments and thread-safe; callers serialise
@@ -27,16 +34,17 @@ enum emb_optim_kind {
 	EMB_OPTIM_ADAGRAD = 2,
 	EMB_OPTIM_ADAM = 3,
 	EMB_OPTIM_FTRL = 4,
+	EMB_OPTIM_ROWWISE_ADAGRAD = 5,
 };
 
 struct emb_optim_cfg {
 	uint32_t kind;		   /* enum emb_optim_kind */
 	float lr;		   /* learning rate; FTRL's alpha */
 	float weight_decay;	   /* L2 coefficient added to the gradient */
-	float initial_accumulator; /* Adagrad: starting value of acc */
+	float initial_accumulator; /* (rowwise) Adagrad: start of acc */
 	float beta1;		   /* Adam: first-moment decay, [0, 1) */
 	float beta2;		   /* Adam: second-moment decay, [0, 1) */
-	float eps;		   /* Adam, Adagrad: denominator guard, > 0 */
+	float eps;		   /* Adam, (rowwise) Adagrad: guard, > 0 */
 	float ftrl_beta;	   /* FTRL: beta in (beta + sqrt(n)) / alpha */
 	float l1;		   /* FTRL: L1 strength, >= 0 */
 	float l2;		   /* FTRL: L2 strength, >= 0 */
@@ -90,7 +98,10 @@ bool emb_optim_apply_row(const struct emb_optim_cfg *cfg, float *w,
 /* State floats per row (see the table above); 0 for an unknown kind. */
 uint32_t emb_optim_state_floats(uint32_t kind, uint32_t dim);
 
-/* Sets the state of a new row: Adagrad's accumulator, zeros otherwise. */
+/*
+ * Sets the state of a new row: (rowwise) Adagrad's accumulator, zeros
+ * otherwise.
+ */
 void emb_optim_state_init(const struct emb_optim_cfg *cfg, float *state,
 			  uint32_t dim);
 
@@ -101,7 +112,10 @@ void emb_optim_state_init(const struct emb_optim_cfg *cfg, float *state,
 void emb_optim_apply(const struct emb_optim_cfg *cfg, float *w, float *state,
 		     const float *g, uint32_t dim);
 
-/* "sgd", "adagrad", "adam", "ftrl"; "?" for an unknown kind. */
+/*
+ * "sgd", "adagrad", "adam", "ftrl", "rowwise_adagrad"; "?" for an unknown
+ * kind.
+ */
 const char *emb_optim_name(uint32_t kind);
 
 /*

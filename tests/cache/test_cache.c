@@ -720,6 +720,7 @@ static void test_write_back_matches(void)
 	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAGRAD, 2);
 	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAM, 1);
 	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_FTRL, 0);
+	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_ROWWISE_ADAGRAD, 1);
 	g_policy = EMB_CACHE_CLOCK;
 	train_vs_reference(EMB_CACHE_WRITE_BACK, EMB_OPTIM_ADAGRAD, 2);
 	train_vs_reference(EMB_CACHE_WRITE_THROUGH, EMB_OPTIM_SGD, 1);

@@ -274,6 +274,42 @@ static void ftrl_row_ref(const struct emb_optim_cfg *c, float *w, float *st,
 }
 
 /*
+ * Row-wise Adagrad's scalar code: the sum of squares in 16 lanes over the
+ * whole blocks of 16, the lanes folded pairwise (k + 8 into k, then + 4,
+ * + 2, + 1), the tail's squares added in turn; then one step for the row.
+ */
+static void rowwise_adagrad_row_ref(const struct emb_optim_cfg *c, float *w,
+				    float *st, const float *g, uint32_t dim)
+{
+	float lane[16] = {0}, sum, step;
+	uint32_t i = 0;
+
+	for (; i + 16 <= dim; i += 16) {
+		for (uint32_t k = 0; k < 16; k++) {
+			float gi = g[i + k] + c->weight_decay * w[i + k];
+
+			lane[k] += gi * gi;
+		}
+	}
+	for (uint32_t h = 8; h; h /= 2) {
+		for (uint32_t k = 0; k < h; k++)
+			lane[k] += lane[k + h];
+	}
+	sum = lane[0];
+	for (; i < dim; i++) {
+		float gi = g[i] + c->weight_decay * w[i];
+
+		sum += gi * gi;
+	}
+	if (sum == 0.0f)
+		return;
+	st[0] += sum / (float)dim;
+	step = c->lr / (sqrtf(st[0]) + c->eps);
+	for (i = 0; i < dim; i++)
+		w[i] -= step * (g[i] + c->weight_decay * w[i]);
+}
+
+/*
  * A row's state to start from: the first dim floats of either sign for
  * Adam's m and FTRL's z, every other float positive (Adagrad's
  * accumulator, Adam's v, FTRL's n), Adam's step count 0.
@@ -410,6 +446,152 @@ static void test_ftrl_wide_rows_bit_exact(void)
 	rows_match_scalar(&c, ftrl_row_ref);
 }
 
+static void test_rowwise_adagrad_wide_rows_bit_exact(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+
+	c.kind = EMB_OPTIM_ROWWISE_ADAGRAD;
+	c.lr = 0.05f;
+	c.eps = 1e-3f;
+	rows_match_scalar(&c, rowwise_adagrad_row_ref);
+}
+
+/*
+ * Row-wise Adagrad against its definition in double precision, from the
+ * float row each step left (as check_steps()): acc += mean of g'^2 over
+ * the row, w -= lr * g' / (sqrt(acc) + eps), with g' = g + wd * w. Rows
+ * of one element, of less than a block of 16, of whole blocks, and of
+ * blocks and a tail; with and without decay and a starting accumulator.
+ * The float sum of up to 130 positive squares may differ from the
+ * double one by a few units in the last place, hence REL_TOL (1e-6,
+ * about 8 ulps) for acc too.
+ */
+static void test_rowwise_adagrad(void)
+{
+	static const uint32_t dims[] = {1, 7, 16, 64, 130};
+	static const struct {
+		float wd, acc0, eps;
+	} cfgs[] = {{0.0f, 0.1f, 1e-8f}, {0.01f, 0.0f, 1e-3f},
+		    {0.5f, 2.0f, 1e-8f}};
+	int bad = 0;
+
+	for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++) {
+		for (size_t k = 0; k < sizeof(cfgs) / sizeof(cfgs[0]); k++) {
+			struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+			const uint32_t dim = dims[d];
+			/* As the store keeps it: w[dim], acc, and a canary. */
+			float row[130 + 2], g[130];
+
+			c.kind = EMB_OPTIM_ROWWISE_ADAGRAD;
+			c.lr = 0.1f;
+			c.weight_decay = cfgs[k].wd;
+			c.initial_accumulator = cfgs[k].acc0;
+			c.eps = cfgs[k].eps;
+			CU_ASSERT_EQUAL_FATAL(emb_optim_validate(&c), 0);
+			for (uint32_t i = 0; i < dim; i++)
+				row[i] = (i % 2 ? -1.0f : 1.0f) *
+					 (2.0f + 0.05f * (float)i);
+			row[dim + 1] = 12345.0f;
+			emb_optim_state_init(&c, row + dim, dim);
+			CU_ASSERT_EQUAL(row[dim], cfgs[k].acc0);
+			for (int step = 0; step < STEPS; step++) {
+				double rw[130], racc = row[dim], sum = 0.0;
+
+				for (uint32_t i = 0; i < dim; i++) {
+					double gi;
+
+					g[i] = grad_at(step, i % DIM) *
+					       (1.0f + 0.01f * (float)i);
+					rw[i] = row[i];
+					gi = (double)g[i] +
+					     c.weight_decay * rw[i];
+					sum += gi * gi;
+				}
+				racc += sum / dim;
+				for (uint32_t i = 0; i < dim; i++)
+					rw[i] -= c.lr *
+						 ((double)g[i] +
+						  c.weight_decay * rw[i]) /
+						 (sqrt(racc) + c.eps);
+				/* Both entry points, in turn. */
+				if (step % 2)
+					emb_optim_apply(&c, row, row + dim, g,
+							dim);
+				else
+					CU_ASSERT(emb_optim_apply_row(&c, row,
+								      g, dim));
+				for (uint32_t i = 0; i < dim; i++) {
+					if (!close_rel(row[i], rw[i]))
+						report(&c, "w", step, i,
+						       row[i], rw[i], &bad);
+				}
+				if (!close_rel(row[dim], racc))
+					report(&c, "acc", step, 0, row[dim],
+					       racc, &bad);
+			}
+			CU_ASSERT_EQUAL(row[dim + 1], 12345.0f);
+		}
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+}
+
+/*
+ * An update that overflows is refused by emb_optim_apply_row(): a
+ * gradient whose square does (acc becomes Inf), one whose mean square
+ * pushes acc past the float range, and g + wd * w past it. (A weight
+ * cannot overflow otherwise: each moves by at most lr * sqrt(dim), as
+ * sqrt(acc) is at least the root mean square of g'.) A finite update of
+ * the same rows is accepted, and a zero gradient with acc 0 and lr / eps
+ * beyond the float range (step Inf) leaves the row as it was, not NaN.
+ */
+static void test_rowwise_adagrad_overflow_refused(void)
+{
+	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
+	float row[64 + 1], g[64];
+
+	c.kind = EMB_OPTIM_ROWWISE_ADAGRAD;
+	c.lr = 1.0f;
+	for (uint32_t dim = 1; dim <= 64; dim += 63) {
+		for (uint32_t i = 0; i < dim; i++) {
+			row[i] = 1.0f;
+			g[i] = 0.5f;
+		}
+		emb_optim_state_init(&c, row + dim, dim);
+		CU_ASSERT(emb_optim_apply_row(&c, row, g, dim));
+
+		g[dim - 1] = 3e38f; /* its square is Inf */
+		CU_ASSERT(!emb_optim_apply_row(&c, row, g, dim));
+
+		for (uint32_t i = 0; i < dim; i++) {
+			row[i] = 1.0f;
+			g[i] = 1e18f; /* squares of 1e36, sum finite */
+		}
+		row[dim] = FLT_MAX; /* FLT_MAX + 1e36 rounds to Inf */
+		CU_ASSERT(!emb_optim_apply_row(&c, row, g, dim));
+
+		c.weight_decay = 1.0f;
+		for (uint32_t i = 0; i < dim; i++) {
+			row[i] = 2e38f;
+			g[i] = i == dim / 2 ? 2e38f : 0.0f;
+		}
+		row[dim] = 0.1f;
+		CU_ASSERT(!emb_optim_apply_row(&c, row, g, dim));
+		c.weight_decay = 0.0f;
+	}
+
+	c.lr = 1e6f;
+	c.eps = 1e-37f;
+	c.initial_accumulator = 0.0f;
+
+	/* A zero gradient there: step is Inf, and the row stays as it was. */
+	row[0] = 1.0f;
+	emb_optim_state_init(&c, row + 1, 1);
+	g[0] = 0.0f;
+	CU_ASSERT(emb_optim_apply_row(&c, row, g, 1));
+	CU_ASSERT_EQUAL(row[0], 1.0f);
+	CU_ASSERT_EQUAL(row[1], 0.0f);
+}
+
 static void test_adagrad(void)
 {
 	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
@@ -497,8 +679,14 @@ static void test_state_floats(void)
 	CU_ASSERT_EQUAL(emb_optim_state_floats(EMB_OPTIM_ADAGRAD, 64), 64);
 	CU_ASSERT_EQUAL(emb_optim_state_floats(EMB_OPTIM_ADAM, 64), 129);
 	CU_ASSERT_EQUAL(emb_optim_state_floats(EMB_OPTIM_FTRL, 64), 128);
+	CU_ASSERT_EQUAL(emb_optim_state_floats(EMB_OPTIM_ROWWISE_ADAGRAD, 64),
+			1);
+	CU_ASSERT_EQUAL(emb_optim_state_floats(EMB_OPTIM_ROWWISE_ADAGRAD, 1),
+			1);
+	CU_ASSERT_EQUAL(
+	    emb_optim_state_floats(EMB_OPTIM_ROWWISE_ADAGRAD, 4096), 1);
 	CU_ASSERT_EQUAL(emb_optim_state_floats(0, 64), 0);
-	CU_ASSERT_EQUAL(emb_optim_state_floats(5, 64), 0);
+	CU_ASSERT_EQUAL(emb_optim_state_floats(6, 64), 0);
 }
 
 static void test_state_init(void)
@@ -506,8 +694,10 @@ static void test_state_init(void)
 	struct emb_optim_cfg c = EMB_OPTIM_CFG_DEFAULT;
 	float s[2 * DIM + 2];
 
-	for (uint32_t k = EMB_OPTIM_SGD; k <= EMB_OPTIM_FTRL; k++) {
+	for (uint32_t k = EMB_OPTIM_SGD; k <= EMB_OPTIM_ROWWISE_ADAGRAD; k++) {
 		uint32_t ns = emb_optim_state_floats(k, DIM);
+		bool acc = k == EMB_OPTIM_ADAGRAD ||
+			   k == EMB_OPTIM_ROWWISE_ADAGRAD;
 
 		c.kind = k;
 		c.initial_accumulator = 0.25f;
@@ -515,8 +705,7 @@ static void test_state_init(void)
 			s[i] = -7.0f;
 		emb_optim_state_init(&c, s, DIM);
 		for (uint32_t i = 0; i < ns; i++)
-			CU_ASSERT_EQUAL(s[i],
-					k == EMB_OPTIM_ADAGRAD ? 0.25f : 0.0f);
+			CU_ASSERT_EQUAL(s[i], acc ? 0.25f : 0.0f);
 		/* Nothing past the state is written. */
 		CU_ASSERT_EQUAL(s[ns], -7.0f);
 	}
@@ -526,7 +715,7 @@ static void test_validate(void)
 {
 	struct emb_optim_cfg c;
 
-	for (uint32_t k = EMB_OPTIM_SGD; k <= EMB_OPTIM_FTRL; k++) {
+	for (uint32_t k = EMB_OPTIM_SGD; k <= EMB_OPTIM_ROWWISE_ADAGRAD; k++) {
 		c = EMB_OPTIM_CFG_DEFAULT;
 		c.kind = k;
 		CU_ASSERT_EQUAL(emb_optim_validate(&c), 0);
@@ -547,16 +736,24 @@ static void test_validate(void)
 	c = EMB_OPTIM_CFG_DEFAULT;
 	c.kind = 0;
 	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
-	c.kind = EMB_OPTIM_FTRL + 1;
+	c.kind = EMB_OPTIM_ROWWISE_ADAGRAD + 1;
 	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
 
-	c = EMB_OPTIM_CFG_DEFAULT;
-	c.kind = EMB_OPTIM_ADAGRAD;
-	c.initial_accumulator = -1.0f;
-	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
-	c.initial_accumulator = 0.1f;
-	c.eps = 0.0f;
-	CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	for (uint32_t k = EMB_OPTIM_ADAGRAD; k <= EMB_OPTIM_ROWWISE_ADAGRAD;
+	     k += EMB_OPTIM_ROWWISE_ADAGRAD - EMB_OPTIM_ADAGRAD) {
+		c = EMB_OPTIM_CFG_DEFAULT;
+		c.kind = k;
+		c.initial_accumulator = -1.0f;
+		CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+		c.initial_accumulator = 2 * EMB_OPTIM_PARAM_MAX;
+		CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+		c.initial_accumulator = 0.0f;
+		CU_ASSERT_EQUAL(emb_optim_validate(&c), 0);
+		c.eps = 0.0f;
+		CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+		c.eps = 1.5f;
+		CU_ASSERT_EQUAL(emb_optim_validate(&c), EMB_EBADOPTIM);
+	}
 
 	c = EMB_OPTIM_CFG_DEFAULT;
 	c.kind = EMB_OPTIM_ADAM;
@@ -590,6 +787,8 @@ static void test_name(void)
 	CU_ASSERT_STRING_EQUAL(emb_optim_name(EMB_OPTIM_ADAGRAD), "adagrad");
 	CU_ASSERT_STRING_EQUAL(emb_optim_name(EMB_OPTIM_ADAM), "adam");
 	CU_ASSERT_STRING_EQUAL(emb_optim_name(EMB_OPTIM_FTRL), "ftrl");
+	CU_ASSERT_STRING_EQUAL(emb_optim_name(EMB_OPTIM_ROWWISE_ADAGRAD),
+			       "rowwise_adagrad");
 	CU_ASSERT_STRING_EQUAL(emb_optim_name(0), "?");
 	CU_ASSERT_STRING_EQUAL(emb_optim_name(99), "?");
 }
@@ -625,6 +824,20 @@ static void test_parse(void)
 	CU_ASSERT_EQUAL(c.ftrl_beta, 0.5f);
 	CU_ASSERT_EQUAL(c.l1, 1.0f);
 	CU_ASSERT_EQUAL(c.l2, 2.0f);
+
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_optim_parse("rowwise_adagrad:lr=0.2,wd=0.01,acc=0.5,eps=1e-6",
+			    &c),
+	    0);
+	CU_ASSERT_EQUAL(c.kind, EMB_OPTIM_ROWWISE_ADAGRAD);
+	CU_ASSERT_EQUAL(c.lr, 0.2f);
+	CU_ASSERT_EQUAL(c.weight_decay, 0.01f);
+	CU_ASSERT_EQUAL(c.initial_accumulator, 0.5f);
+	CU_ASSERT_EQUAL(c.eps, 1e-6f);
+	CU_ASSERT_EQUAL_FATAL(emb_optim_parse("rowwise_adagrad", &c), 0);
+	CU_ASSERT_EQUAL(c.kind, EMB_OPTIM_ROWWISE_ADAGRAD);
+	CU_ASSERT_EQUAL(c.lr, def.lr);
+	CU_ASSERT_EQUAL(c.initial_accumulator, def.initial_accumulator);
 }
 
 static void test_parse_rejects(void)
@@ -644,6 +857,11 @@ static void test_parse_rejects(void)
 	    "adam:beta1=1",
 	    "adagrad:acc=-1",
 	    "ftrl:l1=-1",
+	    "rowwise_adagrad:acc=-1",
+	    "rowwise_adagrad:eps=0",
+	    "rowwise",
+	    "rowwise_adagrad_",
+	    "rowwise_adagradx:lr=1",
 	    "sgd:lr=0.1,,",
 	    "sgd:lr=0.1;wd=0",
 	};
@@ -723,6 +941,12 @@ int main(int argc, char **argv)
 	     test_adagrad_wide_rows_bit_exact},
 	    {"adam on wide rows is bit-exact", test_adam_wide_rows_bit_exact},
 	    {"ftrl on wide rows is bit-exact", test_ftrl_wide_rows_bit_exact},
+	    {"rowwise_adagrad on wide rows is bit-exact",
+	     test_rowwise_adagrad_wide_rows_bit_exact},
+	    {"rowwise_adagrad matches the reference, dims 1 to 130",
+	     test_rowwise_adagrad},
+	    {"rowwise_adagrad refuses an update that overflows",
+	     test_rowwise_adagrad_overflow_refused},
 	    {"adagrad matches the reference", test_adagrad},
 	    {"adam with bias correction matches the reference", test_adam},
 	    {"ftrl with l1 and l2 matches the reference", test_ftrl},

@@ -127,6 +127,54 @@ def test_adagrad_matches_its_formula(client, name):
     np.testing.assert_allclose(t.pull([3])[0], want, rtol=1e-6)
 
 
+def _rowwise_adagrad(w, acc, g, lr, wd):
+    """rowwise_adagrad in float64, a row per line of w: g' = g + wd * w,
+    acc += the mean of g'^2 over the row, w -= lr * g' / (sqrt(acc) + eps)
+    with eps 1e-8."""
+    gp = g.astype(np.float64) + wd * w
+    acc = acc + (gp ** 2).mean(axis=1)
+    return w - lr * gp / (np.sqrt(acc) + 1e-8)[:, None], acc
+
+
+def test_rowwise_adagrad_end_to_end(client, name):
+    """A rowwise_adagrad table keeps one accumulator a row on both servers,
+    pushes apply its formula, its spec opens it again, and a write-back
+    cache applies the same update on the worker."""
+    dim, lr, wd = 7, 0.1, 0.01
+    t = client.table(name, dim,
+                     optimizer=f"rowwise_adagrad:lr={lr},wd={wd},acc=0.25",
+                     init="constant:0.5")
+    assert t.optimizer == "rowwise_adagrad"
+    assert t.row_floats == dim + 1
+    ids = np.arange(1, 41, dtype=np.uint64)
+    assert {client.server_of(int(i)) for i in ids} == {0, 1}
+    w, acc = np.full((40, dim), 0.5), np.full(40, 0.25)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        g = rng.standard_normal((40, dim)).astype(np.float32)
+        t.push(ids, g)
+        w, acc = _rowwise_adagrad(w, acc, g, lr, wd)
+    rows = t.pull(ids, with_state=True)
+    assert rows.shape == (40, dim + 1)
+    np.testing.assert_allclose(rows[:, :dim], w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rows[:, dim], acc, rtol=1e-5)
+
+    spec = t.spec()
+    assert spec["optimizer"].startswith("rowwise_adagrad:lr=0.1")
+    assert client.table(**spec).row_floats == dim + 1
+
+    ct = t.cached(rows=64, prefetch=0, mode="back", max_batch=64)
+    np.testing.assert_allclose(ct.lookup(ids), w, rtol=1e-5, atol=1e-6)
+    g = rng.standard_normal((40, dim)).astype(np.float32)
+    ct.push_grads(g)
+    ct.flush()
+    ct.close()
+    w, acc = _rowwise_adagrad(w, acc, g, lr, wd)
+    rows = t.pull(ids, with_state=True)
+    np.testing.assert_allclose(rows[:, :dim], w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rows[:, dim], acc, rtol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [np.uint64, np.int64, np.int32,
                                    np.uint32, np.int16, np.uint8])
 def test_ids_of_any_integer_dtype(client, name, dtype):

@@ -240,6 +240,11 @@ def test_optimizer_table_of_the_docs_is_the_parsers():
     rows = re.findall(r"^\| `(\w+)` \| (.*?) \|", sec, re.M)
     names = [n for n, _ in rows]
     assert set(cl.OPTIMIZERS) <= set(names), names
+    # OPTIMIZERS is every kind the library names (enum emb_optim_kind
+    # counts from 1, "?" past the last).
+    lib = [cl._L.emb_optim_name(k).decode() for k in range(1, 16)]
+    assert tuple(n for n in lib if n != "?") == cl.OPTIMIZERS, lib
+    assert "rowwise_adagrad" in names
     keys = set(re.findall(r"`(\w+)=`", sec))
     assert keys == set(cl.OPTIMIZER_KEYS), keys
     for name in cl.OPTIMIZERS:

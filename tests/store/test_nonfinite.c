@@ -187,6 +187,11 @@ static void test_ftrl(void)
 	overflow_all(EMB_OPTIM_FTRL);
 }
 
+static void test_rowwise_adagrad(void)
+{
+	overflow_all(EMB_OPTIM_ROWWISE_ADAGRAD);
+}
+
 /* Three pushes of 3e38 at lr 1 take a weight to -inf: the third is
  * refused and the row keeps the second's values. */
 static void test_sgd_three_pushes(void)
@@ -343,6 +348,8 @@ int main(int argc, char **argv)
 	    {"adagrad: an overflowing push is refused whole", test_adagrad},
 	    {"adam: an overflowing push is refused whole", test_adam},
 	    {"ftrl: an overflowing push is refused whole", test_ftrl},
+	    {"rowwise_adagrad: an overflowing push is refused whole",
+	     test_rowwise_adagrad},
 	    {"sgd: repeated huge pushes never make a row infinite",
 	     test_sgd_three_pushes},
 	    {"a snapshot's non-finite rows are set aside, the rest load",

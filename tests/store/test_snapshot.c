@@ -172,6 +172,11 @@ static void test_round_trip_ftrl(void)
 	round_trip(EMB_OPTIM_FTRL, true, 8192);
 }
 
+static void test_round_trip_rowwise_adagrad(void)
+{
+	round_trip(EMB_OPTIM_ROWWISE_ADAGRAD, true, 4096);
+}
+
 static void test_empty_table(void)
 {
 	struct emb_table_opts o = opts_for(EMB_OPTIM_ADAM, 3);
@@ -885,6 +890,7 @@ int main(int argc, char **argv)
 	    {"round trip adam in many small blocks",
 	     test_round_trip_adam_small_blocks},
 	    {"round trip ftrl", test_round_trip_ftrl},
+	    {"round trip rowwise_adagrad", test_round_trip_rowwise_adagrad},
 	    {"round trip of an empty table", test_empty_table},
 	    {"blocks grouped and sorted by slot", test_blocks_grouped_by_slot},
 	    {"truncated file refused, table untouched", test_truncated_refused},

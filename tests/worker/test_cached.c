@@ -257,6 +257,8 @@ static void test_write_back_equals_uncached(void)
 			  EMB_CACHED_CLOCK);
 	train_and_compare(EMB_OPTIM_FTRL, EMB_CACHED_WRITE_BACK, 0,
 			  EMB_CACHED_LRU);
+	train_and_compare(EMB_OPTIM_ROWWISE_ADAGRAD, EMB_CACHED_WRITE_BACK, 1,
+			  EMB_CACHED_LRU);
 }
 
 /* A server, a client and table "t" for the cases below. */
