@@ -24,6 +24,12 @@
 #          embstore-server on loopback: preload over TCP, `embstore dump`,
 #          and `embstore restore` into a fresh server, timed
 #          (EMB_SCALE_TCP=0: in process only)
+#   rowfmt (only when named) embstore-bench in process, W1, 1 thread,
+#          for each --row-format (fp32 fp16 bf16 int8): pull zipf:1.05
+#          and uniform, push zipf:1.05; then bytes_per_row of each format
+#          with sgd, adagrad and rowwise_adagrad at each size of
+#          $EMB_ROWFMT_ROWS (default 1M 10M), preload and one batch
+#          ($EMB_ROWFMT_W1_ROWS sets the W1 runs' rows, for tests)
 #
 # Every figure runs REPS times. Repetitions are the outer loop, so each
 # repetition holds one run of every configuration taken minutes apart at
@@ -57,11 +63,13 @@ summary() {
 	def med: sort | if length % 2 == 1 then .[length / 2 | floor]
 		else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 	def key: [.fig, .op, .dist, (.threads // 1), (.batch // 0),
-		(.dim // 0), (.backend // ""), (.rows // 0)]
+		(.dim // 0), (.backend // ""), (.rows // 0),
+		(.row_format // ""), (.optimizer // "")]
 		| map(tostring) | join(" ");
 	def rate: (.rows_per_s // .samples_per_s);
 	(["fig", "op", "dist", "thr", "batch", "dim", "backend", "rows", "n",
-	  "median", "min", "max", "p50_us", "p99_us", "B/row", "rss/row"]
+	  "median", "min", "max", "p50_us", "p99_us", "B/row", "rss/row",
+	  "format", "optimizer"]
 	 | @tsv),
 	(group_by(key)[] |
 	 [.[0].fig, .[0].op, .[0].dist, (.[0].threads // 1),
@@ -71,7 +79,8 @@ summary() {
 	  (map(rate) | max | floor),
 	  (map(.p50_us // 0) | med), (map(.p99_us // 0) | med),
 	  (map(.bytes_per_row // 0) | med),
-	  (map(.rss_bytes_per_row // 0) | med)] | @tsv)' "$f"
+	  (map(.rss_bytes_per_row // 0) | med),
+	  (.[0].row_format // ""), (.[0].optimizer // "")] | @tsv)' "$f"
 	echo
 	echo "# ratios within one repetition: median (min..max)"
 	jq -rs '
@@ -82,6 +91,9 @@ summary() {
 		map(select(.fig == $fig and .op == $op and
 			(.dist == $dist or $dist == "") and
 			((.threads // 1) == $thr)))[0].rows_per_s;
+	def fmt($f; $op; $dist):
+		map(select(.fig == "rowfmt" and .op == $op and
+			.dist == $dist and .row_format == $f))[0].rows_per_s;
 	def ratio($name; a; b):
 		[group_by(.rep)[] | (a) as $a | (b) as $b |
 		 select($a != null and $b != null) | $a / $b] as $v |
@@ -123,6 +135,11 @@ summary() {
 		pick("tcp-zc-off"; "pull"; "zipf:1.05"; 1); pick("tcp-zc-on"; "pull"; "zipf:1.05"; 1)),
 	ratio("tcp pull copy/zero-copy, uniform";
 		pick("tcp-zc-off"; "pull"; "uniform"; 1); pick("tcp-zc-on"; "pull"; "uniform"; 1)),
+	(["fp16", "bf16", "int8"][] as $f |
+	 (["pull", "zipf:1.05"], ["pull", "uniform"], ["push", "zipf:1.05"])
+	 as [$op, $dist] |
+	 ratio("rowfmt \($op) \($f)/fp32, \($dist)";
+		fmt($f; $op; $dist); fmt("fp32"; $op; $dist))),
 	ratio("ctr 2w2s/local samples/s";
 		(map(select(.fig == "ctr" and .op == "launch"))[0].samples_per_s);
 		(map(select(.fig == "ctr" and .op == "local"))[0].samples_per_s))
@@ -137,7 +154,7 @@ while [ $# -gt 0 ]; do
 	-s) first=$2; shift 2 ;;
 	-d) dur=$2; shift 2 ;;
 	--summary) summary "$2"; exit 0 ;;
-	-h | --help) sed -n '2,35s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,42s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	-*) echo "bench-report: unknown option $1" >&2; exit 2 ;;
 	*) break ;;
 	esac
@@ -234,6 +251,31 @@ sec_w1() {
 				run_bench w1 "$rep" --rows 1000000 --dim 64 \
 					--batch 4096 --dist "$dist" --op "$op" \
 					--threads "$thr"
+			done
+		done
+	done
+}
+
+sec_rowfmt() {
+	local rep=$1 w1=${EMB_ROWFMT_W1_ROWS:-1000000} f op dist n
+	# Formats innermost: the runs a ratio compares are seconds apart.
+	for op in pull:zipf:1.05 pull:uniform push:zipf:1.05; do
+		dist=${op#*:}
+		for f in fp32 fp16 bf16 int8; do
+			run_bench rowfmt "$rep" --rows "$w1" --dim 64 \
+				--batch 4096 --dist "$dist" --op "${op%%:*}" \
+				--row-format "$f"
+		done
+	done
+	# Memory only: bytes_per_row is read after the preload, so one
+	# batch is enough.
+	for n in ${EMB_ROWFMT_ROWS:-1000000 10000000}; do
+		for f in fp32 fp16 bf16 int8; do
+			for op in sgd adagrad rowwise_adagrad; do
+				run_bench rowfmt-mem "$rep" --rows "$n" \
+					--dim 64 --batch 4096 --op push \
+					--batches 1 --row-format "$f" \
+					--optimizer "$op"
 			done
 		done
 	done

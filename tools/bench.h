@@ -46,6 +46,8 @@ struct emb_bench_cfg {
 	uint32_t threads;	    /* worker threads */
 	struct emb_optim_cfg optim; /* applied by push */
 	struct emb_init_cfg init;   /* new rows' values */
+	uint32_t row_format;	    /* enum emb_row_format of the table's
+				       weights (store backend) */
 	uint64_t seed;		    /* id streams and table seed */
 	struct emb_lifecycle_cfg life; /* admission and eviction (store and
 					  client backends) */
@@ -93,6 +95,12 @@ struct emb_bench_report {
 struct emb_bench_mem {
 	uint64_t rows;	/* rows the backend holds */
 	uint64_t bytes; /* bytes of table memory */
+	/* Its parts, where the backend knows them (0 otherwise): row
+	 * records in slabs, the id index, and one record's size. bytes -
+	 * slab_bytes - index_bytes is the table's fixed cost. */
+	uint64_t slab_bytes;
+	uint64_t index_bytes;
+	uint64_t record_bytes;
 	/* Admission and eviction counters (store and client backends). */
 	uint64_t filter_bytes;	    /* admission filter, part of bytes */
 	uint64_t pulls_unadmitted;  /* pulled ids not admitted yet */

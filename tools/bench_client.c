@@ -451,6 +451,9 @@ static int client_mem(void *be, struct emb_bench_mem *out)
 		return rc;
 	out->rows = st.rows;
 	out->bytes = st.bytes;
+	out->slab_bytes = st.slab_bytes;
+	out->index_bytes = st.index_bytes;
+	out->record_bytes = st.row_bytes;
 	out->filter_bytes = st.admit_filter_bytes;
 	out->pulls_unadmitted = st.pulls_unadmitted;
 	out->pushes_unadmitted = st.pushes_unadmitted;

@@ -149,6 +149,8 @@ static int raw_mem(void *be, struct emb_bench_mem *out)
 
 	out->rows = r->nrows;
 	out->bytes = r->nrows * r->dim * sizeof(float);
+	out->slab_bytes = out->bytes;
+	out->record_bytes = r->dim * sizeof(float);
 	return 0;
 }
 

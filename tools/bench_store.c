@@ -41,6 +41,7 @@ static int store_open(const struct emb_bench_cfg *cfg, void **out)
 	opts.optim = cfg->optim;
 	opts.init = cfg->init;
 	opts.seed = cfg->seed;
+	opts.row_format = cfg->row_format;
 	opts.life = cfg->life;
 	rc = emb_table_create(&opts, &s->t);
 	if (rc)
@@ -136,6 +137,9 @@ static int store_mem(void *be, struct emb_bench_mem *out)
 	emb_table_stats(s->t, &st);
 	out->rows = st.rows;
 	out->bytes = st.bytes;
+	out->slab_bytes = st.slab_bytes;
+	out->index_bytes = st.index_bytes;
+	out->record_bytes = st.row_bytes;
 	out->filter_bytes = st.admit_filter_bytes;
 	out->pulls_unadmitted = st.pulls_unadmitted;
 	out->pushes_unadmitted = st.pushes_unadmitted;

@@ -42,6 +42,7 @@
 #include "common/hash.h"
 #include "common/hist.h"
 #include "common/optim.h"
+#include "common/rowfmt.h"
 #include "common/seconds.h"
 #include "common/token.h"
 #include "worker/embstore.h"
@@ -75,6 +76,7 @@ struct opts {
 					   --cache-mode or --cache-policy */
 	bool verify;			/* --verify */
 	bool optim_given;		/* --optimizer given */
+	bool rowfmt_given;		/* --row-format given */
 };
 
 /* What a worker does in the current phase. */
@@ -175,6 +177,9 @@ static void usage(FILE *f)
 	    "  --dist D              uniform | zipf:S (zipf:1.05)\n"
 	    "  --optimizer SPEC      sgd|adagrad|adam|ftrl|rowwise_adagrad"
 	    "[:key=value,...] (sgd)\n"
+	    "  --row-format F        in process: fp32 | fp16 | bf16 | int8,"
+	    " how the table\n"
+	    "                        keeps its weights (fp32)\n"
 	    "  --admit SPEC          none | count:N | bloom:N[:BYTES] (none)\n"
 	    "  --evict SPEC          none | ttl:STEPS,min_l2:X,"
 	    "max_rows:N[:lru|lfu] (none)\n"
@@ -265,6 +270,7 @@ enum {
 	OPT_PULL_MODE,
 	OPT_TABLES,
 	OPT_MULTI,
+	OPT_ROW_FORMAT,
 };
 
 static const struct option long_opts[] = {
@@ -275,6 +281,7 @@ static const struct option long_opts[] = {
     {"batch", required_argument, NULL, OPT_BATCH},
     {"dist", required_argument, NULL, OPT_DIST},
     {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"row-format", required_argument, NULL, OPT_ROW_FORMAT},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"duration", required_argument, NULL, OPT_DURATION},
     {"batches", required_argument, NULL, OPT_BATCHES},
@@ -518,6 +525,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			if (emb_optim_parse(optarg, &o->cfg.optim))
 				what = "--optimizer";
 			break;
+		case OPT_ROW_FORMAT:
+			o->rowfmt_given = true;
+			if (emb_rowfmt_parse(optarg, &o->cfg.row_format))
+				what = "--row-format";
+			break;
 		case OPT_ADMIT:
 			if (emb_admit_parse(optarg, &o->cfg.life))
 				what = "--admit";
@@ -652,6 +664,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				" use --optimizer sgd\n");
 		rc = -EINVAL;
 	}
+	if (!rc && o->rowfmt_given && o->cfg.row_format != EMB_ROWFMT_FP32 &&
+	    o->backend != &emb_bench_store_backend) {
+		/* The raw ops gather fp32 arrays; a table on servers is
+		 * created by the client, whose table spec has no format. */
+		fprintf(stderr, "embstore-bench: --row-format %s needs a table"
+				" in this process, not a raw op or servers\n",
+			emb_rowfmt_name(o->cfg.row_format));
+		rc = -EINVAL;
+	}
 	if (!rc && o->backend == &emb_bench_raw_backend &&
 	    !emb_lifecycle_is_off(&o->cfg.life)) {
 		fprintf(stderr, "embstore-bench: --admit and --evict need a"
@@ -676,6 +697,10 @@ static int check_verify(struct opts *o)
 		why = "no --optimizer (it uses sgd with lr 0.5)";
 	else if (o->cfg.cache_rows)
 		why = "no --cache";
+	else if (o->cfg.row_format != EMB_ROWFMT_FP32)
+		/* Its sums of 0.5 are exact in fp32 only: bf16 and int8
+		 * rows round a hot row's value. */
+		why = "--row-format fp32";
 	if (why) {
 		fprintf(stderr, "embstore-bench: --verify takes %s\n", why);
 		return -EINVAL;
@@ -1212,6 +1237,20 @@ static double per_batch(const struct result *r, uint64_t v)
 	return r->batches ? (double)v / (double)r->batches : 0.0;
 }
 
+/* Bytes of the table's memory per row it holds; 0 when it holds none. */
+static double bytes_per_row(const struct emb_bench_mem *m, uint64_t bytes)
+{
+	return m->rows ? (double)bytes / (double)m->rows : 0.0;
+}
+
+/* What the table holds besides its slabs and index. */
+static uint64_t fixed_bytes(const struct emb_bench_mem *m)
+{
+	uint64_t parts = m->slab_bytes + m->index_bytes;
+
+	return m->bytes > parts ? m->bytes - parts : 0;
+}
+
 static void print_summary(FILE *f, const struct opts *o,
 			  const struct result *r)
 {
@@ -1219,10 +1258,10 @@ static void print_summary(FILE *f, const struct opts *o,
 
 	fprintf(f,
 		"embstore-bench: %s on %s table \"%s\": %" PRIu64
-		" rows x %u floats, batch %u, %s, %u thread%s, %s\n",
+		" rows x %u floats (%s), batch %u, %s, %u thread%s, %s\n",
 		o->op_name, o->backend->name, o->cfg.table, o->cfg.rows,
-		o->cfg.dim, o->cfg.batch, o->dist_name, o->cfg.threads,
-		o->cfg.threads == 1 ? "" : "s",
+		o->cfg.dim, emb_rowfmt_name(o->cfg.row_format), o->cfg.batch,
+		o->dist_name, o->cfg.threads, o->cfg.threads == 1 ? "" : "s",
 		emb_optim_name(o->cfg.optim.kind));
 	if (o->cfg.tables > 1)
 		fprintf(f, "  tables   %u per batch, %s\n", o->cfg.tables,
@@ -1251,8 +1290,12 @@ static void print_summary(FILE *f, const struct opts *o,
 		(double)emb_hist_percentile(h, 99) / 1e3,
 		(double)h->max / 1e3);
 	fprintf(f,
-		"  memory   table %.1f B/row, RSS %.1f MiB = %.1f B/row\n",
-		r->mem.rows ? (double)r->mem.bytes / (double)r->mem.rows : 0.0,
+		"  memory   table %.1f B/row (record %" PRIu64 " B, slabs %.1f,"
+		" index %.1f, fixed %.1f), RSS %.1f MiB = %.1f B/row\n",
+		bytes_per_row(&r->mem, r->mem.bytes), r->mem.record_bytes,
+		bytes_per_row(&r->mem, r->mem.slab_bytes),
+		bytes_per_row(&r->mem, r->mem.index_bytes),
+		bytes_per_row(&r->mem, fixed_bytes(&r->mem)),
 		(double)r->rss / 1048576.0,
 		(double)r->rss / (double)o->cfg.rows);
 	if (!emb_lifecycle_is_off(&o->cfg.life) || !o->cfg.preload) {
@@ -1313,6 +1356,8 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 	json_str(f, o->cfg.table);
 	fputs(",\"optimizer\":", f);
 	json_str(f, emb_optim_name(o->cfg.optim.kind));
+	fputs(",\"row_format\":", f);
+	json_str(f, emb_rowfmt_name(o->cfg.row_format));
 	fprintf(f, ",\"tables\":%u,\"multi\":%s", o->cfg.tables,
 		o->cfg.multi ? "true" : "false");
 	fprintf(f,
@@ -1334,8 +1379,14 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 		r->preload_s > 0 ? (double)o->cfg.rows / r->preload_s : 0.0,
 		r->preload_cpu_s > 0 ? (double)o->cfg.rows / r->preload_cpu_s
 				     : 0.0,
-		r->mem.rows ? (double)r->mem.bytes / (double)r->mem.rows : 0.0,
-		r->rss, (double)r->rss / (double)o->cfg.rows);
+		bytes_per_row(&r->mem, r->mem.bytes), r->rss,
+		(double)r->rss / (double)o->cfg.rows);
+	fprintf(f,
+		",\"record_bytes\":%" PRIu64 ",\"slab_bytes_per_row\":%.1f"
+		",\"index_bytes_per_row\":%.1f,\"fixed_bytes\":%" PRIu64,
+		r->mem.record_bytes, bytes_per_row(&r->mem, r->mem.slab_bytes),
+		bytes_per_row(&r->mem, r->mem.index_bytes),
+		fixed_bytes(&r->mem));
 	{
 		char a[EMB_LIFECYCLE_STR_MAX], e[EMB_LIFECYCLE_STR_MAX];
 

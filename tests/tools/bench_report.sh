@@ -4,7 +4,8 @@
 # writes its JSON lines (in process at two sizes; create, dump and restore
 # through a server at the larger), --summary keeps the sizes apart, and
 # tools/bench-plot.sh draws bench-scale.png from them (when gnuplot is
-# there). Needs jq, as the scripts do (else SKIP).
+# there). Then the rowfmt section the same way. Needs jq, as the scripts
+# do (else SKIP).
 set -u
 . "$(dirname "$0")/../lib.sh"
 SRC=$(cd "${1:?usage: bench_report.sh SRC BUILD}" && pwd)
@@ -41,6 +42,28 @@ jq -e -s 'map(select(.op == "dump"))[0].file_bytes > 50000 * 16' "$out" \
 head -n 1 "$work/summary" | grep -q "rows" || bad "summary has no rows column"
 [ "$(grep -c '^scale	pull' "$work/summary")" = 2 ] ||
 	bad "summary: $(cat "$work/summary")"
+
+# The rowfmt section on tiny tables: a W1 run per format and op, and
+# bytes_per_row per format and optimizer, smaller for fp16 than for fp32;
+# --summary gives each compact format's rate against fp32's.
+rf=$work/rowfmt.jsonl
+EMB_ROWFMT_W1_ROWS=20000 EMB_ROWFMT_ROWS=50000 "$SRC/tools/bench-report.sh" \
+	-b "$BUILD" -r 1 -d 0.2 -o "$rf" rowfmt >"$work/rowfmt.log" 2>&1 ||
+	bad "bench-report.sh rowfmt: $(tail -5 "$work/rowfmt.log")"
+jq -e -s 'map(select(.fig == "rowfmt" and .rows_per_s > 0)) | length == 12' \
+	"$rf" >/dev/null || bad "rowfmt: not 12 W1 runs: $(cat "$rf")"
+for opt in sgd adagrad; do
+	jq -e -s --arg o "$opt" 'map(select(.fig == "rowfmt-mem" and
+		.optimizer == $o and .rows == 50000))
+		| (map(.row_format) | sort) == ["bf16", "fp16", "fp32", "int8"]
+		and (map(select(.row_format == "fp16"))[0].bytes_per_row <
+		     map(select(.row_format == "fp32"))[0].bytes_per_row)' \
+		"$rf" >/dev/null || bad "rowfmt-mem $opt: $(cat "$rf")"
+done
+"$SRC/tools/bench-report.sh" --summary "$rf" >"$work/rowfmt.summary" ||
+	bad "bench-report.sh --summary of rowfmt"
+[ "$(grep -c '^rowfmt pull .*/fp32' "$work/rowfmt.summary")" = 6 ] ||
+	bad "rowfmt summary: $(cat "$work/rowfmt.summary")"
 
 if command -v gnuplot >/dev/null 2>&1; then
 	"$SRC/tools/bench-plot.sh" "$out" "$work/img" >"$work/plot.log" 2>&1 ||

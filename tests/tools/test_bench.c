@@ -222,6 +222,8 @@ static void json_has_the_documented_keys(void)
 		"mb_per_s",  "unique_per_batch",   "preload_rows_per_s",
 		"preload_cpu_rows_per_s",
 		"rss_bytes", "rss_bytes_per_row", "bytes_per_row",
+		"record_bytes", "slab_bytes_per_row", "index_bytes_per_row",
+		"fixed_bytes",
 	};
 	struct jobj o;
 
@@ -231,6 +233,7 @@ static void json_has_the_documented_keys(void)
 	CU_ASSERT_STRING_EQUAL(str(&o, "op"), "pull");
 	CU_ASSERT_STRING_EQUAL(str(&o, "dist"), "zipf:1.05");
 	CU_ASSERT_STRING_EQUAL(str(&o, "table"), "tiny");
+	CU_ASSERT_STRING_EQUAL(str(&o, "row_format"), "fp32");
 	CU_ASSERT_EQUAL(num(&o, "rows"), 5000);
 	CU_ASSERT_EQUAL(num(&o, "dim"), 16);
 	CU_ASSERT_EQUAL(num(&o, "batch"), 128);
@@ -286,6 +289,69 @@ static void every_optimizer_runs_step(void)
 		/* Adam's and FTRL's state makes a row bigger than SGD's */
 		CU_ASSERT(num(&o, "bytes_per_row") >= 64);
 	}
+}
+
+/*
+ * --row-format makes the table keep its weights in that format, and
+ * bytes_per_row shows it. Sizes, not timings: at dim 64 a record is 16
+ * bytes of header, the weights and the optimizer's fp32 state, so fp16
+ * and bf16 save 128 bytes a row and int8 184; each run's index and fixed
+ * cost are the same, so a smaller record is a smaller bytes_per_row. 50000
+ * rows, so that the table's 4 MiB of fixed cost does not swamp the rows.
+ */
+static void row_format_shrinks_bytes_per_row(void)
+{
+	static const struct {
+		const char *name;
+		double record; /* bytes of a record with SGD at dim 64 */
+	} fmts[] = {{"fp32", 272}, {"fp16", 144}, {"bf16", 144},
+		    {"int8", 88}};
+	double bpr[4];
+
+	for (size_t i = 0; i < 4; i++) {
+		char args[128];
+		struct jobj o;
+
+		snprintf(args, sizeof(args),
+			 "--op step --rows 50000 --dim 64 --row-format %s",
+			 fmts[i].name);
+		run_json(args, &o);
+		CU_ASSERT_STRING_EQUAL(str(&o, "row_format"), fmts[i].name);
+		CU_ASSERT_EQUAL(num(&o, "dim"), 64);
+		CU_ASSERT_EQUAL(num(&o, "record_bytes"), fmts[i].record);
+		CU_ASSERT(num(&o, "slab_bytes_per_row") >= fmts[i].record);
+		bpr[i] = num(&o, "bytes_per_row");
+		CU_ASSERT(bpr[i] > fmts[i].record);
+	}
+	/* half the weights' bytes: at least 100 of 272+ fewer a row */
+	CU_ASSERT(bpr[1] < bpr[0] - 100);
+	CU_ASSERT_EQUAL(bpr[1], bpr[2]);
+	CU_ASSERT(bpr[3] < bpr[1] - 40);
+}
+
+/* The options that have no compact table to apply to refuse it. */
+static void row_format_needs_a_table(void)
+{
+	static const char *const bad[] = {
+		"--row-format fp8",
+		"--row-format ''",
+		"--row-format int8 --op raw-gather",
+		"--row-format fp16 --op push --verify",
+	};
+	char out[4096];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char args[256];
+
+		snprintf(args, sizeof(args), TINY "%s 2>/dev/null", bad[i]);
+		CU_ASSERT_EQUAL(run_bench(args, out, sizeof(out)), 2);
+		CU_ASSERT_EQUAL(out[0], '\0');
+	}
+	/* fp32 is the default, so naming it changes nothing anywhere */
+	CU_ASSERT_EQUAL(run_bench(TINY "--row-format fp32 --op raw-gather"
+				       " >/dev/null",
+				  out, sizeof(out)),
+			0);
 }
 
 /*
@@ -444,6 +510,9 @@ static const struct emb_test_case cases[] = {
 	{"every op runs on zipf and uniform",
 	 every_op_runs_on_both_distributions},
 	{"every optimizer runs step", every_optimizer_runs_step},
+	{"--row-format shrinks bytes_per_row",
+	 row_format_shrinks_bytes_per_row},
+	{"--row-format needs a table", row_format_needs_a_table},
 	{"rowwise_adagrad rows are smaller than adagrad's",
 	 rowwise_adagrad_rows_are_small},
 	{"each thread runs --batches batches", threads_each_run_their_batches},
