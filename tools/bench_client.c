@@ -138,7 +138,8 @@ static int client_open(const struct emb_bench_cfg *cfg, void **out)
 					  .optim = cfg->optim,
 					  .init = cfg->init,
 					  .seed = cfg->seed,
-					  .life = cfg->life};
+					  .life = cfg->life,
+					  .row_format = cfg->row_format};
 	rc = connect_client(cfg, &b->shared);
 	if (rc)
 		goto err_free;

@@ -665,11 +665,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		rc = -EINVAL;
 	}
 	if (!rc && o->rowfmt_given && o->cfg.row_format != EMB_ROWFMT_FP32 &&
-	    o->backend != &emb_bench_store_backend) {
-		/* The raw ops gather fp32 arrays; a table on servers is
-		 * created by the client, whose table spec has no format. */
+	    o->backend == &emb_bench_raw_backend) {
+		/* The raw ops gather fp32 arrays. */
 		fprintf(stderr, "embstore-bench: --row-format %s needs a table"
-				" in this process, not a raw op or servers\n",
+				" (in this process or on servers), not a raw "
+				"op\n",
 			emb_rowfmt_name(o->cfg.row_format));
 		rc = -EINVAL;
 	}
