@@ -27,6 +27,12 @@
  * emb_rowfmt_sr_key(table seed, id, the row's update count), so every replica
  * and every rerun rounds the same way.
  *
+ * An int8 row has scale = (max - min) / 255 and bias = min of its values,
+ * and codes q = (x - bias) * (1 / scale) (0 for a zero scale) clamped to
+ * [0, 255], then rounded to nearest even, or stochastically as floor(q + u)
+ * with u in [0, 1) from the same hash. The error of nearest is at most
+ * half a step (scale / 2) and a few float ulps.
+ *
  * Each conversion has a scalar body and vector ones (F16C/AVX2, AVX-512)
  * chosen at run time; all give the same bits (tests/common/test_rowfmt.c
  * holds them to the scalar reference). Pure and thread-safe.
@@ -73,7 +79,12 @@ enum emb_round {
 	EMB_ROUND_STOCHASTIC = 1, /* seeded by the key, see above */
 };
 
-/* The stochastic-rounding key of one write of a row. */
+/*
+ * The stochastic-rounding key of one write of a row:
+ * fmix64(fmix64(fmix64(seed + 0x9e3779b97f4a7c15) ^ id) ^ count), with
+ * fmix64 MurmurHash3's 64-bit finaliser. Fixed forever: it decides stored
+ * bits that replicas and reruns must reproduce.
+ */
 uint64_t emb_rowfmt_sr_key(uint64_t seed, uint64_t id, uint32_t count);
 
 /*
