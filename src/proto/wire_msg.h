@@ -270,6 +270,8 @@ struct emb_wire_spec {
 	uint64_t seed;		       /* with the id, picks initial values */
 	struct emb_lifecycle_cfg life; /* CREATE_TABLE only: admission and
 					  eviction, all off = no block */
+	uint32_t row_format; /* enum emb_row_format (common/tabledef.h) */
+	uint32_t rounding;   /* enum emb_round (common/rowfmt.h) */
 };
 
 struct emb_wire_table_info {
