@@ -128,6 +128,8 @@ class TableSpec(CStruct):
         ("_pad0", c_uint32),
         ("seed", c_uint64),
         ("life", LifecycleCfg),
+        ("row_format", c_uint32),
+        ("rounding", c_uint32),
     ]
 
 

@@ -152,6 +152,11 @@ struct emb_table_spec {
 	 * off when zeroed. max_rows is for the whole table: each server
 	 * keeps max_rows / servers, rounded up. bloom_bytes is per server. */
 	struct emb_lifecycle_cfg life;
+	/* Since 0.3: how the servers keep the weights (enum emb_row_format;
+	 * 0 = fp32) and round a push's result into them (enum emb_round;
+	 * 0 = stochastic). The optimizer computes in fp32 either way. */
+	uint32_t row_format;
+	uint32_t rounding;
 };
 
 /* No name or dim yet; SGD and uniform rows by their defaults; life off. */
