@@ -216,6 +216,7 @@ static int run(struct cli *cli)
 	const char *name;
 	uint64_t raw = 0;
 	uint32_t nsel = 0, fmt, rounding;
+	bool created = false;
 	double dt;
 	int rc;
 
@@ -329,6 +330,7 @@ static int run(struct cli *cli)
 		spec.row_format = fmt;
 		spec.rounding = rounding;
 		rc = emb_client_table_create(c, &spec, &t);
+		created = rc == 0;
 		if (rc) {
 			fprintf(stderr,
 				"embstore restore: cannot create table %s: "
@@ -338,6 +340,23 @@ static int run(struct cli *cli)
 		}
 	}
 
+	/* The rows must have the size the servers' table takes: a server
+	 * that keeps no row formats makes an fp32 table of any CREATE. */
+	if (emb_client_table_row_floats(t) !=
+	    emb_rowfmt_words(fmt, metas[0].dim) + metas[0].state_floats) {
+		fprintf(stderr,
+			"embstore restore: table %s on the servers takes rows "
+			"of %u words, not the %u of %s rows (servers without "
+			"row formats?); nothing restored\n",
+			name, emb_client_table_row_floats(t),
+			emb_rowfmt_words(fmt, metas[0].dim) +
+			    metas[0].state_floats,
+			emb_rowfmt_name(fmt));
+		/* The table this restore made goes again. */
+		if (created)
+			emb_client_table_drop(t);
+		goto fail;
+	}
 	emb_cli_progress_init(&prog, "restore", cli->quiet);
 	for (uint32_t i = 0; i < fs.n; i++)
 		prog.rows_total += metas[i].rows;
