@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -20,6 +21,7 @@
 #include "store_test.h"
 
 #include "common/rowfmt.h"
+#include "store/chain.h"
 #include "store/snapshot.h"
 
 static char *dir;
@@ -197,6 +199,58 @@ static void test_checkpoint_chain_keeps_format(void)
 	CU_ASSERT_EQUAL(emb_snap_load_table(delta, b), 40);
 	assert_same(a, b, ids, 300);
 	emb_table_destroy(b);
+	emb_table_destroy(a);
+}
+
+/* A server's checkpoint directory of a bf16 table (a full and a delta),
+ * loaded back and compacted: the tables come back bf16, bit for bit. */
+static void test_chain_load_and_compact_keep_format(void)
+{
+	struct emb_table_opts o = opts_for(EMB_ROWFMT_BF16, EMB_OPTIM_ADAGRAD,
+					   12);
+	struct emb_chain_result full, delta, comp;
+	struct emb_chain_table ct;
+	struct emb_table *a, **got = NULL;
+	char root[600], why[512];
+	float g[30 * 12];
+	uint64_t ids[300];
+	uint32_t n = 0;
+
+	snprintf(root, sizeof(root), "%s/ckpt-root", dir);
+	CU_ASSERT_EQUAL_FATAL(mkdir(root, 0755), 0);
+	o.rounding = EMB_ROUND_NEAREST;
+	a = table_filled(&o, 300, 21, ids);
+	ct = (struct emb_chain_table){.t = a, .delta = false};
+	CU_ASSERT_EQUAL_FATAL(emb_chain_write(root, &ct, 1, 0, 0, &full), 0);
+	for (size_t j = 0; j < 30 * 12; j++)
+		g[j] = 0.02f * (float)(j % 11) - 0.1f;
+	CU_ASSERT_EQUAL(emb_table_push(a, ids + 50, 30, g), 0);
+	ct.delta = true;
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_chain_write(root, &ct, 1, full.id, full.id, &delta), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_chain_load_newest(root, &got, &n, why, sizeof(why)), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_EQUAL(emb_table_row_format(got[0]), EMB_ROWFMT_BF16);
+	assert_same(a, got[0], ids, 300);
+	emb_table_destroy(got[0]);
+	free(got);
+	/* Compacted into a new full, which loads the same. */
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_chain_compact(root, NULL, &comp, why, sizeof(why)), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_chain_load_newest(root, &got, &n, why, sizeof(why)), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	{
+		struct emb_table_opts q;
+
+		emb_table_get_opts(got[0], &q);
+		CU_ASSERT_EQUAL(q.row_format, EMB_ROWFMT_BF16);
+		CU_ASSERT_EQUAL(q.rounding, EMB_ROUND_NEAREST);
+	}
+	assert_same(a, got[0], ids, 300);
+	emb_table_destroy(got[0]);
+	free(got);
 	emb_table_destroy(a);
 }
 
@@ -502,6 +556,8 @@ int main(int argc, char **argv)
 	     test_round_trip_every_format},
 	    {"a full and a delta checkpoint keep an int8 table's format",
 	     test_checkpoint_chain_keeps_format},
+	    {"a checkpoint chain of a bf16 table loads and compacts as bf16",
+	     test_chain_load_and_compact_keep_format},
 	    {"fp32 files stay version 1; a wrong format word is refused",
 	     test_header_versions},
 	    {"a load into a table of another format is refused untouched",
