@@ -1,6 +1,7 @@
 /*
  * tools/embstore/export.c - `embstore export`: a dump's rows as text,
- * id<TAB>v0 v1 ..., every float printed so that it reads back bit-exact.
+ * id<TAB>v0 v1 ..., the weights decoded to fp32 whatever the table's row
+ * format, every float printed so that it reads back bit-exact.
  * The whole dump is verified first, so a damaged dump exports nothing.
  */
 #include <errno.h>
