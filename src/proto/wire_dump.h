@@ -20,11 +20,16 @@
  *   OFFSET  SIZE  MEANING
  *   0       128   table spec, as in CREATE_TABLE (wire_msg.h)
  *   128     4     state floats per row (common/optim.h)
- *   132     4     row floats = dim + state floats
+ *   132     4     row words = weight words (emb_rowfmt_words() of the
+ *                 row format and dim) + state floats
  *   136     8     rows held when the dump began
  *   144     8     table step (push batches) when the dump began (with
  *                 EMB_F_CONSISTENT: at the view's instant)
- *   152     4     flags: bit 0 the rows are a point-in-time view
+ *   152     4     flags: bit 0 the rows are a point-in-time view;
+ *                 bits 8..16 the table's row-format word (wire_msg.h:
+ *                 bits 8..15 enum emb_row_format, bit 16 pushes round
+ *                 to nearest), 0 for fp32 as earlier servers sent;
+ *                 other bits 0
  *   156     4     writers held back taking the view, microseconds
  *   payload_len = 160
  *
@@ -34,7 +39,8 @@
  * DUMP_CHUNK response (count = n rows sent, 0 at the end)
  *   0       8n    u64 ids[n]
  *   8n      8n    per row: u32 last_step, u32 count (struct emb_row_meta)
- *   16n     4nr   f32 rows[n][r], r = row floats: weights then state
+ *   16n     4nr   rows[n][r], r = row words: weights in the table's
+ *                 row format (common/rowfmt.h), then f32 state
  *   payload_len = n * (16 + 4 r)
  *
  * DUMP_END request (table id of the session, count 0): no payload.
@@ -57,22 +63,26 @@
 struct emb_wire_dump_info {
 	struct emb_wire_spec spec; /* the table's configuration */
 	uint32_t state_floats;	   /* optimizer state floats per row */
-	uint32_t row_floats;	   /* dim + state_floats */
+	uint32_t row_floats;	   /* 4-byte words of a row: weight
+				      words + state_floats */
 	uint64_t rows;		   /* rows when the dump began */
 	uint64_t step;		   /* table step when the dump began */
-	uint32_t flags;		   /* EMB_WIRE_DUMP_CONSISTENT */
+	uint32_t flags;		   /* EMB_WIRE_DUMP_CONSISTENT; the
+				      row format is in spec */
 	uint32_t pause_us;	   /* view taken: writers held back, us */
 };
 
 #define EMB_WIRE_DUMP_CONSISTENT 0x1u /* info.flags: a point-in-time view */
+#define EMB_WIRE_DUMP_FMT_SHIFT	 8u   /* info.flags: row-format word here */
+#define EMB_WIRE_DUMP_FMT_MASK	 (0x1ffu << EMB_WIRE_DUMP_FMT_SHIFT)
 
 /* A decoded DUMP_CHUNK response; arrays point into the frame. */
 struct emb_wire_dump_chunk {
 	uint32_t n;	      /* rows */
-	uint32_t row_floats;  /* floats per row */
+	uint32_t row_floats;  /* 4-byte words per row */
 	const uint64_t *ids;  /* n ids */
 	const uint32_t *meta; /* n pairs: last_step, count */
-	const float *rows;    /* n * row_floats floats */
+	const float *rows;    /* n * row_floats words */
 };
 
 /* Bytes of one row in a DUMP_CHUNK response. */
@@ -95,7 +105,9 @@ static inline uint32_t emb_wire_dump_chunk_max_rows(uint32_t max_frame_bytes,
 
 /*
  * A DUMP_BEGIN response into buf[0..cap): the frame size, -ENOSPC, or
- * EMB_EBADNAME / EMB_EBADDIM for a bad spec.
+ * EMB_EBADNAME / EMB_EBADDIM for a bad spec, EMB_EBADFORMAT for a bad
+ * row format or rounding in it. info->flags holds
+ * EMB_WIRE_DUMP_CONSISTENT only; the row format goes from spec.
  */
 int emb_wire_dump_info_encode(void *buf, size_t cap, uint64_t req_id,
 			      uint32_t table_id,
@@ -110,7 +122,10 @@ int emb_wire_dump_req_decode(const struct emb_wire_frame *f, uint8_t op);
 
 /*
  * Response decoders: EMB_EBADARG (another op), EMB_ESERVER (status < 0),
- * EMB_EBADFRAME (sizes disagree), EMB_EBADNAME / EMB_EBADDIM (bad spec).
+ * EMB_EBADFRAME (sizes disagree, an unknown flag or row format),
+ * EMB_EBADNAME / EMB_EBADDIM (bad spec). The info's spec gets the row
+ * format and rounding (fp32 and stochastic from a server that sends none);
+ * its flags keep EMB_WIRE_DUMP_CONSISTENT only.
  * row_floats: from DUMP_BEGIN's response.
  */
 int emb_wire_dump_info_decode(const struct emb_wire_frame *f,

@@ -119,6 +119,8 @@ static int sink_open(void *arg, const struct emb_snap_meta *m,
 	spec.optim = m->optim;
 	spec.init = m->init;
 	spec.seed = m->seed;
+	spec.row_format = m->row_format;
+	spec.rounding = m->rounding;
 	rc = emb_server_table_create(k->s, &spec, &id);
 	if (!rc)
 		rc = emb_server_table_acquire(k->s, id, &k->st);

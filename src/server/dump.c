@@ -84,6 +84,7 @@ static int on_begin(struct emb_server *s, struct emb_req *req,
 		    struct emb_dump_sess **sessp)
 {
 	struct emb_wire_dump_info info = {0};
+	struct emb_table_opts topts;
 	struct emb_table_stats ts;
 	struct emb_dump_sess *sess;
 	struct emb_frame_hdr hdr;
@@ -115,9 +116,14 @@ static int on_begin(struct emb_server *s, struct emb_req *req,
 	}
 	sess->row_floats = emb_table_row_floats(sess->st.t);
 	emb_table_stats(sess->st.t, &ts);
+	emb_table_get_opts(sess->st.t, &topts);
 	info.spec = sess->st.spec;
+	/* The rows go as the table keeps them: say how. */
+	info.spec.row_format = topts.row_format;
+	info.spec.rounding = topts.rounding;
 	info.row_floats = sess->row_floats;
-	info.state_floats = sess->row_floats - sess->st.spec.dim;
+	info.state_floats =
+	    sess->row_floats - emb_table_weight_words(sess->st.t);
 	info.rows = ts.rows;
 	info.step = ts.step;
 	if (sess->view) {

@@ -35,6 +35,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/optim.h"
+#include "common/rowfmt.h"
 
 #define NGROUPS	  (EMB_NSLOTS / EMB_SNAP_GROUP_SLOTS)
 #define ITER_ROWS 1024u
@@ -51,6 +52,85 @@ static uint64_t raw_row_bytes(uint32_t row_floats)
 
 /* ---- metadata ---- */
 
+/*
+ * The header's row-format word (as CREATE_TABLE's, proto/wire_msg.h): the
+ * format in bits 0..7, bit 8 for rounding to nearest. An fp32 table never
+ * rounds, so its word is 0 whatever it was created with, and its file is
+ * a version-1 file that older readers still read.
+ */
+#define FMT_NEAREST 0x100u
+
+static uint32_t fmt_word(const struct emb_snap_meta *m)
+{
+	if (m->row_format == EMB_ROWFMT_FP32)
+		return 0;
+	return m->row_format |
+	       (m->rounding == EMB_ROUND_NEAREST ? FMT_NEAREST : 0);
+}
+
+static int fmt_set(uint32_t w, struct emb_snap_meta *m)
+{
+	if ((w & ~(FMT_NEAREST | 0xffu)) || (w & 0xffu) >= EMB_ROWFMT_COUNT ||
+	    ((w & FMT_NEAREST) && (w & 0xffu) == EMB_ROWFMT_FP32))
+		return EMB_EDUMPFORMAT;
+	m->row_format = w & 0xffu;
+	m->rounding = (w & FMT_NEAREST) ? EMB_ROUND_NEAREST
+					: EMB_ROUND_STOCHASTIC;
+	return 0;
+}
+
+/* Words of a full row of m's format, dim and state; 0 if unknown. */
+static uint32_t meta_row_words(const struct emb_snap_meta *m)
+{
+	if (m->row_format >= EMB_ROWFMT_COUNT)
+		return 0;
+	return emb_rowfmt_words(m->row_format, m->dim) + m->state_floats;
+}
+
+int emb_snap_meta_set_format(struct emb_snap_meta *m, uint32_t row_format,
+			     uint32_t rounding)
+{
+	if (row_format >= EMB_ROWFMT_COUNT ||
+	    (rounding != EMB_ROUND_NEAREST && rounding != EMB_ROUND_STOCHASTIC))
+		return EMB_EBADFORMAT;
+	m->row_format = row_format;
+	m->rounding = row_format == EMB_ROWFMT_FP32 ? EMB_ROUND_STOCHASTIC
+						    : rounding;
+	m->row_floats = meta_row_words(m);
+	return 0;
+}
+
+bool emb_snap_row_convert(const struct emb_snap_meta *from, uint32_t to,
+			  const float *src, float *dst)
+{
+	uint32_t ww = emb_rowfmt_words(from->row_format, from->dim);
+	uint32_t tw = emb_rowfmt_words(to, from->dim);
+	float w[EMB_DIM_MAX];
+
+	emb_rowfmt_decode(from->row_format, src, w, from->dim);
+	if (!emb_rowfmt_encode(to, w, dst, from->dim, EMB_ROUND_NEAREST, 0))
+		return false;
+	memcpy(dst + tw, src + ww, (size_t)from->state_floats * sizeof(float));
+	return true;
+}
+
+bool emb_snap_row_finite(const struct emb_snap_meta *m, const float *row)
+{
+	uint32_t ww = emb_rowfmt_words(m->row_format, m->dim);
+	/* Adam's state ends in a uint32 step count, not a float. */
+	uint32_t sf = m->state_floats - (m->optim.kind == EMB_OPTIM_ADAM);
+	float w[EMB_DIM_MAX];
+
+	if (m->row_format == EMB_ROWFMT_FP32)
+		return emb_floats_finite(row, m->dim + sf);
+	/* An int8 row's scale and bias decide every weight. */
+	if (m->row_format == EMB_ROWFMT_INT8 && !emb_floats_finite(row, 2))
+		return false;
+	emb_rowfmt_decode(m->row_format, row, w, m->dim);
+	return emb_floats_finite(w, m->dim) &&
+	       emb_floats_finite(row + ww, sf);
+}
+
 void emb_snap_meta_from_table(struct emb_table *t, struct emb_snap_meta *m)
 {
 	struct emb_table_opts o;
@@ -62,7 +142,10 @@ void emb_snap_meta_from_table(struct emb_table *t, struct emb_snap_meta *m)
 	snprintf(m->name, sizeof(m->name), "%s", o.name);
 	m->dim = o.dim;
 	m->row_floats = emb_table_row_floats(t);
-	m->state_floats = m->row_floats - o.dim;
+	m->state_floats = m->row_floats - emb_table_weight_words(t);
+	m->row_format = o.row_format;
+	m->rounding = o.row_format == EMB_ROWFMT_FP32 ? EMB_ROUND_STOCHASTIC
+						     : o.rounding;
 	m->optim = o.optim;
 	m->init = o.init;
 	m->seed = o.seed;
@@ -79,6 +162,8 @@ void emb_snap_meta_to_opts(const struct emb_snap_meta *m,
 	o->optim = m->optim;
 	o->init = m->init;
 	o->seed = m->seed;
+	o->row_format = m->row_format;
+	o->rounding = m->rounding;
 }
 
 int emb_snap_meta_check(const struct emb_snap_meta *m,
@@ -88,14 +173,19 @@ int emb_snap_meta_check(const struct emb_snap_meta *m,
 		return EMB_EBADDIM;
 	if (m->optim.kind != o->optim.kind)
 		return EMB_EBADOPTIM;
+	if (m->row_format != o->row_format)
+		return EMB_EBADFORMAT;
 	return 0;
 }
 
 static void hdr_encode(uint8_t *p, const struct emb_snap_meta *m)
 {
+	uint32_t word = fmt_word(m);
+
 	memset(p, 0, EMB_SNAP_HDR_SIZE);
 	memcpy(p, file_magic, 8);
-	emb_le32_store(p + 8, EMB_SNAP_VERSION);
+	/* Version 2 only when it says more than version 1 could. */
+	emb_le32_store(p + 8, word ? 2u : 1u);
 	emb_le32_store(p + 12, EMB_SNAP_HDR_SIZE);
 	memcpy(p + 16, m->name, strnlen(m->name, EMB_NAME_MAX));
 	emb_le32_store(p + 80, m->dim);
@@ -117,21 +207,26 @@ static void hdr_encode(uint8_t *p, const struct emb_snap_meta *m)
 	emb_le64_store(p + 216, m->base_id);
 	emb_le64_store(p + 224, m->prev_id);
 	emb_le64_store(p + 232, m->erased);
+	emb_le32_store(p + 240, word);
 	emb_le64_store(p + 248, XXH3_64bits(p, 248));
 }
 
 static int hdr_decode(const uint8_t *p, struct emb_snap_meta *m)
 {
+	uint32_t version, word;
+
 	memset(m, 0, sizeof(*m));
 	if (memcmp(p, file_magic, 8) != 0)
 		return EMB_EDUMPFORMAT;
 	/* The version comes before the checksum: another version may lay
 	 * the header out differently. */
-	if (emb_le32_load(p + 8) != EMB_SNAP_VERSION ||
+	version = emb_le32_load(p + 8);
+	if (version < 1 || version > EMB_SNAP_VERSION ||
 	    emb_le32_load(p + 12) != EMB_SNAP_HDR_SIZE)
 		return EMB_EDUMPFORMAT;
 	if (emb_le64_load(p + 248) != XXH3_64bits(p, 248))
 		return EMB_EBADDUMP;
+	m->version = version;
 	memcpy(m->name, p + 16, EMB_NAME_MAX);
 	m->name[EMB_NAME_MAX] = '\0';
 	m->dim = emb_le32_load(p + 80);
@@ -152,6 +247,12 @@ static int hdr_decode(const uint8_t *p, struct emb_snap_meta *m)
 	m->base_id = emb_le64_load(p + 216);
 	m->prev_id = emb_le64_load(p + 224);
 	m->erased = emb_le64_load(p + 232);
+	/* Version 1 had no row formats: its bytes 240..247 are 0 and its
+	 * rows fp32. Each table has one encoding: version 2 iff word != 0. */
+	word = emb_le32_load(p + 240);
+	if ((version == 1) != (word == 0) || emb_le32_load(p + 244) != 0 ||
+	    fmt_set(word, m))
+		return EMB_EDUMPFORMAT;
 	if (!(m->flags & EMB_SNAP_F_DELTA) &&
 	    (m->base_id || m->prev_id || m->erased))
 		return EMB_EDUMPFORMAT;
@@ -159,7 +260,7 @@ static int hdr_decode(const uint8_t *p, struct emb_snap_meta *m)
 	    emb_le32_load(p + 92) != EMB_NSLOTS || m->dim == 0 ||
 	    m->dim > EMB_DIM_MAX ||
 	    m->state_floats != emb_optim_state_floats(m->optim.kind, m->dim) ||
-	    m->row_floats != m->dim + m->state_floats ||
+	    m->row_floats != meta_row_words(m) ||
 	    (m->flags & ~(EMB_SNAP_F_SHUFFLE | EMB_SNAP_F_DELTA)) ||
 	    m->nparts == 0 ||
 	    m->part >= m->nparts ||
@@ -397,7 +498,10 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 	    meta->part >= meta->nparts || meta->name[0] == '\0' ||
 	    meta->state_floats !=
 		emb_optim_state_floats(meta->optim.kind, meta->dim) ||
-	    meta->row_floats != meta->dim + meta->state_floats)
+	    meta->row_floats != meta_row_words(meta) ||
+	    (meta->row_format != EMB_ROWFMT_FP32 &&
+	     meta->rounding != EMB_ROUND_NEAREST &&
+	     meta->rounding != EMB_ROUND_STOCHASTIC))
 		return EMB_EBADARG;
 	if (opts && (opts->block_bytes < 4096 ||
 		     opts->block_bytes > EMB_SNAP_BLOCK_MAX || opts->level < 1))
@@ -1483,7 +1587,7 @@ int emb_snap_manifest_write(const char *dir, const struct emb_snap_entry *e,
 	if (!text)
 		return -ENOMEM;
 	len = (size_t)snprintf(text, cap, "embstore-manifest %u\nfiles %u\n",
-			       EMB_SNAP_VERSION, n);
+			       EMB_SNAP_MANIFEST_VERSION, n);
 	for (uint32_t i = 0; i < n; i++) {
 		int k = snprintf(line, sizeof(line),
 				 "file %s %s %u %u %llu %llu %016llx",
@@ -1558,7 +1662,7 @@ static int manifest_parse(char *text, size_t len, struct emb_snap_entry **out,
 	end_line[-1] = '\0';
 	if (sscanf(text, "embstore-manifest %u\nfiles %u\n%n", &ver, &n,
 		   &used) != 2 ||
-	    ver != EMB_SNAP_VERSION || n > 1u << 20)
+	    ver != EMB_SNAP_MANIFEST_VERSION || n > 1u << 20)
 		return EMB_EMANIFEST;
 	e = calloc(n ? n : 1, sizeof(*e));
 	if (!e)

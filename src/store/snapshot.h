@@ -12,12 +12,14 @@
  * HEADER (256 bytes at offset 0)
  *   OFFSET  SIZE  MEANING
  *   0       8     magic "EMBSNAP\0"
- *   8       4     format version, EMB_SNAP_VERSION
+ *   8       4     format version: 1, or 2 when the row-format word
+ *                 is not 0 (EMB_SNAP_VERSION); a version-1 file is fp32
  *   12      4     header size, 256
  *   16      64    table name, NUL-terminated, NUL-padded
  *   80      4     dim
  *   84      4     state floats per row (common/optim.h)
- *   88      4     row floats = dim + state floats
+ *   88      4     row words = weight words (emb_rowfmt_words() of
+ *                 the row format and dim) + state floats
  *   92      4     virtual slots, EMB_NSLOTS (4096)
  *   96      40    optimizer: kind, lr, weight_decay, initial_accumulator,
  *                 beta1, beta2, eps, ftrl_beta, l1, l2 (u32 then 9 f32)
@@ -36,7 +38,11 @@
  *   216     8     delta: id of the chain's full checkpoint (else 0)
  *   224     8     delta: id of the checkpoint it follows (else 0)
  *   232     8     delta: ids removed, in erased blocks (else 0)
- *   240     8     reserved, 0
+ *   240     4     row-format word (version 2; 0 in version 1):
+ *                 bits 0..7 enum emb_row_format, bit 8 pushes round
+ *                 to nearest (else stochastically), bits 9..31 0;
+ *                 0 = fp32, which always has bit 8 clear
+ *   244     4     reserved, 0
  *   248     8     XXH3-64 of bytes 0..248
  *
  * BLOCK (at offset 256, then back to back)
@@ -44,7 +50,7 @@
  *   4       4     rows n, >= 1
  *   8       4     first slot of the block's slot range
  *   12      4     last slot of the range (every row's slot lies within)
- *   16      4     raw size = n * (16 + 4 * row floats)
+ *   16      4     raw size = n * (16 + 4 * row words)
  *   20      4     stored size c: LZ4 block size, or the raw size if stored
  *   24      4     flags: bit 0 payload stored uncompressed,
  *                 bit 1 erased block (delta files, before every row
@@ -55,7 +61,8 @@
  *                 XXH3-64 of block bytes 0..40
  *   48      c     payload; once decompressed:
  *                   u64 ids[n], u32 last_step[n], u32 count[n],
- *                   f32 rows[n][row floats] (byte planes if shuffled)
+ *                   rows[n][row words]: weights in the row format,
+ *                   then f32 state (byte planes if shuffled)
  *                 rows sorted by slot
  *
  * TRAILER (16424 bytes, after the last block)
@@ -83,7 +90,8 @@
 #include "common/optim.h"
 #include "store/store.h"
 
-#define EMB_SNAP_VERSION      1u
+#define EMB_SNAP_VERSION      2u /* newest; 1 is written for fp32 tables */
+#define EMB_SNAP_MANIFEST_VERSION 1u
 #define EMB_SNAP_HDR_SIZE     256u
 #define EMB_SNAP_BLOCK_HDR    48u
 #define EMB_SNAP_TRAILER_SIZE (32u + 4u * 4096u + 8u)
@@ -99,9 +107,14 @@
 /* A snapshot file's metadata: the header, decoded. */
 struct emb_snap_meta {
 	char name[EMB_NAME_MAX + 1]; /* table name */
-	uint32_t dim;		     /* floats of weights per row */
+	uint32_t version;	     /* of the file read (the writer picks) */
+	uint32_t dim;		     /* weights per row */
 	uint32_t state_floats;	     /* optimizer state floats per row */
-	uint32_t row_floats;	     /* dim + state_floats */
+	uint32_t row_floats;	     /* 4-byte words of a row: weight
+					words + state_floats */
+	uint32_t row_format;	     /* enum emb_row_format */
+	uint32_t rounding;	     /* enum emb_round of pushes;
+					stochastic for fp32 */
 	struct emb_optim_cfg optim;  /* the table's optimizer */
 	struct emb_init_cfg init;    /* the table's initializer */
 	uint64_t seed;		     /* the table's seed */
@@ -119,8 +132,36 @@ struct emb_snap_meta {
 	uint64_t erased;	     /* delta: ids in erased blocks */
 };
 
-/* Fills the table part of *m (name .. seed, step) from t; parts = 1. */
+/* Fills the table part of *m (name .. seed, row format, step) from t;
+ * parts = 1. */
 void emb_snap_meta_from_table(struct emb_table *t, struct emb_snap_meta *m);
+
+/*
+ * Sets m's row format (and the rounding of the table it makes) and the row
+ * words that follow from it: what a file of rows converted by
+ * emb_snap_row_convert() declares. 0, or EMB_EBADFORMAT (unknown format or
+ * rounding).
+ */
+int emb_snap_meta_set_format(struct emb_snap_meta *m, uint32_t row_format,
+			     uint32_t rounding);
+
+/*
+ * Converts one full row of a snapshot with metadata from (row_floats words
+ * at src) into format to at dst (emb_rowfmt_words(to, dim) + state_floats
+ * words): the weights decoded to fp32 and encoded rounding to nearest, the
+ * optimizer state copied as it is. src and dst must not overlap. false when
+ * a weight is not finite or out of to's range (65504 for fp16): dst is then
+ * undefined, and such a row cannot be kept in that format.
+ */
+bool emb_snap_row_convert(const struct emb_snap_meta *from, uint32_t to,
+			  const float *src, float *dst);
+
+/*
+ * True when a full row of a snapshot with metadata m holds only finite
+ * values: its decoded weights (an int8 row's scale and bias too) and its
+ * state floats, Adam's step count aside (as emb_table_row_finite()).
+ */
+bool emb_snap_row_finite(const struct emb_snap_meta *m, const float *row);
 
 /* Table options matching m (name points into m); other fields default. */
 void emb_snap_meta_to_opts(const struct emb_snap_meta *m,
@@ -129,7 +170,10 @@ void emb_snap_meta_to_opts(const struct emb_snap_meta *m,
 /*
  * 0 if rows of a snapshot with metadata m can be loaded into a table with
  * options o without changing their meaning: EMB_EBADDIM (dim differs),
- * EMB_EBADOPTIM (optimizer kind, hence state layout, differs).
+ * EMB_EBADOPTIM (optimizer kind, hence state layout, differs),
+ * EMB_EBADFORMAT (row format differs: rows are loaded as they are kept,
+ * never converted on the way; emb_snap_row_convert() does that on request).
+ * The rounding may differ: it decides future pushes, not the rows.
  */
 int emb_snap_meta_check(const struct emb_snap_meta *m,
 			const struct emb_table_opts *o);
@@ -214,7 +258,7 @@ struct emb_snap_block {
 	const uint64_t *ids;	   /* n ids */
 	const uint32_t *last_step; /* n values of emb_row_meta.last_step */
 	const uint32_t *count;	   /* n values of emb_row_meta.count */
-	const float *rows;	   /* n * row_floats floats */
+	const float *rows;	   /* n * row_floats words */
 	uint64_t stored_bytes;	   /* block bytes in the file */
 	bool erased;		   /* n removed ids; no meta, no rows */
 };
@@ -282,7 +326,8 @@ int emb_snap_write_ckpt(struct emb_table *t, const char *path, bool delta,
 
 /*
  * Loads the snapshot at path into t. The whole file is verified and its
- * metadata checked against t first (EMB_EBADDIM, EMB_EBADOPTIM): on any
+ * metadata checked against t first (EMB_EBADDIM, EMB_EBADOPTIM,
+ * EMB_EBADFORMAT): on any
  * such error t is untouched. Rows overwrite rows of the same id; a
  * delta's removed ids are erased first. Returns the rows loaded (>= 0),
  * or a reader error, or an assign error (EMB_EMEMLIMIT, -ENOMEM) after
@@ -291,9 +336,9 @@ int emb_snap_write_ckpt(struct emb_table *t, const char *path, bool delta,
 int64_t emb_snap_load_table(const char *path, struct emb_table *t);
 
 /*
- * Creates a new table from the snapshot's metadata (nshards, mem_limit and
- * budget from base, NULL = defaults) and loads it: the way to restore and
- * then swap. 0 and *out, or as for emb_snap_load_table / emb_table_create.
+ * Creates a new table from the snapshot's metadata (its row format and
+ * rounding too; nshards, mem_limit and budget from base, NULL = defaults)
+ * and loads it: the way to restore and then swap. 0 and *out, or as for emb_snap_load_table / emb_table_create.
  */
 int emb_snap_load_new(const char *path, const struct emb_table_opts *base,
 		      struct emb_table **out);

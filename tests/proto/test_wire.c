@@ -140,7 +140,7 @@ static void test_hello(void)
 static void test_tables(void)
 {
 	struct emb_wire_spec s = spec_make("user_emb", 16), out;
-	struct emb_wire_table_info tabs[2], info;
+	struct emb_wire_table_info tabs[2], info = {0};
 	struct emb_wire_list_resp lr;
 	struct emb_wire_frame f;
 	int len;

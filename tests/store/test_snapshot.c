@@ -380,8 +380,9 @@ static void test_wrong_version_refused(void)
 	struct damage d;
 
 	damage_setup(&d);
-	/* Version 2 with a header checksum that matches it. */
-	d.file[8] = 2;
+	/* A version after the newest, with a header checksum that matches
+	 * it. */
+	d.file[8] = 3;
 	memcpy(d.file + 248, &(uint64_t){XXH3_64bits(d.file, 248)}, 8);
 	spit(d.bad, d.file, d.len);
 	expect_refused(&d, EMB_EDUMPFORMAT);

@@ -32,6 +32,8 @@
 #include "common/hash.h"
 #include "common/init.h"
 #include "common/log.h"
+#include "common/rowfmt.h"
+#include "proto/wire.h"
 #include "store/snapshot.h"
 #include "worker/embstore.h"
 
@@ -1195,6 +1197,289 @@ static void test_dump_nonfinite_row_restored_without_it(void)
 	free(ids);
 }
 
+#ifdef EMB_WIRE_FEAT_ROWFMT
+/* Half the gap between x and the next fp16 away from zero. */
+static double fp16_half_ulp(float x)
+{
+	int e;
+
+	frexpf(fabsf(x), &e); /* |x| in [2^(e-1), 2^e) */
+	if (e - 1 < -14)
+		return ldexp(1.0, -25);
+	return ldexp(1.0, e - 1 - 11);
+}
+#endif
+
+/*
+ * A compact snapshot written by the store (no server): inspect names its
+ * format and checks finiteness on decoded weights (an fp16 Inf is no float
+ * Inf in the raw words), export writes the fp32 weights a pull gives.
+ */
+static void test_inspect_export_compact(void)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct emb_snap_writer *w;
+	struct emb_table_iter *it;
+	struct emb_snap_meta m;
+	struct emb_table *t;
+	char *dir = sub("compact"), *out = sub("compact-inspect.out");
+	char *tsv = sub("compact.tsv"), p[600], bad[600], want[200];
+	uint64_t ids[64], id0;
+	float g[64 * 10], w16[10], row[10 / 2 + 10];
+	uint16_t inf = 0x7c00;
+	FILE *f;
+	int n = 0;
+
+	CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+	o.name = "c16";
+	o.dim = 10;
+	o.optim.kind = EMB_OPTIM_ADAGRAD;
+	o.row_format = EMB_ROWFMT_FP16;
+	CU_ASSERT_EQUAL_FATAL(emb_table_create(&o, &t), 0);
+	for (uint32_t i = 0; i < 64; i++)
+		ids[i] = 1000 + 7 * i;
+	for (uint32_t j = 0; j < 64 * 10; j++)
+		g[j] = 0.01f * (float)(j % 23) - 0.1f;
+	CU_ASSERT_EQUAL(emb_table_push(t, ids, 64, g), 0);
+	CU_ASSERT_EQUAL(emb_table_push(t, ids, 64, g), 0);
+	snprintf(p, sizeof(p), "%s/c16.embs", dir);
+	CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(t, p, NULL, NULL), 0);
+
+	CU_ASSERT_EQUAL(run_cli("inspect %s --rows 1 >%s", p, out), 0);
+	CU_ASSERT(file_has(out, "row format fp16 (20 B of weights a row), "
+				"pushes round stochastically"));
+	CU_ASSERT(file_has(out, "format v2"));
+	CU_ASSERT(!file_has(out, "NaN or infinite"));
+	CU_ASSERT_EQUAL(run_cli("export --in %s --out %s", p, tsv), 0);
+	f = fopen(tsv, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	for (;;) {
+		unsigned long long id;
+		float v[10];
+
+		if (fscanf(f, "%llu %g %g %g %g %g %g %g %g %g %g", &id, &v[0],
+			   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
+			   &v[8], &v[9]) != 11)
+			break;
+		CU_ASSERT_EQUAL(emb_table_pull(t, (uint64_t *)&id, 1, w16,
+					       EMB_PULL_NOCREATE, NULL),
+				0);
+		CU_ASSERT(memcmp(v, w16, sizeof(v)) == 0);
+		n++;
+	}
+	fclose(f);
+	CU_ASSERT_EQUAL(n, 64);
+
+	/* The same rows, one with an fp16 Inf in weight 0 (its word's other
+	 * half is weight 1, so the word is a finite float). */
+	CU_ASSERT_EQUAL_FATAL(emb_snap_verify(p, 0, &m, NULL), 0);
+	snprintf(bad, sizeof(bad), "%s/bad.embs", dir);
+	CU_ASSERT_EQUAL_FATAL(emb_snap_writer_create(bad, &m, NULL, &w), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	for (int k = 0; emb_table_iter_next(it, &id0, row, NULL, 1) == 1;
+	     k++) {
+		if (k == 0) {
+			memcpy(row, &inf, 2);
+			snprintf(want, sizeof(want),
+				 "warning: 1 rows with a NaN or infinite "
+				 "value (a load sets them aside); ids %llu",
+				 (unsigned long long)id0);
+		}
+		CU_ASSERT_EQUAL(emb_snap_writer_add(w, &id0, row, NULL, 1), 0);
+	}
+	emb_table_iter_destroy(it);
+	CU_ASSERT_EQUAL(emb_snap_writer_finish(w, NULL), 0);
+	emb_snap_writer_destroy(w);
+	CU_ASSERT_EQUAL(run_cli("inspect %s >%s", bad, out), 0);
+	CU_ASSERT(file_has(out, want));
+	emb_table_destroy(t);
+}
+
+/*
+ * restore --row-format: a trained fp32 table served as fp16 (each weight
+ * within half an fp16 ulp) and int8 (within half a step), the fp16 one
+ * dumped and restored as fp32 again (exactly its fp16 values), and a dump
+ * refused by an existing table of another format, untouched. Needs
+ * servers and a client library that keep row formats.
+ */
+static void test_restore_row_format(void)
+{
+#ifdef EMB_WIRE_FEAT_ROWFMT
+	struct emb_client *c;
+	struct emb_client_table *t, *t16, *t8, *back;
+	uint64_t *ids = test_ids();
+	float *w32 = calloc((size_t)NIDS * DIM, sizeof(float));
+	float *w16 = calloc((size_t)NIDS * DIM, sizeof(float));
+	float *w8 = calloc((size_t)NIDS * DIM, sizeof(float));
+	float *wb = calloc((size_t)NIDS * DIM, sizeof(float));
+	uint8_t *found = calloc(NIDS, 1), *found2 = calloc(NIDS, 1);
+	char *d32 = sub("rf-dump32"), *d16 = sub("rf-dump16");
+	char *out = sub("rf-restore.out"), *err = sub("rf-restore.err");
+	struct srv s = trained_server(&c, &t, ids);
+	uint32_t have;
+
+	have = pull_found(t, ids, w32, found);
+	CU_ASSERT_FATAL(have > 0);
+	CU_ASSERT_EQUAL_FATAL(run_cli("dump --servers 127.0.0.1:%u --table emb "
+				      "--out %s --quiet >/dev/null",
+				      s.port, d32),
+			      0);
+	CU_ASSERT_EQUAL(run_cli("restore --in %s --servers 127.0.0.1:%u "
+				"--table e16 --row-format fp16 --quiet >%s",
+				d32, s.port, out),
+			0);
+	CU_ASSERT(file_has(out, "restore: table e16 (fp16 rows from fp32), "));
+	CU_ASSERT_EQUAL(run_cli("restore --in %s --servers 127.0.0.1:%u "
+				"--table e8 --row-format int8 --quiet "
+				">/dev/null",
+				d32, s.port),
+			0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c, "e16", &t16), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c, "e8", &t8), 0);
+	CU_ASSERT_EQUAL(emb_client_table_spec(t16)->row_format,
+			EMB_ROWFMT_FP16);
+	CU_ASSERT_EQUAL(pull_found(t16, ids, w16, found2), have);
+	CU_ASSERT(memcmp(found, found2, NIDS) == 0);
+	CU_ASSERT_EQUAL(pull_found(t8, ids, w8, found2), have);
+	for (uint32_t i = 0; i < NIDS; i++) {
+		const float *a = w32 + (size_t)i * DIM;
+		float lo = a[0], hi = a[0];
+
+		if (!found[i])
+			continue;
+		for (uint32_t d = 0; d < DIM; d++) {
+			CU_ASSERT(fabs((double)w16[(size_t)i * DIM + d] - a[d]) <=
+				  fp16_half_ulp(a[d]));
+			lo = a[d] < lo ? a[d] : lo;
+			hi = a[d] > hi ? a[d] : hi;
+		}
+		for (uint32_t d = 0; d < DIM; d++)
+			CU_ASSERT(fabs((double)w8[(size_t)i * DIM + d] - a[d]) <=
+				  (hi - lo) / 255.0 / 2 * 1.0001 + 1e-6);
+	}
+
+	/* And back: the fp16 table's dump restored as fp32. */
+	CU_ASSERT_EQUAL_FATAL(run_cli("dump --servers 127.0.0.1:%u --table e16 "
+				      "--out %s --quiet >/dev/null",
+				      s.port, d16),
+			      0);
+	CU_ASSERT_EQUAL(run_cli("inspect %s >%s", d16, out), 0);
+	CU_ASSERT(file_has(out, "row format fp16"));
+	CU_ASSERT_EQUAL(run_cli("restore --in %s --servers 127.0.0.1:%u "
+				"--table back --row-format fp32 --quiet "
+				">/dev/null",
+				d16, s.port),
+			0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c, "back", &back), 0);
+	CU_ASSERT_EQUAL(pull_found(back, ids, wb, found2), have);
+	CU_ASSERT(memcmp(wb, w16, (size_t)NIDS * DIM * sizeof(float)) == 0);
+
+	/* fp16 rows into the existing fp32 table: refused, untouched. */
+	CU_ASSERT_EQUAL(run_cli("restore --in %s --servers 127.0.0.1:%u "
+				"--table emb --quiet >/dev/null 2>%s",
+				d16, s.port, err),
+			1);
+	CU_ASSERT(file_has(err, "table emb exists with row format fp32; the "
+				"rows would be fp16"));
+	CU_ASSERT_EQUAL(pull_found(t, ids, wb, found2), have);
+	CU_ASSERT(memcmp(wb, w32, (size_t)NIDS * DIM * sizeof(float)) == 0);
+	CU_ASSERT_EQUAL(run_cli("restore --in %s --servers 127.0.0.1:%u "
+				"--row-format fp12 2>/dev/null",
+				d16, s.port),
+			2);
+
+	emb_client_table_close(back);
+	emb_client_table_close(t8);
+	emb_client_table_close(t16);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+	srv_stop(&s, SIGTERM);
+	free(found2);
+	free(found);
+	free(wb);
+	free(w8);
+	free(w16);
+	free(w32);
+	free(ids);
+#else
+	fprintf(stderr, "restore --row-format: this build's servers and "
+			"client keep no row formats; not run\n");
+#endif
+}
+
+/*
+ * A server's checkpoints keep compact tables: fp16 and int8 Adam tables
+ * trained, the server stopped (its last checkpoint) and started again on
+ * the directory: each comes back in its format, every full row (weights
+ * as kept, state) bit for bit. Needs servers and a client library that
+ * keep row formats.
+ */
+static void test_checkpoint_keeps_row_format(void)
+{
+#ifdef EMB_WIRE_FEAT_ROWFMT
+	static const uint32_t fmts[2] = {EMB_ROWFMT_FP16, EMB_ROWFMT_INT8};
+	static const char *const names[2] = {"c16", "c8"};
+	struct emb_client *c;
+	struct emb_client_table *t[2];
+	uint64_t *ids = test_ids();
+	float *before[2], *after = calloc((size_t)NIDS * 3 * DIM, 4);
+	uint8_t *found = calloc(NIDS, 1), *found2 = calloc(NIDS, 1);
+	char *dir = sub("ckpt-rowfmt");
+	struct srv s = srv_start(dir, "1000");
+	uint32_t rf[2];
+
+	c = connect_to(&s, 1);
+	for (int k = 0; k < 2; k++) {
+		struct emb_table_spec sp = adam_spec(DIM);
+
+		sp.name = names[k];
+		sp.row_format = fmts[k];
+		CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t[k]),
+				      0);
+		train(t[k], ids, 0, 8);
+		rf[k] = emb_client_table_row_floats(t[k]);
+		CU_ASSERT(rf[k] < 3 * DIM + 1); /* compact weights */
+		before[k] = calloc((size_t)NIDS * rf[k], 4);
+		CU_ASSERT_EQUAL(
+		    emb_client_table_pull(t[k], ids, NIDS, before[k],
+					  EMB_CLIENT_NOCREATE |
+					      EMB_CLIENT_WITH_STATE,
+					  found),
+		    0);
+		emb_client_table_close(t[k]);
+	}
+	emb_client_destroy(c);
+	srv_stop(&s, SIGTERM);
+
+	s = srv_start(dir, "1000");
+	c = connect_to(&s, 1);
+	for (int k = 0; k < 2; k++) {
+		CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c, names[k], &t[k]),
+				      0);
+		CU_ASSERT_EQUAL(emb_client_table_row_floats(t[k]), rf[k]);
+		CU_ASSERT_EQUAL(
+		    emb_client_table_pull(t[k], ids, NIDS, after,
+					  EMB_CLIENT_NOCREATE |
+					      EMB_CLIENT_WITH_STATE,
+					  found2),
+		    0);
+		CU_ASSERT(memcmp(before[k], after,
+				 (size_t)NIDS * rf[k] * 4) == 0);
+		emb_client_table_close(t[k]);
+		free(before[k]);
+	}
+	emb_client_destroy(c);
+	srv_stop(&s, SIGTERM);
+	free(found2);
+	free(found);
+	free(after);
+	free(ids);
+#else
+	fprintf(stderr, "checkpoints of compact tables: this build's servers "
+			"and client keep no row formats; not run\n");
+#endif
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -1217,6 +1502,14 @@ int main(int argc, char **argv)
 	    {"a dump's non-finite row: inspect names it, restore sets it "
 	     "aside and loads the rest",
 	     test_dump_nonfinite_row_restored_without_it},
+	    {"a compact snapshot: inspect shows its format and decoded "
+	     "weights, export writes fp32",
+	     test_inspect_export_compact},
+	    {"restore --row-format converts fp32 to fp16 and int8 and back; "
+	     "another format refused",
+	     test_restore_row_format},
+	    {"checkpoints keep fp16 and int8 tables bit for bit",
+	     test_checkpoint_keeps_row_format},
 	    {NULL, NULL},
 	};
 	int rc;

@@ -43,6 +43,8 @@ struct cli {
 	const char *dir;	/* --out of dump, --in of restore/export */
 	bool consistent;	/* dump --consistent */
 	const char *from;	/* restore --from: the table to take */
+	const char *row_format; /* restore --row-format, or NULL */
+	uint32_t row_format_value; /* its enum emb_row_format */
 	const char *out;	/* export's output file, NULL = stdout */
 	const char *format;	/* export format */
 	const char *token_file; /* --auth-token-file */

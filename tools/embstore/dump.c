@@ -160,6 +160,8 @@ static void *dump_main(void *arg)
 	m.dim = info.spec.dim;
 	m.state_floats = info.state_floats;
 	m.row_floats = info.row_floats;
+	m.row_format = info.spec.row_format;
+	m.rounding = info.spec.rounding;
 	m.optim = info.spec.optim;
 	m.init = info.spec.init;
 	m.seed = info.spec.seed;

@@ -1,6 +1,7 @@
 /*
  * tools/embstore/export.c - `embstore export`: a dump's rows as text,
- * id<TAB>v0 v1 ..., every float printed so that it reads back bit-exact.
+ * id<TAB>v0 v1 ..., the weights decoded to fp32 whatever the table's row
+ * format, every float printed so that it reads back bit-exact.
  * The whole dump is verified first, so a damaged dump exports nothing.
  */
 #include <errno.h>
@@ -95,6 +96,7 @@ static int run(struct cli *cli)
 	for (uint32_t i = 0; i < fs.n && !rc; i++) {
 		struct emb_snap_reader *r;
 		struct emb_snap_block b;
+		float w[EMB_DIM_MAX];
 
 		emb_cli_fileset_path(&fs, i, p, sizeof(p));
 		rc = emb_snap_reader_open(p, 0, &r);
@@ -102,9 +104,12 @@ static int run(struct cli *cli)
 			break;
 		while ((rc = emb_snap_reader_next(r, &b)) > 0) {
 			for (uint32_t k = 0; k < b.n; k++) {
-				const float *w =
-				    b.rows + (size_t)k * metas[i].row_floats;
-
+				/* fp32 whatever the table's row format:
+				 * what a pull of the row returns. */
+				emb_rowfmt_decode(
+				    metas[i].row_format,
+				    b.rows + (size_t)k * metas[i].row_floats,
+				    w, metas[i].dim);
 				fprintf(out, "%llu\t",
 					(unsigned long long)b.ids[k]);
 				/* %.9g prints a float that reads back

@@ -38,14 +38,12 @@ struct nonfinite {
 	uint64_t ids[8];
 };
 
-/* Whether row w of a file with metadata m is finite; counts it in nf if
- * not. Adam's state ends in a uint32 step count, not a float. */
+/* Whether row w of a file with metadata m is finite, its weights decoded;
+ * counts it in nf if not. */
 static bool row_finite(const struct emb_snap_meta *m, const float *w,
 		       uint64_t id, struct nonfinite *nf)
 {
-	uint32_t check = m->row_floats - (m->state_floats == 2 * m->dim + 1);
-
-	if (emb_floats_finite(w, check))
+	if (emb_snap_row_finite(m, w))
 		return true;
 	if (nf->n < 8)
 		nf->ids[nf->n] = id;
@@ -108,6 +106,15 @@ static void print_meta(const char *file, const struct emb_snap_meta *m,
 	printf("file %s\n", file);
 	printf("  table %s  dim %u  state floats %u  part %u of %u\n", m->name,
 	       m->dim, m->state_floats, m->part, m->nparts);
+	if (m->row_format == EMB_ROWFMT_FP32)
+		printf("  row format fp32\n");
+	else
+		printf("  row format %s (%u B of weights a row), pushes round "
+		       "%s\n",
+		       emb_rowfmt_name(m->row_format),
+		       emb_rowfmt_bytes(m->row_format, m->dim),
+		       m->rounding == EMB_ROUND_NEAREST ? "to nearest"
+							: "stochastically");
 	printf("  optimizer %s lr=%g wd=%g acc=%g beta1=%g beta2=%g eps=%g "
 	       "beta=%g l1=%g l2=%g\n",
 	       emb_optim_name(o->kind), (double)o->lr, (double)o->weight_decay,
@@ -124,7 +131,7 @@ static void print_meta(const char *file, const struct emb_snap_meta *m,
 	    (unsigned long long)m->rows, (unsigned long long)m->blocks,
 	    (unsigned long long)m->raw_bytes, (unsigned long long)m->file_bytes,
 	    m->file_bytes ? (double)m->raw_bytes / (double)m->file_bytes : 0.0,
-	    EMB_SNAP_VERSION,
+	    m->version,
 	    (m->flags & EMB_SNAP_F_SHUFFLE) ? " shuffled" : "",
 	    (unsigned long long)checksum);
 	if (m->flags & EMB_SNAP_F_DELTA)
@@ -208,8 +215,10 @@ static int run(struct cli *cli)
 	char p[EMB_SNAP_PATH_MAX + 300];
 	uint64_t hist[NORM_BUCKETS + 2], total = 0;
 	struct nonfinite nf = {0};
-	uint32_t shown = 0;
+	uint32_t shown = 0, sf, ww;
 	int rc, bad = 0;
+	/* A decoded row: at most dim weights and 2 dim + 1 state floats. */
+	static float w[3 * EMB_DIM_MAX + 1];
 
 	if (!cli->dir)
 		return emb_cli_usage_error(cli, usage,
@@ -233,17 +242,24 @@ static int run(struct cli *cli)
 			continue;
 		}
 		m = emb_snap_reader_meta(r);
+		/* Rows are shown decoded: fp32 weights, then the state. */
+		sf = m->state_floats;
+		ww = m->row_floats - sf;
 		while ((rc = emb_snap_reader_next(r, &b)) > 0) {
 			for (uint32_t k = 0; k < b.n; k++) {
-				const float *w =
+				const float *raw =
 				    b.rows + (size_t)k * m->row_floats;
 				double sq = 0;
 				int bucket;
 
 				/* A load sets such a row aside, so it is
 				 * counted, not put in the histogram. */
-				if (!row_finite(m, w, b.ids[k], &nf))
+				if (!row_finite(m, raw, b.ids[k], &nf))
 					continue;
+				emb_rowfmt_decode(m->row_format, raw, w,
+						  m->dim);
+				memcpy(w + m->dim, raw + ww,
+				       (size_t)sf * sizeof(float));
 				for (uint32_t d = 0; d < m->dim; d++)
 					sq += (double)w[d] * w[d];
 				/* Buckets are powers of two of the norm,
@@ -265,9 +281,9 @@ static int run(struct cli *cli)
 					       emb_id_slot(b.ids[k]),
 					       b.last_step[k], b.count[k]);
 					for (uint32_t d = 0;
-					     d < m->row_floats && d < 16; d++)
+					     d < m->dim + sf && d < 16; d++)
 						printf(" %.6g", (double)w[d]);
-					printf("%s\n", m->row_floats > 16
+					printf("%s\n", m->dim + sf > 16
 							   ? " ..."
 							   : "");
 				}

@@ -3,6 +3,9 @@
  * dump and checks the target before it changes anything, then assigns
  * rows with their optimizer state through the client library, which
  * routes each id by slot, so any number of servers may receive them.
+ * With --row-format the rows are converted on the way (weights decoded to
+ * fp32 and encoded to nearest, state as it is): a table trained in fp32
+ * can be served compact, and back.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -12,6 +15,7 @@
 #include "cli.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/rowfmt.h"
 #include "worker/embstore.h"
 
 #define ASSIGN_BYTES (8u << 20) /* rows per restore assign call */
@@ -27,6 +31,9 @@ static void usage(FILE *f)
 	      "  --from TABLE            which table to take from a directory "
 	      "that holds\n"
 	      "                          several (a checkpoint)\n"
+	      "  --row-format FMT        fp32|fp16|bf16|int8: convert the "
+	      "rows to FMT\n"
+	      "                          (default: keep the dump's)\n"
 	      EMB_CLI_HELP_CONN EMB_CLI_HELP_BASE,
 	      f);
 }
@@ -124,17 +131,29 @@ static int apool_start(struct apool *ap, struct emb_client_table *t,
 	return 0;
 }
 
-/* True when the n floats at v are all finite (exponent bits not all set). */
-static bool row_finite(const float *v, uint32_t n)
-{
-	for (uint32_t j = 0; j < n; j++) {
-		uint32_t u;
+/* Rows left out of a file's restore: how many, and the first ids. */
+struct aside {
+	uint64_t n;	 /* rows */
+	uint64_t ids[8]; /* the first min(n, 8) */
+};
 
-		memcpy(&u, &v[j], sizeof(u));
-		if ((u & 0x7f800000u) == 0x7f800000u)
-			return false;
-	}
-	return true;
+static void aside_add(struct aside *a, uint64_t id)
+{
+	if (a->n < 8)
+		a->ids[a->n] = id;
+	a->n++;
+}
+
+static void aside_print(const char *file, const struct aside *a,
+			const char *why)
+{
+	if (!a->n)
+		return;
+	fprintf(stderr, "embstore restore: %s: %llu rows %s set aside; ids",
+		file, (unsigned long long)a->n, why);
+	for (uint64_t j = 0; j < a->n && j < 8; j++)
+		fprintf(stderr, " %llu", (unsigned long long)a->ids[j]);
+	fprintf(stderr, "%s\n", a->n > 8 ? " ..." : "");
 }
 
 /* A free batch to fill, or NULL once an assign failed. */
@@ -193,10 +212,11 @@ static int run(struct cli *cli)
 	struct emb_table_spec spec = EMB_TABLE_SPEC_DEFAULT;
 	struct emb_cli_fileset fs;
 	struct emb_cli_progress prog;
-	char p[EMB_SNAP_PATH_MAX + 300];
+	char p[EMB_SNAP_PATH_MAX + 300], fmt_note[40] = "";
 	const char *name;
 	uint64_t raw = 0;
-	uint32_t nsel = 0;
+	uint32_t nsel = 0, fmt, rounding;
+	bool created = false;
 	double dt;
 	int rc;
 
@@ -241,10 +261,11 @@ static int run(struct cli *cli)
 			goto fail;
 		}
 		if (metas[i].dim != metas[0].dim ||
-		    metas[i].optim.kind != metas[0].optim.kind) {
+		    metas[i].optim.kind != metas[0].optim.kind ||
+		    metas[i].row_format != metas[0].row_format) {
 			fprintf(stderr,
 				"embstore restore: files of %s disagree on "
-				"dim or optimizer\n",
+				"dim, optimizer or row format\n",
 				cli->dir);
 			goto fail;
 		}
@@ -257,6 +278,11 @@ static int run(struct cli *cli)
 		goto fail;
 	}
 	name = cli->table ? cli->table : metas[0].name;
+	/* The rows' format on the servers: the dump's unless converted. A
+	 * table made compact from fp32 rounds its pushes stochastically
+	 * (the default); one that stays compact keeps its rounding. */
+	fmt = cli->row_format ? cli->row_format_value : metas[0].row_format;
+	rounding = metas[0].rounding;
 
 	co.servers = cli->servers;
 	co.transport = cli->transport;
@@ -286,13 +312,25 @@ static int run(struct cli *cli)
 				emb_optim_name(metas[0].optim.kind));
 			goto fail;
 		}
+		if (have->row_format != fmt) {
+			fprintf(stderr,
+				"embstore restore: table %s exists with row "
+				"format %s; the rows would be %s (--row-format "
+				"converts them); nothing changed\n",
+				name, emb_rowfmt_name(have->row_format),
+				emb_rowfmt_name(fmt));
+			goto fail;
+		}
 	} else {
 		spec.name = name;
 		spec.dim = metas[0].dim;
 		spec.optim = metas[0].optim;
 		spec.init = metas[0].init;
 		spec.seed = metas[0].seed;
+		spec.row_format = fmt;
+		spec.rounding = rounding;
 		rc = emb_client_table_create(c, &spec, &t);
+		created = rc == 0;
 		if (rc) {
 			fprintf(stderr,
 				"embstore restore: cannot create table %s: "
@@ -302,6 +340,23 @@ static int run(struct cli *cli)
 		}
 	}
 
+	/* The rows must have the size the servers' table takes: a server
+	 * that keeps no row formats makes an fp32 table of any CREATE. */
+	if (emb_client_table_row_floats(t) !=
+	    emb_rowfmt_words(fmt, metas[0].dim) + metas[0].state_floats) {
+		fprintf(stderr,
+			"embstore restore: table %s on the servers takes rows "
+			"of %u words, not the %u of %s rows (servers without "
+			"row formats?); nothing restored\n",
+			name, emb_client_table_row_floats(t),
+			emb_rowfmt_words(fmt, metas[0].dim) +
+			    metas[0].state_floats,
+			emb_rowfmt_name(fmt));
+		/* The table this restore made goes again. */
+		if (created)
+			emb_client_table_drop(t);
+		goto fail;
+	}
 	emb_cli_progress_init(&prog, "restore", cli->quiet);
 	for (uint32_t i = 0; i < fs.n; i++)
 		prog.rows_total += metas[i].rows;
@@ -310,17 +365,19 @@ static int run(struct cli *cli)
 		struct emb_snap_block b;
 		struct abatch *ab = NULL;
 		struct apool ap;
-		uint32_t rf = metas[i].row_floats, k = 0;
-		/* Adam's state ends in a uint32 step count. */
-		uint32_t check = rf - (metas[i].state_floats ==
-				       2 * metas[i].dim + 1);
-		uint64_t aside = 0, aside_ids[8];
+		const struct emb_snap_meta *m = &metas[i];
+		uint32_t rf = m->row_floats, k = 0;
+		/* Rows as the servers will keep them. */
+		uint32_t out_rf =
+		    emb_rowfmt_words(fmt, m->dim) + m->state_floats;
+		bool convert = fmt != m->row_format;
+		struct aside bad = {0}, range = {0};
 		int arc;
 
 		emb_cli_fileset_path(&fs, i, p, sizeof(p));
 		rc = emb_snap_reader_open(p, 0, &r);
 		if (!rc)
-			rc = apool_start(&ap, t, &prog, rf);
+			rc = apool_start(&ap, t, &prog, out_rf);
 		if (rc) {
 			fprintf(stderr, "embstore restore: %s: %s\n", p,
 				emb_cli_snap_err(rc));
@@ -332,47 +389,44 @@ static int run(struct cli *cli)
 				break;
 			}
 			for (uint32_t off = 0; off < b.n;) {
-				uint32_t m;
+				uint32_t n;
 
 				/* NULL: an assign failed; stop reading. */
 				if (!ab && !(ab = apool_get(&ap, &k))) {
 					rc = -ECANCELED;
 					break;
 				}
-				m = b.n - off < ap.cap - ab->n ? b.n - off
+				n = b.n - off < ap.cap - ab->n ? b.n - off
 							       : ap.cap - ab->n;
-				memcpy(ab->ids + ab->n, b.ids + off,
-				       m * sizeof(uint64_t));
-				memcpy(ab->rows + (size_t)ab->n * rf,
-				       b.rows + (size_t)off * rf,
-				       (size_t)m * rf * sizeof(float));
-				off += m;
-				/* A row with a NaN or Inf (an older version
-				 * could write one) would make the server
-				 * refuse its whole batch: it is set aside,
-				 * to be made afresh when next used. */
-				for (uint32_t j = ab->n, e = ab->n + m; j < e;
-				     j++) {
-					float *row = ab->rows + (size_t)j * rf;
+				for (uint32_t j = off; j < off + n; j++) {
+					const float *src =
+					    b.rows + (size_t)j * rf;
+					float *dst =
+					    ab->rows + (size_t)ab->n * out_rf;
 
-					if (row_finite(row, check)) {
-						if (ab->n != j) {
-							ab->ids[ab->n] =
-							    ab->ids[j];
-							memmove(ab->rows +
-								    (size_t)ab->n *
-									rf,
-								row,
-								(size_t)rf *
-								    sizeof(float));
-						}
-						ab->n++;
+					/* A row with a NaN or Inf (an older
+					 * version could write one) would make
+					 * the server refuse its whole batch:
+					 * it is set aside, to be made afresh
+					 * when next used. So is one the new
+					 * format cannot hold (|w| > 65504 in
+					 * fp16). */
+					if (!emb_snap_row_finite(m, src)) {
+						aside_add(&bad, b.ids[j]);
 						continue;
 					}
-					if (aside < 8)
-						aside_ids[aside] = ab->ids[j];
-					aside++;
+					if (!convert)
+						memcpy(dst, src,
+						       (size_t)rf *
+							   sizeof(float));
+					else if (!emb_snap_row_convert(
+						     m, fmt, src, dst)) {
+						aside_add(&range, b.ids[j]);
+						continue;
+					}
+					ab->ids[ab->n++] = b.ids[j];
 				}
+				off += n;
 				if (ab->n == ap.cap) {
 					apool_put(&ap, k);
 					ab = NULL;
@@ -388,16 +442,8 @@ static int run(struct cli *cli)
 		if (!rc || rc == -ECANCELED)
 			rc = arc;
 		emb_snap_reader_close(r);
-		if (aside) {
-			fprintf(stderr,
-				"embstore restore: %s: %llu rows with a NaN or "
-				"infinite value set aside; ids",
-				p, (unsigned long long)aside);
-			for (uint64_t j = 0; j < aside && j < 8; j++)
-				fprintf(stderr, " %llu",
-					(unsigned long long)aside_ids[j]);
-			fprintf(stderr, "%s\n", aside > 8 ? " ..." : "");
-		}
+		aside_print(p, &bad, "with a NaN or infinite value");
+		aside_print(p, &range, "beyond the row format's range");
 		if (rc) {
 			char msg[256] = "";
 
@@ -412,9 +458,17 @@ static int run(struct cli *cli)
 	}
 	emb_cli_progress_end(&prog);
 	dt = emb_clock_s() - prog.t0;
-	printf("restore: table %s, %llu rows from %u file%s onto %u "
+	/* fp32 kept as it was says nothing about formats. */
+	if (fmt != metas[0].row_format)
+		snprintf(fmt_note, sizeof(fmt_note), " (%s rows from %s)",
+			 emb_rowfmt_name(fmt),
+			 emb_rowfmt_name(metas[0].row_format));
+	else if (fmt != EMB_ROWFMT_FP32)
+		snprintf(fmt_note, sizeof(fmt_note), " (%s rows)",
+			 emb_rowfmt_name(fmt));
+	printf("restore: table %s%s, %llu rows from %u file%s onto %u "
 	       "server%s, %.1f MB of rows, %.2f s, %.0f MB/s\n",
-	       name, (unsigned long long)prog.rows, fs.n, fs.n == 1 ? "" : "s",
+	       name, fmt_note, (unsigned long long)prog.rows, fs.n, fs.n == 1 ? "" : "s",
 	       emb_client_nservers(c), emb_client_nservers(c) == 1 ? "" : "s",
 	       (double)raw / 1e6, dt, dt > 0 ? (double)raw / 1e6 / dt : 0.0);
 	emb_client_table_close(t);
@@ -436,6 +490,7 @@ int emb_cmd_restore(int argc, char **argv)
 	    {"in", required_argument, NULL, 'i'},
 	    {"table", required_argument, NULL, 't'},
 	    {"from", required_argument, NULL, 'F'},
+	    {"row-format", required_argument, NULL, 'R'},
 	    EMB_CLI_OPTS_CONN,
 	    EMB_CLI_OPTS_BASE,
 	    {NULL, 0, NULL, 0},
@@ -455,6 +510,15 @@ int emb_cmd_restore(int argc, char **argv)
 			break;
 		case 'F':
 			cli.from = optarg;
+			break;
+		case 'R':
+			cli.row_format = optarg;
+			if (emb_rowfmt_parse(optarg,
+					     &cli.row_format_value) != 0)
+				return emb_cli_usage_error(
+				    &cli, usage,
+				    "--row-format takes fp32, fp16, bf16 or "
+				    "int8");
 			break;
 		default:
 			status = emb_cli_opt(&cli, c, optarg, usage);
