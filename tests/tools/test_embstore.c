@@ -1197,7 +1197,6 @@ static void test_dump_nonfinite_row_restored_without_it(void)
 	free(ids);
 }
 
-#ifdef EMB_WIRE_FEAT_ROWFMT
 /* Half the gap between x and the next fp16 away from zero. */
 static double fp16_half_ulp(float x)
 {
@@ -1208,7 +1207,6 @@ static double fp16_half_ulp(float x)
 		return ldexp(1.0, -25);
 	return ldexp(1.0, e - 1 - 11);
 }
-#endif
 
 /*
  * A compact snapshot written by the store (no server): inspect names its
@@ -1304,7 +1302,6 @@ static void test_inspect_export_compact(void)
  */
 static void test_restore_row_format(void)
 {
-#ifdef EMB_WIRE_FEAT_ROWFMT
 	struct emb_client *c;
 	struct emb_client_table *t, *t16, *t8, *back;
 	uint64_t *ids = test_ids();
@@ -1401,10 +1398,6 @@ static void test_restore_row_format(void)
 	free(w16);
 	free(w32);
 	free(ids);
-#else
-	fprintf(stderr, "restore --row-format: this build's servers and "
-			"client keep no row formats; not run\n");
-#endif
 }
 
 /*
@@ -1416,7 +1409,6 @@ static void test_restore_row_format(void)
  */
 static void test_checkpoint_keeps_row_format(void)
 {
-#ifdef EMB_WIRE_FEAT_ROWFMT
 	static const uint32_t fmts[2] = {EMB_ROWFMT_FP16, EMB_ROWFMT_INT8};
 	static const char *const names[2] = {"c16", "c8"};
 	struct emb_client *c;
@@ -1474,10 +1466,6 @@ static void test_checkpoint_keeps_row_format(void)
 	free(found);
 	free(after);
 	free(ids);
-#else
-	fprintf(stderr, "checkpoints of compact tables: this build's servers "
-			"and client keep no row formats; not run\n");
-#endif
 }
 
 int main(int argc, char **argv)
