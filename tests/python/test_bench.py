@@ -146,3 +146,14 @@ def test_tables_need_servers():
     bad = subprocess.run([tool("embstore-bench"), "--tables", "0"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "--tables" in bad.stderr
+
+
+def test_row_format_through_servers(servers):
+    """--row-format through servers: the table is made compact there and
+    a pull's rows cross the wire in its format, fp16 half of fp32's bytes,
+    decoded back to the same fp32 bytes for the bench."""
+    runs = {f: _c(servers, "--op", "pull", "--table", f"bench_{f}",
+                  "--row-format", f) for f in ("fp32", "fp16")}
+    assert runs["fp16"]["row_format"] == "fp16"
+    assert runs["fp16"]["bytes_fetched"] == runs["fp32"]["bytes_fetched"]
+    assert runs["fp16"]["wire_bytes_in"] < 0.6 * runs["fp32"]["wire_bytes_in"]
