@@ -7,7 +7,9 @@
 # per run to a results file: the last epoch's test AUC and logloss, the
 # wall time, and the servers' rows and memory_bytes of each sparse table as
 # `embstore stat --json` reports them once training is done (the PyTorch
-# example's --after-train; the C example's takes the same command);
+# example's --after-train; the C example's takes the same command), with
+# the size of one row's record (row_bytes: weights, optimizer state and
+# header) and the embeddings' slab and index bytes;
 # `--summary FILE` turns that file into median [min..max] per example, mode
 # and format.
 #
@@ -51,14 +53,17 @@ summary() {
 	def r($n): . * pow(10; $n) | round / pow(10; $n);
 	def mm(f; $n): map(f) | "\(med | r($n)) [\(min | r($n))..\(max | r($n))]";
 	(["example", "mode", "format", "rows", "n", "auc", "logloss",
-	  "seconds", "emb B/row", "wide B/row"] | @tsv),
+	  "seconds", "emb B/row", "emb record", "wide B/row", "wide record"]
+	 | @tsv),
 	(group_by([.example, .mode, .rows, .format_order]) | .[] |
 	 [.[0].example, .[0].mode, .[0].format, .[0].rows, length,
 	  mm(.auc; 4), mm(.logloss; 4), mm(.seconds; 0),
 	  (map(select(.emb_rows > 0) | .emb_bytes / .emb_rows) |
 	   if length > 0 then med | r(1) else "" end),
+	  (map(.emb_row_bytes // empty) | .[0] // ""),
 	  (map(select(.wide_rows > 0) | .wide_bytes / .wide_rows) |
-	   if length > 0 then med | r(1) else "" end)] | @tsv)' "$1"
+	   if length > 0 then med | r(1) else "" end),
+	  (map(.wide_row_bytes // empty) | .[0] // "")] | @tsv)' "$1"
 }
 
 while [ $# -gt 0 ]; do
@@ -72,7 +77,7 @@ while [ $# -gt 0 ]; do
 	-f) formats=$2; shift 2 ;;
 	-k) keep=$2; shift 2 ;;
 	--summary) summary "$2"; exit 0 ;;
-	-h | --help) sed -n '2,32s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,35s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	-*) echo "bench-auc-rowfmt: unknown option $1" >&2; exit 2 ;;
 	*) break ;;
 	esac
@@ -157,6 +162,10 @@ run() {
 		 emb_bytes: (tab("ctr_emb") | map(.memory_bytes) | add),
 		 wide_rows: (tab("ctr_wide") | map(.rows) | add),
 		 wide_bytes: (tab("ctr_wide") | map(.memory_bytes) | add),
+		 emb_row_bytes: (tab("ctr_emb")[0].totals.row_bytes),
+		 emb_slab_bytes: (tab("ctr_emb") | map(.totals.slab_bytes) | add),
+		 emb_index_bytes: (tab("ctr_emb") | map(.totals.index_bytes) | add),
+		 wide_row_bytes: (tab("ctr_wide")[0].totals.row_bytes),
 		 stat_formats: (tab("ctr_emb") | map(.row_format) | unique)}'
 		) || [ -z "$j" ]; then
 		note "$name: no test auc or stat; see $(tail -n 3 "$log")"
