@@ -837,6 +837,45 @@ int emb_wire_push_req_encode_session(struct emb_wire_iovs *out,
 	return 0;
 }
 
+int emb_wire_push_req_encode_half(struct emb_wire_iovs *out, uint64_t req_id,
+				  uint32_t table_id, uint64_t step,
+				  uint32_t rank, uint64_t session, uint64_t seq,
+				  const uint64_t *ids, uint32_t n, uint32_t dim,
+				  uint32_t half, const uint16_t *grads)
+{
+	static const uint8_t zeros[8];
+	const uint64_t len = 2ull * n * dim;
+	uint32_t pre_len = session ? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
+				   : EMB_WIRE_PUSH_PREFIX_SIZE;
+	uint64_t plen = pre_len + 8ull * n + len + (8 - len % 8) % 8;
+	uint8_t *pre = out ? out->head + EMB_WIRE_HDR_SIZE : NULL;
+	uint16_t flags;
+
+	if (!out || table_id == 0 || dim == 0 || dim > EMB_WIRE_DIM_MAX ||
+	    (n && (!ids || !grads)) || (session && seq == 0) ||
+	    (half != EMB_ROWFMT_FP16 && half != EMB_ROWFMT_BF16))
+		return EMB_EBADARG;
+	if (plen > PAYLOAD_MAX)
+		return EMB_ETOOBIG;
+	flags = (uint16_t)((session ? EMB_F_SESSION : 0) |
+			   (half == EMB_ROWFMT_FP16 ? EMB_F_GRAD_FP16
+						    : EMB_F_GRAD_BF16));
+	emb__wire_put_hdr(out->head, EMB_OP_PUSH, flags, req_id, table_id, n,
+			  (uint32_t)plen, 0);
+	emb_le64_store(pre, step);
+	emb_le32_store(pre + 8, rank);
+	emb_le32_store(pre + 12, 0);
+	if (session) {
+		emb_le64_store(pre + 16, session);
+		emb_le64_store(pre + 24, seq);
+	}
+	iovs_start(out, EMB_WIRE_HDR_SIZE + pre_len);
+	iovs_add(out, ids, 8ull * n);
+	iovs_add(out, grads, len);
+	iovs_add(out, zeros, (8 - len % 8) % 8);
+	return 0;
+}
+
 int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, uint16_t flags,
 			       const uint64_t *ids, uint32_t n, uint32_t stride,

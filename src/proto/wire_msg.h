@@ -536,6 +536,17 @@ int emb_wire_push_req_encode_session(struct emb_wire_iovs *out,
 				     uint64_t session, uint64_t seq,
 				     const uint64_t *ids, uint32_t n,
 				     uint32_t dim, const float *grads);
+/*
+ * The same with half-precision gradients: half is EMB_ROWFMT_FP16 or
+ * EMB_ROWFMT_BF16 and grads holds n * dim 2-byte values; the frame gets
+ * the zeros that pad them to a multiple of 8. EMB_EBADARG for another
+ * half.
+ */
+int emb_wire_push_req_encode_half(struct emb_wire_iovs *out, uint64_t req_id,
+				  uint32_t table_id, uint64_t step,
+				  uint32_t rank, uint64_t session, uint64_t seq,
+				  const uint64_t *ids, uint32_t n, uint32_t dim,
+				  uint32_t half, const uint16_t *grads);
 
 /* stride: dim, or dim + state floats with EMB_F_WITH_STATE. */
 int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,

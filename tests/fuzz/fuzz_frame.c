@@ -388,11 +388,23 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 	if (emb_wire_push_req_decode(f, dim, &pu) == 0) {
 		must(((uintptr_t)pu.ids & 7) == 0, "push ids aligned");
 		must(((uintptr_t)pu.grads & 3) == 0, "push grads aligned");
+		must(((uintptr_t)pu.half_grads & 1) == 0,
+		     "push half grads aligned");
+		must(!pu.half == !pu.half_grads && !pu.half == !!pu.grads,
+		     "push grads in one format");
 		touch(pu.ids, 8 * (size_t)pu.n);
-		touch(pu.grads, 4 * (size_t)pu.n * dim);
-		rc = emb_wire_push_req_encode_session(
-		    &v, f->hdr.req_id, pu.table_id, pu.step, pu.rank,
-		    pu.session, pu.seq, pu.ids, pu.n, dim, pu.grads);
+		if (pu.half) {
+			touch(pu.half_grads, 2 * (size_t)pu.n * dim);
+			rc = emb_wire_push_req_encode_half(
+			    &v, f->hdr.req_id, pu.table_id, pu.step, pu.rank,
+			    pu.session, pu.seq, pu.ids, pu.n, dim, pu.half,
+			    pu.half_grads);
+		} else {
+			touch(pu.grads, 4 * (size_t)pu.n * dim);
+			rc = emb_wire_push_req_encode_session(
+			    &v, f->hdr.req_id, pu.table_id, pu.step, pu.rank,
+			    pu.session, pu.seq, pu.ids, pu.n, dim, pu.grads);
+		}
 		/* The encoder leaves STEP_END to the caller's header. */
 		if (rc == 0 && pu.step_end)
 			emb_le16_store(v.head + 6,
