@@ -543,6 +543,31 @@ static void test_push_half(void)
 	CU_ASSERT_EQUAL_FATAL(decode(buf, 32 + plen, &f), 0);
 	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, dim, &req),
 			EMB_EBADFRAME);
+	/* The encoder makes the same frame, padding included. */
+	put_hdr(EMB_OP_PUSH, EMB_F_GRAD_FP16, 2, n, (uint32_t)plen);
+	{
+		struct emb_wire_iovs v;
+		uint64_t ids[3] = {100, 101, 102};
+		uint16_t g[9];
+		size_t at = 0;
+
+		for (uint32_t k = 0; k < 9; k++)
+			g[k] = (uint16_t)(0x3c00u + k);
+		CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_encode_half(
+					  &v, 1, 2, 0, 0, 0, 0, ids, n, dim,
+					  EMB_ROWFMT_FP16, g),
+				      0);
+		CU_ASSERT_EQUAL(v.nbytes, 32 + plen);
+		for (int i = 0; i < v.iovcnt; i++) {
+			memcpy(buf2 + at, v.iov[i].iov_base, v.iov[i].iov_len);
+			at += v.iov[i].iov_len;
+		}
+		CU_ASSERT(memcmp(buf2, buf, 32 + plen) == 0);
+		CU_ASSERT_EQUAL(emb_wire_push_req_encode_half(
+				    &v, 1, 2, 0, 0, 0, 0, ids, n, dim,
+				    EMB_ROWFMT_INT8, g),
+				EMB_EBADARG);
+	}
 	/* bf16 alone is fine. */
 	put_hdr(EMB_OP_PUSH, EMB_F_GRAD_BF16, 2, n, (uint32_t)plen);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, 32 + plen, &f), 0);
