@@ -805,16 +805,22 @@ int emb_wire_push_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 						rank, 0, 0, ids, n, dim, grads);
 }
 
-int emb_wire_push_req_encode_session(struct emb_wire_iovs *out,
-				     uint64_t req_id, uint32_t table_id,
-				     uint64_t step, uint32_t rank,
-				     uint64_t session, uint64_t seq,
-				     const uint64_t *ids, uint32_t n,
-				     uint32_t dim, const float *grads)
+/*
+ * A PUSH frame whose gradients are glen bytes at grads; flags adds the
+ * gradients' format, and half-precision ones are padded with zeros to a
+ * multiple of 8 (f32 ones never were). Both public encoders below.
+ */
+static int push_encode(struct emb_wire_iovs *out, uint64_t req_id,
+		       uint32_t table_id, uint64_t step, uint32_t rank,
+		       uint64_t session, uint64_t seq, const uint64_t *ids,
+		       uint32_t n, uint32_t dim, uint16_t flags,
+		       const void *grads, uint64_t glen)
 {
+	static const uint8_t zeros[8];
+	const uint64_t pad = flags ? (8 - glen % 8) % 8 : 0;
 	uint32_t pre_len = session ? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
 				   : EMB_WIRE_PUSH_PREFIX_SIZE;
-	uint64_t plen = pre_len + 8ull * n + 4ull * n * dim;
+	uint64_t plen = pre_len + 8ull * n + glen + pad;
 	uint8_t *pre = out ? out->head + EMB_WIRE_HDR_SIZE : NULL;
 
 	if (!out || table_id == 0 || dim == 0 || dim > EMB_WIRE_DIM_MAX ||
@@ -822,7 +828,8 @@ int emb_wire_push_req_encode_session(struct emb_wire_iovs *out,
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
-	emb__wire_put_hdr(out->head, EMB_OP_PUSH, session ? EMB_F_SESSION : 0,
+	emb__wire_put_hdr(out->head, EMB_OP_PUSH,
+			  (uint16_t)(flags | (session ? EMB_F_SESSION : 0)),
 			  req_id, table_id, n, (uint32_t)plen, 0);
 	emb_le64_store(pre, step);
 	emb_le32_store(pre + 8, rank);
@@ -833,8 +840,20 @@ int emb_wire_push_req_encode_session(struct emb_wire_iovs *out,
 	}
 	iovs_start(out, EMB_WIRE_HDR_SIZE + pre_len);
 	iovs_add(out, ids, 8ull * n);
-	iovs_add(out, grads, 4ull * n * dim);
+	iovs_add(out, grads, glen);
+	iovs_add(out, zeros, pad);
 	return 0;
+}
+
+int emb_wire_push_req_encode_session(struct emb_wire_iovs *out,
+				     uint64_t req_id, uint32_t table_id,
+				     uint64_t step, uint32_t rank,
+				     uint64_t session, uint64_t seq,
+				     const uint64_t *ids, uint32_t n,
+				     uint32_t dim, const float *grads)
+{
+	return push_encode(out, req_id, table_id, step, rank, session, seq,
+			   ids, n, dim, 0, grads, 4ull * n * dim);
 }
 
 int emb_wire_push_req_encode_half(struct emb_wire_iovs *out, uint64_t req_id,
@@ -843,37 +862,13 @@ int emb_wire_push_req_encode_half(struct emb_wire_iovs *out, uint64_t req_id,
 				  const uint64_t *ids, uint32_t n, uint32_t dim,
 				  uint32_t half, const uint16_t *grads)
 {
-	static const uint8_t zeros[8];
-	const uint64_t len = 2ull * n * dim;
-	uint32_t pre_len = session ? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
-				   : EMB_WIRE_PUSH_PREFIX_SIZE;
-	uint64_t plen = pre_len + 8ull * n + len + (8 - len % 8) % 8;
-	uint8_t *pre = out ? out->head + EMB_WIRE_HDR_SIZE : NULL;
-	uint16_t flags;
-
-	if (!out || table_id == 0 || dim == 0 || dim > EMB_WIRE_DIM_MAX ||
-	    (n && (!ids || !grads)) || (session && seq == 0) ||
-	    (half != EMB_ROWFMT_FP16 && half != EMB_ROWFMT_BF16))
+	if (half != EMB_ROWFMT_FP16 && half != EMB_ROWFMT_BF16)
 		return EMB_EBADARG;
-	if (plen > PAYLOAD_MAX)
-		return EMB_ETOOBIG;
-	flags = (uint16_t)((session ? EMB_F_SESSION : 0) |
-			   (half == EMB_ROWFMT_FP16 ? EMB_F_GRAD_FP16
-						    : EMB_F_GRAD_BF16));
-	emb__wire_put_hdr(out->head, EMB_OP_PUSH, flags, req_id, table_id, n,
-			  (uint32_t)plen, 0);
-	emb_le64_store(pre, step);
-	emb_le32_store(pre + 8, rank);
-	emb_le32_store(pre + 12, 0);
-	if (session) {
-		emb_le64_store(pre + 16, session);
-		emb_le64_store(pre + 24, seq);
-	}
-	iovs_start(out, EMB_WIRE_HDR_SIZE + pre_len);
-	iovs_add(out, ids, 8ull * n);
-	iovs_add(out, grads, len);
-	iovs_add(out, zeros, (8 - len % 8) % 8);
-	return 0;
+	return push_encode(out, req_id, table_id, step, rank, session, seq,
+			   ids, n, dim,
+			   half == EMB_ROWFMT_FP16 ? EMB_F_GRAD_FP16
+						   : EMB_F_GRAD_BF16,
+			   grads, 2ull * n * dim);
 }
 
 int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
