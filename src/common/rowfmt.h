@@ -104,16 +104,6 @@ bool emb_rowfmt_encode(uint32_t f, const float *src, void *dst, uint32_t dim,
 void emb_rowfmt_decode_rows(uint32_t f, const void *src, size_t src_stride,
 			    float *dst, uint32_t dim, uint32_t n);
 
-/*
- * Converts dim fp16 or bf16 values (f: EMB_ROWFMT_FP16 or _BF16) at src
- * into dst[0..dim): gradients a client sent in half precision.
- */
-static inline void emb_rowfmt_decode_half(uint32_t f, const void *src,
-					  float *dst, uint32_t dim)
-{
-	emb_rowfmt_decode(f, src, dst, dim);
-}
-
 /* One value, the scalar reference the vector bodies match bit for bit. */
 float emb_fp16_to_fp32(uint16_t h);
 float emb_bf16_to_fp32(uint16_t b);

@@ -226,17 +226,6 @@ static inline struct emb_table_stripe *emb__my_stripe(struct emb_table *t)
 }
 
 /*
- * Floats of a row of t that must be finite: weights and optimizer state,
- * less Adam's step count (a uint32 kept in a float's bits). fp32 tables
- * only: a compact row is checked by emb__row_finite().
- */
-static inline uint32_t emb__row_check_floats(const struct emb_table *t)
-{
-	return t->row_floats - (t->opts.optim.kind == EMB_OPTIM_ADAM);
-}
-
-
-/*
  * Remote-readable tables: stores record r's seal xor mask, the seal over
  * its id and floats (caller holds the shard lock, the change is complete).
  * A no-op for other tables. mask 0 renews the seal after a change; ~0
