@@ -574,12 +574,15 @@ class Table:
         _check(_L.emb_client_table_set_lifecycle(self._handle(), byref(cfg)),
                self._client)
 
-    def _pull_args(self, ids, out, found, create, with_state=False):
+    def _pull_args(self, ids, out, found, create, with_state=False,
+                   make_out=True):
         ids = as_ids(ids)
         n = ids.shape[0]
         width = self.row_floats if with_state else self.dim
         if out is None:
-            out = np.empty((n, width), dtype=np.float32)
+            # make_out=False: the caller brings its own buffer (raw rows)
+            out = np.empty((n, width), dtype=np.float32) if make_out \
+                else None
         else:
             out = _rows(out, n, width, "out", True)
         fp = None
@@ -648,8 +651,8 @@ class Table:
             bits = rows.view(np.uint32)
             return ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16).astype(
                 np.uint16)
-        ids, n, _, flags, fp = self._pull_args(ids, np.empty(
-            (as_ids(ids).shape[0], self.dim), np.float32), found, create)
+        ids, n, _, flags, fp = self._pull_args(ids, None, found, create,
+                                               make_out=False)
         raw = np.empty((n, self._weight_words * 2), dtype=np.uint16)
         _check(_L.emb_client_table_pull(self._handle(), _addr(ids), n,
                                         _addr(raw), flags | _lib.EMB_CLIENT_RAW,
