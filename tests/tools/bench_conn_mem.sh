@@ -1,0 +1,41 @@
+#!/bin/bash
+# tests/tools/bench_conn_mem.sh SRC BUILD - docs/benchmarks.md's memory per
+# connection command at a tiny size: tools/bench-conn-mem.py with 0, 8 and
+# 24 idle connections to one embstore-server and one client to 1 and 6
+# servers. Checks that every step printed its JSON line, that the server
+# kept its thread count whatever the connections (no thread per
+# connection), that one client added one thread whatever its servers, and
+# that the summary has a positive figure per side. Needs /usr/bin/python3
+# (the Python package's ctypes) and python3 (else SKIP).
+set -u
+. "$(dirname "$0")/../lib.sh"
+SRC=$(cd "${1:?usage: bench_conn_mem.sh SRC BUILD}" && pwd)
+BUILD=$(cd "${2:?}" && pwd)
+py=/usr/bin/python3
+[ -x "$py" ] || exit 77
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/emb-conn-mem-XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+fail=0
+"$py" "$SRC/tools/bench-conn-mem.py" --build "$BUILD" \
+	--server-conns 0,8,24 --client-servers 1,6 --settle 0.2 \
+	>"$work/out.jsonl" 2>"$work/err" ||
+	bad "bench-conn-mem.py: $(tail -5 "$work/err")"
+"$py" - "$work/out.jsonl" <<'PYEOF' || bad "bad output: $(cat "$work/out.jsonl")"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+srv = [l for l in lines if l.get("side") == "server"]
+cli = [l for l in lines if l.get("side") == "client"]
+assert [l["conns"] for l in srv] == [0, 8, 24], srv
+assert [l["conns"] for l in cli] == [1, 6], cli
+assert len({l["threads"] for l in srv}) == 1, "server threads grew"
+assert all(l["threads"] == 1 for l in cli), "client threads per server"
+assert all(l["rss_bytes"] > 0 for l in srv), srv
+s = lines[-1]
+assert s["fig"] == "conn-mem-summary", s
+assert s["client_bytes_per_conn"]["median"] > 0, s
+for k in ("server_bytes_per_conn", "client_anon_bytes_per_conn"):
+    assert set(s[k]) == {"median", "min", "max"}, s
+PYEOF
+[ $fail = 0 ] && echo "bench_conn_mem: ok"
+exit $fail
