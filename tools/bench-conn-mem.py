@@ -20,6 +20,12 @@ S addresses are one server's, repeated: the client opens one connection
 per entry, as it does to distinct servers, so one server process stands
 for S (the script checks that S sockets were opened).
 
+Storm (--storm N): N connections opened at once to a fresh server, the
+way a job's workers all connect to each server as it starts; prints how
+long each connect() took (p50, p99, max) and how many took 1 s or more:
+a SYN dropped because the server's accept queue (listen backlog) was
+full is sent again after the kernel's initial 1 s timeout.
+
 Kernel side: the socket's kernel objects are not in any RSS; when
 /proc/slabinfo is readable (root) the object sizes of one TCP socket's
 caches are printed (TCP, sock_inode_cache, filp, dentry, eventpoll_epi).
@@ -29,12 +35,13 @@ connection as the least-squares slope of RSS over connections.
 
 usage: bench-conn-mem.py [--build DIR] [--server-conns 0,100,500,1000]
                          [--client-servers 1,10,100] [--threads T]
-                         [--settle SEC] [--reps N]
+                         [--settle SEC] [--reps N] [--storm N]
 """
 import argparse
 import json
 import os
 import re
+import selectors
 import socket
 import statistics
 import struct
@@ -217,6 +224,55 @@ def client_side(a, tmp, rep):
     return rows
 
 
+def storm(a, tmp, rep):
+    """a.storm connections opened at once to a fresh server, as a job's
+    workers open theirs to each server when it starts: how long each
+    connect() took to complete. A SYN the server's full accept queue
+    dropped is sent again after the kernel's initial 1 s timeout, so the
+    connects that took 1 s or more are the ones the queue turned away."""
+    n = a.storm
+    p, port = start_server(a.build, a.threads, n + 64,
+                           os.path.join(tmp, "server-s.log"))
+    sel = selectors.DefaultSelector()
+    socks, took = [], []
+    try:
+        t_open = {}
+        for _ in range(n):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            t_open[s] = time.monotonic()
+            socks.append(s)
+            sel.register(s, selectors.EVENT_WRITE)
+        deadline = time.monotonic() + 30
+        while len(took) < n and time.monotonic() < deadline:
+            for k, _ in sel.select(1):
+                s = k.fileobj
+                took.append(time.monotonic() - t_open[s])
+                sel.unregister(s)
+                if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    sys.exit("a connect failed: %s" % os.strerror(
+                        s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)))
+    finally:
+        for s in socks:
+            s.close()
+        p.terminate()
+        p.wait()
+    if len(took) < n:
+        sys.exit("%d of %d connects did not complete in 30 s"
+                 % (n - len(took), n))
+    took.sort()
+    row = {"fig": "conn-storm", "rep": rep, "conns": n,
+           "server_threads": a.threads,
+           "p50_ms": round(took[n // 2] * 1000, 1),
+           "p99_ms": round(took[min(n - 1, n * 99 // 100)] * 1000, 1),
+           "max_ms": round(took[-1] * 1000, 1),
+           "over_1s": sum(t >= 1.0 for t in took),
+           "load": os.getloadavg()[0]}
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def slab_sizes():
     """objsize of each cache a TCP socket takes, or None (not root)."""
     try:
@@ -246,6 +302,9 @@ def main():
     ap.add_argument("--settle", type=float, default=2.5,
                     help="seconds between a step and its reading")
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--storm", type=int, default=0, metavar="N",
+                    help="also open N connections at once to a fresh "
+                    "server and time each connect")
     ap.add_argument("--client-child", nargs=2, type=int,
                     metavar=("CONNS", "PORT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -263,6 +322,8 @@ def main():
         for rep in range(1, a.reps + 1):
             srv.append(server_side(a, tmp, rep))
             cli.append(client_side(a, tmp, rep))
+            if a.storm:
+                storm(a, tmp, rep)
 
     def per_conn(runs, key):
         v = [slope([(r["conns"], r[key]) for r in run]) for run in runs]
