@@ -1,12 +1,13 @@
 #!/bin/bash
 # tests/tools/bench_conn_mem.sh SRC BUILD - docs/benchmarks.md's memory per
 # connection command at a tiny size: tools/bench-conn-mem.py with 0, 8 and
-# 24 idle connections to one embstore-server and one client to 1 and 6
-# servers. Checks that every step printed its JSON line, that the server
-# kept its thread count whatever the connections (no thread per
-# connection), that one client added one thread whatever its servers, and
-# that the summary has a positive figure per side. Needs /usr/bin/python3
-# (the Python package's ctypes) and python3 (else SKIP).
+# 24 idle connections to one embstore-server, one client to 1 and 6
+# servers, then a storm of 64 connects at once. Checks that every step
+# printed its JSON line, that the server kept its thread count whatever
+# the connections (no thread per connection), that one client added one
+# thread whatever its servers, that the storm timed all 64 connects, and
+# that the summary has a figure per side. Needs /usr/bin/python3 (the
+# Python package's ctypes; else SKIP).
 set -u
 . "$(dirname "$0")/../lib.sh"
 SRC=$(cd "${1:?usage: bench_conn_mem.sh SRC BUILD}" && pwd)
@@ -18,7 +19,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/emb-conn-mem-XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 fail=0
 "$py" "$SRC/tools/bench-conn-mem.py" --build "$BUILD" \
-	--server-conns 0,8,24 --client-servers 1,6 --settle 0.2 \
+	--server-conns 0,8,24 --client-servers 1,6 --settle 0.2 --storm 64 \
 	>"$work/out.jsonl" 2>"$work/err" ||
 	bad "bench-conn-mem.py: $(tail -5 "$work/err")"
 "$py" - "$work/out.jsonl" <<'PYEOF' || bad "bad output: $(cat "$work/out.jsonl")"
@@ -31,6 +32,9 @@ assert [l["conns"] for l in cli] == [1, 6], cli
 assert len({l["threads"] for l in srv}) == 1, "server threads grew"
 assert all(l["threads"] == 1 for l in cli), "client threads per server"
 assert all(l["rss_bytes"] > 0 for l in srv), srv
+st = [l for l in lines if l.get("fig") == "conn-storm"]
+assert len(st) == 1 and st[0]["conns"] == 64, st
+assert 0 < st[0]["p50_ms"] <= st[0]["max_ms"] and 0 <= st[0]["over_1s"] <= 64, st
 s = lines[-1]
 assert s["fig"] == "conn-mem-summary", s
 assert s["client_bytes_per_conn"]["median"] > 0, s
