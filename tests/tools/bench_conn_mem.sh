@@ -22,7 +22,8 @@ fail=0
 	--server-conns 0,8,24 --client-servers 1,6 --settle 0.2 --storm 64 \
 	>"$work/out.jsonl" 2>"$work/err" ||
 	bad "bench-conn-mem.py: $(tail -5 "$work/err")"
-"$py" - "$work/out.jsonl" <<'PYEOF' || bad "bad output: $(cat "$work/out.jsonl")"
+"$py" - "$work/out.jsonl" <<'PYEOF' ||
+	bad "bad output: $(cat "$work/out.jsonl")"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 srv = [l for l in lines if l.get("side") == "server"]
@@ -34,7 +35,8 @@ assert all(l["threads"] == 1 for l in cli), "client threads per server"
 assert all(l["rss_bytes"] > 0 for l in srv), srv
 st = [l for l in lines if l.get("fig") == "conn-storm"]
 assert len(st) == 1 and st[0]["conns"] == 64, st
-assert 0 < st[0]["p50_ms"] <= st[0]["max_ms"] and 0 <= st[0]["over_1s"] <= 64, st
+assert 0 <= st[0]["p50_ms"] <= st[0]["max_ms"], st
+assert 0 <= st[0]["over_1s"] <= 64, st
 s = lines[-1]
 assert s["fig"] == "conn-mem-summary", s
 assert s["client_bytes_per_conn"]["median"] > 0, s

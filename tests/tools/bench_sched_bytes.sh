@@ -22,7 +22,8 @@ fail=0
 "$py" "$SRC/tools/bench-sched-bytes.py" --build "$BUILD" --servers 3 \
 	--workers 2 --kill-at 3 >"$work/out.jsonl" 2>"$work/err" ||
 	bad "bench-sched-bytes.py: $(tail -20 "$work/err")"
-"$py" - "$work/out.jsonl" <<'PYEOF' || bad "bad output: $(cat "$work/out.jsonl")"
+"$py" - "$work/out.jsonl" <<'PYEOF' ||
+	bad "bad output: $(cat "$work/out.jsonl")"
 import json, sys
 j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 assert j["fig"] == "sched-bytes", j

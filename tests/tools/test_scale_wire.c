@@ -60,8 +60,8 @@ static int encode_map(uint32_t S, uint32_t R, bool filling)
 		CU_ASSERT_FATAL(emb_cmap_remove(m, 0, m) == 0);
 		n = emb_cmap_fill_next(m, 0, 256, &first);
 		CU_ASSERT_FATAL(n > 0);
-		CU_ASSERT_EQUAL_FATAL(emb_cmap_fill_begin(m, 0, first,
-							  (uint32_t)n, m), n);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_cmap_fill_begin(m, 0, first, (uint32_t)n, m), n);
 	}
 	for (uint32_t i = 0; i < S; i++) {
 		snprintf(addrs[i].host, sizeof(addrs[i].host), "10.0.%u.%u",
@@ -118,9 +118,8 @@ static void heartbeat_sizes(void)
 		dead[i] = (struct emb_wire_node_ref){EMB_ROLE_SERVER, i};
 	/* The response lists every node dead so far, 8 bytes each. */
 	for (uint32_t n = 0; n <= 16; n += 16) {
-		len = emb_wire_heartbeat_resp_encode(buf, sizeof(buf), 1,
-						     EMB_CLUSTER_READY, 2,
-						     dead, n);
+		len = emb_wire_heartbeat_resp_encode(
+		    buf, sizeof(buf), 1, EMB_CLUSTER_READY, 2, dead, n);
 		CU_ASSERT_EQUAL(len, (int)(32 + 8 + 8 * n));
 		printf("scale-wire: heartbeat response dead=%u bytes=%d\n", n,
 		       len);
@@ -162,8 +161,9 @@ static void slot_spread(void)
 		CU_ASSERT_EQUAL_FATAL(emb_cmap_remove(m, 0, m), 0);
 		next = emb_cmap_primary_slots(m, 1);
 		CU_ASSERT(next >= 2 * lo && next <= 2 * hi);
-		printf("scale-wire: slots S=%u R=2 after a death successor=%u\n",
-		       S, next);
+		printf(
+		    "scale-wire: slots S=%u R=2 after a death successor=%u\n",
+		    S, next);
 	}
 	free(m);
 }
@@ -187,10 +187,11 @@ static void recovery_epochs(void)
 		CU_ASSERT_EQUAL_FATAL(emb_cmap_remove(m, 0, m), 0);
 		e0 = m->epoch;
 		while ((n = emb_cmap_fill_next(m, 0, 256, &first)) > 0) {
-			CU_ASSERT_EQUAL_FATAL(emb_cmap_fill_begin(
-			    m, 0, first, (uint32_t)n, m), n);
-			CU_ASSERT_EQUAL_FATAL(emb_cmap_fill_done(
-			    m, 0, first, (uint32_t)n, m), n);
+			CU_ASSERT_EQUAL_FATAL(
+			    emb_cmap_fill_begin(m, 0, first, (uint32_t)n, m),
+			    n);
+			CU_ASSERT_EQUAL_FATAL(
+			    emb_cmap_fill_done(m, 0, first, (uint32_t)n, m), n);
 			chunks++;
 			slots += (uint32_t)n;
 		}
@@ -200,18 +201,18 @@ static void recovery_epochs(void)
 		CU_ASSERT(slots >= 2 * (EMB_NSLOTS / S) &&
 			  slots <= 2 * ((EMB_NSLOTS + S - 1) / S));
 		printf("scale-wire: recovery S=%u R=2 slots=%u chunks=%u "
-		       "epochs=%llu\n", S, slots, chunks,
-		       (unsigned long long)(m->epoch - e0));
+		       "epochs=%llu\n",
+		       S, slots, chunks, (unsigned long long)(m->epoch - e0));
 	}
 	free(m);
 }
 
 static const struct emb_test_case cases[] = {
-	{"CLUSTER_MAP frames are the stated size", map_sizes},
-	{"HEARTBEAT frames are the stated size", heartbeat_sizes},
-	{"4096 slots over 100 and 1000 servers", slot_spread},
-	{"a recovery's chunks and epochs", recovery_epochs},
-	{NULL, NULL},
+    {"CLUSTER_MAP frames are the stated size", map_sizes},
+    {"HEARTBEAT frames are the stated size", heartbeat_sizes},
+    {"4096 slots over 100 and 1000 servers", slot_spread},
+    {"a recovery's chunks and epochs", recovery_epochs},
+    {NULL, NULL},
 };
 
 int main(int argc, char **argv)
