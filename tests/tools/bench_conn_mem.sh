@@ -22,8 +22,7 @@ fail=0
 	--server-conns 0,8,24 --client-servers 1,6 --settle 0.2 --storm 64 \
 	>"$work/out.jsonl" 2>"$work/err" ||
 	bad "bench-conn-mem.py: $(tail -5 "$work/err")"
-"$py" - "$work/out.jsonl" <<'PYEOF' ||
-	bad "bad output: $(cat "$work/out.jsonl")"
+if ! "$py" - "$work/out.jsonl" <<'PYEOF'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 srv = [l for l in lines if l.get("side") == "server"]
@@ -43,5 +42,8 @@ assert s["client_bytes_per_conn"]["median"] > 0, s
 for k in ("server_bytes_per_conn", "client_anon_bytes_per_conn"):
     assert set(s[k]) == {"median", "min", "max"}, s
 PYEOF
+then
+	bad "bad output: $(cat "$work/out.jsonl")"
+fi
 [ $fail = 0 ] && echo "bench_conn_mem: ok"
 exit $fail

@@ -22,8 +22,7 @@ fail=0
 "$py" "$SRC/tools/bench-sched-bytes.py" --build "$BUILD" --servers 3 \
 	--workers 2 --kill-at 3 >"$work/out.jsonl" 2>"$work/err" ||
 	bad "bench-sched-bytes.py: $(tail -20 "$work/err")"
-"$py" - "$work/out.jsonl" <<'PYEOF' ||
-	bad "bad output: $(cat "$work/out.jsonl")"
+if ! "$py" - "$work/out.jsonl" <<'PYEOF'
 import json, sys
 j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 assert j["fig"] == "sched-bytes", j
@@ -32,5 +31,8 @@ assert j["hb_in_bytes_per_s"] > 0 and j["hb_out_bytes_per_s"] > 0, j
 assert j["failover_burst_formula"] == 4 * 25432, j
 assert j["failover_burst_bytes"] >= 3 * 25432, j
 PYEOF
+then
+	bad "bad output: $(cat "$work/out.jsonl")"
+fi
 [ $fail = 0 ] && echo "bench_sched_bytes: ok"
 exit $fail
