@@ -18,7 +18,8 @@ emb_client_create() (a first client, connected before and kept open, takes
 the library's one-time allocations out of the figure). The
 S addresses are one server's, repeated: the client opens one connection
 per entry, as it does to distinct servers, so one server process stands
-for S (the script checks that S sockets were opened).
+for S (the script checks that S sockets were opened); --client-distinct
+starts one server per connection instead.
 
 Storm (--storm N): N connections opened at once to a fresh server, the
 way a job's workers all connect to each server as it starts; prints how
@@ -36,6 +37,7 @@ connection as the least-squares slope of RSS over connections.
 usage: bench-conn-mem.py [--build DIR] [--server-conns 0,100,500,1000]
                          [--client-servers 1,10,100] [--threads T]
                          [--settle SEC] [--reps N] [--storm N]
+                         [--client-distinct]
 """
 import argparse
 import json
@@ -166,19 +168,21 @@ def server_side(a, tmp, rep):
 
 def client_child(a):
     """In a fresh process: RSS, anonymous RSS and threads this process
-    gained by connecting one client to a.child_port a.child_conns times;
-    one JSON line on stdout."""
+    gained by connecting one client to a.child_conns servers, the first
+    of a.child_ports (or the one port repeated); one JSON line on
+    stdout."""
     sys.path.insert(0, os.path.join(a.src, "python"))
     os.environ.setdefault("EMBSTORE_LIB", os.path.join(
         a.build, "src", "worker", "libembstore.so"))
     import embstore  # noqa: E402 (needs the path set above)
 
     n = a.child_conns
-    servers = ",".join(["127.0.0.1:%d" % a.child_port] * n)
+    ports = a.child_ports if len(a.child_ports) > 1 else a.child_ports * n
+    servers = ",".join("127.0.0.1:%d" % p for p in ports[:n])
     # A first client to one server, kept open: the library's one-time
     # allocations (logging, the allocator's arenas) are not per connection,
     # and nothing freed is there for the measured client to reuse.
-    first = embstore.connect("127.0.0.1:%d" % a.child_port, transport="tcp")
+    first = embstore.connect("127.0.0.1:%d" % ports[0], transport="tcp")
     before = status(os.getpid())
     socks = sockets(os.getpid())
     c = embstore.connect(servers, transport="tcp", timeout_ms=30000)
@@ -195,16 +199,22 @@ def client_child(a):
 
 def client_side(a, tmp, rep):
     steps = a.client_servers
-    p, port = start_server(a.build, 1, max(steps) + 64,
-                           os.path.join(tmp, "server-c.log"))
+    # One server taking every connection, or (--client-distinct) one
+    # server per connection, as in a job.
+    procs, ports = [], []
+    for i in range(max(steps) if a.client_distinct else 1):
+        p, port = start_server(a.build, 1, max(steps) + 64,
+                               os.path.join(tmp, "server-c%d.log" % i))
+        procs.append(p)
+        ports.append(port)
     rows = []
     try:
         for n in steps:
             r = subprocess.run([sys.executable, os.path.abspath(__file__),
                                 "--build", a.build, "--settle",
                                 str(a.settle), "--client-child", str(n),
-                                str(port)], capture_output=True, text=True,
-                               timeout=120)
+                                ",".join(map(str, ports))],
+                               capture_output=True, text=True, timeout=120)
             if r.returncode != 0:
                 sys.exit("client to %d servers failed:\n%s"
                          % (n, r.stderr[-2000:]))
@@ -213,14 +223,16 @@ def client_side(a, tmp, rep):
                 sys.exit("client to %d servers opened %d sockets"
                          % (n, got["opened"]))
             row = {"fig": "conn-mem", "side": "client", "rep": rep,
-                   "conns": n, "rss_bytes": got["rss_bytes"],
+                   "conns": n, "distinct": a.client_distinct,
+                   "rss_bytes": got["rss_bytes"],
                    "rss_anon_bytes": got["rss_anon_bytes"],
                    "threads": got["threads"], "load": os.getloadavg()[0]}
             print(json.dumps(row), flush=True)
             rows.append(row)
     finally:
-        p.terminate()
-        p.wait()
+        for p in procs:
+            p.terminate()
+            p.wait()
     return rows
 
 
@@ -305,13 +317,16 @@ def main():
     ap.add_argument("--storm", type=int, default=0, metavar="N",
                     help="also open N connections at once to a fresh "
                     "server and time each connect")
-    ap.add_argument("--client-child", nargs=2, type=int,
-                    metavar=("CONNS", "PORT"), help=argparse.SUPPRESS)
+    ap.add_argument("--client-distinct", action="store_true",
+                    help="one server process per client connection")
+    ap.add_argument("--client-child", nargs=2, metavar=("CONNS", "PORTS"),
+                    help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
     a.src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if a.client_child:
-        a.child_conns, a.child_port = a.client_child
+        a.child_conns = int(a.client_child[0])
+        a.child_ports = ints(a.client_child[1])
         client_child(a)
         return
     if len(a.server_conns) < 2 or len(a.client_servers) < 2:
