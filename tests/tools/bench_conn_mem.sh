@@ -1,13 +1,14 @@
 #!/bin/bash
 # tests/tools/bench_conn_mem.sh SRC BUILD - docs/benchmarks.md's memory per
-# connection command at a tiny size: tools/bench-conn-mem.py with 0, 8 and
-# 24 idle connections to one embstore-server, one client to 1 and 6
-# servers, then a storm of 64 connects at once. Checks that every step
-# printed its JSON line, that the server kept its thread count whatever
-# the connections (no thread per connection), that one client added one
-# thread whatever its servers, that the storm timed all 64 connects, and
-# that the summary has a figure per side. Needs /usr/bin/python3 (the
-# Python package's ctypes; else SKIP).
+# connection commands at a tiny size: tools/bench-conn-mem.py with 0, 8
+# and 24 idle connections to one embstore-server, one client to 1 and 6
+# servers (one server's address repeated), a storm of 64 connects at once;
+# then a client to 1 and 3 server processes (--client-distinct). Checks
+# that every step printed its JSON line, that the server kept its thread
+# count whatever the connections (no thread per connection), that one
+# client added one thread whatever its servers, that the storm timed all
+# 64 connects, and that the summary has a figure per side. Needs
+# /usr/bin/python3 (the Python package's ctypes; else SKIP).
 set -u
 . "$(dirname "$0")/../lib.sh"
 SRC=$(cd "${1:?usage: bench_conn_mem.sh SRC BUILD}" && pwd)
@@ -44,6 +45,21 @@ for k in ("server_bytes_per_conn", "client_anon_bytes_per_conn"):
 PYEOF
 then
 	bad "bad output: $(cat "$work/out.jsonl")"
+fi
+# One server process per client connection: the client's figure again.
+"$py" "$SRC/tools/bench-conn-mem.py" --build "$BUILD" --server-conns 0,4 \
+	--client-servers 1,3 --client-distinct --settle 0.2 \
+	>"$work/distinct.jsonl" 2>"$work/err" ||
+	bad "bench-conn-mem.py --client-distinct: $(tail -5 "$work/err")"
+if ! "$py" - "$work/distinct.jsonl" <<'PYEOF'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+cli = [l for l in lines if l.get("side") == "client"]
+assert [(l["conns"], l["distinct"]) for l in cli] == [(1, True), (3, True)]
+assert lines[-1]["client_bytes_per_conn"]["median"] > 0, lines[-1]
+PYEOF
+then
+	bad "bad --client-distinct output: $(cat "$work/distinct.jsonl")"
 fi
 [ $fail = 0 ] && echo "bench_conn_mem: ok"
 exit $fail
