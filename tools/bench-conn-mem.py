@@ -21,6 +21,12 @@ per entry, as it does to distinct servers, so one server process stands
 for S (the script checks that S sockets were opened); --client-distinct
 starts one server per connection instead.
 
+Busy (--busy BYTES): after the last server step, every connection sends
+one PING of BYTES (a request of that size: 8192 is a small one, 1048576
+a push of 4096 rows of dim 64) and the server's RSS is read while the
+echoes are still unread, so that every connection holds its request at
+once; then the echoes are read and RSS is read again after --settle.
+
 Storm (--storm N): N connections opened at once to a fresh server, the
 way a job's workers all connect to each server as it starts; prints how
 long each connect() took (p50, p99, max) and how many took 1 s or more:
@@ -37,7 +43,7 @@ connection as the least-squares slope of RSS over connections.
 usage: bench-conn-mem.py [--build DIR] [--server-conns 0,100,500,1000]
                          [--client-servers 1,10,100] [--threads T]
                          [--settle SEC] [--reps N] [--storm N]
-                         [--client-distinct]
+                         [--client-distinct] [--busy BYTES]
 """
 import argparse
 import json
@@ -54,6 +60,7 @@ import time
 
 MAGIC = 0x31424d45  # "EMB1"
 OP_HELLO = 1
+OP_PING = 2
 HDR = struct.Struct("<IBBHQIIIi")  # docs/protocol.md, frame header
 SLAB_CACHES = ("TCP", "sock_inode_cache", "filp", "dentry", "eventpoll_epi")
 
@@ -109,6 +116,20 @@ def hello(port, req_id):
     return s
 
 
+def ping_send(s, req_id, nbytes):
+    """Sends one PING of nbytes on s, as a busy connection's request."""
+    s.sendall(HDR.pack(MAGIC, 1, OP_PING, 0, req_id, 0, 0, nbytes, 0)
+              + bytes(nbytes))
+
+
+def ping_recv(s, nbytes):
+    """Reads the echo of ping_send()."""
+    h = HDR.unpack(recv_all(s, HDR.size))
+    body = recv_all(s, h[7])
+    if h[2] != OP_PING | 0x80 or h[8] != 0 or len(body) != nbytes:
+        raise ConnectionError("PING refused: status %d" % h[8])
+
+
 def start_server(build, threads, max_conns, log):
     cmd = [os.path.join(build, "tools", "embstore-server"), "--listen",
            "127.0.0.1:0", "--threads", str(threads), "--transport", "tcp",
@@ -158,6 +179,28 @@ def server_side(a, tmp, rep):
                    "load": os.getloadavg()[0]}
             print(json.dumps(row), flush=True)
             rows.append(row)
+        # Every connection busy at once: a PING of a.busy bytes sent on
+        # each, RSS read while their echoes are still unread (the server
+        # holds each request until its reply is out), then again once
+        # every echo was read and the idle trim ran.
+        if a.busy:
+            for i, s in enumerate(conns):
+                ping_send(s, 1 << 20 | i, a.busy)
+            time.sleep(min(a.settle, 1.0))
+            busy = status(p.pid)
+            for s in conns:
+                ping_recv(s, a.busy)
+            time.sleep(a.settle)
+            for when, st in (("busy", busy), ("after", status(p.pid))):
+                row = {"fig": "conn-mem", "side": "server", "rep": rep,
+                       "conns": len(conns), "state": when,
+                       "ping_bytes": a.busy,
+                       "server_threads": a.threads,
+                       "rss_bytes": st["VmRSS"],
+                       "rss_anon_bytes": st["RssAnon"],
+                       "threads": st["Threads"],
+                       "load": os.getloadavg()[0]}
+                print(json.dumps(row), flush=True)
     finally:
         for s in conns:
             s.close()
@@ -317,6 +360,10 @@ def main():
     ap.add_argument("--storm", type=int, default=0, metavar="N",
                     help="also open N connections at once to a fresh "
                     "server and time each connect")
+    ap.add_argument("--busy", type=int, default=0, metavar="BYTES",
+                    help="after the last server step, one PING of BYTES "
+                    "on every connection, RSS read at once and after "
+                    "--settle")
     ap.add_argument("--client-distinct", action="store_true",
                     help="one server process per client connection")
     ap.add_argument("--client-child", nargs=2, metavar=("CONNS", "PORTS"),
