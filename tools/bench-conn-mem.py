@@ -25,7 +25,8 @@ Busy (--busy BYTES): after the last server step, every connection sends
 one PING of BYTES (a request of that size: 8192 is a small one, 1048576
 a push of 4096 rows of dim 64) and the server's RSS is read while the
 echoes are still unread, so that every connection holds its request at
-once; then the echoes are read and RSS is read again after --settle.
+once (the highest RSS, once it has not grown for a second); then the
+echoes are read and RSS is read again after --settle.
 
 Storm (--storm N): N connections opened at once to a fresh server, the
 way a job's workers all connect to each server as it starts; prints how
@@ -186,8 +187,17 @@ def server_side(a, tmp, rep):
         if a.busy:
             for i, s in enumerate(conns):
                 ping_send(s, 1 << 20 | i, a.busy)
-            time.sleep(min(a.settle, 1.0))
+            # The server reads them at its own pace: its RSS at the
+            # highest, once it has grown no more for a second (30 s at
+            # most).
             busy = status(p.pid)
+            still, t_end = 0, time.monotonic() + 30
+            while still < 4 and time.monotonic() < t_end:
+                time.sleep(0.25)
+                st = status(p.pid)
+                still = still + 1 if st["VmRSS"] <= busy["VmRSS"] else 0
+                if st["VmRSS"] > busy["VmRSS"]:
+                    busy = st
             for s in conns:
                 ping_recv(s, a.busy)
             time.sleep(a.settle)
