@@ -42,6 +42,8 @@
 # logs (a failed run's are always kept, beside the results file).
 # Arguments after -- replace the bench's table options (--rows 100*W,
 # at least 10000, --dim 8 --batch 32).
+# EMB_CLUSTER_TIMEOUT is 240 s unless set (launch's own default is 60 s):
+# a slow formation is measured, not cut short.
 # Needs: the build's embstore, embstore-server and embstore-bench; jq,
 # timeout, flock.
 set -eEuo pipefail
@@ -99,7 +101,7 @@ while [ $# -gt 0 ]; do
 	-L) locknodes=$2; shift 2 ;;
 	-K) keep=1; shift ;;
 	--summary) summary "$2"; exit 0 ;;
-	-h | --help) sed -n '2,47s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,50s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	--) shift; break ;;
 	*) echo "bench-cluster: unknown option $1" >&2; exit 2 ;;
 	esac
@@ -107,6 +109,8 @@ done
 bench_args=("$@")
 
 note() { echo "bench-cluster: $*" >&2; }
+export EMB_CLUSTER_TIMEOUT=${EMB_CLUSTER_TIMEOUT:-240}
+unset EMB_REPLICAS EMB_SCHED_HOST EMB_ROLE
 for t in jq timeout flock; do
 	command -v $t >/dev/null || { note "needs $t"; exit 1; }
 done
