@@ -5,24 +5,34 @@
 # mid-run, and one JSON object per run appended to a results file:
 #
 #   formation_s   launch start to the last worker's "worker N of W joined"
-#                 (ready_s: to the scheduler's "cluster ready")
+#                 (ready_s: to the scheduler's "cluster ready"); null
+#                 unless all W joined (workers_joined says how many did)
 #   failover_s    the SIGKILL to the last worker's "map epoch E from the
-#                 scheduler" (E >= 2); detect_s to the scheduler's
+#                 scheduler" (E >= 2), null unless all W got it
+#                 (workers_new_map); detect_s to the scheduler's
 #                 "declared dead", failover_sched_s to its "map epoch E:
 #                 server K removed"
 #   sched_cpu_pct the scheduler's utime + stime (/proc/PID/stat) over its
 #                 life, as a % of one core; sched_bytes_per_s its socket
 #                 and file reads plus writes (/proc/PID/io rchar + wchar)
-#                 per second, and per node
+#                 per second, and per node, less this script's scrapes
+#   sched_heartbeats, sched_stall_ms  the scheduler's /metrics counters
+#                 embstore_cluster_heartbeats_total and _stall_ms_total
+#                 (its loop not running past its poll wait), scraped every
+#                 2 s (EMB_METRICS_LISTEN=127.0.0.1:0 for the job: the
+#                 servers serve theirs too)
 #   outcome       ok (launch exited 0, every worker verified 0
-#                 mismatched), failed, timeout, or no-kill (the cluster
-#                 never formed, so no server was killed); with the exit
-#                 status, workers clean, nodes declared dead and workers
-#                 that lost the scheduler
+#                 mismatched after the kill), failed (after the kill),
+#                 failed-before-kill (the cluster did not form, or a
+#                 worker failed, before the kill was due), timeout (past
+#                 -t), no-kill (the workers were done first: -d too
+#                 short); with the exit status, workers clean, nodes
+#                 declared dead and workers that lost the scheduler
 #
 # Times come from the millisecond UTC stamps of the processes' logs
 # (<log-dir>/*.log) against this machine's clock at the launch's start and
-# at the kill: the scheduler exports no formation or failover timings.
+# at the kill: the scheduler's /metrics has no formation or failover
+# timings.
 #
 #   tools/bench-cluster.sh                          # 10..1000 nodes
 #   tools/bench-cluster.sh -n "2+4" -r 1 -d 4       # one tiny run
@@ -101,7 +111,7 @@ while [ $# -gt 0 ]; do
 	-L) locknodes=$2; shift 2 ;;
 	-K) keep=1; shift ;;
 	--summary) summary "$2"; exit 0 ;;
-	-h | --help) sed -n '2,50s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,60s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	--) shift; break ;;
 	*) echo "bench-cluster: unknown option $1" >&2; exit 2 ;;
 	esac
@@ -110,8 +120,9 @@ bench_args=("$@")
 
 note() { echo "bench-cluster: $*" >&2; }
 export EMB_CLUSTER_TIMEOUT=${EMB_CLUSTER_TIMEOUT:-240}
+export EMB_METRICS_LISTEN=127.0.0.1:0
 unset EMB_REPLICAS EMB_SCHED_HOST EMB_ROLE
-for t in jq timeout flock; do
+for t in jq timeout flock curl; do
 	command -v $t >/dev/null || { note "needs $t"; exit 1; }
 done
 for t in embstore embstore-server embstore-bench; do
@@ -130,6 +141,7 @@ fi
 
 lpid=     # the timeout(1) around the launch now running
 spl=      # the scheduler's sampler
+scr=      # and its scraper
 rd=       # the run's directory
 
 # reap RUNDIR: SIGKILL whatever a run started that is still there (the
@@ -148,6 +160,7 @@ reap() {
 
 cleanup() {
 	[ -n "$spl" ] && kill "$spl" 2>/dev/null
+	[ -n "$scr" ] && kill "$scr" 2>/dev/null
 	if [ -n "$lpid" ]; then
 		kill -TERM "$lpid" 2>/dev/null
 		for _ in $(seq 100); do
@@ -198,6 +211,27 @@ sample() {
 	done 2>/dev/null
 }
 
+# scrape PID LOG FILE: while PID lives, once LOG names its metrics
+# address, its counters every 2 s into FILE (the last whole scrape), and
+# the bytes the scrapes cost it, summed, into FILE.bytes.
+scrape() {
+	local url= m n=0 b
+	while kill -0 "$1" 2>/dev/null; do
+		[ -n "$url" ] || url=$(sed -n \
+			's|.*metrics on \(http://[^ ]*/metrics\).*|\1|p' \
+			"$2" 2>/dev/null | head -n 1 || true)
+		if [ -n "$url" ] && m=$(curl -sf -m 2 -w '\n@%{size_request} %{size_header} %{size_download}' \
+			"$url" 2>/dev/null); then
+			b=$(sed -n 's/^@//p' <<<"$m")
+			n=$((n + ${b// /+}))
+			echo "$n" >"$3.bytes"
+			grep -E '^embstore_cluster_(heartbeats_total|scheduler_stall_ms_total|map_epoch) ' \
+				<<<"$m" >"$3.tmp" && mv "$3.tmp" "$3"
+		fi
+		sleep 2
+	done 2>/dev/null || true
+}
+
 # first_stamps PATTERN FILES...: the stamp of PATTERN's first line in each
 # file, sorted: one per file that has it.
 first_stamps() {
@@ -221,6 +255,7 @@ run_one() {
 	local log sched_pid= vpid= exited lfd= ready= formed= dead= moved=
 	local vrank= newmap= nnew=0 clean=0 mism=0 ndead=0 lost=0 restarts=0
 	local cpu=null bytes=null bps=null pct=null tlast r w outcome kill_ok=false
+	local hb=null stall=null epoch=null hbps=null p
 	rd=$work/$n-$rep
 	log=$rd/log
 	mkdir -p "$rd"
@@ -253,6 +288,8 @@ run_one() {
 	if [ -n "$sched_pid" ]; then
 		sample "$sched_pid" "$rd/sched.samples" &
 		spl=$!
+		scrape "$sched_pid" "$log/scheduler.log" "$rd/sched.metrics" &
+		scr=$!
 	fi
 
 	# Every worker joined: wait kdelay more, then SIGKILL server.0, if
@@ -280,19 +317,21 @@ run_one() {
 	st=0
 	wait "$lpid" || st=$?
 	lpid=
-	if [ -n "$spl" ]; then
-		kill "$spl" 2>/dev/null || true
-		wait "$spl" 2>/dev/null || true
-		spl=
-	fi
+	for p in $spl $scr; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	spl= scr=
 	reap "$rd"
 	[ -n "$lfd" ] && exec {lfd}>&-
 
 	# Formation: the scheduler's "cluster ready", each worker's join.
 	ready=$(stamp "$(grep -m1 'cluster ready' "$log/scheduler.log" \
 		2>/dev/null || true)")
-	formed=$(first_stamps ' joined: ' "$log"/worker.*.log | tail -n 1)
-	formed=$(stamp "$formed")
+	formed=$(first_stamps ' joined: ' "$log"/worker.*.log)
+	joined=$(grep -c . <<<"$formed" || true)
+	formed=$(stamp "$(tail -n 1 <<<"$formed")")
+	((joined == W)) || formed=
 	# Failover: the death, the scheduler's new map, each worker's.
 	if [ -n "$tkill" ]; then
 		# Ranks go in order of registration: the scheduler's
@@ -309,6 +348,7 @@ run_one() {
 			"$log"/worker.*.log)
 		nnew=$(grep -c . <<<"$newmap" || true)
 		newmap=$(stamp "$(tail -n 1 <<<"$newmap")")
+		((nnew == W)) || newmap=
 	fi
 	clean=$(nfiles 'verify: [0-9]* rows checked, 0 mismatched' \
 		"$log"/worker.*.log)
@@ -323,7 +363,7 @@ run_one() {
 	# only, when launch restarted it).
 	if [ -s "$rd/sched.samples" ]; then
 		read -r tlast cpu r w < <(tail -n 1 "$rd/sched.samples")
-		bytes=$((r + w))
+		bytes=$((r + w - $(cat "$rd/sched.metrics.bytes" 2>/dev/null || echo 0)))
 		local life
 		life=$(secs "$t0" "$tlast")
 		pct=$(awk -v c="$cpu" -v hz="$HZ" -v t="$life" \
@@ -333,8 +373,18 @@ run_one() {
 		cpu=$(awk -v c="$cpu" -v hz="$HZ" 'BEGIN { printf "%.2f", c / hz }')
 	fi
 
+	if [ -s "$rd/sched.metrics" ]; then
+		hb=$(awk '/^embstore_cluster_heartbeats_total / { print $2 }' "$rd/sched.metrics")
+		stall=$(awk '/^embstore_cluster_scheduler_stall_ms_total / { print $2 }' "$rd/sched.metrics")
+		epoch=$(awk '/^embstore_cluster_map_epoch / { print $2 }' "$rd/sched.metrics")
+		hbps=$(awk -v h="${hb:-0}" -v t="$(secs "$t0" "${tlast:-$t0}")" -v n="$n" \
+			'BEGIN { printf "%.3f", (t > 0 ? h / t / n : 0) }')
+	fi
+
 	if ((st == 124 || st == 137)); then
 		outcome=timeout
+	elif [ -z "$tkill" ] && ((st != 0)); then
+		outcome=failed-before-kill
 	elif [ -z "$tkill" ]; then
 		outcome=no-kill
 	elif ((st == 0 && clean == W && mism == 0)); then
@@ -355,12 +405,15 @@ run_one() {
 		--argjson detect "$(secs "$tkill" "$dead")" \
 		--argjson fsched "$(secs "$tkill" "$moved")" \
 		--argjson nnew "${nnew:-0}" --argjson killed "$kill_ok" \
+		--argjson joined "$joined" \
 		--argjson cpu "$cpu" --argjson pct "$pct" \
 		--argjson bytes "$bytes" --argjson bps "$bps" \
 		--argjson st "$st" --arg outcome "$outcome" \
 		--argjson clean "$clean" --argjson mism "$mism" \
 		--argjson ndead "$ndead" --argjson lost "$lost" \
 		--argjson restarts "$restarts" --argjson rep "$rep" \
+		--argjson hb "${hb:-null}" --argjson hbps "$hbps" \
+		--argjson stall "${stall:-null}" --argjson epoch "${epoch:-null}" \
 		--arg commit "$commit" \
 		--argjson load "$(cut -d' ' -f1 /proc/loadavg)" \
 		--argjson wall "$(secs "$t0" "$(now)")" \
@@ -368,6 +421,7 @@ run_one() {
 		  servers: $servers, workers: $workers, replicas: $replicas,
 		  rows: $rows, duration: $duration, kill_delay: $kill_delay,
 		  formation_s: $formation, ready_s: $ready,
+		  workers_joined: $joined,
 		  failover_s: $failover, detect_s: $detect,
 		  failover_sched_s: $fsched, workers_new_map: $nnew,
 		  killed_mid_run: $killed,
@@ -378,6 +432,8 @@ run_one() {
 		  exit: $st, outcome: $outcome, workers_clean: $clean,
 		  workers_mismatched: $mism, declared_dead: $ndead,
 		  workers_lost_sched: $lost, sched_restarts: $restarts,
+		  sched_heartbeats: $hb, heartbeats_per_s_per_node: $hbps,
+		  sched_stall_ms: $stall, map_epoch: $epoch,
 		  run_s: $wall, rep: $rep, commit: $commit, load1: $load}' \
 		>>"$out"
 
