@@ -3,10 +3,11 @@
 # docs/benchmarks.md at a tiny size: tools/bench-cluster.sh runs one job of
 # 2 servers and 4 workers (--replicas 2, a server SIGKILLed while they
 # push) and writes its JSON line: formed, failed over, every worker clean,
-# the scheduler's CPU and bytes sampled. --summary gives the size's line,
-# and tools/bench-plot-cluster.sh draws both plots (when gnuplot is
-# there). Then a run cut short by -t: its outcome is "timeout" and nothing
-# it started is left. Needs jq (else SKIP).
+# the scheduler's CPU and bytes sampled and its /metrics counters read.
+# --summary gives the size's line, and tools/bench-plot-cluster.sh draws
+# both plots (when gnuplot is there). Then a run cut short by -t: its
+# outcome is "timeout" and nothing it started is left. Needs jq (else
+# SKIP).
 set -u
 . "$(dirname "$0")/../lib.sh"
 SRC=$(cd "${1:?usage: bench_cluster.sh SRC BUILD}" && pwd)
@@ -42,7 +43,9 @@ jq -e '.fig == "cluster" and .nodes == 6 and .servers == 2 and
 	.failover_sched_s >= 0 and .failover_s >= 0 and
 	.workers_new_map == 4 and
 	.sched_cpu_s >= 0 and .sched_cpu_pct >= 0 and .sched_bytes > 0 and
-	.sched_bytes_per_s_per_node > 0 and (.commit | length > 0) and
+	.sched_bytes_per_s_per_node > 0 and .workers_joined == 4 and
+	.sched_heartbeats > 0 and .heartbeats_per_s_per_node > 0 and
+	.sched_stall_ms >= 0 and .map_epoch == 2 and (.commit | length > 0) and
 	(.load1 | type == "number")' "$out" >/dev/null ||
 	bad "JSON: $(cat "$out"); $(tail -5 "$work/run.log")"
 
