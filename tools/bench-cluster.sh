@@ -12,10 +12,20 @@
 #                 (workers_new_map); detect_s to the scheduler's
 #                 "declared dead", failover_sched_s to its "map epoch E:
 #                 server K removed"
-#   sched_cpu_pct the scheduler's utime + stime (/proc/PID/stat) over its
-#                 life, as a % of one core; sched_bytes_per_s its socket
-#                 and file reads plus writes (/proc/PID/io rchar + wchar)
-#                 per second, and per node, less this script's scrapes
+#   sched_cpu_pct the scheduler's utime + stime (/proc/PID/stat, every
+#                 0.2 s) over its life, as a % of one core
+#   sched_bytes   what the scheduler's TCP connections on its port sent
+#                 and received (ss -ti: bytes_sent + bytes_received of
+#                 each, every second): heartbeats, registrations, maps,
+#                 barriers; per second and per node over its life
+#                 (sched_bytes_per_s_per_node). /proc/PID/io is no help:
+#                 its rchar and wchar count read() and write(), not the
+#                 sendmsg() the transport sends with (sched_io_bytes has
+#                 them, for the record)
+#   steady_cpu_pct, steady_bytes_per_s_per_node  the same from 3 s after
+#                 the last join to the kill: heartbeats alone
+#   form_cpu_s, form_bytes_per_node  up to the last join
+#   failover_bytes_per_node  from the kill to the last worker's new map
 #   sched_heartbeats, sched_stall_ms  the scheduler's /metrics counters
 #                 embstore_cluster_heartbeats_total and _stall_ms_total
 #                 (its loop not running past its poll wait), scraped every
@@ -44,7 +54,7 @@
 # Options: -b BUILD (build), -o FILE (out/bench/cluster.jsonl, appended
 # to), -n SIZES ("10 50 100 250 500 1000"), -r REPS for N <= 250 (3),
 # -R REPS above (1), -s FIRST repetition number (1), -d SECONDS each
-# bench pushes (20), -k SECONDS after every worker joined to the kill (5),
+# bench pushes (20), -k SECONDS after every worker joined to the kill (8),
 # -t SECONDS a run may take in all before the whole launch is stopped
 # (300; SIGTERM, then SIGKILL 30 s later, then every process it started),
 # -l LOCKFILE: runs above 200 nodes hold an flock on it, so two big jobs
@@ -55,7 +65,7 @@
 # EMB_CLUSTER_TIMEOUT is 240 s unless set (launch's own default is 60 s):
 # a slow formation is measured, not cut short.
 # Needs: the build's embstore, embstore-server and embstore-bench; jq,
-# timeout, flock.
+# timeout, flock, curl, ss.
 set -eEuo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,7 +76,7 @@ reps=3
 bigreps=1
 first=1
 dur=20
-kdelay=5
+kdelay=8
 tmo=300
 lock=
 locknodes=200
@@ -87,11 +97,14 @@ summary() {
 		else "\($v | med | r($d)) (\($v | min | r($d))..\($v | max | r($d)))"
 		end;
 	(["nodes", "S+W", "runs", "formation_s", "failover_s",
-	  "sched_cpu_pct", "bytes_per_s_per_node", "outcomes"] | @tsv),
+	  "sched_cpu_pct", "steady_cpu_pct", "steady_B/s/node",
+	  "form_B/node", "stall_ms", "outcomes"] | @tsv),
 	(group_by(.nodes)[] |
 	 [.[0].nodes, "\(.[0].servers)+\(.[0].workers)", length,
 	  fig("formation_s"; 100), fig("failover_s"; 1000),
-	  fig("sched_cpu_pct"; 10), fig("sched_bytes_per_s_per_node"; 1),
+	  fig("sched_cpu_pct"; 10), fig("steady_cpu_pct"; 10),
+	  fig("steady_bytes_per_s_per_node"; 1),
+	  fig("form_bytes_per_node"; 1), fig("sched_stall_ms"; 1),
 	  (map(.outcome) | group_by(.) | map("\(.[0]) x\(length)")
 	   | join(", "))] | @tsv)' "$1"
 }
@@ -111,7 +124,7 @@ while [ $# -gt 0 ]; do
 	-L) locknodes=$2; shift 2 ;;
 	-K) keep=1; shift ;;
 	--summary) summary "$2"; exit 0 ;;
-	-h | --help) sed -n '2,60s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,72s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	--) shift; break ;;
 	*) echo "bench-cluster: unknown option $1" >&2; exit 2 ;;
 	esac
@@ -122,7 +135,7 @@ note() { echo "bench-cluster: $*" >&2; }
 export EMB_CLUSTER_TIMEOUT=${EMB_CLUSTER_TIMEOUT:-240}
 export EMB_METRICS_LISTEN=127.0.0.1:0
 unset EMB_REPLICAS EMB_SCHED_HOST EMB_ROLE
-for t in jq timeout flock curl; do
+for t in jq timeout flock curl ss; do
 	command -v $t >/dev/null || { note "needs $t"; exit 1; }
 done
 for t in embstore embstore-server embstore-bench; do
@@ -140,8 +153,9 @@ if [ -n "$(git -C "$root" status --porcelain -- src tools 2>/dev/null)" ]; then
 fi
 
 lpid=     # the timeout(1) around the launch now running
-spl=      # the scheduler's sampler
-scr=      # and its scraper
+spl=      # the scheduler's samplers: CPU
+ssp=      # its connections
+scr=      # its /metrics
 rd=       # the run's directory
 
 # reap RUNDIR: SIGKILL whatever a run started that is still there (the
@@ -159,8 +173,9 @@ reap() {
 }
 
 cleanup() {
-	[ -n "$spl" ] && kill "$spl" 2>/dev/null
-	[ -n "$scr" ] && kill "$scr" 2>/dev/null
+	for p in $spl $ssp $scr; do
+		kill "$p" 2>/dev/null
+	done
 	if [ -n "$lpid" ]; then
 		kill -TERM "$lpid" 2>/dev/null
 		for _ in $(seq 100); do
@@ -212,24 +227,77 @@ sample() {
 }
 
 # scrape PID LOG FILE: while PID lives, once LOG names its metrics
-# address, its counters every 2 s into FILE (the last whole scrape), and
-# the bytes the scrapes cost it, summed, into FILE.bytes.
+# address, its counters every 2 s into FILE (the last whole scrape).
 scrape() {
-	local url= m n=0 b
+	local url= m
 	while kill -0 "$1" 2>/dev/null; do
 		[ -n "$url" ] || url=$(sed -n \
 			's|.*metrics on \(http://[^ ]*/metrics\).*|\1|p' \
 			"$2" 2>/dev/null | head -n 1 || true)
-		if [ -n "$url" ] && m=$(curl -sf -m 2 -w '\n@%{size_request} %{size_header} %{size_download}' \
-			"$url" 2>/dev/null); then
-			b=$(sed -n 's/^@//p' <<<"$m")
-			n=$((n + ${b// /+}))
-			echo "$n" >"$3.bytes"
+		if [ -n "$url" ] && m=$(curl -sf -m 2 "$url" 2>/dev/null); then
 			grep -E '^embstore_cluster_(heartbeats_total|scheduler_stall_ms_total|map_epoch) ' \
 				<<<"$m" >"$3.tmp" && mv "$3.tmp" "$3"
 		fi
 		sleep 2
 	done 2>/dev/null || true
+}
+
+# ssample PID PORT FILE: every second while PID lives, one line per TCP
+# connection on PORT, "time peer bytes" (sent + received so far), and a
+# "time - 0" line that marks the snapshot.
+ssample() {
+	local t
+	while kill -0 "$1" 2>/dev/null; do
+		t=$(now)
+		ss -tinH state established "( sport = :$2 )" 2>/dev/null |
+			awk -v t="$t" 'BEGIN { print t, "-", 0 }
+			/^[^ \t]/ { peer = $4; next }
+			{ b = 0
+			  for (i = 1; i <= NF; i++)
+				if ($i ~ /^bytes_(sent|received):/) {
+					split($i, kv, ":")
+					b += kv[2]
+				}
+			  print t, peer, b }' >>"$3" || true
+		sleep 1
+	done 2>/dev/null || true
+}
+
+# tcp_between T0 T1 in|out: "bytes seconds" the scheduler's connections
+# carried between two snapshots: the first at or after T0 and the last at
+# or before T1 (in: inside the span), or the last at or before T0 and the
+# first at or after T1 (out: all of the span). A connection new since
+# counts whole, one gone since not at all; nothing when a snapshot is
+# missing. T0 "-": from the start.
+tcp_between() {
+	[ -n "$1" ] && [ -n "$2" ] && [ -s "$rd/sched.tcp" ] || return 0
+	awk -v a="$1" -v b="$2" -v m="$3" '
+	NR == FNR { if ($2 == "-") {
+			if (a == "-") { if (s0 == "") s0 = $1 }
+			else if (m == "in") { if (s0 == "" && $1 >= a) s0 = $1 }
+			else if ($1 <= a) s0 = $1
+			if (m == "in") { if ($1 <= b) s1 = $1 }
+			else if (s1 == "" && $1 >= b) s1 = $1 }
+		next }
+	$2 == "-" { next }
+	a != "-" && $1 == s0 { v0[$2] = $3 }
+	$1 == s1 { sum += $3 - v0[$2] }
+	END { if (s1 != "" && s0 != "" && s1 >= s0)
+		printf "%d %.3f", sum, (a == "-" ? 0 : s1 - s0) }' \
+		"$rd/sched.tcp" "$rd/sched.tcp"
+}
+
+# tcp_total: bytes over the whole run, each connection's last count.
+tcp_total() {
+	[ -s "$rd/sched.tcp" ] || return 0
+	awk '$2 != "-" { last[$2] = $3 }
+	END { for (p in last) s += last[p]; printf "%d", s }' "$rd/sched.tcp"
+}
+
+# cpu_at T: the scheduler's CPU ticks at the first sample at or after T.
+cpu_at() {
+	[ -n "$1" ] || return 0
+	awk -v t="$1" '$1 >= t { print $2; exit }' "$rd/sched.samples"
 }
 
 # first_stamps PATTERN FILES...: the stamp of PATTERN's first line in each
@@ -255,7 +323,9 @@ run_one() {
 	local log sched_pid= vpid= exited lfd= ready= formed= dead= moved=
 	local vrank= newmap= nnew=0 clean=0 mism=0 ndead=0 lost=0 restarts=0
 	local cpu=null bytes=null bps=null pct=null tlast r w outcome kill_ok=false
-	local hb=null stall=null epoch=null hbps=null p
+	local hb=null stall=null epoch=null hbps=null p a b iobytes=null life
+	local steady=null scpu=null sbytes=null fcpu=null fbytes=null fobytes=null
+	local tst= sport=
 	rd=$work/$n-$rep
 	log=$rd/log
 	mkdir -p "$rd"
@@ -290,6 +360,12 @@ run_one() {
 		spl=$!
 		scrape "$sched_pid" "$log/scheduler.log" "$rd/sched.metrics" &
 		scr=$!
+		sport=$(sed -n 's/^\[launch\] scheduler on 127\.0\.0\.1:\([0-9]*\),.*/\1/p' \
+			"$rd/launch.out" | head -n 1)
+		if [ -n "$sport" ]; then
+			ssample "$sched_pid" "$sport" "$rd/sched.tcp" &
+			ssp=$!
+		fi
 	fi
 
 	# Every worker joined: wait kdelay more, then SIGKILL server.0, if
@@ -317,11 +393,11 @@ run_one() {
 	st=0
 	wait "$lpid" || st=$?
 	lpid=
-	for p in $spl $scr; do
+	for p in $spl $ssp $scr; do
 		kill "$p" 2>/dev/null || true
 		wait "$p" 2>/dev/null || true
 	done
-	spl= scr=
+	spl= ssp= scr=
 	reap "$rd"
 	[ -n "$lfd" ] && exec {lfd}>&-
 
@@ -363,14 +439,43 @@ run_one() {
 	# only, when launch restarted it).
 	if [ -s "$rd/sched.samples" ]; then
 		read -r tlast cpu r w < <(tail -n 1 "$rd/sched.samples")
-		bytes=$((r + w - $(cat "$rd/sched.metrics.bytes" 2>/dev/null || echo 0)))
-		local life
+		iobytes=$((r + w))
 		life=$(secs "$t0" "$tlast")
 		pct=$(awk -v c="$cpu" -v hz="$HZ" -v t="$life" \
 			'BEGIN { printf "%.2f", (t > 0 ? 100 * c / hz / t : 0) }')
-		bps=$(awk -v b="$bytes" -v t="$life" \
-			'BEGIN { printf "%.0f", (t > 0 ? b / t : 0) }')
 		cpu=$(awk -v c="$cpu" -v hz="$HZ" 'BEGIN { printf "%.2f", c / hz }')
+		bytes=$(tcp_total)
+		bps=$(awk -v b="${bytes:-0}" -v t="$life" -v n="$n" \
+			'BEGIN { printf "%.0f", (t > 0 ? b / t / n : 0) }')
+		[ -n "$bytes" ] || bytes=null bps=null
+	fi
+
+	# Steady state, from 3 s after the last join (the servers fetch their
+	# map at their next heartbeat, T / 5 = 2 s at most) to the kill:
+	# heartbeats alone. Then what forming and failing over cost.
+	if [ -n "$formed" ] && [ -n "$tkill" ]; then
+		tst=$(awk -v f="$formed" 'BEGIN { printf "%.3f", f + 3 }')
+		steady=$(secs "$tst" "$tkill")
+		a=$(cpu_at "$tst") b=$(cpu_at "$tkill")
+		[ -n "$a" ] && [ -n "$b" ] && scpu=$(awk -v a="$a" -v b="$b" \
+			-v hz="$HZ" -v t="$steady" \
+			'BEGIN { printf "%.2f", (t > 0 ? 100 * (b - a) / hz / t : 0) }')
+		read -r a b < <(tcp_between "$tst" "$tkill" in; echo) || true
+		[ -n "$a" ] && sbytes=$(awk -v a="$a" -v t="$b" -v n="$n" \
+			'BEGIN { if (t > 0) printf "%.1f", a / t / n; else print "null" }')
+	fi
+	if [ -n "$formed" ]; then
+		a=$(cpu_at "$formed")
+		[ -n "$a" ] && fcpu=$(awk -v a="$a" -v hz="$HZ" \
+			'BEGIN { printf "%.2f", a / hz }')
+		read -r a b < <(tcp_between - "$formed" out; echo) || true
+		[ -n "$a" ] && fbytes=$(awk -v a="$a" -v n="$n" \
+			'BEGIN { printf "%.0f", a / n }')
+	fi
+	if [ -n "$newmap" ]; then
+		read -r a b < <(tcp_between "$tkill" "$newmap" out; echo) || true
+		[ -n "$a" ] && fobytes=$(awk -v a="$a" -v n="$n" \
+			'BEGIN { printf "%.0f", a / n }')
 	fi
 
 	if [ -s "$rd/sched.metrics" ]; then
@@ -408,12 +513,16 @@ run_one() {
 		--argjson joined "$joined" \
 		--argjson cpu "$cpu" --argjson pct "$pct" \
 		--argjson bytes "$bytes" --argjson bps "$bps" \
+		--argjson iobytes "$iobytes" \
 		--argjson st "$st" --arg outcome "$outcome" \
 		--argjson clean "$clean" --argjson mism "$mism" \
 		--argjson ndead "$ndead" --argjson lost "$lost" \
 		--argjson restarts "$restarts" --argjson rep "$rep" \
 		--argjson hb "${hb:-null}" --argjson hbps "$hbps" \
 		--argjson stall "${stall:-null}" --argjson epoch "${epoch:-null}" \
+		--argjson steady "$steady" --argjson scpu "$scpu" \
+		--argjson sbytes "$sbytes" --argjson fcpu "$fcpu" \
+		--argjson fbytes "$fbytes" --argjson fobytes "$fobytes" \
 		--arg commit "$commit" \
 		--argjson load "$(cut -d' ' -f1 /proc/loadavg)" \
 		--argjson wall "$(secs "$t0" "$(now)")" \
@@ -426,14 +535,17 @@ run_one() {
 		  failover_sched_s: $fsched, workers_new_map: $nnew,
 		  killed_mid_run: $killed,
 		  sched_cpu_s: $cpu, sched_cpu_pct: $pct,
-		  sched_bytes: $bytes, sched_bytes_per_s: $bps,
-		  sched_bytes_per_s_per_node:
-			(if $bps == null then null else $bps / $nodes | round end),
+		  sched_bytes: $bytes, sched_bytes_per_s_per_node: $bps,
+		  sched_io_bytes: $iobytes,
 		  exit: $st, outcome: $outcome, workers_clean: $clean,
 		  workers_mismatched: $mism, declared_dead: $ndead,
 		  workers_lost_sched: $lost, sched_restarts: $restarts,
 		  sched_heartbeats: $hb, heartbeats_per_s_per_node: $hbps,
 		  sched_stall_ms: $stall, map_epoch: $epoch,
+		  steady_s: $steady, steady_cpu_pct: $scpu,
+		  steady_bytes_per_s_per_node: $sbytes,
+		  form_cpu_s: $fcpu, form_bytes_per_node: $fbytes,
+		  failover_bytes_per_node: $fobytes,
 		  run_s: $wall, rep: $rep, commit: $commit, load1: $load}' \
 		>>"$out"
 

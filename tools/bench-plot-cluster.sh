@@ -9,8 +9,10 @@
 #   (defaults: out/bench/cluster.jsonl, docs/img)
 #
 # Writes OUTDIR/cluster-formation.png (formation and failover time) and
-# OUTDIR/cluster-sched.png (the scheduler's CPU as % of one core, and its
-# bytes read and written per second per node). A run that failed still
+# OUTDIR/cluster-sched.png (the scheduler's CPU as % of one core over the
+# whole run and between formation and the kill, and the bytes its
+# connections carried per second per node between formation and the
+# kill: the heartbeats' cost). A run that failed still
 # has the figures it reached (a cluster that formed and then broke has a
 # formation time); a figure no run of a size reached is left out.
 set -euo pipefail
@@ -45,7 +47,8 @@ series() {
 series formation_s >"$work/formation.dat"
 series failover_s >"$work/failover.dat"
 series sched_cpu_pct >"$work/cpu.dat"
-series sched_bytes_per_s_per_node 0.001 >"$work/bytes.dat"
+series steady_cpu_pct >"$work/cpu-steady.dat"
+series steady_bytes_per_s_per_node >"$work/bytes.dat"
 
 # Under each size, its clean runs of all: "ok 3/3", "ok 0/1".
 labels=$(jq -rs '
@@ -100,7 +103,8 @@ plot "$outdir/cluster-formation.png" 'seconds (median, bars: min..max)' \
 	"$work/formation.dat" 'formation: launch start to the last worker joined' y1 \
 	"$work/failover.dat" 'failover: SIGKILL to the last worker on the new map' y1
 plot "$outdir/cluster-sched.png" 'scheduler CPU, % of one core (median, bars: min..max)' \
-	"the scheduler over the whole run ($runs runs)" \
-	'kB/s read + written per node' \
-	"$work/cpu.dat" 'scheduler CPU %' y1 \
-	"$work/bytes.dat" 'scheduler bytes/s per node (kB, right axis)' y2
+	"the scheduler's CPU and heartbeat traffic ($runs runs)" \
+	'bytes/s per node, sent + received (right axis)' \
+	"$work/cpu.dat" 'CPU %, whole run' y1 \
+	"$work/cpu-steady.dat" 'CPU %, formed to the kill (heartbeats)' y1 \
+	"$work/bytes.dat" 'bytes/s per node, formed to the kill (right axis)' y2
