@@ -96,12 +96,13 @@ summary() {
 		if ($v | length) == 0 then "-"
 		else "\($v | med | r($d)) (\($v | min | r($d))..\($v | max | r($d)))"
 		end;
-	(["nodes", "S+W", "runs", "formation_s", "failover_s",
+	(["nodes", "S+W", "runs", "ready_s", "formation_s", "failover_s",
 	  "sched_cpu_pct", "steady_cpu_pct", "steady_B/s/node",
 	  "form_B/node", "stall_ms", "outcomes"] | @tsv),
 	(group_by(.nodes)[] |
 	 [.[0].nodes, "\(.[0].servers)+\(.[0].workers)", length,
-	  fig("formation_s"; 100), fig("failover_s"; 1000),
+	  fig("ready_s"; 100), fig("formation_s"; 100),
+	  fig("failover_s"; 1000),
 	  fig("sched_cpu_pct"; 10), fig("steady_cpu_pct"; 10),
 	  fig("steady_bytes_per_s_per_node"; 1),
 	  fig("form_bytes_per_node"; 1), fig("sched_stall_ms"; 1),
