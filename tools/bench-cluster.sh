@@ -297,7 +297,7 @@ tcp_total() {
 
 # cpu_at T: the scheduler's CPU ticks at the first sample at or after T.
 cpu_at() {
-	[ -n "$1" ] || return 0
+	[ -n "$1" ] && [ -s "$rd/sched.samples" ] || return 0
 	awk -v t="$1" '$1 >= t { print $2; exit }' "$rd/sched.samples"
 }
 
@@ -341,6 +341,8 @@ run_one() {
 		flock "$lfd"
 	fi
 	note "rep $rep: $n nodes ($S servers, $W workers)"
+	# Made here: the subshell below opens it only once it runs.
+	: >"$rd/launch.out"
 	t0=$(now)
 	(cd "$rd" && exec timeout -k 30 "$tmo" "$build/tools/embstore" launch \
 		--server_num "$S" --worker_num "$W" --replicas "$replicas" \
@@ -351,7 +353,7 @@ run_one() {
 	# The scheduler's pid, to sample it from its start.
 	for _ in $(seq 200); do
 		sched_pid=$(sed -n 's/^\[launch\] started scheduler, pid \([0-9]*\)$/\1/p' \
-			"$rd/launch.out" | head -n 1)
+			"$rd/launch.out" | head -n 1 || true)
 		[ -n "$sched_pid" ] && break
 		kill -0 "$lpid" 2>/dev/null || break
 		sleep 0.05
@@ -362,7 +364,7 @@ run_one() {
 		scrape "$sched_pid" "$log/scheduler.log" "$rd/sched.metrics" &
 		scr=$!
 		sport=$(sed -n 's/^\[launch\] scheduler on 127\.0\.0\.1:\([0-9]*\),.*/\1/p' \
-			"$rd/launch.out" | head -n 1)
+			"$rd/launch.out" | head -n 1 || true)
 		if [ -n "$sport" ]; then
 			ssample "$sched_pid" "$sport" "$rd/sched.tcp" &
 			ssp=$!
@@ -380,7 +382,7 @@ run_one() {
 	if ((joined >= W)); then
 		sleep "$kdelay"
 		vpid=$(sed -n 's/^\[launch\] started server\.0, pid \([0-9]*\)$/\1/p' \
-			"$rd/launch.out" | head -n 1)
+			"$rd/launch.out" | head -n 1 || true)
 		exited=$(grep -c '^\[launch\] worker\.[0-9]* exited' \
 			"$rd/launch.out" || true)
 		tkill=$(now)
@@ -439,7 +441,7 @@ run_one() {
 	# The scheduler's CPU and bytes over its life (the first scheduler
 	# only, when launch restarted it).
 	if [ -s "$rd/sched.samples" ]; then
-		read -r tlast cpu r w < <(tail -n 1 "$rd/sched.samples")
+		read -r tlast cpu r w < <(tail -n 1 "$rd/sched.samples") || true
 		iobytes=$((r + w))
 		life=$(secs "$t0" "$tlast")
 		pct=$(awk -v c="$cpu" -v hz="$HZ" -v t="$life" \
