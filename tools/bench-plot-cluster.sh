@@ -8,13 +8,13 @@
 #   tools/bench-plot-cluster.sh [RESULTS] [OUTDIR]
 #   (defaults: out/bench/cluster.jsonl, docs/img)
 #
-# Writes OUTDIR/cluster-formation.png (formation and failover time) and
-# OUTDIR/cluster-sched.png (the scheduler's CPU as % of one core over the
-# whole run and between formation and the kill, and the bytes its
-# connections carried per second per node between formation and the
-# kill: the heartbeats' cost). A run that failed still
-# has the figures it reached (a cluster that formed and then broke has a
-# formation time); a figure no run of a size reached is left out.
+# Writes OUTDIR/cluster-formation.png (ready, formation and failover
+# time) and OUTDIR/cluster-sched.png (the scheduler's CPU as % of one core
+# over the whole run and between formation and the kill, and the bytes its
+# connections carried per second per node between formation and the kill:
+# the heartbeats' cost). A run that failed still has the figures it
+# reached (a cluster whose workers never all joined still has the
+# scheduler's ready time); a figure no run of a size reached is left out.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,6 +44,7 @@ series() {
 	| "\(.[0].nodes) \($v | med) \($v | min) \($v | max)"' "$in" | sort -n
 }
 
+series ready_s >"$work/ready.dat"
 series formation_s >"$work/formation.dat"
 series failover_s >"$work/failover.dat"
 series sched_cpu_pct >"$work/cpu.dat"
@@ -100,6 +101,7 @@ EOF
 
 plot "$outdir/cluster-formation.png" 'seconds (median, bars: min..max)' \
 	"embstore launch --replicas 2, one server SIGKILLed: formation and failover ($runs runs)" '' \
+	"$work/ready.dat" 'ready: launch start to the scheduler saying cluster ready' y1 \
 	"$work/formation.dat" 'formation: launch start to the last worker joined' y1 \
 	"$work/failover.dat" 'failover: SIGKILL to the last worker on the new map' y1
 plot "$outdir/cluster-sched.png" 'scheduler CPU, % of one core (median, bars: min..max)' \
