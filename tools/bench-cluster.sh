@@ -173,20 +173,24 @@ reap() {
 	return 0
 }
 
+# On exit, a run under way is stopped: timeout(1) passes the SIGTERM to
+# the launch, which stops its process group; what is left after 10 s is
+# SIGKILLed.
 cleanup() {
+	local p
 	for p in $spl $ssp $scr; do
-		kill "$p" 2>/dev/null
+		kill "$p" 2>/dev/null || true
 	done
 	if [ -n "$lpid" ]; then
-		kill -TERM "$lpid" 2>/dev/null
+		kill -TERM "$lpid" 2>/dev/null || true
 		for _ in $(seq 100); do
 			kill -0 "$lpid" 2>/dev/null || break
 			sleep 0.1
 		done
-		kill -KILL "$lpid" 2>/dev/null
+		kill -KILL "$lpid" 2>/dev/null || true
 	fi
-	[ -n "$rd" ] && reap "$rd"
-	wait 2>/dev/null
+	[ -z "$rd" ] || reap "$rd"
+	wait 2>/dev/null || true
 	[ "$keep" = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT
