@@ -6,13 +6,15 @@
 # the scheduler's CPU and bytes sampled and its /metrics counters read.
 # --summary gives the size's line, and tools/bench-plot-cluster.sh draws
 # both plots (when gnuplot is there). Then a run cut short by -t: its
-# outcome is "timeout" and nothing it started is left. Needs jq (else
-# SKIP).
+# outcome is "timeout" and nothing it started is left. Needs jq, curl and
+# ss, as the script does (else SKIP).
 set -u
 . "$(dirname "$0")/../lib.sh"
 SRC=$(cd "${1:?usage: bench_cluster.sh SRC BUILD}" && pwd)
 BUILD=$(cd "${2:?}" && pwd)
-command -v jq >/dev/null 2>&1 || exit 77
+for t in jq curl ss timeout flock; do
+	command -v $t >/dev/null 2>&1 || exit 77
+done
 unset EMB_REPLICAS EMB_SCHED_HOST EMB_ROLE EMB_HEARTBEAT_TIMEOUT
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/emb-bench-cluster-XXXXXX") || exit 1
