@@ -3,7 +3,7 @@
  * float[rows][dim] array. Pull is a memcpy gather of the batch's rows, push
  * is row -= lr * g per id of the batch, with no index, no locks, no
  * optimizer state and no duplicate merging. Ids are row indices. The store's targets are stated
- * against these (pull >= 0.6x raw-gather, SGD push >= 0.6x raw-apply).
+ * against these (pull >= 0.7x raw-gather, SGD push >= 0.5x raw-apply).
  *
  * Threads: open/close/mem on the main thread; preload, pull and push from
  * any number of workers at once. Concurrent pushes to one row race, as

@@ -92,9 +92,9 @@ floats_finite_body(const float *v, size_t n)
  * AVX2, GCC kept each block's 16 words and the flags on the stack, stored
  * as 16-byte halves and loaded back as 32-byte vectors, a store-forwarding
  * stall every block (AMD EPYC, no AVX-512): the entry check of a push's
- * gradients was 17 % of a Zipf SGD push's samples there. Here the flags
- * stay in registers, two vectors a step, and the tail (under 16 floats)
- * goes to the body.
+ * gradients was 17 % of a W1 Zipf SGD push run's samples there. Here
+ * the flags stay in registers, two vectors a step, and the tail (under 16
+ * floats) goes to the body.
  */
 __attribute__((target("avx2"))) static bool
 floats_finite_avx2(const float *v, size_t n)
