@@ -41,8 +41,9 @@ struct raw {
  * the store's batch code does: without it raw-apply waits for one cache
  * miss at a time (its loads sit behind a row's worth of arithmetic) and
  * ran 3x slower at 1M rows, which would make a poor yardstick. 16 ids
- * ahead beat 8 on an AMD EPYC (AVX2): a row's misses take longer than 8
- * rows' copies or updates.
+ * ahead rather than 8: on an AMD EPYC (AVX2) 8, 16 and 24 ahead were
+ * within the noise of a loaded host, and the longer distance also covers
+ * a slower memory.
  */
 #define PREFETCH_AHEAD 16u
 
