@@ -905,13 +905,16 @@ static void test_absurd_params(void)
 	CU_ASSERT(!emb_floats_finite(bad, 4));
 	bad[3] = -INFINITY;
 	CU_ASSERT(!emb_floats_finite(bad, 4));
-	/* A NaN or an infinity anywhere, in the blocks of 16 or the tail,
-	 * and the largest finite float, in arrays of every length to 50. */
-	{
-		float w[50];
+	/* A NaN or an infinity anywhere, in the vector blocks or the tail,
+	 * and the largest finite float, in arrays of every length to 80, in
+	 * every copy the CPU has (AVX-512, AVX2, scalar). */
+	for (uint32_t wi = 0; wi < 3; wi++) {
+		static const unsigned widths[] = {64, 32, 0};
+		float w[80];
 		uint32_t missed = 0, wrong = 0;
 
-		for (uint32_t n = 1; n <= 50; n++) {
+		emb__optim_vec_max = widths[wi];
+		for (uint32_t n = 1; n <= 80; n++) {
 			for (uint32_t i = 0; i < n; i++)
 				w[i] = FLT_MAX * (i & 1 ? -1.0f : 1.0f);
 			if (!emb_floats_finite(w, n))
@@ -928,6 +931,7 @@ static void test_absurd_params(void)
 		CU_ASSERT_EQUAL(missed, 0);
 		CU_ASSERT_EQUAL(wrong, 0);
 	}
+	emb__optim_vec_max = 64;
 }
 
 int main(int argc, char **argv)

@@ -1120,6 +1120,61 @@ static void test_push_creates(void)
 	emb_table_destroy(t);
 }
 
+/*
+ * A push whose group spans many chunks, in one shard: existing ids and
+ * absent ones alternate, so the ids it creates grow the index several
+ * times while the next chunks are already resolved (a push resolves a
+ * chunk ahead), and every tag seen before a growth is checked against
+ * the index after it. Each row must end as its initial value minus its
+ * gradient, exactly once, and no id become two rows.
+ */
+static void test_push_pipelined_growth(void)
+{
+	enum { OLD = 300, N = 5000, DIM = 8 };
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	uint64_t *ids = xcalloc(N, sizeof(*ids));
+	float *g = xcalloc((size_t)N * DIM, sizeof(float));
+	float *out = xcalloc((size_t)N * DIM, sizeof(float));
+	uint64_t old[OLD];
+	float want[DIM];
+	struct emb_table *t;
+	int bad = 0;
+
+	o.dim = DIM;
+	o.nshards = 1;
+	o.optim.lr = 1.0f;
+	o.seed = 5;
+	t = table_new(&o);
+	/* ids 7 * i + 1; those at every 16th position, the first OLD of
+	 * them, exist before the push */
+	for (uint32_t i = 0; i < N; i++) {
+		ids[i] = 7 * (uint64_t)i + 1;
+		for (uint32_t j = 0; j < DIM; j++)
+			g[(size_t)i * DIM + j] = (float)(i % 13) - (float)j;
+	}
+	for (uint32_t k = 0; k < OLD; k++)
+		old[k] = ids[16 * k];
+	CU_ASSERT_EQUAL(emb_table_pull(t, old, OLD, out, 0, NULL), OLD);
+	CU_ASSERT_EQUAL(emb_table_push(t, ids, N, g), 0);
+	CU_ASSERT_EQUAL(table_stats(t).rows, N);
+	CU_ASSERT_EQUAL(table_stats(t).rows_pushed, N);
+	CU_ASSERT_EQUAL(table_stats(t).rows_created, N);
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, N, out, EMB_PULL_NOCREATE, NULL),
+			0);
+	for (uint32_t i = 0; i < N; i++) {
+		emb_table_init_row(t, ids[i], want, false);
+		for (uint32_t j = 0; j < DIM; j++)
+			want[j] -= g[(size_t)i * DIM + j];
+		expect_floats("pipelined push", ids[i],
+			      out + (size_t)i * DIM, want, DIM, &bad);
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	emb_table_destroy(t);
+	free(out);
+	free(g);
+	free(ids);
+}
+
 /* Pulls ids[0..n) one batch; each id becomes one access at this step. */
 static void touch(struct emb_table *t, const uint64_t *ids, uint32_t n)
 {
@@ -1796,6 +1851,8 @@ int main(int argc, char **argv)
 	     test_push_each_optimizer},
 	    {"push sums duplicate ids before one update",
 	     test_push_sums_duplicates},
+	    {"a push across index growths applies each row once",
+	     test_push_pipelined_growth},
 	    {"push of repeated ids equals the summed push, each optimizer",
 	     test_push_repeats_each_optimizer},
 	    {"rowwise_adagrad rows are dim + 1 floats, pushes apply it",
