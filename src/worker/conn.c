@@ -834,9 +834,21 @@ static void connect_failed(const struct server *srv, const char *via, int rc)
  * CONNECT_MAX_MS, and on a machine with more processes than cores a
  * worker may be off the CPU between its connect and its HELLO for longer
  * than the server's handshake timeout (the server then closes it with
- * -ETIMEDOUT). The pause spreads the retries so that they do not meet
- * again. Any other answer (a refusal, a bad token) is final.
+ * -ETIMEDOUT, or the close reaches the HELLO first). The pause spreads
+ * the retries so that they do not meet again. Any other answer (a
+ * refused connect, a bad token) is final.
  */
+/* Failures of a first connect worth another try (connect_first()). */
+static bool first_retry(int rc, bool said_hello)
+{
+	if (rc == -ETIMEDOUT)
+		return true;
+	/* The server closed a conn whose HELLO it did not read in time:
+	 * the refusal, or the close that raced it. */
+	return said_hello && (rc == EMB_EPEERDEAD || rc == EMB_ECLOSED ||
+			      rc == -ECONNRESET || rc == -EPIPE);
+}
+
 static int connect_first(struct emb_client *c, struct server *srv,
 			 const struct emb_connect_opts *co, bool *said_hello)
 {
@@ -858,7 +870,7 @@ static int connect_first(struct emb_client *c, struct server *srv,
 			}
 		}
 		tries++;
-		if (rc != -ETIMEDOUT ||
+		if (!first_retry(rc, *said_hello) ||
 		    (int64_t)emb_clock_ms() + pause >= until)
 			break;
 		if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
