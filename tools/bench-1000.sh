@@ -12,7 +12,8 @@
 #   clean         workers whose --verify found 0 mismatched rows
 #   mismatched    workers that reported a mismatch
 #   blind_ms      the scheduler's loop time it did not count as silence
-#   deferred      verdicts the scheduler put off while it suspected itself
+#   self_suspicions  times the scheduler suspected itself (too many nodes
+#                 silent at once) and let no silence count
 #   false_dead    servers declared dead that were not killed
 #   sched_cpu_s   CPU seconds the scheduler process used
 #
@@ -155,7 +156,7 @@ mism=$(grep -c 'verify: [0-9]* rows checked, [1-9][0-9]* mismatched' "$log")
 dead=$(grep -c '^\[scheduler\] .*server [0-9]* (.*) declared dead' "$log")
 blind=$(sed -n 's/^\[scheduler\] .*did not run for \([0-9]*\) ms.*/\1/p' "$log" |
 	awk '{ s += $1 } END { print s + 0 }')
-deferred=$(grep -c '^\[scheduler\] .*suspects itself' "$log")
+self=$(grep -c '^\[scheduler\] .*suspects itself' "$log")
 echo "servers: $S"
 echo "workers: $W"
 echo "replicas: $R"
@@ -167,7 +168,7 @@ echo "exit: $st"
 echo "clean: $clean"
 echo "mismatched: $mism"
 echo "blind_ms: $blind"
-echo "deferred: $deferred"
+echo "self_suspicions: $self"
 echo "false_dead: $(( dead > 0 ? dead - 1 : 0 ))"
 echo "sched_cpu_s: $(awk -v t="$cpu" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", t / hz }')"
 echo "log: $out"
