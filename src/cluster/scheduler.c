@@ -157,7 +157,7 @@ struct emb_sched {
 	 * up to which it is counted as not looking. */
 	int64_t self_since_ms;
 	int64_t self_last_ms;
-	uint32_t self_overdue;	  /* overdue nodes when it began */
+	int64_t self_blind_ms;	  /* blind_ms at self_last_ms */
 	uint64_t self_episodes;   /* times it began */
 	bool self_gave_up;	  /* it lasted past SELF_MAX_FACTOR * T */
 	int64_t checked_ms;	  /* monotonic: check_silence() last ran */
@@ -1584,7 +1584,7 @@ static void on_close(void *arg, struct emb_conn *conn, int reason)
 static bool self_suspect(struct emb_sched *s, int64_t now)
 {
 	const int64_t half = s->o.hb_timeout_ms / 2;
-	int64_t mono = (int64_t)emb_clock_ms();
+	int64_t mono = (int64_t)emb_clock_ms(), gap;
 	uint32_t followed = 0, overdue = 0;
 
 	for (uint32_t i = 0; i < nnodes(s); i++) {
@@ -1609,7 +1609,7 @@ static bool self_suspect(struct emb_sched *s, int64_t now)
 	}
 	if (!s->self_since_ms) {
 		s->self_since_ms = s->self_last_ms = mono;
-		s->self_overdue = overdue;
+		s->self_blind_ms = s->blind_ms;
 		s->self_episodes++;
 		emb_log(EMB_LOG_WARN,
 			"scheduler: %u of the %u nodes it follows are silent "
@@ -1632,8 +1632,12 @@ static bool self_suspect(struct emb_sched *s, int64_t now)
 			(long long)(mono - s->self_since_ms));
 		return false;
 	}
-	s->blind_ms += mono - s->self_last_ms;
+	/* Less what look_ms() counted meanwhile (a stall within it). */
+	gap = mono - s->self_last_ms - (s->blind_ms - s->self_blind_ms);
+	if (gap > 0)
+		s->blind_ms += gap;
 	s->self_last_ms = mono;
+	s->self_blind_ms = s->blind_ms;
 	return true;
 }
 
