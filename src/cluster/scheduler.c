@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,6 +65,21 @@
 /* A turn's overrun below this is the loop's own work, not a stall: left
  * uncounted, so that an idle loop's clock does not drift. */
 #define STALL_MIN_MS 5
+/*
+ * Self-suspicion (docs/cluster.md, "When the scheduler is the slow one"):
+ * when at least SELF_MIN nodes, and one in SELF_DIV of those it follows,
+ * are overdue at once (silent past half the heartbeat timeout, where a
+ * live node is heard every fifth of it), the scheduler takes itself for
+ * the slow party: independent failures do not silence a quarter of a job
+ * together, while a scheduler starved of CPU, or behind on full socket
+ * queues, hears nobody. Meanwhile no silence counts and no verdict or
+ * probe starts; after SELF_MAX_FACTOR heartbeat timeouts of it without
+ * relief the silence is taken as real (a partition), and the usual rules
+ * (a probe for each server) resume.
+ */
+#define SELF_MIN 3u
+#define SELF_DIV 4u
+#define SELF_MAX_FACTOR 3
 
 struct node {
 	uint32_t role; /* EMB_ROLE_SERVER or _WORKER; 0 = free */
@@ -136,6 +152,15 @@ struct emb_sched {
 	int64_t look_last_ms; /* monotonic, when the loop last ran */
 	int64_t blind_ms;     /* total time not looking */
 	int64_t tick_ms;      /* the loop's poll timeout */
+	int64_t stall_max_ms; /* longest stall of the loop */
+	/* Self-suspicion: monotonic time it began (0: none) and the time
+	 * up to which it is counted as not looking. */
+	int64_t self_since_ms;
+	int64_t self_last_ms;
+	int64_t self_blind_ms;	  /* blind_ms at self_last_ms */
+	uint64_t self_episodes;   /* times it began */
+	bool self_gave_up;	  /* it lasted past SELF_MAX_FACTOR * T */
+	int64_t checked_ms;	  /* monotonic: check_silence() last ran */
 	uint32_t nprobing;    /* probes under way (done not yet run) */
 	uint64_t probes;	   /* probes started */
 	uint64_t probes_answered;  /* ... that the server answered */
@@ -1083,6 +1108,8 @@ static int64_t look_ms(struct emb_sched *s)
 
 	if (blind > STALL_MIN_MS) {
 		s->blind_ms += blind;
+		if (blind > s->stall_max_ms)
+			s->stall_max_ms = blind;
 		if (blind >= s->o.hb_timeout_ms / 2)
 			emb_log(EMB_LOG_WARN,
 				"scheduler: its loop did not run for %lld ms; "
@@ -1163,8 +1190,11 @@ static void probe_done(void *arg, int status, uint32_t took_ms)
 		declare_dead(s, n, why);
 		goto out;
 	}
-	/* A heartbeat may have come while the probe ran. */
-	if (!emb_detector_suspect(&n->fd, now))
+	/* A heartbeat may have come while the probe ran; and a scheduler
+	 * that suspects itself probes again once it does not (a probe that
+	 * timed out on a starved machine says as little as the silence). */
+	if (!emb_detector_suspect(&n->fd, now) ||
+	    (s->self_since_ms && !s->self_gave_up))
 		goto out;
 	snprintf(why, sizeof(why),
 		 "silent for %lld ms, and a probe of its serving address had "
@@ -1545,6 +1575,73 @@ static void on_close(void *arg, struct emb_conn *conn, int reason)
 /* ---- loop ----------------------------------------------------------- */
 
 /*
+ * True while the scheduler suspects itself (SELF_MIN, SELF_DIV): too many
+ * of the nodes it follows are overdue at once. That time is counted as
+ * not looking, like a stall of the loop, so their silence stops growing
+ * until they are heard again; past SELF_MAX_FACTOR * T of it without
+ * relief, false: the silence is real.
+ */
+static bool self_suspect(struct emb_sched *s, int64_t now)
+{
+	const int64_t half = s->o.hb_timeout_ms / 2;
+	int64_t mono = (int64_t)emb_clock_ms(), gap;
+	uint32_t followed = 0, overdue = 0;
+
+	for (uint32_t i = 0; i < nnodes(s); i++) {
+		struct node *n = &s->nodes[i];
+
+		if (!n->role || n->dead || n->finished || !n->conn)
+			continue;
+		followed++;
+		if (emb_detector_silence_ms(detector(s, n, now), now) > half)
+			overdue++;
+	}
+	if (overdue < SELF_MIN || overdue * SELF_DIV < followed) {
+		if (s->self_since_ms)
+			emb_log(EMB_LOG_WARN,
+				"scheduler: %u of %u nodes overdue after %lld "
+				"ms of suspecting itself: verdicts resume",
+				overdue, followed,
+				(long long)(mono - s->self_since_ms));
+		s->self_since_ms = 0;
+		s->self_gave_up = false;
+		return false;
+	}
+	if (!s->self_since_ms) {
+		s->self_since_ms = s->self_last_ms = mono;
+		s->self_blind_ms = s->blind_ms;
+		s->self_episodes++;
+		emb_log(EMB_LOG_WARN,
+			"scheduler: %u of the %u nodes it follows are silent "
+			"at once: it suspects itself, and their silence does "
+			"not count until they are heard again (at most %lld "
+			"ms)",
+			overdue, followed,
+			(long long)SELF_MAX_FACTOR * s->o.hb_timeout_ms);
+		return true;
+	}
+	if (s->self_gave_up)
+		return false;
+	if (mono - s->self_since_ms >
+	    SELF_MAX_FACTOR * (int64_t)s->o.hb_timeout_ms) {
+		s->self_gave_up = true;
+		emb_log(EMB_LOG_WARN,
+			"scheduler: %u of %u nodes still silent after %lld ms "
+			"of suspecting itself: taking their silence as real",
+			overdue, followed,
+			(long long)(mono - s->self_since_ms));
+		return false;
+	}
+	/* Less what look_ms() counted meanwhile (a stall within it). */
+	gap = mono - s->self_last_ms - (s->blind_ms - s->self_blind_ms);
+	if (gap > 0)
+		s->blind_ms += gap;
+	s->self_last_ms = mono;
+	s->self_blind_ms = s->blind_ms;
+	return true;
+}
+
+/*
  * Each turn: silence past a node's suspect time (its detector's, never
  * under T) makes a worker dead and a server suspect, and a suspect server
  * is probed before any verdict. A server that lost its connection waits
@@ -1555,6 +1652,9 @@ static void check_silence(struct emb_sched *s)
 	int64_t now = look_ms(s), quiet;
 	char why[96];
 
+	if (self_suspect(s, now))
+		goto fill;
+	now = look_ms(s);
 	for (uint32_t i = 0; i < nnodes(s); i++) {
 		struct node *n = &s->nodes[i];
 		struct emb_detector *d;
@@ -1595,6 +1695,7 @@ static void check_silence(struct emb_sched *s)
 			 (long long)quiet);
 		declare_dead(s, n, why);
 	}
+fill:
 	if (s->fill_rank != NO_FILL &&
 	    (int64_t)emb_clock_ms() - s->fill_chunk_ms > FILL_TIMEOUT_MS)
 		fill_failed(s, "its source did not report in time");
@@ -1633,6 +1734,9 @@ static void publish(struct emb_sched *s)
 	v.probes = s->probes;
 	v.probes_answered = s->probes_answered;
 	v.blind_ms = (uint64_t)s->blind_ms;
+	v.stall_max_ms = (uint64_t)s->stall_max_ms;
+	v.self_suspicions = s->self_episodes;
+	v.self_suspect = s->self_since_ms && !s->self_gave_up;
 	pthread_mutex_lock(&s->mu);
 	s->view = v;
 	/* Counted again only when the map changed: 4096 * R steps. */
@@ -1660,12 +1764,32 @@ static void publish(struct emb_sched *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* Loop thread, at its end: what the loop cost, for sizing a job. */
+static void log_summary(const struct emb_sched *s)
+{
+	struct rusage ru;
+	double cpu = 0;
+
+	if (getrusage(RUSAGE_THREAD, &ru) == 0)
+		cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+		      (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+	emb_log(EMB_LOG_INFO,
+		"scheduler loop: %llu heartbeats answered, cpu %.2f s, "
+		"longest stall %lld ms, %lld ms not looking, suspected "
+		"itself %llu time%s",
+		(unsigned long long)s->hbs, cpu, (long long)s->stall_max_ms,
+		(long long)s->blind_ms, (unsigned long long)s->self_episodes,
+		s->self_episodes == 1 ? "" : "s");
+}
+
 static void *loop_main(void *arg)
 {
 	struct emb_sched *s = arg;
 	int tick = (int)s->tick_ms, rc;
+	const int64_t quarter = s->tick_ms / 4;
 
 	for (;;) {
+		int64_t now;
 		bool stop;
 
 		pthread_mutex_lock(&s->mu);
@@ -1674,18 +1798,30 @@ static void *loop_main(void *arg)
 		/* The job's last replies go out before the loop ends. */
 		if (stop || (s->over && s->replies == 0))
 			break;
-		rc = emb_transport_poll(s->tr, tick);
+		/* Waits no longer than until the next check is due: look_ms()
+		 * takes a gap past one tick since it last ran for a stall. */
+		now = tick - ((int64_t)emb_clock_ms() - s->checked_ms);
+		rc = emb_transport_poll(s->tr, (int)(now < 0 ? 0
+					     : now > tick ? tick : now));
 		/* A signal (a child stopping, say) is no reason to stop. */
 		if (rc < 0 && rc != -EINTR) {
 			emb_log(EMB_LOG_ERROR, "scheduler loop failed: %s",
 				emb_strerror(rc));
 			break;
 		}
+		/* Both walk every node: once per quarter tick, not once
+		 * per wakeup, or a turn per heartbeat makes the loop's work
+		 * grow with the square of the node count. */
+		now = (int64_t)emb_clock_ms();
+		if (now - s->checked_ms < quarter)
+			continue;
+		s->checked_ms = now;
 		if (!s->over)
 			check_silence(s);
 		publish(s);
 	}
 	publish(s);
+	log_summary(s);
 	if (!s->over)
 		return NULL;
 	pthread_mutex_lock(&s->mu);
@@ -1881,6 +2017,8 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	lo.on_request = on_request;
 	lo.on_close = on_close;
 	lo.arg = s;
+	/* Every node of a job registers within moments of the others. */
+	lo.backlog = 4096;
 	rc = emb_listener_create(s->tr, &lo, &s->lis);
 	if (rc)
 		goto err_tr;
@@ -2164,6 +2302,15 @@ void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 				   "any node's silence.");
 		emb_metrics_u64(o, "embstore_cluster_scheduler_stall_ms_total",
 				NULL, v.blind_ms);
+		emb_metrics_family(o,
+				   "embstore_cluster_scheduler_self_suspicions_total",
+				   "counter",
+				   "Times so many nodes were silent at once "
+				   "that the scheduler took itself for the "
+				   "slow party and let no silence count.");
+		emb_metrics_u64(o,
+				"embstore_cluster_scheduler_self_suspicions_total",
+				NULL, v.self_suspicions);
 	}
 	emb_metrics_process(o);
 }

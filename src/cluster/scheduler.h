@@ -111,6 +111,10 @@ struct emb_sched_stats {
 	uint64_t blind_ms;	     /* time the scheduler's own loop was
 					not running, ms (not counted as any
 					node's silence) */
+	uint64_t stall_max_ms;	     /* the longest such stall, ms */
+	uint64_t self_suspicions;    /* times so many nodes were silent at
+					once that it suspected itself */
+	bool self_suspect;	     /* it does now: no silence counts */
 };
 
 /*

@@ -262,7 +262,10 @@ void emb__conn_on_open(void *arg, struct emb_conn *c, int reason)
 	s->loop_conns[sc->loop] = sc;
 	open = __atomic_add_fetch(&s->conns_open, 1, __ATOMIC_RELAXED);
 	emb__count(&s->conns_total, 1);
-	emb_log(EMB_LOG_INFO, "connection from %s (%s)", emb_conn_peer(c),
+	/* Debug, as its close: every worker connects to every server, so a
+	 * job of W workers logs W lines per server (a thousand-node job's
+	 * servers would write 90,000 lines while it forms). */
+	emb_log(EMB_LOG_DEBUG, "connection from %s (%s)", emb_conn_peer(c),
 		emb_conn_transport(c));
 	if (s->opts.max_conns && open > s->opts.max_conns) {
 		char msg[96];
@@ -311,7 +314,7 @@ void emb__conn_on_close(void *arg, struct emb_conn *c, int reason)
 		emb_log(EMB_LOG_WARN, "connection from %s closed: %s",
 			emb_conn_peer(c), emb_strerror(reason));
 	else
-		emb_log(EMB_LOG_INFO, "connection from %s closed",
+		emb_log(EMB_LOG_DEBUG, "connection from %s closed",
 			emb_conn_peer(c));
 }
 

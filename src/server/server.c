@@ -149,6 +149,10 @@ int emb_server_create(const struct emb_server_opts *opts,
 	lopts.on_request = emb__conn_on_request;
 	lopts.on_open = emb__conn_on_open;
 	lopts.on_close = emb__conn_on_close;
+	/* Every worker of a job connects at once when it forms: the kernel
+	 * caps this at net.core.somaxconn; 128 drops SYNs under a few
+	 * hundred workers, and a dropped SYN costs a 1 s retransmit. */
+	lopts.backlog = 4096;
 	lopts.arg = s;
 	rc = emb_listener_create(s->loops[0], &lopts, &s->listener);
 	if (rc)

@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -40,6 +42,14 @@
  * a connect in well under a millisecond, and a miss is tried again. */
 #define CONNECT_MAX_MS 1000u
 #define TIMEOUT_LOG_MS 1000u /* at most one timeout logged per server */
+/* First pause after a first connect that timed out, and the longest. */
+#define CONNECT_PAUSE_MS     50u
+#define CONNECT_PAUSE_MAX_MS 1000u
+#define CONNECT_FIRST_MS     30000u /* retries end, without a deadline */
+/* Calls in flight per server conn: a client's total, spread over its
+ * servers, and the least any conn gets (emb__conn_connect_all()). */
+#define CALL_SLOTS_TOTAL 16384u
+#define CALL_SLOTS_MIN	 256u
 
 static void server_up(struct emb_client *c, struct server *s);
 static void tables_next(struct emb_client *c, struct server *s);
@@ -818,10 +828,73 @@ static void connect_failed(const struct server *srv, const char *via, int rc)
 		srv->port, via, emb_strerror(rc));
 }
 
+/*
+ * The first connect to srv and its HELLO, before the loop runs: 0, or the
+ * error with *said_hello telling whether the connect or the HELLO failed
+ * (srv->conn is then NULL). Either that timed out is tried again, after
+ * a random pause, until the client's timeout passed. When a job forms,
+ * every worker connects to every server at once: a SYN that a full accept
+ * queue dropped comes back only after the kernel's 1 s retransmit, past
+ * CONNECT_MAX_MS, and on a machine with more processes than cores a
+ * worker may be off the CPU between its connect and its HELLO for longer
+ * than the server's handshake timeout (the server then closes it with
+ * -ETIMEDOUT, or the close reaches the HELLO first). The pause spreads
+ * the retries so that they do not meet again. Any other answer (a
+ * refused connect, a bad token) is final.
+ */
+/* Failures of a first connect worth another try (connect_first()). */
+static bool first_retry(int rc, bool said_hello)
+{
+	if (rc == -ETIMEDOUT)
+		return true;
+	/* The server closed a conn whose HELLO it did not read in time:
+	 * the refusal, or the close that raced it. */
+	return said_hello && (rc == EMB_EPEERDEAD || rc == EMB_ECLOSED ||
+			      rc == -ECONNRESET || rc == -EPIPE);
+}
+
+static int connect_first(struct emb_client *c, struct server *srv,
+			 const struct emb_connect_opts *co, bool *said_hello)
+{
+	/* No call deadline (0) is no reason to wait forever here. */
+	int64_t until = (int64_t)emb_clock_ms() +
+			(c->timeout_ms ? c->timeout_ms : CONNECT_FIRST_MS);
+	uint32_t pause = CONNECT_PAUSE_MS, r;
+	int rc, tries = 0;
+
+	for (;;) {
+		*said_hello = false;
+		rc = emb_conn_create(c->tr, co, &srv->conn);
+		if (rc == 0) {
+			*said_hello = true;
+			rc = hello(c, srv);
+			if (rc) {
+				emb_conn_destroy(srv->conn);
+				srv->conn = NULL;
+			}
+		}
+		tries++;
+		if (!first_retry(rc, *said_hello) ||
+		    (int64_t)emb_clock_ms() + pause >= until)
+			break;
+		if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+			r = (uint32_t)emb_clock_ms();
+		usleep((useconds_t)(pause / 2 + r % pause) * 1000u);
+		if (pause < CONNECT_PAUSE_MAX_MS)
+			pause *= 2;
+	}
+	if (tries > 1)
+		emb_log(rc ? EMB_LOG_WARN : EMB_LOG_INFO,
+			"server %s:%u: %s after %d tries", co->host, co->port,
+			rc ? emb_strerror(rc) : "connected", tries);
+	return rc;
+}
+
 int emb__conn_connect_all(struct emb_client *c, const char *transport,
 		       const struct emb_client_opts *opts)
 {
 	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
+	bool said_hello;
 	uint32_t i;
 	int rc;
 
@@ -829,6 +902,15 @@ int emb__conn_connect_all(struct emb_client *c, const char *transport,
 	topts.connect_timeout_ms =
 	    c->timeout_ms < CONNECT_MAX_MS ? c->timeout_ms : CONNECT_MAX_MS;
 	topts.max_frame_bytes = EMB_WIRE_FRAME_MAX;
+	/* Call slots are made, and written, when a conn is: at 1024 a
+	 * conn, about 240 KiB. One client of a job of 100 servers held 24
+	 * MiB of them and 900 such workers ran a 24 GiB machine out of
+	 * memory. Calls spread over the servers: past 16 servers, fewer
+	 * slots each, never under CALL_SLOTS_MIN. */
+	if (c->nsrv > 1 && topts.max_inflight > CALL_SLOTS_TOTAL / c->nsrv)
+		topts.max_inflight = CALL_SLOTS_TOTAL / c->nsrv < CALL_SLOTS_MIN
+					 ? CALL_SLOTS_MIN
+					 : CALL_SLOTS_TOTAL / c->nsrv;
 	rc = emb_transport_create(transport, &topts, &c->tr);
 	if (rc)
 		return rc;
@@ -854,13 +936,12 @@ int emb__conn_connect_all(struct emb_client *c, const char *transport,
 		co.host = c->srv[i].host;
 		co.port = c->srv[i].port;
 		co.via = via_for(c, &c->srv[i]);
-		rc = emb_conn_create(c->tr, &co, &c->srv[i].conn);
-		if (rc) {
+		rc = connect_first(c, &c->srv[i], &co, &said_hello);
+		if (rc && !said_hello) {
 			connect_failed(&c->srv[i], co.via ? co.via : transport,
 				       rc);
 			goto err;
 		}
-		rc = hello(c, &c->srv[i]);
 		if (rc) {
 			/* The server's own message, if it sent one, says
 			 * more (a bad token, too many connections). */
@@ -870,7 +951,6 @@ int emb__conn_connect_all(struct emb_client *c, const char *transport,
 			emb_log(EMB_LOG_WARN, "hello to %s:%u: %s",
 				c->srv[i].host, c->srv[i].port,
 				emb_strerror(rc));
-			i++;
 			goto err;
 		}
 		if (c->dual && c->srv[i].rdma_offered)

@@ -281,6 +281,91 @@ static void test_closed_link(void)
 	emb_server_destroy(srv0);
 }
 
+/* A bound socket that does not listen: connects to it are refused, as to
+ * the port of a killed process. */
+static int refusing_port(uint16_t *port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL_FATAL(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	CU_ASSERT_EQUAL_FATAL(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/*
+ * Every node silent at once, as a scheduler starved of CPU or behind on
+ * its socket queues hears its job: it suspects itself, starts no probe and
+ * declares nobody dead, although no server would answer a probe (their
+ * ports refuse); heard again, they are all members. Then one server
+ * silent alone among nodes that beat is dead as before: the rule hides no
+ * lone failure.
+ */
+static void test_all_silent(void)
+{
+	enum { N = 6 };
+	struct emb_sched *s = sched_start_n(N, 2);
+	struct emb_sched_stats v;
+	struct fake f[N + 1]; /* N servers, then the worker */
+	int lfd[N];
+	int64_t t0, took = -1;
+
+	for (int i = 0; i < N; i++) {
+		uint16_t port;
+
+		lfd[i] = refusing_port(&port);
+		fake_register(&f[i], s, port);
+	}
+	fake_register_as(&f[N], s, EMB_ROLE_WORKER, 0);
+	fakes_beat_for(f, N + 1, T_MS);
+	stats(s, &v);
+	CU_ASSERT_EQUAL_FATAL(v.state, EMB_CLUSTER_READY);
+
+	/* Twice T of silence from all: a lone server so silent would have
+	 * been probed after T, refused, and declared dead. */
+	sleep_ms(2 * T_MS);
+	stats(s, &v);
+	CU_ASSERT_EQUAL(v.dead[0], 0);
+	CU_ASSERT_EQUAL(v.dead[1], 0);
+	CU_ASSERT_EQUAL(v.probes, 0);
+	/* (More than once if this thread, beating for all, was itself
+	 * starved for T / 2 before: all of them overdue then too.) */
+	CU_ASSERT(v.self_suspicions >= 1);
+	CU_ASSERT(v.self_suspect);
+
+	/* Heard again: every heartbeat is answered, and the suspicion
+	 * ends. */
+	fakes_beat_for(f, N + 1, T_MS);
+	stats(s, &v);
+	CU_ASSERT(!v.self_suspect);
+	CU_ASSERT_EQUAL(v.dead[0], 0);
+
+	/* Server 0 silent alone: one of seven is no reason to doubt
+	 * oneself. Suspect after T to 3 T (its history), refused at once,
+	 * then dead (later if this thread starves for T / 2, which makes
+	 * everyone overdue). */
+	t0 = (int64_t)emb_clock_ms();
+	while ((int64_t)emb_clock_ms() - t0 < 10 * T_MS) {
+		fakes_beat_for(&f[1], N, T_MS / 5);
+		stats(s, &v);
+		if (v.dead[0]) {
+			took = (int64_t)emb_clock_ms() - t0;
+			break;
+		}
+	}
+	CU_ASSERT(took >= (int64_t)T_MS);
+	CU_ASSERT_EQUAL(v.dead[0], 1);
+	for (int i = 0; i <= N; i++)
+		close(f[i].fd);
+	for (int i = 0; i < N; i++)
+		close(lfd[i]);
+	emb_sched_destroy(s);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -292,6 +377,9 @@ int main(int argc, char **argv)
 	    {"destroy waits for a probe under way", test_destroy_while_probing},
 	    {"a closed link is probed: alive waits to rejoin, refused is dead",
 	     test_closed_link},
+	    {"every node silent at once: the scheduler suspects itself; one "
+	     "alone is dead",
+	     test_all_silent},
 	    {NULL, NULL},
 	};
 

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -51,10 +52,22 @@
 #define GRACE_MS       5000  /* SIGTERM to SIGKILL */
 #define LINGER_MS      30000 /* servers' own exit after the workers' */
 #define LINE_MAX_LEN   4096  /* longer lines are cut into pieces */
+#define DRAIN_BYTES    65536 /* read from a child's pipe at once: a pipe's
+				size, so one read empties it */
 #define CHILDREN_MAX   1024
 #define JOIN_TIMEOUT_S 60 /* EMB_CLUSTER_TIMEOUT unless set */
 #define SCHED_RESTARTS_MAX 16 /* scheduler restarts in one job */
 #define ENV_MAX		   24 /* a child's environment pairs, flat */
+/*
+ * The workers' nice value above the launcher's (--worker-nice). With more
+ * processes than cores, the kernel shares the CPU evenly among them, and
+ * one scheduler among a thousand busy workers gets a thousandth of it
+ * while its work (heartbeats, the map) grows with their number; the
+ * servers' loops and this launcher's log relay, which every worker waits
+ * on, starve the same way. Workers a step down the queue leave the
+ * processes they wait on first; with cores to spare nice changes nothing.
+ */
+#define WORKER_NICE 10
 
 enum kind { K_SCHED, K_SERVER, K_WORKER };
 
@@ -87,6 +100,7 @@ struct launch {
 	const char *coord;  /* --coordinator etcd://...: no scheduler */
 	char job[EMB_COORD_JOB_MAX + 1]; /* the job's name in etcd */
 	uint32_t replicas;  /* copies of each slot (--replicas) */
+	int worker_nice;    /* added to the workers' nice value */
 	uint32_t nservers;  /* servers started */
 	uint32_t servers_lost; /* servers that died while the job ran */
 	char *const *sched_argv;	/* to start the scheduler again */
@@ -130,6 +144,12 @@ static void usage(FILE *f)
 		"                     with R > 1 the job goes on when a "
 		"server dies\n"
 		"                     (docs/replication.md)\n"
+		"  --worker-nice N    the workers' nice value above the "
+		"launcher's, 0..19\n"
+		"                     (default %d): with more processes than "
+		"cores, the\n"
+		"                     scheduler and servers they wait on go "
+		"first\n"
 		"  --auth-token-file F  the cluster's token, for every "
 		"process\n"
 		"                     (default: EMB_AUTH_TOKEN_FILE)\n"
@@ -150,7 +170,7 @@ static void usage(FILE *f)
 		"EMB_CLUSTER_TIMEOUT seconds\n(default here: %d). The "
 		"server binary is EMB_SERVER_BIN or embstore-server next\n"
 		"to embstore.\n",
-		JOIN_TIMEOUT_S);
+		WORKER_NICE, JOIN_TIMEOUT_S);
 }
 
 /* A port nobody listens on now (the scheduler binds it right after). */
@@ -234,17 +254,22 @@ static double join_timeout_s(void)
 static void emit(struct child *c)
 {
 	fprintf(stdout, "[%s] %.*s\n", c->name, (int)c->len, c->line);
-	if (c->log) {
+	if (c->log)
 		fprintf(c->log, "%.*s\n", (int)c->len, c->line);
-		fflush(c->log);
-	}
 	c->len = 0;
 }
 
-/* Reads what the child wrote; false at EOF. */
+/*
+ * Reads what the child wrote; false at EOF. Up to DRAIN_BYTES at a time,
+ * flushed once per read, not per line: a child blocks in write(2) while
+ * its pipe is full, and with a thousand children logging at once a
+ * launcher that takes a page per child per turn and a system call per
+ * line is what the whole job waits for (a server blocked on its log
+ * accepts nobody).
+ */
 static bool drain(struct child *c)
 {
-	char buf[4096];
+	static char buf[DRAIN_BYTES];
 	ssize_t n = read(c->out, buf, sizeof(buf));
 
 	if (n < 0 && (errno == EINTR || errno == EAGAIN))
@@ -265,11 +290,46 @@ static bool drain(struct child *c)
 			emit(c);
 		c->line[c->len++] = buf[i];
 	}
+	if (c->log)
+		fflush(c->log);
 	fflush(stdout);
 	return true;
 }
 
 /* ---- children ------------------------------------------------------- */
+
+/*
+ * Raises the open-file limit to the hard limit, for the launcher and so
+ * for every child (the limit is inherited). A server holds a connection
+ * per worker and per peer server, a worker one per server, and the
+ * launcher a pipe and a log per child: at 100 servers and 900 workers
+ * that passes the usual soft limit of 1024. Says so when even the hard
+ * limit is short (a process then fails its accept or connect with
+ * EMFILE, which its log names).
+ */
+static void raise_nofile(uint32_t S, uint32_t W)
+{
+	/* Per process: the peers, plus the listeners, the scheduler link,
+	 * snapshot files and slack. */
+	rlim_t need = (rlim_t)S + W + 64, launcher = 2 * ((rlim_t)S + W) + 64;
+	struct rlimit rl;
+
+	if (launcher > need)
+		need = launcher;
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+		say("open files are limited to %llu (ulimit -n), and %u servers "
+		    "with %u workers need about %llu per process: raise the "
+		    "hard limit",
+		    (unsigned long long)rl.rlim_cur, S, W,
+		    (unsigned long long)need);
+}
 
 static int spawn(struct launch *l, struct child *c, char *const *argv,
 		 const char *const *env)
@@ -289,6 +349,10 @@ static int spawn(struct launch *l, struct child *c, char *const *argv,
 		/* Die with the launcher, even if it is killed outright. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		setpgid(0, l->pgid);
+		/* Ignored on failure: a priority, not a need. */
+		if (c->kind == K_WORKER && l->worker_nice &&
+		    nice(l->worker_nice) == -1)
+			errno = 0;
 		dup2(fds[1], STDOUT_FILENO);
 		dup2(fds[1], STDERR_FILENO);
 		sigprocmask(SIG_SETMASK, &l->oldmask, NULL);
@@ -655,11 +719,13 @@ int emb_cmd_launch(int argc, char **argv)
 	    {"coordinator", required_argument, NULL, 'O'},
 	    {"job", required_argument, NULL, 'J'},
 	    {"replicas", required_argument, NULL, 'r'},
+	    {"worker-nice", required_argument, NULL, 'n'},
+	    {"worker_nice", required_argument, NULL, 'n'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
 	};
-	struct launch l = {.sigfd = -1};
+	struct launch l = {.sigfd = -1, .worker_nice = WORKER_NICE};
 	const char *token_file = getenv("EMB_AUTH_TOKEN_FILE");
 	uint32_t S = 0, W = 0, R = 0, port32 = 0;
 	const char *dir = "log";
@@ -726,6 +792,20 @@ int emb_cmd_launch(int argc, char **argv)
 				goto bad_usage;
 			}
 			break;
+		case 'n': {
+			uint32_t v;
+
+			if (strcmp(optarg, "0") == 0) {
+				l.worker_nice = 0;
+			} else if (parse_num(optarg, 19, &v)) {
+				say("--worker-nice takes 0..19, not '%s'",
+				    optarg);
+				goto bad_usage;
+			} else {
+				l.worker_nice = (int)v;
+			}
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -763,6 +843,7 @@ int emb_cmd_launch(int argc, char **argv)
 		    CHILDREN_MAX - 1, S, W);
 		goto bad_usage;
 	}
+	raise_nofile(S, W);
 	/* Checked here once, then every process reads it from the
 	 * environment: scheduler, servers and workers share it. */
 	if (token_file && *token_file) {
