@@ -29,7 +29,7 @@
 #   --min-rtt US      fail unless the measured round trip's median is at
 #                     least this (default 2 x DELAY; 0: no check)
 #   --bin DIR         embstore-server and embstore-echo-server/-client
-#                     (the checkout's build/tools)
+#                     ($EMB_BIN_DIR, else the checkout's build/tools)
 #   --logs DIR        keep every process's log there (scheduler.log,
 #                     server.N.log, worker.N.log: stdout and stderr);
 #                     otherwise they are printed on failure and removed
@@ -47,6 +47,12 @@ usage() {
 	sed -n '12,16p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
+case ${1:-} in
+-h | --help)
+	sed -n '2,/^set -u/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+	exit 0
+	;;
+esac
 
 here=$(cd "$(dirname "$0")" && pwd)
 hosts=4
@@ -58,7 +64,7 @@ replicas=1
 shosts=
 timeout=600
 min_rtt=
-bin=$here/../../build/tools
+bin=${EMB_BIN_DIR:-$here/../../build/tools}
 keep=
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -278,6 +284,12 @@ if [ "$delay_us" -gt 0 ]; then
 		echo "netdc: $n sent through netem: $sent"
 	done
 fi
+# Each worker's last line (embstore-bench: its verify line, if any).
+w=0
+for pid in $workers; do
+	echo "netdc: worker.$w: $(tail -n 1 "$logs/worker.$w.log")"
+	w=$((w + 1))
+done
 status=0
 echo "netdc: $nserv servers, $nwork workers on $hosts hosts: every" \
 	"process exited 0 ($(($(date +%s) - start)) s)"
