@@ -27,7 +27,9 @@
 # Options: -b BUILD (build), -o FILE (out/bench/servers.jsonl, appended
 # to), -r REPS (3), -d SECONDS per timed run (3), -n COUNTS ("1 2 4 8 16
 # 32"), --rows N (200000), --dim N (64), --batch N (4096), --dist D
-# (uniform), --delay D (100us), --rate R (10gbit). Needs jq (and gnuplot
+# (uniform), --warmup S (1: untimed steps first, so the first connections
+# and page faults stay out of the figures), --delay D (100us), --rate R
+# (10gbit). Needs jq (and gnuplot
 # for --plot); bridge and netem need root.
 set -euo pipefail
 
@@ -41,6 +43,7 @@ rows=200000
 dim=64
 batch=4096
 dist=uniform
+warmup=1
 delay=100us
 rate=10gbit
 
@@ -115,6 +118,7 @@ while [ $# -gt 0 ]; do
 	--dim) dim=$2; shift ;;
 	--batch) batch=$2; shift ;;
 	--dist) dist=$2; shift ;;
+	--warmup) warmup=$2; shift ;;
 	--delay) delay=$2; shift ;;
 	--rate) rate=$2; shift ;;
 	loop | bridge | netem) sections+=("$1") ;;
@@ -137,7 +141,8 @@ export EMB_THREADS=1 EMB_TRANSPORT=tcp EMB_LOG_LEVEL=warn
 export EMB_CLUSTER_TIMEOUT=${EMB_CLUSTER_TIMEOUT:-300}
 export EMB_HEARTBEAT_TIMEOUT=${EMB_HEARTBEAT_TIMEOUT:-20}
 bench=("$build/tools/embstore-bench" --op step --rows "$rows" --dim "$dim"
-	--batch "$batch" --dist "$dist" --duration "$dur" --json)
+	--batch "$batch" --dist "$dist" --warmup "$warmup" --duration "$dur"
+	--json)
 logs=$(mktemp -d "${TMPDIR:-/tmp}/bench-servers-XXXXXX")
 trap 'rm -rf "$logs"' EXIT
 skip_netem=
