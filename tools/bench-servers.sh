@@ -25,18 +25,19 @@
 #   tools/bench-servers.sh --plot out/bench/servers.jsonl docs/img/scale-servers.png
 #
 # Options: -b BUILD (build), -o FILE (out/bench/servers.jsonl, appended
-# to), -r REPS (3), -d SECONDS per timed run (3), -n COUNTS ("1 2 4 8 16
-# 32"), --rows N (200000), --dim N (64), --batch N (4096), --dist D
+# to), -r REPS (3), -s FIRST repetition number (1; to add repetitions to
+# a file), -d SECONDS per timed run (3), -n COUNTS ("1 2 4 8 16 32"),
+# --rows N (200000), --dim N (64), --batch N (4096), --dist D
 # (uniform), --warmup S (1: untimed steps first, so the first connections
 # and page faults stay out of the figures), --delay D (100us), --rate R
-# (10gbit). Needs jq (and gnuplot
-# for --plot); bridge and netem need root.
+# (10gbit). Needs jq (and gnuplot for --plot); bridge and netem need root.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build
 out=$root/out/bench/servers.jsonl
 reps=3
+first=1
 dur=3
 counts="1 2 4 8 16 32"
 rows=200000
@@ -112,6 +113,7 @@ while [ $# -gt 0 ]; do
 	-b) build=$2; shift ;;
 	-o) out=$2; shift ;;
 	-r) reps=$2; shift ;;
+	-s) first=$2; shift ;;
 	-d) dur=$2; shift ;;
 	-n) counts=$2; shift ;;
 	--rows) rows=$2; shift ;;
@@ -189,7 +191,7 @@ run() {
 		"$(echo "$line" | jq .p99_us)" "$(echo "$line" | jq '.rows_per_s | floor')"
 }
 
-for rep in $(seq 1 "$reps"); do
+for rep in $(seq "$first" $((first + reps - 1))); do
 	for net in "${sections[@]}"; do
 		for s in $counts; do
 			[ "$net" = netem ] && [ -n "$skip_netem" ] && break
