@@ -89,7 +89,9 @@ plot() {
 set terminal pngcairo size 1000,450 font ",10"
 set output '$png'
 set multiplot layout 1,2 title "embstore-bench --op step, one worker, batch $(jq -rs '.[0].batch' "$in"), dim $(jq -rs '.[0].dim' "$in") (median, bars: min..max)"
+# Log scales: the VM's emulated CPU is two orders of magnitude slower.
 set logscale x 2
+set logscale y 10
 set xlabel 'servers'
 set grid
 set key top left
