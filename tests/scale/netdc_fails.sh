@@ -65,4 +65,5 @@ for w in $worker; do
 	kill -0 "$w" 2>/dev/null && fail "worker process $w left after SIGTERM"
 done
 echo "ok: SIGTERM cleaned up"
+"$netdc" --help | grep -q -- "--min-rtt US" || fail "--help lists no options"
 echo "netdc failures: ok"
