@@ -132,7 +132,7 @@ if [ -n "$keep" ]; then
 else
 	logs=$(mktemp -d "${TMPDIR:-/tmp}/emb-netdc-XXXXXX")
 fi
-# shellcheck source=../cluster/netns_lib.sh
+# shellcheck source=tests/cluster/netns_lib.sh
 . "$here/../cluster/netns_lib.sh"
 
 # One /24 on the bridge: host i at .i+1.
