@@ -7,8 +7,9 @@
 #   nodes  the node names, in address order (.1, .2, ... of the /24)
 #   logs   a directory for the nodes' logs (shown when the test fails)
 # and keeps in $pids what it starts and in $status how it ends (77 = skip).
-# Sourcing installs the cleanup: processes killed, namespaces deleted,
-# logs printed on failure and removed.
+# Sourcing installs the cleanup: processes killed (those in $pids, then any
+# other still inside one of the namespaces), namespaces deleted, logs
+# printed on failure and removed (kept when netns_keep_logs is set).
 
 hub=${p}hub
 pids=""
@@ -17,6 +18,13 @@ status=1
 netns_cleanup() {
 	for pid in $pids; do
 		kill -KILL "$pid" 2>/dev/null
+	done
+	# A child a node started itself (a worker's own subprocess) is not in
+	# $pids but lives in the node's namespace: nothing outlives the test.
+	for n in $nodes; do
+		for pid in $(ip netns pids "$p$n" 2>/dev/null); do
+			kill -KILL "$pid" 2>/dev/null
+		done
 	done
 	wait 2>/dev/null
 	for n in $nodes; do
@@ -30,7 +38,7 @@ netns_cleanup() {
 			cat "$f"
 		done
 	fi
-	rm -rf "$logs"
+	[ -n "${netns_keep_logs:-}" ] || rm -rf "$logs"
 }
 trap netns_cleanup EXIT
 trap 'exit 1' INT TERM
@@ -73,4 +81,19 @@ netns_up() {
 		ip -n "$ns" link set eth0 up
 		_i=$((_i + 1))
 	done
+}
+
+# netns_netem NODE DELAY RATE: every packet NODE sends waits DELAY (tc's
+# time, e.g. 100us) and leaves at RATE at most (e.g. 10gbit; "" for no
+# limit), on NODE's own eth0, so the hosts' links add up: a round trip
+# between two nodes costs 2 x DELAY. Skips (77) where the kernel refuses
+# netem (no sch_netem module).
+netns_netem() {
+	command -v tc >/dev/null 2>&1 || skip "no tc(8)"
+	# The default queue of 1000 packets would drop, not delay, what a
+	# fast sender puts in flight within DELAY.
+	# shellcheck disable=SC2086 # no rate: no words
+	tc -n "$p$1" qdisc add dev eth0 root netem limit 100000 \
+		delay "$2" ${3:+rate "$3"} 2>/dev/null ||
+		skip "tc refused netem on $1 (no sch_netem in this kernel?)"
 }
