@@ -280,6 +280,9 @@ int run_server(const struct opts &o)
 		server.set_request_handle(
 		    [&t](const ps::KVMeta &m, const ps::KVPairs<float> &r,
 			 ps::KVServer<float> *s) { t.handle(m, r, s); });
+		/* The worker sends nothing before the handle is set. */
+		ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup +
+						      ps::kServerGroup);
 		/* Returns once the worker has finalized too. */
 		ps::Finalize(0, true);
 	}
@@ -458,6 +461,31 @@ double pct_us(const std::vector<uint64_t> &sorted, double p)
 	return (double)sorted[i] / 1e3;
 }
 
+/* Set once the worker finalizes: the other nodes may exit from then on. */
+volatile sig_atomic_t worker_done;
+
+/*
+ * A node that dies while the worker still needs it would leave the worker
+ * waiting for an answer forever (ps-lite has no timeout): fail at once.
+ */
+void on_child(int sig)
+{
+	static const char msg[] = "pslite-w1: a scheduler or server node died\n";
+	int saved = errno, st;
+	pid_t pid;
+
+	(void)sig;
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+		if (worker_done && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+			continue;
+		if (write(2, msg, sizeof(msg) - 1) < 0) {
+			/* nothing more to say */
+		}
+		_exit(1);
+	}
+	errno = saved;
+}
+
 int run_worker(const struct opts &o)
 {
 	struct emb_idgen gen;
@@ -474,6 +502,9 @@ int run_worker(const struct opts &o)
 	{
 		ps::KVWorker<float> kv(0, 0);
 
+		ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup +
+						      ps::kServerGroup);
+
 		t0 = now_ns();
 		preload(o, &kv);
 		t1 = now_ns();
@@ -484,6 +515,7 @@ int run_worker(const struct opts &o)
 			    &r);
 		tm = now_ns() - tm;
 	}
+	worker_done = 1;
 	ps::Finalize(0, true);
 
 	std::sort(r.lat_ns.begin(), r.lat_ns.end());
@@ -581,6 +613,7 @@ int main(int argc, char **argv)
 	setenv("DMLC_PS_ROOT_URI", "127.0.0.1", 1);
 	setenv("DMLC_PS_ROOT_PORT", buf, 1);
 	setenv("DMLC_NODE_HOST", "127.0.0.1", 1);
+	signal(SIGCHLD, on_child);
 	kids[0] = spawn("scheduler", o);
 	kids[1] = spawn("server", o);
 	if (kids[0] < 0 || kids[1] < 0) {
@@ -592,11 +625,13 @@ int main(int argc, char **argv)
 	}
 	setenv("DMLC_ROLE", "worker", 1);
 	rc = run_worker(o);
+	/* Reaped by on_child() (ok) or still to come: wait for the rest. */
+	signal(SIGCHLD, SIG_DFL);
 	for (pid_t k : kids) {
 		int st;
 
-		if (waitpid(k, &st, 0) != k || !WIFEXITED(st) ||
-		    WEXITSTATUS(st) != 0)
+		if (waitpid(k, &st, 0) == k &&
+		    (!WIFEXITED(st) || WEXITSTATUS(st) != 0))
 			bad = 1;
 	}
 	if (bad)
