@@ -4,7 +4,8 @@
 #
 # Without "full": the embstore half alone (no ps-lite source): each
 # repetition prints embstore's rows/s for pull and push and no ratio, and
-# -o gets one JSON object per run with fig "pslite".
+# -o gets one JSON object per run with fig "pslite", which
+# tools/bench-report.sh --summary lists.
 # With "full": ps-lite is built from $EMB_PSLITE_SRC (a dmlc/ps-lite
 # checkout; into BUILD/pslite, kept for the next run) and both systems
 # run: every repetition has a ratio and each op a median line. Exits 77
@@ -80,6 +81,19 @@ if [ -n "$pslite" ]; then
 	jq -e -s '[.[] | select(.backend == "ps-lite" and .van == "zmq"
 		and .unique_per_batch > 0)] | length == 4' \
 		"$dir/runs.jsonl" >/dev/null || bad "not 4 ps-lite runs"
+fi
+
+# bench-report.sh --summary takes the lines: a row per system and op, and
+# with ps-lite the ratio within each repetition.
+"$src/tools/bench-report.sh" --summary "$dir/runs.jsonl" >"$dir/summary" ||
+	bad "bench-report.sh --summary failed"
+n=$(grep -c '^pslite	' "$dir/summary")
+[ "$n" = $((want / 2)) ] || bad "$n pslite rows in the summary, want $((want / 2))"
+if [ -n "$pslite" ]; then
+	grep -q '^pslite push embstore/ps-lite, zipf	[0-9.]*	([0-9.]*\.\.[0-9.]*)	n=2$' \
+		"$dir/summary" || bad "no push ratio in the summary"
+elif grep -q 'embstore/ps-lite' "$dir/summary"; then
+	bad "a ratio without ps-lite runs"
 fi
 
 # Bad options are refused before anything runs.
