@@ -5,13 +5,15 @@
 # Builds ps-lite from PSLITE_SRC_DIR (a checkout of github.com/dmlc/ps-lite)
 # against the system's libzmq and protobuf, out of tree (in $PSLITE_BUILD,
 # default BUILD/pslite), and its W1 driver tools/pslite/w1.cc beside it.
-# Then, for each repetition and each op (pull, push with SGD), runs
-#   ps-lite: pslite-w1 (scheduler, one server, one worker; ZMQ van)
-#   embstore: a fresh `embstore-server --transport tcp --threads 1` and
+# Then it starts both systems once and loads ROWS rows into each:
+#   ps-lite: pslite-w1 --serve (scheduler, one server, one worker; ZMQ van)
+#   embstore: `embstore-server --transport tcp --threads 1`, loaded by
 #             `embstore-bench --servers ... --transport tcp --threads 1`
-# with the same ids (embstore-bench's id stream, same seed), alternating
-# which system goes first from one repetition to the next so that a drift
-# in the machine's load falls on both. Prints each repetition's rows/s and
+# and for each repetition and op (pull, push with SGD) runs one phase of
+# each (warmup, then the timed seconds) with the same ids (embstore-bench's
+# id stream, same seed, from its start in every phase), alternating which
+# system goes first from one repetition to the next so that a drift in
+# the machine's load falls on both. Prints each repetition's rows/s and
 # embstore / ps-lite ratio, then per op the median ratio (min..max).
 #
 # Without PSLITE_SRC_DIR only the embstore half runs (no ratios).
@@ -72,11 +74,13 @@ done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/pslite-compare.XXXXXX")
 spid=
+ppid=
 cleanup() {
-	if [ -n "$spid" ]; then
-		kill "$spid" 2>/dev/null || true
-		wait "$spid" 2>/dev/null || true
-	fi
+	local p
+	for p in $spid $ppid; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -101,6 +105,13 @@ build_pslite() {
 		return 1
 	fi
 	w1=$pbuild/pslite-w1
+	# Up to date: nothing to do (ps-lite's library was checked above).
+	if [ -x "$w1" ] && [ "$w1" -nt "$root/tools/pslite/w1.cc" ] &&
+		[ "$w1" -nt "$root/tools/bench_ids.c" ] &&
+		[ "$w1" -nt "$root/tools/bench.h" ] &&
+		[ "$w1" -nt "$pbuild/lib/libpslite.a" ]; then
+		return 0
+	fi
 	# ps-lite's own flags (-O3); the ids are tools/bench_ids.c itself.
 	if ! { gcc -std=c11 -O2 -I "$root/tools" -I "$root/src" -c \
 		"$root/tools/bench_ids.c" -o "$pbuild/bench_ids.o" &&
@@ -127,23 +138,36 @@ emit() {
 		'. + {fig: "pslite", rep: $rep, load1: $load}' <<<"$2" >>"$out"
 }
 
-# run_pslite OP: one pslite-w1 run; prints its JSON object.
-run_pslite() {
-	timeout 600 "$w1" --op "$1" --rows "$rows" --dim "$dim" \
+# start_pslite: pslite-w1 --serve as a coprocess (PSL), which preloads
+# its rows once and then runs one phase per op written to it.
+start_pslite() {
+	coproc PSL { exec "$w1" --serve --rows "$rows" --dim "$dim" \
 		--batch "$batch" --dist "$dist" --warmup "$warmup" \
-		--duration "$dur" --json 2>"$work/pslite.err" ||
-		{ note "pslite-w1 --op $1 failed: $(tail -3 "$work/pslite.err")";
-		  return 1; }
+		--duration "$dur" --json 2>"$work/pslite.err"; }
+	ppid=$PSL_PID
 }
 
-# run_embstore OP: a fresh server, one embstore-bench run; prints its JSON.
-run_embstore() {
-	local log=$work/server.log j rc=0
+# run_pslite OP: one phase of the running pslite-w1; prints its JSON.
+run_pslite() {
+	local j
+	if [ -z "${PSL[1]:-}" ] || ! echo "$1" >&"${PSL[1]}" ||
+		! read -r -t 900 j <&"${PSL[0]}"; then
+		note "pslite-w1 $1 failed: $(tail -3 "$work/pslite.err")"
+		return 1
+	fi
+	echo "$j"
+}
+
+# start_embstore: one `embstore-server --threads 1` on a free loopback
+# port for the whole run (sets port, spid), its table preloaded by an
+# untimed embstore-bench batch.
+start_embstore() {
+	local log=$work/server.log
 	"$build/tools/embstore-server" --listen 127.0.0.1:0 --transport tcp \
 		--threads 1 2>"$log" &
 	spid=$!
 	port=
-	for _ in $(seq 100); do
+	for _ in $(seq 300); do
 		port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' \
 			"$log" | head -n 1)
 		[ -n "$port" ] && break
@@ -152,21 +176,24 @@ run_embstore() {
 	done
 	if [ -z "$port" ]; then
 		note "embstore-server did not start: $(tail -3 "$log")"
-		rc=1
-	elif ! j=$(timeout 600 "$build/tools/embstore-bench" \
-		--servers "127.0.0.1:$port" --transport tcp --threads 1 \
-		--rows "$rows" --dim "$dim" --batch "$batch" --dist "$dist" \
-		--optimizer sgd --op "$1" --warmup "$warmup" --duration "$dur" \
-		--json 2>"$work/bench.err"); then
-		note "embstore-bench --op $1 failed: $(tail -3 "$work/bench.err")"
-		rc=1
-	else
-		echo "$j"
+		return 1
 	fi
-	kill "$spid" 2>/dev/null || true
-	wait "$spid" 2>/dev/null || true
-	spid=
-	return $rc
+	bench_args=(--servers "127.0.0.1:$port" --transport tcp --threads 1
+		--rows "$rows" --dim "$dim" --batch "$batch" --dist "$dist"
+		--optimizer sgd)
+	timeout 900 "$build/tools/embstore-bench" "${bench_args[@]}" \
+		--op pull --batches 1 >/dev/null 2>"$work/bench.err" ||
+		{ note "embstore preload failed: $(tail -3 "$work/bench.err")";
+		  return 1; }
+}
+
+# run_embstore OP: one embstore-bench run on the loaded table; its JSON.
+run_embstore() {
+	timeout 900 "$build/tools/embstore-bench" "${bench_args[@]}" \
+		--no-preload --op "$1" --warmup "$warmup" --duration "$dur" \
+		--json 2>"$work/bench.err" ||
+		{ note "embstore-bench --op $1 failed: $(tail -3 "$work/bench.err")";
+		  return 1; }
 }
 
 rate() { jq -r '.rows_per_s' <<<"$1"; }
@@ -177,6 +204,10 @@ printf '%-4s %-5s %14s %14s %8s\n' rep op "ps-lite rows/s" \
 	"embstore rows/s" ratio
 declare -A ratios=()
 fail=0
+# Both systems stay up with their tables loaded, and their short phases
+# alternate: a burst of load from elsewhere falls on both alike.
+start_embstore || exit 1
+[ -z "$w1" ] || start_pslite
 for rep in $(seq "$reps"); do
 	for op in pull push; do
 		order="pslite embstore"
@@ -220,4 +251,11 @@ for op in pull push; do
 		}'
 done
 echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "$ppid" ]; then
+	# End of input: pslite-w1 finalizes its nodes and exits.
+	eval "exec ${PSL[1]}>&-"
+	wait "$ppid" || { note "pslite-w1 exited $?: $(tail -3 \
+		"$work/pslite.err")"; fail=1; }
+	ppid=
+fi
 exit $fail

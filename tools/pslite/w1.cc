@@ -21,9 +21,12 @@
  * counts the caller's ids per second of time inside the call, ids drawn
  * outside the clock; one line of JSON like embstore-bench --json.
  *
- *   pslite-w1 --op pull|push [--rows N] [--dim N] [--batch N]
+ *   pslite-w1 --op pull|push|--serve [--rows N] [--dim N] [--batch N]
  *             [--dist zipf:S|uniform] [--seed N] [--warmup S] [--duration S]
  *             [--lr F] [--json]
+ *
+ * With --serve the rows are preloaded once, then each line "pull" or "push"
+ * on stdin runs one phase (warmup and timed batches) and prints its line.
  *
  * Single-threaded apart from ps-lite's own threads.
  */
@@ -68,6 +71,7 @@ struct opts {
 	double duration_s = 3.0;
 	float lr = 0.01f;
 	bool json = false;
+	bool serve = false; /* phases named on stdin */
 };
 
 uint64_t now_ns()
@@ -80,9 +84,11 @@ uint64_t now_ns()
 
 void usage(FILE *f)
 {
-	fputs("usage: pslite-w1 --op pull|push [--rows N] [--dim N] [--batch N]\n"
-	      "                 [--dist zipf:S|uniform] [--seed N] [--warmup S]\n"
-	      "                 [--duration S] [--lr F] [--json]\n",
+	fputs("usage: pslite-w1 --op pull|push|--serve [--rows N] [--dim N]\n"
+	      "                 [--batch N] [--dist zipf:S|uniform] [--seed N]\n"
+	      "                 [--warmup S] [--duration S] [--lr F] [--json]\n"
+	      "  --serve: after the preload, one phase per line of stdin,\n"
+	      "           \"pull\" or \"push\", until its end\n",
 	      f);
 }
 
@@ -126,6 +132,7 @@ int parse_args(int argc, char **argv, struct opts *o)
 	    {"duration", required_argument, NULL, 't'},
 	    {"lr", required_argument, NULL, 'l'},
 	    {"json", no_argument, NULL, 'j'},
+	    {"serve", no_argument, NULL, 'S'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -185,6 +192,9 @@ int parse_args(int argc, char **argv, struct opts *o)
 		case 'j':
 			o->json = true;
 			break;
+		case 'S':
+			o->serve = true;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -197,7 +207,7 @@ int parse_args(int argc, char **argv, struct opts *o)
 			return -1;
 		}
 	}
-	if (optind != argc || !have_op) {
+	if (optind != argc || (!have_op && !o->serve)) {
 		usage(stderr);
 		return -1;
 	}
@@ -391,7 +401,7 @@ struct result {
 
 /*
  * Batches until deadline_ns; with r, each one's time inside the call is
- * recorded. Returns 0.
+ * recorded.
  */
 void run_batches(const struct opts &o, ps::KVWorker<float> *kv,
 		 struct emb_idgen *gen, uint64_t deadline_ns, result *r)
@@ -486,38 +496,10 @@ void on_child(int sig)
 	errno = saved;
 }
 
-int run_worker(const struct opts &o)
+/* Prints one phase's figures: a JSON line, or a line for people. */
+void report(const struct opts &o, result &r, uint64_t measure_ns,
+	    double preload_rows_per_s)
 {
-	struct emb_idgen gen;
-	uint64_t t0, t1, tm;
-	result r;
-	int rc;
-
-	rc = emb_idgen_init(&gen, &o.dist, o.rows, o.seed, 0);
-	if (rc) {
-		fprintf(stderr, "pslite-w1: id stream: %d\n", rc);
-		return 1;
-	}
-	ps::Start(0);
-	{
-		ps::KVWorker<float> kv(0, 0);
-
-		ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup +
-						      ps::kServerGroup);
-
-		t0 = now_ns();
-		preload(o, &kv);
-		t1 = now_ns();
-		run_batches(o, &kv, &gen, t1 + (uint64_t)(o.warmup_s * 1e9),
-			    NULL);
-		tm = now_ns();
-		run_batches(o, &kv, &gen, tm + (uint64_t)(o.duration_s * 1e9),
-			    &r);
-		tm = now_ns() - tm;
-	}
-	worker_done = 1;
-	ps::Finalize(0, true);
-
 	std::sort(r.lat_ns.begin(), r.lat_ns.end());
 	double rate = r.busy_ns ? (double)r.rows * 1e9 / (double)r.busy_ns
 				: 0.0;
@@ -526,7 +508,6 @@ int run_worker(const struct opts &o)
 	double prep_us = r.batches ? (double)r.prep_ns / (double)r.batches / 1e3
 				   : 0.0;
 	double uniq = r.batches ? (double)r.unique / (double)r.batches : 0.0;
-	double pre = t1 > t0 ? (double)o.rows * 1e9 / (double)(t1 - t0) : 0.0;
 	const char *op = o.push ? "push" : "pull";
 
 	if (o.json) {
@@ -541,11 +522,11 @@ int run_worker(const struct opts &o)
 		       "\"preload_rows_per_s\":%.0f}\n",
 		       op, o.dist_name.c_str(), (unsigned long long)o.rows,
 		       o.dim, o.batch, (unsigned long long)o.seed,
-		       (unsigned long long)r.batches, (double)tm / 1e9, rate,
-		       rate * o.dim * sizeof(float) / 1e6,
+		       (unsigned long long)r.batches, (double)measure_ns / 1e9,
+		       rate, rate * o.dim * sizeof(float) / 1e6,
 		       pct_us(r.lat_ns, 50), pct_us(r.lat_ns, 90),
 		       pct_us(r.lat_ns, 99), pct_us(r.lat_ns, 100), mean_us,
-		       prep_us, uniq, pre);
+		       prep_us, uniq, preload_rows_per_s);
 	} else {
 		printf("ps-lite %s %s: %.2f M rows/s, p50 %.0f us, p99 %.0f us,"
 		       " %.1f us of dedup/sort/sum per batch, %.0f distinct"
@@ -555,7 +536,70 @@ int run_worker(const struct opts &o)
 		       uniq, (unsigned long long)r.batches);
 	}
 	fflush(stdout);
+}
+
+/*
+ * One phase: warmup, then the timed batches, from the start of the id
+ * stream (as each embstore-bench run starts its own). 0, or 1 when no
+ * batch was timed.
+ */
+int run_phase(const struct opts &o, ps::KVWorker<float> *kv, double pre)
+{
+	struct emb_idgen gen;
+	uint64_t t0;
+	result r;
+
+	if (emb_idgen_init(&gen, &o.dist, o.rows, o.seed, 0))
+		return 1;
+	t0 = now_ns();
+	run_batches(o, kv, &gen, t0 + (uint64_t)(o.warmup_s * 1e9), NULL);
+	t0 = now_ns();
+	run_batches(o, kv, &gen, t0 + (uint64_t)(o.duration_s * 1e9), &r);
+	report(o, r, now_ns() - t0, pre);
 	return r.batches ? 0 : 1;
+}
+
+/*
+ * Preloads, then runs the --op phase; with --serve, one phase per line
+ * "pull" or "push" read from stdin until its end, so that a script can
+ * interleave short phases with another system's on one loaded table.
+ */
+int run_worker(struct opts o)
+{
+	double pre;
+	uint64_t t0;
+	int rc = 0;
+
+	ps::Start(0);
+	{
+		ps::KVWorker<float> kv(0, 0);
+		char line[64];
+
+		ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup +
+						      ps::kServerGroup);
+		t0 = now_ns();
+		preload(o, &kv);
+		pre = (double)o.rows * 1e9 / (double)(now_ns() - t0 + 1);
+		if (!o.serve)
+			rc = run_phase(o, &kv, pre);
+		while (o.serve && fgets(line, sizeof(line), stdin)) {
+			line[strcspn(line, "\r\n")] = '\0';
+			if (strcmp(line, "pull") == 0 ||
+			    strcmp(line, "push") == 0) {
+				o.push = line[1] == 'u' && line[2] == 's';
+				rc |= run_phase(o, &kv, pre);
+			} else if (line[0]) {
+				fprintf(stderr, "pslite-w1: unknown command "
+						"'%s' (pull or push)\n",
+					line);
+				rc = 1;
+				break;
+			}
+		}
+	}
+	worker_done = 1;
+	ps::Finalize(0, true);
+	return rc;
 }
 
 /* A loopback port free right now, for the scheduler; 0 on failure. */
