@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -236,6 +237,7 @@ class table {
 
 		if (it != index_.end())
 			return &data_[it->second * dim_];
+		/* Only a pull of a key never pushed gets here. */
 		r = index_.size();
 		index_.emplace(key, r);
 		data_.resize((r + 1) * dim_, 0.0f);
@@ -276,14 +278,14 @@ class table {
       private:
 	uint32_t dim_;
 	float lr_;
-	std::unordered_map<ps::Key, uint32_t> index_;
+	std::unordered_map<ps::Key, size_t> index_;
 	std::vector<float> data_;
 };
 
 int run_server(const struct opts &o)
 {
 	ps::Start(0);
-	{
+	try {
 		table t(o.dim, o.rows, o.lr);
 		ps::KVServer<float> server(0);
 
@@ -295,6 +297,12 @@ int run_server(const struct opts &o)
 						      ps::kServerGroup);
 		/* Returns once the worker has finalized too. */
 		ps::Finalize(0, true);
+	} catch (const std::bad_alloc &) {
+		/* The worker sees this node die and fails the run. */
+		fprintf(stderr, "pslite-w1: server: no memory for %llu rows "
+				"of dim %u\n",
+			(unsigned long long)o.rows, o.dim);
+		return 1;
 	}
 	return 0;
 }
