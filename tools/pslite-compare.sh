@@ -19,9 +19,10 @@
 # Without PSLITE_SRC_DIR only the embstore half runs (no ratios).
 #
 #   tools/pslite-compare.sh ~/src/ps-lite               # W1, 5 reps, 3 s
-#   tools/pslite-compare.sh -r 1 -d 0.5 -n 20000 -B 256 ~/src/ps-lite
+#   tools/pslite-compare.sh -r 1 -N 200 -n 20000 -B 256 ~/src/ps-lite
 #
 # Options: -b BUILD (build), -r REPS (5), -d SECONDS per timed run (3),
+# -N BATCHES: time exactly that many batches instead of -d seconds,
 # -w SECONDS of warmup (1), -n ROWS (1000000), -B BATCH (4096), -D DIM (64),
 # -t DIST (zipf:1.05), -o FILE: append every run's JSON object (with fig
 # "pslite", rep and load1) to FILE.
@@ -46,7 +47,8 @@ usage() {
 	exit "${1:-2}"
 }
 
-while getopts b:r:d:w:n:B:D:t:o:h opt; do
+nbatch=
+while getopts b:r:d:w:n:B:D:t:o:N:h opt; do
 	case $opt in
 	b) build=$(cd "$OPTARG" && pwd) ;;
 	r) reps=$OPTARG ;;
@@ -57,6 +59,7 @@ while getopts b:r:d:w:n:B:D:t:o:h opt; do
 	D) dim=$OPTARG ;;
 	t) dist=$OPTARG ;;
 	o) out=$OPTARG ;;
+	N) nbatch=$OPTARG ;;
 	h) usage 0 ;;
 	*) usage ;;
 	esac
@@ -65,6 +68,10 @@ shift $((OPTIND - 1))
 [ $# -le 1 ] || usage
 src=${1:-}
 case $reps in '' | *[!0-9]* | 0) echo "pslite-compare: bad -r '$reps'" >&2; exit 2 ;; esac
+case $nbatch in *[!0-9]* | 0) echo "pslite-compare: bad -N '$nbatch'" >&2; exit 2 ;; esac
+# The timed part of a phase: seconds, or a number of batches.
+timed=(--duration "$dur")
+[ -z "$nbatch" ] || timed=(--batches "$nbatch")
 
 note() { echo "pslite-compare: $*" >&2; }
 command -v jq >/dev/null || { note "needs jq"; exit 1; }
@@ -143,7 +150,7 @@ emit() {
 start_pslite() {
 	coproc PSL { exec "$w1" --serve --rows "$rows" --dim "$dim" \
 		--batch "$batch" --dist "$dist" --warmup "$warmup" \
-		--duration "$dur" --json 2>"$work/pslite.err"; }
+		"${timed[@]}" --json 2>"$work/pslite.err"; }
 	ppid=$PSL_PID
 }
 
@@ -190,7 +197,7 @@ start_embstore() {
 # run_embstore OP: one embstore-bench run on the loaded table; its JSON.
 run_embstore() {
 	timeout 900 "$build/tools/embstore-bench" "${bench_args[@]}" \
-		--no-preload --op "$1" --warmup "$warmup" --duration "$dur" \
+		--no-preload --op "$1" --warmup "$warmup" "${timed[@]}" \
 		--json 2>"$work/bench.err" ||
 		{ note "embstore-bench --op $1 failed: $(tail -3 "$work/bench.err")";
 		  return 1; }
@@ -199,7 +206,7 @@ run_embstore() {
 rate() { jq -r '.rows_per_s' <<<"$1"; }
 
 echo "W1 over loopback TCP: rows $rows, dim $dim, batch $batch, $dist," \
-	"1 client, ${dur} s timed after ${warmup} s warmup; load $(cut -d' ' -f1-3 /proc/loadavg)"
+	"1 client, ${nbatch:-${dur} s} ${nbatch:+batches} timed after ${warmup} s warmup; load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-4s %-5s %14s %14s %8s\n' rep op "ps-lite rows/s" \
 	"embstore rows/s" ratio
 declare -A ratios=()

@@ -1,6 +1,7 @@
 #!/bin/sh
 # tests/tools/pslite_compare.sh SRC BUILD [full] - tools/pslite-compare.sh
-# at a tiny size (5000 rows of dim 8, batches of 64, two repetitions).
+# at a tiny size (5000 rows of dim 8, batches of 64, two repetitions of
+# 20 timed batches a phase).
 #
 # Without "full": the embstore half alone (no ps-lite source): each
 # repetition prints embstore's rows/s for pull and push and no ratio, and
@@ -31,7 +32,8 @@ trap 'rm -rf "$dir"' EXIT
 fail=0
 
 # shellcheck disable=SC2086
-if ! "$src/tools/pslite-compare.sh" -b "$build" -r 2 -d 0.3 -w 0 -n 5000 \
+# 20 timed batches a phase, not seconds: no load cuts a phase to none.
+if ! "$src/tools/pslite-compare.sh" -b "$build" -r 2 -N 20 -w 0 -n 5000 \
 	-B 64 -D 8 -o "$dir/runs.jsonl" $pslite >"$dir/out" 2>"$dir/err"; then
 	bad "pslite-compare.sh exited $?"
 fi
@@ -72,6 +74,7 @@ fi
 got=$(jq -s 'length' "$dir/runs.jsonl" 2>/dev/null)
 [ "$got" = "$want" ] || bad "$got JSON lines, want $want"
 jq -e -s 'all(.fig == "pslite" and .rows_per_s > 0 and .dim == 8
+	and .batches == 20
 	and .batch == 64 and (.op == "pull" or .op == "push")
 	and (.rep == 1 or .rep == 2))' "$dir/runs.jsonl" >/dev/null ||
 	bad "bad JSON lines: $(cat "$dir/runs.jsonl")"
@@ -99,6 +102,9 @@ fi
 # Bad options are refused before anything runs.
 if "$src/tools/pslite-compare.sh" -b "$build" -r x >/dev/null 2>&1; then
 	bad "-r x was accepted"
+fi
+if "$src/tools/pslite-compare.sh" -b "$build" -N 0 >/dev/null 2>&1; then
+	bad "-N 0 was accepted"
 fi
 if "$src/tools/pslite-compare.sh" -b "$build" -r 1 "$dir" >/dev/null 2>&1; then
 	bad "a directory without ps-lite was accepted as its source"

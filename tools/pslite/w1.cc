@@ -22,10 +22,11 @@
  * outside the clock; one line of JSON like embstore-bench --json.
  *
  *   pslite-w1 --op pull|push|--serve [--rows N] [--dim N] [--batch N]
- *             [--dist zipf:S|uniform] [--seed N] [--warmup S] [--duration S]
- *             [--lr F] [--json]
+ *             [--dist zipf:S|uniform] [--seed N] [--warmup S]
+ *             [--duration S | --batches N] [--lr F] [--json]
  *
- * With --serve the rows are preloaded once, then each line "pull" or "push"
+ * --batches times exactly N batches (as embstore-bench --batches), which
+ * no load can cut to none. With --serve the rows are preloaded once, then each line "pull" or "push"
  * on stdin runs one phase (warmup and timed batches) and prints its line.
  *
  * Single-threaded apart from ps-lite's own threads.
@@ -70,6 +71,7 @@ struct opts {
 	uint64_t seed = 1;
 	double warmup_s = 1.0;
 	double duration_s = 3.0;
+	uint64_t batches = 0; /* timed batches instead of duration_s */
 	float lr = 0.01f;
 	bool json = false;
 	bool serve = false; /* phases named on stdin */
@@ -87,7 +89,8 @@ void usage(FILE *f)
 {
 	fputs("usage: pslite-w1 --op pull|push|--serve [--rows N] [--dim N]\n"
 	      "                 [--batch N] [--dist zipf:S|uniform] [--seed N]\n"
-	      "                 [--warmup S] [--duration S] [--lr F] [--json]\n"
+	      "                 [--warmup S] [--duration S | --batches N]\n"
+	      "                 [--lr F] [--json]\n"
 	      "  --serve: after the preload, one phase per line of stdin,\n"
 	      "           \"pull\" or \"push\", until its end\n",
 	      f);
@@ -131,6 +134,7 @@ int parse_args(int argc, char **argv, struct opts *o)
 	    {"seed", required_argument, NULL, 's'},
 	    {"warmup", required_argument, NULL, 'w'},
 	    {"duration", required_argument, NULL, 't'},
+	    {"batches", required_argument, NULL, 'n'},
 	    {"lr", required_argument, NULL, 'l'},
 	    {"json", no_argument, NULL, 'j'},
 	    {"serve", no_argument, NULL, 'S'},
@@ -184,6 +188,10 @@ int parse_args(int argc, char **argv, struct opts *o)
 			if (!parse_pos(optarg, &o->duration_s) ||
 			    o->duration_s <= 0.0)
 				bad = "--duration";
+			break;
+		case 'n':
+			if (!parse_u64(optarg, 1, UINT64_MAX, &o->batches))
+				bad = "--batches";
 			break;
 		case 'l':
 			if (!parse_pos(optarg, &d) || d == 0.0)
@@ -409,7 +417,7 @@ struct result {
 
 /*
  * Batches until deadline_ns; with r, each one's time inside the call is
- * recorded.
+ * recorded, and with --batches there are exactly that many.
  */
 void run_batches(const struct opts &o, ps::KVWorker<float> *kv,
 		 struct emb_idgen *gen, uint64_t deadline_ns, result *r)
@@ -426,10 +434,13 @@ void run_batches(const struct opts &o, ps::KVWorker<float> *kv,
 	/* embstore-bench's gradients: small, in [-1e-3, 1e-3]. */
 	for (float &g : grads)
 		g = (float)((int)(emb_splitmix64(&rng) % 2001) - 1000) * 1e-6f;
-	while (now_ns() < deadline_ns) {
+	for (;;) {
 		uint64_t t0, t1, t2;
 		size_t u;
 
+		if (r && o.batches ? r->batches == o.batches
+				   : now_ns() >= deadline_ns)
+			break;
 		emb_idgen_fill(gen, ids.data(), o.batch);
 		for (uint64_t &id : ids)
 			id = emb_id_hash(id);
