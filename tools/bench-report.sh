@@ -30,6 +30,10 @@
 #          with sgd, adagrad and rowwise_adagrad at each size of
 #          $EMB_ROWFMT_ROWS (default 1M 10M), preload and one batch
 #          ($EMB_ROWFMT_W1_ROWS sets the W1 runs' rows, for tests)
+#   pslite (only when named) tools/pslite-compare.sh: W1 pull and push
+#          over loopback TCP, one client, against ps-lite built from
+#          $EMB_PSLITE_SRC (a dmlc/ps-lite checkout) into BUILD/pslite;
+#          one repetition of the script per repetition here
 #
 # Every figure runs REPS times. Repetitions are the outer loop, so each
 # repetition holds one run of every configuration taken minutes apart at
@@ -91,6 +95,9 @@ summary() {
 		map(select(.fig == $fig and .op == $op and
 			(.dist == $dist or $dist == "") and
 			((.threads // 1) == $thr)))[0].rows_per_s;
+	def pickb($fig; $op; $be):
+		map(select(.fig == $fig and .op == $op and
+			.backend == $be))[0].rows_per_s;
 	def fmt($f; $op; $dist):
 		map(select(.fig == "rowfmt" and .op == $op and
 			.dist == $dist and .row_format == $f))[0].rows_per_s;
@@ -131,6 +138,10 @@ summary() {
 		pick("tcp"; "push"; "zipf:1.05"; 1); pick("redis"; "mset"; "zipf:1.05"; 1)),
 	ratio("tcp pull 2 clients/echo gather, uniform";
 		pick("tcp"; "pull"; "uniform"; 2); pick("echo"; "gather"; ""; 1)),
+	ratio("pslite pull embstore/ps-lite, zipf";
+		pickb("pslite"; "pull"; "client"); pickb("pslite"; "pull"; "ps-lite")),
+	ratio("pslite push embstore/ps-lite, zipf";
+		pickb("pslite"; "push"; "client"); pickb("pslite"; "push"; "ps-lite")),
 	ratio("tcp pull copy/zero-copy, zipf";
 		pick("tcp-zc-off"; "pull"; "zipf:1.05"; 1); pick("tcp-zc-on"; "pull"; "zipf:1.05"; 1)),
 	ratio("tcp pull copy/zero-copy, uniform";
@@ -154,7 +165,7 @@ while [ $# -gt 0 ]; do
 	-s) first=$2; shift 2 ;;
 	-d) dur=$2; shift 2 ;;
 	--summary) summary "$2"; exit 0 ;;
-	-h | --help) sed -n '2,42s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,53s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	-*) echo "bench-report: unknown option $1" >&2; exit 2 ;;
 	*) break ;;
 	esac
@@ -532,6 +543,23 @@ sec_redis() {
 			dist: (if .dist == "zipf" then "zipf:1.05" else .dist end)}')
 		emit redis "$rep" "$j"
 	done
+}
+
+sec_pslite() {
+	local rep=$1 j
+	if [ -z "${EMB_PSLITE_SRC:-}" ]; then
+		note "pslite: EMB_PSLITE_SRC is not set (a dmlc/ps-lite checkout)"
+		return 0
+	fi
+	rm -f "$work/pslite.jsonl"
+	"$root/tools/pslite-compare.sh" -b "$build" -r 1 -d "$dur" \
+		-o "$work/pslite.jsonl" "$EMB_PSLITE_SRC" >"$work/pslite.out" \
+		2>"$work/pslite.err" || note "pslite-compare: $(tail -2 \
+		"$work/pslite.err")"
+	[ -f "$work/pslite.jsonl" ] || return 0
+	while read -r j; do
+		emit pslite "$rep" "$(jq -c 'del(.fig, .rep, .load1)' <<<"$j")"
+	done <"$work/pslite.jsonl"
 }
 
 ctr_data() {

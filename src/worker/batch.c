@@ -37,13 +37,14 @@ static uint32_t part_max(const struct emb_client *c, uint32_t s,
  * Deduplicates ids and orders the distinct ones by key[slot] (a server,
  * or a replica group), < nkeys. Fills op->pu, op->first, op->next (in
  * op->mem), the partitioned ids in *pids, the distinct index ->
- * partitioned index map in *ppos, and per-key counts in cnt[nkeys].
+ * partitioned index map in *ppos, the id -> distinct index map in *pinv,
+ * and per-key counts in cnt[nkeys].
  * Returns the number of distinct ids, or a negative code.
  */
 int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids,
 			   uint32_t n, const uint16_t *key, uint32_t nkeys,
 			   size_t extra, uint64_t **pids, uint32_t **ppos,
-			   uint32_t *cnt, void **extra_out)
+			   uint32_t **pinv, uint32_t *cnt, void **extra_out)
 {
 	struct emb_client *c = op->c;
 	uint64_t *uniq;
@@ -61,6 +62,7 @@ int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids,
 	uniq = (uint64_t *)(void *)m;
 	*pids = uniq + n;
 	inv = (uint32_t *)(void *)(*pids + n);
+	*pinv = inv;
 	*ppos = inv + n;
 	srv_of = *ppos + n;
 	op->pu = srv_of + n;

@@ -543,13 +543,14 @@ void emb__rep_delay(struct emb_client *c, struct part *p);
 
 /*
  * Deduplicates ids and orders the distinct ones by key[slot] (a server,
- * or a replica group), < nkeys, in op->mem with extra bytes after them.
+ * or a replica group), < nkeys, in op->mem with extra bytes after them;
+ * *pinv maps each of the n ids to its distinct index.
  * The number of distinct ids, or a negative code.
  */
 int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids,
 			   uint32_t n, const uint16_t *key, uint32_t nkeys,
 			   size_t extra, uint64_t **pids, uint32_t **ppos,
-			   uint32_t *cnt, void **extra_out);
+			   uint32_t **pinv, uint32_t *cnt, void **extra_out);
 /*
  * ids (and rows of stride floats, or NULL) in key order as given, no
  * dedup, in op->mem: *pids, *prows. Counts in op->cnt, starts after its

@@ -1,0 +1,113 @@
+#!/bin/sh
+# tests/tools/pslite_compare.sh SRC BUILD [full] - tools/pslite-compare.sh
+# at a tiny size (5000 rows of dim 8, batches of 64, two repetitions of
+# 20 timed batches a phase).
+#
+# Without "full": the embstore half alone (no ps-lite source): each
+# repetition prints embstore's rows/s for pull and push and no ratio, and
+# -o gets one JSON object per run with fig "pslite", which
+# tools/bench-report.sh --summary lists.
+# With "full": ps-lite is built from $EMB_PSLITE_SRC (a dmlc/ps-lite
+# checkout; into BUILD/pslite, kept for the next run) and both systems
+# run: every repetition has a ratio and each op a median line. Exits 77
+# (meson SKIP) when EMB_PSLITE_SRC is not set, or without jq.
+set -u
+. "$(dirname "$0")/../lib.sh"
+
+src=$1
+build=$2
+mode=${3:-embstore}
+command -v jq >/dev/null 2>&1 || { echo "no jq" >&2; exit 77; }
+pslite=
+if [ "$mode" = full ]; then
+	if [ -z "${EMB_PSLITE_SRC:-}" ]; then
+		echo "EMB_PSLITE_SRC is not set (a dmlc/ps-lite checkout): skip" >&2
+		exit 77
+	fi
+	pslite=$EMB_PSLITE_SRC
+fi
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/emb-pslite-cmp-XXXXXX") || exit 1
+trap 'rm -rf "$dir"' EXIT
+fail=0
+
+# shellcheck disable=SC2086
+# 20 timed batches a phase, not seconds: no load cuts a phase to none.
+if ! "$src/tools/pslite-compare.sh" -b "$build" -r 2 -N 20 -w 0 -n 5000 \
+	-B 64 -D 8 -o "$dir/runs.jsonl" $pslite >"$dir/out" 2>"$dir/err"; then
+	bad "pslite-compare.sh exited $?"
+fi
+cat "$dir/out"
+
+# Rows "rep op ps-lite embstore ratio" for reps 1, 2 and ops pull, push.
+for rep in 1 2; do
+	for op in pull push; do
+		line=$(awk -v r=$rep -v o=$op '$1 == r && $2 == o' "$dir/out")
+		set -- $line
+		[ $# = 5 ] || { bad "no line for rep $rep $op"; continue; }
+		case $4 in '' | *[!0-9]*) bad "embstore rate '$4' ($op)" ;; esac
+		[ "${4:-0}" -gt 0 ] 2>/dev/null || bad "embstore rate 0 ($op)"
+		if [ -n "$pslite" ]; then
+			[ "$3" -gt 0 ] 2>/dev/null || bad "ps-lite rate '$3' ($op)"
+			awk -v x="$5" 'BEGIN { exit !(x > 0) }' ||
+				bad "ratio '$5' ($op)"
+		else
+			[ "$3" = - ] && [ "$5" = - ] ||
+				bad "ps-lite ran without a source: $line"
+		fi
+	done
+done
+
+n=$(grep -c 'embstore / ps-lite' "$dir/out")
+if [ -n "$pslite" ]; then
+	[ "$n" = 2 ] || bad "$n median lines, want 2"
+	grep -q '^pull: embstore / ps-lite [0-9.]*x ([0-9.]*\.\.[0-9.]*), 2 reps$' \
+		"$dir/out" || bad "no pull median line"
+	want=8
+else
+	[ "$n" = 0 ] || bad "median lines without ps-lite"
+	grep -q 'embstore only' "$dir/err" || bad "no note that ps-lite is absent"
+	want=4
+fi
+
+# The JSON lines: one per run, each system's own keys, all fig "pslite".
+got=$(jq -s 'length' "$dir/runs.jsonl" 2>/dev/null)
+[ "$got" = "$want" ] || bad "$got JSON lines, want $want"
+jq -e -s 'all(.fig == "pslite" and .rows_per_s > 0 and .dim == 8
+	and .batches == 20
+	and .batch == 64 and (.op == "pull" or .op == "push")
+	and (.rep == 1 or .rep == 2))' "$dir/runs.jsonl" >/dev/null ||
+	bad "bad JSON lines: $(cat "$dir/runs.jsonl")"
+jq -e -s '[.[] | select(.backend == "client")] | length == 4' \
+	"$dir/runs.jsonl" >/dev/null || bad "not 4 embstore runs"
+if [ -n "$pslite" ]; then
+	jq -e -s '[.[] | select(.backend == "ps-lite" and .van == "zmq"
+		and .unique_per_batch > 0)] | length == 4' \
+		"$dir/runs.jsonl" >/dev/null || bad "not 4 ps-lite runs"
+fi
+
+# bench-report.sh --summary takes the lines: a row per system and op, and
+# with ps-lite the ratio within each repetition.
+"$src/tools/bench-report.sh" --summary "$dir/runs.jsonl" >"$dir/summary" ||
+	bad "bench-report.sh --summary failed"
+n=$(grep -c '^pslite	' "$dir/summary")
+[ "$n" = $((want / 2)) ] || bad "$n pslite rows in the summary, want $((want / 2))"
+if [ -n "$pslite" ]; then
+	grep -q '^pslite push embstore/ps-lite, zipf	[0-9.]*	([0-9.]*\.\.[0-9.]*)	n=2$' \
+		"$dir/summary" || bad "no push ratio in the summary"
+elif grep -q 'embstore/ps-lite' "$dir/summary"; then
+	bad "a ratio without ps-lite runs"
+fi
+
+# Bad options are refused before anything runs.
+if "$src/tools/pslite-compare.sh" -b "$build" -r x >/dev/null 2>&1; then
+	bad "-r x was accepted"
+fi
+if "$src/tools/pslite-compare.sh" -b "$build" -N 0 >/dev/null 2>&1; then
+	bad "-N 0 was accepted"
+fi
+if "$src/tools/pslite-compare.sh" -b "$build" -r 1 "$dir" >/dev/null 2>&1; then
+	bad "a directory without ps-lite was accepted as its source"
+fi
+[ $fail = 0 ] || cat "$dir/err" >&2
+exit $fail

@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# tools/pslite-compare.sh - embstore against dmlc/ps-lite over loopback TCP,
+# one client, workload W1 (docs/bench.md), measured side by side in one run.
+#
+# Builds ps-lite from PSLITE_SRC_DIR (a checkout of github.com/dmlc/ps-lite)
+# against the system's libzmq and protobuf, out of tree (in $PSLITE_BUILD,
+# default BUILD/pslite), and its W1 driver tools/pslite/w1.cc beside it.
+# Then it starts both systems once and loads ROWS rows into each:
+#   ps-lite: pslite-w1 --serve (scheduler, one server, one worker; ZMQ van)
+#   embstore: `embstore-server --transport tcp --threads 1`, loaded by
+#             `embstore-bench --servers ... --transport tcp --threads 1`
+# and for each repetition and op (pull, push with SGD) runs one phase of
+# each (warmup, then the timed seconds) with the same ids (embstore-bench's
+# id stream, same seed, from its start in every phase), alternating which
+# system goes first from one repetition to the next so that a drift in
+# the machine's load falls on both. Prints each repetition's rows/s and
+# embstore / ps-lite ratio, then per op the median ratio (min..max).
+#
+# Without PSLITE_SRC_DIR only the embstore half runs (no ratios).
+#
+#   tools/pslite-compare.sh ~/src/ps-lite               # W1, 5 reps, 3 s
+#   tools/pslite-compare.sh -r 1 -N 200 -n 20000 -B 256 ~/src/ps-lite
+#
+# Options: -b BUILD (build), -r REPS (5), -d SECONDS per timed run (3),
+# -N BATCHES: time exactly that many batches instead of -d seconds,
+# -w SECONDS of warmup (1), -n ROWS (1000000), -B BATCH (4096), -D DIM (64),
+# -t DIST (zipf:1.05), -o FILE: append every run's JSON object (with fig
+# "pslite", rep and load1) to FILE.
+# Needs: jq, cmake, g++, libzmq3-dev, libprotobuf-dev, protobuf-compiler
+# (the ps-lite half only needs the last four). Nothing leaves the loopback;
+# every process it starts is stopped on exit.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build
+reps=5
+dur=3
+warmup=1
+rows=1000000
+batch=4096
+dim=64
+dist=zipf:1.05
+out=
+
+usage() {
+	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+	exit "${1:-2}"
+}
+
+nbatch=
+while getopts b:r:d:w:n:B:D:t:o:N:h opt; do
+	case $opt in
+	b) build=$(cd "$OPTARG" && pwd) ;;
+	r) reps=$OPTARG ;;
+	d) dur=$OPTARG ;;
+	w) warmup=$OPTARG ;;
+	n) rows=$OPTARG ;;
+	B) batch=$OPTARG ;;
+	D) dim=$OPTARG ;;
+	t) dist=$OPTARG ;;
+	o) out=$OPTARG ;;
+	N) nbatch=$OPTARG ;;
+	h) usage 0 ;;
+	*) usage ;;
+	esac
+done
+shift $((OPTIND - 1))
+[ $# -le 1 ] || usage
+src=${1:-}
+case $reps in '' | *[!0-9]* | 0) echo "pslite-compare: bad -r '$reps'" >&2; exit 2 ;; esac
+case $nbatch in *[!0-9]* | 0) echo "pslite-compare: bad -N '$nbatch'" >&2; exit 2 ;; esac
+# The timed part of a phase: seconds, or a number of batches.
+timed=(--duration "$dur")
+[ -z "$nbatch" ] || timed=(--batches "$nbatch")
+
+note() { echo "pslite-compare: $*" >&2; }
+command -v jq >/dev/null || { note "needs jq"; exit 1; }
+for b in embstore-server embstore-bench; do
+	[ -x "$build/tools/$b" ] || { note "no $build/tools/$b (build first)"; exit 1; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/pslite-compare.XXXXXX")
+spid=
+ppid=
+cleanup() {
+	local p
+	for p in $spid $ppid; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+# build_pslite SRC: libpslite.a and pslite-w1 in $pbuild; sets $w1.
+build_pslite() {
+	local s=$1 p
+	[ -f "$s/include/ps/ps.h" ] && [ -f "$s/CMakeLists.txt" ] ||
+		{ note "$s is not a ps-lite source tree"; return 1; }
+	for p in /usr/include/zmq.h /usr/include/google/protobuf/message.h; do
+		[ -f "$p" ] || { note "missing $p: apt-get install libzmq3-dev" \
+			"libprotobuf-dev protobuf-compiler"; return 1; }
+	done
+	pbuild=${PSLITE_BUILD:-$build/pslite}
+	mkdir -p "$pbuild"
+	# The system's libzmq and protobuf; never let CMake fetch its own.
+	if ! { cmake -S "$s" -B "$pbuild/lib" -DCMAKE_BUILD_TYPE=Release \
+		-DFETCHCONTENT_FULLY_DISCONNECTED=ON -DCMAKE_CXX_FLAGS=-w &&
+		cmake --build "$pbuild/lib" --target pslite -j 2; } \
+		>"$pbuild/build.log" 2>&1; then
+		note "building ps-lite failed: $(tail -5 "$pbuild/build.log")"
+		return 1
+	fi
+	w1=$pbuild/pslite-w1
+	# Up to date: nothing to do (ps-lite's library was checked above).
+	if [ -x "$w1" ] && [ "$w1" -nt "$root/tools/pslite/w1.cc" ] &&
+		[ "$w1" -nt "$root/tools/bench_ids.c" ] &&
+		[ "$w1" -nt "$root/tools/bench.h" ] &&
+		[ "$w1" -nt "$pbuild/lib/libpslite.a" ]; then
+		return 0
+	fi
+	# ps-lite's own flags (-O3); the ids are tools/bench_ids.c itself.
+	if ! { gcc -std=c11 -O2 -I "$root/tools" -I "$root/src" -c \
+		"$root/tools/bench_ids.c" -o "$pbuild/bench_ids.o" &&
+		g++ -std=c++14 -O3 -Wall -I "$s/include" -I "$pbuild/lib" \
+		-I "$root/tools" -I "$root/src" "$root/tools/pslite/w1.cc" \
+		"$pbuild/bench_ids.o" "$pbuild/lib/libpslite.a" -lzmq \
+		-lprotobuf -pthread -lm -o "$w1"; } >"$pbuild/w1.log" 2>&1; then
+		note "building pslite-w1 failed: $(tail -5 "$pbuild/w1.log")"
+		return 1
+	fi
+}
+
+w1=
+if [ -n "$src" ]; then
+	build_pslite "$src" || exit 1
+else
+	note "no ps-lite source given: embstore only, no ratios"
+fi
+
+# emit REP JSON: the run's object, plus fig, rep and load, to $out.
+emit() {
+	[ -n "$out" ] || return 0
+	jq -c --argjson rep "$1" --argjson load "$(cut -d' ' -f1 /proc/loadavg)" \
+		'. + {fig: "pslite", rep: $rep, load1: $load}' <<<"$2" >>"$out"
+}
+
+# start_pslite: pslite-w1 --serve as a coprocess (PSL), which preloads
+# its rows once and then runs one phase per op written to it.
+start_pslite() {
+	coproc PSL { exec "$w1" --serve --rows "$rows" --dim "$dim" \
+		--batch "$batch" --dist "$dist" --warmup "$warmup" \
+		"${timed[@]}" --json 2>"$work/pslite.err"; }
+	ppid=$PSL_PID
+}
+
+# run_pslite OP: one phase of the running pslite-w1; prints its JSON.
+run_pslite() {
+	local j
+	if [ -z "${PSL[1]:-}" ] || ! echo "$1" >&"${PSL[1]}" ||
+		! read -r -t 900 j <&"${PSL[0]}"; then
+		note "pslite-w1 $1 failed: $(tail -3 "$work/pslite.err")"
+		return 1
+	fi
+	echo "$j"
+}
+
+# start_embstore: one `embstore-server --threads 1` on a free loopback
+# port for the whole run (sets port, spid), its table preloaded by an
+# untimed embstore-bench batch.
+start_embstore() {
+	local log=$work/server.log
+	"$build/tools/embstore-server" --listen 127.0.0.1:0 --transport tcp \
+		--threads 1 2>"$log" &
+	spid=$!
+	port=
+	for _ in $(seq 300); do
+		port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' \
+			"$log" | head -n 1)
+		[ -n "$port" ] && break
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if [ -z "$port" ]; then
+		note "embstore-server did not start: $(tail -3 "$log")"
+		return 1
+	fi
+	bench_args=(--servers "127.0.0.1:$port" --transport tcp --threads 1
+		--rows "$rows" --dim "$dim" --batch "$batch" --dist "$dist"
+		--optimizer sgd)
+	timeout 900 "$build/tools/embstore-bench" "${bench_args[@]}" \
+		--op pull --batches 1 >/dev/null 2>"$work/bench.err" ||
+		{ note "embstore preload failed: $(tail -3 "$work/bench.err")";
+		  return 1; }
+}
+
+# run_embstore OP: one embstore-bench run on the loaded table; its JSON.
+run_embstore() {
+	timeout 900 "$build/tools/embstore-bench" "${bench_args[@]}" \
+		--no-preload --op "$1" --warmup "$warmup" "${timed[@]}" \
+		--json 2>"$work/bench.err" ||
+		{ note "embstore-bench --op $1 failed: $(tail -3 "$work/bench.err")";
+		  return 1; }
+}
+
+rate() { jq -r '.rows_per_s' <<<"$1"; }
+
+echo "W1 over loopback TCP: rows $rows, dim $dim, batch $batch, $dist," \
+	"1 client, ${nbatch:-${dur} s} ${nbatch:+batches} timed after ${warmup} s warmup; load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-4s %-5s %14s %14s %8s\n' rep op "ps-lite rows/s" \
+	"embstore rows/s" ratio
+declare -A ratios=()
+fail=0
+# Both systems stay up with their tables loaded, and their short phases
+# alternate: a burst of load from elsewhere falls on both alike.
+start_embstore || exit 1
+[ -z "$w1" ] || start_pslite
+for rep in $(seq "$reps"); do
+	for op in pull push; do
+		order="pslite embstore"
+		[ $((rep % 2)) = 1 ] || order="embstore pslite"
+		pj=
+		ej=
+		for sys in $order; do
+			if [ "$sys" = pslite ]; then
+				[ -n "$w1" ] || continue
+				pj=$(run_pslite "$op") || { fail=1; continue; }
+				emit "$rep" "$pj"
+			else
+				ej=$(run_embstore "$op") || { fail=1; continue; }
+				emit "$rep" "$ej"
+			fi
+		done
+		pr=-
+		er=-
+		ratio=-
+		[ -z "$pj" ] || pr=$(rate "$pj")
+		[ -z "$ej" ] || er=$(rate "$ej")
+		if [ -n "$pj" ] && [ -n "$ej" ]; then
+			ratio=$(awk -v e="$er" -v p="$pr" 'BEGIN {
+				printf "%.2f", (p > 0 ? e / p : 0) }')
+			ratios[$op]="${ratios[$op]:-} $ratio"
+		fi
+		printf '%-4s %-5s %14s %14s %8s\n' "$rep" "$op" "$pr" "$er" \
+			"$ratio"
+	done
+done
+
+for op in pull push; do
+	[ -n "${ratios[$op]:-}" ] || continue
+	# shellcheck disable=SC2086
+	printf '%s\n' ${ratios[$op]} | sort -g | awk -v op="$op" '
+		{ v[NR] = $1 }
+		END {
+			m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+			printf "%s: embstore / ps-lite %.2fx (%.2f..%.2f), %d reps\n",
+				op, m, v[1], v[NR], NR
+		}'
+done
+echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "$ppid" ]; then
+	# End of input: pslite-w1 finalizes its nodes and exits.
+	eval "exec ${PSL[1]}>&-"
+	wait "$ppid" || { note "pslite-w1 exited $?: $(tail -3 \
+		"$work/pslite.err")"; fail=1; }
+	ppid=
+fi
+exit $fail

@@ -1,0 +1,703 @@
+/*
+ * tools/pslite/w1.cc - embstore-bench's workload W1 against dmlc/ps-lite, the
+ * baseline that embstore's network pull and push are compared with
+ * (docs/net-baselines.md, "ps-lite").
+ *
+ * One program plays all three ps-lite roles on the loopback: started without
+ * DMLC_ROLE it picks a free port, forks a scheduler and a server (each a
+ * ps-lite node of its own process, over ps-lite's ZMQ van) and is the worker
+ * itself. The server keeps rows of dim floats in one array indexed by an
+ * std::unordered_map, answers a pull by copying rows into the reply and
+ * applies SGD (w -= lr * g) to a push in its request handle, on ps-lite's one
+ * customer thread. The worker draws W1's ids from embstore-bench's own
+ * stream (tools/bench_ids.c, same seed, same bijection and id hash), so both
+ * systems see the same keys in the same order.
+ *
+ * What is timed is what embstore-bench times for its client backend: the
+ * call a training step would make with the caller's batch, duplicates and
+ * all. ps-lite wants sorted unique keys, so the call dedups the batch (hash
+ * set), sorts the distinct keys, then pulls and scatters the rows back to the
+ * caller's order, or sums duplicate gradients and pushes one per key. Rows/s
+ * counts the caller's ids per second of time inside the call, ids drawn
+ * outside the clock; one line of JSON like embstore-bench --json.
+ *
+ *   pslite-w1 --op pull|push|--serve [--rows N] [--dim N] [--batch N]
+ *             [--dist zipf:S|uniform] [--seed N] [--warmup S]
+ *             [--duration S | --batches N] [--lr F] [--json]
+ *
+ * --batches times exactly N batches (as embstore-bench --batches), which
+ * no load can cut to none. With --serve the rows are preloaded once, then each line "pull" or "push"
+ * on stdin runs one phase (warmup and timed batches) and prints its line.
+ *
+ * Single-threaded apart from ps-lite's own threads.
+ */
+#include <ps/ps.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+extern "C" {
+#include "bench.h"
+#include "common/hash.h"
+}
+
+namespace {
+
+/* Push commands: a preload writes rows, a timed push applies SGD. */
+enum { CMD_SGD = 0, CMD_ASSIGN = 1 };
+
+struct opts {
+	bool push = false;
+	uint64_t rows = 1000000;
+	uint32_t dim = 64;
+	uint32_t batch = 4096;
+	std::string dist_name = "zipf:1.05";
+	struct emb_dist dist = {};
+	uint64_t seed = 1;
+	double warmup_s = 1.0;
+	double duration_s = 3.0;
+	uint64_t batches = 0; /* timed batches instead of duration_s */
+	float lr = 0.01f;
+	bool json = false;
+	bool serve = false; /* phases named on stdin */
+};
+
+uint64_t now_ns()
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void usage(FILE *f)
+{
+	fputs("usage: pslite-w1 --op pull|push|--serve [--rows N] [--dim N]\n"
+	      "                 [--batch N] [--dist zipf:S|uniform] [--seed N]\n"
+	      "                 [--warmup S] [--duration S | --batches N]\n"
+	      "                 [--lr F] [--json]\n"
+	      "  --serve: after the preload, one phase per line of stdin,\n"
+	      "           \"pull\" or \"push\", until its end\n",
+	      f);
+}
+
+bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+bool parse_pos(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= 0.0 && v <= 1e6))
+		return false;
+	*out = v;
+	return true;
+}
+
+/* 0, or -1 after a message on stderr. */
+int parse_args(int argc, char **argv, struct opts *o)
+{
+	static const struct option longopts[] = {
+	    {"op", required_argument, NULL, 'o'},
+	    {"rows", required_argument, NULL, 'r'},
+	    {"dim", required_argument, NULL, 'd'},
+	    {"batch", required_argument, NULL, 'b'},
+	    {"dist", required_argument, NULL, 'D'},
+	    {"seed", required_argument, NULL, 's'},
+	    {"warmup", required_argument, NULL, 'w'},
+	    {"duration", required_argument, NULL, 't'},
+	    {"batches", required_argument, NULL, 'n'},
+	    {"lr", required_argument, NULL, 'l'},
+	    {"json", no_argument, NULL, 'j'},
+	    {"serve", no_argument, NULL, 'S'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	bool have_op = false;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		const char *bad = NULL;
+		uint64_t v;
+		double d;
+
+		switch (c) {
+		case 'o':
+			if (strcmp(optarg, "pull") == 0)
+				o->push = false;
+			else if (strcmp(optarg, "push") == 0)
+				o->push = true;
+			else
+				bad = "--op";
+			have_op = true;
+			break;
+		case 'r':
+			if (!parse_u64(optarg, 1, UINT64_C(1) << 32, &o->rows))
+				bad = "--rows";
+			break;
+		case 'd':
+			if (!parse_u64(optarg, 1, 4096, &v))
+				bad = "--dim";
+			o->dim = (uint32_t)v;
+			break;
+		case 'b':
+			if (!parse_u64(optarg, 1, 1u << 20, &v))
+				bad = "--batch";
+			o->batch = (uint32_t)v;
+			break;
+		case 'D':
+			o->dist_name = optarg;
+			break;
+		case 's':
+			if (!parse_u64(optarg, 0, UINT64_MAX, &o->seed))
+				bad = "--seed";
+			break;
+		case 'w':
+			if (!parse_pos(optarg, &o->warmup_s))
+				bad = "--warmup";
+			break;
+		case 't':
+			if (!parse_pos(optarg, &o->duration_s) ||
+			    o->duration_s <= 0.0)
+				bad = "--duration";
+			break;
+		case 'n':
+			if (!parse_u64(optarg, 1, UINT64_MAX, &o->batches))
+				bad = "--batches";
+			break;
+		case 'l':
+			if (!parse_pos(optarg, &d) || d == 0.0)
+				bad = "--lr";
+			o->lr = (float)d;
+			break;
+		case 'j':
+			o->json = true;
+			break;
+		case 'S':
+			o->serve = true;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -1;
+		}
+		if (bad) {
+			fprintf(stderr, "pslite-w1: bad %s '%s'\n", bad, optarg);
+			return -1;
+		}
+	}
+	if (optind != argc || (!have_op && !o->serve)) {
+		usage(stderr);
+		return -1;
+	}
+	if (emb_dist_parse(o->dist_name.c_str(), &o->dist)) {
+		fprintf(stderr, "pslite-w1: bad --dist '%s'\n",
+			o->dist_name.c_str());
+		return -1;
+	}
+	return 0;
+}
+
+/* The server's table: rows in one array, an index from key to row. */
+class table {
+      public:
+	table(uint32_t dim, uint64_t rows, float lr) : dim_(dim), lr_(lr)
+	{
+		index_.reserve(rows);
+		data_.reserve(rows * dim);
+	}
+
+	/* The row of key, created zeroed when it is new. */
+	float *row(ps::Key key)
+	{
+		auto it = index_.find(key);
+		size_t r;
+
+		if (it != index_.end())
+			return &data_[it->second * dim_];
+		/* Only a pull of a key never pushed gets here. */
+		r = index_.size();
+		index_.emplace(key, r);
+		data_.resize((r + 1) * dim_, 0.0f);
+		return &data_[r * dim_];
+	}
+
+	void handle(const ps::KVMeta &meta, const ps::KVPairs<float> &req,
+		    ps::KVServer<float> *server)
+	{
+		size_t n = req.keys.size();
+
+		if (meta.push) {
+			CHECK_EQ(req.vals.size(), n * dim_);
+			for (size_t i = 0; i < n; i++) {
+				float *w = row(req.keys[i]);
+				const float *g = &req.vals[i * dim_];
+
+				if (meta.cmd == CMD_ASSIGN) {
+					memcpy(w, g, dim_ * sizeof(float));
+					continue;
+				}
+				for (uint32_t j = 0; j < dim_; j++)
+					w[j] -= lr_ * g[j];
+			}
+			server->Response(meta);
+			return;
+		}
+		ps::KVPairs<float> res;
+
+		res.keys = req.keys;
+		res.vals.resize(n * dim_);
+		for (size_t i = 0; i < n; i++)
+			memcpy(&res.vals[i * dim_], row(req.keys[i]),
+			       dim_ * sizeof(float));
+		server->Response(meta, res);
+	}
+
+      private:
+	uint32_t dim_;
+	float lr_;
+	std::unordered_map<ps::Key, size_t> index_;
+	std::vector<float> data_;
+};
+
+int run_server(const struct opts &o)
+{
+	ps::Start(0);
+	try {
+		table t(o.dim, o.rows, o.lr);
+		ps::KVServer<float> server(0);
+
+		server.set_request_handle(
+		    [&t](const ps::KVMeta &m, const ps::KVPairs<float> &r,
+			 ps::KVServer<float> *s) { t.handle(m, r, s); });
+		/* The worker sends nothing before the handle is set. */
+		ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup +
+						      ps::kServerGroup);
+		/* Returns once the worker has finalized too. */
+		ps::Finalize(0, true);
+	} catch (const std::bad_alloc &) {
+		/* The worker sees this node die and fails the run. */
+		fprintf(stderr, "pslite-w1: server: no memory for %llu rows "
+				"of dim %u\n",
+			(unsigned long long)o.rows, o.dim);
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * A batch as ps-lite takes it: the sorted distinct keys, and for each of the
+ * caller's ids the position of its key among them. The hash set is reused
+ * from batch to batch; a generation number empties it without a memset.
+ */
+class deduper {
+      public:
+	explicit deduper(uint32_t batch)
+	{
+		size_t n = 2;
+
+		while (n < 2 * (size_t)batch)
+			n <<= 1;
+		mask_ = n - 1;
+		slots_.resize(n);
+		slot_of_.resize(batch);
+		pos_.resize(batch);
+	}
+
+	/* Distinct keys of ids[0..n) into keys, sorted; positions in pos(). */
+	size_t run(const uint64_t *ids, uint32_t n, ps::Key *keys)
+	{
+		size_t u = 0;
+
+		if (++gen_ == 0) {
+			std::fill(slots_.begin(), slots_.end(), slot{});
+			gen_ = 1;
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			size_t s = emb_id_hash(ids[i]) & mask_;
+
+			while (slots_[s].gen == gen_ && slots_[s].key != ids[i])
+				s = (s + 1) & mask_;
+			if (slots_[s].gen != gen_) {
+				slots_[s] = slot{ids[i], 0, gen_};
+				keys[u++] = ids[i];
+			}
+			slot_of_[i] = (uint32_t)s;
+		}
+		std::sort(keys, keys + u);
+		for (size_t p = 0; p < u; p++) {
+			size_t s = emb_id_hash(keys[p]) & mask_;
+
+			while (slots_[s].key != keys[p])
+				s = (s + 1) & mask_;
+			slots_[s].pos = (uint32_t)p;
+		}
+		for (uint32_t i = 0; i < n; i++)
+			pos_[i] = slots_[slot_of_[i]].pos;
+		return u;
+	}
+
+	const uint32_t *pos() const { return pos_.data(); }
+
+      private:
+	struct slot {
+		uint64_t key;
+		uint32_t pos;
+		uint32_t gen;
+	};
+	size_t mask_;
+	uint32_t gen_ = 0;
+	std::vector<slot> slots_;
+	std::vector<uint32_t> slot_of_;
+	std::vector<uint32_t> pos_;
+};
+
+/* Writes rows r0.. of the table, batch by batch; ps-lite wants them sorted. */
+int preload(const struct opts &o, ps::KVWorker<float> *kv)
+{
+	ps::SArray<ps::Key> keys(o.batch);
+	ps::SArray<float> vals((size_t)o.batch * o.dim);
+	uint64_t rng = emb_id_hash(o.seed);
+
+	for (uint64_t r = 0; r < o.rows; r += o.batch) {
+		uint32_t n = (uint32_t)std::min<uint64_t>(o.batch, o.rows - r);
+
+		for (uint32_t i = 0; i < n; i++)
+			keys[i] = emb_id_hash(r + i);
+		std::sort(keys.begin(), keys.begin() + n);
+		for (size_t i = 0; i < (size_t)n * o.dim; i++)
+			vals[i] = (float)((int)(emb_splitmix64(&rng) % 2001) -
+					  1000) *
+				  1e-4f;
+		kv->Wait(kv->ZPush(keys.segment(0, n),
+				   vals.segment(0, (size_t)n * o.dim), {},
+				   CMD_ASSIGN));
+	}
+	return 0;
+}
+
+struct result {
+	uint64_t batches = 0;
+	uint64_t rows = 0;
+	uint64_t busy_ns = 0;
+	uint64_t prep_ns = 0;
+	uint64_t unique = 0;
+	std::vector<uint64_t> lat_ns;
+};
+
+/*
+ * Batches until deadline_ns; with r, each one's time inside the call is
+ * recorded, and with --batches there are exactly that many.
+ */
+void run_batches(const struct opts &o, ps::KVWorker<float> *kv,
+		 struct emb_idgen *gen, uint64_t deadline_ns, result *r)
+{
+	size_t row_floats = o.dim;
+	std::vector<uint64_t> ids(o.batch);
+	std::vector<float> out((size_t)o.batch * o.dim);
+	std::vector<float> grads((size_t)o.batch * o.dim);
+	ps::SArray<ps::Key> keys(o.batch);
+	ps::SArray<float> vals((size_t)o.batch * o.dim);
+	uint64_t rng = emb_id_hash(o.seed + 0);
+	deduper dd(o.batch);
+
+	/* embstore-bench's gradients: small, in [-1e-3, 1e-3]. */
+	for (float &g : grads)
+		g = (float)((int)(emb_splitmix64(&rng) % 2001) - 1000) * 1e-6f;
+	for (;;) {
+		uint64_t t0, t1, t2;
+		size_t u;
+
+		if (r && o.batches ? r->batches == o.batches
+				   : now_ns() >= deadline_ns)
+			break;
+		emb_idgen_fill(gen, ids.data(), o.batch);
+		for (uint64_t &id : ids)
+			id = emb_id_hash(id);
+		t0 = now_ns();
+		u = dd.run(ids.data(), o.batch, keys.data());
+		const uint32_t *pos = dd.pos();
+		ps::SArray<float> v = vals.segment(0, u * row_floats);
+
+		if (o.push) {
+			memset(v.data(), 0, u * row_floats * sizeof(float));
+			for (uint32_t i = 0; i < o.batch; i++) {
+				float *d = &v[pos[i] * row_floats];
+				const float *g = &grads[i * row_floats];
+
+				for (size_t j = 0; j < row_floats; j++)
+					d[j] += g[j];
+			}
+			t1 = now_ns();
+			kv->Wait(kv->ZPush(keys.segment(0, u), v));
+		} else {
+			t1 = now_ns();
+			kv->Wait(kv->ZPull(keys.segment(0, u), &v));
+			for (uint32_t i = 0; i < o.batch; i++)
+				memcpy(&out[i * row_floats],
+				       &v[pos[i] * row_floats],
+				       row_floats * sizeof(float));
+		}
+		t2 = now_ns();
+		if (!r)
+			continue;
+		r->batches++;
+		r->rows += o.batch;
+		r->busy_ns += t2 - t0;
+		r->prep_ns += t1 - t0;
+		r->unique += u;
+		r->lat_ns.push_back(t2 - t0);
+	}
+}
+
+double pct_us(const std::vector<uint64_t> &sorted, double p)
+{
+	size_t i;
+
+	if (sorted.empty())
+		return 0.0;
+	i = (size_t)(p / 100.0 * (double)(sorted.size() - 1) + 0.5);
+	return (double)sorted[i] / 1e3;
+}
+
+/* Set once the worker finalizes: the other nodes may exit from then on. */
+volatile sig_atomic_t worker_done;
+
+/*
+ * A node that dies while the worker still needs it would leave the worker
+ * waiting for an answer forever (ps-lite has no timeout): fail at once.
+ */
+void on_child(int sig)
+{
+	static const char msg[] = "pslite-w1: a scheduler or server node died\n";
+	int saved = errno, st;
+	pid_t pid;
+
+	(void)sig;
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+		if (worker_done && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+			continue;
+		if (write(2, msg, sizeof(msg) - 1) < 0) {
+			/* nothing more to say */
+		}
+		_exit(1);
+	}
+	errno = saved;
+}
+
+/* Prints one phase's figures: a JSON line, or a line for people. */
+void report(const struct opts &o, result &r, uint64_t measure_ns,
+	    double preload_rows_per_s)
+{
+	std::sort(r.lat_ns.begin(), r.lat_ns.end());
+	double rate = r.busy_ns ? (double)r.rows * 1e9 / (double)r.busy_ns
+				: 0.0;
+	double mean_us = r.batches ? (double)r.busy_ns / (double)r.batches / 1e3
+				   : 0.0;
+	double prep_us = r.batches ? (double)r.prep_ns / (double)r.batches / 1e3
+				   : 0.0;
+	double uniq = r.batches ? (double)r.unique / (double)r.batches : 0.0;
+	const char *op = o.push ? "push" : "pull";
+
+	if (o.json) {
+		printf("{\"op\":\"%s\",\"backend\":\"ps-lite\",\"transport\":"
+		       "\"tcp\",\"van\":\"zmq\",\"dist\":\"%s\",\"optimizer\":"
+		       "\"sgd\",\"rows\":%llu,\"dim\":%u,\"batch\":%u,"
+		       "\"threads\":1,\"seed\":%llu,\"batches\":%llu,"
+		       "\"elapsed_s\":%.3f,\"rows_per_s\":%.0f,"
+		       "\"mb_per_s\":%.1f,\"p50_us\":%.1f,\"p90_us\":%.1f,"
+		       "\"p99_us\":%.1f,\"max_us\":%.1f,\"mean_us\":%.1f,"
+		       "\"prep_us\":%.1f,\"unique_per_batch\":%.1f,"
+		       "\"preload_rows_per_s\":%.0f}\n",
+		       op, o.dist_name.c_str(), (unsigned long long)o.rows,
+		       o.dim, o.batch, (unsigned long long)o.seed,
+		       (unsigned long long)r.batches, (double)measure_ns / 1e9,
+		       rate, rate * o.dim * sizeof(float) / 1e6,
+		       pct_us(r.lat_ns, 50), pct_us(r.lat_ns, 90),
+		       pct_us(r.lat_ns, 99), pct_us(r.lat_ns, 100), mean_us,
+		       prep_us, uniq, preload_rows_per_s);
+	} else {
+		printf("ps-lite %s %s: %.2f M rows/s, p50 %.0f us, p99 %.0f us,"
+		       " %.1f us of dedup/sort/sum per batch, %.0f distinct"
+		       " ids per batch, %llu batches\n",
+		       op, o.dist_name.c_str(), rate / 1e6,
+		       pct_us(r.lat_ns, 50), pct_us(r.lat_ns, 99), prep_us,
+		       uniq, (unsigned long long)r.batches);
+	}
+	fflush(stdout);
+}
+
+/*
+ * One phase: warmup, then the timed batches, from the start of the id
+ * stream (as each embstore-bench run starts its own). 0, or 1 when no
+ * batch was timed.
+ */
+int run_phase(const struct opts &o, ps::KVWorker<float> *kv, double pre)
+{
+	struct emb_idgen gen;
+	uint64_t t0;
+	result r;
+
+	if (emb_idgen_init(&gen, &o.dist, o.rows, o.seed, 0))
+		return 1;
+	t0 = now_ns();
+	run_batches(o, kv, &gen, t0 + (uint64_t)(o.warmup_s * 1e9), NULL);
+	t0 = now_ns();
+	run_batches(o, kv, &gen, t0 + (uint64_t)(o.duration_s * 1e9), &r);
+	report(o, r, now_ns() - t0, pre);
+	return r.batches ? 0 : 1;
+}
+
+/*
+ * Preloads, then runs the --op phase; with --serve, one phase per line
+ * "pull" or "push" read from stdin until its end, so that a script can
+ * interleave short phases with another system's on one loaded table.
+ */
+int run_worker(struct opts o)
+{
+	double pre;
+	uint64_t t0;
+	int rc = 0;
+
+	ps::Start(0);
+	{
+		ps::KVWorker<float> kv(0, 0);
+		char line[64];
+
+		ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup +
+						      ps::kServerGroup);
+		t0 = now_ns();
+		preload(o, &kv);
+		pre = (double)o.rows * 1e9 / (double)(now_ns() - t0 + 1);
+		if (!o.serve)
+			rc = run_phase(o, &kv, pre);
+		while (o.serve && fgets(line, sizeof(line), stdin)) {
+			line[strcspn(line, "\r\n")] = '\0';
+			if (strcmp(line, "pull") == 0 ||
+			    strcmp(line, "push") == 0) {
+				o.push = line[1] == 'u' && line[2] == 's';
+				rc |= run_phase(o, &kv, pre);
+			} else if (line[0]) {
+				fprintf(stderr, "pslite-w1: unknown command "
+						"'%s' (pull or push)\n",
+					line);
+				rc = 1;
+				break;
+			}
+		}
+	}
+	worker_done = 1;
+	ps::Finalize(0, true);
+	return rc;
+}
+
+/* A loopback port free right now, for the scheduler; 0 on failure. */
+int free_port()
+{
+	struct sockaddr_in a = {};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+
+	if (fd < 0)
+		return 0;
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/* Forks a ps-lite node of role; the child never returns. -1 on failure. */
+pid_t spawn(const char *role, const struct opts &o)
+{
+	pid_t pid = fork();
+
+	if (pid != 0)
+		return pid;
+	setenv("DMLC_ROLE", role, 1);
+	if (strcmp(role, "server") == 0)
+		_exit(run_server(o));
+	ps::Start(0);
+	ps::Finalize(0, true);
+	_exit(0);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	pid_t kids[2];
+	int port, rc, bad = 0;
+	char buf[16];
+
+	if (parse_args(argc, argv, &o))
+		return 2;
+	port = free_port();
+	if (!port) {
+		perror("pslite-w1: no free loopback port");
+		return 1;
+	}
+	snprintf(buf, sizeof(buf), "%d", port);
+	setenv("DMLC_NUM_SERVER", "1", 1);
+	setenv("DMLC_NUM_WORKER", "1", 1);
+	setenv("DMLC_PS_ROOT_URI", "127.0.0.1", 1);
+	setenv("DMLC_PS_ROOT_PORT", buf, 1);
+	setenv("DMLC_NODE_HOST", "127.0.0.1", 1);
+	signal(SIGCHLD, on_child);
+	kids[0] = spawn("scheduler", o);
+	kids[1] = spawn("server", o);
+	if (kids[0] < 0 || kids[1] < 0) {
+		perror("pslite-w1: fork");
+		for (pid_t k : kids)
+			if (k > 0)
+				kill(k, SIGTERM);
+		return 1;
+	}
+	setenv("DMLC_ROLE", "worker", 1);
+	rc = run_worker(o);
+	/* Reaped by on_child() (ok) or still to come: wait for the rest. */
+	signal(SIGCHLD, SIG_DFL);
+	for (pid_t k : kids) {
+		int st;
+
+		if (waitpid(k, &st, 0) == k &&
+		    (!WIFEXITED(st) || WEXITSTATUS(st) != 0))
+			bad = 1;
+	}
+	if (bad)
+		fprintf(stderr, "pslite-w1: a scheduler or server node failed\n");
+	return rc || bad;
+}
