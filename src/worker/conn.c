@@ -46,10 +46,6 @@
 #define CONNECT_PAUSE_MS     50u
 #define CONNECT_PAUSE_MAX_MS 1000u
 #define CONNECT_FIRST_MS     30000u /* retries end, without a deadline */
-/* Calls in flight per server conn: a client's total, spread over its
- * servers, and the least any conn gets (emb__conn_connect_all()). */
-#define CALL_SLOTS_TOTAL 16384u
-#define CALL_SLOTS_MIN	 256u
 
 static void server_up(struct emb_client *c, struct server *s);
 static void tables_next(struct emb_client *c, struct server *s);
@@ -902,15 +898,6 @@ int emb__conn_connect_all(struct emb_client *c, const char *transport,
 	topts.connect_timeout_ms =
 	    c->timeout_ms < CONNECT_MAX_MS ? c->timeout_ms : CONNECT_MAX_MS;
 	topts.max_frame_bytes = EMB_WIRE_FRAME_MAX;
-	/* Call slots are made, and written, when a conn is: at 1024 a
-	 * conn, about 240 KiB. One client of a job of 100 servers held 24
-	 * MiB of them and 900 such workers ran a 24 GiB machine out of
-	 * memory. Calls spread over the servers: past 16 servers, fewer
-	 * slots each, never under CALL_SLOTS_MIN. */
-	if (c->nsrv > 1 && topts.max_inflight > CALL_SLOTS_TOTAL / c->nsrv)
-		topts.max_inflight = CALL_SLOTS_TOTAL / c->nsrv < CALL_SLOTS_MIN
-					 ? CALL_SLOTS_MIN
-					 : CALL_SLOTS_TOTAL / c->nsrv;
 	rc = emb_transport_create(transport, &topts, &c->tr);
 	if (rc)
 		return rc;
