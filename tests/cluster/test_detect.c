@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -138,9 +139,13 @@ static void test_silent_but_serving(void)
 	emb_server_destroy(srv);
 }
 
-/* A socket that accepts (the kernel does, into the backlog) and never
- * answers: a frozen process, as far as a probe can tell. */
-static int mute_listener(uint16_t *port)
+/*
+ * A socket bound to a free loopback port (*port). Listening, it accepts
+ * (the kernel does, into the backlog) and never answers: a frozen process,
+ * as far as a probe can tell. Not listening, connects to it are refused,
+ * as to the port of a killed process.
+ */
+static int loopback_socket(uint16_t *port, bool listening)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET,
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -149,10 +154,16 @@ static int mute_listener(uint16_t *port)
 
 	CU_ASSERT_FATAL(fd >= 0);
 	CU_ASSERT_EQUAL_FATAL(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	CU_ASSERT_EQUAL_FATAL(listen(fd, 8), 0);
+	if (listening)
+		CU_ASSERT_EQUAL_FATAL(listen(fd, 8), 0);
 	CU_ASSERT_EQUAL_FATAL(getsockname(fd, (struct sockaddr *)&a, &len), 0);
 	*port = ntohs(a.sin_port);
 	return fd;
+}
+
+static int mute_listener(uint16_t *port)
+{
+	return loopback_socket(port, true);
 }
 
 /* Silent, and its address does not answer: dead, no sooner than T and
@@ -281,20 +292,9 @@ static void test_closed_link(void)
 	emb_server_destroy(srv0);
 }
 
-/* A bound socket that does not listen: connects to it are refused, as to
- * the port of a killed process. */
 static int refusing_port(uint16_t *port)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	CU_ASSERT_FATAL(fd >= 0);
-	CU_ASSERT_EQUAL_FATAL(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	CU_ASSERT_EQUAL_FATAL(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	*port = ntohs(a.sin_port);
-	return fd;
+	return loopback_socket(port, false);
 }
 
 /*
