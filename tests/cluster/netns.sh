@@ -52,20 +52,11 @@ done
 
 # Bounded waits: a hung node fails the test instead of hanging it.
 deadline=$(($(date +%s) + 90))
-wait_exit() { # pid name: waits, fails unless it exited 0
-	while kill -0 "$1" 2>/dev/null; do
-		[ "$(date +%s)" -lt "$deadline" ] || fail "$2 still running"
-		sleep 0.1
-	done
-	wait "$1"
-	rc=$?
-	[ "$rc" -eq 0 ] || fail "$2 exited with $rc"
-}
-wait_exit "$wk0" worker.0
-wait_exit "$wk1" worker.1
-wait_exit "$srv0" server.0
-wait_exit "$srv1" server.1
-wait_exit "$sched" scheduler
+netns_wait "$wk0" worker.0
+netns_wait "$wk1" worker.1
+netns_wait "$srv0" server.0
+netns_wait "$srv1" server.1
+netns_wait "$sched" scheduler
 
 grep -q "cluster ready: 2 servers, 2 workers" "$logs/scheduler.log" ||
 	fail "scheduler never reported the cluster ready"

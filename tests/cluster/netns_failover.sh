@@ -59,20 +59,11 @@ done
 sleep 3
 ip -n "$hub" link set "${p}s1h" down || fail "cannot cut server 1's link"
 
-wait_exit() { # pid name: waits, fails unless it exited 0
-	while kill -0 "$1" 2>/dev/null; do
-		[ "$(date +%s)" -lt "$deadline" ] || fail "$2 still running"
-		sleep 0.1
-	done
-	wait "$1"
-	rc=$?
-	[ "$rc" -eq 0 ] || fail "$2 exited with $rc"
-}
-wait_exit "$wk0" worker.0
-wait_exit "$wk1" worker.1
-wait_exit "$srv0" server.0
-wait_exit "$srv2" server.2
-wait_exit "$sched" scheduler
+netns_wait "$wk0" worker.0
+netns_wait "$wk1" worker.1
+netns_wait "$srv0" server.0
+netns_wait "$srv2" server.2
+netns_wait "$sched" scheduler
 
 grep -q "declared dead: silent for" "$logs/scheduler.log" ||
 	fail "the cut-off server was not declared dead for its silence"

@@ -55,6 +55,20 @@ fail() {
 	exit 1
 }
 
+# netns_wait PID NAME: waits for PID until the caller's $deadline (epoch
+# seconds); fails unless it exited 0. A hung node fails the test instead
+# of hanging it, and a harness whose processes all run in the background
+# and are waited for so stops (and cleans up) at a signal at once.
+netns_wait() {
+	while kill -0 "$1" 2>/dev/null; do
+		[ "$(date +%s)" -lt "$deadline" ] || fail "$2 still running"
+		sleep 0.1
+	done
+	wait "$1"
+	_netns_rc=$?
+	[ "$_netns_rc" -eq 0 ] || fail "$2 exited with $_netns_rc"
+}
+
 # netns_up NET: the hub and its bridge, then each node at NET.1, NET.2 ...
 # (NET is the first three octets of a /24) on its eth0. Skips (77) where
 # namespaces, bridges or veths cannot be made.

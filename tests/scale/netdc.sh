@@ -138,19 +138,9 @@ fi
 # One /24 on the bridge: host i at .i+1.
 net=10.81.0
 netns_up "$net"
-# bounded_wait PID NAME: waits for PID until the deadline; fails unless it
-# exited 0. Everything runs in the background and is waited for so: a
-# signal then stops the harness (and cleans up) at once, not after a
-# command in the foreground ends.
-bounded_wait() {
-	while kill -0 "$1" 2>/dev/null; do
-		[ "$(date +%s)" -lt "$deadline" ] || fail "$2 still running"
-		sleep 0.2
-	done
-	wait "$1"
-	_rc=$?
-	[ "$_rc" -eq 0 ] || fail "$2 exited with $_rc"
-}
+# Everything runs in the background and is waited for with netns_wait
+# (netns_lib.sh): a signal then stops the harness (and cleans up) at once,
+# not after a command in the foreground ends.
 deadline=$(($(date +%s) + timeout))
 
 # The round trip as the job will meet it, last host -> host 0: one second
@@ -173,7 +163,7 @@ measure_rtt() {
 			--connect "$net.1:7180" --batch 1 --row-bytes 8 \
 			--seconds 1 >"$logs/rtt.log" 2>&1 &
 		pids="$pids $!"
-		bounded_wait $! "the round-trip measure"
+		netns_wait $! "the round-trip measure"
 		[ -n "${rtt_warm:-}" ] && break
 		rtt_warm=1
 	done
