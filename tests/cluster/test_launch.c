@@ -248,6 +248,25 @@ static void test_bad_numbers(void)
 			2);
 	CU_ASSERT_PTR_NOT_NULL(
 	    strstr(out, "--replicas 2 needs at least 2 servers, not 1"));
+	/* 0 is a value here (workers level with the launcher); 20 is past
+	 * nice's range. */
+	CU_ASSERT_EQUAL(launch_cli("--server_num 1 --worker_num 1 "
+				   "--worker-nice 20 -- true",
+				   out, sizeof(out)),
+			2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--worker-nice takes 0..19, "
+					   "not '20'"));
+	CU_ASSERT_EQUAL(launch_cli("--server_num 1 --worker_num 1 "
+				   "--worker-nice -1 -- true",
+				   out, sizeof(out)),
+			2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--worker-nice takes 0..19"));
+	CU_ASSERT_EQUAL(launch_cli("--server_num 1 --worker_num 1 "
+				   "--worker-nice 0 --replicas 9 -- true",
+				   out, sizeof(out)),
+			2);
+	/* --worker-nice 0 was taken: the refusal is the next option's. */
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "--replicas takes 1..8, not '9'"));
 }
 
 static void test_failing_worker(void)

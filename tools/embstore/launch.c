@@ -689,14 +689,15 @@ static int add_child(struct launch *l, enum kind k, const char *name,
 	return 0;
 }
 
-static int parse_num(const char *s, unsigned long hi, uint32_t *out)
+static int parse_num(const char *s, unsigned long lo, unsigned long hi,
+		     uint32_t *out)
 {
 	char *end;
 	unsigned long v;
 
 	errno = 0;
 	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v == 0 || v > hi || s[0] == '-')
+	if (errno || end == s || *end || v < lo || v > hi || s[0] == '-')
 		return -EINVAL;
 	*out = (uint32_t)v;
 	return 0;
@@ -742,21 +743,21 @@ int emb_cmd_launch(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (parse_num(optarg, 4096, &S)) {
+			if (parse_num(optarg, 1, 4096, &S)) {
 				say("--server_num takes 1..4096, not '%s'",
 				    optarg);
 				goto bad_usage;
 			}
 			break;
 		case 'w':
-			if (parse_num(optarg, CHILDREN_MAX, &W)) {
+			if (parse_num(optarg, 1, CHILDREN_MAX, &W)) {
 				say("--worker_num takes 1..%u, not '%s'",
 				    CHILDREN_MAX, optarg);
 				goto bad_usage;
 			}
 			break;
 		case 'p':
-			if (parse_num(optarg, 65535, &port32)) {
+			if (parse_num(optarg, 1, 65535, &port32)) {
 				say("--sched-port takes 1..65535, not '%s'",
 				    optarg);
 				goto bad_usage;
@@ -787,7 +788,7 @@ int emb_cmd_launch(int argc, char **argv)
 			snprintf(l.job, sizeof(l.job), "%s", optarg);
 			break;
 		case 'r':
-			if (parse_num(optarg, 8, &R)) {
+			if (parse_num(optarg, 1, 8, &R)) {
 				say("--replicas takes 1..8, not '%s'", optarg);
 				goto bad_usage;
 			}
@@ -795,15 +796,12 @@ int emb_cmd_launch(int argc, char **argv)
 		case 'n': {
 			uint32_t v;
 
-			if (strcmp(optarg, "0") == 0) {
-				l.worker_nice = 0;
-			} else if (parse_num(optarg, 19, &v)) {
+			if (parse_num(optarg, 0, 19, &v)) {
 				say("--worker-nice takes 0..19, not '%s'",
 				    optarg);
 				goto bad_usage;
-			} else {
-				l.worker_nice = (int)v;
 			}
+			l.worker_nice = (int)v;
 			break;
 		}
 		case 'h':
@@ -825,7 +823,7 @@ int emb_cmd_launch(int argc, char **argv)
 		goto bad_usage;
 	}
 	if (!R && getenv("EMB_REPLICAS") &&
-	    parse_num(getenv("EMB_REPLICAS"), 8, &R)) {
+	    parse_num(getenv("EMB_REPLICAS"), 1, 8, &R)) {
 		say("EMB_REPLICAS takes 1..8, not '%s'", getenv("EMB_REPLICAS"));
 		goto bad_usage;
 	}
