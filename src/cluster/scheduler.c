@@ -1789,7 +1789,7 @@ static void *loop_main(void *arg)
 	const int64_t quarter = s->tick_ms / 4;
 
 	for (;;) {
-		int64_t now;
+		int64_t now, wait;
 		bool stop;
 
 		pthread_mutex_lock(&s->mu);
@@ -1800,9 +1800,9 @@ static void *loop_main(void *arg)
 			break;
 		/* Waits no longer than until the next check is due: look_ms()
 		 * takes a gap past one tick since it last ran for a stall. */
-		now = tick - ((int64_t)emb_clock_ms() - s->checked_ms);
-		rc = emb_transport_poll(s->tr, (int)(now < 0 ? 0
-					     : now > tick ? tick : now));
+		wait = tick - ((int64_t)emb_clock_ms() - s->checked_ms);
+		rc = emb_transport_poll(s->tr, (int)(wait < 0 ? 0
+					     : wait > tick ? tick : wait));
 		/* A signal (a child stopping, say) is no reason to stop. */
 		if (rc < 0 && rc != -EINTR) {
 			emb_log(EMB_LOG_ERROR, "scheduler loop failed: %s",

@@ -824,6 +824,17 @@ static void connect_failed(const struct server *srv, const char *via, int rc)
 		srv->port, via, emb_strerror(rc));
 }
 
+/* Failures of a first connect worth another try (connect_first()). */
+static bool first_retry(int rc, bool said_hello)
+{
+	if (rc == -ETIMEDOUT)
+		return true;
+	/* The server closed a conn whose HELLO it did not read in time:
+	 * the refusal, or the close that raced it. */
+	return said_hello && (rc == EMB_EPEERDEAD || rc == EMB_ECLOSED ||
+			      rc == -ECONNRESET || rc == -EPIPE);
+}
+
 /*
  * The first connect to srv and its HELLO, before the loop runs: 0, or the
  * error with *said_hello telling whether the connect or the HELLO failed
@@ -838,17 +849,6 @@ static void connect_failed(const struct server *srv, const char *via, int rc)
  * the retries so that they do not meet again. Any other answer (a
  * refused connect, a bad token) is final.
  */
-/* Failures of a first connect worth another try (connect_first()). */
-static bool first_retry(int rc, bool said_hello)
-{
-	if (rc == -ETIMEDOUT)
-		return true;
-	/* The server closed a conn whose HELLO it did not read in time:
-	 * the refusal, or the close that raced it. */
-	return said_hello && (rc == EMB_EPEERDEAD || rc == EMB_ECLOSED ||
-			      rc == -ECONNRESET || rc == -EPIPE);
-}
-
 static int connect_first(struct emb_client *c, struct server *srv,
 			 const struct emb_connect_opts *co, bool *said_hello)
 {
