@@ -150,10 +150,53 @@ bool emb_floats_finite(const float *v, size_t n)
 	default: return floats_finite_body(v, n);
 	}
 }
+#endif
+
+/*
+ * dst += src in blocks of a fixed 16 floats: -O2's vectoriser ("very
+ * cheap" model) takes only loops that need no scalar tail, and left the
+ * plain loop over a run-time n scalar (addss). Summing a Zipf push's
+ * repeated ids was a tenth of the store's push and a quarter of the
+ * client's (perf, W1). Built once more for AVX2 (AVX-512 CPUs have it
+ * too), which on an AMD EPYC took the store's sums from 14 % of
+ * emb_table_push's own samples to 4 %. Each element gets the same one
+ * addition in every copy: the sums are bit-identical.
+ */
+static inline __attribute__((always_inline)) void
+floats_add_body(float *restrict dst, const float *restrict src, size_t n)
+{
+	size_t j = 0;
+
+	for (; j + 16 <= n; j += 16)
+		for (size_t k = 0; k < 16; k++)
+			dst[j + k] += src[j + k];
+	for (; j < n; j++)
+		dst[j] += src[j];
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) static void
+floats_add_avx2(float *restrict dst, const float *restrict src, size_t n)
+{
+	floats_add_body(dst, src, n);
+}
+
+void emb_floats_add(float *restrict dst, const float *restrict src, size_t n)
+{
+	if (vec_width() >= 32)
+		floats_add_avx2(dst, src, n);
+	else
+		floats_add_body(dst, src, n);
+}
 #else
 bool emb_floats_finite(const float *v, size_t n)
 {
 	return floats_finite_body(v, n);
+}
+
+void emb_floats_add(float *restrict dst, const float *restrict src, size_t n)
+{
+	floats_add_body(dst, src, n);
 }
 #endif
 

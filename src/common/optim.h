@@ -85,6 +85,14 @@ int emb_optim_validate(const struct emb_optim_cfg *cfg);
 bool emb_floats_finite(const float *v, size_t n);
 
 /*
+ * dst[0..n) += src[0..n), each element one addition, so the result is the
+ * same bits in every vector copy: how the store and the client sum a
+ * batch's repeated ids' gradients. dst and src do not overlap.
+ */
+void emb_floats_add(float *restrict dst, const float *restrict src,
+		    size_t n);
+
+/*
  * emb_optim_apply() over a row as the store keeps it, w[0..dim) followed
  * by its state, and true when every float of the result (weights and
  * state; Adam's step count aside) is finite. Finite gradients can still

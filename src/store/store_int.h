@@ -86,9 +86,8 @@ void emb__scratch_done(void *p);
 
 /*
  * The widest vector copy a pull uses for a row: 64 (AVX-512), 32 (AVX2)
- * or 0 (memcpy), and never wider than the CPU has; a push's sums of
- * repeated ids' gradients use AVX2 below 64 as well. Only tests lower
- * it, to run the narrower copies on a machine that has the wider ones.
+ * or 0 (memcpy), and never wider than the CPU has. Only tests lower it,
+ * to run the narrower copies on a machine that has the wider ones.
  */
 extern unsigned emb__pull_vec_max;
 

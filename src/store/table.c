@@ -20,6 +20,7 @@
 #include "common/err.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/optim.h"
 
 /* -DEMB_NO_PREFETCH builds the store without software prefetch, to measure
  * what it buys (docs/store.md). */
@@ -1198,55 +1199,6 @@ int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
 
 /* ---- push ---- */
 
-/*
- * dst[j] += src[j] for j < n, in blocks of a fixed 16 floats: GCC's -O2
- * vectoriser ("very cheap" model) takes only loops that need no scalar
- * tail, and left the plain loop scalar (addss), a tenth of a Zipf push
- * where half the ids repeat. dst (a sum row in scratch) never overlaps
- * src (the caller's gradients). Built once more for AVX2 (AVX-512 CPUs
- * have it too), picked per push by add_floats_fn(): the baseline's SSE2
- * adds four floats a step, and the sums were 14 % of emb_table_push's
- * own samples in a Zipf SGD push on an AMD EPYC (AVX2). Each element gets the same one
- * addition in either copy, so the sums are bit-identical.
- */
-static inline __attribute__((always_inline)) void
-add_floats_body(float *restrict dst, const float *restrict src, size_t n)
-{
-	size_t j = 0;
-
-	for (; j + 16 <= n; j += 16)
-		for (size_t k = 0; k < 16; k++)
-			dst[j + k] += src[j + k];
-	for (; j < n; j++)
-		dst[j] += src[j];
-}
-
-typedef void (*add_floats_fn_t)(float *restrict dst,
-				const float *restrict src, size_t n);
-
-static void add_floats(float *restrict dst, const float *restrict src,
-		       size_t n)
-{
-	add_floats_body(dst, src, n);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2"))) static void
-add_floats_avx2(float *restrict dst, const float *restrict src, size_t n)
-{
-	add_floats_body(dst, src, n);
-}
-#endif
-
-/* The copy of add_floats() this CPU runs (asked per push). */
-static add_floats_fn_t add_floats_fn(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	if (emb__pull_vec_max >= 32 && __builtin_cpu_supports("avx2"))
-		return add_floats_avx2;
-#endif
-	return add_floats;
-}
 
 /*
  * What a push's grouping found repeated: the gradients of each id that
@@ -1285,7 +1237,6 @@ static int group_push(struct emb_table *t, struct batch *b, uint32_t n,
 	const size_t dim = t->dim;
 	uint32_t *map, *rep = NULL, *of, *sum_of, *first;
 	uint32_t nrep = 0, nsum = 0;
-	add_floats_fn_t add;
 	uint64_t size = 16;
 	uint32_t mask;
 	float *sums;
@@ -1377,10 +1328,9 @@ static int group_push(struct emb_table *t, struct batch *b, uint32_t n,
 	for (uint32_t k = 0; k < nsum; k++)
 		memcpy(sums + (size_t)k * dim, grads + (size_t)first[k] * dim,
 		       dim * sizeof(*sums));
-	add = add_floats_fn();
 	for (uint32_t d = 0; d < nrep; d++)
-		add(sums + (size_t)sum_of[of[d]] * dim,
-		    grads + (size_t)rep[d] * dim, dim);
+		emb_floats_add(sums + (size_t)sum_of[of[d]] * dim,
+			       grads + (size_t)rep[d] * dim, dim);
 	ps->sum_of = sum_of;
 	ps->sums = sums;
 	ps->buf = rep;

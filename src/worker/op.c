@@ -34,6 +34,7 @@
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/optim.h"
 #include "common/rowfmt.h"
 #include "proto/wire.h"
 #include "proto/wire_msg.h"
@@ -637,30 +638,6 @@ const struct emb__part_fns emb__op_part_fns = {
 };
 
 /*
- * dst[0..dim) += src[0..dim), in blocks of a fixed 16 floats: the -O2
- * vectoriser takes those (as in common/optim.c) where it kept the plain
- * loop over a run-time dim scalar, which made summing a Zipf push's
- * duplicate gradients the client's largest cost (perf: a quarter of the
- * bench's cycles in W1's push). Each element still adds in batch order,
- * so the sums are the same bits as before.
- */
-static inline void row_add(float *restrict dst, const float *restrict src,
-			   uint32_t dim)
-{
-	size_t j = 0;
-
-	for (; j + 16 <= dim; j += 16) {
-		float *restrict d = dst + j;
-		const float *restrict s = src + j;
-
-		for (size_t k = 0; k < 16; k++)
-			d[k] += s[k];
-	}
-	for (; j < dim; j++)
-		dst[j] += src[j];
-}
-
-/*
  * Deduplicates a->ids in server (or group) order; rows given (a push's
  * gradients) are summed per distinct id into a->prows: the first
  * occurrence copies, later ones add, in batch order. 0 or negative.
@@ -701,7 +678,7 @@ static int arrange_dedup(struct emb_async *op, struct call *a,
 		if (op->first[u] == i)
 			memcpy(dst, src, row_sz);
 		else
-			row_add(dst, src, dim);
+			emb_floats_add(dst, src, dim);
 	}
 	/* Sums in f32, then narrowed once for the wire. */
 	return a->half ? push_narrow(op->c, a, (uint32_t)nu) : 0;

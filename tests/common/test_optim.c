@@ -934,11 +934,44 @@ static void test_absurd_params(void)
 	emb__optim_vec_max = 64;
 }
 
+/*
+ * emb_floats_add() in every copy the CPU has gives, element by element,
+ * the bits of one float addition: sums of a batch's repeated gradients
+ * are the same whichever CPU summed them (store and client alike).
+ */
+static void test_floats_add(void)
+{
+	static const unsigned widths[] = {64, 32, 0};
+	float src[80], dst[80], want[80];
+	uint32_t rng = 12345;
+
+	for (uint32_t wi = 0; wi < 3; wi++) {
+		uint32_t wrong = 0;
+
+		emb__optim_vec_max = widths[wi];
+		for (uint32_t n = 0; n <= 80; n++) {
+			for (uint32_t i = 0; i < n; i++) {
+				rng = rng * 1664525u + 1013904223u;
+				src[i] = (float)(int32_t)rng * 0x1p-20f;
+				rng = rng * 1664525u + 1013904223u;
+				dst[i] = (float)(int32_t)rng * 0x1p-40f;
+				want[i] = dst[i] + src[i];
+			}
+			emb_floats_add(dst, src, n);
+			wrong += memcmp(dst, want, n * sizeof(float)) != 0;
+		}
+		CU_ASSERT_EQUAL(wrong, 0);
+	}
+	emb__optim_vec_max = 64;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
 	    {"absurd parameters and non-finite floats are refused",
 	     test_absurd_params},
+	    {"floats_add is one addition a float in every copy",
+	     test_floats_add},
 	    {"sgd matches the reference, with and without decay", test_sgd},
 	    {"sgd on wide rows is bit-exact", test_sgd_wide_rows_bit_exact},
 	    {"adagrad on wide rows is bit-exact",
