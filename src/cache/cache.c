@@ -49,6 +49,7 @@
 #include "common/err.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/optim.h"
 #include "common/tabledef.h"
 
 #define NIL UINT32_MAX
@@ -223,26 +224,6 @@ static void prefetch_floats(const float *p, uint32_t n)
 {
 	for (uint32_t j = 0; j < n; j += 64 / sizeof(float))
 		__builtin_prefetch(p + j);
-}
-
-/*
- * g[0..n) += src[0..n), four floats at a time: at -O2 the compiler leaves a
- * plain loop over n scalar, and this sum runs over every gradient float.
- */
-static void add_floats(float *restrict g, const float *restrict src, uint32_t n)
-{
-	uint32_t j = 0;
-
-	for (; j + 4 <= n; j += 4) {
-		float __attribute__((vector_size(16))) a, b;
-
-		memcpy(&a, g + j, sizeof(a));
-		memcpy(&b, src + j, sizeof(b));
-		a += b;
-		memcpy(g + j, &a, sizeof(a));
-	}
-	for (; j < n; j++)
-		g[j] += src[j];
 }
 
 /* ---- id -> slot hash ---- */
@@ -1341,7 +1322,7 @@ int emb_cache_update(struct emb_cache *c, const float *grads)
 		float *restrict g = c->gsum + (size_t)b->inv[i] * dim;
 		const float *restrict src = grads + (size_t)i * dim;
 
-		add_floats(g, src, dim);
+		emb_floats_add(g, src, dim);
 	}
 	/* A NaN or an infinity in a gradient (or in a sum of them) would go
 	 * into cached rows (write-back) or be pushed, where the server
