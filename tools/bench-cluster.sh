@@ -26,13 +26,18 @@
 #                 the last join to the kill: heartbeats alone
 #   form_cpu_s, form_bytes_per_node  up to the last join
 #   failover_bytes_per_node  from the kill to the last worker's new map
-#   sched_heartbeats, sched_stall_ms  the scheduler's /metrics counters
-#                 embstore_cluster_heartbeats_total and _stall_ms_total
-#                 (its loop not running past its poll wait), scraped every
+#   sched_heartbeats, sched_stall_ms, sched_self_suspicions  the
+#                 scheduler's /metrics counters
+#                 embstore_cluster_heartbeats_total, _stall_ms_total and
+#                 _self_suspicions_total (stall: its loop not running
+#                 past its poll wait; self-suspicions: times so many
+#                 nodes were silent at once that it let no silence
+#                 count), scraped every
 #                 2 s (EMB_METRICS_LISTEN=127.0.0.1:0 for the job: the
 #                 servers serve theirs too)
 #   outcome       ok (launch exited 0, every worker verified 0
-#                 mismatched after the kill), failed (after the kill),
+#                 mismatched after the kill, and the killed server was
+#                 the one node declared dead), failed (after the kill),
 #                 failed-before-kill (the cluster did not form, or a
 #                 worker failed, before the kill was due), timeout (past
 #                 -t), no-kill (the workers were done first: -d too
@@ -240,7 +245,7 @@ scrape() {
 			's|.*metrics on \(http://[^ ]*/metrics\).*|\1|p' \
 			"$2" 2>/dev/null | head -n 1 || true)
 		if [ -n "$url" ] && m=$(curl -sf -m 2 "$url" 2>/dev/null); then
-			grep -E '^embstore_cluster_(heartbeats_total|scheduler_stall_ms_total|map_epoch) ' \
+			grep -E '^embstore_cluster_(heartbeats_total|scheduler_stall_ms_total|scheduler_self_suspicions_total|map_epoch) ' \
 				<<<"$m" >"$3.tmp" && mv "$3.tmp" "$3"
 		fi
 		sleep 2
@@ -328,7 +333,7 @@ run_one() {
 	local log sched_pid= vpid= exited lfd= ready= formed= dead= moved=
 	local vrank= newmap= nnew=0 clean=0 mism=0 ndead=0 lost=0 restarts=0
 	local cpu=null bytes=null bps=null pct=null tlast r w outcome kill_ok=false
-	local hb=null stall=null epoch=null hbps=null p a b iobytes=null life
+	local hb=null stall=null selfs=null epoch=null hbps=null p a b iobytes=null life
 	local steady=null scpu=null sbytes=null fcpu=null fbytes=null fobytes=null
 	local tst= sport=
 	rd=$work/$n-$rep
@@ -488,6 +493,7 @@ run_one() {
 	if [ -s "$rd/sched.metrics" ]; then
 		hb=$(awk '/^embstore_cluster_heartbeats_total / { print $2 }' "$rd/sched.metrics")
 		stall=$(awk '/^embstore_cluster_scheduler_stall_ms_total / { print $2 }' "$rd/sched.metrics")
+		selfs=$(awk '/^embstore_cluster_scheduler_self_suspicions_total / { print $2 }' "$rd/sched.metrics")
 		epoch=$(awk '/^embstore_cluster_map_epoch / { print $2 }' "$rd/sched.metrics")
 		hbps=$(awk -v h="${hb:-0}" -v t="$(secs "$t0" "${tlast:-$t0}")" -v n="$n" \
 			'BEGIN { printf "%.3f", (t > 0 ? h / t / n : 0) }')
@@ -499,7 +505,7 @@ run_one() {
 		outcome=failed-before-kill
 	elif [ -z "$tkill" ]; then
 		outcome=no-kill
-	elif ((st == 0 && clean == W && mism == 0)); then
+	elif ((st == 0 && clean == W && mism == 0 && ndead == 1)); then
 		outcome=ok
 	else
 		outcome=failed
@@ -527,6 +533,7 @@ run_one() {
 		--argjson restarts "$restarts" --argjson rep "$rep" \
 		--argjson hb "${hb:-null}" --argjson hbps "$hbps" \
 		--argjson stall "${stall:-null}" --argjson epoch "${epoch:-null}" \
+		--argjson selfs "${selfs:-null}" \
 		--argjson steady "$steady" --argjson scpu "$scpu" \
 		--argjson sbytes "$sbytes" --argjson fcpu "$fcpu" \
 		--argjson fbytes "$fbytes" --argjson fobytes "$fobytes" \
@@ -548,7 +555,8 @@ run_one() {
 		  workers_mismatched: $mism, declared_dead: $ndead,
 		  workers_lost_sched: $lost, sched_restarts: $restarts,
 		  sched_heartbeats: $hb, heartbeats_per_s_per_node: $hbps,
-		  sched_stall_ms: $stall, map_epoch: $epoch,
+		  sched_stall_ms: $stall, sched_self_suspicions: $selfs,
+		  map_epoch: $epoch,
 		  steady_s: $steady, steady_cpu_pct: $scpu,
 		  steady_bytes_per_s_per_node: $sbytes,
 		  form_cpu_s: $fcpu, form_bytes_per_node: $fbytes,

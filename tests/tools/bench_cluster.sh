@@ -48,7 +48,8 @@ jq -e '.fig == "cluster" and .nodes == 6 and .servers == 2 and
 	.sched_bytes_per_s_per_node > 0 and .sched_io_bytes > 0 and
 	.form_bytes_per_node > 0 and .workers_joined == 4 and
 	.sched_heartbeats > 0 and .heartbeats_per_s_per_node > 0 and
-	.sched_stall_ms >= 0 and .map_epoch == 2 and (.commit | length > 0) and
+	.sched_stall_ms >= 0 and .sched_self_suspicions >= 0 and
+	.map_epoch == 2 and (.commit | length > 0) and
 	(.load1 | type == "number")' "$out" >/dev/null ||
 	bad "JSON: $(cat "$out"); $(tail -5 "$work/run.log")"
 
