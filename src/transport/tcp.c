@@ -597,7 +597,7 @@ static int calls_grow(struct tcp_conn *c)
 		return EMB_ENOCREDIT;
 	if (n > CALL_CHUNK)
 		n = CALL_CHUNK;
-	ch = calloc(CALL_CHUNK, sizeof(*ch));
+	ch = calloc(n, sizeof(*ch)); /* the last chunk may be short */
 	if (!ch)
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
