@@ -148,6 +148,8 @@ struct emb_bench_backend {
 
 extern const struct emb_bench_backend emb_bench_store_backend;
 extern const struct emb_bench_backend emb_bench_raw_backend;
+/* raw-index-gather: the raw gather through a hashed index (bench_raw.c). */
+extern const struct emb_bench_backend emb_bench_raw_index_backend;
 extern const struct emb_bench_backend emb_bench_client_backend;
 
 /*

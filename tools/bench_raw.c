@@ -5,6 +5,12 @@
  * optimizer state and no duplicate merging. Ids are row indices. The store's targets are stated
  * against these (pull >= 0.7x raw-gather, SGD push >= 0.5x raw-apply).
  *
+ * raw-index-gather is the gather with the one step no hashed store can
+ * skip: each id is found through an index first, a linear-probing array
+ * of 4-byte slots (row + 1) at the store's load factor, probed from the
+ * slot its hash picks, as the store's index is (src/store/shard.c). It
+ * tells what of the gap to raw-gather is that lookup's random access.
+ *
  * Threads: open/close/mem on the main thread; preload, pull and push from
  * any number of workers at once. Concurrent pushes to one row race, as
  * hogwild training would; the figures do not depend on the float values.
@@ -25,6 +31,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "common/hash.h"
 #include "common/init.h"
 
 struct raw {
@@ -34,6 +41,9 @@ struct raw {
 	uint32_t dim;	  /* floats per row */
 	float lr;	  /* SGD learning rate of push */
 	uint64_t seed;	  /* initializer seed, as the store's table seed */
+	uint32_t *slots;  /* raw-index-gather: row + 1 per slot, 0 = empty */
+	uint32_t nslots;  /* slots, rows / 0.8 */
+	size_t slots_bytes; /* bytes mapped at slots */
 };
 
 /*
@@ -91,12 +101,59 @@ err_free_r:
 	return -ENOMEM;
 }
 
+/* The slot where the probe for row id starts. */
+static inline uint32_t raw_home(const struct raw *r, uint64_t id)
+{
+	return emb_fastrange32((uint32_t)(emb_id_hash(id) >> 18), r->nslots);
+}
+
+/*
+ * raw-index-gather's index: every row indexed, at 0.8 of the slots (the
+ * load at which the store's shards grow), on 4 KiB pages as the store's
+ * index is (calloc'd per shard).
+ */
+static int raw_index_open(const struct emb_bench_cfg *cfg, void **out)
+{
+	struct raw *r;
+	void *p;
+	int rc;
+
+	if (cfg->rows >= UINT32_MAX / 5 * 4)
+		return -EINVAL;
+	rc = raw_open(cfg, out);
+	if (rc)
+		return rc;
+	r = *out;
+	r->nslots = (uint32_t)(cfg->rows * 5 / 4) + 1;
+	r->slots_bytes = (size_t)r->nslots * sizeof(*r->slots);
+	p = mmap(NULL, r->slots_bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		munmap(r->rows, r->map_bytes);
+		free(r);
+		*out = NULL;
+		return -ENOMEM;
+	}
+	r->slots = p;
+	for (uint32_t id = 0; id < cfg->rows; id++) {
+		uint32_t pos = raw_home(r, id);
+
+		while (r->slots[pos])
+			if (++pos == r->nslots)
+				pos = 0;
+		r->slots[pos] = id + 1;
+	}
+	return 0;
+}
+
 static void raw_close(void *be)
 {
 	struct raw *r = be;
 
 	if (!r)
 		return;
+	if (r->slots)
+		munmap(r->slots, r->slots_bytes);
 	munmap(r->rows, r->map_bytes);
 	free(r);
 }
@@ -145,6 +202,63 @@ static int raw_pull(void *ctx, const uint64_t *ids, uint32_t n, float *out)
 	return 0;
 }
 
+/* Row of id by its index: the probe runs until the slot holding it. */
+static inline const float *raw_find(const struct raw *r, const uint32_t *home,
+				    uint64_t id)
+{
+	const uint32_t *p = home, *end = r->slots + r->nslots;
+
+	while (*p != id + 1)
+		if (++p == end)
+			p = r->slots;
+	return r->rows + id * r->dim;
+}
+
+/*
+ * The gather through the index, pipelined as the store's pull is: the
+ * home slots 2 * PREFETCH_AHEAD ids ahead, the rows (found by the probe)
+ * PREFETCH_AHEAD ahead. Ids are hashed first, in a pass of their own, as
+ * the store hashes a batch before its lookups.
+ */
+static int raw_index_pull(void *ctx, const uint64_t *ids, uint32_t n,
+			  float *out)
+{
+	struct raw *r = ctx;
+	const size_t row_bytes = (size_t)r->dim * sizeof(float);
+	const uint32_t ahead2 = 2 * PREFETCH_AHEAD;
+	uint32_t *home = malloc((size_t)n * sizeof(*home));
+
+	if (n && !home)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		if (ids[i] >= r->nrows) {
+			free(home);
+			return -EINVAL;
+		}
+		home[i] = raw_home(r, ids[i]);
+	}
+	for (uint32_t i = 0; i < n && i < ahead2; i++)
+		__builtin_prefetch(&r->slots[home[i]]);
+	for (uint32_t i = 0; i < n && i < PREFETCH_AHEAD; i++)
+		prefetch_row(r, ids[i], false);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t j = i + PREFETCH_AHEAD;
+
+		if (i + ahead2 < n)
+			__builtin_prefetch(&r->slots[home[i + ahead2]]);
+		if (j < n) {
+			const float *row = raw_find(r, &r->slots[home[j]], ids[j]);
+
+			prefetch_row(r, (uint64_t)(row - r->rows) / r->dim,
+				     false);
+		}
+		memcpy(out + (size_t)i * r->dim,
+		       raw_find(r, &r->slots[home[i]], ids[i]), row_bytes);
+	}
+	free(home);
+	return 0;
+}
+
 static int raw_push(void *ctx, const uint64_t *ids, uint32_t n,
 		    const float *grads)
 {
@@ -173,6 +287,8 @@ static int raw_mem(void *be, struct emb_bench_mem *out)
 	out->rows = r->nrows;
 	out->bytes = r->nrows * r->dim * sizeof(float);
 	out->slab_bytes = out->bytes;
+	out->index_bytes = r->slots_bytes;
+	out->bytes += r->slots_bytes;
 	out->record_bytes = r->dim * sizeof(float);
 	return 0;
 }
@@ -186,6 +302,19 @@ const struct emb_bench_backend emb_bench_raw_backend = {
 	.thread_close = raw_thread_close,
 	.preload = raw_preload,
 	.pull = raw_pull,
+	.push = raw_push,
+	.mem = raw_mem,
+};
+
+const struct emb_bench_backend emb_bench_raw_index_backend = {
+	.name = "raw-index",
+	.dense_ids = true,
+	.open = raw_index_open,
+	.close = raw_close,
+	.thread_open = raw_thread_open,
+	.thread_close = raw_thread_close,
+	.preload = raw_preload,
+	.pull = raw_index_pull,
 	.push = raw_push,
 	.mem = raw_mem,
 };

@@ -154,7 +154,8 @@ static void usage(FILE *f)
 	    "                        (EMB_AUTH_TOKEN_FILE)\n"
 	    "  --preload | --no-preload  create the rows first (default on)\n"
 	    "  --op OP               pull | push | step | mix:F | raw-gather |"
-	    " raw-apply (pull);\n"
+	    " raw-apply |\n"
+	    "                        raw-index-gather (pull);\n"
 	    "                        mix:0.8 pulls 80% of batches, pushes"
 	    " the rest\n"
 	    "  --cache ROWS          client: a cached table of ROWS rows per"
@@ -325,6 +326,8 @@ static int parse_op(struct opts *o, const char *s)
 		{"step", EMB_BENCH_STEP, &emb_bench_store_backend},
 		{"raw-gather", EMB_BENCH_PULL, &emb_bench_raw_backend},
 		{"raw-apply", EMB_BENCH_PUSH, &emb_bench_raw_backend},
+		{"raw-index-gather", EMB_BENCH_PULL,
+		 &emb_bench_raw_index_backend},
 	};
 
 	if (strncmp(s, "mix:", 4) == 0) {

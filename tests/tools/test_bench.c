@@ -252,8 +252,9 @@ static void json_has_the_documented_keys(void)
 
 static void every_op_runs_on_both_distributions(void)
 {
-	static const char *const ops[] = {"pull", "push", "step",
-					  "raw-gather", "raw-apply"};
+	static const char *const ops[] = {"pull",	    "push",
+					  "step",	    "raw-gather",
+					  "raw-apply",	    "raw-index-gather"};
 	static const char *const dists[] = {"zipf:1.05", "uniform"};
 
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
@@ -270,6 +271,26 @@ static void every_op_runs_on_both_distributions(void)
 			CU_ASSERT(num(&o, "rows_per_s") > 0);
 		}
 	}
+}
+
+/*
+ * raw-index-gather is raw-gather through an index of 4-byte slots at 0.8
+ * load: the same rows, plus 5 bytes a row of index, which the memory
+ * figures count (the plain gather has none).
+ */
+static void raw_index_gather_counts_its_index(void)
+{
+	struct jobj plain, idx;
+
+	run_json("--op raw-gather", &plain);
+	run_json("--op raw-index-gather", &idx);
+	CU_ASSERT_STRING_EQUAL(str(&idx, "backend"), "raw-index");
+	CU_ASSERT_EQUAL(num(&plain, "index_bytes_per_row"), 0);
+	CU_ASSERT(num(&idx, "index_bytes_per_row") >= 5.0);
+	CU_ASSERT(num(&idx, "index_bytes_per_row") < 5.1);
+	CU_ASSERT_EQUAL(num(&idx, "record_bytes"), num(&plain, "record_bytes"));
+	CU_ASSERT_EQUAL(num(&idx, "unique_per_batch"),
+			num(&plain, "unique_per_batch"));
 }
 
 static void every_optimizer_runs_step(void)
@@ -509,6 +530,8 @@ static const struct emb_test_case cases[] = {
 	{"json line has the documented keys", json_has_the_documented_keys},
 	{"every op runs on zipf and uniform",
 	 every_op_runs_on_both_distributions},
+	{"raw-index-gather counts its index",
+	 raw_index_gather_counts_its_index},
 	{"every optimizer runs step", every_optimizer_runs_step},
 	{"--row-format shrinks bytes_per_row",
 	 row_format_shrinks_bytes_per_row},
