@@ -28,8 +28,12 @@
  *
  *   pslite-w1 --op pull|push|--serve [--rows N] [--dim N] [--batch N]
  *             [--dist zipf:S|uniform] [--seed N] [--warmup S]
- *             [--duration S | --batches N] [--lr F] [--json]
+ *             [--duration S | --batches N] [--lr F] [--part-ids N]
+ *             [--json]
  *
+ * --part-ids: most keys per request (1024, as embstore's client cuts a
+ * batch; 0: the whole batch in one): a batch's requests all go out before
+ * the first is waited for.
  * --batches times exactly N batches (as embstore-bench --batches), which
  * no load can cut to none. With --serve the rows are preloaded once, then each line "pull" or "push"
  * on stdin runs one phase (warmup and timed batches) and prints its line.
@@ -80,6 +84,7 @@ struct opts {
 	double warmup_s = 1.0;
 	double duration_s = 3.0;
 	uint64_t batches = 0; /* timed batches instead of duration_s */
+	uint32_t part_ids = 1024; /* most keys per request; 0: one request */
 	float lr = 0.01f;
 	bool json = false;
 	bool serve = false; /* phases named on stdin */
@@ -98,7 +103,7 @@ void usage(FILE *f)
 	fputs("usage: pslite-w1 --op pull|push|--serve [--rows N] [--dim N]\n"
 	      "                 [--batch N] [--dist zipf:S|uniform] [--seed N]\n"
 	      "                 [--warmup S] [--duration S | --batches N]\n"
-	      "                 [--lr F] [--json]\n"
+	      "                 [--lr F] [--part-ids N] [--json]\n"
 	      "  --serve: after the preload, one phase per line of stdin,\n"
 	      "           \"pull\" or \"push\", until its end\n",
 	      f);
@@ -144,6 +149,7 @@ int parse_args(int argc, char **argv, struct opts *o)
 	    {"duration", required_argument, NULL, 't'},
 	    {"batches", required_argument, NULL, 'n'},
 	    {"lr", required_argument, NULL, 'l'},
+	    {"part-ids", required_argument, NULL, 'p'},
 	    {"json", no_argument, NULL, 'j'},
 	    {"serve", no_argument, NULL, 'S'},
 	    {"help", no_argument, NULL, 'h'},
@@ -205,6 +211,11 @@ int parse_args(int argc, char **argv, struct opts *o)
 			if (!parse_pos(optarg, &d) || d == 0.0)
 				bad = "--lr";
 			o->lr = (float)d;
+			break;
+		case 'p':
+			if (!parse_u64(optarg, 0, 1u << 20, &v))
+				bad = "--part-ids";
+			o->part_ids = (uint32_t)v;
 			break;
 		case 'j':
 			o->json = true;
@@ -503,6 +514,37 @@ struct result {
 };
 
 /*
+ * Pushes or pulls the u sorted keys in parts of at most --part-ids keys (of
+ * equal size), all sent before the first is waited for, as embstore's client
+ * cuts a batch: the server handles one part while the previous one crosses
+ * the loopback and the worker takes in the one before. A part's rows are a
+ * slice of vals, which a pull's reply is copied into.
+ */
+void call_parts(const struct opts &o, ps::KVWorker<float> *kv,
+		const ps::SArray<ps::Key> &keys, ps::SArray<float> &vals,
+		size_t u, bool push)
+{
+	size_t np = o.part_ids ? (u + o.part_ids - 1) / o.part_ids : 1;
+	std::vector<ps::SArray<float>> slices;
+	std::vector<int> ts;
+
+	if (np == 0)
+		np = 1;
+	slices.reserve(np);
+	for (size_t k = 0; k < np; k++) {
+		size_t a = u * k / np, b = u * (k + 1) / np;
+
+		slices.push_back(vals.segment(a * o.dim, b * o.dim));
+		if (push)
+			ts.push_back(kv->ZPush(keys.segment(a, b), slices[k]));
+		else
+			ts.push_back(kv->ZPull(keys.segment(a, b), &slices[k]));
+	}
+	for (int t : ts)
+		kv->Wait(t);
+}
+
+/*
  * Batches until deadline_ns; with r, each one's time inside the call is
  * recorded, and with --batches there are exactly that many.
  */
@@ -546,10 +588,10 @@ void run_batches(const struct opts &o, ps::KVWorker<float> *kv,
 					d[j] += g[j];
 			}
 			t1 = now_ns();
-			kv->Wait(kv->ZPush(keys.segment(0, u), v));
+			call_parts(o, kv, keys, v, u, true);
 		} else {
 			t1 = now_ns();
-			kv->Wait(kv->ZPull(keys.segment(0, u), &v));
+			call_parts(o, kv, keys, v, u, false);
 			for (uint32_t i = 0; i < o.batch; i++)
 				memcpy(&out[i * row_floats],
 				       &v[pos[i] * row_floats],
