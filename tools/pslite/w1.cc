@@ -29,11 +29,12 @@
  *   pslite-w1 --op pull|push|--serve [--rows N] [--dim N] [--batch N]
  *             [--dist zipf:S|uniform] [--seed N] [--warmup S]
  *             [--duration S | --batches N] [--lr F] [--part-ids N]
- *             [--json]
+ *             [--check] [--json]
  *
  * --part-ids: most keys per request (1024, as embstore's client cuts a
  * batch; 0: the whole batch in one): a batch's requests all go out before
- * the first is waited for.
+ * the first is waited for. --check first pulls every preloaded row back
+ * and fails the run (exit 1) if any differs from what was written.
  * --batches times exactly N batches (as embstore-bench --batches), which
  * no load can cut to none. With --serve the rows are preloaded once, then each line "pull" or "push"
  * on stdin runs one phase (warmup and timed batches) and prints its line.
@@ -88,6 +89,7 @@ struct opts {
 	float lr = 0.01f;
 	bool json = false;
 	bool serve = false; /* phases named on stdin */
+	bool check = false; /* pull every preloaded row back and compare */
 };
 
 uint64_t now_ns()
@@ -103,7 +105,7 @@ void usage(FILE *f)
 	fputs("usage: pslite-w1 --op pull|push|--serve [--rows N] [--dim N]\n"
 	      "                 [--batch N] [--dist zipf:S|uniform] [--seed N]\n"
 	      "                 [--warmup S] [--duration S | --batches N]\n"
-	      "                 [--lr F] [--part-ids N] [--json]\n"
+	      "                 [--lr F] [--part-ids N] [--check] [--json]\n"
 	      "  --serve: after the preload, one phase per line of stdin,\n"
 	      "           \"pull\" or \"push\", until its end\n",
 	      f);
@@ -150,6 +152,7 @@ int parse_args(int argc, char **argv, struct opts *o)
 	    {"batches", required_argument, NULL, 'n'},
 	    {"lr", required_argument, NULL, 'l'},
 	    {"part-ids", required_argument, NULL, 'p'},
+	    {"check", no_argument, NULL, 'c'},
 	    {"json", no_argument, NULL, 'j'},
 	    {"serve", no_argument, NULL, 'S'},
 	    {"help", no_argument, NULL, 'h'},
@@ -216,6 +219,9 @@ int parse_args(int argc, char **argv, struct opts *o)
 			if (!parse_u64(optarg, 0, 1u << 20, &v))
 				bad = "--part-ids";
 			o->part_ids = (uint32_t)v;
+			break;
+		case 'c':
+			o->check = true;
 			break;
 		case 'j':
 			o->json = true;
@@ -545,6 +551,38 @@ void call_parts(const struct opts &o, ps::KVWorker<float> *kv,
 }
 
 /*
+ * Pulls every row preload() wrote, in its batches and in parts as a timed
+ * pull sends them, and compares each value with the one written. Returns
+ * the number of rows that differ (0: the server's table holds them all).
+ */
+uint64_t check_rows(const struct opts &o, ps::KVWorker<float> *kv)
+{
+	ps::SArray<ps::Key> keys(o.batch);
+	ps::SArray<float> got((size_t)o.batch * o.dim);
+	std::vector<float> want((size_t)o.batch * o.dim);
+	uint64_t rng = emb_id_hash(o.seed), bad = 0;
+
+	for (uint64_t r = 0; r < o.rows; r += o.batch) {
+		uint32_t n = (uint32_t)std::min<uint64_t>(o.batch, o.rows - r);
+
+		for (uint32_t i = 0; i < n; i++)
+			keys[i] = emb_id_hash(r + i);
+		std::sort(keys.begin(), keys.begin() + n);
+		for (size_t i = 0; i < (size_t)n * o.dim; i++)
+			want[i] = (float)((int)(emb_splitmix64(&rng) % 2001) -
+					  1000) *
+				  1e-4f;
+		call_parts(o, kv, keys, got, n, false);
+		for (uint32_t i = 0; i < n; i++)
+			if (memcmp(&got[(size_t)i * o.dim],
+				   &want[(size_t)i * o.dim],
+				   o.dim * sizeof(float)))
+				bad++;
+	}
+	return bad;
+}
+
+/*
  * Batches until deadline_ns; with r, each one's time inside the call is
  * recorded, and with --batches there are exactly that many.
  */
@@ -728,7 +766,19 @@ int run_worker(struct opts o)
 		t0 = now_ns();
 		preload(o, &kv);
 		pre = (double)o.rows * 1e9 / (double)(now_ns() - t0 + 1);
-		if (!o.serve)
+		if (o.check) {
+			uint64_t bad = check_rows(o, &kv);
+
+			if (bad) {
+				fprintf(stderr, "pslite-w1: check: %llu of "
+						"%llu rows differ\n",
+					(unsigned long long)bad,
+					(unsigned long long)o.rows);
+				rc = 1;
+				o.serve = false;
+			}
+		}
+		if (!o.serve && !rc)
 			rc = run_phase(o, &kv, pre);
 		while (o.serve && fgets(line, sizeof(line), stdin)) {
 			line[strcspn(line, "\r\n")] = '\0';
