@@ -14,9 +14,9 @@
  * cost the server 1.2 ms of a pull's and 3.3 ms of a push's batch of 2090
  * rows on an AMD EPYC VM (a TLB and cache miss or more a key), three to
  * nine times ps-lite's own round trip: the comparison would have been with
- * that table, not with ps-lite. The worker draws W1's ids from embstore-bench's own
- * stream (tools/bench_ids.c, same seed, same bijection and id hash), so both
- * systems see the same keys in the same order.
+ * that table, not with ps-lite. The worker draws W1's ids from
+ * embstore-bench's own stream (tools/bench_ids.c, same seed, same bijection
+ * and id hash), so both systems see the same keys in the same order.
  *
  * What is timed is what embstore-bench times for its client backend: the
  * call a training step would make with the caller's batch, duplicates and
@@ -36,8 +36,9 @@
  * the first is waited for. --check first pulls every preloaded row back
  * and fails the run (exit 1) if any differs from what was written.
  * --batches times exactly N batches (as embstore-bench --batches), which
- * no load can cut to none. With --serve the rows are preloaded once, then each line "pull" or "push"
- * on stdin runs one phase (warmup and timed batches) and prints its line.
+ * no load can cut to none. With --serve the rows are preloaded once, then
+ * each line "pull" or "push" on stdin runs one phase (warmup and timed
+ * batches) and prints its line.
  *
  * Single-threaded apart from ps-lite's own threads.
  */
@@ -274,9 +275,9 @@ void *huge_alloc(size_t bytes)
  * The server's table, as a ps-lite user who cares for speed would write it
  * (ps-lite leaves the store to its user): rows of dim floats in one array, an
  * open-addressed index from key to row (linear probing, at most half full),
- * both in huge pages, and a batch's lookups pipelined: the index slots of
- * the keys LOOKAHEAD ahead are prefetched while a key is resolved, then the
- * rows ahead are prefetched while a row is copied or updated. A pull answers
+ * both in huge pages, and a batch's lookups pipelined: the index slot of
+ * the key 2 * LOOKAHEAD ahead is prefetched while a key is resolved, then
+ * the row LOOKAHEAD ahead while a row is copied or updated. A pull answers
  * from one reply buffer reused while ZeroMQ holds no reference to it (ps-lite's
  * own benchmark reuses its reply the same way).
  */
