@@ -9,7 +9,8 @@
 # tools/bench-report.sh --summary lists.
 # With "full": ps-lite is built from $EMB_PSLITE_SRC (a dmlc/ps-lite
 # checkout; into BUILD/pslite, kept for the next run) and both systems
-# run: every repetition has a ratio and each op a median line. Exits 77
+# run: every repetition has a ratio and each op a median line, and the
+# ps-lite driver's --check pulls back every row it wrote. Exits 77
 # (meson SKIP) when EMB_PSLITE_SRC is not set, or without jq.
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -84,6 +85,23 @@ if [ -n "$pslite" ]; then
 	jq -e -s '[.[] | select(.backend == "ps-lite" and .van == "zmq"
 		and .unique_per_batch > 0)] | length == 4' \
 		"$dir/runs.jsonl" >/dev/null || bad "not 4 ps-lite runs"
+fi
+
+# The driver's ps-lite server holds what it was given: every preloaded
+# row pulled back in requests of 16 keys (a batch in several parts, the
+# last one short) equals what was written, before a pull and a push run.
+if [ -n "$pslite" ]; then
+	w1=${PSLITE_BUILD:-$build/pslite}/pslite-w1
+	for op in pull push; do
+		if ! timeout 300 "$w1" --op $op --check --rows 5000 --dim 8 \
+			--batch 64 --part-ids 16 --batches 5 --warmup 0 --json \
+			>"$dir/check" 2>"$dir/check.err"; then
+			bad "pslite-w1 --check --op $op: $(tail -3 "$dir/check.err")"
+		elif ! jq -e '.batches == 5 and .rows_per_s > 0' "$dir/check" \
+			>/dev/null; then
+			bad "pslite-w1 --check --op $op: $(cat "$dir/check")"
+		fi
+	done
 fi
 
 # bench-report.sh --summary takes the lines: a row per system and op, and
