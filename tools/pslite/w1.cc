@@ -487,6 +487,22 @@ class deduper {
 	std::vector<uint32_t> pos_;
 };
 
+/*
+ * The preload's batch of rows r..r+n: its keys, sorted as ps-lite wants
+ * them, and its values from rng. preload() writes them and check_rows()
+ * expects them back, so both take them from here.
+ */
+void preload_batch(const struct opts &o, uint64_t r, uint32_t n,
+		   ps::SArray<ps::Key> &keys, float *vals, uint64_t *rng)
+{
+	for (uint32_t i = 0; i < n; i++)
+		keys[i] = emb_id_hash(r + i);
+	std::sort(keys.begin(), keys.begin() + n);
+	for (size_t i = 0; i < (size_t)n * o.dim; i++)
+		vals[i] = (float)((int)(emb_splitmix64(rng) % 2001) - 1000) *
+			  1e-4f;
+}
+
 /* Writes rows r0.. of the table, batch by batch; ps-lite wants them sorted. */
 int preload(const struct opts &o, ps::KVWorker<float> *kv)
 {
@@ -497,13 +513,7 @@ int preload(const struct opts &o, ps::KVWorker<float> *kv)
 	for (uint64_t r = 0; r < o.rows; r += o.batch) {
 		uint32_t n = (uint32_t)std::min<uint64_t>(o.batch, o.rows - r);
 
-		for (uint32_t i = 0; i < n; i++)
-			keys[i] = emb_id_hash(r + i);
-		std::sort(keys.begin(), keys.begin() + n);
-		for (size_t i = 0; i < (size_t)n * o.dim; i++)
-			vals[i] = (float)((int)(emb_splitmix64(&rng) % 2001) -
-					  1000) *
-				  1e-4f;
+		preload_batch(o, r, n, keys, vals.data(), &rng);
 		kv->Wait(kv->ZPush(keys.segment(0, n),
 				   vals.segment(0, (size_t)n * o.dim), {},
 				   CMD_ASSIGN));
@@ -566,13 +576,7 @@ uint64_t check_rows(const struct opts &o, ps::KVWorker<float> *kv)
 	for (uint64_t r = 0; r < o.rows; r += o.batch) {
 		uint32_t n = (uint32_t)std::min<uint64_t>(o.batch, o.rows - r);
 
-		for (uint32_t i = 0; i < n; i++)
-			keys[i] = emb_id_hash(r + i);
-		std::sort(keys.begin(), keys.begin() + n);
-		for (size_t i = 0; i < (size_t)n * o.dim; i++)
-			want[i] = (float)((int)(emb_splitmix64(&rng) % 2001) -
-					  1000) *
-				  1e-4f;
+		preload_batch(o, r, n, keys, want.data(), &rng);
 		call_parts(o, kv, keys, got, n, false);
 		for (uint32_t i = 0; i < n; i++)
 			if (memcmp(&got[(size_t)i * o.dim],
