@@ -1072,7 +1072,7 @@ static void report_interval(struct worker *ws, uint32_t n, double at_s,
 		pthread_mutex_unlock(&ws[i].ilock);
 	}
 	fprintf(stderr,
-		"%sinterval: %.1f s, %" PRIu64 " batches, p50 %.1f us, "
+		"%sinterval: %.3f s, %" PRIu64 " batches, p50 %.1f us, "
 		"p99 %.1f us, max %.1f us\n",
 		tty ? "\r\033[K" : "", at_s, h.count,
 		(double)emb_hist_percentile(&h, 50) / 1e3,
@@ -1096,7 +1096,7 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 	bool lines = ph == PHASE_MEASURE && o->report_s > 0;
 	uint64_t t0 = emb_clock_ns(), end = t0;
 	uint64_t every_ns = (uint64_t)(o->report_s * 1e9);
-	uint64_t next_line = t0 + every_ns;
+	uint64_t next_line = t0 + every_ns, last_line = t0;
 	int rc = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -1129,6 +1129,7 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 		if (lines && emb_clock_ns() >= next_line) {
 			report_interval(ws, n, (double)(next_line - t0) / 1e9,
 					tty);
+			last_line = next_line;
 			next_line += every_ns;
 		}
 		/* the first draw waits for a rate worth showing */
@@ -1162,14 +1163,25 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 		if (ws[i].end_ns > end)
 			end = ws[i].end_ns;
 	}
-	/* The last, shorter interval: the threads are joined. */
+	/*
+	 * The last, shorter interval: the threads are joined. It ends where
+	 * the run did, but never before the line printed last: a worker may
+	 * finish just before a boundary whose line the loop prints before it
+	 * sees the worker gone, and a reader takes the lines' times as
+	 * ordered (a run that ends on a boundary gives two lines with one
+	 * time; the batches still add up).
+	 */
 	if (lines && started == n) {
 		bool any = false;
 
 		for (uint32_t i = 0; i < n; i++)
 			any |= ws[i].ihist.count > 0;
 		if (any)
-			report_interval(ws, n, (double)(end - t0) / 1e9, tty);
+			report_interval(ws, n,
+					(double)((end > last_line ? end
+								  : last_line) -
+						 t0) / 1e9,
+					tty);
 	}
 	*wall_s = (double)(end - t0) / 1e9;
 	return rc;
