@@ -225,6 +225,179 @@ int emb_cmap_fill_abort(const struct emb_cmap *in, uint32_t rank,
 	return dropped;
 }
 
+/* ---- moves (docs/replication.md, "Moving slots") ---- */
+
+/* The slot may move from `from` to `to`: from holds it, to does not, and
+ * no fill is under way. */
+static bool movable(const struct emb_cmap *m, uint32_t s, uint32_t from,
+		    uint32_t to)
+{
+	return emb_cmap_holds(m, s, from) && !emb_cmap_holds(m, s, to) &&
+	       m->fill[s] == EMB_CMAP_NONE;
+}
+
+/* Slots each rank holds (primary or backup), in cnt[nservers]. */
+static void holdings(const struct emb_cmap *m, uint32_t *cnt)
+{
+	memset(cnt, 0, m->nservers * sizeof(*cnt));
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		for (uint32_t i = 0; i < m->replicas; i++)
+			if (m->slot[s][i] != EMB_CMAP_NONE)
+				cnt[m->slot[s][i]]++;
+}
+
+/* From s0 on: the run of slots movable from `from` to `to` with s0's
+ * primary (the one source that fences and streams a chunk), up to max. */
+static uint32_t run_of(const struct emb_cmap *m, uint32_t s0, uint32_t from,
+		       uint32_t to, uint32_t max)
+{
+	uint32_t n = 0;
+
+	while (n < max && s0 + n < EMB_NSLOTS && movable(m, s0 + n, from, to) &&
+	       m->slot[s0 + n][0] == m->slot[s0][0])
+		n++;
+	return n;
+}
+
+int emb_cmap_join_next(const struct emb_cmap *m, uint32_t to, uint32_t max,
+		       uint32_t *first, uint32_t *from)
+{
+	uint32_t *cnt, live = 0, share, v = EMB_CMAP_NONE, total = 0, want;
+	int n = 0;
+
+	if (to >= m->nservers || max == 0 || !first || !from ||
+	    *first >= EMB_NSLOTS)
+		return -EINVAL;
+	cnt = malloc(m->nservers * sizeof(*cnt));
+	if (!cnt)
+		return -ENOMEM;
+	holdings(m, cnt);
+	for (uint32_t r = 0; r < m->nservers; r++) {
+		total += cnt[r];
+		live += cnt[r] > 0 || r == to;
+		if (r != to && (v == EMB_CMAP_NONE || cnt[r] > cnt[v]))
+			v = r;
+	}
+	share = total / live;
+	/* Done when it has its share; the most loaded server gives what it
+	 * holds beyond the share, so all end within one of it. */
+	if (v == EMB_CMAP_NONE || cnt[to] >= share || cnt[v] <= share)
+		goto out;
+	want = share - cnt[to];
+	if (want > cnt[v] - share)
+		want = cnt[v] - share;
+	if (want > max)
+		want = max;
+	for (uint32_t i = 0; i < EMB_NSLOTS && !n; i++) {
+		uint32_t s = (*first + i) % EMB_NSLOTS;
+
+		if (movable(m, s, v, to)) {
+			n = (int)run_of(m, s, v, to, want);
+			*first = s;
+		}
+	}
+	*from = v;
+out:
+	free(cnt);
+	return n;
+}
+
+int emb_cmap_drain_next(const struct emb_cmap *m, uint32_t from,
+			const bool *ok, uint32_t max, uint32_t *first,
+			uint32_t *to)
+{
+	uint32_t *cnt;
+	bool stuck = false;
+	int n = 0;
+
+	if (from >= m->nservers || !ok || max == 0 || !first || !to ||
+	    *first >= EMB_NSLOTS)
+		return -EINVAL;
+	cnt = malloc(m->nservers * sizeof(*cnt));
+	if (!cnt)
+		return -ENOMEM;
+	holdings(m, cnt);
+	for (uint32_t i = 0; i < EMB_NSLOTS && !n; i++) {
+		uint32_t s = (*first + i) % EMB_NSLOTS, t = EMB_CMAP_NONE;
+
+		if (!emb_cmap_holds(m, s, from) || m->fill[s] != EMB_CMAP_NONE)
+			continue;
+		/* The least loaded server that may take it. */
+		for (uint32_t r = 0; r < m->nservers; r++)
+			if (ok[r] && r != from && !emb_cmap_holds(m, s, r) &&
+			    (t == EMB_CMAP_NONE || cnt[r] < cnt[t]))
+				t = r;
+		if (t == EMB_CMAP_NONE) {
+			stuck = true;
+			continue;
+		}
+		n = (int)run_of(m, s, from, t, max);
+		*first = s;
+		*to = t;
+	}
+	free(cnt);
+	return n ? n : stuck ? -ENOSPC : 0;
+}
+
+int emb_cmap_move_begin(const struct emb_cmap *in, uint32_t from, uint32_t to,
+			uint32_t first, uint32_t n, struct emb_cmap *out)
+{
+	int marked = 0;
+
+	if (!range_ok(in, to, first, n) || from >= in->nservers || from == to)
+		return -EINVAL;
+	if (out != in)
+		memcpy(out, in, sizeof(*out));
+	for (uint32_t s = first; s < first + n; s++) {
+		if (!movable(out, s, from, to))
+			continue;
+		out->fill[s] = (uint16_t)to;
+		marked++;
+	}
+	if (marked)
+		out->epoch++;
+	return marked;
+}
+
+int emb_cmap_move_done(const struct emb_cmap *in, uint32_t from, uint32_t to,
+		       uint32_t first, uint32_t n, struct emb_cmap *out)
+{
+	int moved = 0;
+
+	if (!range_ok(in, to, first, n) || from >= in->nservers || from == to)
+		return -EINVAL;
+	if (out != in)
+		memcpy(out, in, sizeof(*out));
+	for (uint32_t s = first; s < first + n; s++) {
+		uint16_t *h = out->slot[s];
+		uint32_t k = emb_cmap_holders(out, s);
+
+		if (out->fill[s] != to)
+			continue;
+		out->fill[s] = EMB_CMAP_NONE;
+		/* to takes from's place: the same rank in the holders' order,
+		 * so a primary's slots get a primary (the rebalance evens
+		 * them out later), and the slot never has fewer writers. */
+		for (uint32_t i = 0; i < k; i++)
+			if (h[i] == from) {
+				h[i] = (uint16_t)to;
+				moved++;
+				goto next;
+			}
+		/* from died meanwhile (remove() ends a fill whose slot lost
+		 * a holder, so this is only a caller's slip): to joins as a
+		 * last backup where there is room, as fill_done() does. */
+		if (k < out->replicas) {
+			h[k] = (uint16_t)to;
+			moved++;
+		}
+next:;
+	}
+	if (moved || memcmp(out->fill, in->fill, sizeof(out->fill)))
+		out->epoch++;
+	return moved;
+}
+
 int emb_cmap_rebalance(const struct emb_cmap *in, struct emb_cmap *out)
 {
 	uint32_t *cnt = calloc(in->nservers, sizeof(*cnt));

@@ -158,6 +158,55 @@ int emb_cmap_fill_abort(const struct emb_cmap *in, uint32_t rank,
 			uint32_t first, uint32_t n, struct emb_cmap *out);
 
 /*
+ * Moving slots between live servers (docs/replication.md, "Moving slots"):
+ * a join gives a new server a share of slots, a drain empties one. A move
+ * of a chunk reuses the recovery's fill: to is its filling server while
+ * the chunk's primary streams it (emb_cmap_move_begin()), then takes
+ * from's place among its holders (emb_cmap_move_done()), so a slot never
+ * has fewer than its holders' copies and writers only grow at the begin.
+ */
+
+/*
+ * A join, next chunk: slots the most loaded server *from holds and to does
+ * not, with one primary, from *first on (wrapping), at most max, and
+ * neither giving to more than its share (the copies over the servers
+ * holding any, to included) nor taking *from below it. Returns its length,
+ * *first and *from; 0 when to has its share; -EINVAL, -ENOMEM.
+ */
+int emb_cmap_join_next(const struct emb_cmap *m, uint32_t to, uint32_t max,
+		       uint32_t *first, uint32_t *from);
+
+/*
+ * A drain, next chunk: slots from holds, with one primary, from *first on
+ * (wrapping), up to max, all going to *to, the least loaded server with
+ * ok[rank] that does not hold them. Returns its length, *first and *to; 0
+ * when from holds nothing; -ENOSPC when from still holds slots that no
+ * server allowed by ok can take (every one holds them already); -EINVAL,
+ * -ENOMEM.
+ */
+int emb_cmap_drain_next(const struct emb_cmap *m, uint32_t from,
+			const bool *ok, uint32_t max, uint32_t *first,
+			uint32_t *to);
+
+/*
+ * A move, step 1: to becomes the filling server of the slots of [first,
+ * first + n) that from holds, to does not and that have no fill under way
+ * (others are left alone). The epoch goes up by one when anything
+ * changed. Returns the slots marked, or -EINVAL.
+ */
+int emb_cmap_move_begin(const struct emb_cmap *in, uint32_t from, uint32_t to,
+			uint32_t first, uint32_t n, struct emb_cmap *out);
+
+/*
+ * A move, step 2: every row of the slots of [first, first + n) that to is
+ * filled with reached it; it takes from's place among their holders (a
+ * last backup where from is gone). The epoch goes up by one when anything
+ * changed. Returns the slots to now holds, or -EINVAL.
+ */
+int emb_cmap_move_done(const struct emb_cmap *in, uint32_t from, uint32_t to,
+		       uint32_t first, uint32_t n, struct emb_cmap *out);
+
+/*
  * Recovery, last step: primaries spread over the live servers by
  * reordering each slot's holders (no holder is added or removed, so no
  * row moves): a backup takes a slot's first place while it has at least

@@ -355,6 +355,153 @@ static void test_encode_fill(void)
 	free(m);
 }
 
+/* Each slot has exactly R distinct holders and no fill. */
+static void check_whole(const struct emb_cmap *m)
+{
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		CU_ASSERT_EQUAL(emb_cmap_holders(m, s), m->replicas);
+		CU_ASSERT_EQUAL(m->fill[s], EMB_CMAP_NONE);
+	}
+}
+
+/* Runs moves to completion as a coordinator does, one chunk at a time,
+ * checking that no slot ever has fewer holders than R. Returns chunks. */
+static uint32_t run_join(struct emb_cmap *m, uint32_t to)
+{
+	uint32_t first = 0, from, chunks = 0;
+	int n;
+
+	while ((n = emb_cmap_join_next(m, to, 256, &first, &from)) > 0) {
+		uint64_t e = m->epoch;
+
+		CU_ASSERT(n <= 256);
+		CU_ASSERT_NOT_EQUAL(from, to);
+		CU_ASSERT_EQUAL(emb_cmap_move_begin(m, from, to, first,
+						    (uint32_t)n, m), n);
+		CU_ASSERT_EQUAL(m->epoch, e + 1);
+		for (uint32_t s = first; s < first + (uint32_t)n; s++) {
+			uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
+
+			/* During the move the slot has R holders and one more
+			 * writer, to. */
+			CU_ASSERT_EQUAL(emb_cmap_holders(m, s), m->replicas);
+			CU_ASSERT_EQUAL(emb_cmap_writers(m, s, w),
+					m->replicas + 1);
+			CU_ASSERT_EQUAL(w[m->replicas], to);
+		}
+		CU_ASSERT_EQUAL(emb_cmap_move_done(m, from, to, first,
+						   (uint32_t)n, m), n);
+		for (uint32_t s = first; s < first + (uint32_t)n; s++) {
+			CU_ASSERT(emb_cmap_holds(m, s, to));
+			CU_ASSERT(!emb_cmap_holds(m, s, from));
+		}
+		check_whole(m);
+		chunks++;
+		CU_ASSERT_FATAL(chunks < 100);
+	}
+	CU_ASSERT_EQUAL(n, 0);
+	return chunks;
+}
+
+static void test_join(void)
+{
+	for (uint32_t r = 1; r <= 2; r++) {
+		/* 2 servers and a third rank that holds nothing yet: the
+		 * one that joins. */
+		struct emb_cmap *m = new_map(2, r);
+		uint32_t held[3][3];
+
+		m->nservers = 3;
+		check_whole(m);
+		CU_ASSERT(run_join(m, 2) > 0);
+		/* Every server now holds a third of the copies, within a
+		 * chunk's rounding. */
+		for (uint32_t k = 0; k < 3; k++) {
+			emb_cmap_rank_slots(m, k, held[k]);
+			CU_ASSERT(held[k][0] + held[k][1] >=
+				  r * EMB_NSLOTS / 3 - 1);
+			CU_ASSERT(held[k][0] + held[k][1] <=
+				  r * EMB_NSLOTS / 3 + 2);
+		}
+		/* A second join asks nothing more. */
+		uint32_t first = 0, from;
+		CU_ASSERT_EQUAL(emb_cmap_join_next(m, 2, 256, &first, &from), 0);
+		free(m);
+	}
+}
+
+static void test_drain(void)
+{
+	for (uint32_t r = 1; r <= 2; r++) {
+		struct emb_cmap *m = new_map(3, r);
+		bool ok[3] = {false, true, true};
+		uint32_t first = 0, to, chunks = 0, held[3];
+		int n;
+
+		while ((n = emb_cmap_drain_next(m, 0, ok, 256, &first, &to)) >
+		       0) {
+			CU_ASSERT(to == 1 || to == 2);
+			CU_ASSERT_EQUAL(emb_cmap_move_begin(m, 0, to, first,
+							    (uint32_t)n, m),
+					n);
+			CU_ASSERT_EQUAL(emb_cmap_move_done(m, 0, to, first,
+							   (uint32_t)n, m),
+					n);
+			check_whole(m);
+			CU_ASSERT_FATAL(++chunks < 100);
+		}
+		CU_ASSERT_EQUAL(n, 0);
+		emb_cmap_rank_slots(m, 0, held);
+		CU_ASSERT_EQUAL(held[0] + held[1] + held[2], 0);
+		/* The two left share the copies evenly. */
+		emb_cmap_rank_slots(m, 1, held);
+		CU_ASSERT(held[0] + held[1] >= r * EMB_NSLOTS / 2 - 256);
+		/* With R = 2 and two servers, a further drain has nowhere
+		 * to go. */
+		if (r == 2) {
+			bool ok2[3] = {false, false, true};
+			first = 0;
+			CU_ASSERT_EQUAL(emb_cmap_drain_next(m, 1, ok2, 256,
+							    &first, &to),
+					-ENOSPC);
+		}
+		free(m);
+	}
+}
+
+static void test_move_edges(void)
+{
+	struct emb_cmap *m = new_map(3, 2);
+	uint64_t e;
+	uint32_t first = 0, to;
+	bool ok[3] = {true, true, true};
+	int n;
+
+	CU_ASSERT_EQUAL(emb_cmap_move_begin(m, 0, 0, 0, 1, m), -EINVAL);
+	CU_ASSERT_EQUAL(emb_cmap_move_begin(m, 0, 3, 0, 1, m), -EINVAL);
+	CU_ASSERT_EQUAL(emb_cmap_move_begin(m, 0, 1, EMB_NSLOTS, 1, m),
+			-EINVAL);
+	/* A slot to holds already, or one from does not hold, is left. */
+	e = m->epoch;
+	CU_ASSERT_EQUAL(emb_cmap_move_begin(m, 0, 1, 0, 1, m), 0);
+	CU_ASSERT_EQUAL(emb_cmap_move_begin(m, 2, 1, 0, 1, m), 0);
+	CU_ASSERT_EQUAL(m->epoch, e);
+	n = emb_cmap_drain_next(m, 0, ok, 8, &first, &to);
+	CU_ASSERT_EQUAL(n, 8);
+	CU_ASSERT_EQUAL(emb_cmap_move_begin(m, 0, to, first, 8, m), 8);
+	/* Slots under a move are not picked again. */
+	uint32_t f2 = first;
+	CU_ASSERT(emb_cmap_drain_next(m, 0, ok, 8, &f2, &to) > 0);
+	CU_ASSERT(f2 >= first + 8 || f2 < first);
+	/* The source's death ends the move: remove() drops the fill, and
+	 * move_done() then changes nothing. */
+	emb_cmap_remove(m, 0, m);
+	e = m->epoch;
+	CU_ASSERT_EQUAL(emb_cmap_move_done(m, 0, to, first, 8, m), 0);
+	CU_ASSERT_EQUAL(m->epoch, e);
+	free(m);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -369,6 +516,12 @@ int main(int argc, char **argv)
 	    {"a fill ends with its newcomer's or its source's death",
 	     test_fill_deaths},
 	    {"a map with fills encodes as version 2", test_encode_fill},
+	    {"a join moves a fair share to the new server, R holders "
+	     "throughout",
+	     test_join},
+	    {"a drain moves every slot off a server, evenly", test_drain},
+	    {"moves leave slots they cannot take; a source's death ends one",
+	     test_move_edges},
 	    {NULL, NULL},
 	};
 
