@@ -696,6 +696,25 @@ static void hb_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		link_down(n, emb_strerror(status));
 		return;
 	}
+	if (resp->status == EMB_EDRAINED && n->reg.role == EMB_ROLE_SERVER) {
+		/* Every slot moved away (docs/replication.md, "Moving
+		 * slots"): this server's part of the job is over, as at a
+		 * finish. */
+		bool was;
+
+		pthread_mutex_lock(&n->mu);
+		was = n->ended;
+		n->ended = true;
+		pthread_mutex_unlock(&n->mu);
+		if (was)
+			return;
+		emb_log(EMB_LOG_INFO,
+			"server %u: drained, it holds no slot: leaving the job",
+			n->reg.rank);
+		if (n->on_end)
+			n->on_end(n->end_arg, 0);
+		return;
+	}
 	if (resp->status < 0) {
 		log_error_resp(n, resp, n->hb_resp);
 		lose(n, resp->status, emb_strerror(resp->status));

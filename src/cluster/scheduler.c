@@ -16,6 +16,12 @@
  * from their heartbeats; the chunk's source tells when it streamed the
  * chunk (FILL_DONE), and the last step rebalances the primaries.
  *
+ * Moves (docs/replication.md, "Moving slots"): a server asked to drain
+ * (DRAIN, from `embstore scale`) has its slots moved chunk by chunk to
+ * the least loaded others with the same fill, then leaves: its rank is
+ * listed with the dead, and a newcomer may take it later and be given a
+ * fair share of slots the same way. One fill or move at a time.
+ *
  * Restarts (docs/cluster.md, "When the scheduler restarts"): with a state
  * file, each change of the formed job is written to it before any node
  * can learn of it, and a scheduler started on the file takes the job up:
@@ -99,7 +105,12 @@ struct node {
 	 * time of the close (0: none). It is dead once a probe goes
 	 * unanswered, or when it has not rejoined in the rejoin window. */
 	int64_t closed_ms;
-	bool dead;			/* declared dead */
+	bool dead;			/* declared dead (or left) */
+	bool left;			/* server: drained, then gone */
+	bool draining;			/* server: its slots move away */
+	int64_t empty_ms;		/* draining server: it first held no
+					   slot (monotonic), 0 = not yet */
+	bool joining;			/* server: given its share of slots */
 	bool finished;		     /* worker: FINISH; server: acknowledged */
 	struct emb_req *map_req;     /* CLUSTER_MAP held until ready */
 	struct emb_req *barrier_req; /* BARRIER held until all arrive */
@@ -141,6 +152,16 @@ struct emb_sched {
 	int64_t fill_chunk_ms; /* the chunk began, monotonic */
 	int64_t fill_ms;       /* the recovery began */
 	uint32_t fill_chunks;  /* chunks streamed so far */
+	/* A move under way (fill_rank its target): the server whose place
+	 * the target takes in the chunk's slots, else NO_FILL (a
+	 * recovery's fill, or nothing). */
+	uint32_t move_from;
+	uint32_t move_first;   /* where the next move's search starts */
+	uint32_t move_chunks;  /* chunks moved for the drain or join */
+	int64_t move_ms;       /* the drain or join began, monotonic */
+	uint64_t moved_slots;  /* slots moved, since the start */
+	uint64_t drains;       /* servers drained */
+	uint64_t joins;	       /* servers given their share */
 	uint32_t fill_fails;   /* streams that failed */
 	uint64_t recoveries;   /* servers made full replicas */
 	uint32_t replies; /* replies not yet handed to the kernel */
@@ -477,6 +498,7 @@ static void map_frame_sent(void *ctx, int status)
 
 static void build_map(struct emb_sched *s);
 static void fill_next(struct emb_sched *s);
+static void move_next(struct emb_sched *s);
 
 /* The map changed: nodes asking from now on get the new one; replies
  * still queued with the old one keep it until they are sent. */
@@ -517,11 +539,24 @@ static bool failover(struct emb_sched *s, struct node *n)
 	/* A recovery under way: without its newcomer it ends; without its
 	 * chunk's source (remove() dropped that fill) the chunk starts
 	 * again from the holders left. */
-	if (s->fill_rank == n->rank) {
+	if (s->move_from != NO_FILL &&
+	    (s->fill_rank == n->rank ||
+	     s->cmap->fill[s->fill_first] != s->fill_rank)) {
+		/* A move's target or source died (remove() ended the fill):
+		 * the chunk is moved again, from or to the servers left. */
+		emb_log(EMB_LOG_WARN,
+			"the move of slots %u-%u from server %u to server %u "
+			"ends with server %u: moving them again",
+			s->fill_first, s->fill_first + s->fill_n - 1,
+			s->move_from, s->fill_rank, n->rank);
+		s->fill_rank = s->move_from = NO_FILL;
+		move_next(s);
+	} else if (s->fill_rank == n->rank) {
 		emb_log(EMB_LOG_WARN,
 			"server %u died while being filled: its recovery ends",
 			n->rank);
 		s->fill_rank = NO_FILL;
+		move_next(s);
 	} else if (s->fill_rank != NO_FILL &&
 		   s->cmap->fill[s->fill_first] != s->fill_rank) {
 		emb_log(EMB_LOG_WARN,
@@ -534,13 +569,9 @@ static bool failover(struct emb_sched *s, struct node *n)
 	return true;
 }
 
-static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
+/* n goes on the list of dead nodes that heartbeats carry. */
+static void list_dead(struct emb_sched *s, struct node *n)
 {
-	char addr[EMB_WIRE_HOST_MAX + 16];
-	char msg[128];
-
-	if (n->dead)
-		return;
 	n->dead = true;
 	if (s->ndead == s->dead_cap) {
 		uint32_t cap = 2 * s->dead_cap;
@@ -559,6 +590,17 @@ static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
 	if (s->ndead < s->dead_cap)
 		s->dead[s->ndead++] =
 		    (struct emb_wire_node_ref){n->role, n->rank};
+}
+
+static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
+{
+	char addr[EMB_WIRE_HOST_MAX + 16];
+	char msg[128];
+
+	if (n->dead)
+		return;
+	list_dead(s, n);
+	n->draining = n->joining = false;
 	emb_log(EMB_LOG_ERROR, "%s %u (%s) declared dead: %s",
 		emb_role_name(n->role), n->rank,
 		node_addr(n, addr, sizeof(addr)), why);
@@ -776,6 +818,186 @@ static void fill_next(struct emb_sched *s)
 		s->fill_chunks == 1 ? "" : "s",
 		(long long)((int64_t)emb_clock_ms() - s->fill_ms), n > 0 ? n : 0,
 		n == 1 ? "" : "s", emb_cmap_primary_slots(s->cmap, r));
+	/* A rank that was drained, or never held anything, holds little
+	 * or nothing now: it is given its share by moves (R + 1 writers, so
+	 * not with the most copies a map lists). */
+	s->nodes[r].joining = s->cmap->replicas < EMB_CMAP_REPLICAS_MAX;
+	s->move_chunks = 0;
+	s->move_ms = (int64_t)emb_clock_ms();
+	move_next(s);
+}
+
+/* ---- moves ------------------------------------------------------------ */
+
+/* Slots rank holds, primary or backup. */
+static uint32_t held_slots(const struct emb_sched *s, uint32_t rank)
+{
+	uint32_t k[3];
+
+	emb_cmap_rank_slots(s->cmap, rank, k);
+	return k[0] + k[1];
+}
+
+/*
+ * Server d holds nothing any more. It stays one heartbeat timeout longer,
+ * answering: a write a client routed to it by an older map is refused
+ * (no copy here) and sent again by the newer one, whose writers it
+ * reaches (emb__rep_fixup() in the client); were d gone, that copy would
+ * end as a dead holder's and its rows miss the server that took d's
+ * place. Meanwhile the primaries spread.
+ */
+static void drain_empty(struct emb_sched *s, struct node *d)
+{
+	char addr[EMB_WIRE_HOST_MAX + 16];
+	int n = emb_cmap_rebalance(s->cmap, s->cmap);
+
+	d->empty_ms = (int64_t)emb_clock_ms();
+	republish(s);
+	emb_log(EMB_LOG_INFO,
+		"map epoch %llu: server %u (%s) drained (%u chunk%s in %lld "
+		"ms; %d primary slot%s rebalanced): it holds no slot and leaves "
+		"in %u ms",
+		(unsigned long long)s->cmap->epoch, d->rank,
+		node_addr(d, addr, sizeof(addr)), s->move_chunks,
+		s->move_chunks == 1 ? "" : "s",
+		(long long)((int64_t)emb_clock_ms() - s->move_ms), n > 0 ? n : 0,
+		n == 1 ? "" : "s", s->o.hb_timeout_ms);
+	s->move_chunks = 0;
+	s->move_ms = (int64_t)emb_clock_ms();
+}
+
+/* Loop thread, each turn: a drained server whose stay is over leaves. Its
+ * rank is listed with the dead (nodes stop routing to it, a newcomer may
+ * take it), its heartbeat is answered EMB_EDRAINED, and it exits. */
+static void drain_leave(struct emb_sched *s)
+{
+	const int64_t now = (int64_t)emb_clock_ms();
+
+	for (uint32_t i = 0; i < s->o.server_num; i++) {
+		struct node *d = &s->nodes[i];
+
+		if (!d->draining || d->dead || !d->empty_ms ||
+		    now - d->empty_ms < (int64_t)s->o.hb_timeout_ms)
+			continue;
+		d->draining = false;
+		d->empty_ms = 0;
+		d->left = true;
+		list_dead(s, d);
+		s->drains++;
+		republish(s);
+		emb_log(EMB_LOG_INFO, "server %u left the job", d->rank);
+		check_end(s);
+	}
+}
+
+/* Server j has its share: the primaries spread over everyone. */
+static void joined(struct emb_sched *s, struct node *j)
+{
+	int n = emb_cmap_rebalance(s->cmap, s->cmap);
+
+	j->joining = false;
+	s->joins++;
+	if (n > 0)
+		republish(s);
+	emb_log(EMB_LOG_INFO,
+		"map epoch %llu: server %u has its share: %u slots (%u "
+		"chunk%s moved in %lld ms; %d primary slot%s rebalanced, it is "
+		"primary of %u)",
+		(unsigned long long)s->cmap->epoch, j->rank,
+		held_slots(s, j->rank), s->move_chunks,
+		s->move_chunks == 1 ? "" : "s",
+		(long long)((int64_t)emb_clock_ms() - s->move_ms), n > 0 ? n : 0,
+		n == 1 ? "" : "s", emb_cmap_primary_slots(s->cmap, j->rank));
+	s->move_chunks = 0;
+	s->move_ms = (int64_t)emb_clock_ms();
+}
+
+/*
+ * The next move, unless a fill or move is under way: drains first (a
+ * server waiting to leave holds its machine), then joins. Each chunk is a
+ * new map epoch, moved as a recovery fills (fence, stream, FILL_DONE);
+ * on_fill_done() then puts the target in its source's place.
+ */
+static void move_next(struct emb_sched *s)
+{
+	const uint32_t S = s->o.server_num;
+	char addr[EMB_WIRE_HOST_MAX + 16];
+
+	while (s->fill_rank == NO_FILL && s->cmap && !s->over && !s->nfatal) {
+		struct node *d = NULL, *j = NULL;
+		uint32_t first = s->move_first, from = NO_FILL, to = NO_FILL;
+		bool *ok;
+		int n;
+
+		for (uint32_t i = 0; i < S && !d; i++)
+			if (s->nodes[i].draining && !s->nodes[i].dead &&
+			    !s->nodes[i].empty_ms)
+				d = &s->nodes[i];
+		for (uint32_t i = 0; i < S && !d && !j; i++)
+			if (s->nodes[i].joining && !s->nodes[i].dead)
+				j = &s->nodes[i];
+		if (!d && !j)
+			return;
+		if (d) {
+			/* To any live server staying, the least loaded. */
+			ok = calloc(S, sizeof(*ok));
+			if (!ok)
+				return;
+			for (uint32_t i = 0; i < S; i++)
+				ok[i] = s->nodes[i].role == EMB_ROLE_SERVER &&
+					!s->nodes[i].dead &&
+					!s->nodes[i].draining;
+			from = d->rank;
+			n = emb_cmap_drain_next(s->cmap, from, ok,
+						FILL_CHUNK_SLOTS, &first, &to);
+			free(ok);
+		} else {
+			to = j->rank;
+			n = emb_cmap_join_next(s->cmap, to, FILL_CHUNK_SLOTS,
+					       &first, &from);
+			/* Never from a server being drained: it is going. */
+			if (n > 0 && s->nodes[from].draining)
+				n = 0;
+		}
+		if (n == -ENOSPC) {
+			emb_log(EMB_LOG_ERROR,
+				"server %u cannot be drained: every server "
+				"staying holds a copy of some of its slots "
+				"already (%u copies of each slot need %u "
+				"servers)",
+				d->rank, s->cmap->replicas, s->cmap->replicas);
+			d->draining = false;
+			continue;
+		}
+		if (n < 0) {
+			emb_log(EMB_LOG_ERROR, "cannot plan a move: %s",
+				emb_strerror(n));
+			return;
+		}
+		if (n == 0) {
+			if (d)
+				drain_empty(s, d);
+			else
+				joined(s, j);
+			continue;
+		}
+		emb_cmap_move_begin(s->cmap, from, to, first, (uint32_t)n,
+				    s->cmap);
+		s->fill_rank = to;
+		s->move_from = from;
+		s->fill_first = first;
+		s->fill_n = (uint32_t)n;
+		s->fill_epoch = s->cmap->epoch;
+		s->fill_chunk_ms = (int64_t)emb_clock_ms();
+		republish(s);
+		emb_log(EMB_LOG_INFO,
+			"map epoch %llu: slots %u-%u move from server %u to "
+			"server %u (%s), streamed by server %u",
+			(unsigned long long)s->cmap->epoch, first,
+			first + (uint32_t)n - 1, from, to,
+			node_addr(&s->nodes[to], addr, sizeof(addr)),
+			emb_cmap_primary(s->cmap, first));
+	}
 }
 
 /* A chunk that will not finish: its slots are filled again, or, after
@@ -789,6 +1011,22 @@ static void fill_failed(struct emb_sched *s, const char *why)
 			      "server %u failed: %s",
 		(unsigned long long)s->cmap->epoch, s->fill_first,
 		s->fill_first + s->fill_n - 1, s->fill_rank, why);
+	if (s->move_from != NO_FILL) {
+		s->fill_rank = s->move_from = NO_FILL;
+		if (++s->fill_fails >= FILL_TRIES) {
+			emb_log(EMB_LOG_ERROR,
+				"moves given up after %u failed streams: the "
+				"drains and joins asked for end where they are",
+				s->fill_fails);
+			for (uint32_t i = 0; i < s->o.server_num; i++)
+				s->nodes[i].draining = s->nodes[i].joining =
+				    false;
+			s->fill_fails = 0;
+			return;
+		}
+		move_next(s);
+		return;
+	}
 	if (++s->fill_fails >= FILL_TRIES) {
 		emb_log(EMB_LOG_ERROR,
 			"server %u: recovery given up after %u failed "
@@ -959,6 +1197,7 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 	if (n) {
 		idx = (uint32_t)(n - s->nodes);
 		n->dead = false;
+		n->left = false;
 		n->finished = false;
 		n->conn = conn;
 		n->pid = r.pid;
@@ -1265,6 +1504,12 @@ static struct node *node_of(struct emb_sched *s, struct emb_req *req,
 		return NULL;
 	}
 	n = &s->nodes[id - 1];
+	if (n->left && (!n->conn || n->conn == emb_req_conn(req))) {
+		send_error(s, req, EMB_EDRAINED,
+			   "this server was drained: it holds no slot and "
+			   "leaves");
+		return NULL;
+	}
 	/* A node speaks on the connection it registered on: a server
 	 * declared dead whose rank a newcomer took is not that newcomer. */
 	if (n->dead || (n->conn && n->conn != emb_req_conn(req))) {
@@ -1381,6 +1626,26 @@ static void on_fill_done(struct emb_sched *s, struct emb_req *req,
 		fill_failed(s, emb_strerror(d.status));
 		return;
 	}
+	if (s->move_from != NO_FILL) {
+		/* The target takes its source's place: the next map drops a
+		 * writer, never adds one, so writes in flight lose nothing. */
+		emb_cmap_move_done(s->cmap, s->move_from, s->fill_rank,
+				   d.first, d.n, s->cmap);
+		s->move_chunks++;
+		s->moved_slots += d.n;
+		s->fill_fails = 0;
+		emb_log(EMB_LOG_DEBUG,
+			"map epoch %llu: server %u holds slots %u-%u in server "
+			"%u's place (%lld ms)",
+			(unsigned long long)s->cmap->epoch, s->fill_rank,
+			d.first, d.first + d.n - 1, s->move_from,
+			(long long)((int64_t)emb_clock_ms() - s->fill_chunk_ms));
+		s->move_first = (d.first + d.n) % EMB_NSLOTS;
+		s->fill_rank = s->move_from = NO_FILL;
+		republish(s);
+		move_next(s);
+		return;
+	}
 	emb_cmap_fill_done(s->cmap, s->fill_rank, d.first, d.n, s->cmap);
 	s->fill_chunks++;
 	emb_log(EMB_LOG_DEBUG,
@@ -1392,6 +1657,82 @@ static void on_fill_done(struct emb_sched *s, struct emb_req *req,
 	/* fill_next() publishes; the done chunk rides in the same map. */
 	fill_next(s);
 	republish(s);
+}
+
+/*
+ * DRAIN (embstore scale --remove): the server's slots move to the others,
+ * then it leaves. Answered once queued; the moves follow in the map.
+ */
+static void on_drain(struct emb_sched *s, struct emb_req *req,
+		     const struct emb_wire_frame *f)
+{
+	char msg[160], addr[EMB_WIRE_HOST_MAX + 16];
+	uint32_t rank, staying = 0;
+	struct node *n;
+	int rc = emb_wire_drain_req_decode(f, &rank);
+
+	if (rc) {
+		send_error(s, req, rc, "bad DRAIN");
+		return;
+	}
+	if (s->state != EMB_CLUSTER_READY || !s->cmap || s->over) {
+		send_error(s, req, EMB_ECLUSTER, "the job is not running");
+		return;
+	}
+	if (s->nfatal) {
+		send_error(s, req, EMB_ENODEAD, "a node died");
+		return;
+	}
+	if (rank >= s->o.server_num ||
+	    s->nodes[rank].role != EMB_ROLE_SERVER) {
+		snprintf(msg, sizeof(msg), "no server rank %u (the job has %u)",
+			 rank, s->o.server_num);
+		send_error(s, req, EMB_EBADARG, msg);
+		return;
+	}
+	n = &s->nodes[rank];
+	if (n->left || n->draining) {
+		send_ack(s, req, EMB_OP_DRAIN, 0); /* asked before */
+		return;
+	}
+	if (n->dead) {
+		snprintf(msg, sizeof(msg), "server %u is dead", rank);
+		send_error(s, req, EMB_ENODEAD, msg);
+		return;
+	}
+	/* Unreplicated, clients route by primaries alone and send writes
+	 * no epoch: a move's fence and new writer would go unseen. A move
+	 * has R + 1 writers, which a map of the most copies cannot list. */
+	if (s->cmap->replicas < 2 ||
+	    s->cmap->replicas >= EMB_CMAP_REPLICAS_MAX) {
+		snprintf(msg, sizeof(msg),
+			 "moving slots needs a replicated job of 2 to %u "
+			 "copies (--replicas)",
+			 EMB_CMAP_REPLICAS_MAX - 1);
+		send_error(s, req, EMB_ECLUSTER, msg);
+		return;
+	}
+	for (uint32_t i = 0; i < s->o.server_num; i++)
+		staying += i != rank && s->nodes[i].role == EMB_ROLE_SERVER &&
+			   !s->nodes[i].dead && !s->nodes[i].draining;
+	if (staying < s->cmap->replicas) {
+		snprintf(msg, sizeof(msg),
+			 "%u server%s would stay for %u copies of each slot",
+			 staying, staying == 1 ? "" : "s", s->cmap->replicas);
+		send_error(s, req, EMB_ECLUSTER, msg);
+		return;
+	}
+	n->draining = true;
+	n->joining = false;
+	if (s->fill_rank == NO_FILL) {
+		s->move_chunks = 0;
+		s->move_ms = (int64_t)emb_clock_ms();
+	}
+	emb_log(EMB_LOG_INFO,
+		"server %u (%s) drains: its %u slots move to the others",
+		rank, node_addr(n, addr, sizeof(addr)), held_slots(s, rank));
+	send_ack(s, req, EMB_OP_DRAIN, 0);
+	move_next(s);
 }
 
 static void on_barrier(struct emb_sched *s, struct emb_req *req,
@@ -1500,6 +1841,9 @@ static void on_request(void *arg, struct emb_conn *conn, struct emb_req *req,
 		break;
 	case EMB_OP_FILL_DONE:
 		on_fill_done(s, req, &f);
+		break;
+	case EMB_OP_DRAIN:
+		on_drain(s, req, &f);
 		break;
 	default:
 		send_error(s, req, -EOPNOTSUPP,
@@ -1699,6 +2043,7 @@ fill:
 	if (s->fill_rank != NO_FILL &&
 	    (int64_t)emb_clock_ms() - s->fill_chunk_ms > FILL_TIMEOUT_MS)
 		fill_failed(s, "its source did not report in time");
+	drain_leave(s);
 }
 
 /* Loop thread: publishes the counts for emb_sched_stats(). */
@@ -1988,6 +2333,7 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	s->dead_cap = nnodes(s);
 	s->dead = calloc(s->dead_cap, sizeof(*s->dead));
 	s->fill_rank = NO_FILL;
+	s->move_from = NO_FILL;
 	s->tick_ms = s->o.hb_timeout_ms / 10;
 	if (s->tick_ms < 1)
 		s->tick_ms = 1;

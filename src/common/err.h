@@ -76,6 +76,7 @@
 	X(EMB_EMOVING, -1506, "slot being copied to a new replica: retry")     \
 	X(EMB_ENOBUNDLE, -1507,                                                \
 	  "synchronous-mode push cannot go in PUSH_MANY: send it alone")       \
+	X(EMB_EDRAINED, -1508, "server drained: it holds no slot and leaves")  \
 	X(EMB_ESCHEDSTATE, -1519, "bad scheduler state file")                  \
 	/* cluster coordinator on etcd: -1530.. */                             \
 	X(EMB_ENOETCD, -1530, "etcd unreachable")                              \

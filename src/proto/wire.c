@@ -115,6 +115,8 @@ const char *emb_wire_op_name(uint8_t op)
 		return "finish";
 	case EMB_OP_FILL_DONE:
 		return "fill_done";
+	case EMB_OP_DRAIN:
+		return "drain";
 	default:
 		return "?";
 	}

@@ -320,11 +320,27 @@ int emb_wire_fill_done_req_encode(void *buf, size_t cap, uint64_t req_id,
 	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_FILL_DONE_REQ_SIZE);
 }
 
+int emb_wire_drain_req_encode(void *buf, size_t cap, uint64_t req_id,
+			      uint32_t rank)
+{
+	uint8_t *p = buf;
+
+	if (rank >= EMB_WIRE_SERVERS_MAX)
+		return EMB_EBADARG;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_DRAIN_REQ_SIZE)
+		return -ENOSPC;
+	put_hdr(p, EMB_OP_DRAIN, req_id, 0, EMB_WIRE_DRAIN_REQ_SIZE);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, rank);
+	emb_le32_store(p + 4, 0);
+	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_DRAIN_REQ_SIZE);
+}
+
 int emb_wire_cluster_ack_encode(void *buf, size_t cap, uint8_t op,
 				uint64_t req_id, uint32_t count)
 {
 	if ((op != EMB_OP_BARRIER && op != EMB_OP_FINISH &&
-	     op != EMB_OP_FILL_DONE) ||
+	     op != EMB_OP_FILL_DONE && op != EMB_OP_DRAIN) ||
 	    (op != EMB_OP_BARRIER && count))
 		return EMB_EBADARG;
 	if (!buf || cap < EMB_WIRE_HDR_SIZE)
@@ -569,7 +585,7 @@ int emb_wire_cluster_ack_decode(const struct emb_wire_frame *f, uint8_t op,
 	int rc;
 
 	if (op != EMB_OP_BARRIER && op != EMB_OP_FINISH &&
-	    op != EMB_OP_FILL_DONE)
+	    op != EMB_OP_FILL_DONE && op != EMB_OP_DRAIN)
 		return EMB_EBADARG;
 	rc = check_cluster_resp(f, op);
 	if (rc)
@@ -600,6 +616,23 @@ int emb_wire_fill_done_req_decode(const struct emb_wire_frame *f,
 	if (out->node_id == 0 || out->status > 0 ||
 	    out->first >= EMB_NSLOTS || out->n == 0 ||
 	    out->n > EMB_NSLOTS - out->first || out->epoch == 0)
+		return EMB_EBADFRAME;
+	return 0;
+}
+
+int emb_wire_drain_req_decode(const struct emb_wire_frame *f, uint32_t *rank)
+{
+	const uint8_t *p;
+	int rc = check_req(f, EMB_OP_DRAIN);
+
+	if (rc)
+		return rc;
+	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_DRAIN_REQ_SIZE)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	*rank = emb_le32_load(p);
+	/* Flags are for later requests: none is known yet. */
+	if (*rank >= EMB_WIRE_SERVERS_MAX || emb_le32_load(p + 4))
 		return EMB_EBADFRAME;
 	return 0;
 }

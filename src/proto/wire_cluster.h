@@ -121,6 +121,14 @@
  *   payload_len = 24
  * FILL_DONE response (count 0, no payload).
  *
+ * DRAIN request (count 0): move every slot off a server, which then
+ * leaves (docs/replication.md, "Moving slots"); from a node or an
+ * observer (embstore scale), after HELLO where the cluster has a token
+ *   0       4     server rank
+ *   4       4     flags, 0
+ *   payload_len = 8
+ * DRAIN response (count 0, no payload): the drain is queued.
+ *
  * BARRIER response (count = workers that met, no payload): sent to every
  * worker once all worker_num workers reached the barrier; a barrier of the
  * same name may then be entered again.
@@ -156,6 +164,7 @@
 #define EMB_WIRE_NODE_REQ_SIZE	    8u
 #define EMB_WIRE_HEARTBEAT_REQ_SIZE 16u
 #define EMB_WIRE_FILL_DONE_REQ_SIZE 24u
+#define EMB_WIRE_DRAIN_REQ_SIZE 8u
 #define EMB_WIRE_MAP_PREFIX_SIZE    (8u + 2u * EMB_NSLOTS)
 #define EMB_WIRE_MAP_ENTRY_SIZE	    264u
 /* Largest replicated map tail: cluster/map.h's version 2 with R = 8. */
@@ -308,11 +317,14 @@ int emb_wire_heartbeat_resp_encode(void *buf, size_t cap, uint64_t req_id,
 /* EMB_EBADARG: node id 0, a status > 0, a chunk out of range, epoch 0. */
 int emb_wire_fill_done_req_encode(void *buf, size_t cap, uint64_t req_id,
 				  const struct emb_wire_fill_done_req *r);
+/* EMB_EBADARG: rank over EMB_WIRE_SERVERS_MAX. */
+int emb_wire_drain_req_encode(void *buf, size_t cap, uint64_t req_id,
+			      uint32_t rank);
 /* EMB_EBADARG: name empty, over 63 bytes. */
 int emb_wire_barrier_req_encode(void *buf, size_t cap, uint64_t req_id,
 				uint32_t node_id, const char *name);
-/* Successful BARRIER (count = workers that met), FINISH or FILL_DONE
- * (count 0). */
+/* Successful BARRIER (count = workers that met), FINISH, FILL_DONE or
+ * DRAIN (count 0). */
 int emb_wire_cluster_ack_encode(void *buf, size_t cap, uint8_t op,
 				uint64_t req_id, uint32_t count);
 
@@ -342,7 +354,9 @@ int emb_wire_barrier_req_decode(const struct emb_wire_frame *f,
 				struct emb_wire_barrier_req *out);
 int emb_wire_fill_done_req_decode(const struct emb_wire_frame *f,
 				  struct emb_wire_fill_done_req *out);
-/* op: EMB_OP_BARRIER, EMB_OP_FINISH or EMB_OP_FILL_DONE; *count (may be
+int emb_wire_drain_req_decode(const struct emb_wire_frame *f,
+			      uint32_t *rank);
+/* op: EMB_OP_BARRIER, EMB_OP_FINISH, EMB_OP_FILL_DONE or EMB_OP_DRAIN; *count (may be
  * NULL) from count. */
 int emb_wire_cluster_ack_decode(const struct emb_wire_frame *f, uint8_t op,
 				uint32_t *count);

@@ -418,6 +418,7 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	struct emb_frame_hdr hdr = {0};
 	struct srv_table *st;
 	struct pull_ctx *pc;
+	const char *why;
 	uint32_t stride;
 	uint16_t wflags;
 	size_t bitmap;
@@ -427,6 +428,9 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	rc = emb_wire_pull_req_decode(f, &p);
 	if (rc)
 		return emb__reply_error(s, req, rc, NULL);
+	rc = emb__slots_read(s->slots, p.ids, p.n, &why);
+	if (rc)
+		return emb__reply_error(s, req, rc, why);
 	st = emb__tables_pin(s, p.table_id);
 	if (!st)
 		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);

@@ -32,6 +32,7 @@
 #include "common/err.h"
 #include "proto/wire_many.h"
 #include "server/replybuf.h"
+#include "server/slots.h"
 #include "store/store.h"
 
 /* Bytes kept for a sub-request's error frame: header, length, message. */
@@ -80,6 +81,11 @@ static void sub_size(struct emb_server *s, const struct emb_wire_frame *f,
 	/* Whole rows come from table memory only: not in PULL_MANY. */
 	if (!u->rc && u->p.with_state)
 		u->rc = EMB_EBADARG;
+	if (!u->rc) {
+		const char *why;
+
+		u->rc = emb__slots_read(s->slots, u->p.ids, u->p.n, &why);
+	}
 	if (!u->rc) {
 		u->st = emb__tables_pin(s, u->p.table_id);
 		if (!u->st)

@@ -143,6 +143,25 @@ int emb__slots_begin(struct emb__slots *sl, const struct emb_frame_hdr *h,
 	return 1;
 }
 
+int emb__slots_read(struct emb__slots *sl, const uint64_t *ids, uint32_t n,
+		    const char **why)
+{
+	int rc = 0;
+
+	*why = NULL;
+	if (!__atomic_load_n(&sl->on, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_rwlock_rdlock(&sl->lock);
+	for (uint32_t i = 0; i < n; i++)
+		if (!(sl->m.slot[emb_id_slot(ids[i])] & EMB_CMAP_VIEW_MINE)) {
+			rc = refuse(sl, EMB_ESTALEMAP, why,
+				    "this server holds no copy of the slot");
+			break;
+		}
+	pthread_rwlock_unlock(&sl->lock);
+	return rc;
+}
+
 void emb__slots_end(struct emb__slots *sl, int held)
 {
 	if (held == 1)

@@ -46,6 +46,15 @@ int emb__slots_begin(struct emb__slots *sl, const struct emb_frame_hdr *h,
 		     const uint64_t *ids, uint32_t n, const char **why);
 void emb__slots_end(struct emb__slots *sl, int held);
 
+/*
+ * A pull of ids[0..n): EMB_ESTALEMAP (*why says why) when the view says
+ * this server holds no copy of some id's slot (a move took it elsewhere:
+ * its rows here are no longer written to), else 0. Always 0 before a
+ * view was set (an unreplicated server).
+ */
+int emb__slots_read(struct emb__slots *sl, const uint64_t *ids, uint32_t n,
+		    const char **why);
+
 /* Writes refused so far: [0] EMB_EMOVING, [1] EMB_ESTALEMAP. */
 void emb__slots_counts(struct emb__slots *sl, uint64_t out[2]);
 

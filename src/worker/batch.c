@@ -210,7 +210,10 @@ static uint32_t group_part_max(const struct emb_client *c, const uint16_t *h,
 {
 	uint32_t m = UINT32_MAX, n = 0;
 
-	for (; n < c->cmap->replicas && h[n] != EMB_CMAP_NONE; n++)
+	/* A group is a slot's writers: its holders, and during a move
+	 * (docs/replication.md, "Moving slots") one more, the server being
+	 * filled in a holder's place. */
+	for (; n < EMB_CMAP_REPLICAS_MAX && h[n] != EMB_CMAP_NONE; n++)
 		if (part_max(c, h[n], stride) < m)
 			m = part_max(c, h[n], stride);
 	*nh = n;

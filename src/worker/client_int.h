@@ -268,6 +268,8 @@ struct part_retry {
 	struct part *fprev; /* fly list: previous, NULL for the head */
 	bool flying;	    /* in its server's fly list */
 	bool reading;	    /* ...for its READs on the read conn */
+	bool reroute;	    /* pull: routed again before it goes (its
+			       server no longer held its slots) */
 	uint64_t due_ms;    /* delayed: when it goes again, monotonic ms */
 	uint32_t wait_ms;   /* delayed: its next back-off */
 	struct part *dnext; /* next delayed part */
@@ -280,6 +282,8 @@ struct part_rep {
 	bool skip;	    /* fan-out to a removed server whose slots live
 			       on: no request, no response */
 	bool counted;	    /* erase, lead copy: a copy's count was taken */
+	bool source;	    /* a copy emb__rep_trim() made of the copy to its
+			       group's acting primary: it is that copy */
 	uint64_t epoch;	    /* map epoch it was routed by (0: none) */
 	uint64_t fixed;	    /* lead copy: epoch its group's writers were
 			       last completed for */
@@ -536,6 +540,22 @@ void emb__rep_note_lost(struct emb_client *c, const struct part *p,
  * 0 or -ENOMEM. */
 int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 		   struct part *lead);
+/* Loop thread: whether copy p went to its group's acting primary (the
+ * first of its copies whose server is not dead), the one server whose
+ * refusal means a fill's stream lacks the write (emb__rep_fixup()). */
+bool emb__rep_source(const struct emb_client *c, const struct part *p);
+/* What emb__rep_trim() did with a copy routed by an older map. */
+enum trim {
+	TRIM_KEEP,  /* its server still takes every row: send it */
+	TRIM_DONE,  /* it takes none (a move put another in its place), or
+		       some, which went in a copy of their own: p is over */
+	TRIM_NOMEM, /* that copy could not be made */
+};
+/* Loop thread: a copy p routed by an older map, whose server a move
+ * since dropped from the writers of some of its rows (docs/replication.md,
+ * "Moving slots"): those rows' other writers have copies of their own. */
+enum trim emb__rep_trim(struct emb_client *c, struct emb_async *op,
+			struct part *p);
 /* Loop thread: p waits a back-off, then goes again (c->fns->send). */
 void emb__rep_delay(struct emb_client *c, struct part *p);
 

@@ -497,6 +497,87 @@ int emb_client_from_sched(const struct emb_client_opts *opts, const char *sched,
 	return emb__err(rc ? rc : from_sched(&o, sched, out));
 }
 
+/* An observer's connection to the scheduler at sched, after HELLO with
+ * the token if there is one. 0, or an error (*tr and *conn then NULL). */
+static int sched_connect(const char *sched, const uint8_t *token,
+			 uint32_t token_len, struct emb_transport **tr,
+			 struct emb_conn **conn)
+{
+	struct emb_transport_opts to = EMB_TRANSPORT_OPTS_DEFAULT;
+	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
+	struct emb_addr sa;
+	int rc;
+
+	*tr = NULL;
+	*conn = NULL;
+	if (!sched || emb_addr_parse(sched, strlen(sched), -1, &sa) ||
+	    sa.port == 0)
+		return -EINVAL;
+	co.host = sa.host;
+	co.port = sa.port;
+	to.call_timeout_ms = 10000;
+	rc = emb_transport_create("tcp", &to, tr);
+	if (!rc)
+		rc = emb_conn_create(*tr, &co, conn);
+	if (!rc && token_len) {
+		struct emb_wire_limits hl;
+		char msg[128];
+
+		rc = emb_hello(*conn, token, token_len, "embstore-observer",
+			       &hl, msg, sizeof(msg));
+		if (rc && msg[0])
+			emb_log(EMB_LOG_ERROR, "scheduler %s refused HELLO: %s",
+				sched, msg);
+	}
+	if (rc) {
+		emb_conn_destroy(*conn);
+		emb_transport_destroy(*tr);
+		*conn = NULL;
+		*tr = NULL;
+	}
+	return rc;
+}
+
+int emb_cluster_drain(const char *sched, const uint8_t *token,
+		      uint32_t token_len, uint32_t rank, char *why,
+		      size_t why_cap)
+{
+	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + EMB_WIRE_DRAIN_REQ_SIZE];
+	_Alignas(8) uint8_t resp[EMB_WIRE_ERRMSG_MAX + 64];
+	struct emb_transport *tr;
+	struct emb_conn *conn;
+	struct emb_frame_hdr hdr, rhdr;
+	struct iovec iov;
+	int rc, len;
+
+	if (why && why_cap)
+		why[0] = '\0';
+	len = emb_wire_drain_req_encode(req, sizeof(req), 0, rank);
+	if (len < 0)
+		return emb__err(len == EMB_EBADARG ? -EINVAL : len);
+	rc = sched_connect(sched, token, token_len, &tr, &conn);
+	if (rc)
+		return emb__err(rc);
+	memcpy(&hdr, req, sizeof(hdr));
+	iov = (struct iovec){req + EMB_WIRE_HDR_SIZE,
+			     (size_t)len - EMB_WIRE_HDR_SIZE};
+	rc = emb_conn_call_sync(conn, &hdr, &iov, 1, resp, sizeof(resp), &rhdr);
+	if (!rc && rhdr.status < 0) {
+		struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+		struct emb_wire_frame f = {
+		    .hdr = rhdr, .payload = resp, .lim = &lim};
+		struct emb_wire_error e;
+
+		rc = rhdr.status;
+		/* The scheduler's reason, as its error frame carries it. */
+		if (why && why_cap && emb_wire_error_decode(&f, &e) == 0)
+			snprintf(why, why_cap, "%.*s", (int)e.msg_len, e.msg);
+	}
+	emb_conn_destroy(conn);
+	emb_transport_destroy(tr);
+	return emb__err(rc);
+}
+
 /*
  * The formed cluster's servers from the scheduler at sched, as a list in
  * buf, and with sm (may be NULL) its replicas, removed flags and slots.
@@ -506,15 +587,12 @@ static int fetch_map(const char *sched, const uint8_t *token,
 		     struct sched_map *sm)
 {
 	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + 8];
-	struct emb_transport_opts to = EMB_TRANSPORT_OPTS_DEFAULT;
-	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
 	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
 	struct emb_wire_cluster_map map;
 	struct emb_frame_hdr hdr, rhdr;
 	struct emb_transport *tr = NULL;
 	struct emb_conn *conn = NULL;
 	struct emb_wire_frame f;
-	struct emb_addr sa;
 	uint8_t *resp = NULL;
 	size_t resp_cap = emb_wire_cluster_map_cap(EMB_WIRE_SERVERS_MAX);
 	struct iovec iov;
@@ -523,27 +601,10 @@ static int fetch_map(const char *sched, const uint8_t *token,
 
 	if (!sched || !buf || !cap)
 		return -EINVAL;
-	if (emb_addr_parse(sched, strlen(sched), -1, &sa) || sa.port == 0)
-		return -EINVAL;
-	co.host = sa.host;
-	co.port = sa.port;
-	to.call_timeout_ms = 10000;
 	resp = aligned_alloc(64, (resp_cap + 63) & ~(size_t)63);
 	if (!resp)
 		return -ENOMEM;
-	rc = emb_transport_create("tcp", &to, &tr);
-	if (!rc)
-		rc = emb_conn_create(tr, &co, &conn);
-	if (!rc && token_len) {
-		struct emb_wire_limits hl;
-		char msg[128];
-
-		rc = emb_hello(conn, token, token_len, "embstore-observer", &hl,
-			       msg, sizeof(msg));
-		if (rc && msg[0])
-			emb_log(EMB_LOG_ERROR, "scheduler %s refused HELLO: %s",
-				sched, msg);
-	}
+	rc = sched_connect(sched, token, token_len, &tr, &conn);
 	if (rc)
 		goto out;
 	len = emb_wire_node_req_encode(req, sizeof(req), EMB_OP_CLUSTER_MAP, 0,

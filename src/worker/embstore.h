@@ -484,6 +484,20 @@ int emb_cluster_servers_auth(const char *sched, const uint8_t *token,
 			     uint32_t token_len, char *buf, size_t cap);
 
 /*
+ * Asks the scheduler at sched ("host:port") to drain server rank of its
+ * running replicated job (docs/replication.md, "Moving slots"): the
+ * server's slots move to the others while training goes on, then it
+ * leaves and exits 0. token as for emb_cluster_servers_auth(). Returns
+ * once the drain is queued (asking twice is no error): 0, EMB_EBADARG (no
+ * such rank), EMB_ECLUSTER (not running, unreplicated, or too few servers
+ * would stay for the copies: the scheduler's reason in why[0..why_cap) if
+ * why is not NULL), EMB_ENODEAD (a dead server), or a connection error.
+ */
+int emb_cluster_drain(const char *sched, const uint8_t *token,
+		      uint32_t token_len, uint32_t rank, char *why,
+		      size_t why_cap);
+
+/*
  * A client for observing the cluster of the scheduler at sched
  * ("host:port") without joining it: its map, replicas and removed servers
  * included, connected to the live servers only, so it works after a

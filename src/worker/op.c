@@ -196,6 +196,20 @@ static void pull_end(struct part *p, int status,
 			break;
 		}
 	}
+	/* The server holds no copy of some of its slots any more (a move
+	 * put them elsewhere, docs/replication.md "Moving slots"): nothing
+	 * was read; it goes again by the newer map, after a back-off. */
+	if (status == 0 && resp && resp->status == EMB_ESTALEMAP &&
+	    op->c->cmap && !stopping(op->c) &&
+	    emb_clock_ms() < op->deadline_ms) {
+		if (op->c->node)
+			emb_node_map_refresh(op->c->node);
+		add(&op->c->moved, 1);
+		p->req.status = resp->status;
+		p->retry.reroute = true;
+		emb__rep_delay(op->c, p);
+		return;
+	}
 	status = resp_status(p, status, resp);
 	if (status == 0 && resp)
 		status = pull_scatter(op, p);
@@ -559,6 +573,16 @@ static void part_send(struct emb_client *c, struct part *p)
 		part_end(p, EMB_ENODEAD, NULL);
 		return;
 	}
+	/* A pull its server refused for a stale route: by the map now. The
+	 * same server again when the map has not come yet. */
+	if (p->retry.reroute) {
+		p->retry.reroute = false;
+		if (emb__rep_reroute(p->op, p) == REROUTE_SPLIT) {
+			part_close(p, 0);
+			return;
+		}
+		s = &c->srv[p->req.server];
+	}
 	/* An op whose task runs only as the client is destroyed (its loop
 	 * thread stopped first) finds every server down for good. */
 	if (stopping(c) && s->state != SRV_UP) {
@@ -577,10 +601,24 @@ static void part_send(struct emb_client *c, struct part *p)
 		/* Routed by an older map: writers it added get their copy
 		 * before this one goes out under the new epoch. */
 		if (p->rep.epoch < c->map_epoch) {
-			rc = emb__rep_fixup(c, p->op,
-					    &p->op->parts[p->rep.lead]);
+			rc = emb__rep_source(c, p)
+				 ? emb__rep_fixup(c, p->op,
+						  &p->op->parts[p->rep.lead])
+				 : 0;
 			if (rc) {
 				part_end(p, rc, NULL);
+				return;
+			}
+			/* A move may have dropped this server from the
+			 * writers of some rows: they are not sent there. */
+			switch (emb__rep_trim(c, p->op, p)) {
+			case TRIM_KEEP:
+				break;
+			case TRIM_DONE:
+				part_close(p, 0);
+				return;
+			case TRIM_NOMEM:
+				part_end(p, -ENOMEM, NULL);
 				return;
 			}
 			p->rep.epoch = c->map_epoch;

@@ -321,6 +321,147 @@ static bool ext_has(const struct emb_client *c, const struct part *lead,
 }
 
 /*
+ * Loop thread: a new copy of src's rows j with keep(j) (k of them) for
+ * server to, in memory of its own that the op frees, on lead's list; not
+ * sent. NULL when out of memory.
+ */
+static struct part *ext_copy(struct emb_client *c, struct emb_async *op,
+			     struct part *lead, const struct part *src,
+			     uint32_t to, uint32_t k,
+			     bool (*keep)(struct emb_client *, const struct part *,
+					  uint32_t, uint32_t, uint64_t),
+			     const struct part *kctx)
+{
+	const uint32_t rowb = op->stride * (uint32_t)sizeof(float);
+	const float *rows;
+	const uint64_t *ids = part_ids(src, &rows);
+	uint64_t *eids;
+	float *erows;
+	uint32_t at = 0;
+	struct part *e;
+	char *m;
+
+	/* aligned_alloc() takes whole 64-byte lines. */
+	m = aligned_alloc(64, (((sizeof(*e) + 63) & ~(size_t)63) + ERR_CAP +
+			       (size_t)k * (8 + rowb) + 63) &
+				  ~(size_t)63);
+	if (!m)
+		return NULL;
+	e = (struct part *)(void *)m;
+	*e = *src;
+	e->rep.ext = e->rep.enext = e->retry.dnext = NULL;
+	e->retry.wait_ms = 0;
+	e->req.server = to;
+	e->req.gen = __atomic_load_n(&c->srv[to].gen, __ATOMIC_RELAXED);
+	e->req.n = k;
+	e->req.status = 0;
+	e->retry.flying = false;
+	e->rep.epoch = c->map_epoch;
+	e->rep.source = false;
+	e->rep.nrep = lead->rep.nrep; /* a copy: its death is no error */
+	e->req.resp = m + ((sizeof(*e) + 63) & ~(size_t)63);
+	e->req.resp_cap = ERR_CAP;
+	eids = (uint64_t *)(void *)((char *)e->req.resp + ERR_CAP);
+	erows = (float *)(void *)(eids + k);
+	for (uint32_t j = 0; j < src->req.n && at < k; j++) {
+		if (!keep(c, kctx, to, j, ids[j]))
+			continue;
+		eids[at] = ids[j];
+		if (rows)
+			memcpy(erows + (size_t)at * op->stride,
+			       rows + (size_t)j * op->stride, rowb);
+		at++;
+	}
+	e->req.hdr.count = k;
+	if (op->kind == OP_PUSH) {
+		e->req.seq = __atomic_add_fetch(&c->srv[to].push_seq, 1,
+						__ATOMIC_RELAXED);
+		emb_le64_store(e->req.prefix + 24, e->req.seq);
+		e->req.iov[0].iov_base = e->req.prefix;
+		e->req.iov[1] = (struct iovec){eids, k * 8ull};
+		e->req.iov[2] = (struct iovec){erows, (size_t)k * rowb};
+	} else {
+		e->req.iov[0] = (struct iovec){eids, k * 8ull};
+		if (rows)
+			e->req.iov[1] = (struct iovec){erows, (size_t)k * rowb};
+	}
+	e->rep.enext = lead->rep.ext;
+	lead->rep.ext = e;
+	op->pending++;
+	return e;
+}
+
+/* ext_copy()'s keep for a fixup: rows whose writers include to and that
+ * no earlier fixup sent there. */
+static bool keep_missing(struct emb_client *c, const struct part *lead,
+			 uint32_t to, uint32_t j, uint64_t id)
+{
+	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
+	uint32_t nw = emb_cmap_writers(c->cmap, emb_id_slot(id), w);
+
+	(void)j;
+	return in_list(w, nw, to) && !ext_has(c, lead, to, id);
+}
+
+/* ext_copy()'s keep for a trim: rows whose writers still include to. */
+static bool keep_writer(struct emb_client *c, const struct part *p,
+			uint32_t to, uint32_t j, uint64_t id)
+{
+	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
+	uint32_t nw = emb_cmap_writers(c->cmap, emb_id_slot(id), w);
+
+	(void)p;
+	(void)j;
+	return in_list(w, nw, to);
+}
+
+bool emb__rep_source(const struct emb_client *c, const struct part *p)
+{
+	const struct emb_async *op = p->op;
+
+	/* A fixup's own copy went to a writer the map added: never one; a
+	 * trim's stands for the copy it was made of. */
+	if (p < op->parts || p >= op->parts + op->nparts)
+		return p->rep.source;
+	for (const struct part *q = &op->parts[p->rep.lead]; q < p; q++)
+		if (!srv_dead(&c->srv[q->req.server]))
+			return false;
+	return true;
+}
+
+enum trim emb__rep_trim(struct emb_client *c, struct emb_async *op,
+			struct part *p)
+{
+	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
+	const float *rows;
+	const uint64_t *ids = part_ids(p, &rows);
+	uint32_t k = 0;
+	struct part *e;
+
+	for (uint32_t j = 0; j < p->req.n; j++) {
+		uint32_t nw = emb_cmap_writers(c->cmap, emb_id_slot(ids[j]), w);
+
+		k += in_list(w, nw, p->req.server);
+	}
+	if (k == p->req.n)
+		return TRIM_KEEP;
+	if (k == 0)
+		return TRIM_DONE;
+	e = ext_copy(c, op, &op->parts[p->rep.lead], p, p->req.server, k,
+		     keep_writer, p);
+	if (!e)
+		return TRIM_NOMEM;
+	/* Refused by the acting primary, it is still the one whose refusal
+	 * means a fill lacks these rows (emb__rep_fixup()). */
+	e->rep.source = emb__rep_source(c, p);
+	emb_log(EMB_LOG_DEBUG,
+		"map epoch %llu: %u of %u rows of a copy still go to server %u",
+		(unsigned long long)c->map_epoch, k, p->req.n, p->req.server);
+	c->fns->send(c, e);
+	return TRIM_DONE;
+}
+
+/*
  * Loop thread: the copies of lead's group were routed by an older map;
  * writers the current one added to some of their rows (a server being
  * filled) get a copy of those rows now, sent at once. The group's other
@@ -332,7 +473,7 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 {
 	const uint32_t k0 = (uint32_t)(lead - op->parts);
 	uint16_t covered[EMB_CMAP_REPLICAS_MAX + 1], w[EMB_CMAP_REPLICAS_MAX + 1];
-	uint32_t nsib = 0, rowb;
+	uint32_t nsib = 0;
 	const uint64_t *ids;
 	const float *rows;
 
@@ -340,7 +481,6 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 		return 0;
 	lead->rep.fixed = c->map_epoch;
 	ids = part_ids(lead, &rows);
-	rowb = op->stride * (uint32_t)sizeof(float);
 	/* A copy to a rank's earlier server covers nothing on the newcomer
 	 * that took it: the newcomer, being filled, gets a copy of its own. */
 	for (uint32_t j = 0; j < lead->rep.nrep && nsib < EMB_CMAP_REPLICAS_MAX; j++)
@@ -350,7 +490,6 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 	for (;;) {
 		uint32_t to = NONE, k = 0;
 		struct part *e;
-		char *m;
 
 		/* The next writer some row's copy does not reach yet, and the
 		 * rows it lacks: an earlier fixup may have sent it some. */
@@ -369,65 +508,11 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 		}
 		if (to == NONE)
 			return 0;
-		/* aligned_alloc() takes whole 64-byte lines. */
-		m = aligned_alloc(64, (((sizeof(*e) + 63) & ~(size_t)63) +
-				       ERR_CAP + (size_t)k * (8 + rowb) + 63) &
-					  ~(size_t)63);
-		if (!m)
+		/* The rows are counted by ids alone: ext_has() of a row is
+		 * the same before and after this copy is listed. */
+		e = ext_copy(c, op, lead, lead, to, k, keep_missing, lead);
+		if (!e)
 			return -ENOMEM;
-		e = (struct part *)(void *)m;
-		*e = *lead;
-		e->rep.ext = e->rep.enext = e->retry.dnext = NULL;
-		e->retry.wait_ms = 0;
-		e->req.server = to;
-		e->req.gen = __atomic_load_n(&c->srv[to].gen, __ATOMIC_RELAXED);
-		e->req.n = k;
-		e->req.status = 0;
-		e->retry.flying = false;
-		e->rep.epoch = c->map_epoch;
-		e->rep.nrep =
-		    lead->rep.nrep; /* a copy: its death is no error */
-		e->req.resp = m + ((sizeof(*e) + 63) & ~(size_t)63);
-		e->req.resp_cap = ERR_CAP;
-		{
-			uint64_t *eids =
-			    (uint64_t *)(void *)((char *)e->req.resp + ERR_CAP);
-			float *erows = (float *)(void *)(eids + k);
-			uint32_t at = 0;
-
-			for (uint32_t j = 0; j < lead->req.n && at < k; j++) {
-				uint32_t nw = emb_cmap_writers(
-				    c->cmap, emb_id_slot(ids[j]), w);
-
-				if (!in_list(w, nw, to) ||
-				    ext_has(c, lead, to, ids[j]))
-					continue;
-				eids[at] = ids[j];
-				if (rows)
-					memcpy(erows + (size_t)at * op->stride,
-					       rows + (size_t)j * op->stride,
-					       rowb);
-				at++;
-			}
-			e->req.hdr.count = k;
-			if (op->kind == OP_PUSH) {
-				e->req.seq = __atomic_add_fetch(
-				    &c->srv[to].push_seq, 1, __ATOMIC_RELAXED);
-				emb_le64_store(e->req.prefix + 24, e->req.seq);
-				e->req.iov[0].iov_base = e->req.prefix;
-				e->req.iov[1] = (struct iovec){eids, k * 8ull};
-				e->req.iov[2] = (struct iovec){erows,
-							   (size_t)k * rowb};
-			} else {
-				e->req.iov[0] = (struct iovec){eids, k * 8ull};
-				if (rows)
-					e->req.iov[1] = (struct iovec){
-					    erows, (size_t)k * rowb};
-			}
-		}
-		e->rep.enext = lead->rep.ext;
-		lead->rep.ext = e;
-		op->pending++;
 		emb_log(EMB_LOG_DEBUG,
 			"map epoch %llu: %u row%s of a write routed by epoch "
 			"%llu go to server %u too",
@@ -452,8 +537,9 @@ static void regroup(struct emb_client *c)
 		uint32_t g = 0;
 
 		/* Writes go to the slot's writers: its holders and the
-		 * server being filled with it, which never takes a holder's
-		 * place (a fill needs room), so R entries hold them. */
+		 * server being filled with it, R + 1 of them during a move
+		 * (a group has room for EMB_CMAP_REPLICAS_MAX: the
+		 * scheduler moves slots only with fewer replicas). */
 		if (c->cmap->fill[sl] != EMB_CMAP_NONE) {
 			uint32_t nw = emb_cmap_writers(c->cmap, sl, w);
 

@@ -436,7 +436,7 @@ static void check_cluster(const struct emb_wire_frame *f)
 	static uint16_t slot_map[EMB_NSLOTS];
 	static const uint8_t node_ops[] = {EMB_OP_CLUSTER_MAP, EMB_OP_FINISH};
 	static const uint8_t ack_ops[] = {EMB_OP_BARRIER, EMB_OP_FINISH,
-					  EMB_OP_FILL_DONE};
+					  EMB_OP_FILL_DONE, EMB_OP_DRAIN};
 	struct emb_wire_fill_done_req fd;
 	struct emb_wire_register_req rq;
 	struct emb_wire_register_resp rr;
@@ -497,6 +497,11 @@ static void check_cluster(const struct emb_wire_frame *f)
 		     emb_wire_fill_done_req_encode(out, sizeof(out),
 						   f->hdr.req_id, &fd),
 		     "fill done request");
+	if (emb_wire_drain_req_decode(f, &id) == 0)
+		same(f, out,
+		     emb_wire_drain_req_encode(out, sizeof(out), f->hdr.req_id,
+					       id),
+		     "drain request");
 	if (emb_wire_heartbeat_req_decode(f, &id, &seq) == 0)
 		same(f, out,
 		     emb_wire_heartbeat_req_encode(out, sizeof(out),

@@ -285,6 +285,9 @@ static void save_cluster(void)
 		     emb_wire_cluster_ack_encode(buf, sizeof(buf),
 						 EMB_OP_FILL_DONE, 7, 0));
 	}
+	save("drain_req", emb_wire_drain_req_encode(buf, sizeof(buf), 8, 2));
+	save("drain_resp",
+	     emb_wire_cluster_ack_encode(buf, sizeof(buf), EMB_OP_DRAIN, 8, 0));
 	save("barrier_req",
 	     emb_wire_barrier_req_encode(buf, sizeof(buf), 5, 4, "epoch-1"));
 	save("barrier_resp",

@@ -293,6 +293,29 @@ static void test_fill_done(void)
 			0);
 }
 
+static void test_drain(void)
+{
+	struct emb_wire_frame f;
+	uint32_t rank = 0;
+
+	f = frame(emb_wire_drain_req_encode(buf, sizeof(buf), 4, 3));
+	CU_ASSERT_EQUAL(f.hdr.opcode, EMB_OP_DRAIN);
+	CU_ASSERT_EQUAL(emb_wire_drain_req_decode(&f, &rank), 0);
+	CU_ASSERT_EQUAL(rank, 3);
+	/* Flags are reserved; a rank past the largest cluster is refused. */
+	emb_le32_store(buf + 32 + 4, 1);
+	CU_ASSERT_EQUAL(emb_wire_drain_req_decode(&f, &rank), EMB_EBADFRAME);
+	emb_le32_store(buf + 32 + 4, 0);
+	emb_le32_store(buf + 32, EMB_WIRE_SERVERS_MAX);
+	CU_ASSERT_EQUAL(emb_wire_drain_req_decode(&f, &rank), EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(emb_wire_drain_req_encode(buf, sizeof(buf), 4,
+						  EMB_WIRE_SERVERS_MAX),
+			EMB_EBADARG);
+	f = frame(emb_wire_cluster_ack_encode(buf, sizeof(buf), EMB_OP_DRAIN,
+					      4, 0));
+	CU_ASSERT_EQUAL(emb_wire_cluster_ack_decode(&f, EMB_OP_DRAIN, NULL), 0);
+}
+
 static void test_barrier_finish(void)
 {
 	struct emb_wire_barrier_req b;
@@ -433,6 +456,7 @@ int main(int argc, char **argv)
 	    {"heartbeat carries state and dead nodes", test_heartbeat},
 	    {"barrier and finish round-trip", test_barrier_finish},
 	    {"fill done round-trips and refuses bad chunks", test_fill_done},
+	    {"drain round-trips and refuses reserved flags", test_drain},
 	    {"truncated payloads are refused", test_truncated},
 	    {NULL, NULL},
 	};

@@ -32,6 +32,7 @@ int emb_cmd_export(int argc, char **argv);
 int emb_cmd_compact(int argc, char **argv);
 int emb_cmd_launch(int argc, char **argv);
 int emb_cmd_stat(int argc, char **argv);
+int emb_cmd_scale(int argc, char **argv);
 
 /* Options the subcommands share; each uses what it needs. */
 struct cli {

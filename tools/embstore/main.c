@@ -10,6 +10,7 @@
  *   embstore compact  merge a checkpoint chain           compact.c
  *   embstore stat     rows, memory and rates per table   stat.c
  *   embstore launch   a local cluster                    launch.c
+ *   embstore scale    drain a server of a running job    scale.c
  */
 #include <stdio.h>
 #include <string.h>
@@ -30,6 +31,7 @@ static const struct {
     {"stat", emb_cmd_stat, "rows, memory and op rates per server and table"},
     {"launch", emb_cmd_launch,
      "a scheduler, servers and workers on this machine"},
+    {"scale", emb_cmd_scale, "drain a server of a running replicated job"},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

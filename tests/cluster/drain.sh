@@ -1,0 +1,101 @@
+#!/bin/sh
+# tests/cluster/drain.sh - draining a server of a running job
+# (docs/replication.md, "Moving slots"): `embstore launch --server_num 3
+# --worker_num 2 --replicas 2` runs `embstore-bench --op step --verify`;
+# `embstore scale --remove 0` while the workers train moves server 0's
+# slots to the other two, after which server 0 exits 0 by itself, before
+# the workers end. Every worker must exit 0 with 0 mismatched rows, so no
+# acknowledged update was lost in a move. A rank that does not exist, and
+# a drain that would leave fewer servers than copies, are refused with
+# the scheduler's reason.
+#
+#   drain.sh TOOLS_DIR
+set -u
+. "$(dirname "$0")/../lib.sh"
+
+tools=${1:?usage: drain.sh TOOLS_DIR}
+tools=$(cd "$tools" && pwd) || exit 1
+work=$(mktemp -d "${TMPDIR:-/tmp}/emb-drain-XXXXXX")
+PATH=$tools:$PATH
+export PATH
+EMB_HEARTBEAT_TIMEOUT=2
+EMB_CLUSTER_TIMEOUT=30
+export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
+unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN
+lpid=
+fail=0
+
+cleanup() {
+	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
+	wait 2>/dev/null
+	[ -n "${KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+out=$work/launch.txt
+(cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
+	--replicas 2 --log-dir "$work/log" -- \
+	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
+	--duration 12) >"$out" 2>&1 &
+lpid=$!
+for _ in $(seq 300); do
+	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
+	[ "$n" -ge 2 ] && break
+	kill -0 "$lpid" 2>/dev/null || break
+	sleep 0.1
+done
+sched=$(sed -n 's/^\[launch\] scheduler on \([^,]*\),.*/\1/p' "$out" | head -1)
+[ -n "$sched" ] || bad "no scheduler address"
+sleep 1
+
+# Refusals: no such rank; then (below) too few servers left for R = 2.
+embstore scale --sched "$sched" --remove 7 >"$work/bad.txt" 2>&1 &&
+	bad "draining a rank the job does not have succeeded"
+grep -q 'no server rank 7' "$work/bad.txt" ||
+	bad "no reason for refusing rank 7: $(cat "$work/bad.txt")"
+
+embstore scale --sched "$sched" --remove 0 >"$work/scale.txt" 2>&1 ||
+	bad "embstore scale --remove 0 failed: $(cat "$work/scale.txt")"
+grep -q 'server 0 drains' "$work/scale.txt" || bad "scale printed no drain"
+for _ in $(seq 300); do
+	grep -q 'server 0 (.*) drained' "$out" && break
+	kill -0 "$lpid" 2>/dev/null || break
+	sleep 0.1
+done
+grep -q 'server 0 (.*) drained' "$out" || bad "server 0 was not drained"
+embstore scale --sched "$sched" --remove 1 >"$work/bad2.txt" 2>&1 &&
+	bad "draining one of the last two servers of an R = 2 job succeeded"
+grep -q '1 server would stay for 2 copies' "$work/bad2.txt" ||
+	bad "no reason for refusing the drain: $(cat "$work/bad2.txt")"
+
+# Rank 0's process (the scheduler's log names its pid) exits 0 by itself,
+# while the workers still train.
+pid0=$(sed -n 's/.*assigned server rank 0 to .* (pid \([0-9]*\)).*/\1/p' \
+	"$out" | head -1)
+[ -n "$pid0" ] || bad "no pid for server rank 0"
+for _ in $(seq 100); do
+	kill -0 "$pid0" 2>/dev/null || break
+	sleep 0.1
+done
+kill -0 "$pid0" 2>/dev/null && bad "server 0 still runs after its drain"
+name=$(sed -n "s/^\[launch\] started \(server\.[0-9]*\), pid $pid0\$/\1/p" \
+	"$out")
+grep -q "^\[launch\] $name exited with 0" "$out" ||
+	bad "drained server ($name) did not exit 0"
+grep -q "^\[launch\] worker\.[01] exited" "$out" &&
+	bad "the workers ended before the drain did: no move under load"
+
+wait "$lpid"
+st=$?
+lpid=
+[ "$st" -eq 0 ] || bad "launch exited $st"
+n=$(grep -c 'verify: .* 0 mismatched' "$out")
+[ "$n" -eq 2 ] || bad "$n of 2 workers verified 0 mismatched"
+grep -q 'slots [0-9]*-[0-9]* move from server 0' "$out" ||
+	bad "no move logged"
+
+if [ "$fail" -ne 0 ]; then
+	cat "$out"
+	exit 1
+fi
+echo "ok: server 0 drained and exited 0 mid-run, 2 of 2 workers clean"
