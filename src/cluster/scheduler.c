@@ -1195,6 +1195,8 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 		return;
 	}
 	if (n) {
+		bool was_left = n->left;
+
 		idx = (uint32_t)(n - s->nodes);
 		n->dead = false;
 		n->left = false;
@@ -1216,8 +1218,11 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 		s->fill_chunks = 0;
 		s->fill_ms = (int64_t)emb_clock_ms();
 		emb_log(EMB_LOG_INFO,
-			"server %u (%s, pid %u) replaces a dead server: it "
-			"joins as it is filled with its slots",
+			was_left ? "server %u (%s, pid %u) joins in the place of "
+				   "a server that left: it is filled with any "
+				   "slot short of copies, then given its share"
+				 : "server %u (%s, pid %u) replaces a dead server: "
+				   "it joins as it is filled with its slots",
 			n->rank, node_addr(n, addr, sizeof(addr)), n->pid);
 		/* Its address goes out with the first fill's map. */
 		fill_next(s);

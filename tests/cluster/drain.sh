@@ -4,10 +4,12 @@
 # --worker_num 2 --replicas 2` runs `embstore-bench --op step --verify`;
 # `embstore scale --remove 0` while the workers train moves server 0's
 # slots to the other two, after which server 0 exits 0 by itself, before
-# the workers end. Every worker must exit 0 with 0 mismatched rows, so no
-# acknowledged update was lost in a move. A rank that does not exist, and
-# a drain that would leave fewer servers than copies, are refused with
-# the scheduler's reason.
+# the workers end. Then a new `embstore-server` started against the job's
+# scheduler takes the free rank and is given its share of the slots by
+# the same moves. Every worker must exit 0 with 0 mismatched rows, so no
+# acknowledged update was lost in a move either way. A rank that does not
+# exist, and a drain that would leave fewer servers than copies, are
+# refused with the scheduler's reason.
 #
 #   drain.sh TOOLS_DIR
 set -u
@@ -23,10 +25,12 @@ EMB_CLUSTER_TIMEOUT=30
 export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
 unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN
 lpid=
+npid=
 fail=0
 
 cleanup() {
 	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
+	[ -n "$npid" ] && kill -KILL "$npid" 2>/dev/null
 	wait 2>/dev/null
 	[ -n "${KEEP:-}" ] || rm -rf "$work"
 }
@@ -36,7 +40,7 @@ out=$work/launch.txt
 (cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
 	--replicas 2 --log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
-	--duration 12) >"$out" 2>&1 &
+	--duration 16) >"$out" 2>&1 &
 lpid=$!
 for _ in $(seq 300); do
 	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
@@ -85,10 +89,29 @@ grep -q "^\[launch\] $name exited with 0" "$out" ||
 grep -q "^\[launch\] worker\.[01] exited" "$out" &&
 	bad "the workers ended before the drain did: no move under load"
 
+# A newcomer takes the free rank and is given a third of the copies.
+EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} EMB_SCHED_PORT=${sched##*:} \
+	embstore-server --listen 127.0.0.1:0 >"$work/new.txt" 2>&1 &
+npid=$!
+for _ in $(seq 200); do
+	grep -q 'server 0 has its share' "$out" && break
+	kill -0 "$lpid" 2>/dev/null || break
+	sleep 0.1
+done
+share=$(sed -n 's/.*server 0 has its share: \([0-9]*\) slots.*/\1/p' "$out")
+[ -n "$share" ] && [ "$share" -ge 2700 ] ||
+	bad "the newcomer was not given its share (${share:-none} slots)"
+grep -q "^\[launch\] worker\.[01] exited" "$out" &&
+	bad "the workers ended before the join did: no move under load"
+
 wait "$lpid"
 st=$?
 lpid=
 [ "$st" -eq 0 ] || bad "launch exited $st"
+wait "$npid"
+st=$?
+npid=
+[ "$st" -eq 0 ] || bad "the newcomer exited $st at the end of the job"
 n=$(grep -c 'verify: .* 0 mismatched' "$out")
 [ "$n" -eq 2 ] || bad "$n of 2 workers verified 0 mismatched"
 grep -q 'slots [0-9]*-[0-9]* move from server 0' "$out" ||
@@ -98,4 +121,5 @@ if [ "$fail" -ne 0 ]; then
 	cat "$out"
 	exit 1
 fi
-echo "ok: server 0 drained and exited 0 mid-run, 2 of 2 workers clean"
+echo "ok: server 0 drained and exited 0 mid-run, a newcomer got $share" \
+	"slots, 2 of 2 workers clean"
