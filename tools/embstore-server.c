@@ -86,6 +86,17 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 			so.replicas, so.server_num);
 		return 2;
 	}
+	so.server_max = env->server_max;
+	if (so.server_max &&
+	    (so.server_max < so.server_num ||
+	     (so.server_max > so.server_num &&
+	      (so.replicas < 2 || so.replicas > 7)))) {
+		emb_log(EMB_LOG_ERROR,
+			"scheduler: EMB_SERVER_MAX %u needs at least the %u "
+			"servers and, to be more, EMB_REPLICAS 2..7",
+			so.server_max, so.server_num);
+		return 2;
+	}
 	so.on_done = on_cluster_end;
 	so.auth_token = o->auth_token;
 	so.auth_token_len = o->auth_token_len;

@@ -339,6 +339,11 @@ int emb_cluster_env_read(struct emb_cluster_env *out, const char **bad)
 		name = "EMB_REPLICAS";
 		goto err;
 	}
+	v = env2("EMB_SERVER_MAX", NULL);
+	if (v && parse_uint(v, 1, EMB_WIRE_SERVERS_MAX, &out->server_max)) {
+		name = "EMB_SERVER_MAX";
+		goto err;
+	}
 	v = env2("EMB_CLUSTER_TIMEOUT", NULL);
 	if (v && parse_seconds(v, &out->join_timeout_ms)) {
 		name = "EMB_CLUSTER_TIMEOUT";

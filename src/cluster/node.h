@@ -47,6 +47,8 @@ struct emb_cluster_env {
 				     1..EMB_WIRE_REPLICAS_MAX; 0 when unset
 				     (the scheduler's default is 1, a job
 				     in etcd keeps its first node's) */
+	uint32_t server_max;	  /* EMB_SERVER_MAX: ranks servers may
+				     hold (scheduler); 0 when unset */
 	uint32_t join_timeout_ms; /* EMB_CLUSTER_TIMEOUT, seconds: how long
 				     to wait for the scheduler and the other
 				     nodes; default 300 s */

@@ -122,7 +122,11 @@ struct emb_sched {
 	struct emb_listener *lis;	  /* accepts nodes */
 	pthread_t thread;		  /* runs the loop */
 	bool running;			  /* thread started */
-	struct emb_sched_opts o;	  /* copy; host points at host */
+	/* Copy; host points at host. o.server_num is the ranks servers may
+	 * hold (server_max when given): start of them form the job, the
+	 * others are free for servers that join later. */
+	struct emb_sched_opts o;
+	uint32_t start;			  /* servers the job forms with */
 	char host[EMB_WIRE_HOST_MAX + 1]; /* listen address */
 	uint64_t cluster_id;		  /* random per run */
 	uint8_t token[EMB_WIRE_TOKEN_MAX]; /* required in HELLO */
@@ -650,12 +654,14 @@ static void build_map(struct emb_sched *s)
 	if (!s->cmap) {
 		s->cmap = malloc(sizeof(*s->cmap));
 		if (!s->cmap ||
-		    emb_cmap_init(s->cmap, S, s->o.replicas ? s->o.replicas
-							    : 1)) {
+		    emb_cmap_init(s->cmap, s->start,
+				  s->o.replicas ? s->o.replicas : 1)) {
 			free(s->cmap);
 			s->cmap = NULL;
 			goto err;
 		}
+		/* Free ranks hold nothing until a server joins there. */
+		s->cmap->nservers = S;
 	}
 	for (uint32_t i = 0; i < S; i++) {
 		addrs[i] = s->nodes[i].addr;
@@ -711,9 +717,22 @@ static void send_map(struct emb_sched *s, struct emb_req *req)
 static void check_ready(struct emb_sched *s)
 {
 	if (s->state != EMB_CLUSTER_FORMING || s->nfatal ||
-	    s->nservers < s->o.server_num || s->nworkers < s->o.worker_num)
+	    s->nservers < s->start || s->nworkers < s->o.worker_num)
 		return;
 	s->state = EMB_CLUSTER_READY;
+	/* The ranks past the first servers are free: held by no slot,
+	 * unreachable (a placeholder address, removed), and taken by the
+	 * servers that register from now on. */
+	for (uint32_t i = s->start; i < s->o.server_num; i++) {
+		struct node *n = &s->nodes[i];
+
+		memset(n, 0, sizeof(*n));
+		n->role = EMB_ROLE_SERVER;
+		n->rank = i;
+		n->dead = n->left = true;
+		snprintf(n->addr.host, sizeof(n->addr.host), "0.0.0.0");
+		n->addr.port = 9;
+	}
 	build_map(s);
 	state_save(s);
 	emb_log(EMB_LOG_INFO, "cluster ready: %u server%s, %u worker%s",
@@ -1218,9 +1237,9 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 		s->fill_chunks = 0;
 		s->fill_ms = (int64_t)emb_clock_ms();
 		emb_log(EMB_LOG_INFO,
-			was_left ? "server %u (%s, pid %u) joins in the place of "
-				   "a server that left: it is filled with any "
-				   "slot short of copies, then given its share"
+			was_left ? "server %u (%s, pid %u) joins at a free rank: "
+				   "it is filled with any slot short of copies, "
+				   "then given its share"
 				 : "server %u (%s, pid %u) replaces a dead server: "
 				   "it joins as it is filled with its slots",
 			n->rank, node_addr(n, addr, sizeof(addr)), n->pid);
@@ -1230,10 +1249,10 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 		goto reply;
 	}
 	if (s->state != EMB_CLUSTER_FORMING ||
-	    (r.role == EMB_ROLE_SERVER ? s->nservers == s->o.server_num
+	    (r.role == EMB_ROLE_SERVER ? s->nservers == s->start
 				       : s->nworkers == s->o.worker_num)) {
 		snprintf(msg, sizeof(msg), "cluster full: %u %ss registered",
-			 r.role == EMB_ROLE_SERVER ? s->o.server_num
+			 r.role == EMB_ROLE_SERVER ? s->start
 						   : s->o.worker_num,
 			 emb_role_name(r.role));
 		emb_log(EMB_LOG_WARN, "%s from %s refused: %s",
@@ -2316,12 +2335,20 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	    opts->replicas > EMB_WIRE_REPLICAS_MAX ||
 	    opts->replicas > opts->server_num ||
 	    opts->auth_token_len > EMB_WIRE_TOKEN_MAX ||
-	    (opts->auth_token_len && !opts->auth_token))
+	    (opts->auth_token_len && !opts->auth_token) ||
+	    (opts->server_max && (opts->server_max < opts->server_num ||
+				  opts->server_max > EMB_WIRE_SERVERS_MAX)) ||
+	    /* Servers join only where slots can move: replicated jobs. */
+	    (opts->server_max > opts->server_num &&
+	     (opts->replicas < 2 || opts->replicas >= EMB_CMAP_REPLICAS_MAX)))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->o = *opts;
+	s->start = opts->server_num;
+	if (opts->server_max)
+		s->o.server_num = opts->server_max;
 	snprintf(s->host, sizeof(s->host), "%s", opts->host);
 	s->o.host = s->host;
 	s->token_len = opts->auth_token_len;

@@ -5,8 +5,12 @@
  * streamed to the server being filled with it (emb_server_fill); when the
  * chunk is done the scheduler is told, and its next map lifts the fence.
  *
+ * When a map takes slots away from this server (a move put them on
+ * another), the sweeper thread frees their rows (emb_server_sweep_unheld()):
+ * the view already refuses every read and write of them.
+ *
  * Threads: on_map runs on the agent's thread, on_fill_done on the fill's,
- * on_newer_map on a loop's; the mutex orders the first two.
+ * on_newer_map on a loop's, sweep_main on its own; the mutex orders them.
  */
 #include "server/replica.h"
 
@@ -40,6 +44,11 @@ struct emb_replica {
 				same chunk has another */
 	uint64_t fence_ms;   /* when its fence went up, emb_clock_ms()
 				(0: none held) */
+	pthread_t sweeper;   /* frees rows of slots given away */
+	pthread_cond_t sweep_cv; /* signals sweep_due or stop, with mu */
+	bool sweep_due;		 /* a map took slots away since the last */
+	bool sweeper_on;	 /* sweeper started */
+	bool stop;		 /* destroy: the sweeper exits */
 };
 
 static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
@@ -112,6 +121,14 @@ static void on_map(void *arg, const struct emb_cmap *m,
 		return;
 	memcpy(a, srv, n * sizeof(*a));
 	pthread_mutex_lock(&r->mu);
+	/* Slots this server held and holds no longer: their rows go. */
+	for (uint32_t sl = 0; r->have_prev && sl < EMB_NSLOTS; sl++)
+		if ((r->view.slot[sl] & EMB_CMAP_VIEW_MINE) &&
+		    m->fill[sl] != r->rank && !emb_cmap_holds(m, sl, r->rank)) {
+			r->sweep_due = true;
+			pthread_cond_signal(&r->sweep_cv);
+			break;
+		}
 	emb_cmap_view(m, r->have_prev ? &r->prev : NULL, r->view.grew, r->rank,
 		      r->view.slot, r->view.grew);
 	r->view.epoch = m->epoch;
@@ -145,6 +162,41 @@ static void on_newer_map(void *arg, uint64_t epoch)
 	emb_node_map_refresh(r->node);
 }
 
+/* The sweeper: frees the rows of slots a map took away, once per batch of
+ * maps (a drain's chunks come in quick succession). */
+static void *sweep_main(void *arg)
+{
+	struct emb_replica *r = arg;
+
+	pthread_mutex_lock(&r->mu);
+	for (;;) {
+		uint64_t t0;
+		int64_t n;
+
+		while (!r->sweep_due && !r->stop)
+			pthread_cond_wait(&r->sweep_cv, &r->mu);
+		if (r->stop)
+			break;
+		r->sweep_due = false;
+		pthread_mutex_unlock(&r->mu);
+		t0 = emb_clock_ms();
+		n = emb_server_sweep_unheld(r->srv);
+		if (n < 0)
+			emb_log(EMB_LOG_WARN,
+				"cannot free the rows of slots moved away: %s",
+				emb_strerror((int)n));
+		else if (n > 0)
+			emb_log(EMB_LOG_INFO,
+				"freed %lld rows of slots moved to other "
+				"servers (%llu ms)",
+				(long long)n,
+				(unsigned long long)(emb_clock_ms() - t0));
+		pthread_mutex_lock(&r->mu);
+	}
+	pthread_mutex_unlock(&r->mu);
+	return NULL;
+}
+
 int emb_replica_create(struct emb_server *s, struct emb_node *n,
 		       struct emb_replica **out)
 {
@@ -153,6 +205,8 @@ int emb_replica_create(struct emb_server *s, struct emb_node *n,
 	if (!r)
 		return -ENOMEM;
 	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->sweep_cv, NULL);
+	r->sweeper_on = pthread_create(&r->sweeper, NULL, sweep_main, r) == 0;
 	r->srv = s;
 	r->node = n;
 	r->rank = emb_node_rank(n);
@@ -169,6 +223,13 @@ void emb_replica_destroy(struct emb_replica *r)
 	/* The agent first: its map callbacks use the server. */
 	emb_node_watch_map(r->node, NULL, NULL);
 	emb_server_on_newer_map(r->srv, NULL, NULL);
+	pthread_mutex_lock(&r->mu);
+	r->stop = true;
+	pthread_cond_signal(&r->sweep_cv);
+	pthread_mutex_unlock(&r->mu);
+	if (r->sweeper_on)
+		pthread_join(r->sweeper, NULL);
+	pthread_cond_destroy(&r->sweep_cv);
 	pthread_mutex_destroy(&r->mu);
 	free(r->addrs);
 	free(r);

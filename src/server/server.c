@@ -344,6 +344,86 @@ int emb_server_set_map(struct emb_server *s, const struct emb_server_map *m)
 	return emb__slots_set(s->slots, m);
 }
 
+/* Rows read per step of a sweep, and erased per batch. */
+#define SWEEP_SCAN 4096u
+
+/* Table id's rows in slots this server does not hold. */
+static int64_t sweep_table(struct emb_server *s, uint32_t id)
+{
+	struct emb_server_table st;
+	struct emb_table_iter *it = NULL;
+	uint64_t *ids = NULL, *drop = NULL, ndrop = 0, cap = 0;
+	float *rows = NULL;
+	int64_t freed = 0;
+	int got, rc;
+
+	if (emb_server_table_acquire(s, id, &st))
+		return 0; /* dropped meanwhile */
+	ids = malloc(SWEEP_SCAN * sizeof(*ids));
+	rows = malloc((size_t)SWEEP_SCAN * emb_table_row_floats(st.t) *
+		      sizeof(*rows));
+	rc = ids && rows ? emb_table_iter_create(st.t, &it) : -ENOMEM;
+	/* The ids first, erased after: the iterator reads shard by shard
+	 * and an erase under it could skip rows. */
+	while (!rc && (got = emb_table_iter_next(it, ids, rows, NULL,
+						 SWEEP_SCAN)) > 0) {
+		for (int j = 0; j < got && !rc; j++) {
+			if (emb__slots_holds(s->slots, ids[j]))
+				continue;
+			if (ndrop == cap) {
+				uint64_t *d;
+
+				cap = cap ? 2 * cap : SWEEP_SCAN;
+				d = realloc(drop, cap * sizeof(*d));
+				if (!d) {
+					rc = -ENOMEM;
+					break;
+				}
+				drop = d;
+			}
+			drop[ndrop++] = ids[j];
+		}
+	}
+	emb_table_iter_destroy(it);
+	for (uint64_t i = 0; !rc && i < ndrop; i += SWEEP_SCAN) {
+		uint32_t k = ndrop - i < SWEEP_SCAN ? (uint32_t)(ndrop - i)
+						    : SWEEP_SCAN;
+		int64_t n = emb__slots_drop(s->slots, st.t, drop + i, k);
+
+		if (n < 0)
+			rc = (int)n;
+		else
+			freed += n;
+	}
+	free(drop);
+	free(ids);
+	free(rows);
+	emb_server_table_release(&st);
+	return rc ? rc : freed;
+}
+
+int64_t emb_server_sweep_unheld(struct emb_server *s)
+{
+	uint32_t nt = emb_server_table_ids(s, NULL, 0), *tids;
+	int64_t freed = 0;
+
+	tids = calloc(nt ? nt : 1, sizeof(*tids));
+	if (!tids)
+		return -ENOMEM;
+	nt = emb_server_table_ids(s, tids, nt);
+	for (uint32_t i = 0; i < nt; i++) {
+		int64_t n = sweep_table(s, tids[i]);
+
+		if (n < 0) {
+			freed = n;
+			break;
+		}
+		freed += n;
+	}
+	free(tids);
+	return freed;
+}
+
 void emb_server_on_newer_map(struct emb_server *s,
 			     void (*fn)(void *arg, uint64_t epoch), void *arg)
 {

@@ -13,6 +13,7 @@
 #include "cluster/map.h"
 #include "common/err.h"
 #include "common/hash.h"
+#include "store/store.h"
 
 struct emb__slots {
 	pthread_rwlock_t lock;	 /* writes read, emb__slots_set() writes */
@@ -158,6 +159,38 @@ int emb__slots_read(struct emb__slots *sl, const uint64_t *ids, uint32_t n,
 				    "this server holds no copy of the slot");
 			break;
 		}
+	pthread_rwlock_unlock(&sl->lock);
+	return rc;
+}
+
+bool emb__slots_holds(struct emb__slots *sl, uint64_t id)
+{
+	bool mine;
+
+	if (!__atomic_load_n(&sl->on, __ATOMIC_ACQUIRE))
+		return true;
+	pthread_rwlock_rdlock(&sl->lock);
+	mine = sl->m.slot[emb_id_slot(id)] & EMB_CMAP_VIEW_MINE;
+	pthread_rwlock_unlock(&sl->lock);
+	return mine;
+}
+
+int64_t emb__slots_drop(struct emb__slots *sl, struct emb_table *t,
+			uint64_t *ids, uint32_t n)
+{
+	uint32_t k = 0;
+	int rc;
+
+	if (!__atomic_load_n(&sl->on, __ATOMIC_ACQUIRE))
+		return 0;
+	/* Under the read lock, as a write: a fill into this server marks
+	 * its slots (write lock) before any of its rows can land, so no
+	 * filled row is dropped. */
+	pthread_rwlock_rdlock(&sl->lock);
+	for (uint32_t i = 0; i < n; i++)
+		if (!(sl->m.slot[emb_id_slot(ids[i])] & EMB_CMAP_VIEW_MINE))
+			ids[k++] = ids[i];
+	rc = k ? emb_table_erase(t, ids, k) : 0;
 	pthread_rwlock_unlock(&sl->lock);
 	return rc;
 }

@@ -55,6 +55,18 @@ void emb__slots_end(struct emb__slots *sl, int held);
 int emb__slots_read(struct emb__slots *sl, const uint64_t *ids, uint32_t n,
 		    const char **why);
 
+/*
+ * Erases from t those of ids[0..n) (reordered in place) whose slot this
+ * server holds no copy of in its view; the rows a move took elsewhere.
+ * Returns how many were present (0 before a view was set), or an error.
+ */
+struct emb_table;
+/* Whether this server holds (or is filled with) id's slot; true before a
+ * view was set. */
+bool emb__slots_holds(struct emb__slots *sl, uint64_t id);
+int64_t emb__slots_drop(struct emb__slots *sl, struct emb_table *t,
+			uint64_t *ids, uint32_t n);
+
 /* Writes refused so far: [0] EMB_EMOVING, [1] EMB_ESTALEMAP. */
 void emb__slots_counts(struct emb__slots *sl, uint64_t out[2]);
 

@@ -144,6 +144,12 @@ static void usage(FILE *f)
 		"                     with R > 1 the job goes on when a "
 		"server dies\n"
 		"                     (docs/replication.md)\n"
+		"  --server_max N     ranks servers may hold, N > server_num "
+		"with R > 1:\n"
+		"                     servers started later against the "
+		"scheduler join\n"
+		"                     and are given a share of the slots "
+		"(also --server-max)\n"
 		"  --worker-nice N    the workers' nice value above the "
 		"launcher's, 0..19\n"
 		"                     (default %d): with more processes than "
@@ -720,6 +726,8 @@ int emb_cmd_launch(int argc, char **argv)
 	    {"coordinator", required_argument, NULL, 'O'},
 	    {"job", required_argument, NULL, 'J'},
 	    {"replicas", required_argument, NULL, 'r'},
+	    {"server_max", required_argument, NULL, 'M'},
+	    {"server-max", required_argument, NULL, 'M'},
 	    {"worker-nice", required_argument, NULL, 'n'},
 	    {"worker_nice", required_argument, NULL, 'n'},
 	    {"help", no_argument, NULL, 'h'},
@@ -731,7 +739,8 @@ int emb_cmd_launch(int argc, char **argv)
 	uint32_t S = 0, W = 0, R = 0, port32 = 0;
 	const char *dir = "log";
 	char bin[PATH_MAX], self[PATH_MAX], port[8], snum[16], wnum[16];
-	char rnum[16];
+	char rnum[16], smaxnum[16];
+	uint32_t smax = 0;
 	char name[32], tmo[24], *path = NULL, state[PATH_MAX];
 	double timeout_s;
 	char *sched_argv[4], *server_argv[2];
@@ -787,6 +796,13 @@ int emb_cmd_launch(int argc, char **argv)
 			}
 			snprintf(l.job, sizeof(l.job), "%s", optarg);
 			break;
+		case 'M':
+			if (parse_num(optarg, 1, 4096, &smax)) {
+				say("--server_max takes 1..4096, not '%s'",
+				    optarg);
+				goto bad_usage;
+			}
+			break;
 		case 'r':
 			if (parse_num(optarg, 1, 8, &R)) {
 				say("--replicas takes 1..8, not '%s'", optarg);
@@ -831,6 +847,14 @@ int emb_cmd_launch(int argc, char **argv)
 		R = 1;
 	if (R > S) {
 		say("--replicas %u needs at least %u servers, not %u", R, R, S);
+		goto bad_usage;
+	}
+	if (!smax)
+		smax = S;
+	if (smax < S || (smax > S && (R < 2 || R > 7))) {
+		say("--server_max %u needs at least --server_num (%u) and, to "
+		    "be more, --replicas 2..7",
+		    smax, S);
 		goto bad_usage;
 	}
 	l.replicas = R;
@@ -895,6 +919,7 @@ int emb_cmd_launch(int argc, char **argv)
 	snprintf(snum, sizeof(snum), "%u", S);
 	snprintf(wnum, sizeof(wnum), "%u", W);
 	snprintf(rnum, sizeof(rnum), "%u", R);
+	snprintf(smaxnum, sizeof(smaxnum), "%u", smax);
 
 	timeout_s = join_timeout_s();
 	snprintf(tmo, sizeof(tmo), "%.3f", timeout_s);
@@ -965,6 +990,8 @@ int emb_cmd_launch(int argc, char **argv)
 		    tmo,
 		    "EMB_REPLICAS",
 		    rnum,
+		    "EMB_SERVER_MAX",
+		    smaxnum,
 		    "PATH",
 		    path,
 		    /* Servers bind a free port and register it; the

@@ -1,0 +1,127 @@
+#!/bin/sh
+# tests/cluster/elastic.sh - a job that grows and shrinks while it trains
+# (docs/replication.md, "Moving slots"): `embstore launch --server_num 2
+# --server_max 3 --worker_num 2 --replicas 2` runs `embstore-bench --op
+# step --verify`. A third `embstore-server` started against the scheduler
+# takes the free rank and is given a third of the copies by live moves;
+# `embstore stat --sched` must then show it holding rows and the first two
+# holding fewer (the rows moved away are freed). Then `embstore scale
+# --remove 0` drains rank 0, which exits 0 by itself. Both workers must
+# exit 0 with 0 mismatched rows.
+#
+#   elastic.sh TOOLS_DIR
+set -u
+. "$(dirname "$0")/../lib.sh"
+
+tools=${1:?usage: elastic.sh TOOLS_DIR}
+tools=$(cd "$tools" && pwd) || exit 1
+work=$(mktemp -d "${TMPDIR:-/tmp}/emb-elastic-XXXXXX")
+PATH=$tools:$PATH
+export PATH
+EMB_HEARTBEAT_TIMEOUT=2
+EMB_CLUSTER_TIMEOUT=30
+export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
+unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN \
+	EMB_SERVER_MAX
+lpid=
+npid=
+fail=0
+
+cleanup() {
+	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
+	[ -n "$npid" ] && kill -KILL "$npid" 2>/dev/null
+	wait 2>/dev/null
+	[ -n "${KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Rows of table bench on the server at $1 in `embstore stat` output $2.
+rows_of() {
+	awk -v s="$1" '$1 == s && $2 == "bench" { print $5 }' "$2" |
+		sed 's/k$/000/; s/\.\([0-9]\)000$/\100/'
+}
+
+out=$work/launch.txt
+(cd "$work" && exec embstore launch --server_num 2 --server_max 3 \
+	--worker_num 2 --replicas 2 --log-dir "$work/log" -- \
+	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
+	--duration 16) >"$out" 2>&1 &
+lpid=$!
+for _ in $(seq 300); do
+	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
+	[ "$n" -ge 2 ] && break
+	kill -0 "$lpid" 2>/dev/null || break
+	sleep 0.1
+done
+sched=$(sed -n 's/^\[launch\] scheduler on \([^,]*\),.*/\1/p' "$out" | head -1)
+[ -n "$sched" ] || bad "no scheduler address"
+sleep 1
+
+# Join: the newcomer takes rank 2 and gets a third of the copies.
+EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} EMB_SCHED_PORT=${sched##*:} \
+	embstore-server --listen 127.0.0.1:0 >"$work/new.txt" 2>&1 &
+npid=$!
+for _ in $(seq 200); do
+	grep -q 'server 2 has its share' "$out" && break
+	kill -0 "$lpid" 2>/dev/null || break
+	sleep 0.1
+done
+grep -q 'server 2 (.*) joins at a free rank' "$out" ||
+	bad "the newcomer did not join at rank 2"
+share=$(sed -n 's/.*server 2 has its share: \([0-9]*\) slots.*/\1/p' "$out")
+[ -n "$share" ] && [ "$share" -ge 2700 ] ||
+	bad "the newcomer was not given its share (${share:-none} slots)"
+# The rows moved away are freed on the servers that gave them.
+for _ in $(seq 50); do
+	[ "$(grep -c 'freed [0-9]* rows of slots moved' "$out")" -ge 2 ] && break
+	sleep 0.1
+done
+embstore stat --sched "$sched" >"$work/stat.txt" 2>&1 ||
+	bad "embstore stat --sched failed: $(cat "$work/stat.txt")"
+naddr=$(sed -n 's/.*server 2 (\([^,]*\), pid.*joins.*/\1/p' "$out" | head -1)
+rn=$(rows_of "$naddr" "$work/stat.txt")
+[ -n "$rn" ] && [ "$rn" -ge 20000 ] ||
+	bad "the newcomer holds ${rn:-no} rows, not a third of 80000 copies"
+for a in $(sed -n 's/.*assigned server rank [01] to \([^ ]*\) .*/\1/p' "$out")
+do
+	r=$(rows_of "$a" "$work/stat.txt")
+	[ -n "$r" ] && [ "$r" -le 34000 ] ||
+		bad "server $a still holds ${r:-?} rows after giving a third away"
+done
+grep -q "^\[launch\] worker\.[01] exited" "$out" &&
+	bad "the workers ended before the join did: no move under load"
+
+# Leave: rank 0 drains and exits 0 while the workers still train.
+embstore scale --sched "$sched" --remove 0 >"$work/scale.txt" 2>&1 ||
+	bad "embstore scale --remove 0 failed: $(cat "$work/scale.txt")"
+pid0=$(sed -n 's/.*assigned server rank 0 to .* (pid \([0-9]*\)).*/\1/p' \
+	"$out" | head -1)
+for _ in $(seq 150); do
+	kill -0 "$pid0" 2>/dev/null || break
+	sleep 0.1
+done
+kill -0 "$pid0" 2>/dev/null && bad "server 0 still runs after its drain"
+name=$(sed -n "s/^\[launch\] started \(server\.[0-9]*\), pid $pid0\$/\1/p" \
+	"$out")
+grep -q "^\[launch\] $name exited with 0" "$out" ||
+	bad "drained server ($name) did not exit 0"
+grep -q "^\[launch\] worker\.[01] exited" "$out" &&
+	bad "the workers ended before the drain did: no move under load"
+
+wait "$lpid"
+st=$?
+lpid=
+[ "$st" -eq 0 ] || bad "launch exited $st"
+wait "$npid"
+st=$?
+npid=
+[ "$st" -eq 0 ] || bad "the newcomer exited $st at the end of the job"
+n=$(grep -c 'verify: .* 0 mismatched' "$out")
+[ "$n" -eq 2 ] || bad "$n of 2 workers verified 0 mismatched"
+
+if [ "$fail" -ne 0 ]; then
+	cat "$out" "$work/stat.txt"
+	exit 1
+fi
+echo "ok: a server joined (${share} slots, ${rn} rows) and rank 0 left" \
+	"mid-run; 2 of 2 workers clean"
