@@ -614,8 +614,23 @@ int main(int argc, char **argv)
 		emb_server_role_destroy(srole);
 		return 1;
 	}
-	while (!got_signal)
-		sigsuspend(&old);
+	for (bool drain_asked = false;;) {
+		while (!got_signal)
+			sigsuspend(&old);
+		/* SIGTERM in a running replicated job with servers to
+		 * spare drains this one first: its slots move to the
+		 * others and it stops when it holds none. A second one, or
+		 * a refusal, stops it at once (a failover). */
+		if (job_over || got_signal != SIGTERM || drain_asked)
+			break;
+		drain_asked = true;
+		if (emb_server_role_drain(srole))
+			break;
+		emb_log(EMB_LOG_INFO,
+			"SIGTERM: draining: this server's slots move to the "
+			"others, then it stops (SIGTERM again stops it now)");
+		got_signal = 0;
+	}
 	emb_log(EMB_LOG_INFO, "%s: stopping",
 		job_over ? (job_failed ? (cenv.coordinator ? "out of the job"
 							    : "scheduler lost")

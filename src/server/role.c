@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "cluster/drain.h"
+#include "cluster/node.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "metrics/metrics.h"
@@ -215,6 +217,26 @@ int emb_server_role_stop(struct emb_server_role *r)
 	}
 	role_free(r);
 	emb_log(EMB_LOG_INFO, "stopped");
+	return rc;
+}
+
+int emb_server_role_drain(struct emb_server_role *r)
+{
+	const struct emb_cluster_env *env = r->o.env;
+	char why[EMB_WIRE_ERRMSG_MAX + 1];
+	int rc;
+
+	if (!r->node || !env || env->coordinator || !env->sched_host[0])
+		return -ENOTSUP;
+	/* A short wait: a scheduler that does not answer soon is no place
+	 * to move slots through, and the signal asked for a stop. */
+	rc = emb_sched_drain(env->sched_host, env->sched_port,
+			     r->o.server.auth_token,
+			     r->o.server.auth_token_len,
+			     emb_node_rank(r->node), 3000, why, sizeof(why));
+	if (rc)
+		emb_log(EMB_LOG_WARN, "cannot drain: %s%s%s", emb_strerror(rc),
+			why[0] ? ": " : "", why);
 	return rc;
 }
 

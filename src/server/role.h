@@ -65,6 +65,15 @@ int emb_server_role_join(struct emb_server_role *r);
  */
 int emb_server_role_stop(struct emb_server_role *r);
 
+/*
+ * Asks the scheduler to drain this server (docs/replication.md, "Moving
+ * slots"): what SIGTERM does to a server of a running replicated job with
+ * servers to spare. 0 once queued: the node agent's end callback runs
+ * when it holds no slot. -ENOTSUP outside a scheduler's job; else the
+ * scheduler's refusal, its reason logged.
+ */
+int emb_server_role_drain(struct emb_server_role *r);
+
 /* Frees everything at once, without the final checkpoint: after a failed
  * join. NULL is a no-op. */
 void emb_server_role_destroy(struct emb_server_role *r);

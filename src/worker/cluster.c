@@ -22,6 +22,7 @@
 #include "transport/transport.h"
 #include "worker/abi.h"
 #include "worker/client_int.h"
+#include "cluster/drain.h"
 #include "cluster/hello.h"
 #include "cluster/map.h"
 #include "cluster/node.h"
@@ -542,40 +543,15 @@ int emb_cluster_drain(const char *sched, const uint8_t *token,
 		      uint32_t token_len, uint32_t rank, char *why,
 		      size_t why_cap)
 {
-	_Alignas(8) uint8_t req[EMB_WIRE_HDR_SIZE + EMB_WIRE_DRAIN_REQ_SIZE];
-	_Alignas(8) uint8_t resp[EMB_WIRE_ERRMSG_MAX + 64];
-	struct emb_transport *tr;
-	struct emb_conn *conn;
-	struct emb_frame_hdr hdr, rhdr;
-	struct iovec iov;
-	int rc, len;
+	struct emb_addr sa;
 
 	if (why && why_cap)
 		why[0] = '\0';
-	len = emb_wire_drain_req_encode(req, sizeof(req), 0, rank);
-	if (len < 0)
-		return emb__err(len == EMB_EBADARG ? -EINVAL : len);
-	rc = sched_connect(sched, token, token_len, &tr, &conn);
-	if (rc)
-		return emb__err(rc);
-	memcpy(&hdr, req, sizeof(hdr));
-	iov = (struct iovec){req + EMB_WIRE_HDR_SIZE,
-			     (size_t)len - EMB_WIRE_HDR_SIZE};
-	rc = emb_conn_call_sync(conn, &hdr, &iov, 1, resp, sizeof(resp), &rhdr);
-	if (!rc && rhdr.status < 0) {
-		struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
-		struct emb_wire_frame f = {
-		    .hdr = rhdr, .payload = resp, .lim = &lim};
-		struct emb_wire_error e;
-
-		rc = rhdr.status;
-		/* The scheduler's reason, as its error frame carries it. */
-		if (why && why_cap && emb_wire_error_decode(&f, &e) == 0)
-			snprintf(why, why_cap, "%.*s", (int)e.msg_len, e.msg);
-	}
-	emb_conn_destroy(conn);
-	emb_transport_destroy(tr);
-	return emb__err(rc);
+	if (!sched || emb_addr_parse(sched, strlen(sched), -1, &sa) ||
+	    sa.port == 0)
+		return emb__err(-EINVAL);
+	return emb__err(emb_sched_drain(sa.host, sa.port, token, token_len,
+					rank, 10000, why, why_cap));
 }
 
 /*

@@ -4,8 +4,9 @@
 # --worker_num 2 --replicas 2` runs `embstore-bench --op step --verify`;
 # `embstore scale --remove 0` while the workers train moves server 0's
 # slots to the other two, after which server 0 exits 0 by itself, before
-# the workers end. Then a new `embstore-server` started against the job's
-# scheduler takes the free rank and is given its share of the slots by
+# the workers end. Then a new `embstore-server`, started with the command
+# `embstore scale --add 1` prints (refused while no rank is free), takes
+# the free rank and is given its share of the slots by
 # the same moves. Every worker must exit 0 with 0 mismatched rows, so no
 # acknowledged update was lost in a move either way. A rank that does not
 # exist, and a drain that would leave fewer servers than copies, are
@@ -58,6 +59,10 @@ embstore scale --sched "$sched" --remove 7 >"$work/bad.txt" 2>&1 &&
 grep -q 'no server rank 7' "$work/bad.txt" ||
 	bad "no reason for refusing rank 7: $(cat "$work/bad.txt")"
 
+embstore scale --sched "$sched" --add 1 >"$work/add0.txt" 2>&1 &&
+	bad "scale --add found a free rank in a full job"
+grep -q 'the job has 0 free ranks for 1 server' "$work/add0.txt" ||
+	bad "no reason for refusing --add: $(cat "$work/add0.txt")"
 embstore scale --sched "$sched" --remove 0 >"$work/scale.txt" 2>&1 ||
 	bad "embstore scale --remove 0 failed: $(cat "$work/scale.txt")"
 grep -q 'server 0 drains' "$work/scale.txt" || bad "scale printed no drain"
@@ -89,9 +94,13 @@ grep -q "^\[launch\] $name exited with 0" "$out" ||
 grep -q "^\[launch\] worker\.[01] exited" "$out" &&
 	bad "the workers ended before the drain did: no move under load"
 
-# A newcomer takes the free rank and is given a third of the copies.
-EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} EMB_SCHED_PORT=${sched##*:} \
-	embstore-server --listen 127.0.0.1:0 >"$work/new.txt" 2>&1 &
+# A newcomer started as `scale --add 1` says takes the free rank and is
+# given a third of the copies.
+embstore scale --sched "$sched" --add 1 >"$work/add.txt" 2>&1 ||
+	bad "scale --add 1 failed: $(cat "$work/add.txt")"
+cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
+[ -n "$cmd" ] || bad "scale --add printed no command"
+eval "$cmd" >"$work/new.txt" 2>&1 &
 npid=$!
 for _ in $(seq 200); do
 	grep -q 'server 0 has its share' "$out" && break

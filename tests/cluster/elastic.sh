@@ -5,8 +5,9 @@
 # step --verify`. A third `embstore-server` started against the scheduler
 # takes the free rank and is given a third of the copies by live moves;
 # `embstore stat --sched` must then show it holding rows and the first two
-# holding fewer (the rows moved away are freed). Then `embstore scale
-# --remove 0` drains rank 0, which exits 0 by itself. Both workers must
+# holding fewer (the rows moved away are freed). Then SIGTERM to rank 0
+# drains it (a job with servers to spare moves its slots rather than
+# failing it over), and it exits 0 once it holds none. Both workers must
 # exit 0 with 0 mismatched rows.
 #
 #   elastic.sh TOOLS_DIR
@@ -91,11 +92,10 @@ done
 grep -q "^\[launch\] worker\.[01] exited" "$out" &&
 	bad "the workers ended before the join did: no move under load"
 
-# Leave: rank 0 drains and exits 0 while the workers still train.
-embstore scale --sched "$sched" --remove 0 >"$work/scale.txt" 2>&1 ||
-	bad "embstore scale --remove 0 failed: $(cat "$work/scale.txt")"
+# Leave: SIGTERM drains rank 0, which exits 0 while the workers train.
 pid0=$(sed -n 's/.*assigned server rank 0 to .* (pid \([0-9]*\)).*/\1/p' \
 	"$out" | head -1)
+[ -n "$pid0" ] && kill -TERM "$pid0" || bad "no server rank 0 to stop"
 for _ in $(seq 150); do
 	kill -0 "$pid0" 2>/dev/null || break
 	sleep 0.1
@@ -105,6 +105,10 @@ name=$(sed -n "s/^\[launch\] started \(server\.[0-9]*\), pid $pid0\$/\1/p" \
 	"$out")
 grep -q "^\[launch\] $name exited with 0" "$out" ||
 	bad "drained server ($name) did not exit 0"
+grep -q 'server 0 (.*) drained' "$out" ||
+	bad "SIGTERM stopped server 0 without draining it"
+grep -q 'server 0 .* declared dead' "$out" &&
+	bad "server 0 was failed over, not drained"
 grep -q "^\[launch\] worker\.[01] exited" "$out" &&
 	bad "the workers ended before the drain did: no move under load"
 

@@ -2,7 +2,9 @@
  * tools/embstore/scale.c - `embstore scale`: changes the servers of a
  * running replicated job through its scheduler. --remove RANK drains a
  * server: its slots move to the others while training goes on, then it
- * leaves and exits 0 (docs/replication.md, "Moving slots").
+ * leaves and exits 0 (docs/replication.md, "Moving slots"). --add N
+ * prints the commands that start N servers to join, after checking that
+ * the job has ranks free for them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,7 +17,7 @@
 
 static void usage(FILE *f)
 {
-	fputs("usage: embstore scale --sched HOST:PORT --remove RANK "
+	fputs("usage: embstore scale --sched HOST:PORT --remove RANK | --add N "
 	      "[options]\n"
 	      "Drains server RANK of the running replicated job whose "
 	      "scheduler is at\nHOST:PORT: its slots move to the other "
@@ -25,9 +27,55 @@ static void usage(FILE *f)
 	      "  --sched HOST:PORT       the job's scheduler (EMB_SCHED_HOST "
 	      "and EMB_SCHED_PORT)\n"
 	      "  --remove RANK           the server to drain\n"
+	      "  --add N                 print the commands that start N "
+	      "servers to join (each\n"
+	      "                          takes a free rank: the job needs "
+	      "--server_max)\n"
 	      "  --auth-token-file F     the cluster's token "
 	      "(EMB_AUTH_TOKEN_FILE)\n" EMB_CLI_HELP_BASE,
 	      f);
+}
+
+/* --add: the commands, once the scheduler's map shows free ranks. */
+static int add_servers(const char *sched, const struct cli *cli, uint32_t n)
+{
+	struct emb_client_opts co;
+	struct emb_client *c = NULL;
+	const char *colon = strrchr(sched, ':');
+	uint32_t free_ranks = 0;
+	int rc;
+
+	emb_client_opts_init(&co);
+	co.auth_token = cli->token;
+	co.auth_token_len = cli->token_len;
+	rc = emb_client_from_sched(&co, sched, &c);
+	if (rc) {
+		fprintf(stderr, "embstore scale: scheduler %s: %s\n", sched,
+			emb_strerror(rc));
+		return 1;
+	}
+	for (uint32_t s = 0; s < emb_client_nservers(c); s++)
+		free_ranks += emb_client_server_removed(c, s);
+	emb_client_destroy(c);
+	if (free_ranks < n) {
+		fprintf(stderr,
+			"embstore scale: the job has %u free rank%s for %u "
+			"server%s: start it with more room (embstore launch "
+			"--server_max, EMB_SERVER_MAX) or drain servers first\n",
+			free_ranks, free_ranks == 1 ? "" : "s", n,
+			n == 1 ? "" : "s");
+		return 1;
+	}
+	printf("# %u server%s to join the job of scheduler %s, one per "
+	       "machine (%u rank%s free):\n",
+	       n, n == 1 ? "" : "s", sched, free_ranks,
+	       free_ranks == 1 ? "" : "s");
+	for (uint32_t i = 0; i < n; i++)
+		printf("EMB_ROLE=server EMB_SCHED_HOST=%.*s EMB_SCHED_PORT=%s "
+		       "embstore-server --listen 0.0.0.0:0%s\n",
+		       (int)(colon - sched), sched, colon + 1,
+		       cli->token_file ? " --auth-token-file TOKEN_FILE" : "");
+	return 0;
 }
 
 int emb_cmd_scale(int argc, char **argv)
@@ -37,12 +85,13 @@ int emb_cmd_scale(int argc, char **argv)
 	    {"sched", required_argument, NULL, 'C'},
 	    {"auth-token-file", required_argument, NULL, 'a'},
 	    {"remove", required_argument, NULL, 'r'},
+	    {"add", required_argument, NULL, 'A'},
 	    {NULL, 0, NULL, 0},
 	};
 	static char sched[300];
 	const char *h = getenv("EMB_SCHED_HOST"), *p = getenv("EMB_SCHED_PORT");
 	char why[EMB_WIRE_ERRMSG_MAX + 1], *end;
-	unsigned long rank = 0;
+	unsigned long rank = 0, add = 0;
 	bool have_rank = false;
 	struct cli cli;
 	int c, status, rc;
@@ -54,6 +103,15 @@ int emb_cmd_scale(int argc, char **argv)
 	}
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		if (c == 'A') {
+			errno = 0;
+			add = strtoul(optarg, &end, 10);
+			if (errno || end == optarg || *end || add == 0 ||
+			    add > EMB_WIRE_SERVERS_MAX)
+				return emb_cli_usage_error(
+				    &cli, usage, "--add takes 1..4096 servers");
+			continue;
+		}
 		if (c == 'r') {
 			errno = 0;
 			rank = strtoul(optarg, &end, 10);
@@ -72,9 +130,9 @@ int emb_cmd_scale(int argc, char **argv)
 		return emb_cli_usage_error(&cli, usage, "unexpected argument");
 	if (!cli.sched)
 		return emb_cli_usage_error(&cli, usage, "scale needs --sched");
-	if (!have_rank)
+	if (have_rank == (add > 0))
 		return emb_cli_usage_error(&cli, usage,
-					   "scale needs --remove RANK");
+					   "scale needs --remove RANK or --add N");
 	/* Only the log level and the token: --sched here is not resolved
 	 * into a server list. */
 	h = cli.sched;
@@ -82,6 +140,8 @@ int emb_cmd_scale(int argc, char **argv)
 	status = emb_cli_setup(&cli);
 	if (status)
 		return status;
+	if (add)
+		return add_servers(h, &cli, (uint32_t)add);
 	rc = emb_cluster_drain(h, cli.token, cli.token_len, (uint32_t)rank,
 			       why, sizeof(why));
 	if (rc) {
