@@ -2100,6 +2100,14 @@ static void publish(struct emb_sched *s)
 	v.lost_slots = s->cmap ? emb_cmap_lost_slots(s->cmap) : 0;
 	v.filling = s->fill_rank;
 	v.recoveries = s->recoveries;
+	v.moving_from = s->move_from;
+	v.slots_moved = s->moved_slots;
+	v.drains = s->drains;
+	v.joins = s->joins;
+	for (uint32_t i = 0; i < s->o.server_num; i++) {
+		v.draining += s->nodes[i].draining;
+		v.joining += s->nodes[i].joining;
+	}
 	v.probes = s->probes;
 	v.probes_answered = s->probes_answered;
 	v.blind_ms = (uint64_t)s->blind_ms;
@@ -2647,6 +2655,37 @@ void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 				   "became full replicas.");
 		emb_metrics_u64(o, "embstore_cluster_recoveries_total", NULL,
 				v.recoveries);
+		emb_metrics_family(o, "embstore_cluster_moving_from_server",
+				   "gauge",
+				   "Rank whose place a chunk of slots being "
+				   "moved takes (its target is the filling "
+				   "server), or -1.");
+		emb_metrics_f64(o, "embstore_cluster_moving_from_server", NULL,
+				v.moving_from == NO_FILL
+				    ? -1.0
+				    : (double)v.moving_from);
+		emb_metrics_family(o, "embstore_cluster_servers_moving",
+				   "gauge",
+				   "Servers being drained (their slots move "
+				   "away) or joining (given their share).");
+		emb_metrics_u64(o, "embstore_cluster_servers_moving",
+				"kind=\"draining\"", v.draining);
+		emb_metrics_u64(o, "embstore_cluster_servers_moving",
+				"kind=\"joining\"", v.joining);
+		emb_metrics_family(o, "embstore_cluster_slots_moved_total",
+				   "counter",
+				   "Slots moved between live servers (joins "
+				   "and drains).");
+		emb_metrics_u64(o, "embstore_cluster_slots_moved_total", NULL,
+				v.slots_moved);
+		emb_metrics_family(o, "embstore_cluster_servers_changed_total",
+				   "counter",
+				   "Servers drained and gone, or given their "
+				   "share after joining.");
+		emb_metrics_u64(o, "embstore_cluster_servers_changed_total",
+				"kind=\"drained\"", v.drains);
+		emb_metrics_u64(o, "embstore_cluster_servers_changed_total",
+				"kind=\"joined\"", v.joins);
 		metrics_server_slots(o, s, v.expected[0]);
 		emb_metrics_family(o,
 				   "embstore_cluster_barrier_waiting_workers",

@@ -111,6 +111,14 @@ struct emb_sched_stats {
 	uint32_t filling;	     /* rank being filled (recovery), or
 					UINT32_MAX */
 	uint64_t recoveries;	     /* servers that became full replicas */
+	uint32_t moving_from;	     /* a move under way: its source rank
+					(filling is its target), or
+					UINT32_MAX */
+	uint32_t draining;	     /* servers being drained now */
+	uint32_t joining;	     /* servers being given their share */
+	uint64_t slots_moved;	     /* slots moved, since the start */
+	uint64_t drains;	     /* servers drained and gone */
+	uint64_t joins;		     /* servers given their share */
 	uint64_t probes;	     /* probes of silent servers started */
 	uint64_t probes_answered;    /* ... that the server answered: it
 					lived, only its heartbeats were late */

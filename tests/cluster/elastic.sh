@@ -43,7 +43,8 @@ rows_of() {
 }
 
 out=$work/launch.txt
-(cd "$work" && exec embstore launch --server_num 2 --server_max 3 \
+(cd "$work" && EMB_METRICS_LISTEN=127.0.0.1:0 exec embstore launch \
+	--server_num 2 --server_max 3 \
 	--worker_num 2 --replicas 2 --log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
 	--duration 16) >"$out" 2>&1 &
@@ -55,7 +56,9 @@ for _ in $(seq 300); do
 	sleep 0.1
 done
 sched=$(sed -n 's/^\[launch\] scheduler on \([^,]*\),.*/\1/p' "$out" | head -1)
-[ -n "$sched" ] || bad "no scheduler address"
+murl=$(sed -n 's/^\[scheduler\] .*metrics on \(http:[^ ,]*\).*/\1/p' "$out" |
+	head -1)
+[ -n "$sched" ] && [ -n "$murl" ] || bad "no scheduler address or /metrics"
 sleep 1
 
 # Join: the newcomer takes rank 2 and gets a third of the copies.
@@ -91,6 +94,14 @@ do
 done
 grep -q "^\[launch\] worker\.[01] exited" "$out" &&
 	bad "the workers ended before the join did: no move under load"
+# /metrics counts the join and the slots moved.
+curl -fsS "$murl" >"$work/m.txt" 2>&1 || bad "no scheduler /metrics"
+grep -q '^embstore_cluster_servers_changed_total{kind="joined"} 1$' \
+	"$work/m.txt" || bad "/metrics does not count the join"
+moved=$(sed -n 's/^embstore_cluster_slots_moved_total \([0-9]*\)$/\1/p' \
+	"$work/m.txt")
+[ -n "$moved" ] && [ "$moved" -ge 2700 ] ||
+	bad "/metrics counts ${moved:-no} slots moved"
 
 # Leave: SIGTERM drains rank 0, which exits 0 while the workers train.
 pid0=$(sed -n 's/.*assigned server rank 0 to .* (pid \([0-9]*\)).*/\1/p' \
