@@ -89,11 +89,10 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 	so.server_max = env->server_max;
 	if (so.server_max &&
 	    (so.server_max < so.server_num ||
-	     (so.server_max > so.server_num &&
-	      (so.replicas < 2 || so.replicas > 7)))) {
+	     (so.server_max > so.server_num && so.replicas > 7))) {
 		emb_log(EMB_LOG_ERROR,
 			"scheduler: EMB_SERVER_MAX %u needs at least the %u "
-			"servers and, to be more, EMB_REPLICAS 2..7",
+			"servers and, to be more, EMB_REPLICAS 1..7",
 			so.server_max, so.server_num);
 		return 2;
 	}

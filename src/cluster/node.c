@@ -1674,6 +1674,18 @@ uint32_t emb_node_nservers(const struct emb_node *n)
 	return n->reg.server_num;
 }
 
+bool emb_node_mapped(struct emb_node *n)
+{
+	bool m;
+
+	if (n->coord || n->is_static)
+		return false;
+	pthread_mutex_lock(&n->mu);
+	m = n->cmap != NULL;
+	pthread_mutex_unlock(&n->mu);
+	return m;
+}
+
 uint32_t emb_node_replicas(const struct emb_node *n)
 {
 	return n->replicas ? n->replicas : 1;

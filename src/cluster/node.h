@@ -204,6 +204,10 @@ uint32_t emb_node_nservers(const struct emb_node *n);
 /* After emb_node_wait_map(): copies of each slot (1 unless replicated;
  * docs/replication.md). */
 uint32_t emb_node_replicas(const struct emb_node *n);
+/* After emb_node_wait_map(): whether the scheduler sends its whole map
+ * (emb_node_cmap()) and moves it: a replicated job, or one servers may
+ * join (docs/replication.md, "Moving slots"). */
+bool emb_node_mapped(struct emb_node *n);
 uint32_t emb_node_nworkers(const struct emb_node *n);
 
 /*

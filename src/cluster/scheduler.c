@@ -220,6 +220,13 @@ struct reply {
 static char hello_ok;
 #define HELLO_OK ((void *)&hello_ok)
 
+/* The job's whole map goes to every node, and moves it: replicated, or
+ * with ranks for servers to join (server_max). */
+static bool mapped(const struct emb_sched *s)
+{
+	return s->cmap && (s->cmap->replicas > 1 || s->o.server_num > s->start);
+}
+
 /* The node registered on conn, or NULL. */
 static struct node *conn_node(const struct emb_conn *conn)
 {
@@ -608,8 +615,7 @@ static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
 	emb_log(EMB_LOG_ERROR, "%s %u (%s) declared dead: %s",
 		emb_role_name(n->role), n->rank,
 		node_addr(n, addr, sizeof(addr)), why);
-	if (n->role == EMB_ROLE_SERVER && s->cmap && s->cmap->replicas > 1 &&
-	    failover(s, n)) {
+	if (n->role == EMB_ROLE_SERVER && mapped(s) && failover(s, n)) {
 		check_end(s);
 		return;
 	}
@@ -671,7 +677,7 @@ static void build_map(struct emb_sched *s)
 		slot_map[sl] = emb_cmap_primary(s->cmap, sl);
 	/* Replicated: the whole map rides along, since joins, fills and the
 	 * rebalance make backups that the successor rule does not give. */
-	if (s->cmap->replicas > 1) {
+	if (mapped(s)) {
 		cm = malloc(emb_cmap_size(s->cmap));
 		cml = cm ? emb_cmap_encode(s->cmap, cm, emb_cmap_size(s->cmap))
 			 : -ENOMEM;
@@ -1201,7 +1207,7 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 	 * rank (never a live one: a stray REGISTER takes nothing from a
 	 * server that works) and is filled with that rank's slots. */
 	n = r.role == EMB_ROLE_SERVER && s->state == EMB_CLUSTER_READY &&
-		    s->cmap && s->cmap->replicas > 1 && !s->nfatal
+		    mapped(s) && !s->nfatal
 		? dead_server(s)
 		: NULL;
 	if (n && s->fill_rank != NO_FILL) {
@@ -1578,7 +1584,7 @@ static void on_heartbeat(struct emb_sched *s, struct emb_req *req,
 	 * again; 0 keeps an unreplicated job's heartbeats as they were. */
 	len = emb_wire_heartbeat_resp_encode(
 	    buf, cap, req->hdr.req_id, s->state,
-	    s->cmap && s->cmap->replicas > 1 ? (uint32_t)s->cmap->epoch : 0,
+	    mapped(s) ? (uint32_t)s->cmap->epoch : 0,
 	    s->dead, s->ndead);
 	if (len < 0)
 		send_error(s, req, len, "cannot encode HEARTBEAT response");
@@ -1727,11 +1733,10 @@ static void on_drain(struct emb_sched *s, struct emb_req *req,
 	/* Unreplicated, clients route by primaries alone and send writes
 	 * no epoch: a move's fence and new writer would go unseen. A move
 	 * has R + 1 writers, which a map of the most copies cannot list. */
-	if (s->cmap->replicas < 2 ||
-	    s->cmap->replicas >= EMB_CMAP_REPLICAS_MAX) {
+	if (!mapped(s) || s->cmap->replicas >= EMB_CMAP_REPLICAS_MAX) {
 		snprintf(msg, sizeof(msg),
-			 "moving slots needs a replicated job of 2 to %u "
-			 "copies (--replicas)",
+			 "moving slots needs a job with ranks to spare "
+			 "(--server_max) or replicas, at most %u copies",
 			 EMB_CMAP_REPLICAS_MAX - 1);
 		send_error(s, req, EMB_ECLUSTER, msg);
 		return;
@@ -2346,9 +2351,9 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	    (opts->auth_token_len && !opts->auth_token) ||
 	    (opts->server_max && (opts->server_max < opts->server_num ||
 				  opts->server_max > EMB_WIRE_SERVERS_MAX)) ||
-	    /* Servers join only where slots can move: replicated jobs. */
+	    /* A move has one writer more than a slot's copies. */
 	    (opts->server_max > opts->server_num &&
-	     (opts->replicas < 2 || opts->replicas >= EMB_CMAP_REPLICAS_MAX)))
+	     opts->replicas >= EMB_CMAP_REPLICAS_MAX))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)

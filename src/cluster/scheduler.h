@@ -41,10 +41,10 @@ struct emb_sched_opts {
 	 * drops the dead server (docs/replication.md) and the job goes on. */
 	uint32_t replicas;
 	/* Ranks servers may ever hold, server_num..4096; 0 is server_num.
-	 * With more, and replicas of 2 or more, the job forms with
-	 * server_num and a server that registers later takes a free rank
-	 * and is given its share of the slots (docs/replication.md,
-	 * "Moving slots"). */
+	 * With more (and at most 7 replicas), the job forms with server_num
+	 * and a server that registers later takes a free rank and is given
+	 * its share of the slots (docs/replication.md, "Moving slots"); the
+	 * whole map then goes to every node, even with one copy. */
 	uint32_t server_max;
 	/* Required in the HELLO every connection starts with, or NULL: then
 	 * HELLO is optional. Copied. */

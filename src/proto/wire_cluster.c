@@ -186,7 +186,7 @@ int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
 	if (!slot_map || !servers || n == 0 || n > EMB_WIRE_SERVERS_MAX ||
 	    nworkers == 0 || nworkers > EMB_WIRE_WORKERS_MAX ||
 	    replicas > EMB_WIRE_REPLICAS_MAX || replicas > n ||
-	    (replicas > 1) != (cmap_len > 0) || (cmap_len && !cmap) ||
+	    (replicas > 1 && !cmap_len) || (cmap_len && !cmap) ||
 	    cmap_len > EMB_WIRE_MAP_CMAP_MAX)
 		return EMB_EBADARG;
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
@@ -206,8 +206,9 @@ int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
 		(uint32_t)(total - EMB_WIRE_HDR_SIZE));
 	p += EMB_WIRE_HDR_SIZE;
 	emb_le32_store(p, nworkers);
-	/* 1 as 0: an unreplicated map is the bytes it always was. */
-	emb_le32_store(p + 4, replicas > 1 ? replicas : 0);
+	/* 1 as 0 without a map: an unreplicated map is the bytes it always
+	 * was. A job that may move slots sends its map with 1 copy too. */
+	emb_le32_store(p + 4, cmap_len ? (replicas ? replicas : 1) : 0);
 	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
 		emb_le16_store(p + 8 + 2 * i, slot_map[i]);
 	p += EMB_WIRE_MAP_PREFIX_SIZE;
@@ -456,11 +457,11 @@ int emb_wire_cluster_map_decode(const struct emb_wire_frame *f,
 	p = f->payload;
 	nw = emb_le32_load(p);
 	r = emb_le32_load(p + 4);
-	/* 1 is written as 0, so 1 itself is no encoder's output. */
-	/* The replicated map is there exactly when there are replicas; its
-	 * contents are the reader's to check (emb_cmap_decode()). */
-	if (nw == 0 || nw > EMB_WIRE_WORKERS_MAX || r == 1 ||
-	    r > EMB_WIRE_REPLICAS_MAX || r > n || (r > 1) != (tail > 0) ||
+	/* 0 is one copy and no map; with a map (replicated, or a job that
+	 * moves slots) the count is written as it is. Its contents are the
+	 * reader's to check (emb_cmap_decode()). */
+	if (nw == 0 || nw > EMB_WIRE_WORKERS_MAX ||
+	    r > EMB_WIRE_REPLICAS_MAX || r > n || (r > 0) != (tail > 0) ||
 	    tail > EMB_WIRE_MAP_CMAP_MAX)
 		return EMB_EBADFRAME;
 	e = p + EMB_WIRE_MAP_PREFIX_SIZE;

@@ -65,8 +65,8 @@
  * has joined
  *   0       4     worker_num
  *   4       4     replicas: copies of each slot (docs/replication.md),
- *                 0..EMB_WIRE_REPLICAS_MAX and <= server_num; 0 and 1
- *                 both mean one (a scheduler without replication writes 0)
+ *                 0..EMB_WIRE_REPLICAS_MAX and <= server_num; 0 means
+ *                 one and no map follows, else the map follows
  *   8       8192  slot map: u16 server rank of each of EMB_NSLOTS slots'
  *                 primary, each < server_num and not removed
  *   8200    264*n server entries, by rank:
@@ -75,14 +75,16 @@
  *     4     4       flags: bit 0 = removed from the map (declared dead);
  *                   other bits 0
  *     8     256     host, host_len bytes then NUL padding
- *   8200+264*n  cl  replicated map (replicas > 1 only): the whole map
+ *   8200+264*n  cl  the cluster map (replicas written, not 0): the whole map
  *                 as emb_cmap_encode() writes it (cluster/map.h: every
  *                 slot's holders, the epoch, fills under way), which a
  *                 reader checks with emb_cmap_decode()
  *   payload_len = 8200 + 264 * server_num + cl
- * A map with replicas R > 1 thus carries each slot's backups and the
- * servers being filled (docs/replication.md, "Recovery"); the slot map
- * holds the same primaries. An unreplicated map has no tail.
+ * A replicated map (R > 1), or that of a job whose servers may join and
+ * leave (then R may be 1), thus carries each slot's backups and the
+ * servers being filled (docs/replication.md, "Recovery", "Moving slots");
+ * the slot map holds the same primaries. Any other map has no tail, and
+ * replicas 0.
  *
  * FINISH response (count 0, no payload). A worker's FINISH says it is
  * done; once every worker has finished, heartbeat responses say
@@ -294,8 +296,9 @@ int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 /*
  * slot_map: EMB_NSLOTS primaries' ranks; servers[0..n): by rank, with
  * their removed flags; replicas 0 or 1 for an unreplicated cluster (both
- * are written as 0); cmap[0..cmap_len): the encoded replicated map, only
- * (and then required) with replicas > 1. EMB_EBADARG: n 0 or over
+ * are written as 0 without a cmap, as they are with one);
+ * cmap[0..cmap_len): the encoded cluster map, required with replicas > 1.
+ * EMB_EBADARG: n 0 or over
  * EMB_WIRE_SERVERS_MAX, nworkers 0 or over the maximum, replicas over
  * EMB_WIRE_REPLICAS_MAX or n, a rank >= n or removed in the map, an empty
  * or bad host, port 0, a cmap where there should be none or none where

@@ -333,8 +333,7 @@ static int from_env(const struct emb_client_opts *opts, struct emb_client **out)
 
 		rc = removed ? 0 : -ENOMEM;
 		for (uint32_t i = 0; !rc && i < ns; i++)
-			removed[i] = emb_node_replicas(node) > 1 &&
-				     srv[i].removed;
+			removed[i] = emb_node_mapped(node) && srv[i].removed;
 		if (!rc)
 			rc = emb__client_create_live(&co, removed, &c);
 		free(removed);
@@ -343,8 +342,7 @@ static int from_env(const struct emb_client_opts *opts, struct emb_client **out)
 	if (rc)
 		goto err_node;
 	rc = emb__client_set_cluster(c, emb_node_slot_map(node), node);
-	if (!rc && emb_node_replicas(node) > 1 && !emb_node_is_static(node) &&
-	    !emb_node_coord(node)) {
+	if (!rc && emb_node_mapped(node)) {
 		struct emb_cmap *m = malloc(sizeof(*m));
 
 		/* The scheduler's own map: backups and fills included. */
@@ -359,8 +357,7 @@ static int from_env(const struct emb_client_opts *opts, struct emb_client **out)
 	/* From here the client owns the node; deaths known already replay,
 	 * then the map, which says which of those ranks a newcomer took. */
 	emb_node_watch(node, on_node_dead, c);
-	if (emb_node_replicas(node) > 1 && !emb_node_is_static(node) &&
-	    !emb_node_coord(node))
+	if (emb_node_mapped(node))
 		emb_node_watch_map(node, on_node_map, c);
 	emb_log(EMB_LOG_INFO, "worker %u of %u joined: %u server%s%s",
 		emb_node_rank(node), emb_node_nworkers(node),
@@ -468,13 +465,13 @@ static int from_sched(const struct emb_client_opts *opts, const char *sched,
 			       cap, sm);
 	if (!rc) {
 		co.servers = list;
-		rc = emb__client_create_live(&co, sm->replicas > 1 ? sm->removed
-								  : NULL,
+		rc = emb__client_create_live(&co, sm->have_cmap ? sm->removed
+								 : NULL,
 					     &c);
 	}
 	if (!rc && emb_client_nservers(c) != sm->nservers)
 		rc = EMB_EBADFRAME;
-	if (!rc && sm->have_cmap && sm->replicas > 1)
+	if (!rc && sm->have_cmap)
 		rc = emb__client_set_cmap(c, &sm->cmap);
 	else if (!rc)
 		rc = emb__client_set_map(c, sm->slot_map, sm->replicas,

@@ -47,7 +47,7 @@
 #define MOVING_MAX_MS 50u /* longest: a fill's chunk streams in ms */
 
 static int set_map(struct emb_client *c, const uint16_t *slot_map, uint32_t r,
-		   const bool *removed, bool check);
+		   const bool *removed, bool mapped, bool check);
 static void close_dead(void *arg);
 static void failover(struct emb_client *c);
 
@@ -570,12 +570,13 @@ int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
 			    struct emb_node *node)
 {
 	uint32_t r = node ? emb_node_replicas(node) : 1;
+	bool mapped = node && emb_node_mapped(node);
 	const struct emb_wire_node_addr *srv =
 	    node ? emb_node_servers(node) : NULL;
 	bool *removed = NULL;
 	int rc;
 
-	if (r > 1) {
+	if (r > 1 || mapped) {
 		removed = calloc(c->nsrv, sizeof(*removed));
 		if (!removed)
 			return -ENOMEM;
@@ -584,9 +585,9 @@ int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
 	}
 	/* With the scheduler's whole map to follow (emb__client_set_cmap()),
 	 * primaries are its, not what init and removals give. */
-	rc = set_map(c, slot_map, r, removed,
+	rc = set_map(c, slot_map, r, removed, mapped,
 		     !(r > 1 && emb_node_coord(node) == NULL &&
-		       !emb_node_is_static(node)));
+		       !emb_node_is_static(node)) && !mapped);
 	free(removed);
 	if (!rc)
 		c->node = node;
@@ -596,20 +597,22 @@ int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,
 int emb__client_set_map(struct emb_client *c, const uint16_t *slot_map,
 			uint32_t r, const bool *removed)
 {
-	return set_map(c, slot_map, r, removed, true);
+	return set_map(c, slot_map, r, removed, false, true);
 }
 
 /* check: the primaries must be what init and removals give (no map from
  * the scheduler follows to say otherwise). */
 static int set_map(struct emb_client *c, const uint16_t *slot_map, uint32_t r,
-		   const bool *removed, bool check)
+		   const bool *removed, bool mapped, bool check)
 {
 	int rc = -ENOMEM;
 
 	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
 		if (slot_map[sl] >= c->nsrv)
 			return -EINVAL;
-	if (r > 1) {
+	/* One copy with a map too: a job whose servers may join follows
+	 * the scheduler's map as a replicated one does. */
+	if (r > 1 || mapped) {
 		c->cmap = malloc(sizeof(*c->cmap));
 		c->grp = calloc(EMB_NSLOTS, sizeof(*c->grp));
 		c->groups = calloc(EMB_NSLOTS, sizeof(*c->groups));
@@ -659,7 +662,7 @@ int emb__client_set_cmap(struct emb_client *c, const struct emb_cmap *m)
 			return -ENOMEM;
 		for (uint32_t i = 0; i < c->nsrv; i++)
 			removed[i] = srv_dead(&c->srv[i]);
-		rc = set_map(c, c->slot_map, m->replicas, removed, false);
+		rc = set_map(c, c->slot_map, m->replicas, removed, true, false);
 		free(removed);
 		if (rc)
 			return rc;

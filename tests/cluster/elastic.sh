@@ -1,20 +1,26 @@
 #!/bin/sh
 # tests/cluster/elastic.sh - a job that grows and shrinks while it trains
 # (docs/replication.md, "Moving slots"): `embstore launch --server_num 2
-# --server_max 3 --worker_num 2 --replicas 2` runs `embstore-bench --op
+# --server_max 3 --worker_num 2 --replicas R` runs `embstore-bench --op
 # step --verify`. A third `embstore-server` started against the scheduler
 # takes the free rank and is given a third of the copies by live moves;
 # `embstore stat --sched` must then show it holding rows and the first two
 # holding fewer (the rows moved away are freed). Then SIGTERM to rank 0
 # drains it (a job with servers to spare moves its slots rather than
 # failing it over), and it exits 0 once it holds none. Both workers must
-# exit 0 with 0 mismatched rows.
+# exit 0 with 0 mismatched rows. R = 1 (one copy, the whole map sent all
+# the same) and R = 2 (the default) both.
 #
-#   elastic.sh TOOLS_DIR
+#   elastic.sh TOOLS_DIR [R]
 set -u
 . "$(dirname "$0")/../lib.sh"
 
-tools=${1:?usage: elastic.sh TOOLS_DIR}
+tools=${1:?usage: elastic.sh TOOLS_DIR [R]}
+R=${2:-2}
+# A third of the copies: slots, and rows of a 40000-row table.
+want_slots=$((R * 4096 / 3 - 2))
+want_rows=$((R * 40000 / 3 * 3 / 4))
+most_rows=$((R * 40000 / 3 * 13 / 10))
 tools=$(cd "$tools" && pwd) || exit 1
 work=$(mktemp -d "${TMPDIR:-/tmp}/emb-elastic-XXXXXX")
 PATH=$tools:$PATH
@@ -45,7 +51,7 @@ rows_of() {
 out=$work/launch.txt
 (cd "$work" && EMB_METRICS_LISTEN=127.0.0.1:0 exec embstore launch \
 	--server_num 2 --server_max 3 \
-	--worker_num 2 --replicas 2 --log-dir "$work/log" -- \
+	--worker_num 2 --replicas "$R" --log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
 	--duration 16) >"$out" 2>&1 &
 lpid=$!
@@ -73,7 +79,7 @@ done
 grep -q 'server 2 (.*) joins at a free rank' "$out" ||
 	bad "the newcomer did not join at rank 2"
 share=$(sed -n 's/.*server 2 has its share: \([0-9]*\) slots.*/\1/p' "$out")
-[ -n "$share" ] && [ "$share" -ge 2700 ] ||
+[ -n "$share" ] && [ "$share" -ge "$want_slots" ] ||
 	bad "the newcomer was not given its share (${share:-none} slots)"
 # The rows moved away are freed on the servers that gave them.
 for _ in $(seq 50); do
@@ -84,12 +90,12 @@ embstore stat --sched "$sched" >"$work/stat.txt" 2>&1 ||
 	bad "embstore stat --sched failed: $(cat "$work/stat.txt")"
 naddr=$(sed -n 's/.*server 2 (\([^,]*\), pid.*joins.*/\1/p' "$out" | head -1)
 rn=$(rows_of "$naddr" "$work/stat.txt")
-[ -n "$rn" ] && [ "$rn" -ge 20000 ] ||
-	bad "the newcomer holds ${rn:-no} rows, not a third of 80000 copies"
+[ -n "$rn" ] && [ "$rn" -ge "$want_rows" ] ||
+	bad "the newcomer holds ${rn:-no} rows, not a third of the copies"
 for a in $(sed -n 's/.*assigned server rank [01] to \([^ ]*\) .*/\1/p' "$out")
 do
 	r=$(rows_of "$a" "$work/stat.txt")
-	[ -n "$r" ] && [ "$r" -le 34000 ] ||
+	[ -n "$r" ] && [ "$r" -le "$most_rows" ] ||
 		bad "server $a still holds ${r:-?} rows after giving a third away"
 done
 grep -q "^\[launch\] worker\.[01] exited" "$out" &&
@@ -100,7 +106,7 @@ grep -q '^embstore_cluster_servers_changed_total{kind="joined"} 1$' \
 	"$work/m.txt" || bad "/metrics does not count the join"
 moved=$(sed -n 's/^embstore_cluster_slots_moved_total \([0-9]*\)$/\1/p' \
 	"$work/m.txt")
-[ -n "$moved" ] && [ "$moved" -ge 2700 ] ||
+[ -n "$moved" ] && [ "$moved" -ge "$want_slots" ] ||
 	bad "/metrics counts ${moved:-no} slots moved"
 
 # Leave: SIGTERM drains rank 0, which exits 0 while the workers train.
@@ -138,5 +144,5 @@ if [ "$fail" -ne 0 ]; then
 	cat "$out" "$work/stat.txt"
 	exit 1
 fi
-echo "ok: a server joined (${share} slots, ${rn} rows) and rank 0 left" \
+echo "ok: R = $R: a server joined (${share} slots, ${rn} rows) and rank 0 left" \
 	"mid-run; 2 of 2 workers clean"

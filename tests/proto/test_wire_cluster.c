@@ -186,10 +186,13 @@ static void test_map_replicas(void)
 	emb_le16_store(buf + 32 + 8 + 2 * 9, 1);
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
 	emb_le16_store(buf + 32 + 8 + 2 * 9, 2);
-	/* 1 is never written (it is 0), nor more copies than servers, nor
-	 * a flag that means nothing. */
+	/* 1 with the map's tail: one copy, moved slots (a job servers may
+	 * join); not more copies than servers, nor a flag that means
+	 * nothing. */
 	emb_le32_store(buf + 32 + 4, 1);
-	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), 0);
+	CU_ASSERT_EQUAL(m.replicas, 1);
+	CU_ASSERT_PTR_NOT_NULL(m.cmap);
 	emb_le32_store(buf + 32 + 4, 4);
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
 	emb_le32_store(buf + 32 + 4, 0); /* a tail without replicas */
@@ -204,12 +207,11 @@ static void test_map_replicas(void)
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_decode(&f, &m), EMB_EBADFRAME);
 	f.hdr.payload_len += sizeof(tail);
 	/* Encoders: replicas over the servers or the maximum, a slot on a
-	 * removed server, a tail without replicas or replicas without one;
-	 * replicas 1 is written as 0. */
-	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 0,
-						    slots, addrs, 3, tail,
-						    sizeof(tail)),
-			EMB_EBADARG);
+	 * removed server, replicas without a tail; replicas 1 is written
+	 * as 0 without a tail, as 1 with one. */
+	f = frame(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 0, slots,
+					      addrs, 3, tail, sizeof(tail)));
+	CU_ASSERT_EQUAL(emb_le32_load(buf + 32 + 4), 1);
 	CU_ASSERT_EQUAL(emb_wire_cluster_map_encode(buf, sizeof(buf), 3, 5, 2,
 						    slots, addrs, 3, NULL, 0),
 			EMB_EBADARG);

@@ -144,8 +144,8 @@ static void usage(FILE *f)
 		"                     with R > 1 the job goes on when a "
 		"server dies\n"
 		"                     (docs/replication.md)\n"
-		"  --server_max N     ranks servers may hold, N > server_num "
-		"with R > 1:\n"
+		"  --server_max N     ranks servers may hold; with N > "
+		"server_num (R <= 7),\n"
 		"                     servers started later against the "
 		"scheduler join\n"
 		"                     and are given a share of the slots "
@@ -851,9 +851,9 @@ int emb_cmd_launch(int argc, char **argv)
 	}
 	if (!smax)
 		smax = S;
-	if (smax < S || (smax > S && (R < 2 || R > 7))) {
+	if (smax < S || (smax > S && R > 7)) {
 		say("--server_max %u needs at least --server_num (%u) and, to "
-		    "be more, --replicas 2..7",
+		    "be more, --replicas 1..7",
 		    smax, S);
 		goto bad_usage;
 	}
