@@ -216,9 +216,9 @@ static inline const float *raw_find(const struct raw *r, const uint32_t *home,
 
 /*
  * The gather through the index, pipelined as the store's pull is: the
- * home slots 2 * PREFETCH_AHEAD ids ahead, the rows (found by the probe)
- * PREFETCH_AHEAD ahead. Ids are hashed first, in a pass of their own, as
- * the store hashes a batch before its lookups.
+ * home slots 2 * PREFETCH_AHEAD ids ahead, each row found by its probe
+ * once, PREFETCH_AHEAD ahead, its lines prefetched then, and its address
+ * kept in a ring until it is copied. Nothing is allocated per batch.
  */
 static int raw_index_pull(void *ctx, const uint64_t *ids, uint32_t n,
 			  float *out)
@@ -226,36 +226,32 @@ static int raw_index_pull(void *ctx, const uint64_t *ids, uint32_t n,
 	struct raw *r = ctx;
 	const size_t row_bytes = (size_t)r->dim * sizeof(float);
 	const uint32_t ahead2 = 2 * PREFETCH_AHEAD;
-	uint32_t *home = malloc((size_t)n * sizeof(*home));
+	const float *ring[PREFETCH_AHEAD];
 
-	if (n && !home)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++) {
-		if (ids[i] >= r->nrows) {
-			free(home);
+	/* The batch is checked whole first, as the store checks its ids. */
+	for (uint32_t i = 0; i < n; i++)
+		if (ids[i] >= r->nrows)
 			return -EINVAL;
-		}
-		home[i] = raw_home(r, ids[i]);
-	}
 	for (uint32_t i = 0; i < n && i < ahead2; i++)
-		__builtin_prefetch(&r->slots[home[i]]);
-	for (uint32_t i = 0; i < n && i < PREFETCH_AHEAD; i++)
-		prefetch_row(r, ids[i], false);
+		__builtin_prefetch(&r->slots[raw_home(r, ids[i])]);
+	for (uint32_t i = 0; i < n && i < PREFETCH_AHEAD; i++) {
+		ring[i] = raw_find(r, &r->slots[raw_home(r, ids[i])], ids[i]);
+		prefetch_row(r, (uint64_t)(ring[i] - r->rows) / r->dim, false);
+	}
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t j = i + PREFETCH_AHEAD;
+		const uint32_t j = i + PREFETCH_AHEAD, k = i % PREFETCH_AHEAD;
 
 		if (i + ahead2 < n)
-			__builtin_prefetch(&r->slots[home[i + ahead2]]);
+			__builtin_prefetch(&r->slots[raw_home(r, ids[i + ahead2])]);
+		memcpy(out + (size_t)i * r->dim, ring[k], row_bytes);
+		/* Row i's place in the ring goes to row j, found now. */
 		if (j < n) {
-			const float *row = raw_find(r, &r->slots[home[j]], ids[j]);
-
-			prefetch_row(r, (uint64_t)(row - r->rows) / r->dim,
+			ring[k] = raw_find(r, &r->slots[raw_home(r, ids[j])],
+					   ids[j]);
+			prefetch_row(r, (uint64_t)(ring[k] - r->rows) / r->dim,
 				     false);
 		}
-		memcpy(out + (size_t)i * r->dim,
-		       raw_find(r, &r->slots[home[i]], ids[i]), row_bytes);
 	}
-	free(home);
 	return 0;
 }
 
