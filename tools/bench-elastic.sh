@@ -21,11 +21,12 @@
 # report intervals of their p50 and p99, for the intervals before the
 # join, during it and during the drain, with the worst interval p99.
 #
-#   flock /work/wt/bigrun.lock tools/bench-elastic.sh            # 10M rows
+#   flock /var/lock/bigrun.lock tools/bench-elastic.sh           # 10M rows
 #   tools/bench-elastic.sh -b build --rows 20000 --before 2     # smoke
 #
 # Options: -b BUILD (build), --rows N (10000000), --dim N (64), --before S
 # (8: seconds of steps before the join), --keep (keep the work dir).
+# An interval without a step (a stall) is counted apart from the medians.
 set -u
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -191,7 +192,8 @@ rate() { # NAME ROWS CHUNKS MS
 }
 
 # Medians over the intervals that overlap [A, B] (seconds into the timed
-# phase; B empty = every interval ending before A, the first left out).
+# phase; B empty = every interval ending before A, the first left out) of
+# their p50 and p99, the worst p99, and the intervals without a step.
 steps() { # NAME A B
 	sed -n 's/.*worker\.0\] interval: \([0-9.]*\) s, \([0-9]*\) batches, p50 \([0-9.]*\) us, p99 \([0-9.]*\) us.*/\1 \2 \3 \4/p' \
 		"$out" | awk -v name="$1" -v a="$2" -v b="$3" '
@@ -205,14 +207,18 @@ steps() { # NAME A B
 		{
 			if (b == "") { if (NR == 1 || $1 > a) next }
 			else if ($1 <= a || $1 - 1 >= b) next
+			# An interval without a step is a stall: counted, and
+			# kept out of the medians (its p50 and p99 read 0).
+			if ($2 == 0) { stalls++; next }
 			n++; p50[n] = $3; p99[n] = $4; nb += $2
 			if ($4 > worst) worst = $4
 		}
 		END {
 			if (!n) { printf "%s: no interval\n", name; exit }
 			printf "%s: %d intervals, %d steps, p50 %.0f us, " \
-				"p99 %.0f us (worst interval %.0f us)\n",
-				name, n, nb, med(p50, n), med(p99, n), worst
+				"p99 %.0f us (worst interval %.0f us), " \
+				"%d stalled intervals\n", name, n + stalls, nb,
+				med(p50, n), med(p99, n), worst, stalls
 		}'
 }
 
