@@ -214,7 +214,12 @@ steps() { # NAME A B
 			if ($4 > worst) worst = $4
 		}
 		END {
-			if (!n) { printf "%s: no interval\n", name; exit }
+			if (!n && !stalls) { printf "%s: no interval\n", name; exit }
+			if (!n) {
+				printf "%s: %d intervals, 0 steps, %d stalled " \
+					"intervals\n", name, stalls, stalls
+				exit
+			}
 			printf "%s: %d intervals, %d steps, p50 %.0f us, " \
 				"p99 %.0f us (worst interval %.0f us), " \
 				"%d stalled intervals\n", name, n + stalls, nb,
