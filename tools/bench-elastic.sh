@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# tools/bench-elastic.sh - how fast a live job moves rows, and what the
+# moves cost training (docs/benchmarks.md, "Moving slots: migration rate
+# and training cost"). One run:
+#
+#  1. the loopback TCP ceiling: embstore-echo-server and -client, as
+#     docs/net-baselines.md runs them (static buffer, then --gather from
+#     1M rows), batches of 4096 rows of DIM floats;
+#  2. `embstore launch --server_num 2 --server_max 3 --replicas 2` with
+#     one worker running `embstore-bench --op step` (Zipf 1.05, batch
+#     4096, SGD, --report-interval 1) on a preloaded table of ROWS rows;
+#  3. after BEFORE seconds of steps, a third embstore-server joins and is
+#     given a third of the copies by live moves (the join);
+#  4. then `embstore scale --remove 0` drains rank 0 (the drain).
+#
+# For each move it prints the rows streamed (the sum of the servers'
+# "slots a-b streamed (N rows)" lines), the scheduler's time ("chunks
+# moved in X ms", "drained (K chunks in X ms"), rows/s and MB/s (rows x
+# DIM x 4 bytes: SGD keeps no optimizer state), and the share of the
+# static echo's MB/s; and the worker's step time, the medians over the
+# report intervals of their p50 and p99, for the intervals before the
+# join, during it and during the drain, with the worst interval p99.
+#
+#   flock /var/lock/bigrun.lock tools/bench-elastic.sh           # 10M rows
+#   tools/bench-elastic.sh -b build --rows 20000 --before 2     # smoke
+#
+# Options: -b BUILD (build), --rows N (10000000), --dim N (64), --before S
+# (8: seconds of steps before the join), --keep (keep the work dir).
+# An interval without a step (a stall) is counted apart from the medians.
+set -u
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build
+rows=10000000
+dim=64
+before=8
+keep=
+while [ $# -gt 0 ]; do
+	case $1 in
+	-b) build=$2; shift 2 ;;
+	--rows) rows=$2; shift 2 ;;
+	--dim) dim=$2; shift 2 ;;
+	--before) before=$2; shift 2 ;;
+	--keep) keep=1; shift ;;
+	*) echo "usage: bench-elastic.sh [-b BUILD] [--rows N] [--dim N]" \
+		"[--before S] [--keep]" >&2; exit 2 ;;
+	esac
+done
+tools=$(cd "$build/tools" && pwd) || exit 2
+PATH=$tools:$PATH
+export PATH
+EMB_HEARTBEAT_TIMEOUT=2
+EMB_CLUSTER_TIMEOUT=300
+export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
+unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN \
+	EMB_SERVER_MAX
+work=$(mktemp -d "${TMPDIR:-/tmp}/emb-bench-elastic-XXXXXX")
+out=$work/launch.txt
+new=$work/new.txt
+row_bytes=$((dim * 4))
+epid= lpid= npid=
+
+cleanup() {
+	[ -n "$epid" ] && kill "$epid" 2>/dev/null
+	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
+	[ -n "$npid" ] && kill -TERM "$npid" 2>/dev/null
+	wait 2>/dev/null
+	[ -n "$keep" ] && echo "work dir: $work" >&2
+	[ -n "$keep" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+die() {
+	echo "bench-elastic: $*" >&2
+	# A worker that failed says why (a step past its call deadline).
+	grep -h 'worker\.0\] embstore-bench: \|worker\.0 exited' "$out" >&2 \
+		2>/dev/null
+	tail -20 "$out" >&2 2>/dev/null
+	exit 1
+}
+
+now() { date +%s.%N; }
+
+# Wait up to $2 seconds for the regex $1 in file $3 (launch output).
+wait_for() {
+	local i
+	for i in $(seq $(($2 * 10))); do
+		grep -q "$1" "${3:-$out}" 2>/dev/null && return 0
+		[ -n "$lpid" ] && ! kill -0 "$lpid" 2>/dev/null && break
+		sleep 0.1
+	done
+	return 1
+}
+
+# Rows streamed so far by every server (launch's children and the
+# newcomer): the sum of "slots a-b streamed (N rows" lines.
+streamed() {
+	cat "$out" "$new" 2>/dev/null |
+		sed -n 's/.*slots [0-9]*-[0-9]* streamed (\([0-9]*\) rows.*/\1/p' |
+		awk '{ s += $1 } END { print s + 0 }'
+}
+
+# 1. The loopback ceiling, as docs/net-baselines.md measures it.
+echo_run() { # ARGS-for-server... -- ARGS-for-client...
+	local sargs=() cargs=() port
+	while [ "$1" != -- ]; do sargs+=("$1"); shift; done
+	shift
+	cargs=("$@")
+	embstore-echo-server --listen 127.0.0.1:0 "${sargs[@]}" \
+		>"$work/echo-srv.txt" 2>&1 &
+	epid=$!
+	wait_for 'listening on' 10 "$work/echo-srv.txt" ||
+		die "echo server did not start"
+	port=$(sed -n 's/.*listening on [^:]*:\([0-9]*\).*/\1/p' \
+		"$work/echo-srv.txt")
+	embstore-echo-client --connect "127.0.0.1:$port" "${cargs[@]}" \
+		--seconds 3 | sed -n 's/.*MB_per_s=\([0-9.]*\).*/\1/p'
+	kill "$epid" 2>/dev/null
+	wait "$epid" 2>/dev/null
+	epid=
+}
+echo_static=$(echo_run -- --row-bytes "$row_bytes")
+echo_gather=$(echo_run --gather --rows 1000000 --row-bytes "$row_bytes" -- \
+	--rows 1000000 --row-bytes "$row_bytes")
+[ -n "$echo_static" ] && [ -n "$echo_gather" ] || die "no echo figure"
+
+# 2. The job, one worker stepping with a line per second.
+t_launch=$(now)
+(cd "$work" && exec embstore launch --server_num 2 --server_max 3 \
+	--worker_num 1 --replicas 2 --log-dir "$work/log" -- \
+	embstore-bench --op step --rows "$rows" --dim "$dim" --batch 4096 \
+	--dist zipf:1.05 --optimizer sgd --duration 3600 \
+	--report-interval 1) >"$out" 2>&1 &
+lpid=$!
+wait_for 'worker\.0\] interval: ' 600 || die "no step interval"
+# The timed phase's start on our clock, from its first line (T s in).
+t0=$(now)
+t1=$(sed -n 's/.*worker\.0\] interval: \([0-9.]*\) s,.*/\1/p' "$out" |
+	head -1)
+tstart=$(echo "$t0 $t1" | awk '{ printf "%.3f", $1 - $2 }')
+preload_s=$(echo "$t_launch $tstart" | awk '{ printf "%.0f", $2 - $1 }')
+sched=$(sed -n 's/^\[launch\] scheduler on \([^,]*\),.*/\1/p' "$out" | head -1)
+[ -n "$sched" ] || die "no scheduler address"
+sleep "$before"
+
+# 3. The join.
+r0=$(streamed)
+j0=$(now)
+EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} EMB_SCHED_PORT=${sched##*:} \
+	embstore-server --listen 127.0.0.1:0 >"$new" 2>&1 &
+npid=$!
+wait_for 'server 2 has its share' 600 || die "the newcomer got no share"
+j1=$(now)
+sleep 1
+r1=$(streamed)
+sleep 2
+
+# 4. The drain.
+d0=$(now)
+embstore scale --sched "$sched" --remove 0 >"$work/scale.txt" 2>&1 ||
+	die "embstore scale --remove 0: $(cat "$work/scale.txt")"
+wait_for 'server 0 (.*) drained (' 600 || die "rank 0 did not drain"
+d1=$(now)
+sleep 1
+r2=$(streamed)
+sleep 2
+kill -INT "$lpid" 2>/dev/null
+wait "$lpid" 2>/dev/null
+lpid=
+kill -TERM "$npid" 2>/dev/null
+wait "$npid" 2>/dev/null
+npid=
+
+# The figures.
+jline=$(grep 'server 2 has its share' "$out" | head -1)
+jms=$(echo "$jline" | sed -n 's/.*chunks* moved in \([0-9]*\) ms.*/\1/p')
+jch=$(echo "$jline" | sed -n 's/.*(\([0-9]*\) chunks* moved.*/\1/p')
+dline=$(grep 'server 0 (.*) drained (' "$out" | head -1)
+dms=$(echo "$dline" | sed -n 's/.*drained (\([0-9]*\) chunks* in \([0-9]*\) ms.*/\2/p')
+dch=$(echo "$dline" | sed -n 's/.*drained (\([0-9]*\) chunks* in.*/\1/p')
+[ -n "$jms" ] && [ -n "$dms" ] || die "no move times in the scheduler log"
+[ $((r1 - r0)) -gt 0 ] && [ $((r2 - r1)) -gt 0 ] ||
+	die "no rows streamed by the join ($((r1 - r0))) or the drain ($((r2 - r1)))"
+
+rate() { # NAME ROWS CHUNKS MS
+	echo "$2 $3 $4 $row_bytes $echo_static" | awk -v name="$1" '{
+		ms = $3 > 0 ? $3 : 1
+		r = $1 / (ms / 1e3); mb = r * $4 / 1e6
+		printf "%s: %d rows in %d chunks in %d ms: %.0f rows/s, " \
+			"%.1f MB/s, %.1f %% of the static echo\n", name, $1, $2,
+			$3, r, mb, 100 * mb / $5 }'
+}
+
+# Medians over the intervals that overlap [A, B] (seconds into the timed
+# phase; B empty = every interval ending before A, the first left out) of
+# their p50 and p99, the worst p99, and the intervals without a step.
+steps() { # NAME A B
+	sed -n 's/.*worker\.0\] interval: \([0-9.]*\) s, \([0-9]*\) batches, p50 \([0-9.]*\) us, p99 \([0-9.]*\) us.*/\1 \2 \3 \4/p' \
+		"$out" | awk -v name="$1" -v a="$2" -v b="$3" '
+		function med(v, n,   i, j, t) {
+			for (i = 2; i <= n; i++)
+				for (j = i; j > 1 && v[j - 1] > v[j]; j--) {
+					t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
+				}
+			return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+		}
+		{
+			if (b == "") { if (NR == 1 || $1 > a) next }
+			else if ($1 <= a || $1 - 1 >= b) next
+			# An interval without a step is a stall: counted, and
+			# kept out of the medians (its p50 and p99 read 0).
+			if ($2 == 0) { stalls++; next }
+			n++; p50[n] = $3; p99[n] = $4; nb += $2
+			if ($4 > worst) worst = $4
+		}
+		END {
+			if (!n && !stalls) { printf "%s: no interval\n", name; exit }
+			if (!n) {
+				printf "%s: %d intervals, 0 steps, %d stalled " \
+					"intervals\n", name, stalls, stalls
+				exit
+			}
+			printf "%s: %d intervals, %d steps, p50 %.0f us, " \
+				"p99 %.0f us (worst interval %.0f us), " \
+				"%d stalled intervals\n", name, n + stalls, nb,
+				med(p50, n), med(p99, n), worst, stalls
+		}'
+}
+
+rel() { echo "$1 $tstart" | awk '{ printf "%.2f", $1 - $2 }'; }
+
+# Every figure or none: a phase without an interval is a failed run.
+figs=$(steps "steps before" "$(rel "$j0")" ""
+	steps "steps during join" "$(rel "$j0")" "$(rel "$j1")"
+	steps "steps during drain" "$(rel "$d0")" "$(rel "$d1")")
+echo "$figs" | grep -q 'no interval' && die "$figs"
+
+echo "table: $rows rows, dim $dim, SGD, R = 2 ($row_bytes bytes a row);" \
+	"preload and start ${preload_s} s"
+echo "echo: static ${echo_static} MB/s, gather ${echo_gather} MB/s" \
+	"(loopback, batch 4096)"
+rate "join 2->3" $((r1 - r0)) "$jch" "$jms"
+rate "drain 3->2" $((r2 - r1)) "$dch" "$dms"
+echo "$figs"
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
