@@ -804,6 +804,16 @@ static struct node *lost_server(struct emb_sched *s, struct emb_conn *conn,
 
 /* ---- recovery --------------------------------------------------------- */
 
+/* A fill or move of [first, first + n) began with this map: its chunk. */
+static void chunk_begun(struct emb_sched *s, uint32_t first, uint32_t n)
+{
+	s->fill_first = first;
+	s->fill_n = n;
+	s->fill_epoch = s->cmap->epoch;
+	s->fill_chunk_ms = (int64_t)emb_clock_ms();
+	republish(s);
+}
+
 /*
  * The next chunk of the server being filled, as a new map epoch; or, when
  * it holds every slot it should, the rebalance that ends the recovery.
@@ -818,11 +828,7 @@ static void fill_next(struct emb_sched *s)
 	n = emb_cmap_fill_next(s->cmap, r, FILL_CHUNK_SLOTS, &first);
 	if (n > 0) {
 		emb_cmap_fill_begin(s->cmap, r, first, (uint32_t)n, s->cmap);
-		s->fill_first = first;
-		s->fill_n = (uint32_t)n;
-		s->fill_epoch = s->cmap->epoch;
-		s->fill_chunk_ms = (int64_t)emb_clock_ms();
-		republish(s);
+		chunk_begun(s, first, (uint32_t)n);
 		emb_log(EMB_LOG_INFO,
 			"map epoch %llu: server %u is being filled with slots "
 			"%u-%u from server %u",
@@ -1010,11 +1016,7 @@ static void move_next(struct emb_sched *s)
 				    s->cmap);
 		s->fill_rank = to;
 		s->move_from = from;
-		s->fill_first = first;
-		s->fill_n = (uint32_t)n;
-		s->fill_epoch = s->cmap->epoch;
-		s->fill_chunk_ms = (int64_t)emb_clock_ms();
-		republish(s);
+		chunk_begun(s, first, (uint32_t)n);
 		emb_log(EMB_LOG_INFO,
 			"map epoch %llu: slots %u-%u move from server %u to "
 			"server %u (%s), streamed by server %u",

@@ -15,6 +15,7 @@
 #   drain.sh TOOLS_DIR
 set -u
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/moves_lib.sh"
 
 tools=${1:?usage: drain.sh TOOLS_DIR}
 tools=$(cd "$tools" && pwd) || exit 1
@@ -79,20 +80,9 @@ grep -q '1 server would stay for 2 copies' "$work/bad2.txt" ||
 
 # Rank 0's process (the scheduler's log names its pid) exits 0 by itself,
 # while the workers still train.
-pid0=$(sed -n 's/.*assigned server rank 0 to .* (pid \([0-9]*\)).*/\1/p' \
-	"$out" | head -1)
+pid0=$(moves_pid 0)
 [ -n "$pid0" ] || bad "no pid for server rank 0"
-for _ in $(seq 100); do
-	kill -0 "$pid0" 2>/dev/null || break
-	sleep 0.1
-done
-kill -0 "$pid0" 2>/dev/null && bad "server 0 still runs after its drain"
-name=$(sed -n "s/^\[launch\] started \(server\.[0-9]*\), pid $pid0\$/\1/p" \
-	"$out")
-grep -q "^\[launch\] $name exited with 0" "$out" ||
-	bad "drained server ($name) did not exit 0"
-grep -q "^\[launch\] worker\.[01] exited" "$out" &&
-	bad "the workers ended before the drain did: no move under load"
+moves_left "$pid0"
 
 # A newcomer started as `scale --add 1` says takes the free rank and is
 # given a third of the copies.
@@ -102,27 +92,12 @@ cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
 [ -n "$cmd" ] || bad "scale --add printed no command"
 eval "$cmd" >"$work/new.txt" 2>&1 &
 npid=$!
-for _ in $(seq 200); do
-	grep -q 'server 0 has its share' "$out" && break
-	kill -0 "$lpid" 2>/dev/null || break
-	sleep 0.1
-done
-share=$(sed -n 's/.*server 0 has its share: \([0-9]*\) slots.*/\1/p' "$out")
+moves_wait_share 0
 [ -n "$share" ] && [ "$share" -ge 2700 ] ||
 	bad "the newcomer was not given its share (${share:-none} slots)"
-grep -q "^\[launch\] worker\.[01] exited" "$out" &&
-	bad "the workers ended before the join did: no move under load"
+moves_under_load join
 
-wait "$lpid"
-st=$?
-lpid=
-[ "$st" -eq 0 ] || bad "launch exited $st"
-wait "$npid"
-st=$?
-npid=
-[ "$st" -eq 0 ] || bad "the newcomer exited $st at the end of the job"
-n=$(grep -c 'verify: .* 0 mismatched' "$out")
-[ "$n" -eq 2 ] || bad "$n of 2 workers verified 0 mismatched"
+moves_end
 grep -q 'slots [0-9]*-[0-9]* move from server 0' "$out" ||
 	bad "no move logged"
 

@@ -14,6 +14,7 @@
 #   elastic.sh TOOLS_DIR [R]
 set -u
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/moves_lib.sh"
 
 tools=${1:?usage: elastic.sh TOOLS_DIR [R]}
 R=${2:-2}
@@ -71,14 +72,9 @@ sleep 1
 EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} EMB_SCHED_PORT=${sched##*:} \
 	embstore-server --listen 127.0.0.1:0 >"$work/new.txt" 2>&1 &
 npid=$!
-for _ in $(seq 200); do
-	grep -q 'server 2 has its share' "$out" && break
-	kill -0 "$lpid" 2>/dev/null || break
-	sleep 0.1
-done
+moves_wait_share 2
 grep -q 'server 2 (.*) joins at a free rank' "$out" ||
 	bad "the newcomer did not join at rank 2"
-share=$(sed -n 's/.*server 2 has its share: \([0-9]*\) slots.*/\1/p' "$out")
 [ -n "$share" ] && [ "$share" -ge "$want_slots" ] ||
 	bad "the newcomer was not given its share (${share:-none} slots)"
 # The rows moved away are freed on the servers that gave them.
@@ -98,8 +94,7 @@ do
 	[ -n "$r" ] && [ "$r" -le "$most_rows" ] ||
 		bad "server $a still holds ${r:-?} rows after giving a third away"
 done
-grep -q "^\[launch\] worker\.[01] exited" "$out" &&
-	bad "the workers ended before the join did: no move under load"
+moves_under_load join
 # /metrics counts the join and the slots moved.
 curl -fsS "$murl" >"$work/m.txt" 2>&1 || bad "no scheduler /metrics"
 grep -q '^embstore_cluster_servers_changed_total{kind="joined"} 1$' \
@@ -110,35 +105,15 @@ moved=$(sed -n 's/^embstore_cluster_slots_moved_total \([0-9]*\)$/\1/p' \
 	bad "/metrics counts ${moved:-no} slots moved"
 
 # Leave: SIGTERM drains rank 0, which exits 0 while the workers train.
-pid0=$(sed -n 's/.*assigned server rank 0 to .* (pid \([0-9]*\)).*/\1/p' \
-	"$out" | head -1)
+pid0=$(moves_pid 0)
 [ -n "$pid0" ] && kill -TERM "$pid0" || bad "no server rank 0 to stop"
-for _ in $(seq 150); do
-	kill -0 "$pid0" 2>/dev/null || break
-	sleep 0.1
-done
-kill -0 "$pid0" 2>/dev/null && bad "server 0 still runs after its drain"
-name=$(sed -n "s/^\[launch\] started \(server\.[0-9]*\), pid $pid0\$/\1/p" \
-	"$out")
-grep -q "^\[launch\] $name exited with 0" "$out" ||
-	bad "drained server ($name) did not exit 0"
+moves_left "$pid0"
 grep -q 'server 0 (.*) drained' "$out" ||
 	bad "SIGTERM stopped server 0 without draining it"
 grep -q 'server 0 .* declared dead' "$out" &&
 	bad "server 0 was failed over, not drained"
-grep -q "^\[launch\] worker\.[01] exited" "$out" &&
-	bad "the workers ended before the drain did: no move under load"
 
-wait "$lpid"
-st=$?
-lpid=
-[ "$st" -eq 0 ] || bad "launch exited $st"
-wait "$npid"
-st=$?
-npid=
-[ "$st" -eq 0 ] || bad "the newcomer exited $st at the end of the job"
-n=$(grep -c 'verify: .* 0 mismatched' "$out")
-[ "$n" -eq 2 ] || bad "$n of 2 workers verified 0 mismatched"
+moves_end
 
 if [ "$fail" -ne 0 ]; then
 	cat "$out" "$work/stat.txt"

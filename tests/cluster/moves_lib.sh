@@ -1,0 +1,58 @@
+# tests/cluster/moves_lib.sh - steps the moving-slots tests share (drain.sh,
+# elastic.sh); source it after tests/lib.sh. They read $out (the launch's
+# output), $lpid (the launch) and $npid (the newcomer), and report through
+# bad().
+
+# moves_wait_share RANK: waits until the scheduler gave RANK its share;
+# sets share to its slots ("" when it never did).
+moves_wait_share() {
+	for _ in $(seq 200); do
+		grep -q "server $1 has its share" "$out" && break
+		kill -0 "$lpid" 2>/dev/null || break
+		sleep 0.1
+	done
+	share=$(sed -n "s/.*server $1 has its share: \([0-9]*\) slots.*/\1/p" \
+		"$out")
+}
+
+# moves_pid RANK: the pid the scheduler's log gives server RANK.
+moves_pid() {
+	sed -n "s/.*assigned server rank $1 to .* (pid \([0-9]*\)).*/\1/p" \
+		"$out" | head -1
+}
+
+# moves_left PID: the drained server PID exits 0 by itself, while the
+# workers still train.
+moves_left() {
+	for _ in $(seq 150); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$1" 2>/dev/null && bad "server pid $1 still runs after its drain"
+	_name=$(sed -n "s/^\[launch\] started \(server\.[0-9]*\), pid $1\$/\1/p" \
+		"$out")
+	grep -q "^\[launch\] $_name exited with 0" "$out" ||
+		bad "drained server ($_name) did not exit 0"
+	moves_under_load drain
+}
+
+# moves_under_load WHAT: no worker ended before WHAT was done.
+moves_under_load() {
+	grep -q "^\[launch\] worker\.[01] exited" "$out" &&
+		bad "the workers ended before the $1 did: no move under load"
+}
+
+# moves_end: the launch and the newcomer exit 0, and both workers verify
+# 0 mismatched rows.
+moves_end() {
+	wait "$lpid"
+	_st=$?
+	lpid=
+	[ "$_st" -eq 0 ] || bad "launch exited $_st"
+	wait "$npid"
+	_st=$?
+	npid=
+	[ "$_st" -eq 0 ] || bad "the newcomer exited $_st at the end of the job"
+	_n=$(grep -c 'verify: .* 0 mismatched' "$out")
+	[ "$_n" -eq 2 ] || bad "$_n of 2 workers verified 0 mismatched"
+}
