@@ -367,22 +367,20 @@ static int64_t sweep_table(struct emb_server *s, uint32_t id)
 	 * and an erase under it could skip rows. */
 	while (!rc && (got = emb_table_iter_next(it, ids, rows, NULL,
 						 SWEEP_SCAN)) > 0) {
-		for (int j = 0; j < got && !rc; j++) {
-			if (emb__slots_holds(s->slots, ids[j]))
-				continue;
-			if (ndrop == cap) {
-				uint64_t *d;
+		/* Room for the whole batch, then its unheld ids. */
+		if (cap - ndrop < (uint64_t)got) {
+			uint64_t *d;
 
-				cap = cap ? 2 * cap : SWEEP_SCAN;
-				d = realloc(drop, cap * sizeof(*d));
-				if (!d) {
-					rc = -ENOMEM;
-					break;
-				}
-				drop = d;
+			cap = cap ? 2 * cap : 2 * SWEEP_SCAN;
+			d = realloc(drop, cap * sizeof(*d));
+			if (!d) {
+				rc = -ENOMEM;
+				break;
 			}
-			drop[ndrop++] = ids[j];
+			drop = d;
 		}
+		ndrop += emb__slots_unheld(s->slots, ids, (uint32_t)got,
+					   drop + ndrop);
 	}
 	emb_table_iter_destroy(it);
 	for (uint64_t i = 0; !rc && i < ndrop; i += SWEEP_SCAN) {

@@ -163,16 +163,19 @@ int emb__slots_read(struct emb__slots *sl, const uint64_t *ids, uint32_t n,
 	return rc;
 }
 
-bool emb__slots_holds(struct emb__slots *sl, uint64_t id)
+uint32_t emb__slots_unheld(struct emb__slots *sl, const uint64_t *ids,
+			   uint32_t n, uint64_t *out)
 {
-	bool mine;
+	uint32_t k = 0;
 
 	if (!__atomic_load_n(&sl->on, __ATOMIC_ACQUIRE))
-		return true;
+		return 0;
 	pthread_rwlock_rdlock(&sl->lock);
-	mine = sl->m.slot[emb_id_slot(id)] & EMB_CMAP_VIEW_MINE;
+	for (uint32_t i = 0; i < n; i++)
+		if (!(sl->m.slot[emb_id_slot(ids[i])] & EMB_CMAP_VIEW_MINE))
+			out[k++] = ids[i];
 	pthread_rwlock_unlock(&sl->lock);
-	return mine;
+	return k;
 }
 
 int64_t emb__slots_drop(struct emb__slots *sl, struct emb_table *t,

@@ -61,9 +61,11 @@ int emb__slots_read(struct emb__slots *sl, const uint64_t *ids, uint32_t n,
  * Returns how many were present (0 before a view was set), or an error.
  */
 struct emb_table;
-/* Whether this server holds (or is filled with) id's slot; true before a
- * view was set. */
-bool emb__slots_holds(struct emb__slots *sl, uint64_t id);
+/* Copies to out[] those of ids[0..n) whose slot this server neither holds
+ * nor is filled with, under one read of the view; how many (0 before a
+ * view was set). */
+uint32_t emb__slots_unheld(struct emb__slots *sl, const uint64_t *ids,
+			   uint32_t n, uint64_t *out);
 int64_t emb__slots_drop(struct emb__slots *sl, struct emb_table *t,
 			uint64_t *ids, uint32_t n);
 
