@@ -92,12 +92,39 @@ wait_for() {
 	return 1
 }
 
-# Rows streamed so far by every server (launch's children and the
-# newcomer): the sum of "slots a-b streamed (N rows" lines.
+# Rows moved so far by every server (launch's children and the
+# newcomer): the sum of "slots a-b copied ahead (N rows" lines and of
+# "slots a-b streamed (N rows)" lines of chunks streamed whole.
 streamed() {
-	cat "$out" "$new" 2>/dev/null |
-		sed -n 's/.*slots [0-9]*-[0-9]* streamed (\([0-9]*\) rows.*/\1/p' |
+	cat "$out" "$new" 2>/dev/null | grep -v 'written since' |
+		sed -n 's/.*slots [0-9]*-[0-9]* \(streamed\|copied ahead\) (\([0-9]*\) rows.*/\2/p' |
 		awk '{ s += $1 } END { print s + 0 }'
+}
+
+# Rows sent again under the fences so far: written since their chunk's
+# copy ahead ("streamed (N rows written since the copy ahead").
+resent() {
+	cat "$out" "$new" 2>/dev/null |
+		sed -n 's/.*slots [0-9]*-[0-9]* streamed (\([0-9]*\) rows written since.*/\1/p' |
+		awk '{ s += $1 } END { print s + 0 }'
+}
+
+# Every fence's length so far, in ms, one a line ("fence on slots a-b
+# lifted after N ms", logged by each chunk's source).
+fences() {
+	cat "$out" "$new" 2>/dev/null |
+		sed -n 's/.*fence on slots [0-9]*-[0-9]* lifted after \([0-9]*\) ms.*/\1/p'
+}
+
+# Median and longest of the fences from line A + 1 to line B of fences().
+fence_fig() { # A B
+	fences | sed -n "$(($1 + 1)),$2p" | sort -n | awk '
+		{ v[++n] = $1 }
+		END {
+			if (!n) { print "no fence"; exit }
+			m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+			printf "%d fences, median %.0f ms, longest %d ms\n", n, m, v[n]
+		}'
 }
 
 # 1. The loopback ceiling, as docs/net-baselines.md measures it.
@@ -123,6 +150,13 @@ echo_static=$(echo_run -- --row-bytes "$row_bytes")
 echo_gather=$(echo_run --gather --rows 1000000 --row-bytes "$row_bytes" -- \
 	--rows 1000000 --row-bytes "$row_bytes")
 [ -n "$echo_static" ] && [ -n "$echo_gather" ] || die "no echo figure"
+# Rows land in memory the target never touched: what this machine gives
+# fresh pages (first touch, written once), 1 GiB.
+py=/usr/bin/python3 # Debian's, which has numpy
+[ -x "$py" ] || py=python3
+fresh=$("$py" -c 'import time, numpy as np
+t = time.perf_counter(); a = np.ones(1 << 28, dtype=np.float32)
+print("%.0f" % ((1 << 30) / 1e6 / (time.perf_counter() - t)))' 2>/dev/null)
 
 # 2. The job, one worker stepping with a line per second.
 t_launch=$(now)
@@ -145,6 +179,8 @@ sleep "$before"
 
 # 3. The join.
 r0=$(streamed)
+s0=$(resent)
+f0=$(fences | wc -l)
 j0=$(now)
 EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} EMB_SCHED_PORT=${sched##*:} \
 	embstore-server --listen 127.0.0.1:0 >"$new" 2>&1 &
@@ -153,6 +189,8 @@ wait_for 'server 2 has its share' 600 || die "the newcomer got no share"
 j1=$(now)
 sleep 1
 r1=$(streamed)
+s1=$(resent)
+f1=$(fences | wc -l)
 sleep 2
 
 # 4. The drain.
@@ -163,6 +201,8 @@ wait_for 'server 0 (.*) drained (' 600 || die "rank 0 did not drain"
 d1=$(now)
 sleep 1
 r2=$(streamed)
+s2=$(resent)
+f2=$(fences | wc -l)
 sleep 2
 kill -INT "$lpid" 2>/dev/null
 wait "$lpid" 2>/dev/null
@@ -238,8 +278,10 @@ echo "$figs" | grep -q 'no interval' && die "$figs"
 echo "table: $rows rows, dim $dim, SGD, R = 2 ($row_bytes bytes a row);" \
 	"preload and start ${preload_s} s"
 echo "echo: static ${echo_static} MB/s, gather ${echo_gather} MB/s" \
-	"(loopback, batch 4096)"
+	"(loopback, batch 4096); fresh memory ${fresh:-?} MB/s (first touch)"
 rate "join 2->3" $((r1 - r0)) "$jch" "$jms"
+echo "join fences: $(fence_fig "$f0" "$f1"); $((s1 - s0)) rows sent again under them"
 rate "drain 3->2" $((r2 - r1)) "$dch" "$dms"
+echo "drain fences: $(fence_fig "$f1" "$f2"); $((s2 - s1)) rows sent again under them"
 echo "$figs"
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"

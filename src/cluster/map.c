@@ -14,6 +14,7 @@
 #define CMAP_MAGIC   0x4d424d45u /* "EMBM" */
 #define CMAP_VERSION 1u
 #define CMAP_VERSION_FILL 2u /* with the fill table */
+#define CMAP_VERSION_WARM 3u /* with the fill and warm tables */
 
 int emb_cmap_init(struct emb_cmap *m, uint32_t nservers, uint32_t replicas)
 {
@@ -32,6 +33,7 @@ int emb_cmap_init(struct emb_cmap *m, uint32_t nservers, uint32_t replicas)
 					    ? (uint16_t)((home + i) % nservers)
 					    : EMB_CMAP_NONE;
 		m->fill[s] = EMB_CMAP_NONE;
+		m->warm[s] = EMB_CMAP_NONE;
 	}
 	return 0;
 }
@@ -85,6 +87,12 @@ int emb_cmap_remove(const struct emb_cmap *in, uint32_t rank,
 			out->fill[s] = EMB_CMAP_NONE;
 			changed = true;
 		}
+		/* So may a copy ahead: the move starts again. */
+		if (out->warm[s] != EMB_CMAP_NONE &&
+		    (out->warm[s] == rank || held)) {
+			out->warm[s] = EMB_CMAP_NONE;
+			changed = true;
+		}
 	}
 	if (changed)
 		out->epoch++;
@@ -110,6 +118,8 @@ int emb_cmap_add(const struct emb_cmap *in, uint32_t rank,
 		out->slot[s][n] = (uint16_t)rank;
 		if (out->fill[s] == rank)
 			out->fill[s] = EMB_CMAP_NONE;
+		if (out->warm[s] == rank)
+			out->warm[s] = EMB_CMAP_NONE;
 		added++;
 	}
 	if (added)
@@ -227,13 +237,14 @@ int emb_cmap_fill_abort(const struct emb_cmap *in, uint32_t rank,
 
 /* ---- moves (docs/replication.md, "Moving slots") ---- */
 
-/* The slot may move from `from` to `to`: from holds it, to does not, and
- * no fill is under way. */
+/* The slot may move from `from` to `to`: from holds it, to does not, no
+ * fill is under way, and no copy ahead but to's. */
 static bool movable(const struct emb_cmap *m, uint32_t s, uint32_t from,
 		    uint32_t to)
 {
 	return emb_cmap_holds(m, s, from) && !emb_cmap_holds(m, s, to) &&
-	       m->fill[s] == EMB_CMAP_NONE;
+	       m->fill[s] == EMB_CMAP_NONE &&
+	       (m->warm[s] == EMB_CMAP_NONE || m->warm[s] == to);
 }
 
 /* Slots each rank holds (primary or backup), in cnt[nservers]. */
@@ -339,10 +350,49 @@ int emb_cmap_drain_next(const struct emb_cmap *m, uint32_t from,
 	return n ? n : stuck ? -ENOSPC : 0;
 }
 
+int emb_cmap_warm_begin(const struct emb_cmap *in, uint32_t from, uint32_t to,
+			uint32_t first, uint32_t n, struct emb_cmap *out)
+{
+	int marked = 0;
+	bool changed = false;
+
+	if (!range_ok(in, to, first, n) || from >= in->nservers || from == to)
+		return -EINVAL;
+	if (out != in)
+		memcpy(out, in, sizeof(*out));
+	for (uint32_t s = first; s < first + n; s++) {
+		if (!movable(out, s, from, to))
+			continue;
+		changed |= out->warm[s] != to;
+		out->warm[s] = (uint16_t)to;
+		marked++;
+	}
+	if (changed)
+		out->epoch++;
+	return marked;
+}
+
+int emb_cmap_warm_end(const struct emb_cmap *in, struct emb_cmap *out)
+{
+	int cleared = 0;
+
+	if (out != in)
+		memcpy(out, in, sizeof(*out));
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		if (out->warm[s] != EMB_CMAP_NONE) {
+			out->warm[s] = EMB_CMAP_NONE;
+			cleared++;
+		}
+	if (cleared)
+		out->epoch++;
+	return cleared;
+}
+
 int emb_cmap_move_begin(const struct emb_cmap *in, uint32_t from, uint32_t to,
 			uint32_t first, uint32_t n, struct emb_cmap *out)
 {
 	int marked = 0;
+	bool warmed = false;
 
 	if (!range_ok(in, to, first, n) || from >= in->nservers || from == to)
 		return -EINVAL;
@@ -354,7 +404,13 @@ int emb_cmap_move_begin(const struct emb_cmap *in, uint32_t from, uint32_t to,
 		out->fill[s] = (uint16_t)to;
 		marked++;
 	}
-	if (marked)
+	/* The copy ahead is over: the fence's stream finishes it. */
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		if (out->warm[s] != EMB_CMAP_NONE) {
+			out->warm[s] = EMB_CMAP_NONE;
+			warmed = true;
+		}
+	if (marked || warmed)
 		out->epoch++;
 	return marked;
 }
@@ -492,6 +548,8 @@ void emb_cmap_view(const struct emb_cmap *m, const struct emb_cmap *prev,
 		if (m->fill[s] != EMB_CMAP_NONE &&
 		    (m->fill[s] == rank || m->slot[s][0] == rank))
 			f |= EMB_CMAP_VIEW_FENCED;
+		if (m->warm[s] == rank)
+			f |= EMB_CMAP_VIEW_WARMING;
 		flags[s] = f;
 	}
 }
@@ -509,6 +567,24 @@ uint32_t emb_cmap_fill_source(const struct emb_cmap *m, uint32_t rank,
 			n++;
 		*first = s;
 		*to = m->fill[s];
+		return n;
+	}
+	return 0;
+}
+
+uint32_t emb_cmap_warm_source(const struct emb_cmap *m, uint32_t rank,
+			      uint32_t *first, uint32_t *to)
+{
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		uint32_t n = 0;
+
+		if (m->warm[s] == EMB_CMAP_NONE || m->slot[s][0] != rank)
+			continue;
+		while (s + n < EMB_NSLOTS && m->warm[s + n] == m->warm[s] &&
+		       m->slot[s + n][0] == rank)
+			n++;
+		*first = s;
+		*to = m->warm[s];
 		return n;
 	}
 	return 0;
@@ -540,32 +616,40 @@ uint32_t emb_cmap_lost_slots(const struct emb_cmap *m)
 	return emb_cmap_primary_slots(m, EMB_CMAP_NONE);
 }
 
-static bool filling(const struct emb_cmap *m)
+static bool any(const uint16_t *v)
 {
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
-		if (m->fill[s] != EMB_CMAP_NONE)
+		if (v[s] != EMB_CMAP_NONE)
 			return true;
 	return false;
 }
 
+/* The version m is written in: the oldest that holds it, which a reader
+ * of an older build (a coordinator's) still decodes. */
+static uint32_t version_of(const struct emb_cmap *m)
+{
+	return any(m->warm)   ? CMAP_VERSION_WARM
+	       : any(m->fill) ? CMAP_VERSION_FILL
+			      : CMAP_VERSION;
+}
+
 size_t emb_cmap_size(const struct emb_cmap *m)
 {
-	/* Version 1 when nothing is filled: what a reader without fills
-	 * (a coordinator of an older build) still decodes. */
 	return emb_cmap_encoded_size(m->replicas) +
-	       (filling(m) ? 2u * EMB_NSLOTS : 0);
+	       2u * EMB_NSLOTS * (version_of(m) - 1u);
 }
 
 int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 {
 	size_t need = emb_cmap_size(m);
-	bool v2 = need > emb_cmap_encoded_size(m->replicas);
+	uint32_t ver = version_of(m);
+	bool v2 = ver >= CMAP_VERSION_FILL;
 	uint8_t *p = buf;
 
 	if (cap < need)
 		return -ENOSPC;
 	emb_le32_store(p, CMAP_MAGIC);
-	emb_le32_store(p + 4, v2 ? CMAP_VERSION_FILL : CMAP_VERSION);
+	emb_le32_store(p + 4, ver);
 	emb_le64_store(p + 8, m->epoch);
 	emb_le32_store(p + 16, m->nservers);
 	emb_le32_store(p + 20, m->replicas);
@@ -575,6 +659,9 @@ int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 			emb_le16_store(p, m->slot[s][i]);
 	for (uint32_t s = 0; v2 && s < EMB_NSLOTS; s++, p += 2)
 		emb_le16_store(p, m->fill[s]);
+	for (uint32_t s = 0; ver == CMAP_VERSION_WARM && s < EMB_NSLOTS;
+	     s++, p += 2)
+		emb_le16_store(p, m->warm[s]);
 	return (int64_t)need;
 }
 
@@ -587,15 +674,14 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 	    emb_le32_load(p) != CMAP_MAGIC)
 		return EMB_EBADFRAME;
 	ver = emb_le32_load(p + 4);
-	if (ver != CMAP_VERSION && ver != CMAP_VERSION_FILL)
+	if (ver < CMAP_VERSION || ver > CMAP_VERSION_WARM)
 		return EMB_EBADFRAME;
 	out->epoch = emb_le64_load(p + 8);
 	n = emb_le32_load(p + 16);
 	r = emb_le32_load(p + 20);
 	if (out->epoch == 0 || n == 0 || n > EMB_CMAP_SERVERS_MAX || r == 0 ||
 	    r > EMB_CMAP_REPLICAS_MAX || r > n ||
-	    len != emb_cmap_encoded_size(r) +
-		       (ver == CMAP_VERSION_FILL ? 2u * EMB_NSLOTS : 0))
+	    len != emb_cmap_encoded_size(r) + 2u * EMB_NSLOTS * (ver - 1u))
 		return EMB_EBADFRAME;
 	out->nservers = n;
 	out->replicas = r;
@@ -625,7 +711,7 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
 		uint16_t f = EMB_CMAP_NONE;
 
-		if (ver == CMAP_VERSION_FILL) {
+		if (ver >= CMAP_VERSION_FILL) {
 			f = emb_le16_load(p);
 			p += 2;
 		}
@@ -636,6 +722,22 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 		     out->slot[s][0] == EMB_CMAP_NONE))
 			return EMB_EBADFRAME;
 		out->fill[s] = f;
+	}
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		uint16_t w = EMB_CMAP_NONE;
+
+		if (ver == CMAP_VERSION_WARM) {
+			w = emb_le16_load(p);
+			p += 2;
+		}
+		/* Copied ahead to a server that does not hold the slot, from
+		 * a holder, and never while a fill of the slot runs. */
+		if (w != EMB_CMAP_NONE &&
+		    (w >= n || emb_cmap_holds(out, s, w) ||
+		     out->slot[s][0] == EMB_CMAP_NONE ||
+		     out->fill[s] != EMB_CMAP_NONE))
+			return EMB_EBADFRAME;
+		out->warm[s] = w;
 	}
 	return 0;
 }

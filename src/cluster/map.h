@@ -22,8 +22,12 @@
  *   version 2 only (written when some slot is being filled):
  *   24+2*R*N 2*N    for each slot in order, the u16 rank of the server
  *                   being filled with it, or EMB_CMAP_NONE
+ *   version 3 only (written when some slot is copied ahead of a move):
+ *   24+2*R*N+2*N 2*N for each slot in order, the u16 rank of the server
+ *                   its rows are copied to ahead of a move, or
+ *                   EMB_CMAP_NONE
  *   size = 24 + 2 * replicas * EMB_NSLOTS (version 1), plus
- *          2 * EMB_NSLOTS (version 2)
+ *          2 * EMB_NSLOTS (version 2), plus 2 * EMB_NSLOTS (version 3)
  *
  * Recovery (docs/replication.md, "Recovery"): a server that joins a
  * running job takes the place of a dead rank and is first a *filling*
@@ -58,6 +62,11 @@ struct emb_cmap {
 	 * takes the slot's writes but is no holder (not read, not
 	 * promoted) until emb_cmap_fill_done(). */
 	uint16_t fill[EMB_NSLOTS];
+	/* Server a move copies each slot's rows to ahead of its fence, or
+	 * EMB_CMAP_NONE: no writer, no holder, nothing fenced; its rows land
+	 * there apart, and the fenced stream that follows
+	 * (emb_cmap_move_begin()) sends only the rows written since. */
+	uint16_t warm[EMB_NSLOTS];
 };
 
 /* Bytes emb_cmap_encode() writes for a map with this many replicas. */
@@ -66,8 +75,9 @@ static inline size_t emb_cmap_encoded_size(uint32_t replicas)
 	return EMB_CMAP_HDR_SIZE + 2u * (size_t)replicas * EMB_NSLOTS;
 }
 
-/* Bytes emb_cmap_encode() writes for m: version 2 when a slot is being
- * filled, else version 1 (emb_cmap_encoded_size()). */
+/* Bytes emb_cmap_encode() writes for m: version 3 when a slot is copied
+ * ahead of a move, 2 when one is being filled, else version 1
+ * (emb_cmap_encoded_size()). */
 size_t emb_cmap_size(const struct emb_cmap *m);
 
 /*
@@ -189,10 +199,23 @@ int emb_cmap_drain_next(const struct emb_cmap *m, uint32_t from,
 			uint32_t *to);
 
 /*
+ * A move, step 0, the copy ahead: the slots of [first, first + n) that
+ * could move from `from` to `to` (as emb_cmap_move_begin() picks them) are
+ * copied to `to` while writes go on, unfenced (warm[]). The epoch goes up
+ * by one when anything changed. Returns the slots marked, or -EINVAL.
+ */
+int emb_cmap_warm_begin(const struct emb_cmap *in, uint32_t from, uint32_t to,
+			uint32_t first, uint32_t n, struct emb_cmap *out);
+
+/* Ends every copy ahead (one that failed, or a move given up); the epoch
+ * goes up by one when anything changed. Returns the slots cleared. */
+int emb_cmap_warm_end(const struct emb_cmap *in, struct emb_cmap *out);
+
+/*
  * A move, step 1: to becomes the filling server of the slots of [first,
  * first + n) that from holds, to does not and that have no fill under way
- * (others are left alone). The epoch goes up by one when anything
- * changed. Returns the slots marked, or -EINVAL.
+ * (others are left alone), and every copy ahead ends. The epoch goes up
+ * by one when anything changed. Returns the slots marked, or -EINVAL.
  */
 int emb_cmap_move_begin(const struct emb_cmap *in, uint32_t from, uint32_t to,
 			uint32_t first, uint32_t n, struct emb_cmap *out);
@@ -237,6 +260,9 @@ enum emb_cmap_view_flag {
 					(EMB_EMOVING) */
 	EMB_CMAP_VIEW_FILLING = 0x4, /* rank is being filled with it: the
 					fill's rows (EMB_F_FILL) land */
+	EMB_CMAP_VIEW_WARMING = 0x8, /* rank is its copy ahead of a move:
+					the copy's rows (EMB_F_FILL |
+					EMB_F_WARM) land, and stay */
 };
 
 /*
@@ -256,6 +282,10 @@ void emb_cmap_view(const struct emb_cmap *m, const struct emb_cmap *prev,
  * server (*to). Returns its length and *first, or 0 when there is none.
  */
 uint32_t emb_cmap_fill_source(const struct emb_cmap *m, uint32_t rank,
+			      uint32_t *first, uint32_t *to);
+
+/* As emb_cmap_fill_source() for the copies ahead of moves (warm[]). */
+uint32_t emb_cmap_warm_source(const struct emb_cmap *m, uint32_t rank,
 			      uint32_t *first, uint32_t *to);
 
 /* Slots rank holds as [0] primary, [1] backup, [2] filling. */

@@ -160,6 +160,9 @@ struct emb_sched {
 	 * the target takes in the chunk's slots, else NO_FILL (a
 	 * recovery's fill, or nothing). */
 	uint32_t move_from;
+	/* The move under way is in its copy ahead (warm[]): its source's
+	 * FILL_DONE fences the chunk for the final stream. */
+	bool warming;
 	uint32_t move_first;   /* where the next move's search starts */
 	uint32_t move_chunks;  /* chunks moved for the drain or join */
 	int64_t move_ms;       /* the drain or join began, monotonic */
@@ -552,7 +555,8 @@ static bool failover(struct emb_sched *s, struct node *n)
 	 * again from the holders left. */
 	if (s->move_from != NO_FILL &&
 	    (s->fill_rank == n->rank ||
-	     s->cmap->fill[s->fill_first] != s->fill_rank)) {
+	     (s->warming ? s->cmap->warm[s->fill_first]
+			 : s->cmap->fill[s->fill_first]) != s->fill_rank)) {
 		/* A move's target or source died (remove() ended the fill):
 		 * the chunk is moved again, from or to the servers left. */
 		emb_log(EMB_LOG_WARN,
@@ -561,6 +565,7 @@ static bool failover(struct emb_sched *s, struct node *n)
 			s->fill_first, s->fill_first + s->fill_n - 1,
 			s->move_from, s->fill_rank, n->rank);
 		s->fill_rank = s->move_from = NO_FILL;
+		s->warming = false;
 		move_next(s);
 	} else if (s->fill_rank == n->rank) {
 		emb_log(EMB_LOG_WARN,
@@ -1012,14 +1017,18 @@ static void move_next(struct emb_sched *s)
 				joined(s, j);
 			continue;
 		}
-		emb_cmap_move_begin(s->cmap, from, to, first, (uint32_t)n,
+		/* First the copy ahead, unfenced: the fence then waits only
+		 * for the rows written meanwhile (fence_move()). */
+		emb_cmap_warm_end(s->cmap, s->cmap);
+		emb_cmap_warm_begin(s->cmap, from, to, first, (uint32_t)n,
 				    s->cmap);
+		s->warming = true;
 		s->fill_rank = to;
 		s->move_from = from;
 		chunk_begun(s, first, (uint32_t)n);
 		emb_log(EMB_LOG_INFO,
 			"map epoch %llu: slots %u-%u move from server %u to "
-			"server %u (%s), streamed by server %u",
+			"server %u (%s), copied ahead by server %u",
 			(unsigned long long)s->cmap->epoch, first,
 			first + (uint32_t)n - 1, from, to,
 			node_addr(&s->nodes[to], addr, sizeof(addr)),
@@ -1027,10 +1036,42 @@ static void move_next(struct emb_sched *s)
 	}
 }
 
+/*
+ * The move under way, copied ahead (or not: a failed copy ahead ends the
+ * same way, with the whole chunk streamed): its chunk is fenced, and its
+ * source streams what changed since the copy began.
+ */
+static void fence_move(struct emb_sched *s, const char *why)
+{
+	uint32_t first = s->fill_first, n = s->fill_n;
+
+	s->warming = false;
+	emb_cmap_move_begin(s->cmap, s->move_from, s->fill_rank, first, n,
+			    s->cmap);
+	chunk_begun(s, first, n);
+	emb_log(EMB_LOG_INFO,
+		"map epoch %llu: slots %u-%u fenced for the last of their "
+		"move to server %u%s%s, streamed by server %u",
+		(unsigned long long)s->cmap->epoch, first, first + n - 1,
+		s->fill_rank, why ? ": " : "", why ? why : "",
+		emb_cmap_primary(s->cmap, first));
+}
+
 /* A chunk that will not finish: its slots are filled again, or, after
  * FILL_TRIES failures, the recovery is given up. */
 static void fill_failed(struct emb_sched *s, const char *why)
 {
+	if (s->warming) {
+		/* A copy ahead is only a head start: the fenced stream
+		 * sends the whole chunk instead. */
+		emb_log(EMB_LOG_WARN,
+			"map epoch %llu: the copy ahead of slots %u-%u to "
+			"server %u failed: %s",
+			(unsigned long long)s->cmap->epoch, s->fill_first,
+			s->fill_first + s->fill_n - 1, s->fill_rank, why);
+		fence_move(s, "without a copy ahead");
+		return;
+	}
 	emb_cmap_fill_abort(s->cmap, s->fill_rank, s->fill_first, s->fill_n,
 			    s->cmap);
 	republish(s);
@@ -1645,8 +1686,13 @@ static void on_fill_done(struct emb_sched *s, struct emb_req *req,
 	if (!n)
 		return;
 	/* Only the fill under way, from its source: a report of a fill
-	 * that a death or a timeout ended since changes nothing. */
-	if (s->fill_rank == NO_FILL || d.epoch < s->fill_epoch ||
+	 * that a death or a timeout ended since changes nothing. A copy
+	 * ahead's report counts whatever its epoch: one begun again after
+	 * a death is the same copy (its source does not start it again),
+	 * and the source streams everything should the epochs show a gap
+	 * (docs/replication.md, "Moving slots"). */
+	if (s->fill_rank == NO_FILL ||
+	    (d.epoch < s->fill_epoch && !s->warming) ||
 	    d.first != s->fill_first || d.n != s->fill_n ||
 	    n->role != EMB_ROLE_SERVER ||
 	    emb_cmap_primary(s->cmap, d.first) != n->rank) {
@@ -1656,6 +1702,10 @@ static void on_fill_done(struct emb_sched *s, struct emb_req *req,
 	send_ack(s, req, EMB_OP_FILL_DONE, 0);
 	if (d.status) {
 		fill_failed(s, emb_strerror(d.status));
+		return;
+	}
+	if (s->warming) {
+		fence_move(s, NULL);
 		return;
 	}
 	if (s->move_from != NO_FILL) {
@@ -2299,6 +2349,9 @@ static int state_restore(struct emb_sched *s)
 	s->ndead = st.ndead;
 	s->cmap = st.cmap; /* NULL unreplicated: build_map() makes it */
 	st.cmap = NULL;
+	/* A move's copy ahead is not taken up: it starts again if asked. */
+	if (s->cmap)
+		emb_cmap_warm_end(s->cmap, s->cmap);
 	emb_log(EMB_LOG_INFO,
 		"state file %s: taking up cluster %016llx at map epoch %llu; "
 		"%u node%s to rejoin within %lld ms",

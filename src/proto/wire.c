@@ -44,7 +44,8 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_PUSH] = {EMB_F_STEP_END | EMB_F_SESSION | EMB_F_EPOCH |
 			 EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16,
 		     TBL_SET},
-    [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE | EMB_F_EPOCH | EMB_F_FILL, TBL_SET},
+    [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE | EMB_F_EPOCH | EMB_F_FILL |
+			   EMB_F_WARM, TBL_SET},
     [EMB_OP_ERASE] = {EMB_F_EPOCH, TBL_SET},
     [EMB_OP_STATS] = {0, TBL_ANY},
     [EMB_OP_SET_MODE] = {0, TBL_SET},
@@ -231,6 +232,8 @@ static int check_req(const struct emb_wire_frame *f, uint8_t op)
 	if ((f->hdr.flags & EMB_F_FILL) &&
 	    (f->hdr.flags & (EMB_F_EPOCH | EMB_F_WITH_STATE)) !=
 		(EMB_F_EPOCH | EMB_F_WITH_STATE))
+		return EMB_EBADFRAME;
+	if ((f->hdr.flags & EMB_F_WARM) && !(f->hdr.flags & EMB_F_FILL))
 		return EMB_EBADFRAME;
 	if (!table_ok(r->table, f->hdr.table_id))
 		return EMB_EBADFRAME;

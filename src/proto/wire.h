@@ -109,6 +109,9 @@ enum emb_op {
 				the spec (wire_msg.h) */
 #define EMB_F_GRAD_FP16 0x0400u /* PUSH: the gradients are fp16 */
 #define EMB_F_GRAD_BF16 0x0800u /* PUSH: the gradients are bf16 */
+#define EMB_F_WARM 0x1000u /* ASSIGN (with EMB_F_FILL): rows of a move's copy
+			      ahead of its fence, for slots the server is
+			      the copy's target of (docs/replication.md) */
 
 /* HELLO response features: what this server understands beyond version 1. */
 #define EMB_WIRE_FEAT_PUSH_SESSION 0x1u /* PUSH with EMB_F_SESSION */

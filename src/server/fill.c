@@ -36,6 +36,8 @@
 #define FILL_DEADLINE_MS  60000	 /* a fill that has not finished by then
 				    fails; the scheduler starts it again */
 #define FILL_CALL_MS	  10000u /* one request */
+#define FILL_DEPTH	  4u	 /* batches in flight */
+#define FILL_CONNS	  2u	 /* connections they are spread over */
 
 struct emb__fill {
 	pthread_mutex_t mu;
@@ -49,6 +51,7 @@ struct emb__fill {
 	uint16_t port;
 	uint32_t first, n;
 	uint64_t epoch;
+	enum emb_server_fill_mode mode;
 	uint8_t token[EMB_WIRE_TOKEN_MAX];
 	uint32_t token_len;
 	emb_server_fill_fn done;
@@ -135,41 +138,151 @@ static void as_iovs(struct emb_wire_iovs *v, void *buf, int len)
 	memcpy(v->head, buf, EMB_WIRE_HDR_SIZE);
 }
 
-/* Sends one batch of rows, again while the target says it is not ready
- * for them (it has not seen the fill's map yet). */
-static int send_rows(struct emb__fill *f, struct emb_conn *conn,
-		     uint32_t tid, const uint64_t *ids, const float *rows,
-		     uint32_t k, uint32_t stride, int64_t deadline)
-{
-	struct emb_frame_hdr rhdr;
+/*
+ * The stream's pipeline: FILL_DEPTH batches of rows in flight at once,
+ * spread over FILL_CONNS connections, so that reading the table here, the
+ * network and the target's inserts overlap, and the target applies on as
+ * many of its loop threads (it spreads connections over them). Rows of a
+ * chunk appear once in its stream, so batches may land in any order.
+ */
+struct batch {
+	struct pipe *p;
+	uint64_t *ids;
+	float *rows;
+	uint32_t k;	    /* rows in it */
+	bool busy;	    /* posted, done not yet fired */
+	bool again;	    /* the target was not ready: post again */
+	int status;	    /* of the last call */
+	uint64_t due_ms;    /* again: not before */
 	struct emb_wire_iovs v;
-	int rc;
+	_Alignas(8) uint8_t resp[64 + EMB_WIRE_ERRMSG_MAX];
+};
 
+struct pipe {
+	struct emb__fill *f;
+	struct emb_transport *tr;
+	struct emb_conn *conn[FILL_CONNS];
+	uint32_t tid;	     /* the table's id on the target */
+	uint32_t stride;     /* floats a row */
+	uint32_t nposted;    /* posts so far, to pick a conn */
+	uint32_t tables;     /* streamed */
+	uint32_t deltas;     /* of them, only what changed since the copy */
+	int64_t deadline;
+	struct batch b[FILL_DEPTH];
+};
+
+static void batch_done(void *ctx, int status, const struct emb_frame_hdr *resp)
+{
+	struct batch *b = ctx;
+
+	b->busy = false;
+	b->status = status ? status : resp->status < 0 ? resp->status : 0;
+	/* A target that has not seen the fill's map yet: again, shortly. */
+	b->again = b->status == EMB_EMOVING;
+	if (b->again)
+		b->due_ms = emb_clock_ms() + 5;
+}
+
+/* Posts batch b (encoded again: the header carries the epoch). */
+static int batch_post(struct pipe *p, struct batch *b)
+{
+	const struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct iovec iov[EMB_WIRE_IOV_MAX];
+	struct emb_frame_hdr hdr;
+	int niov = 0, rc;
+
+	rc = emb_wire_assign_req_encode(&b->v, 0, p->tid, EMB_F_WITH_STATE,
+					b->ids, b->k, p->stride, b->rows);
+	if (!rc)
+		rc = emb_wire_hdr_decode(b->v.head, EMB_WIRE_HDR_SIZE, &lim,
+					 &hdr);
+	if (rc)
+		return rc;
+	emb_wire_hdr_set_epoch(&hdr, p->f->epoch,
+			       EMB_F_FILL | (p->f->mode == EMB_SERVER_FILL_WARM
+						 ? EMB_F_WARM
+						 : 0));
+	if (b->v.iov[0].iov_len > EMB_WIRE_HDR_SIZE)
+		iov[niov++] = (struct iovec){
+		    (uint8_t *)b->v.iov[0].iov_base + EMB_WIRE_HDR_SIZE,
+		    b->v.iov[0].iov_len - EMB_WIRE_HDR_SIZE};
+	for (int i = 1; i < b->v.iovcnt; i++)
+		iov[niov++] = b->v.iov[i];
+	b->again = false;
+	b->status = 0;
+	rc = emb_conn_call(p->conn[p->nposted++ % FILL_CONNS], &hdr, iov, niov,
+			   b->resp, sizeof(b->resp), batch_done, b);
+	if (!rc)
+		b->busy = true;
+	return rc;
+}
+
+/*
+ * Runs the loop until a batch is free to fill (all == false) or every
+ * batch is (all == true), posting again those the target was not ready
+ * for. Returns 0, a batch's error, or -ECANCELED / -ETIMEDOUT; on an
+ * error, batches may still be in flight: the caller destroys the conns
+ * (their calls end) before freeing the buffers.
+ */
+static int pipe_wait(struct pipe *p, bool all, struct batch **free_out)
+{
 	for (;;) {
-		rc = emb_wire_assign_req_encode(&v, 0, tid, EMB_F_WITH_STATE,
-						ids, k, stride, rows);
-		if (!rc)
-			rc = call(conn, &v, f->epoch, EMB_F_FILL, &rhdr);
-		if (rc != EMB_EMOVING || stopped(f) ||
-		    (int64_t)emb_clock_ms() > deadline)
+		uint32_t busy = 0;
+		bool pending = false;
+		struct batch *fr = NULL;
+		int rc;
+
+		for (uint32_t i = 0; i < FILL_DEPTH; i++) {
+			struct batch *b = &p->b[i];
+
+			if (b->busy) {
+				busy++;
+			} else if (b->again) {
+				pending = true;
+				if (emb_clock_ms() >= b->due_ms) {
+					rc = batch_post(p, b);
+					if (rc)
+						return rc;
+					busy++;
+				}
+			} else if (b->status) {
+				return b->status;
+			} else if (!fr) {
+				fr = b;
+			}
+		}
+		if (!all && fr) {
+			*free_out = fr;
+			return 0;
+		}
+		if (all && !busy && !pending)
+			return 0;
+		if (stopped(p->f))
+			return -ECANCELED;
+		/* Past the deadline: still refused, as the last try said. */
+		if ((int64_t)emb_clock_ms() > p->deadline)
+			return pending ? EMB_EMOVING : -ETIMEDOUT;
+		rc = emb_transport_poll(p->tr, busy ? 100 : 1);
+		if (rc < 0)
 			return rc;
-		nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
 	}
 }
 
 /* Every row of the chunk in table id of this server to tid there. */
-static int fill_table(struct emb__fill *f, struct emb_conn *conn,
-		      uint32_t id, uint64_t *rows_out, int64_t deadline)
+static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
+		      bool *delta)
 {
+	struct emb__fill *f = p->f;
 	struct emb_server_table st;
 	struct emb_table_iter *it = NULL;
 	struct emb_frame_hdr rhdr;
 	struct emb_wire_iovs v;
 	uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
 		    EMB_WIRE_LIFECYCLE_SIZE];
-	uint64_t *ids = NULL, *out_ids = NULL;
-	float *rows = NULL, *out_rows = NULL;
-	uint32_t rf, k = 0, tid;
+	uint64_t *ids = NULL;
+	float *rows = NULL;
+	struct batch *b = NULL;
+	uint32_t rf;
 	uint64_t aside = 0, aside_ids[8];
 	int rc, len, got;
 
@@ -183,26 +296,43 @@ static int fill_table(struct emb__fill *f, struct emb_conn *conn,
 		goto out;
 	}
 	as_iovs(&v, buf, len);
-	rc = call(conn, &v, 0, 0, &rhdr);
+	rc = call(p->conn[0], &v, 0, 0, &rhdr);
 	if (rc)
 		goto out;
-	tid = rhdr.table_id;
+	p->tid = rhdr.table_id;
+	p->stride = rf;
 	ids = malloc(FILL_SCAN * sizeof(*ids));
 	rows = malloc((size_t)FILL_SCAN * rf * sizeof(*rows));
-	out_ids = malloc(FILL_BATCH * sizeof(*out_ids));
-	out_rows = malloc((size_t)FILL_BATCH * rf * sizeof(*out_rows));
-	rc = ids && rows && out_ids && out_rows
-		 ? emb_table_iter_create(st.t, &it)
-		 : -ENOMEM;
-	/* The whole table is read and the chunk's rows kept: the store
-	 * does not index rows by slot. */
+	for (uint32_t i = 0; i < FILL_DEPTH; i++) {
+		p->b[i] = (struct batch){.p = p};
+		p->b[i].ids = malloc(FILL_BATCH * sizeof(uint64_t));
+		p->b[i].rows = malloc((size_t)FILL_BATCH * rf * sizeof(float));
+		if (!p->b[i].ids || !p->b[i].rows)
+			rc = -ENOMEM;
+	}
+	if (!rc)
+		rc = ids && rows ? emb_table_iter_create(st.t, &it) : -ENOMEM;
+	/* The store does not index rows by slot: the whole table is walked,
+	 * but rows outside the chunk are skipped by id, not copied. */
+	if (!rc)
+		rc = emb_table_iter_slots(it, f->first, f->n);
+	/* A copy ahead tracks writes from before its first read on, so
+	 * every row it reads and that changes later is marked. */
+	if (!rc && f->mode == EMB_SERVER_FILL_WARM)
+		rc = emb_table_track_begin(st.t, f->first, f->n);
+	/* Fenced: the rows written since the copy ahead began are final
+	 * now, and are all the target lacks, unless some were removed (the
+	 * target would keep them) or the table was not tracked. */
+	if (!rc && f->mode == EMB_SERVER_FILL_DELTA &&
+	    emb_table_track_removed(st.t) == 0) {
+		rc = emb_table_iter_tracked(it);
+		*delta = true;
+	}
+	if (!rc)
+		rc = pipe_wait(p, false, &b);
 	while (!rc && (got = emb_table_iter_next(it, ids, rows, NULL,
 						 FILL_SCAN)) > 0) {
 		for (int j = 0; j < got && !rc; j++) {
-			uint32_t sl = emb_id_slot(ids[j]);
-
-			if (sl < f->first || sl >= f->first + f->n)
-				continue;
 			/* A row with a NaN or Inf (an older version could
 			 * make one) is not sent: the target refuses it, and
 			 * with it the whole chunk, at every try. Left out,
@@ -214,26 +344,29 @@ static int fill_table(struct emb__fill *f, struct emb_conn *conn,
 				aside++;
 				continue;
 			}
-			out_ids[k] = ids[j];
-			memcpy(out_rows + (size_t)k * rf,
+			b->ids[b->k] = ids[j];
+			memcpy(b->rows + (size_t)b->k * rf,
 			       rows + (size_t)j * rf, rf * sizeof(float));
-			if (++k == FILL_BATCH) {
-				rc = send_rows(f, conn, tid, out_ids, out_rows,
-					       k, rf, deadline);
-				*rows_out += k;
-				k = 0;
+			if (++b->k == FILL_BATCH) {
+				rc = batch_post(p, b);
+				*rows_out += b->k;
+				if (!rc)
+					rc = pipe_wait(p, false, &b);
+				if (!rc)
+					b->k = 0;
 			}
 		}
 		if (!rc && stopped(f))
 			rc = -ECANCELED;
-		if (!rc && (int64_t)emb_clock_ms() > deadline)
+		if (!rc && (int64_t)emb_clock_ms() > p->deadline)
 			rc = -ETIMEDOUT;
 	}
-	if (!rc && k) {
-		rc = send_rows(f, conn, tid, out_ids, out_rows, k, rf,
-			       deadline);
-		*rows_out += k;
+	if (!rc && b->k) {
+		rc = batch_post(p, b);
+		*rows_out += b->k;
 	}
+	if (!rc)
+		rc = pipe_wait(p, true, NULL);
 	if (aside) {
 		char list[8 * 21 + 1];
 		size_t at = 0;
@@ -248,12 +381,27 @@ static int fill_table(struct emb__fill *f, struct emb_conn *conn,
 			st.spec.name, (unsigned long long)aside, list,
 			aside > 8 ? ",..." : "");
 	}
+	/* Streamed whole or in part, the target has it all: the tracking
+	 * is over (a copy ahead keeps it for its fenced stream). */
+	if (f->mode != EMB_SERVER_FILL_WARM)
+		emb_table_track_end(st.t);
 out:
+	if (rc)
+		/* Calls still in flight borrow the batches' memory: the
+		 * conns go first (their calls end, callbacks fire). */
+		for (uint32_t i = 0; i < FILL_CONNS; i++) {
+			emb_conn_destroy(p->conn[i]);
+			p->conn[i] = NULL;
+		}
+	for (uint32_t i = 0; i < FILL_DEPTH; i++) {
+		free(p->b[i].ids);
+		free(p->b[i].rows);
+		p->b[i].ids = NULL;
+		p->b[i].rows = NULL;
+	}
 	emb_table_iter_destroy(it);
 	free(ids);
 	free(rows);
-	free(out_ids);
-	free(out_rows);
 	emb_server_table_release(&st);
 	return rc;
 }
@@ -262,34 +410,33 @@ static int fill_run(struct emb__fill *f, uint64_t *rows)
 {
 	struct emb_transport_opts to = EMB_TRANSPORT_OPTS_DEFAULT;
 	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
-	const int64_t deadline = (int64_t)emb_clock_ms() + FILL_DEADLINE_MS;
 	_Alignas(8) uint8_t hello[EMB_WIRE_HDR_SIZE + 64 + EMB_WIRE_TOKEN_MAX];
-	struct emb_transport *tr = NULL;
-	struct emb_conn *conn = NULL;
+	struct pipe *p = calloc(1, sizeof(*p));
 	struct emb_frame_hdr rhdr;
 	struct emb_wire_iovs v;
 	uint32_t *tids = NULL, nt;
 	int rc, len;
 
+	if (!p)
+		return -ENOMEM;
+	p->f = f;
+	p->deadline = (int64_t)emb_clock_ms() + FILL_DEADLINE_MS;
 	to.call_timeout_ms = FILL_CALL_MS;
 	to.max_frame_bytes = EMB_WIRE_FRAME_MAX;
 	co.host = f->host;
 	co.port = f->port;
-	rc = emb_transport_create("tcp", &to, &tr);
-	if (!rc)
-		rc = emb_conn_create(tr, &co, &conn);
-	if (rc)
-		goto out;
 	len = emb_wire_hello_req_encode(hello, sizeof(hello), 0,
 					EMB_WIRE_VERSION,
 					f->token_len ? f->token : NULL,
 					f->token_len, "embstore-fill");
-	if (len < 0) {
-		rc = len;
-		goto out;
+	rc = len < 0 ? len : emb_transport_create("tcp", &to, &p->tr);
+	for (uint32_t i = 0; i < FILL_CONNS && !rc; i++) {
+		rc = emb_conn_create(p->tr, &co, &p->conn[i]);
+		if (!rc) {
+			as_iovs(&v, hello, len);
+			rc = call(p->conn[i], &v, 0, 0, &rhdr);
+		}
 	}
-	as_iovs(&v, hello, len);
-	rc = call(conn, &v, 0, 0, &rhdr);
 	if (rc)
 		goto out;
 	nt = emb_server_table_ids(f->s, NULL, 0);
@@ -299,13 +446,45 @@ static int fill_run(struct emb__fill *f, uint64_t *rows)
 		goto out;
 	}
 	nt = emb_server_table_ids(f->s, tids, nt);
-	for (uint32_t i = 0; i < nt && !rc; i++)
-		rc = fill_table(f, conn, tids[i], rows, deadline);
+	for (uint32_t i = 0; i < nt && !rc; i++) {
+		bool delta = false;
+
+		rc = fill_table(p, tids[i], rows, &delta);
+		p->tables += 1;
+		p->deltas += delta;
+	}
+	if (!rc && f->mode == EMB_SERVER_FILL_DELTA && p->deltas < p->tables)
+		emb_log(EMB_LOG_INFO,
+			"slots %u-%u: %u of %u tables streamed whole (not "
+			"tracked since the copy ahead, or rows removed)",
+			f->first, f->first + f->n - 1, p->tables - p->deltas,
+			p->tables);
 out:
 	free(tids);
-	emb_conn_destroy(conn);
-	emb_transport_destroy(tr);
+	for (uint32_t i = 0; i < FILL_CONNS; i++)
+		emb_conn_destroy(p->conn[i]);
+	emb_transport_destroy(p->tr);
+	free(p);
 	return rc;
+}
+
+void emb__fill_untrack(struct emb_server *s)
+{
+	uint32_t nt = emb_server_table_ids(s, NULL, 0);
+	uint32_t *tids = calloc(nt ? nt : 1, sizeof(*tids));
+
+	if (!tids)
+		return;
+	nt = emb_server_table_ids(s, tids, nt);
+	for (uint32_t i = 0; i < nt; i++) {
+		struct emb_server_table st;
+
+		if (emb_server_table_acquire(s, tids[i], &st))
+			continue;
+		emb_table_track_end(st.t);
+		emb_server_table_release(&st);
+	}
+	free(tids);
 }
 
 static void *fill_main(void *arg)
@@ -365,6 +544,7 @@ int emb__fill_start(struct emb__fill *f, struct emb_server *s,
 	f->first = r->first;
 	f->n = r->n;
 	f->epoch = r->epoch;
+	f->mode = r->mode;
 	f->token_len = r->token_len;
 	if (r->token_len)
 		memcpy(f->token, r->token, r->token_len);

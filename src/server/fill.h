@@ -18,6 +18,7 @@ struct emb__fill_req {
 	uint16_t port;
 	uint32_t first, n;	/* the chunk's slots */
 	uint64_t epoch;		/* map epoch its rows carry */
+	enum emb_server_fill_mode mode;
 	const uint8_t *token;	/* HELLO token, or NULL; copied */
 	uint32_t token_len;
 	emb_server_fill_fn done; /* from the fill's thread */
@@ -30,6 +31,8 @@ void emb__fill_destroy(struct emb__fill *f);
 /* 0, -EBUSY (a fill runs), -ENOMEM, -EINVAL. */
 int emb__fill_start(struct emb__fill *f, struct emb_server *s,
 		    const struct emb__fill_req *r);
+/* Every table of s stops tracking writes for a move. */
+void emb__fill_untrack(struct emb_server *s);
 /* Ends a fill under way (its done() reports -ECANCELED), waits for its
  * thread, and starts no more. */
 void emb__fill_stop(struct emb__fill *f);

@@ -44,6 +44,16 @@ struct emb_replica {
 				same chunk has another */
 	uint64_t fence_ms;   /* when its fence went up, emb_clock_ms()
 				(0: none held) */
+	/* A move's copy ahead this server streams or streamed: its chunk,
+	 * target and the epoch of the map that asked for it. The fenced
+	 * stream of that chunk to that target sends only the rows written
+	 * since when its map is the very next one (no death, no other
+	 * change in between: the target still has the copy). */
+	bool warm_on;	     /* started, its fenced stream not yet */
+	bool warm_ok;	     /* and it finished */
+	uint32_t warm_first, warm_n, warm_to;
+	uint64_t warm_epoch;
+	enum emb_server_fill_mode mode; /* of the fill started last */
 	pthread_t sweeper;   /* frees rows of slots given away */
 	pthread_cond_t sweep_cv; /* signals sweep_due or stop, with mu */
 	bool sweep_due;		 /* a map took slots away since the last */
@@ -54,22 +64,75 @@ struct emb_replica {
 static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 			 int status, uint64_t rows);
 
+/* Under r->mu: the copy ahead of a move this server is the source of in
+ * the last map, unless it started it already. */
+static void warm_check(struct emb_replica *r)
+{
+	uint32_t first, to, len;
+	int rc;
+
+	len = emb_cmap_warm_source(&r->prev, r->rank, &first, &to);
+	if (!len || to >= r->naddrs) {
+		/* A copy ahead whose move was given up or moved on: its
+		 * tracking goes (the next copy ahead begins its own). */
+		if (!len && r->warm_on) {
+			r->warm_on = false;
+			emb_server_untrack(r->srv);
+		}
+		return;
+	}
+	if (r->warm_on && first == r->warm_first && len == r->warm_n &&
+	    to == r->warm_to)
+		return; /* this copy: started already (or done) */
+	rc = emb_server_fill(r->srv, r->addrs[to].host, r->addrs[to].port,
+			     first, len, r->prev.epoch, EMB_SERVER_FILL_WARM,
+			     on_fill_done, r);
+	if (rc) {
+		if (rc != -EBUSY)
+			emb_log(EMB_LOG_WARN,
+				"cannot copy slots %u-%u ahead: %s", first,
+				first + len - 1, emb_strerror(rc));
+		return;
+	}
+	r->mode = EMB_SERVER_FILL_WARM;
+	r->warm_on = true;
+	r->warm_ok = false;
+	r->warm_first = first;
+	r->warm_n = len;
+	r->warm_to = to;
+	r->warm_epoch = r->prev.epoch;
+	emb_log(EMB_LOG_INFO,
+		"map epoch %llu: copying slots %u-%u ahead to server %u "
+		"(%s:%u)",
+		(unsigned long long)r->prev.epoch, first, first + len - 1, to,
+		r->addrs[to].host, r->addrs[to].port);
+}
+
 /* Under r->mu: starts the fill this server is the source of in the last
- * map, unless it started it already. */
+ * map, unless it started it already; else a copy ahead. */
 static void fill_check(struct emb_replica *r)
 {
+	enum emb_server_fill_mode mode = EMB_SERVER_FILL_FULL;
 	uint32_t first, to, len;
 	int rc;
 
 	if (!r->have_prev)
 		return;
 	len = emb_cmap_fill_source(&r->prev, r->rank, &first, &to);
-	if (!len || to >= r->naddrs ||
+	if (!len) {
+		warm_check(r);
+		return;
+	}
+	if (to >= r->naddrs ||
 	    (first == r->fill_first && len == r->fill_n && to == r->fill_to &&
 	     r->view.grew[first] == r->fill_grew))
 		return;
+	if (r->warm_on && r->warm_ok && first == r->warm_first &&
+	    len == r->warm_n && to == r->warm_to &&
+	    r->prev.epoch == r->warm_epoch + 1)
+		mode = EMB_SERVER_FILL_DELTA;
 	rc = emb_server_fill(r->srv, r->addrs[to].host, r->addrs[to].port,
-			     first, len, r->prev.epoch, on_fill_done, r);
+			     first, len, r->prev.epoch, mode, on_fill_done, r);
 	if (rc) {
 		/* -EBUSY: the last fill is ending; its end looks again. */
 		if (rc != -EBUSY)
@@ -77,6 +140,8 @@ static void fill_check(struct emb_replica *r)
 				first, first + len - 1, emb_strerror(rc));
 		return;
 	}
+	r->mode = mode;
+	r->warm_on = false;
 	r->fill_first = first;
 	r->fill_n = len;
 	r->fill_to = to;
@@ -84,9 +149,12 @@ static void fill_check(struct emb_replica *r)
 	r->fence_ms = emb_clock_ms();
 	emb_log(EMB_LOG_INFO,
 		"map epoch %llu: streaming slots %u-%u to server "
-		"%u (%s:%u)",
+		"%u (%s:%u)%s",
 		(unsigned long long)r->prev.epoch, first, first + len - 1, to,
-		r->addrs[to].host, r->addrs[to].port);
+		r->addrs[to].host, r->addrs[to].port,
+		mode == EMB_SERVER_FILL_DELTA
+		    ? ": the rows written since the copy ahead"
+		    : "");
 }
 
 /* The fill's thread: the chunk is done (or not); the scheduler moves on. */
@@ -94,16 +162,30 @@ static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 			 int status, uint64_t rows)
 {
 	struct emb_replica *r = arg;
-	int rc = emb_node_fill_done(r->node, first, n, epoch, status);
+	enum emb_server_fill_mode mode;
+	int rc;
 
+	pthread_mutex_lock(&r->mu);
+	mode = r->mode;
+	if (mode == EMB_SERVER_FILL_WARM && r->warm_on &&
+	    first == r->warm_first && n == r->warm_n &&
+	    epoch == r->warm_epoch)
+		r->warm_ok = status == 0;
+	pthread_mutex_unlock(&r->mu);
+	rc = emb_node_fill_done(r->node, first, n, epoch, status);
 	/* The scheduler published the next step as it answered: take it
-	 * now, not at the next heartbeat, so the fence comes down. */
+	 * now, not at the next heartbeat, so the fence comes down (or, after
+	 * a copy ahead, goes up). */
 	if (!rc)
 		emb_node_map_refresh(r->node);
 	emb_log(rc ? EMB_LOG_WARN : EMB_LOG_INFO,
-		"slots %u-%u streamed (%llu rows%s%s): scheduler %s", first,
-		first + n - 1, (unsigned long long)rows, status ? ", " : "",
-		status ? emb_strerror(status) : "",
+		"slots %u-%u %s (%llu rows%s%s%s): scheduler %s", first,
+		first + n - 1,
+		mode == EMB_SERVER_FILL_WARM ? "copied ahead" : "streamed",
+		(unsigned long long)rows,
+		mode == EMB_SERVER_FILL_DELTA ? " written since the copy ahead"
+					      : "",
+		status ? ", " : "", status ? emb_strerror(status) : "",
 		rc ? emb_strerror(rc) : "told");
 	pthread_mutex_lock(&r->mu);
 	fill_check(r);

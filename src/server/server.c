@@ -430,7 +430,8 @@ void emb_server_on_newer_map(struct emb_server *s,
 
 int emb_server_fill(struct emb_server *s, const char *host, uint16_t port,
 		    uint32_t first, uint32_t n, uint64_t epoch,
-		    emb_server_fill_fn done, void *arg)
+		    enum emb_server_fill_mode mode, emb_server_fill_fn done,
+		    void *arg)
 {
 	struct emb__fill_req r = {
 	    .host = host,
@@ -438,6 +439,7 @@ int emb_server_fill(struct emb_server *s, const char *host, uint16_t port,
 	    .first = first,
 	    .n = n,
 	    .epoch = epoch,
+	    .mode = mode,
 	    .token = s->opts.auth_token_len ? s->token : NULL,
 	    .token_len = s->opts.auth_token_len,
 	    .done = done,
@@ -447,6 +449,11 @@ int emb_server_fill(struct emb_server *s, const char *host, uint16_t port,
 	if (s->stopped)
 		return -ECANCELED;
 	return emb__fill_start(s->fill, s, &r);
+}
+
+void emb_server_untrack(struct emb_server *s)
+{
+	emb__fill_untrack(s);
 }
 
 void emb_server_map_counts(struct emb_server *s, uint64_t out[2])

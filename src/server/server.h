@@ -179,9 +179,29 @@ void emb_server_map_counts(struct emb_server *s, uint64_t out[2]);
  */
 typedef void (*emb_server_fill_fn)(void *arg, uint32_t first, uint32_t n,
 				   uint64_t epoch, int status, uint64_t rows);
+
+/*
+ * What a fill streams. A move copies its chunk ahead of the fence
+ * (WARM: rows flagged EMB_F_WARM, and every table starts tracking what is
+ * written from then on, emb_table_track_begin()), then, fenced, sends only
+ * the rows written since (DELTA); a table not tracked since the copy, or
+ * with rows of the chunk removed meanwhile, is streamed whole. FULL and
+ * DELTA end the tracking.
+ */
+enum emb_server_fill_mode {
+	EMB_SERVER_FILL_FULL,
+	EMB_SERVER_FILL_WARM,
+	EMB_SERVER_FILL_DELTA,
+};
+
 int emb_server_fill(struct emb_server *s, const char *host, uint16_t port,
 		    uint32_t first, uint32_t n, uint64_t epoch,
-		    emb_server_fill_fn done, void *arg);
+		    enum emb_server_fill_mode mode, emb_server_fill_fn done,
+		    void *arg);
+
+/* Any thread: every table stops tracking writes for a move (one whose
+ * copy ahead was given up). */
+void emb_server_untrack(struct emb_server *s);
 
 /* ---- for the metrics collector (src/server/metrics.c) ---- */
 

@@ -15,6 +15,10 @@
 #include "common/hash.h"
 #include "store/store.h"
 
+/* Rows the sweep leaves: of slots held or filled here, and of a move's
+ * copy ahead to here (its fenced stream sends only what changed). */
+#define KEEP (EMB_CMAP_VIEW_MINE | EMB_CMAP_VIEW_WARMING)
+
 struct emb__slots {
 	pthread_rwlock_t lock;	 /* writes read, emb__slots_set() writes */
 	bool on;		 /* a view was set; atomic */
@@ -83,6 +87,9 @@ static int check(struct emb__slots *sl, const struct emb_frame_hdr *h,
 	const struct emb_server_map *m = &sl->m;
 	const uint64_t e = emb_wire_req_epoch(h);
 	const bool fill = h->flags & EMB_F_FILL;
+	const uint8_t fill_flag = h->flags & EMB_F_WARM
+				      ? EMB_CMAP_VIEW_WARMING
+				      : EMB_CMAP_VIEW_FILLING;
 
 	/* Routed by a map this server has not seen: it may hold a fence
 	 * or a writer this view lacks, so nothing is applied yet. */
@@ -101,8 +108,9 @@ static int check(struct emb__slots *sl, const struct emb_frame_hdr *h,
 		uint8_t f = m->slot[s];
 
 		if (fill) {
-			/* Rows of a fill land only in the chunk it fills. */
-			if (!(f & EMB_CMAP_VIEW_FILLING))
+			/* Rows of a fill land only in the chunk it fills,
+			 * a copy ahead's in the chunk it copies. */
+			if (!(f & fill_flag))
 				return refuse(sl, EMB_ESTALEMAP, why,
 					      "no fill of this slot here");
 			continue;
@@ -172,7 +180,7 @@ uint32_t emb__slots_unheld(struct emb__slots *sl, const uint64_t *ids,
 		return 0;
 	pthread_rwlock_rdlock(&sl->lock);
 	for (uint32_t i = 0; i < n; i++)
-		if (!(sl->m.slot[emb_id_slot(ids[i])] & EMB_CMAP_VIEW_MINE))
+		if (!(sl->m.slot[emb_id_slot(ids[i])] & KEEP))
 			out[k++] = ids[i];
 	pthread_rwlock_unlock(&sl->lock);
 	return k;
@@ -191,7 +199,7 @@ int64_t emb__slots_drop(struct emb__slots *sl, struct emb_table *t,
 	 * filled row is dropped. */
 	pthread_rwlock_rdlock(&sl->lock);
 	for (uint32_t i = 0; i < n; i++)
-		if (!(sl->m.slot[emb_id_slot(ids[i])] & EMB_CMAP_VIEW_MINE))
+		if (!(sl->m.slot[emb_id_slot(ids[i])] & KEEP))
 			ids[k++] = ids[i];
 	rc = k ? emb_table_erase(t, ids, k) : 0;
 	pthread_rwlock_unlock(&sl->lock);

@@ -37,12 +37,24 @@ int emb__dirty_reserve(struct emb_shard *s, uint32_t nrec)
 	memset(d + s->dirty_words, 0,
 	       (size_t)(words - s->dirty_words) * sizeof(*d));
 	s->dirty = d;
+	if (s->track) {
+		/* A move's marks cover every record too. */
+		d = realloc(s->track, (size_t)words * sizeof(*d));
+		if (!d)
+			return -ENOMEM;
+		memset(d + s->dirty_words, 0,
+		       (size_t)(words - s->dirty_words) * sizeof(*d));
+		s->track = d;
+	}
 	s->dirty_words = words;
 	return 0;
 }
 
 void emb__dirty_erased(struct emb_shard *s, uint64_t id)
 {
+	/* Unsigned: a slot below track_first wraps past track_n. */
+	if (s->track && emb_id_slot(id) - s->track_first < s->track_n)
+		s->track_removed++;
 #ifndef EMB_NO_DIRTY
 	if (s->erased_lost)
 		return;
@@ -75,6 +87,8 @@ void emb__dirty_fini(struct emb_shard *s)
 {
 	free(s->dirty);
 	free(s->erased);
+	free(s->track);
 	s->dirty = NULL;
 	s->erased = NULL;
+	s->track = NULL;
 }

@@ -323,6 +323,33 @@ void emb_table_iter_destroy(struct emb_table_iter *it); /* NULL is a no-op */
 int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			struct emb_row_meta *meta, uint32_t max);
 
+/*
+ * From now on, emb_table_iter_next() yields only rows whose id falls in
+ * the slots [first, first + n) (emb_id_slot()): a move streams a chunk of
+ * slots, and the rows outside it are then skipped by their id alone, not
+ * copied. 0, or EMB_EBADARG (n 0, or a range past EMB_NSLOTS).
+ */
+int emb_table_iter_slots(struct emb_table_iter *it, uint32_t first,
+			 uint32_t n);
+
+/*
+ * A live move copies a chunk of slots ahead of its fence, then sends
+ * under the fence only what changed meanwhile (docs/replication.md,
+ * "Moving slots"). From emb_table_track_begin() on, every row written or
+ * made is marked (as a delta checkpoint's marks, but apart from them),
+ * and removals of rows in the slots [first, first + n) are counted;
+ * emb_table_track_end() stops it. One tracking per table at a time: a
+ * begin replaces the last. 0, EMB_EBADARG or -ENOMEM.
+ */
+int emb_table_track_begin(struct emb_table *t, uint32_t first, uint32_t n);
+void emb_table_track_end(struct emb_table *t); /* NULL is a no-op */
+/* Rows of the tracked slots removed since the begin, or UINT64_MAX when
+ * the table is not tracked. */
+uint64_t emb_table_track_removed(struct emb_table *t);
+/* From now on, emb_table_iter_next() yields only rows marked since the
+ * table's emb_table_track_begin() (none once it ended). 0 or EMB_EBADARG. */
+int emb_table_iter_tracked(struct emb_table_iter *it);
+
 /* ---- point-in-time views (view.c) ---- */
 
 /*

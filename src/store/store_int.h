@@ -141,6 +141,13 @@ struct emb_shard {
 	uint32_t erased_cap;  /* room in erased */
 	bool erased_lost;     /* a removal was not recorded: no delta */
 	uint64_t *erased;     /* ids removed since */
+	/* A live move's copy ahead of its fence (emb_table_track_begin()):
+	 * the records written since it began, and how many rows of its
+	 * slots were removed. NULL when no move tracks this table. */
+	uint64_t *track;	 /* bit per record index, dirty_words words */
+	uint32_t track_first;	 /* slots whose removals count */
+	uint32_t track_n;
+	uint64_t track_removed;	 /* rows of those slots removed since */
 	struct emb_view_shard *view; /* a point-in-time view's state, or
 					NULL (view.c) */
 } __attribute__((aligned(64)));
@@ -435,10 +442,10 @@ static inline void emb__dirty_mark(struct emb_shard *s, uint32_t idx)
 {
 #ifndef EMB_NO_DIRTY
 	s->dirty[idx >> 6] |= 1ull << (idx & 63);
-#else
-	(void)s;
-	(void)idx;
 #endif
+	/* Not optional: a move's final stream sends only these rows. */
+	if (s->track)
+		s->track[idx >> 6] |= 1ull << (idx & 63);
 }
 
 /* Makes room for nrec records' bits (before a slab is added): 0/-ENOMEM. */

@@ -2046,6 +2046,8 @@ struct emb_table_iter {
 	struct emb_table *t; /* borrowed */
 	uint32_t shard;	     /* shard being walked */
 	uint32_t idx;	     /* next record index in it */
+	uint32_t first, n;   /* slots yielded; n 0: every row */
+	bool tracked;	     /* only rows a move's tracking marked */
 };
 
 int emb_table_iter_create(struct emb_table *t, struct emb_table_iter **out)
@@ -2067,6 +2069,81 @@ void emb_table_iter_destroy(struct emb_table_iter *it)
 	free(it);
 }
 
+int emb_table_iter_tracked(struct emb_table_iter *it)
+{
+	if (!it)
+		return EMB_EBADARG;
+	it->tracked = true;
+	return 0;
+}
+
+int emb_table_track_begin(struct emb_table *t, uint32_t first, uint32_t n)
+{
+	if (!t || !n || first >= EMB_NSLOTS || n > EMB_NSLOTS - first)
+		return EMB_EBADARG;
+	for (uint32_t i = 0; i < t->nshards; i++) {
+		struct emb_shard *s = &t->shards[i];
+		uint64_t *b;
+
+		pthread_mutex_lock(&s->lock);
+		b = calloc(s->dirty_words ? s->dirty_words : 1, sizeof(*b));
+		if (b) {
+			free(s->track);
+			s->track = b;
+			s->track_first = first;
+			s->track_n = n;
+			s->track_removed = 0;
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (!b) {
+			emb_table_track_end(t);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+void emb_table_track_end(struct emb_table *t)
+{
+	if (!t)
+		return;
+	for (uint32_t i = 0; i < t->nshards; i++) {
+		struct emb_shard *s = &t->shards[i];
+
+		pthread_mutex_lock(&s->lock);
+		free(s->track);
+		s->track = NULL;
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+uint64_t emb_table_track_removed(struct emb_table *t)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; t && i < t->nshards; i++) {
+		struct emb_shard *s = &t->shards[i];
+
+		pthread_mutex_lock(&s->lock);
+		if (!s->track)
+			n = UINT64_MAX;
+		else if (n != UINT64_MAX)
+			n += s->track_removed;
+		pthread_mutex_unlock(&s->lock);
+	}
+	return t ? n : UINT64_MAX;
+}
+
+int emb_table_iter_slots(struct emb_table_iter *it, uint32_t first,
+			 uint32_t n)
+{
+	if (!it || !n || first >= EMB_NSLOTS || n > EMB_NSLOTS - first)
+		return EMB_EBADARG;
+	it->first = first;
+	it->n = n;
+	return 0;
+}
+
 int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			struct emb_row_meta *meta, uint32_t max)
 {
@@ -2080,9 +2157,28 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 
 		pthread_mutex_lock(&s->lock);
 		while (got < max && it->idx < s->next_idx) {
-			struct emb_row_hdr *r = emb__shard_row(t, s, it->idx++);
+			struct emb_row_hdr *r;
 
+			if (it->tracked) {
+				/* The mark first: an unmarked record is not
+				 * read at all, a clear word skips 64. */
+				uint64_t w = s->track ? s->track[it->idx >> 6]
+						      : 0;
+
+				if (!(w >> (it->idx & 63))) {
+					it->idx = (it->idx | 63) + 1;
+					continue;
+				}
+				if (!((w >> (it->idx & 63)) & 1)) {
+					it->idx++;
+					continue;
+				}
+			}
+			r = emb__shard_row(t, s, it->idx++);
 			if (r->count & EMB_ROW_FREE)
+				continue;
+			/* Unsigned: a slot below first wraps past n. */
+			if (it->n && emb_id_slot(r->id) - it->first >= it->n)
 				continue;
 			emb__row_put(t, r, got++, ids, rows, meta);
 		}
