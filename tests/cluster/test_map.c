@@ -502,6 +502,92 @@ static void test_move_edges(void)
 	free(m);
 }
 
+/* A move's copy ahead: warm[] marks the chunk for its target without
+ * making it a writer or fencing anything, move_begin() ends it, the
+ * encoding is version 3, and deaths end it. */
+static void test_warm(void)
+{
+	struct emb_cmap *m = new_map(3, 2), *out = malloc(sizeof(*out));
+	uint8_t flags[EMB_NSLOTS];
+	uint32_t grew[EMB_NSLOTS] = {0}, first = 0, to, f, t;
+	bool ok[3] = {true, true, false};
+	size_t sz = emb_cmap_encoded_size(2) + 4 * EMB_NSLOTS;
+	uint8_t *buf = malloc(sz);
+	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
+	uint64_t e;
+	int n;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+	/* Rank 2 drains: its first chunk goes to 0 or 1. */
+	n = emb_cmap_drain_next(m, 2, ok, 16, &first, &to);
+	CU_ASSERT_FATAL(n > 0);
+	CU_ASSERT_EQUAL(emb_cmap_warm_begin(m, 2, 2, first, 3, m), -EINVAL);
+	e = m->epoch;
+	CU_ASSERT_EQUAL(emb_cmap_warm_begin(m, 2, to, first, (uint32_t)n, m),
+			n);
+	CU_ASSERT_EQUAL(m->epoch, e + 1);
+	/* The same again changes nothing. */
+	CU_ASSERT_EQUAL(emb_cmap_warm_begin(m, 2, to, first, (uint32_t)n, m),
+			n);
+	CU_ASSERT_EQUAL(m->epoch, e + 1);
+	/* No writer is added, and only the target's view marks it. */
+	CU_ASSERT_EQUAL(emb_cmap_writers(m, first, w), 2);
+	emb_cmap_view(m, NULL, grew, to, flags, grew);
+	CU_ASSERT_EQUAL(flags[first], EMB_CMAP_VIEW_WARMING);
+	emb_cmap_view(m, NULL, grew, emb_cmap_primary(m, first), flags, grew);
+	CU_ASSERT_EQUAL(flags[first], EMB_CMAP_VIEW_MINE);
+	CU_ASSERT_EQUAL(emb_cmap_warm_source(m, emb_cmap_primary(m, first), &f,
+					     &t),
+			(uint32_t)n);
+	CU_ASSERT_EQUAL(f, first);
+	CU_ASSERT_EQUAL(t, to);
+	CU_ASSERT_EQUAL(emb_cmap_fill_source(m, emb_cmap_primary(m, first),
+					     &f, &t),
+			0);
+	/* Version 3 round-trips; a copy ahead to a holder is refused. */
+	CU_ASSERT_EQUAL(emb_cmap_size(m), sz);
+	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, sz), (int64_t)sz);
+	CU_ASSERT_EQUAL(buf[4], 3);
+	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), 0);
+	CU_ASSERT_EQUAL(memcmp(m, out, sizeof(*m)), 0);
+	{
+		size_t at = emb_cmap_encoded_size(2) + 2 * EMB_NSLOTS +
+			    2 * first;
+
+		buf[at] = (uint8_t)m->slot[first][0];
+		buf[at + 1] = 0;
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+	}
+	/* The fence ends the copy ahead, in one epoch. */
+	e = m->epoch;
+	CU_ASSERT_EQUAL(emb_cmap_move_begin(m, 2, to, first, (uint32_t)n, m),
+			n);
+	CU_ASSERT_EQUAL(m->epoch, e + 1);
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		CU_ASSERT_EQUAL(m->warm[s], EMB_CMAP_NONE);
+	CU_ASSERT_EQUAL(emb_cmap_size(m),
+			emb_cmap_encoded_size(2) + 2 * EMB_NSLOTS);
+	CU_ASSERT_EQUAL(emb_cmap_move_done(m, 2, to, first, (uint32_t)n, m),
+			n);
+	/* A death of the target ends a copy ahead; warm_end() ends any. */
+	first = 0;
+	n = emb_cmap_drain_next(m, 2, ok, 16, &first, &to);
+	CU_ASSERT_FATAL(n > 0);
+	emb_cmap_warm_begin(m, 2, to, first, (uint32_t)n, m);
+	*out = *m;
+	e = m->epoch;
+	emb_cmap_remove(m, to, m);
+	CU_ASSERT_EQUAL(m->warm[first], EMB_CMAP_NONE);
+	CU_ASSERT_EQUAL(emb_cmap_warm_end(out, out), n);
+	CU_ASSERT_EQUAL(out->epoch, e + 1);
+	CU_ASSERT_EQUAL(emb_cmap_warm_end(out, out), 0);
+	CU_ASSERT_EQUAL(out->epoch, e + 1);
+	free(buf);
+	free(out);
+	free(m);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -522,6 +608,9 @@ int main(int argc, char **argv)
 	    {"a drain moves every slot off a server, evenly", test_drain},
 	    {"moves leave slots they cannot take; a source's death ends one",
 	     test_move_edges},
+	    {"a move's copy ahead: no writer, no fence, version 3, ended by "
+	     "the fence or a death",
+	     test_warm},
 	    {NULL, NULL},
 	};
 

@@ -1819,6 +1819,117 @@ static void test_nonfinite_refused(void)
 	emb_table_destroy(t);
 }
 
+/* Every row an iterator yields, as a bitmap over ids[0..N) (by index). */
+static uint32_t iter_mark(struct emb_table *t, bool tracked, uint32_t first,
+			  uint32_t n, const uint64_t *ids, uint32_t N,
+			  uint8_t *seen)
+{
+	uint32_t rf = emb_table_row_floats(t), got = 0;
+	uint64_t *oid = xcalloc(256, sizeof(*oid));
+	float *rows = xcalloc((size_t)256 * rf, sizeof(float));
+	struct emb_table_iter *it;
+	int k;
+
+	memset(seen, 0, N);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	CU_ASSERT_EQUAL(emb_table_iter_slots(it, first, n), 0);
+	if (tracked)
+		CU_ASSERT_EQUAL(emb_table_iter_tracked(it), 0);
+	while ((k = emb_table_iter_next(it, oid, rows, NULL, 256)) > 0)
+		for (int j = 0; j < k; j++) {
+			uint32_t sl = emb_id_slot(oid[j]);
+
+			CU_ASSERT(sl >= first && sl < first + n);
+			for (uint32_t i = 0; i < N; i++)
+				if (ids[i] == oid[j]) {
+					CU_ASSERT_EQUAL(seen[i], 0);
+					seen[i] = 1;
+					got++;
+				}
+		}
+	emb_table_iter_destroy(it);
+	free(oid);
+	free(rows);
+	return got;
+}
+
+/*
+ * What a live move relies on: an iterator over a range of slots yields
+ * exactly the rows there; after emb_table_track_begin(), the tracked
+ * iterator yields exactly the rows written or made since in that range,
+ * and removals there (not elsewhere) are counted.
+ */
+static void test_track_moves(void)
+{
+	enum { N = 4000, DIM = 4, FIRST = 1000, NS = 600 };
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	uint64_t *ids = xcalloc(N, sizeof(*ids));
+	uint8_t *seen = xcalloc(N, 1), *want = xcalloc(N, 1);
+	float *w = xcalloc((size_t)N * DIM, sizeof(float));
+	uint64_t in_id = 0, out_id = 0, made = 1u << 30;
+	uint32_t in = 0, wrote = 0;
+	struct emb_table *t;
+
+	o.dim = DIM;
+	o.optim.kind = EMB_OPTIM_ADAGRAD;
+	o.nshards = 16;
+	t = table_new(&o);
+	for (uint32_t i = 0; i < N; i++)
+		ids[i] = i + 1;
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, N / 2, w, 0, NULL), N / 2);
+	for (uint32_t i = 0; i < N / 2; i++)
+		in += emb_id_slot(ids[i]) - FIRST < NS;
+	CU_ASSERT_EQUAL(iter_mark(t, false, FIRST, NS, ids, N, seen), in);
+	CU_ASSERT_EQUAL(emb_table_iter_slots(NULL, 0, 1), EMB_EBADARG);
+	CU_ASSERT_NOT_EQUAL(emb_table_iter_slots((void *)w, 0, 0), 0);
+	CU_ASSERT_EQUAL(emb_table_track_removed(t), UINT64_MAX);
+	CU_ASSERT_EQUAL(emb_table_track_begin(t, 4000, 200), EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_table_track_begin(t, FIRST, NS), 0);
+	CU_ASSERT_EQUAL(emb_table_track_removed(t), 0);
+	/* Nothing written yet: the tracked walk is empty. */
+	CU_ASSERT_EQUAL(iter_mark(t, true, FIRST, NS, ids, N, seen), 0);
+	/* Every 7th old row pushed, every 5th new row made (the table grows
+	 * slabs meanwhile: the marks follow). */
+	for (uint32_t i = 0; i < N; i += 7)
+		if (i < N / 2) {
+			CU_ASSERT_EQUAL(emb_table_push(t, &ids[i], 1, w), 0);
+			want[i] = emb_id_slot(ids[i]) - FIRST < NS;
+		}
+	for (uint32_t i = N / 2; i < N; i += 5) {
+		CU_ASSERT_EQUAL(emb_table_pull(t, &ids[i], 1, w, 0, NULL), 1);
+		want[i] = emb_id_slot(ids[i]) - FIRST < NS;
+	}
+	for (uint32_t i = 0; i < N; i++)
+		wrote += want[i];
+	CU_ASSERT_FATAL(wrote > 0);
+	CU_ASSERT_EQUAL(iter_mark(t, true, FIRST, NS, ids, N, seen), wrote);
+	CU_ASSERT_EQUAL(memcmp(seen, want, N), 0);
+	/* A removal outside the slots is not counted, one inside is. */
+	for (uint32_t i = 1; i < N / 2 && (!in_id || !out_id); i += 2) {
+		if (emb_id_slot(ids[i]) - FIRST < NS)
+			in_id = in_id ? in_id : ids[i];
+		else
+			out_id = out_id ? out_id : ids[i];
+	}
+	CU_ASSERT_EQUAL(emb_table_erase(t, &out_id, 1), 1);
+	CU_ASSERT_EQUAL(emb_table_track_removed(t), 0);
+	CU_ASSERT_EQUAL(emb_table_erase(t, &in_id, 1), 1);
+	CU_ASSERT_EQUAL(emb_table_track_removed(t), 1);
+	/* A new begin starts afresh; the end stops it. */
+	CU_ASSERT_EQUAL(emb_table_track_begin(t, FIRST, NS), 0);
+	CU_ASSERT_EQUAL(emb_table_track_removed(t), 0);
+	CU_ASSERT_EQUAL(emb_table_pull(t, &made, 1, w, 0, NULL), 1);
+	emb_table_track_end(t);
+	CU_ASSERT_EQUAL(emb_table_track_removed(t), UINT64_MAX);
+	CU_ASSERT_EQUAL(iter_mark(t, true, 0, EMB_NSLOTS, ids, N, seen), 0);
+	emb_table_track_end(t); /* twice: nothing */
+	emb_table_destroy(t);
+	free(ids);
+	free(seen);
+	free(want);
+	free(w);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -1872,6 +1983,9 @@ int main(int argc, char **argv)
 	     test_pull_meta_only_under_eviction},
 	    {"iterator returns each row once with state and meta",
 	     test_iterator_full_rows},
+	    {"a move's walks: the rows of a slot range, and those written "
+	     "since its tracking began",
+	     test_track_moves},
 	    {NULL, NULL},
 	};
 
