@@ -147,6 +147,11 @@ static void usage(FILE *f)
 	    "unlimited\n"
 	    "                         (EMB_MEM_LIMIT; default 5/8 of "
 	    "physical memory)\n"
+	    "  --move-rate SIZE       bytes per second at most of each move's "
+	    "copy ahead this\n"
+	    "                         server streams, e.g. 200M (EMB_MOVE_RATE;"
+	    " default 0 =\n"
+	    "                         unlimited; docs/replication.md)\n"
 	    "  --conn-mem-limit SIZE  receive buffers of all connections "
 	    "(EMB_CONN_MEM_LIMIT;\n"
 	    "                         default a quarter of --mem-limit)\n"
@@ -342,7 +347,7 @@ int main(int argc, char **argv)
 	const char *table_shards = NULL, *zero_copy = NULL;
 	const char *remote_read = NULL, *ckpt_dir = NULL, *ckpt_iv = NULL;
 	const char *ckpt_full = NULL, *start_empty = NULL, *role = NULL;
-	const char *replicas = NULL, *metrics_addr = NULL;
+	const char *replicas = NULL, *metrics_addr = NULL, *move_rate = NULL;
 	const char *coordinator = NULL, *job = NULL, *bad = NULL;
 	const struct flag flags[] = {
 	    {"listen", required_argument, NULL, &listen_flag},
@@ -362,6 +367,7 @@ int main(int argc, char **argv)
 	    {"frame-timeout", required_argument, "EMB_FRAME_TIMEOUT",
 	     &frame_timeout},
 	    {"mem-limit", required_argument, "EMB_MEM_LIMIT", &mem},
+	    {"move-rate", required_argument, "EMB_MOVE_RATE", &move_rate},
 	    {"max-ids", required_argument, "EMB_MAX_IDS", &max_ids},
 	    {"max-frame", required_argument, "EMB_MAX_FRAME", &max_frame},
 	    {"max-tables", required_argument, "EMB_MAX_TABLES", &max_tables},
@@ -525,6 +531,11 @@ int main(int argc, char **argv)
 	if (mem && parse_size(mem, &o.mem_limit)) {
 		fprintf(stderr, "embstore-server: bad memory limit '%s'\n",
 			mem);
+		return 2;
+	}
+	if (move_rate && parse_size(move_rate, &o.move_rate)) {
+		fprintf(stderr, "embstore-server: bad --move-rate '%s'\n",
+			move_rate);
 		return 2;
 	}
 	if (conn_mem && parse_size(conn_mem, &o.conn_mem_limit)) {

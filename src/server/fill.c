@@ -52,6 +52,7 @@ struct emb__fill {
 	uint32_t first, n;
 	uint64_t epoch;
 	enum emb_server_fill_mode mode;
+	uint64_t rate;
 	uint8_t token[EMB_WIRE_TOKEN_MAX];
 	uint32_t token_len;
 	emb_server_fill_fn done;
@@ -165,6 +166,8 @@ struct pipe {
 	uint32_t tid;	     /* the table's id on the target */
 	uint32_t stride;     /* floats a row */
 	uint32_t nposted;    /* posts so far, to pick a conn */
+	uint64_t paced;	     /* bytes posted, for the pace */
+	uint64_t pace_t0;    /* the first post, emb_clock_ns() */
 	uint32_t tables;     /* streamed */
 	uint32_t deltas;     /* of them, only what changed since the copy */
 	int64_t deadline;
@@ -268,6 +271,40 @@ static int pipe_wait(struct pipe *p, bool all, struct batch **free_out)
 	}
 }
 
+/*
+ * A paced stream (a copy ahead under --move-rate): waits, serving the
+ * conns meanwhile, until bytes more keep the stream at rate on average
+ * since it began, so a stream of B bytes takes at least B / rate. The
+ * fenced stream is not paced: training waits for it.
+ */
+static int pace(struct pipe *p, size_t bytes)
+{
+	uint64_t due;
+
+	if (!p->f->rate)
+		return 0;
+	if (!p->pace_t0)
+		p->pace_t0 = emb_clock_ns();
+	p->paced += bytes;
+	due = p->pace_t0 + (uint64_t)((double)p->paced / (double)p->f->rate *
+				      1e9);
+	for (;;) {
+		uint64_t now = emb_clock_ns();
+		int rc;
+
+		if (now >= due)
+			return 0;
+		if (stopped(p->f))
+			return -ECANCELED;
+		rc = emb_transport_poll(
+		    p->tr, (int)((due - now) / 1000000u > 50
+				     ? 50
+				     : (due - now) / 1000000u + 1));
+		if (rc < 0)
+			return rc;
+	}
+}
+
 /* Every row of the chunk in table id of this server to tid there. */
 static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 		      bool *delta)
@@ -348,7 +385,9 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 			memcpy(b->rows + (size_t)b->k * rf,
 			       rows + (size_t)j * rf, rf * sizeof(float));
 			if (++b->k == FILL_BATCH) {
-				rc = batch_post(p, b);
+				rc = pace(p, (size_t)b->k * (8 + rf * 4));
+				if (!rc)
+					rc = batch_post(p, b);
 				*rows_out += b->k;
 				if (!rc)
 					rc = pipe_wait(p, false, &b);
@@ -362,7 +401,9 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 			rc = -ETIMEDOUT;
 	}
 	if (!rc && b->k) {
-		rc = batch_post(p, b);
+		rc = pace(p, (size_t)b->k * (8 + rf * 4));
+		if (!rc)
+			rc = batch_post(p, b);
 		*rows_out += b->k;
 	}
 	if (!rc)
@@ -545,6 +586,7 @@ int emb__fill_start(struct emb__fill *f, struct emb_server *s,
 	f->n = r->n;
 	f->epoch = r->epoch;
 	f->mode = r->mode;
+	f->rate = r->rate;
 	f->token_len = r->token_len;
 	if (r->token_len)
 		memcpy(f->token, r->token, r->token_len);

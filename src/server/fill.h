@@ -19,6 +19,7 @@ struct emb__fill_req {
 	uint32_t first, n;	/* the chunk's slots */
 	uint64_t epoch;		/* map epoch its rows carry */
 	enum emb_server_fill_mode mode;
+	uint64_t rate;		/* bytes/s at most; 0 = unpaced */
 	const uint8_t *token;	/* HELLO token, or NULL; copied */
 	uint32_t token_len;
 	emb_server_fill_fn done; /* from the fill's thread */

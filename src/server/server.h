@@ -62,6 +62,10 @@ struct emb_server_opts {
 					  the connection is closed with
 					  -ETIMEDOUT (TCP); 0 = never */
 	struct emb_wire_limits limits; /* what requests may carry */
+	uint64_t move_rate;	       /* bytes/s of a move's copy ahead that
+					  this server streams (its fenced
+					  stream is never paced); 0 =
+					  unlimited */
 	uint32_t table_shards;	       /* index shards per table */
 	bool zero_copy_pulls;	       /* PULL rows straight from table memory
 					  (default for rdma) instead of one

@@ -9,15 +9,19 @@
 # drains it (a job with servers to spare moves its slots rather than
 # failing it over), and it exits 0 once it holds none. Both workers must
 # exit 0 with 0 mismatched rows. R = 1 (one copy, the whole map sent all
-# the same) and R = 2 (the default) both.
+# the same) and R = 2 (the default) both. With RATE (bytes/s), the servers
+# run with --move-rate RATE (EMB_MOVE_RATE): the join must then take at
+# least the bytes its copies ahead streamed / RATE (the pace is a floor,
+# which no load can break).
 #
-#   elastic.sh TOOLS_DIR [R]
+#   elastic.sh TOOLS_DIR [R [RATE]]
 set -u
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/moves_lib.sh"
 
 tools=${1:?usage: elastic.sh TOOLS_DIR [R]}
 R=${2:-2}
+RATE=${3:-0}
 # A third of the copies: slots, and rows of a 40000-row table.
 want_slots=$((R * 4096 / 3 - 2))
 want_rows=$((R * 40000 / 3 * 3 / 4))
@@ -50,7 +54,8 @@ rows_of() {
 }
 
 out=$work/launch.txt
-(cd "$work" && EMB_METRICS_LISTEN=127.0.0.1:0 exec embstore launch \
+(cd "$work" && EMB_METRICS_LISTEN=127.0.0.1:0 EMB_MOVE_RATE=$RATE \
+	exec embstore launch \
 	--server_num 2 --server_max 3 \
 	--worker_num 2 --replicas "$R" --log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
@@ -95,6 +100,18 @@ do
 		bad "server $a still holds ${r:-?} rows after giving a third away"
 done
 moves_under_load join
+# Paced: each row copied ahead is 8 bytes of id and 8 floats (SGD, dim 8).
+if [ "$RATE" -gt 0 ]; then
+	copied=$(sed -n 's/.*slots [0-9]*-[0-9]* copied ahead (\([0-9]*\) rows.*/\1/p' \
+		"$out" | awk '{ s += $1 } END { print s + 0 }')
+	took=$(sed -n 's/.*server 2 has its share: .* moved in \([0-9]*\) ms.*/\1/p' \
+		"$out" | head -1)
+	floor=$((copied * 40 * 1000 / RATE))
+	[ "$copied" -gt 0 ] && [ -n "$took" ] && [ "$took" -ge "$floor" ] ||
+		bad "the join took ${took:-?} ms for $copied rows copied ahead" \
+			"at $RATE bytes/s (at least $floor ms)"
+	echo "paced: $copied rows copied ahead in $took ms (floor $floor ms)"
+fi
 # /metrics counts the join and the slots moved.
 curl -fsS "$murl" >"$work/m.txt" 2>&1 || bad "no scheduler /metrics"
 grep -q '^embstore_cluster_servers_changed_total{kind="joined"} 1$' \
