@@ -25,7 +25,9 @@
 #   tools/bench-elastic.sh -b build --rows 20000 --before 2     # smoke
 #
 # Options: -b BUILD (build), --rows N (10000000), --dim N (64), --before S
-# (8: seconds of steps before the join), --keep (keep the work dir).
+# (8: seconds of steps before the join), --move-rate SIZE (the servers'
+# --move-rate: bytes/s of each copy ahead; default unlimited), --keep
+# (keep the work dir).
 # An interval without a step (a stall) is counted apart from the medians.
 set -u
 
@@ -35,15 +37,17 @@ rows=10000000
 dim=64
 before=8
 keep=
+move_rate=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	-b) build=$2; shift 2 ;;
 	--rows) rows=$2; shift 2 ;;
 	--dim) dim=$2; shift 2 ;;
 	--before) before=$2; shift 2 ;;
+	--move-rate) move_rate=$2; shift 2 ;;
 	--keep) keep=1; shift ;;
 	*) echo "usage: bench-elastic.sh [-b BUILD] [--rows N] [--dim N]" \
-		"[--before S] [--keep]" >&2; exit 2 ;;
+		"[--before S] [--move-rate SIZE] [--keep]" >&2; exit 2 ;;
 	esac
 done
 tools=$(cd "$build/tools" && pwd) || exit 2
@@ -51,7 +55,8 @@ PATH=$tools:$PATH
 export PATH
 EMB_HEARTBEAT_TIMEOUT=2
 EMB_CLUSTER_TIMEOUT=300
-export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
+EMB_MOVE_RATE=$move_rate
+export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT EMB_MOVE_RATE
 unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN \
 	EMB_SERVER_MAX
 work=$(mktemp -d "${TMPDIR:-/tmp}/emb-bench-elastic-XXXXXX")
@@ -276,7 +281,7 @@ figs=$(steps "steps before" "$(rel "$j0")" ""
 echo "$figs" | grep -q 'no interval' && die "$figs"
 
 echo "table: $rows rows, dim $dim, SGD, R = 2 ($row_bytes bytes a row);" \
-	"preload and start ${preload_s} s"
+	"preload and start ${preload_s} s; --move-rate $move_rate"
 echo "echo: static ${echo_static} MB/s, gather ${echo_gather} MB/s" \
 	"(loopback, batch 4096); fresh memory ${fresh:-?} MB/s (first touch)"
 rate "join 2->3" $((r1 - r0)) "$jch" "$jms"
