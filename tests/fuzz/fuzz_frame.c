@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/map.h"
 #include "common/endian.h"
 #include "common/err.h"
 #include "proto/wire.h"
@@ -491,6 +492,26 @@ static void check_cluster(const struct emb_wire_frame *f)
 						 m.replicas, slot_map, addrs,
 						 m.nservers, m.cmap, m.cmap_len),
 		     "cluster map");
+		/* The replicated map a client takes from it, any version:
+		 * what decodes encodes (in the oldest version that holds it)
+		 * and decodes again to the same map. */
+		if (m.cmap_len) {
+			static struct emb_cmap cm, cm2;
+			static uint8_t back[EMB_CMAP_HDR_SIZE +
+					    (2 * EMB_CMAP_REPLICAS_MAX + 4) *
+						EMB_NSLOTS];
+			int64_t bl;
+
+			if (emb_cmap_decode(m.cmap, m.cmap_len, &cm) == 0) {
+				bl = emb_cmap_encode(&cm, back, sizeof(back));
+				must(bl > 0 && (size_t)bl <= m.cmap_len,
+				     "cluster map: encode");
+				must(emb_cmap_decode(back, (size_t)bl, &cm2) ==
+					     0 &&
+					 !memcmp(&cm, &cm2, sizeof(cm)),
+				     "cluster map: round trip");
+			}
+		}
 	}
 	if (emb_wire_fill_done_req_decode(f, &fd) == 0)
 		same(f, out,

@@ -265,6 +265,30 @@ static void save_cluster(void)
 						 primaries, after, 2, cm,
 						 sizeof(cm)));
 	}
+	/* A move's copy ahead under way (cluster/map.h, version 3): one
+	 * copy, 2 servers, slots 0-15 copied ahead from 0 to 1. */
+	{
+		static uint16_t primaries[EMB_NSLOTS];
+		static uint8_t cm[24 + 6 * EMB_NSLOTS];
+		uint8_t *fill = cm + 24 + 2 * EMB_NSLOTS;
+		uint8_t *warm = fill + 2 * EMB_NSLOTS;
+
+		emb_le32_store(cm, 0x4d424d45u);
+		emb_le32_store(cm + 4, 3);
+		emb_le64_store(cm + 8, 5);
+		emb_le32_store(cm + 16, 2);
+		emb_le32_store(cm + 20, 1);
+		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
+			primaries[i] = i >= EMB_NSLOTS / 2;
+			emb_le16_store(cm + 24 + 2 * i, primaries[i]);
+			emb_le16_store(fill + 2 * i, 0xffff);
+			emb_le16_store(warm + 2 * i, i < 16 ? 1 : 0xffff);
+		}
+		save("cluster_map_resp_warm",
+		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 1,
+						 primaries, addrs, 2, cm,
+						 sizeof(cm)));
+	}
 	save("heartbeat_req",
 	     emb_wire_heartbeat_req_encode(buf, sizeof(buf), 3, 4, 17));
 	save("heartbeat_resp_dead",
