@@ -169,9 +169,9 @@
 #define EMB_WIRE_DRAIN_REQ_SIZE 8u
 #define EMB_WIRE_MAP_PREFIX_SIZE    (8u + 2u * EMB_NSLOTS)
 #define EMB_WIRE_MAP_ENTRY_SIZE	    264u
-/* Largest replicated map tail: cluster/map.h's version 2 with R = 8. */
+/* Largest replicated map tail: cluster/map.h's version 3 with R = 8. */
 #define EMB_WIRE_MAP_CMAP_MAX                                                  \
-	(24u + 2u * EMB_WIRE_REPLICAS_MAX * EMB_NSLOTS + 2u * EMB_NSLOTS)
+	(24u + 2u * EMB_WIRE_REPLICAS_MAX * EMB_NSLOTS + 4u * EMB_NSLOTS)
 
 /* Whole CLUSTER_MAP response frame for n servers, without the
  * replicated map's tail. */
