@@ -165,6 +165,9 @@ struct emb_sched {
 	bool warming;
 	uint32_t move_first;   /* where the next move's search starts */
 	uint32_t move_chunks;  /* chunks moved for the drain or join */
+	uint32_t move_slots;   /* ... and their slots */
+	uint32_t move_left;    /* slots it has still to move, the chunk
+				  under way included (move_progress()) */
 	int64_t move_ms;       /* the drain or join began, monotonic */
 	uint64_t moved_slots;  /* slots moved, since the start */
 	uint64_t drains;       /* servers drained */
@@ -859,6 +862,7 @@ static void fill_next(struct emb_sched *s)
 	 * not with the most copies a map lists). */
 	s->nodes[r].joining = s->cmap->replicas < EMB_CMAP_REPLICAS_MAX;
 	s->move_chunks = 0;
+	s->move_slots = 0;
 	s->move_ms = (int64_t)emb_clock_ms();
 	move_next(s);
 }
@@ -899,6 +903,7 @@ static void drain_empty(struct emb_sched *s, struct node *d)
 		(long long)((int64_t)emb_clock_ms() - s->move_ms), n > 0 ? n : 0,
 		n == 1 ? "" : "s", s->o.hb_timeout_ms);
 	s->move_chunks = 0;
+	s->move_slots = 0;
 	s->move_ms = (int64_t)emb_clock_ms();
 }
 
@@ -945,7 +950,45 @@ static void joined(struct emb_sched *s, struct node *j)
 		(long long)((int64_t)emb_clock_ms() - s->move_ms), n > 0 ? n : 0,
 		n == 1 ? "" : "s", emb_cmap_primary_slots(s->cmap, j->rank));
 	s->move_chunks = 0;
+	s->move_slots = 0;
 	s->move_ms = (int64_t)emb_clock_ms();
+}
+
+/*
+ * Slots the drain of d, or the join of j, has still to move, the chunk
+ * about to start included: all d holds; or j's share (the copies over the
+ * servers holding any, j included, as emb_cmap_join_next() counts it)
+ * less what j holds.
+ */
+static uint32_t move_left(const struct emb_sched *s, const struct node *d,
+			  const struct node *j)
+{
+	uint32_t total = 0, live = 0, share;
+
+	if (d)
+		return held_slots(s, d->rank);
+	for (uint32_t r = 0; r < s->cmap->nservers; r++) {
+		uint32_t h = held_slots(s, r);
+
+		total += h;
+		live += h > 0 || r == j->rank;
+	}
+	share = live ? total / live : 0;
+	return share > held_slots(s, j->rank)
+		   ? share - held_slots(s, j->rank)
+		   : 0;
+}
+
+/* The drain's or join's time left at its rate so far, ms; -1 before its
+ * first chunk is done. */
+static int64_t move_eta_ms(const struct emb_sched *s)
+{
+	int64_t spent = (int64_t)emb_clock_ms() - s->move_ms;
+
+	if (!s->move_slots || spent <= 0)
+		return -1;
+	return (int64_t)((double)s->move_left * (double)spent /
+			 (double)s->move_slots);
 }
 
 /*
@@ -957,7 +1000,8 @@ static void joined(struct emb_sched *s, struct node *j)
 static void move_next(struct emb_sched *s)
 {
 	const uint32_t S = s->o.server_num;
-	char addr[EMB_WIRE_HOST_MAX + 16];
+	char addr[EMB_WIRE_HOST_MAX + 16], left[48];
+	int64_t eta;
 
 	while (s->fill_rank == NO_FILL && s->cmap && !s->over && !s->nfatal) {
 		struct node *d = NULL, *j = NULL;
@@ -1017,6 +1061,7 @@ static void move_next(struct emb_sched *s)
 				joined(s, j);
 			continue;
 		}
+		s->move_left = move_left(s, d, j);
 		/* First the copy ahead, unfenced: the fence then waits only
 		 * for the rows written meanwhile (fence_move()). */
 		emb_cmap_warm_end(s->cmap, s->cmap);
@@ -1026,13 +1071,24 @@ static void move_next(struct emb_sched *s)
 		s->fill_rank = to;
 		s->move_from = from;
 		chunk_begun(s, first, (uint32_t)n);
+		eta = move_eta_ms(s);
+		if (eta >= 0)
+			snprintf(left, sizeof(left), ", about %.0f s left",
+				 (double)eta / 1e3);
+		else
+			left[0] = 0;
 		emb_log(EMB_LOG_INFO,
 			"map epoch %llu: slots %u-%u move from server %u to "
-			"server %u (%s), copied ahead by server %u",
+			"server %u (%s), copied ahead by server %u; %s of "
+			"server %u: %u slots moved in %.1f s, %u to go%s",
 			(unsigned long long)s->cmap->epoch, first,
 			first + (uint32_t)n - 1, from, to,
 			node_addr(&s->nodes[to], addr, sizeof(addr)),
-			emb_cmap_primary(s->cmap, first));
+			emb_cmap_primary(s->cmap, first),
+			d ? "drain" : "join", d ? d->rank : j->rank,
+			s->move_slots,
+			(double)((int64_t)emb_clock_ms() - s->move_ms) / 1e3,
+			s->move_left, left);
 	}
 }
 
@@ -1714,6 +1770,7 @@ static void on_fill_done(struct emb_sched *s, struct emb_req *req,
 		emb_cmap_move_done(s->cmap, s->move_from, s->fill_rank,
 				   d.first, d.n, s->cmap);
 		s->move_chunks++;
+		s->move_slots += d.n;
 		s->moved_slots += d.n;
 		s->fill_fails = 0;
 		emb_log(EMB_LOG_DEBUG,
@@ -1807,6 +1864,7 @@ static void on_drain(struct emb_sched *s, struct emb_req *req,
 	n->joining = false;
 	if (s->fill_rank == NO_FILL) {
 		s->move_chunks = 0;
+		s->move_slots = 0;
 		s->move_ms = (int64_t)emb_clock_ms();
 	}
 	emb_log(EMB_LOG_INFO,
@@ -2159,6 +2217,8 @@ static void publish(struct emb_sched *s)
 	v.recoveries = s->recoveries;
 	v.moving_from = s->move_from;
 	v.slots_moved = s->moved_slots;
+	v.move_slots_left = s->move_from != NO_FILL ? s->move_left : 0;
+	v.move_eta_ms = v.move_slots_left ? move_eta_ms(s) : -1;
 	v.drains = s->drains;
 	v.joins = s->joins;
 	for (uint32_t i = 0; i < s->o.server_num; i++) {
@@ -2738,6 +2798,19 @@ void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 				   "and drains).");
 		emb_metrics_u64(o, "embstore_cluster_slots_moved_total", NULL,
 				v.slots_moved);
+		emb_metrics_family(o, "embstore_cluster_move_slots_left",
+				   "gauge",
+				   "Slots the drain or join under way has "
+				   "still to move, 0 when none.");
+		emb_metrics_u64(o, "embstore_cluster_move_slots_left", NULL,
+				v.move_slots_left);
+		emb_metrics_family(o, "embstore_cluster_move_eta_seconds",
+				   "gauge",
+				   "Time the drain or join under way needs "
+				   "still at its rate so far, or -1.");
+		emb_metrics_f64(o, "embstore_cluster_move_eta_seconds", NULL,
+				v.move_eta_ms < 0 ? -1.0
+						  : (double)v.move_eta_ms / 1e3);
 		emb_metrics_family(o, "embstore_cluster_servers_changed_total",
 				   "counter",
 				   "Servers drained and gone, or given their "

@@ -117,6 +117,11 @@ struct emb_sched_stats {
 	uint32_t draining;	     /* servers being drained now */
 	uint32_t joining;	     /* servers being given their share */
 	uint64_t slots_moved;	     /* slots moved, since the start */
+	uint32_t move_slots_left;    /* the drain or join under way: slots
+					still to move (its chunk included),
+					0 when none */
+	int64_t move_eta_ms;	     /* its time left at its rate so far,
+					or -1 (none, or no chunk done) */
 	uint64_t drains;	     /* servers drained and gone */
 	uint64_t joins;		     /* servers given their share */
 	uint64_t probes;	     /* probes of silent servers started */

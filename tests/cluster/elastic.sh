@@ -100,6 +100,12 @@ do
 		bad "server $a still holds ${r:-?} rows after giving a third away"
 done
 moves_under_load join
+# Each chunk's line says how far the join is, and from its second chunk
+# on how long it has still to go at its rate so far.
+grep -q 'join of server 2: 0 slots moved in [0-9.]* s, [0-9]* to go$' "$out" ||
+	bad "no progress on the join's first chunk"
+grep -q 'join of server 2: [1-9][0-9]* slots moved in [0-9.]* s, [1-9][0-9]* to go, about [0-9]* s left$' "$out" ||
+	bad "no time left on the join's later chunks"
 # Paced: each row copied ahead is 8 bytes of id and 8 floats (SGD, dim 8).
 if [ "$RATE" -gt 0 ]; then
 	copied=$(sed -n 's/.*slots [0-9]*-[0-9]* copied ahead (\([0-9]*\) rows.*/\1/p' \
@@ -120,6 +126,9 @@ moved=$(sed -n 's/^embstore_cluster_slots_moved_total \([0-9]*\)$/\1/p' \
 	"$work/m.txt")
 [ -n "$moved" ] && [ "$moved" -ge "$want_slots" ] ||
 	bad "/metrics counts ${moved:-no} slots moved"
+grep -q '^embstore_cluster_move_slots_left 0$' "$work/m.txt" &&
+	grep -q '^embstore_cluster_move_eta_seconds -1$' "$work/m.txt" ||
+	bad "/metrics shows a move left after the join"
 
 # Leave: SIGTERM drains rank 0, which exits 0 while the workers train.
 pid0=$(moves_pid 0)
