@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -100,6 +101,10 @@ int etcd_proc_start(struct etcd_proc *p)
 		return -1;
 	if (p->pid == 0) {
 		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		/* A test that crashes or is killed takes its etcd with it,
+		 * rather than leave it serving on the machine. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 
 		if (fd >= 0) {
 			dup2(fd, 1);
