@@ -23,4 +23,14 @@ int emb_sched_drain(const char *host, uint16_t port, const uint8_t *token,
 		    uint32_t token_len, uint32_t rank, uint32_t timeout_ms,
 		    char *why, size_t why_cap);
 
+/*
+ * As emb_sched_drain(), but asks for the drain, join or recovery under way
+ * (MOVES): 0 and *out, the scheduler's status (-EOPNOTSUPP from a
+ * scheduler before MOVES), or a connection error.
+ */
+struct emb_wire_moves;
+int emb_sched_moves(const char *host, uint16_t port, const uint8_t *token,
+		    uint32_t token_len, uint32_t timeout_ms,
+		    struct emb_wire_moves *out, char *why, size_t why_cap);
+
 #endif

@@ -1932,6 +1932,71 @@ static void on_finish(struct emb_sched *s, struct emb_req *req,
 	check_end(s);
 }
 
+/* MOVES (embstore stat --sched): the drain, join or recovery under way,
+ * from the state the loop keeps. */
+static void on_moves(struct emb_sched *s, struct emb_req *req,
+		     const struct emb_wire_frame *f)
+{
+	_Alignas(8) uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_MOVES_RESP_SIZE];
+	struct emb_wire_moves m = {.from = UINT32_MAX, .to = UINT32_MAX,
+				   .eta_ms = -1};
+	const int64_t now = (int64_t)emb_clock_ms();
+	uint32_t waiting = 0;
+	int rc = emb_wire_moves_req_decode(f), len;
+
+	if (rc) {
+		send_error(s, req, rc, "bad MOVES");
+		return;
+	}
+	for (uint32_t i = 0; i < s->o.server_num; i++) {
+		const struct node *n = &s->nodes[i];
+
+		if (n->dead)
+			continue;
+		if (n->draining && !n->empty_ms) {
+			waiting++;
+			if (m.kind != EMB_WIRE_MOVE_DRAIN) {
+				m.kind = EMB_WIRE_MOVE_DRAIN;
+				m.rank = n->rank;
+			}
+		} else if (n->joining) {
+			waiting++;
+			if (m.kind == EMB_WIRE_MOVE_NONE) {
+				m.kind = EMB_WIRE_MOVE_JOIN;
+				m.rank = n->rank;
+			}
+		}
+	}
+	m.queued = waiting ? waiting - 1 : 0;
+	if (s->fill_rank != NO_FILL && s->fill_n) {
+		m.phase = s->warming ? 1 : 2;
+		m.first = s->fill_first;
+		m.n = s->fill_n;
+		m.to = s->fill_rank;
+		m.from = s->move_from == NO_FILL ? UINT32_MAX : s->move_from;
+		if (s->move_from == NO_FILL) {
+			/* A recovery: it runs before any move. */
+			m.kind = EMB_WIRE_MOVE_RECOVERY;
+			m.rank = s->fill_rank;
+			m.queued = waiting;
+		}
+	}
+	if (m.kind == EMB_WIRE_MOVE_RECOVERY) {
+		m.elapsed_ms = (uint64_t)(now - s->fill_ms);
+	} else if (m.kind != EMB_WIRE_MOVE_NONE) {
+		m.moved = s->move_slots;
+		m.left = s->move_from != NO_FILL ? s->move_left : 0;
+		m.elapsed_ms = (uint64_t)(now - s->move_ms);
+		m.eta_ms = m.left ? move_eta_ms(s) : -1;
+	}
+	len = emb_wire_moves_resp_encode(buf, sizeof(buf), req->hdr.req_id, &m);
+	if (len < 0) {
+		send_error(s, req, EMB_EINTERNAL, "cannot encode MOVES");
+		return;
+	}
+	send_frame(s, req, buf, len);
+}
+
 static void on_request(void *arg, struct emb_conn *conn, struct emb_req *req,
 		       const struct emb_frame_hdr *hdr, void *payload)
 {
@@ -1983,6 +2048,9 @@ static void on_request(void *arg, struct emb_conn *conn, struct emb_req *req,
 		break;
 	case EMB_OP_DRAIN:
 		on_drain(s, req, &f);
+		break;
+	case EMB_OP_MOVES:
+		on_moves(s, req, &f);
 		break;
 	default:
 		send_error(s, req, -EOPNOTSUPP,

@@ -118,6 +118,8 @@ const char *emb_wire_op_name(uint8_t op)
 		return "fill_done";
 	case EMB_OP_DRAIN:
 		return "drain";
+	case EMB_OP_MOVES:
+		return "moves";
 	default:
 		return "?";
 	}

@@ -85,6 +85,7 @@ enum emb_op {
 	EMB_OP_FINISH = 35,	 /* node -> scheduler: done */
 	EMB_OP_FILL_DONE = 36,	 /* server -> scheduler: a chunk streamed */
 	EMB_OP_DRAIN = 37,	 /* anyone -> scheduler: empty a server */
+	EMB_OP_MOVES = 38,	 /* anyone -> scheduler: the moves under way */
 };
 
 /* Header flags; each opcode accepts only its own, others must be 0. */

@@ -337,6 +337,48 @@ int emb_wire_drain_req_encode(void *buf, size_t cap, uint64_t req_id,
 	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_DRAIN_REQ_SIZE);
 }
 
+int emb_wire_moves_req_encode(void *buf, size_t cap, uint64_t req_id)
+{
+	if (!buf || cap < EMB_WIRE_HDR_SIZE)
+		return -ENOSPC;
+	put_hdr(buf, EMB_OP_MOVES, req_id, 0, 0);
+	return (int)EMB_WIRE_HDR_SIZE;
+}
+
+static bool moves_ok(const struct emb_wire_moves *m)
+{
+	return m->kind <= EMB_WIRE_MOVE_RECOVERY && m->phase <= 2 &&
+	       m->first < EMB_NSLOTS && m->n <= EMB_NSLOTS - m->first &&
+	       (m->phase == 0) == (m->n == 0) && m->eta_ms >= -1;
+}
+
+int emb_wire_moves_resp_encode(void *buf, size_t cap, uint64_t req_id,
+			       const struct emb_wire_moves *m)
+{
+	uint8_t *p = buf;
+
+	if (!m || !moves_ok(m))
+		return EMB_EBADARG;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + EMB_WIRE_MOVES_RESP_SIZE)
+		return -ENOSPC;
+	put_hdr(p, EMB_OP_MOVES | EMB_OP_RESPONSE_BIT, req_id, 0,
+		EMB_WIRE_MOVES_RESP_SIZE);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, m->kind);
+	emb_le32_store(p + 4, m->rank);
+	emb_le32_store(p + 8, m->phase);
+	emb_le32_store(p + 12, m->first);
+	emb_le32_store(p + 16, m->n);
+	emb_le32_store(p + 20, m->from);
+	emb_le32_store(p + 24, m->to);
+	emb_le32_store(p + 28, m->moved);
+	emb_le32_store(p + 32, m->left);
+	emb_le32_store(p + 36, m->queued);
+	emb_le64_store(p + 40, m->elapsed_ms);
+	emb_le64_store(p + 48, (uint64_t)m->eta_ms);
+	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_MOVES_RESP_SIZE);
+}
+
 int emb_wire_cluster_ack_encode(void *buf, size_t cap, uint8_t op,
 				uint64_t req_id, uint32_t count)
 {
@@ -619,6 +661,41 @@ int emb_wire_fill_done_req_decode(const struct emb_wire_frame *f,
 	    out->n > EMB_NSLOTS - out->first || out->epoch == 0)
 		return EMB_EBADFRAME;
 	return 0;
+}
+
+int emb_wire_moves_req_decode(const struct emb_wire_frame *f)
+{
+	int rc = check_req(f, EMB_OP_MOVES);
+
+	if (rc)
+		return rc;
+	return f->hdr.count || f->hdr.payload_len ? EMB_EBADFRAME : 0;
+}
+
+int emb_wire_moves_resp_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_moves *out)
+{
+	const uint8_t *p;
+	int rc = check_cluster_resp(f, EMB_OP_MOVES);
+
+	if (rc)
+		return rc;
+	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_MOVES_RESP_SIZE)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	out->kind = emb_le32_load(p);
+	out->rank = emb_le32_load(p + 4);
+	out->phase = emb_le32_load(p + 8);
+	out->first = emb_le32_load(p + 12);
+	out->n = emb_le32_load(p + 16);
+	out->from = emb_le32_load(p + 20);
+	out->to = emb_le32_load(p + 24);
+	out->moved = emb_le32_load(p + 28);
+	out->left = emb_le32_load(p + 32);
+	out->queued = emb_le32_load(p + 36);
+	out->elapsed_ms = emb_le64_load(p + 40);
+	out->eta_ms = (int64_t)emb_le64_load(p + 48);
+	return moves_ok(out) ? 0 : EMB_EBADFRAME;
 }
 
 int emb_wire_drain_req_decode(const struct emb_wire_frame *f, uint32_t *rank)

@@ -131,6 +131,28 @@
  *   payload_len = 8
  * DRAIN response (count 0, no payload): the drain is queued.
  *
+ * MOVES request (count 0, no payload): the drain, join or recovery under
+ * way (embstore stat --sched); from a node or an observer, after HELLO
+ * where the cluster has a token.
+ * MOVES response (count 0):
+ *   0       4     kind: 0 none, 1 join, 2 drain, 3 recovery (a server
+ *                 filled with the copies a death left short)
+ *   4       4     the server joining, draining or filled (kind > 0)
+ *   8       4     phase of its chunk under way: 0 none, 1 copy ahead,
+ *                 2 fenced
+ *   12      4     first slot of that chunk (0 when none)
+ *   16      4     its slots, first + slots <= EMB_NSLOTS (0: none)
+ *   20      4     the rank whose place the chunk takes (a move), or
+ *                 0xffffffff
+ *   24      4     the rank it goes to, or 0xffffffff
+ *   28      4     slots moved so far by the drain or join
+ *   32      4     slots it has still to move, its chunk under way included
+ *   36      4     servers whose drain or join waits for this one's end
+ *   40      8     ms since it began
+ *   48      8     ms it needs still at its rate so far, as int64; -1 when
+ *                 not known (none, a recovery, no chunk done yet)
+ *   payload_len = 56
+ *
  * BARRIER response (count = workers that met, no payload): sent to every
  * worker once all worker_num workers reached the barrier; a barrier of the
  * same name may then be entered again.
@@ -167,6 +189,7 @@
 #define EMB_WIRE_HEARTBEAT_REQ_SIZE 16u
 #define EMB_WIRE_FILL_DONE_REQ_SIZE 24u
 #define EMB_WIRE_DRAIN_REQ_SIZE 8u
+#define EMB_WIRE_MOVES_RESP_SIZE 56u
 #define EMB_WIRE_MAP_PREFIX_SIZE    (8u + 2u * EMB_NSLOTS)
 #define EMB_WIRE_MAP_ENTRY_SIZE	    264u
 /* Largest replicated map tail: cluster/map.h's version 3 with R = 8. */
@@ -270,6 +293,27 @@ struct emb_wire_fill_done_req {
 	uint64_t epoch;	  /* the map epoch the fill began with */
 };
 
+enum emb_wire_move_kind {
+	EMB_WIRE_MOVE_NONE = 0,
+	EMB_WIRE_MOVE_JOIN = 1,
+	EMB_WIRE_MOVE_DRAIN = 2,
+	EMB_WIRE_MOVE_RECOVERY = 3,
+};
+
+/* MOVES response (see above). */
+struct emb_wire_moves {
+	uint32_t kind;	     /* enum emb_wire_move_kind */
+	uint32_t rank;	     /* the server joining, draining or filled */
+	uint32_t phase;	     /* 0 none, 1 copy ahead, 2 fenced */
+	uint32_t first, n;   /* the chunk under way */
+	uint32_t from, to;   /* its ranks, UINT32_MAX when none */
+	uint32_t moved;	     /* slots moved by the drain or join */
+	uint32_t left;	     /* slots it has still to move */
+	uint32_t queued;     /* drains and joins waiting behind it */
+	uint64_t elapsed_ms; /* since it began */
+	int64_t eta_ms;	     /* time left at its rate, or -1 */
+};
+
 struct emb_wire_barrier_req {
 	uint32_t node_id;  /* the worker that arrived */
 	const char *name;  /* name_len bytes, not terminated */
@@ -359,6 +403,14 @@ int emb_wire_fill_done_req_decode(const struct emb_wire_frame *f,
 				  struct emb_wire_fill_done_req *out);
 int emb_wire_drain_req_decode(const struct emb_wire_frame *f,
 			      uint32_t *rank);
+/* MOVES: the request (no payload) and the response; EMB_EBADARG from the
+ * encoder for a kind, phase or chunk out of range, or an eta below -1. */
+int emb_wire_moves_req_encode(void *buf, size_t cap, uint64_t req_id);
+int emb_wire_moves_req_decode(const struct emb_wire_frame *f);
+int emb_wire_moves_resp_encode(void *buf, size_t cap, uint64_t req_id,
+			       const struct emb_wire_moves *m);
+int emb_wire_moves_resp_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_moves *out);
 /* op: EMB_OP_BARRIER, EMB_OP_FINISH, EMB_OP_FILL_DONE or EMB_OP_DRAIN; *count (may be
  * NULL) from count. */
 int emb_wire_cluster_ack_decode(const struct emb_wire_frame *f, uint8_t op,

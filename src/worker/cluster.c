@@ -551,6 +551,37 @@ int emb_cluster_drain(const char *sched, const uint8_t *token,
 					rank, 10000, why, why_cap));
 }
 
+int emb_cluster_moves(const char *sched, const uint8_t *token,
+		      uint32_t token_len, struct emb_cluster_moves *dst)
+{
+	struct emb_cluster_moves m = {0};
+	struct emb_wire_moves w;
+	struct emb_addr sa;
+	int rc;
+
+	if (!sched || !dst || emb_addr_parse(sched, strlen(sched), -1, &sa) ||
+	    sa.port == 0)
+		return emb__err(-EINVAL);
+	rc = emb_sched_moves(sa.host, sa.port, token, token_len, 10000, &w,
+			     NULL, 0);
+	if (rc)
+		return emb__err(rc);
+	m.kind = w.kind;
+	m.rank = w.rank;
+	m.phase = w.phase;
+	m.first = w.first;
+	m.n = w.n;
+	m.from = w.from;
+	m.to = w.to;
+	m.moved = w.moved;
+	m.left = w.left;
+	m.queued = w.queued;
+	m.elapsed_ms = w.elapsed_ms;
+	m.eta_ms = w.eta_ms;
+	return emb__err(emb__stats_copy(dst, &m, sizeof(m),
+					"emb_cluster_moves"));
+}
+
 /*
  * The formed cluster's servers from the scheduler at sched, as a list in
  * buf, and with sm (may be NULL) its replicas, removed flags and slots.

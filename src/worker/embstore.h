@@ -497,6 +497,42 @@ int emb_cluster_drain(const char *sched, const uint8_t *token,
 		      uint32_t token_len, uint32_t rank, char *why,
 		      size_t why_cap);
 
+/* Kinds of emb_cluster_moves(). */
+#define EMB_MOVE_NONE	  0u /* nothing moves */
+#define EMB_MOVE_JOIN	  1u /* a server is given its share */
+#define EMB_MOVE_DRAIN	  2u /* a server's slots move off it */
+#define EMB_MOVE_RECOVERY 3u /* a server is filled with the copies a death
+				left short */
+
+/* What a scheduler moves now (sized struct: EMB_SIZED()). */
+struct emb_cluster_moves {
+	uint32_t struct_size; /* bytes of this struct (sized structs) */
+	uint32_t kind;	      /* EMB_MOVE_* */
+	uint32_t rank;	      /* the server joining, draining or filled */
+	uint32_t phase;	      /* its chunk under way: 0 none, 1 copied
+				 ahead (training goes on), 2 fenced */
+	uint32_t first;	      /* that chunk's first slot */
+	uint32_t n;	      /* its slots; 0 when none is under way */
+	uint32_t from;	      /* rank whose place it takes, or UINT32_MAX */
+	uint32_t to;	      /* rank it goes to, or UINT32_MAX */
+	uint32_t moved;	      /* slots the drain or join moved so far */
+	uint32_t left;	      /* slots it has still to move */
+	uint32_t queued;      /* drains and joins waiting behind it */
+	uint32_t _pad;
+	uint64_t elapsed_ms;  /* since it began */
+	int64_t eta_ms;	      /* time left at its rate so far, or -1 */
+};
+
+/*
+ * Asks the scheduler at sched ("host:port") what it moves now: the drain,
+ * join or recovery under way, its chunk and progress (embstore stat
+ * --sched shows it). token as for emb_cluster_servers_auth(). 0 and *out
+ * (caller sets out->struct_size), -EINVAL, -EOPNOTSUPP (a scheduler that
+ * does not answer it), or a connection error.
+ */
+int emb_cluster_moves(const char *sched, const uint8_t *token,
+		      uint32_t token_len, struct emb_cluster_moves *out);
+
 /*
  * A client for observing the cluster of the scheduler at sched
  * ("host:port") without joining it: its map, replicas and removed servers

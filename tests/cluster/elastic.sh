@@ -77,6 +77,18 @@ sleep 1
 EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} EMB_SCHED_PORT=${sched##*:} \
 	embstore-server --listen 127.0.0.1:0 >"$work/new.txt" 2>&1 &
 npid=$!
+# Paced, the join lasts seconds: `embstore stat --sched` shows it.
+if [ "$RATE" -gt 0 ]; then
+	seen=
+	for _ in $(seq 100); do
+		embstore stat --sched "$sched" --interval 0.1 >"$work/mv.txt" 2>&1
+		grep -q '^moves: join of server 2: slots [0-9]*-[0-9]* \(copied ahead\|fenced, streamed\) to server 2; [0-9]* slots moved in [0-9.]* s, [1-9][0-9]* to go' \
+			"$work/mv.txt" && seen=1 && break
+		grep -q 'server 2 has its share' "$out" && break
+	done
+	[ -n "$seen" ] ||
+		bad "embstore stat --sched did not show the join: $(cat "$work/mv.txt")"
+fi
 moves_wait_share 2
 grep -q 'server 2 (.*) joins at a free rank' "$out" ||
 	bad "the newcomer did not join at rank 2"
@@ -89,6 +101,8 @@ for _ in $(seq 50); do
 done
 embstore stat --sched "$sched" >"$work/stat.txt" 2>&1 ||
 	bad "embstore stat --sched failed: $(cat "$work/stat.txt")"
+grep -q '^moves: none$' "$work/stat.txt" ||
+	bad "embstore stat --sched shows a move after the join"
 naddr=$(sed -n 's/.*server 2 (\([^,]*\), pid.*joins.*/\1/p' "$out" | head -1)
 rn=$(rows_of "$naddr" "$work/stat.txt")
 [ -n "$rn" ] && [ "$rn" -ge "$want_rows" ] ||

@@ -83,12 +83,12 @@ static void same(const struct emb_wire_frame *f, const void *enc, int len,
 static void same_iovs(const struct emb_wire_frame *f,
 		      const struct emb_wire_iovs *v, int rc, const char *what)
 {
-	const uint16_t ride = EMB_F_EPOCH | EMB_F_FILL;
+	const uint16_t ride = EMB_F_EPOCH | EMB_F_FILL | EMB_F_WARM;
 	int len;
 
 	must(rc == 0, what);
 	len = emb_wire_iovs_flatten(v, out, sizeof(out));
-	/* A write's map epoch and fill flag ride in its header, put there
+	/* A write's map epoch and fill flags ride in its header, put there
 	 * by the sender (emb_wire_hdr_set_epoch()), not by the encoders. */
 	if (len >= (int)EMB_WIRE_HDR_SIZE && (f->hdr.flags & ride)) {
 		uint16_t fl = (uint16_t)(emb_le16_load(out + 6) |
@@ -421,7 +421,8 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 		same_iovs(f, &v,
 			  emb_wire_assign_req_encode(
 			      &v, f->hdr.req_id, ar.table_id,
-			      f->hdr.flags & ~(EMB_F_EPOCH | EMB_F_FILL),
+			      f->hdr.flags &
+				  ~(EMB_F_EPOCH | EMB_F_FILL | EMB_F_WARM),
 			      ar.ids, ar.n, ar.stride, ar.rows),
 			  "assign request");
 	}
@@ -518,6 +519,19 @@ static void check_cluster(const struct emb_wire_frame *f)
 		     emb_wire_fill_done_req_encode(out, sizeof(out),
 						   f->hdr.req_id, &fd),
 		     "fill done request");
+	if (emb_wire_moves_req_decode(f) == 0)
+		same(f, out,
+		     emb_wire_moves_req_encode(out, sizeof(out), f->hdr.req_id),
+		     "moves request");
+	{
+		struct emb_wire_moves mv;
+
+		if (emb_wire_moves_resp_decode(f, &mv) == 0)
+			same(f, out,
+			     emb_wire_moves_resp_encode(out, sizeof(out),
+							f->hdr.req_id, &mv),
+			     "moves response");
+	}
 	if (emb_wire_drain_req_decode(f, &id) == 0)
 		same(f, out,
 		     emb_wire_drain_req_encode(out, sizeof(out), f->hdr.req_id,

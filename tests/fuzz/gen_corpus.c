@@ -289,6 +289,16 @@ static void save_cluster(void)
 						 primaries, addrs, 2, cm,
 						 sizeof(cm)));
 	}
+	save("moves_req", emb_wire_moves_req_encode(buf, sizeof(buf), 9));
+	{
+		struct emb_wire_moves mv = {
+		    .kind = EMB_WIRE_MOVE_JOIN, .rank = 2, .phase = 2,
+		    .first = 256, .n = 256, .from = 1, .to = 2, .moved = 256,
+		    .left = 1109, .elapsed_ms = 900, .eta_ms = 3899};
+
+		save("moves_resp",
+		     emb_wire_moves_resp_encode(buf, sizeof(buf), 9, &mv));
+	}
 	save("heartbeat_req",
 	     emb_wire_heartbeat_req_encode(buf, sizeof(buf), 3, 4, 17));
 	save("heartbeat_resp_dead",
@@ -511,6 +521,12 @@ int main(int argc, char **argv)
 	if (!rc && (len = emb_wire_iovs_flatten(&v, buf, sizeof(buf))) > 0)
 		emb_wire_stamp_epoch(buf, 5, EMB_F_FILL);
 	save("assign_req_fill", rc ? rc : len);
+	/* A move's copy ahead: the fill flag and the warm one. */
+	rc = emb_wire_assign_req_encode(&v, 7, 1, EMB_F_WITH_STATE, ids, 2, 10,
+					rows);
+	if (!rc && (len = emb_wire_iovs_flatten(&v, buf, sizeof(buf))) > 0)
+		emb_wire_stamp_epoch(buf, 6, EMB_F_FILL | EMB_F_WARM);
+	save("assign_req_warm", rc ? rc : len);
 	save("push_resp",
 	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH, 6, 1, 0));
 	save_iovs("assign_req_dim3", &v,

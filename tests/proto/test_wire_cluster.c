@@ -318,6 +318,49 @@ static void test_drain(void)
 	CU_ASSERT_EQUAL(emb_wire_cluster_ack_decode(&f, EMB_OP_DRAIN, NULL), 0);
 }
 
+static void test_moves(void)
+{
+	struct emb_wire_moves m = {.kind = EMB_WIRE_MOVE_DRAIN, .rank = 2,
+				   .phase = 1, .first = 3840, .n = 256,
+				   .from = 2, .to = 0, .moved = 512,
+				   .left = 1218, .queued = 1,
+				   .elapsed_ms = 1800, .eta_ms = 4281};
+	struct emb_wire_moves back;
+	struct emb_wire_frame f;
+
+	f = frame(emb_wire_moves_req_encode(buf, sizeof(buf), 6));
+	CU_ASSERT_EQUAL(f.hdr.opcode, EMB_OP_MOVES);
+	CU_ASSERT_EQUAL(emb_wire_moves_req_decode(&f), 0);
+	f = frame(emb_wire_moves_resp_encode(buf, sizeof(buf), 6, &m));
+	CU_ASSERT_EQUAL(emb_wire_moves_resp_decode(&f, &back), 0);
+	CU_ASSERT_EQUAL(memcmp(&m, &back, sizeof(m)), 0);
+	/* A chunk past the last slot, a kind or phase unknown, an eta
+	 * below -1, a chunk without a phase: refused both ways. */
+	emb_le32_store(buf + 32 + 16, 257);
+	CU_ASSERT_EQUAL(emb_wire_moves_resp_decode(&f, &back), EMB_EBADFRAME);
+	emb_le32_store(buf + 32 + 16, 256);
+	emb_le32_store(buf + 32, 4);
+	CU_ASSERT_EQUAL(emb_wire_moves_resp_decode(&f, &back), EMB_EBADFRAME);
+	emb_le32_store(buf + 32, EMB_WIRE_MOVE_DRAIN);
+	emb_le64_store(buf + 32 + 48, (uint64_t)-2);
+	CU_ASSERT_EQUAL(emb_wire_moves_resp_decode(&f, &back), EMB_EBADFRAME);
+	m.eta_ms = -2;
+	CU_ASSERT_EQUAL(emb_wire_moves_resp_encode(buf, sizeof(buf), 6, &m),
+			EMB_EBADARG);
+	m.eta_ms = -1;
+	m.phase = 0;
+	CU_ASSERT_EQUAL(emb_wire_moves_resp_encode(buf, sizeof(buf), 6, &m),
+			EMB_EBADARG);
+	m.n = m.first = 0;
+	f = frame(emb_wire_moves_resp_encode(buf, sizeof(buf), 6, &m));
+	CU_ASSERT_EQUAL(emb_wire_moves_resp_decode(&f, &back), 0);
+	CU_ASSERT_EQUAL(back.eta_ms, -1);
+	/* The request carries nothing. */
+	f = frame(emb_wire_moves_req_encode(buf, sizeof(buf), 6));
+	f.hdr.count = 1;
+	CU_ASSERT_EQUAL(emb_wire_moves_req_decode(&f), EMB_EBADFRAME);
+}
+
 static void test_barrier_finish(void)
 {
 	struct emb_wire_barrier_req b;
@@ -459,6 +502,7 @@ int main(int argc, char **argv)
 	    {"barrier and finish round-trip", test_barrier_finish},
 	    {"fill done round-trips and refuses bad chunks", test_fill_done},
 	    {"drain round-trips and refuses reserved flags", test_drain},
+	    {"moves round-trip and refuse what no scheduler moves", test_moves},
 	    {"truncated payloads are refused", test_truncated},
 	    {NULL, NULL},
 	};

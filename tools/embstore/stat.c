@@ -180,6 +180,77 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
+/* With --sched: the scheduler, for what it moves (moves_get()). */
+static const char *g_sched;
+static const uint8_t *g_token;
+static uint32_t g_token_len;
+
+static const char *const move_kinds[] = {"none", "join", "drain",
+					 "recovery"};
+static const char *const move_phases[] = {"none", "copy ahead", "fenced"};
+
+/* What the scheduler moves now; false without --sched or an answer (a
+ * scheduler too old to tell is not an error: nothing is shown). */
+static bool moves_get(struct emb_cluster_moves *m)
+{
+	*m = EMB_SIZED(struct emb_cluster_moves);
+	return g_sched &&
+	       emb_cluster_moves(g_sched, g_token, g_token_len, m) == 0 &&
+	       m->kind <= EMB_MOVE_RECOVERY && m->phase <= 2;
+}
+
+/* The moves as one line of text: "moves: none", or the drain, join or
+ * recovery, its chunk and its progress. */
+static void moves_text(void)
+{
+	struct emb_cluster_moves m;
+
+	if (!moves_get(&m))
+		return;
+	if (m.kind == EMB_MOVE_NONE) {
+		printf("moves: none\n\n");
+		return;
+	}
+	printf("moves: %s of server %u", move_kinds[m.kind], m.rank);
+	if (m.n)
+		printf(": slots %u-%u %s to server %u", m.first,
+		       m.first + m.n - 1,
+		       m.phase == 1 ? "copied ahead" : "fenced, streamed",
+		       m.to);
+	if (m.kind == EMB_MOVE_RECOVERY)
+		printf("; %.1f s", (double)m.elapsed_ms / 1e3);
+	else
+		printf("; %u slots moved in %.1f s, %u to go", m.moved,
+		       (double)m.elapsed_ms / 1e3, m.left);
+	if (m.eta_ms >= 0)
+		printf(", about %.0f s left", (double)m.eta_ms / 1e3);
+	if (m.queued)
+		printf("; %u more queued", m.queued);
+	printf("\n\n");
+}
+
+/* The moves as a JSON member: "moves":{...}, before the tables. */
+static void moves_json(void)
+{
+	struct emb_cluster_moves m;
+
+	if (!moves_get(&m))
+		return;
+	printf("\"moves\":{\"kind\":\"%s\",\"rank\":", move_kinds[m.kind]);
+	if (m.kind == EMB_MOVE_NONE)
+		printf("null");
+	else
+		printf("%u", m.rank);
+	printf(",\"phase\":\"%s\",\"first\":%u,\"slots\":%u,\"moved\":%u,"
+	       "\"left\":%u,\"queued\":%u,\"elapsed_s\":%.3f,\"eta_s\":",
+	       move_phases[m.phase], m.first, m.n, m.moved, m.left, m.queued,
+	       (double)m.elapsed_ms / 1e3);
+	if (m.eta_ms >= 0)
+		printf("%.3f},", (double)m.eta_ms / 1e3);
+	else
+		printf("null},");
+}
+
 /* The map is shown only where it says more than the server list. */
 static bool map_shown(struct emb_client *c)
 {
@@ -326,6 +397,7 @@ static void show_json(struct emb_client *c, char *const *names, uint32_t nsrv,
 	       (long long)time(NULL), dt, nsrv);
 	if (map_shown(c))
 		map_json(c, names, nsrv);
+	moves_json();
 	printf("\"tables\":[");
 	for (uint32_t i = 0; i < b->n; i++) {
 		const struct emb_client_server_table *e = &b->t[i];
@@ -405,6 +477,7 @@ static void show(struct emb_client *c, char *const *names, uint32_t nsrv,
 	    when, nsrv, nsrv == 1 ? "" : "s", b->n, b->n == 1 ? "" : "s", dt);
 	if (map_shown(c))
 		map_text(c, names, nsrv);
+	moves_text();
 	printf("%-21s %-16s %5s %-4s %9s %10s %9s %9s %11s %11s\n", "SERVER",
 	       "TABLE", "DIM", "FMT", "ROWS", "MEMORY", "PULLS/S", "PUSHES/S",
 	       "ROWS-PULL/S", "ROWS-PUSH/S");
@@ -614,6 +687,9 @@ int emb_cmd_stat(int argc, char **argv)
 		co.auth_token = token;
 	}
 	if (sched) {
+		g_sched = sched;
+		g_token = co.auth_token;
+		g_token_len = co.auth_token_len;
 		/* The scheduler's map: replicas, and no connection to the
 		 * servers a failover removed. */
 		rc = emb_client_from_sched(&co, sched, &c);
