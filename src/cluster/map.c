@@ -554,40 +554,36 @@ void emb_cmap_view(const struct emb_cmap *m, const struct emb_cmap *prev,
 	}
 }
 
-uint32_t emb_cmap_fill_source(const struct emb_cmap *m, uint32_t rank,
-			      uint32_t *first, uint32_t *to)
+/* The first run of slots whose primary is rank and whose entry in tab
+ * (fill[] or warm[]) names one same server: its length, *first and *to. */
+static uint32_t source_run(const struct emb_cmap *m, const uint16_t *tab,
+			   uint32_t rank, uint32_t *first, uint32_t *to)
 {
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
 		uint32_t n = 0;
 
-		if (m->fill[s] == EMB_CMAP_NONE || m->slot[s][0] != rank)
+		if (tab[s] == EMB_CMAP_NONE || m->slot[s][0] != rank)
 			continue;
-		while (s + n < EMB_NSLOTS && m->fill[s + n] == m->fill[s] &&
+		while (s + n < EMB_NSLOTS && tab[s + n] == tab[s] &&
 		       m->slot[s + n][0] == rank)
 			n++;
 		*first = s;
-		*to = m->fill[s];
+		*to = tab[s];
 		return n;
 	}
 	return 0;
 }
 
+uint32_t emb_cmap_fill_source(const struct emb_cmap *m, uint32_t rank,
+			      uint32_t *first, uint32_t *to)
+{
+	return source_run(m, m->fill, rank, first, to);
+}
+
 uint32_t emb_cmap_warm_source(const struct emb_cmap *m, uint32_t rank,
 			      uint32_t *first, uint32_t *to)
 {
-	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
-		uint32_t n = 0;
-
-		if (m->warm[s] == EMB_CMAP_NONE || m->slot[s][0] != rank)
-			continue;
-		while (s + n < EMB_NSLOTS && m->warm[s + n] == m->warm[s] &&
-		       m->slot[s + n][0] == rank)
-			n++;
-		*first = s;
-		*to = m->warm[s];
-		return n;
-	}
-	return 0;
+	return source_run(m, m->warm, rank, first, to);
 }
 
 void emb_cmap_rank_slots(const struct emb_cmap *m, uint32_t rank,
