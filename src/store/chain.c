@@ -325,8 +325,12 @@ int emb_chain_write(const char *root, const struct emb_chain_table *tables,
 	snprintf(res->name, sizeof(res->name), EMB_CHAIN_PREFIX "%016llu%s",
 		 (unsigned long long)id, delta ? EMB_CHAIN_DELTA : "");
 	snprintf(fin, sizeof(fin), "%s/%s", root, res->name);
-	snprintf(tmp, sizeof(tmp), "%s/" EMB_CHAIN_TMP "%016llu", root,
-		 (unsigned long long)id);
+	/* The writer's pid in the name: two processes writing checkpoints
+	 * into one root (a server, and `embstore compact` beside it) may
+	 * pick the same id in the same millisecond, and must not remove or
+	 * fill each other's directory. */
+	snprintf(tmp, sizeof(tmp), "%s/" EMB_CHAIN_TMP "%016llu-%ld", root,
+		 (unsigned long long)id, (long)getpid());
 	emb_chain_rm(root, tmp + strlen(root) + 1);
 	if (mkdir(tmp, 0755) != 0)
 		return -errno;
@@ -364,9 +368,18 @@ int emb_chain_write(const char *root, const struct emb_chain_table *tables,
 	rc = emb_snap_manifest_write(tmp, e, n);
 	if (rc)
 		goto err;
-	if (rename(tmp, fin) != 0) {
+	/* A name taken meanwhile by the other writer (a directory is not
+	 * renamed over one that has files): the next id after it. Nothing
+	 * inside names the link's own id, so the link moves as it is. */
+	for (int tries = 0; rename(tmp, fin) != 0; tries++) {
 		rc = -errno;
-		goto err;
+		if ((rc != -ENOTEMPTY && rc != -EEXIST) || tries == 8)
+			goto err;
+		id = next_id(root);
+		snprintf(res->name, sizeof(res->name),
+			 EMB_CHAIN_PREFIX "%016llu%s", (unsigned long long)id,
+			 delta ? EMB_CHAIN_DELTA : "");
+		snprintf(fin, sizeof(fin), "%s/%s", root, res->name);
 	}
 	free(e);
 	res->id = id;

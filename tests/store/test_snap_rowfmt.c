@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -549,6 +550,53 @@ static void test_convert_out_of_range_refused(void)
 			EMB_EBADFORMAT);
 }
 
+/*
+ * Two processes writing checkpoints into one directory at once (a server,
+ * and `embstore compact` beside it) may pick the same id in the same
+ * millisecond: neither may remove the other's link in the making, and
+ * every link written must be there, whole, under a name of its own.
+ */
+static void test_two_writers_one_root(void)
+{
+	enum { LINKS = 40 };
+	struct emb_table_opts o = opts_for(EMB_ROWFMT_FP16, EMB_OPTIM_SGD, 4);
+	struct emb_chain_link *l = NULL;
+	struct emb_chain_table ct;
+	struct emb_table *a;
+	char root[600];
+	uint64_t ids[20];
+	uint32_t n = 0;
+	int st[2] = {-1, -1};
+	pid_t pid[2];
+
+	snprintf(root, sizeof(root), "%s/two-writers", dir);
+	CU_ASSERT_EQUAL_FATAL(mkdir(root, 0755), 0);
+	a = table_filled(&o, 20, 3, ids);
+	ct = (struct emb_chain_table){.t = a, .delta = false};
+	for (int w = 0; w < 2; w++) {
+		pid[w] = fork();
+		CU_ASSERT_FATAL(pid[w] >= 0);
+		if (pid[w] == 0) {
+			struct emb_chain_result r;
+
+			for (int i = 0; i < LINKS; i++)
+				if (emb_chain_write(root, &ct, 1, 0, 0, &r))
+					_exit(1);
+			_exit(0);
+		}
+	}
+	for (int w = 0; w < 2; w++) {
+		CU_ASSERT_EQUAL(waitpid(pid[w], &st[w], 0), pid[w]);
+		CU_ASSERT(WIFEXITED(st[w]) && WEXITSTATUS(st[w]) == 0);
+	}
+	CU_ASSERT_EQUAL_FATAL(emb_chain_list(root, &l, &n), 0);
+	CU_ASSERT_EQUAL(n, 2 * LINKS);
+	for (uint32_t i = 0; i < n; i++)
+		CU_ASSERT_EQUAL(emb_chain_verify(root, &l[i]), 0);
+	emb_chain_free(l, n);
+	emb_table_destroy(a);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -567,6 +615,9 @@ int main(int argc, char **argv)
 	     test_convert_fp32_compact_and_back},
 	    {"a weight out of fp16's range is refused by a conversion",
 	     test_convert_out_of_range_refused},
+	    {"two processes writing checkpoints into one directory lose no "
+	     "link",
+	     test_two_writers_one_root},
 	    {NULL, NULL},
 	};
 	int rc;
