@@ -350,23 +350,48 @@ int emb_cmap_drain_next(const struct emb_cmap *m, uint32_t from,
 	return n ? n : stuck ? -ENOSPC : 0;
 }
 
+/* Sets tab[s] (fill[] or warm[]) to `to` for the slots of [first, first +
+ * n) that may move from `from` to `to`; *changed when an entry changed.
+ * Returns the slots marked. */
+static int mark_movable(struct emb_cmap *m, uint16_t *tab, uint32_t from,
+			uint32_t to, uint32_t first, uint32_t n, bool *changed)
+{
+	int marked = 0;
+
+	for (uint32_t s = first; s < first + n; s++) {
+		if (!movable(m, s, from, to))
+			continue;
+		*changed |= tab[s] != to;
+		tab[s] = (uint16_t)to;
+		marked++;
+	}
+	return marked;
+}
+
+/* Ends every copy ahead of m; true when there was one. */
+static bool clear_warm(struct emb_cmap *m)
+{
+	bool any = false;
+
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		if (m->warm[s] != EMB_CMAP_NONE) {
+			m->warm[s] = EMB_CMAP_NONE;
+			any = true;
+		}
+	return any;
+}
+
 int emb_cmap_warm_begin(const struct emb_cmap *in, uint32_t from, uint32_t to,
 			uint32_t first, uint32_t n, struct emb_cmap *out)
 {
-	int marked = 0;
 	bool changed = false;
+	int marked;
 
 	if (!range_ok(in, to, first, n) || from >= in->nservers || from == to)
 		return -EINVAL;
 	if (out != in)
 		memcpy(out, in, sizeof(*out));
-	for (uint32_t s = first; s < first + n; s++) {
-		if (!movable(out, s, from, to))
-			continue;
-		changed |= out->warm[s] != to;
-		out->warm[s] = (uint16_t)to;
-		marked++;
-	}
+	marked = mark_movable(out, out->warm, from, to, first, n, &changed);
 	if (changed)
 		out->epoch++;
 	return marked;
@@ -379,11 +404,8 @@ int emb_cmap_warm_end(const struct emb_cmap *in, struct emb_cmap *out)
 	if (out != in)
 		memcpy(out, in, sizeof(*out));
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
-		if (out->warm[s] != EMB_CMAP_NONE) {
-			out->warm[s] = EMB_CMAP_NONE;
-			cleared++;
-		}
-	if (cleared)
+		cleared += out->warm[s] != EMB_CMAP_NONE;
+	if (clear_warm(out))
 		out->epoch++;
 	return cleared;
 }
@@ -391,26 +413,18 @@ int emb_cmap_warm_end(const struct emb_cmap *in, struct emb_cmap *out)
 int emb_cmap_move_begin(const struct emb_cmap *in, uint32_t from, uint32_t to,
 			uint32_t first, uint32_t n, struct emb_cmap *out)
 {
-	int marked = 0;
-	bool warmed = false;
+	bool changed = false;
+	int marked;
 
 	if (!range_ok(in, to, first, n) || from >= in->nservers || from == to)
 		return -EINVAL;
 	if (out != in)
 		memcpy(out, in, sizeof(*out));
-	for (uint32_t s = first; s < first + n; s++) {
-		if (!movable(out, s, from, to))
-			continue;
-		out->fill[s] = (uint16_t)to;
-		marked++;
-	}
+	/* A movable slot has no fill: each one marked is a change. */
+	marked = mark_movable(out, out->fill, from, to, first, n, &changed);
 	/* The copy ahead is over: the fence's stream finishes it. */
-	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
-		if (out->warm[s] != EMB_CMAP_NONE) {
-			out->warm[s] = EMB_CMAP_NONE;
-			warmed = true;
-		}
-	if (marked || warmed)
+	changed |= clear_warm(out);
+	if (changed)
 		out->epoch++;
 	return marked;
 }
