@@ -32,7 +32,6 @@
 #include "server/tables.h"
 
 #define FILL_BATCH	  2048u	 /* rows per ASSIGN */
-#define FILL_SCAN	  4096u	 /* rows read from the table at a time */
 #define FILL_DEADLINE_MS  60000	 /* a fill that has not finished by then
 				    fails; the scheduler starts it again */
 #define FILL_CALL_MS	  10000u /* one request */
@@ -316,8 +315,6 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 	struct emb_wire_iovs v;
 	uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
 		    EMB_WIRE_LIFECYCLE_SIZE];
-	uint64_t *ids = NULL;
-	float *rows = NULL;
 	struct batch *b = NULL;
 	uint32_t rf;
 	uint64_t aside = 0, aside_ids[8];
@@ -338,8 +335,6 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 		goto out;
 	p->tid = rhdr.table_id;
 	p->stride = rf;
-	ids = malloc(FILL_SCAN * sizeof(*ids));
-	rows = malloc((size_t)FILL_SCAN * rf * sizeof(*rows));
 	for (uint32_t i = 0; i < FILL_DEPTH; i++) {
 		p->b[i] = (struct batch){.p = p};
 		p->b[i].ids = malloc(FILL_BATCH * sizeof(uint64_t));
@@ -348,9 +343,9 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 			rc = -ENOMEM;
 	}
 	if (!rc)
-		rc = ids && rows ? emb_table_iter_create(st.t, &it) : -ENOMEM;
-	/* The store does not index rows by slot: the whole table is walked,
-	 * but rows outside the chunk are skipped by id, not copied. */
+		rc = emb_table_iter_create(st.t, &it);
+	/* Only the chunk's records are read: the store keeps each record's
+	 * slot (made by the table's first such walk). */
 	if (!rc)
 		rc = emb_table_iter_slots(it, f->first, f->n);
 	/* A copy ahead tracks writes from before its first read on, so
@@ -367,33 +362,42 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 	}
 	if (!rc)
 		rc = pipe_wait(p, false, &b);
-	while (!rc && (got = emb_table_iter_next(it, ids, rows, NULL,
-						 FILL_SCAN)) > 0) {
-		for (int j = 0; j < got && !rc; j++) {
+	/* Rows are read straight into the batch being filled. */
+	while (!rc && (got = emb_table_iter_next(
+			   it, b->ids + b->k, b->rows + (size_t)b->k * rf,
+			   NULL, FILL_BATCH - b->k)) > 0) {
+		uint32_t keep = b->k;
+
+		for (uint32_t j = b->k; j < b->k + (uint32_t)got; j++) {
+			float *row = b->rows + (size_t)j * rf;
+
 			/* A row with a NaN or Inf (an older version could
 			 * make one) is not sent: the target refuses it, and
 			 * with it the whole chunk, at every try. Left out,
 			 * it is made afresh there when next used. */
-			if (!emb_table_row_finite(st.t,
-						  rows + (size_t)j * rf)) {
+			if (!emb_table_row_finite(st.t, row)) {
 				if (aside < 8)
-					aside_ids[aside] = ids[j];
+					aside_ids[aside] = b->ids[j];
 				aside++;
 				continue;
 			}
-			b->ids[b->k] = ids[j];
-			memcpy(b->rows + (size_t)b->k * rf,
-			       rows + (size_t)j * rf, rf * sizeof(float));
-			if (++b->k == FILL_BATCH) {
-				rc = pace(p, (size_t)b->k * (8 + rf * 4));
-				if (!rc)
-					rc = batch_post(p, b);
-				*rows_out += b->k;
-				if (!rc)
-					rc = pipe_wait(p, false, &b);
-				if (!rc)
-					b->k = 0;
+			if (keep != j) {
+				b->ids[keep] = b->ids[j];
+				memmove(b->rows + (size_t)keep * rf, row,
+					rf * sizeof(float));
 			}
+			keep++;
+		}
+		b->k = keep;
+		if (b->k == FILL_BATCH) {
+			rc = pace(p, (size_t)b->k * (8 + rf * 4));
+			if (!rc)
+				rc = batch_post(p, b);
+			*rows_out += b->k;
+			if (!rc)
+				rc = pipe_wait(p, false, &b);
+			if (!rc)
+				b->k = 0;
 		}
 		if (!rc && stopped(f))
 			rc = -ECANCELED;
@@ -441,8 +445,6 @@ out:
 		p->b[i].rows = NULL;
 	}
 	emb_table_iter_destroy(it);
-	free(ids);
-	free(rows);
 	emb_server_table_release(&st);
 	return rc;
 }

@@ -347,27 +347,31 @@ int emb_server_set_map(struct emb_server *s, const struct emb_server_map *m)
 /* Rows read per step of a sweep, and erased per batch. */
 #define SWEEP_SCAN 4096u
 
-/* Table id's rows in slots this server does not hold. */
-static int64_t sweep_table(struct emb_server *s, uint32_t id)
+/*
+ * Table id's rows in slots this server does not hold. Only those slots'
+ * rows are walked (by the store's record slots), and only their ids are
+ * read: with a third of a table's slots given away, the sweep reads a
+ * third of its records, not every row whole.
+ */
+static int64_t sweep_table(struct emb_server *s, uint32_t id,
+			   const uint64_t *unheld)
 {
 	struct emb_server_table st;
 	struct emb_table_iter *it = NULL;
 	uint64_t *ids = NULL, *drop = NULL, ndrop = 0, cap = 0;
-	float *rows = NULL;
 	int64_t freed = 0;
 	int got, rc;
 
 	if (emb_server_table_acquire(s, id, &st))
 		return 0; /* dropped meanwhile */
 	ids = malloc(SWEEP_SCAN * sizeof(*ids));
-	rows = malloc((size_t)SWEEP_SCAN * emb_table_row_floats(st.t) *
-		      sizeof(*rows));
-	rc = ids && rows ? emb_table_iter_create(st.t, &it) : -ENOMEM;
+	rc = ids ? emb_table_iter_create(st.t, &it) : -ENOMEM;
+	if (!rc)
+		rc = emb_table_iter_slot_set(it, unheld);
 	/* The ids first, erased after: the iterator reads shard by shard
 	 * and an erase under it could skip rows. */
-	while (!rc && (got = emb_table_iter_next(it, ids, rows, NULL,
+	while (!rc && (got = emb_table_iter_next(it, ids, NULL, NULL,
 						 SWEEP_SCAN)) > 0) {
-		/* Room for the whole batch, then its unheld ids. */
 		if (cap - ndrop < (uint64_t)got) {
 			uint64_t *d;
 
@@ -379,10 +383,12 @@ static int64_t sweep_table(struct emb_server *s, uint32_t id)
 			}
 			drop = d;
 		}
-		ndrop += emb__slots_unheld(s->slots, ids, (uint32_t)got,
-					   drop + ndrop);
+		memcpy(drop + ndrop, ids, (size_t)got * sizeof(*ids));
+		ndrop += (uint64_t)got;
 	}
 	emb_table_iter_destroy(it);
+	/* emb__slots_drop() checks each id against the view again: a slot
+	 * given back to this server meanwhile keeps its rows. */
 	for (uint64_t i = 0; !rc && i < ndrop; i += SWEEP_SCAN) {
 		uint32_t k = ndrop - i < SWEEP_SCAN ? (uint32_t)(ndrop - i)
 						    : SWEEP_SCAN;
@@ -395,7 +401,6 @@ static int64_t sweep_table(struct emb_server *s, uint32_t id)
 	}
 	free(drop);
 	free(ids);
-	free(rows);
 	emb_server_table_release(&st);
 	return rc ? rc : freed;
 }
@@ -403,14 +408,18 @@ static int64_t sweep_table(struct emb_server *s, uint32_t id)
 int64_t emb_server_sweep_unheld(struct emb_server *s)
 {
 	uint32_t nt = emb_server_table_ids(s, NULL, 0), *tids;
+	uint64_t unheld[EMB_NSLOTS / 64];
 	int64_t freed = 0;
 
 	tids = calloc(nt ? nt : 1, sizeof(*tids));
 	if (!tids)
 		return -ENOMEM;
 	nt = emb_server_table_ids(s, tids, nt);
+	/* Nothing given away (or no view yet): nothing to walk. */
+	if (!emb__slots_unheld(s->slots, unheld))
+		nt = 0;
 	for (uint32_t i = 0; i < nt; i++) {
-		int64_t n = sweep_table(s, tids[i]);
+		int64_t n = sweep_table(s, tids[i], unheld);
 
 		if (n < 0) {
 			freed = n;

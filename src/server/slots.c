@@ -171,17 +171,19 @@ int emb__slots_read(struct emb__slots *sl, const uint64_t *ids, uint32_t n,
 	return rc;
 }
 
-uint32_t emb__slots_unheld(struct emb__slots *sl, const uint64_t *ids,
-			   uint32_t n, uint64_t *out)
+uint32_t emb__slots_unheld(struct emb__slots *sl, uint64_t *set)
 {
 	uint32_t k = 0;
 
+	memset(set, 0, EMB_NSLOTS / 8);
 	if (!__atomic_load_n(&sl->on, __ATOMIC_ACQUIRE))
 		return 0;
 	pthread_rwlock_rdlock(&sl->lock);
-	for (uint32_t i = 0; i < n; i++)
-		if (!(sl->m.slot[emb_id_slot(ids[i])] & KEEP))
-			out[k++] = ids[i];
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
+		if (!(sl->m.slot[i] & KEEP)) {
+			set[i / 64] |= 1ull << (i % 64);
+			k++;
+		}
 	pthread_rwlock_unlock(&sl->lock);
 	return k;
 }

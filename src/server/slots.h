@@ -61,11 +61,10 @@ int emb__slots_read(struct emb__slots *sl, const uint64_t *ids, uint32_t n,
  * Returns how many were present (0 before a view was set), or an error.
  */
 struct emb_table;
-/* Copies to out[] those of ids[0..n) whose slot this server neither holds
- * nor is filled with, under one read of the view; how many (0 before a
- * view was set). */
-uint32_t emb__slots_unheld(struct emb__slots *sl, const uint64_t *ids,
-			   uint32_t n, uint64_t *out);
+/* The slots this server neither holds nor is filled with, as a set for
+ * emb_table_iter_slot_set() (EMB_NSLOTS / 64 words), under one read of
+ * the view; how many (0 before a view was set: an empty set). */
+uint32_t emb__slots_unheld(struct emb__slots *sl, uint64_t *set);
 int64_t emb__slots_drop(struct emb__slots *sl, struct emb_table *t,
 			uint64_t *ids, uint32_t n);
 

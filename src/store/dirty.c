@@ -88,6 +88,8 @@ void emb__dirty_fini(struct emb_shard *s)
 	free(s->dirty);
 	free(s->erased);
 	free(s->track);
+	free(s->vslot);
+	s->vslot = NULL;
 	s->dirty = NULL;
 	s->erased = NULL;
 	s->track = NULL;

@@ -149,6 +149,12 @@ static int add_slab(struct emb_table *t, struct emb_shard *s)
 	}
 	if (emb__dirty_reserve(s, (s->nslabs + 1) * t->rows_per_slab))
 		return -ENOMEM;
+	if (s->vslot) {
+		rc = emb__vslot_reserve(t, s,
+					(s->nslabs + 1) * t->rows_per_slab);
+		if (rc)
+			return rc;
+	}
 	rc = emb__mem_charge(t, (int64_t)t->slab_alloc_bytes);
 	if (rc)
 		return rc;
@@ -194,6 +200,9 @@ int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 	r->id = id;
 	r->last_step = 0;
 	r->count = 0;
+	if (s->vslot)
+		s->vslot[idx] = (uint16_t)emb_fastrange32((uint32_t)(h >> 32),
+							  EMB_NSLOTS);
 	place(s->slots, s->nslots, h, emb__hash_tag(h) | (idx + 1));
 	s->used++;
 	/* A new row is a change the next delta checkpoint must carry. */
@@ -249,4 +258,48 @@ void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 	r->count = EMB_ROW_FREE;
 	r->last_step = s->free_head;
 	s->free_head = want;
+}
+
+int emb__vslot_reserve(struct emb_table *t, struct emb_shard *s, uint32_t nrec)
+{
+	uint32_t cap = s->vslot_cap;
+	uint16_t *v;
+	int rc;
+
+	if (nrec <= cap && s->vslot)
+		return 0;
+	if (nrec < 2 * cap)
+		nrec = 2 * cap;
+	rc = emb__mem_charge(t, ((int64_t)nrec - cap) * (int64_t)sizeof(*v));
+	if (rc)
+		return rc;
+	v = realloc(s->vslot, (size_t)(nrec ? nrec : 1) * sizeof(*v));
+	if (!v) {
+		emb__mem_charge(t, -((int64_t)nrec - cap) *
+				       (int64_t)sizeof(*v));
+		return -ENOMEM;
+	}
+	s->vslot = v;
+	__atomic_store_n(&s->vslot_cap, nrec, __ATOMIC_RELAXED);
+	return 0;
+}
+
+int emb__vslot_build(struct emb_table *t, struct emb_shard *s)
+{
+	int rc;
+
+	if (s->vslot)
+		return 0;
+	rc = emb__vslot_reserve(t, s, s->nslabs * t->rows_per_slab);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < s->next_idx; i++) {
+		const struct emb_row_hdr *r = emb__shard_row(t, s, i);
+
+		/* A free record's entry is never read as its row's. */
+		s->vslot[i] = r->count & EMB_ROW_FREE
+				  ? 0
+				  : (uint16_t)emb_id_slot(r->id);
+	}
+	return 0;
 }

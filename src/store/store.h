@@ -317,8 +317,9 @@ void emb_table_iter_destroy(struct emb_table_iter *it); /* NULL is a no-op */
 
 /*
  * Copies up to max rows: ids[k], full rows (weights + state) at
- * rows[k * emb_table_row_floats() ...], and meta[k] if meta is not NULL.
- * Returns how many (0 at the end).
+ * rows[k * emb_table_row_floats() ...] unless rows is NULL (ids only), and
+ * meta[k] if meta is not NULL. Returns how many (0 at the end), or
+ * EMB_EBADARG (ids NULL).
  */
 int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			struct emb_row_meta *meta, uint32_t max);
@@ -326,11 +327,20 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 /*
  * From now on, emb_table_iter_next() yields only rows whose id falls in
  * the slots [first, first + n) (emb_id_slot()): a move streams a chunk of
- * slots, and the rows outside it are then skipped by their id alone, not
- * copied. 0, or EMB_EBADARG (n 0, or a range past EMB_NSLOTS).
+ * slots, and the rows outside it are then skipped by the slot the store
+ * keeps for each record, without reading the records. That array (2 bytes
+ * a row, charged to the table) is made by the table's first such call, in
+ * one pass over the records, and kept from then on. 0, EMB_EBADARG (n 0,
+ * or a range past EMB_NSLOTS), or -ENOMEM / EMB_EMEMLIMIT.
  */
 int emb_table_iter_slots(struct emb_table_iter *it, uint32_t first,
 			 uint32_t n);
+/*
+ * The same for any set of slots: slot k is yielded when bit k % 64 of
+ * set[k / 64] is set (EMB_NSLOTS / 64 words, copied). The sweep of the
+ * slots a server gave away walks them so. 0, or as emb_table_iter_slots().
+ */
+int emb_table_iter_slot_set(struct emb_table_iter *it, const uint64_t *set);
 
 /*
  * A live move copies a chunk of slots ahead of its fence, then sends

@@ -141,6 +141,14 @@ struct emb_shard {
 	uint32_t erased_cap;  /* room in erased */
 	bool erased_lost;     /* a removal was not recorded: no delta */
 	uint64_t *erased;     /* ids removed since */
+	/* The virtual slot (emb_id_slot()) of each record's id, so that a
+	 * walk over some slots (a move's stream, the sweep of slots given
+	 * away) skips the others by 2 bytes a record instead of reading
+	 * each record's header. NULL until the table's first such walk
+	 * builds it (emb__vslot_build(), one pass over the headers); from
+	 * then on kept as records are handed out. vslot_cap entries. */
+	uint16_t *vslot;
+	uint32_t vslot_cap;
 	/* A live move's copy ahead of its fence (emb_table_track_begin()):
 	 * the records written since it began, and how many rows of its
 	 * slots were removed. NULL when no move tracks this table. */
@@ -276,9 +284,10 @@ static inline void emb__row_put(const struct emb_table *t,
 				struct emb_row_meta *meta)
 {
 	ids[got] = r->id;
-	memcpy(rows + (size_t)got * t->row_floats,
-	       (const char *)r + EMB_ROW_HDR_SIZE,
-	       (size_t)t->row_floats * sizeof(float));
+	if (rows) /* NULL: ids (and meta) only */
+		memcpy(rows + (size_t)got * t->row_floats,
+		       (const char *)r + EMB_ROW_HDR_SIZE,
+		       (size_t)t->row_floats * sizeof(float));
 	if (meta) {
 		meta[got].last_step = r->last_step;
 		meta[got].count = r->count;
@@ -450,6 +459,11 @@ static inline void emb__dirty_mark(struct emb_shard *s, uint32_t idx)
 
 /* Makes room for nrec records' bits (before a slab is added): 0/-ENOMEM. */
 int emb__dirty_reserve(struct emb_shard *s, uint32_t nrec);
+/* shard.c, under the shard lock: room for nrec records' slots (charged to
+ * the table), and the slots of every record there is (0 or as reserve). */
+int emb__vslot_reserve(struct emb_table *t, struct emb_shard *s,
+		       uint32_t nrec);
+int emb__vslot_build(struct emb_table *t, struct emb_shard *s);
 /* Records that id was removed; past the bound, the shard forgets and
  * sets erased_lost (the next checkpoint must be full). */
 void emb__dirty_erased(struct emb_shard *s, uint64_t id);

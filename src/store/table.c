@@ -1993,7 +1993,7 @@ int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,
 
 void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 {
-	uint64_t index_bytes = 0, slab_bytes = 0, ext_bytes;
+	uint64_t index_bytes = 0, slab_bytes = 0, slot_bytes = 0, ext_bytes;
 
 	memset(out, 0, sizeof(*out));
 	/* No shard lock: stats may be called from an extent hook, which runs
@@ -2007,11 +2007,14 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 		slab_bytes +=
 		    (uint64_t)__atomic_load_n(&s->nslabs, __ATOMIC_RELAXED) *
 		    t->slab_alloc_bytes;
+		slot_bytes +=
+		    (uint64_t)__atomic_load_n(&s->vslot_cap, __ATOMIC_RELAXED) *
+		    sizeof(uint16_t);
 	}
 	out->rows = load_stat(&t->rows);
 	out->slab_bytes = slab_bytes;
 	out->index_bytes = index_bytes;
-	out->bytes = slab_bytes + index_bytes + t->fixed_bytes;
+	out->bytes = slab_bytes + index_bytes + slot_bytes + t->fixed_bytes;
 	out->row_bytes = t->row_bytes;
 	out->pulls = out->pushes = out->rows_pulled = out->rows_pushed = 0;
 	out->rows_created = out->misses = 0;
@@ -2046,8 +2049,9 @@ struct emb_table_iter {
 	struct emb_table *t; /* borrowed */
 	uint32_t shard;	     /* shard being walked */
 	uint32_t idx;	     /* next record index in it */
-	uint32_t first, n;   /* slots yielded; n 0: every row */
+	bool by_slot;	     /* only rows of the slots in set */
 	bool tracked;	     /* only rows a move's tracking marked */
+	uint64_t set[EMB_NSLOTS / 64]; /* by_slot: the slots yielded */
 };
 
 int emb_table_iter_create(struct emb_table *t, struct emb_table_iter **out)
@@ -2134,14 +2138,47 @@ uint64_t emb_table_track_removed(struct emb_table *t)
 	return t ? n : UINT64_MAX;
 }
 
+/* Every shard's record slots (store_int.h, vslot), made by the table's
+ * first walk over some slots and kept from then on. 0 or -ENOMEM /
+ * EMB_EMEMLIMIT (the shards done keep theirs). */
+static int slot_index(struct emb_table *t)
+{
+	int rc = 0;
+
+	for (uint32_t si = 0; si < t->nshards && !rc; si++) {
+		struct emb_shard *s = &t->shards[si];
+
+		pthread_mutex_lock(&s->lock);
+		rc = emb__vslot_build(t, s);
+		pthread_mutex_unlock(&s->lock);
+	}
+	return rc;
+}
+
+int emb_table_iter_slot_set(struct emb_table_iter *it, const uint64_t *set)
+{
+	int rc;
+
+	if (!it || !set)
+		return EMB_EBADARG;
+	rc = slot_index(it->t);
+	if (rc)
+		return rc;
+	memcpy(it->set, set, sizeof(it->set));
+	it->by_slot = true;
+	return 0;
+}
+
 int emb_table_iter_slots(struct emb_table_iter *it, uint32_t first,
 			 uint32_t n)
 {
+	uint64_t set[EMB_NSLOTS / 64] = {0};
+
 	if (!it || !n || first >= EMB_NSLOTS || n > EMB_NSLOTS - first)
 		return EMB_EBADARG;
-	it->first = first;
-	it->n = n;
-	return 0;
+	for (uint32_t sl = first; sl < first + n; sl++)
+		set[sl / 64] |= 1ull << (sl % 64);
+	return emb_table_iter_slot_set(it, set);
 }
 
 int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
@@ -2150,7 +2187,7 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 	struct emb_table *t = it->t;
 	uint32_t got = 0;
 
-	if (!ids || !rows)
+	if (!ids)
 		return EMB_EBADARG;
 	while (got < max && it->shard < t->nshards) {
 		struct emb_shard *s = &t->shards[it->shard];
@@ -2158,6 +2195,18 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 		pthread_mutex_lock(&s->lock);
 		while (got < max && it->idx < s->next_idx) {
 			struct emb_row_hdr *r;
+
+			/* The record's slot first: a record of another slot
+			 * is not read at all (a free record's slot is its
+			 * last row's, and the header check below drops it). */
+			if (it->by_slot) {
+				uint16_t sl = s->vslot[it->idx];
+
+				if (!((it->set[sl / 64] >> (sl % 64)) & 1)) {
+					it->idx++;
+					continue;
+				}
+			}
 
 			if (it->tracked) {
 				/* The mark first: an unmarked record is not
@@ -2176,9 +2225,6 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			}
 			r = emb__shard_row(t, s, it->idx++);
 			if (r->count & EMB_ROW_FREE)
-				continue;
-			/* Unsigned: a slot below first wraps past n. */
-			if (it->n && emb_id_slot(r->id) - it->first >= it->n)
 				continue;
 			emb__row_put(t, r, got++, ids, rows, meta);
 		}

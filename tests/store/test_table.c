@@ -1930,11 +1930,111 @@ static void test_track_moves(void)
 	free(w);
 }
 
+/* The live ids an ids-only walk over set yields, checked against live[]:
+ * each exactly once, none outside the set. */
+static void walk_set_check(struct emb_table *t, const uint64_t *set,
+			   const uint64_t *ids, const uint8_t *live, uint32_t N)
+{
+	uint64_t *oid = xcalloc(300, sizeof(*oid));
+	uint8_t *seen = xcalloc(N, 1);
+	struct emb_table_iter *it;
+	uint32_t want = 0, got = 0;
+	int k;
+
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	CU_ASSERT_EQUAL(emb_table_iter_slot_set(it, set), 0);
+	/* rows NULL: ids only. */
+	while ((k = emb_table_iter_next(it, oid, NULL, NULL, 300)) > 0)
+		for (int j = 0; j < k; j++) {
+			uint32_t sl = emb_id_slot(oid[j]);
+
+			CU_ASSERT((set[sl / 64] >> (sl % 64)) & 1);
+			/* ids[i] == i + 1 */
+			CU_ASSERT_FATAL(oid[j] >= 1 && oid[j] <= N);
+			CU_ASSERT_EQUAL(seen[oid[j] - 1], 0);
+			seen[oid[j] - 1] = 1;
+			got++;
+		}
+	emb_table_iter_destroy(it);
+	for (uint32_t i = 0; i < N; i++) {
+		uint32_t sl = emb_id_slot(ids[i]);
+		bool in = live[i] && ((set[sl / 64] >> (sl % 64)) & 1);
+
+		want += in;
+		CU_ASSERT_EQUAL(seen[i], in);
+	}
+	CU_ASSERT(want > 0);
+	CU_ASSERT_EQUAL(got, want);
+	free(oid);
+	free(seen);
+}
+
+/*
+ * What the sweep of slots given away and a move's stream rely on: a walk
+ * over any set of slots yields exactly the live rows there, ids only when
+ * asked, through rows made, removed and made again in freed records after
+ * the table's first such walk made its record slots (charged, 2 bytes a
+ * record).
+ */
+static void test_slot_walks(void)
+{
+	enum { N = 6000, DIM = 4 };
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	uint64_t *ids = xcalloc(N, sizeof(*ids)), set[EMB_NSLOTS / 64] = {0};
+	uint8_t *live = xcalloc(N, 1);
+	float *w = xcalloc((size_t)N * DIM, sizeof(float));
+	struct emb_table_iter *it;
+	struct emb_table *t;
+	uint64_t before;
+
+	o.dim = DIM;
+	o.nshards = 16;
+	t = table_new(&o);
+	for (uint32_t i = 0; i < N; i++)
+		ids[i] = i + 1;
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl += 3)
+		set[sl / 64] |= 1ull << (sl % 64);
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, N / 2, w, 0, NULL), N / 2);
+	memset(live, 1, N / 2);
+	before = table_stats(t).bytes;
+	walk_set_check(t, set, ids, live, N);
+	CU_ASSERT(table_stats(t).bytes >= before + (uint64_t)N / 2 * 2);
+	/* Every 4th row removed, then the rest made: the new rows take the
+	 * freed records first, then new slabs. */
+	for (uint32_t i = 0; i < N / 2; i += 4) {
+		CU_ASSERT_EQUAL(emb_table_erase(t, &ids[i], 1), 1);
+		live[i] = 0;
+	}
+	walk_set_check(t, set, ids, live, N);
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids + N / 2, N / 2, w, 0, NULL),
+			N / 2);
+	memset(live + N / 2, 1, N / 2);
+	walk_set_check(t, set, ids, live, N);
+	/* The complement as well, and every slot. */
+	for (uint32_t i = 0; i < EMB_NSLOTS / 64; i++)
+		set[i] = ~set[i];
+	walk_set_check(t, set, ids, live, N);
+	memset(set, 0xff, sizeof(set));
+	walk_set_check(t, set, ids, live, N);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	CU_ASSERT_EQUAL(emb_table_iter_slot_set(it, NULL), EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_table_iter_slot_set(NULL, set), EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_table_iter_next(it, NULL, NULL, NULL, 1),
+			EMB_EBADARG);
+	emb_table_iter_destroy(it);
+	emb_table_destroy(t);
+	free(ids);
+	free(live);
+	free(w);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
 	    {"NaN or Inf in a push or assign changes no row",
 	     test_nonfinite_refused},
+	    {"a walk over any set of slots yields exactly its live rows",
+	     test_slot_walks},
 	    {"reports the options it was created with",
 	     test_create_reports_opts},
 	    {"accepts options at their limits", test_create_edges},
