@@ -2181,6 +2181,18 @@ int emb_table_iter_slots(struct emb_table_iter *it, uint32_t first,
 	return emb_table_iter_slot_set(it, set);
 }
 
+/* Records a walk over some slots looks ahead (iter_next()). */
+#define ITER_AHEAD 96u
+
+static inline void prefetch_record(const struct emb_table *t,
+				   struct emb_shard *s, uint32_t idx)
+{
+	const char *r = (const char *)emb__shard_row(t, s, idx);
+
+	for (uint32_t off = 0; off < t->row_bytes; off += 64)
+		__builtin_prefetch(r + off);
+}
+
 int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			struct emb_row_meta *meta, uint32_t max)
 {
@@ -2201,7 +2213,20 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			 * last row's, and the header check below drops it). */
 			if (it->by_slot) {
 				uint16_t sl = s->vslot[it->idx];
+				uint32_t pf = it->idx + ITER_AHEAD;
 
+				/* The records of some slots are scattered
+				 * over the shard, beyond what the hardware
+				 * prefetcher follows: reading each header
+				 * waited on a cache miss (three quarters of
+				 * the walk's samples in a move's profile).
+				 * The record ITER_AHEAD on is fetched now. */
+				if (pf < s->next_idx) {
+					uint16_t ps = s->vslot[pf];
+
+					if ((it->set[ps / 64] >> (ps % 64)) & 1)
+						prefetch_record(t, s, pf);
+				}
 				if (!((it->set[sl / 64] >> (sl % 64)) & 1)) {
 					it->idx++;
 					continue;
