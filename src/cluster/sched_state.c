@@ -72,14 +72,21 @@ static uint8_t *encode(const struct emb_sched_state *st, size_t *len, int *rc)
 	emb_le32_store(b + 52, st->fill_fails);
 	emb_le64_store(b + 56, st->fill_epoch);
 	emb_le32_store(b + 64, (uint32_t)cl);
+	emb_le32_store(b + 68, st->fill_rank != EMB_SCHED_STATE_NO_FILL &&
+				       st->move
+				   ? st->move_from + 1
+				   : 0);
 	p = b + HDR_SIZE;
 	for (uint32_t i = 0; i < nn; i++, p += NODE_SIZE) {
 		const struct emb_sched_state_node *n = &st->nodes[i];
 		size_t hl = strnlen(n->addr.host, EMB_WIRE_HOST_MAX);
 
 		emb_le32_store(p, n->role);
-		emb_le32_store(p + 4,
-			       (n->dead ? 1u : 0u) | (n->finished ? 2u : 0u));
+		emb_le32_store(p + 4, (n->dead ? 1u : 0u) |
+					  (n->finished ? 2u : 0u) |
+					  (n->draining ? 4u : 0u) |
+					  (n->joining ? 8u : 0u) |
+					  (n->left ? 16u : 0u));
 		emb_le16_store(p + 8, n->addr.port);
 		emb_le16_store(p + 10, (uint16_t)hl);
 		emb_le32_store(p + 12, n->pid);
@@ -123,7 +130,10 @@ int emb_sched_state_save(const char *path, const struct emb_sched_state *st)
 	int fd, rc;
 
 	if (!path || !st || !counts_ok(st) || !st->nodes ||
-	    (st->ndead && !st->dead))
+	    (st->ndead && !st->dead) ||
+	    (st->move && st->fill_rank != EMB_SCHED_STATE_NO_FILL &&
+	     (st->move_from >= st->server_num ||
+	      st->move_from == st->fill_rank)))
 		return EMB_EBADARG;
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
 		return -ENAMETOOLONG;
@@ -192,14 +202,19 @@ out_close:
 
 /* Checks one node entry into *n; false when it breaks the layout. */
 static bool node_decode(const uint8_t *p, uint32_t want_role,
-			struct emb_sched_state_node *n)
+			uint32_t version, struct emb_sched_state_node *n)
 {
 	uint32_t flags = emb_le32_load(p + 4);
 	uint32_t hl = emb_le16_load(p + 10);
+	/* Version 1 knew dead and finished only; the move flags are a
+	 * server's. */
+	uint32_t known = version == 1 ? 3u
+			 : want_role == EMB_ROLE_SERVER ? 31u
+							: 3u;
 
 	memset(n, 0, sizeof(*n));
 	n->role = emb_le32_load(p);
-	if ((n->role && n->role != want_role) || (flags & ~3u) ||
+	if ((n->role && n->role != want_role) || (flags & ~known) ||
 	    hl > EMB_WIRE_HOST_MAX)
 		return false;
 	for (uint32_t i = hl; i < EMB_WIRE_HOST_MAX + 1; i++)
@@ -213,6 +228,13 @@ static bool node_decode(const uint8_t *p, uint32_t want_role,
 		return false;
 	n->dead = flags & 1;
 	n->finished = flags & 2;
+	n->draining = flags & 4;
+	n->joining = flags & 8;
+	n->left = flags & 16;
+	/* Gone means dead; a server is never drained and given slots at
+	 * once. */
+	if ((n->left && !n->dead) || (n->draining && n->joining))
+		return false;
 	n->pid = emb_le32_load(p + 12);
 	return true;
 }
@@ -221,7 +243,7 @@ int emb_sched_state_load(const char *path, struct emb_sched_state *st)
 {
 	uint8_t *b = NULL, *p;
 	size_t len = 0, body;
-	uint32_t nn, cl;
+	uint32_t nn, cl, version, from1;
 	int rc;
 
 	memset(st, 0, sizeof(*st));
@@ -229,10 +251,12 @@ int emb_sched_state_load(const char *path, struct emb_sched_state *st)
 	if (rc)
 		return rc;
 	rc = EMB_ESCHEDSTATE;
-	if (memcmp(b, magic, 8) ||
-	    emb_le32_load(b + 8) != EMB_SCHED_STATE_VERSION || len % 8 ||
+	version = emb_le32_load(b + 8);
+	from1 = emb_le32_load(b + 68);
+	if (memcmp(b, magic, 8) || !version ||
+	    version > EMB_SCHED_STATE_VERSION || len % 8 ||
 	    emb_le64_load(b + len - SEAL_SIZE) != seal_of(b, len - SEAL_SIZE) ||
-	    emb_le32_load(b + 68))
+	    (version == 1 && from1))
 		goto err;
 	st->state = emb_le32_load(b + 12);
 	st->cluster_id = emb_le64_load(b + 16);
@@ -245,6 +269,8 @@ int emb_sched_state_load(const char *path, struct emb_sched_state *st)
 	st->fill_n = emb_le32_load(b + 48);
 	st->fill_fails = emb_le32_load(b + 52);
 	st->fill_epoch = emb_le64_load(b + 56);
+	st->move = from1 != 0;
+	st->move_from = from1 ? from1 - 1 : 0;
 	cl = emb_le32_load(b + 64);
 	if (!counts_ok(st) || cl > EMB_WIRE_MAP_CMAP_MAX ||
 	    (st->replicas > 1) != (cl > 0))
@@ -258,6 +284,12 @@ int emb_sched_state_load(const char *path, struct emb_sched_state *st)
 	     st->fill_first >= EMB_NSLOTS ||
 	     st->fill_n > EMB_NSLOTS - st->fill_first || !st->fill_epoch))
 		goto err;
+	/* A move's source: a server of the job, not its target, and only
+	 * with a chunk under way. */
+	if (from1 && (st->fill_rank == EMB_SCHED_STATE_NO_FILL ||
+		      st->move_from >= st->server_num ||
+		      st->move_from == st->fill_rank))
+		goto err;
 	st->nodes = calloc(nn, sizeof(*st->nodes));
 	st->dead = calloc(st->ndead ? st->ndead : 1, sizeof(*st->dead));
 	st->cmap = cl ? malloc(sizeof(*st->cmap)) : NULL;
@@ -270,7 +302,7 @@ int emb_sched_state_load(const char *path, struct emb_sched_state *st)
 		if (!node_decode(p,
 				 i < st->server_num ? EMB_ROLE_SERVER
 						    : EMB_ROLE_WORKER,
-				 &st->nodes[i]))
+				 version, &st->nodes[i]))
 			goto err;
 	for (uint32_t i = 0; i < st->ndead; i++, p += 8) {
 		struct emb_wire_node_ref *d = &st->dead[i];

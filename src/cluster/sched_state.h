@@ -14,7 +14,8 @@
  * File layout, little-endian:
  *   OFFSET  SIZE   MEANING
  *   0       8      magic "EMBSCHD\0"
- *   8       4      version, 1
+ *   8       4      version, 2 (1 is read too: offset 68 is then 0 and node
+ *                  flags have bits 0 and 1 only)
  *   12      4      cluster state: 2 ready, 3 finishing (1 forming is
  *                  never written)
  *   16      8      cluster id of the run that made the job, not 0
@@ -28,10 +29,14 @@
  *   52      4      failed streams of that fill so far
  *   56      8      map epoch the chunk's fill began with
  *   64      4      cmap_len: bytes of the replicated map, 0: none
- *   68      4      reserved, 0
+ *   68      4      source rank of the move (drain or join) the chunk
+ *                  being filled belongs to, plus 1; 0: the fill is a
+ *                  recovery's, or none
  *   72      272*N  nodes, N = server_num + worker_num, servers first:
  *     0     4        role: 0 never registered, 2 server, 3 worker
- *     4     4        flags: bit 0 declared dead, bit 1 finished
+ *     4     4        flags: bit 0 declared dead, bit 1 finished, bit 2
+ *                      server being drained, bit 3 server being given its
+ *                      share (joining), bit 4 server drained and gone
  *     8     2        port (servers)
  *     10    2        host_len, 0..255 (servers: 1..255)
  *     12    4        pid, for logs
@@ -50,7 +55,7 @@
 #include "cluster/map.h"
 #include "proto/wire_cluster.h"
 
-#define EMB_SCHED_STATE_VERSION 1u
+#define EMB_SCHED_STATE_VERSION 2u
 #define EMB_SCHED_STATE_NO_FILL UINT32_MAX
 
 /* One node's place, as the state file keeps it. */
@@ -58,6 +63,9 @@ struct emb_sched_state_node {
 	uint32_t role; /* 0: never registered */
 	bool dead;     /* declared dead */
 	bool finished; /* worker FINISH / server acknowledged */
+	bool draining; /* server: asked to drain, its slots still moving */
+	bool joining;  /* server: being given its share of the slots */
+	bool left;     /* server: drained, then gone (dead too) */
 	uint32_t pid;  /* as registered, for logs */
 	struct emb_wire_node_addr addr; /* servers: where workers connect */
 };
@@ -77,6 +85,8 @@ struct emb_sched_state {
 	uint32_t fill_n;     /* its slots */
 	uint32_t fill_fails; /* streams of this fill that failed */
 	uint64_t fill_epoch; /* epoch the chunk began with */
+	bool move;	     /* the chunk is a move's (drain or join), */
+	uint32_t move_from;  /* from this rank; not: a recovery's */
 };
 
 /*

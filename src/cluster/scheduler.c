@@ -386,6 +386,9 @@ static void state_save(struct emb_sched *s)
 		    .role = n->role,
 		    .dead = n->dead,
 		    .finished = n->finished,
+		    .draining = n->draining && !n->dead,
+		    .joining = n->joining && !n->dead,
+		    .left = n->left && n->dead,
 		    .pid = n->pid,
 		    .addr = n->addr,
 		};
@@ -404,6 +407,8 @@ static void state_save(struct emb_sched *s)
 	st.fill_n = s->fill_n;
 	st.fill_fails = s->fill_fails;
 	st.fill_epoch = s->fill_epoch;
+	st.move = s->move_from != NO_FILL;
+	st.move_from = st.move ? s->move_from : 0;
 	/* A newcomer whose first chunk is not chosen yet: nothing under
 	 * way to start again. */
 	if (st.fill_rank != NO_FILL && (!st.fill_n || !st.fill_epoch))
@@ -2411,6 +2416,7 @@ static int state_restore(struct emb_sched *s)
 	struct emb_sched_state st;
 	uint32_t R = s->o.replicas ? s->o.replicas : 1, live = 0;
 	int64_t window = rejoin_window_ms(s);
+	bool moves = false;
 	int rc;
 
 	if (!s->state_path)
@@ -2459,6 +2465,10 @@ static int state_restore(struct emb_sched *s)
 		n->addr = sn->addr;
 		n->dead = sn->dead;
 		n->finished = sn->finished;
+		n->draining = sn->draining;
+		n->joining = sn->joining;
+		n->left = sn->left;
+		moves |= sn->draining || sn->joining;
 		snprintf(n->peer, sizeof(n->peer), "(not rejoined)");
 		/* check_silence() counts from here: the window, not one
 		 * heartbeat timeout, to come back. */
@@ -2487,8 +2497,36 @@ static int state_restore(struct emb_sched *s)
 		(unsigned long long)(s->cmap ? s->cmap->epoch : 1), live,
 		live == 1 ? "" : "s", (long long)window);
 	build_map(s);
-	if (st.fill_rank != EMB_SCHED_STATE_NO_FILL && s->cmap &&
-	    !s->nodes[st.fill_rank].dead) {
+	if (moves && s->cmap) {
+		/* Drains and joins asked for go on. A chunk that was moving
+		 * starts again (its fence, if it had one, is lifted: the
+		 * chunk's holders are as before it), then the rest. */
+		s->move_ms = (int64_t)emb_clock_ms();
+		s->move_slots = s->move_chunks = 0;
+		if (st.fill_rank != EMB_SCHED_STATE_NO_FILL && st.move) {
+			emb_log(EMB_LOG_INFO,
+				"the move of slots %u-%u from server %u to "
+				"server %u starts again, then the drains and "
+				"joins asked for go on",
+				st.fill_first, st.fill_first + st.fill_n - 1,
+				st.move_from, st.fill_rank);
+			emb_cmap_fill_abort(s->cmap, st.fill_rank,
+					    st.fill_first, st.fill_n, s->cmap);
+		} else {
+			emb_log(EMB_LOG_INFO,
+				"the drains and joins asked for go on");
+		}
+		move_next(s);
+		republish(s);
+	} else if (st.fill_rank != EMB_SCHED_STATE_NO_FILL && st.move &&
+		   s->cmap) {
+		/* A move with nothing left asked for: its chunk's fence
+		 * goes (defensive: a move always has a drain or join). */
+		emb_cmap_fill_abort(s->cmap, st.fill_rank, st.fill_first,
+				    st.fill_n, s->cmap);
+		republish(s);
+	} else if (st.fill_rank != EMB_SCHED_STATE_NO_FILL && s->cmap &&
+		   !s->nodes[st.fill_rank].dead) {
 		s->fill_rank = st.fill_rank;
 		s->fill_first = st.fill_first;
 		s->fill_n = st.fill_n;

@@ -156,10 +156,62 @@ static void test_refuses_damage(void)
 	free(dir);
 }
 
+/*
+ * A drain or join under way survives the file: which servers drain, join
+ * or left, and that the chunk being filled is a move's and from where, so
+ * a restarted scheduler goes on with them. A file that says more than a
+ * job can mean is refused.
+ */
+static void test_moves(void)
+{
+	char *dir = emb_test_tmpdir(), *p = path_in(dir);
+	struct emb_sched_state in = job(), out;
+
+	nodes[0].draining = true;
+	nodes[1].left = true; /* dead already */
+	nodes[2].joining = true;
+	in.move = true;
+	in.move_from = 0;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_state_save(p, &in), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_sched_state_load(p, &out), 0);
+	CU_ASSERT(out.nodes[0].draining && !out.nodes[0].joining);
+	CU_ASSERT(out.nodes[1].left && out.nodes[1].dead);
+	CU_ASSERT(out.nodes[2].joining && !out.nodes[2].draining);
+	CU_ASSERT(!out.nodes[3].draining && !out.nodes[3].left);
+	CU_ASSERT(out.move);
+	CU_ASSERT_EQUAL(out.move_from, 0);
+	CU_ASSERT_EQUAL(out.fill_rank, 2);
+	emb_sched_state_free(&out);
+	/* A recovery's fill: no move. */
+	in.move = false;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_state_save(p, &in), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_sched_state_load(p, &out), 0);
+	CU_ASSERT(!out.move);
+	emb_sched_state_free(&out);
+	/* Refused: a move from its own target or from no server of the
+	 * job, a server gone but alive, one drained and joining at once. */
+	in.move = true;
+	in.move_from = 2;
+	CU_ASSERT_EQUAL(emb_sched_state_save(p, &in), EMB_EBADARG);
+	in.move_from = 3;
+	CU_ASSERT_EQUAL(emb_sched_state_save(p, &in), EMB_EBADARG);
+	in.move_from = 0;
+	nodes[0].left = true;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_state_save(p, &in), 0);
+	CU_ASSERT_EQUAL(emb_sched_state_load(p, &out), EMB_ESCHEDSTATE);
+	nodes[0].left = false;
+	nodes[2].draining = true;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_state_save(p, &in), 0);
+	CU_ASSERT_EQUAL(emb_sched_state_load(p, &out), EMB_ESCHEDSTATE);
+	emb_test_rmtree(dir);
+	free(dir);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
 	    {"a job's ranks, deaths, map and fill round-trip", test_round_trip},
+	    {"drains, joins and a move's chunk round-trip", test_moves},
 	    {"a damaged or truncated file is refused whole",
 	     test_refuses_damage},
 	    {NULL, NULL},

@@ -1,0 +1,107 @@
+#!/bin/sh
+# tests/cluster/drain_restart.sh - a drain outlives the scheduler
+# (docs/replication.md, "Moving slots"): `embstore launch --server_num 3
+# --worker_num 2 --replicas 2` runs `embstore-bench --op step --verify`
+# with the servers' copies paced (--move-rate) so that the drain of
+# server 0 takes seconds; the scheduler is SIGKILLed during the drain's
+# first chunk, launch starts it again, and the restarted scheduler takes
+# the drain up from its state file: the chunk starts again, the rest
+# follow, and server 0 exits 0 by itself while the workers train. Every
+# worker must exit 0 with 0 mismatched.
+#
+#   drain_restart.sh TOOLS_DIR
+set -u
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/moves_lib.sh"
+
+tools=${1:?usage: drain_restart.sh TOOLS_DIR}
+tools=$(cd "$tools" && pwd) || exit 1
+work=$(mktemp -d "${TMPDIR:-/tmp}/emb-drainrestart-XXXXXX")
+PATH=$tools:$PATH
+export PATH
+# Every step waits for its log line, so a loaded machine only delays it.
+EMB_HEARTBEAT_TIMEOUT=3
+EMB_CLUSTER_TIMEOUT=30
+# About 1 MB of rows leave server 0: at 200 kB/s its drain takes seconds,
+# so the scheduler dies during it, not after.
+EMB_MOVE_RATE=200000
+export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT EMB_MOVE_RATE
+unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN \
+	EMB_SCHED_GRACE EMB_SCHED_STATE
+lpid=
+npid=
+fail=0
+
+cleanup() {
+	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
+	wait 2>/dev/null
+	[ -n "${KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+# wait_for PATTERN [TENTHS]: until a line of the launch output matches
+# (0), or the time is up or the launcher gone (1).
+wait_for() {
+	for _ in $(seq "${2:-600}"); do
+		grep -q "$1" "$out" && return 0
+		kill -0 "$lpid" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+out=$work/launch.txt
+(cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
+	--replicas 2 --log-dir "$work/log" -- \
+	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
+	--duration 30) >"$out" 2>&1 &
+lpid=$!
+wait_for 'worker\.[01]\] .*worker 1 of 2 joined' &&
+	wait_for 'worker\.[01]\] .*worker 0 of 2 joined' ||
+	bad "the workers did not join"
+sched=$(sed -n 's/^\[launch\] scheduler on \([^,]*\),.*/\1/p' "$out" | head -1)
+[ -n "$sched" ] || bad "no scheduler address"
+sleep 1
+pid0=$(moves_pid 0)
+[ -n "$pid0" ] || bad "no pid for server rank 0"
+
+embstore scale --sched "$sched" --remove 0 >"$work/scale.txt" 2>&1 ||
+	bad "embstore scale --remove 0 failed: $(cat "$work/scale.txt")"
+wait_for 'slots [0-9]*-[0-9]* move from server 0' ||
+	bad "the drain moved nothing"
+grep -q 'server 0 (.*) drained' "$out" &&
+	bad "the drain ended before the scheduler died: pace it more"
+
+spid=$(sed -n 's/^\[launch\] started scheduler, pid \([0-9]*\)$/\1/p' \
+	"$out" | tail -1)
+echo "killing the scheduler (pid $spid) during the drain"
+[ -n "$spid" ] && kill -KILL "$spid" || bad "no scheduler to kill"
+wait_for 'restarting the scheduler' ||
+	bad "launch did not restart the scheduler"
+wait_for 'taking up cluster' ||
+	bad "the restarted scheduler did not take the job up"
+wait_for 'drains and joins asked for go on' ||
+	bad "the restarted scheduler forgot the drain"
+# Drained after the restart, by the restarted scheduler.
+wait_for 'server 0 (.*) drained' 900 || bad "server 0 was not drained"
+awk '/taking up cluster/ { t = NR }
+     /server 0 \(.*\) drained/ && t { d = NR }
+     END { exit !d }' "$out" ||
+	bad "the drain did not end after the restart"
+
+# Rank 0's process exits 0 by itself, while the workers still train.
+moves_left "$pid0"
+
+wait "$lpid"
+st=$?
+lpid=
+[ "$st" -eq 0 ] || bad "launch exited $st"
+n=$(grep -c 'verify: .* 0 mismatched' "$out")
+[ "$n" -eq 2 ] || bad "$n of 2 workers verified 0 mismatched"
+
+if [ "$fail" -ne 0 ]; then
+	cat "$out"
+	exit 1
+fi
+echo "ok: the drain went on after the scheduler's restart, server 0" \
+	"exited 0 mid-run, 2 of 2 workers clean"
