@@ -1,13 +1,15 @@
 #!/bin/sh
-# tests/cluster/drain_restart.sh - a drain outlives the scheduler
+# tests/cluster/drain_restart.sh - drains and joins outlive the scheduler
 # (docs/replication.md, "Moving slots"): `embstore launch --server_num 3
 # --worker_num 2 --replicas 2` runs `embstore-bench --op step --verify`
-# with the servers' copies paced (--move-rate) so that the drain of
-# server 0 takes seconds; the scheduler is SIGKILLed during the drain's
-# first chunk, launch starts it again, and the restarted scheduler takes
-# the drain up from its state file: the chunk starts again, the rest
-# follow, and server 0 exits 0 by itself while the workers train. Every
-# worker must exit 0 with 0 mismatched.
+# with the servers' copies paced (--move-rate) so that each move takes
+# seconds. The scheduler is SIGKILLed during the drain of server 0, launch
+# starts it again, and the restarted scheduler takes the drain up from its
+# state file: the chunk starts again, the rest follow, and server 0 exits
+# 0 by itself while the workers train. Then a newcomer takes the free rank
+# and the scheduler is SIGKILLed again while the newcomer is given its
+# share: the second restart takes the join up, and the newcomer gets its
+# share. Every worker must exit 0 with 0 mismatched.
 #
 #   drain_restart.sh TOOLS_DIR
 set -u
@@ -34,6 +36,7 @@ fail=0
 
 cleanup() {
 	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
+	[ -n "$npid" ] && kill -KILL "$npid" 2>/dev/null
 	wait 2>/dev/null
 	[ -n "${KEEP:-}" ] || rm -rf "$work"
 }
@@ -54,7 +57,7 @@ out=$work/launch.txt
 (cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
 	--replicas 2 --log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
-	--duration 30) >"$out" 2>&1 &
+	--duration 45) >"$out" 2>&1 &
 lpid=$!
 wait_for 'worker\.[01]\] .*worker 1 of 2 joined' &&
 	wait_for 'worker\.[01]\] .*worker 0 of 2 joined' ||
@@ -72,16 +75,30 @@ wait_for 'slots [0-9]*-[0-9]* move from server 0' ||
 grep -q 'server 0 (.*) drained' "$out" &&
 	bad "the drain ended before the scheduler died: pace it more"
 
-spid=$(sed -n 's/^\[launch\] started scheduler, pid \([0-9]*\)$/\1/p' \
-	"$out" | tail -1)
-echo "killing the scheduler (pid $spid) during the drain"
-[ -n "$spid" ] && kill -KILL "$spid" || bad "no scheduler to kill"
-wait_for 'restarting the scheduler' ||
-	bad "launch did not restart the scheduler"
-wait_for 'taking up cluster' ||
-	bad "the restarted scheduler did not take the job up"
-wait_for 'drains and joins asked for go on' ||
-	bad "the restarted scheduler forgot the drain"
+# wait_for_count PATTERN N: until N lines match.
+wait_for_count() {
+	for _ in $(seq 600); do
+		[ "$(grep -c "$1" "$out")" -ge "$2" ] && return 0
+		kill -0 "$lpid" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# kill_sched N WHAT: SIGKILLs the scheduler; launch restarts it (its Nth
+# restart), and it takes the move up.
+kill_sched() {
+	spid=$(sed -n 's/^\[launch\] started scheduler, pid \([0-9]*\)$/\1/p' \
+		"$out" | tail -1)
+	echo "killing the scheduler (pid $spid) during the $2"
+	[ -n "$spid" ] && kill -KILL "$spid" || bad "no scheduler to kill"
+	wait_for "restarting the scheduler .*(restart $1)" ||
+		bad "launch did not restart the scheduler ($2)"
+	wait_for_count 'drains and joins asked for go on' "$1" ||
+		bad "the restarted scheduler forgot the $2"
+}
+
+kill_sched 1 drain
 # Drained after the restart, by the restarted scheduler.
 wait_for 'server 0 (.*) drained' 900 || bad "server 0 was not drained"
 awk '/taking up cluster/ { t = NR }
@@ -92,16 +109,30 @@ awk '/taking up cluster/ { t = NR }
 # Rank 0's process exits 0 by itself, while the workers still train.
 moves_left "$pid0"
 
-wait "$lpid"
-st=$?
-lpid=
-[ "$st" -eq 0 ] || bad "launch exited $st"
-n=$(grep -c 'verify: .* 0 mismatched' "$out")
-[ "$n" -eq 2 ] || bad "$n of 2 workers verified 0 mismatched"
+# A newcomer takes the free rank; the scheduler dies while it is given
+# its share.
+embstore scale --sched "$sched" --add 1 >"$work/add.txt" 2>&1 ||
+	bad "scale --add 1 failed: $(cat "$work/add.txt")"
+cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
+[ -n "$cmd" ] || bad "scale --add printed no command"
+eval "$cmd" >"$work/new.txt" 2>&1 &
+npid=$!
+wait_for 'join of server 0: 0 slots moved' ||
+	bad "the newcomer was given nothing"
+grep -q 'server 0 has its share' "$out" &&
+	bad "the join ended before the scheduler died: pace it more"
+kill_sched 2 join
+moves_wait_share 0
+[ -n "$share" ] && [ "$share" -ge 2700 ] ||
+	bad "the newcomer was not given its share (${share:-none} slots)"
+moves_under_load join
+
+moves_end
 
 if [ "$fail" -ne 0 ]; then
 	cat "$out"
 	exit 1
 fi
-echo "ok: the drain went on after the scheduler's restart, server 0" \
-	"exited 0 mid-run, 2 of 2 workers clean"
+echo "ok: the drain and the join went on after the scheduler's restarts;" \
+	"server 0 exited 0 mid-run, the newcomer got $share slots, 2 of 2" \
+	"workers clean"
