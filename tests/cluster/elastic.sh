@@ -73,10 +73,38 @@ murl=$(sed -n 's/^\[scheduler\] .*metrics on \(http:[^ ,]*\).*/\1/p' "$out" |
 [ -n "$sched" ] && [ -n "$murl" ] || bad "no scheduler address or /metrics"
 sleep 1
 
-# Join: the newcomer takes rank 2 and gets a third of the copies.
-EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} EMB_SCHED_PORT=${sched##*:} \
-	embstore-server --listen 127.0.0.1:0 >"$work/new.txt" 2>&1 &
-npid=$!
+# Join: the newcomer takes rank 2 and gets a third of the copies. With
+# R = 1 launch starts it, asked by `embstore scale --add 1 --launch` on
+# the FIFO launch names; with R = 2 it is started by hand.
+if [ "$R" -eq 1 ]; then
+	ctl=$(sed -n 's/^\[launch\] 1 rank to spare: .* --launch \([^ ]*\) starts servers here$/\1/p' \
+		"$out")
+	[ "$ctl" = "$work/log/launch.ctl" ] ||
+		bad "launch named no control FIFO (${ctl:-none})"
+	# No launch reads a FIFO it did not make (while a rank is free).
+	mkfifo "$work/stray.ctl"
+	embstore scale --sched "$sched" --add 1 --launch "$work/stray.ctl" \
+		>"$work/stray.txt" 2>&1 &&
+		bad "scale --add --launch with no launch reading succeeded"
+	grep -q 'no embstore launch reads it' "$work/stray.txt" ||
+		bad "no reason for the stray FIFO: $(cat "$work/stray.txt")"
+	embstore scale --sched "$sched" --add 1 --launch "$ctl" \
+		>"$work/add.txt" 2>&1 ||
+		bad "scale --add 1 --launch failed: $(cat "$work/add.txt")"
+	grep -q '^# asked embstore launch' "$work/add.txt" ||
+		bad "scale --add --launch said: $(cat "$work/add.txt")"
+	for _ in $(seq 100); do
+		grep -q '^\[launch\] started server\.2, pid' "$out" && break
+		sleep 0.1
+	done
+	grep -q '^\[launch\] started server\.2, pid' "$out" ||
+		bad "launch did not start the server asked for"
+else
+	EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} \
+		EMB_SCHED_PORT=${sched##*:} \
+		embstore-server --listen 127.0.0.1:0 >"$work/new.txt" 2>&1 &
+	npid=$!
+fi
 # Paced, the join lasts seconds: `embstore stat --sched` shows it.
 if [ "$RATE" -gt 0 ]; then
 	seen=

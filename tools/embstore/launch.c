@@ -80,6 +80,7 @@ struct child {
 	FILE *log;		 /* <log-dir>/<name>.log */
 	char line[LINE_MAX_LEN]; /* partial line */
 	size_t len;		 /* bytes in line */
+	bool added;		 /* a server started on request */
 };
 
 struct launch {
@@ -106,6 +107,17 @@ struct launch {
 	char *const *sched_argv;	/* to start the scheduler again */
 	const char *sched_env[ENV_MAX]; /* its environment, NULL-ended */
 	uint32_t sched_restarts;	/* times it was started again */
+	uint32_t cap;			/* room in ch */
+	/* Servers started on request (`embstore scale --add N --launch
+	 * CTL`): a FIFO read as lines "add N", while the job has ranks to
+	 * spare (--server_max). */
+	int ctl;			 /* its read end, or -1 */
+	char ctl_path[PATH_MAX];	 /* removed at the end */
+	char ctl_line[64];		 /* partial line */
+	size_t ctl_len;
+	const char *dir;		 /* the log directory */
+	char *const *server_argv;	 /* to start more servers */
+	const char *server_env[ENV_MAX]; /* their environment */
 };
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -149,7 +161,10 @@ static void usage(FILE *f)
 		"                     servers started later against the "
 		"scheduler join\n"
 		"                     and are given a share of the slots "
-		"(also --server-max)\n"
+		"(also --server-max);\n"
+		"                     `embstore scale --add N --launch "
+		"D/launch.ctl` starts\n"
+		"                     them here\n"
 		"  --worker-nice N    the workers' nice value above the "
 		"launcher's, 0..19\n"
 		"                     (default %d): with more processes than "
@@ -562,6 +577,11 @@ static void reap(struct launch *l)
 			    strsignal(WTERMSIG(status)));
 		if (sched_restart(l, c, status))
 			continue;
+		/* A server started on request that fails (refused by the
+		 * scheduler, say) ends nothing: the scheduler judges what
+		 * its loss means, as for a server added by hand. */
+		if (!ok && c->added && !l->stopping)
+			continue;
 		/* A failure while the job runs stops the job, except a
 		 * server's while others hold copies of its slots. */
 		if (!ok && !l->stopping && c->kind == K_SERVER &&
@@ -599,9 +619,89 @@ static void on_signal(struct launch *l)
 	reap(l);
 }
 
+static int add_child(struct launch *l, enum kind k, const char *name,
+		     const char *dir);
+
+/* Starts n more servers, asked for on the control FIFO. The scheduler
+ * gives each a free rank, or refuses it (it then exits 1, which a job
+ * whose servers cover each other survives). */
+static void add_servers(struct launch *l, uint32_t n)
+{
+	char name[32];
+
+	if (l->stopping || workers_done(l)) {
+		say("not starting %u server%s: the job is ending", n,
+		    n == 1 ? "" : "s");
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		int rc;
+
+		if (l->nch == l->cap) {
+			say("not starting more servers: the job has room for "
+			    "%u processes (--server_max)",
+			    l->cap);
+			return;
+		}
+		snprintf(name, sizeof(name), "server.%u", l->nservers);
+		rc = add_child(l, K_SERVER, name, l->dir);
+		if (rc == 0) {
+			l->ch[l->nch - 1].added = true;
+			rc = spawn(l, &l->ch[l->nch - 1], l->server_argv,
+				   l->server_env);
+		}
+		if (rc) {
+			say("cannot start %s: %s", name, strerror(-rc));
+			return;
+		}
+		l->nservers++;
+	}
+}
+
+/* Reads the control FIFO's lines: "add N". Anything else is logged and
+ * dropped; a line too long is dropped whole. */
+static void on_ctl(struct launch *l)
+{
+	char buf[256];
+	ssize_t got;
+
+	while ((got = read(l->ctl, buf, sizeof(buf))) > 0) {
+		for (ssize_t i = 0; i < got; i++) {
+			char *end;
+			unsigned long n;
+
+			if (buf[i] != '\n') {
+				if (l->ctl_len < sizeof(l->ctl_line) - 1)
+					l->ctl_line[l->ctl_len] = buf[i];
+				l->ctl_len++;
+				continue;
+			}
+			if (l->ctl_len >= sizeof(l->ctl_line)) {
+				say("%s: a line too long, ignored",
+				    l->ctl_path);
+				l->ctl_len = 0;
+				continue;
+			}
+			l->ctl_line[l->ctl_len] = 0;
+			l->ctl_len = 0;
+			n = strncmp(l->ctl_line, "add ", 4) == 0
+				? strtoul(l->ctl_line + 4, &end, 10)
+				: 0;
+			if (!n || *end || n > EMB_WIRE_SERVERS_MAX) {
+				say("%s: '%s' is not 'add N', ignored",
+				    l->ctl_path, l->ctl_line);
+				continue;
+			}
+			say("starting %lu server%s, as asked on %s", n,
+			    n == 1 ? "" : "s", l->ctl_path);
+			add_servers(l, (uint32_t)n);
+		}
+	}
+}
+
 static int run(struct launch *l)
 {
-	struct pollfd *pf = calloc(l->nch + 1, sizeof(*pf));
+	struct pollfd *pf = calloc(l->cap + 2, sizeof(*pf));
 	int64_t linger_at = 0;
 
 	if (!pf)
@@ -609,7 +709,7 @@ static int run(struct launch *l)
 	while (!all_reaped(l)) {
 		uint32_t n = 0;
 		int64_t now = (int64_t)emb_clock_ms(), wait = -1;
-		struct child *map[CHILDREN_MAX];
+		struct child *map[CHILDREN_MAX + 1];
 
 		if (!l->stopping && !l->formed && now >= l->form_by_ms) {
 			/* Checked once: a formed cluster stays formed. */
@@ -636,6 +736,10 @@ static int run(struct launch *l)
 			l->kill_at_ms = 0;
 		}
 		pf[n++] = (struct pollfd){.fd = l->sigfd, .events = POLLIN};
+		if (l->ctl >= 0) {
+			map[n] = NULL;
+			pf[n++] = (struct pollfd){.fd = l->ctl, .events = POLLIN};
+		}
 		for (uint32_t i = 0; i < l->nch; i++) {
 			if (l->ch[i].out < 0)
 				continue;
@@ -659,9 +763,14 @@ static int run(struct launch *l)
 			break;
 		if (pf[0].revents)
 			on_signal(l);
-		for (uint32_t i = 1; i < n; i++)
-			if (pf[i].revents)
+		for (uint32_t i = 1; i < n; i++) {
+			if (!pf[i].revents)
+				continue;
+			if (map[i])
 				drain(map[i]);
+			else
+				on_ctl(l);
+		}
 		reap(l);
 	}
 	/* Orphans of the group still running: their leaders are gone. */
@@ -734,7 +843,7 @@ int emb_cmd_launch(int argc, char **argv)
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
 	};
-	struct launch l = {.sigfd = -1, .worker_nice = WORKER_NICE};
+	struct launch l = {.sigfd = -1, .ctl = -1, .worker_nice = WORKER_NICE};
 	const char *token_file = getenv("EMB_AUTH_TOKEN_FILE");
 	uint32_t S = 0, W = 0, R = 0, port32 = 0;
 	const char *dir = "log";
@@ -900,6 +1009,7 @@ int emb_cmd_launch(int argc, char **argv)
 		say("no free port for the scheduler: %s", strerror(-rc));
 		return 1;
 	}
+	l.dir = dir;
 	if (mkdir(dir, 0755) && errno != EEXIST) {
 		say("cannot make %s: %s", dir, strerror(errno));
 		return 1;
@@ -930,7 +1040,11 @@ int emb_cmd_launch(int argc, char **argv)
 	l.form_by_ms =
 	    (int64_t)emb_clock_ms() + (int64_t)(timeout_s * 1000) + 5000;
 	path = child_path(self);
-	l.ch = calloc(S + W + 1, sizeof(*l.ch));
+	/* Room for the servers --server_max may add. */
+	l.cap = S + W + 1 + (smax - S);
+	if (l.cap > CHILDREN_MAX)
+		l.cap = CHILDREN_MAX;
+	l.ch = calloc(l.cap, sizeof(*l.ch));
 	if (!path || !l.ch) {
 		free(path);
 		free(l.ch);
@@ -1010,6 +1124,10 @@ int emb_cmd_launch(int argc, char **argv)
 			memcpy(l.sched_env, env, sizeof(env));
 			l.sched_argv = sched_argv;
 		}
+		if (k == K_SERVER) {
+			memcpy(l.server_env, env, sizeof(env));
+			l.server_argv = server_argv;
+		}
 
 		if (k == K_SCHED)
 			snprintf(name, sizeof(name), "scheduler");
@@ -1029,7 +1147,31 @@ int emb_cmd_launch(int argc, char **argv)
 		}
 		/* Signals that came while starting are handled by run(). */
 	}
+	/* Ranks to spare: `embstore scale --add N --launch CTL` starts
+	 * servers here, through a FIFO in the log directory. */
+	if (!l.coord && smax > S && !l.stopping) {
+		snprintf(l.ctl_path, sizeof(l.ctl_path), "%s/launch.ctl", dir);
+		unlink(l.ctl_path);
+		/* O_RDWR: a writer closing it is no EOF here. */
+		if (mkfifo(l.ctl_path, 0600) ||
+		    (l.ctl = open(l.ctl_path,
+				  O_RDWR | O_NONBLOCK | O_CLOEXEC)) < 0) {
+			say("cannot make %s: %s; start servers to add by "
+			    "hand (embstore scale --add)",
+			    l.ctl_path, strerror(errno));
+			l.ctl_path[0] = 0;
+		} else {
+			say("%u rank%s to spare: embstore scale --sched %s "
+			    "--add N --launch %s starts servers here",
+			    smax - S, smax - S == 1 ? "" : "s", l.sched,
+			    l.ctl_path);
+		}
+	}
 	run(&l);
+	if (l.ctl >= 0)
+		close(l.ctl);
+	if (l.ctl_path[0])
+		unlink(l.ctl_path);
 	rc = l.failed;
 	if (!rc)
 		say("all workers exited 0");

@@ -4,11 +4,14 @@
  * server: its slots move to the others while training goes on, then it
  * leaves and exits 0 (docs/replication.md, "Moving slots"). --add N
  * prints the commands that start N servers to join, after checking that
- * the job has ranks free for them.
+ * the job has ranks free for them; with --launch CTL it asks the
+ * `embstore launch` that reads the FIFO CTL to start them instead.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "common/err.h"
@@ -31,13 +34,45 @@ static void usage(FILE *f)
 	      "servers to join (each\n"
 	      "                          takes a free rank: the job needs "
 	      "--server_max)\n"
+	      "  --launch CTL            with --add: have the job's embstore "
+	      "launch start them\n"
+	      "                          (CTL: the FIFO its output names, "
+	      "LOG_DIR/launch.ctl)\n"
 	      "  --auth-token-file F     the cluster's token "
 	      "(EMB_AUTH_TOKEN_FILE)\n" EMB_CLI_HELP_BASE,
 	      f);
 }
 
+/* --add with --launch: "add N" to the launcher's FIFO. A FIFO with no
+ * reader refuses a non-blocking open (ENXIO): no launch runs there. */
+static int ask_launch(const char *ctl, uint32_t n)
+{
+	char line[32];
+	int fd = open(ctl, O_WRONLY | O_NONBLOCK | O_CLOEXEC), len;
+
+	if (fd < 0) {
+		fprintf(stderr, "embstore scale: %s: %s\n", ctl,
+			errno == ENXIO ? "no embstore launch reads it"
+				       : strerror(errno));
+		return 1;
+	}
+	len = snprintf(line, sizeof(line), "add %u\n", n);
+	/* Under PIPE_BUF: written whole or not at all. */
+	if (write(fd, line, (size_t)len) != len) {
+		fprintf(stderr, "embstore scale: %s: %s\n", ctl,
+			strerror(errno));
+		close(fd);
+		return 1;
+	}
+	close(fd);
+	printf("# asked embstore launch (%s) to start %u server%s to join\n",
+	       ctl, n, n == 1 ? "" : "s");
+	return 0;
+}
+
 /* --add: the commands, once the scheduler's map shows free ranks. */
-static int add_servers(const char *sched, const struct cli *cli, uint32_t n)
+static int add_servers(const char *sched, const struct cli *cli, uint32_t n,
+		       const char *ctl)
 {
 	struct emb_client_opts co;
 	struct emb_client *c = NULL;
@@ -66,6 +101,8 @@ static int add_servers(const char *sched, const struct cli *cli, uint32_t n)
 			n == 1 ? "" : "s");
 		return 1;
 	}
+	if (ctl)
+		return ask_launch(ctl, n);
 	printf("# %u server%s to join the job of scheduler %s, one per "
 	       "machine (%u rank%s free):\n",
 	       n, n == 1 ? "" : "s", sched, free_ranks,
@@ -86,12 +123,14 @@ int emb_cmd_scale(int argc, char **argv)
 	    {"auth-token-file", required_argument, NULL, 'a'},
 	    {"remove", required_argument, NULL, 'r'},
 	    {"add", required_argument, NULL, 'A'},
+	    {"launch", required_argument, NULL, 'L'},
 	    {NULL, 0, NULL, 0},
 	};
 	static char sched[300];
 	const char *h = getenv("EMB_SCHED_HOST"), *p = getenv("EMB_SCHED_PORT");
 	char why[EMB_WIRE_ERRMSG_MAX + 1], *end;
 	unsigned long rank = 0, add = 0;
+	const char *ctl = NULL;
 	bool have_rank = false;
 	struct cli cli;
 	int c, status, rc;
@@ -110,6 +149,10 @@ int emb_cmd_scale(int argc, char **argv)
 			    add > EMB_WIRE_SERVERS_MAX)
 				return emb_cli_usage_error(
 				    &cli, usage, "--add takes 1..4096 servers");
+			continue;
+		}
+		if (c == 'L') {
+			ctl = optarg;
 			continue;
 		}
 		if (c == 'r') {
@@ -133,6 +176,9 @@ int emb_cmd_scale(int argc, char **argv)
 	if (have_rank == (add > 0))
 		return emb_cli_usage_error(&cli, usage,
 					   "scale needs --remove RANK or --add N");
+	if (ctl && !add)
+		return emb_cli_usage_error(&cli, usage,
+					   "--launch goes with --add");
 	/* Only the log level and the token: --sched here is not resolved
 	 * into a server list. */
 	h = cli.sched;
@@ -141,7 +187,7 @@ int emb_cmd_scale(int argc, char **argv)
 	if (status)
 		return status;
 	if (add)
-		return add_servers(h, &cli, (uint32_t)add);
+		return add_servers(h, &cli, (uint32_t)add, ctl);
 	rc = emb_cluster_drain(h, cli.token, cli.token_len, (uint32_t)rank,
 			       why, sizeof(why));
 	if (rc) {
