@@ -38,19 +38,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-out=$work/launch.txt
-(cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
-	--replicas 2 --log-dir "$work/log" -- \
-	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
-	--duration 16) >"$out" 2>&1 &
-lpid=$!
-for _ in $(seq 300); do
-	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
-	[ "$n" -ge 2 ] && break
-	kill -0 "$lpid" 2>/dev/null || break
-	sleep 0.1
-done
-sched=$(sed -n 's/^\[launch\] scheduler on \([^,]*\),.*/\1/p' "$out" | head -1)
+moves_launch 16
 [ -n "$sched" ] || bad "no scheduler address"
 sleep 1
 

@@ -42,27 +42,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_for PATTERN [TENTHS]: until a line of the launch output matches
-# (0), or the time is up or the launcher gone (1).
-wait_for() {
-	for _ in $(seq "${2:-600}"); do
-		grep -q "$1" "$out" && return 0
-		kill -0 "$lpid" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
-
-out=$work/launch.txt
-(cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
-	--replicas 2 --log-dir "$work/log" -- \
-	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
-	--duration 45) >"$out" 2>&1 &
-lpid=$!
-wait_for 'worker\.[01]\] .*worker 1 of 2 joined' &&
-	wait_for 'worker\.[01]\] .*worker 0 of 2 joined' ||
-	bad "the workers did not join"
-sched=$(sed -n 's/^\[launch\] scheduler on \([^,]*\),.*/\1/p' "$out" | head -1)
+moves_launch 45
 [ -n "$sched" ] || bad "no scheduler address"
 sleep 1
 pid0=$(moves_pid 0)
@@ -70,20 +50,10 @@ pid0=$(moves_pid 0)
 
 embstore scale --sched "$sched" --remove 0 >"$work/scale.txt" 2>&1 ||
 	bad "embstore scale --remove 0 failed: $(cat "$work/scale.txt")"
-wait_for 'slots [0-9]*-[0-9]* move from server 0' ||
+moves_wait 'slots [0-9]*-[0-9]* move from server 0' ||
 	bad "the drain moved nothing"
 grep -q 'server 0 (.*) drained' "$out" &&
 	bad "the drain ended before the scheduler died: pace it more"
-
-# wait_for_count PATTERN N: until N lines match.
-wait_for_count() {
-	for _ in $(seq 600); do
-		[ "$(grep -c "$1" "$out")" -ge "$2" ] && return 0
-		kill -0 "$lpid" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
 
 # kill_sched N WHAT: SIGKILLs the scheduler; launch restarts it (its Nth
 # restart), and it takes the move up.
@@ -92,15 +62,15 @@ kill_sched() {
 		"$out" | tail -1)
 	echo "killing the scheduler (pid $spid) during the $2"
 	[ -n "$spid" ] && kill -KILL "$spid" || bad "no scheduler to kill"
-	wait_for "restarting the scheduler .*(restart $1)" ||
+	moves_wait "restarting the scheduler .*(restart $1)" ||
 		bad "launch did not restart the scheduler ($2)"
-	wait_for_count 'drains and joins asked for go on' "$1" ||
+	moves_wait_count 'drains and joins asked for go on' "$1" ||
 		bad "the restarted scheduler forgot the $2"
 }
 
 kill_sched 1 drain
 # Drained after the restart, by the restarted scheduler.
-wait_for 'server 0 (.*) drained' 900 || bad "server 0 was not drained"
+moves_wait 'server 0 (.*) drained' 900 || bad "server 0 was not drained"
 awk '/taking up cluster/ { t = NR }
      /server 0 \(.*\) drained/ && t { d = NR }
      END { exit !d }' "$out" ||
@@ -117,7 +87,7 @@ cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
 [ -n "$cmd" ] || bad "scale --add printed no command"
 eval "$cmd" >"$work/new.txt" 2>&1 &
 npid=$!
-wait_for 'join of server 0: 0 slots moved' ||
+moves_wait 'join of server 0: 0 slots moved' ||
 	bad "the newcomer was given nothing"
 grep -q 'server 0 has its share' "$out" &&
 	bad "the join ended before the scheduler died: pace it more"

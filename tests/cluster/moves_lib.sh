@@ -1,7 +1,44 @@
-# tests/cluster/moves_lib.sh - steps the moving-slots tests share (drain.sh,
-# elastic.sh); source it after tests/lib.sh. They read $out (the launch's
-# output), $lpid (the launch) and $npid (the newcomer), and report through
-# bad().
+# tests/cluster/moves_lib.sh - steps the moving-slots tests share
+# (drain.sh, drain_restart.sh, elastic.sh); source it after tests/lib.sh.
+# They read $out (the launch's output), $lpid (the launch) and $npid (the
+# newcomer), and report through bad().
+
+# moves_launch SECONDS: starts the job the drains run under, into $out and
+# $lpid: `embstore launch --server_num 3 --worker_num 2 --replicas 2`
+# with `embstore-bench --op step --verify` for SECONDS; returns once both
+# workers joined (or the launch ended), with $sched its scheduler.
+moves_launch() {
+	out=$work/launch.txt
+	(cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
+		--replicas 2 --log-dir "$work/log" -- \
+		embstore-bench --op step --verify --rows 40000 --dim 8 \
+		--batch 512 --duration "$1") >"$out" 2>&1 &
+	lpid=$!
+	for _ in $(seq 300); do
+		_n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
+		[ "$_n" -ge 2 ] && break
+		kill -0 "$lpid" 2>/dev/null || break
+		sleep 0.1
+	done
+	sched=$(sed -n 's/^\[launch\] scheduler on \([^,]*\),.*/\1/p' \
+		"$out" | head -1)
+}
+
+# moves_wait_count PATTERN N [TENTHS]: until N lines of the launch output
+# match (0), or the time is up or the launcher gone (1).
+moves_wait_count() {
+	for _ in $(seq "${3:-600}"); do
+		[ "$(grep -c "$1" "$out")" -ge "$2" ] && return 0
+		kill -0 "$lpid" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# moves_wait PATTERN [TENTHS]: until a line matches.
+moves_wait() {
+	moves_wait_count "$1" 1 "${2:-600}"
+}
 
 # moves_wait_share RANK: waits until the scheduler gave RANK its share;
 # sets share to its slots ("" when it never did).
