@@ -2497,31 +2497,14 @@ static int state_restore(struct emb_sched *s)
 		(unsigned long long)(s->cmap ? s->cmap->epoch : 1), live,
 		live == 1 ? "" : "s", (long long)window);
 	build_map(s);
-	if (moves && s->cmap) {
-		/* Drains and joins asked for go on. A chunk that was moving
-		 * starts again (its fence, if it had one, is lifted: the
-		 * chunk's holders are as before it), then the rest. */
-		s->move_ms = (int64_t)emb_clock_ms();
-		s->move_slots = s->move_chunks = 0;
-		if (st.fill_rank != EMB_SCHED_STATE_NO_FILL && st.move) {
-			emb_log(EMB_LOG_INFO,
-				"the move of slots %u-%u from server %u to "
-				"server %u starts again, then the drains and "
-				"joins asked for go on",
-				st.fill_first, st.fill_first + st.fill_n - 1,
-				st.move_from, st.fill_rank);
-			emb_cmap_fill_abort(s->cmap, st.fill_rank,
-					    st.fill_first, st.fill_n, s->cmap);
-		} else {
-			emb_log(EMB_LOG_INFO,
-				"the drains and joins asked for go on");
-		}
-		move_next(s);
-		republish(s);
-	} else if (st.fill_rank != EMB_SCHED_STATE_NO_FILL && st.move &&
-		   s->cmap) {
-		/* A move with nothing left asked for: its chunk's fence
-		 * goes (defensive: a move always has a drain or join). */
+	if (st.fill_rank != EMB_SCHED_STATE_NO_FILL && st.move && s->cmap) {
+		/* A move's chunk: its fence is lifted (the chunk's holders
+		 * are as before it); move_next() below moves it again. */
+		emb_log(EMB_LOG_INFO,
+			"the move of slots %u-%u from server %u to server %u "
+			"starts again",
+			st.fill_first, st.fill_first + st.fill_n - 1,
+			st.move_from, st.fill_rank);
 		emb_cmap_fill_abort(s->cmap, st.fill_rank, st.fill_first,
 				    st.fill_n, s->cmap);
 		republish(s);
@@ -2545,6 +2528,15 @@ static int state_restore(struct emb_sched *s)
 		/* A filled server that died: its fill entries went with it
 		 * (emb_cmap_remove()), nothing to start again. */
 		state_save(s);
+	}
+	/* Drains and joins asked for go on, after a recovery fill under
+	 * way if there is one (move_next() waits for it). */
+	if (moves && s->cmap) {
+		s->move_ms = (int64_t)emb_clock_ms();
+		s->move_slots = s->move_chunks = 0;
+		emb_log(EMB_LOG_INFO, "the drains and joins asked for go on");
+		move_next(s);
+		republish(s);
 	}
 	/* Every worker may have finished just before the restart. */
 	check_end(s);
