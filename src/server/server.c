@@ -358,21 +358,20 @@ static int64_t sweep_table(struct emb_server *s, uint32_t id,
 {
 	struct emb_server_table st;
 	struct emb_table_iter *it = NULL;
-	uint64_t *ids = NULL, *drop = NULL, ndrop = 0, cap = 0;
+	uint64_t *drop = NULL, ndrop = 0, cap = 0;
 	int64_t freed = 0;
-	int got, rc;
+	int got = 1, rc;
 
 	if (emb_server_table_acquire(s, id, &st))
 		return 0; /* dropped meanwhile */
-	ids = malloc(SWEEP_SCAN * sizeof(*ids));
-	rc = ids ? emb_table_iter_create(st.t, &it) : -ENOMEM;
+	rc = emb_table_iter_create(st.t, &it);
 	if (!rc)
 		rc = emb_table_iter_slot_set(it, unheld);
 	/* The ids first, erased after: the iterator reads shard by shard
-	 * and an erase under it could skip rows. */
-	while (!rc && (got = emb_table_iter_next(it, ids, NULL, NULL,
-						 SWEEP_SCAN)) > 0) {
-		if (cap - ndrop < (uint64_t)got) {
+	 * and an erase under it could skip rows. Read straight into the
+	 * list, with room for a whole step. */
+	while (!rc && got > 0) {
+		if (cap - ndrop < SWEEP_SCAN) {
 			uint64_t *d;
 
 			cap = cap ? 2 * cap : 2 * SWEEP_SCAN;
@@ -383,8 +382,10 @@ static int64_t sweep_table(struct emb_server *s, uint32_t id,
 			}
 			drop = d;
 		}
-		memcpy(drop + ndrop, ids, (size_t)got * sizeof(*ids));
-		ndrop += (uint64_t)got;
+		got = emb_table_iter_next(it, drop + ndrop, NULL, NULL,
+					  SWEEP_SCAN);
+		if (got > 0)
+			ndrop += (uint64_t)got;
 	}
 	emb_table_iter_destroy(it);
 	/* emb__slots_drop() checks each id against the view again: a slot
@@ -400,7 +401,6 @@ static int64_t sweep_table(struct emb_server *s, uint32_t id,
 			freed += n;
 	}
 	free(drop);
-	free(ids);
 	emb_server_table_release(&st);
 	return rc ? rc : freed;
 }
