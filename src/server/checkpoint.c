@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "store/chain.h"
@@ -184,6 +185,7 @@ static int load_chain(struct emb_server *s, const char *dir,
 	struct emb_chain_sink sink = {
 	    .open = sink_open, .close = sink_close, .arg = &k};
 	uint32_t span = emb_chain_span(l, nl, f), last = f;
+	double t0 = emb_clock_s();
 	uint64_t rows;
 	int rc;
 
@@ -216,9 +218,10 @@ static int load_chain(struct emb_server *s, const char *dir,
 	}
 	emb_log(EMB_LOG_INFO,
 		"checkpoint %s/%s loaded: %u tables, %llu rows read (full "
-		"%s and %u delta%s)",
+		"%s and %u delta%s) in %.2f s",
 		dir, l[last].name, l[last].ne, (unsigned long long)rows,
-		l[f].name, last - f, last - f == 1 ? "" : "s");
+		l[f].name, last - f, last - f == 1 ? "" : "s",
+		emb_clock_s() - t0);
 	*last_out = last;
 	return 0;
 }
@@ -357,6 +360,8 @@ int emb_ckpt_write(struct emb_server *s, const char *dir, uint32_t keep)
 	struct held h;
 	int rc;
 
+	double t0 = emb_clock_s(), dt;
+
 	rc = hold_tables(s, &h);
 	if (rc)
 		return rc;
@@ -367,9 +372,11 @@ int emb_ckpt_write(struct emb_server *s, const char *dir, uint32_t keep)
 			emb_strerror(rc));
 		return rc;
 	}
+	dt = emb_clock_s() - t0;
 	emb_log(EMB_LOG_INFO, "checkpoint %s/%s: %u tables, %llu rows, %llu "
-		"bytes", dir, res.name, h.n, (unsigned long long)res.rows,
-		(unsigned long long)res.bytes);
+		"bytes in %.2f s (%.0f MB/s)", dir, res.name, h.n,
+		(unsigned long long)res.rows, (unsigned long long)res.bytes,
+		dt, (double)res.bytes / 1e6 / (dt > 0 ? dt : 1e-9));
 	snprintf(fin, sizeof(fin), "%s", res.name);
 	prune(dir, keep, fin);
 	return 0;
@@ -409,6 +416,7 @@ static int write_next(struct emb_ckpt *c)
 	bool delta = c->base_id && c->links + 1 < c->full_every &&
 		     prev_is_newest(c);
 	bool any_delta = false;
+	double t0 = emb_clock_s(), dt;
 	uint32_t *tids;
 	struct held h;
 	int rc;
@@ -435,11 +443,13 @@ static int write_next(struct emb_ckpt *c)
 		free(tids);
 		return rc;
 	}
+	dt = emb_clock_s() - t0;
 	emb_log(EMB_LOG_INFO,
 		"checkpoint %s/%s: %u tables, %llu rows, %llu removed, %llu "
-		"bytes%s",
+		"bytes in %.2f s (%.0f MB/s)%s",
 		c->dir, res.name, h.n, (unsigned long long)res.rows,
 		(unsigned long long)res.erased, (unsigned long long)res.bytes,
+		dt, (double)res.bytes / 1e6 / (dt > 0 ? dt : 1e-9),
 		res.fell_back ? " (some tables whole: too many removals)" : "");
 	free(c->tids);
 	c->tids = tids;
