@@ -27,7 +27,82 @@
 _Static_assert(sizeof(struct emb_row_meta) == 8,
 	       "DUMP_CHUNK meta is the store's emb_row_meta, 8 bytes");
 
+/*
+ * Chunk buffers, kept for the session's next chunks. Why: a chunk is
+ * megabytes, so malloc maps fresh pages for each and the loop thread paid
+ * a page fault and the kernel's zeroing per 4 KiB, more than the copy of
+ * the rows itself. A reply still on the wire holds a reference, since its
+ * send may complete after the session ended; both run on the conn's loop
+ * thread, so no lock.
+ */
+#define DUMP_BUFS_KEPT 2 /* the client keeps two chunks in flight */
+
+struct dump_bufs {
+	uint32_t refs;	       /* the session's, and one a reply out */
+	uint32_t nfree;	       /* buffers in spare */
+	bool ended;	       /* the session is gone: free what returns */
+	struct dump_buf *spare[DUMP_BUFS_KEPT];
+};
+
+struct dump_buf {
+	struct dump_bufs *pool; /* where it returns */
+	size_t cap;		/* bytes of data */
+	uint64_t data[];	/* the chunk, in wire layout */
+};
+
+static void bufs_put(struct dump_bufs *pool, struct dump_buf *b)
+{
+	if (!pool->ended && pool->nfree < DUMP_BUFS_KEPT)
+		pool->spare[pool->nfree++] = b;
+	else
+		free(b);
+}
+
+static void bufs_unref(struct dump_bufs *pool)
+{
+	if (--pool->refs)
+		return;
+	for (uint32_t i = 0; i < pool->nfree; i++)
+		free(pool->spare[i]);
+	free(pool);
+}
+
+/* A buffer of at least cap bytes, with a reference on the pool. */
+static struct dump_buf *bufs_get(struct dump_bufs *pool, size_t cap)
+{
+	struct dump_buf *b = NULL;
+
+	while (pool->nfree && !b) {
+		b = pool->spare[--pool->nfree];
+		if (b->cap < cap) {
+			free(b);
+			b = NULL;
+		}
+	}
+	if (!b) {
+		b = malloc(sizeof(*b) + cap);
+		if (!b)
+			return NULL;
+		b->pool = pool;
+		b->cap = cap;
+	}
+	pool->refs++;
+	return b;
+}
+
+/* A chunk's reply left (or its conn closed): the buffer goes back. */
+static void buf_done(void *ctx, int status)
+{
+	struct dump_buf *b = ctx;
+	struct dump_bufs *pool = b->pool;
+
+	(void)status;
+	bufs_put(pool, b);
+	bufs_unref(pool);
+}
+
 struct emb_dump_sess {
+	struct dump_bufs *bufs;	    /* chunk buffers */
 	struct emb_server_table st; /* held until the session ends */
 	struct emb_table_iter *it;  /* position in the table, or */
 	struct emb_table_view *view; /* in the view (consistent dumps) */
@@ -39,6 +114,10 @@ void emb__server_dump_free(struct emb_dump_sess *sess)
 {
 	if (!sess)
 		return;
+	if (sess->bufs) {
+		sess->bufs->ended = true;
+		bufs_unref(sess->bufs);
+	}
 	emb_table_iter_destroy(sess->it);
 	emb_table_view_destroy(sess->view);
 	emb_server_table_release(&sess->st);
@@ -96,10 +175,16 @@ static int on_begin(struct emb_server *s, struct emb_req *req,
 	emb__server_dump_free(*sessp);
 	*sessp = NULL;
 	sess = calloc(1, sizeof(*sess));
-	if (!sess)
+	if (sess)
+		sess->bufs = calloc(1, sizeof(*sess->bufs));
+	if (!sess || !sess->bufs) {
+		free(sess);
 		return reply_error(req, -ENOMEM, NULL);
+	}
+	sess->bufs->refs = 1;
 	rc = emb_server_table_acquire(s, f->hdr.table_id, &sess->st);
 	if (rc) {
+		free(sess->bufs);
 		free(sess);
 		return reply_error(req, rc, NULL);
 	}
@@ -172,6 +257,7 @@ static int on_chunk(struct emb_server *s, struct emb_req *req,
 {
 	uint32_t rf, max, want;
 	struct emb_frame_hdr hdr = {0};
+	struct dump_buf *b;
 	struct iovec iov;
 	uint8_t *buf;
 	uint64_t row_bytes;
@@ -190,9 +276,10 @@ static int on_chunk(struct emb_server *s, struct emb_req *req,
 	if (want == 0)
 		return reply_error(req, EMB_ETOOBIG,
 				   "one row does not fit in a frame");
-	buf = malloc((size_t)(want * row_bytes));
-	if (!buf)
+	b = bufs_get(sess->bufs, (size_t)(want * row_bytes));
+	if (!b)
 		return reply_error(req, -ENOMEM, NULL);
+	buf = (uint8_t *)b->data;
 	if (sess->view)
 		got = emb_table_view_next(
 		    sess->view, (uint64_t *)(void *)buf,
@@ -204,7 +291,7 @@ static int on_chunk(struct emb_server *s, struct emb_req *req,
 		    (float *)(void *)(buf + 16ull * want),
 		    (struct emb_row_meta *)(void *)(buf + 8ull * want), want);
 	if (got < 0) {
-		free(buf);
+		buf_done(b, 0);
 		return reply_error(
 		    req, got,
 		    got == EMB_EMEMLIMIT
@@ -227,12 +314,12 @@ static int on_chunk(struct emb_server *s, struct emb_req *req,
 	iov.iov_base = buf;
 	iov.iov_len = (size_t)((uint64_t)got * row_bytes);
 	if (got == 0) {
-		free(buf);
+		buf_done(b, 0);
 		emb_conn_reply(req, &hdr, NULL, 0, NULL, NULL);
 		return 0;
 	}
-	if (emb_conn_reply(req, &hdr, &iov, 1, free_done, buf))
-		free(buf);
+	if (emb_conn_reply(req, &hdr, &iov, 1, buf_done, b))
+		buf_done(b, 0);
 	return 0;
 }
 

@@ -426,6 +426,23 @@ static uint64_t now_ns(void)
 
 #define NJOBS 3 /* blocks in flight between the caller and the worker */
 
+/*
+ * Direct writes (O_DIRECT): the worker lays blocks out in an aligned
+ * staging buffer and writes it STAGE_FLUSH bytes at a time, whole
+ * DIO_ALIGN units at aligned offsets; the tail of a unit waits for the
+ * next block. Why: a buffered write(2) copies every byte into page-cache
+ * pages the kernel must find and zero first, which cost more than the
+ * compression and checksums together (docs/format.md, Performance), and
+ * a dump's pages are never read again by this process. There are two
+ * stages: a thread of its own writes a full one while the worker lays
+ * out blocks in the other, so that compressing and the device overlap.
+ * The file's first unit is kept so that the real header can be written
+ * over it at the end; the last unit is padded and the file truncated to
+ * its size.
+ */
+#define DIO_ALIGN   4096u
+#define STAGE_FLUSH (4u << 20)
+
 /* Rows of one slot range waiting to fill a block. */
 struct group {
 	uint64_t *ids;		   /* n ids */
@@ -467,6 +484,25 @@ struct emb_snap_writer {
 	uint8_t *plane;			 /* caller: floats before shuffling */
 	uint8_t *comp;			 /* (w) block header + LZ4 output */
 	size_t comp_cap;		 /* bytes of comp */
+	bool direct;			 /* fd is O_DIRECT: writes via stage */
+	uint8_t *stages[2];		 /* DIO_ALIGN-aligned, stage_cap */
+	uint8_t *stage;			 /* (w) the one being laid out */
+	size_t stage_cap;		 /* STAGE_FLUSH + comp_cap + DIO_ALIGN */
+	size_t stage_len;		 /* (w) bytes laid out, not written */
+	uint64_t disk_off;		 /* (w) bytes handed to io */
+	uint8_t *page0;			 /* the file's first DIO_ALIGN bytes */
+
+	/* The direct writes' thread; guarded by io_lock. */
+	pthread_t io;		 /* writes io_len bytes of io_buf */
+	bool io_running;	 /* started, not joined */
+	pthread_mutex_t io_lock; /* guards the fields below */
+	pthread_cond_t io_cond;	 /* busy or quit changed */
+	const uint8_t *io_buf;	 /* the stage being written */
+	size_t io_len;		 /* its bytes */
+	uint64_t io_off;	 /* at this file offset */
+	bool io_busy;		 /* a write is handed over, not done */
+	bool io_quit;		 /* no more writes will come */
+	int io_err;		 /* first failed write */
 	uint32_t *slot_rows;		 /* rows per slot, EMB_NSLOTS */
 	XXH3_state_t *xxh;		 /* (w) file checksum, body part */
 
@@ -482,6 +518,161 @@ struct emb_snap_writer {
 };
 
 static void *writer_main(void *arg);
+
+static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off);
+
+/* The direct writes' thread: one stage at a time, as handed over. */
+static void *io_main(void *arg)
+{
+	struct emb_snap_writer *w = arg;
+
+	pthread_mutex_lock(&w->io_lock);
+	for (;;) {
+		int rc;
+
+		while (!w->io_busy && !w->io_quit)
+			pthread_cond_wait(&w->io_cond, &w->io_lock);
+		if (!w->io_busy)
+			break;
+		pthread_mutex_unlock(&w->io_lock);
+		rc = pwrite_all(w->fd, w->io_buf, w->io_len, w->io_off);
+		pthread_mutex_lock(&w->io_lock);
+		if (rc && !w->io_err)
+			w->io_err = rc;
+		w->io_busy = false;
+		pthread_cond_broadcast(&w->io_cond);
+	}
+	pthread_mutex_unlock(&w->io_lock);
+	return NULL;
+}
+
+/* Waits until the io thread is idle; its first error, or 0. */
+static int io_wait(struct emb_snap_writer *w)
+{
+	int rc;
+
+	pthread_mutex_lock(&w->io_lock);
+	while (w->io_busy)
+		pthread_cond_wait(&w->io_cond, &w->io_lock);
+	rc = w->io_err;
+	pthread_mutex_unlock(&w->io_lock);
+	return rc;
+}
+
+static void io_stop(struct emb_snap_writer *w)
+{
+	if (!w->io_running)
+		return;
+	pthread_mutex_lock(&w->io_lock);
+	w->io_quit = true;
+	pthread_cond_broadcast(&w->io_cond);
+	pthread_mutex_unlock(&w->io_lock);
+	pthread_join(w->io, NULL);
+	w->io_running = false;
+}
+
+/*
+ * Opens w->tmp, with O_DIRECT and a staging buffer unless told not to or
+ * the file system refuses it (tmpfs: EINVAL), then buffered.
+ */
+static int open_out(struct emb_snap_writer *w)
+{
+	const int fl = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+	void *p;
+
+	if (!w->opts.buffered) {
+		w->fd = open(w->tmp, fl | O_DIRECT, 0644);
+		if (w->fd >= 0) {
+			w->created = true;
+			w->stage_cap = STAGE_FLUSH + w->comp_cap + DIO_ALIGN;
+			for (int k = 0; k < 2; k++) {
+				if (posix_memalign(&p, DIO_ALIGN, w->stage_cap))
+					return -ENOMEM;
+				w->stages[k] = p;
+			}
+			w->stage = w->stages[0];
+			if (posix_memalign(&p, DIO_ALIGN, DIO_ALIGN))
+				return -ENOMEM;
+			w->page0 = p;
+			w->direct = true;
+			if (pthread_create(&w->io, NULL, io_main, w))
+				return -EAGAIN;
+			w->io_running = true;
+			return 0;
+		}
+		if (errno != EINVAL)
+			return -errno;
+	}
+	w->fd = open(w->tmp, fl, 0644);
+	return w->fd < 0 ? -errno : 0;
+}
+
+/* pwrite(2) of all len bytes at off. */
+static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t k = pwrite(fd, p, len, (off_t)off);
+
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (k == 0)
+			return -EIO;
+		p += k;
+		off += (uint64_t)k;
+		len -= (size_t)k;
+	}
+	return 0;
+}
+
+/*
+ * Direct: hands the stage's whole DIO_ALIGN units to the io thread and
+ * goes on in the other stage with the part of a unit left over. The last
+ * flush writes all of it, zero-padded to a unit, and waits.
+ */
+static int stage_flush(struct emb_snap_writer *w, bool last)
+{
+	size_t len = last ? (w->stage_len + DIO_ALIGN - 1) / DIO_ALIGN *
+				DIO_ALIGN
+			  : w->stage_len / DIO_ALIGN * DIO_ALIGN;
+	uint8_t *next;
+	int rc;
+
+	rc = io_wait(w);
+	if (rc || len == 0)
+		return rc;
+	memset(w->stage + w->stage_len, 0,
+	       len > w->stage_len ? len - w->stage_len : 0);
+	if (w->disk_off == 0)
+		memcpy(w->page0, w->stage, DIO_ALIGN);
+	if (last) {
+		rc = pwrite_all(w->fd, w->stage, len, w->disk_off);
+		w->disk_off += len;
+		w->stage_len = 0;
+		return rc;
+	}
+	pthread_mutex_lock(&w->io_lock);
+	w->io_buf = w->stage;
+	w->io_len = len;
+	w->io_off = w->disk_off;
+	w->io_busy = true;
+	pthread_cond_broadcast(&w->io_cond);
+	pthread_mutex_unlock(&w->io_lock);
+	w->disk_off += len;
+	next = w->stage == w->stages[0] ? w->stages[1] : w->stages[0];
+	memcpy(next, w->stage + len, w->stage_len - len);
+	w->stage_len -= len;
+	w->stage = next;
+	return 0;
+}
+
+/* Where the worker lays out its next block: the stage's end when direct. */
+static uint8_t *block_dst(struct emb_snap_writer *w)
+{
+	return w->direct ? w->stage + w->stage_len : w->comp;
+}
 
 int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 			   const struct emb_snap_write_opts *opts,
@@ -516,6 +707,8 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 	w->fd = -1;
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
+	pthread_mutex_init(&w->io_lock, NULL);
+	pthread_cond_init(&w->io_cond, NULL);
 	w->meta = *meta;
 	w->meta.rows = 0;
 	w->meta.blocks = 0;
@@ -565,20 +758,23 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 	}
 	XXH3_64bits_reset(w->xxh);
 	snprintf(w->tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (w->fd < 0) {
-		rc = -errno;
+	rc = open_out(w);
+	if (rc)
 		goto err_free;
-	}
 	w->created = true;
 	/* A placeholder: the real header, with counts, is written last. */
 	hdr_encode(hdr, &w->meta);
 	if (w->opts.write_hook &&
 	    (rc = w->opts.write_hook(w->opts.hook_arg, sizeof(hdr))) != 0)
 		goto err_free;
-	rc = write_all(w->fd, hdr, sizeof(hdr));
-	if (rc)
-		goto err_free;
+	if (w->direct) {
+		memcpy(w->stage, hdr, sizeof(hdr));
+		w->stage_len = sizeof(hdr);
+	} else {
+		rc = write_all(w->fd, hdr, sizeof(hdr));
+		if (rc)
+			goto err_free;
+	}
 	w->meta.file_bytes = EMB_SNAP_HDR_SIZE;
 	rc = -pthread_create(&w->worker, NULL, writer_main, w);
 	if (rc)
@@ -592,8 +788,12 @@ err_free:
 	return rc;
 }
 
-/* Worker: appends buf to the file, hashing and counting it. */
-static int writer_write(struct emb_snap_writer *w, const void *buf, size_t n)
+/*
+ * Worker: appends the n bytes at buf, which block_dst() gave, to the file,
+ * hashing and counting them.
+ */
+static int writer_write(struct emb_snap_writer *w, const uint8_t *buf,
+			size_t n)
 {
 	int rc;
 
@@ -602,10 +802,15 @@ static int writer_write(struct emb_snap_writer *w, const void *buf, size_t n)
 		if (rc)
 			return rc;
 	}
-	rc = write_all(w->fd, buf, n);
+	XXH3_64bits_update(w->xxh, buf, n);
+	if (w->direct) {
+		w->stage_len += n;
+		rc = w->stage_len >= STAGE_FLUSH ? stage_flush(w, false) : 0;
+	} else {
+		rc = write_all(w->fd, buf, n);
+	}
 	if (rc)
 		return rc;
-	XXH3_64bits_update(w->xxh, buf, n);
 	w->meta.file_bytes += n;
 	return 0;
 }
@@ -613,17 +818,17 @@ static int writer_write(struct emb_snap_writer *w, const void *buf, size_t n)
 /* Worker: compresses one job into a block and writes it. */
 static int write_block(struct emb_snap_writer *w, const struct job *j)
 {
-	uint8_t *h = w->comp;
+	uint8_t *h = block_dst(w);
 	uint32_t flags = 0;
 	int clen;
 
 	clen = LZ4_compress_fast(
-	    (const char *)j->raw, (char *)w->comp + EMB_SNAP_BLOCK_HDR,
+	    (const char *)j->raw, (char *)h + EMB_SNAP_BLOCK_HDR,
 	    (int)j->raw_len, (int)(w->comp_cap - EMB_SNAP_BLOCK_HDR),
 	    w->opts.level);
 	if (clen <= 0 || (size_t)clen >= j->raw_len) {
 		/* Incompressible: store it, so a block never grows. */
-		memcpy(w->comp + EMB_SNAP_BLOCK_HDR, j->raw, j->raw_len);
+		memcpy(h + EMB_SNAP_BLOCK_HDR, j->raw, j->raw_len);
 		clen = (int)j->raw_len;
 		flags |= EMB_SNAP_BF_RAW;
 	}
@@ -647,7 +852,7 @@ static int write_block(struct emb_snap_writer *w, const struct job *j)
 		w->meta.rows += j->n;
 	w->meta.blocks++;
 	w->meta.raw_bytes += j->raw_len;
-	return writer_write(w, w->comp, EMB_SNAP_BLOCK_HDR + (size_t)clen);
+	return writer_write(w, h, EMB_SNAP_BLOCK_HDR + (size_t)clen);
 }
 
 static void *writer_main(void *arg)
@@ -925,14 +1130,25 @@ int emb_snap_writer_finish(struct emb_snap_writer *w,
 	    (rc = w->opts.write_hook(w->opts.hook_arg,
 				     EMB_SNAP_TRAILER_SIZE)) != 0)
 		goto err;
-	rc = write_all(w->fd, tr, EMB_SNAP_TRAILER_SIZE);
+	if (w->direct) {
+		/* The last units, the size, then the header over unit 0. */
+		memcpy(w->stage + w->stage_len, tr, EMB_SNAP_TRAILER_SIZE);
+		w->stage_len += EMB_SNAP_TRAILER_SIZE;
+		rc = stage_flush(w, true);
+		if (!rc && ftruncate(w->fd, (off_t)w->meta.file_bytes) != 0)
+			rc = -errno;
+		memcpy(w->page0, hdr, sizeof(hdr));
+		if (!rc)
+			rc = pwrite_all(w->fd, w->page0, DIO_ALIGN, 0);
+	} else {
+		rc = write_all(w->fd, tr, EMB_SNAP_TRAILER_SIZE);
+		errno = 0;
+		if (!rc &&
+		    pwrite(w->fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr))
+			rc = errno ? -errno : -EIO;
+	}
 	if (rc)
 		goto err;
-	errno = 0;
-	if (pwrite(w->fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
-		rc = errno ? -errno : -EIO;
-		goto err;
-	}
 	if (fsync(w->fd) != 0) {
 		rc = -errno;
 		goto err;
@@ -968,6 +1184,9 @@ void emb_snap_writer_destroy(struct emb_snap_writer *w)
 	if (!w)
 		return;
 	writer_join(w);
+	io_stop(w);
+	pthread_cond_destroy(&w->io_cond);
+	pthread_mutex_destroy(&w->io_lock);
 	if (w->fd >= 0)
 		close(w->fd);
 	if (w->created && !w->done)
@@ -985,6 +1204,9 @@ void emb_snap_writer_destroy(struct emb_snap_writer *w)
 	pthread_mutex_destroy(&w->lock);
 	free(w->slot_rows);
 	free(w->comp);
+	free(w->stages[0]);
+	free(w->stages[1]);
+	free(w->page0);
 	free(w->plane);
 	free(w->tmp);
 	free(w->path);

@@ -186,6 +186,9 @@ struct emb_snap_write_opts {
 	uint32_t block_bytes; /* target raw bytes per block, 4K..64M */
 	bool shuffle;	      /* byte-plane floats: ~8% smaller, slower */
 	int level;	      /* LZ4 acceleration, >= 1; 1 = best ratio */
+	bool buffered;	      /* write through the page cache, not O_DIRECT
+				 (which file systems without it fall back
+				 to by themselves) */
 	/* Tests: called before each write(2) of nbytes; non-zero fails it. */
 	int (*write_hook)(void *arg, size_t nbytes);
 	void *hook_arg;
