@@ -788,6 +788,11 @@ err_free:
 	return rc;
 }
 
+bool emb_snap_writer_direct(const struct emb_snap_writer *w)
+{
+	return w->direct;
+}
+
 /*
  * Worker: appends the n bytes at buf, which block_dst() gave, to the file,
  * hashing and counting them.

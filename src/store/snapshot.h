@@ -219,6 +219,9 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 			   const struct emb_snap_write_opts *opts,
 			   struct emb_snap_writer **out);
 
+/* Does w write with O_DIRECT (false: through the page cache)? */
+bool emb_snap_writer_direct(const struct emb_snap_writer *w);
+
 /*
  * Adds n rows in any order: ids[k], full rows at rows[k * row_floats ...],
  * and meta[k] (NULL: zeros). Rows are grouped by slot range and written in

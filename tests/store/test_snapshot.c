@@ -177,6 +177,80 @@ static void test_round_trip_rowwise_adagrad(void)
 	round_trip(EMB_OPTIM_ROWWISE_ADAGRAD, true, 4096);
 }
 
+/* Writes every row of t to p with the writer; is it direct? */
+static bool write_by_writer(struct emb_table *t, const char *p, bool buffered,
+			    struct emb_snap_result *res)
+{
+	struct emb_snap_write_opts wo = EMB_SNAP_WRITE_OPTS_DEFAULT;
+	uint32_t rf = emb_table_row_floats(t);
+	struct emb_snap_writer *w = NULL;
+	struct emb_table_iter *it;
+	struct emb_row_meta meta[512];
+	struct emb_snap_meta m;
+	uint64_t ids[512];
+	float *rows = xcalloc(512, rf * sizeof(float));
+	bool direct;
+	int got;
+
+	emb_snap_meta_from_table(t, &m);
+	m.created_ns = 1234567890;
+	wo.block_bytes = 64 << 10;
+	wo.buffered = buffered;
+	CU_ASSERT_EQUAL_FATAL(emb_snap_writer_create(p, &m, &wo, &w), 0);
+	direct = emb_snap_writer_direct(w);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	while ((got = emb_table_iter_next(it, ids, rows, meta, 512)) > 0)
+		CU_ASSERT_EQUAL(
+		    emb_snap_writer_add(w, ids, rows, meta, (uint32_t)got), 0);
+	emb_table_iter_destroy(it);
+	CU_ASSERT_EQUAL(emb_snap_writer_finish(w, res), 0);
+	emb_snap_writer_destroy(w);
+	free(rows);
+	return direct;
+}
+
+static uint8_t *slurp(const char *p, size_t *len);
+
+/*
+ * O_DIRECT writes (aligned stages, a padded last unit cut back, the header
+ * written over the first unit) make the same bytes as buffered ones, over
+ * many stages and a size that is no multiple of the unit; and where the
+ * file system takes O_DIRECT, the writer uses it.
+ */
+static void test_direct_same_bytes(void)
+{
+	struct emb_table_opts o = opts_for(EMB_OPTIM_ADAGRAD, 64);
+	struct emb_table *a = table_filled(&o, 24000, 11);
+	const char *pd = path_in("direct.embs"), *pb = path_in("buf.embs");
+	struct emb_snap_result rd, rb;
+	size_t nd, nb;
+	uint8_t *bd, *bb;
+	bool can;
+	int fd;
+
+	fd = open(path_in("probe"), O_WRONLY | O_CREAT | O_DIRECT, 0644);
+	can = fd >= 0;
+	if (fd >= 0)
+		close(fd);
+	unlink(path_in("probe"));
+	CU_ASSERT_EQUAL(write_by_writer(a, pd, false, &rd), can);
+	CU_ASSERT_FALSE(write_by_writer(a, pb, true, &rb));
+	CU_ASSERT(rd.file_bytes > (8u << 20)); /* two stages and more */
+	CU_ASSERT(rd.file_bytes % 4096 != 0);
+	bd = slurp(pd, &nd);
+	bb = slurp(pb, &nb);
+	CU_ASSERT_EQUAL(nd, rd.file_bytes);
+	CU_ASSERT_EQUAL_FATAL(nd, nb);
+	CU_ASSERT(memcmp(bd, bb, nd) == 0);
+	CU_ASSERT_EQUAL(rd.checksum, rb.checksum);
+	CU_ASSERT_EQUAL(emb_snap_verify(pd, 0, NULL, NULL), 0);
+	free(bd);
+	free(bb);
+	unlink(pd);
+	unlink(pb);
+	emb_table_destroy(a);
+}
+
 static void test_empty_table(void)
 {
 	struct emb_table_opts o = opts_for(EMB_OPTIM_ADAM, 3);
@@ -893,6 +967,8 @@ int main(int argc, char **argv)
 	    {"round trip ftrl", test_round_trip_ftrl},
 	    {"round trip rowwise_adagrad", test_round_trip_rowwise_adagrad},
 	    {"round trip of an empty table", test_empty_table},
+	    {"direct writes make the bytes buffered ones make",
+	     test_direct_same_bytes},
 	    {"blocks grouped and sorted by slot", test_blocks_grouped_by_slot},
 	    {"truncated file refused, table untouched", test_truncated_refused},
 	    {"flipped byte refused, table untouched",
