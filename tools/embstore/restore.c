@@ -42,7 +42,10 @@ static void usage(FILE *f)
  * Restore overlaps reading with sending: this thread decodes blocks into
  * batch buffers, ASSIGN_THREADS threads send them (the client library is
  * thread-safe and routes each id by slot). A dump holds an id once, so the
- * order of the assigns does not matter.
+ * order of the assigns does not matter. Each sender has a client of its
+ * own, so a server takes the rows on two conns, on two of its loop
+ * threads: making rows (index inserts, first touches of new memory) is
+ * what bounds a restore, and one loop thread does it on one core.
  */
 #define ASSIGN_THREADS 2
 #define ASSIGN_BUFS    4
@@ -53,8 +56,15 @@ struct abatch {
 	uint32_t n;    /* rows held */
 };
 
+struct apool;
+
+struct asender {
+	struct apool *ap; /* shared */
+	uint32_t i;	  /* which of ap->t */
+};
+
 struct apool {
-	struct emb_client_table *t;	 /* borrowed */
+	struct emb_client_table *t[ASSIGN_THREADS]; /* borrowed, by sender */
 	struct emb_cli_progress *prog;	 /* shared */
 	uint32_t rf;			 /* row floats */
 	uint32_t cap;			 /* rows per batch */
@@ -69,12 +79,14 @@ struct apool {
 	pthread_mutex_t lock;		 /* guards the fields above */
 	pthread_cond_t cond;		 /* any change */
 	pthread_t th[ASSIGN_THREADS];	 /* senders */
+	struct asender sd[ASSIGN_THREADS]; /* their arguments */
 	uint32_t nth;			 /* started */
 };
 
 static void *apool_main(void *arg)
 {
-	struct apool *ap = arg;
+	const struct asender *sd = arg;
+	struct apool *ap = sd->ap;
 
 	pthread_mutex_lock(&ap->lock);
 	for (;;) {
@@ -92,7 +104,8 @@ static void *apool_main(void *arg)
 		pthread_mutex_unlock(&ap->lock);
 		b = &ap->bufs[k];
 		rc =
-		    emb_client_table_assign(ap->t, b->ids, b->n, b->rows, true);
+		    emb_client_table_assign(ap->t[sd->i], b->ids, b->n, b->rows,
+					    true);
 		if (!rc)
 			emb_cli_progress_add(ap->prog, b->n,
 					     4ull * b->n * ap->rf);
@@ -106,11 +119,14 @@ static void *apool_main(void *arg)
 	return NULL;
 }
 
-static int apool_start(struct apool *ap, struct emb_client_table *t,
+static int apool_start(struct apool *ap, struct emb_client_table *const *t,
 		       struct emb_cli_progress *prog, uint32_t rf)
 {
 	memset(ap, 0, sizeof(*ap));
-	ap->t = t;
+	for (uint32_t i = 0; i < ASSIGN_THREADS; i++) {
+		ap->t[i] = t[i];
+		ap->sd[i] = (struct asender){.ap = ap, .i = i};
+	}
 	ap->prog = prog;
 	ap->rf = rf;
 	ap->cap = ASSIGN_BYTES / (8 + 4 * rf);
@@ -126,7 +142,8 @@ static int apool_start(struct apool *ap, struct emb_client_table *t,
 		ap->freel[ap->nfree++] = k;
 	}
 	for (; ap->nth < ASSIGN_THREADS; ap->nth++)
-		if (pthread_create(&ap->th[ap->nth], NULL, apool_main, ap))
+		if (pthread_create(&ap->th[ap->nth], NULL, apool_main,
+				   &ap->sd[ap->nth]))
 			return ap->nth ? 0 : -EAGAIN;
 	return 0;
 }
@@ -203,11 +220,26 @@ static int apool_finish(struct apool *ap)
 	return rc;
 }
 
+/* Closes the senders' own clients (not c, which the others may share). */
+static void close_senders(struct emb_client **cs, struct emb_client_table **ts,
+			  const struct emb_client *c)
+{
+	for (uint32_t i = 1; i < ASSIGN_THREADS; i++) {
+		if (!cs[i] || cs[i] == c)
+			continue;
+		emb_client_table_close(ts[i]);
+		emb_client_destroy(cs[i]);
+	}
+}
+
 static int run(struct cli *cli)
 {
 	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
 	struct emb_client *c = NULL;
 	struct emb_client_table *t = NULL;
+	/* The senders' clients and tables: c and t first, then more. */
+	struct emb_client *cs[ASSIGN_THREADS] = {0};
+	struct emb_client_table *ts[ASSIGN_THREADS] = {0};
 	struct emb_snap_meta *metas = NULL;
 	struct emb_table_spec spec = EMB_TABLE_SPEC_DEFAULT;
 	struct emb_cli_fileset fs;
@@ -357,6 +389,18 @@ static int run(struct cli *cli)
 			emb_client_table_drop(t);
 		goto fail;
 	}
+	/* The other senders' clients; one that cannot connect sends on the
+	 * first client's conns instead. */
+	cs[0] = c;
+	ts[0] = t;
+	for (uint32_t i = 1; i < ASSIGN_THREADS; i++) {
+		if (emb_client_create(&co, &cs[i]) == 0 &&
+		    emb_client_table_open(cs[i], name, &ts[i]) == 0)
+			continue;
+		emb_client_destroy(cs[i]);
+		cs[i] = c;
+		ts[i] = t;
+	}
 	emb_cli_progress_init(&prog, "restore", cli->quiet);
 	for (uint32_t i = 0; i < fs.n; i++)
 		prog.rows_total += metas[i].rows;
@@ -377,7 +421,7 @@ static int run(struct cli *cli)
 		emb_cli_fileset_path(&fs, i, p, sizeof(p));
 		rc = emb_snap_reader_open(p, 0, &r);
 		if (!rc)
-			rc = apool_start(&ap, t, &prog, out_rf);
+			rc = apool_start(&ap, ts, &prog, out_rf);
 		if (rc) {
 			fprintf(stderr, "embstore restore: %s: %s\n", p,
 				emb_cli_snap_err(rc));
@@ -447,7 +491,8 @@ static int run(struct cli *cli)
 		if (rc) {
 			char msg[256] = "";
 
-			emb_client_last_error(c, msg, sizeof(msg));
+			for (uint32_t j = 0; j < ASSIGN_THREADS && !msg[0]; j++)
+				emb_client_last_error(cs[j], msg, sizeof(msg));
 			fprintf(stderr,
 				"embstore restore: %s: %s%s%s (table %s now "
 				"holds part of the snapshot)\n",
@@ -471,12 +516,14 @@ static int run(struct cli *cli)
 	       name, fmt_note, (unsigned long long)prog.rows, fs.n, fs.n == 1 ? "" : "s",
 	       emb_client_nservers(c), emb_client_nservers(c) == 1 ? "" : "s",
 	       (double)raw / 1e6, dt, dt > 0 ? (double)raw / 1e6 / dt : 0.0);
+	close_senders(cs, ts, c);
 	emb_client_table_close(t);
 	emb_client_destroy(c);
 	free(metas);
 	emb_cli_fileset_close(&fs);
 	return 0;
 fail:
+	close_senders(cs, ts, c);
 	emb_client_table_close(t);
 	emb_client_destroy(c);
 	free(metas);
