@@ -41,8 +41,6 @@ while [ $# -gt 0 ]; do
 	esac
 done
 tools=$(cd "$build/tools" && pwd) || exit 2
-# shellcheck source=tests/lib.sh
-. "$root/tests/lib.sh"
 work=$(mktemp -d "$base/emb-bench-dump-XXXXXX") || exit 2
 raw=$((rows * (16 + 4 * dim)))
 pids=
@@ -75,6 +73,35 @@ dd_mbs() {
 		'BEGIN { printf "%.0f", b / 1e6 / (z - a) }'
 }
 
+# start LOG ARGS...: an embstore-server on a free loopback port, its log in
+# LOG; sets pid and port. A server loading a checkpoint reports its port
+# only once loaded, so this waits up to 10 minutes.
+start() {
+	_log=$1
+	shift
+	"$tools/embstore-server" --listen 127.0.0.1:0 --threads 2 "$@" \
+		2>"$_log" &
+	pid=$!
+	pids="$pids $pid"
+	port=
+	for _ in $(seq 1200); do
+		port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' \
+			"$_log" | head -n 1)
+		[ -n "$port" ] && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.5
+	done
+	cat "$_log" >&2
+	die "embstore-server did not report a port"
+}
+
+# figure NAME VALUE: VALUE, or the run fails if it is not a number.
+figure() {
+	case $2 in
+	'' | *[!0-9.]*) die "no figure for $1" ;;
+	esac
+}
+
 # share OUR DD: OUR as a percentage of DD.
 share() {
 	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f %%", 100 * a / b }'
@@ -90,11 +117,9 @@ ddr=$(printf '%s\n%s\n' "$r1" "$r2" | sort -n | tail -n 1)
 echo "dd O_DIRECT 4 MiB: write $w1, $w2 MB/s; read $r1, $r2 MB/s" \
 	"(the better of each is the reference)"
 
-emb_start_server "$tools/embstore-server" "$work/a.log" --threads 2 \
-	--log-level info --checkpoint-dir "$work/ckpt" \
-	--checkpoint-interval 100000 || die "server A did not start"
+start "$work/a.log" --log-level info --checkpoint-dir "$work/ckpt" \
+	--checkpoint-interval 100000
 apid=$pid aport=$port
-pids="$pids $apid"
 "$tools/embstore-bench" --servers "127.0.0.1:$aport" --table big \
 	--rows "$rows" --dim "$dim" --op pull --batches 1 >/dev/null 2>&1 ||
 	die "preload failed"
@@ -104,18 +129,18 @@ pids="$pids $apid"
 	cat "$work/dump.out" >&2; die "dump failed"; }
 grep '^dump:' "$work/dump.out" | tail -n 1 >"$work/dump.txt"
 dmbs=$(sed -n 's/.* \([0-9.]*\) MB\/s$/\1/p' "$work/dump.txt")
+figure dump "$dmbs"
 echo "$(cat "$work/dump.txt")"
 echo "  dump: $dmbs MB/s, $(share "$dmbs" "$ddw") of dd's write"
 
-emb_start_server "$tools/embstore-server" "$work/b.log" --threads 2 ||
-	die "server B did not start"
+start "$work/b.log"
 bpid=$pid bport=$port
-pids="$pids $bpid"
 "$tools/embstore" restore --in "$work/dump" \
 	--servers "127.0.0.1:$bport" >"$work/restore.out" 2>&1 || {
 	cat "$work/restore.out" >&2; die "restore failed"; }
 grep '^restore:' "$work/restore.out" | tail -n 1 >"$work/restore.txt"
 rmbs=$(sed -n 's/.* \([0-9.]*\) MB\/s$/\1/p' "$work/restore.txt")
+figure restore "$rmbs"
 echo "$(cat "$work/restore.txt")"
 echo "  restore: $rmbs MB/s, $(share "$rmbs" "$ddr") of dd's read"
 kill "$bpid"
@@ -126,21 +151,17 @@ wait "$apid" 2>/dev/null
 line=$(grep 'checkpoint .* bytes in ' "$work/a.log" | tail -n 1)
 [ -n "$line" ] || die "no checkpoint written: $(tail -n 3 "$work/a.log")"
 cs=$(echo "$line" | sed -n 's/.* bytes in \([0-9.]*\) s .*/\1/p')
+figure checkpoint "$cs"
 cmbs=$(awk -v b="$raw" -v s="$cs" 'BEGIN { printf "%.0f", b / 1e6 / s }')
 echo "checkpoint: ${line#*checkpoint }"
 echo "  checkpoint: $cmbs MB/s of raw rows, $(share "$cmbs" "$ddw") of dd's write"
 
-emb_start_server "$tools/embstore-server" "$work/a2.log" --threads 2 \
-	--log-level info --checkpoint-dir "$work/ckpt" \
-	--checkpoint-interval 100000 || die "server A did not start again"
-pids="$pids $pid"
-for _ in $(seq 600); do
-	grep -q 'loaded: .* in ' "$work/a2.log" && break
-	sleep 0.5
-done
+start "$work/a2.log" --log-level info --checkpoint-dir "$work/ckpt" \
+	--checkpoint-interval 100000
 line=$(grep 'loaded: .* in ' "$work/a2.log" | tail -n 1)
 [ -n "$line" ] || die "no checkpoint loaded: $(tail -n 3 "$work/a2.log")"
 ls=$(echo "$line" | sed -n 's/.* in \([0-9.]*\) s$/\1/p')
+figure load "$ls"
 lmbs=$(awk -v b="$raw" -v s="$ls" 'BEGIN { printf "%.0f", b / 1e6 / s }')
 echo "load: ${line#*checkpoint }"
 echo "  checkpoint load: $lmbs MB/s of raw rows, $(share "$lmbs" "$ddr") of dd's read"

@@ -1220,172 +1220,10 @@ void emb_snap_writer_destroy(struct emb_snap_writer *w)
 
 /* ---- reader ---- */
 
-/*
- * Large files are read with O_DIRECT, RA_WIN bytes at a time, by a thread
- * that stays one window ahead of the decoder (the kernel's read-ahead does
- * not reach O_DIRECT). Why: a buffered read copies every byte out of page
- * cache pages the kernel first had to allocate, and a restore reads each
- * byte once. Smaller files, and file systems without O_DIRECT, are read
- * through the page cache as before.
- */
-#define RA_WIN	      (8u << 20) /* largest window */
-#define RA_DIRECT_MIN (1u << 20) /* smaller files: buffered */
-
-struct ra {
-	int fd;			 /* O_DIRECT */
-	uint8_t *buf[2];	 /* DIO_ALIGN-aligned windows, win each */
-	size_t win;		 /* a quarter of the file, at most RA_WIN */
-	size_t len[2];		 /* bytes read into each */
-	int err[2];		 /* each window's read error */
-	bool full[2];		 /* read, not yet consumed */
-	uint64_t next_off;	 /* (io) file offset of the next window */
-	uint64_t size;		 /* file size */
-	uint32_t io_k;		 /* (io) the window it fills next */
-	uint32_t use_k;		 /* the window being consumed */
-	size_t use_pos;		 /* bytes of it consumed */
-	bool quit;		 /* reader closing */
-	bool done;		 /* the thread read its last window */
-	bool running;		 /* thread started, not joined */
-	pthread_t thread;
-	pthread_mutex_t lock;	 /* guards full, len, err, quit, done */
-	pthread_cond_t cond;	 /* full or quit changed */
-};
-
-static void *ra_main(void *arg)
-{
-	struct ra *a = arg;
-
-	pthread_mutex_lock(&a->lock);
-	while (!a->quit && a->next_off < a->size) {
-		uint32_t k = a->io_k;
-		ssize_t got;
-		size_t want;
-		int err = 0;
-
-		while (a->full[k] && !a->quit)
-			pthread_cond_wait(&a->cond, &a->lock);
-		if (a->quit)
-			break;
-		pthread_mutex_unlock(&a->lock);
-		want = a->size - a->next_off < a->win
-			   ? (size_t)(a->size - a->next_off)
-			   : a->win;
-		/* O_DIRECT wants whole units: the last read asks for the
-		 * unit rounded up and gets the bytes up to the end. */
-		do
-			got = pread(a->fd, a->buf[k],
-				    (want + DIO_ALIGN - 1) / DIO_ALIGN *
-					DIO_ALIGN,
-				    (off_t)a->next_off);
-		while (got < 0 && errno == EINTR);
-		if (got < 0)
-			err = -errno;
-		else if ((size_t)got < want)
-			err = EMB_ETRUNCATED;
-		pthread_mutex_lock(&a->lock);
-		a->len[k] = err ? 0 : want;
-		a->err[k] = err;
-		a->full[k] = true;
-		a->next_off += want;
-		a->io_k = k ^ 1;
-		pthread_cond_broadcast(&a->cond);
-		if (err)
-			break;
-	}
-	a->done = true;
-	pthread_cond_broadcast(&a->cond);
-	pthread_mutex_unlock(&a->lock);
-	return NULL;
-}
-
-/* Starts reading fd (O_DIRECT, size bytes) ahead from offset 0. */
-static int ra_start(struct ra *a, int fd, uint64_t size)
-{
-	void *p;
-
-	a->fd = fd;
-	a->size = size;
-	/* A small file still takes a few windows, so that no file is read
-	 * in one piece and window ends are met by every test. */
-	a->win = (size / 4 + DIO_ALIGN - 1) / DIO_ALIGN * DIO_ALIGN;
-	if (a->win > RA_WIN)
-		a->win = RA_WIN;
-	for (int k = 0; k < 2; k++) {
-		if (posix_memalign(&p, DIO_ALIGN, a->win))
-			return -ENOMEM;
-		a->buf[k] = p;
-	}
-	pthread_mutex_init(&a->lock, NULL);
-	pthread_cond_init(&a->cond, NULL);
-	if (pthread_create(&a->thread, NULL, ra_main, a)) {
-		pthread_cond_destroy(&a->cond);
-		pthread_mutex_destroy(&a->lock);
-		return -EAGAIN;
-	}
-	a->running = true;
-	return 0;
-}
-
-static void ra_stop(struct ra *a)
-{
-	if (a->running) {
-		pthread_mutex_lock(&a->lock);
-		a->quit = true;
-		pthread_cond_broadcast(&a->cond);
-		pthread_mutex_unlock(&a->lock);
-		pthread_join(a->thread, NULL);
-		pthread_cond_destroy(&a->cond);
-		pthread_mutex_destroy(&a->lock);
-		a->running = false;
-	}
-	free(a->buf[0]);
-	free(a->buf[1]);
-	if (a->fd >= 0)
-		close(a->fd);
-}
-
-/* The next len bytes of the file, in order, into dst. */
-static int ra_read(struct ra *a, void *dst, size_t len)
-{
-	uint8_t *d = dst;
-
-	while (len) {
-		uint32_t k = a->use_k;
-		size_t take;
-		int err;
-
-		pthread_mutex_lock(&a->lock);
-		while (!a->full[k] && !a->done)
-			pthread_cond_wait(&a->cond, &a->lock);
-		err = a->full[k] ? a->err[k] : EMB_ETRUNCATED;
-		pthread_mutex_unlock(&a->lock);
-		if (err)
-			return err;
-		take = a->len[k] - a->use_pos;
-		if (take > len)
-			take = len;
-		memcpy(d, a->buf[k] + a->use_pos, take);
-		d += take;
-		len -= take;
-		a->use_pos += take;
-		if (a->use_pos == a->len[k]) {
-			pthread_mutex_lock(&a->lock);
-			a->full[k] = false;
-			pthread_cond_broadcast(&a->cond);
-			pthread_mutex_unlock(&a->lock);
-			a->use_k = k ^ 1;
-			a->use_pos = 0;
-		}
-	}
-	return 0;
-}
-
 struct emb_snap_reader {
 	struct emb_snap_meta meta;	/* decoded header */
 	uint8_t hdr[EMB_SNAP_HDR_SIZE]; /* raw header, for the file sum */
 	int fd;				/* open file */
-	bool direct;			/* the rest through ra */
-	struct ra ra;			/* O_DIRECT reads ahead */
 	uint32_t flags;			/* EMB_SNAP_READ_* */
 	uint64_t pos;			/* file offset of the next block */
 	uint64_t end;			/* file offset of the trailer */
@@ -1441,21 +1279,10 @@ int emb_snap_reader_open(const char *path, uint32_t flags,
 		rc = EMB_EDUMPFORMAT;
 		goto err;
 	}
-	r->ra.fd = -1;
-	if (r->meta.file_bytes >= RA_DIRECT_MIN) {
-		int dfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-
-		if (dfd >= 0) {
-			uint8_t skip[EMB_SNAP_HDR_SIZE];
-
-			rc = ra_start(&r->ra, dfd, r->meta.file_bytes);
-			r->direct = true;
-			if (!rc)
-				rc = ra_read(&r->ra, skip, sizeof(skip));
-			if (rc)
-				goto err;
-		}
-	}
+	/* Read once, front to back: a larger read-ahead window. (Reading
+	 * with O_DIRECT and one read in flight was slower than this on a
+	 * virtio disk: the kernel keeps several reads in flight.) */
+	(void)posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	r->pos = EMB_SNAP_HDR_SIZE;
 	r->end = r->meta.file_bytes - EMB_SNAP_TRAILER_SIZE;
 	r->slot_rows = calloc(EMB_NSLOTS, sizeof(*r->slot_rows));
@@ -1478,8 +1305,6 @@ void emb_snap_reader_close(struct emb_snap_reader *r)
 		return;
 	if (r->fd >= 0)
 		close(r->fd);
-	if (r->direct)
-		ra_stop(&r->ra);
 	if (r->xxh)
 		XXH3_freeState(r->xxh);
 	free(r->slot_rows);
@@ -1495,20 +1320,9 @@ emb_snap_reader_meta(const struct emb_snap_reader *r)
 	return &r->meta;
 }
 
-bool emb_snap_reader_direct(const struct emb_snap_reader *r)
-{
-	return r->direct;
-}
-
 uint64_t emb_snap_reader_checksum(const struct emb_snap_reader *r)
 {
 	return r->checksum;
-}
-
-/* The file's next len bytes. */
-static int reader_read(struct emb_snap_reader *r, void *buf, size_t len)
-{
-	return r->direct ? ra_read(&r->ra, buf, len) : read_all(r->fd, buf, len);
 }
 
 static int grow(uint8_t **buf, size_t *cap, size_t want)
@@ -1535,7 +1349,7 @@ static int read_trailer(struct emb_snap_reader *r)
 	if (rc)
 		return rc;
 	tr = r->stored;
-	rc = reader_read(r, tr, EMB_SNAP_TRAILER_SIZE);
+	rc = read_all(r->fd, tr, EMB_SNAP_TRAILER_SIZE);
 	if (rc)
 		return rc;
 	XXH3_64bits_update(r->xxh, tr, EMB_SNAP_TRAILER_SIZE - 8);
@@ -1586,7 +1400,7 @@ again:
 		return read_trailer(r);
 	if (r->end - r->pos < EMB_SNAP_BLOCK_HDR)
 		return EMB_EBADDUMP;
-	rc = reader_read(r, h, sizeof(h));
+	rc = read_all(r->fd, h, sizeof(h));
 	if (rc)
 		return rc;
 	n = emb_le32_load(h + 4);
@@ -1607,7 +1421,7 @@ again:
 	rc = grow(&r->stored, &r->stored_cap, clen);
 	if (rc)
 		return rc;
-	rc = reader_read(r, r->stored, clen);
+	rc = read_all(r->fd, r->stored, clen);
 	if (rc)
 		return rc;
 	if (emb_le64_load(h + 40) !=

@@ -295,10 +295,6 @@ emb_snap_reader_meta(const struct emb_snap_reader *r);
  */
 int emb_snap_reader_next(struct emb_snap_reader *r, struct emb_snap_block *b);
 
-/* Does r read with O_DIRECT (files of 1 MiB and more, where the file
- * system takes it), a thread reading ahead? */
-bool emb_snap_reader_direct(const struct emb_snap_reader *r);
-
 /* The file checksum from the trailer (valid after next() returned 0). */
 uint64_t emb_snap_reader_checksum(const struct emb_snap_reader *r);
 

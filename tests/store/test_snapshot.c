@@ -210,7 +210,6 @@ static bool write_by_writer(struct emb_table *t, const char *p, bool buffered,
 }
 
 static uint8_t *slurp(const char *p, size_t *len);
-static void spit(const char *p, const uint8_t *buf, size_t len);
 
 /*
  * O_DIRECT writes (aligned stages, a padded last unit cut back, the header
@@ -249,87 +248,6 @@ static void test_direct_same_bytes(void)
 	free(bd);
 	unlink(pd);
 	unlink(pb);
-	emb_table_destroy(a);
-}
-
-/* SGD tables (rows are weights only): b holds a's rows bit for bit. */
-static void assert_same_pulls(struct emb_table *a, struct emb_table *b)
-{
-	uint32_t dim = emb_table_row_floats(a);
-	struct emb_table_iter *it;
-	uint64_t ids[256];
-	float *ra = xcalloc(256 * (size_t)dim, sizeof(float));
-	float *rb = xcalloc(256 * (size_t)dim, sizeof(float));
-	uint8_t found[256];
-	int got;
-
-	CU_ASSERT_EQUAL(table_stats(a).rows, table_stats(b).rows);
-	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(a, &it), 0);
-	while ((got = emb_table_iter_next(it, ids, ra, NULL, 256)) > 0) {
-		CU_ASSERT_EQUAL(emb_table_pull(b, ids, (uint32_t)got, rb,
-					       EMB_PULL_NOCREATE, found),
-				0);
-		CU_ASSERT(memcmp(ra, rb, (size_t)got * dim * 4) == 0);
-	}
-	emb_table_iter_destroy(it);
-	free(ra);
-	free(rb);
-}
-
-/*
- * Reading a large file with O_DIRECT and a thread ahead: the rows come
- * back bit for bit, and a flipped byte in any window, or a file cut
- * short, is refused as with buffered reads.
- */
-static void test_direct_read(void)
-{
-	struct emb_table_opts o = opts_for(EMB_OPTIM_SGD, 32);
-	struct emb_table *a = table_filled(&o, 30000, 12), *b = NULL;
-	const char *p = path_in("dread.embs");
-	struct emb_snap_reader *r;
-	struct emb_snap_block blk;
-	size_t len, offs[4];
-	uint8_t *buf;
-	bool can;
-	int fd, got;
-
-	fd = open(path_in("probe"), O_WRONLY | O_CREAT | O_DIRECT, 0644);
-	can = fd >= 0;
-	if (fd >= 0)
-		close(fd);
-	unlink(path_in("probe"));
-	CU_ASSERT_EQUAL_FATAL(emb_snap_write_table(a, p, NULL, NULL), 0);
-	CU_ASSERT_EQUAL_FATAL(emb_snap_reader_open(p, 0, &r), 0);
-	CU_ASSERT_EQUAL(emb_snap_reader_direct(r), can);
-	while ((got = emb_snap_reader_next(r, &blk)) > 0)
-		;
-	CU_ASSERT_EQUAL(got, 0);
-	emb_snap_reader_close(r);
-	CU_ASSERT_EQUAL(emb_snap_load_new(p, NULL, &b), 0);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
-	assert_same_pulls(a, b);
-	emb_table_destroy(b);
-
-	buf = slurp(p, &len);
-	CU_ASSERT_FATAL(len > (1u << 20));
-	/* In the first window, across a window's end, late, in the trailer. */
-	offs[0] = 300;
-	offs[1] = (len / 4 + 4095) / 4096 * 4096;
-	offs[2] = len - 40000;
-	offs[3] = len - 100;
-	for (int i = 0; i < 4; i++) {
-		buf[offs[i]] ^= 0x10;
-		spit(p, buf, len);
-		CU_ASSERT_EQUAL(emb_snap_verify(p, 0, NULL, NULL),
-				EMB_EBADDUMP);
-		buf[offs[i]] ^= 0x10;
-	}
-	spit(p, buf, len);
-	CU_ASSERT_EQUAL(emb_snap_verify(p, 0, NULL, NULL), 0);
-	CU_ASSERT_EQUAL(truncate(p, (off_t)len - 5000), 0);
-	CU_ASSERT_EQUAL(emb_snap_verify(p, 0, NULL, NULL), EMB_ETRUNCATED);
-	free(buf);
-	unlink(p);
 	emb_table_destroy(a);
 }
 
@@ -1051,8 +969,6 @@ int main(int argc, char **argv)
 	    {"round trip of an empty table", test_empty_table},
 	    {"direct writes make the bytes buffered ones make",
 	     test_direct_same_bytes},
-	    {"direct reads ahead: rows bit for bit, damage refused",
-	     test_direct_read},
 	    {"blocks grouped and sorted by slot", test_blocks_grouped_by_slot},
 	    {"truncated file refused, table untouched", test_truncated_refused},
 	    {"flipped byte refused, table untouched",
