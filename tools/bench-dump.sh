@@ -20,7 +20,8 @@
 #
 # Options: -b BUILD (build), --rows N (10000000), --dim N (64), --dir DIR
 # (where the files go, on the disk measured; default $TMPDIR or /tmp),
-# --keep (keep the files).
+# --huge-pages on|off (the servers' option; default on), --keep (keep the
+# files).
 set -u
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,15 +30,17 @@ rows=10000000
 dim=64
 base=${TMPDIR:-/tmp}
 keep=
+huge=on
 while [ $# -gt 0 ]; do
 	case $1 in
 	-b) build=$2; shift 2 ;;
 	--rows) rows=$2; shift 2 ;;
 	--dim) dim=$2; shift 2 ;;
 	--dir) base=$2; shift 2 ;;
+	--huge-pages) huge=$2; shift 2 ;;
 	--keep) keep=1; shift ;;
 	*) echo "usage: bench-dump.sh [-b BUILD] [--rows N] [--dim N]" \
-		"[--dir DIR] [--keep]" >&2; exit 2 ;;
+		"[--dir DIR] [--huge-pages on|off] [--keep]" >&2; exit 2 ;;
 	esac
 done
 tools=$(cd "$build/tools" && pwd) || exit 2
@@ -79,7 +82,8 @@ dd_mbs() {
 start() {
 	_log=$1
 	shift
-	"$tools/embstore-server" --listen 127.0.0.1:0 --threads 2 "$@" \
+	"$tools/embstore-server" --listen 127.0.0.1:0 --threads 2 \
+		--huge-pages "$huge" "$@" \
 		2>"$_log" &
 	pid=$!
 	pids="$pids $pid"
@@ -108,6 +112,7 @@ share() {
 }
 
 echo "table: $rows rows x dim $dim, SGD: $((raw / 1000000)) MB of raw rows;" \
+	"servers --threads 2 --huge-pages $huge;" \
 	"files in $work ($(df --output=source "$work" | tail -n 1))"
 w1=$(dd_mbs write); r1=$(dd_mbs read)
 w2=$(dd_mbs write); r2=$(dd_mbs read)

@@ -28,6 +28,7 @@
 #include "server/metrics.h"
 #include "server/role.h"
 #include "server/server.h"
+#include "store/store.h"
 #include "cluster/scheduler.h"
 #include "cluster/coord.h"
 #include "cluster/node.h"
@@ -175,6 +176,11 @@ static void usage(FILE *f)
 	    "holds at most\n"
 	    "                         2^24 - 2 rows\n"
 	    "  --log-level L          error|warn|info|debug (EMB_LOG_LEVEL)\n"
+	    "  --huge-pages on|off    map rows asking for 2 MiB pages "
+	    "(EMB_HUGE_PAGES;\n"
+	    "                         default on; off where a huge page's "
+	    "first touch\n"
+	    "                         is slow: docs/operations.md)\n"
 	    "  --zero-copy-pulls on|off  PULL rows straight from table memory\n"
 	    "                         (EMB_ZERO_COPY_PULLS; default on for "
 	    "rdma, off for tcp)\n"
@@ -344,7 +350,7 @@ int main(int argc, char **argv)
 	const char *idle_timeout = NULL, *mem = NULL, *max_ids = NULL;
 	const char *frame_timeout = NULL;
 	const char *max_frame = NULL, *max_tables = NULL, *level = NULL;
-	const char *table_shards = NULL, *zero_copy = NULL;
+	const char *table_shards = NULL, *zero_copy = NULL, *huge = NULL;
 	const char *remote_read = NULL, *ckpt_dir = NULL, *ckpt_iv = NULL;
 	const char *ckpt_full = NULL, *start_empty = NULL, *role = NULL;
 	const char *replicas = NULL, *metrics_addr = NULL, *move_rate = NULL;
@@ -376,6 +382,7 @@ int main(int argc, char **argv)
 	    {"log-level", required_argument, "EMB_LOG_LEVEL", &level},
 	    {"zero-copy-pulls", required_argument, "EMB_ZERO_COPY_PULLS",
 	     &zero_copy},
+	    {"huge-pages", required_argument, "EMB_HUGE_PAGES", &huge},
 	    {"remote-read", no_argument, "EMB_REMOTE_READ", &remote_read},
 	    {"checkpoint-dir", required_argument, "EMB_CHECKPOINT_DIR",
 	     &ckpt_dir},
@@ -519,6 +526,14 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		o.zero_copy_pulls = strcmp(zero_copy, "on") == 0;
+	}
+	if (huge) {
+		if (strcmp(huge, "on") && strcmp(huge, "off")) {
+			fprintf(stderr, "embstore-server: --huge-pages takes on "
+					"or off\n");
+			return 2;
+		}
+		emb_store_set_huge_pages(strcmp(huge, "on") == 0);
 	}
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	o.threads = ncpu > 0 ? (uint32_t)ncpu : 1;

@@ -43,6 +43,13 @@ struct emb_arena {
 	void *arg;		/* passed back to fn */
 };
 
+static bool huge_pages = true; /* emb_store_set_huge_pages() */
+
+void emb_store_set_huge_pages(bool on)
+{
+	__atomic_store_n(&huge_pages, on, __ATOMIC_RELAXED);
+}
+
 static struct emb_arena *arena_of(extent_hooks_t *h)
 {
 	return (struct emb_arena *)(void *)h;
@@ -85,7 +92,7 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size,
 		munmap(raw, lead);
 	if (trail)
 		munmap(p + size, trail);
-	if (size >= HUGE_PAGE)
+	if (size >= HUGE_PAGE && __atomic_load_n(&huge_pages, __ATOMIC_RELAXED))
 		madvise(p, size, MADV_HUGEPAGE);
 
 	/* The owner's hook runs with no lock of ours held, so it may call

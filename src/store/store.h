@@ -55,6 +55,17 @@ struct emb_table;
 struct emb_table_iter;
 
 /*
+ * Whether tables map their rows' memory asking for 2 MiB pages
+ * (MADV_HUGEPAGE; default true). Rows are read at random, and huge pages
+ * keep their translations in the TLB. Off: 4 KiB pages, for machines where
+ * a huge page's first touch is slow, such as virtual machines whose host
+ * takes back free guest memory (free page reporting hands it the free
+ * 2 MiB blocks, so each new huge page faults on the host). Process-wide,
+ * for extents mapped from then on; set it before creating tables.
+ */
+void emb_store_set_huge_pages(bool on);
+
+/*
  * Extent hook: called with added = true when the table's arena maps a new
  * extent [addr, addr + len) and with added = false before it is unmapped.
  * A non-zero return from an "added" call fails the allocation that needed
