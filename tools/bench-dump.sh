@@ -13,7 +13,9 @@
 #     final checkpoint into DIR, and started again, it loads it.
 #
 # Each step prints MB/s of raw rows (ids, meta and rows, as format.md
-# counts them) and its share of dd's rate of the same direction.
+# counts them) and its share of dd's rate of the same direction; after the
+# restore, how fast this machine gives fresh memory (first touch of 1 GiB,
+# numpy), which bounds a server making rows.
 #
 #   flock /var/lock/bigrun.lock tools/bench-dump.sh -b build-rel --dir /var/tmp
 #   tools/bench-dump.sh --rows 100000              # a smoke run
@@ -148,6 +150,15 @@ rmbs=$(sed -n 's/.* \([0-9.]*\) MB\/s$/\1/p' "$work/restore.txt")
 figure restore "$rmbs"
 echo "$(cat "$work/restore.txt")"
 echo "  restore: $rmbs MB/s, $(share "$rmbs" "$ddr") of dd's read"
+# A restore's rows land in memory the server never touched: what this
+# machine gives fresh pages (1 GiB written once, first touch), measured
+# while both servers still hold their rows.
+py=/usr/bin/python3 # Debian's, which has numpy
+[ -x "$py" ] || py=python3
+fresh=$("$py" -c 'import time, numpy as np
+t = time.perf_counter(); a = np.ones(1 << 28, dtype=np.float32)
+print("%.0f" % ((1 << 30) / 1e6 / (time.perf_counter() - t)))' 2>/dev/null)
+echo "  fresh memory: ${fresh:-?} MB/s (first touch)"
 kill "$bpid"
 rm -rf "$work/dump"
 
