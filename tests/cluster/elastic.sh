@@ -88,6 +88,15 @@ if [ "$R" -eq 1 ]; then
 		bad "scale --add --launch with no launch reading succeeded"
 	grep -q 'no embstore launch reads it' "$work/stray.txt" ||
 		bad "no reason for the stray FIFO: $(cat "$work/stray.txt")"
+	# A file that is no FIFO is refused, and left as it was.
+	echo keep >"$work/plain.ctl"
+	embstore scale --sched "$sched" --add 1 --launch "$work/plain.ctl" \
+		>"$work/plain.txt" 2>&1 &&
+		bad "scale --add --launch on a plain file succeeded"
+	grep -q 'not a FIFO' "$work/plain.txt" ||
+		bad "no reason for the plain file: $(cat "$work/plain.txt")"
+	[ "$(cat "$work/plain.ctl")" = keep ] ||
+		bad "scale --launch wrote into a plain file"
 	embstore scale --sched "$sched" --add 1 --launch "$ctl" \
 		>"$work/add.txt" 2>&1 ||
 		bad "scale --add 1 --launch failed: $(cat "$work/add.txt")"

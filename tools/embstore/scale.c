@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -44,16 +45,26 @@ static void usage(FILE *f)
 }
 
 /* --add with --launch: "add N" to the launcher's FIFO. A FIFO with no
- * reader refuses a non-blocking open (ENXIO): no launch runs there. */
+ * reader refuses a non-blocking open (ENXIO): no launch runs there. Any
+ * other file is refused before a byte is written to it. */
 static int ask_launch(const char *ctl, uint32_t n)
 {
 	char line[32];
 	int fd = open(ctl, O_WRONLY | O_NONBLOCK | O_CLOEXEC), len;
+	struct stat st;
 
 	if (fd < 0) {
 		fprintf(stderr, "embstore scale: %s: %s\n", ctl,
 			errno == ENXIO ? "no embstore launch reads it"
 				       : strerror(errno));
+		return 1;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+		fprintf(stderr,
+			"embstore scale: %s: not a FIFO (embstore launch makes "
+			"LOG_DIR/launch.ctl)\n",
+			ctl);
+		close(fd);
 		return 1;
 	}
 	len = snprintf(line, sizeof(line), "add %u\n", n);
