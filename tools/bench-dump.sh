@@ -137,7 +137,7 @@ apid=$pid aport=$port
 grep '^dump:' "$work/dump.out" | tail -n 1 >"$work/dump.txt"
 dmbs=$(sed -n 's/.* \([0-9.]*\) MB\/s$/\1/p' "$work/dump.txt")
 figure dump "$dmbs"
-echo "$(cat "$work/dump.txt")"
+cat "$work/dump.txt"
 echo "  dump: $dmbs MB/s, $(share "$dmbs" "$ddw") of dd's write"
 
 start "$work/b.log"
@@ -148,7 +148,7 @@ bpid=$pid bport=$port
 grep '^restore:' "$work/restore.out" | tail -n 1 >"$work/restore.txt"
 rmbs=$(sed -n 's/.* \([0-9.]*\) MB\/s$/\1/p' "$work/restore.txt")
 figure restore "$rmbs"
-echo "$(cat "$work/restore.txt")"
+cat "$work/restore.txt"
 echo "  restore: $rmbs MB/s, $(share "$rmbs" "$ddr") of dd's read"
 # A restore's rows land in memory the server never touched: what this
 # machine gives fresh pages (1 GiB written once, first touch), measured
