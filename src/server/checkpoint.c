@@ -357,10 +357,9 @@ int emb_ckpt_write(struct emb_server *s, const char *dir, uint32_t keep)
 {
 	struct emb_chain_result res;
 	char fin[EMB_SNAP_PATH_MAX];
+	double t0 = emb_clock_s(), dt;
 	struct held h;
 	int rc;
-
-	double t0 = emb_clock_s(), dt;
 
 	rc = hold_tables(s, &h);
 	if (rc)
