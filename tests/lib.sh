@@ -9,7 +9,9 @@ bad() {
 
 # emb_start_server BIN LOG [ARGS...]: starts embstore-server BIN on a free
 # loopback port with its log in LOG, in the background. Sets pid and port;
-# returns 1 (after printing the log) if it did not report a port in 10 s.
+# returns 1 (after printing the log) if it did not report a port in
+# EMB_START_WAIT seconds (10; a server loading a checkpoint reports its
+# port only once it is loaded).
 emb_start_server() {
 	_bin=$1
 	_log=$2
@@ -17,7 +19,7 @@ emb_start_server() {
 	"$_bin" --listen 127.0.0.1:0 --threads 1 "$@" 2>"$_log" &
 	pid=$!
 	port=
-	for _ in $(seq 100); do
+	for _ in $(seq $((${EMB_START_WAIT:-10} * 10))); do
 		port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' \
 			"$_log" | head -n 1)
 		[ -n "$port" ] && return 0

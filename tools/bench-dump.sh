@@ -33,6 +33,8 @@ dim=64
 base=${TMPDIR:-/tmp}
 keep=
 huge=on
+# shellcheck source=tests/lib.sh
+. "$root/tests/lib.sh"
 while [ $# -gt 0 ]; do
 	case $1 in
 	-b) build=$2; shift 2 ;;
@@ -82,23 +84,13 @@ dd_mbs() {
 # LOG; sets pid and port. A server loading a checkpoint reports its port
 # only once loaded, so this waits up to 10 minutes.
 start() {
-	_log=$1
+	_slog=$1
 	shift
-	"$tools/embstore-server" --listen 127.0.0.1:0 --threads 2 \
-		--huge-pages "$huge" "$@" \
-		2>"$_log" &
-	pid=$!
+	EMB_START_WAIT=600 emb_start_server "$tools/embstore-server" "$_slog" \
+		--threads 2 --huge-pages "$huge" "$@"
+	_ok=$?
 	pids="$pids $pid"
-	port=
-	for _ in $(seq 1200); do
-		port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' \
-			"$_log" | head -n 1)
-		[ -n "$port" ] && return 0
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.5
-	done
-	cat "$_log" >&2
-	die "embstore-server did not report a port"
+	[ "$_ok" -eq 0 ] || die "embstore-server did not report a port"
 }
 
 # figure NAME VALUE: VALUE, or the run fails if it is not a number.

@@ -351,12 +351,15 @@ static void unshuffle4(uint8_t *dst, const uint8_t *src, size_t m)
 
 /* ---- file helpers ---- */
 
-static int write_all(int fd, const void *buf, size_t len)
+/* Writes all len bytes at file offset off, or at the file's position
+ * when off is negative. */
+static int write_at(int fd, const void *buf, size_t len, int64_t off)
 {
 	const char *p = buf;
 
 	while (len) {
-		ssize_t k = write(fd, p, len);
+		ssize_t k = off < 0 ? write(fd, p, len)
+				    : pwrite(fd, p, len, (off_t)off);
 
 		if (k < 0) {
 			if (errno == EINTR)
@@ -367,8 +370,14 @@ static int write_all(int fd, const void *buf, size_t len)
 			return -EIO;
 		p += k;
 		len -= (size_t)k;
+		off = off < 0 ? off : off + k;
 	}
 	return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	return write_at(fd, buf, len, -1);
 }
 
 /* Reads exactly len bytes; EMB_ETRUNCATED at an early end of file. */
@@ -519,8 +528,6 @@ struct emb_snap_writer {
 
 static void *writer_main(void *arg);
 
-static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off);
-
 /* The direct writes' thread: one stage at a time, as handed over. */
 static void *io_main(void *arg)
 {
@@ -535,7 +542,7 @@ static void *io_main(void *arg)
 		if (!w->io_busy)
 			break;
 		pthread_mutex_unlock(&w->io_lock);
-		rc = pwrite_all(w->fd, w->io_buf, w->io_len, w->io_off);
+		rc = write_at(w->fd, w->io_buf, w->io_len, (int64_t)w->io_off);
 		pthread_mutex_lock(&w->io_lock);
 		if (rc && !w->io_err)
 			w->io_err = rc;
@@ -607,26 +614,6 @@ static int open_out(struct emb_snap_writer *w)
 	return w->fd < 0 ? -errno : 0;
 }
 
-/* pwrite(2) of all len bytes at off. */
-static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off)
-{
-	while (len) {
-		ssize_t k = pwrite(fd, p, len, (off_t)off);
-
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (k == 0)
-			return -EIO;
-		p += k;
-		off += (uint64_t)k;
-		len -= (size_t)k;
-	}
-	return 0;
-}
-
 /*
  * Direct: hands the stage's whole DIO_ALIGN units to the io thread and
  * goes on in the other stage with the part of a unit left over. The last
@@ -648,7 +635,7 @@ static int stage_flush(struct emb_snap_writer *w, bool last)
 	if (w->disk_off == 0)
 		memcpy(w->page0, w->stage, DIO_ALIGN);
 	if (last) {
-		rc = pwrite_all(w->fd, w->stage, len, w->disk_off);
+		rc = write_at(w->fd, w->stage, len, (int64_t)w->disk_off);
 		w->disk_off += len;
 		w->stage_len = 0;
 		return rc;
@@ -1144,13 +1131,11 @@ int emb_snap_writer_finish(struct emb_snap_writer *w,
 			rc = -errno;
 		memcpy(w->page0, hdr, sizeof(hdr));
 		if (!rc)
-			rc = pwrite_all(w->fd, w->page0, DIO_ALIGN, 0);
+			rc = write_at(w->fd, w->page0, DIO_ALIGN, 0);
 	} else {
 		rc = write_all(w->fd, tr, EMB_SNAP_TRAILER_SIZE);
-		errno = 0;
-		if (!rc &&
-		    pwrite(w->fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr))
-			rc = errno ? -errno : -EIO;
+		if (!rc)
+			rc = write_at(w->fd, hdr, sizeof(hdr), 0);
 	}
 	if (rc)
 		goto err;
