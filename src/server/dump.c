@@ -31,9 +31,11 @@ _Static_assert(sizeof(struct emb_row_meta) == 8,
  * Chunk buffers, kept for the session's next chunks. Why: a chunk is
  * megabytes, so malloc maps fresh pages for each and the loop thread paid
  * a page fault and the kernel's zeroing per 4 KiB, more than the copy of
- * the rows itself. A reply still on the wire holds a reference, since its
- * send may complete after the session ended; both run on the conn's loop
- * thread, so no lock.
+ * the rows itself. At most DUMP_BUFS_KEPT are kept, and none once the
+ * table's end was sent: an idle client holds no more than two chunks
+ * (each at most a frame). A reply still on the wire holds a reference,
+ * since its send may complete after the session ended; both run on the
+ * conn's loop thread, so no lock.
  */
 #define DUMP_BUFS_KEPT 2 /* the client keeps two chunks in flight */
 
@@ -58,12 +60,20 @@ static void bufs_put(struct dump_bufs *pool, struct dump_buf *b)
 		free(b);
 }
 
+/* No more chunks worth keeping buffers for: spares go, returns are freed. */
+static void bufs_end(struct dump_bufs *pool)
+{
+	for (uint32_t i = 0; i < pool->nfree; i++)
+		free(pool->spare[i]);
+	pool->nfree = 0;
+	pool->ended = true;
+}
+
 static void bufs_unref(struct dump_bufs *pool)
 {
 	if (--pool->refs)
 		return;
-	for (uint32_t i = 0; i < pool->nfree; i++)
-		free(pool->spare[i]);
+	bufs_end(pool);
 	free(pool);
 }
 
@@ -115,7 +125,7 @@ void emb__server_dump_free(struct emb_dump_sess *sess)
 	if (!sess)
 		return;
 	if (sess->bufs) {
-		sess->bufs->ended = true;
+		bufs_end(sess->bufs);
 		bufs_unref(sess->bufs);
 	}
 	emb_table_iter_destroy(sess->it);
@@ -315,6 +325,7 @@ static int on_chunk(struct emb_server *s, struct emb_req *req,
 	iov.iov_len = (size_t)((uint64_t)got * row_bytes);
 	if (got == 0) {
 		buf_done(b, 0);
+		bufs_end(sess->bufs);
 		emb_conn_reply(req, &hdr, NULL, 0, NULL, NULL);
 		return 0;
 	}
