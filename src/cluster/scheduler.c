@@ -163,6 +163,11 @@ struct emb_sched {
 	/* The move under way is in its copy ahead (warm[]): its source's
 	 * FILL_DONE fences the chunk for the final stream. */
 	bool warming;
+	/* ... and began after a restart lifted its chunk's fence: a report
+	 * from before (the lifted stream's, which a copy ahead's leniency
+	 * would take for this copy's) is refused, and its source copies
+	 * again (src/server/replica.c). */
+	bool warm_fresh;
 	uint32_t move_first;   /* where the next move's search starts */
 	uint32_t move_chunks;  /* chunks moved for the drain or join */
 	uint32_t move_slots;   /* ... and their slots */
@@ -1073,6 +1078,7 @@ static void move_next(struct emb_sched *s)
 		emb_cmap_warm_begin(s->cmap, from, to, first, (uint32_t)n,
 				    s->cmap);
 		s->warming = true;
+		s->warm_fresh = false;
 		s->fill_rank = to;
 		s->move_from = from;
 		chunk_begun(s, first, (uint32_t)n);
@@ -1106,7 +1112,7 @@ static void fence_move(struct emb_sched *s, const char *why)
 {
 	uint32_t first = s->fill_first, n = s->fill_n;
 
-	s->warming = false;
+	s->warming = s->warm_fresh = false;
 	emb_cmap_move_begin(s->cmap, s->move_from, s->fill_rank, first, n,
 			    s->cmap);
 	chunk_begun(s, first, n);
@@ -1753,7 +1759,7 @@ static void on_fill_done(struct emb_sched *s, struct emb_req *req,
 	 * and the source streams everything should the epochs show a gap
 	 * (docs/replication.md, "Moving slots"). */
 	if (s->fill_rank == NO_FILL ||
-	    (d.epoch < s->fill_epoch && !s->warming) ||
+	    (d.epoch < s->fill_epoch && (!s->warming || s->warm_fresh)) ||
 	    d.first != s->fill_first || d.n != s->fill_n ||
 	    n->role != EMB_ROLE_SERVER ||
 	    emb_cmap_primary(s->cmap, d.first) != n->rank) {
@@ -2536,6 +2542,9 @@ static int state_restore(struct emb_sched *s)
 		s->move_slots = s->move_chunks = 0;
 		emb_log(EMB_LOG_INFO, "the drains and joins asked for go on");
 		move_next(s);
+		s->warm_fresh = s->warming && st.fill_rank !=
+						  EMB_SCHED_STATE_NO_FILL &&
+				st.move;
 		republish(s);
 	}
 	/* Every worker may have finished just before the restart. */

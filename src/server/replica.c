@@ -175,8 +175,20 @@ static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 	rc = emb_node_fill_done(r->node, first, n, epoch, status);
 	/* The scheduler published the next step as it answered: take it
 	 * now, not at the next heartbeat, so the fence comes down (or, after
-	 * a copy ahead, goes up). */
-	if (!rc)
+	 * a copy ahead, goes up). Refused (a restarted scheduler moving the
+	 * chunk again): this fill is not the one it waits for, so it is
+	 * forgotten, and the map's next request of the same chunk starts
+	 * afresh instead of counting as started already. */
+	if (rc == EMB_ECLUSTER) {
+		pthread_mutex_lock(&r->mu);
+		if (r->warm_on) {
+			r->warm_on = false;
+			emb_server_untrack(r->srv);
+		}
+		r->fill_n = 0;
+		pthread_mutex_unlock(&r->mu);
+	}
+	if (!rc || rc == EMB_ECLUSTER)
 		emb_node_map_refresh(r->node);
 	emb_log(rc ? EMB_LOG_WARN : EMB_LOG_INFO,
 		"slots %u-%u %s (%llu rows%s%s%s): scheduler %s", first,
