@@ -101,6 +101,10 @@ moves_end
 
 if [ "$fail" -ne 0 ]; then
 	cat "$out"
+	if [ -s "$work/new.txt" ]; then
+		echo "--- the newcomer's log:"
+		cat "$work/new.txt"
+	fi
 	exit 1
 fi
 echo "ok: the drain and the join went on after the scheduler's restarts;" \
