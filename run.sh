@@ -33,7 +33,7 @@ BUILD=${EMB_BUILD_DIR:-build}
 PACKAGES=(build-essential meson ninja-build pkg-config libibverbs-dev
           librdmacm-dev libjemalloc-dev liblz4-dev libcunit1-dev
           libxxhash-dev libmicrohttpd-dev libcurl4-openssl-dev
-          libcjson-dev etcd-server etcd-client clang
+          libcjson-dev liburing-dev etcd-server etcd-client clang
           python3-numpy python3-torch python3-pytest jq
           stress-ng   # CPU load beside tests (.ci/run, tests/chaos)
           # pip install . and wheels (pyproject.toml, tests/python/test_pip.py)

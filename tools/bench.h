@@ -51,6 +51,9 @@ struct emb_bench_cfg {
 	uint64_t seed;		    /* id streams and table seed */
 	struct emb_lifecycle_cfg life; /* admission and eviction (store and
 					  client backends) */
+	/* store backend only */
+	uint64_t mem_limit;	    /* the table's memory limit; 0 = none */
+	const char *tier_dir;	    /* device tier file in DIR, or NULL */
 	/* client backend only */
 	const char *servers;	    /* "host:port,..." */
 	const char *transport;	    /* "tcp", "rdma" or "auto" */
@@ -107,6 +110,14 @@ struct emb_bench_mem {
 	uint64_t pushes_unadmitted; /* pushed ids dropped: not admitted */
 	uint64_t rows_created;	    /* rows ever made */
 	uint64_t rows_evicted;	    /* rows removed by eviction */
+	/* A tiered table's device tier (store backend), summed since
+	 * open: rows on the device now, the file's size, 4 KiB reads and
+	 * writes, and time spent waiting for reads. */
+	uint64_t rows_cold;
+	uint64_t tier_file_bytes;
+	uint64_t tier_reads;
+	uint64_t tier_writes;
+	uint64_t tier_read_ns;
 };
 
 /*

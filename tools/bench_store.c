@@ -10,6 +10,7 @@
 #include "bench.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "store/store.h"
@@ -20,6 +21,7 @@ struct store_be {
 	uint32_t dim;	     /* floats per row */
 	bool preload;	     /* false: rows appear as the timed batches
 				touch them (and pass admission) */
+	char tier_path[4096]; /* --tier-dir's file */
 };
 
 struct store_ctx {
@@ -43,6 +45,16 @@ static int store_open(const struct emb_bench_cfg *cfg, void **out)
 	opts.seed = cfg->seed;
 	opts.row_format = cfg->row_format;
 	opts.life = cfg->life;
+	opts.mem_limit = cfg->mem_limit;
+	if (cfg->tier_dir) {
+		if (snprintf(s->tier_path, sizeof(s->tier_path), "%s/%s.tier",
+			     cfg->tier_dir,
+			     cfg->table) >= (int)sizeof(s->tier_path)) {
+			rc = -ENAMETOOLONG;
+			goto err_free_s;
+		}
+		opts.tier_path = s->tier_path;
+	}
 	rc = emb_table_create(&opts, &s->t);
 	if (rc)
 		goto err_free_s;
@@ -132,6 +144,7 @@ static int store_push(void *ctx, const uint64_t *ids, uint32_t n,
 static int store_mem(void *be, struct emb_bench_mem *out)
 {
 	struct store_be *s = be;
+	struct emb_table_tier_stats ts;
 	struct emb_table_stats st;
 
 	emb_table_stats(s->t, &st);
@@ -145,6 +158,12 @@ static int store_mem(void *be, struct emb_bench_mem *out)
 	out->pushes_unadmitted = st.pushes_unadmitted;
 	out->rows_created = st.rows_created;
 	out->rows_evicted = st.rows_evicted;
+	emb_table_tier_stats(s->t, &ts);
+	out->rows_cold = ts.rows_cold;
+	out->tier_file_bytes = ts.file_bytes;
+	out->tier_reads = ts.blocks_read;
+	out->tier_writes = ts.blocks_written;
+	out->tier_read_ns = ts.read_ns;
 	return 0;
 }
 

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "common/bytes.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/hash.h"
@@ -181,6 +182,11 @@ static void usage(FILE *f)
 	    "  --row-format F        in process: fp32 | fp16 | bf16 | int8,"
 	    " how the table\n"
 	    "                        keeps its weights (fp32)\n"
+	    "  --mem-limit SIZE      in process: the table's memory limit"
+	    " (64M, 2G; none)\n"
+	    "  --tier-dir DIR        in process: rows past --mem-limit go to"
+	    " a device\n"
+	    "                        tier, a file in DIR (docs/store.md)\n"
 	    "  --admit SPEC          none | count:N | bloom:N[:BYTES] (none)\n"
 	    "  --evict SPEC          none | ttl:STEPS,min_l2:X,"
 	    "max_rows:N[:lru|lfu] (none)\n"
@@ -272,6 +278,8 @@ enum {
 	OPT_TABLES,
 	OPT_MULTI,
 	OPT_ROW_FORMAT,
+	OPT_MEM_LIMIT,
+	OPT_TIER_DIR,
 };
 
 static const struct option long_opts[] = {
@@ -283,6 +291,8 @@ static const struct option long_opts[] = {
     {"dist", required_argument, NULL, OPT_DIST},
     {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
     {"row-format", required_argument, NULL, OPT_ROW_FORMAT},
+    {"mem-limit", required_argument, NULL, OPT_MEM_LIMIT},
+    {"tier-dir", required_argument, NULL, OPT_TIER_DIR},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"duration", required_argument, NULL, OPT_DURATION},
     {"batches", required_argument, NULL, OPT_BATCHES},
@@ -528,6 +538,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			if (emb_optim_parse(optarg, &o->cfg.optim))
 				what = "--optimizer";
 			break;
+		case OPT_MEM_LIMIT:
+			if (emb_bytes_parse(optarg, &o->cfg.mem_limit) ||
+			    !o->cfg.mem_limit)
+				what = "--mem-limit";
+			break;
+		case OPT_TIER_DIR:
+			o->cfg.tier_dir = optarg;
+			break;
 		case OPT_ROW_FORMAT:
 			o->rowfmt_given = true;
 			if (emb_rowfmt_parse(optarg, &o->cfg.row_format))
@@ -611,6 +629,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				"--servers and --sched\n");
 		rc = -EINVAL;
 	}
+	if (!rc && o->cfg.tier_dir && !o->cfg.mem_limit) {
+		fprintf(stderr, "embstore-bench: --tier-dir needs --mem-limit:"
+				" the tier holds what the limit leaves out\n");
+		rc = -EINVAL;
+	}
 	/* Which backend: raw ops have their own; otherwise the servers, the
 	 * cluster of the environment, or this process. */
 	if (!rc && o->backend != &emb_bench_raw_backend) {
@@ -624,6 +647,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->backend = &emb_bench_client_backend;
 			o->cfg.from_env = true;
 		}
+	}
+	if (!rc && (o->cfg.mem_limit || o->cfg.tier_dir) &&
+	    (o->backend == &emb_bench_raw_backend ||
+	     o->backend == &emb_bench_client_backend)) {
+		fprintf(stderr, "embstore-bench: --mem-limit and --tier-dir"
+				" are for a table in this process (servers"
+				" take embstore-server --mem-limit)\n");
+		rc = -EINVAL;
 	}
 	if (!rc && o->token_file && *o->token_file) {
 		static uint8_t token[EMB_TOKEN_MAX];
@@ -716,10 +747,12 @@ static int check_verify(struct opts *o)
 	return 0;
 }
 
-/* Resident set size from /proc/self/status, bytes; 0 if unknown. */
-static uint64_t rss_bytes(void)
+/* A field of /proc/self/status in kB ("VmRSS", "VmHWM" for the peak), as
+ * bytes; 0 if unknown. */
+static uint64_t status_bytes(const char *field)
 {
 	char line[256];
+	size_t n = strlen(field);
 	uint64_t kb = 0;
 	FILE *f;
 
@@ -727,11 +760,17 @@ static uint64_t rss_bytes(void)
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "VmRSS: %" SCNu64 " kB", &kb) == 1)
+		if (!strncmp(line, field, n) && line[n] == ':' &&
+		    sscanf(line + n + 1, " %" SCNu64 " kB", &kb) == 1)
 			break;
 	}
 	fclose(f);
 	return kb * 1024;
+}
+
+static uint64_t rss_bytes(void)
+{
+	return status_bytes("VmRSS");
 }
 
 /* Number of distinct ids in ids[0..n), through the worker's set. */
@@ -1218,6 +1257,9 @@ struct result {
 	struct emb_bench_mem mem;	/* backend table memory after preload */
 	uint64_t rss;			/* VmRSS after preload (or after
 					   timing without one), bytes */
+	uint64_t rss_peak;		/* VmHWM at the end, bytes */
+	struct emb_bench_mem mem_end;	/* backend table memory at the end
+					   (the tier's counters) */
 	struct emb_hist hist;		/* all threads' batch latencies */
 	bool has_net;			/* net filled in by the backend */
 	struct emb_bench_report net;	/* timed phase only */
@@ -1330,6 +1372,27 @@ static void print_summary(FILE *f, const struct opts *o,
 			(double)r->mem.filter_bytes / 1048576.0,
 			r->mem.pulls_unadmitted, r->mem.pushes_unadmitted);
 	}
+	if (o->cfg.tier_dir) {
+		const struct emb_bench_mem *a = &r->mem, *b = &r->mem_end;
+		double s = r->measure_s > 0 ? r->measure_s : 1;
+
+		fprintf(f,
+			"  tier     %" PRIu64 " of %" PRIu64
+			" rows on the device, file %.1f MiB; timed: %.0f"
+			" reads/s (%.1f MB/s), %.0f writes/s, %.1f us"
+			" waiting on reads per batch; peak RSS %.1f MiB\n",
+			b->rows_cold, b->rows,
+			(double)b->tier_file_bytes / 1048576.0,
+			(double)(b->tier_reads - a->tier_reads) / s,
+			(double)(b->tier_reads - a->tier_reads) * 4096 / s /
+			    1e6,
+			(double)(b->tier_writes - a->tier_writes) / s,
+			r->batches ? (double)(b->tier_read_ns -
+					      a->tier_read_ns) /
+					 1e3 / (double)r->batches
+				   : 0.0,
+			(double)r->rss_peak / 1048576.0);
+	}
 	if (!r->has_net)
 		return;
 	fprintf(f,
@@ -1406,6 +1469,18 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 		r->mem.record_bytes, bytes_per_row(&r->mem, r->mem.slab_bytes),
 		bytes_per_row(&r->mem, r->mem.index_bytes),
 		fixed_bytes(&r->mem));
+	fprintf(f, ",\"rss_peak_bytes\":%" PRIu64, r->rss_peak);
+	if (o->cfg.tier_dir)
+		fprintf(f,
+			",\"mem_limit\":%" PRIu64 ",\"rows_cold\":%" PRIu64
+			",\"tier_file_bytes\":%" PRIu64
+			",\"tier_reads\":%" PRIu64 ",\"tier_writes\":%" PRIu64
+			",\"tier_read_ns\":%" PRIu64,
+			o->cfg.mem_limit, r->mem_end.rows_cold,
+			r->mem_end.tier_file_bytes,
+			r->mem_end.tier_reads - r->mem.tier_reads,
+			r->mem_end.tier_writes - r->mem.tier_writes,
+			r->mem_end.tier_read_ns - r->mem.tier_read_ns);
 	{
 		char a[EMB_LIFECYCLE_STR_MAX], e[EMB_LIFECYCLE_STR_MAX];
 
@@ -1622,6 +1697,12 @@ int main(int argc, char **argv)
 	if (rc)
 		goto out;
 	collect(&o, ws, r);
+	r->rss_peak = status_bytes("VmHWM");
+	if (o.cfg.tier_dir) {
+		rc = o.backend->mem(be, &r->mem_end);
+		if (rc)
+			goto out;
+	}
 	/* Without a preload the table filled up while timing. */
 	if (!o.cfg.preload) {
 		r->rss = rss_bytes();

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/addr.h"
+#include "common/bytes.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/seconds.h"
@@ -220,37 +221,11 @@ static void usage(FILE *f)
 	    "  --help, --version\n");
 }
 
-/* "123", "64K", "8M", "2G", "1T" -> bytes; -EINVAL if malformed. */
-static int parse_size(const char *s, uint64_t *out)
-{
-	static const char units[] = "kmgt"; /* 2^10, 2^20, 2^30, 2^40 */
-	const char *u;
-	char *end;
-	unsigned long long v;
-	uint64_t mul = 1;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -EINVAL;
-	u = *end ? strchr(units, tolower((unsigned char)*end)) : NULL;
-	if (u) {
-		mul = 1ull << (10 * (u - units + 1));
-		end++;
-	}
-	if (*end == 'B' || *end == 'b')
-		end++;
-	if (*end || (v && mul > UINT64_MAX / v))
-		return -EINVAL;
-	*out = v * mul;
-	return 0;
-}
-
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {
 	uint64_t v;
 
-	if (parse_size(s, &v) || v < lo || v > hi)
+	if (emb_bytes_parse(s, &v) || v < lo || v > hi)
 		return -EINVAL;
 	*out = (uint32_t)v;
 	return 0;
@@ -543,17 +518,17 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	o.mem_limit = emb_server_default_mem_limit();
-	if (mem && parse_size(mem, &o.mem_limit)) {
+	if (mem && emb_bytes_parse(mem, &o.mem_limit)) {
 		fprintf(stderr, "embstore-server: bad memory limit '%s'\n",
 			mem);
 		return 2;
 	}
-	if (move_rate && parse_size(move_rate, &o.move_rate)) {
+	if (move_rate && emb_bytes_parse(move_rate, &o.move_rate)) {
 		fprintf(stderr, "embstore-server: bad --move-rate '%s'\n",
 			move_rate);
 		return 2;
 	}
-	if (conn_mem && parse_size(conn_mem, &o.conn_mem_limit)) {
+	if (conn_mem && emb_bytes_parse(conn_mem, &o.conn_mem_limit)) {
 		fprintf(stderr,
 			"embstore-server: bad connection memory limit '%s'\n",
 			conn_mem);

@@ -55,6 +55,7 @@
 	  "unknown row format, or one the table does not have")             \
 	X(EMB_ENOTREMOTE, -1231,                                               \
 	  "table not remote-readable (server without --remote-read)")           \
+	X(EMB_ETIERFULL, -1233, "table's device tier is full (tier_max)")     \
 	/* transport: -1300.. */                                               \
 	X(EMB_ECLOSED, -1301, "connection closed")                             \
 	X(EMB_EPEERDEAD, -1302, "peer disconnected")                           \

@@ -421,6 +421,11 @@ int emb_table_set_lifecycle(struct emb_table *t,
 	rc = emb_lifecycle_validate(c);
 	if (rc)
 		return rc;
+	/* A tiered table keeps cold rows on its device rather than drop
+	 * them; an eviction policy would have to look there too (not
+	 * built: docs/store.md, "The device tier"). Admission is fine. */
+	if (t->tier && (c->ttl_steps || c->min_l2 > 0.0f || c->max_rows))
+		return EMB_EBADLIFE;
 	pthread_mutex_lock(&t->life_lock);
 	life = t->life;
 	if (!life && emb_lifecycle_is_off(c))

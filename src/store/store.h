@@ -94,6 +94,12 @@ struct emb_table_opts {
 				rounded into a compact row (stochastic by
 				default; creation and assign round to
 				nearest) */
+	/* The device tier (docs/store.md, "The device tier"): a file the
+	 * table makes (truncated) and removes when destroyed, holding the
+	 * rows mem_limit leaves no DRAM for; NULL = none. Needs mem_limit;
+	 * not with remote_read or an eviction policy. */
+	const char *tier_path;
+	uint64_t tier_max; /* bytes the file may grow to; 0 = no bound */
 };
 
 #define EMB_TABLE_OPTS_DEFAULT                                                 \
@@ -108,10 +114,29 @@ struct emb_table_opts {
 				 .life = EMB_LIFECYCLE_CFG_DEFAULT,            \
 				 .remote_read = false,                         \
 				 .row_format = EMB_ROWFMT_FP32,                \
-				 .rounding = EMB_ROUND_STOCHASTIC})
+				 .rounding = EMB_ROUND_STOCHASTIC,             \
+				 .tier_path = NULL,                            \
+				 .tier_max = 0})
 
 /* Flags for emb_table_pull() and emb_table_pull_ptrs(). */
 #define EMB_PULL_NOCREATE 0x1u /* report missing ids instead of creating */
+
+/* A tiered table's device tier; all 0 for a table without one. */
+struct emb_table_tier_stats {
+	uint64_t rows_cold;	 /* rows on the device (stats.rows counts
+				    them too) */
+	uint64_t file_bytes;	 /* the tier file's size */
+	uint64_t free_bytes;	 /* of which blocks no row uses */
+	uint64_t map_bytes;	 /* DRAM of the cold rows' index */
+	uint64_t demoted;	 /* rows moved to the device */
+	uint64_t promoted;	 /* rows brought back */
+	uint64_t blocks_read;	 /* 4 KiB device reads */
+	uint64_t blocks_written; /* 4 KiB device writes */
+	uint64_t read_ns;	 /* time waiting for reads */
+};
+
+void emb_table_tier_stats(struct emb_table *t,
+			  struct emb_table_tier_stats *out);
 
 /* A table's counters (common/tabledef.h); the store leaves the server's
  * own (grads_discarded) at 0. */

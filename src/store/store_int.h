@@ -8,6 +8,7 @@
  *
  *   chain.c -> snapshot.c -> ckpt.c, table.c
  *   table.c -> lifecycle.c -> shard.c -> dirty.c, view.c, arena.c
+ *   table.c -> tier.c -> shard.c
  *   ckpt.c -> shard.c;  table.c -> view.c, shard.c, arena.c
  *   mem.c (memory charges) and scratch.c (per-thread buffers) are leaves
  *   every level may call; dirty.c, arena.c and mem.c call no store file.
@@ -233,6 +234,9 @@ struct emb_table {
 	bool sealed;	    /* records carry a seal */
 	uint64_t seal_seed; /* random per table: a stale location that now
 			       points into another table never validates */
+
+	/* The device tier (tier.c), or NULL. */
+	struct emb_tier *tier;
 };
 
 static inline struct emb_table_stripe *emb__my_stripe(struct emb_table *t)
@@ -495,6 +499,52 @@ static inline void emb__row_write(struct emb_table *t, struct emb_shard *s,
 	if (__builtin_expect(s->view != NULL, 0))
 		emb__view_save(t, s, idx);
 }
+
+/* ---- tier.c: cold rows on a device; caller holds the named shard's lock
+ * unless said otherwise ---- */
+
+struct emb_tier;
+struct emb_tier_pre;
+
+/* Makes the file and the tier (create, no lock); 0 or an error. */
+int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes);
+/* Frees it and removes the file (destroy, no lock). */
+void emb__tier_close(struct emb_table *t);
+/* The file's path (as given); rows on the device now (any thread). */
+const char *emb__tier_path(const struct emb_table *t);
+uint64_t emb__tier_rows_cold(struct emb_table *t);
+/* The next tick of the tier's access clock (a batch's; any thread). */
+uint32_t emb__tier_tick(struct emb_table *t);
+/*
+ * Before a group of need ids of shard si: makes sure that need records
+ * can be made without passing the memory limit, moving the least
+ * recently used rows of the shard to the device as needed. Nothing else
+ * demotes, so record pointers a group resolves stay valid through it.
+ */
+int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
+		   uint32_t need);
+/*
+ * Brings id (absent from shard si's index) back from the device if it is
+ * there: its record, or NULL with *rc 0 (not cold) or an error. pre: the
+ * batch's read-ahead, or NULL.
+ */
+struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
+				   uint32_t si, uint64_t id, uint64_t h,
+				   const struct emb_tier_pre *pre, int *rc);
+/* Drops id's cold row (erase, or assign over it): true if it had one. */
+bool emb__tier_forget(struct emb_table *t, uint32_t si, uint64_t id,
+		      uint64_t h, int *rc);
+/* A batch's read-ahead: note each id absent from its shard's index
+ * (under that shard's lock), then fetch (no lock), then pass it to the
+ * takes, then free. */
+struct emb_tier_pre *emb__tier_pre_new(void);
+void emb__tier_note(struct emb_table *t, uint32_t si, uint64_t h,
+		    struct emb_tier_pre *p);
+int emb__tier_fetch(struct emb_table *t, struct emb_tier_pre *p);
+const char *emb__tier_pre_block(const struct emb_tier_pre *p, uint32_t si,
+				uint32_t sb, uint32_t gen);
+void emb__tier_pre_free(struct emb_tier_pre *p);
+void emb__tier_stats(struct emb_table *t, struct emb_table_tier_stats *out);
 
 /*
  * mem.c: charges (n > 0) or releases (n < 0) table memory against the

@@ -153,6 +153,12 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	if (opts->row_format >= EMB_ROWFMT_COUNT ||
 	    opts->rounding > EMB_ROUND_NEAREST)
 		return EMB_EBADFORMAT;
+	/* A tier holds what the memory limit leaves out, so it needs one;
+	 * a remote reader would find rows moved under it, and eviction
+	 * would have to look at the device too (docs/store.md). */
+	if (opts->tier_path &&
+	    (!*opts->tier_path || !opts->mem_limit || opts->remote_read))
+		return EMB_EBADARG;
 
 	t = aligned_alloc(64, (sizeof(*t) + 63) & ~(size_t)63);
 	if (!t)
@@ -204,6 +210,13 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	rc = emb__mem_charge(t, (int64_t)t->fixed_bytes);
 	if (rc)
 		goto err_fini_shards;
+	t->opts.tier_path = NULL;
+	if (opts->tier_path) {
+		rc = emb__tier_open(t, opts->tier_path, opts->tier_max);
+		if (rc)
+			goto err_uncharge;
+		t->opts.tier_path = emb__tier_path(t);
+	}
 	rc = emb_table_set_lifecycle(t, &opts->life);
 	if (rc)
 		goto err_uncharge;
@@ -211,6 +224,7 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	return 0;
 
 err_uncharge:
+	emb__tier_close(t);
 	emb__mem_charge(t, -(int64_t)t->fixed_bytes);
 	i = t->nshards;
 err_fini_shards:
@@ -230,6 +244,7 @@ void emb_table_destroy(struct emb_table *t)
 	if (!t)
 		return;
 	emb__life_destroy(t);
+	emb__tier_close(t);
 	for (uint32_t i = 0; i < t->nshards; i++)
 		emb__shard_fini(t, &t->shards[i]);
 	free(t->shards);
@@ -749,6 +764,44 @@ each_live_row(struct emb_table *t, row_fn body, void *ctx)
 	}
 }
 
+/*
+ * A tiered table's batch: the ids its shards' indexes lack, looked up
+ * in the cold maps and their blocks read from the device together
+ * (tier.c), before the groups take the rows back one by one. Each shard
+ * is locked only to look; a row that moves meanwhile is read again by
+ * its take. NULL when nothing is cold (or memory is out: the takes then
+ * read their own blocks).
+ */
+static struct emb_tier_pre *tier_read_ahead(struct emb_table *t,
+					    const struct batch *b,
+					    const uint64_t *ids)
+{
+	struct emb_tier_pre *p;
+
+	if (!emb__tier_rows_cold(t))
+		return NULL;
+	p = emb__tier_pre_new();
+	if (!p)
+		return NULL;
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+		uint32_t lo = b->start[si], hi = b->start[si + 1];
+
+		if (lo == hi)
+			continue;
+		pthread_mutex_lock(&s->lock);
+		for (uint32_t c = lo; c < hi; c++) {
+			uint32_t q = b->pos[c];
+
+			if (emb__shard_find(t, s, ids[q], b->h[q]) < 0)
+				emb__tier_note(t, si, b->h[q], p);
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	emb__tier_fetch(t, p);
+	return p;
+}
+
 /* ---- pull ---- */
 
 /* Counts a sighting of absent id under ls's admission (once per call):
@@ -979,6 +1032,7 @@ struct pull_ctx {
 	uint64_t pending;	  /* ids not admitted yet */
 	struct emb_admit_batch ab; /* ids sighted by admission */
 	struct emb_evict_counts ev; /* rows the sweeps removed */
+	struct emb_tier_pre *pre; /* a tiered table's read-ahead, or NULL */
 	int rc;			  /* first error; stops the call */
 };
 
@@ -1003,8 +1057,16 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	bool track;
 	int rc = 0;
 
-	/* The policy is read under the shard lock it is set under. */
-	track = emb__life_tracks(ls);
+	/* The policy is read under the shard lock it is set under. A
+	 * tiered table's demotions pick rows by their last access. */
+	track = emb__life_tracks(ls) || t->tier;
+	if (t->tier) {
+		rc = emb__tier_room(t, s, si, hi - lo);
+		if (rc) {
+			x->rc = rc;
+			return false;
+		}
+	}
 	/*
 	 * Three chunks in flight: the home slots of chunk c + 2 are
 	 * prefetched and chunk c + 1 is resolved (its records prefetched)
@@ -1043,6 +1105,12 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 				r = again < 0 ? NULL
 					      : emb__shard_row(t, s,
 							       (uint32_t)again);
+			}
+			if (!r && t->tier) {
+				r = emb__tier_take(t, s, si, ids[p], b->h[p],
+						   x->pre, &rc);
+				if (rc)
+					break;
 			}
 			if (!r) {
 				x->missing++;
@@ -1150,13 +1218,21 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		return EMB_EBADARG;
 	if (!n)
 		return 0;
-	x.copy_chunk = pull_chunk(&x.o, out && !found && !life);
+	if (t->tier) {
+		/* Rows served are accesses the demotions go by. */
+		x.o.step = emb__tier_tick(t);
+		x.have_step = true;
+	}
+	x.copy_chunk = pull_chunk(&x.o, out && !found && !life && !t->tier);
 	rc = batch_init(t, &b, n);
 	if (rc)
 		return rc;
 	hash_group(t, &b, ids, n);
 	x.b = &b;
+	if (t->tier)
+		x.pre = tier_read_ahead(t, &b, ids);
 	each_group(t, &b, pull_group, &x);
+	emb__tier_pre_free(x.pre);
 	batch_fini(&b);
 	emb__admit_batch_fini(&x.ab);
 
@@ -1194,6 +1270,10 @@ int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
 {
 	if (!t || (n && !ptrs))
 		return EMB_EBADARG;
+	/* A demotion frees records: no pointer into a tiered table's rows
+	 * outlives the shard lock. */
+	if (t->tier)
+		return -EOPNOTSUPP;
 	return pull_common(t, ids, n, NULL, ptrs, flags, NULL, true);
 }
 
@@ -1370,6 +1450,7 @@ struct push_ctx {
 	uint64_t applied;	    /* rows updated */
 	uint64_t dropped;	    /* ids not admitted: not applied */
 	struct emb_evict_counts ev; /* rows the sweeps removed */
+	struct emb_tier_pre *pre;   /* a tiered table's read-ahead, or NULL */
 	int rc;			    /* first error; the push goes on */
 };
 
@@ -1454,6 +1535,16 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	uint32_t idx[2][CHUNK];
 	bool ok = true;
 
+	if (t->tier) {
+		int err = emb__tier_room(t, s, si, hi - lo);
+
+		if (err) {
+			if (!x->rc)
+				x->rc = err;
+			return true; /* the push goes on, as for a create */
+		}
+	}
+
 	/*
 	 * Pipelined as a pull is (pull_group()): the home slots of chunk
 	 * c + 2 are prefetched and chunk c + 1 resolved (its records and
@@ -1487,7 +1578,23 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 			const float *g;
 			float *w;
 			int err = 0;
+			bool cold = false;
 
+			if (!r && t->tier) {
+				r = emb__tier_take(t, s, si, ids[p], b->h[p],
+						   x->pre, &err);
+				if (err) {
+					if (!x->rc)
+						x->rc = err;
+					continue;
+				}
+				/* Back from the device: an existing row,
+				 * which an undo puts back as it was. */
+				cold = r != NULL;
+				if (cold)
+					idx[cur][k] = (uint32_t)emb__shard_find(
+					    t, s, ids[p], b->h[p]);
+			}
 			if (!r && ls && ls->cfg.admit) {
 				dropped++;
 				continue;
@@ -1626,6 +1733,8 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	/* Inside the fence, so that a view's step counts whole batches. */
 	emb__writer_enter(t);
 	x.step = (uint32_t)__atomic_add_fetch(&t->step, 1, __ATOMIC_RELAXED);
+	if (t->tier)
+		x.step = emb__tier_tick(t); /* one clock for pulls and pushes */
 	rc = batch_init(t, &b, n);
 	if (rc) {
 		emb__writer_exit(t);
@@ -1654,7 +1763,10 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	rc = group_push(t, &b, n, grads, &x.ps);
 	if (!rc) {
 		x.b = &b;
+		if (t->tier)
+			x.pre = tier_read_ahead(t, &b, ids);
 		push_groups(t, &b, &x);
+		emb__tier_pre_free(x.pre);
 		rc = x.rc;
 	}
 	if (x.bad) {
@@ -1736,13 +1848,33 @@ assign_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	const struct batch *const b = x->b;
 	const uint32_t stride = x->stride;
 
-	(void)si;
+	if (t->tier) {
+		int err = emb__tier_room(t, s, si, hi - lo);
+
+		if (err) {
+			if (!x->rc)
+				x->rc = err;
+			return true;
+		}
+	}
 	for (uint32_t c = lo; c < hi; c++) {
 		uint32_t p = b->pos[c];
 		int64_t idx = emb__shard_find(t, s, ids[p], b->h[p]);
 		struct emb_row_hdr *r;
+		bool cold = false;
 		float *w;
 
+		if (idx < 0 && t->tier) {
+			int err;
+
+			/* Assigned over: its cold copy goes. */
+			cold = emb__tier_forget(t, si, ids[p], b->h[p], &err);
+			if (err) {
+				if (!x->rc)
+					x->rc = err;
+				continue;
+			}
+		}
 		if (idx < 0) {
 			idx = emb__shard_insert(t, s, ids[p], b->h[p]);
 			if (idx < 0) {
@@ -1750,7 +1882,7 @@ assign_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 					x->rc = (int)idx;
 				continue;
 			}
-			x->created++;
+			x->created += !cold;
 		}
 		r = emb__shard_row(t, s, (uint32_t)idx);
 		emb__row_write(t, s, (uint32_t)idx);
@@ -1822,7 +1954,7 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		x.enc = enc;
 	}
 	emb__writer_enter(t);
-	x.step = now_step(t);
+	x.step = t->tier ? emb__tier_tick(t) : now_step(t);
 	rc = batch_init(t, &b, n);
 	if (rc) {
 		emb__writer_exit(t);
@@ -1904,6 +2036,7 @@ struct erase_ctx {
 	const uint64_t *ids;   /* the call's ids */
 	const struct batch *b; /* hashes and groups */
 	uint64_t erased;       /* rows removed */
+	int rc;		       /* a tier's read error; the others go on */
 };
 
 /* Removes the ids of shard s's group b->pos[lo..hi) (lock held). */
@@ -1913,15 +2046,21 @@ erase_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 {
 	struct erase_ctx *x = ctx;
 
-	(void)si;
 	for (uint32_t c = lo; c < hi; c++) {
 		uint32_t p = x->b->pos[c];
 		int64_t idx = emb__shard_find(t, s, x->ids[p], x->b->h[p]);
+		int err = 0;
 
 		if (idx >= 0) {
 			emb__shard_remove(t, s, (uint32_t)idx, x->b->h[p]);
 			x->erased++;
+		} else if (t->tier &&
+			   emb__tier_forget(t, si, x->ids[p], x->b->h[p],
+					    &err)) {
+			x->erased++;
 		}
+		if (err && !x->rc)
+			x->rc = err;
 	}
 	return true;
 }
@@ -1949,6 +2088,8 @@ int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n)
 	emb__writer_exit(t);
 	__atomic_fetch_sub(&t->rows, x.erased, __ATOMIC_RELAXED);
 	add_stat(&t->rows_erased, x.erased);
+	if (x.rc)
+		return x.rc;
 	return (int)x.erased;
 }
 
@@ -1982,6 +2123,8 @@ int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,
 
 	if (!t)
 		return EMB_EBADARG;
+	if (t->tier)
+		return -EOPNOTSUPP; /* cold rows are not looked at (tier.c) */
 	if (!max_idle_steps && !min_count)
 		return 0;
 	x.step = now_step(t);
@@ -2043,6 +2186,12 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 	emb__arena_usage(t->arena, &out->extents, &ext_bytes);
 }
 
+void emb_table_tier_stats(struct emb_table *t,
+			  struct emb_table_tier_stats *out)
+{
+	emb__tier_stats(t, out);
+}
+
 /* ---- iteration ---- */
 
 struct emb_table_iter {
@@ -2060,6 +2209,10 @@ int emb_table_iter_create(struct emb_table *t, struct emb_table_iter **out)
 
 	if (!t || !out)
 		return EMB_EBADARG;
+	/* Rows move between a tiered table's tiers while a walk goes on:
+	 * walks over one are not built yet (docs/store.md). */
+	if (t->tier)
+		return -EOPNOTSUPP;
 	it = calloc(1, sizeof(*it));
 	if (!it)
 		return -ENOMEM;
@@ -2085,6 +2238,8 @@ int emb_table_track_begin(struct emb_table *t, uint32_t first, uint32_t n)
 {
 	if (!t || !n || first >= EMB_NSLOTS || n > EMB_NSLOTS - first)
 		return EMB_EBADARG;
+	if (t->tier)
+		return -EOPNOTSUPP;
 	for (uint32_t i = 0; i < t->nshards; i++) {
 		struct emb_shard *s = &t->shards[i];
 		uint64_t *b;

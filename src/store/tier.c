@@ -1,0 +1,986 @@
+/*
+ * src/store/tier.c - a table's second tier: cold rows in a file on a
+ * device (docs/store.md, "The device tier").
+ *
+ * A tiered table (opts.tier_path) keeps its hot rows in slabs as any
+ * table does, within its memory limit, and its cold rows in one file
+ * opened with O_DIRECT, so that the page cache holds none of them and
+ * the limit is the table's real DRAM. Nothing of a row is lost between
+ * the tiers: a row is in exactly one of them.
+ *
+ * The file is a sequence of 4 KiB blocks. A block belongs to one shard
+ * and holds up to per_block whole records, byte for byte as they were in
+ * the slab (id, access meta, floats); a record never spans blocks.
+ *
+ * Per shard, under the shard's lock:
+ *   - the cold map: open addressing over 64-bit entries, 0 = empty,
+ *     otherwise the top 32 bits of the id hash (its home position comes
+ *     from them, so a backward-shift delete can find it) and the row's
+ *     location + 1 in the low 32: its shard-local block number << 8 |
+ *     its slot in the block. 8 bytes a cold row at most 80 % full: the
+ *     id itself is only on the device and is checked once the block is
+ *     read (two ids share 32 hash bits 1 time in 2^32 per probe; the
+ *     lookup then reads on);
+ *   - the shard's blocks: file block number, live records, and a
+ *     generation that changes whenever the block is written, so a row
+ *     read ahead of its promotion (emb__tier_fetch) is used only if its
+ *     block still holds what was read.
+ * Under the tier's own lock: the file's free blocks and its end.
+ *
+ * Demotion happens only at the start of a shard's group in a batch
+ * (emb__tier_room), never in the middle: the batch loops keep pointers to
+ * records they resolved ahead, which a demotion would free. Promotion
+ * (emb__tier_take) happens where those loops find an id absent: it
+ * inserts the record into a free record that emb__tier_room set aside.
+ *
+ * Threads: every function here but open/close/fetch/stats runs under the
+ * shard lock of the shard it names; fetch runs with no lock held.
+ */
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/hash.h"
+#include "common/log.h"
+
+#define TIER_BLOCK	   4096u
+#define MAP_MIN		   64u
+#define DEMOTE_MIN_BLOCKS  4u	/* a demotion writes at least this many */
+#define DEMOTE_SCAN	   4u	/* candidates looked at per row demoted */
+#define RING_DEPTH	   64u	/* reads in flight per fetch */
+#define BUF_BLOCKS_MAX	   1024u /* a fetch reads at most this many blocks */
+
+struct tier_shard {
+	uint64_t *map;	      /* cold map, map_n entries */
+	uint32_t map_n;	      /* 0 or a power of two */
+	uint32_t map_used;    /* cold rows of this shard */
+	uint32_t *blk_file;   /* per shard block: its file block */
+	uint16_t *blk_live;   /* per shard block: live records in it */
+	uint32_t *blk_gen;    /* per shard block: bumped at each write */
+	uint32_t nblk;	      /* shard blocks ever made */
+	uint32_t blk_cap;     /* room in the three arrays */
+	uint32_t *blk_spare;  /* shard blocks whose file block went back */
+	uint32_t nspare;
+	uint32_t spare_cap;
+	uint32_t hand;	      /* next record the demotion hand looks at */
+} __attribute__((aligned(64)));
+
+struct emb_tier {
+	int fd;
+	char *path;
+	uint64_t max_blocks;	/* file blocks allowed; 0 = no bound */
+	uint32_t per_block;	/* records in a block */
+	uint32_t rec;		/* bytes of a record (the table's row_bytes) */
+	pthread_mutex_t lock;	/* guards the four fields below */
+	uint32_t file_blocks;	/* blocks the file has (its end) */
+	uint32_t *free_blocks;	/* file blocks no shard uses */
+	uint32_t nfree;
+	uint32_t free_cap;
+	uint64_t clock;		/* access clock: one tick per batch */
+	/* Counters, relaxed atomics. */
+	uint64_t rows_cold;
+	uint64_t demoted;
+	uint64_t promoted;
+	uint64_t blocks_read;
+	uint64_t blocks_written;
+	uint64_t read_ns;	/* time spent waiting for reads */
+	uint64_t map_bytes;	/* cold maps and block arrays, charged */
+	struct tier_shard *sh;	/* nshards */
+};
+
+/* ---- per-thread buffers and ring ---- */
+
+/*
+ * Each thread that demotes or reads keeps one 4 KiB-aligned buffer and
+ * one io_uring, made on first use and freed when the thread exits, as
+ * the store's other scratch memory is (scratch.c): the callers are a
+ * server's loop threads or a trainer's threads, each running one batch
+ * at a time.
+ */
+struct tier_tls {
+	void *buf;
+	size_t buf_bytes;
+	struct io_uring ring;
+	bool have_ring;
+};
+
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+
+static void tls_free(void *p)
+{
+	struct tier_tls *x = p;
+
+	if (!x)
+		return;
+	free(x->buf);
+	if (x->have_ring)
+		io_uring_queue_exit(&x->ring);
+	free(x);
+}
+
+static void tls_init(void)
+{
+	(void)pthread_key_create(&tls_key, tls_free);
+}
+
+static struct tier_tls *tls_get(void)
+{
+	struct tier_tls *x;
+
+	(void)pthread_once(&tls_once, tls_init);
+	x = pthread_getspecific(tls_key);
+	if (x)
+		return x;
+	x = calloc(1, sizeof(*x));
+	if (x && pthread_setspecific(tls_key, x)) {
+		free(x);
+		x = NULL;
+	}
+	return x;
+}
+
+/* The thread's aligned buffer, at least bytes long, or NULL. */
+static void *tls_buf(size_t bytes)
+{
+	struct tier_tls *x = tls_get();
+	void *p;
+
+	if (!x)
+		return NULL;
+	if (x->buf_bytes >= bytes)
+		return x->buf;
+	if (posix_memalign(&p, TIER_BLOCK, bytes))
+		return NULL;
+	free(x->buf);
+	x->buf = p;
+	x->buf_bytes = bytes;
+	return p;
+}
+
+static struct io_uring *tls_ring(void)
+{
+	struct tier_tls *x = tls_get();
+
+	if (!x)
+		return NULL;
+	if (!x->have_ring) {
+		if (io_uring_queue_init(RING_DEPTH, &x->ring, 0) < 0)
+			return NULL;
+		x->have_ring = true;
+	}
+	return &x->ring;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void count(uint64_t *c, uint64_t n)
+{
+	__atomic_fetch_add(c, n, __ATOMIC_RELAXED);
+}
+
+/* ---- device I/O ---- */
+
+/* Reads or writes len bytes at file block blk, whole; 0 or -errno. */
+static int dev_io(int fd, void *buf, size_t len, uint32_t blk, bool write)
+{
+	off_t off = (off_t)blk * TIER_BLOCK;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = write ? pwrite(fd, (char *)buf + done, len - done,
+					   off + (off_t)done)
+				  : pread(fd, (char *)buf + done, len - done,
+					  off + (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO; /* read past the end: a lost block */
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/* ---- open and close ---- */
+
+int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes)
+{
+	struct emb_tier *tr;
+	int fd, rc;
+
+	if (t->row_bytes > TIER_BLOCK)
+		return EMB_EBADARG; /* a record must fit a block */
+	tr = calloc(1, sizeof(*tr));
+	if (!tr)
+		return -ENOMEM;
+	tr->path = strdup(path);
+	tr->sh = aligned_alloc(64, t->nshards * sizeof(*tr->sh));
+	if (!tr->path || !tr->sh) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	memset(tr->sh, 0, t->nshards * sizeof(*tr->sh));
+	/*
+	 * O_DIRECT: cold rows must not sit in the page cache, or the memory
+	 * limit would not bound the table's DRAM and the figures would be
+	 * the page cache's. A file system that refuses it (tmpfs) gets the
+	 * buffered path, with a warning.
+	 */
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT,
+		  0600);
+	if (fd < 0 && errno == EINVAL) {
+		fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			emb_log(EMB_LOG_WARN, "tier %s: no O_DIRECT on this file "
+				     "system; cold rows go through the page "
+				     "cache",
+				     path);
+	}
+	if (fd < 0) {
+		rc = -errno;
+		emb_log(EMB_LOG_ERROR, "tier %s: %s", path, strerror(errno));
+		goto err;
+	}
+	tr->fd = fd;
+	tr->rec = t->row_bytes;
+	tr->per_block = TIER_BLOCK / t->row_bytes;
+	if (tr->per_block > 256)
+		tr->per_block = 256; /* a slot is 8 bits of a location */
+	tr->max_blocks = max_bytes / TIER_BLOCK;
+	if (max_bytes && !tr->max_blocks) {
+		close(fd);
+		unlink(path);
+		rc = EMB_EBADARG;
+		goto err;
+	}
+	pthread_mutex_init(&tr->lock, NULL);
+	t->tier = tr;
+	return 0;
+
+err:
+	free(tr->sh);
+	free(tr->path);
+	free(tr);
+	return rc;
+}
+
+void emb__tier_close(struct emb_table *t)
+{
+	struct emb_tier *tr = t->tier;
+
+	if (!tr)
+		return;
+	for (uint32_t i = 0; i < t->nshards; i++) {
+		struct tier_shard *ts = &tr->sh[i];
+
+		free(ts->map);
+		free(ts->blk_file);
+		free(ts->blk_live);
+		free(ts->blk_gen);
+		free(ts->blk_spare);
+	}
+	emb__mem_charge(t, -(int64_t)tr->map_bytes);
+	close(tr->fd);
+	/* The tier is scratch: rows outlive a process only through
+	 * checkpoints, so nothing may read this file again. */
+	unlink(tr->path);
+	pthread_mutex_destroy(&tr->lock);
+	free(tr->free_blocks);
+	free(tr->sh);
+	free(tr->path);
+	free(tr);
+	t->tier = NULL;
+}
+
+const char *emb__tier_path(const struct emb_table *t)
+{
+	return t->tier->path;
+}
+
+uint64_t emb__tier_rows_cold(struct emb_table *t)
+{
+	return __atomic_load_n(&t->tier->rows_cold, __ATOMIC_RELAXED);
+}
+
+uint32_t emb__tier_tick(struct emb_table *t)
+{
+	return (uint32_t)__atomic_add_fetch(&t->tier->clock, 1,
+					    __ATOMIC_RELAXED);
+}
+
+/* ---- the cold map ---- */
+
+static inline uint32_t map_fp(uint64_t h)
+{
+	return (uint32_t)(h >> 32);
+}
+
+static inline uint32_t map_home(uint32_t fp, uint32_t n)
+{
+	/* fp's low bits: the tag and probe start of the hot index use
+	 * other bits of the hash (common/hash.h), and n is a power of 2. */
+	return (fp * 0x9e3779b1u) >> (32 - __builtin_ctz(n));
+}
+
+/* Charges (n > 0) or releases the tier's DRAM: never refused, so that a
+ * demotion, which frees slab records, cannot fail on it; docs/store.md
+ * says how the limit leaves room for it. */
+static void charge(struct emb_table *t, int64_t n)
+{
+	if (n > 0) {
+		if (emb__mem_charge(t, n)) {
+			/* Over the limit: charge anyway, without the
+			 * check, so that the count stays true. */
+			__atomic_fetch_add(&t->mem_used, (uint64_t)n,
+					   __ATOMIC_RELAXED);
+			if (t->opts.budget)
+				__atomic_fetch_add(&t->opts.budget->used,
+						   (uint64_t)n,
+						   __ATOMIC_RELAXED);
+		}
+	} else if (n < 0) {
+		emb__mem_charge(t, n);
+	}
+	__atomic_fetch_add(&t->tier->map_bytes, (uint64_t)n, __ATOMIC_RELAXED);
+}
+
+static int map_grow(struct emb_table *t, struct tier_shard *ts)
+{
+	uint32_t n = ts->map_n ? ts->map_n * 2 : MAP_MIN;
+	uint64_t *m = calloc(n, sizeof(*m));
+
+	if (!m)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < ts->map_n; i++) {
+		uint64_t v = ts->map[i];
+		uint32_t pos;
+
+		if (!v)
+			continue;
+		pos = map_home((uint32_t)(v >> 32), n);
+		while (m[pos])
+			pos = (pos + 1) & (n - 1);
+		m[pos] = v;
+	}
+	charge(t, (int64_t)(n - ts->map_n) * 8);
+	free(ts->map);
+	ts->map = m;
+	ts->map_n = n;
+	return 0;
+}
+
+/* Position of the first entry at or after probe step *pos whose
+ * fingerprint is fp, or -1; *pos is where to go on from. */
+static int64_t map_next(const struct tier_shard *ts, uint32_t fp,
+			uint32_t *pos)
+{
+	uint32_t n = ts->map_n;
+
+	if (!n)
+		return -1;
+	for (;;) {
+		uint32_t p = *pos;
+		uint64_t v = ts->map[p];
+
+		if (!v)
+			return -1;
+		*pos = (p + 1) & (n - 1);
+		if ((uint32_t)(v >> 32) == fp)
+			return p;
+	}
+}
+
+static void map_delete(struct tier_shard *ts, uint32_t hole)
+{
+	uint32_t n = ts->map_n, pos = hole;
+
+	for (;;) {
+		uint32_t home;
+		uint64_t v;
+
+		pos = (pos + 1) & (n - 1);
+		v = ts->map[pos];
+		if (!v)
+			break;
+		home = map_home((uint32_t)(v >> 32), n);
+		if (hole <= pos ? (home <= hole || home > pos)
+				: (home <= hole && home > pos)) {
+			ts->map[hole] = v;
+			hole = pos;
+		}
+	}
+	ts->map[hole] = 0;
+	ts->map_used--;
+}
+
+/* ---- blocks ---- */
+
+static int blk_reserve(struct emb_table *t, struct tier_shard *ts)
+{
+	uint32_t cap;
+	void *a, *b, *c;
+
+	if (ts->nblk < ts->blk_cap)
+		return 0;
+	if (ts->nblk >= (1u << 24))
+		return EMB_ETIERFULL; /* 24 bits of a location */
+	cap = ts->blk_cap ? ts->blk_cap * 2 : 16;
+	a = realloc(ts->blk_file, cap * sizeof(uint32_t));
+	if (a)
+		ts->blk_file = a;
+	b = realloc(ts->blk_live, cap * sizeof(uint16_t));
+	if (b)
+		ts->blk_live = b;
+	c = realloc(ts->blk_gen, cap * sizeof(uint32_t));
+	if (c)
+		ts->blk_gen = c;
+	if (!a || !b || !c)
+		return -ENOMEM;
+	charge(t, (int64_t)(cap - ts->blk_cap) * 10);
+	ts->blk_cap = cap;
+	return 0;
+}
+
+/* Puts file block fb on the tier's free list: 0, or -ENOMEM (then the
+ * block is lost to the file until the table goes: a few KiB). */
+static int file_block_put(struct emb_tier *tr, uint32_t fb)
+{
+	pthread_mutex_lock(&tr->lock);
+	if (tr->nfree == tr->free_cap) {
+		uint32_t cap = tr->free_cap ? tr->free_cap * 2 : 64;
+		uint32_t *v = realloc(tr->free_blocks, cap * sizeof(*v));
+
+		if (!v) {
+			pthread_mutex_unlock(&tr->lock);
+			return -ENOMEM;
+		}
+		tr->free_blocks = v;
+		tr->free_cap = cap;
+	}
+	tr->free_blocks[tr->nfree++] = fb;
+	pthread_mutex_unlock(&tr->lock);
+	return 0;
+}
+
+/* A shard block for a new write: a spare one, or a new one. Takes its
+ * file block from the tier's free list or the file's end. */
+static int blk_new(struct emb_table *t, struct tier_shard *ts, uint32_t *out)
+{
+	struct emb_tier *tr = t->tier;
+	uint32_t fb, sb;
+	int rc;
+
+	pthread_mutex_lock(&tr->lock);
+	if (tr->nfree) {
+		fb = tr->free_blocks[--tr->nfree];
+	} else if (tr->max_blocks && tr->file_blocks >= tr->max_blocks) {
+		pthread_mutex_unlock(&tr->lock);
+		return EMB_ETIERFULL;
+	} else {
+		fb = tr->file_blocks++;
+	}
+	pthread_mutex_unlock(&tr->lock);
+	if (ts->nspare) {
+		sb = ts->blk_spare[--ts->nspare];
+	} else {
+		rc = blk_reserve(t, ts);
+		if (rc)
+			goto err;
+		sb = ts->nblk++;
+		ts->blk_gen[sb] = 0;
+	}
+	ts->blk_file[sb] = fb;
+	ts->blk_live[sb] = 0;
+	ts->blk_gen[sb]++;
+	*out = sb;
+	return 0;
+err:
+	file_block_put(tr, fb);
+	return rc;
+}
+
+/* Gives shard block sb (no live record left) and its file block back. */
+static void blk_release(struct emb_table *t, struct tier_shard *ts,
+			uint32_t sb)
+{
+	struct emb_tier *tr = t->tier;
+
+	if (ts->nspare == ts->spare_cap) {
+		uint32_t cap = ts->spare_cap ? ts->spare_cap * 2 : 16;
+		uint32_t *v = realloc(ts->blk_spare, cap * sizeof(*v));
+
+		if (!v)
+			return; /* kept as a used block with no live row */
+		charge(t, (int64_t)(cap - ts->spare_cap) * 4);
+		ts->blk_spare = v;
+		ts->spare_cap = cap;
+	}
+	if (file_block_put(tr, ts->blk_file[sb]))
+		return;
+	ts->blk_spare[ts->nspare++] = sb;
+	ts->blk_gen[sb]++; /* a row read from it before is stale now */
+}
+
+/* ---- demotion ---- */
+
+struct cand {
+	uint32_t step;
+	uint32_t idx;
+};
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	/* Oldest access first; ties by record, for a stable choice. Steps
+	 * are compared as distances so that the clock may wrap. */
+	int32_t d = (int32_t)(x->step - y->step);
+
+	if (d)
+		return d < 0 ? -1 : 1;
+	return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/*
+ * Writes the n records at cand[0..n) of shard s to new blocks, indexes
+ * them in the cold map and frees their records. 0 or an error (then
+ * nothing of the failed block moved).
+ */
+static int demote(struct emb_table *t, struct emb_shard *s, uint32_t si,
+		  const struct cand *cand, uint32_t n)
+{
+	struct emb_tier *tr = t->tier;
+	struct tier_shard *ts = &tr->sh[si];
+	const uint32_t per = tr->per_block, rec = tr->rec;
+	char *buf = tls_buf(TIER_BLOCK);
+
+	if (!buf)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i += per) {
+		uint32_t m = n - i < per ? n - i : per, sb;
+		int rc;
+
+		while ((uint64_t)(ts->map_used + m) * 5 > (uint64_t)ts->map_n * 4)
+			if ((rc = map_grow(t, ts)))
+				return rc;
+		rc = blk_new(t, ts, &sb);
+		if (rc)
+			return rc;
+		memset(buf, 0, TIER_BLOCK);
+		for (uint32_t k = 0; k < m; k++)
+			memcpy(buf + (size_t)k * rec,
+			       emb__shard_row(t, s, cand[i + k].idx), rec);
+		rc = dev_io(tr->fd, buf, TIER_BLOCK, ts->blk_file[sb], true);
+		if (rc) {
+			emb_log(EMB_LOG_ERROR, "tier %s: write: %s", tr->path,
+				    strerror(-rc));
+			blk_release(t, ts, sb);
+			return rc;
+		}
+		count(&tr->blocks_written, 1);
+		for (uint32_t k = 0; k < m; k++) {
+			struct emb_row_hdr *r =
+			    emb__shard_row(t, s, cand[i + k].idx);
+			uint64_t h = emb_id_hash(r->id);
+			uint32_t fp = map_fp(h), pos = map_home(fp, ts->map_n);
+
+			while (ts->map[pos])
+				pos = (pos + 1) & (ts->map_n - 1);
+			ts->map[pos] = (uint64_t)fp << 32 | ((sb << 8 | k) + 1);
+			ts->map_used++;
+			emb__shard_remove(t, s, cand[i + k].idx, h);
+		}
+		ts->blk_live[sb] = (uint16_t)m;
+		count(&tr->rows_cold, m);
+		count(&tr->demoted, m);
+	}
+	return 0;
+}
+
+int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
+		   uint32_t need)
+{
+	struct emb_tier *tr = t->tier;
+	struct tier_shard *ts = &tr->sh[si];
+	const uint64_t limit = t->opts.mem_limit;
+	uint64_t avail = (uint64_t)s->nslabs * t->rows_per_slab - s->used;
+	uint64_t used, room, want, ncand, got;
+	struct cand *cand;
+	int rc;
+
+	if (avail >= need)
+		return 0;
+	/*
+	 * Rows this group may make fit in the free records, or in slabs
+	 * the limit still allows; the rest is made room for by demoting
+	 * the least recently used rows. A quarter of the limit is kept for
+	 * the index and cold maps (docs/store.md).
+	 */
+	room = avail;
+	used = __atomic_load_n(&t->mem_used, __ATOMIC_RELAXED);
+	if (limit && used + limit / 4 < limit)
+		room += (limit - limit / 4 - used) / t->slab_alloc_bytes *
+			t->rows_per_slab;
+	else if (!limit)
+		return 0;
+	if (room >= need)
+		return 0;
+	want = need - room;
+	/* Whole blocks, and a few at once: each demotion writes. */
+	want = (want + tr->per_block - 1) / tr->per_block * tr->per_block;
+	if (want < (uint64_t)DEMOTE_MIN_BLOCKS * tr->per_block)
+		want = (uint64_t)DEMOTE_MIN_BLOCKS * tr->per_block;
+	if (want > s->used)
+		want = s->used;
+	if (!want)
+		return 0;
+	ncand = want * DEMOTE_SCAN;
+	if (ncand > s->used)
+		ncand = s->used;
+	cand = malloc(ncand * sizeof(*cand));
+	if (!cand)
+		return -ENOMEM;
+	/* The hand goes round the records, taking the live ones, and the
+	 * oldest of them go: an approximate LRU over the shard. */
+	got = 0;
+	for (uint32_t seen = 0; got < ncand && seen < s->next_idx; seen++) {
+		struct emb_row_hdr *r;
+
+		if (ts->hand >= s->next_idx)
+			ts->hand = 0;
+		r = emb__shard_row(t, s, ts->hand);
+		if (!(r->count & EMB_ROW_FREE))
+			cand[got++] = (struct cand){r->last_step, ts->hand};
+		ts->hand++;
+	}
+	ncand = got;
+	qsort(cand, ncand, sizeof(*cand), cand_cmp);
+	if (want > ncand)
+		want = ncand;
+	rc = demote(t, s, si, cand, (uint32_t)want);
+	free(cand);
+	return rc;
+}
+
+/* ---- promotion ---- */
+
+/*
+ * Where id is cold: its map position and location, or false. Reads the
+ * block into buf (TIER_BLOCK aligned bytes) unless the read-ahead pre
+ * has it, and checks the id there.
+ */
+static bool cold_find(struct emb_table *t, uint32_t si, uint64_t id,
+		      uint64_t h, const struct emb_tier_pre *pre, char *buf,
+		      uint32_t *mpos, const char **rec_out, int *rc)
+{
+	struct emb_tier *tr = t->tier;
+	struct tier_shard *ts = &tr->sh[si];
+	uint32_t fp = map_fp(h), pos;
+	int64_t at;
+
+	if (!ts->map_n)
+		return false;
+	pos = map_home(fp, ts->map_n);
+	while ((at = map_next(ts, fp, &pos)) >= 0) {
+		uint32_t loc = (uint32_t)ts->map[at] - 1;
+		uint32_t sb = loc >> 8, slot = loc & 0xff;
+		const char *blk = NULL;
+		const char *r;
+
+		if (pre)
+			blk = emb__tier_pre_block(pre, si, sb,
+						  ts->blk_gen[sb]);
+		if (!blk) {
+			uint64_t t0 = now_ns();
+
+			*rc = dev_io(tr->fd, buf, TIER_BLOCK,
+				     ts->blk_file[sb], false);
+			count(&tr->read_ns, now_ns() - t0);
+			if (*rc) {
+				emb_log(EMB_LOG_ERROR, "tier %s: read: %s", tr->path,
+					    strerror(-*rc));
+				return false;
+			}
+			count(&tr->blocks_read, 1);
+			blk = buf;
+		}
+		r = blk + (size_t)slot * tr->rec;
+		if (((const struct emb_row_hdr *)(const void *)r)->id != id)
+			continue; /* 32 hash bits alike: read on */
+		*mpos = (uint32_t)at;
+		*rec_out = r;
+		return true;
+	}
+	return false;
+}
+
+/* Drops the cold row at map position mpos (its block's live count). */
+static void cold_drop(struct emb_table *t, uint32_t si, uint32_t mpos)
+{
+	struct emb_tier *tr = t->tier;
+	struct tier_shard *ts = &tr->sh[si];
+	uint32_t sb = ((uint32_t)ts->map[mpos] - 1) >> 8;
+
+	map_delete(ts, mpos);
+	if (--ts->blk_live[sb] == 0)
+		blk_release(t, ts, sb);
+	__atomic_fetch_sub(&tr->rows_cold, 1, __ATOMIC_RELAXED);
+}
+
+struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
+				   uint32_t si, uint64_t id, uint64_t h,
+				   const struct emb_tier_pre *pre, int *rc)
+{
+	char *buf = tls_buf(TIER_BLOCK);
+	const char *src;
+	struct emb_row_hdr *r;
+	uint32_t mpos;
+	int64_t idx;
+
+	*rc = 0;
+	if (!buf) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	if (!cold_find(t, si, id, h, pre, buf, &mpos, &src, rc))
+		return NULL;
+	idx = emb__shard_insert(t, s, id, h);
+	if (idx < 0) {
+		*rc = (int)idx;
+		return NULL;
+	}
+	r = emb__shard_row(t, s, (uint32_t)idx);
+	/* The whole record as it was: access meta and floats. */
+	memcpy((char *)r + 8, src + 8, t->row_bytes - 8);
+	cold_drop(t, si, mpos);
+	count(&t->tier->promoted, 1);
+	return r;
+}
+
+bool emb__tier_forget(struct emb_table *t, uint32_t si, uint64_t id,
+		      uint64_t h, int *rc)
+{
+	char *buf = tls_buf(TIER_BLOCK);
+	const char *src;
+	uint32_t mpos;
+
+	*rc = 0;
+	if (!buf) {
+		*rc = -ENOMEM;
+		return false;
+	}
+	if (!cold_find(t, si, id, h, NULL, buf, &mpos, &src, rc))
+		return false;
+	cold_drop(t, si, mpos);
+	return true;
+}
+
+/* ---- reading a batch's cold rows ahead ---- */
+
+/*
+ * A batch's read-ahead: the distinct blocks its cold ids are in, read
+ * together through io_uring before the batch takes its shards' locks,
+ * so that n cold rows cost about one device round trip at a queue
+ * depth of RING_DEPTH instead of n in a row.
+ */
+struct pre_blk {
+	uint32_t si, sb, gen, file;
+};
+
+struct emb_tier_pre {
+	struct pre_blk *blk; /* sorted by (si, sb) once read */
+	uint32_t n, cap;
+	char *buf;	     /* n blocks, 4 KiB aligned */
+	bool read;	     /* the reads completed */
+};
+
+static int pre_cmp(const void *a, const void *b)
+{
+	const struct pre_blk *x = a, *y = b;
+
+	if (x->si != y->si)
+		return x->si < y->si ? -1 : 1;
+	return x->sb < y->sb ? -1 : x->sb > y->sb;
+}
+
+struct emb_tier_pre *emb__tier_pre_new(void)
+{
+	return calloc(1, sizeof(struct emb_tier_pre));
+}
+
+void emb__tier_pre_free(struct emb_tier_pre *p)
+{
+	if (!p)
+		return;
+	free(p->blk);
+	free(p->buf);
+	free(p);
+}
+
+void emb__tier_note(struct emb_table *t, uint32_t si, uint64_t h,
+		    struct emb_tier_pre *p)
+{
+	struct tier_shard *ts = &t->tier->sh[si];
+	uint32_t fp = map_fp(h), pos;
+	int64_t at;
+
+	if (!ts->map_n || p->n >= BUF_BLOCKS_MAX)
+		return;
+	pos = map_home(fp, ts->map_n);
+	/* Every candidate block: a 32-bit fingerprint alike is rare. */
+	while ((at = map_next(ts, fp, &pos)) >= 0) {
+		uint32_t sb = ((uint32_t)ts->map[at] - 1) >> 8;
+
+		if (p->n == p->cap) {
+			uint32_t cap = p->cap ? p->cap * 2 : 64;
+			struct pre_blk *v = realloc(p->blk, cap * sizeof(*v));
+
+			if (!v)
+				return; /* its promotion reads it then */
+			p->blk = v;
+			p->cap = cap;
+		}
+		p->blk[p->n++] = (struct pre_blk){si, sb, ts->blk_gen[sb],
+						  ts->blk_file[sb]};
+	}
+}
+
+int emb__tier_fetch(struct emb_table *t, struct emb_tier_pre *p)
+{
+	struct emb_tier *tr = t->tier;
+	struct io_uring *ring;
+	uint32_t n = 0, sent = 0, done = 0;
+	uint64_t t0;
+	int rc = 0;
+
+	if (!p->n)
+		return 0;
+	qsort(p->blk, p->n, sizeof(*p->blk), pre_cmp);
+	for (uint32_t i = 0; i < p->n; i++)
+		if (!n || pre_cmp(&p->blk[i], &p->blk[n - 1]))
+			p->blk[n++] = p->blk[i];
+	p->n = n;
+	if (posix_memalign((void **)&p->buf, TIER_BLOCK,
+			   (size_t)n * TIER_BLOCK)) {
+		p->n = 0;
+		return -ENOMEM;
+	}
+	ring = tls_ring();
+	t0 = now_ns();
+	if (!ring) {
+		/* No io_uring here (a kernel or seccomp profile without
+		 * it): one read after another. */
+		for (uint32_t i = 0; i < n && !rc; i++)
+			rc = dev_io(tr->fd, p->buf + (size_t)i * TIER_BLOCK,
+				    TIER_BLOCK, p->blk[i].file, false);
+		done = rc ? 0 : n;
+		goto out;
+	}
+	while (done < n) {
+		struct io_uring_cqe *cqe;
+
+		while (sent < n && sent - done < RING_DEPTH) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+			if (!sqe)
+				break;
+			io_uring_prep_read(sqe, tr->fd,
+					   p->buf + (size_t)sent * TIER_BLOCK,
+					   TIER_BLOCK,
+					   (uint64_t)p->blk[sent].file *
+					       TIER_BLOCK);
+			io_uring_sqe_set_data64(sqe, sent);
+			sent++;
+		}
+		rc = io_uring_submit_and_wait(ring, 1);
+		if (rc < 0 && rc != -EINTR)
+			break;
+		rc = 0;
+		while (io_uring_peek_cqe(ring, &cqe) == 0) {
+			if (cqe->res != (int)TIER_BLOCK && !rc)
+				rc = cqe->res < 0 ? cqe->res : -EIO;
+			io_uring_cqe_seen(ring, cqe);
+			done++;
+		}
+		if (rc)
+			break;
+	}
+	/* Reap what is still in flight before the buffer can go. */
+	while (done < sent) {
+		struct io_uring_cqe *cqe;
+
+		if (io_uring_wait_cqe(ring, &cqe))
+			break;
+		io_uring_cqe_seen(ring, cqe);
+		done++;
+	}
+out:
+	count(&tr->read_ns, now_ns() - t0);
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "tier %s: read: %s", tr->path, strerror(-rc));
+		p->n = 0; /* each promotion reads its own block then */
+		return 0;
+	}
+	count(&tr->blocks_read, n);
+	p->read = true;
+	return 0;
+}
+
+const char *emb__tier_pre_block(const struct emb_tier_pre *p, uint32_t si,
+				uint32_t sb, uint32_t gen)
+{
+	uint32_t lo = 0, hi = p->read ? p->n : 0;
+
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+		const struct pre_blk *b = &p->blk[mid];
+
+		if (b->si == si && b->sb == sb)
+			return b->gen == gen ? p->buf + (size_t)mid * TIER_BLOCK
+					     : NULL;
+		if (b->si < si || (b->si == si && b->sb < sb))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* ---- stats ---- */
+
+void emb__tier_stats(struct emb_table *t, struct emb_table_tier_stats *out)
+{
+	struct emb_tier *tr = t->tier;
+
+	memset(out, 0, sizeof(*out));
+	if (!tr)
+		return;
+	out->rows_cold = __atomic_load_n(&tr->rows_cold, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&tr->lock);
+	out->file_bytes = (uint64_t)tr->file_blocks * TIER_BLOCK;
+	out->free_bytes = (uint64_t)tr->nfree * TIER_BLOCK;
+	pthread_mutex_unlock(&tr->lock);
+	out->demoted = __atomic_load_n(&tr->demoted, __ATOMIC_RELAXED);
+	out->promoted = __atomic_load_n(&tr->promoted, __ATOMIC_RELAXED);
+	out->blocks_read = __atomic_load_n(&tr->blocks_read, __ATOMIC_RELAXED);
+	out->blocks_written =
+	    __atomic_load_n(&tr->blocks_written, __ATOMIC_RELAXED);
+	out->read_ns = __atomic_load_n(&tr->read_ns, __ATOMIC_RELAXED);
+	out->map_bytes = __atomic_load_n(&tr->map_bytes, __ATOMIC_RELAXED);
+}

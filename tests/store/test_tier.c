@@ -1,0 +1,417 @@
+/*
+ * tests/store/test_tier.c - a table's device tier (docs/store.md, "The
+ * device tier"): rows past the memory limit move to a file and come back
+ * bit for bit, through pull, push, assign and erase, from one thread and
+ * from several; a push refused after promotions puts them back; a full
+ * tier fails only what it cannot hold; what is not built yet is refused.
+ *
+ * Each tiered table is checked against a twin without a tier that gets
+ * the same calls: every row must match it exactly, weights and state.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "store_test.h"
+
+#define DIM 16
+#define IDS 40960u /* about 5x what the limit keeps in DRAM */
+#define BATCH 512u
+
+static char *dir;
+
+static struct emb_table_opts tier_opts(char *path, size_t cap,
+				       const char *name)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+
+	o.name = name;
+	o.dim = DIM;
+	o.nshards = 8;
+	o.optim.kind = EMB_OPTIM_ADAGRAD;
+	o.optim.lr = 0.1f;
+	o.seed = 11;
+	/* The table's fixed part is about 4.1 MiB (store.h), a quarter of
+	 * the limit is kept for the indexes: ~1.9 MiB of slabs, ~8k rows
+	 * of 160 bytes. */
+	o.mem_limit = 8u << 20;
+	snprintf(path, cap, "%s/%s.tier", dir, name);
+	o.tier_path = path;
+	return o;
+}
+
+static struct emb_table *twin_of(const struct emb_table_opts *o)
+{
+	struct emb_table_opts r = *o;
+
+	r.name = "twin";
+	r.mem_limit = 0;
+	r.tier_path = NULL;
+	return table_new(&r);
+}
+
+/* Every id of [0, n) is in both tables or in neither, with the same
+ * weights (looked up without making rows). */
+static void check_same(struct emb_table *a, struct emb_table *b, uint32_t n)
+{
+	uint64_t ids[BATCH];
+	uint8_t fa[BATCH], fb[BATCH];
+	float *wa = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	float *wb = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	uint32_t bad = 0;
+
+	for (uint32_t lo = 0; lo < n; lo += BATCH) {
+		uint32_t m = n - lo < BATCH ? n - lo : BATCH;
+		int ra, rb;
+
+		for (uint32_t i = 0; i < m; i++)
+			ids[i] = (uint64_t)(lo + i) * 7919u + 3;
+		ra = emb_table_pull(a, ids, m, wa, EMB_PULL_NOCREATE, fa);
+		rb = emb_table_pull(b, ids, m, wb, EMB_PULL_NOCREATE, fb);
+		CU_ASSERT(ra >= 0);
+		CU_ASSERT_EQUAL(ra, rb);
+		bad += memcmp(fa, fb, m) != 0;
+		bad += memcmp(wa, wb, (size_t)m * DIM * sizeof(float)) != 0;
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	free(wa);
+	free(wb);
+}
+
+/* A batch of m random ids of [0, n) (may repeat), as ids[] feature ids. */
+static void draw(uint64_t *st, uint64_t *ids, uint32_t m, uint32_t n)
+{
+	for (uint32_t i = 0; i < m; i++)
+		ids[i] = (uint64_t)rnd_below(st, n) * 7919u + 3;
+}
+
+static void grads_fill(uint64_t *st, float *g, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		g[i] = (float)rnd_below(st, 2001) / 1000.0f - 1.0f;
+}
+
+/* Pulls and pushes of random batches on the tiered table and its twin,
+ * each batch's pulled rows compared. */
+static void drive(struct emb_table *t, struct emb_table *r, uint64_t seed,
+		  uint32_t batches, uint32_t n, uint32_t *bad)
+{
+	uint64_t st = seed;
+	uint64_t ids[BATCH];
+	float *g = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	float *wa = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	float *wb = xcalloc((size_t)BATCH * DIM, sizeof(float));
+
+	for (uint32_t k = 0; k < batches; k++) {
+		draw(&st, ids, BATCH, n);
+		if (emb_table_pull(t, ids, BATCH, wa, 0, NULL) < 0 ||
+		    emb_table_pull(r, ids, BATCH, wb, 0, NULL) < 0)
+			(*bad)++;
+		if (memcmp(wa, wb, sizeof(float) * BATCH * DIM))
+			(*bad)++;
+		grads_fill(&st, g, (size_t)BATCH * DIM);
+		if (emb_table_push(t, ids, BATCH, g) ||
+		    emb_table_push(r, ids, BATCH, g))
+			(*bad)++;
+	}
+	free(g);
+	free(wa);
+	free(wb);
+}
+
+static void test_rows_come_back(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "tiered");
+	struct emb_table *t = table_new(&o), *r = twin_of(&o);
+	struct emb_table_tier_stats ts;
+	struct emb_table_stats s;
+	struct stat sb;
+	uint32_t bad = 0;
+
+	/* Every id made first (by pushes, so each row differs from its
+	 * initial values), then random traffic over all of them. */
+	for (uint32_t lo = 0; lo < IDS; lo += BATCH) {
+		uint64_t ids[BATCH];
+		float g[BATCH * DIM];
+		uint64_t st = lo;
+
+		for (uint32_t i = 0; i < BATCH; i++)
+			ids[i] = (uint64_t)(lo + i) * 7919u + 3;
+		grads_fill(&st, g, BATCH * DIM);
+		CU_ASSERT_EQUAL(emb_table_push(t, ids, BATCH, g), 0);
+		CU_ASSERT_EQUAL(emb_table_push(r, ids, BATCH, g), 0);
+	}
+	drive(t, r, 42, 60, IDS, &bad);
+	CU_ASSERT_EQUAL(bad, 0);
+	check_same(t, r, IDS);
+
+	emb_table_tier_stats(t, &ts);
+	s = table_stats(t);
+	CU_ASSERT_EQUAL(s.rows, IDS);
+	CU_ASSERT_EQUAL(s.rows_created, IDS);
+	CU_ASSERT(ts.rows_cold > IDS / 2);
+	CU_ASSERT(ts.demoted > IDS / 2);
+	CU_ASSERT(ts.promoted > 1000);
+	CU_ASSERT(ts.blocks_read > 0);
+	/* The limit holds: DRAM is the slabs and indexes, not the rows. */
+	CU_ASSERT(s.bytes <= o.mem_limit);
+	CU_ASSERT(s.bytes > 0);
+	/* Freed blocks are used again: the file stays near the cold rows'
+	 * size (25 records of 160 bytes in a 4 KiB block). */
+	CU_ASSERT(ts.file_bytes <= (ts.rows_cold / 25 + 1) * 4096 * 2);
+	CU_ASSERT_EQUAL(stat(path, &sb), 0);
+	CU_ASSERT_EQUAL((uint64_t)sb.st_size, ts.file_bytes);
+
+	emb_table_destroy(t);
+	emb_table_destroy(r);
+	/* The tier is scratch: the table takes its file with it. */
+	CU_ASSERT_EQUAL(stat(path, &sb), -1);
+}
+
+static void test_erase_assign_cold(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "ea");
+	struct emb_table *t = table_new(&o), *r = twin_of(&o);
+	float row[DIM * 2], w[DIM];
+	uint64_t id, rows_before;
+	uint8_t found;
+	uint32_t bad = 0;
+
+	drive(t, r, 7, 120, IDS, &bad);
+	CU_ASSERT_EQUAL(bad, 0);
+	/* A cold id: the first made, long unused by the hand's reckoning. */
+	id = 3;
+	{
+		struct emb_table_tier_stats ts;
+
+		emb_table_tier_stats(t, &ts);
+		CU_ASSERT_FATAL(ts.rows_cold > 0);
+	}
+	rows_before = table_stats(t).rows;
+	/* erase reaches a row wherever it is. */
+	CU_ASSERT_EQUAL(emb_table_erase(t, &id, 1), 1);
+	CU_ASSERT_EQUAL(emb_table_erase(r, &id, 1), 1);
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, w, EMB_PULL_NOCREATE,
+				       &found),
+			1);
+	CU_ASSERT_EQUAL(found, 0);
+	CU_ASSERT_EQUAL(table_stats(t).rows, rows_before - 1);
+	/* assign over every id replaces its row, cold or not, and makes no
+	 * row twice. */
+	for (uint32_t i = 0; i < DIM * 2; i++)
+		row[i] = (float)i / 8.0f;
+	for (uint32_t k = 0; k < IDS; k += 97) {
+		uint64_t x = (uint64_t)k * 7919u + 3;
+
+		CU_ASSERT_EQUAL(emb_table_assign(t, &x, 1, row, true, NULL),
+				0);
+		CU_ASSERT_EQUAL(emb_table_assign(r, &x, 1, row, true, NULL),
+				0);
+	}
+	CU_ASSERT_EQUAL(table_stats(t).rows, table_stats(r).rows);
+	drive(t, r, 8, 40, IDS, &bad);
+	CU_ASSERT_EQUAL(bad, 0);
+	emb_table_destroy(t);
+	emb_table_destroy(r);
+}
+
+/* A push refused for a result that is not finite leaves every row as it
+ * was, rows it brought back from the device included. */
+static void test_refused_push_puts_back(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "undo");
+	struct emb_table *t, *r;
+	uint64_t ids[BATCH];
+	float *g = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	uint64_t st = 5;
+	uint32_t bad = 0;
+	struct emb_table_tier_stats a, b;
+
+	o.optim.kind = EMB_OPTIM_SGD;
+	o.optim.lr = 10.0f;
+	t = table_new(&o);
+	r = twin_of(&o);
+	drive(t, r, 9, 100, IDS, &bad);
+	CU_ASSERT_EQUAL(bad, 0);
+	emb_table_tier_stats(t, &a);
+	draw(&st, ids, BATCH, IDS);
+	grads_fill(&st, g, (size_t)BATCH * DIM);
+	/* The last id's step overflows: -10 * 3.4e38 is no float. */
+	g[(size_t)(BATCH - 1) * DIM] = 3.4e38f;
+	CU_ASSERT_EQUAL(emb_table_push(t, ids, BATCH, g), EMB_ENONFINITE);
+	CU_ASSERT_EQUAL(emb_table_push(r, ids, BATCH, g), EMB_ENONFINITE);
+	emb_table_tier_stats(t, &b);
+	CU_ASSERT(b.promoted > a.promoted); /* it did bring rows back */
+	check_same(t, r, IDS);
+	CU_ASSERT_EQUAL(table_stats(t).rows, table_stats(r).rows);
+	free(g);
+	emb_table_destroy(t);
+	emb_table_destroy(r);
+}
+
+struct thread_arg {
+	struct emb_table *t, *r;
+	uint32_t which;
+	uint32_t bad;
+};
+
+/* Each thread works its own ids (which mod 3), so the twin's result
+ * does not depend on how the threads interleave. */
+static void *thread_main(void *p)
+{
+	struct thread_arg *a = p;
+	uint64_t st = 100 + a->which;
+	uint64_t ids[BATCH];
+	float *g = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	float *wa = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	float *wb = xcalloc((size_t)BATCH * DIM, sizeof(float));
+
+	for (uint32_t k = 0; k < 60; k++) {
+		for (uint32_t i = 0; i < BATCH; i++)
+			ids[i] = ((uint64_t)rnd_below(&st, IDS / 3) * 3 +
+				  a->which) *
+				     7919u +
+				 3;
+		if (emb_table_pull(a->t, ids, BATCH, wa, 0, NULL) < 0 ||
+		    emb_table_pull(a->r, ids, BATCH, wb, 0, NULL) < 0 ||
+		    memcmp(wa, wb, sizeof(float) * BATCH * DIM))
+			a->bad++;
+		grads_fill(&st, g, (size_t)BATCH * DIM);
+		if (emb_table_push(a->t, ids, BATCH, g) ||
+		    emb_table_push(a->r, ids, BATCH, g))
+			a->bad++;
+	}
+	free(g);
+	free(wa);
+	free(wb);
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "threads");
+	struct emb_table *t = table_new(&o), *r = twin_of(&o);
+	struct thread_arg a[3];
+	pthread_t th[3];
+	struct emb_table_tier_stats ts;
+
+	for (uint32_t i = 0; i < 3; i++) {
+		a[i] = (struct thread_arg){.t = t, .r = r, .which = i};
+		CU_ASSERT_EQUAL_FATAL(
+		    pthread_create(&th[i], NULL, thread_main, &a[i]), 0);
+	}
+	for (uint32_t i = 0; i < 3; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(a[i].bad, 0);
+	}
+	emb_table_tier_stats(t, &ts);
+	CU_ASSERT(ts.promoted > 0);
+	CU_ASSERT_EQUAL(table_stats(t).rows, table_stats(r).rows);
+	emb_table_destroy(t);
+	emb_table_destroy(r);
+}
+
+/* A tier at its bound fails the batches that would need more of it with
+ * EMB_ETIERFULL; rows already held keep being served. */
+static void test_full_tier(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "full");
+	struct emb_table *t;
+	uint64_t ids[BATCH];
+	float *w = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	uint32_t lo = 0;
+	int rc = 0;
+
+	o.tier_max = 64u << 10; /* 16 blocks: 400 rows */
+	t = table_new(&o);
+	for (; lo < IDS && !rc; lo += BATCH) {
+		for (uint32_t i = 0; i < BATCH; i++)
+			ids[i] = (uint64_t)(lo + i) * 7919u + 3;
+		rc = emb_table_pull(t, ids, BATCH, w, 0, NULL);
+		rc = rc > 0 ? 0 : rc; /* rows made */
+	}
+	CU_ASSERT_EQUAL(rc, EMB_ETIERFULL);
+	CU_ASSERT(lo < IDS);
+	/* The first rows made are still there, from either tier. */
+	for (uint32_t i = 0; i < 64; i++)
+		ids[i] = (uint64_t)i * 7919u + 3;
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, 64, w, EMB_PULL_NOCREATE, NULL),
+			0);
+	CU_ASSERT(table_stats(t).bytes <= o.mem_limit);
+	free(w);
+	emb_table_destroy(t);
+}
+
+static void test_refused(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "no");
+	struct emb_table_opts bad;
+	struct emb_table *t = NULL;
+	struct emb_table_iter *it = NULL;
+	struct emb_table_view *vw = NULL;
+	struct emb_table_ckpt *ck = NULL;
+	struct emb_lifecycle_cfg life = EMB_LIFECYCLE_CFG_DEFAULT;
+	const float *ptrs[1];
+	uint64_t id = 1;
+
+	bad = o;
+	bad.mem_limit = 0; /* nothing would ever go to the device */
+	CU_ASSERT_EQUAL(emb_table_create(&bad, &t), EMB_EBADARG);
+	bad = o;
+	bad.remote_read = true;
+	CU_ASSERT_EQUAL(emb_table_create(&bad, &t), EMB_EBADARG);
+	bad = o;
+	CU_ASSERT_EQUAL(emb_evict_parse("max_rows:100", &bad.life), 0);
+	CU_ASSERT_EQUAL(emb_table_create(&bad, &t), EMB_EBADLIFE);
+	bad = o;
+	bad.tier_path = "/nonexistent-embstore-dir/x.tier";
+	CU_ASSERT_EQUAL(emb_table_create(&bad, &t), -ENOENT);
+	CU_ASSERT_PTR_NULL(t);
+
+	t = table_new(&o);
+	CU_ASSERT_EQUAL(emb_table_iter_create(t, &it), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(emb_table_view_create(t, &vw), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(emb_table_ckpt_begin(t, false, &ck), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(emb_table_pull_ptrs(t, &id, 1, ptrs, 0), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(emb_table_track_begin(t, 0, 1), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(emb_table_evict(t, 10, 0), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(emb_evict_parse("ttl:5", &life), 0);
+	CU_ASSERT_EQUAL(emb_table_set_lifecycle(t, &life), EMB_EBADLIFE);
+	/* Admission is fine with a tier. */
+	life = EMB_LIFECYCLE_CFG_DEFAULT;
+	CU_ASSERT_EQUAL(emb_admit_parse("count:2", &life), 0);
+	CU_ASSERT_EQUAL(emb_table_set_lifecycle(t, &life), 0);
+	emb_table_destroy(t);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+	    {"rows past the limit go to the device and come back exactly",
+	     test_rows_come_back},
+	    {"erase and assign reach cold rows", test_erase_assign_cold},
+	    {"a refused push puts back the rows it brought back",
+	     test_refused_push_puts_back},
+	    {"threads on one tiered table", test_threads},
+	    {"a full tier fails what it cannot hold", test_full_tier},
+	    {"what a tier does not do yet is refused", test_refused},
+	    {NULL, NULL},
+	};
+	int rc;
+
+	dir = emb_test_tmpdir();
+	rc = emb_test_main(argc, argv, "store/tier", cases);
+	emb_test_rmtree(dir);
+	free(dir);
+	return rc;
+}
