@@ -217,6 +217,72 @@ static int dev_io(int fd, void *buf, size_t len, uint32_t blk, bool write)
 	return 0;
 }
 
+/*
+ * Reads or writes n whole blocks, buf + i * TIER_BLOCK at file block
+ * file[i], all in flight together (up to RING_DEPTH) through the
+ * thread's io_uring, or one after another where there is none (a kernel
+ * or seccomp profile without it). Waits for all of them; 0 or the first
+ * error. *wait_ns gets the time spent.
+ */
+static int dev_batch(int fd, char *buf, const uint32_t *file, uint32_t n,
+		     bool write, uint64_t *wait_ns)
+{
+	struct io_uring *ring = tls_ring();
+	uint32_t sent = 0, done = 0;
+	uint64_t t0 = now_ns();
+	int rc = 0;
+
+	if (!ring) {
+		for (uint32_t i = 0; i < n && !rc; i++)
+			rc = dev_io(fd, buf + (size_t)i * TIER_BLOCK,
+				    TIER_BLOCK, file[i], write);
+		goto out;
+	}
+	while (done < n && !rc) {
+		struct io_uring_cqe *cqe;
+		int r;
+
+		while (sent < n && sent - done < RING_DEPTH) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+			char *b = buf + (size_t)sent * TIER_BLOCK;
+			uint64_t off = (uint64_t)file[sent] * TIER_BLOCK;
+
+			if (!sqe)
+				break;
+			if (write)
+				io_uring_prep_write(sqe, fd, b, TIER_BLOCK,
+						    off);
+			else
+				io_uring_prep_read(sqe, fd, b, TIER_BLOCK,
+						   off);
+			sent++;
+		}
+		r = io_uring_submit_and_wait(ring, 1);
+		if (r < 0 && r != -EINTR)
+			rc = r;
+		while (io_uring_peek_cqe(ring, &cqe) == 0) {
+			/* A short transfer of a 4 KiB block at an aligned
+			 * offset is an error too: a lost or cut file. */
+			if (cqe->res != (int)TIER_BLOCK && !rc)
+				rc = cqe->res < 0 ? cqe->res : -EIO;
+			io_uring_cqe_seen(ring, cqe);
+			done++;
+		}
+	}
+	/* Reap what is still in flight before the buffer can go. */
+	while (done < sent) {
+		struct io_uring_cqe *cqe;
+
+		if (io_uring_wait_cqe(ring, &cqe))
+			break;
+		io_uring_cqe_seen(ring, cqe);
+		done++;
+	}
+out:
+	*wait_ns = now_ns() - t0;
+	return rc;
+}
+
 /* ---- open and close ---- */
 
 int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes)
@@ -558,9 +624,9 @@ static int cand_cmp(const void *a, const void *b)
 }
 
 /*
- * Writes the n records at cand[0..n) of shard s to new blocks, indexes
- * them in the cold map and frees their records. 0 or an error (then
- * nothing of the failed block moved).
+ * Writes the n records at cand[0..n) of shard s to new blocks, all in
+ * flight at once, then indexes them in the cold map and frees their
+ * records. 0 or an error (then nothing moved).
  */
 static int demote(struct emb_table *t, struct emb_shard *s, uint32_t si,
 		  const struct cand *cand, uint32_t n)
@@ -568,49 +634,69 @@ static int demote(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
 	const uint32_t per = tr->per_block, rec = tr->rec;
-	char *buf = tls_buf(TIER_BLOCK);
+	const uint32_t nb = (n + per - 1) / per;
+	uint32_t *sb = calloc((size_t)nb * 2, sizeof(*sb)), *file;
+	char *buf = tls_buf((size_t)nb * TIER_BLOCK);
+	uint32_t got = 0;
+	uint64_t ns = 0;
+	int rc = 0;
 
-	if (!buf)
+	if (!sb || !buf) {
+		free(sb);
 		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i += per) {
-		uint32_t m = n - i < per ? n - i : per, sb;
-		int rc;
+	}
+	file = sb + nb;
+	while ((uint64_t)(ts->map_used + n) * 5 > (uint64_t)ts->map_n * 4)
+		if ((rc = map_grow(t, ts)))
+			goto out;
+	for (; got < nb; got++) {
+		char *b = buf + (size_t)got * TIER_BLOCK;
+		uint32_t lo = got * per, m = n - lo < per ? n - lo : per;
 
-		while ((uint64_t)(ts->map_used + m) * 5 > (uint64_t)ts->map_n * 4)
-			if ((rc = map_grow(t, ts)))
-				return rc;
-		rc = blk_new(t, ts, &sb);
-		if (rc)
-			return rc;
-		memset(buf, 0, TIER_BLOCK);
+		if ((rc = blk_new(t, ts, &sb[got])))
+			break;
+		file[got] = ts->blk_file[sb[got]];
 		for (uint32_t k = 0; k < m; k++)
-			memcpy(buf + (size_t)k * rec,
-			       emb__shard_row(t, s, cand[i + k].idx), rec);
-		rc = dev_io(tr->fd, buf, TIER_BLOCK, ts->blk_file[sb], true);
-		if (rc) {
+			memcpy(b + (size_t)k * rec,
+			       emb__shard_row(t, s, cand[lo + k].idx), rec);
+		memset(b + (size_t)m * rec, 0, TIER_BLOCK - (size_t)m * rec);
+	}
+	/* A tier at its bound takes what it has room for. */
+	if (rc == EMB_ETIERFULL && got)
+		rc = 0;
+	if (!rc)
+		rc = dev_batch(tr->fd, buf, file, got, true, &ns);
+	if (rc) {
+		if (rc != EMB_ETIERFULL)
 			emb_log(EMB_LOG_ERROR, "tier %s: write: %s", tr->path,
-				    strerror(-rc));
-			blk_release(t, ts, sb);
-			return rc;
-		}
-		count(&tr->blocks_written, 1);
+				strerror(-rc));
+		for (uint32_t i = 0; i < got; i++)
+			blk_release(t, ts, sb[i]);
+		goto out;
+	}
+	count(&tr->blocks_written, got);
+	for (uint32_t i = 0; i < got; i++) {
+		uint32_t lo = i * per, m = n - lo < per ? n - lo : per;
+
 		for (uint32_t k = 0; k < m; k++) {
 			struct emb_row_hdr *r =
-			    emb__shard_row(t, s, cand[i + k].idx);
+			    emb__shard_row(t, s, cand[lo + k].idx);
 			uint64_t h = emb_id_hash(r->id);
 			uint32_t fp = map_fp(h), pos = map_home(fp, ts->map_n);
 
 			while (ts->map[pos])
 				pos = (pos + 1) & (ts->map_n - 1);
-			ts->map[pos] = (uint64_t)fp << 32 | ((sb << 8 | k) + 1);
+			ts->map[pos] = (uint64_t)fp << 32 | ((sb[i] << 8 | k) + 1);
 			ts->map_used++;
-			emb__shard_remove(t, s, cand[i + k].idx, h);
+			emb__shard_remove(t, s, cand[lo + k].idx, h);
 		}
-		ts->blk_live[sb] = (uint16_t)m;
+		ts->blk_live[sb[i]] = (uint16_t)m;
 		count(&tr->rows_cold, m);
 		count(&tr->demoted, m);
 	}
-	return 0;
+out:
+	free(sb);
+	return rc;
 }
 
 int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
@@ -864,10 +950,9 @@ void emb__tier_note(struct emb_table *t, uint32_t si, uint64_t h,
 int emb__tier_fetch(struct emb_table *t, struct emb_tier_pre *p)
 {
 	struct emb_tier *tr = t->tier;
-	struct io_uring *ring;
-	uint32_t n = 0, sent = 0, done = 0;
-	uint64_t t0;
-	int rc = 0;
+	uint32_t n = 0, *file;
+	uint64_t ns;
+	int rc;
 
 	if (!p->n)
 		return 0;
@@ -876,64 +961,21 @@ int emb__tier_fetch(struct emb_table *t, struct emb_tier_pre *p)
 		if (!n || pre_cmp(&p->blk[i], &p->blk[n - 1]))
 			p->blk[n++] = p->blk[i];
 	p->n = n;
-	if (posix_memalign((void **)&p->buf, TIER_BLOCK,
-			   (size_t)n * TIER_BLOCK)) {
+	file = malloc((size_t)n * sizeof(*file));
+	if (!file || posix_memalign((void **)&p->buf, TIER_BLOCK,
+				   (size_t)n * TIER_BLOCK)) {
+		free(file);
 		p->n = 0;
 		return -ENOMEM;
 	}
-	ring = tls_ring();
-	t0 = now_ns();
-	if (!ring) {
-		/* No io_uring here (a kernel or seccomp profile without
-		 * it): one read after another. */
-		for (uint32_t i = 0; i < n && !rc; i++)
-			rc = dev_io(tr->fd, p->buf + (size_t)i * TIER_BLOCK,
-				    TIER_BLOCK, p->blk[i].file, false);
-		done = rc ? 0 : n;
-		goto out;
-	}
-	while (done < n) {
-		struct io_uring_cqe *cqe;
-
-		while (sent < n && sent - done < RING_DEPTH) {
-			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-
-			if (!sqe)
-				break;
-			io_uring_prep_read(sqe, tr->fd,
-					   p->buf + (size_t)sent * TIER_BLOCK,
-					   TIER_BLOCK,
-					   (uint64_t)p->blk[sent].file *
-					       TIER_BLOCK);
-			io_uring_sqe_set_data64(sqe, sent);
-			sent++;
-		}
-		rc = io_uring_submit_and_wait(ring, 1);
-		if (rc < 0 && rc != -EINTR)
-			break;
-		rc = 0;
-		while (io_uring_peek_cqe(ring, &cqe) == 0) {
-			if (cqe->res != (int)TIER_BLOCK && !rc)
-				rc = cqe->res < 0 ? cqe->res : -EIO;
-			io_uring_cqe_seen(ring, cqe);
-			done++;
-		}
-		if (rc)
-			break;
-	}
-	/* Reap what is still in flight before the buffer can go. */
-	while (done < sent) {
-		struct io_uring_cqe *cqe;
-
-		if (io_uring_wait_cqe(ring, &cqe))
-			break;
-		io_uring_cqe_seen(ring, cqe);
-		done++;
-	}
-out:
-	count(&tr->read_ns, now_ns() - t0);
+	for (uint32_t i = 0; i < n; i++)
+		file[i] = p->blk[i].file;
+	rc = dev_batch(tr->fd, p->buf, file, n, false, &ns);
+	free(file);
+	count(&tr->read_ns, ns);
 	if (rc) {
-		emb_log(EMB_LOG_ERROR, "tier %s: read: %s", tr->path, strerror(-rc));
+		emb_log(EMB_LOG_ERROR, "tier %s: read: %s", tr->path,
+			strerror(-rc));
 		p->n = 0; /* each promotion reads its own block then */
 		return 0;
 	}
