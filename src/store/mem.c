@@ -43,3 +43,12 @@ err_table:
 	__atomic_fetch_sub(&t->mem_used, (uint64_t)n, __ATOMIC_RELAXED);
 	return EMB_EMEMLIMIT;
 }
+
+void emb__mem_charge_force(struct emb_table *t, uint64_t n)
+{
+	struct emb_mem_budget *b = t->opts.budget;
+
+	__atomic_fetch_add(&t->mem_used, n, __ATOMIC_RELAXED);
+	if (b)
+		__atomic_fetch_add(&b->used, n, __ATOMIC_RELAXED);
+}

@@ -83,9 +83,16 @@ static int grow_index(struct emb_table *t, struct emb_shard *s)
 	uint32_t *slots;
 	int rc;
 
-	rc = emb__mem_charge(t, (int64_t)n * 4 - (int64_t)s->nslots * 4);
-	if (rc)
-		return rc;
+	/* A tiered table's index grows with rows that came back from the
+	 * device into records it already has: nothing to refuse then. */
+	if (t->tier) {
+		emb__mem_charge_force(t, ((uint64_t)n - s->nslots) * 4);
+	} else {
+		rc = emb__mem_charge(t,
+				     (int64_t)n * 4 - (int64_t)s->nslots * 4);
+		if (rc)
+			return rc;
+	}
 	slots = calloc(n, sizeof(*slots));
 	if (!slots) {
 		emb__mem_charge(t, (int64_t)s->nslots * 4 - (int64_t)n * 4);

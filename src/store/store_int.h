@@ -551,5 +551,12 @@ void emb__tier_stats(struct emb_table *t, struct emb_table_tier_stats *out);
  * table's limit and its budget; 0 or EMB_EMEMLIMIT (nothing charged).
  */
 int emb__mem_charge(struct emb_table *t, int64_t n);
+/*
+ * Charges n bytes that must not fail, past the limit if need be (a tiered
+ * table's cold maps and hot index: a demotion cannot be refused for the
+ * memory it needs to record where rows went). Released with
+ * emb__mem_charge(t, -n).
+ */
+void emb__mem_charge_force(struct emb_table *t, uint64_t n);
 
 #endif

@@ -409,20 +409,10 @@ static inline uint32_t map_home(uint32_t fp, uint32_t n)
  * says how the limit leaves room for it. */
 static void charge(struct emb_table *t, int64_t n)
 {
-	if (n > 0) {
-		if (emb__mem_charge(t, n)) {
-			/* Over the limit: charge anyway, without the
-			 * check, so that the count stays true. */
-			__atomic_fetch_add(&t->mem_used, (uint64_t)n,
-					   __ATOMIC_RELAXED);
-			if (t->opts.budget)
-				__atomic_fetch_add(&t->opts.budget->used,
-						   (uint64_t)n,
-						   __ATOMIC_RELAXED);
-		}
-	} else if (n < 0) {
+	if (n > 0)
+		emb__mem_charge_force(t, (uint64_t)n);
+	else if (n < 0)
 		emb__mem_charge(t, n);
-	}
 	__atomic_fetch_add(&t->tier->map_bytes, (uint64_t)n, __ATOMIC_RELAXED);
 }
 
