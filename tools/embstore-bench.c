@@ -1258,8 +1258,9 @@ struct result {
 	uint64_t rss;			/* VmRSS after preload (or after
 					   timing without one), bytes */
 	uint64_t rss_peak;		/* VmHWM at the end, bytes */
-	struct emb_bench_mem mem_end;	/* backend table memory at the end
-					   (the tier's counters) */
+	struct emb_bench_mem mem_start; /* the tier's counters as the timed
+					   phase starts, and at its end */
+	struct emb_bench_mem mem_end;
 	struct emb_hist hist;		/* all threads' batch latencies */
 	bool has_net;			/* net filled in by the backend */
 	struct emb_bench_report net;	/* timed phase only */
@@ -1373,7 +1374,7 @@ static void print_summary(FILE *f, const struct opts *o,
 			r->mem.pulls_unadmitted, r->mem.pushes_unadmitted);
 	}
 	if (o->cfg.tier_dir) {
-		const struct emb_bench_mem *a = &r->mem, *b = &r->mem_end;
+		const struct emb_bench_mem *a = &r->mem_start, *b = &r->mem_end;
 		double s = r->measure_s > 0 ? r->measure_s : 1;
 
 		fprintf(f,
@@ -1478,9 +1479,9 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 			",\"tier_read_ns\":%" PRIu64,
 			o->cfg.mem_limit, r->mem_end.rows_cold,
 			r->mem_end.tier_file_bytes,
-			r->mem_end.tier_reads - r->mem.tier_reads,
-			r->mem_end.tier_writes - r->mem.tier_writes,
-			r->mem_end.tier_read_ns - r->mem.tier_read_ns);
+			r->mem_end.tier_reads - r->mem_start.tier_reads,
+			r->mem_end.tier_writes - r->mem_start.tier_writes,
+			r->mem_end.tier_read_ns - r->mem_start.tier_read_ns);
 	{
 		char a[EMB_LIFECYCLE_STR_MAX], e[EMB_LIFECYCLE_STR_MAX];
 
@@ -1691,6 +1692,11 @@ int main(int argc, char **argv)
 	}
 	if (o.backend->report)
 		o.backend->report(be, &net0);
+	if (o.cfg.tier_dir) {
+		rc = o.backend->mem(be, &r->mem_start);
+		if (rc)
+			goto out;
+	}
 	rc = run_phase(ws, &o, PHASE_MEASURE, o.op_name,
 		       o.batches ? o.batches * o.cfg.batch * o.cfg.threads : 0,
 		       o.duration_s, &r->measure_s);

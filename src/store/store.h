@@ -130,6 +130,8 @@ struct emb_table_tier_stats {
 	uint64_t map_bytes;	 /* DRAM of the cold rows' index */
 	uint64_t demoted;	 /* rows moved to the device */
 	uint64_t promoted;	 /* rows brought back */
+	uint64_t served_cold;	 /* pulled rows served from the device
+				    without being brought back */
 	uint64_t blocks_read;	 /* 4 KiB device reads */
 	uint64_t blocks_written; /* 4 KiB device writes */
 	uint64_t read_ns;	 /* time waiting for reads */

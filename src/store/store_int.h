@@ -524,13 +524,17 @@ uint32_t emb__tier_tick(struct emb_table *t);
 int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 		   uint32_t need);
 /*
- * Brings id (absent from shard si's index) back from the device if it is
- * there: its record, or NULL with *rc 0 (not cold) or an error. pre: the
- * batch's read-ahead, or NULL.
+ * Finds id (absent from shard si's index) on the device: NULL with *rc 0
+ * (not there) or an error, else its record. A write (push, assign), and a
+ * read of an id read lately, bring the row back into DRAM (*in_dram); a
+ * first read leaves it on the device and returns a copy the caller may
+ * only read from, and only until its next take. pre: the batch's
+ * read-ahead, or NULL.
  */
 struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 				   uint32_t si, uint64_t id, uint64_t h,
-				   const struct emb_tier_pre *pre, int *rc);
+				   const struct emb_tier_pre *pre, bool write,
+				   bool *in_dram, int *rc);
 /* Drops id's cold row (erase, or assign over it): true if it had one. */
 bool emb__tier_forget(struct emb_table *t, uint32_t si, uint64_t id,
 		      uint64_t h, int *rc);

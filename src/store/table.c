@@ -1037,6 +1037,20 @@ struct pull_ctx {
 };
 
 /* Pulls shard s's group b->pos[lo..hi) (lock held); false on an error. */
+/* Copies out a row a pull read from a tiered table's device without
+ * bringing it back (emb__tier_take()), as the pull copies any row. */
+static void copy_cold(const struct emb_table *t, const struct pull_out *o,
+		      const struct emb_row_hdr *r, uint32_t p)
+{
+	const void *w = (const char *)r + EMB_ROW_HDR_SIZE;
+
+	if (o->out && o->decode)
+		emb_rowfmt_decode(t->fmt, w, o->out + (size_t)p * o->dim,
+				  t->dim);
+	else if (o->out)
+		memcpy(o->out + (size_t)p * o->dim, w, o->row_sz);
+}
+
 static inline __attribute__((always_inline)) bool
 pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	   uint32_t hi, void *ctx)
@@ -1107,10 +1121,21 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 							       (uint32_t)again);
 			}
 			if (!r && t->tier) {
+				bool in_dram;
+
 				r = emb__tier_take(t, s, si, ids[p], b->h[p],
-						   x->pre, &rc);
+						   x->pre, false, &in_dram,
+						   &rc);
 				if (rc)
 					break;
+				if (r && !in_dram) {
+					/* Read from the device and left
+					 * there: copied out, not touched. */
+					if (found)
+						found[p] = 1;
+					copy_cold(t, &x->o, r, p);
+					continue;
+				}
 			}
 			if (!r) {
 				x->missing++;
@@ -1581,8 +1606,11 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 			bool cold = false;
 
 			if (!r && t->tier) {
+				bool in_dram;
+
 				r = emb__tier_take(t, s, si, ids[p], b->h[p],
-						   x->pre, &err);
+						   x->pre, true, &in_dram,
+						   &err);
 				if (err) {
 					if (!x->rc)
 						x->rc = err;

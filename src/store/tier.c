@@ -70,7 +70,20 @@ struct tier_shard {
 	uint32_t nspare;
 	uint32_t spare_cap;
 	uint32_t hand;	      /* next record the demotion hand looks at */
+	uint32_t *ghost;      /* GHOST_SLOTS fingerprints of cold ids a
+				 pull read once lately, 0 = none */
 } __attribute__((aligned(64)));
+
+/*
+ * A pull of a cold row brings it into DRAM only the second time it is
+ * read in a while: the first read serves it from the device and leaves a
+ * fingerprint here. Most cold reads of a skewed stream are its tail, ids
+ * that come once; promoting each would push out a row that comes again
+ * (the admission idea of TinyLFU, for the DRAM tier). Direct-mapped, so a
+ * fingerprint lasts until another id lands on its slot. Pushes, which
+ * write, always promote.
+ */
+#define GHOST_SLOTS 4096u
 
 struct emb_tier {
 	int fd;
@@ -88,12 +101,15 @@ struct emb_tier {
 	uint64_t rows_cold;
 	uint64_t demoted;
 	uint64_t promoted;
+	uint64_t served_cold;	/* pulled rows served without promotion */
 	uint64_t blocks_read;
 	uint64_t blocks_written;
 	uint64_t read_ns;	/* time spent waiting for reads */
 	uint64_t map_bytes;	/* cold maps and block arrays, charged */
 	struct tier_shard *sh;	/* nshards */
 };
+
+static void charge(struct emb_table *t, int64_t n);
 
 /* ---- per-thread buffers and ring ---- */
 
@@ -302,6 +318,13 @@ int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes)
 		goto err;
 	}
 	memset(tr->sh, 0, t->nshards * sizeof(*tr->sh));
+	for (uint32_t i = 0; i < t->nshards; i++) {
+		tr->sh[i].ghost = calloc(GHOST_SLOTS, sizeof(uint32_t));
+		if (!tr->sh[i].ghost) {
+			rc = -ENOMEM;
+			goto err;
+		}
+	}
 	/*
 	 * O_DIRECT: cold rows must not sit in the page cache, or the memory
 	 * limit would not bound the table's DRAM and the figures would be
@@ -337,9 +360,13 @@ int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes)
 	}
 	pthread_mutex_init(&tr->lock, NULL);
 	t->tier = tr;
+	charge(t, (int64_t)t->nshards * GHOST_SLOTS * sizeof(uint32_t));
 	return 0;
 
 err:
+	if (tr->sh)
+		for (uint32_t i = 0; i < t->nshards; i++)
+			free(tr->sh[i].ghost);
 	free(tr->sh);
 	free(tr->path);
 	free(tr);
@@ -360,6 +387,7 @@ void emb__tier_close(struct emb_table *t)
 		free(ts->blk_live);
 		free(ts->blk_gen);
 		free(ts->blk_spare);
+		free(ts->ghost);
 	}
 	emb__mem_charge(t, -(int64_t)tr->map_bytes);
 	close(tr->fd);
@@ -598,15 +626,24 @@ static void blk_release(struct emb_table *t, struct tier_shard *ts,
 struct cand {
 	uint32_t step;
 	uint32_t idx;
+	bool few;	/* seen a few times only */
 };
+
+/* Accesses under which a row counts as seen a few times only: the tail
+ * of a skewed stream, most of which is never seen again. */
+#define FEW_ACCESSES 4u
 
 static int cand_cmp(const void *a, const void *b)
 {
 	const struct cand *x = a, *y = b;
+	int32_t d;
 
-	/* Oldest access first; ties by record, for a stable choice. Steps
-	 * are compared as distances so that the clock may wrap. */
-	int32_t d = (int32_t)(x->step - y->step);
+	/* Rows seen a few times only go first, then the oldest access;
+	 * ties by record, for a stable choice. Steps are compared as
+	 * distances so that the clock may wrap. */
+	if (x->few != y->few)
+		return x->few ? -1 : 1;
+	d = (int32_t)(x->step - y->step);
 
 	if (d)
 		return d < 0 ? -1 : 1;
@@ -742,7 +779,9 @@ int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			ts->hand = 0;
 		r = emb__shard_row(t, s, ts->hand);
 		if (!(r->count & EMB_ROW_FREE))
-			cand[got++] = (struct cand){r->last_step, ts->hand};
+			cand[got++] = (struct cand){
+			    r->last_step, ts->hand,
+			    (r->count & ~EMB_ROW_FREE) < FEW_ACCESSES};
 		ts->hand++;
 	}
 	ncand = got;
@@ -821,21 +860,34 @@ static void cold_drop(struct emb_table *t, uint32_t si, uint32_t mpos)
 
 struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 				   uint32_t si, uint64_t id, uint64_t h,
-				   const struct emb_tier_pre *pre, int *rc)
+				   const struct emb_tier_pre *pre, bool write,
+				   bool *in_dram, int *rc)
 {
 	char *buf = tls_buf(TIER_BLOCK);
+	struct tier_shard *ts = &t->tier->sh[si];
 	const char *src;
 	struct emb_row_hdr *r;
-	uint32_t mpos;
+	uint32_t mpos, *g;
 	int64_t idx;
 
 	*rc = 0;
+	*in_dram = false;
 	if (!buf) {
 		*rc = -ENOMEM;
 		return NULL;
 	}
 	if (!cold_find(t, si, id, h, pre, buf, &mpos, &src, rc))
 		return NULL;
+	g = &ts->ghost[(uint32_t)h & (GHOST_SLOTS - 1)];
+	if (!write && *g != (map_fp(h) | 1)) {
+		/* First read in a while: served from where it was read
+		 * (the read-ahead's block, or this thread's buffer), which
+		 * the caller only reads from, before its next take. */
+		*g = map_fp(h) | 1;
+		count(&t->tier->served_cold, 1);
+		return (struct emb_row_hdr *)(uintptr_t)src;
+	}
+	*g = 0;
 	idx = emb__shard_insert(t, s, id, h);
 	if (idx < 0) {
 		*rc = (int)idx;
@@ -846,6 +898,7 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 	memcpy((char *)r + 8, src + 8, t->row_bytes - 8);
 	cold_drop(t, si, mpos);
 	count(&t->tier->promoted, 1);
+	*in_dram = true;
 	return r;
 }
 
@@ -1010,6 +1063,7 @@ void emb__tier_stats(struct emb_table *t, struct emb_table_tier_stats *out)
 	pthread_mutex_unlock(&tr->lock);
 	out->demoted = __atomic_load_n(&tr->demoted, __ATOMIC_RELAXED);
 	out->promoted = __atomic_load_n(&tr->promoted, __ATOMIC_RELAXED);
+	out->served_cold = __atomic_load_n(&tr->served_cold, __ATOMIC_RELAXED);
 	out->blocks_read = __atomic_load_n(&tr->blocks_read, __ATOMIC_RELAXED);
 	out->blocks_written =
 	    __atomic_load_n(&tr->blocks_written, __ATOMIC_RELAXED);

@@ -256,6 +256,52 @@ static void test_refused_push_puts_back(void)
 	emb_table_destroy(r);
 }
 
+/* A pull serves a cold row from the device the first time, and brings it
+ * back only when it is read again soon; a push brings it back at once. */
+static void test_second_read_promotes(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "ghost");
+	struct emb_table *t = table_new(&o), *r = twin_of(&o);
+	struct emb_table_tier_stats a, b, c;
+	float wa[DIM], wb[DIM], g[DIM] = {0.5f};
+	uint64_t id = 3; /* the first id made: cold after the others */
+	float *w = xcalloc((size_t)BATCH * DIM, sizeof(float));
+
+	for (uint32_t lo = 0; lo < IDS; lo += BATCH) {
+		uint64_t ids[BATCH];
+
+		for (uint32_t i = 0; i < BATCH; i++)
+			ids[i] = (uint64_t)(lo + i) * 7919u + 3;
+		CU_ASSERT_EQUAL(emb_table_pull(t, ids, BATCH, w, 0, NULL),
+				BATCH);
+	}
+	free(w);
+	emb_table_tier_stats(t, &a);
+	CU_ASSERT_FATAL(a.rows_cold > 0);
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, wa, 0, NULL), 0);
+	emb_table_tier_stats(t, &b);
+	CU_ASSERT_EQUAL(b.served_cold, a.served_cold + 1);
+	CU_ASSERT_EQUAL(b.promoted, a.promoted);
+	CU_ASSERT_EQUAL(b.rows_cold, a.rows_cold);
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, wb, 0, NULL), 0);
+	emb_table_tier_stats(t, &c);
+	CU_ASSERT_EQUAL(c.promoted, b.promoted + 1);
+	CU_ASSERT_EQUAL(c.rows_cold, b.rows_cold - 1);
+	CU_ASSERT_EQUAL(memcmp(wa, wb, sizeof(wa)), 0);
+	/* Its values are the initializer's, as the twin's. */
+	CU_ASSERT_EQUAL(emb_table_pull(r, &id, 1, wb, 0, NULL), 1);
+	CU_ASSERT_EQUAL(memcmp(wa, wb, sizeof(wa)), 0);
+	/* A push of another cold id brings it back at once. */
+	id = 3 + 7919u;
+	emb_table_tier_stats(t, &a);
+	CU_ASSERT_EQUAL(emb_table_push(t, &id, 1, g), 0);
+	emb_table_tier_stats(t, &b);
+	CU_ASSERT_EQUAL(b.promoted, a.promoted + 1);
+	emb_table_destroy(t);
+	emb_table_destroy(r);
+}
+
 struct thread_arg {
 	struct emb_table *t, *r;
 	uint32_t which;
@@ -402,6 +448,8 @@ int main(int argc, char **argv)
 	    {"erase and assign reach cold rows", test_erase_assign_cold},
 	    {"a refused push puts back the rows it brought back",
 	     test_refused_push_puts_back},
+	    {"a pull brings a cold row back on its second read",
+	     test_second_read_promotes},
 	    {"threads on one tiered table", test_threads},
 	    {"a full tier fails what it cannot hold", test_full_tier},
 	    {"what a tier does not do yet is refused", test_refused},
