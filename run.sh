@@ -36,6 +36,7 @@ PACKAGES=(build-essential meson ninja-build pkg-config libibverbs-dev
           libcjson-dev liburing-dev etcd-server etcd-client clang
           python3-numpy python3-torch python3-pytest jq
           stress-ng   # CPU load beside tests (.ci/run, tests/chaos)
+          fio         # the device's read rate beside the tier's (tools/bench-tier.sh)
           # pip install . and wheels (pyproject.toml, tests/python/test_pip.py)
           python3-mesonpy python3-build python3-venv python3-pip)
 

@@ -55,7 +55,8 @@
 #define DEMOTE_MIN_BLOCKS  4u	/* a demotion writes at least this many */
 #define DEMOTE_SCAN	   4u	/* candidates looked at per row demoted */
 #define RING_DEPTH	   64u	/* reads in flight per fetch */
-#define BUF_BLOCKS_MAX	   1024u /* a fetch reads at most this many blocks */
+#define BUF_BLOCKS_MAX	   8192u /* a fetch reads at most this many blocks
+				    (32 MiB; a batch's ids are fewer) */
 
 struct tier_shard {
 	uint64_t *map;	      /* cold map, map_n entries */
@@ -83,7 +84,7 @@ struct tier_shard {
  * fingerprint lasts until another id lands on its slot. Pushes, which
  * write, always promote.
  */
-#define GHOST_SLOTS 4096u
+#define GHOST_SLOTS 1024u
 
 struct emb_tier {
 	int fd;
@@ -121,8 +122,10 @@ static void charge(struct emb_table *t, int64_t n);
  * at a time.
  */
 struct tier_tls {
-	void *buf;
+	void *buf;	/* a demotion's blocks, or one block read */
 	size_t buf_bytes;
+	void *pre;	/* a batch's read-ahead */
+	size_t pre_bytes;
 	struct io_uring ring;
 	bool have_ring;
 };
@@ -137,6 +140,7 @@ static void tls_free(void *p)
 	if (!x)
 		return;
 	free(x->buf);
+	free(x->pre);
 	if (x->have_ring)
 		io_uring_queue_exit(&x->ring);
 	free(x);
@@ -163,22 +167,38 @@ static struct tier_tls *tls_get(void)
 	return x;
 }
 
-/* The thread's aligned buffer, at least bytes long, or NULL. */
+/* Grows *buf (4 KiB aligned, *have bytes) to at least bytes; NULL when
+ * memory is out. Kept for the thread's next batches, as scratch.c's are:
+ * a read-ahead of thousands of blocks would otherwise map and fault in
+ * megabytes of fresh pages every batch. */
+static void *grow(void **buf, size_t *have, size_t bytes)
+{
+	void *p;
+
+	if (*have >= bytes)
+		return *buf;
+	if (posix_memalign(&p, TIER_BLOCK, bytes))
+		return NULL;
+	free(*buf);
+	*buf = p;
+	*have = bytes;
+	return p;
+}
+
+/* The thread's buffer for demotions and single reads. */
 static void *tls_buf(size_t bytes)
 {
 	struct tier_tls *x = tls_get();
-	void *p;
 
-	if (!x)
-		return NULL;
-	if (x->buf_bytes >= bytes)
-		return x->buf;
-	if (posix_memalign(&p, TIER_BLOCK, bytes))
-		return NULL;
-	free(x->buf);
-	x->buf = p;
-	x->buf_bytes = bytes;
-	return p;
+	return x ? grow(&x->buf, &x->buf_bytes, bytes) : NULL;
+}
+
+/* The thread's buffer for a batch's read-ahead. */
+static void *tls_pre(size_t bytes)
+{
+	struct tier_tls *x = tls_get();
+
+	return x ? grow(&x->pre, &x->pre_bytes, bytes) : NULL;
 }
 
 static struct io_uring *tls_ring(void)
@@ -935,7 +955,7 @@ struct pre_blk {
 struct emb_tier_pre {
 	struct pre_blk *blk; /* sorted by (si, sb) once read */
 	uint32_t n, cap;
-	char *buf;	     /* n blocks, 4 KiB aligned */
+	char *buf;	     /* n blocks, 4 KiB aligned: the thread's */
 	bool read;	     /* the reads completed */
 };
 
@@ -958,7 +978,6 @@ void emb__tier_pre_free(struct emb_tier_pre *p)
 	if (!p)
 		return;
 	free(p->blk);
-	free(p->buf);
 	free(p);
 }
 
@@ -1005,8 +1024,8 @@ int emb__tier_fetch(struct emb_table *t, struct emb_tier_pre *p)
 			p->blk[n++] = p->blk[i];
 	p->n = n;
 	file = malloc((size_t)n * sizeof(*file));
-	if (!file || posix_memalign((void **)&p->buf, TIER_BLOCK,
-				   (size_t)n * TIER_BLOCK)) {
+	p->buf = tls_pre((size_t)n * TIER_BLOCK);
+	if (!file || !p->buf) {
 		free(file);
 		p->n = 0;
 		return -ENOMEM;
