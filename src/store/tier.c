@@ -71,8 +71,8 @@ struct tier_shard {
 	uint32_t nspare;
 	uint32_t spare_cap;
 	uint32_t hand;	      /* next record the demotion hand looks at */
-	uint32_t *ghost;      /* GHOST_SLOTS fingerprints of cold ids a
-				 pull read once lately, 0 = none */
+	uint32_t *ghost;      /* ghost_n fingerprints of cold ids a pull
+				 read once lately, 0 = none */
 } __attribute__((aligned(64)));
 
 /*
@@ -84,13 +84,23 @@ struct tier_shard {
  * fingerprint lasts until another id lands on its slot. Pushes, which
  * write, always promote.
  */
-#define GHOST_SLOTS 1024u
+/*
+ * The table's fingerprints take 1/256 of its memory limit, at least 1024
+ * a shard: a fingerprint must outlive the reads of other cold ids until
+ * its id comes again. At 1M rows of dim 64, half on the device, Zipf
+ * 1.05, 20 s warm: 1024 a shard kept rows coming every ~160 batches out
+ * of DRAM (412 device reads a batch); 16384 a shard (a 1 GiB limit's
+ * share), 252 reads and 407k rows/s; promoting at every read, 216 reads
+ * but 263k rows/s, its demotions writing all the time.
+ */
+#define GHOST_MIN 1024u
 
 struct emb_tier {
 	int fd;
 	char *path;
 	uint64_t max_blocks;	/* file blocks allowed; 0 = no bound */
 	uint32_t per_block;	/* records in a block */
+	uint32_t ghost_n;	/* fingerprints a shard (power of two) */
 	uint32_t rec;		/* bytes of a record (the table's row_bytes) */
 	pthread_mutex_t lock;	/* guards the four fields below */
 	uint32_t file_blocks;	/* blocks the file has (its end) */
@@ -338,8 +348,12 @@ int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes)
 		goto err;
 	}
 	memset(tr->sh, 0, t->nshards * sizeof(*tr->sh));
+	tr->ghost_n = GHOST_MIN;
+	while ((uint64_t)tr->ghost_n * 2 * 4 * t->nshards <=
+	       t->opts.mem_limit / 256)
+		tr->ghost_n *= 2;
 	for (uint32_t i = 0; i < t->nshards; i++) {
-		tr->sh[i].ghost = calloc(GHOST_SLOTS, sizeof(uint32_t));
+		tr->sh[i].ghost = calloc(tr->ghost_n, sizeof(uint32_t));
 		if (!tr->sh[i].ghost) {
 			rc = -ENOMEM;
 			goto err;
@@ -380,7 +394,7 @@ int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes)
 	}
 	pthread_mutex_init(&tr->lock, NULL);
 	t->tier = tr;
-	charge(t, (int64_t)t->nshards * GHOST_SLOTS * sizeof(uint32_t));
+	charge(t, (int64_t)t->nshards * tr->ghost_n * sizeof(uint32_t));
 	return 0;
 
 err:
@@ -644,25 +658,43 @@ static void blk_release(struct emb_table *t, struct tier_shard *ts,
 /* ---- demotion ---- */
 
 struct cand {
+	uint32_t score; /* accesses, halved for each DECAY_TICKS idle */
 	uint32_t step;
 	uint32_t idx;
-	bool few;	/* seen a few times only */
 };
 
-/* Accesses under which a row counts as seen a few times only: the tail
- * of a skewed stream, most of which is never seen again. */
-#define FEW_ACCESSES 4u
+/*
+ * Which rows go to the device: the least often used, by the row's access
+ * count halved for every DECAY_TICKS batches it has been idle (an LFU
+ * that forgets, as the frequency sketches of TinyLFU do by halving), then
+ * the least recently used. A plain LRU keeps the tail of a skewed stream
+ * that came last and sends rows that come back every few hundred batches
+ * away (at 1M rows, half on the device, Zipf 1.05: 421 device reads a
+ * batch under LRU where the ideal is about 120).
+ */
+#define DECAY_TICKS 256u
+
+static uint32_t cand_score(const struct emb_row_hdr *r, uint32_t now)
+{
+	uint32_t idle = now - r->last_step, halvings = idle / DECAY_TICKS;
+	uint32_t c = r->count & ~EMB_ROW_FREE;
+
+	/* A step ahead of now (another thread's batch) is no idle time. */
+	if ((int32_t)idle < 0)
+		return c;
+	return halvings >= 31 ? 0 : c >> halvings;
+}
 
 static int cand_cmp(const void *a, const void *b)
 {
 	const struct cand *x = a, *y = b;
 	int32_t d;
 
-	/* Rows seen a few times only go first, then the oldest access;
-	 * ties by record, for a stable choice. Steps are compared as
-	 * distances so that the clock may wrap. */
-	if (x->few != y->few)
-		return x->few ? -1 : 1;
+	/* The lowest score first, then the oldest access; ties by record,
+	 * for a stable choice. Steps are compared as distances so that the
+	 * clock may wrap. */
+	if (x->score != y->score)
+		return x->score < y->score ? -1 : 1;
 	d = (int32_t)(x->step - y->step);
 
 	if (d)
@@ -754,6 +786,7 @@ int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	const uint64_t limit = t->opts.mem_limit;
 	uint64_t avail = (uint64_t)s->nslabs * t->rows_per_slab - s->used;
 	uint64_t used, room, want, ncand, got;
+	uint32_t now = (uint32_t)__atomic_load_n(&tr->clock, __ATOMIC_RELAXED);
 	struct cand *cand;
 	int rc;
 
@@ -799,9 +832,8 @@ int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			ts->hand = 0;
 		r = emb__shard_row(t, s, ts->hand);
 		if (!(r->count & EMB_ROW_FREE))
-			cand[got++] = (struct cand){
-			    r->last_step, ts->hand,
-			    (r->count & ~EMB_ROW_FREE) < FEW_ACCESSES};
+			cand[got++] = (struct cand){cand_score(r, now),
+						    r->last_step, ts->hand};
 		ts->hand++;
 	}
 	ncand = got;
@@ -898,7 +930,7 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 	}
 	if (!cold_find(t, si, id, h, pre, buf, &mpos, &src, rc))
 		return NULL;
-	g = &ts->ghost[(uint32_t)h & (GHOST_SLOTS - 1)];
+	g = &ts->ghost[(uint32_t)h & (t->tier->ghost_n - 1)];
 	if (!write && *g != (map_fp(h) | 1)) {
 		/* First read in a while: served from where it was read
 		 * (the read-ahead's block, or this thread's buffer), which
