@@ -52,7 +52,7 @@
 
 #define TIER_BLOCK	   4096u
 #define MAP_MIN		   64u
-#define DEMOTE_MIN_BLOCKS  4u	/* a demotion writes at least this many */
+#define DEMOTE_MIN_BLOCKS  16u	/* a demotion writes at least this many */
 #define DEMOTE_SCAN	   4u	/* candidates looked at per row demoted */
 #define RING_DEPTH	   64u	/* reads in flight per fetch */
 #define BUF_BLOCKS_MAX	   8192u /* a fetch reads at most this many blocks
