@@ -65,8 +65,8 @@ struct emb_coord {
 	bool running;			   /* both threads started */
 
 	pthread_mutex_t mu;  /* guards the fields below */
-	pthread_cond_t cv;   /* stop, for the agent's sleeps */
-	bool stop;	     /* destroy asked the agent to exit */
+	pthread_cond_t cv;   /* stop, for the threads' sleeps */
+	bool stop;	     /* destroy asked the threads to exit */
 	int lost;	     /* 0, or why this node is out of the job */
 	bool ended;	     /* job over for this node: no more reports */
 	uint64_t epoch;	     /* of map; 0 before the first */
@@ -177,12 +177,12 @@ static void end_job(struct emb_coord *c, int status, const char *why)
 
 /*
  * A caller's request that etcd did not answer in time (EMB_ENOETCD) is no
- * verdict: on a starved machine the answer comes late because this
- * process did not run, not etcd, and the lease may be alive. The agent,
- * which renews it, alone says when etcd is lost (once the lease has
- * surely expired: c->lost). True after a short nap when the request is
- * worth another try (every one retried is idempotent); otherwise *rc is
- * what the caller returns: its own error, the node's loss, or -ECANCELED.
+ * verdict: on a starved machine the answer comes late because etcd or
+ * this process did not run, and the lease may be alive. The lease thread
+ * alone says when etcd is lost (once the lease has surely expired:
+ * c->lost). True after a short nap when the request is worth another try
+ * (every one retried is idempotent); otherwise *rc is what the caller
+ * returns: its own error, the node's loss, or -ECANCELED.
  */
 static bool again(struct emb_coord *c, int *rc)
 {
@@ -195,7 +195,7 @@ static bool again(struct emb_coord *c, int *rc)
 	lost = c->lost;
 	ended = c->ended;
 	pthread_mutex_unlock(&c->mu);
-	/* Ended: the agent renews no more, so it would never say. */
+	/* Ended: the lease is renewed no more, so nobody would say. */
 	if (lost || ended) {
 		*rc = lost ? lost : *rc;
 		return false;
@@ -835,7 +835,7 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	if (rc)
 		goto err_etcd;
 	/* The job's TTL, in whole seconds, at least 1; etcd may raise it
-	 * to its own minimum, and the agent renews every TTL / 3. */
+	 * to its own minimum, and the lease thread renews every TTL / 3. */
 	ttl_s = ((int64_t)c->reg.hb_timeout_ms + 999) / 1000;
 	/* A grant whose answer is lost leaves a lease that expires on its
 	 * own. */
@@ -864,7 +864,7 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 		emb_role_name(c->reg.role), c->reg.rank,
 		c->reg.role == EMB_ROLE_SERVER ? c->reg.server_num
 					       : c->reg.worker_num);
-	/* The agent takes no signals: they stay with the host's threads. */
+	/* Our threads take no signals: they stay with the host's. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	rc = -pthread_create(&c->lease_thread, NULL, lease_main, c);
