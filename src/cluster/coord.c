@@ -15,9 +15,11 @@
  *   P finish/worker/<r> a worker finished (no lease: it outlives it)
  *   P barrier/<name>/<gen>/<rank>  a worker entered a barrier (no lease)
  *
- * Threads: the agent thread renews the lease and polls the keys; callers'
- * threads wait for the map and at barriers by polling too. Shared state is
- * under c->mu; the etcd handle serializes its own requests.
+ * Threads: the lease thread renews the lease, on an etcd handle of its
+ * own, so that no other request delays a renewal; the agent thread polls
+ * the keys; callers' threads wait for the map and at barriers by polling
+ * too. Shared state is under c->mu; each etcd handle serializes its own
+ * requests.
  */
 #include "cluster/coord.h"
 
@@ -47,7 +49,9 @@
 #define BARRIER_NAMES_MAX 64 /* barrier names a worker tracks */
 
 struct emb_coord {
-	struct emb_etcd *etcd;		   /* the client */
+	struct emb_etcd *etcd;		   /* the client, for all but the lease */
+	struct emb_etcd *lease_etcd;	   /* the lease's: grant, renew, revoke */
+	uint32_t timeout_ms;		   /* per request and endpoint */
 	char prefix[32 + EMB_COORD_JOB_MAX]; /* "/embstore/<job>/" */
 	int64_t lease;			   /* this node's */
 	uint32_t replicas;		   /* copies of each slot, the job's */
@@ -57,11 +61,12 @@ struct emb_coord {
 	void *end_arg;			   /* for on_end */
 	const volatile sig_atomic_t *cancel; /* optional */
 	pthread_t thread;		   /* runs agent_main */
-	bool running;			   /* thread started */
+	pthread_t lease_thread;		   /* runs lease_main */
+	bool running;			   /* both threads started */
 
 	pthread_mutex_t mu;  /* guards the fields below */
-	pthread_cond_t cv;   /* stop, for the agent's sleeps */
-	bool stop;	     /* destroy asked the agent to exit */
+	pthread_cond_t cv;   /* stop, for the threads' sleeps */
+	bool stop;	     /* destroy asked the threads to exit */
 	int lost;	     /* 0, or why this node is out of the job */
 	bool ended;	     /* job over for this node: no more reports */
 	uint64_t epoch;	     /* of map; 0 before the first */
@@ -168,6 +173,38 @@ static void end_job(struct emb_coord *c, int status, const char *why)
 			emb_role_name(c->reg.role), c->reg.rank);
 	if (c->on_end)
 		c->on_end(c->end_arg, status);
+}
+
+/*
+ * A caller's request that etcd did not answer in time (EMB_ENOETCD) is no
+ * verdict: on a starved machine the answer comes late because etcd or
+ * this process did not run, and the lease may be alive. The lease thread
+ * alone says when etcd is lost (once the lease has surely expired:
+ * c->lost). True after a short nap when the request is worth another try
+ * (every one retried is idempotent); otherwise *rc is what the caller
+ * returns: its own error, the node's loss, or -ECANCELED.
+ */
+static bool again(struct emb_coord *c, int *rc)
+{
+	int lost;
+	bool ended;
+
+	if (*rc != EMB_ENOETCD)
+		return false;
+	pthread_mutex_lock(&c->mu);
+	lost = c->lost;
+	ended = c->ended;
+	pthread_mutex_unlock(&c->mu);
+	/* Ended: the lease is renewed no more, so nobody would say. */
+	if (lost || ended) {
+		*rc = lost ? lost : *rc;
+		return false;
+	}
+	if (!nap(c, POLL_MS)) {
+		*rc = -ECANCELED;
+		return false;
+	}
+	return true;
 }
 
 /* ---- config --------------------------------------------------------- */
@@ -279,10 +316,43 @@ etcd_down:
 	}
 }
 
+/*
+ * While joining (no lease thread yet): a request etcd did not answer in
+ * time is tried again after a nap until the join's deadline, as again()
+ * does later. True when worth another try.
+ */
+static bool again_until(struct emb_coord *c, int rc, int64_t deadline)
+{
+	return rc == EMB_ENOETCD &&
+	       (int64_t)emb_clock_ms() + POLL_MS <= deadline &&
+	       nap(c, POLL_MS);
+}
+
 /* ---- ranks ---------------------------------------------------------- */
 
+/*
+ * True when key is on our lease: a claim etcd applied whose answer came
+ * too late for us (its retry then found the key taken).
+ */
+static bool claimed(struct emb_coord *c, const char *key, int64_t deadline)
+{
+	struct emb_etcd_range r;
+	bool ours;
+	int rc;
+
+	do
+		rc = emb_etcd_get(c->etcd, key, false, true, &r);
+	while (again_until(c, rc, deadline));
+	if (rc)
+		return false;
+	ours = r.n && r.kvs[0].lease == c->lease;
+	emb_etcd_range_free(&r);
+	return ours;
+}
+
 /* Claims the lowest free rank of our role, on our lease. */
-static int claim_rank(struct emb_coord *c, const struct emb_coord_opts *o)
+static int claim_rank(struct emb_coord *c, const struct emb_coord_opts *o,
+		      int64_t deadline)
 {
 	uint32_t count = o->role == EMB_ROLE_SERVER ? c->reg.server_num
 						    : c->reg.worker_num;
@@ -291,7 +361,9 @@ static int claim_rank(struct emb_coord *c, const struct emb_coord_opts *o)
 	int rc;
 
 	key_of(c, key, "map");
-	rc = emb_etcd_get(c->etcd, key, false, true, &r);
+	do
+		rc = emb_etcd_get(c->etcd, key, false, true, &r);
+	while (again_until(c, rc, deadline));
 	if (rc)
 		return rc;
 	if (r.n) {
@@ -324,12 +396,19 @@ static int claim_rank(struct emb_coord *c, const struct emb_coord_opts *o)
 					 .value = val,
 					 .value_len = strlen(val),
 					 .lease = c->lease};
-		bool ok;
+		bool ok, retried = false;
 
 		key_of(c, key, "%s/%u", role_dir(o->role), rank);
-		rc = emb_etcd_txn(c->etcd, &cmp, 1, &op, 1, &ok);
+		for (;;) {
+			rc = emb_etcd_txn(c->etcd, &cmp, 1, &op, 1, &ok);
+			if (!again_until(c, rc, deadline))
+				break;
+			retried = true;
+		}
 		if (rc)
 			return rc;
+		if (!ok && retried && claimed(c, key, deadline))
+			ok = true;
 		if (ok) {
 			c->reg.rank = rank;
 			c->reg.node_id = rank + 1;
@@ -575,7 +654,14 @@ static int poll_job(struct emb_coord *c)
 	return 0;
 }
 
-static void *agent_main(void *arg)
+/*
+ * Lease thread: renews the lease every TTL / 3 and alone judges whether
+ * etcd is lost. A thread of its own, on a handle of its own: a poll, a
+ * failover or a barrier that waits on a slow etcd must not hold a renewal
+ * back past the lease's end (the node would be counted dead while it
+ * lives).
+ */
+static void *lease_main(void *arg)
 {
 	struct emb_coord *c = arg;
 	const uint32_t ttl = c->reg.hb_timeout_ms;
@@ -583,15 +669,14 @@ static void *agent_main(void *arg)
 	/* After a failed renewal, the next try comes sooner: the lease
 	 * has a third of its life less left. */
 	const uint32_t retry = renew / 4 ? renew / 4 : 1;
-	const uint32_t poll = ttl / 5 ? ttl / 5 : 1;
+	const uint32_t nep = emb_etcd_nendpoints(c->lease_etcd);
 	int64_t last_ok = (int64_t)emb_clock_ms(), next_renew = last_ok;
-	int64_t next_poll = last_ok;
 	/* The lease's life as etcd granted it: at least the job's TTL
 	 * rounded up to seconds, more where etcd has a higher minimum. */
 	int64_t lease_ms = ((int64_t)ttl + 999) / 1000 * 1000, got_s;
 
 	for (;;) {
-		int64_t now = (int64_t)emb_clock_ms(), wait;
+		int64_t now = (int64_t)emb_clock_ms(), left, wait;
 		bool quiet;
 		int rc;
 
@@ -600,10 +685,21 @@ static void *agent_main(void *arg)
 		pthread_mutex_unlock(&c->mu);
 		if (!quiet && now >= next_renew) {
 			next_renew = now + renew;
-			rc = emb_etcd_lease_keepalive(c->etcd, c->lease,
+			/* Each endpoint gets its share of the time the lease
+			 * may have left, at least the usual wait: a member
+			 * that is down costs no more than it did, and the
+			 * answer of one that is up counts however late this
+			 * process, starved, gets to read it. */
+			left = lease_ms - (now - last_ok);
+			emb_etcd_set_timeout(c->lease_etcd,
+					     left / nep > c->timeout_ms
+						 ? (uint32_t)(left / nep)
+						 : c->timeout_ms);
+			rc = emb_etcd_lease_keepalive(c->lease_etcd, c->lease,
 						      &got_s);
+			now = (int64_t)emb_clock_ms();
 			if (rc == 0) {
-				last_ok = (int64_t)emb_clock_ms();
+				last_ok = now;
 				if (got_s * 1000 > lease_ms)
 					lease_ms = got_s * 1000;
 			} else if (rc == EMB_ENOLEASE) {
@@ -622,22 +718,41 @@ static void *agent_main(void *arg)
 					 emb_strerror(rc));
 				end_job(c, EMB_ENOETCD, why);
 			} else {
-				next_renew = (int64_t)emb_clock_ms() + retry;
+				next_renew = now + retry;
 			}
 		}
-		if (!quiet && now >= next_poll) {
-			next_poll = now + poll;
+		/* Once out of the job there is nothing to do but wait for
+		 * destroy. */
+		wait = quiet ? renew : next_renew - (int64_t)emb_clock_ms();
+		if (!nap(c, wait < 1 ? 1 : (uint32_t)wait))
+			break;
+	}
+	return NULL;
+}
+
+/* Agent thread: polls the job's keys every TTL / 5 (poll_job()). */
+static void *agent_main(void *arg)
+{
+	struct emb_coord *c = arg;
+	const uint32_t ttl = c->reg.hb_timeout_ms;
+	const uint32_t poll = ttl / 5 ? ttl / 5 : 1;
+
+	for (;;) {
+		int64_t next_poll = (int64_t)emb_clock_ms() + poll, wait;
+		bool quiet;
+		int rc;
+
+		pthread_mutex_lock(&c->mu);
+		quiet = c->lost || c->ended;
+		pthread_mutex_unlock(&c->mu);
+		if (!quiet) {
 			rc = poll_job(c);
 			if (rc)
 				emb_log(EMB_LOG_DEBUG, "job %s: poll: %s",
 					c->prefix, emb_strerror(rc));
 		}
-		/* Until the next renewal or poll; once out of the job there
-		 * is nothing to do but wait for destroy. */
-		now = (int64_t)emb_clock_ms();
-		wait = next_renew < next_poll ? next_renew : next_poll;
-		wait = quiet ? renew : wait - now < 1 ? 1 : wait - now;
-		if (!nap(c, (uint32_t)wait))
+		wait = next_poll - (int64_t)emb_clock_ms();
+		if (!nap(c, wait < 1 ? 1 : (uint32_t)wait))
 			break;
 	}
 	return NULL;
@@ -709,20 +824,27 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	ttl_ms = opts->ttl_ms ? opts->ttl_ms : TTL_DEFAULT_MS;
 	/* Requests wait at most a third of the TTL per endpoint, so one
 	 * dead member costs a renewal, never the lease. */
-	rc = etcd_open(opts->endpoints, ttl_ms / 3 < 500 ? 500 : ttl_ms / 3,
-		       &c->etcd);
+	c->timeout_ms = ttl_ms / 3 < 500 ? 500 : ttl_ms / 3;
+	rc = etcd_open(opts->endpoints, c->timeout_ms, &c->etcd);
 	if (rc)
 		goto err_free;
+	rc = etcd_open(opts->endpoints, c->timeout_ms, &c->lease_etcd);
+	if (rc)
+		goto err_etcd;
 	rc = config_join(c, opts, deadline);
 	if (rc)
 		goto err_etcd;
 	/* The job's TTL, in whole seconds, at least 1; etcd may raise it
-	 * to its own minimum, and the agent renews every TTL / 3. */
+	 * to its own minimum, and the lease thread renews every TTL / 3. */
 	ttl_s = ((int64_t)c->reg.hb_timeout_ms + 999) / 1000;
-	rc = emb_etcd_lease_grant(c->etcd, ttl_s, &c->lease);
+	/* A grant whose answer is lost leaves a lease that expires on its
+	 * own. */
+	do
+		rc = emb_etcd_lease_grant(c->lease_etcd, ttl_s, &c->lease);
+	while (again_until(c, rc, deadline));
 	if (rc)
 		goto err_etcd;
-	rc = claim_rank(c, opts);
+	rc = claim_rank(c, opts, deadline);
 	if (rc)
 		goto err_lease;
 	c->dead_srv = calloc(c->reg.server_num, 1);
@@ -742,10 +864,20 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 		emb_role_name(c->reg.role), c->reg.rank,
 		c->reg.role == EMB_ROLE_SERVER ? c->reg.server_num
 					       : c->reg.worker_num);
-	/* The agent takes no signals: they stay with the host's threads. */
+	/* Our threads take no signals: they stay with the host's. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
-	rc = -pthread_create(&c->thread, NULL, agent_main, c);
+	rc = -pthread_create(&c->lease_thread, NULL, lease_main, c);
+	if (rc == 0) {
+		rc = -pthread_create(&c->thread, NULL, agent_main, c);
+		if (rc) {
+			pthread_mutex_lock(&c->mu);
+			c->stop = true;
+			pthread_cond_broadcast(&c->cv);
+			pthread_mutex_unlock(&c->mu);
+			pthread_join(c->lease_thread, NULL);
+		}
+	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc)
 		goto err_lease;
@@ -755,8 +887,9 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 
 err_lease:
 	/* The rank key goes with the lease. */
-	emb_etcd_lease_revoke(c->etcd, c->lease);
+	emb_etcd_lease_revoke(c->lease_etcd, c->lease);
 err_etcd:
+	emb_etcd_destroy(c->lease_etcd);
 	emb_etcd_destroy(c->etcd);
 err_free:
 	coord_free(c);
@@ -773,9 +906,13 @@ void emb_coord_destroy(struct emb_coord *c)
 		pthread_cond_broadcast(&c->cv);
 		pthread_mutex_unlock(&c->mu);
 		pthread_join(c->thread, NULL);
+		pthread_join(c->lease_thread, NULL);
 	}
-	/* Best effort: if etcd is gone, the lease expires on its own. */
-	emb_etcd_lease_revoke(c->etcd, c->lease);
+	/* Best effort, with the usual wait (a renewal may have left a
+	 * longer one): if etcd is gone, the lease expires on its own. */
+	emb_etcd_set_timeout(c->lease_etcd, c->timeout_ms);
+	emb_etcd_lease_revoke(c->lease_etcd, c->lease);
+	emb_etcd_destroy(c->lease_etcd);
 	emb_etcd_destroy(c->etcd);
 	coord_free(c);
 }
@@ -1012,6 +1149,8 @@ int emb_coord_wait_map(struct emb_coord *c, uint16_t *slot_map,
 			return lost;
 		key_of(c, key, "map");
 		rc = emb_etcd_get(c->etcd, key, false, false, &r);
+		if (again(c, &rc))
+			continue;
 		if (rc)
 			return rc;
 		if (r.n) {
@@ -1019,8 +1158,11 @@ int emb_coord_wait_map(struct emb_coord *c, uint16_t *slot_map,
 
 			rc = map_take(c, &r.kvs[0], &newer);
 			emb_etcd_range_free(&r);
-			if (!rc)
+			if (rc)
+				return rc;
+			do
 				rc = servers_read(c, servers);
+			while (again(c, &rc));
 			if (rc)
 				return rc;
 			/* Clients route by primaries; backups are the
@@ -1034,18 +1176,26 @@ int emb_coord_wait_map(struct emb_coord *c, uint16_t *slot_map,
 		emb_etcd_range_free(&r);
 		key_of(c, key, "server/");
 		rc = emb_etcd_get(c->etcd, key, true, false, &srv);
+		if (again(c, &rc))
+			continue;
 		if (rc)
 			return rc;
 		key_of(c, key, "worker/");
 		rc = emb_etcd_get(c->etcd, key, true, true, &wrk);
 		if (rc) {
 			emb_etcd_range_free(&srv);
+			if (again(c, &rc))
+				continue;
 			return rc;
 		}
+		/* Written once: a retry whose first try was applied finds
+		 * the map there, and the next turn reads it. */
 		if (srv.n == c->reg.server_num && wrk.n == c->reg.worker_num)
 			rc = map_write(c, &srv);
 		emb_etcd_range_free(&srv);
 		emb_etcd_range_free(&wrk);
+		if (again(c, &rc))
+			continue;
 		if (rc)
 			return rc;
 		if ((int64_t)emb_clock_ms() + POLL_MS > deadline) {
@@ -1128,7 +1278,9 @@ int emb_coord_barrier(struct emb_coord *c, const char *name)
 	if (gen > 2) {
 		key_of(c, key, "barrier/%s/%" PRIu64 "/%u", name, gen - 2,
 		       c->reg.rank);
-		rc = emb_etcd_delete(c->etcd, key, false, NULL);
+		do
+			rc = emb_etcd_delete(c->etcd, key, false, NULL);
+		while (again(c, &rc));
 		if (rc)
 			return rc;
 	}
@@ -1136,7 +1288,9 @@ int emb_coord_barrier(struct emb_coord *c, const char *name)
 	key_of(c, dir, "barrier/%s/%" PRIu64 "/", name, gen);
 	/* Not on our lease: a worker that passes and leaves at once (its
 	 * lease revoked) must not take its key from those still counting. */
-	rc = emb_etcd_put(c->etcd, key, "", 0, 0);
+	do
+		rc = emb_etcd_put(c->etcd, key, "", 0, 0);
+	while (again(c, &rc));
 	while (!rc) {
 		struct emb_etcd_range r;
 		uint32_t n;
@@ -1150,6 +1304,10 @@ int emb_coord_barrier(struct emb_coord *c, const char *name)
 		if (lost || ndead)
 			return lost ? lost : EMB_ENODEAD;
 		rc = emb_etcd_get(c->etcd, dir, true, true, &r);
+		if (again(c, &rc)) {
+			rc = 0;
+			continue;
+		}
 		if (rc)
 			break;
 		n = r.n;
@@ -1172,7 +1330,9 @@ int emb_coord_finish(struct emb_coord *c)
 	if (c->reg.role != EMB_ROLE_WORKER)
 		return EMB_ECLUSTER;
 	key_of(c, key, "finish/worker/%u", c->reg.rank);
-	rc = emb_etcd_put(c->etcd, key, "", 0, 0);
+	do
+		rc = emb_etcd_put(c->etcd, key, "", 0, 0);
+	while (again(c, &rc));
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&c->mu);

@@ -90,8 +90,9 @@ const struct emb_wire_register_resp *emb_coord_reg(const struct emb_coord *c);
  * first node to see the job complete writes epoch 1 with a transaction).
  * Fills slot_map (EMB_NSLOTS) and *servers (by rank; the caller frees).
  * 0, or -ETIMEDOUT, -ECANCELED, EMB_ENODEAD (a member died first),
- * EMB_ENOETCD, EMB_EETCD, EMB_EBADFRAME (a map that does not decode),
- * -ENOMEM.
+ * EMB_ENOETCD (etcd lost: a request etcd does not answer in time is tried
+ * again until the lease thread gives up on it), EMB_EETCD, EMB_EBADFRAME
+ * (a map that does not decode), -ENOMEM.
  */
 int emb_coord_wait_map(struct emb_coord *c, uint16_t *slot_map,
 		       struct emb_wire_node_addr **servers);
@@ -118,14 +119,16 @@ void emb_coord_watch(struct emb_coord *c, emb_coord_dead_fn fn, void *arg);
 /*
  * Workers: waits until every worker entered barrier name as often as this
  * one. 0, or -EINVAL (name empty or over 63 bytes), EMB_ENODEAD (a node
- * died), EMB_ENOETCD (etcd lost), EMB_ECLUSTER (not a worker), -ENOMEM.
+ * died), EMB_ENOETCD (etcd lost, as for emb_coord_wait_map()),
+ * EMB_ECLUSTER (not a worker), -ECANCELED, -ENOMEM.
  */
 int emb_coord_barrier(struct emb_coord *c, const char *name);
 
 /*
  * Workers: records that this worker is done; once every worker finished
- * or died, the servers end (status 0). 0, or EMB_ENOETCD, EMB_EETCD,
- * EMB_ECLUSTER (not a worker).
+ * or died, the servers end (status 0). 0, or EMB_ENOETCD (etcd lost, as
+ * for emb_coord_wait_map()), EMB_EETCD, EMB_ECLUSTER (not a worker),
+ * -ECANCELED.
  */
 int emb_coord_finish(struct emb_coord *c);
 

@@ -204,6 +204,18 @@ const char *emb_etcd_endpoint(const struct emb_etcd *e)
 	return e->ep[e->cur];
 }
 
+uint32_t emb_etcd_nendpoints(const struct emb_etcd *e)
+{
+	return e->nep;
+}
+
+void emb_etcd_set_timeout(struct emb_etcd *e, uint32_t timeout_ms)
+{
+	pthread_mutex_lock(&e->mu);
+	e->timeout_ms = timeout_ms ? timeout_ms : TIMEOUT_DEFAULT_MS;
+	pthread_mutex_unlock(&e->mu);
+}
+
 void emb_etcd_local_ip(struct emb_etcd *e, char *buf, size_t cap)
 {
 	pthread_mutex_lock(&e->mu);

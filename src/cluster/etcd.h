@@ -132,6 +132,15 @@ int emb_etcd_txn(struct emb_etcd *e, const struct emb_etcd_cmp *cmps,
 /* The endpoint the last request went to, "host:port"; for logs. */
 const char *emb_etcd_endpoint(const struct emb_etcd *e);
 
+/* How many endpoints the client tries, 1..EMB_ETCD_ENDPOINTS_MAX. */
+uint32_t emb_etcd_nendpoints(const struct emb_etcd *e);
+
+/*
+ * Sets the wait per request and endpoint (0 = 2000 ms) for the requests
+ * that start from now on; one in flight keeps the one it started with.
+ */
+void emb_etcd_set_timeout(struct emb_etcd *e, uint32_t timeout_ms);
+
 /*
  * Address of this host as the last connection to etcd saw it (the
  * local end), "" before any: the one other machines reach it at in the

@@ -12,12 +12,19 @@
 # exist, and a drain that would leave fewer servers than copies, are
 # refused with the scheduler's reason.
 #
-#   drain.sh TOOLS_DIR
+# With `launch`, the newcomer is started by the job's launch instead,
+# asked with `embstore scale --add 1 --launch LOG_DIR/launch.ctl`: the
+# job has no --server_max, so only the drained rank is free. Before the
+# drain, a server launch starts on a bare `add 1` line (no rank free) is
+# refused by the scheduler and exits 1 without ending the job.
+#
+#   drain.sh TOOLS_DIR [launch]
 set -u
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/moves_lib.sh"
 
-tools=${1:?usage: drain.sh TOOLS_DIR}
+tools=${1:?usage: drain.sh TOOLS_DIR [launch]}
+mode=${2:-hand}
 tools=$(cd "$tools" && pwd) || exit 1
 work=$(mktemp -d "${TMPDIR:-/tmp}/emb-drain-XXXXXX")
 PATH=$tools:$PATH
@@ -40,7 +47,25 @@ trap cleanup EXIT
 
 moves_launch 16
 [ -n "$sched" ] || bad "no scheduler address"
-sleep 1
+# A replicated job without spare ranks still reads launch.ctl.
+ctl=$(sed -n 's/^\[launch\] no rank to spare; .* --launch \([^ ]*\) starts servers here$/\1/p' \
+	"$out")
+[ "$ctl" = "$work/log/launch.ctl" ] && [ -p "$ctl" ] ||
+	bad "launch named no control FIFO (${ctl:-none})"
+if [ "$mode" = launch ]; then
+	# No rank is free: the server started on a bare "add 1" (scale
+	# would have refused) is turned away and exits 1; the job goes on.
+	# (A FIFO nobody reads would block the write: bounded.)
+	# shellcheck disable=SC2016  # $1 is the inner shell's
+	timeout 10 sh -c 'echo "add 1" >"$1"' sh "$ctl" ||
+		bad "could not write 'add 1' to $ctl"
+	moves_wait '^\[launch\] server\.3 exited with 1$' 300 ||
+		bad "a server started with no free rank did not exit 1"
+	grep -q '^\[server\.3\] .*cluster full' "$out" ||
+		bad "server.3 gave no reason for its refusal"
+	grep -q '^\[launch\] stopping every process' "$out" &&
+		bad "a refused server ended the job"
+fi
 
 # Refusals: no such rank; then (below) too few servers left for R = 2.
 embstore scale --sched "$sched" --remove 7 >"$work/bad.txt" 2>&1 &&
@@ -72,14 +97,28 @@ pid0=$(moves_pid 0)
 [ -n "$pid0" ] || bad "no pid for server rank 0"
 moves_left "$pid0"
 
-# A newcomer started as `scale --add 1` says takes the free rank and is
-# given a third of the copies.
-embstore scale --sched "$sched" --add 1 >"$work/add.txt" 2>&1 ||
-	bad "scale --add 1 failed: $(cat "$work/add.txt")"
-cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
-[ -n "$cmd" ] || bad "scale --add printed no command"
-eval "$cmd" >"$work/new.txt" 2>&1 &
-npid=$!
+# A newcomer started as `scale --add 1` says, or by launch as `scale --add
+# 1 --launch` asks, takes the free rank and is given a third of the copies.
+if [ "$mode" = launch ]; then
+	embstore scale --sched "$sched" --add 1 --launch "$ctl" \
+		>"$work/add.txt" 2>&1 ||
+		bad "scale --add 1 --launch failed: $(cat "$work/add.txt")"
+	grep -q '^# asked embstore launch' "$work/add.txt" ||
+		bad "scale --add --launch said: $(cat "$work/add.txt")"
+	moves_wait '^\[launch\] started server\.4, pid' 100 ||
+		bad "launch did not start the server asked for"
+	npid4=$(sed -n 's/^\[launch\] started server\.4, pid \([0-9]*\)$/\1/p' \
+		"$out")
+	moves_wait "server 0 (.*pid $npid4) joins at a free rank" 300 ||
+		bad "server.4 did not take the free rank 0"
+else
+	embstore scale --sched "$sched" --add 1 >"$work/add.txt" 2>&1 ||
+		bad "scale --add 1 failed: $(cat "$work/add.txt")"
+	cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
+	[ -n "$cmd" ] || bad "scale --add printed no command"
+	eval "$cmd" >"$work/new.txt" 2>&1 &
+	npid=$!
+fi
 moves_wait_share 0
 [ -n "$share" ] && [ "$share" -ge 2700 ] ||
 	bad "the newcomer was not given its share (${share:-none} slots)"
@@ -88,10 +127,12 @@ moves_under_load join
 moves_end
 grep -q 'slots [0-9]*-[0-9]* move from server 0' "$out" ||
 	bad "no move logged"
+[ "$mode" = launch ] && ! grep -q '^\[launch\] server\.4 exited with 0$' "$out" &&
+	bad "the newcomer launch started did not exit 0 at the end"
 
 if [ "$fail" -ne 0 ]; then
 	cat "$out"
 	exit 1
 fi
-echo "ok: server 0 drained and exited 0 mid-run, a newcomer got $share" \
-	"slots, 2 of 2 workers clean"
+echo "ok: server 0 drained and exited 0 mid-run, a newcomer ($mode) got" \
+	"$share slots, 2 of 2 workers clean"

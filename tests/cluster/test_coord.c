@@ -135,9 +135,11 @@ static void servers_up(struct servers *s, uint32_t n)
 			  .host = "127.0.0.1",
 			  .port = emb_server_port(s->srv[i]),
 			  .server_num = n,
-			  .worker_num = (uint32_t)atoi(
-			      getenv("EMB_WORKER_NUM")),
-			  .hb_timeout_ms = 2000,
+			  .worker_num =
+			      (uint32_t)atoi(getenv("EMB_WORKER_NUM")),
+			  /* The job's TTL, as env_for() set it. */
+			  .hb_timeout_ms = (uint32_t)(atof(getenv(
+			      "EMB_HEARTBEAT_TIMEOUT")) * 1000),
 			  .join_timeout_ms = 20000,
 			  .on_end = on_server_end,
 			  .arg = &s->ends[i]},
@@ -526,6 +528,44 @@ static void test_killed_server(void)
 	env_clear();
 }
 
+/*
+ * etcd stalls (SIGSTOP) for 2.5 s, longer than a request's wait (TTL / 3
+ * of 6 s) but shorter than what the leases have left (at least 4 s, which
+ * leaves a loaded machine 1.5 s to run etcd again), twice, each time while
+ * a worker waits at a barrier. A late answer is no verdict: the barrier
+ * waits it out, both workers pass, nobody is counted dead, and the server
+ * ends the job with 0.
+ */
+static void test_etcd_stall(void)
+{
+	struct worker w[2] = {0};
+	struct servers s;
+
+	env_for(etcd.url, 1, 2, "6");
+	servers_up(&s, 1);
+	workers_join(w, 2);
+	for (int round = 0; round < 2; round++) {
+		struct barrier_arg b = {w[0].c, "stall", 1};
+		pthread_t th;
+
+		pthread_create(&th, NULL, barrier_main, &b);
+		sleep_ms(100);
+		CU_ASSERT_EQUAL_FATAL(kill(etcd.pid, SIGSTOP), 0);
+		sleep_ms(2500);
+		kill(etcd.pid, SIGCONT);
+		CU_ASSERT_EQUAL(emb_client_barrier(w[1].c, "stall"), 0);
+		barrier_join(th, &b);
+		CU_ASSERT_EQUAL(b.rc, 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL(emb_client_finish(w[i].c), 0);
+		emb_client_destroy(w[i].c);
+	}
+	CU_ASSERT_EQUAL(server_end(&s, 0), 0);
+	servers_down(&s);
+	env_clear();
+}
+
 static struct emb_coord *coord_join(uint32_t role, uint16_t port)
 {
 	struct emb_coord_opts o = {.endpoints = etcd.url,
@@ -810,6 +850,9 @@ int main(int argc, char **argv)
 	     test_barrier_then_leave},
 	    {"a killed server's lease expires and its calls fail",
 	     test_killed_server},
+	    {"a barrier waits out an etcd stalled for less than the leases "
+	     "have left",
+	     test_etcd_stall},
 	    {"a dead server's slots go to their backups in a new map epoch, "
 	     "written by the live server of lowest rank",
 	     test_failover_map},

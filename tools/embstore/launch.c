@@ -107,10 +107,10 @@ struct launch {
 	char *const *sched_argv;	/* to start the scheduler again */
 	const char *sched_env[ENV_MAX]; /* its environment, NULL-ended */
 	uint32_t sched_restarts;	/* times it was started again */
-	uint32_t cap;			/* room in ch */
+	uint32_t cap;			/* room in ch; grows */
 	/* Servers started on request (`embstore scale --add N --launch
-	 * CTL`): a FIFO read as lines "add N", while the job has ranks to
-	 * spare (--server_max). */
+	 * CTL`): a FIFO read as lines "add N", in a job whose ranks may
+	 * come free (replicated, or with --server_max to spare). */
 	int ctl;			 /* its read end, or -1 */
 	char ctl_path[PATH_MAX];	 /* removed at the end */
 	char ctl_line[64];		 /* partial line */
@@ -161,10 +161,7 @@ static void usage(FILE *f)
 		"                     servers started later against the "
 		"scheduler join\n"
 		"                     and are given a share of the slots "
-		"(also --server-max);\n"
-		"                     `embstore scale --add N --launch "
-		"D/launch.ctl` starts\n"
-		"                     them here\n"
+		"(also --server-max)\n"
 		"  --worker-nice N    the workers' nice value above the "
 		"launcher's, 0..19\n"
 		"                     (default %d): with more processes than "
@@ -183,6 +180,9 @@ static void usage(FILE *f)
 		"A scheduler killed by a signal is started again on its port; "
 		"it takes the\njob up from D/scheduler.state and the nodes "
 		"rejoin it (docs/cluster.md).\n"
+		"With ranks to spare or --replicas above 1, `embstore scale "
+		"--add N --launch\nD/launch.ctl` starts servers here for the "
+		"free ranks (spare, drained or dead).\n"
 		"  --help, --version\n"
 		"Children find the cluster through EMB_SCHED_HOST and "
 		"EMB_SCHED_PORT; the\nlauncher's directory comes first on "
@@ -624,7 +624,9 @@ static int add_child(struct launch *l, enum kind k, const char *name,
 
 /* Starts n more servers, asked for on the control FIFO. The scheduler
  * gives each a free rank, or refuses it (it then exits 1, which a job
- * whose servers cover each other survives). */
+ * whose servers cover each other survives): it alone knows which ranks
+ * are free (spare, drained or dead), so launch starts as many as it is
+ * asked for and keeps no count of its own. */
 static void add_servers(struct launch *l, uint32_t n)
 {
 	char name[32];
@@ -637,12 +639,6 @@ static void add_servers(struct launch *l, uint32_t n)
 	for (uint32_t i = 0; i < n; i++) {
 		int rc;
 
-		if (l->nch == l->cap) {
-			say("not starting more servers: the job has room for "
-			    "%u processes (--server_max)",
-			    l->cap);
-			return;
-		}
 		snprintf(name, sizeof(name), "server.%u", l->nservers);
 		rc = add_child(l, K_SERVER, name, l->dir);
 		if (rc == 0) {
@@ -699,17 +695,54 @@ static void on_ctl(struct launch *l)
 	}
 }
 
+/* A child that exited and whose pipe is closed writes no more: its log
+ * is closed now, so that servers started again and again over a long job
+ * do not hold a file each until its end. */
+static void close_done_logs(struct launch *l)
+{
+	for (uint32_t i = 0; i < l->nch; i++) {
+		struct child *c = &l->ch[i];
+
+		if (!c->pid && c->out < 0 && c->log) {
+			fclose(c->log);
+			c->log = NULL;
+		}
+	}
+}
+
+/* Poll slot of the control FIFO in run()'s index map. */
+#define SLOT_CTL UINT32_MAX
+
 static int run(struct launch *l)
 {
-	struct pollfd *pf = calloc(l->cap + 2, sizeof(*pf));
+	struct pollfd *pf = NULL;
+	uint32_t *map = NULL, room = 0;
 	int64_t linger_at = 0;
 
-	if (!pf)
-		return -ENOMEM;
 	while (!all_reaped(l)) {
 		uint32_t n = 0;
 		int64_t now = (int64_t)emb_clock_ms(), wait = -1;
-		struct child *map[CHILDREN_MAX + 1];
+
+		/* Indexes into l->ch, not pointers: a line on the FIFO
+		 * adds servers while the results are read, and the table
+		 * may move as it grows. */
+		if (room < l->nch + 2) {
+			uint32_t want = 2 * l->nch + 2;
+			struct pollfd *npf = realloc(pf, want * sizeof(*pf));
+			uint32_t *nmap;
+
+			if (npf)
+				pf = npf;
+			nmap = npf ? realloc(map, want * sizeof(*map)) : NULL;
+			if (!nmap) {
+				/* Every process is killed below. */
+				say("out of memory: ending the job");
+				l->failed = 1;
+				break;
+			}
+			map = nmap;
+			room = want;
+		}
 
 		if (!l->stopping && !l->formed && now >= l->form_by_ms) {
 			/* Checked once: a formed cluster stays formed. */
@@ -737,13 +770,13 @@ static int run(struct launch *l)
 		}
 		pf[n++] = (struct pollfd){.fd = l->sigfd, .events = POLLIN};
 		if (l->ctl >= 0) {
-			map[n] = NULL;
+			map[n] = SLOT_CTL;
 			pf[n++] = (struct pollfd){.fd = l->ctl, .events = POLLIN};
 		}
 		for (uint32_t i = 0; i < l->nch; i++) {
 			if (l->ch[i].out < 0)
 				continue;
-			map[n] = &l->ch[i];
+			map[n] = i;
 			pf[n++] = (struct pollfd){.fd = l->ch[i].out,
 						  .events = POLLIN};
 		}
@@ -766,12 +799,13 @@ static int run(struct launch *l)
 		for (uint32_t i = 1; i < n; i++) {
 			if (!pf[i].revents)
 				continue;
-			if (map[i])
-				drain(map[i]);
+			if (map[i] != SLOT_CTL)
+				drain(&l->ch[map[i]]);
 			else
 				on_ctl(l);
 		}
 		reap(l);
+		close_done_logs(l);
 	}
 	/* Orphans of the group still running: their leaders are gone. */
 	if (l->pgid && kill(-l->pgid, 0) == 0) {
@@ -780,17 +814,30 @@ static int run(struct launch *l)
 			;
 	}
 	free(pf);
+	free(map);
 	return 0;
 }
 
 /* ---- main ----------------------------------------------------------- */
 
+/* Appends a child to l->ch, growing it: pointers into it held across
+ * this call are stale after it. */
 static int add_child(struct launch *l, enum kind k, const char *name,
 		     const char *dir)
 {
-	struct child *c = &l->ch[l->nch++];
+	struct child *c;
 	char path[PATH_MAX];
 
+	if (l->nch == l->cap) {
+		uint32_t cap = 2 * l->cap;
+		struct child *ch = realloc(l->ch, cap * sizeof(*ch));
+
+		if (!ch)
+			return -ENOMEM;
+		l->ch = ch;
+		l->cap = cap;
+	}
+	c = &l->ch[l->nch++];
 	memset(c, 0, sizeof(*c));
 	c->kind = k;
 	c->out = -1;
@@ -1040,10 +1087,8 @@ int emb_cmd_launch(int argc, char **argv)
 	l.form_by_ms =
 	    (int64_t)emb_clock_ms() + (int64_t)(timeout_s * 1000) + 5000;
 	path = child_path(self);
-	/* Room for the servers --server_max may add. */
-	l.cap = S + W + 1 + (smax - S);
-	if (l.cap > CHILDREN_MAX)
-		l.cap = CHILDREN_MAX;
+	/* Servers added later grow it (add_child()). */
+	l.cap = S + W + 1;
 	l.ch = calloc(l.cap, sizeof(*l.ch));
 	if (!path || !l.ch) {
 		free(path);
@@ -1147,9 +1192,12 @@ int emb_cmd_launch(int argc, char **argv)
 		}
 		/* Signals that came while starting are handled by run(). */
 	}
-	/* Ranks to spare: `embstore scale --add N --launch CTL` starts
-	 * servers here, through a FIFO in the log directory. */
-	if (!l.coord && smax > S && !l.stopping) {
+	/* Ranks that are or may come free (spare ones, or a replicated
+	 * job's drained or dead servers'): `embstore scale --add N --launch
+	 * CTL` starts servers for them here, through a FIFO in the log
+	 * directory. An unreplicated job without spare ranks never has a
+	 * free one. */
+	if (!l.coord && (smax > S || R > 1) && !l.stopping) {
 		snprintf(l.ctl_path, sizeof(l.ctl_path), "%s/launch.ctl", dir);
 		unlink(l.ctl_path);
 		/* O_RDWR: a writer closing it is no EOF here. */
@@ -1160,11 +1208,16 @@ int emb_cmd_launch(int argc, char **argv)
 			    "hand (embstore scale --add)",
 			    l.ctl_path, strerror(errno));
 			l.ctl_path[0] = 0;
-		} else {
+		} else if (smax > S) {
 			say("%u rank%s to spare: embstore scale --sched %s "
 			    "--add N --launch %s starts servers here",
 			    smax - S, smax - S == 1 ? "" : "s", l.sched,
 			    l.ctl_path);
+		} else {
+			say("no rank to spare; for the rank of a server "
+			    "drained or lost, embstore scale --sched %s --add "
+			    "N --launch %s starts servers here",
+			    l.sched, l.ctl_path);
 		}
 	}
 	run(&l);
