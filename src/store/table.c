@@ -2207,6 +2207,14 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 	out->step = load_stat(&t->step);
 	out->admit_filter_bytes = emb__life_filter_bytes(t);
 	out->bytes += out->admit_filter_bytes;
+	if (t->tier) {
+		struct emb_table_tier_stats ts;
+
+		/* The DRAM the device's rows cost: their index and the
+		 * tier's other tables. */
+		emb__tier_stats(t, &ts);
+		out->bytes += ts.map_bytes;
+	}
 	out->rows_evicted_ttl = load_stat(&t->rows_evicted_ttl);
 	out->rows_evicted_l2 = load_stat(&t->rows_evicted_l2);
 	out->rows_evicted_cap = load_stat(&t->rows_evicted_cap);
