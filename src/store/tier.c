@@ -941,6 +941,12 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 	}
 	*g = 0;
 	idx = emb__shard_insert(t, s, id, h);
+	if (idx < 0 && !write) {
+		/* No record for it (the limit, out of memory): a read is
+		 * served from the device all the same. */
+		count(&t->tier->served_cold, 1);
+		return (struct emb_row_hdr *)(uintptr_t)src;
+	}
 	if (idx < 0) {
 		*rc = (int)idx;
 		return NULL;
