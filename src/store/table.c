@@ -1603,7 +1603,6 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 			const float *g;
 			float *w;
 			int err = 0;
-			bool cold = false;
 
 			if (!r && t->tier) {
 				bool in_dram;
@@ -1618,8 +1617,7 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 				}
 				/* Back from the device: an existing row,
 				 * which an undo puts back as it was. */
-				cold = r != NULL;
-				if (cold)
+				if (r)
 					idx[cur][k] = (uint32_t)emb__shard_find(
 					    t, s, ids[p], b->h[p]);
 			}
