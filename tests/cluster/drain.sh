@@ -112,12 +112,7 @@ if [ "$mode" = launch ]; then
 	moves_wait "server 0 (.*pid $npid4) joins at a free rank" 300 ||
 		bad "server.4 did not take the free rank 0"
 else
-	embstore scale --sched "$sched" --add 1 >"$work/add.txt" 2>&1 ||
-		bad "scale --add 1 failed: $(cat "$work/add.txt")"
-	cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
-	[ -n "$cmd" ] || bad "scale --add printed no command"
-	eval "$cmd" >"$work/new.txt" 2>&1 &
-	npid=$!
+	moves_add_by_hand
 fi
 moves_wait_share 0
 [ -n "$share" ] && [ "$share" -ge 2700 ] ||

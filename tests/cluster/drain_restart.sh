@@ -81,12 +81,7 @@ moves_left "$pid0"
 
 # A newcomer takes the free rank; the scheduler dies while it is given
 # its share.
-embstore scale --sched "$sched" --add 1 >"$work/add.txt" 2>&1 ||
-	bad "scale --add 1 failed: $(cat "$work/add.txt")"
-cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
-[ -n "$cmd" ] || bad "scale --add printed no command"
-eval "$cmd" >"$work/new.txt" 2>&1 &
-npid=$!
+moves_add_by_hand
 moves_wait 'join of server 0: 0 slots moved' ||
 	bad "the newcomer was given nothing"
 grep -q 'server 0 has its share' "$out" &&

@@ -73,6 +73,18 @@ moves_left() {
 	moves_under_load drain
 }
 
+# moves_add_by_hand: asks the scheduler for one server (`embstore scale
+# --add 1`) and starts the command it prints, in the background, its log
+# in $work/new.txt; sets npid.
+moves_add_by_hand() {
+	embstore scale --sched "$sched" --add 1 >"$work/add.txt" 2>&1 ||
+		bad "scale --add 1 failed: $(cat "$work/add.txt")"
+	_cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
+	[ -n "$_cmd" ] || bad "scale --add printed no command"
+	eval "$_cmd" >"$work/new.txt" 2>&1 &
+	npid=$!
+}
+
 # moves_under_load WHAT: no worker ended before WHAT was done.
 moves_under_load() {
 	grep -q "^\[launch\] worker\.[01] exited" "$out" &&
