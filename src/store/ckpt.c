@@ -31,6 +31,8 @@ struct emb_table_ckpt {
 	uint32_t idx;	     /* next record index in it */
 	uint64_t *erased;    /* removed ids taken at begin (delta) */
 	uint64_t nerased;    /* ids in erased */
+	bool entered;	     /* a tiered table: the shard's walk entered */
+	struct emb_tier_walk *tw; /* and it, until the shard is left */
 };
 
 int emb_table_ckpt_begin(struct emb_table *t, bool delta,
@@ -42,10 +44,6 @@ int emb_table_ckpt_begin(struct emb_table *t, bool delta,
 
 	if (!t || !out)
 		return EMB_EBADARG;
-	/* Rows move between a tiered table's tiers while a walk goes on:
-	 * walks over one are not built yet (docs/store.md). */
-	if (t->tier)
-		return -EOPNOTSUPP;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -106,15 +104,19 @@ uint64_t emb_table_ckpt_erased(const struct emb_table_ckpt *c,
 	return c->nerased;
 }
 
-/* The walk leaves shard s: drops the removals of ids that are live again. */
-static void leave_shard(struct emb_table *t, struct emb_shard *s)
+/* The walk leaves shard si: drops the removals of ids that are live again,
+ * in DRAM or on the device (made again and moved there before the walk
+ * came, it handed them out from there). */
+static void leave_shard(struct emb_table *t, uint32_t si)
 {
+	struct emb_shard *s = &t->shards[si];
 	uint32_t keep = 0;
 
 	for (uint32_t i = 0; i < s->nerased; i++) {
-		uint64_t id = s->erased[i];
+		uint64_t id = s->erased[i], h = emb_id_hash(id);
 
-		if (emb__shard_find(t, s, id, emb_id_hash(id)) < 0)
+		if (emb__shard_find(t, s, id, h) < 0 &&
+		    !(t->tier && emb__tier_has(t, si, id, h)))
 			s->erased[keep++] = id;
 	}
 	s->nerased = keep;
@@ -134,6 +136,30 @@ int emb_table_ckpt_next(struct emb_table_ckpt *c, uint64_t *ids, float *rows,
 		uint32_t budget = 4 * max;
 
 		pthread_mutex_lock(&s->lock);
+		if (t->tier && !c->entered) {
+			/* A tiered shard: its cold rows first (tier.c). */
+			int rc = emb__tier_walk_enter(
+			    t, c->shard,
+			    c->delta ? EMB_TIER_WALK_CKPT : EMB_TIER_WALK_ALL,
+			    NULL, &c->tw);
+
+			if (rc) {
+				pthread_mutex_unlock(&s->lock);
+				return rc;
+			}
+			c->entered = true;
+		}
+		if (c->tw && !emb__tier_walk_cold_done(c->tw)) {
+			int rc = emb__tier_walk_next(t, s, c->shard, c->tw,
+						     true, ids, rows, meta,
+						     got, max);
+
+			pthread_mutex_unlock(&s->lock);
+			if (rc < 0)
+				return rc;
+			got = (uint32_t)rc;
+			continue;
+		}
 		while (got < max && budget && c->idx < s->next_idx) {
 			uint32_t i = c->idx;
 			uint64_t *w = &s->dirty[i >> 6];
@@ -150,14 +176,22 @@ int emb_table_ckpt_next(struct emb_table_ckpt *c, uint64_t *ids, float *rows,
 			budget--;
 			if (c->delta && !(*w & bit))
 				continue;
-			*w &= ~bit;
 			r = emb__shard_row(t, s, i);
+			/* Handed out from the device before it came back:
+			 * its mark stays, for the next delta. */
+			if (c->tw && !(r->count & EMB_ROW_FREE) &&
+			    emb__tier_walk_seen(c->tw, r->id))
+				continue;
+			*w &= ~bit;
 			if (r->count & EMB_ROW_FREE)
 				continue;
 			emb__row_put(t, r, got++, ids, rows, meta);
 		}
 		if (c->idx >= s->next_idx) {
-			leave_shard(t, s);
+			leave_shard(t, c->shard);
+			emb__tier_walk_leave(t, c->shard, c->tw);
+			c->tw = NULL;
+			c->entered = false;
 			c->shard++;
 			c->idx = 0;
 		}
@@ -170,6 +204,14 @@ void emb_table_ckpt_end(struct emb_table_ckpt *c)
 {
 	if (!c)
 		return;
+	if (c->tw) {
+		/* Ended in the middle of a shard: its demotions go on. */
+		struct emb_shard *s = &c->t->shards[c->shard];
+
+		pthread_mutex_lock(&s->lock);
+		emb__tier_walk_leave(c->t, c->shard, c->tw);
+		pthread_mutex_unlock(&s->lock);
+	}
 	free(c->erased);
 	free(c);
 }

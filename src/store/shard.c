@@ -219,8 +219,10 @@ int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 	return idx;
 }
 
-void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
-		       uint64_t h)
+/* Takes record idx out of the index and frees it; erased: the row is
+ * gone (recorded for checkpoints and moves), not moved to the device. */
+static void unlink_rec(struct emb_table *t, struct emb_shard *s, uint32_t idx,
+		       uint64_t h, bool erased)
 {
 	uint32_t n = s->nslots;
 	uint32_t want = idx + 1;
@@ -258,13 +260,26 @@ void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 	s->used--;
 
 	r = emb__shard_row(t, s, idx);
-	emb__dirty_erased(s, r->id);
+	if (erased)
+		emb__dirty_erased(s, r->id);
 	if (s->view)
 		emb__view_save(t, s, idx);
 	emb__row_unseal(t, r);
 	r->count = EMB_ROW_FREE;
 	r->last_step = s->free_head;
 	s->free_head = want;
+}
+
+void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
+		       uint64_t h)
+{
+	unlink_rec(t, s, idx, h, true);
+}
+
+void emb__shard_unlink(struct emb_table *t, struct emb_shard *s, uint32_t idx,
+		       uint64_t h)
+{
+	unlink_rec(t, s, idx, h, false);
 }
 
 int emb__vslot_reserve(struct emb_table *t, struct emb_shard *s, uint32_t nrec)

@@ -365,6 +365,10 @@ int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 /* Unindexes and frees record idx (live, holding id). */
 void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 		       uint64_t h);
+/* The same for a row that moves to the device tier: not a removal, so
+ * neither checkpoints nor moves record it (tier.c carries its marks). */
+void emb__shard_unlink(struct emb_table *t, struct emb_shard *s, uint32_t idx,
+		       uint64_t h);
 
 /* ---- lifecycle.c: admission and eviction; caller holds the shard lock ---- */
 
@@ -535,6 +539,8 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 				   uint32_t si, uint64_t id, uint64_t h,
 				   const struct emb_tier_pre *pre, bool write,
 				   bool *in_dram, int *rc);
+/* Whether id has a cold row (a read error counts as yes). */
+bool emb__tier_has(struct emb_table *t, uint32_t si, uint64_t id, uint64_t h);
 /* Drops id's cold row (erase, or assign over it): true if it had one. */
 bool emb__tier_forget(struct emb_table *t, uint32_t si, uint64_t id,
 		      uint64_t h, int *rc);
@@ -549,6 +555,41 @@ const char *emb__tier_pre_block(const struct emb_tier_pre *p, uint32_t si,
 				uint32_t sb, uint32_t gen);
 void emb__tier_pre_free(struct emb_tier_pre *p);
 void emb__tier_stats(struct emb_table *t, struct emb_table_tier_stats *out);
+/* The bytes a tiered table's DRAM may hold: the smaller of its limit and
+ * its budget's (0 = none), any thread. */
+uint64_t emb__tier_limit(const struct emb_table *t);
+
+/*
+ * Walks over a tiered table's rows (tier.c, "walks"): an iterator or a
+ * checkpoint enters each shard, hands out its cold rows, then its DRAM
+ * rows less those emb__tier_walk_seen() names, then leaves. While a walk
+ * is inside a shard the shard demotes nothing. Under the shard's lock.
+ */
+struct emb_tier_walk;
+enum {
+	EMB_TIER_WALK_ALL,  /* every cold row */
+	EMB_TIER_WALK_CKPT, /* those a delta checkpoint must carry */
+	EMB_TIER_WALK_MOVE, /* those marked since emb_table_track_begin() */
+};
+/* slots: a bitmap of the EMB_NSLOTS slots whose rows to hand out, or
+ * NULL for all. 0 or -ENOMEM. */
+int emb__tier_walk_enter(struct emb_table *t, uint32_t si, int kind,
+			 const uint64_t *slots, struct emb_tier_walk **out);
+/* Hands out cold rows as emb__row_put() from ids[got] on, up to max in
+ * all: the new got, or a read error. Drops s's lock while it reads and
+ * takes it again. clear_ckpt: the rows lose their checkpoint marks. */
+int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
+			struct emb_tier_walk *w, bool clear_ckpt,
+			uint64_t *ids, float *rows, struct emb_row_meta *meta,
+			uint32_t got, uint32_t max);
+/* Every cold row handed out (then the DRAM rows are next). */
+bool emb__tier_walk_cold_done(const struct emb_tier_walk *w);
+/* Whether the walk handed id out from the device already. */
+bool emb__tier_walk_seen(const struct emb_tier_walk *w, uint64_t id);
+void emb__tier_walk_leave(struct emb_table *t, uint32_t si,
+			  struct emb_tier_walk *w);
+/* emb_table_track_begin() on shard si: the cold rows' move marks go. */
+void emb__tier_track_reset(struct emb_table *t, uint32_t si);
 
 /*
  * mem.c: charges (n > 0) or releases (n < 0) table memory against the

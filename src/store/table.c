@@ -157,7 +157,8 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	 * a remote reader would find rows moved under it, and eviction
 	 * would have to look at the device too (docs/store.md). */
 	if (opts->tier_path &&
-	    (!*opts->tier_path || !opts->mem_limit || opts->remote_read))
+	    (!*opts->tier_path || opts->remote_read ||
+	     (!opts->mem_limit && !(opts->budget && opts->budget->limit))))
 		return EMB_EBADARG;
 
 	t = aligned_alloc(64, (sizeof(*t) + 63) & ~(size_t)63);
@@ -2083,6 +2084,8 @@ erase_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 		} else if (t->tier &&
 			   emb__tier_forget(t, si, x->ids[p], x->b->h[p],
 					    &err)) {
+			/* Recorded as emb__shard_remove() records one. */
+			emb__dirty_erased(s, x->ids[p]);
 			x->erased++;
 		}
 		if (err && !x->rc)
@@ -2234,6 +2237,8 @@ struct emb_table_iter {
 	uint32_t idx;	     /* next record index in it */
 	bool by_slot;	     /* only rows of the slots in set */
 	bool tracked;	     /* only rows a move's tracking marked */
+	bool entered;	     /* a tiered table: shard's walk entered */
+	struct emb_tier_walk *tw; /* and it, until the shard is left */
 	uint64_t set[EMB_NSLOTS / 64]; /* by_slot: the slots yielded */
 };
 
@@ -2243,10 +2248,6 @@ int emb_table_iter_create(struct emb_table *t, struct emb_table_iter **out)
 
 	if (!t || !out)
 		return EMB_EBADARG;
-	/* Rows move between a tiered table's tiers while a walk goes on:
-	 * walks over one are not built yet (docs/store.md). */
-	if (t->tier)
-		return -EOPNOTSUPP;
 	it = calloc(1, sizeof(*it));
 	if (!it)
 		return -ENOMEM;
@@ -2257,6 +2258,14 @@ int emb_table_iter_create(struct emb_table *t, struct emb_table_iter **out)
 
 void emb_table_iter_destroy(struct emb_table_iter *it)
 {
+	if (it && it->tw) {
+		/* Left in the middle of a shard: its demotions go on. */
+		struct emb_shard *s = &it->t->shards[it->shard];
+
+		pthread_mutex_lock(&s->lock);
+		emb__tier_walk_leave(it->t, it->shard, it->tw);
+		pthread_mutex_unlock(&s->lock);
+	}
 	free(it);
 }
 
@@ -2272,8 +2281,6 @@ int emb_table_track_begin(struct emb_table *t, uint32_t first, uint32_t n)
 {
 	if (!t || !n || first >= EMB_NSLOTS || n > EMB_NSLOTS - first)
 		return EMB_EBADARG;
-	if (t->tier)
-		return -EOPNOTSUPP;
 	for (uint32_t i = 0; i < t->nshards; i++) {
 		struct emb_shard *s = &t->shards[i];
 		uint64_t *b;
@@ -2281,6 +2288,8 @@ int emb_table_track_begin(struct emb_table *t, uint32_t first, uint32_t n)
 		pthread_mutex_lock(&s->lock);
 		b = calloc(s->dirty_words ? s->dirty_words : 1, sizeof(*b));
 		if (b) {
+			if (t->tier)
+				emb__tier_track_reset(t, i);
 			free(s->track);
 			s->track = b;
 			s->track_first = first;
@@ -2394,6 +2403,33 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 		struct emb_shard *s = &t->shards[it->shard];
 
 		pthread_mutex_lock(&s->lock);
+		if (t->tier && !it->entered) {
+			/* A tiered shard: its cold rows first (tier.c). */
+			int rc = emb__tier_walk_enter(
+			    t, it->shard,
+			    it->tracked ? EMB_TIER_WALK_MOVE
+					: EMB_TIER_WALK_ALL,
+			    it->by_slot ? it->set : NULL, &it->tw);
+
+			if (rc) {
+				pthread_mutex_unlock(&s->lock);
+				return rc;
+			}
+			it->entered = true;
+		}
+		if (it->tw && !emb__tier_walk_cold_done(it->tw)) {
+			int rc = emb__tier_walk_next(t, s, it->shard, it->tw,
+						     false, ids, rows, meta,
+						     got, max);
+
+			if (rc < 0) {
+				pthread_mutex_unlock(&s->lock);
+				return rc;
+			}
+			got = (uint32_t)rc;
+			pthread_mutex_unlock(&s->lock);
+			continue;
+		}
 		while (got < max && it->idx < s->next_idx) {
 			struct emb_row_hdr *r;
 
@@ -2440,9 +2476,15 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			r = emb__shard_row(t, s, it->idx++);
 			if (r->count & EMB_ROW_FREE)
 				continue;
+			/* Handed out from the device before it came back. */
+			if (it->tw && emb__tier_walk_seen(it->tw, r->id))
+				continue;
 			emb__row_put(t, r, got++, ids, rows, meta);
 		}
 		if (it->idx >= s->next_idx) {
+			emb__tier_walk_leave(t, it->shard, it->tw);
+			it->tw = NULL;
+			it->entered = false;
 			it->shard++;
 			it->idx = 0;
 		}

@@ -73,6 +73,10 @@ struct tier_shard {
 	uint32_t hand;	      /* next record the demotion hand looks at */
 	uint32_t *ghost;      /* ghost_n fingerprints of cold ids a pull
 				 read once lately, 0 = none */
+	uint64_t *blk_mark;   /* per shard block: 2 * mark_words words, a
+				 bit per slot, the checkpoint's mark then
+				 a move's (walk section) */
+	struct emb_tier_walk *walks; /* walks inside this shard */
 } __attribute__((aligned(64)));
 
 /*
@@ -100,6 +104,7 @@ struct emb_tier {
 	char *path;
 	uint64_t max_blocks;	/* file blocks allowed; 0 = no bound */
 	uint32_t per_block;	/* records in a block */
+	uint32_t mark_words;	/* words of one kind of mark a block */
 	uint32_t ghost_n;	/* fingerprints a shard (power of two) */
 	uint32_t rec;		/* bytes of a record (the table's row_bytes) */
 	pthread_mutex_t lock;	/* guards the four fields below */
@@ -350,7 +355,7 @@ int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes)
 	memset(tr->sh, 0, t->nshards * sizeof(*tr->sh));
 	tr->ghost_n = GHOST_MIN;
 	while ((uint64_t)tr->ghost_n * 2 * 4 * t->nshards <=
-	       t->opts.mem_limit / 256)
+	       emb__tier_limit(t) / 256)
 		tr->ghost_n *= 2;
 	for (uint32_t i = 0; i < t->nshards; i++) {
 		tr->sh[i].ghost = calloc(tr->ghost_n, sizeof(uint32_t));
@@ -385,6 +390,7 @@ int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes)
 	tr->per_block = TIER_BLOCK / t->row_bytes;
 	if (tr->per_block > 256)
 		tr->per_block = 256; /* a slot is 8 bits of a location */
+	tr->mark_words = (tr->per_block + 63) / 64;
 	tr->max_blocks = max_bytes / TIER_BLOCK;
 	if (max_bytes && !tr->max_blocks) {
 		close(fd);
@@ -422,6 +428,7 @@ void emb__tier_close(struct emb_table *t)
 		free(ts->blk_gen);
 		free(ts->blk_spare);
 		free(ts->ghost);
+		free(ts->blk_mark);
 	}
 	emb__mem_charge(t, -(int64_t)tr->map_bytes);
 	close(tr->fd);
@@ -551,8 +558,9 @@ static void map_delete(struct tier_shard *ts, uint32_t hole)
 
 static int blk_reserve(struct emb_table *t, struct tier_shard *ts)
 {
+	const uint32_t mw = 2 * t->tier->mark_words;
 	uint32_t cap;
-	void *a, *b, *c;
+	void *a, *b, *c, *d;
 
 	if (ts->nblk < ts->blk_cap)
 		return 0;
@@ -568,9 +576,12 @@ static int blk_reserve(struct emb_table *t, struct tier_shard *ts)
 	c = realloc(ts->blk_gen, cap * sizeof(uint32_t));
 	if (c)
 		ts->blk_gen = c;
-	if (!a || !b || !c)
+	d = realloc(ts->blk_mark, (size_t)cap * mw * sizeof(uint64_t));
+	if (d)
+		ts->blk_mark = d;
+	if (!a || !b || !c || !d)
 		return -ENOMEM;
-	charge(t, (int64_t)(cap - ts->blk_cap) * 10);
+	charge(t, (int64_t)(cap - ts->blk_cap) * (10 + 8 * mw));
 	ts->blk_cap = cap;
 	return 0;
 }
@@ -626,6 +637,8 @@ static int blk_new(struct emb_table *t, struct tier_shard *ts, uint32_t *out)
 	ts->blk_file[sb] = fb;
 	ts->blk_live[sb] = 0;
 	ts->blk_gen[sb]++;
+	memset(ts->blk_mark + (size_t)sb * 2 * tr->mark_words, 0,
+	       2 * tr->mark_words * sizeof(uint64_t));
 	*out = sb;
 	return 0;
 err:
@@ -653,6 +666,41 @@ static void blk_release(struct emb_table *t, struct tier_shard *ts,
 		return;
 	ts->blk_spare[ts->nspare++] = sb;
 	ts->blk_gen[sb]++; /* a row read from it before is stale now */
+}
+
+/* ---- marks ---- */
+
+/*
+ * A cold row keeps the marks its record had in DRAM: the checkpoint's
+ * (dirty.c: written since the last walk, so the next delta carries it)
+ * and a move's (emb_table_track_begin). A demotion copies them to its
+ * block's bits, a promotion back to the new record's.
+ */
+enum { MARK_CKPT, MARK_MOVE };
+
+static inline uint64_t *mark_word(const struct emb_tier *tr,
+				  const struct tier_shard *ts, uint32_t loc,
+				  int kind, uint64_t *bit)
+{
+	uint32_t sb = loc >> 8, slot = loc & 0xff;
+
+	*bit = 1ull << (slot & 63);
+	return &ts->blk_mark[((size_t)sb * 2 + (size_t)kind) *
+				 tr->mark_words +
+			     slot / 64];
+}
+
+static inline bool rec_bit(const uint64_t *w, uint32_t idx)
+{
+	return w && ((w[idx >> 6] >> (idx & 63)) & 1);
+}
+
+static inline void rec_set(uint64_t *w, uint32_t idx, bool on)
+{
+	if (on)
+		w[idx >> 6] |= 1ull << (idx & 63);
+	else
+		w[idx >> 6] &= ~(1ull << (idx & 63));
 }
 
 /* ---- demotion ---- */
@@ -758,16 +806,24 @@ static int demote(struct emb_table *t, struct emb_shard *s, uint32_t si,
 		uint32_t lo = i * per, m = n - lo < per ? n - lo : per;
 
 		for (uint32_t k = 0; k < m; k++) {
-			struct emb_row_hdr *r =
-			    emb__shard_row(t, s, cand[lo + k].idx);
-			uint64_t h = emb_id_hash(r->id);
+			uint32_t idx = cand[lo + k].idx, loc = sb[i] << 8 | k;
+			struct emb_row_hdr *r = emb__shard_row(t, s, idx);
+			uint64_t h = emb_id_hash(r->id), bit, *mw;
 			uint32_t fp = map_fp(h), pos = map_home(fp, ts->map_n);
 
 			while (ts->map[pos])
 				pos = (pos + 1) & (ts->map_n - 1);
-			ts->map[pos] = (uint64_t)fp << 32 | ((sb[i] << 8 | k) + 1);
+			ts->map[pos] = (uint64_t)fp << 32 | (loc + 1);
 			ts->map_used++;
-			emb__shard_remove(t, s, cand[lo + k].idx, h);
+			if (rec_bit(s->dirty, idx)) {
+				mw = mark_word(tr, ts, loc, MARK_CKPT, &bit);
+				*mw |= bit;
+			}
+			if (rec_bit(s->track, idx)) {
+				mw = mark_word(tr, ts, loc, MARK_MOVE, &bit);
+				*mw |= bit;
+			}
+			emb__shard_unlink(t, s, idx, h);
 		}
 		ts->blk_live[sb[i]] = (uint16_t)m;
 		count(&tr->rows_cold, m);
@@ -778,19 +834,54 @@ out:
 	return rc;
 }
 
+uint64_t emb__tier_limit(const struct emb_table *t)
+{
+	const struct emb_mem_budget *b = t->opts.budget;
+	uint64_t lim = t->opts.mem_limit;
+
+	if (b && b->limit && (!lim || b->limit < lim))
+		lim = b->limit;
+	return lim;
+}
+
+/* Bytes of slabs the table may still add before it demotes: three
+ * quarters of its limit, and of its budget's (a server's tables share
+ * one), less what is used; UINT64_MAX with neither. */
+static uint64_t room_bytes(const struct emb_table *t)
+{
+	const struct emb_mem_budget *b = t->opts.budget;
+	uint64_t left = UINT64_MAX, lim, used;
+
+	if ((lim = t->opts.mem_limit)) {
+		used = __atomic_load_n(&t->mem_used, __ATOMIC_RELAXED);
+		left = used + lim / 4 < lim ? lim - lim / 4 - used : 0;
+	}
+	if (b && (lim = b->limit)) {
+		used = __atomic_load_n(&b->used, __ATOMIC_RELAXED);
+		used = used + lim / 4 < lim ? lim - lim / 4 - used : 0;
+		if (used < left)
+			left = used;
+	}
+	return left;
+}
+
 int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 		   uint32_t need)
 {
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
-	const uint64_t limit = t->opts.mem_limit;
 	uint64_t avail = (uint64_t)s->nslabs * t->rows_per_slab - s->used;
-	uint64_t used, room, want, ncand, got;
+	uint64_t room, want, ncand, got, left;
 	uint32_t now = (uint32_t)__atomic_load_n(&tr->clock, __ATOMIC_RELAXED);
 	struct cand *cand;
 	int rc;
 
 	if (avail >= need)
+		return 0;
+	/* A walk inside the shard (walks below): nothing may leave for the
+	 * device, so rows are made in the quarter of the limit kept back,
+	 * and past it refused as in any table. */
+	if (ts->walks)
 		return 0;
 	/*
 	 * Rows this group may make fit in the free records, or in slabs
@@ -798,13 +889,10 @@ int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	 * the least recently used rows. A quarter of the limit is kept for
 	 * the index and cold maps (docs/store.md).
 	 */
-	room = avail;
-	used = __atomic_load_n(&t->mem_used, __ATOMIC_RELAXED);
-	if (limit && used + limit / 4 < limit)
-		room += (limit - limit / 4 - used) / t->slab_alloc_bytes *
-			t->rows_per_slab;
-	else if (!limit)
-		return 0;
+	left = room_bytes(t);
+	if (left == UINT64_MAX)
+		return 0; /* no limit at all: nothing to make room in */
+	room = avail + left / t->slab_alloc_bytes * t->rows_per_slab;
 	if (room >= need)
 		return 0;
 	want = need - room;
@@ -897,13 +985,24 @@ static bool cold_find(struct emb_table *t, uint32_t si, uint64_t id,
 	return false;
 }
 
-/* Drops the cold row at map position mpos (its block's live count). */
-static void cold_drop(struct emb_table *t, uint32_t si, uint32_t mpos)
+static void walks_drop(struct tier_shard *ts, uint32_t loc, uint64_t id);
+
+/* Drops id's cold row at map position mpos (its block's live count, its
+ * marks), for a promotion or a removal. */
+static void cold_drop(struct emb_table *t, uint32_t si, uint32_t mpos,
+		      uint64_t id)
 {
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
-	uint32_t sb = ((uint32_t)ts->map[mpos] - 1) >> 8;
+	uint32_t loc = (uint32_t)ts->map[mpos] - 1, sb = loc >> 8;
+	uint64_t bit, *w;
 
+	if (ts->walks)
+		walks_drop(ts, loc, id);
+	w = mark_word(tr, ts, loc, MARK_CKPT, &bit);
+	*w &= ~bit;
+	w = mark_word(tr, ts, loc, MARK_MOVE, &bit);
+	*w &= ~bit;
 	map_delete(ts, mpos);
 	if (--ts->blk_live[sb] == 0)
 		blk_release(t, ts, sb);
@@ -954,10 +1053,36 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 	r = emb__shard_row(t, s, (uint32_t)idx);
 	/* The whole record as it was: access meta and floats. */
 	memcpy((char *)r + 8, src + 8, t->row_bytes - 8);
-	cold_drop(t, si, mpos);
+	{
+		/* Its marks as they were too: emb__shard_insert marked a
+		 * new row, which this one is not. */
+		uint32_t loc = (uint32_t)ts->map[mpos] - 1;
+		uint64_t bit;
+
+		rec_set(s->dirty, (uint32_t)idx,
+			*mark_word(t->tier, ts, loc, MARK_CKPT, &bit) & bit);
+		if (s->track)
+			rec_set(s->track, (uint32_t)idx,
+				*mark_word(t->tier, ts, loc, MARK_MOVE, &bit) &
+				    bit);
+	}
+	cold_drop(t, si, mpos, id);
 	count(&t->tier->promoted, 1);
 	*in_dram = true;
 	return r;
+}
+
+bool emb__tier_has(struct emb_table *t, uint32_t si, uint64_t id, uint64_t h)
+{
+	char *buf = tls_buf(TIER_BLOCK);
+	const char *src;
+	uint32_t mpos;
+	int rc = 0;
+
+	/* A fingerprint alone is not enough: another id may share it. */
+	if (!buf)
+		return true;
+	return cold_find(t, si, id, h, NULL, buf, &mpos, &src, &rc) || rc;
 }
 
 bool emb__tier_forget(struct emb_table *t, uint32_t si, uint64_t id,
@@ -974,7 +1099,7 @@ bool emb__tier_forget(struct emb_table *t, uint32_t si, uint64_t id,
 	}
 	if (!cold_find(t, si, id, h, NULL, buf, &mpos, &src, rc))
 		return false;
-	cold_drop(t, si, mpos);
+	cold_drop(t, si, mpos, id);
 	return true;
 }
 
@@ -1102,6 +1227,283 @@ const char *emb__tier_pre_block(const struct emb_tier_pre *p, uint32_t si,
 			hi = mid;
 	}
 	return NULL;
+}
+
+/* ---- walks ---- */
+
+/*
+ * A walk over a shard (an iterator, a checkpoint, a move's stream: the
+ * callers are table.c and ckpt.c) hands out the shard's cold rows first,
+ * then its DRAM rows. While a walk is inside the shard, the shard demotes
+ * nothing (emb__tier_room), so no row can go from the DRAM the walk has
+ * not reached to the device it has left. Promotion goes on, and a row
+ * that comes back to DRAM is handed out once all the same: if the walk
+ * had not handed it out from the device yet, it meets it in DRAM; if it
+ * had, the walk remembers its id (walks_drop) and skips it in DRAM. Its
+ * newer value keeps its checkpoint mark, for the next delta.
+ *
+ * The cold part goes in location order over a list taken at entry, in
+ * runs of up to WALK_BLOCKS blocks read together with the shard lock
+ * dropped. A row read is handed out only if the cold map still has it at
+ * that location once the lock is back: it may have come back to DRAM (or
+ * gone) meanwhile. A location stays the row's while the walk is inside
+ * the shard, since only a demotion writes blocks.
+ */
+#define WALK_BLOCKS 64u
+
+struct emb_tier_walk {
+	struct emb_tier_walk *next; /* the shard's walks */
+	uint32_t *loc;		    /* locations to hand out, ascending */
+	uint32_t nloc;		    /* in loc */
+	uint32_t at;		    /* loc[0..at) are behind the walk */
+	uint64_t *seen;		    /* ids handed out from the device that
+				       left it since: open addressing,
+				       0 = empty (id 0: seen_zero) */
+	uint32_t seen_n, seen_used;
+	bool seen_zero;
+	char *buf;		    /* WALK_BLOCKS blocks, aligned */
+};
+
+static int loc_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int emb__tier_walk_enter(struct emb_table *t, uint32_t si, int kind,
+			 const uint64_t *slots, struct emb_tier_walk **out)
+{
+	struct emb_tier *tr = t->tier;
+	struct tier_shard *ts = &tr->sh[si];
+	struct emb_tier_walk *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return -ENOMEM;
+	/* 4 bytes a cold row of one shard, for the walk's time in it. */
+	w->loc = malloc((ts->map_used ? ts->map_used : 1) * sizeof(*w->loc));
+	w->buf = aligned_alloc(TIER_BLOCK, (size_t)WALK_BLOCKS * TIER_BLOCK);
+	if (!w->loc || !w->buf) {
+		free(w->loc);
+		free(w->buf);
+		free(w);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < ts->map_n; i++) {
+		uint64_t v = ts->map[i], bit;
+		uint32_t loc = (uint32_t)v - 1;
+
+		if (!v)
+			continue;
+		if (slots) {
+			/* A slot is the top bits of the hash's high word,
+			 * which the entry keeps (common/hash.h). */
+			uint32_t sl = emb_fastrange32((uint32_t)(v >> 32),
+						      EMB_NSLOTS);
+
+			if (!((slots[sl / 64] >> (sl % 64)) & 1))
+				continue;
+		}
+		if (kind == EMB_TIER_WALK_CKPT &&
+		    !(*mark_word(tr, ts, loc, MARK_CKPT, &bit) & bit))
+			continue;
+		if (kind == EMB_TIER_WALK_MOVE &&
+		    !(*mark_word(tr, ts, loc, MARK_MOVE, &bit) & bit))
+			continue;
+		w->loc[w->nloc++] = loc;
+	}
+	qsort(w->loc, w->nloc, sizeof(*w->loc), loc_cmp);
+	w->next = ts->walks;
+	ts->walks = w;
+	*out = w;
+	return 0;
+}
+
+void emb__tier_walk_leave(struct emb_table *t, uint32_t si,
+			  struct emb_tier_walk *w)
+{
+	struct emb_tier_walk **pp;
+
+	if (!w)
+		return;
+	for (pp = &t->tier->sh[si].walks; *pp; pp = &(*pp)->next)
+		if (*pp == w) {
+			*pp = w->next;
+			break;
+		}
+	free(w->loc);
+	free(w->seen);
+	free(w->buf);
+	free(w);
+}
+
+bool emb__tier_walk_cold_done(const struct emb_tier_walk *w)
+{
+	return w->at >= w->nloc;
+}
+
+static uint32_t seen_home(uint64_t id, uint32_t n)
+{
+	return (uint32_t)(emb_id_hash(id) & (n - 1));
+}
+
+bool emb__tier_walk_seen(const struct emb_tier_walk *w, uint64_t id)
+{
+	if (!w->seen_used && !w->seen_zero)
+		return false;
+	if (!id)
+		return w->seen_zero;
+	for (uint32_t p = seen_home(id, w->seen_n);; p = (p + 1) &
+						     (w->seen_n - 1)) {
+		if (w->seen[p] == id)
+			return true;
+		if (!w->seen[p])
+			return false;
+	}
+}
+
+/* Remembers id; if there is no memory for it, the walk hands the row out
+ * twice (a later copy of it, which a load takes over the first). */
+static void seen_add(struct emb_tier_walk *w, uint64_t id)
+{
+	uint32_t p;
+
+	if (!id) {
+		w->seen_zero = true;
+		return;
+	}
+	if ((w->seen_used + 1) * 2 > w->seen_n) {
+		uint32_t n = w->seen_n ? w->seen_n * 2 : 64;
+		uint64_t *v = calloc(n, sizeof(*v));
+
+		if (!v)
+			return;
+		for (uint32_t i = 0; i < w->seen_n; i++) {
+			if (!w->seen[i])
+				continue;
+			p = seen_home(w->seen[i], n);
+			while (v[p])
+				p = (p + 1) & (n - 1);
+			v[p] = w->seen[i];
+		}
+		free(w->seen);
+		w->seen = v;
+		w->seen_n = n;
+	}
+	p = seen_home(id, w->seen_n);
+	while (w->seen[p] && w->seen[p] != id)
+		p = (p + 1) & (w->seen_n - 1);
+	if (!w->seen[p]) {
+		w->seen[p] = id;
+		w->seen_used++;
+	}
+}
+
+/* id's cold row at loc leaves the device: each walk that handed it out
+ * already must not hand it out again from DRAM. */
+static void walks_drop(struct tier_shard *ts, uint32_t loc, uint64_t id)
+{
+	for (struct emb_tier_walk *w = ts->walks; w; w = w->next) {
+		uint32_t lo = 0, hi = w->at;
+
+		while (lo < hi) {
+			uint32_t mid = lo + (hi - lo) / 2;
+
+			if (w->loc[mid] < loc)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (lo < w->at && w->loc[lo] == loc)
+			seen_add(w, id);
+	}
+}
+
+/* Whether the cold map holds id at loc: map position, or -1. */
+static int64_t cold_at(const struct tier_shard *ts, uint64_t id, uint32_t loc)
+{
+	uint32_t fp = map_fp(emb_id_hash(id)), pos;
+	int64_t at;
+
+	if (!ts->map_n)
+		return -1;
+	pos = map_home(fp, ts->map_n);
+	while ((at = map_next(ts, fp, &pos)) >= 0)
+		if ((uint32_t)ts->map[at] - 1 == loc)
+			return at;
+	return -1;
+}
+
+int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
+			struct emb_tier_walk *w, bool clear_ckpt,
+			uint64_t *ids, float *rows, struct emb_row_meta *meta,
+			uint32_t got, uint32_t max)
+{
+	struct emb_tier *tr = t->tier;
+	struct tier_shard *ts = &tr->sh[si];
+	uint32_t sbs[WALK_BLOCKS], file[WALK_BLOCKS], nb = 0, end = w->at;
+	uint64_t ns;
+	int rc;
+
+	/* The run: as many rows as the caller has room for, in at most
+	 * WALK_BLOCKS blocks. */
+	while (end < w->nloc && end - w->at < max - got) {
+		uint32_t sb = w->loc[end] >> 8;
+
+		if (!nb || sbs[nb - 1] != sb) {
+			if (nb == WALK_BLOCKS)
+				break;
+			sbs[nb] = sb;
+			file[nb++] = ts->blk_file[sb];
+		}
+		end++;
+	}
+	if (!nb)
+		return (int)got;
+	/* Others may use the shard meanwhile; what they change is checked
+	 * below. */
+	pthread_mutex_unlock(&s->lock);
+	rc = dev_batch(tr->fd, w->buf, file, nb, false, &ns);
+	pthread_mutex_lock(&s->lock);
+	count(&tr->read_ns, ns);
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "tier %s: read: %s", tr->path,
+			strerror(-rc));
+		return rc;
+	}
+	count(&tr->blocks_read, nb);
+	for (uint32_t b = 0, i = w->at; i < end; i++) {
+		uint32_t loc = w->loc[i];
+		const struct emb_row_hdr *r;
+		uint64_t bit, *mw;
+
+		while (sbs[b] != loc >> 8)
+			b++;
+		r = (const struct emb_row_hdr *)(const void *)(w->buf +
+			(size_t)b * TIER_BLOCK + (size_t)(loc & 0xff) * tr->rec);
+		/* Gone meanwhile (back in DRAM, where the walk meets it, or
+		 * erased), or the block was given back and holds anything. */
+		if (cold_at(ts, r->id, loc) < 0)
+			continue;
+		if (clear_ckpt) {
+			mw = mark_word(tr, ts, loc, MARK_CKPT, &bit);
+			*mw &= ~bit;
+		}
+		emb__row_put(t, r, got++, ids, rows, meta);
+	}
+	w->at = end;
+	return (int)got;
+}
+
+void emb__tier_track_reset(struct emb_table *t, uint32_t si)
+{
+	struct emb_tier *tr = t->tier;
+	struct tier_shard *ts = &tr->sh[si];
+
+	for (uint32_t sb = 0; sb < ts->nblk; sb++)
+		memset(ts->blk_mark + ((size_t)sb * 2 + MARK_MOVE) *
+					  tr->mark_words,
+		       0, tr->mark_words * sizeof(uint64_t));
 }
 
 /* ---- stats ---- */

@@ -3,7 +3,9 @@
  * device tier"): rows past the memory limit move to a file and come back
  * bit for bit, through pull, push, assign and erase, from one thread and
  * from several; a push refused after promotions puts them back; a full
- * tier fails only what it cannot hold; what is not built yet is refused.
+ * tier fails only what it cannot hold; iterators, move tracking and
+ * checkpoint walks reach every row once while rows move between the
+ * tiers under them; what is not built yet is refused.
  *
  * Each tiered table is checked against a twin without a tier that gets
  * the same calls: every row must match it exactly, weights and state.
@@ -397,15 +399,383 @@ static void test_full_tier(void)
 	emb_table_destroy(t);
 }
 
+/* ---- walks ---- */
+
+/* Every id of [0, IDS) made in both tables, by pushes. */
+static void make_all(struct emb_table *t, struct emb_table *r)
+{
+	for (uint32_t lo = 0; lo < IDS; lo += BATCH) {
+		uint64_t ids[BATCH];
+		float g[BATCH * DIM];
+		uint64_t st = lo;
+
+		for (uint32_t i = 0; i < BATCH; i++)
+			ids[i] = (uint64_t)(lo + i) * 7919u + 3;
+		grads_fill(&st, g, BATCH * DIM);
+		CU_ASSERT_EQUAL(emb_table_push(t, ids, BATCH, g), 0);
+		CU_ASSERT_EQUAL(emb_table_push(r, ids, BATCH, g), 0);
+	}
+}
+
+/* A walk's rows: ids, full rows (weights and state), sorted by id. */
+struct rowset {
+	uint64_t *ids;
+	float *rows;
+	uint32_t n, cap, rf;
+};
+
+static void rowset_add(struct rowset *rs, const uint64_t *ids,
+		       const float *rows, uint32_t n)
+{
+	if (rs->n + n > rs->cap) {
+		rs->cap = (rs->n + n) * 2;
+		rs->ids = realloc(rs->ids, rs->cap * sizeof(*rs->ids));
+		rs->rows = realloc(rs->rows,
+				   (size_t)rs->cap * rs->rf * sizeof(float));
+		CU_ASSERT_PTR_NOT_NULL_FATAL(rs->ids);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(rs->rows);
+	}
+	memcpy(rs->ids + rs->n, ids, n * sizeof(*ids));
+	memcpy(rs->rows + (size_t)rs->n * rs->rf, rows,
+	       (size_t)n * rs->rf * sizeof(float));
+	rs->n += n;
+}
+
+static int cmp_idx(const void *a, const void *b, void *ids)
+{
+	uint64_t x = ((const uint64_t *)ids)[*(const uint32_t *)a];
+	uint64_t y = ((const uint64_t *)ids)[*(const uint32_t *)b];
+
+	return x < y ? -1 : x > y;
+}
+
+static void rowset_sort(struct rowset *rs)
+{
+	uint32_t *ord = xcalloc(rs->n, sizeof(*ord));
+	uint64_t *ids = xcalloc(rs->n, sizeof(*ids));
+	float *rows = xcalloc((size_t)rs->n * rs->rf, sizeof(float));
+
+	for (uint32_t i = 0; i < rs->n; i++)
+		ord[i] = i;
+	qsort_r(ord, rs->n, sizeof(*ord), cmp_idx, rs->ids);
+	for (uint32_t i = 0; i < rs->n; i++) {
+		ids[i] = rs->ids[ord[i]];
+		memcpy(rows + (size_t)i * rs->rf,
+		       rs->rows + (size_t)ord[i] * rs->rf,
+		       rs->rf * sizeof(float));
+	}
+	free(rs->ids);
+	free(rs->rows);
+	free(ord);
+	rs->ids = ids;
+	rs->rows = rows;
+	rs->cap = rs->n;
+}
+
+static void rowset_free(struct rowset *rs)
+{
+	free(rs->ids);
+	free(rs->rows);
+}
+
+/* Ids handed out twice in a sorted set. */
+static uint32_t rowset_dups(const struct rowset *rs)
+{
+	uint32_t d = 0;
+
+	for (uint32_t i = 1; i < rs->n; i++)
+		d += rs->ids[i] == rs->ids[i - 1];
+	return d;
+}
+
+/* A whole table by its iterator, quiet. */
+static struct rowset walk_all(struct emb_table *t)
+{
+	struct rowset rs = {.rf = emb_table_row_floats(t)};
+	struct emb_table_iter *it = NULL;
+	uint64_t ids[BATCH];
+	float *rows = xcalloc((size_t)BATCH * rs.rf, sizeof(float));
+	int got;
+
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	while ((got = emb_table_iter_next(it, ids, rows, NULL, BATCH)) > 0)
+		rowset_add(&rs, ids, rows, (uint32_t)got);
+	CU_ASSERT_EQUAL(got, 0);
+	emb_table_iter_destroy(it);
+	free(rows);
+	rowset_sort(&rs);
+	return rs;
+}
+
+static bool rowsets_equal(const struct rowset *a, const struct rowset *b)
+{
+	return a->n == b->n && a->rf == b->rf &&
+	       !memcmp(a->ids, b->ids, a->n * sizeof(*a->ids)) &&
+	       !memcmp(a->rows, b->rows, (size_t)a->n * a->rf * sizeof(float));
+}
+
+/* One step of traffic between a walk's calls: a push over random ids of
+ * [0, n) (promoting cold ones), a pull of others. Returns 0 or a code. */
+static int busy_step(struct emb_table *t, uint64_t *st, uint32_t n)
+{
+	uint64_t ids[64];
+	float g[64 * DIM], w[64 * DIM];
+	int rc;
+
+	draw(st, ids, 64, n);
+	grads_fill(st, g, 64 * DIM);
+	if ((rc = emb_table_push(t, ids, 64, g)))
+		return rc;
+	draw(st, ids, 64, n);
+	rc = emb_table_pull(t, ids, 64, w, 0, NULL);
+	return rc < 0 ? rc : 0;
+}
+
+/* An iterator hands out every row once: all of them, bit for bit as the
+ * untiered twin, on a quiet table; each exactly once while pushes and
+ * pulls bring cold rows back between its calls; by slot, those of the
+ * slots only. */
+static void test_walk_iter(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "walk");
+	struct emb_table *t = table_new(&o), *r = twin_of(&o);
+	struct emb_table_tier_stats a, b;
+	struct rowset rt, rr, busy = {.rf = emb_table_row_floats(t)};
+	struct emb_table_iter *it = NULL;
+	uint64_t ids[BATCH], st = 99;
+	float *rows = xcalloc((size_t)BATCH * busy.rf, sizeof(float));
+	uint32_t bad = 0, wrong_slot = 0, in_range = 0;
+	int got;
+
+	make_all(t, r);
+	drive(t, r, 17, 60, IDS, &bad);
+	CU_ASSERT_EQUAL(bad, 0);
+	emb_table_tier_stats(t, &a);
+	CU_ASSERT_FATAL(a.rows_cold > IDS / 2);
+
+	rt = walk_all(t);
+	rr = walk_all(r);
+	CU_ASSERT_EQUAL(rt.n, rr.n);
+	CU_ASSERT(rowsets_equal(&rt, &rr));
+	CU_ASSERT_EQUAL(rowset_dups(&rt), 0);
+
+	/* Busy: the set of ids stays (only rows that exist are used). */
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	while ((got = emb_table_iter_next(it, ids, rows, NULL, 97)) > 0) {
+		rowset_add(&busy, ids, rows, (uint32_t)got);
+		CU_ASSERT_EQUAL(busy_step(t, &st, IDS), 0);
+	}
+	CU_ASSERT_EQUAL(got, 0);
+	emb_table_iter_destroy(it);
+	emb_table_tier_stats(t, &b);
+	CU_ASSERT(b.promoted > a.promoted + 1000);
+	rowset_sort(&busy);
+	CU_ASSERT_EQUAL(rowset_dups(&busy), 0);
+	CU_ASSERT_EQUAL(busy.n, rt.n);
+	CU_ASSERT(busy.n == rt.n &&
+		  !memcmp(busy.ids, rt.ids, rt.n * sizeof(*rt.ids)));
+
+	/* By slot: a quarter of the slots, busy again. */
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	CU_ASSERT_EQUAL(emb_table_iter_slots(it, 1000, 1024), 0);
+	while ((got = emb_table_iter_next(it, ids, rows, NULL, 97)) > 0) {
+		for (int i = 0; i < got; i++) {
+			uint32_t sl = emb_id_slot(ids[i]);
+
+			wrong_slot += sl < 1000 || sl >= 2024;
+		}
+		in_range += (uint32_t)got;
+		CU_ASSERT_EQUAL(busy_step(t, &st, IDS), 0);
+	}
+	emb_table_iter_destroy(it);
+	CU_ASSERT_EQUAL(wrong_slot, 0);
+	{
+		uint32_t want = 0;
+
+		for (uint32_t i = 0; i < rt.n; i++) {
+			uint32_t sl = emb_id_slot(rt.ids[i]);
+
+			want += sl >= 1000 && sl < 2024;
+		}
+		CU_ASSERT_EQUAL(in_range, want);
+	}
+
+	/* An iterator dropped in the middle of a shard lets it demote. */
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	CU_ASSERT(emb_table_iter_next(it, ids, rows, NULL, 5) == 5);
+	emb_table_iter_destroy(it);
+	emb_table_tier_stats(t, &a);
+	drive(t, r, 18, 20, IDS * 2, &bad); /* new rows: demotions */
+	emb_table_tier_stats(t, &b);
+	CU_ASSERT(b.demoted > a.demoted);
+
+	rowset_free(&rt);
+	rowset_free(&rr);
+	rowset_free(&busy);
+	free(rows);
+	emb_table_destroy(t);
+	emb_table_destroy(r);
+}
+
+/* One checkpoint walk applied to ref: its removals, then its rows. */
+static void ckpt_apply(struct emb_table *t, struct emb_table *ref, bool delta,
+		       uint64_t *st, bool busy)
+{
+	struct emb_table_ckpt *c = NULL;
+	uint32_t rf = emb_table_row_floats(t);
+	uint64_t ids[BATCH];
+	const uint64_t *gone;
+	uint64_t ngone;
+	float *rows = xcalloc((size_t)BATCH * rf, sizeof(float));
+	struct emb_row_meta meta[BATCH];
+	int got;
+
+	CU_ASSERT_EQUAL_FATAL(emb_table_ckpt_begin(t, delta, &c), 0);
+	ngone = emb_table_ckpt_erased(c, &gone);
+	for (uint64_t i = 0; i < ngone; i++)
+		emb_table_erase(ref, &gone[i], 1);
+	while ((got = emb_table_ckpt_next(c, ids, rows, meta, 61)) > 0) {
+		CU_ASSERT_EQUAL(emb_table_assign(ref, ids, (uint32_t)got, rows,
+						 true, meta),
+				0);
+		if (busy) {
+			uint64_t x[8];
+
+			CU_ASSERT_EQUAL(busy_step(t, st, IDS + IDS / 4), 0);
+			/* Removals too, cold rows among them. */
+			draw(st, x, 8, IDS);
+			emb_table_erase(t, x, 8);
+		}
+	}
+	CU_ASSERT_EQUAL(got, 0);
+	emb_table_ckpt_end(c);
+	free(rows);
+}
+
+/* A full checkpoint and deltas, each walked while pushes bring cold rows
+ * back, pulls make rows and erases remove cold and hot ones, give the
+ * table exactly once applied in order to an empty table (after a last,
+ * quiet delta): the marks of rows on the device are kept. */
+static void test_walk_ckpt(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "ckpt");
+	struct emb_table_opts ro = o;
+	struct emb_table *t = table_new(&o), *r = twin_of(&o), *ref;
+	struct emb_table_tier_stats a, b;
+	struct rowset rt, rref;
+	uint64_t st = 5;
+	uint32_t bad = 0;
+
+	ro.name = "ref";
+	ro.mem_limit = 0;
+	ro.tier_path = NULL;
+	ref = table_new(&ro);
+	make_all(t, r);
+	drive(t, r, 21, 60, IDS, &bad);
+	emb_table_tier_stats(t, &a);
+	CU_ASSERT_FATAL(a.rows_cold > IDS / 2);
+
+	ckpt_apply(t, ref, false, &st, true);
+	for (int k = 0; k < 3; k++) {
+		drive(t, r, 30 + k, 10, IDS, &bad);
+		ckpt_apply(t, ref, true, &st, true);
+	}
+	ckpt_apply(t, ref, true, &st, false);
+	emb_table_tier_stats(t, &b);
+	CU_ASSERT(b.promoted > a.promoted + 1000);
+	CU_ASSERT(b.demoted > a.demoted);
+
+	rt = walk_all(t);
+	rref = walk_all(ref);
+	CU_ASSERT_EQUAL(rt.n, rref.n);
+	CU_ASSERT(rowsets_equal(&rt, &rref));
+	CU_ASSERT_EQUAL(table_stats(t).rows, rt.n);
+	/* Nothing changed since the last delta: the next one is empty. */
+	{
+		struct emb_table_ckpt *c = NULL;
+		const uint64_t *gone;
+		uint64_t ids[4];
+		float rows[4 * 64];
+
+		CU_ASSERT_EQUAL_FATAL(emb_table_ckpt_begin(t, true, &c), 0);
+		CU_ASSERT_EQUAL(emb_table_ckpt_erased(c, &gone), 0);
+		CU_ASSERT_EQUAL(emb_table_ckpt_next(c, ids, rows, NULL, 4), 0);
+		emb_table_ckpt_end(c);
+	}
+	rowset_free(&rt);
+	rowset_free(&rref);
+	emb_table_destroy(t);
+	emb_table_destroy(r);
+	emb_table_destroy(ref);
+}
+
+/* A move's tracking marks rows written since it began, whichever tier
+ * they are in by the time the tracked walk comes. */
+static void test_walk_tracked(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "track");
+	struct emb_table *t = table_new(&o), *r = twin_of(&o);
+	struct emb_table_tier_stats a, b;
+	struct emb_table_iter *it = NULL;
+	uint64_t pushed[256], ids[BATCH], st = 77;
+	float g[256 * DIM];
+	float *w = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	uint32_t bad = 0, got_n = 0, missing = 0;
+	uint8_t *hit;
+	int got;
+
+	make_all(t, r);
+	drive(t, r, 41, 60, IDS, &bad);
+	CU_ASSERT_EQUAL(emb_table_track_begin(t, 0, EMB_NSLOTS), 0);
+	/* 256 distinct written ids... */
+	for (uint32_t i = 0; i < 256; i++)
+		pushed[i] = (uint64_t)(i * 151u) * 7919u + 3;
+	grads_fill(&st, g, 256 * DIM);
+	CU_ASSERT_EQUAL(emb_table_push(t, pushed, 256, g), 0);
+	emb_table_tier_stats(t, &a);
+	/* ...then reads only, of rows that exist, until the written rows
+	 * went to the device: reads promote and demote without marking. */
+	for (uint32_t k = 0; k < 150; k++) {
+		draw(&st, ids, BATCH, IDS);
+		CU_ASSERT(emb_table_pull(t, ids, BATCH, w, 0, NULL) >= 0);
+	}
+	emb_table_tier_stats(t, &b);
+	CU_ASSERT(b.demoted > a.demoted + 256);
+	hit = xcalloc(256, 1);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	CU_ASSERT_EQUAL(emb_table_iter_tracked(it), 0);
+	while ((got = emb_table_iter_next(it, ids, NULL, NULL, BATCH)) > 0)
+		for (int i = 0; i < got; i++) {
+			uint32_t k;
+
+			got_n++;
+			for (k = 0; k < 256 && pushed[k] != ids[i]; k++)
+				;
+			if (k < 256)
+				hit[k]++;
+		}
+	emb_table_iter_destroy(it);
+	for (uint32_t k = 0; k < 256; k++)
+		missing += hit[k] != 1;
+	CU_ASSERT_EQUAL(missing, 0);
+	CU_ASSERT_EQUAL(got_n, 256); /* and nothing only read */
+	emb_table_track_end(t);
+	free(hit);
+	free(w);
+	emb_table_destroy(t);
+	emb_table_destroy(r);
+}
+
 static void test_refused(void)
 {
 	char path[4096];
 	struct emb_table_opts o = tier_opts(path, sizeof(path), "no");
 	struct emb_table_opts bad;
 	struct emb_table *t = NULL;
-	struct emb_table_iter *it = NULL;
 	struct emb_table_view *vw = NULL;
-	struct emb_table_ckpt *ck = NULL;
 	struct emb_lifecycle_cfg life = EMB_LIFECYCLE_CFG_DEFAULT;
 	const float *ptrs[1];
 	uint64_t id = 1;
@@ -425,11 +795,8 @@ static void test_refused(void)
 	CU_ASSERT_PTR_NULL(t);
 
 	t = table_new(&o);
-	CU_ASSERT_EQUAL(emb_table_iter_create(t, &it), -EOPNOTSUPP);
 	CU_ASSERT_EQUAL(emb_table_view_create(t, &vw), -EOPNOTSUPP);
-	CU_ASSERT_EQUAL(emb_table_ckpt_begin(t, false, &ck), -EOPNOTSUPP);
 	CU_ASSERT_EQUAL(emb_table_pull_ptrs(t, &id, 1, ptrs, 0), -EOPNOTSUPP);
-	CU_ASSERT_EQUAL(emb_table_track_begin(t, 0, 1), -EOPNOTSUPP);
 	CU_ASSERT_EQUAL(emb_table_evict(t, 10, 0), -EOPNOTSUPP);
 	CU_ASSERT_EQUAL(emb_evict_parse("ttl:5", &life), 0);
 	CU_ASSERT_EQUAL(emb_table_set_lifecycle(t, &life), EMB_EBADLIFE);
@@ -452,6 +819,12 @@ int main(int argc, char **argv)
 	     test_second_read_promotes},
 	    {"threads on one tiered table", test_threads},
 	    {"a full tier fails what it cannot hold", test_full_tier},
+	    {"an iterator hands out every row once while rows move",
+	     test_walk_iter},
+	    {"checkpoint walks keep the marks of rows on the device",
+	     test_walk_ckpt},
+	    {"a move's tracking follows rows to the device",
+	     test_walk_tracked},
 	    {"what a tier does not do yet is refused", test_refused},
 	    {NULL, NULL},
 	};
