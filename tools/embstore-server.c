@@ -149,6 +149,13 @@ static void usage(FILE *f)
 	    "unlimited\n"
 	    "                         (EMB_MEM_LIMIT; default 5/8 of "
 	    "physical memory)\n"
+	    "  --tier-dir DIR         keep the rows --mem-limit leaves out in "
+	    "files here, on\n"
+	    "                         a device (EMB_TIER_DIR; docs/store.md, "
+	    "\"The device tier\")\n"
+	    "  --tier-max SIZE        bytes each table's tier file may grow to "
+	    "(EMB_TIER_MAX;\n"
+	    "                         default 0 = no bound)\n"
 	    "  --move-rate SIZE       bytes per second at most of each move's "
 	    "copy ahead this\n"
 	    "                         server streams, e.g. 200M (EMB_MOVE_RATE;"
@@ -330,6 +337,7 @@ int main(int argc, char **argv)
 	const char *ckpt_full = NULL, *start_empty = NULL, *role = NULL;
 	const char *replicas = NULL, *metrics_addr = NULL, *move_rate = NULL;
 	const char *coordinator = NULL, *job = NULL, *bad = NULL;
+	const char *tier_dir = NULL, *tier_max = NULL;
 	const struct flag flags[] = {
 	    {"listen", required_argument, NULL, &listen_flag},
 	    {"transport", required_argument, "EMB_TRANSPORT", &transport},
@@ -349,6 +357,8 @@ int main(int argc, char **argv)
 	     &frame_timeout},
 	    {"mem-limit", required_argument, "EMB_MEM_LIMIT", &mem},
 	    {"move-rate", required_argument, "EMB_MOVE_RATE", &move_rate},
+	    {"tier-dir", required_argument, "EMB_TIER_DIR", &tier_dir},
+	    {"tier-max", required_argument, "EMB_TIER_MAX", &tier_max},
 	    {"max-ids", required_argument, "EMB_MAX_IDS", &max_ids},
 	    {"max-frame", required_argument, "EMB_MAX_FRAME", &max_frame},
 	    {"max-tables", required_argument, "EMB_MAX_TABLES", &max_tables},
@@ -523,6 +533,23 @@ int main(int argc, char **argv)
 			mem);
 		return 2;
 	}
+	if (tier_max && emb_bytes_parse(tier_max, &o.tier_max)) {
+		fprintf(stderr, "embstore-server: bad --tier-max '%s'\n",
+			tier_max);
+		return 2;
+	}
+	if (tier_max && !tier_dir) {
+		fprintf(stderr, "embstore-server: --tier-max needs "
+				"--tier-dir\n");
+		return 2;
+	}
+	if (tier_dir && (!*tier_dir || !o.mem_limit || o.remote_read)) {
+		fprintf(stderr,
+			"embstore-server: --tier-dir needs a directory, a "
+			"--mem-limit and no --remote-read\n");
+		return 2;
+	}
+	o.tier_dir = tier_dir;
 	if (move_rate && emb_bytes_parse(move_rate, &o.move_rate)) {
 		fprintf(stderr, "embstore-server: bad --move-rate '%s'\n",
 			move_rate);

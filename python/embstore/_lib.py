@@ -140,7 +140,8 @@ TABLE_STAT_NAMES = (
     "rows_evicted", "misses", "step", "extents", "grads_discarded",
     "pulls_unadmitted", "pushes_unadmitted", "admit_filter_bytes",
     "rows_evicted_ttl", "rows_evicted_l2", "rows_evicted_cap",
-    "rows_nonfinite")
+    "rows_nonfinite", "rows_cold", "tier_bytes", "tier_reads", "tier_writes",
+    "tier_read_us")
 
 
 class TableStats(CStruct):

@@ -133,6 +133,16 @@ class TableStats(_Stats):
     """rows evicted to stay under max_rows"""
     rows_nonfinite: int
     """rows with a NaN or Inf set aside when loaded"""
+    rows_cold: int
+    """rows on the device tier"""
+    tier_bytes: int
+    """bytes of the device tier's file"""
+    tier_reads: int
+    """4 KiB blocks the device tier read"""
+    tier_writes: int
+    """4 KiB blocks the device tier wrote"""
+    tier_read_us: int
+    """microseconds spent waiting on device tier reads"""
     servers: int
     """servers that answered"""
 

@@ -77,7 +77,12 @@ enum emb_mode {
 	X(rows_evicted_ttl, "rows evicted as idle for ttl steps")              \
 	X(rows_evicted_l2, "rows evicted for an L2 norm under min_l2")         \
 	X(rows_evicted_cap, "rows evicted to stay under max_rows")             \
-	X(rows_nonfinite, "rows with a NaN or Inf set aside when loaded")
+	X(rows_nonfinite, "rows with a NaN or Inf set aside when loaded")      \
+	X(rows_cold, "rows on the device tier")                                \
+	X(tier_bytes, "bytes of the device tier's file")                       \
+	X(tier_reads, "4 KiB blocks the device tier read")                     \
+	X(tier_writes, "4 KiB blocks the device tier wrote")                   \
+	X(tier_read_us, "microseconds spent waiting on device tier reads")
 
 /* One uint64_t member per counter, for struct bodies. */
 #define EMB_TABLE_STAT_FIELD(name, what) uint64_t name;

@@ -310,8 +310,14 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 		return emb__reply_error(s, req, -ENOMEM, NULL);
 	}
 	found = p->nocreate ? buf + bitmap + rows : NULL;
-	/* A compact table's rows go as it keeps them, unless asked in f32. */
-	rc = p->fp32 ? emb_table_pull(st->t, p->ids, p->n,
+	/* A compact table's rows go as it keeps them, unless asked in f32;
+	 * whole rows (a tiered table's) as a walk hands them out. */
+	rc = p->with_state
+		 ? emb_table_pull_raw(st->t, p->ids, p->n, buf + bitmap,
+				      (p->nocreate ? EMB_PULL_NOCREATE : 0) |
+					  EMB_PULL_STATE,
+				      found)
+	     : p->fp32 ? emb_table_pull(st->t, p->ids, p->n,
 				      (float *)(void *)(buf + bitmap),
 				      p->nocreate ? EMB_PULL_NOCREATE : 0, found)
 		     : emb_table_pull_raw(st->t, p->ids, p->n, buf + bitmap,
@@ -326,7 +332,8 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 		emb_wire_found_pack(found, p->n, buf);
 	hdr.opcode = EMB_OP_PULL | EMB_OP_RESPONSE_BIT;
 	hdr.flags = (p->nocreate ? EMB_F_NOCREATE : 0) |
-		    (p->fp32 ? EMB_F_FP32 : 0);
+		    (p->with_state ? EMB_F_WITH_STATE : 0) |
+		    (p->fp32 && !p->with_state ? EMB_F_FP32 : 0);
 	hdr.table_id = p->table_id;
 	hdr.count = p->n;
 	iov.iov_base = buf;
@@ -441,8 +448,11 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 	/* Whole rows (weights + optimizer state) always go zero-copy: the
 	 * store's copying pull gives weights only. f32 rows of a compact
 	 * table are decoded, so never straight from table memory. */
+	/* A tiered table's rows may leave for the device once the shard
+	 * lock is gone: they are always copied. */
 	if ((!zero_copy(s, req) && !p.with_state) ||
-	    (p.fp32 && emb_table_row_format(st->t) != EMB_ROWFMT_FP32))
+	    (p.fp32 && emb_table_row_format(st->t) != EMB_ROWFMT_FP32) ||
+	    emb_table_tiered(st->t))
 		return pull_copy(s, req, &p, st);
 	stride = pull_stride(&p, st);
 	wflags = (p.nocreate ? EMB_F_NOCREATE : 0) |

@@ -91,6 +91,16 @@ static const struct table_metric table_metrics[] = {
        "Rows with a NaN or infinite value set aside when loaded."),
     TM("embstore_table_step", "gauge", step,
        "The table clock: push batches applied."),
+    TM("embstore_table_rows_cold", "gauge", rows_cold,
+       "Rows on the device tier (--tier-dir)."),
+    TM("embstore_table_tier_file_bytes", "gauge", tier_bytes,
+       "Bytes of the device tier's file."),
+    TM("embstore_table_tier_reads_total", "counter", tier_reads,
+       "4 KiB blocks the device tier read."),
+    TM("embstore_table_tier_writes_total", "counter", tier_writes,
+       "4 KiB blocks the device tier wrote."),
+    TM("embstore_table_tier_read_wait_microseconds_total", "counter",
+       tier_read_us, "Time spent waiting on device tier reads."),
 };
 
 #define NTABLE_METRICS (sizeof(table_metrics) / sizeof(table_metrics[0]))

@@ -50,6 +50,18 @@ int emb_server_create(const struct emb_server_opts *opts,
 	    (opts->admin_token_len && !opts->admin_token) ||
 	    emb_wire_limits_validate(&opts->limits))
 		return -EINVAL;
+	/* A tier needs a bound to keep DRAM under, and a remote reader
+	 * would find rows moved from under it (docs/store.md). */
+	if (opts->tier_dir && (!opts->mem_limit || opts->remote_read)) {
+		emb_log(EMB_LOG_ERROR, "a device tier needs a memory limit "
+				       "and no remote reads");
+		return -EINVAL;
+	}
+	if (opts->tier_dir) {
+		rc = emb__tier_dir_sweep(opts->tier_dir);
+		if (rc)
+			return rc;
+	}
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -59,6 +71,8 @@ int emb_server_create(const struct emb_server_opts *opts,
 	s->conn_drain = emb__conn_drain;
 	s->host = strdup(opts->host);
 	s->transport = strdup(opts->transport);
+	s->tier_dir = opts->tier_dir ? strdup(opts->tier_dir) : NULL;
+	s->opts.tier_dir = s->tier_dir;
 	s->tables = calloc(opts->limits.max_tables, sizeof(*s->tables));
 	s->loops = calloc(opts->threads, sizeof(*s->loops));
 	s->threads = calloc(opts->threads, sizeof(*s->threads));
@@ -87,7 +101,8 @@ int emb_server_create(const struct emb_server_opts *opts,
 			}
 		}
 	}
-	if (!s->host || !s->transport || !s->tables || !s->loops ||
+	if (!s->host || !s->transport || (opts->tier_dir && !s->tier_dir) ||
+	    !s->tables || !s->loops ||
 	    !s->threads || !s->lat || !s->loop_conns || !s->rpools ||
 	    !s->lstate || emb__sessions_create(&s->sessions) ||
 	    emb__slots_create(&s->slots) || emb__fill_create(&s->fill) ||
@@ -208,6 +223,7 @@ err_free:
 	free(s->loops);
 	free(s->tables);
 	free(s->transport);
+	free(s->tier_dir);
 	free(s->host);
 	free(s);
 	return rc;
@@ -293,6 +309,7 @@ void emb_server_destroy(struct emb_server *s)
 	free(s->loops);
 	free(s->tables);
 	free(s->transport);
+	free(s->tier_dir);
 	free(s->host);
 	free(s);
 }

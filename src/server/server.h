@@ -72,6 +72,12 @@ struct emb_server_opts {
 					  copied buffer (default for tcp); a
 					  "tcp,rdma" server copies for its TCP
 					  conns either way */
+	const char *tier_dir;	       /* each table it makes keeps the rows
+					  mem_limit leaves out in a file
+					  here (docs/store.md, "The device
+					  tier"); NULL = none; copied */
+	uint64_t tier_max;	       /* bytes each such file may grow to;
+					  0 = no bound */
 	bool remote_read;	       /* tables it makes are remote-readable:
 					  8 more bytes a row, and RDMA clients
 					  may READ rows without this server's

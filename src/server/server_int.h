@@ -142,6 +142,7 @@ struct emb_server {
 	struct emb_server_opts opts;	   /* host/transport point at copies */
 	char *host;			   /* owned copy */
 	char *transport;		   /* owned copy */
+	char *tier_dir;			   /* owned copy, or NULL */
 	uint8_t token[EMB_WIRE_TOKEN_MAX]; /* auth token */
 	uint8_t admin_token[EMB_WIRE_TOKEN_MAX]; /* admin token */
 	struct emb_buf_budget rx_budget;   /* receive memory of all conns */
@@ -381,5 +382,10 @@ void emb__sweep_run(void *arg);
 int emb__sweeper_start(struct emb_server *s);
 /* Stops and joins it; no-op when not running. */
 void emb__sweeper_stop(struct emb_server *s);
+
+/* tables.c: removes the tier files in dir that no live table holds (a
+ * process killed left them); 0, or -errno if dir is no writable
+ * directory (logged). */
+int emb__tier_dir_sweep(const char *dir);
 
 #endif

@@ -15,10 +15,14 @@
  */
 #include "server/tables.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/init.h"
@@ -347,12 +351,70 @@ static int adopt_lifecycle(struct srv_table *st,
 }
 
 /*
+ * A tiered table's file: DIR/<name>.<pid>.<id>.tier (names are of
+ * [A-Za-z0-9_.-]). The pid keeps servers that share DIR apart; the store
+ * holds a lock on the file while it lives, so a later server can tell a
+ * dead one's file (emb__tier_dir_sweep).
+ */
+static void tier_path(const char *dir, const char *name, uint32_t id,
+		      char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/%s.%ld.%u.tier", dir, name, (long)getpid(),
+		 id);
+}
+
+int emb__tier_dir_sweep(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int removed = 0;
+
+	if (!d) {
+		int rc = -errno;
+
+		emb_log(EMB_LOG_ERROR, "--tier-dir %s: %s", dir,
+			strerror(errno));
+		return rc;
+	}
+	if (access(dir, W_OK) != 0) {
+		int rc = -errno;
+
+		emb_log(EMB_LOG_ERROR, "--tier-dir %s: %s", dir,
+			strerror(errno));
+		closedir(d);
+		return rc;
+	}
+	while ((e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		int fd;
+
+		if (n < 6 || strcmp(e->d_name + n - 5, ".tier"))
+			continue;
+		fd = openat(dirfd(d), e->d_name, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		/* Locked: a live table's. Not: a dead process's scratch. */
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+		    unlinkat(dirfd(d), e->d_name, 0) == 0)
+			removed++;
+		close(fd);
+	}
+	closedir(d);
+	if (removed)
+		emb_log(EMB_LOG_INFO, "--tier-dir %s: removed %d tier file%s "
+				      "of a process gone",
+			dir, removed, removed == 1 ? "" : "s");
+	return 0;
+}
+
+/*
  * admin: the caller's rights (adopt_lifecycle); own: the server makes the
  * table itself (a checkpoint load), so a CREATE may still give it a policy.
  */
 int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
 		       uint32_t *id_out, bool admin, bool own)
 {
+	char tpath[4096];
 	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
 	struct srv_table *st;
 	uint32_t i, free_slot = UINT32_MAX;
@@ -394,6 +456,12 @@ int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	o.remote_read = s->opts.remote_read;
 	o.row_format = spec->row_format;
 	o.rounding = spec->rounding;
+	if (s->tier_dir) {
+		tier_path(s->tier_dir, spec->name, free_slot + 1, tpath,
+			  sizeof(tpath));
+		o.tier_path = tpath;
+		o.tier_max = s->opts.tier_max;
+	}
 	rc = emb_table_create(&o, &st->t);
 	if (rc) {
 		free(st);

@@ -149,17 +149,6 @@ int emb_table_ckpt_next(struct emb_table_ckpt *c, uint64_t *ids, float *rows,
 			}
 			c->entered = true;
 		}
-		if (c->tw && !emb__tier_walk_cold_done(c->tw)) {
-			int rc = emb__tier_walk_next(t, s, c->shard, c->tw,
-						     true, ids, rows, meta,
-						     got, max);
-
-			pthread_mutex_unlock(&s->lock);
-			if (rc < 0)
-				return rc;
-			got = (uint32_t)rc;
-			continue;
-		}
 		while (got < max && budget && c->idx < s->next_idx) {
 			uint32_t i = c->idx;
 			uint64_t *w = &s->dirty[i >> 6];
@@ -177,15 +166,45 @@ int emb_table_ckpt_next(struct emb_table_ckpt *c, uint64_t *ids, float *rows,
 			if (c->delta && !(*w & bit))
 				continue;
 			r = emb__shard_row(t, s, i);
-			/* Handed out from the device before it came back:
-			 * its mark stays, for the next delta. */
+			/* Came back from the device during the walk: the
+			 * walk hands it out later, and clears its mark
+			 * then (tier.c). */
 			if (c->tw && !(r->count & EMB_ROW_FREE) &&
-			    emb__tier_walk_seen(c->tw, r->id))
+			    emb__tier_walk_owes(c->tw, r->id))
 				continue;
 			*w &= ~bit;
 			if (r->count & EMB_ROW_FREE)
 				continue;
 			emb__row_put(t, r, got++, ids, rows, meta);
+		}
+		if (c->tw && c->idx < s->next_idx)
+			emb__tier_walk_dram_at(c->tw, c->idx);
+		if (c->tw && c->idx >= s->next_idx) {
+			/* Then its cold rows, and those owed. */
+			int rc = emb__tier_walk_hot_done(t, c->shard, c->tw);
+
+			/* Never the DRAM records again: rows made or
+			 * brought back from now on are not this walk's. */
+			c->idx = UINT32_MAX;
+
+			while (!rc && got < max &&
+			       !emb__tier_walk_done(c->tw)) {
+				rc = emb__tier_walk_next(t, s, c->shard, c->tw,
+							 true, ids, rows, meta,
+							 got, max);
+				if (rc >= 0) {
+					got = (uint32_t)rc;
+					rc = 0;
+				}
+			}
+			if (rc) {
+				pthread_mutex_unlock(&s->lock);
+				return rc;
+			}
+			if (!emb__tier_walk_done(c->tw)) {
+				pthread_mutex_unlock(&s->lock);
+				continue; /* got == max */
+			}
 		}
 		if (c->idx >= s->next_idx) {
 			leave_shard(t, c->shard);

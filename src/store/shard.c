@@ -162,8 +162,11 @@ static int add_slab(struct emb_table *t, struct emb_shard *s)
 		if (rc)
 			return rc;
 	}
-	rc = emb__mem_charge(t, (int64_t)t->slab_alloc_bytes);
-	if (rc)
+	if (s->tier_pinned || s->tier_force_slabs) {
+		emb__mem_charge_force(t, t->slab_alloc_bytes);
+		if (s->tier_force_slabs)
+			s->tier_force_slabs--;
+	} else if ((rc = emb__mem_charge(t, (int64_t)t->slab_alloc_bytes)))
 		return rc;
 	slab = emb__arena_alloc(t->arena, t->slab_bytes);
 	if (!slab) {

@@ -120,6 +120,15 @@ struct emb_table_opts {
 
 /* Flags for emb_table_pull() and emb_table_pull_ptrs(). */
 #define EMB_PULL_NOCREATE 0x1u /* report missing ids instead of creating */
+/* emb_table_pull_raw() only: whole rows, the weight words and then the
+ * optimizer's state (emb_table_row_floats() words a row), as a walk hands
+ * them out; an id not admitted yet gets its initial row and fresh state.
+ * The copying way to whole rows, for a tiered table, which has no
+ * emb_table_pull_ptrs(). */
+#define EMB_PULL_STATE 0x2u
+
+/* Whether t keeps rows on a device tier (opts.tier_path). */
+bool emb_table_tiered(const struct emb_table *t);
 
 /* A tiered table's device tier; all 0 for a table without one. */
 struct emb_table_tier_stats {

@@ -133,6 +133,12 @@ struct emb_shard {
 	uint32_t free_head;   /* first free record index + 1, 0 = none */
 	uint32_t nslabs;      /* slabs in use */
 	uint32_t slabs_cap;   /* room in slabs[] */
+	bool tier_pinned;     /* a walk is inside this tiered shard: it
+				 demotes nothing, so its slabs grow past
+				 the limit (tier.c, walks) */
+	uint32_t tier_force_slabs; /* slabs it may add past the limit, for
+				 a group demotion could not make room
+				 for (tier.c, short_of) */
 	char **slabs;	      /* slab base addresses */
 	/* Incremental checkpoints (dirty.c, read by ckpt.c): what changed
 	 * since the last checkpoint walk took this shard. */
@@ -541,9 +547,10 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 				   bool *in_dram, int *rc);
 /* Whether id has a cold row (a read error counts as yes). */
 bool emb__tier_has(struct emb_table *t, uint32_t si, uint64_t id, uint64_t h);
-/* Drops id's cold row (erase, or assign over it): true if it had one. */
+/* Drops id's cold row: true if it had one. lives_on: an assign makes it
+ * again at once, in DRAM; else an erase. */
 bool emb__tier_forget(struct emb_table *t, uint32_t si, uint64_t id,
-		      uint64_t h, int *rc);
+		      uint64_t h, bool lives_on, int *rc);
 /* A batch's read-ahead: note each id absent from its shard's index
  * (under that shard's lock), then fetch (no lock), then pass it to the
  * takes, then free. */
@@ -561,31 +568,39 @@ uint64_t emb__tier_limit(const struct emb_table *t);
 
 /*
  * Walks over a tiered table's rows (tier.c, "walks"): an iterator or a
- * checkpoint enters each shard, hands out its cold rows, then its DRAM
- * rows less those emb__tier_walk_seen() names, then leaves. While a walk
- * is inside a shard the shard demotes nothing. Under the shard's lock.
+ * checkpoint enters each shard, walks its DRAM records as in any table
+ * but for the ids emb__tier_walk_owes() names, calls hot_done, then
+ * next until done, then leaves. While a walk is in DRAM the shard
+ * demotes nothing. All under the shard's lock.
  */
 struct emb_tier_walk;
 enum {
-	EMB_TIER_WALK_ALL,  /* every cold row */
+	EMB_TIER_WALK_ALL,  /* every row */
 	EMB_TIER_WALK_CKPT, /* those a delta checkpoint must carry */
 	EMB_TIER_WALK_MOVE, /* those marked since emb_table_track_begin() */
 };
 /* slots: a bitmap of the EMB_NSLOTS slots whose rows to hand out, or
- * NULL for all. 0 or -ENOMEM. */
+ * NULL for all (copied). 0 or -ENOMEM. */
 int emb__tier_walk_enter(struct emb_table *t, uint32_t si, int kind,
 			 const uint64_t *slots, struct emb_tier_walk **out);
-/* Hands out cold rows as emb__row_put() from ids[got] on, up to max in
- * all: the new got, or a read error. Drops s's lock while it reads and
- * takes it again. clear_ckpt: the rows lose their checkpoint marks. */
+/* The DRAM walk is at record idx: the shard may demote the records
+ * before it (the walk is done with them), and no others. */
+void emb__tier_walk_dram_at(struct emb_tier_walk *w, uint32_t idx);
+/* Whether the DRAM walk must skip id (the walk hands it out later). */
+bool emb__tier_walk_owes(const struct emb_tier_walk *w, uint64_t id);
+/* The DRAM records are done: lists the cold rows. 0 or -ENOMEM. */
+int emb__tier_walk_hot_done(struct emb_table *t, uint32_t si,
+			    struct emb_tier_walk *w);
+/* Hands out cold and owed rows as emb__row_put() from ids[got] on, up to
+ * max in all: the new got, or a read error or -ENOMEM. Drops s's lock
+ * while it reads and takes it again. clear_ckpt: the rows lose their
+ * checkpoint marks. */
 int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			struct emb_tier_walk *w, bool clear_ckpt,
 			uint64_t *ids, float *rows, struct emb_row_meta *meta,
 			uint32_t got, uint32_t max);
-/* Every cold row handed out (then the DRAM rows are next). */
-bool emb__tier_walk_cold_done(const struct emb_tier_walk *w);
-/* Whether the walk handed id out from the device already. */
-bool emb__tier_walk_seen(const struct emb_tier_walk *w, uint64_t id);
+/* Every row handed out: leave. */
+bool emb__tier_walk_done(const struct emb_tier_walk *w);
 void emb__tier_walk_leave(struct emb_table *t, uint32_t si,
 			  struct emb_tier_walk *w);
 /* emb_table_track_begin() on shard si: the cold rows' move marks go. */

@@ -831,6 +831,7 @@ struct pull_out {
 	bool track;	     /* the shard's policy reads access meta */
 	bool decode;	     /* out is fp32 of a compact table: decode */
 	bool raw;	     /* out is in the table's format (compact) */
+	bool state;	     /* out rows are whole: weights, then state */
 	uint32_t fmt;	     /* the table's row format */
 };
 
@@ -1148,7 +1149,7 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 					x->pending++;
 					if (found)
 						found[p] = 0;
-					if (out && x->o.raw)
+					if (out && (x->o.raw || x->o.state))
 						emb_table_init_row_raw(
 						    t, ids[p],
 						    out + (size_t)p * x->o.dim);
@@ -1159,6 +1160,12 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 						    false);
 					else
 						ptrs[p] = NULL;
+					if (out && x->o.state)
+						emb_optim_state_init(
+						    &t->opts.optim,
+						    out + (size_t)p * x->o.dim +
+							t->wwords,
+						    t->dim);
 					continue;
 				}
 				if (create) {
@@ -1212,7 +1219,10 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	/* Raw rows of a compact table are its weight words, copied like
 	 * fp32 rows of that many floats; fp32 rows of it are decoded. */
 	const bool compact = t->fmt != EMB_ROWFMT_FP32;
-	const uint32_t words = raw ? t->wwords : t->dim;
+	const bool state = flags & EMB_PULL_STATE;
+	const uint32_t words = state ? t->row_floats
+			       : raw ? t->wwords
+				     : t->dim;
 	struct emb_life_shard *life =
 	    __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
 	struct emb_table_stripe *st = emb__my_stripe(t);
@@ -1234,13 +1244,15 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 				   .step = life ? now_step(t) : 0,
 				   .decode = compact && !raw && out,
 				   .raw = compact && raw,
+				   .state = state,
 				   .fmt = t->fmt}};
 	struct batch b;
 	int rc;
 
 	if (n && (!ids || (!out && !ptrs)))
 		return EMB_EBADARG;
-	if (flags & ~EMB_PULL_NOCREATE)
+	if ((flags & ~(EMB_PULL_NOCREATE | EMB_PULL_STATE)) ||
+	    (state && (!raw || !out)))
 		return EMB_EBADARG;
 	if (!n)
 		return 0;
@@ -1289,6 +1301,11 @@ int emb_table_pull_raw(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	if (!t || (n && !out))
 		return EMB_EBADARG;
 	return pull_common(t, ids, n, out, NULL, flags, found, true);
+}
+
+bool emb_table_tiered(const struct emb_table *t)
+{
+	return t && t->tier;
 }
 
 int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
@@ -1895,7 +1912,8 @@ assign_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			int err;
 
 			/* Assigned over: its cold copy goes. */
-			cold = emb__tier_forget(t, si, ids[p], b->h[p], &err);
+			cold = emb__tier_forget(t, si, ids[p], b->h[p], true,
+						 &err);
 			if (err) {
 				if (!x->rc)
 					x->rc = err;
@@ -2083,7 +2101,7 @@ erase_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			x->erased++;
 		} else if (t->tier &&
 			   emb__tier_forget(t, si, x->ids[p], x->b->h[p],
-					    &err)) {
+					    false, &err)) {
 			/* Recorded as emb__shard_remove() records one. */
 			emb__dirty_erased(s, x->ids[p]);
 			x->erased++;
@@ -2215,6 +2233,11 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 		 * tier's other tables. */
 		emb__tier_stats(t, &ts);
 		out->bytes += ts.map_bytes;
+		out->rows_cold = ts.rows_cold;
+		out->tier_bytes = ts.file_bytes;
+		out->tier_reads = ts.blocks_read;
+		out->tier_writes = ts.blocks_written;
+		out->tier_read_us = ts.read_ns / 1000;
 	}
 	out->rows_evicted_ttl = load_stat(&t->rows_evicted_ttl);
 	out->rows_evicted_l2 = load_stat(&t->rows_evicted_l2);
@@ -2417,19 +2440,6 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			}
 			it->entered = true;
 		}
-		if (it->tw && !emb__tier_walk_cold_done(it->tw)) {
-			int rc = emb__tier_walk_next(t, s, it->shard, it->tw,
-						     false, ids, rows, meta,
-						     got, max);
-
-			if (rc < 0) {
-				pthread_mutex_unlock(&s->lock);
-				return rc;
-			}
-			got = (uint32_t)rc;
-			pthread_mutex_unlock(&s->lock);
-			continue;
-		}
 		while (got < max && it->idx < s->next_idx) {
 			struct emb_row_hdr *r;
 
@@ -2476,10 +2486,40 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			r = emb__shard_row(t, s, it->idx++);
 			if (r->count & EMB_ROW_FREE)
 				continue;
-			/* Handed out from the device before it came back. */
-			if (it->tw && emb__tier_walk_seen(it->tw, r->id))
+			/* Came back from the device during the walk: the
+			 * walk hands it out later (tier.c). */
+			if (it->tw && emb__tier_walk_owes(it->tw, r->id))
 				continue;
 			emb__row_put(t, r, got++, ids, rows, meta);
+		}
+		if (it->tw && it->idx < s->next_idx)
+			emb__tier_walk_dram_at(it->tw, it->idx);
+		if (it->tw && it->idx >= s->next_idx) {
+			/* Then its cold rows, and those owed. */
+			int rc = emb__tier_walk_hot_done(t, it->shard, it->tw);
+
+			/* Never the DRAM records again: rows made or
+			 * brought back from now on are not this walk's. */
+			it->idx = UINT32_MAX;
+
+			while (!rc && got < max &&
+			       !emb__tier_walk_done(it->tw)) {
+				rc = emb__tier_walk_next(t, s, it->shard,
+							 it->tw, false, ids,
+							 rows, meta, got, max);
+				if (rc >= 0) {
+					got = (uint32_t)rc;
+					rc = 0;
+				}
+			}
+			if (rc) {
+				pthread_mutex_unlock(&s->lock);
+				return rc;
+			}
+			if (!emb__tier_walk_done(it->tw)) {
+				pthread_mutex_unlock(&s->lock);
+				continue; /* got == max */
+			}
 		}
 		if (it->idx >= s->next_idx) {
 			emb__tier_walk_leave(t, it->shard, it->tw);

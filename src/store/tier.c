@@ -43,6 +43,7 @@
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,6 +66,8 @@ struct tier_shard {
 	uint32_t *blk_file;   /* per shard block: its file block */
 	uint16_t *blk_live;   /* per shard block: live records in it */
 	uint32_t *blk_gen;    /* per shard block: bumped at each write */
+	uint64_t *blk_born;   /* per shard block: the tier's block clock
+				 when it was last written (walks) */
 	uint32_t nblk;	      /* shard blocks ever made */
 	uint32_t blk_cap;     /* room in the three arrays */
 	uint32_t *blk_spare;  /* shard blocks whose file block went back */
@@ -113,6 +116,8 @@ struct emb_tier {
 	uint32_t nfree;
 	uint32_t free_cap;
 	uint64_t clock;		/* access clock: one tick per batch */
+	uint64_t blk_clock;	/* one tick per block written (atomic) */
+	bool warned_short;	/* short_of() said so once (atomic) */
 	/* Counters, relaxed atomics. */
 	uint64_t rows_cold;
 	uint64_t demoted;
@@ -370,10 +375,9 @@ int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes)
 	 * the page cache's. A file system that refuses it (tmpfs) gets the
 	 * buffered path, with a warning.
 	 */
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT,
-		  0600);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
 	if (fd < 0 && errno == EINVAL) {
-		fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd >= 0)
 			emb_log(EMB_LOG_WARN, "tier %s: no O_DIRECT on this file "
 				     "system; cold rows go through the page "
@@ -383,6 +387,17 @@ int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes)
 	if (fd < 0) {
 		rc = -errno;
 		emb_log(EMB_LOG_ERROR, "tier %s: %s", path, strerror(errno));
+		goto err;
+	}
+	/* Held while the table lives: a file with no lock on it is a dead
+	 * process's, which a server may remove (--tier-dir); one locked is
+	 * another table's, never truncated under it. */
+	if (flock(fd, LOCK_EX | LOCK_NB) || ftruncate(fd, 0)) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		emb_log(EMB_LOG_ERROR, "tier %s: %s", path,
+			rc == -EBUSY ? "in use by another table"
+				     : strerror(-rc));
+		close(fd);
 		goto err;
 	}
 	tr->fd = fd;
@@ -429,6 +444,7 @@ void emb__tier_close(struct emb_table *t)
 		free(ts->blk_spare);
 		free(ts->ghost);
 		free(ts->blk_mark);
+		free(ts->blk_born);
 	}
 	emb__mem_charge(t, -(int64_t)tr->map_bytes);
 	close(tr->fd);
@@ -560,7 +576,7 @@ static int blk_reserve(struct emb_table *t, struct tier_shard *ts)
 {
 	const uint32_t mw = 2 * t->tier->mark_words;
 	uint32_t cap;
-	void *a, *b, *c, *d;
+	void *a, *b, *c, *d, *e;
 
 	if (ts->nblk < ts->blk_cap)
 		return 0;
@@ -579,9 +595,12 @@ static int blk_reserve(struct emb_table *t, struct tier_shard *ts)
 	d = realloc(ts->blk_mark, (size_t)cap * mw * sizeof(uint64_t));
 	if (d)
 		ts->blk_mark = d;
-	if (!a || !b || !c || !d)
+	e = realloc(ts->blk_born, (size_t)cap * sizeof(uint64_t));
+	if (e)
+		ts->blk_born = e;
+	if (!a || !b || !c || !d || !e)
 		return -ENOMEM;
-	charge(t, (int64_t)(cap - ts->blk_cap) * (10 + 8 * mw));
+	charge(t, (int64_t)(cap - ts->blk_cap) * (18 + 8 * mw));
 	ts->blk_cap = cap;
 	return 0;
 }
@@ -637,6 +656,8 @@ static int blk_new(struct emb_table *t, struct tier_shard *ts, uint32_t *out)
 	ts->blk_file[sb] = fb;
 	ts->blk_live[sb] = 0;
 	ts->blk_gen[sb]++;
+	ts->blk_born[sb] =
+	    __atomic_add_fetch(&tr->blk_clock, 1, __ATOMIC_RELAXED);
 	memset(ts->blk_mark + (size_t)sb * 2 * tr->mark_words, 0,
 	       2 * tr->mark_words * sizeof(uint64_t));
 	*out = sb;
@@ -865,8 +886,52 @@ static uint64_t room_bytes(const struct emb_table *t)
 	return left;
 }
 
-int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
-		   uint32_t need)
+static uint32_t walks_dram_at(const struct tier_shard *ts);
+
+/*
+ * After the demotions: if the group's need still does not fit (the
+ * shard had too few rows in DRAM to send away: the group is larger than
+ * its share of the limit, or the index of the rows on the device takes
+ * what the limit leaves), the shard may add the
+ * slabs it lacks past the limit (add_slab), once warned: a load or push
+ * must not fail because the device holds many rows. Returns 0.
+ */
+static int short_of(struct emb_table *t, struct emb_shard *s, uint32_t need)
+{
+	uint64_t left = room_bytes(t);
+	uint64_t room = (uint64_t)s->nslabs * t->rows_per_slab - s->used;
+
+	if (left != UINT64_MAX)
+		room += left / t->slab_alloc_bytes * t->rows_per_slab;
+	/* A walk's DRAM part held the demotions back: add_slab goes past
+	 * the limit for it anyway, and that is no misconfiguration. */
+	if (room >= need || s->tier_pinned)
+		return 0;
+	s->tier_force_slabs = (uint32_t)((need - room + t->rows_per_slab - 1) /
+					 t->rows_per_slab);
+	if (!__atomic_exchange_n(&t->tier->warned_short, true,
+				 __ATOMIC_RELAXED))
+		emb_log(EMB_LOG_WARN,
+			"table %s: a batch needs %u rows of one shard in DRAM "
+			"and its share of the memory limit holds %llu beside "
+			"the index of the %llu rows on the device (8 to 20 "
+			"bytes each): rows are made past the limit; raise it "
+			"or send smaller batches (docs/store.md, \"The device "
+			"tier\")",
+			t->name, need, (unsigned long long)room,
+			(unsigned long long)__atomic_load_n(
+			    &t->tier->rows_cold, __ATOMIC_RELAXED));
+	return 0;
+}
+
+/*
+ * One round of making room for need records in shard s, demoting only
+ * records before lim: 0 when the room is there, 1 when it demoted rows
+ * (the cold index it grew may have taken some of the room: look again),
+ * 2 when it had nothing to demote, or an error.
+ */
+static int room_round(struct emb_table *t, struct emb_shard *s, uint32_t si,
+		      uint32_t need, uint32_t lim)
 {
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
@@ -876,13 +941,6 @@ int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	struct cand *cand;
 	int rc;
 
-	if (avail >= need)
-		return 0;
-	/* A walk inside the shard (walks below): nothing may leave for the
-	 * device, so rows are made in the quarter of the limit kept back,
-	 * and past it refused as in any table. */
-	if (ts->walks)
-		return 0;
 	/*
 	 * Rows this group may make fit in the free records, or in slabs
 	 * the limit still allows; the rest is made room for by demoting
@@ -890,8 +948,8 @@ int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	 * the index and cold maps (docs/store.md).
 	 */
 	left = room_bytes(t);
-	if (left == UINT64_MAX)
-		return 0; /* no limit at all: nothing to make room in */
+	if (avail >= need || left == UINT64_MAX)
+		return 0; /* room, or no limit to make room in */
 	room = avail + left / t->slab_alloc_bytes * t->rows_per_slab;
 	if (room >= need)
 		return 0;
@@ -903,7 +961,7 @@ int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	if (want > s->used)
 		want = s->used;
 	if (!want)
-		return 0;
+		return 2;
 	ncand = want * DEMOTE_SCAN;
 	if (ncand > s->used)
 		ncand = s->used;
@@ -913,10 +971,12 @@ int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	/* The hand goes round the records, taking the live ones, and the
 	 * oldest of them go: an approximate LRU over the shard. */
 	got = 0;
-	for (uint32_t seen = 0; got < ncand && seen < s->next_idx; seen++) {
+	if (lim > s->next_idx)
+		lim = s->next_idx;
+	for (uint32_t seen = 0; got < ncand && seen < lim; seen++) {
 		struct emb_row_hdr *r;
 
-		if (ts->hand >= s->next_idx)
+		if (ts->hand >= lim)
 			ts->hand = 0;
 		r = emb__shard_row(t, s, ts->hand);
 		if (!(r->count & EMB_ROW_FREE))
@@ -928,9 +988,33 @@ int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	qsort(cand, ncand, sizeof(*cand), cand_cmp);
 	if (want > ncand)
 		want = ncand;
-	rc = demote(t, s, si, cand, (uint32_t)want);
+	rc = want ? demote(t, s, si, cand, (uint32_t)want) : 0;
 	free(cand);
-	return rc;
+	return rc ? rc : want ? 1 : 2;
+}
+
+int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
+		   uint32_t need)
+{
+	uint32_t lim = UINT32_MAX;
+	int rc = 1;
+
+	s->tier_force_slabs = 0; /* a past group's leave */
+	if ((uint64_t)s->nslabs * t->rows_per_slab - s->used >= need)
+		return 0;
+	/* A walk in the shard's DRAM records (walks below): only records
+	 * it has passed may leave for the device; rows are made past the
+	 * limit if need be (add_slab) rather than refuse a push for a
+	 * checkpoint. The shard keeps those records for its rows to come;
+	 * docs/store.md. */
+	if (s->tier_pinned) {
+		lim = walks_dram_at(&t->tier->sh[si]);
+		if (!lim)
+			return 0;
+	}
+	for (int round = 0; rc == 1 && round < 4; round++)
+		rc = room_round(t, s, si, need, lim);
+	return rc < 0 ? rc : short_of(t, s, need);
 }
 
 /* ---- promotion ---- */
@@ -985,12 +1069,14 @@ static bool cold_find(struct emb_table *t, uint32_t si, uint64_t id,
 	return false;
 }
 
-static void walks_drop(struct tier_shard *ts, uint32_t loc, uint64_t id);
+static void walks_drop(struct emb_tier *tr, struct tier_shard *ts,
+		       uint32_t loc, uint32_t fp, uint64_t id, bool lives_on);
 
 /* Drops id's cold row at map position mpos (its block's live count, its
- * marks), for a promotion or a removal. */
+ * marks); lives_on: it goes to DRAM (promotion, assign), else it is
+ * erased. */
 static void cold_drop(struct emb_table *t, uint32_t si, uint32_t mpos,
-		      uint64_t id)
+		      uint64_t id, bool lives_on)
 {
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
@@ -998,7 +1084,8 @@ static void cold_drop(struct emb_table *t, uint32_t si, uint32_t mpos,
 	uint64_t bit, *w;
 
 	if (ts->walks)
-		walks_drop(ts, loc, id);
+		walks_drop(tr, ts, loc, (uint32_t)(ts->map[mpos] >> 32), id,
+			   lives_on);
 	w = mark_word(tr, ts, loc, MARK_CKPT, &bit);
 	*w &= ~bit;
 	w = mark_word(tr, ts, loc, MARK_MOVE, &bit);
@@ -1066,7 +1153,7 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 				*mark_word(t->tier, ts, loc, MARK_MOVE, &bit) &
 				    bit);
 	}
-	cold_drop(t, si, mpos, id);
+	cold_drop(t, si, mpos, id, true);
 	count(&t->tier->promoted, 1);
 	*in_dram = true;
 	return r;
@@ -1086,7 +1173,7 @@ bool emb__tier_has(struct emb_table *t, uint32_t si, uint64_t id, uint64_t h)
 }
 
 bool emb__tier_forget(struct emb_table *t, uint32_t si, uint64_t id,
-		      uint64_t h, int *rc)
+		      uint64_t h, bool lives_on, int *rc)
 {
 	char *buf = tls_buf(TIER_BLOCK);
 	const char *src;
@@ -1099,7 +1186,7 @@ bool emb__tier_forget(struct emb_table *t, uint32_t si, uint64_t id,
 	}
 	if (!cold_find(t, si, id, h, NULL, buf, &mpos, &src, rc))
 		return false;
-	cold_drop(t, si, mpos, id);
+	cold_drop(t, si, mpos, id, lives_on);
 	return true;
 }
 
@@ -1233,36 +1320,93 @@ const char *emb__tier_pre_block(const struct emb_tier_pre *p, uint32_t si,
 
 /*
  * A walk over a shard (an iterator, a checkpoint, a move's stream: the
- * callers are table.c and ckpt.c) hands out the shard's cold rows first,
- * then its DRAM rows. While a walk is inside the shard, the shard demotes
- * nothing (emb__tier_room), so no row can go from the DRAM the walk has
- * not reached to the device it has left. Promotion goes on, and a row
- * that comes back to DRAM is handed out once all the same: if the walk
- * had not handed it out from the device yet, it meets it in DRAM; if it
- * had, the walk remembers its id (walks_drop) and skips it in DRAM. Its
- * newer value keeps its checkpoint mark, for the next delta.
+ * callers are table.c and ckpt.c) goes in three parts, so that every row
+ * of the shard comes out once however rows move between the tiers:
  *
- * The cold part goes in location order over a list taken at entry, in
- * runs of up to WALK_BLOCKS blocks read together with the shard lock
- * dropped. A row read is handed out only if the cold map still has it at
- * that location once the lock is back: it may have come back to DRAM (or
- * gone) meanwhile. A location stays the row's while the walk is inside
- * the shard, since only a demotion writes blocks.
+ *   1. DRAM: the caller walks the shard's records as in any table. Until
+ *      it is done the shard demotes nothing, so no row the walk has not
+ *      reached can go to the device. A row that comes back from the
+ *      device meanwhile is owed: its id is kept, the caller skips it in
+ *      DRAM (emb__tier_walk_owes) and part 3 hands it out.
+ *   2. The device: at the end of part 1 (emb__tier_walk_hot_done) the
+ *      walk lists the shard's cold rows, with their blocks' generations,
+ *      and the shard demotes again. The list goes in location order, in
+ *      runs of up to WALK_BLOCKS blocks read together with the shard lock
+ *      dropped; a row read is handed out if its block's generation is
+ *      still the listed one (the block was not given back and written
+ *      again) and the cold map still has it there. A listed row that
+ *      leaves the device before the walk got to it is owed too.
+ *   3. The owed rows, looked up wherever they are now.
+ *
+ * A demotion during part 2 or 3 moves rows the walk handed out in part 1
+ * (or made since it began, which it need not hand out): they carry their
+ * marks to the device, for the next delta or move pass.
  */
 #define WALK_BLOCKS 64u
 
+enum { PART_DRAM, PART_COLD, PART_OWED, PART_DONE };
+
 struct emb_tier_walk {
 	struct emb_tier_walk *next; /* the shard's walks */
-	uint32_t *loc;		    /* locations to hand out, ascending */
+	int kind;		    /* EMB_TIER_WALK_* */
+	int part;		    /* PART_* */
+	bool by_slot;
+	uint64_t slots[EMB_NSLOTS / 64]; /* by_slot: the slots walked */
+	uint64_t born;		    /* the block clock at entry */
+	uint32_t dram_at;	    /* part 1: records before it are done */
+	uint32_t *loc;		    /* part 2: locations, ascending */
+	uint32_t *gen;		    /* and their blocks' generations */
 	uint32_t nloc;		    /* in loc */
 	uint32_t at;		    /* loc[0..at) are behind the walk */
-	uint64_t *seen;		    /* ids handed out from the device that
-				       left it since: open addressing,
-				       0 = empty (id 0: seen_zero) */
-	uint32_t seen_n, seen_used;
-	bool seen_zero;
+	uint64_t *owed;		    /* ids owed, in the order they came */
+	uint32_t nowed, owed_cap, owed_at;
+	uint64_t *owed_set;	    /* the same ids, open addressing, 0 =
+				       empty (id 0: owed_zero) */
+	uint32_t set_n;
+	bool owed_zero;
 	char *buf;		    /* WALK_BLOCKS blocks, aligned */
 };
+
+int emb__tier_walk_enter(struct emb_table *t, uint32_t si, int kind,
+			 const uint64_t *slots, struct emb_tier_walk **out)
+{
+	struct tier_shard *ts = &t->tier->sh[si];
+	struct emb_tier_walk *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return -ENOMEM;
+	w->kind = kind;
+	w->born = __atomic_load_n(&t->tier->blk_clock, __ATOMIC_RELAXED);
+	w->by_slot = slots != NULL;
+	if (slots)
+		memcpy(w->slots, slots, sizeof(w->slots));
+	w->next = ts->walks;
+	ts->walks = w;
+	t->shards[si].tier_pinned = true;
+	*out = w;
+	return 0;
+}
+
+/* Whether the walk hands out the row at loc (its filter). */
+static bool walk_wants(const struct emb_tier *tr, const struct tier_shard *ts,
+		       const struct emb_tier_walk *w, uint32_t fp, uint32_t loc)
+{
+	uint64_t bit;
+
+	if (w->by_slot) {
+		/* A slot is the top bits of the hash's high word, which the
+		 * entry keeps (common/hash.h). */
+		uint32_t sl = emb_fastrange32(fp, EMB_NSLOTS);
+
+		if (!((w->slots[sl / 64] >> (sl % 64)) & 1))
+			return false;
+	}
+	if (w->kind == EMB_TIER_WALK_CKPT)
+		return *mark_word(tr, ts, loc, MARK_CKPT, &bit) & bit;
+	if (w->kind == EMB_TIER_WALK_MOVE)
+		return *mark_word(tr, ts, loc, MARK_MOVE, &bit) & bit;
+	return true;
+}
 
 static int loc_cmp(const void *a, const void *b)
 {
@@ -1271,58 +1415,45 @@ static int loc_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int emb__tier_walk_enter(struct emb_table *t, uint32_t si, int kind,
-			 const uint64_t *slots, struct emb_tier_walk **out)
+int emb__tier_walk_hot_done(struct emb_table *t, uint32_t si,
+			    struct emb_tier_walk *w)
 {
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
-	struct emb_tier_walk *w = calloc(1, sizeof(*w));
+	struct emb_tier_walk *o;
 
-	if (!w)
-		return -ENOMEM;
-	/* 4 bytes a cold row of one shard, for the walk's time in it. */
+	if (w->part != PART_DRAM)
+		return 0;
+	/* 8 bytes a cold row of one shard, for the walk's time in it. */
 	w->loc = malloc((ts->map_used ? ts->map_used : 1) * sizeof(*w->loc));
+	w->gen = malloc((ts->map_used ? ts->map_used : 1) * sizeof(*w->gen));
 	w->buf = aligned_alloc(TIER_BLOCK, (size_t)WALK_BLOCKS * TIER_BLOCK);
-	if (!w->loc || !w->buf) {
-		free(w->loc);
-		free(w->buf);
-		free(w);
+	if (!w->loc || !w->gen || !w->buf)
 		return -ENOMEM;
-	}
 	for (uint32_t i = 0; i < ts->map_n; i++) {
-		uint64_t v = ts->map[i], bit;
+		uint64_t v = ts->map[i];
 		uint32_t loc = (uint32_t)v - 1;
 
-		if (!v)
-			continue;
-		if (slots) {
-			/* A slot is the top bits of the hash's high word,
-			 * which the entry keeps (common/hash.h). */
-			uint32_t sl = emb_fastrange32((uint32_t)(v >> 32),
-						      EMB_NSLOTS);
-
-			if (!((slots[sl / 64] >> (sl % 64)) & 1))
-				continue;
-		}
-		if (kind == EMB_TIER_WALK_CKPT &&
-		    !(*mark_word(tr, ts, loc, MARK_CKPT, &bit) & bit))
-			continue;
-		if (kind == EMB_TIER_WALK_MOVE &&
-		    !(*mark_word(tr, ts, loc, MARK_MOVE, &bit) & bit))
-			continue;
-		w->loc[w->nloc++] = loc;
+		/* A block written since entry holds rows demoted from the
+		 * records part 1 had passed: done, or not this walk's. */
+		if (v && ts->blk_born[loc >> 8] <= w->born &&
+		    walk_wants(tr, ts, w, (uint32_t)(v >> 32), loc))
+			w->loc[w->nloc++] = loc;
 	}
 	qsort(w->loc, w->nloc, sizeof(*w->loc), loc_cmp);
-	w->next = ts->walks;
-	ts->walks = w;
-	*out = w;
+	for (uint32_t i = 0; i < w->nloc; i++)
+		w->gen[i] = ts->blk_gen[w->loc[i] >> 8];
+	w->part = PART_COLD;
+	for (o = ts->walks; o && o->part != PART_DRAM; o = o->next)
+		;
+	t->shards[si].tier_pinned = o != NULL;
 	return 0;
 }
 
 void emb__tier_walk_leave(struct emb_table *t, uint32_t si,
 			  struct emb_tier_walk *w)
 {
-	struct emb_tier_walk **pp;
+	struct emb_tier_walk **pp, *o;
 
 	if (!w)
 		return;
@@ -1331,91 +1462,138 @@ void emb__tier_walk_leave(struct emb_table *t, uint32_t si,
 			*pp = w->next;
 			break;
 		}
+	for (o = t->tier->sh[si].walks; o && o->part != PART_DRAM; o = o->next)
+		;
+	t->shards[si].tier_pinned = o != NULL;
 	free(w->loc);
-	free(w->seen);
+	free(w->gen);
+	free(w->owed);
+	free(w->owed_set);
 	free(w->buf);
 	free(w);
 }
 
-bool emb__tier_walk_cold_done(const struct emb_tier_walk *w)
+void emb__tier_walk_dram_at(struct emb_tier_walk *w, uint32_t idx)
 {
-	return w->at >= w->nloc;
+	w->dram_at = idx;
 }
 
-static uint32_t seen_home(uint64_t id, uint32_t n)
+/* The first record a walk in its DRAM part has not passed yet: the
+ * shard's demotions take records before it only, 0 = none. */
+static uint32_t walks_dram_at(const struct tier_shard *ts)
+{
+	uint32_t at = UINT32_MAX;
+
+	for (const struct emb_tier_walk *w = ts->walks; w; w = w->next)
+		if (w->part == PART_DRAM && w->dram_at < at)
+			at = w->dram_at;
+	return at;
+}
+
+bool emb__tier_walk_done(const struct emb_tier_walk *w)
+{
+	return w->part == PART_DONE;
+}
+
+static uint32_t set_home(uint64_t id, uint32_t n)
 {
 	return (uint32_t)(emb_id_hash(id) & (n - 1));
 }
 
-bool emb__tier_walk_seen(const struct emb_tier_walk *w, uint64_t id)
+bool emb__tier_walk_owes(const struct emb_tier_walk *w, uint64_t id)
 {
-	if (!w->seen_used && !w->seen_zero)
+	if (!w->nowed)
 		return false;
 	if (!id)
-		return w->seen_zero;
-	for (uint32_t p = seen_home(id, w->seen_n);; p = (p + 1) &
-						     (w->seen_n - 1)) {
-		if (w->seen[p] == id)
+		return w->owed_zero;
+	for (uint32_t p = set_home(id, w->set_n);; p = (p + 1) & (w->set_n - 1)) {
+		if (w->owed_set[p] == id)
 			return true;
-		if (!w->seen[p])
+		if (!w->owed_set[p])
 			return false;
 	}
 }
 
-/* Remembers id; if there is no memory for it, the walk hands the row out
- * twice (a later copy of it, which a load takes over the first). */
-static void seen_add(struct emb_tier_walk *w, uint64_t id)
+/* Owes id. Without memory for it the walk cannot keep its promise to
+ * hand out every row: it fails (the next call returns -ENOMEM). */
+static void owe(struct emb_tier_walk *w, uint64_t id)
 {
 	uint32_t p;
 
-	if (!id) {
-		w->seen_zero = true;
+	if (emb__tier_walk_owes(w, id))
 		return;
+	if (w->nowed == w->owed_cap) {
+		uint32_t cap = w->owed_cap ? w->owed_cap * 2 : 64;
+		uint64_t *v = realloc(w->owed, cap * sizeof(*v));
+
+		if (!v)
+			goto fail;
+		w->owed = v;
+		w->owed_cap = cap;
 	}
-	if ((w->seen_used + 1) * 2 > w->seen_n) {
-		uint32_t n = w->seen_n ? w->seen_n * 2 : 64;
+	if (id && (w->nowed + 1) * 2 > w->set_n) {
+		uint32_t n = w->set_n ? w->set_n * 2 : 128;
 		uint64_t *v = calloc(n, sizeof(*v));
 
 		if (!v)
-			return;
-		for (uint32_t i = 0; i < w->seen_n; i++) {
-			if (!w->seen[i])
+			goto fail;
+		for (uint32_t i = 0; i < w->set_n; i++) {
+			if (!w->owed_set[i])
 				continue;
-			p = seen_home(w->seen[i], n);
+			p = set_home(w->owed_set[i], n);
 			while (v[p])
 				p = (p + 1) & (n - 1);
-			v[p] = w->seen[i];
+			v[p] = w->owed_set[i];
 		}
-		free(w->seen);
-		w->seen = v;
-		w->seen_n = n;
+		free(w->owed_set);
+		w->owed_set = v;
+		w->set_n = n;
 	}
-	p = seen_home(id, w->seen_n);
-	while (w->seen[p] && w->seen[p] != id)
-		p = (p + 1) & (w->seen_n - 1);
-	if (!w->seen[p]) {
-		w->seen[p] = id;
-		w->seen_used++;
+	w->owed[w->nowed++] = id;
+	if (!id) {
+		w->owed_zero = true;
+		return;
 	}
+	p = set_home(id, w->set_n);
+	while (w->owed_set[p])
+		p = (p + 1) & (w->set_n - 1);
+	w->owed_set[p] = id;
+	return;
+fail:
+	w->part = -ENOMEM;
 }
 
-/* id's cold row at loc leaves the device: each walk that handed it out
- * already must not hand it out again from DRAM. */
-static void walks_drop(struct tier_shard *ts, uint32_t loc, uint64_t id)
+/* id's cold row at loc leaves the device; lives_on: for DRAM (promotion,
+ * assign), not gone (erase). Each walk that still had to hand it out
+ * from the device, or that is in DRAM before it, now owes it. Before the
+ * row's marks are cleared: the filter reads them. */
+static void walks_drop(struct emb_tier *tr, struct tier_shard *ts,
+		       uint32_t loc, uint32_t fp, uint64_t id, bool lives_on)
 {
+	if (!lives_on)
+		return;
 	for (struct emb_tier_walk *w = ts->walks; w; w = w->next) {
-		uint32_t lo = 0, hi = w->at;
+		if (w->part == PART_DRAM) {
+			/* Only a row on the device since before the walk:
+			 * one demoted since came from records it passed. */
+			if (ts->blk_born[loc >> 8] <= w->born &&
+			    walk_wants(tr, ts, w, fp, loc))
+				owe(w, id);
+		} else if (w->part == PART_COLD) {
+			uint32_t lo = w->at, hi = w->nloc;
 
-		while (lo < hi) {
-			uint32_t mid = lo + (hi - lo) / 2;
+			while (lo < hi) {
+				uint32_t mid = lo + (hi - lo) / 2;
 
-			if (w->loc[mid] < loc)
-				lo = mid + 1;
-			else
-				hi = mid;
+				if (w->loc[mid] < loc)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			if (lo < w->nloc && w->loc[lo] == loc &&
+			    w->gen[lo] == ts->blk_gen[loc >> 8])
+				owe(w, id);
 		}
-		if (lo < w->at && w->loc[lo] == loc)
-			seen_add(w, id);
 	}
 }
 
@@ -1434,10 +1612,11 @@ static int64_t cold_at(const struct tier_shard *ts, uint64_t id, uint32_t loc)
 	return -1;
 }
 
-int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
-			struct emb_tier_walk *w, bool clear_ckpt,
-			uint64_t *ids, float *rows, struct emb_row_meta *meta,
-			uint32_t got, uint32_t max)
+/* Part 2: the next run of listed cold rows. */
+static int walk_cold(struct emb_table *t, struct emb_shard *s, uint32_t si,
+		     struct emb_tier_walk *w, bool clear_ckpt, uint64_t *ids,
+		     float *rows, struct emb_row_meta *meta, uint32_t got,
+		     uint32_t max)
 {
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
@@ -1446,7 +1625,7 @@ int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	int rc;
 
 	/* The run: as many rows as the caller has room for, in at most
-	 * WALK_BLOCKS blocks. */
+	 * WALK_BLOCKS blocks, each still the listed one. */
 	while (end < w->nloc && end - w->at < max - got) {
 		uint32_t sb = w->loc[end] >> 8;
 
@@ -1458,8 +1637,10 @@ int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
 		}
 		end++;
 	}
-	if (!nb)
+	if (!nb) {
+		w->part = PART_OWED;
 		return (int)got;
+	}
 	/* Others may use the shard meanwhile; what they change is checked
 	 * below. */
 	pthread_mutex_unlock(&s->lock);
@@ -1479,10 +1660,13 @@ int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
 
 		while (sbs[b] != loc >> 8)
 			b++;
+		/* Given back (and maybe written again) since the list was
+		 * taken: what was read is not the listed rows. */
+		if (ts->blk_gen[loc >> 8] != w->gen[i])
+			continue;
 		r = (const struct emb_row_hdr *)(const void *)(w->buf +
 			(size_t)b * TIER_BLOCK + (size_t)(loc & 0xff) * tr->rec);
-		/* Gone meanwhile (back in DRAM, where the walk meets it, or
-		 * erased), or the block was given back and holds anything. */
+		/* Gone meanwhile: back in DRAM (then owed) or erased. */
 		if (cold_at(ts, r->id, loc) < 0)
 			continue;
 		if (clear_ckpt) {
@@ -1493,6 +1677,66 @@ int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	}
 	w->at = end;
 	return (int)got;
+}
+
+/* Part 3: the owed rows, wherever they are now (gone: nothing). */
+static int walk_owed(struct emb_table *t, struct emb_shard *s, uint32_t si,
+		     struct emb_tier_walk *w, bool clear_ckpt, uint64_t *ids,
+		     float *rows, struct emb_row_meta *meta, uint32_t got,
+		     uint32_t max)
+{
+	struct emb_tier *tr = t->tier;
+	struct tier_shard *ts = &tr->sh[si];
+
+	while (got < max && w->owed_at < w->nowed) {
+		uint64_t id = w->owed[w->owed_at++], h = emb_id_hash(id), bit;
+		int64_t idx = emb__shard_find(t, s, id, h);
+		const char *src;
+		uint32_t mpos;
+		int rc = 0;
+
+		if (idx >= 0) {
+			if (clear_ckpt)
+				rec_set(s->dirty, (uint32_t)idx, false);
+			emb__row_put(t, emb__shard_row(t, s, (uint32_t)idx),
+				     got++, ids, rows, meta);
+			continue;
+		}
+		/* Back on the device since: one read, rare. */
+		if (!cold_find(t, si, id, h, NULL, w->buf, &mpos, &src, &rc)) {
+			if (rc)
+				return rc;
+			continue;
+		}
+		if (clear_ckpt)
+			*mark_word(tr, ts, (uint32_t)ts->map[mpos] - 1,
+				   MARK_CKPT, &bit) &= ~bit;
+		emb__row_put(t, (const struct emb_row_hdr *)(const void *)src,
+			     got++, ids, rows, meta);
+	}
+	if (w->owed_at == w->nowed)
+		w->part = PART_DONE;
+	return (int)got;
+}
+
+int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
+			struct emb_tier_walk *w, bool clear_ckpt,
+			uint64_t *ids, float *rows, struct emb_row_meta *meta,
+			uint32_t got, uint32_t max)
+{
+	int rc = (int)got;
+
+	if (w->part < 0)
+		return w->part; /* an owed id found no memory */
+	if (w->part == PART_COLD)
+		rc = walk_cold(t, s, si, w, clear_ckpt, ids, rows, meta, got,
+			       max);
+	else if (w->part == PART_OWED)
+		rc = walk_owed(t, s, si, w, clear_ckpt, ids, rows, meta, got,
+			       max);
+	if (rc >= 0 && w->part < 0)
+		rc = w->part;
+	return rc;
 }
 
 void emb__tier_track_reset(struct emb_table *t, uint32_t si)

@@ -472,6 +472,13 @@ static void rowset_sort(struct rowset *rs)
 	rs->cap = rs->n;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 static void rowset_free(struct rowset *rs)
 {
 	free(rs->ids);
@@ -769,6 +776,128 @@ static void test_walk_tracked(void)
 	emb_table_destroy(r);
 }
 
+/* Every id of [0, IDS) but those in gone (or all: gone_too), each
+ * once, in a sorted set. */
+static uint32_t missing_or_twice(const struct rowset *rs, const uint8_t *gone,
+				 bool gone_too)
+{
+	uint32_t bad = rowset_dups(rs);
+	uint8_t *seen = xcalloc(IDS, 1);
+
+	for (uint32_t i = 0; i < rs->n; i++)
+		seen[(rs->ids[i] - 3) / 7919u] = 1;
+	for (uint32_t k = 0; k < IDS; k++)
+		bad += seen[k] != (gone_too || !gone[k]);
+
+	free(seen);
+	return bad;
+}
+
+/* The two moments a row may slip between a walk's parts, forced on a
+ * one-shard table: rows coming back from the device into records the
+ * DRAM part has passed, and blocks given back and written again with
+ * rows the DRAM part handed out, while the device part is still to read
+ * them. */
+static void test_walk_races(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "race");
+	struct emb_table *t, *r;
+	struct emb_table_tier_stats a, b;
+	struct rowset rs;
+	struct emb_table_iter *it = NULL;
+	uint64_t *ids = xcalloc(IDS, sizeof(uint64_t)), st = 3;
+	uint8_t *gone = xcalloc(IDS, 1);
+	uint32_t hot, bad = 0, n;
+	float *rows;
+	int got;
+
+	o.nshards = 1;
+	t = table_new(&o);
+	r = twin_of(&o);
+	make_all(t, r);
+	drive(t, r, 51, 40, IDS, &bad);
+	emb_table_tier_stats(t, &a);
+	hot = (uint32_t)(table_stats(t).rows - a.rows_cold);
+	CU_ASSERT_FATAL(hot > 1000 && a.rows_cold > IDS / 2);
+	rs.rf = emb_table_row_floats(t);
+	rows = xcalloc((size_t)IDS * rs.rf, sizeof(float));
+
+	/* 1. Half way through the DRAM part: erase hot rows it handed out
+	 * (their records are free now, below it), then push every id: the
+	 * rows coming back take those records. */
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	got = emb_table_iter_next(it, ids, rows, NULL, hot / 2);
+	CU_ASSERT_FATAL(got == (int)(hot / 2));
+	n = (uint32_t)got;
+	for (uint32_t i = 0; i < 200; i++)
+		gone[(ids[i] - 3) / 7919u] = 1;
+	CU_ASSERT_EQUAL(emb_table_erase(t, ids, 200), 200);
+	for (uint32_t lo = 0; lo < IDS; lo += BATCH) {
+		uint64_t x[BATCH];
+		float g[BATCH * DIM];
+		uint32_t m = 0;
+
+		for (uint32_t i = lo; i < lo + BATCH; i++)
+			if (!gone[i])
+				x[m++] = (uint64_t)i * 7919u + 3;
+		grads_fill(&st, g, BATCH * DIM);
+		CU_ASSERT_EQUAL(emb_table_push(t, x, m, g), 0);
+	}
+	while ((got = emb_table_iter_next(it, ids + n, rows, NULL, 4096)) > 0)
+		n += (uint32_t)got;
+	CU_ASSERT_EQUAL(got, 0);
+	emb_table_iter_destroy(it);
+	rs.ids = ids;
+	rs.n = n;
+	rs.rows = NULL;
+	qsort(ids, n, sizeof(*ids), cmp_u64);
+	/* The erased ones were handed out before they went. */
+	CU_ASSERT_EQUAL(missing_or_twice(&rs, gone, true), 0);
+
+	/* 2. Just into the device part: push every id twice (their rows
+	 * come back, blocks empty and are given back) and pull new ids
+	 * (demotions write blocks again, of rows handed out in DRAM). */
+	emb_table_tier_stats(t, &a);
+	hot = (uint32_t)(table_stats(t).rows - a.rows_cold);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	got = emb_table_iter_next(it, ids, rows, NULL, hot + 5);
+	CU_ASSERT_FATAL(got == (int)(hot + 5));
+	n = (uint32_t)got;
+	for (int k = 0; k < 2; k++)
+		for (uint32_t lo = 0; lo < IDS; lo += BATCH) {
+			uint64_t x[BATCH];
+			float g[BATCH * DIM], w[BATCH * DIM];
+			uint32_t m = 0;
+
+			for (uint32_t i = lo; i < lo + BATCH; i++)
+				if (!gone[i])
+					x[m++] = (uint64_t)i * 7919u + 3;
+			grads_fill(&st, g, BATCH * DIM);
+			CU_ASSERT_EQUAL(emb_table_push(t, x, m, g), 0);
+			draw(&st, x, BATCH, IDS);
+			for (uint32_t i = 0; i < BATCH; i++)
+				x[i] += (uint64_t)IDS * 7919u; /* new ids */
+			CU_ASSERT(emb_table_pull(t, x, BATCH, w,
+						 EMB_PULL_NOCREATE, NULL) >= 0);
+		}
+	emb_table_tier_stats(t, &b);
+	CU_ASSERT(b.demoted > a.demoted + 1000);
+	while ((got = emb_table_iter_next(it, ids + n, rows, NULL, 4096)) > 0)
+		n += (uint32_t)got;
+	CU_ASSERT_EQUAL(got, 0);
+	emb_table_iter_destroy(it);
+	rs.n = n;
+	qsort(ids, n, sizeof(*ids), cmp_u64);
+	CU_ASSERT_EQUAL(missing_or_twice(&rs, gone, false), 0);
+
+	free(rows);
+	free(ids);
+	free(gone);
+	emb_table_destroy(t);
+	emb_table_destroy(r);
+}
+
 static void test_refused(void)
 {
 	char path[4096];
@@ -825,6 +954,7 @@ int main(int argc, char **argv)
 	     test_walk_ckpt},
 	    {"a move's tracking follows rows to the device",
 	     test_walk_tracked},
+	    {"rows slip between no two parts of a walk", test_walk_races},
 	    {"what a tier does not do yet is refused", test_refused},
 	    {NULL, NULL},
 	};

@@ -1,0 +1,97 @@
+"""tests/python/test_tier.py - a server whose table is ten times its memory
+limit (--tier-dir, docs/store.md "The device tier"): pulls, pushes and
+whole-row pulls (the write-back cache's) reach every row; its checkpoints
+carry the rows on the device; killed with SIGKILL and started again on the
+same directories it serves every row exactly as it was at its last
+checkpoint, and the dead process's tier file is gone.
+"""
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+import embstore
+
+DIM = 128
+ROWS = 240_000          # 528-byte records (SGD): 127 MB of rows
+LIMIT = 12 << 20        # the server's --mem-limit: a tenth of that
+BATCH = 2048
+
+
+def checkpoints(log: Path) -> int:
+    return len(re.findall(r"checkpoint \S+: 1 tables", log.read_text()))
+
+
+def wait_checkpoints(log: Path, n: int) -> None:
+    """Until the log holds n checkpoints of the table (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while checkpoints(log) < n:
+        assert time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.05)
+
+
+def whole_rows(t, ids: np.ndarray) -> np.ndarray:
+    """Every row of ids with its optimizer state, asserting each exists."""
+    out = np.empty((len(ids), t.row_floats), dtype=np.float32)
+    found = np.zeros(len(ids), dtype=np.uint8)
+    for lo in range(0, len(ids), BATCH):
+        hi = min(lo + BATCH, len(ids))
+        t.pull(ids[lo:hi], out[lo:hi], create=False, found=found[lo:hi],
+               with_state=True)
+    assert found.all(), f"{int((found == 0).sum())} rows missing"
+    return out
+
+
+def test_ten_times_memory_survives_sigkill(start_server, tmp_path):
+    tier, ck = tmp_path / "tier", tmp_path / "ck"
+    tier.mkdir()
+    args = ("--mem-limit", str(LIMIT), "--tier-dir", str(tier),
+            "--table-shards", "2", "--threads", "2",
+            "--checkpoint-dir", str(ck), "--checkpoint-interval", "1",
+            "--checkpoint-full-every", "3")
+    s = start_server(*args)
+    ids = np.arange(ROWS, dtype=np.uint64) * 7919 + 3
+    rng = np.random.default_rng(5)
+    with embstore.connect(servers=s.addr, transport="tcp") as c:
+        t = c.table("big", DIM, optimizer="sgd:lr=0.05")
+        for lo in range(0, ROWS, BATCH):
+            part = ids[lo:lo + BATCH]
+            t.push(part, rng.standard_normal((len(part), DIM),
+                                             dtype=np.float32))
+        # Random traffic over all of them: rows come back from the device
+        # and go again, while checkpoints walk both tiers.
+        for _ in range(80):
+            part = np.unique(rng.choice(ids, BATCH))
+            t.pull(part)
+            t.push(part, rng.standard_normal((len(part), DIM),
+                                             dtype=np.float32))
+        st = t.stats()
+        assert st.rows == ROWS
+        # Most rows are on the device, and the table's DRAM (slabs,
+        # index, the device rows' index) stays near the limit: the cold
+        # index (10 bytes a row) is charged past it, never refused.
+        assert st.rows_cold > ROWS * 8 // 10, st
+        assert st.bytes < 2 * LIMIT, st
+        assert st.tier_reads > 0 and st.tier_writes > 0, st
+        # Two checkpoints begun after the last push: the second holds it.
+        wait_checkpoints(s.log, checkpoints(s.log) + 2)
+        before = whole_rows(t, ids)
+    files = list(tier.glob("*.tier"))
+    assert len(files) == 1 and files[0].stat().st_size > 100 << 20, files
+    # The limit left room for a batch in DRAM beside the device rows'
+    # index.
+    assert "rows are made past the limit" not in s.log.read_text()
+    s.kill()
+
+    s2 = start_server(*args)
+    assert re.search(r"loaded: 1 tables, %d rows read" % ROWS,
+                     s2.log.read_text()), s2.log.read_text()
+    # The killed server's file went; the new one's is there.
+    assert [f.name for f in tier.glob("*.tier")] != [files[0].name]
+    assert not files[0].exists()
+    with embstore.connect(servers=s2.addr, transport="tcp") as c:
+        t = c.open_table("big")
+        after = whole_rows(t, ids)
+        assert t.stats().rows == ROWS
+    assert np.array_equal(before, after)
