@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/cluster/replicas_lifecycle.sh - admission under replicas end to
-# end: `embstore launch --server_num 2 --worker_num 2 --replicas 2` runs
+# end: `embstore launch --server_num 2 --replicas 2` runs two workers of
 # `embstore-bench --op step --verify --no-preload --admit count:2` (every
 # slot is on both servers: a primary and its backup). Each worker must
 # verify its rows (a row takes its pushes from its second batch on), and
@@ -10,11 +10,13 @@
 #
 #   replicas_lifecycle.sh TOOLS_DIR SRC_DIR
 #
-# TOOLS_DIR holds embstore, embstore-server and embstore-bench.
+# TOOLS_DIR holds embstore, embstore-server and embstore-bench;
+# EMB_TRAINER_BIN is tests/cluster/trainer (its --hold keeps the job open).
 set -u
 
 tools=${1:?usage: replicas_lifecycle.sh TOOLS_DIR SRC_DIR}
 src=${2:?usage: replicas_lifecycle.sh TOOLS_DIR SRC_DIR}
+trainer=${EMB_TRAINER_BIN:?EMB_TRAINER_BIN: tests/cluster/trainer}
 tools=$(cd "$tools" && pwd) || exit 1
 src=$(cd "$src" && pwd) || exit 1
 . "$src/tests/lib.sh"
@@ -35,47 +37,49 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Each worker trains, then waits for the other; the first to take the
-# lock dumps both servers (the job, and so the servers, last until every
-# worker exits) and the other waits for the dumps. Nothing trains then.
+# Three workers run this script. The first to take the lock is the
+# keeper: a trainer that holds the job open (a job, and so its servers,
+# ends when every worker finished) until the dumps are made, while the
+# script waits for the other two to finish training and then dumps each
+# server alone. The other two train.
 cat >"$work/worker.sh" <<EOF
 #!/bin/sh
 set -u
 w=$work
-embstore-bench --op step --verify --no-preload --admit count:2 \\
-	--rows 20000 --dim 8 --batch 512 --dist zipf:1.05 --duration 3 ||
-	exit 1
-touch "\$w/trained.\$\$"
+if ! mkdir "\$w/keeper" 2>/dev/null; then
+	embstore-bench --op step --verify --no-preload --admit count:2 \\
+		--rows 20000 --dim 8 --batch 512 --dist zipf:1.05 \\
+		--duration 3 || exit 1
+	touch "\$w/trained.\$\$"
+	exit 0
+fi
+"$trainer" --steps 0 --hold "\$w/dumped" &
+tpid=\$!
 i=0
 while [ "\$(ls "\$w" | grep -c '^trained\.')" -lt 2 ]; do
-	i=\$((i + 1)); [ \$i -lt 1200 ] || exit 2
+	i=\$((i + 1))
+	[ \$i -lt 1200 ] && kill -0 \$tpid 2>/dev/null || exit 2
 	sleep 0.1
 done
-if mkdir "\$w/dumper" 2>/dev/null; then
-	embstore stat --sched "\$EMB_SCHED_HOST:\$EMB_SCHED_PORT" \\
-		--interval 0.1 >"\$w/stat.txt" 2>&1 || exit 3
-	embstore stat --sched "\$EMB_SCHED_HOST:\$EMB_SCHED_PORT" \\
-		--interval 0.1 --json >"\$w/stat.json" 2>&1 || exit 3
-	k=0
-	for a in \$(awk '\$2 == "live" { print \$1 }' "\$w/stat.txt" | sort -u); do
-		embstore dump --servers "\$a" --table bench --out "\$w/dump.\$k" \\
-			--quiet && embstore export --in "\$w/dump.\$k" \\
-			--out "\$w/rows.\$k" || exit 4
-		echo "\$a" >"\$w/addr.\$k"
-		k=\$((k + 1))
-	done
-	touch "\$w/dumped"
-fi
-i=0
-while [ ! -e "\$w/dumped" ]; do
-	i=\$((i + 1)); [ \$i -lt 1200 ] || exit 5
-	sleep 0.1
+embstore stat --sched "\$EMB_SCHED_HOST:\$EMB_SCHED_PORT" \\
+	--interval 0.1 >"\$w/stat.txt" 2>&1 || exit 3
+embstore stat --sched "\$EMB_SCHED_HOST:\$EMB_SCHED_PORT" \\
+	--interval 0.1 --json >"\$w/stat.json" 2>&1 || exit 3
+k=0
+for a in \$(awk '\$2 == "live" { print \$1 }' "\$w/stat.txt" | sort -u); do
+	embstore dump --servers "\$a" --table bench --out "\$w/dump.\$k" \\
+		--quiet && embstore export --in "\$w/dump.\$k" \\
+		--out "\$w/rows.\$k" || exit 4
+	echo "\$a" >"\$w/addr.\$k"
+	k=\$((k + 1))
 done
+touch "\$w/dumped"
+wait \$tpid
 EOF
 chmod +x "$work/worker.sh"
 
 out=$work/launch.txt
-(cd "$work" && exec embstore launch --server_num 2 --worker_num 2 \
+(cd "$work" && exec embstore launch --server_num 2 --worker_num 3 \
 	--replicas 2 --log-dir "$work/log" -- "$work/worker.sh") >"$out" 2>&1 &
 lpid=$!
 wait "$lpid"
