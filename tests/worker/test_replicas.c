@@ -874,6 +874,22 @@ static void test_admission(void)
 	same_on_both(ports, "admit", ids[1], no, NULL);
 	same_on_both(ports, "admit", ids[2], no, NULL);
 
+	/* push_many asks too, entry by entry. */
+	{
+		struct emb_table_batch b[2] = {
+		    {.struct_size = sizeof(b[0]), .n = AN, .table = t,
+		     .ids = ids[0], .rows = g},
+		    {.struct_size = sizeof(b[0]), .n = AN, .table = t,
+		     .ids = ids[2], .rows = g},
+		};
+
+		CU_ASSERT_EQUAL(emb_client_push_many(c, b, 2, 0, 0), 0);
+	}
+	for (size_t i = 0; i < (size_t)AN * DIM; i++)
+		want[0][i] -= 0.5f;
+	same_on_both(ports, "admit", ids[0], yes, want[0]);
+	same_on_both(ports, "admit", ids[2], no, NULL);
+
 	/* A handle that does not know of the admission: its pushes carry
 	 * no EMB_F_ADMITTED, and every holder refuses them whole. */
 	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c2, "admit", &bad), 0);
