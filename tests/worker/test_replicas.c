@@ -874,6 +874,9 @@ static void test_admission(void)
 	same_on_both(ports, "admit", ids[1], no, NULL);
 	same_on_both(ports, "admit", ids[2], no, NULL);
 
+	/* A push none of whose ids are rows sends nothing, and succeeds. */
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids[2], AN, g, 0, 0), 0);
+	same_on_both(ports, "admit", ids[2], no, NULL);
 	/* push_many asks too, entry by entry. */
 	{
 		struct emb_table_batch b[2] = {
