@@ -137,6 +137,13 @@ struct emb_bench_backend {
 	int (*preload)(void *ctx, const uint64_t *ids, uint32_t n);
 	/* Gathers weights of ids[0..n) into out[i * dim ...]. */
 	int (*pull)(void *ctx, const uint64_t *ids, uint32_t n, float *out);
+	/*
+	 * Optional (NULL: pull): gathers the weights of ids[0..n) without
+	 * creating rows (a missing row reads as zeros) nor counting an
+	 * admission sighting, so that --verify's check leaves the rows as
+	 * the run made them.
+	 */
+	int (*peek)(void *ctx, const uint64_t *ids, uint32_t n, float *out);
 	/* Applies grads[i * dim ...] to ids[0..n). */
 	int (*push)(void *ctx, const uint64_t *ids, uint32_t n,
 		    const float *grads);

@@ -409,6 +409,14 @@ static int client_pull(void *ctx, const uint64_t *ids, uint32_t n, float *out)
 	return rc;
 }
 
+static int client_peek(void *ctx, const uint64_t *ids, uint32_t n, float *out)
+{
+	struct client_ctx *x = ctx;
+
+	return emb_client_table_pull(x->t, ids, n, out, EMB_CLIENT_NOCREATE,
+				     NULL);
+}
+
 static int client_push(void *ctx, const uint64_t *ids, uint32_t n,
 		       const float *grads)
 {
@@ -534,6 +542,7 @@ const struct emb_bench_backend emb_bench_client_backend = {
     .thread_close = client_thread_close,
     .preload = client_preload,
     .pull = client_pull,
+    .peek = client_peek,
     .push = client_push,
     .mem = client_mem,
     .transport = client_transport,

@@ -130,6 +130,12 @@ struct worker {
 	 * (a hot row of a long run takes 10^8 pushes: past 2^24, adding 1
 	 * no longer changes a float, and a lost push would hide). */
 	int32_t *vsum;
+	/* Under --admit count:N, pull batches that held each row (a row's
+	 * pushes count once it has N: the N-th sighting admits it, and that
+	 * step's push applies), and the last batch counted per row. */
+	uint32_t *vseen;
+	uint64_t *vlast;
+	uint64_t vbatch; /* batches pushed so far */
 	float vsign; /* the gradients of the batch being pushed */
 	uint64_t *vrows;		/* the batch's rows, before hashing */
 };
@@ -731,6 +737,16 @@ static int check_verify(struct opts *o)
 		why = "no --optimizer (it uses sgd with lr 0.5)";
 	else if (o->cfg.cache_rows)
 		why = "no --cache";
+	else if (o->cfg.life.admit && o->cfg.preload)
+		/* A preload's pulls are sightings of rows not of this
+		 * thread's count. */
+		why = "--no-preload with --admit";
+	else if (o->cfg.life.admit == EMB_ADMIT_BLOOM)
+		/* A Bloom filter may admit an id before its N-th sighting. */
+		why = "--admit none or count:N";
+	else if (o->cfg.life.ttl_steps || o->cfg.life.min_l2 > 0.0f ||
+		 o->cfg.life.max_rows)
+		why = "no --evict (an evicted row starts over)";
 	else if (o->cfg.row_format != EMB_ROWFMT_FP32)
 		/* Its sums of 0.5 are exact in fp32 only: bf16 and int8
 		 * rows round a hot row's value. */
@@ -889,6 +905,33 @@ static int run_op(struct worker *w, const uint64_t *ids, const uint64_t *ahead,
 	return rc;
 }
 
+/*
+ * --verify: the batch of n rows in w->vrows was pushed and acknowledged.
+ * Without admission every push applies; under count:N (a step pulls each
+ * batch first, one sighting per distinct row) a row takes its pushes from
+ * its N-th batch on, and a push alone (--op push) admits nothing.
+ */
+static void verify_count(struct worker *w, uint32_t n)
+{
+	const uint32_t admit_n = w->o->cfg.life.admit == EMB_ADMIT_COUNT
+					 ? w->o->cfg.life.admit_n
+					 : 0;
+
+	w->vbatch++;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t r = w->vrows[i] - w->vlo;
+
+		w->vcnt[r]++;
+		if (admit_n && w->o->op == EMB_BENCH_STEP &&
+		    w->vlast[r] != w->vbatch) {
+			w->vlast[r] = w->vbatch;
+			w->vseen[r]++;
+		}
+		if (!admit_n || w->vseen[r] >= admit_n)
+			w->vsum[r] += (int32_t)w->vsign;
+	}
+}
+
 static int run_batches(struct worker *w, bool timed)
 {
 	uint32_t n = w->o->cfg.batch;
@@ -939,11 +982,7 @@ static int run_batches(struct worker *w, bool timed)
 		if (rc)
 			return rc;
 		if (w->vcnt)
-			for (uint32_t i = 0; i < n; i++) {
-				w->vcnt[w->vrows[i] - w->vlo]++;
-				w->vsum[w->vrows[i] - w->vlo] +=
-				    (int32_t)w->vsign;
-			}
+			verify_count(w, n);
 		done++;
 		atomic_fetch_add_explicit(&w->progress, n,
 					  memory_order_relaxed);
@@ -1006,6 +1045,8 @@ static void worker_fini(struct worker *w)
 	free(w->set);
 	free(w->vcnt);
 	free(w->vsum);
+	free(w->vseen);
+	free(w->vlast);
 	free(w->vrows);
 	pthread_mutex_destroy(&w->ilock);
 }
@@ -1550,9 +1591,13 @@ static int verify_init(struct worker *w, const struct opts *o, uint32_t rank,
 		return -EINVAL;
 	w->vcnt = calloc(w->vlen, sizeof(*w->vcnt));
 	w->vsum = calloc(w->vlen, sizeof(*w->vsum));
+	w->vseen = calloc(w->vlen, sizeof(*w->vseen));
+	w->vlast = calloc(w->vlen, sizeof(*w->vlast));
 	w->vrows = malloc((size_t)o->cfg.batch * sizeof(*w->vrows));
 	w->vsign = 1.0f;
-	return w->vcnt && w->vsum && w->vrows ? 0 : -ENOMEM;
+	return w->vcnt && w->vsum && w->vseen && w->vlast && w->vrows
+		   ? 0
+		   : -ENOMEM;
 }
 
 /*
@@ -1573,7 +1618,8 @@ static int verify_rows(struct worker *w, uint64_t *checked, uint64_t *bad)
 			continue;
 		memcpy(w->ids, rows, (size_t)n * sizeof(*w->ids));
 		map_ids(w, w->ids, n);
-		rc = w->be->pull(w->ctx, w->ids, n, w->out);
+		rc = w->be->peek ? w->be->peek(w->ctx, w->ids, n, w->out)
+				 : w->be->pull(w->ctx, w->ids, n, w->out);
 		if (rc)
 			return rc;
 		for (uint32_t i = 0; i < n; i++) {

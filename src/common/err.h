@@ -78,6 +78,9 @@
 	X(EMB_ENOBUNDLE, -1507,                                                \
 	  "synchronous-mode push cannot go in PUSH_MANY: send it alone")       \
 	X(EMB_EDRAINED, -1508, "server drained: it holds no slot and leaves")  \
+	X(EMB_EADMITASK, -1509,                                                \
+	  "replicated push to a table with admission, not asked of the "       \
+	  "primary first")                                                     \
 	X(EMB_ESCHEDSTATE, -1519, "bad scheduler state file")                  \
 	/* cluster coordinator on etcd: -1530.. */                             \
 	X(EMB_ENOETCD, -1530, "etcd unreachable")                              \

@@ -42,7 +42,7 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_PULL] = {EMB_F_NOCREATE | EMB_F_WITH_STATE | EMB_F_FP32,
 		     TBL_SET},
     [EMB_OP_PUSH] = {EMB_F_STEP_END | EMB_F_SESSION | EMB_F_EPOCH |
-			 EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16,
+			 EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16 | EMB_F_ADMITTED,
 		     TBL_SET},
     [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE | EMB_F_EPOCH | EMB_F_FILL |
 			   EMB_F_WARM, TBL_SET},
@@ -1333,6 +1333,7 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	out->step = emb_le64_load(p);
 	out->rank = emb_le32_load(p + 8);
 	out->step_end = f->hdr.flags & EMB_F_STEP_END;
+	out->admitted = f->hdr.flags & EMB_F_ADMITTED;
 	out->session = session ? emb_le64_load(p + 16) : 0;
 	out->seq = session ? emb_le64_load(p + 24) : 0;
 	out->n = f->hdr.count;

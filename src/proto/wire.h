@@ -113,6 +113,10 @@ enum emb_op {
 #define EMB_F_WARM 0x1000u /* ASSIGN (with EMB_F_FILL): rows of a move's copy
 			      ahead of its fence, for slots the server is
 			      the copy's target of (docs/replication.md) */
+#define EMB_F_ADMITTED 0x2000u /* PUSH: the ids were rows on their slots'
+				  primary: create absent rows whatever the
+				  table's admission (docs/replication.md,
+				  "Admission with replicas") */
 
 /* HELLO response features: what this server understands beyond version 1. */
 #define EMB_WIRE_FEAT_PUSH_SESSION 0x1u /* PUSH with EMB_F_SESSION */

@@ -331,6 +331,8 @@ struct emb_wire_push_req {
 	uint64_t step;	     /* worker step (sync, bounded staleness) */
 	uint32_t rank;	     /* worker rank (sync) */
 	bool step_end;	     /* EMB_F_STEP_END: last part of the step */
+	bool admitted;	     /* EMB_F_ADMITTED: create absent rows whatever
+				the admission */
 	uint64_t session;    /* EMB_F_SESSION: client session; 0 = none */
 	uint64_t seq;	     /* EMB_F_SESSION: sequence number, >= 1 */
 	uint32_t n;	     /* ids */

@@ -324,6 +324,14 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 	if (rc)
 		return rc == EMB_ENOTABLE ? 0 : rc; /* dropped meanwhile */
 	rf = emb_table_row_floats(st.t);
+	/* The policy as last set, not as created: the target may become a
+	 * primary, whose admission decides for the slot's holders. */
+	{
+		struct emb_table_opts o;
+
+		emb_table_get_opts(st.t, &o);
+		st.spec.life = o.life;
+	}
 	len = emb_wire_create_req_encode(buf, sizeof(buf), 0, &st.spec);
 	if (len < 0) {
 		rc = len;

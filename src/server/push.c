@@ -51,6 +51,22 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 			p.grads = wide;
 		}
 	}
+	/* A replicated push (it carries its map epoch) reaches a backup
+	 * that saw none of the primary's pulls: under admission only the
+	 * primary knows which ids are rows, so the client must have asked
+	 * it (EMB_F_ADMITTED, docs/replication.md). Refused by every holder
+	 * alike, before anything is applied. */
+	if (!rc && (f->hdr.flags & EMB_F_EPOCH) && !p.admitted &&
+	    emb_table_admits(st->t)) {
+		rc = EMB_EADMITASK;
+		snprintf(msg, msg_len,
+			 "table %s has an admission policy: a replicated "
+			 "push must first ask the primary which ids are rows "
+			 "(a client before replicated admission, or one that "
+			 "did not know the policy: it pushes again)",
+			 st->spec.name);
+		goto out;
+	}
 	/* Checked against the map before its sequence number is claimed:
 	 * a refused push is sent again as it was. */
 	if (!rc) {

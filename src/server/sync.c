@@ -349,6 +349,12 @@ unlock:
 	return rc;
 }
 
+/* The store's flags of a push request. */
+static uint32_t push_flags(const struct emb_wire_push_req *p)
+{
+	return p->admitted ? EMB_PUSH_ADMITTED : 0;
+}
+
 int emb__sync_push(struct emb_sync *y, struct emb_table *t,
 		   const struct emb_wire_push_req *p, struct emb_req *req)
 {
@@ -357,7 +363,8 @@ int emb__sync_push(struct emb_sync *y, struct emb_table *t,
 	/* Asynchronous (the default) needs nothing of y: no lock that every
 	 * loop's pushes to this table would share. */
 	if (mode == EMB_MODE_ASYNC)
-		return emb_table_push(t, p->ids, p->n, p->grads);
+		return emb_table_push_flags(t, p->ids, p->n, p->grads,
+					    push_flags(p));
 	pthread_mutex_lock(&y->lock);
 	mode = y->mode;
 	if (mode == EMB_MODE_STALE) {
@@ -379,7 +386,7 @@ int emb__sync_push(struct emb_sync *y, struct emb_table *t,
 		return EMB_EBADFORMAT;
 	if (mode == EMB_MODE_SYNC)
 		return req ? push_sync(y, t, p, req) : EMB_ENOBUNDLE;
-	return emb_table_push(t, p->ids, p->n, p->grads);
+	return emb_table_push_flags(t, p->ids, p->n, p->grads, push_flags(p));
 }
 
 uint64_t emb__sync_discarded(struct emb_sync *y)

@@ -478,6 +478,7 @@ int emb_table_set_lifecycle(struct emb_table *t,
 		pthread_mutex_unlock(&t->shards[i].lock);
 	}
 	t->opts.life = *c;
+	__atomic_store_n(&t->admits, c->admit, __ATOMIC_RELAXED);
 	/* Publish once every shard is set up; readers load with acquire. */
 	__atomic_store_n(&t->life, life, __ATOMIC_RELEASE);
 	free(blooms);
@@ -509,6 +510,11 @@ void emb__life_destroy(struct emb_table *t)
 	}
 	free(life);
 	t->life = NULL;
+}
+
+bool emb_table_admits(const struct emb_table *t)
+{
+	return __atomic_load_n(&t->admits, __ATOMIC_RELAXED) != EMB_ADMIT_NONE;
 }
 
 uint64_t emb__life_filter_bytes(struct emb_table *t)

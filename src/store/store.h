@@ -244,6 +244,10 @@ void emb_table_get_opts(const struct emb_table *t, struct emb_table_opts *out);
 int emb_table_set_lifecycle(struct emb_table *t,
 			    const struct emb_lifecycle_cfg *c);
 
+/* True when the table has an admission policy (count or bloom). Any
+ * thread; a policy being set may or may not be seen. */
+bool emb_table_admits(const struct emb_table *t);
+
 /*
  * Writes the row an absent id would be created with: the initializer's
  * weights, then (with_state) the fresh optimizer state, at out (dim or
@@ -310,6 +314,18 @@ int emb_table_pull_ptrs(struct emb_table *t, const uint64_t *ids, uint32_t n,
  */
 int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   const float *grads);
+
+/*
+ * Replicated admission (docs/replication.md, "Admission with replicas"):
+ * the ids were rows on the slot's primary when the client asked, so every
+ * holder creates the absent ones, admitted or not, and no holder drops a
+ * gradient. Without a policy it is emb_table_push().
+ */
+#define EMB_PUSH_ADMITTED 0x1u
+
+/* emb_table_push() with flags (EMB_PUSH_*; others are EMB_EBADARG). */
+int emb_table_push_flags(struct emb_table *t, const uint64_t *ids, uint32_t n,
+			 const float *grads, uint32_t flags);
 
 /*
  * The id named by the calling thread's last EMB_ENONFINITE from

@@ -223,6 +223,8 @@ struct emb_table {
 
 	/* Admission and eviction (lifecycle.c). */
 	pthread_mutex_t life_lock;   /* serialises emb_table_set_lifecycle */
+	uint32_t admits; /* opts.life.admit, for readers without life_lock
+			    (atomic) */
 	struct emb_life_shard *life; /* nshards, or NULL while never set;
 					load with acquire */
 	uint64_t rows_evicted_ttl;   /* by ttl */

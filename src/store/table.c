@@ -1479,6 +1479,8 @@ struct push_ctx {
 	const uint64_t *ids;	    /* the call's ids */
 	const struct batch *b;	    /* hashes and groups */
 	struct emb_life_shard *life; /* the table's lifecycle, or NULL */
+	bool admitted;		    /* EMB_PUSH_ADMITTED: create absent rows
+				       whatever the admission */
 	const float *grads;	    /* the caller's, dim floats per id */
 	struct push_sums ps;	    /* repeated ids' summed gradients */
 	struct push_undo *undo;	    /* rows reached so far (scratch) */
@@ -1639,7 +1641,7 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 					idx[cur][k] = (uint32_t)emb__shard_find(
 					    t, s, ids[p], b->h[p]);
 			}
-			if (!r && ls && ls->cfg.admit) {
+			if (!r && ls && ls->cfg.admit && !x->admitted) {
 				dropped++;
 				continue;
 			}
@@ -1760,12 +1762,20 @@ static void push_groups(struct emb_table *t, const struct batch *b,
 int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   const float *grads)
 {
-	struct push_ctx x = {.ids = ids, .grads = grads};
+	return emb_table_push_flags(t, ids, n, grads, 0);
+}
+
+int emb_table_push_flags(struct emb_table *t, const uint64_t *ids, uint32_t n,
+			 const float *grads, uint32_t flags)
+{
+	struct push_ctx x = {.ids = ids,
+			     .grads = grads,
+			     .admitted = flags & EMB_PUSH_ADMITTED};
 	struct emb_table_stripe *st;
 	struct batch b;
 	int rc;
 
-	if (!t || (n && (!ids || !grads)))
+	if (!t || (n && (!ids || !grads)) || (flags & ~EMB_PUSH_ADMITTED))
 		return EMB_EBADARG;
 	if (!n)
 		return 0;

@@ -204,6 +204,10 @@ struct emb_client_table {
 					  fp16 or bf16 (set_push_format) */
 	uint32_t *ids;		       /* table id on each server */
 	uint32_t mode; /* enum emb_mode, as set by this client */
+	uint32_t admits; /* the table has admission, as far as this handle
+			    knows (created or set by it, or a server
+			    refused a push for it): replicated pushes ask
+			    the primaries first (atomic) */
 	/* One-sided pulls: the caches below are the loop thread's. */
 	uint32_t refs;		       /* the user's + LOCATEs in flight;
 					  atomic, the last frees */

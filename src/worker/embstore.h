@@ -252,10 +252,11 @@ int emb_client_last_error(struct emb_client *c, char *buf, size_t cap);
  * exists (so every worker may call this). 0 and a handle in *out, or
  * -EINVAL or -E2BIG (spec->struct_size), EMB_ETABLEEXISTS (same name,
  * other spec), EMB_EBADDIM, EMB_EBADNAME, EMB_EBADOPTIM, EMB_EBADINIT,
- * EMB_EBADLIFE, EMB_ETOOMANYTABLES, -EOPNOTSUPP (an admission or eviction
- * policy under replicas: backups see no pulls), or a transport error. A table
- * that exists keeps its admission and eviction, unless it has none: then it
- * takes spec->life (docs/protocol.md).
+ * EMB_EBADLIFE, EMB_ETOOMANYTABLES, -EOPNOTSUPP (an eviction policy under
+ * replicas: backups see no pulls; admission is replicated,
+ * docs/replication.md), or a transport error. A table that exists keeps its
+ * admission and eviction, unless it has none: then it takes spec->life
+ * (docs/protocol.md).
  */
 int emb_client_table_create(struct emb_client *c,
 			    const struct emb_table_spec *spec,
@@ -322,6 +323,12 @@ int emb_client_table_set_push_format(struct emb_client_table *t,
  * Sends gradients grads[i * dim ...] for ids[0..n); duplicates are summed
  * on the client first. step and rank are carried for synchronous and
  * bounded-staleness training (0 where unused). 0, or the first error.
+ * Under replicas, a table with admission that this handle created or set
+ * the policy of first asks the slots' primaries which ids are rows and
+ * pushes just those (docs/replication.md, "Admission with replicas"; the
+ * async and many calls wait for the ask); a handle that did not know of
+ * the policy gets EMB_EADMITASK from every holder, nothing applied, and
+ * asks from then on (this synchronous call pushes again at once).
  */
 int emb_client_table_push(struct emb_client_table *t, const uint64_t *ids,
 			  uint32_t n, const float *grads, uint64_t step,
@@ -358,7 +365,7 @@ int emb_client_table_set_mode(struct emb_client_table *t, uint32_t mode,
 /*
  * Replaces the table's admission and eviction on every server, online
  * (max_rows split as for create; all off turns them off). 0, EMB_EBADLIFE,
- * -EOPNOTSUPP (a policy under replicas),
+ * -EOPNOTSUPP (an eviction policy under replicas),
  * EMB_ENOADMIN (the server has an admin token this client did not
  * present), EMB_EMEMLIMIT (a Bloom filter does not fit), or a transport
  * error; servers that failed keep their old policy.

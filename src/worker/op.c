@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
@@ -426,6 +427,7 @@ static void push_payload(struct emb_async *op, const struct call *a,
 {
 	struct emb_client *c = op->c;
 
+	p->req.hdr.flags |= a->flags; /* EMB_F_ADMITTED */
 	/* The sequence number is fixed now, so a retry repeats it. */
 	p->req.seq = __atomic_add_fetch(&c->srv[p->req.server].push_seq, 1,
 					__ATOMIC_RELAXED);
@@ -796,6 +798,59 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	return op_start(&pull_kind, &a, opp, post);
 }
 
+/*
+ * Replicated admission (docs/replication.md, "Admission with replicas"):
+ * only a slot's primary sees the pulls that admit ids, so before a push
+ * the primaries are asked which ids are rows (a no-create pull, which is
+ * no sighting), and the push carries just those, flagged EMB_F_ADMITTED,
+ * to every holder: each creates the rows it lacks and applies the same
+ * gradients. The gradients of the other ids are dropped here, as the
+ * primary's admission would drop them. Rows leave a replicated table only
+ * by erase, so an id that was a row when asked still is when the push
+ * lands; one admitted in between loses this push, on every holder alike.
+ * 0, or the query's error (nothing pushed).
+ */
+static int push_admitted(struct emb_client_table *t, struct call *a,
+			 struct emb_async **opp, bool post)
+{
+	const uint32_t dim = t->spec.dim;
+	uint64_t *ids;
+	uint8_t *found;
+	float *rows, *grads;
+	uint32_t k = 0;
+	int rc;
+
+	rows = malloc((size_t)a->n * dim * sizeof(float) + (size_t)a->n * 9);
+	if (!rows)
+		return -ENOMEM;
+	ids = (uint64_t *)(void *)(rows + (size_t)a->n * dim);
+	found = (uint8_t *)(ids + a->n);
+	rc = emb_client_table_pull(t, a->ids, a->n, rows, EMB_CLIENT_NOCREATE,
+				   found);
+	if (rc)
+		goto out;
+	/* The rows the query filled are not needed: the kept gradients go
+	 * in their place, in the caller's order. */
+	grads = rows;
+	for (uint32_t i = 0; i < a->n; i++) {
+		if (!found[i])
+			continue;
+		ids[k] = a->ids[i];
+		memmove(grads + (size_t)k * dim, a->rows + (size_t)i * dim,
+			(size_t)dim * sizeof(float));
+		k++;
+	}
+	a->ids = ids;
+	a->n = k;
+	a->rows = grads;
+	a->flags = EMB_F_ADMITTED;
+	/* The op copies ids and gradients as it starts. */
+	rc = op_start(&push_kind, a, opp, post);
+out:
+	free(rows);
+	return rc;
+}
+
 static int push_start(struct emb_client_table *t, const uint64_t *ids,
 		      uint32_t n, const float *grads, uint64_t step,
 		      uint32_t rank, struct emb_async **opp, bool post)
@@ -807,6 +862,8 @@ static int push_start(struct emb_client_table *t, const uint64_t *ids,
 		return EMB_EBADARG;
 	a.stride = t->spec.dim;
 	a.half = t->push_fmt;
+	if (n && t->c->cmap && __atomic_load_n(&t->admits, __ATOMIC_RELAXED))
+		return push_admitted(t, &a, opp, post);
 	return op_start(&push_kind, &a, opp, post);
 }
 
@@ -870,7 +927,18 @@ int emb_client_table_push(struct emb_client_table *t, const uint64_t *ids,
 	struct emb_async *op;
 	int rc = push_start(t, ids, n, grads, step, rank, &op, true);
 
-	return rc ? emb__client_err(t ? t->c : NULL, rc) : emb_async_wait(op);
+	if (rc)
+		return emb__client_err(t ? t->c : NULL, rc);
+	rc = emb_async_wait(op);
+	/* Every holder refused the push before applying any of it: the table
+	 * has admission that this handle did not know of (opened, or set by
+	 * another client). Ask the primaries, and push again. */
+	if (rc == EMB_EADMITASK &&
+	    !__atomic_exchange_n(&t->admits, 1, __ATOMIC_RELAXED)) {
+		rc = push_start(t, ids, n, grads, step, rank, &op, true);
+		rc = rc ? emb__client_err(t->c, rc) : emb_async_wait(op);
+	}
+	return rc;
 }
 
 static int table_assign(struct emb_client_table *t, const uint64_t *ids,

@@ -42,6 +42,7 @@ int emb__table_new(struct emb_client *c, const struct emb_wire_spec *ws,
 	t->spec.seed = ws->seed;
 	t->spec.row_format = ws->row_format;
 	t->spec.rounding = ws->rounding;
+	t->admits = ws->life.admit != EMB_ADMIT_NONE;
 	t->wwords = emb_rowfmt_words(ws->row_format, ws->dim);
 	t->row_floats =
 	    t->wwords + emb_optim_state_floats(ws->optim.kind, ws->dim);

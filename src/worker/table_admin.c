@@ -32,15 +32,19 @@ static struct emb_lifecycle_cfg per_server(const struct emb_client *c,
 }
 
 /*
- * Copies of a slot must hold the same rows, but pulls reach the primary
- * only: a backup would count no sightings (admitting nothing, dropping
- * every push) and age rows by pushes alone. So a replicated map takes no
- * policy, as it takes no synchronous mode.
+ * Copies of a slot must hold the same rows. Admission is replicated:
+ * a push asks the primaries which ids are rows and every holder applies
+ * just those (docs/replication.md, "Admission with replicas"). Eviction
+ * is not: a backup sees no pulls, so it would age rows and pick max_rows'
+ * victims by pushes alone, and an erase relayed from the primary could
+ * reach a backup after the row was admitted again. So a replicated map
+ * takes no eviction, as it takes no synchronous mode.
  */
 static bool life_replicable(const struct emb_client *c,
 			    const struct emb_lifecycle_cfg *l)
 {
-	return !c->cmap || emb_lifecycle_is_off(l);
+	return !c->cmap ||
+	       (!l->ttl_steps && !(l->min_l2 > 0.0f) && !l->max_rows);
 }
 
 static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
@@ -221,6 +225,10 @@ static int table_set_lifecycle(struct emb_client_table *t,
 		       buf + EMB_WIRE_HDR_SIZE, (size_t)len - EMB_WIRE_HDR_SIZE,
 		       &rc);
 	emb__op_free(op);
+	/* Asking first while some server may have admission is harmless. */
+	if (!rc || m.life.admit != EMB_ADMIT_NONE)
+		__atomic_store_n(&t->admits, m.life.admit != EMB_ADMIT_NONE,
+				 __ATOMIC_RELAXED);
 	return rc;
 }
 

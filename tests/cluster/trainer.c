@@ -3,10 +3,12 @@
  * joins from the environment, pulls and pushes a batch per step, meets the
  * other workers at a barrier each step, then finishes.
  *
- *   trainer [--steps N] [--fail-rank R] [--hang]
+ *   trainer [--steps N] [--fail-rank R] [--hang] [--hold FILE]
  *
  * --fail-rank R makes the worker of rank R exit 3 once joined, --hang makes
- * every worker sleep once joined (until a signal). Prints one line on
+ * every worker sleep once joined (until a signal), --hold FILE makes it wait
+ * once joined until FILE exists (at most 300 s; a job, and so its servers,
+ * lasts until every worker finished), then go on. Prints one line on
  * joining ("joined: rank R of W") and one at the end. Single-threaded.
  */
 #include <stdint.h>
@@ -35,6 +37,7 @@ int main(int argc, char **argv)
 	struct emb_client_table *t;
 	struct emb_client *c;
 	long steps = 5, fail_rank = -1;
+	const char *hold = NULL;
 	int hang = 0, rc;
 	uint32_t rank;
 
@@ -45,6 +48,8 @@ int main(int argc, char **argv)
 			fail_rank = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--hang"))
 			hang = 1;
+		else if (!strcmp(argv[i], "--hold") && i + 1 < argc)
+			hold = argv[++i];
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	rc = emb_client_from_env(NULL, &c);
@@ -61,6 +66,13 @@ int main(int argc, char **argv)
 	}
 	while (hang)
 		pause();
+	for (int i = 0; hold && access(hold, F_OK) != 0; i++) {
+		if (i == 3000) {
+			fprintf(stderr, "trainer: %s never came\n", hold);
+			return 1;
+		}
+		usleep(100 * 1000);
+	}
 	rc = emb_client_table_create(c, &spec, &t);
 	if (rc) {
 		fprintf(stderr, "trainer: table: %s\n", emb_strerror(rc));

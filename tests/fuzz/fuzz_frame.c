@@ -406,11 +406,16 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 			    &v, f->hdr.req_id, pu.table_id, pu.step, pu.rank,
 			    pu.session, pu.seq, pu.ids, pu.n, dim, pu.grads);
 		}
-		/* The encoder leaves STEP_END to the caller's header. */
+		/* The encoder leaves STEP_END and ADMITTED to the
+		 * caller's header. */
 		if (rc == 0 && pu.step_end)
 			emb_le16_store(v.head + 6,
 				       emb_le16_load(v.head + 6) |
 					   EMB_F_STEP_END);
+		if (rc == 0 && pu.admitted)
+			emb_le16_store(v.head + 6,
+				       emb_le16_load(v.head + 6) |
+					   EMB_F_ADMITTED);
 		same_iovs(f, &v, rc, "push request");
 	}
 	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++) {

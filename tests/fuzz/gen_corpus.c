@@ -516,6 +516,16 @@ int main(int argc, char **argv)
 	if (!rc && (len = emb_wire_iovs_flatten(&v, buf, sizeof(buf))) > 0)
 		emb_wire_stamp_epoch(buf, 5, 0);
 	save("push_req_epoch", rc ? rc : len);
+	/* Replicated admission: the ids were rows on their primary. */
+	rc = emb_wire_push_req_encode_session(&v, 6, 1, 1000, 2, 0x5e55ull, 5,
+					      ids, 4, 3, rows);
+	if (!rc && (len = emb_wire_iovs_flatten(&v, buf, sizeof(buf))) > 0) {
+		emb_le16_store(buf + 6,
+			       (uint16_t)(emb_le16_load(buf + 6) |
+					  EMB_F_ADMITTED));
+		emb_wire_stamp_epoch(buf, 5, 0);
+	}
+	save("push_req_admitted", rc ? rc : len);
 	rc = emb_wire_assign_req_encode(&v, 7, 1, EMB_F_WITH_STATE, ids, 2, 10,
 					rows);
 	if (!rc && (len = emb_wire_iovs_flatten(&v, buf, sizeof(buf))) > 0)

@@ -441,6 +441,7 @@ static void test_push(void)
 {
 	const uint64_t ids[3] = {10, 20, 30};
 	const float grads[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+	struct emb_wire_assign_req ar;
 	struct emb_wire_push_req req;
 	struct emb_wire_iovs v;
 	struct emb_wire_frame f;
@@ -478,6 +479,21 @@ static void test_push(void)
 	CU_ASSERT_EQUAL((uintptr_t)req.ids % 8, 0);
 	CU_ASSERT_EQUAL(memcmp(req.ids, ids, sizeof(ids)), 0);
 	CU_ASSERT_EQUAL(memcmp(req.grads, grads, sizeof(grads)), 0);
+	CU_ASSERT_FALSE(req.admitted);
+	/* EMB_F_ADMITTED rides in the header, as the client sets it. */
+	emb_le16_store(buf + 6, EMB_F_SESSION | EMB_F_ADMITTED);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_decode(&f, 4, &req), 0);
+	CU_ASSERT_TRUE(req.admitted);
+	CU_ASSERT_EQUAL(req.seq, 42);
+	/* ... and PUSH alone takes it. */
+	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode(&v, 5, 2, 0, ids, 3,
+							 4, grads),
+			      0);
+	len = flatten(&v);
+	emb_le16_store(buf + 6, EMB_F_ADMITTED);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_NOT_EQUAL(emb_wire_assign_req_decode(&f, 4, 0, &ar), 0);
 	/* A session needs a sequence number from 1. */
 	CU_ASSERT_EQUAL(emb_wire_push_req_encode_session(&v, 5, 2, 0, 0, 7, 0,
 							 ids, 3, 4, grads),

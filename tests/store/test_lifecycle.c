@@ -102,6 +102,41 @@ static void test_bloom_admits_on_second(void)
 	check_admit_two("bloom:2:64k");
 }
 
+/* EMB_PUSH_ADMITTED (a replica's push, docs/replication.md): the absent id
+ * becomes a row at the initializer's values and takes the gradient, with
+ * no sighting, and nothing counts as unadmitted; unknown flags refused. */
+static void test_push_admitted(void)
+{
+	struct emb_table_opts o = opts_with("count:2", "none");
+	struct emb_table *t = table_new(&o);
+	float w[DIM], want[DIM], g[DIM] = {1.0f, 1.0f, 1.0f, 1.0f};
+	uint64_t id = 91;
+	struct emb_table_stats st;
+
+	ref_new_row(&o, id, want);
+	CU_ASSERT_EQUAL(emb_table_push_flags(t, &id, 1, g, 0x2), EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_table_push_flags(t, &id, 1, g, 0), 0);
+	CU_ASSERT_FALSE(table_has(t, id));
+	CU_ASSERT_EQUAL(emb_table_push_flags(t, &id, 1, g, EMB_PUSH_ADMITTED),
+			0);
+	CU_ASSERT_TRUE(table_has(t, id));
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, w, EMB_PULL_NOCREATE, NULL),
+			0);
+	for (int j = 0; j < DIM; j++)
+		CU_ASSERT_EQUAL(w[j], want[j] - 1.0f);
+	st = table_stats(t);
+	CU_ASSERT_EQUAL(st.rows, 1);
+	CU_ASSERT_EQUAL(st.rows_created, 1);
+	CU_ASSERT_EQUAL(st.pushes_unadmitted, 1);
+	CU_ASSERT_EQUAL(st.pulls_unadmitted, 0);
+	CU_ASSERT_TRUE(emb_table_admits(t));
+	emb_table_destroy(t);
+	o = opts_with("none", "none");
+	t = table_new(&o);
+	CU_ASSERT_FALSE(emb_table_admits(t));
+	emb_table_destroy(t);
+}
+
 /* A pull call counts one sighting per distinct id (as the client sends a
  * batch); no-create pulls count none. */
 static void test_count_in_batch(void)
@@ -436,6 +471,7 @@ int main(int argc, char **argv)
 	static const struct emb_test_case cases[] = {
 	    {"count:2 admits on the second pull", test_count_admits_on_second},
 	    {"bloom:2 admits on the second pull", test_bloom_admits_on_second},
+	    {"a push flagged admitted makes its rows", test_push_admitted},
 	    {"occurrences in one batch count; no-create pulls do not",
 	     test_count_in_batch},
 	    {"pull_ptrs leaves pending ids NULL", test_ptrs_pending},

@@ -26,6 +26,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/hash.h"
+#include "common/lifecycle.h"
 #include "harness.h"
 #include "netutil.h"
 #include "worker/client_int.h"
@@ -730,6 +731,241 @@ static void test_many_failover(void)
 	free(ids);
 }
 
+enum { AN = 48 }; /* ids of each kind in test_admission() */
+
+/*
+ * Rows of ids[0..AN) on server srv alone, read with a client of its own
+ * that creates nothing: found[] and their weights into rows.
+ */
+static void rows_on(uint16_t port, const char *name, const uint64_t *ids,
+		    float *rows, uint8_t *found)
+{
+	struct emb_client *c = client_of(&port, 1, 5000);
+	struct emb_client_table *t;
+
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c, name, &t), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, AN, rows,
+					      EMB_CLIENT_NOCREATE, found),
+			0);
+	emb_client_table_close(t);
+	emb_client_destroy(c);
+}
+
+/*
+ * Both holders' copies of ids: each found where found_want[i] says, and
+ * those found the same on both, bit for bit, and equal to want (AN rows
+ * of DIM; NULL: not checked).
+ */
+static void same_on_both(const uint16_t *ports, const char *name,
+			 const uint64_t *ids, const uint8_t *found_want,
+			 const float *want)
+{
+	float *rows[2];
+	uint8_t found[2][AN];
+
+	for (int s = 0; s < 2; s++) {
+		rows[s] = malloc((size_t)AN * DIM * sizeof(float));
+		CU_ASSERT_FATAL(rows[s] != NULL);
+		rows_on(ports[s], name, ids, rows[s], found[s]);
+	}
+	for (uint32_t i = 0; i < AN; i++) {
+		CU_ASSERT_EQUAL(found[0][i], found_want[i]);
+		CU_ASSERT_EQUAL(found[1][i], found_want[i]);
+		if (!found_want[i])
+			continue;
+		CU_ASSERT_EQUAL(memcmp(rows[0] + (size_t)i * DIM,
+				       rows[1] + (size_t)i * DIM,
+				       DIM * sizeof(float)),
+				0);
+		for (uint32_t j = 0; want && j < DIM; j++)
+			CU_ASSERT_DOUBLE_EQUAL(rows[0][(size_t)i * DIM + j],
+					       want[(size_t)i * DIM + j], 1e-6);
+	}
+	free(rows[0]);
+	free(rows[1]);
+}
+
+/*
+ * Admission under replicas (docs/replication.md, "Admission with
+ * replicas"): a table with count:2 on two holders of every slot, writes
+ * carrying the map's epoch. Ids pulled twice are rows on the primary only
+ * until their first push, which must make them on the backup too, with
+ * the same weights; ids pulled once or never stay rows nowhere, their
+ * gradients dropped on both. A handle that does not know of the policy
+ * (opened by name) has its push refused by every holder before anything
+ * is applied, and its synchronous push then asks first and succeeds. After
+ * a failover the new primary holds the admitted rows, and ids pending on
+ * the dead primary count again. An eviction policy is still refused under
+ * replicas.
+ */
+static void test_admission(void)
+{
+	struct emb_table_spec sp = nt_spec("admit", DIM, 11);
+	struct emb_server *srv[2];
+	struct emb_server_map *view[2];
+	struct emb_server_opts o = nt_server_opts();
+	struct emb_client_table *t, *t2, *bad;
+	struct emb_client *c, *c2;
+	struct emb_async *op;
+	struct emb_cmap m;
+	uint16_t ports[2];
+	uint64_t ids[3][AN], all[3 * AN];
+	uint8_t yes[AN], no[AN], home[AN], found[AN];
+	float *out = malloc((size_t)3 * AN * DIM * sizeof(float));
+	float *g = malloc((size_t)3 * AN * DIM * sizeof(float));
+	float *init[2], *want[2];
+
+	CU_ASSERT_FATAL(out && g);
+	for (int k = 0; k < 2; k++) {
+		init[k] = malloc((size_t)AN * DIM * sizeof(float));
+		want[k] = malloc((size_t)AN * DIM * sizeof(float));
+		CU_ASSERT_FATAL(init[k] && want[k]);
+	}
+	/* SGD (lr 0.5) from uniform initial values, which a backup must
+	 * make as its primary did. */
+	sp.optim = EMB_OPTIM_CFG_DEFAULT;
+	sp.optim.kind = EMB_OPTIM_SGD;
+	sp.optim.lr = 0.5f;
+	sp.init = (struct emb_init_cfg){.kind = EMB_INIT_UNIFORM,
+					.a = -1.0f,
+					.b = 1.0f};
+	for (int i = 0; i < 2; i++) {
+		srv[i] = nt_server_start(&o);
+		ports[i] = emb_server_port(srv[i]);
+		view[i] = calloc(1, sizeof(*view[i]));
+		CU_ASSERT_FATAL(view[i] != NULL);
+		view[i]->epoch = 1;
+		memset(view[i]->slot, EMB_CMAP_VIEW_MINE, EMB_NSLOTS);
+		CU_ASSERT_EQUAL_FATAL(emb_server_set_map(srv[i], view[i]), 0);
+	}
+	c = client_of(ports, 2, 5000);
+	c2 = client_of(ports, 2, 5000);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 2, 2), 0);
+	set_cmap(c, &m, 1);
+	set_cmap(c2, &m, 1);
+
+	/* Eviction stays refused: a backup would pick other victims. */
+	CU_ASSERT_EQUAL_FATAL(emb_evict_parse("max_rows:100", &sp.life), 0);
+	CU_ASSERT_EQUAL(emb_client_table_create(c, &sp, &t), -EOPNOTSUPP);
+	sp.life = EMB_LIFECYCLE_CFG_DEFAULT;
+	CU_ASSERT_EQUAL_FATAL(emb_admit_parse("count:2", &sp.life), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+
+	/* Kind 0 pulled twice (admitted on its primary), 1 once, 2 never;
+	 * the slots of the ids spread over both primaries. */
+	for (uint32_t k = 0; k < 3; k++)
+		for (uint32_t i = 0; i < AN; i++) {
+			ids[k][i] = 5000000 + k * 1000 + i * 7919;
+			all[k * AN + i] = ids[k][i];
+		}
+	memset(yes, 1, sizeof(yes));
+	memset(no, 0, sizeof(no));
+	for (int r = 0; r < 2; r++)
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_pull(t, ids[0], AN, init[0], 0, NULL), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_pull(t, ids[1], AN, init[1], 0, NULL), 0);
+	for (size_t i = 0; i < (size_t)3 * AN * DIM; i++)
+		g[i] = 1.0f;
+	CU_ASSERT_EQUAL(emb_client_table_push(t, all, 3 * AN, g, 0, 0), 0);
+	for (size_t i = 0; i < (size_t)AN * DIM; i++)
+		want[0][i] = init[0][i] - 0.5f;
+	same_on_both(ports, "admit", ids[0], yes, want[0]);
+	same_on_both(ports, "admit", ids[1], no, NULL);
+	same_on_both(ports, "admit", ids[2], no, NULL);
+
+	/* A push none of whose ids are rows sends nothing, and succeeds. */
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids[2], AN, g, 0, 0), 0);
+	same_on_both(ports, "admit", ids[2], no, NULL);
+	/* push_many asks too, entry by entry. */
+	{
+		struct emb_table_batch b[2] = {
+		    {.struct_size = sizeof(b[0]), .n = AN, .table = t,
+		     .ids = ids[0], .rows = g},
+		    {.struct_size = sizeof(b[0]), .n = AN, .table = t,
+		     .ids = ids[2], .rows = g},
+		};
+
+		CU_ASSERT_EQUAL(emb_client_push_many(c, b, 2, 0, 0), 0);
+	}
+	for (size_t i = 0; i < (size_t)AN * DIM; i++)
+		want[0][i] -= 0.5f;
+	same_on_both(ports, "admit", ids[0], yes, want[0]);
+	same_on_both(ports, "admit", ids[2], no, NULL);
+
+	/* A handle that does not know of the admission: its pushes carry
+	 * no EMB_F_ADMITTED, and every holder refuses them whole. */
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c2, "admit", &bad), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_push_async(bad, all, 3 * AN, g,
+							  0, 0, &op),
+			      0);
+	CU_ASSERT_EQUAL(emb_async_wait(op), EMB_EADMITASK);
+	same_on_both(ports, "admit", ids[0], yes, want[0]);
+	same_on_both(ports, "admit", ids[1], no, NULL);
+	emb_client_table_close(bad);
+	/* A synchronous push learns of it, asks, and applies. Kind 1 gets
+	 * its second sighting first: a row on its primary only, until the
+	 * push. */
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c2, "admit", &t2), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_pull(t2, ids[1], AN, out, 0, NULL), 0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t2, all, 3 * AN, g, 0, 0), 0);
+	for (size_t i = 0; i < (size_t)AN * DIM; i++) {
+		want[0][i] -= 0.5f;
+		want[1][i] = init[1][i] - 0.5f;
+	}
+	same_on_both(ports, "admit", ids[0], yes, want[0]);
+	same_on_both(ports, "admit", ids[1], yes, want[1]);
+	same_on_both(ports, "admit", ids[2], no, NULL);
+
+	/* Failover: server 0 is declared dead and server 1 is every slot's
+	 * primary. It holds every admitted row as its primary made it; ids
+	 * pending on server 0 count from zero there, as after a restart
+	 * (kind 2 was seen once on its primary: admitted now only where
+	 * that primary was server 1). */
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_pull(t, ids[2], AN, out, 0, NULL), 0);
+	for (uint32_t i = 0; i < AN; i++)
+		home[i] = (uint8_t)(emb_client_server_of(c, ids[2][i]) == 1);
+	CU_ASSERT_EQUAL(emb__client_server_dead(c, 0), 0);
+	for (int i = 0; i < 100 && emb_client_server_of(c, ids[0][0]) != 1;
+	     i++)
+		usleep(10 * 1000);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids[0], AN, out,
+					      EMB_CLIENT_NOCREATE, found),
+			0);
+	CU_ASSERT_EQUAL(memcmp(found, yes, AN), 0);
+	CU_ASSERT_EQUAL(
+	    memcmp(out, want[0], (size_t)AN * DIM * sizeof(float)), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids[2], AN, out, 0, NULL), 0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids[2], AN, g, 0, 0), 0);
+	rows_on(ports[1], "admit", ids[2], out, found);
+	CU_ASSERT_EQUAL(memcmp(found, home, AN), 0);
+	for (uint32_t i = 0, n1 = 0; i < AN; i++) {
+		n1 += home[i];
+		if (i == AN - 1) {
+			CU_ASSERT(n1 > 0 && n1 < AN);
+			printf("(%u of %u pending ids kept their count) ", n1,
+			       AN);
+		}
+	}
+
+	emb_client_table_close(t2);
+	emb_client_table_close(t);
+	emb_client_destroy(c2);
+	emb_client_destroy(c);
+	for (int i = 0; i < 2; i++) {
+		emb_server_destroy(srv[i]);
+		free(view[i]);
+	}
+	for (int k = 0; k < 2; k++) {
+		free(init[k]);
+		free(want[k]);
+	}
+	free(out);
+	free(g);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -746,6 +982,8 @@ int main(int argc, char **argv)
 	     test_moving},
 	    {"push_many and pull_many succeed across a server's death",
 	     test_many_failover},
+	    {"admission under replicas keeps both holders' rows the same",
+	     test_admission},
 	    {NULL, NULL},
 	};
 
