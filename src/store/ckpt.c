@@ -180,29 +180,18 @@ int emb_table_ckpt_next(struct emb_table_ckpt *c, uint64_t *ids, float *rows,
 		if (c->tw && c->idx < s->next_idx)
 			emb__tier_walk_dram_at(c->tw, c->idx);
 		if (c->tw && c->idx >= s->next_idx) {
-			/* Then its cold rows, and those owed. */
-			int rc = emb__tier_walk_hot_done(t, c->shard, c->tw);
+			/* Then its cold rows, and those owed; never the DRAM
+			 * records again: rows made or brought back from now
+			 * on are not this walk's. */
+			int rc = emb__tier_walk_rest(t, s, c->shard, c->tw,
+						     true, ids, rows, meta, &got,
+						     max);
 
-			/* Never the DRAM records again: rows made or
-			 * brought back from now on are not this walk's. */
 			c->idx = UINT32_MAX;
-
-			while (!rc && got < max &&
-			       !emb__tier_walk_done(c->tw)) {
-				rc = emb__tier_walk_next(t, s, c->shard, c->tw,
-							 true, ids, rows, meta,
-							 got, max);
-				if (rc >= 0) {
-					got = (uint32_t)rc;
-					rc = 0;
-				}
-			}
-			if (rc) {
+			if (rc || !emb__tier_walk_done(c->tw)) {
 				pthread_mutex_unlock(&s->lock);
-				return rc;
-			}
-			if (!emb__tier_walk_done(c->tw)) {
-				pthread_mutex_unlock(&s->lock);
+				if (rc)
+					return rc;
 				continue; /* got == max */
 			}
 		}

@@ -571,8 +571,8 @@ uint64_t emb__tier_limit(const struct emb_table *t);
 /*
  * Walks over a tiered table's rows (tier.c, "walks"): an iterator or a
  * checkpoint enters each shard, walks its DRAM records as in any table
- * but for the ids emb__tier_walk_owes() names, calls hot_done, then
- * next until done, then leaves. While a walk is in DRAM the shard
+ * but for the ids emb__tier_walk_owes() names, then calls rest until
+ * done, then leaves. While a walk is in DRAM the shard
  * demotes nothing. All under the shard's lock.
  */
 struct emb_tier_walk;
@@ -590,17 +590,14 @@ int emb__tier_walk_enter(struct emb_table *t, uint32_t si, int kind,
 void emb__tier_walk_dram_at(struct emb_tier_walk *w, uint32_t idx);
 /* Whether the DRAM walk must skip id (the walk hands it out later). */
 bool emb__tier_walk_owes(const struct emb_tier_walk *w, uint64_t id);
-/* The DRAM records are done: lists the cold rows. 0 or -ENOMEM. */
-int emb__tier_walk_hot_done(struct emb_table *t, uint32_t si,
-			    struct emb_tier_walk *w);
-/* Hands out cold and owed rows as emb__row_put() from ids[got] on, up to
- * max in all: the new got, or a read error or -ENOMEM. Drops s's lock
- * while it reads and takes it again. clear_ckpt: the rows lose their
- * checkpoint marks. */
-int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
+/* The DRAM records are done (hot_done, if not yet): hands out cold and
+ * owed rows as emb__row_put() from ids[*got] on, up to max in all. 0 or
+ * a read error or -ENOMEM. Drops s's lock while it reads and takes it
+ * again. clear_ckpt: the rows lose their checkpoint marks. */
+int emb__tier_walk_rest(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			struct emb_tier_walk *w, bool clear_ckpt,
 			uint64_t *ids, float *rows, struct emb_row_meta *meta,
-			uint32_t got, uint32_t max);
+			uint32_t *got, uint32_t max);
 /* Every row handed out: leave. */
 bool emb__tier_walk_done(const struct emb_tier_walk *w);
 void emb__tier_walk_leave(struct emb_table *t, uint32_t si,

@@ -2505,29 +2505,18 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 		if (it->tw && it->idx < s->next_idx)
 			emb__tier_walk_dram_at(it->tw, it->idx);
 		if (it->tw && it->idx >= s->next_idx) {
-			/* Then its cold rows, and those owed. */
-			int rc = emb__tier_walk_hot_done(t, it->shard, it->tw);
+			/* Then its cold rows, and those owed; never the DRAM
+			 * records again: rows made or brought back from now
+			 * on are not this walk's. */
+			int rc = emb__tier_walk_rest(t, s, it->shard, it->tw,
+						     false, ids, rows, meta, &got,
+						     max);
 
-			/* Never the DRAM records again: rows made or
-			 * brought back from now on are not this walk's. */
 			it->idx = UINT32_MAX;
-
-			while (!rc && got < max &&
-			       !emb__tier_walk_done(it->tw)) {
-				rc = emb__tier_walk_next(t, s, it->shard,
-							 it->tw, false, ids,
-							 rows, meta, got, max);
-				if (rc >= 0) {
-					got = (uint32_t)rc;
-					rc = 0;
-				}
-			}
-			if (rc) {
+			if (rc || !emb__tier_walk_done(it->tw)) {
 				pthread_mutex_unlock(&s->lock);
-				return rc;
-			}
-			if (!emb__tier_walk_done(it->tw)) {
-				pthread_mutex_unlock(&s->lock);
+				if (rc)
+					return rc;
 				continue; /* got == max */
 			}
 		}

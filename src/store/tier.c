@@ -1328,7 +1328,7 @@ const char *emb__tier_pre_block(const struct emb_tier_pre *p, uint32_t si,
  *      reached can go to the device. A row that comes back from the
  *      device meanwhile is owed: its id is kept, the caller skips it in
  *      DRAM (emb__tier_walk_owes) and part 3 hands it out.
- *   2. The device: at the end of part 1 (emb__tier_walk_hot_done) the
+ *   2. The device: at the end of part 1 (walk_hot_done) the
  *      walk lists the shard's cold rows, with their blocks' generations,
  *      and the shard demotes again. The list goes in location order, in
  *      runs of up to WALK_BLOCKS blocks read together with the shard lock
@@ -1415,8 +1415,9 @@ static int loc_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int emb__tier_walk_hot_done(struct emb_table *t, uint32_t si,
-			    struct emb_tier_walk *w)
+/* Part 1 is done: lists the cold rows. 0 or -ENOMEM. */
+static int walk_hot_done(struct emb_table *t, uint32_t si,
+			 struct emb_tier_walk *w)
 {
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
@@ -1719,10 +1720,10 @@ static int walk_owed(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	return (int)got;
 }
 
-int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
-			struct emb_tier_walk *w, bool clear_ckpt,
-			uint64_t *ids, float *rows, struct emb_row_meta *meta,
-			uint32_t got, uint32_t max)
+static int walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
+		     struct emb_tier_walk *w, bool clear_ckpt, uint64_t *ids,
+		     float *rows, struct emb_row_meta *meta, uint32_t got,
+		     uint32_t max)
 {
 	int rc = (int)got;
 
@@ -1736,6 +1737,24 @@ int emb__tier_walk_next(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			       max);
 	if (rc >= 0 && w->part < 0)
 		rc = w->part;
+	return rc;
+}
+
+int emb__tier_walk_rest(struct emb_table *t, struct emb_shard *s, uint32_t si,
+			struct emb_tier_walk *w, bool clear_ckpt,
+			uint64_t *ids, float *rows, struct emb_row_meta *meta,
+			uint32_t *got, uint32_t max)
+{
+	int rc = walk_hot_done(t, si, w);
+
+	while (!rc && *got < max && w->part != PART_DONE) {
+		rc = walk_next(t, s, si, w, clear_ckpt, ids, rows, meta, *got,
+			       max);
+		if (rc >= 0) {
+			*got = (uint32_t)rc;
+			rc = 0;
+		}
+	}
 	return rc;
 }
 

@@ -125,6 +125,22 @@ static void drive(struct emb_table *t, struct emb_table *r, uint64_t seed,
 	free(wb);
 }
 
+/* Every id of [0, IDS) made in both tables, by pushes. */
+static void make_all(struct emb_table *t, struct emb_table *r)
+{
+	for (uint32_t lo = 0; lo < IDS; lo += BATCH) {
+		uint64_t ids[BATCH];
+		float g[BATCH * DIM];
+		uint64_t st = lo;
+
+		for (uint32_t i = 0; i < BATCH; i++)
+			ids[i] = (uint64_t)(lo + i) * 7919u + 3;
+		grads_fill(&st, g, BATCH * DIM);
+		CU_ASSERT_EQUAL(emb_table_push(t, ids, BATCH, g), 0);
+		CU_ASSERT_EQUAL(emb_table_push(r, ids, BATCH, g), 0);
+	}
+}
+
 static void test_rows_come_back(void)
 {
 	char path[4096];
@@ -137,17 +153,7 @@ static void test_rows_come_back(void)
 
 	/* Every id made first (by pushes, so each row differs from its
 	 * initial values), then random traffic over all of them. */
-	for (uint32_t lo = 0; lo < IDS; lo += BATCH) {
-		uint64_t ids[BATCH];
-		float g[BATCH * DIM];
-		uint64_t st = lo;
-
-		for (uint32_t i = 0; i < BATCH; i++)
-			ids[i] = (uint64_t)(lo + i) * 7919u + 3;
-		grads_fill(&st, g, BATCH * DIM);
-		CU_ASSERT_EQUAL(emb_table_push(t, ids, BATCH, g), 0);
-		CU_ASSERT_EQUAL(emb_table_push(r, ids, BATCH, g), 0);
-	}
+	make_all(t, r);
 	drive(t, r, 42, 60, IDS, &bad);
 	CU_ASSERT_EQUAL(bad, 0);
 	check_same(t, r, IDS);
@@ -400,22 +406,6 @@ static void test_full_tier(void)
 }
 
 /* ---- walks ---- */
-
-/* Every id of [0, IDS) made in both tables, by pushes. */
-static void make_all(struct emb_table *t, struct emb_table *r)
-{
-	for (uint32_t lo = 0; lo < IDS; lo += BATCH) {
-		uint64_t ids[BATCH];
-		float g[BATCH * DIM];
-		uint64_t st = lo;
-
-		for (uint32_t i = 0; i < BATCH; i++)
-			ids[i] = (uint64_t)(lo + i) * 7919u + 3;
-		grads_fill(&st, g, BATCH * DIM);
-		CU_ASSERT_EQUAL(emb_table_push(t, ids, BATCH, g), 0);
-		CU_ASSERT_EQUAL(emb_table_push(r, ids, BATCH, g), 0);
-	}
-}
 
 /* A walk's rows: ids, full rows (weights and state), sorted by id. */
 struct rowset {
