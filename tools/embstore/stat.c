@@ -459,6 +459,39 @@ static void print_lifecycle(const struct emb_client_server_table *e)
 	       (unsigned long long)e->rows_evicted_cap);
 }
 
+/*
+ * Under a tiered table's row: its rows on the device, the tier file, and
+ * the device's reads and writes per second with the mean wait of a read
+ * over the two samples (docs/store.md, "The device tier").
+ */
+static void print_tier(const struct emb_client_server_table *e,
+		       const struct emb_client_server_table *o, double dt)
+{
+	char fb[16], rr[16], wr[16];
+	uint64_t reads = o && e->tier_reads >= o->tier_reads
+			     ? e->tier_reads - o->tier_reads
+			     : 0;
+	uint64_t us = o && e->tier_read_us >= o->tier_read_us
+			  ? e->tier_read_us - o->tier_read_us
+			  : 0;
+
+	if (!e->tier_bytes && !e->rows_cold)
+		return;
+	fmt_bytes(fb, sizeof(fb), e->tier_bytes);
+	fmt_count(rr, sizeof(rr), o ? rate(o->tier_reads, e->tier_reads, dt) : 0);
+	fmt_count(wr, sizeof(wr),
+		  o ? rate(o->tier_writes, e->tier_writes, dt) : 0);
+	printf("%-21s   tier: %llu rows on the device (%.0f %%), file %s; "
+	       "%s reads/s, %s writes/s",
+	       "", (unsigned long long)e->rows_cold,
+	       e->rows ? 100.0 * (double)e->rows_cold / (double)e->rows : 0.0,
+	       fb, rr, wr);
+	if (reads)
+		printf(", %.0f us waiting per block read",
+		       (double)us / (double)reads);
+	printf("\n");
+}
+
 /* Prints b with rates against a (NULL: none yet). */
 static void show(struct emb_client *c, char *const *names, uint32_t nsrv,
 		 const struct sample *a, const struct sample *b, bool tty)
@@ -504,6 +537,7 @@ static void show(struct emb_client *c, char *const *names, uint32_t nsrv,
 				  emb_rowfmt_name(e->row_format), e->rows, e->bytes,
 				  r);
 			print_lifecycle(e);
+			print_tier(e, o, dt);
 			rows += e->rows;
 			bytes += e->bytes;
 			for (int k = 0; k < 4; k++)
