@@ -295,8 +295,13 @@ int emb__vslot_reserve(struct emb_table *t, struct emb_shard *s, uint32_t nrec)
 		return 0;
 	if (nrec < 2 * cap)
 		nrec = 2 * cap;
-	rc = emb__mem_charge(t, ((int64_t)nrec - cap) * (int64_t)sizeof(*v));
-	if (rc)
+	/* A tiered table lives at its limit: a move's walk by slot must not
+	 * fail for 2 bytes a record (its index and cold maps are forced the
+	 * same way). */
+	if (t->tier)
+		emb__mem_charge_force(t, ((uint64_t)nrec - cap) * sizeof(*v));
+	else if ((rc = emb__mem_charge(t, ((int64_t)nrec - cap) *
+					       (int64_t)sizeof(*v))))
 		return rc;
 	v = realloc(s->vslot, (size_t)(nrec ? nrec : 1) * sizeof(*v));
 	if (!v) {

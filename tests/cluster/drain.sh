@@ -18,13 +18,18 @@
 # drain, a server launch starts on a bare `add 1` line (no rank free) is
 # refused by the scheduler and exits 1 without ending the job.
 #
-#   drain.sh TOOLS_DIR [launch]
+# With `tier` after the mode, every server keeps its rows mostly on the
+# device tier (EMB_MEM_LIMIT 5M, EMB_TIER_DIR): the moves walk tiered
+# tables by slot and by their marks.
+#
+#   drain.sh TOOLS_DIR [hand|launch] [tier]
 set -u
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/moves_lib.sh"
 
-tools=${1:?usage: drain.sh TOOLS_DIR [launch]}
+tools=${1:?usage: drain.sh TOOLS_DIR [hand|launch] [tier]}
 mode=${2:-hand}
+tier=${3:-}
 tools=$(cd "$tools" && pwd) || exit 1
 work=$(mktemp -d "${TMPDIR:-/tmp}/emb-drain-XXXXXX")
 PATH=$tools:$PATH
@@ -33,6 +38,13 @@ EMB_HEARTBEAT_TIMEOUT=2
 EMB_CLUSTER_TIMEOUT=30
 export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
 unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN
+unset EMB_MEM_LIMIT EMB_TIER_DIR
+if [ "$tier" = tier ]; then
+	mkdir "$work/tier"
+	EMB_MEM_LIMIT=5M
+	EMB_TIER_DIR=$work/tier
+	export EMB_MEM_LIMIT EMB_TIER_DIR
+fi
 lpid=
 npid=
 fail=0
@@ -47,6 +59,15 @@ trap cleanup EXIT
 
 moves_launch 16
 [ -n "$sched" ] || bad "no scheduler address"
+if [ "$tier" = tier ]; then
+	big=0
+	for _ in $(seq 100); do
+		big=$(find "$work/tier" -name '*.tier' -size +256k | wc -l)
+		[ "$big" -ge 3 ] && break
+		sleep 0.1
+	done
+	[ "$big" -ge 3 ] || bad "$big of 3 servers hold rows on the device"
+fi
 # A replicated job without spare ranks still reads launch.ctl.
 ctl=$(sed -n 's/^\[launch\] no rank to spare; .* --launch \([^ ]*\) starts servers here$/\1/p' \
 	"$out")
