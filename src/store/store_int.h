@@ -490,6 +490,10 @@ void emb__dirty_fini(struct emb_shard *s);
 /* Saves record idx as it is now, if a view still needs it (the caller is
  * about to change or free it). Caller holds the shard lock. */
 void emb__view_save(struct emb_table *t, struct emb_shard *s, uint32_t idx);
+/* A tiered shard's cold row (its record's bytes) leaves the device
+ * before the view read it: saved as emb__view_save() saves a record. */
+void emb__view_save_cold(struct emb_table *t, struct emb_shard *s,
+			 const void *rec);
 /* Record idx was just made: no view taken before may show it. */
 void emb__view_born(struct emb_shard *s, uint32_t idx);
 /* A batch that writes rows begins (waits while a view is being taken)
@@ -600,6 +604,11 @@ int emb__tier_walk_rest(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			uint32_t *got, uint32_t max);
 /* Every row handed out: leave. */
 bool emb__tier_walk_done(const struct emb_tier_walk *w);
+/* A view's walk of shard si's cold rows at the instant (the shard is
+ * locked), read by emb__tier_walk_rest after the DRAM records; a listed
+ * row that leaves the device before is saved to the view. 0/-ENOMEM. */
+int emb__tier_view_enter(struct emb_table *t, uint32_t si,
+			 struct emb_tier_walk **out);
 void emb__tier_walk_leave(struct emb_table *t, uint32_t si,
 			  struct emb_tier_walk *w);
 /* emb_table_track_begin() on shard si: the cold rows' move marks go. */

@@ -1069,14 +1069,14 @@ static bool cold_find(struct emb_table *t, uint32_t si, uint64_t id,
 	return false;
 }
 
-static void walks_drop(struct emb_tier *tr, struct tier_shard *ts,
-		       uint32_t loc, uint32_t fp, uint64_t id, bool lives_on);
+static void walks_drop(struct emb_table *t, uint32_t si, uint32_t loc,
+		       uint32_t fp, uint64_t id, bool lives_on, const void *src);
 
 /* Drops id's cold row at map position mpos (its block's live count, its
  * marks); lives_on: it goes to DRAM (promotion, assign), else it is
  * erased. */
 static void cold_drop(struct emb_table *t, uint32_t si, uint32_t mpos,
-		      uint64_t id, bool lives_on)
+		      uint64_t id, bool lives_on, const void *src)
 {
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
@@ -1084,8 +1084,8 @@ static void cold_drop(struct emb_table *t, uint32_t si, uint32_t mpos,
 	uint64_t bit, *w;
 
 	if (ts->walks)
-		walks_drop(tr, ts, loc, (uint32_t)(ts->map[mpos] >> 32), id,
-			   lives_on);
+		walks_drop(t, si, loc, (uint32_t)(ts->map[mpos] >> 32), id,
+			   lives_on, src);
 	w = mark_word(tr, ts, loc, MARK_CKPT, &bit);
 	*w &= ~bit;
 	w = mark_word(tr, ts, loc, MARK_MOVE, &bit);
@@ -1153,7 +1153,7 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 				*mark_word(t->tier, ts, loc, MARK_MOVE, &bit) &
 				    bit);
 	}
-	cold_drop(t, si, mpos, id, true);
+	cold_drop(t, si, mpos, id, true, src);
 	count(&t->tier->promoted, 1);
 	*in_dram = true;
 	return r;
@@ -1186,7 +1186,7 @@ bool emb__tier_forget(struct emb_table *t, uint32_t si, uint64_t id,
 	}
 	if (!cold_find(t, si, id, h, NULL, buf, &mpos, &src, rc))
 		return false;
-	cold_drop(t, si, mpos, id, lives_on);
+	cold_drop(t, si, mpos, id, lives_on, src);
 	return true;
 }
 
@@ -1353,6 +1353,7 @@ struct emb_tier_walk {
 	bool by_slot;
 	uint64_t slots[EMB_NSLOTS / 64]; /* by_slot: the slots walked */
 	uint64_t born;		    /* the block clock at entry */
+	bool view;		    /* a view's: saves what leaves, owes not */
 	uint32_t dram_at;	    /* part 1: records before it are done */
 	uint32_t *loc;		    /* part 2: locations, ascending */
 	uint32_t *gen;		    /* and their blocks' generations */
@@ -1474,6 +1475,23 @@ void emb__tier_walk_leave(struct emb_table *t, uint32_t si,
 	free(w);
 }
 
+int emb__tier_view_enter(struct emb_table *t, uint32_t si,
+			 struct emb_tier_walk **out)
+{
+	int rc = emb__tier_walk_enter(t, si, EMB_TIER_WALK_ALL, NULL, out);
+
+	if (rc)
+		return rc;
+	(*out)->view = true;
+	/* No DRAM part: the view keeps the instant's records itself. */
+	rc = walk_hot_done(t, si, *out);
+	if (rc) {
+		emb__tier_walk_leave(t, si, *out);
+		*out = NULL;
+	}
+	return rc;
+}
+
 void emb__tier_walk_dram_at(struct emb_tier_walk *w, uint32_t idx)
 {
 	w->dram_at = idx;
@@ -1568,12 +1586,16 @@ fail:
  * assign), not gone (erase). Each walk that still had to hand it out
  * from the device, or that is in DRAM before it, now owes it. Before the
  * row's marks are cleared: the filter reads them. */
-static void walks_drop(struct emb_tier *tr, struct tier_shard *ts,
-		       uint32_t loc, uint32_t fp, uint64_t id, bool lives_on)
+static void walks_drop(struct emb_table *t, uint32_t si, uint32_t loc,
+		       uint32_t fp, uint64_t id, bool lives_on, const void *src)
 {
-	if (!lives_on)
-		return;
+	struct emb_tier *tr = t->tier;
+	struct tier_shard *ts = &tr->sh[si];
+
 	for (struct emb_tier_walk *w = ts->walks; w; w = w->next) {
+		/* An erased row is owed to no walk; a view still shows it. */
+		if (!lives_on && !w->view)
+			continue;
 		if (w->part == PART_DRAM) {
 			/* Only a row on the device since before the walk:
 			 * one demoted since came from records it passed. */
@@ -1592,8 +1614,13 @@ static void walks_drop(struct emb_tier *tr, struct tier_shard *ts,
 					hi = mid;
 			}
 			if (lo < w->nloc && w->loc[lo] == loc &&
-			    w->gen[lo] == ts->blk_gen[loc >> 8])
-				owe(w, id);
+			    w->gen[lo] == ts->blk_gen[loc >> 8]) {
+				if (w->view)
+					emb__view_save_cold(t, &t->shards[si],
+							    src);
+				else
+					owe(w, id);
+			}
 		}
 	}
 }

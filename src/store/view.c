@@ -37,6 +37,8 @@ struct emb_view_shard {
 	uint32_t nsaved; /* records in saved */
 	uint32_t cap;	 /* room in saved */
 	bool broken;	 /* a save did not fit */
+	struct emb_tier_walk *tw; /* a tiered shard: its cold rows at the
+				     instant, read last (tier.c) */
 };
 
 struct emb_table_view {
@@ -83,24 +85,32 @@ void emb__view_born(struct emb_shard *s, uint32_t idx)
 		v->seen[idx >> 6] |= 1ull << (idx & 63);
 }
 
-void emb__view_save(struct emb_table *t, struct emb_shard *s, uint32_t idx)
+/* Copies record bytes rec into shard s's saved ones, or breaks the view. */
+static void save_rec(struct emb_table *t, struct emb_shard *s, const void *rec)
 {
 	struct emb_view_shard *v = s->view;
-	uint64_t bit = 1ull << (idx & 63);
 
-	if (idx >= v->limit || (v->seen[idx >> 6] & bit))
-		return;
-	v->seen[idx >> 6] |= bit;
 	if (v->broken)
 		return;
 	if (v->nsaved == v->cap) {
 		uint32_t cap = v->cap ? 2 * v->cap : 64;
+		int64_t more = (int64_t)(cap - v->cap) * t->row_bytes;
 		char *p;
 
-		if (emb__mem_charge(t,
-				    (int64_t)(cap - v->cap) * t->row_bytes)) {
-			v->broken = true;
-			return;
+		/* A tiered table lives at its limit: its saves may pass it
+		 * by a quarter, then the view breaks as any would. */
+		if (emb__mem_charge(t, more)) {
+			uint64_t lim = emb_table_tiered(t) ? emb__tier_limit(t)
+							  : 0;
+
+			if (!lim || __atomic_load_n(&t->mem_used,
+						    __ATOMIC_RELAXED) +
+						(uint64_t)more >
+					lim + lim / 4) {
+				v->broken = true;
+				return;
+			}
+			emb__mem_charge_force(t, (uint64_t)more);
 		}
 		p = realloc(v->saved, (size_t)cap * t->row_bytes);
 		if (!p) {
@@ -112,8 +122,24 @@ void emb__view_save(struct emb_table *t, struct emb_shard *s, uint32_t idx)
 		v->saved = p;
 		v->cap = cap;
 	}
-	memcpy(v->saved + (size_t)v->nsaved++ * t->row_bytes,
-	       emb__shard_row(t, s, idx), t->row_bytes);
+	memcpy(v->saved + (size_t)v->nsaved++ * t->row_bytes, rec, t->row_bytes);
+}
+
+void emb__view_save(struct emb_table *t, struct emb_shard *s, uint32_t idx)
+{
+	struct emb_view_shard *v = s->view;
+	uint64_t bit = 1ull << (idx & 63);
+
+	if (idx >= v->limit || (v->seen[idx >> 6] & bit))
+		return;
+	v->seen[idx >> 6] |= bit;
+	save_rec(t, s, emb__shard_row(t, s, idx));
+}
+
+void emb__view_save_cold(struct emb_table *t, struct emb_shard *s,
+			 const void *rec)
+{
+	save_rec(t, s, rec);
 }
 
 /* Detaches and frees shard s's view state. Caller holds the lock. */
@@ -123,6 +149,7 @@ static void drop_shard(struct emb_table *t, struct emb_shard *s)
 
 	if (!v)
 		return;
+	emb__tier_walk_leave(t, (uint32_t)(s - t->shards), v->tw);
 	s->view = NULL;
 	emb__mem_charge(t, -(int64_t)v->cap * t->row_bytes);
 	free(v->saved);
@@ -147,10 +174,6 @@ int emb_table_view_create(struct emb_table *t, struct emb_table_view **out)
 
 	if (!t || !out)
 		return EMB_EBADARG;
-	/* Rows move between a tiered table's tiers while a walk goes on:
-	 * walks over one are not built yet (docs/store.md). */
-	if (t->tier)
-		return -EOPNOTSUPP;
 	if (__atomic_exchange_n(&t->viewed, true, __ATOMIC_ACQ_REL))
 		return -EBUSY;
 	vw = calloc(1, sizeof(*vw));
@@ -180,6 +203,9 @@ int emb_table_view_create(struct emb_table *t, struct emb_table_view **out)
 		}
 		v->limit = s->next_idx;
 		s->view = v;
+		/* A tiered shard's cold rows at the instant, too. */
+		if (t->tier && (rc = emb__tier_view_enter(t, si, &v->tw)))
+			break;
 	}
 	vw->step = __atomic_load_n(&t->step, __ATOMIC_RELAXED);
 	vw->rows = __atomic_load_n(&t->rows, __ATOMIC_RELAXED);
@@ -247,8 +273,22 @@ int emb_table_view_next(struct emb_table_view *vw, uint64_t *ids, float *rows,
 				continue;
 			emb__row_put(t, r, got++, ids, rows, meta);
 		}
-		/* Every live record read: the saved ones, then let go. */
+		/* Every live record read: a tiered shard's cold rows of the
+		 * instant (tier.c; it may drop the lock and save more)... */
+		if (v->tw && got < max && vw->idx >= v->limit &&
+		    !emb__tier_walk_done(v->tw)) {
+			rc = emb__tier_walk_rest(t, s, vw->shard, v->tw, false,
+						 ids, rows, meta, &got, max);
+			if (!rc && v->broken)
+				rc = EMB_EMEMLIMIT;
+			if (rc || !emb__tier_walk_done(v->tw)) {
+				pthread_mutex_unlock(&s->lock);
+				continue;
+			}
+		}
+		/* ...then the saved ones, then let go. */
 		while (got < max && vw->idx >= v->limit &&
+		       (!v->tw || emb__tier_walk_done(v->tw)) &&
 		       vw->saved_pos < v->nsaved)
 			emb__row_put(
 			    t,
@@ -257,7 +297,8 @@ int emb_table_view_next(struct emb_table_view *vw, uint64_t *ids, float *rows,
 						  (size_t)vw->saved_pos++ *
 						      t->row_bytes),
 			    got++, ids, rows, meta);
-		if (vw->idx >= v->limit && vw->saved_pos >= v->nsaved) {
+		if (vw->idx >= v->limit && vw->saved_pos >= v->nsaved &&
+		    (!v->tw || emb__tier_walk_done(v->tw))) {
 			drop_shard(t, s);
 			vw->shard++;
 			vw->idx = 0;

@@ -1,9 +1,10 @@
 """tests/python/test_tier.py - a server whose table is ten times its memory
 limit (--tier-dir, docs/store.md "The device tier"): pulls, pushes and
-whole-row pulls (the write-back cache's) reach every row; its checkpoints
-carry the rows on the device; killed with SIGKILL and started again on the
-same directories it serves every row exactly as it was at its last
-checkpoint, and the dead process's tier file is gone.
+whole-row pulls (the write-back cache's) reach every row; embstore stat
+shows the tier; a consistent dump holds every row; its checkpoints carry
+the rows on the device; killed with SIGKILL and started again on the same
+directories it serves every row exactly as it was at its last checkpoint,
+and the dead process's tier file is gone.
 """
 import re
 import subprocess
@@ -84,6 +85,19 @@ def test_ten_times_memory_survives_sigkill(start_server, tmp_path):
         m = re.search(r"tier: (\d+) rows on the device \((\d+) %\), file "
                       r"[\d.]+ MiB; \S+ reads/s", out.stdout)
         assert m and int(m.group(1)) > ROWS * 8 // 10, out.stdout
+        # A consistent dump (a point-in-time view) holds every row.
+        run = subprocess.run([tool("embstore"), "dump", "--servers", s.addr,
+                              "--table", "big", "--out",
+                              str(tmp_path / "dump"), "--consistent",
+                              "--quiet"], capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0, run.stderr
+        run = subprocess.run([tool("embstore"), "inspect",
+                              str(tmp_path / "dump")], capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0 and f"rows {ROWS} " in run.stdout and \
+            "consistent: every row as of one instant" in run.stdout, \
+            run.stdout + run.stderr
         # Two checkpoints begun after the last push: the second holds it.
         wait_checkpoints(s.log, checkpoints(s.log) + 2)
         before = whole_rows(t, ids)
