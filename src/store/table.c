@@ -651,6 +651,22 @@ static void touch(struct emb_row_hdr *r, uint32_t step)
 		r->count++;
 }
 
+/*
+ * A read's access: the last step, and the count unless count is false. A
+ * tiered table's demotions go by both, but the count also keys a compact
+ * row's stochastic rounding (apply_compact), which must see writes only:
+ * the holders of a replicated table see the same writes, not the same
+ * reads. Such a table's reads leave the count alone.
+ */
+static inline void touch_read(struct emb_row_hdr *r, uint32_t step,
+			      bool count)
+{
+	if (count)
+		touch(r, step);
+	else
+		r->last_step = step;
+}
+
 /* Creates and initialises the row for ids[p]; record pointer or NULL. */
 static struct emb_row_hdr *create_row(struct emb_table *t, struct emb_shard *s,
 				      uint64_t id, uint64_t h, int *rc)
@@ -829,6 +845,8 @@ struct pull_out {
 				(fp32 out) or weight words (raw out) */
 	uint32_t step;	     /* the access time of touch() */
 	bool track;	     /* the shard's policy reads access meta */
+	bool count_reads;    /* track counts reads in the access count
+				(else it sets the last step only) */
 	bool decode;	     /* out is fp32 of a compact table: decode */
 	bool raw;	     /* out is in the table's format (compact) */
 	bool state;	     /* out rows are whole: weights, then state */
@@ -911,6 +929,7 @@ pull_chunk_body(const uint64_t *ids, const uint32_t *pos, uint32_t m,
 	const uint32_t dim = size ? (uint32_t)(size / sizeof(float)) : o->dim;
 	const uint32_t step = o->step;
 	const bool track = size ? false : o->track;
+	const bool count = o->count_reads;
 	uint32_t nslow = 0;
 
 	for (uint32_t k = 0; k < m; k++) {
@@ -927,7 +946,7 @@ pull_chunk_body(const uint64_t *ids, const uint32_t *pos, uint32_t m,
 		 * row's line is not passed between the cores of threads
 		 * pulling it at once. */
 		if (track)
-			touch(r, step);
+			touch_read(r, step, count);
 		if (found)
 			found[p] = 1;
 		if (decode)
@@ -1095,6 +1114,9 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	resolve(t, s, b, &b->pos[lo], CHUNK_LEN(lo, hi), rows[0]);
 	used_at[0] = s->used;
 	x->o.track = track;
+	x->o.count_reads = emb__life_tracks(ls) || !t->tier ||
+			   t->fmt == EMB_ROWFMT_FP32 ||
+			   t->opts.rounding != EMB_ROUND_STOCHASTIC;
 	for (uint32_t c = lo, cur = 0; c < hi && !rc; c += PULL_CHUNK, cur ^= 1) {
 		uint32_t m = CHUNK_LEN(c, hi), slow[PULL_CHUNK], nslow;
 
@@ -1195,7 +1217,7 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 				continue;
 			}
 			if (track)
-				touch(r, x->o.step);
+				touch_read(r, x->o.step, x->o.count_reads);
 			if (out && x->o.decode)
 				emb_rowfmt_decode(t->fmt, emb__row_data(r),
 						  out + (size_t)p * x->o.dim,
