@@ -62,28 +62,28 @@ struct rocks_be {
 	pthread_mutex_t push_lock; /* pushes are read-modify-write */
 	struct emb_optim_cfg optim;
 	struct emb_init_cfg init;
-	uint64_t seed;		/* the initializer's, as the table's */
-	uint32_t dim;		/* floats of weights */
-	uint32_t vfloats;	/* weights and state */
-	uint32_t batch;		/* largest n a call passes */
-	_Atomic uint64_t rows;	/* rows made: preload and misses */
-	char path[4096];	/* the database's directory */
+	uint64_t seed;	       /* the initializer's, as the table's */
+	uint32_t dim;	       /* floats of weights */
+	uint32_t vfloats;      /* weights and state */
+	uint32_t batch;	       /* largest n a call passes */
+	_Atomic uint64_t rows; /* rows made: preload and misses */
+	char path[4096];       /* the database's directory */
 };
 
 struct rocks_ctx {
 	struct rocks_be *be;
-	uint64_t *uniq;		   /* the batch's distinct ids */
-	uint32_t *pos;		   /* ids[i] is uniq[pos[i]] */
-	uint64_t *set;		   /* open addressing: id + 1, 0 = empty */
-	uint32_t *set_idx;	   /* the slot's index into uniq */
-	uint32_t set_mask;	   /* slots - 1 */
-	unsigned char *keys;	   /* 8 bytes a distinct id */
-	const char **key_ptrs;	   /* into keys */
-	size_t *key_lens;	   /* all 8 */
+	uint64_t *uniq;	       /* the batch's distinct ids */
+	uint32_t *pos;	       /* ids[i] is uniq[pos[i]] */
+	uint64_t *set;	       /* open addressing: id + 1, 0 = empty */
+	uint32_t *set_idx;     /* the slot's index into uniq */
+	uint32_t set_mask;     /* slots - 1 */
+	unsigned char *keys;   /* 8 bytes a distinct id */
+	const char **key_ptrs; /* into keys */
+	size_t *key_lens;      /* all 8 */
 	rocksdb_pinnableslice_t **vals;
 	char **errs;
-	float *rowbuf;		   /* uniq * vfloats: the rows read */
-	float *gsum;		   /* uniq * dim: summed gradients */
+	float *rowbuf; /* uniq * vfloats: the rows read */
+	float *gsum;   /* uniq * dim: summed gradients */
 	rocksdb_writebatch_t *wb;
 };
 
@@ -127,8 +127,8 @@ static int rocks_open(const struct emb_bench_cfg *cfg, void **out)
 	s->init = cfg->init;
 	s->seed = cfg->seed;
 	s->dim = cfg->dim;
-	s->vfloats = cfg->dim + emb_optim_state_floats(cfg->optim.kind,
-						       cfg->dim);
+	s->vfloats =
+	    cfg->dim + emb_optim_state_floats(cfg->optim.kind, cfg->dim);
 	s->batch = cfg->batch;
 
 	/* Two memtables and the block cache share the budget. */
@@ -138,9 +138,10 @@ static int rocks_open(const struct emb_bench_cfg *cfg, void **out)
 	if (wbs > (64u << 20))
 		wbs = 64u << 20;
 	if (cfg->mem_limit <= 4 * wbs) {
-		fprintf(stderr, "embstore-bench: --mem-limit %" PRIu64
-				" is too small for RocksDB's memtables and"
-				" block cache (at least 4 MiB)\n",
+		fprintf(stderr,
+			"embstore-bench: --mem-limit %" PRIu64
+			" is too small for RocksDB's memtables and"
+			" block cache (at least 4 MiB)\n",
 			cfg->mem_limit);
 		rc = -EINVAL;
 		goto err_free;
@@ -229,11 +230,12 @@ static void rocks_close(void *be)
 	rocksdb_column_family_handle_destroy(s->cf);
 	rocksdb_close(s->db);
 	rocksdb_destroy_db(s->opts, s->path, &err);
-	if (err) {
+	if (err)
 		fprintf(stderr, "embstore-bench: rocksdb %s not removed: %s\n",
 			s->path, err);
-		rocksdb_free(err);
-	}
+	/* free(), as rocksdb_free() is: GCC's -Wdangling-pointer cannot
+	 * see through the library's call and warns at -O3. */
+	free(err);
 	rocksdb_writeoptions_destroy(s->wopts);
 	rocksdb_readoptions_destroy(s->ropts);
 	rocksdb_block_based_options_destroy(s->topts);
@@ -363,8 +365,9 @@ static int rows_get(struct rocks_ctx *c, uint32_t u, uint32_t *made)
 
 		if (c->errs[j]) {
 			if (!rc)
-				fprintf(stderr, "embstore-bench: rocksdb"
-						" multiget: %s\n",
+				fprintf(stderr,
+					"embstore-bench: rocksdb"
+					" multiget: %s\n",
 					c->errs[j]);
 			rocksdb_free(c->errs[j]);
 			c->errs[j] = NULL;
@@ -515,8 +518,7 @@ static int rocks_settle(void *be)
  * read "rocksdb.block.cache.miss COUNT : 12" and
  * "rocksdb.sst.read.micros P50 : ... COUNT : 9 SUM : 120"; 0 if absent.
  */
-static uint64_t stat_get(const char *text, const char *name,
-			 const char *field)
+static uint64_t stat_get(const char *text, const char *name, const char *field)
 {
 	size_t n = strlen(name);
 	const char *p = text;
@@ -574,15 +576,15 @@ static int rocks_mem(void *be, struct emb_bench_mem *out)
 }
 
 const struct emb_bench_backend emb_bench_rocks_backend = {
-	.name = "rocksdb",
-	.dense_ids = false,
-	.open = rocks_open,
-	.close = rocks_close,
-	.thread_open = rocks_thread_open,
-	.thread_close = rocks_thread_close,
-	.preload = rocks_preload,
-	.pull = rocks_pull,
-	.push = rocks_push,
-	.mem = rocks_mem,
-	.settle = rocks_settle,
+    .name = "rocksdb",
+    .dense_ids = false,
+    .open = rocks_open,
+    .close = rocks_close,
+    .thread_open = rocks_thread_open,
+    .thread_close = rocks_thread_close,
+    .preload = rocks_preload,
+    .pull = rocks_pull,
+    .push = rocks_push,
+    .mem = rocks_mem,
+    .settle = rocks_settle,
 };
