@@ -160,7 +160,7 @@ struct emb_bench_backend {
 	/*
 	 * Optional: called once on the main thread after the preload and
 	 * before the warmup, to bring the table to the state the timed
-	 * phase starts from (RocksDB: flushed and compacted).
+	 * phase starts from (RocksDB: flushed, compacted, its cache filled).
 	 */
 	int (*settle)(void *be);
 };
