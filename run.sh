@@ -37,6 +37,9 @@ PACKAGES=(build-essential meson ninja-build pkg-config libibverbs-dev
           python3-numpy python3-torch python3-pytest jq
           stress-ng   # CPU load beside tests (.ci/run, tests/chaos)
           fio         # the device's read rate beside the tier's (tools/bench-tier.sh)
+          # the tier's baseline, the same workload on RocksDB
+          # (embstore-bench-rocks, tools/bench-tier.sh; built where found)
+          librocksdb-dev
           # pip install . and wheels (pyproject.toml, tests/python/test_pip.py)
           python3-mesonpy python3-build python3-venv python3-pip)
 

@@ -51,9 +51,11 @@ struct emb_bench_cfg {
 	uint64_t seed;		    /* id streams and table seed */
 	struct emb_lifecycle_cfg life; /* admission and eviction (store and
 					  client backends) */
-	/* store backend only */
-	uint64_t mem_limit;	    /* the table's memory limit; 0 = none */
-	const char *tier_dir;	    /* device tier file in DIR, or NULL */
+	/* store and rocksdb backends only */
+	uint64_t mem_limit;	    /* the table's memory limit; 0 = none
+				       (rocksdb: block cache + memtables) */
+	const char *tier_dir;	    /* device tier file in DIR, or NULL
+				       (rocksdb: the database's parent) */
 	/* client backend only */
 	const char *servers;	    /* "host:port,..." */
 	const char *transport;	    /* "tcp", "rdma" or "auto" */
@@ -162,6 +164,12 @@ struct emb_bench_backend {
 	 * number of worker processes, so --verify gives each its own rows.
 	 */
 	void (*rank)(void *be, uint32_t *rank, uint32_t *nworkers);
+	/*
+	 * Optional: called once on the main thread after the preload and
+	 * before the warmup, to bring the table to the state the timed
+	 * phase starts from (RocksDB: flushed, compacted, its cache filled).
+	 */
+	int (*settle)(void *be);
 };
 
 extern const struct emb_bench_backend emb_bench_store_backend;
@@ -169,6 +177,9 @@ extern const struct emb_bench_backend emb_bench_raw_backend;
 /* raw-index-gather: the raw gather through a hashed index (bench_raw.c). */
 extern const struct emb_bench_backend emb_bench_raw_index_backend;
 extern const struct emb_bench_backend emb_bench_client_backend;
+/* embstore-bench-rocks's in-process backend: a RocksDB database
+ * (bench_rocks.c), built where librocksdb is found. */
+extern const struct emb_bench_backend emb_bench_rocks_backend;
 
 /*
  * One thread's id stream: draws ranks (0 = hottest) from the distribution

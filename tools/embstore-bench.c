@@ -22,6 +22,12 @@
  * in any order). A push that fails fails the run, so every counted push
  * was acknowledged, and none is counted twice.
  *
+ * Built with EMB_BENCH_ROCKSDB (as embstore-bench-rocks, where librocksdb
+ * is found), the in-process ops run on a RocksDB database in --tier-dir
+ * with --mem-limit as its block cache and memtables (bench_rocks.c): the
+ * baseline the device tier is measured against, with the same id streams,
+ * batches, timing and report.
+ *
  * Threads: main parses options, runs the phases and prints; workers each own
  * one struct worker and touch shared state only through atomics.
  */
@@ -214,6 +220,14 @@ static void usage(FILE *f)
 	    "  -h, --help            this text\n"
 	    "  --version             the version\n",
 	    f);
+#ifdef EMB_BENCH_ROCKSDB
+	fputs("embstore-bench-rocks: pull, push, step and mix run on a RocksDB"
+	      " database in\n"
+	      "--tier-dir (made empty, removed at exit) with --mem-limit as its"
+	      " block cache\n"
+	      "and memtables; both are needed (docs/bench.md).\n",
+	      f);
+#endif
 }
 
 static bool nonempty_env(const char *name)
@@ -654,6 +668,24 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->cfg.from_env = true;
 		}
 	}
+#ifdef EMB_BENCH_ROCKSDB
+	/* The in-process table is RocksDB's, on the device, in the budget. */
+	if (!rc && o->backend == &emb_bench_store_backend) {
+		o->backend = &emb_bench_rocks_backend;
+		if (!o->cfg.tier_dir) {
+			fprintf(stderr, "embstore-bench: RocksDB needs"
+					" --tier-dir (where its database goes)"
+					" and --mem-limit (its block cache and"
+					" memtables)\n");
+			rc = -EINVAL;
+		} else if (o->cfg.row_format != EMB_ROWFMT_FP32 ||
+			   !emb_lifecycle_is_off(&o->cfg.life)) {
+			fprintf(stderr, "embstore-bench: RocksDB rows are"
+					" fp32, without --admit or --evict\n");
+			rc = -EINVAL;
+		}
+	}
+#endif
 	if (!rc && (o->cfg.mem_limit || o->cfg.tier_dir) &&
 	    (o->backend == &emb_bench_raw_backend ||
 	     o->backend == &emb_bench_client_backend)) {
@@ -1725,6 +1757,11 @@ int main(int argc, char **argv)
 		goto out;
 	for (uint32_t i = 0; i < nready; i++)
 		r->preload_cpu_s += (double)ws[i].cpu_ns / 1e9;
+	if (o.backend->settle) {
+		rc = o.backend->settle(be);
+		if (rc)
+			goto out;
+	}
 	r->rss = rss_bytes();
 	rc = o.backend->mem(be, &r->mem);
 	if (rc)

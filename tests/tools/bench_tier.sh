@@ -4,7 +4,7 @@
 # half the rows on the device, prints a line for each with the share of
 # rows on the device, the device reads and the ratio to all in DRAM, and
 # writes its JSON lines; with gnuplot there, the plot too. Needs jq (else
-# SKIP).
+# SKIP). The RocksDB baseline beside it is tests/tools/bench_rocks.sh.
 set -u
 . "$(dirname "$0")/../lib.sh"
 SRC=$(cd "${1:?usage: bench_tier.sh SRC BUILD}" && pwd)
@@ -18,7 +18,7 @@ plot=
 command -v gnuplot >/dev/null 2>&1 && plot=$work/tier.png
 "$SRC/tools/bench-tier.sh" -b "$BUILD" --dir "$work" --rows 40000 \
 	--dim 16 --shares "100 50" --ops "pull:zipf:1.05 push:uniform" \
-	--warmup 0 --duration 0.3 --json "$work/tier.jsonl" \
+	--warmup 0 --duration 0.3 --json "$work/tier.jsonl" --no-rocksdb \
 	${plot:+--plot "$plot"} >"$work/out.txt" 2>&1 ||
 	bad "bench-tier.sh failed: $(tail -5 "$work/out.txt")"
 cat "$work/out.txt"
