@@ -138,6 +138,9 @@ echo_run() { # ARGS-for-server... -- ARGS-for-client...
 	while [ "$1" != -- ]; do sargs+=("$1"); shift; done
 	shift
 	cargs=("$@")
+	# A fresh log: the last run's "listening on" line would name its
+	# port (gone) if read before this server's redirect truncates it.
+	rm -f "$work/echo-srv.txt"
 	embstore-echo-server --listen 127.0.0.1:0 "${sargs[@]}" \
 		>"$work/echo-srv.txt" 2>&1 &
 	epid=$!
