@@ -245,6 +245,10 @@ struct emb_table {
 
 	/* The device tier (tier.c), or NULL. */
 	struct emb_tier *tier;
+	/* What view.c asks of tier.c, which it may not call (it is below
+	 * it: store_int.h's order; a call through a pointer goes up). Set
+	 * with tier. */
+	const struct emb_tier_view_ops *tier_view;
 };
 
 static inline struct emb_table_stripe *emb__my_stripe(struct emb_table *t)
@@ -611,6 +615,20 @@ int emb__tier_view_enter(struct emb_table *t, uint32_t si,
 			 struct emb_tier_walk **out);
 void emb__tier_walk_leave(struct emb_table *t, uint32_t si,
 			  struct emb_tier_walk *w);
+/* tier.c's functions view.c reaches through emb_table.tier_view. */
+struct emb_tier_view_ops {
+	int (*enter)(struct emb_table *t, uint32_t si,
+		     struct emb_tier_walk **out);
+	int (*rest)(struct emb_table *t, struct emb_shard *s, uint32_t si,
+		    struct emb_tier_walk *w, bool clear_ckpt, uint64_t *ids,
+		    float *rows, struct emb_row_meta *meta, uint32_t *got,
+		    uint32_t max);
+	bool (*done)(const struct emb_tier_walk *w);
+	void (*leave)(struct emb_table *t, uint32_t si,
+		      struct emb_tier_walk *w);
+	uint64_t (*limit)(const struct emb_table *t);
+};
+
 /* emb_table_track_begin() on shard si: the cold rows' move marks go. */
 void emb__tier_track_reset(struct emb_table *t, uint32_t si);
 

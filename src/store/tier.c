@@ -132,6 +132,14 @@ struct emb_tier {
 
 static void charge(struct emb_table *t, int64_t n);
 
+static const struct emb_tier_view_ops view_ops = {
+    .enter = emb__tier_view_enter,
+    .rest = emb__tier_walk_rest,
+    .done = emb__tier_walk_done,
+    .leave = emb__tier_walk_leave,
+    .limit = emb__tier_limit,
+};
+
 /* ---- per-thread buffers and ring ---- */
 
 /*
@@ -415,6 +423,7 @@ int emb__tier_open(struct emb_table *t, const char *path, uint64_t max_bytes)
 	}
 	pthread_mutex_init(&tr->lock, NULL);
 	t->tier = tr;
+	t->tier_view = &view_ops;
 	charge(t, (int64_t)t->nshards * tr->ghost_n * sizeof(uint32_t));
 	return 0;
 

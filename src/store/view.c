@@ -100,8 +100,7 @@ static void save_rec(struct emb_table *t, struct emb_shard *s, const void *rec)
 		/* A tiered table lives at its limit: its saves may pass it
 		 * by a quarter, then the view breaks as any would. */
 		if (emb__mem_charge(t, more)) {
-			uint64_t lim = emb_table_tiered(t) ? emb__tier_limit(t)
-							  : 0;
+			uint64_t lim = t->tier ? t->tier_view->limit(t) : 0;
 
 			if (!lim || __atomic_load_n(&t->mem_used,
 						    __ATOMIC_RELAXED) +
@@ -149,7 +148,8 @@ static void drop_shard(struct emb_table *t, struct emb_shard *s)
 
 	if (!v)
 		return;
-	emb__tier_walk_leave(t, (uint32_t)(s - t->shards), v->tw);
+	if (v->tw)
+		t->tier_view->leave(t, (uint32_t)(s - t->shards), v->tw);
 	s->view = NULL;
 	emb__mem_charge(t, -(int64_t)v->cap * t->row_bytes);
 	free(v->saved);
@@ -204,7 +204,7 @@ int emb_table_view_create(struct emb_table *t, struct emb_table_view **out)
 		v->limit = s->next_idx;
 		s->view = v;
 		/* A tiered shard's cold rows at the instant, too. */
-		if (t->tier && (rc = emb__tier_view_enter(t, si, &v->tw)))
+		if (t->tier && (rc = t->tier_view->enter(t, si, &v->tw)))
 			break;
 	}
 	vw->step = __atomic_load_n(&t->step, __ATOMIC_RELAXED);
@@ -276,19 +276,19 @@ int emb_table_view_next(struct emb_table_view *vw, uint64_t *ids, float *rows,
 		/* Every live record read: a tiered shard's cold rows of the
 		 * instant (tier.c; it may drop the lock and save more)... */
 		if (v->tw && got < max && vw->idx >= v->limit &&
-		    !emb__tier_walk_done(v->tw)) {
-			rc = emb__tier_walk_rest(t, s, vw->shard, v->tw, false,
+		    !t->tier_view->done(v->tw)) {
+			rc = t->tier_view->rest(t, s, vw->shard, v->tw, false,
 						 ids, rows, meta, &got, max);
 			if (!rc && v->broken)
 				rc = EMB_EMEMLIMIT;
-			if (rc || !emb__tier_walk_done(v->tw)) {
+			if (rc || !t->tier_view->done(v->tw)) {
 				pthread_mutex_unlock(&s->lock);
 				continue;
 			}
 		}
 		/* ...then the saved ones, then let go. */
 		while (got < max && vw->idx >= v->limit &&
-		       (!v->tw || emb__tier_walk_done(v->tw)) &&
+		       (!v->tw || t->tier_view->done(v->tw)) &&
 		       vw->saved_pos < v->nsaved)
 			emb__row_put(
 			    t,
@@ -298,7 +298,7 @@ int emb_table_view_next(struct emb_table_view *vw, uint64_t *ids, float *rows,
 						      t->row_bytes),
 			    got++, ids, rows, meta);
 		if (vw->idx >= v->limit && vw->saved_pos >= v->nsaved &&
-		    (!v->tw || emb__tier_walk_done(v->tw))) {
+		    (!v->tw || t->tier_view->done(v->tw))) {
 			drop_shard(t, s);
 			vw->shard++;
 			vw->idx = 0;
