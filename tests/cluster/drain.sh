@@ -57,7 +57,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-moves_launch 16
+# The workers train through the drain and the join; on the device tier
+# each move reads its rows from it, slower, so they train longer.
+if [ "$tier" = tier ]; then
+	moves_launch 45
+else
+	moves_launch 16
+fi
 [ -n "$sched" ] || bad "no scheduler address"
 if [ "$tier" = tier ]; then
 	big=0
