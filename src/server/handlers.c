@@ -311,7 +311,7 @@ static int pull_copy(struct emb_server *s, struct emb_req *req,
 	}
 	found = p->nocreate ? buf + bitmap + rows : NULL;
 	/* A compact table's rows go as it keeps them, unless asked in f32;
-	 * whole rows (a tiered table's) as a walk hands them out. */
+	 * whole rows as a walk hands them out. */
 	rc = p->with_state
 		 ? emb_table_pull_raw(st->t, p->ids, p->n, buf + bitmap,
 				      (p->nocreate ? EMB_PULL_NOCREATE : 0) |
@@ -445,12 +445,11 @@ static int on_pull(struct emb_server *s, struct emb_req *req,
 		emb__tables_unpin(st);
 		return 0;
 	}
-	/* Whole rows (weights + optimizer state) always go zero-copy: the
-	 * store's copying pull gives weights only. f32 rows of a compact
-	 * table are decoded, so never straight from table memory. */
-	/* A tiered table's rows may leave for the device once the shard
-	 * lock is gone: they are always copied. */
-	if ((!zero_copy(s, req) && !p.with_state) ||
+	/* Copied as any pull on a connection that copies, whole rows too
+	 * (EMB_PULL_STATE). f32 rows of a compact table are decoded, so
+	 * never straight from table memory; a tiered table's rows may
+	 * leave for the device once the shard lock is gone. */
+	if (!zero_copy(s, req) ||
 	    (p.fp32 && emb_table_row_format(st->t) != EMB_ROWFMT_FP32) ||
 	    emb_table_tiered(st->t))
 		return pull_copy(s, req, &p, st);

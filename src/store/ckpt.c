@@ -137,7 +137,7 @@ int emb_table_ckpt_next(struct emb_table_ckpt *c, uint64_t *ids, float *rows,
 
 		pthread_mutex_lock(&s->lock);
 		if (t->tier && !c->entered) {
-			/* A tiered shard: its cold rows first (tier.c). */
+			/* A tiered shard: its walk (tier.c, "walks"). */
 			int rc = emb__tier_walk_enter(
 			    t, c->shard,
 			    c->delta ? EMB_TIER_WALK_CKPT : EMB_TIER_WALK_ALL,

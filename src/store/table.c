@@ -2459,7 +2459,7 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 
 		pthread_mutex_lock(&s->lock);
 		if (t->tier && !it->entered) {
-			/* A tiered shard: its cold rows first (tier.c). */
+			/* A tiered shard: its walk (tier.c, "walks"). */
 			int rc = emb__tier_walk_enter(
 			    t, it->shard,
 			    it->tracked ? EMB_TIER_WALK_MOVE

@@ -876,7 +876,7 @@ uint64_t emb__tier_limit(const struct emb_table *t)
 
 /* Bytes of slabs the table may still add before it demotes: three
  * quarters of its limit, and of its budget's (a server's tables share
- * one), less what is used; UINT64_MAX with neither. */
+ * one), less what is used; UINT64_MAX with neither. Below, room_recs. */
 static uint64_t room_bytes(const struct emb_table *t)
 {
 	const struct emb_mem_budget *b = t->opts.budget;
@@ -895,6 +895,19 @@ static uint64_t room_bytes(const struct emb_table *t)
 	return left;
 }
 
+/* Records shard s can make without a demotion: its free ones and those
+ * of the slabs room_bytes() still allows; UINT64_MAX with no limit. */
+static uint64_t room_recs(const struct emb_table *t,
+			  const struct emb_shard *s)
+{
+	uint64_t left = room_bytes(t);
+
+	if (left == UINT64_MAX)
+		return UINT64_MAX;
+	return (uint64_t)s->nslabs * t->rows_per_slab - s->used +
+	       left / t->slab_alloc_bytes * t->rows_per_slab;
+}
+
 static uint32_t walks_dram_at(const struct tier_shard *ts);
 
 /*
@@ -907,11 +920,8 @@ static uint32_t walks_dram_at(const struct tier_shard *ts);
  */
 static int short_of(struct emb_table *t, struct emb_shard *s, uint32_t need)
 {
-	uint64_t left = room_bytes(t);
-	uint64_t room = (uint64_t)s->nslabs * t->rows_per_slab - s->used;
+	uint64_t room = room_recs(t, s);
 
-	if (left != UINT64_MAX)
-		room += left / t->slab_alloc_bytes * t->rows_per_slab;
 	/* A walk's DRAM part held the demotions back: add_slab goes past
 	 * the limit for it anyway, and that is no misconfiguration. */
 	if (room >= need || s->tier_pinned)
@@ -944,8 +954,7 @@ static int room_round(struct emb_table *t, struct emb_shard *s, uint32_t si,
 {
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
-	uint64_t avail = (uint64_t)s->nslabs * t->rows_per_slab - s->used;
-	uint64_t room, want, ncand, got, left;
+	uint64_t room = room_recs(t, s), want, ncand, got;
 	uint32_t now = (uint32_t)__atomic_load_n(&tr->clock, __ATOMIC_RELAXED);
 	struct cand *cand;
 	int rc;
@@ -956,12 +965,8 @@ static int room_round(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	 * the least recently used rows. A quarter of the limit is kept for
 	 * the index and cold maps (docs/store.md).
 	 */
-	left = room_bytes(t);
-	if (avail >= need || left == UINT64_MAX)
-		return 0; /* room, or no limit to make room in */
-	room = avail + left / t->slab_alloc_bytes * t->rows_per_slab;
 	if (room >= need)
-		return 0;
+		return 0; /* room, or no limit to make room in */
 	want = need - room;
 	/* Whole blocks, and a few at once: each demotion writes. */
 	want = (want + tr->per_block - 1) / tr->per_block * tr->per_block;
@@ -1333,13 +1338,15 @@ const char *emb__tier_pre_block(const struct emb_tier_pre *p, uint32_t si,
  * of the shard comes out once however rows move between the tiers:
  *
  *   1. DRAM: the caller walks the shard's records as in any table. Until
- *      it is done the shard demotes nothing, so no row the walk has not
- *      reached can go to the device. A row that comes back from the
- *      device meanwhile is owed: its id is kept, the caller skips it in
- *      DRAM (emb__tier_walk_owes) and part 3 hands it out.
- *   2. The device: at the end of part 1 (walk_hot_done) the
- *      walk lists the shard's cold rows, with their blocks' generations,
- *      and the shard demotes again. The list goes in location order, in
+ *      it is done the shard demotes only records the walk has passed
+ *      (emb__tier_walk_dram_at), so no row the walk has not reached can
+ *      go to the device. A row that comes back from the device meanwhile
+ *      is owed: its id is kept, the caller skips it in DRAM
+ *      (emb__tier_walk_owes) and part 3 hands it out.
+ *   2. The device: at the end of part 1 (walk_hot_done) the walk lists
+ *      the shard's cold rows in blocks written before it began (later
+ *      ones hold rows demoted from records it passed), with their
+ *      blocks' generations, and the shard demotes freely again. The list goes in location order, in
  *      runs of up to WALK_BLOCKS blocks read together with the shard lock
  *      dropped; a row read is handed out if its block's generation is
  *      still the listed one (the block was not given back and written
@@ -1368,11 +1375,11 @@ struct emb_tier_walk {
 	uint32_t *gen;		    /* and their blocks' generations */
 	uint32_t nloc;		    /* in loc */
 	uint32_t at;		    /* loc[0..at) are behind the walk */
-	uint64_t *owed;		    /* ids owed, in the order they came */
-	uint32_t nowed, owed_cap, owed_at;
-	uint64_t *owed_set;	    /* the same ids, open addressing, 0 =
-				       empty (id 0: owed_zero) */
-	uint32_t set_n;
+	uint64_t *owed;		    /* ids owed: open addressing, 0 = empty
+				       (id 0: owed_zero), owed_n slots */
+	uint32_t owed_n, nowed;	    /* slots; ids in them */
+	uint32_t owed_at;	    /* part 3: next slot to hand out, then
+				       owed_n for id 0 */
 	bool owed_zero;
 	char *buf;		    /* WALK_BLOCKS blocks, aligned */
 };
@@ -1395,6 +1402,17 @@ int emb__tier_walk_enter(struct emb_table *t, uint32_t si, int kind,
 	t->shards[si].tier_pinned = true;
 	*out = w;
 	return 0;
+}
+
+/* Whether a walk of the shard holds its demotions back (part 1 of a
+ * walk that is no view's), after walks came or went. */
+static void pin_update(struct emb_table *t, uint32_t si)
+{
+	const struct emb_tier_walk *o = t->tier->sh[si].walks;
+
+	while (o && (o->part != PART_DRAM || o->view))
+		o = o->next;
+	t->shards[si].tier_pinned = o != NULL;
 }
 
 /* Whether the walk hands out the row at loc (its filter). */
@@ -1431,7 +1449,6 @@ static int walk_hot_done(struct emb_table *t, uint32_t si,
 {
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
-	struct emb_tier_walk *o;
 
 	if (w->part != PART_DRAM)
 		return 0;
@@ -1455,16 +1472,14 @@ static int walk_hot_done(struct emb_table *t, uint32_t si,
 	for (uint32_t i = 0; i < w->nloc; i++)
 		w->gen[i] = ts->blk_gen[w->loc[i] >> 8];
 	w->part = PART_COLD;
-	for (o = ts->walks; o && o->part != PART_DRAM; o = o->next)
-		;
-	t->shards[si].tier_pinned = o != NULL;
+	pin_update(t, si);
 	return 0;
 }
 
 void emb__tier_walk_leave(struct emb_table *t, uint32_t si,
 			  struct emb_tier_walk *w)
 {
-	struct emb_tier_walk **pp, *o;
+	struct emb_tier_walk **pp;
 
 	if (!w)
 		return;
@@ -1473,13 +1488,10 @@ void emb__tier_walk_leave(struct emb_table *t, uint32_t si,
 			*pp = w->next;
 			break;
 		}
-	for (o = t->tier->sh[si].walks; o && o->part != PART_DRAM; o = o->next)
-		;
-	t->shards[si].tier_pinned = o != NULL;
+	pin_update(t, si);
 	free(w->loc);
 	free(w->gen);
 	free(w->owed);
-	free(w->owed_set);
 	free(w->buf);
 	free(w);
 }
@@ -1491,14 +1503,14 @@ int emb__tier_view_enter(struct emb_table *t, uint32_t si,
 
 	if (rc)
 		return rc;
+	/* The view keeps the instant's records itself, so it holds no
+	 * demotion back; its cold rows are listed when it comes to the
+	 * shard (walk_hot_done), those in blocks written before the
+	 * instant, and one of them that leaves the device before is saved
+	 * (walks_drop): one shard's list at a time, not the table's. */
 	(*out)->view = true;
-	/* No DRAM part: the view keeps the instant's records itself. */
-	rc = walk_hot_done(t, si, *out);
-	if (rc) {
-		emb__tier_walk_leave(t, si, *out);
-		*out = NULL;
-	}
-	return rc;
+	pin_update(t, si);
+	return 0;
 }
 
 void emb__tier_walk_dram_at(struct emb_tier_walk *w, uint32_t idx)
@@ -1513,7 +1525,7 @@ static uint32_t walks_dram_at(const struct tier_shard *ts)
 	uint32_t at = UINT32_MAX;
 
 	for (const struct emb_tier_walk *w = ts->walks; w; w = w->next)
-		if (w->part == PART_DRAM && w->dram_at < at)
+		if (w->part == PART_DRAM && !w->view && w->dram_at < at)
 			at = w->dram_at;
 	return at;
 }
@@ -1530,14 +1542,15 @@ static uint32_t set_home(uint64_t id, uint32_t n)
 
 bool emb__tier_walk_owes(const struct emb_tier_walk *w, uint64_t id)
 {
-	if (!w->nowed)
-		return false;
 	if (!id)
 		return w->owed_zero;
-	for (uint32_t p = set_home(id, w->set_n);; p = (p + 1) & (w->set_n - 1)) {
-		if (w->owed_set[p] == id)
+	if (!w->nowed)
+		return false;
+	for (uint32_t p = set_home(id, w->owed_n);; p = (p + 1) &
+						      (w->owed_n - 1)) {
+		if (w->owed[p] == id)
 			return true;
-		if (!w->owed_set[p])
+		if (!w->owed[p])
 			return false;
 	}
 }
@@ -1548,47 +1561,37 @@ static void owe(struct emb_tier_walk *w, uint64_t id)
 {
 	uint32_t p;
 
-	if (emb__tier_walk_owes(w, id))
-		return;
-	if (w->nowed == w->owed_cap) {
-		uint32_t cap = w->owed_cap ? w->owed_cap * 2 : 64;
-		uint64_t *v = realloc(w->owed, cap * sizeof(*v));
-
-		if (!v)
-			goto fail;
-		w->owed = v;
-		w->owed_cap = cap;
-	}
-	if (id && (w->nowed + 1) * 2 > w->set_n) {
-		uint32_t n = w->set_n ? w->set_n * 2 : 128;
-		uint64_t *v = calloc(n, sizeof(*v));
-
-		if (!v)
-			goto fail;
-		for (uint32_t i = 0; i < w->set_n; i++) {
-			if (!w->owed_set[i])
-				continue;
-			p = set_home(w->owed_set[i], n);
-			while (v[p])
-				p = (p + 1) & (n - 1);
-			v[p] = w->owed_set[i];
-		}
-		free(w->owed_set);
-		w->owed_set = v;
-		w->set_n = n;
-	}
-	w->owed[w->nowed++] = id;
 	if (!id) {
 		w->owed_zero = true;
 		return;
 	}
-	p = set_home(id, w->set_n);
-	while (w->owed_set[p])
-		p = (p + 1) & (w->set_n - 1);
-	w->owed_set[p] = id;
-	return;
-fail:
-	w->part = -ENOMEM;
+	if (emb__tier_walk_owes(w, id))
+		return;
+	if ((w->nowed + 1) * 2 > w->owed_n) {
+		uint32_t n = w->owed_n ? w->owed_n * 2 : 128;
+		uint64_t *v = calloc(n, sizeof(*v));
+
+		if (!v) {
+			w->part = -ENOMEM;
+			return;
+		}
+		for (uint32_t i = 0; i < w->owed_n; i++) {
+			if (!w->owed[i])
+				continue;
+			p = set_home(w->owed[i], n);
+			while (v[p])
+				p = (p + 1) & (n - 1);
+			v[p] = w->owed[i];
+		}
+		free(w->owed);
+		w->owed = v;
+		w->owed_n = n;
+	}
+	p = set_home(id, w->owed_n);
+	while (w->owed[p])
+		p = (p + 1) & (w->owed_n - 1);
+	w->owed[p] = id;
+	w->nowed++;
 }
 
 /* id's cold row at loc leaves the device; lives_on: for DRAM (promotion,
@@ -1607,9 +1610,14 @@ static void walks_drop(struct emb_table *t, uint32_t si, uint32_t loc,
 			continue;
 		if (w->part == PART_DRAM) {
 			/* Only a row on the device since before the walk:
-			 * one demoted since came from records it passed. */
-			if (ts->blk_born[loc >> 8] <= w->born &&
-			    walk_wants(tr, ts, w, fp, loc))
+			 * one demoted since came from records it passed
+			 * (a view's, from records it saved or saw). */
+			if (ts->blk_born[loc >> 8] > w->born ||
+			    !walk_wants(tr, ts, w, fp, loc))
+				continue;
+			if (w->view)
+				emb__view_save_cold(t, &t->shards[si], src);
+			else
 				owe(w, id);
 		} else if (w->part == PART_COLD) {
 			uint32_t lo = w->at, hi = w->nloc;
@@ -1725,12 +1733,20 @@ static int walk_owed(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
 
-	while (got < max && w->owed_at < w->nowed) {
-		uint64_t id = w->owed[w->owed_at++], h = emb_id_hash(id), bit;
-		int64_t idx = emb__shard_find(t, s, id, h);
+	/* The set no longer changes: nothing owes in part 3. */
+	while (got < max && w->owed_at <= w->owed_n) {
+		uint32_t at = w->owed_at++;
+		uint64_t id, h, bit;
+		int64_t idx;
 		const char *src;
 		uint32_t mpos;
 		int rc = 0;
+
+		if (at < w->owed_n ? !w->owed[at] : !w->owed_zero)
+			continue;
+		id = at < w->owed_n ? w->owed[at] : 0;
+		h = emb_id_hash(id);
+		idx = emb__shard_find(t, s, id, h);
 
 		if (idx >= 0) {
 			if (clear_ckpt)
@@ -1751,7 +1767,7 @@ static int walk_owed(struct emb_table *t, struct emb_shard *s, uint32_t si,
 		emb__row_put(t, (const struct emb_row_hdr *)(const void *)src,
 			     got++, ids, rows, meta);
 	}
-	if (w->owed_at == w->nowed)
+	if (w->owed_at > w->owed_n)
 		w->part = PART_DONE;
 	return (int)got;
 }
