@@ -367,6 +367,14 @@ bool emb_table_row_finite(const struct emb_table *t, const float *row);
 int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n);
 
 /*
+ * The clock a row's emb_row_meta.last_step counts in, as it is now: the
+ * table step, or a tiered table's batch clock (docs/store.md, "The device
+ * tier"). A row's idle time is now minus its last_step, modulo 2^32: what
+ * a row keeps when it moves to another table (a fill's EMB_F_META).
+ */
+uint32_t emb_table_now(const struct emb_table *t);
+
+/*
  * Holds the rows of some slots back from every eviction (the policy's
  * hands and emb_table_evict()): slot k is held while bit k % 64 of
  * set[k / 64] is set (EMB_NSLOTS / 64 words, copied); NULL holds none.

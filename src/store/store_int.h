@@ -552,6 +552,8 @@ const char *emb__tier_path(const struct emb_table *t);
 uint64_t emb__tier_rows_cold(struct emb_table *t);
 /* The next tick of the tier's access clock (a batch's; any thread). */
 uint32_t emb__tier_tick(struct emb_table *t);
+/* The clock emb__tier_tick() advances, as it is now. */
+uint32_t emb__tier_now(const struct emb_table *t);
 /*
  * Before a group of need ids of shard si: makes sure that need records
  * can be made without passing the memory limit, moving the least

@@ -2196,6 +2196,11 @@ evict_row(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 	}
 }
 
+uint32_t emb_table_now(const struct emb_table *t)
+{
+	return t->tier ? emb__tier_now(t) : now_step(t);
+}
+
 void emb_table_evict_hold(struct emb_table *t, const uint64_t *set)
 {
 	bool any = false;
