@@ -15,27 +15,8 @@ set -u
 . "$(dirname "$0")/moves_lib.sh"
 
 tools=${1:?usage: elastic_evict.sh TOOLS_DIR}
-tools=$(cd "$tools" && pwd) || exit 1
-work=$(mktemp -d "${TMPDIR:-/tmp}/emb-elastic-evict-XXXXXX")
-PATH=$tools:$PATH
-export PATH
-EMB_HEARTBEAT_TIMEOUT=2
-EMB_CLUSTER_TIMEOUT=30
-export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
-unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN \
-	EMB_SERVER_MAX
+moves_setup "$tools" elastic-evict
 CAP=20000
-lpid=
-npid=
-fail=0
-
-cleanup() {
-	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
-	[ -n "$npid" ] && kill -KILL "$npid" 2>/dev/null
-	wait 2>/dev/null
-	[ -n "${KEEP:-}" ] || rm -rf "$work"
-}
-trap cleanup EXIT
 
 # "ADDR ROWS EVICTED" for each server of table bench, from `embstore stat
 # --sched --json`.
