@@ -391,6 +391,7 @@ void emb__wire_spec_get(const uint8_t *p, struct emb_wire_spec *s)
 	s->row_format = EMB_ROWFMT_FP32;
 	s->rounding = EMB_ROUND_STOCHASTIC;
 	s->tier = EMB_TIER_AUTO;
+	s->tier_pad = 0;
 	s->tier_max = 0;
 }
 

@@ -310,6 +310,8 @@ struct emb_wire_spec {
 	uint32_t row_format; /* enum emb_row_format (common/tabledef.h) */
 	uint32_t rounding;   /* enum emb_round (common/rowfmt.h) */
 	uint32_t tier;	     /* CREATE_TABLE only: enum emb_tier_mode */
+	uint32_t tier_pad;   /* 0: no implicit padding, so two specs
+				compare by their bytes */
 	uint64_t tier_max;   /* CREATE_TABLE only: tier file bytes, 0 =
 				the server's */
 };
