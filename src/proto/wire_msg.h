@@ -72,13 +72,23 @@
  *   bits 9..31  0
  *   0 for an fp32 table as every earlier version made it.
  *
+ * Tier block: where a table's rows past the memory limit go
+ *   0       4        mode: enum emb_tier_mode (0 auto, 1 off, 2 on)
+ *   4       4        reserved, 0
+ *   8       8        tier_max: bytes of tier file a server gives the
+ *                    table, 0 = the server's --tier-max
+ *   size 16; mode 0 with tier_max 0 is sent as no block
+ *
  * CREATE_TABLE request (table id 0, count 0): one table spec, 128 bytes;
  * then, when the row-format word is not 0 (flag EMB_F_ROWFMT), 8 bytes:
- * the word and 4 reserved; then a lifecycle block when the table has a
- * policy (payload 128, 136, 160 or 168; a block with every policy off, or
- * a word of 0 sent as a block, is refused, so each request has one
- * encoding). A server that does not know EMB_F_ROWFMT refuses the frame,
- * so a compact table is never made fp32 by mistake. A
+ * the word and 4 reserved; then a tier block when the table asks for
+ * other than the servers' own tier (flag EMB_F_TIER); then a lifecycle
+ * block when the table has a policy (payload 128 plus any of 8, 16 and
+ * 32; a block with every policy off, a word of 0 or a default tier block
+ * sent as a block is refused, so each request has one encoding). A
+ * server that does not know EMB_F_ROWFMT or EMB_F_TIER refuses the frame,
+ * so a compact table is never made fp32, nor an untiered one tiered, by
+ * mistake. A
  * CREATE of an existing table with the same spec returns its id and sets
  * the block's policy only if the table has none (a server that restarted
  * from a checkpoint gets it back from its clients); changing a policy is
@@ -220,6 +230,7 @@
 #define EMB_WIRE_SET_MODE_SIZE 16u
 #define EMB_WIRE_LIFECYCLE_SIZE	   32u
 #define EMB_WIRE_ROWFMT_SIZE	   8u /* CREATE_TABLE's row-format block */
+#define EMB_WIRE_TIER_SIZE	   16u /* CREATE_TABLE's tier block */
 #define EMB_WIRE_SYNC_WORKERS_MAX 65536u /* workers of a sync table */
 #define EMB_WIRE_STATS_FIELDS_MAX  64u /* most a reader accepts */
 
@@ -294,6 +305,9 @@ struct emb_wire_spec {
 					  eviction, all off = no block */
 	uint32_t row_format; /* enum emb_row_format (common/tabledef.h) */
 	uint32_t rounding;   /* enum emb_round (common/rowfmt.h) */
+	uint32_t tier;	     /* CREATE_TABLE only: enum emb_tier_mode */
+	uint64_t tier_max;   /* CREATE_TABLE only: tier file bytes, 0 =
+				the server's */
 };
 
 struct emb_wire_table_info {

@@ -103,7 +103,7 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	r.limits = s->opts.limits;
 	r.server_id = s->server_id;
 	r.features = EMB_WIRE_FEAT_PUSH_SESSION | EMB_WIRE_FEAT_PULL_MANY |
-		     EMB_WIRE_FEAT_ROWFMT |
+		     EMB_WIRE_FEAT_ROWFMT | EMB_WIRE_FEAT_TIER |
 		     EMB_WIRE_FEAT_PUSH_MANY;
 	/* A client that came over TCP learns it may move to RDMA, at this
 	 * host and port number (docs/protocol.md, HELLO). */
@@ -148,6 +148,11 @@ static int on_create(struct emb_server *s, struct srv_conn *sc,
 				 "dim, optimizer, initializer or seed");
 		return emb__reply_error(s, req, rc, why);
 	}
+	if (rc == EMB_ENOTIER)
+		return emb__reply_error(s, req, rc,
+					"the table asks for a device tier "
+					"(tier on) and this server was "
+					"started without --tier-dir");
 	if (rc)
 		return emb__reply_error(s, req, rc, NULL);
 	emb__reply_ack(s, req, id, 0);

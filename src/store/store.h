@@ -101,6 +101,12 @@ struct emb_table_opts {
 	 * are located (emb_table_locate()). */
 	const char *tier_path;
 	uint64_t tier_max; /* bytes the file may grow to; 0 = no bound */
+	/* What the table's CREATE asked of its server's tier (enum
+	 * emb_tier_mode, and tier file bytes, 0 = the server's bound). The
+	 * store does not act on them: snapshots keep them (docs/format.md),
+	 * so a server that loads the table makes it as it was asked. */
+	uint32_t tier_mode;
+	uint64_t tier_request;
 };
 
 #define EMB_TABLE_OPTS_DEFAULT                                                 \
@@ -117,7 +123,9 @@ struct emb_table_opts {
 				 .row_format = EMB_ROWFMT_FP32,                \
 				 .rounding = EMB_ROUND_STOCHASTIC,             \
 				 .tier_path = NULL,                            \
-				 .tier_max = 0})
+				 .tier_max = 0,                                \
+				 .tier_mode = EMB_TIER_AUTO,                   \
+				 .tier_request = 0})
 
 /* Flags for emb_table_pull() and emb_table_pull_ptrs(). */
 #define EMB_PULL_NOCREATE 0x1u /* report missing ids instead of creating */

@@ -51,7 +51,8 @@ static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
 			struct emb_client_table **out)
 {
 	uint8_t payload[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
-			EMB_WIRE_ROWFMT_SIZE + EMB_WIRE_LIFECYCLE_SIZE];
+			EMB_WIRE_ROWFMT_SIZE + EMB_WIRE_TIER_SIZE +
+			EMB_WIRE_LIFECYCLE_SIZE];
 	struct emb_client_table *t;
 	struct emb_wire_spec ws = {0};
 	struct emb_async *op;
@@ -71,6 +72,12 @@ static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
 	ws.rounding = spec->row_format == EMB_ROWFMT_FP32 ? 0 : spec->rounding;
 	if (ws.row_format >= EMB_ROWFMT_COUNT || spec->rounding > 1)
 		return EMB_EBADFORMAT;
+	if (spec->tier >= EMB_TIER_MODE_COUNT || spec->_pad1)
+		return EMB_EBADARG;
+	/* Likewise a server before per-table tiers refuses EMB_F_TIER: no
+	 * table that asked for no tier is tiered, nor the reverse. */
+	ws.tier = spec->tier;
+	ws.tier_max = spec->tier_max;
 	/* A server before row formats refuses the CREATE's flag: no table
 	 * is made fp32 that was asked compact. */
 	ws.life = per_server(c, &spec->life);
@@ -86,7 +93,8 @@ static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
 	len = emb_wire_create_req_encode(payload, sizeof(payload), 0, &ws);
 	if (len < 0)
 		return len;
-	/* The encoder's flags: EMB_F_ROWFMT when a format block follows. */
+	/* The encoder's flags: EMB_F_ROWFMT and EMB_F_TIER when their
+	 * blocks follow. */
 	op = emb__broadcast(c, EMB_OP_CREATE_TABLE, emb_le16_load(payload + 6),
 			    NULL,
 			    payload + EMB_WIRE_HDR_SIZE,

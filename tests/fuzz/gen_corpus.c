@@ -461,6 +461,17 @@ int main(int argc, char **argv)
 	spec.rounding = EMB_ROUND_STOCHASTIC;
 	save("create_req_rowfmt",
 	     emb_wire_create_req_encode(buf, sizeof(buf), 2, &spec));
+	/* A table's own tier: the tier block after the row format's. */
+	spec.tier = EMB_TIER_ON;
+	spec.tier_max = 64ull << 30;
+	save("create_req_rowfmt_tier",
+	     emb_wire_create_req_encode(buf, sizeof(buf), 2, &spec));
+	spec.row_format = EMB_ROWFMT_FP32;
+	spec.tier = EMB_TIER_OFF;
+	spec.tier_max = 0;
+	save("create_req_tier",
+	     emb_wire_create_req_encode(buf, sizeof(buf), 2, &spec));
+	spec.tier = EMB_TIER_AUTO;
 	save("create_resp", emb_wire_ack_encode(buf, sizeof(buf),
 						EMB_OP_CREATE_TABLE, 2, 1, 0));
 	save("drop_req", emb_wire_empty_req_encode(buf, sizeof(buf),
