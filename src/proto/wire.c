@@ -45,7 +45,7 @@ static const struct op_rule op_rules[] = {
 			 EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16 | EMB_F_ADMITTED,
 		     TBL_SET},
     [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE | EMB_F_EPOCH | EMB_F_FILL |
-			   EMB_F_WARM, TBL_SET},
+			   EMB_F_META | EMB_F_WARM, TBL_SET},
     [EMB_OP_ERASE] = {EMB_F_EPOCH, TBL_SET},
     [EMB_OP_STATS] = {0, TBL_ANY},
     [EMB_OP_SET_MODE] = {0, TBL_SET},
@@ -898,18 +898,33 @@ int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       const uint64_t *ids, uint32_t n, uint32_t stride,
 			       const float *rows)
 {
-	uint64_t plen = 8ull * n + 4ull * n * stride;
+	return emb_wire_assign_req_encode_meta(out, req_id, table_id, flags,
+					       ids, n, stride, rows, NULL);
+}
+
+int emb_wire_assign_req_encode_meta(struct emb_wire_iovs *out,
+				    uint64_t req_id, uint32_t table_id,
+				    uint16_t flags, const uint64_t *ids,
+				    uint32_t n, uint32_t stride,
+				    const float *rows, const uint32_t *meta)
+{
+	uint64_t plen = 8ull * n + 4ull * n * stride + (meta ? 8ull * n : 0);
 
 	if (!out || table_id == 0 || (flags & ~EMB_F_WITH_STATE) ||
-	    stride == 0 || stride > STRIDE_MAX || (n && (!ids || !rows)))
+	    stride == 0 || stride > STRIDE_MAX ||
+	    (n && (!ids || !rows)))
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
+	if (meta)
+		flags |= EMB_F_META;
 	emb__wire_put_hdr(out->head, EMB_OP_ASSIGN, flags, req_id, table_id, n,
 		(uint32_t)plen, 0);
 	iovs_start(out, EMB_WIRE_HDR_SIZE);
 	iovs_add(out, ids, 8ull * n);
 	iovs_add(out, rows, 4ull * n * stride);
+	if (meta)
+		iovs_add(out, meta, 8ull * n);
 	return 0;
 }
 
@@ -1389,7 +1404,21 @@ int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	with_state = f->hdr.flags & EMB_F_WITH_STATE;
 	stride = dim + (with_state ? state_floats : 0);
 	rows_off = 8ull * f->hdr.count;
-	rc = rows_check(f, rows_off, stride);
+	if (f->hdr.flags & EMB_F_META) {
+		/* The rows end where the meta begins: as rows_check, on
+		 * the payload less the meta's 8n bytes. */
+		struct emb_wire_frame g = *f;
+		uint64_t meta = 8ull * f->hdr.count;
+
+		if (f->hdr.count > f->lim->max_ids)
+			return EMB_ETOOMANYIDS;
+		if (meta + rows_off > f->hdr.payload_len)
+			return EMB_EBADFRAME;
+		g.hdr.payload_len = (uint32_t)(f->hdr.payload_len - meta);
+		rc = rows_check(&g, rows_off, stride);
+	} else {
+		rc = rows_check(f, rows_off, stride);
+	}
 	if (rc)
 		return rc;
 	out->table_id = f->hdr.table_id;
@@ -1398,6 +1427,11 @@ int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	out->stride = stride;
 	out->ids = (const uint64_t *)(const void *)f->payload;
 	out->rows = (const float *)(const void *)(f->payload + rows_off);
+	out->meta = (f->hdr.flags & EMB_F_META)
+			? (const uint32_t *)(const void *)(f->payload + rows_off +
+							   4ull * f->hdr.count *
+							       stride)
+			: NULL;
 	return 0;
 }
 

@@ -145,12 +145,16 @@
  * PUSH response: no payload.
  *
  * ASSIGN request (table id set, count = n <= max_ids, flags
- * EMB_F_WITH_STATE)
+ * EMB_F_WITH_STATE, EMB_F_META)
  *   0       8n       u64 ids[n]
  *   8n      4*n*s    rows[n][s]; s = dim f32 weights (rounded to nearest
  *                    into a compact table's format), or with
  *                    EMB_F_WITH_STATE full rows in the table's format as
  *                    PULL with EMB_F_WITH_STATE gives them
+ *   then, with EMB_F_META, 8n bytes: per row u32 idle (the sender's clock
+ *                    now minus the row's last access, in its table's
+ *                    steps) and u32 access count; the receiver sets the
+ *                    row's last access to its own clock minus idle
  * ASSIGN response: no payload.
  *
  * ERASE request (table id set, count = n <= max_ids): u64 ids[n].
@@ -364,6 +368,8 @@ struct emb_wire_assign_req {
 	uint32_t stride;     /* floats per row: dim (+ state) */
 	const uint64_t *ids; /* n ids in the frame */
 	const float *rows;   /* n * stride floats in the frame */
+	const uint32_t *meta; /* EMB_F_META: 2n words in the frame, (idle,
+				 count) per row; else NULL */
 };
 
 /* ids-only requests: ERASE. */
@@ -569,6 +575,13 @@ int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, uint16_t flags,
 			       const uint64_t *ids, uint32_t n, uint32_t stride,
 			       const float *rows);
+/* The same with each row's lifecycle data: meta[2i] its idle steps,
+ * meta[2i + 1] its access count (EMB_F_META, set here). */
+int emb_wire_assign_req_encode_meta(struct emb_wire_iovs *out,
+				    uint64_t req_id, uint32_t table_id,
+				    uint16_t flags, const uint64_t *ids,
+				    uint32_t n, uint32_t stride,
+				    const float *rows, const uint32_t *meta);
 
 int emb_wire_locate_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, const uint64_t *ids,

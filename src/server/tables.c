@@ -499,6 +499,7 @@ int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
 		free(st);
 		goto out_unlock;
 	}
+	emb_table_evict_hold(st->t, s->evict_hold);
 	st->s = s;
 	st->life_unclaimed = own && emb_lifecycle_is_off(&spec->life);
 	if (s->rdma) {
@@ -630,6 +631,16 @@ void emb_server_table_release(struct emb_server_table *st)
 		emb__tables_put(st->ref);
 		st->ref = NULL;
 	}
+}
+
+void emb_server_evict_hold(struct emb_server *s, const uint64_t *set)
+{
+	pthread_rwlock_wrlock(&s->tables_lock);
+	memcpy(s->evict_hold, set, sizeof(s->evict_hold));
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
+		if (s->tables[i])
+			emb_table_evict_hold(s->tables[i]->t, set);
+	pthread_rwlock_unlock(&s->tables_lock);
 }
 
 int emb_server_table_create(struct emb_server *s,

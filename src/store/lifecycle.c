@@ -322,7 +322,7 @@ void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 		/* A row read or written this step (or by a newer push) may
 		 * have been handed out by this very batch: never evict it. */
 		age = (int32_t)(step - r->last_step);
-		if (age <= 0)
+		if (age <= 0 || emb__evict_held(t, r->id))
 			continue;
 		if (l->cfg.ttl_steps && (uint32_t)age > l->cfg.ttl_steps) {
 			emb__shard_remove(t, s, idx, emb_id_hash(r->id));

@@ -369,6 +369,25 @@ bool emb_table_row_finite(const struct emb_table *t, const float *row);
 int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n);
 
 /*
+ * The clock a row's emb_row_meta.last_step counts in, as it is now: the
+ * table step, or a tiered table's batch clock (docs/store.md, "The device
+ * tier"). A row's idle time is now minus its last_step, modulo 2^32: what
+ * a row keeps when it moves to another table (a fill's EMB_F_META).
+ */
+uint32_t emb_table_now(const struct emb_table *t);
+
+/*
+ * Holds the rows of some slots back from every eviction (the policy's
+ * hands and emb_table_evict()): slot k is held while bit k % 64 of
+ * set[k / 64] is set (EMB_NSLOTS / 64 words, copied); NULL holds none.
+ * A server holds the slots another server also writes, where its own
+ * eviction would leave the two copies different (docs/replication.md,
+ * "Eviction with one copy"). Any thread; batches see it from their next
+ * shard group on.
+ */
+void emb_table_evict_hold(struct emb_table *t, const uint64_t *set);
+
+/*
  * Removes rows not accessed in the last max_idle_steps table steps (0: no age
  * limit) or accessed fewer than min_count times (0: no count limit). Returns
  * how many rows were removed (>= 0). Pulls are accesses only while the table

@@ -2193,11 +2193,33 @@ evict_row(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 	struct evict_ctx *x = ctx;
 	uint32_t age = x->step - r->last_step;
 
+	if (emb__evict_held(t, r->id))
+		return;
 	if ((x->max_idle_steps && age > x->max_idle_steps) ||
 	    (x->min_count && r->count < x->min_count)) {
 		emb__shard_remove(t, s, idx, emb_id_hash(r->id));
 		x->evicted++;
 	}
+}
+
+uint32_t emb_table_now(const struct emb_table *t)
+{
+	return t->tier ? emb__tier_now(t) : now_step(t);
+}
+
+void emb_table_evict_hold(struct emb_table *t, const uint64_t *set)
+{
+	bool any = false;
+
+	if (!t)
+		return;
+	for (uint32_t w = 0; w < EMB_NSLOTS / 64; w++) {
+		uint64_t v = set ? set[w] : 0;
+
+		__atomic_store_n(&t->evict_hold[w], v, __ATOMIC_RELAXED);
+		any |= v != 0;
+	}
+	__atomic_store_n(&t->evict_hold_any, any, __ATOMIC_RELEASE);
 }
 
 int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,

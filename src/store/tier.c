@@ -484,6 +484,11 @@ uint32_t emb__tier_tick(struct emb_table *t)
 					    __ATOMIC_RELAXED);
 }
 
+uint32_t emb__tier_now(const struct emb_table *t)
+{
+	return (uint32_t)__atomic_load_n(&t->tier->clock, __ATOMIC_RELAXED);
+}
+
 /* ---- the cold map ---- */
 
 static inline uint32_t map_fp(uint64_t h)

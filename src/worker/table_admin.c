@@ -38,12 +38,15 @@ static struct emb_lifecycle_cfg per_server(const struct emb_client *c,
  * is not: a backup sees no pulls, so it would age rows and pick max_rows'
  * victims by pushes alone, and an erase relayed from the primary could
  * reach a backup after the row was admitted again. So a replicated map
- * takes no eviction, as it takes no synchronous mode.
+ * takes no eviction, as it takes no synchronous mode. A map of one copy
+ * (an elastic job without replicas) does: each slot has one writer but
+ * while it moves, and its servers hold eviction back in those slots
+ * (docs/replication.md, "Eviction with one copy").
  */
 static bool life_replicable(const struct emb_client *c,
 			    const struct emb_lifecycle_cfg *l)
 {
-	return !c->cmap ||
+	return !c->cmap || c->cmap->replicas == 1 ||
 	       (!l->ttl_steps && !(l->min_l2 > 0.0f) && !l->max_rows);
 }
 

@@ -494,6 +494,44 @@ static void test_push(void)
 	emb_le16_store(buf + 6, EMB_F_ADMITTED);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_NOT_EQUAL(emb_wire_assign_req_decode(&f, 4, 0, &ar), 0);
+	/* Rows with their lifecycle data: (idle, count) after the rows. */
+	{
+		const uint32_t meta[6] = {5, 9, 0, 1, 70000, 3};
+
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode_meta(
+					  &v, 5, 2, 0, ids, 3, 4, grads, meta),
+				      0);
+		len = flatten(&v);
+		CU_ASSERT_EQUAL(len, 32 + 3 * 8 + 3 * 16 + 3 * 8);
+		CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+		CU_ASSERT_EQUAL(f.hdr.flags, EMB_F_META);
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_decode(&f, 4, 0,
+								 &ar),
+				      0);
+		CU_ASSERT_EQUAL(ar.n, 3);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(ar.meta);
+		CU_ASSERT_EQUAL(memcmp(ar.meta, meta, sizeof(meta)), 0);
+		CU_ASSERT_EQUAL(memcmp(ar.rows, grads, sizeof(grads)), 0);
+		/* The flag without the meta's bytes, or with a row short. */
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode(
+					  &v, 5, 2, 0, ids, 3, 4, grads),
+				      0);
+		len = flatten(&v);
+		emb_le16_store(buf + 6, EMB_F_META);
+		CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+		CU_ASSERT_NOT_EQUAL(emb_wire_assign_req_decode(&f, 4, 0, &ar),
+				    0);
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode(
+					  &v, 5, 2, 0, ids, 3, 4, grads),
+				      0);
+		len = flatten(&v);
+		emb_le16_store(buf + 6, 0);
+		CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_decode(&f, 4, 0,
+								 &ar),
+				      0);
+		CU_ASSERT_PTR_NULL(ar.meta);
+	}
 	/* A session needs a sequence number from 1. */
 	CU_ASSERT_EQUAL(emb_wire_push_req_encode_session(&v, 5, 2, 0, 0, 7, 0,
 							 ids, 3, 4, grads),
