@@ -543,10 +543,9 @@ int main(int argc, char **argv)
 				"--tier-dir\n");
 		return 2;
 	}
-	if (tier_dir && (!*tier_dir || !o.mem_limit || o.remote_read)) {
-		fprintf(stderr,
-			"embstore-server: --tier-dir needs a directory, a "
-			"--mem-limit and no --remote-read\n");
+	if (tier_dir && (!*tier_dir || !o.mem_limit)) {
+		fprintf(stderr, "embstore-server: --tier-dir needs a directory "
+				"and a --mem-limit\n");
 		return 2;
 	}
 	o.tier_dir = tier_dir;

@@ -50,11 +50,12 @@ int emb_server_create(const struct emb_server_opts *opts,
 	    (opts->admin_token_len && !opts->admin_token) ||
 	    emb_wire_limits_validate(&opts->limits))
 		return -EINVAL;
-	/* A tier needs a bound to keep DRAM under, and a remote reader
-	 * would find rows moved from under it (docs/store.md). */
-	if (opts->tier_dir && (!opts->mem_limit || opts->remote_read)) {
-		emb_log(EMB_LOG_ERROR, "a device tier needs a memory limit "
-				       "and no remote reads");
+	/* A tier needs a bound to keep DRAM under (docs/store.md). Remote
+	 * reads go with it: LOCATE finds only rows in DRAM, the client
+	 * pulls cold ones two-sided, and a record a row left for the device
+	 * fails the seal check as an erased row's does. */
+	if (opts->tier_dir && !opts->mem_limit) {
+		emb_log(EMB_LOG_ERROR, "a device tier needs a memory limit");
 		return -EINVAL;
 	}
 	if (opts->tier_dir) {

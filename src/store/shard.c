@@ -168,6 +168,10 @@ static int add_slab(struct emb_table *t, struct emb_shard *s)
 			s->tier_force_slabs--;
 	} else if ((rc = emb__mem_charge(t, (int64_t)t->slab_alloc_bytes)))
 		return rc;
+	/* From the table's arena whether charged or forced past the limit
+	 * (a tier's walks and short groups): its extent hook registers
+	 * every extent for RDMA, so a remote-readable tiered table's rows
+	 * in such slabs are READ like any. */
 	slab = emb__arena_alloc(t->arena, t->slab_bytes);
 	if (!slab) {
 		emb__mem_charge(t, -(int64_t)t->slab_alloc_bytes);

@@ -97,7 +97,8 @@ struct emb_table_opts {
 	/* The device tier (docs/store.md, "The device tier"): a file the
 	 * table makes (truncated) and removes when destroyed, holding the
 	 * rows mem_limit leaves no DRAM for; NULL = none. Needs mem_limit;
-	 * not with remote_read or an eviction policy. */
+	 * not with an eviction policy. With remote_read, only rows in DRAM
+	 * are located (emb_table_locate()). */
 	const char *tier_path;
 	uint64_t tier_max; /* bytes the file may grow to; 0 = no bound */
 	/* What the table's CREATE asked of its server's tier (enum
@@ -209,7 +210,8 @@ bool emb_table_remote(const struct emb_table *t, struct emb_table_remote *out);
 
 /*
  * Remote-readable tables: the address of each id's record now, or 0 where
- * the id has no row (none is created). An address stays a record of this
+ * the id has no row (none is created) or, in a tiered table, its row is on
+ * the device (pull it instead; it may be in DRAM later). An address stays a record of this
  * table until the table is destroyed, but may be freed or reused for
  * another id at any time: a reader validates every READ by its seal. Counts
  * ids found, or EMB_EBADARG (NULL arguments, or a table without seals).

@@ -153,11 +153,13 @@ int emb_table_create(const struct emb_table_opts *opts, struct emb_table **out)
 	if (opts->row_format >= EMB_ROWFMT_COUNT ||
 	    opts->rounding > EMB_ROUND_NEAREST)
 		return EMB_EBADFORMAT;
-	/* A tier holds what the memory limit leaves out, so it needs one;
-	 * a remote reader would find rows moved under it, and eviction
-	 * would have to look at the device too (docs/store.md). */
+	/* A tier holds what the memory limit leaves out, so it needs one
+	 * (docs/store.md). Remote reads are fine: only DRAM records are
+	 * located, a demotion frees its record as an erase does (the seal
+	 * broken) and a promotion seals its record as a write does, so a
+	 * reader falls back to a two-sided pull for a cold row. */
 	if (opts->tier_path &&
-	    (!*opts->tier_path || opts->remote_read ||
+	    (!*opts->tier_path ||
 	     (!opts->mem_limit && !(opts->budget && opts->budget->limit))))
 		return EMB_EBADARG;
 
@@ -2066,7 +2068,11 @@ int64_t emb_table_locate(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	if (!t || !__atomic_load_n(&t->sealed, __ATOMIC_RELAXED) ||
 	    (n && (!ids || !addrs)))
 		return EMB_EBADARG;
-	/* One lock per id: a lookup is rare next to the READs it enables. */
+	/* One lock per id: a lookup is rare next to the READs it enables.
+	 * Only the index is looked at: a tiered table's cold rows (on the
+	 * device) have no record to READ and answer 0 like absent ones, so
+	 * the reader pulls them two-sided (which serves them from the
+	 * device) and asks again later, when they may be back in DRAM. */
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t h = emb_id_hash(ids[i]);
 		struct emb_shard *s = &t->shards[h & t->shard_mask];

@@ -1157,8 +1157,12 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 		return NULL;
 	}
 	r = emb__shard_row(t, s, (uint32_t)idx);
-	/* The whole record as it was: access meta and floats. */
-	memcpy((char *)r + 8, src + 8, t->row_bytes - 8);
+	/* The record as it was: access meta and floats. Not the seal the
+	 * device copy holds: sealed afresh after the copy, as after any
+	 * write, so a reader never sees a valid seal over floats half
+	 * copied, and a table unsealed since (dropped) gets none. */
+	memcpy((char *)r + 8, src + 8, 8 + (size_t)t->row_floats * 4);
+	emb__row_seal(t, r);
 	{
 		/* Its marks as they were too: emb__shard_insert marked a
 		 * new row, which this one is not. */

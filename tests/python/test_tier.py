@@ -4,7 +4,8 @@ whole-row pulls (the write-back cache's) reach every row; embstore stat
 shows the tier; a consistent dump holds every row; its checkpoints carry
 the rows on the device; killed with SIGKILL and started again on the same
 directories it serves every row exactly as it was at its last checkpoint,
-and the dead process's tier file is gone.
+and the dead process's tier file is gone. With --remote-read, a tiered
+table serves every row as well.
 """
 import re
 import subprocess
@@ -211,3 +212,28 @@ def test_per_table_tier(start_server, tmp_path):
         t = c.table("auto", 8)
         t.push(ids, np.zeros((len(ids), 8), dtype=np.float32))
         assert t.stats().rows == len(ids)
+
+
+def test_remote_read_with_tier(start_server, tmp_path):
+    """--remote-read beside --tier-dir: the server starts, and a
+    remote-readable table with most rows on the device serves every row
+    exactly (over TCP a one-sided client pulls two-sided; the READs
+    themselves are worker/onesided's, in the Soft-RoCE VM)."""
+    tier = tmp_path / "tier"
+    tier.mkdir()
+    s = start_server("--mem-limit", "8M", "--tier-dir", str(tier),
+                     "--remote-read", "--table-shards", "2")
+    ids = np.arange(40_000, dtype=np.uint64) * 7919 + 3
+    rows = np.repeat(np.arange(len(ids), dtype=np.float32)[:, None], 32,
+                     axis=1)
+    with embstore.connect(servers=s.addr, transport="tcp",
+                          pull_mode="onesided") as c:
+        t = c.table("rr", 32, optimizer="sgd")
+        for lo in range(0, len(ids), BATCH):
+            t.assign(ids[lo:lo + BATCH], rows[lo:lo + BATCH])
+        got = np.empty_like(rows)
+        for lo in range(0, len(ids), BATCH):
+            t.pull(ids[lo:lo + BATCH], got[lo:lo + BATCH], create=False)
+        assert np.array_equal(got, rows)
+        st = t.stats()
+        assert st.rows == len(ids) and st.rows_cold > len(ids) // 2, st

@@ -5,7 +5,9 @@
  * from several; a push refused after promotions puts them back; a full
  * tier fails only what it cannot hold; iterators, move tracking and
  * checkpoint walks reach every row once while rows move between the
- * tiers under them; what is not built yet is refused.
+ * tiers under them; a remote-readable tiered table locates only rows in
+ * DRAM, breaks the seal of a record whose row went to the device and
+ * seals the record a row comes back to; what is not built yet is refused.
  *
  * Each tiered table is checked against a twin without a tier that gets
  * the same calls: every row must match it exactly, weights and state.
@@ -19,6 +21,9 @@
 #include <sys/stat.h>
 
 #include "store_test.h"
+
+#include "common/rowfmt.h"
+#include "common/seal.h"
 
 #define DIM 16
 #define IDS 40960u /* about 5x what the limit keeps in DRAM */
@@ -1033,6 +1038,190 @@ static void test_view(void)
 	emb_table_destroy(r);
 }
 
+/* True when the record at addr holds id, sealed (common/seal.h): what a
+ * one-sided reader checks before it uses a record it READ. */
+static bool sealed_as(const struct emb_table_remote *rm, uint64_t addr,
+		      uint64_t id)
+{
+	const char *rec = (const char *)(uintptr_t)addr;
+	uint64_t got, seal;
+
+	memcpy(&got, rec, 8);
+	memcpy(&seal, rec + rm->rec_bytes - 8, 8);
+	return got == id &&
+	       emb_seal(rm->seed, id, rec + 16, 4ull * rm->row_floats) == seal;
+}
+
+/* The ids of make_all(), in order. */
+static uint64_t *all_ids(void)
+{
+	uint64_t *ids = xcalloc(IDS, sizeof(*ids));
+
+	for (uint32_t i = 0; i < IDS; i++)
+		ids[i] = (uint64_t)i * 7919u + 3;
+	return ids;
+}
+
+/*
+ * Every id of [0, IDS) through the reads a one-sided client makes: the
+ * located ones from their records, seal checked and decoded, the others
+ * by a pull (two-sided); each must be the twin's row. Counts mismatches
+ * (a located record whose seal fails counts too); *located gets how many
+ * were located.
+ */
+static uint32_t read_as_client(struct emb_table *t, struct emb_table *r,
+			       const struct emb_table_remote *rm, uint32_t fmt,
+			       uint32_t *located)
+{
+	uint64_t ids[BATCH], addrs[BATCH];
+	uint8_t fa[BATCH], fb[BATCH];
+	float *wa = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	float *wb = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	float w[DIM];
+	uint32_t bad = 0;
+
+	*located = 0;
+	for (uint32_t lo = 0; lo < IDS; lo += BATCH) {
+		for (uint32_t i = 0; i < BATCH; i++)
+			ids[i] = (uint64_t)(lo + i) * 7919u + 3;
+		*located += (uint32_t)emb_table_locate(t, ids, BATCH, addrs);
+		CU_ASSERT_EQUAL(emb_table_pull(r, ids, BATCH, wb,
+					       EMB_PULL_NOCREATE, fb),
+				0);
+		for (uint32_t i = 0; i < BATCH; i++) {
+			if (!addrs[i])
+				continue;
+			if (!sealed_as(rm, addrs[i], ids[i])) {
+				bad++;
+				continue;
+			}
+			emb_rowfmt_decode(fmt,
+					  (const char *)(uintptr_t)addrs[i] + 16,
+					  w, DIM);
+			bad += memcmp(w, wb + (size_t)i * DIM, sizeof(w)) != 0;
+		}
+		/* The rest as the client's fallback gets them. */
+		CU_ASSERT_EQUAL(emb_table_pull(t, ids, BATCH, wa,
+					       EMB_PULL_NOCREATE, fa),
+				0);
+		for (uint32_t i = 0; i < BATCH; i++)
+			bad += !addrs[i] && memcmp(wa + (size_t)i * DIM,
+						   wb + (size_t)i * DIM,
+						   DIM * sizeof(float)) != 0;
+	}
+	free(wa);
+	free(wb);
+	return bad;
+}
+
+/*
+ * A remote-readable tiered table, in each row format: LOCATE finds
+ * exactly the rows in DRAM (a cold row has no record to READ: the client
+ * pulls it two-sided); a record a row left for the device fails the seal
+ * check at its old address, as an erased row's does; a row brought back
+ * (by a second read, by a push) is sealed in its new record; and every
+ * row, read as a one-sided client reads it, is the untiered twin's.
+ */
+static void test_remote_read(void)
+{
+	static const uint32_t fmts[] = {EMB_ROWFMT_FP32, EMB_ROWFMT_INT8,
+					EMB_ROWFMT_BF16};
+
+	for (size_t k = 0; k < sizeof(fmts) / sizeof(fmts[0]); k++) {
+		char path[4096];
+		struct emb_table_opts o = tier_opts(path, sizeof(path), "rr");
+		struct emb_table_tier_stats a, b;
+		struct emb_table_remote rm;
+		struct emb_table *t, *r;
+		uint64_t *ids = all_ids();
+		uint64_t *before = xcalloc(IDS, sizeof(*before));
+		uint64_t *now = xcalloc(IDS, sizeof(*now));
+		uint64_t cold[BATCH], addrs[BATCH];
+		float *w = xcalloc((size_t)BATCH * DIM, sizeof(float));
+		uint32_t bad = 0, left = 0, stayed = 0, ncold = 0, located;
+		int64_t found;
+
+		o.remote_read = true;
+		o.row_format = fmts[k];
+		t = table_new(&o);
+		r = twin_of(&o);
+		CU_ASSERT_TRUE_FATAL(emb_table_remote(t, &rm));
+		make_all(t, r);
+		emb_table_tier_stats(t, &a);
+		CU_ASSERT_FATAL(a.rows_cold > IDS / 2);
+		found = emb_table_locate(t, ids, IDS, before);
+		CU_ASSERT_EQUAL(found, (int64_t)(IDS - a.rows_cold));
+
+		/* Traffic moves rows both ways. */
+		drive(t, r, 77 + k, 30, IDS, &bad);
+		CU_ASSERT_EQUAL(bad, 0);
+		emb_table_tier_stats(t, &b);
+		CU_ASSERT(b.demoted > a.demoted);
+		CU_ASSERT(b.promoted > a.promoted);
+		found = emb_table_locate(t, ids, IDS, now);
+		CU_ASSERT_EQUAL(found, (int64_t)(IDS - b.rows_cold));
+		/* An old location passes the check exactly when the row is
+		 * still there; a row now on the device left a record that
+		 * fails it. */
+		for (uint32_t i = 0; i < IDS; i++) {
+			bool ok;
+
+			if (!before[i])
+				continue;
+			ok = sealed_as(&rm, before[i], ids[i]);
+			bad += ok != (now[i] == before[i]);
+			left += !now[i];
+			stayed += now[i] == before[i];
+			if (!now[i] && ncold < BATCH)
+				cold[ncold++] = ids[i];
+		}
+		CU_ASSERT_EQUAL(bad, 0);
+		CU_ASSERT(left > 0);
+		CU_ASSERT(stayed > 0);
+		CU_ASSERT_FATAL(ncold > 2);
+
+		/* Back by reads: the second pull of a cold row brings it
+		 * back (unless another id's fingerprint took its place);
+		 * those located are sealed, with the twin's values. */
+		a = b;
+		CU_ASSERT_EQUAL(emb_table_pull(t, cold, ncold / 2, w, 0, NULL),
+				0);
+		CU_ASSERT_EQUAL(emb_table_pull(t, cold, ncold / 2, w, 0, NULL),
+				0);
+		emb_table_tier_stats(t, &b);
+		CU_ASSERT(b.promoted > a.promoted);
+		found = emb_table_locate(t, cold, ncold / 2, addrs);
+		CU_ASSERT(found > 0);
+		for (uint32_t i = 0; i < ncold / 2; i++)
+			bad += addrs[i] && !sealed_as(&rm, addrs[i], cold[i]);
+		/* Back by a push: every one, sealed after its write. */
+		grads_fill(&(uint64_t){k}, w, (size_t)BATCH * DIM);
+		CU_ASSERT_EQUAL(
+		    emb_table_push(t, cold + ncold / 2, ncold - ncold / 2, w),
+		    0);
+		CU_ASSERT_EQUAL(
+		    emb_table_push(r, cold + ncold / 2, ncold - ncold / 2, w),
+		    0);
+		found = emb_table_locate(t, cold + ncold / 2,
+					 ncold - ncold / 2, addrs);
+		CU_ASSERT_EQUAL(found, (int64_t)(ncold - ncold / 2));
+		for (uint32_t i = 0; i < ncold - ncold / 2; i++)
+			bad += !sealed_as(&rm, addrs[i], cold[ncold / 2 + i]);
+		CU_ASSERT_EQUAL(bad, 0);
+
+		/* Every row as a one-sided client reads it. */
+		bad = read_as_client(t, r, &rm, fmts[k], &located);
+		CU_ASSERT_EQUAL(bad, 0);
+		CU_ASSERT(located > 0 && located < IDS);
+		free(ids);
+		free(before);
+		free(now);
+		free(w);
+		emb_table_destroy(t);
+		emb_table_destroy(r);
+	}
+}
+
 static void test_refused(void)
 {
 	char path[4096];
@@ -1045,9 +1234,6 @@ static void test_refused(void)
 
 	bad = o;
 	bad.mem_limit = 0; /* nothing would ever go to the device */
-	CU_ASSERT_EQUAL(emb_table_create(&bad, &t), EMB_EBADARG);
-	bad = o;
-	bad.remote_read = true;
 	CU_ASSERT_EQUAL(emb_table_create(&bad, &t), EMB_EBADARG);
 	bad = o;
 	CU_ASSERT_EQUAL(emb_evict_parse("max_rows:100", &bad.life), 0);
@@ -1091,6 +1277,8 @@ int main(int argc, char **argv)
 	     test_walk_tracked},
 	    {"rows slip between no two parts of a walk", test_walk_races},
 	    {"a view shows the instant, cold rows and all", test_view},
+	    {"remote reads find only DRAM rows, sealed as they move",
+	     test_remote_read},
 	    {"what a tier does not do yet is refused", test_refused},
 	    {NULL, NULL},
 	};

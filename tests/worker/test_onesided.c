@@ -6,6 +6,8 @@
  * erased, evicted or whose table was dropped fall back to two-sided pulls.
  * Compact tables (fp16, int8): records READ hold the table's format and
  * are decoded after the seal check into what two-sided pulls give.
+ * A tiered table (a device tier, most rows on it) is read one-sided
+ * under pushes: cold rows come two-sided, every value checks.
  * Runs where an RDMA device and RDMA_VM_IP exist (the Soft-RoCE VM, see
  * .ci/run); elsewhere it exits 77.
  */
@@ -535,6 +537,224 @@ static void test_async_outlives_client(void)
 	free(rows);
 }
 
+/*
+ * A tiered table (tier_dir, a memory limit that leaves most rows on the
+ * device) read one-sided while another client pushes. Row i is assigned
+ * i * TIER_BASE in every element and each push adds 1 to its rows (SGD,
+ * lr 1, gradient -1: exact in floats), so a pulled row is right when its
+ * elements are equal and it is i * TIER_BASE + k for an integer k between
+ * the pushes to it acknowledged before the pull began and those begun by
+ * its end: a READ of a record that now holds another id, or that a
+ * demotion freed (the row's older self), or torn by a push, would break
+ * one of these. Half of each pull
+ * is a hot set (kept in DRAM, so READ once located), half any row (cold,
+ * so pulled two-sided; LOCATE says so). The pushes move rows both ways.
+ */
+#define TIER_ROWS   16384u
+#define TIER_DIM    32u
+#define TIER_HOT    1024u
+#define TIER_BATCH  1024u
+#define TIER_PULLS  40u
+#define TIER_WINDOW 1024u /* ids a push covers, consecutive */
+#define TIER_BASE   1024.0f
+
+struct tier_pusher {
+	struct emb_client_table *t; /* two-sided client's */
+	uint32_t *sent;		    /* per row: pushes begun (atomic) */
+	uint32_t *done;		    /* per row: pushes acknowledged (atomic) */
+	int stop;		    /* atomic */
+	uint32_t pushes;	    /* done */
+	int rc;			    /* first failure */
+};
+
+/* Uniform in [0, n) from a splitmix64 stream. */
+static uint32_t rnd_id(uint64_t *st, uint32_t n)
+{
+	return (uint32_t)((emb_splitmix64(st) >> 32) * n >> 32);
+}
+
+static uint64_t tier_id(uint32_t i)
+{
+	return (uint64_t)i * 2654435761u + 101;
+}
+
+static void *tier_push_main(void *arg)
+{
+	struct tier_pusher *p = arg;
+	uint64_t *ids = malloc(TIER_WINDOW * sizeof(*ids));
+	float *g = malloc((size_t)TIER_WINDOW * TIER_DIM * sizeof(float));
+
+	for (size_t k = 0; k < (size_t)TIER_WINDOW * TIER_DIM; k++)
+		g[k] = -1.0f;
+	/* Every other push is the hot set's (so its rows change while they
+	 * are READ), the others anywhere (so rows come back from the device
+	 * and push others out). k stays below TIER_BASE: a hot row
+	 * gets 900 pushes of the hot set's and one window in about 16 of
+	 * the others (1024 of 16384 rows). */
+	while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) && !p->rc &&
+	       p->pushes < 1800) {
+		uint32_t lo = p->pushes % 2 ? 0 : (p->pushes * 2963u) % TIER_ROWS;
+
+		for (uint32_t j = 0; j < TIER_WINDOW; j++) {
+			uint32_t i = (lo + j) % TIER_ROWS;
+
+			ids[j] = tier_id(i);
+			__atomic_add_fetch(&p->sent[i], 1, __ATOMIC_SEQ_CST);
+		}
+		p->rc = emb_client_table_push(p->t, ids, TIER_WINDOW, g,
+					      p->pushes, 0);
+		for (uint32_t j = 0; j < TIER_WINDOW && !p->rc; j++)
+			__atomic_add_fetch(&p->done[(lo + j) % TIER_ROWS], 1,
+					   __ATOMIC_SEQ_CST);
+		p->pushes++;
+	}
+	free(ids);
+	free(g);
+	return NULL;
+}
+
+static void test_tiered_table_read_one_sided(void)
+{
+	struct emb_table_spec sp = nt_spec("tiered", TIER_DIM, 12);
+	struct emb_server_opts so = nt_server_opts();
+	struct emb_client_table_stats ts =
+	    EMB_SIZED(struct emb_client_table_stats);
+	struct emb_client_stats st0 = EMB_SIZED(struct emb_client_stats),
+				st = EMB_SIZED(struct emb_client_stats);
+	struct emb_server *srv = NULL;
+	struct emb_client_table *t1, *t2;
+	struct emb_client *one, *two;
+	struct tier_pusher p = {0};
+	pthread_t th;
+	char *dir = emb_test_tmpdir();
+	uint64_t *ids = malloc(TIER_ROWS * sizeof(*ids));
+	uint32_t *idx = malloc(TIER_BATCH * sizeof(*idx));
+	uint32_t *least = malloc(TIER_BATCH * sizeof(*least));
+	float *rows = malloc((size_t)TIER_ROWS * TIER_DIM * sizeof(float));
+	uint64_t rnd = 5, checked = 0, mismatched = 0;
+
+	so.host = ip;
+	so.transport = "rdma";
+	so.remote_read = true;
+	so.tier_dir = dir;
+	/* 8 shards' fixed part (about 5.3 MiB with the server's own) and
+	 * room for about a third of the rows (152-byte records, and their
+	 * index and marks): the rest is cold. */
+	so.mem_limit = 13u << 19;
+	CU_ASSERT_EQUAL_FATAL(emb_server_create(&so, &srv), 0);
+	sp.optim.kind = EMB_OPTIM_SGD;
+	sp.optim.lr = 1.0f;
+	one = client(emb_server_port(srv), EMB_PULL_ONESIDED);
+	two = client(emb_server_port(srv), EMB_PULL_TWOSIDED);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(one);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(two);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(one, &sp, &t1), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(two, "tiered", &t2), 0);
+	for (uint32_t i = 0; i < TIER_ROWS; i++) {
+		ids[i] = tier_id(i);
+		for (uint32_t j = 0; j < TIER_DIM; j++)
+			rows[(size_t)i * TIER_DIM + j] = (float)i * TIER_BASE;
+	}
+	for (uint32_t lo = 0; lo < TIER_ROWS; lo += TIER_BATCH)
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_assign(t2, ids + lo, TIER_BATCH,
+					    rows + (size_t)lo * TIER_DIM,
+					    false),
+		    0);
+	CU_ASSERT_EQUAL(emb_client_table_stats(t1, &ts), 0);
+	CU_ASSERT(ts.rows == TIER_ROWS);
+	CU_ASSERT(ts.rows_cold > TIER_ROWS / 2);
+	/* The hot set back in DRAM (a push brings a row back at once; a
+	 * zero gradient leaves it as it is), and its locations learnt,
+	 * before the pushes begin. */
+	memset(rows, 0, (size_t)TIER_HOT * TIER_DIM * sizeof(float));
+	CU_ASSERT_EQUAL(emb_client_table_push(t2, ids, TIER_HOT, rows, 0, 0),
+			0);
+	CU_ASSERT(learn(one, t1, ids, TIER_HOT, rows));
+	emb_client_stats(one, &st0);
+
+	p.t = t2;
+	p.sent = calloc(TIER_ROWS, sizeof(*p.sent));
+	p.done = calloc(TIER_ROWS, sizeof(*p.done));
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, tier_push_main, &p),
+			      0);
+	for (uint32_t r = 0; r < TIER_PULLS; r++) {
+		uint64_t bid[TIER_BATCH];
+
+		for (uint32_t k = 0; k < TIER_BATCH; k++) {
+			idx[k] = k % 2 ? rnd_id(&rnd, TIER_HOT)
+				       : rnd_id(&rnd, TIER_ROWS);
+			bid[k] = ids[idx[k]];
+			least[k] = __atomic_load_n(&p.done[idx[k]],
+						   __ATOMIC_SEQ_CST);
+		}
+		CU_ASSERT_EQUAL(emb_client_table_pull(t1, bid, TIER_BATCH,
+						      rows, 0, NULL),
+				0);
+		for (uint32_t k = 0; k < TIER_BATCH; k++) {
+			const float *w = rows + (size_t)k * TIER_DIM;
+			uint32_t i = idx[k];
+			float kf = w[0] - (float)i * TIER_BASE;
+			uint32_t sent = __atomic_load_n(&p.sent[i],
+							__ATOMIC_SEQ_CST);
+			bool ok = kf >= 0.0f && kf <= (float)sent &&
+				  kf == (float)(uint32_t)kf &&
+				  (uint32_t)kf >= least[k];
+
+			for (uint32_t j = 1; j < TIER_DIM && ok; j++)
+				ok = memcmp(&w[j], &w[0], sizeof(float)) == 0;
+			if (!ok) {
+				if (mismatched++ < 5)
+					fprintf(stderr,
+						"  row %u: %g (base %g, pushes "
+						"%u acknowledged before, %u "
+						"sent after)\n",
+						i, (double)w[0],
+						(double)((float)i * TIER_BASE),
+						least[k], sent);
+				continue;
+			}
+			checked++;
+		}
+	}
+	__atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(p.rc, 0);
+	CU_ASSERT(p.pushes > 0);
+	CU_ASSERT_EQUAL(mismatched, 0);
+	CU_ASSERT_EQUAL(checked, (uint64_t)TIER_PULLS * TIER_BATCH);
+	emb_client_stats(one, &st);
+	CU_ASSERT_EQUAL(emb_client_table_stats(t1, &ts), 0);
+	/* Both ways happened: hot rows READ, cold ones two-sided. */
+	CU_ASSERT(st.rows_read > st0.rows_read);
+	CU_ASSERT(st.rows_fallback > st0.rows_fallback);
+	CU_ASSERT(ts.rows_cold > TIER_ROWS / 2);
+	CU_ASSERT(ts.tier_reads > 0 && ts.tier_writes > 0);
+	fprintf(stderr,
+		"  %u pushes; %llu rows READ, %llu two-sided (%.0f %%), %llu "
+		"seal failures; %llu of %u rows cold\n",
+		p.pushes, (unsigned long long)(st.rows_read - st0.rows_read),
+		(unsigned long long)(st.rows_fallback - st0.rows_fallback),
+		100.0 * (double)(st.rows_fallback - st0.rows_fallback) /
+		    (double)(st.rows_read - st0.rows_read + st.rows_fallback -
+			     st0.rows_fallback + !(st.rows_read + st.rows_fallback)),
+		(unsigned long long)(st.seal_failures - st0.seal_failures),
+		(unsigned long long)ts.rows_cold, TIER_ROWS);
+	emb_client_table_close(t1);
+	emb_client_table_close(t2);
+	emb_client_destroy(one);
+	emb_client_destroy(two);
+	emb_server_destroy(srv);
+	emb_test_rmtree(dir);
+	free(dir);
+	free(p.sent);
+	free(p.done);
+	free(ids);
+	free(idx);
+	free(least);
+	free(rows);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -552,6 +772,8 @@ int main(int argc, char **argv)
 		 test_async_outlives_client},
 		{"compact rows READ decode to what two-sided pulls give",
 		 test_compact_rows_match_two_sided},
+		{"a tiered table's cold rows come two-sided, all rows right",
+		 test_tiered_table_read_one_sided},
 		{NULL, NULL},
 	};
 
