@@ -1500,6 +1500,101 @@ static void test_evict_walks(void)
 	emb_table_destroy(ref);
 }
 
+struct evict_thread {
+	struct emb_table *t;
+	uint32_t which; /* 3: the evict calls and iterators */
+	uint32_t bad;
+	uint32_t dup; /* ids an iterator handed out twice */
+};
+
+static void *evict_thread_main(void *p)
+{
+	struct evict_thread *a = p;
+	uint64_t st = 200 + a->which, ids[BATCH];
+	float *g = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	float *w = xcalloc((size_t)BATCH * DIM, sizeof(float));
+	uint8_t *seen = xcalloc(IDS, 1);
+
+	for (uint32_t k = 0; k < 60; k++) {
+		if (a->which == 3) {
+			struct emb_table_iter *it = NULL;
+			int got;
+
+			if (emb_table_evict(a->t, 40, k % 2 ? 0 : 2) < 0)
+				a->bad++;
+			if (k % 10)
+				continue;
+			memset(seen, 0, IDS);
+			if (emb_table_iter_create(a->t, &it)) {
+				a->bad++;
+				continue;
+			}
+			while ((got = emb_table_iter_next(it, ids, NULL, NULL,
+							  BATCH)) > 0)
+				for (int i = 0; i < got; i++)
+					a->dup += seen[(ids[i] - 3) / 7919u]++;
+			a->bad += got != 0;
+			emb_table_iter_destroy(it);
+			continue;
+		}
+		draw(&st, ids, BATCH, a->which ? IDS : IDS / 8);
+		if (emb_table_pull(a->t, ids, BATCH, w, 0, NULL) < 0)
+			a->bad++;
+		grads_fill(&st, g, (size_t)BATCH * DIM);
+		if (emb_table_push(a->t, ids, BATCH, g))
+			a->bad++;
+	}
+	free(seen);
+	free(g);
+	free(w);
+	return NULL;
+}
+
+/*
+ * Threads pulling and pushing while every eviction term runs, with a
+ * thread calling emb_table_evict and iterating (for the race checkers):
+ * iterators hand out each row once, and the counts add up after.
+ */
+static void test_evict_threads(void)
+{
+	char path[4096];
+	struct emb_table_opts o = tier_opts(path, sizeof(path), "evthreads");
+	struct emb_table *t = table_new(&o), *r = twin_of(&o);
+	struct evict_thread a[4];
+	pthread_t th[4];
+	struct emb_table_stats s;
+	struct emb_table_tier_stats ts;
+	struct rowset rs;
+
+	make_all(t, r);
+	set_policy(t, "ttl:30,min_l2:0.05,max_rows:20000");
+	for (uint32_t i = 0; i < 4; i++) {
+		a[i] = (struct evict_thread){.t = t, .which = i};
+		CU_ASSERT_EQUAL_FATAL(
+		    pthread_create(&th[i], NULL, evict_thread_main, &a[i]), 0);
+	}
+	for (uint32_t i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(a[i].bad, 0);
+		CU_ASSERT_EQUAL(a[i].dup, 0);
+	}
+	s = table_stats(t);
+	emb_table_tier_stats(t, &ts);
+	rs = walk_all(t);
+	CU_ASSERT_EQUAL(s.rows, rs.n);
+	CU_ASSERT(s.rows <= 20000);
+	CU_ASSERT(ts.rows_cold <= s.rows);
+	CU_ASSERT(s.rows_evicted >=
+		  s.rows_evicted_ttl + s.rows_evicted_l2 + s.rows_evicted_cap);
+	/* Every row made (pushes and pulls make them) is there or was
+	 * evicted: none counted twice, none lost. */
+	CU_ASSERT_EQUAL(s.rows + s.rows_evicted, s.rows_created);
+	CU_ASSERT(s.rows_evicted_ttl + s.rows_evicted_cap > 0);
+	rowset_free(&rs);
+	emb_table_destroy(t);
+	emb_table_destroy(r);
+}
+
 static void test_refused(void)
 {
 	char path[4096];
@@ -1556,6 +1651,7 @@ int main(int argc, char **argv)
 	     test_evict_cap},
 	    {"min_l2 evicts weak rows hot and cold", test_evict_l2},
 	    {"a delta records the cold rows evicted", test_evict_delta},
+	    {"threads while every eviction term runs", test_evict_threads},
 	    {"emb_table_evict reaches cold rows", test_evict_call},
 	    {"walks hand out each row once while rows are evicted",
 	     test_evict_walks},
