@@ -8,7 +8,10 @@
  * shard's lock held, so none of this needs locks of its own; only
  * emb_table_set_lifecycle() takes the table's life_lock to serialise changes.
  * Nothing here is allocated while admission and eviction are off: a table
- * that never sets a policy pays one NULL test per shard group.
+ * that never sets a policy pays one NULL test per shard group. On a tiered
+ * table a sweep asks tier.c to evict cold rows first (emb__tier_evict), and
+ * its rows' last_step is the tier's clock, which emb__tier_idle_upto maps
+ * ttl's steps to (docs/store.md, "Eviction on a tiered table").
  */
 #include "store/store_int.h"
 

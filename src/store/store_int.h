@@ -8,7 +8,8 @@
  *
  *   chain.c -> snapshot.c -> ckpt.c, table.c
  *   table.c -> lifecycle.c -> shard.c -> dirty.c, view.c, arena.c
- *   table.c -> tier.c -> shard.c
+ *   table.c -> lifecycle.c -> tier.c -> shard.c, dirty.c (eviction of a
+ *   tiered table's cold rows); table.c -> tier.c
  *   ckpt.c -> shard.c;  table.c -> view.c, shard.c, arena.c
  *   mem.c (memory charges) and scratch.c (per-thread buffers) are leaves
  *   every level may call; dirty.c, arena.c and mem.c call no store file.
