@@ -32,6 +32,9 @@
  * records they resolved ahead, which a demotion would free. Promotion
  * (emb__tier_take) happens where those loops find an id absent: it
  * inserts the record into a free record that emb__tier_room set aside.
+ * Eviction (lifecycle.c's sweep, after a group) drops cold rows by their
+ * blocks ("eviction of cold rows" below), and a demotion evicts rather
+ * than writes a row the policy condemns.
  *
  * Threads: every function here but open/close/fetch/stats runs under the
  * shard lock of the shard it names; fetch runs with no lock held.
