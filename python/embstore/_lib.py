@@ -130,6 +130,9 @@ class TableSpec(CStruct):
         ("life", LifecycleCfg),
         ("row_format", c_uint32),
         ("rounding", c_uint32),
+        ("tier", c_uint32),
+        ("_pad1", c_uint32),
+        ("tier_max", c_uint64),
     ]
 
 
@@ -244,6 +247,8 @@ EMB_CLIENT_RAW = 0x4
 
 # enum emb_row_format and enum emb_round (src/common/tabledef.h).
 ROW_FORMATS = ("fp32", "fp16", "bf16", "int8")
+# enum emb_tier_mode (src/common/tabledef.h), by value.
+TIER_MODES = ("auto", "off", "on")
 ROUNDINGS = ("stochastic", "nearest")
 EMB_MODE_ASYNC, EMB_MODE_SYNC, EMB_MODE_STALE = 0, 1, 2
 EMB_CACHED_WRITE_THROUGH, EMB_CACHED_WRITE_BACK = 0, 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import weakref
 from collections.abc import Sequence
 from ctypes import byref, c_uint64, c_void_p
@@ -151,6 +152,23 @@ def _parse_init(spec: str) -> _lib.InitCfg:
     return cfg
 
 
+def _parse_bytes(what: str, v: "int | str") -> int:
+    """A size as embstore's flags spell it (src/common/bytes.h): an int, or
+    "123", "64K", "8M", "2G", "1T" with an optional "B"; powers of two."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        if 0 <= v < 2**64:
+            return int(v)
+    elif isinstance(v, str):
+        m = re.fullmatch(r"([0-9]+)([KMGT]?)B?", v.strip(), re.IGNORECASE)
+        if m:
+            n = int(m.group(1)) << (10 * " KMGT".index(
+                m.group(2).upper() or " "))
+            if n < 2**64:
+                return n
+    raise ValueError(f"bad {what} {v!r}: want bytes, e.g. 1073741824 or "
+                     "'64G'")
+
+
 def _parse_lifecycle(admit: str, evict: str) -> _lib.LifecycleCfg:
     cfg = _lib.LifecycleCfg()
     if not isinstance(admit, str) or _L.emb_admit_parse(
@@ -279,7 +297,8 @@ class Client:
               init: str = "normal:0,0.01", mode: str = "async",
               seed: int = 0, admit: str = "none",
               evict: str = "none", row_format: str = "fp32",
-              rounding: str = "stochastic") -> "Table":
+              rounding: str = "stochastic", tier: str = "auto",
+              tier_max: "int | str" = 0) -> "Table":
         """Creates the table on every server, or opens it where an identical
         one exists (so every worker may call this), and sets its training
         mode (every worker must pass the same one).
@@ -315,8 +334,18 @@ class Client:
             rounding: how a push's fp32 result goes back into a compact
                 row: "stochastic" (seeded by seed, id and the row's update
                 count, so reruns and replicas agree) or "nearest".
+            tier: whether the servers keep the rows their --mem-limit
+                leaves out on their device tier (docs/store.md, "The
+                device tier"): "auto" (as each server was started: with
+                --tier-dir or not), "off" (never: all rows in DRAM, new
+                rows refused at the limit) or "on" (always; a server
+                without --tier-dir refuses the table).
+            tier_max: bytes of tier file each server gives the table, an
+                int or "64G"; 0 for the server's --tier-max (the smaller
+                of the two holds).
 
-        An existing table keeps its admission and eviction (unless it has
+        The first creation decides the row format and the tier; a
+        checkpoint keeps them. An existing table keeps its admission and eviction (unless it has
         none); Table.set_lifecycle() changes them (admin rights).
 
         Raises ValueError for a bad optimizer, init, mode, admit or evict
@@ -333,12 +362,18 @@ class Client:
         if rounding not in _lib.ROUNDINGS:
             raise ValueError(f"rounding must be one of "
                              f"{', '.join(_lib.ROUNDINGS)}, not {rounding!r}")
+        if tier not in _lib.TIER_MODES:
+            raise ValueError(f"tier must be one of "
+                             f"{', '.join(_lib.TIER_MODES)}, not {tier!r}")
+        tier_bytes = _parse_bytes("tier_max", tier_max)
         spec = _lib.TableSpec(name=name.encode(), dim=int(dim),
                               optim=_parse_optim(optimizer),
                               init=_parse_init(init), seed=seed % 2**64,
                               life=_parse_lifecycle(admit, evict),
                               row_format=_lib.ROW_FORMATS.index(row_format),
-                              rounding=_lib.ROUNDINGS.index(rounding))
+                              rounding=_lib.ROUNDINGS.index(rounding),
+                              tier=_lib.TIER_MODES.index(tier),
+                              tier_max=tier_bytes)
         _parse_mode(mode)  # a bad mode raises before the table is made
         h = c_void_p()
         _check(_L.emb_client_table_create(self._handle(), byref(spec),
@@ -547,6 +582,10 @@ class Table:
         if self.row_format != "fp32":
             out["row_format"] = self.row_format
             out["rounding"] = self.rounding
+        if s.tier:
+            out["tier"] = _lib.TIER_MODES[s.tier]
+        if s.tier_max:
+            out["tier_max"] = s.tier_max
         return out
 
     def _handle(self) -> int:

@@ -751,3 +751,18 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 	}
 	return 0;
 }
+
+uint32_t emb_cmap_evict_hold(const struct emb_cmap *m, uint64_t *set)
+{
+	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
+	uint32_t n = 0;
+
+	memset(set, 0, EMB_NSLOTS / 8);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m->warm[sl] != EMB_CMAP_NONE ||
+		    emb_cmap_writers(m, sl, w) > 1) {
+			set[sl / 64] |= 1ull << (sl % 64);
+			n++;
+		}
+	return n;
+}

@@ -248,6 +248,17 @@ uint32_t emb_cmap_writers(const struct emb_cmap *m, uint32_t slot,
 			  uint16_t out[EMB_CMAP_REPLICAS_MAX + 1]);
 
 /*
+ * The slots whose rows no server may evict in m: those with more than one
+ * writer (backups, a fill's or a move's target) or a copy ahead under way.
+ * One server's eviction there would leave the copies different, or a copy
+ * ahead to be streamed again whole (docs/replication.md, "Eviction with
+ * one copy"). Sets bit k % 64 of set[k / 64] for each such slot k, clears
+ * the others (EMB_NSLOTS / 64 words); returns how many are set. With one
+ * copy of each slot and no move, none is.
+ */
+uint32_t emb_cmap_evict_hold(const struct emb_cmap *m, uint64_t *set);
+
+/*
  * What a server checks writes against (docs/replication.md): the state of
  * each slot in a server's view, flags of these. The one list of them: the
  * server's view (struct emb_server_map, src/server/slots.c) holds these.

@@ -56,6 +56,8 @@
 	X(EMB_ENOTREMOTE, -1231,                                               \
 	  "table not remote-readable (server without --remote-read)")           \
 	X(EMB_ETIERFULL, -1233, "table's device tier is full (tier_max)")     \
+	X(EMB_ENOTIER, -1234,                                                  \
+	  "table asks for a device tier; server has none (--tier-dir)")       \
 	/* transport: -1300.. */                                               \
 	X(EMB_ECLOSED, -1301, "connection closed")                             \
 	X(EMB_EPEERDEAD, -1302, "peer disconnected")                           \

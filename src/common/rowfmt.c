@@ -104,6 +104,29 @@ int emb_rowfmt_parse(const char *s, uint32_t *out)
 	return EMB_EBADARG;
 }
 
+/* Tier modes live beside row formats: both are a table's layout on a
+ * server, named the same way in flags and in Python. */
+static const char *const tier_modes[EMB_TIER_MODE_COUNT] = {"auto", "off",
+							     "on"};
+
+const char *emb_tier_mode_name(uint32_t m)
+{
+	return m < EMB_TIER_MODE_COUNT ? tier_modes[m] : "?";
+}
+
+int emb_tier_mode_parse(const char *s, uint32_t *out)
+{
+	if (!s || !out)
+		return EMB_EBADARG;
+	for (uint32_t m = 0; m < EMB_TIER_MODE_COUNT; m++) {
+		if (strcmp(s, tier_modes[m]) == 0) {
+			*out = m;
+			return 0;
+		}
+	}
+	return EMB_EBADARG;
+}
+
 /* MurmurHash3's finalisers: bijections that spread every input bit
  * (fmix64 is common/hash.h's emb_id_hash()). */
 static inline uint32_t fmix32(uint32_t h)

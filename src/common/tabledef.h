@@ -25,6 +25,24 @@ enum emb_row_format {
 };
 #define EMB_ROWFMT_COUNT 4u
 
+/*
+ * Whether a table keeps the rows its server's memory limit leaves out on
+ * the server's device tier (docs/store.md, "The device tier"), as its
+ * CREATE asks: each server's own setting (--tier-dir), never, or always
+ * (a server without a tier then refuses the table, EMB_ENOTIER).
+ */
+enum emb_tier_mode {
+	EMB_TIER_AUTO = 0, /* tiered where the server has --tier-dir */
+	EMB_TIER_OFF = 1,  /* all rows in DRAM, as on a server without one */
+	EMB_TIER_ON = 2,   /* tiered, or refused */
+};
+#define EMB_TIER_MODE_COUNT 3u
+
+/* "auto", "off", "on"; "?" for an unknown mode. */
+const char *emb_tier_mode_name(uint32_t m);
+/* Parses one of those names; 0 and *out, or EMB_EBADARG. */
+int emb_tier_mode_parse(const char *s, uint32_t *out);
+
 /* "fp32", "fp16", "bf16", "int8"; "?" for an unknown format. */
 const char *emb_rowfmt_name(uint32_t f);
 /* Parses one of those names (also "float32", "float16", "bfloat16");

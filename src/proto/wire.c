@@ -36,7 +36,7 @@ struct op_rule {
 static const struct op_rule op_rules[] = {
     [EMB_OP_HELLO] = {EMB_F_ADMIN, TBL_NONE},
     [EMB_OP_PING] = {0, TBL_NONE},
-    [EMB_OP_CREATE_TABLE] = {EMB_F_ROWFMT, TBL_NONE},
+    [EMB_OP_CREATE_TABLE] = {EMB_F_ROWFMT | EMB_F_TIER, TBL_NONE},
     [EMB_OP_DROP_TABLE] = {0, TBL_SET},
     [EMB_OP_LIST_TABLES] = {0, TBL_NONE},
     [EMB_OP_PULL] = {EMB_F_NOCREATE | EMB_F_WITH_STATE | EMB_F_FP32,
@@ -45,7 +45,7 @@ static const struct op_rule op_rules[] = {
 			 EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16 | EMB_F_ADMITTED,
 		     TBL_SET},
     [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE | EMB_F_EPOCH | EMB_F_FILL |
-			   EMB_F_WARM, TBL_SET},
+			   EMB_F_META | EMB_F_WARM, TBL_SET},
     [EMB_OP_ERASE] = {EMB_F_EPOCH, TBL_SET},
     [EMB_OP_STATS] = {0, TBL_ANY},
     [EMB_OP_SET_MODE] = {0, TBL_SET},
@@ -390,6 +390,8 @@ void emb__wire_spec_get(const uint8_t *p, struct emb_wire_spec *s)
 	s->life = EMB_LIFECYCLE_CFG_DEFAULT;
 	s->row_format = EMB_ROWFMT_FP32;
 	s->rounding = EMB_ROUND_STOCHASTIC;
+	s->tier = EMB_TIER_AUTO;
+	s->tier_max = 0;
 }
 
 /* ---- encoders into a buffer ------------------------------------------ */
@@ -481,7 +483,7 @@ int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
 	uint8_t *p = buf;
 	uint32_t len = EMB_WIRE_SPEC_SIZE, word, at;
 	struct emb_wire_spec chk;
-	bool life;
+	bool life, tier;
 	int rc;
 
 	if (!spec)
@@ -492,9 +494,14 @@ int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
 	if (spec->rounding > EMB_ROUND_NEAREST ||
 	    emb__wire_fmt_set(word, &chk))
 		return EMB_EBADFORMAT;
+	if (spec->tier >= EMB_TIER_MODE_COUNT)
+		return EMB_EBADARG;
 	life = !emb_lifecycle_is_off(&spec->life);
+	tier = spec->tier != EMB_TIER_AUTO || spec->tier_max;
 	if (word)
 		len += EMB_WIRE_ROWFMT_SIZE;
+	if (tier)
+		len += EMB_WIRE_TIER_SIZE;
 	if (life)
 		len += EMB_WIRE_LIFECYCLE_SIZE;
 	if (!p || cap < EMB_WIRE_HDR_SIZE + len)
@@ -508,9 +515,17 @@ int emb_wire_create_req_encode(void *buf, size_t cap, uint64_t req_id,
 		emb_le32_store(p + at + 4, 0);
 		at += EMB_WIRE_ROWFMT_SIZE;
 	}
+	if (tier) {
+		emb_le32_store(p + at, spec->tier);
+		emb_le32_store(p + at + 4, 0);
+		emb_le64_store(p + at + 8, spec->tier_max);
+		at += EMB_WIRE_TIER_SIZE;
+	}
 	if (life)
 		life_put(p + at, &spec->life);
-	emb__wire_put_hdr(p, EMB_OP_CREATE_TABLE, word ? EMB_F_ROWFMT : 0,
+	emb__wire_put_hdr(p, EMB_OP_CREATE_TABLE,
+			  (uint16_t)((word ? EMB_F_ROWFMT : 0) |
+				     (tier ? EMB_F_TIER : 0)),
 			  req_id, 0, 0, len, 0);
 	return (int)(EMB_WIRE_HDR_SIZE + len);
 }
@@ -883,18 +898,33 @@ int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       const uint64_t *ids, uint32_t n, uint32_t stride,
 			       const float *rows)
 {
-	uint64_t plen = 8ull * n + 4ull * n * stride;
+	return emb_wire_assign_req_encode_meta(out, req_id, table_id, flags,
+					       ids, n, stride, rows, NULL);
+}
+
+int emb_wire_assign_req_encode_meta(struct emb_wire_iovs *out,
+				    uint64_t req_id, uint32_t table_id,
+				    uint16_t flags, const uint64_t *ids,
+				    uint32_t n, uint32_t stride,
+				    const float *rows, const uint32_t *meta)
+{
+	uint64_t plen = 8ull * n + 4ull * n * stride + (meta ? 8ull * n : 0);
 
 	if (!out || table_id == 0 || (flags & ~EMB_F_WITH_STATE) ||
-	    stride == 0 || stride > STRIDE_MAX || (n && (!ids || !rows)))
+	    stride == 0 || stride > STRIDE_MAX ||
+	    (n && (!ids || !rows)))
 		return EMB_EBADARG;
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
+	if (meta)
+		flags |= EMB_F_META;
 	emb__wire_put_hdr(out->head, EMB_OP_ASSIGN, flags, req_id, table_id, n,
 		(uint32_t)plen, 0);
 	iovs_start(out, EMB_WIRE_HDR_SIZE);
 	iovs_add(out, ids, 8ull * n);
 	iovs_add(out, rows, 4ull * n * stride);
+	if (meta)
+		iovs_add(out, meta, 8ull * n);
 	return 0;
 }
 
@@ -1089,8 +1119,10 @@ int emb_wire_create_req_decode(const struct emb_wire_frame *f,
 			       struct emb_wire_spec *out)
 {
 	const bool fmt = f && (f->hdr.flags & EMB_F_ROWFMT);
-	const uint32_t at =
-	    EMB_WIRE_SPEC_SIZE + (fmt ? EMB_WIRE_ROWFMT_SIZE : 0);
+	const bool tier = f && (f->hdr.flags & EMB_F_TIER);
+	const uint32_t at = EMB_WIRE_SPEC_SIZE +
+			    (fmt ? EMB_WIRE_ROWFMT_SIZE : 0) +
+			    (tier ? EMB_WIRE_TIER_SIZE : 0);
 	int rc;
 
 	rc = check_req(f, EMB_OP_CREATE_TABLE);
@@ -1113,6 +1145,18 @@ int emb_wire_create_req_decode(const struct emb_wire_frame *f,
 		rc = emb__wire_fmt_set(word, out);
 		if (rc)
 			return rc;
+	}
+	if (tier) {
+		const uint8_t *b = f->payload + EMB_WIRE_SPEC_SIZE +
+				   (fmt ? EMB_WIRE_ROWFMT_SIZE : 0);
+
+		out->tier = emb_le32_load(b);
+		out->tier_max = emb_le64_load(b + 8);
+		/* The default is sent as no block: one encoding. */
+		if (out->tier >= EMB_TIER_MODE_COUNT ||
+		    emb_le32_load(b + 4) != 0 ||
+		    (out->tier == EMB_TIER_AUTO && !out->tier_max))
+			return EMB_EBADFRAME;
 	}
 	if (f->hdr.payload_len == at)
 		return 0;
@@ -1360,7 +1404,21 @@ int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	with_state = f->hdr.flags & EMB_F_WITH_STATE;
 	stride = dim + (with_state ? state_floats : 0);
 	rows_off = 8ull * f->hdr.count;
-	rc = rows_check(f, rows_off, stride);
+	if (f->hdr.flags & EMB_F_META) {
+		/* The rows end where the meta begins: as rows_check, on
+		 * the payload less the meta's 8n bytes. */
+		struct emb_wire_frame g = *f;
+		uint64_t meta = 8ull * f->hdr.count;
+
+		if (f->hdr.count > f->lim->max_ids)
+			return EMB_ETOOMANYIDS;
+		if (meta + rows_off > f->hdr.payload_len)
+			return EMB_EBADFRAME;
+		g.hdr.payload_len = (uint32_t)(f->hdr.payload_len - meta);
+		rc = rows_check(&g, rows_off, stride);
+	} else {
+		rc = rows_check(f, rows_off, stride);
+	}
 	if (rc)
 		return rc;
 	out->table_id = f->hdr.table_id;
@@ -1369,6 +1427,11 @@ int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	out->stride = stride;
 	out->ids = (const uint64_t *)(const void *)f->payload;
 	out->rows = (const float *)(const void *)(f->payload + rows_off);
+	out->meta = (f->hdr.flags & EMB_F_META)
+			? (const uint32_t *)(const void *)(f->payload + rows_off +
+							   4ull * f->hdr.count *
+							       stride)
+			: NULL;
 	return 0;
 }
 

@@ -117,6 +117,11 @@ enum emb_op {
 				  primary: create absent rows whatever the
 				  table's admission (docs/replication.md,
 				  "Admission with replicas") */
+#define EMB_F_TIER 0x4000u /* CREATE_TABLE: a tier block follows the
+			      row-format block's place (wire_msg.h) */
+#define EMB_F_META 0x8000u /* ASSIGN: each row's lifecycle data follows
+			      the rows (wire_msg.h): a fill's rows keep
+			      their idle time and access count */
 
 /* HELLO response features: what this server understands beyond version 1. */
 #define EMB_WIRE_FEAT_PUSH_SESSION 0x1u /* PUSH with EMB_F_SESSION */
@@ -127,6 +132,8 @@ enum emb_op {
 #define EMB_WIRE_FEAT_ROWFMT 0x10u /* row formats: CREATE with EMB_F_ROWFMT,
 				      compact PULL rows, EMB_F_FP32, and
 				      PUSH with half-precision gradients */
+#define EMB_WIRE_FEAT_TIER 0x20u /* CREATE with EMB_F_TIER */
+#define EMB_WIRE_FEAT_META 0x40u /* ASSIGN with EMB_F_META */
 
 /* Field limits fixed by the protocol, whatever the configured limits. */
 #define EMB_WIRE_FRAME_MAX	 EMB_FRAME_MAX /* largest max_frame_bytes */

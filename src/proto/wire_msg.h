@@ -72,13 +72,23 @@
  *   bits 9..31  0
  *   0 for an fp32 table as every earlier version made it.
  *
+ * Tier block: where a table's rows past the memory limit go
+ *   0       4        mode: enum emb_tier_mode (0 auto, 1 off, 2 on)
+ *   4       4        reserved, 0
+ *   8       8        tier_max: bytes of tier file a server gives the
+ *                    table, 0 = the server's --tier-max
+ *   size 16; mode 0 with tier_max 0 is sent as no block
+ *
  * CREATE_TABLE request (table id 0, count 0): one table spec, 128 bytes;
  * then, when the row-format word is not 0 (flag EMB_F_ROWFMT), 8 bytes:
- * the word and 4 reserved; then a lifecycle block when the table has a
- * policy (payload 128, 136, 160 or 168; a block with every policy off, or
- * a word of 0 sent as a block, is refused, so each request has one
- * encoding). A server that does not know EMB_F_ROWFMT refuses the frame,
- * so a compact table is never made fp32 by mistake. A
+ * the word and 4 reserved; then a tier block when the table asks for
+ * other than the servers' own tier (flag EMB_F_TIER); then a lifecycle
+ * block when the table has a policy (payload 128 plus any of 8, 16 and
+ * 32; a block with every policy off, a word of 0 or a default tier block
+ * sent as a block is refused, so each request has one encoding). A
+ * server that does not know EMB_F_ROWFMT or EMB_F_TIER refuses the frame,
+ * so a compact table is never made fp32, nor an untiered one tiered, by
+ * mistake. A
  * CREATE of an existing table with the same spec returns its id and sets
  * the block's policy only if the table has none (a server that restarted
  * from a checkpoint gets it back from its clients); changing a policy is
@@ -135,12 +145,16 @@
  * PUSH response: no payload.
  *
  * ASSIGN request (table id set, count = n <= max_ids, flags
- * EMB_F_WITH_STATE)
+ * EMB_F_WITH_STATE, EMB_F_META)
  *   0       8n       u64 ids[n]
  *   8n      4*n*s    rows[n][s]; s = dim f32 weights (rounded to nearest
  *                    into a compact table's format), or with
  *                    EMB_F_WITH_STATE full rows in the table's format as
  *                    PULL with EMB_F_WITH_STATE gives them
+ *   then, with EMB_F_META, 8n bytes: per row u32 idle (the sender's clock
+ *                    now minus the row's last access, in its table's
+ *                    steps) and u32 access count; the receiver sets the
+ *                    row's last access to its own clock minus idle
  * ASSIGN response: no payload.
  *
  * ERASE request (table id set, count = n <= max_ids): u64 ids[n].
@@ -220,6 +234,7 @@
 #define EMB_WIRE_SET_MODE_SIZE 16u
 #define EMB_WIRE_LIFECYCLE_SIZE	   32u
 #define EMB_WIRE_ROWFMT_SIZE	   8u /* CREATE_TABLE's row-format block */
+#define EMB_WIRE_TIER_SIZE	   16u /* CREATE_TABLE's tier block */
 #define EMB_WIRE_SYNC_WORKERS_MAX 65536u /* workers of a sync table */
 #define EMB_WIRE_STATS_FIELDS_MAX  64u /* most a reader accepts */
 
@@ -294,6 +309,9 @@ struct emb_wire_spec {
 					  eviction, all off = no block */
 	uint32_t row_format; /* enum emb_row_format (common/tabledef.h) */
 	uint32_t rounding;   /* enum emb_round (common/rowfmt.h) */
+	uint32_t tier;	     /* CREATE_TABLE only: enum emb_tier_mode */
+	uint64_t tier_max;   /* CREATE_TABLE only: tier file bytes, 0 =
+				the server's */
 };
 
 struct emb_wire_table_info {
@@ -350,6 +368,8 @@ struct emb_wire_assign_req {
 	uint32_t stride;     /* floats per row: dim (+ state) */
 	const uint64_t *ids; /* n ids in the frame */
 	const float *rows;   /* n * stride floats in the frame */
+	const uint32_t *meta; /* EMB_F_META: 2n words in the frame, (idle,
+				 count) per row; else NULL */
 };
 
 /* ids-only requests: ERASE. */
@@ -555,6 +575,13 @@ int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, uint16_t flags,
 			       const uint64_t *ids, uint32_t n, uint32_t stride,
 			       const float *rows);
+/* The same with each row's lifecycle data: meta[2i] its idle steps,
+ * meta[2i + 1] its access count (EMB_F_META, set here). */
+int emb_wire_assign_req_encode_meta(struct emb_wire_iovs *out,
+				    uint64_t req_id, uint32_t table_id,
+				    uint16_t flags, const uint64_t *ids,
+				    uint32_t n, uint32_t stride,
+				    const float *rows, const uint32_t *meta);
 
 int emb_wire_locate_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, const uint64_t *ids,

@@ -122,7 +122,21 @@ static int sink_open(void *arg, const struct emb_snap_meta *m,
 	spec.seed = m->seed;
 	spec.row_format = m->row_format;
 	spec.rounding = m->rounding;
+	spec.tier = m->tier_mode;
+	spec.tier_max = m->tier_request;
+	/* A table made with "tier on" by a server started with --tier-dir,
+	 * loaded by one started without: its rows are loaded into DRAM (or
+	 * fail the memory limit, which says so) rather than the server
+	 * refusing to start. */
 	rc = emb_server_table_create(k->s, &spec, &id);
+	if (rc == EMB_ENOTIER) {
+		emb_log(EMB_LOG_WARN,
+			"checkpoint: table %s was made with a device tier and "
+			"this server has no --tier-dir: its rows go to DRAM",
+			spec.name);
+		spec.tier = EMB_TIER_AUTO;
+		rc = emb_server_table_create(k->s, &spec, &id);
+	}
 	if (!rc)
 		rc = emb_server_table_acquire(k->s, id, &k->st);
 	if (rc) {

@@ -103,10 +103,10 @@ static bool stopped(struct emb__fill *f)
 
 /* A request frame in v to conn; 0, the server's status, or the call's. */
 static int call(struct emb_conn *conn, const struct emb_wire_iovs *v,
-		uint64_t epoch, uint16_t extra, struct emb_frame_hdr *rhdr)
+		uint64_t epoch, uint16_t extra, struct emb_frame_hdr *rhdr,
+		uint8_t resp[64 + EMB_WIRE_ERRMSG_MAX])
 {
 	const struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
-	_Alignas(8) uint8_t resp[64 + EMB_WIRE_ERRMSG_MAX];
 	struct iovec iov[EMB_WIRE_IOV_MAX];
 	struct emb_frame_hdr hdr;
 	int niov = 0, rc;
@@ -122,8 +122,8 @@ static int call(struct emb_conn *conn, const struct emb_wire_iovs *v,
 		    v->iov[0].iov_len - EMB_WIRE_HDR_SIZE};
 	for (int i = 1; i < v->iovcnt; i++)
 		iov[niov++] = v->iov[i];
-	rc = emb_conn_call_sync(conn, &hdr, iov, niov, resp, sizeof(resp),
-				rhdr);
+	rc = emb_conn_call_sync(conn, &hdr, iov, niov, resp,
+				64 + EMB_WIRE_ERRMSG_MAX, rhdr);
 	if (rc)
 		return rc;
 	return rhdr->status < 0 ? rhdr->status : 0;
@@ -149,6 +149,7 @@ struct batch {
 	struct pipe *p;
 	uint64_t *ids;
 	float *rows;
+	uint32_t *meta;	    /* p->meta: (idle, count) per row */
 	uint32_t k;	    /* rows in it */
 	bool busy;	    /* posted, done not yet fired */
 	bool again;	    /* the target was not ready: post again */
@@ -169,6 +170,8 @@ struct pipe {
 	uint64_t pace_t0;    /* the first post, emb_clock_ns() */
 	uint32_t tables;     /* streamed */
 	uint32_t deltas;     /* of them, only what changed since the copy */
+	bool meta;	     /* the target takes EMB_F_META */
+	struct emb_row_meta *rm; /* FILL_BATCH: a read's lifecycle data */
 	int64_t deadline;
 	struct batch b[FILL_DEPTH];
 };
@@ -193,8 +196,10 @@ static int batch_post(struct pipe *p, struct batch *b)
 	struct emb_frame_hdr hdr;
 	int niov = 0, rc;
 
-	rc = emb_wire_assign_req_encode(&b->v, 0, p->tid, EMB_F_WITH_STATE,
-					b->ids, b->k, p->stride, b->rows);
+	rc = emb_wire_assign_req_encode_meta(&b->v, 0, p->tid,
+					     EMB_F_WITH_STATE, b->ids, b->k,
+					     p->stride, b->rows,
+					     p->meta ? b->meta : NULL);
 	if (!rc)
 		rc = emb_wire_hdr_decode(b->v.head, EMB_WIRE_HDR_SIZE, &lim,
 					 &hdr);
@@ -314,9 +319,11 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 	struct emb_frame_hdr rhdr;
 	struct emb_wire_iovs v;
 	uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
+		    EMB_WIRE_ROWFMT_SIZE + EMB_WIRE_TIER_SIZE +
 		    EMB_WIRE_LIFECYCLE_SIZE];
+	_Alignas(8) uint8_t resp[64 + EMB_WIRE_ERRMSG_MAX];
 	struct batch *b = NULL;
-	uint32_t rf;
+	uint32_t rf, now;
 	uint64_t aside = 0, aside_ids[8];
 	int rc, len, got;
 
@@ -332,13 +339,17 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 		emb_table_get_opts(st.t, &o);
 		st.spec.life = o.life;
 	}
+	/* Its tier as asked, but a table that asked for one is not kept
+	 * from a target without a tier: a fill must not fail for it. */
+	if (st.spec.tier == EMB_TIER_ON)
+		st.spec.tier = EMB_TIER_AUTO;
 	len = emb_wire_create_req_encode(buf, sizeof(buf), 0, &st.spec);
 	if (len < 0) {
 		rc = len;
 		goto out;
 	}
 	as_iovs(&v, buf, len);
-	rc = call(p->conn[0], &v, 0, 0, &rhdr);
+	rc = call(p->conn[0], &v, 0, 0, &rhdr, resp);
 	if (rc)
 		goto out;
 	p->tid = rhdr.table_id;
@@ -347,9 +358,13 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 		p->b[i] = (struct batch){.p = p};
 		p->b[i].ids = malloc(FILL_BATCH * sizeof(uint64_t));
 		p->b[i].rows = malloc((size_t)FILL_BATCH * rf * sizeof(float));
-		if (!p->b[i].ids || !p->b[i].rows)
+		p->b[i].meta = malloc(FILL_BATCH * 2 * sizeof(uint32_t));
+		if (!p->b[i].ids || !p->b[i].rows || !p->b[i].meta)
 			rc = -ENOMEM;
 	}
+	p->rm = malloc(FILL_BATCH * sizeof(*p->rm));
+	if (!p->rm)
+		rc = -ENOMEM;
 	if (!rc)
 		rc = emb_table_iter_create(st.t, &it);
 	/* Only the chunk's records are read: the store keeps each record's
@@ -373,11 +388,15 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 	/* Rows are read straight into the batch being filled. */
 	while (!rc && (got = emb_table_iter_next(
 			   it, b->ids + b->k, b->rows + (size_t)b->k * rf,
-			   NULL, FILL_BATCH - b->k)) > 0) {
+			   p->rm, FILL_BATCH - b->k)) > 0) {
 		uint32_t keep = b->k;
 
+		/* Idle times, not last accesses: the target's clock is
+		 * another (EMB_F_META). */
+		now = emb_table_now(st.t);
 		for (uint32_t j = b->k; j < b->k + (uint32_t)got; j++) {
 			float *row = b->rows + (size_t)j * rf;
+			const struct emb_row_meta *rm = &p->rm[j - b->k];
 
 			/* A row with a NaN or Inf (an older version could
 			 * make one) is not sent: the target refuses it, and
@@ -394,6 +413,8 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 				memmove(b->rows + (size_t)keep * rf, row,
 					rf * sizeof(float));
 			}
+			b->meta[2 * keep] = now - rm->last_step;
+			b->meta[2 * keep + 1] = rm->count;
 			keep++;
 		}
 		b->k = keep;
@@ -449,9 +470,13 @@ out:
 	for (uint32_t i = 0; i < FILL_DEPTH; i++) {
 		free(p->b[i].ids);
 		free(p->b[i].rows);
+		free(p->b[i].meta);
 		p->b[i].ids = NULL;
 		p->b[i].rows = NULL;
+		p->b[i].meta = NULL;
 	}
+	free(p->rm);
+	p->rm = NULL;
 	emb_table_iter_destroy(it);
 	emb_server_table_release(&st);
 	return rc;
@@ -462,6 +487,7 @@ static int fill_run(struct emb__fill *f, uint64_t *rows)
 	struct emb_transport_opts to = EMB_TRANSPORT_OPTS_DEFAULT;
 	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
 	_Alignas(8) uint8_t hello[EMB_WIRE_HDR_SIZE + 64 + EMB_WIRE_TOKEN_MAX];
+	_Alignas(8) uint8_t resp[64 + EMB_WIRE_ERRMSG_MAX];
 	struct pipe *p = calloc(1, sizeof(*p));
 	struct emb_frame_hdr rhdr;
 	struct emb_wire_iovs v;
@@ -485,9 +511,13 @@ static int fill_run(struct emb__fill *f, uint64_t *rows)
 		rc = emb_conn_create(p->tr, &co, &p->conn[i]);
 		if (!rc) {
 			as_iovs(&v, hello, len);
-			rc = call(p->conn[i], &v, 0, 0, &rhdr);
+			rc = call(p->conn[i], &v, 0, 0, &rhdr, resp);
 		}
 	}
+	/* A target that takes rows' lifecycle data says so in HELLO: an
+	 * older one would refuse the flag, and with it every batch. */
+	if (!rc && rhdr.payload_len >= 24)
+		p->meta = emb_le32_load(resp + 20) & EMB_WIRE_FEAT_META;
 	if (rc)
 		goto out;
 	nt = emb_server_table_ids(f->s, NULL, 0);

@@ -103,7 +103,8 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	r.limits = s->opts.limits;
 	r.server_id = s->server_id;
 	r.features = EMB_WIRE_FEAT_PUSH_SESSION | EMB_WIRE_FEAT_PULL_MANY |
-		     EMB_WIRE_FEAT_ROWFMT |
+		     EMB_WIRE_FEAT_ROWFMT | EMB_WIRE_FEAT_TIER |
+		     EMB_WIRE_FEAT_META |
 		     EMB_WIRE_FEAT_PUSH_MANY;
 	/* A client that came over TCP learns it may move to RDMA, at this
 	 * host and port number (docs/protocol.md, HELLO). */
@@ -148,6 +149,11 @@ static int on_create(struct emb_server *s, struct srv_conn *sc,
 				 "dim, optimizer, initializer or seed");
 		return emb__reply_error(s, req, rc, why);
 	}
+	if (rc == EMB_ENOTIER)
+		return emb__reply_error(s, req, rc,
+					"the table asks for a device tier "
+					"(tier on) and this server was "
+					"started without --tier-dir");
 	if (rc)
 		return emb__reply_error(s, req, rc, NULL);
 	emb__reply_ack(s, req, id, 0);
@@ -598,10 +604,32 @@ static int on_set_mode(struct emb_server *s, struct emb_req *req,
 	return end_table_op(s, req, st, rc, 0);
 }
 
+/*
+ * A fill's rows keep their lifecycle data (EMB_F_META): the sender's idle
+ * times become last accesses on this table's clock, so that ttl and LRU
+ * see a moved row as idle as it was, and LFU as often used. NULL on
+ * -ENOMEM (the caller answers it).
+ */
+static struct emb_row_meta *assign_meta(struct emb_table *t,
+					const struct emb_wire_assign_req *a)
+{
+	struct emb_row_meta *m = malloc((size_t)a->n * sizeof(*m) + 1);
+	uint32_t now = emb_table_now(t);
+
+	if (!m)
+		return NULL;
+	for (uint32_t i = 0; i < a->n; i++) {
+		m[i].last_step = now - a->meta[2 * i];
+		m[i].count = a->meta[2 * i + 1];
+	}
+	return m;
+}
+
 static int on_assign(struct emb_server *s, struct emb_req *req,
 		     const struct emb_wire_frame *f)
 {
 	struct emb_wire_assign_req a;
+	struct emb_row_meta *meta = NULL;
 	struct srv_table *st;
 	const char *why;
 	uint32_t dim;
@@ -617,16 +645,20 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 	    (f->hdr.flags & EMB_F_WITH_STATE) ? emb_table_weight_words(st->t)
 					      : dim,
 	    emb_optim_state_floats(st->spec.optim.kind, dim), &a);
+	if (!rc && a.meta && !(meta = assign_meta(st->t, &a)))
+		rc = -ENOMEM;
 	if (!rc) {
 		held = emb__slots_begin(s->slots, &f->hdr, a.ids, a.n, &why);
 		if (held < 0) {
+			free(meta);
 			emb__tables_unpin(st);
 			return emb__reply_error(s, req, held, why);
 		}
 		rc = emb_table_assign(st->t, a.ids, a.n, a.rows, a.with_state,
-				      NULL);
+				      meta);
 		emb__slots_end(s->slots, held);
 	}
+	free(meta);
 	if (rc == EMB_ENONFINITE) {
 		char msg[EMB_NAME_MAX + 120];
 

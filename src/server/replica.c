@@ -204,6 +204,20 @@ static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 	pthread_mutex_unlock(&r->mu);
 }
 
+/*
+ * Under r->mu: no eviction in the slots another server writes too, or
+ * that are being copied ahead (emb_cmap_evict_hold()); with one copy of
+ * each slot and no move, none, and eviction works as on a lone server.
+ * Set before any fill of m starts.
+ */
+static void evict_hold(struct emb_replica *r, const struct emb_cmap *m)
+{
+	uint64_t set[EMB_NSLOTS / 64];
+
+	emb_cmap_evict_hold(m, set);
+	emb_server_evict_hold(r->srv, set);
+}
+
 /* Agent thread: a newer map. */
 static void on_map(void *arg, const struct emb_cmap *m,
 		   const struct emb_wire_node_addr *srv, uint32_t n)
@@ -243,6 +257,7 @@ static void on_map(void *arg, const struct emb_cmap *m,
 	/* Fences first: when this returns, no write to a fenced chunk is
 	 * still being applied, so the fill reads final rows. */
 	emb_server_set_map(r->srv, &r->view);
+	evict_hold(r, m);
 	fill_check(r);
 	pthread_mutex_unlock(&r->mu);
 }

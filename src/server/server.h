@@ -213,6 +213,14 @@ int emb_server_fill(struct emb_server *s, const char *host, uint16_t port,
  * copy ahead was given up). */
 void emb_server_untrack(struct emb_server *s);
 
+/*
+ * Any thread: no eviction removes rows of the slots in set (a bit per
+ * slot, EMB_NSLOTS / 64 words, copied) in any table, present or made
+ * later, until the next call: the slots another server writes too
+ * (docs/replication.md, "Eviction with one copy").
+ */
+void emb_server_evict_hold(struct emb_server *s, const uint64_t *set);
+
 /* ---- for the metrics collector (src/server/metrics.c) ---- */
 
 struct emb_hist;

@@ -363,6 +363,39 @@ static void tier_path(const char *dir, const char *name, uint32_t id,
 		 id);
 }
 
+/*
+ * Where a new table's rows past the memory limit go: the server's tier,
+ * unless its CREATE says off; a table that asks for a tier on a server
+ * without one is refused (EMB_ENOTIER) rather than made all-DRAM behind
+ * its back. Its tier file is bounded by the smaller of the server's
+ * --tier-max and the table's own bound, each 0 for none; the table's is
+ * kept in whole MiB, as checkpoints keep it (docs/format.md).
+ */
+static int tier_opts(const struct emb_server *s,
+		     const struct emb_wire_spec *spec, uint32_t id, char *path,
+		     size_t cap, struct emb_table_opts *o)
+{
+	uint64_t mine = spec->tier_max;
+
+	if (spec->tier >= EMB_TIER_MODE_COUNT)
+		return EMB_EBADARG;
+	if (mine > (uint64_t)(UINT32_MAX >> 2) << 20)
+		return EMB_EBADARG; /* past what a checkpoint can say */
+	mine = (mine + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
+	o->tier_mode = spec->tier;
+	o->tier_request = mine;
+	if (spec->tier == EMB_TIER_OFF)
+		return 0;
+	if (!s->tier_dir)
+		return spec->tier == EMB_TIER_ON ? EMB_ENOTIER : 0;
+	tier_path(s->tier_dir, spec->name, id, path, cap);
+	o->tier_path = path;
+	o->tier_max = s->opts.tier_max;
+	if (mine && (!o->tier_max || mine < o->tier_max))
+		o->tier_max = mine;
+	return 0;
+}
+
 int emb__tier_dir_sweep(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -456,17 +489,17 @@ int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	o.remote_read = s->opts.remote_read;
 	o.row_format = spec->row_format;
 	o.rounding = spec->rounding;
-	if (s->tier_dir) {
-		tier_path(s->tier_dir, spec->name, free_slot + 1, tpath,
-			  sizeof(tpath));
-		o.tier_path = tpath;
-		o.tier_max = s->opts.tier_max;
+	rc = tier_opts(s, spec, free_slot + 1, tpath, sizeof(tpath), &o);
+	if (rc) {
+		free(st);
+		goto out_unlock;
 	}
 	rc = emb_table_create(&o, &st->t);
 	if (rc) {
 		free(st);
 		goto out_unlock;
 	}
+	emb_table_evict_hold(st->t, s->evict_hold);
 	st->s = s;
 	st->life_unclaimed = own && emb_lifecycle_is_off(&spec->life);
 	if (s->rdma) {
@@ -507,12 +540,22 @@ int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
 
 		emb_admit_format(&spec->life, a, sizeof(a));
 		emb_evict_format(&spec->life, e, sizeof(e));
+		char tier[64] = "";
+
+		if (o.tier_path && o.tier_max)
+			snprintf(tier, sizeof(tier),
+				 ", device tier up to %llu MiB",
+				 (unsigned long long)(o.tier_max >> 20));
+		else if (o.tier_path)
+			snprintf(tier, sizeof(tier), ", device tier");
+		else if (s->tier_dir)
+			snprintf(tier, sizeof(tier), ", no device tier (off)");
 		emb_log(EMB_LOG_INFO,
 			"table %s (id %u) created: dim %u, %s, %s, admit %s, "
-			"evict %s",
+			"evict %s%s",
 			spec->name, st->id, spec->dim,
 			emb_optim_name(spec->optim.kind),
-			emb_init_name(spec->init.kind), a, e);
+			emb_init_name(spec->init.kind), a, e, tier);
 	}
 out_unlock:
 	pthread_rwlock_unlock(&s->tables_lock);
@@ -588,6 +631,16 @@ void emb_server_table_release(struct emb_server_table *st)
 		emb__tables_put(st->ref);
 		st->ref = NULL;
 	}
+}
+
+void emb_server_evict_hold(struct emb_server *s, const uint64_t *set)
+{
+	pthread_rwlock_wrlock(&s->tables_lock);
+	memcpy(s->evict_hold, set, sizeof(s->evict_hold));
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
+		if (s->tables[i])
+			emb_table_evict_hold(s->tables[i]->t, set);
+	pthread_rwlock_unlock(&s->tables_lock);
 }
 
 int emb_server_table_create(struct emb_server *s,

@@ -353,7 +353,7 @@ void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 		/* A row read or written this step (or by a newer push) may
 		 * have been handed out by this very batch: never evict it. */
 		age = (int32_t)(step - r->last_step);
-		if (age <= 0)
+		if (age <= 0 || emb__evict_held(t, r->id))
 			continue;
 		/* A tiered table's last_step is a tick: upto says which
 		 * ticks are idle past ttl. */

@@ -151,6 +151,8 @@ void emb_snap_meta_from_table(struct emb_table *t, struct emb_snap_meta *m)
 	m->seed = o.seed;
 	m->step = st.step;
 	m->nparts = 1;
+	m->tier_mode = o.tier_mode;
+	m->tier_request = o.tier_request;
 }
 
 void emb_snap_meta_to_opts(const struct emb_snap_meta *m,
@@ -176,6 +178,20 @@ int emb_snap_meta_check(const struct emb_snap_meta *m,
 	if (m->row_format != o->row_format)
 		return EMB_EBADFORMAT;
 	return 0;
+}
+
+/*
+ * Bytes 244..247: what the table's CREATE asked of its server's tier,
+ * bits 0..1 the mode and 2..31 the bytes in whole MiB (rounded up; 1 PiB
+ * at most). 0 for a table that asked nothing, as in every file before.
+ */
+static uint32_t tier_word(const struct emb_snap_meta *m)
+{
+	uint64_t mib = (m->tier_request + (1u << 20) - 1) >> 20;
+
+	if (mib > (UINT32_MAX >> 2))
+		mib = UINT32_MAX >> 2;
+	return (m->tier_mode & 3u) | (uint32_t)mib << 2;
 }
 
 static void hdr_encode(uint8_t *p, const struct emb_snap_meta *m)
@@ -208,6 +224,7 @@ static void hdr_encode(uint8_t *p, const struct emb_snap_meta *m)
 	emb_le64_store(p + 224, m->prev_id);
 	emb_le64_store(p + 232, m->erased);
 	emb_le32_store(p + 240, word);
+	emb_le32_store(p + 244, tier_word(m));
 	emb_le64_store(p + 248, XXH3_64bits(p, 248));
 }
 
@@ -250,8 +267,12 @@ static int hdr_decode(const uint8_t *p, struct emb_snap_meta *m)
 	/* Version 1 had no row formats: its bytes 240..247 are 0 and its
 	 * rows fp32. Each table has one encoding: version 2 iff word != 0. */
 	word = emb_le32_load(p + 240);
-	if ((version == 1) != (word == 0) || emb_le32_load(p + 244) != 0 ||
-	    fmt_set(word, m))
+	if ((version == 1) != (word == 0) || fmt_set(word, m))
+		return EMB_EDUMPFORMAT;
+	word = emb_le32_load(p + 244);
+	m->tier_mode = word & 3u;
+	m->tier_request = (uint64_t)(word >> 2) << 20;
+	if (m->tier_mode >= EMB_TIER_MODE_COUNT)
 		return EMB_EDUMPFORMAT;
 	if (!(m->flags & EMB_SNAP_F_DELTA) &&
 	    (m->base_id || m->prev_id || m->erased))

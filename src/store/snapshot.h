@@ -130,6 +130,9 @@ struct emb_snap_meta {
 	uint64_t base_id;	     /* delta: the chain's full checkpoint */
 	uint64_t prev_id;	     /* delta: the checkpoint it follows */
 	uint64_t erased;	     /* delta: ids in erased blocks */
+	uint32_t tier_mode;	     /* the table's CREATE: enum emb_tier_mode */
+	uint64_t tier_request;	     /* and its tier bytes, whole MiB; 0 =
+					the server's bound */
 };
 
 /* Fills the table part of *m (name .. seed, row format, step) from t;

@@ -101,6 +101,12 @@ struct emb_table_opts {
 	 * too (docs/store.md, "Eviction on a tiered table"). */
 	const char *tier_path;
 	uint64_t tier_max; /* bytes the file may grow to; 0 = no bound */
+	/* What the table's CREATE asked of its server's tier (enum
+	 * emb_tier_mode, and tier file bytes, 0 = the server's bound). The
+	 * store does not act on them: snapshots keep them (docs/format.md),
+	 * so a server that loads the table makes it as it was asked. */
+	uint32_t tier_mode;
+	uint64_t tier_request;
 };
 
 #define EMB_TABLE_OPTS_DEFAULT                                                 \
@@ -117,7 +123,9 @@ struct emb_table_opts {
 				 .row_format = EMB_ROWFMT_FP32,                \
 				 .rounding = EMB_ROUND_STOCHASTIC,             \
 				 .tier_path = NULL,                            \
-				 .tier_max = 0})
+				 .tier_max = 0,                                \
+				 .tier_mode = EMB_TIER_AUTO,                   \
+				 .tier_request = 0})
 
 /* Flags for emb_table_pull() and emb_table_pull_ptrs(). */
 #define EMB_PULL_NOCREATE 0x1u /* report missing ids instead of creating */
@@ -358,6 +366,25 @@ bool emb_table_row_finite(const struct emb_table *t, const float *row);
 
 /* Removes ids[0..n); returns how many were present (>= 0). */
 int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n);
+
+/*
+ * The clock a row's emb_row_meta.last_step counts in, as it is now: the
+ * table step, or a tiered table's batch clock (docs/store.md, "The device
+ * tier"). A row's idle time is now minus its last_step, modulo 2^32: what
+ * a row keeps when it moves to another table (a fill's EMB_F_META).
+ */
+uint32_t emb_table_now(const struct emb_table *t);
+
+/*
+ * Holds the rows of some slots back from every eviction (the policy's
+ * hands and emb_table_evict()): slot k is held while bit k % 64 of
+ * set[k / 64] is set (EMB_NSLOTS / 64 words, copied); NULL holds none.
+ * A server holds the slots another server also writes, where its own
+ * eviction would leave the two copies different (docs/replication.md,
+ * "Eviction with one copy"). Any thread; batches see it from their next
+ * shard group on.
+ */
+void emb_table_evict_hold(struct emb_table *t, const uint64_t *set);
 
 /*
  * Removes rows not accessed in the last max_idle_steps table steps (0: no age

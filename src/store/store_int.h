@@ -232,6 +232,11 @@ struct emb_table {
 	uint64_t rows_evicted_l2;    /* by min_l2 */
 	uint64_t rows_evicted_cap;   /* by max_rows */
 	uint64_t rows_nonfinite;     /* loaded rows set aside: not finite */
+	/* Slots whose rows no eviction removes (emb_table_evict_hold()): a
+	 * bit per slot, read and written with relaxed atomics; hold_any
+	 * is false while no bit is set, so tables never held pay one test. */
+	uint64_t evict_hold[EMB_NSLOTS / 64];
+	bool evict_hold_any;
 
 	/* Point-in-time views (view.c): batches that write rows count
 	 * themselves in their stripe's writers and wait while fence is up. */
@@ -251,6 +256,18 @@ struct emb_table {
 	 * with tier. */
 	const struct emb_tier_view_ops *tier_view;
 };
+
+/* True when no eviction may remove the row of id (its slot is held). */
+static inline bool emb__evict_held(const struct emb_table *t, uint64_t id)
+{
+	uint32_t sl;
+
+	if (!__atomic_load_n(&t->evict_hold_any, __ATOMIC_RELAXED))
+		return false;
+	sl = emb_id_slot(id);
+	return (__atomic_load_n(&t->evict_hold[sl / 64], __ATOMIC_RELAXED) >>
+		(sl % 64)) & 1;
+}
 
 static inline struct emb_table_stripe *emb__my_stripe(struct emb_table *t)
 {
@@ -543,6 +560,8 @@ uint32_t emb__tier_tick(struct emb_table *t);
 /* A push's new table step, which a tiered table remembers the tick of
  * (any thread): use it instead of incrementing t->step. */
 uint32_t emb__tier_step(struct emb_table *t);
+/* The clock emb__tier_tick() advances, as it is now. */
+uint32_t emb__tier_now(const struct emb_table *t);
 /*
  * For ttl on a tiered table (any thread): true and *upto such that a row
  * whose last_step (a tick) is at or before *upto, as a distance, was

@@ -1985,10 +1985,7 @@ assign_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 					     t->dim);
 		emb__row_seal(t, r);
 		if (x->meta) {
-			/* A tiered table's last_step is its tier's clock,
-			 * which a dump's steps (another clock) do not
-			 * count in: its idle time starts now. */
-			r->last_step = t->tier ? x->step : x->meta[p].last_step;
+			r->last_step = x->meta[p].last_step;
 			r->count = x->meta[p].count & EMB_ROW_COUNT_MAX;
 		} else {
 			r->last_step = x->step;
@@ -2206,6 +2203,8 @@ evict_row(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 	bool old = x->tiered ? x->idle && (int32_t)(r->last_step - x->upto) <= 0
 			     : x->max_idle_steps && age > x->max_idle_steps;
 
+	if (emb__evict_held(t, r->id))
+		return;
 	if (old || (x->min_count && r->count < x->min_count)) {
 		emb__shard_remove(t, s, idx, emb_id_hash(r->id));
 		x->evicted++;
@@ -2243,12 +2242,31 @@ static int evict_cold(struct emb_table *t, struct evict_ctx *x)
 	return rc;
 }
 
+uint32_t emb_table_now(const struct emb_table *t)
+{
+	return t->tier ? emb__tier_now(t) : now_step(t);
+}
+
+void emb_table_evict_hold(struct emb_table *t, const uint64_t *set)
+{
+	bool any = false;
+
+	if (!t)
+		return;
+	for (uint32_t w = 0; w < EMB_NSLOTS / 64; w++) {
+		uint64_t v = set ? set[w] : 0;
+
+		__atomic_store_n(&t->evict_hold[w], v, __ATOMIC_RELAXED);
+		any |= v != 0;
+	}
+	__atomic_store_n(&t->evict_hold_any, any, __ATOMIC_RELEASE);
+}
+
 int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,
 			uint32_t min_count)
 {
 	struct evict_ctx x = {.max_idle_steps = max_idle_steps,
 			      .min_count = min_count};
-
 	int rc = 0;
 
 	if (!t)

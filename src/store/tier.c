@@ -558,6 +558,11 @@ bool emb__tier_idle_upto(struct emb_table *t, uint32_t idle_steps,
 	return false;
 }
 
+uint32_t emb__tier_now(const struct emb_table *t)
+{
+	return (uint32_t)__atomic_load_n(&t->tier->clock, __ATOMIC_RELAXED);
+}
+
 /* ---- the cold map ---- */
 
 static inline uint32_t map_fp(uint64_t h)
@@ -1082,7 +1087,8 @@ static uint32_t room_evict(struct emb_table *t, struct emb_shard *s,
 			    emb__row_l2(t, r) < e->min_l2;
 		uint64_t h;
 
-		if ((ttl || weak) && !in_group(e, h = emb_id_hash(r->id))) {
+		if ((ttl || weak) && !emb__evict_held(t, r->id) &&
+		    !in_group(e, h = emb_id_hash(r->id))) {
 			emb__shard_remove(t, s, cand[i].idx, h);
 			if (ttl)
 				e->out->ttl++;
@@ -2114,7 +2120,9 @@ static int evict_picked(struct emb_table *t, struct emb_shard *s,
 			 * for its location: locations are not reused before
 			 * the block is given back. */
 			at = cold_at(ts, r->id, loc);
-			if (at < 0)
+			/* A held slot's rows stay, as in DRAM (a move or a
+			 * second writer: docs/replication.md). */
+			if (at < 0 || emb__evict_held(t, r->id))
 				continue;
 			if (why[i] == PICK_ALL)
 				c = &out->ttl;

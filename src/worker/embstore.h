@@ -157,6 +157,18 @@ struct emb_table_spec {
 	 * 0 = stochastic). The optimizer computes in fp32 either way. */
 	uint32_t row_format;
 	uint32_t rounding;
+	/* Since 0.3: the servers' device tier (docs/store.md, "The device
+	 * tier"): whether each server keeps the rows its memory limit leaves
+	 * out on its --tier-dir (enum emb_tier_mode: 0 = as the server was
+	 * started, EMB_TIER_OFF = never, EMB_TIER_ON = always, and a server
+	 * without one refuses the table with EMB_ENOTIER), and at most how
+	 * many bytes of tier file each server gives the table (0 = the
+	 * server's --tier-max; the smaller bound holds; rounded up to whole
+	 * MiB). The first CREATE decides, as for the row format; checkpoints
+	 * keep both. */
+	uint32_t tier;
+	uint32_t _pad1; /* 0 */
+	uint64_t tier_max;
 };
 
 /* No name or dim yet; SGD and uniform rows by their defaults; life off. */

@@ -38,12 +38,15 @@ static struct emb_lifecycle_cfg per_server(const struct emb_client *c,
  * is not: a backup sees no pulls, so it would age rows and pick max_rows'
  * victims by pushes alone, and an erase relayed from the primary could
  * reach a backup after the row was admitted again. So a replicated map
- * takes no eviction, as it takes no synchronous mode.
+ * takes no eviction, as it takes no synchronous mode. A map of one copy
+ * (an elastic job without replicas) does: each slot has one writer but
+ * while it moves, and its servers hold eviction back in those slots
+ * (docs/replication.md, "Eviction with one copy").
  */
 static bool life_replicable(const struct emb_client *c,
 			    const struct emb_lifecycle_cfg *l)
 {
-	return !c->cmap ||
+	return !c->cmap || c->cmap->replicas == 1 ||
 	       (!l->ttl_steps && !(l->min_l2 > 0.0f) && !l->max_rows);
 }
 
@@ -51,7 +54,8 @@ static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
 			struct emb_client_table **out)
 {
 	uint8_t payload[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
-			EMB_WIRE_ROWFMT_SIZE + EMB_WIRE_LIFECYCLE_SIZE];
+			EMB_WIRE_ROWFMT_SIZE + EMB_WIRE_TIER_SIZE +
+			EMB_WIRE_LIFECYCLE_SIZE];
 	struct emb_client_table *t;
 	struct emb_wire_spec ws = {0};
 	struct emb_async *op;
@@ -71,6 +75,12 @@ static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
 	ws.rounding = spec->row_format == EMB_ROWFMT_FP32 ? 0 : spec->rounding;
 	if (ws.row_format >= EMB_ROWFMT_COUNT || spec->rounding > 1)
 		return EMB_EBADFORMAT;
+	if (spec->tier >= EMB_TIER_MODE_COUNT || spec->_pad1)
+		return EMB_EBADARG;
+	/* Likewise a server before per-table tiers refuses EMB_F_TIER: no
+	 * table that asked for no tier is tiered, nor the reverse. */
+	ws.tier = spec->tier;
+	ws.tier_max = spec->tier_max;
 	/* A server before row formats refuses the CREATE's flag: no table
 	 * is made fp32 that was asked compact. */
 	ws.life = per_server(c, &spec->life);
@@ -86,7 +96,8 @@ static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
 	len = emb_wire_create_req_encode(payload, sizeof(payload), 0, &ws);
 	if (len < 0)
 		return len;
-	/* The encoder's flags: EMB_F_ROWFMT when a format block follows. */
+	/* The encoder's flags: EMB_F_ROWFMT and EMB_F_TIER when their
+	 * blocks follow. */
 	op = emb__broadcast(c, EMB_OP_CREATE_TABLE, emb_le16_load(payload + 6),
 			    NULL,
 			    payload + EMB_WIRE_HDR_SIZE,

@@ -30,32 +30,13 @@ set -u
 tools=${1:?usage: drain.sh TOOLS_DIR [hand|launch] [tier]}
 mode=${2:-hand}
 tier=${3:-}
-tools=$(cd "$tools" && pwd) || exit 1
-work=$(mktemp -d "${TMPDIR:-/tmp}/emb-drain-XXXXXX")
-PATH=$tools:$PATH
-export PATH
-EMB_HEARTBEAT_TIMEOUT=2
-EMB_CLUSTER_TIMEOUT=30
-export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
-unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN
-unset EMB_MEM_LIMIT EMB_TIER_DIR
+moves_setup "$tools" drain
 if [ "$tier" = tier ]; then
 	mkdir "$work/tier"
 	EMB_MEM_LIMIT=5M
 	EMB_TIER_DIR=$work/tier
 	export EMB_MEM_LIMIT EMB_TIER_DIR
 fi
-lpid=
-npid=
-fail=0
-
-cleanup() {
-	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
-	[ -n "$npid" ] && kill -KILL "$npid" 2>/dev/null
-	wait 2>/dev/null
-	[ -n "${KEEP:-}" ] || rm -rf "$work"
-}
-trap cleanup EXIT
 
 # The workers train through the drain and the join; on the device tier
 # each move reads its rows from it, slower, so they train longer.

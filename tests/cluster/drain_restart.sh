@@ -17,30 +17,13 @@ set -u
 . "$(dirname "$0")/moves_lib.sh"
 
 tools=${1:?usage: drain_restart.sh TOOLS_DIR}
-tools=$(cd "$tools" && pwd) || exit 1
-work=$(mktemp -d "${TMPDIR:-/tmp}/emb-drainrestart-XXXXXX")
-PATH=$tools:$PATH
-export PATH
+moves_setup "$tools" drainrestart
 # Every step waits for its log line, so a loaded machine only delays it.
 EMB_HEARTBEAT_TIMEOUT=3
-EMB_CLUSTER_TIMEOUT=30
 # About 1 MB of rows leave server 0: at 200 kB/s its drain takes seconds,
 # so the scheduler dies during it, not after.
 EMB_MOVE_RATE=200000
-export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT EMB_MOVE_RATE
-unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN \
-	EMB_SCHED_GRACE EMB_SCHED_STATE
-lpid=
-npid=
-fail=0
-
-cleanup() {
-	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
-	[ -n "$npid" ] && kill -KILL "$npid" 2>/dev/null
-	wait 2>/dev/null
-	[ -n "${KEEP:-}" ] || rm -rf "$work"
-}
-trap cleanup EXIT
+export EMB_HEARTBEAT_TIMEOUT EMB_MOVE_RATE
 
 moves_launch 45
 [ -n "$sched" ] || bad "no scheduler address"

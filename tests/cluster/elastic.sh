@@ -26,26 +26,7 @@ RATE=${3:-0}
 want_slots=$((R * 4096 / 3 - 2))
 want_rows=$((R * 40000 / 3 * 3 / 4))
 most_rows=$((R * 40000 / 3 * 13 / 10))
-tools=$(cd "$tools" && pwd) || exit 1
-work=$(mktemp -d "${TMPDIR:-/tmp}/emb-elastic-XXXXXX")
-PATH=$tools:$PATH
-export PATH
-EMB_HEARTBEAT_TIMEOUT=2
-EMB_CLUSTER_TIMEOUT=30
-export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
-unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN \
-	EMB_SERVER_MAX
-lpid=
-npid=
-fail=0
-
-cleanup() {
-	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
-	[ -n "$npid" ] && kill -KILL "$npid" 2>/dev/null
-	wait 2>/dev/null
-	[ -n "${KEEP:-}" ] || rm -rf "$work"
-}
-trap cleanup EXIT
+moves_setup "$tools" elastic
 
 # Rows of table bench on the server at $1 in `embstore stat` output $2.
 rows_of() {

@@ -3,6 +3,36 @@
 # They read $out (the launch's output), $lpid (the launch) and $npid (the
 # newcomer), and report through bad().
 
+# moves_setup TOOLS_DIR NAME: the start every moving-slots test shares:
+# TOOLS_DIR (the built programs) first on PATH as $tools, a scratch dir
+# $work (emb-NAME-XXXXXX, kept when KEEP is set), 2 s heartbeats, none of
+# the caller's own job's EMB_* settings, and an exit trap that stops the
+# launch ($lpid) and the newcomer ($npid). A test changes what it needs
+# afterwards.
+moves_setup() {
+	tools=$(cd "$1" && pwd) || exit 1
+	work=$(mktemp -d "${TMPDIR:-/tmp}/emb-$2-XXXXXX") || exit 1
+	PATH=$tools:$PATH
+	export PATH
+	EMB_HEARTBEAT_TIMEOUT=2
+	EMB_CLUSTER_TIMEOUT=30
+	export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
+	unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN \
+		EMB_SERVER_MAX EMB_MEM_LIMIT EMB_TIER_DIR EMB_SCHED_GRACE \
+		EMB_SCHED_STATE
+	lpid=
+	npid=
+	fail=0
+	trap moves_cleanup EXIT
+}
+
+moves_cleanup() {
+	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
+	[ -n "$npid" ] && kill -KILL "$npid" 2>/dev/null
+	wait 2>/dev/null
+	[ -n "${KEEP:-}" ] || rm -rf "$work"
+}
+
 # moves_launch SECONDS: starts the job the drains run under, into $out and
 # $lpid: `embstore launch --server_num 3 --worker_num 2 --replicas 2`
 # with `embstore-bench --op step --verify` for SECONDS; returns once both

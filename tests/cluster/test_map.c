@@ -368,6 +368,7 @@ static void check_whole(const struct emb_cmap *m)
  * checking that no slot ever has fewer holders than R. Returns chunks. */
 static uint32_t run_join(struct emb_cmap *m, uint32_t to)
 {
+	uint64_t hold[EMB_NSLOTS / 64];
 	uint32_t first = 0, from, chunks = 0;
 	int n;
 
@@ -379,6 +380,11 @@ static uint32_t run_join(struct emb_cmap *m, uint32_t to)
 		CU_ASSERT_EQUAL(emb_cmap_move_begin(m, from, to, first,
 						    (uint32_t)n, m), n);
 		CU_ASSERT_EQUAL(m->epoch, e + 1);
+		/* No eviction in a moving slot: with one copy, only there. */
+		CU_ASSERT_EQUAL(emb_cmap_evict_hold(m, hold),
+				m->replicas == 1 ? (uint32_t)n : EMB_NSLOTS);
+		for (uint32_t s = first; s < first + (uint32_t)n; s++)
+			CU_ASSERT((hold[s / 64] >> (s % 64)) & 1);
 		for (uint32_t s = first; s < first + (uint32_t)n; s++) {
 			uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
 
@@ -426,6 +432,22 @@ static void test_join(void)
 		/* A second join asks nothing more. */
 		uint32_t first = 0, from;
 		CU_ASSERT_EQUAL(emb_cmap_join_next(m, 2, 256, &first, &from), 0);
+		/* Eviction is held nowhere with one copy and no move, and
+		 * in the slots copied ahead while a move copies them. */
+		uint64_t hold[EMB_NSLOTS / 64];
+		const bool ok[3] = {true, true, true};
+		int warm;
+
+		CU_ASSERT_EQUAL(emb_cmap_evict_hold(m, hold),
+				r == 1 ? 0 : EMB_NSLOTS);
+		first = 0;
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_cmap_drain_next(m, 0, ok, 64, &first, &from), 64);
+		warm = emb_cmap_warm_begin(m, 0, from, first, 64, m);
+		CU_ASSERT_EQUAL(warm, 64);
+		CU_ASSERT_EQUAL(emb_cmap_evict_hold(m, hold),
+				r == 1 ? 64 : EMB_NSLOTS);
+		CU_ASSERT((hold[first / 64] >> (first % 64)) & 1);
 		free(m);
 	}
 }

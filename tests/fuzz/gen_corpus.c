@@ -461,6 +461,17 @@ int main(int argc, char **argv)
 	spec.rounding = EMB_ROUND_STOCHASTIC;
 	save("create_req_rowfmt",
 	     emb_wire_create_req_encode(buf, sizeof(buf), 2, &spec));
+	/* A table's own tier: the tier block after the row format's. */
+	spec.tier = EMB_TIER_ON;
+	spec.tier_max = 64ull << 30;
+	save("create_req_rowfmt_tier",
+	     emb_wire_create_req_encode(buf, sizeof(buf), 2, &spec));
+	spec.row_format = EMB_ROWFMT_FP32;
+	spec.tier = EMB_TIER_OFF;
+	spec.tier_max = 0;
+	save("create_req_tier",
+	     emb_wire_create_req_encode(buf, sizeof(buf), 2, &spec));
+	spec.tier = EMB_TIER_AUTO;
 	save("create_resp", emb_wire_ack_encode(buf, sizeof(buf),
 						EMB_OP_CREATE_TABLE, 2, 1, 0));
 	save("drop_req", emb_wire_empty_req_encode(buf, sizeof(buf),
@@ -537,6 +548,18 @@ int main(int argc, char **argv)
 	if (!rc && (len = emb_wire_iovs_flatten(&v, buf, sizeof(buf))) > 0)
 		emb_wire_stamp_epoch(buf, 6, EMB_F_FILL | EMB_F_WARM);
 	save("assign_req_warm", rc ? rc : len);
+	/* A fill's rows with their lifecycle data (idle, count). */
+	{
+		const uint32_t meta[4] = {5, 9, 0, 1};
+
+		rc = emb_wire_assign_req_encode_meta(&v, 7, 1,
+						     EMB_F_WITH_STATE, ids, 2,
+						     10, rows, meta);
+		if (!rc &&
+		    (len = emb_wire_iovs_flatten(&v, buf, sizeof(buf))) > 0)
+			emb_wire_stamp_epoch(buf, 6, EMB_F_FILL);
+		save("assign_req_fill_meta", rc ? rc : len);
+	}
 	save("push_resp",
 	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH, 6, 1, 0));
 	save_iovs("assign_req_dim3", &v,

@@ -494,6 +494,44 @@ static void test_push(void)
 	emb_le16_store(buf + 6, EMB_F_ADMITTED);
 	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
 	CU_ASSERT_NOT_EQUAL(emb_wire_assign_req_decode(&f, 4, 0, &ar), 0);
+	/* Rows with their lifecycle data: (idle, count) after the rows. */
+	{
+		const uint32_t meta[6] = {5, 9, 0, 1, 70000, 3};
+
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode_meta(
+					  &v, 5, 2, 0, ids, 3, 4, grads, meta),
+				      0);
+		len = flatten(&v);
+		CU_ASSERT_EQUAL(len, 32 + 3 * 8 + 3 * 16 + 3 * 8);
+		CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+		CU_ASSERT_EQUAL(f.hdr.flags, EMB_F_META);
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_decode(&f, 4, 0,
+								 &ar),
+				      0);
+		CU_ASSERT_EQUAL(ar.n, 3);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(ar.meta);
+		CU_ASSERT_EQUAL(memcmp(ar.meta, meta, sizeof(meta)), 0);
+		CU_ASSERT_EQUAL(memcmp(ar.rows, grads, sizeof(grads)), 0);
+		/* The flag without the meta's bytes, or with a row short. */
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode(
+					  &v, 5, 2, 0, ids, 3, 4, grads),
+				      0);
+		len = flatten(&v);
+		emb_le16_store(buf + 6, EMB_F_META);
+		CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+		CU_ASSERT_NOT_EQUAL(emb_wire_assign_req_decode(&f, 4, 0, &ar),
+				    0);
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode(
+					  &v, 5, 2, 0, ids, 3, 4, grads),
+				      0);
+		len = flatten(&v);
+		emb_le16_store(buf + 6, 0);
+		CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_decode(&f, 4, 0,
+								 &ar),
+				      0);
+		CU_ASSERT_PTR_NULL(ar.meta);
+	}
 	/* A session needs a sequence number from 1. */
 	CU_ASSERT_EQUAL(emb_wire_push_req_encode_session(&v, 5, 2, 0, 0, 7, 0,
 							 ids, 3, 4, grads),
@@ -640,6 +678,70 @@ static void test_row_format_spec(void)
 	CU_ASSERT_EQUAL(back.spec.rounding, EMB_ROUND_STOCHASTIC);
 	put32(32 + 4, 0x200);
 	CU_ASSERT_EQUAL(emb_wire_list_resp_decode(&f, &lr), EMB_EBADFORMAT);
+}
+
+/*
+ * A table's own tier travels as a block after the row format's place, only
+ * when it asks for other than the server's own; modes no server knows,
+ * a non-zero reserved word and a default block are refused.
+ */
+static void test_tier_spec(void)
+{
+	struct emb_wire_spec s = spec_make("big", 8), got;
+	struct emb_wire_frame f;
+	int len;
+
+	s.tier = EMB_TIER_OFF;
+	len = emb_wire_create_req_encode(buf, sizeof(buf), 1, &s);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 128 + 16);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(f.hdr.flags, EMB_F_TIER);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_create_req_decode(&f, &got), 0);
+	CU_ASSERT_EQUAL(got.tier, EMB_TIER_OFF);
+	CU_ASSERT_EQUAL(got.tier_max, 0);
+
+	/* With a row format and a lifecycle: format, tier, lifecycle. */
+	s.tier = EMB_TIER_AUTO;
+	s.tier_max = 5ull << 30;
+	s.row_format = EMB_ROWFMT_BF16;
+	emb_evict_parse("ttl:9", &s.life);
+	len = emb_wire_create_req_encode(buf, sizeof(buf), 1, &s);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 128 + 8 + 16 + 32);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(f.hdr.flags, EMB_F_ROWFMT | EMB_F_TIER);
+	CU_ASSERT_EQUAL(emb_le64_load(buf + 32 + 136 + 8), 5ull << 30);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_create_req_decode(&f, &got), 0);
+	CU_ASSERT_EQUAL(got.tier, EMB_TIER_AUTO);
+	CU_ASSERT_EQUAL(got.tier_max, 5ull << 30);
+	CU_ASSERT_EQUAL(got.row_format, EMB_ROWFMT_BF16);
+	CU_ASSERT_EQUAL(got.life.ttl_steps, 9);
+
+	/* A mode past "on", a reserved word, a default block. */
+	put32(32 + 136, 3);
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &got), EMB_EBADFRAME);
+	put32(32 + 136, EMB_TIER_ON);
+	put32(32 + 136 + 4, 1);
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &got), EMB_EBADFRAME);
+	put32(32 + 136 + 4, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_create_req_decode(&f, &got), 0);
+	CU_ASSERT_EQUAL(got.tier, EMB_TIER_ON);
+	put32(32 + 136, EMB_TIER_AUTO);
+	put32(32 + 136 + 8, 0);
+	put32(32 + 136 + 12, 0);
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &got), EMB_EBADFRAME);
+	/* The block's flag without its bytes: the payload is too short. */
+	s.tier_max = 0;
+	s.row_format = EMB_ROWFMT_FP32;
+	s.life = EMB_LIFECYCLE_CFG_DEFAULT;
+	len = emb_wire_create_req_encode(buf, sizeof(buf), 1, &s);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 128);
+	buf[6] = (uint8_t)(EMB_F_TIER & 0xff);
+	buf[7] = (uint8_t)(EMB_F_TIER >> 8);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_create_req_decode(&f, &got), EMB_EBADFRAME);
+	s.tier = 3;
+	CU_ASSERT_EQUAL(emb_wire_create_req_encode(buf, sizeof(buf), 1, &s),
+			EMB_EBADARG);
 }
 
 static void test_assign_erase(void)
@@ -1352,6 +1454,7 @@ static const struct emb_test_case cases[] = {
     {"round trips set_mode and rejects unused fields", test_set_mode},
     {"PUSH with fp16 and bf16 gradients", test_push_half},
     {"row formats in CREATE_TABLE and LIST_TABLES", test_row_format_spec},
+    {"a table's own tier in CREATE_TABLE", test_tier_spec},
     {"rejects bad magic", test_bad_magic},
     {"rejects bad version", test_bad_version},
     {"rejects length beyond limit", test_too_big},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -95,3 +96,43 @@ def test_barrier_fails_when_a_node_dies(cluster):
     assert "connect" not in result, result
     assert isinstance(result.get("barrier"), embstore.ConnectionError)
     assert result["barrier"].name == "EMB_ENODEAD"
+
+
+def test_compact_table_with_admission_moves_to_a_joining_server(
+        start_server, monkeypatch):
+    """A server that joins a replicated job is given a share of the slots by
+    live moves; the move creates each table on it as the others have it, a
+    compact one with an admission policy and its own tier request included
+    (the CREATE's row-format, tier and lifecycle blocks together), and
+    every admitted row reads the same from the new holders."""
+    env = {"EMB_SCHED_HOST": "127.0.0.1", "EMB_SCHED_PORT": str(_free_port()),
+           "EMB_SERVER_NUM": "2", "EMB_SERVER_MAX": "3", "EMB_REPLICAS": "2",
+           "EMB_WORKER_NUM": "1", "EMB_HEARTBEAT_TIMEOUT": "2",
+           "EMB_CLUSTER_TIMEOUT": "30"}
+    sched = start_server(env=dict(env, EMB_ROLE="scheduler"),
+                         role="scheduler")
+    for _ in range(2):
+        start_server(env=dict(env, EMB_ROLE="server"))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("EMB_ROLE", "worker")
+    ids = np.arange(1, 3001, dtype=np.uint64) * 7
+    with embstore.connect(transport="tcp") as c:
+        t = c.table("small", 8, optimizer="sgd:lr=0.5", init="zeros",
+                    row_format="bf16", admit="count:2", tier="off")
+        for _ in range(2):      # the second sighting admits
+            t.pull(ids)
+        t.push(ids, np.ones((len(ids), 8), np.float32))
+        before = t.pull(ids)
+        assert (before == -0.5).all()
+        start_server(env=dict(env, EMB_ROLE="server"))
+        deadline = time.monotonic() + 60
+        while "server 2 has its share" not in sched.log.read_text():
+            assert time.monotonic() < deadline, sched.log.read_text()[-3000:]
+            time.sleep(0.1)
+        # Rows now read from the new holders too, as they were.
+        np.testing.assert_array_equal(t.pull(ids), before)
+        st = t.stats()
+        # Two copies of each row on the first two servers, and the
+        # moved copies made again on the third.
+        assert st.servers == 3 and st.rows_created > 2 * len(ids), st

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import embstore
 from conftest import tool
@@ -119,6 +120,97 @@ def test_ten_times_memory_survives_sigkill(start_server, tmp_path):
         after = whole_rows(t, ids)
         assert t.stats().rows == ROWS
     assert np.array_equal(before, after)
+
+
+def fill(t, start: int, limit: int, expect: str) -> int:
+    """Pushes new rows from id start on, BATCH at a time, until a push
+    raises the error named expect (limit rows at most); the rows made."""
+    rng = np.random.default_rng(start)
+    made = 0
+    while made < limit:
+        part = np.arange(start + made, start + made + BATCH,
+                         dtype=np.uint64)
+        try:
+            t.push(part, rng.standard_normal((BATCH, t.dim),
+                                             dtype=np.float32))
+        except embstore.TableError as e:
+            assert e.name == expect, e
+            return made
+        made += BATCH
+    raise AssertionError(f"{limit} rows made, no {expect}")
+
+
+def test_per_table_tier(start_server, tmp_path):
+    """A CREATE's own tier: "off" keeps a table in DRAM on a tiered
+    server (refused at the limit, never on the device), "on" with
+    tier_max bounds its file; a checkpoint keeps both across a restart;
+    a server without --tier-dir refuses "on"."""
+    tier, ck = tmp_path / "tier", tmp_path / "ck"
+    tier.mkdir()
+    args = ("--mem-limit", "16M", "--tier-dir", str(tier),
+            "--table-shards", "2", "--checkpoint-dir", str(ck),
+            "--checkpoint-interval", "3600")
+    s = start_server(*args)
+    rng = np.random.default_rng(1)
+    ids = np.arange(4096, dtype=np.uint64)
+    with embstore.connect(servers=s.addr, transport="tcp") as c:
+        dense = c.table("dense", 32, optimizer="sgd", tier="off")
+        wide = c.table("wide", 32, optimizer="sgd", tier="on",
+                       tier_max="4M")
+        assert dense.spec()["tier"] == "off"
+        assert wide.spec()["tier"] == "on" and \
+            wide.spec()["tier_max"] == 4 << 20
+        for t in (dense, wide):
+            t.push(ids, rng.standard_normal((len(ids), 32),
+                                            dtype=np.float32))
+        with pytest.raises(ValueError):
+            c.table("bad", 8, tier="sometimes")
+        with pytest.raises(ValueError):
+            c.table("bad", 8, tier_max="4Q")
+    assert not list(tier.glob("dense.*.tier"))
+    assert len(list(tier.glob("wide.*.tier"))) == 1
+    assert s.stop() == 0  # the final checkpoint holds both tables
+    [ckpt] = ck.glob("ckpt-*")
+    run = subprocess.run([tool("embstore"), "inspect", str(ckpt)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and \
+        "device tier off, up to 0 MiB" in run.stdout and \
+        "device tier on, up to 4 MiB" in run.stdout, run.stdout + run.stderr
+
+    s = start_server(*args)
+    log = s.log.read_text()
+    assert re.search(r"table dense \(id \d+\) created: .*no device tier "
+                     r"\(off\)", log), log
+    assert re.search(r"table wide \(id \d+\) created: .*device tier up to "
+                     r"4 MiB", log), log
+    with embstore.connect(servers=s.addr, transport="tcp") as c:
+        dense, wide = c.open_table("dense"), c.open_table("wide")
+        assert dense.stats().rows == wide.stats().rows == len(ids)
+        # Still off after the restart: new rows stop at the memory limit
+        # and none goes to the device.
+        made = fill(dense, 1 << 20, 400_000, "EMB_EMEMLIMIT")
+        st = dense.stats()
+        # (The refused batch may have made the rows of some shards.)
+        assert st.rows_cold == 0 and \
+            len(ids) + made <= st.rows < len(ids) + made + BATCH, st
+        dense.drop()
+        # Still on, with its own bound: the device takes rows until its
+        # file is at 4 MiB.
+        fill(wide, 1 << 20, 400_000, "EMB_ETIERFULL")
+        st = wide.stats()
+        assert st.rows_cold > 0 and 3 << 20 < st.tier_bytes <= 4 << 20, st
+    assert not list(tier.glob("dense.*.tier"))
+
+    plain = start_server("--mem-limit", "8M")
+    with embstore.connect(servers=plain.addr, transport="tcp") as c:
+        with pytest.raises(embstore.TableError) as e:
+            c.table("wide", 32, tier="on")
+        assert e.value.name == "EMB_ENOTIER", e.value
+        assert "--tier-dir" in str(e.value), e.value
+        # Auto on a server without a tier: an untiered table, as ever.
+        t = c.table("auto", 8)
+        t.push(ids, np.zeros((len(ids), 8), dtype=np.float32))
+        assert t.stats().rows == len(ids)
 
 
 def test_eviction_reaches_the_device(start_server, tmp_path):

@@ -208,6 +208,54 @@ static void test_fill_rows(void)
 	CU_ASSERT_EQUAL(send_frame(&v, 21, EMB_F_FILL), EMB_ESTALEMAP);
 }
 
+/*
+ * A fill's rows keep their lifecycle data (EMB_F_META): the idle time
+ * sent becomes a last access on this table's clock, the count stays.
+ */
+static void test_fill_meta(void)
+{
+	const uint64_t id = 4004;
+	const uint32_t s = emb_id_slot(id), meta[2] = {5, 9};
+	const float row[DIM] = {1, 2, 3, 4};
+	struct emb_server_table st;
+	struct emb_table_iter *it;
+	struct emb_row_meta rm[8];
+	uint64_t ids[8];
+	float rows[8 * DIM];
+	struct emb_wire_iovs v;
+	uint32_t now;
+	int got;
+
+	setup();
+	view(30, s, EMB_CMAP_VIEW_MINE | EMB_CMAP_VIEW_FENCED | EMB_CMAP_VIEW_FILLING, 30);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode_meta(
+				  &v, 1, tid, EMB_F_WITH_STATE, &id, 1, DIM,
+				  row, meta),
+			      0);
+	CU_ASSERT_EQUAL(send_frame(&v, 30, EMB_F_FILL), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_server_table_acquire(srv, tid, &st), 0);
+	now = emb_table_now(st.t);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(st.t, &it), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_slots(it, s, 1), 0);
+	got = emb_table_iter_next(it, ids, rows, rm, 8);
+	CU_ASSERT_FATAL(got >= 1);
+	for (int i = 0; i < got; i++) {
+		if (ids[i] != id)
+			continue;
+		CU_ASSERT_EQUAL(rm[i].last_step, now - 5);
+		CU_ASSERT_EQUAL(rm[i].count, 9);
+		CU_ASSERT_EQUAL(memcmp(rows + (size_t)i * DIM, row,
+				       sizeof(row)),
+				0);
+		got = -1;
+		break;
+	}
+	CU_ASSERT_EQUAL(got, -1);
+	emb_table_iter_destroy(it);
+	emb_server_table_release(&st);
+	view(31, s, EMB_CMAP_VIEW_MINE, 30);
+}
+
 static void test_done(void)
 {
 	emb_client_table_close(tab);
@@ -224,6 +272,7 @@ int main(int argc, char **argv)
 	     test_fence},
 	    {"writes routed by an older or a newer map", test_stale},
 	    {"fill rows land only where the server is filled", test_fill_rows},
+	    {"a fill's rows keep their idle time and count", test_fill_meta},
 	    {"teardown", test_done},
 	    {NULL, NULL},
 	};

@@ -383,6 +383,48 @@ static void test_max_rows_lfu(void)
 	check_max_rows("max_rows:200:lfu", true);
 }
 
+/*
+ * Held slots (emb_table_evict_hold(): the slots another server writes
+ * too) keep their rows through ttl and emb_table_evict(); once let go,
+ * the hand takes them as any.
+ */
+static void test_evict_hold(void)
+{
+	enum { N = 2000 };
+	struct emb_table_opts o = opts_with("none", "ttl:5");
+	struct emb_table *t = table_new(&o);
+	uint64_t ids[N], hot[64], set[EMB_NSLOTS / 64] = {0};
+	uint32_t held = 0;
+	float *w = xcalloc((size_t)N * DIM, sizeof(float));
+
+	for (uint32_t i = 0; i < N; i++)
+		ids[i] = 7 + 3 * (uint64_t)i;
+	for (uint32_t i = 0; i < 64; i++)
+		hot[i] = 1u << 30 | i;
+	/* A quarter of the slots: those below 1024. */
+	for (uint32_t sl = 0; sl < EMB_NSLOTS / 4; sl++)
+		set[sl / 64] |= 1ull << (sl % 64);
+	for (uint32_t i = 0; i < N; i++)
+		held += emb_id_slot(ids[i]) < EMB_NSLOTS / 4;
+	CU_ASSERT(held > N / 8 && held < N / 2);
+	emb_table_evict_hold(t, set);
+	push_ids(t, ids, N, 0.0f);
+	tick(t, hot, 64, 400);
+	CU_ASSERT_EQUAL(emb_table_evict(t, 5, 0), 0);
+	for (uint32_t i = 0; i < N; i++)
+		CU_ASSERT_EQUAL(table_has(t, ids[i]),
+				emb_id_slot(ids[i]) < EMB_NSLOTS / 4);
+	CU_ASSERT_EQUAL(table_stats(t).rows_evicted_ttl, N - held);
+	/* Let go: the next sweeps take them. */
+	emb_table_evict_hold(t, NULL);
+	tick(t, hot, 64, 400);
+	for (uint32_t i = 0; i < N; i++)
+		CU_ASSERT_FALSE(table_has(t, ids[i]));
+	CU_ASSERT_EQUAL(table_stats(t).rows, 64);
+	free(w);
+	emb_table_destroy(t);
+}
+
 /* Policies change online: on, lowered, off; bad ones change nothing. */
 static void test_online(void)
 {
@@ -482,6 +524,7 @@ int main(int argc, char **argv)
 	    {"min_l2 evicts small rows", test_min_l2},
 	    {"max_rows with LRU keeps recent rows", test_max_rows_lru},
 	    {"max_rows with LFU keeps frequent rows", test_max_rows_lfu},
+	    {"held slots keep their rows", test_evict_hold},
 	    {"policies change online", test_online},
 	    {"bad policies and memory limits", test_create_and_limit},
 	    {NULL, NULL},

@@ -272,8 +272,12 @@ static uint8_t *slurp(const char *p, size_t *len)
 
 /* Rewrites header bytes [at, at+4) of src into dst with a matching header
  * checksum, and returns the verdict of opening dst. */
-static int with_header_u32(const char *src, const char *dst, uint32_t at,
-			   uint32_t v)
+/*
+ * Opens a copy of src whose header has v at byte at (checksum made good);
+ * the reader's answer, and its meta in *m when m is not NULL.
+ */
+static int header_with(const char *src, const char *dst, uint32_t at,
+		       uint32_t v, struct emb_snap_meta *m)
 {
 	size_t len;
 	uint8_t *f = slurp(src, &len);
@@ -293,10 +297,19 @@ static int with_header_u32(const char *src, const char *dst, uint32_t at,
 	/* The header alone: the file checksum covers it, so a whole read
 	 * of an accepted header fails later, as it should. */
 	rc = emb_snap_reader_open(dst, 0, &r);
-	if (!rc)
+	if (!rc) {
+		if (m)
+			*m = *emb_snap_reader_meta(r);
 		emb_snap_reader_close(r);
+	}
 	unlink(dst);
 	return rc;
+}
+
+static int with_header_u32(const char *src, const char *dst, uint32_t at,
+			   uint32_t v)
+{
+	return header_with(src, dst, at, v, NULL);
 }
 
 static void test_header_versions(void)
@@ -335,14 +348,20 @@ static void test_header_versions(void)
 	free(f);
 	/* One encoding per table: a version 1 file naming a format, a
 	 * version 2 file naming fp32, an unknown format or a flag beyond
-	 * bit 8, fp32 marked nearest, reserved bytes, version 3. */
+	 * bit 8, fp32 marked nearest, version 3. */
 	CU_ASSERT_EQUAL(with_header_u32(p32, bad, 240, EMB_ROWFMT_FP16),
 			EMB_EDUMPFORMAT);
 	CU_ASSERT_EQUAL(with_header_u32(p16, bad, 240, 0), EMB_EDUMPFORMAT);
 	CU_ASSERT_EQUAL(with_header_u32(p16, bad, 240, 4), EMB_EDUMPFORMAT);
 	CU_ASSERT_EQUAL(with_header_u32(p16, bad, 240, 0x201),
 			EMB_EDUMPFORMAT);
-	CU_ASSERT_EQUAL(with_header_u32(p16, bad, 244, 1), EMB_EDUMPFORMAT);
+	/* Bytes 244..247 are the tier word: a mode past "on" is refused,
+	 * "off" with 4 MiB reads back as such. */
+	CU_ASSERT_EQUAL(with_header_u32(p16, bad, 244, 3), EMB_EDUMPFORMAT);
+	CU_ASSERT_EQUAL(with_header_u32(p16, bad, 244, 1 | 4u << 2), 0);
+	CU_ASSERT_EQUAL(header_with(p16, bad, 244, 1 | 4u << 2, &m), 0);
+	CU_ASSERT_EQUAL(m.tier_mode, EMB_TIER_OFF);
+	CU_ASSERT_EQUAL(m.tier_request, 4u << 20);
 	CU_ASSERT_EQUAL(with_header_u32(p16, bad, 8, 3), EMB_EDUMPFORMAT);
 	/* bf16 has fp16's row size: the header alone tells them apart. */
 	CU_ASSERT_EQUAL(with_header_u32(p16, bad, 240, EMB_ROWFMT_BF16), 0);

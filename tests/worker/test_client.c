@@ -814,6 +814,17 @@ static void test_nonfinite_refused(void)
 	sp.optim.kind = EMB_OPTIM_ADAM;
 	sp.optim.eps = 1e20f;
 	CU_ASSERT_EQUAL(emb_client_table_create(c, &sp, &t2), EMB_EBADOPTIM);
+	/* A tier mode past "on", or the padding beside it set. */
+	sp = nt_spec("absurd", 4, 1);
+	sp.tier = EMB_TIER_MODE_COUNT;
+	CU_ASSERT_EQUAL(emb_client_table_create(c, &sp, &t2), EMB_EBADARG);
+	sp = nt_spec("absurd", 4, 1);
+	sp._pad1 = 1;
+	CU_ASSERT_EQUAL(emb_client_table_create(c, &sp, &t2), EMB_EBADARG);
+	/* "on" on a server without a tier: refused by the server. */
+	sp = nt_spec("absurd", 4, 1);
+	sp.tier = EMB_TIER_ON;
+	CU_ASSERT_EQUAL(emb_client_table_create(c, &sp, &t2), EMB_ENOTIER);
 	emb_client_table_close(t);
 	emb_client_destroy(c);
 	emb_server_destroy(s);

@@ -115,6 +115,12 @@ static void print_meta(const char *file, const struct emb_snap_meta *m,
 		       emb_rowfmt_bytes(m->row_format, m->dim),
 		       m->rounding == EMB_ROUND_NEAREST ? "to nearest"
 							: "stochastically");
+	/* Only a table whose CREATE asked for its own tier says so. */
+	if (m->tier_mode != EMB_TIER_AUTO || m->tier_request)
+		printf("  device tier %s, up to %llu MiB (0: the server's "
+		       "bound)\n",
+		       emb_tier_mode_name(m->tier_mode),
+		       (unsigned long long)(m->tier_request >> 20));
 	printf("  optimizer %s lr=%g wd=%g acc=%g beta1=%g beta2=%g eps=%g "
 	       "beta=%g l1=%g l2=%g\n",
 	       emb_optim_name(o->kind), (double)o->lr, (double)o->weight_decay,
