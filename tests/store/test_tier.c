@@ -1399,6 +1399,16 @@ static void test_evict_call(void)
 			use_range(t, NULL, lo, BATCH, &st);
 	emb_table_tier_stats(t, &a);
 	CU_ASSERT_FATAL(a.rows_cold > IDS / 2);
+	/* Every slot held (a move under way): no row goes, cold or hot. */
+	{
+		uint64_t all[EMB_NSLOTS / 64];
+
+		memset(all, 0xff, sizeof(all));
+		emb_table_evict_hold(t, all);
+		CU_ASSERT_EQUAL(emb_table_evict(t, 0, 3), 0);
+		emb_table_evict_hold(t, NULL);
+		CU_ASSERT_EQUAL(table_stats(t).rows, IDS);
+	}
 	/* Made by one push each (a count of 2: made, pushed); the hot rows
 	 * were pushed ten times more. */
 	CU_ASSERT_EQUAL(emb_table_evict(t, 0, 3), IDS - HOT);
