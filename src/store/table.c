@@ -2212,9 +2212,10 @@ evict_row(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 }
 
 /*
- * emb_table_evict()'s cold rows: a block whose newest access is idle
- * past max_idle_steps goes unread; min_count reads every cold block (the
- * counts are only on the device). 0 or the first read error (the other
+ * emb_table_evict()'s cold rows: the blocks whose newest access is idle
+ * past max_idle_steps are found without a read, and read only for their
+ * ids; min_count reads every cold block (the counts are only on the
+ * device). 0 or the first read error (the other
  * shards are still done).
  */
 static int evict_cold(struct emb_table *t, struct evict_ctx *x)
