@@ -8,7 +8,10 @@
  * shard's lock held, so none of this needs locks of its own; only
  * emb_table_set_lifecycle() takes the table's life_lock to serialise changes.
  * Nothing here is allocated while admission and eviction are off: a table
- * that never sets a policy pays one NULL test per shard group.
+ * that never sets a policy pays one NULL test per shard group. On a tiered
+ * table a sweep asks tier.c to evict cold rows first (emb__tier_evict), and
+ * its rows' last_step is the tier's clock, which emb__tier_idle_upto maps
+ * ttl's steps to (docs/store.md, "Eviction on a tiered table").
  */
 #include "store/store_int.h"
 
@@ -238,21 +241,6 @@ void emb__admit_batch_fini(struct emb_admit_batch *b)
 
 /* ---- eviction: the clock hand ---- */
 
-static float row_l2(const struct emb_table *t, struct emb_row_hdr *r)
-{
-	const float *w = emb__row_data(r);
-	float buf[EMB_DIM_MAX];
-	double sum = 0.0;
-
-	if (t->fmt != EMB_ROWFMT_FP32) {
-		emb_rowfmt_decode(t->fmt, w, buf, t->dim);
-		w = buf;
-	}
-	for (uint32_t j = 0; j < t->dim; j++)
-		sum += (double)w[j] * w[j];
-	return (float)sqrt(sum);
-}
-
 /* Larger is a better victim: older for LRU, rarer for LFU. */
 static uint64_t victim_score(const struct emb_life_shard *l,
 			     const struct emb_row_hdr *r, uint32_t step)
@@ -272,7 +260,8 @@ static uint64_t victim_score(const struct emb_life_shard *l,
  * a fixed 64 + 16 per id made the run 3.5x slower than without eviction.
  */
 static uint64_t sweep_budget(const struct emb_shard *s,
-			     const struct emb_life_shard *l, uint32_t nids)
+			     const struct emb_life_shard *l, uint32_t nids,
+			     uint64_t rows)
 {
 	uint64_t want = SWEEP_BASE, v;
 
@@ -284,27 +273,69 @@ static uint64_t sweep_budget(const struct emb_shard *s,
 		v = 4 * (uint64_t)nids + SWEEP_BASE;
 		want = v > want ? v : want;
 	}
-	if (l->cap && s->used > l->cap) {
-		v = 2 * SAMPLE * (s->used - l->cap) + SWEEP_BASE;
+	if (l->cap && rows > l->cap) {
+		v = 2 * SAMPLE * (rows - l->cap) + SWEEP_BASE;
 		want = v > want ? v : want;
 	}
 	return want < SWEEP_MAX ? want : SWEEP_MAX;
 }
 
-bool emb__evict_wanted(const struct emb_shard *s,
+/* The shard's rows: in DRAM, and on its tier's device. max_rows bounds
+ * both: a tiered table's cold rows are rows of the table all the same. */
+static uint64_t shard_rows(struct emb_table *t, const struct emb_shard *s)
+{
+	return s->used +
+	       (t->tier ? emb__tier_cold_of(t, (uint32_t)(s - t->shards)) : 0);
+}
+
+bool emb__evict_wanted(struct emb_table *t, const struct emb_shard *s,
 		       const struct emb_life_shard *l)
 {
 	return l->cfg.ttl_steps || l->cfg.min_l2 > 0.0f ||
-	       (l->cap && s->used > l->cap);
+	       (l->cap && shard_rows(t, s) > l->cap);
+}
+
+/*
+ * A tiered shard's cold rows first (tier.c, "eviction of cold rows"):
+ * they are the coldest of the shard, as demotion sends the least used
+ * rows to the device, and most of them are looked at by block without
+ * a read. step is the batch's tick; *idle and *upto get the ttl test in
+ * ticks for the DRAM hand (docs/store.md, "The device tier").
+ */
+static void sweep_cold(struct emb_table *t, struct emb_shard *s,
+		       struct emb_life_shard *l, uint32_t step, bool *idle,
+		       uint32_t *upto, struct emb_evict_counts *out)
+{
+	uint32_t si = (uint32_t)(s - t->shards);
+	uint64_t rows = shard_rows(t, s), cold = emb__tier_cold_of(t, si);
+	struct emb_tier_evict e = {.now = step,
+				   .ttl_steps = l->cfg.ttl_steps,
+				   .min_l2 = l->cfg.min_l2};
+
+	*idle = l->cfg.ttl_steps &&
+		emb__tier_idle_upto(t, l->cfg.ttl_steps, upto);
+	e.idle = *idle;
+	e.upto = *upto;
+	if (l->cap && rows > l->cap)
+		e.over = rows - l->cap < cold ? rows - l->cap : cold;
+	/* A read error is logged there; the rows wait for a later sweep. */
+	(void)emb__tier_evict(t, s, si, &e, out);
 }
 
 void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 		      struct emb_life_shard *l, uint32_t step, uint32_t nids,
 		      struct emb_evict_counts *out)
 {
-	uint64_t budget = sweep_budget(s, l, nids);
-	uint32_t best = UINT32_MAX, sampled = 0;
-	uint64_t best_score = 0;
+	uint64_t budget;
+	uint32_t best = UINT32_MAX, sampled = 0, upto = 0;
+	uint64_t best_score = 0, cold = 0;
+	bool idle = l->cfg.ttl_steps != 0;
+
+	if (t->tier) {
+		sweep_cold(t, s, l, step, &idle, &upto, out);
+		cold = emb__tier_cold_of(t, (uint32_t)(s - t->shards));
+	}
+	budget = sweep_budget(s, l, nids, s->used + cold);
 
 	if (budget > SWEEP_MAX)
 		budget = SWEEP_MAX;
@@ -324,17 +355,20 @@ void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 		age = (int32_t)(step - r->last_step);
 		if (age <= 0 || emb__evict_held(t, r->id))
 			continue;
-		if (l->cfg.ttl_steps && (uint32_t)age > l->cfg.ttl_steps) {
+		/* A tiered table's last_step is a tick: upto says which
+		 * ticks are idle past ttl. */
+		if (idle && (t->tier ? (int32_t)(r->last_step - upto) <= 0
+				     : (uint32_t)age > l->cfg.ttl_steps)) {
 			emb__shard_remove(t, s, idx, emb_id_hash(r->id));
 			out->ttl++;
 			continue;
 		}
-		if (l->cfg.min_l2 > 0.0f && row_l2(t, r) < l->cfg.min_l2) {
+		if (l->cfg.min_l2 > 0.0f && emb__row_l2(t, r) < l->cfg.min_l2) {
 			emb__shard_remove(t, s, idx, emb_id_hash(r->id));
 			out->l2++;
 			continue;
 		}
-		if (!l->cap || s->used <= l->cap) {
+		if (!l->cap || s->used + cold <= l->cap) {
 			if (!l->cfg.ttl_steps && l->cfg.min_l2 <= 0.0f)
 				break; /* nothing left to look for */
 			continue;
@@ -393,11 +427,16 @@ static bool is_eviction(const struct emb_lifecycle_cfg *c)
  * starts its idle time now instead, so that a new ttl does not evict rows
  * that were only read, all at once; counts stay those of writes. One walk
  * over the shard's records, under its lock, when the policy is set.
+ * A tiered table's pulls do record accesses (its demotions go by them),
+ * but not those served from the device, and a policy means the same on
+ * either kind of table: its rows start now too, in its tier's ticks, and
+ * its cold rows by their blocks (no read).
  */
 static void stamp_rows(struct emb_table *t, struct emb_shard *s)
 {
 	uint32_t step =
-	    (uint32_t)__atomic_load_n(&t->step, __ATOMIC_RELAXED);
+	    t->tier ? emb__tier_stamp(t, (uint32_t)(s - t->shards))
+		    : (uint32_t)__atomic_load_n(&t->step, __ATOMIC_RELAXED);
 
 	for (uint32_t i = 0; i < s->next_idx; i++) {
 		struct emb_row_hdr *r = emb__shard_row(t, s, i);
@@ -421,11 +460,6 @@ int emb_table_set_lifecycle(struct emb_table *t,
 	rc = emb_lifecycle_validate(c);
 	if (rc)
 		return rc;
-	/* A tiered table keeps cold rows on its device rather than drop
-	 * them; an eviction policy would have to look there too (not
-	 * built: docs/store.md, "The device tier"). Admission is fine. */
-	if (t->tier && (c->ttl_steps || c->min_l2 > 0.0f || c->max_rows))
-		return EMB_EBADLIFE;
 	pthread_mutex_lock(&t->life_lock);
 	life = t->life;
 	if (!life && emb_lifecycle_is_off(c))
@@ -473,6 +507,10 @@ int emb_table_set_lifecycle(struct emb_table *t,
 		}
 		if (!emb__life_tracks(l) && is_eviction(c))
 			stamp_rows(t, &t->shards[i]);
+		/* Cold rows are checked against min_l2 when they go to the
+		 * device; those there before it was set or raised, once. */
+		if (t->tier && c->min_l2 > 0.0f && c->min_l2 > l->cfg.min_l2)
+			emb__tier_l2_pass(t, i);
 		l->cfg = *c;
 		l->cap = shard_cap(t, c->max_rows);
 		pthread_mutex_unlock(&t->shards[i].lock);

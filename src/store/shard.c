@@ -7,6 +7,7 @@
 #include "store/store_int.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -275,6 +276,22 @@ static void unlink_rec(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 	r->count = EMB_ROW_FREE;
 	r->last_step = s->free_head;
 	s->free_head = want;
+}
+
+float emb__row_l2(const struct emb_table *t, const struct emb_row_hdr *r)
+{
+	const float *w = (const float *)(const void *)((const char *)r +
+							 EMB_ROW_HDR_SIZE);
+	float buf[EMB_DIM_MAX];
+	double sum = 0.0;
+
+	if (t->fmt != EMB_ROWFMT_FP32) {
+		emb_rowfmt_decode(t->fmt, w, buf, t->dim);
+		w = buf;
+	}
+	for (uint32_t j = 0; j < t->dim; j++)
+		sum += (double)w[j] * w[j];
+	return (float)sqrt(sum);
 }
 
 void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,

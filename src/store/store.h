@@ -97,8 +97,9 @@ struct emb_table_opts {
 	/* The device tier (docs/store.md, "The device tier"): a file the
 	 * table makes (truncated) and removes when destroyed, holding the
 	 * rows mem_limit leaves no DRAM for; NULL = none. Needs mem_limit;
-	 * not with an eviction policy. With remote_read, only rows in DRAM
-	 * are located (emb_table_locate()). */
+	 * with remote_read, only rows in DRAM are located
+	 * (emb_table_locate()). An eviction policy reaches its cold rows too
+	 * (docs/store.md, "Eviction on a tiered table"). */
 	const char *tier_path;
 	uint64_t tier_max; /* bytes the file may grow to; 0 = no bound */
 	/* What the table's CREATE asked of its server's tier (enum
@@ -392,7 +393,10 @@ void emb_table_evict_hold(struct emb_table *t, const uint64_t *set);
  * limit) or accessed fewer than min_count times (0: no count limit). Returns
  * how many rows were removed (>= 0). Pulls are accesses only while the table
  * has an eviction policy (struct emb_row_meta); without one, this goes by
- * creation and writes.
+ * creation and writes. On a tiered table it reaches the cold rows too: by
+ * idle steps without reading them but for the blocks it empties (late by up
+ * to max_idle_steps / 8), by min_count reading every cold block; a device
+ * read error is returned (negative) after the other shards were done.
  */
 int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,
 			uint32_t min_count);

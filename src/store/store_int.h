@@ -8,7 +8,8 @@
  *
  *   chain.c -> snapshot.c -> ckpt.c, table.c
  *   table.c -> lifecycle.c -> shard.c -> dirty.c, view.c, arena.c
- *   table.c -> tier.c -> shard.c
+ *   table.c -> lifecycle.c -> tier.c -> shard.c, dirty.c (eviction of a
+ *   tiered table's cold rows); table.c -> tier.c
  *   ckpt.c -> shard.c;  table.c -> view.c, shard.c, arena.c
  *   mem.c (memory charges) and scratch.c (per-thread buffers) are leaves
  *   every level may call; dirty.c, arena.c and mem.c call no store file.
@@ -391,6 +392,9 @@ static inline uint32_t *emb__shard_home(const struct emb_shard *s, uint64_t h)
  */
 int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 			  uint64_t h);
+/* The L2 norm of a record's weights (any row format), as min_l2 reads
+ * it; r may be a copy of a record (a cold row read from the device). */
+float emb__row_l2(const struct emb_table *t, const struct emb_row_hdr *r);
 /* Unindexes and frees record idx (live, holding id). */
 void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 		       uint64_t h);
@@ -432,6 +436,7 @@ struct emb_evict_counts {
 	uint64_t ttl; /* idle too long */
 	uint64_t l2;  /* weights' norm too small */
 	uint64_t cap; /* over max_rows */
+	uint64_t count; /* fewer accesses than emb_table_evict's min_count */
 };
 
 /*
@@ -459,7 +464,7 @@ int emb__admit_batch_sight(struct emb_table *t, struct emb_life_shard *l,
 void emb__admit_batch_fini(struct emb_admit_batch *b);
 
 /* True when a sweep of shard s could evict anything. */
-bool emb__evict_wanted(const struct emb_shard *s,
+bool emb__evict_wanted(struct emb_table *t, const struct emb_shard *s,
 		       const struct emb_life_shard *l);
 /*
  * Advances s's clock hand by a bounded number of records (more for bigger
@@ -552,16 +557,59 @@ const char *emb__tier_path(const struct emb_table *t);
 uint64_t emb__tier_rows_cold(struct emb_table *t);
 /* The next tick of the tier's access clock (a batch's; any thread). */
 uint32_t emb__tier_tick(struct emb_table *t);
+/* A push's new table step, which a tiered table remembers the tick of
+ * (any thread): use it instead of incrementing t->step. */
+uint32_t emb__tier_step(struct emb_table *t);
 /* The clock emb__tier_tick() advances, as it is now. */
 uint32_t emb__tier_now(const struct emb_table *t);
 /*
- * Before a group of need ids of shard si: makes sure that need records
- * can be made without passing the memory limit, moving the least
- * recently used rows of the shard to the device as needed. Nothing else
- * demotes, so record pointers a group resolves stay valid through it.
+ * For ttl on a tiered table (any thread): true and *upto such that a row
+ * whose last_step (a tick) is at or before *upto, as a distance, was
+ * last accessed more than idle_steps table steps ago; false when no row
+ * can be known to be yet. Late by up to about idle_steps / 8, never early.
+ */
+bool emb__tier_idle_upto(struct emb_table *t, uint32_t idle_steps,
+			 uint32_t *upto);
+/*
+ * Before a group of need ids of shard si (their hashes h[pos[0..need))):
+ * makes sure that need records can be made without passing the memory
+ * limit, moving the least recently used rows of the shard to the device
+ * as needed, or evicting them where the table's eviction policy condemns
+ * them and the group has them not (added to ev). Nothing else demotes,
+ * so record pointers a group resolves stay valid through it.
  */
 int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
-		   uint32_t need);
+		   const uint64_t *h, const uint32_t *pos, uint32_t need,
+		   struct emb_evict_counts *ev);
+/* Shard si's cold rows. */
+uint32_t emb__tier_cold_of(struct emb_table *t, uint32_t si);
+/* What emb__tier_evict() removes from a shard's cold rows. */
+struct emb_tier_evict {
+	uint32_t now;	    /* the batch's tick: a block read at or after it
+			       has a row of the batch and stays */
+	uint32_t ttl_steps; /* the policy's ttl (the hand's pace), 0 = none */
+	bool idle;	    /* rows idle past ttl go: last access <= upto */
+	uint32_t upto;	    /* from emb__tier_idle_upto() */
+	float min_l2;	    /* rows weaker go (the pass, 0 = none) */
+	uint64_t over;	    /* rows the shard has over max_rows */
+	uint32_t min_count; /* emb_table_evict: rows accessed fewer times */
+	bool all;	    /* emb_table_evict: every block, no budget */
+};
+/*
+ * Evicts cold rows of shard si as e says, adding them to out: blocks
+ * whose rows are all idle past ttl, the oldest blocks while over, the
+ * weak rows of blocks written before min_l2 was set (emb__tier_l2_pass),
+ * reading only the blocks it drops rows of. 0 or a read error.
+ */
+int emb__tier_evict(struct emb_table *t, struct emb_shard *s, uint32_t si,
+		    const struct emb_tier_evict *e,
+		    struct emb_evict_counts *out);
+/* The first eviction policy: shard si's cold rows start their idle time
+ * now, as its rows in DRAM do; the tick now, to stamp those with. */
+uint32_t emb__tier_stamp(struct emb_table *t, uint32_t si);
+/* min_l2 was set or raised: shard si's blocks written so far are read
+ * once each, by its next emb__tier_evict() calls, for weak rows. */
+void emb__tier_l2_pass(struct emb_table *t, uint32_t si);
 /*
  * Finds id (absent from shard si's index) on the device: NULL with *rc 0
  * (not there) or an error, else its record. A write (push, assign), and a

@@ -706,7 +706,7 @@ static void sweep(struct emb_table *t, struct emb_shard *s,
 		  struct emb_life_shard *l, uint32_t step, uint32_t nids,
 		  struct emb_evict_counts *ev)
 {
-	if (l && emb__evict_wanted(s, l))
+	if (l && emb__evict_wanted(t, s, l))
 		emb__evict_sweep(t, s, l, step, nids, ev);
 }
 
@@ -1098,7 +1098,8 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	 * tiered table's demotions pick rows by their last access. */
 	track = emb__life_tracks(ls) || t->tier;
 	if (t->tier) {
-		rc = emb__tier_room(t, s, si, hi - lo);
+		rc = emb__tier_room(t, s, si, b->h, &b->pos[lo], hi - lo,
+				    &x->ev);
 		if (rc) {
 			x->rc = rc;
 			return false;
@@ -1605,7 +1606,8 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	bool ok = true;
 
 	if (t->tier) {
-		int err = emb__tier_room(t, s, si, hi - lo);
+		int err = emb__tier_room(t, s, si, b->h, &b->pos[lo], hi - lo,
+					 &x->ev);
 
 		if (err) {
 			if (!x->rc)
@@ -1810,9 +1812,15 @@ int emb_table_push_flags(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	x.life = __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
 	/* Inside the fence, so that a view's step counts whole batches. */
 	emb__writer_enter(t);
-	x.step = (uint32_t)__atomic_add_fetch(&t->step, 1, __ATOMIC_RELAXED);
-	if (t->tier)
+	if (t->tier) {
+		/* The step is remembered against the tier's clock (ttl
+		 * counts steps, rows keep ticks: tier.c, emb__tier_step). */
+		(void)emb__tier_step(t);
 		x.step = emb__tier_tick(t); /* one clock for pulls and pushes */
+	} else {
+		x.step = (uint32_t)__atomic_add_fetch(&t->step, 1,
+						      __ATOMIC_RELAXED);
+	}
 	rc = batch_init(t, &b, n);
 	if (rc) {
 		emb__writer_exit(t);
@@ -1913,6 +1921,7 @@ struct assign_ctx {
 	bool with_state;		 /* rows carry optimizer state */
 	uint32_t step;			 /* last_step when meta is NULL */
 	uint64_t created;		 /* rows made */
+	struct emb_evict_counts ev;	 /* rows evicted making room */
 	int rc;				 /* first error; the assign goes on */
 };
 
@@ -1927,7 +1936,8 @@ assign_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	const uint32_t stride = x->stride;
 
 	if (t->tier) {
-		int err = emb__tier_room(t, s, si, hi - lo);
+		int err = emb__tier_room(t, s, si, b->h, &b->pos[lo], hi - lo,
+					 &x->ev);
 
 		if (err) {
 			if (!x->rc)
@@ -2047,6 +2057,7 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	emb__writer_exit(t);
 	free(enc);
 	add_stat(&t->rows, x.created);
+	add_evicted(t, &x.ev);
 	return x.rc;
 }
 
@@ -2183,6 +2194,9 @@ struct evict_ctx {
 	uint32_t step;		 /* the table's clock now */
 	uint32_t max_idle_steps; /* 0 = no idle test */
 	uint32_t min_count;	 /* 0 = no count test */
+	bool tiered;		 /* last_step is a tick: idle and upto */
+	bool idle;		 /* tiered: some rows may be idle past it */
+	uint32_t upto;		 /* tiered: ticks at or before it are */
 	uint64_t evicted;	 /* rows removed */
 };
 
@@ -2192,14 +2206,47 @@ evict_row(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 {
 	struct evict_ctx *x = ctx;
 	uint32_t age = x->step - r->last_step;
+	bool old = x->tiered ? x->idle && (int32_t)(r->last_step - x->upto) <= 0
+			     : x->max_idle_steps && age > x->max_idle_steps;
 
 	if (emb__evict_held(t, r->id))
 		return;
-	if ((x->max_idle_steps && age > x->max_idle_steps) ||
-	    (x->min_count && r->count < x->min_count)) {
+	if (old || (x->min_count && r->count < x->min_count)) {
 		emb__shard_remove(t, s, idx, emb_id_hash(r->id));
 		x->evicted++;
 	}
+}
+
+/*
+ * emb_table_evict()'s cold rows: the blocks whose newest access is idle
+ * past max_idle_steps are found without a read, and read only for their
+ * ids; min_count reads every cold block (the counts are only on the
+ * device). 0 or the first read error (the other
+ * shards are still done).
+ */
+static int evict_cold(struct emb_table *t, struct evict_ctx *x)
+{
+	/* A tick of its own: a block read at or after it is a batch's. */
+	struct emb_tier_evict e = {.now = emb__tier_tick(t),
+				   .idle = x->idle,
+				   .upto = x->upto,
+				   .min_count = x->min_count,
+				   .all = true};
+	int rc = 0;
+
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+		struct emb_evict_counts ev = {0};
+		int err;
+
+		pthread_mutex_lock(&s->lock);
+		err = emb__tier_evict(t, s, si, &e, &ev);
+		pthread_mutex_unlock(&s->lock);
+		x->evicted += ev.ttl + ev.count;
+		if (err && !rc)
+			rc = err;
+	}
+	return rc;
 }
 
 uint32_t emb_table_now(const struct emb_table *t)
@@ -2227,18 +2274,24 @@ int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,
 {
 	struct evict_ctx x = {.max_idle_steps = max_idle_steps,
 			      .min_count = min_count};
+	int rc = 0;
 
 	if (!t)
 		return EMB_EBADARG;
-	if (t->tier)
-		return -EOPNOTSUPP; /* cold rows are not looked at (tier.c) */
 	if (!max_idle_steps && !min_count)
 		return 0;
 	x.step = now_step(t);
+	if (t->tier) {
+		x.tiered = true;
+		x.idle = max_idle_steps &&
+			 emb__tier_idle_upto(t, max_idle_steps, &x.upto);
+	}
 	each_live_row(t, evict_row, &x);
+	if (t->tier)
+		rc = evict_cold(t, &x);
 	__atomic_fetch_sub(&t->rows, x.evicted, __ATOMIC_RELAXED);
 	add_stat(&t->rows_evicted, x.evicted);
-	return (int64_t)x.evicted;
+	return rc ? rc : (int64_t)x.evicted;
 }
 
 void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)

@@ -32,6 +32,9 @@
  * records they resolved ahead, which a demotion would free. Promotion
  * (emb__tier_take) happens where those loops find an id absent: it
  * inserts the record into a free record that emb__tier_room set aside.
+ * Eviction (lifecycle.c's sweep, after a group) drops cold rows by their
+ * blocks ("eviction of cold rows" below), and a demotion evicts rather
+ * than writes a row the policy condemns.
  *
  * Threads: every function here but open/close/fetch/stats runs under the
  * shard lock of the shard it names; fetch runs with no lock held.
@@ -68,6 +71,8 @@ struct tier_shard {
 	uint32_t *blk_gen;    /* per shard block: bumped at each write */
 	uint64_t *blk_born;   /* per shard block: the tier's block clock
 				 when it was last written (walks) */
+	uint32_t *blk_tick;   /* per shard block: the newest access of its
+				 rows, in access clock ticks (eviction) */
 	uint32_t nblk;	      /* shard blocks ever made */
 	uint32_t blk_cap;     /* room in the three arrays */
 	uint32_t *blk_spare;  /* shard blocks whose file block went back */
@@ -80,6 +85,10 @@ struct tier_shard {
 				 bit per slot, the checkpoint's mark then
 				 a move's (walk section) */
 	struct emb_tier_walk *walks; /* walks inside this shard */
+	uint32_t ev_hand;     /* next block the eviction hand looks at */
+	uint32_t l2_at;	      /* the min_l2 pass: next block to check */
+	uint32_t l2_end;      /* blocks it checks end here */
+	uint64_t l2_born;     /* it checks blocks born at or before this */
 } __attribute__((aligned(64)));
 
 /*
@@ -101,6 +110,10 @@ struct tier_shard {
  * but 263k rows/s, its demotions writing all the time.
  */
 #define GHOST_MIN 1024u
+
+/* The step history: a level per power of two, HIST_LEN samples each. */
+#define HIST_LEVELS 32u
+#define HIST_LEN    16u
 
 struct emb_tier {
 	int fd;
@@ -128,6 +141,10 @@ struct emb_tier {
 	uint64_t read_ns;	/* time spent waiting for reads */
 	uint64_t map_bytes;	/* cold maps and block arrays, charged */
 	struct tier_shard *sh;	/* nshards */
+	/* Step history (emb__tier_step): hist[k][j] holds a table step S, a
+	 * multiple of 2^k, in its top 32 bits and the access clock read just
+	 * before S began in its low 32; atomics. 0 = (step 0, clock 0). */
+	uint64_t hist[HIST_LEVELS][HIST_LEN];
 };
 
 static void charge(struct emb_table *t, int64_t n);
@@ -454,6 +471,7 @@ void emb__tier_close(struct emb_table *t)
 		free(ts->ghost);
 		free(ts->blk_mark);
 		free(ts->blk_born);
+		free(ts->blk_tick);
 	}
 	emb__mem_charge(t, -(int64_t)tr->map_bytes);
 	close(tr->fd);
@@ -482,6 +500,62 @@ uint32_t emb__tier_tick(struct emb_table *t)
 {
 	return (uint32_t)__atomic_add_fetch(&t->tier->clock, 1,
 					    __ATOMIC_RELAXED);
+}
+
+/*
+ * Two clocks: a tiered table's rows keep their last access in the tier's
+ * clock, one tick a batch of any kind, because demotion must age rows
+ * under pulls alone (a server that only serves); ttl counts table steps
+ * (push batches), as on any table. Rather than keep a second stamp per
+ * row, the table remembers which tick each step began at: a row last
+ * accessed at or before the tick read just before step S began was last
+ * accessed before S. Every step is a multiple of 2^k for some levels k;
+ * level k keeps the last HIST_LEN such steps, so level k reaches back
+ * HIST_LEN * 2^k steps in steps of 2^k, and 32 levels of 16 samples (4
+ * KiB a table) answer any ttl to within 2 / HIST_LEN of it, late.
+ */
+uint32_t emb__tier_step(struct emb_table *t)
+{
+	struct emb_tier *tr = t->tier;
+	/* The tick before the step: any access at or before it happened
+	 * while the step was still below S (seq_cst orders the two). */
+	uint32_t c0 = (uint32_t)__atomic_load_n(&tr->clock, __ATOMIC_SEQ_CST);
+	uint32_t s = (uint32_t)__atomic_add_fetch(&t->step, 1, __ATOMIC_SEQ_CST);
+
+	for (uint32_t k = 0; k < HIST_LEVELS; k++) {
+		if (s & ((1u << k) - 1))
+			break;
+		/* A slower thread of an older step may overwrite a newer
+		 * sample: the lookup then misses it and goes coarser, late. */
+		__atomic_store_n(&tr->hist[k][(s >> k) % HIST_LEN],
+				 (uint64_t)s << 32 | c0, __ATOMIC_RELEASE);
+	}
+	return s;
+}
+
+bool emb__tier_idle_upto(struct emb_table *t, uint32_t idle_steps,
+			 uint32_t *upto)
+{
+	struct emb_tier *tr = t->tier;
+	uint32_t now = (uint32_t)__atomic_load_n(&t->step, __ATOMIC_SEQ_CST);
+	uint32_t target;
+
+	/* Idle more than idle_steps: last accessed before step now - idle
+	 * + 0, i.e. at or before the tick sampled at a step <= target. */
+	if (now <= idle_steps)
+		return false;
+	target = now - idle_steps;
+	for (uint32_t k = 0; k < HIST_LEVELS; k++) {
+		uint32_t step = target & ~((1u << k) - 1);
+		uint64_t v = __atomic_load_n(
+		    &tr->hist[k][(step >> k) % HIST_LEN], __ATOMIC_ACQUIRE);
+
+		if ((uint32_t)(v >> 32) == step) {
+			*upto = (uint32_t)v;
+			return true;
+		}
+	}
+	return false;
 }
 
 uint32_t emb__tier_now(const struct emb_table *t)
@@ -590,7 +664,7 @@ static int blk_reserve(struct emb_table *t, struct tier_shard *ts)
 {
 	const uint32_t mw = 2 * t->tier->mark_words;
 	uint32_t cap;
-	void *a, *b, *c, *d, *e;
+	void *a, *b, *c, *d, *e, *f;
 
 	if (ts->nblk < ts->blk_cap)
 		return 0;
@@ -612,9 +686,12 @@ static int blk_reserve(struct emb_table *t, struct tier_shard *ts)
 	e = realloc(ts->blk_born, (size_t)cap * sizeof(uint64_t));
 	if (e)
 		ts->blk_born = e;
-	if (!a || !b || !c || !d || !e)
+	f = realloc(ts->blk_tick, (size_t)cap * sizeof(uint32_t));
+	if (f)
+		ts->blk_tick = f;
+	if (!a || !b || !c || !d || !e || !f)
 		return -ENOMEM;
-	charge(t, (int64_t)(cap - ts->blk_cap) * (18 + 8 * mw));
+	charge(t, (int64_t)(cap - ts->blk_cap) * (22 + 8 * mw));
 	ts->blk_cap = cap;
 	return 0;
 }
@@ -839,6 +916,7 @@ static int demote(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	count(&tr->blocks_written, got);
 	for (uint32_t i = 0; i < got; i++) {
 		uint32_t lo = i * per, m = n - lo < per ? n - lo : per;
+		uint32_t newest = cand[lo].step;
 
 		for (uint32_t k = 0; k < m; k++) {
 			uint32_t idx = cand[lo + k].idx, loc = sb[i] << 8 | k;
@@ -846,6 +924,9 @@ static int demote(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			uint64_t h = emb_id_hash(r->id), bit, *mw;
 			uint32_t fp = map_fp(h), pos = map_home(fp, ts->map_n);
 
+			/* Ticks compared as distances, as the clock wraps. */
+			if ((int32_t)(r->last_step - newest) > 0)
+				newest = r->last_step;
 			while (ts->map[pos])
 				pos = (pos + 1) & (ts->map_n - 1);
 			ts->map[pos] = (uint64_t)fp << 32 | (loc + 1);
@@ -861,6 +942,7 @@ static int demote(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			emb__shard_unlink(t, s, idx, h);
 		}
 		ts->blk_live[sb[i]] = (uint16_t)m;
+		ts->blk_tick[sb[i]] = newest;
 		count(&tr->rows_cold, m);
 		count(&tr->demoted, m);
 	}
@@ -949,13 +1031,86 @@ static int short_of(struct emb_table *t, struct emb_shard *s, uint32_t need)
 }
 
 /*
+ * What a demotion evicts instead of writing to the device: rows the
+ * eviction policy condemns, idle past ttl or weaker than min_l2, unless
+ * the group that the room is made for has them (a batch never loses a
+ * row it uses; the hand after it decides). Checking the norm here is
+ * what lets min_l2 leave cold rows alone: a cold row's weights do not
+ * change, so one written while min_l2 was X is at least X for good.
+ */
+struct room_ev {
+	bool idle;		    /* ttl set and upto known */
+	uint32_t upto;		    /* idle past ttl: last access <= upto */
+	float min_l2;		    /* 0 = none */
+	const uint64_t *h;	    /* the group's ids' hashes */
+	const uint32_t *pos;	    /* at these positions */
+	uint32_t n;		    /* how many */
+	uint64_t *sorted;	    /* h[pos[..]] sorted, made on first need */
+	struct emb_evict_counts *out; /* rows evicted, by reason */
+};
+
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Whether the group has the row hashed h (or memory is out: then it is
+ * kept, which is never wrong). */
+static bool in_group(struct room_ev *e, uint64_t h)
+{
+	if (!e->sorted) {
+		e->sorted = malloc(((size_t)e->n + 1) * sizeof(*e->sorted));
+		if (!e->sorted)
+			return true;
+		for (uint32_t i = 0; i < e->n; i++)
+			e->sorted[i] = e->h[e->pos[i]];
+		qsort(e->sorted, e->n, sizeof(*e->sorted), u64_cmp);
+	}
+	return bsearch(&h, e->sorted, e->n, sizeof(h), u64_cmp) != NULL;
+}
+
+/* Removes the candidates the policy condemns from cand[0..*n), keeping
+ * the others in order; how many it evicted. */
+static uint32_t room_evict(struct emb_table *t, struct emb_shard *s,
+			   struct room_ev *e, struct cand *cand, uint64_t *n)
+{
+	uint64_t kept = 0;
+	uint32_t gone = 0;
+
+	for (uint64_t i = 0; i < *n; i++) {
+		struct emb_row_hdr *r = emb__shard_row(t, s, cand[i].idx);
+		bool ttl = e->idle &&
+			   (int32_t)(r->last_step - e->upto) <= 0;
+		bool weak = !ttl && e->min_l2 > 0.0f &&
+			    emb__row_l2(t, r) < e->min_l2;
+		uint64_t h;
+
+		if ((ttl || weak) && !emb__evict_held(t, r->id) &&
+		    !in_group(e, h = emb_id_hash(r->id))) {
+			emb__shard_remove(t, s, cand[i].idx, h);
+			if (ttl)
+				e->out->ttl++;
+			else
+				e->out->l2++;
+			gone++;
+			continue;
+		}
+		cand[kept++] = cand[i];
+	}
+	*n = kept;
+	return gone;
+}
+
+/*
  * One round of making room for need records in shard s, demoting only
- * records before lim: 0 when the room is there, 1 when it demoted rows
- * (the cold index it grew may have taken some of the room: look again),
- * 2 when it had nothing to demote, or an error.
+ * records before lim: 0 when the room is there, 1 when it demoted or
+ * evicted rows (the cold index it grew may have taken some of the room:
+ * look again), 2 when it had nothing to demote, or an error.
  */
 static int room_round(struct emb_table *t, struct emb_shard *s, uint32_t si,
-		      uint32_t need, uint32_t lim)
+		      uint32_t need, uint32_t lim, struct room_ev *e)
 {
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
@@ -1005,6 +1160,16 @@ static int room_round(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	}
 	ncand = got;
 	qsort(cand, ncand, sizeof(*cand), cand_cmp);
+	if (e->idle || e->min_l2 > 0.0f) {
+		uint32_t gone = room_evict(t, s, e, cand, &ncand);
+
+		/* Each eviction freed a record: that many fewer to write. */
+		want = want > gone ? want - gone : 0;
+		if (!want && gone) {
+			free(cand);
+			return 1;
+		}
+	}
 	if (want > ncand)
 		want = ncand;
 	rc = want ? demote(t, s, si, cand, (uint32_t)want) : 0;
@@ -1013,8 +1178,12 @@ static int room_round(struct emb_table *t, struct emb_shard *s, uint32_t si,
 }
 
 int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
-		   uint32_t need)
+		   const uint64_t *h, const uint32_t *pos, uint32_t need,
+		   struct emb_evict_counts *ev)
 {
+	struct emb_life_shard *life =
+	    __atomic_load_n(&t->life, __ATOMIC_ACQUIRE);
+	struct room_ev e = {.h = h, .pos = pos, .n = need, .out = ev};
 	uint32_t lim = UINT32_MAX;
 	int rc = 1;
 
@@ -1031,8 +1200,17 @@ int emb__tier_room(struct emb_table *t, struct emb_shard *s, uint32_t si,
 		if (!lim)
 			return 0;
 	}
+	/* The policy is read under the shard lock it is set under. */
+	if (life) {
+		const struct emb_lifecycle_cfg *c = &life[si].cfg;
+
+		e.min_l2 = c->min_l2;
+		e.idle = c->ttl_steps &&
+			 emb__tier_idle_upto(t, c->ttl_steps, &e.upto);
+	}
 	for (int round = 0; rc == 1 && round < 4; round++)
-		rc = room_round(t, s, si, need, lim);
+		rc = room_round(t, s, si, need, lim, &e);
+	free(e.sorted);
 	return rc < 0 ? rc : short_of(t, s, need);
 }
 
@@ -1115,6 +1293,22 @@ static void cold_drop(struct emb_table *t, uint32_t si, uint32_t mpos,
 	__atomic_fetch_sub(&tr->rows_cold, 1, __ATOMIC_RELAXED);
 }
 
+/*
+ * A pull read the cold row at map position mpos and left it there: an
+ * access its record on the device does not record. Its block's newest
+ * access becomes now (the clock's latest tick, at or after the batch's),
+ * so that ttl keeps the block's rows (late for the others, never early)
+ * and max_rows leaves the block to later batches.
+ */
+static void read_cold(struct emb_tier *tr, struct tier_shard *ts,
+		      uint32_t mpos)
+{
+	uint32_t sb = ((uint32_t)ts->map[mpos] - 1) >> 8;
+
+	ts->blk_tick[sb] =
+	    (uint32_t)__atomic_load_n(&tr->clock, __ATOMIC_RELAXED);
+}
+
 struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 				   uint32_t si, uint64_t id, uint64_t h,
 				   const struct emb_tier_pre *pre, bool write,
@@ -1141,6 +1335,7 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 		 * (the read-ahead's block, or this thread's buffer), which
 		 * the caller only reads from, before its next take. */
 		*g = map_fp(h) | 1;
+		read_cold(t->tier, ts, mpos);
 		count(&t->tier->served_cold, 1);
 		return (struct emb_row_hdr *)(uintptr_t)src;
 	}
@@ -1149,6 +1344,7 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 	if (idx < 0 && !write) {
 		/* No record for it (the limit, out of memory): a read is
 		 * served from the device all the same. */
+		read_cold(t->tier, ts, mpos);
 		count(&t->tier->served_cold, 1);
 		return (struct emb_row_hdr *)(uintptr_t)src;
 	}
@@ -1828,6 +2024,234 @@ void emb__tier_track_reset(struct emb_table *t, uint32_t si)
 		memset(ts->blk_mark + ((size_t)sb * 2 + MARK_MOVE) *
 					  tr->mark_words,
 		       0, tr->mark_words * sizeof(uint64_t));
+}
+
+/* ---- eviction of cold rows ---- */
+
+/*
+ * The eviction policy's cold side (lifecycle.c calls it after a group,
+ * before its hand over the DRAM records). A cold row is looked at
+ * through its block's newest access (blk_tick) until the block must be
+ * read: only a block whose rows go, or the min_l2 pass's, is read. A
+ * read is needed then for the ids (the checkpoint's delta records each
+ * one removed, as an erase does) and for the views that still show the
+ * rows. The reads of one call go together, under the shard lock, at
+ * most EVICT_READS blocks.
+ */
+#define EVICT_READS  64u /* blocks one call reads at most (RING_DEPTH) */
+#define EVICT_SAMPLE 8u	 /* blocks compared per max_rows victim */
+#define EVICT_BASE   16u /* blocks the hand looks at a call, at least */
+#define EVICT_MAX    8192u
+
+enum { PICK_ALL, PICK_CAP, PICK_CHECK };
+
+uint32_t emb__tier_cold_of(struct emb_table *t, uint32_t si)
+{
+	return t->tier->sh[si].map_used;
+}
+
+uint32_t emb__tier_stamp(struct emb_table *t, uint32_t si)
+{
+	struct tier_shard *ts = &t->tier->sh[si];
+	uint32_t now =
+	    (uint32_t)__atomic_load_n(&t->tier->clock, __ATOMIC_RELAXED);
+
+	for (uint32_t sb = 0; sb < ts->nblk; sb++)
+		ts->blk_tick[sb] = now;
+	return now;
+}
+
+void emb__tier_l2_pass(struct emb_table *t, uint32_t si)
+{
+	struct tier_shard *ts = &t->tier->sh[si];
+
+	ts->l2_at = 0;
+	ts->l2_end = ts->nblk;
+	ts->l2_born = __atomic_load_n(&t->tier->blk_clock, __ATOMIC_RELAXED);
+}
+
+/* Whether block sb holds rows and none read at or after tick now (a
+ * row of the current batch, served from the device). */
+static bool blk_evictable(const struct tier_shard *ts, uint32_t sb,
+			  uint32_t now)
+{
+	return ts->blk_live[sb] && (int32_t)(now - ts->blk_tick[sb]) > 0;
+}
+
+/*
+ * Reads the picked blocks and drops their rows: every live row of a
+ * PICK_ALL block, of a PICK_CAP block while *over lasts, and any row
+ * the row tests condemn (idle past upto, weaker than min_l2, fewer
+ * accesses than min_count). 0 or a read error (nothing dropped then).
+ */
+static int evict_picked(struct emb_table *t, struct emb_shard *s,
+			uint32_t si, const uint32_t *sbs, const uint8_t *why,
+			uint32_t n, const struct emb_tier_evict *e,
+			uint64_t *over, struct emb_evict_counts *out)
+{
+	struct emb_tier *tr = t->tier;
+	struct tier_shard *ts = &tr->sh[si];
+	char *buf = tls_buf((size_t)n * TIER_BLOCK);
+	uint32_t file[EVICT_READS];
+	uint64_t ns;
+	int rc;
+
+	if (!n)
+		return 0;
+	if (!buf)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		file[i] = ts->blk_file[sbs[i]];
+	rc = dev_batch(tr->fd, buf, file, n, false, &ns);
+	count(&tr->read_ns, ns);
+	if (rc) {
+		emb_log(EMB_LOG_ERROR, "tier %s: read: %s", tr->path,
+			strerror(-rc));
+		return rc;
+	}
+	count(&tr->blocks_read, n);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *b = buf + (size_t)i * TIER_BLOCK;
+
+		for (uint32_t k = 0; k < tr->per_block; k++) {
+			const struct emb_row_hdr *r =
+			    (const void *)(b + (size_t)k * tr->rec);
+			uint32_t loc = sbs[i] << 8 | k;
+			uint64_t *c = NULL;
+			int64_t at;
+
+			/* A slot whose row left (or never was) has no entry
+			 * for its location: locations are not reused before
+			 * the block is given back. */
+			at = cold_at(ts, r->id, loc);
+			/* A held slot's rows stay, as in DRAM (a move or a
+			 * second writer: docs/replication.md). */
+			if (at < 0 || emb__evict_held(t, r->id))
+				continue;
+			if (why[i] == PICK_ALL)
+				c = &out->ttl;
+			else if (why[i] == PICK_CAP && *over)
+				c = &out->cap;
+			else if (e->idle &&
+				 (int32_t)(r->last_step - e->upto) <= 0)
+				c = &out->ttl;
+			else if (e->min_l2 > 0.0f &&
+				 emb__row_l2(t, r) < e->min_l2)
+				c = &out->l2;
+			else if ((r->count & ~EMB_ROW_FREE) < e->min_count)
+				c = &out->count;
+			if (!c)
+				continue;
+			if (*over)
+				(*over)--; /* any row gone brings the shard under */
+			/* As an erase of a cold row: its walks, marks, block
+			 * (given back with its last row), and the delta. */
+			cold_drop(t, si, (uint32_t)at, r->id, false, r);
+			emb__dirty_erased(s, r->id);
+			(*c)++;
+		}
+	}
+	return 0;
+}
+
+int emb__tier_evict(struct emb_table *t, struct emb_shard *s, uint32_t si,
+		    const struct emb_tier_evict *e,
+		    struct emb_evict_counts *out)
+{
+	struct emb_tier *tr = t->tier;
+	struct tier_shard *ts = &tr->sh[si];
+	uint32_t sbs[EVICT_READS], best = UINT32_MAX, sampled = 0, n = 0;
+	uint8_t why[EVICT_READS];
+	uint64_t over = e->over, left = e->over, visits = EVICT_BASE, v;
+	int rc;
+
+	if (!ts->map_used)
+		return 0;
+	/* As the DRAM hand's budget (lifecycle.c): every block twice per
+	 * ttl steps, and the blocks sampled for the victims over the cap. */
+	if (e->ttl_steps) {
+		v = 2 * (uint64_t)ts->nblk / e->ttl_steps + EVICT_BASE;
+		visits = v > visits ? v : visits;
+	}
+	if (over) {
+		v = 2 * EVICT_SAMPLE * (over / tr->per_block + 1) + EVICT_BASE;
+		visits = v > visits ? v : visits;
+	}
+	if (e->all)
+		visits = ts->nblk;
+	else if (visits > EVICT_MAX)
+		visits = EVICT_MAX;
+	if (visits > ts->nblk)
+		visits = ts->nblk;
+	/* The min_l2 pass first: blocks written before min_l2 was set or
+	 * raised, each read once (later ones were checked at demotion). */
+	while (e->min_l2 > 0.0f && ts->l2_at < ts->l2_end &&
+	       ts->l2_at < ts->nblk && n < EVICT_READS / 2) {
+		uint32_t sb = ts->l2_at;
+
+		if (ts->blk_live[sb] && ts->blk_born[sb] <= ts->l2_born) {
+			if (!blk_evictable(ts, sb, e->now))
+				break; /* read by this batch: the next one */
+			sbs[n] = sb;
+			why[n++] = PICK_CHECK;
+		}
+		ts->l2_at++;
+	}
+	for (;;) {
+		uint32_t sb;
+		bool picked = false;
+
+		if (n == EVICT_READS) {
+			if (!e->all)
+				break;
+			/* emb_table_evict goes round in such reads. */
+			rc = evict_picked(t, s, si, sbs, why, n, e, &left, out);
+			if (rc)
+				return rc;
+			n = 0;
+		}
+		if (!visits-- || !(e->idle || over || e->all))
+			break;
+		if (ts->ev_hand >= ts->nblk)
+			ts->ev_hand = 0;
+		sb = ts->ev_hand++;
+		for (uint32_t i = 0; i < n; i++)
+			picked |= sbs[i] == sb;
+		if (picked || !blk_evictable(ts, sb, e->now))
+			continue;
+		if (e->idle && (int32_t)(ts->blk_tick[sb] - e->upto) <= 0) {
+			/* Its newest row is idle past ttl: all are. */
+			sbs[n] = sb;
+			why[n++] = PICK_ALL;
+			continue;
+		}
+		if (e->all) {
+			/* emb_table_evict's min_count: each row looked at. */
+			if (e->min_count) {
+				sbs[n] = sb;
+				why[n++] = PICK_CHECK;
+			}
+			continue;
+		}
+		if (!over)
+			continue;
+		/* Over the cap: the block of every EVICT_SAMPLE passed whose
+		 * newest access is oldest (cold rows are the coldest of the
+		 * shard by construction, so they go first). */
+		if (best == UINT32_MAX ||
+		    (int32_t)(ts->blk_tick[sb] - ts->blk_tick[best]) < 0)
+			best = sb;
+		if (++sampled == EVICT_SAMPLE || !visits) {
+			sbs[n] = best;
+			why[n++] = PICK_CAP;
+			over = over > ts->blk_live[best]
+				   ? over - ts->blk_live[best]
+				   : 0;
+			best = UINT32_MAX;
+			sampled = 0;
+		}
+	}
+	return evict_picked(t, s, si, sbs, why, n, e, &left, out);
 }
 
 /* ---- stats ---- */

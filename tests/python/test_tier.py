@@ -237,3 +237,45 @@ def test_remote_read_with_tier(start_server, tmp_path):
         assert np.array_equal(got, rows)
         st = t.stats()
         assert st.rows == len(ids) and st.rows_cold > len(ids) // 2, st
+
+
+def test_eviction_reaches_the_device(start_server, tmp_path):
+    """An eviction policy on a tiered table (docs/store.md, "Eviction on a
+    tiered table"): max_rows counts the rows on the device and holds the
+    table at its cap after every batch; a ttl set while it serves removes
+    the idle rows, most of them on the device, and keeps the used ones."""
+    tier = tmp_path / "tier"
+    tier.mkdir()
+    s = start_server("--mem-limit", str(8 << 20), "--tier-dir", str(tier),
+                     "--table-shards", "2", "--threads", "2")
+    rows, cap, batch = 60_000, 40_000, 2048
+    ids = np.arange(rows, dtype=np.uint64) * 7919 + 3
+    rng = np.random.default_rng(7)
+    with embstore.connect(servers=s.addr, transport="tcp") as c:
+        t = c.table("capped", 64, optimizer="sgd:lr=0.05",
+                    evict=f"max_rows:{cap}")
+        for lo in range(0, rows, batch):
+            part = ids[lo:lo + batch]
+            t.push(part, rng.standard_normal((len(part), 64),
+                                             dtype=np.float32))
+            assert t.stats()["rows"] <= cap
+        st = t.stats()
+        assert st["rows"] == cap and st["rows_cold"] > cap // 2, st
+        assert st["rows_evicted_cap"] == st["rows_evicted"] == rows - cap
+        # The newest rows are all there: the cold ones went first.
+        found = np.zeros(batch, dtype=np.uint8)
+        t.pull(ids[-batch:], create=False, found=found)
+        assert found.all()
+
+        t.set_lifecycle(evict="ttl:5")
+        hot = ids[-batch:]
+        for _ in range(200):
+            t.pull(hot)
+            t.push(hot, np.zeros((batch, 64), dtype=np.float32))
+            if t.stats()["rows"] == batch:
+                break
+        st = t.stats()
+        assert st["rows"] == batch and st["rows_cold"] == 0, st
+        assert st["rows_evicted_ttl"] == cap - batch, st
+        t.pull(hot, create=False, found=found)
+        assert found.all()
