@@ -130,9 +130,8 @@ def test_compact_table_with_admission_moves_to_a_joining_server(
         while "server 2 has its share" not in sched.log.read_text():
             assert time.monotonic() < deadline, sched.log.read_text()[-3000:]
             time.sleep(0.1)
-        # Rows now read from the new holders too, as they were.
+        # A third of the slots now have their primary on the new server
+        # (the primaries are spread once it has its share): their rows
+        # read from there, as they were.
         np.testing.assert_array_equal(t.pull(ids), before)
-        st = t.stats()
-        # Two copies of each row on the first two servers, and the
-        # moved copies made again on the third.
-        assert st.servers == 3 and st.rows_created > 2 * len(ids), st
+        assert t.stats().servers == 3
