@@ -235,6 +235,10 @@
 #define EMB_WIRE_LIFECYCLE_SIZE	   32u
 #define EMB_WIRE_ROWFMT_SIZE	   8u /* CREATE_TABLE's row-format block */
 #define EMB_WIRE_TIER_SIZE	   16u /* CREATE_TABLE's tier block */
+/* The largest CREATE_TABLE frame: a buffer for any spec's request. */
+#define EMB_WIRE_CREATE_REQ_MAX                                                \
+	(EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE + EMB_WIRE_ROWFMT_SIZE +       \
+	 EMB_WIRE_TIER_SIZE + EMB_WIRE_LIFECYCLE_SIZE)
 #define EMB_WIRE_SYNC_WORKERS_MAX 65536u /* workers of a sync table */
 #define EMB_WIRE_STATS_FIELDS_MAX  64u /* most a reader accepts */
 

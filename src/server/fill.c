@@ -318,9 +318,7 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 	struct emb_table_iter *it = NULL;
 	struct emb_frame_hdr rhdr;
 	struct emb_wire_iovs v;
-	uint8_t buf[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
-		    EMB_WIRE_ROWFMT_SIZE + EMB_WIRE_TIER_SIZE +
-		    EMB_WIRE_LIFECYCLE_SIZE];
+	uint8_t buf[EMB_WIRE_CREATE_REQ_MAX];
 	_Alignas(8) uint8_t resp[64 + EMB_WIRE_ERRMSG_MAX];
 	struct batch *b = NULL;
 	uint32_t rf, now;

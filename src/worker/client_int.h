@@ -118,8 +118,7 @@ struct server {
 	bool on_rdma;		    /* the conn runs on RDMA; atomic */
 	bool revived;		    /* a newcomer took this dead rank: learn
 				       its table ids before writing */
-	_Alignas(8) uint8_t tab_req[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
-				    EMB_WIRE_LIFECYCLE_SIZE]; /* CREATE */
+	_Alignas(8) uint8_t tab_req[EMB_WIRE_CREATE_REQ_MAX]; /* CREATE */
 	_Alignas(8) uint8_t tab_resp[8 + EMB_WIRE_ERRMSG_MAX];
 	struct emb_wire_spec *tab_specs; /* the open tables, copied */
 	uint32_t tab_n, tab_at;		 /* how many; the one asked for */

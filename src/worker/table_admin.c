@@ -53,9 +53,7 @@ static bool life_replicable(const struct emb_client *c,
 static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
 			struct emb_client_table **out)
 {
-	uint8_t payload[EMB_WIRE_HDR_SIZE + EMB_WIRE_SPEC_SIZE +
-			EMB_WIRE_ROWFMT_SIZE + EMB_WIRE_TIER_SIZE +
-			EMB_WIRE_LIFECYCLE_SIZE];
+	uint8_t payload[EMB_WIRE_CREATE_REQ_MAX];
 	struct emb_client_table *t;
 	struct emb_wire_spec ws = {0};
 	struct emb_async *op;
