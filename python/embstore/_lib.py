@@ -270,6 +270,7 @@ _PROTOS = {
     "emb_optim_name": (c_char_p, [c_uint32]),
     "emb_init_parse": (c_int, [c_char_p, POINTER(InitCfg)]),
     "emb_admit_parse": (c_int, [c_char_p, POINTER(LifecycleCfg)]),
+    "emb_bytes_parse": (c_int, [c_char_p, POINTER(c_uint64)]),
     "emb_evict_parse": (c_int, [c_char_p, POINTER(LifecycleCfg)]),
     "emb_client_table_set_lifecycle": (c_int, [_P, POINTER(LifecycleCfg)]),
     "emb_init_name": (c_char_p, [c_uint32]),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import weakref
 from collections.abc import Sequence
 from ctypes import byref, c_uint64, c_void_p
@@ -153,18 +152,16 @@ def _parse_init(spec: str) -> _lib.InitCfg:
 
 
 def _parse_bytes(what: str, v: "int | str") -> int:
-    """A size as embstore's flags spell it (src/common/bytes.h): an int, or
-    "123", "64K", "8M", "2G", "1T" with an optional "B"; powers of two."""
+    """A size as embstore's flags spell it (emb_bytes_parse(): "123",
+    "64K", "8M", "2G", "1T" with an optional "B"; powers of two), or an
+    int."""
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         if 0 <= v < 2**64:
             return int(v)
     elif isinstance(v, str):
-        m = re.fullmatch(r"([0-9]+)([KMGT]?)B?", v.strip(), re.IGNORECASE)
-        if m:
-            n = int(m.group(1)) << (10 * " KMGT".index(
-                m.group(2).upper() or " "))
-            if n < 2**64:
-                return n
+        out = c_uint64()
+        if _L.emb_bytes_parse(v.encode(), byref(out)) == 0:
+            return out.value
     raise ValueError(f"bad {what} {v!r}: want bytes, e.g. 1073741824 or "
                      "'64G'")
 

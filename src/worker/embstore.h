@@ -64,6 +64,7 @@ extern "C" {
 #include "common/optim.h"
 #include "common/log.h"
 #include "common/tabledef.h"
+#include "common/bytes.h" /* emb_bytes_parse(): sizes as flags spell them */
 
 /* ---- versions and the library's own description ---------------------- */
 
