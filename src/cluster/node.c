@@ -44,6 +44,9 @@
 #define CONNECT_RETRY_MS 200
 #define CONNECT_QUIET_MS 3000  /* retries before a warning line */
 #define CONNECT_NAG_MS 30000   /* and between such lines */
+/* A replacement told another new server is being filled registers again
+ * this often (fills take seconds to minutes). */
+#define NEWCOMER_RETRY_MS 500
 /* Rejoin attempts: the first soon (a restarted scheduler is up again in
  * well under a second), then doubling to a cap that keeps a node inside
  * a restarted scheduler's rejoin window (EMB_SCHED_REJOIN_MS). */
@@ -78,6 +81,7 @@ struct emb_node {
 	emb_node_end_fn on_end;		   /* optional */
 	void *end_arg;			   /* for on_end */
 	struct emb_wire_register_resp reg; /* our place in the cluster */
+	bool newcomer_said; /* creating thread: EMB_ENEWCOMER logged once */
 
 	/* Agent thread only. */
 	bool hb_inflight;		 /* a heartbeat is unanswered */
@@ -1139,7 +1143,11 @@ static int register_node(struct emb_node *n, const struct emb_node_opts *o)
 	if (rc)
 		return rc;
 	if (rhdr.status < 0) {
-		log_error_resp(n, &rhdr, resp);
+		/* A wait to join is logged once, by the caller. */
+		if (rhdr.status != EMB_ENEWCOMER || !n->newcomer_said) {
+			log_error_resp(n, &rhdr, resp);
+			n->newcomer_said = rhdr.status == EMB_ENEWCOMER;
+		}
 		return rhdr.status;
 	}
 	f = (struct emb_wire_frame){.hdr = rhdr, .payload = resp, .lim = &lim};
@@ -1265,6 +1273,15 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 	rc = opts->auth_token_len ? hello_sched(n, opts) : 0;
 	if (!rc)
 		rc = register_node(n, opts);
+	/* A replacement started while another new server is being filled
+	 * waits its turn (one fill at a time, docs/replication.md), on the
+	 * same connection, until the join timeout. */
+	while (rc == EMB_ENEWCOMER &&
+	       (int64_t)emb_clock_ms() + NEWCOMER_RETRY_MS < deadline &&
+	       !(opts->cancel && *opts->cancel)) {
+		usleep(NEWCOMER_RETRY_MS * 1000);
+		rc = register_node(n, opts);
+	}
 	if (rc) {
 		emb_log(EMB_LOG_ERROR, "register with scheduler %s: %s",
 			n->sched, emb_strerror(rc));

@@ -1001,6 +1001,16 @@ static int64_t move_eta_ms(const struct emb_sched *s)
 			 (double)s->move_slots);
 }
 
+/* True when some slot has fewer copies than the map wants and j could
+ * hold one (emb_cmap_fill_next() finds a chunk for it). */
+static bool short_of_copies(const struct emb_sched *s, const struct node *j)
+{
+	uint32_t first = 0;
+
+	return emb_cmap_fill_next(s->cmap, j->rank, FILL_CHUNK_SLOTS,
+				  &first) > 0;
+}
+
 /*
  * The next move, unless a fill or move is under way: drains first (a
  * server waiting to leave holds its machine), then joins. Each chunk is a
@@ -1028,6 +1038,30 @@ static void move_next(struct emb_sched *s)
 				j = &s->nodes[i];
 		if (!d && !j)
 			return;
+		if (!d && short_of_copies(s, j)) {
+			/* A server died during the join: the joiner is a live
+			 * server with room, so it takes the slots left short
+			 * of copies first, as a newcomer at a free rank does
+			 * (fill_next() gives it its share afterwards). The
+			 * alternative, the join's moves going on while those
+			 * slots wait with one copy for a replacement, would
+			 * leave them a death away from lost. */
+			/* A copy ahead the death ended leaves no mark (a
+			 * move's start clears them the same way). */
+			emb_cmap_warm_end(s->cmap, s->cmap);
+			s->fill_rank = j->rank;
+			s->fill_first = 0;
+			s->fill_fails = 0;
+			s->fill_chunks = 0;
+			s->fill_ms = (int64_t)emb_clock_ms();
+			j->joining = false;
+			emb_log(EMB_LOG_INFO,
+				"server %u, joining, is filled with the slots "
+				"short of copies first",
+				j->rank);
+			fill_next(s);
+			return;
+		}
 		if (d) {
 			/* To any live server staying, the least loaded. */
 			ok = calloc(S, sizeof(*ok));
@@ -1324,9 +1358,11 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 		snprintf(msg, sizeof(msg),
 			 "server %u is being filled: one newcomer at a time",
 			 s->fill_rank);
-		emb_log(EMB_LOG_WARN, "server from %s refused: %s",
+		emb_log(EMB_LOG_WARN, "server from %s told to wait: %s",
 			emb_conn_peer(conn), msg);
-		send_error(s, req, EMB_ECLUSTER, msg);
+		/* Not ECLUSTER: the node registers again until its join
+		 * timeout, as a replacement started beside another should. */
+		send_error(s, req, EMB_ENEWCOMER, msg);
 		return;
 	}
 	if (n) {

@@ -83,6 +83,8 @@
 	X(EMB_EADMITASK, -1509,                                                \
 	  "replicated push to a table with admission, not asked of the "       \
 	  "primary first")                                                     \
+	X(EMB_ENEWCOMER, -1510,                                                \
+	  "another new server is being filled: register again later")          \
 	X(EMB_ESCHEDSTATE, -1519, "bad scheduler state file")                  \
 	/* cluster coordinator on etcd: -1530.. */                             \
 	X(EMB_ENOETCD, -1530, "etcd unreachable")                              \
