@@ -36,13 +36,17 @@ out=$work/launch.txt
 (cd "$work" && exec embstore launch --server_num 2 --server_max 3 \
 	--worker_num 1 --replicas 1 --log-dir "$work/log" -- \
 	embstore-bench --op step --rows 200000 --dim 8 --batch 512 \
-	--evict "max_rows:$CAP" --duration 30) >"$out" 2>&1 &
+	--evict "max_rows:$CAP" --duration 30 --report-interval 1) >"$out" 2>&1 &
 lpid=$!
 moves_wait 'worker\.0\] .*worker 0 of 1 joined' 300 ||
 	bad "the worker did not join: $(tail -5 "$out")"
 sched=$(sed -n 's/^\[launch\] scheduler on \([^,]*\),.*/\1/p' "$out" | head -1)
 [ -n "$sched" ] || bad "no scheduler address"
-sleep 2
+# Rows are evicted by the sweeps of pushes (steps), which begin after the
+# bench's preload (pulls only): seconds under a sanitizer. The first
+# interval line says training runs.
+moves_wait 'worker\.0\] interval:' 900 ||
+	bad "the worker never trained: $(tail -5 "$out")"
 
 moves_add_by_hand
 moves_wait_share 2
@@ -53,9 +57,19 @@ moves_under_load join
 # Each server holds at most its share of the cap (the client splits it
 # over the job's ranks, --server_max of them; each shard may pass its
 # share by a batch until the next sweeps) and has evicted, the newcomer
-# too.
-sleep 2
-server_rows >"$work/rows.txt"
+# too. The newcomer's rows came by the moves: its sweeps follow the
+# pushes after them, so the check waits for them (a load only delays it).
+# held_ok FILE: every server of FILE within its share, evicted, 3 of them.
+held_ok() {
+	awk -v most=$((CAP / 3 * 12 / 10)) '
+		{ n++; if ($2 > most || $3 == 0) bad = 1 }
+		END { exit !(n == 3 && !bad) }' "$1"
+}
+for _ in $(seq 100); do
+	server_rows >"$work/rows.txt"
+	held_ok "$work/rows.txt" && break
+	sleep 0.2
+done
 n=0
 while read -r addr rows evicted; do
 	n=$((n + 1))
