@@ -341,7 +341,10 @@ static void test_trains(void)
 
 	snprintf(list, sizeof(list), "etcd://127.0.0.1:%u,127.0.0.1:%u",
 		 etcd_proc_free_port(), etcd.port);
-	env_for(list, 2, 2, "2");
+	/* 4 s leases: nothing here waits for a death, and a loaded
+	 * machine (a renewal starved past a 2 s lease) must not end the
+	 * job under the test. */
+	env_for(list, 2, 2, "4");
 	servers_up(&s, 2);
 	workers_join(w, 2);
 	for (int i = 0; i < 2; i++) {
