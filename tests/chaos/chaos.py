@@ -16,9 +16,14 @@ every kind in a seeded random order at seeded random moments:
              this script does, at the same port with the same environment
   hog        stress-ng --cpu 2 beside the job, during half of the fault
              slots (an overlay on the slot's fault, counted as a fault)
+  drain      `embstore scale --remove RANK` on a live server: its slots
+             move to the others while the job trains, it exits 0, and a
+             newcomer takes its free rank and is given its share by moves
+             (docs/replication.md, "Moving slots"); other faults of later
+             slots may land in those moves
 
-Whenever the scheduler removes a server, whatever the cause, a replacement
-is started. At the end it checks that every worker exited 0 with a verify
+Whenever the scheduler removes a server, whatever the cause, or a drained
+one leaves, a replacement is started. At the end it checks that every worker exited 0 with a verify
 line of 0 mismatched and that the job ran its whole duration, and prints
 the faults of each kind, recovery times (fault to "server R is a full
 replica" in the scheduler's log, or for the scheduler to `embstore stat`
@@ -58,9 +63,12 @@ REPLICAS = 2
 RE_ASSIGNED = re.compile(r"assigned server rank (\d+) to (\S+) \(pid (\d+)\)")
 RE_REPLACES = re.compile(r"server (\d+) \((\S+), pid (\d+)\) replaces a dead")
 RE_AGAIN = re.compile(r"server (\d+) \((\S+)\) registered again \(pid (\d+)\)")
+RE_JOINS = re.compile(r"server (\d+) \((\S+), pid (\d+)\) joins at a free rank")
 RE_DEAD = re.compile(r"server (\d+) \(([^)]*)\) declared dead: (.*)")
 RE_REMOVED = re.compile(r"map epoch \d+: server (\d+) removed")
 RE_FULL = re.compile(r"map epoch \d+: server (\d+) is a full replica")
+RE_LEFT = re.compile(r"server (\d+) left the job")
+RE_SHARE = re.compile(r"map epoch \d+: server (\d+) has its share")
 RE_LOST = re.compile(r"lost every holder")
 RE_INTERVAL = re.compile(
     r"^\[worker\.(\d+)\] interval: ([\d.]+) s, (\d+) batches, "
@@ -207,6 +215,8 @@ class Run:
         self.deaths = []  # (t, rank, reason)
         self.removed = []  # (t, rank)
         self.full = []  # (t, rank)
+        self.left = []  # (t, rank): drained servers that left
+        self.share = []  # (t, rank): joiners given their share
         self.lost = []  # (t, line)
         self.intervals = []  # (t, worker, batches, p50_us, p99_us)
         self.verify = {}  # worker -> (checked, mismatched)
@@ -263,7 +273,7 @@ class Run:
             self.parsed = len(self.lines)
         for t, line in new:
             m = (RE_ASSIGNED.search(line) or RE_REPLACES.search(line) or
-                 RE_AGAIN.search(line))
+                 RE_AGAIN.search(line) or RE_JOINS.search(line))
             if m and line.startswith("[scheduler"):
                 self.ranks[int(m.group(1))] = int(m.group(3))
                 self.addr_pid[m.group(2)] = int(m.group(3))
@@ -279,6 +289,13 @@ class Run:
             m = RE_FULL.search(line)
             if m and line.startswith("[scheduler"):
                 self.full.append((t, int(m.group(1))))
+            m = RE_LEFT.search(line)
+            if m and line.startswith("[scheduler"):
+                self.left.append((t, int(m.group(1))))
+                self.ranks.pop(int(m.group(1)), None)
+            m = RE_SHARE.search(line)
+            if m and line.startswith("[scheduler"):
+                self.share.append((t, int(m.group(1))))
             if RE_LOST.search(line):
                 self.lost.append((t, line))
             m = RE_INTERVAL.search(line)
@@ -419,7 +436,8 @@ class Run:
         replacement that has not registered in 30 s is tried again."""
         if self.launch.poll() is not None:
             return
-        dead = {r for _, r in self.removed} - set(self.ranks)
+        dead = ({r for _, r in self.removed} |
+                {r for _, r in self.left}) - set(self.ranks)
         now = time.monotonic()
         for r in sorted(dead):
             if now - self.replacing.get(r, -1e9) < 30:
@@ -469,7 +487,7 @@ class Run:
         f = {"kind": kind, "t": self.now(), "hog": hog, "target": None,
              "recovery_s": None, "died": False, "ok": True, "note": ""}
         self.faults.append(f)
-        if kind in ("kill", "stop", "partition"):
+        if kind in ("kill", "stop", "partition", "drain"):
             rank, pid = self.pick_server()
             if rank is None:
                 f["note"] = "no live server"
@@ -504,6 +522,20 @@ class Run:
             self.note("partition of server %d healed" % rank)
         elif kind == "sched":
             self.fault_sched(f)
+        elif kind == "drain":
+            self.note("fault drain: embstore scale --remove %d (pid %d)" %
+                      (rank, pid))
+            f["t"] = self.now()
+            r = subprocess.run(
+                self.in_hub([os.path.join(self.a.bin_dir, "embstore"),
+                             "scale", "--sched", self.sched_addr,
+                             "--remove", str(rank)]),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                timeout=30)
+            if r.returncode:
+                # Refused (a move or fill under way, a server short):
+                # the job goes on as it was.
+                f["note"] = "refused: " + r.stdout.strip()[-120:]
         return f
 
     def fault_sched(self, f):
@@ -542,6 +574,17 @@ class Run:
         if f["target"] is None or f["kind"] == "sched":
             return
         t = f["t"]
+        if f["kind"] == "drain":
+            # Recovered once the rank's newcomer has its share (a death
+            # meanwhile makes it a failover, measured as one).
+            gone = [x for x, r in self.left if r == f["target"] and x >= t]
+            if gone:
+                f["left_s"] = gone[0] - t
+                sh_ = [x for x, r in self.share
+                       if r == f["target"] and x >= gone[0]]
+                if sh_:
+                    f["recovery_s"] = sh_[0] - t
+                return
         rem = [x for x, r in self.removed if r == f["target"] and x >= t]
         if not rem:
             return
@@ -595,6 +638,11 @@ class Run:
     # -- the report --
 
     def figures(self, rc_launch, job_s):
+        # A drain's newcomer may get its share after the drain's slot.
+        self.update()
+        for f in self.faults:
+            if f["kind"] == "drain" and f.get("recovery_s") is None:
+                self.settle(f)
         fig = {"seconds": self.a.seconds, "seed": self.a.seed,
                "fault_every_s": self.a.fault_every,
                "netns": bool(self.hub), "launch_exit": rc_launch,
@@ -685,8 +733,8 @@ class Run:
                 "" if f["target"] is None else "rank %d" % f["target"],
                 "recovered in %.2f s" % f["recovery_s"]
                 if f["recovery_s"] is not None else
-                ("not recovered" if f["died"] or f["kind"] == "sched"
-                 else "no failover"),
+                ("not recovered" if f["died"] or f["kind"] in
+                 ("sched", "drain") else "no failover"),
                 (" (%s)" % f["note"]) if f["note"] else ""), file=out)
         r = fig["recovery_s"]
         print("recovery: %d measured, p50 %s s, max %s s" %
@@ -754,7 +802,7 @@ def parse_args(argv):
                     help="stop injecting after this many slots (0: none)")
     ap.add_argument("--quiet", type=int, default=20,
                     help="seconds without faults first (latency before)")
-    ap.add_argument("--kinds", default="kill,stop,partition,sched,hog")
+    ap.add_argument("--kinds", default="kill,stop,partition,sched,drain,hog")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--hb-timeout", type=int, default=1,
                     help="EMB_HEARTBEAT_TIMEOUT of the job, seconds")
@@ -774,7 +822,7 @@ def parse_args(argv):
         a.seconds = int(a.minutes * 60)
     a.kinds = [k for k in a.kinds.split(",") if k]
     for k in a.kinds:
-        if k not in ("kill", "stop", "partition", "sched", "hog"):
+        if k not in ("kill", "stop", "partition", "sched", "hog", "drain"):
             ap.error("unknown fault kind %r" % k)
     if a.seconds < 10 or a.fault_every < 5:
         ap.error("--seconds must be >= 10 and --fault-every >= 5")
