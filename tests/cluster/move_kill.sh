@@ -28,7 +28,7 @@ set -u
 tools=${1:?usage: move_kill.sh TOOLS_DIR}
 moves_setup "$tools" movekill
 EMB_HEARTBEAT_TIMEOUT=3
-# A join moves about 25,000 rows of 40 bytes (a quarter of the copies):
+# A join moves about 20,000 rows of 40 bytes (a quarter of the copies):
 # at 200 kB/s it takes seconds, chunk by chunk.
 EMB_MOVE_RATE=200000
 # A replacement waits while another new server is filled or moved to
@@ -72,19 +72,7 @@ kill_trap() {
 }
 trap kill_trap EXIT
 
-out=$work/launch.txt
-(cd "$work" && exec embstore launch --server_num 3 --server_max 4 \
-	--worker_num 2 --replicas 2 --log-dir "$work/log" -- \
-	embstore-bench --op step --verify --rows 50000 --dim 8 --batch 512 \
-	--duration 75) >"$out" 2>&1 &
-lpid=$!
-for _ in $(seq 300); do
-	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
-	[ "$n" -ge 2 ] && break
-	kill -0 "$lpid" 2>/dev/null || break
-	sleep 0.1
-done
-sched=$(sed -n 's/^\[launch\] scheduler on \([^,]*\),.*/\1/p' "$out" | head -1)
+moves_launch 75 --server_max 4
 [ -n "$sched" ] || bad "no scheduler address"
 sleep 1
 

@@ -33,16 +33,19 @@ moves_cleanup() {
 	[ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 
-# moves_launch SECONDS: starts the job the drains run under, into $out and
-# $lpid: `embstore launch --server_num 3 --worker_num 2 --replicas 2`
-# with `embstore-bench --op step --verify` for SECONDS; returns once both
-# workers joined (or the launch ended), with $sched its scheduler.
+# moves_launch SECONDS [LAUNCH_ARGS...]: starts the job the drains run
+# under, into $out and $lpid: `embstore launch --server_num 3 --worker_num
+# 2 --replicas 2 LAUNCH_ARGS` with `embstore-bench --op step --verify` for
+# SECONDS; returns once both workers joined (or the launch ended), with
+# $sched its scheduler.
 moves_launch() {
 	out=$work/launch.txt
+	_secs=$1
+	shift
 	(cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
-		--replicas 2 --log-dir "$work/log" -- \
+		--replicas 2 --log-dir "$work/log" "$@" -- \
 		embstore-bench --op step --verify --rows 40000 --dim 8 \
-		--batch 512 --duration "$1") >"$out" 2>&1 &
+		--batch 512 --duration "$_secs") >"$out" 2>&1 &
 	lpid=$!
 	for _ in $(seq 300); do
 		_n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
