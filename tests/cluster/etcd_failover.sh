@@ -48,11 +48,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-cp=$(free_port)
-pp=$(free_port)
+# Two free ports at once: picked one after the other, the second could be
+# the first again, and etcd would fail to bind its peer port.
+ports=$(python3 -c 'import socket
+a = socket.socket(); a.bind(("127.0.0.1", 0))
+b = socket.socket(); b.bind(("127.0.0.1", 0))
+print(a.getsockname()[1], b.getsockname()[1])')
+cp=${ports% *}
+pp=${ports#* }
 etcd --name efo --data-dir "$work/etcd" \
 	--listen-client-urls "http://127.0.0.1:$cp" \
 	--advertise-client-urls "http://127.0.0.1:$cp" \
@@ -66,7 +69,7 @@ for _ in $(seq 300); do
 	sleep 0.1
 done
 grep -q 'ready to serve client requests' "$work/etcd.log" || {
-	cat "$work/etcd.log" >&2
+	tail -20 "$work/etcd.log" >&2
 	bad "etcd did not start"
 	exit 1
 }
