@@ -3,10 +3,10 @@
 # etcd, with no scheduler, as its clients see it: `embstore launch
 # --coordinator etcd://... --server_num 3 --worker_num 2 --replicas 2`
 # runs `embstore-bench --op step --verify` (pull, train, push); one
-# server, picked at random, is SIGKILLed at a random moment while the
-# workers train. Its lease expires, the live server of lowest rank writes
-# map epoch 2 to etcd, and every worker follows that map (`map epoch 2
-# from etcd`) as it would a scheduler's: both workers exit 0 with 0
+# server, picked at random, is SIGKILLed 1 to 3 s into training. Its
+# lease expires, the live server of lowest rank writes map epoch 2 to
+# etcd, and every worker follows that map (`map epoch 2 from etcd`) as it
+# would a scheduler's: both workers exit 0 with 0
 # mismatched rows, the live servers took the map too (their writes are
 # checked against it), and the job ends cleanly. Skipped (77) without
 # etcd(1) or python3 (free ports).
@@ -29,9 +29,11 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/emb-etcd-failover-XXXXXX")
 PATH=$tools:$PATH
 export PATH
-# A 2 s lease: the killed server is dead to the others within about 2.4 s
-# (the TTL and one poll), well inside the workers' run.
-EMB_HEARTBEAT_TIMEOUT=2
+# A 4 s lease: the killed server is dead to the others within about 4.8 s
+# (the TTL and one poll), inside the workers' 14 s run. Not 2 s: with the
+# suites running side by side, renewals starved past 2 s ended every
+# lease of the job at once (`its etcd lease expired`).
+EMB_HEARTBEAT_TIMEOUT=4
 EMB_CLUSTER_TIMEOUT=30
 export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
 unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_COORDINATOR \
@@ -79,7 +81,7 @@ out=$work/launch.txt
 	--replicas 2 --coordinator "etcd://127.0.0.1:$cp" --job efo \
 	--log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 20000 --dim 8 --batch 512 \
-	--duration 10) >"$out" 2>&1 &
+	--duration 14) >"$out" 2>&1 &
 lpid=$!
 for _ in $(seq 300); do
 	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
@@ -88,7 +90,7 @@ for _ in $(seq 300); do
 	sleep 0.1
 done
 victim=$(awk 'BEGIN { srand(); print int(rand() * 3) }')
-delay=$(awk 'BEGIN { srand(); printf "%.1f", 1 + rand() * 3 }')
+delay=$(awk 'BEGIN { srand(); printf "%.1f", 1 + rand() * 2 }')
 sleep "$delay"
 vpid=$(sed -n "s/^\[launch\] started server\.$victim, pid \([0-9]*\)$/\1/p" \
 	"$out")
