@@ -47,6 +47,10 @@
 #define ETCD_RETRY_MS	 500 /* waits for etcd itself when joining */
 #define KEY_MAX		 (EMB_ETCD_KEY_MAX + 1)
 #define BARRIER_NAMES_MAX 64 /* barrier names a worker tracks */
+/* Polls asked for (emb_coord_poll_now()) come at most this often: every
+ * write refused for its epoch asks, and etcd need not read the job for
+ * each one. */
+#define POKE_MIN_MS 20
 
 struct emb_coord {
 	struct emb_etcd *etcd;		   /* the client, for all but the lease */
@@ -67,6 +71,7 @@ struct emb_coord {
 	pthread_mutex_t mu;  /* guards the fields below */
 	pthread_cond_t cv;   /* stop, for the threads' sleeps */
 	bool stop;	     /* destroy asked the threads to exit */
+	bool poke;	     /* emb_coord_poll_now(): the agent polls soon */
 	int lost;	     /* 0, or why this node is out of the job */
 	bool ended;	     /* job over for this node: no more reports */
 	uint64_t epoch;	     /* of map; 0 before the first */
@@ -730,7 +735,44 @@ static void *lease_main(void *arg)
 	return NULL;
 }
 
-/* Agent thread: polls the job's keys every TTL / 5 (poll_job()). */
+/*
+ * Agent thread: sleeps until due (a monotonic emb_clock_ms() time), or
+ * until poked once poke_at has come. False if it should give up.
+ */
+static bool agent_nap(struct emb_coord *c, int64_t due, int64_t poke_at)
+{
+	for (;;) {
+		int64_t now = (int64_t)emb_clock_ms(), until;
+		struct timespec ts;
+		bool poked, stop;
+
+		pthread_mutex_lock(&c->mu);
+		poked = c->poke;
+		pthread_mutex_unlock(&c->mu);
+		if (now >= due || (poked && now >= poke_at))
+			return !(c->cancel && *c->cancel);
+		until = poked && poke_at < due ? poke_at : due;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += (until - now) / 1000;
+		ts.tv_nsec += (long)((until - now) % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		/* A poke made since the look above is seen here, under the
+		 * lock its broadcast needs: no wake-up is lost. */
+		pthread_mutex_lock(&c->mu);
+		if (!c->stop && c->poke == poked)
+			pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+		stop = c->stop;
+		pthread_mutex_unlock(&c->mu);
+		if (stop || (c->cancel && *c->cancel))
+			return false;
+	}
+}
+
+/* Agent thread: polls the job's keys every TTL / 5 (poll_job()), and
+ * sooner when asked (emb_coord_poll_now()). */
 static void *agent_main(void *arg)
 {
 	struct emb_coord *c = arg;
@@ -738,12 +780,13 @@ static void *agent_main(void *arg)
 	const uint32_t poll = ttl / 5 ? ttl / 5 : 1;
 
 	for (;;) {
-		int64_t next_poll = (int64_t)emb_clock_ms() + poll, wait;
+		int64_t last = (int64_t)emb_clock_ms();
 		bool quiet;
 		int rc;
 
 		pthread_mutex_lock(&c->mu);
 		quiet = c->lost || c->ended;
+		c->poke = false;
 		pthread_mutex_unlock(&c->mu);
 		if (!quiet) {
 			rc = poll_job(c);
@@ -751,11 +794,31 @@ static void *agent_main(void *arg)
 				emb_log(EMB_LOG_DEBUG, "job %s: poll: %s",
 					c->prefix, emb_strerror(rc));
 		}
-		wait = next_poll - (int64_t)emb_clock_ms();
-		if (!nap(c, wait < 1 ? 1 : (uint32_t)wait))
+		/* Until the job formed, a server looks for its map every
+		 * POLL_MS: without one it refuses the writes of a
+		 * replicated job's workers, which have it at once (they
+		 * wait for it themselves). */
+		pthread_mutex_lock(&c->mu);
+		quiet = c->epoch == 0 && poll > POLL_MS &&
+			c->reg.role == EMB_ROLE_SERVER;
+		pthread_mutex_unlock(&c->mu);
+		if (!agent_nap(c, last + (quiet ? POLL_MS : poll),
+			       last + POKE_MIN_MS))
 			break;
 	}
 	return NULL;
+}
+
+void emb_coord_poll_now(struct emb_coord *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	if (!c->poke) {
+		c->poke = true;
+		pthread_cond_broadcast(&c->cv);
+	}
+	pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- create / destroy ---------------------------------------------- */
@@ -1058,6 +1121,16 @@ out:
 	emb_etcd_range_free(&r);
 	free(srv);
 	free(a);
+	return rc;
+}
+
+int emb_coord_servers(struct emb_coord *c, struct emb_wire_node_addr **servers)
+{
+	int rc;
+
+	do
+		rc = servers_read(c, servers);
+	while (again(c, &rc));
 	return rc;
 }
 

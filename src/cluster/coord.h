@@ -113,6 +113,23 @@ int emb_coord_map(struct emb_coord *c, struct emb_cmap *out);
  */
 void emb_coord_watch_map(struct emb_coord *c, emb_coord_map_fn fn, void *arg);
 
+/*
+ * The servers' addresses by rank, as written with the first map (the
+ * caller frees *servers). A request etcd does not answer in time is tried
+ * again, as for emb_coord_wait_map(). 0, or EMB_ENOETCD, EMB_EETCD,
+ * EMB_EBADFRAME (no list, or one that does not parse), -ECANCELED,
+ * -ENOMEM.
+ */
+int emb_coord_servers(struct emb_coord *c, struct emb_wire_node_addr **servers);
+
+/*
+ * Asks the agent to poll the job now rather than at its next turn (a
+ * server said a write's epoch is not the one it knows): a newer map
+ * reaches the watcher within milliseconds. Polls asked for come at most
+ * every 20 ms. Any thread, no wait; NULL is a no-op.
+ */
+void emb_coord_poll_now(struct emb_coord *c);
+
 /* As emb_node_watch(). */
 void emb_coord_watch(struct emb_coord *c, emb_coord_dead_fn fn, void *arg);
 

@@ -132,8 +132,8 @@ struct emb_node {
 	uint16_t slot_map[EMB_NSLOTS];	    /* slot -> server rank */
 	struct emb_wire_node_addr *servers; /* by rank */
 	uint32_t replicas;		    /* copies of each slot, >= 1 */
-	struct emb_cmap *cmap;		    /* replicated map (scheduler), or
-					       NULL */
+	struct emb_cmap *cmap;		    /* replicated map (the scheduler's
+					       or etcd's), or NULL */
 	emb_node_map_fn map_fn;		    /* emb_node_watch_map() */
 	void *map_arg;			    /* for map_fn */
 	/* Agent thread only: a newer map being fetched. */
@@ -1159,6 +1159,112 @@ static int register_node(struct emb_node *n, const struct emb_node_opts *o)
 	return 0;
 }
 
+static void map_tell(struct emb_node *n);
+
+/*
+ * A job in etcd: takes m, the coordinator's newest map, as the node's:
+ * the primaries, the copies per slot, the servers it no longer lists
+ * (dropped by a failover) flagged removed, and with R > 1 the whole map,
+ * followed as a scheduler's is (emb_node_mapped()). *srv, when not NULL
+ * and the node has no server list yet, becomes it (*srv is then NULL);
+ * *spare, a map buffer, becomes n->cmap when taken (*spare is then the
+ * old one, or NULL). Without a server list nothing is taken. True when m
+ * was taken.
+ */
+static bool coord_adopt(struct emb_node *n, const struct emb_cmap *m,
+			struct emb_wire_node_addr **srv,
+			struct emb_cmap **spare)
+{
+	const uint32_t S = n->reg.server_num;
+	bool took = false;
+
+	if (m->nservers != S)
+		return false;
+	pthread_mutex_lock(&n->mu);
+	if (!n->servers && srv && *srv) {
+		n->servers = *srv;
+		*srv = NULL;
+	}
+	/* Maps only go forward; with one copy only the first is taken, as
+	 * before (such a job is not mapped: its clients route by the
+	 * primaries alone). */
+	if (!n->servers || (n->have_map && (m->replicas < 2 || !n->cmap ||
+					    m->epoch <= n->cmap->epoch)))
+		goto out;
+	if (m->replicas >= 2 && !(spare && *spare))
+		goto out;
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		uint32_t p = emb_cmap_primary(m, sl);
+
+		/* A slot with no holder keeps its last primary: its calls
+		 * fail there as the dead server's. */
+		if (p < S || !n->have_map)
+			n->slot_map[sl] = p < S ? (uint16_t)p : 0;
+	}
+	/* Handed out (emb_node_servers()): entries change in place. */
+	for (uint32_t i = 0; i < S; i++) {
+		bool in = false;
+
+		for (uint32_t sl = 0; sl < EMB_NSLOTS && !in; sl++)
+			in = emb_cmap_holds(m, sl, i) || m->fill[sl] == i;
+		n->servers[i].removed = !in;
+	}
+	n->replicas = m->replicas;
+	if (m->replicas >= 2) {
+		struct emb_cmap *old = n->cmap;
+
+		n->cmap = *spare;
+		*n->cmap = *m;
+		*spare = old;
+	}
+	n->have_map = true;
+	took = true;
+out:
+	pthread_mutex_unlock(&n->mu);
+	return took;
+}
+
+/*
+ * The coordinator's agent thread: a new map epoch of the job in etcd. A
+ * server waits for no map, so its first server list is read here.
+ */
+static void on_coord_map(void *arg, const struct emb_cmap *m)
+{
+	struct emb_node *n = arg;
+	struct emb_cmap *spare = NULL;
+	struct emb_wire_node_addr *srv = NULL;
+	bool have_srv;
+	int rc;
+
+	/* One copy: the worker's wait takes the first map, and no later
+	 * one changes what such a job's nodes do. */
+	if (m->replicas < 2)
+		return;
+	pthread_mutex_lock(&n->mu);
+	have_srv = n->servers != NULL;
+	pthread_mutex_unlock(&n->mu);
+	if (!have_srv) {
+		rc = emb_coord_servers(n->coord, &srv);
+		if (rc) {
+			emb_log(EMB_LOG_WARN,
+				"%s %u: cannot read the job's servers for map "
+				"epoch %llu: %s",
+				emb_role_name(n->reg.role), n->reg.rank,
+				(unsigned long long)m->epoch, emb_strerror(rc));
+			return;
+		}
+	}
+	spare = malloc(sizeof(*spare));
+	if (!spare) {
+		free(srv);
+		return;
+	}
+	if (coord_adopt(n, m, &srv, &spare))
+		map_tell(n);
+	free(spare);
+	free(srv);
+}
+
 /* A node whose job lives in etcd: the coordinator does the work. */
 static int create_coord(const struct emb_node_opts *o, struct emb_node **out)
 {
@@ -1191,6 +1297,8 @@ static int create_coord(const struct emb_node_opts *o, struct emb_node **out)
 	pthread_cond_init(&n->cv, NULL);
 	n->reg = *emb_coord_reg(n->coord);
 	snprintf(n->sched, sizeof(n->sched), "(etcd)");
+	/* From here on the coordinator's agent may hand over maps. */
+	emb_coord_watch_map(n->coord, on_coord_map, n);
 	*out = n;
 	return 0;
 }
@@ -1397,6 +1505,7 @@ void emb_node_destroy(struct emb_node *n)
 		return;
 	if (n->coord) {
 		emb_coord_destroy(n->coord);
+		free(n->cmap);
 		free(n->servers);
 		pthread_cond_destroy(&n->cv);
 		pthread_mutex_destroy(&n->mu);
@@ -1611,29 +1720,27 @@ static void fetch_map_task(void *arg)
 }
 
 /*
- * A job in etcd: its map's copies per slot, and the servers it no longer
- * lists (dropped by a failover) flagged removed, as a scheduler's map
- * says them. 0 or -ENOMEM, or what emb_coord_map() returns.
+ * A job in etcd: waits for its map (emb_coord_wait_map()) and takes the
+ * newest (coord_adopt()), unless the coordinator's agent took one first.
  */
-static int coord_replicas(struct emb_node *n)
+static int coord_wait_map(struct emb_node *n)
 {
-	struct emb_cmap *m = malloc(sizeof(*m));
-	int rc;
+	struct emb_cmap *m = malloc(sizeof(*m)), *spare = malloc(sizeof(*m));
+	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
+	struct emb_wire_node_addr *srv = NULL;
+	int rc = -ENOMEM;
 
-	if (!m)
-		return -ENOMEM;
-	rc = emb_coord_map(n->coord, m);
-	if (rc == 0) {
-		n->replicas = m->replicas;
-		for (uint32_t i = 0; i < m->nservers && i < n->reg.server_num;
-		     i++) {
-			bool holds = false;
-
-			for (uint32_t s = 0; s < EMB_NSLOTS && !holds; s++)
-				holds = emb_cmap_holds(m, s, i);
-			n->servers[i].removed = !holds;
-		}
-	}
+	if (!m || !spare || !slots)
+		goto out;
+	rc = emb_coord_wait_map(n->coord, slots, &srv);
+	if (rc == 0)
+		rc = emb_coord_map(n->coord, m);
+	if (rc == 0)
+		(void)coord_adopt(n, m, &srv, &spare);
+out:
+	free(srv);
+	free(slots);
+	free(spare);
 	free(m);
 	return rc;
 }
@@ -1645,13 +1752,8 @@ int emb_node_wait_map(struct emb_node *n)
 
 	if (n->have_map)
 		return 0;
-	if (n->coord) {
-		rc = emb_coord_wait_map(n->coord, n->slot_map, &n->servers);
-		if (rc == 0)
-			rc = coord_replicas(n);
-		n->have_map = rc == 0;
-		return rc;
-	}
+	if (n->coord)
+		return coord_wait_map(n);
 	if (!w->resp) {
 		w->resp_cap = emb_wire_cluster_map_cap(n->reg.server_num) -
 			      EMB_WIRE_HDR_SIZE;
@@ -1695,7 +1797,7 @@ bool emb_node_mapped(struct emb_node *n)
 {
 	bool m;
 
-	if (n->coord || n->is_static)
+	if (n->is_static)
 		return false;
 	pthread_mutex_lock(&n->mu);
 	m = n->cmap != NULL;
@@ -1846,7 +1948,9 @@ int emb_node_cmap(struct emb_node *n, struct emb_cmap *out)
 
 void emb_node_map_refresh(struct emb_node *n)
 {
-	if (n && n->tr && !n->coord && !n->is_static)
+	if (n && n->coord)
+		emb_coord_poll_now(n->coord);
+	else if (n && n->tr && !n->is_static)
 		(void)emb_transport_exec(n->tr, fetch_map_task, n);
 }
 

@@ -102,8 +102,9 @@ struct emb_cmap;
 /*
  * Called on the agent thread with each newer replicated map the scheduler
  * publishes (heartbeats carry its epoch; docs/replication.md, "Recovery"),
- * and the servers' addresses by rank (a newcomer that took a dead rank
- * has its own). Both are valid for the call only.
+ * or that a job in etcd stores (the coordinator's agent thread then), and
+ * the servers' addresses by rank (a newcomer that took a dead rank has its
+ * own). Both are valid for the call only.
  */
 typedef void (*emb_node_map_fn)(void *arg, const struct emb_cmap *m,
 				const struct emb_wire_node_addr *servers,
@@ -204,9 +205,10 @@ uint32_t emb_node_nservers(const struct emb_node *n);
 /* After emb_node_wait_map(): copies of each slot (1 unless replicated;
  * docs/replication.md). */
 uint32_t emb_node_replicas(const struct emb_node *n);
-/* After emb_node_wait_map(): whether the scheduler sends its whole map
- * (emb_node_cmap()) and moves it: a replicated job, or one servers may
- * join (docs/replication.md, "Moving slots"). */
+/* After emb_node_wait_map(): whether the node follows a whole map
+ * (emb_node_cmap()) that the scheduler moves: a replicated job, or one
+ * servers may join (docs/replication.md, "Moving slots"); or a replicated
+ * job in etcd, whose map its servers write (docs/coordinator.md). */
 bool emb_node_mapped(struct emb_node *n);
 uint32_t emb_node_nworkers(const struct emb_node *n);
 
@@ -225,9 +227,10 @@ const struct emb_wire_node_addr *emb_node_servers(const struct emb_node *n);
 void emb_node_watch(struct emb_node *n, emb_node_dead_fn fn, void *arg);
 
 /*
- * Replicated jobs with a scheduler: fn(arg, map, servers, n) once now
- * with the latest map (if the node has one, on this thread), then on the
- * agent thread for every newer one. One watcher; fn NULL removes it.
+ * Replicated jobs, with a scheduler or in etcd: fn(arg, map, servers, n)
+ * once now with the latest map (if the node has one, on this thread), then
+ * on the agent thread for every newer one. One watcher; fn NULL removes
+ * it.
  */
 void emb_node_watch_map(struct emb_node *n, emb_node_map_fn fn, void *arg);
 
@@ -236,7 +239,8 @@ int emb_node_cmap(struct emb_node *n, struct emb_cmap *out);
 
 /*
  * Asks the scheduler for the map now rather than at the next heartbeat
- * (a server said the caller's map is out of date). Any thread, no wait.
+ * (a server said the caller's map is out of date); in etcd, has the
+ * coordinator poll now (emb_coord_poll_now()). Any thread, no wait.
  */
 void emb_node_map_refresh(struct emb_node *n);
 

@@ -218,6 +218,15 @@ static void evict_hold(struct emb_replica *r, const struct emb_cmap *m)
 	emb_server_evict_hold(r->srv, set);
 }
 
+/* Whether rank holds or is being filled with any slot of m. */
+static bool in_map(const struct emb_cmap *m, uint32_t rank)
+{
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m->fill[sl] == rank || emb_cmap_holds(m, sl, rank))
+			return true;
+	return false;
+}
+
 /* Agent thread: a newer map. */
 static void on_map(void *arg, const struct emb_cmap *m,
 		   const struct emb_wire_node_addr *srv, uint32_t n)
@@ -229,6 +238,18 @@ static void on_map(void *arg, const struct emb_cmap *m,
 		return;
 	memcpy(a, srv, n * sizeof(*a));
 	pthread_mutex_lock(&r->mu);
+	/* A server left the map (a failover, a drain's end): one line, the
+	 * view this server checks writes against changed with it. */
+	for (uint32_t i = 0; r->have_prev && i < n && i < r->prev.nservers;
+	     i++) {
+		if (!in_map(&r->prev, i) || in_map(m, i))
+			continue;
+		emb_log(EMB_LOG_INFO,
+			"map epoch %llu: server %u left the map; this server "
+			"checks writes against it",
+			(unsigned long long)m->epoch, i);
+		break;
+	}
 	/* Slots this server held and holds no longer: their rows go. */
 	for (uint32_t sl = 0; r->have_prev && sl < EMB_NSLOTS; sl++)
 		if ((r->view.slot[sl] & EMB_CMAP_VIEW_MINE) &&

@@ -187,15 +187,13 @@ int emb_server_role_join(struct emb_server_role *r)
 		return r->o.cancel && *r->o.cancel ? 0 : rc;
 	}
 	__atomic_store_n(&r->joined, true, __ATOMIC_RELEASE);
-	/* Replicated: writes are checked against the scheduler's map, and
-	 * fills stream from here (docs/replication.md). */
-	if (!env->coordinator) {
-		rc = emb_replica_create(r->srv, r->node, &r->replica);
-		if (rc)
-			emb_log(EMB_LOG_ERROR,
-				"cannot follow the cluster map: %s",
-				emb_strerror(rc));
-	}
+	/* Replicated: writes are checked against the cluster map, the
+	 * scheduler's or the one in etcd, and fills stream from here
+	 * (docs/replication.md). */
+	rc = emb_replica_create(r->srv, r->node, &r->replica);
+	if (rc)
+		emb_log(EMB_LOG_ERROR, "cannot follow the cluster map: %s",
+			emb_strerror(rc));
 	return rc;
 }
 

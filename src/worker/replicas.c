@@ -781,8 +781,9 @@ static void adopt_run(void *arg)
 			emb_cmap_remove(c->cmap, i, c->cmap);
 	regroup(c);
 	pthread_mutex_unlock(&c->map_mu);
-	emb_log(EMB_LOG_INFO, "map epoch %llu from the scheduler%s",
+	emb_log(EMB_LOG_INFO, "map epoch %llu from %s%s",
 		(unsigned long long)a->m.epoch,
+		c->node && emb_node_coord(c->node) ? "etcd" : "the scheduler",
 		revived ? ": a newcomer took a dead server's place" : "");
 	free(a);
 	close_dead(c);

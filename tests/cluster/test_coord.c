@@ -2,8 +2,9 @@
  * tests/cluster/test_coord.c - jobs coordinated by etcd, with no scheduler:
  * ranks by transaction, the map, workers training through
  * emb_client_from_env(), barriers, finish ending the servers, deaths seen
- * through expired leases, a dead etcd endpoint in the list, and etcd
- * itself lost. Starts its own etcd (skips, 77, without one); servers run
+ * through expired leases, a dead etcd endpoint in the list, etcd itself
+ * lost, and a replicated job whose worker and servers follow the map in
+ * etcd. Starts its own etcd (skips, 77, without one); servers run
  * in this process, or as embstore-server children (EMB_SERVER_BIN) where
  * a process must die. Single-threaded but for the worker threads a case
  * starts itself.
@@ -24,10 +25,14 @@
 #include "cluster/map.h"
 #include "cluster/node.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "etcd_proc.h"
 #include "cluster_util.h"
 #include "harness.h"
 #include "proto/wire_cluster.h"
+#include "proto/wire_msg.h"
+#include "server/replica.h"
+#include "server/tables.h"
 #include "worker/embstore.h"
 #include "worker/netutil.h"
 
@@ -46,9 +51,10 @@ static const char *new_job(void)
 static void env_clear(void)
 {
 	static const char *const names[] = {
-	    "EMB_ROLE",		   "EMB_SCHED_HOST",	    "EMB_SCHED_PORT",
-	    "EMB_SERVER_NUM",	   "EMB_WORKER_NUM",	    "EMB_COORDINATOR",
-	    "EMB_JOB",		   "EMB_HEARTBEAT_TIMEOUT", "EMB_CLUSTER_TIMEOUT",
+	    "EMB_ROLE",	      "EMB_SCHED_HOST",	       "EMB_SCHED_PORT",
+	    "EMB_SERVER_NUM", "EMB_WORKER_NUM",	       "EMB_COORDINATOR",
+	    "EMB_JOB",	      "EMB_HEARTBEAT_TIMEOUT", "EMB_CLUSTER_TIMEOUT",
+	    "EMB_REPLICAS",
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -138,8 +144,14 @@ static void servers_up(struct servers *s, uint32_t n)
 			  .worker_num =
 			      (uint32_t)atoi(getenv("EMB_WORKER_NUM")),
 			  /* The job's TTL, as env_for() set it. */
-			  .hb_timeout_ms = (uint32_t)(atof(getenv(
-			      "EMB_HEARTBEAT_TIMEOUT")) * 1000),
+			  .hb_timeout_ms =
+			      (uint32_t)(atof(getenv("EMB_HEARTBEAT_TIMEOUT")) *
+					 1000),
+			  /* The job's copies, if a case set them. */
+			  .replicas =
+			      getenv("EMB_REPLICAS")
+				  ? (uint32_t)atoi(getenv("EMB_REPLICAS"))
+				  : 0,
 			  .join_timeout_ms = 20000,
 			  .on_end = on_server_end,
 			  .arg = &s->ends[i]},
@@ -694,6 +706,204 @@ static void test_failover_map(void)
 	free(m);
 }
 
+#define RAW_DIM 4u
+
+/* A raw PUSH of gradient 1 to id on fd, routed by map epoch e; the
+ * server's status. Sequence numbers of session 42 go up across calls
+ * (each server keeps its own window, so gaps do no harm). */
+static int raw_push(int fd, uint32_t tid, uint64_t id, uint64_t e)
+{
+	static _Alignas(8) uint8_t buf[4096];
+	static uint64_t seq;
+	const float g[RAW_DIM] = {1, 1, 1, 1};
+	struct emb_wire_iovs v;
+	struct emb_frame_hdr h;
+	uint8_t resp[512];
+	int len;
+
+	seq++;
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_encode_session(&v, seq, tid, 0,
+							       0, 42, seq, &id,
+							       1, RAW_DIM, g),
+			      0);
+	len = emb_wire_iovs_flatten(&v, buf, sizeof(buf));
+	CU_ASSERT_FATAL(len > 0);
+	emb_wire_stamp_epoch(buf, e, 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, buf, (size_t)len), 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, &h, resp, sizeof(resp)), 0);
+	return h.status;
+}
+
+/* Up to 10 s of raw_push() until the server answers want; the last. */
+static int raw_push_until(int fd, uint32_t tid, uint64_t id, uint64_t e,
+			  int want)
+{
+	int st = 1;
+
+	for (int k = 0; k < 500 && st != want; k++) {
+		st = raw_push(fd, tid, id, e);
+		if (st != want)
+			sleep_ms(20);
+	}
+	return st;
+}
+
+/* An id whose slot rank holds in m (holds: true) or does not. */
+static uint64_t id_for(const struct emb_cmap *m, uint32_t rank, bool holds)
+{
+	for (uint64_t id = 1;; id++)
+		if (emb_cmap_holds(m, emb_id_slot(id), rank) == holds)
+			return id;
+}
+
+static int took_etcd_map2; /* the worker logged map epoch 2 from etcd */
+static int test_log_level; /* the level the harness set */
+
+/* A log sink at level info: lines of the harness's level to stderr, as
+ * without it, and whether the worker's client took map epoch 2 from
+ * etcd (its info line, src/worker/replicas.c). */
+static void catch_map(enum emb_log_level level, const char *line, void *arg)
+{
+	(void)arg;
+	if ((int)level <= test_log_level)
+		fprintf(stderr, "%s\n", line);
+	if (strstr(line, "map epoch 2 from etcd"))
+		__atomic_store_n(&took_etcd_map2, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The job's map in etcd into *m once its epoch is e (up to 10 s). */
+static void etcd_map(struct emb_cmap *m, uint64_t e)
+{
+	struct emb_etcd_range r;
+
+	for (int k = 0; k < 1000; k++) {
+		CU_ASSERT_EQUAL_FATAL(job_keys("map", &r), 1);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_cmap_decode(r.kvs[0].value, r.kvs[0].value_len, m), 0);
+		emb_etcd_range_free(&r);
+		if (m->epoch >= e)
+			return;
+		sleep_ms(10);
+	}
+}
+
+/*
+ * A replicated job in etcd is mapped as under a scheduler: the worker
+ * routes by the map in etcd and follows its epochs, and each server checks
+ * the epoch a write carries against its view of that map (src/server/
+ * replica.c): routed by a map newer than the server's, the write waits
+ * (EMB_EMOVING); to a slot the server holds no copy of, it is refused
+ * (EMB_ESTALEMAP). A server dies: the worker and the live servers take
+ * the failover map (epoch 2) from etcd, and training goes on over every
+ * slot.
+ */
+static void test_mapped(void)
+{
+	struct emb_table_spec spec = nt_spec("rep", RAW_DIM, 7);
+	struct emb_replica *rep[3] = {NULL, NULL, NULL};
+	struct emb_client_table *t;
+	struct emb_client_map cm = {.struct_size = sizeof(cm)};
+	struct worker w[1] = {0};
+	struct servers s;
+	struct emb_cmap *m = malloc(sizeof(*m));
+	uint32_t rank[3], tid[3], victim = 3;
+	uint64_t ids[256];
+	float rows[256 * RAW_DIM], grads[256 * RAW_DIM], again[256 * RAW_DIM];
+	int fd[3];
+
+	CU_ASSERT_FATAL(m != NULL);
+	test_log_level = emb__log_level;
+	emb_log_set_sink(catch_map, NULL);
+	emb_log_set_level(EMB_LOG_INFO);
+	/* 4 s leases: 2 s ones starve at the load of the suites run side
+	 * by side. The death below is a revoked lease, seen at once. */
+	env_for(etcd.url, 3, 1, "4");
+	setenv("EMB_REPLICAS", "2", 1);
+	servers_up(&s, 3);
+	for (uint32_t i = 0; i < 3; i++) {
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_replica_create(s.srv[i], s.node[i], &rep[i]), 0);
+		rank[i] = emb_node_rank(s.node[i]);
+		if (rank[i] == 1)
+			victim = i;
+	}
+	CU_ASSERT_FATAL(victim < 3);
+	workers_join(w, 1);
+	CU_ASSERT_EQUAL(emb_client_map(w[0].c, &cm), 0);
+	CU_ASSERT_EQUAL(cm.epoch, 1);
+	CU_ASSERT_EQUAL(cm.replicas, 2);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(w[0].c, &spec, &t), 0);
+	etcd_map(m, 1);
+
+	for (uint32_t i = 0; i < 3; i++) {
+		uint64_t mine = id_for(m, rank[i], true);
+		uint64_t other = id_for(m, rank[i], false);
+
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_server_table_ids(s.srv[i], &tid[i], 1), 1);
+		fd[i] = nt_raw_connect(emb_server_port(s.srv[i]));
+		CU_ASSERT_FATAL(fd[i] >= 0);
+		CU_ASSERT_EQUAL_FATAL(nt_raw_hello(fd[i], NULL, 0), 0);
+		/* A write routed by epoch 1 waits (EMB_EMOVING) until the
+		 * server took that map from etcd, then it is applied... */
+		CU_ASSERT_EQUAL(raw_push_until(fd[i], tid[i], mine, 1, 0), 0);
+		/* ... one routed by a later map waits, and one to a slot
+		 * it holds no copy of is refused. */
+		CU_ASSERT_EQUAL(raw_push(fd[i], tid[i], mine, 9), EMB_EMOVING);
+		CU_ASSERT_EQUAL(raw_push(fd[i], tid[i], other, 1),
+				EMB_ESTALEMAP);
+	}
+
+	/* Rank 1 dies (its lease revoked): a live server writes epoch 2,
+	 * and the worker and the live servers follow it. */
+	close(fd[victim]);
+	emb_replica_destroy(rep[victim]);
+	rep[victim] = NULL;
+	emb_node_destroy(s.node[victim]);
+	s.node[victim] = NULL;
+	emb_server_destroy(s.srv[victim]);
+	s.srv[victim] = NULL;
+	etcd_map(m, 2);
+	CU_ASSERT_EQUAL(m->epoch, 2);
+	/* The client's own failover, from the death, keeps routing by
+	 * epoch 1; it takes epoch 2 from etcd as it would a scheduler's. */
+	for (int k = 0;
+	     k < 1000 && !__atomic_load_n(&took_etcd_map2, __ATOMIC_SEQ_CST);
+	     k++)
+		sleep_ms(10);
+	CU_ASSERT(__atomic_load_n(&took_etcd_map2, __ATOMIC_SEQ_CST));
+	for (uint32_t i = 0; i < 3; i++) {
+		if (i == victim)
+			continue;
+		CU_ASSERT_EQUAL(raw_push_until(fd[i], tid[i],
+					       id_for(m, rank[i], true), 2, 0),
+				0);
+		close(fd[i]);
+	}
+	/* Every slot is served: the dead server's by their backups. */
+	for (int i = 0; i < 256; i++)
+		ids[i] = (uint64_t)i * 7919 + 3;
+	for (int i = 0; i < 256 * (int)RAW_DIM; i++)
+		grads[i] = 1.0f;
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 256, rows, 0, NULL), 0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids, 256, grads, 1, 0), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, ids, 256, again, 0, NULL), 0);
+	CU_ASSERT(memcmp(rows, again, sizeof(rows)) != 0);
+	emb_client_table_close(t);
+	CU_ASSERT_EQUAL(emb_client_finish(w[0].c), 0);
+	emb_client_destroy(w[0].c);
+	for (uint32_t i = 0; i < 3; i++)
+		if (i != victim)
+			CU_ASSERT_EQUAL(server_end(&s, i), 0);
+	for (uint32_t i = 0; i < 3; i++)
+		emb_replica_destroy(rep[i]);
+	servers_down(&s);
+	emb_log_set_level((enum emb_log_level)test_log_level);
+	emb_log_set_sink(NULL, NULL);
+	free(m);
+	env_clear();
+}
+
 /*
  * Runs `embstore launch ARGS... -- TRAINER TARGS...` (EMB_EMBSTORE_BIN,
  * EMB_TRAINER_BIN) in a temp dir; its exit status, and its output in out.
@@ -859,10 +1069,12 @@ int main(int argc, char **argv)
 	    {"a dead server's slots go to their backups in a new map epoch, "
 	     "written by the live server of lowest rank",
 	     test_failover_map},
+	    {"a replicated job is mapped: the worker follows the map's "
+	     "epochs, servers check writes against it",
+	     test_mapped},
 	    {"embstore launch --coordinator runs a job with no scheduler",
 	     test_launch},
-	    {"losing etcd ends a node's job with EMB_ENOETCD",
-	     test_etcd_lost},
+	    {"losing etcd ends a node's job with EMB_ENOETCD", test_etcd_lost},
 	    {NULL, NULL},
 	};
 	int rc;
