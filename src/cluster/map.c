@@ -600,6 +600,14 @@ uint32_t emb_cmap_warm_source(const struct emb_cmap *m, uint32_t rank,
 	return source_run(m, m->warm, rank, first, to);
 }
 
+bool emb_cmap_in_map(const struct emb_cmap *m, uint32_t rank)
+{
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		if (m->fill[s] == rank || emb_cmap_holds(m, s, rank))
+			return true;
+	return false;
+}
+
 void emb_cmap_rank_slots(const struct emb_cmap *m, uint32_t rank,
 			 uint32_t out[3])
 {

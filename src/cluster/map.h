@@ -299,6 +299,10 @@ uint32_t emb_cmap_fill_source(const struct emb_cmap *m, uint32_t rank,
 uint32_t emb_cmap_warm_source(const struct emb_cmap *m, uint32_t rank,
 			      uint32_t *first, uint32_t *to);
 
+/* Whether rank holds any slot of m or is being filled with one: a
+ * server the map still counts (one that holds nothing has left it). */
+bool emb_cmap_in_map(const struct emb_cmap *m, uint32_t rank);
+
 /* Slots rank holds as [0] primary, [1] backup, [2] filling. */
 void emb_cmap_rank_slots(const struct emb_cmap *m, uint32_t rank,
 			 uint32_t out[3]);

@@ -1202,13 +1202,8 @@ static bool coord_adopt(struct emb_node *n, const struct emb_cmap *m,
 			n->slot_map[sl] = p < S ? (uint16_t)p : 0;
 	}
 	/* Handed out (emb_node_servers()): entries change in place. */
-	for (uint32_t i = 0; i < S; i++) {
-		bool in = false;
-
-		for (uint32_t sl = 0; sl < EMB_NSLOTS && !in; sl++)
-			in = emb_cmap_holds(m, sl, i) || m->fill[sl] == i;
-		n->servers[i].removed = !in;
-	}
+	for (uint32_t i = 0; i < S; i++)
+		n->servers[i].removed = !emb_cmap_in_map(m, i);
 	n->replicas = m->replicas;
 	if (m->replicas >= 2) {
 		struct emb_cmap *old = n->cmap;

@@ -218,15 +218,6 @@ static void evict_hold(struct emb_replica *r, const struct emb_cmap *m)
 	emb_server_evict_hold(r->srv, set);
 }
 
-/* Whether rank holds or is being filled with any slot of m. */
-static bool in_map(const struct emb_cmap *m, uint32_t rank)
-{
-	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
-		if (m->fill[sl] == rank || emb_cmap_holds(m, sl, rank))
-			return true;
-	return false;
-}
-
 /* Agent thread: a newer map. */
 static void on_map(void *arg, const struct emb_cmap *m,
 		   const struct emb_wire_node_addr *srv, uint32_t n)
@@ -242,7 +233,7 @@ static void on_map(void *arg, const struct emb_cmap *m,
 	 * view this server checks writes against changed with it. */
 	for (uint32_t i = 0; r->have_prev && i < n && i < r->prev.nservers;
 	     i++) {
-		if (!in_map(&r->prev, i) || in_map(m, i))
+		if (!emb_cmap_in_map(&r->prev, i) || emb_cmap_in_map(m, i))
 			continue;
 		emb_log(EMB_LOG_INFO,
 			"map epoch %llu: server %u left the map; this server "

@@ -72,6 +72,10 @@ static void test_remove(void)
 		CU_ASSERT(!emb_cmap_holds(out, s, 0));
 		CU_ASSERT(emb_cmap_holders(out, s) >= 1);
 	}
+	/* The removed server has left the map; the others are in it. */
+	CU_ASSERT(!emb_cmap_in_map(out, 0));
+	CU_ASSERT(emb_cmap_in_map(out, 1) && emb_cmap_in_map(out, 2));
+	CU_ASSERT(emb_cmap_in_map(m, 0));
 	/* Removing it again changes nothing, not even the epoch. */
 	CU_ASSERT_EQUAL(emb_cmap_remove(out, 0, out), 0);
 	CU_ASSERT_EQUAL(out->epoch, 2);
@@ -184,6 +188,8 @@ static uint32_t fill_all(struct emb_cmap *m, uint32_t rank, uint32_t max)
 			CU_ASSERT_EQUAL(emb_cmap_primary(m, s), src);
 			CU_ASSERT_EQUAL(m->fill[s], rank);
 			CU_ASSERT(!emb_cmap_holds(m, s, rank));
+			/* Being filled counts as in the map. */
+			CU_ASSERT(emb_cmap_in_map(m, rank));
 			CU_ASSERT_EQUAL(emb_cmap_writers(m, s, w),
 					emb_cmap_holders(m, s) + 1);
 			CU_ASSERT_EQUAL(w[emb_cmap_holders(m, s)], rank);
