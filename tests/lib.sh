@@ -30,3 +30,38 @@ emb_start_server() {
 	cat "$_log" >&2
 	return 1
 }
+
+# emb_start_etcd DIR NAME: starts a one-member etcd(1) with its data and
+# log (etcd.log) in DIR, on two free loopback ports, in the background.
+# Sets epid and etcd_port (the client port); returns 1 (after printing the
+# log's tail) if it was not ready in 30 s. Needs python3, for the ports.
+emb_start_etcd() {
+	_dir=$1
+	_name=$2
+	# Two free ports at once: picked one after the other, the second
+	# could be the first again, and etcd would fail to bind its peer
+	# port.
+	_ports=$(python3 -c 'import socket
+a = socket.socket(); a.bind(("127.0.0.1", 0))
+b = socket.socket(); b.bind(("127.0.0.1", 0))
+print(a.getsockname()[1], b.getsockname()[1])')
+	etcd_port=${_ports% *}
+	_pp=${_ports#* }
+	etcd --name "$_name" --data-dir "$_dir/etcd" \
+		--listen-client-urls "http://127.0.0.1:$etcd_port" \
+		--advertise-client-urls "http://127.0.0.1:$etcd_port" \
+		--listen-peer-urls "http://127.0.0.1:$_pp" \
+		--initial-advertise-peer-urls "http://127.0.0.1:$_pp" \
+		--initial-cluster "$_name=http://127.0.0.1:$_pp" \
+		>"$_dir/etcd.log" 2>&1 &
+	epid=$!
+	for _ in $(seq 300); do
+		grep -q 'ready to serve client requests' "$_dir/etcd.log" &&
+			return 0
+		kill -0 "$epid" 2>/dev/null || break
+		sleep 0.1
+	done
+	tail -20 "$_dir/etcd.log" >&2
+	echo "etcd did not start" >&2
+	return 1
+}

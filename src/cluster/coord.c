@@ -13,6 +13,15 @@
  *   P servers           "h:p,h:p,...": the servers' addresses by rank,
  *                       written with epoch 1 (rank keys die with leases)
  *   P finish/worker/<r> a worker finished (no lease: it outlives it)
+ *   P filling/<r>       a newcomer took dead rank r and is to be filled
+ *                       (written with its claim; deleted by the map that
+ *                       ends its fill)
+ *   P fill              "rank first n epoch": the chunk being filled and
+ *                       the epoch of the map that began it (written with
+ *                       that map)
+ *   P fill_done         "source first n epoch status": the chunk's source
+ *                       streamed it (or failed to); deleted by the map
+ *                       that takes the next step
  *   P barrier/<name>/<gen>/<rank>  a worker entered a barrier (no lease)
  *
  * Threads: the lease thread renews the lease, on an etcd handle of its
@@ -51,6 +60,10 @@
  * write refused for its epoch asks, and etcd need not read the job for
  * each one. */
 #define POKE_MIN_MS 20
+/* A recovery in etcd (docs/coordinator.md): slots per chunk, as the
+ * scheduler's, and how long the leader waits for a chunk's source. */
+#define FILL_CHUNK_SLOTS 256u
+#define FILL_TIMEOUT_MS	 60000
 
 struct emb_coord {
 	struct emb_etcd *etcd;		   /* the client, for all but the lease */
@@ -83,6 +96,13 @@ struct emb_coord {
 	uint8_t *dead_wrk;   /* [worker_num]: declared dead */
 	struct emb_wire_node_ref *dead; /* in order of discovery */
 	uint32_t ndead;			/* entries in dead */
+	uint32_t dead_cap;		/* room in dead */
+	bool busy;	/* a fill under way or a newcomer waiting for one:
+			   the agent polls every POLL_MS */
+	/* The leader's clock on the chunk under way (fill_timeout()). */
+	uint32_t watch_rank, watch_first;
+	uint64_t watch_epoch;
+	int64_t watch_since;
 	emb_coord_dead_fn watch_fn;	/* emb_coord_watch() */
 	void *watch_arg;		/* for watch_fn */
 	char (*bar_names)[EMB_WIRE_BARRIER_NAME_MAX + 1]; /* nbar names */
@@ -355,6 +375,199 @@ static bool claimed(struct emb_coord *c, const char *key, int64_t deadline)
 	return ours;
 }
 
+static int64_t rank_in(const char *s, const char *dir, uint32_t count);
+
+/*
+ * "h:p,h:p,..." with entry rank replaced by addr, into out (cap bytes).
+ * -EINVAL when list has no such entry or out is too small.
+ */
+static int list_with(const char *list, uint32_t rank, const char *addr,
+		     char *out, size_t cap)
+{
+	const char *p = list;
+	size_t at = 0;
+
+	for (uint32_t i = 0; *p || i == 0; i++) {
+		const char *e = strchr(p, ',');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		const char *v = i == rank ? addr : p;
+		size_t vlen = i == rank ? strlen(addr) : len;
+
+		if (at + vlen + 2 > cap)
+			return -EINVAL;
+		if (i)
+			out[at++] = ',';
+		memcpy(out + at, v, vlen);
+		at += vlen;
+		if (!e) {
+			out[at] = '\0';
+			return i >= rank ? 0 : -EINVAL;
+		}
+		p = e + 1;
+	}
+	return -EINVAL;
+}
+
+/*
+ * A server joining a formed job with copies takes a dead server's rank:
+ * the lowest r with no server/r key that holds no slot in the map (its
+ * death was failed over). Claims server/r on our lease, puts our address
+ * in the servers list at r and puts filling/r, in one transaction that
+ * holds only while server/r is absent and the map and the list are as
+ * read, so that no failover or other newcomer races the claim. The
+ * leader fills it from there (recover()). Waits, within the join's
+ * deadline, while a rank is dead but not failed over yet.
+ */
+static int claim_dead_rank(struct emb_coord *c, const char *addr,
+			   int64_t deadline)
+{
+	const uint32_t S = c->reg.server_num;
+	size_t cap = (size_t)S * (EMB_HOST_MAX + 9) + 64;
+	char *list = malloc(cap), *lv = malloc(cap);
+	struct emb_cmap *m = malloc(sizeof(*m));
+	uint8_t *taken = calloc(S, 1);
+	char kmap[KEY_MAX], ksrv[KEY_MAX], kr[KEY_MAX], kw[KEY_MAX];
+	bool logged = false;
+	int rc = -ENOMEM;
+
+	if (!list || !lv || !m || !taken)
+		goto out;
+	key_of(c, kmap, "map");
+	key_of(c, ksrv, "servers");
+	for (;;) {
+		struct emb_etcd_range r;
+		int64_t map_rev = 0, srv_rev = 0;
+		size_t plen = strlen(c->prefix);
+		uint32_t rank = UINT32_MAX, down = 0;
+		bool ok;
+
+		memset(taken, 0, S);
+		rc = emb_etcd_get(c->etcd, c->prefix, true, false, &r);
+		if (again_until(c, rc, deadline))
+			continue;
+		if (rc)
+			goto out;
+		rc = EMB_EBADFRAME;
+		for (uint32_t i = 0; i < r.n; i++) {
+			const struct emb_etcd_kv *kv = &r.kvs[i];
+			const char *k = kv->key + plen;
+			int64_t v;
+
+			if ((v = rank_in(k, "server", S)) >= 0) {
+				taken[v] = 1;
+			} else if (!strcmp(k, "map") && kv->value) {
+				map_rev = kv->mod_revision;
+				rc = emb_cmap_decode(kv->value, kv->value_len,
+						     m);
+			} else if (!strcmp(k, "servers") && kv->value &&
+				   kv->value_len < cap) {
+				srv_rev = kv->mod_revision;
+				memcpy(list, kv->value, kv->value_len);
+				list[kv->value_len] = '\0';
+			}
+		}
+		emb_etcd_range_free(&r);
+		if (rc || !srv_rev || m->nservers != S ||
+		    m->replicas != c->replicas) {
+			emb_log(EMB_LOG_ERROR, "job %s: bad map or server list "
+					       "in etcd", c->prefix);
+			rc = EMB_EBADFRAME;
+			goto out;
+		}
+		for (uint32_t i = 0; i < S; i++) {
+			if (taken[i])
+				continue;
+			down++;
+			if (!emb_cmap_in_map(m, i) && rank == UINT32_MAX)
+				rank = i;
+		}
+		if (rank == UINT32_MAX && !down) {
+			emb_log(EMB_LOG_ERROR,
+				"job %s: every server rank (%u) is alive: no "
+				"place to take",
+				c->prefix, S);
+			rc = EMB_ECLUSTER;
+			goto out;
+		}
+		if (rank == UINT32_MAX) {
+			/* A server whose lease is gone still holds slots
+			 * until the leader's next poll fails it over. */
+			if (!logged)
+				emb_log(EMB_LOG_INFO,
+					"job %s: waiting for a dead server's "
+					"slots to go to their backups",
+					c->prefix);
+			logged = true;
+			if ((int64_t)emb_clock_ms() + POLL_MS > deadline) {
+				rc = -ETIMEDOUT;
+				goto out;
+			}
+			if (!nap(c, POLL_MS)) {
+				rc = -ECANCELED;
+				goto out;
+			}
+			continue;
+		}
+		rc = list_with(list, rank, addr, lv, cap);
+		if (rc) {
+			emb_log(EMB_LOG_ERROR, "job %s: bad server list in etcd",
+				c->prefix);
+			rc = EMB_EBADFRAME;
+			goto out;
+		}
+		key_of(c, kr, "server/%u", rank);
+		key_of(c, kw, "filling/%u", rank);
+		{
+			struct emb_etcd_cmp cmps[3] = {
+			    {.key = kr, .target = EMB_ETCD_CREATE},
+			    {.key = kmap,
+			     .target = EMB_ETCD_MOD,
+			     .revision = map_rev},
+			    {.key = ksrv,
+			     .target = EMB_ETCD_MOD,
+			     .revision = srv_rev},
+			};
+			struct emb_etcd_op ops[3] = {
+			    {.key = kr,
+			     .value = addr,
+			     .value_len = strlen(addr),
+			     .lease = c->lease},
+			    {.key = ksrv, .value = lv, .value_len = strlen(lv)},
+			    {.key = kw, .value = "", .value_len = 0},
+			};
+
+			rc = emb_etcd_txn(c->etcd, cmps, 3, ops, 3, &ok);
+		}
+		/* A claim applied whose answer was lost: the retry finds
+		 * the key ours. */
+		if (rc == EMB_ENOETCD && claimed(c, kr, deadline)) {
+			rc = 0;
+			ok = true;
+		}
+		if (again_until(c, rc, deadline))
+			continue;
+		if (rc)
+			goto out;
+		if (!ok)
+			continue; /* the map or the list moved: look again */
+		c->reg.rank = rank;
+		c->reg.node_id = rank + 1;
+		c->reg.role = EMB_ROLE_SERVER;
+		emb_log(EMB_LOG_INFO,
+			"job %s: takes dead server %u's place at %s (map "
+			"epoch %llu); the leader fills it with its slots",
+			c->prefix, rank, addr, (unsigned long long)m->epoch);
+		rc = 0;
+		break;
+	}
+out:
+	free(taken);
+	free(m);
+	free(lv);
+	free(list);
+	return rc;
+}
+
 /* Claims the lowest free rank of our role, on our lease. */
 static int claim_rank(struct emb_coord *c, const struct emb_coord_opts *o,
 		      int64_t deadline)
@@ -365,20 +578,6 @@ static int claim_rank(struct emb_coord *c, const struct emb_coord_opts *o,
 	struct emb_etcd_range r;
 	int rc;
 
-	key_of(c, key, "map");
-	do
-		rc = emb_etcd_get(c->etcd, key, false, true, &r);
-	while (again_until(c, rc, deadline));
-	if (rc)
-		return rc;
-	if (r.n) {
-		emb_etcd_range_free(&r);
-		emb_log(EMB_LOG_ERROR,
-			"job %s formed already: a node cannot join it (a "
-			"stale job? delete its keys or pick another EMB_JOB)",
-			c->prefix);
-		return EMB_ECLUSTER;
-	}
 	if (o->role == EMB_ROLE_SERVER) {
 		const char *h = o->host;
 		char ip[64];
@@ -393,6 +592,24 @@ static int claim_rank(struct emb_coord *c, const struct emb_coord_opts *o,
 			 h, o->port);
 	} else {
 		snprintf(val, sizeof(val), "pid %d", (int)getpid());
+	}
+	key_of(c, key, "map");
+	do
+		rc = emb_etcd_get(c->etcd, key, false, true, &r);
+	while (again_until(c, rc, deadline));
+	if (rc)
+		return rc;
+	if (r.n) {
+		emb_etcd_range_free(&r);
+		/* A server may take a dead server's place in a job with
+		 * copies (claim_dead_rank()); nobody else joins late. */
+		if (o->role == EMB_ROLE_SERVER && c->replicas >= 2)
+			return claim_dead_rank(c, val, deadline);
+		emb_log(EMB_LOG_ERROR,
+			"job %s formed already: a node cannot join it (a "
+			"stale job? delete its keys or pick another EMB_JOB)",
+			c->prefix);
+		return EMB_ECLUSTER;
 	}
 	for (uint32_t rank = 0; rank < count; rank++) {
 		struct emb_etcd_cmp cmp = {.key = key,
@@ -448,6 +665,19 @@ static void declare_dead(struct emb_coord *c, uint32_t role, uint32_t rank)
 	void *arg;
 
 	pthread_mutex_lock(&c->mu);
+	/* A rank a newcomer took may die again: the list grows. */
+	if (c->ndead == c->dead_cap) {
+		uint32_t cap = 2 * c->dead_cap;
+		struct emb_wire_node_ref *d = realloc(c->dead, cap * sizeof(*d));
+
+		if (!d) {
+			pthread_mutex_unlock(&c->mu);
+			emb_log(EMB_LOG_ERROR, "no memory to record a death");
+			return;
+		}
+		c->dead = d;
+		c->dead_cap = cap;
+	}
 	c->dead[c->ndead++] = (struct emb_wire_node_ref){role, rank};
 	fn = c->watch_fn;
 	arg = c->watch_arg;
@@ -493,6 +723,43 @@ static bool holds_any(const struct emb_cmap *m, uint32_t rank)
 }
 
 /*
+ * Writes m as the map, by CAS on the map's mod_revision rev, with
+ * ops[0..nops) in the same transaction; *ok says whether it was written.
+ * Encoded at m's own size: version 2 while a slot is being filled.
+ */
+static int map_cas(struct emb_coord *c, const struct emb_cmap *m, int64_t rev,
+		   const struct emb_etcd_op *ops, uint32_t nops, bool *ok)
+{
+	size_t len = emb_cmap_size(m);
+	uint8_t *buf = malloc(len);
+	struct emb_etcd_op all[4];
+	char key[KEY_MAX];
+	int rc;
+
+	*ok = false;
+	if (!buf || nops > 3) {
+		free(buf);
+		return buf ? -EINVAL : -ENOMEM;
+	}
+	if (emb_cmap_encode(m, buf, len) != (int64_t)len) {
+		free(buf);
+		return EMB_EINTERNAL;
+	}
+	key_of(c, key, "map");
+	all[0] = (struct emb_etcd_op){.key = key, .value = buf, .value_len = len};
+	for (uint32_t i = 0; i < nops; i++)
+		all[1 + i] = ops[i];
+	{
+		struct emb_etcd_cmp cmp = {
+		    .key = key, .target = EMB_ETCD_MOD, .revision = rev};
+
+		rc = emb_etcd_txn(c->etcd, &cmp, 1, all, 1 + nops, ok);
+	}
+	free(buf);
+	return rc;
+}
+
+/*
  * Agent thread of the live server of lowest rank: the map without the
  * dead servers (live[r] == 0) that still hold slots, written by CAS on the
  * map's mod_revision. Losing the race is fine: the next poll reads the
@@ -501,16 +768,13 @@ static bool holds_any(const struct emb_cmap *m, uint32_t rank)
 static int failover(struct emb_coord *c, const uint8_t *live)
 {
 	const uint32_t S = c->reg.server_num;
-	size_t len = emb_cmap_encoded_size(c->replicas);
 	struct emb_cmap *m = malloc(sizeof(*m));
-	uint8_t *buf = malloc(len);
-	char key[KEY_MAX];
 	uint64_t epoch0;
 	int64_t rev;
 	int lost = 0, rc = -ENOMEM;
 	bool ok;
 
-	if (!m || !buf)
+	if (!m)
 		goto out;
 	pthread_mutex_lock(&c->mu);
 	*m = *c->map;
@@ -534,25 +798,245 @@ static int failover(struct emb_coord *c, const uint8_t *live)
 			"server %u: %u slots have no live holder: their rows "
 			"are lost",
 			c->reg.rank, emb_cmap_lost_slots(m));
-	if (emb_cmap_encode(m, buf, len) != (int64_t)len) {
-		rc = EMB_EINTERNAL;
-		goto out;
-	}
-	key_of(c, key, "map");
-	{
-		struct emb_etcd_cmp cmp = {
-		    .key = key, .target = EMB_ETCD_MOD, .revision = rev};
-		struct emb_etcd_op op = {
-		    .key = key, .value = buf, .value_len = len};
-
-		rc = emb_etcd_txn(c->etcd, &cmp, 1, &op, 1, &ok);
-	}
+	rc = map_cas(c, m, rev, NULL, 0, &ok);
 	if (!rc && !ok)
 		emb_log(EMB_LOG_DEBUG, "job %s: map changed under failover",
 			c->prefix);
 out:
-	free(buf);
 	free(m);
+	return rc;
+}
+
+/* ---- recovery: a newcomer filled, chunk by chunk --------------------- */
+
+/*
+ * Reads the short value of P name into buf (cap bytes, NUL-terminated)
+ * and its mod_revision. 0, -ENOENT (no such key), or an etcd error.
+ */
+static int small_get(struct emb_coord *c, const char *name, char *buf,
+		     size_t cap, int64_t *rev)
+{
+	char key[KEY_MAX];
+	struct emb_etcd_range r;
+	int rc;
+
+	key_of(c, key, "%s", name);
+	rc = emb_etcd_get(c->etcd, key, false, false, &r);
+	if (rc)
+		return rc;
+	if (!r.n || !r.kvs[0].value) {
+		emb_etcd_range_free(&r);
+		return -ENOENT;
+	}
+	snprintf(buf, cap, "%.*s",
+		 (int)(r.kvs[0].value_len < cap ? r.kvs[0].value_len : cap - 1),
+		 (const char *)r.kvs[0].value);
+	*rev = r.kvs[0].mod_revision;
+	emb_etcd_range_free(&r);
+	return 0;
+}
+
+/* The chunk being filled in m: its rank, first slot and length; false
+ * when none is. One chunk at a time: the leader begins no other. */
+static bool fill_under_way(const struct emb_cmap *m, uint32_t *rank,
+			   uint32_t *first, uint32_t *n)
+{
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		uint32_t e = sl;
+
+		if (m->fill[sl] == EMB_CMAP_NONE)
+			continue;
+		while (e < EMB_NSLOTS && m->fill[e] == m->fill[sl])
+			e++;
+		*rank = m->fill[sl];
+		*first = sl;
+		*n = e - sl;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Leader: writes the map m (read at rev) with the next step of rank's
+ * fill. begin: its next chunk, from slot from on, or, when rank holds
+ * every slot it should, the fill's end: the rebalance that gives it its
+ * primaries, written with filling/<rank> deleted. Not begin: m as it is
+ * (a chunk given up: the next poll begins it again, in a map of its own,
+ * so that its source sees the writers grow and streams it afresh).
+ * done_rev (0: none): the fill_done key goes in the same transaction.
+ */
+static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
+		     uint32_t rank, bool begin, uint32_t from, int64_t done_rev)
+{
+	char kfill[KEY_MAX], kdone[KEY_MAX], kwait[KEY_MAX], val[96];
+	struct emb_etcd_op ops[3];
+	uint32_t nops = 0, first = from % EMB_NSLOTS;
+	int n = begin ? emb_cmap_fill_next(m, rank, FILL_CHUNK_SLOTS, &first)
+		      : -1;
+	int rb = 0, rc;
+	bool ok;
+
+	key_of(c, kfill, "fill");
+	key_of(c, kdone, "fill_done");
+	key_of(c, kwait, "filling/%u", rank);
+	if (n < 0) {
+		ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
+	} else if (n > 0) {
+		emb_cmap_fill_begin(m, rank, first, (uint32_t)n, m);
+		snprintf(val, sizeof(val), "%u %u %d %llu", rank, first, n,
+			 (unsigned long long)m->epoch);
+		ops[nops++] = (struct emb_etcd_op){
+		    .key = kfill, .value = val, .value_len = strlen(val)};
+	} else {
+		rb = emb_cmap_rebalance(m, m);
+		ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
+		ops[nops++] = (struct emb_etcd_op){.key = kwait, .del = true};
+	}
+	if (done_rev)
+		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
+	rc = map_cas(c, m, rev, ops, nops, &ok);
+	if (rc || !ok)
+		return rc; /* lost the race: the next poll looks again */
+	if (n > 0)
+		emb_log(EMB_LOG_INFO,
+			"map epoch %llu: server %u is being filled with slots "
+			"%u-%u from server %u",
+			(unsigned long long)m->epoch, rank, first,
+			first + (uint32_t)n - 1, emb_cmap_primary(m, first));
+	else
+		emb_log(EMB_LOG_INFO,
+			"map epoch %llu: server %u is a full replica; %d "
+			"primary slot%s rebalanced, it is primary of %u",
+			(unsigned long long)m->epoch, rank, rb > 0 ? rb : 0,
+			rb == 1 ? "" : "s", emb_cmap_primary_slots(m, rank));
+	return 0;
+}
+
+/*
+ * Agent thread of the leader (the live server of lowest rank), in a job
+ * with copies: the next step of a recovery, kept in etcd so that a new
+ * leader goes on where the last one stopped (docs/coordinator.md). With
+ * a chunk under way: the source's fill_done ends it (or, failed, begins
+ * it again) and begins the next; without one, a live newcomer waiting
+ * (waiting[r]) gets its first chunk. The steps are the scheduler's map
+ * functions; a death in between is failover()'s (emb_cmap_remove()
+ * drops a fill whose source or newcomer died).
+ */
+static int recover(struct emb_coord *c, const uint8_t *live,
+		   const uint8_t *waiting, bool have_done)
+{
+	const uint32_t S = c->reg.server_num;
+	struct emb_cmap *m = malloc(sizeof(*m));
+	uint32_t t, first, n;
+	char v[96];
+	int64_t rev, vrev;
+	int rc = 0;
+
+	if (!m)
+		return -ENOMEM;
+	pthread_mutex_lock(&c->mu);
+	*m = *c->map;
+	rev = c->map_rev;
+	pthread_mutex_unlock(&c->mu);
+	if (!fill_under_way(m, &t, &first, &n)) {
+		for (uint32_t r = 0; r < S; r++)
+			if (waiting[r] && live[r]) {
+				rc = fill_step(c, m, rev, r, true, 0, 0);
+				break;
+			}
+		goto out;
+	}
+	if (t >= S || !live[t])
+		goto out; /* failover() drops it */
+	{
+		uint32_t fr, ff, fn, dr, df, dn;
+		unsigned long long fe = 0, de;
+		int st;
+		int64_t frev;
+
+		/* The epoch the chunk began at: a report of an older stream
+		 * of the same chunk (one the leader gave up) is not its. */
+		if (small_get(c, "fill", v, sizeof(v), &frev) == 0 &&
+		    (sscanf(v, "%u %u %u %llu", &fr, &ff, &fn, &fe) != 4 ||
+		     fr != t || ff != first || fn != n))
+			fe = 0;
+		rc = have_done ? small_get(c, "fill_done", v, sizeof(v), &vrev)
+			       : -ENOENT;
+		if (rc == -ENOENT) {
+			rc = 0;
+			/* No word from the source: a chunk stuck past the
+			 * timeout begins again (a new leader starts the
+			 * clock again). */
+			if (c->watch_rank != t || c->watch_first != first ||
+			    c->watch_epoch != fe) {
+				c->watch_rank = t;
+				c->watch_first = first;
+				c->watch_epoch = fe;
+				c->watch_since = (int64_t)emb_clock_ms();
+			} else if ((int64_t)emb_clock_ms() - c->watch_since >
+				   FILL_TIMEOUT_MS) {
+				emb_log(EMB_LOG_WARN,
+					"the fill of slots %u-%u into server "
+					"%u had no word from its source in "
+					"%d s: filling them again",
+					first, first + n - 1, t,
+					FILL_TIMEOUT_MS / 1000);
+				emb_cmap_fill_abort(m, t, first, n, m);
+				c->watch_rank = UINT32_MAX;
+				rc = fill_step(c, m, rev, t, false, first, 0);
+			}
+			goto out;
+		}
+		if (rc)
+			goto out;
+		if (sscanf(v, "%u %u %u %llu %d", &dr, &df, &dn, &de, &st) !=
+			5 ||
+		    dr != emb_cmap_primary(m, first) || df != first ||
+		    dn != n || de < fe) {
+			/* Not this chunk's: an older stream's report. */
+			char kdone[KEY_MAX];
+			struct emb_etcd_cmp cmp = {.key = kdone,
+						   .target = EMB_ETCD_MOD,
+						   .revision = vrev};
+			struct emb_etcd_op op = {.key = kdone, .del = true};
+			bool ok;
+
+			key_of(c, kdone, "fill_done");
+			rc = emb_etcd_txn(c->etcd, &cmp, 1, &op, 1, &ok);
+			goto out;
+		}
+		c->watch_rank = UINT32_MAX;
+		if (st) {
+			emb_log(EMB_LOG_WARN,
+				"server %u could not stream slots %u-%u to "
+				"server %u (%s): filling them again",
+				dr, first, first + n - 1, t, emb_strerror(st));
+			emb_cmap_fill_abort(m, t, first, n, m);
+			rc = fill_step(c, m, rev, t, false, first, vrev);
+		} else {
+			emb_cmap_fill_done(m, t, first, n, m);
+			rc = fill_step(c, m, rev, t, true, first + n, vrev);
+		}
+	}
+out:
+	free(m);
+	return rc;
+}
+
+int emb_coord_fill_done(struct emb_coord *c, uint32_t first, uint32_t n,
+			uint64_t epoch, int status)
+{
+	char key[KEY_MAX], val[96];
+	int rc;
+
+	if (c->reg.role != EMB_ROLE_SERVER || c->replicas < 2)
+		return EMB_ECLUSTER;
+	key_of(c, key, "fill_done");
+	snprintf(val, sizeof(val), "%u %u %u %llu %d", c->reg.rank, first, n,
+		 (unsigned long long)epoch, status);
+	do
+		rc = emb_etcd_put(c->etcd, key, val, strlen(val), 0);
+	while (again(c, &rc));
 	return rc;
 }
 
@@ -567,11 +1051,12 @@ static int poll_job(struct emb_coord *c)
 {
 	const uint32_t S = c->reg.server_num, W = c->reg.worker_num;
 	size_t plen = strlen(c->prefix);
-	uint8_t *live = calloc((size_t)S + 2u * W, 1);
-	uint8_t *lw = live + S, *fin = lw + W;
+	uint8_t *live = calloc(2u * S + 2u * W, 1);
+	uint8_t *lw = live + S, *fin = lw + W, *waiting = fin + W;
 	struct emb_etcd_range r;
 	int64_t map_rev = 0, have_rev;
-	uint32_t gone = 0, first_live = UINT32_MAX;
+	uint32_t gone = 0, first_live = UINT32_MAX, t, f, nf;
+	bool have_done = false, busy;
 	int rc;
 
 	if (!live)
@@ -591,6 +1076,10 @@ static int poll_job(struct emb_coord *c)
 			lw[v] = 1;
 		else if ((v = rank_in(k, "finish/worker", W)) >= 0)
 			fin[v] = 1;
+		else if ((v = rank_in(k, "filling", S)) >= 0)
+			waiting[v] = 1;
+		else if (!strcmp(k, "fill_done"))
+			have_done = true;
 		else if (!strcmp(k, "map"))
 			map_rev = r.kvs[i].mod_revision;
 	}
@@ -598,6 +1087,19 @@ static int poll_job(struct emb_coord *c)
 	pthread_mutex_lock(&c->mu);
 	have_rev = c->map_rev;
 	pthread_mutex_unlock(&c->mu);
+	if (!map_rev && have_rev) {
+		/* Formed, and its keys are gone: whoever started the job
+		 * deleted them at its end (embstore launch does, once its
+		 * own nodes exited; a newcomer started by hand may look only
+		 * after that). A server's part is over; a worker that still
+		 * runs has lost its job. */
+		free(live);
+		emb_log(EMB_LOG_INFO, "job %s: its keys were deleted",
+			c->prefix);
+		end_job(c, c->reg.role == EMB_ROLE_SERVER ? 0 : EMB_ECLUSTER,
+			"its keys were deleted from etcd");
+		return 0;
+	}
 	if (!map_rev) {
 		free(live);
 		return 0; /* not formed yet */
@@ -612,23 +1114,20 @@ static int poll_job(struct emb_coord *c)
 			end_job(c, 0, NULL);
 		return 0;
 	}
-	if (map_rev != have_rev) {
-		bool newer;
-
-		rc = map_read(c, &newer);
-		if (rc) {
-			free(live);
-			return rc;
-		}
-		if (newer)
-			map_notify(c);
-	}
 	for (uint32_t i = 0; i < S + W; i++) {
 		bool srv = i < S;
 		uint32_t rank = srv ? i : i - S;
 		bool dead;
 
-		if (srv ? live[rank] : lw[rank] || fin[rank])
+		if (srv && live[rank]) {
+			/* A newcomer took a dead rank: its death would be
+			 * news again. */
+			pthread_mutex_lock(&c->mu);
+			c->dead_srv[rank] = 0;
+			pthread_mutex_unlock(&c->mu);
+			continue;
+		}
+		if (!srv && (lw[rank] || fin[rank]))
 			continue;
 		pthread_mutex_lock(&c->mu);
 		dead = srv ? c->dead_srv[rank] : c->dead_wrk[rank];
@@ -643,6 +1142,21 @@ static int poll_job(struct emb_coord *c)
 			declare_dead(c, srv ? EMB_ROLE_SERVER : EMB_ROLE_WORKER,
 				     rank);
 	}
+	/* Deaths before the map: the map may be newer than the keys read
+	 * above, and list a newcomer at a rank whose death this read shows;
+	 * told in this order, a watcher takes the death for the server
+	 * that died, and the map for the one that took its place. */
+	if (map_rev != have_rev) {
+		bool newer;
+
+		rc = map_read(c, &newer);
+		if (rc) {
+			free(live);
+			return rc;
+		}
+		if (newer)
+			map_notify(c);
+	}
 	for (uint32_t i = 0; i < S && first_live == UINT32_MAX; i++)
 		if (live[i])
 			first_live = i;
@@ -654,7 +1168,21 @@ static int poll_job(struct emb_coord *c)
 		if (rc)
 			emb_log(EMB_LOG_WARN, "job %s: failover map: %s",
 				c->prefix, emb_strerror(rc));
+		rc = c->replicas >= 2 ? recover(c, live, waiting, have_done)
+				      : 0;
+		if (rc)
+			emb_log(EMB_LOG_WARN, "job %s: recovery step: %s",
+				c->prefix, emb_strerror(rc));
 	}
+	/* While a newcomer waits or is filled, every node polls often: the
+	 * leader for the source's word, the source and the newcomer for the
+	 * next chunk's map, workers for the map that lifts a fence. */
+	pthread_mutex_lock(&c->mu);
+	busy = fill_under_way(c->map, &t, &f, &nf);
+	for (uint32_t i = 0; i < S && !busy; i++)
+		busy = waiting[i] && live[i];
+	c->busy = busy;
+	pthread_mutex_unlock(&c->mu);
 	free(live);
 	return 0;
 }
@@ -797,10 +1325,12 @@ static void *agent_main(void *arg)
 		/* Until the job formed, a server looks for its map every
 		 * POLL_MS: without one it refuses the writes of a
 		 * replicated job's workers, which have it at once (they
-		 * wait for it themselves). */
+		 * wait for it themselves). So does every node during a
+		 * recovery (c->busy): each chunk is a few map steps. */
 		pthread_mutex_lock(&c->mu);
-		quiet = c->epoch == 0 && poll > POLL_MS &&
-			c->reg.role == EMB_ROLE_SERVER;
+		quiet = (c->busy ||
+			 (c->epoch == 0 && c->reg.role == EMB_ROLE_SERVER)) &&
+			poll > POLL_MS;
 		pthread_mutex_unlock(&c->mu);
 		if (!agent_nap(c, last + (quiet ? POLL_MS : poll),
 			       last + POKE_MIN_MS))
@@ -912,8 +1442,8 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 		goto err_lease;
 	c->dead_srv = calloc(c->reg.server_num, 1);
 	c->dead_wrk = calloc(c->reg.worker_num, 1);
-	c->dead = calloc((size_t)c->reg.server_num + c->reg.worker_num,
-			 sizeof(*c->dead));
+	c->dead_cap = c->reg.server_num + c->reg.worker_num;
+	c->dead = calloc(c->dead_cap, sizeof(*c->dead));
 	c->bar_names = calloc(BARRIER_NAMES_MAX, sizeof(*c->bar_names));
 	c->bar_gens = calloc(BARRIER_NAMES_MAX, sizeof(*c->bar_gens));
 	c->map = calloc(1, sizeof(*c->map));

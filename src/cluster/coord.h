@@ -114,8 +114,9 @@ int emb_coord_map(struct emb_coord *c, struct emb_cmap *out);
 void emb_coord_watch_map(struct emb_coord *c, emb_coord_map_fn fn, void *arg);
 
 /*
- * The servers' addresses by rank, as written with the first map (the
- * caller frees *servers). A request etcd does not answer in time is tried
+ * The servers' addresses by rank, as written with the first map and
+ * changed by each newcomer that took a dead rank (the caller frees
+ * *servers). A request etcd does not answer in time is tried
  * again, as for emb_coord_wait_map(). 0, or EMB_ENOETCD, EMB_EETCD,
  * EMB_EBADFRAME (no list, or one that does not parse), -ECANCELED,
  * -ENOMEM.
@@ -129,6 +130,16 @@ int emb_coord_servers(struct emb_coord *c, struct emb_wire_node_addr **servers);
  * every 20 ms. Any thread, no wait; NULL is a no-op.
  */
 void emb_coord_poll_now(struct emb_coord *c);
+
+/*
+ * A server of a job with copies streamed slots [first, first + n), the
+ * chunk the map of epoch asked it for, to the server being filled (status
+ * 0) or failed to (an error): puts the job's fill_done key, which the
+ * leader's next poll turns into the next map (docs/coordinator.md). 0, or
+ * EMB_ECLUSTER (not a server, one copy), EMB_ENOETCD, EMB_EETCD, -ENOMEM.
+ */
+int emb_coord_fill_done(struct emb_coord *c, uint32_t first, uint32_t n,
+			uint64_t epoch, int status);
 
 /* As emb_node_watch(). */
 void emb_coord_watch(struct emb_coord *c, emb_coord_dead_fn fn, void *arg);

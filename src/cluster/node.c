@@ -681,8 +681,11 @@ static void note_dead(struct emb_node *n,
 		arg = n->watch_arg;
 		pthread_mutex_unlock(&n->mu);
 		/* This node's own rank: the dead server whose place it took
-		 * (its own death would end its heartbeats with ENODEAD). */
-		if (d.role == n->reg.role && d.rank == n->reg.rank)
+		 * (its own death would end its heartbeats with ENODEAD). A
+		 * replaced server: a newcomer lives at its rank, and the map
+		 * that says so is what counts. */
+		if ((d.role == n->reg.role && d.rank == n->reg.rank) ||
+		    (d.role & EMB_WIRE_ROLE_REPLACED))
 			continue;
 		emb_log(EMB_LOG_WARN, "%s %u: scheduler declared %s %u dead",
 			emb_role_name(n->reg.role), n->reg.rank,
@@ -1165,8 +1168,9 @@ static void map_tell(struct emb_node *n);
  * A job in etcd: takes m, the coordinator's newest map, as the node's:
  * the primaries, the copies per slot, the servers it no longer lists
  * (dropped by a failover) flagged removed, and with R > 1 the whole map,
- * followed as a scheduler's is (emb_node_mapped()). *srv, when not NULL
- * and the node has no server list yet, becomes it (*srv is then NULL);
+ * followed as a scheduler's is (emb_node_mapped()). *srv, when not NULL,
+ * becomes the node's server list: taken whole when it has none yet (*srv
+ * is then NULL), else copied over it (a newcomer's address at its rank);
  * *spare, a map buffer, becomes n->cmap when taken (*spare is then the
  * old one, or NULL). Without a server list nothing is taken. True when m
  * was taken.
@@ -1185,6 +1189,11 @@ static bool coord_adopt(struct emb_node *n, const struct emb_cmap *m,
 		n->servers = *srv;
 		*srv = NULL;
 	}
+	/* Handed out (emb_node_servers()): entries change in place. Only
+	 * with a newer map, whose epoch came after the list was read. */
+	if (n->servers && srv && *srv && n->cmap && m->replicas >= 2 &&
+	    m->epoch > n->cmap->epoch)
+		memcpy(n->servers, *srv, S * sizeof(**srv));
 	/* Maps only go forward; with one copy only the first is taken, as
 	 * before (such a job is not mapped: its clients route by the
 	 * primaries alone). */
@@ -1221,33 +1230,29 @@ out:
 
 /*
  * The coordinator's agent thread: a new map epoch of the job in etcd. A
- * server waits for no map, so its first server list is read here.
+ * server waits for no map, so its first server list is read here; with
+ * each later map it is read again: a newcomer that took a dead rank
+ * wrote its address there before any map could list it.
  */
 static void on_coord_map(void *arg, const struct emb_cmap *m)
 {
 	struct emb_node *n = arg;
 	struct emb_cmap *spare = NULL;
 	struct emb_wire_node_addr *srv = NULL;
-	bool have_srv;
 	int rc;
 
 	/* One copy: the worker's wait takes the first map, and no later
 	 * one changes what such a job's nodes do. */
 	if (m->replicas < 2)
 		return;
-	pthread_mutex_lock(&n->mu);
-	have_srv = n->servers != NULL;
-	pthread_mutex_unlock(&n->mu);
-	if (!have_srv) {
-		rc = emb_coord_servers(n->coord, &srv);
-		if (rc) {
-			emb_log(EMB_LOG_WARN,
-				"%s %u: cannot read the job's servers for map "
-				"epoch %llu: %s",
-				emb_role_name(n->reg.role), n->reg.rank,
-				(unsigned long long)m->epoch, emb_strerror(rc));
-			return;
-		}
+	rc = emb_coord_servers(n->coord, &srv);
+	if (rc) {
+		emb_log(EMB_LOG_WARN,
+			"%s %u: cannot read the job's servers for map epoch "
+			"%llu: %s",
+			emb_role_name(n->reg.role), n->reg.rank,
+			(unsigned long long)m->epoch, emb_strerror(rc));
+		return;
 	}
 	spare = malloc(sizeof(*spare));
 	if (!spare) {
@@ -1842,7 +1847,8 @@ void emb_node_watch(struct emb_node *n, emb_node_dead_fn fn, void *arg)
 		}
 		d = n->dead[seen++];
 		pthread_mutex_unlock(&n->mu);
-		fn(arg, d.role, d.rank);
+		if (!(d.role & EMB_WIRE_ROLE_REPLACED))
+			fn(arg, d.role, d.rank);
 	}
 }
 
@@ -1961,7 +1967,16 @@ int emb_node_fill_done(struct emb_node *n, uint32_t first, uint32_t nslots,
 	};
 	struct waiter w = {0};
 
-	if (n->reg.role != EMB_ROLE_SERVER || n->coord || n->is_static)
+	if (n->coord) {
+		int rc = emb_coord_fill_done(n->coord, first, nslots, epoch,
+					     status);
+
+		/* The next step comes from the leader's poll: look soon. */
+		if (!rc)
+			emb_coord_poll_now(n->coord);
+		return rc;
+	}
+	if (n->reg.role != EMB_ROLE_SERVER || n->is_static)
 		return EMB_ECLUSTER;
 	w.req_len = emb_wire_fill_done_req_encode(w.req, sizeof(w.req), 0, &d);
 	if (w.req_len < 0)

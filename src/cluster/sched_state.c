@@ -309,10 +309,11 @@ int emb_sched_state_load(const char *path, struct emb_sched_state *st)
 
 		d->role = emb_le32_load(p);
 		d->rank = emb_le32_load(p + 4);
-		if (d->role != EMB_ROLE_SERVER && d->role != EMB_ROLE_WORKER)
+		if (d->role != EMB_ROLE_SERVER && d->role != EMB_ROLE_WORKER &&
+		    d->role != (EMB_ROLE_SERVER | EMB_WIRE_ROLE_REPLACED))
 			goto err;
-		if (d->rank >= (d->role == EMB_ROLE_SERVER ? st->server_num
-							   : st->worker_num))
+		if (d->rank >= (d->role == EMB_ROLE_WORKER ? st->worker_num
+							   : st->server_num))
 			goto err;
 	}
 	if (cl && (emb_cmap_decode(p, cl, st->cmap) ||

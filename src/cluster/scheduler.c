@@ -1368,6 +1368,13 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 	if (n) {
 		bool was_left = n->left;
 
+		/* The deaths of this rank are history now: a node that hears
+		 * of one only after it took the newcomer's map must not take
+		 * it for the newcomer's (protocol.md, HEARTBEAT response). */
+		for (uint32_t i = 0; i < s->ndead; i++)
+			if (s->dead[i].role == EMB_ROLE_SERVER &&
+			    s->dead[i].rank == n->rank)
+				s->dead[i].role |= EMB_WIRE_ROLE_REPLACED;
 		idx = (uint32_t)(n - s->nodes);
 		n->dead = false;
 		n->left = false;

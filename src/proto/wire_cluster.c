@@ -29,6 +29,13 @@ static bool node_role(uint32_t role)
 	return role == EMB_ROLE_SERVER || role == EMB_ROLE_WORKER;
 }
 
+/* A dead list entry's role: a node's, or a replaced server's. */
+static bool dead_role(uint32_t role)
+{
+	return node_role(role) ||
+	       role == (EMB_ROLE_SERVER | EMB_WIRE_ROLE_REPLACED);
+}
+
 /* Host names and numeric addresses: printable ASCII without spaces. */
 static bool host_ok(const char *h, size_t len)
 {
@@ -258,7 +265,7 @@ int emb_wire_heartbeat_resp_encode(void *buf, size_t cap, uint64_t req_id,
 	if (!state_ok(state) || n > EMB_WIRE_NODES_MAX || (n && !dead))
 		return EMB_EBADARG;
 	for (uint32_t i = 0; i < n; i++)
-		if (!node_role(dead[i].role))
+		if (!dead_role(dead[i].role))
 			return EMB_EBADARG;
 	plen = 8 + 8 * n;
 	if (!p || cap < EMB_WIRE_HDR_SIZE + (size_t)plen)
@@ -584,7 +591,7 @@ int emb_wire_heartbeat_resp_decode(const struct emb_wire_frame *f,
 	if (!state_ok(emb_le32_load(p)))
 		return EMB_EBADFRAME;
 	for (uint32_t i = 0; i < n; i++)
-		if (!node_role(emb_le32_load(p + 8 + 8 * i)))
+		if (!dead_role(emb_le32_load(p + 8 + 8 * i)))
 			return EMB_EBADFRAME;
 	out->state = emb_le32_load(p);
 	out->map_epoch = emb_le32_load(p + 4);

@@ -272,9 +272,16 @@ struct emb_wire_cluster_map {
 	uint32_t cmap_len;	/* its bytes */
 };
 
+/* A dead list entry's role with this bit: a dead server whose rank a
+ * newcomer has taken since. Nothing to act on: a node that hears of the
+ * death only now would otherwise take it for the newcomer's, whose map
+ * it may hold already (docs/protocol.md, HEARTBEAT response). */
+#define EMB_WIRE_ROLE_REPLACED 0x80000000u
+
 /* One dead node in a heartbeat response. */
 struct emb_wire_node_ref {
-	uint32_t role; /* EMB_ROLE_SERVER or EMB_ROLE_WORKER */
+	uint32_t role; /* EMB_ROLE_SERVER or EMB_ROLE_WORKER, the server's
+			  with EMB_WIRE_ROLE_REPLACED maybe */
 	uint32_t rank; /* within the role */
 };
 

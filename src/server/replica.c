@@ -176,10 +176,12 @@ static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 	/* The scheduler published the next step as it answered: take it
 	 * now, not at the next heartbeat, so the fence comes down (or, after
 	 * a copy ahead, goes up). Refused (a restarted scheduler moving the
-	 * chunk again): this fill is not the one it waits for, so it is
-	 * forgotten, and the map's next request of the same chunk starts
-	 * afresh instead of counting as started already. */
-	if (rc == EMB_ECLUSTER) {
+	 * chunk again), or failed: this fill is not the one it waits for, so
+	 * it is forgotten, and the map's next request of the same chunk
+	 * starts afresh instead of counting as started already (its writers
+	 * need not grow in between: a map that gave the chunk up may never
+	 * reach this server). */
+	if (rc == EMB_ECLUSTER || status) {
 		pthread_mutex_lock(&r->mu);
 		if (r->warm_on) {
 			r->warm_on = false;
@@ -191,13 +193,14 @@ static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 	if (!rc || rc == EMB_ECLUSTER)
 		emb_node_map_refresh(r->node);
 	emb_log(rc ? EMB_LOG_WARN : EMB_LOG_INFO,
-		"slots %u-%u %s (%llu rows%s%s%s): scheduler %s", first,
+		"slots %u-%u %s (%llu rows%s%s%s): %s %s", first,
 		first + n - 1,
 		mode == EMB_SERVER_FILL_WARM ? "copied ahead" : "streamed",
 		(unsigned long long)rows,
 		mode == EMB_SERVER_FILL_DELTA ? " written since the copy ahead"
 					      : "",
 		status ? ", " : "", status ? emb_strerror(status) : "",
+		emb_node_coord(r->node) ? "coordinator" : "scheduler",
 		rc ? emb_strerror(rc) : "told");
 	pthread_mutex_lock(&r->mu);
 	fill_check(r);

@@ -50,31 +50,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Two free ports at once: picked one after the other, the second could be
-# the first again, and etcd would fail to bind its peer port.
-ports=$(python3 -c 'import socket
-a = socket.socket(); a.bind(("127.0.0.1", 0))
-b = socket.socket(); b.bind(("127.0.0.1", 0))
-print(a.getsockname()[1], b.getsockname()[1])')
-cp=${ports% *}
-pp=${ports#* }
-etcd --name efo --data-dir "$work/etcd" \
-	--listen-client-urls "http://127.0.0.1:$cp" \
-	--advertise-client-urls "http://127.0.0.1:$cp" \
-	--listen-peer-urls "http://127.0.0.1:$pp" \
-	--initial-advertise-peer-urls "http://127.0.0.1:$pp" \
-	--initial-cluster "efo=http://127.0.0.1:$pp" >"$work/etcd.log" 2>&1 &
-epid=$!
-for _ in $(seq 300); do
-	grep -q 'ready to serve client requests' "$work/etcd.log" && break
-	kill -0 "$epid" 2>/dev/null || break
-	sleep 0.1
-done
-grep -q 'ready to serve client requests' "$work/etcd.log" || {
-	tail -20 "$work/etcd.log" >&2
-	bad "etcd did not start"
-	exit 1
-}
+emb_start_etcd "$work" efo || exit 1
+cp=$etcd_port
 
 out=$work/launch.txt
 (cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \

@@ -97,6 +97,16 @@ static void test_round_trip(void)
 	CU_ASSERT_EQUAL(out.fill_fails, 1);
 	CU_ASSERT_EQUAL(out.fill_epoch, 4);
 	emb_sched_state_free(&out);
+	/* A replaced server's entry (a newcomer took its rank) keeps its
+	 * flag across a restart. */
+	dead[0].role = EMB_ROLE_SERVER | EMB_WIRE_ROLE_REPLACED;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_state_save(p, &in), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_sched_state_load(p, &out), 0);
+	CU_ASSERT_EQUAL(out.dead[0].role,
+			EMB_ROLE_SERVER | EMB_WIRE_ROLE_REPLACED);
+	CU_ASSERT_EQUAL(out.dead[0].rank, 1);
+	emb_sched_state_free(&out);
+	dead[0].role = EMB_ROLE_SERVER;
 
 	/* Unreplicated: no map in the file. */
 	in.replicas = 1;

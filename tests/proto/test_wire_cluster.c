@@ -265,6 +265,25 @@ static void test_heartbeat(void)
 	emb_le32_store(buf + 32, EMB_CLUSTER_READY);
 	emb_le32_store(buf + 32 + 8, 0);
 	CU_ASSERT_EQUAL(emb_wire_heartbeat_resp_decode(&f, &r), EMB_EBADFRAME);
+	/* A replaced server's entry travels with its flag; a worker's or a
+	 * role's unknown bit does not. */
+	emb_le32_store(buf + 32 + 8, EMB_ROLE_SERVER | EMB_WIRE_ROLE_REPLACED);
+	CU_ASSERT_EQUAL(emb_wire_heartbeat_resp_decode(&f, &r), 0);
+	emb_wire_heartbeat_dead(&r, 0, &d);
+	CU_ASSERT_EQUAL(d.role, EMB_ROLE_SERVER | EMB_WIRE_ROLE_REPLACED);
+	emb_le32_store(buf + 32 + 8, EMB_ROLE_WORKER | EMB_WIRE_ROLE_REPLACED);
+	CU_ASSERT_EQUAL(emb_wire_heartbeat_resp_decode(&f, &r), EMB_EBADFRAME);
+	emb_le32_store(buf + 32 + 8, EMB_ROLE_SERVER | 0x100);
+	CU_ASSERT_EQUAL(emb_wire_heartbeat_resp_decode(&f, &r), EMB_EBADFRAME);
+	dead[0].role = EMB_ROLE_SERVER | EMB_WIRE_ROLE_REPLACED;
+	CU_ASSERT(emb_wire_heartbeat_resp_encode(buf, sizeof(buf), 1,
+						 EMB_CLUSTER_READY, 7, dead,
+						 2) > 0);
+	dead[0].role = EMB_ROLE_WORKER | EMB_WIRE_ROLE_REPLACED;
+	CU_ASSERT_EQUAL(emb_wire_heartbeat_resp_encode(buf, sizeof(buf), 1,
+						       EMB_CLUSTER_READY, 7,
+						       dead, 2),
+			EMB_EBADARG);
 	/* An error response is ESERVER, its payload read by error_decode. */
 	len = emb_wire_error_encode(buf, sizeof(buf), EMB_OP_HEARTBEAT, 1, 0,
 				    EMB_ENODEAD, "declared dead");
