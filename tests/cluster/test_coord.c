@@ -706,6 +706,161 @@ static void test_failover_map(void)
 	free(m);
 }
 
+/* The chunk being filled in m: its first slot and length (0: none). */
+static uint32_t fill_chunk(const struct emb_cmap *m, uint32_t *first)
+{
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		uint32_t e = sl;
+
+		if (m->fill[sl] == EMB_CMAP_NONE)
+			continue;
+		while (e < EMB_NSLOTS && m->fill[e] == m->fill[sl])
+			e++;
+		*first = sl;
+		return e - sl;
+	}
+	return 0;
+}
+
+/* Waits up to 10 s for the worker's watcher to see an epoch after e. */
+static bool saw_after(uint64_t e)
+{
+	for (int k = 0;
+	     k < 1000 && __atomic_load_n(&seen_epoch, __ATOMIC_SEQ_CST) <= e;
+	     k++)
+		sleep_ms(10);
+	return __atomic_load_n(&seen_epoch, __ATOMIC_SEQ_CST) > e;
+}
+
+/*
+ * Recovery in etcd, the leader's steps, with the sources' reports made by
+ * hand (no rows: coordinators only). A server joining a formed job whose
+ * ranks all live is refused; once rank 1's lease ends and it is failed
+ * over, a newcomer takes rank 1 (its address in the server list,
+ * filling/1 put), and the leader fills it chunk by chunk as each source
+ * reports: a report for other slots changes nothing, a failed one gives
+ * the chunk up and the next poll begins it again, and the last one ends
+ * the fill with every slot at two copies and filling/1 deleted.
+ */
+static void test_recover_steps(void)
+{
+	struct emb_coord_opts o = {.endpoints = etcd.url,
+				   .job = job,
+				   .role = EMB_ROLE_SERVER,
+				   .host = "127.0.0.1",
+				   .port = 7300,
+				   .ttl_ms = 2000,
+				   .join_timeout_ms = 10000};
+	struct emb_coord *srv[3], *by_rank[3] = {0}, *w, *nc = NULL;
+	struct emb_wire_node_addr *addrs = NULL;
+	struct emb_cmap *m = malloc(sizeof(*m));
+	struct emb_etcd_range r;
+	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
+	uint32_t chunks = 0, first = 0, n;
+	bool failed_once = false, stray_sent = false;
+
+	CU_ASSERT_FATAL(m && slots);
+	new_job();
+	for (uint32_t i = 0; i < 3; i++) {
+		srv[i] = coord_join(EMB_ROLE_SERVER, (uint16_t)(7100 + i));
+		by_rank[emb_coord_reg(srv[i])->rank] = srv[i];
+	}
+	w = coord_join(EMB_ROLE_WORKER, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_coord_wait_map(w, slots, &addrs), 0);
+	free(addrs);
+	addrs = NULL;
+	seen_epoch = 0;
+	emb_coord_watch_map(w, on_map, NULL);
+	CU_ASSERT_FATAL(saw_epoch(1));
+	/* Every rank alive: no place to take. */
+	CU_ASSERT_EQUAL(emb_coord_create(&o, &nc), EMB_ECLUSTER);
+
+	/* Rank 1 goes and is failed over; a newcomer takes its place. */
+	for (uint32_t i = 0; i < 3; i++)
+		if (srv[i] == by_rank[1])
+			srv[i] = NULL;
+	emb_coord_destroy(by_rank[1]);
+	by_rank[1] = NULL;
+	CU_ASSERT_FATAL(saw_epoch(2));
+	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &nc), 0);
+	CU_ASSERT_EQUAL(emb_coord_reg(nc)->rank, 1);
+	CU_ASSERT_EQUAL(job_keys("filling/1", &r), 1);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL_FATAL(emb_coord_servers(w, &addrs), 0);
+	CU_ASSERT_EQUAL(addrs[1].port, 7300);
+	free(addrs);
+
+	/* The leader (rank 0) begins chunk after chunk as sources report. */
+	for (int step = 0; step < 64; step++) {
+		uint64_t e;
+		uint32_t src;
+
+		CU_ASSERT_EQUAL_FATAL(emb_coord_map(w, m), 0);
+		e = m->epoch;
+		n = fill_chunk(m, &first);
+		if (!n) {
+			/* Begun again after a failed report, or the end. */
+			uint32_t waiting = job_keys("filling/1", &r);
+
+			emb_etcd_range_free(&r);
+			if (!waiting)
+				break;
+			CU_ASSERT_FATAL(saw_after(e));
+			continue;
+		}
+		CU_ASSERT_EQUAL(m->fill[first], 1);
+		src = emb_cmap_primary(m, first);
+		CU_ASSERT_FATAL(src == 0 || src == 2);
+		if (!stray_sent) {
+			/* Another chunk's report: deleted, nothing changes. */
+			stray_sent = true;
+			CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src],
+							    (first + n) %
+								EMB_NSLOTS,
+							    n, e, 0),
+					0);
+			sleep_ms(600);
+			CU_ASSERT_EQUAL(emb_coord_epoch(w), e);
+			CU_ASSERT_EQUAL(job_keys("fill_done", &r), 0);
+			emb_etcd_range_free(&r);
+		}
+		if (chunks == 2 && !failed_once) {
+			failed_once = true;
+			CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first,
+							    n, e, -EIO),
+					0);
+			CU_ASSERT_FATAL(saw_after(e));
+			CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
+			/* Given up: no fill of that chunk in the next map. */
+			CU_ASSERT_NOT_EQUAL(m->fill[first], 1);
+			continue;
+		}
+		CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first, n, e, 0),
+				0);
+		CU_ASSERT_FATAL(saw_after(e));
+		chunks++;
+	}
+	CU_ASSERT(failed_once);
+	CU_ASSERT(chunks >= 8);
+	CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
+	CU_ASSERT_EQUAL(fill_chunk(m, &first), 0);
+	CU_ASSERT_EQUAL(emb_cmap_lost_slots(m), 0);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		CU_ASSERT_EQUAL(m->slot[sl][1] != EMB_CMAP_NONE, true);
+	CU_ASSERT(emb_cmap_primary_slots(m, 1) > 0);
+	CU_ASSERT_EQUAL(job_keys("filling/", &r), 0);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL(job_keys("fill", &r), 0);
+	emb_etcd_range_free(&r);
+	emb_coord_watch_map(w, NULL, NULL);
+	emb_coord_destroy(nc);
+	for (uint32_t i = 0; i < 3; i++)
+		emb_coord_destroy(srv[i]);
+	emb_coord_destroy(w);
+	free(slots);
+	free(m);
+}
+
 #define RAW_DIM 4u
 
 /* A raw PUSH of gradient 1 to id on fd, routed by map epoch e; the
@@ -1069,6 +1224,9 @@ int main(int argc, char **argv)
 	    {"a dead server's slots go to their backups in a new map epoch, "
 	     "written by the live server of lowest rank",
 	     test_failover_map},
+	    {"recovery: a newcomer takes a dead rank, the leader fills it "
+	     "chunk by chunk from the sources' reports",
+	     test_recover_steps},
 	    {"a replicated job is mapped: the worker follows the map's "
 	     "epochs, servers check writes against it",
 	     test_mapped},
