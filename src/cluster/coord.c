@@ -713,15 +713,6 @@ static void map_notify(struct emb_coord *c)
 	free(m);
 }
 
-/* True when rank holds any slot in m. */
-static bool holds_any(const struct emb_cmap *m, uint32_t rank)
-{
-	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
-		if (emb_cmap_holds(m, sl, rank))
-			return true;
-	return false;
-}
-
 /*
  * Writes m as the map, by CAS on the map's mod_revision rev, with
  * ops[0..nops) in the same transaction; *ok says whether it was written.
@@ -782,7 +773,10 @@ static int failover(struct emb_coord *c, const uint8_t *live)
 	pthread_mutex_unlock(&c->mu);
 	epoch0 = m->epoch;
 	for (uint32_t r = 0; r < S; r++) {
-		if (live[r] || !holds_any(m, r))
+		/* Holding nothing but being filled counts: a newcomer that
+		 * died before its first chunk was done leaves a fill that
+		 * only its removal drops. */
+		if (live[r] || !emb_cmap_in_map(m, r))
 			continue;
 		lost = emb_cmap_remove(m, r, m);
 		emb_log(EMB_LOG_WARN,
