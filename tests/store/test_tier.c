@@ -1704,6 +1704,7 @@ struct evict_thread {
 	uint32_t which; /* 3: the evict calls and iterators */
 	uint32_t bad;
 	uint32_t dup; /* ids an iterator handed out twice */
+	uint64_t evicted; /* rows evicted while its iterators ran */
 };
 
 static void *evict_thread_main(void *p)
@@ -1723,6 +1724,8 @@ static void *evict_thread_main(void *p)
 				a->bad++;
 			if (k % 10)
 				continue;
+			uint64_t ev0 = table_stats(a->t).rows_evicted;
+
 			memset(seen, 0, IDS);
 			if (emb_table_iter_create(a->t, &it)) {
 				a->bad++;
@@ -1734,6 +1737,7 @@ static void *evict_thread_main(void *p)
 					a->dup += seen[(ids[i] - 3) / 7919u]++;
 			a->bad += got != 0;
 			emb_table_iter_destroy(it);
+			a->evicted += table_stats(a->t).rows_evicted - ev0;
 			continue;
 		}
 		draw(&st, ids, BATCH, a->which ? IDS : IDS / 8);
@@ -1752,7 +1756,11 @@ static void *evict_thread_main(void *p)
 /*
  * Threads pulling and pushing while every eviction term runs, with a
  * thread calling emb_table_evict and iterating (for the race checkers):
- * iterators hand out each row once, and the counts add up after.
+ * iterators hand out each row once, and the counts add up after. An id
+ * may come out twice only as two rows: handed out, evicted by a push's
+ * sweep, and made again by a pull ahead of the walk (a row made since a
+ * walk began may come out); so an iterator's repeats are bounded by the
+ * rows evicted while it ran (one CI run in many saw one such repeat).
  */
 static void test_evict_threads(void)
 {
@@ -1775,7 +1783,7 @@ static void test_evict_threads(void)
 	for (uint32_t i = 0; i < 4; i++) {
 		pthread_join(th[i], NULL);
 		CU_ASSERT_EQUAL(a[i].bad, 0);
-		CU_ASSERT_EQUAL(a[i].dup, 0);
+		CU_ASSERT(a[i].dup <= a[i].evicted);
 	}
 	s = table_stats(t);
 	emb_table_tier_stats(t, &ts);
