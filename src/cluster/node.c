@@ -1967,15 +1967,11 @@ int emb_node_fill_done(struct emb_node *n, uint32_t first, uint32_t nslots,
 	};
 	struct waiter w = {0};
 
-	if (n->coord) {
-		int rc = emb_coord_fill_done(n->coord, first, nslots, epoch,
-					     status);
-
-		/* The next step comes from the leader's poll: look soon. */
-		if (!rc)
-			emb_coord_poll_now(n->coord);
-		return rc;
-	}
+	/* In etcd the next step comes from the leader's poll; the caller
+	 * asks for the map (emb_node_map_refresh()) as with a scheduler. */
+	if (n->coord)
+		return emb_coord_fill_done(n->coord, first, nslots, epoch,
+					   status);
 	if (n->reg.role != EMB_ROLE_SERVER || n->is_static)
 		return EMB_ECLUSTER;
 	w.req_len = emb_wire_fill_done_req_encode(w.req, sizeof(w.req), 0, &d);

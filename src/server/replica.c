@@ -180,8 +180,10 @@ static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 	 * it is forgotten, and the map's next request of the same chunk
 	 * starts afresh instead of counting as started already (its writers
 	 * need not grow in between: a map that gave the chunk up may never
-	 * reach this server). */
-	if (rc == EMB_ECLUSTER || status) {
+	 * reach this server). A failed copy ahead keeps its mark (warm_ok
+	 * false): the fenced stream that follows sends the whole chunk. */
+	if (rc == EMB_ECLUSTER ||
+	    (status && mode != EMB_SERVER_FILL_WARM)) {
 		pthread_mutex_lock(&r->mu);
 		if (r->warm_on) {
 			r->warm_on = false;
