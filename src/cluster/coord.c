@@ -835,19 +835,8 @@ static int small_get(struct emb_coord *c, const char *name, char *buf,
 static bool fill_under_way(const struct emb_cmap *m, uint32_t *rank,
 			   uint32_t *first, uint32_t *n)
 {
-	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
-		uint32_t e = sl;
-
-		if (m->fill[sl] == EMB_CMAP_NONE)
-			continue;
-		while (e < EMB_NSLOTS && m->fill[e] == m->fill[sl])
-			e++;
-		*rank = m->fill[sl];
-		*first = sl;
-		*n = e - sl;
-		return true;
-	}
-	return false;
+	*n = emb_cmap_fill_run(m, first, rank);
+	return *n > 0;
 }
 
 /*

@@ -600,6 +600,23 @@ uint32_t emb_cmap_warm_source(const struct emb_cmap *m, uint32_t rank,
 	return source_run(m, m->warm, rank, first, to);
 }
 
+uint32_t emb_cmap_fill_run(const struct emb_cmap *m, uint32_t *first,
+			   uint32_t *rank)
+{
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		uint32_t e = s;
+
+		if (m->fill[s] == EMB_CMAP_NONE)
+			continue;
+		while (e < EMB_NSLOTS && m->fill[e] == m->fill[s])
+			e++;
+		*first = s;
+		*rank = m->fill[s];
+		return e - s;
+	}
+	return 0;
+}
+
 bool emb_cmap_in_map(const struct emb_cmap *m, uint32_t rank)
 {
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)

@@ -299,6 +299,11 @@ uint32_t emb_cmap_fill_source(const struct emb_cmap *m, uint32_t rank,
 uint32_t emb_cmap_warm_source(const struct emb_cmap *m, uint32_t rank,
 			      uint32_t *first, uint32_t *to);
 
+/* The first run of slots being filled with one same server: its length,
+ * *first and *rank (the server); 0 when no slot is being filled. */
+uint32_t emb_cmap_fill_run(const struct emb_cmap *m, uint32_t *first,
+			   uint32_t *rank);
+
 /* Whether rank holds any slot of m or is being filled with one: a
  * server the map still counts (one that holds nothing has left it). */
 bool emb_cmap_in_map(const struct emb_cmap *m, uint32_t rank);

@@ -709,17 +709,9 @@ static void test_failover_map(void)
 /* The chunk being filled in m: its first slot and length (0: none). */
 static uint32_t fill_chunk(const struct emb_cmap *m, uint32_t *first)
 {
-	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
-		uint32_t e = sl;
+	uint32_t rank;
 
-		if (m->fill[sl] == EMB_CMAP_NONE)
-			continue;
-		while (e < EMB_NSLOTS && m->fill[e] == m->fill[sl])
-			e++;
-		*first = sl;
-		return e - sl;
-	}
-	return 0;
+	return emb_cmap_fill_run(m, first, &rank);
 }
 
 /* Waits up to 10 s for the worker's watcher to see an epoch after e. */

@@ -182,6 +182,15 @@ static uint32_t fill_all(struct emb_cmap *m, uint32_t rank, uint32_t max)
 						    m),
 				n);
 		CU_ASSERT_EQUAL(m->epoch, e + 1);
+		{
+			/* The one chunk under way, as the map says it. */
+			uint32_t f0 = EMB_NSLOTS, r0 = EMB_CMAP_NONE;
+
+			CU_ASSERT_EQUAL(emb_cmap_fill_run(m, &f0, &r0),
+					(uint32_t)n);
+			CU_ASSERT_EQUAL(f0, first);
+			CU_ASSERT_EQUAL(r0, rank);
+		}
 		for (uint32_t s = first; s < first + (uint32_t)n; s++) {
 			/* One source per chunk; the newcomer is written to
 			 * but neither holds nor serves the slot. */
