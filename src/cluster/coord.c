@@ -548,8 +548,16 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 			continue;
 		if (rc)
 			goto out;
-		if (!ok)
-			continue; /* the map or the list moved: look again */
+		if (!ok) {
+			/* The map or the list moved (a fill under way writes
+			 * a map every few polls): look again, within the
+			 * join's deadline. */
+			if ((int64_t)emb_clock_ms() + POLL_MS > deadline) {
+				rc = -ETIMEDOUT;
+				goto out;
+			}
+			continue;
+		}
 		c->reg.rank = rank;
 		c->reg.node_id = rank + 1;
 		c->reg.role = EMB_ROLE_SERVER;
@@ -1396,6 +1404,7 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	c->cancel = opts->cancel;
 	c->join_timeout_ms =
 	    opts->join_timeout_ms ? opts->join_timeout_ms : JOIN_DEFAULT_MS;
+	c->watch_rank = UINT32_MAX; /* no chunk watched (recover()) */
 	deadline = (int64_t)emb_clock_ms() + c->join_timeout_ms;
 	ttl_ms = opts->ttl_ms ? opts->ttl_ms : TTL_DEFAULT_MS;
 	/* Requests wait at most a third of the TTL per endpoint, so one
