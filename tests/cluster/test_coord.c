@@ -269,7 +269,11 @@ static void test_bad_opts(void)
 }
 
 /* Joins a worker node of job with counts S, W; its rc. */
-static int worker_node(uint32_t S, uint32_t W, struct emb_node **out)
+/* A worker joining with counts S and W. A join refused for its counts or
+ * for ranks all taken fails at once; one that should succeed gets a
+ * deadline a host busy with other jobs meets (2 s did not, once). */
+static int worker_node(uint32_t S, uint32_t W, uint32_t join_ms,
+		       struct emb_node **out)
 {
 	struct emb_node_opts o = {.coordinator = etcd.url,
 				  .job = job,
@@ -277,7 +281,7 @@ static int worker_node(uint32_t S, uint32_t W, struct emb_node **out)
 				  .server_num = S,
 				  .worker_num = W,
 				  .hb_timeout_ms = 5000,
-				  .join_timeout_ms = 2000};
+				  .join_timeout_ms = join_ms};
 
 	return emb_node_create(&o, out);
 }
@@ -299,7 +303,7 @@ static void test_ranks(void)
 			  .role = EMB_ROLE_WORKER,
 			  .server_num = 1,
 			  .worker_num = 4,
-			  .join_timeout_ms = 5000},
+			  .join_timeout_ms = 8000},
 		    .out = &n[i]};
 		pthread_create(&th[i], NULL, node_join_main, &j[i]);
 	}
@@ -317,11 +321,11 @@ static void test_ranks(void)
 	emb_etcd_range_free(&r);
 
 	/* A fifth worker finds every rank taken; other counts are refused. */
-	CU_ASSERT_EQUAL(worker_node(1, 4, &extra), EMB_ECLUSTER);
-	CU_ASSERT_EQUAL(worker_node(2, 4, &extra), EMB_ECLUSTER);
+	CU_ASSERT_EQUAL(worker_node(1, 4, 2000, &extra), EMB_ECLUSTER);
+	CU_ASSERT_EQUAL(worker_node(2, 4, 2000, &extra), EMB_ECLUSTER);
 	/* A node without counts takes the job's. */
 	emb_node_destroy(n[3]);
-	CU_ASSERT_EQUAL_FATAL(worker_node(0, 0, &extra), 0);
+	CU_ASSERT_EQUAL_FATAL(worker_node(0, 0, 20000, &extra), 0);
 	CU_ASSERT_EQUAL(emb_node_nworkers(extra), 4);
 	n[3] = extra;
 
