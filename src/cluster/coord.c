@@ -22,6 +22,10 @@
  *   P fill_done         "source first n epoch status": the chunk's source
  *                       streamed it (or failed to); deleted by the map
  *                       that takes the next step
+ *   P fill_fails        "rank count": failed streams of rank's recovery
+ *                       so far (written with the map that gives a chunk
+ *                       up; deleted by a claim, the fill's end and the
+ *                       give-up at FILL_TRIES)
  *   P barrier/<name>/<gen>/<rank>  a worker entered a barrier (no lease)
  *
  * Threads: the lease thread renews the lease, on an etcd handle of its
@@ -64,6 +68,10 @@
  * scheduler's, and how long the leader waits for a chunk's source. */
 #define FILL_CHUNK_SLOTS 256u
 #define FILL_TIMEOUT_MS	 60000
+/* Failed streams of a recovery before it is given up (the scheduler's
+ * FILL_TRIES): a source that fails every stream (a full disk on the
+ * newcomer, a table it cannot make) would otherwise be asked for ever. */
+#define FILL_TRIES 8u
 
 struct emb_coord {
 	struct emb_etcd *etcd;		   /* the client, for all but the lease */
@@ -426,7 +434,8 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 	char *list = malloc(cap), *lv = malloc(cap);
 	struct emb_cmap *m = malloc(sizeof(*m));
 	uint8_t *taken = calloc(S, 1);
-	char kmap[KEY_MAX], ksrv[KEY_MAX], kr[KEY_MAX], kw[KEY_MAX];
+	char kmap[KEY_MAX], ksrv[KEY_MAX], kr[KEY_MAX], kw[KEY_MAX],
+	    kf[KEY_MAX];
 	bool logged = false;
 	int rc = -ENOMEM;
 
@@ -517,6 +526,7 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 		}
 		key_of(c, kr, "server/%u", rank);
 		key_of(c, kw, "filling/%u", rank);
+		key_of(c, kf, "fill_fails");
 		{
 			struct emb_etcd_cmp cmps[3] = {
 			    {.key = kr, .target = EMB_ETCD_CREATE},
@@ -527,16 +537,20 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 			     .target = EMB_ETCD_MOD,
 			     .revision = srv_rev},
 			};
-			struct emb_etcd_op ops[3] = {
+			struct emb_etcd_op ops[4] = {
 			    {.key = kr,
 			     .value = addr,
 			     .value_len = strlen(addr),
 			     .lease = c->lease},
 			    {.key = ksrv, .value = lv, .value_len = strlen(lv)},
 			    {.key = kw, .value = "", .value_len = 0},
+			    /* A recovery of an earlier newcomer that died
+			     * counted its failed streams: this one's are
+			     * its own. */
+			    {.key = kf, .del = true},
 			};
 
-			rc = emb_etcd_txn(c->etcd, cmps, 3, ops, 3, &ok);
+			rc = emb_etcd_txn(c->etcd, cmps, 3, ops, 4, &ok);
 		}
 		/* A claim applied whose answer was lost: the retry finds
 		 * the key ours. */
@@ -731,12 +745,12 @@ static int map_cas(struct emb_coord *c, const struct emb_cmap *m, int64_t rev,
 {
 	size_t len = emb_cmap_size(m);
 	uint8_t *buf = malloc(len);
-	struct emb_etcd_op all[4];
+	struct emb_etcd_op all[5];
 	char key[KEY_MAX];
 	int rc;
 
 	*ok = false;
-	if (!buf || nops > 3) {
+	if (!buf || nops > 4) {
 		free(buf);
 		return buf ? -EINVAL : -ENOMEM;
 	}
@@ -849,27 +863,26 @@ static bool fill_under_way(const struct emb_cmap *m, uint32_t *rank,
 
 /*
  * Leader: writes the map m (read at rev) with the next step of rank's
- * fill. begin: its next chunk, from slot from on, or, when rank holds
- * every slot it should, the fill's end: the rebalance that gives it its
- * primaries, written with filling/<rank> deleted. Not begin: m as it is
- * (a chunk given up: the next poll begins it again, in a map of its own,
- * so that its source sees the writers grow and streams it afresh).
- * done_rev (0: none): the fill_done key goes in the same transaction.
+ * fill: its next chunk, from slot from on, or, when rank holds every slot
+ * it should, the fill's end: the rebalance that gives it its primaries,
+ * written with filling/<rank> and fill_fails deleted. done_rev (0: none):
+ * the fill_done key goes in the same transaction.
  */
 static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
-		     uint32_t rank, bool begin, uint32_t from, int64_t done_rev)
+		     uint32_t rank, uint32_t from, int64_t done_rev)
 {
-	char kfill[KEY_MAX], kdone[KEY_MAX], kwait[KEY_MAX], val[96];
-	struct emb_etcd_op ops[3];
+	char kfill[KEY_MAX], kdone[KEY_MAX], kwait[KEY_MAX], kfails[KEY_MAX],
+	    val[96];
+	struct emb_etcd_op ops[4];
 	uint32_t nops = 0, first = from % EMB_NSLOTS;
-	int n = begin ? emb_cmap_fill_next(m, rank, FILL_CHUNK_SLOTS, &first)
-		      : -1;
+	int n = emb_cmap_fill_next(m, rank, FILL_CHUNK_SLOTS, &first);
 	int rb = 0, rc;
 	bool ok;
 
 	key_of(c, kfill, "fill");
 	key_of(c, kdone, "fill_done");
 	key_of(c, kwait, "filling/%u", rank);
+	key_of(c, kfails, "fill_fails");
 	if (n < 0) {
 		ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
 	} else if (n > 0) {
@@ -882,6 +895,7 @@ static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		rb = emb_cmap_rebalance(m, m);
 		ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
 		ops[nops++] = (struct emb_etcd_op){.key = kwait, .del = true};
+		ops[nops++] = (struct emb_etcd_op){.key = kfails, .del = true};
 	}
 	if (done_rev)
 		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
@@ -900,6 +914,57 @@ static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			"primary slot%s rebalanced, it is primary of %u",
 			(unsigned long long)m->epoch, rank, rb > 0 ? rb : 0,
 			rb == 1 ? "" : "s", emb_cmap_primary_slots(m, rank));
+	return 0;
+}
+
+/*
+ * Leader: chunk first..first+n-1 of rank's fill failed (its source said
+ * so, or said nothing for FILL_TIMEOUT_MS). Up to FILL_TRIES failed
+ * streams a recovery, the chunk is given up in a map of its own (the next
+ * poll begins it again) and the count kept in fill_fails ("rank count");
+ * then the recovery is given up, as the scheduler gives it up: filling/r
+ * goes, and r keeps the slots it got. done_rev as fill_step()'s.
+ */
+static int fill_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
+		     uint32_t rank, uint32_t first, uint32_t n,
+		     int64_t done_rev)
+{
+	char kfill[KEY_MAX], kdone[KEY_MAX], kwait[KEY_MAX], kfails[KEY_MAX],
+	    v[64];
+	struct emb_etcd_op ops[4];
+	uint32_t nops = 0, fr, fails = 0;
+	int64_t frev;
+	bool ok;
+	int rc;
+
+	if (small_get(c, "fill_fails", v, sizeof(v), &frev) == 0 &&
+	    sscanf(v, "%u %u", &fr, &fails) == 2 && fr != rank)
+		fails = 0;
+	fails++;
+	key_of(c, kfill, "fill");
+	key_of(c, kdone, "fill_done");
+	key_of(c, kwait, "filling/%u", rank);
+	key_of(c, kfails, "fill_fails");
+	emb_cmap_fill_abort(m, rank, first, n, m);
+	ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
+	if (fails >= FILL_TRIES) {
+		ops[nops++] = (struct emb_etcd_op){.key = kwait, .del = true};
+		ops[nops++] = (struct emb_etcd_op){.key = kfails, .del = true};
+	} else {
+		snprintf(v, sizeof(v), "%u %u", rank, fails);
+		ops[nops++] = (struct emb_etcd_op){
+		    .key = kfails, .value = v, .value_len = strlen(v)};
+	}
+	if (done_rev)
+		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
+	rc = map_cas(c, m, rev, ops, nops, &ok);
+	if (rc || !ok)
+		return rc; /* lost the race: the next poll looks again */
+	if (fails >= FILL_TRIES)
+		emb_log(EMB_LOG_ERROR,
+			"server %u: recovery given up after %u failed "
+			"streams; it keeps the %u slots it got",
+			rank, fails, emb_cmap_primary_slots(m, rank));
 	return 0;
 }
 
@@ -932,7 +997,7 @@ static int recover(struct emb_coord *c, const uint8_t *live,
 	if (!fill_under_way(m, &t, &first, &n)) {
 		for (uint32_t r = 0; r < S; r++)
 			if (waiting[r] && live[r]) {
-				rc = fill_step(c, m, rev, r, true, 0, 0);
+				rc = fill_step(c, m, rev, r, 0, 0);
 				break;
 			}
 		goto out;
@@ -972,9 +1037,8 @@ static int recover(struct emb_coord *c, const uint8_t *live,
 					"%d s: filling them again",
 					first, first + n - 1, t,
 					FILL_TIMEOUT_MS / 1000);
-				emb_cmap_fill_abort(m, t, first, n, m);
 				c->watch_rank = UINT32_MAX;
-				rc = fill_step(c, m, rev, t, false, first, 0);
+				rc = fill_fail(c, m, rev, t, first, n, 0);
 			}
 			goto out;
 		}
@@ -1002,11 +1066,10 @@ static int recover(struct emb_coord *c, const uint8_t *live,
 				"server %u could not stream slots %u-%u to "
 				"server %u (%s): filling them again",
 				dr, first, first + n - 1, t, emb_strerror(st));
-			emb_cmap_fill_abort(m, t, first, n, m);
-			rc = fill_step(c, m, rev, t, false, first, vrev);
+			rc = fill_fail(c, m, rev, t, first, n, vrev);
 		} else {
 			emb_cmap_fill_done(m, t, first, n, m);
-			rc = fill_step(c, m, rev, t, true, first + n, vrev);
+			rc = fill_step(c, m, rev, t, first + n, vrev);
 		}
 	}
 out:

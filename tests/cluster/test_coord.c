@@ -886,6 +886,115 @@ static void test_recover_steps(void)
 	free(m);
 }
 
+/* The failed streams the job's fill_fails key counts for rank (0: no
+ * key, or another rank's). */
+static uint32_t fill_fails_of(uint32_t rank)
+{
+	struct emb_etcd_range r;
+	uint32_t rk, k = 0;
+
+	if (job_keys("fill_fails", &r) == 1 && r.kvs[0].value &&
+	    (sscanf((const char *)r.kvs[0].value, "%u %u", &rk, &k) != 2 ||
+	     rk != rank))
+		k = 0;
+	emb_etcd_range_free(&r);
+	return k;
+}
+
+/*
+ * A recovery whose every stream fails (a newcomer that cannot take rows)
+ * is given up after 8 failed streams, as the scheduler gives it up: the
+ * leader counts them in fill_fails, then deletes filling/1 with the last
+ * failure and begins no chunk again; the newcomer keeps its rank and the
+ * slots it got (none here), and the job keeps its map.
+ */
+static void test_recover_gives_up(void)
+{
+	struct emb_coord_opts o = {.endpoints = etcd.url,
+				   .job = job,
+				   .role = EMB_ROLE_SERVER,
+				   .host = "127.0.0.1",
+				   .port = 7301,
+				   .ttl_ms = 2000,
+				   .join_timeout_ms = 10000};
+	struct emb_coord *srv[3], *by_rank[3] = {0}, *w, *nc = NULL;
+	struct emb_wire_node_addr *addrs = NULL;
+	struct emb_cmap *m = malloc(sizeof(*m));
+	struct emb_etcd_range r;
+	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
+	uint32_t failed = 0, first = 0, n;
+	uint64_t e;
+
+	CU_ASSERT_FATAL(m && slots);
+	new_job();
+	for (uint32_t i = 0; i < 3; i++) {
+		srv[i] = coord_join(EMB_ROLE_SERVER, (uint16_t)(7110 + i));
+		by_rank[emb_coord_reg(srv[i])->rank] = srv[i];
+	}
+	w = coord_join(EMB_ROLE_WORKER, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_coord_wait_map(w, slots, &addrs), 0);
+	free(addrs);
+	seen_epoch = 0;
+	emb_coord_watch_map(w, on_map, NULL);
+	CU_ASSERT_FATAL(saw_epoch(1));
+	for (uint32_t i = 0; i < 3; i++)
+		if (srv[i] == by_rank[1])
+			srv[i] = NULL;
+	emb_coord_destroy(by_rank[1]);
+	by_rank[1] = NULL;
+	CU_ASSERT_FATAL(saw_epoch(2));
+	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &nc), 0);
+	CU_ASSERT_EQUAL(emb_coord_reg(nc)->rank, 1);
+
+	/* Every chunk begun fails; each failure is counted. */
+	for (int step = 0; step < 64 && failed < 8; step++) {
+		uint32_t src;
+
+		CU_ASSERT_EQUAL_FATAL(emb_coord_map(w, m), 0);
+		e = m->epoch;
+		n = fill_chunk(m, &first);
+		if (!n) {
+			CU_ASSERT_FATAL(saw_after(e));
+			continue;
+		}
+		src = emb_cmap_primary(m, first);
+		CU_ASSERT_FATAL(src == 0 || src == 2);
+		CU_ASSERT_EQUAL(fill_fails_of(1), failed);
+		CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first, n, e,
+						    -EIO),
+				0);
+		CU_ASSERT_FATAL(saw_after(e));
+		failed++;
+	}
+	CU_ASSERT_EQUAL_FATAL(failed, 8);
+	/* The eighth failure's map ended the recovery with it. */
+	CU_ASSERT_EQUAL(job_keys("filling/", &r), 0);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL(job_keys("fill", &r), 0);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
+	e = m->epoch;
+	CU_ASSERT_EQUAL(fill_chunk(m, &first), 0);
+	/* Nothing begins it again: several of the leader's polls later, the
+	 * same map. */
+	sleep_ms(1500);
+	CU_ASSERT_EQUAL(emb_coord_epoch(w), e);
+	CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
+	CU_ASSERT_EQUAL(fill_chunk(m, &first), 0);
+	CU_ASSERT_EQUAL(emb_cmap_primary_slots(m, 1), 0);
+	CU_ASSERT_EQUAL(emb_coord_servers(w, &addrs), 0);
+	if (addrs)
+		CU_ASSERT_EQUAL(addrs[1].port, 7301);
+	free(addrs);
+	emb_coord_watch_map(w, NULL, NULL);
+	emb_coord_destroy(nc);
+	for (uint32_t i = 0; i < 3; i++)
+		emb_coord_destroy(srv[i]);
+	emb_coord_destroy(w);
+	free(slots);
+	free(m);
+}
+
 #define RAW_DIM 4u
 
 /* A raw PUSH of gradient 1 to id on fd, routed by map epoch e; the
@@ -1252,6 +1361,9 @@ int main(int argc, char **argv)
 	    {"recovery: a newcomer takes a dead rank, the leader fills it "
 	     "chunk by chunk from the sources' reports",
 	     test_recover_steps},
+	    {"recovery: a newcomer whose streams keep failing is given up "
+	     "after 8, keeping its rank",
+	     test_recover_gives_up},
 	    {"a replicated job is mapped: the worker follows the map's "
 	     "epochs, servers check writes against it",
 	     test_mapped},
