@@ -754,6 +754,71 @@ static bool saw_after(uint64_t e)
 }
 
 /*
+ * A recovery's start, for the cases below: three servers and a worker
+ * watching the map (on_map), rank 1 destroyed and failed over, and a
+ * newcomer serving on port at rank 1. A server that joins while every
+ * rank lives is refused first.
+ */
+struct recov {
+	struct emb_coord *srv[3]; /* by rank; srv[1] is the newcomer */
+	struct emb_coord *w;
+};
+
+static void recov_start(struct recov *x, uint16_t port, uint16_t base)
+{
+	struct emb_coord_opts o = {.endpoints = etcd.url,
+				   .job = job,
+				   .role = EMB_ROLE_SERVER,
+				   .host = "127.0.0.1",
+				   .port = port,
+				   .ttl_ms = 2000,
+				   .join_timeout_ms = 10000};
+	struct emb_wire_node_addr *addrs = NULL;
+	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
+	struct emb_etcd_range r;
+	struct emb_coord *c, *nc = NULL;
+
+	CU_ASSERT_FATAL(slots != NULL);
+	new_job();
+	memset(x, 0, sizeof(*x));
+	for (uint32_t i = 0; i < 3; i++) {
+		c = coord_join(EMB_ROLE_SERVER, (uint16_t)(base + i));
+		x->srv[emb_coord_reg(c)->rank] = c;
+	}
+	x->w = coord_join(EMB_ROLE_WORKER, 0);
+	CU_ASSERT_EQUAL_FATAL(emb_coord_wait_map(x->w, slots, &addrs), 0);
+	free(addrs);
+	addrs = NULL;
+	free(slots);
+	seen_epoch = 0;
+	emb_coord_watch_map(x->w, on_map, NULL);
+	CU_ASSERT_FATAL(saw_epoch(1));
+	/* Every rank alive: no place to take. */
+	CU_ASSERT_EQUAL(emb_coord_create(&o, &nc), EMB_ECLUSTER);
+
+	/* Rank 1 goes and is failed over; a newcomer takes its place. */
+	emb_coord_destroy(x->srv[1]);
+	x->srv[1] = NULL;
+	CU_ASSERT_FATAL(saw_epoch(2));
+	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &nc), 0);
+	x->srv[1] = nc;
+	CU_ASSERT_EQUAL(emb_coord_reg(nc)->rank, 1);
+	CU_ASSERT_EQUAL(job_keys("filling/1", &r), 1);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL_FATAL(emb_coord_servers(x->w, &addrs), 0);
+	CU_ASSERT_EQUAL(addrs[1].port, port);
+	free(addrs);
+}
+
+static void recov_end(struct recov *x)
+{
+	emb_coord_watch_map(x->w, NULL, NULL);
+	for (uint32_t i = 0; i < 3; i++)
+		emb_coord_destroy(x->srv[i]);
+	emb_coord_destroy(x->w);
+}
+
+/*
  * Recovery in etcd, the leader's steps, with the sources' reports made by
  * hand (no rows: coordinators only). A server joining a formed job whose
  * ranks all live is refused; once rank 1's lease ends and it is failed
@@ -765,51 +830,16 @@ static bool saw_after(uint64_t e)
  */
 static void test_recover_steps(void)
 {
-	struct emb_coord_opts o = {.endpoints = etcd.url,
-				   .job = job,
-				   .role = EMB_ROLE_SERVER,
-				   .host = "127.0.0.1",
-				   .port = 7300,
-				   .ttl_ms = 2000,
-				   .join_timeout_ms = 10000};
-	struct emb_coord *srv[3], *by_rank[3] = {0}, *w, *nc = NULL;
-	struct emb_wire_node_addr *addrs = NULL;
+	struct recov x;
+	struct emb_coord **const by_rank = x.srv, *w;
 	struct emb_cmap *m = malloc(sizeof(*m));
 	struct emb_etcd_range r;
-	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
 	uint32_t chunks = 0, first = 0, n;
 	bool failed_once = false, stray_sent = false;
 
-	CU_ASSERT_FATAL(m && slots);
-	new_job();
-	for (uint32_t i = 0; i < 3; i++) {
-		srv[i] = coord_join(EMB_ROLE_SERVER, (uint16_t)(7100 + i));
-		by_rank[emb_coord_reg(srv[i])->rank] = srv[i];
-	}
-	w = coord_join(EMB_ROLE_WORKER, 0);
-	CU_ASSERT_EQUAL_FATAL(emb_coord_wait_map(w, slots, &addrs), 0);
-	free(addrs);
-	addrs = NULL;
-	seen_epoch = 0;
-	emb_coord_watch_map(w, on_map, NULL);
-	CU_ASSERT_FATAL(saw_epoch(1));
-	/* Every rank alive: no place to take. */
-	CU_ASSERT_EQUAL(emb_coord_create(&o, &nc), EMB_ECLUSTER);
-
-	/* Rank 1 goes and is failed over; a newcomer takes its place. */
-	for (uint32_t i = 0; i < 3; i++)
-		if (srv[i] == by_rank[1])
-			srv[i] = NULL;
-	emb_coord_destroy(by_rank[1]);
-	by_rank[1] = NULL;
-	CU_ASSERT_FATAL(saw_epoch(2));
-	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &nc), 0);
-	CU_ASSERT_EQUAL(emb_coord_reg(nc)->rank, 1);
-	CU_ASSERT_EQUAL(job_keys("filling/1", &r), 1);
-	emb_etcd_range_free(&r);
-	CU_ASSERT_EQUAL_FATAL(emb_coord_servers(w, &addrs), 0);
-	CU_ASSERT_EQUAL(addrs[1].port, 7300);
-	free(addrs);
+	CU_ASSERT_FATAL(m != NULL);
+	recov_start(&x, 7300, 7100);
+	w = x.w;
 
 	/* The leader (rank 0) begins chunk after chunk as sources report. */
 	for (int step = 0; step < 64; step++) {
@@ -877,12 +907,7 @@ static void test_recover_steps(void)
 	emb_etcd_range_free(&r);
 	CU_ASSERT_EQUAL(job_keys("fill", &r), 0);
 	emb_etcd_range_free(&r);
-	emb_coord_watch_map(w, NULL, NULL);
-	emb_coord_destroy(nc);
-	for (uint32_t i = 0; i < 3; i++)
-		emb_coord_destroy(srv[i]);
-	emb_coord_destroy(w);
-	free(slots);
+	recov_end(&x);
 	free(m);
 }
 
@@ -910,41 +935,17 @@ static uint32_t fill_fails_of(uint32_t rank)
  */
 static void test_recover_gives_up(void)
 {
-	struct emb_coord_opts o = {.endpoints = etcd.url,
-				   .job = job,
-				   .role = EMB_ROLE_SERVER,
-				   .host = "127.0.0.1",
-				   .port = 7301,
-				   .ttl_ms = 2000,
-				   .join_timeout_ms = 10000};
-	struct emb_coord *srv[3], *by_rank[3] = {0}, *w, *nc = NULL;
+	struct recov x;
+	struct emb_coord **const by_rank = x.srv, *w;
 	struct emb_wire_node_addr *addrs = NULL;
 	struct emb_cmap *m = malloc(sizeof(*m));
 	struct emb_etcd_range r;
-	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
 	uint32_t failed = 0, first = 0, n;
 	uint64_t e;
 
-	CU_ASSERT_FATAL(m && slots);
-	new_job();
-	for (uint32_t i = 0; i < 3; i++) {
-		srv[i] = coord_join(EMB_ROLE_SERVER, (uint16_t)(7110 + i));
-		by_rank[emb_coord_reg(srv[i])->rank] = srv[i];
-	}
-	w = coord_join(EMB_ROLE_WORKER, 0);
-	CU_ASSERT_EQUAL_FATAL(emb_coord_wait_map(w, slots, &addrs), 0);
-	free(addrs);
-	seen_epoch = 0;
-	emb_coord_watch_map(w, on_map, NULL);
-	CU_ASSERT_FATAL(saw_epoch(1));
-	for (uint32_t i = 0; i < 3; i++)
-		if (srv[i] == by_rank[1])
-			srv[i] = NULL;
-	emb_coord_destroy(by_rank[1]);
-	by_rank[1] = NULL;
-	CU_ASSERT_FATAL(saw_epoch(2));
-	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &nc), 0);
-	CU_ASSERT_EQUAL(emb_coord_reg(nc)->rank, 1);
+	CU_ASSERT_FATAL(m != NULL);
+	recov_start(&x, 7301, 7110);
+	w = x.w;
 
 	/* Every chunk begun fails; each failure is counted. */
 	for (int step = 0; step < 64 && failed < 8; step++) {
@@ -986,12 +987,7 @@ static void test_recover_gives_up(void)
 	if (addrs)
 		CU_ASSERT_EQUAL(addrs[1].port, 7301);
 	free(addrs);
-	emb_coord_watch_map(w, NULL, NULL);
-	emb_coord_destroy(nc);
-	for (uint32_t i = 0; i < 3; i++)
-		emb_coord_destroy(srv[i]);
-	emb_coord_destroy(w);
-	free(slots);
+	recov_end(&x);
 	free(m);
 }
 
