@@ -15,6 +15,7 @@
 #define CMAP_VERSION 1u
 #define CMAP_VERSION_FILL 2u /* with the fill table */
 #define CMAP_VERSION_WARM 3u /* with the fill and warm tables */
+#define CMAP_VERSION_BEGAN 4u /* and each slot's latest fill begun */
 
 int emb_cmap_init(struct emb_cmap *m, uint32_t nservers, uint32_t replicas)
 {
@@ -34,6 +35,8 @@ int emb_cmap_init(struct emb_cmap *m, uint32_t nservers, uint32_t replicas)
 					    : EMB_CMAP_NONE;
 		m->fill[s] = EMB_CMAP_NONE;
 		m->warm[s] = EMB_CMAP_NONE;
+		m->began[s] = 0;
+		m->began_to[s] = EMB_CMAP_NONE;
 	}
 	return 0;
 }
@@ -182,6 +185,8 @@ int emb_cmap_fill_begin(const struct emb_cmap *in, uint32_t rank,
 		if (!needs(out, s, rank))
 			continue;
 		out->fill[s] = (uint16_t)rank;
+		out->began[s] = (uint32_t)(in->epoch + 1);
+		out->began_to[s] = (uint16_t)rank;
 		marked++;
 	}
 	if (marked)
@@ -361,6 +366,11 @@ static int mark_movable(struct emb_cmap *m, uint16_t *tab, uint32_t from,
 	for (uint32_t s = first; s < first + n; s++) {
 		if (!movable(m, s, from, to))
 			continue;
+		if (tab == m->fill && tab[s] != to) {
+			/* The fenced stream begins (the epoch goes up). */
+			m->began[s] = (uint32_t)(m->epoch + 1);
+			m->began_to[s] = (uint16_t)to;
+		}
 		*changed |= tab[s] != to;
 		tab[s] = (uint16_t)to;
 		marked++;
@@ -555,6 +565,12 @@ void emb_cmap_view(const struct emb_cmap *m, const struct emb_cmap *prev,
 			}
 		}
 		grew[s] = grown ? (uint32_t)m->epoch : prev_grew[s];
+		/* A fill begun again into a server that was a writer already
+		 * (its first fill's source died) grows nothing a comparison
+		 * of writers sees, nor does one a view skipped whole: the map
+		 * says when the latest began. */
+		if (m->began[s] > grew[s])
+			grew[s] = m->began[s];
 		if (emb_cmap_holds(m, s, rank) || m->fill[s] == rank)
 			f |= EMB_CMAP_VIEW_MINE;
 		if (m->fill[s] == rank)
@@ -663,15 +679,28 @@ static bool any(const uint16_t *v)
  * of an older build (a coordinator's) still decodes. */
 static uint32_t version_of(const struct emb_cmap *m)
 {
-	return any(m->warm)   ? CMAP_VERSION_WARM
+	bool began = false;
+
+	for (uint32_t s = 0; s < EMB_NSLOTS && !began; s++)
+		began = m->began[s] != 0;
+	return began	      ? CMAP_VERSION_BEGAN
+	       : any(m->warm) ? CMAP_VERSION_WARM
 	       : any(m->fill) ? CMAP_VERSION_FILL
 			      : CMAP_VERSION;
 }
 
+/* Bytes a version adds to the holders: 2 a slot for fill[] (2 on), 2 for
+ * warm[] (3 on), 6 for began[] and began_to[] (4). */
+static size_t extra_bytes(uint32_t ver)
+{
+	return (size_t)EMB_NSLOTS *
+	       (2u * (ver >= CMAP_VERSION_FILL) + 2u * (ver >= CMAP_VERSION_WARM) +
+		6u * (ver >= CMAP_VERSION_BEGAN));
+}
+
 size_t emb_cmap_size(const struct emb_cmap *m)
 {
-	return emb_cmap_encoded_size(m->replicas) +
-	       2u * EMB_NSLOTS * (version_of(m) - 1u);
+	return emb_cmap_encoded_size(m->replicas) + extra_bytes(version_of(m));
 }
 
 int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
@@ -694,9 +723,14 @@ int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 			emb_le16_store(p, m->slot[s][i]);
 	for (uint32_t s = 0; v2 && s < EMB_NSLOTS; s++, p += 2)
 		emb_le16_store(p, m->fill[s]);
-	for (uint32_t s = 0; ver == CMAP_VERSION_WARM && s < EMB_NSLOTS;
+	for (uint32_t s = 0; ver >= CMAP_VERSION_WARM && s < EMB_NSLOTS;
 	     s++, p += 2)
 		emb_le16_store(p, m->warm[s]);
+	for (uint32_t s = 0; ver >= CMAP_VERSION_BEGAN && s < EMB_NSLOTS;
+	     s++, p += 6) {
+		emb_le32_store(p, m->began[s]);
+		emb_le16_store(p + 4, m->began_to[s]);
+	}
 	return (int64_t)need;
 }
 
@@ -709,14 +743,14 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 	    emb_le32_load(p) != CMAP_MAGIC)
 		return EMB_EBADFRAME;
 	ver = emb_le32_load(p + 4);
-	if (ver < CMAP_VERSION || ver > CMAP_VERSION_WARM)
+	if (ver < CMAP_VERSION || ver > CMAP_VERSION_BEGAN)
 		return EMB_EBADFRAME;
 	out->epoch = emb_le64_load(p + 8);
 	n = emb_le32_load(p + 16);
 	r = emb_le32_load(p + 20);
 	if (out->epoch == 0 || n == 0 || n > EMB_CMAP_SERVERS_MAX || r == 0 ||
 	    r > EMB_CMAP_REPLICAS_MAX || r > n ||
-	    len != emb_cmap_encoded_size(r) + 2u * EMB_NSLOTS * (ver - 1u))
+	    len != emb_cmap_encoded_size(r) + extra_bytes(ver))
 		return EMB_EBADFRAME;
 	out->nservers = n;
 	out->replicas = r;
@@ -761,7 +795,7 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
 		uint16_t w = EMB_CMAP_NONE;
 
-		if (ver == CMAP_VERSION_WARM) {
+		if (ver >= CMAP_VERSION_WARM) {
 			w = emb_le16_load(p);
 			p += 2;
 		}
@@ -773,6 +807,23 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 		     out->fill[s] != EMB_CMAP_NONE))
 			return EMB_EBADFRAME;
 		out->warm[s] = w;
+	}
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		uint32_t b = 0;
+		uint16_t t = EMB_CMAP_NONE;
+
+		if (ver >= CMAP_VERSION_BEGAN) {
+			b = emb_le32_load(p);
+			t = emb_le16_load(p + 4);
+			p += 6;
+		}
+		/* A fill begun by a map up to this one, into a server of the
+		 * job; none named without an epoch. */
+		if ((uint64_t)b > out->epoch || (b && t >= n) ||
+		    (!b && t != EMB_CMAP_NONE))
+			return EMB_EBADFRAME;
+		out->began[s] = b;
+		out->began_to[s] = t;
 	}
 	return 0;
 }

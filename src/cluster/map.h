@@ -67,7 +67,26 @@ struct emb_cmap {
 	 * there apart, and the fenced stream that follows
 	 * (emb_cmap_move_begin()) sends only the rows written since. */
 	uint16_t warm[EMB_NSLOTS];
+	/* The epoch of the map that began the slot's latest fill (or a
+	 * move's fenced stream), 0 for none yet, and the server it filled:
+	 * kept after the fill ends. That server's copy of the slot was
+	 * rebuilt from the source's stream then, so a copy of a write routed
+	 * to it by an earlier map is void there: the stream carried the
+	 * write if the source applied it first, and the source's refusal
+	 * sends it a fresh copy otherwise (docs/replication.md, "A fill
+	 * begun again"). Servers' views take it as the epoch the slot's
+	 * writers grew, which a view that skipped epochs cannot see. */
+	uint32_t began[EMB_NSLOTS];
+	uint16_t began_to[EMB_NSLOTS];
 };
+
+/* Whether rank's copy of slot in m was rebuilt by a fill begun after
+ * epoch e (a copy routed to it by e is void there). */
+static inline bool emb_cmap_refilled(const struct emb_cmap *m, uint32_t slot,
+				     uint32_t rank, uint64_t e)
+{
+	return m->began_to[slot] == rank && (uint64_t)m->began[slot] > e;
+}
 
 /* Bytes emb_cmap_encode() writes for a map with this many replicas. */
 static inline size_t emb_cmap_encoded_size(uint32_t replicas)
@@ -280,8 +299,9 @@ enum emb_cmap_view_flag {
  * Server rank's view of m: flags[EMB_NSLOTS] (EMB_CMAP_VIEW_*), and
  * grew[EMB_NSLOTS], the epoch each slot's writers last grew at: m's epoch
  * where m has a writer prev lacked (or there is no prev), else
- * prev_grew's (grew may be prev_grew). Writes routed before grew[s] miss
- * a writer and are refused.
+ * prev_grew's (grew may be prev_grew), and no earlier than m->began[s].
+ * Writes routed before grew[s] miss a writer (or were routed by a fill
+ * begun again since) and are refused.
  */
 void emb_cmap_view(const struct emb_cmap *m, const struct emb_cmap *prev,
 		   const uint32_t *prev_grew, uint32_t rank, uint8_t *flags,

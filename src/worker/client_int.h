@@ -552,6 +552,9 @@ enum trim {
 	TRIM_KEEP,  /* its server still takes every row: send it */
 	TRIM_DONE,  /* it takes none (a move put another in its place), or
 		       some, which went in a copy of their own: p is over */
+	TRIM_VOID,  /* none, and some because a fill begun since rebuilt
+		       the server's copy of their slot (emb_cmap_refilled()):
+		       p is over, applied nowhere, which is no error */
 	TRIM_NOMEM, /* that copy could not be made */
 };
 /* Loop thread: a copy p routed by an older map, whose server a move

@@ -619,6 +619,13 @@ static void part_send(struct emb_client *c, struct part *p)
 			case TRIM_DONE:
 				part_close(p, 0);
 				return;
+			case TRIM_VOID:
+				/* Applied nowhere, and no error: the group's
+				 * other copies decide (rep_check()). */
+				p->req.status = EMB_ENODEAD;
+				if (--p->op->pending == 0)
+					op_finish(p->op);
+				return;
 			case TRIM_NOMEM:
 				part_end(p, -ENOMEM, NULL);
 				return;

@@ -310,7 +310,9 @@ static bool ext_has(const struct emb_client *c, const struct part *lead,
 		const float *unused;
 		const uint64_t *ids;
 
-		if (e->req.server != rank || !current(c, e))
+		if (e->req.server != rank || !current(c, e) ||
+		    emb_cmap_refilled(c->cmap, emb_id_slot(id), rank,
+				      e->rep.epoch))
 			continue;
 		ids = part_ids(e, &unused);
 		for (uint32_t j = 0; j < e->req.n; j++)
@@ -403,16 +405,31 @@ static bool keep_missing(struct emb_client *c, const struct part *lead,
 	return in_list(w, nw, to) && !ext_has(c, lead, to, id);
 }
 
-/* ext_copy()'s keep for a trim: rows whose writers still include to. */
+/* Whether a copy of the group (servers cov[], each last sent by the
+ * epoch in ep[]) stands for rank's rows of slot sl: not when a fill begun
+ * since rebuilt rank's copy of the slot (the copy is void there). */
+static bool covers(const struct emb_client *c, const uint16_t *cov,
+		   const uint64_t *ep, uint32_t n, uint32_t sl, uint32_t rank)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (cov[i] == rank)
+			return !emb_cmap_refilled(c->cmap, sl, rank, ep[i]);
+	return false;
+}
+
+/* ext_copy()'s keep for a trim: rows whose writers still include to,
+ * and whose copy there was not rebuilt by a fill begun after p was routed
+ * (the fill's stream, or a fixup, brings it what it needs). */
 static bool keep_writer(struct emb_client *c, const struct part *p,
 			uint32_t to, uint32_t j, uint64_t id)
 {
 	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
-	uint32_t nw = emb_cmap_writers(c->cmap, emb_id_slot(id), w);
+	const uint32_t sl = emb_id_slot(id);
+	uint32_t nw = emb_cmap_writers(c->cmap, sl, w);
 
-	(void)p;
 	(void)j;
-	return in_list(w, nw, to);
+	return in_list(w, nw, to) &&
+	       !emb_cmap_refilled(c->cmap, sl, to, p->rep.epoch);
 }
 
 bool emb__rep_source(const struct emb_client *c, const struct part *p)
@@ -432,21 +449,24 @@ bool emb__rep_source(const struct emb_client *c, const struct part *p)
 enum trim emb__rep_trim(struct emb_client *c, struct emb_async *op,
 			struct part *p)
 {
-	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
 	const float *rows;
 	const uint64_t *ids = part_ids(p, &rows);
 	uint32_t k = 0;
 	struct part *e;
 
-	for (uint32_t j = 0; j < p->req.n; j++) {
-		uint32_t nw = emb_cmap_writers(c->cmap, emb_id_slot(ids[j]), w);
+	uint32_t refilled = 0;
 
-		k += in_list(w, nw, p->req.server);
+	for (uint32_t j = 0; j < p->req.n; j++) {
+		const uint32_t sl = emb_id_slot(ids[j]);
+
+		k += keep_writer(c, p, p->req.server, j, ids[j]);
+		refilled += emb_cmap_refilled(c->cmap, sl, p->req.server,
+					      p->rep.epoch);
 	}
 	if (k == p->req.n)
 		return TRIM_KEEP;
 	if (k == 0)
-		return TRIM_DONE;
+		return refilled ? TRIM_VOID : TRIM_DONE;
 	e = ext_copy(c, op, &op->parts[p->rep.lead], p, p->req.server, k,
 		     keep_writer, p);
 	if (!e)
@@ -473,6 +493,7 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 {
 	const uint32_t k0 = (uint32_t)(lead - op->parts);
 	uint16_t covered[EMB_CMAP_REPLICAS_MAX + 1], w[EMB_CMAP_REPLICAS_MAX + 1];
+	uint64_t cov_epoch[EMB_CMAP_REPLICAS_MAX + 1];
 	uint32_t nsib = 0;
 	const uint64_t *ids;
 	const float *rows;
@@ -484,9 +505,11 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 	/* A copy to a rank's earlier server covers nothing on the newcomer
 	 * that took it: the newcomer, being filled, gets a copy of its own. */
 	for (uint32_t j = 0; j < lead->rep.nrep && nsib < EMB_CMAP_REPLICAS_MAX; j++)
-		if (current(c, &op->parts[k0 + j]))
+		if (current(c, &op->parts[k0 + j])) {
+			cov_epoch[nsib] = op->parts[k0 + j].rep.epoch;
 			covered[nsib++] =
 			    (uint16_t)op->parts[k0 + j].req.server;
+		}
 	for (;;) {
 		uint32_t to = NONE, k = 0;
 		struct part *e;
@@ -494,11 +517,12 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 		/* The next writer some row's copy does not reach yet, and the
 		 * rows it lacks: an earlier fixup may have sent it some. */
 		for (uint32_t j = 0; j < lead->req.n; j++) {
-			uint32_t nw = emb_cmap_writers(c->cmap,
-						       emb_id_slot(ids[j]), w);
+			const uint32_t sl = emb_id_slot(ids[j]);
+			uint32_t nw = emb_cmap_writers(c->cmap, sl, w);
 
 			for (uint32_t i = 0; i < nw; i++) {
-				if (in_list(covered, nsib, w[i]) ||
+				if (covers(c, covered, cov_epoch, nsib, sl,
+					   w[i]) ||
 				    (to != NONE && w[i] != to) ||
 				    ext_has(c, lead, w[i], ids[j]))
 					continue;

@@ -338,7 +338,9 @@ static void test_fill_deaths(void)
 static void test_encode_fill(void)
 {
 	struct emb_cmap *m = new_map(3, 2), *out = malloc(sizeof(*out));
-	size_t sz = emb_cmap_encoded_size(2) + 2 * EMB_NSLOTS;
+	/* fill[] and warm[] (2 bytes a slot each), began[] and began_to[]
+	 * (6). */
+	size_t sz = emb_cmap_encoded_size(2) + 10 * EMB_NSLOTS;
 	uint8_t *buf = malloc(sz);
 	uint32_t first = 0;
 	int n;
@@ -349,14 +351,46 @@ static void test_encode_fill(void)
 	CU_ASSERT_EQUAL(emb_cmap_size(m), emb_cmap_encoded_size(2));
 	n = emb_cmap_fill_next(m, 2, 50, &first);
 	emb_cmap_fill_begin(m, 2, first, (uint32_t)n, m);
-	/* A fill makes it version 2, with the fill table after the slots. */
+	/* A fill begun makes it version 4: the fill table after the slots,
+	 * then the copy-ahead table, then each slot's latest fill begun. */
+	CU_ASSERT_EQUAL(m->began[first], m->epoch);
+	CU_ASSERT_EQUAL(m->began_to[first], 2);
+	CU_ASSERT_EQUAL(m->began[(first + (uint32_t)n) % EMB_NSLOTS], 0);
+	CU_ASSERT(emb_cmap_refilled(m, first, 2, m->epoch - 1));
+	CU_ASSERT(!emb_cmap_refilled(m, first, 2, m->epoch));
+	CU_ASSERT(!emb_cmap_refilled(m, first, 1, 0));
 	CU_ASSERT_EQUAL(emb_cmap_size(m), sz);
 	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, sz - 1), -ENOSPC);
 	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, sz), (int64_t)sz);
-	CU_ASSERT_EQUAL(buf[4], 2);
+	CU_ASSERT_EQUAL(buf[4], 4);
 	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), 0);
 	CU_ASSERT_EQUAL(memcmp(m, out, sizeof(*m)), 0);
 	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz - 2, out), EMB_EBADFRAME);
+	{
+		/* A fill begun after the map's own epoch, or into a rank
+		 * out of range, or a rank without an epoch, is refused. */
+		size_t bt = emb_cmap_encoded_size(2) + 4 * EMB_NSLOTS +
+			    6 * (size_t)first;
+		uint8_t keep[6];
+
+		memcpy(keep, buf + bt, 6);
+		buf[bt] = (uint8_t)(m->epoch + 1);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+		memcpy(buf + bt, keep, 6);
+		buf[bt + 4] = 3;
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+		memset(buf + bt, 0, 4);
+		buf[bt + 4] = 2;
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+		memcpy(buf + bt, keep, 6);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), 0);
+	}
+	/* The fill's end keeps when it began, and its target. */
+	*out = *m;
+	emb_cmap_fill_done(out, 2, first, (uint32_t)n, out);
+	CU_ASSERT_EQUAL(out->fill[first], EMB_CMAP_NONE);
+	CU_ASSERT_EQUAL(out->began[first], m->epoch);
+	CU_ASSERT_EQUAL(out->began_to[first], 2);
 	/* A filling server that holds its slot already, or a rank out of
 	 * range, is refused. */
 	size_t at = emb_cmap_encoded_size(2) + 2 * first;
@@ -603,8 +637,11 @@ static void test_warm(void)
 	CU_ASSERT_EQUAL(m->epoch, e + 1);
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
 		CU_ASSERT_EQUAL(m->warm[s], EMB_CMAP_NONE);
+	/* The fenced stream is a fill begun: version 4. */
+	CU_ASSERT_EQUAL(m->began[first], m->epoch);
+	CU_ASSERT_EQUAL(m->began_to[first], to);
 	CU_ASSERT_EQUAL(emb_cmap_size(m),
-			emb_cmap_encoded_size(2) + 2 * EMB_NSLOTS);
+			emb_cmap_encoded_size(2) + 10 * EMB_NSLOTS);
 	CU_ASSERT_EQUAL(emb_cmap_move_done(m, 2, to, first, (uint32_t)n, m),
 			n);
 	/* A death of the target ends a copy ahead; warm_end() ends any. */
@@ -625,6 +662,57 @@ static void test_warm(void)
 	free(m);
 }
 
+/*
+ * The hole a fill's start epoch closes: slots fenced for a fill into T
+ * from P, whose other holder is F; P dies and T is filled again from F.
+ * T is a writer before and after, so comparing writers sees no growth;
+ * began[] does, for a view that skipped the epochs between as for one
+ * that saw them, and a client finds T's copy of a write routed before
+ * void.
+ */
+static void test_fill_again(void)
+{
+	struct emb_cmap *m = new_map(4, 3), *a = malloc(sizeof(*a));
+	uint32_t *grew = calloc(EMB_NSLOTS, sizeof(*grew));
+	uint8_t *flags = malloc(EMB_NSLOTS);
+	uint32_t first = 0, p, f;
+	uint64_t routed;
+	int n;
+
+	CU_ASSERT_FATAL(a && grew && flags);
+	emb_cmap_remove(m, 3, m); /* rank 3 is taken by a newcomer, T */
+	n = emb_cmap_fill_next(m, 3, 16, &first);
+	CU_ASSERT_FATAL(n > 0);
+	emb_cmap_fill_begin(m, 3, first, (uint32_t)n, m);
+	routed = m->epoch; /* a write routed now goes to P, F and T */
+	p = emb_cmap_primary(m, first);
+	f = m->slot[first][1];
+	CU_ASSERT_FATAL(f != EMB_CMAP_NONE);
+	*a = *m;
+	emb_cmap_view(a, NULL, grew, 3, flags, grew);
+	CU_ASSERT_EQUAL(grew[first], routed);
+	/* P dies: the fill ends with it; T is filled again, from F. */
+	emb_cmap_remove(m, p, m);
+	CU_ASSERT_EQUAL(m->fill[first], EMB_CMAP_NONE);
+	CU_ASSERT_EQUAL(emb_cmap_fill_next(m, 3, 16, &first), n);
+	emb_cmap_fill_begin(m, 3, first, (uint32_t)n, m);
+	CU_ASSERT_EQUAL(emb_cmap_primary(m, first), f);
+	/* A view that skipped the death's epoch: writers {F, T} against
+	 * {P, F, T}, no growth by comparison; the fill's start says. */
+	emb_cmap_view(m, a, grew, f, flags, grew);
+	CU_ASSERT_EQUAL(grew[first], m->epoch);
+	CU_ASSERT(emb_cmap_refilled(m, first, 3, routed));
+	CU_ASSERT(!emb_cmap_refilled(m, first, f, routed));
+	/* And after the fill ends, T a holder: still void. */
+	emb_cmap_fill_done(m, 3, first, (uint32_t)n, m);
+	CU_ASSERT(emb_cmap_holds(m, first, 3));
+	CU_ASSERT(emb_cmap_refilled(m, first, 3, routed));
+	free(flags);
+	free(grew);
+	free(a);
+	free(m);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -638,7 +726,10 @@ int main(int argc, char **argv)
 	     test_recover},
 	    {"a fill ends with its newcomer's or its source's death",
 	     test_fill_deaths},
-	    {"a map with fills encodes as version 2", test_encode_fill},
+	    {"a fill begun again into the same server from another source "
+	     "is seen by its start epoch",
+	     test_fill_again},
+	    {"a map with a fill begun encodes as version 4", test_encode_fill},
 	    {"a join moves a fair share to the new server, R holders "
 	     "throughout",
 	     test_join},

@@ -289,6 +289,34 @@ static void save_cluster(void)
 						 primaries, addrs, 2, cm,
 						 sizeof(cm)));
 	}
+	/* A fill begun (cluster/map.h, version 4): one copy, 2 servers,
+	 * slots 0-15 moving from 0 to 1 since epoch 6, slots 16-31 moved to
+	 * 1 by a fill begun at epoch 4. */
+	{
+		static uint16_t primaries[EMB_NSLOTS];
+		static uint8_t cm[24 + 12 * EMB_NSLOTS];
+		uint8_t *fill = cm + 24 + 2 * EMB_NSLOTS;
+		uint8_t *warm = fill + 2 * EMB_NSLOTS;
+		uint8_t *began = warm + 2 * EMB_NSLOTS;
+
+		emb_le32_store(cm, 0x4d424d45u);
+		emb_le32_store(cm + 4, 4);
+		emb_le64_store(cm + 8, 7);
+		emb_le32_store(cm + 16, 2);
+		emb_le32_store(cm + 20, 1);
+		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
+			primaries[i] = i >= 16 && (i < 32 || i >= EMB_NSLOTS / 2);
+			emb_le16_store(cm + 24 + 2 * i, primaries[i]);
+			emb_le16_store(fill + 2 * i, i < 16 ? 1 : 0xffff);
+			emb_le16_store(warm + 2 * i, 0xffff);
+			emb_le32_store(began + 6 * i, i < 16 ? 6 : i < 32 ? 4 : 0);
+			emb_le16_store(began + 6 * i + 4, i < 32 ? 1 : 0xffff);
+		}
+		save("cluster_map_resp_began",
+		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 1,
+						 primaries, addrs, 2, cm,
+						 sizeof(cm)));
+	}
 	save("moves_req", emb_wire_moves_req_encode(buf, sizeof(buf), 9));
 	{
 		struct emb_wire_moves mv = {

@@ -605,6 +605,163 @@ static void test_moving(void)
 	}
 }
 
+/* test_refill()'s stage hands: the death of P and T's fill again from F. */
+struct refill {
+	struct emb_client *c;
+	struct emb_server *srv[3];
+	struct emb_server_map *view[3];
+	struct emb_cmap *m;
+	uint16_t ports[3];
+	uint64_t id;
+	uint32_t dim;
+	int rc;
+};
+
+/* A server's view of m for rank, grew from m's fill starts alone. */
+static void view_of(struct refill *r, uint32_t rank)
+{
+	emb_cmap_view(r->m, NULL, r->view[rank]->grew, rank,
+		      r->view[rank]->slot, r->view[rank]->grew);
+	r->view[rank]->epoch = r->m->epoch;
+	CU_ASSERT_EQUAL(emb_server_set_map(r->srv[rank], r->view[rank]), 0);
+}
+
+static void *refill_main(void *arg)
+{
+	struct refill *r = arg;
+	const uint32_t sl = emb_id_slot(r->id);
+	uint64_t refused[2] = {0, 0}, t_refused[2] = {0, 0};
+	struct emb_client *from, *to;
+	struct emb_client_table *tf, *tt;
+	float *row = calloc(r->dim, sizeof(float));
+
+	/* P and T refused the push's copies (fenced) a few times; F took
+	 * its copy at once. */
+	for (int i = 0; i < 1000 && (refused[0] < 2 || t_refused[0] < 2); i++) {
+		usleep(5 * 1000);
+		emb_server_map_counts(r->srv[0], refused);
+		emb_server_map_counts(r->srv[2], t_refused);
+	}
+	/* P dies: its fill ends, and T is filled again from F. */
+	emb_cmap_remove(r->m, 0, r->m);
+	CU_ASSERT_EQUAL(emb_cmap_fill_begin(r->m, 2, sl, 1, r->m), 1);
+	view_of(r, 1);
+	view_of(r, 2);
+	/* The fill is done (T holds the slot, nothing is fenced), its
+	 * stream stood in for by F's row, with the push in it, put on T.
+	 * The client learns it all at once after: it never saw the epochs
+	 * between. */
+	emb_cmap_fill_done(r->m, 2, sl, 1, r->m);
+	view_of(r, 1);
+	view_of(r, 2);
+	from = client_of(&r->ports[1], 1, 2000);
+	to = client_of(&r->ports[2], 1, 2000);
+	r->rc = emb_client_table_open(from, "refill", &tf);
+	if (!r->rc)
+		r->rc = emb_client_table_open(to, "refill", &tt);
+	if (!r->rc)
+		r->rc = emb_client_table_pull(tf, &r->id, 1, row, 0, NULL);
+	if (!r->rc)
+		r->rc = emb_client_table_assign(tt, &r->id, 1, row, false);
+	CU_ASSERT_EQUAL(emb__client_server_dead(r->c, 0), 0);
+	CU_ASSERT_EQUAL(emb__client_set_cmap(r->c, r->m), 0);
+	emb_client_table_close(tf);
+	emb_client_table_close(tt);
+	emb_client_destroy(from);
+	emb_client_destroy(to);
+	free(row);
+	return NULL;
+}
+
+/*
+ * The hole a fill's start epoch closes (docs/replication.md, "A fill
+ * begun again"): a push to a slot fenced for a fill into T (rank 2) from
+ * P (rank 0), whose other holder F (rank 1) applies its copy at once; P
+ * dies and T is filled again from F, whose stream carries the push. T's
+ * copy, still waiting to be sent again, is void there: the push is
+ * applied once on F and once on T, and they hold the same row.
+ */
+static void test_refill(void)
+{
+	struct emb_table_spec sp = nt_spec("refill", DIM, 9);
+	struct emb_server_opts o = nt_server_opts();
+	struct refill r = {.dim = DIM};
+	struct emb_client_table *t, *t1, *t2;
+	struct emb_client *c1, *c2;
+	struct emb_cmap *m = malloc(sizeof(*m));
+	float g[DIM], f_row[DIM], t_row[DIM], init[DIM];
+	pthread_t th;
+	uint32_t sl;
+
+	CU_ASSERT_FATAL(m != NULL);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(m, 3, 3), 0);
+	emb_cmap_remove(m, 2, m); /* rank 2's place goes to a newcomer, T */
+	/* An id whose holders are P then F. */
+	for (r.id = 1;; r.id++) {
+		sl = emb_id_slot(r.id);
+		if (m->slot[sl][0] == 0 && m->slot[sl][1] == 1)
+			break;
+	}
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_fill_begin(m, 2, sl, 1, m), 1);
+	r.m = m;
+	for (uint32_t i = 0; i < 3; i++) {
+		r.srv[i] = nt_server_start(&o);
+		r.ports[i] = emb_server_port(r.srv[i]);
+		r.view[i] = calloc(1, sizeof(*r.view[i]));
+		CU_ASSERT_FATAL(r.view[i] != NULL);
+		view_of(&r, i);
+	}
+	r.c = client_of(r.ports, 3, 3000);
+	CU_ASSERT_EQUAL_FATAL(emb__client_set_cmap(r.c, m), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(r.c, &sp, &t), 0);
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 1.0f;
+
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, refill_main, &r), 0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, &r.id, 1, g, 0, 0), 0);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(r.rc, 0);
+	if (r.rc)
+		printf("(F's row to T: %s) ", emb_strerror(r.rc));
+
+	/* F and T each hold the row with the push once. */
+	c1 = client_of(&r.ports[1], 1, 2000);
+	c2 = client_of(&r.ports[2], 1, 2000);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c1, "refill", &t1), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c2, "refill", &t2), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t1, &r.id, 1, f_row, 0, NULL), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t2, &r.id, 1, t_row, 0, NULL), 0);
+	/* The initial row, from a server that never saw the id. */
+	{
+		uint64_t other = r.id;
+		struct emb_client_table *t0;
+		struct emb_client *c0 = client_of(&r.ports[0], 1, 2000);
+
+		CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c0, "refill", &t0),
+				      0);
+		CU_ASSERT_EQUAL(emb_client_table_pull(t0, &other, 1, init, 0,
+						      NULL),
+				0);
+		emb_client_table_close(t0);
+		emb_client_destroy(c0);
+	}
+	for (uint32_t j = 0; j < DIM; j++) {
+		CU_ASSERT_DOUBLE_EQUAL(f_row[j], init[j] - sp.optim.lr, 1e-5);
+		CU_ASSERT_DOUBLE_EQUAL(t_row[j], f_row[j], 1e-6);
+	}
+	emb_client_table_close(t1);
+	emb_client_table_close(t2);
+	emb_client_destroy(c1);
+	emb_client_destroy(c2);
+	emb_client_table_close(t);
+	emb_client_destroy(r.c);
+	for (int i = 0; i < 3; i++) {
+		emb_server_destroy(r.srv[i]);
+		free(r.view[i]);
+	}
+	free(m);
+}
+
 /* Tables and calls of test_many_failover(). */
 struct many {
 	struct emb_table_batch push[2], pull[2];
@@ -980,6 +1137,9 @@ int main(int argc, char **argv)
 	     test_unreachable},
 	    {"a write refused for a fill goes again until the deadline",
 	     test_moving},
+	    {"a copy for a server filled again from another source is void "
+	     "there: the push is applied once on each",
+	     test_refill},
 	    {"push_many and pull_many succeed across a server's death",
 	     test_many_failover},
 	    {"admission under replicas keeps both holders' rows the same",
