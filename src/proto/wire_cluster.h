@@ -192,9 +192,11 @@
 #define EMB_WIRE_MOVES_RESP_SIZE 56u
 #define EMB_WIRE_MAP_PREFIX_SIZE    (8u + 2u * EMB_NSLOTS)
 #define EMB_WIRE_MAP_ENTRY_SIZE	    264u
-/* Largest replicated map tail: cluster/map.h's version 3 with R = 8. */
+/* Largest replicated map tail: cluster/map.h's version 4 with R = 8 (the
+ * fill and copy-ahead tables, 2 bytes a slot each, and each slot's latest
+ * fill start, 6). */
 #define EMB_WIRE_MAP_CMAP_MAX                                                  \
-	(24u + 2u * EMB_WIRE_REPLICAS_MAX * EMB_NSLOTS + 4u * EMB_NSLOTS)
+	(24u + 2u * EMB_WIRE_REPLICAS_MAX * EMB_NSLOTS + 10u * EMB_NSLOTS)
 
 /* Whole CLUSTER_MAP response frame for n servers, without the
  * replicated map's tail. */

@@ -12,6 +12,7 @@
 
 #include "cluster/map.h"
 #include "common/err.h"
+#include "proto/wire_cluster.h"
 #include "harness.h"
 
 static struct emb_cmap *new_map(uint32_t n, uint32_t r)
@@ -710,6 +711,17 @@ static void test_fill_again(void)
 	free(flags);
 	free(grew);
 	free(a);
+	free(m);
+
+	/* The largest map a CLUSTER_MAP answer carries: version 4 at the
+	 * most copies. */
+	m = new_map(EMB_WIRE_REPLICAS_MAX + 1, EMB_WIRE_REPLICAS_MAX);
+	emb_cmap_remove(m, 0, m);
+	first = 0;
+	n = emb_cmap_fill_next(m, 0, 16, &first);
+	CU_ASSERT_FATAL(n > 0);
+	emb_cmap_fill_begin(m, 0, first, (uint32_t)n, m);
+	CU_ASSERT_EQUAL(emb_cmap_size(m), EMB_WIRE_MAP_CMAP_MAX);
 	free(m);
 }
 
