@@ -42,6 +42,17 @@ static void save(const char *name, int len)
 		fclose(fp);
 }
 
+/* A cluster map's header (cluster/map.h): magic, version, epoch, S, R. */
+static void cmap_header(uint8_t *cm, uint32_t ver, uint64_t epoch, uint32_t n,
+			uint32_t r)
+{
+	emb_le32_store(cm, 0x4d424d45u);
+	emb_le32_store(cm + 4, ver);
+	emb_le64_store(cm + 8, epoch);
+	emb_le32_store(cm + 16, n);
+	emb_le32_store(cm + 20, r);
+}
+
 static void save_iovs(const char *name, const struct emb_wire_iovs *v, int rc)
 {
 	save(name, rc ? rc : emb_wire_iovs_flatten(v, buf, sizeof(buf)));
@@ -248,11 +259,7 @@ static void save_cluster(void)
 		 * epoch 2, 2 servers, R = 2, every slot on 0 alone. */
 		static uint8_t cm[24 + 4 * EMB_NSLOTS];
 
-		emb_le32_store(cm, 0x4d424d45u);
-		emb_le32_store(cm + 4, 1);
-		emb_le64_store(cm + 8, 2);
-		emb_le32_store(cm + 16, 2);
-		emb_le32_store(cm + 20, 2);
+		cmap_header(cm, 1, 2, 2, 2);
 		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
 			emb_le16_store(cm + 24 + 4 * i, 0);
 			emb_le16_store(cm + 26 + 4 * i, 0xffff);
@@ -273,11 +280,7 @@ static void save_cluster(void)
 		uint8_t *fill = cm + 24 + 2 * EMB_NSLOTS;
 		uint8_t *warm = fill + 2 * EMB_NSLOTS;
 
-		emb_le32_store(cm, 0x4d424d45u);
-		emb_le32_store(cm + 4, 3);
-		emb_le64_store(cm + 8, 5);
-		emb_le32_store(cm + 16, 2);
-		emb_le32_store(cm + 20, 1);
+		cmap_header(cm, 3, 5, 2, 1);
 		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
 			primaries[i] = i >= EMB_NSLOTS / 2;
 			emb_le16_store(cm + 24 + 2 * i, primaries[i]);
@@ -299,11 +302,7 @@ static void save_cluster(void)
 		uint8_t *warm = fill + 2 * EMB_NSLOTS;
 		uint8_t *began = warm + 2 * EMB_NSLOTS;
 
-		emb_le32_store(cm, 0x4d424d45u);
-		emb_le32_store(cm + 4, 4);
-		emb_le64_store(cm + 8, 7);
-		emb_le32_store(cm + 16, 2);
-		emb_le32_store(cm + 20, 1);
+		cmap_header(cm, 4, 7, 2, 1);
 		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
 			primaries[i] = i >= 16 && (i < 32 || i >= EMB_NSLOTS / 2);
 			emb_le16_store(cm + 24 + 2 * i, primaries[i]);
