@@ -31,7 +31,9 @@ static uint64_t map_formula(uint32_t S, uint32_t R, bool filling)
 	uint64_t b = 32 + 8 + 2 * 4096 + 264ull * S;
 
 	if (R > 1)
-		b += 24 + 2ull * R * 4096 + (filling ? 2 * 4096 : 0);
+		/* Once a fill has begun, version 4: the fill and copy-ahead
+		 * tables and each slot's latest fill start (cluster/map.h). */
+		b += 24 + 2ull * R * 4096 + (filling ? 10 * 4096 : 0);
 	return b;
 }
 
