@@ -937,8 +937,10 @@ static int fill_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 	bool ok;
 	int rc;
 
-	if (small_get(c, "fill_fails", v, sizeof(v), &frev) == 0 &&
-	    sscanf(v, "%u %u", &fr, &fails) == 2 && fr != rank)
+	rc = small_get(c, "fill_fails", v, sizeof(v), &frev);
+	if (rc && rc != -ENOENT)
+		return rc; /* etcd did not answer: the next poll looks again */
+	if (!rc && (sscanf(v, "%u %u", &fr, &fails) != 2 || fr != rank))
 		fails = 0;
 	fails++;
 	key_of(c, kfill, "fill");

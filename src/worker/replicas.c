@@ -393,28 +393,36 @@ static struct part *ext_copy(struct emb_client *c, struct emb_async *op,
 	return e;
 }
 
-/* ext_copy()'s keep for a fixup: rows whose writers include to and that
- * no earlier fixup sent there. */
+/* Whether lead's group has a copy for rank that stands for its rows of
+ * slot sl: one to rank's current server (a copy to a rank's earlier
+ * server covers nothing on the newcomer that took it: the newcomer,
+ * being filled, gets a copy of its own), and not void there (a fill begun
+ * since the copy was last sent rebuilt rank's copy of the slot). */
+static bool group_covers(const struct emb_client *c, const struct part *lead,
+			 uint32_t rank, uint32_t sl)
+{
+	const struct part *q = lead;
+
+	for (uint32_t j = 0; j < lead->rep.nrep; j++, q++)
+		if (q->req.server == rank && current(c, q))
+			return !emb_cmap_refilled(c->cmap, sl, rank,
+						  q->rep.epoch);
+	return false;
+}
+
+/* ext_copy()'s keep for a fixup: rows whose writers include to, that the
+ * group's own copy to it does not stand for, and that no earlier fixup
+ * sent there. */
 static bool keep_missing(struct emb_client *c, const struct part *lead,
 			 uint32_t to, uint32_t j, uint64_t id)
 {
 	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
-	uint32_t nw = emb_cmap_writers(c->cmap, emb_id_slot(id), w);
+	const uint32_t sl = emb_id_slot(id);
+	uint32_t nw = emb_cmap_writers(c->cmap, sl, w);
 
 	(void)j;
-	return in_list(w, nw, to) && !ext_has(c, lead, to, id);
-}
-
-/* Whether a copy of the group (servers cov[], each last sent by the
- * epoch in ep[]) stands for rank's rows of slot sl: not when a fill begun
- * since rebuilt rank's copy of the slot (the copy is void there). */
-static bool covers(const struct emb_client *c, const uint16_t *cov,
-		   const uint64_t *ep, uint32_t n, uint32_t sl, uint32_t rank)
-{
-	for (uint32_t i = 0; i < n; i++)
-		if (cov[i] == rank)
-			return !emb_cmap_refilled(c->cmap, sl, rank, ep[i]);
-	return false;
+	return in_list(w, nw, to) && !group_covers(c, lead, to, sl) &&
+	       !ext_has(c, lead, to, id);
 }
 
 /* ext_copy()'s keep for a trim: rows whose writers still include to,
@@ -451,10 +459,8 @@ enum trim emb__rep_trim(struct emb_client *c, struct emb_async *op,
 {
 	const float *rows;
 	const uint64_t *ids = part_ids(p, &rows);
-	uint32_t k = 0;
+	uint32_t k = 0, refilled = 0;
 	struct part *e;
-
-	uint32_t refilled = 0;
 
 	for (uint32_t j = 0; j < p->req.n; j++) {
 		const uint32_t sl = emb_id_slot(ids[j]);
@@ -491,10 +497,7 @@ enum trim emb__rep_trim(struct emb_client *c, struct emb_async *op,
 int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 		       struct part *lead)
 {
-	const uint32_t k0 = (uint32_t)(lead - op->parts);
-	uint16_t covered[EMB_CMAP_REPLICAS_MAX + 1], w[EMB_CMAP_REPLICAS_MAX + 1];
-	uint64_t cov_epoch[EMB_CMAP_REPLICAS_MAX + 1];
-	uint32_t nsib = 0;
+	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
 	const uint64_t *ids;
 	const float *rows;
 
@@ -502,14 +505,6 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 		return 0;
 	lead->rep.fixed = c->map_epoch;
 	ids = part_ids(lead, &rows);
-	/* A copy to a rank's earlier server covers nothing on the newcomer
-	 * that took it: the newcomer, being filled, gets a copy of its own. */
-	for (uint32_t j = 0; j < lead->rep.nrep && nsib < EMB_CMAP_REPLICAS_MAX; j++)
-		if (current(c, &op->parts[k0 + j])) {
-			cov_epoch[nsib] = op->parts[k0 + j].rep.epoch;
-			covered[nsib++] =
-			    (uint16_t)op->parts[k0 + j].req.server;
-		}
 	for (;;) {
 		uint32_t to = NONE, k = 0;
 		struct part *e;
@@ -521,8 +516,7 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 			uint32_t nw = emb_cmap_writers(c->cmap, sl, w);
 
 			for (uint32_t i = 0; i < nw; i++) {
-				if (covers(c, covered, cov_epoch, nsib, sl,
-					   w[i]) ||
+				if (group_covers(c, lead, w[i], sl) ||
 				    (to != NONE && w[i] != to) ||
 				    ext_has(c, lead, w[i], ids[j]))
 					continue;
