@@ -29,6 +29,7 @@
 #include "common/lifecycle.h"
 #include "harness.h"
 #include "netutil.h"
+#include "proto/wire_cluster.h"
 #include "worker/client_int.h"
 
 #define DIM 4u
@@ -633,6 +634,7 @@ static void *refill_main(void *arg)
 	uint64_t refused[2] = {0, 0}, t_refused[2] = {0, 0};
 	struct emb_client *from, *to;
 	struct emb_client_table *tf, *tt;
+	struct emb_wire_node_addr addr[3];
 	float *row = calloc(r->dim, sizeof(float));
 
 	/* P and T refused the push's copies (fenced) a few times; F took
@@ -664,7 +666,14 @@ static void *refill_main(void *arg)
 	if (!r->rc)
 		r->rc = emb_client_table_assign(tt, &r->id, 1, row, false);
 	CU_ASSERT_EQUAL(emb__client_server_dead(r->c, 0), 0);
-	CU_ASSERT_EQUAL(emb__client_set_cmap(r->c, r->m), 0);
+	/* On the client's loop, as a scheduler's map arrives: the loop
+	 * reads the map while the push waits. */
+	for (uint32_t i = 0; i < 3; i++) {
+		snprintf(addr[i].host, sizeof(addr[i].host), "127.0.0.1");
+		addr[i].port = r->ports[i];
+		addr[i].removed = i == 0;
+	}
+	CU_ASSERT_EQUAL(emb__client_adopt_map(r->c, r->m, addr, 3), 0);
 	emb_client_table_close(tf);
 	emb_client_table_close(tt);
 	emb_client_destroy(from);
