@@ -27,6 +27,10 @@
  *                       up; deleted by a claim, the fill's end and the
  *                       give-up at FILL_TRIES)
  *   P barrier/<name>/<gen>/<rank>  a worker entered a barrier (no lease)
+ *   P dead/<role>/<rank> a node counted the rank dead (no lease; written
+ *                       only while the rank key is absent; deleted by a
+ *                       newcomer's claim): a node whose lease ended while
+ *                       it lived takes its rank back only without it
  *
  * Threads: the lease thread renews the lease, on an etcd handle of its
  * own, so that no other request delays a renewal; the agent thread polls
@@ -72,6 +76,13 @@
  * FILL_TRIES): a source that fails every stream (a full disk on the
  * newcomer, a table it cannot make) would otherwise be asked for ever. */
 #define FILL_TRIES 8u
+/* Leases past the first an unanswering etcd is waited for (lease_main()),
+ * and how long, in leases, a rank that vanished with many others is
+ * waited for before it counts as dead (poll_job()): a stalled etcd that
+ * woke revoked every lease at once, and each node takes its own back
+ * within a renewal. */
+#define STALL_LEASES 4
+#define VANISH_LEASES 2
 
 struct emb_coord {
 	struct emb_etcd *etcd;		   /* the client, for all but the lease */
@@ -81,6 +92,7 @@ struct emb_coord {
 	int64_t lease;			   /* this node's */
 	uint32_t replicas;		   /* copies of each slot, the job's */
 	struct emb_wire_register_resp reg; /* role, rank, counts, TTL */
+	char rank_val[EMB_WIRE_HOST_MAX + 16]; /* the rank key's value */
 	uint32_t join_timeout_ms;	   /* waits */
 	emb_coord_end_fn on_end;	   /* optional */
 	void *end_arg;			   /* for on_end */
@@ -107,6 +119,13 @@ struct emb_coord {
 	uint32_t dead_cap;		/* room in dead */
 	bool busy;	/* a fill under way or a newcomer waiting for one:
 			   the agent polls every POLL_MS */
+	int64_t relet_at;    /* emb_clock_ms() of this node's last re-let
+				(relet()), 0 if none */
+	int64_t silent_at;   /* of the lease thread's last renewal that
+				etcd did not answer, 0 if none */
+	int64_t *gone_since; /* agent: [S + W] when a rank's key was first
+				missing in a vanish of many (poll_job()),
+				0 if not waited for */
 	/* The leader's clock on the chunk under way (fill_timeout()). */
 	uint32_t watch_rank, watch_first;
 	uint64_t watch_epoch;
@@ -435,7 +454,7 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 	struct emb_cmap *m = malloc(sizeof(*m));
 	uint8_t *taken = calloc(S, 1);
 	char kmap[KEY_MAX], ksrv[KEY_MAX], kr[KEY_MAX], kw[KEY_MAX],
-	    kf[KEY_MAX];
+	    kf[KEY_MAX], kd[KEY_MAX];
 	bool logged = false;
 	int rc = -ENOMEM;
 
@@ -527,6 +546,7 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 		key_of(c, kr, "server/%u", rank);
 		key_of(c, kw, "filling/%u", rank);
 		key_of(c, kf, "fill_fails");
+		key_of(c, kd, "dead/server/%u", rank);
 		{
 			struct emb_etcd_cmp cmps[3] = {
 			    {.key = kr, .target = EMB_ETCD_CREATE},
@@ -537,7 +557,7 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 			     .target = EMB_ETCD_MOD,
 			     .revision = srv_rev},
 			};
-			struct emb_etcd_op ops[4] = {
+			struct emb_etcd_op ops[5] = {
 			    {.key = kr,
 			     .value = addr,
 			     .value_len = strlen(addr),
@@ -548,9 +568,12 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 			     * counted its failed streams: this one's are
 			     * its own. */
 			    {.key = kf, .del = true},
+			    /* Its death is over: the newcomer's own may be
+			     * marked again (dead_mark()). */
+			    {.key = kd, .del = true},
 			};
 
-			rc = emb_etcd_txn(c->etcd, cmps, 3, ops, 4, &ok);
+			rc = emb_etcd_txn(c->etcd, cmps, 3, ops, 5, &ok);
 		}
 		/* A claim applied whose answer was lost: the retry finds
 		 * the key ours. */
@@ -615,6 +638,7 @@ static int claim_rank(struct emb_coord *c, const struct emb_coord_opts *o,
 	} else {
 		snprintf(val, sizeof(val), "pid %d", (int)getpid());
 	}
+	snprintf(c->rank_val, sizeof(c->rank_val), "%s", val);
 	key_of(c, key, "map");
 	do
 		rc = emb_etcd_get(c->etcd, key, false, true, &r);
@@ -709,6 +733,24 @@ static void declare_dead(struct emb_coord *c, uint32_t role, uint32_t rank)
 		rank);
 	if (fn)
 		fn(arg, role, rank);
+}
+
+/*
+ * Agent thread: records in etcd that this node counts role's rank dead,
+ * if its rank key is still absent (a transaction: against relet(), which
+ * puts the key back only without the mark). 0 and *dead, or an etcd
+ * error (the next poll tries again).
+ */
+static int dead_mark(struct emb_coord *c, uint32_t role, uint32_t rank,
+		     bool *dead)
+{
+	char krank[KEY_MAX], kdead[KEY_MAX];
+	struct emb_etcd_cmp cmp = {.key = krank, .target = EMB_ETCD_CREATE};
+	struct emb_etcd_op op = {.key = kdead, .value = "", .value_len = 0};
+
+	key_of(c, krank, "%s/%u", role_dir(role), rank);
+	key_of(c, kdead, "dead/%s/%u", role_dir(role), rank);
+	return emb_etcd_txn(c->etcd, &cmp, 1, &op, 1, dead);
 }
 
 static int map_read(struct emb_coord *c, bool *newer);
@@ -1097,6 +1139,74 @@ int emb_coord_fill_done(struct emb_coord *c, uint32_t first, uint32_t n,
 }
 
 /*
+ * Agent thread, before poll_job() counts deaths: ranks whose key vanished
+ * with many others count as alive for VANISH_LEASES leases (live[] and
+ * lw[] set). More than half of the ranks not yet dead gone in one read,
+ * or any gone soon after etcd did not answer this node's renewal or this
+ * node took its own lease back (relet()), is etcd's doing: a stall past
+ * the TTL after which it revoked every lease at once, while the nodes
+ * lived. Each takes its rank back within a
+ * renewal or two; one that does not is dead when the wait is up. This
+ * node's own key counts as there: its lease thread judges it.
+ */
+static void vanished(struct emb_coord *c, uint8_t *live, uint8_t *lw,
+		     const uint8_t *fin)
+{
+	const uint32_t S = c->reg.server_num, W = c->reg.worker_num;
+	const int64_t now = (int64_t)emb_clock_ms();
+	const int64_t wait = (int64_t)VANISH_LEASES * c->reg.hb_timeout_ms;
+	uint32_t missing = 0, counted = 0, waited = 0;
+	int64_t relet_at, silent_at;
+	bool many;
+
+	pthread_mutex_lock(&c->mu);
+	relet_at = c->relet_at;
+	silent_at = c->silent_at;
+	for (uint32_t i = 0; i < S + W; i++) {
+		bool srv = i < S;
+		uint32_t rank = srv ? i : i - S;
+
+		if (srv ? c->dead_srv[rank] : c->dead_wrk[rank] || fin[rank])
+			continue;
+		counted++;
+		missing += !(srv ? live[rank] : lw[rank]);
+	}
+	pthread_mutex_unlock(&c->mu);
+	many = 2 * missing > counted || (relet_at && now - relet_at < wait) ||
+	       (silent_at && now - silent_at < wait);
+	for (uint32_t i = 0; i < S + W; i++) {
+		bool srv = i < S;
+		uint32_t rank = srv ? i : i - S;
+		uint8_t *here = srv ? &live[rank] : &lw[rank];
+
+		if (*here || (!srv && fin[rank])) {
+			c->gone_since[i] = 0;
+			continue;
+		}
+		if (rank == c->reg.rank &&
+		    (c->reg.role == EMB_ROLE_SERVER) == srv) {
+			*here = 1;
+			continue;
+		}
+		if (!c->gone_since[i] && many) {
+			c->gone_since[i] = now;
+			waited++;
+		}
+		if (c->gone_since[i] && now - c->gone_since[i] < wait)
+			*here = 1;
+		else
+			c->gone_since[i] = 0;
+	}
+	if (waited)
+		emb_log(EMB_LOG_WARN,
+			"%s %u: %u of %u ranks' etcd keys vanished at once "
+			"(etcd stalled past their leases?): each is waited "
+			"for %lld ms before it counts as dead",
+			emb_role_name(c->reg.role), c->reg.rank, missing,
+			counted, (long long)wait);
+}
+
+/*
  * Agent thread: which ranks are alive and which workers finished, from one
  * keys-only read of the job. Dead: a rank key gone (its lease expired or
  * was revoked) without a finish record, once the job formed (its map
@@ -1160,6 +1270,7 @@ static int poll_job(struct emb_coord *c)
 		free(live);
 		return 0; /* not formed yet */
 	}
+	vanished(c, live, lw, fin);
 	/* Every worker finished or died: the job is over, and servers that
 	 * leave now are done, not dead. */
 	for (uint32_t w = 0; w < W; w++)
@@ -1187,6 +1298,23 @@ static int poll_job(struct emb_coord *c)
 			continue;
 		pthread_mutex_lock(&c->mu);
 		dead = srv ? c->dead_srv[rank] : c->dead_wrk[rank];
+		pthread_mutex_unlock(&c->mu);
+		if (!dead && !c->ended) {
+			bool marked = false;
+
+			/* Dead only once etcd has it so: a rank whose node
+			 * took it back meanwhile is alive (and not failed
+			 * over below). */
+			if (dead_mark(c, srv ? EMB_ROLE_SERVER
+					     : EMB_ROLE_WORKER,
+				      rank, &marked) ||
+			    !marked) {
+				if (srv)
+					live[rank] = 1;
+				continue;
+			}
+		}
+		pthread_mutex_lock(&c->mu);
 		if (!dead && !c->ended) {
 			if (srv)
 				c->dead_srv[rank] = 1;
@@ -1244,11 +1372,117 @@ static int poll_job(struct emb_coord *c)
 }
 
 /*
+ * Lease thread: etcd says this node's lease is gone while the node lives.
+ * etcd itself stalled past the TTL (a disk that stopped, a paused VM or
+ * process) and, waking, revoked every lease it held at once; or this
+ * node could not renew in time. The node takes its rank back on a new
+ * lease if nobody counts it dead: its rank key is absent (no newcomer
+ * took the rank) and the map still has the server (no failover moved
+ * its slots), both compared in the transaction that puts the key back.
+ * The others wait for ranks that vanish many at once (poll_job()). 0, or
+ * why not: EMB_ENODEAD if the job went on without this node.
+ */
+static int relet(struct emb_coord *c)
+{
+	const int64_t ttl_s = ((int64_t)c->reg.hb_timeout_ms + 999) / 1000;
+	struct emb_cmap *m = malloc(sizeof(*m));
+	char kmap[KEY_MAX], krank[KEY_MAX], kdead[KEY_MAX];
+	int64_t lease;
+	int rc;
+
+	if (!m)
+		return -ENOMEM;
+	rc = emb_etcd_lease_grant(c->lease_etcd, ttl_s, &lease);
+	if (rc) {
+		free(m);
+		return rc;
+	}
+	key_of(c, kmap, "map");
+	key_of(c, krank, "%s/%u", role_dir(c->reg.role), c->reg.rank);
+	key_of(c, kdead, "dead/%s/%u", role_dir(c->reg.role), c->reg.rank);
+	/* A few tries: each lost race is a map written meanwhile, which
+	 * may or may not drop this server. */
+	for (int tries = 0; tries < 8; tries++) {
+		struct emb_etcd_range r;
+		/* Against dead_mark(): whichever of the two etcd applies
+		 * first, the other fails, so a rank some node counted dead
+		 * never comes back, and one that came back is counted dead
+		 * by nobody. */
+		struct emb_etcd_cmp cmps[3] = {
+		    {.key = krank, .target = EMB_ETCD_CREATE},
+		    {.key = kdead, .target = EMB_ETCD_CREATE},
+		    {.key = kmap, .target = EMB_ETCD_MOD},
+		};
+		struct emb_etcd_op op = {.key = krank,
+					 .value = c->rank_val,
+					 .value_len = strlen(c->rank_val),
+					 .lease = lease};
+		bool ok;
+
+		rc = emb_etcd_get(c->lease_etcd, kmap, false, false, &r);
+		if (rc)
+			break;
+		if (!r.n || !r.kvs[0].value ||
+		    emb_cmap_decode(r.kvs[0].value, r.kvs[0].value_len, m)) {
+			emb_etcd_range_free(&r);
+			rc = EMB_ECLUSTER; /* the job's keys are gone */
+			break;
+		}
+		cmps[2].revision = r.kvs[0].mod_revision;
+		emb_etcd_range_free(&r);
+		if (c->reg.role == EMB_ROLE_SERVER &&
+		    (c->reg.rank >= m->nservers ||
+		     !emb_cmap_in_map(m, c->reg.rank))) {
+			rc = EMB_ENODEAD;
+			break;
+		}
+		rc = emb_etcd_txn(c->lease_etcd, cmps, 3, &op, 1, &ok);
+		if (rc || ok)
+			break;
+		rc = emb_etcd_get(c->lease_etcd, krank, false, true, &r);
+		if (!rc) {
+			ok = r.n > 0;
+			emb_etcd_range_free(&r);
+			rc = ok ? 0 : emb_etcd_get(c->lease_etcd, kdead, false,
+						   true, &r);
+			if (!ok && !rc) {
+				ok = r.n > 0;
+				emb_etcd_range_free(&r);
+			}
+		}
+		if (rc)
+			break;
+		/* Taken by a newcomer, or counted dead; else the map moved
+		 * (the last try gives up). */
+		rc = EMB_ENODEAD;
+		if (ok)
+			break;
+	}
+	free(m);
+	if (rc) {
+		emb_etcd_lease_revoke(c->lease_etcd, lease);
+		return rc;
+	}
+	pthread_mutex_lock(&c->mu);
+	c->lease = lease;
+	c->relet_at = (int64_t)emb_clock_ms();
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+/*
  * Lease thread: renews the lease every TTL / 3 and alone judges whether
  * etcd is lost. A thread of its own, on a handle of its own: a poll, a
  * failover or a barrier that waits on a slow etcd must not hold a renewal
  * back past the lease's end (the node would be counted dead while it
  * lives).
+ *
+ * An etcd that does not answer past the lease's end is waited for up to
+ * STALL_LEASES leases more: while it answers nobody, nobody can count
+ * this node dead either, and a stalled etcd comes back with every lease
+ * revoked (relet() takes the rank back). A node cut off from an etcd the
+ * others still reach is failed over by them meanwhile, and finds so when
+ * it reaches etcd again, or ends when the wait is up.
  */
 static void *lease_main(void *arg)
 {
@@ -1263,6 +1497,9 @@ static void *lease_main(void *arg)
 	/* The lease's life as etcd granted it: at least the job's TTL
 	 * rounded up to seconds, more where etcd has a higher minimum. */
 	int64_t lease_ms = ((int64_t)ttl + 999) / 1000 * 1000, got_s;
+	bool past = false; /* told that etcd is silent past the lease */
+	bool silent = false; /* a renewal etcd did not answer since the
+				last that it did */
 
 	for (;;) {
 		int64_t now = (int64_t)emb_clock_ms(), left, wait;
@@ -1286,27 +1523,66 @@ static void *lease_main(void *arg)
 						 : c->timeout_ms);
 			rc = emb_etcd_lease_keepalive(c->lease_etcd, c->lease,
 						      &got_s);
-			now = (int64_t)emb_clock_ms();
-			if (rc == 0) {
-				last_ok = now;
-				if (got_s * 1000 > lease_ms)
-					lease_ms = got_s * 1000;
-			} else if (rc == EMB_ENOLEASE) {
+			/* Only after etcd was silent to this node: a node
+			 * whose renewals etcd answered, but that did not
+			 * send them in time (frozen, starved), is dead to
+			 * the others, as before. */
+			if (rc == EMB_ENOLEASE && silent) {
+				int64_t gap = (int64_t)emb_clock_ms() - last_ok;
+
+				rc = relet(c);
+				if (!rc) {
+					emb_log(EMB_LOG_WARN,
+						"%s %u: its etcd lease ended "
+						"while it lived (etcd silent "
+						"for %lld ms): took its rank "
+						"back on a new lease",
+						emb_role_name(c->reg.role),
+						c->reg.rank, (long long)gap);
+					got_s = 0;
+				}
+			}
+			if (rc == EMB_ENOLEASE || rc == EMB_ENODEAD ||
+			    rc == EMB_ECLUSTER) {
 				end_job(c, EMB_ENODEAD,
 					"its etcd lease expired: the others "
 					"count it dead");
-			} else if (now - last_ok > lease_ms) {
+				rc = EMB_ENODEAD;
+			} else if (rc) {
+				silent = true;
+				pthread_mutex_lock(&c->mu);
+				c->silent_at = (int64_t)emb_clock_ms();
+				pthread_mutex_unlock(&c->mu);
+			}
+			now = (int64_t)emb_clock_ms();
+			if (rc == 0) {
+				last_ok = now;
+				past = false;
+				silent = false;
+				if (got_s * 1000 > lease_ms)
+					lease_ms = got_s * 1000;
+			} else if (rc == EMB_ENODEAD || rc == EMB_ECLUSTER) {
+				/* ended above */
+			} else if (now - last_ok >
+				   lease_ms * (1 + STALL_LEASES)) {
 				char why[96];
 
-				/* Only once the lease is surely gone: an etcd
-				 * back before that (restarted, or its leader
-				 * elected again) still holds it. */
 				snprintf(why, sizeof(why),
 					 "etcd unreachable for %lld ms: %s",
 					 (long long)(now - last_ok),
 					 emb_strerror(rc));
 				end_job(c, EMB_ENOETCD, why);
 			} else {
+				if (!past && now - last_ok > lease_ms) {
+					past = true;
+					emb_log(EMB_LOG_WARN,
+						"%s %u: etcd silent for %lld "
+						"ms, past the lease: serving "
+						"on while it may come back",
+						emb_role_name(c->reg.role),
+						c->reg.rank,
+						(long long)(now - last_ok));
+				}
 				next_renew = now + retry;
 			}
 		}
@@ -1425,6 +1701,7 @@ static void coord_free(struct emb_coord *c)
 {
 	free(c->dead_srv);
 	free(c->dead_wrk);
+	free(c->gone_since);
 	free(c->dead);
 	free(c->bar_names);
 	free(c->bar_gens);
@@ -1499,12 +1776,15 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 		goto err_lease;
 	c->dead_srv = calloc(c->reg.server_num, 1);
 	c->dead_wrk = calloc(c->reg.worker_num, 1);
+	c->gone_since = calloc((size_t)c->reg.server_num + c->reg.worker_num,
+			       sizeof(*c->gone_since));
 	c->dead_cap = c->reg.server_num + c->reg.worker_num;
 	c->dead = calloc(c->dead_cap, sizeof(*c->dead));
 	c->bar_names = calloc(BARRIER_NAMES_MAX, sizeof(*c->bar_names));
 	c->bar_gens = calloc(BARRIER_NAMES_MAX, sizeof(*c->bar_gens));
 	c->map = calloc(1, sizeof(*c->map));
-	if (!c->dead_srv || !c->dead_wrk || !c->dead || !c->bar_names ||
+	if (!c->dead_srv || !c->dead_wrk || !c->gone_since || !c->dead ||
+	    !c->bar_names ||
 	    !c->bar_gens || !c->map) {
 		rc = -ENOMEM;
 		goto err_lease;
