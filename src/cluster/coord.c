@@ -1178,11 +1178,17 @@ static void vanished(struct emb_coord *c, uint8_t *live, uint8_t *lw,
 		bool srv = i < S;
 		uint32_t rank = srv ? i : i - S;
 		uint8_t *here = srv ? &live[rank] : &lw[rank];
+		bool dead;
 
 		if (*here || (!srv && fin[rank])) {
 			c->gone_since[i] = 0;
 			continue;
 		}
+		pthread_mutex_lock(&c->mu);
+		dead = srv ? c->dead_srv[rank] : c->dead_wrk[rank];
+		pthread_mutex_unlock(&c->mu);
+		if (dead)
+			continue; /* told already */
 		if (rank == c->reg.rank &&
 		    (c->reg.role == EMB_ROLE_SERVER) == srv) {
 			*here = 1;
