@@ -1383,10 +1383,13 @@ static int poll_job(struct emb_coord *c)
  * process) and, waking, revoked every lease it held at once; or this
  * node could not renew in time. The node takes its rank back on a new
  * lease if nobody counts it dead: its rank key is absent (no newcomer
- * took the rank) and the map still has the server (no failover moved
- * its slots), both compared in the transaction that puts the key back.
- * The others wait for ranks that vanish many at once (poll_job()). 0, or
- * why not: EMB_ENODEAD if the job went on without this node.
+ * took the rank), so is dead/<role>/<rank> (no node counted it dead:
+ * dead_mark()), and the map is the one in which the server still holds
+ * slots (no failover moved them), all compared in the transaction that
+ * puts the key back. The others wait for ranks that vanish many at once
+ * (vanished()). 0, or why not: EMB_ENODEAD if the job went on without
+ * this node, EMB_ECLUSTER if its keys are gone, or an etcd error (the
+ * lease thread tries again).
  */
 static int relet(struct emb_coord *c)
 {
