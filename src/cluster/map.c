@@ -16,6 +16,12 @@
 #define CMAP_VERSION_FILL 2u /* with the fill table */
 #define CMAP_VERSION_WARM 3u /* with the fill and warm tables */
 #define CMAP_VERSION_BEGAN 4u /* and each slot's latest fill begun */
+/* The three tables of version 4 as lists of the slots that have an
+ * entry: a fill start stays in the map for good, so after a recovery a
+ * few hundred slots of 4096 have one, and the dense tables were 10 bytes
+ * a slot over the holders (docs/scale.md, "Map traffic"). Written where
+ * it is the smaller of the two. */
+#define CMAP_VERSION_SPARSE 5u
 
 int emb_cmap_init(struct emb_cmap *m, uint32_t nservers, uint32_t replicas)
 {
@@ -667,30 +673,31 @@ uint32_t emb_cmap_lost_slots(const struct emb_cmap *m)
 	return emb_cmap_primary_slots(m, EMB_CMAP_NONE);
 }
 
-static bool any(const uint16_t *v)
+/* Entries of v (NONE: none). */
+static uint32_t count_of(const uint16_t *v)
 {
+	uint32_t n = 0;
+
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
-		if (v[s] != EMB_CMAP_NONE)
-			return true;
-	return false;
+		n += v[s] != EMB_CMAP_NONE;
+	return n;
 }
 
-/* The version m is written in: the oldest that holds it, which a reader
- * of an older build (a coordinator's) still decodes. */
-static uint32_t version_of(const struct emb_cmap *m)
+/* Bytes version 5 adds to the holders: a 2-byte count for each table,
+ * 4 bytes (slot, rank) a fill or copy-ahead entry, 8 (slot, target,
+ * epoch) a fill start. */
+static size_t sparse_bytes(const struct emb_cmap *m)
 {
-	bool began = false;
+	uint32_t nb = 0;
 
-	for (uint32_t s = 0; s < EMB_NSLOTS && !began; s++)
-		began = m->began[s] != 0;
-	return began	      ? CMAP_VERSION_BEGAN
-	       : any(m->warm) ? CMAP_VERSION_WARM
-	       : any(m->fill) ? CMAP_VERSION_FILL
-			      : CMAP_VERSION;
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		nb += m->began[s] != 0;
+	return 6u + 4u * (size_t)count_of(m->fill) +
+	       4u * (size_t)count_of(m->warm) + 8u * (size_t)nb;
 }
 
-/* Bytes a version adds to the holders: 2 a slot for fill[] (2 on), 2 for
- * warm[] (3 on), 6 for began[] and began_to[] (4). */
+/* Bytes a dense version adds to the holders: 2 a slot for fill[] (2 on),
+ * 2 for warm[] (3 on), 6 for began[] and began_to[] (4). */
 static size_t extra_bytes(uint32_t ver)
 {
 	return (size_t)EMB_NSLOTS *
@@ -698,16 +705,52 @@ static size_t extra_bytes(uint32_t ver)
 		6u * (ver >= CMAP_VERSION_BEGAN));
 }
 
+/* The version m is written in: the oldest that holds it, which a reader
+ * of an older build (a coordinator's) still decodes; with fill starts,
+ * the smaller of versions 4 and 5. */
+static uint32_t version_of(const struct emb_cmap *m)
+{
+	bool began = false;
+
+	for (uint32_t s = 0; s < EMB_NSLOTS && !began; s++)
+		began = m->began[s] != 0;
+	if (began)
+		return sparse_bytes(m) < extra_bytes(CMAP_VERSION_BEGAN)
+			   ? CMAP_VERSION_SPARSE
+			   : CMAP_VERSION_BEGAN;
+	return count_of(m->warm)   ? CMAP_VERSION_WARM
+	       : count_of(m->fill) ? CMAP_VERSION_FILL
+				   : CMAP_VERSION;
+}
+
 size_t emb_cmap_size(const struct emb_cmap *m)
 {
-	return emb_cmap_encoded_size(m->replicas) + extra_bytes(version_of(m));
+	uint32_t ver = version_of(m);
+
+	return emb_cmap_encoded_size(m->replicas) +
+	       (ver == CMAP_VERSION_SPARSE ? sparse_bytes(m)
+					   : extra_bytes(ver));
+}
+
+/* Version 5's list of v's entries at p: a count, then (slot, rank). */
+static uint8_t *put_list(uint8_t *p, const uint16_t *v)
+{
+	emb_le16_store(p, (uint16_t)count_of(v));
+	p += 2;
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		if (v[s] != EMB_CMAP_NONE) {
+			emb_le16_store(p, (uint16_t)s);
+			emb_le16_store(p + 2, v[s]);
+			p += 4;
+		}
+	return p;
 }
 
 int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 {
 	size_t need = emb_cmap_size(m);
 	uint32_t ver = version_of(m);
-	bool v2 = ver >= CMAP_VERSION_FILL;
+	bool dense = ver != CMAP_VERSION_SPARSE;
 	uint8_t *p = buf;
 
 	if (cap < need)
@@ -721,7 +764,27 @@ int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
 		for (uint32_t i = 0; i < m->replicas; i++, p += 2)
 			emb_le16_store(p, m->slot[s][i]);
-	for (uint32_t s = 0; v2 && s < EMB_NSLOTS; s++, p += 2)
+	if (!dense) {
+		uint16_t nb = 0;
+		uint8_t *at;
+
+		p = put_list(p, m->fill);
+		p = put_list(p, m->warm);
+		at = p;
+		p += 2;
+		for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+			if (m->began[s]) {
+				emb_le16_store(p, (uint16_t)s);
+				emb_le16_store(p + 2, m->began_to[s]);
+				emb_le32_store(p + 4, m->began[s]);
+				p += 8;
+				nb++;
+			}
+		emb_le16_store(at, nb);
+		return (int64_t)need;
+	}
+	for (uint32_t s = 0; ver >= CMAP_VERSION_FILL && s < EMB_NSLOTS;
+	     s++, p += 2)
 		emb_le16_store(p, m->fill[s]);
 	for (uint32_t s = 0; ver >= CMAP_VERSION_WARM && s < EMB_NSLOTS;
 	     s++, p += 2)
@@ -734,6 +797,62 @@ int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 	return (int64_t)need;
 }
 
+/*
+ * Version 5's list at *p (end: the buffer's end) into v, whose slots
+ * were all NONE: entries of strictly ascending slots. 0, or
+ * EMB_EBADFRAME.
+ */
+static int get_list(const uint8_t **p, const uint8_t *end, uint16_t *v)
+{
+	uint32_t k, last = 0;
+
+	if (end - *p < 2)
+		return EMB_EBADFRAME;
+	k = emb_le16_load(*p);
+	*p += 2;
+	if (k > EMB_NSLOTS || (size_t)(end - *p) < 4u * k)
+		return EMB_EBADFRAME;
+	for (uint32_t j = 0; j < k; j++, *p += 4) {
+		uint32_t s = emb_le16_load(*p);
+
+		if (s >= EMB_NSLOTS || (j && s <= last))
+			return EMB_EBADFRAME;
+		last = s;
+		v[s] = emb_le16_load(*p + 2);
+		if (v[s] == EMB_CMAP_NONE)
+			return EMB_EBADFRAME;
+	}
+	return 0;
+}
+
+/* Version 5's tables at p, which must end the buffer exactly at end. */
+static int get_sparse(const uint8_t *p, const uint8_t *end,
+		      struct emb_cmap *out)
+{
+	uint32_t k, last = 0;
+
+	if (get_list(&p, end, out->fill) || get_list(&p, end, out->warm) ||
+	    end - p < 2)
+		return EMB_EBADFRAME;
+	k = emb_le16_load(p);
+	p += 2;
+	if (k > EMB_NSLOTS || (size_t)(end - p) != 8u * k)
+		return EMB_EBADFRAME;
+	for (uint32_t j = 0; j < k; j++, p += 8) {
+		uint32_t s = emb_le16_load(p);
+
+		if (s >= EMB_NSLOTS || (j && s <= last))
+			return EMB_EBADFRAME;
+		last = s;
+		out->began_to[s] = emb_le16_load(p + 2);
+		out->began[s] = emb_le32_load(p + 4);
+		/* An entry without an epoch is none (the checks below). */
+		if (!out->began[s])
+			return EMB_EBADFRAME;
+	}
+	return 0;
+}
+
 int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 {
 	const uint8_t *p = buf;
@@ -743,14 +862,16 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 	    emb_le32_load(p) != CMAP_MAGIC)
 		return EMB_EBADFRAME;
 	ver = emb_le32_load(p + 4);
-	if (ver < CMAP_VERSION || ver > CMAP_VERSION_BEGAN)
+	if (ver < CMAP_VERSION || ver > CMAP_VERSION_SPARSE)
 		return EMB_EBADFRAME;
 	out->epoch = emb_le64_load(p + 8);
 	n = emb_le32_load(p + 16);
 	r = emb_le32_load(p + 20);
 	if (out->epoch == 0 || n == 0 || n > EMB_CMAP_SERVERS_MAX || r == 0 ||
 	    r > EMB_CMAP_REPLICAS_MAX || r > n ||
-	    len != emb_cmap_encoded_size(r) + extra_bytes(ver))
+	    len < emb_cmap_encoded_size(r) ||
+	    (ver != CMAP_VERSION_SPARSE &&
+	     len != emb_cmap_encoded_size(r) + extra_bytes(ver)))
 		return EMB_EBADFRAME;
 	out->nservers = n;
 	out->replicas = r;
@@ -777,53 +898,49 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 		}
 		p += 2 * r;
 	}
+	/* The tables, each checked below whichever way it came. */
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
-		uint16_t f = EMB_CMAP_NONE;
-
-		if (ver >= CMAP_VERSION_FILL) {
-			f = emb_le16_load(p);
-			p += 2;
+		out->fill[s] = out->warm[s] = out->began_to[s] = EMB_CMAP_NONE;
+		out->began[s] = 0;
+	}
+	if (ver == CMAP_VERSION_SPARSE) {
+		if (get_sparse(p, (const uint8_t *)buf + len, out))
+			return EMB_EBADFRAME;
+	} else {
+		for (uint32_t s = 0; ver >= CMAP_VERSION_FILL && s < EMB_NSLOTS;
+		     s++, p += 2)
+			out->fill[s] = emb_le16_load(p);
+		for (uint32_t s = 0; ver >= CMAP_VERSION_WARM && s < EMB_NSLOTS;
+		     s++, p += 2)
+			out->warm[s] = emb_le16_load(p);
+		for (uint32_t s = 0;
+		     ver >= CMAP_VERSION_BEGAN && s < EMB_NSLOTS; s++, p += 6) {
+			out->began[s] = emb_le32_load(p);
+			out->began_to[s] = emb_le16_load(p + 4);
 		}
+	}
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		uint16_t f = out->fill[s], w = out->warm[s],
+			 t = out->began_to[s];
+		uint32_t b = out->began[s];
+
 		/* A filling server is no holder of its slot yet, and a
 		 * slot without a holder has no rows to fill it with. */
 		if (f != EMB_CMAP_NONE &&
 		    (f >= n || emb_cmap_holds(out, s, f) ||
 		     out->slot[s][0] == EMB_CMAP_NONE))
 			return EMB_EBADFRAME;
-		out->fill[s] = f;
-	}
-	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
-		uint16_t w = EMB_CMAP_NONE;
-
-		if (ver >= CMAP_VERSION_WARM) {
-			w = emb_le16_load(p);
-			p += 2;
-		}
 		/* Copied ahead to a server that does not hold the slot, from
 		 * a holder, and never while a fill of the slot runs. */
 		if (w != EMB_CMAP_NONE &&
 		    (w >= n || emb_cmap_holds(out, s, w) ||
-		     out->slot[s][0] == EMB_CMAP_NONE ||
-		     out->fill[s] != EMB_CMAP_NONE))
+		     out->slot[s][0] == EMB_CMAP_NONE || f != EMB_CMAP_NONE))
 			return EMB_EBADFRAME;
-		out->warm[s] = w;
-	}
-	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
-		uint32_t b = 0;
-		uint16_t t = EMB_CMAP_NONE;
-
-		if (ver >= CMAP_VERSION_BEGAN) {
-			b = emb_le32_load(p);
-			t = emb_le16_load(p + 4);
-			p += 6;
-		}
 		/* A fill begun by a map up to this one, into a server of the
 		 * job; none named without an epoch. */
 		if ((uint64_t)b > out->epoch || (b && t >= n) ||
 		    (!b && t != EMB_CMAP_NONE))
 			return EMB_EBADFRAME;
-		out->began[s] = b;
-		out->began_to[s] = t;
 	}
 	return 0;
 }

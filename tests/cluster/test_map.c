@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cluster/map.h"
+#include "common/endian.h"
 #include "common/err.h"
 #include "proto/wire_cluster.h"
 #include "harness.h"
@@ -339,10 +340,10 @@ static void test_fill_deaths(void)
 static void test_encode_fill(void)
 {
 	struct emb_cmap *m = new_map(3, 2), *out = malloc(sizeof(*out));
-	/* fill[] and warm[] (2 bytes a slot each), began[] and began_to[]
-	 * (6). */
-	size_t sz = emb_cmap_encoded_size(2) + 10 * EMB_NSLOTS;
-	uint8_t *buf = malloc(sz);
+	/* Dense: fill[] and warm[] (2 bytes a slot each), began[] and
+	 * began_to[] (6): version 4, the largest. */
+	size_t dense = emb_cmap_encoded_size(2) + 10 * EMB_NSLOTS, sz;
+	uint8_t *buf = malloc(dense);
 	uint32_t first = 0;
 	int n;
 
@@ -351,39 +352,67 @@ static void test_encode_fill(void)
 	emb_cmap_remove(m, 2, m);
 	CU_ASSERT_EQUAL(emb_cmap_size(m), emb_cmap_encoded_size(2));
 	n = emb_cmap_fill_next(m, 2, 50, &first);
+	CU_ASSERT_FATAL(n > 0 && first + (uint32_t)n <= EMB_NSLOTS);
 	emb_cmap_fill_begin(m, 2, first, (uint32_t)n, m);
-	/* A fill begun makes it version 4: the fill table after the slots,
-	 * then the copy-ahead table, then each slot's latest fill begun. */
 	CU_ASSERT_EQUAL(m->began[first], m->epoch);
 	CU_ASSERT_EQUAL(m->began_to[first], 2);
 	CU_ASSERT_EQUAL(m->began[(first + (uint32_t)n) % EMB_NSLOTS], 0);
 	CU_ASSERT(emb_cmap_refilled(m, first, 2, m->epoch - 1));
 	CU_ASSERT(!emb_cmap_refilled(m, first, 2, m->epoch));
 	CU_ASSERT(!emb_cmap_refilled(m, first, 1, 0));
+	/* A fill begun makes it version 5: after the slots, the fill's
+	 * slots (a count, then slot and rank), the copy-ahead's (none),
+	 * each slot's latest fill start (slot, target, epoch). */
+	sz = emb_cmap_encoded_size(2) + 2 + 4 * (size_t)n + 2 + 2 +
+	     8 * (size_t)n;
 	CU_ASSERT_EQUAL(emb_cmap_size(m), sz);
 	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, sz - 1), -ENOSPC);
 	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, sz), (int64_t)sz);
-	CU_ASSERT_EQUAL(buf[4], 4);
+	CU_ASSERT_EQUAL(buf[4], 5);
 	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), 0);
 	CU_ASSERT_EQUAL(memcmp(m, out, sizeof(*m)), 0);
 	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz - 2, out), EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz + 2, out), EMB_EBADFRAME);
 	{
-		/* A fill begun after the map's own epoch, or into a rank
-		 * out of range, or a rank without an epoch, is refused. */
-		size_t bt = emb_cmap_encoded_size(2) + 4 * EMB_NSLOTS +
-			    6 * (size_t)first;
-		uint8_t keep[6];
+		const size_t fl = emb_cmap_encoded_size(2) + 2;
+		const size_t bt = fl + 4 * (size_t)n + 4;
+		uint8_t keep[8];
 
-		memcpy(keep, buf + bt, 6);
-		buf[bt] = (uint8_t)(m->epoch + 1);
+		/* A fill start after the map's own epoch, into a rank out
+		 * of range, or without an epoch, is refused. */
+		memcpy(keep, buf + bt, 8);
+		emb_le32_store(buf + bt + 4, (uint32_t)m->epoch + 1);
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
-		memcpy(buf + bt, keep, 6);
-		buf[bt + 4] = 3;
+		memcpy(buf + bt, keep, 8);
+		buf[bt + 2] = 3;
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
-		memset(buf + bt, 0, 4);
-		buf[bt + 4] = 2;
+		memcpy(buf + bt, keep, 8);
+		memset(buf + bt + 4, 0, 4);
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
-		memcpy(buf + bt, keep, 6);
+		memcpy(buf + bt, keep, 8);
+		/* Slots out of order, or past the last, are refused. */
+		if (n > 1) {
+			buf[bt + 8] = buf[bt];
+			buf[bt + 9] = buf[bt + 1];
+			CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out),
+					EMB_EBADFRAME);
+			emb_le16_store(buf + bt + 8, (uint16_t)(first + 1));
+		}
+		emb_le16_store(buf + bt, EMB_NSLOTS);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+		memcpy(buf + bt, keep, 8);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), 0);
+		/* A count past the bytes that follow is refused. */
+		emb_le16_store(buf + fl - 2, (uint16_t)(n + 1));
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+		emb_le16_store(buf + fl - 2, (uint16_t)n);
+		/* A filling server that holds its slot already, or a rank
+		 * out of range, is refused. */
+		emb_le16_store(buf + fl + 2, m->slot[first][0]);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+		emb_le16_store(buf + fl + 2, 3);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+		emb_le16_store(buf + fl + 2, 2);
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), 0);
 	}
 	/* The fill's end keeps when it began, and its target. */
@@ -392,14 +421,43 @@ static void test_encode_fill(void)
 	CU_ASSERT_EQUAL(out->fill[first], EMB_CMAP_NONE);
 	CU_ASSERT_EQUAL(out->began[first], m->epoch);
 	CU_ASSERT_EQUAL(out->began_to[first], 2);
-	/* A filling server that holds its slot already, or a rank out of
-	 * range, is refused. */
-	size_t at = emb_cmap_encoded_size(2) + 2 * first;
-	buf[at] = (uint8_t)m->slot[first][0];
-	buf[at + 1] = 0;
-	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
-	buf[at] = 3;
-	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+	CU_ASSERT_EQUAL(emb_cmap_size(out), emb_cmap_encoded_size(2) + 6 +
+						 8 * (size_t)n);
+
+	/* Every slot being filled, with a fill start: version 4, dense,
+	 * is the smaller (12 bytes a slot listed against 10). */
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		m->fill[s] = 2;
+		if (!m->began[s]) {
+			m->began[s] = (uint32_t)m->epoch;
+			m->began_to[s] = 0;
+		}
+	}
+	CU_ASSERT_EQUAL(emb_cmap_size(m), dense);
+	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, dense), (int64_t)dense);
+	CU_ASSERT_EQUAL(buf[4], 4);
+	CU_ASSERT_EQUAL(emb_cmap_decode(buf, dense, out), 0);
+	CU_ASSERT_EQUAL(memcmp(m, out, sizeof(*m)), 0);
+	CU_ASSERT_EQUAL(emb_cmap_decode(buf, dense - 2, out), EMB_EBADFRAME);
+	{
+		/* The same checks in the dense tables. */
+		size_t bt = emb_cmap_encoded_size(2) + 4 * EMB_NSLOTS +
+			    6 * (size_t)first;
+		size_t at = emb_cmap_encoded_size(2) + 2 * first;
+
+		buf[bt] = (uint8_t)(m->epoch + 1);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, dense, out),
+				EMB_EBADFRAME);
+		buf[bt] = (uint8_t)m->epoch;
+		buf[bt + 4] = 3;
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, dense, out),
+				EMB_EBADFRAME);
+		buf[bt + 4] = 2;
+		buf[at] = (uint8_t)m->slot[first][0];
+		buf[at + 1] = 0;
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, dense, out),
+				EMB_EBADFRAME);
+	}
 	free(buf);
 	free(out);
 	free(m);
@@ -638,11 +696,16 @@ static void test_warm(void)
 	CU_ASSERT_EQUAL(m->epoch, e + 1);
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
 		CU_ASSERT_EQUAL(m->warm[s], EMB_CMAP_NONE);
-	/* The fenced stream is a fill begun: version 4. */
+	/* The fenced stream is a fill begun: version 5 (its fill and its
+	 * starts, 4 and 8 bytes a slot of the chunk). */
 	CU_ASSERT_EQUAL(m->began[first], m->epoch);
 	CU_ASSERT_EQUAL(m->began_to[first], to);
 	CU_ASSERT_EQUAL(emb_cmap_size(m),
-			emb_cmap_encoded_size(2) + 10 * EMB_NSLOTS);
+			emb_cmap_encoded_size(2) + 6 + 12 * (size_t)n);
+	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, sz), (int64_t)emb_cmap_size(m));
+	CU_ASSERT_EQUAL(buf[4], 5);
+	CU_ASSERT_EQUAL(emb_cmap_decode(buf, emb_cmap_size(m), out), 0);
+	CU_ASSERT_EQUAL(memcmp(m, out, sizeof(*m)), 0);
 	CU_ASSERT_EQUAL(emb_cmap_move_done(m, 2, to, first, (uint32_t)n, m),
 			n);
 	/* A death of the target ends a copy ahead; warm_end() ends any. */
@@ -714,14 +777,37 @@ static void test_fill_again(void)
 	free(m);
 
 	/* The largest map a CLUSTER_MAP answer carries: version 4 at the
-	 * most copies. */
+	 * most copies, every slot filled with a fill start (version 5, 12
+	 * bytes a slot then, would be larger, so it is not written). */
 	m = new_map(EMB_WIRE_REPLICAS_MAX + 1, EMB_WIRE_REPLICAS_MAX);
 	emb_cmap_remove(m, 0, m);
 	first = 0;
 	n = emb_cmap_fill_next(m, 0, 16, &first);
 	CU_ASSERT_FATAL(n > 0);
 	emb_cmap_fill_begin(m, 0, first, (uint32_t)n, m);
+	CU_ASSERT(emb_cmap_size(m) < EMB_WIRE_MAP_CMAP_MAX);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		m->fill[sl] = 0;
+		if (!m->began[sl]) {
+			m->began[sl] = 1;
+			m->began_to[sl] = 0;
+		}
+	}
 	CU_ASSERT_EQUAL(emb_cmap_size(m), EMB_WIRE_MAP_CMAP_MAX);
+	{
+		uint8_t *buf = malloc(EMB_WIRE_MAP_CMAP_MAX);
+		struct emb_cmap *out = malloc(sizeof(*out));
+
+		CU_ASSERT_FATAL(buf && out);
+		CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, EMB_WIRE_MAP_CMAP_MAX),
+				(int64_t)EMB_WIRE_MAP_CMAP_MAX);
+		CU_ASSERT_EQUAL(buf[4], 4);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, EMB_WIRE_MAP_CMAP_MAX, out),
+				0);
+		CU_ASSERT_EQUAL(memcmp(m, out, sizeof(*m)), 0);
+		free(buf);
+		free(out);
+	}
 	free(m);
 }
 
@@ -741,7 +827,7 @@ int main(int argc, char **argv)
 	    {"a fill begun again into the same server from another source "
 	     "is seen by its start epoch",
 	     test_fill_again},
-	    {"a map with a fill begun encodes as version 4", test_encode_fill},
+	    {"a map with a fill begun encodes as version 5, or 4 where smaller", test_encode_fill},
 	    {"a join moves a fair share to the new server, R holders "
 	     "throughout",
 	     test_join},

@@ -24,24 +24,23 @@ static _Alignas(8) uint8_t buf[BUF_BYTES];
 
 /* The CLUSTER_MAP response's bytes as docs/scale.md states them: header,
  * worker count and replicas, the slot map, one 264-byte entry a server,
- * and with R > 1 the replicated map (24 + 2 R 4096, plus 2 * 4096 for the
- * fill table of a version 2 map). */
-static uint64_t map_formula(uint32_t S, uint32_t R, bool filling)
+ * and with R > 1 the replicated map (24 + 2 R 4096). With n slots being
+ * filled, version 5 lists them: three counts (6 bytes), 4 bytes a slot in
+ * the fill table and 8 in the fill starts' (cluster/map.c). */
+static uint64_t map_formula(uint32_t S, uint32_t R, uint32_t n)
 {
 	uint64_t b = 32 + 8 + 2 * 4096 + 264ull * S;
 
 	if (R > 1)
-		/* Once a fill has begun, version 4: the fill and copy-ahead
-		 * tables and each slot's latest fill start (cluster/map.h). */
-		b += 24 + 2ull * R * 4096 + (filling ? 10 * 4096 : 0);
+		b += 24 + 2ull * R * 4096 + (n ? 6 + 12ull * n : 0);
 	return b;
 }
 
 /* Encodes the map the scheduler sends for S servers with R copies (every
  * host as long as "10.0.100.200", which the entry pads anyway); returns
  * the frame's bytes. With filling, one chunk of slots is being filled, as
- * during a recovery. */
-static int encode_map(uint32_t S, uint32_t R, bool filling)
+ * during a recovery; *nfill (may be NULL) gets its slots. */
+static int encode_map(uint32_t S, uint32_t R, bool filling, uint32_t *nfill)
 {
 	struct emb_cmap *m = malloc(sizeof(*m));
 	struct emb_wire_node_addr *addrs = calloc(S, sizeof(*addrs));
@@ -64,6 +63,8 @@ static int encode_map(uint32_t S, uint32_t R, bool filling)
 		CU_ASSERT_FATAL(n > 0);
 		CU_ASSERT_EQUAL_FATAL(
 		    emb_cmap_fill_begin(m, 0, first, (uint32_t)n, m), n);
+		if (nfill)
+			*nfill = (uint32_t)n;
 	}
 	for (uint32_t i = 0; i < S; i++) {
 		snprintf(addrs[i].host, sizeof(addrs[i].host), "10.0.%u.%u",
@@ -92,18 +93,19 @@ static void map_sizes(void)
 
 	for (size_t i = 0; i < sizeof(servers) / sizeof(servers[0]); i++) {
 		for (uint32_t R = 1; R <= 3; R++) {
-			uint32_t S = servers[i];
-			int len = encode_map(S, R, false);
+			uint32_t S = servers[i], n = 0;
+			int len = encode_map(S, R, false, NULL);
 
-			CU_ASSERT_EQUAL(len, (int)map_formula(S, R, false));
+			CU_ASSERT_EQUAL(len, (int)map_formula(S, R, 0));
 			printf("scale-wire: map S=%u R=%u bytes=%d\n", S, R,
 			       len);
 			if (R == 1)
 				continue;
-			len = encode_map(S, R, true);
-			CU_ASSERT_EQUAL(len, (int)map_formula(S, R, true));
-			printf("scale-wire: map S=%u R=%u filling bytes=%d\n",
-			       S, R, len);
+			len = encode_map(S, R, true, &n);
+			CU_ASSERT_EQUAL(len, (int)map_formula(S, R, n));
+			printf("scale-wire: map S=%u R=%u filling slots=%u "
+			       "bytes=%d\n",
+			       S, R, n, len);
 		}
 	}
 }
@@ -202,9 +204,14 @@ static void recovery_epochs(void)
 		 * predecessor's: R shares in all. */
 		CU_ASSERT(slots >= 2 * (EMB_NSLOTS / S) &&
 			  slots <= 2 * ((EMB_NSLOTS + S - 1) / S));
+		/* The map from then on keeps each refilled slot's fill
+		 * start: 8 bytes a slot, with the three counts. */
+		CU_ASSERT_EQUAL(emb_cmap_size(m), emb_cmap_encoded_size(2) +
+						      6 + 8 * (size_t)slots);
 		printf("scale-wire: recovery S=%u R=2 slots=%u chunks=%u "
-		       "epochs=%llu\n",
-		       S, slots, chunks, (unsigned long long)(m->epoch - e0));
+		       "epochs=%llu map_after=%zu\n",
+		       S, slots, chunks, (unsigned long long)(m->epoch - e0),
+		       emb_cmap_size(m));
 	}
 	free(m);
 }
