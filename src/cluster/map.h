@@ -19,15 +19,27 @@
  *   20      4       replicas wanted per slot, 1..EMB_CMAP_REPLICAS_MAX
  *   24      2*R*N   for each slot in order, R u16 server ranks, primary
  *                   first; EMB_CMAP_NONE after the last live one
- *   version 2 only (written when some slot is being filled):
+ *   version 2 on (written when some slot is being filled):
  *   24+2*R*N 2*N    for each slot in order, the u16 rank of the server
  *                   being filled with it, or EMB_CMAP_NONE
- *   version 3 only (written when some slot is copied ahead of a move):
+ *   version 3 on (written when some slot is copied ahead of a move):
  *   24+2*R*N+2*N 2*N for each slot in order, the u16 rank of the server
  *                   its rows are copied to ahead of a move, or
  *                   EMB_CMAP_NONE
+ *   version 4 (written once any fill has begun, where smaller than 5):
+ *   24+2*R*N+4*N 6*N for each slot in order, the u32 epoch of the map
+ *                   that began its latest fill (0: none) and the u16
+ *                   rank it filled (EMB_CMAP_NONE: none)
  *   size = 24 + 2 * replicas * EMB_NSLOTS (version 1), plus
- *          2 * EMB_NSLOTS (version 2), plus 2 * EMB_NSLOTS (version 3)
+ *          2 * EMB_NSLOTS (version 2), plus 2 * EMB_NSLOTS (version 3),
+ *          plus 6 * EMB_NSLOTS (version 4)
+ *   version 5 (the same tables as 4, listed; written where smaller):
+ *   24+2*R*N 2      kf, then kf entries of u16 slot, u16 filling rank
+ *           2       kw, then kw entries of u16 slot, u16 copy-ahead rank
+ *           2       kb, then kb entries of u16 slot, u16 rank filled,
+ *                   u32 epoch the fill began (> 0)
+ *                   slots strictly ascending in each list
+ *   size = 24 + 2 * replicas * EMB_NSLOTS + 6 + 4 kf + 4 kw + 8 kb
  *
  * Recovery (docs/replication.md, "Recovery"): a server that joins a
  * running job takes the place of a dead rank and is first a *filling*
@@ -94,8 +106,9 @@ static inline size_t emb_cmap_encoded_size(uint32_t replicas)
 	return EMB_CMAP_HDR_SIZE + 2u * (size_t)replicas * EMB_NSLOTS;
 }
 
-/* Bytes emb_cmap_encode() writes for m: version 3 when a slot is copied
- * ahead of a move, 2 when one is being filled, else version 1
+/* Bytes emb_cmap_encode() writes for m: once a fill has begun, the
+ * smaller of versions 4 and 5; else version 3 when a slot is copied ahead
+ * of a move, 2 when one is being filled, else version 1
  * (emb_cmap_encoded_size()). */
 size_t emb_cmap_size(const struct emb_cmap *m);
 

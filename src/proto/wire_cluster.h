@@ -194,7 +194,7 @@
 #define EMB_WIRE_MAP_ENTRY_SIZE	    264u
 /* Largest replicated map tail: cluster/map.h's version 4 with R = 8 (the
  * fill and copy-ahead tables, 2 bytes a slot each, and each slot's latest
- * fill start, 6). */
+ * fill start, 6); version 5 is written only where it is smaller. */
 #define EMB_WIRE_MAP_CMAP_MAX                                                  \
 	(24u + 2u * EMB_WIRE_REPLICAS_MAX * EMB_NSLOTS + 10u * EMB_NSLOTS)
 
