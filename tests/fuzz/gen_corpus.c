@@ -316,6 +316,37 @@ static void save_cluster(void)
 						 primaries, addrs, 2, cm,
 						 sizeof(cm)));
 	}
+	/* The same as version 5 (cluster/map.h): the fill and the fill
+	 * starts listed by slot, no copy ahead. */
+	{
+		static uint16_t primaries[EMB_NSLOTS];
+		static uint8_t cm[24 + 2 * EMB_NSLOTS + 6 + 4 * 16 + 8 * 32];
+		uint8_t *p = cm + 24 + 2 * EMB_NSLOTS;
+
+		cmap_header(cm, 5, 7, 2, 1);
+		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
+			primaries[i] = i >= 16 && (i < 32 || i >= EMB_NSLOTS / 2);
+			emb_le16_store(cm + 24 + 2 * i, primaries[i]);
+		}
+		emb_le16_store(p, 16);
+		p += 2;
+		for (uint32_t i = 0; i < 16; i++, p += 4) {
+			emb_le16_store(p, (uint16_t)i);
+			emb_le16_store(p + 2, 1);
+		}
+		emb_le16_store(p, 0);
+		emb_le16_store(p + 2, 32);
+		p += 4;
+		for (uint32_t i = 0; i < 32; i++, p += 8) {
+			emb_le16_store(p, (uint16_t)i);
+			emb_le16_store(p + 2, 1);
+			emb_le32_store(p + 4, i < 16 ? 6 : 4);
+		}
+		save("cluster_map_resp_sparse",
+		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 1,
+						 primaries, addrs, 2, cm,
+						 sizeof(cm)));
+	}
 	save("moves_req", emb_wire_moves_req_encode(buf, sizeof(buf), 9));
 	{
 		struct emb_wire_moves mv = {
