@@ -585,6 +585,100 @@ static void test_etcd_stall(void)
 	env_clear();
 }
 
+/* Puts /embstore/<job>/sub = "" in etcd, as a node would. */
+static void job_put(const char *sub)
+{
+	struct emb_etcd_opts o = {.endpoints = etcd.url};
+	struct emb_etcd *e;
+	char key[256];
+
+	snprintf(key, sizeof(key), "/embstore/%s/%s", job, sub);
+	CU_ASSERT_EQUAL_FATAL(emb_etcd_create(&o, &e), 0);
+	CU_ASSERT_EQUAL(emb_etcd_put(e, key, "", 0, 0), 0);
+	emb_etcd_destroy(e);
+}
+
+static void on_coord_end(void *arg, int status)
+{
+	__atomic_store_n((int *)arg, status, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * etcd stalls (SIGSTOP) for 5 s, past the 2 s leases: waking, it revokes
+ * them all. A node it was silent to takes its rank back on a new lease
+ * (docs/coordinator.md, "When etcd stalls"), unless some node counted it
+ * dead: here server 1's dead mark is in etcd already, as a node that
+ * counted it dead would have put it. Server 1 is out of the job
+ * (EMB_ENODEAD), its rank key stays gone, and it is failed over; servers
+ * 0 and 2 and the worker go on, their keys back.
+ */
+static void test_relet(void)
+{
+	struct emb_coord_opts o = {.endpoints = etcd.url,
+				   .role = EMB_ROLE_SERVER,
+				   .host = "127.0.0.1",
+				   .server_num = 3,
+				   .worker_num = 1,
+				   .replicas = 2,
+				   .ttl_ms = 2000,
+				   .join_timeout_ms = 10000,
+				   .on_end = on_coord_end};
+	struct emb_coord *c[4];
+	struct emb_wire_node_addr *addrs = NULL;
+	struct emb_etcd_range r;
+	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
+	int end[4] = {1, 1, 1, 1};
+	char sub[64];
+	uint32_t marked = 3;
+
+	CU_ASSERT_FATAL(slots != NULL);
+	new_job();
+	o.job = job;
+	for (uint32_t i = 0; i < 4; i++) {
+		if (i == 3)
+			o.role = EMB_ROLE_WORKER;
+		o.port = (uint16_t)(7100 + i);
+		o.arg = &end[i];
+		CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &c[i]), 0);
+		if (i < 3 && emb_coord_reg(c[i])->rank == 1)
+			marked = i;
+	}
+	CU_ASSERT_FATAL(marked < 3);
+	CU_ASSERT_EQUAL_FATAL(emb_coord_wait_map(c[3], slots, &addrs), 0);
+	free(addrs);
+	snprintf(sub, sizeof(sub), "dead/server/1");
+	job_put(sub);
+
+	CU_ASSERT_EQUAL_FATAL(kill(etcd.pid, SIGSTOP), 0);
+	sleep_ms(5000);
+	kill(etcd.pid, SIGCONT);
+	for (int k = 0;
+	     k < 1500 && __atomic_load_n(&end[marked], __ATOMIC_SEQ_CST) == 1;
+	     k++)
+		sleep_ms(10);
+	CU_ASSERT_EQUAL(__atomic_load_n(&end[marked], __ATOMIC_SEQ_CST),
+			EMB_ENODEAD);
+	/* Server 1 stays dead, and once the others' wait for the vanished
+	 * ranks is up, it is failed over (epoch 2); the others took their
+	 * ranks back, and their keys are there. */
+	for (int k = 0; k < 1500 && emb_coord_epoch(c[3]) < 2; k++)
+		sleep_ms(10);
+	CU_ASSERT_EQUAL(emb_coord_epoch(c[3]), 2);
+	CU_ASSERT_EQUAL(job_keys("server/", &r), 2);
+	for (uint32_t i = 0; i < r.n; i++)
+		CU_ASSERT_PTR_NULL(strstr(r.kvs[i].key, "server/1"));
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL(job_keys("worker/", &r), 1);
+	emb_etcd_range_free(&r);
+	for (uint32_t i = 0; i < 4; i++)
+		if (i != marked)
+			CU_ASSERT_EQUAL(
+			    __atomic_load_n(&end[i], __ATOMIC_SEQ_CST), 1);
+	for (uint32_t i = 0; i < 4; i++)
+		emb_coord_destroy(c[i]);
+	free(slots);
+}
+
 static struct emb_coord *coord_join(uint32_t role, uint16_t port)
 {
 	struct emb_coord_opts o = {.endpoints = etcd.url,
@@ -1367,6 +1461,9 @@ int main(int argc, char **argv)
 	    {"embstore launch --coordinator runs a job with no scheduler",
 	     test_launch},
 	    {"losing etcd ends a node's job with EMB_ENOETCD", test_etcd_lost},
+	    {"after etcd stalled past the leases, nodes take their ranks back, "
+	     "but not one counted dead",
+	     test_relet},
 	    {NULL, NULL},
 	};
 	int rc;
