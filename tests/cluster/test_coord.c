@@ -603,6 +603,34 @@ static void on_coord_end(void *arg, int status)
 	__atomic_store_n((int *)arg, status, __ATOMIC_SEQ_CST);
 }
 
+/* A node of a job of 3 servers (2 copies) and 1 worker on 2 s leases;
+ * end (may be NULL) gets the status its job ended with. */
+static struct emb_coord *coord_join_end(uint32_t role, uint16_t port,
+					int *end)
+{
+	struct emb_coord_opts o = {.endpoints = etcd.url,
+				   .job = job,
+				   .role = role,
+				   .host = "127.0.0.1",
+				   .port = port,
+				   .server_num = 3,
+				   .worker_num = 1,
+				   .replicas = 2,
+				   .ttl_ms = 2000,
+				   .join_timeout_ms = 10000,
+				   .on_end = end ? on_coord_end : NULL,
+				   .arg = end};
+	struct emb_coord *c = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &c), 0);
+	return c;
+}
+
+static struct emb_coord *coord_join(uint32_t role, uint16_t port)
+{
+	return coord_join_end(role, port, NULL);
+}
+
 /*
  * etcd stalls (SIGSTOP) for 5 s, past the 2 s leases: waking, it revokes
  * them all. A node it was silent to takes its rank back on a new lease
@@ -614,15 +642,6 @@ static void on_coord_end(void *arg, int status)
  */
 static void test_relet(void)
 {
-	struct emb_coord_opts o = {.endpoints = etcd.url,
-				   .role = EMB_ROLE_SERVER,
-				   .host = "127.0.0.1",
-				   .server_num = 3,
-				   .worker_num = 1,
-				   .replicas = 2,
-				   .ttl_ms = 2000,
-				   .join_timeout_ms = 10000,
-				   .on_end = on_coord_end};
 	struct emb_coord *c[4];
 	struct emb_wire_node_addr *addrs = NULL;
 	struct emb_etcd_range r;
@@ -633,13 +652,9 @@ static void test_relet(void)
 
 	CU_ASSERT_FATAL(slots != NULL);
 	new_job();
-	o.job = job;
 	for (uint32_t i = 0; i < 4; i++) {
-		if (i == 3)
-			o.role = EMB_ROLE_WORKER;
-		o.port = (uint16_t)(7100 + i);
-		o.arg = &end[i];
-		CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &c[i]), 0);
+		c[i] = coord_join_end(i < 3 ? EMB_ROLE_SERVER : EMB_ROLE_WORKER,
+				      (uint16_t)(7100 + i), &end[i]);
 		if (i < 3 && emb_coord_reg(c[i])->rank == 1)
 			marked = i;
 	}
@@ -677,24 +692,6 @@ static void test_relet(void)
 	for (uint32_t i = 0; i < 4; i++)
 		emb_coord_destroy(c[i]);
 	free(slots);
-}
-
-static struct emb_coord *coord_join(uint32_t role, uint16_t port)
-{
-	struct emb_coord_opts o = {.endpoints = etcd.url,
-				   .job = job,
-				   .role = role,
-				   .host = "127.0.0.1",
-				   .port = port,
-				   .server_num = 3,
-				   .worker_num = 1,
-				   .replicas = 2,
-				   .ttl_ms = 2000,
-				   .join_timeout_ms = 10000};
-	struct emb_coord *c = NULL;
-
-	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &c), 0);
-	return c;
 }
 
 static uint64_t seen_epoch; /* the worker's map watcher */
