@@ -1145,9 +1145,9 @@ int emb_coord_fill_done(struct emb_coord *c, uint32_t first, uint32_t n,
  * or any gone soon after etcd did not answer this node's renewal or this
  * node took its own lease back (relet()), is etcd's doing: a stall past
  * the TTL after which it revoked every lease at once, while the nodes
- * lived. Each takes its rank back within a
- * renewal or two; one that does not is dead when the wait is up. This
- * node's own key counts as there: its lease thread judges it.
+ * lived. Each takes its rank back within a renewal or two; one that does
+ * not is dead when the wait is up. This node's own key counts as there:
+ * its lease thread judges it.
  */
 static void vanished(struct emb_coord *c, uint8_t *live, uint8_t *lw,
 		     const uint8_t *fin)
@@ -1156,38 +1156,32 @@ static void vanished(struct emb_coord *c, uint8_t *live, uint8_t *lw,
 	const int64_t now = (int64_t)emb_clock_ms();
 	const int64_t wait = (int64_t)VANISH_LEASES * c->reg.hb_timeout_ms;
 	uint32_t missing = 0, counted = 0, waited = 0;
-	int64_t relet_at, silent_at;
 	bool many;
 
+	/* The dead flags are the agent's own, but written under mu. */
 	pthread_mutex_lock(&c->mu);
-	relet_at = c->relet_at;
-	silent_at = c->silent_at;
 	for (uint32_t i = 0; i < S + W; i++) {
 		bool srv = i < S;
 		uint32_t rank = srv ? i : i - S;
 
-		if (srv ? c->dead_srv[rank] : c->dead_wrk[rank] || fin[rank])
+		if (srv ? c->dead_srv[rank] : (c->dead_wrk[rank] || fin[rank]))
 			continue;
 		counted++;
 		missing += !(srv ? live[rank] : lw[rank]);
 	}
-	pthread_mutex_unlock(&c->mu);
-	many = 2 * missing > counted || (relet_at && now - relet_at < wait) ||
-	       (silent_at && now - silent_at < wait);
+	many = 2 * missing > counted ||
+	       (c->relet_at && now - c->relet_at < wait) ||
+	       (c->silent_at && now - c->silent_at < wait);
 	for (uint32_t i = 0; i < S + W; i++) {
 		bool srv = i < S;
 		uint32_t rank = srv ? i : i - S;
 		uint8_t *here = srv ? &live[rank] : &lw[rank];
-		bool dead;
 
 		if (*here || (!srv && fin[rank])) {
 			c->gone_since[i] = 0;
 			continue;
 		}
-		pthread_mutex_lock(&c->mu);
-		dead = srv ? c->dead_srv[rank] : c->dead_wrk[rank];
-		pthread_mutex_unlock(&c->mu);
-		if (dead)
+		if (srv ? c->dead_srv[rank] : c->dead_wrk[rank])
 			continue; /* told already */
 		if (rank == c->reg.rank &&
 		    (c->reg.role == EMB_ROLE_SERVER) == srv) {
@@ -1203,6 +1197,7 @@ static void vanished(struct emb_coord *c, uint8_t *live, uint8_t *lw,
 		else
 			c->gone_since[i] = 0;
 	}
+	pthread_mutex_unlock(&c->mu);
 	if (waited)
 		emb_log(EMB_LOG_WARN,
 			"%s %u: %u of %u ranks' etcd keys vanished at once "
@@ -1290,7 +1285,7 @@ static int poll_job(struct emb_coord *c)
 	for (uint32_t i = 0; i < S + W; i++) {
 		bool srv = i < S;
 		uint32_t rank = srv ? i : i - S;
-		bool dead;
+		bool dead, tell;
 
 		if (srv && live[rank]) {
 			/* A newcomer took a dead rank: its death would be
@@ -1303,9 +1298,10 @@ static int poll_job(struct emb_coord *c)
 		if (!srv && (lw[rank] || fin[rank]))
 			continue;
 		pthread_mutex_lock(&c->mu);
-		dead = srv ? c->dead_srv[rank] : c->dead_wrk[rank];
+		dead = (srv ? c->dead_srv[rank] : c->dead_wrk[rank]) ||
+		       c->ended;
 		pthread_mutex_unlock(&c->mu);
-		if (!dead && !c->ended) {
+		if (!dead) {
 			bool marked = false;
 
 			/* Dead only once etcd has it so: a rank whose node
@@ -1321,14 +1317,15 @@ static int poll_job(struct emb_coord *c)
 			}
 		}
 		pthread_mutex_lock(&c->mu);
-		if (!dead && !c->ended) {
+		tell = !dead && !c->ended;
+		if (tell) {
 			if (srv)
 				c->dead_srv[rank] = 1;
 			else
 				c->dead_wrk[rank] = 1;
 		}
 		pthread_mutex_unlock(&c->mu);
-		if (!dead && !c->ended)
+		if (tell)
 			declare_dead(c, srv ? EMB_ROLE_SERVER : EMB_ROLE_WORKER,
 				     rank);
 	}
@@ -1375,6 +1372,19 @@ static int poll_job(struct emb_coord *c)
 	pthread_mutex_unlock(&c->mu);
 	free(live);
 	return 0;
+}
+
+/* Whether key exists in etcd (*present), or an etcd error. */
+static int key_present(struct emb_etcd *e, const char *key, bool *present)
+{
+	struct emb_etcd_range r;
+	int rc = emb_etcd_get(e, key, false, true, &r);
+
+	if (!rc) {
+		*present = r.n > 0;
+		emb_etcd_range_free(&r);
+	}
+	return rc;
 }
 
 /*
@@ -1448,21 +1458,13 @@ static int relet(struct emb_coord *c)
 		rc = emb_etcd_txn(c->lease_etcd, cmps, 3, &op, 1, &ok);
 		if (rc || ok)
 			break;
-		rc = emb_etcd_get(c->lease_etcd, krank, false, true, &r);
-		if (!rc) {
-			ok = r.n > 0;
-			emb_etcd_range_free(&r);
-			rc = ok ? 0 : emb_etcd_get(c->lease_etcd, kdead, false,
-						   true, &r);
-			if (!ok && !rc) {
-				ok = r.n > 0;
-				emb_etcd_range_free(&r);
-			}
-		}
+		/* Taken by a newcomer, or counted dead: over; else the map
+		 * moved (the last try gives up). */
+		rc = key_present(c->lease_etcd, krank, &ok);
+		if (!rc && !ok)
+			rc = key_present(c->lease_etcd, kdead, &ok);
 		if (rc)
 			break;
-		/* Taken by a newcomer, or counted dead; else the map moved
-		 * (the last try gives up). */
 		rc = EMB_ENODEAD;
 		if (ok)
 			break;
@@ -1551,18 +1553,6 @@ static void *lease_main(void *arg)
 					got_s = 0;
 				}
 			}
-			if (rc == EMB_ENOLEASE || rc == EMB_ENODEAD ||
-			    rc == EMB_ECLUSTER) {
-				end_job(c, EMB_ENODEAD,
-					"its etcd lease expired: the others "
-					"count it dead");
-				rc = EMB_ENODEAD;
-			} else if (rc) {
-				silent = true;
-				pthread_mutex_lock(&c->mu);
-				c->silent_at = (int64_t)emb_clock_ms();
-				pthread_mutex_unlock(&c->mu);
-			}
 			now = (int64_t)emb_clock_ms();
 			if (rc == 0) {
 				last_ok = now;
@@ -1570,8 +1560,11 @@ static void *lease_main(void *arg)
 				silent = false;
 				if (got_s * 1000 > lease_ms)
 					lease_ms = got_s * 1000;
-			} else if (rc == EMB_ENODEAD || rc == EMB_ECLUSTER) {
-				/* ended above */
+			} else if (rc == EMB_ENOLEASE || rc == EMB_ENODEAD ||
+				   rc == EMB_ECLUSTER) {
+				end_job(c, EMB_ENODEAD,
+					"its etcd lease expired: the others "
+					"count it dead");
 			} else if (now - last_ok >
 				   lease_ms * (1 + STALL_LEASES)) {
 				char why[96];
@@ -1582,6 +1575,10 @@ static void *lease_main(void *arg)
 					 emb_strerror(rc));
 				end_job(c, EMB_ENOETCD, why);
 			} else {
+				silent = true;
+				pthread_mutex_lock(&c->mu);
+				c->silent_at = now;
+				pthread_mutex_unlock(&c->mu);
 				if (!past && now - last_ok > lease_ms) {
 					past = true;
 					emb_log(EMB_LOG_WARN,
