@@ -683,17 +683,23 @@ static uint32_t count_of(const uint16_t *v)
 	return n;
 }
 
+/* Slots with a fill start. */
+static uint32_t began_count(const struct emb_cmap *m)
+{
+	uint32_t n = 0;
+
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		n += m->began[s] != 0;
+	return n;
+}
+
 /* Bytes version 5 adds to the holders: a 2-byte count for each table,
  * 4 bytes (slot, rank) a fill or copy-ahead entry, 8 (slot, target,
  * epoch) a fill start. */
 static size_t sparse_bytes(const struct emb_cmap *m)
 {
-	uint32_t nb = 0;
-
-	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
-		nb += m->began[s] != 0;
 	return 6u + 4u * (size_t)count_of(m->fill) +
-	       4u * (size_t)count_of(m->warm) + 8u * (size_t)nb;
+	       4u * (size_t)count_of(m->warm) + 8u * (size_t)began_count(m);
 }
 
 /* Bytes a dense version adds to the holders: 2 a slot for fill[] (2 on),
@@ -710,11 +716,7 @@ static size_t extra_bytes(uint32_t ver)
  * the smaller of versions 4 and 5. */
 static uint32_t version_of(const struct emb_cmap *m)
 {
-	bool began = false;
-
-	for (uint32_t s = 0; s < EMB_NSLOTS && !began; s++)
-		began = m->began[s] != 0;
-	if (began)
+	if (began_count(m))
 		return sparse_bytes(m) < extra_bytes(CMAP_VERSION_BEGAN)
 			   ? CMAP_VERSION_SPARSE
 			   : CMAP_VERSION_BEGAN;
@@ -723,13 +725,17 @@ static uint32_t version_of(const struct emb_cmap *m)
 				   : CMAP_VERSION;
 }
 
-size_t emb_cmap_size(const struct emb_cmap *m)
+/* Bytes m takes written in version ver. */
+static size_t size_in(const struct emb_cmap *m, uint32_t ver)
 {
-	uint32_t ver = version_of(m);
-
 	return emb_cmap_encoded_size(m->replicas) +
 	       (ver == CMAP_VERSION_SPARSE ? sparse_bytes(m)
 					   : extra_bytes(ver));
+}
+
+size_t emb_cmap_size(const struct emb_cmap *m)
+{
+	return size_in(m, version_of(m));
 }
 
 /* Version 5's list of v's entries at p: a count, then (slot, rank). */
@@ -748,8 +754,8 @@ static uint8_t *put_list(uint8_t *p, const uint16_t *v)
 
 int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 {
-	size_t need = emb_cmap_size(m);
-	uint32_t ver = version_of(m);
+	const uint32_t ver = version_of(m);
+	const size_t need = size_in(m, ver);
 	bool dense = ver != CMAP_VERSION_SPARSE;
 	uint8_t *p = buf;
 
