@@ -31,6 +31,12 @@ emb_start_server() {
 	return 1
 }
 
+# emb_have_etcd: whether etcd(1) and python3 (which emb_start_etcd needs
+# for free ports) are installed.
+emb_have_etcd() {
+	command -v etcd >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1
+}
+
 # emb_start_etcd DIR NAME: starts a one-member etcd(1) with its data and
 # log (etcd.log) in DIR, on two free loopback ports, in the background.
 # Sets epid and etcd_port (the client port); returns 1 (after printing the

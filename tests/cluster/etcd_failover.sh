@@ -21,8 +21,7 @@ src=${2:?usage: etcd_failover.sh TOOLS_DIR SRC_DIR}
 tools=$(cd "$tools" && pwd) || exit 1
 src=$(cd "$src" && pwd) || exit 1
 . "$src/tests/lib.sh"
-if ! command -v etcd >/dev/null 2>&1 || ! command -v python3 >/dev/null 2>&1
-then
+if ! emb_have_etcd; then
 	echo "no etcd or python3: skipped"
 	exit 77
 fi

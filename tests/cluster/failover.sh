@@ -95,8 +95,7 @@ grep -q 'map epoch 2' "$out" || bad "--replicas 2: the map did not change"
 
 # 1b. The same with the job in etcd, no scheduler: the dead server's
 #     lease expires, a live server writes the failover map.
-if ! command -v etcd >/dev/null 2>&1 || ! command -v python3 >/dev/null 2>&1
-then
+if ! emb_have_etcd; then
 	echo "no etcd: the run with --coordinator is skipped"
 elif ! emb_start_etcd "$work" failover; then
 	bad "etcd did not start"
