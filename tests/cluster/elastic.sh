@@ -183,6 +183,11 @@ moves_end
 
 if [ "$fail" -ne 0 ]; then
 	cat "$out" "$work/stat.txt"
+	# The newcomer started by hand logs apart from the launch.
+	if [ -f "$work/new.txt" ]; then
+		echo "--- newcomer (last 60 lines)"
+		tail -60 "$work/new.txt"
+	fi
 	exit 1
 fi
 echo "ok: R = $R: a server joined (${share} slots, ${rn} rows) and rank 0 left" \
