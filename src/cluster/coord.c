@@ -2,8 +2,9 @@
  * src/cluster/coord.c - the coordinator on etcd (coord.h). Keys under
  * P = /embstore/<job>/ (docs/coordinator.md):
  *
- *   P config            "servers=S workers=W ttl_ms=T replicas=R": the
- *                       first node's, which every later node must match
+ *   P config            "servers=S workers=W ttl_ms=T replicas=R
+ *                       [servers_max=M]": the first node's, which every
+ *                       later node must match (M > S: ranks to spare)
  *   P server/<rank>     "host:port", on the server's lease: its rank, and
  *                       that it is alive
  *   P worker/<rank>     "pid N", on the worker's lease
@@ -16,9 +17,20 @@
  *   P filling/<r>       a newcomer took dead rank r and is to be filled
  *                       (written with its claim; deleted by the map that
  *                       ends its fill)
- *   P fill              "rank first n epoch": the chunk being filled and
- *                       the epoch of the map that began it (written with
+ *   P fill              "rank first n epoch [kind from]": the chunk being
+ *                       filled (kind f), copied ahead of a move (w) or
+ *                       moved fenced (m) from server `from`, and the epoch
+ *                       of the map that began that step (written with
  *                       that map)
+ *   P joining/<r>       server r is given its share by moves (written
+ *                       with the map that ends its fill; deleted with the
+ *                       one that gives it its share)
+ *   P drain/<r>         server r is to leave: its slots move to the others
+ *                       (emb_coord_drain(), `embstore scale`); deleted
+ *                       when it leaves, or by the leader if it cannot be
+ *                       drained
+ *   P left/server/<r>   server r was drained and left: its key's end is no
+ *                       death (no lease; deleted by a claim of rank r)
  *   P fill_done         "source first n epoch status": the chunk's source
  *                       streamed it (or failed to); deleted by the map
  *                       that takes the next step
@@ -91,6 +103,9 @@ struct emb_coord {
 	char prefix[32 + EMB_COORD_JOB_MAX]; /* "/embstore/<job>/" */
 	int64_t lease;			   /* this node's */
 	uint32_t replicas;		   /* copies of each slot, the job's */
+	uint32_t start;			   /* servers the job forms with;
+					      reg.server_num is its ranks
+					      (servers_max) */
 	struct emb_wire_register_resp reg; /* role, rank, counts, TTL */
 	char rank_val[EMB_WIRE_HOST_MAX + 16]; /* the rank key's value */
 	uint32_t join_timeout_ms;	   /* waits */
@@ -114,6 +129,8 @@ struct emb_coord {
 	void *map_arg;		 /* for map_fn */
 	uint8_t *dead_srv;   /* [server_num]: declared dead */
 	uint8_t *dead_wrk;   /* [worker_num]: declared dead */
+	uint8_t *srv_live;   /* [server_num]: rank key there at the last
+				poll (or waited for, vanished()) */
 	struct emb_wire_node_ref *dead; /* in order of discovery */
 	uint32_t ndead;			/* entries in dead */
 	uint32_t dead_cap;		/* room in dead */
@@ -123,6 +140,8 @@ struct emb_coord {
 				(relet()), 0 if none */
 	int64_t silent_at;   /* of the lease thread's last renewal that
 				etcd did not answer, 0 if none */
+	int64_t drained_at;  /* agent: when this server, asked to drain,
+				first held nothing; 0 if not */
 	int64_t *gone_since; /* agent: [S + W] when a rank's key was first
 				missing in a vanish of many (poll_job()),
 				0 if not waited for */
@@ -177,13 +196,25 @@ static const char *role_dir(uint32_t role)
 	return role == EMB_ROLE_SERVER ? "server" : "worker";
 }
 
+/* Set on the agent and lease threads: the caller's cancel flag stops
+ * the callers' waits, never these threads. A server's SIGTERM sets it,
+ * and a server asked to drain by SIGTERM lives on, renewing its lease
+ * and polling, until it holds nothing. */
+static _Thread_local bool own_thread;
+
+/* True when the caller's wait is to give up (its cancel flag is set). */
+static bool cancelled(const struct emb_coord *c)
+{
+	return !own_thread && c->cancel && *c->cancel;
+}
+
 /* Sleeps ms unless stopped or cancelled; false if it should give up. */
 static bool nap(struct emb_coord *c, uint32_t ms)
 {
 	struct timespec ts;
 	bool stop;
 
-	if (c->cancel && *c->cancel)
+	if (cancelled(c))
 		return false;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += ms / 1000;
@@ -197,7 +228,7 @@ static bool nap(struct emb_coord *c, uint32_t ms)
 		pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 	stop = c->stop;
 	pthread_mutex_unlock(&c->mu);
-	return !stop && !(c->cancel && *c->cancel);
+	return !stop && !cancelled(c);
 }
 
 /* The job is over for this node (status 0, or why); reports it once. */
@@ -261,16 +292,31 @@ static bool again(struct emb_coord *c, int *rc)
 
 /* ---- config --------------------------------------------------------- */
 
+/* servers_max is optional: a job written without it has none to spare
+ * (*m = *s). A move has one writer more than a slot's copies, so ranks
+ * to spare need fewer than the most copies a map lists. */
 static int config_parse(const struct emb_etcd_kv *kv, uint32_t *s, uint32_t *w,
-			uint32_t *ttl, uint32_t *r)
+			uint32_t *ttl, uint32_t *r, uint32_t *m)
 {
-	if (!kv->value ||
-	    sscanf((const char *)kv->value,
-		   "servers=%u workers=%u ttl_ms=%u replicas=%u", s, w, ttl,
-		   r) != 4 ||
-	    !*s || *s > EMB_WIRE_SERVERS_MAX || !*w ||
+	char buf[128];
+	int used = 0;
+
+	if (!kv->value || kv->value_len >= sizeof(buf))
+		return EMB_EETCD;
+	memcpy(buf, kv->value, kv->value_len);
+	buf[kv->value_len] = '\0';
+	if (sscanf(buf, "servers=%u workers=%u ttl_ms=%u replicas=%u%n", s, w,
+		   ttl, r, &used) != 4)
+		return EMB_EETCD;
+	*m = *s;
+	if (buf[used] && (sscanf(buf + used, " servers_max=%u%n", m, &used) !=
+			      1 ||
+			  *m < *s || *m > EMB_WIRE_SERVERS_MAX))
+		return EMB_EETCD;
+	if (!*s || *s > EMB_WIRE_SERVERS_MAX || !*w ||
 	    *w > EMB_WIRE_WORKERS_MAX || !*ttl || !*r ||
-	    *r > EMB_CMAP_REPLICAS_MAX || *r > *s)
+	    *r > EMB_CMAP_REPLICAS_MAX || *r > *s ||
+	    (*m > *s && *r >= EMB_CMAP_REPLICAS_MAX))
 		return EMB_EETCD;
 	return 0;
 }
@@ -288,12 +334,19 @@ static int config_join(struct emb_coord *c, const struct emb_coord_opts *o,
 	int rc;
 
 	key_of(c, key, "config");
-	snprintf(val, sizeof(val),
-		 "servers=%u workers=%u ttl_ms=%u replicas=%u", o->server_num,
-		 o->worker_num, ttl, o->replicas ? o->replicas : 1);
+	{
+		int n = snprintf(val, sizeof(val),
+				 "servers=%u workers=%u ttl_ms=%u replicas=%u",
+				 o->server_num, o->worker_num, ttl,
+				 o->replicas ? o->replicas : 1);
+
+		if (o->server_max > o->server_num)
+			snprintf(val + n, sizeof(val) - (size_t)n,
+				 " servers_max=%u", o->server_max);
+	}
 	for (;;) {
 		struct emb_etcd_range r;
-		uint32_t s, w, t, rp;
+		uint32_t s, w, t, rp, m;
 
 		if (o->server_num && o->worker_num) {
 			struct emb_etcd_cmp cmp = {.key = key,
@@ -314,7 +367,7 @@ static int config_join(struct emb_coord *c, const struct emb_coord_opts *o,
 		if (rc)
 			goto etcd_down;
 		if (r.n) {
-			rc = config_parse(&r.kvs[0], &s, &w, &t, &rp);
+			rc = config_parse(&r.kvs[0], &s, &w, &t, &rp, &m);
 			if (rc)
 				emb_log(EMB_LOG_ERROR, "job %s: bad config '%s'",
 					c->prefix, (char *)r.kvs[0].value);
@@ -323,18 +376,21 @@ static int config_join(struct emb_coord *c, const struct emb_coord_opts *o,
 				return rc;
 			if ((o->server_num && o->server_num != s) ||
 			    (o->worker_num && o->worker_num != w) ||
-			    (o->replicas && o->replicas != rp)) {
+			    (o->replicas && o->replicas != rp) ||
+			    (o->server_max && o->server_max != m)) {
 				emb_log(EMB_LOG_ERROR,
-					"job %s has %u servers, %u workers "
-					"and %u replicas, not %u, %u and %u "
-					"(a stale job? delete its keys or "
-					"pick another EMB_JOB)",
-					c->prefix, s, w, rp, o->server_num,
-					o->worker_num, o->replicas);
+					"job %s has %u servers (ranks for %u), "
+					"%u workers and %u replicas, not %u "
+					"(%u), %u and %u (a stale job? delete "
+					"its keys or pick another EMB_JOB)",
+					c->prefix, s, m, w, rp, o->server_num,
+					o->server_max, o->worker_num,
+					o->replicas);
 				return EMB_ECLUSTER;
 			}
 			c->replicas = rp;
-			c->reg.server_num = s;
+			c->start = s;
+			c->reg.server_num = m;
 			c->reg.worker_num = w;
 			c->reg.hb_timeout_ms = t;
 			return 0;
@@ -452,9 +508,9 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 	size_t cap = (size_t)S * (EMB_HOST_MAX + 9) + 64;
 	char *list = malloc(cap), *lv = malloc(cap);
 	struct emb_cmap *m = malloc(sizeof(*m));
-	uint8_t *taken = calloc(S, 1);
+	uint8_t *taken = calloc(2 * (size_t)S, 1), *marked = taken + S;
 	char kmap[KEY_MAX], ksrv[KEY_MAX], kr[KEY_MAX], kw[KEY_MAX],
-	    kf[KEY_MAX], kd[KEY_MAX];
+	    kf[KEY_MAX], kd[KEY_MAX], kl[KEY_MAX], kdr[KEY_MAX], kj[KEY_MAX];
 	bool logged = false;
 	int rc = -ENOMEM;
 
@@ -469,7 +525,7 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 		uint32_t rank = UINT32_MAX, down = 0;
 		bool ok;
 
-		memset(taken, 0, S);
+		memset(taken, 0, 2 * (size_t)S);
 		rc = emb_etcd_get(c->etcd, c->prefix, true, false, &r);
 		if (again_until(c, rc, deadline))
 			continue;
@@ -483,6 +539,8 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 
 			if ((v = rank_in(k, "server", S)) >= 0) {
 				taken[v] = 1;
+			} else if ((v = rank_in(k, "dead/server", S)) >= 0) {
+				marked[v] = 1;
 			} else if (!strcmp(k, "map") && kv->value) {
 				map_rev = kv->mod_revision;
 				rc = emb_cmap_decode(kv->value, kv->value_len,
@@ -512,7 +570,8 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 		if (rank == UINT32_MAX && !down) {
 			emb_log(EMB_LOG_ERROR,
 				"job %s: every server rank (%u) is alive: no "
-				"place to take",
+				"place to take (start the job with ranks to "
+				"spare, --server_max, to add servers)",
 				c->prefix, S);
 			rc = EMB_ECLUSTER;
 			goto out;
@@ -547,6 +606,9 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 		key_of(c, kw, "filling/%u", rank);
 		key_of(c, kf, "fill_fails");
 		key_of(c, kd, "dead/server/%u", rank);
+		key_of(c, kl, "left/server/%u", rank);
+		key_of(c, kdr, "drain/%u", rank);
+		key_of(c, kj, "joining/%u", rank);
 		{
 			struct emb_etcd_cmp cmps[3] = {
 			    {.key = kr, .target = EMB_ETCD_CREATE},
@@ -557,7 +619,7 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 			     .target = EMB_ETCD_MOD,
 			     .revision = srv_rev},
 			};
-			struct emb_etcd_op ops[5] = {
+			struct emb_etcd_op ops[8] = {
 			    {.key = kr,
 			     .value = addr,
 			     .value_len = strlen(addr),
@@ -571,9 +633,15 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 			    /* Its death is over: the newcomer's own may be
 			     * marked again (dead_mark()). */
 			    {.key = kd, .del = true},
+			    /* A server drained from this rank left it; a
+			     * drain or join asked of an earlier holder is
+			     * not this one's. */
+			    {.key = kl, .del = true},
+			    {.key = kdr, .del = true},
+			    {.key = kj, .del = true},
 			};
 
-			rc = emb_etcd_txn(c->etcd, cmps, 3, ops, 5, &ok);
+			rc = emb_etcd_txn(c->etcd, cmps, 3, ops, 8, &ok);
 		}
 		/* A claim applied whose answer was lost: the retry finds
 		 * the key ours. */
@@ -598,10 +666,20 @@ static int claim_dead_rank(struct emb_coord *c, const char *addr,
 		c->reg.rank = rank;
 		c->reg.node_id = rank + 1;
 		c->reg.role = EMB_ROLE_SERVER;
-		emb_log(EMB_LOG_INFO,
-			"job %s: takes dead server %u's place at %s (map "
-			"epoch %llu); the leader fills it with its slots",
-			c->prefix, rank, addr, (unsigned long long)m->epoch);
+		if (marked[rank])
+			emb_log(EMB_LOG_INFO,
+				"job %s: takes dead server %u's place at %s "
+				"(map epoch %llu); the leader fills it with "
+				"its slots",
+				c->prefix, rank, addr,
+				(unsigned long long)m->epoch);
+		else
+			emb_log(EMB_LOG_INFO,
+				"job %s: server %u (%s) joins at a free rank "
+				"(map epoch %llu); the leader moves its share "
+				"of slots to it",
+				c->prefix, rank, addr,
+				(unsigned long long)m->epoch);
 		rc = 0;
 		break;
 	}
@@ -617,7 +695,9 @@ out:
 static int claim_rank(struct emb_coord *c, const struct emb_coord_opts *o,
 		      int64_t deadline)
 {
-	uint32_t count = o->role == EMB_ROLE_SERVER ? c->reg.server_num
+	/* The job forms with its first servers; ranks to spare past them
+	 * are taken by servers that join later (claim_dead_rank()). */
+	uint32_t count = o->role == EMB_ROLE_SERVER ? c->start
 						    : c->reg.worker_num;
 	char key[KEY_MAX], val[EMB_WIRE_HOST_MAX + 16];
 	struct emb_etcd_range r;
@@ -648,8 +728,9 @@ static int claim_rank(struct emb_coord *c, const struct emb_coord_opts *o,
 	if (r.n) {
 		emb_etcd_range_free(&r);
 		/* A server may take a dead server's place in a job with
-		 * copies (claim_dead_rank()); nobody else joins late. */
-		if (o->role == EMB_ROLE_SERVER && c->replicas >= 2)
+		 * copies, or a free rank in one with ranks to spare
+		 * (claim_dead_rank()); nobody else joins late. */
+		if (o->role == EMB_ROLE_SERVER && emb_coord_mapped(c))
 			return claim_dead_rank(c, val, deadline);
 		emb_log(EMB_LOG_ERROR,
 			"job %s formed already: a node cannot join it (a "
@@ -787,12 +868,12 @@ static int map_cas(struct emb_coord *c, const struct emb_cmap *m, int64_t rev,
 {
 	size_t len = emb_cmap_size(m);
 	uint8_t *buf = malloc(len);
-	struct emb_etcd_op all[5];
+	struct emb_etcd_op all[9];
 	char key[KEY_MAX];
 	int rc;
 
 	*ok = false;
-	if (!buf || nops > 4) {
+	if (!buf || nops > 8) {
 		free(buf);
 		return buf ? -EINVAL : -ENOMEM;
 	}
@@ -914,8 +995,8 @@ static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		     uint32_t rank, uint32_t from, int64_t done_rev)
 {
 	char kfill[KEY_MAX], kdone[KEY_MAX], kwait[KEY_MAX], kfails[KEY_MAX],
-	    val[96];
-	struct emb_etcd_op ops[4];
+	    kjoin[KEY_MAX], val[96];
+	struct emb_etcd_op ops[5];
 	uint32_t nops = 0, first = from % EMB_NSLOTS;
 	int n = emb_cmap_fill_next(m, rank, FILL_CHUNK_SLOTS, &first);
 	int rb = 0, rc;
@@ -925,6 +1006,7 @@ static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 	key_of(c, kdone, "fill_done");
 	key_of(c, kwait, "filling/%u", rank);
 	key_of(c, kfails, "fill_fails");
+	key_of(c, kjoin, "joining/%u", rank);
 	if (n < 0) {
 		ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
 	} else if (n > 0) {
@@ -938,6 +1020,13 @@ static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
 		ops[nops++] = (struct emb_etcd_op){.key = kwait, .del = true};
 		ops[nops++] = (struct emb_etcd_op){.key = kfails, .del = true};
+		/* A rank that never held anything, or was drained, holds
+		 * little now: moves give it its share (R + 1 writers, so
+		 * not with the most copies a map lists), as the scheduler
+		 * does after a fill. */
+		if (m->replicas < EMB_CMAP_REPLICAS_MAX)
+			ops[nops++] = (struct emb_etcd_op){
+			    .key = kjoin, .value = "", .value_len = 0};
 	}
 	if (done_rev)
 		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
@@ -950,12 +1039,17 @@ static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			"%u-%u from server %u",
 			(unsigned long long)m->epoch, rank, first,
 			first + (uint32_t)n - 1, emb_cmap_primary(m, first));
-	else
+	else if (n == 0 && emb_cmap_in_map(m, rank))
 		emb_log(EMB_LOG_INFO,
 			"map epoch %llu: server %u is a full replica; %d "
 			"primary slot%s rebalanced, it is primary of %u",
 			(unsigned long long)m->epoch, rank, rb > 0 ? rb : 0,
 			rb == 1 ? "" : "s", emb_cmap_primary_slots(m, rank));
+	else if (n == 0)
+		emb_log(EMB_LOG_INFO,
+			"server %u: no slot is short of copies; moves give "
+			"it its share",
+			rank);
 	return 0;
 }
 
@@ -1012,24 +1106,377 @@ static int fill_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 	return 0;
 }
 
+/* ---- joins and drains: moves, chunk by chunk ------------------------ */
+
+/* The leader's view of the job's keys, from one poll (poll_job()). */
+struct job_keys {
+	const uint8_t *live;	 /* [S] server rank key present */
+	const uint8_t *waiting;	 /* [S] filling/<r> */
+	const uint8_t *joining;	 /* [S] joining/<r> */
+	const uint8_t *draining; /* [S] drain/<r> */
+	bool have_done;		 /* fill_done exists */
+};
+
+/* The step under way, as the fill key says it: kind 'f' a recovery's
+ * fill, 'w' a move's copy ahead, 'm' its fenced stream; from, a move's
+ * source (whose place the target takes). */
+struct step {
+	uint32_t rank, first, n, from;
+	unsigned long long epoch;
+	char kind;
+};
+
+/* Parses the fill key's value; false when it is not one. The kind and
+ * source are optional: a fill written before moves existed has none. */
+static bool step_parse(const char *v, struct step *st)
+{
+	int k;
+
+	st->kind = 'f';
+	st->from = UINT32_MAX;
+	k = sscanf(v, "%u %u %u %llu %c %u", &st->rank, &st->first, &st->n,
+		   &st->epoch, &st->kind, &st->from);
+	return (k == 4 || k == 6) &&
+	       (st->kind == 'f' || st->kind == 'w' || st->kind == 'm');
+}
+
+/* The first run of slots copied ahead to one server in m: its length,
+ * *first and *to; 0 when none is. */
+static uint32_t warm_run(const struct emb_cmap *m, uint32_t *first,
+			 uint32_t *to)
+{
+	for (uint32_t r = 0; r < m->nservers; r++) {
+		uint32_t n = emb_cmap_warm_source(m, r, first, to);
+
+		if (n)
+			return n;
+	}
+	return 0;
+}
+
+/* Slots rank holds, primary or backup. */
+static uint32_t held(const struct emb_cmap *m, uint32_t rank)
+{
+	uint32_t k[3];
+
+	emb_cmap_rank_slots(m, rank, k);
+	return k[0] + k[1];
+}
+
+/* Slots a join of j has still to move: its share (the copies over the
+ * servers holding any, j included, as emb_cmap_join_next() counts it)
+ * less what it holds; a drain of d: all it holds. */
+static uint32_t move_left(const struct emb_cmap *m, uint32_t d, uint32_t j)
+{
+	uint32_t total = 0, nlive = 0, share;
+
+	if (d != UINT32_MAX)
+		return held(m, d);
+	for (uint32_t r = 0; r < m->nservers; r++) {
+		uint32_t h = held(m, r);
+
+		total += h;
+		nlive += h > 0 || r == j;
+	}
+	share = nlive ? total / nlive : 0;
+	return share > held(m, j) ? share - held(m, j) : 0;
+}
+
 /*
- * Agent thread of the leader (the live server of lowest rank), in a job
- * with copies: the next step of a recovery, kept in etcd so that a new
- * leader goes on where the last one stopped (docs/coordinator.md). With
- * a chunk under way: the source's fill_done ends it (or, failed, begins
- * it again) and begins the next; without one, a live newcomer waiting
- * (waiting[r]) gets its first chunk. The steps are the scheduler's map
- * functions; a death in between is failover()'s (emb_cmap_remove()
- * drops a fill whose source or newcomer died).
+ * Leader, with no chunk under way in m (read at rev): the next step of a
+ * recovery, drain or join, in the scheduler's order: a newcomer waiting
+ * to be filled, then drains (a server waiting to leave holds its
+ * machine), then joins; with none, the primaries spread. Each chunk of a
+ * move starts with its copy ahead (warm[]): the fence then waits only for
+ * the rows written meanwhile. from: where the next chunk's search starts;
+ * done_rev as fill_step()'s (the report of the chunk just ended goes in
+ * the same transaction).
  */
-static int recover(struct emb_coord *c, const uint8_t *live,
-		   const uint8_t *waiting, bool have_done)
+static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
+		const struct job_keys *k, uint32_t from, int64_t done_rev)
+{
+	const uint32_t S = c->reg.server_num;
+	char kfill[KEY_MAX], kdone[KEY_MAX], kkey[KEY_MAX], val[96];
+	struct emb_etcd_op ops[3];
+	uint32_t nops = 0, d = UINT32_MAX, j = UINT32_MAX, src = 0, to = 0;
+	uint32_t first = from % EMB_NSLOTS;
+	bool ok;
+	int n, rc;
+
+	for (uint32_t r = 0; r < S; r++)
+		if (k->waiting[r] && k->live[r])
+			return fill_step(c, m, rev, r, 0, done_rev);
+	key_of(c, kfill, "fill");
+	key_of(c, kdone, "fill_done");
+	if (done_rev)
+		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
+	for (uint32_t r = 0; r < S && d == UINT32_MAX; r++)
+		if (k->draining[r] && k->live[r] && emb_cmap_in_map(m, r))
+			d = r;
+	/* A joiner asked to drain meanwhile joins no more. */
+	for (uint32_t r = 0; r < S && d == UINT32_MAX && j == UINT32_MAX; r++)
+		if (k->joining[r] && k->live[r] && !k->draining[r])
+			j = r;
+	if (d != UINT32_MAX) {
+		bool *okr = calloc(S, sizeof(*okr));
+
+		if (!okr)
+			return -ENOMEM;
+		/* To any live server staying, the least loaded. */
+		for (uint32_t r = 0; r < S; r++)
+			okr[r] = k->live[r] && !k->draining[r];
+		src = d;
+		n = emb_cmap_drain_next(m, d, okr, FILL_CHUNK_SLOTS, &first,
+					&to);
+		free(okr);
+		if (n == -ENOSPC) {
+			emb_log(EMB_LOG_ERROR,
+				"server %u cannot be drained: every server "
+				"staying holds a copy of some of its slots "
+				"already (%u copies of each slot need %u "
+				"servers)",
+				d, m->replicas, m->replicas);
+			key_of(c, kkey, "drain/%u", d);
+			do
+				rc = emb_etcd_delete(c->etcd, kkey, false,
+						     NULL);
+			while (again(c, &rc));
+			return rc;
+		}
+	} else if (j != UINT32_MAX) {
+		uint32_t f0 = 0;
+
+		if (emb_cmap_fill_next(m, j, FILL_CHUNK_SLOTS, &f0) > 0) {
+			/* A server died during the join: the joiner takes
+			 * the slots left short of copies first, as a
+			 * newcomer at a dead rank does; the alternative
+			 * leaves them a death away from lost. */
+			char kw[KEY_MAX];
+			struct emb_etcd_op o2[2] = {
+			    {.key = kw, .value = "", .value_len = 0},
+			    {.key = kkey, .del = true},
+			};
+
+			key_of(c, kw, "filling/%u", j);
+			key_of(c, kkey, "joining/%u", j);
+			rc = emb_etcd_txn(c->etcd, NULL, 0, o2, 2, &ok);
+			if (!rc)
+				emb_log(EMB_LOG_INFO,
+					"server %u, joining, is filled with "
+					"the slots short of copies first",
+					j);
+			return rc;
+		}
+		to = j;
+		n = emb_cmap_join_next(m, j, FILL_CHUNK_SLOTS, &first, &src);
+		/* Never from a server being drained: it is going. */
+		if (n > 0 && src < S && k->draining[src])
+			n = 0;
+	} else {
+		/* Nothing to move: the map of the step just ended, if any,
+		 * with its report deleted. */
+		return done_rev ? map_cas(c, m, rev, ops, nops, &ok) : 0;
+	}
+	if (n < 0) {
+		emb_log(EMB_LOG_ERROR, "cannot plan a move: %s",
+			emb_strerror(n));
+		return n;
+	}
+	if (n == 0) {
+		/* The drained server holds nothing (it leaves by itself,
+		 * poll_job()), or the joiner has its share. */
+		int rb = emb_cmap_rebalance(m, m);
+
+		if (d != UINT32_MAX) {
+			emb_log(EMB_LOG_INFO,
+				"map epoch %llu: server %u drained",
+				(unsigned long long)m->epoch, d);
+			return map_cas(c, m, rev, ops, nops, &ok);
+		}
+		key_of(c, kkey, "joining/%u", j);
+		ops[nops++] = (struct emb_etcd_op){.key = kkey, .del = true};
+		rc = map_cas(c, m, rev, ops, nops, &ok);
+		if (!rc && ok)
+			emb_log(EMB_LOG_INFO,
+				"map epoch %llu: server %u has its share: %u "
+				"slots (%d primary slot%s rebalanced, it is "
+				"primary of %u)",
+				(unsigned long long)m->epoch, j, held(m, j),
+				rb > 0 ? rb : 0, rb == 1 ? "" : "s",
+				emb_cmap_primary_slots(m, j));
+		return rc;
+	}
+	{
+		uint32_t left = move_left(m, d, j);
+
+		emb_cmap_warm_end(m, m);
+		emb_cmap_warm_begin(m, src, to, first, (uint32_t)n, m);
+		snprintf(val, sizeof(val), "%u %u %d %llu w %u", to, first, n,
+			 (unsigned long long)m->epoch, src);
+		ops[nops++] = (struct emb_etcd_op){
+		    .key = kfill, .value = val, .value_len = strlen(val)};
+		rc = map_cas(c, m, rev, ops, nops, &ok);
+		if (!rc && ok)
+			emb_log(EMB_LOG_INFO,
+				"map epoch %llu: slots %u-%u move from server "
+				"%u to server %u, copied ahead by server %u; "
+				"%s of server %u: %u to go",
+				(unsigned long long)m->epoch, first,
+				first + (uint32_t)n - 1, src, to,
+				emb_cmap_primary(m, first),
+				d != UINT32_MAX ? "drain" : "join",
+				d != UINT32_MAX ? d : j, left);
+	}
+	return rc;
+}
+
+/*
+ * Leader: the move of st's chunk is copied ahead (or its copy failed:
+ * the fenced stream then sends the whole chunk): the chunk is fenced and
+ * its source streams what changed since the copy began.
+ */
+static int fence(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
+		 const struct step *st, int64_t done_rev, const char *why)
+{
+	char kfill[KEY_MAX], kdone[KEY_MAX], val[96];
+	struct emb_etcd_op ops[2];
+	uint32_t nops = 0;
+	bool ok;
+	int rc;
+
+	emb_cmap_move_begin(m, st->from, st->rank, st->first, st->n, m);
+	key_of(c, kfill, "fill");
+	key_of(c, kdone, "fill_done");
+	snprintf(val, sizeof(val), "%u %u %u %llu m %u", st->rank, st->first,
+		 st->n, (unsigned long long)m->epoch, st->from);
+	ops[nops++] = (struct emb_etcd_op){
+	    .key = kfill, .value = val, .value_len = strlen(val)};
+	if (done_rev)
+		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
+	rc = map_cas(c, m, rev, ops, nops, &ok);
+	if (!rc && ok)
+		emb_log(EMB_LOG_INFO,
+			"map epoch %llu: slots %u-%u fenced for the last of "
+			"their move to server %u%s%s, streamed by server %u",
+			(unsigned long long)m->epoch, st->first,
+			st->first + st->n - 1, st->rank, why ? ": " : "",
+			why ? why : "", emb_cmap_primary(m, st->first));
+	return rc;
+}
+
+/*
+ * Leader: the fenced stream of a move failed (its source said so, or said
+ * nothing in FILL_TIMEOUT_MS): the target drops the chunk and the next
+ * poll plans the move again. After FILL_TRIES failed streams in a row the
+ * drains and joins asked for end where they are, as the scheduler ends
+ * them.
+ */
+static int move_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
+		     const struct step *st, int64_t done_rev)
+{
+	char kfill[KEY_MAX], kdone[KEY_MAX], kfails[KEY_MAX], kd[KEY_MAX],
+	    kj[KEY_MAX], v[64];
+	struct emb_etcd_op ops[5];
+	uint32_t nops = 0, fr, fails = 0;
+	int64_t frev;
+	bool ok;
+	int rc;
+
+	rc = small_get(c, "fill_fails", v, sizeof(v), &frev);
+	if (rc && rc != -ENOENT)
+		return rc;
+	if (!rc && (sscanf(v, "%u %u", &fr, &fails) != 2 || fr != st->rank))
+		fails = 0;
+	fails++;
+	key_of(c, kfill, "fill");
+	key_of(c, kdone, "fill_done");
+	key_of(c, kfails, "fill_fails");
+	key_of(c, kd, "drain/");
+	key_of(c, kj, "joining/");
+	emb_cmap_fill_abort(m, st->rank, st->first, st->n, m);
+	ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
+	if (fails >= FILL_TRIES) {
+		ops[nops++] = (struct emb_etcd_op){.key = kfails, .del = true};
+		ops[nops++] =
+		    (struct emb_etcd_op){.key = kd, .del = true, .prefix = true};
+		ops[nops++] =
+		    (struct emb_etcd_op){.key = kj, .del = true, .prefix = true};
+	} else {
+		snprintf(v, sizeof(v), "%u %u", st->rank, fails);
+		ops[nops++] = (struct emb_etcd_op){
+		    .key = kfails, .value = v, .value_len = strlen(v)};
+	}
+	if (done_rev)
+		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
+	rc = map_cas(c, m, rev, ops, nops, &ok);
+	if (!rc && ok)
+		emb_log(fails >= FILL_TRIES ? EMB_LOG_ERROR : EMB_LOG_WARN,
+			"map epoch %llu: the move of slots %u-%u to server %u "
+			"failed%s",
+			(unsigned long long)m->epoch, st->first,
+			st->first + st->n - 1, st->rank,
+			fails >= FILL_TRIES
+			    ? ": moves given up after 8 failed streams; the "
+			      "drains and joins asked for end where they are"
+			    : ": moved again");
+	return rc;
+}
+
+/*
+ * Leader: the fenced stream of a move is done: the target takes its
+ * source's place among the chunk's holders (the map drops a writer,
+ * never adds one, so writes in flight lose nothing), and the next chunk
+ * is planned in the same map.
+ */
+static int move_done(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
+		     const struct step *st, const struct job_keys *k,
+		     int64_t done_rev)
+{
+	emb_cmap_move_done(m, st->from, st->rank, st->first, st->n, m);
+	emb_log(EMB_LOG_DEBUG,
+		"map epoch %llu: server %u holds slots %u-%u in server %u's "
+		"place",
+		(unsigned long long)m->epoch, st->rank, st->first,
+		st->first + st->n - 1, st->from);
+	if (st->from < c->reg.server_num && k->draining[st->from] &&
+	    !emb_cmap_in_map(m, st->from)) {
+		/* Drained: the primaries spread over those staying. The
+		 * server stays one TTL longer, answering, and then leaves
+		 * (poll_job()): a write a client routed to it by an older
+		 * map is refused there and sent again by the newer one. */
+		int rb = emb_cmap_rebalance(m, m);
+
+		emb_log(EMB_LOG_INFO,
+			"map epoch %llu: server %u drained (%d primary slot%s "
+			"rebalanced): it holds no slot and leaves in %u ms",
+			(unsigned long long)m->epoch, st->from,
+			rb > 0 ? rb : 0, rb == 1 ? "" : "s",
+			c->reg.hb_timeout_ms);
+	}
+	return plan(c, m, rev, k, st->first + st->n, done_rev);
+}
+
+/*
+ * Agent thread of the leader (the live server of lowest rank), in a
+ * mapped job (copies, or ranks to spare): the next step of a recovery,
+ * a join or a drain, kept in etcd so that a new leader goes on where the
+ * last one stopped (docs/coordinator.md). With a chunk under way: the
+ * source's fill_done ends that step (a fill's chunk done or begun again;
+ * a copy ahead fenced; a fenced move done or begun again) and plans the
+ * next; without one, plan(). The steps are the scheduler's map functions;
+ * a death in between is failover()'s (emb_cmap_remove() drops a fill
+ * whose source or target died), and a copy ahead whose server died ends
+ * here.
+ */
+static int steps(struct emb_coord *c, const struct job_keys *k)
 {
 	const uint32_t S = c->reg.server_num;
 	struct emb_cmap *m = malloc(sizeof(*m));
 	uint32_t t, first, n;
+	struct step st = {0};
 	char v[96];
-	int64_t rev, vrev;
+	int64_t rev, vrev, frev;
+	bool warm = false, have_step;
 	int rc = 0;
 
 	if (!m)
@@ -1038,61 +1485,104 @@ static int recover(struct emb_coord *c, const uint8_t *live,
 	*m = *c->map;
 	rev = c->map_rev;
 	pthread_mutex_unlock(&c->mu);
-	if (!fill_under_way(m, &t, &first, &n)) {
-		for (uint32_t r = 0; r < S; r++)
-			if (waiting[r] && live[r]) {
-				rc = fill_step(c, m, rev, r, 0, 0);
-				break;
-			}
+	n = emb_cmap_fill_run(m, &first, &t);
+	if (!n) {
+		n = warm_run(m, &first, &t);
+		warm = n > 0;
+	}
+	if (!n) {
+		rc = plan(c, m, rev, k, 0, 0);
 		goto out;
 	}
-	if (t >= S || !live[t])
+	if (t >= S || (!warm && !k->live[t]))
 		goto out; /* failover() drops it */
-	{
-		uint32_t fr, ff, fn, dr, df, dn;
-		unsigned long long fe = 0, de;
-		int st;
-		int64_t frev;
+	/* The step, as the map that began it wrote it: which kind, from
+	 * where, at what epoch (a report of an older stream of the same
+	 * chunk is not its). */
+	rc = small_get(c, "fill", v, sizeof(v), &frev);
+	if (rc && rc != -ENOENT)
+		goto out;
+	have_step = !rc && step_parse(v, &st) && st.rank == t &&
+		    st.first == first && st.n == n;
+	rc = 0;
+	if (!have_step) {
+		st = (struct step){.rank = t, .first = first, .n = n,
+				   .from = UINT32_MAX, .kind = 'f'};
+	}
+	if (warm && (st.kind != 'w' || st.from >= S || !k->live[st.from] ||
+		     !k->live[t] || emb_cmap_primary(m, first) >= S ||
+		     !k->live[emb_cmap_primary(m, first)])) {
+		/* A copy ahead whose target, source or streamer died (or
+		 * whose step is not on record): it ends, and the next poll
+		 * plans the move again from the servers left. */
+		char kfill[KEY_MAX];
+		struct emb_etcd_op op = {.key = kfill, .del = true};
+		bool ok;
 
-		/* The epoch the chunk began at: a report of an older stream
-		 * of the same chunk (one the leader gave up) is not its. */
-		if (small_get(c, "fill", v, sizeof(v), &frev) == 0 &&
-		    (sscanf(v, "%u %u %u %llu", &fr, &ff, &fn, &fe) != 4 ||
-		     fr != t || ff != first || fn != n))
-			fe = 0;
-		rc = have_done ? small_get(c, "fill_done", v, sizeof(v), &vrev)
-			       : -ENOENT;
+		key_of(c, kfill, "fill");
+		emb_cmap_warm_end(m, m);
+		rc = map_cas(c, m, rev, &op, 1, &ok);
+		if (!rc && ok)
+			emb_log(EMB_LOG_WARN,
+				"map epoch %llu: the move of slots %u-%u to "
+				"server %u is given up (a server it needs "
+				"died): planned again",
+				(unsigned long long)m->epoch, first,
+				first + n - 1, t);
+		goto out;
+	}
+	if (st.kind == 'm' && (st.from >= S || !have_step)) {
+		st.kind = 'f'; /* no source on record: a fill, as before */
+	}
+	{
+		uint32_t dr, df, dn;
+		unsigned long long de;
+		int status;
+
+		rc = k->have_done
+			 ? small_get(c, "fill_done", v, sizeof(v), &vrev)
+			 : -ENOENT;
 		if (rc == -ENOENT) {
 			rc = 0;
 			/* No word from the source: a chunk stuck past the
 			 * timeout begins again (a new leader starts the
 			 * clock again). */
 			if (c->watch_rank != t || c->watch_first != first ||
-			    c->watch_epoch != fe) {
+			    c->watch_epoch != st.epoch) {
 				c->watch_rank = t;
 				c->watch_first = first;
-				c->watch_epoch = fe;
+				c->watch_epoch = st.epoch;
 				c->watch_since = (int64_t)emb_clock_ms();
-			} else if ((int64_t)emb_clock_ms() - c->watch_since >
-				   FILL_TIMEOUT_MS) {
-				emb_log(EMB_LOG_WARN,
-					"the fill of slots %u-%u into server "
-					"%u had no word from its source in "
-					"%d s: filling them again",
-					first, first + n - 1, t,
-					FILL_TIMEOUT_MS / 1000);
-				c->watch_rank = UINT32_MAX;
-				rc = fill_fail(c, m, rev, t, first, n, 0);
+				goto out;
 			}
+			if ((int64_t)emb_clock_ms() - c->watch_since <=
+			    FILL_TIMEOUT_MS)
+				goto out;
+			emb_log(EMB_LOG_WARN,
+				"the %s of slots %u-%u to server %u had no "
+				"word from its source in %d s",
+				st.kind == 'f'	 ? "fill"
+				: st.kind == 'w' ? "copy ahead"
+						 : "move",
+				first, first + n - 1, t,
+				FILL_TIMEOUT_MS / 1000);
+			c->watch_rank = UINT32_MAX;
+			rc = st.kind == 'f'   ? fill_fail(c, m, rev, t, first,
+							  n, 0)
+			     : st.kind == 'w' ? fence(c, m, rev, &st, 0,
+						      "without a copy ahead")
+					      : move_fail(c, m, rev, &st, 0);
 			goto out;
 		}
 		if (rc)
 			goto out;
-		if (sscanf(v, "%u %u %u %llu %d", &dr, &df, &dn, &de, &st) !=
-			5 ||
+		if (sscanf(v, "%u %u %u %llu %d", &dr, &df, &dn, &de,
+			   &status) != 5 ||
 		    dr != emb_cmap_primary(m, first) || df != first ||
-		    dn != n || de < fe) {
-			/* Not this chunk's: an older stream's report. */
+		    dn != n || (de < st.epoch && st.kind != 'w')) {
+			/* Not this chunk's: an older stream's report. (A
+			 * copy ahead's counts whatever its epoch, as the
+			 * scheduler counts it.) */
 			char kdone[KEY_MAX];
 			struct emb_etcd_cmp cmp = {.key = kdone,
 						   .target = EMB_ETCD_MOD,
@@ -1105,11 +1595,30 @@ static int recover(struct emb_coord *c, const uint8_t *live,
 			goto out;
 		}
 		c->watch_rank = UINT32_MAX;
-		if (st) {
+		if (st.kind == 'w') {
+			if (status)
+				emb_log(EMB_LOG_WARN,
+					"the copy ahead of slots %u-%u to "
+					"server %u failed: %s",
+					first, first + n - 1, t,
+					emb_strerror(status));
+			rc = fence(c, m, rev, &st, vrev,
+				   status ? "without a copy ahead" : NULL);
+		} else if (st.kind == 'm') {
+			if (status)
+				emb_log(EMB_LOG_WARN,
+					"server %u could not stream slots "
+					"%u-%u to server %u (%s)",
+					dr, first, first + n - 1, t,
+					emb_strerror(status));
+			rc = status ? move_fail(c, m, rev, &st, vrev)
+				    : move_done(c, m, rev, &st, k, vrev);
+		} else if (status) {
 			emb_log(EMB_LOG_WARN,
 				"server %u could not stream slots %u-%u to "
 				"server %u (%s): filling them again",
-				dr, first, first + n - 1, t, emb_strerror(st));
+				dr, first, first + n - 1, t,
+				emb_strerror(status));
 			rc = fill_fail(c, m, rev, t, first, n, vrev);
 		} else {
 			emb_cmap_fill_done(m, t, first, n, m);
@@ -1121,13 +1630,166 @@ out:
 	return rc;
 }
 
+bool emb_coord_server_live(struct emb_coord *c, uint32_t rank)
+{
+	bool live;
+
+	if (rank >= c->reg.server_num)
+		return false;
+	pthread_mutex_lock(&c->mu);
+	live = c->srv_live[rank];
+	pthread_mutex_unlock(&c->mu);
+	return live;
+}
+
+bool emb_coord_mapped(const struct emb_coord *c)
+{
+	return c->replicas >= 2 || c->reg.server_num > c->start;
+}
+
+/*
+ * Puts drain/<rank> in the job at prefix on e, if the job can move slots
+ * and rank has a live server: the checks of the scheduler's DRAIN. self:
+ * the asking server's own rank (it counts as live whatever it read).
+ */
+static int drain_ask(struct emb_etcd *e, const char *prefix, uint32_t rank,
+		     char *why, size_t cap)
+{
+	size_t plen = strlen(prefix);
+	struct emb_etcd_range r;
+	uint32_t s = 0, w, t, rp = 0, M = 0, staying = 0;
+	int64_t crev = 0;
+	uint8_t *live = NULL, *drain = NULL;
+	bool formed = false, have_config = false, ok;
+	char kr[KEY_MAX], kd[KEY_MAX];
+	int rc;
+
+	why[0] = '\0';
+	rc = emb_etcd_get(e, prefix, true, true, &r);
+	if (rc)
+		return rc;
+	/* The config's value: the keys-only read above has none. */
+	{
+		struct emb_etcd_range cr;
+
+		snprintf(kr, sizeof(kr), "%sconfig", prefix);
+		rc = emb_etcd_get(e, kr, false, false, &cr);
+		if (rc) {
+			emb_etcd_range_free(&r);
+			return rc;
+		}
+		have_config = cr.n && !config_parse(&cr.kvs[0], &s, &w, &t,
+						    &rp, &M);
+		emb_etcd_range_free(&cr);
+	}
+	if (!have_config) {
+		snprintf(why, cap, "no job at %s", prefix);
+		rc = EMB_ECLUSTER;
+		goto out;
+	}
+	live = calloc(M, 1);
+	drain = calloc(M, 1);
+	if (!live || !drain) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < r.n; i++) {
+		const char *k = r.kvs[i].key + plen;
+		int64_t v;
+
+		if ((v = rank_in(k, "server", M)) >= 0) {
+			live[v] = 1;
+			if ((uint32_t)v == rank)
+				crev = r.kvs[i].create_revision;
+		} else if ((v = rank_in(k, "drain", M)) >= 0) {
+			drain[v] = 1;
+		} else if (!strcmp(k, "map")) {
+			formed = true;
+		}
+	}
+	rc = EMB_ECLUSTER;
+	if (!formed) {
+		snprintf(why, cap, "the job is not running (no map yet)");
+		goto out;
+	}
+	/* Unmapped, clients route by primaries alone and send writes no
+	 * epoch: a move's fence and new writer would go unseen. A move has
+	 * R + 1 writers, which a map of the most copies cannot list. */
+	if ((rp < 2 && M == s) || rp >= EMB_CMAP_REPLICAS_MAX) {
+		snprintf(why, cap,
+			 "moving slots needs a job with ranks to spare "
+			 "(--server_max) or replicas, at most %u copies",
+			 EMB_CMAP_REPLICAS_MAX - 1);
+		goto out;
+	}
+	if (rank >= M || !live[rank]) {
+		snprintf(why, cap, "no live server at rank %u (the job has %u)",
+			 rank, M);
+		rc = EMB_EBADARG;
+		goto out;
+	}
+	if (drain[rank]) {
+		rc = 0; /* asked before */
+		goto out;
+	}
+	for (uint32_t i = 0; i < M; i++)
+		staying += i != rank && live[i] && !drain[i];
+	if (staying < rp) {
+		snprintf(why, cap,
+			 "%u server%s would stay for %u copies of each slot",
+			 staying, staying == 1 ? "" : "s", rp);
+		goto out;
+	}
+	snprintf(kr, sizeof(kr), "%sserver/%u", prefix, rank);
+	snprintf(kd, sizeof(kd), "%sdrain/%u", prefix, rank);
+	{
+		/* Only while that server holds the rank: a newcomer that
+		 * took it since was not asked. */
+		struct emb_etcd_cmp cmp = {
+		    .key = kr, .target = EMB_ETCD_CREATE, .revision = crev};
+		struct emb_etcd_op op = {.key = kd, .value = "", .value_len = 0};
+
+		rc = emb_etcd_txn(e, &cmp, 1, &op, 1, &ok);
+	}
+	if (!rc && !ok) {
+		snprintf(why, cap, "server %u left or died meanwhile", rank);
+		rc = EMB_EBADARG;
+	}
+out:
+	free(live);
+	free(drain);
+	emb_etcd_range_free(&r);
+	return rc;
+}
+
+int emb_coord_drain(struct emb_coord *c, char *why, size_t cap)
+{
+	int rc;
+
+	if (c->reg.role != EMB_ROLE_SERVER) {
+		snprintf(why, cap, "not a server");
+		return EMB_ECLUSTER;
+	}
+	do
+		rc = drain_ask(c->etcd, c->prefix, c->reg.rank, why, cap);
+	while (again(c, &rc));
+	if (!rc) {
+		emb_log(EMB_LOG_INFO,
+			"server %u asked to drain: its slots move to the "
+			"others, then it leaves",
+			c->reg.rank);
+		emb_coord_poll_now(c);
+	}
+	return rc;
+}
+
 int emb_coord_fill_done(struct emb_coord *c, uint32_t first, uint32_t n,
 			uint64_t epoch, int status)
 {
 	char key[KEY_MAX], val[96];
 	int rc;
 
-	if (c->reg.role != EMB_ROLE_SERVER || c->replicas < 2)
+	if (c->reg.role != EMB_ROLE_SERVER || !emb_coord_mapped(c))
 		return EMB_ECLUSTER;
 	key_of(c, key, "fill_done");
 	snprintf(val, sizeof(val), "%u %u %u %llu %d", c->reg.rank, first, n,
@@ -1150,7 +1812,7 @@ int emb_coord_fill_done(struct emb_coord *c, uint32_t first, uint32_t n,
  * its lease thread judges it.
  */
 static void vanished(struct emb_coord *c, uint8_t *live, uint8_t *lw,
-		     const uint8_t *fin)
+		     const uint8_t *fin, const uint8_t *left)
 {
 	const uint32_t S = c->reg.server_num, W = c->reg.worker_num;
 	const int64_t now = (int64_t)emb_clock_ms();
@@ -1164,7 +1826,13 @@ static void vanished(struct emb_coord *c, uint8_t *live, uint8_t *lw,
 		bool srv = i < S;
 		uint32_t rank = srv ? i : i - S;
 
-		if (srv ? c->dead_srv[rank] : (c->dead_wrk[rank] || fin[rank]))
+		/* A server rank that is gone and holds nothing (left, a
+		 * spare one never taken, a joiner that died empty) is no
+		 * vanish: a job with many ranks to spare would otherwise
+		 * look like most of it vanished. */
+		if (srv ? c->dead_srv[rank] || left[rank] ||
+			      (!live[rank] && !emb_cmap_in_map(c->map, rank))
+			: (c->dead_wrk[rank] || fin[rank]))
 			continue;
 		counted++;
 		missing += !(srv ? live[rank] : lw[rank]);
@@ -1177,7 +1845,8 @@ static void vanished(struct emb_coord *c, uint8_t *live, uint8_t *lw,
 		uint32_t rank = srv ? i : i - S;
 		uint8_t *here = srv ? &live[rank] : &lw[rank];
 
-		if (*here || (!srv && fin[rank])) {
+		if (*here || (srv ? left[rank] || !emb_cmap_in_map(c->map, rank)
+				  : fin[rank])) {
 			c->gone_since[i] = 0;
 			continue;
 		}
@@ -1208,6 +1877,57 @@ static void vanished(struct emb_coord *c, uint8_t *live, uint8_t *lw,
 }
 
 /*
+ * Agent thread of a server asked to drain (drain/<rank>): once the map
+ * gives it no slot (nor a copy ahead), it stays one TTL, answering (a
+ * write a client routed to it by an older map is refused there and sent
+ * again by the newer one), then records that it left (left/server/<rank>,
+ * with its drain key deleted, in one transaction) and ends its part of
+ * the job with status 0: the others see its key go without counting it
+ * dead.
+ */
+static void drained_leave(struct emb_coord *c)
+{
+	const int64_t now = (int64_t)emb_clock_ms();
+	const uint32_t me = c->reg.rank;
+	uint32_t f, to;
+	bool empty, ok;
+
+	pthread_mutex_lock(&c->mu);
+	empty = c->epoch && !emb_cmap_in_map(c->map, me) &&
+		!(warm_run(c->map, &f, &to) && to == me);
+	pthread_mutex_unlock(&c->mu);
+	if (!empty) {
+		c->drained_at = 0;
+		return;
+	}
+	if (!c->drained_at) {
+		c->drained_at = now;
+		emb_log(EMB_LOG_INFO,
+			"server %u: drained, it holds no slot: it leaves the "
+			"job in %u ms",
+			me, c->reg.hb_timeout_ms);
+		return;
+	}
+	if (now - c->drained_at < (int64_t)c->reg.hb_timeout_ms)
+		return;
+	{
+		char kl[KEY_MAX], kd[KEY_MAX];
+		struct emb_etcd_op ops[2] = {
+		    {.key = kl, .value = "", .value_len = 0},
+		    {.key = kd, .del = true},
+		};
+
+		key_of(c, kl, "left/server/%u", me);
+		key_of(c, kd, "drain/%u", me);
+		if (emb_etcd_txn(c->etcd, NULL, 0, ops, 2, &ok))
+			return; /* the next poll tries again */
+	}
+	emb_log(EMB_LOG_INFO, "server %u: drained: it left job %s", me,
+		c->prefix);
+	end_job(c, 0, NULL);
+}
+
+/*
  * Agent thread: which ranks are alive and which workers finished, from one
  * keys-only read of the job. Dead: a rank key gone (its lease expired or
  * was revoked) without a finish record, once the job formed (its map
@@ -1218,8 +1938,10 @@ static int poll_job(struct emb_coord *c)
 {
 	const uint32_t S = c->reg.server_num, W = c->reg.worker_num;
 	size_t plen = strlen(c->prefix);
-	uint8_t *live = calloc(2u * S + 2u * W, 1);
+	uint8_t *live = calloc(5u * S + 2u * W, 1);
 	uint8_t *lw = live + S, *fin = lw + W, *waiting = fin + W;
+	uint8_t *joining = waiting + S, *draining = joining + S,
+		*left = draining + S;
 	struct emb_etcd_range r;
 	int64_t map_rev = 0, have_rev;
 	uint32_t gone = 0, first_live = UINT32_MAX, t, f, nf;
@@ -1245,6 +1967,12 @@ static int poll_job(struct emb_coord *c)
 			fin[v] = 1;
 		else if ((v = rank_in(k, "filling", S)) >= 0)
 			waiting[v] = 1;
+		else if ((v = rank_in(k, "joining", S)) >= 0)
+			joining[v] = 1;
+		else if ((v = rank_in(k, "drain", S)) >= 0)
+			draining[v] = 1;
+		else if ((v = rank_in(k, "left/server", S)) >= 0)
+			left[v] = 1;
 		else if (!strcmp(k, "fill_done"))
 			have_done = true;
 		else if (!strcmp(k, "map"))
@@ -1271,7 +1999,10 @@ static int poll_job(struct emb_coord *c)
 		free(live);
 		return 0; /* not formed yet */
 	}
-	vanished(c, live, lw, fin);
+	vanished(c, live, lw, fin, left);
+	pthread_mutex_lock(&c->mu);
+	memcpy(c->srv_live, live, S);
+	pthread_mutex_unlock(&c->mu);
 	/* Every worker finished or died: the job is over, and servers that
 	 * leave now are done, not dead. */
 	for (uint32_t w = 0; w < W; w++)
@@ -1294,6 +2025,17 @@ static int poll_job(struct emb_coord *c)
 			c->dead_srv[rank] = 0;
 			pthread_mutex_unlock(&c->mu);
 			continue;
+		}
+		/* Drained and gone, or a rank to spare never taken: no
+		 * death. */
+		if (srv && (left[rank] || rank >= c->start)) {
+			bool held;
+
+			pthread_mutex_lock(&c->mu);
+			held = emb_cmap_in_map(c->map, rank);
+			pthread_mutex_unlock(&c->mu);
+			if (!held)
+				continue;
 		}
 		if (!srv && (lw[rank] || fin[rank]))
 			continue;
@@ -1355,19 +2097,31 @@ static int poll_job(struct emb_coord *c)
 		if (rc)
 			emb_log(EMB_LOG_WARN, "job %s: failover map: %s",
 				c->prefix, emb_strerror(rc));
-		rc = c->replicas >= 2 ? recover(c, live, waiting, have_done)
-				      : 0;
+		if (emb_coord_mapped(c)) {
+			struct job_keys k = {.live = live,
+					     .waiting = waiting,
+					     .joining = joining,
+					     .draining = draining,
+					     .have_done = have_done};
+
+			rc = steps(c, &k);
+		}
 		if (rc)
 			emb_log(EMB_LOG_WARN, "job %s: recovery step: %s",
 				c->prefix, emb_strerror(rc));
 	}
+	if (c->reg.role == EMB_ROLE_SERVER && draining[c->reg.rank])
+		drained_leave(c);
+	else
+		c->drained_at = 0;
 	/* While a newcomer waits or is filled, every node polls often: the
 	 * leader for the source's word, the source and the newcomer for the
 	 * next chunk's map, workers for the map that lifts a fence. */
 	pthread_mutex_lock(&c->mu);
-	busy = fill_under_way(c->map, &t, &f, &nf);
+	busy = fill_under_way(c->map, &t, &f, &nf) ||
+	       warm_run(c->map, &f, &t) > 0;
 	for (uint32_t i = 0; i < S && !busy; i++)
-		busy = waiting[i] && live[i];
+		busy = (waiting[i] || joining[i] || draining[i]) && live[i];
 	c->busy = busy;
 	pthread_mutex_unlock(&c->mu);
 	free(live);
@@ -1512,6 +2266,8 @@ static void *lease_main(void *arg)
 	bool silent = false; /* a renewal etcd did not answer since the
 				last that it did */
 
+	own_thread = true;
+
 	for (;;) {
 		int64_t now = (int64_t)emb_clock_ms(), left, wait;
 		bool quiet;
@@ -1616,7 +2372,7 @@ static bool agent_nap(struct emb_coord *c, int64_t due, int64_t poke_at)
 		poked = c->poke;
 		pthread_mutex_unlock(&c->mu);
 		if (now >= due || (poked && now >= poke_at))
-			return !(c->cancel && *c->cancel);
+			return !cancelled(c);
 		until = poked && poke_at < due ? poke_at : due;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += (until - now) / 1000;
@@ -1632,7 +2388,7 @@ static bool agent_nap(struct emb_coord *c, int64_t due, int64_t poke_at)
 			pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 		stop = c->stop;
 		pthread_mutex_unlock(&c->mu);
-		if (stop || (c->cancel && *c->cancel))
+		if (stop || cancelled(c))
 			return false;
 	}
 }
@@ -1645,6 +2401,7 @@ static void *agent_main(void *arg)
 	const uint32_t ttl = c->reg.hb_timeout_ms;
 	const uint32_t poll = ttl / 5 ? ttl / 5 : 1;
 
+	own_thread = true;
 	for (;;) {
 		int64_t last = (int64_t)emb_clock_ms();
 		bool quiet;
@@ -1707,6 +2464,7 @@ static void coord_free(struct emb_coord *c)
 {
 	free(c->dead_srv);
 	free(c->dead_wrk);
+	free(c->srv_live);
 	free(c->gone_since);
 	free(c->dead);
 	free(c->bar_names);
@@ -1730,6 +2488,10 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	    (opts->role != EMB_ROLE_SERVER && opts->role != EMB_ROLE_WORKER) ||
 	    (opts->role == EMB_ROLE_SERVER && !opts->port) ||
 	    opts->server_num > EMB_WIRE_SERVERS_MAX ||
+	    opts->server_max > EMB_WIRE_SERVERS_MAX ||
+	    (opts->server_max && opts->server_max < opts->server_num) ||
+	    (opts->server_max > opts->server_num &&
+	     opts->replicas >= EMB_CMAP_REPLICAS_MAX) ||
 	    opts->worker_num > EMB_WIRE_WORKERS_MAX ||
 	    opts->replicas > EMB_CMAP_REPLICAS_MAX ||
 	    (opts->server_num && opts->replicas > opts->server_num))
@@ -1782,6 +2544,7 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 		goto err_lease;
 	c->dead_srv = calloc(c->reg.server_num, 1);
 	c->dead_wrk = calloc(c->reg.worker_num, 1);
+	c->srv_live = calloc(c->reg.server_num, 1);
 	c->gone_since = calloc((size_t)c->reg.server_num + c->reg.worker_num,
 			       sizeof(*c->gone_since));
 	c->dead_cap = c->reg.server_num + c->reg.worker_num;
@@ -1789,7 +2552,8 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	c->bar_names = calloc(BARRIER_NAMES_MAX, sizeof(*c->bar_names));
 	c->bar_gens = calloc(BARRIER_NAMES_MAX, sizeof(*c->bar_gens));
 	c->map = calloc(1, sizeof(*c->map));
-	if (!c->dead_srv || !c->dead_wrk || !c->gone_since || !c->dead ||
+	if (!c->dead_srv || !c->dead_wrk || !c->srv_live || !c->gone_since ||
+	    !c->dead ||
 	    !c->bar_names ||
 	    !c->bar_gens || !c->map) {
 		rc = -ENOMEM;
@@ -1928,6 +2692,13 @@ static int map_take(struct emb_coord *c, const struct emb_etcd_kv *kv,
 		c->epoch = c->map->epoch;
 		c->map_rev = kv->mod_revision;
 		*newer = true;
+	} else if (!rc && m->epoch == c->epoch &&
+		   kv->mod_revision > c->map_rev) {
+		/* The same epoch written again, with keys of a step that
+		 * changed no holder (a fill that found nothing to fill): no
+		 * news for the watcher, but the leader's next CAS compares
+		 * with this revision. */
+		c->map_rev = kv->mod_revision;
 	}
 	pthread_mutex_unlock(&c->mu);
 	free(m);
@@ -2014,7 +2785,7 @@ int emb_coord_servers(struct emb_coord *c, struct emb_wire_node_addr **servers)
  */
 static int map_write(struct emb_coord *c, const struct emb_etcd_range *srvr)
 {
-	const uint32_t S = c->reg.server_num;
+	const uint32_t S = c->reg.server_num, S0 = c->start;
 	size_t plen = strlen(c->prefix), cap = (size_t)S * (EMB_HOST_MAX + 9);
 	const char **by_rank = calloc(S, sizeof(*by_rank));
 	struct emb_cmap *m = malloc(sizeof(*m));
@@ -2028,11 +2799,15 @@ static int map_write(struct emb_coord *c, const struct emb_etcd_range *srvr)
 	if (!by_rank || !m || !buf || !list)
 		goto out;
 	for (uint32_t i = 0; i < srvr->n; i++) {
-		int64_t r = rank_in(srvr->kvs[i].key + plen, "server", S);
+		int64_t r = rank_in(srvr->kvs[i].key + plen, "server", S0);
 
 		if (r >= 0)
 			by_rank[r] = (const char *)srvr->kvs[i].value;
 	}
+	/* Ranks to spare: a placeholder no one dials (the map lists no
+	 * slot there) until a server that joins puts its own. */
+	for (uint32_t i = S0; i < S; i++)
+		by_rank[i] = "0.0.0.0:9";
 	for (uint32_t i = 0; i < S; i++) {
 		int n;
 
@@ -2044,9 +2819,11 @@ static int map_write(struct emb_coord *c, const struct emb_etcd_range *srvr)
 			     by_rank[i]);
 		at += (size_t)n;
 	}
-	rc = emb_cmap_init(m, S, c->replicas);
+	rc = emb_cmap_init(m, S0, c->replicas);
 	if (rc)
 		goto out;
+	/* Free ranks hold nothing until a server joins there. */
+	m->nservers = S;
 	if (emb_cmap_encode(m, buf, mlen) != (int64_t)mlen) {
 		rc = EMB_EINTERNAL;
 		goto out;
@@ -2066,9 +2843,10 @@ static int map_write(struct emb_coord *c, const struct emb_etcd_range *srvr)
 	if (!rc && ok)
 		emb_log(EMB_LOG_INFO,
 			"job %s ready: %u servers, %u workers, %u cop%s of each "
-			"slot (map epoch 1)",
-			c->prefix, S, c->reg.worker_num, c->replicas,
-			c->replicas == 1 ? "y" : "ies");
+			"slot (map epoch 1)%s",
+			c->prefix, S0, c->reg.worker_num, c->replicas,
+			c->replicas == 1 ? "y" : "ies",
+			S > S0 ? "; ranks to spare for servers to join" : "");
 out:
 	free(list);
 	free(buf);
@@ -2136,7 +2914,7 @@ int emb_coord_wait_map(struct emb_coord *c, uint16_t *slot_map,
 		}
 		/* Written once: a retry whose first try was applied finds
 		 * the map there, and the next turn reads it. */
-		if (srv.n == c->reg.server_num && wrk.n == c->reg.worker_num)
+		if (srv.n == c->start && wrk.n == c->reg.worker_num)
 			rc = map_write(c, &srv);
 		emb_etcd_range_free(&srv);
 		emb_etcd_range_free(&wrk);
@@ -2316,6 +3094,83 @@ int emb_coord_job_formed(const char *endpoints, const char *job)
 		rc = r.n ? 1 : 0;
 		emb_etcd_range_free(&r);
 	}
+	emb_etcd_destroy(e);
+	return rc;
+}
+
+int emb_coord_job_drain(const char *endpoints, const char *job, uint32_t rank,
+			char *why, size_t cap)
+{
+	char prefix[32 + EMB_COORD_JOB_MAX];
+	struct emb_etcd *e;
+	int rc;
+
+	rc = observe(endpoints, job, &e, prefix, sizeof(prefix));
+	if (rc)
+		return rc;
+	rc = drain_ask(e, prefix, rank, why, cap);
+	emb_etcd_destroy(e);
+	return rc;
+}
+
+int emb_coord_job_free_ranks(const char *endpoints, const char *job,
+			     uint32_t *ranks, uint32_t *free_ranks)
+{
+	char prefix[32 + EMB_COORD_JOB_MAX], key[KEY_MAX];
+	struct emb_etcd_range r = {0}, cr = {0};
+	struct emb_cmap *m = malloc(sizeof(*m));
+	uint32_t s, w, t, rp, M;
+	uint8_t *live = NULL;
+	struct emb_etcd *e;
+	int rc;
+
+	if (!m)
+		return -ENOMEM;
+	rc = observe(endpoints, job, &e, prefix, sizeof(prefix));
+	if (rc) {
+		free(m);
+		return rc;
+	}
+	snprintf(key, sizeof(key), "%sconfig", prefix);
+	rc = emb_etcd_get(e, key, false, false, &cr);
+	if (rc)
+		goto out;
+	if (!cr.n || config_parse(&cr.kvs[0], &s, &w, &t, &rp, &M)) {
+		rc = EMB_ECLUSTER;
+		goto out;
+	}
+	rc = emb_etcd_get(e, prefix, true, false, &r);
+	if (rc)
+		goto out;
+	live = calloc(M, 1);
+	if (!live) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = EMB_ECLUSTER;
+	for (uint32_t i = 0; i < r.n; i++) {
+		const char *k = r.kvs[i].key + strlen(prefix);
+		int64_t v;
+
+		if ((v = rank_in(k, "server", M)) >= 0)
+			live[v] = 1;
+		else if (!strcmp(k, "map") && r.kvs[i].value)
+			rc = emb_cmap_decode(r.kvs[i].value,
+					     r.kvs[i].value_len, m)
+				 ? EMB_EBADFRAME
+				 : 0;
+	}
+	if (rc)
+		goto out;
+	*ranks = M;
+	*free_ranks = 0;
+	for (uint32_t i = 0; i < M && i < m->nservers; i++)
+		*free_ranks += !live[i] && !emb_cmap_in_map(m, i);
+out:
+	free(live);
+	free(m);
+	emb_etcd_range_free(&r);
+	emb_etcd_range_free(&cr);
 	emb_etcd_destroy(e);
 	return rc;
 }

@@ -51,6 +51,10 @@ struct emb_coord_opts {
 				     or a wildcard = the one etcd sees */
 	uint16_t port;		  /* server: its bound listen port */
 	uint32_t server_num;	  /* servers of the job; 0 = the job's */
+	uint32_t server_max;	  /* ranks servers may hold (> server_num:
+				     servers join and drain while the job
+				     runs); 0 = the job's (server_num if
+				     first) */
 	uint32_t worker_num;	  /* workers of the job; 0 = the job's */
 	uint32_t replicas;	  /* copies of each slot, 1..8 and <= the
 				     servers; 0 = the job's (1 if first) */
@@ -141,6 +145,31 @@ void emb_coord_poll_now(struct emb_coord *c);
 int emb_coord_fill_done(struct emb_coord *c, uint32_t first, uint32_t n,
 			uint64_t epoch, int status);
 
+/*
+ * Whether the job's nodes follow its whole map (emb_coord_watch_map()):
+ * with copies, or with ranks to spare (servers_max), whose joins and
+ * drains move slots. Any thread.
+ */
+bool emb_coord_mapped(const struct emb_coord *c);
+
+/*
+ * Whether server rank's key was there at the agent's last poll (a server
+ * drained out of the map stays a TTL, answering; one never seen yet, or
+ * before the first poll, is not live). Any thread.
+ */
+bool emb_coord_server_live(struct emb_coord *c, uint32_t rank);
+
+/*
+ * A server asks to leave (SIGTERM, docs/coordinator.md "Joins and
+ * drains"): puts drain/<rank>, which the leader turns into moves of its
+ * slots to the others; once it holds none it stays one TTL, then its job
+ * ends (status 0, on_end) and its rank is recorded as left, not dead. 0
+ * (asked, or asked before), or EMB_ECLUSTER with why (cap bytes) filled:
+ * not a server, the job not formed, not mapped, or too few servers would
+ * stay for the copies; EMB_ENOETCD, EMB_EETCD.
+ */
+int emb_coord_drain(struct emb_coord *c, char *why, size_t cap);
+
 /* As emb_node_watch(). */
 void emb_coord_watch(struct emb_coord *c, emb_coord_dead_fn fn, void *arg);
 
@@ -167,6 +196,22 @@ int emb_coord_finish(struct emb_coord *c);
  */
 int emb_coord_job_formed(const char *endpoints, const char *job);
 int emb_coord_job_delete(const char *endpoints, const char *job);
+
+/*
+ * For `embstore scale --coordinator`: server rank of the job drains, as
+ * emb_coord_drain() asks it; the same refusals with why filled, and
+ * EMB_EBADARG for a rank the job has no live server at.
+ */
+int emb_coord_job_drain(const char *endpoints, const char *job, uint32_t rank,
+			char *why, size_t cap);
+
+/*
+ * For `embstore scale --coordinator --add`: the job's server ranks (its
+ * servers_max) and the ones free for a newcomer (*free: no live server,
+ * nothing held). 0, EMB_ECLUSTER (not formed), or an etcd error.
+ */
+int emb_coord_job_free_ranks(const char *endpoints, const char *job,
+			     uint32_t *ranks, uint32_t *free);
 
 /* True if s is "etcd://..." (the only coordinator besides a scheduler). */
 bool emb_coord_is_etcd(const char *s);

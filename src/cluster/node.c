@@ -1167,7 +1167,8 @@ static void map_tell(struct emb_node *n);
 /*
  * A job in etcd: takes m, the coordinator's newest map, as the node's:
  * the primaries, the copies per slot, the servers it no longer lists
- * (dropped by a failover) flagged removed, and with R > 1 the whole map,
+ * (dropped by a failover) flagged removed, and with R > 1 (or ranks to
+ * spare: emb_coord_mapped()) the whole map,
  * followed as a scheduler's is (emb_node_mapped()). *srv, when not NULL,
  * becomes the node's server list: taken whole when it has none yet (*srv
  * is then NULL), else copied over it (a newcomer's address at its rank);
@@ -1180,6 +1181,9 @@ static bool coord_adopt(struct emb_node *n, const struct emb_cmap *m,
 			struct emb_cmap **spare)
 {
 	const uint32_t S = n->reg.server_num;
+	/* With copies, or ranks to spare whose joins and drains move slots
+	 * (as a scheduler sends its whole map then). */
+	const bool mapped = m->replicas >= 2 || emb_coord_mapped(n->coord);
 	bool took = false;
 
 	if (m->nservers != S)
@@ -1191,16 +1195,16 @@ static bool coord_adopt(struct emb_node *n, const struct emb_cmap *m,
 	}
 	/* Handed out (emb_node_servers()): entries change in place. Only
 	 * with a newer map, whose epoch came after the list was read. */
-	if (n->servers && srv && *srv && n->cmap && m->replicas >= 2 &&
+	if (n->servers && srv && *srv && n->cmap && mapped &&
 	    m->epoch > n->cmap->epoch)
 		memcpy(n->servers, *srv, S * sizeof(**srv));
 	/* Maps only go forward; with one copy only the first is taken, as
 	 * before (such a job is not mapped: its clients route by the
 	 * primaries alone). */
-	if (!n->servers || (n->have_map && (m->replicas < 2 || !n->cmap ||
+	if (!n->servers || (n->have_map && (!mapped || !n->cmap ||
 					    m->epoch <= n->cmap->epoch)))
 		goto out;
-	if (m->replicas >= 2 && !(spare && *spare))
+	if (mapped && !(spare && *spare))
 		goto out;
 	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
 		uint32_t p = emb_cmap_primary(m, sl);
@@ -1210,11 +1214,17 @@ static bool coord_adopt(struct emb_node *n, const struct emb_cmap *m,
 		if (p < S || !n->have_map)
 			n->slot_map[sl] = p < S ? (uint16_t)p : 0;
 	}
-	/* Handed out (emb_node_servers()): entries change in place. */
+	/* Handed out (emb_node_servers()): entries change in place. Out
+	 * of the map and gone: a server drained out of it stays a TTL,
+	 * answering the writes routed to it by older maps (refused there,
+	 * sent again by the newer one), and is not counted dead meanwhile;
+	 * a rank to spare nobody took is gone. */
 	for (uint32_t i = 0; i < S; i++)
-		n->servers[i].removed = !emb_cmap_in_map(m, i);
+		n->servers[i].removed =
+		    !emb_cmap_in_map(m, i) &&
+		    !emb_coord_server_live(n->coord, i);
 	n->replicas = m->replicas;
-	if (m->replicas >= 2) {
+	if (mapped) {
 		struct emb_cmap *old = n->cmap;
 
 		n->cmap = *spare;
@@ -1241,9 +1251,9 @@ static void on_coord_map(void *arg, const struct emb_cmap *m)
 	struct emb_wire_node_addr *srv = NULL;
 	int rc;
 
-	/* One copy: the worker's wait takes the first map, and no later
-	 * one changes what such a job's nodes do. */
-	if (m->replicas < 2)
+	/* One copy and no rank to spare: the worker's wait takes the
+	 * first map, and no later one changes what such a job's nodes do. */
+	if (m->replicas < 2 && !emb_coord_mapped(n->coord))
 		return;
 	rc = emb_coord_servers(n->coord, &srv);
 	if (rc) {
@@ -1277,6 +1287,7 @@ static int create_coord(const struct emb_node_opts *o, struct emb_node **out)
 	    .server_num = o->server_num,
 	    .worker_num = o->worker_num,
 	    .replicas = o->replicas,
+	    .server_max = o->server_max,
 	    .ttl_ms = o->hb_timeout_ms,
 	    .join_timeout_ms = o->join_timeout_ms,
 	    .on_end = o->on_end,

@@ -48,7 +48,8 @@ struct emb_cluster_env {
 				     (the scheduler's default is 1, a job
 				     in etcd keeps its first node's) */
 	uint32_t server_max;	  /* EMB_SERVER_MAX: ranks servers may
-				     hold (scheduler); 0 when unset */
+				     hold (the scheduler's, or a job in
+				     etcd's first node's); 0 when unset */
 	uint32_t join_timeout_ms; /* EMB_CLUSTER_TIMEOUT, seconds: how long
 				     to wait for the scheduler and the other
 				     nodes; default 300 s */
@@ -137,6 +138,8 @@ struct emb_node_opts {
 	uint32_t hb_timeout_ms;	 /* etcd: lease TTL; 0 = 10 s */
 	uint32_t replicas;	 /* etcd: copies of each slot; 0 = the
 				    job's (1 for its first node) */
+	uint32_t server_max;	 /* etcd: ranks servers may hold; 0 = the
+				    job's (server_num for its first node) */
 	/* Scheduler: how long a node of a formed job rides out the
 	 * scheduler's absence, rejoining it (docs/cluster.md); 0 = the
 	 * environment's EMB_SCHED_GRACE (0 there: not at all), else 300 s. */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "cluster/coord.h"
 #include "cluster/drain.h"
 #include "cluster/node.h"
 #include "common/err.h"
@@ -169,6 +170,7 @@ int emb_server_role_join(struct emb_server_role *r)
 	    .worker_num = env->worker_num,
 	    .hb_timeout_ms = env->hb_timeout_ms,
 	    .replicas = env->replicas,
+	    .server_max = env->server_max,
 	    .sched_host = env->sched_host,
 	    .sched_port = env->sched_port,
 	    .role = EMB_ROLE_SERVER,
@@ -224,7 +226,15 @@ int emb_server_role_drain(struct emb_server_role *r)
 	char why[EMB_WIRE_ERRMSG_MAX + 1];
 	int rc;
 
-	if (!r->node || !env || env->coordinator || !env->sched_host[0])
+	if (r->node && env && env->coordinator) {
+		rc = emb_coord_drain(emb_node_coord(r->node), why,
+				     sizeof(why));
+		if (rc)
+			emb_log(EMB_LOG_WARN, "cannot drain: %s%s%s",
+				emb_strerror(rc), why[0] ? ": " : "", why);
+		return rc;
+	}
+	if (!r->node || !env || !env->sched_host[0])
 		return -ENOTSUP;
 	/* A short wait: a scheduler that does not answer soon is no place
 	 * to move slots through, and the signal asked for a stop. */

@@ -290,6 +290,7 @@ static int from_env(const struct emb_client_opts *opts, struct emb_client **out)
 		no.worker_num = env.worker_num;
 		no.hb_timeout_ms = env.hb_timeout_ms;
 		no.replicas = env.replicas;
+		no.server_max = env.server_max;
 		no.role = EMB_ROLE_WORKER;
 		no.join_timeout_ms = env.join_timeout_ms;
 		rc = emb_node_create(&no, &node);

@@ -1197,7 +1197,16 @@ int emb_cmd_launch(int argc, char **argv)
 	 * CTL` starts servers for them here, through a FIFO in the log
 	 * directory. An unreplicated job without spare ranks never has a
 	 * free one. */
-	if (!l.coord && (smax > S || R > 1) && !l.stopping) {
+	if ((smax > S || R > 1) && !l.stopping) {
+		char how[600];
+
+		/* How `embstore scale` reaches the job: its scheduler, or
+		 * its keys in etcd. */
+		if (l.coord)
+			snprintf(how, sizeof(how), "--coordinator %s --job %s",
+				 l.coord, l.job);
+		else
+			snprintf(how, sizeof(how), "--sched %s", l.sched);
 		snprintf(l.ctl_path, sizeof(l.ctl_path), "%s/launch.ctl", dir);
 		unlink(l.ctl_path);
 		/* O_RDWR: a writer closing it is no EOF here. */
@@ -1209,15 +1218,15 @@ int emb_cmd_launch(int argc, char **argv)
 			    l.ctl_path, strerror(errno));
 			l.ctl_path[0] = 0;
 		} else if (smax > S) {
-			say("%u rank%s to spare: embstore scale --sched %s "
-			    "--add N --launch %s starts servers here",
-			    smax - S, smax - S == 1 ? "" : "s", l.sched,
+			say("%u rank%s to spare: embstore scale %s --add N "
+			    "--launch %s starts servers here",
+			    smax - S, smax - S == 1 ? "" : "s", how,
 			    l.ctl_path);
 		} else {
 			say("no rank to spare; for the rank of a server "
-			    "drained or lost, embstore scale --sched %s --add "
-			    "N --launch %s starts servers here",
-			    l.sched, l.ctl_path);
+			    "drained or lost, embstore scale %s --add N "
+			    "--launch %s starts servers here",
+			    how, l.ctl_path);
 		}
 	}
 	run(&l);

@@ -1,6 +1,7 @@
 /*
  * tools/embstore/scale.c - `embstore scale`: changes the servers of a
- * running replicated job through its scheduler. --remove RANK drains a
+ * running replicated job through its scheduler, or in etcd for a job kept
+ * there (--coordinator, docs/coordinator.md). --remove RANK drains a
  * server: its slots move to the others while training goes on, then it
  * leaves and exits 0 (docs/replication.md, "Moving slots"). --add N
  * prints the commands that start N servers to join, after checking that
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cluster/coord.h"
 #include "common/err.h"
 #include "proto/wire_cluster.h"
 #include "worker/embstore.h"
@@ -23,6 +25,8 @@ static void usage(FILE *f)
 {
 	fputs("usage: embstore scale --sched HOST:PORT --remove RANK | --add N "
 	      "[options]\n"
+	      "       embstore scale --coordinator etcd://HOST:PORT --job J "
+	      "--remove RANK | --add N\n"
 	      "Drains server RANK of the running replicated job whose "
 	      "scheduler is at\nHOST:PORT: its slots move to the other "
 	      "servers while training goes on, then\nit leaves the job and "
@@ -30,6 +34,13 @@ static void usage(FILE *f)
 	      "scheduler's log and `embstore stat --sched` show the moves.\n"
 	      "  --sched HOST:PORT       the job's scheduler (EMB_SCHED_HOST "
 	      "and EMB_SCHED_PORT)\n"
+	      "  --coordinator etcd://HOST:PORT[,HOST:PORT]  the job is kept "
+	      "in etcd\n"
+	      "                          (EMB_COORDINATOR); its servers' "
+	      "logs show the moves\n"
+	      "  --job J                 with --coordinator: the job's name "
+	      "(EMB_JOB;\n"
+	      "                          default embstore)\n"
 	      "  --remove RANK           the server to drain\n"
 	      "  --add N                 print the commands that start N "
 	      "servers to join (each\n"
@@ -127,6 +138,42 @@ static int add_servers(const char *sched, const struct cli *cli, uint32_t n,
 	return 0;
 }
 
+/* --add for a job in etcd: the commands, once the job has free ranks. */
+static int add_servers_etcd(const char *ep, const char *job, uint32_t n,
+			    const char *ctl)
+{
+	uint32_t ranks = 0, free_ranks = 0;
+	int rc = emb_coord_job_free_ranks(ep, job, &ranks, &free_ranks);
+
+	if (rc) {
+		fprintf(stderr, "embstore scale: job %s in %s: %s\n",
+			job ? job : "embstore", ep,
+			rc == EMB_ECLUSTER ? "no such job running"
+					   : emb_strerror(rc));
+		return 1;
+	}
+	if (free_ranks < n) {
+		fprintf(stderr,
+			"embstore scale: the job has %u free rank%s for %u "
+			"server%s: start it with more room (embstore launch "
+			"--server_max, EMB_SERVER_MAX) or drain servers first\n",
+			free_ranks, free_ranks == 1 ? "" : "s", n,
+			n == 1 ? "" : "s");
+		return 1;
+	}
+	if (ctl)
+		return ask_launch(ctl, n);
+	printf("# %u server%s to join job %s in %s, one per machine (%u "
+	       "rank%s free):\n",
+	       n, n == 1 ? "" : "s", job ? job : "embstore", ep, free_ranks,
+	       free_ranks == 1 ? "" : "s");
+	for (uint32_t i = 0; i < n; i++)
+		printf("EMB_ROLE=server EMB_COORDINATOR=%s EMB_JOB=%s "
+		       "embstore-server --listen 0.0.0.0:0\n",
+		       ep, job ? job : "embstore");
+	return 0;
+}
+
 int emb_cmd_scale(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -136,13 +183,16 @@ int emb_cmd_scale(int argc, char **argv)
 	    {"remove", required_argument, NULL, 'r'},
 	    {"add", required_argument, NULL, 'A'},
 	    {"launch", required_argument, NULL, 'L'},
+	    {"coordinator", required_argument, NULL, 'O'},
+	    {"job", required_argument, NULL, 'J'},
 	    {NULL, 0, NULL, 0},
 	};
 	static char sched[300];
 	const char *h = getenv("EMB_SCHED_HOST"), *p = getenv("EMB_SCHED_PORT");
 	char why[EMB_WIRE_ERRMSG_MAX + 1], *end;
 	unsigned long rank = 0, add = 0;
-	const char *ctl = NULL;
+	const char *ctl = NULL, *ep = getenv("EMB_COORDINATOR"),
+		   *job = getenv("EMB_JOB");
 	bool have_rank = false;
 	struct cli cli;
 	int c, status, rc;
@@ -167,6 +217,18 @@ int emb_cmd_scale(int argc, char **argv)
 			ctl = optarg;
 			continue;
 		}
+		if (c == 'O') {
+			if (!emb_coord_is_etcd(optarg))
+				return emb_cli_usage_error(
+				    &cli, usage,
+				    "--coordinator takes etcd://HOST:PORT");
+			ep = optarg;
+			continue;
+		}
+		if (c == 'J') {
+			job = optarg;
+			continue;
+		}
 		if (c == 'r') {
 			errno = 0;
 			rank = strtoul(optarg, &end, 10);
@@ -183,8 +245,14 @@ int emb_cmd_scale(int argc, char **argv)
 	}
 	if (optind < argc)
 		return emb_cli_usage_error(&cli, usage, "unexpected argument");
-	if (!cli.sched)
-		return emb_cli_usage_error(&cli, usage, "scale needs --sched");
+	if (ep && !*ep)
+		ep = NULL;
+	if (ep && !emb_coord_is_etcd(ep))
+		return emb_cli_usage_error(&cli, usage,
+					   "EMB_COORDINATOR is no etcd://");
+	if (!cli.sched && !ep)
+		return emb_cli_usage_error(
+		    &cli, usage, "scale needs --sched or --coordinator");
 	if (have_rank == (add > 0))
 		return emb_cli_usage_error(&cli, usage,
 					   "scale needs --remove RANK or --add N");
@@ -198,12 +266,20 @@ int emb_cmd_scale(int argc, char **argv)
 	status = emb_cli_setup(&cli);
 	if (status)
 		return status;
+	/* A job in etcd: its keys, no scheduler (a --sched given too is
+	 * the environment's, or a mistake: etcd holds the job). */
+	if (ep && add)
+		return add_servers_etcd(ep, job, (uint32_t)add, ctl);
 	if (add)
 		return add_servers(h, &cli, (uint32_t)add, ctl);
-	rc = emb_cluster_drain(h, cli.token, cli.token_len, (uint32_t)rank,
-			       why, sizeof(why));
+	why[0] = '\0';
+	rc = ep ? emb_coord_job_drain(ep, job, (uint32_t)rank, why,
+				      sizeof(why))
+		: emb_cluster_drain(h, cli.token, cli.token_len,
+				    (uint32_t)rank, why, sizeof(why));
 	if (rc) {
-		fprintf(stderr, "embstore scale: scheduler %s: %s%s%s\n", h,
+		fprintf(stderr, "embstore scale: %s %s: %s%s%s\n",
+			ep ? "etcd" : "scheduler", ep ? ep : h,
 			emb_strerror(rc), why[0] ? ": " : "", why);
 		return 1;
 	}

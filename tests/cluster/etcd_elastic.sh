@@ -1,0 +1,142 @@
+#!/bin/sh
+# tests/cluster/etcd_elastic.sh - elastic.sh's job kept in etcd, with no
+# scheduler (docs/coordinator.md, "Joins and drains"): `embstore launch
+# --coordinator etcd://... --server_num 2 --server_max 3 --worker_num 2
+# --replicas R` runs `embstore-bench --op step --verify`. A third
+# `embstore-server`, started as `embstore scale --coordinator ... --add 1`
+# prints it, takes the free rank and is given a third of the copies by
+# live moves, which the leader (the live server of lowest rank) steps in
+# etcd: copy ahead, fence, stream, hand over. Then rank 0 is drained, by
+# SIGTERM (R = 2) or `embstore scale --coordinator ... --remove 0` (R = 1),
+# and exits 0 once it holds nothing; nobody may count it dead. Both
+# workers must exit 0 with 0 mismatched rows. Skipped (77) without
+# etcd(1) or python3 (free ports).
+#
+#   etcd_elastic.sh TOOLS_DIR [R]
+set -u
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/moves_lib.sh"
+
+tools=${1:?usage: etcd_elastic.sh TOOLS_DIR [R]}
+R=${2:-2}
+if ! emb_have_etcd; then
+	echo "no etcd or python3: skipped"
+	exit 77
+fi
+moves_setup "$tools" etcd-elastic
+# 6 s leases: etcd judges them by its own clock, and a CPU hog beside the
+# test must not end one (a stall of etcd itself is survived either way:
+# etcd_stall.sh).
+EMB_HEARTBEAT_TIMEOUT=6
+export EMB_HEARTBEAT_TIMEOUT
+unset EMB_COORDINATOR EMB_JOB EMB_SERVER_NUM EMB_WORKER_NUM
+epid=
+# etcd first: moves_cleanup waits for every child.
+trap '[ -n "$epid" ] && kill -KILL "$epid" 2>/dev/null; moves_cleanup' EXIT
+# A third of the copies: slots, and rows of a 40000-row table.
+want_slots=$((R * 4096 / 3 - 2))
+want_rows=$((R * 40000 / 3 * 3 / 4))
+
+emb_start_etcd "$work" eel || exit 1
+ep=etcd://127.0.0.1:$etcd_port
+
+out=$work/launch.txt
+# 30 s of training: the join and the drain both happen under it, and the
+# test waits for each step, not for a time.
+(cd "$work" && exec embstore launch --coordinator "$ep" --job eel \
+	--server_num 2 --server_max 3 --worker_num 2 --replicas "$R" \
+	--log-dir "$work/log" -- \
+	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
+	--duration 30) >"$out" 2>&1 &
+lpid=$!
+for _ in $(seq 600); do
+	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
+	[ "$n" -ge 2 ] && break
+	kill -0 "$lpid" 2>/dev/null || break
+	sleep 0.1
+done
+[ "$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")" -ge 2 ] ||
+	bad "the workers did not join"
+grep -q "^\[launch\] 1 rank to spare: embstore scale --coordinator $ep --job eel --add N --launch" \
+	"$out" || bad "launch did not say how to add a server"
+sleep 1
+
+# Join: the command `embstore scale --add 1` prints, as an operator runs it.
+embstore scale --coordinator "$ep" --job eel --add 1 >"$work/add.txt" 2>&1 ||
+	bad "scale --add 1 failed: $(cat "$work/add.txt")"
+cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
+[ -n "$cmd" ] || bad "scale --add printed no command: $(cat "$work/add.txt")"
+eval "$cmd" >"$work/new.txt" 2>&1 &
+npid=$!
+# A second one finds no rank free.
+embstore scale --coordinator "$ep" --job eel --add 2 >"$work/add2.txt" 2>&1 &&
+	bad "scale --add 2 with one rank free succeeded"
+grep -q 'free rank' "$work/add2.txt" ||
+	bad "no reason for --add 2: $(cat "$work/add2.txt")"
+
+# The leader logs in the launch's output (rank 0 or 1 leads).
+for _ in $(seq 900); do
+	grep -q 'server 2 has its share' "$out" && break
+	kill -0 "$lpid" 2>/dev/null || break
+	sleep 0.1
+done
+share=$(sed -n 's/.*server 2 has its share: \([0-9]*\) slots.*/\1/p' "$out" |
+	head -1)
+grep -q 'server 2 (.*) joins at a free rank' "$work/new.txt" ||
+	bad "the newcomer did not join at rank 2"
+[ -n "$share" ] && [ "$share" -ge "$want_slots" ] ||
+	bad "the newcomer was not given its share (${share:-none} slots)"
+grep -q 'slots [0-9]*-[0-9]* move from server [01] to server 2, copied ahead' \
+	"$out" || bad "no move was copied ahead"
+grep -q 'fenced for the last of their move to server 2, streamed' "$out" ||
+	bad "no move was fenced"
+# The rows it holds: the copies ahead and the fenced streams to it.
+rows=$(sed -n 's/.*slots [0-9]*-[0-9]* \(copied ahead\|streamed\) (\([0-9]*\) rows.*/\2/p' \
+	"$out" | awk '{ s += $1 } END { print s + 0 }')
+[ "$rows" -ge "$want_rows" ] ||
+	bad "$rows rows reached the newcomer, not a third of the copies"
+# The rows moved away are freed on the servers that gave them.
+for _ in $(seq 100); do
+	[ "$(grep -c 'freed [0-9]* rows of slots moved' "$out")" -ge 2 ] && break
+	sleep 0.1
+done
+[ "$(grep -c 'freed [0-9]* rows of slots moved' "$out")" -ge 2 ] ||
+	bad "the servers that gave slots away did not free their rows"
+moves_under_load join
+
+# Leave: rank 0 drains and exits 0 while the workers train.
+name0=$(sed -n 's/^\[\(server\.[0-9]*\)\] .* as server 0 of 3$/\1/p' "$out" |
+	head -1)
+pid0=$(sed -n "s/^\[launch\] started $name0, pid \([0-9]*\)\$/\1/p" "$out")
+[ -n "$pid0" ] || bad "no server rank 0 to drain"
+if [ "$R" -eq 1 ]; then
+	embstore scale --coordinator "$ep" --job eel --remove 0 \
+		>"$work/rm.txt" 2>&1 ||
+		bad "scale --remove 0 failed: $(cat "$work/rm.txt")"
+	grep -q '^scale: server 0 drains' "$work/rm.txt" ||
+		bad "scale --remove said: $(cat "$work/rm.txt")"
+	# A rank with no server is refused, with the reason.
+	embstore scale --coordinator "$ep" --job eel --remove 7 \
+		>"$work/rm7.txt" 2>&1 && bad "scale --remove 7 succeeded"
+	grep -q 'no live server at rank 7' "$work/rm7.txt" ||
+		bad "no reason for --remove 7: $(cat "$work/rm7.txt")"
+else
+	kill -TERM "$pid0" || bad "cannot signal server 0"
+fi
+moves_left "$pid0"
+grep -q 'server 0: drained: it left job' "$out" ||
+	bad "server 0 stopped without draining"
+grep -q 'server 0 drained' "$out" || bad "the leader did not drain server 0"
+grep -q 'server 0 is dead' "$out" "$work/new.txt" &&
+	bad "server 0 was counted dead, not drained"
+
+moves_end
+
+if [ "$fail" -ne 0 ]; then
+	cat "$out"
+	echo "--- newcomer (last 60 lines)"
+	tail -60 "$work/new.txt"
+	exit 1
+fi
+echo "ok: R = $R, etcd: a server joined (${share} slots, ${rows} rows) and" \
+	"rank 0 left mid-run; 2 of 2 workers clean"
