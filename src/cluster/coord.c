@@ -1193,11 +1193,13 @@ static uint32_t move_left(const struct emb_cmap *m, uint32_t d, uint32_t j)
  * the same transaction).
  */
 static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
-		const struct job_keys *k, uint32_t from, int64_t done_rev)
+		const struct job_keys *k, uint32_t from, int64_t done_rev,
+		bool moved)
 {
 	const uint32_t S = c->reg.server_num;
-	char kfill[KEY_MAX], kdone[KEY_MAX], kkey[KEY_MAX], val[96];
-	struct emb_etcd_op ops[3];
+	char kfill[KEY_MAX], kdone[KEY_MAX], kkey[KEY_MAX], kfails[KEY_MAX],
+	    val[96];
+	struct emb_etcd_op ops[5];
 	uint32_t nops = 0, d = UINT32_MAX, j = UINT32_MAX, src = 0, to = 0;
 	uint32_t first = from % EMB_NSLOTS;
 	bool ok;
@@ -1208,8 +1210,12 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			return fill_step(c, m, rev, r, 0, done_rev);
 	key_of(c, kfill, "fill");
 	key_of(c, kdone, "fill_done");
+	key_of(c, kfails, "fill_fails");
 	if (done_rev)
 		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
+	/* A chunk moved: the failed streams counted are not in a row. */
+	if (moved)
+		ops[nops++] = (struct emb_etcd_op){.key = kfails, .del = true};
 	for (uint32_t r = 0; r < S && d == UINT32_MAX; r++)
 		if (k->draining[r] && k->live[r] && emb_cmap_in_map(m, r))
 			d = r;
@@ -1274,8 +1280,11 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			n = 0;
 	} else {
 		/* Nothing to move: the map of the step just ended, if any,
-		 * with its report deleted. */
-		return done_rev ? map_cas(c, m, rev, ops, nops, &ok) : 0;
+		 * with its report and record deleted. */
+		if (!nops)
+			return 0;
+		ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
+		return map_cas(c, m, rev, ops, nops, &ok);
 	}
 	if (n < 0) {
 		emb_log(EMB_LOG_ERROR, "cannot plan a move: %s",
@@ -1287,6 +1296,7 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		 * poll_job()), or the joiner has its share. */
 		int rb = emb_cmap_rebalance(m, m);
 
+		ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
 		if (d != UINT32_MAX) {
 			emb_log(EMB_LOG_INFO,
 				"map epoch %llu: server %u drained",
@@ -1453,7 +1463,7 @@ static int move_done(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			rb > 0 ? rb : 0, rb == 1 ? "" : "s",
 			c->reg.hb_timeout_ms);
 	}
-	return plan(c, m, rev, k, st->first + st->n, done_rev);
+	return plan(c, m, rev, k, st->first + st->n, done_rev, true);
 }
 
 /*
@@ -1491,7 +1501,7 @@ static int steps(struct emb_coord *c, const struct job_keys *k)
 		warm = n > 0;
 	}
 	if (!n) {
-		rc = plan(c, m, rev, k, 0, 0);
+		rc = plan(c, m, rev, k, 0, 0, false);
 		goto out;
 	}
 	if (t >= S || (!warm && !k->live[t]))

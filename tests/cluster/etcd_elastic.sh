@@ -4,9 +4,10 @@
 # --coordinator etcd://... --server_num 2 --server_max 3 --worker_num 2
 # --replicas R` runs `embstore-bench --op step --verify`. A third
 # `embstore-server`, started as `embstore scale --coordinator ... --add 1`
-# prints it, takes the free rank and is given a third of the copies by
-# live moves, which the leader (the live server of lowest rank) steps in
-# etcd: copy ahead, fence, stream, hand over. Then rank 0 is drained, by
+# prints it (R = 2) or by launch on `--add 1 --launch` (R = 1), takes the
+# free rank and is given a third of the copies by live moves, which the
+# leader (the live server of lowest rank) steps in etcd: copy ahead,
+# fence, stream, hand over. Then rank 0 is drained, by
 # SIGTERM (R = 2) or `embstore scale --coordinator ... --remove 0` (R = 1),
 # and exits 0 once it holds nothing; nobody may count it dead. Both
 # workers must exit 0 with 0 mismatched rows. Skipped (77) without
@@ -61,13 +62,30 @@ grep -q "^\[launch\] 1 rank to spare: embstore scale --coordinator $ep --job eel
 	"$out" || bad "launch did not say how to add a server"
 sleep 1
 
-# Join: the command `embstore scale --add 1` prints, as an operator runs it.
-embstore scale --coordinator "$ep" --job eel --add 1 >"$work/add.txt" 2>&1 ||
-	bad "scale --add 1 failed: $(cat "$work/add.txt")"
-cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
-[ -n "$cmd" ] || bad "scale --add printed no command: $(cat "$work/add.txt")"
-eval "$cmd" >"$work/new.txt" 2>&1 &
-npid=$!
+# Join. R = 2: the command `embstore scale --add 1` prints, as an
+# operator runs it. R = 1: launch starts it, asked through its FIFO.
+if [ "$R" -eq 1 ]; then
+	embstore scale --coordinator "$ep" --job eel --add 1 \
+		--launch "$work/log/launch.ctl" >"$work/add.txt" 2>&1 ||
+		bad "scale --add 1 --launch failed: $(cat "$work/add.txt")"
+	for _ in $(seq 100); do
+		grep -q '^\[launch\] started server\.2, pid' "$out" && break
+		sleep 0.1
+	done
+	grep -q '^\[launch\] started server\.2, pid' "$out" ||
+		bad "launch did not start the server asked for"
+	newlog=$out
+else
+	embstore scale --coordinator "$ep" --job eel --add 1 \
+		>"$work/add.txt" 2>&1 ||
+		bad "scale --add 1 failed: $(cat "$work/add.txt")"
+	cmd=$(grep '^EMB_ROLE=server ' "$work/add.txt")
+	[ -n "$cmd" ] ||
+		bad "scale --add printed no command: $(cat "$work/add.txt")"
+	eval "$cmd" >"$work/new.txt" 2>&1 &
+	npid=$!
+	newlog=$work/new.txt
+fi
 # A second one finds no rank free.
 embstore scale --coordinator "$ep" --job eel --add 2 >"$work/add2.txt" 2>&1 &&
 	bad "scale --add 2 with one rank free succeeded"
@@ -82,7 +100,7 @@ for _ in $(seq 900); do
 done
 share=$(sed -n 's/.*server 2 has its share: \([0-9]*\) slots.*/\1/p' "$out" |
 	head -1)
-grep -q 'server 2 (.*) joins at a free rank' "$work/new.txt" ||
+grep -q 'server 2 (.*) joins at a free rank' "$newlog" ||
 	bad "the newcomer did not join at rank 2"
 [ -n "$share" ] && [ "$share" -ge "$want_slots" ] ||
 	bad "the newcomer was not given its share (${share:-none} slots)"
@@ -127,15 +145,17 @@ moves_left "$pid0"
 grep -q 'server 0: drained: it left job' "$out" ||
 	bad "server 0 stopped without draining"
 grep -q 'server 0 drained' "$out" || bad "the leader did not drain server 0"
-grep -q 'server 0 is dead' "$out" "$work/new.txt" &&
+grep -q 'server 0 is dead' "$out" "$newlog" &&
 	bad "server 0 was counted dead, not drained"
 
 moves_end
 
 if [ "$fail" -ne 0 ]; then
 	cat "$out"
-	echo "--- newcomer (last 60 lines)"
-	tail -60 "$work/new.txt"
+	if [ -f "$work/new.txt" ]; then
+		echo "--- newcomer (last 60 lines)"
+		tail -60 "$work/new.txt"
+	fi
 	exit 1
 fi
 echo "ok: R = $R, etcd: a server joined (${share} slots, ${rows} rows) and" \

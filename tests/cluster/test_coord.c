@@ -1163,6 +1163,284 @@ static void etcd_map(struct emb_cmap *m, uint64_t e)
 	}
 }
 
+/* The job's one key sub ("" when absent) into buf. */
+static const char *key_val(const char *sub, char *buf, size_t cap)
+{
+	struct emb_etcd_range r;
+
+	buf[0] = '\0';
+	if (job_keys(sub, &r) && r.kvs[0].value)
+		snprintf(buf, cap, "%.*s", (int)r.kvs[0].value_len,
+			 (const char *)r.kvs[0].value);
+	emb_etcd_range_free(&r);
+	return buf;
+}
+
+/* A move under way in m: its chunk (*first, return: its length), target
+ * (*to) and whether it is the copy ahead (*warm) or fenced. */
+static uint32_t move_chunk(const struct emb_cmap *m, uint32_t *first,
+			   uint32_t *to, bool *warm)
+{
+	uint32_t n = emb_cmap_fill_run(m, first, to);
+
+	*warm = false;
+	for (uint32_t r = 0; !n && r < m->nservers; r++) {
+		n = emb_cmap_warm_source(m, r, first, to);
+		*warm = n > 0;
+	}
+	return n;
+}
+
+/*
+ * Drives the moves of the job's leader until key sub is gone (the join's
+ * joining/2) or server drained holds nothing (a drain), reporting each
+ * step by hand as its
+ * source would: the first copy ahead fails (the chunk is fenced all the
+ * same), a fenced stream fails once (the chunk is moved again, counted in
+ * fill_fails), and a report for other slots changes nothing. Returns the
+ * fenced chunks reported done.
+ */
+static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
+			    const char *sub, uint32_t target_or_none,
+			    uint32_t drained)
+{
+	struct emb_cmap *m = malloc(sizeof(*m));
+	bool warm_failed = false, move_failed = false, stray_sent = false;
+	uint32_t done = 0;
+	char v[96];
+
+	CU_ASSERT_FATAL(m != NULL);
+	/* The join's key comes with the leader's next poll. */
+	for (int i = 0; i < 1000; i++) {
+		struct emb_etcd_range r;
+		uint32_t there = job_keys(sub, &r);
+
+		emb_etcd_range_free(&r);
+		if (there)
+			break;
+		sleep_ms(10);
+	}
+	for (int step = 0; step < 200; step++) {
+		struct emb_etcd_range r;
+		uint32_t first = 0, to = 0, n, src, left;
+		uint64_t e;
+		bool warm;
+
+		left = job_keys(sub, &r);
+		emb_etcd_range_free(&r);
+		CU_ASSERT_EQUAL_FATAL(emb_coord_map(w, m), 0);
+		e = m->epoch;
+		n = move_chunk(m, &first, &to, &warm);
+		if (!n) {
+			/* A drain is done when the map gives the server no
+			 * slot (its key goes when it leaves, a TTL later);
+			 * a join when its key goes. */
+			if (!left || (drained != UINT32_MAX &&
+				      !emb_cmap_in_map(m, drained)))
+				break;
+			/* The next chunk comes with the leader's next poll. */
+			CU_ASSERT_FATAL(saw_after(e));
+			continue;
+		}
+		if (target_or_none != UINT32_MAX)
+			CU_ASSERT_EQUAL(to, target_or_none);
+		src = emb_cmap_primary(m, first);
+		CU_ASSERT_FATAL(src < 3 && by_rank[src] != NULL);
+		/* The fill key names the step and its source. */
+		CU_ASSERT(strstr(key_val("fill", v, sizeof(v)),
+				 warm ? " w " : " m ") != NULL);
+		if (!stray_sent) {
+			stray_sent = true;
+			CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src],
+							    (first + n) %
+								EMB_NSLOTS,
+							    n, e, 0),
+					0);
+			sleep_ms(600);
+			CU_ASSERT_EQUAL(emb_coord_epoch(w), e);
+		}
+		if (warm && !warm_failed) {
+			warm_failed = true;
+			CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first,
+							    n, e, -EIO),
+					0);
+			CU_ASSERT_FATAL(saw_after(e));
+			CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
+			/* Fenced without the copy: the same chunk, filling. */
+			CU_ASSERT_EQUAL(m->fill[first], to);
+			continue;
+		}
+		if (!warm && done == 1 && !move_failed) {
+			move_failed = true;
+			CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first,
+							    n, e, -EIO),
+					0);
+			CU_ASSERT_FATAL(saw_after(e));
+			CU_ASSERT(strncmp(key_val("fill_fails", v, sizeof(v)),
+					  "", 1) != 0);
+			continue;
+		}
+		CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first, n, e,
+						    0),
+				0);
+		CU_ASSERT_FATAL(saw_after(e));
+		done += !warm;
+	}
+	CU_ASSERT(warm_failed);
+	CU_ASSERT(move_failed);
+	free(m);
+	return done;
+}
+
+static int dead_told; /* the worker's watcher: deaths */
+
+static void on_dead(void *arg, uint32_t role, uint32_t rank)
+{
+	(void)arg;
+	(void)role;
+	(void)rank;
+	__atomic_add_fetch(&dead_told, 1, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * Joins and drains in etcd, the leader's move steps with the sources'
+ * reports made by hand (coordinators only). A job of 2 servers with a
+ * rank to spare (servers_max 3) and 2 copies: a server that joins takes
+ * rank 2 and is given its share of the copies chunk by chunk (copy ahead,
+ * fenced stream, hand over), through a failed copy ahead, a failed stream
+ * and a stray report. Then rank 0 is asked to drain: its slots move to
+ * the others, it ends with status 0 one TTL after it holds nothing, puts
+ * left/server/0, and nobody counts it dead. A drain that would leave
+ * fewer servers than copies, and one of a rank with no server, are
+ * refused.
+ */
+static void test_moves(void)
+{
+	struct emb_coord_opts o = {.endpoints = etcd.url,
+				   .job = job,
+				   .host = "127.0.0.1",
+				   .server_num = 2,
+				   .server_max = 3,
+				   .worker_num = 1,
+				   .replicas = 2,
+				   .ttl_ms = 2000,
+				   .join_timeout_ms = 10000,
+				   .on_end = on_coord_end};
+	struct emb_coord *by_rank[3] = {NULL}, *c, *w = NULL;
+	struct emb_wire_node_addr *addrs = NULL;
+	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
+	struct emb_cmap *m = malloc(sizeof(*m));
+	int end[3] = {1, 1, 1}, *end_of[3] = {NULL, NULL, &end[2]};
+	struct emb_etcd_range r;
+	uint32_t k[3], moved;
+	char why[160], v[96];
+
+	CU_ASSERT_FATAL(slots != NULL && m != NULL);
+	new_job();
+	for (uint32_t i = 0; i < 2; i++) {
+		o.role = EMB_ROLE_SERVER;
+		o.port = (uint16_t)(7400 + i);
+		o.arg = &end[i];
+		CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &c), 0);
+		CU_ASSERT_FATAL(emb_coord_reg(c)->rank < 2);
+		CU_ASSERT_EQUAL(emb_coord_reg(c)->server_num, 3);
+		by_rank[emb_coord_reg(c)->rank] = c;
+		end_of[emb_coord_reg(c)->rank] = &end[i];
+	}
+	o.role = EMB_ROLE_WORKER;
+	o.port = 0;
+	o.on_end = NULL;
+	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &w), 0);
+	CU_ASSERT(emb_coord_mapped(w));
+	CU_ASSERT_EQUAL_FATAL(emb_coord_wait_map(w, slots, &addrs), 0);
+	/* The spare rank: a placeholder nobody dials, holding nothing. */
+	CU_ASSERT_STRING_EQUAL(addrs[2].host, "0.0.0.0");
+	free(addrs);
+	addrs = NULL;
+	CU_ASSERT_STRING_EQUAL(key_val("config", v, sizeof(v)),
+			       "servers=2 workers=1 ttl_ms=2000 replicas=2 "
+			       "servers_max=3");
+	seen_epoch = 0;
+	dead_told = 0;
+	emb_coord_watch_map(w, on_map, NULL);
+	emb_coord_watch(w, on_dead, NULL);
+	CU_ASSERT_FATAL(saw_epoch(1));
+	CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
+	CU_ASSERT_EQUAL(m->nservers, 3);
+	CU_ASSERT(!emb_cmap_in_map(m, 2));
+
+	/* Join: a server with no counts takes the job's and rank 2. */
+	o.role = EMB_ROLE_SERVER;
+	o.port = 7402;
+	o.server_num = o.server_max = o.worker_num = o.replicas = 0;
+	o.on_end = on_coord_end;
+	o.arg = &end[2];
+	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &by_rank[2]), 0);
+	CU_ASSERT_EQUAL(emb_coord_reg(by_rank[2])->rank, 2);
+	moved = drive_moves(by_rank, w, "joining/2", 2, UINT32_MAX);
+	CU_ASSERT(moved >= 4);
+	CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
+	emb_cmap_rank_slots(m, 2, k);
+	/* A third of the copies, give or take the last chunk. */
+	CU_ASSERT(k[0] + k[1] >= 2 * EMB_NSLOTS / 3 - 2);
+	CU_ASSERT(k[0] > 0);
+	CU_ASSERT_EQUAL(emb_cmap_lost_slots(m), 0);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		CU_ASSERT_EQUAL(emb_cmap_holders(m, sl), 2);
+	CU_ASSERT_EQUAL(job_keys("fill", &r), 0);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL(job_keys("joining/", &r), 0);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL_FATAL(emb_coord_servers(w, &addrs), 0);
+	CU_ASSERT_EQUAL(addrs[2].port, 7402);
+	free(addrs);
+
+	/* Refused: a rank with no server. */
+	CU_ASSERT_EQUAL(emb_coord_job_drain(etcd.url, job, 7, why, sizeof(why)),
+			EMB_EBADARG);
+	CU_ASSERT(strstr(why, "no live server at rank 7") != NULL);
+
+	/* Drain: rank 0's slots move to the others, then it leaves. */
+	CU_ASSERT_EQUAL(emb_coord_drain(by_rank[0], why, sizeof(why)), 0);
+	/* Asked again: asked before, no harm. */
+	CU_ASSERT_EQUAL(emb_coord_job_drain(etcd.url, job, 0, why, sizeof(why)),
+			0);
+	/* Two copies need two servers staying. */
+	CU_ASSERT_EQUAL(emb_coord_drain(by_rank[1], why, sizeof(why)),
+			EMB_ECLUSTER);
+	CU_ASSERT(strstr(why, "1 server would stay for 2 copies") != NULL);
+	drive_moves(by_rank, w, "drain/0", UINT32_MAX, 0);
+	CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
+	CU_ASSERT(!emb_cmap_in_map(m, 0));
+	CU_ASSERT_EQUAL(emb_cmap_lost_slots(m), 0);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		CU_ASSERT_EQUAL(emb_cmap_holders(m, sl), 2);
+	/* It stays a TTL, then leaves with status 0. */
+	for (int i = 0;
+	     i < 1000 && __atomic_load_n(end_of[0], __ATOMIC_SEQ_CST); i++)
+		sleep_ms(10);
+	CU_ASSERT_EQUAL(__atomic_load_n(end_of[0], __ATOMIC_SEQ_CST), 0);
+	CU_ASSERT_EQUAL(job_keys("left/server/0", &r), 1);
+	emb_etcd_range_free(&r);
+	emb_coord_destroy(by_rank[0]);
+	by_rank[0] = NULL;
+	/* Its key gone, it is no death: two polls of the worker's agent. */
+	sleep_ms(1500);
+	CU_ASSERT_EQUAL(__atomic_load_n(&dead_told, __ATOMIC_SEQ_CST), 0);
+	CU_ASSERT_EQUAL(job_keys("dead/", &r), 0);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL(__atomic_load_n(end_of[1], __ATOMIC_SEQ_CST), 1);
+	CU_ASSERT_EQUAL(__atomic_load_n(end_of[2], __ATOMIC_SEQ_CST), 1);
+
+	emb_coord_watch_map(w, NULL, NULL);
+	emb_coord_watch(w, NULL, NULL);
+	for (uint32_t i = 0; i < 3; i++)
+		emb_coord_destroy(by_rank[i]);
+	emb_coord_destroy(w);
+	free(m);
+	free(slots);
+}
+
 /*
  * A replicated job in etcd is mapped as under a scheduler: the worker
  * routes by the map in etcd and follows its epochs, and each server checks
@@ -1452,6 +1730,9 @@ int main(int argc, char **argv)
 	    {"recovery: a newcomer whose streams keep failing is given up "
 	     "after 8, keeping its rank",
 	     test_recover_gives_up},
+	    {"joins and drains: a server at a spare rank is given its share "
+	     "by moves, a drained one leaves as left, not dead",
+	     test_moves},
 	    {"a replicated job is mapped: the worker follows the map's "
 	     "epochs, servers check writes against it",
 	     test_mapped},
