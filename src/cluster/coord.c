@@ -80,6 +80,10 @@
  * write refused for its epoch asks, and etcd need not read the job for
  * each one. */
 #define POKE_MIN_MS 20
+/* A move or fill under way: how often the servers it waits on poll (the
+ * leader, the chunk's source and target); each step of a chunk waits for
+ * one of their polls, and every other node polls every POLL_MS. */
+#define FAST_POLL_MS 20
 /* A recovery in etcd (docs/coordinator.md): slots per chunk, as the
  * scheduler's, and how long the leader waits for a chunk's source. */
 #define FILL_CHUNK_SLOTS 256u
@@ -134,6 +138,8 @@ struct emb_coord {
 	struct emb_wire_node_ref *dead; /* in order of discovery */
 	uint32_t ndead;			/* entries in dead */
 	uint32_t dead_cap;		/* room in dead */
+	bool fast;	/* busy, and this server is the leader or the step's
+			   source or target: it polls every FAST_POLL_MS */
 	bool busy;	/* a fill under way or a newcomer waiting for one:
 			   the agent polls every POLL_MS */
 	int64_t relet_at;    /* emb_clock_ms() of this node's last re-let
@@ -2128,11 +2134,20 @@ static int poll_job(struct emb_coord *c)
 	 * leader for the source's word, the source and the newcomer for the
 	 * next chunk's map, workers for the map that lifts a fence. */
 	pthread_mutex_lock(&c->mu);
-	busy = fill_under_way(c->map, &t, &f, &nf) ||
-	       warm_run(c->map, &f, &t) > 0;
+	if (!fill_under_way(c->map, &t, &f, &nf))
+		nf = warm_run(c->map, &f, &t);
+	busy = nf > 0;
 	for (uint32_t i = 0; i < S && !busy; i++)
 		busy = (waiting[i] || joining[i] || draining[i]) && live[i];
 	c->busy = busy;
+	/* The servers a step waits on poll faster still: the leader (for
+	 * the source's report) and the chunk's source and target (for the
+	 * map that asks for the next step). Three nodes at most, whatever
+	 * the job's size. */
+	c->fast = busy && c->reg.role == EMB_ROLE_SERVER &&
+		  (c->reg.rank == first_live ||
+		   (nf > 0 && (c->reg.rank == t ||
+			       c->reg.rank == emb_cmap_primary(c->map, f))));
 	pthread_mutex_unlock(&c->mu);
 	free(live);
 	return 0;
@@ -2414,6 +2429,7 @@ static void *agent_main(void *arg)
 	own_thread = true;
 	for (;;) {
 		int64_t last = (int64_t)emb_clock_ms();
+		uint32_t wait;
 		bool quiet;
 		int rc;
 
@@ -2433,12 +2449,15 @@ static void *agent_main(void *arg)
 		 * wait for it themselves). So does every node during a
 		 * recovery (c->busy): each chunk is a few map steps. */
 		pthread_mutex_lock(&c->mu);
-		quiet = (c->busy ||
-			 (c->epoch == 0 && c->reg.role == EMB_ROLE_SERVER)) &&
-			poll > POLL_MS;
+		wait = c->fast ? FAST_POLL_MS
+		       : (c->busy || (c->epoch == 0 &&
+				      c->reg.role == EMB_ROLE_SERVER))
+			   ? POLL_MS
+			   : poll;
 		pthread_mutex_unlock(&c->mu);
-		if (!agent_nap(c, last + (quiet ? POLL_MS : poll),
-			       last + POKE_MIN_MS))
+		if (wait > poll)
+			wait = poll;
+		if (!agent_nap(c, last + wait, last + POKE_MIN_MS))
 			break;
 	}
 	return NULL;
