@@ -151,6 +151,9 @@ struct emb_coord {
 	int64_t *gone_since; /* agent: [S + W] when a rank's key was first
 				missing in a vanish of many (poll_job()),
 				0 if not waited for */
+	/* Leader: no chunk begins before this emb_clock_ms() (0: any
+	 * time), after a failed stream (retry_after()). */
+	int64_t plan_after;
 	/* The leader's clock on the chunk under way (fill_timeout()). */
 	uint32_t watch_rank, watch_first;
 	uint64_t watch_epoch;
@@ -981,6 +984,24 @@ static int small_get(struct emb_coord *c, const char *name, char *buf,
 	return 0;
 }
 
+/*
+ * Leader, after the fails-th failed stream in a row: the next chunk waits
+ * 0.5 s, doubled with each failure, at most a TTL. A target that died
+ * refuses every stream at once while its lease lives (up to a TTL): begun
+ * again at once, its chunk would use up FILL_TRIES in milliseconds and
+ * give the job's moves or recovery up before anyone could count it dead.
+ */
+static void retry_after(struct emb_coord *c, uint32_t fails)
+{
+	int64_t wait = 500;
+
+	for (uint32_t i = 1; i < fails && wait < c->reg.hb_timeout_ms; i++)
+		wait *= 2;
+	if (wait > (int64_t)c->reg.hb_timeout_ms)
+		wait = c->reg.hb_timeout_ms;
+	c->plan_after = (int64_t)emb_clock_ms() + wait;
+}
+
 /* The chunk being filled in m: its rank, first slot and length; false
  * when none is. One chunk at a time: the leader begins no other. */
 static bool fill_under_way(const struct emb_cmap *m, uint32_t *rank,
@@ -1104,6 +1125,7 @@ static int fill_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 	rc = map_cas(c, m, rev, ops, nops, &ok);
 	if (rc || !ok)
 		return rc; /* lost the race: the next poll looks again */
+	retry_after(c, fails);
 	if (fails >= FILL_TRIES)
 		emb_log(EMB_LOG_ERROR,
 			"server %u: recovery given up after %u failed "
@@ -1113,6 +1135,7 @@ static int fill_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 }
 
 /* ---- joins and drains: moves, chunk by chunk ------------------------ */
+
 
 /* The leader's view of the job's keys, from one poll (poll_job()). */
 struct job_keys {
@@ -1211,6 +1234,10 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 	bool ok;
 	int n, rc;
 
+	/* A stream just failed: the next chunk waits (retry_after()). A
+	 * step that just ended (done_rev) cleared the wait. */
+	if (!done_rev && (int64_t)emb_clock_ms() < c->plan_after)
+		return 0;
 	for (uint32_t r = 0; r < S; r++)
 		if (k->waiting[r] && k->live[r])
 			return fill_step(c, m, rev, r, 0, done_rev);
@@ -1426,6 +1453,8 @@ static int move_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
 	rc = map_cas(c, m, rev, ops, nops, &ok);
 	if (!rc && ok)
+		retry_after(c, fails);
+	if (!rc && ok)
 		emb_log(fails >= FILL_TRIES ? EMB_LOG_ERROR : EMB_LOG_WARN,
 			"map epoch %llu: the move of slots %u-%u to server %u "
 			"failed%s",
@@ -1434,7 +1463,7 @@ static int move_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			fails >= FILL_TRIES
 			    ? ": moves given up after 8 failed streams; the "
 			      "drains and joins asked for end where they are"
-			    : ": moved again");
+			    : ": moved again after a wait");
 	return rc;
 }
 
@@ -1449,6 +1478,7 @@ static int move_done(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		     int64_t done_rev)
 {
 	emb_cmap_move_done(m, st->from, st->rank, st->first, st->n, m);
+	c->plan_after = 0;
 	emb_log(EMB_LOG_DEBUG,
 		"map epoch %llu: server %u holds slots %u-%u in server %u's "
 		"place",
