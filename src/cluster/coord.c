@@ -1081,20 +1081,22 @@ static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 }
 
 /*
- * Leader: chunk first..first+n-1 of rank's fill failed (its source said
- * so, or said nothing for FILL_TIMEOUT_MS). Up to FILL_TRIES failed
- * streams a recovery, the chunk is given up in a map of its own (the next
- * poll begins it again) and the count kept in fill_fails ("rank count");
- * then the recovery is given up, as the scheduler gives it up: filling/r
- * goes, and r keeps the slots it got. done_rev as fill_step()'s.
+ * Leader: the stream of chunk first..first+n-1 to rank failed (its source
+ * said so, or said nothing for FILL_TIMEOUT_MS): a recovery's fill or,
+ * with move, a move's fenced stream. The chunk is given up in a map of
+ * its own (the next poll begins it again, after retry_after()'s wait) and
+ * the failures in a row are counted in fill_fails ("rank count"). At
+ * FILL_TRIES the work is given up, as the scheduler gives it up: a
+ * recovery's filling/r goes (r keeps the slots it got), or every drain
+ * and join asked for ends where it is. done_rev as fill_step()'s.
  */
 static int fill_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		     uint32_t rank, uint32_t first, uint32_t n,
-		     int64_t done_rev)
+		     int64_t done_rev, bool move)
 {
 	char kfill[KEY_MAX], kdone[KEY_MAX], kwait[KEY_MAX], kfails[KEY_MAX],
-	    v[64];
-	struct emb_etcd_op ops[4];
+	    kd[KEY_MAX], kj[KEY_MAX], v[64];
+	struct emb_etcd_op ops[5];
 	uint32_t nops = 0, fr, fails = 0;
 	int64_t frev;
 	bool ok;
@@ -1110,15 +1112,23 @@ static int fill_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 	key_of(c, kdone, "fill_done");
 	key_of(c, kwait, "filling/%u", rank);
 	key_of(c, kfails, "fill_fails");
+	key_of(c, kd, "drain/");
+	key_of(c, kj, "joining/");
 	emb_cmap_fill_abort(m, rank, first, n, m);
 	ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
-	if (fails >= FILL_TRIES) {
-		ops[nops++] = (struct emb_etcd_op){.key = kwait, .del = true};
-		ops[nops++] = (struct emb_etcd_op){.key = kfails, .del = true};
-	} else {
+	if (fails < FILL_TRIES) {
 		snprintf(v, sizeof(v), "%u %u", rank, fails);
 		ops[nops++] = (struct emb_etcd_op){
 		    .key = kfails, .value = v, .value_len = strlen(v)};
+	} else if (move) {
+		ops[nops++] = (struct emb_etcd_op){.key = kfails, .del = true};
+		ops[nops++] =
+		    (struct emb_etcd_op){.key = kd, .del = true, .prefix = true};
+		ops[nops++] =
+		    (struct emb_etcd_op){.key = kj, .del = true, .prefix = true};
+	} else {
+		ops[nops++] = (struct emb_etcd_op){.key = kwait, .del = true};
+		ops[nops++] = (struct emb_etcd_op){.key = kfails, .del = true};
 	}
 	if (done_rev)
 		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
@@ -1126,7 +1136,17 @@ static int fill_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 	if (rc || !ok)
 		return rc; /* lost the race: the next poll looks again */
 	retry_after(c, fails);
-	if (fails >= FILL_TRIES)
+	if (move)
+		emb_log(fails >= FILL_TRIES ? EMB_LOG_ERROR : EMB_LOG_WARN,
+			"map epoch %llu: the move of slots %u-%u to server %u "
+			"failed%s",
+			(unsigned long long)m->epoch, first, first + n - 1,
+			rank,
+			fails >= FILL_TRIES
+			    ? ": moves given up after 8 failed streams; the "
+			      "drains and joins asked for end where they are"
+			    : ": moved again after a wait");
+	else if (fails >= FILL_TRIES)
 		emb_log(EMB_LOG_ERROR,
 			"server %u: recovery given up after %u failed "
 			"streams; it keeps the %u slots it got",
@@ -1135,7 +1155,6 @@ static int fill_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 }
 
 /* ---- joins and drains: moves, chunk by chunk ------------------------ */
-
 
 /* The leader's view of the job's keys, from one poll (poll_job()). */
 struct job_keys {
@@ -1408,66 +1427,6 @@ static int fence(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 }
 
 /*
- * Leader: the fenced stream of a move failed (its source said so, or said
- * nothing in FILL_TIMEOUT_MS): the target drops the chunk and the next
- * poll plans the move again. After FILL_TRIES failed streams in a row the
- * drains and joins asked for end where they are, as the scheduler ends
- * them.
- */
-static int move_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
-		     const struct step *st, int64_t done_rev)
-{
-	char kfill[KEY_MAX], kdone[KEY_MAX], kfails[KEY_MAX], kd[KEY_MAX],
-	    kj[KEY_MAX], v[64];
-	struct emb_etcd_op ops[5];
-	uint32_t nops = 0, fr, fails = 0;
-	int64_t frev;
-	bool ok;
-	int rc;
-
-	rc = small_get(c, "fill_fails", v, sizeof(v), &frev);
-	if (rc && rc != -ENOENT)
-		return rc;
-	if (!rc && (sscanf(v, "%u %u", &fr, &fails) != 2 || fr != st->rank))
-		fails = 0;
-	fails++;
-	key_of(c, kfill, "fill");
-	key_of(c, kdone, "fill_done");
-	key_of(c, kfails, "fill_fails");
-	key_of(c, kd, "drain/");
-	key_of(c, kj, "joining/");
-	emb_cmap_fill_abort(m, st->rank, st->first, st->n, m);
-	ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
-	if (fails >= FILL_TRIES) {
-		ops[nops++] = (struct emb_etcd_op){.key = kfails, .del = true};
-		ops[nops++] =
-		    (struct emb_etcd_op){.key = kd, .del = true, .prefix = true};
-		ops[nops++] =
-		    (struct emb_etcd_op){.key = kj, .del = true, .prefix = true};
-	} else {
-		snprintf(v, sizeof(v), "%u %u", st->rank, fails);
-		ops[nops++] = (struct emb_etcd_op){
-		    .key = kfails, .value = v, .value_len = strlen(v)};
-	}
-	if (done_rev)
-		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
-	rc = map_cas(c, m, rev, ops, nops, &ok);
-	if (!rc && ok)
-		retry_after(c, fails);
-	if (!rc && ok)
-		emb_log(fails >= FILL_TRIES ? EMB_LOG_ERROR : EMB_LOG_WARN,
-			"map epoch %llu: the move of slots %u-%u to server %u "
-			"failed%s",
-			(unsigned long long)m->epoch, st->first,
-			st->first + st->n - 1, st->rank,
-			fails >= FILL_TRIES
-			    ? ": moves given up after 8 failed streams; the "
-			      "drains and joins asked for end where they are"
-			    : ": moved again after a wait");
-	return rc;
-}
-
-/*
  * Leader: the fenced stream of a move is done: the target takes its
  * source's place among the chunk's holders (the map drops a writer,
  * never adds one, so writes in flight lose nothing), and the next chunk
@@ -1613,11 +1572,11 @@ static int steps(struct emb_coord *c, const struct job_keys *k)
 				first, first + n - 1, t,
 				FILL_TIMEOUT_MS / 1000);
 			c->watch_rank = UINT32_MAX;
-			rc = st.kind == 'f'   ? fill_fail(c, m, rev, t, first,
-							  n, 0)
-			     : st.kind == 'w' ? fence(c, m, rev, &st, 0,
-						      "without a copy ahead")
-					      : move_fail(c, m, rev, &st, 0);
+			rc = st.kind == 'w'
+				 ? fence(c, m, rev, &st, 0,
+					 "without a copy ahead")
+				 : fill_fail(c, m, rev, t, first, n, 0,
+					     st.kind == 'm');
 			goto out;
 		}
 		if (rc)
@@ -1657,7 +1616,8 @@ static int steps(struct emb_coord *c, const struct job_keys *k)
 					"%u-%u to server %u (%s)",
 					dr, first, first + n - 1, t,
 					emb_strerror(status));
-			rc = status ? move_fail(c, m, rev, &st, vrev)
+			rc = status ? fill_fail(c, m, rev, t, first, n, vrev,
+						true)
 				    : move_done(c, m, rev, &st, k, vrev);
 		} else if (status) {
 			emb_log(EMB_LOG_WARN,
@@ -1665,7 +1625,7 @@ static int steps(struct emb_coord *c, const struct job_keys *k)
 				"server %u (%s): filling them again",
 				dr, first, first + n - 1, t,
 				emb_strerror(status));
-			rc = fill_fail(c, m, rev, t, first, n, vrev);
+			rc = fill_fail(c, m, rev, t, first, n, vrev, false);
 		} else {
 			emb_cmap_fill_done(m, t, first, n, m);
 			rc = fill_step(c, m, rev, t, first + n, vrev);
