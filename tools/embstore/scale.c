@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -93,6 +94,19 @@ static int ask_launch(const char *ctl, uint32_t n)
 	return 0;
 }
 
+/* --add: true (after saying so) when the job has fewer than n ranks free. */
+static bool no_room(uint32_t free_ranks, uint32_t n)
+{
+	if (free_ranks >= n)
+		return false;
+	fprintf(stderr,
+		"embstore scale: the job has %u free rank%s for %u server%s: "
+		"start it with more room (embstore launch --server_max, "
+		"EMB_SERVER_MAX) or drain servers first\n",
+		free_ranks, free_ranks == 1 ? "" : "s", n, n == 1 ? "" : "s");
+	return true;
+}
+
 /* --add: the commands, once the scheduler's map shows free ranks. */
 static int add_servers(const char *sched, const struct cli *cli, uint32_t n,
 		       const char *ctl)
@@ -115,17 +129,8 @@ static int add_servers(const char *sched, const struct cli *cli, uint32_t n,
 	for (uint32_t s = 0; s < emb_client_nservers(c); s++)
 		free_ranks += emb_client_server_removed(c, s);
 	emb_client_destroy(c);
-	if (free_ranks < n) {
-		fprintf(stderr,
-			"embstore scale: the job has %u free rank%s for %u "
-			"server%s: start it with more room (embstore launch "
-			"--server_max, EMB_SERVER_MAX) or drain servers first\n",
-			free_ranks, free_ranks == 1 ? "" : "s", n,
-			n == 1 ? "" : "s");
-		return 1;
-	}
-	if (ctl)
-		return ask_launch(ctl, n);
+	if (free_ranks < n || ctl)
+		return no_room(free_ranks, n) ? 1 : ask_launch(ctl, n);
 	printf("# %u server%s to join the job of scheduler %s, one per "
 	       "machine (%u rank%s free):\n",
 	       n, n == 1 ? "" : "s", sched, free_ranks,
@@ -152,17 +157,8 @@ static int add_servers_etcd(const char *ep, const char *job, uint32_t n,
 					   : emb_strerror(rc));
 		return 1;
 	}
-	if (free_ranks < n) {
-		fprintf(stderr,
-			"embstore scale: the job has %u free rank%s for %u "
-			"server%s: start it with more room (embstore launch "
-			"--server_max, EMB_SERVER_MAX) or drain servers first\n",
-			free_ranks, free_ranks == 1 ? "" : "s", n,
-			n == 1 ? "" : "s");
-		return 1;
-	}
-	if (ctl)
-		return ask_launch(ctl, n);
+	if (free_ranks < n || ctl)
+		return no_room(free_ranks, n) ? 1 : ask_launch(ctl, n);
 	printf("# %u server%s to join job %s in %s, one per machine (%u "
 	       "rank%s free):\n",
 	       n, n == 1 ? "" : "s", job ? job : "embstore", ep, free_ranks,
