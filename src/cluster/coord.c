@@ -318,10 +318,15 @@ static int config_parse(const struct emb_etcd_kv *kv, uint32_t *s, uint32_t *w,
 		   ttl, r, &used) != 4)
 		return EMB_EETCD;
 	*m = *s;
-	if (buf[used] && (sscanf(buf + used, " servers_max=%u%n", m, &used) !=
-			      1 ||
-			  *m < *s || *m > EMB_WIRE_SERVERS_MAX))
-		return EMB_EETCD;
+	if (buf[used]) {
+		int more = 0;
+
+		/* Nothing may follow it: a config this node does not
+		 * understand whole is no config to join by. */
+		if (sscanf(buf + used, " servers_max=%u%n", m, &more) != 1 ||
+		    buf[used + more] || *m < *s || *m > EMB_WIRE_SERVERS_MAX)
+			return EMB_EETCD;
+	}
 	if (!*s || *s > EMB_WIRE_SERVERS_MAX || !*w ||
 	    *w > EMB_WIRE_WORKERS_MAX || !*ttl || !*r ||
 	    *r > EMB_CMAP_REPLICAS_MAX || *r > *s ||
@@ -1247,6 +1252,8 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 	const uint32_t S = c->reg.server_num;
 	char kfill[KEY_MAX], kdone[KEY_MAX], kkey[KEY_MAX], kfails[KEY_MAX],
 	    val[96];
+	/* At most: the report, fill_fails, two keys of the outcome and the
+	 * fill key. */
 	struct emb_etcd_op ops[5];
 	uint32_t nops = 0, d = UINT32_MAX, j = UINT32_MAX, src = 0, to = 0;
 	uint32_t first = from % EMB_NSLOTS;
@@ -1288,6 +1295,8 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 					&to);
 		free(okr);
 		if (n == -ENOSPC) {
+			/* The drain is dropped with the map of the step
+			 * that just ended, if any, in one transaction. */
 			emb_log(EMB_LOG_ERROR,
 				"server %u cannot be drained: every server "
 				"staying holds a copy of some of its slots "
@@ -1295,11 +1304,11 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 				"servers)",
 				d, m->replicas, m->replicas);
 			key_of(c, kkey, "drain/%u", d);
-			do
-				rc = emb_etcd_delete(c->etcd, kkey, false,
-						     NULL);
-			while (again(c, &rc));
-			return rc;
+			ops[nops++] =
+			    (struct emb_etcd_op){.key = kkey, .del = true};
+			ops[nops++] =
+			    (struct emb_etcd_op){.key = kfill, .del = true};
+			return map_cas(c, m, rev, ops, nops, &ok);
 		}
 	} else if (j != UINT32_MAX) {
 		uint32_t f0 = 0;
@@ -1310,15 +1319,17 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			 * newcomer at a dead rank does; the alternative
 			 * leaves them a death away from lost. */
 			char kw[KEY_MAX];
-			struct emb_etcd_op o2[2] = {
-			    {.key = kw, .value = "", .value_len = 0},
-			    {.key = kkey, .del = true},
-			};
 
 			key_of(c, kw, "filling/%u", j);
 			key_of(c, kkey, "joining/%u", j);
-			rc = emb_etcd_txn(c->etcd, NULL, 0, o2, 2, &ok);
-			if (!rc)
+			ops[nops++] = (struct emb_etcd_op){
+			    .key = kw, .value = "", .value_len = 0};
+			ops[nops++] =
+			    (struct emb_etcd_op){.key = kkey, .del = true};
+			ops[nops++] =
+			    (struct emb_etcd_op){.key = kfill, .del = true};
+			rc = map_cas(c, m, rev, ops, nops, &ok);
+			if (!rc && ok)
 				emb_log(EMB_LOG_INFO,
 					"server %u, joining, is filled with "
 					"the slots short of copies first",
@@ -1341,6 +1352,12 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 	if (n < 0) {
 		emb_log(EMB_LOG_ERROR, "cannot plan a move: %s",
 			emb_strerror(n));
+		/* The step that just ended is written all the same. */
+		if (nops) {
+			ops[nops++] =
+			    (struct emb_etcd_op){.key = kfill, .del = true};
+			(void)map_cas(c, m, rev, ops, nops, &ok);
+		}
 		return n;
 	}
 	if (n == 0) {
@@ -1536,9 +1553,8 @@ static int steps(struct emb_coord *c, const struct job_keys *k)
 				first + n - 1, t);
 		goto out;
 	}
-	if (st.kind == 'm' && (st.from >= S || !have_step)) {
+	if (st.kind == 'm' && st.from >= S)
 		st.kind = 'f'; /* no source on record: a fill, as before */
-	}
 	{
 		uint32_t dr, df, dn;
 		unsigned long long de;
