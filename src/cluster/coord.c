@@ -145,7 +145,10 @@ struct emb_coord {
 	int64_t relet_at;    /* emb_clock_ms() of this node's last re-let
 				(relet()), 0 if none */
 	int64_t silent_at;   /* of the lease thread's last renewal that
-				etcd did not answer, 0 if none */
+				etcd did not answer, or of the agent's
+				first poll after it paused; 0 if none */
+	int64_t polled_at;   /* agent: emb_clock_ms() of its last poll of
+				the job's keys, 0 before the first */
 	int64_t drained_at;  /* agent: when this server, asked to drain,
 				first held nothing; 0 if not */
 	int64_t *gone_since; /* agent: [S + W] when a rank's key was first
@@ -2021,6 +2024,26 @@ static int poll_job(struct emb_coord *c)
 		free(live);
 		return 0; /* not formed yet */
 	}
+	{
+		/* This agent did not run for a lease (the process, or the
+		 * whole machine with etcd on it, paused): keys that vanished
+		 * meanwhile are as suspect as after etcd's silence, and
+		 * get the same wait (vanished()) while their nodes, paused
+		 * too, take their ranks back. */
+		int64_t now = (int64_t)emb_clock_ms();
+
+		if (c->polled_at &&
+		    now - c->polled_at > (int64_t)c->reg.hb_timeout_ms) {
+			pthread_mutex_lock(&c->mu);
+			c->silent_at = now;
+			/* Waits begun before the pause ran out during it,
+			 * with nobody able to come back: they start over. */
+			memset(c->gone_since, 0,
+			       (S + W) * sizeof(*c->gone_since));
+			pthread_mutex_unlock(&c->mu);
+		}
+		c->polled_at = now;
+	}
 	vanished(c, live, lw, fin, left);
 	pthread_mutex_lock(&c->mu);
 	memcpy(c->srv_live, live, S);
@@ -2308,6 +2331,11 @@ static void *lease_main(void *arg)
 		quiet = c->lost || c->ended;
 		pthread_mutex_unlock(&c->mu);
 		if (!quiet && now >= next_renew) {
+			/* Past the lease's end already, with no renewal
+			 * etcd failed to answer: this thread did not run
+			 * (the process, or the whole machine, paused). */
+			bool paused = now - last_ok > lease_ms;
+
 			next_renew = now + renew;
 			/* Each endpoint gets its share of the time the lease
 			 * may have left, at least the usual wait: a member
@@ -2321,22 +2349,29 @@ static void *lease_main(void *arg)
 						 : c->timeout_ms);
 			rc = emb_etcd_lease_keepalive(c->lease_etcd, c->lease,
 						      &got_s);
-			/* Only after etcd was silent to this node: a node
-			 * whose renewals etcd answered, but that did not
-			 * send them in time (frozen, starved), is dead to
-			 * the others, as before. */
-			if (rc == EMB_ENOLEASE && silent) {
+			/* Only when etcd cannot have heard from this node
+			 * through the lease: etcd was silent to it, or it
+			 * did not run (a machine paused whole stops etcd and
+			 * every node at once, and etcd revokes every lease
+			 * on waking). A node frozen alone has been counted
+			 * dead by the others meanwhile (their dead mark),
+			 * and relet() then fails: it is out, as before. */
+			if (rc == EMB_ENOLEASE && (silent || paused)) {
 				int64_t gap = (int64_t)emb_clock_ms() - last_ok;
 
 				rc = relet(c);
 				if (!rc) {
 					emb_log(EMB_LOG_WARN,
 						"%s %u: its etcd lease ended "
-						"while it lived (etcd silent "
-						"for %lld ms): took its rank "
+						"while it lived (etcd %s for "
+						"%lld ms): took its rank "
 						"back on a new lease",
 						emb_role_name(c->reg.role),
-						c->reg.rank, (long long)gap);
+						c->reg.rank,
+						silent ? "silent"
+						       : "unheard, this node "
+							 "paused",
+						(long long)gap);
 					got_s = 0;
 				}
 			}

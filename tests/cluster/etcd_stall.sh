@@ -8,7 +8,8 @@
 # once: every node's rank key goes. Nobody died, so nobody may be counted
 # dead: each node takes its rank back on a new lease ("took its rank back
 # on a new lease"), no failover map is written, and the job goes on as if
-# nothing happened. Then a server is SIGSTOPped for twice the TTL with
+# nothing happened. Then the whole machine pauses (etcd and every node
+# SIGSTOPped together, then SIGCONTed): the same. Then a server is SIGSTOPped for twice the TTL with
 # etcd up: its lease ends and it is dead to the others (a failover map);
 # thawed, it must not take its rank back but leave the job (`out of job`,
 # exit 1): its slots went on without it. Both workers verify 0 mismatched
@@ -55,14 +56,15 @@ trap cleanup EXIT
 emb_start_etcd "$work" est || exit 1
 
 out=$work/launch.txt
-# 45 s of training: the stall (8 s), the leases taken back, the frozen
-# server (8 s) and its failover fit in it with room on a loaded machine;
+# 60 s of training: the stall (8 s), the leases taken back, the pause
+# (8 s), the frozen server (8 s) and its failover fit in it with room on
+# a loaded machine;
 # the test waits for each step, not for a time.
 (cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
 	--replicas 2 --coordinator "etcd://127.0.0.1:$etcd_port" --job est \
 	--log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 20000 --dim 8 --batch 512 \
-	--duration 45) >"$out" 2>&1 &
+	--duration 60) >"$out" 2>&1 &
 lpid=$!
 for _ in $(seq 600); do
 	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
@@ -85,6 +87,27 @@ done
 # Nobody was counted dead for etcd's stall.
 grep -Eq 'is dead|out of job|left the map' "$out" &&
 	bad "a node was counted dead for etcd's stall"
+
+# The whole machine pauses: etcd and every node stopped together for
+# 8 s, then thawed together. etcd revokes every lease on waking while no
+# node ran: each takes its rank back all the same, and nobody is dead.
+pids=$(sed -n 's/^\[launch\] started \(server\|worker\)\.[0-9]*, pid \([0-9]*\)$/\2/p' \
+	"$out")
+[ "$(echo $pids | wc -w)" -eq 5 ] || bad "not 5 node pids: $pids"
+echo "pausing etcd and every node for 8 s"
+# shellcheck disable=SC2086  # the pids
+kill -STOP "$epid" $pids
+sleep 8
+# shellcheck disable=SC2086
+kill -CONT "$epid" $pids
+for _ in $(seq 300); do
+	n=$(grep -c 'took its rank back on a new lease' "$out")
+	[ "$n" -ge 10 ] && break
+	sleep 0.1
+done
+[ "$n" -ge 10 ] || bad "$((n - 5)) of 5 nodes took their rank back after a pause"
+grep -Eq 'is dead|out of job|left the map' "$out" &&
+	bad "a node was counted dead for the machine's pause"
 
 # A frozen server, etcd up: dead to the others, and it stays dead.
 victim=$(awk 'BEGIN { srand(); print int(rand() * 3) }')
@@ -112,9 +135,9 @@ grep -q "server $rank is dead: its slots go to their backups" "$out" ||
 	bad "no live server failed the frozen server $rank over"
 grep -q "^\[server\.$victim\] .*out of job .*its etcd lease expired" "$out" ||
 	bad "the thawed server did not leave the job"
-# Once, for etcd's stall; not again, thawed.
+# Twice, for etcd's stall and the machine's pause; not again, thawed.
 n=$(grep -c "^\[server\.$victim\] .*server $rank: its etcd lease ended while it lived" "$out")
-[ "$n" -eq 1 ] || bad "the thawed server took its rank back ($n times in all)"
+[ "$n" -eq 2 ] || bad "the thawed server took its rank back ($n times in all)"
 for s in 0 1 2; do
 	[ "$s" = "$victim" ] && continue
 	grep -q "^\[launch\] server\.$s exited with 0" "$out" ||
