@@ -157,6 +157,10 @@ struct emb_coord {
 	/* Leader: no chunk begins before this emb_clock_ms() (0: any
 	 * time), after a failed stream (retry_after()). */
 	int64_t plan_after;
+	/* The job's move key at the agent's last poll ("" if none): the
+	 * drain, join or recovery under way, "kind rank t0 slots", for
+	 * observers (emb_coord_job_moves()). Agent thread only. */
+	char move_val[64];
 	/* The leader's clock on the chunk under way (fill_timeout()). */
 	uint32_t watch_rank, watch_first;
 	uint64_t watch_epoch;
@@ -1010,6 +1014,51 @@ static void retry_after(struct emb_coord *c, uint32_t fails)
 	c->plan_after = (int64_t)emb_clock_ms() + wait;
 }
 
+/* ---- the move key: what observers are shown -------------------------- */
+
+/* Milliseconds of the wall clock: a move's start, read by observers on
+ * other machines (a monotonic clock means nothing there). */
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/*
+ * Leader: ops[*nops] puts the move key for the drain, join or recovery
+ * ("drain", "join", "recovery") of rank, with left slots to move, unless
+ * the key says that one already: its start and its slots then stay those
+ * of its first chunk, whichever leader planned it. key and val are the
+ * caller's (they live until the transaction).
+ */
+static void move_put(struct emb_coord *c, const char *kind, uint32_t rank,
+		     uint32_t left, struct emb_etcd_op *ops, uint32_t *nops,
+		     char *key, char *val, size_t cap)
+{
+	char head[32];
+
+	snprintf(head, sizeof(head), "%s %u ", kind, rank);
+	if (!strncmp(c->move_val, head, strlen(head)))
+		return;
+	key_of(c, key, "move");
+	snprintf(val, cap, "%s%llu %u", head, (unsigned long long)wall_ms(),
+		 left);
+	ops[(*nops)++] = (struct emb_etcd_op){
+	    .key = key, .value = val, .value_len = strlen(val)};
+}
+
+/* Leader: ops[*nops] deletes the move key, if there is one. */
+static void move_del(struct emb_coord *c, struct emb_etcd_op *ops,
+		     uint32_t *nops, char *key)
+{
+	if (!c->move_val[0])
+		return;
+	key_of(c, key, "move");
+	ops[(*nops)++] = (struct emb_etcd_op){.key = key, .del = true};
+}
+
 /* The chunk being filled in m: its rank, first slot and length; false
  * when none is. One chunk at a time: the leader begins no other. */
 static bool fill_under_way(const struct emb_cmap *m, uint32_t *rank,
@@ -1030,8 +1079,8 @@ static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		     uint32_t rank, uint32_t from, int64_t done_rev)
 {
 	char kfill[KEY_MAX], kdone[KEY_MAX], kwait[KEY_MAX], kfails[KEY_MAX],
-	    kjoin[KEY_MAX], val[96];
-	struct emb_etcd_op ops[5];
+	    kjoin[KEY_MAX], kmove[KEY_MAX], val[96], mval[64];
+	struct emb_etcd_op ops[7];
 	uint32_t nops = 0, first = from % EMB_NSLOTS;
 	int n = emb_cmap_fill_next(m, rank, FILL_CHUNK_SLOTS, &first);
 	int rb = 0, rc;
@@ -1050,6 +1099,8 @@ static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			 (unsigned long long)m->epoch);
 		ops[nops++] = (struct emb_etcd_op){
 		    .key = kfill, .value = val, .value_len = strlen(val)};
+		move_put(c, "recovery", rank, 0, ops, &nops, kmove, mval,
+			 sizeof(mval));
 	} else {
 		rb = emb_cmap_rebalance(m, m);
 		ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
@@ -1063,6 +1114,8 @@ static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			ops[nops++] = (struct emb_etcd_op){
 			    .key = kjoin, .value = "", .value_len = 0};
 	}
+	if (n <= 0)
+		move_del(c, ops, &nops, kmove);
 	if (done_rev)
 		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
 	rc = map_cas(c, m, rev, ops, nops, &ok);
@@ -1103,8 +1156,8 @@ static int fill_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		     int64_t done_rev, bool move)
 {
 	char kfill[KEY_MAX], kdone[KEY_MAX], kwait[KEY_MAX], kfails[KEY_MAX],
-	    kd[KEY_MAX], kj[KEY_MAX], v[64];
-	struct emb_etcd_op ops[5];
+	    kd[KEY_MAX], kj[KEY_MAX], kmove[KEY_MAX], v[64];
+	struct emb_etcd_op ops[7];
 	uint32_t nops = 0, fr, fails = 0;
 	int64_t frev;
 	bool ok;
@@ -1138,6 +1191,8 @@ static int fill_fail(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		ops[nops++] = (struct emb_etcd_op){.key = kwait, .del = true};
 		ops[nops++] = (struct emb_etcd_op){.key = kfails, .del = true};
 	}
+	if (fails >= FILL_TRIES)
+		move_del(c, ops, &nops, kmove);
 	if (done_rev)
 		ops[nops++] = (struct emb_etcd_op){.key = kdone, .del = true};
 	rc = map_cas(c, m, rev, ops, nops, &ok);
@@ -1171,6 +1226,7 @@ struct job_keys {
 	const uint8_t *joining;	 /* [S] joining/<r> */
 	const uint8_t *draining; /* [S] drain/<r> */
 	bool have_done;		 /* fill_done exists */
+	bool have_move;		 /* move exists */
 };
 
 /* The step under way, as the fill key says it: kind 'f' a recovery's
@@ -1254,10 +1310,10 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 {
 	const uint32_t S = c->reg.server_num;
 	char kfill[KEY_MAX], kdone[KEY_MAX], kkey[KEY_MAX], kfails[KEY_MAX],
-	    val[96];
-	/* At most: the report, fill_fails, two keys of the outcome and the
-	 * fill key. */
-	struct emb_etcd_op ops[5];
+	    kmove[KEY_MAX], val[96], mval[64];
+	/* At most: the report, fill_fails, two keys of the outcome, the
+	 * fill key and the move key. */
+	struct emb_etcd_op ops[6];
 	uint32_t nops = 0, d = UINT32_MAX, j = UINT32_MAX, src = 0, to = 0;
 	uint32_t first = from % EMB_NSLOTS;
 	bool ok;
@@ -1311,6 +1367,7 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			    (struct emb_etcd_op){.key = kkey, .del = true};
 			ops[nops++] =
 			    (struct emb_etcd_op){.key = kfill, .del = true};
+			move_del(c, ops, &nops, kmove);
 			return map_cas(c, m, rev, ops, nops, &ok);
 		}
 	} else if (j != UINT32_MAX) {
@@ -1346,7 +1403,9 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			n = 0;
 	} else {
 		/* Nothing to move: the map of the step just ended, if any,
-		 * with its report and record deleted. */
+		 * with its report and record deleted (and the move key of a
+		 * join whose server died). */
+		move_del(c, ops, &nops, kmove);
 		if (!nops)
 			return 0;
 		ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
@@ -1369,6 +1428,7 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		int rb = emb_cmap_rebalance(m, m);
 
 		ops[nops++] = (struct emb_etcd_op){.key = kfill, .del = true};
+		move_del(c, ops, &nops, kmove);
 		if (d != UINT32_MAX) {
 			emb_log(EMB_LOG_INFO,
 				"map epoch %llu: server %u drained",
@@ -1397,6 +1457,9 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 			 (unsigned long long)m->epoch, src);
 		ops[nops++] = (struct emb_etcd_op){
 		    .key = kfill, .value = val, .value_len = strlen(val)};
+		move_put(c, d != UINT32_MAX ? "drain" : "join",
+			 d != UINT32_MAX ? d : j, left, ops, &nops, kmove, mval,
+			 sizeof(mval));
 		rc = map_cas(c, m, rev, ops, nops, &ok);
 		if (!rc && ok)
 			emb_log(EMB_LOG_INFO,
@@ -1506,6 +1569,19 @@ static int steps(struct emb_coord *c, const struct job_keys *k)
 
 	if (!m)
 		return -ENOMEM;
+	/* The move key's value (the poll reads keys only): the steps below
+	 * keep it, or replace or delete it. */
+	c->move_val[0] = '\0';
+	if (k->have_move) {
+		rc = small_get(c, "move", c->move_val, sizeof(c->move_val),
+			       &vrev);
+		if (rc == -ENOENT)
+			rc = 0;
+		if (rc) {
+			free(m);
+			return rc;
+		}
+	}
 	pthread_mutex_lock(&c->mu);
 	*m = *c->map;
 	rev = c->map_rev;
@@ -1970,7 +2046,7 @@ static int poll_job(struct emb_coord *c)
 	struct emb_etcd_range r;
 	int64_t map_rev = 0, have_rev;
 	uint32_t gone = 0, first_live = UINT32_MAX, t, f, nf;
-	bool have_done = false, busy;
+	bool have_done = false, have_move = false, busy;
 	int rc;
 
 	if (!live)
@@ -2002,6 +2078,8 @@ static int poll_job(struct emb_coord *c)
 			have_done = true;
 		else if (!strcmp(k, "map"))
 			map_rev = r.kvs[i].mod_revision;
+		else if (!strcmp(k, "move"))
+			have_move = true;
 	}
 	emb_etcd_range_free(&r);
 	pthread_mutex_lock(&c->mu);
@@ -2147,7 +2225,8 @@ static int poll_job(struct emb_coord *c)
 					     .waiting = waiting,
 					     .joining = joining,
 					     .draining = draining,
-					     .have_done = have_done};
+					     .have_done = have_done,
+					     .have_move = have_move};
 
 			rc = steps(c, &k);
 		}
@@ -3183,66 +3262,216 @@ int emb_coord_job_drain(const char *endpoints, const char *job, uint32_t rank,
 	return rc;
 }
 
-int emb_coord_job_free_ranks(const char *endpoints, const char *job,
-			     uint32_t *ranks, uint32_t *free_ranks)
+/* A job's keys as an observer reads them (job_read()). */
+struct job_view {
+	uint32_t M;			     /* server ranks (servers_max) */
+	uint8_t live[EMB_WIRE_SERVERS_MAX];  /* server/<r> there */
+	uint8_t drain[EMB_WIRE_SERVERS_MAX]; /* drain/<r> there */
+	uint8_t join[EMB_WIRE_SERVERS_MAX];  /* joining/<r> there */
+	struct emb_cmap map;		     /* the map key */
+	char *servers;			     /* the servers key, malloc'd */
+	char move[64];			     /* the move key, "" if none */
+	char fill[96];			     /* the fill key, "" if none */
+};
+
+/* Copies kv's value into buf[0..cap) as a string; false if it is longer. */
+static bool val_copy(const struct emb_etcd_kv *kv, char *buf, size_t cap)
+{
+	if (!kv->value || kv->value_len >= cap)
+		return false;
+	memcpy(buf, kv->value, kv->value_len);
+	buf[kv->value_len] = '\0';
+	return true;
+}
+
+/*
+ * Reads job's keys from etcd at endpoints into *out (malloc'd; free
+ * (*out)->servers and *out): 0, EMB_ECLUSTER (no such job, or not formed
+ * yet: no map), EMB_EBADFRAME (a map that does not decode), or an etcd
+ * error.
+ */
+static int job_read(const char *endpoints, const char *job,
+		    struct job_view **out)
 {
 	char prefix[32 + EMB_COORD_JOB_MAX], key[KEY_MAX];
 	struct emb_etcd_range r = {0}, cr = {0};
-	struct emb_cmap *m = malloc(sizeof(*m));
-	uint32_t s, w, t, rp, M;
-	uint8_t *live = NULL;
+	struct job_view *v = calloc(1, sizeof(*v));
+	uint32_t s, w, t, rp;
+	bool have_map = false;
 	struct emb_etcd *e;
 	int rc;
 
-	if (!m)
+	*out = NULL;
+	if (!v)
 		return -ENOMEM;
 	rc = observe(endpoints, job, &e, prefix, sizeof(prefix));
 	if (rc) {
-		free(m);
+		free(v);
 		return rc;
 	}
 	snprintf(key, sizeof(key), "%sconfig", prefix);
 	rc = emb_etcd_get(e, key, false, false, &cr);
-	if (rc)
-		goto out;
-	if (!cr.n || config_parse(&cr.kvs[0], &s, &w, &t, &rp, &M)) {
+	if (!rc && (!cr.n || config_parse(&cr.kvs[0], &s, &w, &t, &rp, &v->M)))
 		rc = EMB_ECLUSTER;
-		goto out;
-	}
-	rc = emb_etcd_get(e, prefix, true, false, &r);
-	if (rc)
-		goto out;
-	live = calloc(M, 1);
-	if (!live) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = EMB_ECLUSTER;
-	for (uint32_t i = 0; i < r.n; i++) {
-		const char *k = r.kvs[i].key + strlen(prefix);
-		int64_t v;
+	if (!rc)
+		rc = emb_etcd_get(e, prefix, true, false, &r);
+	for (uint32_t i = 0; !rc && i < r.n; i++) {
+		const struct emb_etcd_kv *kv = &r.kvs[i];
+		const char *k = kv->key + strlen(prefix);
+		int64_t x;
 
-		if ((v = rank_in(k, "server", M)) >= 0)
-			live[v] = 1;
-		else if (!strcmp(k, "map") && r.kvs[i].value)
-			rc = emb_cmap_decode(r.kvs[i].value,
-					     r.kvs[i].value_len, m)
-				 ? EMB_EBADFRAME
-				 : 0;
+		if ((x = rank_in(k, "server", v->M)) >= 0)
+			v->live[x] = 1;
+		else if ((x = rank_in(k, "drain", v->M)) >= 0)
+			v->drain[x] = 1;
+		else if ((x = rank_in(k, "joining", v->M)) >= 0)
+			v->join[x] = 1;
+		else if (!strcmp(k, "move"))
+			(void)val_copy(kv, v->move, sizeof(v->move));
+		else if (!strcmp(k, "fill"))
+			(void)val_copy(kv, v->fill, sizeof(v->fill));
+		else if (!strcmp(k, "servers") && kv->value) {
+			free(v->servers);
+			v->servers = strndup((const char *)kv->value,
+					     kv->value_len);
+			if (!v->servers)
+				rc = -ENOMEM;
+		} else if (!strcmp(k, "map") && kv->value) {
+			if (emb_cmap_decode(kv->value, kv->value_len, &v->map))
+				rc = EMB_EBADFRAME;
+			have_map = true;
+		}
 	}
-	if (rc)
-		goto out;
-	*ranks = M;
-	*free_ranks = 0;
-	for (uint32_t i = 0; i < M && i < m->nservers; i++)
-		*free_ranks += !live[i] && !emb_cmap_in_map(m, i);
-out:
-	free(live);
-	free(m);
+	if (!rc && (!have_map || !v->servers || v->map.nservers > v->M))
+		rc = EMB_ECLUSTER;
 	emb_etcd_range_free(&r);
 	emb_etcd_range_free(&cr);
 	emb_etcd_destroy(e);
-	return rc;
+	if (rc) {
+		free(v->servers);
+		free(v);
+		return rc;
+	}
+	*out = v;
+	return 0;
+}
+
+static void job_view_free(struct job_view *v)
+{
+	if (v)
+		free(v->servers);
+	free(v);
+}
+
+int emb_coord_job_free_ranks(const char *endpoints, const char *job,
+			     uint32_t *ranks, uint32_t *free_ranks)
+{
+	struct job_view *v;
+	int rc = job_read(endpoints, job, &v);
+
+	if (rc)
+		return rc;
+	*ranks = v->M;
+	*free_ranks = 0;
+	for (uint32_t i = 0; i < v->M && i < v->map.nservers; i++)
+		*free_ranks += !v->live[i] && !emb_cmap_in_map(&v->map, i);
+	job_view_free(v);
+	return 0;
+}
+
+int emb_coord_job_observe(const char *endpoints, const char *job,
+			  char **servers, bool **removed, struct emb_cmap *m)
+{
+	struct job_view *v;
+	int rc = job_read(endpoints, job, &v);
+
+	*servers = NULL;
+	*removed = NULL;
+	if (rc)
+		return rc;
+	*removed = calloc(v->M, sizeof(**removed));
+	if (!*removed) {
+		job_view_free(v);
+		return -ENOMEM;
+	}
+	/* Not dialled: a rank with no server (dead, drained, or to spare
+	 * with its placeholder address), or one the map no longer lists. */
+	for (uint32_t i = 0; i < v->M; i++)
+		(*removed)[i] = !v->live[i] || i >= v->map.nservers ||
+				!emb_cmap_in_map(&v->map, i);
+	*m = v->map;
+	*servers = v->servers;
+	v->servers = NULL;
+	job_view_free(v);
+	return 0;
+}
+
+int emb_coord_job_moves(const char *endpoints, const char *job,
+			struct emb_wire_moves *out)
+{
+	struct emb_wire_moves mv = {.from = UINT32_MAX, .to = UINT32_MAX,
+				    .eta_ms = -1};
+	struct job_view *v;
+	struct step st;
+	uint32_t waiting = 0, rank = 0, slots0 = 0;
+	unsigned long long t0 = 0;
+	char kind[16] = "";
+	int rc = job_read(endpoints, job, &v);
+
+	if (rc)
+		return rc;
+	/* The drains and joins asked for, as the leader counts them. */
+	for (uint32_t r = 0; r < v->M; r++)
+		waiting += v->live[r] && ((v->drain[r] &&
+					   emb_cmap_in_map(&v->map, r)) ||
+					  (v->join[r] && !v->drain[r]));
+	mv.queued = waiting ? waiting - 1 : 0;
+	if (v->move[0] && sscanf(v->move, "%15s %u %llu %u", kind, &rank, &t0,
+				 &slots0) == 4 &&
+	    rank < v->M) {
+		if (!strcmp(kind, "join"))
+			mv.kind = EMB_WIRE_MOVE_JOIN;
+		else if (!strcmp(kind, "drain"))
+			mv.kind = EMB_WIRE_MOVE_DRAIN;
+		else if (!strcmp(kind, "recovery"))
+			mv.kind = EMB_WIRE_MOVE_RECOVERY;
+		mv.rank = rank;
+	}
+	if (v->fill[0] && step_parse(v->fill, &st) && st.n &&
+	    st.first + st.n <= EMB_NSLOTS) {
+		mv.phase = st.kind == 'w' ? 1 : 2;
+		mv.first = st.first;
+		mv.n = st.n;
+		mv.to = st.rank;
+		mv.from = st.kind == 'f' ? UINT32_MAX : st.from;
+		/* A fill written before the move key was. */
+		if (st.kind == 'f' && mv.kind != EMB_WIRE_MOVE_RECOVERY) {
+			mv.kind = EMB_WIRE_MOVE_RECOVERY;
+			mv.rank = st.rank;
+			t0 = 0;
+		}
+	}
+	if (mv.kind != EMB_WIRE_MOVE_NONE && t0) {
+		uint64_t now = wall_ms();
+
+		mv.elapsed_ms = now > t0 ? now - t0 : 0;
+	}
+	if (mv.kind == EMB_WIRE_MOVE_RECOVERY) {
+		mv.queued = waiting;
+	} else if (mv.kind != EMB_WIRE_MOVE_NONE) {
+		mv.left = move_left(&v->map,
+				    mv.kind == EMB_WIRE_MOVE_DRAIN ? rank
+								   : UINT32_MAX,
+				    mv.kind == EMB_WIRE_MOVE_JOIN ? rank
+								  : UINT32_MAX);
+		mv.moved = slots0 > mv.left ? slots0 - mv.left : 0;
+		if (mv.moved && mv.left)
+			mv.eta_ms = (int64_t)((double)mv.elapsed_ms *
+					      mv.left / mv.moved);
+	}
+	*out = mv;
+	job_view_free(v);
+	return 0;
 }
 
 int emb_coord_job_delete(const char *endpoints, const char *job)

@@ -213,6 +213,27 @@ int emb_coord_job_drain(const char *endpoints, const char *job, uint32_t rank,
 int emb_coord_job_free_ranks(const char *endpoints, const char *job,
 			     uint32_t *ranks, uint32_t *free);
 
+/*
+ * For observers (`embstore stat --coordinator`), without joining: the
+ * job's server list (*servers, malloc'd, by rank as the servers key has
+ * it), which ranks not to dial (*removed, malloc'd, one per rank: no live
+ * server, or out of the map) and its map *m. 0, EMB_ECLUSTER (no such
+ * job, or not formed), EMB_EBADFRAME, or an etcd error.
+ */
+int emb_coord_job_observe(const char *endpoints, const char *job,
+			  char **servers, bool **removed, struct emb_cmap *m);
+
+/*
+ * For observers: the drain, join or recovery under way in the job, as a
+ * scheduler's MOVES answers it (proto/wire_cluster.h), from the keys the
+ * leader keeps: the move key (what, since when, how many slots it had
+ * to move), the fill key (the chunk and its phase) and the map (what is
+ * left). elapsed_ms is counted with the leader's and the caller's wall
+ * clocks. 0 and *out, or errors as emb_coord_job_observe().
+ */
+int emb_coord_job_moves(const char *endpoints, const char *job,
+			struct emb_wire_moves *out);
+
 /* True if s is "etcd://..." (the only coordinator besides a scheduler). */
 bool emb_coord_is_etcd(const char *s);
 

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "common/addr.h"
-#include "common/addr.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/token.h"
@@ -22,6 +21,7 @@
 #include "transport/transport.h"
 #include "worker/abi.h"
 #include "worker/client_int.h"
+#include "cluster/coord.h"
 #include "cluster/drain.h"
 #include "cluster/hello.h"
 #include "cluster/map.h"
@@ -496,6 +496,52 @@ int emb_client_from_sched(const struct emb_client_opts *opts, const char *sched,
 	return emb__err(rc ? rc : from_sched(&o, sched, out));
 }
 
+static int from_coord(const struct emb_client_opts *opts,
+		      const char *coordinator, const char *job,
+		      struct emb_client **out)
+{
+	struct emb_client_opts co = *opts;
+	struct emb_cmap *m = malloc(sizeof(*m));
+	struct emb_client *c = NULL;
+	char *list = NULL;
+	bool *removed = NULL;
+	int rc = m ? 0 : -ENOMEM;
+
+	if (!rc && !emb_coord_is_etcd(coordinator))
+		rc = -EINVAL;
+	if (!rc)
+		rc = emb_coord_job_observe(coordinator, job, &list, &removed,
+					   m);
+	if (!rc) {
+		co.servers = list;
+		rc = emb__client_create_live(&co, removed, &c);
+	}
+	if (!rc && emb_client_nservers(c) != m->nservers)
+		rc = EMB_EBADFRAME;
+	if (!rc)
+		rc = emb__client_set_cmap(c, m);
+	if (rc)
+		emb_client_destroy(c);
+	else
+		*out = c;
+	free(list);
+	free(removed);
+	free(m);
+	return rc;
+}
+
+int emb_client_from_coordinator(const struct emb_client_opts *opts,
+				const char *coordinator, const char *job,
+				struct emb_client **out)
+{
+	struct emb_client_opts o;
+	int rc = opts && coordinator && out
+		     ? emb__opts_copy(&o, sizeof(o), opts, "emb_client_opts")
+		     : -EINVAL;
+
+	return emb__err(rc ? rc : from_coord(&o, coordinator, job, out));
+}
+
 /* An observer's connection to the scheduler at sched, after HELLO with
  * the token if there is one. 0, or an error (*tr and *conn then NULL). */
 static int sched_connect(const char *sched, const uint8_t *token,
@@ -552,10 +598,30 @@ int emb_cluster_drain(const char *sched, const uint8_t *token,
 					rank, 10000, why, why_cap));
 }
 
+/* dst (the caller's size) from a MOVES answer w. */
+static int moves_copy(struct emb_cluster_moves *dst,
+		      const struct emb_wire_moves *w)
+{
+	struct emb_cluster_moves m = {0};
+
+	m.kind = w->kind;
+	m.rank = w->rank;
+	m.phase = w->phase;
+	m.first = w->first;
+	m.n = w->n;
+	m.from = w->from;
+	m.to = w->to;
+	m.moved = w->moved;
+	m.left = w->left;
+	m.queued = w->queued;
+	m.elapsed_ms = w->elapsed_ms;
+	m.eta_ms = w->eta_ms;
+	return emb__stats_copy(dst, &m, sizeof(m), "emb_cluster_moves");
+}
+
 int emb_cluster_moves(const char *sched, const uint8_t *token,
 		      uint32_t token_len, struct emb_cluster_moves *dst)
 {
-	struct emb_cluster_moves m = {0};
 	struct emb_wire_moves w;
 	struct emb_addr sa;
 	int rc;
@@ -565,22 +631,19 @@ int emb_cluster_moves(const char *sched, const uint8_t *token,
 		return emb__err(-EINVAL);
 	rc = emb_sched_moves(sa.host, sa.port, token, token_len, 10000, &w,
 			     NULL, 0);
-	if (rc)
-		return emb__err(rc);
-	m.kind = w.kind;
-	m.rank = w.rank;
-	m.phase = w.phase;
-	m.first = w.first;
-	m.n = w.n;
-	m.from = w.from;
-	m.to = w.to;
-	m.moved = w.moved;
-	m.left = w.left;
-	m.queued = w.queued;
-	m.elapsed_ms = w.elapsed_ms;
-	m.eta_ms = w.eta_ms;
-	return emb__err(emb__stats_copy(dst, &m, sizeof(m),
-					"emb_cluster_moves"));
+	return emb__err(rc ? rc : moves_copy(dst, &w));
+}
+
+int emb_coordinator_moves(const char *coordinator, const char *job,
+			  struct emb_cluster_moves *dst)
+{
+	struct emb_wire_moves w;
+	int rc;
+
+	if (!coordinator || !dst || !emb_coord_is_etcd(coordinator))
+		return emb__err(-EINVAL);
+	rc = emb_coord_job_moves(coordinator, job, &w);
+	return emb__err(rc ? rc : moves_copy(dst, &w));
 }
 
 /*

@@ -554,6 +554,18 @@ int emb_cluster_moves(const char *sched, const uint8_t *token,
 		      uint32_t token_len, struct emb_cluster_moves *out);
 
 /*
+ * What a job kept in etcd moves now, as emb_cluster_moves() for a
+ * scheduler's: coordinator is "etcd://HOST:PORT[,HOST:PORT...]", job the
+ * job's name (NULL: "embstore"). elapsed_ms is counted with the wall
+ * clocks of the job's leader and of the caller (embstore stat
+ * --coordinator shows it). 0 and *out (caller sets out->struct_size),
+ * -EINVAL, EMB_ECLUSTER (no such job, or not formed yet), or an etcd
+ * error (EMB_ENOETCD, EMB_EETCD).
+ */
+int emb_coordinator_moves(const char *coordinator, const char *job,
+			  struct emb_cluster_moves *out);
+
+/*
  * A client for observing the cluster of the scheduler at sched
  * ("host:port") without joining it: its map, replicas and removed servers
  * included, connected to the live servers only, so it works after a
@@ -564,6 +576,16 @@ int emb_cluster_moves(const char *sched, const uint8_t *token,
  */
 int emb_client_from_sched(const struct emb_client_opts *opts, const char *sched,
 			  struct emb_client **out);
+
+/*
+ * The same for a job kept in etcd (coordinator and job as for
+ * emb_coordinator_moves()): its servers and map from the job's keys,
+ * connected to the servers that hold its slots now. Errors as
+ * emb_coordinator_moves() and emb_client_create().
+ */
+int emb_client_from_coordinator(const struct emb_client_opts *opts,
+				const char *coordinator, const char *job,
+				struct emb_client **out);
 
 /* The client's cluster map (docs/replication.md). */
 struct emb_client_map {

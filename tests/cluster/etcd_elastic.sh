@@ -121,6 +121,29 @@ done
 [ "$(grep -c 'freed [0-9]* rows of slots moved' "$out")" -ge 2 ] ||
 	bad "the servers that gave slots away did not free their rows"
 moves_under_load join
+# What an observer sees of the job in etcd: every server, the map and
+# nothing moving (embstore stat --coordinator; what it shows of a move
+# under way is cluster/coord's "joins and drains").
+embstore stat --coordinator "$ep" --job eel --interval 0.2 >"$work/stat.txt" 2>&1 ||
+	bad "stat --coordinator failed: $(cat "$work/stat.txt")"
+grep -q '^moves: none' "$work/stat.txt" ||
+	bad "stat --coordinator showed no moves: $(cat "$work/stat.txt")"
+# Each server's table; with 2 copies the map too, every server live.
+[ "$(grep -c '^127\.0\.0\.1:[0-9]* *bench ' "$work/stat.txt")" -eq 3 ] ||
+	bad "stat --coordinator did not show 3 servers' tables: $(cat "$work/stat.txt")"
+[ "$R" -eq 1 ] ||
+	[ "$(grep -c '^127\.0\.0\.1:[0-9]* *live ' "$work/stat.txt")" -eq 3 ] ||
+	bad "stat --coordinator did not show 3 live servers: $(cat "$work/stat.txt")"
+embstore stat --coordinator "$ep" --job eel --interval 0.2 --json >"$work/stat.json" 2>&1 ||
+	bad "stat --coordinator --json failed: $(cat "$work/stat.json")"
+grep -q '"moves":{"kind":"none"' "$work/stat.json" ||
+	bad "stat --coordinator --json showed no moves: $(cat "$work/stat.json")"
+[ "$(grep -o '"table":"bench"' "$work/stat.json" | wc -l)" -eq 3 ] ||
+	bad "stat --coordinator --json did not show 3 servers' tables"
+embstore stat --coordinator "$ep" --job nosuchjob >"$work/stat-no.txt" 2>&1 &&
+	bad "stat of a job that does not exist succeeded"
+grep -q 'job nosuchjob in .*: no such job running' "$work/stat-no.txt" ||
+	bad "stat of no job said: $(cat "$work/stat-no.txt")"
 
 # Leave: rank 0 drains and exits 0 while the workers train.
 name0=$(sed -n 's/^\[\(server\.[0-9]*\)\] .* as server 0 of 3$/\1/p' "$out" |

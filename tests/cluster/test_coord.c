@@ -1206,7 +1206,7 @@ static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
 {
 	struct emb_cmap *m = malloc(sizeof(*m));
 	bool warm_failed = false, move_failed = false, stray_sent = false;
-	uint32_t done = 0;
+	uint32_t done = 0, total = 0, moved = 0;
 	char v[96];
 
 	CU_ASSERT_FATAL(m != NULL);
@@ -1249,6 +1249,34 @@ static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
 		/* The fill key names the step and its source. */
 		CU_ASSERT(strstr(key_val("fill", v, sizeof(v)),
 				 warm ? " w " : " m ") != NULL);
+		{
+			/* What an observer is shown (embstore stat
+			 * --coordinator): this move and its chunk; the slots
+			 * moved and to go add up to what it had to move. */
+			struct emb_wire_moves mv;
+
+			CU_ASSERT_EQUAL_FATAL(
+			    emb_coord_job_moves(etcd.url, job, &mv), 0);
+			CU_ASSERT_EQUAL(mv.kind, target_or_none != UINT32_MAX
+						     ? EMB_WIRE_MOVE_JOIN
+						     : EMB_WIRE_MOVE_DRAIN);
+			CU_ASSERT_EQUAL(mv.rank, target_or_none != UINT32_MAX
+						     ? target_or_none
+						     : drained);
+			CU_ASSERT_EQUAL(mv.phase, warm ? 1u : 2u);
+			CU_ASSERT_EQUAL(mv.first, first);
+			CU_ASSERT_EQUAL(mv.n, n);
+			CU_ASSERT_EQUAL(mv.to, to);
+			CU_ASSERT_EQUAL(mv.queued, 0);
+			CU_ASSERT(mv.left >= n);
+			CU_ASSERT(mv.moved >= moved);
+			if (!total)
+				total = mv.moved + mv.left;
+			CU_ASSERT_EQUAL(mv.moved + mv.left, total);
+			CU_ASSERT(mv.elapsed_ms < 120000);
+			CU_ASSERT((mv.moved > 0) == (mv.eta_ms >= 0));
+			moved = mv.moved;
+		}
 		if (!stray_sent) {
 			stray_sent = true;
 			CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src],
@@ -1288,6 +1316,7 @@ static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
 	}
 	CU_ASSERT(warm_failed);
 	CU_ASSERT(move_failed);
+	CU_ASSERT(moved > 0);
 	free(m);
 	return done;
 }
@@ -1333,7 +1362,8 @@ static void test_moves(void)
 	int end[3] = {1, 1, 1}, *end_of[3] = {NULL, NULL, &end[2]};
 	struct emb_etcd_range r;
 	uint32_t k[3], moved;
-	char why[160], v[96];
+	char why[160], v[96], *slots_list = NULL;
+	bool *slots_removed = NULL;
 
 	CU_ASSERT_FATAL(slots != NULL && m != NULL);
 	new_job();
@@ -1368,6 +1398,21 @@ static void test_moves(void)
 	CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
 	CU_ASSERT_EQUAL(m->nservers, 3);
 	CU_ASSERT(!emb_cmap_in_map(m, 2));
+	{
+		char *list = NULL;
+		bool *removed = NULL;
+
+		CU_ASSERT_EQUAL_FATAL(emb_coord_job_observe(etcd.url, job,
+							    &list, &removed, m),
+				      0);
+		CU_ASSERT(strstr(list, "0.0.0.0:") != NULL);
+		CU_ASSERT(!removed[0] && !removed[1] && removed[2]);
+		free(list);
+		free(removed);
+	}
+	CU_ASSERT_EQUAL(emb_coord_job_observe(etcd.url, "nosuchjob", &slots_list,
+					      &slots_removed, m),
+			EMB_ECLUSTER);
 
 	/* Join: a server with no counts takes the job's and rank 2. */
 	o.role = EMB_ROLE_SERVER;
@@ -1391,6 +1436,15 @@ static void test_moves(void)
 	emb_etcd_range_free(&r);
 	CU_ASSERT_EQUAL(job_keys("joining/", &r), 0);
 	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL(job_keys("move", &r), 0);
+	emb_etcd_range_free(&r);
+	{
+		struct emb_wire_moves mv;
+
+		CU_ASSERT_EQUAL(emb_coord_job_moves(etcd.url, job, &mv), 0);
+		CU_ASSERT_EQUAL(mv.kind, EMB_WIRE_MOVE_NONE);
+		CU_ASSERT_EQUAL(mv.n, 0);
+	}
 	CU_ASSERT_EQUAL_FATAL(emb_coord_servers(w, &addrs), 0);
 	CU_ASSERT_EQUAL(addrs[2].port, 7402);
 	free(addrs);
@@ -1422,6 +1476,20 @@ static void test_moves(void)
 	CU_ASSERT_EQUAL(__atomic_load_n(end_of[0], __ATOMIC_SEQ_CST), 0);
 	CU_ASSERT_EQUAL(job_keys("left/server/0", &r), 1);
 	emb_etcd_range_free(&r);
+	{
+		/* An observer dials ranks 1 and 2 only. */
+		char *list = NULL;
+		bool *removed = NULL;
+
+		CU_ASSERT_EQUAL_FATAL(emb_coord_job_observe(etcd.url, job,
+							    &list, &removed, m),
+				      0);
+		CU_ASSERT(strstr(list, ":7402") != NULL);
+		CU_ASSERT(removed[0] && !removed[1] && !removed[2]);
+		CU_ASSERT(!emb_cmap_in_map(m, 0));
+		free(list);
+		free(removed);
+	}
 	emb_coord_destroy(by_rank[0]);
 	by_rank[0] = NULL;
 	/* Its key gone, it is no death: two polls of the worker's agent. */

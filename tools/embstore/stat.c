@@ -180,8 +180,9 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
-/* With --sched: the scheduler, for what it moves (moves_get()). */
-static const char *g_sched;
+/* With --sched: the scheduler, for what it moves (moves_get()); with
+ * --coordinator, etcd and the job. */
+static const char *g_sched, *g_coord, *g_job;
 static const uint8_t *g_token;
 static uint32_t g_token_len;
 
@@ -189,14 +190,19 @@ static const char *const move_kinds[] = {"none", "join", "drain",
 					 "recovery"};
 static const char *const move_phases[] = {"none", "copy ahead", "fenced"};
 
-/* What the scheduler moves now; false without --sched or an answer (a
- * scheduler too old to tell is not an error: nothing is shown). */
+/* What the scheduler or the job in etcd moves now; false without
+ * --sched or --coordinator, or without an answer (a scheduler too old to
+ * tell is not an error: nothing is shown). */
 static bool moves_get(struct emb_cluster_moves *m)
 {
+	int rc = -EINVAL;
+
 	*m = EMB_SIZED(struct emb_cluster_moves);
-	return g_sched &&
-	       emb_cluster_moves(g_sched, g_token, g_token_len, m) == 0 &&
-	       m->kind <= EMB_MOVE_RECOVERY && m->phase <= 2;
+	if (g_sched)
+		rc = emb_cluster_moves(g_sched, g_token, g_token_len, m);
+	else if (g_coord)
+		rc = emb_coordinator_moves(g_coord, g_job, m);
+	return rc == 0 && m->kind <= EMB_MOVE_RECOVERY && m->phase <= 2;
 }
 
 /* The moves as one line of text: "moves: none", or the drain, join or
@@ -217,7 +223,7 @@ static void moves_text(void)
 		       m.first + m.n - 1,
 		       m.phase == 1 ? "copied ahead" : "fenced, streamed",
 		       m.to);
-	if (m.kind == EMB_MOVE_RECOVERY)
+	if (m.kind == EMB_MOVE_RECOVERY && m.elapsed_ms)
 		printf("; %.1f s", (double)m.elapsed_ms / 1e3);
 	else
 		printf("; %u slots moved in %.1f s, %u to go", m.moved,
@@ -565,6 +571,11 @@ static void usage(FILE *f)
 	    "  --sched HOST:PORT     find the servers and the map "
 	    "(replicas, failovers)\n"
 	    "                        through the scheduler\n"
+	    "  --coordinator etcd://HOST:PORT[,...]  the same for a job "
+	    "kept in etcd\n"
+	    "                        (EMB_COORDINATOR)\n"
+	    "  --job NAME            its job (EMB_JOB; default "
+	    "embstore)\n"
 	    "  --interval S          seconds between the two samples of "
 	    "a rate (default 1)\n"
 	    "  --watch N             redraw every N seconds until Ctrl-C\n"
@@ -618,6 +629,8 @@ int emb_cmd_stat(int argc, char **argv)
 	static const struct option longopts[] = {
 	    {"servers", required_argument, NULL, 's'},
 	    {"sched", required_argument, NULL, 'S'},
+	    {"coordinator", required_argument, NULL, 'C'},
+	    {"job", required_argument, NULL, 'J'},
 	    {"interval", required_argument, NULL, 'i'},
 	    {"watch", required_argument, NULL, 'w'},
 	    {"transport", required_argument, NULL, 'T'},
@@ -632,6 +645,8 @@ int emb_cmd_stat(int argc, char **argv)
 	const char *servers = getenv("EMB_SERVERS");
 	const char *token_file = getenv("EMB_AUTH_TOKEN_FILE");
 	const char *sched = NULL, *level = "error";
+	const char *coord = getenv("EMB_COORDINATOR"), *job = getenv("EMB_JOB");
+	bool coord_flag = false;
 	static char sched_servers[65536];
 	char *names[MAX_SERVERS] = {0};
 	uint8_t token[EMB_WIRE_TOKEN_MAX + 1];
@@ -656,6 +671,13 @@ int emb_cmd_stat(int argc, char **argv)
 			break;
 		case 'S':
 			sched = optarg;
+			break;
+		case 'C':
+			coord = optarg;
+			coord_flag = true;
+			break;
+		case 'J':
+			job = optarg;
 			break;
 		case 'i':
 			if (!parse_seconds(optarg, 0.1, &interval)) {
@@ -720,7 +742,38 @@ int emb_cmd_stat(int argc, char **argv)
 		}
 		co.auth_token = token;
 	}
-	if (sched) {
+	/* EMB_COORDINATOR alone names the job only when nothing else names
+	 * the servers. */
+	if (!coord_flag && (sched || (servers && *servers)))
+		coord = NULL;
+	if (coord && *coord && sched) {
+		fprintf(stderr, "embstore stat: give --sched or --coordinator, "
+				"not both\n");
+		return 2;
+	}
+	if (coord && *coord) {
+		if (strncmp(coord, "etcd://", 7) != 0) {
+			fprintf(stderr,
+				"embstore stat: bad --coordinator '%s' (want "
+				"etcd://HOST:PORT[,HOST:PORT...])\n",
+				coord);
+			return 2;
+		}
+		g_coord = coord;
+		g_job = job && *job ? job : NULL;
+		rc = emb_client_from_coordinator(&co, coord, g_job, &c);
+		if (!rc)
+			rc = emb_client_servers(c, sched_servers,
+						sizeof(sched_servers));
+		if (rc) {
+			fprintf(stderr, "embstore stat: job %s in %s: %s\n",
+				g_job ? g_job : "embstore", coord,
+				rc == EMB_ECLUSTER ? "no such job running"
+						   : emb_strerror(rc));
+			goto out;
+		}
+		servers = sched_servers;
+	} else if (sched) {
 		g_sched = sched;
 		g_token = co.auth_token;
 		g_token_len = co.auth_token_len;
