@@ -1321,6 +1321,25 @@ static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
 	return done;
 }
 
+/*
+ * What an observer reads of the job (emb_coord_job_observe(), as
+ * `embstore stat --coordinator` does): a server list with has in it, the
+ * map in *m, and ranks 0..2 not to dial as removed says ("001": rank 2).
+ */
+static void observed(struct emb_cmap *m, const char *has, const char *removed)
+{
+	char *list = NULL;
+	bool *rm = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_coord_job_observe(etcd.url, job, &list, &rm, m), 0);
+	CU_ASSERT(strstr(list, has) != NULL);
+	for (int i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL(rm[i], removed[i] == '1');
+	free(list);
+	free(rm);
+}
+
 static int dead_told; /* the worker's watcher: deaths */
 
 static void on_dead(void *arg, uint32_t role, uint32_t rank)
@@ -1398,18 +1417,9 @@ static void test_moves(void)
 	CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
 	CU_ASSERT_EQUAL(m->nservers, 3);
 	CU_ASSERT(!emb_cmap_in_map(m, 2));
-	{
-		char *list = NULL;
-		bool *removed = NULL;
-
-		CU_ASSERT_EQUAL_FATAL(emb_coord_job_observe(etcd.url, job,
-							    &list, &removed, m),
-				      0);
-		CU_ASSERT(strstr(list, "0.0.0.0:") != NULL);
-		CU_ASSERT(!removed[0] && !removed[1] && removed[2]);
-		free(list);
-		free(removed);
-	}
+	/* The spare rank is not dialled; a job that does not exist is no
+	 * job. */
+	observed(m, "0.0.0.0:", "001");
 	CU_ASSERT_EQUAL(emb_coord_job_observe(etcd.url, "nosuchjob", &slots_list,
 					      &slots_removed, m),
 			EMB_ECLUSTER);
@@ -1476,20 +1486,9 @@ static void test_moves(void)
 	CU_ASSERT_EQUAL(__atomic_load_n(end_of[0], __ATOMIC_SEQ_CST), 0);
 	CU_ASSERT_EQUAL(job_keys("left/server/0", &r), 1);
 	emb_etcd_range_free(&r);
-	{
-		/* An observer dials ranks 1 and 2 only. */
-		char *list = NULL;
-		bool *removed = NULL;
-
-		CU_ASSERT_EQUAL_FATAL(emb_coord_job_observe(etcd.url, job,
-							    &list, &removed, m),
-				      0);
-		CU_ASSERT(strstr(list, ":7402") != NULL);
-		CU_ASSERT(removed[0] && !removed[1] && !removed[2]);
-		CU_ASSERT(!emb_cmap_in_map(m, 0));
-		free(list);
-		free(removed);
-	}
+	/* An observer dials ranks 1 and 2 only. */
+	observed(m, ":7402", "100");
+	CU_ASSERT(!emb_cmap_in_map(m, 0));
 	emb_coord_destroy(by_rank[0]);
 	by_rank[0] = NULL;
 	/* Its key gone, it is no death: two polls of the worker's agent. */
