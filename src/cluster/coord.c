@@ -31,9 +31,15 @@
  *                       drained
  *   P left/server/<r>   server r was drained and left: its key's end is no
  *                       death (no lease; deleted by a claim of rank r)
- *   P fill_done         "source first n epoch status": the chunk's source
- *                       streamed it (or failed to); deleted by the map
- *                       that takes the next step
+ *   P fill_done         "source first n epoch status rows bytes": the
+ *                       chunk's source streamed it (or failed to), and
+ *                       what it sent; deleted by the map that takes the
+ *                       next step
+ *   P move              "kind rank t0 slots rows bytes": the drain, join
+ *                       or recovery under way, its wall-clock start, the
+ *                       slots it had to move, the rows and bytes streamed
+ *                       for it so far (for observers: written with the
+ *                       leader's steps, deleted with the one ending it)
  *   P fill_fails        "rank count": failed streams of rank's recovery
  *                       so far (written with the map that gives a chunk
  *                       up; deleted by a claim, the fill's end and the
@@ -160,7 +166,10 @@ struct emb_coord {
 	/* The job's move key at the agent's last poll ("" if none): the
 	 * drain, join or recovery under way, "kind rank t0 slots", for
 	 * observers (emb_coord_job_moves()). Agent thread only. */
-	char move_val[64];
+	char move_val[96];
+	/* Rows and bytes the report this step took streamed, which the
+	 * step's transaction adds to the move key. Agent thread only. */
+	uint64_t add_rows, add_bytes;
 	/* The leader's clock on the chunk under way (fill_timeout()). */
 	uint32_t watch_rank, watch_first;
 	uint64_t watch_epoch;
@@ -1027,10 +1036,37 @@ static uint64_t wall_ms(void)
 }
 
 /*
+ * Leader: ops[*nops] adds the rows and bytes of the report this step took
+ * (add_rows, add_bytes) to the move key, if there is one and they are
+ * not 0. key and val are the caller's (they live until the transaction).
+ */
+static void move_add(struct emb_coord *c, struct emb_etcd_op *ops,
+		     uint32_t *nops, char *key, char *val, size_t cap)
+{
+	char kind[16];
+	unsigned rank, slots;
+	unsigned long long t0, rows = 0, bytes = 0;
+	int k;
+
+	if (!c->move_val[0] || (!c->add_rows && !c->add_bytes))
+		return;
+	k = sscanf(c->move_val, "%15s %u %llu %u %llu %llu", kind, &rank, &t0,
+		   &slots, &rows, &bytes);
+	if (k != 4 && k != 6)
+		return;
+	key_of(c, key, "move");
+	snprintf(val, cap, "%s %u %llu %u %llu %llu", kind, rank, t0, slots,
+		 rows + c->add_rows, bytes + c->add_bytes);
+	ops[(*nops)++] = (struct emb_etcd_op){
+	    .key = key, .value = val, .value_len = strlen(val)};
+}
+
+/*
  * Leader: ops[*nops] puts the move key for the drain, join or recovery
  * ("drain", "join", "recovery") of rank, with left slots to move, unless
  * the key says that one already: its start and its slots then stay those
- * of its first chunk, whichever leader planned it. key and val are the
+ * of its first chunk, whichever leader planned it, and the rows and bytes
+ * streamed grow by the step's report (move_add()). key and val are the
  * caller's (they live until the transaction).
  */
 static void move_put(struct emb_coord *c, const char *kind, uint32_t rank,
@@ -1040,11 +1076,13 @@ static void move_put(struct emb_coord *c, const char *kind, uint32_t rank,
 	char head[32];
 
 	snprintf(head, sizeof(head), "%s %u ", kind, rank);
-	if (!strncmp(c->move_val, head, strlen(head)))
+	if (!strncmp(c->move_val, head, strlen(head))) {
+		move_add(c, ops, nops, key, val, cap);
 		return;
+	}
 	key_of(c, key, "move");
-	snprintf(val, cap, "%s%llu %u", head, (unsigned long long)wall_ms(),
-		 left);
+	snprintf(val, cap, "%s%llu %u 0 0", head,
+		 (unsigned long long)wall_ms(), left);
 	ops[(*nops)++] = (struct emb_etcd_op){
 	    .key = key, .value = val, .value_len = strlen(val)};
 }
@@ -1079,7 +1117,7 @@ static int fill_step(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		     uint32_t rank, uint32_t from, int64_t done_rev)
 {
 	char kfill[KEY_MAX], kdone[KEY_MAX], kwait[KEY_MAX], kfails[KEY_MAX],
-	    kjoin[KEY_MAX], kmove[KEY_MAX], val[96], mval[64];
+	    kjoin[KEY_MAX], kmove[KEY_MAX], val[96], mval[96];
 	struct emb_etcd_op ops[7];
 	uint32_t nops = 0, first = from % EMB_NSLOTS;
 	int n = emb_cmap_fill_next(m, rank, FILL_CHUNK_SLOTS, &first);
@@ -1310,7 +1348,7 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 {
 	const uint32_t S = c->reg.server_num;
 	char kfill[KEY_MAX], kdone[KEY_MAX], kkey[KEY_MAX], kfails[KEY_MAX],
-	    kmove[KEY_MAX], val[96], mval[64];
+	    kmove[KEY_MAX], val[96], mval[96];
 	/* At most: the report, fill_fails, two keys of the outcome, the
 	 * fill key and the move key. */
 	struct emb_etcd_op ops[6];
@@ -1483,13 +1521,15 @@ static int plan(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 static int fence(struct emb_coord *c, struct emb_cmap *m, int64_t rev,
 		 const struct step *st, int64_t done_rev, const char *why)
 {
-	char kfill[KEY_MAX], kdone[KEY_MAX], val[96];
-	struct emb_etcd_op ops[2];
+	char kfill[KEY_MAX], kdone[KEY_MAX], kmove[KEY_MAX], val[96],
+	    mval[96];
+	struct emb_etcd_op ops[3];
 	uint32_t nops = 0;
 	bool ok;
 	int rc;
 
 	emb_cmap_move_begin(m, st->from, st->rank, st->first, st->n, m);
+	move_add(c, ops, &nops, kmove, mval, sizeof(mval));
 	key_of(c, kfill, "fill");
 	key_of(c, kdone, "fill_done");
 	snprintf(val, sizeof(val), "%u %u %u %llu m %u", st->rank, st->first,
@@ -1562,7 +1602,7 @@ static int steps(struct emb_coord *c, const struct job_keys *k)
 	struct emb_cmap *m = malloc(sizeof(*m));
 	uint32_t t, first, n;
 	struct step st = {0};
-	char v[96];
+	char v[128];
 	int64_t rev, vrev, frev;
 	bool warm = false, have_step;
 	int rc = 0;
@@ -1572,6 +1612,7 @@ static int steps(struct emb_coord *c, const struct job_keys *k)
 	/* The move key's value (the poll reads keys only): the steps below
 	 * keep it, or replace or delete it. */
 	c->move_val[0] = '\0';
+	c->add_rows = c->add_bytes = 0;
 	if (k->have_move) {
 		rc = small_get(c, "move", c->move_val, sizeof(c->move_val),
 			       &vrev);
@@ -1636,8 +1677,8 @@ static int steps(struct emb_coord *c, const struct job_keys *k)
 		st.kind = 'f'; /* no source on record: a fill, as before */
 	{
 		uint32_t dr, df, dn;
-		unsigned long long de;
-		int status;
+		unsigned long long de, drows = 0, dbytes = 0;
+		int status, k_done;
 
 		rc = k->have_done
 			 ? small_get(c, "fill_done", v, sizeof(v), &vrev)
@@ -1676,8 +1717,9 @@ static int steps(struct emb_coord *c, const struct job_keys *k)
 		}
 		if (rc)
 			goto out;
-		if (sscanf(v, "%u %u %u %llu %d", &dr, &df, &dn, &de,
-			   &status) != 5 ||
+		k_done = sscanf(v, "%u %u %u %llu %d %llu %llu", &dr, &df, &dn,
+				&de, &status, &drows, &dbytes);
+		if ((k_done != 5 && k_done != 7) ||
 		    dr != emb_cmap_primary(m, first) || df != first ||
 		    dn != n || (de < st.epoch && st.kind != 'w')) {
 			/* Not this chunk's: an older stream's report. (A
@@ -1695,6 +1737,12 @@ static int steps(struct emb_coord *c, const struct job_keys *k)
 			goto out;
 		}
 		c->watch_rank = UINT32_MAX;
+		/* What it streamed goes into the move key (an older
+		 * server's report says nothing of it). */
+		if (!status && k_done == 7) {
+			c->add_rows = drows;
+			c->add_bytes = dbytes;
+		}
 		if (st.kind == 'w') {
 			if (status)
 				emb_log(EMB_LOG_WARN,
@@ -1885,16 +1933,18 @@ int emb_coord_drain(struct emb_coord *c, char *why, size_t cap)
 }
 
 int emb_coord_fill_done(struct emb_coord *c, uint32_t first, uint32_t n,
-			uint64_t epoch, int status)
+			uint64_t epoch, int status, uint64_t rows,
+			uint64_t bytes)
 {
-	char key[KEY_MAX], val[96];
+	char key[KEY_MAX], val[128];
 	int rc;
 
 	if (c->reg.role != EMB_ROLE_SERVER || !emb_coord_mapped(c))
 		return EMB_ECLUSTER;
 	key_of(c, key, "fill_done");
-	snprintf(val, sizeof(val), "%u %u %u %llu %d", c->reg.rank, first, n,
-		 (unsigned long long)epoch, status);
+	snprintf(val, sizeof(val), "%u %u %u %llu %d %llu %llu", c->reg.rank,
+		 first, n, (unsigned long long)epoch, status,
+		 (unsigned long long)rows, (unsigned long long)bytes);
 	do
 		rc = emb_etcd_put(c->etcd, key, val, strlen(val), 0);
 	while (again(c, &rc));
@@ -3270,7 +3320,7 @@ struct job_view {
 	uint8_t join[EMB_WIRE_SERVERS_MAX];  /* joining/<r> there */
 	struct emb_cmap map;		     /* the map key */
 	char *servers;			     /* the servers key, malloc'd */
-	char move[64];			     /* the move key, "" if none */
+	char move[96];			     /* the move key, "" if none */
 	char fill[96];			     /* the fill key, "" if none */
 };
 
@@ -3414,8 +3464,9 @@ int emb_coord_job_moves(const char *endpoints, const char *job,
 	struct job_view *v;
 	struct step st;
 	uint32_t waiting = 0, rank = 0, slots0 = 0;
-	unsigned long long t0 = 0;
+	unsigned long long t0 = 0, rows = 0, bytes = 0;
 	char kind[16] = "";
+	int k;
 	int rc = job_read(endpoints, job, &v);
 
 	if (rc)
@@ -3426,9 +3477,13 @@ int emb_coord_job_moves(const char *endpoints, const char *job,
 					   emb_cmap_in_map(&v->map, r)) ||
 					  (v->join[r] && !v->drain[r]));
 	mv.queued = waiting ? waiting - 1 : 0;
-	if (v->move[0] && sscanf(v->move, "%15s %u %llu %u", kind, &rank, &t0,
-				 &slots0) == 4 &&
+	if (v->move[0] &&
+	    ((k = sscanf(v->move, "%15s %u %llu %u %llu %llu", kind, &rank,
+			 &t0, &slots0, &rows, &bytes)) == 4 ||
+	     k == 6) &&
 	    rank < v->M) {
+		mv.rows = rows;
+		mv.bytes = bytes;
 		if (!strcmp(kind, "join"))
 			mv.kind = EMB_WIRE_MOVE_JOIN;
 		else if (!strcmp(kind, "drain"))
@@ -3449,6 +3504,7 @@ int emb_coord_job_moves(const char *endpoints, const char *job,
 			mv.kind = EMB_WIRE_MOVE_RECOVERY;
 			mv.rank = st.rank;
 			t0 = 0;
+			mv.rows = mv.bytes = 0;
 		}
 	}
 	if (mv.kind != EMB_WIRE_MOVE_NONE && t0) {

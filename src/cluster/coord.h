@@ -138,12 +138,14 @@ void emb_coord_poll_now(struct emb_coord *c);
 /*
  * A server of a job with copies streamed slots [first, first + n), the
  * chunk the map of epoch asked it for, to the server being filled (status
- * 0) or failed to (an error): puts the job's fill_done key, which the
+ * 0, with the rows it sent and their bytes) or failed to (an error): puts
+ * the job's fill_done key, which the
  * leader's next poll turns into the next map (docs/coordinator.md). 0, or
  * EMB_ECLUSTER (not a server, one copy), EMB_ENOETCD, EMB_EETCD, -ENOMEM.
  */
 int emb_coord_fill_done(struct emb_coord *c, uint32_t first, uint32_t n,
-			uint64_t epoch, int status);
+			uint64_t epoch, int status, uint64_t rows,
+			uint64_t bytes);
 
 /*
  * Whether the job's nodes follow its whole map (emb_coord_watch_map()):

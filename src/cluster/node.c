@@ -1967,7 +1967,8 @@ void emb_node_map_refresh(struct emb_node *n)
 }
 
 int emb_node_fill_done(struct emb_node *n, uint32_t first, uint32_t nslots,
-		       uint64_t epoch, int status)
+		       uint64_t epoch, int status, uint64_t rows,
+		       uint64_t bytes)
 {
 	struct emb_wire_fill_done_req d = {
 	    .node_id = n->reg.node_id,
@@ -1975,6 +1976,8 @@ int emb_node_fill_done(struct emb_node *n, uint32_t first, uint32_t nslots,
 	    .first = first,
 	    .n = nslots,
 	    .epoch = epoch,
+	    .rows = rows,
+	    .bytes = bytes,
 	};
 	struct waiter w = {0};
 
@@ -1982,7 +1985,7 @@ int emb_node_fill_done(struct emb_node *n, uint32_t first, uint32_t nslots,
 	 * asks for the map (emb_node_map_refresh()) as with a scheduler. */
 	if (n->coord)
 		return emb_coord_fill_done(n->coord, first, nslots, epoch,
-					   status);
+					   status, rows, bytes);
 	if (n->reg.role != EMB_ROLE_SERVER || n->is_static)
 		return EMB_ECLUSTER;
 	w.req_len = emb_wire_fill_done_req_encode(w.req, sizeof(w.req), 0, &d);

@@ -249,12 +249,14 @@ void emb_node_map_refresh(struct emb_node *n);
 
 /*
  * Servers: tells the scheduler that the chunk [first, first + nslots)
- * whose fill began at epoch was streamed (status 0) or not (the error).
- * 0, or the scheduler's refusal (EMB_ECLUSTER: no such fill under way),
- * EMB_ENOSCHED.
+ * whose fill began at epoch was streamed (status 0) or not (the error),
+ * with the rows it sent and their bytes (what `embstore stat` shows of a
+ * move). 0, or the scheduler's refusal (EMB_ECLUSTER: no such fill under
+ * way), EMB_ENOSCHED.
  */
 int emb_node_fill_done(struct emb_node *n, uint32_t first, uint32_t nslots,
-		       uint64_t epoch, int status);
+		       uint64_t epoch, int status, uint64_t rows,
+		       uint64_t bytes);
 
 /*
  * Workers: blocks until every worker reached the barrier called name. 0,

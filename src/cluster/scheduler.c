@@ -155,6 +155,8 @@ struct emb_sched {
 	uint64_t fill_epoch;
 	int64_t fill_chunk_ms; /* the chunk began, monotonic */
 	int64_t fill_ms;       /* the recovery began */
+	uint64_t fill_rows;    /* rows its sources streamed so far */
+	uint64_t fill_bytes;   /* ... and their bytes */
 	uint32_t fill_chunks;  /* chunks streamed so far */
 	/* A move under way (fill_rank its target): the server whose place
 	 * the target takes in the chunk's slots, else NO_FILL (a
@@ -174,6 +176,12 @@ struct emb_sched {
 	uint32_t move_left;    /* slots it has still to move, the chunk
 				  under way included (move_progress()) */
 	int64_t move_ms;       /* the drain or join began, monotonic */
+	uint64_t move_rows;    /* rows its sources streamed so far (copies
+				  ahead and fenced streams) */
+	uint64_t move_bytes;   /* ... and their bytes */
+	uint64_t streamed_rows;	 /* rows streamed, moves and recoveries,
+				    since the start */
+	uint64_t streamed_bytes; /* ... and their bytes */
 	uint64_t moved_slots;  /* slots moved, since the start */
 	uint64_t drains;       /* servers drained */
 	uint64_t joins;	       /* servers given their share */
@@ -874,6 +882,7 @@ static void fill_next(struct emb_sched *s)
 	s->move_chunks = 0;
 	s->move_slots = 0;
 	s->move_ms = (int64_t)emb_clock_ms();
+	s->move_rows = s->move_bytes = 0;
 	move_next(s);
 }
 
@@ -915,6 +924,7 @@ static void drain_empty(struct emb_sched *s, struct node *d)
 	s->move_chunks = 0;
 	s->move_slots = 0;
 	s->move_ms = (int64_t)emb_clock_ms();
+	s->move_rows = s->move_bytes = 0;
 }
 
 /* Loop thread, each turn: a drained server whose stay is over leaves. Its
@@ -962,6 +972,7 @@ static void joined(struct emb_sched *s, struct node *j)
 	s->move_chunks = 0;
 	s->move_slots = 0;
 	s->move_ms = (int64_t)emb_clock_ms();
+	s->move_rows = s->move_bytes = 0;
 }
 
 /*
@@ -1054,6 +1065,7 @@ static void move_next(struct emb_sched *s)
 			s->fill_fails = 0;
 			s->fill_chunks = 0;
 			s->fill_ms = (int64_t)emb_clock_ms();
+			s->fill_rows = s->fill_bytes = 0;
 			j->joining = false;
 			emb_log(EMB_LOG_INFO,
 				"server %u, joining, is filled with the slots "
@@ -1395,6 +1407,7 @@ static void on_register(struct emb_sched *s, struct emb_conn *conn,
 		s->fill_fails = 0;
 		s->fill_chunks = 0;
 		s->fill_ms = (int64_t)emb_clock_ms();
+		s->fill_rows = s->fill_bytes = 0;
 		emb_log(EMB_LOG_INFO,
 			was_left ? "server %u (%s, pid %u) joins at a free rank: "
 				   "it is filled with any slot short of copies, "
@@ -1814,6 +1827,15 @@ static void on_fill_done(struct emb_sched *s, struct emb_req *req,
 		fill_failed(s, emb_strerror(d.status));
 		return;
 	}
+	s->streamed_rows += d.rows;
+	s->streamed_bytes += d.bytes;
+	if (s->warming || s->move_from != NO_FILL) {
+		s->move_rows += d.rows;
+		s->move_bytes += d.bytes;
+	} else {
+		s->fill_rows += d.rows;
+		s->fill_bytes += d.bytes;
+	}
 	if (s->warming) {
 		fence_move(s, NULL);
 		return;
@@ -1920,6 +1942,7 @@ static void on_drain(struct emb_sched *s, struct emb_req *req,
 		s->move_chunks = 0;
 		s->move_slots = 0;
 		s->move_ms = (int64_t)emb_clock_ms();
+		s->move_rows = s->move_bytes = 0;
 	}
 	emb_log(EMB_LOG_INFO,
 		"server %u (%s) drains: its %u slots move to the others",
@@ -2037,7 +2060,11 @@ static void on_moves(struct emb_sched *s, struct emb_req *req,
 	}
 	if (m.kind == EMB_WIRE_MOVE_RECOVERY) {
 		m.elapsed_ms = (uint64_t)(now - s->fill_ms);
+		m.rows = s->fill_rows;
+		m.bytes = s->fill_bytes;
 	} else if (m.kind != EMB_WIRE_MOVE_NONE) {
+		m.rows = s->move_rows;
+		m.bytes = s->move_bytes;
 		m.moved = s->move_slots;
 		m.left = s->move_from != NO_FILL ? s->move_left : 0;
 		m.elapsed_ms = (uint64_t)(now - s->move_ms);
@@ -2341,6 +2368,8 @@ static void publish(struct emb_sched *s)
 	v.slots_moved = s->moved_slots;
 	v.move_slots_left = s->move_from != NO_FILL ? s->move_left : 0;
 	v.move_eta_ms = v.move_slots_left ? move_eta_ms(s) : -1;
+	v.rows_streamed = s->streamed_rows;
+	v.bytes_streamed = s->streamed_bytes;
 	v.drains = s->drains;
 	v.joins = s->joins;
 	for (uint32_t i = 0; i < s->o.server_num; i++) {
@@ -2564,6 +2593,7 @@ static int state_restore(struct emb_sched *s)
 		s->fill_n = st.fill_n;
 		s->fill_fails = st.fill_fails;
 		s->fill_ms = (int64_t)emb_clock_ms();
+		s->fill_rows = s->fill_bytes = 0;
 		emb_log(EMB_LOG_INFO,
 			"server %u was being filled (slots %u-%u): that "
 			"chunk starts again",
@@ -2582,6 +2612,7 @@ static int state_restore(struct emb_sched *s)
 	 * way if there is one (move_next() waits for it). */
 	if (moves && s->cmap) {
 		s->move_ms = (int64_t)emb_clock_ms();
+		s->move_rows = s->move_bytes = 0;
 		s->move_slots = s->move_chunks = 0;
 		emb_log(EMB_LOG_INFO, "the drains and joins asked for go on");
 		move_next(s);
@@ -2948,6 +2979,18 @@ void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 				   "and drains).");
 		emb_metrics_u64(o, "embstore_cluster_slots_moved_total", NULL,
 				v.slots_moved);
+		emb_metrics_family(o, "embstore_cluster_rows_streamed_total",
+				   "counter",
+				   "Rows servers streamed to each other: "
+				   "moves' copies ahead and fenced streams, "
+				   "recoveries' fills.");
+		emb_metrics_u64(o, "embstore_cluster_rows_streamed_total", NULL,
+				v.rows_streamed);
+		emb_metrics_family(o, "embstore_cluster_bytes_streamed_total",
+				   "counter",
+				   "Bytes of those rows (ids and floats).");
+		emb_metrics_u64(o, "embstore_cluster_bytes_streamed_total",
+				NULL, v.bytes_streamed);
 		emb_metrics_family(o, "embstore_cluster_move_slots_left",
 				   "gauge",
 				   "Slots the drain or join under way has "

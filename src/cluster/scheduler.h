@@ -122,6 +122,10 @@ struct emb_sched_stats {
 					0 when none */
 	int64_t move_eta_ms;	     /* its time left at its rate so far,
 					or -1 (none, or no chunk done) */
+	uint64_t rows_streamed;	     /* rows servers streamed to each
+					other (moves and recoveries),
+					since the start */
+	uint64_t bytes_streamed;     /* their bytes */
 	uint64_t drains;	     /* servers drained and gone */
 	uint64_t joins;		     /* servers given their share */
 	uint64_t probes;	     /* probes of silent servers started */

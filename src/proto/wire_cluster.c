@@ -325,6 +325,8 @@ int emb_wire_fill_done_req_encode(void *buf, size_t cap, uint64_t req_id,
 	emb_le32_store(p + 8, r->first);
 	emb_le32_store(p + 12, r->n);
 	emb_le64_store(p + 16, r->epoch);
+	emb_le64_store(p + 24, r->rows);
+	emb_le64_store(p + 32, r->bytes);
 	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_FILL_DONE_REQ_SIZE);
 }
 
@@ -383,6 +385,8 @@ int emb_wire_moves_resp_encode(void *buf, size_t cap, uint64_t req_id,
 	emb_le32_store(p + 36, m->queued);
 	emb_le64_store(p + 40, m->elapsed_ms);
 	emb_le64_store(p + 48, (uint64_t)m->eta_ms);
+	emb_le64_store(p + 56, m->rows);
+	emb_le64_store(p + 64, m->bytes);
 	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_MOVES_RESP_SIZE);
 }
 
@@ -655,7 +659,9 @@ int emb_wire_fill_done_req_decode(const struct emb_wire_frame *f,
 
 	if (rc)
 		return rc;
-	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_FILL_DONE_REQ_SIZE)
+	if (f->hdr.count ||
+	    (f->hdr.payload_len != EMB_WIRE_FILL_DONE_REQ_SIZE &&
+	     f->hdr.payload_len != EMB_WIRE_FILL_DONE_REQ_SIZE_V1))
 		return EMB_EBADFRAME;
 	p = f->payload;
 	out->node_id = emb_le32_load(p);
@@ -663,6 +669,11 @@ int emb_wire_fill_done_req_decode(const struct emb_wire_frame *f,
 	out->first = emb_le32_load(p + 8);
 	out->n = emb_le32_load(p + 12);
 	out->epoch = emb_le64_load(p + 16);
+	out->rows = out->bytes = 0;
+	if (f->hdr.payload_len == EMB_WIRE_FILL_DONE_REQ_SIZE) {
+		out->rows = emb_le64_load(p + 24);
+		out->bytes = emb_le64_load(p + 32);
+	}
 	if (out->node_id == 0 || out->status > 0 ||
 	    out->first >= EMB_NSLOTS || out->n == 0 ||
 	    out->n > EMB_NSLOTS - out->first || out->epoch == 0)
@@ -687,7 +698,8 @@ int emb_wire_moves_resp_decode(const struct emb_wire_frame *f,
 
 	if (rc)
 		return rc;
-	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_MOVES_RESP_SIZE)
+	if (f->hdr.count || (f->hdr.payload_len != EMB_WIRE_MOVES_RESP_SIZE &&
+			     f->hdr.payload_len != EMB_WIRE_MOVES_RESP_SIZE_V1))
 		return EMB_EBADFRAME;
 	p = f->payload;
 	out->kind = emb_le32_load(p);
@@ -702,6 +714,11 @@ int emb_wire_moves_resp_decode(const struct emb_wire_frame *f,
 	out->queued = emb_le32_load(p + 36);
 	out->elapsed_ms = emb_le64_load(p + 40);
 	out->eta_ms = (int64_t)emb_le64_load(p + 48);
+	out->rows = out->bytes = 0;
+	if (f->hdr.payload_len == EMB_WIRE_MOVES_RESP_SIZE) {
+		out->rows = emb_le64_load(p + 56);
+		out->bytes = emb_le64_load(p + 64);
+	}
 	return moves_ok(out) ? 0 : EMB_EBADFRAME;
 }
 

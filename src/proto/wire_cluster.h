@@ -120,7 +120,10 @@
  *   8       4     first slot of the chunk, < EMB_NSLOTS
  *   12      4     slots in the chunk, 1..EMB_NSLOTS - first
  *   16      8     map epoch the chunk's fill began with, >= 1
- *   payload_len = 24
+ *   24      8     rows the stream sent (0 when it failed)
+ *   32      8     their bytes: ids and floats as sent
+ *   payload_len = 40 (24, without rows and bytes, from a server older
+ *   than them: read as 0 and 0)
  * FILL_DONE response (count 0, no payload).
  *
  * DRAIN request (count 0): move every slot off a server, which then
@@ -151,7 +154,12 @@
  *   40      8     ms since it began
  *   48      8     ms it needs still at its rate so far, as int64; -1 when
  *                 not known (none, a recovery, no chunk done yet)
- *   payload_len = 56
+ *   56      8     rows its sources streamed so far (copies ahead and
+ *                 fenced streams: a row written during its copy ahead
+ *                 counts again)
+ *   64      8     their bytes
+ *   payload_len = 72 (56 from a scheduler older than rows and bytes:
+ *   read as 0 and 0)
  *
  * BARRIER response (count = workers that met, no payload): sent to every
  * worker once all worker_num workers reached the barrier; a barrier of the
@@ -187,9 +195,11 @@
 #define EMB_WIRE_REJOIN_SIZE	    24u  /* the rejoin tail's bytes */
 #define EMB_WIRE_NODE_REQ_SIZE	    8u
 #define EMB_WIRE_HEARTBEAT_REQ_SIZE 16u
-#define EMB_WIRE_FILL_DONE_REQ_SIZE 24u
+#define EMB_WIRE_FILL_DONE_REQ_SIZE 40u
+#define EMB_WIRE_FILL_DONE_REQ_SIZE_V1 24u /* before rows and bytes */
 #define EMB_WIRE_DRAIN_REQ_SIZE 8u
-#define EMB_WIRE_MOVES_RESP_SIZE 56u
+#define EMB_WIRE_MOVES_RESP_SIZE 72u
+#define EMB_WIRE_MOVES_RESP_SIZE_V1 56u /* before rows and bytes */
 #define EMB_WIRE_MAP_PREFIX_SIZE    (8u + 2u * EMB_NSLOTS)
 #define EMB_WIRE_MAP_ENTRY_SIZE	    264u
 /* Largest replicated map tail: cluster/map.h's version 4 with R = 8 (the
@@ -300,6 +310,8 @@ struct emb_wire_fill_done_req {
 	uint32_t first;	  /* first slot of the chunk */
 	uint32_t n;	  /* slots */
 	uint64_t epoch;	  /* the map epoch the fill began with */
+	uint64_t rows;	  /* rows the stream sent */
+	uint64_t bytes;	  /* their bytes */
 };
 
 enum emb_wire_move_kind {
@@ -321,6 +333,8 @@ struct emb_wire_moves {
 	uint32_t queued;     /* drains and joins waiting behind it */
 	uint64_t elapsed_ms; /* since it began */
 	int64_t eta_ms;	     /* time left at its rate, or -1 */
+	uint64_t rows;	     /* rows streamed for it so far */
+	uint64_t bytes;	     /* their bytes */
 };
 
 struct emb_wire_barrier_req {

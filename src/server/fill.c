@@ -170,6 +170,7 @@ struct pipe {
 	uint64_t pace_t0;    /* the first post, emb_clock_ns() */
 	uint32_t tables;     /* streamed */
 	uint32_t deltas;     /* of them, only what changed since the copy */
+	uint64_t bytes;	     /* of the rows sent: ids and floats */
 	bool meta;	     /* the target takes EMB_F_META */
 	struct emb_row_meta *rm; /* FILL_BATCH: a read's lifecycle data */
 	int64_t deadline;
@@ -421,6 +422,7 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 			if (!rc)
 				rc = batch_post(p, b);
 			*rows_out += b->k;
+			p->bytes += (uint64_t)b->k * (8 + rf * 4);
 			if (!rc)
 				rc = pipe_wait(p, false, &b);
 			if (!rc)
@@ -436,6 +438,7 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 		if (!rc)
 			rc = batch_post(p, b);
 		*rows_out += b->k;
+		p->bytes += (uint64_t)b->k * (8 + rf * 4);
 	}
 	if (!rc)
 		rc = pipe_wait(p, true, NULL);
@@ -480,7 +483,7 @@ out:
 	return rc;
 }
 
-static int fill_run(struct emb__fill *f, uint64_t *rows)
+static int fill_run(struct emb__fill *f, uint64_t *rows, uint64_t *bytes)
 {
 	struct emb_transport_opts to = EMB_TRANSPORT_OPTS_DEFAULT;
 	struct emb_connect_opts co = EMB_CONNECT_OPTS_DEFAULT;
@@ -539,6 +542,7 @@ static int fill_run(struct emb__fill *f, uint64_t *rows)
 			f->first, f->first + f->n - 1, p->tables - p->deltas,
 			p->tables);
 out:
+	*bytes = p->bytes;
 	free(tids);
 	for (uint32_t i = 0; i < FILL_CONNS; i++)
 		emb_conn_destroy(p->conn[i]);
@@ -569,8 +573,8 @@ void emb__fill_untrack(struct emb_server *s)
 static void *fill_main(void *arg)
 {
 	struct emb__fill *f = arg;
-	uint64_t rows = 0, t0 = emb_clock_ms(), epoch = f->epoch;
-	int rc = fill_run(f, &rows);
+	uint64_t rows = 0, bytes = 0, t0 = emb_clock_ms(), epoch = f->epoch;
+	int rc = fill_run(f, &rows, &bytes);
 	uint32_t first = f->first, n = f->n;
 	emb_server_fill_fn done = f->done;
 	void *darg = f->arg;
@@ -590,7 +594,7 @@ static void *fill_main(void *arg)
 	f->busy = false;
 	pthread_mutex_unlock(&f->mu);
 	if (done)
-		done(darg, first, n, epoch, rc, rows);
+		done(darg, first, n, epoch, rc, rows, bytes);
 	pthread_mutex_lock(&f->mu);
 	f->alive--;
 	pthread_cond_broadcast(&f->cv);

@@ -62,7 +62,7 @@ struct emb_replica {
 };
 
 static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
-			 int status, uint64_t rows);
+			 int status, uint64_t rows, uint64_t bytes);
 
 /* Under r->mu: the copy ahead of a move this server is the source of in
  * the last map, unless it started it already. */
@@ -159,7 +159,7 @@ static void fill_check(struct emb_replica *r)
 
 /* The fill's thread: the chunk is done (or not); the scheduler moves on. */
 static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
-			 int status, uint64_t rows)
+			 int status, uint64_t rows, uint64_t bytes)
 {
 	struct emb_replica *r = arg;
 	enum emb_server_fill_mode mode;
@@ -172,7 +172,8 @@ static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 	    epoch == r->warm_epoch)
 		r->warm_ok = status == 0;
 	pthread_mutex_unlock(&r->mu);
-	rc = emb_node_fill_done(r->node, first, n, epoch, status);
+	rc = emb_node_fill_done(r->node, first, n, epoch, status,
+				status ? 0 : rows, status ? 0 : bytes);
 	/* The scheduler published the next step as it answered: take it
 	 * now, not at the next heartbeat, so the fence comes down (or, after
 	 * a copy ahead, goes up). Refused (a restarted scheduler moving the

@@ -183,12 +183,14 @@ void emb_server_map_counts(struct emb_server *s, uint64_t out[2]);
  * table, with optimizer state, to the server at host:port, which is being
  * filled with them (its tables are created as here, its rows assigned
  * with EMB_F_FILL and epoch). Runs on a thread of its own; done(arg,
- * status, rows) follows from it: status 0 once every row was installed,
- * or the error. One fill at a time per server: -EBUSY while one runs.
+ * status, rows, bytes) follows from it: status 0 once every row was
+ * installed, or the error; the rows sent and their bytes (ids and
+ * floats). One fill at a time per server: -EBUSY while one runs.
  * 0, or -ENOMEM, -EBUSY.
  */
 typedef void (*emb_server_fill_fn)(void *arg, uint32_t first, uint32_t n,
-				   uint64_t epoch, int status, uint64_t rows);
+				   uint64_t epoch, int status, uint64_t rows,
+				   uint64_t bytes);
 
 /*
  * What a fill streams. A move copies its chunk ahead of the fence

@@ -616,6 +616,8 @@ static int moves_copy(struct emb_cluster_moves *dst,
 	m.queued = w->queued;
 	m.elapsed_ms = w->elapsed_ms;
 	m.eta_ms = w->eta_ms;
+	m.rows = w->rows;
+	m.bytes = w->bytes;
 	return emb__stats_copy(dst, &m, sizeof(m), "emb_cluster_moves");
 }
 

@@ -541,6 +541,12 @@ struct emb_cluster_moves {
 	uint32_t _pad;
 	uint64_t elapsed_ms;  /* since it began */
 	int64_t eta_ms;	      /* time left at its rate so far, or -1 */
+	uint64_t rows;	      /* rows its sources streamed so far (copies
+				 ahead and fenced streams: a row written
+				 during its copy ahead counts again); 0
+				 from a scheduler or servers older than
+				 this field */
+	uint64_t bytes;	      /* their bytes: ids and floats as sent */
 };
 
 /*

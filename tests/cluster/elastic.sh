@@ -98,17 +98,22 @@ else
 		embstore-server --listen 127.0.0.1:0 >"$work/new.txt" 2>&1 &
 	npid=$!
 fi
-# Paced, the join lasts seconds: `embstore stat --sched` shows it.
+# Paced, the join lasts seconds: `embstore stat --sched` shows it, and
+# once a chunk's copy ahead is done, the rows and bytes streamed.
 if [ "$RATE" -gt 0 ]; then
-	seen=
+	seen= seen_rows=
 	for _ in $(seq 100); do
 		embstore stat --sched "$sched" --interval 0.1 >"$work/mv.txt" 2>&1
 		grep -q '^moves: join of server 2: slots [0-9]*-[0-9]* \(copied ahead\|fenced, streamed\) to server 2; [0-9]* slots moved in [0-9.]* s, [1-9][0-9]* to go' \
-			"$work/mv.txt" && seen=1 && break
+			"$work/mv.txt" && seen=1 &&
+			grep -q '^moves: join .*; [0-9.]*k* rows, [0-9.]* [KM]*i*B streamed, [0-9.]* [KM]*i*B/s$' \
+				"$work/mv.txt" && seen_rows=1 && break
 		grep -q 'server 2 has its share' "$out" && break
 	done
 	[ -n "$seen" ] ||
 		bad "embstore stat --sched did not show the join: $(cat "$work/mv.txt")"
+	[ -n "$seen_rows" ] ||
+		bad "embstore stat --sched did not show the rows streamed: $(cat "$work/mv.txt")"
 fi
 moves_wait_share 2
 grep -q 'server 2 (.*) joins at a free rank' "$out" ||
@@ -166,6 +171,17 @@ moved=$(sed -n 's/^embstore_cluster_slots_moved_total \([0-9]*\)$/\1/p' \
 	"$work/m.txt")
 [ -n "$moved" ] && [ "$moved" -ge "$want_slots" ] ||
 	bad "/metrics counts ${moved:-no} slots moved"
+# Rows streamed: at least those copied ahead, 40 bytes each (an id and
+# 8 floats).
+srows=$(sed -n 's/^embstore_cluster_rows_streamed_total \([0-9]*\)$/\1/p' \
+	"$work/m.txt")
+sbytes=$(sed -n 's/^embstore_cluster_bytes_streamed_total \([0-9]*\)$/\1/p' \
+	"$work/m.txt")
+copied=$(sed -n 's/.*slots [0-9]*-[0-9]* copied ahead (\([0-9]*\) rows.*/\1/p' \
+	"$out" | awk '{ s += $1 } END { print s + 0 }')
+[ -n "$srows" ] && [ "$srows" -ge "$copied" ] && [ "$copied" -gt 0 ] &&
+	[ "$sbytes" = $((srows * 40)) ] ||
+	bad "/metrics counts ${srows:-no} rows (${sbytes:-no} bytes) streamed for $copied copied ahead"
 grep -q '^embstore_cluster_move_slots_left 0$' "$work/m.txt" &&
 	grep -q '^embstore_cluster_move_eta_seconds -1$' "$work/m.txt" ||
 	bad "/metrics shows a move left after the join"

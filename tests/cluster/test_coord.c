@@ -959,7 +959,7 @@ static void test_recover_steps(void)
 			CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src],
 							    (first + n) %
 								EMB_NSLOTS,
-							    n, e, 0),
+							    n, e, 0, 0, 0),
 					0);
 			sleep_ms(600);
 			CU_ASSERT_EQUAL(emb_coord_epoch(w), e);
@@ -969,7 +969,7 @@ static void test_recover_steps(void)
 		if (chunks == 2 && !failed_once) {
 			failed_once = true;
 			CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first,
-							    n, e, -EIO),
+							    n, e, -EIO, 0, 0),
 					0);
 			CU_ASSERT_FATAL(saw_after(e));
 			CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
@@ -981,7 +981,7 @@ static void test_recover_steps(void)
 				  fill_begun_at(first) > e);
 			continue;
 		}
-		CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first, n, e, 0),
+		CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first, n, e, 0, 0, 0),
 				0);
 		CU_ASSERT_FATAL(saw_after(e));
 		chunks++;
@@ -1053,7 +1053,7 @@ static void test_recover_gives_up(void)
 		CU_ASSERT_FATAL(src == 0 || src == 2);
 		CU_ASSERT_EQUAL(fill_fails_of(1), failed);
 		CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first, n, e,
-						    -EIO),
+						    -EIO, 0, 0),
 				0);
 		CU_ASSERT_FATAL(saw_after(e));
 		failed++;
@@ -1207,6 +1207,7 @@ static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
 	struct emb_cmap *m = malloc(sizeof(*m));
 	bool warm_failed = false, move_failed = false, stray_sent = false;
 	uint32_t done = 0, total = 0, moved = 0;
+	uint64_t sent = 0; /* rows reported streamed */
 	char v[96];
 
 	CU_ASSERT_FATAL(m != NULL);
@@ -1275,6 +1276,8 @@ static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
 			CU_ASSERT_EQUAL(mv.moved + mv.left, total);
 			CU_ASSERT(mv.elapsed_ms < 120000);
 			CU_ASSERT((mv.moved > 0) == (mv.eta_ms >= 0));
+			CU_ASSERT_EQUAL(mv.rows, sent);
+			CU_ASSERT_EQUAL(mv.bytes, 40 * sent);
 			moved = mv.moved;
 		}
 		if (!stray_sent) {
@@ -1282,7 +1285,7 @@ static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
 			CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src],
 							    (first + n) %
 								EMB_NSLOTS,
-							    n, e, 0),
+							    n, e, 0, 0, 0),
 					0);
 			sleep_ms(600);
 			CU_ASSERT_EQUAL(emb_coord_epoch(w), e);
@@ -1290,7 +1293,7 @@ static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
 		if (warm && !warm_failed) {
 			warm_failed = true;
 			CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first,
-							    n, e, -EIO),
+							    n, e, -EIO, 0, 0),
 					0);
 			CU_ASSERT_FATAL(saw_after(e));
 			CU_ASSERT_EQUAL(emb_coord_map(w, m), 0);
@@ -1301,17 +1304,20 @@ static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
 		if (!warm && done == 1 && !move_failed) {
 			move_failed = true;
 			CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first,
-							    n, e, -EIO),
+							    n, e, -EIO, 0, 0),
 					0);
 			CU_ASSERT_FATAL(saw_after(e));
 			CU_ASSERT(strncmp(key_val("fill_fails", v, sizeof(v)),
 					  "", 1) != 0);
 			continue;
 		}
+		/* Ten rows a slot, 40 bytes a row: what the move key adds up
+		 * and an observer is shown. */
 		CU_ASSERT_EQUAL(emb_coord_fill_done(by_rank[src], first, n, e,
-						    0),
+						    0, 10ull * n, 400ull * n),
 				0);
 		CU_ASSERT_FATAL(saw_after(e));
+		sent += 10ull * n;
 		done += !warm;
 	}
 	CU_ASSERT(warm_failed);

@@ -53,6 +53,17 @@ static void cmap_header(uint8_t *cm, uint32_t ver, uint64_t epoch, uint32_t n,
 	emb_le32_store(cm + 20, r);
 }
 
+/* The frame in buf as an older peer sends it: payload_len bytes of the
+ * payload, the header saying so (the tail a newer one adds is cut). */
+static void older(uint32_t payload_len)
+{
+	struct emb_frame_hdr h;
+
+	emb_frame_hdr_decode(buf, &h);
+	h.payload_len = payload_len;
+	emb_frame_hdr_encode(buf, &h);
+}
+
 static void save_iovs(const char *name, const struct emb_wire_iovs *v, int rc)
 {
 	save(name, rc ? rc : emb_wire_iovs_flatten(v, buf, sizeof(buf)));
@@ -352,10 +363,20 @@ static void save_cluster(void)
 		struct emb_wire_moves mv = {
 		    .kind = EMB_WIRE_MOVE_JOIN, .rank = 2, .phase = 2,
 		    .first = 256, .n = 256, .from = 1, .to = 2, .moved = 256,
-		    .left = 1109, .elapsed_ms = 900, .eta_ms = 3899};
+		    .left = 1109, .elapsed_ms = 900, .eta_ms = 3899,
+		    .rows = 163840, .bytes = 43253760};
+		int rc;
 
 		save("moves_resp",
 		     emb_wire_moves_resp_encode(buf, sizeof(buf), 9, &mv));
+		/* As a scheduler older than rows and bytes sent it. */
+		rc = emb_wire_moves_resp_encode(buf, sizeof(buf), 9, &mv);
+		if (rc > 0) {
+			older(EMB_WIRE_MOVES_RESP_SIZE_V1);
+			rc = (int)(EMB_WIRE_HDR_SIZE +
+				   EMB_WIRE_MOVES_RESP_SIZE_V1);
+		}
+		save("moves_resp_v1", rc);
 	}
 	save("heartbeat_req",
 	     emb_wire_heartbeat_req_encode(buf, sizeof(buf), 3, 4, 17));
@@ -366,10 +387,21 @@ static void save_cluster(void)
 	     emb_wire_heartbeat_resp_encode(buf, sizeof(buf), 3,
 					    EMB_CLUSTER_READY, 4, dead, 1));
 	{
-		struct emb_wire_fill_done_req fd = {4, 0, 1024, 256, 3};
+		struct emb_wire_fill_done_req fd = {4, 0, 1024, 256, 3, 20480,
+						    5406720};
+		int rc;
 
 		save("fill_done_req",
 		     emb_wire_fill_done_req_encode(buf, sizeof(buf), 7, &fd));
+		/* As a server older than rows and bytes sent it. */
+		rc = emb_wire_fill_done_req_encode(buf, sizeof(buf), 7, &fd);
+		if (rc > 0) {
+			older(EMB_WIRE_FILL_DONE_REQ_SIZE_V1);
+			rc = (int)(EMB_WIRE_HDR_SIZE +
+				   EMB_WIRE_FILL_DONE_REQ_SIZE_V1);
+		}
+		save("fill_done_req_v1", rc);
+		fd.rows = fd.bytes = 0;
 		fd.status = EMB_EMOVING;
 		save("fill_done_req_failed",
 		     emb_wire_fill_done_req_encode(buf, sizeof(buf), 7, &fd));

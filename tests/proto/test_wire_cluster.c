@@ -293,12 +293,24 @@ static void test_heartbeat(void)
 
 static void test_fill_done(void)
 {
-	struct emb_wire_fill_done_req in = {4, EMB_EMOVING, 4000, 96, 9}, out;
+	struct emb_wire_fill_done_req in = {4, EMB_EMOVING, 4000, 96, 9,
+					    12345, 3950760},
+				      out;
 	struct emb_wire_frame f;
 
 	f = frame(emb_wire_fill_done_req_encode(buf, sizeof(buf), 3, &in));
+	CU_ASSERT_EQUAL(f.hdr.payload_len, EMB_WIRE_FILL_DONE_REQ_SIZE);
 	CU_ASSERT_EQUAL(emb_wire_fill_done_req_decode(&f, &out), 0);
 	CU_ASSERT_EQUAL(memcmp(&in, &out, sizeof(in)), 0);
+	/* From a server older than rows and bytes: 24 bytes, read as 0. */
+	f.hdr.payload_len = EMB_WIRE_FILL_DONE_REQ_SIZE_V1;
+	CU_ASSERT_EQUAL(emb_wire_fill_done_req_decode(&f, &out), 0);
+	CU_ASSERT_EQUAL(out.epoch, 9);
+	CU_ASSERT_EQUAL(out.rows, 0);
+	CU_ASSERT_EQUAL(out.bytes, 0);
+	f.hdr.payload_len = EMB_WIRE_FILL_DONE_REQ_SIZE - 8;
+	CU_ASSERT_EQUAL(emb_wire_fill_done_req_decode(&f, &out), EMB_EBADFRAME);
+	f.hdr.payload_len = EMB_WIRE_FILL_DONE_REQ_SIZE;
 	/* A chunk past the last slot, epoch 0, a positive status. */
 	emb_le32_store(buf + 32 + 12, 97);
 	CU_ASSERT_EQUAL(emb_wire_fill_done_req_decode(&f, &out), EMB_EBADFRAME);
@@ -343,7 +355,8 @@ static void test_moves(void)
 				   .phase = 1, .first = 3840, .n = 256,
 				   .from = 2, .to = 0, .moved = 512,
 				   .left = 1218, .queued = 1,
-				   .elapsed_ms = 1800, .eta_ms = 4281};
+				   .elapsed_ms = 1800, .eta_ms = 4281,
+				   .rows = 880000, .bytes = 232320000};
 	struct emb_wire_moves back;
 	struct emb_wire_frame f;
 
@@ -353,6 +366,15 @@ static void test_moves(void)
 	f = frame(emb_wire_moves_resp_encode(buf, sizeof(buf), 6, &m));
 	CU_ASSERT_EQUAL(emb_wire_moves_resp_decode(&f, &back), 0);
 	CU_ASSERT_EQUAL(memcmp(&m, &back, sizeof(m)), 0);
+	/* From a scheduler older than rows and bytes: 56 bytes. */
+	f.hdr.payload_len = EMB_WIRE_MOVES_RESP_SIZE_V1;
+	CU_ASSERT_EQUAL(emb_wire_moves_resp_decode(&f, &back), 0);
+	CU_ASSERT_EQUAL(back.eta_ms, 4281);
+	CU_ASSERT_EQUAL(back.rows, 0);
+	CU_ASSERT_EQUAL(back.bytes, 0);
+	f.hdr.payload_len = EMB_WIRE_MOVES_RESP_SIZE + 8;
+	CU_ASSERT_EQUAL(emb_wire_moves_resp_decode(&f, &back), EMB_EBADFRAME);
+	f.hdr.payload_len = EMB_WIRE_MOVES_RESP_SIZE;
 	/* A chunk past the last slot, a kind or phase unknown, an eta
 	 * below -1, a chunk without a phase: refused both ways. */
 	emb_le32_store(buf + 32 + 16, 257);

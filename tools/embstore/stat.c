@@ -225,11 +225,23 @@ static void moves_text(void)
 		       m.to);
 	if (m.kind == EMB_MOVE_RECOVERY && m.elapsed_ms)
 		printf("; %.1f s", (double)m.elapsed_ms / 1e3);
-	else
+	else if (m.kind != EMB_MOVE_RECOVERY)
 		printf("; %u slots moved in %.1f s, %u to go", m.moved,
 		       (double)m.elapsed_ms / 1e3, m.left);
 	if (m.eta_ms >= 0)
 		printf(", about %.0f s left", (double)m.eta_ms / 1e3);
+	if (m.rows) {
+		/* What the sources streamed, and at what rate. */
+		char r[16], b[16], bs[16];
+
+		fmt_count(r, sizeof(r), (double)m.rows);
+		fmt_bytes(b, sizeof(b), m.bytes);
+		fmt_bytes(bs, sizeof(bs),
+			  m.elapsed_ms ? m.bytes * 1000 / m.elapsed_ms : 0);
+		printf("; %s rows, %s streamed", r, b);
+		if (m.elapsed_ms)
+			printf(", %s/s", bs);
+	}
 	if (m.queued)
 		printf("; %u more queued", m.queued);
 	printf("\n\n");
@@ -248,8 +260,10 @@ static void moves_json(void)
 	else
 		printf("%u", m.rank);
 	printf(",\"phase\":\"%s\",\"first\":%u,\"slots\":%u,\"moved\":%u,"
-	       "\"left\":%u,\"queued\":%u,\"elapsed_s\":%.3f,\"eta_s\":",
+	       "\"left\":%u,\"queued\":%u,\"rows\":%llu,\"bytes\":%llu,"
+	       "\"elapsed_s\":%.3f,\"eta_s\":",
 	       move_phases[m.phase], m.first, m.n, m.moved, m.left, m.queued,
+	       (unsigned long long)m.rows, (unsigned long long)m.bytes,
 	       (double)m.elapsed_ms / 1e3);
 	if (m.eta_ms >= 0)
 		printf("%.3f},", (double)m.eta_ms / 1e3);
