@@ -53,15 +53,20 @@ static void cmap_header(uint8_t *cm, uint32_t ver, uint64_t epoch, uint32_t n,
 	emb_le32_store(cm + 20, r);
 }
 
-/* The frame in buf as an older peer sends it: payload_len bytes of the
- * payload, the header saying so (the tail a newer one adds is cut). */
-static void older(uint32_t payload_len)
+/* Saves the frame encoded in buf (len bytes, or an error) as a peer
+ * older than its tail sends it: payload_len bytes of the payload, the
+ * header saying so. */
+static void save_older(const char *name, int len, uint32_t payload_len)
 {
 	struct emb_frame_hdr h;
 
-	emb_frame_hdr_decode(buf, &h);
-	h.payload_len = payload_len;
-	emb_frame_hdr_encode(buf, &h);
+	if (len > 0) {
+		emb_frame_hdr_decode(buf, &h);
+		h.payload_len = payload_len;
+		emb_frame_hdr_encode(buf, &h);
+		len = (int)(EMB_WIRE_HDR_SIZE + payload_len);
+	}
+	save(name, len);
 }
 
 static void save_iovs(const char *name, const struct emb_wire_iovs *v, int rc)
@@ -365,18 +370,13 @@ static void save_cluster(void)
 		    .first = 256, .n = 256, .from = 1, .to = 2, .moved = 256,
 		    .left = 1109, .elapsed_ms = 900, .eta_ms = 3899,
 		    .rows = 163840, .bytes = 43253760};
-		int rc;
 
 		save("moves_resp",
 		     emb_wire_moves_resp_encode(buf, sizeof(buf), 9, &mv));
 		/* As a scheduler older than rows and bytes sent it. */
-		rc = emb_wire_moves_resp_encode(buf, sizeof(buf), 9, &mv);
-		if (rc > 0) {
-			older(EMB_WIRE_MOVES_RESP_SIZE_V1);
-			rc = (int)(EMB_WIRE_HDR_SIZE +
-				   EMB_WIRE_MOVES_RESP_SIZE_V1);
-		}
-		save("moves_resp_v1", rc);
+		save_older("moves_resp_v1",
+			   emb_wire_moves_resp_encode(buf, sizeof(buf), 9, &mv),
+			   EMB_WIRE_MOVES_RESP_SIZE_V1);
 	}
 	save("heartbeat_req",
 	     emb_wire_heartbeat_req_encode(buf, sizeof(buf), 3, 4, 17));
@@ -389,18 +389,14 @@ static void save_cluster(void)
 	{
 		struct emb_wire_fill_done_req fd = {4, 0, 1024, 256, 3, 20480,
 						    5406720};
-		int rc;
 
 		save("fill_done_req",
 		     emb_wire_fill_done_req_encode(buf, sizeof(buf), 7, &fd));
 		/* As a server older than rows and bytes sent it. */
-		rc = emb_wire_fill_done_req_encode(buf, sizeof(buf), 7, &fd);
-		if (rc > 0) {
-			older(EMB_WIRE_FILL_DONE_REQ_SIZE_V1);
-			rc = (int)(EMB_WIRE_HDR_SIZE +
-				   EMB_WIRE_FILL_DONE_REQ_SIZE_V1);
-		}
-		save("fill_done_req_v1", rc);
+		save_older("fill_done_req_v1",
+			   emb_wire_fill_done_req_encode(buf, sizeof(buf), 7,
+							 &fd),
+			   EMB_WIRE_FILL_DONE_REQ_SIZE_V1);
 		fd.rows = fd.bytes = 0;
 		fd.status = EMB_EMOVING;
 		save("fill_done_req_failed",
