@@ -163,9 +163,10 @@ struct emb_coord {
 	/* Leader: no chunk begins before this emb_clock_ms() (0: any
 	 * time), after a failed stream (retry_after()). */
 	int64_t plan_after;
-	/* The job's move key at the agent's last poll ("" if none): the
-	 * drain, join or recovery under way, "kind rank t0 slots", for
-	 * observers (emb_coord_job_moves()). Agent thread only. */
+	/* Leader: the job's move key as its steps() read it ("" if none):
+	 * the drain, join or recovery under way, "kind rank t0 slots rows
+	 * bytes", for observers (emb_coord_job_moves()). Agent thread
+	 * only. */
 	char move_val[96];
 	/* Rows and bytes the report this step took streamed, which the
 	 * step's transaction adds to the move key. Agent thread only. */
@@ -3439,6 +3440,18 @@ int emb_coord_job_observe(const char *endpoints, const char *job,
 	*removed = NULL;
 	if (rc)
 		return rc;
+	/* One address a rank: the client indexes removed[] by the list's
+	 * entries, and etcd's keys are anybody's to write. */
+	{
+		uint32_t n = 1;
+
+		for (const char *p = v->servers; *p; p++)
+			n += *p == ',';
+		if (n != v->M || v->map.nservers != v->M) {
+			job_view_free(v);
+			return EMB_EBADFRAME;
+		}
+	}
 	*removed = calloc(v->M, sizeof(**removed));
 	if (!*removed) {
 		job_view_free(v);
@@ -3447,8 +3460,7 @@ int emb_coord_job_observe(const char *endpoints, const char *job,
 	/* Not dialled: a rank with no server (dead, drained, or to spare
 	 * with its placeholder address), or one the map no longer lists. */
 	for (uint32_t i = 0; i < v->M; i++)
-		(*removed)[i] = !v->live[i] || i >= v->map.nservers ||
-				!emb_cmap_in_map(&v->map, i);
+		(*removed)[i] = !v->live[i] || !emb_cmap_in_map(&v->map, i);
 	*m = v->map;
 	*servers = v->servers;
 	v->servers = NULL;
@@ -3482,15 +3494,19 @@ int emb_coord_job_moves(const char *endpoints, const char *job,
 			 &t0, &slots0, &rows, &bytes)) == 4 ||
 	     k == 6) &&
 	    rank < v->M) {
-		mv.rows = rows;
-		mv.bytes = bytes;
 		if (!strcmp(kind, "join"))
 			mv.kind = EMB_WIRE_MOVE_JOIN;
 		else if (!strcmp(kind, "drain"))
 			mv.kind = EMB_WIRE_MOVE_DRAIN;
 		else if (!strcmp(kind, "recovery"))
 			mv.kind = EMB_WIRE_MOVE_RECOVERY;
+	}
+	if (mv.kind != EMB_WIRE_MOVE_NONE) {
 		mv.rank = rank;
+		mv.rows = rows;
+		mv.bytes = bytes;
+	} else {
+		t0 = 0; /* a move key this observer does not know */
 	}
 	if (v->fill[0] && step_parse(v->fill, &st) && st.n &&
 	    st.first + st.n <= EMB_NSLOTS) {

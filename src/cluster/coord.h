@@ -220,7 +220,9 @@ int emb_coord_job_free_ranks(const char *endpoints, const char *job,
  * job's server list (*servers, malloc'd, by rank as the servers key has
  * it), which ranks not to dial (*removed, malloc'd, one per rank: no live
  * server, or out of the map) and its map *m. 0, EMB_ECLUSTER (no such
- * job, or not formed), EMB_EBADFRAME, or an etcd error.
+ * job, or not formed), EMB_EBADFRAME (a map that does not decode, or a
+ * server list or map of another size than the job's ranks), or an etcd
+ * error.
  */
 int emb_coord_job_observe(const char *endpoints, const char *job,
 			  char **servers, bool **removed, struct emb_cmap *m);

@@ -535,6 +535,16 @@ static void build_map(struct emb_sched *s);
 static void fill_next(struct emb_sched *s);
 static void move_next(struct emb_sched *s);
 
+/* The drain or join that begins now (or goes on after a restart): its
+ * clock, and the chunks, slots, rows and bytes counted for it, from 0. */
+static void move_clock(struct emb_sched *s)
+{
+	s->move_chunks = 0;
+	s->move_slots = 0;
+	s->move_ms = (int64_t)emb_clock_ms();
+	s->move_rows = s->move_bytes = 0;
+}
+
 /* The map changed: nodes asking from now on get the new one; replies
  * still queued with the old one keep it until they are sent. */
 static void republish(struct emb_sched *s)
@@ -879,10 +889,7 @@ static void fill_next(struct emb_sched *s)
 	 * or nothing now: it is given its share by moves (R + 1 writers, so
 	 * not with the most copies a map lists). */
 	s->nodes[r].joining = s->cmap->replicas < EMB_CMAP_REPLICAS_MAX;
-	s->move_chunks = 0;
-	s->move_slots = 0;
-	s->move_ms = (int64_t)emb_clock_ms();
-	s->move_rows = s->move_bytes = 0;
+	move_clock(s);
 	move_next(s);
 }
 
@@ -921,10 +928,7 @@ static void drain_empty(struct emb_sched *s, struct node *d)
 		s->move_chunks == 1 ? "" : "s",
 		(long long)((int64_t)emb_clock_ms() - s->move_ms), n > 0 ? n : 0,
 		n == 1 ? "" : "s", s->o.hb_timeout_ms);
-	s->move_chunks = 0;
-	s->move_slots = 0;
-	s->move_ms = (int64_t)emb_clock_ms();
-	s->move_rows = s->move_bytes = 0;
+	move_clock(s);
 }
 
 /* Loop thread, each turn: a drained server whose stay is over leaves. Its
@@ -969,10 +973,7 @@ static void joined(struct emb_sched *s, struct node *j)
 		s->move_chunks == 1 ? "" : "s",
 		(long long)((int64_t)emb_clock_ms() - s->move_ms), n > 0 ? n : 0,
 		n == 1 ? "" : "s", emb_cmap_primary_slots(s->cmap, j->rank));
-	s->move_chunks = 0;
-	s->move_slots = 0;
-	s->move_ms = (int64_t)emb_clock_ms();
-	s->move_rows = s->move_bytes = 0;
+	move_clock(s);
 }
 
 /*
@@ -1939,10 +1940,7 @@ static void on_drain(struct emb_sched *s, struct emb_req *req,
 	n->draining = true;
 	n->joining = false;
 	if (s->fill_rank == NO_FILL) {
-		s->move_chunks = 0;
-		s->move_slots = 0;
-		s->move_ms = (int64_t)emb_clock_ms();
-		s->move_rows = s->move_bytes = 0;
+		move_clock(s);
 	}
 	emb_log(EMB_LOG_INFO,
 		"server %u (%s) drains: its %u slots move to the others",
@@ -2611,9 +2609,7 @@ static int state_restore(struct emb_sched *s)
 	/* Drains and joins asked for go on, after a recovery fill under
 	 * way if there is one (move_next() waits for it). */
 	if (moves && s->cmap) {
-		s->move_ms = (int64_t)emb_clock_ms();
-		s->move_rows = s->move_bytes = 0;
-		s->move_slots = s->move_chunks = 0;
+		move_clock(s);
 		emb_log(EMB_LOG_INFO, "the drains and joins asked for go on");
 		move_next(s);
 		s->warm_fresh = s->warming && st.fill_rank !=

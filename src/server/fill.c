@@ -310,6 +310,21 @@ static int pace(struct pipe *p, size_t bytes)
 	}
 }
 
+/* Sends batch b of rows of rf floats, at the pace (--move-rate), and
+ * counts its rows in *rows_out and their bytes (ids and floats). */
+static int batch_send(struct pipe *p, struct batch *b, uint32_t rf,
+		      uint64_t *rows_out)
+{
+	size_t bytes = (size_t)b->k * (8 + rf * 4);
+	int rc = pace(p, bytes);
+
+	if (!rc)
+		rc = batch_post(p, b);
+	*rows_out += b->k;
+	p->bytes += bytes;
+	return rc;
+}
+
 /* Every row of the chunk in table id of this server to tid there. */
 static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 		      bool *delta)
@@ -418,11 +433,7 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 		}
 		b->k = keep;
 		if (b->k == FILL_BATCH) {
-			rc = pace(p, (size_t)b->k * (8 + rf * 4));
-			if (!rc)
-				rc = batch_post(p, b);
-			*rows_out += b->k;
-			p->bytes += (uint64_t)b->k * (8 + rf * 4);
+			rc = batch_send(p, b, rf, rows_out);
 			if (!rc)
 				rc = pipe_wait(p, false, &b);
 			if (!rc)
@@ -434,11 +445,7 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 			rc = -ETIMEDOUT;
 	}
 	if (!rc && b->k) {
-		rc = pace(p, (size_t)b->k * (8 + rf * 4));
-		if (!rc)
-			rc = batch_post(p, b);
-		*rows_out += b->k;
-		p->bytes += (uint64_t)b->k * (8 + rf * 4);
+		rc = batch_send(p, b, rf, rows_out);
 	}
 	if (!rc)
 		rc = pipe_wait(p, true, NULL);

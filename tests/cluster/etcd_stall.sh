@@ -9,8 +9,8 @@
 # dead: each node takes its rank back on a new lease ("took its rank back
 # on a new lease"), no failover map is written, and the job goes on as if
 # nothing happened. Then the whole machine pauses (etcd and every node
-# SIGSTOPped together, then SIGCONTed): the same. Then a server is SIGSTOPped for twice the TTL with
-# etcd up: its lease ends and it is dead to the others (a failover map);
+# SIGSTOPped together, then SIGCONTed): the same. Then a server is
+# SIGSTOPped for twice the TTL with etcd up: its lease ends and it is dead to the others (a failover map);
 # thawed, it must not take its rank back but leave the job (`out of job`,
 # exit 1): its slots went on without it. Both workers verify 0 mismatched
 # rows, the other servers exit 0. Skipped (77) without etcd(1) or
@@ -74,19 +74,28 @@ for _ in $(seq 600); do
 done
 [ "${n:-0}" -ge 2 ] || bad "the workers did not join"
 sleep 2
+# stall_back PIDS WANT WHAT: stops PIDS for 8 s and thaws them; all 5
+# nodes must take their rank back (WANT such lines in all, so far) and
+# nobody may be counted dead for WHAT.
+stall_back() {
+	# shellcheck disable=SC2086  # the pids
+	kill -STOP $1
+	sleep 8
+	# shellcheck disable=SC2086
+	kill -CONT $1
+	for _ in $(seq 300); do
+		n=$(grep -c 'took its rank back on a new lease' "$out")
+		[ "$n" -ge "$2" ] && break
+		sleep 0.1
+	done
+	[ "$n" -ge "$2" ] ||
+		bad "$((n - $2 + 5)) of 5 nodes took their rank back after $3"
+	grep -Eq 'is dead|out of job|left the map' "$out" &&
+		bad "a node was counted dead for $3"
+}
+
 echo "stopping etcd (pid $epid) for 8 s"
-kill -STOP "$epid"
-sleep 8
-kill -CONT "$epid"
-for _ in $(seq 300); do
-	n=$(grep -c 'took its rank back on a new lease' "$out")
-	[ "$n" -ge 5 ] && break
-	sleep 0.1
-done
-[ "$n" -ge 5 ] || bad "$n of 5 nodes took their rank back"
-# Nobody was counted dead for etcd's stall.
-grep -Eq 'is dead|out of job|left the map' "$out" &&
-	bad "a node was counted dead for etcd's stall"
+stall_back "$epid" 5 "etcd's stall"
 
 # The whole machine pauses: etcd and every node stopped together for
 # 8 s, then thawed together. etcd revokes every lease on waking while no
@@ -95,19 +104,7 @@ pids=$(sed -n 's/^\[launch\] started \(server\|worker\)\.[0-9]*, pid \([0-9]*\)$
 	"$out")
 [ "$(echo $pids | wc -w)" -eq 5 ] || bad "not 5 node pids: $pids"
 echo "pausing etcd and every node for 8 s"
-# shellcheck disable=SC2086  # the pids
-kill -STOP "$epid" $pids
-sleep 8
-# shellcheck disable=SC2086
-kill -CONT "$epid" $pids
-for _ in $(seq 300); do
-	n=$(grep -c 'took its rank back on a new lease' "$out")
-	[ "$n" -ge 10 ] && break
-	sleep 0.1
-done
-[ "$n" -ge 10 ] || bad "$((n - 5)) of 5 nodes took their rank back after a pause"
-grep -Eq 'is dead|out of job|left the map' "$out" &&
-	bad "a node was counted dead for the machine's pause"
+stall_back "$epid $pids" 10 "the machine's pause"
 
 # A frozen server, etcd up: dead to the others, and it stays dead.
 victim=$(awk 'BEGIN { srand(); print int(rand() * 3) }')

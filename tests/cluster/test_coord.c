@@ -585,8 +585,9 @@ static void test_etcd_stall(void)
 	env_clear();
 }
 
-/* Puts /embstore/<job>/sub = "" in etcd, as a node would. */
-static void job_put(const char *sub)
+/* Puts /embstore/<job>/sub = val in etcd, as a node (or anybody)
+ * would. */
+static void job_set(const char *sub, const char *val)
 {
 	struct emb_etcd_opts o = {.endpoints = etcd.url};
 	struct emb_etcd *e;
@@ -594,8 +595,14 @@ static void job_put(const char *sub)
 
 	snprintf(key, sizeof(key), "/embstore/%s/%s", job, sub);
 	CU_ASSERT_EQUAL_FATAL(emb_etcd_create(&o, &e), 0);
-	CU_ASSERT_EQUAL(emb_etcd_put(e, key, "", 0, 0), 0);
+	CU_ASSERT_EQUAL(emb_etcd_put(e, key, val, strlen(val), 0), 0);
 	emb_etcd_destroy(e);
+}
+
+/* Puts /embstore/<job>/sub = "". */
+static void job_put(const char *sub)
+{
+	job_set(sub, "");
 }
 
 static void on_coord_end(void *arg, int status)
@@ -1510,6 +1517,14 @@ static void test_moves(void)
 	for (uint32_t i = 0; i < 3; i++)
 		emb_coord_destroy(by_rank[i]);
 	emb_coord_destroy(w);
+	/* A server list of more ranks than the job's (etcd's keys are
+	 * anybody's to write) is refused, not read past. */
+	job_set("servers", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4");
+	CU_ASSERT_EQUAL(emb_coord_job_observe(etcd.url, job, &slots_list,
+					      &slots_removed, m),
+			EMB_EBADFRAME);
+	CU_ASSERT_PTR_NULL(slots_list);
+	CU_ASSERT_PTR_NULL(slots_removed);
 	free(m);
 	free(slots);
 }

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster/coord.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/hash.h"
@@ -766,7 +767,7 @@ int emb_cmd_stat(int argc, char **argv)
 		return 2;
 	}
 	if (coord && *coord) {
-		if (strncmp(coord, "etcd://", 7) != 0) {
+		if (!emb_coord_is_etcd(coord)) {
 			fprintf(stderr,
 				"embstore stat: bad --coordinator '%s' (want "
 				"etcd://HOST:PORT[,HOST:PORT...])\n",
