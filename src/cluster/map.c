@@ -22,6 +22,19 @@
  * a slot over the holders (docs/scale.md, "Map traffic"). Written where
  * it is the smaller of the two. */
 #define CMAP_VERSION_SPARSE 5u
+/* Versions 4 and 5 with each fill's source (began_from[]): dense, listed. */
+#define CMAP_VERSION_FROM 6u
+#define CMAP_VERSION_FROM_SPARSE 7u
+
+static bool ver_sparse(uint32_t ver)
+{
+	return ver == CMAP_VERSION_SPARSE || ver == CMAP_VERSION_FROM_SPARSE;
+}
+
+static bool ver_from(uint32_t ver)
+{
+	return ver >= CMAP_VERSION_FROM;
+}
 
 int emb_cmap_init(struct emb_cmap *m, uint32_t nservers, uint32_t replicas)
 {
@@ -42,7 +55,7 @@ int emb_cmap_init(struct emb_cmap *m, uint32_t nservers, uint32_t replicas)
 		m->fill[s] = EMB_CMAP_NONE;
 		m->warm[s] = EMB_CMAP_NONE;
 		m->began[s] = 0;
-		m->began_to[s] = EMB_CMAP_NONE;
+		m->began_to[s] = m->began_from[s] = EMB_CMAP_NONE;
 	}
 	return 0;
 }
@@ -193,6 +206,9 @@ int emb_cmap_fill_begin(const struct emb_cmap *in, uint32_t rank,
 		out->fill[s] = (uint16_t)rank;
 		out->began[s] = (uint32_t)(in->epoch + 1);
 		out->began_to[s] = (uint16_t)rank;
+		/* The source streams the slots it is primary of
+		 * (emb_cmap_fill_source()). */
+		out->began_from[s] = out->slot[s][0];
 		marked++;
 	}
 	if (marked)
@@ -376,6 +392,7 @@ static int mark_movable(struct emb_cmap *m, uint16_t *tab, uint32_t from,
 			/* The fenced stream begins (the epoch goes up). */
 			m->began[s] = (uint32_t)(m->epoch + 1);
 			m->began_to[s] = (uint16_t)to;
+			m->began_from[s] = m->slot[s][0];
 		}
 		*changed |= tab[s] != to;
 		tab[s] = (uint16_t)to;
@@ -693,33 +710,57 @@ static uint32_t began_count(const struct emb_cmap *m)
 	return n;
 }
 
-/* Bytes version 5 adds to the holders: a 2-byte count for each table,
- * 4 bytes (slot, rank) a fill or copy-ahead entry, 8 (slot, target,
- * epoch) a fill start. */
-static size_t sparse_bytes(const struct emb_cmap *m)
+/* Whether some fill start names its source (versions 6 and 7). */
+static bool began_sourced(const struct emb_cmap *m)
+{
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		if (m->began[s] && m->began_from[s] != EMB_CMAP_NONE)
+			return true;
+	return false;
+}
+
+/* Bytes a fill start takes: listed (slot, target, [source,] epoch), or
+ * dense (epoch, target[, source]). */
+static size_t began_bytes(uint32_t ver)
+{
+	return ver_sparse(ver) ? 8u + 2u * ver_from(ver)
+			       : 6u + 2u * ver_from(ver);
+}
+
+/* Bytes a sparse version adds to the holders: a 2-byte count for each
+ * table, 4 bytes (slot, rank) a fill or copy-ahead entry, and a fill
+ * start's. */
+static size_t sparse_bytes(const struct emb_cmap *m, uint32_t ver)
 {
 	return 6u + 4u * (size_t)count_of(m->fill) +
-	       4u * (size_t)count_of(m->warm) + 8u * (size_t)began_count(m);
+	       4u * (size_t)count_of(m->warm) +
+	       began_bytes(ver) * (size_t)began_count(m);
 }
 
 /* Bytes a dense version adds to the holders: 2 a slot for fill[] (2 on),
- * 2 for warm[] (3 on), 6 for began[] and began_to[] (4). */
+ * 2 for warm[] (3 on), and a fill start's (4 and 6). */
 static size_t extra_bytes(uint32_t ver)
 {
 	return (size_t)EMB_NSLOTS *
 	       (2u * (ver >= CMAP_VERSION_FILL) + 2u * (ver >= CMAP_VERSION_WARM) +
-		6u * (ver >= CMAP_VERSION_BEGAN));
+		(ver >= CMAP_VERSION_BEGAN ? began_bytes(ver) : 0));
 }
 
 /* The version m is written in: the oldest that holds it, which a reader
  * of an older build (a coordinator's) still decodes; with fill starts,
- * the smaller of versions 4 and 5. */
+ * the smaller of versions 4 and 5, or of 6 and 7 once a start names its
+ * source. */
 static uint32_t version_of(const struct emb_cmap *m)
 {
-	if (began_count(m))
-		return sparse_bytes(m) < extra_bytes(CMAP_VERSION_BEGAN)
-			   ? CMAP_VERSION_SPARSE
-			   : CMAP_VERSION_BEGAN;
+	if (began_count(m)) {
+		uint32_t dense = began_sourced(m) ? CMAP_VERSION_FROM
+						  : CMAP_VERSION_BEGAN;
+		uint32_t sparse = began_sourced(m) ? CMAP_VERSION_FROM_SPARSE
+						   : CMAP_VERSION_SPARSE;
+
+		return sparse_bytes(m, sparse) < extra_bytes(dense) ? sparse
+								    : dense;
+	}
 	return count_of(m->warm)   ? CMAP_VERSION_WARM
 	       : count_of(m->fill) ? CMAP_VERSION_FILL
 				   : CMAP_VERSION;
@@ -729,8 +770,7 @@ static uint32_t version_of(const struct emb_cmap *m)
 static size_t size_in(const struct emb_cmap *m, uint32_t ver)
 {
 	return emb_cmap_encoded_size(m->replicas) +
-	       (ver == CMAP_VERSION_SPARSE ? sparse_bytes(m)
-					   : extra_bytes(ver));
+	       (ver_sparse(ver) ? sparse_bytes(m, ver) : extra_bytes(ver));
 }
 
 size_t emb_cmap_size(const struct emb_cmap *m)
@@ -756,7 +796,7 @@ int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 {
 	const uint32_t ver = version_of(m);
 	const size_t need = size_in(m, ver);
-	bool dense = ver != CMAP_VERSION_SPARSE;
+	bool dense = !ver_sparse(ver);
 	uint8_t *p = buf;
 
 	if (cap < need)
@@ -782,6 +822,11 @@ int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 			if (m->began[s]) {
 				emb_le16_store(p, (uint16_t)s);
 				emb_le16_store(p + 2, m->began_to[s]);
+				if (ver_from(ver)) {
+					emb_le16_store(p + 4,
+						       m->began_from[s]);
+					p += 2;
+				}
 				emb_le32_store(p + 4, m->began[s]);
 				p += 8;
 				nb++;
@@ -796,9 +841,11 @@ int64_t emb_cmap_encode(const struct emb_cmap *m, void *buf, size_t cap)
 	     s++, p += 2)
 		emb_le16_store(p, m->warm[s]);
 	for (uint32_t s = 0; ver >= CMAP_VERSION_BEGAN && s < EMB_NSLOTS;
-	     s++, p += 6) {
+	     s++, p += began_bytes(ver)) {
 		emb_le32_store(p, m->began[s]);
 		emb_le16_store(p + 4, m->began_to[s]);
+		if (ver_from(ver))
+			emb_le16_store(p + 6, m->began_from[s]);
 	}
 	return (int64_t)need;
 }
@@ -831,10 +878,12 @@ static int get_list(const uint8_t **p, const uint8_t *end, uint16_t *v)
 	return 0;
 }
 
-/* Version 5's tables at p, which must end the buffer exactly at end. */
-static int get_sparse(const uint8_t *p, const uint8_t *end,
+/* Version 5's or 7's tables at p, which must end the buffer exactly at
+ * end. */
+static int get_sparse(const uint8_t *p, const uint8_t *end, uint32_t ver,
 		      struct emb_cmap *out)
 {
+	const size_t eb = began_bytes(ver);
 	uint32_t k, last = 0;
 
 	if (get_list(&p, end, out->fill) || get_list(&p, end, out->warm) ||
@@ -842,16 +891,18 @@ static int get_sparse(const uint8_t *p, const uint8_t *end,
 		return EMB_EBADFRAME;
 	k = emb_le16_load(p);
 	p += 2;
-	if (k > EMB_NSLOTS || (size_t)(end - p) != 8u * k)
+	if (k > EMB_NSLOTS || (size_t)(end - p) != eb * k)
 		return EMB_EBADFRAME;
-	for (uint32_t j = 0; j < k; j++, p += 8) {
+	for (uint32_t j = 0; j < k; j++, p += eb) {
 		uint32_t s = emb_le16_load(p);
 
 		if (s >= EMB_NSLOTS || (j && s <= last))
 			return EMB_EBADFRAME;
 		last = s;
 		out->began_to[s] = emb_le16_load(p + 2);
-		out->began[s] = emb_le32_load(p + 4);
+		if (ver_from(ver))
+			out->began_from[s] = emb_le16_load(p + 4);
+		out->began[s] = emb_le32_load(p + eb - 4);
 		/* An entry without an epoch is none (the checks below). */
 		if (!out->began[s])
 			return EMB_EBADFRAME;
@@ -868,7 +919,7 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 	    emb_le32_load(p) != CMAP_MAGIC)
 		return EMB_EBADFRAME;
 	ver = emb_le32_load(p + 4);
-	if (ver < CMAP_VERSION || ver > CMAP_VERSION_SPARSE)
+	if (ver < CMAP_VERSION || ver > CMAP_VERSION_FROM_SPARSE)
 		return EMB_EBADFRAME;
 	out->epoch = emb_le64_load(p + 8);
 	n = emb_le32_load(p + 16);
@@ -876,7 +927,7 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 	if (out->epoch == 0 || n == 0 || n > EMB_CMAP_SERVERS_MAX || r == 0 ||
 	    r > EMB_CMAP_REPLICAS_MAX || r > n ||
 	    len < emb_cmap_encoded_size(r) ||
-	    (ver != CMAP_VERSION_SPARSE &&
+	    (!ver_sparse(ver) &&
 	     len != emb_cmap_encoded_size(r) + extra_bytes(ver)))
 		return EMB_EBADFRAME;
 	out->nservers = n;
@@ -906,11 +957,12 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 	}
 	/* The tables, each checked below whichever way it came. */
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
-		out->fill[s] = out->warm[s] = out->began_to[s] = EMB_CMAP_NONE;
+		out->fill[s] = out->warm[s] = out->began_to[s] =
+		    out->began_from[s] = EMB_CMAP_NONE;
 		out->began[s] = 0;
 	}
-	if (ver == CMAP_VERSION_SPARSE) {
-		if (get_sparse(p, (const uint8_t *)buf + len, out))
+	if (ver_sparse(ver)) {
+		if (get_sparse(p, (const uint8_t *)buf + len, ver, out))
 			return EMB_EBADFRAME;
 	} else {
 		for (uint32_t s = 0; ver >= CMAP_VERSION_FILL && s < EMB_NSLOTS;
@@ -919,15 +971,18 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 		for (uint32_t s = 0; ver >= CMAP_VERSION_WARM && s < EMB_NSLOTS;
 		     s++, p += 2)
 			out->warm[s] = emb_le16_load(p);
-		for (uint32_t s = 0;
-		     ver >= CMAP_VERSION_BEGAN && s < EMB_NSLOTS; s++, p += 6) {
+		for (uint32_t s = 0; ver >= CMAP_VERSION_BEGAN &&
+				     s < EMB_NSLOTS;
+		     s++, p += began_bytes(ver)) {
 			out->began[s] = emb_le32_load(p);
 			out->began_to[s] = emb_le16_load(p + 4);
+			if (ver_from(ver))
+				out->began_from[s] = emb_le16_load(p + 6);
 		}
 	}
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
 		uint16_t f = out->fill[s], w = out->warm[s],
-			 t = out->began_to[s];
+			 t = out->began_to[s], fr = out->began_from[s];
 		uint32_t b = out->began[s];
 
 		/* A filling server is no holder of its slot yet, and a
@@ -946,6 +1001,9 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 		 * job; none named without an epoch. */
 		if ((uint64_t)b > out->epoch || (b && t >= n) ||
 		    (!b && t != EMB_CMAP_NONE))
+			return EMB_EBADFRAME;
+		/* Its source, when named, another server of the job. */
+		if (fr != EMB_CMAP_NONE && (!b || fr >= n || fr == t))
 			return EMB_EBADFRAME;
 	}
 	return 0;

@@ -40,6 +40,12 @@
  *                   u32 epoch the fill began (> 0)
  *                   slots strictly ascending in each list
  *   size = 24 + 2 * replicas * EMB_NSLOTS + 6 + 4 kf + 4 kw + 8 kb
+ *   versions 6 and 7 (4 and 5 with the rank that streamed each fill,
+ *   written once a fill has a known source, whichever is smaller):
+ *   version 6: as 4, but 8*N: u32 epoch, u16 rank filled, u16 rank that
+ *                   streamed it (EMB_CMAP_NONE: not known)
+ *   version 7: as 5, but kb entries of u16 slot, u16 rank filled, u16
+ *                   rank that streamed it, u32 epoch (10 bytes)
  *
  * Recovery (docs/replication.md, "Recovery"): a server that joins a
  * running job takes the place of a dead rank and is first a *filling*
@@ -90,6 +96,13 @@ struct emb_cmap {
 	 * writers grew, which a view that skipped epochs cannot see. */
 	uint32_t began[EMB_NSLOTS];
 	uint16_t began_to[EMB_NSLOTS];
+	/* ...and the server that streamed that fill (the slot's primary
+	 * when it began), EMB_CMAP_NONE when not known (a map of version 4
+	 * or 5). Only its copy of a write routed before the fill tells
+	 * whether the stream carried the write: a client whose map is older
+	 * than a rebalance would take another holder for it
+	 * (docs/replication.md, "Whose refusal counts"). */
+	uint16_t began_from[EMB_NSLOTS];
 };
 
 /* Whether rank's copy of slot in m was rebuilt by a fill begun after

@@ -202,11 +202,12 @@
 #define EMB_WIRE_MOVES_RESP_SIZE_V1 56u /* before rows and bytes */
 #define EMB_WIRE_MAP_PREFIX_SIZE    (8u + 2u * EMB_NSLOTS)
 #define EMB_WIRE_MAP_ENTRY_SIZE	    264u
-/* Largest replicated map tail: cluster/map.h's version 4 with R = 8 (the
+/* Largest replicated map tail: cluster/map.h's version 6 with R = 8 (the
  * fill and copy-ahead tables, 2 bytes a slot each, and each slot's latest
- * fill start, 6); version 5 is written only where it is smaller. */
+ * fill start with its source, 8); the listed versions are written only
+ * where they are smaller. */
 #define EMB_WIRE_MAP_CMAP_MAX                                                  \
-	(24u + 2u * EMB_WIRE_REPLICAS_MAX * EMB_NSLOTS + 10u * EMB_NSLOTS)
+	(24u + 2u * EMB_WIRE_REPLICAS_MAX * EMB_NSLOTS + 12u * EMB_NSLOTS)
 
 /* Whole CLUSTER_MAP response frame for n servers, without the
  * replicated map's tail. */
@@ -217,7 +218,7 @@ static inline uint64_t emb_wire_cluster_map_bytes(uint32_t n)
 }
 
 /* Room for a CLUSTER_MAP response of n servers with any replicated map
- * (cluster/map.h: at most 24 + 2 * 8 * 4096 + 2 * 4096 bytes). */
+ * (cluster/map.h: at most 24 + 2 * 8 * 4096 + 12 * 4096 bytes). */
 static inline uint64_t emb_wire_cluster_map_cap(uint32_t n)
 {
 	return emb_wire_cluster_map_bytes(n) + EMB_WIRE_MAP_CMAP_MAX;

@@ -268,6 +268,7 @@ int emb__batch_parts_rep(struct emb_async *op,
 				p->rep.lead = lead;
 				p->rep.nrep = nh;
 				p->rep.epoch = c->map_epoch;
+				p->rep.routed = c->map_epoch;
 				p->rep.fixed = c->map_epoch;
 			}
 		}

@@ -287,9 +287,11 @@ struct part_rep {
 	bool counted;	    /* erase, lead copy: a copy's count was taken */
 	bool source;	    /* a copy emb__rep_trim() made of the copy to its
 			       group's acting primary: it is that copy */
-	uint64_t epoch;	    /* map epoch it was routed by (0: none) */
-	uint64_t fixed;	    /* lead copy: epoch its group's writers were
-			       last completed for */
+	uint64_t epoch;	    /* map epoch it was routed by (0: none), or
+			       last sent again by */
+	uint64_t routed;    /* map epoch its group was first routed by */
+	uint64_t fixed;	    /* epoch this copy's refusal last completed
+			       its group's writers for */
 	struct part *ext;   /* lead copy: copies emb__rep_fixup() added */
 	struct part *enext; /* next of those */
 };
@@ -539,13 +541,15 @@ uint32_t emb__rep_lost_slots(const struct emb_client *c);
 /* Loop thread: records why a fan-out to a dead server fails. */
 void emb__rep_note_lost(struct emb_client *c, const struct part *p,
 			uint32_t lost);
-/* Loop thread: copies for writers a newer map added to lead's group.
- * 0 or -ENOMEM. */
+/* Loop thread: copy p of a write, routed by an older map, goes again:
+ * copies for the writers a newer map added to its group, of the rows
+ * whose lack p's refusal shows. 0 or -ENOMEM. */
 int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
-		   struct part *lead);
+		   struct part *p);
 /* Loop thread: whether copy p went to its group's acting primary (the
- * first of its copies whose server is not dead), the one server whose
- * refusal means a fill's stream lacks the write (emb__rep_fixup()). */
+ * first of its copies whose server is not dead), the server whose
+ * refusal means a fill's stream lacks the write where the map does not
+ * name the fill's source (emb__rep_fixup()). */
 bool emb__rep_source(const struct emb_client *c, const struct part *p);
 /* What emb__rep_trim() did with a copy routed by an older map. */
 enum trim {

@@ -603,10 +603,7 @@ static void part_send(struct emb_client *c, struct part *p)
 		/* Routed by an older map: writers it added get their copy
 		 * before this one goes out under the new epoch. */
 		if (p->rep.epoch < c->map_epoch) {
-			rc = emb__rep_source(c, p)
-				 ? emb__rep_fixup(c, p->op,
-						  &p->op->parts[p->rep.lead])
-				 : 0;
+			rc = emb__rep_fixup(c, p->op, p);
 			if (rc) {
 				part_end(p, rc, NULL);
 				return;

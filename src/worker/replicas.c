@@ -410,19 +410,67 @@ static bool group_covers(const struct emb_client *c, const struct part *lead,
 	return false;
 }
 
-/* ext_copy()'s keep for a fixup: rows whose writers include to, that the
- * group's own copy to it does not stand for, and that no earlier fixup
- * sent there. */
-static bool keep_missing(struct emb_client *c, const struct part *lead,
+/* Whether copy p sends id: every row of its group, unless it is a copy
+ * a trim or a fixup made of some of them. */
+static bool part_has(const struct part *p, uint64_t id)
+{
+	const struct emb_async *op = p->op;
+	const float *unused;
+	const uint64_t *ids;
+
+	if (p >= op->parts && p < op->parts + op->nparts)
+		return true;
+	ids = part_ids(p, &unused);
+	for (uint32_t j = 0; j < p->req.n; j++)
+		if (ids[j] == id)
+			return true;
+	return false;
+}
+
+/*
+ * Whether the refusal of copy p (of lead's group, routed by an older map)
+ * means that writer `to` lacks row id of slot sl, which the group's copies
+ * do not reach. Where `to` was rebuilt by a fill begun since p was routed
+ * and the map names the server that streamed it, that server's copy alone
+ * tells (its copy routed before the fill, or a copy made of that one):
+ * had it applied the write first, its stream carried it, and a copy to
+ * `to` as well would apply it twice. The acting primary of p's
+ * group is not always that server: a rebalance between p's map and the
+ * fill changes the primaries but not the writers (docs/replication.md,
+ * "Whose refusal counts"). Elsewhere (the map names no source, or the
+ * group sent that server nothing) the acting primary's copy tells, as it
+ * did before the maps named sources.
+ */
+static bool refusal_counts(const struct emb_client *c,
+			   const struct part *lead, const struct part *p,
+			   uint32_t sl, uint64_t id, uint32_t to)
+{
+	const struct emb_cmap *m = c->cmap;
+	const uint32_t src = m->began_from[sl];
+
+	if (m->began_to[sl] == to && src != EMB_CMAP_NONE &&
+	    (uint64_t)m->began[sl] > lead->rep.routed &&
+	    group_covers(c, lead, src, sl))
+		return p->req.server == src && current(c, p) &&
+		       (uint64_t)m->began[sl] > p->rep.epoch && part_has(p, id);
+	return emb__rep_source(c, p);
+}
+
+/* ext_copy()'s keep for a fixup triggered by copy p: rows whose writers
+ * include to, that the group's own copy to it does not stand for, that no
+ * earlier fixup sent there, and whose lack there p's refusal shows. */
+static bool keep_missing(struct emb_client *c, const struct part *p,
 			 uint32_t to, uint32_t j, uint64_t id)
 {
 	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
+	const struct part *lead = &p->op->parts[p->rep.lead];
 	const uint32_t sl = emb_id_slot(id);
 	uint32_t nw = emb_cmap_writers(c->cmap, sl, w);
 
 	(void)j;
 	return in_list(w, nw, to) && !group_covers(c, lead, to, sl) &&
-	       !ext_has(c, lead, to, id);
+	       !ext_has(c, lead, to, id) &&
+	       refusal_counts(c, lead, p, sl, id, to);
 }
 
 /* ext_copy()'s keep for a trim: rows whose writers still include to,
@@ -488,22 +536,26 @@ enum trim emb__rep_trim(struct emb_client *c, struct emb_async *op,
 }
 
 /*
- * Loop thread: the copies of lead's group were routed by an older map;
- * writers the current one added to some of their rows (a server being
- * filled) get a copy of those rows now, sent at once. The group's other
- * copies go out as they were: they reach servers that still hold the
- * rows. 0, or -ENOMEM (the op then fails).
+ * Loop thread: copy p of lead's group was routed by an older map and
+ * refused; writers the current one added to some of the group's rows (a
+ * server being filled) get a copy of the rows whose lack there p's
+ * refusal shows (keep_missing()), sent at once. The group's other copies
+ * go out as they were: they reach servers that still hold the rows. Each
+ * refused copy completes the group once per map: the copy whose refusal
+ * counts for one slot may not for another. 0, or -ENOMEM (the op then
+ * fails).
  */
 int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
-		       struct part *lead)
+		       struct part *p)
 {
 	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
+	struct part *lead = &op->parts[p->rep.lead];
 	const uint64_t *ids;
 	const float *rows;
 
-	if (lead->rep.fixed >= c->map_epoch)
+	if (p->rep.fixed >= c->map_epoch)
 		return 0;
-	lead->rep.fixed = c->map_epoch;
+	p->rep.fixed = c->map_epoch;
 	ids = part_ids(lead, &rows);
 	for (;;) {
 		uint32_t to = NONE, k = 0;
@@ -516,9 +568,8 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 			uint32_t nw = emb_cmap_writers(c->cmap, sl, w);
 
 			for (uint32_t i = 0; i < nw; i++) {
-				if (group_covers(c, lead, w[i], sl) ||
-				    (to != NONE && w[i] != to) ||
-				    ext_has(c, lead, w[i], ids[j]))
+				if ((to != NONE && w[i] != to) ||
+				    !keep_missing(c, p, w[i], j, ids[j]))
 					continue;
 				to = w[i];
 				k++;
@@ -528,7 +579,7 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 			return 0;
 		/* The rows are counted by ids alone: ext_has() of a row is
 		 * the same before and after this copy is listed. */
-		e = ext_copy(c, op, lead, lead, to, k, keep_missing, lead);
+		e = ext_copy(c, op, lead, lead, to, k, keep_missing, p);
 		if (!e)
 			return -ENOMEM;
 		emb_log(EMB_LOG_DEBUG,

@@ -340,9 +340,9 @@ static void test_fill_deaths(void)
 static void test_encode_fill(void)
 {
 	struct emb_cmap *m = new_map(3, 2), *out = malloc(sizeof(*out));
-	/* Dense: fill[] and warm[] (2 bytes a slot each), began[] and
-	 * began_to[] (6): version 4, the largest. */
-	size_t dense = emb_cmap_encoded_size(2) + 10 * EMB_NSLOTS, sz;
+	/* Dense: fill[] and warm[] (2 bytes a slot each), began[],
+	 * began_to[] and began_from[] (8): version 6, the largest. */
+	size_t dense = emb_cmap_encoded_size(2) + 12 * EMB_NSLOTS, sz;
 	uint8_t *buf = malloc(dense);
 	uint32_t first = 0;
 	int n;
@@ -356,19 +356,22 @@ static void test_encode_fill(void)
 	emb_cmap_fill_begin(m, 2, first, (uint32_t)n, m);
 	CU_ASSERT_EQUAL(m->began[first], m->epoch);
 	CU_ASSERT_EQUAL(m->began_to[first], 2);
+	/* Its source: the slot's primary, which streams it. */
+	CU_ASSERT_EQUAL(m->began_from[first], m->slot[first][0]);
+	CU_ASSERT_NOT_EQUAL(m->began_from[first], EMB_CMAP_NONE);
 	CU_ASSERT_EQUAL(m->began[(first + (uint32_t)n) % EMB_NSLOTS], 0);
 	CU_ASSERT(emb_cmap_refilled(m, first, 2, m->epoch - 1));
 	CU_ASSERT(!emb_cmap_refilled(m, first, 2, m->epoch));
 	CU_ASSERT(!emb_cmap_refilled(m, first, 1, 0));
-	/* A fill begun makes it version 5: after the slots, the fill's
+	/* A fill begun makes it version 7: after the slots, the fill's
 	 * slots (a count, then slot and rank), the copy-ahead's (none),
-	 * each slot's latest fill start (slot, target, epoch). */
+	 * each slot's latest fill start (slot, target, source, epoch). */
 	sz = emb_cmap_encoded_size(2) + 2 + 4 * (size_t)n + 2 + 2 +
-	     8 * (size_t)n;
+	     10 * (size_t)n;
 	CU_ASSERT_EQUAL(emb_cmap_size(m), sz);
 	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, sz - 1), -ENOSPC);
 	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, sz), (int64_t)sz);
-	CU_ASSERT_EQUAL(buf[4], 5);
+	CU_ASSERT_EQUAL(buf[4], 7);
 	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), 0);
 	CU_ASSERT_EQUAL(memcmp(m, out, sizeof(*m)), 0);
 	CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz - 2, out), EMB_EBADFRAME);
@@ -376,31 +379,37 @@ static void test_encode_fill(void)
 	{
 		const size_t fl = emb_cmap_encoded_size(2) + 2;
 		const size_t bt = fl + 4 * (size_t)n + 4;
-		uint8_t keep[8];
+		uint8_t keep[10];
 
 		/* A fill start after the map's own epoch, into a rank out
-		 * of range, or without an epoch, is refused. */
-		memcpy(keep, buf + bt, 8);
-		emb_le32_store(buf + bt + 4, (uint32_t)m->epoch + 1);
+		 * of range, or without an epoch, is refused; so is a source
+		 * out of range or the target itself. */
+		memcpy(keep, buf + bt, 10);
+		emb_le32_store(buf + bt + 6, (uint32_t)m->epoch + 1);
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
-		memcpy(buf + bt, keep, 8);
+		memcpy(buf + bt, keep, 10);
 		buf[bt + 2] = 3;
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
-		memcpy(buf + bt, keep, 8);
-		memset(buf + bt + 4, 0, 4);
+		memcpy(buf + bt, keep, 10);
+		memset(buf + bt + 6, 0, 4);
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
-		memcpy(buf + bt, keep, 8);
+		memcpy(buf + bt, keep, 10);
+		emb_le16_store(buf + bt + 4, 3);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+		emb_le16_store(buf + bt + 4, 2);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
+		memcpy(buf + bt, keep, 10);
 		/* Slots out of order, or past the last, are refused. */
 		if (n > 1) {
-			buf[bt + 8] = buf[bt];
-			buf[bt + 9] = buf[bt + 1];
+			buf[bt + 10] = buf[bt];
+			buf[bt + 11] = buf[bt + 1];
 			CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out),
 					EMB_EBADFRAME);
-			emb_le16_store(buf + bt + 8, (uint16_t)(first + 1));
+			emb_le16_store(buf + bt + 10, (uint16_t)(first + 1));
 		}
 		emb_le16_store(buf + bt, EMB_NSLOTS);
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), EMB_EBADFRAME);
-		memcpy(buf + bt, keep, 8);
+		memcpy(buf + bt, keep, 10);
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), 0);
 		/* A count past the bytes that follow is refused. */
 		emb_le16_store(buf + fl - 2, (uint16_t)(n + 1));
@@ -415,34 +424,58 @@ static void test_encode_fill(void)
 		emb_le16_store(buf + fl + 2, 2);
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, out), 0);
 	}
-	/* The fill's end keeps when it began, and its target. */
+	/* The fill's end keeps when it began, its target and its source. */
 	*out = *m;
 	emb_cmap_fill_done(out, 2, first, (uint32_t)n, out);
 	CU_ASSERT_EQUAL(out->fill[first], EMB_CMAP_NONE);
 	CU_ASSERT_EQUAL(out->began[first], m->epoch);
 	CU_ASSERT_EQUAL(out->began_to[first], 2);
+	CU_ASSERT_EQUAL(out->began_from[first], m->began_from[first]);
 	CU_ASSERT_EQUAL(emb_cmap_size(out), emb_cmap_encoded_size(2) + 6 +
-						 8 * (size_t)n);
+						 10 * (size_t)n);
+	{
+		/* A map of an older build, whose starts name no source, is
+		 * written in version 5 as before (8 bytes a start), and read
+		 * back with none. */
+		struct emb_cmap *old = malloc(sizeof(*old));
 
-	/* Every slot being filled, with a fill start: version 4, dense,
-	 * is the smaller (12 bytes a slot listed against 10). */
+		CU_ASSERT_PTR_NOT_NULL_FATAL(old);
+		*old = *out;
+		for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+			old->began_from[s] = EMB_CMAP_NONE;
+		sz = emb_cmap_size(old);
+		CU_ASSERT_EQUAL(sz, emb_cmap_encoded_size(2) + 6 +
+					8 * (size_t)n);
+		CU_ASSERT_EQUAL(emb_cmap_encode(old, buf, sz), (int64_t)sz);
+		CU_ASSERT_EQUAL(buf[4], 5);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, sz, m == out ? m : out),
+				0);
+		CU_ASSERT_EQUAL(memcmp(old, out, sizeof(*old)), 0);
+		*out = *m;
+		emb_cmap_fill_done(out, 2, first, (uint32_t)n, out);
+		free(old);
+	}
+
+	/* Every slot being filled, with a fill start: version 6, dense,
+	 * is the smaller (14 bytes a slot listed against 12). */
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
 		m->fill[s] = 2;
 		if (!m->began[s]) {
 			m->began[s] = (uint32_t)m->epoch;
 			m->began_to[s] = 0;
+			m->began_from[s] = 1;
 		}
 	}
 	CU_ASSERT_EQUAL(emb_cmap_size(m), dense);
 	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, dense), (int64_t)dense);
-	CU_ASSERT_EQUAL(buf[4], 4);
+	CU_ASSERT_EQUAL(buf[4], 6);
 	CU_ASSERT_EQUAL(emb_cmap_decode(buf, dense, out), 0);
 	CU_ASSERT_EQUAL(memcmp(m, out, sizeof(*m)), 0);
 	CU_ASSERT_EQUAL(emb_cmap_decode(buf, dense - 2, out), EMB_EBADFRAME);
 	{
 		/* The same checks in the dense tables. */
 		size_t bt = emb_cmap_encoded_size(2) + 4 * EMB_NSLOTS +
-			    6 * (size_t)first;
+			    8 * (size_t)first;
 		size_t at = emb_cmap_encoded_size(2) + 2 * first;
 
 		buf[bt] = (uint8_t)(m->epoch + 1);
@@ -453,6 +486,11 @@ static void test_encode_fill(void)
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, dense, out),
 				EMB_EBADFRAME);
 		buf[bt + 4] = 2;
+		buf[bt + 6] = 2; /* the source is the target */
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, dense, out),
+				EMB_EBADFRAME);
+		emb_le16_store(buf + bt + 6, m->began_from[first]);
+		CU_ASSERT_EQUAL(emb_cmap_decode(buf, dense, out), 0);
 		buf[at] = (uint8_t)m->slot[first][0];
 		buf[at + 1] = 0;
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, dense, out),
@@ -696,14 +734,16 @@ static void test_warm(void)
 	CU_ASSERT_EQUAL(m->epoch, e + 1);
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
 		CU_ASSERT_EQUAL(m->warm[s], EMB_CMAP_NONE);
-	/* The fenced stream is a fill begun: version 5 (its fill and its
-	 * starts, 4 and 8 bytes a slot of the chunk). */
+	/* The fenced stream is a fill begun: version 7 (its fill and its
+	 * starts, 4 and 10 bytes a slot of the chunk), its source the
+	 * chunk's primary. */
 	CU_ASSERT_EQUAL(m->began[first], m->epoch);
 	CU_ASSERT_EQUAL(m->began_to[first], to);
+	CU_ASSERT_EQUAL(m->began_from[first], emb_cmap_primary(m, first));
 	CU_ASSERT_EQUAL(emb_cmap_size(m),
-			emb_cmap_encoded_size(2) + 6 + 12 * (size_t)n);
+			emb_cmap_encoded_size(2) + 6 + 14 * (size_t)n);
 	CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, sz), (int64_t)emb_cmap_size(m));
-	CU_ASSERT_EQUAL(buf[4], 5);
+	CU_ASSERT_EQUAL(buf[4], 7);
 	CU_ASSERT_EQUAL(emb_cmap_decode(buf, emb_cmap_size(m), out), 0);
 	CU_ASSERT_EQUAL(memcmp(m, out, sizeof(*m)), 0);
 	CU_ASSERT_EQUAL(emb_cmap_move_done(m, 2, to, first, (uint32_t)n, m),
@@ -776,9 +816,10 @@ static void test_fill_again(void)
 	free(a);
 	free(m);
 
-	/* The largest map a CLUSTER_MAP answer carries: version 4 at the
-	 * most copies, every slot filled with a fill start (version 5, 12
-	 * bytes a slot then, would be larger, so it is not written). */
+	/* The largest map a CLUSTER_MAP answer carries: version 6 at the
+	 * most copies, every slot filled with a fill start and its source
+	 * (version 7, 14 bytes a slot then, would be larger, so it is not
+	 * written). */
 	m = new_map(EMB_WIRE_REPLICAS_MAX + 1, EMB_WIRE_REPLICAS_MAX);
 	emb_cmap_remove(m, 0, m);
 	first = 0;
@@ -791,6 +832,7 @@ static void test_fill_again(void)
 		if (!m->began[sl]) {
 			m->began[sl] = 1;
 			m->began_to[sl] = 0;
+			m->began_from[sl] = 1;
 		}
 	}
 	CU_ASSERT_EQUAL(emb_cmap_size(m), EMB_WIRE_MAP_CMAP_MAX);
@@ -801,7 +843,7 @@ static void test_fill_again(void)
 		CU_ASSERT_FATAL(buf && out);
 		CU_ASSERT_EQUAL(emb_cmap_encode(m, buf, EMB_WIRE_MAP_CMAP_MAX),
 				(int64_t)EMB_WIRE_MAP_CMAP_MAX);
-		CU_ASSERT_EQUAL(buf[4], 4);
+		CU_ASSERT_EQUAL(buf[4], 6);
 		CU_ASSERT_EQUAL(emb_cmap_decode(buf, EMB_WIRE_MAP_CMAP_MAX, out),
 				0);
 		CU_ASSERT_EQUAL(memcmp(m, out, sizeof(*m)), 0);

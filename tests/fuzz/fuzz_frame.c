@@ -525,9 +525,9 @@ static void check_cluster(const struct emb_wire_frame *f)
 		 * and decodes again to the same map. */
 		if (m.cmap_len) {
 			static struct emb_cmap cm, cm2;
-			static uint8_t back[EMB_CMAP_HDR_SIZE +
-					    (2 * EMB_CMAP_REPLICAS_MAX + 4) *
-						EMB_NSLOTS];
+			/* The frame takes no larger map, and the encoder
+			 * writes no larger one than it read. */
+			static uint8_t back[EMB_WIRE_MAP_CMAP_MAX];
 			int64_t bl;
 
 			if (emb_cmap_decode(m.cmap, m.cmap_len, &cm) == 0) {

@@ -17,7 +17,7 @@
 #include "proto/wire_many.h"
 #include "proto/wire_msg.h"
 
-static _Alignas(8) uint8_t buf[1u << 16];
+static _Alignas(8) uint8_t buf[1u << 17];
 static const char *dir;
 static int failed;
 
@@ -359,6 +359,60 @@ static void save_cluster(void)
 			emb_le32_store(p + 4, i < 16 ? 6 : 4);
 		}
 		save("cluster_map_resp_sparse",
+		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 1,
+						 primaries, addrs, 2, cm,
+						 sizeof(cm)));
+	}
+	/* Versions 6 and 7 (cluster/map.h): the same with each fill
+	 * start's source, server 0, dense and listed. */
+	{
+		static uint16_t primaries[EMB_NSLOTS];
+		static uint8_t cm[24 + 14 * EMB_NSLOTS];
+		uint8_t *fill = cm + 24 + 2 * EMB_NSLOTS;
+		uint8_t *warm = fill + 2 * EMB_NSLOTS;
+		uint8_t *began = warm + 2 * EMB_NSLOTS;
+
+		cmap_header(cm, 6, 7, 2, 1);
+		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
+			primaries[i] = i >= 16 && (i < 32 || i >= EMB_NSLOTS / 2);
+			emb_le16_store(cm + 24 + 2 * i, primaries[i]);
+			emb_le16_store(fill + 2 * i, i < 16 ? 1 : 0xffff);
+			emb_le16_store(warm + 2 * i, 0xffff);
+			emb_le32_store(began + 8 * i, i < 16 ? 6 : i < 32 ? 4 : 0);
+			emb_le16_store(began + 8 * i + 4, i < 32 ? 1 : 0xffff);
+			emb_le16_store(began + 8 * i + 6, i < 32 ? 0 : 0xffff);
+		}
+		save("cluster_map_resp_from",
+		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 1,
+						 primaries, addrs, 2, cm,
+						 24 + 14 * EMB_NSLOTS));
+	}
+	{
+		static uint16_t primaries[EMB_NSLOTS];
+		static uint8_t cm[24 + 2 * EMB_NSLOTS + 6 + 4 * 16 + 10 * 32];
+		uint8_t *p = cm + 24 + 2 * EMB_NSLOTS;
+
+		cmap_header(cm, 7, 7, 2, 1);
+		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
+			primaries[i] = i >= 16 && (i < 32 || i >= EMB_NSLOTS / 2);
+			emb_le16_store(cm + 24 + 2 * i, primaries[i]);
+		}
+		emb_le16_store(p, 16);
+		p += 2;
+		for (uint32_t i = 0; i < 16; i++, p += 4) {
+			emb_le16_store(p, (uint16_t)i);
+			emb_le16_store(p + 2, 1);
+		}
+		emb_le16_store(p, 0);
+		emb_le16_store(p + 2, 32);
+		p += 4;
+		for (uint32_t i = 0; i < 32; i++, p += 10) {
+			emb_le16_store(p, (uint16_t)i);
+			emb_le16_store(p + 2, 1);
+			emb_le16_store(p + 4, 0);
+			emb_le32_store(p + 6, i < 16 ? 6 : 4);
+		}
+		save("cluster_map_resp_from_sparse",
 		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 1,
 						 primaries, addrs, 2, cm,
 						 sizeof(cm)));

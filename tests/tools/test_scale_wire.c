@@ -25,14 +25,14 @@ static _Alignas(8) uint8_t buf[BUF_BYTES];
 /* The CLUSTER_MAP response's bytes as docs/scale.md states them: header,
  * worker count and replicas, the slot map, one 264-byte entry a server,
  * and with R > 1 the replicated map (24 + 2 R 4096). With n slots being
- * filled, version 5 lists them: three counts (6 bytes), 4 bytes a slot in
- * the fill table and 8 in the fill starts' (cluster/map.c). */
+ * filled, version 7 lists them: three counts (6 bytes), 4 bytes a slot in
+ * the fill table and 10 in the fill starts' (cluster/map.c). */
 static uint64_t map_formula(uint32_t S, uint32_t R, uint32_t n)
 {
 	uint64_t b = 32 + 8 + 2 * 4096 + 264ull * S;
 
 	if (R > 1)
-		b += 24 + 2ull * R * 4096 + (n ? 6 + 12ull * n : 0);
+		b += 24 + 2ull * R * 4096 + (n ? 6 + 14ull * n : 0);
 	return b;
 }
 
@@ -205,9 +205,10 @@ static void recovery_epochs(void)
 		CU_ASSERT(slots >= 2 * (EMB_NSLOTS / S) &&
 			  slots <= 2 * ((EMB_NSLOTS + S - 1) / S));
 		/* The map from then on keeps each refilled slot's fill
-		 * start: 8 bytes a slot, with the three counts. */
+		 * start and its source: 10 bytes a slot, with the three
+		 * counts. */
 		CU_ASSERT_EQUAL(emb_cmap_size(m), emb_cmap_encoded_size(2) +
-						      6 + 8 * (size_t)slots);
+						      6 + 10 * (size_t)slots);
 		printf("scale-wire: recovery S=%u R=2 slots=%u chunks=%u "
 		       "epochs=%llu map_after=%zu\n",
 		       S, slots, chunks, (unsigned long long)(m->epoch - e0),

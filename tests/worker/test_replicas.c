@@ -771,6 +771,163 @@ static void test_refill(void)
 	free(m);
 }
 
+/* The row's initial values, as F (which never took the push) has it. */
+static float source_init[DIM];
+
+/* test_source()'s stage hand: the move's fence, stream and end. */
+static void *source_main(void *arg)
+{
+	struct refill *r = arg;
+	const struct emb_cmap *done = r->m;
+	uint64_t refused[2] = {0, 0};
+	struct emb_client *p, *t, *f;
+	struct emb_client_table *tp, *tt, *tf;
+	struct emb_wire_node_addr addr[3];
+	float *row = calloc(r->dim, sizeof(float));
+	float *init = calloc(r->dim, sizeof(float));
+
+	/* F (rank 1) refused its copy: a fill began since it was routed. */
+	for (int i = 0; i < 1000 && refused[1] < 1; i++) {
+		usleep(5 * 1000);
+		emb_server_map_counts(r->srv[1], refused);
+	}
+	CU_ASSERT(refused[1] >= 1);
+	/* P (rank 2) applied its copy before its fence: wait for its row to
+	 * leave the initial one (F's, which never took the push). */
+	p = client_of(&r->ports[2], 1, 2000);
+	t = client_of(&r->ports[0], 1, 2000);
+	f = client_of(&r->ports[1], 1, 2000);
+	r->rc = emb_client_table_open(p, "source", &tp);
+	if (!r->rc)
+		r->rc = emb_client_table_open(t, "source", &tt);
+	if (!r->rc)
+		r->rc = emb_client_table_open(f, "source", &tf);
+	if (!r->rc)
+		r->rc = emb_client_table_pull(tf, &r->id, 1, init, 0, NULL);
+	for (int i = 0; !r->rc && i < 400; i++) {
+		r->rc = emb_client_table_pull(tp, &r->id, 1, row, 0, NULL);
+		if (r->rc || row[0] != init[0])
+			break;
+		usleep(5 * 1000);
+	}
+	CU_ASSERT_NOT_EQUAL(row[0], init[0]);
+	memcpy(source_init, init, sizeof(source_init));
+	/* The move is done (T holds the slot in F's place), its stream
+	 * stood in for by P's row, with the push in it, put on T. The
+	 * client learns it all at once: it never saw the rebalance, the
+	 * fence or the end. */
+	for (uint32_t i = 0; i < 3; i++)
+		view_of(r, i);
+	if (!r->rc)
+		r->rc = emb_client_table_assign(tt, &r->id, 1, row, false);
+	for (uint32_t i = 0; i < 3; i++) {
+		snprintf(addr[i].host, sizeof(addr[i].host), "127.0.0.1");
+		addr[i].port = r->ports[i];
+		addr[i].removed = false;
+	}
+	CU_ASSERT_EQUAL(emb__client_adopt_map(r->c, done, addr, 3), 0);
+	emb_client_table_close(tp);
+	emb_client_table_close(tt);
+	emb_client_table_close(tf);
+	emb_client_destroy(p);
+	emb_client_destroy(t);
+	emb_client_destroy(f);
+	free(row);
+	free(init);
+	return NULL;
+}
+
+/*
+ * Whose refusal counts (docs/replication.md): a push routed by a map
+ * where slot sl's holders are F (rank 1, primary) then P (rank 2). Since,
+ * unseen by the client, a rebalance made P the primary and a move began
+ * from F to T (rank 0): P, the primary, streams the slot to T. P applied
+ * its copy before its fence, so the stream carries the push; F refused
+ * its copy (a fill began since it was routed). F's refusal says nothing
+ * of T's copy: a copy for T made of it, as when the client took its
+ * map's primary (F) for the stream's source, applied the push on T a
+ * second time (a fault soak found rows one push off this way). The push
+ * is on P and T once each.
+ */
+static void test_source(void)
+{
+	struct emb_table_spec sp = nt_spec("source", DIM, 9);
+	struct emb_server_opts o = nt_server_opts();
+	struct refill r = {.dim = DIM};
+	struct emb_client_table *t, *tp, *tt;
+	struct emb_client *cp, *ct;
+	struct emb_cmap *m0 = malloc(sizeof(*m0)), *m = malloc(sizeof(*m));
+	float g[DIM], p_row[DIM], t_row[DIM];
+	pthread_t th;
+	uint32_t sl;
+
+	CU_ASSERT_FATAL(m0 && m);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(m0, 3, 2), 0);
+	for (r.id = 1;; r.id++) {
+		sl = emb_id_slot(r.id);
+		if (m0->slot[sl][0] == 1 && m0->slot[sl][1] == 2)
+			break;
+	}
+	/* The rebalance (P first), the move's fence from F to T, its end. */
+	*m = *m0;
+	m->slot[sl][0] = 2;
+	m->slot[sl][1] = 1;
+	m->epoch++;
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_begin(m, 1, 0, sl, 1, m), 1);
+	CU_ASSERT_EQUAL(m->began_from[sl], 2);
+	CU_ASSERT_EQUAL(m->began_to[sl], 0);
+	r.m = m;
+	for (uint32_t i = 0; i < 3; i++) {
+		r.srv[i] = nt_server_start(&o);
+		r.ports[i] = emb_server_port(r.srv[i]);
+		r.view[i] = calloc(1, sizeof(*r.view[i]));
+		CU_ASSERT_FATAL(r.view[i] != NULL);
+	}
+	/* F and T are at the fence; P has not seen it yet. */
+	view_of(&r, 1);
+	view_of(&r, 0);
+	r.m = m0;
+	view_of(&r, 2);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_done(m, 1, 0, sl, 1, m), 1);
+	r.m = m;
+	r.c = client_of(r.ports, 3, 3000);
+	CU_ASSERT_EQUAL_FATAL(emb__client_set_cmap(r.c, m0), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(r.c, &sp, &t), 0);
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 1.0f;
+
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, source_main, &r), 0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, &r.id, 1, g, 0, 0), 0);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(r.rc, 0);
+	if (r.rc)
+		printf("(P's row to T: %s) ", emb_strerror(r.rc));
+
+	cp = client_of(&r.ports[2], 1, 2000);
+	ct = client_of(&r.ports[0], 1, 2000);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(cp, "source", &tp), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(ct, "source", &tt), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(tp, &r.id, 1, p_row, 0, NULL), 0);
+	CU_ASSERT_EQUAL(emb_client_table_pull(tt, &r.id, 1, t_row, 0, NULL), 0);
+	for (uint32_t j = 0; j < DIM; j++) {
+		CU_ASSERT_DOUBLE_EQUAL(p_row[j], source_init[j] - sp.optim.lr,
+				       1e-5);
+		CU_ASSERT_DOUBLE_EQUAL(t_row[j], p_row[j], 1e-6);
+	}
+	emb_client_table_close(tp);
+	emb_client_table_close(tt);
+	emb_client_destroy(cp);
+	emb_client_destroy(ct);
+	emb_client_table_close(t);
+	emb_client_destroy(r.c);
+	for (int i = 0; i < 3; i++) {
+		emb_server_destroy(r.srv[i]);
+		free(r.view[i]);
+	}
+	free(m0);
+	free(m);
+}
+
 /* Tables and calls of test_many_failover(). */
 struct many {
 	struct emb_table_batch push[2], pull[2];
@@ -1149,6 +1306,9 @@ int main(int argc, char **argv)
 	    {"a copy for a server filled again from another source is void "
 	     "there: the push is applied once on each",
 	     test_refill},
+	    {"a copy refused by a holder that did not stream the move is "
+	     "no copy for its target: the push is applied once on each",
+	     test_source},
 	    {"push_many and pull_many succeed across a server's death",
 	     test_many_failover},
 	    {"admission under replicas keeps both holders' rows the same",
