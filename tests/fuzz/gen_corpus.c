@@ -69,6 +69,63 @@ static void save_older(const char *name, int len, uint32_t payload_len)
 	save(name, len);
 }
 
+/*
+ * Saves gen_corpus's map of a fill begun in version ver (4 to 7,
+ * cluster/map.h) as a CLUSTER_MAP answer: one copy, 2 servers, slots
+ * 0-15 moving from 0 to 1 since epoch 6, slots 16-31 moved to 1 by a fill
+ * begun at epoch 4, each start's source server 0 from version 6 on; the
+ * dense tables (4, 6) or the lists of the slots with an entry (5, 7).
+ */
+static void save_began(const char *name, uint32_t ver,
+		       const struct emb_wire_node_addr *addrs)
+{
+	static uint16_t primaries[EMB_NSLOTS];
+	static uint8_t cm[24 + 14 * EMB_NSLOTS];
+	const bool sparse = ver == 5 || ver == 7, from = ver >= 6;
+	const uint32_t eb = (sparse ? 8 : 6) + 2 * from;
+	uint8_t *p = cm + 24 + 2 * EMB_NSLOTS;
+
+	cmap_header(cm, ver, 7, 2, 1);
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
+		primaries[i] = i >= 16 && (i < 32 || i >= EMB_NSLOTS / 2);
+		emb_le16_store(cm + 24 + 2 * i, primaries[i]);
+	}
+	if (!sparse) {
+		uint8_t *warm = p + 2 * EMB_NSLOTS;
+		uint8_t *began = warm + 2 * EMB_NSLOTS;
+
+		for (uint32_t i = 0; i < EMB_NSLOTS; i++, began += eb) {
+			emb_le16_store(p + 2 * i, i < 16 ? 1 : 0xffff);
+			emb_le16_store(warm + 2 * i, 0xffff);
+			emb_le32_store(began, i < 16 ? 6 : i < 32 ? 4 : 0);
+			emb_le16_store(began + 4, i < 32 ? 1 : 0xffff);
+			if (from)
+				emb_le16_store(began + 6, i < 32 ? 0 : 0xffff);
+		}
+		p = began;
+	} else {
+		emb_le16_store(p, 16);
+		p += 2;
+		for (uint32_t i = 0; i < 16; i++, p += 4) {
+			emb_le16_store(p, (uint16_t)i);
+			emb_le16_store(p + 2, 1);
+		}
+		emb_le16_store(p, 0);
+		emb_le16_store(p + 2, 32);
+		p += 4;
+		for (uint32_t i = 0; i < 32; i++, p += eb) {
+			emb_le16_store(p, (uint16_t)i);
+			emb_le16_store(p + 2, 1);
+			if (from)
+				emb_le16_store(p + 4, 0);
+			emb_le32_store(p + eb - 4, i < 16 ? 6 : 4);
+		}
+	}
+	save(name, emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 1,
+					       primaries, addrs, 2, cm,
+					       (uint32_t)(p - cm)));
+}
+
 static void save_iovs(const char *name, const struct emb_wire_iovs *v, int rc)
 {
 	save(name, rc ? rc : emb_wire_iovs_flatten(v, buf, sizeof(buf)));
@@ -308,115 +365,14 @@ static void save_cluster(void)
 						 primaries, addrs, 2, cm,
 						 sizeof(cm)));
 	}
-	/* A fill begun (cluster/map.h, version 4): one copy, 2 servers,
-	 * slots 0-15 moving from 0 to 1 since epoch 6, slots 16-31 moved to
-	 * 1 by a fill begun at epoch 4. */
-	{
-		static uint16_t primaries[EMB_NSLOTS];
-		static uint8_t cm[24 + 12 * EMB_NSLOTS];
-		uint8_t *fill = cm + 24 + 2 * EMB_NSLOTS;
-		uint8_t *warm = fill + 2 * EMB_NSLOTS;
-		uint8_t *began = warm + 2 * EMB_NSLOTS;
-
-		cmap_header(cm, 4, 7, 2, 1);
-		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
-			primaries[i] = i >= 16 && (i < 32 || i >= EMB_NSLOTS / 2);
-			emb_le16_store(cm + 24 + 2 * i, primaries[i]);
-			emb_le16_store(fill + 2 * i, i < 16 ? 1 : 0xffff);
-			emb_le16_store(warm + 2 * i, 0xffff);
-			emb_le32_store(began + 6 * i, i < 16 ? 6 : i < 32 ? 4 : 0);
-			emb_le16_store(began + 6 * i + 4, i < 32 ? 1 : 0xffff);
-		}
-		save("cluster_map_resp_began",
-		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 1,
-						 primaries, addrs, 2, cm,
-						 sizeof(cm)));
-	}
-	/* The same as version 5 (cluster/map.h): the fill and the fill
-	 * starts listed by slot, no copy ahead. */
-	{
-		static uint16_t primaries[EMB_NSLOTS];
-		static uint8_t cm[24 + 2 * EMB_NSLOTS + 6 + 4 * 16 + 8 * 32];
-		uint8_t *p = cm + 24 + 2 * EMB_NSLOTS;
-
-		cmap_header(cm, 5, 7, 2, 1);
-		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
-			primaries[i] = i >= 16 && (i < 32 || i >= EMB_NSLOTS / 2);
-			emb_le16_store(cm + 24 + 2 * i, primaries[i]);
-		}
-		emb_le16_store(p, 16);
-		p += 2;
-		for (uint32_t i = 0; i < 16; i++, p += 4) {
-			emb_le16_store(p, (uint16_t)i);
-			emb_le16_store(p + 2, 1);
-		}
-		emb_le16_store(p, 0);
-		emb_le16_store(p + 2, 32);
-		p += 4;
-		for (uint32_t i = 0; i < 32; i++, p += 8) {
-			emb_le16_store(p, (uint16_t)i);
-			emb_le16_store(p + 2, 1);
-			emb_le32_store(p + 4, i < 16 ? 6 : 4);
-		}
-		save("cluster_map_resp_sparse",
-		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 1,
-						 primaries, addrs, 2, cm,
-						 sizeof(cm)));
-	}
-	/* Versions 6 and 7 (cluster/map.h): the same with each fill
-	 * start's source, server 0, dense and listed. */
-	{
-		static uint16_t primaries[EMB_NSLOTS];
-		static uint8_t cm[24 + 14 * EMB_NSLOTS];
-		uint8_t *fill = cm + 24 + 2 * EMB_NSLOTS;
-		uint8_t *warm = fill + 2 * EMB_NSLOTS;
-		uint8_t *began = warm + 2 * EMB_NSLOTS;
-
-		cmap_header(cm, 6, 7, 2, 1);
-		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
-			primaries[i] = i >= 16 && (i < 32 || i >= EMB_NSLOTS / 2);
-			emb_le16_store(cm + 24 + 2 * i, primaries[i]);
-			emb_le16_store(fill + 2 * i, i < 16 ? 1 : 0xffff);
-			emb_le16_store(warm + 2 * i, 0xffff);
-			emb_le32_store(began + 8 * i, i < 16 ? 6 : i < 32 ? 4 : 0);
-			emb_le16_store(began + 8 * i + 4, i < 32 ? 1 : 0xffff);
-			emb_le16_store(began + 8 * i + 6, i < 32 ? 0 : 0xffff);
-		}
-		save("cluster_map_resp_from",
-		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 1,
-						 primaries, addrs, 2, cm,
-						 24 + 14 * EMB_NSLOTS));
-	}
-	{
-		static uint16_t primaries[EMB_NSLOTS];
-		static uint8_t cm[24 + 2 * EMB_NSLOTS + 6 + 4 * 16 + 10 * 32];
-		uint8_t *p = cm + 24 + 2 * EMB_NSLOTS;
-
-		cmap_header(cm, 7, 7, 2, 1);
-		for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
-			primaries[i] = i >= 16 && (i < 32 || i >= EMB_NSLOTS / 2);
-			emb_le16_store(cm + 24 + 2 * i, primaries[i]);
-		}
-		emb_le16_store(p, 16);
-		p += 2;
-		for (uint32_t i = 0; i < 16; i++, p += 4) {
-			emb_le16_store(p, (uint16_t)i);
-			emb_le16_store(p + 2, 1);
-		}
-		emb_le16_store(p, 0);
-		emb_le16_store(p + 2, 32);
-		p += 4;
-		for (uint32_t i = 0; i < 32; i++, p += 10) {
-			emb_le16_store(p, (uint16_t)i);
-			emb_le16_store(p + 2, 1);
-			emb_le16_store(p + 4, 0);
-			emb_le32_store(p + 6, i < 16 ? 6 : 4);
-		}
-		save("cluster_map_resp_from_sparse",
-		     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 1,
-						 primaries, addrs, 2, cm,
-						 sizeof(cm)));
-	}
+	/* A fill begun (cluster/map.h, versions 4 to 7): one copy, 2
+	 * servers, slots 0-15 moving from 0 to 1 since epoch 6, slots 16-31
+	 * moved to 1 by a fill begun at epoch 4; from version 6 on each fill
+	 * start names its source, server 0. */
+	save_began("cluster_map_resp_began", 4, addrs);
+	save_began("cluster_map_resp_sparse", 5, addrs);
+	save_began("cluster_map_resp_from", 6, addrs);
+	save_began("cluster_map_resp_from_sparse", 7, addrs);
 	save("moves_req", emb_wire_moves_req_encode(buf, sizeof(buf), 9));
 	{
 		struct emb_wire_moves mv = {

@@ -606,7 +606,9 @@ static void test_moving(void)
 	}
 }
 
-/* test_refill()'s stage hands: the death of P and T's fill again from F. */
+/* The stage test_refill() and test_source() share: three servers (ranks
+ * 0, 1, 2), the map m, a client r->c routing by it, and the stage hand,
+ * a thread that changes the map while the client's push waits. */
 struct refill {
 	struct emb_client *c;
 	struct emb_server *srv[3];
@@ -615,6 +617,7 @@ struct refill {
 	uint16_t ports[3];
 	uint64_t id;
 	uint32_t dim;
+	float init[DIM]; /* the row's initial values */
 	int rc;
 };
 
@@ -627,14 +630,123 @@ static void view_of(struct refill *r, uint32_t rank)
 	CU_ASSERT_EQUAL(emb_server_set_map(r->srv[rank], r->view[rank]), 0);
 }
 
+/* The three servers, each without a view yet. */
+static void stage_servers(struct refill *r)
+{
+	struct emb_server_opts o = nt_server_opts();
+
+	for (uint32_t i = 0; i < 3; i++) {
+		r->srv[i] = nt_server_start(&o);
+		r->ports[i] = emb_server_port(r->srv[i]);
+		r->view[i] = calloc(1, sizeof(*r->view[i]));
+		CU_ASSERT_FATAL(r->view[i] != NULL);
+	}
+}
+
+/* Row id of table name on rank's server alone, by a client of its own. */
+static int row_on(const struct refill *r, uint32_t rank, const char *name,
+		  float *row)
+{
+	struct emb_client *c = client_of(&r->ports[rank], 1, 2000);
+	struct emb_client_table *t;
+	int rc = emb_client_table_open(c, name, &t);
+
+	if (!rc) {
+		rc = emb_client_table_pull(t, &r->id, 1, row, 0, NULL);
+		emb_client_table_close(t);
+	}
+	emb_client_destroy(c);
+	return rc;
+}
+
+/* Puts row on rank's server alone, as a fill's stream would. */
+static int row_to(const struct refill *r, uint32_t rank, const char *name,
+		  const float *row)
+{
+	struct emb_client *c = client_of(&r->ports[rank], 1, 2000);
+	struct emb_client_table *t;
+	int rc = emb_client_table_open(c, name, &t);
+
+	if (!rc) {
+		rc = emb_client_table_assign(t, &r->id, 1, row, false);
+		emb_client_table_close(t);
+	}
+	emb_client_destroy(c);
+	return rc;
+}
+
+/* r->c, routing by map m, makes table name; r->init is the row as the
+ * server at rank init (which never takes the push) makes it. */
+static void stage_client(struct refill *r, struct emb_cmap *m,
+			 const char *name, uint32_t init)
+{
+	struct emb_table_spec sp = nt_spec(name, DIM, 9);
+	struct emb_client_table *t;
+
+	r->c = client_of(r->ports, 3, 3000);
+	CU_ASSERT_EQUAL_FATAL(emb__client_set_cmap(r->c, m), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(r->c, &sp, &t), 0);
+	emb_client_table_close(t);
+	CU_ASSERT_EQUAL(row_on(r, init, name, r->init), 0);
+}
+
+/* The client learns m, whole, as a scheduler's map arrives: on its loop,
+ * while the push waits. Ranks in dead[] are removed. */
+static void adopt(struct refill *r, int dead)
+{
+	struct emb_wire_node_addr addr[3];
+
+	for (uint32_t i = 0; i < 3; i++) {
+		snprintf(addr[i].host, sizeof(addr[i].host), "127.0.0.1");
+		addr[i].port = r->ports[i];
+		addr[i].removed = (int)i == dead;
+	}
+	CU_ASSERT_EQUAL(emb__client_adopt_map(r->c, r->m, addr, 3), 0);
+}
+
+/*
+ * A push of 1s to r->id through r->c (table name, made) while hand(r)
+ * runs, then the row on the servers a and b: both the initial row less
+ * the push, once. Ends the stage.
+ */
+static void stage_push(struct refill *r, const char *name, void *(*hand)(void *),
+		       uint32_t a, uint32_t b)
+{
+	struct emb_table_spec sp = nt_spec(name, DIM, 9);
+	struct emb_client_table *t;
+	float g[DIM], a_row[DIM], b_row[DIM];
+	pthread_t th;
+
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(r->c, name, &t), 0);
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 1.0f;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, hand, r), 0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, &r->id, 1, g, 0, 0), 0);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(r->rc, 0);
+	if (r->rc)
+		printf("(the stage: %s) ", emb_strerror(r->rc));
+	CU_ASSERT_EQUAL(row_on(r, a, name, a_row), 0);
+	CU_ASSERT_EQUAL(row_on(r, b, name, b_row), 0);
+	for (uint32_t j = 0; j < DIM; j++) {
+		CU_ASSERT_DOUBLE_EQUAL(a_row[j], r->init[j] - sp.optim.lr,
+				       1e-5);
+		CU_ASSERT_DOUBLE_EQUAL(b_row[j], a_row[j], 1e-6);
+	}
+	emb_client_table_close(t);
+	emb_client_destroy(r->c);
+	for (int i = 0; i < 3; i++) {
+		emb_server_destroy(r->srv[i]);
+		free(r->view[i]);
+	}
+}
+
+/* test_refill()'s stage hand: the death of P and T's fill again from F. */
 static void *refill_main(void *arg)
 {
 	struct refill *r = arg;
 	const uint32_t sl = emb_id_slot(r->id);
 	uint64_t refused[2] = {0, 0}, t_refused[2] = {0, 0};
-	struct emb_client *from, *to;
-	struct emb_client_table *tf, *tt;
-	struct emb_wire_node_addr addr[3];
 	float *row = calloc(r->dim, sizeof(float));
 
 	/* P and T refused the push's copies (fenced) a few times; F took
@@ -656,28 +768,11 @@ static void *refill_main(void *arg)
 	emb_cmap_fill_done(r->m, 2, sl, 1, r->m);
 	view_of(r, 1);
 	view_of(r, 2);
-	from = client_of(&r->ports[1], 1, 2000);
-	to = client_of(&r->ports[2], 1, 2000);
-	r->rc = emb_client_table_open(from, "refill", &tf);
+	r->rc = row_on(r, 1, "refill", row);
 	if (!r->rc)
-		r->rc = emb_client_table_open(to, "refill", &tt);
-	if (!r->rc)
-		r->rc = emb_client_table_pull(tf, &r->id, 1, row, 0, NULL);
-	if (!r->rc)
-		r->rc = emb_client_table_assign(tt, &r->id, 1, row, false);
+		r->rc = row_to(r, 2, "refill", row);
 	CU_ASSERT_EQUAL(emb__client_server_dead(r->c, 0), 0);
-	/* On the client's loop, as a scheduler's map arrives: the loop
-	 * reads the map while the push waits. */
-	for (uint32_t i = 0; i < 3; i++) {
-		snprintf(addr[i].host, sizeof(addr[i].host), "127.0.0.1");
-		addr[i].port = r->ports[i];
-		addr[i].removed = i == 0;
-	}
-	CU_ASSERT_EQUAL(emb__client_adopt_map(r->c, r->m, addr, 3), 0);
-	emb_client_table_close(tf);
-	emb_client_table_close(tt);
-	emb_client_destroy(from);
-	emb_client_destroy(to);
+	adopt(r, 0);
 	free(row);
 	return NULL;
 }
@@ -692,14 +787,8 @@ static void *refill_main(void *arg)
  */
 static void test_refill(void)
 {
-	struct emb_table_spec sp = nt_spec("refill", DIM, 9);
-	struct emb_server_opts o = nt_server_opts();
 	struct refill r = {.dim = DIM};
-	struct emb_client_table *t, *t1, *t2;
-	struct emb_client *c1, *c2;
 	struct emb_cmap *m = malloc(sizeof(*m));
-	float g[DIM], f_row[DIM], t_row[DIM], init[DIM];
-	pthread_t th;
 	uint32_t sl;
 
 	CU_ASSERT_FATAL(m != NULL);
@@ -713,78 +802,22 @@ static void test_refill(void)
 	}
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_fill_begin(m, 2, sl, 1, m), 1);
 	r.m = m;
-	for (uint32_t i = 0; i < 3; i++) {
-		r.srv[i] = nt_server_start(&o);
-		r.ports[i] = emb_server_port(r.srv[i]);
-		r.view[i] = calloc(1, sizeof(*r.view[i]));
-		CU_ASSERT_FATAL(r.view[i] != NULL);
+	stage_servers(&r);
+	for (uint32_t i = 0; i < 3; i++)
 		view_of(&r, i);
-	}
-	r.c = client_of(r.ports, 3, 3000);
-	CU_ASSERT_EQUAL_FATAL(emb__client_set_cmap(r.c, m), 0);
-	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(r.c, &sp, &t), 0);
-	for (uint32_t j = 0; j < DIM; j++)
-		g[j] = 1.0f;
-
-	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, refill_main, &r), 0);
-	CU_ASSERT_EQUAL(emb_client_table_push(t, &r.id, 1, g, 0, 0), 0);
-	pthread_join(th, NULL);
-	CU_ASSERT_EQUAL(r.rc, 0);
-	if (r.rc)
-		printf("(F's row to T: %s) ", emb_strerror(r.rc));
-
+	/* The initial row from P, which never takes the push. */
+	stage_client(&r, m, "refill", 0);
 	/* F and T each hold the row with the push once. */
-	c1 = client_of(&r.ports[1], 1, 2000);
-	c2 = client_of(&r.ports[2], 1, 2000);
-	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c1, "refill", &t1), 0);
-	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c2, "refill", &t2), 0);
-	CU_ASSERT_EQUAL(emb_client_table_pull(t1, &r.id, 1, f_row, 0, NULL), 0);
-	CU_ASSERT_EQUAL(emb_client_table_pull(t2, &r.id, 1, t_row, 0, NULL), 0);
-	/* The initial row, from a server that never saw the id. */
-	{
-		uint64_t other = r.id;
-		struct emb_client_table *t0;
-		struct emb_client *c0 = client_of(&r.ports[0], 1, 2000);
-
-		CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c0, "refill", &t0),
-				      0);
-		CU_ASSERT_EQUAL(emb_client_table_pull(t0, &other, 1, init, 0,
-						      NULL),
-				0);
-		emb_client_table_close(t0);
-		emb_client_destroy(c0);
-	}
-	for (uint32_t j = 0; j < DIM; j++) {
-		CU_ASSERT_DOUBLE_EQUAL(f_row[j], init[j] - sp.optim.lr, 1e-5);
-		CU_ASSERT_DOUBLE_EQUAL(t_row[j], f_row[j], 1e-6);
-	}
-	emb_client_table_close(t1);
-	emb_client_table_close(t2);
-	emb_client_destroy(c1);
-	emb_client_destroy(c2);
-	emb_client_table_close(t);
-	emb_client_destroy(r.c);
-	for (int i = 0; i < 3; i++) {
-		emb_server_destroy(r.srv[i]);
-		free(r.view[i]);
-	}
+	stage_push(&r, "refill", refill_main, 1, 2);
 	free(m);
 }
-
-/* The row's initial values, as F (which never took the push) has it. */
-static float source_init[DIM];
 
 /* test_source()'s stage hand: the move's fence, stream and end. */
 static void *source_main(void *arg)
 {
 	struct refill *r = arg;
-	const struct emb_cmap *done = r->m;
 	uint64_t refused[2] = {0, 0};
-	struct emb_client *p, *t, *f;
-	struct emb_client_table *tp, *tt, *tf;
-	struct emb_wire_node_addr addr[3];
 	float *row = calloc(r->dim, sizeof(float));
-	float *init = calloc(r->dim, sizeof(float));
 
 	/* F (rank 1) refused its copy: a fill began since it was routed. */
 	for (int i = 0; i < 1000 && refused[1] < 1; i++) {
@@ -793,25 +826,14 @@ static void *source_main(void *arg)
 	}
 	CU_ASSERT(refused[1] >= 1);
 	/* P (rank 2) applied its copy before its fence: wait for its row to
-	 * leave the initial one (F's, which never took the push). */
-	p = client_of(&r->ports[2], 1, 2000);
-	t = client_of(&r->ports[0], 1, 2000);
-	f = client_of(&r->ports[1], 1, 2000);
-	r->rc = emb_client_table_open(p, "source", &tp);
-	if (!r->rc)
-		r->rc = emb_client_table_open(t, "source", &tt);
-	if (!r->rc)
-		r->rc = emb_client_table_open(f, "source", &tf);
-	if (!r->rc)
-		r->rc = emb_client_table_pull(tf, &r->id, 1, init, 0, NULL);
+	 * leave the initial one. */
 	for (int i = 0; !r->rc && i < 400; i++) {
-		r->rc = emb_client_table_pull(tp, &r->id, 1, row, 0, NULL);
-		if (r->rc || row[0] != init[0])
+		r->rc = row_on(r, 2, "source", row);
+		if (r->rc || row[0] != r->init[0])
 			break;
 		usleep(5 * 1000);
 	}
-	CU_ASSERT_NOT_EQUAL(row[0], init[0]);
-	memcpy(source_init, init, sizeof(source_init));
+	CU_ASSERT_NOT_EQUAL(row[0], r->init[0]);
 	/* The move is done (T holds the slot in F's place), its stream
 	 * stood in for by P's row, with the push in it, put on T. The
 	 * client learns it all at once: it never saw the rebalance, the
@@ -819,21 +841,9 @@ static void *source_main(void *arg)
 	for (uint32_t i = 0; i < 3; i++)
 		view_of(r, i);
 	if (!r->rc)
-		r->rc = emb_client_table_assign(tt, &r->id, 1, row, false);
-	for (uint32_t i = 0; i < 3; i++) {
-		snprintf(addr[i].host, sizeof(addr[i].host), "127.0.0.1");
-		addr[i].port = r->ports[i];
-		addr[i].removed = false;
-	}
-	CU_ASSERT_EQUAL(emb__client_adopt_map(r->c, done, addr, 3), 0);
-	emb_client_table_close(tp);
-	emb_client_table_close(tt);
-	emb_client_table_close(tf);
-	emb_client_destroy(p);
-	emb_client_destroy(t);
-	emb_client_destroy(f);
+		r->rc = row_to(r, 0, "source", row);
+	adopt(r, -1);
 	free(row);
-	free(init);
 	return NULL;
 }
 
@@ -851,14 +861,8 @@ static void *source_main(void *arg)
  */
 static void test_source(void)
 {
-	struct emb_table_spec sp = nt_spec("source", DIM, 9);
-	struct emb_server_opts o = nt_server_opts();
 	struct refill r = {.dim = DIM};
-	struct emb_client_table *t, *tp, *tt;
-	struct emb_client *cp, *ct;
 	struct emb_cmap *m0 = malloc(sizeof(*m0)), *m = malloc(sizeof(*m));
-	float g[DIM], p_row[DIM], t_row[DIM];
-	pthread_t th;
 	uint32_t sl;
 
 	CU_ASSERT_FATAL(m0 && m);
@@ -876,54 +880,18 @@ static void test_source(void)
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_begin(m, 1, 0, sl, 1, m), 1);
 	CU_ASSERT_EQUAL(m->began_from[sl], 2);
 	CU_ASSERT_EQUAL(m->began_to[sl], 0);
-	r.m = m;
-	for (uint32_t i = 0; i < 3; i++) {
-		r.srv[i] = nt_server_start(&o);
-		r.ports[i] = emb_server_port(r.srv[i]);
-		r.view[i] = calloc(1, sizeof(*r.view[i]));
-		CU_ASSERT_FATAL(r.view[i] != NULL);
-	}
+	stage_servers(&r);
 	/* F and T are at the fence; P has not seen it yet. */
+	r.m = m;
 	view_of(&r, 1);
 	view_of(&r, 0);
 	r.m = m0;
 	view_of(&r, 2);
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_done(m, 1, 0, sl, 1, m), 1);
 	r.m = m;
-	r.c = client_of(r.ports, 3, 3000);
-	CU_ASSERT_EQUAL_FATAL(emb__client_set_cmap(r.c, m0), 0);
-	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(r.c, &sp, &t), 0);
-	for (uint32_t j = 0; j < DIM; j++)
-		g[j] = 1.0f;
-
-	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, source_main, &r), 0);
-	CU_ASSERT_EQUAL(emb_client_table_push(t, &r.id, 1, g, 0, 0), 0);
-	pthread_join(th, NULL);
-	CU_ASSERT_EQUAL(r.rc, 0);
-	if (r.rc)
-		printf("(P's row to T: %s) ", emb_strerror(r.rc));
-
-	cp = client_of(&r.ports[2], 1, 2000);
-	ct = client_of(&r.ports[0], 1, 2000);
-	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(cp, "source", &tp), 0);
-	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(ct, "source", &tt), 0);
-	CU_ASSERT_EQUAL(emb_client_table_pull(tp, &r.id, 1, p_row, 0, NULL), 0);
-	CU_ASSERT_EQUAL(emb_client_table_pull(tt, &r.id, 1, t_row, 0, NULL), 0);
-	for (uint32_t j = 0; j < DIM; j++) {
-		CU_ASSERT_DOUBLE_EQUAL(p_row[j], source_init[j] - sp.optim.lr,
-				       1e-5);
-		CU_ASSERT_DOUBLE_EQUAL(t_row[j], p_row[j], 1e-6);
-	}
-	emb_client_table_close(tp);
-	emb_client_table_close(tt);
-	emb_client_destroy(cp);
-	emb_client_destroy(ct);
-	emb_client_table_close(t);
-	emb_client_destroy(r.c);
-	for (int i = 0; i < 3; i++) {
-		emb_server_destroy(r.srv[i]);
-		free(r.view[i]);
-	}
+	/* The initial row from F, which never takes the push. */
+	stage_client(&r, m0, "source", 1);
+	stage_push(&r, "source", source_main, 2, 0);
 	free(m0);
 	free(m);
 }
