@@ -753,10 +753,10 @@ static size_t extra_bytes(uint32_t ver)
 static uint32_t version_of(const struct emb_cmap *m)
 {
 	if (began_count(m)) {
-		uint32_t dense = began_sourced(m) ? CMAP_VERSION_FROM
-						  : CMAP_VERSION_BEGAN;
-		uint32_t sparse = began_sourced(m) ? CMAP_VERSION_FROM_SPARSE
-						   : CMAP_VERSION_SPARSE;
+		const bool from = began_sourced(m);
+		uint32_t dense = from ? CMAP_VERSION_FROM : CMAP_VERSION_BEGAN;
+		uint32_t sparse = from ? CMAP_VERSION_FROM_SPARSE
+				       : CMAP_VERSION_SPARSE;
 
 		return sparse_bytes(m, sparse) < extra_bytes(dense) ? sparse
 								    : dense;

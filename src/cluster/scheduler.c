@@ -1939,9 +1939,8 @@ static void on_drain(struct emb_sched *s, struct emb_req *req,
 	}
 	n->draining = true;
 	n->joining = false;
-	if (s->fill_rank == NO_FILL) {
+	if (s->fill_rank == NO_FILL)
 		move_clock(s);
-	}
 	emb_log(EMB_LOG_INFO,
 		"server %u (%s) drains: its %u slots move to the others",
 		rank, node_addr(n, addr, sizeof(addr)), held_slots(s, rank));

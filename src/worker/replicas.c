@@ -456,21 +456,30 @@ static bool refusal_counts(const struct emb_client *c,
 	return emb__rep_source(c, p);
 }
 
+/* Whether writer `to` of row id (slot sl) of lead's group gets it in a
+ * fixup triggered by copy p: the group's own copy to it does not stand
+ * for it, no earlier fixup sent it there, and p's refusal shows it lacks
+ * it. */
+static bool fixup_lacks(const struct emb_client *c, const struct part *lead,
+			const struct part *p, uint32_t to, uint32_t sl,
+			uint64_t id)
+{
+	return !group_covers(c, lead, to, sl) && !ext_has(c, lead, to, id) &&
+	       refusal_counts(c, lead, p, sl, id, to);
+}
+
 /* ext_copy()'s keep for a fixup triggered by copy p: rows whose writers
- * include to, that the group's own copy to it does not stand for, that no
- * earlier fixup sent there, and whose lack there p's refusal shows. */
+ * include to and that it lacks (fixup_lacks()). */
 static bool keep_missing(struct emb_client *c, const struct part *p,
 			 uint32_t to, uint32_t j, uint64_t id)
 {
 	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
-	const struct part *lead = &p->op->parts[p->rep.lead];
 	const uint32_t sl = emb_id_slot(id);
 	uint32_t nw = emb_cmap_writers(c->cmap, sl, w);
 
 	(void)j;
-	return in_list(w, nw, to) && !group_covers(c, lead, to, sl) &&
-	       !ext_has(c, lead, to, id) &&
-	       refusal_counts(c, lead, p, sl, id, to);
+	return in_list(w, nw, to) &&
+	       fixup_lacks(c, &p->op->parts[p->rep.lead], p, to, sl, id);
 }
 
 /* ext_copy()'s keep for a trim: rows whose writers still include to,
@@ -569,7 +578,7 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 
 			for (uint32_t i = 0; i < nw; i++) {
 				if ((to != NONE && w[i] != to) ||
-				    !keep_missing(c, p, w[i], j, ids[j]))
+				    !fixup_lacks(c, lead, p, w[i], sl, ids[j]))
 					continue;
 				to = w[i];
 				k++;
