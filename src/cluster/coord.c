@@ -148,6 +148,8 @@ struct emb_coord {
 			   source or target: it polls every FAST_POLL_MS */
 	bool busy;	/* a fill under way or a newcomer waiting for one:
 			   the agent polls every POLL_MS */
+	bool leads;	/* this server led the job at the last poll (the
+			   live server of lowest rank) */
 	int64_t relet_at;    /* emb_clock_ms() of this node's last re-let
 				(relet()), 0 if none */
 	int64_t silent_at;   /* of the lease thread's last renewal that
@@ -2303,6 +2305,8 @@ static int poll_job(struct emb_coord *c)
 	 * the source's report) and the chunk's source and target (for the
 	 * map that asks for the next step). Three nodes at most, whatever
 	 * the job's size. */
+	c->leads = c->reg.role == EMB_ROLE_SERVER &&
+		   c->reg.rank == first_live;
 	c->fast = busy && c->reg.role == EMB_ROLE_SERVER &&
 		  (c->reg.rank == first_live ||
 		   (nf > 0 && (c->reg.rank == t ||
@@ -3341,25 +3345,40 @@ static bool val_copy(const struct emb_etcd_kv *kv, char *buf, size_t cap)
  * yet: no map), EMB_EBADFRAME (a map that does not decode), or an etcd
  * error.
  */
+static int job_read_on(struct emb_etcd *e, const char *prefix,
+		       struct job_view **out);
+
 static int job_read(const char *endpoints, const char *job,
 		    struct job_view **out)
 {
-	char prefix[32 + EMB_COORD_JOB_MAX], key[KEY_MAX];
-	struct emb_etcd_range r = {0}, cr = {0};
-	struct job_view *v = calloc(1, sizeof(*v));
-	uint32_t s, w, t, rp;
-	bool have_map = false;
+	char prefix[32 + EMB_COORD_JOB_MAX];
 	struct emb_etcd *e;
 	int rc;
 
 	*out = NULL;
+	rc = observe(endpoints, job, &e, prefix, sizeof(prefix));
+	if (rc)
+		return rc;
+	rc = job_read_on(e, prefix, out);
+	emb_etcd_destroy(e);
+	return rc;
+}
+
+/* job_read() over an open etcd handle, of the job whose keys are under
+ * prefix ("/embstore/<job>/"). */
+static int job_read_on(struct emb_etcd *e, const char *prefix,
+		       struct job_view **out)
+{
+	char key[KEY_MAX];
+	struct emb_etcd_range r = {0}, cr = {0};
+	struct job_view *v = calloc(1, sizeof(*v));
+	uint32_t s, w, t, rp;
+	bool have_map = false;
+	int rc = 0;
+
+	*out = NULL;
 	if (!v)
 		return -ENOMEM;
-	rc = observe(endpoints, job, &e, prefix, sizeof(prefix));
-	if (rc) {
-		free(v);
-		return rc;
-	}
 	snprintf(key, sizeof(key), "%sconfig", prefix);
 	rc = emb_etcd_get(e, key, false, false, &cr);
 	if (!rc && (!cr.n || config_parse(&cr.kvs[0], &s, &w, &t, &rp, &v->M)))
@@ -3397,7 +3416,6 @@ static int job_read(const char *endpoints, const char *job,
 		rc = EMB_ECLUSTER;
 	emb_etcd_range_free(&r);
 	emb_etcd_range_free(&cr);
-	emb_etcd_destroy(e);
 	if (rc) {
 		free(v->servers);
 		free(v);
@@ -3468,21 +3486,18 @@ int emb_coord_job_observe(const char *endpoints, const char *job,
 	return 0;
 }
 
-int emb_coord_job_moves(const char *endpoints, const char *job,
-			struct emb_wire_moves *out)
+/* The moves under way as the job's keys in v say them
+ * (emb_coord_job_moves()). */
+static void moves_of(const struct job_view *v, struct emb_wire_moves *out)
 {
 	struct emb_wire_moves mv = {.from = UINT32_MAX, .to = UINT32_MAX,
 				    .eta_ms = -1};
-	struct job_view *v;
 	struct step st;
 	uint32_t waiting = 0, rank = 0, slots0 = 0;
 	unsigned long long t0 = 0, rows = 0, bytes = 0;
 	char kind[16] = "";
 	int k;
-	int rc = job_read(endpoints, job, &v);
 
-	if (rc)
-		return rc;
 	/* The drains and joins asked for, as the leader counts them. */
 	for (uint32_t r = 0; r < v->M; r++)
 		waiting += v->live[r] && ((v->drain[r] &&
@@ -3542,8 +3557,40 @@ int emb_coord_job_moves(const char *endpoints, const char *job,
 					      mv.left / mv.moved);
 	}
 	*out = mv;
+}
+
+int emb_coord_job_moves(const char *endpoints, const char *job,
+			struct emb_wire_moves *out)
+{
+	struct job_view *v;
+	int rc = job_read(endpoints, job, &v);
+
+	if (rc)
+		return rc;
+	moves_of(v, out);
 	job_view_free(v);
 	return 0;
+}
+
+int emb_coord_moves(struct emb_coord *c, struct emb_wire_moves *out)
+{
+	struct job_view *v;
+	bool leads;
+	int rc;
+
+	pthread_mutex_lock(&c->mu);
+	leads = c->leads && !c->ended && !c->lost;
+	pthread_mutex_unlock(&c->mu);
+	if (!leads)
+		return 0;
+	/* The agent's handle: it serializes this read with the agent's
+	 * requests, and no connection is made per scrape. */
+	rc = job_read_on(c->etcd, c->prefix, &v);
+	if (rc)
+		return rc;
+	moves_of(v, out);
+	job_view_free(v);
+	return 1;
 }
 
 int emb_coord_job_delete(const char *endpoints, const char *job)

@@ -238,6 +238,15 @@ int emb_coord_job_observe(const char *endpoints, const char *job,
 int emb_coord_job_moves(const char *endpoints, const char *job,
 			struct emb_wire_moves *out);
 
+/*
+ * The same, asked by a server of its own job over its own etcd handle,
+ * for its /metrics: 1 and *out when this server leads the job (the live
+ * server of lowest rank at the agent's last poll, which steps the moves),
+ * so that one node of the job answers for its moves; 0 when it does not
+ * lead (*out untouched); or an error as emb_coord_job_moves(). Any thread.
+ */
+int emb_coord_moves(struct emb_coord *c, struct emb_wire_moves *out);
+
 /* True if s is "etcd://..." (the only coordinator besides a scheduler). */
 bool emb_coord_is_etcd(const char *s);
 

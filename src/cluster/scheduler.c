@@ -2365,6 +2365,8 @@ static void publish(struct emb_sched *s)
 	v.slots_moved = s->moved_slots;
 	v.move_slots_left = s->move_from != NO_FILL ? s->move_left : 0;
 	v.move_eta_ms = v.move_slots_left ? move_eta_ms(s) : -1;
+	v.move_rows = s->move_from != NO_FILL ? s->move_rows : 0;
+	v.move_bytes = s->move_from != NO_FILL ? s->move_bytes : 0;
 	v.rows_streamed = s->streamed_rows;
 	v.bytes_streamed = s->streamed_bytes;
 	v.drains = s->drains;
@@ -2903,6 +2905,29 @@ static void metrics_server_slots(struct emb_metrics_out *o,
 	}
 }
 
+void emb_cluster_metrics_move(struct emb_metrics_out *o, uint32_t slots_left,
+			      int64_t eta_ms, uint64_t rows, uint64_t bytes)
+{
+	emb_metrics_family(o, "embstore_cluster_move_slots_left", "gauge",
+			   "Slots the drain or join under way has still to "
+			   "move, 0 when none.");
+	emb_metrics_u64(o, "embstore_cluster_move_slots_left", NULL,
+			slots_left);
+	emb_metrics_family(o, "embstore_cluster_move_eta_seconds", "gauge",
+			   "Time the drain or join under way needs still at "
+			   "its rate so far, or -1.");
+	emb_metrics_f64(o, "embstore_cluster_move_eta_seconds", NULL,
+			eta_ms < 0 ? -1.0 : (double)eta_ms / 1e3);
+	emb_metrics_family(o, "embstore_cluster_move_rows_streamed", "gauge",
+			   "Rows streamed for the drain or join under way "
+			   "so far, 0 when none.");
+	emb_metrics_u64(o, "embstore_cluster_move_rows_streamed", NULL, rows);
+	emb_metrics_family(o, "embstore_cluster_move_bytes_streamed", "gauge",
+			   "Bytes of those rows.");
+	emb_metrics_u64(o, "embstore_cluster_move_bytes_streamed", NULL,
+			bytes);
+}
+
 void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 {
 	static const char *const states[] = {"over", "forming", "ready",
@@ -2986,19 +3011,8 @@ void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o)
 				   "Bytes of those rows (ids and floats).");
 		emb_metrics_u64(o, "embstore_cluster_bytes_streamed_total",
 				NULL, v.bytes_streamed);
-		emb_metrics_family(o, "embstore_cluster_move_slots_left",
-				   "gauge",
-				   "Slots the drain or join under way has "
-				   "still to move, 0 when none.");
-		emb_metrics_u64(o, "embstore_cluster_move_slots_left", NULL,
-				v.move_slots_left);
-		emb_metrics_family(o, "embstore_cluster_move_eta_seconds",
-				   "gauge",
-				   "Time the drain or join under way needs "
-				   "still at its rate so far, or -1.");
-		emb_metrics_f64(o, "embstore_cluster_move_eta_seconds", NULL,
-				v.move_eta_ms < 0 ? -1.0
-						  : (double)v.move_eta_ms / 1e3);
+		emb_cluster_metrics_move(o, v.move_slots_left, v.move_eta_ms,
+					 v.move_rows, v.move_bytes);
 		emb_metrics_family(o, "embstore_cluster_servers_changed_total",
 				   "counter",
 				   "Servers drained and gone, or given their "

@@ -122,6 +122,8 @@ struct emb_sched_stats {
 					0 when none */
 	int64_t move_eta_ms;	     /* its time left at its rate so far,
 					or -1 (none, or no chunk done) */
+	uint64_t move_rows;	     /* rows streamed for it so far */
+	uint64_t move_bytes;	     /* their bytes */
 	uint64_t rows_streamed;	     /* rows servers streamed to each
 					other (moves and recoveries),
 					since the start */
@@ -162,5 +164,15 @@ struct emb_metrics_out;
  * endpoint (NULL: build and process metrics only).
  */
 void emb_sched_metrics_collect(void *arg, struct emb_metrics_out *o);
+
+/*
+ * The gauges of the drain or join under way (docs/operations.md,
+ * "Metrics"), as the scheduler's /metrics shows them and, for a job kept
+ * in etcd, its leading server's: slots still to move (0 when none), the
+ * time that needs at the rate so far (eta_ms, -1 when unknown), and the
+ * rows and bytes streamed for it so far.
+ */
+void emb_cluster_metrics_move(struct emb_metrics_out *o, uint32_t slots_left,
+			      int64_t eta_ms, uint64_t rows, uint64_t bytes);
 
 #endif

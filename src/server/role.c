@@ -3,7 +3,8 @@
  * order in which a daemon's server, /metrics, checkpoints, node agent and
  * replication control start and stop, the health its /healthz reports,
  * and the default memory limit. One controlling thread; the health check
- * runs on the metrics endpoint's thread and reads only atomics.
+ * and the collector run on the metrics endpoint's thread and read only
+ * atomics, and the node once joined says it is there.
  */
 #include "server/role.h"
 
@@ -15,6 +16,7 @@
 #include "cluster/coord.h"
 #include "cluster/drain.h"
 #include "cluster/node.h"
+#include "cluster/scheduler.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "metrics/metrics.h"
@@ -82,6 +84,32 @@ static bool health(void *arg, char *why, size_t cap)
 	return true;
 }
 
+/*
+ * /metrics: the server's own, and, while this server leads a job kept in
+ * etcd, the drain or join under way (the gauges a scheduler's /metrics
+ * has): a job in etcd has no scheduler to scrape, and its leader is the
+ * node that steps the moves. One etcd read a scrape, by the leader only.
+ */
+static void collect(void *arg, struct emb_metrics_out *o)
+{
+	struct emb_server_role *r = arg;
+	struct emb_wire_moves m;
+	struct emb_coord *c;
+
+	emb_server_metrics_collect(r->srv, o);
+	/* r->node is written before joined is set, and not again until
+	 * the endpoint is gone (role_free()). */
+	if (!__atomic_load_n(&r->joined, __ATOMIC_ACQUIRE) || !r->node)
+		return;
+	c = emb_node_coord(r->node);
+	if (!c || emb_coord_moves(c, &m) != 1)
+		return;
+	emb_cluster_metrics_move(
+	    o, m.kind == EMB_WIRE_MOVE_NONE ? 0 : m.left,
+	    m.left && m.kind != EMB_WIRE_MOVE_NONE ? m.eta_ms : -1, m.rows,
+	    m.bytes);
+}
+
 /* Frees what start and join made, without a final checkpoint. */
 static void role_free(struct emb_server_role *r)
 {
@@ -128,9 +156,8 @@ int emb_server_role_start(const struct emb_server_role_opts *o,
 		so->threads == 1 ? "" : "s", so->auth_token_len ? ", auth" : "",
 		so->admin_token_len ? ", admin token" : "", mem_desc);
 	if (o->metrics_addr) {
-		rc = emb_server_metrics_serve(o->metrics_addr,
-					      emb_server_metrics_collect,
-					      r->srv, &r->metrics);
+		rc = emb_server_metrics_serve(o->metrics_addr, collect, r,
+					      &r->metrics);
 		if (rc)
 			goto err;
 	}

@@ -44,7 +44,11 @@ ep=etcd://127.0.0.1:$etcd_port
 out=$work/launch.txt
 # 30 s of training: the join and the drain both happen under it, and the
 # test waits for each step, not for a time.
-(cd "$work" && exec embstore launch --coordinator "$ep" --job eel \
+# Each server serves /metrics; the copies are paced (500 kB/s: the join's
+# million bytes take two seconds or more) so that the leader's /metrics
+# shows the join under way.
+(cd "$work" && EMB_METRICS_LISTEN=127.0.0.1:0 EMB_MOVE_RATE=500000 \
+	exec embstore launch --coordinator "$ep" --job eel \
 	--server_num 2 --server_max 3 --worker_num 2 --replicas "$R" \
 	--log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
@@ -92,12 +96,38 @@ embstore scale --coordinator "$ep" --job eel --add 2 >"$work/add2.txt" 2>&1 &&
 grep -q 'free rank' "$work/add2.txt" ||
 	bad "no reason for --add 2: $(cat "$work/add2.txt")"
 
-# The leader logs in the launch's output (rank 0 or 1 leads).
+# metrics_urls: the /metrics of the servers launch started.
+metrics_urls() {
+	sed -n 's/^\[server\.[0-9]*\] .*metrics on \(http:[^ ,]*\).*/\1/p' \
+		"$out"
+}
+# The leader logs in the launch's output (rank 0 or 1 leads), and its
+# /metrics shows the join under way: a job in etcd has no scheduler to
+# ask.
+seen=
 for _ in $(seq 900); do
+	for u in $(metrics_urls); do
+		curl -fsS "$u" 2>/dev/null >"$work/m.txt" || continue
+		grep -q '^embstore_cluster_move_slots_left [1-9]' "$work/m.txt" &&
+			grep -q '^embstore_cluster_move_bytes_streamed ' \
+				"$work/m.txt" && seen=$u
+	done
 	grep -q 'server 2 has its share' "$out" && break
 	kill -0 "$lpid" 2>/dev/null || break
 	sleep 0.1
 done
+[ -n "$seen" ] || bad "no server's /metrics showed the join under way"
+# Done, the leader alone shows the gauges, and nothing left to move.
+n=0
+for u in $(metrics_urls); do
+	curl -fsS "$u" >"$work/m.txt" 2>&1 || bad "no /metrics at $u"
+	grep -q '^embstore_cluster_move_slots_left' "$work/m.txt" || continue
+	n=$((n + 1))
+	grep -q '^embstore_cluster_move_slots_left 0$' "$work/m.txt" &&
+		grep -q '^embstore_cluster_move_eta_seconds -1$' "$work/m.txt" ||
+		bad "the leader's /metrics shows a move left after the join"
+done
+[ "$n" -eq 1 ] || bad "$n servers' /metrics show the moves, not the leader alone"
 share=$(sed -n 's/.*server 2 has its share: \([0-9]*\) slots.*/\1/p' "$out" |
 	head -1)
 grep -q 'server 2 (.*) joins at a free rank' "$newlog" ||

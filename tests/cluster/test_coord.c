@@ -1286,6 +1286,45 @@ static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
 			CU_ASSERT_EQUAL(mv.rows, sent);
 			CU_ASSERT_EQUAL(mv.bytes, 40 * sent);
 			moved = mv.moved;
+			/* What /metrics shows: the leader (rank 0, the live
+			 * server of lowest rank) answers with the same move,
+			 * every other server with nothing. */
+			for (uint32_t k = 0; k < 3; k++) {
+				struct emb_wire_moves lm, again;
+				int lrc;
+
+				if (!by_rank[k])
+					continue;
+				/* The leader reads etcd, with the agent's
+				 * short timeout: a loaded machine may make
+				 * a read time out, and a scrape show nothing. */
+				for (int t = 0; t < 10; t++) {
+					lrc = emb_coord_moves(by_rank[k], &lm);
+					if (lrc >= 0)
+						break;
+					sleep_ms(50);
+				}
+				CU_ASSERT_EQUAL(lrc, k == 0 ? 1 : 0);
+				if (k || lrc != 1)
+					continue;
+				CU_ASSERT_EQUAL(lm.kind, mv.kind);
+				CU_ASSERT_EQUAL(lm.rank, mv.rank);
+				/* The same step, unless the leader took one
+				 * meanwhile (a retry after its wait). */
+				CU_ASSERT_EQUAL_FATAL(
+				    emb_coord_job_moves(etcd.url, job, &again),
+				    0);
+				if (again.phase != mv.phase ||
+				    again.first != mv.first ||
+				    again.left != mv.left || again.rows != mv.rows)
+					continue;
+				CU_ASSERT_EQUAL(lm.phase, mv.phase);
+				CU_ASSERT_EQUAL(lm.first, mv.first);
+				CU_ASSERT_EQUAL(lm.n, mv.n);
+				CU_ASSERT_EQUAL(lm.left, mv.left);
+				CU_ASSERT_EQUAL(lm.rows, mv.rows);
+				CU_ASSERT_EQUAL(lm.bytes, mv.bytes);
+			}
 		}
 		if (!stray_sent) {
 			stray_sent = true;
