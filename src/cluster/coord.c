@@ -3339,15 +3339,15 @@ static bool val_copy(const struct emb_etcd_kv *kv, char *buf, size_t cap)
 	return true;
 }
 
+static int job_read_on(struct emb_etcd *e, const char *prefix,
+		       struct job_view **out);
+
 /*
  * Reads job's keys from etcd at endpoints into *out (malloc'd; free
  * (*out)->servers and *out): 0, EMB_ECLUSTER (no such job, or not formed
  * yet: no map), EMB_EBADFRAME (a map that does not decode), or an etcd
  * error.
  */
-static int job_read_on(struct emb_etcd *e, const char *prefix,
-		       struct job_view **out);
-
 static int job_read(const char *endpoints, const char *job,
 		    struct job_view **out)
 {
