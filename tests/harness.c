@@ -66,6 +66,16 @@ char *emb_test_tmpdir(void)
 	return path;
 }
 
+char *emb_test_shmdir(void)
+{
+	char *path = strdup("/dev/shm/embstore-test.XXXXXX");
+
+	if (path && mkdtemp(path))
+		return path;
+	free(path);
+	return emb_test_tmpdir();
+}
+
 static int rm_one(const char *p, const struct stat *sb, int flag,
 		  struct FTW *ftw)
 {

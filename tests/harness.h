@@ -24,6 +24,9 @@ int emb_test_main(int argc, char **argv, const char *suite,
 
 /* Makes a fresh directory under $TMPDIR (or /tmp); caller frees the path. */
 char *emb_test_tmpdir(void);
+/* The same in /dev/shm where there is one (a test's etcd keeps its data
+ * there: no fsync waits on a busy disk), else emb_test_tmpdir(). */
+char *emb_test_shmdir(void);
 /* Removes a directory tree made by emb_test_tmpdir(). */
 void emb_test_rmtree(const char *path);
 

@@ -37,13 +37,22 @@ emb_have_etcd() {
 	command -v etcd >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1
 }
 
-# emb_start_etcd DIR NAME: starts a one-member etcd(1) with its data and
-# log (etcd.log) in DIR, on two free loopback ports, in the background.
-# Sets epid and etcd_port (the client port); returns 1 (after printing the
-# log's tail) if it was not ready in 30 s. Needs python3, for the ports.
+# emb_start_etcd DIR NAME: starts a one-member etcd(1) with its log
+# (etcd.log) in DIR, on two free loopback ports, in the background. Its
+# data go to a directory of its own in /dev/shm where there is one
+# (removed once etcd is gone), else to DIR: a test's etcd keeps nothing
+# worth a disk, and on a disk the writes of a busy machine can hold etcd's
+# fsyncs, and with them every lease renewal, for seconds. Sets epid and
+# etcd_port (the client port); returns 1 (after printing the log's tail)
+# if it was not ready in 30 s. Needs python3, for the ports.
 emb_start_etcd() {
 	_dir=$1
 	_name=$2
+	_data=$_dir/etcd
+	if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+		_data=$(mktemp -d /dev/shm/emb-etcd-XXXXXX 2>/dev/null) ||
+			_data=$_dir/etcd
+	fi
 	# Two free ports at once: picked one after the other, the second
 	# could be the first again, and etcd would fail to bind its peer
 	# port.
@@ -53,7 +62,7 @@ b = socket.socket(); b.bind(("127.0.0.1", 0))
 print(a.getsockname()[1], b.getsockname()[1])')
 	etcd_port=${_ports% *}
 	_pp=${_ports#* }
-	etcd --name "$_name" --data-dir "$_dir/etcd" \
+	etcd --name "$_name" --data-dir "$_data" \
 		--listen-client-urls "http://127.0.0.1:$etcd_port" \
 		--advertise-client-urls "http://127.0.0.1:$etcd_port" \
 		--listen-peer-urls "http://127.0.0.1:$_pp" \
@@ -61,6 +70,21 @@ print(a.getsockname()[1], b.getsockname()[1])')
 		--initial-cluster "$_name=http://127.0.0.1:$_pp" \
 		>"$_dir/etcd.log" 2>&1 &
 	epid=$!
+	case $_data in
+	/dev/shm/*)
+		# Removed once etcd is gone, by a process that is no child of
+		# the test (its `wait` does not wait for it) and holds none of
+		# its output open.
+		(
+			(
+				while kill -0 "$epid" 2>/dev/null; do
+					sleep 1
+				done
+				rm -rf "$_data"
+			) </dev/null >/dev/null 2>&1 &
+		)
+		;;
+	esac
 	for _ in $(seq 300); do
 		grep -q 'ready to serve client requests' "$_dir/etcd.log" &&
 			return 0

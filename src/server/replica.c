@@ -54,6 +54,13 @@ struct emb_replica {
 	uint32_t warm_first, warm_n, warm_to;
 	uint64_t warm_epoch;
 	enum emb_server_fill_mode mode; /* of the fill started last */
+	/* The last fill that failed and was reported: the map of that epoch
+	 * asks for it still, but the coordinator aborts it in its next map
+	 * and asks again later (after a wait, with a newer epoch); begun
+	 * again meanwhile, a fill to a dead target would fail and be
+	 * reported hundreds of times a second. */
+	uint64_t failed_epoch; /* 0: none */
+	uint32_t failed_first, failed_n, failed_to;
 	pthread_t sweeper;   /* frees rows of slots given away */
 	pthread_cond_t sweep_cv; /* signals sweep_due or stop, with mu */
 	bool sweep_due;		 /* a map took slots away since the last */
@@ -127,6 +134,9 @@ static void fill_check(struct emb_replica *r)
 	    (first == r->fill_first && len == r->fill_n && to == r->fill_to &&
 	     r->view.grew[first] == r->fill_grew))
 		return;
+	if (r->prev.epoch == r->failed_epoch && first == r->failed_first &&
+	    len == r->failed_n && to == r->failed_to)
+		return; /* failed and told: the coordinator asks again */
 	if (r->warm_on && r->warm_ok && first == r->warm_first &&
 	    len == r->warm_n && to == r->warm_to &&
 	    r->prev.epoch == r->warm_epoch + 1)
@@ -189,6 +199,20 @@ static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 		if (r->warm_on) {
 			r->warm_on = false;
 			emb_server_untrack(r->srv);
+		}
+		/* Failed, and the coordinator told: not begun again from the
+		 * map that asked for it. A report that did not arrive (or was
+		 * refused) leaves the map's request to this fill open, and
+		 * it is begun again at once, as before. */
+		if (status && !rc) {
+			r->failed_epoch = epoch;
+			r->failed_first = first;
+			r->failed_n = n;
+			/* fill_to is this fill's unless another began. */
+			r->failed_to = first == r->fill_first &&
+					       n == r->fill_n
+					   ? r->fill_to
+					   : UINT32_MAX;
 		}
 		r->fill_n = 0;
 		pthread_mutex_unlock(&r->mu);

@@ -85,7 +85,7 @@ int etcd_proc_start(struct etcd_proc *p)
 	int rc = -1;
 
 	memset(p, 0, sizeof(*p));
-	p->dir = emb_test_tmpdir();
+	p->dir = emb_test_shmdir();
 	p->port = etcd_proc_free_port();
 	p->peer_port = etcd_proc_free_port();
 	if (!p->dir || !p->port || !p->peer_port || p->port == p->peer_port)

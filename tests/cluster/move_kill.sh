@@ -9,9 +9,10 @@
 #    to it (the target dies): its slots fail over to their other copies
 #    and no slot is lost.
 # 2. A second newcomer takes the dead rank, is filled back to R copies and
-#    given its share; while a chunk is copied to it, the server streaming
-#    that chunk is SIGKILLed (the source dies): the chunk's move starts
-#    again from the copies left, and the newcomer still gets its share.
+#    given its share; while its third chunk is copied to it, the server
+#    streaming that chunk is SIGKILLed (the source dies): the chunk's
+#    move starts again from the copies left, and the newcomer still gets
+#    its share.
 # 3. A third newcomer takes the source's rank and is filled with its
 #    slots.
 #
@@ -87,12 +88,16 @@ moves_wait 'map epoch [0-9]*: server 3 removed' ||
 grep -q 'lost every holder' "$out" && bad "a slot lost every holder"
 
 # 2. The source dies: a second newcomer takes rank 3, is filled, then the
-# server streaming its first chunk is killed during the copy.
+# server streaming its third chunk is killed during the copy. Not the
+# first: that one begins as the fill ends, and a write in flight just
+# then to a server that dies, whose other copy went to the server being
+# filled, may fail with EMB_ENODEAD (docs/coordinator.md, "Limits"); a
+# test of a source dying mid-move need not wait on that.
 c=$(grep -c 'slots [0-9]*-[0-9]* move from server [0-9]* to server 3 ' "$out")
 newcomer new2
 moves_wait 'server 3 (.*) \(joins at a free rank\|replaces a dead server\)' ||
 	bad "the second newcomer did not take rank 3"
-first_move_to 3 $((c + 1)) || bad "no move to the second newcomer"
+first_move_to 3 $((c + 3)) || bad "no third move to the second newcomer"
 victim=$by
 [ "$victim" != 3 ] || bad "the chunk is streamed by the newcomer itself"
 vpid=$(pid_of "$victim")
