@@ -106,6 +106,10 @@
 #define STALL_LEASES 4
 #define VANISH_LEASES 2
 
+/* An observer's read of a job's keys (job_read_on()). */
+struct job_view;
+static void job_view_free(struct job_view *v);
+
 struct emb_coord {
 	struct emb_etcd *etcd;		   /* the client, for all but the lease */
 	struct emb_etcd *lease_etcd;	   /* the lease's: grant, renew, revoke */
@@ -150,6 +154,14 @@ struct emb_coord {
 			   the agent polls every POLL_MS */
 	bool leads;	/* this server led the job at the last poll (the
 			   live server of lowest rank) */
+	uint64_t polls;	/* agent polls ended (c->mu) */
+	/* emb_coord_moves()'s last read of the job's keys, and c->polls
+	 * then: a scrape reuses it until the agent's next poll ends, so
+	 * scrapes in a loop cost etcd at most one read a poll. Under
+	 * moves_mu, which serializes the scrapes. */
+	pthread_mutex_t moves_mu;
+	struct job_view *moves_view;
+	uint64_t moves_polls;
 	int64_t relet_at;    /* emb_clock_ms() of this node's last re-let
 				(relet()), 0 if none */
 	int64_t silent_at;   /* of the lease thread's last renewal that
@@ -2618,6 +2630,10 @@ static void *agent_main(void *arg)
 				emb_log(EMB_LOG_DEBUG, "job %s: poll: %s",
 					c->prefix, emb_strerror(rc));
 		}
+		/* Its reads and writes are done: a scrape reads anew. */
+		pthread_mutex_lock(&c->mu);
+		c->polls++;
+		pthread_mutex_unlock(&c->mu);
 		/* Until the job formed, a server looks for its map every
 		 * POLL_MS: without one it refuses the writes of a
 		 * replicated job's workers, which have it at once (they
@@ -2674,6 +2690,8 @@ static void coord_free(struct emb_coord *c)
 	free(c->bar_names);
 	free(c->bar_gens);
 	free(c->map);
+	job_view_free(c->moves_view);
+	pthread_mutex_destroy(&c->moves_mu);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -2711,6 +2729,7 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->moves_mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	snprintf(c->prefix, sizeof(c->prefix), "/embstore/%s/", job);
 	c->on_end = opts->on_end;
@@ -3575,22 +3594,34 @@ int emb_coord_job_moves(const char *endpoints, const char *job,
 int emb_coord_moves(struct emb_coord *c, struct emb_wire_moves *out)
 {
 	struct job_view *v;
+	uint64_t polls;
 	bool leads;
-	int rc;
+	int rc = 0;
 
 	pthread_mutex_lock(&c->mu);
 	leads = c->leads && !c->ended && !c->lost;
+	polls = c->polls;
 	pthread_mutex_unlock(&c->mu);
 	if (!leads)
 		return 0;
-	/* The agent's handle: it serializes this read with the agent's
-	 * requests, and no connection is made per scrape. */
-	rc = job_read_on(c->etcd, c->prefix, &v);
-	if (rc)
-		return rc;
-	moves_of(v, out);
-	job_view_free(v);
-	return 1;
+	pthread_mutex_lock(&c->moves_mu);
+	if (!c->moves_view || c->moves_polls != polls) {
+		/* The agent's handle: it serializes this read with the
+		 * agent's requests, and no connection is made per scrape.
+		 * A poll that ends during the read makes the next scrape
+		 * read again (polls is from before it). */
+		rc = job_read_on(c->etcd, c->prefix, &v);
+		if (!rc) {
+			job_view_free(c->moves_view);
+			c->moves_view = v;
+			c->moves_polls = polls;
+		}
+	}
+	/* Elapsed time and the ETA are of now, whichever read. */
+	if (!rc)
+		moves_of(c->moves_view, out);
+	pthread_mutex_unlock(&c->moves_mu);
+	return rc ? rc : 1;
 }
 
 int emb_coord_job_delete(const char *endpoints, const char *job)

@@ -104,10 +104,9 @@ static void collect(void *arg, struct emb_metrics_out *o)
 	c = emb_node_coord(r->node);
 	if (!c || emb_coord_moves(c, &m) != 1)
 		return;
-	emb_cluster_metrics_move(
-	    o, m.kind == EMB_WIRE_MOVE_NONE ? 0 : m.left,
-	    m.left && m.kind != EMB_WIRE_MOVE_NONE ? m.eta_ms : -1, m.rows,
-	    m.bytes);
+	/* With no move under way, moves_of() gives 0 left and an ETA of
+	 * -1, as the scheduler shows then. */
+	emb_cluster_metrics_move(o, m.left, m.eta_ms, m.rows, m.bytes);
 }
 
 /* Frees what start and join made, without a final checkpoint. */
