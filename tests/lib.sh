@@ -50,6 +50,16 @@ emb_start_etcd() {
 	_name=$2
 	_data=$_dir/etcd
 	if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+		# What an earlier test's etcd left when the test was killed
+		# with its watcher (below; meson kills a timed-out test's
+		# process group): a directory whose .pid names no process.
+		# (One being written reads empty, and stays.)
+		for _pf in /dev/shm/emb-etcd-*.pid; do
+			_op=$(cat "$_pf" 2>/dev/null) || continue
+			[ -n "$_op" ] || continue
+			kill -0 "$_op" 2>/dev/null && continue
+			rm -rf "${_pf%.pid}" "$_pf"
+		done
 		_data=$(mktemp -d /dev/shm/emb-etcd-XXXXXX 2>/dev/null) ||
 			_data=$_dir/etcd
 	fi
@@ -72,6 +82,7 @@ print(a.getsockname()[1], b.getsockname()[1])')
 	epid=$!
 	case $_data in
 	/dev/shm/*)
+		echo "$epid" >"$_data.pid"
 		# Removed once etcd is gone, by a process that is no child of
 		# the test (its `wait` does not wait for it) and holds none of
 		# its output open.
@@ -80,7 +91,7 @@ print(a.getsockname()[1], b.getsockname()[1])')
 				while kill -0 "$epid" 2>/dev/null; do
 					sleep 1
 				done
-				rm -rf "$_data"
+				rm -rf "$_data" "$_data.pid"
 			) </dev/null >/dev/null 2>&1 &
 		)
 		;;
