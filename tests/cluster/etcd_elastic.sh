@@ -123,11 +123,34 @@ for u in $(metrics_urls); do
 	curl -fsS "$u" >"$work/m.txt" 2>&1 || bad "no /metrics at $u"
 	grep -q '^embstore_cluster_move_slots_left' "$work/m.txt" || continue
 	n=$((n + 1))
+	leader=$u
 	grep -q '^embstore_cluster_move_slots_left 0$' "$work/m.txt" &&
 		grep -q '^embstore_cluster_move_eta_seconds -1$' "$work/m.txt" ||
 		bad "the leader's /metrics shows a move left after the join"
 done
 [ "$n" -eq 1 ] || bad "$n servers' /metrics show the moves, not the leader alone"
+# Scraped in a loop, the leader reads the job's keys once a poll of its
+# agent, not at every scrape (two ranges each): etcd's own count of ranges
+# over 50 scrapes, less its count over as long a time without any (a
+# second or two: the job trains on meanwhile, for the checks below).
+ranges() {
+	curl -fsS "http://127.0.0.1:$etcd_port/metrics" |
+		sed -n 's/^etcd_mvcc_range_total //p'
+}
+t0=$(date +%s%N)
+r0=$(ranges)
+for _ in $(seq 50); do
+	curl -fsS -o /dev/null "$leader" || bad "no /metrics at $leader"
+done
+r1=$(ranges)
+t1=$(date +%s%N)
+r2=$(ranges)
+sleep "$(awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.3f", ns / 1e9 }')"
+r3=$(ranges)
+extra=$(((r1 - r0) - (r3 - r2)))
+echo "50 scrapes of the leader: $((r1 - r0)) etcd ranges; as long without: $((r3 - r2))"
+[ "$extra" -lt 50 ] ||
+	bad "50 scrapes of the leader cost etcd $extra more ranges than none"
 share=$(sed -n 's/.*server 2 has its share: \([0-9]*\) slots.*/\1/p' "$out" |
 	head -1)
 grep -q 'server 2 (.*) joins at a free rank' "$newlog" ||
