@@ -2495,6 +2495,15 @@ static void *lease_main(void *arg)
 						 : c->timeout_ms);
 			rc = emb_etcd_lease_keepalive(c->lease_etcd, c->lease,
 						      &got_s);
+			/* Or it paused during the renewal: sent in time,
+			 * answered (by an etcd that had paused with it, and
+			 * revoked every lease on waking) past the lease's
+			 * end. Judged before the call alone, a machine paused
+			 * just after it sent made this node leave a job that
+			 * nobody had counted it dead in. */
+			if (!paused && rc == EMB_ENOLEASE)
+				paused = (int64_t)emb_clock_ms() - last_ok >
+					 lease_ms;
 			/* Only when etcd cannot have heard from this node
 			 * through the lease: etcd was silent to it, or it
 			 * did not run (a machine paused whole stops etcd and
