@@ -155,12 +155,16 @@ struct emb_coord {
 	bool leads;	/* this server led the job at the last poll (the
 			   live server of lowest rank) */
 	uint64_t polls;	/* agent polls ended (c->mu) */
-	/* emb_coord_moves()'s last read of the job's keys, and c->polls
-	 * then: a scrape reuses it until the agent's next poll ends, so
-	 * scrapes in a loop cost etcd at most one read a poll. Under
-	 * moves_mu, which serializes the scrapes. */
+	/* emb_coord_moves()'s last read of the job's keys (NULL if it
+	 * failed, with its error in moves_rc), and c->polls then: a scrape
+	 * reuses it, or its error, until the agent's next poll ends, so
+	 * scrapes in a loop cost etcd at most one read a poll, answered or
+	 * not (a silent etcd must not hold the agent's handle for a
+	 * timeout per scrape). Under moves_mu, which serializes the
+	 * scrapes. */
 	pthread_mutex_t moves_mu;
 	struct job_view *moves_view;
+	int moves_rc;
 	uint64_t moves_polls;
 	int64_t relet_at;    /* emb_clock_ms() of this node's last re-let
 				(relet()), 0 if none */
@@ -3605,7 +3609,7 @@ int emb_coord_moves(struct emb_coord *c, struct emb_wire_moves *out)
 	struct job_view *v;
 	uint64_t polls;
 	bool leads;
-	int rc = 0;
+	int rc;
 
 	pthread_mutex_lock(&c->mu);
 	leads = c->leads && !c->ended && !c->lost;
@@ -3614,18 +3618,19 @@ int emb_coord_moves(struct emb_coord *c, struct emb_wire_moves *out)
 	if (!leads)
 		return 0;
 	pthread_mutex_lock(&c->moves_mu);
-	if (!c->moves_view || c->moves_polls != polls) {
+	if ((!c->moves_view && !c->moves_rc) || c->moves_polls != polls) {
 		/* The agent's handle: it serializes this read with the
 		 * agent's requests, and no connection is made per scrape.
 		 * A poll that ends during the read makes the next scrape
 		 * read again (polls is from before it). */
-		rc = job_read_on(c->etcd, c->prefix, &v);
-		if (!rc) {
-			job_view_free(c->moves_view);
+		job_view_free(c->moves_view);
+		c->moves_view = NULL;
+		c->moves_rc = job_read_on(c->etcd, c->prefix, &v);
+		if (!c->moves_rc)
 			c->moves_view = v;
-			c->moves_polls = polls;
-		}
+		c->moves_polls = polls;
 	}
+	rc = c->moves_rc;
 	/* Elapsed time and the ETA are of now, whichever read. */
 	if (!rc)
 		moves_of(c->moves_view, out);

@@ -245,8 +245,9 @@ int emb_coord_job_moves(const char *endpoints, const char *job,
  * so that one node of the job answers for its moves; 0 when it does not
  * lead (*out untouched); or an error as emb_coord_job_moves(). Any thread.
  * Reads the job's keys at most once between two of the agent's polls
- * (later calls reuse that read, with the elapsed time and ETA of now): a
- * scraper in a loop cannot keep the agent's handle busy.
+ * (later calls reuse that read, with the elapsed time and ETA of now, or
+ * return its error): a scraper in a loop cannot keep the agent's handle
+ * busy, even while etcd does not answer.
  */
 int emb_coord_moves(struct emb_coord *c, struct emb_wire_moves *out);
 

@@ -147,6 +147,12 @@ t1=$(date +%s%N)
 r2=$(ranges)
 sleep "$(awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.3f", ns / 1e9 }')"
 r3=$(ranges)
+case "$r0$r1$r2$r3" in
+'' | *[!0-9]*)
+	bad "etcd's /metrics gave no etcd_mvcc_range_total ($r0 $r1 $r2 $r3)"
+	r0=0 r1=0 r2=0 r3=0
+	;;
+esac
 extra=$(((r1 - r0) - (r3 - r2)))
 echo "50 scrapes of the leader: $((r1 - r0)) etcd ranges; as long without: $((r3 - r2))"
 [ "$extra" -lt 50 ] ||

@@ -1297,8 +1297,9 @@ static uint32_t drive_moves(struct emb_coord **by_rank, struct emb_coord *w,
 					continue;
 				/* The leader reads etcd, with the agent's
 				 * short timeout: a loaded machine may make
-				 * a read time out, and a scrape show nothing. */
-				for (int t = 0; t < 10; t++) {
+				 * a read time out, and a scrape show nothing
+				 * until the agent's next poll. */
+				for (int t = 0; t < 40; t++) {
 					lrc = emb_coord_moves(by_rank[k], &lm);
 					if (lrc >= 0)
 						break;
