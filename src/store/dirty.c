@@ -90,6 +90,8 @@ void emb__dirty_fini(struct emb_shard *s)
 	free(s->track);
 	free(s->vslot);
 	s->vslot = NULL;
+	free(s->birth);
+	s->birth = NULL;
 	s->dirty = NULL;
 	s->erased = NULL;
 	s->track = NULL;

@@ -163,6 +163,12 @@ static int add_slab(struct emb_table *t, struct emb_shard *s)
 		if (rc)
 			return rc;
 	}
+	if (s->birth) {
+		rc = emb__birth_reserve(t, s,
+					(s->nslabs + 1) * t->rows_per_slab);
+		if (rc)
+			return rc;
+	}
 	if (s->tier_pinned || s->tier_force_slabs) {
 		emb__mem_charge_force(t, t->slab_alloc_bytes);
 		if (s->tier_force_slabs)
@@ -218,6 +224,13 @@ int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 	if (s->vslot)
 		s->vslot[idx] = (uint16_t)emb_fastrange32((uint32_t)(h >> 32),
 							  EMB_NSLOTS);
+	/* The next birth of its slot; a holder given the row's birth by
+	 * the primary (emb_table_push_births()) sets it over this one. */
+	if (s->birth)
+		s->birth[idx] = __atomic_add_fetch(
+		    &t->slot_birth[emb_fastrange32((uint32_t)(h >> 32),
+						   EMB_NSLOTS)],
+		    1, __ATOMIC_RELAXED);
 	place(s->slots, s->nslots, h, emb__hash_tag(h) | (idx + 1));
 	s->used++;
 	/* A new row is a change the next delta checkpoint must carry. */

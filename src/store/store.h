@@ -339,6 +339,93 @@ int emb_table_push_flags(struct emb_table *t, const uint64_t *ids, uint32_t n,
 			 const float *grads, uint32_t flags);
 
 /*
+ * Births (docs/replication.md, "Eviction with replicas"). A table that
+ * numbers its rows gives each row it makes the next number of the row's
+ * slot (emb_id_slot()): a row made again after an eviction or an erase
+ * has a higher birth than every earlier row of its id. A slot's primary
+ * tells the client its rows' births (emb_table_births()), and the client's
+ * push names them to every holder (emb_table_push_births()), so that a
+ * holder tells a gradient meant for its row from one meant for a row
+ * since removed. Rows that existed before the table numbered its rows
+ * have birth 0; births are neither checkpointed nor dumped (a restored
+ * table starts numbering afresh, on every holder alike). Costs 4 bytes a
+ * record and 16 KiB a table.
+ */
+#define EMB_BIRTH_NONE UINT32_MAX /* emb_table_births(): no such row */
+
+/*
+ * Numbers the table's rows from now on. Idempotent: 0, -ENOMEM, or
+ * -EOPNOTSUPP for a tiered table (its cold rows have no record to keep a
+ * birth in). Safe beside any other call on t.
+ */
+int emb_table_births_enable(struct emb_table *t);
+
+/* True once emb_table_births_enable() succeeded. */
+bool emb_table_has_births(const struct emb_table *t);
+
+/*
+ * births[i] = the birth of ids[i]'s row, EMB_BIRTH_NONE when t has none
+ * (not made, nor read back). Returns how many were found, or EMB_EBADARG
+ * when t numbers no rows.
+ */
+int emb_table_births(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		     uint32_t *births);
+
+/*
+ * Gives the rows of ids the births a slot's primary gave them (a holder
+ * filled with the primary's rows: a recovery, a move), raising each slot's
+ * counter to at least its rows' births. Absent ids are skipped. Returns how
+ * many rows were set, or EMB_EBADARG when t numbers no rows.
+ */
+int emb_table_births_set(struct emb_table *t, const uint64_t *ids, uint32_t n,
+			 const uint32_t *births);
+
+/* Slot's counter: the highest birth given in it (0 while t numbers no
+ * rows). */
+uint32_t emb_table_slot_birth(const struct emb_table *t, uint32_t slot);
+
+/*
+ * Raises slot's counter to at least b: a backup promoted to primary raises
+ * its slots past every birth its old primary may have given, so that the
+ * rows it makes are newer than any of theirs.
+ */
+void emb_table_slot_birth_raise(struct emb_table *t, uint32_t slot,
+				uint32_t b);
+
+/*
+ * For emb_table_push_births(): this server is the primary of the slots of
+ * ids, which gave every birth; an absent row with a birth at or under its
+ * slot's counter was removed since, and its gradient is dropped. Without
+ * it (a backup) an absent row is made with the birth named: a backup
+ * cannot tell a row it has not seen yet from one removed since.
+ */
+#define EMB_PUSH_PRIMARY 0x2u
+
+/*
+ * emb_table_push_flags() on a table that numbers its rows, births[i]
+ * being the birth the slot's primary gave ids[i]'s row (repeats of an id
+ * name the same). Per row:
+ *   - same birth: the gradient is applied;
+ *   - an older row (this holder missed its removal): the row is made
+ *     again (initial weights and state), given births[i], and the gradient
+ *     applied;
+ *   - a newer row (removed and made again since the client asked): the
+ *     gradient is dropped;
+ *   - absent: made with births[i] (dropped by a primary, see
+ *     EMB_PUSH_PRIMARY).
+ * Dropped gradients are counted (emb_table_births_dropped()). A push
+ * refused as not finite restores births too. EMB_EBADARG when t numbers
+ * no rows.
+ */
+int emb_table_push_births(struct emb_table *t, const uint64_t *ids,
+			  uint32_t n, const float *grads,
+			  const uint32_t *births, uint32_t flags);
+
+/* Gradients emb_table_push_births() dropped, their rows removed or made
+ * again since the client asked (a server adds them to grads_discarded). */
+uint64_t emb_table_births_dropped(const struct emb_table *t);
+
+/*
  * The id named by the calling thread's last EMB_ENONFINITE from
  * emb_table_push() or emb_table_assign(): the first id whose gradient or
  * row was not finite, or whose update would not have been. 0 before any.

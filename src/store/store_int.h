@@ -157,6 +157,11 @@ struct emb_shard {
 	 * then on kept as records are handed out. vslot_cap entries. */
 	uint16_t *vslot;
 	uint32_t vslot_cap;
+	/* Births (birth.c, emb_table_births_enable()): the number each
+	 * record's row was given when made, birth_cap entries; NULL while
+	 * the table numbers no rows. */
+	uint32_t *birth;
+	uint32_t birth_cap;
 	/* A live move's copy ahead of its fence (emb_table_track_begin()):
 	 * the records written since it began, and how many rows of its
 	 * slots were removed. NULL when no move tracks this table. */
@@ -248,6 +253,13 @@ struct emb_table {
 	bool sealed;	    /* records carry a seal */
 	uint64_t seal_seed; /* random per table: a stale location that now
 			       points into another table never validates */
+
+	/* Births (birth.c): per slot, the highest birth its rows were
+	 * given (atomics: a slot's ids lie in every shard); EMB_NSLOTS
+	 * counters, or NULL before emb_table_births_enable(). */
+	uint32_t *slot_birth;
+	bool births_on;		 /* every shard has its births (acquire) */
+	uint64_t births_dropped; /* emb_table_births_dropped() (atomic) */
 
 	/* The device tier (tier.c), or NULL. */
 	struct emb_tier *tier;
@@ -503,6 +515,25 @@ static inline void emb__dirty_mark(struct emb_shard *s, uint32_t idx)
 int emb__dirty_reserve(struct emb_shard *s, uint32_t nrec);
 /* shard.c, under the shard lock: room for nrec records' slots (charged to
  * the table), and the slots of every record there is (0 or as reserve). */
+/* birth.c, under the shard lock: room for nrec records' births (charged
+ * to the table). */
+int emb__birth_reserve(struct emb_table *t, struct emb_shard *s,
+		       uint32_t nrec);
+
+/* Raises slot's birth counter to at least b (a birth a holder was given
+ * by the slot's primary). */
+static inline void emb__birth_raise(struct emb_table *t, uint32_t slot,
+				    uint32_t b)
+{
+	uint32_t *c = &t->slot_birth[slot];
+	uint32_t have = __atomic_load_n(c, __ATOMIC_RELAXED);
+
+	while (have < b && !__atomic_compare_exchange_n(
+			       c, &have, b, true, __ATOMIC_RELAXED,
+			       __ATOMIC_RELAXED))
+		;
+}
+
 int emb__vslot_reserve(struct emb_table *t, struct emb_shard *s,
 		       uint32_t nrec);
 int emb__vslot_build(struct emb_table *t, struct emb_shard *s);

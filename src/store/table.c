@@ -251,6 +251,7 @@ void emb_table_destroy(struct emb_table *t)
 	for (uint32_t i = 0; i < t->nshards; i++)
 		emb__shard_fini(t, &t->shards[i]);
 	free(t->shards);
+	free(t->slot_birth);
 	emb__mem_charge(t, -(int64_t)load_stat(&t->mem_used));
 	emb__arena_destroy(t->arena);
 	pthread_mutex_destroy(&t->life_lock);
@@ -1497,6 +1498,9 @@ struct push_undo {
 	struct emb_row_hdr *r; /* the record */
 	uint32_t si;	       /* its shard */
 	bool created;	       /* made by this push: remove it */
+	uint32_t idx;	       /* made again (births): its record index,
+				  else UINT32_MAX */
+	uint32_t birth;	       /* made again: its birth before the push */
 };
 
 /* A push call's state, shared by its groups (push_group()). */
@@ -1506,6 +1510,9 @@ struct push_ctx {
 	struct emb_life_shard *life; /* the table's lifecycle, or NULL */
 	bool admitted;		    /* EMB_PUSH_ADMITTED: create absent rows
 				       whatever the admission */
+	const uint32_t *births;	    /* emb_table_push_births(), or NULL */
+	bool primary;		    /* EMB_PUSH_PRIMARY */
+	uint64_t stale;		    /* births: gradients dropped */
 	const float *grads;	    /* the caller's, dim floats per id */
 	struct push_sums ps;	    /* repeated ids' summed gradients */
 	struct push_undo *undo;	    /* rows reached so far (scratch) */
@@ -1576,6 +1583,63 @@ static uint64_t first_nonfinite(const struct emb_table *t, const uint64_t *ids,
 	return 0;
 }
 
+/* What emb_table_push_births() does with a row (store.h). */
+enum birth_verdict { BIRTH_APPLY, BIRTH_RENEW, BIRTH_DROP };
+
+/*
+ * The verdict for the gradient of id, which the slot's primary said was
+ * of a row born want, on this holder's row r (record idx; NULL: absent).
+ * BIRTH_APPLY on an absent row means: make it (set_birth() then gives it
+ * want).
+ */
+static enum birth_verdict birth_verdict(const struct emb_table *t,
+					const struct emb_shard *s,
+					const struct emb_row_hdr *r,
+					uint32_t idx, uint64_t id,
+					uint32_t want, bool primary)
+{
+	uint32_t have;
+
+	if (!r)
+		/* A primary gave every birth of its slots up to its
+		 * counter: an absent one was removed since. A backup
+		 * cannot tell a row it has not seen yet from one removed
+		 * since, and makes it (docs/replication.md: a backup's
+		 * check of its slots removes what its primary no longer
+		 * has). */
+		return primary && want <= emb_table_slot_birth(
+						  t, emb_id_slot(id))
+			   ? BIRTH_DROP
+			   : BIRTH_APPLY;
+	have = s->birth[idx];
+	if (have == want)
+		return BIRTH_APPLY;
+	return have < want ? BIRTH_RENEW : BIRTH_DROP;
+}
+
+/* A row made again in place: initial weights and state, and a new row's
+ * access count (push_group() counts this push's own). */
+static void renew_row(const struct emb_table *t, struct emb_row_hdr *r)
+{
+	float *w = emb__row_data(r);
+
+	init_weights(t, r->id, w);
+	emb_optim_state_init(&t->opts.optim, w + t->wwords, t->dim);
+	r->count = 1;
+}
+
+/* Gives the row of id, just made, the birth its primary named. */
+static void set_birth(struct emb_table *t, struct emb_shard *s, uint64_t id,
+		      uint64_t h, uint32_t b)
+{
+	int64_t idx = emb__shard_find(t, s, id, h);
+
+	if (idx < 0)
+		return;
+	s->birth[idx] = b;
+	emb__birth_raise(t, emb_id_slot(id), b);
+}
+
 /*
  * Applies shard s's group b->pos[lo..hi) (lock held, and kept by the
  * caller until the push's verdict); false once a result is not finite.
@@ -1592,6 +1656,7 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 	const float *const grads = x->grads;
 	const uint32_t *const sum_of = x->ps.sum_of;
 	const float *const sums = x->ps.sums;
+	const uint32_t *const births = x->births;
 	const size_t dim = t->dim;
 	const uint32_t step = x->step;
 	const uint32_t row_bytes = t->row_bytes;
@@ -1667,7 +1732,37 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 					idx[cur][k] = (uint32_t)emb__shard_find(
 					    t, s, ids[p], b->h[p]);
 			}
-			if (!r && ls && ls->cfg.admit && !x->admitted) {
+			if (births) {
+				switch (birth_verdict(t, s, r, idx[cur][k],
+						      ids[p], births[p],
+						      x->primary)) {
+				case BIRTH_DROP:
+					x->stale++;
+					continue;
+				case BIRTH_RENEW:
+					/* The holder's row is older than the
+					 * gradient's: it is made again in
+					 * place, and the undo can put the
+					 * old one back. */
+					memcpy(saved +
+						   (size_t)nundo * row_bytes,
+					       r, row_bytes);
+					u->created = false;
+					u->idx = idx[cur][k];
+					u->birth = s->birth[idx[cur][k]];
+					emb__row_write(t, s, idx[cur][k]);
+					renew_row(t, r);
+					s->birth[idx[cur][k]] = births[p];
+					emb__birth_raise(t,
+							 emb_id_slot(ids[p]),
+							 births[p]);
+					goto reached;
+				case BIRTH_APPLY:
+					break;
+				}
+			}
+			if (!r && ls && ls->cfg.admit && !x->admitted &&
+			    !births) {
 				dropped++;
 				continue;
 			}
@@ -1679,6 +1774,9 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 						x->rc = err;
 					continue;
 				}
+				if (births)
+					set_birth(t, s, ids[p], b->h[p],
+						  births[p]);
 				u->created = true;
 				created++;
 				/* Its creation is an access, as a pull's is,
@@ -1692,8 +1790,10 @@ push_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 				memcpy(saved + (size_t)nundo * row_bytes, r,
 				       row_bytes);
 				u->created = false;
+				u->idx = UINT32_MAX;
 				emb__row_write(t, s, idx[cur][k]);
 			}
+		reached:
 			u->r = r;
 			u->si = si;
 			nundo++;
@@ -1750,6 +1850,10 @@ static void push_undo(struct emb_table *t, struct push_ctx *x)
 		}
 		memcpy(u->r, x->saved + (size_t)i * t->row_bytes,
 		       t->row_bytes);
+		/* A row the push made again gets its old birth back (the
+		 * slot's counter stays raised: births only grow). */
+		if (u->idx != UINT32_MAX)
+			s->birth[u->idx] = u->birth;
 	}
 }
 
@@ -1785,6 +1889,10 @@ static void push_groups(struct emb_table *t, const struct batch *b,
 			pthread_mutex_unlock(&t->shards[si].lock);
 }
 
+static int push_call(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		     const float *grads, const uint32_t *births,
+		     uint32_t flags);
+
 int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		   const float *grads)
 {
@@ -1794,14 +1902,35 @@ int emb_table_push(struct emb_table *t, const uint64_t *ids, uint32_t n,
 int emb_table_push_flags(struct emb_table *t, const uint64_t *ids, uint32_t n,
 			 const float *grads, uint32_t flags)
 {
+	if (flags & ~EMB_PUSH_ADMITTED)
+		return EMB_EBADARG;
+	return push_call(t, ids, n, grads, NULL, flags);
+}
+
+int emb_table_push_births(struct emb_table *t, const uint64_t *ids,
+			  uint32_t n, const float *grads,
+			  const uint32_t *births, uint32_t flags)
+{
+	if (!t || !emb_table_has_births(t) || (n && !births) ||
+	    (flags & ~(EMB_PUSH_ADMITTED | EMB_PUSH_PRIMARY)))
+		return EMB_EBADARG;
+	return push_call(t, ids, n, grads, births, flags);
+}
+
+static int push_call(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		     const float *grads, const uint32_t *births,
+		     uint32_t flags)
+{
 	struct push_ctx x = {.ids = ids,
 			     .grads = grads,
-			     .admitted = flags & EMB_PUSH_ADMITTED};
+			     .admitted = flags & EMB_PUSH_ADMITTED,
+			     .births = births,
+			     .primary = flags & EMB_PUSH_PRIMARY};
 	struct emb_table_stripe *st;
 	struct batch b;
 	int rc;
 
-	if (!t || (n && (!ids || !grads)) || (flags & ~EMB_PUSH_ADMITTED))
+	if (!t || (n && (!ids || !grads)))
 		return EMB_EBADARG;
 	if (!n)
 		return 0;
@@ -1865,6 +1994,7 @@ int emb_table_push_flags(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	add_evicted(t, &x.ev);
 	st = emb__my_stripe(t);
 	add_stat(&st->pushes_unadmitted, x.dropped);
+	add_stat(&t->births_dropped, x.stale);
 	add_stat(&st->rows_created, x.created);
 	add_stat(&st->pushes, !x.bad);
 	add_stat(&st->rows_pushed, x.applied);

@@ -1,0 +1,216 @@
+/*
+ * src/store/birth.c - births: the number each row of a table is given
+ * when made, from a counter per slot (store.h, "Births"; why a replicated
+ * table with eviction needs them: docs/replication.md, "Eviction with
+ * replicas").
+ *
+ * Each shard keeps a side array, a birth per record index, beside vslot
+ * and for the same reason: the 16-byte record header has no room, and a
+ * reader of births (the primary's answer to a client's ask, a backup's
+ * check of its slots) reads 4 bytes a row, not the row. The array grows
+ * with the shard's slabs (add_slab()), and emb__shard_insert() gives each
+ * new record the next birth of its slot. The counters are per table, one
+ * per slot, and atomic: a slot's ids hash to every shard.
+ *
+ * Numbering is switched on once and never off: births_on is set
+ * (release) only after every shard has its array, so a caller that sees
+ * it may read any shard's (under that shard's lock). A shard numbers its
+ * new records from the moment it has its array; rows made before keep 0.
+ */
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+int emb__birth_reserve(struct emb_table *t, struct emb_shard *s,
+		       uint32_t nrec)
+{
+	uint32_t cap = s->birth_cap;
+	uint32_t *v;
+	int rc;
+
+	if (nrec <= cap && s->birth)
+		return 0;
+	if (nrec < 2 * cap)
+		nrec = 2 * cap;
+	rc = emb__mem_charge(t, ((int64_t)nrec - cap) * (int64_t)sizeof(*v));
+	if (rc)
+		return rc;
+	v = realloc(s->birth, (size_t)(nrec ? nrec : 1) * sizeof(*v));
+	if (!v) {
+		emb__mem_charge(t,
+				-((int64_t)nrec - cap) * (int64_t)sizeof(*v));
+		return -ENOMEM;
+	}
+	/* Records that exist now were made before numbering: birth 0. */
+	memset(v + cap, 0, (size_t)(nrec - cap) * sizeof(*v));
+	s->birth = v;
+	s->birth_cap = nrec;
+	return 0;
+}
+
+/* The counters once numbering is on (every shard has its array), or NULL. */
+static uint32_t *counters(const struct emb_table *t)
+{
+	return __atomic_load_n(&t->births_on, __ATOMIC_ACQUIRE) ? t->slot_birth
+								 : NULL;
+}
+
+int emb_table_births_enable(struct emb_table *t)
+{
+	int rc = 0;
+
+	if (!t)
+		return EMB_EBADARG;
+	if (t->tier)
+		return -EOPNOTSUPP;
+	pthread_mutex_lock(&t->life_lock);
+	if (counters(t)) {
+		pthread_mutex_unlock(&t->life_lock);
+		return 0;
+	}
+	/* The counters first, kept from then on (a failed try leaves them
+	 * to the next): a shard numbers its new records once it has its
+	 * array, which it is given under its lock, and reads the counters
+	 * there. */
+	if (!t->slot_birth) {
+		uint32_t *c = calloc(EMB_NSLOTS, sizeof(*c));
+
+		if (!c) {
+			pthread_mutex_unlock(&t->life_lock);
+			return -ENOMEM;
+		}
+		emb__mem_charge_force(t, EMB_NSLOTS * sizeof(*c));
+		t->slot_birth = c;
+	}
+	for (uint32_t i = 0; i < t->nshards && !rc; i++) {
+		struct emb_shard *s = &t->shards[i];
+
+		pthread_mutex_lock(&s->lock);
+		rc = emb__birth_reserve(t, s, s->nslabs * t->rows_per_slab);
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (rc) {
+		/* No half-numbered table: every shard stops numbering. */
+		for (uint32_t i = 0; i < t->nshards; i++) {
+			struct emb_shard *s = &t->shards[i];
+
+			pthread_mutex_lock(&s->lock);
+			emb__mem_charge(t, -(int64_t)s->birth_cap *
+					       (int64_t)sizeof(uint32_t));
+			free(s->birth);
+			s->birth = NULL;
+			s->birth_cap = 0;
+			pthread_mutex_unlock(&s->lock);
+		}
+	} else {
+		__atomic_store_n(&t->births_on, true, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&t->life_lock);
+	return rc;
+}
+
+bool emb_table_has_births(const struct emb_table *t)
+{
+	return t && counters(t);
+}
+
+/* Calls fn(s, idx or -1, i, arg) for each ids[i] under its shard's lock. */
+static void each_id(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		    void (*fn)(struct emb_table *t, struct emb_shard *s,
+			       int64_t idx, uint32_t i, void *arg),
+		    void *arg)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t h = emb_id_hash(ids[i]);
+		struct emb_shard *s = &t->shards[h & t->shard_mask];
+
+		pthread_mutex_lock(&s->lock);
+		fn(t, s, emb__shard_find(t, s, ids[i], h), i, arg);
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+struct births_get {
+	uint32_t *births;
+	int found;
+};
+
+static void get_one(struct emb_table *t, struct emb_shard *s, int64_t idx,
+		    uint32_t i, void *arg)
+{
+	struct births_get *g = arg;
+
+	(void)t;
+	if (idx < 0) {
+		g->births[i] = EMB_BIRTH_NONE;
+		return;
+	}
+	g->births[i] = s->birth[idx];
+	g->found++;
+}
+
+int emb_table_births(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		     uint32_t *births)
+{
+	struct births_get g = {.births = births};
+
+	if (!t || !counters(t) || (n && (!ids || !births)))
+		return EMB_EBADARG;
+	each_id(t, ids, n, get_one, &g);
+	return g.found;
+}
+
+struct births_put {
+	const uint64_t *ids;
+	const uint32_t *births;
+	int set;
+};
+
+static void set_one(struct emb_table *t, struct emb_shard *s, int64_t idx,
+		    uint32_t i, void *arg)
+{
+	struct births_put *g = arg;
+	const uint32_t b = g->births[i];
+
+	if (idx < 0 || b == EMB_BIRTH_NONE)
+		return;
+	s->birth[idx] = b;
+	emb__birth_raise(t, emb_id_slot(g->ids[i]), b);
+	g->set++;
+}
+
+int emb_table_births_set(struct emb_table *t, const uint64_t *ids, uint32_t n,
+			 const uint32_t *births)
+{
+	struct births_put g = {.ids = ids, .births = births};
+
+	if (!t || !counters(t) || (n && (!ids || !births)))
+		return EMB_EBADARG;
+	each_id(t, ids, n, set_one, &g);
+	return g.set;
+}
+
+uint32_t emb_table_slot_birth(const struct emb_table *t, uint32_t slot)
+{
+	const uint32_t *c = t ? counters(t) : NULL;
+
+	if (!c || slot >= EMB_NSLOTS)
+		return 0;
+	return __atomic_load_n(&c[slot], __ATOMIC_RELAXED);
+}
+
+void emb_table_slot_birth_raise(struct emb_table *t, uint32_t slot,
+				uint32_t b)
+{
+	if (t && counters(t) && slot < EMB_NSLOTS && b != EMB_BIRTH_NONE)
+		emb__birth_raise(t, slot, b);
+}
+
+uint64_t emb_table_births_dropped(const struct emb_table *t)
+{
+	return t ? __atomic_load_n(&t->births_dropped, __ATOMIC_RELAXED) : 0;
+}
