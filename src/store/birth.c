@@ -214,3 +214,162 @@ uint64_t emb_table_births_dropped(const struct emb_table *t)
 {
 	return t ? __atomic_load_n(&t->births_dropped, __ATOMIC_RELAXED) : 0;
 }
+
+/* Calls fn(s, idx, r, arg) for each live record of the slots
+ * [first, first + n), a shard at a time under its lock; stops at the
+ * first fn that returns false. */
+static int each_slot_row(struct emb_table *t, uint32_t first, uint32_t n,
+			 bool (*fn)(struct emb_table *t, struct emb_shard *s,
+				    uint32_t idx, struct emb_row_hdr *r,
+				    void *arg),
+			 void *arg)
+{
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+		bool go = true;
+		int rc;
+
+		pthread_mutex_lock(&s->lock);
+		rc = emb__vslot_build(t, s);
+		for (uint32_t i = 0; !rc && go && i < s->next_idx; i++) {
+			struct emb_row_hdr *r;
+
+			if ((uint32_t)s->vslot[i] - first >= n)
+				continue;
+			r = emb__shard_row(t, s, i);
+			if (r->count & EMB_ROW_FREE)
+				continue;
+			go = fn(t, s, i, r, arg);
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (rc)
+			return rc;
+		if (!go)
+			break;
+	}
+	return 0;
+}
+
+struct births_list {
+	uint64_t *ids;
+	uint32_t *births;
+	uint32_t cap;
+	uint32_t got; /* rows seen, listed or not */
+};
+
+static bool list_one(struct emb_table *t, struct emb_shard *s, uint32_t idx,
+		     struct emb_row_hdr *r, void *arg)
+{
+	struct births_list *l = arg;
+
+	(void)t;
+	if (l->got < l->cap) {
+		l->ids[l->got] = r->id;
+		l->births[l->got] = s->birth[idx];
+	}
+	l->got++;
+	return true;
+}
+
+static bool slots_ok(uint32_t first, uint32_t n)
+{
+	return n && first < EMB_NSLOTS && n <= EMB_NSLOTS - first;
+}
+
+int emb_table_births_list(struct emb_table *t, uint32_t first, uint32_t n,
+			  uint32_t *marks, uint64_t *ids, uint32_t *births,
+			  uint32_t cap)
+{
+	struct births_list l = {.ids = ids, .births = births, .cap = cap};
+	const uint32_t *c = t ? counters(t) : NULL;
+	int rc;
+
+	if (!c || !slots_ok(first, n) || !marks || (cap && (!ids || !births)))
+		return EMB_EBADARG;
+	/* The marks before the walk: a row of a birth at or under its
+	 * slot's mark existed when the walk began, so one the walk did not
+	 * find was removed meanwhile. */
+	for (uint32_t k = 0; k < n; k++)
+		marks[k] = __atomic_load_n(&c[first + k], __ATOMIC_RELAXED);
+	rc = each_slot_row(t, first, n, list_one, &l);
+	if (rc)
+		return rc;
+	return l.got > INT32_MAX ? -EOVERFLOW : (int)l.got;
+}
+
+/* The primary's rows, sorted by id for the prune's look-ups. */
+struct pair {
+	uint64_t id;
+	uint32_t birth;
+};
+
+static int pair_cmp(const void *a, const void *b)
+{
+	const struct pair *x = a, *y = b;
+
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+struct births_prune {
+	uint32_t first;
+	const uint32_t *marks;
+	const struct pair *pairs;
+	size_t m;
+	uint64_t removed;
+};
+
+static bool prune_one(struct emb_table *t, struct emb_shard *s, uint32_t idx,
+		      struct emb_row_hdr *r, void *arg)
+{
+	struct births_prune *p = arg;
+	const uint32_t have = s->birth[idx];
+	const struct pair key = {.id = r->id};
+	const struct pair *on;
+
+	/* Newer than the primary's list: made since, keep. */
+	if (have > p->marks[emb_id_slot(r->id) - p->first])
+		return true;
+	on = bsearch(&key, p->pairs, p->m, sizeof(*p->pairs), pair_cmp);
+	/* The primary has this row, or a newer one that a push will make
+	 * here again: only a row it no longer has at all, or has newer
+	 * and never pushed, goes (the next push would make it again). */
+	if (on && on->birth <= have)
+		return true;
+	emb__shard_remove(t, s, idx, emb_id_hash(r->id));
+	p->removed++;
+	return true;
+}
+
+int emb_table_births_prune(struct emb_table *t, uint32_t first, uint32_t n,
+			   const uint32_t *marks, const uint64_t *ids,
+			   const uint32_t *births, uint32_t m)
+{
+	struct births_prune p = {.first = first, .marks = marks, .m = m};
+	struct pair *pairs;
+	int rc;
+
+	if (!t || !counters(t) || !slots_ok(first, n) || !marks ||
+	    (m && (!ids || !births)))
+		return EMB_EBADARG;
+	pairs = malloc((size_t)(m ? m : 1) * sizeof(*pairs));
+	if (!pairs)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < m; i++) {
+		pairs[i].id = ids[i];
+		pairs[i].birth = births[i];
+	}
+	qsort(pairs, m, sizeof(*pairs), pair_cmp);
+	p.pairs = pairs;
+	/* A writer, as an erase is: a view being taken waits for it. */
+	emb__writer_enter(t);
+	rc = each_slot_row(t, first, n, prune_one, &p);
+	emb__writer_exit(t);
+	free(pairs);
+	/* Counted as evictions: what the primary evicted, this holder
+	 * removes too. */
+	__atomic_fetch_sub(&t->rows, p.removed, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&t->rows_evicted, p.removed, __ATOMIC_RELAXED);
+	if (rc)
+		return rc;
+	return p.removed > INT32_MAX ? INT32_MAX : (int)p.removed;
+}

@@ -421,6 +421,30 @@ int emb_table_push_births(struct emb_table *t, const uint64_t *ids,
 			  uint32_t n, const float *grads,
 			  const uint32_t *births, uint32_t flags);
 
+/*
+ * A primary's rows of the slots [first, first + n) as its backups check
+ * theirs against (emb_table_births_prune()): marks[k] = slot first + k's
+ * counter, read before the walk, then each row's id and birth, the first
+ * cap of them. Returns how many rows the slots hold (call again with a
+ * larger cap when over cap), or EMB_EBADARG (no births, a bad range).
+ */
+int emb_table_births_list(struct emb_table *t, uint32_t first, uint32_t n,
+			  uint32_t *marks, uint64_t *ids, uint32_t *births,
+			  uint32_t cap);
+
+/*
+ * A backup's check of its slots [first, first + n) against its primary's
+ * list (emb_table_births_list(): marks, and m rows): removes each row of
+ * a birth at or under its slot's mark that the primary no longer has, or
+ * has only as a newer row (the push that would make it here again has not
+ * come). Rows newer than the mark were made since the list, and stay.
+ * The removals count as evictions (the primary's, carried out here).
+ * Returns how many rows were removed, or EMB_EBADARG, -ENOMEM.
+ */
+int emb_table_births_prune(struct emb_table *t, uint32_t first, uint32_t n,
+			   const uint32_t *marks, const uint64_t *ids,
+			   const uint32_t *births, uint32_t m);
+
 /* Gradients emb_table_push_births() dropped, their rows removed or made
  * again since the client asked (a server adds them to grads_discarded). */
 uint64_t emb_table_births_dropped(const struct emb_table *t);

@@ -375,6 +375,131 @@ static void test_primary_and_backup(void)
 	emb_table_destroy(p);
 }
 
+/* Every row of a slot range with its birth, the marks read before. */
+static uint32_t list_all(struct emb_table *t, uint32_t first, uint32_t n,
+			 uint32_t *marks, uint64_t **ids, uint32_t **births)
+{
+	int got = emb_table_births_list(t, first, n, marks, NULL, NULL, 0);
+
+	CU_ASSERT_FATAL(got >= 0);
+	*ids = xcalloc((size_t)got, sizeof(**ids));
+	*births = xcalloc((size_t)got, sizeof(**births));
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_table_births_list(t, first, n, marks, *ids, *births, got), got);
+	return (uint32_t)got;
+}
+
+/*
+ * A backup checks its slots against its primary's list: rows the primary
+ * evicted go, rows it has (at that birth) stay, rows made since the list
+ * stay, and rows of other slots are not looked at. Then both hold the
+ * same rows of those slots, with the same values.
+ */
+static void test_list_and_prune(void)
+{
+	enum { N = 4000, FIRST = 1000, NS = 1000 };
+	struct emb_table_opts o = births_opts();
+	struct emb_table *p = births_table(&o), *b = births_table(&o);
+	uint64_t *ids = xcalloc(N, sizeof(*ids)), *lid;
+	uint32_t *bir = xcalloc(N, sizeof(*bir)), *lbir, m;
+	uint32_t *marks = xcalloc(NS, sizeof(*marks));
+	float *g = xcalloc((size_t)N * DIM, sizeof(float));
+	float wp[DIM], wb[DIM];
+	uint32_t in = 0, gone = 0, outside_gone = 0, newer = 0;
+	uint64_t late = 0;
+
+	for (uint32_t i = 0; i < N; i++) {
+		ids[i] = 100 + 13 * (uint64_t)i;
+		in += emb_id_slot(ids[i]) - FIRST < NS;
+	}
+	CU_ASSERT(in > N / 8);
+	for (size_t i = 0; i < (size_t)N * DIM; i++)
+		g[i] = 0.125f;
+	/* Both hold every row, as pushed through the primary's births. */
+	CU_ASSERT_EQUAL(emb_table_pull(p, ids, N, g + 0, 0, NULL), N);
+	for (size_t i = 0; i < (size_t)N * DIM; i++)
+		g[i] = 0.125f;
+	CU_ASSERT_EQUAL(emb_table_births(p, ids, N, bir), N);
+	CU_ASSERT_EQUAL(emb_table_push_births(p, ids, N, g, bir, 0), 0);
+	CU_ASSERT_EQUAL(emb_table_push_births(b, ids, N, g, bir, 0), 0);
+	/* The primary evicts every third row; of the rows in range, every
+	 * ninth is made again (newer, never pushed). */
+	for (uint32_t i = 0; i < N; i += 3) {
+		CU_ASSERT_EQUAL(emb_table_erase(p, &ids[i], 1), 1);
+		if (i % 9 == 0) {
+			CU_ASSERT_EQUAL(emb_table_pull(p, &ids[i], 1, wp, 0,
+						       NULL),
+					1);
+			newer += emb_id_slot(ids[i]) - FIRST < NS;
+		} else if (emb_id_slot(ids[i]) - FIRST < NS) {
+			gone++;
+		} else {
+			outside_gone++;
+		}
+	}
+	m = list_all(p, FIRST, NS, marks, &lid, &lbir);
+	/* A row the backup is given after the list (a push of a row made
+	 * since): newer than the mark, it stays. */
+	for (uint64_t j = 1u << 30;; j++) {
+		uint32_t nb;
+
+		if (emb_id_slot(j) - FIRST >= NS)
+			continue;
+		CU_ASSERT_EQUAL(emb_table_pull(p, &j, 1, wp, 0, NULL), 1);
+		nb = birth_of(p, j);
+		CU_ASSERT_EQUAL(emb_table_push_births(b, &j, 1, g, &nb, 0), 0);
+		late = j;
+		break;
+	}
+	CU_ASSERT_EQUAL(emb_table_births_prune(b, FIRST, NS, marks, lid, lbir,
+					       m),
+			(int)(gone + newer));
+	CU_ASSERT_TRUE(table_has(b, late));
+	for (uint32_t i = 0; i < N; i++) {
+		bool inr = emb_id_slot(ids[i]) - FIRST < NS;
+		bool ph = table_has(p, ids[i]), bh = table_has(b, ids[i]);
+
+		if (!inr) {
+			/* Not checked: the backup keeps them all. */
+			CU_ASSERT_TRUE(bh);
+			continue;
+		}
+		/* Rows made again and never pushed are the primary's alone,
+		 * as any row a pull made. */
+		if (i % 9 == 0) {
+			CU_ASSERT_TRUE(ph);
+			CU_ASSERT_FALSE(bh);
+			continue;
+		}
+		CU_ASSERT_EQUAL(ph, bh);
+		if (ph && bh) {
+			weights(p, ids[i], wp);
+			weights(b, ids[i], wb);
+			CU_ASSERT_EQUAL(memcmp(wp, wb, sizeof(wp)), 0);
+		}
+	}
+	CU_ASSERT(outside_gone > 0);
+	CU_ASSERT_EQUAL(table_stats(b).rows_evicted, gone + newer);
+	/* Checked again: nothing more to remove. */
+	CU_ASSERT_EQUAL(emb_table_births_prune(b, FIRST, NS, marks, lid, lbir,
+					       m),
+			0);
+	/* Bad ranges and tables without births are refused. */
+	CU_ASSERT_EQUAL(emb_table_births_list(p, EMB_NSLOTS - 1, 2, marks,
+					      NULL, NULL, 0),
+			EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_table_births_prune(b, 0, 0, marks, NULL, NULL, 0),
+			EMB_EBADARG);
+	free(lid);
+	free(lbir);
+	free(g);
+	free(marks);
+	free(bir);
+	free(ids);
+	emb_table_destroy(b);
+	emb_table_destroy(p);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -388,6 +513,7 @@ int main(int argc, char **argv)
 	    {"a tiered table cannot number rows", test_tier_refused},
 	    {"a primary and its backup through an eviction",
 	     test_primary_and_backup},
+	    {"a backup removes what its primary evicted", test_list_and_prune},
 	    {NULL, NULL},
 	};
 
