@@ -42,7 +42,8 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_PULL] = {EMB_F_NOCREATE | EMB_F_WITH_STATE | EMB_F_FP32,
 		     TBL_SET},
     [EMB_OP_PUSH] = {EMB_F_STEP_END | EMB_F_SESSION | EMB_F_EPOCH |
-			 EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16 | EMB_F_ADMITTED,
+			 EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16 | EMB_F_ADMITTED |
+			 EMB_F_BIRTHS,
 		     TBL_SET},
     [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE | EMB_F_EPOCH | EMB_F_FILL |
 			   EMB_F_META | EMB_F_WARM, TBL_SET},
@@ -53,6 +54,7 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_LOCATE] = {0, TBL_SET},
     [EMB_OP_PULL_MANY] = {0, TBL_NONE},
     [EMB_OP_PUSH_MANY] = {0, TBL_NONE},
+    [EMB_OP_BIRTHS] = {0, TBL_SET},
 };
 
 #define NRULES (sizeof(op_rules) / sizeof(op_rules[0]))
@@ -90,6 +92,8 @@ const char *emb_wire_op_name(uint8_t op)
 		return "pull_many";
 	case EMB_OP_PUSH_MANY:
 		return "push_many";
+	case EMB_OP_BIRTHS:
+		return "births";
 	case EMB_OP_STATS:
 		return "stats";
 	case EMB_OP_EVICT:
@@ -837,13 +841,14 @@ static int push_encode(struct emb_wire_iovs *out, uint64_t req_id,
 		       uint32_t table_id, uint64_t step, uint32_t rank,
 		       uint64_t session, uint64_t seq, const uint64_t *ids,
 		       uint32_t n, uint32_t dim, uint16_t flags,
-		       const void *grads, uint64_t glen)
+		       const void *grads, uint64_t glen, const uint32_t *births)
 {
 	static const uint8_t zeros[8];
 	const uint64_t pad = flags ? (8 - glen % 8) % 8 : 0;
+	const uint64_t blen = births ? 4ull * n : 0, bpad = blen % 8;
 	uint32_t pre_len = session ? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
 				   : EMB_WIRE_PUSH_PREFIX_SIZE;
-	uint64_t plen = pre_len + 8ull * n + glen + pad;
+	uint64_t plen = pre_len + 8ull * n + glen + pad + blen + bpad;
 	uint8_t *pre = out ? out->head + EMB_WIRE_HDR_SIZE : NULL;
 
 	if (!out || table_id == 0 || dim == 0 || dim > EMB_WIRE_DIM_MAX ||
@@ -852,7 +857,8 @@ static int push_encode(struct emb_wire_iovs *out, uint64_t req_id,
 	if (plen > PAYLOAD_MAX)
 		return EMB_ETOOBIG;
 	emb__wire_put_hdr(out->head, EMB_OP_PUSH,
-			  (uint16_t)(flags | (session ? EMB_F_SESSION : 0)),
+			  (uint16_t)(flags | (session ? EMB_F_SESSION : 0) |
+				     (births ? EMB_F_BIRTHS : 0)),
 			  req_id, table_id, n, (uint32_t)plen, 0);
 	emb_le64_store(pre, step);
 	emb_le32_store(pre + 8, rank);
@@ -865,6 +871,8 @@ static int push_encode(struct emb_wire_iovs *out, uint64_t req_id,
 	iovs_add(out, ids, 8ull * n);
 	iovs_add(out, grads, glen);
 	iovs_add(out, zeros, pad);
+	iovs_add(out, births, blen);
+	iovs_add(out, zeros, bpad);
 	return 0;
 }
 
@@ -876,7 +884,7 @@ int emb_wire_push_req_encode_session(struct emb_wire_iovs *out,
 				     uint32_t dim, const float *grads)
 {
 	return push_encode(out, req_id, table_id, step, rank, session, seq,
-			   ids, n, dim, 0, grads, 4ull * n * dim);
+			   ids, n, dim, 0, grads, 4ull * n * dim, NULL);
 }
 
 int emb_wire_push_req_encode_half(struct emb_wire_iovs *out, uint64_t req_id,
@@ -891,7 +899,25 @@ int emb_wire_push_req_encode_half(struct emb_wire_iovs *out, uint64_t req_id,
 			   ids, n, dim,
 			   half == EMB_ROWFMT_FP16 ? EMB_F_GRAD_FP16
 						   : EMB_F_GRAD_BF16,
-			   grads, 2ull * n * dim);
+			   grads, 2ull * n * dim, NULL);
+}
+
+int emb_wire_push_req_encode_births(struct emb_wire_iovs *out,
+				    uint64_t req_id, uint32_t table_id,
+				    uint64_t step, uint32_t rank,
+				    uint64_t session, uint64_t seq,
+				    const uint64_t *ids, uint32_t n,
+				    uint32_t dim, uint32_t half,
+				    const void *grads, const uint32_t *births)
+{
+	if (half && half != EMB_ROWFMT_FP16 && half != EMB_ROWFMT_BF16)
+		return EMB_EBADARG;
+	return push_encode(out, req_id, table_id, step, rank, session, seq,
+			   ids, n, dim,
+			   half == EMB_ROWFMT_FP16   ? EMB_F_GRAD_FP16
+			   : half == EMB_ROWFMT_BF16 ? EMB_F_GRAD_BF16
+						     : 0,
+			   grads, (half ? 2ull : 4ull) * n * dim, births);
 }
 
 int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
@@ -952,6 +978,42 @@ int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			      uint32_t n)
 {
 	return ids_req_encode(out, EMB_OP_ERASE, req_id, table_id, ids, n);
+}
+
+int emb_wire_births_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			       uint32_t table_id, const uint64_t *ids,
+			       uint32_t n)
+{
+	return ids_req_encode(out, EMB_OP_BIRTHS, req_id, table_id, ids, n);
+}
+
+size_t emb_wire_births_resp_bytes(uint32_t n)
+{
+	return EMB_WIRE_HDR_SIZE + (4ull * n + 7) / 8 * 8;
+}
+
+int emb_wire_births_resp_encode(void *buf, size_t cap, uint64_t req_id,
+				uint32_t table_id, const uint32_t *births,
+				uint32_t n)
+{
+	uint8_t *p = buf;
+	size_t need;
+
+	if (table_id == 0 || (n && !births))
+		return EMB_EBADARG;
+	need = emb_wire_births_resp_bytes(n);
+	if (need > EMB_WIRE_FRAME_MAX)
+		return EMB_ETOOBIG;
+	if (!p || cap < need)
+		return -ENOSPC;
+	emb__wire_put_hdr(p, EMB_OP_BIRTHS | EMB_OP_RESPONSE_BIT, 0, req_id,
+			  table_id, n, (uint32_t)(need - EMB_WIRE_HDR_SIZE),
+			  0);
+	p += EMB_WIRE_HDR_SIZE;
+	if ((const void *)p != (const void *)births)
+		memmove(p, births, 4ull * n);
+	memset(p + 4ull * n, 0, need - EMB_WIRE_HDR_SIZE - 4ull * n);
+	return (int)need;
 }
 
 int emb_wire_locate_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
@@ -1333,7 +1395,8 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	const uint32_t pre_len = session ? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
 					 : EMB_WIRE_PUSH_PREFIX_SIZE;
 	const uint8_t *p;
-	uint64_t rows_off;
+	uint64_t rows_off, tail = 0;
+	struct emb_wire_frame g;
 	uint16_t half;
 	int rc;
 
@@ -1344,6 +1407,25 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 		return rc;
 	if (f->hdr.count > f->lim->max_ids)
 		return EMB_ETOOMANYIDS;
+	out->births = NULL;
+	if (f->hdr.flags & EMB_F_BIRTHS) {
+		/* The births end the frame: the rest is decoded as a frame
+		 * without them. */
+		const uint64_t blen = 4ull * f->hdr.count;
+
+		tail = blen + blen % 8;
+		if (f->hdr.payload_len < tail + pre_len)
+			return EMB_EBADFRAME;
+		out->births = (const uint32_t *)(const void *)(
+		    f->payload + f->hdr.payload_len - tail);
+		if (!emb__wire_zeros(f->payload + f->hdr.payload_len - tail +
+					 blen,
+				     tail - blen))
+			return EMB_EBADFRAME;
+		g = *f;
+		g.hdr.payload_len -= (uint32_t)tail;
+		f = &g;
+	}
 	if (f->hdr.payload_len < pre_len)
 		return EMB_EBADFRAME;
 	p = f->payload;
@@ -1464,6 +1546,34 @@ int emb_wire_locate_req_decode(const struct emb_wire_frame *f,
 			       struct emb_wire_ids_req *out)
 {
 	return ids_req_decode(f, EMB_OP_LOCATE, out);
+}
+
+int emb_wire_births_req_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_ids_req *out)
+{
+	return ids_req_decode(f, EMB_OP_BIRTHS, out);
+}
+
+int emb_wire_births_resp_decode(const struct emb_wire_frame *f,
+				uint32_t *n, const uint32_t **births)
+{
+	uint64_t len;
+	int rc;
+
+	if (!n || !births)
+		return EMB_EBADARG;
+	rc = emb__wire_check_resp(f, EMB_OP_BIRTHS);
+	if (rc)
+		return rc;
+	if (f->hdr.count > f->lim->max_ids)
+		return EMB_ETOOMANYIDS;
+	len = 4ull * f->hdr.count;
+	if (f->hdr.payload_len != (len + 7) / 8 * 8 ||
+	    !emb__wire_zeros(f->payload + len, f->hdr.payload_len - len))
+		return EMB_EBADFRAME;
+	*n = f->hdr.count;
+	*births = (const uint32_t *)(const void *)f->payload;
+	return 0;
 }
 
 int emb_wire_locate_resp_decode(const struct emb_wire_frame *f,

@@ -79,6 +79,7 @@ enum emb_op {
 	EMB_OP_LOCATE = 18,	 /* ids -> where their rows are (RDMA READ) */
 	EMB_OP_PULL_MANY = 19,	 /* several PULLs in one frame (wire_many.h) */
 	EMB_OP_PUSH_MANY = 20,	 /* several PUSHes in one frame (wire_many.h) */
+	EMB_OP_BIRTHS = 21,	 /* ids -> their rows' births (replicas) */
 	EMB_OP_CLUSTER_MAP = 32, /* node -> scheduler: the map */
 	EMB_OP_REGISTER = 33,	 /* node -> scheduler: join */
 	EMB_OP_HEARTBEAT = 34,	 /* node -> scheduler: alive */
@@ -122,6 +123,11 @@ enum emb_op {
 #define EMB_F_META 0x8000u /* ASSIGN: each row's lifecycle data follows
 			      the rows (wire_msg.h): a fill's rows keep
 			      their idle time and access count */
+/* Flags are per opcode, and all 16 bits are taken: this one is
+ * DUMP_BEGIN's EMB_F_CONSISTENT, which no PUSH carries. */
+#define EMB_F_BIRTHS 0x0020u /* PUSH: each row's birth follows the
+				gradients (wire_msg.h; docs/replication.md,
+				"Eviction with replicas") */
 
 /* HELLO response features: what this server understands beyond version 1. */
 #define EMB_WIRE_FEAT_PUSH_SESSION 0x1u /* PUSH with EMB_F_SESSION */
@@ -134,6 +140,10 @@ enum emb_op {
 				      PUSH with half-precision gradients */
 #define EMB_WIRE_FEAT_TIER 0x20u /* CREATE with EMB_F_TIER */
 #define EMB_WIRE_FEAT_META 0x40u /* ASSIGN with EMB_F_META */
+#define EMB_WIRE_FEAT_BIRTHS 0x80u /* BIRTHS, and PUSH with EMB_F_BIRTHS */
+/* A BIRTHS answer's birth for an id that is no row (store.h's
+ * EMB_BIRTH_NONE). */
+#define EMB_WIRE_BIRTH_NONE 0xffffffffu
 
 /* Field limits fixed by the protocol, whatever the configured limits. */
 #define EMB_WIRE_FRAME_MAX	 EMB_FRAME_MAX /* largest max_frame_bytes */

@@ -142,7 +142,19 @@
  *   24      8        sequence number of this request to this server,
  *                    from 1; a retry sends the same one, and the server
  *                    applies a (session, sequence) at most once
+ * With EMB_F_BIRTHS (to a server whose HELLO has BIRTHS) each row's birth,
+ * as the slot's primary gave it (docs/replication.md, "Eviction with
+ * replicas"), follows the gradients and their padding:
+ *   G       4n       u32 births[n], then zeros to a multiple of 8
  * PUSH response: no payload.
+ *
+ * BIRTHS request (table id set, count = n <= max_ids, flags 0): u64 ids[n].
+ * The births of the ids' rows (the table numbers its rows), or just which
+ * are rows (it does not: every row's birth is 0). Creates no row and is no
+ * sighting: a client asks a slot's primary before a push to every holder.
+ * BIRTHS response (count = n, flags 0)
+ *   0       4n       u32 births[n] in request order; 0xffffffff = no row
+ *   4n      0 or 4   zeros to a multiple of 8
  *
  * ASSIGN request (table id set, count = n <= max_ids, flags
  * EMB_F_WITH_STATE, EMB_F_META)
@@ -276,7 +288,7 @@ static inline uint64_t emb_wire_pull_resp_bytes(uint32_t n, uint32_t stride,
  * the frame is sent. iov[0] points into the struct itself: do not copy it.
  */
 #define EMB_WIRE_HEAD_MAX 64u
-#define EMB_WIRE_IOV_MAX  4u
+#define EMB_WIRE_IOV_MAX  6u
 
 struct emb_wire_iovs {
 	struct iovec iov[EMB_WIRE_IOV_MAX]; /* iovcnt entries, none empty */
@@ -365,6 +377,8 @@ struct emb_wire_push_req {
 	uint32_t half;	     /* EMB_ROWFMT_FP16 or _BF16: the gradients are
 				n * dim 2-byte values at half_grads; 0 = f32 */
 	const void *half_grads; /* in the frame, 2-aligned */
+	const uint32_t *births; /* EMB_F_BIRTHS: n births in the frame; else
+				   NULL */
 };
 
 struct emb_wire_assign_req {
@@ -576,6 +590,32 @@ int emb_wire_push_req_encode_half(struct emb_wire_iovs *out, uint64_t req_id,
 				  const uint64_t *ids, uint32_t n, uint32_t dim,
 				  uint32_t half, const uint16_t *grads);
 
+/*
+ * Any PUSH: half 0 (f32 gradients at grads) or as above, and with births
+ * (not NULL) each row's birth, flagged EMB_F_BIRTHS.
+ */
+int emb_wire_push_req_encode_births(struct emb_wire_iovs *out,
+				    uint64_t req_id, uint32_t table_id,
+				    uint64_t step, uint32_t rank,
+				    uint64_t session, uint64_t seq,
+				    const uint64_t *ids, uint32_t n,
+				    uint32_t dim, uint32_t half,
+				    const void *grads,
+				    const uint32_t *births);
+
+/* BIRTHS: a table id and its ids. */
+int emb_wire_births_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
+			       uint32_t table_id, const uint64_t *ids,
+			       uint32_t n);
+/* Bytes of a BIRTHS response of n births, header included. */
+size_t emb_wire_births_resp_bytes(uint32_t n);
+/* Writes the response into buf (cap bytes): the births at births, which
+ * may already be in place at buf + EMB_WIRE_HDR_SIZE. Its length, or
+ * EMB_EBADARG, -ENOSPC. */
+int emb_wire_births_resp_encode(void *buf, size_t cap, uint64_t req_id,
+				uint32_t table_id, const uint32_t *births,
+				uint32_t n);
+
 /* stride: dim, or dim + state floats with EMB_F_WITH_STATE. */
 int emb_wire_assign_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, uint16_t flags,
@@ -685,6 +725,13 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 			       uint32_t state_floats,
 			       struct emb_wire_assign_req *out);
+/* BIRTHS: the request's ids, as for ERASE. */
+int emb_wire_births_req_decode(const struct emb_wire_frame *f,
+			       struct emb_wire_ids_req *out);
+/* The n births of a BIRTHS response, a view into the frame: 0,
+ * EMB_ESERVER (status < 0), EMB_EBADFRAME, EMB_ETOOMANYIDS. */
+int emb_wire_births_resp_decode(const struct emb_wire_frame *f,
+				uint32_t *n, const uint32_t **births);
 /* LOCATE: the request's ids, as for ERASE. */
 int emb_wire_locate_req_decode(const struct emb_wire_frame *f,
 			       struct emb_wire_ids_req *out);

@@ -288,6 +288,36 @@ static void check_locate(const struct emb_wire_frame *f)
 	}
 }
 
+/* BIRTHS request (ids) and response (n births, padded to 8). */
+static void check_births(const struct emb_wire_frame *f)
+{
+	struct emb_wire_ids_req q;
+	struct emb_wire_iovs v;
+	const uint32_t *b;
+	uint32_t n;
+
+	if (emb_wire_births_req_decode(f, &q) == 0) {
+		touch(q.ids, 8 * (size_t)q.n);
+		same_iovs(f, &v,
+			  emb_wire_births_req_encode(&v, f->hdr.req_id,
+						     q.table_id, q.ids, q.n),
+			  "births request");
+	}
+	if (emb_wire_births_resp_decode(f, &n, &b) == 0) {
+		must(n == f->hdr.count, "births count");
+		must(((uintptr_t)b & 3) == 0, "births aligned");
+		touch(b, 4 * (size_t)n);
+		if (f->hdr.table_id &&
+		    emb_wire_births_resp_bytes(n) <= sizeof(out))
+			same(f, out,
+			     emb_wire_births_resp_encode(out, sizeof(out),
+							 f->hdr.req_id,
+							 f->hdr.table_id, b,
+							 n),
+			     "births response");
+	}
+}
+
 static void check_ids(const struct emb_wire_frame *f)
 {
 	struct emb_wire_pull_req pr;
@@ -413,18 +443,22 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 		     "push half grads aligned");
 		must(!pu.half == !pu.half_grads && !pu.half == !!pu.grads,
 		     "push grads in one format");
+		must(((uintptr_t)pu.births & 3) == 0, "push births aligned");
 		touch(pu.ids, 8 * (size_t)pu.n);
+		if (pu.births)
+			touch(pu.births, 4 * (size_t)pu.n);
 		if (pu.half) {
 			touch(pu.half_grads, 2 * (size_t)pu.n * dim);
-			rc = emb_wire_push_req_encode_half(
+			rc = emb_wire_push_req_encode_births(
 			    &v, f->hdr.req_id, pu.table_id, pu.step, pu.rank,
 			    pu.session, pu.seq, pu.ids, pu.n, dim, pu.half,
-			    pu.half_grads);
+			    pu.half_grads, pu.births);
 		} else {
 			touch(pu.grads, 4 * (size_t)pu.n * dim);
-			rc = emb_wire_push_req_encode_session(
+			rc = emb_wire_push_req_encode_births(
 			    &v, f->hdr.req_id, pu.table_id, pu.step, pu.rank,
-			    pu.session, pu.seq, pu.ids, pu.n, dim, pu.grads);
+			    pu.session, pu.seq, pu.ids, pu.n, dim, 0, pu.grads,
+			    pu.births);
 		}
 		/* The encoder leaves STEP_END and ADMITTED to the
 		 * caller's header. */
@@ -698,6 +732,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_simple(&f);
 		check_stats(&f);
 		check_locate(&f);
+		check_births(&f);
 		check_ids(&f);
 		check_many(&f);
 		check_cluster(&f);

@@ -633,6 +633,22 @@ int main(int argc, char **argv)
 		emb_wire_stamp_epoch(buf, 5, 0);
 	}
 	save("push_req_admitted", rc ? rc : len);
+	/* Eviction with replicas: each row's birth after the gradients. */
+	{
+		const uint32_t births[4] = {1, 2, 0, 9};
+		uint16_t half[12];
+
+		for (int k = 0; k < 12; k++)
+			half[k] = (uint16_t)(0x3c00u + k);
+		save_iovs("push_req_births", &v,
+			  emb_wire_push_req_encode_births(
+			      &v, 6, 1, 1000, 2, 0x5e55ull, 6, ids, 3, 3, 0,
+			      rows, births));
+		save_iovs("push_req_births_half", &v,
+			  emb_wire_push_req_encode_births(
+			      &v, 6, 1, 1000, 2, 0, 0, ids, 4, 3,
+			      EMB_ROWFMT_BF16, half, births));
+	}
 	rc = emb_wire_assign_req_encode(&v, 7, 1, EMB_F_WITH_STATE, ids, 2, 10,
 					rows);
 	if (!rc && (len = emb_wire_iovs_flatten(&v, buf, sizeof(buf))) > 0)
@@ -669,6 +685,15 @@ int main(int argc, char **argv)
 	save_iovs("erase_req", &v, emb_wire_erase_req_encode(&v, 8, 1, ids, 3));
 	save("erase_resp",
 	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_ERASE, 8, 1, 2));
+	save_iovs("births_req", &v,
+		  emb_wire_births_req_encode(&v, 8, 1, ids, 3));
+	{
+		const uint32_t births[3] = {1, EMB_WIRE_BIRTH_NONE, 7};
+
+		save("births_resp",
+		     emb_wire_births_resp_encode(buf, sizeof(buf), 8, 1,
+						 births, 3));
+	}
 	save_iovs("locate_req", &v,
 		  emb_wire_locate_req_encode(&v, 8, 1, ids, 3));
 	{

@@ -629,6 +629,160 @@ static void test_push_half(void)
 	CU_ASSERT_EQUAL(req.half, EMB_ROWFMT_BF16);
 }
 
+
+/*
+ * PUSH with EMB_F_BIRTHS: the births end the frame, after the gradients
+ * (and a half push's padding), padded to 8; f32 and half alike, with and
+ * without a session. Bad padding, a frame too short for them, and the
+ * flag on another op are refused.
+ */
+static void test_push_births(void)
+{
+	struct emb_wire_push_req req;
+	struct emb_wire_frame f;
+	struct emb_wire_iovs v;
+	uint64_t ids[3] = {7, 8, 9};
+	float g[9];
+	uint16_t hg[9];
+	uint32_t births[3] = {5, 0, 0xfffffffeu};
+	int len;
+
+	for (int k = 0; k < 9; k++) {
+		g[k] = (float)k;
+		hg[k] = (uint16_t)(0x3c00u + k);
+	}
+	for (uint32_t half = 0; half <= EMB_ROWFMT_BF16; half++) {
+		if (half && half != EMB_ROWFMT_FP16 && half != EMB_ROWFMT_BF16)
+			continue;
+		for (int sess = 0; sess < 2; sess++) {
+			CU_ASSERT_EQUAL_FATAL(
+			    emb_wire_push_req_encode_births(
+				&v, 1, 2, 4, 1, sess ? 77 : 0, sess ? 3 : 0,
+				ids, 3, 3, half, half ? (const void *)hg : g,
+				births),
+			    0);
+			len = flatten(&v);
+			CU_ASSERT_FATAL(len > 0);
+			CU_ASSERT_EQUAL(len % 4, 0);
+			CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+			CU_ASSERT(f.hdr.flags & EMB_F_BIRTHS);
+			CU_ASSERT_EQUAL_FATAL(
+			    emb_wire_push_req_decode(&f, 3, &req), 0);
+			CU_ASSERT_PTR_NOT_NULL_FATAL(req.births);
+			CU_ASSERT_EQUAL(req.births[0], 5);
+			CU_ASSERT_EQUAL(req.births[1], 0);
+			CU_ASSERT_EQUAL(req.births[2], 0xfffffffeu);
+			CU_ASSERT_EQUAL(req.n, 3);
+			CU_ASSERT_EQUAL(req.ids[2], 9);
+			CU_ASSERT_EQUAL(req.session, sess ? 77u : 0u);
+			if (half) {
+				CU_ASSERT_EQUAL(req.half, half);
+				CU_ASSERT_EQUAL(emb_le16_load(
+						    (const uint8_t *)
+							req.half_grads +
+						    16),
+						0x3c08u);
+			} else {
+				CU_ASSERT_EQUAL(req.grads[8], 8.0f);
+			}
+			/* The births' padding must be zero. */
+			buf[len - 1] = 1;
+			CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, 3, &req),
+					EMB_EBADFRAME);
+			buf[len - 1] = 0;
+			/* Another dim does not fit the rest. */
+			CU_ASSERT_NOT_EQUAL(
+			    emb_wire_push_req_decode(&f, 5, &req), 0);
+		}
+	}
+	/* Without births the frame is the one it always was. */
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_encode_births(
+				  &v, 1, 2, 4, 1, 0, 0, ids, 3, 3, 0, g, NULL),
+			      0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL(len, 32 + 16 + 24 + 36);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_FALSE(f.hdr.flags & EMB_F_BIRTHS);
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, 3, &req), 0);
+	CU_ASSERT_PTR_NULL(req.births);
+	/* The flag on a frame too short to hold the births. */
+	put_hdr(EMB_OP_PUSH, EMB_F_BIRTHS, 2, 3, 20);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, 32 + 20, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_push_req_decode(&f, 3, &req), EMB_EBADFRAME);
+	/* Not a flag of PULL (it is DUMP_BEGIN's EMB_F_CONSISTENT). */
+	put_hdr(EMB_OP_PULL, EMB_F_BIRTHS, 2, 0, 0);
+	{
+		struct emb_wire_pull_req q;
+
+		CU_ASSERT_EQUAL_FATAL(decode(buf, 32, &f), 0);
+		CU_ASSERT_EQUAL(emb_wire_pull_req_decode(&f, &q),
+				EMB_EBADFRAME);
+	}
+	CU_ASSERT_EQUAL(emb_wire_push_req_encode_births(&v, 1, 2, 0, 0, 0, 0,
+							ids, 3, 3,
+							EMB_ROWFMT_INT8, g,
+							births),
+			EMB_EBADARG);
+}
+
+/* BIRTHS: a request of ids, an answer of births padded to 8, decoded in
+ * place; a short or long answer, bad padding and too many are refused. */
+static void test_births_op(void)
+{
+	struct emb_wire_iovs v;
+	struct emb_wire_ids_req q;
+	struct emb_wire_frame f;
+	uint64_t ids[3] = {1, 2, 3};
+	uint32_t births[3] = {9, EMB_WIRE_BIRTH_NONE, 0}, n;
+	const uint32_t *got;
+	int len;
+
+	CU_ASSERT_EQUAL_FATAL(emb_wire_births_req_encode(&v, 5, 4, ids, 3), 0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_STRING_EQUAL(emb_wire_op_name(f.hdr.opcode), "births");
+	CU_ASSERT_EQUAL_FATAL(emb_wire_births_req_decode(&f, &q), 0);
+	CU_ASSERT_EQUAL(q.n, 3);
+	CU_ASSERT_EQUAL(q.ids[1], 2);
+	CU_ASSERT_EQUAL(q.table_id, 4);
+	CU_ASSERT_EQUAL(emb_wire_births_req_encode(&v, 5, 0, ids, 3),
+			EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_births_resp_bytes(3), 32 + 16);
+	CU_ASSERT_EQUAL(emb_wire_births_resp_bytes(2), 32 + 8);
+	CU_ASSERT_EQUAL(emb_wire_births_resp_encode(buf, 40, 5, 4, births, 3),
+			-ENOSPC);
+	len = emb_wire_births_resp_encode(buf, sizeof(buf), 5, 4, births, 3);
+	CU_ASSERT_EQUAL_FATAL(len, 48);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_births_resp_decode(&f, &n, &got), 0);
+	CU_ASSERT_EQUAL(n, 3);
+	CU_ASSERT_EQUAL(got[0], 9);
+	CU_ASSERT_EQUAL(got[1], EMB_WIRE_BIRTH_NONE);
+	CU_ASSERT_EQUAL(got[2], 0);
+	/* The births already in place are left there. */
+	emb_le32_store(buf + 32, 11);
+	CU_ASSERT_EQUAL(emb_wire_births_resp_encode(
+			    buf, sizeof(buf), 5, 4,
+			    (const uint32_t *)(const void *)(buf + 32), 3),
+			48);
+	CU_ASSERT_EQUAL(emb_le32_load(buf + 32), 11);
+	/* Padding that is not zero, and a count the payload does not fit. */
+	buf[47] = 1;
+	CU_ASSERT_EQUAL_FATAL(decode(buf, 48, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_births_resp_decode(&f, &n, &got),
+			EMB_EBADFRAME);
+	buf[47] = 0;
+	put_hdr(EMB_OP_BIRTHS | EMB_OP_RESPONSE_BIT, 0, 4, 5, 16);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, 48, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_births_resp_decode(&f, &n, &got),
+			EMB_EBADFRAME);
+	put_hdr(EMB_OP_BIRTHS | EMB_OP_RESPONSE_BIT, 0, 4,
+		deflim.max_ids + 1, 16);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, 48, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_births_resp_decode(&f, &n, &got),
+			EMB_ETOOMANYIDS);
+}
+
 /*
  * A compact table's CREATE carries its row-format block, a LIST entry its
  * row-format word; fp32 tables send neither, so frames of earlier
@@ -1453,6 +1607,8 @@ static const struct emb_test_case cases[] = {
     {"round trips ping and errors", test_ping_error},
     {"round trips set_mode and rejects unused fields", test_set_mode},
     {"PUSH with fp16 and bf16 gradients", test_push_half},
+    {"PUSH with each row's birth", test_push_births},
+    {"BIRTHS asks and answers", test_births_op},
     {"row formats in CREATE_TABLE and LIST_TABLES", test_row_format_spec},
     {"a table's own tier in CREATE_TABLE", test_tier_spec},
     {"rejects bad magic", test_bad_magic},
