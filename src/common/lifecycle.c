@@ -43,6 +43,11 @@ int emb_lifecycle_validate(const struct emb_lifecycle_cfg *c)
 	return 0;
 }
 
+bool emb_lifecycle_evicts(const struct emb_lifecycle_cfg *c)
+{
+	return c->ttl_steps || c->min_l2 != 0.0f || c->max_rows;
+}
+
 bool emb_lifecycle_is_off(const struct emb_lifecycle_cfg *c)
 {
 	return c->admit == EMB_ADMIT_NONE && !c->ttl_steps &&

@@ -79,4 +79,7 @@ void emb_evict_format(const struct emb_lifecycle_cfg *c, char *buf, size_t cap);
 /* True when c admits every id and evicts nothing. */
 bool emb_lifecycle_is_off(const struct emb_lifecycle_cfg *c);
 
+/* True when c has an eviction term (ttl, min_l2 or max_rows). */
+bool emb_lifecycle_evicts(const struct emb_lifecycle_cfg *c);
+
 #endif

@@ -104,7 +104,7 @@ static int on_hello(struct emb_server *s, struct emb_conn *c,
 	r.server_id = s->server_id;
 	r.features = EMB_WIRE_FEAT_PUSH_SESSION | EMB_WIRE_FEAT_PULL_MANY |
 		     EMB_WIRE_FEAT_ROWFMT | EMB_WIRE_FEAT_TIER |
-		     EMB_WIRE_FEAT_META |
+		     EMB_WIRE_FEAT_META | EMB_WIRE_FEAT_BIRTHS |
 		     EMB_WIRE_FEAT_PUSH_MANY;
 	/* A client that came over TCP learns it may move to RDMA, at this
 	 * host and port number (docs/protocol.md, HELLO). */
@@ -567,7 +567,9 @@ static int on_set_lifecycle(struct emb_server *s, struct emb_req *req,
 	st = emb__tables_pin(s, m.table_id);
 	if (!st)
 		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
-	rc = emb_table_set_lifecycle(st->t, &m.life);
+	rc = emb__tables_number(st, &m.life);
+	if (!rc)
+		rc = emb_table_set_lifecycle(st->t, &m.life);
 	if (!rc) {
 		emb_admit_format(&m.life, a, sizeof(a));
 		emb_evict_format(&m.life, e, sizeof(e));
@@ -701,6 +703,37 @@ static int on_erase(struct emb_server *s, struct emb_req *req,
 	return end_table_op(s, req, st, rc, rc > 0 ? (uint32_t)rc : 0);
 }
 
+/* BIRTHS of a tiered table (no births): which ids are rows, DRAM or
+ * device, by a no-create pull in chunks. */
+static int tier_births(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		       uint32_t *births)
+{
+	enum { CHUNK = 256 };
+	const uint32_t dim = emb_table_dim(t);
+	uint8_t found[CHUNK];
+	float *rows = malloc((size_t)CHUNK * dim * sizeof(float));
+	int got = 0;
+
+	if (!rows)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i += CHUNK) {
+		uint32_t m = n - i < CHUNK ? n - i : CHUNK;
+		int rc = emb_table_pull(t, ids + i, m, rows,
+					EMB_PULL_NOCREATE, found);
+
+		if (rc < 0) {
+			free(rows);
+			return rc;
+		}
+		for (uint32_t k = 0; k < m; k++) {
+			births[i + k] = found[k] ? 0 : EMB_BIRTH_NONE;
+			got += found[k] != 0;
+		}
+	}
+	free(rows);
+	return got;
+}
+
 /*
  * LOCATE: where the ids' records lie, with the rkey of this conn's loop
  * (each loop registers table memory in its own protection domain, so a
@@ -773,6 +806,54 @@ static int on_locate(struct emb_server *s, struct emb_req *req,
 	return emb__reply_frame(s, req, buf, rc);
 }
 
+/*
+ * BIRTHS: the births of the ids' rows, or which are rows (a table that
+ * numbers none answers 0 for each): the ask a replicated client makes of
+ * a slot's primary before a push (docs/replication.md). Creates nothing
+ * and is no sighting. A tiered table's cold rows are found by a no-create
+ * pull, whose rows are dropped.
+ */
+static int on_births(struct emb_server *s, struct emb_req *req,
+		     const struct emb_wire_frame *f)
+{
+	struct emb_wire_ids_req q;
+	struct srv_table *st;
+	uint32_t *births;
+	size_t len;
+	char *buf;
+	int rc;
+
+	rc = emb_wire_births_req_decode(f, &q);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	st = emb__tables_get(s, q.table_id);
+	if (!st)
+		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
+	/* 4 bytes an id against the request's 8: never past the limit. */
+	len = emb_wire_births_resp_bytes(q.n);
+	buf = aligned_alloc(64, (len + 63) & ~(size_t)63);
+	if (!buf) {
+		emb__tables_put(st);
+		return emb__reply_error(s, req, -ENOMEM, NULL);
+	}
+	births = (uint32_t *)(void *)(buf + EMB_WIRE_HDR_SIZE);
+	rc = emb_table_births(st->t, q.ids, q.n, births);
+	if (rc == -EOPNOTSUPP)
+		rc = tier_births(st->t, q.ids, q.n, births);
+	emb__tables_put(st);
+	if (rc < 0) {
+		free(buf);
+		return emb__reply_error(s, req, rc, NULL);
+	}
+	rc = emb_wire_births_resp_encode(buf, len, req->hdr.req_id, q.table_id,
+					 births, q.n);
+	if (rc < 0) {
+		free(buf);
+		return emb__reply_error(s, req, rc, NULL);
+	}
+	return emb__reply_frame(s, req, buf, rc);
+}
+
 static int on_drop(struct emb_server *s, struct emb_req *req,
 		   const struct emb_wire_frame *f)
 {
@@ -814,6 +895,8 @@ int emb__handle(struct emb_server *s, struct emb_conn *c, struct srv_conn *sc,
 		return on_erase(s, req, f);
 	case EMB_OP_LOCATE:
 		return on_locate(s, req, f);
+	case EMB_OP_BIRTHS:
+		return on_births(s, req, f);
 	case EMB_OP_STATS:
 		return on_stats(s, req, f);
 	case EMB_OP_SET_MODE:

@@ -67,6 +67,17 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 			 st->spec.name);
 		goto out;
 	}
+	/* Births name rows of a table that numbers them (a replicated table
+	 * with eviction: docs/replication.md); on another they mean nothing
+	 * and the push is refused whole, before anything is applied. */
+	if (!rc && p.births && !emb_table_has_births(st->t)) {
+		rc = EMB_EBADARG;
+		snprintf(msg, msg_len,
+			 "table %s does not number its rows: a push naming "
+			 "births is for a replicated table with eviction",
+			 st->spec.name);
+		goto out;
+	}
 	/* Checked against the map before its sequence number is claimed:
 	 * a refused push is sent again as it was. */
 	if (!rc) {
@@ -103,6 +114,11 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 			 "table %s is synchronous: send its gradients in f32 "
 			 "(half-precision ones are for async and stale:K "
 			 "tables)",
+			 st->spec.name);
+	else if (rc == EMB_EBADFORMAT && p.births)
+		snprintf(msg, msg_len,
+			 "table %s is synchronous: its pushes name no births "
+			 "(a replicated table with eviction is async)",
 			 st->spec.name);
 	if (rc == EMB_ENONFINITE) {
 		emb__count(&s->nonfinite, 1);

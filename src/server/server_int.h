@@ -245,6 +245,14 @@ void emb__tables_put(struct srv_table *st);
  * write); elsewhere a reference. NULL if there is none.
  */
 struct srv_table *emb__tables_pin(struct emb_server *s, uint32_t id);
+/*
+ * A table whose policy l evicts numbers its rows (births: store.h) from
+ * before its first row on every holder, so that its replicas can carry
+ * out their primary's evictions (docs/replication.md, "Eviction with
+ * replicas"); a tiered table cannot, and does not. 0 or -ENOMEM.
+ */
+int emb__tables_number(struct srv_table *st,
+		       const struct emb_lifecycle_cfg *l);
 /* Ends emb__tables_pin() on the thread that pinned. */
 void emb__tables_unpin(struct srv_table *st);
 /* Ends a pin taken on loop l (NULL: a reference) from l's thread, e.g. at

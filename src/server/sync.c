@@ -355,6 +355,15 @@ static uint32_t push_flags(const struct emb_wire_push_req *p)
 	return p->admitted ? EMB_PUSH_ADMITTED : 0;
 }
 
+/* An asynchronous or bounded-staleness push, births and all. */
+static int push_now(struct emb_table *t, const struct emb_wire_push_req *p)
+{
+	if (p->births)
+		return emb_table_push_births(t, p->ids, p->n, p->grads,
+					     p->births, push_flags(p));
+	return emb_table_push_flags(t, p->ids, p->n, p->grads, push_flags(p));
+}
+
 int emb__sync_push(struct emb_sync *y, struct emb_table *t,
 		   const struct emb_wire_push_req *p, struct emb_req *req)
 {
@@ -363,8 +372,7 @@ int emb__sync_push(struct emb_sync *y, struct emb_table *t,
 	/* Asynchronous (the default) needs nothing of y: no lock that every
 	 * loop's pushes to this table would share. */
 	if (mode == EMB_MODE_ASYNC)
-		return emb_table_push_flags(t, p->ids, p->n, p->grads,
-					    push_flags(p));
+		return push_now(t, p);
 	pthread_mutex_lock(&y->lock);
 	mode = y->mode;
 	if (mode == EMB_MODE_STALE) {
@@ -382,11 +390,11 @@ int emb__sync_push(struct emb_sync *y, struct emb_table *t,
 	 * as for a single PUSH. */
 	/* A held part keeps pointers into its frame, and half-precision
 	 * gradients were widened into a buffer that lives for this call. */
-	if (mode == EMB_MODE_SYNC && p->half)
+	if (mode == EMB_MODE_SYNC && (p->half || p->births))
 		return EMB_EBADFORMAT;
 	if (mode == EMB_MODE_SYNC)
 		return req ? push_sync(y, t, p, req) : EMB_ENOBUNDLE;
-	return emb_table_push_flags(t, p->ids, p->n, p->grads, push_flags(p));
+	return push_now(t, p);
 }
 
 uint64_t emb__sync_discarded(struct emb_sync *y)

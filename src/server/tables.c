@@ -145,6 +145,17 @@ void emb__tables_unpin_on(struct srv_loop *l, struct srv_table *st)
 	}
 }
 
+int emb__tables_number(struct srv_table *st,
+		       const struct emb_lifecycle_cfg *l)
+{
+	int rc;
+
+	if (!emb_lifecycle_evicts(l))
+		return 0;
+	rc = emb_table_births_enable(st->t);
+	return rc == -EOPNOTSUPP ? 0 : rc;
+}
+
 struct srv_table *emb__tables_pin(struct emb_server *s, uint32_t id)
 {
 	return ltable_get(emb__this_loop(s), s, id);
@@ -340,7 +351,9 @@ static int adopt_lifecycle(struct srv_table *st,
 	emb_table_get_opts(st->t, &o);
 	if (!emb_lifecycle_is_off(&o.life))
 		return 0;
-	rc = emb_table_set_lifecycle(st->t, &spec->life);
+	rc = emb__tables_number(st, &spec->life);
+	if (!rc)
+		rc = emb_table_set_lifecycle(st->t, &spec->life);
 	if (rc)
 		return rc;
 	emb_admit_format(&spec->life, a, sizeof(a));
@@ -501,6 +514,12 @@ int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	}
 	emb_table_evict_hold(st->t, s->evict_hold);
 	st->s = s;
+	rc = emb__tables_number(st, &spec->life);
+	if (rc) {
+		emb_table_destroy(st->t);
+		free(st);
+		goto out_unlock;
+	}
 	st->life_unclaimed = own && emb_lifecycle_is_off(&spec->life);
 	if (s->rdma) {
 		rc = emb__memreg_create(s->loops, s->opts.threads,
@@ -658,7 +677,10 @@ static void fill_stats(const struct srv_table *st, struct emb_wire_stats *w)
 #define COPY(name, what) w->name = ts.name;
 	EMB_TABLE_STATS(COPY)
 #undef COPY
-	w->grads_discarded = emb__sync_discarded(st->sync);
+	/* Too stale by the step (bounded staleness), or by the row's birth
+	 * (a row removed or made again since the client asked). */
+	w->grads_discarded = emb__sync_discarded(st->sync) +
+			     emb_table_births_dropped(st->t);
 }
 
 int emb_server_table_stats(struct emb_server *s, uint32_t id,

@@ -149,7 +149,8 @@ static void get_one(struct emb_table *t, struct emb_shard *s, int64_t idx,
 		g->births[i] = EMB_BIRTH_NONE;
 		return;
 	}
-	g->births[i] = s->birth[idx];
+	/* A table that numbers no rows: 0, a row of no known birth. */
+	g->births[i] = s->birth ? s->birth[idx] : 0;
 	g->found++;
 }
 
@@ -158,8 +159,11 @@ int emb_table_births(struct emb_table *t, const uint64_t *ids, uint32_t n,
 {
 	struct births_get g = {.births = births};
 
-	if (!t || !counters(t) || (n && (!ids || !births)))
+	if (!t || (n && (!ids || !births)))
 		return EMB_EBADARG;
+	/* A cold row is a row too, and only a read finds it. */
+	if (t->tier)
+		return -EOPNOTSUPP;
 	each_id(t, ids, n, get_one, &g);
 	return g.found;
 }

@@ -364,9 +364,11 @@ int emb_table_births_enable(struct emb_table *t);
 bool emb_table_has_births(const struct emb_table *t);
 
 /*
- * births[i] = the birth of ids[i]'s row, EMB_BIRTH_NONE when t has none
- * (not made, nor read back). Returns how many were found, or EMB_EBADARG
- * when t numbers no rows.
+ * births[i] = the birth of ids[i]'s row, EMB_BIRTH_NONE when t has none.
+ * A table that numbers no rows gives its rows 0, which tells which ids are
+ * rows (the ask before a replicated push under admission). Returns how
+ * many were found, or -EOPNOTSUPP for a tiered table (its cold rows are
+ * found only by a read: emb_table_pull() with EMB_PULL_NOCREATE).
  */
 int emb_table_births(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		     uint32_t *births);

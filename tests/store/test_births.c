@@ -68,10 +68,14 @@ static void test_numbering(void)
 	uint32_t got[3];
 
 	CU_ASSERT_FALSE(emb_table_has_births(t));
-	CU_ASSERT_EQUAL(emb_table_births(t, &a, 1, got), EMB_EBADARG);
+	/* Before numbering: which ids are rows, each of birth 0. */
+	CU_ASSERT_EQUAL(emb_table_births(t, &a, 1, got), 0);
+	CU_ASSERT_EQUAL(got[0], EMB_BIRTH_NONE);
 	CU_ASSERT_EQUAL(emb_table_push_births(t, &a, 1, g, got, 0),
 			EMB_EBADARG);
 	CU_ASSERT_EQUAL(emb_table_pull(t, &old, 1, w, 0, NULL), 1);
+	CU_ASSERT_EQUAL(emb_table_births(t, &old, 1, got), 1);
+	CU_ASSERT_EQUAL(got[0], 0);
 	CU_ASSERT_EQUAL(emb_table_births_enable(t), 0);
 	CU_ASSERT_EQUAL(emb_table_births_enable(t), 0); /* idempotent */
 	CU_ASSERT_TRUE(emb_table_has_births(t));
@@ -319,6 +323,12 @@ static void test_tier_refused(void)
 	o.mem_limit = 8u << 20;
 	t = table_new(&o);
 	CU_ASSERT_EQUAL(emb_table_births_enable(t), -EOPNOTSUPP);
+	{
+		uint64_t id = 1;
+		uint32_t b;
+
+		CU_ASSERT_EQUAL(emb_table_births(t, &id, 1, &b), -EOPNOTSUPP);
+	}
 	CU_ASSERT_FALSE(emb_table_has_births(t));
 	emb_table_destroy(t);
 	unlink(path);

@@ -1,0 +1,274 @@
+/*
+ * tests/server/test_births.c - a server's part of births (docs/
+ * replication.md, "Eviction with replicas"): a table with an eviction
+ * policy numbers its rows from its creation; BIRTHS answers each id's
+ * birth (EMB_WIRE_BIRTH_NONE for no row), and for a table without one
+ * which ids are rows; a PUSH naming births applies, makes a row again, or
+ * drops (counted in grads_discarded), and a table that numbers no rows
+ * refuses it whole with the reason. Through a raw connection to an
+ * in-process server; values are read back with a plain client.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "netutil.h"
+
+#include "common/err.h"
+#include "common/hash.h"
+#include "proto/wire_msg.h"
+
+#define DIM 4u
+
+static struct emb_server *srv;
+static struct emb_client *cli;
+static int fd = -1;
+static uint32_t features;
+
+/* The server's id of the client's table named name. */
+static uint32_t server_id_of(const char *name)
+{
+	uint32_t ids[8];
+	int n = emb_server_table_ids(srv, ids, 8);
+
+	for (int i = 0; i < n; i++) {
+		struct emb_server_table st;
+		bool same;
+
+		CU_ASSERT_EQUAL_FATAL(emb_server_table_acquire(srv, ids[i], &st),
+				      0);
+		same = !strcmp(st.spec.name, name);
+		emb_server_table_release(&st);
+		if (same)
+			return ids[i];
+	}
+	CU_FAIL_FATAL("no such table on the server");
+	return 0;
+}
+
+static void setup(void)
+{
+	struct emb_server_opts o = nt_server_opts();
+	_Alignas(8) uint8_t buf[256];
+	_Alignas(8) uint8_t resp[256];
+	struct emb_wire_hello_resp hr;
+	struct emb_wire_frame f;
+	struct emb_frame_hdr h;
+	char addr[64];
+	uint16_t port;
+	int len;
+
+	if (srv)
+		return;
+	o.threads = 1;
+	srv = nt_server_start(&o);
+	port = emb_server_port(srv);
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	cli = nt_client(addr, 0);
+	fd = nt_raw_connect(port);
+	len = emb_wire_hello_req_encode_flags(buf, sizeof(buf), 1,
+					      EMB_WIRE_VERSION, 0, NULL, 0,
+					      "raw/births");
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, buf, (size_t)len), 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, &h, resp + EMB_WIRE_HDR_SIZE,
+					  sizeof(resp) - EMB_WIRE_HDR_SIZE),
+			      0);
+	emb_wire_hdr_encode(resp, &h);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_frame_decode(resp, EMB_WIRE_HDR_SIZE + h.payload_len,
+				  &o.limits, &f),
+	    0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_hello_resp_decode(&f, &hr), 0);
+	features = hr.features;
+}
+
+/* Sends the request in v; the response's status, its payload in out. */
+static int roundtrip(struct emb_wire_iovs *v, void *out, size_t cap,
+		     struct emb_frame_hdr *h)
+{
+	static _Alignas(8) uint8_t buf[1u << 16];
+	int len = emb_wire_iovs_flatten(v, buf, sizeof(buf));
+
+	CU_ASSERT_FATAL(len > 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_send(fd, buf, (size_t)len), 0);
+	CU_ASSERT_EQUAL_FATAL(nt_raw_recv(fd, h, out, cap), 0);
+	return h->status;
+}
+
+/* BIRTHS of n ids of table tid into births; the response's status. */
+static int births_of(uint32_t tid, const uint64_t *ids, uint32_t n,
+		     uint32_t *births)
+{
+	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + 512];
+	struct emb_wire_iovs v;
+	struct emb_frame_hdr h;
+	struct emb_wire_frame f;
+	const uint32_t *got;
+	uint32_t m;
+	int rc;
+
+	CU_ASSERT_EQUAL_FATAL(emb_wire_births_req_encode(&v, 9, tid, ids, n),
+			      0);
+	rc = roundtrip(&v, resp + EMB_WIRE_HDR_SIZE, 512, &h);
+	if (rc)
+		return rc;
+	emb_wire_hdr_encode(resp, &h);
+	{
+		struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_wire_frame_decode(resp,
+					  EMB_WIRE_HDR_SIZE + h.payload_len,
+					  &lim, &f),
+		    0);
+	}
+	CU_ASSERT_EQUAL_FATAL(emb_wire_births_resp_decode(&f, &m, &got), 0);
+	CU_ASSERT_EQUAL_FATAL(m, n);
+	memcpy(births, got, 4ull * n);
+	return 0;
+}
+
+/* A push of gradient 1 to id naming birth b; the response's status and,
+ * on an error, its message in why. */
+static int push_birth(uint32_t tid, uint64_t id, uint32_t b, char *why,
+		      size_t cap)
+{
+	const float g[DIM] = {1, 1, 1, 1};
+	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + EMB_WIRE_ERRMSG_MAX];
+	struct emb_wire_iovs v;
+	struct emb_frame_hdr h;
+	int rc;
+
+	CU_ASSERT_EQUAL_FATAL(emb_wire_push_req_encode_births(
+				  &v, 7, tid, 0, 0, 0, 0, &id, 1, DIM, 0, g,
+				  &b),
+			      0);
+	rc = roundtrip(&v, resp + EMB_WIRE_HDR_SIZE, sizeof(resp), &h);
+	if (why && cap) {
+		why[0] = '\0';
+		if (rc && h.payload_len > 8)
+			snprintf(why, cap, "%.*s", (int)(h.payload_len - 8),
+				 (const char *)resp + EMB_WIRE_HDR_SIZE + 8);
+	}
+	return rc;
+}
+
+static float first(struct emb_client_table *t, uint64_t id)
+{
+	float row[DIM];
+
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, &id, 1, row,
+						    EMB_CLIENT_NOCREATE, NULL),
+			      0);
+	return row[0];
+}
+
+/* A table with eviction numbers its rows; BIRTHS tells each row's, a
+ * push applies, drops or makes again by them. */
+static void test_numbered(void)
+{
+	struct emb_table_spec sp = nt_spec("evicting", DIM, 7);
+	struct emb_client_table *t;
+	struct emb_client_table_stats st = {.struct_size = sizeof(st)};
+	uint64_t ids[3] = {1001, 0, 1003};
+	uint32_t b[3], tid;
+	float init, now;
+
+	setup();
+	CU_ASSERT(features & EMB_WIRE_FEAT_BIRTHS);
+	sp.optim.kind = EMB_OPTIM_SGD;
+	sp.optim.lr = 1.0f;
+	CU_ASSERT_EQUAL_FATAL(emb_evict_parse("max_rows:1000000", &sp.life),
+			      0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(cli, &sp, &t), 0);
+	tid = server_id_of("evicting");
+	/* Two rows of one slot, made by pulls: births 1 and 2. */
+	for (uint64_t j = ids[0] + 1;; j++)
+		if (emb_id_slot(j) == emb_id_slot(ids[0])) {
+			ids[1] = j;
+			break;
+		}
+	{
+		float rows[2 * DIM];
+
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_pull(t, ids, 2, rows, 0, NULL), 0);
+		init = rows[0];
+	}
+	CU_ASSERT_EQUAL_FATAL(births_of(tid, ids, 3, b), 0);
+	CU_ASSERT_EQUAL(b[0], 1);
+	CU_ASSERT_EQUAL(b[1], 2);
+	CU_ASSERT_EQUAL(b[2], EMB_WIRE_BIRTH_NONE);
+	/* Its birth: applied. */
+	CU_ASSERT_EQUAL(push_birth(tid, ids[0], 1, NULL, 0), 0);
+	now = first(t, ids[0]);
+	CU_ASSERT_EQUAL(now, init - 1.0f);
+	/* An older birth (the row was made again since): dropped. */
+	CU_ASSERT_EQUAL(push_birth(tid, ids[0], 0, NULL, 0), 0);
+	CU_ASSERT_EQUAL(first(t, ids[0]), now);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_stats(t, &st), 0);
+	CU_ASSERT_EQUAL(st.grads_discarded, 1);
+	/* A newer one (this holder missed a removal): made again, then
+	 * applied, and the birth is the row's from then on. */
+	CU_ASSERT_EQUAL(push_birth(tid, ids[0], 9, NULL, 0), 0);
+	CU_ASSERT_EQUAL(first(t, ids[0]), init - 1.0f);
+	CU_ASSERT_EQUAL_FATAL(births_of(tid, ids, 1, b), 0);
+	CU_ASSERT_EQUAL(b[0], 9);
+	/* An absent row is made with the birth named. */
+	CU_ASSERT_EQUAL(push_birth(tid, ids[2], 4, NULL, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(births_of(tid, &ids[2], 1, b), 0);
+	CU_ASSERT_EQUAL(b[0], 4);
+	/* Unknown tables are refused. */
+	CU_ASSERT_EQUAL(births_of(tid + 100, ids, 1, b), EMB_ENOTABLE);
+	emb_client_table_close(t);
+}
+
+/* A table without eviction: BIRTHS says which ids are rows (birth 0), and
+ * a push naming births is refused whole, with the reason. */
+static void test_unnumbered(void)
+{
+	struct emb_table_spec sp = nt_spec("plain", DIM, 7);
+	struct emb_client_table *t;
+	uint64_t ids[2] = {77, 78};
+	uint32_t b[2], tid;
+	char why[EMB_WIRE_ERRMSG_MAX];
+	float row[DIM], before;
+
+	setup();
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(cli, &sp, &t), 0);
+	tid = server_id_of("plain");
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids, 1, row, 0, NULL),
+			      0);
+	CU_ASSERT_EQUAL_FATAL(births_of(tid, ids, 2, b), 0);
+	CU_ASSERT_EQUAL(b[0], 0);
+	CU_ASSERT_EQUAL(b[1], EMB_WIRE_BIRTH_NONE);
+	before = first(t, ids[0]);
+	CU_ASSERT_EQUAL(push_birth(tid, ids[0], 0, why, sizeof(why)),
+			EMB_EBADARG);
+	CU_ASSERT_PTR_NOT_NULL(strstr(why, "does not number its rows"));
+	CU_ASSERT_EQUAL(first(t, ids[0]), before);
+	emb_client_table_close(t);
+}
+
+static void test_done(void)
+{
+	close(fd);
+	emb_client_destroy(cli);
+	emb_server_destroy(srv);
+	srv = NULL;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct emb_test_case cases[] = {
+	    {"a table with eviction numbers its rows", test_numbered},
+	    {"a table without: rows, and pushes refused", test_unnumbered},
+	    {"teardown", test_done},
+	    {NULL, NULL},
+	};
+
+	return emb_test_main(argc, argv, "server/births", cases);
+}
