@@ -103,6 +103,8 @@ struct server {
 	bool sessions;		    /* it applies retried pushes once */
 	bool pull_many;		    /* it takes PULL_MANY (many.c) */
 	bool push_many;		    /* it takes PUSH_MANY (many.c) */
+	bool births;		    /* it takes BIRTHS (written by the loop,
+				       read by callers: atomics) */
 	struct part *wait_head;	    /* parts waiting for a conn, FIFO */
 	struct part *wait_tail;	    /* last of them */
 	struct part *fly;	    /* parts posted on conn, not yet done */
@@ -240,6 +242,7 @@ enum op_kind {
 	OP_ASSIGN,
 	OP_ERASE,
 	OP_ADMIN,
+	OP_BIRTHS,
 };
 
 /* A part's request and its answer: one frame to one server. */
@@ -335,6 +338,7 @@ struct emb_async {
 	uint32_t n;	      /* caller's ids */
 	float *out;	      /* pull: caller's rows */
 	uint8_t *found;	      /* pull: caller's found[] or NULL */
+	uint32_t *births;     /* births: caller's births[] */
 	uint32_t *pu;	      /* partitioned index -> distinct index */
 	uint32_t *first;      /* distinct index -> first position */
 	uint32_t *next;	      /* position -> next of the same id */

@@ -219,6 +219,72 @@ static void pull_end(struct part *p, int status,
 	part_close(p, status);
 }
 
+/* Loop thread: copies a BIRTHS part's answer to every position of its
+ * ids. */
+static int births_scatter(struct emb_async *op, struct part *p)
+{
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_wire_frame f = {.hdr = p->req.rhdr, .payload = p->req.resp};
+	const uint32_t *b;
+	uint32_t n;
+	int rc;
+
+	lim.max_frame_bytes = EMB_WIRE_FRAME_MAX;
+	f.lim = &lim;
+	rc = emb_wire_births_resp_decode(&f, &n, &b);
+	if (rc)
+		return rc;
+	if (n != p->req.n)
+		return EMB_EBADFRAME;
+	for (uint32_t j = 0; j < n; j++) {
+		/* A part split off a dead server's (replicas.c) says where
+		 * each of its ids goes, as a pull's does. */
+		uint32_t u =
+		    op->pu[p->req.first + (p->rd.fb ? p->rd.miss[j] : j)];
+
+		for (uint32_t i = op->first[u]; i != NONE; i = op->next[i])
+			op->births[i] = b[j];
+	}
+	return 0;
+}
+
+/* BIRTHS: as a pull (a dead primary's part goes to the slots' next
+ * holder, a stale route again by the newer map), the births scattered. */
+static void births_end(struct part *p, int status,
+		       const struct emb_frame_hdr *resp)
+{
+	struct emb_async *op = p->op;
+
+	if (status == EMB_ENODEAD) {
+		switch (emb__rep_reroute(op, p)) {
+		case REROUTE_MOVED:
+			add(&op->c->retries, 1);
+			part_send(op->c, p);
+			return;
+		case REROUTE_SPLIT:
+			part_close(p, 0);
+			return;
+		case REROUTE_NONE:
+			break;
+		}
+	}
+	if (status == 0 && resp && resp->status == EMB_ESTALEMAP &&
+	    op->c->cmap && !stopping(op->c) &&
+	    emb_clock_ms() < op->deadline_ms) {
+		if (op->c->node)
+			emb_node_map_refresh(op->c->node);
+		add(&op->c->moved, 1);
+		p->req.status = resp->status;
+		p->retry.reroute = true;
+		emb__rep_delay(op->c, p);
+		return;
+	}
+	status = resp_status(p, status, resp);
+	if (status == 0 && resp)
+		status = births_scatter(op, p);
+	part_close(p, status);
+}
+
 /*
  * Loop thread: a copy refused because its slots are being filled, or
  * routed by an older map than the server's: not applied (the server
@@ -313,6 +379,7 @@ struct call {
 	const float *rows;	    /* push: gradients, assign: rows; else
 				       NULL */
 	float *out;		    /* pull: caller's rows */
+	uint32_t *births;	    /* births: caller's births[] */
 	uint8_t *found;		    /* pull: caller's found[] or NULL */
 	uint32_t stride;	    /* floats per row sent or received */
 	uint16_t flags;		    /* wire flags of every part */
@@ -509,6 +576,57 @@ static void ids_payload(struct emb_async *op, const struct call *a,
 	}
 }
 
+/* BIRTHS holds its table as a pull does. */
+static void births_init(struct emb_async *op, const struct call *a)
+{
+	struct emb_client_table *t = a->t;
+
+	op->n = a->n;
+	op->births = a->births;
+	op->tids = t->ids;
+	op->tbl = t;
+	__atomic_fetch_add(&t->refs, 1, __ATOMIC_RELAXED);
+}
+
+/* Room for each part's births (4 bytes an id), or an error. */
+static int births_resp(struct emb_async *op, const struct call *a)
+{
+	size_t resp_bytes = 0;
+	char *r;
+
+	(void)a;
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+
+		p->req.resp_cap = emb_wire_births_resp_bytes(p->req.n) -
+				  EMB_WIRE_HDR_SIZE;
+		if (p->req.resp_cap < ERR_CAP)
+			p->req.resp_cap = ERR_CAP;
+		resp_bytes += (p->req.resp_cap + 63) & ~(size_t)63;
+	}
+	op->rbuf = emb__respbuf_get(op->c->bufs, resp_bytes ? resp_bytes : 64);
+	if (!op->rbuf)
+		return -ENOMEM;
+	r = op->rbuf->mem;
+	for (uint32_t k = 0; k < op->nparts; k++) {
+		struct part *p = &op->parts[k];
+
+		p->req.resp = r;
+		r += (p->req.resp_cap + 63) & ~(size_t)63;
+	}
+	return 0;
+}
+
+static const struct kind births_kind = {
+    .kind = OP_BIRTHS,
+    .opcode = EMB_OP_BIRTHS,
+    .dedup = true,
+    .by_group = false, /* to primaries, as a pull */
+    .init = births_init,
+    .resp = births_resp,
+    .payload = pull_payload,
+};
+
 static const struct kind pull_kind = {
     .kind = OP_PULL,
     .opcode = EMB_OP_PULL,
@@ -552,6 +670,7 @@ static void (*const part_ends[])(struct part *p, int status,
     [OP_ASSIGN] = write_end,
     [OP_ERASE] = erase_end,
     [OP_ADMIN] = admin_end,
+    [OP_BIRTHS] = births_end,
 };
 
 /* Loop thread: p is over; its kind of op says what that means. */
@@ -592,7 +711,8 @@ static void part_send(struct emb_client *c, struct part *p)
 		return;
 	}
 	/* A pull rerouted to a newcomer may have waited for its table ids. */
-	if (p->op->kind == OP_PULL && p->req.gen)
+	if ((p->op->kind == OP_PULL || p->op->kind == OP_BIRTHS) &&
+	    p->req.gen)
 		p->req.hdr.table_id = __atomic_load_n(
 		    &p->op->tids[p->req.server], __ATOMIC_RELAXED);
 	if (p->rd.os && !p->rd.os_done && s->state == SRV_UP) {
@@ -802,11 +922,34 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	return op_start(&pull_kind, &a, opp, post);
 }
 
+/* True when every server said in its HELLO that it takes BIRTHS (one not
+ * connected yet has said nothing). */
+static bool births_everywhere(struct emb_client *c)
+{
+	for (uint32_t s = 0; s < c->nsrv; s++)
+		if (!__atomic_load_n(&c->srv[s].births, __ATOMIC_RELAXED))
+			return false;
+	return c->nsrv > 0;
+}
+
+/* The births of n ids' rows on their slots' primaries, in births (BIRTHS:
+ * EMB_WIRE_BIRTH_NONE for no row). 0 or the call's error. */
+static int ask_births(struct emb_client_table *t, const uint64_t *ids,
+		      uint32_t n, uint32_t *births)
+{
+	struct call a = {.t = t, .ids = ids, .n = n, .births = births};
+	struct emb_async *op;
+	int rc = op_start(&births_kind, &a, &op, true);
+
+	return rc ? rc : emb_async_wait(op);
+}
+
 /*
  * Replicated admission (docs/replication.md, "Admission with replicas"):
  * only a slot's primary sees the pulls that admit ids, so before a push
- * the primaries are asked which ids are rows (a no-create pull, which is
- * no sighting), and the push carries just those, flagged EMB_F_ADMITTED,
+ * the primaries are asked which ids are rows (BIRTHS, 4 bytes an id; a
+ * no-create pull, which sends the rows, to servers that do not take it;
+ * neither is a sighting), and the push carries just those, flagged EMB_F_ADMITTED,
  * to every holder: each creates the rows it lacks and applies the same
  * gradients. The gradients of the other ids are dropped here, as the
  * primary's admission would drop them. Rows leave a replicated table only
@@ -820,17 +963,25 @@ static int push_admitted(struct emb_client_table *t, struct call *a,
 	const uint32_t dim = t->spec.dim;
 	uint64_t *ids;
 	uint8_t *found;
+	uint32_t *births;
 	float *rows, *grads;
 	uint32_t k = 0;
 	int rc;
 
-	rows = malloc((size_t)a->n * dim * sizeof(float) + (size_t)a->n * 9);
+	rows = malloc((size_t)a->n * dim * sizeof(float) + (size_t)a->n * 13);
 	if (!rows)
 		return -ENOMEM;
 	ids = (uint64_t *)(void *)(rows + (size_t)a->n * dim);
-	found = (uint8_t *)(ids + a->n);
-	rc = emb_client_table_pull(t, a->ids, a->n, rows, EMB_CLIENT_NOCREATE,
-				   found);
+	births = (uint32_t *)(void *)(ids + a->n);
+	found = (uint8_t *)(births + a->n);
+	if (births_everywhere(t->c)) {
+		rc = ask_births(t, a->ids, a->n, births);
+		for (uint32_t i = 0; !rc && i < a->n; i++)
+			found[i] = births[i] != EMB_WIRE_BIRTH_NONE;
+	} else {
+		rc = emb_client_table_pull(t, a->ids, a->n, rows,
+					   EMB_CLIENT_NOCREATE, found);
+	}
 	if (rc)
 		goto out;
 	/* The rows the query filled are not needed: the kept gradients go

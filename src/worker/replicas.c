@@ -118,8 +118,12 @@ static int split(struct emb_async *op, struct part *p)
 			continue;
 		for (uint32_t j = j0; j < p->req.n; j++)
 			k += live_holder(c, emb_id_slot(ids[j])) == to;
+		/* A BIRTHS part's answer is 4 bytes an id. */
 		resp_cap =
-		    emb_wire_pull_resp_bytes(k, op->dim, p->req.hdr.flags) -
+		    (op->kind == OP_BIRTHS
+			 ? emb_wire_births_resp_bytes(k)
+			 : emb_wire_pull_resp_bytes(k, op->dim,
+						    p->req.hdr.flags)) -
 		    EMB_WIRE_HDR_SIZE;
 		if (resp_cap < ERR_CAP)
 			resp_cap = ERR_CAP;
@@ -194,7 +198,8 @@ enum reroute emb__rep_reroute(struct emb_async *op, struct part *p)
 	uint32_t to = NONE;
 	bool several = false;
 
-	if (!c->cmap || op->kind != OP_PULL || stopping(c))
+	if (!c->cmap || (op->kind != OP_PULL && op->kind != OP_BIRTHS) ||
+	    stopping(c))
 		return REROUTE_NONE;
 	for (uint32_t j = 0; j < p->req.n; j++) {
 		uint32_t live = live_holder(c, emb_id_slot(ids[j]));

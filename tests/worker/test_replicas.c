@@ -1159,6 +1159,15 @@ static void test_admission(void)
 	for (size_t i = 0; i < (size_t)3 * AN * DIM; i++)
 		g[i] = 1.0f;
 	CU_ASSERT_EQUAL(emb_client_table_push(t, all, 3 * AN, g, 0, 0), 0);
+	/* The ask was BIRTHS (both servers take it), 4 bytes an id: no
+	 * pull, so no no-create pull of an absent id counted as a miss. */
+	{
+		struct emb_client_table_stats st = {.struct_size = sizeof(st)};
+
+		CU_ASSERT_EQUAL(emb_client_table_stats(t, &st), 0);
+		CU_ASSERT_EQUAL(st.misses, 0);
+		CU_ASSERT_EQUAL(st.pulls, 3 * 2); /* the test's own, below */
+	}
 	for (size_t i = 0; i < (size_t)AN * DIM; i++)
 		want[0][i] = init[0][i] - 0.5f;
 	same_on_both(ports, "admit", ids[0], yes, want[0]);
