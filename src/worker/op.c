@@ -178,8 +178,15 @@ static void part_send(struct emb_client *c, struct part *p);
  * rows scatter to the caller; ids pulled two-sided are LOCATEd for the
  * next one-sided pull.
  */
-static void pull_end(struct part *p, int status,
-		     const struct emb_frame_hdr *resp)
+/*
+ * A read's part (pull, BIRTHS) that goes again: its server died (to a
+ * live holder of its slots, p or parts split off it), or holds no copy
+ * of some of its slots any more (a move put them elsewhere,
+ * docs/replication.md "Moving slots": nothing was read; again by the
+ * newer map, after a back-off). True when p is taken care of.
+ */
+static bool read_again(struct part *p, int status,
+		       const struct emb_frame_hdr *resp)
 {
 	struct emb_async *op = p->op;
 
@@ -188,18 +195,15 @@ static void pull_end(struct part *p, int status,
 		case REROUTE_MOVED:
 			add(&op->c->retries, 1);
 			part_send(op->c, p);
-			return;
+			return true;
 		case REROUTE_SPLIT:
 			/* Its ids went out in parts of their own. */
 			part_close(p, 0);
-			return;
+			return true;
 		case REROUTE_NONE:
 			break;
 		}
 	}
-	/* The server holds no copy of some of its slots any more (a move
-	 * put them elsewhere, docs/replication.md "Moving slots"): nothing
-	 * was read; it goes again by the newer map, after a back-off. */
 	if (status == 0 && resp && resp->status == EMB_ESTALEMAP &&
 	    op->c->cmap && !stopping(op->c) &&
 	    emb_clock_ms() < op->deadline_ms) {
@@ -209,8 +213,18 @@ static void pull_end(struct part *p, int status,
 		p->req.status = resp->status;
 		p->retry.reroute = true;
 		emb__rep_delay(op->c, p);
-		return;
+		return true;
 	}
+	return false;
+}
+
+static void pull_end(struct part *p, int status,
+		     const struct emb_frame_hdr *resp)
+{
+	struct emb_async *op = p->op;
+
+	if (read_again(p, status, resp))
+		return;
 	status = resp_status(p, status, resp);
 	if (status == 0 && resp)
 		status = pull_scatter(op, p);
@@ -253,35 +267,11 @@ static int births_scatter(struct emb_async *op, struct part *p)
 static void births_end(struct part *p, int status,
 		       const struct emb_frame_hdr *resp)
 {
-	struct emb_async *op = p->op;
-
-	if (status == EMB_ENODEAD) {
-		switch (emb__rep_reroute(op, p)) {
-		case REROUTE_MOVED:
-			add(&op->c->retries, 1);
-			part_send(op->c, p);
-			return;
-		case REROUTE_SPLIT:
-			part_close(p, 0);
-			return;
-		case REROUTE_NONE:
-			break;
-		}
-	}
-	if (status == 0 && resp && resp->status == EMB_ESTALEMAP &&
-	    op->c->cmap && !stopping(op->c) &&
-	    emb_clock_ms() < op->deadline_ms) {
-		if (op->c->node)
-			emb_node_map_refresh(op->c->node);
-		add(&op->c->moved, 1);
-		p->req.status = resp->status;
-		p->retry.reroute = true;
-		emb__rep_delay(op->c, p);
+	if (read_again(p, status, resp))
 		return;
-	}
 	status = resp_status(p, status, resp);
 	if (status == 0 && resp)
-		status = births_scatter(op, p);
+		status = births_scatter(p->op, p);
 	part_close(p, status);
 }
 
