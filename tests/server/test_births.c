@@ -103,6 +103,7 @@ static int births_of(uint32_t tid, const uint64_t *ids, uint32_t n,
 		     uint32_t *births)
 {
 	_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + 512];
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
 	struct emb_wire_iovs v;
 	struct emb_frame_hdr h;
 	struct emb_wire_frame f;
@@ -116,15 +117,11 @@ static int births_of(uint32_t tid, const uint64_t *ids, uint32_t n,
 	if (rc)
 		return rc;
 	emb_wire_hdr_encode(resp, &h);
-	{
-		struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
-
-		CU_ASSERT_EQUAL_FATAL(
-		    emb_wire_frame_decode(resp,
-					  EMB_WIRE_HDR_SIZE + h.payload_len,
-					  &lim, &f),
-		    0);
-	}
+	/* f keeps lim: it lives as long as f. */
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_wire_frame_decode(resp, EMB_WIRE_HDR_SIZE + h.payload_len,
+				  &lim, &f),
+	    0);
 	CU_ASSERT_EQUAL_FATAL(emb_wire_births_resp_decode(&f, &m, &got), 0);
 	CU_ASSERT_EQUAL_FATAL(m, n);
 	memcpy(births, got, 4ull * n);
