@@ -1009,6 +1009,23 @@ int emb_cmap_decode(const void *buf, size_t len, struct emb_cmap *out)
 	return 0;
 }
 
+uint32_t emb_cmap_promoted(const struct emb_cmap *prev,
+			   const struct emb_cmap *m, uint32_t rank,
+			   uint64_t *set)
+{
+	uint32_t n = 0;
+
+	memset(set, 0, EMB_NSLOTS / 8);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (emb_cmap_primary(m, sl) == rank &&
+		    emb_cmap_primary(prev, sl) != rank &&
+		    emb_cmap_holds(prev, sl, rank)) {
+			set[sl / 64] |= 1ull << (sl % 64);
+			n++;
+		}
+	return n;
+}
+
 uint32_t emb_cmap_evict_hold(const struct emb_cmap *m, uint64_t *set)
 {
 	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];

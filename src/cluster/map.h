@@ -304,6 +304,18 @@ uint32_t emb_cmap_writers(const struct emb_cmap *m, uint32_t slot,
 uint32_t emb_cmap_evict_hold(const struct emb_cmap *m, uint64_t *set);
 
 /*
+ * The slots rank became the primary of from prev to m, having held them
+ * in prev as a backup (a failover, a drain or a move that promoted it):
+ * the rows there are numbered by births its old primary gave, some of
+ * which it never saw (docs/replication.md, "Eviction with replicas").
+ * Sets their bits in set (EMB_NSLOTS / 64 words, the others cleared) and
+ * returns how many.
+ */
+uint32_t emb_cmap_promoted(const struct emb_cmap *prev,
+			   const struct emb_cmap *m, uint32_t rank,
+			   uint64_t *set);
+
+/*
  * What a server checks writes against (docs/replication.md): the state of
  * each slot in a server's view, flags of these. The one list of them: the
  * server's view (struct emb_server_map, src/server/slots.c) holds these.

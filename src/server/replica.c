@@ -291,6 +291,19 @@ static void on_map(void *arg, const struct emb_cmap *m,
 			(unsigned long long)(emb_clock_ms() - r->fence_ms));
 		r->fence_ms = 0;
 	}
+	/* Promoted where it was a backup: births there go past any its old
+	 * primary may have given, before the map takes writes. */
+	if (r->have_prev) {
+		uint64_t set[EMB_NSLOTS / 64];
+		uint32_t np = emb_cmap_promoted(&r->prev, m, r->rank, set);
+
+		if (np && emb_server_births_raise(r->srv, set))
+			emb_log(EMB_LOG_INFO,
+				"map epoch %llu: primary of %u slots it was a "
+				"backup of: their births go on past its old "
+				"primary's",
+				(unsigned long long)m->epoch, np);
+	}
 	r->prev = *m;
 	r->have_prev = true;
 	free(r->addrs);

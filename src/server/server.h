@@ -223,6 +223,17 @@ void emb_server_untrack(struct emb_server *s);
  */
 void emb_server_evict_hold(struct emb_server *s, const uint64_t *set);
 
+/*
+ * Births a promoted backup may not have seen: each table that numbers its
+ * rows raises the counters of the slots in set by
+ * EMB_SERVER_BIRTH_GAP, so that the rows it makes there from now on are
+ * newer than any its old primary made (docs/replication.md, "Eviction
+ * with replicas"). Any thread; call it before the map that promotes it
+ * takes writes. Returns the tables raised.
+ */
+#define EMB_SERVER_BIRTH_GAP (1u << 20)
+uint32_t emb_server_births_raise(struct emb_server *s, const uint64_t *set);
+
 /* ---- for the metrics collector (src/server/metrics.c) ---- */
 
 struct emb_hist;

@@ -662,6 +662,35 @@ void emb_server_evict_hold(struct emb_server *s, const uint64_t *set)
 	pthread_rwlock_unlock(&s->tables_lock);
 }
 
+uint32_t emb_server_births_raise(struct emb_server *s, const uint64_t *set)
+{
+	uint32_t raised = 0;
+
+	pthread_rwlock_rdlock(&s->tables_lock);
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++) {
+		struct emb_table *t = s->tables[i] ? s->tables[i]->t : NULL;
+
+		if (!t || !emb_table_has_births(t))
+			continue;
+		for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+			uint32_t b;
+
+			if (!((set[sl / 64] >> (sl % 64)) & 1))
+				continue;
+			/* 4096 promotions of a slot before the counter
+			 * would wrap: it stops short instead. */
+			b = emb_table_slot_birth(t, sl);
+			b = b < EMB_BIRTH_NONE - 1 - EMB_SERVER_BIRTH_GAP
+				? b + EMB_SERVER_BIRTH_GAP
+				: EMB_BIRTH_NONE - 1;
+			emb_table_slot_birth_raise(t, sl, b);
+		}
+		raised++;
+	}
+	pthread_rwlock_unlock(&s->tables_lock);
+	return raised;
+}
+
 int emb_server_table_create(struct emb_server *s,
 			    const struct emb_wire_spec *spec, uint32_t *id)
 {

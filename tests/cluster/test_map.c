@@ -90,6 +90,32 @@ static void test_remove(void)
 	free(m);
 }
 
+/* The slots a server became the primary of, having been their backup:
+ * after 0's death, 1 in 0's slots; nobody else, and nothing when the map
+ * did not change. */
+static void test_promoted(void)
+{
+	struct emb_cmap *m = new_map(3, 2), *out = malloc(sizeof(*out));
+	uint64_t set[EMB_NSLOTS / 64];
+	uint32_t was0 = emb_cmap_primary_slots(m, 0), n = 0;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+	CU_ASSERT_EQUAL(emb_cmap_remove(m, 0, out), 0);
+	CU_ASSERT_EQUAL(emb_cmap_promoted(m, out, 1, set), was0);
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		bool bit = (set[s / 64] >> (s % 64)) & 1;
+
+		CU_ASSERT_EQUAL(bit, emb_cmap_primary(m, s) == 0);
+		n += bit;
+	}
+	CU_ASSERT_EQUAL(n, was0);
+	CU_ASSERT_EQUAL(emb_cmap_promoted(m, out, 2, set), 0);
+	CU_ASSERT_EQUAL(emb_cmap_promoted(m, out, 0, set), 0);
+	CU_ASSERT_EQUAL(emb_cmap_promoted(m, m, 1, set), 0);
+	free(out);
+	free(m);
+}
+
 static void test_add(void)
 {
 	struct emb_cmap *m = new_map(3, 2);
@@ -859,6 +885,8 @@ int main(int argc, char **argv)
 	    {"the first map: contiguous primaries, successors as backups",
 	     test_init},
 	    {"a dead server's slots go to their first backup", test_remove},
+	    {"a backup made primary: the slots it was promoted in",
+	     test_promoted},
 	    {"a joining server fills under-replicated slots", test_add},
 	    {"the encoding round-trips and refuses bad maps", test_encode},
 	    {"recovery: a replacement filled chunk by chunk, then the "

@@ -218,6 +218,22 @@ static void test_numbered(void)
 	CU_ASSERT_EQUAL(push_birth(tid, ids[2], 4, NULL, 0), 0);
 	CU_ASSERT_EQUAL_FATAL(births_of(tid, &ids[2], 1, b), 0);
 	CU_ASSERT_EQUAL(b[0], 4);
+	/* Promoted to primary of the slot: its counter goes up by the gap,
+	 * so the next row there is newer than any its old primary made. */
+	{
+		uint64_t set[EMB_NSLOTS / 64] = {0}, fresh = ids[1] + 1;
+		float row[DIM];
+
+		while (emb_id_slot(fresh) != emb_id_slot(ids[0]))
+			fresh++;
+		set[emb_id_slot(ids[0]) / 64] |= 1ull
+						 << (emb_id_slot(ids[0]) % 64);
+		CU_ASSERT_EQUAL(emb_server_births_raise(srv, set), 1);
+		CU_ASSERT_EQUAL_FATAL(
+		    emb_client_table_pull(t, &fresh, 1, row, 0, NULL), 0);
+		CU_ASSERT_EQUAL_FATAL(births_of(tid, &fresh, 1, b), 0);
+		CU_ASSERT_EQUAL(b[0], 9 + EMB_SERVER_BIRTH_GAP + 1);
+	}
 	/* Unknown tables are refused. */
 	CU_ASSERT_EQUAL(births_of(tid + 100, ids, 1, b), EMB_ENOTABLE);
 	emb_client_table_close(t);
