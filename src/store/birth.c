@@ -7,9 +7,11 @@
  * Each shard keeps a side array, a birth per record index, beside vslot
  * and for the same reason: the 16-byte record header has no room, and a
  * reader of births (the primary's answer to a client's ask, a backup's
- * check of its slots) reads 4 bytes a row, not the row. The array grows
- * with the shard's slabs (add_slab()), and emb__shard_insert() gives each
- * new record the next birth of its slot. The counters are per table, one
+ * check of its slots) reads 4 bytes a row, not the row. shard.c owns the
+ * array as it owns vslot: it grows with the shard's slabs
+ * (emb__birth_reserve()), and emb__shard_insert() gives each new record
+ * the next birth of its slot; this file calls shard.c, never the other
+ * way. The counters are per table, one
  * per slot, and atomic: a slot's ids hash to every shard.
  *
  * Numbering is switched on once and never off: births_on is set
@@ -24,33 +26,6 @@
 #include <string.h>
 
 #include "common/err.h"
-
-int emb__birth_reserve(struct emb_table *t, struct emb_shard *s,
-		       uint32_t nrec)
-{
-	uint32_t cap = s->birth_cap;
-	uint32_t *v;
-	int rc;
-
-	if (nrec <= cap && s->birth)
-		return 0;
-	if (nrec < 2 * cap)
-		nrec = 2 * cap;
-	rc = emb__mem_charge(t, ((int64_t)nrec - cap) * (int64_t)sizeof(*v));
-	if (rc)
-		return rc;
-	v = realloc(s->birth, (size_t)(nrec ? nrec : 1) * sizeof(*v));
-	if (!v) {
-		emb__mem_charge(t,
-				-((int64_t)nrec - cap) * (int64_t)sizeof(*v));
-		return -ENOMEM;
-	}
-	/* Records that exist now were made before numbering: birth 0. */
-	memset(v + cap, 0, (size_t)(nrec - cap) * sizeof(*v));
-	s->birth = v;
-	s->birth_cap = nrec;
-	return 0;
-}
 
 /* The counters once numbering is on (every shard has its array), or NULL. */
 static uint32_t *counters(const struct emb_table *t)

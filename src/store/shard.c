@@ -348,6 +348,33 @@ int emb__vslot_reserve(struct emb_table *t, struct emb_shard *s, uint32_t nrec)
 	return 0;
 }
 
+int emb__birth_reserve(struct emb_table *t, struct emb_shard *s,
+		       uint32_t nrec)
+{
+	uint32_t cap = s->birth_cap;
+	uint32_t *v;
+	int rc;
+
+	if (nrec <= cap && s->birth)
+		return 0;
+	if (nrec < 2 * cap)
+		nrec = 2 * cap;
+	rc = emb__mem_charge(t, ((int64_t)nrec - cap) * (int64_t)sizeof(*v));
+	if (rc)
+		return rc;
+	v = realloc(s->birth, (size_t)(nrec ? nrec : 1) * sizeof(*v));
+	if (!v) {
+		emb__mem_charge(t,
+				-((int64_t)nrec - cap) * (int64_t)sizeof(*v));
+		return -ENOMEM;
+	}
+	/* Records that exist now were made before numbering: birth 0. */
+	memset(v + cap, 0, (size_t)(nrec - cap) * sizeof(*v));
+	s->birth = v;
+	s->birth_cap = nrec;
+	return 0;
+}
+
 int emb__vslot_build(struct emb_table *t, struct emb_shard *s)
 {
 	int rc;

@@ -515,8 +515,8 @@ static inline void emb__dirty_mark(struct emb_shard *s, uint32_t idx)
 int emb__dirty_reserve(struct emb_shard *s, uint32_t nrec);
 /* shard.c, under the shard lock: room for nrec records' slots (charged to
  * the table), and the slots of every record there is (0 or as reserve). */
-/* birth.c, under the shard lock: room for nrec records' births (charged
- * to the table). */
+/* shard.c, under the shard lock: room for nrec records' births (charged
+ * to the table), for birth.c and as slabs are added. */
 int emb__birth_reserve(struct emb_table *t, struct emb_shard *s,
 		       uint32_t nrec);
 
