@@ -46,7 +46,7 @@ static const struct op_rule op_rules[] = {
 			 EMB_F_BIRTHS,
 		     TBL_SET},
     [EMB_OP_ASSIGN] = {EMB_F_WITH_STATE | EMB_F_EPOCH | EMB_F_FILL |
-			   EMB_F_META | EMB_F_WARM, TBL_SET},
+			   EMB_F_META | EMB_F_WARM | EMB_F_BIRTHS, TBL_SET},
     [EMB_OP_ERASE] = {EMB_F_EPOCH, TBL_SET},
     [EMB_OP_STATS] = {0, TBL_ANY},
     [EMB_OP_SET_MODE] = {0, TBL_SET},
@@ -935,7 +935,22 @@ int emb_wire_assign_req_encode_meta(struct emb_wire_iovs *out,
 				    uint32_t n, uint32_t stride,
 				    const float *rows, const uint32_t *meta)
 {
-	uint64_t plen = 8ull * n + 4ull * n * stride + (meta ? 8ull * n : 0);
+	return emb_wire_assign_req_encode_births(out, req_id, table_id, flags,
+						 ids, n, stride, rows, meta,
+						 NULL);
+}
+
+int emb_wire_assign_req_encode_births(struct emb_wire_iovs *out,
+				      uint64_t req_id, uint32_t table_id,
+				      uint16_t flags, const uint64_t *ids,
+				      uint32_t n, uint32_t stride,
+				      const float *rows, const uint32_t *meta,
+				      const uint32_t *births)
+{
+	static const uint8_t zeros[8];
+	const uint64_t blen = births ? 4ull * n : 0;
+	uint64_t plen = 8ull * n + 4ull * n * stride + (meta ? 8ull * n : 0) +
+			blen + blen % 8;
 
 	if (!out || table_id == 0 || (flags & ~EMB_F_WITH_STATE) ||
 	    stride == 0 || stride > STRIDE_MAX ||
@@ -945,6 +960,8 @@ int emb_wire_assign_req_encode_meta(struct emb_wire_iovs *out,
 		return EMB_ETOOBIG;
 	if (meta)
 		flags |= EMB_F_META;
+	if (births)
+		flags |= EMB_F_BIRTHS;
 	emb__wire_put_hdr(out->head, EMB_OP_ASSIGN, flags, req_id, table_id, n,
 		(uint32_t)plen, 0);
 	iovs_start(out, EMB_WIRE_HDR_SIZE);
@@ -952,6 +969,8 @@ int emb_wire_assign_req_encode_meta(struct emb_wire_iovs *out,
 	iovs_add(out, rows, 4ull * n * stride);
 	if (meta)
 		iovs_add(out, meta, 8ull * n);
+	iovs_add(out, births, blen);
+	iovs_add(out, zeros, blen % 8);
 	return 0;
 }
 
@@ -1475,6 +1494,7 @@ int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 {
 	uint32_t stride;
 	uint64_t rows_off;
+	struct emb_wire_frame h;
 	bool with_state;
 	int rc;
 
@@ -1484,6 +1504,26 @@ int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	rc = check_req(f, EMB_OP_ASSIGN);
 	if (rc)
 		return rc;
+	out->births = NULL;
+	if (f->hdr.flags & EMB_F_BIRTHS) {
+		/* The births end the frame, as a PUSH's: the rest is
+		 * decoded as a frame without them. */
+		const uint64_t blen = 4ull * f->hdr.count, tail = blen + blen % 8;
+
+		if (f->hdr.count > f->lim->max_ids)
+			return EMB_ETOOMANYIDS;
+		if (tail > f->hdr.payload_len)
+			return EMB_EBADFRAME;
+		if (!emb__wire_zeros(f->payload + f->hdr.payload_len - tail +
+					 blen,
+				     tail - blen))
+			return EMB_EBADFRAME;
+		out->births = (const uint32_t *)(const void *)(
+		    f->payload + f->hdr.payload_len - tail);
+		h = *f;
+		h.hdr.payload_len -= (uint32_t)tail;
+		f = &h;
+	}
 	with_state = f->hdr.flags & EMB_F_WITH_STATE;
 	stride = dim + (with_state ? state_floats : 0);
 	rows_off = 8ull * f->hdr.count;

@@ -167,6 +167,9 @@
  *                    now minus the row's last access, in its table's
  *                    steps) and u32 access count; the receiver sets the
  *                    row's last access to its own clock minus idle
+ *   then, with EMB_F_BIRTHS (to a server whose HELLO has BIRTHS), 4n bytes:
+ *                    each row's birth (a fill's rows keep their
+ *                    primary's), then zeros to a multiple of 8
  * ASSIGN response: no payload.
  *
  * ERASE request (table id set, count = n <= max_ids): u64 ids[n].
@@ -390,6 +393,8 @@ struct emb_wire_assign_req {
 	const float *rows;   /* n * stride floats in the frame */
 	const uint32_t *meta; /* EMB_F_META: 2n words in the frame, (idle,
 				 count) per row; else NULL */
+	const uint32_t *births; /* EMB_F_BIRTHS: n births in the frame; else
+				   NULL */
 };
 
 /* ids-only requests: ERASE. */
@@ -628,6 +633,14 @@ int emb_wire_assign_req_encode_meta(struct emb_wire_iovs *out,
 				    uint16_t flags, const uint64_t *ids,
 				    uint32_t n, uint32_t stride,
 				    const float *rows, const uint32_t *meta);
+/* The same with each row's birth (births not NULL: EMB_F_BIRTHS, set
+ * here). */
+int emb_wire_assign_req_encode_births(struct emb_wire_iovs *out,
+				      uint64_t req_id, uint32_t table_id,
+				      uint16_t flags, const uint64_t *ids,
+				      uint32_t n, uint32_t stride,
+				      const float *rows, const uint32_t *meta,
+				      const uint32_t *births);
 
 int emb_wire_locate_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, const uint64_t *ids,

@@ -150,6 +150,7 @@ struct batch {
 	uint64_t *ids;
 	float *rows;
 	uint32_t *meta;	    /* p->meta: (idle, count) per row */
+	uint32_t *births;   /* p->numbered: each row's birth */
 	uint32_t k;	    /* rows in it */
 	bool busy;	    /* posted, done not yet fired */
 	bool again;	    /* the target was not ready: post again */
@@ -172,6 +173,8 @@ struct pipe {
 	uint32_t deltas;     /* of them, only what changed since the copy */
 	uint64_t bytes;	     /* of the rows sent: ids and floats */
 	bool meta;	     /* the target takes EMB_F_META */
+	bool births;	     /* the target takes EMB_F_BIRTHS */
+	bool numbered;	     /* and the table being sent numbers its rows */
 	struct emb_row_meta *rm; /* FILL_BATCH: a read's lifecycle data */
 	int64_t deadline;
 	struct batch b[FILL_DEPTH];
@@ -197,10 +200,10 @@ static int batch_post(struct pipe *p, struct batch *b)
 	struct emb_frame_hdr hdr;
 	int niov = 0, rc;
 
-	rc = emb_wire_assign_req_encode_meta(&b->v, 0, p->tid,
-					     EMB_F_WITH_STATE, b->ids, b->k,
-					     p->stride, b->rows,
-					     p->meta ? b->meta : NULL);
+	rc = emb_wire_assign_req_encode_births(
+	    &b->v, 0, p->tid, EMB_F_WITH_STATE, b->ids, b->k, p->stride,
+	    b->rows, p->meta ? b->meta : NULL,
+	    p->numbered ? b->births : NULL);
 	if (!rc)
 		rc = emb_wire_hdr_decode(b->v.head, EMB_WIRE_HDR_SIZE, &lim,
 					 &hdr);
@@ -368,12 +371,18 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 		goto out;
 	p->tid = rhdr.table_id;
 	p->stride = rf;
+	/* Its rows' births go with them (docs/replication.md, "Eviction with
+	 * replicas"), to a target that takes them: the CREATE above made
+	 * the table there numbering its rows too. */
+	p->numbered = p->births && emb_table_has_births(st.t);
 	for (uint32_t i = 0; i < FILL_DEPTH; i++) {
 		p->b[i] = (struct batch){.p = p};
 		p->b[i].ids = malloc(FILL_BATCH * sizeof(uint64_t));
 		p->b[i].rows = malloc((size_t)FILL_BATCH * rf * sizeof(float));
 		p->b[i].meta = malloc(FILL_BATCH * 2 * sizeof(uint32_t));
-		if (!p->b[i].ids || !p->b[i].rows || !p->b[i].meta)
+		p->b[i].births = malloc(FILL_BATCH * sizeof(uint32_t));
+		if (!p->b[i].ids || !p->b[i].rows || !p->b[i].meta ||
+		    !p->b[i].births)
 			rc = -ENOMEM;
 	}
 	p->rm = malloc(FILL_BATCH * sizeof(*p->rm));
@@ -400,9 +409,9 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 	if (!rc)
 		rc = pipe_wait(p, false, &b);
 	/* Rows are read straight into the batch being filled. */
-	while (!rc && (got = emb_table_iter_next(
+	while (!rc && (got = emb_table_iter_next_births(
 			   it, b->ids + b->k, b->rows + (size_t)b->k * rf,
-			   p->rm, FILL_BATCH - b->k)) > 0) {
+			   p->rm, b->births + b->k, FILL_BATCH - b->k)) > 0) {
 		uint32_t keep = b->k;
 
 		/* Idle times, not last accesses: the target's clock is
@@ -424,6 +433,7 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 			}
 			if (keep != j) {
 				b->ids[keep] = b->ids[j];
+				b->births[keep] = b->births[j];
 				memmove(b->rows + (size_t)keep * rf, row,
 					rf * sizeof(float));
 			}
@@ -479,6 +489,8 @@ out:
 		free(p->b[i].ids);
 		free(p->b[i].rows);
 		free(p->b[i].meta);
+		free(p->b[i].births);
+		p->b[i].births = NULL;
 		p->b[i].ids = NULL;
 		p->b[i].rows = NULL;
 		p->b[i].meta = NULL;
@@ -524,8 +536,10 @@ static int fill_run(struct emb__fill *f, uint64_t *rows, uint64_t *bytes)
 	}
 	/* A target that takes rows' lifecycle data says so in HELLO: an
 	 * older one would refuse the flag, and with it every batch. */
-	if (!rc && rhdr.payload_len >= 24)
+	if (!rc && rhdr.payload_len >= 24) {
 		p->meta = emb_le32_load(resp + 20) & EMB_WIRE_FEAT_META;
+		p->births = emb_le32_load(resp + 20) & EMB_WIRE_FEAT_BIRTHS;
+	}
 	if (rc)
 		goto out;
 	nt = emb_server_table_ids(f->s, NULL, 0);

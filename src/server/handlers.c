@@ -656,8 +656,8 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 			emb__tables_unpin(st);
 			return emb__reply_error(s, req, held, why);
 		}
-		rc = emb_table_assign(st->t, a.ids, a.n, a.rows, a.with_state,
-				      meta);
+		rc = emb_table_assign_births(st->t, a.ids, a.n, a.rows,
+					     a.with_state, meta, a.births);
 		emb__slots_end(s->slots, held);
 	}
 	free(meta);

@@ -470,6 +470,16 @@ uint64_t emb_table_nonfinite_id(void);
 int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		     const float *rows, bool with_state,
 		     const struct emb_row_meta *meta);
+/*
+ * The same with each row's birth as its primary gave it (births[i];
+ * EMB_BIRTH_NONE keeps the row's own), set with the row under its shard's
+ * lock and raising its slot's counter: a fill's rows on a table that
+ * numbers its rows (ignored on one that does not).
+ */
+int emb_table_assign_births(struct emb_table *t, const uint64_t *ids,
+			    uint32_t n, const float *rows, bool with_state,
+			    const struct emb_row_meta *meta,
+			    const uint32_t *births);
 
 /*
  * True when a full row of t (emb_table_row_floats() words in the table's
@@ -530,6 +540,14 @@ void emb_table_iter_destroy(struct emb_table_iter *it); /* NULL is a no-op */
  * meta[k] if meta is not NULL. Returns how many (0 at the end), or
  * EMB_EBADARG (ids NULL).
  */
+/*
+ * The same with each row's birth in births[k] (0 for a table that numbers
+ * no rows, and for a tiered table's rows), read with the row: what a fill
+ * sends so that its target's rows keep their primary's births.
+ */
+int emb_table_iter_next_births(struct emb_table_iter *it, uint64_t *ids,
+			       float *rows, struct emb_row_meta *meta,
+			       uint32_t *births, uint32_t max);
 int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			struct emb_row_meta *meta, uint32_t max);
 

@@ -2047,6 +2047,7 @@ struct assign_ctx {
 	const uint32_t *enc;		 /* compact, without state: the rows
 					    encoded, wwords words per id */
 	const struct emb_row_meta *meta; /* per id, or NULL: now, count 0 */
+	const uint32_t *births;		 /* per id, or NULL: the slot's next */
 	uint32_t stride;		 /* row_floats with state, else dim */
 	bool with_state;		 /* rows carry optimizer state */
 	uint32_t step;			 /* last_step when meta is NULL */
@@ -2123,6 +2124,13 @@ assign_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			r->last_step = x->step;
 			r->count = 0;
 		}
+		/* Under the shard lock with the row: no push naming births
+		 * sees the row with another birth than its primary's. */
+		if (x->births && s->birth &&
+		    x->births[p] != EMB_BIRTH_NONE) {
+			s->birth[idx] = x->births[p];
+			emb__birth_raise(t, emb_id_slot(ids[p]), x->births[p]);
+		}
 	}
 	return true;
 }
@@ -2131,9 +2139,19 @@ int emb_table_assign(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		     const float *rows, bool with_state,
 		     const struct emb_row_meta *meta)
 {
+	return emb_table_assign_births(t, ids, n, rows, with_state, meta,
+				       NULL);
+}
+
+int emb_table_assign_births(struct emb_table *t, const uint64_t *ids,
+			    uint32_t n, const float *rows, bool with_state,
+			    const struct emb_row_meta *meta,
+			    const uint32_t *births)
+{
 	struct assign_ctx x = {.ids = ids,
 			       .rows = rows,
 			       .meta = meta,
+			       .births = births,
 			       .with_state = with_state};
 	uint32_t *enc = NULL;
 	struct batch b;
@@ -2660,6 +2678,13 @@ static inline void prefetch_record(const struct emb_table *t,
 int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			struct emb_row_meta *meta, uint32_t max)
 {
+	return emb_table_iter_next_births(it, ids, rows, meta, NULL, max);
+}
+
+int emb_table_iter_next_births(struct emb_table_iter *it, uint64_t *ids,
+			       float *rows, struct emb_row_meta *meta,
+			       uint32_t *births, uint32_t max)
+{
 	struct emb_table *t = it->t;
 	uint32_t got = 0;
 
@@ -2733,6 +2758,11 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 			 * walk hands it out later (tier.c). */
 			if (it->tw && emb__tier_walk_owes(it->tw, r->id))
 				continue;
+			/* Read under the shard lock with the row: the birth
+			 * of the row copied (a tiered table has none). */
+			if (births)
+				births[got] =
+				    s->birth ? s->birth[it->idx - 1] : 0;
 			emb__row_put(t, r, got++, ids, rows, meta);
 		}
 		if (it->tw && it->idx < s->next_idx)

@@ -479,12 +479,17 @@ static void check_rows(const struct emb_wire_frame *f, uint32_t dim)
 		touch(ar.rows, 4 * (size_t)ar.n * ar.stride);
 		if (ar.meta)
 			touch(ar.meta, 8 * (size_t)ar.n);
+		must(((uintptr_t)ar.births & 3) == 0, "assign births aligned");
+		if (ar.births)
+			touch(ar.births, 4 * (size_t)ar.n);
 		same_iovs(f, &v,
-			  emb_wire_assign_req_encode_meta(
+			  emb_wire_assign_req_encode_births(
 			      &v, f->hdr.req_id, ar.table_id,
 			      f->hdr.flags & ~(EMB_F_EPOCH | EMB_F_FILL |
-					       EMB_F_WARM | EMB_F_META),
-			      ar.ids, ar.n, ar.stride, ar.rows, ar.meta),
+					       EMB_F_WARM | EMB_F_META |
+					       EMB_F_BIRTHS),
+			      ar.ids, ar.n, ar.stride, ar.rows, ar.meta,
+			      ar.births),
 			  "assign request");
 	}
 	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++)

@@ -672,6 +672,19 @@ int main(int argc, char **argv)
 			emb_wire_stamp_epoch(buf, 6, EMB_F_FILL);
 		save("assign_req_fill_meta", rc ? rc : len);
 	}
+	/* And with their births (a table that numbers its rows). */
+	{
+		const uint32_t meta[6] = {5, 9, 0, 1, 2, 3};
+		const uint32_t births[3] = {4, 1, 77};
+
+		rc = emb_wire_assign_req_encode_births(
+		    &v, 7, 1, EMB_F_WITH_STATE, ids, 3, 10, rows, meta,
+		    births);
+		if (!rc &&
+		    (len = emb_wire_iovs_flatten(&v, buf, sizeof(buf))) > 0)
+			emb_wire_stamp_epoch(buf, 6, EMB_F_FILL);
+		save("assign_req_fill_births", rc ? rc : len);
+	}
 	save("push_resp",
 	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_PUSH, 6, 1, 0));
 	save_iovs("assign_req_dim3", &v,

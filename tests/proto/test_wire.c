@@ -725,6 +725,51 @@ static void test_push_births(void)
 			EMB_EBADARG);
 }
 
+/* ASSIGN with EMB_F_BIRTHS: each row's birth after the meta (or the rows),
+ * padded to 8; without them the frame is as before. */
+static void test_assign_births(void)
+{
+	struct emb_wire_assign_req a;
+	struct emb_wire_frame f;
+	struct emb_wire_iovs v;
+	uint64_t ids[3] = {4, 5, 6};
+	float rows[3 * 2] = {1, 2, 3, 4, 5, 6};
+	uint32_t meta[6] = {1, 2, 3, 4, 5, 6}, births[3] = {10, 0, 30};
+	int len;
+
+	for (int m = 0; m < 2; m++) {
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode_births(
+					  &v, 3, 2, 0, ids, 3, 2, rows,
+					  m ? meta : NULL, births),
+				      0);
+		len = flatten(&v);
+		CU_ASSERT_EQUAL(len, 32 + 24 + 24 + (m ? 24 : 0) + 16);
+		CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+		CU_ASSERT(f.hdr.flags & EMB_F_BIRTHS);
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_decode(&f, 2, 0, &a),
+				      0);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(a.births);
+		CU_ASSERT_EQUAL(a.births[0], 10);
+		CU_ASSERT_EQUAL(a.births[2], 30);
+		CU_ASSERT_EQUAL(a.rows[5], 6.0f);
+		CU_ASSERT_EQUAL(a.meta != NULL, m);
+		if (m)
+			CU_ASSERT_EQUAL(a.meta[5], 6);
+		buf[len - 1] = 1;
+		CU_ASSERT_EQUAL(emb_wire_assign_req_decode(&f, 2, 0, &a),
+				EMB_EBADFRAME);
+		buf[len - 1] = 0;
+	}
+	CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode_births(
+				  &v, 3, 2, 0, ids, 3, 2, rows, NULL, NULL),
+			      0);
+	len = flatten(&v);
+	CU_ASSERT_EQUAL(len, 32 + 24 + 24);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_assign_req_decode(&f, 2, 0, &a), 0);
+	CU_ASSERT_PTR_NULL(a.births);
+}
+
 /* BIRTHS: a request of ids, an answer of births padded to 8, decoded in
  * place; a short or long answer, bad padding and too many are refused. */
 static void test_births_op(void)
@@ -1609,6 +1654,7 @@ static const struct emb_test_case cases[] = {
     {"PUSH with fp16 and bf16 gradients", test_push_half},
     {"PUSH with each row's birth", test_push_births},
     {"BIRTHS asks and answers", test_births_op},
+    {"ASSIGN with each row's birth", test_assign_births},
     {"row formats in CREATE_TABLE and LIST_TABLES", test_row_format_spec},
     {"a table's own tier in CREATE_TABLE", test_tier_spec},
     {"rejects bad magic", test_bad_magic},

@@ -234,6 +234,25 @@ static void test_numbered(void)
 		CU_ASSERT_EQUAL_FATAL(births_of(tid, &fresh, 1, b), 0);
 		CU_ASSERT_EQUAL(b[0], 9 + EMB_SERVER_BIRTH_GAP + 1);
 	}
+	/* An ASSIGN naming births (a fill's rows) gives the rows those, and
+	 * the slot's counter goes up to them. */
+	{
+		_Alignas(8) uint8_t resp[EMB_WIRE_HDR_SIZE + 512];
+		uint64_t aid[2] = {5005, 5006};
+		const uint32_t ab[2] = {3000000, 7};
+		const float rows[2 * DIM] = {0};
+		struct emb_wire_iovs v;
+		struct emb_frame_hdr h;
+
+		CU_ASSERT_EQUAL_FATAL(emb_wire_assign_req_encode_births(
+					  &v, 8, tid, 0, aid, 2, DIM, rows,
+					  NULL, ab),
+				      0);
+		CU_ASSERT_EQUAL(roundtrip(&v, resp, sizeof(resp), &h), 0);
+		CU_ASSERT_EQUAL_FATAL(births_of(tid, aid, 2, b), 0);
+		CU_ASSERT_EQUAL(b[0], 3000000);
+		CU_ASSERT_EQUAL(b[1], 7);
+	}
 	/* Unknown tables are refused. */
 	CU_ASSERT_EQUAL(births_of(tid + 100, ids, 1, b), EMB_ENOTABLE);
 	emb_client_table_close(t);
@@ -266,6 +285,114 @@ static void test_unnumbered(void)
 	emb_client_table_close(t);
 }
 
+/* emb_server_fill()'s end, for test_fill(). */
+struct fill_end {
+	int done;
+	int status;
+	uint64_t rows;
+};
+
+static void on_fill_end(void *arg, uint32_t first, uint32_t n,
+			uint64_t epoch, int status, uint64_t rows,
+			uint64_t bytes)
+{
+	struct fill_end *e = arg;
+
+	(void)first;
+	(void)n;
+	(void)epoch;
+	(void)bytes;
+	e->status = status;
+	e->rows = rows;
+	__atomic_store_n(&e->done, 1, __ATOMIC_RELEASE);
+}
+
+/*
+ * A fill carries each row's birth: another server, filled with every slot
+ * from this one, holds the table's rows with the births they have here
+ * (rows made again after an erase included), and makes its next row of a
+ * slot past them.
+ */
+static void test_fill(void)
+{
+	enum { N = 64 };
+	struct emb_server_opts o = nt_server_opts();
+	struct emb_server *dst;
+	static struct emb_server_map m;
+	struct emb_client_table *t;
+	struct fill_end e = {0};
+	uint64_t ids[N];
+	uint32_t here[N], there[N], tid2 = 0;
+	float rows[N * DIM];
+	uint16_t port;
+
+	setup();
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(cli, "evicting", &t), 0);
+	for (uint32_t i = 0; i < N; i++)
+		ids[i] = 90000 + 17 * (uint64_t)i;
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids, N, rows, 0, NULL),
+			      0);
+	/* Some made again: newer births than their first. */
+	{
+		uint64_t erased = 0;
+
+		CU_ASSERT_EQUAL(emb_client_table_erase(t, ids, 8, &erased), 0);
+		CU_ASSERT_EQUAL(erased, 8);
+	}
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids, 8, rows, 0, NULL),
+			      0);
+	CU_ASSERT_EQUAL_FATAL(births_of(server_id_of("evicting"), ids, N,
+					here),
+			      0);
+	o.threads = 1;
+	dst = nt_server_start(&o);
+	port = emb_server_port(dst);
+	m.epoch = 5;
+	memset(m.slot, EMB_CMAP_VIEW_MINE | EMB_CMAP_VIEW_FILLING, EMB_NSLOTS);
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
+		m.grew[i] = 1;
+	CU_ASSERT_EQUAL_FATAL(emb_server_set_map(dst, &m), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_server_fill(srv, "127.0.0.1", port, 0,
+					      EMB_NSLOTS, 5,
+					      EMB_SERVER_FILL_FULL,
+					      on_fill_end, &e),
+			      0);
+	for (int i = 0; i < 1000 && !__atomic_load_n(&e.done,
+						     __ATOMIC_ACQUIRE);
+	     i++)
+		usleep(10 * 1000);
+	CU_ASSERT_EQUAL_FATAL(__atomic_load_n(&e.done, __ATOMIC_ACQUIRE), 1);
+	CU_ASSERT_EQUAL(e.status, 0);
+	CU_ASSERT(e.rows >= N);
+	/* The other server's births, asked over a raw connection. */
+	{
+		int keep = fd;
+		uint32_t ids2[8];
+		int nt = (int)emb_server_table_ids(dst, ids2, 8);
+
+		for (int i = 0; i < nt; i++) {
+			struct emb_server_table st;
+
+			CU_ASSERT_EQUAL_FATAL(
+			    emb_server_table_acquire(dst, ids2[i], &st), 0);
+			if (!strcmp(st.spec.name, "evicting"))
+				tid2 = ids2[i];
+			emb_server_table_release(&st);
+		}
+		CU_ASSERT_FATAL(tid2 != 0);
+		fd = nt_raw_connect(port);
+		CU_ASSERT_EQUAL_FATAL(nt_raw_hello(fd, NULL, 0), 0);
+		CU_ASSERT_EQUAL_FATAL(births_of(tid2, ids, N, there), 0);
+		close(fd);
+		fd = keep;
+	}
+	for (uint32_t i = 0; i < N; i++)
+		CU_ASSERT_EQUAL(there[i], here[i]);
+	CU_ASSERT(here[0] > 1); /* made again: not its first birth */
+	emb_client_table_close(t);
+	emb_server_destroy(dst);
+}
+
 static void test_done(void)
 {
 	close(fd);
@@ -279,6 +406,7 @@ int main(int argc, char **argv)
 	static const struct emb_test_case cases[] = {
 	    {"a table with eviction numbers its rows", test_numbered},
 	    {"a table without: rows, and pushes refused", test_unnumbered},
+	    {"a fill carries each row's birth", test_fill},
 	    {"teardown", test_done},
 	    {NULL, NULL},
 	};
