@@ -15,6 +15,7 @@
 
 #include "common/cfgcodec.h"
 #include "common/err.h"
+#include "common/hash.h"
 #include "proto/wire_int.h"
 
 /* Largest payload any frame can carry; keeps byte counts inside an int. */
@@ -55,6 +56,7 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_PULL_MANY] = {0, TBL_NONE},
     [EMB_OP_PUSH_MANY] = {0, TBL_NONE},
     [EMB_OP_BIRTHS] = {0, TBL_SET},
+    [EMB_OP_LIST_BIRTHS] = {0, TBL_SET},
 };
 
 #define NRULES (sizeof(op_rules) / sizeof(op_rules[0]))
@@ -94,6 +96,8 @@ const char *emb_wire_op_name(uint8_t op)
 		return "push_many";
 	case EMB_OP_BIRTHS:
 		return "births";
+	case EMB_OP_LIST_BIRTHS:
+		return "list_births";
 	case EMB_OP_STATS:
 		return "stats";
 	case EMB_OP_EVICT:
@@ -999,6 +1003,70 @@ int emb_wire_erase_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 	return ids_req_encode(out, EMB_OP_ERASE, req_id, table_id, ids, n);
 }
 
+int emb_wire_list_births_req_encode(void *buf, size_t cap, uint64_t req_id,
+				    uint32_t table_id, uint32_t first,
+				    uint32_t n)
+{
+	uint8_t *p = buf;
+
+	if (table_id == 0 || n == 0 || first >= EMB_NSLOTS ||
+	    n > EMB_NSLOTS - first)
+		return EMB_EBADARG;
+	if (!p || cap < EMB_WIRE_HDR_SIZE + 8)
+		return -ENOSPC;
+	emb__wire_put_hdr(p, EMB_OP_LIST_BIRTHS, 0, req_id, table_id, n, 8, 0);
+	emb_le32_store(p + EMB_WIRE_HDR_SIZE, first);
+	emb_le32_store(p + EMB_WIRE_HDR_SIZE + 4, 0);
+	return EMB_WIRE_HDR_SIZE + 8;
+}
+
+/* 4n bytes rounded up to 8. */
+static uint64_t words8(uint64_t n)
+{
+	return (4 * n + 7) / 8 * 8;
+}
+
+size_t emb_wire_list_births_resp_bytes(uint32_t n, uint32_t m)
+{
+	return EMB_WIRE_HDR_SIZE + 8 + words8(n) + 8ull * m + words8(m);
+}
+
+int emb_wire_list_births_resp_encode(void *buf, size_t cap, uint64_t req_id,
+				     uint32_t table_id,
+				     const struct emb_wire_list_births *r)
+{
+	uint8_t *p = buf, *at;
+	size_t need;
+
+	if (!r || table_id == 0 || r->n == 0 || r->n > EMB_NSLOTS ||
+	    !r->marks || (r->m && (!r->ids || !r->births)))
+		return EMB_EBADARG;
+	need = emb_wire_list_births_resp_bytes(r->n, r->m);
+	if (need > EMB_WIRE_FRAME_MAX)
+		return EMB_ETOOBIG;
+	if (!p || cap < need)
+		return -ENOSPC;
+	emb__wire_put_hdr(p, EMB_OP_LIST_BIRTHS | EMB_OP_RESPONSE_BIT, 0,
+			  req_id, table_id, r->m,
+			  (uint32_t)(need - EMB_WIRE_HDR_SIZE), 0);
+	at = p + EMB_WIRE_HDR_SIZE;
+	emb_le32_store(at, r->n);
+	emb_le32_store(at + 4, 0);
+	at += 8;
+	/* Each array to its place, in order: a later one never overlaps an
+	 * earlier one's destination when they are already laid out. */
+	memmove(at, r->marks, 4ull * r->n);
+	memset(at + 4ull * r->n, 0, words8(r->n) - 4ull * r->n);
+	at += words8(r->n);
+	if (r->m) {
+		memmove(at, r->ids, 8ull * r->m);
+		memmove(at + 8ull * r->m, r->births, 4ull * r->m);
+	}
+	at += 8ull * r->m;
+	memset(at + 4ull * r->m, 0, words8(r->m) - 4ull * r->m);
+	return (int)need;
+}
+
 int emb_wire_births_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, const uint64_t *ids,
 			       uint32_t n)
@@ -1586,6 +1654,62 @@ int emb_wire_locate_req_decode(const struct emb_wire_frame *f,
 			       struct emb_wire_ids_req *out)
 {
 	return ids_req_decode(f, EMB_OP_LOCATE, out);
+}
+
+int emb_wire_list_births_req_decode(const struct emb_wire_frame *f,
+				    uint32_t *first, uint32_t *n)
+{
+	int rc = check_req(f, EMB_OP_LIST_BIRTHS);
+	uint32_t fs;
+
+	if (rc)
+		return rc;
+	if (!first || !n)
+		return EMB_EBADARG;
+	if (f->hdr.payload_len != 8 || emb_le32_load(f->payload + 4) != 0)
+		return EMB_EBADFRAME;
+	fs = emb_le32_load(f->payload);
+	if (f->hdr.count == 0 || fs >= EMB_NSLOTS ||
+	    f->hdr.count > EMB_NSLOTS - fs)
+		return EMB_EBADFRAME;
+	*first = fs;
+	*n = f->hdr.count;
+	return 0;
+}
+
+int emb_wire_list_births_resp_decode(const struct emb_wire_frame *f,
+				     struct emb_wire_list_births *out)
+{
+	const uint8_t *p;
+	uint64_t n, m, at;
+	int rc;
+
+	if (!out)
+		return EMB_EBADARG;
+	rc = emb__wire_check_resp(f, EMB_OP_LIST_BIRTHS);
+	if (rc)
+		return rc;
+	p = f->payload;
+	if (f->hdr.payload_len < 8 || emb_le32_load(p + 4) != 0)
+		return EMB_EBADFRAME;
+	n = emb_le32_load(p);
+	m = f->hdr.count;
+	if (n == 0 || n > EMB_NSLOTS ||
+	    f->hdr.payload_len != 8 + words8(n) + 8 * m + words8(m))
+		return EMB_EBADFRAME;
+	at = 8;
+	if (!emb__wire_zeros(p + at + 4 * n, words8(n) - 4 * n))
+		return EMB_EBADFRAME;
+	out->marks = (const uint32_t *)(const void *)(p + at);
+	at += words8(n);
+	out->ids = (const uint64_t *)(const void *)(p + at);
+	at += 8 * m;
+	if (!emb__wire_zeros(p + at + 4 * m, words8(m) - 4 * m))
+		return EMB_EBADFRAME;
+	out->births = (const uint32_t *)(const void *)(p + at);
+	out->n = (uint32_t)n;
+	out->m = (uint32_t)m;
+	return 0;
 }
 
 int emb_wire_births_req_decode(const struct emb_wire_frame *f,

@@ -80,6 +80,8 @@ enum emb_op {
 	EMB_OP_PULL_MANY = 19,	 /* several PULLs in one frame (wire_many.h) */
 	EMB_OP_PUSH_MANY = 20,	 /* several PUSHes in one frame (wire_many.h) */
 	EMB_OP_BIRTHS = 21,	 /* ids -> their rows' births (replicas) */
+	EMB_OP_LIST_BIRTHS = 22, /* slots -> their rows and births, for a
+				    backup's check (replicas) */
 	EMB_OP_CLUSTER_MAP = 32, /* node -> scheduler: the map */
 	EMB_OP_REGISTER = 33,	 /* node -> scheduler: join */
 	EMB_OP_HEARTBEAT = 34,	 /* node -> scheduler: alive */
@@ -140,7 +142,8 @@ enum emb_op {
 				      PUSH with half-precision gradients */
 #define EMB_WIRE_FEAT_TIER 0x20u /* CREATE with EMB_F_TIER */
 #define EMB_WIRE_FEAT_META 0x40u /* ASSIGN with EMB_F_META */
-#define EMB_WIRE_FEAT_BIRTHS 0x80u /* BIRTHS, and PUSH with EMB_F_BIRTHS */
+#define EMB_WIRE_FEAT_BIRTHS 0x80u /* BIRTHS, LIST_BIRTHS, and PUSH and
+				     ASSIGN with EMB_F_BIRTHS */
 /* A BIRTHS answer's birth for an id that is no row (store.h's
  * EMB_BIRTH_NONE). */
 #define EMB_WIRE_BIRTH_NONE 0xffffffffu

@@ -152,6 +152,18 @@
  * The births of the ids' rows (the table numbers its rows), or just which
  * are rows (it does not: every row's birth is 0). Creates no row and is no
  * sighting: a client asks a slot's primary before a push to every holder.
+ * LIST_BIRTHS request (table id set, count = n slots, 1..EMB_NSLOTS, flags 0)
+ *   0       4        first slot; first + n <= EMB_NSLOTS
+ *   4       4        reserved, 0
+ * LIST_BIRTHS response (count = m rows, flags 0): what a backup checks its
+ * copy of the slots against (docs/replication.md, "Eviction with replicas")
+ *   0       4        n: the request's slots
+ *   4       4        reserved, 0
+ *   8       4n       u32 marks[n]: each slot's birth counter, read before
+ *                    the rows; then zeros to a multiple of 8
+ *   B       8m       u64 ids[m]: every row of the slots, in no order
+ *   B+8m    4m       u32 births[m]; then zeros to a multiple of 8
+ *
  * BIRTHS response (count = n, flags 0)
  *   0       4n       u32 births[n] in request order; 0xffffffff = no row
  *   4n      0 or 4   zeros to a multiple of 8
@@ -608,6 +620,28 @@ int emb_wire_push_req_encode_births(struct emb_wire_iovs *out,
 				    const void *grads,
 				    const uint32_t *births);
 
+/* LIST_BIRTHS: the slots [first, first + n) of table table_id; a 16-byte
+ * frame written to buf (cap bytes). Its length, or EMB_EBADARG, -ENOSPC. */
+int emb_wire_list_births_req_encode(void *buf, size_t cap, uint64_t req_id,
+				    uint32_t table_id, uint32_t first,
+				    uint32_t n);
+/* Bytes of a LIST_BIRTHS response of n slots and m rows, header included. */
+size_t emb_wire_list_births_resp_bytes(uint32_t n, uint32_t m);
+/* A LIST_BIRTHS response, decoded (views into the frame). */
+struct emb_wire_list_births {
+	uint32_t n;		/* slots */
+	uint32_t m;		/* rows */
+	const uint32_t *marks;	/* n counters */
+	const uint64_t *ids;	/* m ids */
+	const uint32_t *births; /* m births */
+};
+/* Writes the response into buf (cap bytes) from r, whose arrays may
+ * already be in place there. Its length, or EMB_EBADARG, EMB_ETOOBIG,
+ * -ENOSPC. */
+int emb_wire_list_births_resp_encode(void *buf, size_t cap, uint64_t req_id,
+				     uint32_t table_id,
+				     const struct emb_wire_list_births *r);
+
 /* BIRTHS: a table id and its ids. */
 int emb_wire_births_req_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			       uint32_t table_id, const uint64_t *ids,
@@ -738,6 +772,13 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 			       uint32_t state_floats,
 			       struct emb_wire_assign_req *out);
+/* LIST_BIRTHS: the slots asked for; EMB_EBADFRAME for a range outside
+ * 0..EMB_NSLOTS or a reserved word set. */
+int emb_wire_list_births_req_decode(const struct emb_wire_frame *f,
+				    uint32_t *first, uint32_t *n);
+/* 0 and *out (views into f), EMB_ESERVER (status < 0), EMB_EBADFRAME. */
+int emb_wire_list_births_resp_decode(const struct emb_wire_frame *f,
+				     struct emb_wire_list_births *out);
 /* BIRTHS: the request's ids, as for ERASE. */
 int emb_wire_births_req_decode(const struct emb_wire_frame *f,
 			       struct emb_wire_ids_req *out);

@@ -854,6 +854,97 @@ static int on_births(struct emb_server *s, struct emb_req *req,
 	return emb__reply_frame(s, req, buf, rc);
 }
 
+/*
+ * LIST_BIRTHS: every row of some slots with its birth, and each slot's
+ * counter read before: what a backup checks its copy of the slots against
+ * (docs/replication.md, "Eviction with replicas"). Rows made meanwhile
+ * may not fit the first guess: listed again, larger, a few times.
+ */
+static int on_list_births(struct emb_server *s, struct emb_req *req,
+			  const struct emb_wire_frame *f)
+{
+	struct emb_wire_list_births r = {0};
+	struct srv_table *st;
+	uint32_t first, n, cap;
+	size_t len, head;
+	char *buf = NULL;
+	int rc, got = 0;
+
+	rc = emb_wire_list_births_req_decode(f, &first, &n);
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	st = emb__tables_get(s, f->hdr.table_id);
+	if (!st)
+		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
+	if (!emb_table_has_births(st->t)) {
+		char msg[EMB_NAME_MAX + 64];
+
+		snprintf(msg, sizeof(msg),
+			 "table %s does not number its rows", st->spec.name);
+		emb__tables_put(st);
+		return emb__reply_error(s, req, EMB_EBADARG, msg);
+	}
+	head = EMB_WIRE_HDR_SIZE + 8 + ((size_t)n * 4 + 7) / 8 * 8;
+	rc = 0;
+	for (int tries = 0; tries < 4; tries++) {
+		if (tries == 0) {
+			/* How many there are now, marks aside. */
+			uint32_t *tmp = malloc((size_t)n * sizeof(*tmp));
+
+			got = tmp ? emb_table_births_list(st->t, first, n, tmp,
+							  NULL, NULL, 0)
+				  : -ENOMEM;
+			free(tmp);
+			if (got < 0)
+				break;
+		}
+		cap = (uint32_t)got + (uint32_t)got / 8 + 64;
+		len = emb_wire_list_births_resp_bytes(n, cap);
+		if (len > s->opts.limits.max_frame_bytes) {
+			got = EMB_ETOOBIG;
+			break;
+		}
+		buf = aligned_alloc(64, (len + 63) & ~(size_t)63);
+		if (!buf) {
+			got = -ENOMEM;
+			break;
+		}
+		r.marks = (uint32_t *)(void *)(buf + EMB_WIRE_HDR_SIZE + 8);
+		r.ids = (uint64_t *)(void *)(buf + head);
+		r.births = (uint32_t *)(void *)(buf + head + (size_t)cap * 8);
+		got = emb_table_births_list(st->t, first, n,
+					    (uint32_t *)r.marks,
+					    (uint64_t *)r.ids,
+					    (uint32_t *)r.births, cap);
+		if (got < 0 || (uint32_t)got <= cap)
+			break;
+		free(buf);
+		buf = NULL;
+	}
+	emb__tables_put(st);
+	if (got >= 0 && !buf)
+		got = -EAGAIN; /* rows made faster than listed, each try */
+	if (got < 0) {
+		free(buf);
+		return emb__reply_error(
+		    s, req, got,
+		    got == EMB_ETOOBIG
+			? "the slots' rows pass the frame limit: ask fewer "
+			  "slots at a time"
+			: NULL);
+	}
+	r.n = n;
+	r.m = (uint32_t)got;
+	rc = emb_wire_list_births_resp_encode(
+	    buf, emb_wire_list_births_resp_bytes(n, cap), req->hdr.req_id,
+	    f->hdr.table_id, &r);
+	if (rc < 0) {
+		free(buf);
+		return emb__reply_error(s, req, rc, NULL);
+	}
+	return emb__reply_frame(s, req, buf, rc);
+}
+
 static int on_drop(struct emb_server *s, struct emb_req *req,
 		   const struct emb_wire_frame *f)
 {
@@ -897,6 +988,8 @@ int emb__handle(struct emb_server *s, struct emb_conn *c, struct srv_conn *sc,
 		return on_locate(s, req, f);
 	case EMB_OP_BIRTHS:
 		return on_births(s, req, f);
+	case EMB_OP_LIST_BIRTHS:
+		return on_list_births(s, req, f);
 	case EMB_OP_STATS:
 		return on_stats(s, req, f);
 	case EMB_OP_SET_MODE:

@@ -303,6 +303,37 @@ static void check_births(const struct emb_wire_frame *f)
 						     q.table_id, q.ids, q.n),
 			  "births request");
 	}
+	{
+		struct emb_wire_list_births lb;
+		uint32_t first, ns;
+
+		if (emb_wire_list_births_req_decode(f, &first, &ns) == 0)
+			same(f, out,
+			     emb_wire_list_births_req_encode(
+				 out, sizeof(out), f->hdr.req_id,
+				 f->hdr.table_id, first, ns),
+			     "list_births request");
+		if (emb_wire_list_births_resp_decode(f, &lb) == 0) {
+			must(lb.m == f->hdr.count && lb.n >= 1 &&
+				 lb.n <= EMB_NSLOTS,
+			     "list_births counts");
+			must(((uintptr_t)lb.ids & 7) == 0 &&
+				 ((uintptr_t)lb.births & 3) == 0 &&
+				 ((uintptr_t)lb.marks & 3) == 0,
+			     "list_births aligned");
+			touch(lb.marks, 4 * (size_t)lb.n);
+			touch(lb.ids, 8 * (size_t)lb.m);
+			touch(lb.births, 4 * (size_t)lb.m);
+			if (f->hdr.table_id &&
+			    emb_wire_list_births_resp_bytes(lb.n, lb.m) <=
+				sizeof(out))
+				same(f, out,
+				     emb_wire_list_births_resp_encode(
+					 out, sizeof(out), f->hdr.req_id,
+					 f->hdr.table_id, &lb),
+				     "list_births response");
+		}
+	}
 	if (emb_wire_births_resp_decode(f, &n, &b) == 0) {
 		must(n == f->hdr.count, "births count");
 		must(((uintptr_t)b & 3) == 0, "births aligned");

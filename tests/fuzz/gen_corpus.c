@@ -698,6 +698,20 @@ int main(int argc, char **argv)
 	save_iovs("erase_req", &v, emb_wire_erase_req_encode(&v, 8, 1, ids, 3));
 	save("erase_resp",
 	     emb_wire_ack_encode(buf, sizeof(buf), EMB_OP_ERASE, 8, 1, 2));
+	save("list_births_req",
+	     emb_wire_list_births_req_encode(buf, sizeof(buf), 8, 1, 100, 3));
+	{
+		const uint32_t marks[3] = {5, 0, 9};
+		const uint64_t lids[2] = {11, 12};
+		const uint32_t lbirths[2] = {5, 9};
+		const struct emb_wire_list_births lb = {
+		    .n = 3, .m = 2, .marks = marks, .ids = lids,
+		    .births = lbirths};
+
+		save("list_births_resp",
+		     emb_wire_list_births_resp_encode(buf, sizeof(buf), 8, 1,
+						      &lb));
+	}
 	save_iovs("births_req", &v,
 		  emb_wire_births_req_encode(&v, 8, 1, ids, 3));
 	{

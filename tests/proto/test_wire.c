@@ -725,6 +725,85 @@ static void test_push_births(void)
 			EMB_EBADARG);
 }
 
+/* LIST_BIRTHS: a slot range asked; an answer of marks, ids and births,
+ * encoded from arrays laid out in place with room to spare, decoded in
+ * place; bad ranges, reserved words and padding are refused. */
+static void test_list_births(void)
+{
+	struct emb_wire_list_births r, got;
+	struct emb_wire_frame f;
+	uint32_t first, n;
+	int len;
+
+	len = emb_wire_list_births_req_encode(buf, sizeof(buf), 3, 2, 4000, 96);
+	CU_ASSERT_EQUAL_FATAL(len, 40);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_STRING_EQUAL(emb_wire_op_name(f.hdr.opcode), "list_births");
+	CU_ASSERT_EQUAL_FATAL(emb_wire_list_births_req_decode(&f, &first, &n),
+			      0);
+	CU_ASSERT_EQUAL(first, 4000);
+	CU_ASSERT_EQUAL(n, 96);
+	CU_ASSERT_EQUAL(emb_wire_list_births_req_encode(buf, sizeof(buf), 3, 2,
+							4000, 97),
+			EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_wire_list_births_req_encode(buf, sizeof(buf), 3, 2,
+							0, 0),
+			EMB_EBADARG);
+	/* A range past the slots, and a reserved word set. */
+	emb_le32_store(buf + 32, 4090);
+	CU_ASSERT_EQUAL(emb_wire_list_births_req_decode(&f, &first, &n),
+			EMB_EBADFRAME);
+	emb_le32_store(buf + 32, 0);
+	emb_le32_store(buf + 36, 1);
+	CU_ASSERT_EQUAL(emb_wire_list_births_req_decode(&f, &first, &n),
+			EMB_EBADFRAME);
+	/* An answer of 3 slots and 5 rows, the arrays laid out as a server
+	 * does: births after room for 8 ids, moved into place. */
+	{
+		uint8_t *p = buf + 32 + 8;
+		uint32_t *marks = (uint32_t *)(void *)p;
+		uint64_t *ids = (uint64_t *)(void *)(p + 16);
+		uint32_t *births = (uint32_t *)(void *)(p + 16 + 8 * 8);
+
+		memset(buf, 0xee, 256);
+		for (uint32_t k = 0; k < 3; k++)
+			marks[k] = 100 + k;
+		for (uint32_t j = 0; j < 5; j++) {
+			ids[j] = 1000 + j;
+			births[j] = 7 * j;
+		}
+		r = (struct emb_wire_list_births){.n = 3, .m = 5, .marks = marks,
+						  .ids = ids, .births = births};
+		CU_ASSERT_EQUAL(emb_wire_list_births_resp_bytes(3, 5),
+				32 + 8 + 16 + 40 + 24);
+		len = emb_wire_list_births_resp_encode(buf, sizeof(buf), 3, 2,
+						       &r);
+		CU_ASSERT_EQUAL_FATAL(len, 120);
+	}
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_wire_list_births_resp_decode(&f, &got), 0);
+	CU_ASSERT_EQUAL(got.n, 3);
+	CU_ASSERT_EQUAL(got.m, 5);
+	CU_ASSERT_EQUAL(got.marks[2], 102);
+	CU_ASSERT_EQUAL(got.ids[4], 1004);
+	CU_ASSERT_EQUAL(got.births[4], 28);
+	CU_ASSERT_EQUAL(got.births[0], 0);
+	/* Padding after the marks, then after the births, not zero. */
+	buf[32 + 8 + 12] = 1;
+	CU_ASSERT_EQUAL(emb_wire_list_births_resp_decode(&f, &got),
+			EMB_EBADFRAME);
+	buf[32 + 8 + 12] = 0;
+	buf[len - 1] = 1;
+	CU_ASSERT_EQUAL(emb_wire_list_births_resp_decode(&f, &got),
+			EMB_EBADFRAME);
+	buf[len - 1] = 0;
+	/* A count the payload does not hold. */
+	put_hdr(EMB_OP_LIST_BIRTHS | EMB_OP_RESPONSE_BIT, 0, 2, 6, 88);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_list_births_resp_decode(&f, &got),
+			EMB_EBADFRAME);
+}
+
 /* ASSIGN with EMB_F_BIRTHS: each row's birth after the meta (or the rows),
  * padded to 8; without them the frame is as before. */
 static void test_assign_births(void)
@@ -1655,6 +1734,7 @@ static const struct emb_test_case cases[] = {
     {"PUSH with each row's birth", test_push_births},
     {"BIRTHS asks and answers", test_births_op},
     {"ASSIGN with each row's birth", test_assign_births},
+    {"LIST_BIRTHS asks for slots and answers their rows", test_list_births},
     {"row formats in CREATE_TABLE and LIST_TABLES", test_row_format_spec},
     {"a table's own tier in CREATE_TABLE", test_tier_spec},
     {"rejects bad magic", test_bad_magic},
