@@ -1475,6 +1475,30 @@ int emb_wire_pull_resp_decode(const struct emb_wire_frame *f, uint32_t dim,
 	return 0;
 }
 
+/*
+ * PUSH and ASSIGN with EMB_F_BIRTHS: the births end the frame (4n bytes,
+ * zeros to a multiple of 8) after at least min bytes. Points *births at
+ * them and makes *rest f without them, for the decoder to go on with.
+ */
+static int births_tail(const struct emb_wire_frame *f, uint64_t min,
+		       struct emb_wire_frame *rest, const uint32_t **births)
+{
+	const uint64_t blen = 4ull * f->hdr.count, tail = blen + blen % 8;
+	const uint8_t *at;
+
+	if (f->hdr.count > f->lim->max_ids)
+		return EMB_ETOOMANYIDS;
+	if (f->hdr.payload_len < tail + min)
+		return EMB_EBADFRAME;
+	at = f->payload + f->hdr.payload_len - tail;
+	if (!emb__wire_zeros(at + blen, tail - blen))
+		return EMB_EBADFRAME;
+	*births = (const uint32_t *)(const void *)at;
+	*rest = *f;
+	rest->hdr.payload_len -= (uint32_t)tail;
+	return 0;
+}
+
 int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 			     struct emb_wire_push_req *out)
 {
@@ -1482,7 +1506,7 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 	const uint32_t pre_len = session ? EMB_WIRE_PUSH_SESSION_PREFIX_SIZE
 					 : EMB_WIRE_PUSH_PREFIX_SIZE;
 	const uint8_t *p;
-	uint64_t rows_off, tail = 0;
+	uint64_t rows_off;
 	struct emb_wire_frame g;
 	uint16_t half;
 	int rc;
@@ -1496,21 +1520,9 @@ int emb_wire_push_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 		return EMB_ETOOMANYIDS;
 	out->births = NULL;
 	if (f->hdr.flags & EMB_F_BIRTHS) {
-		/* The births end the frame: the rest is decoded as a frame
-		 * without them. */
-		const uint64_t blen = 4ull * f->hdr.count;
-
-		tail = blen + blen % 8;
-		if (f->hdr.payload_len < tail + pre_len)
-			return EMB_EBADFRAME;
-		out->births = (const uint32_t *)(const void *)(
-		    f->payload + f->hdr.payload_len - tail);
-		if (!emb__wire_zeros(f->payload + f->hdr.payload_len - tail +
-					 blen,
-				     tail - blen))
-			return EMB_EBADFRAME;
-		g = *f;
-		g.hdr.payload_len -= (uint32_t)tail;
+		rc = births_tail(f, pre_len, &g, &out->births);
+		if (rc)
+			return rc;
 		f = &g;
 	}
 	if (f->hdr.payload_len < pre_len)
@@ -1574,22 +1586,9 @@ int emb_wire_assign_req_decode(const struct emb_wire_frame *f, uint32_t dim,
 		return rc;
 	out->births = NULL;
 	if (f->hdr.flags & EMB_F_BIRTHS) {
-		/* The births end the frame, as a PUSH's: the rest is
-		 * decoded as a frame without them. */
-		const uint64_t blen = 4ull * f->hdr.count, tail = blen + blen % 8;
-
-		if (f->hdr.count > f->lim->max_ids)
-			return EMB_ETOOMANYIDS;
-		if (tail > f->hdr.payload_len)
-			return EMB_EBADFRAME;
-		if (!emb__wire_zeros(f->payload + f->hdr.payload_len - tail +
-					 blen,
-				     tail - blen))
-			return EMB_EBADFRAME;
-		out->births = (const uint32_t *)(const void *)(
-		    f->payload + f->hdr.payload_len - tail);
-		h = *f;
-		h.hdr.payload_len -= (uint32_t)tail;
+		rc = births_tail(f, 0, &h, &out->births);
+		if (rc)
+			return rc;
 		f = &h;
 	}
 	with_state = f->hdr.flags & EMB_F_WITH_STATE;
