@@ -78,7 +78,7 @@ int emb_table_births_enable(struct emb_table *t)
 					       (int64_t)sizeof(uint32_t));
 			free(s->birth);
 			s->birth = NULL;
-			s->birth_cap = 0;
+			__atomic_store_n(&s->birth_cap, 0, __ATOMIC_RELAXED);
 			pthread_mutex_unlock(&s->lock);
 		}
 	} else {

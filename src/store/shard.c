@@ -371,7 +371,7 @@ int emb__birth_reserve(struct emb_table *t, struct emb_shard *s,
 	/* Records that exist now were made before numbering: birth 0. */
 	memset(v + cap, 0, (size_t)(nrec - cap) * sizeof(*v));
 	s->birth = v;
-	s->birth_cap = nrec;
+	__atomic_store_n(&s->birth_cap, nrec, __ATOMIC_RELAXED);
 	return 0;
 }
 

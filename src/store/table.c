@@ -2460,8 +2460,13 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 		    t->slab_alloc_bytes;
 		slot_bytes +=
 		    (uint64_t)__atomic_load_n(&s->vslot_cap, __ATOMIC_RELAXED) *
-		    sizeof(uint16_t);
+			sizeof(uint16_t) +
+		    (uint64_t)__atomic_load_n(&s->birth_cap, __ATOMIC_RELAXED) *
+			sizeof(uint32_t);
 	}
+	/* A table that numbers its rows: its counters too (birth.c). */
+	if (__atomic_load_n(&t->births_on, __ATOMIC_ACQUIRE))
+		slot_bytes += EMB_NSLOTS * sizeof(uint32_t);
 	out->rows = load_stat(&t->rows);
 	out->slab_bytes = slab_bytes;
 	out->index_bytes = index_bytes;

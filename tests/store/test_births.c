@@ -68,6 +68,16 @@ static void test_numbering(void)
 	uint32_t got[3];
 
 	CU_ASSERT_FALSE(emb_table_has_births(t));
+	{
+		/* Numbering costs the table its counters, in its bytes. */
+		struct emb_table *u = table_new(&o);
+		uint64_t before = table_stats(u).bytes;
+
+		CU_ASSERT_EQUAL_FATAL(emb_table_births_enable(u), 0);
+		CU_ASSERT_EQUAL(table_stats(u).bytes,
+				before + EMB_NSLOTS * sizeof(uint32_t));
+		emb_table_destroy(u);
+	}
 	/* Before numbering: which ids are rows, each of birth 0. */
 	CU_ASSERT_EQUAL(emb_table_births(t, &a, 1, got), 0);
 	CU_ASSERT_EQUAL(got[0], EMB_BIRTH_NONE);
