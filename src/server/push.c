@@ -78,6 +78,18 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 			 st->spec.name);
 		goto out;
 	}
+	/* 0xffffffff is no birth (a BIRTHS answer's "no row"): a row given
+	 * it would read as absent. */
+	for (uint32_t i = 0; !rc && p.births && i < p.n; i++)
+		if (p.births[i] == EMB_BIRTH_NONE) {
+			rc = EMB_EBADFRAME;
+			snprintf(msg, msg_len,
+				 "table %s: id %llu is named birth 0xffffffff, "
+				 "which is no row's",
+				 st->spec.name,
+				 (unsigned long long)p.ids[i]);
+			goto out;
+		}
 	/* Checked against the map before its sequence number is claimed:
 	 * a refused push is sent again as it was. */
 	if (!rc) {

@@ -253,6 +253,16 @@ static void test_numbered(void)
 	CU_ASSERT_EQUAL(first(t, ids[0]), init - 1.0f);
 	CU_ASSERT_EQUAL_FATAL(births_of(tid, ids, 1, b), 0);
 	CU_ASSERT_EQUAL(b[0], 9);
+	/* The birth that means "no row" is no birth to name. */
+	{
+		char why[EMB_WIRE_ERRMSG_MAX];
+
+		CU_ASSERT_EQUAL(push_birth(tid, ids[0], EMB_WIRE_BIRTH_NONE,
+					   why, sizeof(why)),
+				EMB_EBADFRAME);
+		CU_ASSERT_PTR_NOT_NULL(strstr(why, "no row's"));
+		CU_ASSERT_EQUAL(first(t, ids[0]), init - 1.0f);
+	}
 	/* An absent row is made with the birth named. */
 	CU_ASSERT_EQUAL(push_birth(tid, ids[2], 4, NULL, 0), 0);
 	CU_ASSERT_EQUAL_FATAL(births_of(tid, &ids[2], 1, b), 0);
