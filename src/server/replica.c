@@ -235,16 +235,20 @@ static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 }
 
 /*
- * Under r->mu: no eviction in the slots another server writes too, or
- * that are being copied ahead (emb_cmap_evict_hold()); with one copy of
- * each slot and no move, none, and eviction works as on a lone server.
- * Set before any fill of m starts.
+ * Under r->mu: the slots this server may not evict in
+ * (emb_cmap_evict_hold_rank()). With replicas, those it is not the
+ * primary of and those being copied ahead: a primary evicts alone, by the
+ * pulls only it sees, and its backups carry its evictions out by their
+ * birth check (bcheck.c). With one copy of each slot, those another
+ * server writes too or that are being copied ahead; with no move, none,
+ * and eviction works as on a lone server. Set before any fill of m
+ * starts.
  */
 static void evict_hold(struct emb_replica *r, const struct emb_cmap *m)
 {
 	uint64_t set[EMB_NSLOTS / 64];
 
-	emb_cmap_evict_hold(m, set);
+	emb_cmap_evict_hold_rank(m, r->rank, set);
 	emb_server_evict_hold(r->srv, set);
 }
 
