@@ -9,6 +9,10 @@
  * another), the sweeper thread frees their rows (emb_server_sweep_unheld()):
  * the view already refuses every read and write of them.
  *
+ * With replicas only a slot's primary evicts (evict_hold()); the birth
+ * check (bcheck.c), on a thread of its own, removes here the rows the
+ * primaries of the slots this server backs evicted. Each map goes to it.
+ *
  * Threads: on_map runs on the agent's thread, on_fill_done on the fill's,
  * on_newer_map on a loop's, sweep_main on its own; the mutex orders them.
  */
@@ -25,6 +29,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "server/bcheck.h"
 #include "server/server.h"
 
 struct emb_replica {
@@ -66,6 +71,8 @@ struct emb_replica {
 	bool sweep_due;		 /* a map took slots away since the last */
 	bool sweeper_on;	 /* sweeper started */
 	bool stop;		 /* destroy: the sweeper exits */
+	struct emb__bcheck *bcheck; /* the backup's birth check, or NULL
+				       (could not start) */
 };
 
 static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
@@ -317,6 +324,11 @@ static void on_map(void *arg, const struct emb_cmap *m,
 	 * still being applied, so the fill reads final rows. */
 	emb_server_set_map(r->srv, &r->view);
 	evict_hold(r, m);
+	if (r->bcheck && emb__bcheck_set_map(r->bcheck, m, a, n))
+		emb_log(EMB_LOG_WARN,
+			"map epoch %llu: the birth check keeps the last map: "
+			"out of memory",
+			(unsigned long long)m->epoch);
 	fill_check(r);
 	pthread_mutex_unlock(&r->mu);
 }
@@ -369,6 +381,7 @@ int emb_replica_create(struct emb_server *s, struct emb_node *n,
 		       struct emb_replica **out)
 {
 	struct emb_replica *r = calloc(1, sizeof(*r));
+	int rc;
 
 	if (!r)
 		return -ENOMEM;
@@ -378,6 +391,14 @@ int emb_replica_create(struct emb_server *s, struct emb_node *n,
 	r->srv = s;
 	r->node = n;
 	r->rank = emb_node_rank(n);
+	/* Without it backups keep the rows their primaries evicted, and
+	 * training goes on: it costs memory, never a wrong row. */
+	rc = emb__bcheck_start(s, r->rank, &r->bcheck);
+	if (rc)
+		emb_log(EMB_LOG_WARN,
+			"birth check not started: %s; backups keep the rows "
+			"their primaries evict",
+			emb_strerror(rc));
 	emb_server_on_newer_map(s, on_newer_map, r);
 	emb_node_watch_map(n, on_map, r);
 	*out = r;
@@ -397,6 +418,8 @@ void emb_replica_destroy(struct emb_replica *r)
 	pthread_mutex_unlock(&r->mu);
 	if (r->sweeper_on)
 		pthread_join(r->sweeper, NULL);
+	/* After the agent: no map reaches it any more. */
+	emb__bcheck_stop(r->bcheck);
 	pthread_cond_destroy(&r->sweep_cv);
 	pthread_mutex_destroy(&r->mu);
 	free(r->addrs);

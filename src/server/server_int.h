@@ -186,6 +186,9 @@ struct emb_server {
 	uint64_t conns_timed_out;     /* handshake or idle; atomic */
 	uint64_t nonfinite;	      /* PUSH/ASSIGN with NaN/Inf; atomic */
 	uint64_t not_admin;	      /* admin ops refused; atomic */
+	uint64_t birth_checks;	      /* a backup's check rounds
+					 (bcheck.c); atomic */
+	uint64_t births_pruned;	      /* rows those removed; atomic */
 	struct emb_hist *lat;	      /* threads x EMB_LAT_NOPS latencies;
 					 loop i alone writes row i */
 	bool stopped;		      /* emb_server_stop() ran */
