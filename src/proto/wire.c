@@ -55,7 +55,7 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_LOCATE] = {0, TBL_SET},
     [EMB_OP_PULL_MANY] = {0, TBL_NONE},
     [EMB_OP_PUSH_MANY] = {0, TBL_NONE},
-    [EMB_OP_BIRTHS] = {0, TBL_SET},
+    [EMB_OP_BIRTHS] = {EMB_F_MAKE | EMB_F_ADMITTED, TBL_SET},
     [EMB_OP_LIST_BIRTHS] = {0, TBL_SET},
 };
 

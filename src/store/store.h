@@ -136,6 +136,10 @@ struct emb_table_opts {
  * The copying way to whole rows, for a tiered table, which has no
  * emb_table_pull_ptrs(). */
 #define EMB_PULL_STATE 0x2u
+/* Missing rows are made whatever the table's admission, and no sighting
+ * is counted: rows an assign will write on every copy of a replicated
+ * slot (docs/replication.md, "Eviction with replicas"). */
+#define EMB_PULL_ADMITTED 0x4u
 
 /* Whether t keeps rows on a device tier (opts.tier_path). */
 bool emb_table_tiered(const struct emb_table *t);

@@ -1045,6 +1045,7 @@ struct pull_ctx {
 	const uint64_t *ids;	  /* the call's ids */
 	uint32_t n;		  /* how many */
 	bool create;		  /* make missing rows (no EMB_PULL_NOCREATE) */
+	bool admitted;		  /* whatever admission (EMB_PULL_ADMITTED) */
 	bool have_step;		  /* o.step holds the table's clock */
 	const struct batch *b;	  /* hashes and groups */
 	struct emb_life_shard *life; /* the table's lifecycle, or NULL */
@@ -1168,6 +1169,7 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 			if (!r) {
 				x->missing++;
 				if (create && ls && ls->cfg.admit &&
+				    !x->admitted &&
 				    !admitted(t, ls, &x->ab, x->n, ids[p],
 					      &rc)) {
 					if (rc)
@@ -1259,6 +1261,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	struct pull_ctx x = {.ids = ids,
 			     .n = n,
 			     .create = !(flags & EMB_PULL_NOCREATE),
+			     .admitted = flags & EMB_PULL_ADMITTED,
 			     .have_step = life != NULL,
 			     .life = life,
 			     .resolve = resolve_pull[t->prefetch_lines],
@@ -1277,7 +1280,8 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 
 	if (n && (!ids || (!out && !ptrs)))
 		return EMB_EBADARG;
-	if ((flags & ~(EMB_PULL_NOCREATE | EMB_PULL_STATE)) ||
+	if ((flags & ~(EMB_PULL_NOCREATE | EMB_PULL_STATE |
+		       EMB_PULL_ADMITTED)) ||
 	    (state && (!raw || !out)))
 		return EMB_EBADARG;
 	if (!n)

@@ -137,6 +137,36 @@ static void test_push_admitted(void)
 	emb_table_destroy(t);
 }
 
+/* EMB_PULL_ADMITTED (the rows of a replicated assign, made on the
+ * primary first): the absent id becomes a row at the initializer's values
+ * whatever the admission, with no sighting and nothing unadmitted; a
+ * second id is still pending afterwards (no sighting was counted). */
+static void test_pull_admitted(void)
+{
+	struct emb_table_opts o = opts_with("count:2", "none");
+	struct emb_table *t = table_new(&o);
+	float w[DIM], want[DIM];
+	uint64_t id = 92;
+	struct emb_table_stats st;
+
+	ref_new_row(&o, id, want);
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, w, 0x8, NULL), EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, w, EMB_PULL_ADMITTED, NULL),
+			1);
+	CU_ASSERT_TRUE(table_has(t, id));
+	for (int j = 0; j < DIM; j++)
+		CU_ASSERT_EQUAL(w[j], want[j]);
+	st = table_stats(t);
+	CU_ASSERT_EQUAL(st.rows, 1);
+	CU_ASSERT_EQUAL(st.pulls_unadmitted, 0);
+	/* Not a sighting: one plain pull of it later would not be its
+	 * second (it is a row already, so nothing is pending). */
+	id = 93;
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, w, 0, NULL), 1);
+	CU_ASSERT_FALSE(table_has(t, id));
+	emb_table_destroy(t);
+}
+
 /* A pull call counts one sighting per distinct id (as the client sends a
  * batch); no-create pulls count none. */
 static void test_count_in_batch(void)
@@ -514,6 +544,8 @@ int main(int argc, char **argv)
 	    {"count:2 admits on the second pull", test_count_admits_on_second},
 	    {"bloom:2 admits on the second pull", test_bloom_admits_on_second},
 	    {"a push flagged admitted makes its rows", test_push_admitted},
+	    {"a pull flagged admitted makes its rows, sighting none",
+	     test_pull_admitted},
 	    {"occurrences in one batch count; no-create pulls do not",
 	     test_count_in_batch},
 	    {"pull_ptrs leaves pending ids NULL", test_ptrs_pending},
