@@ -241,6 +241,16 @@ static void map_release(struct round *rd)
 		pthread_mutex_unlock(&rd->b->mu);
 }
 
+/* Whether the round should end before its next primary: a stop, or a new
+ * map (each connect may wait CALL_MS for a dead one). */
+static bool cut_short(struct round *rd)
+{
+	if (!map_hold(rd))
+		return true;
+	map_release(rd);
+	return false;
+}
+
 /*
  * Slots [first, first + n) of table t (remote on the primary p): listed
  * there in chunks, pruned here. Adds the rows removed to *removed. 0, or
@@ -415,6 +425,8 @@ static int round_run(struct emb_server *s, struct emb__bcheck *b,
 			any = rd->mine[sl] && emb_cmap_primary(m, sl) == p;
 		if (!any)
 			continue;
+		if (cut_short(rd))
+			break;
 		nprim++;
 		rc = connect_to(rd, &addrs[p]);
 		if (!rc)
