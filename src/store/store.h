@@ -516,6 +516,17 @@ uint32_t emb_table_now(const struct emb_table *t);
 void emb_table_evict_hold(struct emb_table *t, const uint64_t *set);
 
 /*
+ * The slots this holder is the primary of (set as emb_table_evict_hold()
+ * takes it; NULL: none): emb_table_push_births() treats the ids of those
+ * slots as with EMB_PUSH_PRIMARY, whatever its flags. A replicated server
+ * sets them from each map (docs/replication.md, "Eviction with
+ * replicas"): a push naming the birth of a row the primary evicted since
+ * is dropped there, and does not make the row again from its initial
+ * values while its backups still hold it as it was. Any thread.
+ */
+void emb_table_lead(struct emb_table *t, const uint64_t *set);
+
+/*
  * Removes rows not accessed in the last max_idle_steps table steps (0: no age
  * limit) or accessed fewer than min_count times (0: no count limit). Returns
  * how many rows were removed (>= 0). Pulls are accesses only while the table

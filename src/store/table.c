@@ -1602,6 +1602,7 @@ static enum birth_verdict birth_verdict(const struct emb_table *t,
 					uint32_t idx, uint64_t id,
 					uint32_t want, bool primary)
 {
+	const uint32_t sl = emb_id_slot(id);
 	uint32_t have;
 
 	if (!r)
@@ -1611,8 +1612,11 @@ static enum birth_verdict birth_verdict(const struct emb_table *t,
 		 * since, and makes it (docs/replication.md: a backup's
 		 * check of its slots removes what its primary no longer
 		 * has). */
-		return primary && want <= emb_table_slot_birth(
-						  t, emb_id_slot(id))
+		return (primary || ((__atomic_load_n(&t->lead[sl / 64],
+						     __ATOMIC_RELAXED) >>
+				     (sl % 64)) &
+				    1)) &&
+			       want <= emb_table_slot_birth(t, sl)
 			   ? BIRTH_DROP
 			   : BIRTH_APPLY;
 	have = s->birth[idx];
@@ -2419,6 +2423,32 @@ void emb_table_evict_hold(struct emb_table *t, const uint64_t *set)
 		any |= v != 0;
 	}
 	__atomic_store_n(&t->evict_hold_any, any, __ATOMIC_RELEASE);
+	/* Each shard's rows of held slots, counted again under its lock:
+	 * rows made or removed from here on count by the new hold. One
+	 * pass over the records, once a map. */
+	for (uint32_t i = 0; i < t->nshards; i++) {
+		struct emb_shard *s = &t->shards[i];
+		uint32_t n = 0;
+
+		pthread_mutex_lock(&s->lock);
+		for (uint32_t idx = 0; any && idx < s->next_idx; idx++) {
+			const struct emb_row_hdr *r = emb__shard_row(t, s, idx);
+
+			if (!(r->count & EMB_ROW_FREE))
+				n += emb__evict_held(t, r->id);
+		}
+		s->held = n;
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+void emb_table_lead(struct emb_table *t, const uint64_t *set)
+{
+	if (!t)
+		return;
+	for (uint32_t w = 0; w < EMB_NSLOTS / 64; w++)
+		__atomic_store_n(&t->lead[w], set ? set[w] : 0,
+				 __ATOMIC_RELAXED);
 }
 
 int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,
