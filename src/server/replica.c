@@ -315,6 +315,17 @@ static void on_map(void *arg, const struct emb_cmap *m,
 				"primary's",
 				(unsigned long long)m->epoch, np);
 	}
+	/* Where it is the primary, a push naming the birth of a row it
+	 * evicted since is dropped (its backups' copies go at their next
+	 * check), before the map takes writes. */
+	{
+		uint64_t set[EMB_NSLOTS / 64] = {0};
+
+		for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+			if (emb_cmap_primary(m, sl) == r->rank)
+				set[sl / 64] |= 1ull << (sl % 64);
+		emb_server_lead(r->srv, set);
+	}
 	r->prev = *m;
 	r->have_prev = true;
 	free(r->addrs);

@@ -226,6 +226,11 @@ void emb_server_untrack(struct emb_server *s);
  */
 void emb_server_evict_hold(struct emb_server *s, const uint64_t *set);
 
+/* The slots this server is the primary of in its last map
+ * (emb_table_lead() on each table, and on tables made later); any
+ * thread. */
+void emb_server_lead(struct emb_server *s, const uint64_t *set);
+
 /*
  * Births a promoted backup may not have seen: each table that numbers its
  * rows raises the counters of the slots in set by

@@ -166,11 +166,14 @@ struct emb_server {
 	struct emb_authlimit *authlimit;   /* failed HELLOs per address */
 	struct emb_mem_budget budget;	   /* shared by all tables */
 
-	pthread_rwlock_t tables_lock; /* guards tables[] and evict_hold */
+	pthread_rwlock_t tables_lock; /* guards tables[], evict_hold and
+					 lead */
 	struct srv_table **tables;    /* limits.max_tables slots; id = i + 1 */
 	uint64_t evict_hold[EMB_NSLOTS / 64]; /* emb_server_evict_hold():
 						 every table's, new ones
 						 too */
+	uint64_t lead[EMB_NSLOTS / 64]; /* emb_server_lead(): the slots
+					   this server is the primary of */
 	uint64_t tables_gen;	      /* bumped on every change of tables[],
 					 under tables_lock; atomic loads */
 	struct srv_loop *lstate;      /* opts.threads: per-loop state */

@@ -20,17 +20,17 @@
 #include "worker/client_int.h"
 
 /* What one server keeps of a table-wide policy: ids hash evenly over the
- * servers, so each holds its share of max_rows, and R copies of it in a
- * map of R copies of each slot (max_rows counts every row a server
- * holds, backups' too). */
+ * servers, so each holds its share of max_rows. With replicas that is
+ * its share as a primary: a server counts only the rows it may evict
+ * against max_rows, and its backups' copies follow their primaries'
+ * evictions (docs/replication.md, "Eviction with replicas"). */
 static struct emb_lifecycle_cfg per_server(const struct emb_client *c,
 					   const struct emb_lifecycle_cfg *l)
 {
 	struct emb_lifecycle_cfg r = *l;
-	const uint64_t copies = c->cmap ? c->cmap->replicas : 1;
 
 	if (r.max_rows)
-		r.max_rows = (r.max_rows * copies + c->nsrv - 1) / c->nsrv;
+		r.max_rows = (r.max_rows + c->nsrv - 1) / c->nsrv;
 	return r;
 }
 
