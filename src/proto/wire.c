@@ -1728,6 +1728,9 @@ int emb_wire_births_resp_decode(const struct emb_wire_frame *f,
 	rc = emb__wire_check_resp(f, EMB_OP_BIRTHS);
 	if (rc)
 		return rc;
+	/* The request's flags ask how to answer; the answer carries none. */
+	if (f->hdr.flags)
+		return EMB_EBADFRAME;
 	if (f->hdr.count > f->lim->max_ids)
 		return EMB_ETOOMANYIDS;
 	len = 4ull * f->hdr.count;

@@ -890,6 +890,12 @@ static void test_births_op(void)
 	CU_ASSERT_EQUAL(got[0], 9);
 	CU_ASSERT_EQUAL(got[1], EMB_WIRE_BIRTH_NONE);
 	CU_ASSERT_EQUAL(got[2], 0);
+	/* An answer carries no flags (EMB_F_MAKE is the request's). */
+	emb_le16_store(buf + 6, EMB_F_MAKE);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_births_resp_decode(&f, &n, &got),
+			EMB_EBADFRAME);
+	emb_le16_store(buf + 6, 0);
 	/* The births already in place are left there. */
 	emb_le32_store(buf + 32, 11);
 	CU_ASSERT_EQUAL(emb_wire_births_resp_encode(
