@@ -979,6 +979,9 @@ static int push_admitted(struct emb_client_table *t, struct call *a,
 	found = (uint8_t *)(births + a->n);
 	if (births_everywhere(t->c)) {
 		rc = ask_births(t, a->ids, a->n, births, EMB_F_MAKE);
+		/* Rows a table had before it was given eviction are birth
+		 * 0: its policy, as this handle knows it, tells too. */
+		numbered = __atomic_load_n(&t->evicts, __ATOMIC_RELAXED) != 0;
 		for (uint32_t i = 0; !rc && i < a->n; i++) {
 			found[i] = births[i] != EMB_WIRE_BIRTH_NONE;
 			numbered |= found[i] && births[i] != 0;
@@ -1004,8 +1007,7 @@ static int push_admitted(struct emb_client_table *t, struct call *a,
 	a->ids = ids;
 	a->n = k;
 	a->rows = grads;
-	/* Rows a table had before it was given eviction are birth 0. */
-	numbered |= __atomic_load_n(&t->evicts, __ATOMIC_RELAXED) != 0;
+	/* A server without BIRTHS numbers no rows: the pull asked. */
 	a->push_births = numbered ? births : NULL;
 	a->flags = EMB_F_ADMITTED;
 	/* The op copies ids and gradients as it starts. */

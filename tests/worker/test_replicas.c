@@ -1391,6 +1391,23 @@ static void test_evict_births(void)
 	CU_ASSERT_EQUAL(emb_client_table_push(t, ids[1], AN, g, 0, 0), 0);
 	same_on_both(ports, "evict", ids[1], yes, NULL);
 	same_births(srv, "evict", ids[1], b1);
+	/* push_many asks and names births too, entry by entry. */
+	{
+		struct emb_table_batch e[2] = {
+		    {.struct_size = sizeof(e[0]), .n = AN, .table = t,
+		     .ids = ids[0], .rows = g},
+		    {.struct_size = sizeof(e[0]), .n = AN, .table = t,
+		     .ids = ids[1], .rows = g},
+		};
+
+		CU_ASSERT_EQUAL(emb_client_push_many(c, e, 2, 0, 0), 0);
+	}
+	for (size_t i = 0; i < (size_t)AN * DIM; i++)
+		want[i] -= 0.5f;
+	same_on_both(ports, "evict", ids[0], yes, want);
+	same_on_both(ports, "evict", ids[1], yes, NULL);
+	same_births(srv, "evict", ids[1], b2);
+	CU_ASSERT_EQUAL(memcmp(b1, b2, sizeof(b1)), 0);
 
 	/* Each primary evicts kind 0 (erased there alone) and a pull makes
 	 * them again, newer; the push resets the backups' old copies. */
@@ -1412,6 +1429,8 @@ static void test_evict_births(void)
 	CU_ASSERT_EQUAL(memcmp(rows, init, (size_t)AN * DIM * sizeof(float)),
 			0);
 	CU_ASSERT_EQUAL(emb_client_table_push(t, ids[0], AN, g, 0, 0), 0);
+	for (size_t i = 0; i < (size_t)AN * DIM; i++)
+		want[i] = init[i] - 0.5f;
 	same_on_both(ports, "evict", ids[0], yes, want);
 	same_births(srv, "evict", ids[0], b2);
 	for (uint32_t i = 0; i < AN; i++)
