@@ -1078,6 +1078,47 @@ static void same_on_both(const uint16_t *ports, const char *name,
 	free(rows[1]);
 }
 
+/* SGD (lr 0.5) from uniform initial values, which a backup must make as
+ * its primary did. */
+static void sgd_uniform(struct emb_table_spec *sp)
+{
+	sp->optim = EMB_OPTIM_CFG_DEFAULT;
+	sp->optim.kind = EMB_OPTIM_SGD;
+	sp->optim.lr = 0.5f;
+	sp->init = (struct emb_init_cfg){.kind = EMB_INIT_UNIFORM,
+					 .a = -1.0f,
+					 .b = 1.0f};
+}
+
+/*
+ * Two in-process servers that each hold every slot (their views), and two
+ * clients that write to both by a map of two copies of each slot (server
+ * 0 the primary of the first half, server 1 of the rest). view[i] is
+ * freed by the caller after its server.
+ */
+static void pair_start(struct emb_server **srv, struct emb_server_map **view,
+		       uint16_t *ports, struct emb_client **c,
+		       struct emb_client **c2)
+{
+	struct emb_server_opts o = nt_server_opts();
+	struct emb_cmap m;
+
+	for (int i = 0; i < 2; i++) {
+		srv[i] = nt_server_start(&o);
+		ports[i] = emb_server_port(srv[i]);
+		view[i] = calloc(1, sizeof(*view[i]));
+		CU_ASSERT_FATAL(view[i] != NULL);
+		view[i]->epoch = 1;
+		memset(view[i]->slot, EMB_CMAP_VIEW_MINE, EMB_NSLOTS);
+		CU_ASSERT_EQUAL_FATAL(emb_server_set_map(srv[i], view[i]), 0);
+	}
+	*c = client_of(ports, 2, 5000);
+	*c2 = client_of(ports, 2, 5000);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 2, 2), 0);
+	set_cmap(*c, &m, 1);
+	set_cmap(*c2, &m, 1);
+}
+
 /*
  * Admission under replicas (docs/replication.md, "Admission with
  * replicas"): a table with count:2 on two holders of every slot, writes
@@ -1096,11 +1137,9 @@ static void test_admission(void)
 	struct emb_table_spec sp = nt_spec("admit", DIM, 11);
 	struct emb_server *srv[2];
 	struct emb_server_map *view[2];
-	struct emb_server_opts o = nt_server_opts();
 	struct emb_client_table *t, *t2, *bad;
 	struct emb_client *c, *c2;
 	struct emb_async *op;
-	struct emb_cmap m;
 	uint16_t ports[2];
 	uint64_t ids[3][AN], all[3 * AN];
 	uint8_t yes[AN], no[AN], home[AN], found[AN];
@@ -1114,28 +1153,8 @@ static void test_admission(void)
 		want[k] = malloc((size_t)AN * DIM * sizeof(float));
 		CU_ASSERT_FATAL(init[k] && want[k]);
 	}
-	/* SGD (lr 0.5) from uniform initial values, which a backup must
-	 * make as its primary did. */
-	sp.optim = EMB_OPTIM_CFG_DEFAULT;
-	sp.optim.kind = EMB_OPTIM_SGD;
-	sp.optim.lr = 0.5f;
-	sp.init = (struct emb_init_cfg){.kind = EMB_INIT_UNIFORM,
-					.a = -1.0f,
-					.b = 1.0f};
-	for (int i = 0; i < 2; i++) {
-		srv[i] = nt_server_start(&o);
-		ports[i] = emb_server_port(srv[i]);
-		view[i] = calloc(1, sizeof(*view[i]));
-		CU_ASSERT_FATAL(view[i] != NULL);
-		view[i]->epoch = 1;
-		memset(view[i]->slot, EMB_CMAP_VIEW_MINE, EMB_NSLOTS);
-		CU_ASSERT_EQUAL_FATAL(emb_server_set_map(srv[i], view[i]), 0);
-	}
-	c = client_of(ports, 2, 5000);
-	c2 = client_of(ports, 2, 5000);
-	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 2, 2), 0);
-	set_cmap(c, &m, 1);
-	set_cmap(c2, &m, 1);
+	sgd_uniform(&sp);
+	pair_start(srv, view, ports, &c, &c2);
 
 	/* Births are kept beside DRAM records alone. */
 	CU_ASSERT_EQUAL_FATAL(emb_evict_parse("max_rows:100", &sp.life), 0);
@@ -1320,12 +1339,10 @@ static void test_evict_births(void)
 	struct emb_table_spec sp = nt_spec("evict", DIM, 13);
 	struct emb_server *srv[2];
 	struct emb_server_map *view[2];
-	struct emb_server_opts o = nt_server_opts();
 	struct emb_server_table st;
 	struct emb_table_opts to;
 	struct emb_client_table *t, *t2;
 	struct emb_client *c, *c2;
-	struct emb_cmap m;
 	uint16_t ports[2];
 	uint64_t ids[2][AN];
 	uint32_t b0[AN], b1[AN], b2[AN];
@@ -1336,26 +1353,8 @@ static void test_evict_births(void)
 	float *rows = malloc((size_t)AN * DIM * sizeof(float));
 
 	CU_ASSERT_FATAL(init && want && g && rows);
-	sp.optim = EMB_OPTIM_CFG_DEFAULT;
-	sp.optim.kind = EMB_OPTIM_SGD;
-	sp.optim.lr = 0.5f;
-	sp.init = (struct emb_init_cfg){.kind = EMB_INIT_UNIFORM,
-					.a = -1.0f,
-					.b = 1.0f};
-	for (int i = 0; i < 2; i++) {
-		srv[i] = nt_server_start(&o);
-		ports[i] = emb_server_port(srv[i]);
-		view[i] = calloc(1, sizeof(*view[i]));
-		CU_ASSERT_FATAL(view[i] != NULL);
-		view[i]->epoch = 1;
-		memset(view[i]->slot, EMB_CMAP_VIEW_MINE, EMB_NSLOTS);
-		CU_ASSERT_EQUAL_FATAL(emb_server_set_map(srv[i], view[i]), 0);
-	}
-	c = client_of(ports, 2, 5000);
-	c2 = client_of(ports, 2, 5000);
-	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 2, 2), 0);
-	set_cmap(c, &m, 1);
-	set_cmap(c2, &m, 1);
+	sgd_uniform(&sp);
+	pair_start(srv, view, ports, &c, &c2);
 	CU_ASSERT_EQUAL_FATAL(emb_evict_parse("max_rows:1000", &sp.life), 0);
 	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
 	/* Each server's share of max_rows, as a primary: 1000 / 2 servers
