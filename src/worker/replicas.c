@@ -355,7 +355,7 @@ static struct part *ext_copy(struct emb_client *c, struct emb_async *op,
 
 	/* aligned_alloc() takes whole 64-byte lines. */
 	m = aligned_alloc(64, (((sizeof(*e) + 63) & ~(size_t)63) + ERR_CAP +
-			       (size_t)k * (8 + rowb + (births ? 4 : 0)) +
+			       (size_t)k * (8 + rowb + (births ? 4 : 0)) + 4 +
 			       63) &
 				  ~(size_t)63);
 	if (!m)
@@ -376,8 +376,10 @@ static struct part *ext_copy(struct emb_client *c, struct emb_async *op,
 	e->req.resp_cap = ERR_CAP;
 	eids = (uint64_t *)(void *)((char *)e->req.resp + ERR_CAP);
 	erows = (float *)(void *)(eids + k);
+	/* 2-byte gradients may end off a 4-byte boundary. */
 	if (births)
-		ebirths = (uint32_t *)(void *)((char *)erows + (size_t)k * rowb);
+		ebirths = (uint32_t *)(void *)((char *)erows +
+					       (((size_t)k * rowb + 3) & ~(size_t)3));
 	for (uint32_t j = 0; j < src->req.n && at < k; j++) {
 		if (!keep(c, kctx, to, j, ids[j]))
 			continue;
