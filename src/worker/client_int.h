@@ -103,8 +103,9 @@ struct server {
 	bool sessions;		    /* it applies retried pushes once */
 	bool pull_many;		    /* it takes PULL_MANY (many.c) */
 	bool push_many;		    /* it takes PUSH_MANY (many.c) */
-	bool births;		    /* it takes BIRTHS (written by the loop,
-				       read by callers: atomics) */
+	bool no_births;		    /* its last HELLO lacked BIRTHS (written
+				       by the loop, read by callers: atomic;
+				       false until it said hello) */
 	struct part *wait_head;	    /* parts waiting for a conn, FIFO */
 	struct part *wait_tail;	    /* last of them */
 	struct part *fly;	    /* parts posted on conn, not yet done */

@@ -919,12 +919,15 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	return op_start(&pull_kind, &a, opp, post);
 }
 
-/* True when every server said in its HELLO that it takes BIRTHS (one not
- * connected yet has said nothing). */
+/* True unless a server said in its HELLO that it does not take BIRTHS
+ * (an older one). One not connected yet (a rank to spare in an elastic
+ * job, one coming up) counts as taking it: a server too old for BIRTHS
+ * refuses the ask, and the call fails, rather than every push of an
+ * eviction table waiting on a rank that may never come. */
 static bool births_everywhere(struct emb_client *c)
 {
 	for (uint32_t s = 0; s < c->nsrv; s++)
-		if (!__atomic_load_n(&c->srv[s].births, __ATOMIC_RELAXED))
+		if (__atomic_load_n(&c->srv[s].no_births, __ATOMIC_RELAXED))
 			return false;
 	return c->nsrv > 0;
 }
