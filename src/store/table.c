@@ -2412,20 +2412,23 @@ uint32_t emb_table_now(const struct emb_table *t)
 
 void emb_table_evict_hold(struct emb_table *t, const uint64_t *set)
 {
-	bool any = false;
+	bool any = false, changed = false;
 
 	if (!t)
 		return;
 	for (uint32_t w = 0; w < EMB_NSLOTS / 64; w++) {
 		uint64_t v = set ? set[w] : 0;
 
-		__atomic_store_n(&t->evict_hold[w], v, __ATOMIC_RELAXED);
+		changed |= __atomic_exchange_n(&t->evict_hold[w], v,
+					       __ATOMIC_RELAXED) != v;
 		any |= v != 0;
 	}
 	__atomic_store_n(&t->evict_hold_any, any, __ATOMIC_RELEASE);
+	if (!changed)
+		return;
 	/* Each shard's rows of held slots, counted again under its lock:
 	 * rows made or removed from here on count by the new hold. One
-	 * pass over the records, once a map. */
+	 * pass over the records, for each map that changes the hold. */
 	for (uint32_t i = 0; i < t->nshards; i++) {
 		struct emb_shard *s = &t->shards[i];
 		uint32_t n = 0;

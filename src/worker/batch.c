@@ -108,8 +108,12 @@ int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids,
 		op->next[i] = op->first[inv[i]];
 		op->first[inv[i]] = i;
 	}
-	add(&c->ids_in, n);
-	add(&c->ids_sent, (uint64_t)nu);
+	/* The ask before a replicated push is no pull or push of its own:
+	 * the push counts its ids. */
+	if (op->kind != OP_BIRTHS) {
+		add(&c->ids_in, n);
+		add(&c->ids_sent, (uint64_t)nu);
+	}
 	return nu;
 }
 

@@ -1386,8 +1386,19 @@ static void test_evict_births(void)
 	for (uint32_t i = 0; i < AN; i++)
 		CU_ASSERT(b0[i] >= 1 && b0[i] != EMB_BIRTH_NONE);
 
-	/* Kind 1 never pulled: the ask makes the rows on the primaries. */
-	CU_ASSERT_EQUAL(emb_client_table_push(t, ids[1], AN, g, 0, 0), 0);
+	/* Kind 1 never pulled: the ask makes the rows on the primaries.
+	 * The client counts the push's ids as sent, not the ask's. */
+	{
+		struct emb_client_stats cs0 = EMB_SIZED(struct emb_client_stats);
+		struct emb_client_stats cs1 = EMB_SIZED(struct emb_client_stats);
+
+		emb_client_stats(c, &cs0);
+		CU_ASSERT_EQUAL(emb_client_table_push(t, ids[1], AN, g, 0, 0),
+				0);
+		emb_client_stats(c, &cs1);
+		CU_ASSERT_EQUAL(cs1.ids_sent - cs0.ids_sent, AN);
+		CU_ASSERT_EQUAL(cs1.ids_in - cs0.ids_in, AN);
+	}
 	same_on_both(ports, "evict", ids[1], yes, NULL);
 	same_births(srv, "evict", ids[1], b1);
 	/* push_many asks and names births too, entry by entry. */
