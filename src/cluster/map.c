@@ -1040,3 +1040,20 @@ uint32_t emb_cmap_evict_hold(const struct emb_cmap *m, uint64_t *set)
 		}
 	return n;
 }
+
+uint32_t emb_cmap_evict_hold_rank(const struct emb_cmap *m, uint32_t rank,
+				  uint64_t *set)
+{
+	uint32_t n = 0;
+
+	if (m->replicas <= 1)
+		return emb_cmap_evict_hold(m, set);
+	memset(set, 0, EMB_NSLOTS / 8);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m->warm[sl] != EMB_CMAP_NONE ||
+		    emb_cmap_primary(m, sl) != rank) {
+			set[sl / 64] |= 1ull << (sl % 64);
+			n++;
+		}
+	return n;
+}

@@ -304,6 +304,18 @@ uint32_t emb_cmap_writers(const struct emb_cmap *m, uint32_t slot,
 uint32_t emb_cmap_evict_hold(const struct emb_cmap *m, uint64_t *set);
 
 /*
+ * The slots whose rows server rank may not evict in m. With one copy of
+ * each slot, emb_cmap_evict_hold()'s. With replicas, a slot's primary
+ * evicts alone, by the pulls only it sees, and its backups carry its
+ * evictions out by their check of the slot (docs/replication.md,
+ * "Eviction with replicas"): rank holds every slot it is not the primary
+ * of, and those being copied ahead, whose stream would have to go again
+ * whole. Sets set as emb_cmap_evict_hold() does; returns how many.
+ */
+uint32_t emb_cmap_evict_hold_rank(const struct emb_cmap *m, uint32_t rank,
+				  uint64_t *set);
+
+/*
  * The slots rank became the primary of from prev to m, having held them
  * in prev as a backup (a failover, a drain or a move that promoted it):
  * the rows there are numbered by births its old primary gave, some of

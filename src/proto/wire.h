@@ -119,7 +119,9 @@ enum emb_op {
 #define EMB_F_ADMITTED 0x2000u /* PUSH: the ids were rows on their slots'
 				  primary: create absent rows whatever the
 				  table's admission (docs/replication.md,
-				  "Admission with replicas") */
+				  "Admission with replicas"); BIRTHS with
+				  EMB_F_MAKE: make them whatever it (an
+				  assign's rows) */
 #define EMB_F_TIER 0x4000u /* CREATE_TABLE: a tier block follows the
 			      row-format block's place (wire_msg.h) */
 #define EMB_F_META 0x8000u /* ASSIGN: each row's lifecycle data follows
@@ -127,6 +129,10 @@ enum emb_op {
 			      their idle time and access count */
 /* Flags are per opcode, and all 16 bits are taken: this one is
  * DUMP_BEGIN's EMB_F_CONSISTENT, which no PUSH carries. */
+#define EMB_F_MAKE 0x0001u /* BIRTHS: make the absent rows first, as a
+			      push would (a table without admission), and
+			      answer their births (docs/replication.md,
+			      "Eviction with replicas") */
 #define EMB_F_BIRTHS 0x0020u /* PUSH: each row's birth follows the
 				gradients (wire_msg.h; docs/replication.md,
 				"Eviction with replicas") */

@@ -649,6 +649,20 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 	    emb_optim_state_floats(st->spec.optim.kind, dim), &a);
 	if (!rc && a.meta && !(meta = assign_meta(st->t, &a)))
 		rc = -ENOMEM;
+	/* A replicated assign to a table that numbers its rows names the
+	 * births its primary gave, as a push does (push.c); a fill's rows
+	 * carry their own. */
+	if (!rc && (f->hdr.flags & (EMB_F_EPOCH | EMB_F_FILL)) == EMB_F_EPOCH &&
+	    !a.births && a.n && emb_table_has_births(st->t)) {
+		free(meta);
+		emb__tables_unpin(st);
+		return emb__reply_error(
+		    s, req, EMB_EADMITASK,
+		    "this table has an eviction policy: a replicated assign "
+		    "must name each row's birth, asked of the primary first "
+		    "(a client before replicated eviction, or one that did "
+		    "not know the policy)");
+	}
 	if (!rc) {
 		held = emb__slots_begin(s->slots, &f->hdr, a.ids, a.n, &why);
 		if (held < 0) {
@@ -728,6 +742,57 @@ static int tier_births(struct emb_table *t, const uint64_t *ids, uint32_t n,
 		for (uint32_t k = 0; k < m; k++) {
 			births[i + k] = found[k] ? 0 : EMB_BIRTH_NONE;
 			got += found[k] != 0;
+		}
+	}
+	free(rows);
+	return got;
+}
+
+/*
+ * BIRTHS with EMB_F_MAKE: the ids that are no rows are made, as the push
+ * that follows would make them on a lone server (a table without
+ * admission; pflags 0), or as an assign would whatever the admission
+ * (EMB_F_ADMITTED too; pflags EMB_PULL_ADMITTED), by a pull in chunks, and
+ * their births read again. One evicted between the two reads stays
+ * EMB_BIRTH_NONE: its push is dropped, as one racing an eviction may be.
+ * Returns how many ids are rows, or the pull's error.
+ */
+static int births_make(struct emb_table *t, const uint64_t *ids, uint32_t n,
+		       uint32_t *births, uint32_t pflags)
+{
+	enum { CHUNK = 256 };
+	const uint32_t dim = emb_table_dim(t);
+	uint64_t miss[CHUNK];
+	uint32_t at[CHUNK], b[CHUNK];
+	float *rows = malloc((size_t)CHUNK * dim * sizeof(float));
+	int got = 0;
+
+	if (!rows)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n;) {
+		uint32_t m = 0;
+		int rc;
+
+		for (; i < n && m < CHUNK; i++) {
+			if (births[i] != EMB_BIRTH_NONE) {
+				got++;
+				continue;
+			}
+			at[m] = i;
+			miss[m++] = ids[i];
+		}
+		if (!m)
+			continue;
+		rc = emb_table_pull(t, miss, m, rows, pflags, NULL);
+		if (rc >= 0)
+			rc = emb_table_births(t, miss, m, b);
+		if (rc < 0) {
+			free(rows);
+			return rc;
+		}
+		for (uint32_t k = 0; k < m; k++) {
+			births[at[k]] = b[k];
+			got += b[k] != EMB_BIRTH_NONE;
 		}
 	}
 	free(rows);
@@ -818,6 +883,7 @@ static int on_births(struct emb_server *s, struct emb_req *req,
 {
 	struct emb_wire_ids_req q;
 	struct srv_table *st;
+	const char *why = NULL;
 	uint32_t *births;
 	size_t len;
 	char *buf;
@@ -826,6 +892,12 @@ static int on_births(struct emb_server *s, struct emb_req *req,
 	rc = emb_wire_births_req_decode(f, &q);
 	if (rc)
 		return emb__reply_error(s, req, rc, NULL);
+	/* Asked of a slot's primary, as a pull: a stale route is refused
+	 * (and rerouted) rather than answered, or rows made, by a server
+	 * that holds no copy. */
+	rc = emb__slots_read(s->slots, q.ids, q.n, &why);
+	if (rc)
+		return emb__reply_error(s, req, rc, why);
 	st = emb__tables_get(s, q.table_id);
 	if (!st)
 		return emb__reply_error(s, req, EMB_ENOTABLE, NULL);
@@ -840,6 +912,11 @@ static int on_births(struct emb_server *s, struct emb_req *req,
 	rc = emb_table_births(st->t, q.ids, q.n, births);
 	if (rc == -EOPNOTSUPP)
 		rc = tier_births(st->t, q.ids, q.n, births);
+	else if (rc >= 0 && (uint32_t)rc < q.n && (f->hdr.flags & EMB_F_MAKE) &&
+		 ((f->hdr.flags & EMB_F_ADMITTED) || !emb_table_admits(st->t)))
+		rc = births_make(st->t, q.ids, q.n, births,
+				 f->hdr.flags & EMB_F_ADMITTED ? EMB_PULL_ADMITTED
+							      : 0);
 	emb__tables_put(st);
 	if (rc < 0) {
 		free(buf);

@@ -67,6 +67,20 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 			 st->spec.name);
 		goto out;
 	}
+	/* The same for a table that numbers its rows (one with eviction):
+	 * a replicated push must name the births its primary gave, or a
+	 * backup would make rows of births of its own. */
+	if (!rc && (f->hdr.flags & EMB_F_EPOCH) && !p.births && p.n &&
+	    emb_table_has_births(st->t)) {
+		rc = EMB_EADMITASK;
+		snprintf(msg, msg_len,
+			 "table %s has an eviction policy: a replicated push "
+			 "must name each row's birth, asked of the primary "
+			 "first (a client before replicated eviction, or one "
+			 "that did not know the policy: it pushes again)",
+			 st->spec.name);
+		goto out;
+	}
 	/* Births name rows of a table that numbers them (a replicated table
 	 * with eviction: docs/replication.md); on another they mean nothing
 	 * and the push is refused whole, before anything is applied. */

@@ -9,6 +9,10 @@
  * another), the sweeper thread frees their rows (emb_server_sweep_unheld()):
  * the view already refuses every read and write of them.
  *
+ * With replicas only a slot's primary evicts (evict_hold()); the birth
+ * check (bcheck.c), on a thread of its own, removes here the rows the
+ * primaries of the slots this server backs evicted. Each map goes to it.
+ *
  * Threads: on_map runs on the agent's thread, on_fill_done on the fill's,
  * on_newer_map on a loop's, sweep_main on its own; the mutex orders them.
  */
@@ -25,6 +29,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "server/bcheck.h"
 #include "server/server.h"
 
 struct emb_replica {
@@ -66,6 +71,8 @@ struct emb_replica {
 	bool sweep_due;		 /* a map took slots away since the last */
 	bool sweeper_on;	 /* sweeper started */
 	bool stop;		 /* destroy: the sweeper exits */
+	struct emb__bcheck *bcheck; /* the backup's birth check, or NULL
+				       (could not start) */
 };
 
 static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
@@ -235,16 +242,20 @@ static void on_fill_done(void *arg, uint32_t first, uint32_t n, uint64_t epoch,
 }
 
 /*
- * Under r->mu: no eviction in the slots another server writes too, or
- * that are being copied ahead (emb_cmap_evict_hold()); with one copy of
- * each slot and no move, none, and eviction works as on a lone server.
- * Set before any fill of m starts.
+ * Under r->mu: the slots this server may not evict in
+ * (emb_cmap_evict_hold_rank()). With replicas, those it is not the
+ * primary of and those being copied ahead: a primary evicts alone, by the
+ * pulls only it sees, and its backups carry its evictions out by their
+ * birth check (bcheck.c). With one copy of each slot, those another
+ * server writes too or that are being copied ahead; with no move, none,
+ * and eviction works as on a lone server. Set before any fill of m
+ * starts.
  */
 static void evict_hold(struct emb_replica *r, const struct emb_cmap *m)
 {
 	uint64_t set[EMB_NSLOTS / 64];
 
-	emb_cmap_evict_hold(m, set);
+	emb_cmap_evict_hold_rank(m, r->rank, set);
 	emb_server_evict_hold(r->srv, set);
 }
 
@@ -304,6 +315,17 @@ static void on_map(void *arg, const struct emb_cmap *m,
 				"primary's",
 				(unsigned long long)m->epoch, np);
 	}
+	/* Where it is the primary, a push naming the birth of a row it
+	 * evicted since is dropped (its backups' copies go at their next
+	 * check), before the map takes writes. */
+	{
+		uint64_t set[EMB_NSLOTS / 64] = {0};
+
+		for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+			if (emb_cmap_primary(m, sl) == r->rank)
+				set[sl / 64] |= 1ull << (sl % 64);
+		emb_server_lead(r->srv, set);
+	}
 	r->prev = *m;
 	r->have_prev = true;
 	free(r->addrs);
@@ -313,6 +335,11 @@ static void on_map(void *arg, const struct emb_cmap *m,
 	 * still being applied, so the fill reads final rows. */
 	emb_server_set_map(r->srv, &r->view);
 	evict_hold(r, m);
+	if (r->bcheck && emb__bcheck_set_map(r->bcheck, m, a, n))
+		emb_log(EMB_LOG_WARN,
+			"map epoch %llu: the birth check keeps the last map: "
+			"out of memory",
+			(unsigned long long)m->epoch);
 	fill_check(r);
 	pthread_mutex_unlock(&r->mu);
 }
@@ -365,6 +392,7 @@ int emb_replica_create(struct emb_server *s, struct emb_node *n,
 		       struct emb_replica **out)
 {
 	struct emb_replica *r = calloc(1, sizeof(*r));
+	int rc;
 
 	if (!r)
 		return -ENOMEM;
@@ -374,6 +402,14 @@ int emb_replica_create(struct emb_server *s, struct emb_node *n,
 	r->srv = s;
 	r->node = n;
 	r->rank = emb_node_rank(n);
+	/* Without it backups keep the rows their primaries evicted, and
+	 * training goes on: it costs memory, never a wrong row. */
+	rc = emb__bcheck_start(s, r->rank, &r->bcheck);
+	if (rc)
+		emb_log(EMB_LOG_WARN,
+			"birth check not started: %s; backups keep the rows "
+			"their primaries evict",
+			emb_strerror(rc));
 	emb_server_on_newer_map(s, on_newer_map, r);
 	emb_node_watch_map(n, on_map, r);
 	*out = r;
@@ -393,6 +429,8 @@ void emb_replica_destroy(struct emb_replica *r)
 	pthread_mutex_unlock(&r->mu);
 	if (r->sweeper_on)
 		pthread_join(r->sweeper, NULL);
+	/* After the agent: no map reaches it any more. */
+	emb__bcheck_stop(r->bcheck);
 	pthread_cond_destroy(&r->sweep_cv);
 	pthread_mutex_destroy(&r->mu);
 	free(r->addrs);

@@ -337,6 +337,9 @@ void emb_server_stats(struct emb_server *s, struct emb_server_stats *out)
 	    __atomic_load_n(&s->conns_timed_out, __ATOMIC_RELAXED);
 	out->nonfinite = __atomic_load_n(&s->nonfinite, __ATOMIC_RELAXED);
 	out->not_admin = __atomic_load_n(&s->not_admin, __ATOMIC_RELAXED);
+	out->birth_checks = __atomic_load_n(&s->birth_checks, __ATOMIC_RELAXED);
+	out->births_pruned =
+	    __atomic_load_n(&s->births_pruned, __ATOMIC_RELAXED);
 }
 
 uint32_t emb_server_nloops(const struct emb_server *s)

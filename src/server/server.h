@@ -135,6 +135,9 @@ struct emb_server_stats {
 	uint64_t conns_timed_out; /* closed by handshake or idle timeout */
 	uint64_t nonfinite;	  /* PUSH/ASSIGN refused for NaN or Inf */
 	uint64_t not_admin;	  /* admin requests refused: no admin token */
+	uint64_t birth_checks;	  /* rounds of a backup's birth check */
+	uint64_t births_pruned;	  /* rows they removed: its primaries'
+				     evictions, carried out here */
 };
 
 void emb_server_stats(struct emb_server *s, struct emb_server_stats *out);
@@ -222,6 +225,11 @@ void emb_server_untrack(struct emb_server *s);
  * (docs/replication.md, "Eviction with one copy").
  */
 void emb_server_evict_hold(struct emb_server *s, const uint64_t *set);
+
+/* The slots this server is the primary of in its last map
+ * (emb_table_lead() on each table, and on tables made later); any
+ * thread. */
+void emb_server_lead(struct emb_server *s, const uint64_t *set);
 
 /*
  * Births a promoted backup may not have seen: each table that numbers its

@@ -166,11 +166,14 @@ struct emb_server {
 	struct emb_authlimit *authlimit;   /* failed HELLOs per address */
 	struct emb_mem_budget budget;	   /* shared by all tables */
 
-	pthread_rwlock_t tables_lock; /* guards tables[] and evict_hold */
+	pthread_rwlock_t tables_lock; /* guards tables[], evict_hold and
+					 lead */
 	struct srv_table **tables;    /* limits.max_tables slots; id = i + 1 */
 	uint64_t evict_hold[EMB_NSLOTS / 64]; /* emb_server_evict_hold():
 						 every table's, new ones
 						 too */
+	uint64_t lead[EMB_NSLOTS / 64]; /* emb_server_lead(): the slots
+					   this server is the primary of */
 	uint64_t tables_gen;	      /* bumped on every change of tables[],
 					 under tables_lock; atomic loads */
 	struct srv_loop *lstate;      /* opts.threads: per-loop state */
@@ -186,6 +189,9 @@ struct emb_server {
 	uint64_t conns_timed_out;     /* handshake or idle; atomic */
 	uint64_t nonfinite;	      /* PUSH/ASSIGN with NaN/Inf; atomic */
 	uint64_t not_admin;	      /* admin ops refused; atomic */
+	uint64_t birth_checks;	      /* a backup's check rounds
+					 (bcheck.c); atomic */
+	uint64_t births_pruned;	      /* rows those removed; atomic */
 	struct emb_hist *lat;	      /* threads x EMB_LAT_NOPS latencies;
 					 loop i alone writes row i */
 	bool stopped;		      /* emb_server_stop() ran */

@@ -513,6 +513,7 @@ int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
 		goto out_unlock;
 	}
 	emb_table_evict_hold(st->t, s->evict_hold);
+	emb_table_lead(st->t, s->lead);
 	st->s = s;
 	rc = emb__tables_number(st, &spec->life);
 	if (rc) {
@@ -659,6 +660,16 @@ void emb_server_evict_hold(struct emb_server *s, const uint64_t *set)
 	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
 		if (s->tables[i])
 			emb_table_evict_hold(s->tables[i]->t, set);
+	pthread_rwlock_unlock(&s->tables_lock);
+}
+
+void emb_server_lead(struct emb_server *s, const uint64_t *set)
+{
+	pthread_rwlock_wrlock(&s->tables_lock);
+	memcpy(s->lead, set, sizeof(s->lead));
+	for (uint32_t i = 0; i < s->opts.limits.max_tables; i++)
+		if (s->tables[i])
+			emb_table_lead(s->tables[i]->t, set);
 	pthread_rwlock_unlock(&s->tables_lock);
 }
 

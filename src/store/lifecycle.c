@@ -274,17 +274,25 @@ static uint64_t sweep_budget(const struct emb_shard *s,
 		want = v > want ? v : want;
 	}
 	if (l->cap && rows > l->cap) {
-		v = 2 * SAMPLE * (rows - l->cap) + SWEEP_BASE;
+		v = 2 * SAMPLE * (rows - l->cap);
+		/* The hand passes held rows and free records by: as many
+		 * more visits as it meets them. */
+		if (s->used > s->held && s->next_idx > s->used - s->held)
+			v = v * s->next_idx / (s->used - s->held);
+		v += SWEEP_BASE;
 		want = v > want ? v : want;
 	}
 	return want < SWEEP_MAX ? want : SWEEP_MAX;
 }
 
 /* The shard's rows: in DRAM, and on its tier's device. max_rows bounds
- * both: a tiered table's cold rows are rows of the table all the same. */
+ * both: a tiered table's cold rows are rows of the table all the same.
+ * Rows of held slots are not counted: no eviction here may remove them
+ * (a backup's copies, which follow their primary's evictions; a moving
+ * slot's), and counting them would make the others pay for them. */
 static uint64_t shard_rows(struct emb_table *t, const struct emb_shard *s)
 {
-	return s->used +
+	return s->used - s->held +
 	       (t->tier ? emb__tier_cold_of(t, (uint32_t)(s - t->shards)) : 0);
 }
 
@@ -335,7 +343,7 @@ void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 		sweep_cold(t, s, l, step, &idle, &upto, out);
 		cold = emb__tier_cold_of(t, (uint32_t)(s - t->shards));
 	}
-	budget = sweep_budget(s, l, nids, s->used + cold);
+	budget = sweep_budget(s, l, nids, s->used - s->held + cold);
 
 	if (budget > SWEEP_MAX)
 		budget = SWEEP_MAX;
@@ -368,7 +376,7 @@ void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 			out->l2++;
 			continue;
 		}
-		if (!l->cap || s->used + cold <= l->cap) {
+		if (!l->cap || s->used - s->held + cold <= l->cap) {
 			if (!l->cfg.ttl_steps && l->cfg.min_l2 <= 0.0f)
 				break; /* nothing left to look for */
 			continue;

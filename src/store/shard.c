@@ -233,6 +233,7 @@ int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 		    1, __ATOMIC_RELAXED);
 	place(s->slots, s->nslots, h, emb__hash_tag(h) | (idx + 1));
 	s->used++;
+	s->held += emb__evict_held(t, id);
 	/* A new row is a change the next delta checkpoint must carry. */
 	emb__dirty_mark(s, idx);
 	if (s->view)
@@ -281,6 +282,10 @@ static void unlink_rec(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 	s->used--;
 
 	r = emb__shard_row(t, s, idx);
+	/* Counted with the hold it was made under; a hold changed since is
+	 * recounted (emb_table_evict_hold()). */
+	if (s->held && emb__evict_held(t, r->id))
+		s->held--;
 	if (erased)
 		emb__dirty_erased(s, r->id);
 	if (s->view)

@@ -136,6 +136,10 @@ struct emb_table_opts {
  * The copying way to whole rows, for a tiered table, which has no
  * emb_table_pull_ptrs(). */
 #define EMB_PULL_STATE 0x2u
+/* Missing rows are made whatever the table's admission, and no sighting
+ * is counted: rows an assign will write on every copy of a replicated
+ * slot (docs/replication.md, "Eviction with replicas"). */
+#define EMB_PULL_ADMITTED 0x4u
 
 /* Whether t keeps rows on a device tier (opts.tier_path). */
 bool emb_table_tiered(const struct emb_table *t);
@@ -510,6 +514,17 @@ uint32_t emb_table_now(const struct emb_table *t);
  * shard group on.
  */
 void emb_table_evict_hold(struct emb_table *t, const uint64_t *set);
+
+/*
+ * The slots this holder is the primary of (set as emb_table_evict_hold()
+ * takes it; NULL: none): emb_table_push_births() treats the ids of those
+ * slots as with EMB_PUSH_PRIMARY, whatever its flags. A replicated server
+ * sets them from each map (docs/replication.md, "Eviction with
+ * replicas"): a push naming the birth of a row the primary evicted since
+ * is dropped there, and does not make the row again from its initial
+ * values while its backups still hold it as it was. Any thread.
+ */
+void emb_table_lead(struct emb_table *t, const uint64_t *set);
 
 /*
  * Removes rows not accessed in the last max_idle_steps table steps (0: no age

@@ -129,6 +129,9 @@ struct emb_shard {
 	uint32_t *slots;      /* index, nslots entries */
 	uint32_t nslots;      /* any size >= 8; positions via fastrange */
 	uint32_t used;	      /* occupied slots == live rows */
+	uint32_t held;	      /* of those, rows of slots held back from
+				 eviction (emb_table_evict_hold()): not
+				 counted against max_rows */
 	uint32_t grow_at;     /* resize when used reaches this */
 	uint32_t next_idx;    /* records ever handed out (high water) */
 	uint32_t free_head;   /* first free record index + 1, 0 = none */
@@ -242,6 +245,10 @@ struct emb_table {
 	 * is false while no bit is set, so tables never held pay one test. */
 	uint64_t evict_hold[EMB_NSLOTS / 64];
 	bool evict_hold_any;
+	/* Slots this holder is the primary of (emb_table_lead()), the same
+	 * way: a push naming births drops the gradient of an absent row
+	 * there, as with EMB_PUSH_PRIMARY. */
+	uint64_t lead[EMB_NSLOTS / 64];
 
 	/* Point-in-time views (view.c): batches that write rows count
 	 * themselves in their stripe's writers and wait while fence is up. */

@@ -1045,6 +1045,7 @@ struct pull_ctx {
 	const uint64_t *ids;	  /* the call's ids */
 	uint32_t n;		  /* how many */
 	bool create;		  /* make missing rows (no EMB_PULL_NOCREATE) */
+	bool admitted;		  /* whatever admission (EMB_PULL_ADMITTED) */
 	bool have_step;		  /* o.step holds the table's clock */
 	const struct batch *b;	  /* hashes and groups */
 	struct emb_life_shard *life; /* the table's lifecycle, or NULL */
@@ -1168,6 +1169,7 @@ pull_group(struct emb_table *t, struct emb_shard *s, uint32_t si, uint32_t lo,
 			if (!r) {
 				x->missing++;
 				if (create && ls && ls->cfg.admit &&
+				    !x->admitted &&
 				    !admitted(t, ls, &x->ab, x->n, ids[p],
 					      &rc)) {
 					if (rc)
@@ -1259,6 +1261,7 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	struct pull_ctx x = {.ids = ids,
 			     .n = n,
 			     .create = !(flags & EMB_PULL_NOCREATE),
+			     .admitted = flags & EMB_PULL_ADMITTED,
 			     .have_step = life != NULL,
 			     .life = life,
 			     .resolve = resolve_pull[t->prefetch_lines],
@@ -1277,7 +1280,8 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 
 	if (n && (!ids || (!out && !ptrs)))
 		return EMB_EBADARG;
-	if ((flags & ~(EMB_PULL_NOCREATE | EMB_PULL_STATE)) ||
+	if ((flags & ~(EMB_PULL_NOCREATE | EMB_PULL_STATE |
+		       EMB_PULL_ADMITTED)) ||
 	    (state && (!raw || !out)))
 		return EMB_EBADARG;
 	if (!n)
@@ -1598,6 +1602,7 @@ static enum birth_verdict birth_verdict(const struct emb_table *t,
 					uint32_t idx, uint64_t id,
 					uint32_t want, bool primary)
 {
+	const uint32_t sl = emb_id_slot(id);
 	uint32_t have;
 
 	if (!r)
@@ -1607,8 +1612,11 @@ static enum birth_verdict birth_verdict(const struct emb_table *t,
 		 * since, and makes it (docs/replication.md: a backup's
 		 * check of its slots removes what its primary no longer
 		 * has). */
-		return primary && want <= emb_table_slot_birth(
-						  t, emb_id_slot(id))
+		return (primary || ((__atomic_load_n(&t->lead[sl / 64],
+						     __ATOMIC_RELAXED) >>
+				     (sl % 64)) &
+				    1)) &&
+			       want <= emb_table_slot_birth(t, sl)
 			   ? BIRTH_DROP
 			   : BIRTH_APPLY;
 	have = s->birth[idx];
@@ -2404,17 +2412,46 @@ uint32_t emb_table_now(const struct emb_table *t)
 
 void emb_table_evict_hold(struct emb_table *t, const uint64_t *set)
 {
-	bool any = false;
+	bool any = false, changed = false;
 
 	if (!t)
 		return;
 	for (uint32_t w = 0; w < EMB_NSLOTS / 64; w++) {
 		uint64_t v = set ? set[w] : 0;
 
-		__atomic_store_n(&t->evict_hold[w], v, __ATOMIC_RELAXED);
+		changed |= __atomic_exchange_n(&t->evict_hold[w], v,
+					       __ATOMIC_RELAXED) != v;
 		any |= v != 0;
 	}
 	__atomic_store_n(&t->evict_hold_any, any, __ATOMIC_RELEASE);
+	if (!changed)
+		return;
+	/* Each shard's rows of held slots, counted again under its lock:
+	 * rows made or removed from here on count by the new hold. One
+	 * pass over the records, for each map that changes the hold. */
+	for (uint32_t i = 0; i < t->nshards; i++) {
+		struct emb_shard *s = &t->shards[i];
+		uint32_t n = 0;
+
+		pthread_mutex_lock(&s->lock);
+		for (uint32_t idx = 0; any && idx < s->next_idx; idx++) {
+			const struct emb_row_hdr *r = emb__shard_row(t, s, idx);
+
+			if (!(r->count & EMB_ROW_FREE))
+				n += emb__evict_held(t, r->id);
+		}
+		s->held = n;
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+void emb_table_lead(struct emb_table *t, const uint64_t *set)
+{
+	if (!t)
+		return;
+	for (uint32_t w = 0; w < EMB_NSLOTS / 64; w++)
+		__atomic_store_n(&t->lead[w], set ? set[w] : 0,
+				 __ATOMIC_RELAXED);
 }
 
 int64_t emb_table_evict(struct emb_table *t, uint32_t max_idle_steps,

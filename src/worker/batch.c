@@ -20,7 +20,8 @@ static uint32_t part_max(const struct emb_client *c, uint32_t s,
 			 uint32_t stride)
 {
 	const struct emb_wire_limits *lim = &c->srv[s].lim;
-	uint64_t per_id = 8 + 1 + 4ull * stride;
+	/* An id, its row, and a pull's found bit or a push's birth. */
+	uint64_t per_id = 8 + 4 + 4ull * stride;
 	uint64_t room = lim->max_frame_bytes - 2 * EMB_WIRE_HDR_SIZE;
 	uint64_t m = room / per_id;
 
@@ -107,8 +108,12 @@ int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids,
 		op->next[i] = op->first[inv[i]];
 		op->first[inv[i]] = i;
 	}
-	add(&c->ids_in, n);
-	add(&c->ids_sent, (uint64_t)nu);
+	/* The ask before a replicated push is no pull or push of its own:
+	 * the push counts its ids. */
+	if (op->kind != OP_BIRTHS) {
+		add(&c->ids_in, n);
+		add(&c->ids_sent, (uint64_t)nu);
+	}
 	return nu;
 }
 
@@ -117,19 +122,26 @@ int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids,
  * order per server), with their rows when there are any.
  */
 int emb__batch_order(struct emb_async *op, const uint64_t *ids, uint32_t n,
-		     const float *rows, uint32_t stride, const uint16_t *key,
+		     const float *rows, uint32_t stride,
+		     const uint32_t *births, const uint16_t *key,
 		     uint32_t nkeys, uint32_t most, uint64_t **pids_out,
-		     float **prows_out)
+		     float **prows_out, uint32_t **pbirths_out)
 {
-	uint32_t *cnt = op->cnt, *start = cnt + most;
+	uint32_t *cnt = op->cnt, *start = cnt + most, *pbirths = NULL;
 	float *prows = NULL;
 	uint64_t *pids;
 
-	if (emb__op_mem(op, (size_t)n * (8 + (rows ? 4ull * stride : 0)) + 8))
+	if (emb__op_mem(op, (size_t)n * (8 + (rows ? 4ull * stride : 0) +
+					 (births ? 4 : 0)) +
+				8))
 		return -ENOMEM;
 	pids = op->mem;
 	if (rows)
 		prows = (float *)(void *)(pids + n);
+	if (births)
+		pbirths = (uint32_t *)(void *)((char *)(pids + n) +
+					       (rows ? (size_t)n * stride * 4
+						     : 0));
 	for (uint32_t i = 0; i < n; i++)
 		cnt[key[emb_id_slot(ids[i])]]++;
 	for (uint32_t s = 0; s < nkeys; s++)
@@ -142,9 +154,12 @@ int emb__batch_order(struct emb_async *op, const uint64_t *ids, uint32_t n,
 			memcpy(prows + (size_t)pos * stride,
 			       rows + (size_t)i * stride,
 			       (size_t)stride * sizeof(float));
+		if (births)
+			pbirths[pos] = births[i];
 	}
 	*pids_out = pids;
 	*prows_out = prows;
+	*pbirths_out = pbirths;
 	return 0;
 }
 

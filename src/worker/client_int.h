@@ -103,8 +103,9 @@ struct server {
 	bool sessions;		    /* it applies retried pushes once */
 	bool pull_many;		    /* it takes PULL_MANY (many.c) */
 	bool push_many;		    /* it takes PUSH_MANY (many.c) */
-	bool births;		    /* it takes BIRTHS (written by the loop,
-				       read by callers: atomics) */
+	bool no_births;		    /* its last HELLO lacked BIRTHS (written
+				       by the loop, read by callers: atomic;
+				       false until it said hello) */
 	struct part *wait_head;	    /* parts waiting for a conn, FIFO */
 	struct part *wait_tail;	    /* last of them */
 	struct part *fly;	    /* parts posted on conn, not yet done */
@@ -205,10 +206,13 @@ struct emb_client_table {
 					  fp16 or bf16 (set_push_format) */
 	uint32_t *ids;		       /* table id on each server */
 	uint32_t mode; /* enum emb_mode, as set by this client */
-	uint32_t admits; /* the table has admission, as far as this handle
-			    knows (created or set by it, or a server
-			    refused a push for it): replicated pushes ask
-			    the primaries first (atomic) */
+	uint32_t admits; /* the table has admission or eviction, as far as
+			    this handle knows (created or set by it, or a
+			    server refused a push for it): replicated
+			    pushes ask the primaries first (atomic) */
+	uint32_t evicts; /* the table has eviction, as far as this handle
+			    knows (created or set by it): its replicated
+			    pushes name births (atomic) */
 	/* One-sided pulls: the caches below are the loop thread's. */
 	uint32_t refs;		       /* the user's + LOCATEs in flight;
 					  atomic, the last frees */
@@ -251,8 +255,10 @@ struct part_req {
 	uint32_t first;		  /* offset into the op's partitioned ids */
 	uint32_t n;		  /* ids in this part */
 	struct emb_frame_hdr hdr; /* request header (opcode, table, count) */
-	struct iovec iov[4];	  /* request payload */
+	struct iovec iov[EMB_WIRE_IOV_MAX]; /* request payload */
 	int niov;		  /* entries used */
+	const uint32_t *births;	  /* PUSH with EMB_F_BIRTHS: its n rows'
+				     births (in the op's memory) */
 	uint8_t prefix[EMB_WIRE_PUSH_SESSION_PREFIX_SIZE]; /* PUSH's step,
 							      rank, session */
 	uint64_t seq;		   /* PUSH: sequence number to its server */
@@ -448,6 +454,18 @@ int emb__op_parts(struct emb_async *op, uint32_t nparts);
  * payload. 0 or -ENOMEM. */
 int emb__op_err_bufs(struct emb_async *op);
 /*
+ * PUSH part p's payload (p->req.n rows): its prefix (p->req.prefix, whose
+ * length conn.c sets per send), the ids, their gradients of rowb bytes
+ * each (2-byte values when half, then zeros to a multiple of 8), and the
+ * births (NULL: none; flagged EMB_F_BIRTHS), zeros to a multiple of 8.
+ * An empty part (a synchronous STEP_END) is its prefix alone.
+ */
+void emb__push_iovs(struct part *p, const uint64_t *ids, const void *rows,
+		    size_t rowb, bool half, const uint32_t *births);
+/* p's n births appended to its payload, zeros to a multiple of 8, flagged
+ * EMB_F_BIRTHS (PUSH and ASSIGN: the births end the frame). */
+void emb__births_iovs(struct part *p, const uint32_t *births);
+/*
  * Loop thread: what posting op does around its parts' sends (op.c),
  * for a caller that sends them itself (many.c): begin counts them, end
  * finishes op once every part has ended.
@@ -586,14 +604,15 @@ int64_t emb__batch_prepare(struct emb_async *op, const uint64_t *ids,
 			   size_t extra, uint64_t **pids, uint32_t **ppos,
 			   uint32_t **pinv, uint32_t *cnt, void **extra_out);
 /*
- * ids (and rows of stride floats, or NULL) in key order as given, no
- * dedup, in op->mem: *pids, *prows. Counts in op->cnt, starts after its
- * first most entries. 0 or -ENOMEM.
+ * ids (and rows of stride floats, or NULL; and births, or NULL) in key
+ * order as given, no dedup, in op->mem: *pids, *prows, *pbirths. Counts in
+ * op->cnt, starts after its first most entries. 0 or -ENOMEM.
  */
 int emb__batch_order(struct emb_async *op, const uint64_t *ids, uint32_t n,
-		     const float *rows, uint32_t stride, const uint16_t *key,
+		     const float *rows, uint32_t stride,
+		     const uint32_t *births, const uint16_t *key,
 		     uint32_t nkeys, uint32_t most, uint64_t **pids,
-		     float **prows);
+		     float **prows, uint32_t **pbirths);
 /* cnt[s] ids per server cut into parts to the servers' limits. 0 or
  * -ENOMEM. */
 int emb__batch_parts(struct emb_async *op, const struct emb_client_table *t,

@@ -326,8 +326,8 @@ static int hello_check(struct server *s, const struct emb_frame_hdr *rhdr,
 	s->sessions = hr.features & EMB_WIRE_FEAT_PUSH_SESSION;
 	s->pull_many = hr.features & EMB_WIRE_FEAT_PULL_MANY;
 	s->push_many = hr.features & EMB_WIRE_FEAT_PUSH_MANY;
-	__atomic_store_n(&s->births, (hr.features & EMB_WIRE_FEAT_BIRTHS) != 0,
-			 __ATOMIC_RELAXED);
+	__atomic_store_n(&s->no_births,
+			 !(hr.features & EMB_WIRE_FEAT_BIRTHS), __ATOMIC_RELAXED);
 	s->rdma_offered = hr.features & EMB_WIRE_FEAT_RDMA;
 	return 0;
 }

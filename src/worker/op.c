@@ -370,6 +370,9 @@ struct call {
 				       NULL */
 	float *out;		    /* pull: caller's rows */
 	uint32_t *births;	    /* births: caller's births[] */
+	const uint32_t *push_births; /* push, assign: each id's birth on its
+					slot's primary (repeats name the
+					same), named in the frame; or NULL */
 	uint8_t *found;		    /* pull: caller's found[] or NULL */
 	uint32_t stride;	    /* floats per row sent or received */
 	uint16_t flags;		    /* wire flags of every part */
@@ -381,6 +384,7 @@ struct call {
 	uint32_t rank;		    /* push */
 	uint64_t *pids;		    /* ids in partitioned order (op->mem) */
 	float *prows;		    /* their rows, or NULL */
+	uint32_t *pbirths;	    /* push, assign: their births, or NULL */
 };
 
 /* What one kind of data call does at each step of op_start(). */
@@ -493,29 +497,22 @@ static void push_payload(struct emb_async *op, const struct call *a,
 	emb_le32_store(p->req.prefix + 12, 0);
 	emb_le64_store(p->req.prefix + 16, c->session);
 	emb_le64_store(p->req.prefix + 24, p->req.seq);
-	p->req.iov[0] =
-	    (struct iovec){p->req.prefix, EMB_WIRE_PUSH_PREFIX_SIZE};
-	p->req.iov[1] = (struct iovec){a->pids + p->req.first,
-				       (size_t)p->req.n * sizeof(uint64_t)};
-	p->req.iov[2] =
-	    (struct iovec){a->prows + (size_t)p->req.first * a->stride,
-			   (size_t)p->req.n * a->stride * sizeof(float)};
-	p->req.niov = p->req.n ? 3 : 1; /* an empty STEP_END part */
 	if (a->half && p->req.n) {
-		static const uint8_t zeros[8];
-		const size_t len = (size_t)p->req.n * a->stride * 2;
-
-		/* 2-byte values, then zeros to a multiple of 8. */
+		/* 2-byte values */
 		p->req.hdr.flags |= a->half == EMB_ROWFMT_FP16 ? EMB_F_GRAD_FP16
 							       : EMB_F_GRAD_BF16;
-		p->req.iov[2] = (struct iovec){
-		    (uint16_t *)(void *)a->prows +
-			(size_t)p->req.first * a->stride,
-		    len};
-		if (len % 8)
-			p->req.iov[p->req.niov++] =
-			    (struct iovec){(void *)zeros, 8 - len % 8};
+		emb__push_iovs(p, a->pids + p->req.first,
+			       (uint16_t *)(void *)a->prows +
+				   (size_t)p->req.first * a->stride,
+			       (size_t)a->stride * 2, true,
+			       a->pbirths ? a->pbirths + p->req.first : NULL);
+		return;
 	}
+	emb__push_iovs(p, a->pids + p->req.first,
+		       a->prows ? a->prows + (size_t)p->req.first * a->stride
+				: NULL,
+		       (size_t)a->stride * sizeof(float), false,
+		       a->pbirths ? a->pbirths + p->req.first : NULL);
 }
 
 /*
@@ -564,6 +561,8 @@ static void ids_payload(struct emb_async *op, const struct call *a,
 		    (size_t)p->req.n * a->stride * sizeof(float)};
 		p->req.niov = 2;
 	}
+	if (a->pbirths)
+		emb__births_iovs(p, a->pbirths + p->req.first);
 }
 
 /* BIRTHS holds its table as a pull does. */
@@ -813,17 +812,25 @@ static int arrange_dedup(struct emb_async *op, struct call *a,
 
 	a->pids = NULL;
 	a->prows = NULL;
+	a->pbirths = NULL;
 	if (!a->n)
 		return 0;
 	nu = emb__batch_prepare(
 	    op, a->ids, a->n, key, nkeys,
-	    a->rows ? (size_t)a->n * dim * sizeof(float) : 0, &a->pids, &ppos,
-	    &inv, op->cnt, &extra);
+	    a->rows ? (size_t)a->n * (row_sz + (a->push_births ? 4 : 0)) : 0,
+	    &a->pids, &ppos, &inv, op->cnt, &extra);
 	if (nu < 0)
 		return (int)nu;
 	if (!a->rows)
 		return 0;
 	a->prows = extra;
+	/* Each distinct id's birth, by its first occurrence (a repeat names
+	 * the same), in partitioned order beside its summed gradient. */
+	if (a->push_births) {
+		a->pbirths = (uint32_t *)(void *)(a->prows + (size_t)a->n * dim);
+		for (uint32_t u = 0; u < (uint32_t)nu; u++)
+			a->pbirths[ppos[u]] = a->push_births[op->first[u]];
+	}
 	for (uint32_t i = 0; i < a->n; i++) {
 		const uint32_t u = inv[i];
 		float *dst = a->prows + (size_t)ppos[u] * dim;
@@ -867,8 +874,8 @@ static int op_start(const struct kind *k, struct call *a,
 	key = emb__rep_keys(c, k->by_group, &nkeys);
 	rc = k->dedup ? arrange_dedup(op, a, key, nkeys)
 		      : emb__batch_order(op, a->ids, a->n, a->rows, a->stride,
-					 key, nkeys, most, &a->pids,
-					 &a->prows);
+					 a->push_births, key, nkeys, most,
+					 &a->pids, &a->prows, &a->pbirths);
 	if (!rc)
 		rc = rep ? emb__batch_parts_rep(op, a->t, op->cnt, k->opcode,
 						a->stride)
@@ -912,22 +919,27 @@ static int pull_start(struct emb_client_table *t, const uint64_t *ids,
 	return op_start(&pull_kind, &a, opp, post);
 }
 
-/* True when every server said in its HELLO that it takes BIRTHS (one not
- * connected yet has said nothing). */
+/* True unless a server said in its HELLO that it does not take BIRTHS
+ * (an older one). One not connected yet (a rank to spare in an elastic
+ * job, one coming up) counts as taking it: a server too old for BIRTHS
+ * refuses the ask, and the call fails, rather than every push of an
+ * eviction table waiting on a rank that may never come. */
 static bool births_everywhere(struct emb_client *c)
 {
 	for (uint32_t s = 0; s < c->nsrv; s++)
-		if (!__atomic_load_n(&c->srv[s].births, __ATOMIC_RELAXED))
+		if (__atomic_load_n(&c->srv[s].no_births, __ATOMIC_RELAXED))
 			return false;
 	return c->nsrv > 0;
 }
 
 /* The births of n ids' rows on their slots' primaries, in births (BIRTHS:
- * EMB_WIRE_BIRTH_NONE for no row). 0 or the call's error. */
+ * EMB_WIRE_BIRTH_NONE for no row), flags EMB_F_MAKE or 0. 0 or the call's
+ * error. */
 static int ask_births(struct emb_client_table *t, const uint64_t *ids,
-		      uint32_t n, uint32_t *births)
+		      uint32_t n, uint32_t *births, uint16_t flags)
 {
-	struct call a = {.t = t, .ids = ids, .n = n, .births = births};
+	struct call a = {.t = t, .ids = ids, .n = n, .births = births,
+			 .flags = flags};
 	struct emb_async *op;
 	int rc = op_start(&births_kind, &a, &op, true);
 
@@ -935,17 +947,20 @@ static int ask_births(struct emb_client_table *t, const uint64_t *ids,
 }
 
 /*
- * Replicated admission (docs/replication.md, "Admission with replicas"):
- * only a slot's primary sees the pulls that admit ids, so before a push
- * the primaries are asked which ids are rows (BIRTHS, 4 bytes an id; a
+ * Replicated admission and eviction (docs/replication.md, "Admission with
+ * replicas", "Eviction with replicas"): only a slot's primary sees the
+ * pulls that admit ids and age rows, so before a push the primaries are
+ * asked which ids are rows and their births (BIRTHS, 4 bytes an id; a
  * no-create pull, which sends the rows, to servers that do not take it;
- * neither is a sighting), and the push carries just those, flagged EMB_F_ADMITTED,
- * to every holder: each creates the rows it lacks and applies the same
- * gradients. The gradients of the other ids are dropped here, as the
- * primary's admission would drop them. Rows leave a replicated table only
- * by erase, so an id that was a row when asked still is when the push
- * lands; one admitted in between loses this push, on every holder alike.
- * 0, or the query's error (nothing pushed).
+ * neither is a sighting). EMB_F_MAKE has a primary without admission make
+ * the absent rows first, as a lone server's push would. The push carries
+ * just the rows, flagged EMB_F_ADMITTED, to every holder: each creates the
+ * rows it lacks and applies the same gradients. The gradients of the other
+ * ids are dropped here, as the primary's admission would drop them. A
+ * table that numbers its rows (one with eviction: its births are 1 and
+ * up, others' 0) gets each row's birth named, so that every holder applies
+ * the gradient to the row it was computed for, or to none. 0, or the
+ * query's error (nothing pushed).
  */
 static int push_admitted(struct emb_client_table *t, struct call *a,
 			 struct emb_async **opp, bool post)
@@ -955,6 +970,7 @@ static int push_admitted(struct emb_client_table *t, struct call *a,
 	uint8_t *found;
 	uint32_t *births;
 	float *rows, *grads;
+	bool numbered = false;
 	uint32_t k = 0;
 	int rc;
 
@@ -965,9 +981,14 @@ static int push_admitted(struct emb_client_table *t, struct call *a,
 	births = (uint32_t *)(void *)(ids + a->n);
 	found = (uint8_t *)(births + a->n);
 	if (births_everywhere(t->c)) {
-		rc = ask_births(t, a->ids, a->n, births);
-		for (uint32_t i = 0; !rc && i < a->n; i++)
+		rc = ask_births(t, a->ids, a->n, births, EMB_F_MAKE);
+		/* Rows a table had before it was given eviction are birth
+		 * 0: its policy, as this handle knows it, tells too. */
+		numbered = __atomic_load_n(&t->evicts, __ATOMIC_RELAXED) != 0;
+		for (uint32_t i = 0; !rc && i < a->n; i++) {
 			found[i] = births[i] != EMB_WIRE_BIRTH_NONE;
+			numbered |= found[i] && births[i] != 0;
+		}
 	} else {
 		rc = emb_client_table_pull(t, a->ids, a->n, rows,
 					   EMB_CLIENT_NOCREATE, found);
@@ -981,6 +1002,7 @@ static int push_admitted(struct emb_client_table *t, struct call *a,
 		if (!found[i])
 			continue;
 		ids[k] = a->ids[i];
+		births[k] = births[i];
 		memmove(grads + (size_t)k * dim, a->rows + (size_t)i * dim,
 			(size_t)dim * sizeof(float));
 		k++;
@@ -988,6 +1010,8 @@ static int push_admitted(struct emb_client_table *t, struct call *a,
 	a->ids = ids;
 	a->n = k;
 	a->rows = grads;
+	/* A server without BIRTHS numbers no rows: the pull asked. */
+	a->push_births = numbered ? births : NULL;
 	a->flags = EMB_F_ADMITTED;
 	/* The op copies ids and gradients as it starts. */
 	rc = op_start(&push_kind, a, opp, post);
@@ -1086,19 +1110,50 @@ int emb_client_table_push(struct emb_client_table *t, const uint64_t *ids,
 	return rc;
 }
 
-static int table_assign(struct emb_client_table *t, const uint64_t *ids,
-			uint32_t n, const float *rows, bool with_state)
+static int assign_once(struct emb_client_table *t, const uint64_t *ids,
+		       uint32_t n, const float *rows, bool with_state)
 {
 	struct call a = {.t = t, .ids = ids, .n = n, .rows = rows};
 	struct emb_async *op;
 	int rc;
 
-	if (!t || (n && (!ids || !rows)))
-		return EMB_EBADARG;
 	a.stride = with_state ? t->row_floats : t->spec.dim;
 	a.flags = with_state ? EMB_F_WITH_STATE : 0;
+	/* A replicated table with eviction: each row is made on its
+	 * primary first, whatever its admission (an assign writes rows
+	 * whole), and every holder gets the birth it gave, as a push's
+	 * (docs/replication.md, "Eviction with replicas"). */
+	if (n && t->c->cmap && __atomic_load_n(&t->evicts, __ATOMIC_RELAXED)) {
+		uint32_t *births = malloc((size_t)n * sizeof(*births));
+
+		if (!births)
+			return -ENOMEM;
+		rc = ask_births(t, ids, n, births,
+				EMB_F_MAKE | EMB_F_ADMITTED);
+		a.push_births = births;
+		if (!rc)
+			rc = op_start(&assign_kind, &a, &op, true);
+		free(births);
+		return rc ? rc : emb_async_wait(op);
+	}
 	rc = op_start(&assign_kind, &a, &op, true);
 	return rc ? rc : emb_async_wait(op);
+}
+
+static int table_assign(struct emb_client_table *t, const uint64_t *ids,
+			uint32_t n, const float *rows, bool with_state)
+{
+	int rc;
+
+	if (!t || (n && (!ids || !rows)))
+		return EMB_EBADARG;
+	rc = assign_once(t, ids, n, rows, with_state);
+	/* Every holder refused it before writing any of it: the table has
+	 * eviction that this handle did not know of. Name births, again. */
+	if (rc == EMB_EADMITASK && t->c->cmap &&
+	    !__atomic_exchange_n(&t->evicts, 1, __ATOMIC_RELAXED))
+		rc = assign_once(t, ids, n, rows, with_state);
+	return rc;
 }
 
 static int table_erase(struct emb_client_table *t, const uint64_t *ids,

@@ -270,6 +270,44 @@ int emb__op_err_bufs(struct emb_async *op)
 	return 0;
 }
 
+void emb__push_iovs(struct part *p, const uint64_t *ids, const void *rows,
+		    size_t rowb, bool half, const uint32_t *births)
+{
+	static const uint8_t zeros[8];
+	const uint32_t n = p->req.n;
+	const size_t len = (size_t)n * rowb;
+	int k = 0;
+
+	p->req.iov[k++] =
+	    (struct iovec){p->req.prefix, EMB_WIRE_PUSH_PREFIX_SIZE};
+	p->req.hdr.flags &= (uint16_t)~EMB_F_BIRTHS;
+	p->req.births = n ? births : NULL;
+	if (n) {
+		p->req.iov[k++] = (struct iovec){(void *)ids, (size_t)n * 8};
+		p->req.iov[k++] = (struct iovec){(void *)rows, len};
+		if (half && len % 8)
+			p->req.iov[k++] =
+			    (struct iovec){(void *)zeros, 8 - len % 8};
+	}
+	p->req.niov = k;
+	if (p->req.births)
+		emb__births_iovs(p, births);
+}
+
+void emb__births_iovs(struct part *p, const uint32_t *births)
+{
+	static const uint8_t zeros[4];
+	const uint32_t n = p->req.n;
+
+	/* The births end the frame (the decoder finds them there). */
+	p->req.births = births;
+	p->req.hdr.flags |= EMB_F_BIRTHS;
+	p->req.iov[p->req.niov++] =
+	    (struct iovec){(void *)births, (size_t)n * 4};
+	if (n % 2)
+		p->req.iov[p->req.niov++] = (struct iovec){(void *)zeros, 4};
+}
+
 void emb__op_complete(struct emb_async *op)
 {
 	struct emb_client *c = op->c;

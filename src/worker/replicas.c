@@ -339,9 +339,14 @@ static struct part *ext_copy(struct emb_client *c, struct emb_async *op,
 					  uint32_t, uint32_t, uint64_t),
 			     const struct part *kctx)
 {
-	const uint32_t rowb = op->stride * (uint32_t)sizeof(float);
+	/* A push's gradients may go as 2-byte values, and may name births. */
+	const bool half =
+	    src->req.hdr.flags & (EMB_F_GRAD_FP16 | EMB_F_GRAD_BF16);
+	const uint32_t rowb = op->stride * (half ? 2u : (uint32_t)sizeof(float));
+	const uint32_t *births = src->req.births;
 	const float *rows;
 	const uint64_t *ids = part_ids(src, &rows);
+	uint32_t *ebirths = NULL;
 	uint64_t *eids;
 	float *erows;
 	uint32_t at = 0;
@@ -350,7 +355,8 @@ static struct part *ext_copy(struct emb_client *c, struct emb_async *op,
 
 	/* aligned_alloc() takes whole 64-byte lines. */
 	m = aligned_alloc(64, (((sizeof(*e) + 63) & ~(size_t)63) + ERR_CAP +
-			       (size_t)k * (8 + rowb) + 63) &
+			       (size_t)k * (8 + rowb + (births ? 4 : 0)) + 4 +
+			       63) &
 				  ~(size_t)63);
 	if (!m)
 		return NULL;
@@ -370,13 +376,19 @@ static struct part *ext_copy(struct emb_client *c, struct emb_async *op,
 	e->req.resp_cap = ERR_CAP;
 	eids = (uint64_t *)(void *)((char *)e->req.resp + ERR_CAP);
 	erows = (float *)(void *)(eids + k);
+	/* 2-byte gradients may end off a 4-byte boundary. */
+	if (births)
+		ebirths = (uint32_t *)(void *)((char *)erows +
+					       (((size_t)k * rowb + 3) & ~(size_t)3));
 	for (uint32_t j = 0; j < src->req.n && at < k; j++) {
 		if (!keep(c, kctx, to, j, ids[j]))
 			continue;
 		eids[at] = ids[j];
 		if (rows)
-			memcpy(erows + (size_t)at * op->stride,
-			       rows + (size_t)j * op->stride, rowb);
+			memcpy((char *)erows + (size_t)at * rowb,
+			       (const char *)rows + (size_t)j * rowb, rowb);
+		if (births)
+			ebirths[at] = births[j];
 		at++;
 	}
 	e->req.hdr.count = k;
@@ -384,13 +396,17 @@ static struct part *ext_copy(struct emb_client *c, struct emb_async *op,
 		e->req.seq = __atomic_add_fetch(&c->srv[to].push_seq, 1,
 						__ATOMIC_RELAXED);
 		emb_le64_store(e->req.prefix + 24, e->req.seq);
-		e->req.iov[0].iov_base = e->req.prefix;
-		e->req.iov[1] = (struct iovec){eids, k * 8ull};
-		e->req.iov[2] = (struct iovec){erows, (size_t)k * rowb};
+		emb__push_iovs(e, eids, erows, rowb, half, ebirths);
 	} else {
 		e->req.iov[0] = (struct iovec){eids, k * 8ull};
+		e->req.niov = 1;
 		if (rows)
-			e->req.iov[1] = (struct iovec){erows, (size_t)k * rowb};
+			e->req.iov[e->req.niov++] =
+			    (struct iovec){erows, (size_t)k * rowb};
+		e->req.hdr.flags &= (uint16_t)~EMB_F_BIRTHS;
+		e->req.births = NULL;
+		if (births)
+			emb__births_iovs(e, ebirths);
 	}
 	e->rep.enext = lead->rep.ext;
 	lead->rep.ext = e;

@@ -44,7 +44,8 @@ int emb__table_new(struct emb_client *c, const struct emb_wire_spec *ws,
 	t->spec.rounding = ws->rounding;
 	t->spec.tier = ws->tier; /* as asked: a handle opened by name has 0 */
 	t->spec.tier_max = ws->tier_max;
-	t->admits = ws->life.admit != EMB_ADMIT_NONE;
+	t->evicts = emb_lifecycle_evicts(&ws->life);
+	t->admits = ws->life.admit != EMB_ADMIT_NONE || t->evicts;
 	t->wwords = emb_rowfmt_words(ws->row_format, ws->dim);
 	t->row_floats =
 	    t->wwords + emb_optim_state_floats(ws->optim.kind, ws->dim);

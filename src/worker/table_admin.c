@@ -20,7 +20,10 @@
 #include "worker/client_int.h"
 
 /* What one server keeps of a table-wide policy: ids hash evenly over the
- * servers, so each holds its share of max_rows. */
+ * servers, so each holds its share of max_rows. With replicas that is
+ * its share as a primary: a server counts only the rows it may evict
+ * against max_rows, and its backups' copies follow their primaries'
+ * evictions (docs/replication.md, "Eviction with replicas"). */
 static struct emb_lifecycle_cfg per_server(const struct emb_client *c,
 					   const struct emb_lifecycle_cfg *l)
 {
@@ -32,22 +35,21 @@ static struct emb_lifecycle_cfg per_server(const struct emb_client *c,
 }
 
 /*
- * Copies of a slot must hold the same rows. Admission is replicated:
- * a push asks the primaries which ids are rows and every holder applies
- * just those (docs/replication.md, "Admission with replicas"). Eviction
- * is not: a backup sees no pulls, so it would age rows and pick max_rows'
- * victims by pushes alone, and an erase relayed from the primary could
- * reach a backup after the row was admitted again. So a replicated map
- * takes no eviction, as it takes no synchronous mode. A map of one copy
- * (an elastic job without replicas) does: each slot has one writer but
- * while it moves, and its servers hold eviction back in those slots
- * (docs/replication.md, "Eviction with one copy").
+ * Copies of a slot must hold the same rows. A push asks the primaries
+ * which ids are rows, and their births, and every holder applies just
+ * those (docs/replication.md, "Admission with replicas"); a primary
+ * evicts alone and its backups check their copies against it ("Eviction
+ * with replicas"). Births are kept beside DRAM records only: a table
+ * asked to be tiered takes no eviction in a map of several copies (one
+ * tiered by a server's own setting refuses pushes naming births). A map of one copy (an elastic job without
+ * replicas) does: each slot has one writer but while it moves, and its
+ * servers hold eviction back in those slots ("Eviction with one copy").
  */
-static bool life_replicable(const struct emb_client *c,
+static bool life_replicable(const struct emb_client *c, uint32_t tier,
 			    const struct emb_lifecycle_cfg *l)
 {
-	return !c->cmap || c->cmap->replicas == 1 ||
-	       (!l->ttl_steps && !(l->min_l2 > 0.0f) && !l->max_rows);
+	return !c->cmap || c->cmap->replicas == 1 || tier != EMB_TIER_ON ||
+	       !emb_lifecycle_evicts(l);
 }
 
 static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
@@ -82,7 +84,7 @@ static int table_create(struct emb_client *c, const struct emb_table_spec *spec,
 	/* A server before row formats refuses the CREATE's flag: no table
 	 * is made fp32 that was asked compact. */
 	ws.life = per_server(c, &spec->life);
-	if (!life_replicable(c, &ws.life))
+	if (!life_replicable(c, spec->tier, &ws.life))
 		return -EOPNOTSUPP;
 	rc = emb_optim_validate(&ws.optim);
 	if (!rc)
@@ -225,7 +227,7 @@ static int table_set_lifecycle(struct emb_client_table *t,
 	if (!t || !life)
 		return EMB_EBADARG;
 	m.life = per_server(t->c, life);
-	if (!life_replicable(t->c, &m.life))
+	if (!life_replicable(t->c, t->spec.tier, &m.life))
 		return -EOPNOTSUPP;
 	len = emb_wire_set_lifecycle_req_encode(buf, sizeof(buf), 0, &m);
 	if (len < 0)
@@ -234,10 +236,17 @@ static int table_set_lifecycle(struct emb_client_table *t,
 		       buf + EMB_WIRE_HDR_SIZE, (size_t)len - EMB_WIRE_HDR_SIZE,
 		       &rc);
 	emb__op_free(op);
-	/* Asking first while some server may have admission is harmless. */
-	if (!rc || m.life.admit != EMB_ADMIT_NONE)
-		__atomic_store_n(&t->admits, m.life.admit != EMB_ADMIT_NONE,
+	/* Asking first (and naming births) while some server may have the
+	 * policy is harmless. */
+	if (!rc || m.life.admit != EMB_ADMIT_NONE ||
+	    emb_lifecycle_evicts(&m.life)) {
+		__atomic_store_n(&t->evicts, emb_lifecycle_evicts(&m.life),
 				 __ATOMIC_RELAXED);
+		__atomic_store_n(&t->admits,
+				 m.life.admit != EMB_ADMIT_NONE ||
+				     emb_lifecycle_evicts(&m.life),
+				 __ATOMIC_RELAXED);
+	}
 	return rc;
 }
 

@@ -116,6 +116,56 @@ static void test_promoted(void)
 	free(m);
 }
 
+/*
+ * Who holds eviction back: with replicas, every server where it is not
+ * the primary (the primary evicts alone, its backups check) and in the
+ * slots copied ahead; with one copy, emb_cmap_evict_hold()'s rule.
+ */
+static void test_evict_hold_rank(void)
+{
+	struct emb_cmap *m = new_map(2, 2);
+	uint64_t set[EMB_NSLOTS / 64], one[EMB_NSLOTS / 64];
+	uint32_t n1 = emb_cmap_primary_slots(m, 1), n = 0;
+
+	CU_ASSERT_EQUAL(emb_cmap_evict_hold_rank(m, 0, set), n1);
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
+		CU_ASSERT_EQUAL((set[s / 64] >> (s % 64)) & 1,
+				emb_cmap_primary(m, s) == 1);
+	CU_ASSERT_EQUAL(emb_cmap_evict_hold_rank(m, 1, set),
+			EMB_NSLOTS - n1);
+	/* A third rank, empty: slots 0-63 (rank 0's) copied ahead to it
+	 * are held by rank 0 too, and by the newcomer everywhere. */
+	m->nservers = 3;
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_primary(m, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_warm_begin(m, 0, 2, 0, 64, m), 64);
+	CU_ASSERT_EQUAL(emb_cmap_evict_hold_rank(m, 0, set), n1 + 64);
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		bool bit = (set[s / 64] >> (s % 64)) & 1;
+
+		CU_ASSERT_EQUAL(bit, s < 64 || emb_cmap_primary(m, s) == 1);
+		n += bit;
+	}
+	CU_ASSERT_EQUAL(n, n1 + 64);
+	CU_ASSERT_EQUAL(emb_cmap_evict_hold_rank(m, 2, set), EMB_NSLOTS);
+	free(m);
+	/* One copy: the slots with a second writer or a copy ahead, for
+	 * every rank alike. */
+	m = new_map(2, 1);
+	m->nservers = 3;
+	CU_ASSERT_EQUAL(emb_cmap_evict_hold_rank(m, 0, set), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_begin(m, 0, 2, 0, 32, m), 32);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_warm_begin(m, 1, 2, EMB_NSLOTS - 16,
+						  16, m),
+			      16);
+	for (uint32_t r = 0; r < 3; r++) {
+		CU_ASSERT_EQUAL(emb_cmap_evict_hold_rank(m, r, set),
+				emb_cmap_evict_hold(m, one));
+		CU_ASSERT_EQUAL(memcmp(set, one, sizeof(set)), 0);
+	}
+	CU_ASSERT_EQUAL(emb_cmap_evict_hold(m, one), 48);
+	free(m);
+}
+
 static void test_add(void)
 {
 	struct emb_cmap *m = new_map(3, 2);
@@ -887,6 +937,9 @@ int main(int argc, char **argv)
 	    {"a dead server's slots go to their first backup", test_remove},
 	    {"a backup made primary: the slots it was promoted in",
 	     test_promoted},
+	    {"with replicas only a slot's primary evicts; with one copy, "
+	     "no server where a slot has two writers",
+	     test_evict_hold_rank},
 	    {"a joining server fills under-replicated slots", test_add},
 	    {"the encoding round-trips and refuses bad maps", test_encode},
 	    {"recovery: a replacement filled chunk by chunk, then the "

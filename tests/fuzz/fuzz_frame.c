@@ -297,11 +297,15 @@ static void check_births(const struct emb_wire_frame *f)
 	uint32_t n;
 
 	if (emb_wire_births_req_decode(f, &q) == 0) {
+		int rc = emb_wire_births_req_encode(&v, f->hdr.req_id,
+						    q.table_id, q.ids, q.n);
+
 		touch(q.ids, 8 * (size_t)q.n);
-		same_iovs(f, &v,
-			  emb_wire_births_req_encode(&v, f->hdr.req_id,
-						     q.table_id, q.ids, q.n),
-			  "births request");
+		/* EMB_F_MAKE and EMB_F_ADMITTED are the asker's, set in the
+		 * header as the client's parts set them. */
+		if (rc == 0)
+			emb_le16_store(v.head + 6, f->hdr.flags);
+		same_iovs(f, &v, rc, "births request");
 	}
 	{
 		struct emb_wire_list_births lb;

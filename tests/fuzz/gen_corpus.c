@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/endian.h"
 #include "common/err.h"
 #include "proto/wire.h"
 #include "proto/wire_cluster.h"
@@ -714,6 +715,14 @@ int main(int argc, char **argv)
 	}
 	save_iovs("births_req", &v,
 		  emb_wire_births_req_encode(&v, 8, 1, ids, 3));
+	/* The ask before a push (EMB_F_MAKE) and before an assign (with
+	 * EMB_F_ADMITTED) to a replicated table with eviction. */
+	if (emb_wire_births_req_encode(&v, 8, 1, ids, 3) == 0) {
+		emb_le16_store(v.head + 6, EMB_F_MAKE);
+		save_iovs("births_req_make", &v, 0);
+		emb_le16_store(v.head + 6, EMB_F_MAKE | EMB_F_ADMITTED);
+		save_iovs("births_req_make_all", &v, 0);
+	}
 	{
 		const uint32_t births[3] = {1, EMB_WIRE_BIRTH_NONE, 7};
 

@@ -869,6 +869,13 @@ static void test_births_op(void)
 	CU_ASSERT_EQUAL(q.n, 3);
 	CU_ASSERT_EQUAL(q.ids[1], 2);
 	CU_ASSERT_EQUAL(q.table_id, 4);
+	/* EMB_F_MAKE, with or without EMB_F_ADMITTED, and no other flag. */
+	put_hdr(EMB_OP_BIRTHS, EMB_F_MAKE | EMB_F_ADMITTED, 4, 3, 24);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_births_req_decode(&f, &q), 0);
+	put_hdr(EMB_OP_BIRTHS, EMB_F_WITH_STATE, 4, 3, 24);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_births_req_decode(&f, &q), EMB_EBADFRAME);
 	CU_ASSERT_EQUAL(emb_wire_births_req_encode(&v, 5, 0, ids, 3),
 			EMB_EBADARG);
 	CU_ASSERT_EQUAL(emb_wire_births_resp_bytes(3), 32 + 16);
@@ -883,6 +890,12 @@ static void test_births_op(void)
 	CU_ASSERT_EQUAL(got[0], 9);
 	CU_ASSERT_EQUAL(got[1], EMB_WIRE_BIRTH_NONE);
 	CU_ASSERT_EQUAL(got[2], 0);
+	/* An answer carries no flags (EMB_F_MAKE is the request's). */
+	emb_le16_store(buf + 6, EMB_F_MAKE);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_EQUAL(emb_wire_births_resp_decode(&f, &n, &got),
+			EMB_EBADFRAME);
+	emb_le16_store(buf + 6, 0);
 	/* The births already in place are left there. */
 	emb_le32_store(buf + 32, 11);
 	CU_ASSERT_EQUAL(emb_wire_births_resp_encode(

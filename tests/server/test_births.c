@@ -6,19 +6,25 @@
  * which ids are rows; a PUSH naming births applies, makes a row again, or
  * drops (counted in grads_discarded), and a table that numbers no rows
  * refuses it whole with the reason. Through a raw connection to an
- * in-process server; values are read back with a plain client.
+ * in-process server; values are read back with a plain client. A
+ * backup's check (server/bcheck.c) runs one round at a time, with no
+ * thread and no timing.
  */
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness.h"
 #include "netutil.h"
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/hash.h"
 #include "proto/wire_msg.h"
+#include "server/bcheck.h"
 
 #define DIM 4u
 
@@ -469,6 +475,247 @@ static void test_fill(void)
 	emb_server_destroy(dst);
 }
 
+/* test_check()'s backup, its map and addresses, for test_check_thread(). */
+static struct emb_server *bk;
+static struct emb_cmap *bk_map;
+static struct emb_wire_node_addr bk_addrs[2];
+
+/* Table name of server s, held until emb_server_table_release(). */
+static void hold_table(struct emb_server *s, const char *name,
+		       struct emb_server_table *out)
+{
+	uint32_t ids[8];
+	uint32_t n = emb_server_table_ids(s, ids, 8);
+
+	for (uint32_t i = 0; i < n && i < 8; i++) {
+		CU_ASSERT_EQUAL_FATAL(emb_server_table_acquire(s, ids[i], out),
+				      0);
+		if (!strcmp(out->spec.name, name))
+			return;
+		emb_server_table_release(out);
+	}
+	CU_FAIL_FATAL("no such table on the server");
+}
+
+/* Every row of t, (ids, births), up to cap; how many there are. */
+static uint32_t all_rows(struct emb_table *t, uint64_t *ids, uint32_t *births,
+			 uint32_t cap)
+{
+	static uint32_t marks[EMB_NSLOTS];
+	int m =
+	    emb_table_births_list(t, 0, EMB_NSLOTS, marks, ids, births, cap);
+
+	CU_ASSERT_FATAL(m >= 0 && (uint32_t)m <= cap);
+	return (uint32_t)m;
+}
+
+/* A port nothing listens on: bound by the kernel, then let go. */
+static uint16_t dead_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	uint16_t port;
+
+	CU_ASSERT_FATAL(s >= 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CU_ASSERT_EQUAL_FATAL(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	CU_ASSERT_EQUAL_FATAL(getsockname(s, (struct sockaddr *)&a, &len), 0);
+	port = ntohs(a.sin_port);
+	close(s);
+	return port;
+}
+
+/*
+ * A backup's check removes the rows its primary evicted: a second server,
+ * filled from this one (so its rows have the same births), is rank 1 of
+ * a map where rank 0, this server, is the primary of every slot. Rows
+ * erased here are removed there by one round; a row made again here and
+ * pushed there with its new birth stays, and so does one the backup has
+ * with a birth past the primary's counter (made there by a push after
+ * the primary's list). With the primary unreachable, the round fails and
+ * removes nothing.
+ */
+static void test_check(void)
+{
+	enum { N = 64, E = 8, CAP = 4096 };
+	const float g[DIM] = {0};
+	struct emb_table_spec sp = nt_spec("checked", DIM, 11);
+	struct emb_server_opts o = nt_server_opts();
+	struct emb_server_table pt, bt;
+	struct emb_server_stats ss;
+	struct emb_client_table *t;
+	static struct emb_server_map v;
+	static uint64_t pid[CAP], bid[CAP];
+	static uint32_t pb[CAP], bb[CAP];
+	struct emb_wire_node_addr addrs[2] = {{.port = 0}};
+	struct emb_cmap *m = malloc(sizeof(*m));
+	struct emb_server *dst;
+	struct fill_end e = {0};
+	uint64_t ids[N], removed = 0;
+	uint32_t x_birth, y_birth, np, nb, before;
+	float rows[N * DIM];
+
+	setup();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT_EQUAL_FATAL(emb_evict_parse("max_rows:1000000", &sp.life), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(cli, &sp, &t), 0);
+	for (uint32_t i = 0; i < N; i++)
+		ids[i] = 70000 + 13 * (uint64_t)i;
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids, N, rows, 0, NULL),
+			      0);
+	/* The backup: filled with every slot, as a recovery would. */
+	o.threads = 1;
+	dst = nt_server_start(&o);
+	v.epoch = 5;
+	memset(v.slot, EMB_CMAP_VIEW_MINE | EMB_CMAP_VIEW_FILLING, EMB_NSLOTS);
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++)
+		v.grew[i] = 1;
+	CU_ASSERT_EQUAL_FATAL(emb_server_set_map(dst, &v), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_server_fill(srv, "127.0.0.1", emb_server_port(dst), 0,
+			    EMB_NSLOTS, 5, EMB_SERVER_FILL_FULL, on_fill_end,
+			    &e),
+	    0);
+	for (int i = 0; i < 1000 && !__atomic_load_n(&e.done, __ATOMIC_ACQUIRE);
+	     i++)
+		usleep(10 * 1000);
+	CU_ASSERT_EQUAL_FATAL(__atomic_load_n(&e.done, __ATOMIC_ACQUIRE), 1);
+	CU_ASSERT_EQUAL_FATAL(e.status, 0);
+	hold_table(srv, "checked", &pt);
+	hold_table(dst, "checked", &bt);
+	CU_ASSERT_FATAL(emb_table_has_births(bt.t));
+	/* Evicted on the primary alone (an erase removes as eviction
+	 * does, and leaves the slots' counters). */
+	{
+		uint64_t erased = 0;
+
+		CU_ASSERT_EQUAL(emb_client_table_erase(t, ids, E, &erased), 0);
+		CU_ASSERT_EQUAL(erased, E);
+	}
+	/* ids[0] made again there, and its push reached the backup with
+	 * its new birth. */
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids, 1, rows, 0, NULL),
+			      0);
+	CU_ASSERT_EQUAL_FATAL(emb_table_births(pt.t, ids, 1, &y_birth), 1);
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_table_push_births(bt.t, ids, 1, g, &y_birth, 0), 0);
+	/* ids[1] made again on the primary after its list: the push that
+	 * names its birth reached the backup first. */
+	x_birth = emb_table_slot_birth(pt.t, emb_id_slot(ids[1])) + 1;
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_table_push_births(bt.t, &ids[1], 1, g, &x_birth, 0), 0);
+	before = all_rows(bt.t, bid, bb, CAP);
+	/* A map of two servers, rank 0 the primary of every slot. */
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(m, 2, 2), 0);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		m->slot[sl][0] = 0;
+		m->slot[sl][1] = 1;
+	}
+	snprintf(addrs[0].host, sizeof(addrs[0].host), "127.0.0.1");
+	snprintf(addrs[1].host, sizeof(addrs[1].host), "127.0.0.1");
+	addrs[1].port = emb_server_port(dst);
+	/* The primary unreachable: an error, and nothing removed. */
+	addrs[0].port = dead_port();
+	CU_ASSERT(emb__bcheck_round(dst, m, 1, addrs, 2, &removed) < 0);
+	CU_ASSERT_EQUAL(removed, 0);
+	CU_ASSERT_EQUAL(all_rows(bt.t, bid, bb, CAP), before);
+	/* As rank 0 (the primary of every slot) it has nothing to check. */
+	CU_ASSERT_EQUAL(emb__bcheck_round(dst, m, 0, addrs, 2, &removed), 0);
+	CU_ASSERT_EQUAL(removed, 0);
+	/* Reached: the rows the primary no longer has go, the other six
+	 * of those erased there; the two newer ones stay. */
+	addrs[0].port = emb_server_port(srv);
+	CU_ASSERT_EQUAL(emb__bcheck_round(dst, m, 1, addrs, 2, &removed), 0);
+	CU_ASSERT_EQUAL(removed, E - 2);
+	emb_server_stats(dst, &ss);
+	CU_ASSERT_EQUAL(ss.births_pruned, E - 2);
+	CU_ASSERT(ss.birth_checks >= 3);
+	np = all_rows(pt.t, pid, pb, CAP);
+	nb = all_rows(bt.t, bid, bb, CAP);
+	CU_ASSERT_EQUAL(nb, before - (E - 2));
+	/* Exactly the primary's rows, with their births, and ids[1]. */
+	CU_ASSERT_EQUAL(nb, np + 1);
+	for (uint32_t i = 0; i < np; i++) {
+		uint32_t b;
+
+		CU_ASSERT_EQUAL(emb_table_births(bt.t, &pid[i], 1, &b), 1);
+		CU_ASSERT_EQUAL(b, pb[i]);
+	}
+	{
+		uint32_t b[2];
+
+		CU_ASSERT_EQUAL(emb_table_births(bt.t, ids, 2, b), 2);
+		CU_ASSERT_EQUAL(b[0], y_birth);
+		CU_ASSERT_EQUAL(b[1], x_birth);
+		CU_ASSERT_EQUAL(emb_table_births(pt.t, &ids[1], 1, b), 0);
+	}
+	/* A second round finds nothing more to remove. */
+	removed = 0;
+	CU_ASSERT_EQUAL(emb__bcheck_round(dst, m, 1, addrs, 2, &removed), 0);
+	CU_ASSERT_EQUAL(removed, 0);
+	/* The primary makes ids[1] now: the birth the backup has. */
+	CU_ASSERT_EQUAL_FATAL(
+	    emb_client_table_pull(t, &ids[1], 1, rows, 0, NULL), 0);
+	{
+		uint32_t b;
+
+		CU_ASSERT_EQUAL(emb_table_births(pt.t, &ids[1], 1, &b), 1);
+		CU_ASSERT_EQUAL(b, x_birth);
+	}
+	emb_server_table_release(&bt);
+	emb_server_table_release(&pt);
+	emb_client_table_close(t);
+	/* For test_check_thread(). */
+	bk = dst;
+	bk_map = m;
+	memcpy(bk_addrs, addrs, sizeof(addrs));
+}
+
+/*
+ * The check's thread runs rounds by itself, every EMB_BIRTH_CHECK_MS, once
+ * it has a replicated map, and a stop wakes it at once. Waits for the
+ * server's counter, with a deadline.
+ */
+static void test_check_thread(void)
+{
+	struct emb_client_table *t;
+	struct emb_server_stats ss;
+	struct emb__bcheck *b;
+	uint64_t id = 70000 + 13 * 10, erased = 0, pruned, t0;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(bk);
+	emb_server_stats(bk, &ss);
+	pruned = ss.births_pruned;
+	/* No map: no round, however long it waits. */
+	CU_ASSERT_EQUAL_FATAL(setenv("EMB_BIRTH_CHECK_MS", "20", 1), 0);
+	CU_ASSERT_EQUAL_FATAL(emb__bcheck_start(bk, 1, &b), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(cli, "checked", &t), 0);
+	CU_ASSERT_EQUAL(emb_client_table_erase(t, &id, 1, &erased), 0);
+	CU_ASSERT_EQUAL(erased, 1);
+	CU_ASSERT_EQUAL_FATAL(emb__bcheck_set_map(b, bk_map, bk_addrs, 2), 0);
+	for (int i = 0; i < 1000; i++) {
+		emb_server_stats(bk, &ss);
+		if (ss.births_pruned > pruned)
+			break;
+		usleep(10 * 1000);
+	}
+	CU_ASSERT_EQUAL(ss.births_pruned, pruned + 1);
+	emb__bcheck_stop(b);
+	/* A long period: the stop does not wait for it. */
+	CU_ASSERT_EQUAL_FATAL(setenv("EMB_BIRTH_CHECK_MS", "600000", 1), 0);
+	CU_ASSERT_EQUAL_FATAL(emb__bcheck_start(bk, 1, &b), 0);
+	CU_ASSERT_EQUAL_FATAL(emb__bcheck_set_map(b, bk_map, bk_addrs, 2), 0);
+	t0 = emb_clock_ms();
+	emb__bcheck_stop(b);
+	CU_ASSERT(emb_clock_ms() - t0 < 1000);
+	unsetenv("EMB_BIRTH_CHECK_MS");
+	emb_client_table_close(t);
+	emb_server_destroy(bk);
+	bk = NULL;
+	free(bk_map);
+}
+
 static void test_done(void)
 {
 	close(fd);
@@ -483,6 +730,10 @@ int main(int argc, char **argv)
 	    {"a table with eviction numbers its rows", test_numbered},
 	    {"a table without: rows, and pushes refused", test_unnumbered},
 	    {"a fill carries each row's birth", test_fill},
+	    {"a backup's check removes the rows its primary evicted",
+	     test_check},
+	    {"the check's thread runs rounds by itself and stops at once",
+	     test_check_thread},
 	    {"teardown", test_done},
 	    {NULL, NULL},
 	};

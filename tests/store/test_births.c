@@ -243,6 +243,33 @@ static void test_primary_rules(void)
 	emb_table_destroy(t);
 }
 
+/* emb_table_lead(): the slots a server leads drop as EMB_PUSH_PRIMARY
+ * does, whatever the flags; the others make the absent row. */
+static void test_births_lead(void)
+{
+	struct emb_table_opts o = births_opts();
+	struct emb_table *t = births_table(&o);
+	uint64_t id = 4242, set[EMB_NSLOTS / 64] = {0};
+	const uint32_t sl = emb_id_slot(id);
+	uint32_t b;
+	float w[DIM], g[DIM] = {1.0f, 1.0f, 1.0f, 1.0f};
+
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, w, 0, NULL), 1);
+	b = birth_of(t, id);
+	CU_ASSERT_EQUAL(emb_table_erase(t, &id, 1), 1);
+	set[sl / 64] = 1ull << (sl % 64);
+	emb_table_lead(t, set);
+	CU_ASSERT_EQUAL(emb_table_push_births(t, &id, 1, g, &b, 0), 0);
+	CU_ASSERT_FALSE(table_has(t, id));
+	CU_ASSERT_EQUAL(emb_table_births_dropped(t), 1);
+	/* Led no longer (a backup now): made with the birth named. */
+	emb_table_lead(t, NULL);
+	CU_ASSERT_EQUAL(emb_table_push_births(t, &id, 1, g, &b, 0), 0);
+	CU_ASSERT_TRUE(table_has(t, id));
+	CU_ASSERT_EQUAL(birth_of(t, id), b);
+	emb_table_destroy(t);
+}
+
 /* Under admission a push naming births makes its rows as an admitted one
  * does: the primary said they were rows. */
 static void test_births_admit(void)
@@ -534,6 +561,7 @@ int main(int argc, char **argv)
 	    {"a primary and its backup through an eviction",
 	     test_primary_and_backup},
 	    {"a backup removes what its primary evicted", test_list_and_prune},
+	    {"a slot the table leads drops as a primary does", test_births_lead},
 	    {NULL, NULL},
 	};
 

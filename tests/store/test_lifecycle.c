@@ -137,6 +137,36 @@ static void test_push_admitted(void)
 	emb_table_destroy(t);
 }
 
+/* EMB_PULL_ADMITTED (the rows of a replicated assign, made on the
+ * primary first): the absent id becomes a row at the initializer's values
+ * whatever the admission, with no sighting and nothing unadmitted; a
+ * second id is still pending afterwards (no sighting was counted). */
+static void test_pull_admitted(void)
+{
+	struct emb_table_opts o = opts_with("count:2", "none");
+	struct emb_table *t = table_new(&o);
+	float w[DIM], want[DIM];
+	uint64_t id = 92;
+	struct emb_table_stats st;
+
+	ref_new_row(&o, id, want);
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, w, 0x8, NULL), EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, w, EMB_PULL_ADMITTED, NULL),
+			1);
+	CU_ASSERT_TRUE(table_has(t, id));
+	for (int j = 0; j < DIM; j++)
+		CU_ASSERT_EQUAL(w[j], want[j]);
+	st = table_stats(t);
+	CU_ASSERT_EQUAL(st.rows, 1);
+	CU_ASSERT_EQUAL(st.pulls_unadmitted, 0);
+	/* Not a sighting: one plain pull of it later would not be its
+	 * second (it is a row already, so nothing is pending). */
+	id = 93;
+	CU_ASSERT_EQUAL(emb_table_pull(t, &id, 1, w, 0, NULL), 1);
+	CU_ASSERT_FALSE(table_has(t, id));
+	emb_table_destroy(t);
+}
+
 /* A pull call counts one sighting per distinct id (as the client sends a
  * batch); no-create pulls count none. */
 static void test_count_in_batch(void)
@@ -425,6 +455,57 @@ static void test_evict_hold(void)
 	emb_table_destroy(t);
 }
 
+/*
+ * max_rows counts the rows it may evict: rows of held slots (a backup's
+ * copies) are not counted, so the others keep their whole cap however
+ * many held rows come; the count follows a change of the hold, which
+ * recounts, and rows removed from held slots.
+ */
+static void test_max_rows_hold(void)
+{
+	enum { N = 3000 };
+	struct emb_table_opts o = opts_with("none", "max_rows:200");
+	struct emb_table *t = table_new(&o);
+	uint64_t ids[N], free_ids[400], held_ids[N], set[EMB_NSLOTS / 64] = {0};
+	uint32_t nh = 0, nf = 0;
+
+	/* Half the slots held: those below 2048. */
+	for (uint32_t sl = 0; sl < EMB_NSLOTS / 2; sl++)
+		set[sl / 64] |= 1ull << (sl % 64);
+	emb_table_evict_hold(t, set);
+	for (uint32_t i = 0; i < N; i++) {
+		ids[i] = 11 + 5 * (uint64_t)i;
+		if (emb_id_slot(ids[i]) < EMB_NSLOTS / 2)
+			held_ids[nh++] = ids[i];
+		else if (nf < 400)
+			free_ids[nf++] = ids[i];
+	}
+	CU_ASSERT_FATAL(nh > 1000 && nf == 400);
+	push_ids(t, held_ids, nh, 0.0f);
+	/* 400 rows of free slots in batches: the cap keeps 200 of them,
+	 * every held row stays. */
+	for (uint32_t b = 0; b < 400; b += 16)
+		push_ids(t, free_ids + b, 16, 0.0f);
+	printf("(%llu rows, %u held) ", (unsigned long long)table_stats(t).rows, nh);
+	CU_ASSERT(table_stats(t).rows <= nh + 200 + 16);
+	CU_ASSERT(table_stats(t).rows >= nh + 150);
+	for (uint32_t i = 0; i < nh; i++)
+		CU_ASSERT_TRUE(table_has(t, held_ids[i]));
+	/* Held rows erased: no miscount lets the others pass the cap. */
+	CU_ASSERT_EQUAL(emb_table_erase(t, held_ids, nh), (int)nh);
+	for (uint32_t b = 0; b < 400; b += 16)
+		push_ids(t, free_ids + b, 16, 0.0f);
+	printf("(then %llu) ", (unsigned long long)table_stats(t).rows);
+	CU_ASSERT(table_stats(t).rows <= 200 + 16);
+	/* Let go: the held rows count again and the cap takes them. */
+	push_ids(t, held_ids, nh, 0.0f);
+	emb_table_evict_hold(t, NULL);
+	for (uint32_t b = 0; b < 400; b += 16)
+		push_ids(t, free_ids + b, 16, 0.0f);
+	CU_ASSERT(table_stats(t).rows <= 200 + 16);
+	emb_table_destroy(t);
+}
+
 /* Policies change online: on, lowered, off; bad ones change nothing. */
 static void test_online(void)
 {
@@ -514,6 +595,8 @@ int main(int argc, char **argv)
 	    {"count:2 admits on the second pull", test_count_admits_on_second},
 	    {"bloom:2 admits on the second pull", test_bloom_admits_on_second},
 	    {"a push flagged admitted makes its rows", test_push_admitted},
+	    {"a pull flagged admitted makes its rows, sighting none",
+	     test_pull_admitted},
 	    {"occurrences in one batch count; no-create pulls do not",
 	     test_count_in_batch},
 	    {"pull_ptrs leaves pending ids NULL", test_ptrs_pending},
@@ -525,6 +608,7 @@ int main(int argc, char **argv)
 	    {"max_rows with LRU keeps recent rows", test_max_rows_lru},
 	    {"max_rows with LFU keeps frequent rows", test_max_rows_lfu},
 	    {"held slots keep their rows", test_evict_hold},
+	    {"max_rows counts no row of a held slot", test_max_rows_hold},
 	    {"policies change online", test_online},
 	    {"bad policies and memory limits", test_create_and_limit},
 	    {NULL, NULL},

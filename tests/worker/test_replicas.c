@@ -30,6 +30,8 @@
 #include "harness.h"
 #include "netutil.h"
 #include "proto/wire_cluster.h"
+#include "server/tables.h"
+#include "store/store.h"
 #include "worker/client_int.h"
 
 #define DIM 4u
@@ -1076,6 +1078,47 @@ static void same_on_both(const uint16_t *ports, const char *name,
 	free(rows[1]);
 }
 
+/* SGD (lr 0.5) from uniform initial values, which a backup must make as
+ * its primary did. */
+static void sgd_uniform(struct emb_table_spec *sp)
+{
+	sp->optim = EMB_OPTIM_CFG_DEFAULT;
+	sp->optim.kind = EMB_OPTIM_SGD;
+	sp->optim.lr = 0.5f;
+	sp->init = (struct emb_init_cfg){.kind = EMB_INIT_UNIFORM,
+					 .a = -1.0f,
+					 .b = 1.0f};
+}
+
+/*
+ * Two in-process servers that each hold every slot (their views), and two
+ * clients that write to both by a map of two copies of each slot (server
+ * 0 the primary of the first half, server 1 of the rest). view[i] is
+ * freed by the caller after its server.
+ */
+static void pair_start(struct emb_server **srv, struct emb_server_map **view,
+		       uint16_t *ports, struct emb_client **c,
+		       struct emb_client **c2)
+{
+	struct emb_server_opts o = nt_server_opts();
+	struct emb_cmap m;
+
+	for (int i = 0; i < 2; i++) {
+		srv[i] = nt_server_start(&o);
+		ports[i] = emb_server_port(srv[i]);
+		view[i] = calloc(1, sizeof(*view[i]));
+		CU_ASSERT_FATAL(view[i] != NULL);
+		view[i]->epoch = 1;
+		memset(view[i]->slot, EMB_CMAP_VIEW_MINE, EMB_NSLOTS);
+		CU_ASSERT_EQUAL_FATAL(emb_server_set_map(srv[i], view[i]), 0);
+	}
+	*c = client_of(ports, 2, 5000);
+	*c2 = client_of(ports, 2, 5000);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 2, 2), 0);
+	set_cmap(*c, &m, 1);
+	set_cmap(*c2, &m, 1);
+}
+
 /*
  * Admission under replicas (docs/replication.md, "Admission with
  * replicas"): a table with count:2 on two holders of every slot, writes
@@ -1086,19 +1129,17 @@ static void same_on_both(const uint16_t *ports, const char *name,
  * (opened by name) has its push refused by every holder before anything
  * is applied, and its synchronous push then asks first and succeeds. After
  * a failover the new primary holds the admitted rows, and ids pending on
- * the dead primary count again. An eviction policy is still refused under
- * replicas.
+ * the dead primary count again. An eviction policy on a table asked to be
+ * tiered is refused under replicas (its rows have no births).
  */
 static void test_admission(void)
 {
 	struct emb_table_spec sp = nt_spec("admit", DIM, 11);
 	struct emb_server *srv[2];
 	struct emb_server_map *view[2];
-	struct emb_server_opts o = nt_server_opts();
 	struct emb_client_table *t, *t2, *bad;
 	struct emb_client *c, *c2;
 	struct emb_async *op;
-	struct emb_cmap m;
 	uint16_t ports[2];
 	uint64_t ids[3][AN], all[3 * AN];
 	uint8_t yes[AN], no[AN], home[AN], found[AN];
@@ -1112,32 +1153,14 @@ static void test_admission(void)
 		want[k] = malloc((size_t)AN * DIM * sizeof(float));
 		CU_ASSERT_FATAL(init[k] && want[k]);
 	}
-	/* SGD (lr 0.5) from uniform initial values, which a backup must
-	 * make as its primary did. */
-	sp.optim = EMB_OPTIM_CFG_DEFAULT;
-	sp.optim.kind = EMB_OPTIM_SGD;
-	sp.optim.lr = 0.5f;
-	sp.init = (struct emb_init_cfg){.kind = EMB_INIT_UNIFORM,
-					.a = -1.0f,
-					.b = 1.0f};
-	for (int i = 0; i < 2; i++) {
-		srv[i] = nt_server_start(&o);
-		ports[i] = emb_server_port(srv[i]);
-		view[i] = calloc(1, sizeof(*view[i]));
-		CU_ASSERT_FATAL(view[i] != NULL);
-		view[i]->epoch = 1;
-		memset(view[i]->slot, EMB_CMAP_VIEW_MINE, EMB_NSLOTS);
-		CU_ASSERT_EQUAL_FATAL(emb_server_set_map(srv[i], view[i]), 0);
-	}
-	c = client_of(ports, 2, 5000);
-	c2 = client_of(ports, 2, 5000);
-	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 2, 2), 0);
-	set_cmap(c, &m, 1);
-	set_cmap(c2, &m, 1);
+	sgd_uniform(&sp);
+	pair_start(srv, view, ports, &c, &c2);
 
-	/* Eviction stays refused: a backup would pick other victims. */
+	/* Births are kept beside DRAM records alone. */
 	CU_ASSERT_EQUAL_FATAL(emb_evict_parse("max_rows:100", &sp.life), 0);
+	sp.tier = EMB_TIER_ON;
 	CU_ASSERT_EQUAL(emb_client_table_create(c, &sp, &t), -EOPNOTSUPP);
+	sp.tier = EMB_TIER_AUTO;
 	sp.life = EMB_LIFECYCLE_CFG_DEFAULT;
 	CU_ASSERT_EQUAL_FATAL(emb_admit_parse("count:2", &sp.life), 0);
 	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
@@ -1266,6 +1289,194 @@ static void test_admission(void)
 	free(g);
 }
 
+/* Server srv's table named name, acquired (released by the caller). */
+static void server_table(struct emb_server *srv, const char *name,
+			 struct emb_server_table *out)
+{
+	uint32_t ids[8];
+	uint32_t n = emb_server_table_ids(srv, ids, 8);
+
+	for (uint32_t i = 0; i < n && i < 8; i++) {
+		CU_ASSERT_EQUAL_FATAL(emb_server_table_acquire(srv, ids[i], out),
+				      0);
+		if (!strcmp(out->spec.name, name))
+			return;
+		emb_server_table_release(out);
+	}
+	CU_FAIL_FATAL("no such table on the server");
+}
+
+/* The births of ids[0..AN) in table name on each of two servers: the
+ * same on both, each a row's (none EMB_BIRTH_NONE), into b. */
+static void same_births(struct emb_server *const *srv, const char *name,
+			const uint64_t *ids, uint32_t *b)
+{
+	uint32_t other[AN];
+	struct emb_server_table st;
+
+	server_table(srv[0], name, &st);
+	CU_ASSERT_EQUAL(emb_table_births(st.t, ids, AN, b), AN);
+	emb_server_table_release(&st);
+	server_table(srv[1], name, &st);
+	CU_ASSERT_EQUAL(emb_table_births(st.t, ids, AN, other), AN);
+	emb_server_table_release(&st);
+	CU_ASSERT_EQUAL(memcmp(b, other, sizeof(other)), 0);
+}
+
+/*
+ * Eviction under replicas (docs/replication.md, "Eviction with replicas"):
+ * a table with max_rows on two holders of every slot numbers its rows;
+ * each push asks the primaries for the rows' births (making the absent
+ * ones, as a lone server's push would) and names them to both holders,
+ * which end with the same rows, weights and births. A row its primary
+ * evicted and made again has a newer birth there: the push resets the
+ * backup's old copy and both hold the new row. An assign names births
+ * too; a handle that does not know the policy is refused by every holder
+ * before anything is written, learns, and succeeds.
+ */
+static void test_evict_births(void)
+{
+	struct emb_table_spec sp = nt_spec("evict", DIM, 13);
+	struct emb_server *srv[2];
+	struct emb_server_map *view[2];
+	struct emb_server_table st;
+	struct emb_table_opts to;
+	struct emb_client_table *t, *t2;
+	struct emb_client *c, *c2;
+	uint16_t ports[2];
+	uint64_t ids[2][AN];
+	uint32_t b0[AN], b1[AN], b2[AN];
+	uint8_t yes[AN];
+	float *init = malloc((size_t)AN * DIM * sizeof(float));
+	float *want = malloc((size_t)AN * DIM * sizeof(float));
+	float *g = malloc((size_t)AN * DIM * sizeof(float));
+	float *rows = malloc((size_t)AN * DIM * sizeof(float));
+
+	CU_ASSERT_FATAL(init && want && g && rows);
+	sgd_uniform(&sp);
+	pair_start(srv, view, ports, &c, &c2);
+	CU_ASSERT_EQUAL_FATAL(emb_evict_parse("max_rows:1000", &sp.life), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(c, &sp, &t), 0);
+	/* Each server's share of max_rows, as a primary: 1000 / 2 servers
+	 * (the rows of the slots it backs are not counted). */
+	for (int i = 0; i < 2; i++) {
+		server_table(srv[i], "evict", &st);
+		CU_ASSERT(emb_table_has_births(st.t));
+		emb_table_get_opts(st.t, &to);
+		CU_ASSERT_EQUAL(to.life.max_rows, 500);
+		emb_server_table_release(&st);
+	}
+	for (uint32_t k = 0; k < 2; k++)
+		for (uint32_t i = 0; i < AN; i++)
+			ids[k][i] = 7000000 + k * 1000 + i * 104729;
+	memset(yes, 1, sizeof(yes));
+	for (size_t i = 0; i < (size_t)AN * DIM; i++)
+		g[i] = 1.0f;
+
+	/* Kind 0 pulled (rows on the primaries alone), then pushed: the
+	 * backups make them with the primaries' births. */
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids[0], AN, init, 0,
+						    NULL),
+			      0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids[0], AN, g, 0, 0), 0);
+	for (size_t i = 0; i < (size_t)AN * DIM; i++)
+		want[i] = init[i] - 0.5f;
+	same_on_both(ports, "evict", ids[0], yes, want);
+	same_births(srv, "evict", ids[0], b0);
+	for (uint32_t i = 0; i < AN; i++)
+		CU_ASSERT(b0[i] >= 1 && b0[i] != EMB_BIRTH_NONE);
+
+	/* Kind 1 never pulled: the ask makes the rows on the primaries.
+	 * The client counts the push's ids as sent, not the ask's. */
+	{
+		struct emb_client_stats cs0 = EMB_SIZED(struct emb_client_stats);
+		struct emb_client_stats cs1 = EMB_SIZED(struct emb_client_stats);
+
+		emb_client_stats(c, &cs0);
+		CU_ASSERT_EQUAL(emb_client_table_push(t, ids[1], AN, g, 0, 0),
+				0);
+		emb_client_stats(c, &cs1);
+		CU_ASSERT_EQUAL(cs1.ids_sent - cs0.ids_sent, AN);
+		CU_ASSERT_EQUAL(cs1.ids_in - cs0.ids_in, AN);
+	}
+	same_on_both(ports, "evict", ids[1], yes, NULL);
+	same_births(srv, "evict", ids[1], b1);
+	/* push_many asks and names births too, entry by entry. */
+	{
+		struct emb_table_batch e[2] = {
+		    {.struct_size = sizeof(e[0]), .n = AN, .table = t,
+		     .ids = ids[0], .rows = g},
+		    {.struct_size = sizeof(e[0]), .n = AN, .table = t,
+		     .ids = ids[1], .rows = g},
+		};
+
+		CU_ASSERT_EQUAL(emb_client_push_many(c, e, 2, 0, 0), 0);
+	}
+	for (size_t i = 0; i < (size_t)AN * DIM; i++)
+		want[i] -= 0.5f;
+	same_on_both(ports, "evict", ids[0], yes, want);
+	same_on_both(ports, "evict", ids[1], yes, NULL);
+	same_births(srv, "evict", ids[1], b2);
+	CU_ASSERT_EQUAL(memcmp(b1, b2, sizeof(b1)), 0);
+
+	/* Each primary evicts kind 0 (erased there alone) and a pull makes
+	 * them again, newer; the push resets the backups' old copies. */
+	for (int s = 0; s < 2; s++) {
+		uint64_t mine[AN];
+		uint32_t k = 0;
+
+		for (uint32_t i = 0; i < AN; i++)
+			if (emb_client_server_of(c, ids[0][i]) == (uint32_t)s)
+				mine[k++] = ids[0][i];
+		CU_ASSERT(k > 0 && k < AN);
+		server_table(srv[s], "evict", &st);
+		CU_ASSERT_EQUAL(emb_table_erase(st.t, mine, k), (int)k);
+		emb_server_table_release(&st);
+	}
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, ids[0], AN, rows, 0,
+						    NULL),
+			      0);
+	CU_ASSERT_EQUAL(memcmp(rows, init, (size_t)AN * DIM * sizeof(float)),
+			0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, ids[0], AN, g, 0, 0), 0);
+	for (size_t i = 0; i < (size_t)AN * DIM; i++)
+		want[i] = init[i] - 0.5f;
+	same_on_both(ports, "evict", ids[0], yes, want);
+	same_births(srv, "evict", ids[0], b2);
+	for (uint32_t i = 0; i < AN; i++)
+		CU_ASSERT(b2[i] > b0[i]);
+
+	/* A handle opened by name knows nothing of the policy: its assign
+	 * is refused by both holders before either writes, and then names
+	 * births; both hold the rows assigned, with one birth. */
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(c2, "evict", &t2), 0);
+	for (size_t i = 0; i < (size_t)AN * DIM; i++)
+		want[i] = 0.25f;
+	CU_ASSERT_EQUAL(emb_client_table_assign(t2, ids[1], AN, want, false),
+			0);
+	same_on_both(ports, "evict", ids[1], yes, want);
+	same_births(srv, "evict", ids[1], b2);
+	CU_ASSERT_EQUAL(memcmp(b1, b2, sizeof(b1)), 0);
+	/* Its push asks and names them too. */
+	CU_ASSERT_EQUAL(emb_client_table_push(t2, ids[1], AN, g, 0, 0), 0);
+	for (size_t i = 0; i < (size_t)AN * DIM; i++)
+		want[i] = 0.25f - 0.5f;
+	same_on_both(ports, "evict", ids[1], yes, want);
+
+	emb_client_table_close(t2);
+	emb_client_table_close(t);
+	emb_client_destroy(c2);
+	emb_client_destroy(c);
+	for (int i = 0; i < 2; i++) {
+		emb_server_destroy(srv[i]);
+		free(view[i]);
+	}
+	free(init);
+	free(want);
+	free(g);
+	free(rows);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -1288,6 +1499,9 @@ int main(int argc, char **argv)
 	     test_source},
 	    {"push_many and pull_many succeed across a server's death",
 	     test_many_failover},
+	    {"eviction under replicas: pushes and assigns name the primary's "
+	     "births, and both holders keep the same rows",
+	     test_evict_births},
 	    {"admission under replicas keeps both holders' rows the same",
 	     test_admission},
 	    {NULL, NULL},
