@@ -604,8 +604,17 @@ static bool failover(struct emb_sched *s, struct node *n)
 			n->rank);
 		s->fill_rank = NO_FILL;
 		move_next(s);
-	} else if (s->fill_rank != NO_FILL &&
+	} else if (s->move_from == NO_FILL && s->fill_rank != NO_FILL &&
 		   s->cmap->fill[s->fill_first] != s->fill_rank) {
+		/* A recovery fill only: a move whose ends both live goes on
+		 * (while copied ahead its chunk has no fill, which is no
+		 * lost source), and move_next() gives its target the slots
+		 * this death left short of copies first. Taken for a lost
+		 * fill, such a move had its target filled with another
+		 * chunk while still marked copying ahead: that fill's end
+		 * then fenced that chunk as the move's, its source took the
+		 * fence for the stream it had just sent, and the chunk's
+		 * writes were refused for good. */
 		emb_log(EMB_LOG_WARN,
 			"the fill of slots %u-%u into server %u lost its "
 			"source: filling them again",

@@ -8,12 +8,15 @@
  * starts itself.
  */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +26,7 @@
 #include "worker/netutil.h"
 #include "cluster/scheduler.h"
 #include "worker/embstore.h"
+#include "cluster/map.h"
 #include "cluster/node.h"
 #include "common/err.h"
 #include "proto/wire_cluster.h"
@@ -976,6 +980,193 @@ static void test_server_restarts(void)
 	free(dir);
 }
 
+/* ---- moves ----------------------------------------------------------- */
+
+/*
+ * A server the scheduler sees: a node, and a socket listening on its
+ * advertised port so that the probe of a live one connects. It serves
+ * nothing; the case plays its fills' reports itself.
+ */
+struct fake_server {
+	int fd;
+	uint16_t port;
+	struct emb_node *n;
+};
+
+static void fake_server_start(const struct emb_sched *s, struct fake_server *f)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CU_ASSERT_FATAL(f->fd >= 0);
+	CU_ASSERT_EQUAL_FATAL(bind(f->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	CU_ASSERT_EQUAL_FATAL(listen(f->fd, 16), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    getsockname(f->fd, (struct sockaddr *)&a, &len), 0);
+	f->port = ntohs(a.sin_port);
+	CU_ASSERT_EQUAL_FATAL(
+	    node_join(s, EMB_ROLE_SERVER, "127.0.0.1", f->port, &f->n), 0);
+}
+
+/* Killed: the probe of its address is refused, so it is declared dead at
+ * once. */
+static void fake_server_kill(struct fake_server *f)
+{
+	emb_node_destroy(f->n);
+	f->n = NULL;
+	close(f->fd);
+	f->fd = -1;
+}
+
+/* Polls n's map until ok(m, arg): true, with the map in *m. */
+static bool map_until(struct emb_node *n, struct emb_cmap *m,
+		      bool (*ok)(const struct emb_cmap *, const void *),
+		      const void *arg)
+{
+	for (int i = 0; i < 1000; i++) {
+		if (emb_node_cmap(n, m) == 0 && ok(m, arg))
+			return true;
+		sleep_ms(10);
+	}
+	return false;
+}
+
+static bool copying_ahead_to_3(const struct emb_cmap *m, const void *arg)
+{
+	(void)arg;
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m->warm[sl] == 3)
+			return true;
+	return false;
+}
+
+static bool without(const struct emb_cmap *m, const void *arg)
+{
+	return !emb_cmap_in_map(m, *(const uint32_t *)arg);
+}
+
+/* A move's slots [first, first + n). */
+struct chunk {
+	uint32_t first, n;
+};
+
+static bool fenced(const struct emb_cmap *m, const void *arg)
+{
+	const struct chunk *c = arg;
+
+	for (uint32_t sl = c->first; sl < c->first + c->n; sl++)
+		if (m->fill[sl] != 3 || m->warm[sl] != EMB_CMAP_NONE)
+			return false;
+	return true;
+}
+
+/* Rank 3 filled with a slot outside the chunk. */
+static bool filling_other(const struct emb_cmap *m, const void *arg)
+{
+	const struct chunk *c = arg;
+
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m->fill[sl] == 3 && (sl < c->first || sl >= c->first + c->n))
+			return true;
+	return false;
+}
+
+/*
+ * R = 2, 3 servers, a fourth joins and its first move is being copied
+ * ahead when a server that holds none of the moving slots dies. The move
+ * goes on (its ends both live); once it is done, the newcomer is filled
+ * with the slots the death left with one copy. Before, the death was
+ * taken for the loss of a recovery fill's source: the newcomer was filled
+ * with another chunk while the scheduler still took it for the move's
+ * copy ahead, that fill's end fenced it as the move, and the writes to it
+ * were refused until the job gave up (cluster/move_kill, on a loaded
+ * machine, killing a source a move late).
+ */
+static void test_death_during_move(void)
+{
+	struct emb_sched_opts o = EMB_SCHED_OPTS_DEFAULT;
+	struct fake_server f[4];
+	struct emb_node *w;
+	struct emb_sched *s;
+	struct emb_cmap *m = malloc(sizeof(*m));
+	uint32_t first = UINT32_MAX, n = 0, p, k = UINT32_MAX;
+	struct chunk c;
+	uint64_t epoch;
+
+	CU_ASSERT_FATAL(m != NULL);
+	o.port = 0;
+	o.server_num = 3;
+	o.server_max = 4;
+	o.worker_num = 1;
+	o.replicas = 2;
+	o.hb_timeout_ms = 3000;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &s), 0);
+	for (int i = 0; i < 3; i++)
+		fake_server_start(s, &f[i]);
+	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &w), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_node_wait_map(w), 0);
+
+	/* The newcomer's first chunk, copied ahead by its primary. */
+	fake_server_start(s, &f[3]);
+	CU_ASSERT_EQUAL_FATAL(emb_node_rank(f[3].n), 3);
+	CU_ASSERT_FATAL(map_until(w, m, copying_ahead_to_3, NULL));
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m->warm[sl] == 3) {
+			if (first == UINT32_MAX)
+				first = sl;
+			n++;
+		}
+	epoch = m->epoch;
+	c = (struct chunk){first, n};
+	p = emb_cmap_primary(m, first);
+	/* The server that holds none of the chunk's slots. */
+	for (uint32_t r = 0; r < 3 && k == UINT32_MAX; r++) {
+		bool holds = false;
+
+		for (uint32_t sl = first; sl < first + n; sl++)
+			holds |= emb_cmap_holds(m, sl, r);
+		if (!holds)
+			k = r;
+	}
+	CU_ASSERT_FATAL(k != UINT32_MAX && k != p);
+
+	/* It dies: the copy ahead stays, and nothing else is filled. */
+	fake_server_kill(&f[k]);
+	CU_ASSERT_FATAL(map_until(w, m, without, &k));
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		CU_ASSERT_EQUAL(m->warm[sl],
+				sl >= first && sl < first + n ? 3
+							      : EMB_CMAP_NONE);
+		CU_ASSERT_EQUAL(m->fill[sl], EMB_CMAP_NONE);
+		CU_ASSERT(emb_cmap_holders(m, sl) >= 1);
+	}
+
+	/* The copy ahead ends: the chunk is fenced for its last stream... */
+	CU_ASSERT_EQUAL(emb_node_fill_done(f[p].n, first, n, epoch, 0, 0, 0),
+			0);
+	CU_ASSERT_FATAL(map_until(w, m, fenced, &c));
+	CU_ASSERT_FALSE(filling_other(m, &c));
+	/* ...whose end makes the newcomer a holder of the chunk, and then
+	 * fills it with the slots left with one copy. */
+	CU_ASSERT_EQUAL(emb_node_fill_done(f[p].n, first, n, m->epoch, 0, 0, 0),
+			0);
+	CU_ASSERT_FATAL(map_until(w, m, filling_other, &c));
+	for (uint32_t sl = first; sl < first + n; sl++)
+		CU_ASSERT(emb_cmap_holds(m, sl, 3));
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m->fill[sl] == 3)
+			CU_ASSERT_EQUAL(emb_cmap_holders(m, sl), 1);
+
+	emb_node_destroy(w);
+	for (int i = 0; i < 4; i++)
+		if (f[i].n)
+			fake_server_kill(&f[i]);
+	emb_sched_destroy(s);
+	free(m);
+}
+
 static void test_finish_exits(void)
 {
 	const char *bin = getenv("EMB_SERVER_BIN");
@@ -1062,6 +1253,9 @@ int main(int argc, char **argv)
 	    {"a server restarted from its checkpoint on its address gets its "
 	     "rank back; the worker goes on",
 	     test_server_restarts},
+	    {"a server dying while another's move is copied ahead leaves the "
+	     "move going, then its target is filled",
+	     test_death_during_move},
 	    {"finish stops server and scheduler processes with 0",
 	     test_finish_exits},
 	    {NULL, NULL},
