@@ -296,6 +296,11 @@ struct part_rep {
 	bool counted;	    /* erase, lead copy: a copy's count was taken */
 	bool source;	    /* a copy emb__rep_trim() made of the copy to its
 			       group's acting primary: it is that copy */
+	bool asked;	    /* posted on a conn and not answered since: its
+			       server may have applied it (conn.c) */
+	uint8_t lost;	    /* group's copy whose server died first (enum
+			       rep_lost, replicas.c): whether it could have
+			       applied the write */
 	uint64_t epoch;	    /* map epoch it was routed by (0: none), or
 			       last sent again by */
 	uint64_t routed;    /* map epoch its group was first routed by */
@@ -568,6 +573,13 @@ void emb__rep_note_lost(struct emb_client *c, const struct part *p,
  * whose lack p's refusal shows. 0 or -ENOMEM. */
 int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 		   struct part *p);
+/* Loop thread: copy p ends because its server died (EMB_ENODEAD). Where
+ * that server streamed a fill begun since p's group was routed, its copy
+ * alone tells whether the fill's target lacks the write: unasked since
+ * its last refusal, it did not apply it, and the target gets the rows (now
+ * or when a map shows the fill); asked and unanswered, nobody can tell,
+ * and the call fails with EMB_ENODEAD. 0 or -ENOMEM. */
+int emb__rep_lost(struct emb_client *c, struct emb_async *op, struct part *p);
 /* Loop thread: whether copy p went to its group's acting primary (the
  * first of its copies whose server is not dead), the server whose
  * refusal means a fill's stream lacks the write where the map does not

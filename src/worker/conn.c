@@ -108,6 +108,7 @@ void emb__conn_fly_add(struct server *s, struct part *p)
 		s->fly->retry.fprev = p;
 	s->fly = p;
 	p->retry.flying = true;
+	p->rep.asked = true;
 	if (p->op->deadline_ms < s->fly_check_ms)
 		s->fly_check_ms = p->op->deadline_ms;
 }
@@ -184,6 +185,10 @@ static void part_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 	struct server *s = &c->srv[p->req.server];
 
 	emb__conn_fly_del(s, p);
+	/* Answered: the server decided this attempt (a refusal applied
+	 * nothing). Lost with the conn, it may have applied it. */
+	if (!status)
+		p->rep.asked = false;
 	if (status)
 		p->op->tainted = true;
 	/* A dead server's broken conn is its death, whichever came first:
@@ -244,8 +249,10 @@ void emb__conn_post(struct emb_client *c, struct part *p)
 	emb__conn_fly_add(s, p);
 	rc = emb_conn_call(s->conn, &p->req.hdr, p->req.iov, p->req.niov,
 			   p->req.resp, p->req.resp_cap, part_done, p);
-	if (rc)
+	if (rc) {
+		p->rep.asked = false; /* refused before it was sent */
 		part_done(p, rc, NULL);
+	}
 }
 
 /* Loop thread: drops s's read conn; READs and LOCATEs on it fail (and fall

@@ -259,8 +259,12 @@ static void bundle_send(struct emb_client *c, struct bundle *b)
 	add(&c->requests, 1);
 	rc = emb_conn_call(s->conn, &hdr, &iov, 1, b->resp, b->resp_bytes,
 			   bundle_done, b);
-	if (rc)
+	if (rc) {
+		/* Refused before it was sent: no part was asked. */
+		for (uint32_t i = 0; i < b->n; i++)
+			b->parts[i]->rep.asked = false;
 		bundle_done(b, rc, NULL);
+	}
 }
 
 /* Loop thread: every part of the call's ops, bundled per server. */

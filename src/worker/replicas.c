@@ -371,6 +371,8 @@ static struct part *ext_copy(struct emb_client *c, struct emb_async *op,
 	e->retry.flying = false;
 	e->rep.epoch = c->map_epoch;
 	e->rep.source = false;
+	e->rep.asked = false;
+	e->rep.lost = 0;
 	e->rep.nrep = lead->rep.nrep; /* a copy: its death is no error */
 	e->req.resp = m + ((sizeof(*e) + 63) & ~(size_t)63);
 	e->req.resp_cap = ERR_CAP;
@@ -414,21 +416,55 @@ static struct part *ext_copy(struct emb_client *c, struct emb_async *op,
 	return e;
 }
 
-/* Whether lead's group has a copy for rank that stands for its rows of
- * slot sl: one to rank's current server (a copy to a rank's earlier
+/* Lead's group's copy for rank that stands for its rows of slot sl, or
+ * NULL: one to rank's current server (a copy to a rank's earlier
  * server covers nothing on the newcomer that took it: the newcomer,
  * being filled, gets a copy of its own), and not void there (a fill begun
  * since the copy was last sent rebuilt rank's copy of the slot). */
-static bool group_covers(const struct emb_client *c, const struct part *lead,
-			 uint32_t rank, uint32_t sl)
+static const struct part *group_copy(const struct emb_client *c,
+				     const struct part *lead, uint32_t rank,
+				     uint32_t sl)
 {
 	const struct part *q = lead;
 
 	for (uint32_t j = 0; j < lead->rep.nrep; j++, q++)
 		if (q->req.server == rank && current(c, q))
-			return !emb_cmap_refilled(c->cmap, sl, rank,
-						  q->rep.epoch);
-	return false;
+			return emb_cmap_refilled(c->cmap, sl, rank,
+						 q->rep.epoch)
+				   ? NULL
+				   : q;
+	return NULL;
+}
+
+/* Whether lead's group has such a copy. */
+static bool group_covers(const struct emb_client *c, const struct part *lead,
+			 uint32_t rank, uint32_t sl)
+{
+	return group_copy(c, lead, rank, sl) != NULL;
+}
+
+/* What the death of a copy's server says of the write there (part_rep's
+ * lost, on the group's own copy to it). */
+enum rep_lost {
+	REP_LIVE,	/* no death */
+	REP_LOST_UNSENT, /* died with the copy unasked since its last
+			    refusal: it never applied the write */
+	REP_LOST_ASKED,	/* died before it answered: it may have */
+};
+
+/* The source of the fill begun since lead's group was routed into writer
+ * `to` of slot sl, when the group sent it a copy: that copy, else NULL. */
+static const struct part *fill_source_copy(const struct emb_client *c,
+					   const struct part *lead,
+					   uint32_t sl, uint32_t to)
+{
+	const struct emb_cmap *m = c->cmap;
+	const uint32_t src = m->began_from[sl];
+
+	if (m->began_to[sl] != to || src == EMB_CMAP_NONE ||
+	    (uint64_t)m->began[sl] <= lead->rep.routed)
+		return NULL;
+	return group_copy(c, lead, src, sl);
 }
 
 /* Whether copy p sends id: every row of its group, unless it is a copy
@@ -467,13 +503,20 @@ static bool refusal_counts(const struct emb_client *c,
 			   uint32_t sl, uint64_t id, uint32_t to)
 {
 	const struct emb_cmap *m = c->cmap;
-	const uint32_t src = m->began_from[sl];
+	const struct part *q = fill_source_copy(c, lead, sl, to);
 
-	if (m->began_to[sl] == to && src != EMB_CMAP_NONE &&
-	    (uint64_t)m->began[sl] > lead->rep.routed &&
-	    group_covers(c, lead, src, sl))
-		return p->req.server == src && current(c, p) &&
+	/* The source died: unasked, it never had the write, and its
+	 * stream lacked it; asked, nobody knows (emb__rep_fixup() fails
+	 * the call). */
+	if (q && q->rep.lost)
+		return q->rep.lost == REP_LOST_UNSENT;
+	if (q)
+		return p->req.server == q->req.server && current(c, p) &&
 		       (uint64_t)m->began[sl] > p->rep.epoch && part_has(p, id);
+	/* A copy whose server died answered nothing it can stand for,
+	 * unless it never had the write. */
+	if (p->rep.lost == REP_LOST_ASKED)
+		return false;
 	return emb__rep_source(c, p);
 }
 
@@ -566,6 +609,74 @@ enum trim emb__rep_trim(struct emb_client *c, struct emb_async *op,
 }
 
 /*
+ * Whether a writer of some row of lead's group was filled, since the group
+ * was routed, by a server that died before it answered its copy: whether
+ * its stream carried the write is not known, so the call fails with
+ * EMB_ENODEAD (emb_last_error() says why) rather than claim a write that
+ * may be missing there, or be applied there twice by a copy of its own.
+ */
+static bool source_unknown(struct emb_client *c, struct emb_async *op,
+			   const struct part *lead)
+{
+	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
+	const float *rows;
+	const uint64_t *ids = part_ids(lead, &rows);
+
+	for (uint32_t j = 0; j < lead->req.n; j++) {
+		const uint32_t sl = emb_id_slot(ids[j]);
+		uint32_t nw = emb_cmap_writers(c->cmap, sl, w);
+
+		for (uint32_t i = 0; i < nw; i++) {
+			const struct part *q =
+			    fill_source_copy(c, lead, sl, w[i]);
+			const struct server *s;
+
+			if (!q || q->rep.lost != REP_LOST_ASKED ||
+			    group_covers(c, lead, w[i], sl) ||
+			    ext_has(c, lead, w[i], ids[j]))
+				continue;
+			s = &c->srv[q->req.server];
+			if (!op->status)
+				op->status = EMB_ENODEAD;
+			pthread_mutex_lock(&c->err_lock);
+			c->last_status = EMB_ENODEAD;
+			snprintf(c->last_msg, sizeof(c->last_msg),
+				 "server %s:%u died before it answered a "
+				 "write whose slot it had streamed to server "
+				 "%u since: the write may be missing there",
+				 s->host, s->port, w[i]);
+			emb_log(EMB_LOG_WARN, "%s", c->last_msg);
+			pthread_mutex_unlock(&c->err_lock);
+			return true;
+		}
+	}
+	return false;
+}
+
+int emb__rep_lost(struct emb_client *c, struct emb_async *op, struct part *p)
+{
+	struct part *lead = &op->parts[p->rep.lead];
+	const uint8_t how = p->rep.asked ? REP_LOST_ASKED : REP_LOST_UNSENT;
+
+	if (!c->cmap || !p->rep.epoch)
+		return 0;
+	/* On the group's own copy to that server, where refusal_counts()
+	 * looks for the fill's source (p may be a copy made of it). */
+	for (uint32_t j = 0; j < lead->rep.nrep; j++) {
+		struct part *q = lead + j;
+
+		if (q->req.server == p->req.server && q->rep.lost < how)
+			q->rep.lost = how;
+	}
+	if (p->rep.lost < how)
+		p->rep.lost = how;
+	/* The writers the map shows now; a map that shows the fill later
+	 * completes them when another copy of the group goes again. */
+	p->rep.fixed = 0;
+	return emb__rep_fixup(c, op, p);
+}
+
+/*
  * Loop thread: copy p of lead's group was routed by an older map and
  * refused; writers the current one added to some of the group's rows (a
  * server being filled) get a copy of the rows whose lack there p's
@@ -587,6 +698,8 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 		return 0;
 	p->rep.fixed = c->map_epoch;
 	ids = part_ids(lead, &rows);
+	if (source_unknown(c, op, lead))
+		return 0;
 	for (;;) {
 		uint32_t to = NONE, k = 0;
 		struct part *e;

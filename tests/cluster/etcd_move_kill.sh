@@ -12,7 +12,8 @@
 #    is failed over, no slot is lost.
 # 2. A second newcomer takes the dead rank 3, is filled back to R copies
 #    and given its share; while its third chunk is copied to it, the
-#    server copying it is SIGKILLed (the source dies; it may be the
+#    server copying it is SIGKILLed (the source dies; stopped first, and
+#    a later chunk's taken if that stream had ended; it may be the
 #    leader, and the next live server then goes on from the keys in
 #    etcd).
 # 3. A third newcomer takes the source's rank. The slots the death left
@@ -130,14 +131,28 @@ f1=$(logs | grep -c "fill of slots [0-9]*-[0-9]* to $a1 failed")
 newcomer new2
 wait_logs "takes dead server 3's place" ||
 	bad "the second newcomer did not take rank 3"
-move_to 3 $((c + 3)) || bad "no third move to the second newcomer"
-victim=$by
-[ "$victim" != 3 ] || bad "the chunk is copied by the newcomer itself"
-name=$(sed -n "s/^\[\(server\.[0-9]*\)\] .* as server $victim of 4\$/\1/p" \
-	"$out" | head -1)
-vpid=$(sed -n "s/^\[launch\] started $name, pid \([0-9]*\)\$/\1/p" "$out")
-[ -n "$vpid" ] && kill -KILL "$vpid" 2>/dev/null ||
-	bad "no server $victim (${vpid:-no pid}) to kill"
+# Stopped first, and killed only if its chunk's stream had not ended (a
+# loaded machine shows the move's line late); else a later chunk's copier.
+n=$((c + 3))
+victim=
+while [ -z "$victim" ] && [ "$n" -le $((c + 8)) ]; do
+	move_to 3 "$n" || bad "no move $n to the second newcomer"
+	[ "$by" != 3 ] || bad "the chunk is copied by the newcomer itself"
+	_p="slots [0-9]*-[0-9]* move from server [0-9]* to server 3, copied"
+	chunk=$(logs | grep "$_p" | sed -n "${n}p" |
+		sed -n 's/.*slots \([0-9]*-[0-9]*\) move .*/\1/p')
+	name=$(sed -n "s/^\[\(server\.[0-9]*\)\] .* as server $by of 4\$/\1/p" \
+		"$out" | head -1)
+	vpid=$(sed -n "s/^\[launch\] started $name, pid \([0-9]*\)\$/\1/p" "$out")
+	[ -n "$vpid" ] && [ -n "$name" ] ||
+		bad "no server $by (${vpid:-no pid}) to kill"
+	if moves_stop_unstreamed "$vpid" "$work/log/$name.log" "$chunk"; then
+		kill -KILL "$vpid" 2>/dev/null
+		victim=$by
+	fi
+	n=$((n + 1))
+done
+[ -n "$victim" ] || bad "every chunk was streamed before its copier stopped"
 wait_logs "server [0-9]: server $victim is dead: its slots go to their backups" ||
 	bad "the source killed mid-move was not failed over"
 

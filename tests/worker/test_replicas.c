@@ -898,6 +898,201 @@ static void test_source(void)
 	free(m);
 }
 
+/*
+ * The map of test_source_lost(): slot sl's holders were P (rank 0, the
+ * primary) then F (rank 1), in m0, which the client routes by; since,
+ * unseen by it, the slot moved from F to T (rank 2), streamed by P: in
+ * m, P and T hold it. An id of such a slot in r->id.
+ */
+static void lost_maps(struct refill *r, struct emb_cmap *m0,
+		      struct emb_cmap *m)
+{
+	uint32_t sl;
+
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(m0, 3, 2), 0);
+	for (r->id = 1;; r->id++) {
+		sl = emb_id_slot(r->id);
+		if (m0->slot[sl][0] == 0 && m0->slot[sl][1] == 1)
+			break;
+	}
+	*m = *m0;
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_begin(m, 1, 2, sl, 1, m), 1);
+	CU_ASSERT_EQUAL(m->began_from[sl], 0);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_done(m, 1, 2, sl, 1, m), 1);
+	r->m = m;
+}
+
+/* Whether source_lost_main() gives the client the map of the move before
+ * P's death (else the death first, then the map). */
+static bool move_seen_first;
+
+/* test_source_lost()'s stage hand: F refused its copy (the slot moved
+ * away), then P is declared dead without having answered. */
+static void *source_lost_main(void *arg)
+{
+	struct refill *r = arg;
+	uint64_t refused[2] = {0, 0};
+
+	for (int i = 0; i < 1000 && refused[1] < 1; i++) {
+		usleep(5 * 1000);
+		emb_server_map_counts(r->srv[1], refused);
+	}
+	CU_ASSERT(refused[1] >= 1);
+	/* The client sees the move done: F's copy is over (F holds the slot
+	 * no more), P's still waits for its connection. */
+	if (move_seen_first)
+		adopt(r, -1);
+	emb_cmap_remove(r->m, 0, r->m);
+	view_of(r, 1);
+	view_of(r, 2);
+	CU_ASSERT_EQUAL(emb__client_server_dead(r->c, 0), 0);
+	adopt(r, 0);
+	return NULL;
+}
+
+/*
+ * A write routed before a move is lost with the move's source
+ * (docs/replication.md, "The source dies after its stream"): the client's
+ * map has P then F; since, P streamed the slot to T, which took F's
+ * place, and P's connection broke before the write went. F refuses its
+ * copy (the slot moved away), and P is declared dead. Only P's copy said
+ * whether P's stream carried the write; P never had it, so T gets a copy
+ * of its own: the write is applied once, on T. Before, the call returned
+ * 0 and the write was nowhere (cluster/etcd_move_kill found rows 1 to 5
+ * pushes short after the source of the move before was killed).
+ */
+static void source_lost(bool seen_first)
+{
+	struct refill r = {.dim = DIM};
+	struct emb_cmap *m0 = malloc(sizeof(*m0)), *m = malloc(sizeof(*m));
+	struct emb_table_spec sp = nt_spec("lost", DIM, 9);
+	struct emb_client_stats st0 = EMB_SIZED(struct emb_client_stats);
+	struct emb_client_stats st = EMB_SIZED(struct emb_client_stats);
+	struct emb_client_table *t;
+	struct emb_async *pull;
+	float g[DIM], row[DIM], pulled[DIM];
+	pthread_t th;
+
+	CU_ASSERT_FATAL(m0 && m);
+	lost_maps(&r, m0, m);
+	stage_servers(&r);
+	for (uint32_t i = 0; i < 3; i++)
+		view_of(&r, i);
+	/* The initial row, on T as P's stream left it. */
+	stage_client(&r, m0, "lost", 2);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(r.c, "lost", &t), 0);
+
+	/* P goes, and the client has seen its connection break: a pull
+	 * of the row, routed to P, waits to go again. */
+	CU_ASSERT_EQUAL(emb_client_stats(r.c, &st0), 0);
+	emb_server_destroy(r.srv[0]);
+	r.srv[0] = NULL;
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull_async(t, &r.id, 1, pulled,
+							  0, NULL, &pull),
+			      0);
+	for (int i = 0; i < 1000; i++) {
+		CU_ASSERT_EQUAL(emb_client_stats(r.c, &st), 0);
+		if (st.retries > st0.retries)
+			break;
+		usleep(5 * 1000);
+	}
+	CU_ASSERT_FATAL(st.retries > st0.retries);
+
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 1.0f;
+	move_seen_first = seen_first;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, source_lost_main, &r),
+			      0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, &r.id, 1, g, 0, 0), 0);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(emb_async_wait(pull), 0);
+	CU_ASSERT_EQUAL(row_on(&r, 2, "lost", row), 0);
+	for (uint32_t j = 0; j < DIM; j++)
+		CU_ASSERT_DOUBLE_EQUAL(row[j], r.init[j] - sp.optim.lr, 1e-5);
+	emb_client_table_close(t);
+	emb_client_destroy(r.c);
+	for (int i = 0; i < 3; i++) {
+		emb_server_destroy(r.srv[i]);
+		free(r.view[i]);
+	}
+	free(m0);
+	free(m);
+}
+
+static void test_source_lost(void)
+{
+	source_lost(false);
+}
+
+/* The same, with the client learning of the move before P's death: P's
+ * copy, ended by the death, completes the write itself. */
+static void test_source_lost_seen(void)
+{
+	source_lost(true);
+}
+
+/*
+ * As test_source_lost(), but P had the write and died before it answered:
+ * applied before its fence, the write was in its stream to T; refused, it
+ * was not. Nobody can tell, so the call fails with EMB_ENODEAD and says
+ * why, rather than return 0 for a write T may lack (or, with a copy of
+ * its own, hold twice). T's row is left as P's stream made it.
+ */
+static void test_source_unanswered(void)
+{
+	struct refill r = {.dim = DIM};
+	struct emb_cmap *m0 = malloc(sizeof(*m0)), *m = malloc(sizeof(*m));
+	struct emb_server_opts o = nt_server_opts();
+	struct emb_client_table *t;
+	struct nt_child ch;
+	float g[DIM], row[DIM];
+	char msg[256];
+	pthread_t th;
+
+	CU_ASSERT_FATAL(m0 && m);
+	lost_maps(&r, m0, m);
+	/* P in a process of its own, to freeze; F and T here. */
+	nt_child_start(&ch, NULL);
+	r.ports[0] = ch.port;
+	for (uint32_t i = 0; i < 3; i++) {
+		r.view[i] = calloc(1, sizeof(*r.view[i]));
+		CU_ASSERT_FATAL(r.view[i] != NULL);
+		if (i == 0)
+			continue;
+		r.srv[i] = nt_server_start(&o);
+		r.ports[i] = emb_server_port(r.srv[i]);
+		view_of(&r, i);
+	}
+	/* The initial row, on T as P's stream left it. */
+	stage_client(&r, m0, "unanswered", 2);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(r.c, "unanswered", &t), 0);
+	/* P stops: the copy goes, and no answer comes. */
+	freeze(ch.pid);
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 1.0f;
+	move_seen_first = false;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, source_lost_main, &r),
+			      0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, &r.id, 1, g, 0, 0),
+			EMB_ENODEAD);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(emb_last_error(msg, sizeof(msg)), EMB_ENODEAD);
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "may be missing"));
+	printf("(\"%s\") ", msg);
+	CU_ASSERT_EQUAL(row_on(&r, 2, "unanswered", row), 0);
+	for (uint32_t j = 0; j < DIM; j++)
+		CU_ASSERT_DOUBLE_EQUAL(row[j], r.init[j], 1e-6);
+	emb_client_table_close(t);
+	emb_client_destroy(r.c);
+	nt_child_reap(&ch, SIGKILL);
+	for (int i = 0; i < 3; i++) {
+		emb_server_destroy(r.srv[i]);
+		free(r.view[i]);
+	}
+	free(m0);
+	free(m);
+}
+
 /* Tables and calls of test_many_failover(). */
 struct many {
 	struct emb_table_batch push[2], pull[2];
@@ -1497,6 +1692,14 @@ int main(int argc, char **argv)
 	    {"a copy refused by a holder that did not stream the move is "
 	     "no copy for its target: the push is applied once on each",
 	     test_source},
+	    {"a write routed before a move, unsent to the move's source when "
+	     "it dies, reaches the move's target once",
+	     test_source_lost},
+	    {"...and when the client saw the move before the death",
+	     test_source_lost_seen},
+	    {"a write routed before a move, unanswered by the move's source "
+	     "when it dies, fails with EMB_ENODEAD",
+	     test_source_unanswered},
 	    {"push_many and pull_many succeed across a server's death",
 	     test_many_failover},
 	    {"eviction under replicas: pushes and assigns name the primary's "
