@@ -900,6 +900,35 @@ struct adopt {
 };
 
 /* Whether rank holds or is being filled with any slot in m. */
+/*
+ * Under c->map_mu: the servers declared dead leave c->cmap, as the
+ * coordinator's failover takes them out (emb_cmap_remove()), except that
+ * a fill into a live server stays one of the slot's writers. The
+ * coordinator ends a fill whose slot a dead server held, when the death
+ * comes during it; but this map may be older than the fill's end, and
+ * then the target holds the slot now, and a write left without a copy
+ * there is lost there (cluster/move_kill found rows a push off: a move
+ * from F to T was done, F died, and a client whose map was still at the
+ * move's fence dropped T from its writes for the milliseconds until the
+ * next map). A copy to a fill that did end is refused by its target,
+ * which sends the client for the map; one to a fill done is applied.
+ */
+static void remove_dead(struct emb_client *c)
+{
+	uint16_t fill[EMB_NSLOTS];
+
+	memcpy(fill, c->cmap->fill, sizeof(fill));
+	for (uint32_t i = 0; i < c->nsrv; i++)
+		if (srv_dead(&c->srv[i]))
+			emb_cmap_remove(c->cmap, i, c->cmap);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (fill[sl] != EMB_CMAP_NONE &&
+		    c->cmap->fill[sl] == EMB_CMAP_NONE &&
+		    fill[sl] < c->nsrv && !srv_dead(&c->srv[fill[sl]]) &&
+		    emb_cmap_holders(c->cmap, sl) > 0)
+			c->cmap->fill[sl] = fill[sl];
+}
+
 static bool in_map(const struct emb_cmap *m, uint32_t rank)
 {
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
@@ -988,9 +1017,7 @@ static void adopt_run(void *arg)
 	*c->cmap = a->m;
 	c->map_epoch = a->m.epoch;
 	/* Deaths heard since the map was made still count. */
-	for (uint32_t i = 0; i < c->nsrv; i++)
-		if (srv_dead(&c->srv[i]))
-			emb_cmap_remove(c->cmap, i, c->cmap);
+	remove_dead(c);
 	regroup(c);
 	pthread_mutex_unlock(&c->map_mu);
 	emb_log(EMB_LOG_INFO, "map epoch %llu from %s%s",
@@ -1035,9 +1062,7 @@ static void failover(struct emb_client *c)
 		return;
 	pthread_mutex_lock(&c->map_mu);
 	epoch = c->cmap->epoch;
-	for (uint32_t i = 0; i < c->nsrv; i++)
-		if (srv_dead(&c->srv[i]))
-			emb_cmap_remove(c->cmap, i, c->cmap);
+	remove_dead(c);
 	if (c->cmap->epoch != epoch)
 		regroup(c);
 	lost = emb_cmap_lost_slots(c->cmap);

@@ -940,8 +940,20 @@ static void *source_lost_main(void *arg)
 	CU_ASSERT(refused[1] >= 1);
 	/* The client sees the move done: F's copy is over (F holds the slot
 	 * no more), P's still waits for its connection. */
-	if (move_seen_first)
+	if (move_seen_first) {
+		struct emb_client_map cm = EMB_SIZED(struct emb_client_map);
+
 		adopt(r, -1);
+		/* Taken, before the death: a death heard first would make
+		 * that map's P a newcomer at the dead rank. */
+		for (int i = 0; i < 1000; i++) {
+			CU_ASSERT_EQUAL(emb_client_map(r->c, &cm), 0);
+			if (cm.epoch >= r->m->epoch)
+				break;
+			usleep(2 * 1000);
+		}
+		CU_ASSERT(cm.epoch >= r->m->epoch);
+	}
 	emb_cmap_remove(r->m, 0, r->m);
 	view_of(r, 1);
 	view_of(r, 2);
@@ -1090,6 +1102,74 @@ static void test_source_unanswered(void)
 		free(r.view[i]);
 	}
 	free(m0);
+	free(m);
+}
+
+/*
+ * A death heard with a map older than a move's end: slot sl's holders P
+ * (rank 0) then F (rank 1), fenced for a move from F to T (rank 2), in
+ * the map the client routes by. Since, unseen by it, the move is done (P
+ * and T hold sl), and F dies. The client drops F from its map itself; it
+ * used to drop the fill into T with it (a fill whose slot a dead server
+ * held may have missed rows, which is the coordinator's call), so its
+ * writes went to P alone, which took them (routed by the move's own
+ * epoch), and T lacked them for good. T stays a writer: the push is on P
+ * and on T, once each.
+ */
+static void test_fill_kept_at_death(void)
+{
+	struct refill r = {.dim = DIM};
+	struct emb_cmap *m9 = malloc(sizeof(*m9)), *m = malloc(sizeof(*m));
+	struct emb_table_spec sp = nt_spec("kept", DIM, 9);
+	struct emb_client_table *t;
+	float g[DIM], p_row[DIM], t_row[DIM];
+	uint32_t sl;
+
+	CU_ASSERT_FATAL(m9 && m);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(m9, 3, 2), 0);
+	for (r.id = 1;; r.id++) {
+		sl = emb_id_slot(r.id);
+		if (m9->slot[sl][0] == 0 && m9->slot[sl][1] == 1)
+			break;
+	}
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_begin(m9, 1, 2, sl, 1, m9), 1);
+	*m = *m9;
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_done(m, 1, 2, sl, 1, m), 1);
+	stage_servers(&r);
+	/* The servers saw the fence, then the end: the slot's writers grew
+	 * at the fence's epoch, which the client's writes carry. */
+	r.m = m9;
+	for (uint32_t i = 0; i < 3; i++)
+		view_of(&r, i);
+	r.m = m;
+	for (uint32_t i = 0; i < 3; i++) {
+		emb_cmap_view(m, m9, r.view[i]->grew, i, r.view[i]->slot,
+			      r.view[i]->grew);
+		r.view[i]->epoch = m->epoch;
+		CU_ASSERT_EQUAL(emb_server_set_map(r.srv[i], r.view[i]), 0);
+	}
+	/* The initial row, on T as P's stream left it. */
+	stage_client(&r, m9, "kept", 2);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(r.c, "kept", &t), 0);
+	emb_server_destroy(r.srv[1]);
+	r.srv[1] = NULL;
+	CU_ASSERT_EQUAL(emb__client_server_dead(r.c, 1), 0);
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 1.0f;
+	CU_ASSERT_EQUAL(emb_client_table_push(t, &r.id, 1, g, 0, 0), 0);
+	CU_ASSERT_EQUAL(row_on(&r, 0, "kept", p_row), 0);
+	CU_ASSERT_EQUAL(row_on(&r, 2, "kept", t_row), 0);
+	for (uint32_t j = 0; j < DIM; j++) {
+		CU_ASSERT_DOUBLE_EQUAL(t_row[j], r.init[j] - sp.optim.lr, 1e-5);
+		CU_ASSERT_DOUBLE_EQUAL(p_row[j], t_row[j], 1e-6);
+	}
+	emb_client_table_close(t);
+	emb_client_destroy(r.c);
+	for (int i = 0; i < 3; i++) {
+		emb_server_destroy(r.srv[i]);
+		free(r.view[i]);
+	}
+	free(m9);
 	free(m);
 }
 
@@ -1700,6 +1780,9 @@ int main(int argc, char **argv)
 	    {"a write routed before a move, unanswered by the move's source "
 	     "when it dies, fails with EMB_ENODEAD",
 	     test_source_unanswered},
+	    {"a fill into a live server stays a writer when a death comes "
+	     "with a map older than the fill's end",
+	     test_fill_kept_at_death},
 	    {"push_many and pull_many succeed across a server's death",
 	     test_many_failover},
 	    {"eviction under replicas: pushes and assigns name the primary's "
