@@ -188,6 +188,10 @@ struct emb_client {
 	 * map_mu (0: no scheduler map, writes carry no epoch). Failovers
 	 * worked out here do not change it: they only drop writers. */
 	uint64_t map_epoch;
+	/* cmap has deaths the coordinator's last map did not (failover()):
+	 * its fills are guesses, under map_mu. A copy whose fill's fate
+	 * decides the call waits for a map that has them (emb__rep_lost()). */
+	bool map_guessed;
 
 	pthread_mutex_t tab_mu;		 /* guards tabs */
 	struct emb_client_table *tabs;	 /* open tables: ids to relearn */
@@ -578,7 +582,10 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
  * alone tells whether the fill's target lacks the write: unasked since
  * its last refusal, it did not apply it, and the target gets the rows (now
  * or when a map shows the fill); asked and unanswered, nobody can tell,
- * and the call fails with EMB_ENODEAD. 0 or -ENOMEM. */
+ * and the call fails with EMB_ENODEAD. 0, -ENOMEM, or EMB_REP_WAIT: the
+ * client's map guesses that fill's fate (c->map_guessed), and p waits
+ * for the coordinator's next map (the caller delays it; it ends again). */
+#define EMB_REP_WAIT 1
 int emb__rep_lost(struct emb_client *c, struct emb_async *op, struct part *p);
 /* Loop thread: whether copy p went to its group's acting primary (the
  * first of its copies whose server is not dead), the server whose

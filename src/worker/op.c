@@ -311,28 +311,34 @@ static bool write_again(struct part *p, int status,
  * A copy whose server died: the group's other copies decide (rep_check()),
  * unless the server was the source of a fill its copy spoke for
  * (emb__rep_lost()): then the fill's target gets the rows, or the call
- * fails. The status to close p with.
+ * fails, or, while the client's map guesses that fill's fate, p waits for
+ * the next map and ends again. True when p waits.
  */
-static int lost_copy(struct part *p, int status)
+static bool lost_copy(struct part *p, int status)
 {
 	struct emb_async *op = p->op;
 	int rc;
 
 	if (status != EMB_ENODEAD || !p->rep.nrep)
-		return status;
+		return false;
 	rc = emb__rep_lost(op->c, op, p);
+	if (rc == EMB_REP_WAIT) {
+		p->req.status = status;
+		emb__rep_delay(op->c, p);
+		return true;
+	}
 	if (rc && !op->status)
 		op->status = rc;
-	return status;
+	return false;
 }
 
 /* Push and assign: applied, refused for a fill (again), or failed. */
 static void write_end(struct part *p, int status,
 		      const struct emb_frame_hdr *resp)
 {
-	if (write_again(p, status, resp))
+	if (write_again(p, status, resp) || lost_copy(p, status))
 		return;
-	part_close(p, resp_status(p, lost_copy(p, status), resp));
+	part_close(p, resp_status(p, status, resp));
 }
 
 /* Erase: as a write, and the ids that existed, counted once per part. */
@@ -341,9 +347,9 @@ static void erase_end(struct part *p, int status,
 {
 	struct emb_async *op = p->op;
 
-	if (write_again(p, status, resp))
+	if (write_again(p, status, resp) || lost_copy(p, status))
 		return;
-	status = resp_status(p, lost_copy(p, status), resp);
+	status = resp_status(p, status, resp);
 	/* One copy's count: the first to answer of the group's own copies
 	 * (the first holder may be dead; a fixup's copy has some rows
 	 * only). */

@@ -614,9 +614,13 @@ enum trim emb__rep_trim(struct emb_client *c, struct emb_async *op,
  * its stream carried the write is not known, so the call fails with
  * EMB_ENODEAD (emb_last_error() says why) rather than claim a write that
  * may be missing there, or be applied there twice by a copy of its own.
+ * 1 then; 0 when no row is so; 2 when some is but the client's map
+ * guesses its fill (c->map_guessed: a fill whose source died may have
+ * ended before the death, its target a holder, or with it, its target no
+ * writer at all), and the coordinator's next map decides.
  */
-static bool source_unknown(struct emb_client *c, struct emb_async *op,
-			   const struct part *lead)
+static int source_unknown(struct emb_client *c, struct emb_async *op,
+			  const struct part *lead)
 {
 	uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
 	const float *rows;
@@ -635,6 +639,9 @@ static bool source_unknown(struct emb_client *c, struct emb_async *op,
 			    group_covers(c, lead, w[i], sl) ||
 			    ext_has(c, lead, w[i], ids[j]))
 				continue;
+			if (c->map_guessed &&
+			    emb_clock_ms() < op->deadline_ms)
+				return 2;
 			s = &c->srv[q->req.server];
 			if (!op->status)
 				op->status = EMB_ENODEAD;
@@ -647,16 +654,17 @@ static bool source_unknown(struct emb_client *c, struct emb_async *op,
 				 s->host, s->port, w[i]);
 			emb_log(EMB_LOG_WARN, "%s", c->last_msg);
 			pthread_mutex_unlock(&c->err_lock);
-			return true;
+			return 1;
 		}
 	}
-	return false;
+	return 0;
 }
 
 int emb__rep_lost(struct emb_client *c, struct emb_async *op, struct part *p)
 {
 	struct part *lead = &op->parts[p->rep.lead];
 	const uint8_t how = p->rep.asked ? REP_LOST_ASKED : REP_LOST_UNSENT;
+	int rc;
 
 	if (!c->cmap || !p->rep.epoch)
 		return 0;
@@ -673,7 +681,13 @@ int emb__rep_lost(struct emb_client *c, struct emb_async *op, struct part *p)
 	/* The writers the map shows now; a map that shows the fill later
 	 * completes them when another copy of the group goes again. */
 	p->rep.fixed = 0;
-	return emb__rep_fixup(c, op, p);
+	rc = emb__rep_fixup(c, op, p);
+	if (rc)
+		return rc;
+	/* Asked, with a fill's fate guessed: p waits for the next map. */
+	return how == REP_LOST_ASKED && source_unknown(c, op, lead) == 2
+		   ? EMB_REP_WAIT
+		   : 0;
 }
 
 /*
@@ -698,7 +712,7 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
 		return 0;
 	p->rep.fixed = c->map_epoch;
 	ids = part_ids(lead, &rows);
-	if (source_unknown(c, op, lead))
+	if (source_unknown(c, op, lead) == 1)
 		return 0;
 	for (;;) {
 		uint32_t to = NONE, k = 0;
@@ -884,6 +898,7 @@ int emb__client_set_cmap(struct emb_client *c, const struct emb_cmap *m)
 	pthread_mutex_lock(&c->map_mu);
 	*c->cmap = *m;
 	c->map_epoch = m->epoch;
+	c->map_guessed = false;
 	regroup(c);
 	pthread_mutex_unlock(&c->map_mu);
 	return 0;
@@ -1016,8 +1031,10 @@ static void adopt_run(void *arg)
 			__atomic_add_fetch(&c->srv[i].gen, 1, __ATOMIC_RELAXED);
 	*c->cmap = a->m;
 	c->map_epoch = a->m.epoch;
-	/* Deaths heard since the map was made still count. */
+	/* Deaths heard since the map was made still count, and make its
+	 * fills guesses again. */
 	remove_dead(c);
+	c->map_guessed = c->cmap->epoch != a->m.epoch;
 	regroup(c);
 	pthread_mutex_unlock(&c->map_mu);
 	emb_log(EMB_LOG_INFO, "map epoch %llu from %s%s",
@@ -1063,8 +1080,10 @@ static void failover(struct emb_client *c)
 	pthread_mutex_lock(&c->map_mu);
 	epoch = c->cmap->epoch;
 	remove_dead(c);
-	if (c->cmap->epoch != epoch)
+	if (c->cmap->epoch != epoch) {
+		c->map_guessed = true;
 		regroup(c);
+	}
 	lost = emb_cmap_lost_slots(c->cmap);
 	pthread_mutex_unlock(&c->map_mu);
 	if (c->cmap->epoch == epoch)

@@ -146,7 +146,8 @@ while [ -z "$victim" ] && [ "$n" -le $((c + 8)) ]; do
 	vpid=$(sed -n "s/^\[launch\] started $name, pid \([0-9]*\)\$/\1/p" "$out")
 	[ -n "$vpid" ] && [ -n "$name" ] ||
 		bad "no server $by (${vpid:-no pid}) to kill"
-	if moves_stop_unstreamed "$vpid" "$work/log/$name.log" "$chunk"; then
+	a2=$(sed -n 's/.* listening on \(127\.0\.0\.1:[0-9]*\) .*/\1/p' "$work/new2.txt")
+	if moves_stop_unstreamed "$vpid" "$work/log/$name.log" "$chunk" "$a2"; then
 		kill -KILL "$vpid" 2>/dev/null
 		victim=$by
 	fi

@@ -143,9 +143,12 @@ moves_end() {
 	[ "$_n" -eq 2 ] || bad "$_n of 2 workers verified 0 mismatched"
 }
 
-# moves_stop_unstreamed PID LOG CHUNK: stops PID (SIGSTOP) and returns 0,
-# leaving it stopped for the caller to kill, while its log LOG does not
-# show the fenced stream of chunk CHUNK ("a-b") begun (its copy ahead
+# moves_stop_unstreamed PID LOG CHUNK ADDR: stops PID (SIGSTOP) and
+# returns 0, leaving it stopped for the caller to kill, while its log LOG
+# does not show the fenced stream of chunk CHUNK ("a-b") to the server at
+# ADDR begun (an earlier newcomer may have been sent the same chunk; the
+# log is read after a moment, for the launcher to write out what the
+# stopped server wrote before the stop; its copy ahead
 # may be under way or done: a stream begun may end any moment, and the
 # line is logged after the stream's thread starts, so a stop before the
 # line stops that thread too); else lets it go on and returns 1. A
@@ -155,7 +158,8 @@ moves_end() {
 # unknowable, where a write in flight to it fails with EMB_ENODEAD.
 moves_stop_unstreamed() {
 	kill -STOP "$1" 2>/dev/null || return 1
-	if grep -q "streaming slots $3 to" "$2" 2>/dev/null; then
+	sleep 0.3
+	if grep -q "streaming slots $3 to server [0-9]* ($4)" "$2" 2>/dev/null; then
 		kill -CONT "$1" 2>/dev/null
 		return 1
 	fi
