@@ -1105,6 +1105,110 @@ static void test_source_unanswered(void)
 	free(m);
 }
 
+/* test_source_died_midway()'s stage hand: F refused its copy (routed
+ * before the fence); the client learns the fence, and F applies the copy
+ * again; P, frozen, dies mid-stream, which ends the fill in the
+ * coordinator's map, given to the client after it heard of the death. */
+static void *died_midway_main(void *arg)
+{
+	struct refill *r = arg;
+	struct emb_client_map cm = EMB_SIZED(struct emb_client_map);
+	uint64_t refused[2] = {0, 0};
+
+	for (int i = 0; i < 1000 && refused[1] < 1; i++) {
+		usleep(5 * 1000);
+		emb_server_map_counts(r->srv[1], refused);
+	}
+	CU_ASSERT(refused[1] >= 1);
+	adopt(r, -1);
+	for (int i = 0; i < 1000; i++) {
+		CU_ASSERT_EQUAL(emb_client_map(r->c, &cm), 0);
+		if (cm.epoch >= r->m->epoch)
+			break;
+		usleep(2 * 1000);
+	}
+	emb_cmap_remove(r->m, 0, r->m);
+	view_of(r, 1);
+	view_of(r, 2);
+	CU_ASSERT_EQUAL(emb__client_server_dead(r->c, 0), 0);
+	/* The client's own failover keeps T a writer (the fill may have
+	 * ended before the death): P's copy waits for this map. */
+	usleep(50 * 1000);
+	adopt(r, 0);
+	return NULL;
+}
+
+/*
+ * A push routed before slot sl was fenced for a move from F (rank 1) to
+ * T (rank 2), streamed by P (rank 0). F refuses its copy (routed before
+ * the fence), P (frozen) never answers. The client learns the fence and
+ * F applies its copy; then P dies mid-stream, which ends the fill.
+ * Hearing of the death before the coordinator's map, the client cannot
+ * tell that end from a fill done before the death (then T, a holder,
+ * would lack the write or not, as only P's answer could say): P's copy
+ * waits for the coordinator's map, which shows the fill ended, and the
+ * call succeeds, the push on F once. Without the wait the call failed
+ * with EMB_ENODEAD (cluster/etcd_move_kill, where a lease keeps a death
+ * unheard for seconds while workers learn the fence).
+ */
+static void test_source_died_midway(void)
+{
+	struct refill r = {.dim = DIM};
+	struct emb_cmap *m0 = malloc(sizeof(*m0)), *m = malloc(sizeof(*m));
+	struct emb_table_spec sp = nt_spec("midway", DIM, 9);
+	struct emb_server_opts o = nt_server_opts();
+	struct emb_client_table *t;
+	struct nt_child ch;
+	float g[DIM], row[DIM];
+	pthread_t th;
+	uint32_t sl;
+
+	CU_ASSERT_FATAL(m0 && m);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(m0, 3, 2), 0);
+	for (r.id = 1;; r.id++) {
+		sl = emb_id_slot(r.id);
+		if (m0->slot[sl][0] == 0 && m0->slot[sl][1] == 1)
+			break;
+	}
+	*m = *m0;
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_begin(m, 1, 2, sl, 1, m), 1);
+	r.m = m;
+	nt_child_start(&ch, NULL);
+	r.ports[0] = ch.port;
+	for (uint32_t i = 0; i < 3; i++) {
+		r.view[i] = calloc(1, sizeof(*r.view[i]));
+		CU_ASSERT_FATAL(r.view[i] != NULL);
+		if (i == 0)
+			continue;
+		r.srv[i] = nt_server_start(&o);
+		r.ports[i] = emb_server_port(r.srv[i]);
+		view_of(&r, i);
+	}
+	/* The initial row from F, which holds the slot; the client routes
+	 * by the map before the move. */
+	stage_client(&r, m0, "midway", 1);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(r.c, "midway", &t), 0);
+	freeze(ch.pid);
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 1.0f;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, died_midway_main, &r),
+			      0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, &r.id, 1, g, 0, 0), 0);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(row_on(&r, 1, "midway", row), 0);
+	for (uint32_t j = 0; j < DIM; j++)
+		CU_ASSERT_DOUBLE_EQUAL(row[j], r.init[j] - sp.optim.lr, 1e-5);
+	emb_client_table_close(t);
+	emb_client_destroy(r.c);
+	nt_child_reap(&ch, SIGKILL);
+	for (int i = 0; i < 3; i++) {
+		emb_server_destroy(r.srv[i]);
+		free(r.view[i]);
+	}
+	free(m0);
+	free(m);
+}
+
 /*
  * A death heard with a map older than a move's end: slot sl's holders P
  * (rank 0) then F (rank 1), fenced for a move from F to T (rank 2), in
@@ -1780,6 +1884,9 @@ int main(int argc, char **argv)
 	    {"a write routed before a move, unanswered by the move's source "
 	     "when it dies, fails with EMB_ENODEAD",
 	     test_source_unanswered},
+	    {"a write unanswered by a move's source that dies mid-stream "
+	     "waits for the map that ends the fill, and succeeds",
+	     test_source_died_midway},
 	    {"a fill into a live server stays a writer when a death comes "
 	     "with a map older than the fill's end",
 	     test_fill_kept_at_death},
