@@ -133,27 +133,15 @@ wait_logs "takes dead server 3's place" ||
 	bad "the second newcomer did not take rank 3"
 # Stopped first, and killed only if its chunk's stream had not ended (a
 # loaded machine shows the move's line late); else a later chunk's copier.
-n=$((c + 3))
-victim=
-while [ -z "$victim" ] && [ "$n" -le $((c + 8)) ]; do
-	move_to 3 "$n" || bad "no move $n to the second newcomer"
-	[ "$by" != 3 ] || bad "the chunk is copied by the newcomer itself"
-	_p="slots [0-9]*-[0-9]* move from server [0-9]* to server 3, copied"
-	chunk=$(logs | grep "$_p" | sed -n "${n}p" |
-		sed -n 's/.*slots \([0-9]*-[0-9]*\) move .*/\1/p')
-	name=$(sed -n "s/^\[\(server\.[0-9]*\)\] .* as server $by of 4\$/\1/p" \
-		"$out" | head -1)
-	vpid=$(sed -n "s/^\[launch\] started $name, pid \([0-9]*\)\$/\1/p" "$out")
-	[ -n "$vpid" ] && [ -n "$name" ] ||
-		bad "no server $by (${vpid:-no pid}) to kill"
-	a2=$(sed -n 's/.* listening on \(127\.0\.0\.1:[0-9]*\) .*/\1/p' "$work/new2.txt")
-	if moves_stop_unstreamed "$vpid" "$work/log/$name.log" "$chunk" "$a2"; then
-		kill -KILL "$vpid" 2>/dev/null
-		victim=$by
-	fi
-	n=$((n + 1))
-done
-[ -n "$victim" ] || bad "every chunk was streamed before its copier stopped"
+move_wait() { move_to 3 "$1"; }
+move_line() {
+	logs | grep "slots [0-9]*-[0-9]* move from server [0-9]* to server 3, copied" |
+		sed -n "$1p"
+}
+rank_pid() {
+	sed -n "s/^\[launch\] started $2, pid \([0-9]*\)\$/\1/p" "$out"
+}
+moves_kill_copier $((c + 3)) $((c + 8)) || bad "$moves_why"
 wait_logs "server [0-9]: server $victim is dead: its slots go to their backups" ||
 	bad "the source killed mid-move was not failed over"
 

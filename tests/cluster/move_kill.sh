@@ -100,26 +100,13 @@ moves_wait 'server 3 (.*) \(joins at a free rank\|replaces a dead server\)' ||
 	bad "the second newcomer did not take rank 3"
 # The copier of its third chunk, or of a later one if that one's stream
 # ended before the copier could be stopped.
-n=$((c + 3))
-victim=
-while [ -z "$victim" ] && [ "$n" -le $((c + 8)) ]; do
-	first_move_to 3 "$n" || bad "no move $n to the second newcomer"
-	[ "$by" != 3 ] || bad "the chunk is streamed by the newcomer itself"
-	chunk=$(grep 'slots [0-9]*-[0-9]* move from server [0-9]* to server 3 ' \
-		"$out" | sed -n "${n}p" | sed -n 's/.*slots \([0-9]*-[0-9]*\) move .*/\1/p')
-	name=$(sed -n "s/^\[\(server\.[0-9]*\)\] .* as server $by of 4\$/\1/p" \
-		"$out" | head -1)
-	vpid=$(pid_of "$by")
-	[ -n "$vpid" ] && [ -n "$name" ] ||
-		bad "no server $by (${vpid:-no pid}) to kill"
-	a2=$(sed -n 's/.* listening on \(127\.0\.0\.1:[0-9]*\) .*/\1/p' "$work/new2.txt")
-	if moves_stop_unstreamed "$vpid" "$work/log/$name.log" "$chunk" "$a2"; then
-		kill -KILL "$vpid" 2>/dev/null
-		victim=$by
-	fi
-	n=$((n + 1))
-done
-[ -n "$victim" ] || bad "every chunk was streamed before its copier stopped"
+move_wait() { first_move_to 3 "$1"; }
+move_line() {
+	grep 'slots [0-9]*-[0-9]* move from server [0-9]* to server 3 ' "$out" |
+		sed -n "$1p"
+}
+rank_pid() { pid_of "$1"; }
+moves_kill_copier $((c + 3)) $((c + 8)) || bad "$moves_why"
 moves_wait "map epoch [0-9]*: server $victim removed" ||
 	bad "the source killed mid-move was not failed over"
 

@@ -143,25 +143,69 @@ moves_end() {
 	[ "$_n" -eq 2 ] || bad "$_n of 2 workers verified 0 mismatched"
 }
 
-# moves_stop_unstreamed PID LOG CHUNK ADDR: stops PID (SIGSTOP) and
-# returns 0, leaving it stopped for the caller to kill, while its log LOG
+# moves_unstreamed LOG CHUNK ADDR: whether the log LOG of a stopped server
 # does not show the fenced stream of chunk CHUNK ("a-b") to the server at
-# ADDR begun (an earlier newcomer may have been sent the same chunk; the
-# log is read after a moment, for the launcher to write out what the
-# stopped server wrote before the stop; its copy ahead
-# may be under way or done: a stream begun may end any moment, and the
-# line is logged after the stream's thread starts, so a stop before the
-# line stops that thread too); else lets it go on and returns 1. A
-# loaded machine may see the line of a move late: a source killed after
-# its chunk's stream ended is not a source dying mid-move but the window
+# ADDR begun (an earlier newcomer may have been sent the same chunk). Its
+# copy ahead may be under way or done: a stream begun may end any moment,
+# and its line is logged after the stream's thread starts, so a stop
+# before the line stops that thread too. Read after a moment, for the
+# launcher to write out what the server wrote before its stop. A loaded
+# machine may show the line of a move late: a source killed after its
+# chunk's stream ended is not a source dying mid-move but the window
 # docs/replication.md ("The source dies after its stream") calls
 # unknowable, where a write in flight to it fails with EMB_ENODEAD.
-moves_stop_unstreamed() {
-	kill -STOP "$1" 2>/dev/null || return 1
+moves_unstreamed() {
 	sleep 0.3
-	if grep -q "streaming slots $3 to server [0-9]* ($4)" "$2" 2>/dev/null; then
-		kill -CONT "$1" 2>/dev/null
-		return 1
-	fi
-	return 0
+	! grep -q "streaming slots $2 to server [0-9]* ($3)" "$1" 2>/dev/null
+}
+
+# moves_kill_copier FIRST LAST: SIGKILLs the copier of the first move to
+# rank 3, from the FIRST-th to the LAST-th, whose fenced stream to the
+# second newcomer ($work/new2.txt) had not begun (moves_unstreamed): as
+# soon as a move's line shows, every server of ranks 0 to 2 is stopped
+# (SIGSTOP), then the copier is looked up, killed or let go on, and the
+# others go on. Sets victim to its rank; 1 when none was (or a move or a
+# server was not found: why in moves_why). The caller defines move_wait N
+# (waits for the N-th move line to rank 3, setting by to its copier),
+# move_line N (prints that line) and rank_pid RANK NAME (the pid of
+# launch's server NAME, which holds RANK).
+moves_kill_copier() {
+	_n=$1
+	victim=
+	moves_why="every chunk was streamed before its copier stopped"
+	_a2=$(sed -n 's/.* listening on \(127\.0\.0\.1:[0-9]*\) .*/\1/p' \
+		"$work/new2.txt")
+	_all=
+	for _r in 0 1 2; do
+		_nm=$(sed -n "s/^\[\(server\.[0-9]*\)\] .* as server $_r of 4\$/\1/p" \
+			"$out" | head -1)
+		_all="$_all $(rank_pid "$_r" "$_nm")"
+	done
+	while [ -z "$victim" ] && [ "$_n" -le "$2" ]; do
+		move_wait "$_n" || { moves_why="no move $_n to rank 3"; return 1; }
+		# shellcheck disable=SC2086
+		kill -STOP $_all 2>/dev/null
+		[ "$by" != 3 ] || {
+			kill -CONT $_all 2>/dev/null
+			moves_why="a chunk copied by the newcomer itself"
+			return 1
+		}
+		_chunk=$(move_line "$_n" |
+			sed -n 's/.*slots \([0-9]*-[0-9]*\) move .*/\1/p')
+		_name=$(sed -n "s/^\[\(server\.[0-9]*\)\] .* as server $by of 4\$/\1/p" \
+			"$out" | head -1)
+		_pid=$(rank_pid "$by" "$_name")
+		if [ -z "$_pid" ] || [ -z "$_name" ]; then
+			kill -CONT $_all 2>/dev/null
+			moves_why="no server $by (${_pid:-no pid}) to kill"
+			return 1
+		fi
+		if moves_unstreamed "$work/log/$_name.log" "$_chunk" "$_a2"; then
+			kill -KILL "$_pid" 2>/dev/null
+			victim=$by
+		fi
+		kill -CONT $_all 2>/dev/null
+		_n=$((_n + 1))
+	done
+	[ -n "$victim" ]
 }
