@@ -914,7 +914,6 @@ struct adopt {
 	struct emb_wire_node_addr srv[]; /* by rank */
 };
 
-/* Whether rank holds or is being filled with any slot in m. */
 /*
  * Under c->map_mu: the servers declared dead leave c->cmap, as the
  * coordinator's failover takes them out (emb_cmap_remove()), except that
@@ -944,6 +943,7 @@ static void remove_dead(struct emb_client *c)
 			c->cmap->fill[sl] = fill[sl];
 }
 
+/* Whether rank holds or is being filled with any slot in m. */
 static bool in_map(const struct emb_cmap *m, uint32_t rank)
 {
 	for (uint32_t s = 0; s < EMB_NSLOTS; s++)
