@@ -645,6 +645,53 @@ static void stage_servers(struct refill *r)
 	}
 }
 
+/* Sets r->id to an id whose slot's holders in m are P (rank 0) then F
+ * (rank 1); that slot. */
+static uint32_t pick_p_then_f(struct refill *r, const struct emb_cmap *m)
+{
+	uint32_t sl;
+
+	for (r->id = 1;; r->id++) {
+		sl = emb_id_slot(r->id);
+		if (m->slot[sl][0] == 0 && m->slot[sl][1] == 1)
+			return sl;
+	}
+}
+
+/* As stage_servers(), but P (rank 0) is embstore-server in the child
+ * process ch, to freeze; F and T take their views of r->m. */
+static void stage_servers_child(struct refill *r, struct nt_child *ch)
+{
+	struct emb_server_opts o = nt_server_opts();
+
+	nt_child_start(ch, NULL);
+	r->ports[0] = ch->port;
+	for (uint32_t i = 0; i < 3; i++) {
+		r->view[i] = calloc(1, sizeof(*r->view[i]));
+		CU_ASSERT_FATAL(r->view[i] != NULL);
+		if (i == 0)
+			continue;
+		r->srv[i] = nt_server_start(&o);
+		r->ports[i] = emb_server_port(r->srv[i]);
+		view_of(r, i);
+	}
+}
+
+/* Ends a stage: the table handle t, the client, the servers (and P's
+ * child ch, when not NULL). */
+static void stage_end(struct refill *r, struct emb_client_table *t,
+		      struct nt_child *ch)
+{
+	emb_client_table_close(t);
+	emb_client_destroy(r->c);
+	if (ch)
+		nt_child_reap(ch, SIGKILL);
+	for (int i = 0; i < 3; i++) {
+		emb_server_destroy(r->srv[i]);
+		free(r->view[i]);
+	}
+}
+
 /* Row id of table name on rank's server alone, by a client of its own. */
 static int row_on(const struct refill *r, uint32_t rank, const char *name,
 		  float *row)
@@ -735,12 +782,7 @@ static void stage_push(struct refill *r, const char *name, void *(*hand)(void *)
 				       1e-5);
 		CU_ASSERT_DOUBLE_EQUAL(b_row[j], a_row[j], 1e-6);
 	}
-	emb_client_table_close(t);
-	emb_client_destroy(r->c);
-	for (int i = 0; i < 3; i++) {
-		emb_server_destroy(r->srv[i]);
-		free(r->view[i]);
-	}
+	stage_end(r, t, NULL);
 }
 
 /* test_refill()'s stage hand: the death of P and T's fill again from F. */
@@ -796,12 +838,7 @@ static void test_refill(void)
 	CU_ASSERT_FATAL(m != NULL);
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(m, 3, 3), 0);
 	emb_cmap_remove(m, 2, m); /* rank 2's place goes to a newcomer, T */
-	/* An id whose holders are P then F. */
-	for (r.id = 1;; r.id++) {
-		sl = emb_id_slot(r.id);
-		if (m->slot[sl][0] == 0 && m->slot[sl][1] == 1)
-			break;
-	}
+	sl = pick_p_then_f(&r, m);
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_fill_begin(m, 2, sl, 1, m), 1);
 	r.m = m;
 	stage_servers(&r);
@@ -910,11 +947,7 @@ static void lost_maps(struct refill *r, struct emb_cmap *m0,
 	uint32_t sl;
 
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(m0, 3, 2), 0);
-	for (r->id = 1;; r->id++) {
-		sl = emb_id_slot(r->id);
-		if (m0->slot[sl][0] == 0 && m0->slot[sl][1] == 1)
-			break;
-	}
+	sl = pick_p_then_f(r, m0);
 	*m = *m0;
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_begin(m, 1, 2, sl, 1, m), 1);
 	CU_ASSERT_EQUAL(m->began_from[sl], 0);
@@ -1021,12 +1054,7 @@ static void source_lost(bool seen_first)
 	CU_ASSERT_EQUAL(row_on(&r, 2, "lost", row), 0);
 	for (uint32_t j = 0; j < DIM; j++)
 		CU_ASSERT_DOUBLE_EQUAL(row[j], r.init[j] - sp.optim.lr, 1e-5);
-	emb_client_table_close(t);
-	emb_client_destroy(r.c);
-	for (int i = 0; i < 3; i++) {
-		emb_server_destroy(r.srv[i]);
-		free(r.view[i]);
-	}
+	stage_end(&r, t, NULL);
 	free(m0);
 	free(m);
 }
@@ -1054,7 +1082,6 @@ static void test_source_unanswered(void)
 {
 	struct refill r = {.dim = DIM};
 	struct emb_cmap *m0 = malloc(sizeof(*m0)), *m = malloc(sizeof(*m));
-	struct emb_server_opts o = nt_server_opts();
 	struct emb_client_table *t;
 	struct nt_child ch;
 	float g[DIM], row[DIM];
@@ -1064,17 +1091,7 @@ static void test_source_unanswered(void)
 	CU_ASSERT_FATAL(m0 && m);
 	lost_maps(&r, m0, m);
 	/* P in a process of its own, to freeze; F and T here. */
-	nt_child_start(&ch, NULL);
-	r.ports[0] = ch.port;
-	for (uint32_t i = 0; i < 3; i++) {
-		r.view[i] = calloc(1, sizeof(*r.view[i]));
-		CU_ASSERT_FATAL(r.view[i] != NULL);
-		if (i == 0)
-			continue;
-		r.srv[i] = nt_server_start(&o);
-		r.ports[i] = emb_server_port(r.srv[i]);
-		view_of(&r, i);
-	}
+	stage_servers_child(&r, &ch);
 	/* The initial row, on T as P's stream left it. */
 	stage_client(&r, m0, "unanswered", 2);
 	CU_ASSERT_EQUAL_FATAL(emb_client_table_open(r.c, "unanswered", &t), 0);
@@ -1094,13 +1111,7 @@ static void test_source_unanswered(void)
 	CU_ASSERT_EQUAL(row_on(&r, 2, "unanswered", row), 0);
 	for (uint32_t j = 0; j < DIM; j++)
 		CU_ASSERT_DOUBLE_EQUAL(row[j], r.init[j], 1e-6);
-	emb_client_table_close(t);
-	emb_client_destroy(r.c);
-	nt_child_reap(&ch, SIGKILL);
-	for (int i = 0; i < 3; i++) {
-		emb_server_destroy(r.srv[i]);
-		free(r.view[i]);
-	}
+	stage_end(&r, t, &ch);
 	free(m0);
 	free(m);
 }
@@ -1156,7 +1167,6 @@ static void test_source_died_midway(void)
 	struct refill r = {.dim = DIM};
 	struct emb_cmap *m0 = malloc(sizeof(*m0)), *m = malloc(sizeof(*m));
 	struct emb_table_spec sp = nt_spec("midway", DIM, 9);
-	struct emb_server_opts o = nt_server_opts();
 	struct emb_client_table *t;
 	struct nt_child ch;
 	float g[DIM], row[DIM];
@@ -1165,25 +1175,11 @@ static void test_source_died_midway(void)
 
 	CU_ASSERT_FATAL(m0 && m);
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(m0, 3, 2), 0);
-	for (r.id = 1;; r.id++) {
-		sl = emb_id_slot(r.id);
-		if (m0->slot[sl][0] == 0 && m0->slot[sl][1] == 1)
-			break;
-	}
+	sl = pick_p_then_f(&r, m0);
 	*m = *m0;
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_begin(m, 1, 2, sl, 1, m), 1);
 	r.m = m;
-	nt_child_start(&ch, NULL);
-	r.ports[0] = ch.port;
-	for (uint32_t i = 0; i < 3; i++) {
-		r.view[i] = calloc(1, sizeof(*r.view[i]));
-		CU_ASSERT_FATAL(r.view[i] != NULL);
-		if (i == 0)
-			continue;
-		r.srv[i] = nt_server_start(&o);
-		r.ports[i] = emb_server_port(r.srv[i]);
-		view_of(&r, i);
-	}
+	stage_servers_child(&r, &ch);
 	/* The initial row from F, which holds the slot; the client routes
 	 * by the map before the move. */
 	stage_client(&r, m0, "midway", 1);
@@ -1198,13 +1194,7 @@ static void test_source_died_midway(void)
 	CU_ASSERT_EQUAL(row_on(&r, 1, "midway", row), 0);
 	for (uint32_t j = 0; j < DIM; j++)
 		CU_ASSERT_DOUBLE_EQUAL(row[j], r.init[j] - sp.optim.lr, 1e-5);
-	emb_client_table_close(t);
-	emb_client_destroy(r.c);
-	nt_child_reap(&ch, SIGKILL);
-	for (int i = 0; i < 3; i++) {
-		emb_server_destroy(r.srv[i]);
-		free(r.view[i]);
-	}
+	stage_end(&r, t, &ch);
 	free(m0);
 	free(m);
 }
@@ -1231,11 +1221,7 @@ static void test_fill_kept_at_death(void)
 
 	CU_ASSERT_FATAL(m9 && m);
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(m9, 3, 2), 0);
-	for (r.id = 1;; r.id++) {
-		sl = emb_id_slot(r.id);
-		if (m9->slot[sl][0] == 0 && m9->slot[sl][1] == 1)
-			break;
-	}
+	sl = pick_p_then_f(&r, m9);
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_begin(m9, 1, 2, sl, 1, m9), 1);
 	*m = *m9;
 	CU_ASSERT_EQUAL_FATAL(emb_cmap_move_done(m, 1, 2, sl, 1, m), 1);
@@ -1267,12 +1253,7 @@ static void test_fill_kept_at_death(void)
 		CU_ASSERT_DOUBLE_EQUAL(t_row[j], r.init[j] - sp.optim.lr, 1e-5);
 		CU_ASSERT_DOUBLE_EQUAL(p_row[j], t_row[j], 1e-6);
 	}
-	emb_client_table_close(t);
-	emb_client_destroy(r.c);
-	for (int i = 0; i < 3; i++) {
-		emb_server_destroy(r.srv[i]);
-		free(r.view[i]);
-	}
+	stage_end(&r, t, NULL);
 	free(m9);
 	free(m);
 }
