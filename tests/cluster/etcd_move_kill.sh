@@ -39,9 +39,13 @@ moves_setup "$tools" etcd-movekill
 # 6 s leases: a death is seen in seconds, and a CPU hog beside the test
 # ends none.
 EMB_HEARTBEAT_TIMEOUT=6
-# A join moves about 20,000 rows of 40 bytes (a quarter of the copies):
-# at 200 kB/s it takes seconds, chunk by chunk.
-EMB_MOVE_RATE=200000
+# A join moves about 20,000 rows of 40 bytes (a quarter of the copies)
+# in 8 chunks: at 64 kB/s each chunk's copy ahead takes about 1.5 s, the
+# time the kill of a copier mid-copy has to see the chunk's move and stop
+# the servers (moves_kill_copier; 0.15 to 0.3 s beside two CPU hogs, where
+# 0.5 s chunks at 200 kB/s were all missed once); the moves still end
+# well within the training.
+EMB_MOVE_RATE=64000
 EMB_CLUSTER_TIMEOUT=150
 export EMB_HEARTBEAT_TIMEOUT EMB_MOVE_RATE EMB_CLUSTER_TIMEOUT
 unset EMB_COORDINATOR EMB_JOB EMB_SERVER_NUM EMB_WORKER_NUM

@@ -30,9 +30,13 @@ set -u
 tools=${1:?usage: move_kill.sh TOOLS_DIR}
 moves_setup "$tools" movekill
 EMB_HEARTBEAT_TIMEOUT=3
-# A join moves about 20,000 rows of 40 bytes (a quarter of the copies):
-# at 200 kB/s it takes seconds, chunk by chunk.
-EMB_MOVE_RATE=200000
+# A join moves about 20,000 rows of 40 bytes (a quarter of the copies)
+# in 8 chunks: at 64 kB/s each chunk's copy ahead takes about 1.5 s, the
+# time the kill of a copier mid-copy has to see the chunk's move and stop
+# the servers (moves_kill_copier; 0.15 to 0.3 s beside two CPU hogs, where
+# 0.5 s chunks at 200 kB/s were all missed once); the moves still end
+# well within the training.
+EMB_MOVE_RATE=64000
 # A replacement waits while another new server is filled or moved to
 # (one at a time), registering again until this timeout.
 EMB_CLUSTER_TIMEOUT=150
