@@ -111,6 +111,19 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 		if (held < 0) {
 			rc = held;
 			held = 0;
+			/* Unless it was applied here already: a copy sent
+			 * again after its connection broke, whose slot this
+			 * server has fenced or streamed away since. Applied
+			 * before the fence, it went with the stream, and a
+			 * refusal would have the client send the slot's new
+			 * writer a copy too, applied twice there
+			 * (docs/replication.md, "Failures during a move"). */
+			if ((rc == EMB_ESTALEMAP || rc == EMB_EMOVING) &&
+			    p.session && !p.step_end &&
+			    emb__sessions_seen(s->sessions, p.session, p.seq)) {
+				rc = 0;
+				goto out;
+			}
 			if (why)
 				snprintf(msg, msg_len, "%s", why);
 			goto out;

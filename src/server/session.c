@@ -182,6 +182,23 @@ int emb__sessions_claim(struct emb_sessions *all, uint64_t session,
 	return rc;
 }
 
+bool emb__sessions_seen(struct emb_sessions *all, uint64_t session,
+			uint64_t seq)
+{
+	struct stripe *ss = stripe_of(all, session);
+	struct sess *e;
+	bool seen;
+
+	pthread_mutex_lock(&ss->mu);
+	e = find(ss, session);
+	seen = e && seq <= e->top && e->top - seq < EMB_SESSION_WINDOW &&
+	       bit_get(e, seq);
+	if (seen)
+		ss->dups++;
+	pthread_mutex_unlock(&ss->mu);
+	return seen;
+}
+
 void emb__sessions_undo(struct emb_sessions *all, uint64_t session,
 			uint64_t seq)
 {

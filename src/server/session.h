@@ -13,6 +13,7 @@
 #ifndef EMB_SERVER_SESSION_H
 #define EMB_SERVER_SESSION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define EMB_SESSION_WINDOW 4096u /* sequence numbers per session */
@@ -31,6 +32,15 @@ void emb__sessions_destroy(struct emb_sessions *ss); /* NULL is a no-op */
  * was applied is unknown, so it is not).
  */
 int emb__sessions_claim(struct emb_sessions *ss, uint64_t session,
+			uint64_t seq);
+
+/*
+ * Whether (session, seq) is claimed (a push applied, or being applied)
+ * within the window; counted as a duplicate when it is. For a push whose
+ * route the server's map now refuses: sent again after its connection
+ * broke, it may have been applied before the map changed.
+ */
+bool emb__sessions_seen(struct emb_sessions *ss, uint64_t session,
 			uint64_t seq);
 
 /* Releases a claim whose push failed, so that a retry is applied. */

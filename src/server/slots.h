@@ -6,7 +6,8 @@
  * (EMB_ESTALEMAP), and writes routed by a newer map than the server's wait
  * until it has that map. Refused writes change nothing and are not
  * recorded in the push session windows, so the client sends them again
- * with the same sequence numbers.
+ * with the same sequence numbers (a push the window shows applied is
+ * acknowledged instead: src/server/push.c).
  *
  * A server without a view (every unreplicated one) checks nothing and
  * takes no lock. With one, a write holds the view's read lock from the

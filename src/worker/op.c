@@ -278,7 +278,7 @@ static void births_end(struct part *p, int status,
 /*
  * Loop thread: a copy refused because its slots are being filled, or
  * routed by an older map than the server's: not applied (the server
- * refuses before its session window sees the sequence number), so it goes
+ * refuses only a push its session window has not seen), so it goes
  * again, same server and sequence number, after a back-off. True when p
  * is taken care of: delayed, or over with -ETIMEDOUT once the deadline
  * passed (emb_last_error() names the server that kept refusing).

@@ -7,7 +7,9 @@
  * once; a push routed by a map older than the slot's last writer change is
  * refused with EMB_ESTALEMAP; one routed by a newer map than the server's
  * waits (EMB_EMOVING) and asks the host for the map; fill rows land only
- * in slots the server is being filled with. Through a raw connection to an
+ * in slots the server is being filled with; a push applied, then sent
+ * again once its slot is fenced or gone, is acknowledged as a duplicate.
+ * Through a raw connection to an
  * in-process server; values are read back with a plain client.
  */
 #include <stdio.h>
@@ -256,6 +258,40 @@ static void test_fill_meta(void)
 	view(31, s, EMB_CMAP_VIEW_MINE, 30);
 }
 
+/*
+ * A push applied here, then sent again with its old epoch (its connection
+ * broke before the answer) once the slot is fenced, then streamed away:
+ * acknowledged as the duplicate it is, not refused. Applied before the
+ * fence, it went with the stream; a refusal would have the client send the
+ * slot's new writer a copy as well, applied twice there. A push this
+ * server never applied is still refused.
+ */
+static void test_applied_then_moved(void)
+{
+	const uint64_t id = 5005;
+	const uint32_t s = emb_id_slot(id);
+	float v0, v1;
+
+	setup();
+	view(40, s, EMB_CMAP_VIEW_MINE, 40);
+	v0 = value(id);
+	CU_ASSERT_EQUAL(push(id, 20, 40), 0);
+	v1 = value(id);
+	CU_ASSERT(v1 < v0);
+	/* Fenced for a move: the applied push is acknowledged, a new one
+	 * waits. */
+	view(41, s, EMB_CMAP_VIEW_MINE | EMB_CMAP_VIEW_FENCED, 40);
+	CU_ASSERT_EQUAL(push(id, 20, 40), 0);
+	CU_ASSERT_EQUAL(push(id, 21, 40), EMB_EMOVING);
+	/* Streamed away: the same, and a new one is routed stale. */
+	view(42, s, 0, 42);
+	CU_ASSERT_EQUAL(push(id, 20, 40), 0);
+	CU_ASSERT_EQUAL(push(id, 21, 40), EMB_ESTALEMAP);
+	/* Nothing was applied again (the slot back, to read it). */
+	view(43, s, EMB_CMAP_VIEW_MINE, 43);
+	CU_ASSERT_EQUAL(value(id), v1);
+}
+
 static void test_done(void)
 {
 	emb_client_table_close(tab);
@@ -273,6 +309,9 @@ int main(int argc, char **argv)
 	    {"writes routed by an older or a newer map", test_stale},
 	    {"fill rows land only where the server is filled", test_fill_rows},
 	    {"a fill's rows keep their idle time and count", test_fill_meta},
+	    {"a push applied, then sent again once its slot moved, is "
+	     "acknowledged, not refused",
+	     test_applied_then_moved},
 	    {"teardown", test_done},
 	    {NULL, NULL},
 	};
