@@ -46,17 +46,28 @@ static void on_signal(int sig)
 	got_signal = sig;
 }
 
-/* Set before the cluster's end wakes main (docs/cluster.md). */
-static volatile sig_atomic_t job_over;
-static volatile sig_atomic_t job_failed;
+/* Set before the cluster's end wakes main (docs/cluster.md), by another
+ * thread: atomics, as a signal carries no ordering between threads. */
+static int cluster_ended;
+static int cluster_failed;
 
 /* Scheduler or node agent thread: the job ended; main stops as on SIGTERM. */
 static void on_cluster_end(void *arg, int status)
 {
 	(void)arg;
-	job_failed = status != 0;
-	job_over = 1;
+	__atomic_store_n(&cluster_failed, status != 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&cluster_ended, 1, __ATOMIC_RELEASE);
 	kill(getpid(), SIGTERM);
+}
+
+static bool job_over(void)
+{
+	return __atomic_load_n(&cluster_ended, __ATOMIC_ACQUIRE);
+}
+
+static bool job_failed(void)
+{
+	return job_over() && __atomic_load_n(&cluster_failed, __ATOMIC_RELAXED);
 }
 
 /* --role scheduler: serve the cluster until the job ends or a signal. */
@@ -117,9 +128,9 @@ static int run_scheduler(const struct emb_cluster_env *env, const char *host,
 	}
 	while (!got_signal)
 		sigsuspend(old);
-	if (!job_over)
+	if (!job_over())
 		emb_log(EMB_LOG_INFO, "%s: stopping", strsignal(got_signal));
-	rc = job_over ? emb_sched_wait(sched, 0) : 1;
+	rc = job_over() ? emb_sched_wait(sched, 0) : 1;
 	emb_metrics_destroy(metrics);
 	emb_sched_destroy(sched);
 	emb_log(EMB_LOG_INFO, "scheduler stopped");
@@ -647,7 +658,7 @@ int main(int argc, char **argv)
 		 * spare drains this one first: its slots move to the
 		 * others and it stops when it holds none. A second one, or
 		 * a refusal, stops it at once (a failover). */
-		if (job_over || got_signal != SIGTERM || drain_asked)
+		if (job_over() || got_signal != SIGTERM || drain_asked)
 			break;
 		drain_asked = true;
 		if (emb_server_role_drain(srole))
@@ -658,10 +669,11 @@ int main(int argc, char **argv)
 		got_signal = 0;
 	}
 	emb_log(EMB_LOG_INFO, "%s: stopping",
-		job_over ? (job_failed ? (cenv.coordinator ? "out of the job"
-							    : "scheduler lost")
-				       : "job finished")
-			 : strsignal(got_signal));
+		job_over() ? (job_failed() ? (cenv.coordinator
+						  ? "out of the job"
+						  : "scheduler lost")
+					   : "job finished")
+			   : strsignal(got_signal));
 	rc = emb_server_role_stop(srole);
-	return job_failed || rc ? 1 : 0;
+	return job_failed() || rc ? 1 : 0;
 }
