@@ -142,11 +142,13 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 	}
 	if (!rc)
 		rc = emb__sync_push(st->sync, st->t, &p, req);
-	emb__slots_end(s->slots, held);
 	/* Failed, or held for a synchronous step (and dropped if its
-	 * connection goes): either way not applied yet. */
+	 * connection goes): either way not applied yet. Released before the
+	 * view is: once a new view fences or moves the slot, a copy sent
+	 * again must not find the claim and be acknowledged (above). */
 	if (rc != 0 && claimed)
 		emb__sessions_undo(s->sessions, p.session, p.seq);
+	emb__slots_end(s->slots, held);
 	/* Refused whole, by the store or before a synchronous step. */
 	if (rc == EMB_EBADFORMAT && p.half)
 		snprintf(msg, msg_len,

@@ -139,6 +139,12 @@ static bool bit_get(const struct sess *e, uint64_t seq)
 	return (e->bits[b / 64] >> (b % 64)) & 1;
 }
 
+/* Whether seq falls in e's window, (top - WINDOW, top]. */
+static bool in_window(const struct sess *e, uint64_t seq)
+{
+	return seq <= e->top && e->top - seq < EMB_SESSION_WINDOW;
+}
+
 static void bit_put(struct sess *e, uint64_t seq, bool on)
 {
 	uint64_t b = seq % EMB_SESSION_WINDOW, m = 1ull << (b % 64);
@@ -191,8 +197,7 @@ bool emb__sessions_seen(struct emb_sessions *all, uint64_t session,
 
 	pthread_mutex_lock(&ss->mu);
 	e = find(ss, session);
-	seen = e && seq <= e->top && e->top - seq < EMB_SESSION_WINDOW &&
-	       bit_get(e, seq);
+	seen = e && in_window(e, seq) && bit_get(e, seq);
 	if (seen)
 		ss->dups++;
 	pthread_mutex_unlock(&ss->mu);
@@ -207,7 +212,7 @@ void emb__sessions_undo(struct emb_sessions *all, uint64_t session,
 
 	pthread_mutex_lock(&ss->mu);
 	e = find(ss, session);
-	if (e && seq <= e->top && e->top - seq < EMB_SESSION_WINDOW)
+	if (e && in_window(e, seq))
 		bit_put(e, seq, false);
 	pthread_mutex_unlock(&ss->mu);
 }

@@ -9,8 +9,8 @@
  * waits (EMB_EMOVING) and asks the host for the map; fill rows land only
  * in slots the server is being filled with; a push applied, then sent
  * again once its slot is fenced or gone, is acknowledged as a duplicate.
- * Through a raw connection to an
- * in-process server; values are read back with a plain client.
+ * Through a raw connection to an in-process server; values are read back
+ * with a plain client.
  */
 #include <stdio.h>
 #include <stdlib.h>
