@@ -142,11 +142,15 @@ int emb__push_one(struct emb_server *s, struct emb_req *req,
 	}
 	if (!rc)
 		rc = emb__sync_push(st->sync, st->t, &p, req);
-	/* Failed, or held for a synchronous step (and dropped if its
-	 * connection goes): either way not applied yet. Released before the
-	 * view is: once a new view fences or moves the slot, a copy sent
-	 * again must not find the claim and be acknowledged (above). */
-	if (rc != 0 && claimed)
+	/* Settled before the view is released: a copy sent again meanwhile
+	 * waits for this (session.c). Failed, or held for a synchronous step
+	 * (and dropped if its connection goes): either way not applied yet,
+	 * so the claim is released; once a new view fences or moves the
+	 * slot, a copy sent again must not find it and be acknowledged
+	 * (above). */
+	if (claimed && rc == 0)
+		emb__sessions_done(s->sessions, p.session, p.seq);
+	else if (claimed)
 		emb__sessions_undo(s->sessions, p.session, p.seq);
 	emb__slots_end(s->slots, held);
 	/* Refused whole, by the store or before a synchronous step. */

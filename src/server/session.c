@@ -5,6 +5,14 @@
  * one lock. In a stripe, sessions live in one array, chained from hash
  * buckets; the least recently used one is reused when the array is full.
  * Any thread, under the stripe's mutex.
+ *
+ * A claimed number is first pending (its push is being applied), then
+ * applied (emb__sessions_done) or released (emb__sessions_undo). A copy
+ * sent again while the first is still being applied, on another loop
+ * after the first's connection broke, waits on the stripe's condition
+ * variable for that outcome: acknowledged as a duplicate once the first
+ * is applied, applied itself if the first failed. Answering it a
+ * duplicate at once would acknowledge a write that may yet fail.
  */
 #include "server/session.h"
 
@@ -30,10 +38,13 @@ struct sess {
 	uint32_t next;	      /* next in its bucket, or NIL */
 	uint64_t bits[WORDS]; /* bit seq % WINDOW: seq in (top - WINDOW,
 				 top] claimed */
+	uint64_t pend[WORDS]; /* of those, claimed but not yet applied */
 };
 
 struct stripe {
 	_Alignas(64) pthread_mutex_t mu; /* guards everything below */
+	pthread_cond_t cv;		 /* a pending claim was settled */
+	uint32_t waiters;		 /* threads waiting on cv */
 	struct sess *s;			 /* PER slots */
 	uint32_t n;			 /* slots in use */
 	uint32_t bucket[NBUCKET];	 /* first slot of each chain, or NIL */
@@ -63,6 +74,7 @@ void emb__sessions_destroy(struct emb_sessions *ss)
 		if (!ss->st[k].s)
 			continue;
 		pthread_mutex_destroy(&ss->st[k].mu);
+		pthread_cond_destroy(&ss->st[k].cv);
 		free(ss->st[k].s);
 	}
 	free(ss);
@@ -86,6 +98,7 @@ int emb__sessions_create(struct emb_sessions **out)
 		for (uint32_t i = 0; i < NBUCKET; i++)
 			t->bucket[i] = NIL;
 		pthread_mutex_init(&t->mu, NULL);
+		pthread_cond_init(&t->cv, NULL);
 	}
 	*out = ss;
 	return 0;
@@ -132,11 +145,11 @@ static struct sess *add(struct stripe *ss, uint64_t id)
 	return e;
 }
 
-static bool bit_get(const struct sess *e, uint64_t seq)
+static bool bit_get(const uint64_t *bits, uint64_t seq)
 {
 	uint64_t b = seq % EMB_SESSION_WINDOW;
 
-	return (e->bits[b / 64] >> (b % 64)) & 1;
+	return (bits[b / 64] >> (b % 64)) & 1;
 }
 
 /* Whether seq falls in e's window, (top - WINDOW, top]. */
@@ -145,14 +158,47 @@ static bool in_window(const struct sess *e, uint64_t seq)
 	return seq <= e->top && e->top - seq < EMB_SESSION_WINDOW;
 }
 
-static void bit_put(struct sess *e, uint64_t seq, bool on)
+static void bit_put(uint64_t *bits, uint64_t seq, bool on)
 {
 	uint64_t b = seq % EMB_SESSION_WINDOW, m = 1ull << (b % 64);
 
 	if (on)
-		e->bits[b / 64] |= m;
+		bits[b / 64] |= m;
 	else
-		e->bits[b / 64] &= ~m;
+		bits[b / 64] &= ~m;
+}
+
+/* Claimed and pending both (a push being applied), or else both clear. */
+static void put_claim(struct sess *e, uint64_t seq, bool on)
+{
+	bit_put(e->bits, seq, on);
+	bit_put(e->pend, seq, on);
+}
+
+/*
+ * Waits, under ss->mu, until (session, seq) is no longer pending, and
+ * returns its session then (NULL if it was forgotten meanwhile: reused for
+ * another, least recently used). A pending claim is settled by the thread
+ * applying its push, which never waits here itself, so the wait ends.
+ */
+static struct sess *settled(struct stripe *ss, uint64_t session, uint64_t seq)
+{
+	struct sess *e = find(ss, session);
+
+	while (e && in_window(e, seq) && bit_get(e->pend, seq)) {
+		ss->waiters++;
+		pthread_cond_wait(&ss->cv, &ss->mu);
+		ss->waiters--;
+		e = find(ss, session);
+	}
+	return e;
+}
+
+/* Wakes the threads waiting on a pending claim of ss. */
+static void wake(struct stripe *ss)
+{
+	if (ss->waiters)
+		pthread_cond_broadcast(&ss->cv);
 }
 
 int emb__sessions_claim(struct emb_sessions *all, uint64_t session,
@@ -163,26 +209,28 @@ int emb__sessions_claim(struct emb_sessions *all, uint64_t session,
 	int rc = 0;
 
 	pthread_mutex_lock(&ss->mu);
-	e = find(ss, session);
+	e = settled(ss, session, seq);
 	if (!e)
 		e = add(ss, session);
 	e->used = ++ss->clock;
 	if (seq > e->top) {
 		/* Slide the window: the numbers it passes were never seen. */
-		if (seq - e->top >= EMB_SESSION_WINDOW)
+		if (seq - e->top >= EMB_SESSION_WINDOW) {
 			memset(e->bits, 0, sizeof(e->bits));
-		else
+			memset(e->pend, 0, sizeof(e->pend));
+		} else {
 			for (uint64_t q = e->top + 1; q < seq; q++)
-				bit_put(e, q, false);
+				put_claim(e, q, false);
+		}
 		e->top = seq;
-		bit_put(e, seq, true);
+		put_claim(e, seq, true);
 	} else if (e->top - seq >= EMB_SESSION_WINDOW) {
 		rc = EMB_ERETRYLATE;
-	} else if (bit_get(e, seq)) {
+	} else if (bit_get(e->bits, seq)) {
 		ss->dups++;
 		rc = 1;
 	} else {
-		bit_put(e, seq, true);
+		put_claim(e, seq, true);
 	}
 	pthread_mutex_unlock(&ss->mu);
 	return rc;
@@ -196,8 +244,8 @@ bool emb__sessions_seen(struct emb_sessions *all, uint64_t session,
 	bool seen;
 
 	pthread_mutex_lock(&ss->mu);
-	e = find(ss, session);
-	seen = e && in_window(e, seq) && bit_get(e, seq);
+	e = settled(ss, session, seq);
+	seen = e && in_window(e, seq) && bit_get(e->bits, seq);
 	if (seen)
 		ss->dups++;
 	pthread_mutex_unlock(&ss->mu);
@@ -213,7 +261,22 @@ void emb__sessions_undo(struct emb_sessions *all, uint64_t session,
 	pthread_mutex_lock(&ss->mu);
 	e = find(ss, session);
 	if (e && in_window(e, seq))
-		bit_put(e, seq, false);
+		put_claim(e, seq, false);
+	wake(ss);
+	pthread_mutex_unlock(&ss->mu);
+}
+
+void emb__sessions_done(struct emb_sessions *all, uint64_t session,
+			uint64_t seq)
+{
+	struct stripe *ss = stripe_of(all, session);
+	struct sess *e;
+
+	pthread_mutex_lock(&ss->mu);
+	e = find(ss, session);
+	if (e && in_window(e, seq))
+		bit_put(e->pend, seq, false);
+	wake(ss);
 	pthread_mutex_unlock(&ss->mu);
 }
 

@@ -27,23 +27,31 @@ void emb__sessions_destroy(struct emb_sessions *ss); /* NULL is a no-op */
 
 /*
  * Claims (session, seq) before its push is applied: 0 (first time: apply
- * it, and emb__sessions_undo() if that fails), 1 (seen before: acknowledge
- * without applying), or EMB_ERETRYLATE (older than the window: whether it
- * was applied is unknown, so it is not).
+ * it, then emb__sessions_done() or, if that failed, emb__sessions_undo()),
+ * 1 (applied before: acknowledge without applying), or EMB_ERETRYLATE
+ * (older than the window: whether it was applied is unknown, so it is
+ * not). A claim still pending (its push being applied by another thread)
+ * is waited for first; the caller must not hold a claim of its own that
+ * is pending.
  */
 int emb__sessions_claim(struct emb_sessions *ss, uint64_t session,
 			uint64_t seq);
 
 /*
- * Whether (session, seq) is claimed (a push applied, or being applied)
- * within the window; counted as a duplicate when it is. For a push whose
- * route the server's map now refuses: sent again after its connection
- * broke, it may have been applied before the map changed.
+ * Whether (session, seq) was applied within the window (waiting, as
+ * claim does, for a pending claim to settle); counted as a duplicate when
+ * it was. For a push whose route the server's map now refuses: sent again
+ * after its connection broke, it may have been applied before the map
+ * changed.
  */
 bool emb__sessions_seen(struct emb_sessions *ss, uint64_t session,
 			uint64_t seq);
 
-/* Releases a claim whose push failed, so that a retry is applied. */
+/* Settles a claim: its push was applied. */
+void emb__sessions_done(struct emb_sessions *ss, uint64_t session,
+			uint64_t seq);
+
+/* Settles a claim whose push failed: released, so that a retry is applied. */
 void emb__sessions_undo(struct emb_sessions *ss, uint64_t session,
 			uint64_t seq);
 
