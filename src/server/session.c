@@ -252,32 +252,34 @@ bool emb__sessions_seen(struct emb_sessions *all, uint64_t session,
 	return seen;
 }
 
-void emb__sessions_undo(struct emb_sessions *all, uint64_t session,
-			uint64_t seq)
+/* Settles a pending claim: applied (still claimed) or released. */
+static void settle(struct emb_sessions *all, uint64_t session, uint64_t seq,
+		   bool applied)
 {
 	struct stripe *ss = stripe_of(all, session);
 	struct sess *e;
 
 	pthread_mutex_lock(&ss->mu);
 	e = find(ss, session);
-	if (e && in_window(e, seq))
-		put_claim(e, seq, false);
+	if (e && in_window(e, seq)) {
+		bit_put(e->pend, seq, false);
+		if (!applied)
+			bit_put(e->bits, seq, false);
+	}
 	wake(ss);
 	pthread_mutex_unlock(&ss->mu);
+}
+
+void emb__sessions_undo(struct emb_sessions *all, uint64_t session,
+			uint64_t seq)
+{
+	settle(all, session, seq, false);
 }
 
 void emb__sessions_done(struct emb_sessions *all, uint64_t session,
 			uint64_t seq)
 {
-	struct stripe *ss = stripe_of(all, session);
-	struct sess *e;
-
-	pthread_mutex_lock(&ss->mu);
-	e = find(ss, session);
-	if (e && in_window(e, seq))
-		bit_put(e->pend, seq, false);
-	wake(ss);
-	pthread_mutex_unlock(&ss->mu);
+	settle(all, session, seq, true);
 }
 
 uint64_t emb__sessions_dups(struct emb_sessions *ss)
