@@ -181,7 +181,8 @@ static void put_claim(struct sess *e, uint64_t seq, bool on)
  * another, least recently used). A pending claim is settled by the thread
  * applying its push, which never waits here itself, so the wait ends.
  */
-static struct sess *settled(struct stripe *ss, uint64_t session, uint64_t seq)
+static struct sess *wait_settled(struct stripe *ss, uint64_t session,
+				 uint64_t seq)
 {
 	struct sess *e = find(ss, session);
 
@@ -209,7 +210,7 @@ int emb__sessions_claim(struct emb_sessions *all, uint64_t session,
 	int rc = 0;
 
 	pthread_mutex_lock(&ss->mu);
-	e = settled(ss, session, seq);
+	e = wait_settled(ss, session, seq);
 	if (!e)
 		e = add(ss, session);
 	e->used = ++ss->clock;
@@ -244,7 +245,7 @@ bool emb__sessions_seen(struct emb_sessions *all, uint64_t session,
 	bool seen;
 
 	pthread_mutex_lock(&ss->mu);
-	e = settled(ss, session, seq);
+	e = wait_settled(ss, session, seq);
 	seen = e && in_window(e, seq) && bit_get(e->bits, seq);
 	if (seen)
 		ss->dups++;

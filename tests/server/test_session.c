@@ -36,8 +36,8 @@ static void nap_ms(long ms)
 struct copy {
 	pthread_t th;
 	uint64_t seq;
-	bool look;	/* emb__sessions_seen instead of claim */
-	int rc;		/* claim's answer, or seen's as 0/1 */
+	bool look;    /* emb__sessions_seen instead of claim */
+	int rc;	      /* claim's answer, or seen's as 0/1 */
 	int returned; /* atomic: set once the call returned */
 };
 
@@ -67,8 +67,15 @@ static void copy_start(struct copy *c, uint64_t seq, bool look)
 	nap_ms(100);
 }
 
-static int copy_join(struct copy *c)
+/* Checks that c still waits, then settles the first copy of its number
+ * (applied or failed) and returns c's answer. */
+static int settle_join(struct copy *c, bool applied)
 {
+	CU_ASSERT_EQUAL(__atomic_load_n(&c->returned, __ATOMIC_ACQUIRE), 0);
+	if (applied)
+		emb__sessions_done(ss, SESSION, c->seq);
+	else
+		emb__sessions_undo(ss, SESSION, c->seq);
 	CU_ASSERT_EQUAL(pthread_join(c->th, NULL), 0);
 	return c->rc;
 }
@@ -121,12 +128,10 @@ static void pending_then_applied(void)
 	setup();
 	CU_ASSERT_EQUAL(emb__sessions_claim(ss, SESSION, 11), 0);
 	copy_start(&c, 11, false);
-	CU_ASSERT_EQUAL(__atomic_load_n(&c.returned, __ATOMIC_ACQUIRE), 0);
 	/* Others' pushes go on meanwhile, in this session and the stripe. */
 	CU_ASSERT_EQUAL(emb__sessions_claim(ss, SESSION, 12), 0);
 	emb__sessions_done(ss, SESSION, 12);
-	emb__sessions_done(ss, SESSION, 11);
-	CU_ASSERT_EQUAL(copy_join(&c), 1);
+	CU_ASSERT_EQUAL(settle_join(&c, true), 1);
 	emb__sessions_destroy(ss);
 }
 
@@ -139,14 +144,10 @@ static void pending_then_failed(void)
 	setup();
 	CU_ASSERT_EQUAL(emb__sessions_claim(ss, SESSION, 21), 0);
 	copy_start(&c, 21, false);
-	CU_ASSERT_EQUAL(__atomic_load_n(&c.returned, __ATOMIC_ACQUIRE), 0);
-	emb__sessions_undo(ss, SESSION, 21);
-	CU_ASSERT_EQUAL(copy_join(&c), 0);
+	CU_ASSERT_EQUAL(settle_join(&c, false), 0);
 	/* The second's claim is pending now, and a third waits on it. */
 	copy_start(&d, 21, false);
-	CU_ASSERT_EQUAL(__atomic_load_n(&d.returned, __ATOMIC_ACQUIRE), 0);
-	emb__sessions_done(ss, SESSION, 21);
-	CU_ASSERT_EQUAL(copy_join(&d), 1);
+	CU_ASSERT_EQUAL(settle_join(&d, true), 1);
 	emb__sessions_destroy(ss);
 }
 
@@ -159,15 +160,11 @@ static void seen_waits(void)
 	setup();
 	CU_ASSERT_EQUAL(emb__sessions_claim(ss, SESSION, 31), 0);
 	copy_start(&c, 31, true);
-	CU_ASSERT_EQUAL(__atomic_load_n(&c.returned, __ATOMIC_ACQUIRE), 0);
-	emb__sessions_undo(ss, SESSION, 31);
-	CU_ASSERT_EQUAL(copy_join(&c), 0);
+	CU_ASSERT_EQUAL(settle_join(&c, false), 0);
 
 	CU_ASSERT_EQUAL(emb__sessions_claim(ss, SESSION, 32), 0);
 	copy_start(&c, 32, true);
-	CU_ASSERT_EQUAL(__atomic_load_n(&c.returned, __ATOMIC_ACQUIRE), 0);
-	emb__sessions_done(ss, SESSION, 32);
-	CU_ASSERT_EQUAL(copy_join(&c), 1);
+	CU_ASSERT_EQUAL(settle_join(&c, true), 1);
 	emb__sessions_destroy(ss);
 }
 
