@@ -290,13 +290,13 @@ static uint64_t sweep_budget(const struct emb_shard *s,
  * Rows of held slots are not counted: no eviction here may remove them
  * (a backup's copies, which follow their primary's evictions; a moving
  * slot's), and counting them would make the others pay for them. */
-static uint64_t shard_rows(struct emb_table *t, const struct emb_shard *s)
+static uint64_t shard_rows(struct emb_table *t, struct emb_shard *s)
 {
-	return s->used - s->held +
+	return s->used - emb__shard_held(t, s) +
 	       (t->tier ? emb__tier_cold_of(t, (uint32_t)(s - t->shards)) : 0);
 }
 
-bool emb__evict_wanted(struct emb_table *t, const struct emb_shard *s,
+bool emb__evict_wanted(struct emb_table *t, struct emb_shard *s,
 		       const struct emb_life_shard *l)
 {
 	return l->cfg.ttl_steps || l->cfg.min_l2 > 0.0f ||
@@ -343,7 +343,9 @@ void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 		sweep_cold(t, s, l, step, &idle, &upto, out);
 		cold = emb__tier_cold_of(t, (uint32_t)(s - t->shards));
 	}
-	budget = sweep_budget(s, l, nids, s->used - s->held + cold);
+	/* Counted again here if the hold changed: s->held is current for
+	 * sweep_budget() and the hand below. */
+	budget = sweep_budget(s, l, nids, s->used - emb__shard_held(t, s) + cold);
 
 	if (budget > SWEEP_MAX)
 		budget = SWEEP_MAX;

@@ -283,7 +283,7 @@ static void unlink_rec(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 
 	r = emb__shard_row(t, s, idx);
 	/* Counted with the hold it was made under; a hold changed since is
-	 * recounted (emb_table_evict_hold()). */
+	 * counted again before it is read (emb__shard_held()). */
 	if (s->held && emb__evict_held(t, r->id))
 		s->held--;
 	if (erased)
@@ -310,6 +310,27 @@ float emb__row_l2(const struct emb_table *t, const struct emb_row_hdr *r)
 	for (uint32_t j = 0; j < t->dim; j++)
 		sum += (double)w[j] * w[j];
 	return (float)sqrt(sum);
+}
+
+uint32_t emb__shard_held(struct emb_table *t, struct emb_shard *s)
+{
+	/* Acquire: the hold's words read below are at least those of gen.
+	 * A change that lands during the count bumps gen after its words,
+	 * so the next call counts again. */
+	uint32_t gen = __atomic_load_n(&t->evict_hold_gen, __ATOMIC_ACQUIRE);
+	uint32_t n = 0;
+
+	if (s->held_gen == gen)
+		return s->held;
+	for (uint32_t idx = 0; idx < s->next_idx; idx++) {
+		const struct emb_row_hdr *r = emb__shard_row(t, s, idx);
+
+		if (!(r->count & EMB_ROW_FREE))
+			n += emb__evict_held(t, r->id);
+	}
+	s->held = n;
+	s->held_gen = gen;
+	return n;
 }
 
 void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,

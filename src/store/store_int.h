@@ -131,7 +131,10 @@ struct emb_shard {
 	uint32_t used;	      /* occupied slots == live rows */
 	uint32_t held;	      /* of those, rows of slots held back from
 				 eviction (emb_table_evict_hold()): not
-				 counted against max_rows */
+				 counted against max_rows; read through
+				 emb__shard_held() */
+	uint32_t held_gen;    /* the table's evict_hold_gen held was
+				 counted by */
 	uint32_t grow_at;     /* resize when used reaches this */
 	uint32_t next_idx;    /* records ever handed out (high water) */
 	uint32_t free_head;   /* first free record index + 1, 0 = none */
@@ -245,6 +248,10 @@ struct emb_table {
 	 * is false while no bit is set, so tables never held pay one test. */
 	uint64_t evict_hold[EMB_NSLOTS / 64];
 	bool evict_hold_any;
+	/* Bumped (release) after each change of evict_hold: a shard whose
+	 * held_gen differs counts its held rows again when eviction next
+	 * needs them (emb__shard_held()). */
+	uint32_t evict_hold_gen;
 	/* Slots this holder is the primary of (emb_table_lead()), the same
 	 * way: a push naming births drops the gradient of an absent row
 	 * there, as with EMB_PUSH_PRIMARY. */
@@ -414,6 +421,12 @@ int64_t emb__shard_insert(struct emb_table *t, struct emb_shard *s, uint64_t id,
 /* The L2 norm of a record's weights (any row format), as min_l2 reads
  * it; r may be a copy of a record (a cold row read from the device). */
 float emb__row_l2(const struct emb_table *t, const struct emb_row_hdr *r);
+/*
+ * The shard's rows of held slots (emb_table_evict_hold()), counted again
+ * first when the hold changed since they were last counted: one pass over
+ * the shard's records, paid only by an eviction that needs the count.
+ */
+uint32_t emb__shard_held(struct emb_table *t, struct emb_shard *s);
 /* Unindexes and frees record idx (live, holding id). */
 void emb__shard_remove(struct emb_table *t, struct emb_shard *s, uint32_t idx,
 		       uint64_t h);
@@ -483,7 +496,7 @@ int emb__admit_batch_sight(struct emb_table *t, struct emb_life_shard *l,
 void emb__admit_batch_fini(struct emb_admit_batch *b);
 
 /* True when a sweep of shard s could evict anything. */
-bool emb__evict_wanted(struct emb_table *t, const struct emb_shard *s,
+bool emb__evict_wanted(struct emb_table *t, struct emb_shard *s,
 		       const struct emb_life_shard *l);
 /*
  * Advances s's clock hand by a bounded number of records (more for bigger

@@ -2424,25 +2424,14 @@ void emb_table_evict_hold(struct emb_table *t, const uint64_t *set)
 		any |= v != 0;
 	}
 	__atomic_store_n(&t->evict_hold_any, any, __ATOMIC_RELEASE);
-	if (!changed)
-		return;
-	/* Each shard's rows of held slots, counted again under its lock:
-	 * rows made or removed from here on count by the new hold. One
-	 * pass over the records, for each map that changes the hold. */
-	for (uint32_t i = 0; i < t->nshards; i++) {
-		struct emb_shard *s = &t->shards[i];
-		uint32_t n = 0;
-
-		pthread_mutex_lock(&s->lock);
-		for (uint32_t idx = 0; any && idx < s->next_idx; idx++) {
-			const struct emb_row_hdr *r = emb__shard_row(t, s, idx);
-
-			if (!(r->count & EMB_ROW_FREE))
-				n += emb__evict_held(t, r->id);
-		}
-		s->held = n;
-		pthread_mutex_unlock(&s->lock);
-	}
+	/* Each shard's count of held rows is now stale: the next eviction
+	 * that needs it counts it again (emb__shard_held()). Counting here
+	 * walked every record of every shard under its lock for each map
+	 * that changed the hold, a dozen maps a move, on tables with no
+	 * max_rows too: a tenth of a joining job's server time, and shard
+	 * locks held for milliseconds in the middle of training. */
+	if (changed)
+		__atomic_add_fetch(&t->evict_hold_gen, 1, __ATOMIC_RELEASE);
 }
 
 void emb_table_lead(struct emb_table *t, const uint64_t *set)
