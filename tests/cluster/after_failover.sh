@@ -8,6 +8,13 @@
 # removed server and the live ones' slots. Unreplicated or before the fix
 # those calls fail with EMB_ENODEAD.
 #
+# `embstore restore --sched` into the replicated job: each of the dump's
+# rows lands on both holders of its slot (each server's own dump holds
+# it, with the dump's values, on exactly two servers of three), and after
+# the failover it restores again, past the removed server. Before the
+# fix the rows went to their primaries only, and a restore after the
+# failover failed on the dead server.
+#
 # Then a second server is killed: slots lose every copy, and creating a
 # table must fail with EMB_ENODEAD and a message.
 #
@@ -27,9 +34,11 @@ EMB_CLUSTER_TIMEOUT=30
 export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT
 unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE
 lpid=
+spid=
 fail=0
 
 cleanup() {
+	[ -n "$spid" ] && kill "$spid" 2>/dev/null
 	[ -n "$lpid" ] && kill -INT "$lpid" 2>/dev/null
 	wait 2>/dev/null
 	[ -n "${KEEP:-}" ] || rm -rf "$work"
@@ -46,6 +55,57 @@ wait_for() {
 	grep -q "$1" "$out"
 }
 
+# holders TABLE COPIES SERVER...: dumps TABLE from each server on its
+# own and checks that every row of the dump in $work/src is on COPIES of
+# them (1-2: on one or two) with the dump's values, and nothing else is.
+holders() {
+	_t=$1
+	_copies=$2
+	shift 2
+	_i=0
+	_files=
+	for _a in "$@"; do
+		_i=$((_i + 1))
+		embstore dump --servers "$_a" --table "$_t" --quiet \
+			--out "$work/$_t.$_i" >/dev/null 2>&1 &&
+			embstore export --in "$work/$_t.$_i" \
+				--out "$work/$_t.$_i.tsv" ||
+			{ bad "dump of $_t from $_a failed"; return; }
+		_files="$_files $work/$_t.$_i.tsv"
+	done
+	# shellcheck disable=SC2086
+	awk -v copies="$_copies" -v what="$_t" '
+	FILENAME == ARGV[1] { src[$1] = $0; n++; next }
+	!($1 in src) { print what ": row " $1 " is not in the dump"; e = 1; next }
+	$0 != src[$1] { print what ": row " $1 " differs: " $0; e = 1 }
+	{ c[$1]++ }
+	END {
+		split(copies, r, "-"); lo = r[1]; hi = (2 in r) ? r[2] : r[1]
+		for (k in src)
+			if (c[k] < lo || c[k] > hi) {
+				print what ": row " k " on " c[k] + 0 " servers"
+				e = 1
+			}
+		if (n < 1000) { print what ": the dump has " n " rows"; e = 1 }
+		exit e
+	}' "$work/src.tsv" $_files >&2 || bad "$_t: not every row on $_copies holders"
+}
+
+# The dump to restore: a table of one server on its own, pushed away
+# from its initial values.
+emb_start_server "$tools/embstore-server" "$work/one.txt" || exit 1
+spid=$pid
+embstore-bench --servers "127.0.0.1:$port" --table src --op push \
+	--rows 2000 --dim 4 --batch 256 --batches 8 >/dev/null 2>&1 ||
+	bad "embstore-bench against one server failed"
+embstore dump --servers "127.0.0.1:$port" --table src --out "$work/src" \
+	--quiet >/dev/null 2>&1 &&
+	embstore export --in "$work/src" --out "$work/src.tsv" ||
+	bad "the dump to restore failed"
+kill "$spid"
+wait "$spid" 2>/dev/null
+spid=
+
 out=$work/launch.txt
 # Every process serves /metrics on a port of its own; the scheduler's
 # must count each server's slots by role.
@@ -55,6 +115,20 @@ out=$work/launch.txt
 lpid=$!
 wait_for 'ready: sched ' || bad "the worker did not get ready"
 sched=$(sed -n 's/.*ready: sched \([^ ]*\)$/\1/p' "$out" | head -1)
+# The live servers' addresses, from the scheduler's map.
+live_servers() {
+	embstore stat --sched "$sched" --interval 0.2 --json 2>/dev/null |
+		python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(" ".join(s["server"] for s in d["map"]["servers"] if s["state"] == "live"))
+'
+}
+embstore restore --sched "$sched" --in "$work/src" --table restored \
+	--quiet >"$work/restore.txt" 2>&1 ||
+	bad "embstore restore --sched exited $?: $(cat "$work/restore.txt")"
+# shellcheck disable=SC2046
+holders restored 2 $(live_servers)
 victim=$(awk 'BEGIN { srand(); print int(rand() * 3) }')
 vpid=$(sed -n "s/^\[launch\] started server\.$victim, pid \([0-9]*\)$/\1/p" \
 	"$out")
@@ -63,6 +137,14 @@ echo "killing server.$victim (pid $vpid); scheduler $sched"
 wait_for 'worker\.0\] .*map epoch 2' || bad "the worker's map did not fail over"
 touch "$work/go"
 wait_for 'after: ok' || bad "the worker's calls failed after the failover"
+
+# A restore after the failover: the removed server is skipped; the slots
+# the dead server held have one copy left, the others two.
+embstore restore --sched "$sched" --in "$work/src" --table restored2 \
+	--quiet >"$work/restore2.txt" 2>&1 ||
+	bad "embstore restore --sched after the failover exited $?: $(cat "$work/restore2.txt")"
+# shellcheck disable=SC2046
+holders restored2 1-2 $(live_servers)
 
 # The observer: the map at epoch 2, the dead server removed, its slots on
 # the live ones, and no error.

@@ -221,6 +221,20 @@ static int apool_finish(struct apool *ap)
 }
 
 /* Closes the senders' own clients (not c, which the others may share). */
+/*
+ * Through the scheduler (--sched) the client has the job's map: a
+ * replicated job's every holder of a slot gets its rows, as a worker's
+ * assign does, and removed servers are skipped. Given a list of servers
+ * it routes each id to one server, as an unreplicated client.
+ */
+static int connect_client(const struct cli *cli,
+			  const struct emb_client_opts *co,
+			  struct emb_client **c)
+{
+	return cli->sched ? emb_client_from_sched(co, cli->sched, c)
+			  : emb_client_create(co, c);
+}
+
 static void close_senders(struct emb_client **cs, struct emb_client_table **ts,
 			  const struct emb_client *c)
 {
@@ -321,7 +335,7 @@ static int run(struct cli *cli)
 	co.auth_token = cli->token_len ? cli->token : NULL;
 	co.auth_token_len = cli->token_len;
 	co.name = "embstore-restore";
-	rc = emb_client_create(&co, &c);
+	rc = connect_client(cli, &co, &c);
 	if (rc) {
 		fprintf(stderr, "embstore restore: cannot connect to %s: %s\n",
 			cli->servers, emb_strerror(rc));
@@ -394,7 +408,7 @@ static int run(struct cli *cli)
 	cs[0] = c;
 	ts[0] = t;
 	for (uint32_t i = 1; i < ASSIGN_THREADS; i++) {
-		if (emb_client_create(&co, &cs[i]) == 0 &&
+		if (connect_client(cli, &co, &cs[i]) == 0 &&
 		    emb_client_table_open(cs[i], name, &ts[i]) == 0)
 			continue;
 		emb_client_destroy(cs[i]);
