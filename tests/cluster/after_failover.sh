@@ -13,7 +13,10 @@
 # it, with the dump's values, on exactly two servers of three), and after
 # the failover it restores again, past the removed server. Before the
 # fix the rows went to their primaries only, and a restore after the
-# failover failed on the dead server.
+# failover failed on the dead server. `embstore dump --sched` of the
+# restored table holds each row once, as restored, before the failover
+# and after it (it failed on the removed server, and held each row once
+# per copy).
 #
 # Then a second server is killed: slots lose every copy, and creating a
 # table must fail with EMB_ENODEAD and a message.
@@ -91,6 +94,20 @@ holders() {
 	}' "$work/src.tsv" $_files >&2 || bad "$_t: not every row on $_copies holders"
 }
 
+# dump_once TABLE: `embstore dump --sched` of TABLE must hold each row of
+# the dump in $work/src once, with its values, and no other row.
+dump_once() {
+	rm -rf "$work/$1.sched"
+	embstore dump --sched "$sched" --table "$1" --out "$work/$1.sched" \
+		--quiet >"$work/$1.sched.txt" 2>&1 &&
+		embstore export --in "$work/$1.sched" \
+			--out "$work/$1.sched.tsv" ||
+		{ bad "embstore dump --sched of $1 failed: $(cat "$work/$1.sched.txt")"; return; }
+	sort "$work/src.tsv" >"$work/src.sorted"
+	sort "$work/$1.sched.tsv" | cmp -s - "$work/src.sorted" ||
+		bad "embstore dump --sched of $1: not each row once, as restored ($(wc -l <"$work/$1.sched.tsv") rows)"
+}
+
 # The dump to restore: a table of one server on its own, pushed away
 # from its initial values.
 emb_start_server "$tools/embstore-server" "$work/one.txt" || exit 1
@@ -129,6 +146,7 @@ embstore restore --sched "$sched" --in "$work/src" --table restored \
 	bad "embstore restore --sched exited $?: $(cat "$work/restore.txt")"
 # shellcheck disable=SC2046
 holders restored 2 $(live_servers)
+dump_once restored
 victim=$(awk 'BEGIN { srand(); print int(rand() * 3) }')
 vpid=$(sed -n "s/^\[launch\] started server\.$victim, pid \([0-9]*\)$/\1/p" \
 	"$out")
@@ -145,6 +163,7 @@ embstore restore --sched "$sched" --in "$work/src" --table restored2 \
 	bad "embstore restore --sched after the failover exited $?: $(cat "$work/restore2.txt")"
 # shellcheck disable=SC2046
 holders restored2 1-2 $(live_servers)
+dump_once restored2
 
 # The observer: the map at epoch 2, the dead server removed, its slots on
 # the live ones, and no error.
@@ -215,6 +234,18 @@ spid=$(sed -n "s/^\[launch\] started server\.$second, pid \([0-9]*\)$/\1/p" \
 [ -n "$spid" ] && kill -KILL "$spid" || bad "no server.$second to kill"
 wait_for 'worker\.0\] .*map epoch 3: .* lost every copy' ||
 	bad "the worker's map did not lose slots"
+# A dump now would miss the lost slots' rows: it must fail, say why, and
+# leave no MANIFEST. (Their last holder is dead but still in the map: the
+# dump cannot reach it.)
+if embstore dump --sched "$sched" --table restored --out "$work/lost.d" \
+	--quiet >"$work/lost.txt" 2>&1; then
+	bad "embstore dump --sched with slots lost exited 0"
+fi
+grep -q "^embstore dump: the job's map and live servers (scheduler $sched): " \
+	"$work/lost.txt" ||
+	bad "embstore dump --sched with slots lost: $(cat "$work/lost.txt")"
+[ ! -e "$work/lost.d/MANIFEST" ] ||
+	bad "embstore dump --sched with slots lost wrote a MANIFEST"
 touch "$work/lost"
 wait_for 'lost: ok, .*have no live copy' ||
 	bad "with slots lost, creating a table did not fail with EMB_ENODEAD"

@@ -3,6 +3,11 @@
  * one table (DUMP_* ops, src/proto/wire_dump.h) into one snapshot file per
  * server (store/snapshot.h), one thread per server, and writes the
  * MANIFEST last: a dump without one is not a dump.
+ *
+ * Through the scheduler (--sched) it reads the job's map first: servers
+ * the job removed are not asked, each row is kept from its slot's primary
+ * only (a replicated job's servers hold each row once per copy), and a
+ * map that changed before the dump ended (a death, a move) fails it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -15,8 +20,10 @@
 #include "cli.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/hash.h"
 #include "proto/wire_dump.h"
 #include "proto/wire_msg.h"
+#include "worker/embstore.h"
 
 static void usage(FILE *f)
 {
@@ -110,7 +117,42 @@ struct dump_job {
 	int rc;	    /* 0 or the failure */
 	bool began; /* DUMP_BEGIN answered (rows_total known) */
 	uint32_t pause_us; /* consistent: server held writers back, us */
+	/* Through the scheduler: each slot's primary, as an index of the
+	 * job's servers (removed ones included), and this server's; NULL
+	 * keeps every row. */
+	const uint32_t *primary;
+	uint32_t rank;
 };
+
+/*
+ * Keeps the rows of chunk ch whose slot's primary is this server: a
+ * replicated job's other holders hold copies of the same rows. Compacts
+ * them in place: ch's arrays point into the response buffer this side
+ * allocated (chunk_call.buf), which is writable.
+ */
+static void keep_primary(struct emb_wire_dump_chunk *ch,
+			 const uint32_t *primary, uint32_t rank)
+{
+	uint64_t *ids = (uint64_t *)(uintptr_t)ch->ids;
+	uint32_t *meta = (uint32_t *)(uintptr_t)ch->meta;
+	float *rows = (float *)(uintptr_t)ch->rows;
+	size_t rb = (size_t)ch->row_floats * sizeof(float);
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < ch->n; i++) {
+		if (primary[emb_id_slot(ids[i])] != rank)
+			continue;
+		if (k != i) {
+			ids[k] = ids[i];
+			meta[2 * k] = meta[2 * i];
+			meta[2 * k + 1] = meta[2 * i + 1];
+			memmove(rows + (size_t)k * ch->row_floats,
+				rows + (size_t)i * ch->row_floats, rb);
+		}
+		k++;
+	}
+	ch->n = k;
+}
 
 static void *dump_main(void *arg)
 {
@@ -206,6 +248,10 @@ static void *dump_main(void *arg)
 			goto chunk_err;
 		if (ch.n == 0)
 			break;
+		emb_cli_progress_add(j->prog, ch.n,
+				     (uint64_t)ch.n * 4 * m.row_floats);
+		if (j->primary)
+			keep_primary(&ch, j->primary, j->rank);
 		rc = emb_snap_writer_add(
 		    w, ch.ids, ch.rows,
 		    (const struct emb_row_meta *)(const void *)ch.meta, ch.n);
@@ -214,8 +260,6 @@ static void *dump_main(void *arg)
 				 j->path, emb_strerror(rc));
 			goto out;
 		}
-		emb_cli_progress_add(j->prog, ch.n,
-				     (uint64_t)ch.n * 4 * m.row_floats);
 		if (emb_cli_interrupted) {
 			rc = -EINTR;
 			snprintf(j->errmsg, sizeof(j->errmsg),
@@ -316,9 +360,74 @@ static bool stray_snapshot(const char *dir, const char *table, int n)
 	return stray;
 }
 
+/* What a dump through the scheduler reads of the job's map. */
+struct job_map {
+	uint64_t epoch;			     /* the map's */
+	uint32_t primary[EMB_NSLOTS];	     /* server index per slot */
+	uint32_t rank[EMB_CLI_MAX_SERVERS];  /* server index per part */
+	bool removed[EMB_CLI_MAX_SERVERS];   /* by server index */
+	char servers[65536];		     /* every server, host:port,... */
+};
+
+static int sched_client(const struct cli *cli, struct emb_client **c)
+{
+	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
+
+	co.transport = cli->transport;
+	co.auth_token = cli->token_len ? cli->token : NULL;
+	co.auth_token_len = cli->token_len;
+	co.name = "embstore-dump";
+	return emb_client_from_sched(&co, cli->sched, c);
+}
+
+/*
+ * The job's map from the scheduler: its epoch, each slot's primary, the
+ * servers and which were removed. 0; 1 after saying why (a slot with no
+ * live copy: the dump would miss its rows).
+ */
+static int read_map(const struct cli *cli, struct job_map *jm)
+{
+	struct emb_client_map m = EMB_SIZED(struct emb_client_map);
+	struct emb_client *c = NULL;
+	int rc = sched_client(cli, &c);
+
+	if (!rc)
+		rc = emb_client_map(c, &m);
+	if (!rc)
+		rc = emb_client_servers(c, jm->servers, sizeof(jm->servers));
+	if (rc) {
+		fprintf(stderr,
+			"embstore dump: the job's map and live servers "
+			"(scheduler %s): %s\n",
+			cli->sched, emb_strerror(rc));
+		emb_client_destroy(c);
+		return 1;
+	}
+	jm->epoch = m.epoch;
+	for (uint32_t s = 0; s < m.nservers && s < EMB_CLI_MAX_SERVERS; s++)
+		jm->removed[s] = emb_client_server_removed(c, s);
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		uint32_t h[1];
+
+		if (emb_client_slot_holders(c, sl, h, 1) < 1) {
+			fprintf(stderr,
+				"embstore dump: %u slots have no live copy "
+				"(map epoch %llu): a dump would miss their "
+				"rows\n",
+				m.lost_slots, (unsigned long long)m.epoch);
+			emb_client_destroy(c);
+			return 1;
+		}
+		jm->primary[sl] = h[0];
+	}
+	emb_client_destroy(c);
+	return 0;
+}
+
 static int run(struct cli *cli)
 {
 	struct emb_addr addrs[EMB_CLI_MAX_SERVERS];
+	struct job_map *jm = NULL;
 	struct emb_snap_entry *entries = NULL;
 	struct dump_job *jobs = NULL;
 	pthread_t *th = NULL;
@@ -331,7 +440,33 @@ static int run(struct cli *cli)
 	if (!cli->servers || !cli->table || !cli->dir)
 		return emb_cli_usage_error(
 		    cli, usage, "dump needs --servers, --table and --out");
-	n = emb_addr_list_parse(cli->servers, addrs, EMB_CLI_MAX_SERVERS);
+	if (cli->sched) {
+		jm = calloc(1, sizeof(*jm));
+		if (!jm) {
+			fprintf(stderr, "embstore dump: out of memory\n");
+			return 1;
+		}
+		if (read_map(cli, jm)) {
+			free(jm);
+			return 1;
+		}
+		/* The live servers only, in the map's order. */
+		n = emb_addr_list_parse(jm->servers, addrs,
+					EMB_CLI_MAX_SERVERS);
+		if (n > 0) {
+			int live = 0;
+
+			for (int i = 0; i < n; i++)
+				if (!jm->removed[i]) {
+					addrs[live] = addrs[i];
+					jm->rank[live++] = (uint32_t)i;
+				}
+			n = live;
+		}
+	} else {
+		n = emb_addr_list_parse(cli->servers, addrs,
+					EMB_CLI_MAX_SERVERS);
+	}
 	if (n < 0)
 		return emb_cli_usage_error(
 		    cli, usage, "bad --servers list (host:port,...)");
@@ -365,6 +500,8 @@ static int run(struct cli *cli)
 		jobs[i].part = (uint32_t)i;
 		jobs[i].nparts = (uint32_t)n;
 		jobs[i].prog = &prog;
+		jobs[i].primary = jm ? jm->primary : NULL;
+		jobs[i].rank = jm ? jm->rank[i] : 0;
 		part_name(jobs[i].entry.file, sizeof(jobs[i].entry.file),
 			  cli->table, i, n);
 		snprintf(jobs[i].path, sizeof(jobs[i].path), "%s/%s", cli->dir,
@@ -393,6 +530,24 @@ static int run(struct cli *cli)
 		rows += jobs[i].res.rows;
 		raw += jobs[i].res.raw_bytes;
 		file += jobs[i].res.file_bytes;
+	}
+	/* Every row was kept from the primary of its slot by the map read
+	 * first: a map changed since (a death, a move) may have moved some
+	 * rows' primaries to servers that dropped them already. */
+	if (!rc && jm) {
+		uint64_t was = jm->epoch;
+
+		if (read_map(cli, jm))
+			rc = 1;
+		else if (jm->epoch != was) {
+			fprintf(stderr,
+				"embstore dump: the job's map changed during "
+				"the dump (epoch %llu, now %llu: a server died "
+				"or slots moved); dump again\n",
+				(unsigned long long)was,
+				(unsigned long long)jm->epoch);
+			rc = 1;
+		}
 	}
 	if (!rc) {
 		int mrc =
@@ -432,6 +587,7 @@ out:
 	free(th);
 	free(entries);
 	free(jobs);
+	free(jm);
 	return rc;
 }
 
