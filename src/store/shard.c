@@ -318,11 +318,13 @@ uint32_t emb__shard_held(struct emb_table *t, struct emb_shard *s)
 	 * A change that lands during the count bumps gen after its words,
 	 * so the next call counts again. */
 	uint32_t gen = __atomic_load_n(&t->evict_hold_gen, __ATOMIC_ACQUIRE);
+	bool any = __atomic_load_n(&t->evict_hold_any, __ATOMIC_RELAXED);
 	uint32_t n = 0;
 
 	if (s->held_gen == gen)
 		return s->held;
-	for (uint32_t idx = 0; idx < s->next_idx; idx++) {
+	/* No slot held: nothing to walk. */
+	for (uint32_t idx = 0; any && idx < s->next_idx; idx++) {
 		const struct emb_row_hdr *r = emb__shard_row(t, s, idx);
 
 		if (!(r->count & EMB_ROW_FREE))
