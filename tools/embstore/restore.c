@@ -220,7 +220,6 @@ static int apool_finish(struct apool *ap)
 	return rc;
 }
 
-/* Closes the senders' own clients (not c, which the others may share). */
 /*
  * Through the scheduler (--sched) the client has the job's map: a
  * replicated job's every holder of a slot gets its rows, as a worker's
@@ -235,6 +234,7 @@ static int connect_client(const struct cli *cli,
 			  : emb_client_create(co, c);
 }
 
+/* Closes the senders' own clients (not c, which the others may share). */
 static void close_senders(struct emb_client **cs, struct emb_client_table **ts,
 			  const struct emb_client *c)
 {
