@@ -73,29 +73,69 @@ static int on_stats(void *arg, uint32_t server, const struct emb_wire_frame *f)
 	return rc;
 }
 
-/* server_stats() into the library's own entries tmp[0..cap). */
+/*
+ * Drops the entries of servers err names (a server that listed its tables
+ * and then failed STATS), keeping the order; the new count.
+ */
+static uint32_t drop_failed(struct gather *g, const int *err)
+{
+	uint32_t k = 0, n = g->n < g->cap ? g->n : g->cap;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (err[g->out[i].server])
+			continue;
+		g->out[k] = g->out[i];
+		g->ids[k] = g->ids[i];
+		k++;
+	}
+	return g->n - (n - k);
+}
+
+/*
+ * server_stats() into the library's own entries tmp[0..cap). With err
+ * (c->nsrv entries), over the servers that answer (emb__client_admin_each).
+ */
 static int server_stats(struct emb_client *c,
-			struct emb_client_server_table *tmp, uint32_t cap)
+			struct emb_client_server_table *tmp, uint32_t cap,
+			int *err)
 {
 	struct gather g = {.out = tmp, .cap = cap};
+	int *err2 = NULL;
 	int rc;
 
-	if (cap) {
-		g.ids = calloc(cap, sizeof(*g.ids));
-		if (!g.ids)
-			return -ENOMEM;
+	g.ids = calloc(cap ? cap : 1, sizeof(*g.ids));
+	if (err)
+		err2 = calloc(c->nsrv, sizeof(*err2));
+	if (!g.ids || (err && !err2)) {
+		free(g.ids);
+		free(err2);
+		return -ENOMEM;
 	}
-	rc = emb__client_admin(c, EMB_OP_LIST_TABLES, on_list, &g);
-	if (!rc && g.n && cap)
-		rc = emb__client_admin(c, EMB_OP_STATS, on_stats, &g);
+	if (err) {
+		rc = emb__client_admin_each(c, EMB_OP_LIST_TABLES, on_list,
+					    &g, err);
+		if (!rc && g.n && cap)
+			rc = emb__client_admin_each(c, EMB_OP_STATS, on_stats,
+						    &g, err2);
+		for (uint32_t s = 0; !rc && s < c->nsrv; s++)
+			err[s] = err[s] ? err[s] : err2[s];
+		if (!rc)
+			g.n = drop_failed(&g, err);
+	} else {
+		rc = emb__client_admin(c, EMB_OP_LIST_TABLES, on_list, &g);
+		if (!rc && g.n && cap)
+			rc = emb__client_admin(c, EMB_OP_STATS, on_stats, &g);
+	}
 	free(g.ids);
+	free(err2);
 	if (rc)
 		return rc;
 	return g.n > INT32_MAX ? INT32_MAX : (int)g.n;
 }
 
-int emb_client_server_stats(struct emb_client *c,
-			    struct emb_client_server_table *out, uint32_t cap)
+static int server_stats_out(struct emb_client *c,
+			    struct emb_client_server_table *out, uint32_t cap,
+			    int *err)
 {
 	struct emb_client_server_table *tmp = NULL;
 	uint32_t stride = 0;
@@ -114,7 +154,7 @@ int emb_client_server_stats(struct emb_client *c,
 		if (!tmp)
 			return emb__err(-ENOMEM);
 	}
-	n = server_stats(c, tmp, cap);
+	n = server_stats(c, tmp, cap, err);
 	for (uint32_t i = 0; n > 0 && i < cap && i < (uint32_t)n; i++) {
 		char *e = (char *)out + (size_t)i * stride;
 
@@ -124,4 +164,19 @@ int emb_client_server_stats(struct emb_client *c,
 	}
 	free(tmp);
 	return emb__err(n);
+}
+
+int emb_client_server_stats(struct emb_client *c,
+			    struct emb_client_server_table *out, uint32_t cap)
+{
+	return server_stats_out(c, out, cap, NULL);
+}
+
+int emb_client_server_stats_each(struct emb_client *c,
+				 struct emb_client_server_table *out,
+				 uint32_t cap, int *err, uint32_t nerr)
+{
+	if (!c || !err || nerr < c->nsrv)
+		return emb__err(EMB_EBADARG);
+	return server_stats_out(c, out, cap, err);
 }

@@ -75,6 +75,41 @@ struct emb_wire_frame emb__part_frame(const struct part *p,
 	return f;
 }
 
+int emb__client_admin_each(struct emb_client *c, uint8_t opcode,
+			   int (*fn)(void *arg, uint32_t server,
+				     const struct emb_wire_frame *f),
+			   void *arg, int *err)
+{
+	struct emb_wire_limits lim = EMB_WIRE_LIMITS_DEFAULT;
+	struct emb_async *op;
+	uint32_t answered = 0;
+	int rc, first = 0;
+
+	lim.max_tables = 65536;
+	op = emb__broadcast(c, opcode, 0, NULL, NULL, 0, &rc);
+	if (!op)
+		return rc;
+	rc = 0;
+	for (uint32_t s = 0; s < c->nsrv && !rc; s++) {
+		const struct part *p = &op->parts[s];
+		struct emb_wire_frame f = emb__part_frame(p, &lim);
+
+		err[s] = p->rep.skip ? 0 : p->req.status;
+		if (p->rep.skip)
+			continue;
+		if (err[s]) {
+			first = first ? first : err[s];
+			continue;
+		}
+		answered++;
+		rc = fn(arg, s, &f);
+	}
+	emb__op_free(op);
+	if (rc)
+		return rc;
+	return answered || !first ? 0 : first;
+}
+
 int emb__client_admin(struct emb_client *c, uint8_t opcode,
 		      int (*fn)(void *arg, uint32_t server,
 				const struct emb_wire_frame *f),

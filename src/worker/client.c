@@ -35,7 +35,8 @@
 #define LOC_ROWS_DEFAULT (1u << 20) /* one-sided: cached locations */
 
 static int client_create(const struct emb_client_opts *opts,
-			 const bool *removed, struct emb_client **out);
+			 const bool *removed, bool observer,
+			 struct emb_client **out);
 
 static int parse_servers(struct emb_client *c, const char *list)
 {
@@ -110,17 +111,25 @@ int emb_client_create(const struct emb_client_opts *opts,
 	struct emb_client_opts o;
 	int rc = emb__opts_copy(&o, sizeof(o), opts, "emb_client_opts");
 
-	return emb__client_err(NULL, rc ? rc : client_create(&o, NULL, out));
+	return emb__client_err(NULL,
+			       rc ? rc : client_create(&o, NULL, false, out));
 }
 
 int emb__client_create_live(const struct emb_client_opts *opts,
 			    const bool *removed, struct emb_client **out)
 {
-	return client_create(opts, removed, out);
+	return client_create(opts, removed, false, out);
+}
+
+int emb__client_create_observer(const struct emb_client_opts *opts,
+				const bool *removed, struct emb_client **out)
+{
+	return client_create(opts, removed, true, out);
 }
 
 static int client_create(const struct emb_client_opts *opts,
-			 const bool *removed, struct emb_client **out)
+			 const bool *removed, bool observer,
+			 struct emb_client **out)
 {
 	const char *tp;
 	struct emb_client *c;
@@ -170,6 +179,7 @@ static int client_create(const struct emb_client_opts *opts,
 		goto err_free;
 	}
 	c->onesided = opts->pull_mode == EMB_PULL_ONESIDED;
+	c->observer = observer;
 	c->loc_rows = LOC_ROWS_DEFAULT;
 	if (opts->loc_cache_rows) {
 		/* A power of two, so a bucket is a mask of the id hash. */

@@ -171,6 +171,10 @@ struct emb_client {
 	uint64_t reconnects;  /* conns made again; atomic */
 
 	bool onesided;		 /* pull_mode ONESIDED */
+	/* An observer's client (emb_client_from_sched/_coordinator): a
+	 * server of the map it cannot reach at create is tried again at
+	 * each call instead of failing the create; set before it. */
+	bool observer;
 	uint32_t loc_rows;	 /* locations cached per table */
 	uint64_t rows_read;	 /* one-sided counters; atomic */
 	uint64_t rows_fallback;
@@ -696,6 +700,16 @@ int emb__client_set_map(struct emb_client *c, const uint16_t *slot_map,
 int emb__client_create_live(const struct emb_client_opts *opts,
 			    const bool *removed, struct emb_client **out);
 
+/*
+ * The same for an observer (emb_client_from_sched/_coordinator): a server
+ * of the list it cannot reach is left to reconnect at its calls, which
+ * fail at their deadline, instead of failing the create (unless no server
+ * answered at all). A server that answers and refuses (a bad token) still
+ * fails it.
+ */
+int emb__client_create_observer(const struct emb_client_opts *opts,
+				const bool *removed, struct emb_client **out);
+
 /* The node installed above, or NULL. */
 struct emb_cmap;
 struct emb_wire_node_addr;
@@ -734,6 +748,18 @@ int emb__client_admin(struct emb_client *c, uint8_t opcode,
 		      int (*fn)(void *arg, uint32_t server,
 				const struct emb_wire_frame *f),
 		      void *arg);
+
+/*
+ * emb__client_admin() over the servers that answer: a server whose call
+ * failed gets its error in err[s] (c->nsrv entries; 0 for the others, and
+ * for removed servers, which are not asked) and fn is not called for it.
+ * 0 when at least one server answered, else the first server's error; an
+ * error of fn ends it.
+ */
+int emb__client_admin_each(struct emb_client *c, uint8_t opcode,
+			   int (*fn)(void *arg, uint32_t server,
+				     const struct emb_wire_frame *f),
+			   void *arg, int *err);
 
 /* The table's enum emb_mode as this client last set it (ASYNC until then). */
 uint32_t emb__client_table_mode(const struct emb_client_table *t);

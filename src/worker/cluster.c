@@ -466,9 +466,8 @@ static int from_sched(const struct emb_client_opts *opts, const char *sched,
 			       cap, sm);
 	if (!rc) {
 		co.servers = list;
-		rc = emb__client_create_live(&co, sm->have_cmap ? sm->removed
-								 : NULL,
-					     &c);
+		rc = emb__client_create_observer(
+		    &co, sm->have_cmap ? sm->removed : NULL, &c);
 	}
 	if (!rc && emb_client_nservers(c) != sm->nservers)
 		rc = EMB_EBADFRAME;
@@ -514,7 +513,7 @@ static int from_coord(const struct emb_client_opts *opts,
 					   m);
 	if (!rc) {
 		co.servers = list;
-		rc = emb__client_create_live(&co, removed, &c);
+		rc = emb__client_create_observer(&co, removed, &c);
 	}
 	if (!rc && emb_client_nservers(c) != m->nservers)
 		rc = EMB_EBADFRAME;

@@ -551,6 +551,11 @@ static void reconnect(struct emb_client *c, struct server *s)
 	if (rc) {
 		s->last_err = rc;
 		schedule_retry(s);
+		/* An observer does not wait for a server it cannot reach: in
+		 * a formed job that one is dead, and what it asks of the
+		 * others is worth showing now (embstore stat). */
+		if (c->observer)
+			emb__conn_fail_waiting(s, rc);
 		return;
 	}
 	s->conn = conn;
@@ -879,7 +884,9 @@ static int connect_first(struct emb_client *c, struct server *srv,
 			}
 		}
 		tries++;
-		if (!first_retry(rc, *said_hello) ||
+		/* An observer comes to a formed job: a server refusing is
+		 * not one still starting (and it need not fail the create). */
+		if (c->observer || !first_retry(rc, *said_hello) ||
 		    (int64_t)emb_clock_ms() + pause >= until)
 			break;
 		if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
@@ -900,8 +907,8 @@ int emb__conn_connect_all(struct emb_client *c, const char *transport,
 {
 	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
 	bool said_hello;
-	uint32_t i;
-	int rc;
+	uint32_t i, up = 0, down = 0;
+	int rc, first_err = 0;
 
 	topts.call_timeout_ms = c->timeout_ms;
 	topts.connect_timeout_ms =
@@ -936,7 +943,18 @@ int emb__conn_connect_all(struct emb_client *c, const char *transport,
 		if (rc && !said_hello) {
 			connect_failed(&c->srv[i], co.via ? co.via : transport,
 				       rc);
-			goto err;
+			if (!c->observer)
+				goto err;
+			/* A job in trouble is when it is observed: a server
+			 * the map still names may be dead (its slots lost
+			 * every copy). The others are served; its calls
+			 * reconnect and fail at their deadline. */
+			c->srv[i].state = SRV_DOWN;
+			c->srv[i].last_err = rc;
+			schedule_retry(&c->srv[i]);
+			first_err = first_err ? first_err : rc;
+			down++;
+			continue;
 		}
 		if (rc) {
 			/* The server's own message, if it sent one, says
@@ -954,7 +972,17 @@ int emb__conn_connect_all(struct emb_client *c, const char *transport,
 		note_via(&c->srv[i]);
 		if (c->onesided && c->srv[i].on_rdma)
 			rconnect(c, &c->srv[i], true);
+		up++;
 	}
+	if (down && !up) {
+		rc = first_err; /* nothing to observe: its message stays */
+		goto err;
+	}
+	if (down)
+		emb_log(EMB_LOG_WARN,
+			"observing with %u of %u servers unreachable: their "
+			"calls fail",
+			down, up + down);
 	return 0;
 err:
 	while (i-- > 0) {

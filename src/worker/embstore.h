@@ -577,8 +577,12 @@ int emb_coordinator_moves(const char *coordinator, const char *job,
  * included, connected to the live servers only, so it works after a
  * failover (`embstore stat --sched`). opts as for emb_client_create(), but
  * opts->servers is ignored. The map is the one of the moment; later
- * deaths are not followed. Errors as emb_cluster_servers_auth() and
- * emb_client_create().
+ * deaths are not followed. Since 0.3, a server of the map it cannot reach
+ * (dead, but kept in the map because its slots lost every copy) does not
+ * fail the create: that server's calls fail at once with the connect's
+ * error, each after one more try; the create fails when no server can be
+ * reached, or when one answers and refuses (a bad token). Errors as
+ * emb_cluster_servers_auth() and emb_client_create().
  */
 int emb_client_from_sched(const struct emb_client_opts *opts, const char *sched,
 			  struct emb_client **out);
@@ -812,6 +816,21 @@ struct emb_client_server_table {
  */
 int emb_client_server_stats(struct emb_client *c,
 			    struct emb_client_server_table *out, uint32_t cap);
+
+/*
+ * Since 0.3: emb_client_server_stats() over the servers that answer, for
+ * watching a job in trouble (`embstore stat`): a server that cannot be
+ * reached or read gets its error in err[s] and none of its entries in out;
+ * err[s] is 0 for the others and for servers the map removed (not asked).
+ * err has nerr >= emb_client_nservers(c) entries. Returns as
+ * emb_client_server_stats(), failing only when no server answered (with
+ * the first one's error). With a client from emb_client_from_sched() or
+ * emb_client_from_coordinator(), a server of the map that cannot be
+ * reached fails its part at once; with any other, at the call's deadline.
+ */
+int emb_client_server_stats_each(struct emb_client *c,
+				 struct emb_client_server_table *out,
+				 uint32_t cap, int *err, uint32_t nerr);
 
 #ifdef __cplusplus
 }

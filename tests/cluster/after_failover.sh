@@ -19,7 +19,10 @@
 # per copy).
 #
 # Then a second server is killed: slots lose every copy, and creating a
-# table must fail with EMB_ENODEAD and a message.
+# table must fail with EMB_ENODEAD and a message; `embstore dump --sched`
+# must fail; `embstore stat --sched` must show the live server's tables,
+# mark the dead one (still in the map) not read, and exit 1 (it failed
+# with no output at all).
 #
 #   after_failover.sh TOOLS_DIR WORKER
 set -u
@@ -235,24 +238,56 @@ spid=$(sed -n "s/^\[launch\] started server\.$second, pid \([0-9]*\)$/\1/p" \
 wait_for 'worker\.0\] .*map epoch 3: .* lost every copy' ||
 	bad "the worker's map did not lose slots"
 # A dump now would miss the lost slots' rows: it must fail, say why, and
-# leave no MANIFEST. (Their last holder is dead but still in the map: the
-# dump cannot reach it.)
+# leave no MANIFEST. (Their last holder is dead but still in the map the
+# scheduler serves: the dump names it as the server it cannot reach.)
 if embstore dump --sched "$sched" --table restored --out "$work/lost.d" \
 	--quiet >"$work/lost.txt" 2>&1; then
 	bad "embstore dump --sched with slots lost exited 0"
 fi
-grep -q "^embstore dump: the job's map and live servers (scheduler $sched): " \
-	"$work/lost.txt" ||
+grep -q "^embstore dump: server [0-9.:]*: cannot connect: " "$work/lost.txt" ||
 	bad "embstore dump --sched with slots lost: $(cat "$work/lost.txt")"
 [ ! -e "$work/lost.d/MANIFEST" ] ||
 	bad "embstore dump --sched with slots lost wrote a MANIFEST"
+# What an operator runs then: stat must show the live server's tables,
+# mark the dead one (still in the map, unreachable) and exit 1.
+rc=0
+embstore stat --sched "$sched" --interval 0.2 >"$work/stat3.txt" \
+	2>"$work/stat3.err" || rc=$?
+[ "$rc" -eq 1 ] || bad "embstore stat with a server unreachable exited $rc"
+[ "$(grep -c ' down  ' "$work/stat3.txt")" -eq 1 ] ||
+	bad "embstore stat: not one server down in the map"
+grep -q '^[1-9][0-9]* slots have no holder answering: ' "$work/stat3.txt" ||
+	bad "embstore stat: the slots with no holder answering not counted"
+[ "$(grep -c '(not read: ' "$work/stat3.txt")" -eq 1 ] ||
+	bad "embstore stat: not one server marked not read"
+[ "$(grep -c '(removed)' "$work/stat3.txt")" -eq 1 ] ||
+	bad "embstore stat: not one removed server"
+[ "$(grep -c '^[0-9.:]* *restored ' "$work/stat3.txt")" -eq 1 ] ||
+	bad "embstore stat: the live server's table 'restored' not shown"
+grep -q '^embstore stat: server [0-9.:]*: cannot read stats: ' \
+	"$work/stat3.err" || bad "embstore stat: $(cat "$work/stat3.err")"
+rc=0
+embstore stat --sched "$sched" --interval 0.2 --json >"$work/stat3.json" \
+	2>/dev/null || rc=$?
+[ "$rc" -eq 1 ] || bad "embstore stat --json with a server unreachable exited $rc"
+python3 - "$work/stat3.json" <<'PY' || bad "embstore stat --json: $(cat "$work/stat3.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d["not_read"]) == 1 and d["not_read"][0]["error"], d.get("not_read")
+dead = d["not_read"][0]["server"]
+live = [s["server"] for s in d["map"]["servers"] if s["state"] == "live"]
+down = [s["server"] for s in d["map"]["servers"] if s["state"] == "down"]
+assert down == [dead] and dead not in live, (dead, down, live)
+assert 0 < d["map"]["unanswered_slots"] <= 4096, d["map"]
+assert {t["server"] for t in d["tables"]} == set(live), d["tables"]
+PY
 touch "$work/lost"
 wait_for 'lost: ok, .*have no live copy' ||
 	bad "with slots lost, creating a table did not fail with EMB_ENODEAD"
 wait "$lpid"
 lpid=
 if [ "$fail" -ne 0 ] || [ -n "${VERBOSE:-}" ]; then
-	for f in "$out" "$work/stat.txt" "$work/stat.json"; do
+	for f in "$out" "$work/stat.txt" "$work/stat.json" "$work/stat3.txt"; do
 		echo "== $f" >&2
 		cat "$f" >&2
 	done

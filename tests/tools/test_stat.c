@@ -97,6 +97,48 @@ static void test_server_stats(void)
 	stop();
 }
 
+/*
+ * A server gone: emb_client_server_stats() fails whole, and
+ * emb_client_server_stats_each() lists the other's tables and says why
+ * the gone one gave none.
+ */
+static void test_server_stats_each(void)
+{
+	struct emb_client_server_table t[4] = {
+	    EMB_SIZED(struct emb_client_server_table)};
+	struct emb_client_opts co = EMB_CLIENT_OPTS_DEFAULT;
+	struct emb_client *c;
+	int err[2] = {-1, -1};
+
+	start();
+	co.servers = addrs;
+	co.timeout_ms = 500; /* the gone server's part ends at its deadline */
+	CU_ASSERT_EQUAL_FATAL(emb_client_create(&co, &c), 0);
+	CU_ASSERT_EQUAL(emb_client_server_stats_each(c, t, 4, err, 2), 2);
+	CU_ASSERT(err[0] == 0 && err[1] == 0);
+	emb_server_destroy(srv[1]);
+	srv[1] = NULL;
+	CU_ASSERT(emb_client_server_stats(c, t, 4) < 0);
+	CU_ASSERT_EQUAL(emb_client_server_stats_each(c, t, 4, err, 2), 1);
+	CU_ASSERT_EQUAL(t[0].server, 0);
+	CU_ASSERT_STRING_EQUAL(t[0].name, "clicks");
+	CU_ASSERT(t[0].rows > 0);
+	CU_ASSERT_EQUAL(err[0], 0);
+	CU_ASSERT(err[1] < 0);
+	/* err must have a place for every server. */
+	CU_ASSERT_EQUAL(emb_client_server_stats_each(c, t, 4, err, 1),
+			EMB_EBADARG);
+	CU_ASSERT_EQUAL(emb_client_server_stats_each(c, t, 4, NULL, 2),
+			EMB_EBADARG);
+	/* None answering: the first one's error. */
+	emb_server_destroy(srv[0]);
+	srv[0] = NULL;
+	CU_ASSERT(emb_client_server_stats_each(c, t, 4, err, 2) < 0);
+	CU_ASSERT(err[0] < 0 && err[1] < 0);
+	emb_client_destroy(c);
+	stop();
+}
+
 /* Runs the CLI with args, output in out (cap bytes); the exit status. */
 static int run_cli(const char *args, char *out, size_t cap)
 {
@@ -230,6 +272,8 @@ int main(int argc, char **argv)
 	static const struct emb_test_case cases[] = {
 	    {"per-server stats list each server's tables and counters",
 	     test_server_stats},
+	    {"per-server stats over the servers that answer",
+	     test_server_stats_each},
 	    {"embstore stat prints a line per server and table", test_cli},
 	    {"embstore stat --watch goes on through a server restart",
 	     test_watch_restart},

@@ -42,6 +42,8 @@ struct sample {
 	struct emb_client_server_table *t; /* n entries, malloc'd */
 	uint32_t n;			   /* entries */
 	double at_s;			   /* CLOCK_MONOTONIC, seconds */
+	int err[MAX_SERVERS]; /* why server s gave nothing (0: it answered) */
+	uint32_t nerr;	      /* servers with err set */
 };
 
 static volatile sig_atomic_t stop_flag;
@@ -64,7 +66,10 @@ static void nap(double s)
 	}
 }
 
-/* Reads every table of every server into *out (which it frees first). */
+/* Reads every table of every server into *out (which it frees first). A
+ * job's trouble is when an operator runs this, so a server that cannot be
+ * read does not hide the others: its error goes to out->err. Fails only
+ * when no server answered. */
 static int take(struct emb_client *c, struct sample *out)
 {
 	uint32_t cap = out->n + 16;
@@ -76,7 +81,8 @@ static int take(struct emb_client *c, struct sample *out)
 		if (!t)
 			return -ENOMEM;
 		t[0].struct_size = sizeof(*t); /* the entries' stride */
-		n = emb_client_server_stats(c, t, cap);
+		n = emb_client_server_stats_each(c, t, cap, out->err,
+						 MAX_SERVERS);
 		if (n < 0) {
 			free(t);
 			return n;
@@ -85,6 +91,9 @@ static int take(struct emb_client *c, struct sample *out)
 			free(out->t);
 			out->t = t;
 			out->n = (uint32_t)n;
+			out->nerr = 0;
+			for (uint32_t s = 0; s < MAX_SERVERS; s++)
+				out->nerr += out->err[s] != 0;
 			out->at_s = emb_clock_s();
 			return 0;
 		}
@@ -289,6 +298,19 @@ static bool map_shown(struct emb_client *c)
 enum role { PRIMARY, BACKUP, FILLING };
 
 /*
+ * Server s's state: removed by the map, live, or "down": the map still
+ * names it but it did not answer this sample (a server dead with slots
+ * that lost every copy stays in the scheduler's map).
+ */
+static const char *state(struct emb_client *c, uint32_t s,
+			 const struct sample *b)
+{
+	if (emb_client_server_removed(c, s))
+		return "removed";
+	return b->err[s] ? "down" : "live";
+}
+
+/*
  * The slots server s holds as primary, as a backup, or is being filled
  * with, as compact ranges "0-1364,2731-4095" ("-" for none) in buf, and
  * how many.
@@ -333,16 +355,39 @@ static uint32_t slot_ranges(struct emb_client *c, uint32_t s, enum role role,
 	return n;
 }
 
+/* Slots whose every holder is removed or down in sample b: lost in all
+ * but the map's name (the scheduler keeps the last map it could serve). */
+static uint32_t unanswered_slots(struct emb_client *c, const struct sample *b)
+{
+	uint32_t n = 0;
+
+	if (!b->nerr)
+		return 0;
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		uint32_t h[HOLDERS_MAX];
+		int k = emb_client_slot_holders(c, sl, h, HOLDERS_MAX);
+		bool any = false;
+
+		for (int i = 0; i < k && i < (int)HOLDERS_MAX; i++)
+			any |= !emb_client_server_removed(c, h[i]) &&
+			       h[i] < MAX_SERVERS && !b->err[h[i]];
+		n += k > 0 && !any;
+	}
+	return n;
+}
+
 /* The map as JSON members: "map":{...}, before the tables. */
-static void map_json(struct emb_client *c, char *const *names, uint32_t nsrv)
+static void map_json(struct emb_client *c, char *const *names, uint32_t nsrv,
+		     const struct sample *b)
 {
 	static char pr[4096], bk[4096], fl[4096];
 	struct emb_client_map m = EMB_SIZED(struct emb_client_map);
 
 	emb_client_map(c, &m);
 	printf("\"map\":{\"epoch\":%llu,\"replicas\":%u,\"lost_slots\":%u,"
-	       "\"servers\":[",
-	       (unsigned long long)m.epoch, m.replicas, m.lost_slots);
+	       "\"unanswered_slots\":%u,\"servers\":[",
+	       (unsigned long long)m.epoch, m.replicas, m.lost_slots,
+	       unanswered_slots(c, b));
 	for (uint32_t s = 0; s < nsrv; s++) {
 		uint32_t np = slot_ranges(c, s, PRIMARY, pr, sizeof(pr));
 		uint32_t nb = slot_ranges(c, s, BACKUP, bk, sizeof(bk));
@@ -352,8 +397,7 @@ static void map_json(struct emb_client *c, char *const *names, uint32_t nsrv)
 		json_str(names[s]);
 		printf(",\"state\":\"%s\",\"primary_slots\":%u,"
 		       "\"backup_slots\":%u,\"primary\":",
-		       emb_client_server_removed(c, s) ? "removed" : "live", np,
-		       nb);
+		       state(c, s, b), np, nb);
 		json_str(np ? pr : "");
 		printf(",\"backup\":");
 		json_str(nb ? bk : "");
@@ -365,7 +409,8 @@ static void map_json(struct emb_client *c, char *const *names, uint32_t nsrv)
 }
 
 /* The map as text: epoch, replicas, and each server's state and slots. */
-static void map_text(struct emb_client *c, char *const *names, uint32_t nsrv)
+static void map_text(struct emb_client *c, char *const *names, uint32_t nsrv,
+		     const struct sample *b)
 {
 	static char pr[4096], bk[4096], fl[4096];
 	struct emb_client_map m = EMB_SIZED(struct emb_client_map);
@@ -378,6 +423,10 @@ static void map_text(struct emb_client *c, char *const *names, uint32_t nsrv)
 	       (unsigned long long)m.epoch, m.replicas,
 	       m.replicas == 1 ? "" : "s", m.lost_slots,
 	       m.lost_slots == 1 ? "" : "s");
+	if (unanswered_slots(c, b))
+		printf("%u slots have no holder answering: their rows cannot "
+		       "be read or written\n",
+		       unanswered_slots(c, b));
 	/* A recovery under way adds the slots each server is filled with. */
 	if (filling)
 		printf("%-21s %-8s %-24s %-24s %s\n", "SERVER", "STATE",
@@ -391,14 +440,10 @@ static void map_text(struct emb_client *c, char *const *names, uint32_t nsrv)
 		slot_ranges(c, s, FILLING, fl, sizeof(fl));
 		if (filling)
 			printf("%-21s %-8s %-24s %-24s %s\n", names[s],
-			       emb_client_server_removed(c, s) ? "removed"
-								: "live",
-			       pr, bk, fl);
+			       state(c, s, b), pr, bk, fl);
 		else
 			printf("%-21s %-8s %-24s %s\n", names[s],
-			       emb_client_server_removed(c, s) ? "removed"
-								: "live",
-			       pr, bk);
+			       state(c, s, b), pr, bk);
 	}
 	putchar('\n');
 }
@@ -417,8 +462,25 @@ static void show_json(struct emb_client *c, char *const *names, uint32_t nsrv,
 	printf("{\"time\":%lld,\"interval_s\":%.3f,\"servers\":%u,",
 	       (long long)time(NULL), dt, nsrv);
 	if (map_shown(c))
-		map_json(c, names, nsrv);
+		map_json(c, names, nsrv, b);
 	moves_json();
+	/* Servers that could not be read: their tables are missing below. */
+	if (b->nerr) {
+		bool any = false;
+
+		printf("\"not_read\":[");
+		for (uint32_t s = 0; s < nsrv; s++) {
+			if (!b->err[s])
+				continue;
+			printf("%s{\"server\":", any ? "," : "");
+			json_str(names[s]);
+			printf(",\"error\":");
+			json_str(emb_strerror(b->err[s]));
+			putchar('}');
+			any = true;
+		}
+		printf("],");
+	}
 	printf("\"tables\":[");
 	for (uint32_t i = 0; i < b->n; i++) {
 		const struct emb_client_server_table *e = &b->t[i];
@@ -530,7 +592,7 @@ static void show(struct emb_client *c, char *const *names, uint32_t nsrv,
 	    "embstore stat  %s  %u server%s, %u table%s  rates over %.1f s\n",
 	    when, nsrv, nsrv == 1 ? "" : "s", b->n, b->n == 1 ? "" : "s", dt);
 	if (map_shown(c))
-		map_text(c, names, nsrv);
+		map_text(c, names, nsrv, b);
 	moves_text();
 	printf("%-21s %-16s %5s %-4s %9s %10s %9s %9s %11s %11s\n", "SERVER",
 	       "TABLE", "DIM", "FMT", "ROWS", "MEMORY", "PULLS/S", "PUSHES/S",
@@ -567,6 +629,9 @@ static void show(struct emb_client *c, char *const *names, uint32_t nsrv,
 		}
 		if (emb_client_server_removed(c, s))
 			printf("%-21s %-16s\n", names[s], "(removed)");
+		else if (b->err[s])
+			printf("%-21s (not read: %s)\n", names[s],
+			       emb_strerror(b->err[s]));
 		else if (ntab == 0)
 			printf("%-21s %-16s\n", names[s], "(no tables)");
 		else if (ntab > 1)
@@ -869,7 +934,18 @@ int emb_cmd_stat(int argc, char **argv)
 			emb_strerror(rc));
 		goto out;
 	}
+	/* One sample shown with servers missing: said, and exit 1, so a
+	 * script sees the job is not whole. (After Ctrl-C, 0 as ever.) */
 	status = 0;
+	if (watch <= 0 && b.nerr) {
+		for (uint32_t s = 0; s < nsrv; s++)
+			if (b.err[s])
+				fprintf(stderr,
+					"embstore stat: server %s: cannot read "
+					"stats: %s\n",
+					names[s], emb_strerror(b.err[s]));
+		status = 1;
+	}
 out:
 	free(a.t);
 	free(b.t);
