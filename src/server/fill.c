@@ -37,6 +37,7 @@
 #define FILL_CALL_MS	  10000u /* one request */
 #define FILL_DEPTH	  4u	 /* batches in flight */
 #define FILL_CONNS	  2u	 /* connections they are spread over */
+#define FILL_TAKES	  3u	 /* walks of a copy ahead's own writes */
 
 struct emb__fill {
 	pthread_mutex_t mu;
@@ -328,6 +329,123 @@ static int batch_send(struct pipe *p, struct batch *b, uint32_t rf,
 	return rc;
 }
 
+/*
+ * Streams what it yields (rows of table st, rf floats each) to p's table,
+ * in batches through the pipeline, and waits for all of them; counts them
+ * in *rows_out. A row with a NaN or Inf is left out and counted in *aside
+ * (its first ids in aside_ids[8]).
+ */
+static int stream(struct pipe *p, struct emb_server_table *st,
+		  struct emb_table_iter *it, uint32_t rf, uint64_t *rows_out,
+		  uint64_t *aside, uint64_t *aside_ids)
+{
+	struct emb__fill *f = p->f;
+	struct batch *b = NULL;
+	uint32_t now;
+	int rc, got;
+
+	rc = pipe_wait(p, false, &b);
+	/* A free batch may be one a walk before sent last: done with. */
+	if (!rc)
+		b->k = 0;
+	/* Rows are read straight into the batch being filled. */
+	while (!rc && (got = emb_table_iter_next_births(
+			   it, b->ids + b->k, b->rows + (size_t)b->k * rf,
+			   p->rm, b->births + b->k, FILL_BATCH - b->k)) > 0) {
+		uint32_t keep = b->k;
+
+		/* Idle times, not last accesses: the target's clock is
+		 * another (EMB_F_META). */
+		now = emb_table_now(st->t);
+		for (uint32_t j = b->k; j < b->k + (uint32_t)got; j++) {
+			float *row = b->rows + (size_t)j * rf;
+			const struct emb_row_meta *rm = &p->rm[j - b->k];
+
+			/* A row with a NaN or Inf (an older version could
+			 * make one) is not sent: the target refuses it, and
+			 * with it the whole chunk, at every try. Left out,
+			 * it is made afresh there when next used. */
+			if (!emb_table_row_finite(st->t, row)) {
+				if (*aside < 8)
+					aside_ids[*aside] = b->ids[j];
+				(*aside)++;
+				continue;
+			}
+			if (keep != j) {
+				b->ids[keep] = b->ids[j];
+				b->births[keep] = b->births[j];
+				memmove(b->rows + (size_t)keep * rf, row,
+					rf * sizeof(float));
+			}
+			b->meta[2 * keep] = now - rm->last_step;
+			b->meta[2 * keep + 1] = rm->count;
+			keep++;
+		}
+		b->k = keep;
+		if (b->k == FILL_BATCH) {
+			rc = batch_send(p, b, rf, rows_out);
+			if (!rc)
+				rc = pipe_wait(p, false, &b);
+			if (!rc)
+				b->k = 0;
+		}
+		if (!rc && stopped(f))
+			rc = -ECANCELED;
+		if (!rc && (int64_t)emb_clock_ms() > p->deadline)
+			rc = -ETIMEDOUT;
+	}
+	if (!rc && got < 0)
+		rc = got;
+	if (!rc && b->k)
+		rc = batch_send(p, b, rf, rows_out);
+	if (!rc)
+		rc = pipe_wait(p, true, NULL);
+	return rc;
+}
+
+/*
+ * A copy ahead's last walks: the rows written while it copied, taking
+ * their marks, so that a row written meanwhile is marked again. Each walk
+ * is shorter than the last, as is what it leaves: the fenced stream, with
+ * training's writes to the chunk held, sends only what the last walk left
+ * (docs/replication.md, "Moving slots"). Another walk is taken while the
+ * rows marked are at least a batch (fewer go under the fence at once
+ * anyway) and at most half of what the last walk sent: a chunk whose rows
+ * are all written again and again (a small, hot table) would be sent
+ * over and over for nothing, and its fence carries them either way. At
+ * most FILL_TAKES walks. A tiered table gets none (its cold rows' marks
+ * are its own): its fenced stream sends all it marked.
+ */
+static int take_walks(struct pipe *p, struct emb_server_table *st,
+		      uint32_t rf, uint64_t last, uint64_t *rows_out,
+		      uint64_t *aside, uint64_t *aside_ids)
+{
+	int rc = 0;
+
+	for (uint32_t i = 0; !rc && i < FILL_TAKES; i++) {
+		struct emb_table_iter *it = NULL;
+		uint64_t sent = 0,
+			 marked = emb_table_track_count(st->t, p->f->first,
+							p->f->n);
+
+		if (marked < FILL_BATCH || marked > last / 2)
+			break;
+		rc = emb_table_iter_create(st->t, &it);
+		if (!rc)
+			rc = emb_table_iter_slots(it, p->f->first, p->f->n);
+		if (!rc)
+			rc = emb_table_iter_tracked_take(it);
+		if (!rc)
+			rc = stream(p, st, it, rf, &sent, aside, aside_ids);
+		emb_table_iter_destroy(it);
+		*rows_out += sent;
+		if (rc == -EOPNOTSUPP)
+			return 0;
+		last = sent;
+	}
+	return rc;
+}
+
 /* Every row of the chunk in table id of this server to tid there. */
 static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 		      bool *delta)
@@ -339,10 +457,9 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 	struct emb_wire_iovs v;
 	uint8_t buf[EMB_WIRE_CREATE_REQ_MAX];
 	_Alignas(8) uint8_t resp[64 + EMB_WIRE_ERRMSG_MAX];
-	struct batch *b = NULL;
-	uint32_t rf, now;
-	uint64_t aside = 0, aside_ids[8];
-	int rc, len, got;
+	uint32_t rf;
+	uint64_t aside = 0, aside_ids[8], copied = 0;
+	int rc, len;
 
 	rc = emb_server_table_acquire(f->s, id, &st);
 	if (rc)
@@ -407,58 +524,11 @@ static int fill_table(struct pipe *p, uint32_t id, uint64_t *rows_out,
 		*delta = true;
 	}
 	if (!rc)
-		rc = pipe_wait(p, false, &b);
-	/* Rows are read straight into the batch being filled. */
-	while (!rc && (got = emb_table_iter_next_births(
-			   it, b->ids + b->k, b->rows + (size_t)b->k * rf,
-			   p->rm, b->births + b->k, FILL_BATCH - b->k)) > 0) {
-		uint32_t keep = b->k;
-
-		/* Idle times, not last accesses: the target's clock is
-		 * another (EMB_F_META). */
-		now = emb_table_now(st.t);
-		for (uint32_t j = b->k; j < b->k + (uint32_t)got; j++) {
-			float *row = b->rows + (size_t)j * rf;
-			const struct emb_row_meta *rm = &p->rm[j - b->k];
-
-			/* A row with a NaN or Inf (an older version could
-			 * make one) is not sent: the target refuses it, and
-			 * with it the whole chunk, at every try. Left out,
-			 * it is made afresh there when next used. */
-			if (!emb_table_row_finite(st.t, row)) {
-				if (aside < 8)
-					aside_ids[aside] = b->ids[j];
-				aside++;
-				continue;
-			}
-			if (keep != j) {
-				b->ids[keep] = b->ids[j];
-				b->births[keep] = b->births[j];
-				memmove(b->rows + (size_t)keep * rf, row,
-					rf * sizeof(float));
-			}
-			b->meta[2 * keep] = now - rm->last_step;
-			b->meta[2 * keep + 1] = rm->count;
-			keep++;
-		}
-		b->k = keep;
-		if (b->k == FILL_BATCH) {
-			rc = batch_send(p, b, rf, rows_out);
-			if (!rc)
-				rc = pipe_wait(p, false, &b);
-			if (!rc)
-				b->k = 0;
-		}
-		if (!rc && stopped(f))
-			rc = -ECANCELED;
-		if (!rc && (int64_t)emb_clock_ms() > p->deadline)
-			rc = -ETIMEDOUT;
-	}
-	if (!rc && b->k) {
-		rc = batch_send(p, b, rf, rows_out);
-	}
-	if (!rc)
-		rc = pipe_wait(p, true, NULL);
+		rc = stream(p, &st, it, rf, &copied, &aside, aside_ids);
+	*rows_out += copied;
+	if (!rc && f->mode == EMB_SERVER_FILL_WARM)
+		rc = take_walks(p, &st, rf, copied, rows_out, &aside,
+				aside_ids);
 	if (aside) {
 		char list[8 * 21 + 1];
 		size_t at = 0;

@@ -601,6 +601,25 @@ uint64_t emb_table_track_removed(struct emb_table *t);
 /* From now on, emb_table_iter_next() yields only rows marked since the
  * table's emb_table_track_begin() (none once it ended). 0 or EMB_EBADARG. */
 int emb_table_iter_tracked(struct emb_table_iter *it);
+/*
+ * The same, and the marks it yields are taken: on entering each shard the
+ * walk takes the shard's marks and leaves it with none, so a row written
+ * after that is marked again (and yielded by the next such walk, or by
+ * the fenced one). A copy ahead walks so once or twice more before its
+ * fence, so that the fence has only what changed during the last walk to
+ * send. 0, EMB_EBADARG, or -EOPNOTSUPP for a tiered table (its cold rows
+ * keep marks of their own).
+ */
+int emb_table_iter_tracked_take(struct emb_table_iter *it);
+/*
+ * How many records of the slots [first, first + n) are marked now (rows a
+ * tracked walk would yield, free records not told apart): what a copy
+ * ahead weighs before another taking walk. Reads the marks and the
+ * records' slots (emb_table_iter_slots() built them), not the rows. 0 when
+ * the table is not tracked.
+ */
+uint64_t emb_table_track_count(struct emb_table *t, uint32_t first,
+			       uint32_t n);
 
 /* ---- point-in-time views (view.c) ---- */
 

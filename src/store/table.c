@@ -2552,6 +2552,9 @@ struct emb_table_iter {
 	uint32_t idx;	     /* next record index in it */
 	bool by_slot;	     /* only rows of the slots in set */
 	bool tracked;	     /* only rows a move's tracking marked */
+	bool take;	     /* tracked, the marks taken shard by shard */
+	uint64_t *taken;     /* take: this shard's marks, taken_words */
+	uint32_t taken_words;
 	bool entered;	     /* a tiered table: shard's walk entered */
 	struct emb_tier_walk *tw; /* and it, until the shard is left */
 	uint64_t set[EMB_NSLOTS / 64]; /* by_slot: the slots yielded */
@@ -2573,6 +2576,8 @@ int emb_table_iter_create(struct emb_table *t, struct emb_table_iter **out)
 
 void emb_table_iter_destroy(struct emb_table_iter *it)
 {
+	if (it)
+		free(it->taken);
 	if (it && it->tw) {
 		/* Left in the middle of a shard: its demotions go on. */
 		struct emb_shard *s = &it->t->shards[it->shard];
@@ -2589,6 +2594,69 @@ int emb_table_iter_tracked(struct emb_table_iter *it)
 	if (!it)
 		return EMB_EBADARG;
 	it->tracked = true;
+	return 0;
+}
+
+int emb_table_iter_tracked_take(struct emb_table_iter *it)
+{
+	if (!it)
+		return EMB_EBADARG;
+	if (it->t->tier)
+		return -EOPNOTSUPP;
+	it->tracked = true;
+	it->take = true;
+	return 0;
+}
+
+uint64_t emb_table_track_count(struct emb_table *t, uint32_t first,
+			       uint32_t n)
+{
+	uint64_t marked = 0;
+
+	for (uint32_t i = 0; t && i < t->nshards; i++) {
+		struct emb_shard *s = &t->shards[i];
+		uint32_t words;
+
+		pthread_mutex_lock(&s->lock);
+		words = s->track ? (s->next_idx + 63) / 64 : 0;
+		for (uint32_t w = 0; w < words; w++) {
+			uint64_t b = s->track[w];
+
+			while (b) {
+				uint32_t idx = w * 64 + (uint32_t)__builtin_ctzll(b);
+
+				b &= b - 1;
+				/* Unsigned: a slot below first wraps past n. */
+				marked += idx < s->next_idx &&
+					  (!s->vslot ||
+					   (uint32_t)s->vslot[idx] - first < n);
+			}
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	return marked;
+}
+
+/*
+ * Shard lock held: a taking walk entering shard s takes its marks and
+ * gives it a clear set (none when the tracking ended: nothing is taken).
+ * 0 or -ENOMEM.
+ */
+static int take_marks(struct emb_table_iter *it, struct emb_shard *s)
+{
+	uint64_t *fresh;
+
+	free(it->taken);
+	it->taken = NULL;
+	it->taken_words = 0;
+	if (!s->track)
+		return 0;
+	fresh = calloc(s->dirty_words ? s->dirty_words : 1, sizeof(*fresh));
+	if (!fresh)
+		return -ENOMEM;
+	it->taken = s->track;
+	it->taken_words = s->dirty_words;
+	s->track = fresh;
 	return 0;
 }
 
@@ -2697,6 +2765,16 @@ int emb_table_iter_slots(struct emb_table_iter *it, uint32_t first,
 /* Records a walk over some slots looks ahead (iter_next()). */
 #define ITER_AHEAD 96u
 
+/* Shard lock held: whether the tracked walk it yields record idx of s. */
+static inline bool mark_at(const struct emb_table_iter *it,
+			   const struct emb_shard *s, uint32_t idx)
+{
+	const uint64_t *mk = it->take ? it->taken : s->track;
+	uint32_t nw = it->take ? it->taken_words : s->dirty_words;
+
+	return mk && (idx >> 6) < nw && ((mk[idx >> 6] >> (idx & 63)) & 1);
+}
+
 static inline void prefetch_record(const struct emb_table *t,
 				   struct emb_shard *s, uint32_t idx)
 {
@@ -2725,6 +2803,17 @@ int emb_table_iter_next_births(struct emb_table_iter *it, uint64_t *ids,
 		struct emb_shard *s = &t->shards[it->shard];
 
 		pthread_mutex_lock(&s->lock);
+		if (it->take && it->idx == 0 && !it->taken) {
+			int rc = take_marks(it, s);
+
+			if (rc) {
+				pthread_mutex_unlock(&s->lock);
+				return rc;
+			}
+			/* Nothing marked: the next shard. */
+			if (!it->taken)
+				it->idx = UINT32_MAX;
+		}
 		if (t->tier && !it->entered) {
 			/* A tiered shard: its walk (tier.c, "walks"). */
 			int rc = emb__tier_walk_enter(
@@ -2742,9 +2831,36 @@ int emb_table_iter_next_births(struct emb_table_iter *it, uint64_t *ids,
 		while (got < max && it->idx < s->next_idx) {
 			struct emb_row_hdr *r;
 
-			/* The record's slot first: a record of another slot
-			 * is not read at all (a free record's slot is its
-			 * last row's, and the header check below drops it). */
+			/* The mark before the slot: a fenced stream wants
+			 * the few rows written since its copy ahead, so an
+			 * unmarked record is not looked at at all, a clear
+			 * word skips 64, and only marked records of the
+			 * chunk are fetched ahead (walking the chunk's
+			 * slots first fetched every row of the chunk, all
+			 * under the fence). */
+			if (it->tracked) {
+				const uint64_t *mk =
+				    it->take ? it->taken : s->track;
+				uint32_t nw = it->take ? it->taken_words
+						       : s->dirty_words;
+				uint64_t w = mk && (it->idx >> 6) < nw
+						 ? mk[it->idx >> 6]
+						 : 0;
+
+				if (!(w >> (it->idx & 63))) {
+					it->idx = (it->idx | 63) + 1;
+					continue;
+				}
+				if (!((w >> (it->idx & 63)) & 1)) {
+					it->idx++;
+					continue;
+				}
+			}
+
+			/* Then its slot, before the record: a record of
+			 * another slot is not read at all (a free record's
+			 * slot is its last row's, and the header check below
+			 * drops it). */
 			if (it->by_slot) {
 				uint16_t sl = s->vslot[it->idx];
 				uint32_t pf = it->idx + ITER_AHEAD;
@@ -2755,29 +2871,14 @@ int emb_table_iter_next_births(struct emb_table_iter *it, uint64_t *ids,
 				 * waited on a cache miss (three quarters of
 				 * the walk's samples in a move's profile).
 				 * The record ITER_AHEAD on is fetched now. */
-				if (pf < s->next_idx) {
+				if (pf < s->next_idx &&
+				    (!it->tracked || mark_at(it, s, pf))) {
 					uint16_t ps = s->vslot[pf];
 
 					if ((it->set[ps / 64] >> (ps % 64)) & 1)
 						prefetch_record(t, s, pf);
 				}
 				if (!((it->set[sl / 64] >> (sl % 64)) & 1)) {
-					it->idx++;
-					continue;
-				}
-			}
-
-			if (it->tracked) {
-				/* The mark first: an unmarked record is not
-				 * read at all, a clear word skips 64. */
-				uint64_t w = s->track ? s->track[it->idx >> 6]
-						      : 0;
-
-				if (!(w >> (it->idx & 63))) {
-					it->idx = (it->idx | 63) + 1;
-					continue;
-				}
-				if (!((w >> (it->idx & 63)) & 1)) {
 					it->idx++;
 					continue;
 				}
@@ -2820,6 +2921,9 @@ int emb_table_iter_next_births(struct emb_table_iter *it, uint64_t *ids,
 			it->entered = false;
 			it->shard++;
 			it->idx = 0;
+			free(it->taken);
+			it->taken = NULL;
+			it->taken_words = 0;
 		}
 		pthread_mutex_unlock(&s->lock);
 	}

@@ -1819,8 +1819,9 @@ static void test_nonfinite_refused(void)
 	emb_table_destroy(t);
 }
 
-/* Every row an iterator yields, as a bitmap over ids[0..N) (by index). */
-static uint32_t iter_mark(struct emb_table *t, bool tracked, uint32_t first,
+/* Every row an iterator yields, as a bitmap over ids[0..N) (by index);
+ * tracked: 0 every row, 1 the tracked rows, 2 those taking the marks. */
+static uint32_t iter_mark(struct emb_table *t, int tracked, uint32_t first,
 			  uint32_t n, const uint64_t *ids, uint32_t N,
 			  uint8_t *seen)
 {
@@ -1833,8 +1834,10 @@ static uint32_t iter_mark(struct emb_table *t, bool tracked, uint32_t first,
 	memset(seen, 0, N);
 	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
 	CU_ASSERT_EQUAL(emb_table_iter_slots(it, first, n), 0);
-	if (tracked)
+	if (tracked == 1)
 		CU_ASSERT_EQUAL(emb_table_iter_tracked(it), 0);
+	if (tracked == 2)
+		CU_ASSERT_EQUAL(emb_table_iter_tracked_take(it), 0);
 	while ((k = emb_table_iter_next(it, oid, rows, NULL, 256)) > 0)
 		for (int j = 0; j < k; j++) {
 			uint32_t sl = emb_id_slot(oid[j]);
@@ -1904,6 +1907,30 @@ static void test_track_moves(void)
 	CU_ASSERT_FATAL(wrote > 0);
 	CU_ASSERT_EQUAL(iter_mark(t, true, FIRST, NS, ids, N, seen), wrote);
 	CU_ASSERT_EQUAL(memcmp(seen, want, N), 0);
+	/* A walk that takes the marks yields the same rows and leaves none
+	 * (every shard's), so the walks after it yield only what is written
+	 * after it: a copy ahead's second pass, then the fenced stream. */
+	CU_ASSERT_EQUAL(emb_table_track_count(t, FIRST, NS), wrote);
+	CU_ASSERT(emb_table_track_count(t, 0, EMB_NSLOTS) > wrote);
+	CU_ASSERT_EQUAL(iter_mark(t, 2, FIRST, NS, ids, N, seen), wrote);
+	CU_ASSERT_EQUAL(memcmp(seen, want, N), 0);
+	CU_ASSERT_EQUAL(emb_table_track_count(t, 0, EMB_NSLOTS), 0);
+	CU_ASSERT_EQUAL(iter_mark(t, 1, 0, EMB_NSLOTS, ids, N, seen), 0);
+	CU_ASSERT_EQUAL(iter_mark(t, 2, FIRST, NS, ids, N, seen), 0);
+	for (uint32_t i = 0; i < N / 2; i++)
+		if (emb_id_slot(ids[i]) - FIRST < NS) {
+			CU_ASSERT_EQUAL(emb_table_push(t, &ids[i], 1, w), 0);
+			CU_ASSERT_EQUAL(emb_table_track_count(t, FIRST, NS), 1);
+			CU_ASSERT_EQUAL(
+			    iter_mark(t, 1, FIRST, NS, ids, N, seen), 1);
+			CU_ASSERT_EQUAL(seen[i], 1);
+			CU_ASSERT_EQUAL(
+			    iter_mark(t, 2, FIRST, NS, ids, N, seen), 1);
+			CU_ASSERT_EQUAL(
+			    iter_mark(t, 1, FIRST, NS, ids, N, seen), 0);
+			break;
+		}
+	CU_ASSERT_EQUAL(emb_table_iter_tracked_take(NULL), EMB_EBADARG);
 	/* A removal outside the slots is not counted, one inside is. */
 	for (uint32_t i = 1; i < N / 2 && (!in_id || !out_id); i += 2) {
 		if (emb_id_slot(ids[i]) - FIRST < NS)
@@ -1921,6 +1948,7 @@ static void test_track_moves(void)
 	CU_ASSERT_EQUAL(emb_table_pull(t, &made, 1, w, 0, NULL), 1);
 	emb_table_track_end(t);
 	CU_ASSERT_EQUAL(emb_table_track_removed(t), UINT64_MAX);
+	CU_ASSERT_EQUAL(emb_table_track_count(t, 0, EMB_NSLOTS), 0);
 	CU_ASSERT_EQUAL(iter_mark(t, true, 0, EMB_NSLOTS, ids, N, seen), 0);
 	emb_table_track_end(t); /* twice: nothing */
 	emb_table_destroy(t);
