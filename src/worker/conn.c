@@ -947,8 +947,9 @@ int emb__conn_connect_all(struct emb_client *c, const char *transport,
 				goto err;
 			/* A job in trouble is when it is observed: a server
 			 * the map still names may be dead (its slots lost
-			 * every copy). The others are served; its calls
-			 * reconnect and fail at their deadline. */
+			 * every copy). The others are served; its calls try
+			 * a connect and fail at once when it is refused
+			 * (reconnect()). */
 			c->srv[i].state = SRV_DOWN;
 			c->srv[i].last_err = rc;
 			schedule_retry(&c->srv[i]);

@@ -414,6 +414,7 @@ static void map_text(struct emb_client *c, char *const *names, uint32_t nsrv,
 {
 	static char pr[4096], bk[4096], fl[4096];
 	struct emb_client_map m = EMB_SIZED(struct emb_client_map);
+	uint32_t unanswered = unanswered_slots(c, b);
 	bool filling = false;
 
 	emb_client_map(c, &m);
@@ -423,10 +424,10 @@ static void map_text(struct emb_client *c, char *const *names, uint32_t nsrv,
 	       (unsigned long long)m.epoch, m.replicas,
 	       m.replicas == 1 ? "" : "s", m.lost_slots,
 	       m.lost_slots == 1 ? "" : "s");
-	if (unanswered_slots(c, b))
+	if (unanswered)
 		printf("%u slots have no holder answering: their rows cannot "
 		       "be read or written\n",
-		       unanswered_slots(c, b));
+		       unanswered);
 	/* A recovery under way adds the slots each server is filled with. */
 	if (filling)
 		printf("%-21s %-8s %-24s %-24s %s\n", "SERVER", "STATE",
