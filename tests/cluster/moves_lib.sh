@@ -92,15 +92,26 @@ moves_pid() {
 }
 
 # moves_left PID: the drained server PID exits 0 by itself, while the
-# workers still train.
+# workers still train. Waited for until it exits or a worker ends, not for
+# a fixed time: its moves and then one heartbeat timeout (it stays that
+# long, answering) took 17 s under ASan on a loaded machine, past the
+# 15 s this waited once.
 moves_left() {
-	for _ in $(seq 150); do
+	for _ in $(seq 1200); do
 		kill -0 "$1" 2>/dev/null || break
+		kill -0 "$lpid" 2>/dev/null || break
+		grep -q "^\[launch\] worker\.[0-9]* exited" "$out" && break
 		sleep 0.1
 	done
-	kill -0 "$1" 2>/dev/null && bad "server pid $1 still runs after its drain"
+	kill -0 "$1" 2>/dev/null &&
+		bad "server pid $1 still runs: it did not leave while the workers trained"
 	_name=$(sed -n "s/^\[launch\] started \(server\.[0-9]*\), pid $1\$/\1/p" \
 		"$out")
+	# launch writes its line just after it reaps the server.
+	for _ in $(seq 50); do
+		grep -q "^\[launch\] $_name exited" "$out" && break
+		sleep 0.1
+	done
 	grep -q "^\[launch\] $_name exited with 0" "$out" ||
 		bad "drained server ($_name) did not exit 0"
 	moves_under_load drain
