@@ -953,6 +953,28 @@ static bool in_map(const struct emb_cmap *m, uint32_t rank)
 }
 
 /*
+ * Loop thread, with a newer map: every part waiting out a refusal goes
+ * at the loop's next turn, its back-off begun again. The refusal was
+ * most likely this map's news: a move's fence lifted and its slots
+ * handed over, which the source answers with ESTALEMAP and the new
+ * holder, until it has the map itself, with EMOVING. Left to its
+ * doubling back-off, a write that met a 15 ms fence and then those two
+ * refusals went again 30 to 60 ms after the hand-over; a move's every
+ * chunk cost one step that long (docs/benchmarks.md, "The hand-over").
+ * Refused once more, a part waits MOVING_MIN_MS again.
+ */
+static void wake_delayed(struct emb_client *c)
+{
+	const uint64_t now = emb_clock_ms();
+
+	for (struct part *p = c->delayed; p; p = p->retry.dnext) {
+		if (p->retry.due_ms > now)
+			p->retry.due_ms = now;
+		p->retry.wait_ms = 0;
+	}
+}
+
+/*
  * Loop thread: routes by the scheduler's map from now on. Its removed
  * flags say who is dead, and a dead rank a newcomer took comes back with
  * the newcomer's address: its table ids are learned before anything is
@@ -1037,6 +1059,7 @@ static void adopt_run(void *arg)
 	c->map_guessed = c->cmap->epoch != a->m.epoch;
 	regroup(c);
 	pthread_mutex_unlock(&c->map_mu);
+	wake_delayed(c);
 	emb_log(EMB_LOG_INFO, "map epoch %llu from %s%s",
 		(unsigned long long)a->m.epoch,
 		c->node && emb_node_coord(c->node) ? "etcd" : "the scheduler",

@@ -608,6 +608,132 @@ static void test_moving(void)
 	}
 }
 
+/* test_moving_map()'s hand: each new map the client learns, while the
+ * fence on server 1 stands, right after the server refused the push. */
+struct handover {
+	struct emb_client *c;
+	struct emb_server *srv[2];
+	struct emb_server_map *view[2];
+	struct emb_cmap *m;
+	uint16_t ports[2];
+	uint32_t slot;	 /* the fenced slot */
+	uint64_t waited; /* ms from each map to the push's next refusal */
+	uint32_t maps;	 /* maps it learned with the fence up */
+};
+
+/* Polls server 1's refusals until they pass n (or ~10 s): their count. */
+static uint64_t refusals_past(struct emb_server *s, uint64_t n)
+{
+	uint64_t refused[2] = {0, 0};
+
+	for (int i = 0; i < 50000; i++) {
+		emb_server_map_counts(s, refused);
+		if (refused[0] > n)
+			break;
+		usleep(200);
+	}
+	return refused[0];
+}
+
+static void *handover_main(void *arg)
+{
+	struct handover *h = arg;
+	struct emb_wire_node_addr addr[2];
+	uint64_t seen;
+
+	for (uint32_t i = 0; i < 2; i++) {
+		snprintf(addr[i].host, sizeof(addr[i].host), "127.0.0.1");
+		addr[i].port = h->ports[i];
+		addr[i].removed = false;
+	}
+	/* Refused until its back-off reached the longest wait. */
+	seen = refusals_past(h->srv[1], 6);
+	for (uint32_t k = 0; k <= h->maps; k++) {
+		uint64_t t0;
+
+		/* The views first: a write routed by a map the server has
+		 * not seen is refused as well (and counted apart). The
+		 * last map lifts the fence. */
+		h->m->epoch++;
+		for (uint32_t i = 0; i < 2; i++) {
+			h->view[i]->epoch = h->m->epoch;
+			if (k == h->maps)
+				h->view[i]->slot[h->slot] &=
+				    (uint8_t)~EMB_CMAP_VIEW_FENCED;
+			CU_ASSERT_EQUAL(emb_server_set_map(h->srv[i],
+							   h->view[i]), 0);
+		}
+		t0 = emb_clock_ms();
+		CU_ASSERT_EQUAL(emb__client_adopt_map(h->c, h->m, addr, 2), 0);
+		if (k == h->maps)
+			break;
+		seen = refusals_past(h->srv[1], seen);
+		h->waited += emb_clock_ms() - t0;
+	}
+	return NULL;
+}
+
+/*
+ * A push refused by a fence waits out a doubling back-off, up to 50 ms;
+ * a new map sends it again at once, its back-off begun anew: the map is
+ * most likely the news it waited for (a move's fence lifted and its
+ * slots handed over). Ten maps arrive, each right after a refusal, while
+ * the fence stands: the push went again within a few ms of each (it
+ * would have slept about 50 ms of its back-off each time, 500 ms in
+ * all), and the eleventh map, which lifts the fence, lets it through,
+ * applied once.
+ */
+static void test_moving_map(void)
+{
+	struct emb_table_spec sp = nt_spec("moving_map", DIM, 9);
+	struct emb_server_opts o = nt_server_opts();
+	struct emb_client_table *t;
+	struct handover h = {.maps = 10};
+	struct emb_cmap m;
+	pthread_t th;
+	uint64_t id = 77;
+	float g[DIM], before[DIM], after[DIM];
+
+	for (int i = 0; i < 2; i++) {
+		h.srv[i] = nt_server_start(&o);
+		h.ports[i] = emb_server_port(h.srv[i]);
+		h.view[i] = calloc(1, sizeof(*h.view[i]));
+		CU_ASSERT_FATAL(h.view[i] != NULL);
+		h.view[i]->epoch = 1;
+		memset(h.view[i]->slot, EMB_CMAP_VIEW_MINE, EMB_NSLOTS);
+		CU_ASSERT_EQUAL_FATAL(emb_server_set_map(h.srv[i], h.view[i]),
+				      0);
+	}
+	h.c = client_of(h.ports, 2, 20000);
+	CU_ASSERT_EQUAL_FATAL(emb_cmap_init(&m, 2, 2), 0);
+	set_cmap(h.c, &m, 1);
+	h.m = &m;
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_create(h.c, &sp, &t), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(t, &id, 1, before, 0, NULL),
+			      0);
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 1.0f;
+	h.slot = emb_id_slot(id);
+	h.view[1]->slot[h.slot] |= EMB_CMAP_VIEW_FENCED;
+	CU_ASSERT_EQUAL_FATAL(emb_server_set_map(h.srv[1], h.view[1]), 0);
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, handover_main, &h), 0);
+	CU_ASSERT_EQUAL(emb_client_table_push(t, &id, 1, g, 0, 0), 0);
+	pthread_join(th, NULL);
+	printf("(%u maps: the push went again %llu ms after them in all) ",
+	       h.maps, (unsigned long long)h.waited);
+	CU_ASSERT(h.waited < 250);
+	CU_ASSERT_EQUAL(emb_client_table_pull(t, &id, 1, after, 0, NULL), 0);
+	for (uint32_t j = 0; j < DIM; j++)
+		CU_ASSERT_DOUBLE_EQUAL(after[j], before[j] - sp.optim.lr, 1e-5);
+
+	emb_client_table_close(t);
+	emb_client_destroy(h.c);
+	for (int i = 0; i < 2; i++) {
+		emb_server_destroy(h.srv[i]);
+		free(h.view[i]);
+	}
+}
+
 /* The stage test_refill() and test_source() share: three servers (ranks
  * 0, 1, 2), the map m, a client r->c routing by it, and the stage hand,
  * a thread that changes the map while the client's push waits. */
@@ -1851,6 +1977,8 @@ int main(int argc, char **argv)
 	     test_unreachable},
 	    {"a write refused for a fill goes again until the deadline",
 	     test_moving},
+	    {"a new map sends a write refused for a fill again at once",
+	     test_moving_map},
 	    {"a copy for a server filled again from another source is void "
 	     "there: the push is applied once on each",
 	     test_refill},
