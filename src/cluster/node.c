@@ -138,6 +138,8 @@ struct emb_node {
 	void *map_arg;			    /* for map_fn */
 	/* Agent thread only: a newer map being fetched. */
 	bool map_inflight;
+	bool map_watching;  /* ...by a watch, held until the map changes */
+	bool map_watch_off; /* the scheduler refused a watch: none again */
 	_Alignas(8) uint8_t mapr_req[64];
 	uint8_t *mapr_resp;
 	size_t mapr_cap;
@@ -660,6 +662,7 @@ static void send_finish(struct emb_node *n)
 }
 
 static void fetch_map(struct emb_node *n);
+static void watch_map(struct emb_node *n);
 
 /* Agent thread: new deaths from a heartbeat response. */
 static void note_dead(struct emb_node *n,
@@ -757,6 +760,8 @@ static void hb_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		pthread_mutex_unlock(&n->mu);
 		if (have < r.map_epoch)
 			fetch_map(n);
+		else
+			watch_map(n);
 	}
 	if (r.state == EMB_CLUSTER_FINISHING &&
 	    n->reg.role == EMB_ROLE_SERVER && !n->finish_sent)
@@ -1667,12 +1672,21 @@ static void map_tell(struct emb_node *n)
 static void mapr_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 {
 	struct emb_node *n = ctx;
-	bool newer = false;
+	bool newer = false, watched = n->map_watching;
 	int rc;
 
-	n->map_inflight = false;
+	n->map_inflight = n->map_watching = false;
 	if (status)
 		return; /* the link is gone: lose() says so */
+	if (resp->status == EMB_EBADFRAME && watched) {
+		/* A scheduler older than watches: heartbeats tell of maps. */
+		n->map_watch_off = true;
+		emb_log(EMB_LOG_DEBUG,
+			"%s %u: the scheduler holds no map watch: new maps "
+			"come with heartbeats",
+			emb_role_name(n->reg.role), n->reg.rank);
+		return;
+	}
 	if (resp->status < 0) {
 		log_error_resp(n, resp, n->mapr_resp);
 		return;
@@ -1689,22 +1703,34 @@ static void mapr_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 			emb_role_name(n->reg.role), n->reg.rank,
 			(unsigned long long)n->cmap->epoch);
 		map_tell(n);
+		/* The next one, watched for at once. An answer that was no
+		 * newer waits for the next heartbeat instead: a scheduler
+		 * answering every watch at once is not asked in a loop. */
+		watch_map(n);
 	}
 }
 
-/* Agent thread: asks the scheduler for its map, unless already asking. */
-static void fetch_map(struct emb_node *n)
+/*
+ * Agent thread: asks the scheduler for its map, unless already asking;
+ * with watch, for a map newer than the node's, held by the scheduler
+ * until it makes one (docs/protocol.md, "Map watch").
+ */
+static void ask_map(struct emb_node *n, bool watch)
 {
 	struct emb_frame_hdr hdr;
 	struct iovec iov;
+	uint64_t have;
 	bool ready;
 	int len, rc;
 
 	/* A server takes its first map here too: nothing waits for it. */
 	pthread_mutex_lock(&n->mu);
 	ready = !n->lost && !n->stop && !n->away;
+	have = n->cmap ? n->cmap->epoch : 0;
 	pthread_mutex_unlock(&n->mu);
 	if (n->map_inflight || !ready || n->coord || n->is_static)
+		return;
+	if (watch && (!have || have > UINT32_MAX))
 		return;
 	if (!n->mapr_resp) {
 		n->mapr_cap = emb_wire_cluster_map_cap(n->reg.server_num) -
@@ -1713,8 +1739,9 @@ static void fetch_map(struct emb_node *n)
 		if (!n->mapr_resp)
 			return;
 	}
-	len = emb_wire_node_req_encode(n->mapr_req, sizeof(n->mapr_req),
-				       EMB_OP_CLUSTER_MAP, 0, n->reg.node_id);
+	len = emb_wire_map_req_encode(n->mapr_req, sizeof(n->mapr_req), 0,
+				      n->reg.node_id,
+				      watch ? (uint32_t)have : 0);
 	if (len < 0)
 		return;
 	memcpy(&hdr, n->mapr_req, sizeof(hdr));
@@ -1723,11 +1750,41 @@ static void fetch_map(struct emb_node *n)
 	rc = emb_conn_call(n->conn, &hdr, &iov, 1, n->mapr_resp, n->mapr_cap,
 			   mapr_done, n);
 	n->map_inflight = rc == 0;
+	n->map_watching = rc == 0 && watch;
+}
+
+static void fetch_map(struct emb_node *n)
+{
+	ask_map(n, false);
+}
+
+/*
+ * A server of a replicated job keeps a watch on the map: it takes each
+ * new map within a round trip of the scheduler's making it. It has to:
+ * a server whose map is older than a write's refuses the write
+ * (EMB_EMOVING), and a move's new holder refuses its chunk's writes
+ * until it has the map that hands the chunk over. Left to heartbeats
+ * (every timeout / 5, 2 s by default) or to such a refused write, each
+ * of a move's maps cost the job a step of tens of milliseconds
+ * (docs/benchmarks.md, "The hand-over"). Workers do not watch: a write
+ * refused with EMB_ESTALEMAP sends them for the map, and S servers'
+ * watches cost the scheduler S maps per epoch where W workers' would
+ * cost S + W.
+ */
+static void watch_map(struct emb_node *n)
+{
+	if (n->reg.role == EMB_ROLE_SERVER && !n->map_watch_off)
+		ask_map(n, true);
 }
 
 static void fetch_map_task(void *arg)
 {
 	fetch_map(arg);
+}
+
+static void watch_map_task(void *arg)
+{
+	watch_map(arg);
 }
 
 /*
@@ -1786,7 +1843,12 @@ int emb_node_wait_map(struct emb_node *n)
 			n->join_timeout_ms);
 	if (rc)
 		return rc;
-	return map_take(n);
+	rc = map_take(n);
+	/* The agent watches for the next one from now on, not from its
+	 * next heartbeat. */
+	if (rc == 0 && n->tr && !n->is_static)
+		(void)emb_transport_exec(n->tr, watch_map_task, n);
+	return rc;
 }
 
 uint32_t emb_node_role(const struct emb_node *n)

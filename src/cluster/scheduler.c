@@ -112,7 +112,8 @@ struct node {
 					   slot (monotonic), 0 = not yet */
 	bool joining;			/* server: given its share of slots */
 	bool finished;		     /* worker: FINISH; server: acknowledged */
-	struct emb_req *map_req;     /* CLUSTER_MAP held until ready */
+	struct emb_req *map_req;     /* CLUSTER_MAP held until ready, or a
+					server's watch until the map changes */
 	struct emb_req *barrier_req; /* BARRIER held until all arrive */
 	char barrier[EMB_WIRE_BARRIER_NAME_MAX + 1]; /* its name */
 };
@@ -545,6 +546,30 @@ static void move_clock(struct emb_sched *s)
 	s->move_rows = s->move_bytes = 0;
 }
 
+static void send_map(struct emb_sched *s, struct emb_req *req);
+
+/*
+ * The map changed: each server's watch (a CLUSTER_MAP held until then)
+ * gets it now. Left to their heartbeats (every timeout / 5) or to a
+ * write routed by the new map, servers outside a move took it up to
+ * seconds later, and refused writes meanwhile: a move's new holder its
+ * chunk's writes after the hand-over, every other server the writes a
+ * client routed by the new epoch (docs/protocol.md, "Map watch").
+ */
+static void answer_watches(struct emb_sched *s)
+{
+	if (s->state == EMB_CLUSTER_FORMING)
+		return; /* the held requests wait for the first map */
+	for (uint32_t i = 0; i < nnodes(s); i++) {
+		struct node *n = &s->nodes[i];
+
+		if (n->map_req) {
+			send_map(s, n->map_req);
+			n->map_req = NULL;
+		}
+	}
+}
+
 /* The map changed: nodes asking from now on get the new one; replies
  * still queued with the old one keep it until they are sent. */
 static void republish(struct emb_sched *s)
@@ -553,6 +578,7 @@ static void republish(struct emb_sched *s)
 	s->map = NULL;
 	state_save(s);
 	build_map(s);
+	answer_watches(s);
 }
 
 /*
@@ -1774,8 +1800,8 @@ static void on_map(struct emb_sched *s, struct emb_req *req,
 		   const struct emb_wire_frame *f)
 {
 	struct node *n;
-	uint32_t id;
-	int rc = emb_wire_node_req_decode(f, EMB_OP_CLUSTER_MAP, &id);
+	uint32_t id, newer;
+	int rc = emb_wire_map_req_decode(f, &id, &newer);
 
 	if (rc) {
 		send_error(s, req, rc, "bad CLUSTER_MAP");
@@ -1794,6 +1820,13 @@ static void on_map(struct emb_sched *s, struct emb_req *req,
 		return;
 	if (s->nfatal) {
 		send_error(s, req, EMB_ENODEAD, "a node died");
+	} else if (s->state != EMB_CLUSTER_FORMING && newer && s->cmap &&
+		   s->cmap->epoch <= newer) {
+		/* A watch: held until the map changes (answer_watches()).
+		 * A node keeps one; a second answers the first at once. */
+		if (n->map_req)
+			send_map(s, n->map_req);
+		n->map_req = req;
 	} else if (s->state != EMB_CLUSTER_FORMING) {
 		send_map(s, req);
 	} else if (n->map_req) {

@@ -180,6 +180,18 @@ int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
 	return (int)(EMB_WIRE_HDR_SIZE + EMB_WIRE_NODE_REQ_SIZE);
 }
 
+int emb_wire_map_req_encode(void *buf, size_t cap, uint64_t req_id,
+			    uint32_t node_id, uint32_t newer_than)
+{
+	int len = emb_wire_node_req_encode(buf, cap, EMB_OP_CLUSTER_MAP,
+					   req_id, node_id);
+
+	if (len > 0)
+		emb_le32_store((uint8_t *)buf + EMB_WIRE_HDR_SIZE + 4,
+			       newer_than);
+	return len;
+}
+
 int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
 				uint32_t nworkers, uint32_t replicas,
 				const uint16_t *slot_map,
@@ -488,6 +500,20 @@ int emb_wire_node_req_decode(const struct emb_wire_frame *f, uint8_t op,
 	    emb_le32_load(f->payload + 4))
 		return EMB_EBADFRAME;
 	*node_id = emb_le32_load(f->payload);
+	return 0;
+}
+
+int emb_wire_map_req_decode(const struct emb_wire_frame *f, uint32_t *node_id,
+			    uint32_t *newer_than)
+{
+	int rc = check_req(f, EMB_OP_CLUSTER_MAP);
+
+	if (rc)
+		return rc;
+	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_NODE_REQ_SIZE)
+		return EMB_EBADFRAME;
+	*node_id = emb_le32_load(f->payload);
+	*newer_than = emb_le32_load(f->payload + 4);
 	return 0;
 }
 

@@ -28,6 +28,7 @@
 #include "worker/embstore.h"
 #include "cluster/map.h"
 #include "cluster/node.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "proto/wire_cluster.h"
 
@@ -1167,6 +1168,74 @@ static void test_death_during_move(void)
 	free(m);
 }
 
+static bool at_least(const struct emb_cmap *m, const void *arg)
+{
+	return m->epoch >= *(const uint64_t *)arg;
+}
+
+/*
+ * Servers watch the map: each new one reaches every server within a
+ * round trip of its making, not at the server's next heartbeat. With a
+ * 60 s heartbeat timeout (a heartbeat every 12 s) a newcomer joins; the
+ * copy ahead it starts (map epoch 2) and then, its source reporting the
+ * copy done, the chunk's fence (epoch 3) must reach each of the three
+ * servers within 5 s. Without the watches they learned them at their
+ * heartbeats, 12 s apart.
+ */
+static void test_servers_watch_maps(void)
+{
+	struct emb_sched_opts o = EMB_SCHED_OPTS_DEFAULT;
+	struct fake_server f[4];
+	struct emb_node *w;
+	struct emb_sched *s;
+	struct emb_cmap *m = malloc(sizeof(*m));
+	uint32_t first = UINT32_MAX, n = 0, p;
+	uint64_t want = 2, t0;
+
+	CU_ASSERT_FATAL(m != NULL);
+	o.port = 0;
+	o.server_num = 3;
+	o.server_max = 4;
+	o.worker_num = 1;
+	o.replicas = 2;
+	o.hb_timeout_ms = 60000;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &s), 0);
+	for (int i = 0; i < 3; i++)
+		fake_server_start(s, &f[i]);
+	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &w), 0);
+	for (int i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL_FATAL(emb_node_wait_map(f[i].n), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_node_wait_map(w), 0);
+
+	t0 = emb_clock_ms();
+	fake_server_start(s, &f[3]);
+	for (int i = 0; i < 3; i++)
+		CU_ASSERT_FATAL(map_until(f[i].n, m, at_least, &want));
+	CU_ASSERT_FATAL(copying_ahead_to_3(m, NULL));
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m->warm[sl] == 3) {
+			if (first == UINT32_MAX)
+				first = sl;
+			n++;
+		}
+	p = emb_cmap_primary(m, first);
+	want = m->epoch + 1;
+	CU_ASSERT_EQUAL(emb_node_fill_done(f[p].n, first, n, m->epoch, 0, 0, 0),
+			0);
+	for (int i = 0; i < 3; i++)
+		CU_ASSERT_FATAL(map_until(f[i].n, m, at_least, &want));
+	CU_ASSERT(emb_clock_ms() - t0 < 5000);
+	printf("(epochs 2 and 3 on every server in %llu ms) ",
+	       (unsigned long long)(emb_clock_ms() - t0));
+
+	emb_node_destroy(w);
+	for (int i = 0; i < 4; i++)
+		if (f[i].n)
+			fake_server_kill(&f[i]);
+	emb_sched_destroy(s);
+	free(m);
+}
+
 static void test_finish_exits(void)
 {
 	const char *bin = getenv("EMB_SERVER_BIN");
@@ -1256,6 +1325,8 @@ int main(int argc, char **argv)
 	    {"a server dying while another's move is copied ahead leaves the "
 	     "move going, then its target is filled",
 	     test_death_during_move},
+	    {"servers take each new map at once: they watch it",
+	     test_servers_watch_maps},
 	    {"finish stops server and scheduler processes with 0",
 	     test_finish_exits},
 	    {NULL, NULL},

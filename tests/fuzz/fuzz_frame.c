@@ -548,7 +548,7 @@ static void check_cluster(const struct emb_wire_frame *f)
 	struct emb_wire_barrier_req b;
 	char text[EMB_WIRE_HOST_MAX + 1];
 	uint64_t seq;
-	uint32_t id, count, i;
+	uint32_t id, count, i, newer;
 
 	if (emb_wire_register_req_decode(f, &rq) == 0) {
 		must(rq.host_len <= EMB_WIRE_HOST_MAX, "register host");
@@ -567,6 +567,11 @@ static void check_cluster(const struct emb_wire_frame *f)
 		     emb_wire_register_resp_encode(out, sizeof(out),
 						   f->hdr.req_id, &rr),
 		     "register response");
+	if (emb_wire_map_req_decode(f, &id, &newer) == 0)
+		same(f, out,
+		     emb_wire_map_req_encode(out, sizeof(out), f->hdr.req_id,
+					     id, newer),
+		     "map request");
 	for (i = 0; i < sizeof(node_ops); i++)
 		if (emb_wire_node_req_decode(f, node_ops[i], &id) == 0)
 			same(f, out,

@@ -323,6 +323,8 @@ static void save_cluster(void)
 	save("cluster_map_req",
 	     emb_wire_node_req_encode(buf, sizeof(buf), EMB_OP_CLUSTER_MAP, 2,
 				      4));
+	save("cluster_map_watch",
+	     emb_wire_map_req_encode(buf, sizeof(buf), 2, 4, 17));
 	save("cluster_map_resp",
 	     emb_wire_cluster_map_encode(buf, sizeof(buf), 2, 2, 0, slot_map,
 					 addrs, 2, NULL, 0));

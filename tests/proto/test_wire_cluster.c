@@ -407,7 +407,7 @@ static void test_barrier_finish(void)
 	struct emb_wire_barrier_req b;
 	struct emb_wire_frame f;
 	char name[80];
-	uint32_t id, count;
+	uint32_t id, count, newer;
 
 	f = frame(emb_wire_barrier_req_encode(buf, sizeof(buf), 1, 9, "step"));
 	CU_ASSERT_EQUAL(emb_wire_barrier_req_decode(&f, &b), 0);
@@ -432,8 +432,24 @@ static void test_barrier_finish(void)
 	CU_ASSERT_EQUAL(emb_wire_cluster_ack_decode(&f, EMB_OP_FINISH, &count),
 			EMB_EBADARG);
 
+	/* A map watch: the epoch held, which the plain decoder refuses. */
+	f = frame(emb_wire_map_req_encode(buf, sizeof(buf), 1, 12, 41));
+	CU_ASSERT_EQUAL(emb_wire_map_req_decode(&f, &id, &newer), 0);
+	CU_ASSERT_EQUAL(id, 12);
+	CU_ASSERT_EQUAL(newer, 41);
+	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_CLUSTER_MAP, &id),
+			EMB_EBADFRAME);
+	f = frame(emb_wire_map_req_encode(buf, sizeof(buf), 1, 12, 0));
+	CU_ASSERT_EQUAL(emb_wire_map_req_decode(&f, &id, &newer), 0);
+	CU_ASSERT_EQUAL(newer, 0);
+	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_CLUSTER_MAP, &id),
+			0);
+	f.hdr.flags = 1;
+	CU_ASSERT_EQUAL(emb_wire_map_req_decode(&f, &id, &newer),
+			EMB_EBADFRAME);
 	f = frame(
 	    emb_wire_node_req_encode(buf, sizeof(buf), EMB_OP_FINISH, 1, 12));
+	CU_ASSERT_EQUAL(emb_wire_map_req_decode(&f, &id, &newer), EMB_EBADARG);
 	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_FINISH, &id), 0);
 	CU_ASSERT_EQUAL(id, 12);
 	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_CLUSTER_MAP, &id),
