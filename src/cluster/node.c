@@ -1816,9 +1816,15 @@ out:
 int emb_node_wait_map(struct emb_node *n)
 {
 	struct waiter *w = &n->mapw;
+	bool have;
 	int rc;
 
-	if (n->have_map)
+	/* Under the lock: the agent may have taken a map meanwhile (a
+	 * server's first, when a heartbeat told it of one). */
+	pthread_mutex_lock(&n->mu);
+	have = n->have_map;
+	pthread_mutex_unlock(&n->mu);
+	if (have)
 		return 0;
 	if (n->coord)
 		return coord_wait_map(n);

@@ -959,8 +959,9 @@ static bool in_map(const struct emb_cmap *m, uint32_t rank)
  * handed over, which the source answers with ESTALEMAP and the new
  * holder, until it has the map itself, with EMOVING. Left to its
  * doubling back-off, a write that met a 15 ms fence and then those two
- * refusals went again 30 to 60 ms after the hand-over; a move's every
- * chunk cost one step that long (docs/benchmarks.md, "The hand-over").
+ * refusals went again up to 32 ms later than it could have; a move's
+ * every chunk cost one step that long (docs/benchmarks.md, "The
+ * hand-over").
  * Refused once more, a part waits MOVING_MIN_MS again.
  */
 static void wake_delayed(struct emb_client *c)
