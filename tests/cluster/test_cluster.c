@@ -1053,6 +1053,41 @@ struct chunk {
 	uint32_t first, n;
 };
 
+/* A scheduler of 3 servers (fake, f[0..2]) and a worker *w with its map,
+ * R = 2, a rank to spare for a newcomer (f[3]), heartbeat timeout hb_ms. */
+static struct emb_sched *spare_rank_job(uint32_t hb_ms, struct fake_server *f,
+					struct emb_node **w)
+{
+	struct emb_sched_opts o = EMB_SCHED_OPTS_DEFAULT;
+	struct emb_sched *s;
+
+	o.port = 0;
+	o.server_num = 3;
+	o.server_max = 4;
+	o.worker_num = 1;
+	o.replicas = 2;
+	o.hb_timeout_ms = hb_ms;
+	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &s), 0);
+	for (int i = 0; i < 3; i++)
+		fake_server_start(s, &f[i]);
+	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, w), 0);
+	return s;
+}
+
+/* The chunk m copies ahead to rank 3. */
+static struct chunk warm_chunk(const struct emb_cmap *m)
+{
+	struct chunk c = {UINT32_MAX, 0};
+
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
+		if (m->warm[sl] == 3) {
+			if (c.first == UINT32_MAX)
+				c.first = sl;
+			c.n++;
+		}
+	return c;
+}
+
 static bool fenced(const struct emb_cmap *m, const void *arg)
 {
 	const struct chunk *c = arg;
@@ -1087,40 +1122,26 @@ static bool filling_other(const struct emb_cmap *m, const void *arg)
  */
 static void test_death_during_move(void)
 {
-	struct emb_sched_opts o = EMB_SCHED_OPTS_DEFAULT;
 	struct fake_server f[4];
 	struct emb_node *w;
 	struct emb_sched *s;
 	struct emb_cmap *m = malloc(sizeof(*m));
-	uint32_t first = UINT32_MAX, n = 0, p, k = UINT32_MAX;
+	uint32_t first, n, p, k = UINT32_MAX;
 	struct chunk c;
 	uint64_t epoch;
 
 	CU_ASSERT_FATAL(m != NULL);
-	o.port = 0;
-	o.server_num = 3;
-	o.server_max = 4;
-	o.worker_num = 1;
-	o.replicas = 2;
-	o.hb_timeout_ms = 3000;
-	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &s), 0);
-	for (int i = 0; i < 3; i++)
-		fake_server_start(s, &f[i]);
-	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &w), 0);
+	s = spare_rank_job(3000, f, &w);
 	CU_ASSERT_EQUAL_FATAL(emb_node_wait_map(w), 0);
 
 	/* The newcomer's first chunk, copied ahead by its primary. */
 	fake_server_start(s, &f[3]);
 	CU_ASSERT_EQUAL_FATAL(emb_node_rank(f[3].n), 3);
 	CU_ASSERT_FATAL(map_until(w, m, copying_ahead_to_3, NULL));
-	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
-		if (m->warm[sl] == 3) {
-			if (first == UINT32_MAX)
-				first = sl;
-			n++;
-		}
+	c = warm_chunk(m);
+	first = c.first;
+	n = c.n;
 	epoch = m->epoch;
-	c = (struct chunk){first, n};
 	p = emb_cmap_primary(m, first);
 	/* The server that holds none of the chunk's slots. */
 	for (uint32_t r = 0; r < 3 && k == UINT32_MAX; r++) {
@@ -1184,25 +1205,16 @@ static bool at_least(const struct emb_cmap *m, const void *arg)
  */
 static void test_servers_watch_maps(void)
 {
-	struct emb_sched_opts o = EMB_SCHED_OPTS_DEFAULT;
 	struct fake_server f[4];
 	struct emb_node *w;
 	struct emb_sched *s;
 	struct emb_cmap *m = malloc(sizeof(*m));
-	uint32_t first = UINT32_MAX, n = 0, p;
+	struct chunk c;
+	uint32_t p;
 	uint64_t want = 2, t0;
 
 	CU_ASSERT_FATAL(m != NULL);
-	o.port = 0;
-	o.server_num = 3;
-	o.server_max = 4;
-	o.worker_num = 1;
-	o.replicas = 2;
-	o.hb_timeout_ms = 60000;
-	CU_ASSERT_EQUAL_FATAL(emb_sched_create(&o, &s), 0);
-	for (int i = 0; i < 3; i++)
-		fake_server_start(s, &f[i]);
-	CU_ASSERT_EQUAL_FATAL(node_join(s, EMB_ROLE_WORKER, NULL, 0, &w), 0);
+	s = spare_rank_job(60000, f, &w);
 	for (int i = 0; i < 3; i++)
 		CU_ASSERT_EQUAL_FATAL(emb_node_wait_map(f[i].n), 0);
 	CU_ASSERT_EQUAL_FATAL(emb_node_wait_map(w), 0);
@@ -1212,16 +1224,11 @@ static void test_servers_watch_maps(void)
 	for (int i = 0; i < 3; i++)
 		CU_ASSERT_FATAL(map_until(f[i].n, m, at_least, &want));
 	CU_ASSERT_FATAL(copying_ahead_to_3(m, NULL));
-	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++)
-		if (m->warm[sl] == 3) {
-			if (first == UINT32_MAX)
-				first = sl;
-			n++;
-		}
-	p = emb_cmap_primary(m, first);
+	c = warm_chunk(m);
+	p = emb_cmap_primary(m, c.first);
 	want = m->epoch + 1;
-	CU_ASSERT_EQUAL(emb_node_fill_done(f[p].n, first, n, m->epoch, 0, 0, 0),
-			0);
+	CU_ASSERT_EQUAL(
+	    emb_node_fill_done(f[p].n, c.first, c.n, m->epoch, 0, 0, 0), 0);
 	for (int i = 0; i < 3; i++)
 		CU_ASSERT_FATAL(map_until(f[i].n, m, at_least, &want));
 	CU_ASSERT(emb_clock_ms() - t0 < 5000);
