@@ -203,14 +203,16 @@ static int each_slot_row(struct emb_table *t, uint32_t first, uint32_t n,
 				    void *arg),
 			 void *arg)
 {
+	int rc = emb__slot_index(t);
+
+	if (rc)
+		return rc;
 	for (uint32_t si = 0; si < t->nshards; si++) {
 		struct emb_shard *s = &t->shards[si];
 		bool go = true;
-		int rc;
 
 		pthread_mutex_lock(&s->lock);
-		rc = emb__vslot_build(t, s);
-		for (uint32_t i = 0; !rc && go && i < s->next_idx; i++) {
+		for (uint32_t i = 0; go && i < s->next_idx; i++) {
 			struct emb_row_hdr *r;
 
 			if ((uint32_t)s->vslot[i] - first >= n)
@@ -221,8 +223,6 @@ static int each_slot_row(struct emb_table *t, uint32_t first, uint32_t n,
 			go = fn(t, s, i, r, arg);
 		}
 		pthread_mutex_unlock(&s->lock);
-		if (rc)
-			return rc;
 		if (!go)
 			break;
 	}

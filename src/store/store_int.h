@@ -159,10 +159,15 @@ struct emb_shard {
 	 * walk over some slots (a move's stream, the sweep of slots given
 	 * away) skips the others by 2 bytes a record instead of reading
 	 * each record's header. NULL until the table's first such walk
-	 * builds it (emb__vslot_build(), one pass over the headers); from
-	 * then on kept as records are handed out. vslot_cap entries. */
+	 * builds it (emb__slot_index(): a pass over the headers, a step of
+	 * VSLOT_STEP records per hold of the shard's lock); from then on
+	 * kept as records are handed out. vslot_cap entries. The records
+	 * [vslot_built, vslot_end) were made before vslot was and still
+	 * wait for their entry; records made or reused since set their own.
+	 * Read it only when emb__vslot_ready(). */
 	uint16_t *vslot;
 	uint32_t vslot_cap;
+	uint32_t vslot_built, vslot_end;
 	/* Births (birth.c, emb_table_births_enable()): the number each
 	 * record's row was given when made, birth_cap entries; NULL while
 	 * the table numbers no rows. */
@@ -556,7 +561,21 @@ static inline void emb__birth_raise(struct emb_table *t, uint32_t slot,
 
 int emb__vslot_reserve(struct emb_table *t, struct emb_shard *s,
 		       uint32_t nrec);
-int emb__vslot_build(struct emb_table *t, struct emb_shard *s);
+/* Shard lock held: one step of s's vslot build (allocating it first).
+ * 0, -ENOMEM or EMB_EMEMLIMIT. */
+int emb__vslot_step(struct emb_table *t, struct emb_shard *s);
+/* Shard lock held: whether every record of s has its vslot entry. */
+static inline bool emb__vslot_ready(const struct emb_shard *s)
+{
+	return s->vslot && s->vslot_built >= s->vslot_end;
+}
+/* Every shard's vslot, complete when it returns 0 (table.c); takes each
+ * shard's lock itself, a step at a time. -ENOMEM or EMB_EMEMLIMIT (the
+ * steps done are kept). */
+int emb__slot_index(struct emb_table *t);
+/* Tests: called between two rounds of emb__slot_index()'s steps, with no
+ * lock held (NULL: nothing). */
+extern void (*emb__slot_index_between)(struct emb_table *t);
 /* Records that id was removed; past the bound, the shard forgets and
  * sets erased_lost (the next checkpoint must be full). */
 void emb__dirty_erased(struct emb_shard *s, uint64_t id);

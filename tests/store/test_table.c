@@ -15,6 +15,7 @@
 #include "store_test.h"
 #include "common/init.h"
 #include "common/seal.h"
+#include "store/store_int.h"
 
 /* Every option the table keeps comes back from emb_table_get_opts(). */
 static void test_create_reports_opts(void)
@@ -2056,6 +2057,116 @@ static void test_slot_walks(void)
 	free(w);
 }
 
+/*
+ * A table's first walk by slot fills each shard's record slots a step at
+ * a time, letting go of the shard's lock between rounds of steps
+ * (shard.c: a whole shard at once stalled its pulls and pushes for up to
+ * 19 ms). Between the rounds, rows are erased and made again, in records
+ * the build has passed and in records it has not reached: every walk by
+ * slot must still yield exactly the live rows of its slots.
+ */
+enum { STEPS_IDS = 30000, STEPS_FIRST = 100, STEPS_N = 900 };
+
+struct steps_state {
+	uint8_t *live; /* by id, ids below 2 * STEPS_IDS */
+	uint64_t next; /* the next new id */
+	uint64_t rng;
+	uint32_t calls;
+};
+
+static struct steps_state steps;
+
+/* Erases 40 rows and makes 40 new ones, which take the records freed. */
+static void steps_churn(struct emb_table *t)
+{
+	uint64_t ids[40];
+	float w[40 * 4];
+	int erased = 0;
+
+	for (int i = 0; i < 40; i++) {
+		ids[i] = 1 + rnd_below(&steps.rng, STEPS_IDS);
+		erased += steps.live[ids[i]];
+		steps.live[ids[i]] = 0;
+	}
+	/* Repeats in ids are erased once. */
+	CU_ASSERT_EQUAL(emb_table_erase(t, ids, 40), erased);
+	for (int i = 0; i < 40; i++) {
+		ids[i] = steps.next++;
+		steps.live[ids[i]] = 1;
+	}
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, 40, w, 0, NULL), 40);
+}
+
+static void steps_between(struct emb_table *t)
+{
+	steps.calls++;
+	steps_churn(t);
+}
+
+/* The rows a walk over [STEPS_FIRST, +STEPS_N) yields, against the live
+ * set: how many are missing, yielded though not live there, or twice. */
+static uint32_t steps_walk_errors(struct emb_table *t)
+{
+	uint8_t *seen = xcalloc(2 * STEPS_IDS, 1);
+	uint64_t ids[256];
+	float rows[256 * 4];
+	struct emb_table_iter *it;
+	uint32_t bad = 0;
+	int got;
+
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_slots(it, STEPS_FIRST, STEPS_N),
+			      0);
+	while ((got = emb_table_iter_next(it, ids, rows, NULL, 256)) > 0)
+		for (int i = 0; i < got; i++)
+			if (ids[i] >= 2 * STEPS_IDS || seen[ids[i]]++)
+				bad++;
+	CU_ASSERT_EQUAL(got, 0);
+	emb_table_iter_destroy(it);
+	for (uint64_t id = 1; id < 2 * STEPS_IDS; id++)
+		bad += seen[id] != (steps.live[id] &&
+				    emb_id_slot(id) - STEPS_FIRST < STEPS_N);
+	free(seen);
+	return bad;
+}
+
+static void test_slot_index_in_steps(void)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	uint64_t *ids = xcalloc(STEPS_IDS, sizeof(*ids));
+	float *w = xcalloc((size_t)STEPS_IDS * 4, sizeof(float));
+	struct emb_table *t;
+
+	o.dim = 4;
+	o.nshards = 2; /* 15,000 records a shard: 15 steps each */
+	t = table_new(&o);
+	steps = (struct steps_state){.live = xcalloc(2 * STEPS_IDS, 1),
+				     .next = STEPS_IDS + 1,
+				     .rng = 3};
+	for (uint32_t i = 0; i < STEPS_IDS; i++) {
+		ids[i] = i + 1;
+		steps.live[i + 1] = 1;
+	}
+	CU_ASSERT_EQUAL_FATAL(emb_table_pull(t, ids, STEPS_IDS, w, 0, NULL),
+			      STEPS_IDS);
+	/* Free records before the build too. */
+	steps_churn(t);
+	emb__slot_index_between = steps_between;
+	CU_ASSERT_EQUAL(steps_walk_errors(t), 0);
+	CU_ASSERT(steps.calls >= 3);
+	/* Built: later walks build nothing, and rows made since are found. */
+	steps.calls = 0;
+	steps_churn(t);
+	steps_churn(t);
+	CU_ASSERT_EQUAL(steps_walk_errors(t), 0);
+	CU_ASSERT_EQUAL(steps.calls, 0);
+	emb__slot_index_between = NULL;
+	emb_table_destroy(t);
+	free(steps.live);
+	free(ids);
+	free(w);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -2114,6 +2225,9 @@ int main(int argc, char **argv)
 	    {"a move's walks: the rows of a slot range, and those written "
 	     "since its tracking began",
 	     test_track_moves},
+	    {"the first walk by slot builds its index in steps, rows coming "
+	     "and going between them",
+	     test_slot_index_in_steps},
 	    {NULL, NULL},
 	};
 

@@ -10,6 +10,8 @@
  * consistent afterwards. Each test starts and joins its own threads.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -412,6 +414,133 @@ static void test_iter_rows_not_torn(void)
 	free(rows);
 }
 
+/*
+ * The first walk by slot builds each shard's record slots a step at a
+ * time, letting go of the shard's lock between steps (shard.c): rows made,
+ * erased and made again in records the build has not reached must still
+ * be found by slot, then and in every later walk.
+ */
+#define SLOTS_IDS   60000u /* made before the first walk: 30 steps a shard */
+#define SLOTS_FIRST 1000u
+#define SLOTS_N	    1500u
+
+struct slots_arg {
+	struct emb_table *t;
+	int *stop;
+	int started;	  /* atomic: the first round is done */
+	uint8_t *live;	  /* id -> live, ids below 2 * SLOTS_IDS */
+	uint32_t rounds;
+	int rc;
+};
+
+static void *slots_mutator(void *p)
+{
+	struct slots_arg *a = p;
+	float w[DIM * 8];
+	uint64_t rng = 5;
+
+	while (!__atomic_load_n(a->stop, __ATOMIC_ACQUIRE) && !a->rc) {
+		uint64_t ids[8];
+
+		/* Erase 8 old rows, then make 8 new ones, which reuse the
+		 * records just freed (anywhere in the shard). */
+		for (int i = 0; i < 8; i++)
+			ids[i] = 1 + rnd_below(&rng, SLOTS_IDS);
+		a->rc = emb_table_erase(a->t, ids, 8) < 0;
+		for (int i = 0; i < 8; i++)
+			a->live[ids[i]] = 0;
+		for (int i = 0; i < 8; i++) {
+			ids[i] = SLOTS_IDS + 1 + rnd_below(&rng, SLOTS_IDS - 1);
+			a->live[ids[i]] = 1;
+		}
+		if (!a->rc)
+			a->rc = emb_table_pull(a->t, ids, 8, w, 0, NULL) < 0;
+		a->rounds++;
+		__atomic_store_n(&a->started, 1, __ATOMIC_RELEASE);
+	}
+	return NULL;
+}
+
+/* One walk over [SLOTS_FIRST, +SLOTS_N): its ids into seen (by id);
+ * the number of ids yielded outside the range or twice. */
+static int slots_walk(struct emb_table *t, uint8_t *seen)
+{
+	uint64_t ids[256];
+	float rows[256 * DIM * 2];
+	struct emb_table_iter *it;
+	int got, bad = 0;
+
+	memset(seen, 0, 2 * SLOTS_IDS);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_create(t, &it), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_table_iter_slots(it, SLOTS_FIRST, SLOTS_N),
+			      0);
+	while ((got = emb_table_iter_next(it, ids, rows, NULL, 256)) > 0)
+		for (int i = 0; i < got; i++) {
+			if (ids[i] >= 2 * SLOTS_IDS ||
+			    emb_id_slot(ids[i]) - SLOTS_FIRST >= SLOTS_N ||
+			    seen[ids[i]]++)
+				bad++;
+		}
+	CU_ASSERT_EQUAL(got, 0);
+	emb_table_iter_destroy(it);
+	return bad;
+}
+
+static void test_slot_walk_built_in_steps(void)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	uint64_t *ids = xcalloc(SLOTS_IDS, sizeof(*ids));
+	uint8_t *live = xcalloc(2 * SLOTS_IDS, 1);
+	uint8_t *seen = xcalloc(2 * SLOTS_IDS, 1);
+	float *w = xcalloc((size_t)SLOTS_IDS * DIM, sizeof(float));
+	int stop = 0;
+	struct slots_arg a = {.stop = &stop, .live = live};
+	uint32_t missing = 0, extra = 0, in = 0;
+	pthread_t th;
+
+	o.dim = DIM;
+	o.nshards = 2;
+	a.t = table_new(&o);
+	for (uint32_t i = 0; i < SLOTS_IDS; i++) {
+		ids[i] = i + 1;
+		live[i + 1] = 1;
+	}
+	CU_ASSERT_EQUAL_FATAL(emb_table_pull(a.t, ids, SLOTS_IDS, w, 0, NULL),
+			      (int)SLOTS_IDS);
+	/* Free records before the build, for the mutator to reuse. */
+	for (uint32_t i = 0; i < SLOTS_IDS; i += 5)
+		live[ids[i]] = 0;
+	for (uint32_t i = 0; i < SLOTS_IDS; i += 5)
+		CU_ASSERT_EQUAL(emb_table_erase(a.t, &ids[i], 1), 1);
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, slots_mutator, &a), 0);
+	while (!__atomic_load_n(&a.started, __ATOMIC_ACQUIRE))
+		sched_yield();
+	/* The walk that builds, while rows come and go: nothing outside the
+	 * range, nothing twice. */
+	CU_ASSERT_EQUAL(slots_walk(a.t, seen), 0);
+	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(a.rc, 0);
+	CU_ASSERT(a.rounds > 0);
+	/* Quiet: exactly the live rows of the range. */
+	CU_ASSERT_EQUAL(slots_walk(a.t, seen), 0);
+	for (uint64_t id = 1; id < 2 * SLOTS_IDS; id++) {
+		bool want = live[id] && emb_id_slot(id) - SLOTS_FIRST < SLOTS_N;
+
+		in += want;
+		missing += want && !seen[id];
+		extra += !want && seen[id];
+	}
+	CU_ASSERT(in > 0);
+	CU_ASSERT_EQUAL(missing, 0);
+	CU_ASSERT_EQUAL(extra, 0);
+	emb_table_destroy(a.t);
+	free(ids);
+	free(live);
+	free(seen);
+	free(w);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -421,6 +550,8 @@ int main(int argc, char **argv)
 	    {"iterated rows are never torn by pushes", test_iter_rows_not_torn},
 	    {"pull, push, assign, erase, evict and iterate together",
 	     test_mixed_traffic},
+	    {"a walk by slot finds rows made while its index is built",
+	     test_slot_walk_built_in_steps},
 	    {NULL, NULL},
 	};
 
