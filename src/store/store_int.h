@@ -112,6 +112,12 @@ size_t emb__arena_size_class(size_t n);
 int emb__arena_set_hook(struct emb_arena *a, emb_extent_fn fn, void *arg);
 /* Extents mapped now, and their total bytes. */
 void emb__arena_usage(struct emb_arena *a, uint64_t *extents, uint64_t *bytes);
+/* With no shard lock held, after a batch that made rows: maps and faults in
+ * the arena's next extent ahead when it is growing by whole steps and has
+ * none ready (arena.c, "The spare"). */
+void emb__arena_prepare(struct emb_arena *a);
+/* Tests: whether a spare is ready, and where. */
+bool emb__arena_spare(struct emb_arena *a, void **addr, size_t *len);
 
 /* ---- shard.c: index + slabs of one shard; caller holds shard->lock ---- */
 

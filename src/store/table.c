@@ -1306,6 +1306,8 @@ static int pull_common(struct emb_table *t, const uint64_t *ids, uint32_t n,
 
 	add_evicted(t, &x.ev);
 	add_stat(&st->pulls_unadmitted, x.pending);
+	if (x.created)
+		emb__arena_prepare(t->arena);
 	add_stat(&t->rows, x.created);
 	add_stat(&st->rows_created, x.created);
 	add_stat(&st->pulls, 1);
@@ -2012,6 +2014,9 @@ static int push_call(struct emb_table *t, const uint64_t *ids, uint32_t n,
 	emb__scratch_done(x.ps.buf);
 	batch_fini(&b);
 	emb__writer_exit(t);
+	/* Out of the view's fence too: a dump's instant need not wait. */
+	if (x.created)
+		emb__arena_prepare(t->arena);
 	return rc;
 }
 
@@ -2212,6 +2217,8 @@ int emb_table_assign_births(struct emb_table *t, const uint64_t *ids,
 	batch_fini(&b);
 	emb__writer_exit(t);
 	free(enc);
+	if (x.created)
+		emb__arena_prepare(t->arena);
 	add_stat(&t->rows, x.created);
 	add_evicted(t, &x.ev);
 	return x.rc;

@@ -17,7 +17,12 @@
 #include <string.h>
 #include <time.h>
 
+#include <stdbool.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "store_test.h"
+#include "store/store_int.h"
 
 #define MAX_RANGES 4096
 
@@ -479,6 +484,67 @@ static void test_hook_reenters_replay(void)
 	reenter(true);
 }
 
+/* Whether [addr, +len) is registered whole, as one range. */
+static bool tracker_has(struct tracker *k, void *addr, size_t len)
+{
+	bool has = false;
+
+	pthread_mutex_lock(&k->lock);
+	for (uint32_t i = 0; i < k->n; i++)
+		has |= k->r[i].lo == (uintptr_t)addr &&
+		       k->r[i].hi == (uintptr_t)addr + len;
+	pthread_mutex_unlock(&k->lock);
+	return has;
+}
+
+/*
+ * A table growing by whole extents has its next one mapped and its pages
+ * faulted in ahead, after a batch let go of its locks (arena.c, "The
+ * spare"): the first writes to it do not fault under a shard's lock. The
+ * spare is not the owner's until jemalloc takes it (then the hook hears of
+ * it like any extent), and destroy unmaps it.
+ */
+static void test_spare_extent(void)
+{
+	struct tracker k;
+	struct emb_table *t = table_dim(64);
+	unsigned char vec[4096 / 4];
+	uint64_t extents, bytes, first = ROWS;
+	void *addr, *next;
+	size_t len, len2, page = (size_t)sysconf(_SC_PAGESIZE);
+	int resident = 0;
+
+	tracker_init(&k);
+	CU_ASSERT_EQUAL_FATAL(emb_table_set_extent_hook(t, hook, &k), 0);
+	CU_ASSERT_EQUAL(grow(t, 0, ROWS), 0); /* 16 MB of rows */
+	CU_ASSERT_FATAL(emb__arena_spare(t->arena, &addr, &len));
+	CU_ASSERT_FATAL(len > 0 && len / page <= sizeof(vec));
+	CU_ASSERT_FALSE(tracker_has(&k, addr, len));
+	CU_ASSERT_EQUAL(mincore(addr, len, vec), 0);
+	for (size_t i = 0; i < len / page; i++)
+		resident += vec[i] & 1;
+	CU_ASSERT_EQUAL(resident, (int)(len / page));
+	/* Grow until the arena maps another extent: it is the spare. */
+	emb__arena_usage(t->arena, &extents, &bytes);
+	for (int i = 0; i < 40; i++) {
+		uint64_t e2, b2;
+
+		CU_ASSERT_EQUAL(grow(t, first, 2048), 0);
+		first += 2048;
+		emb__arena_usage(t->arena, &e2, &b2);
+		if (e2 > extents)
+			break;
+	}
+	CU_ASSERT(tracker_has(&k, addr, len));
+	CU_ASSERT(emb__arena_spare(t->arena, &next, &len2));
+	CU_ASSERT(next != addr);
+	expect_rows_registered(t, &k, 0, (uint32_t)first);
+	CU_ASSERT_EQUAL(k.errors, 0);
+	emb_table_destroy(t);
+	expect_all_removed(&k);
+	pthread_mutex_destroy(&k.lock);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -492,6 +558,8 @@ int main(int argc, char **argv)
 	    {"cleared hook is not called again", test_hook_cleared},
 	    {"hook may call back into the table while it grows",
 	     test_hook_reenters_growth},
+	    {"a growing table's next extent is faulted in ahead",
+	     test_spare_extent},
 	    {"hook may call back into the table during replay",
 	     test_hook_reenters_replay},
 	    {NULL, NULL},
