@@ -1,8 +1,9 @@
 /*
  * src/store/shard.c - one shard: a linear-probing id index over records in
  * slabs. Every function here runs with the shard's lock held by the caller
- * (table.c); a resize rebuilds only this shard's index, so the other shards
- * keep serving meanwhile.
+ * (table.c), but emb__slot_index(), which takes each shard's lock itself; a
+ * resize rebuilds only this shard's index, so the other shards keep serving
+ * meanwhile.
  */
 #include "store/store_int.h"
 
@@ -437,4 +438,36 @@ int emb__vslot_step(struct emb_table *t, struct emb_shard *s)
 	}
 	s->vslot_built = end;
 	return 0;
+}
+
+/*
+ * Every shard's record slots (store_int.h, vslot), made by the table's
+ * first walk over some slots and kept from then on. One step of each
+ * shard in turn, round after round, so that between two holds of a
+ * shard's lock the other shards' steps run and its waiters get in (a
+ * mutex let go and taken again at once would not let them).
+ */
+void (*emb__slot_index_between)(struct emb_table *t);
+
+int emb__slot_index(struct emb_table *t)
+{
+	bool more = false;
+	int rc = 0;
+
+	do {
+		if (more && emb__slot_index_between)
+			emb__slot_index_between(t);
+		more = false;
+		for (uint32_t si = 0; si < t->nshards && !rc; si++) {
+			struct emb_shard *s = &t->shards[si];
+
+			pthread_mutex_lock(&s->lock);
+			if (!emb__vslot_ready(s)) {
+				rc = emb__vslot_step(t, s);
+				more |= !emb__vslot_ready(s);
+			}
+			pthread_mutex_unlock(&s->lock);
+		}
+	} while (more && !rc);
+	return rc;
 }

@@ -575,7 +575,7 @@ static inline bool emb__vslot_ready(const struct emb_shard *s)
 {
 	return s->vslot && s->vslot_built >= s->vslot_end;
 }
-/* Every shard's vslot, complete when it returns 0 (table.c); takes each
+/* Every shard's vslot, complete when it returns 0 (shard.c); takes each
  * shard's lock itself, a step at a time. -ENOMEM or EMB_EMEMLIMIT (the
  * steps done are kept). */
 int emb__slot_index(struct emb_table *t);
