@@ -2120,6 +2120,13 @@ static int poll_job(struct emb_coord *c)
 
 	if (!live)
 		return -ENOMEM;
+	/* Whether this node had the map before the read: the join takes it
+	 * on another thread, and a map taken while this read was on its way
+	 * is not in it (a worker that joined as the job formed read that as
+	 * "its keys were deleted" and left the job). */
+	pthread_mutex_lock(&c->mu);
+	have_rev = c->map_rev;
+	pthread_mutex_unlock(&c->mu);
 	rc = emb_etcd_get(c->etcd, c->prefix, true, true, &r);
 	if (rc) {
 		free(live);
@@ -2151,9 +2158,6 @@ static int poll_job(struct emb_coord *c)
 			have_move = true;
 	}
 	emb_etcd_range_free(&r);
-	pthread_mutex_lock(&c->mu);
-	have_rev = c->map_rev;
-	pthread_mutex_unlock(&c->mu);
 	if (!map_rev && have_rev) {
 		/* Formed, and its keys are gone: whoever started the job
 		 * deleted them at its end (embstore launch does, once its
