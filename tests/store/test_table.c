@@ -2061,7 +2061,7 @@ static void test_slot_walks(void)
  * A table's first walk by slot fills each shard's record slots a step at
  * a time, letting go of the shard's lock between rounds of steps
  * (shard.c: a whole shard at once stalled its pulls and pushes for up to
- * 19 ms). Between the rounds, rows are erased and made again, in records
+ * 18.6 ms). Between the rounds, rows are erased and made again, in records
  * the build has passed and in records it has not reached: every walk by
  * slot must still yield exactly the live rows of its slots.
  */
