@@ -271,6 +271,8 @@ err_free:
 	return EMB_EARENA;
 }
 
+void (*emb__arena_while_preparing)(struct emb_arena *a);
+
 void emb__arena_prepare(struct emb_arena *a)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -280,12 +282,22 @@ void emb__arena_prepare(struct emb_arena *a)
 		return;
 	pthread_mutex_lock(&a->lock);
 	if (a->spare || a->preparing) {
+		/* A spare is ready: nothing is wanted. The flag is set
+		 * when an extent went out while this one was being made
+		 * (mapped fresh, the spare not yet there); left set, every
+		 * batch that makes rows would come here for the arena's
+		 * lock until the spare is used. */
+		if (a->spare)
+			__atomic_store_n(&a->want_spare, false,
+					 __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&a->lock);
 		return;
 	}
 	a->preparing = true;
 	__atomic_store_n(&a->want_spare, false, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&a->lock);
+	if (emb__arena_while_preparing)
+		emb__arena_while_preparing(a);
 	p = map_aligned(GROW_LIMIT, HUGE_PAGE);
 	/* A zero into each page faults it in, zeroed, now: the extent's
 	 * contents stay what jemalloc is told they are (*zero). */
@@ -294,7 +306,15 @@ void emb__arena_prepare(struct emb_arena *a)
 	pthread_mutex_lock(&a->lock);
 	a->preparing = false;
 	a->spare = p;
+	/* Ready now, whatever went out while it was made (as above). */
+	if (p)
+		__atomic_store_n(&a->want_spare, false, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&a->lock);
+}
+
+bool emb__arena_wants_spare(struct emb_arena *a)
+{
+	return __atomic_load_n(&a->want_spare, __ATOMIC_RELAXED);
 }
 
 bool emb__arena_spare(struct emb_arena *a, void **addr, size_t *len)

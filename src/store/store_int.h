@@ -118,6 +118,11 @@ void emb__arena_usage(struct emb_arena *a, uint64_t *extents, uint64_t *bytes);
 void emb__arena_prepare(struct emb_arena *a);
 /* Tests: whether a spare is ready, and where. */
 bool emb__arena_spare(struct emb_arena *a, void **addr, size_t *len);
+/* Tests: whether the arena asks the next batch for a spare. */
+bool emb__arena_wants_spare(struct emb_arena *a);
+/* Tests: called by emb__arena_prepare() once it has claimed the making of
+ * the spare, before it maps it, with no lock held (NULL: nothing). */
+extern void (*emb__arena_while_preparing)(struct emb_arena *a);
 
 /* ---- shard.c: index + slabs of one shard; caller holds shard->lock ---- */
 

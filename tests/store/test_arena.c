@@ -545,6 +545,68 @@ static void test_spare_extent(void)
 	pthread_mutex_destroy(&k.lock);
 }
 
+/* test_spare_taken_while_made(): the table, and the next id to make. */
+static struct emb_table *prep_t;
+static uint64_t prep_next;
+static int prep_calls;
+
+/* Makes rows until the arena maps another extent, while the spare is
+ * being made: the extent goes out fresh, the spare not yet there. */
+static void grow_while_preparing(struct emb_arena *a)
+{
+	uint64_t e0, e = 0, b;
+
+	(void)a;
+	emb__arena_while_preparing = NULL; /* once */
+	prep_calls++;
+	emb__arena_usage(prep_t->arena, &e0, &b);
+	for (int i = 0; i < 40; i++) {
+		uint64_t first = prep_next;
+
+		prep_next += 2048;
+		CU_ASSERT_EQUAL(grow(prep_t, first, 2048), 0);
+		emb__arena_usage(prep_t->arena, &e, &b);
+		if (e > e0)
+			break;
+	}
+	CU_ASSERT(e > e0);
+	CU_ASSERT(emb__arena_wants_spare(prep_t->arena));
+}
+
+/*
+ * An extent that goes out while the spare is being made is mapped fresh
+ * and asks for a spare again; once the one being made is ready, the
+ * arena asks no more, so the batches that make rows after it do not take
+ * the arena's lock each until the spare is used.
+ */
+static void test_spare_taken_while_made(void)
+{
+	struct emb_table *t = table_dim(64);
+	void *addr;
+	size_t len;
+
+	CU_ASSERT_EQUAL(grow(t, 0, ROWS), 0);
+	CU_ASSERT_FATAL(emb__arena_spare(t->arena, &addr, &len));
+	CU_ASSERT_FALSE(emb__arena_wants_spare(t->arena));
+	prep_t = t;
+	prep_next = ROWS;
+	prep_calls = 0;
+	emb__arena_while_preparing = grow_while_preparing;
+	/* Until jemalloc takes the spare: the batch that took it makes the
+	 * next one, and meanwhile the hook takes another extent. */
+	for (int i = 0; i < 40 && !prep_calls; i++) {
+		uint64_t first = prep_next;
+
+		prep_next += 2048;
+		CU_ASSERT_EQUAL(grow(t, first, 2048), 0);
+	}
+	emb__arena_while_preparing = NULL;
+	CU_ASSERT_EQUAL_FATAL(prep_calls, 1);
+	CU_ASSERT(emb__arena_spare(t->arena, &addr, &len));
+	CU_ASSERT_FALSE(emb__arena_wants_spare(t->arena));
+	emb_table_destroy(t);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -560,6 +622,9 @@ int main(int argc, char **argv)
 	     test_hook_reenters_growth},
 	    {"a growing table's next extent is faulted in ahead",
 	     test_spare_extent},
+	    {"an extent taken while the spare is made: none is asked for "
+	     "once it is ready",
+	     test_spare_taken_while_made},
 	    {"hook may call back into the table during replay",
 	     test_hook_reenters_replay},
 	    {NULL, NULL},
