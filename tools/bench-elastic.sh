@@ -91,7 +91,7 @@ now() { date +%s.%N; }
 # looks a second its grep and sleep processes took a fifth of a core on
 # the 2-core hosts of docs/benchmarks.md (perf sched, during a join),
 # where the phase before the join, one sleep, took none. A phase's end
-# is found up to a second late, one more interval after the move.
+# is read from its log line (logged_at), not from when the wait saw it.
 wait_for() {
 	local i
 	for i in $(seq "$2"); do
@@ -100,6 +100,15 @@ wait_for() {
 		sleep 1
 	done
 	grep -q "$1" "${3:-$out}" 2>/dev/null
+}
+
+# When the first line matching $1 was logged (its UTC timestamp, as
+# now() gives it); now() if it carries none.
+logged_at() {
+	local ts
+	ts=$(grep -m1 "$1" "$out" |
+		sed -n 's/^\[[^]]*\] \([0-9-]*T[0-9:.]*Z\) .*/\1/p')
+	[ -n "$ts" ] && date -u -d "$ts" +%s.%N 2>/dev/null || now
 }
 
 # Rows moved so far by every server (launch's children and the
@@ -199,7 +208,7 @@ EMB_ROLE=server EMB_SCHED_HOST=${sched%:*} EMB_SCHED_PORT=${sched##*:} \
 	embstore-server --listen 127.0.0.1:0 >"$new" 2>&1 &
 npid=$!
 wait_for 'server 2 has its share' 600 || die "the newcomer got no share"
-j1=$(now)
+j1=$(logged_at 'server 2 has its share')
 sleep 1
 r1=$(streamed)
 s1=$(resent)
@@ -211,7 +220,7 @@ d0=$(now)
 embstore scale --sched "$sched" --remove 0 >"$work/scale.txt" 2>&1 ||
 	die "embstore scale --remove 0: $(cat "$work/scale.txt")"
 wait_for 'server 0 (.*) drained (' 600 || die "rank 0 did not drain"
-d1=$(now)
+d1=$(logged_at 'server 0 (.*) drained (')
 sleep 1
 r2=$(streamed)
 s2=$(resent)
