@@ -147,6 +147,16 @@ struct emb_shard {
 	uint32_t held_gen;    /* the table's evict_hold_gen held was
 				 counted by */
 	uint32_t grow_at;     /* resize when used reaches this */
+	/* The index of the next size, built a few records per row made
+	 * (shard.c, "Growing the index"): slots stays the index every
+	 * lookup reads until next_slots has every record, then replaces
+	 * it. next_slots is NULL between builds. */
+	uint32_t build_at;    /* start the next build when used reaches this */
+	uint32_t *next_slots; /* being built, next_nslots entries */
+	uint32_t next_nslots;
+	uint32_t built;	      /* records [0, built) are in next_slots */
+	uint32_t build_rows;  /* rows made since the last step of the build */
+	uint32_t touched;     /* pages of next_slots written so far */
 	uint32_t next_idx;    /* records ever handed out (high water) */
 	uint32_t free_head;   /* first free record index + 1, 0 = none */
 	uint32_t nslabs;      /* slabs in use */

@@ -2486,7 +2486,8 @@ void emb_table_stats(struct emb_table *t, struct emb_table_stats *out)
 		struct emb_shard *s = &t->shards[si];
 
 		index_bytes +=
-		    (uint64_t)__atomic_load_n(&s->nslots, __ATOMIC_RELAXED) *
+		    ((uint64_t)__atomic_load_n(&s->nslots, __ATOMIC_RELAXED) +
+		     __atomic_load_n(&s->next_nslots, __ATOMIC_RELAXED)) *
 		    sizeof(*s->slots);
 		slab_bytes +=
 		    (uint64_t)__atomic_load_n(&s->nslabs, __ATOMIC_RELAXED) *

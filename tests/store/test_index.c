@@ -8,6 +8,11 @@
  * erasing most rows and inserting again exercises deletion and reuse. SGD
  * with lr 1 and integer gradients keeps the expected weights exact.
  * Single-threaded.
+ *
+ * One case looks inside (store_int.h): rows removed and made again in the
+ * window while a shard's next index is built, on both sides of the build's
+ * walk, with the index's entries counted against the records after every
+ * operation.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +20,7 @@
 #include <string.h>
 
 #include "store_test.h"
+#include "store/store_int.h"
 
 #define DIM	      2
 #define UNIVERSE      (1u << 17) /* distinct keys */
@@ -358,11 +364,144 @@ static void test_four_shards(void)
 	run(4, 0x5eed0004);
 }
 
+/* Entries in an index of n slots. */
+static uint32_t entries(const uint32_t *slots, uint32_t n)
+{
+	uint32_t e = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		e += slots[i] != 0;
+	return e;
+}
+
+/* Live records below end. */
+static uint32_t live_below(struct emb_table *t, struct emb_shard *s,
+			   uint32_t end)
+{
+	uint32_t n = 0;
+
+	for (uint32_t idx = 0; idx < end; idx++)
+		n += !(emb__shard_row(t, s, idx)->count & EMB_ROW_FREE);
+	return n;
+}
+
+/* A live record in [lo, hi), drawn at random; UINT32_MAX if none. */
+static uint32_t live_in(struct emb_table *t, struct emb_shard *s, uint64_t *rng,
+			uint32_t lo, uint32_t hi)
+{
+	if (lo >= hi)
+		return UINT32_MAX;
+	for (uint32_t tries = 0; tries < 64; tries++) {
+		uint32_t idx = lo + rnd_below(rng, hi - lo);
+
+		if (!(emb__shard_row(t, s, idx)->count & EMB_ROW_FREE))
+			return idx;
+	}
+	return UINT32_MAX;
+}
+
+/*
+ * The index grows by a next one built a few records per row made
+ * (src/store/shard.c, "Growing the index"). While a build runs, a record
+ * removed below its walk must leave both indexes, and one reused below it
+ * must enter both: else the swapped-in index lacks a row (a pull makes it
+ * again, fresh) or keeps one erased (found again). Rows are erased on
+ * both sides of the walk and new ones made into the freed records, build
+ * after build, until the shard's index passes 100,000 slots.
+ */
+static void test_build_window(void)
+{
+	struct ref r = {0};
+	struct emb_shard *s;
+	uint32_t next_key = 0, builds = 0, below = 0, above = 0;
+	uint64_t rng = 0x5eedb111;
+
+	r.o = EMB_TABLE_OPTS_DEFAULT;
+	r.o.dim = DIM;
+	r.o.nshards = 1;
+	r.o.seed = 7;
+	r.present = xcalloc(UNIVERSE, 1);
+	r.w = xcalloc((size_t)UNIVERSE * DIM, sizeof(float));
+	r.t = table_new(&r.o);
+	s = &r.t->shards[0];
+
+	while (s->nslots < 100000 && next_key < UNIVERSE - 2) {
+		uint64_t id = key_id(next_key);
+		float out[DIM];
+		bool building = s->next_slots != NULL;
+
+		/* Outside a build, rows are only made: the shard grows to
+		 * the next one. */
+		if (!building) {
+			CU_ASSERT_EQUAL(emb_table_pull(r.t, &id, 1, out, 0,
+						       NULL), 1);
+			r.present[next_key++] = 1;
+			if (s->next_slots)
+				builds++;
+			continue;
+		}
+		/* Inside: one row erased below the walk, one above, then
+		 * two made (into those records: the free list is LIFO). */
+		for (int side = 0; side < 2; side++) {
+			uint32_t idx = side ? live_in(r.t, s, &rng, s->built,
+						      s->next_idx)
+					    : live_in(r.t, s, &rng, 0, s->built);
+			uint64_t gone;
+
+			if (idx == UINT32_MAX)
+				continue;
+			gone = emb__shard_row(r.t, s, idx)->id;
+			CU_ASSERT_EQUAL(emb_table_erase(r.t, &gone, 1), 1);
+			r.present[gone == UINT64_MAX
+				      ? UNIVERSE - 1
+				      : gone * 0xf1de83e19937733dull] = 0;
+			if (side)
+				above++;
+			else
+				below++;
+		}
+		for (int k = 0; k < 2 && next_key < UNIVERSE - 2; k++) {
+			id = key_id(next_key);
+			CU_ASSERT_EQUAL(emb_table_pull(r.t, &id, 1, out, 0,
+						       NULL), 1);
+			r.present[next_key++] = 1;
+		}
+		CU_ASSERT_EQUAL(entries(s->slots, s->nslots), s->used);
+		if (s->next_slots)
+			CU_ASSERT_EQUAL(
+			    entries(s->next_slots, s->next_nslots),
+			    live_below(r.t, s, s->built));
+	}
+	CU_ASSERT(s->nslots >= 100000);
+	CU_ASSERT(builds >= 15);
+	CU_ASSERT(below > 1000 && above > 1000);
+	/* Every row present is found, every one erased is not. */
+	for (uint32_t k = 0; k < next_key; k++) {
+		uint64_t id = key_id(k);
+		float out[DIM];
+		uint8_t found = 0xee;
+
+		emb_table_pull(r.t, &id, 1, out, EMB_PULL_NOCREATE, &found);
+		if (found != r.present[k])
+			mismatch(&r, "present after builds", k, r.present[k],
+				 found);
+	}
+	CU_ASSERT_EQUAL(r.bad, 0);
+	fprintf(stderr, "\n    %u builds, %u rows erased below the walk, %u "
+			"above, index %u slots",
+		builds, below, above, s->nslots);
+	emb_table_destroy(r.t);
+	free(r.present);
+	free(r.w);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
 	    {"one shard matches a reference map over 1M ops", test_one_shard},
 	    {"four shards match a reference map over 1M ops", test_four_shards},
+	    {"rows erased and made again while the index grows",
+	     test_build_window},
 	    {NULL, NULL},
 	};
 
