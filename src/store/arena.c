@@ -17,15 +17,26 @@
  * stalling every pull and push of the shard: a joining server's copy,
  * 10M rows, held shard locks over 2 ms 883 times in 30 s without the
  * spare, 201 with it. Once an extent of GROW_LIMIT is handed out, the
- * next one is mapped and its pages written ahead, by the next batch that
- * made rows, after it let go of every lock (emb__arena_prepare()); the
- * next request of that size takes it. A growing table keeps one spare: at most
- * GROW_LIMIT resident bytes more than its rows need.
+ * next one is mapped and its pages written ahead; the next request of that
+ * size takes it. A growing table keeps one spare: at most GROW_LIMIT
+ * resident bytes more than its rows need.
+ *
+ * Who makes it: the arena's helper thread, woken by the next batch that
+ * made rows once it let go of every lock (emb__arena_prepare()). Made by
+ * that batch itself, on its own thread, the kernel's zeroing of two fresh
+ * 2 MiB pages (4 to 12 ms here) stalled what else that thread serves: in
+ * a server, a loop thread and all its connections; 216 batches of a drain
+ * took 10 ms more each that way (docs/benchmarks.md, "Moving slots"). The
+ * helper is started by the first such request, so a table that never grows
+ * by whole steps has none. A process forked from one that started it has
+ * no helper (threads do not survive fork): there the batch makes the spare
+ * itself, as before, and destroy joins nothing.
  */
 #include "store/store_int.h"
 
 #include <errno.h>
 #include <jemalloc/jemalloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +70,14 @@ struct emb_arena {
 	bool preparing;		/* under lock: a caller maps the spare */
 	bool want_spare;	/* atomic: an extent of GROW_LIMIT went out
 				   and no spare is ready */
+	/* The helper that makes the spare, all under lock. */
+	pthread_cond_t wake;	/* the helper waits for asked or stop */
+	pthread_cond_t idle;	/* emb__arena_settle() waits for it */
+	pthread_t helper;
+	bool helper_on;		/* started, by helper_pid */
+	pid_t helper_pid;
+	bool asked;		/* a batch asked for a spare */
+	bool stop;		/* destroy: the helper returns */
 };
 
 static bool huge_pages = true; /* emb_store_set_huge_pages() */
@@ -246,6 +265,8 @@ int emb__arena_create(struct emb_arena **out)
 	    .merge = hook_merge,
 	};
 	pthread_mutex_init(&a->lock, NULL);
+	pthread_cond_init(&a->wake, NULL);
+	pthread_cond_init(&a->idle, NULL);
 	hp = &a->hooks;
 	rc = mallctl("arenas.create", &a->ind, &sz, &hp, sizeof(hp));
 	if (rc) {
@@ -266,6 +287,8 @@ int emb__arena_create(struct emb_arena **out)
 	return 0;
 
 err_free:
+	pthread_cond_destroy(&a->wake);
+	pthread_cond_destroy(&a->idle);
 	pthread_mutex_destroy(&a->lock);
 	free(a);
 	return EMB_EARENA;
@@ -273,26 +296,14 @@ err_free:
 
 void (*emb__arena_while_preparing)(struct emb_arena *a);
 
-void emb__arena_prepare(struct emb_arena *a)
+/* Maps the spare and faults its pages in. Called and returns with the
+ * arena's lock held, a spare not ready and none being made; lets the lock
+ * go meanwhile. */
+static void make_spare(struct emb_arena *a)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	char *p;
 
-	if (!a || !__atomic_load_n(&a->want_spare, __ATOMIC_RELAXED))
-		return;
-	pthread_mutex_lock(&a->lock);
-	if (a->spare || a->preparing) {
-		/* A spare is ready: nothing is wanted. The flag is set
-		 * when an extent went out while this one was being made
-		 * (mapped fresh, the spare not yet there); left set, every
-		 * batch that makes rows would come here for the arena's
-		 * lock until the spare is used. */
-		if (a->spare)
-			__atomic_store_n(&a->want_spare, false,
-					 __ATOMIC_RELAXED);
-		pthread_mutex_unlock(&a->lock);
-		return;
-	}
 	a->preparing = true;
 	__atomic_store_n(&a->want_spare, false, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&a->lock);
@@ -306,9 +317,83 @@ void emb__arena_prepare(struct emb_arena *a)
 	pthread_mutex_lock(&a->lock);
 	a->preparing = false;
 	a->spare = p;
-	/* Ready now, whatever went out while it was made (as above). */
+	/* Ready now, whatever went out while it was made: an extent taken
+	 * meanwhile was mapped fresh and set the flag again, and left set
+	 * it would send every batch that makes rows here for the arena's
+	 * lock until the spare is used. */
 	if (p)
 		__atomic_store_n(&a->want_spare, false, __ATOMIC_RELAXED);
+}
+
+static void *helper_main(void *arg)
+{
+	struct emb_arena *a = arg;
+
+	pthread_mutex_lock(&a->lock);
+	while (!a->stop) {
+		if (!a->asked) {
+			pthread_cond_wait(&a->wake, &a->lock);
+			continue;
+		}
+		a->asked = false;
+		if (!a->spare && !a->preparing)
+			make_spare(a);
+		pthread_cond_broadcast(&a->idle);
+	}
+	pthread_mutex_unlock(&a->lock);
+	return NULL;
+}
+
+/* Under lock: the helper, started if this process has none yet; false
+ * when there is none to ask (this process was forked from the one that
+ * started it, or the thread could not be made). */
+static bool helper_ready(struct emb_arena *a)
+{
+	sigset_t all, old;
+	int rc;
+
+	if (a->helper_on)
+		return a->helper_pid == getpid();
+	/* No signal of the process's is for it. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&a->helper, NULL, helper_main, a);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		emb_log(EMB_LOG_DEBUG, "arena %u: no spare thread: %s", a->ind,
+			emb_strerror(-rc));
+		return false;
+	}
+	pthread_setname_np(a->helper, "emb-spare");
+	a->helper_on = true;
+	a->helper_pid = getpid();
+	return true;
+}
+
+void emb__arena_prepare(struct emb_arena *a)
+{
+	if (!a || !__atomic_load_n(&a->want_spare, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&a->lock);
+	if (a->spare || a->preparing) {
+		/* A spare is ready: nothing is wanted (see make_spare()). */
+		if (a->spare)
+			__atomic_store_n(&a->want_spare, false,
+					 __ATOMIC_RELAXED);
+	} else if (helper_ready(a)) {
+		a->asked = true;
+		pthread_cond_signal(&a->wake);
+	} else {
+		make_spare(a);
+	}
+	pthread_mutex_unlock(&a->lock);
+}
+
+void emb__arena_settle(struct emb_arena *a)
+{
+	pthread_mutex_lock(&a->lock);
+	while (a->asked || a->preparing)
+		pthread_cond_wait(&a->idle, &a->lock);
 	pthread_mutex_unlock(&a->lock);
 }
 
@@ -336,6 +421,12 @@ void emb__arena_destroy(struct emb_arena *a)
 
 	if (!a)
 		return;
+	pthread_mutex_lock(&a->lock);
+	a->stop = true;
+	pthread_cond_signal(&a->wake);
+	pthread_mutex_unlock(&a->lock);
+	if (a->helper_on && a->helper_pid == getpid())
+		pthread_join(a->helper, NULL);
 	if (a->created) {
 		snprintf(cmd, sizeof(cmd), "arena.%u.destroy", a->ind);
 		rc = mallctl(cmd, NULL, NULL, NULL, 0);
@@ -354,6 +445,13 @@ void emb__arena_destroy(struct emb_arena *a)
 	free(a->regions);
 	if (a->spare)
 		munmap(a->spare, GROW_LIMIT);
+	/* In a forked child the helper of the parent still counts as a
+	 * waiter of wake (glibc's destroy would wait for it forever): the
+	 * condition variables go with the memory, undestroyed. */
+	if (!a->helper_on || a->helper_pid == getpid()) {
+		pthread_cond_destroy(&a->wake);
+		pthread_cond_destroy(&a->idle);
+	}
 	pthread_mutex_destroy(&a->lock);
 	free(a);
 }

@@ -112,16 +112,19 @@ size_t emb__arena_size_class(size_t n);
 int emb__arena_set_hook(struct emb_arena *a, emb_extent_fn fn, void *arg);
 /* Extents mapped now, and their total bytes. */
 void emb__arena_usage(struct emb_arena *a, uint64_t *extents, uint64_t *bytes);
-/* With no shard lock held, after a batch that made rows: maps and faults in
- * the arena's next extent ahead when it is growing by whole steps and has
- * none ready (arena.c, "The spare"). */
+/* With no shard lock held, after a batch that made rows: asks the arena's
+ * helper thread to map and fault in its next extent ahead when it is
+ * growing by whole steps and has none ready (arena.c, "The spare"). */
 void emb__arena_prepare(struct emb_arena *a);
+/* Tests: waits until no spare is asked for or being made. */
+void emb__arena_settle(struct emb_arena *a);
 /* Tests: whether a spare is ready, and where. */
 bool emb__arena_spare(struct emb_arena *a, void **addr, size_t *len);
 /* Tests: whether the arena asks the next batch for a spare. */
 bool emb__arena_wants_spare(struct emb_arena *a);
-/* Tests: called by emb__arena_prepare() once it has claimed the making of
- * the spare, before it maps it, with no lock held (NULL: nothing). */
+/* Tests: called where the spare is made (the helper thread, or the batch
+ * in a forked process) once the making is claimed, before it is mapped,
+ * with no lock held (NULL: nothing). */
 extern void (*emb__arena_while_preparing)(struct emb_arena *a);
 
 /* ---- shard.c: index + slabs of one shard; caller holds shard->lock ---- */

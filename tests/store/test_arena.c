@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "store_test.h"
@@ -517,6 +518,7 @@ static void test_spare_extent(void)
 	tracker_init(&k);
 	CU_ASSERT_EQUAL_FATAL(emb_table_set_extent_hook(t, hook, &k), 0);
 	CU_ASSERT_EQUAL(grow(t, 0, ROWS), 0); /* 16 MB of rows */
+	emb__arena_settle(t->arena); /* the helper thread makes it */
 	CU_ASSERT_FATAL(emb__arena_spare(t->arena, &addr, &len));
 	CU_ASSERT_FATAL(len > 0 && len / page <= sizeof(vec));
 	CU_ASSERT_FALSE(tracker_has(&k, addr, len));
@@ -536,6 +538,7 @@ static void test_spare_extent(void)
 			break;
 	}
 	CU_ASSERT(tracker_has(&k, addr, len));
+	emb__arena_settle(t->arena);
 	CU_ASSERT(emb__arena_spare(t->arena, &next, &len2));
 	CU_ASSERT(next != addr);
 	expect_rows_registered(t, &k, 0, (uint32_t)first);
@@ -586,24 +589,79 @@ static void test_spare_taken_while_made(void)
 	size_t len;
 
 	CU_ASSERT_EQUAL(grow(t, 0, ROWS), 0);
+	emb__arena_settle(t->arena);
 	CU_ASSERT_FATAL(emb__arena_spare(t->arena, &addr, &len));
 	CU_ASSERT_FALSE(emb__arena_wants_spare(t->arena));
 	prep_t = t;
 	prep_next = ROWS;
 	prep_calls = 0;
 	emb__arena_while_preparing = grow_while_preparing;
-	/* Until jemalloc takes the spare: the batch that took it makes the
-	 * next one, and meanwhile the hook takes another extent. */
+	/* Until jemalloc takes the spare: the batch that took it asks for
+	 * the next one, and while the helper makes it the hook takes
+	 * another extent (on the helper's thread; this one waits). */
 	for (int i = 0; i < 40 && !prep_calls; i++) {
 		uint64_t first = prep_next;
 
 		prep_next += 2048;
 		CU_ASSERT_EQUAL(grow(t, first, 2048), 0);
+		emb__arena_settle(t->arena);
 	}
 	emb__arena_while_preparing = NULL;
 	CU_ASSERT_EQUAL_FATAL(prep_calls, 1);
 	CU_ASSERT(emb__arena_spare(t->arena, &addr, &len));
 	CU_ASSERT_FALSE(emb__arena_wants_spare(t->arena));
+	emb_table_destroy(t);
+}
+
+/* test_spare_thread(): where the last spare was made, and how often. */
+static pthread_t made_on;
+static int made_calls;
+
+static void note_thread(struct emb_arena *a)
+{
+	(void)a;
+	made_on = pthread_self();
+	made_calls++;
+}
+
+/*
+ * The spare is made by the arena's helper thread, not by the batch that
+ * asked (in a server, a loop thread with other connections to serve). A
+ * process forked from this one has no helper: its batches make the spare
+ * themselves, and destroying the table there waits for no thread.
+ */
+static void test_spare_thread(void)
+{
+	struct emb_table *t = table_dim(64);
+	void *addr;
+	size_t len;
+	pid_t pid;
+	int st = -1;
+
+	made_calls = 0;
+	emb__arena_while_preparing = note_thread;
+	CU_ASSERT_EQUAL(grow(t, 0, ROWS), 0);
+	emb__arena_settle(t->arena);
+	emb__arena_while_preparing = NULL;
+	CU_ASSERT(made_calls >= 1);
+	CU_ASSERT_FALSE(pthread_equal(made_on, pthread_self()));
+	CU_ASSERT(emb__arena_spare(t->arena, &addr, &len));
+
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		bool ok;
+
+		made_calls = 0;
+		emb__arena_while_preparing = note_thread;
+		ok = grow(t, ROWS, ROWS) == 0 && made_calls >= 1 &&
+		     pthread_equal(made_on, pthread_self()) &&
+		     emb__arena_spare(t->arena, &addr, &len);
+		emb_table_destroy(t);
+		_exit(ok ? 0 : 1);
+	}
+	CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	emb_table_destroy(t);
 }
 
@@ -625,6 +683,9 @@ int main(int argc, char **argv)
 	    {"an extent taken while the spare is made: none is asked for "
 	     "once it is ready",
 	     test_spare_taken_while_made},
+	    {"the spare is made by the arena's thread; a forked child makes "
+	     "its own",
+	     test_spare_thread},
 	    {"hook may call back into the table during replay",
 	     test_hook_reenters_replay},
 	    {NULL, NULL},
