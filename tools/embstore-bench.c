@@ -1209,6 +1209,7 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 	uint64_t t0 = emb_clock_ns(), end = t0;
 	uint64_t every_ns = (uint64_t)(o->report_s * 1e9);
 	uint64_t next_line = t0 + every_ns, last_line = t0;
+	char tname[16];
 	int rc = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -1220,6 +1221,9 @@ static int run_phase(struct worker *ws, const struct opts *o, enum phase ph,
 		rc = -pthread_create(&ws[i].tid, NULL, worker_main, &ws[i]);
 		if (rc)
 			break;
+		snprintf(tname, sizeof(tname), "bench-w%u",
+			 (unsigned)(uint16_t)i);
+		pthread_setname_np(ws[i].tid, tname);
 		started++;
 	}
 	while ((tty || lines) && !rc) {

@@ -2809,7 +2809,10 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	rc = -pthread_create(&c->lease_thread, NULL, lease_main, c);
 	if (rc == 0) {
+		pthread_setname_np(c->lease_thread, "emb-lease");
 		rc = -pthread_create(&c->thread, NULL, agent_main, c);
+		if (rc == 0)
+			pthread_setname_np(c->thread, "emb-coord");
 		if (rc) {
 			pthread_mutex_lock(&c->mu);
 			c->stop = true;

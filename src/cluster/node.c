@@ -1423,6 +1423,7 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc)
 		goto err_conn;
+	pthread_setname_np(n->thread, "emb-node");
 	n->running = true;
 	*out = n;
 	return 0;

@@ -113,6 +113,9 @@ static void *probe_main(void *arg)
 	struct emb_conn *conn;
 	int rc;
 
+	/* Named here: once it posts its task, p may be freed by the loop. */
+	pthread_setname_np(pthread_self(), "emb-probe");
+
 	to.connect_timeout_ms = p->o.timeout_ms;
 	to.call_timeout_ms = p->o.timeout_ms;
 	to.max_frame_bytes = EMB_WIRE_HDR_SIZE + RESP_CAP;

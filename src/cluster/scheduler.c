@@ -2751,6 +2751,7 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	rc = -pthread_create(&s->thread, NULL, loop_main, s);
 	if (rc)
 		goto err_lis;
+	pthread_setname_np(s->thread, "emb-sched");
 	s->running = true;
 	emb_log(EMB_LOG_INFO,
 		"scheduler listening on %s:%u: waiting for %u server%s and "

@@ -562,6 +562,7 @@ int emb__bcheck_start(struct emb_server *s, uint32_t rank,
 		rc = -pthread_create(&b->th, NULL, check_main, b);
 		if (rc)
 			goto err_destroy;
+		pthread_setname_np(b->th, "emb-bcheck");
 		b->th_on = true;
 	}
 	*out = b;

@@ -538,6 +538,8 @@ int emb_ckpt_start(struct emb_server *s, const struct emb_ckpt_opts *o,
 	pthread_cond_init(&c->cond, &ca);
 	pthread_condattr_destroy(&ca);
 	rc = -pthread_create(&c->thread, NULL, ckpt_main, c);
+	if (!rc)
+		pthread_setname_np(c->thread, "emb-ckpt");
 	if (rc) {
 		pthread_cond_destroy(&c->cond);
 		pthread_mutex_destroy(&c->lock);

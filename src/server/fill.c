@@ -665,10 +665,14 @@ static void *fill_main(void *arg)
 {
 	struct emb__fill *f = arg;
 	uint64_t rows = 0, bytes = 0, t0 = emb_clock_ms(), epoch = f->epoch;
-	int rc = fill_run(f, &rows, &bytes);
 	uint32_t first = f->first, n = f->n;
 	emb_server_fill_fn done = f->done;
 	void *darg = f->arg;
+	int rc;
+
+	/* Named here: the thread is detached, its pthread_t may be gone. */
+	pthread_setname_np(pthread_self(), "emb-fill");
+	rc = fill_run(f, &rows, &bytes);
 
 	if (rc)
 		emb_log(EMB_LOG_WARN, "fill of slots %u-%u to %s:%u failed: %s",

@@ -399,6 +399,8 @@ int emb_replica_create(struct emb_server *s, struct emb_node *n,
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->sweep_cv, NULL);
 	r->sweeper_on = pthread_create(&r->sweeper, NULL, sweep_main, r) == 0;
+	if (r->sweeper_on)
+		pthread_setname_np(r->sweeper, "emb-rsweep");
 	r->srv = s;
 	r->node = n;
 	r->rank = emb_node_rank(n);

@@ -10,6 +10,7 @@
 #include "server/server_int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -39,6 +40,7 @@ int emb_server_create(const struct emb_server_opts *opts,
 	struct emb_listen_opts lopts = EMB_LISTEN_OPTS_DEFAULT;
 	struct emb_server *s;
 	pthread_condattr_t ca;
+	char tname[16];
 	uint32_t i;
 	int rc;
 
@@ -179,6 +181,9 @@ int emb_server_create(const struct emb_server_opts *opts,
 				     &s->lstate[i]);
 		if (rc)
 			goto err_threads;
+		snprintf(tname, sizeof(tname), "emb-loop%u",
+			 (unsigned)(uint8_t)i); /* threads <= 256 */
+		pthread_setname_np(s->threads[i], tname);
 		s->nstarted++;
 	}
 	if (s->rdma) {

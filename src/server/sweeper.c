@@ -124,7 +124,9 @@ int emb__sweeper_start(struct emb_server *s)
 {
 	int rc = -pthread_create(&s->sweeper, NULL, sweeper_main, s);
 
-	if (!rc)
+	if (!rc) {
+		pthread_setname_np(s->sweeper, "emb-sweep");
 		s->sweeper_running = true;
+	}
 	return rc;
 }

@@ -797,8 +797,10 @@ int emb__tables_reaper_start(struct emb_server *s)
 {
 	int rc = -pthread_create(&s->reaper, NULL, reaper_main, s);
 
-	if (!rc)
+	if (!rc) {
+		pthread_setname_np(s->reaper, "emb-reap");
 		s->reaper_running = true;
+	}
 	return rc;
 }
 

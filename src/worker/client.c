@@ -219,6 +219,7 @@ static int client_create(const struct emb_client_opts *opts,
 	rc = -pthread_create(&c->thread, NULL, emb__conn_loop, c);
 	if (rc)
 		goto err_conns;
+	pthread_setname_np(c->thread, "emb-client");
 	c->running = true;
 	*out = c;
 	return 0;

@@ -9,7 +9,9 @@
  * request, every request's latency is still recorded, within the time
  * the client waited for it.
  */
+#include <dirent.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -208,6 +210,63 @@ static void test_latency_one_read(void)
 	free(rows);
 }
 
+/* How many of this process's threads are named name. */
+static int threads_named(const char *name)
+{
+	char path[64], comm[32];
+	struct dirent *de;
+	int n = 0;
+	DIR *d = opendir("/proc/self/task");
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+	while ((de = readdir(d)) != NULL) {
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%.20s/comm",
+			 de->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue; /* gone meanwhile */
+		if (fgets(comm, sizeof(comm), f)) {
+			comm[strcspn(comm, "\n")] = 0;
+			n += strcmp(comm, name) == 0;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * Each thread carries its name, for top -H, perf and gdb (the list is
+ * docs/architecture.md, "Threads"): the server's loops and sweeper and
+ * a client's connection thread; gone with their owner.
+ */
+static void test_threads_named(void)
+{
+	struct emb_server_opts o = nt_server_opts();
+	struct emb_server *s;
+	struct emb_client *c;
+	char addr[64];
+	uint16_t port;
+
+	o.threads = 2;
+	s = nt_server_start(&o);
+	port = emb_server_port(s);
+	nt_addr_list(addr, sizeof(addr), &port, 1);
+	c = nt_client(addr, 0);
+	CU_ASSERT_EQUAL(threads_named("emb-loop0"), 1);
+	CU_ASSERT_EQUAL(threads_named("emb-loop1"), 1);
+	CU_ASSERT_EQUAL(threads_named("emb-sweep"), 1);
+	CU_ASSERT_EQUAL(threads_named("emb-client"), 1);
+	emb_client_destroy(c);
+	emb_server_destroy(s);
+	CU_ASSERT_EQUAL(threads_named("emb-loop0"), 0);
+	CU_ASSERT_EQUAL(threads_named("emb-client"), 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -217,6 +276,8 @@ int main(int argc, char **argv)
 	     test_requests_summed},
 	    {"one clock read per request still times every request",
 	     test_latency_one_read},
+	    {"every thread is named: loops, sweeper, client",
+	     test_threads_named},
 	    {NULL, NULL},
 	};
 
