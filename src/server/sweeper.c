@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/thread.h"
 
 void emb__sweep_run(void *arg)
 {
@@ -71,6 +72,8 @@ static void *sweeper_main(void *arg)
 	uint32_t t = s->opts.handshake_timeout_ms;
 	uint64_t period_ms;
 	struct timespec dl;
+
+	emb_thread_background();
 
 	if (!t || (s->opts.idle_timeout_ms && s->opts.idle_timeout_ms < t))
 		t = s->opts.idle_timeout_ms;
