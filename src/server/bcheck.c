@@ -35,7 +35,6 @@
 #include "common/err.h"
 #include "common/hash.h"
 #include "common/log.h"
-#include "common/thread.h"
 #include "proto/wire_msg.h"
 #include "store/store.h"
 #include "transport/transport.h"
@@ -478,8 +477,6 @@ int emb__bcheck_round(struct emb_server *s, const struct emb_cmap *m,
 static void *check_main(void *arg)
 {
 	struct emb__bcheck *b = arg;
-
-	emb_thread_background();
 
 	pthread_mutex_lock(&b->mu);
 	for (;;) {

@@ -24,7 +24,6 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "common/thread.h"
 #include "store/chain.h"
 #include "store/snapshot.h"
 #include "store/store.h"
@@ -485,8 +484,6 @@ static void *ckpt_main(void *arg)
 	struct emb_ckpt *c = arg;
 	struct timespec until;
 	int rc;
-
-	emb_thread_background();
 
 	pthread_mutex_lock(&c->lock);
 	while (!c->stop) {

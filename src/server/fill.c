@@ -25,7 +25,6 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/optim.h"
-#include "common/thread.h"
 #include "proto/wire_msg.h"
 #include "store/store.h"
 #include "transport/transport.h"
@@ -673,7 +672,6 @@ static void *fill_main(void *arg)
 
 	/* Named here: the thread is detached, its pthread_t may be gone. */
 	pthread_setname_np(pthread_self(), "emb-fill");
-	emb_thread_background();
 	rc = fill_run(f, &rows, &bytes);
 
 	if (rc)

@@ -29,7 +29,6 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "common/thread.h"
 #include "server/bcheck.h"
 #include "server/server.h"
 
@@ -359,8 +358,6 @@ static void on_newer_map(void *arg, uint64_t epoch)
 static void *sweep_main(void *arg)
 {
 	struct emb_replica *r = arg;
-
-	emb_thread_background();
 
 	pthread_mutex_lock(&r->mu);
 	for (;;) {

@@ -13,7 +13,6 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/thread.h"
 
 void emb__sweep_run(void *arg)
 {
@@ -72,8 +71,6 @@ static void *sweeper_main(void *arg)
 	uint32_t t = s->opts.handshake_timeout_ms;
 	uint64_t period_ms;
 	struct timespec dl;
-
-	emb_thread_background();
 
 	if (!t || (s->opts.idle_timeout_ms && s->opts.idle_timeout_ms < t))
 		t = s->opts.idle_timeout_ms;

@@ -29,7 +29,6 @@
 #include "common/log.h"
 #include "common/optim.h"
 #include "common/rowfmt.h"
-#include "common/thread.h"
 
 #include "server/memreg.h"
 #include "server/server_int.h"
@@ -234,8 +233,6 @@ void emb__tables_put(struct srv_table *st)
 static void *reaper_main(void *arg)
 {
 	struct emb_server *s = arg;
-
-	emb_thread_background();
 
 	pthread_mutex_lock(&s->reap_mu);
 	for (;;) {

@@ -45,7 +45,6 @@
 
 #include "common/err.h"
 #include "common/log.h"
-#include "common/thread.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
 #define GROW_LIMIT ((size_t)4 << 20) /* largest extent growth step */
@@ -329,8 +328,6 @@ static void make_spare(struct emb_arena *a)
 static void *helper_main(void *arg)
 {
 	struct emb_arena *a = arg;
-
-	emb_thread_background();
 
 	pthread_mutex_lock(&a->lock);
 	while (!a->stop) {
