@@ -926,6 +926,8 @@ static int count_steps(struct emb_client_table *t, uint32_t n)
 		rc = emb_client_table_push(t, ids, 32, g, k, 0);
 		sleep_ms(10);
 	}
+	if (rc)
+		fprintf(stderr, "push %s\n", emb_strerror(rc));
 	return rc;
 }
 
