@@ -5,7 +5,6 @@
  * vector copy of it; a snapshot holding such a row (written by an older
  * version) loads the rest. Single-threaded.
  */
-#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -284,21 +283,6 @@ static void test_load_sets_aside(void)
 	emb_table_destroy(dst);
 }
 
-/* Removes root, its links (a directory each) and their files. */
-static void rm_chain_root(const char *root)
-{
-	struct dirent *de;
-	DIR *d = opendir(root);
-
-	if (d) {
-		while ((de = readdir(d)) != NULL)
-			if (de->d_name[0] != '.')
-				emb_chain_rm(root, de->d_name);
-		closedir(d);
-	}
-	CU_ASSERT_EQUAL(rmdir(root), 0);
-}
-
 /*
  * A server's restart path: a checkpoint chain (a full link and a delta)
  * whose rows include non-finite ones loads every other row. The rows are
@@ -308,7 +292,7 @@ static void rm_chain_root(const char *root)
 static void test_chain_load_sets_aside(void)
 {
 	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
-	char root[] = "/tmp/emb_nonfinite_chain_XXXXXX";
+	char *root = emb_test_tmpdir();
 	struct emb_chain_result full, delta;
 	struct emb_chain_table ct;
 	struct emb_table *t, **got = NULL;
@@ -318,7 +302,7 @@ static void test_chain_load_sets_aside(void)
 	uint32_t n = 0;
 	char why[256];
 
-	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(root));
+	CU_ASSERT_PTR_NOT_NULL_FATAL(root);
 	o.dim = 4;
 	o.optim.kind = EMB_OPTIM_FTRL;
 	t = table_new(&o);
@@ -354,7 +338,9 @@ static void test_chain_load_sets_aside(void)
 	emb_table_destroy(got[0]);
 	free(got);
 	emb_table_destroy(t);
-	rm_chain_root(root);
+	emb_test_rmtree(root);
+	CU_ASSERT_EQUAL(access(root, F_OK), -1); /* links and all */
+	free(root);
 }
 
 int main(int argc, char **argv)
