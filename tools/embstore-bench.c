@@ -70,6 +70,8 @@ struct opts {
 	double warmup_s;		/* untimed phase before it */
 	double report_s;		/* --report-interval; 0 = no lines */
 	uint64_t batches;		/* per thread; 0 = run for duration_s */
+	const char *stop_file;		/* --stop-file: the run ends once it
+					   exists */
 	bool json;			/* one JSON line on stdout */
 	bool in_process;		/* --in-process given */
 	const char *sched;		/* --sched HOST:PORT */
@@ -104,6 +106,7 @@ struct worker {
 	uint64_t lo, hi;		/* preload: row range */
 	uint64_t deadline_ns;		/* warmup / duration: stop after */
 	uint64_t max_batches;		/* measure: stop after; 0 = deadline */
+	uint64_t stop_check_ns;		/* next look for --stop-file */
 	struct emb_idgen gen;		/* this thread's id stream */
 	uint64_t *ids;			/* ring of k + 1 batches of ids */
 	uint32_t k;			/* batches prefetched ahead */
@@ -206,6 +209,11 @@ static void usage(FILE *f)
 	    "  --duration SECONDS    timed run length (5)\n"
 	    "  --batches N           batches per thread instead of --duration\n"
 	    "  --warmup SECONDS      untimed run before timing (0)\n"
+	    "  --stop-file PATH      end the run (warmup or timed) early once"
+	    " PATH exists,\n"
+	    "                        looked for every 0.1 s; --duration or"
+	    " --batches\n"
+	    "                        still bound it\n"
 	    "  --report-interval S   timed run: a latency line on stderr"
 	    " every S seconds\n"
 	    "  --seed N              id streams and table seed (1)\n"
@@ -275,6 +283,7 @@ enum {
 	OPT_DURATION,
 	OPT_BATCHES,
 	OPT_WARMUP,
+	OPT_STOP_FILE,
 	OPT_SEED,
 	OPT_TABLE,
 	OPT_JSON,
@@ -315,6 +324,7 @@ static const struct option long_opts[] = {
     {"tier-dir", required_argument, NULL, OPT_TIER_DIR},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"duration", required_argument, NULL, OPT_DURATION},
+    {"stop-file", required_argument, NULL, OPT_STOP_FILE},
     {"batches", required_argument, NULL, OPT_BATCHES},
     {"warmup", required_argument, NULL, OPT_WARMUP},
     {"seed", required_argument, NULL, OPT_SEED},
@@ -596,6 +606,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case OPT_WARMUP:
 			if (parse_secs(optarg, &o->warmup_s))
 				what = "--warmup";
+			break;
+		case OPT_STOP_FILE:
+			if (!*optarg)
+				what = "--stop-file";
+			o->stop_file = optarg;
 			break;
 		case OPT_REPORT_INTERVAL:
 			/* Finer than the 250 ms nap of run_phase() cannot be
@@ -964,6 +979,25 @@ static void verify_count(struct worker *w, uint32_t n)
 	}
 }
 
+/*
+ * --stop-file: true once the file exists. Looked for at most every
+ * STOP_CHECK_NS, so the run pays one access() a tenth of a second, not one
+ * a batch.
+ */
+#define STOP_CHECK_NS 100000000ull
+static bool stop_asked(struct worker *w)
+{
+	uint64_t now;
+
+	if (!w->o->stop_file)
+		return false;
+	now = emb_clock_ns();
+	if (now < w->stop_check_ns)
+		return false;
+	w->stop_check_ns = now + STOP_CHECK_NS;
+	return access(w->o->stop_file, F_OK) == 0;
+}
+
 static int run_batches(struct worker *w, bool timed)
 {
 	uint32_t n = w->o->cfg.batch;
@@ -990,6 +1024,8 @@ static int run_batches(struct worker *w, bool timed)
 		} else if (emb_clock_ns() >= w->deadline_ns) {
 			return 0;
 		}
+		if (stop_asked(w))
+			return 0;
 		if (w->k) {
 			/* The slot of the batch before this one is free. */
 			ahead = slot(w, w->head + w->k);

@@ -41,9 +41,9 @@ fi
 # The workers train through the drain and the join; on the device tier
 # each move reads its rows from it, slower, so they train longer.
 if [ "$tier" = tier ]; then
-	moves_launch 45
+	moves_launch 90
 else
-	moves_launch 16
+	moves_launch 60
 fi
 [ -n "$sched" ] || bad "no scheduler address"
 if [ "$tier" = tier ]; then

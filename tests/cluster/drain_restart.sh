@@ -25,7 +25,7 @@ EMB_HEARTBEAT_TIMEOUT=3
 EMB_MOVE_RATE=200000
 export EMB_HEARTBEAT_TIMEOUT EMB_MOVE_RATE
 
-moves_launch 45
+moves_launch 90
 [ -n "$sched" ] || bad "no scheduler address"
 sleep 1
 pid0=$(moves_pid 0)

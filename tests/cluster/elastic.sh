@@ -35,15 +35,15 @@ rows_of() {
 }
 
 out=$work/launch.txt
-# 24 s of training: the paced join and the drain both happen under it
-# (moves_under_load), which 16 s did not leave room for under ASan on a
-# loaded machine; the test ends when the workers do.
+# The training runs until moves_end (its --stop-file), so the paced join
+# and the drain both happen under it (moves_under_load) however long a
+# loaded machine makes them; 90 s bounds a test that hangs.
 (cd "$work" && EMB_METRICS_LISTEN=127.0.0.1:0 EMB_MOVE_RATE=$RATE \
 	exec embstore launch \
 	--server_num 2 --server_max 3 \
 	--worker_num 2 --replicas "$R" --log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
-	--duration 24) >"$out" 2>&1 &
+	--duration 90 --stop-file "$work/stop") >"$out" 2>&1 &
 lpid=$!
 for _ in $(seq 300); do
 	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")

@@ -36,7 +36,8 @@ out=$work/launch.txt
 (cd "$work" && exec embstore launch --server_num 2 --server_max 3 \
 	--worker_num 1 --replicas 1 --log-dir "$work/log" -- \
 	embstore-bench --op step --rows 200000 --dim 8 --batch 512 \
-	--evict "max_rows:$CAP" --duration 30 --report-interval 1) >"$out" 2>&1 &
+	--evict "max_rows:$CAP" --duration 90 --stop-file "$work/stop" \
+	--report-interval 1) >"$out" 2>&1 &
 lpid=$!
 moves_wait 'worker\.0\] .*worker 0 of 1 joined' 300 ||
 	bad "the worker did not join: $(tail -5 "$out")"
@@ -85,6 +86,7 @@ moves_left "$pid0"
 grep -q 'server 0 (.*) drained' "$out" ||
 	bad "SIGTERM stopped server 0 without draining it"
 
+moves_stop
 wait "$lpid"
 st=$?
 lpid=

@@ -42,11 +42,12 @@ emb_start_etcd "$work" eel || exit 1
 ep=etcd://127.0.0.1:$etcd_port
 
 out=$work/launch.txt
-# 48 s of training: the join and the drain both happen under it (under
-# ASan the drained server leaves, a lease after its drain, some 25 s in;
-# on a loaded machine the join alone took 19 s under ASan and the drain
-# was still under way at 36 s), and the test waits for each step, not
-# for a time.
+# The training runs until moves_end (its --stop-file): the join and the
+# drain both happen under it however long they take (under ASan the
+# drained server leaves, a lease after its drain, some 25 s in; on a
+# loaded machine the join alone took 19 s under ASan and the drain was
+# still under way at 36 s), and the test waits for each step, not for a
+# time; 90 s bounds a test that hangs.
 # Each server serves /metrics; the copies are paced (500 kB/s: the join's
 # million bytes take two seconds or more) so that the leader's /metrics
 # shows the join under way.
@@ -55,7 +56,7 @@ out=$work/launch.txt
 	--server_num 2 --server_max 3 --worker_num 2 --replicas "$R" \
 	--log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
-	--duration 48) >"$out" 2>&1 &
+	--duration 90 --stop-file "$work/stop") >"$out" 2>&1 &
 lpid=$!
 for _ in $(seq 600); do
 	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out" 2>/dev/null)

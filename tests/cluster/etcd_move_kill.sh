@@ -102,7 +102,7 @@ out=$work/launch.txt
 	--server_num 3 --server_max 4 --worker_num 2 --replicas 2 \
 	--log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
-	--duration 60) >"$out" 2>&1 &
+	--duration 120 --stop-file "$work/stop") >"$out" 2>&1 &
 lpid=$!
 wait_logs 'worker\.[01]\] .*worker [01] of 2 joined' 2 600 ||
 	bad "the workers did not join"

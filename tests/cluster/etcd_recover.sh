@@ -86,13 +86,15 @@ emb_start_etcd "$work" efr || exit 1
 ep=etcd://127.0.0.1:$etcd_port
 
 out=$work/launch.txt
-# 55 s of training: the kill, the lease's end, the fill (about 11 chunks
-# of 256 slots) and the second kill fit in it with room on a loaded
-# machine; the test waits for each step, not for a time.
+# The training runs until the second death is failed over (its
+# --stop-file): the kill, the lease's end, the fill (about 11 chunks of
+# 256 slots) and the second kill all happen under it however long a
+# loaded machine makes them; the test waits for each step, not for a
+# time, and 100 s bounds a test that hangs.
 (cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
 	--replicas 2 --coordinator "$ep" --job efr --log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 20000 --dim 8 --batch 512 \
-	--duration 55) >"$out" 2>&1 &
+	--duration 100 --stop-file "$work/stop") >"$out" 2>&1 &
 lpid=$!
 wait_for 'worker\.1\] .*worker [01] of 2 joined' 60 &&
 	wait_for 'worker\.0\] .*worker [01] of 2 joined' 5 ||
@@ -141,6 +143,13 @@ if kill -0 "$lpid" 2>/dev/null; then
 else
 	bad "the job ended before the second kill"
 fi
+rank2=$(sed -n "s/^\[server\.$second\] .* as server \([0-9]*\) of 3$/\1/p" \
+	"$out" | head -1)
+wait_for "server [0-2]: server ${rank2:-x} is dead: its slots go to their backups" 30 ||
+	bad "no live server failed server ${rank2:-?} over"
+# Two more seconds of steps on the map that death left, then the end.
+sleep 2
+: >"$work/stop"
 
 wait "$lpid"
 st=$?

@@ -56,15 +56,16 @@ trap cleanup EXIT
 emb_start_etcd "$work" est || exit 1
 
 out=$work/launch.txt
-# 60 s of training: the stall (8 s), the leases taken back, the pause
-# (8 s), the frozen server (8 s) and its failover fit in it with room on
-# a loaded machine;
-# the test waits for each step, not for a time.
+# The training runs until the thawed server is out of the job (its
+# --stop-file): the stall (8 s), the leases taken back, the pause (8 s),
+# the frozen server (8 s) and its failover all happen under it however
+# long a loaded machine makes them; the test waits for each step, not
+# for a time, and 90 s bounds a test that hangs.
 (cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
 	--replicas 2 --coordinator "etcd://127.0.0.1:$etcd_port" --job est \
 	--log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 20000 --dim 8 --batch 512 \
-	--duration 60) >"$out" 2>&1 &
+	--duration 90 --stop-file "$work/stop") >"$out" 2>&1 &
 lpid=$!
 for _ in $(seq 600); do
 	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
@@ -121,6 +122,15 @@ for _ in $(seq 200); do
 done
 sleep 2
 kill -CONT "$vpid"
+# Thawed, it finds its lease gone and leaves; two more seconds of steps
+# show it does not come back.
+for _ in $(seq 300); do
+	grep -q "^\[server\.$victim\] .*out of job" "$out" && break
+	kill -0 "$lpid" 2>/dev/null || break
+	sleep 0.1
+done
+sleep 2
+: >"$work/stop"
 wait "$lpid"
 st=$?
 lpid=

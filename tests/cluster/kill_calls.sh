@@ -49,7 +49,7 @@ out=$work/launch.txt
 (cd "$work" && EMB_METRICS_LISTEN=127.0.0.1:0 exec embstore launch \
 	--server_num 3 --worker_num 2 --replicas 2 --log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 20000 --dim 8 --batch 512 \
-	--duration 30) >"$out" 2>&1 &
+	--duration 90 --stop-file "$work/stop") >"$out" 2>&1 &
 lpid=$!
 for _ in $(seq 300); do
 	n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
@@ -106,6 +106,10 @@ while [ "$i" -le "$kills" ] && [ "$fail" -eq 0 ]; do
 	[ -n "$full" ] || bad "kill $i: the replacement never became a full replica"
 	i=$((i + 1))
 done
+# Two more seconds of steps on the last replacement, then the end (the
+# training's --stop-file; 90 s bounds a test that hangs).
+sleep 2
+: >"$work/stop"
 wait "$lpid"
 st=$?
 lpid=

@@ -78,7 +78,7 @@ kill_trap() {
 }
 trap kill_trap EXIT
 
-moves_launch 75 --server_max 4
+moves_launch 150 --server_max 4
 [ -n "$sched" ] || bad "no scheduler address"
 sleep 1
 
@@ -137,6 +137,7 @@ for _ in $(seq 100); do
 done
 [ -n "$ok" ] || bad "the job is not whole after the moves: $(cat "$work/stat.txt")"
 
+moves_stop
 wait "$lpid"
 st=$?
 lpid=

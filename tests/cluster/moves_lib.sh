@@ -35,9 +35,11 @@ moves_cleanup() {
 
 # moves_launch SECONDS [LAUNCH_ARGS...]: starts the job the drains run
 # under, into $out and $lpid: `embstore launch --server_num 3 --worker_num
-# 2 --replicas 2 LAUNCH_ARGS` with `embstore-bench --op step --verify` for
-# SECONDS; returns once both workers joined (or the launch ended), with
-# $sched its scheduler.
+# 2 --replicas 2 LAUNCH_ARGS` with `embstore-bench --op step --verify`
+# until moves_end (its --stop-file, $work/stop), for SECONDS at most;
+# returns once both workers joined (or the launch ended), with $sched its
+# scheduler. SECONDS bounds a test that hangs: a loaded machine that makes
+# the steps slow only makes the training longer.
 moves_launch() {
 	out=$work/launch.txt
 	_secs=$1
@@ -45,7 +47,8 @@ moves_launch() {
 	(cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
 		--replicas 2 --log-dir "$work/log" "$@" -- \
 		embstore-bench --op step --verify --rows 40000 --dim 8 \
-		--batch 512 --duration "$_secs") >"$out" 2>&1 &
+		--batch 512 --duration "$_secs" --stop-file "$work/stop") \
+		>"$out" 2>&1 &
 	lpid=$!
 	for _ in $(seq 300); do
 		_n=$(grep -c 'worker\.[01]\] .*worker [01] of 2 joined' "$out")
@@ -135,9 +138,18 @@ moves_under_load() {
 		bad "the workers ended before the $1 did: no move under load"
 }
 
-# moves_end: the launch and the newcomer exit 0, and both workers verify
-# 0 mismatched rows.
+# moves_stop: ends the training (its --stop-file) after two more
+# seconds of steps on the map the test's last event left, so that writes
+# routed by it are verified too.
+moves_stop() {
+	sleep 2
+	: >"$work/stop"
+}
+
+# moves_end: the training ends (moves_stop), the launch and the newcomer
+# exit 0, and both workers verify 0 mismatched rows.
 moves_end() {
+	moves_stop
 	wait "$lpid"
 	_st=$?
 	lpid=

@@ -65,7 +65,7 @@ chmod 600 "$work/token"
 (cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
 	--replicas 2 --log-dir "$work/log" --auth-token-file "$work/token" -- \
 	embstore-bench --op step --verify --rows 20000 --dim 8 \
-	--batch 256 --duration 14) >"$out" 2>&1 &
+	--batch 256 --duration 60 --stop-file "$work/stop1") >"$out" 2>&1 &
 lpid=$!
 # Ranks need not follow names: worker.0 may be rank 1.
 wait_for 'worker\.[01]\] .*worker 1 of 2 joined' "$out" &&
@@ -93,6 +93,11 @@ victim=$(awk 'BEGIN { srand(); print int(rand() * 3) }')
 vpid=$(pid_of "server\\.$victim")
 echo "killing server.$victim (pid $vpid)"
 [ -n "$vpid" ] && kill -KILL "$vpid" || bad "no server.$victim to kill"
+# The training runs (60 s at most) until two seconds after the failover.
+wait_for 'server [0-2] removed.*the job goes on' "$out" ||
+	bad "no failover of server.$victim while the workers ran"
+sleep 2
+: >"$work/stop1"
 wait "$lpid"
 st=$?
 lpid=
@@ -122,7 +127,7 @@ out=$work/launch2.txt
 (cd "$work" && exec embstore launch --server_num 3 --worker_num 2 \
 	--replicas 2 --log-dir "$work/log2" -- \
 	embstore-bench --op step --verify --rows 20000 --dim 8 \
-	--batch 256 --duration 24) >"$out" 2>&1 &
+	--batch 256 --duration 90 --stop-file "$work/stop2") >"$out" 2>&1 &
 lpid=$!
 wait_for 'worker\.[01]\] .*worker 1 of 2 joined' "$out" &&
 	wait_for 'worker\.[01]\] .*worker 0 of 2 joined' "$out" ||
@@ -136,6 +141,12 @@ if [ -n "$spid" ] && [ -n "$vpid" ]; then
 else
 	bad "together: nothing to kill"
 fi
+# The rejoin window passes, the server is failed over, the workers' calls
+# to it go on: two seconds of steps after that, then the end.
+wait_for 'server [0-2] removed.*the job goes on' "$out" ||
+	bad "together: no failover while the workers ran"
+sleep 2
+: >"$work/stop2"
 wait "$lpid"
 st=$?
 lpid=

@@ -433,6 +433,53 @@ static void duration_and_warmup_bound_the_run(void)
 }
 
 /*
+ * --stop-file: a test (tests/cluster) ends a job's training once its
+ * checks are done, --duration only bounding it. The file made while the
+ * bench runs ends it long before its 120 s, with its batches counted and
+ * its rows verified (stderr, without --json's line on stdout); one there
+ * from the start ends the warmup and the timed run at once.
+ */
+static void stop_file_ends_the_run(void)
+{
+	char *dir = emb_test_tmpdir();
+	char args[1024], out[8192], err[256];
+	struct jobj o;
+	FILE *f;
+
+	snprintf(args, sizeof(args),
+		 "--rows 1000 --dim 8 --batch 64 --op push --verify"
+		 " --duration 120 --stop-file '%s/stop' --json 2>'%s/err' &"
+		 " p=$!; sleep 0.3; : >'%s/stop'; wait $p",
+		 dir, dir, dir);
+	CU_ASSERT_EQUAL_FATAL(run_bench(args, out, sizeof(out)), 0);
+	CU_ASSERT_EQUAL_FATAL(parse_object(out, &o), 0);
+	CU_ASSERT(num(&o, "batches") >= 1);
+	CU_ASSERT(num(&o, "elapsed_s") < 60);
+	snprintf(args, sizeof(args), "%s/err", dir);
+	f = fopen(args, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	err[0] = '\0';
+	while (fgets(err, sizeof(err), f) && strncmp(err, "verify:", 7))
+		;
+	fclose(f);
+	CU_ASSERT(strstr(err, " 0 mismatched") != NULL);
+	CU_ASSERT(strstr(err, "verify: 0 rows") == NULL);
+
+	snprintf(args, sizeof(args),
+		 "--rows 1000 --dim 8 --batch 64 --duration 120 --warmup 120"
+		 " --stop-file '%s/stop' --json",
+		 dir);
+	CU_ASSERT_EQUAL_FATAL(run_bench(args, out, sizeof(out)), 0);
+	CU_ASSERT_EQUAL_FATAL(parse_object(out, &o), 0);
+	CU_ASSERT(num(&o, "elapsed_s") < 60);
+	CU_ASSERT_EQUAL(run_bench("--stop-file '' 2>/dev/null", out,
+				  sizeof(out)),
+			2);
+	emb_test_rmtree(dir);
+	free(dir);
+}
+
+/*
  * --report-interval: latency lines on stderr while timing, the last one for
  * the shorter rest, and together they count every timed batch. Only the
  * sum is exact (how many lines depends on the clock): at least the last
@@ -595,6 +642,7 @@ static const struct emb_test_case cases[] = {
 	{"same seed repeats the id stream", seed_repeats_the_id_stream},
 	{"duration and warmup bound the run",
 	 duration_and_warmup_bound_the_run},
+	{"--stop-file ends the run before --duration", stop_file_ends_the_run},
 	{"report-interval lines count every timed batch",
 	 report_interval_lines_count_every_batch},
 	{"summary without --json is not json",
