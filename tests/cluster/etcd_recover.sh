@@ -34,8 +34,8 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/emb-etcd-recover-XXXXXX")
 PATH=$tools:$PATH
 export PATH
-# 10 s leases: a death is seen within ~11 s, twice in the 55 s of
-# training. 4 s ones all expired at once in one run of ten at load 19,
+# 10 s leases: a death is seen within ~11 s, twice while the workers
+# train. 4 s ones all expired at once in one run of ten at load 19,
 # and 6 s ones once in a CI step beside two CPU hogs (etcd itself
 # starved: every node's lease, not one); this test is alive four times
 # as long as etcd_failover.sh.
