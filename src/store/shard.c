@@ -124,10 +124,10 @@ static int build_start(struct emb_table *t, struct emb_shard *s)
 	/* Both indexes are charged until the build ends. A tiered table's
 	 * index grows with rows that came back from the device into
 	 * records it already has: nothing to refuse then, and only the
-	 * growth is charged, at once, as before builds: the old index's
-	 * bytes charged twice moved its demotions enough that store/tier's
-	 * max_rows case saw a shard 2 rows over its cap after a batch
-	 * (left open: docs/store.md, "Growing the index"). */
+	 * growth is charged, at once, as before builds. (Charging both
+	 * there too moved its demotions enough to show an edge of max_rows:
+	 * the eviction hand spent its visits on a run of free records,
+	 * which it now passes without spending them, lifecycle.c.) */
 	if (t->tier) {
 		emb__mem_charge_force(t, ((uint64_t)n - s->nslots) * 4);
 	} else {

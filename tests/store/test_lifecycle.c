@@ -414,6 +414,40 @@ static void test_max_rows_lfu(void)
 }
 
 /*
+ * A run of free records where the hand stands costs it no visits: 16,000
+ * rows made in order, the first 14,000 erased (each shard's first records
+ * free, about 3,500 of its 4,000), then max_rows:1900 (475 a shard, a
+ * few to a few dozen under each shard's rows). After one batch every
+ * shard is at its share. The hand's visits were counted in proportion to
+ * the free records before, about 3,200 for a shard 25 over: all spent in
+ * the run, and 1,960 rows were left.
+ */
+static void test_max_rows_free_run(void)
+{
+	struct emb_table_opts o = opts_with("none", "none");
+	struct emb_table *t = table_new(&o);
+	struct emb_lifecycle_cfg c = EMB_LIFECYCLE_CFG_DEFAULT;
+	uint64_t *ids = xcalloc(16000, sizeof(*ids));
+
+	for (uint32_t i = 0; i < 16000; i++)
+		ids[i] = i;
+	for (uint32_t i = 0; i < 16000; i += 1000)
+		push_ids(t, ids + i, 1000, 0.0f);
+	CU_ASSERT_EQUAL(emb_table_erase(t, ids, 14000), 14000);
+	CU_ASSERT_EQUAL(table_stats(t).rows, 2000);
+	CU_ASSERT_EQUAL(emb_evict_parse("max_rows:1900", &c), 0);
+	CU_ASSERT_EQUAL_FATAL(emb_table_set_lifecycle(t, &c), 0);
+	/* A push of 64 rows kept (used now: none of them may go). */
+	push_ids(t, ids + 14000, 64, 0.0f);
+	CU_ASSERT(table_stats(t).rows <= 1900);
+	CU_ASSERT(table_stats(t).rows >= 1900 - 4 * 8);
+	CU_ASSERT_EQUAL(table_stats(t).rows_evicted_cap,
+			2000 - table_stats(t).rows);
+	free(ids);
+	emb_table_destroy(t);
+}
+
+/*
  * Held slots (emb_table_evict_hold(): the slots another server writes
  * too) keep their rows through ttl and emb_table_evict(); once let go,
  * the hand takes them as any.
@@ -659,6 +693,8 @@ int main(int argc, char **argv)
 	    {"min_l2 evicts small rows", test_min_l2},
 	    {"max_rows with LRU keeps recent rows", test_max_rows_lru},
 	    {"max_rows with LFU keeps frequent rows", test_max_rows_lfu},
+	    {"max_rows: a run of free records costs the hand no visits",
+	     test_max_rows_free_run},
 	    {"held slots keep their rows", test_evict_hold},
 	    {"max_rows counts no row of a held slot", test_max_rows_hold},
 	    {"a hold set over rows made is counted as one set before",
