@@ -330,6 +330,14 @@ static void sweep_cold(struct emb_table *t, struct emb_shard *s,
 	(void)emb__tier_evict(t, s, si, &e, out);
 }
 
+/* Whether the shard, cold rows in hand (sweep_cold() may have changed
+ * them), holds more than its share: the hand's test at every record. */
+static bool over_share(const struct emb_shard *s,
+		       const struct emb_life_shard *l, uint64_t cold)
+{
+	return l->cap && s->used - s->held + cold > l->cap;
+}
+
 void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 		      struct emb_life_shard *l, uint32_t step, uint32_t nids,
 		      struct emb_evict_counts *out)
@@ -370,8 +378,8 @@ void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 			l->hand = 0;
 		idx = l->hand;
 		r = emb__shard_row(t, s, idx);
-		if ((r->count & EMB_ROW_FREE) && frees && l->cap &&
-		    s->used - s->held + cold > l->cap) {
+		if ((r->count & EMB_ROW_FREE) && frees &&
+		    over_share(s, l, cold)) {
 			frees--;
 			l->hand++;
 			continue;
@@ -400,7 +408,7 @@ void emb__evict_sweep(struct emb_table *t, struct emb_shard *s,
 			out->l2++;
 			continue;
 		}
-		if (!l->cap || s->used - s->held + cold <= l->cap) {
+		if (!over_share(s, l, cold)) {
 			if (!l->cfg.ttl_steps && l->cfg.min_l2 <= 0.0f)
 				break; /* nothing left to look for */
 			continue;
