@@ -88,7 +88,9 @@ struct emb_node {
 	uint64_t hb_seq;		 /* last sequence number sent */
 	int64_t next_hb_ms;		 /* monotonic time of the next ping */
 	int64_t last_ok_ms;		 /* last answer from the scheduler */
-	bool finish_sent;		 /* server: acknowledged FINISHING */
+	bool finish_sent;		 /* server: a FINISH is unanswered */
+	bool finish_hold;		 /* ...and it is a hold */
+	bool hold_off;			 /* the scheduler took no hold */
 	_Alignas(8) uint8_t hb_req[64];	 /* heartbeat request frame */
 	uint8_t *hb_resp;		 /* heartbeat response payload */
 	size_t hb_resp_cap;		 /* bytes */
@@ -613,39 +615,88 @@ again:
 
 /* ---- heartbeats ----------------------------------------------------- */
 
+/* Agent thread: every slot moved away (docs/replication.md, "Moving
+ * slots"), as a heartbeat or the FINISH hold says: this server's part of
+ * the job is over, as at a finish. */
+static void drained(struct emb_node *n)
+{
+	bool was;
+
+	pthread_mutex_lock(&n->mu);
+	was = n->ended;
+	n->ended = true;
+	pthread_mutex_unlock(&n->mu);
+	if (was)
+		return;
+	emb_log(EMB_LOG_INFO,
+		"server %u: drained, it holds no slot: leaving the job",
+		n->reg.rank);
+	if (n->on_end)
+		n->on_end(n->end_arg, 0);
+}
+
 static void finish_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 {
 	struct emb_node *n = ctx;
+	bool was;
 
 	if (status == 0 && resp->status == 0) {
-		emb_log(EMB_LOG_INFO, "server %u: job finished", n->reg.rank);
 		pthread_mutex_lock(&n->mu);
+		was = n->ended;
 		n->ended = true;
 		pthread_mutex_unlock(&n->mu);
+		if (was)
+			return; /* drained first */
+		emb_log(EMB_LOG_INFO, "server %u: job finished", n->reg.rank);
 		if (n->on_end)
 			n->on_end(n->end_arg, 0);
 		return;
 	}
-	/* The link broke before the answer: FINISH goes again once the
-	 * next link's heartbeats say the job is finishing. */
+	/* The link broke before the answer: the hold is posted again on
+	 * the next link, or FINISH goes again once its heartbeats say the
+	 * job is finishing. */
 	if (status) {
 		n->finish_sent = false;
 		link_down(n, emb_strerror(status));
 		return;
 	}
+	if (n->finish_hold && resp->status == EMB_EDRAINED) {
+		drained(n);
+		return;
+	}
+	if (n->finish_hold) {
+		/* A scheduler older than holds refuses one as a bad frame;
+		 * one refused otherwise (a node died) leaves the news to the
+		 * heartbeats too. */
+		n->finish_sent = false;
+		n->hold_off = true;
+		emb_log(EMB_LOG_DEBUG,
+			"server %u: FINISH hold refused (%s): the end of the "
+			"job comes with heartbeats",
+			n->reg.rank, emb_strerror(resp->status));
+		return;
+	}
 	lose(n, resp->status, "finish refused");
 }
 
-/* Agent thread: a server acknowledges that the job is finishing. */
-static void send_finish(struct emb_node *n)
+/*
+ * Agent thread: a server acknowledges that the job is finishing, or, with
+ * hold, asks to be told when it is: the scheduler holds that FINISH and
+ * answers it (taking it as the acknowledgement) the moment the last
+ * worker is done. Heartbeats alone told it up to a heartbeat interval (2 s
+ * by default) later, which every job's end waited for (docs/protocol.md,
+ * "Finish hold").
+ */
+static void send_finish(struct emb_node *n, bool hold)
 {
 	struct emb_frame_hdr hdr;
 	struct iovec iov;
 	int len, rc;
 
 	n->finish_sent = true;
-	len = emb_wire_node_req_encode(n->fin_req, sizeof(n->fin_req),
-				       EMB_OP_FINISH, 0, n->reg.node_id);
+	n->finish_hold = hold;
+	len = emb_wire_finish_req_encode(n->fin_req, sizeof(n->fin_req), 0,
+					 n->reg.node_id, hold);
 	if (len < 0) {
 		lose(n, len, "cannot encode FINISH");
 		return;
@@ -712,22 +763,7 @@ static void hb_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		return;
 	}
 	if (resp->status == EMB_EDRAINED && n->reg.role == EMB_ROLE_SERVER) {
-		/* Every slot moved away (docs/replication.md, "Moving
-		 * slots"): this server's part of the job is over, as at a
-		 * finish. */
-		bool was;
-
-		pthread_mutex_lock(&n->mu);
-		was = n->ended;
-		n->ended = true;
-		pthread_mutex_unlock(&n->mu);
-		if (was)
-			return;
-		emb_log(EMB_LOG_INFO,
-			"server %u: drained, it holds no slot: leaving the job",
-			n->reg.rank);
-		if (n->on_end)
-			n->on_end(n->end_arg, 0);
+		drained(n);
 		return;
 	}
 	if (resp->status < 0) {
@@ -763,9 +799,12 @@ static void hb_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		else
 			watch_map(n);
 	}
-	if (r.state == EMB_CLUSTER_FINISHING &&
-	    n->reg.role == EMB_ROLE_SERVER && !n->finish_sent)
-		send_finish(n);
+	if (n->reg.role == EMB_ROLE_SERVER && !n->finish_sent) {
+		if (r.state == EMB_CLUSTER_FINISHING)
+			send_finish(n, false);
+		else if (!n->hold_off)
+			send_finish(n, true);
+	}
 }
 
 static void send_heartbeat(struct emb_node *n)

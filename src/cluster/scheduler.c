@@ -115,6 +115,8 @@ struct node {
 	struct emb_req *map_req;     /* CLUSTER_MAP held until ready, or a
 					server's watch until the map changes */
 	struct emb_req *barrier_req; /* BARRIER held until all arrive */
+	struct emb_req *finish_req;  /* server: FINISH held until the job
+					finishes (a hold) */
 	char barrier[EMB_WIRE_BARRIER_NAME_MAX + 1]; /* its name */
 };
 
@@ -457,8 +459,43 @@ static void finish_job(struct emb_sched *s)
 }
 
 /*
- * Every worker registered and finished or died: servers learn it from
- * their next heartbeat; once each acknowledged or died, the job is over.
+ * The job is finishing: each server's FINISH hold is its finish, taken
+ * now, where a server without one learns of the end from its next
+ * heartbeat, up to a heartbeat interval later (docs/protocol.md,
+ * "Finish hold"). Recorded before the acks, as on_finish() does.
+ */
+static void answer_holds(struct emb_sched *s)
+{
+	bool any = false;
+
+	for (uint32_t i = 0; i < s->o.server_num; i++) {
+		struct node *n = &s->nodes[i];
+
+		if (!n->finish_req || n->dead)
+			continue;
+		emb_log(EMB_LOG_INFO, "server %u finished", n->rank);
+		n->finished = any = true;
+	}
+	if (any)
+		state_save(s);
+	for (uint32_t i = 0; i < s->o.server_num; i++) {
+		struct node *n = &s->nodes[i];
+
+		if (!n->finish_req)
+			continue;
+		if (n->dead)
+			send_error(s, n->finish_req, EMB_ENODEAD,
+				   "declared dead");
+		else
+			send_ack(s, n->finish_req, EMB_OP_FINISH, 0);
+		n->finish_req = NULL;
+	}
+}
+
+/*
+ * Every worker registered and finished or died: servers holding a FINISH
+ * are answered at once, the others learn it from their next heartbeat;
+ * once each acknowledged or died, the job is over.
  */
 static void check_end(struct emb_sched *s)
 {
@@ -475,6 +512,7 @@ static void check_end(struct emb_sched *s)
 		}
 		s->state = EMB_CLUSTER_FINISHING;
 		emb_log(EMB_LOG_INFO, "all workers done: stopping servers");
+		answer_holds(s);
 	}
 	for (uint32_t i = 0; i < S; i++) {
 		const struct node *n = &s->nodes[i];
@@ -683,6 +721,10 @@ static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
 		return;
 	list_dead(s, n);
 	n->draining = n->joining = false;
+	if (n->finish_req) {
+		send_error(s, n->finish_req, EMB_ENODEAD, "declared dead");
+		n->finish_req = NULL;
+	}
 	emb_log(EMB_LOG_ERROR, "%s %u (%s) declared dead: %s",
 		emb_role_name(n->role), n->rank,
 		node_addr(n, addr, sizeof(addr)), why);
@@ -705,6 +747,10 @@ static void declare_dead(struct emb_sched *s, struct node *n, const char *why)
 		if (m->map_req) {
 			send_error(s, m->map_req, EMB_ENODEAD, msg);
 			m->map_req = NULL;
+		}
+		if (m->finish_req) {
+			send_error(s, m->finish_req, EMB_ENODEAD, msg);
+			m->finish_req = NULL;
 		}
 	}
 	check_end(s);
@@ -986,6 +1032,13 @@ static void drain_leave(struct emb_sched *s)
 		s->drains++;
 		republish(s);
 		emb_log(EMB_LOG_INFO, "server %u left the job", d->rank);
+		/* Its hold tells it at once, as its next heartbeat would. */
+		if (d->finish_req) {
+			send_error(s, d->finish_req, EMB_EDRAINED,
+				   "this server was drained: it holds no slot "
+				   "and leaves");
+			d->finish_req = NULL;
+		}
 		check_end(s);
 	}
 }
@@ -2024,7 +2077,8 @@ static void on_finish(struct emb_sched *s, struct emb_req *req,
 {
 	struct node *n;
 	uint32_t id;
-	int rc = emb_wire_node_req_decode(f, EMB_OP_FINISH, &id);
+	bool hold;
+	int rc = emb_wire_finish_req_decode(f, &id, &hold);
 
 	if (rc) {
 		send_error(s, req, rc, "bad FINISH");
@@ -2033,6 +2087,22 @@ static void on_finish(struct emb_sched *s, struct emb_req *req,
 	n = node_of(s, req, id);
 	if (!n)
 		return;
+	if (hold && n->role != EMB_ROLE_SERVER) {
+		send_error(s, req, EMB_EBADARG, "a FINISH hold is a server's");
+		return;
+	}
+	if (hold && s->nfatal) {
+		send_error(s, req, EMB_ENODEAD, "a node died");
+		return;
+	}
+	if (hold && s->state != EMB_CLUSTER_FINISHING) {
+		/* Answered by answer_holds(); one per node, as a map watch. */
+		if (n->finish_req)
+			send_error(s, n->finish_req, EMB_ECLUSTER,
+				   "another FINISH hold took its place");
+		n->finish_req = req;
+		return;
+	}
 	if (n->role == EMB_ROLE_SERVER && s->state != EMB_CLUSTER_FINISHING) {
 		send_error(s, req, EMB_ECLUSTER, "the job is not finishing");
 		return;
@@ -2184,17 +2254,28 @@ static void on_close(void *arg, struct emb_conn *conn, int reason)
 {
 	struct emb_sched *s = arg;
 	struct node *n = conn_node(conn);
+	struct emb_req **held[3];
 
+	if (!n)
+		return;
+	/* Requests held on this conn die with it, even where the rank is
+	 * another conn's now (a newcomer whose REGISTER was read before
+	 * the close of the drained or dead server it replaces): after this
+	 * callback the conn is gone, and a request left held on it would
+	 * be answered on freed memory. */
+	held[0] = &n->map_req;
+	held[1] = &n->barrier_req;
+	held[2] = &n->finish_req;
+	for (int i = 0; i < 3; i++)
+		if (*held[i] && emb_req_conn(*held[i]) == conn) {
+			emb_req_release(*held[i]);
+			*held[i] = NULL;
+		}
 	/* The conn of an earlier incarnation of the rank (declared dead,
 	 * its rank since taken, or rejoined on a new conn) closing says
-	 * nothing of the node holding the rank now. */
-	if (!n || n->conn != conn)
+	 * nothing else of the node holding the rank now. */
+	if (n->conn != conn)
 		return;
-	if (n->map_req)
-		emb_req_release(n->map_req);
-	if (n->barrier_req)
-		emb_req_release(n->barrier_req);
-	n->map_req = n->barrier_req = NULL;
 	n->conn = NULL;
 	/* The next conn starts the detector afresh, even one the allocator
 	 * places where this one was (detector() compares pointers). */

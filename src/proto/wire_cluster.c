@@ -192,6 +192,17 @@ int emb_wire_map_req_encode(void *buf, size_t cap, uint64_t req_id,
 	return len;
 }
 
+int emb_wire_finish_req_encode(void *buf, size_t cap, uint64_t req_id,
+			       uint32_t node_id, bool hold)
+{
+	int len = emb_wire_node_req_encode(buf, cap, EMB_OP_FINISH, req_id,
+					   node_id);
+
+	if (len > 0)
+		emb_le32_store((uint8_t *)buf + EMB_WIRE_HDR_SIZE + 4, hold);
+	return len;
+}
+
 int emb_wire_cluster_map_encode(void *buf, size_t cap, uint64_t req_id,
 				uint32_t nworkers, uint32_t replicas,
 				const uint16_t *slot_map,
@@ -514,6 +525,24 @@ int emb_wire_map_req_decode(const struct emb_wire_frame *f, uint32_t *node_id,
 		return EMB_EBADFRAME;
 	*node_id = emb_le32_load(f->payload);
 	*newer_than = emb_le32_load(f->payload + 4);
+	return 0;
+}
+
+int emb_wire_finish_req_decode(const struct emb_wire_frame *f,
+			       uint32_t *node_id, bool *hold)
+{
+	int rc = check_req(f, EMB_OP_FINISH);
+	uint32_t w;
+
+	if (rc)
+		return rc;
+	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_NODE_REQ_SIZE)
+		return EMB_EBADFRAME;
+	w = emb_le32_load(f->payload + 4);
+	if (w > 1)
+		return EMB_EBADFRAME;
+	*node_id = emb_le32_load(f->payload);
+	*hold = w == 1;
 	return 0;
 }
 

@@ -55,11 +55,16 @@
  *
  * CLUSTER_MAP, FINISH requests (count 0)
  *   0       4     node id
- *   4       4     FINISH: 0. CLUSTER_MAP: 0 to be answered at once, or
- *                 the epoch of the map the node holds, 1..UINT32_MAX: a
- *                 watch, answered once the scheduler's map is newer
- *                 (held until then, one per node: a second answers the
- *                 first at once; docs/protocol.md, "Map watch")
+ *   4       4     FINISH: 0 to be answered at once, or 1 from a server:
+ *                 a hold, answered (and the server's finish taken) once
+ *                 the job finishes (one per node: a second answers the
+ *                 first at once; docs/protocol.md, "Finish hold"); other
+ *                 values are refused. CLUSTER_MAP: 0 to be answered at
+ *                 once, or the epoch of the map the node holds,
+ *                 1..UINT32_MAX: a watch, answered once the scheduler's
+ *                 map is newer (held until then, one per node: a second
+ *                 answers the first at once; docs/protocol.md, "Map
+ *                 watch")
  *   payload_len = 8
  * A CLUSTER_MAP with node id 0 comes from an observer (embstore stat, dump,
  * restore, bench --sched) that has not joined: it is answered at once with
@@ -369,6 +374,10 @@ int emb_wire_node_req_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
  * at once (as emb_wire_node_req_encode()). */
 int emb_wire_map_req_encode(void *buf, size_t cap, uint64_t req_id,
 			    uint32_t node_id, uint32_t newer_than);
+/* FINISH: hold (a server's, answered when the job finishes) or not (as
+ * emb_wire_node_req_encode()). */
+int emb_wire_finish_req_encode(void *buf, size_t cap, uint64_t req_id,
+			       uint32_t node_id, bool hold);
 /*
  * slot_map: EMB_NSLOTS primaries' ranks; servers[0..n): by rank, with
  * their removed flags; replicas 0 or 1 for an unreplicated cluster (both
@@ -411,13 +420,18 @@ int emb_wire_register_req_decode(const struct emb_wire_frame *f,
 				 struct emb_wire_register_req *out);
 int emb_wire_register_resp_decode(const struct emb_wire_frame *f,
 				  struct emb_wire_register_resp *out);
-/* op: EMB_OP_CLUSTER_MAP or EMB_OP_FINISH; a CLUSTER_MAP watch is
- * EMB_EBADFRAME here (emb_wire_map_req_decode() takes it). */
+/* op: EMB_OP_CLUSTER_MAP or EMB_OP_FINISH; a CLUSTER_MAP watch or a
+ * FINISH hold is EMB_EBADFRAME here (emb_wire_map_req_decode() and
+ * emb_wire_finish_req_decode() take them). */
 int emb_wire_node_req_decode(const struct emb_wire_frame *f, uint8_t op,
 			     uint32_t *node_id);
 /* CLUSTER_MAP, a watch or not: *newer_than 0 for the map at once. */
 int emb_wire_map_req_decode(const struct emb_wire_frame *f, uint32_t *node_id,
 			    uint32_t *newer_than);
+/* FINISH, held or not; the word after the node id other than 0 or 1 is
+ * EMB_EBADFRAME. */
+int emb_wire_finish_req_decode(const struct emb_wire_frame *f,
+			       uint32_t *node_id, bool *hold);
 int emb_wire_cluster_map_decode(const struct emb_wire_frame *f,
 				struct emb_wire_cluster_map *out);
 /* Server rank of slot (< EMB_NSLOTS) in a decoded map. */

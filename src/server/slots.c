@@ -79,6 +79,17 @@ static int refuse(struct emb__slots *sl, int code, const char **why,
 	return code;
 }
 
+/* A write was routed by map epoch e, newer than this server's: the hook
+ * (the agent) fetches the map at once, not at its next heartbeat, once
+ * per epoch. */
+static void hint(struct emb__slots *sl, uint64_t e)
+{
+	if (sl->hook && e > __atomic_load_n(&sl->hinted, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&sl->hinted, e, __ATOMIC_RELAXED);
+		sl->hook(sl->hook_arg, e);
+	}
+}
+
 /* Under the read lock: the rules, in the order docs/replication.md
  * gives them. */
 static int check(struct emb__slots *sl, const struct emb_frame_hdr *h,
@@ -94,11 +105,7 @@ static int check(struct emb__slots *sl, const struct emb_frame_hdr *h,
 	/* Routed by a map this server has not seen: it may hold a fence
 	 * or a writer this view lacks, so nothing is applied yet. */
 	if (e > m->epoch) {
-		if (sl->hook && e > __atomic_load_n(&sl->hinted,
-						    __ATOMIC_RELAXED)) {
-			__atomic_store_n(&sl->hinted, e, __ATOMIC_RELAXED);
-			sl->hook(sl->hook_arg, e);
-		}
+		hint(sl, e);
 		return refuse(sl, EMB_EMOVING, why,
 			      "this server's cluster map is older than the "
 			      "request's: retry");
@@ -137,10 +144,17 @@ int emb__slots_begin(struct emb__slots *sl, const struct emb_frame_hdr *h,
 	*why = NULL;
 	if (!__atomic_load_n(&sl->on, __ATOMIC_ACQUIRE)) {
 		/* A replicated write before this server has any map: it
-		 * may be a newcomer whose rows are not there yet. */
-		if (emb_wire_req_epoch(h))
+		 * may be a newcomer whose rows are not there yet. A server
+		 * of a job just formed asks for its first map here: left to
+		 * its next heartbeat, every write to it was refused for up
+		 * to 2 s at the start of every replicated job. */
+		if (emb_wire_req_epoch(h)) {
+			pthread_rwlock_rdlock(&sl->lock);
+			hint(sl, emb_wire_req_epoch(h));
+			pthread_rwlock_unlock(&sl->lock);
 			return refuse(sl, EMB_EMOVING, why,
 				      "this server has no cluster map yet");
+		}
 		return 0;
 	}
 	pthread_rwlock_rdlock(&sl->lock);

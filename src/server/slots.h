@@ -32,8 +32,10 @@ void emb__slots_destroy(struct emb__slots *sl); /* NULL is a no-op */
 /* Takes m as the view (see emb_server_set_map()); any thread. */
 int emb__slots_set(struct emb__slots *sl, const struct emb_server_map *m);
 
-/* Called (from a loop thread, without locks) with an epoch newer than
- * the view's that a write carried: the host fetches the map. */
+/* Called (from a loop thread, under the view's read lock: fn must not
+ * block or take the view) with an epoch newer than the view's that a
+ * write carried, or any epoch while there is no view yet: the host
+ * fetches the map. */
 void emb__slots_hook(struct emb__slots *sl, void (*fn)(void *, uint64_t),
 		     void *arg);
 

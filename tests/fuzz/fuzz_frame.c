@@ -549,6 +549,7 @@ static void check_cluster(const struct emb_wire_frame *f)
 	char text[EMB_WIRE_HOST_MAX + 1];
 	uint64_t seq;
 	uint32_t id, count, i, newer;
+	bool hold;
 
 	if (emb_wire_register_req_decode(f, &rq) == 0) {
 		must(rq.host_len <= EMB_WIRE_HOST_MAX, "register host");
@@ -572,6 +573,11 @@ static void check_cluster(const struct emb_wire_frame *f)
 		     emb_wire_map_req_encode(out, sizeof(out), f->hdr.req_id,
 					     id, newer),
 		     "map request");
+	if (emb_wire_finish_req_decode(f, &id, &hold) == 0)
+		same(f, out,
+		     emb_wire_finish_req_encode(out, sizeof(out),
+						f->hdr.req_id, id, hold),
+		     "finish request");
 	for (i = 0; i < sizeof(node_ops); i++)
 		if (emb_wire_node_req_decode(f, node_ops[i], &id) == 0)
 			same(f, out,

@@ -428,6 +428,8 @@ static void save_cluster(void)
 					 2));
 	save("finish_req",
 	     emb_wire_node_req_encode(buf, sizeof(buf), EMB_OP_FINISH, 6, 4));
+	save("finish_hold_req",
+	     emb_wire_finish_req_encode(buf, sizeof(buf), 7, 4, true));
 	save("finish_resp",
 	     emb_wire_cluster_ack_encode(buf, sizeof(buf), EMB_OP_FINISH, 6,
 					 0));

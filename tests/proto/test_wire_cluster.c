@@ -454,6 +454,36 @@ static void test_barrier_finish(void)
 	CU_ASSERT_EQUAL(id, 12);
 	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_CLUSTER_MAP, &id),
 			EMB_EBADARG);
+	{
+		bool hold = true;
+
+		CU_ASSERT_EQUAL(emb_wire_finish_req_decode(&f, &id, &hold), 0);
+		CU_ASSERT_FALSE(hold);
+		/* A FINISH hold: the plain decoder refuses it, as a
+		 * scheduler older than holds does. */
+		f = frame(emb_wire_finish_req_encode(buf, sizeof(buf), 3, 12,
+						     true));
+		CU_ASSERT_EQUAL(emb_wire_finish_req_decode(&f, &id, &hold), 0);
+		CU_ASSERT_EQUAL(id, 12);
+		CU_ASSERT_TRUE(hold);
+		CU_ASSERT_EQUAL(
+		    emb_wire_node_req_decode(&f, EMB_OP_FINISH, &id),
+		    EMB_EBADFRAME);
+		CU_ASSERT_EQUAL(emb_wire_map_req_decode(&f, &id, &newer),
+				EMB_EBADARG);
+		/* Only 0 and 1 mean anything. */
+		emb_le32_store(buf + EMB_WIRE_HDR_SIZE + 4, 2);
+		CU_ASSERT_EQUAL(emb_wire_finish_req_decode(&f, &id, &hold),
+				EMB_EBADFRAME);
+		f = frame(emb_wire_finish_req_encode(buf, sizeof(buf), 3, 12,
+						     false));
+		CU_ASSERT_EQUAL(
+		    emb_wire_node_req_decode(&f, EMB_OP_FINISH, &id), 0);
+		f.hdr.flags = 1;
+		CU_ASSERT_EQUAL(emb_wire_finish_req_decode(&f, &id, &hold),
+				EMB_EBADFRAME);
+		f.hdr.flags = 0;
+	}
 	/* Flags or a table id on a cluster request. */
 	f.hdr.flags = 1;
 	CU_ASSERT_EQUAL(emb_wire_node_req_decode(&f, EMB_OP_FINISH, &id),
