@@ -52,6 +52,7 @@
 #include "common/rowfmt.h"
 #include "common/seconds.h"
 #include "common/token.h"
+#include "store/store.h"
 #include "worker/embstore.h"
 
 #define THREADS_MAX 256u
@@ -72,6 +73,7 @@ struct opts {
 	uint64_t batches;		/* per thread; 0 = run for duration_s */
 	const char *stop_file;		/* --stop-file: the run ends once it
 					   exists */
+	const char *simd;		/* --simd as given, or "auto" */
 	bool json;			/* one JSON line on stdout */
 	bool in_process;		/* --in-process given */
 	const char *sched;		/* --sched HOST:PORT */
@@ -209,6 +211,10 @@ static void usage(FILE *f)
 	    "  --duration SECONDS    timed run length (5)\n"
 	    "  --batches N           batches per thread instead of --duration\n"
 	    "  --warmup SECONDS      untimed run before timing (0)\n"
+	    "  --simd W              in process: the store's vector copies at"
+	    " most W wide:\n"
+	    "                        avx512, avx2 or none (auto: the CPU's"
+	    " widest)\n"
 	    "  --stop-file PATH      end the run (warmup or timed) early once"
 	    " PATH exists,\n"
 	    "                        looked for every 0.1 s; --duration or"
@@ -309,6 +315,7 @@ enum {
 	OPT_ROW_FORMAT,
 	OPT_MEM_LIMIT,
 	OPT_TIER_DIR,
+	OPT_SIMD,
 };
 
 static const struct option long_opts[] = {
@@ -322,6 +329,7 @@ static const struct option long_opts[] = {
     {"row-format", required_argument, NULL, OPT_ROW_FORMAT},
     {"mem-limit", required_argument, NULL, OPT_MEM_LIMIT},
     {"tier-dir", required_argument, NULL, OPT_TIER_DIR},
+    {"simd", required_argument, NULL, OPT_SIMD},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"duration", required_argument, NULL, OPT_DURATION},
     {"stop-file", required_argument, NULL, OPT_STOP_FILE},
@@ -424,12 +432,36 @@ static int check_cache_opts(const struct opts *o)
 /* Fills *o from argv. 0, or -EINVAL after printing why. */
 static int check_verify(struct opts *o);
 
+/*
+ * --simd: the widest vector copies the store's loops (the optimizers, the
+ * pull's gathers, the row formats, the ids' hash, the non-finite check)
+ * may take, whatever the CPU has: one CPU then measures the copies a CPU
+ * without AVX-512, or without AVX2, would run (docs/bench.md). Set while
+ * parsing, before any table exists.
+ */
+static int set_simd(const char *w)
+{
+	unsigned bits;
+
+	if (!strcmp(w, "avx512") || !strcmp(w, "auto"))
+		bits = 64;
+	else if (!strcmp(w, "avx2"))
+		bits = 32;
+	else if (!strcmp(w, "none"))
+		bits = 0;
+	else
+		return -EINVAL;
+	emb_store_set_vec_max(bits);
+	return 0;
+}
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	uint64_t v = 0;
 	int c, rc = 0;
 
 	*o = (struct opts){
+	    .simd = "auto",
 		.cfg = {.table = "bench",
 			.rows = 1000000,
 			.dim = 64,
@@ -575,6 +607,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_TIER_DIR:
 			o->cfg.tier_dir = optarg;
+			break;
+		case OPT_SIMD:
+			if (set_simd(optarg))
+				what = "--simd";
+			o->simd = optarg;
 			break;
 		case OPT_ROW_FORMAT:
 			o->rowfmt_given = true;
@@ -1552,6 +1589,8 @@ static void print_json(FILE *f, const struct opts *o, const struct result *r)
 	json_str(f, emb_optim_name(o->cfg.optim.kind));
 	fputs(",\"row_format\":", f);
 	json_str(f, emb_rowfmt_name(o->cfg.row_format));
+	fputs(",\"simd\":", f);
+	json_str(f, o->simd);
 	fprintf(f, ",\"tables\":%u,\"multi\":%s", o->cfg.tables,
 		o->cfg.multi ? "true" : "false");
 	fprintf(f,

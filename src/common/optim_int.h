@@ -1,6 +1,7 @@
 /*
- * src/common/optim_int.h - what common/optim.c shares with its tests, not
- * installed with the public optim.h.
+ * src/common/optim_int.h - what common/optim.c shares with its tests and
+ * with emb_store_set_vec_max() (store/store.h), not installed with the
+ * public optim.h.
  */
 #ifndef EMB_COMMON_OPTIM_INT_H
 #define EMB_COMMON_OPTIM_INT_H

@@ -66,6 +66,16 @@ struct emb_table_iter;
 void emb_store_set_huge_pages(bool on);
 
 /*
+ * The widest vector copies the store's loops and the common ones they call
+ * (optimizer updates, the non-finite check, pull gathers, row formats, the
+ * ids' hash) may take: 64 (AVX-512, the default), 32 (AVX2) or 0 (scalar),
+ * never wider than the CPU has. Process-wide; for benchmarks, which measure
+ * on one CPU the copies another would run (embstore-bench --simd). Set it
+ * before any table is used: it is read without synchronisation.
+ */
+void emb_store_set_vec_max(unsigned bits);
+
+/*
  * Extent hook: called with added = true when the table's arena maps a new
  * extent [addr, addr + len) and with added = false before it is unmapped.
  * A non-zero return from an "added" call fails the allocation that needed

@@ -21,6 +21,8 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/optim.h"
+#include "common/optim_int.h"
+#include "common/rowfmt.h"
 
 /* -DEMB_NO_PREFETCH builds the store without software prefetch, to measure
  * what it buys (docs/store.md). */
@@ -449,7 +451,7 @@ static void hash_all(uint64_t *restrict h, const uint64_t *restrict ids,
 		     size_t n)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (__builtin_cpu_supports("avx512dq")) {
+	if (emb__pull_vec_max >= 64 && __builtin_cpu_supports("avx512dq")) {
 		hash_avx512(h, ids, n);
 		return;
 	}
@@ -1013,6 +1015,11 @@ PULL_CHUNK_FNS(avx2, 32)
 #undef PULL_CHUNK_FN
 
 unsigned emb__pull_vec_max = 64;
+
+void emb_store_set_vec_max(unsigned bits)
+{
+	emb__pull_vec_max = emb__optim_vec_max = emb__rowfmt_vec_max = bits;
+}
 
 /*
  * The loop for a pull that writes o (the CPU is asked per call, as

@@ -480,6 +480,48 @@ static void stop_file_ends_the_run(void)
 }
 
 /*
+ * --simd: the store's narrower vector copies, run on this CPU, train the
+ * rows --verify expects (its sums are exact), and the JSON line says which
+ * width ran; a width that is none of the three is refused with status 2.
+ */
+static void simd_widths_verify(void)
+{
+	static const char *const widths[] = {"avx512", "avx2", "none"};
+	char *dir = emb_test_tmpdir();
+	char args[512], out[8192], err[256];
+	struct jobj o;
+	FILE *f;
+
+	for (int i = 0; i < 3; i++) {
+		snprintf(args, sizeof(args),
+			 "--rows 2000 --dim 24 --batch 128 --op push --verify"
+			 " --batches 20 --simd %s --json"
+			 " 2>'%s/err'",
+			 widths[i], dir);
+		CU_ASSERT_EQUAL_FATAL(run_bench(args, out, sizeof(out)), 0);
+		CU_ASSERT_EQUAL_FATAL(parse_object(out, &o), 0);
+		CU_ASSERT_STRING_EQUAL(str(&o, "simd"), widths[i]);
+		snprintf(args, sizeof(args), "%s/err", dir);
+		f = fopen(args, "r");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+		err[0] = '\0';
+		while (fgets(err, sizeof(err), f) &&
+		       strncmp(err, "verify:", 7))
+			;
+		fclose(f);
+		CU_ASSERT(strstr(err, " 0 mismatched") != NULL);
+	}
+	CU_ASSERT_EQUAL_FATAL(run_bench("--batches 1 --json", out, sizeof(out)),
+			      0);
+	CU_ASSERT_EQUAL_FATAL(parse_object(out, &o), 0);
+	CU_ASSERT_STRING_EQUAL(str(&o, "simd"), "auto");
+	CU_ASSERT_EQUAL(run_bench("--simd sse 2>/dev/null", out, sizeof(out)),
+			2);
+	emb_test_rmtree(dir);
+	free(dir);
+}
+
+/*
  * --report-interval: latency lines on stderr while timing, the last one for
  * the shorter rest, and together they count every timed batch. Only the
  * sum is exact (how many lines depends on the clock): at least the last
@@ -643,6 +685,7 @@ static const struct emb_test_case cases[] = {
 	{"duration and warmup bound the run",
 	 duration_and_warmup_bound_the_run},
 	{"--stop-file ends the run before --duration", stop_file_ends_the_run},
+	{"--simd: each width's vector copies verify", simd_widths_verify},
 	{"report-interval lines count every timed batch",
 	 report_interval_lines_count_every_batch},
 	{"summary without --json is not json",
