@@ -497,51 +497,55 @@ int emb_wire_register_resp_decode(const struct emb_wire_frame *f,
 	return 0;
 }
 
+/* A CLUSTER_MAP or FINISH request's node id and the word after it. */
+static int node_req_words(const struct emb_wire_frame *f, uint8_t op,
+			  uint32_t *node_id, uint32_t *word)
+{
+	int rc = check_req(f, op);
+
+	if (rc)
+		return rc;
+	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_NODE_REQ_SIZE)
+		return EMB_EBADFRAME;
+	*node_id = emb_le32_load(f->payload);
+	*word = emb_le32_load(f->payload + 4);
+	return 0;
+}
+
 int emb_wire_node_req_decode(const struct emb_wire_frame *f, uint8_t op,
 			     uint32_t *node_id)
 {
+	uint32_t id, w;
 	int rc;
 
 	if (op != EMB_OP_CLUSTER_MAP && op != EMB_OP_FINISH)
 		return EMB_EBADARG;
-	rc = check_req(f, op);
+	rc = node_req_words(f, op, &id, &w);
 	if (rc)
 		return rc;
-	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_NODE_REQ_SIZE ||
-	    emb_le32_load(f->payload + 4))
+	if (w)
 		return EMB_EBADFRAME;
-	*node_id = emb_le32_load(f->payload);
+	*node_id = id;
 	return 0;
 }
 
 int emb_wire_map_req_decode(const struct emb_wire_frame *f, uint32_t *node_id,
 			    uint32_t *newer_than)
 {
-	int rc = check_req(f, EMB_OP_CLUSTER_MAP);
-
-	if (rc)
-		return rc;
-	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_NODE_REQ_SIZE)
-		return EMB_EBADFRAME;
-	*node_id = emb_le32_load(f->payload);
-	*newer_than = emb_le32_load(f->payload + 4);
-	return 0;
+	return node_req_words(f, EMB_OP_CLUSTER_MAP, node_id, newer_than);
 }
 
 int emb_wire_finish_req_decode(const struct emb_wire_frame *f,
 			       uint32_t *node_id, bool *hold)
 {
-	int rc = check_req(f, EMB_OP_FINISH);
-	uint32_t w;
+	uint32_t id, w;
+	int rc = node_req_words(f, EMB_OP_FINISH, &id, &w);
 
 	if (rc)
 		return rc;
-	if (f->hdr.count || f->hdr.payload_len != EMB_WIRE_NODE_REQ_SIZE)
-		return EMB_EBADFRAME;
-	w = emb_le32_load(f->payload + 4);
 	if (w > 1)
 		return EMB_EBADFRAME;
-	*node_id = emb_le32_load(f->payload);
+	*node_id = id;
 	*hold = w == 1;
 	return 0;
 }
