@@ -485,6 +485,18 @@ static void waiter_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 
 	if (status == 0)
 		w->rhdr = *resp;
+	/* A worker's FINISH answered: its part is over here, on the agent,
+	 * before the caller wakes. The scheduler may end the job and close
+	 * the link the next moment (it does at once when this worker was
+	 * the last: the servers' FINISH holds, protocol.md), and a close
+	 * read before the caller marked the end would be taken for a lost
+	 * scheduler, warned about and rejoined. */
+	if (status == 0 && resp->status == 0 &&
+	    resp->opcode == (EMB_OP_FINISH | EMB_OP_RESPONSE_BIT)) {
+		pthread_mutex_lock(&w->n->mu);
+		w->n->ended = true;
+		pthread_mutex_unlock(&w->n->mu);
+	}
 	waiter_complete(w, status);
 }
 
