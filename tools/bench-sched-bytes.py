@@ -132,7 +132,12 @@ def run(a, rep, logd):
                 pids[m.group(1)] = int(m.group(2))
             if "cluster ready" in line:
                 ready.set()
-            if line.startswith("[scheduler]") and "map epoch" in line:
+            # A new map is "map epoch N: ..."; a node that rejoined
+            # ("... rejoined with map epoch N (ours N)") made none: a
+            # loaded machine's agents may lose the scheduler for a
+            # moment before the kill.
+            if (line.startswith("[scheduler]") and
+                    re.search(r"\bmap epoch \d+: ", line)):
                 epoch.append(time.monotonic())
     th = threading.Thread(target=reader, daemon=True)
     th.start()
@@ -168,7 +173,9 @@ def run(a, rep, logd):
     steady_in = rate(samples, t_ready + 1.5, t_kill, 0)
     steady_out = rate(samples, t_ready + 1.5, t_kill, 1)
     if not epoch or epoch[0] < t_kill:
-        sys.exit("the scheduler logged no new map epoch after the kill")
+        sys.exit("the scheduler logged no new map epoch after the kill "
+                 "(or one before it); its lines:\n%s"
+                 % "".join(l for l in lines if l.startswith("[scheduler]")))
     # Every node's next heartbeat answer comes T / 5 after the new map,
     # on an idle machine; the window is longer because a loaded one
     # starves agents for seconds, and the maps are far more bytes than
