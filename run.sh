@@ -21,6 +21,7 @@
 #   EMB_MESON_ARGS     extra `meson setup` arguments for a new build directory,
 #                      e.g. "-Db_sanitize=address,undefined -Db_lundef=false"
 #   EMB_TEST_ARGS      extra `meson test` arguments (e.g. "--suite store")
+#   EMB_NINJA_JOBS     compile jobs at once (default: ninja's, the cores + 2)
 #   EMB_DEMO_DURATION  seconds per demo run (default: 5)
 #   EMB_PYTHON         the Python interpreter (default: /usr/bin/python3, which
 #                      sees Debian's python3-torch, or else the first python3
@@ -83,7 +84,7 @@ cmd_build() {
         # shellcheck disable=SC2086  # EMB_MESON_ARGS is a list of options
         meson setup "$BUILD" ${EMB_MESON_ARGS:-}
     fi
-    ninja -C "$BUILD"
+    ninja -C "$BUILD" ${EMB_NINJA_JOBS:+-j "$EMB_NINJA_JOBS"}
 }
 
 # Reads a `meson test` log and prints "OK FAIL SKIP" counts. Expected Fail

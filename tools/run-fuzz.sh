@@ -28,7 +28,7 @@ art=$build/fuzz-artifacts
 if [ ! -f "$build/build.ninja" ]; then
 	CC=clang meson setup "$build" "$root" -Dfuzz=true
 fi
-ninja -C "$build" tests/fuzz/fuzz_frame
+ninja -C "$build" ${EMB_NINJA_JOBS:+-j "$EMB_NINJA_JOBS"} tests/fuzz/fuzz_frame
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/emb-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
