@@ -2358,7 +2358,10 @@ static int key_present(struct emb_etcd *e, const char *key, bool *present)
  * took the rank), so is dead/<role>/<rank> (no node counted it dead:
  * dead_mark()), and the map is the one in which the server still holds
  * slots (no failover moved them), all compared in the transaction that
- * puts the key back. The others wait for ranks that vanish many at once
+ * puts the key back. A job that had no map yet (still forming: a rank
+ * was not taken when etcd stalled) has nothing to fail over; the node
+ * takes its rank back while the map is still absent and the job's
+ * config is there. The others wait for ranks that vanish many at once
  * (vanished()). 0, or why not: EMB_ENODEAD if the job went on without
  * this node, EMB_ECLUSTER if its keys are gone, or an etcd error (the
  * lease thread tries again).
@@ -2367,7 +2370,7 @@ static int relet(struct emb_coord *c)
 {
 	const int64_t ttl_s = ((int64_t)c->reg.hb_timeout_ms + 999) / 1000;
 	struct emb_cmap *m = malloc(sizeof(*m));
-	char kmap[KEY_MAX], krank[KEY_MAX], kdead[KEY_MAX];
+	char kmap[KEY_MAX], krank[KEY_MAX], kdead[KEY_MAX], kconf[KEY_MAX];
 	int64_t lease;
 	int rc;
 
@@ -2381,6 +2384,7 @@ static int relet(struct emb_coord *c)
 	key_of(c, kmap, "map");
 	key_of(c, krank, "%s/%u", role_dir(c->reg.role), c->reg.rank);
 	key_of(c, kdead, "dead/%s/%u", role_dir(c->reg.role), c->reg.rank);
+	key_of(c, kconf, "config");
 	/* A few tries: each lost race is a map written meanwhile, which
 	 * may or may not drop this server. */
 	for (int tries = 0; tries < 8; tries++) {
@@ -2403,19 +2407,36 @@ static int relet(struct emb_coord *c)
 		rc = emb_etcd_get(c->lease_etcd, kmap, false, false, &r);
 		if (rc)
 			break;
-		if (!r.n || !r.kvs[0].value ||
-		    emb_cmap_decode(r.kvs[0].value, r.kvs[0].value_len, m)) {
+		if (!r.n) {
+			/* No map yet: a job still forming, if its config
+			 * is there; the map must still be absent when the
+			 * key goes back (create revision 0). */
 			emb_etcd_range_free(&r);
-			rc = EMB_ECLUSTER; /* the job's keys are gone */
+			rc = key_present(c->lease_etcd, kconf, &ok);
+			if (rc)
+				break;
+			if (!ok) {
+				rc = EMB_ECLUSTER; /* the job's keys are gone */
+				break;
+			}
+			cmps[2].target = EMB_ETCD_CREATE;
+			cmps[2].revision = 0;
+		} else if (!r.kvs[0].value ||
+			   emb_cmap_decode(r.kvs[0].value,
+					   r.kvs[0].value_len, m)) {
+			emb_etcd_range_free(&r);
+			rc = EMB_ECLUSTER;
 			break;
-		}
-		cmps[2].revision = r.kvs[0].mod_revision;
-		emb_etcd_range_free(&r);
-		if (c->reg.role == EMB_ROLE_SERVER &&
-		    (c->reg.rank >= m->nservers ||
-		     !emb_cmap_in_map(m, c->reg.rank))) {
-			rc = EMB_ENODEAD;
-			break;
+		} else {
+			cmps[2].target = EMB_ETCD_MOD;
+			cmps[2].revision = r.kvs[0].mod_revision;
+			emb_etcd_range_free(&r);
+			if (c->reg.role == EMB_ROLE_SERVER &&
+			    (c->reg.rank >= m->nservers ||
+			     !emb_cmap_in_map(m, c->reg.rank))) {
+				rc = EMB_ENODEAD;
+				break;
+			}
 		}
 		rc = emb_etcd_txn(c->lease_etcd, cmps, 3, &op, 1, &ok);
 		if (rc || ok)

@@ -719,6 +719,60 @@ static void test_relet(void)
 	free(slots);
 }
 
+/*
+ * etcd stalls past the 2 s leases while the job is still forming: two of
+ * its three servers and its worker have their ranks, the third server is
+ * not there yet, so there is no map. Waking, etcd revokes the leases;
+ * each node takes its rank back (a job with no map has nothing to fail
+ * over), none ends, and once the third server comes the job forms.
+ * Before, a node whose lease ended found no map, took the job's keys for
+ * gone and left: a stall during formation ended the whole job.
+ */
+static void test_relet_forming(void)
+{
+	struct emb_coord *c[4] = {NULL};
+	struct emb_wire_node_addr *addrs = NULL;
+	struct emb_etcd_range r;
+	uint16_t *slots = malloc(EMB_NSLOTS * sizeof(*slots));
+	int end[4] = {1, 1, 1, 1};
+
+	CU_ASSERT_FATAL(slots != NULL);
+	new_job();
+	c[0] = coord_join_end(EMB_ROLE_SERVER, 7110, &end[0]);
+	c[1] = coord_join_end(EMB_ROLE_SERVER, 7111, &end[1]);
+	c[3] = coord_join_end(EMB_ROLE_WORKER, 7113, &end[3]);
+	CU_ASSERT_EQUAL(job_keys_wait("map", 0, &r), 0);
+	emb_etcd_range_free(&r);
+
+	CU_ASSERT_EQUAL_FATAL(kill(etcd.pid, SIGSTOP), 0);
+	sleep_ms(5000);
+	kill(etcd.pid, SIGCONT);
+	/* Every lease was revoked on waking: the ranks come back. */
+	CU_ASSERT_EQUAL(job_keys_wait("server/", 2, &r), 2);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL(job_keys_wait("worker/", 1, &r), 1);
+	emb_etcd_range_free(&r);
+	for (uint32_t i = 0; i < 4; i++)
+		if (i != 2)
+			CU_ASSERT_EQUAL(
+			    __atomic_load_n(&end[i], __ATOMIC_SEQ_CST), 1);
+
+	/* The last server: the job forms, with the ranks it had. */
+	c[2] = coord_join_end(EMB_ROLE_SERVER, 7112, &end[2]);
+	CU_ASSERT_EQUAL(emb_coord_wait_map(c[3], slots, &addrs), 0);
+	free(addrs);
+	CU_ASSERT_EQUAL(emb_coord_epoch(c[3]), 1);
+	CU_ASSERT_EQUAL(job_keys_wait("server/", 3, &r), 3);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL(job_keys("dead/", &r), 0);
+	emb_etcd_range_free(&r);
+	for (uint32_t i = 0; i < 4; i++)
+		CU_ASSERT_EQUAL(__atomic_load_n(&end[i], __ATOMIC_SEQ_CST), 1);
+	for (uint32_t i = 0; i < 4; i++)
+		emb_coord_destroy(c[i]);
+	free(slots);
+}
+
 static uint64_t seen_epoch; /* the worker's map watcher */
 
 static void on_map(void *arg, const struct emb_cmap *m)
@@ -1780,7 +1834,11 @@ static void test_launch(void)
 	struct emb_etcd_range r;
 
 	env_clear();
-	setenv("EMB_HEARTBEAT_TIMEOUT", "2", 1);
+	/* 6 s leases (the run takes 2.4 s here, 1.2 s with 2 s leases):
+	 * beside CI's load this suite's etcd once answered nobody for 9 s
+	 * while the job formed. test_relet_forming() covers a stall past
+	 * the leases; this case is about launch. */
+	setenv("EMB_HEARTBEAT_TIMEOUT", "6", 1);
 	CU_ASSERT_EQUAL(run_launch(args, targs, out, sizeof(out)), 0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "in etcd"));
 	CU_ASSERT_EQUAL(count_of(out, "[launch] started "), 4);
@@ -1888,6 +1946,9 @@ int main(int argc, char **argv)
 	    {"after etcd stalled past the leases, nodes take their ranks back, "
 	     "but not one counted dead",
 	     test_relet},
+	    {"etcd stalled past the leases while the job formed: the nodes "
+	     "take their ranks back, and the job forms",
+	     test_relet_forming},
 	    {NULL, NULL},
 	};
 	int rc;
