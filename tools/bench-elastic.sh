@@ -26,8 +26,10 @@
 #
 # Options: -b BUILD (build), --rows N (10000000), --dim N (64), --before S
 # (8: seconds of steps before the join), --move-rate SIZE (the servers'
-# --move-rate: bytes/s of each copy ahead; default unlimited), --keep
-# (keep the work dir).
+# --move-rate: bytes/s of each copy ahead; default unlimited), --paused
+# (the worker runs no step from the join to the drain's end: the moves'
+# rate with the cores to themselves, no step figures during them),
+# --keep (keep the work dir).
 # An interval without a step (a stall) is counted apart from the medians.
 set -u
 
@@ -37,6 +39,7 @@ rows=10000000
 dim=64
 before=8
 keep=
+paused=
 move_rate=0
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -46,8 +49,10 @@ while [ $# -gt 0 ]; do
 	--before) before=$2; shift 2 ;;
 	--move-rate) move_rate=$2; shift 2 ;;
 	--keep) keep=1; shift ;;
+	--paused) paused=1; shift ;;
 	*) echo "usage: bench-elastic.sh [-b BUILD] [--rows N] [--dim N]" \
-		"[--before S] [--move-rate SIZE] [--keep]" >&2; exit 2 ;;
+		"[--before S] [--move-rate SIZE] [--paused] [--keep]" >&2
+	   exit 2 ;;
 	esac
 done
 tools=$(cd "$build/tools" && pwd) || exit 2
@@ -186,7 +191,7 @@ t_launch=$(now)
 	--worker_num 1 --replicas 2 --log-dir "$work/log" -- \
 	embstore-bench --op step --rows "$rows" --dim "$dim" --batch 4096 \
 	--dist zipf:1.05 --optimizer sgd --duration 3600 \
-	--report-interval 1) >"$out" 2>&1 &
+	--report-interval 1 --pause-file "$work/pause") >"$out" 2>&1 &
 lpid=$!
 wait_for 'worker\.0\] interval: ' 600 || die "no step interval"
 # The timed phase's start on our clock, from its first line (T s in).
@@ -200,6 +205,7 @@ sched=$(sed -n 's/^\[launch\] scheduler on \([^,]*\),.*/\1/p' "$out" | head -1)
 sleep "$before"
 
 # 3. The join.
+[ -n "$paused" ] && : >"$work/pause" && sleep 1
 r0=$(streamed)
 s0=$(resent)
 f0=$(fences | wc -l)
@@ -225,6 +231,7 @@ sleep 1
 r2=$(streamed)
 s2=$(resent)
 f2=$(fences | wc -l)
+rm -f "$work/pause"
 sleep 2
 kill -INT "$lpid" 2>/dev/null
 wait "$lpid" 2>/dev/null
@@ -298,7 +305,8 @@ figs=$(steps "steps before" "$(rel "$j0")" ""
 echo "$figs" | grep -q 'no interval' && die "$figs"
 
 echo "table: $rows rows, dim $dim, SGD, R = 2 ($row_bytes bytes a row);" \
-	"preload and start ${preload_s} s; --move-rate $move_rate"
+	"preload and start ${preload_s} s; --move-rate $move_rate" \
+	"${paused:+; steps paused from the join to the end of the drain}"
 echo "echo: static ${echo_static} MB/s, gather ${echo_gather} MB/s" \
 	"(loopback, batch 4096); fresh memory ${fresh:-?} MB/s (first touch)"
 rate "join 2->3" $((r1 - r0)) "$jch" "$jms"

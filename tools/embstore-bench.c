@@ -73,6 +73,8 @@ struct opts {
 	uint64_t batches;		/* per thread; 0 = run for duration_s */
 	const char *stop_file;		/* --stop-file: the run ends once it
 					   exists */
+	const char *pause_file;		/* --pause-file: no batch while it
+					   exists */
 	const char *simd;		/* --simd as given, or "auto" */
 	bool json;			/* one JSON line on stdout */
 	bool in_process;		/* --in-process given */
@@ -109,6 +111,7 @@ struct worker {
 	uint64_t deadline_ns;		/* warmup / duration: stop after */
 	uint64_t max_batches;		/* measure: stop after; 0 = deadline */
 	uint64_t stop_check_ns;		/* next look for --stop-file */
+	uint64_t pause_check_ns;	/* next look for --pause-file */
 	struct emb_idgen gen;		/* this thread's id stream */
 	uint64_t *ids;			/* ring of k + 1 batches of ids */
 	uint32_t k;			/* batches prefetched ahead */
@@ -220,6 +223,10 @@ static void usage(FILE *f)
 	    "                        looked for every 0.1 s; --duration or"
 	    " --batches\n"
 	    "                        still bound it\n"
+	    "  --pause-file PATH     run no batch while PATH exists (looked"
+	    " for every\n"
+	    "                        0.1 s): the connections and the job stay"
+	    " up, idle\n"
 	    "  --report-interval S   timed run: a latency line on stderr"
 	    " every S seconds\n"
 	    "  --seed N              id streams and table seed (1)\n"
@@ -290,6 +297,7 @@ enum {
 	OPT_BATCHES,
 	OPT_WARMUP,
 	OPT_STOP_FILE,
+	OPT_PAUSE_FILE,
 	OPT_SEED,
 	OPT_TABLE,
 	OPT_JSON,
@@ -333,6 +341,7 @@ static const struct option long_opts[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"duration", required_argument, NULL, OPT_DURATION},
     {"stop-file", required_argument, NULL, OPT_STOP_FILE},
+    {"pause-file", required_argument, NULL, OPT_PAUSE_FILE},
     {"batches", required_argument, NULL, OPT_BATCHES},
     {"warmup", required_argument, NULL, OPT_WARMUP},
     {"seed", required_argument, NULL, OPT_SEED},
@@ -648,6 +657,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			if (!*optarg)
 				what = "--stop-file";
 			o->stop_file = optarg;
+			break;
+		case OPT_PAUSE_FILE:
+			if (!*optarg)
+				what = "--pause-file";
+			o->pause_file = optarg;
 			break;
 		case OPT_REPORT_INTERVAL:
 			/* Finer than the 250 ms nap of run_phase() cannot be
@@ -1035,6 +1049,33 @@ static bool stop_asked(struct worker *w)
 	return access(w->o->stop_file, F_OK) == 0;
 }
 
+/*
+ * --pause-file: while the file exists, wait here (a look every
+ * STOP_CHECK_NS) instead of running a batch; the deadline and the stop
+ * file still end the run. What a job does with its training paused is
+ * measured so (tools/bench-elastic.sh --paused: a move alone).
+ */
+static bool pause_asked(struct worker *w)
+{
+	uint64_t now;
+
+	if (!w->o->pause_file)
+		return false;
+	now = emb_clock_ns();
+	if (now < w->pause_check_ns)
+		return false;
+	if (access(w->o->pause_file, F_OK) != 0) {
+		w->pause_check_ns = now + STOP_CHECK_NS;
+		return false;
+	}
+	{
+		const struct timespec nap = {0, (long)STOP_CHECK_NS};
+
+		nanosleep(&nap, NULL);
+	}
+	return true;
+}
+
 static int run_batches(struct worker *w, bool timed)
 {
 	uint32_t n = w->o->cfg.batch;
@@ -1063,6 +1104,8 @@ static int run_batches(struct worker *w, bool timed)
 		}
 		if (stop_asked(w))
 			return 0;
+		if (pause_asked(w))
+			continue;
 		if (w->k) {
 			/* The slot of the batch before this one is free. */
 			ahead = slot(w, w->head + w->k);

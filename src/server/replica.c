@@ -7,7 +7,15 @@
  *
  * When a map takes slots away from this server (a move put them on
  * another), the sweeper thread frees their rows (emb_server_sweep_unheld()):
- * the view already refuses every read and write of them.
+ * the view already refuses every read and write of them. It waits until
+ * maps have taken nothing away for SWEEP_QUIET_MS (at most SWEEP_DEFER_MS
+ * after the first): a join or a drain moves chunk after chunk, and a sweep
+ * between them took a quarter of the machine's CPU from the moves and from
+ * training (docs/benchmarks.md, "Moving slots"). A slot given back to this
+ * server before its rows went (a drain right after a join can) has them
+ * freed at once, before the map that gives it back takes effect: the copy
+ * it is given overwrites the rows it carries and no other, so a row removed
+ * meanwhile on the server that held it would come back (sweep_back()).
  *
  * With replicas only a slot's primary evicts (evict_hold()); the birth
  * check (bcheck.c), on a thread of its own, removes here the rows the
@@ -23,6 +31,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cluster/map.h"
 #include "cluster/node.h"
@@ -67,8 +76,16 @@ struct emb_replica {
 	uint64_t failed_epoch; /* 0: none */
 	uint32_t failed_first, failed_n, failed_to;
 	pthread_t sweeper;   /* frees rows of slots given away */
-	pthread_cond_t sweep_cv; /* signals sweep_due or stop, with mu */
+	pthread_cond_t sweep_cv; /* signals sweep_due or stop, with mu;
+				    waits on CLOCK_MONOTONIC */
 	bool sweep_due;		 /* a map took slots away since the last */
+	/* Slots maps took away whose rows may be here still: since the
+	 * last sweep began (left), in the sweep under way (sweeping). */
+	uint64_t left[EMB_NSLOTS / 64];
+	uint64_t sweeping[EMB_NSLOTS / 64];
+	uint64_t took_ms;  /* the last map that took slots away */
+	uint64_t first_ms; /* the first since the last sweep began */
+	uint64_t quiet_ms, defer_ms; /* SWEEP_QUIET_MS, SWEEP_DEFER_MS */
 	bool sweeper_on;	 /* sweeper started */
 	bool stop;		 /* destroy: the sweeper exits */
 	struct emb__bcheck *bcheck; /* the backup's birth check, or NULL
@@ -259,12 +276,59 @@ static void evict_hold(struct emb_replica *r, const struct emb_cmap *m)
 	emb_server_evict_hold(r->srv, set);
 }
 
+/*
+ * Under r->mu, before m takes effect: the slots m gives this server
+ * (held, filled or copied ahead to it) that an earlier map took away and
+ * whose rows no sweep has freed yet. Their rows go now, under the view
+ * that does not keep them: the copy the move brings overwrites the rows
+ * it carries only, and a row removed on the other server while this one
+ * did not hold the slot would come back.
+ */
+static void sweep_back(struct emb_replica *r, const struct emb_cmap *m)
+{
+	uint64_t back[EMB_NSLOTS / 64] = {0}, any = 0, t0;
+	int64_t n;
+
+	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
+		uint64_t bit = 1ull << (sl % 64);
+
+		if (!((r->left[sl / 64] | r->sweeping[sl / 64]) & bit))
+			continue;
+		if (m->fill[sl] == r->rank || m->warm[sl] == r->rank ||
+		    emb_cmap_holds(m, sl, r->rank)) {
+			back[sl / 64] |= bit;
+			any = 1;
+		}
+	}
+	if (!any)
+		return;
+	t0 = emb_clock_ms();
+	n = emb_server_sweep_unheld(r->srv, back);
+	if (n < 0) {
+		emb_log(EMB_LOG_WARN,
+			"map epoch %llu: cannot free the rows of slots given "
+			"back: %s",
+			(unsigned long long)m->epoch, emb_strerror((int)n));
+		return; /* kept in left: the next sweep tries again */
+	}
+	for (uint32_t w = 0; w < EMB_NSLOTS / 64; w++) {
+		r->left[w] &= ~back[w];
+		r->sweeping[w] &= ~back[w];
+	}
+	emb_log(EMB_LOG_INFO,
+		"map epoch %llu: freed %lld rows of slots given back before "
+		"their copy (%llu ms)",
+		(unsigned long long)m->epoch, (long long)n,
+		(unsigned long long)(emb_clock_ms() - t0));
+}
+
 /* Agent thread: a newer map. */
 static void on_map(void *arg, const struct emb_cmap *m,
 		   const struct emb_wire_node_addr *srv, uint32_t n)
 {
 	struct emb_replica *r = arg;
 	struct emb_wire_node_addr *a = calloc(n, sizeof(*a));
+	bool took = false;
 
 	if (!a)
 		return;
@@ -282,14 +346,24 @@ static void on_map(void *arg, const struct emb_cmap *m,
 			(unsigned long long)m->epoch, i);
 		break;
 	}
-	/* Slots this server held and holds no longer: their rows go. */
+	/* Slots this server held, or was copied ahead, and holds no
+	 * longer: their rows go, in the background once the maps settle. */
 	for (uint32_t sl = 0; r->have_prev && sl < EMB_NSLOTS; sl++)
-		if ((r->view.slot[sl] & EMB_CMAP_VIEW_MINE) &&
-		    m->fill[sl] != r->rank && !emb_cmap_holds(m, sl, r->rank)) {
-			r->sweep_due = true;
-			pthread_cond_signal(&r->sweep_cv);
-			break;
+		if ((r->view.slot[sl] &
+		     (EMB_CMAP_VIEW_MINE | EMB_CMAP_VIEW_WARMING)) &&
+		    m->fill[sl] != r->rank && m->warm[sl] != r->rank &&
+		    !emb_cmap_holds(m, sl, r->rank)) {
+			r->left[sl / 64] |= 1ull << (sl % 64);
+			took = true;
 		}
+	if (took) {
+		r->took_ms = emb_clock_ms();
+		if (!r->sweep_due)
+			r->first_ms = r->took_ms;
+		r->sweep_due = true;
+		pthread_cond_signal(&r->sweep_cv);
+	}
+	sweep_back(r, m);
 	emb_cmap_view(m, r->have_prev ? &r->prev : NULL, r->view.grew, r->rank,
 		      r->view.slot, r->view.grew);
 	r->view.epoch = m->epoch;
@@ -353,25 +427,53 @@ static void on_newer_map(void *arg, uint64_t epoch)
 	emb_node_map_refresh(r->node);
 }
 
-/* The sweeper: frees the rows of slots a map took away, once per batch of
- * maps (a drain's chunks come in quick succession). */
+/*
+ * The sweeper: frees the rows of slots maps took away, once they have
+ * taken nothing for SWEEP_QUIET_MS, or SWEEP_DEFER_MS after the first
+ * such map, whichever comes first: once per join or drain, not once per
+ * chunk, and never long after. Rows are freed that much later; a server
+ * under --mem-limit makes new rows in their place only after.
+ * EMB_SWEEP_QUIET_MS sets the first (the second is then at least as
+ * long): tests/cluster/give_back.sh keeps every sweep back with it.
+ */
+#define SWEEP_QUIET_MS 2000u
+#define SWEEP_DEFER_MS 20000u
 static void *sweep_main(void *arg)
 {
 	struct emb_replica *r = arg;
 
 	pthread_mutex_lock(&r->mu);
 	for (;;) {
-		uint64_t t0;
+		uint64_t t0, at;
 		int64_t n;
 
 		while (!r->sweep_due && !r->stop)
 			pthread_cond_wait(&r->sweep_cv, &r->mu);
 		if (r->stop)
 			break;
+		at = r->took_ms + r->quiet_ms;
+		if (at > r->first_ms + r->defer_ms)
+			at = r->first_ms + r->defer_ms;
+		t0 = emb_clock_ms();
+		if (t0 < at) {
+			struct timespec dl;
+
+			clock_gettime(CLOCK_MONOTONIC, &dl);
+			dl.tv_sec += (time_t)((at - t0) / 1000);
+			dl.tv_nsec += (long)((at - t0) % 1000) * 1000000;
+			if (dl.tv_nsec >= 1000000000) {
+				dl.tv_sec++;
+				dl.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&r->sweep_cv, &r->mu, &dl);
+			continue;
+		}
 		r->sweep_due = false;
+		memcpy(r->sweeping, r->left, sizeof(r->left));
+		memset(r->left, 0, sizeof(r->left));
 		pthread_mutex_unlock(&r->mu);
 		t0 = emb_clock_ms();
-		n = emb_server_sweep_unheld(r->srv);
+		n = emb_server_sweep_unheld(r->srv, NULL);
 		if (n < 0)
 			emb_log(EMB_LOG_WARN,
 				"cannot free the rows of slots moved away: %s",
@@ -383,6 +485,7 @@ static void *sweep_main(void *arg)
 				(long long)n,
 				(unsigned long long)(emb_clock_ms() - t0));
 		pthread_mutex_lock(&r->mu);
+		memset(r->sweeping, 0, sizeof(r->sweeping));
 	}
 	pthread_mutex_unlock(&r->mu);
 	return NULL;
@@ -397,7 +500,34 @@ int emb_replica_create(struct emb_server *s, struct emb_node *n,
 	if (!r)
 		return -ENOMEM;
 	pthread_mutex_init(&r->mu, NULL);
-	pthread_cond_init(&r->sweep_cv, NULL);
+	r->quiet_ms = SWEEP_QUIET_MS;
+	{
+		const char *q = getenv("EMB_SWEEP_QUIET_MS");
+		char *end;
+		unsigned long long v;
+
+		if (q && *q) {
+			errno = 0;
+			v = strtoull(q, &end, 10);
+			if (!errno && !*end && v <= 86400000ull)
+				r->quiet_ms = v;
+			else
+				emb_log(EMB_LOG_WARN,
+					"EMB_SWEEP_QUIET_MS=%s: not a number of "
+					"ms up to a day; %u used",
+					q, SWEEP_QUIET_MS);
+		}
+	}
+	r->defer_ms = r->quiet_ms > SWEEP_DEFER_MS ? r->quiet_ms
+						   : SWEEP_DEFER_MS;
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&r->sweep_cv, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	r->sweeper_on = pthread_create(&r->sweeper, NULL, sweep_main, r) == 0;
 	if (r->sweeper_on)
 		pthread_setname_np(r->sweeper, "emb-rsweep");

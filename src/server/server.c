@@ -431,7 +431,7 @@ static int64_t sweep_table(struct emb_server *s, uint32_t id,
 	return rc ? rc : freed;
 }
 
-int64_t emb_server_sweep_unheld(struct emb_server *s)
+int64_t emb_server_sweep_unheld(struct emb_server *s, const uint64_t *only)
 {
 	uint32_t nt = emb_server_table_ids(s, NULL, 0), *tids;
 	uint64_t unheld[EMB_NSLOTS / 64];
@@ -444,6 +444,14 @@ int64_t emb_server_sweep_unheld(struct emb_server *s)
 	/* Nothing given away (or no view yet): nothing to walk. */
 	if (!emb__slots_unheld(s->slots, unheld))
 		nt = 0;
+	if (only) {
+		uint64_t any = 0;
+
+		for (uint32_t w = 0; w < EMB_NSLOTS / 64; w++)
+			any |= unheld[w] &= only[w];
+		if (!any)
+			nt = 0;
+	}
 	for (uint32_t i = 0; i < nt; i++) {
 		int64_t n = sweep_table(s, tids[i], unheld);
 

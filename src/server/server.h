@@ -166,10 +166,11 @@ int emb_server_set_map(struct emb_server *s, const struct emb_server_map *m);
  * Frees the rows of slots this server no longer holds in its view (a move
  * put them elsewhere, docs/replication.md "Moving slots"): reads every
  * table, then erases those rows in batches, each under the view as a
- * write is. Any thread; takes as long as a read of the tables. Returns
- * the rows freed (>= 0), or -ENOMEM.
+ * write is. only, when not NULL, a bitmap of EMB_NSLOTS bits, narrows it
+ * to those slots. Any thread; takes as long as a read of the tables'
+ * records of those slots. Returns the rows freed (>= 0), or -ENOMEM.
  */
-int64_t emb_server_sweep_unheld(struct emb_server *s);
+int64_t emb_server_sweep_unheld(struct emb_server *s, const uint64_t *only);
 
 /*
  * fn(arg, epoch) runs on a loop thread when a write carries a newer epoch

@@ -179,8 +179,9 @@ rows=$(sed -n 's/.*slots [0-9]*-[0-9]* \(copied ahead\|streamed\) (\([0-9]*\) ro
 	"$out" | awk '{ s += $1 } END { print s + 0 }')
 [ "$rows" -ge "$want_rows" ] ||
 	bad "$rows rows reached the newcomer, not a third of the copies"
-# The rows moved away are freed on the servers that gave them.
-for _ in $(seq 100); do
+# The rows moved away are freed on the servers that gave them, once
+# the maps have taken nothing away for 2 s (src/server/replica.c).
+for _ in $(seq 300); do
 	[ "$(grep -c 'freed [0-9]* rows of slots moved' "$out")" -ge 2 ] && break
 	sleep 0.1
 done
