@@ -29,7 +29,8 @@
 # --move-rate: bytes/s of each copy ahead; default unlimited), --paused
 # (the worker runs no step from the join to the drain's end: the moves'
 # rate with the cores to themselves, no step figures during them),
-# --keep (keep the work dir).
+# --pretouch SIZE (every server's --pretouch: SIZE of memory faulted in
+# at start, which its tables take first), --keep (keep the work dir).
 # An interval without a step (a stall) is counted apart from the medians.
 set -u
 
@@ -40,6 +41,7 @@ dim=64
 before=8
 keep=
 paused=
+pretouch=
 move_rate=0
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -50,8 +52,10 @@ while [ $# -gt 0 ]; do
 	--move-rate) move_rate=$2; shift 2 ;;
 	--keep) keep=1; shift ;;
 	--paused) paused=1; shift ;;
+	--pretouch) pretouch=$2; shift 2 ;;
 	*) echo "usage: bench-elastic.sh [-b BUILD] [--rows N] [--dim N]" \
-		"[--before S] [--move-rate SIZE] [--paused] [--keep]" >&2
+		"[--before S] [--move-rate SIZE] [--paused]" \
+		"[--pretouch SIZE] [--keep]" >&2
 	   exit 2 ;;
 	esac
 done
@@ -62,6 +66,12 @@ EMB_HEARTBEAT_TIMEOUT=2
 EMB_CLUSTER_TIMEOUT=300
 EMB_MOVE_RATE=$move_rate
 export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT EMB_MOVE_RATE
+if [ -n "$pretouch" ]; then
+	EMB_PRETOUCH=$pretouch
+	export EMB_PRETOUCH
+else
+	unset EMB_PRETOUCH
+fi
 unset EMB_REPLICAS EMB_SCHED_HOST EMB_SCHED_PORT EMB_ROLE EMB_LISTEN \
 	EMB_SERVER_MAX
 work=$(mktemp -d "${TMPDIR:-/tmp}/emb-bench-elastic-XXXXXX")
@@ -240,6 +250,12 @@ kill -TERM "$npid" 2>/dev/null
 wait "$npid" 2>/dev/null
 npid=
 
+# Every server pretouched, when asked: the three of them.
+if [ -n "$pretouch" ]; then
+	n=$(cat "$out" "$new" | grep -c 'pretouched [0-9]* MiB')
+	[ "$n" -ge 3 ] || die "$n of 3 servers logged their --pretouch"
+fi
+
 # The figures.
 jline=$(grep 'server 2 has its share' "$out" | head -1)
 jms=$(echo "$jline" | sed -n 's/.*chunks* moved in \([0-9]*\) ms.*/\1/p')
@@ -305,8 +321,9 @@ figs=$(steps "steps before" "$(rel "$j0")" ""
 echo "$figs" | grep -q 'no interval' && die "$figs"
 
 echo "table: $rows rows, dim $dim, SGD, R = 2 ($row_bytes bytes a row);" \
-	"preload and start ${preload_s} s; --move-rate $move_rate" \
-	"${paused:+; steps paused from the join to the end of the drain}"
+	"preload and start ${preload_s} s; --move-rate $move_rate$(
+	[ -n "$pretouch" ] && printf '; every server --pretouch %s' "$pretouch"
+	[ -n "$paused" ] && printf '; steps paused from the join to the end of the drain')"
 echo "echo: static ${echo_static} MB/s, gather ${echo_gather} MB/s" \
 	"(loopback, batch 4096); fresh memory ${fresh:-?} MB/s (first touch)"
 rate "join 2->3" $((r1 - r0)) "$jch" "$jms"

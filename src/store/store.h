@@ -66,6 +66,23 @@ struct emb_table_iter;
 void emb_store_set_huge_pages(bool on);
 
 /*
+ * Maps bytes of memory (rounded up to 2 MiB; on 2 MiB pages unless
+ * emb_store_set_huge_pages(false) came first) and faults every page in
+ * now; the extents of every table, made before or after, are cut from it
+ * until it is used up, and only then is fresh memory mapped. For a process
+ * about to take many rows at once, such as a server that joins a job:
+ * where fresh pages are slow to give (the kernel zeroes each at its first
+ * write), this pays that once at start rather than during the moves. The
+ * pool is process memory from then on, resident whether tables use it or
+ * not; it is not charged to any table until one takes a piece. Once a
+ * process: 0, -EALREADY, -EINVAL (0 bytes), -ENOMEM.
+ */
+int emb_store_pretouch(uint64_t bytes);
+
+/* Bytes of the pretouched pool no table has taken yet. */
+uint64_t emb_store_pretouch_left(void);
+
+/*
  * The widest vector copies the store's loops and the common ones they call
  * (optimizer updates, the non-finite check, pull gathers, row formats, the
  * ids' hash) may take: 64 (AVX-512, the default), 32 (AVX2) or 0 (scalar),

@@ -665,6 +665,79 @@ static void test_spare_thread(void)
 	emb_table_destroy(t);
 }
 
+/*
+ * emb_store_pretouch() (arena.c, "The pretouched pool"), in a child, whose
+ * pool is its own: made once; tables' extents are cut from it, the hook
+ * hears of them as of any, while it lasts, then fresh memory is mapped;
+ * rows made in either are the same. Returns 0, or the step that failed.
+ */
+static int pretouch_child(void)
+{
+	const uint64_t pool = 32u << 20;
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct tracker k;
+	struct emb_table *a, *b;
+	uint64_t left, ids[512];
+	float *ra, *rb;
+	int rc = 0;
+
+	if (emb_store_pretouch(0) != -EINVAL)
+		return 1;
+	if (emb_store_pretouch(pool) != 0)
+		return 2;
+	if (emb_store_pretouch(pool) != -EALREADY)
+		return 3;
+	if (emb_store_pretouch_left() != pool)
+		return 4;
+	o.dim = 64;
+	o.nshards = 4;
+	tracker_init(&k);
+	a = table_new(&o);
+	if (emb_table_set_extent_hook(a, hook, &k) || grow(a, 0, ROWS))
+		return 5;
+	/* 60,000 records of 272 bytes: 16 MB of extents at least. */
+	left = emb_store_pretouch_left();
+	if (left > pool - (16u << 20))
+		return 6;
+	/* Past the pool: fresh memory, the same rows. */
+	if (grow(a, ROWS, 3 * ROWS) || emb_store_pretouch_left() != 0)
+		return 7;
+	b = table_new(&o);
+	ra = xcalloc(512 * 64, sizeof(float));
+	rb = xcalloc(512 * 64, sizeof(float));
+	for (uint32_t i = 0; i < 512; i++)
+		ids[i] = (uint64_t)i * (4 * ROWS / 512);
+	if (emb_table_pull(a, ids, 512, ra, 0, NULL) < 0 ||
+	    emb_table_pull(b, ids, 512, rb, 0, NULL) < 0)
+		rc = 8;
+	else if (memcmp(ra, rb, 512 * 64 * sizeof(float)))
+		rc = 9;
+	expect_rows_registered(a, &k, 0, 4 * ROWS);
+	if (!rc && k.errors)
+		rc = 10;
+	emb_table_destroy(a);
+	emb_table_destroy(b);
+	free(ra);
+	free(rb);
+	return rc;
+}
+
+static void test_pretouch(void)
+{
+	pid_t pid = fork();
+	int st;
+
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0)
+		_exit(pretouch_child());
+	CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+	CU_ASSERT(WIFEXITED(st));
+	if (WIFEXITED(st) && WEXITSTATUS(st))
+		fprintf(stderr, "\n    pretouch child failed at step %d",
+			WEXITSTATUS(st));
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -686,6 +759,9 @@ int main(int argc, char **argv)
 	    {"the spare is made by the arena's thread; a forked child makes "
 	     "its own",
 	     test_spare_thread},
+	    {"a pretouched pool gives tables their extents until it is used "
+	     "up, with the same rows",
+	     test_pretouch},
 	    {"hook may call back into the table during replay",
 	     test_hook_reenters_replay},
 	    {NULL, NULL},
