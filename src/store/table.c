@@ -2076,6 +2076,8 @@ struct assign_ctx {
 	int rc;				 /* first error; the assign goes on */
 };
 
+#define ASSIGN_AHEAD 16u /* ids an assign prefetches home slots ahead */
+
 /* Overwrites the rows of shard s's group b->pos[lo..hi) (lock held). */
 static inline __attribute__((always_inline)) bool
 assign_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
@@ -2096,12 +2098,22 @@ assign_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			return true;
 		}
 	}
+	/* The home slots ASSIGN_AHEAD ids ahead: a fill's rows are new to
+	 * this server, so each lookup missed in the index and waited for
+	 * its line, a quarter of the target's time in a join (the records
+	 * themselves are written in order, into fresh slabs). */
+	prefetch_homes(s, b, &b->pos[lo],
+		       hi - lo < ASSIGN_AHEAD ? hi - lo : ASSIGN_AHEAD);
 	for (uint32_t c = lo; c < hi; c++) {
 		uint32_t p = b->pos[c];
-		int64_t idx = emb__shard_find(t, s, ids[p], b->h[p]);
+		int64_t idx;
 		struct emb_row_hdr *r;
 		bool cold = false;
 		float *w;
+
+		if (c + ASSIGN_AHEAD < hi)
+			prefetch_homes(s, b, &b->pos[c + ASSIGN_AHEAD], 1);
+		idx = emb__shard_find(t, s, ids[p], b->h[p]);
 
 		if (idx < 0 && t->tier) {
 			int err;
