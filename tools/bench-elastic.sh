@@ -329,7 +329,8 @@ fi
 echo "table: $rows rows, dim $dim, SGD, R = 2 ($row_bytes bytes a row);" \
 	"preload and start ${preload_s} s; --move-rate $move_rate$(
 	[ -n "$pretouch" ] && printf '; every server --pretouch %s' "$pretouch"
-	[ -n "$paused" ] && printf '; steps paused from the join to the end of the drain')"
+	[ -n "$paused" ] &&
+		printf '; steps paused from the join to the end of the drain')"
 echo "echo: static ${echo_static} MB/s, gather ${echo_gather} MB/s" \
 	"(loopback, batch 4096); fresh memory ${fresh:-?} MB/s (first touch)"
 rate "join 2->3" $((r1 - r0)) "$jch" "$jms"

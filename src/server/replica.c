@@ -513,8 +513,8 @@ int emb_replica_create(struct emb_server *s, struct emb_node *n,
 				r->quiet_ms = v;
 			else
 				emb_log(EMB_LOG_WARN,
-					"EMB_SWEEP_QUIET_MS=%s: not a number of "
-					"ms up to a day; %u used",
+					"EMB_SWEEP_QUIET_MS=%s: not a number "
+					"of ms up to a day; %u used",
 					q, SWEEP_QUIET_MS);
 		}
 	}
