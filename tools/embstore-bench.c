@@ -1031,22 +1031,28 @@ static void verify_count(struct worker *w, uint32_t n)
 }
 
 /*
- * --stop-file: true once the file exists. Looked for at most every
- * STOP_CHECK_NS, so the run pays one access() a tenth of a second, not one
- * a batch.
+ * Whether path exists, looked for at most every STOP_CHECK_NS (*next_ns
+ * is when next), so a run pays one access() a tenth of a second, not one
+ * a batch. NULL: never.
  */
 #define STOP_CHECK_NS 100000000ull
-static bool stop_asked(struct worker *w)
+static bool file_seen(const char *path, uint64_t *next_ns)
 {
 	uint64_t now;
 
-	if (!w->o->stop_file)
+	if (!path)
 		return false;
 	now = emb_clock_ns();
-	if (now < w->stop_check_ns)
+	if (now < *next_ns)
 		return false;
-	w->stop_check_ns = now + STOP_CHECK_NS;
-	return access(w->o->stop_file, F_OK) == 0;
+	*next_ns = now + STOP_CHECK_NS;
+	return access(path, F_OK) == 0;
+}
+
+/* --stop-file: true once the file exists. */
+static bool stop_asked(struct worker *w)
+{
+	return file_seen(w->o->stop_file, &w->stop_check_ns);
 }
 
 /*
@@ -1057,22 +1063,11 @@ static bool stop_asked(struct worker *w)
  */
 static bool pause_asked(struct worker *w)
 {
-	uint64_t now;
+	const struct timespec nap = {0, (long)STOP_CHECK_NS};
 
-	if (!w->o->pause_file)
+	if (!file_seen(w->o->pause_file, &w->pause_check_ns))
 		return false;
-	now = emb_clock_ns();
-	if (now < w->pause_check_ns)
-		return false;
-	if (access(w->o->pause_file, F_OK) != 0) {
-		w->pause_check_ns = now + STOP_CHECK_NS;
-		return false;
-	}
-	{
-		const struct timespec nap = {0, (long)STOP_CHECK_NS};
-
-		nanosleep(&nap, NULL);
-	}
+	nanosleep(&nap, NULL);
 	return true;
 }
 
