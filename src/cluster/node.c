@@ -1755,11 +1755,16 @@ static void mapr_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 			emb_role_name(n->reg.role), n->reg.rank,
 			(unsigned long long)n->cmap->epoch);
 		map_tell(n);
-		/* The next one, watched for at once. An answer that was no
-		 * newer waits for the next heartbeat instead: a scheduler
-		 * answering every watch at once is not asked in a loop. */
-		watch_map(n);
 	}
+	/* The next one, watched for at once. A watch answered with no
+	 * newer map waits for the next heartbeat instead: a scheduler
+	 * answering every watch at once is not asked in a loop. A plain
+	 * fetch's answer arms one even when the map came another way
+	 * meanwhile (a join's wait for its first map): its watch, asked
+	 * while the fetch was in flight, was never sent, and the server
+	 * would have learned the next maps only from its heartbeats. */
+	if (newer || !watched)
+		watch_map(n);
 }
 
 /*
