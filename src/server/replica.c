@@ -309,7 +309,10 @@ static void sweep_back(struct emb_replica *r, const struct emb_cmap *m)
 			"map epoch %llu: cannot free the rows of slots given "
 			"back: %s",
 			(unsigned long long)m->epoch, emb_strerror((int)n));
-		return; /* kept in left: the next sweep tries again */
+		/* Out of memory only. The rows stay: the view this map
+		 * sets keeps the slot, so no later sweep frees them either,
+		 * as before this check existed. */
+		return;
 	}
 	for (uint32_t w = 0; w < EMB_NSLOTS / 64; w++) {
 		r->left[w] &= ~back[w];
