@@ -86,6 +86,9 @@
 #define SELF_MIN 3u
 #define SELF_DIV 4u
 #define SELF_MAX_FACTOR 3
+/* After the job's end, the longest the scheduler waits for its nodes to
+ * close their conns before it closes them (lingered()). */
+#define LINGER_MS 2000
 
 struct node {
 	uint32_t role; /* EMB_ROLE_SERVER or _WORKER; 0 = free */
@@ -192,6 +195,7 @@ struct emb_sched {
 	uint64_t recoveries;   /* servers made full replicas */
 	uint32_t replies; /* replies not yet handed to the kernel */
 	bool over;	  /* job ended: stop once replies are out */
+	int64_t over_ms;  /* ... when, monotonic: the linger's start */
 
 	/* The look clock: monotonic time less the time the loop was not
 	 * running (its own stall, or the whole machine's), so that time the
@@ -449,6 +453,7 @@ out:
 static void finish_job(struct emb_sched *s)
 {
 	s->over = true;
+	s->over_ms = (int64_t)emb_clock_ms();
 	emb_log(EMB_LOG_INFO, "job over: %u node%s died", s->ndead,
 		s->ndead == 1 ? "" : "s");
 	/* A job that is over is no job to take up: the next start on this
@@ -2549,6 +2554,27 @@ static void log_summary(const struct emb_sched *s)
 		s->self_episodes == 1 ? "" : "s");
 }
 
+/*
+ * The job is over and its last replies are out: may the loop end? Once
+ * every node closed its conn, or LINGER_MS after the end. A process
+ * that closes a socket with input unread (a heartbeat that crossed the
+ * end) resets it, and a reset drops whatever of the last replies the
+ * kernel had not sent yet: the FINISH ack a worker waits for, which it
+ * would take for a lost scheduler and wait up to the rejoin grace to
+ * find again. Nodes close their conn once answered, so the wait is
+ * short; one that does not (a program that goes on after its finish)
+ * holds the end back LINGER_MS at most.
+ */
+static bool lingered(const struct emb_sched *s)
+{
+	if ((int64_t)emb_clock_ms() - s->over_ms >= LINGER_MS)
+		return true;
+	for (uint32_t i = 0; i < nnodes(s); i++)
+		if (s->nodes[i].conn)
+			return false;
+	return true;
+}
+
 static void *loop_main(void *arg)
 {
 	struct emb_sched *s = arg;
@@ -2562,8 +2588,9 @@ static void *loop_main(void *arg)
 		pthread_mutex_lock(&s->mu);
 		stop = s->stop;
 		pthread_mutex_unlock(&s->mu);
-		/* The job's last replies go out before the loop ends. */
-		if (stop || (s->over && s->replies == 0))
+		/* The job's last replies go out before the loop ends, and
+		 * the nodes close first (lingered()). */
+		if (stop || (s->over && s->replies == 0 && lingered(s)))
 			break;
 		/* Waits no longer than until the next check is due: look_ms()
 		 * takes a gap past one tick since it last ran for a stall. */

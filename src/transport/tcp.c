@@ -1751,6 +1751,18 @@ static void conn_event(struct tcp_tr *t, struct tcp_conn *c, uint32_t ev)
 	if (c->closed)
 		return;
 	if (ev & EPOLLERR) {
+		/*
+		 * A reset drops what this side still had to send, not what
+		 * it received: frames the peer sent before it reset (a
+		 * scheduler's last answer, then its exit with input unread)
+		 * are in the socket and are read first. conn_rx() fails the
+		 * conn on the read that meets the reset, or stops short of
+		 * it on a short read: then the error is taken here.
+		 */
+		if (ev & EPOLLIN)
+			conn_rx(t, c);
+		if (c->closed)
+			return;
 		getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
 		conn_fail(c, err == 0 || err == ECONNRESET || err == EPIPE
 				 ? EMB_EPEERDEAD

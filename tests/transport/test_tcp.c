@@ -574,7 +574,8 @@ static void raw_server_stop(struct raw_server *rs)
 {
 	emb_conn_destroy(rs->c);
 	emb_transport_destroy(rs->tr);
-	close(rs->fd);
+	if (rs->fd >= 0)
+		close(rs->fd);
 	close(rs->lfd);
 }
 
@@ -692,6 +693,36 @@ static void test_client_unread_request(void)
 	free(big);
 }
 
+/*
+ * A peer that answers and then resets the conn (a process exiting with
+ * input unread closes with RST): the answer came first, so it counts.
+ * Both are in the socket before the client polls, so its loop sees the
+ * error and the data in one event.
+ */
+static void test_client_reply_before_reset(void)
+{
+	struct raw_server rs;
+	struct result r = {0};
+	struct emb_frame_hdr req, h;
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	uint64_t v = 0, want = 0x5eedf00d;
+
+	raw_server_start(&rs, 10000);
+	req = post(&rs, &r, &v, sizeof(v));
+	h = hdr(ECHO_OP_ECHO | EMB_OP_RESPONSE_BIT, 8, req.req_id);
+	raw_send(rs.fd, &h, sizeof(h));
+	raw_send(rs.fd, &want, 8);
+	CU_ASSERT_FATAL(setsockopt(rs.fd, SOL_SOCKET, SO_LINGER, &lg,
+				   sizeof(lg)) == 0);
+	close(rs.fd);
+	rs.fd = -1;
+	usleep(50 * 1000); /* loopback: both are there well before */
+	wait_done(&rs, &r);
+	CU_ASSERT_EQUAL(r.status, 0);
+	CU_ASSERT_EQUAL(v, want);
+	raw_server_stop(&rs);
+}
+
 static const struct emb_test_case cases[] = {
     {"closes only the conn that sends bad magic", test_bad_magic},
     {"closes only the conn that sends a bad version", test_bad_version},
@@ -713,6 +744,8 @@ static const struct emb_test_case cases[] = {
      test_client_stalled_response},
     {"client times out a request the server never reads",
      test_client_unread_request},
+    {"client takes a reply that came just before the peer reset the conn",
+     test_client_reply_before_reset},
     {NULL, NULL},
 };
 
