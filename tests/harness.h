@@ -30,4 +30,28 @@ char *emb_test_shmdir(void);
 /* Removes a directory tree made by emb_test_tmpdir(). */
 void emb_test_rmtree(const char *path);
 
+/*
+ * EMB_TEST_TSAN is 1 in a ThreadSanitizer build. It slows each memory
+ * access 5 to 30 times and finds races only, which a loop on one thread
+ * cannot have: long single-threaded loops run fewer rounds, or check
+ * less often, there (emb_test_rounds()); the plain and ASan builds run
+ * them whole.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define EMB_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define EMB_TEST_TSAN 1
+#endif
+#endif
+#ifndef EMB_TEST_TSAN
+#define EMB_TEST_TSAN 0
+#endif
+
+/* n rounds, or a quarter of them (at least 1) under ThreadSanitizer. */
+static inline unsigned emb_test_rounds(unsigned n)
+{
+	return EMB_TEST_TSAN ? (n / 4 ? n / 4 : 1) : n;
+}
+
 #endif

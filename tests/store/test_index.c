@@ -413,7 +413,7 @@ static void test_build_window(void)
 {
 	struct ref r = {0};
 	struct emb_shard *s;
-	uint32_t next_key = 0, builds = 0, below = 0, above = 0;
+	uint32_t next_key = 0, builds = 0, below = 0, above = 0, steps = 0;
 	uint64_t rng = 0x5eedb111;
 
 	r.o = EMB_TABLE_OPTS_DEFAULT;
@@ -466,6 +466,11 @@ static void test_build_window(void)
 						       NULL), 1);
 			r.present[next_key++] = 1;
 		}
+		/* Each count walks the whole index: under ThreadSanitizer
+		 * every 16th step (a missing or extra entry stays until
+		 * the swap, so a later count still finds it). */
+		if (++steps % (EMB_TEST_TSAN ? 16 : 1))
+			continue;
 		CU_ASSERT_EQUAL(entries(s->slots, s->nslots), s->used);
 		if (s->next_slots)
 			CU_ASSERT_EQUAL(

@@ -675,7 +675,7 @@ static void test_delta_chain_replays_live_table(void)
 	m = ckpt_to(a, "d0.embs", true, 1, 1);
 	CU_ASSERT_EQUAL(m.rows, 0);
 	CU_ASSERT_EQUAL(m.erased, 0);
-	for (int round = 1; round <= 10; round++) {
+	for (int round = 1; round <= (int)emb_test_rounds(10); round++) {
 		struct emb_table_iter *it;
 		uint64_t some[8];
 		float *rows = xcalloc(8 * (size_t)emb_table_row_floats(a),
