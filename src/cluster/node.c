@@ -479,9 +479,25 @@ static void waiter_complete(struct waiter *w, int status)
 	pthread_mutex_unlock(&n->mu);
 }
 
+/*
+ * Agent thread: the job is over for this node (its FINISH answered), so
+ * its link goes now. The scheduler, once the job is over, waits for its
+ * nodes to close before it exits (docs/protocol.md, "The end's last
+ * answers"); a node that kept its link until its process or its owner
+ * ended (a trainer evaluating after its finish, a test's servers) held
+ * that back up to its 2 s limit. The close reports nothing: ended is
+ * set, and link_down() ignores an ended node's link.
+ */
+static void end_link(struct emb_node *n)
+{
+	if (n->conn)
+		emb_conn_close(n->conn, EMB_ECLOSED);
+}
+
 static void waiter_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 {
 	struct waiter *w = ctx;
+	bool end = false;
 
 	if (status == 0)
 		w->rhdr = *resp;
@@ -496,7 +512,11 @@ static void waiter_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		pthread_mutex_lock(&w->n->mu);
 		w->n->ended = true;
 		pthread_mutex_unlock(&w->n->mu);
+		end = true;
 	}
+	/* Before the caller wakes: it may destroy the node next. */
+	if (end)
+		end_link(w->n);
 	waiter_complete(w, status);
 }
 
@@ -660,6 +680,7 @@ static void finish_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		if (was)
 			return; /* drained first */
 		emb_log(EMB_LOG_INFO, "server %u: job finished", n->reg.rank);
+		end_link(n);
 		if (n->on_end)
 			n->on_end(n->end_arg, 0);
 		return;
