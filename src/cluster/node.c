@@ -491,7 +491,7 @@ static void waiter_complete(struct waiter *w, int status)
 static void end_link(struct emb_node *n)
 {
 	if (n->conn)
-		emb_conn_close(n->conn, EMB_ECLOSED);
+		emb_conn_close(n->conn, 0); /* 0: a local close, no warning */
 }
 
 static void waiter_done(void *ctx, int status, const struct emb_frame_hdr *resp)
