@@ -2856,6 +2856,13 @@ err_etcd:
 	emb_etcd_destroy(c->lease_etcd);
 	emb_etcd_destroy(c->etcd);
 err_free:
+	/* Several steps fail quietly (an etcd that stays unreachable past
+	 * the join timeout, a refused request): say which join failed and
+	 * why, once, here. */
+	if (rc != -ECANCELED)
+		emb_log(EMB_LOG_ERROR, "%s: cannot join job %s through etcd: %s",
+			emb_role_name(opts->role), opts->job ? opts->job : "",
+			emb_strerror(rc));
 	coord_free(c);
 	return rc;
 }

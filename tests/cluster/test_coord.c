@@ -161,6 +161,9 @@ static void servers_up(struct servers *s, uint32_t n)
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		pthread_join(th[i], NULL);
+		if (j[i].rc)
+			fprintf(stderr, "server %u of %u: join failed: %s\n",
+				i, n, emb_strerror(j[i].rc));
 		CU_ASSERT_EQUAL_FATAL(j[i].rc, 0);
 	}
 }
