@@ -362,12 +362,15 @@ static void test_deadline(void)
 	fill_ids(ids, 16, 0);
 	nt_child_reap(&ch, SIGKILL);
 	/* Nobody comes back: the caller hears of it when the deadline
-	 * passes, not before and not much later. */
+	 * passes, not before, and not seconds later (the bound is loose:
+	 * ThreadSanitizer beside CI's load once took more than 400 ms
+	 * past it; a call that outlived its deadline would take the
+	 * server's absence for ever). */
 	t0 = emb_clock_ms();
 	CU_ASSERT_NOT_EQUAL(emb_client_table_pull(t, ids, 16, rows, 0, NULL),
 			    0);
 	ms = emb_clock_ms() - t0;
-	CU_ASSERT(ms >= TIMEOUT_MS - 20 && ms < TIMEOUT_MS + 400);
+	CU_ASSERT(ms >= TIMEOUT_MS - 20 && ms < TIMEOUT_MS + 5000);
 	emb_client_table_close(t);
 	emb_client_destroy(c);
 }
