@@ -497,7 +497,6 @@ static void end_link(struct emb_node *n)
 static void waiter_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 {
 	struct waiter *w = ctx;
-	bool end = false;
 
 	if (status == 0)
 		w->rhdr = *resp;
@@ -512,11 +511,9 @@ static void waiter_done(void *ctx, int status, const struct emb_frame_hdr *resp)
 		pthread_mutex_lock(&w->n->mu);
 		w->n->ended = true;
 		pthread_mutex_unlock(&w->n->mu);
-		end = true;
-	}
-	/* Before the caller wakes: it may destroy the node next. */
-	if (end)
+		/* Before the caller wakes: it may destroy the node next. */
 		end_link(w->n);
+	}
 	waiter_complete(w, status);
 }
 
