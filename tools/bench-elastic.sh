@@ -19,7 +19,9 @@
 # DIM x 4 bytes: SGD keeps no optimizer state), and the share of the
 # static echo's MB/s; and the worker's step time, the medians over the
 # report intervals of their p50 and p99, for the intervals before the
-# join, during it and during the drain, with the worst interval p99.
+# join, during it, between it and the drain (when the sources free the
+# rows they gave away: the sweeps) and during the drain, with the worst
+# interval p99; and the sweeps' rows and their longest time.
 #
 #   flock /var/lock/bigrun.lock tools/bench-elastic.sh           # 10M rows
 #   tools/bench-elastic.sh -b build --rows 20000 --before 2     # smoke
@@ -317,6 +319,8 @@ rel() { echo "$1 $tstart" | awk '{ printf "%.2f", $1 - $2 }'; }
 # Every figure or none: a phase without an interval is a failed run.
 figs=$(steps "steps before" "$(rel "$j0")" ""
 	steps "steps during join" "$(rel "$j0")" "$(rel "$j1")"
+	[ -z "$paused" ] &&
+		steps "steps between (the sweeps)" "$(rel "$j1")" "$(rel "$d0")"
 	steps "steps during drain" "$(rel "$d0")" "$(rel "$d1")")
 # Paused, the steps during the moves are none: a short move may meet no
 # interval line at all.
@@ -338,4 +342,10 @@ echo "join fences: $(fence_fig "$f0" "$f1"); $((s1 - s0)) rows sent again under 
 rate "drain 3->2" $((r2 - r1)) "$dch" "$dms"
 echo "drain fences: $(fence_fig "$f1" "$f2"); $((s2 - s1)) rows sent again under them"
 echo "$figs"
+# The sources free the rows they gave away once the maps are quiet
+# (docs/replication.md, "Why the sweep waits"): after the join, between
+# it and the drain, and after the drain.
+sed -n 's/.* freed \([0-9]*\) rows of slots moved to other servers (\([0-9]*\) ms).*/\1 \2/p' \
+	"$out" | awk '{ n++; rows += $1; if ($2 > ms) ms = $2 }
+	END { printf "sweeps: %d, %d rows freed, longest %d ms\n", n, rows, ms }'
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"

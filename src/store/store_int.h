@@ -140,6 +140,9 @@ extern void (*emb__arena_while_preparing)(struct emb_arena *a);
 
 struct emb_shard {
 	pthread_mutex_t lock; /* guards everything below */
+	uint32_t waiting;     /* atomic: threads a batch found the lock held
+				 for, until they have it (table.c, "Bulk
+				 work and the shard locks") */
 	uint32_t *slots;      /* index, nslots entries */
 	uint32_t nslots;      /* any size >= 8; positions via fastrange */
 	uint32_t used;	      /* occupied slots == live rows */

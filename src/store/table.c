@@ -12,6 +12,7 @@
 #include "store/store_int.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -742,6 +743,53 @@ static void add_evicted(struct emb_table *t, const struct emb_evict_counts *ev)
 typedef bool (*group_fn)(struct emb_table *t, struct emb_shard *s,
 			 uint32_t si, uint32_t lo, uint32_t hi, void *ctx);
 
+/*
+ * Bulk work and the shard locks. A training batch reaches every shard,
+ * and a push keeps each shard's lock until its last group is done
+ * (push_groups()): one shard held long stalls every pull and push that
+ * comes to it, and a push waiting for it holds all the shards it has.
+ * Bulk work came in runs of one shard: a move's rows were read shard by
+ * shard, so each of its batches of 2,048 was one shard's on the target
+ * too, and a sweep erased 4,096 ids of one shard at a time. Those holds
+ * lasted 2 to 8 ms on a busy 2-core host, more when the thread holding
+ * the lock lost its core meanwhile, and training's steps took 60 to
+ * 85 ms where they took 3 (docs/benchmarks.md, "Bulk work and the shard
+ * locks"). So bulk work (assign, erase, walks) holds a shard's lock for
+ * at most BULK_HOLD rows at a time, and between two holds lets in the
+ * threads that found the lock taken (shard_lock() counts them): a mutex
+ * let go and taken again at once would keep them out, as glibc's wakes a
+ * waiter but does not hand it the lock.
+ */
+#define BULK_HOLD     256u
+#define BULK_YIELDS   64u /* sched_yield()s a bulk hold waits at most for
+			     waiters between two holds */
+
+/* Out of line: the wait is slow anyway, and GCC 12 inlined into some
+ * callers took the counter for one past an array (-Wstringop-overflow). */
+static __attribute__((noinline)) void shard_wait(struct emb_shard *s)
+{
+	__atomic_add_fetch(&s->waiting, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&s->lock);
+	__atomic_sub_fetch(&s->waiting, 1, __ATOMIC_RELAXED);
+}
+
+static inline void shard_lock(struct emb_shard *s)
+{
+	if (pthread_mutex_trylock(&s->lock))
+		shard_wait(s);
+}
+
+/* Lets go of s's lock, lets its waiters have it first, takes it again. */
+static void shard_breathe(struct emb_shard *s)
+{
+	pthread_mutex_unlock(&s->lock);
+	for (uint32_t i = 0;
+	     i < BULK_YIELDS && __atomic_load_n(&s->waiting, __ATOMIC_RELAXED);
+	     i++)
+		sched_yield();
+	shard_lock(s);
+}
+
 static inline __attribute__((always_inline)) void
 each_group(struct emb_table *t, const struct batch *b, group_fn body,
 	   void *ctx)
@@ -753,8 +801,34 @@ each_group(struct emb_table *t, const struct batch *b, group_fn body,
 
 		if (lo == hi)
 			continue;
-		pthread_mutex_lock(&s->lock);
+		shard_lock(s);
 		go = body(t, s, si, lo, hi, ctx);
+		pthread_mutex_unlock(&s->lock);
+		if (!go)
+			break;
+	}
+}
+
+/* each_group() for bulk work: a group over BULK_HOLD ids goes in pieces,
+ * the lock let go between them (body must allow it: each id on its own). */
+static inline __attribute__((always_inline)) void
+each_group_bulk(struct emb_table *t, const struct batch *b, group_fn body,
+		void *ctx)
+{
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+		uint32_t lo = b->start[si], hi = b->start[si + 1];
+		bool go = true;
+
+		if (lo == hi)
+			continue;
+		shard_lock(s);
+		for (uint32_t c = lo; go && c < hi; c += BULK_HOLD) {
+			if (c != lo)
+				shard_breathe(s);
+			go = body(t, s, si, c,
+				  hi - c > BULK_HOLD ? c + BULK_HOLD : hi, ctx);
+		}
 		pthread_mutex_unlock(&s->lock);
 		if (!go)
 			break;
@@ -1893,7 +1967,7 @@ static void push_groups(struct emb_table *t, const struct batch *b,
 
 		if (lo == hi)
 			continue;
-		pthread_mutex_lock(&t->shards[si].lock);
+		shard_lock(&t->shards[si]);
 		last = si;
 		any = true;
 		if (!push_group(t, &t->shards[si], si, lo, hi, x))
@@ -2232,7 +2306,7 @@ int emb_table_assign_births(struct emb_table *t, const uint64_t *ids,
 	}
 	hash_group(t, &b, ids, n);
 	x.b = &b;
-	each_group(t, &b, assign_group, &x);
+	each_group_bulk(t, &b, assign_group, &x);
 	batch_fini(&b);
 	emb__writer_exit(t);
 	free(enc);
@@ -2361,7 +2435,7 @@ int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n)
 	}
 	hash_group(t, &b, ids, n);
 	x.b = &b;
-	each_group(t, &b, erase_group, &x);
+	each_group_bulk(t, &b, erase_group, &x);
 	batch_fini(&b);
 	emb__writer_exit(t);
 	__atomic_fetch_sub(&t->rows, x.erased, __ATOMIC_RELAXED);
@@ -2811,6 +2885,7 @@ int emb_table_iter_next_births(struct emb_table_iter *it, uint64_t *ids,
 		return EMB_EBADARG;
 	while (got < max && it->shard < t->nshards) {
 		struct emb_shard *s = &t->shards[it->shard];
+		uint32_t held = got; /* rows yielded when the lock was taken */
 
 		pthread_mutex_lock(&s->lock);
 		if (it->take && it->idx == 0 && !it->taken) {
@@ -2892,6 +2967,14 @@ int emb_table_iter_next_births(struct emb_table_iter *it, uint64_t *ids,
 					it->idx++;
 					continue;
 				}
+			}
+			/* Bulk work ("Bulk work and the shard locks"), but
+			 * inside a tiered shard's walk, which the lock keeps
+			 * whole. */
+			if (got - held >= BULK_HOLD && !it->tw) {
+				shard_breathe(s);
+				held = got;
+				continue;
 			}
 			r = emb__shard_row(t, s, it->idx++);
 			if (r->count & EMB_ROW_FREE)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "store_test.h"
 
@@ -541,6 +542,81 @@ static void test_slot_walk_built_in_steps(void)
 	free(w);
 }
 
+/*
+ * Bulk work lets training in (table.c, "Bulk work and the shard locks"):
+ * one assign of many rows into a table of one shard, and a pull started
+ * while it runs (50 ms in: past the checks and the hashing the assign
+ * does before it takes the shard). The pull gets the shard between two
+ * of the assign's pieces, so it ends before the assign does. Held for
+ * the whole assign, as before, it waited for all of it. An attempt where
+ * the assign ended before the pull began says nothing, and goes again
+ * with more rows.
+ */
+struct bulk_arg {
+	struct emb_table *t;
+	uint32_t n;
+	const uint64_t *ids;
+	const float *rows;
+	int started; /* atomic */
+	int done;    /* atomic */
+	int rc;
+};
+
+static void *bulk_worker(void *p)
+{
+	struct bulk_arg *a = p;
+
+	__atomic_store_n(&a->started, 1, __ATOMIC_SEQ_CST);
+	a->rc = emb_table_assign(a->t, a->ids, a->n, a->rows, false, NULL);
+	__atomic_store_n(&a->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void test_bulk_lets_pulls_in(void)
+{
+	enum { BDIM = 8 };
+	uint32_t n = emb_test_rounds(1u << 20), conclusive = 0, waited = 0;
+
+	for (int attempt = 0; attempt < 4 && !conclusive; attempt++, n *= 2) {
+		struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+		uint64_t *ids = xcalloc(n, sizeof(*ids)), pid = 1ull << 40;
+		float *rows = xcalloc((size_t)n * BDIM, sizeof(float));
+		float out[BDIM];
+		struct bulk_arg a;
+		pthread_t th;
+		struct timespec ms = {0, 50000000};
+		int before;
+
+		for (uint32_t i = 0; i < n; i++)
+			ids[i] = i;
+		o.dim = BDIM;
+		o.nshards = 1; /* every row in the one shard the pull needs */
+		a = (struct bulk_arg){.t = table_new(&o), .n = n, .ids = ids,
+				      .rows = rows};
+		CU_ASSERT_EQUAL_FATAL(
+		    pthread_create(&th, NULL, bulk_worker, &a), 0);
+		while (!__atomic_load_n(&a.started, __ATOMIC_SEQ_CST))
+			sched_yield();
+		nanosleep(&ms, NULL);
+		before = __atomic_load_n(&a.done, __ATOMIC_SEQ_CST);
+		CU_ASSERT_EQUAL(emb_table_pull(a.t, &pid, 1, out, 0, NULL), 1);
+		if (!before) {
+			conclusive++;
+			waited += __atomic_load_n(&a.done, __ATOMIC_SEQ_CST);
+		}
+		pthread_join(th, NULL);
+		CU_ASSERT_EQUAL(a.rc, 0);
+		CU_ASSERT_EQUAL(table_stats(a.t).rows, (uint64_t)n + 1);
+		emb_table_destroy(a.t);
+		free(ids);
+		free(rows);
+	}
+	if (!conclusive)
+		printf("\n  every assign ended before its pull began: "
+		       "nothing shown\n");
+	CU_ASSERT_EQUAL(waited, 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -552,6 +628,8 @@ int main(int argc, char **argv)
 	     test_mixed_traffic},
 	    {"a walk by slot finds rows made while its index is built",
 	     test_slot_walk_built_in_steps},
+	    {"a pull gets a shard between the pieces of a bulk assign",
+	     test_bulk_lets_pulls_in},
 	    {NULL, NULL},
 	};
 
