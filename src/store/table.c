@@ -756,9 +756,11 @@ typedef bool (*group_fn)(struct emb_table *t, struct emb_shard *s,
  * 85 ms where they took 3 (docs/benchmarks.md, "Bulk work and the shard
  * locks"). So bulk work (assign, erase, walks) holds a shard's lock for
  * at most BULK_HOLD rows at a time, and between two holds lets in the
- * threads that found the lock taken (shard_lock() counts them): a mutex
+ * batches that found the lock taken (shard_lock() counts them): a mutex
  * let go and taken again at once would keep them out, as glibc's wakes a
- * waiter but does not hand it the lock.
+ * waiter but does not hand it the lock. Bulk work does not count itself:
+ * a move's batches land on a target's two loops at once, often in the
+ * same shard, and each yielding to the other would only slow the move.
  */
 #define BULK_HOLD     256u
 #define BULK_YIELDS   64u /* sched_yield()s a bulk hold waits at most for
@@ -787,7 +789,7 @@ static void shard_breathe(struct emb_shard *s)
 	     i < BULK_YIELDS && __atomic_load_n(&s->waiting, __ATOMIC_RELAXED);
 	     i++)
 		sched_yield();
-	shard_lock(s);
+	pthread_mutex_lock(&s->lock);
 }
 
 static inline __attribute__((always_inline)) void
@@ -822,7 +824,7 @@ each_group_bulk(struct emb_table *t, const struct batch *b, group_fn body,
 
 		if (lo == hi)
 			continue;
-		shard_lock(s);
+		pthread_mutex_lock(&s->lock);
 		for (uint32_t c = lo; go && c < hi; c += BULK_HOLD) {
 			if (c != lo)
 				shard_breathe(s);
