@@ -627,6 +627,43 @@ static struct emb_row_meta *assign_meta(struct emb_table *t,
 	return m;
 }
 
+/*
+ * The first rows of a move's copy ahead (a new map epoch) to table st:
+ * its index is sized for the rows still to come to this server, the
+ * table's rows per slot held here times the slots between what it holds
+ * and its share once the moves end (at least the chunk coming now), so
+ * that it does not grow by 1.5x again and again as they land
+ * (docs/store.md, "Room for a move"). A newcomer's first chunk has
+ * nothing to go by (no slot held): its rows grow the index as they come,
+ * and the next chunk sizes it for the rest of the join.
+ */
+static void size_for_copy(struct emb_server *s, struct srv_table *st,
+			  uint64_t epoch)
+{
+	uint64_t last = __atomic_load_n(&st->sized, __ATOMIC_RELAXED);
+	struct emb_table_stats ts;
+	uint32_t held, warming, share, coming, sized;
+	uint64_t rows;
+
+	if (epoch <= last ||
+	    !__atomic_compare_exchange_n(&st->sized, &last, epoch, false,
+					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return;
+	emb__slots_warming(s->slots, &held, &warming, &share);
+	if (!held || !warming)
+		return;
+	coming = share > held + warming ? share - held : warming;
+	emb_table_stats(st->t, &ts);
+	rows = ts.rows * coming / held;
+	sized = emb_table_reserve(st->t, rows);
+	if (sized)
+		emb_log(EMB_LOG_INFO,
+			"table %s: index sized for %llu rows more (%u "
+			"shards; map epoch %llu: %u slots held, %u to come)",
+			st->spec.name, (unsigned long long)rows, sized,
+			(unsigned long long)epoch, held, coming);
+}
+
 static int on_assign(struct emb_server *s, struct emb_req *req,
 		     const struct emb_wire_frame *f)
 {
@@ -663,6 +700,9 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 		    "(a client before replicated eviction, or one that did "
 		    "not know the policy)");
 	}
+	if (!rc && (f->hdr.flags & (EMB_F_FILL | EMB_F_WARM)) ==
+		       (EMB_F_FILL | EMB_F_WARM))
+		size_for_copy(s, st, emb_wire_req_epoch(&f->hdr));
 	if (!rc) {
 		held = emb__slots_begin(s->slots, &f->hdr, a.ids, a.n, &why);
 		if (held < 0) {

@@ -152,6 +152,10 @@ struct emb_server_map {
 	uint32_t grew[EMB_NSLOTS];  /* epoch the slot's writers last grew
 				       at: writes routed before it are
 				       refused with EMB_ESTALEMAP */
+	uint32_t share; /* slots this server will hold once the moves end:
+			   the copies over the servers holding or being
+			   given any (0: not known); what a move's copy
+			   sizes its tables' indexes for */
 };
 
 /*

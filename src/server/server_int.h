@@ -63,6 +63,8 @@ struct srv_table {
 	struct emb_wire_spec spec;    /* as created */
 	uint32_t id;		      /* >= 1 */
 	uint32_t refs;		      /* registry + in-flight replies; atomic */
+	uint64_t sized;	     /* map epoch of the last copy ahead its index
+				was sized for (handlers.c); atomic */
 	bool life_unclaimed; /* made by the server itself (a checkpoint keeps
 				no policy) and no CREATE seen since: the
 				first may give it one; tables_lock */

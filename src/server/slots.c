@@ -228,6 +228,25 @@ void emb__slots_end(struct emb__slots *sl, int held)
 		pthread_rwlock_unlock(&sl->lock);
 }
 
+void emb__slots_warming(struct emb__slots *sl, uint32_t *held,
+			uint32_t *warming, uint32_t *share)
+{
+	const uint8_t moving = EMB_CMAP_VIEW_FILLING | EMB_CMAP_VIEW_WARMING;
+
+	*held = *warming = *share = 0;
+	if (!__atomic_load_n(&sl->on, __ATOMIC_ACQUIRE))
+		return;
+	pthread_rwlock_rdlock(&sl->lock);
+	for (uint32_t i = 0; i < EMB_NSLOTS; i++) {
+		uint8_t f = sl->m.slot[i];
+
+		*held += (f & EMB_CMAP_VIEW_MINE) && !(f & moving);
+		*warming += !!(f & EMB_CMAP_VIEW_WARMING);
+	}
+	*share = sl->m.share;
+	pthread_rwlock_unlock(&sl->lock);
+}
+
 void emb__slots_counts(struct emb__slots *sl, uint64_t out[2])
 {
 	out[0] = __atomic_load_n(&sl->refused[0], __ATOMIC_RELAXED);

@@ -71,6 +71,16 @@ uint32_t emb__slots_unheld(struct emb__slots *sl, uint64_t *set);
 int64_t emb__slots_drop(struct emb__slots *sl, struct emb_table *t,
 			uint64_t *ids, uint32_t n);
 
+/*
+ * In the view: the slots this server holds and is not being given
+ * (*held), those a move is copying ahead to it (*warming), and its share
+ * once the moves end (*share, struct emb_server_map); all 0 before a view
+ * was set. What a copy ahead's first rows size the table's index by
+ * (handlers.c, emb_table_reserve()).
+ */
+void emb__slots_warming(struct emb__slots *sl, uint32_t *held,
+			uint32_t *warming, uint32_t *share);
+
 /* Writes refused so far: [0] EMB_EMOVING, [1] EMB_ESTALEMAP. */
 void emb__slots_counts(struct emb__slots *sl, uint64_t out[2]);
 

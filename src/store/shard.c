@@ -115,9 +115,9 @@ static void set_size(struct emb_shard *s, uint32_t n)
 	s->build_at = (uint32_t)((uint64_t)n * BUILD_NUM / BUILD_DEN);
 }
 
-static int build_start(struct emb_table *t, struct emb_shard *s)
+static int build_start_n(struct emb_table *t, struct emb_shard *s,
+			 uint32_t n)
 {
-	uint32_t n = s->nslots ? s->nslots + s->nslots / 2 : MIN_SLOTS;
 	uint32_t *slots;
 	int rc;
 
@@ -146,6 +146,12 @@ static int build_start(struct emb_table *t, struct emb_shard *s)
 	s->built = 0;
 	s->touched = 0;
 	return 0;
+}
+
+static int build_start(struct emb_table *t, struct emb_shard *s)
+{
+	return build_start_n(t, s,
+			     s->nslots ? s->nslots + s->nslots / 2 : MIN_SLOTS);
 }
 
 /* Places the live records of [built, built + max) in the next index; a
@@ -249,6 +255,46 @@ static int index_room(struct emb_table *t, struct emb_shard *s)
 	if (s->next_slots && s->built == s->next_idx)
 		build_finish(t, s);
 	return 0;
+}
+
+/*
+ * Room for a move. A join's target starts empty and its shards' indexes
+ * grew by 1.5x about twenty times each on the way to a third of a 10M-row
+ * table: every record was placed again two to three times, and the
+ * build's steps were a fifth of the target's time (a paused join's
+ * profile, docs/benchmarks.md, "Room for a move"). Sized at once for what
+ * comes, the index is also emptier while the rows land, so each lookup of
+ * a row not there yet (every one of them) stops sooner. A shard of at
+ * most RESERVE_NOW records gets the new index at once; a fuller one
+ * starts a build of it, stepped as any (its steps keep the lock short).
+ */
+#define RESERVE_NOW 4096u
+
+bool emb__shard_reserve(struct emb_table *t, struct emb_shard *s,
+			uint32_t more)
+{
+	uint64_t want = (uint64_t)s->used + more, n;
+
+	/* Only past the 80 % that forces a growth: below it, the rows
+	 * that come start one build at most, as they would anyway, and a
+	 * later estimate a little over the last one (each chunk's rows
+	 * vary) would make the index 1.5x again for nothing. */
+	if (t->tier || s->next_slots || want <= s->grow_at)
+		return false;
+	/* Never smaller than the growth the rows would make anyway: a
+	 * reserve for one chunk of many must not add builds. */
+	n = want * BUILD_DEN / BUILD_NUM + 1;
+	if (n < (uint64_t)s->nslots + s->nslots / 2)
+		n = (uint64_t)s->nslots + s->nslots / 2;
+	if (n > EMB_SHARD_ROWS_MAX || n <= s->nslots ||
+	    build_start_n(t, s, (uint32_t)n))
+		return false;
+	s->build_rows = 0;
+	if (s->used <= RESERVE_NOW) {
+		build_step(t, s, UINT32_MAX);
+		build_finish(t, s);
+	}
+	return true;
 }
 
 static int add_slab(struct emb_table *t, struct emb_shard *s)

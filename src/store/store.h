@@ -524,6 +524,19 @@ bool emb_table_row_finite(const struct emb_table *t, const float *row);
 int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n);
 
 /*
+ * A hint that rows more rows are about to be made (a move's copy landing
+ * here): each shard's index is sized for its share of them now, once,
+ * rather than grown by 1.5x again and again as they come (docs/store.md,
+ * "Room for a move"). A shard holding few records gets its new index at
+ * once; a fuller one builds it in steps as usual, only bigger. Nothing
+ * for a tiered table, a shard whose index is growing already or has the
+ * room, or when the memory limit refuses the index (rows then grow it as
+ * they come). Never fails: returns the shards whose index it resized or
+ * began to build.
+ */
+uint32_t emb_table_reserve(struct emb_table *t, uint64_t rows);
+
+/*
  * The clock a row's emb_row_meta.last_step counts in, as it is now: the
  * table step, or a tiered table's batch clock (docs/store.md, "The device
  * tier"). A row's idle time is now minus its last_step, modulo 2^32: what

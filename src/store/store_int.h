@@ -444,6 +444,10 @@ static inline uint32_t *emb__shard_home(const struct emb_shard *s, uint64_t h)
 {
 	return &s->slots[emb_fastrange32((uint32_t)(h >> 18), s->nslots)];
 }
+/* Shard lock held: sizes s's index for more records (emb_table_reserve);
+ * whether it did. */
+bool emb__shard_reserve(struct emb_table *t, struct emb_shard *s,
+			uint32_t more);
 /*
  * Creates a record for id (absent) and indexes it; the record's data is
  * uninitialised. Record index, or EMB_EMEMLIMIT / -ENOMEM / -ENOSPC.

@@ -12,6 +12,7 @@
 #include "store/store_int.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2417,6 +2418,29 @@ erase_group(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			x->rc = err;
 	}
 	return true;
+}
+
+uint32_t emb_table_reserve(struct emb_table *t, uint64_t rows)
+{
+	uint32_t sized = 0;
+	uint64_t per;
+
+	if (!t || !rows || t->tier)
+		return 0;
+	/* A shard's share, plus four standard deviations of it (ids fall
+	 * on shards at random) and a little. */
+	per = rows / t->nshards;
+	per += 4 * (uint64_t)sqrt((double)per) + 16;
+	if (per > UINT32_MAX)
+		per = UINT32_MAX;
+	for (uint32_t si = 0; si < t->nshards; si++) {
+		struct emb_shard *s = &t->shards[si];
+
+		pthread_mutex_lock(&s->lock);
+		sized += emb__shard_reserve(t, s, (uint32_t)per);
+		pthread_mutex_unlock(&s->lock);
+	}
+	return sized;
 }
 
 int emb_table_erase(struct emb_table *t, const uint64_t *ids, uint32_t n)

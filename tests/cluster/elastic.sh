@@ -120,6 +120,11 @@ grep -q 'server 2 (.*) joins at a free rank' "$out" ||
 	bad "the newcomer did not join at rank 2"
 [ -n "$share" ] && [ "$share" -ge "$want_slots" ] ||
 	bad "the newcomer was not given its share (${share:-none} slots)"
+# After its first chunk the newcomer sizes its table's index for the
+# rest of its share at once (docs/store.md, "Room for a move").
+cat "$out" "$work/new.txt" 2>/dev/null |
+	grep -q 'table .*: index sized for [1-9][0-9]* rows more ([1-9][0-9]* shards; map epoch [0-9]*: [1-9][0-9]* slots held, [1-9][0-9]* to come)' ||
+	bad "the newcomer did not size its index for the rows coming"
 # The rows moved away are freed on the servers that gave them, once
 # the maps have taken nothing away for 2 s (src/server/replica.c).
 for _ in $(seq 300); do

@@ -9,10 +9,11 @@
  * with lr 1 and integer gradients keeps the expected weights exact.
  * Single-threaded.
  *
- * One case looks inside (store_int.h): rows removed and made again in the
+ * Two cases look inside (store_int.h): rows removed and made again in the
  * window while a shard's next index is built, on both sides of the build's
  * walk, with the index's entries counted against the records after every
- * operation.
+ * operation; and an index sized ahead for the rows coming
+ * (emb_table_reserve()).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -500,6 +501,102 @@ static void test_build_window(void)
 	free(r.w);
 }
 
+/* Makes rows for ids first*K+1 .. (first+n)*K (K odd: distinct, spread). */
+static void make_rows(struct emb_table *t, uint64_t first, uint32_t n)
+{
+	enum { B = 1024 };
+	uint64_t ids[B];
+	float *out = xcalloc((size_t)B * DIM, sizeof(float));
+
+	for (uint32_t i = 0; i < n; i += B) {
+		uint32_t k = n - i < B ? n - i : B;
+
+		for (uint32_t j = 0; j < k; j++)
+			ids[j] = (first + i + j + 1) * 0x9e3779b97f4a7c15ull;
+		CU_ASSERT_EQUAL(emb_table_pull(t, ids, k, out, 0, NULL),
+				(int)k);
+	}
+	free(out);
+}
+
+/* Whether every row of make_rows(t, 0, n) is found. */
+static bool all_found(struct emb_table *t, uint32_t n)
+{
+	uint64_t id;
+	float out[DIM];
+	uint8_t found;
+
+	for (uint32_t i = 0; i < n; i++) {
+		id = (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ull;
+		emb_table_pull(t, &id, 1, out, EMB_PULL_NOCREATE, &found);
+		if (!found)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * emb_table_reserve() (shard.c, "Room for a move"): a shard of few
+ * records gets an index for its share of the rows coming at once, and
+ * making them grows it no more; a fuller shard starts one build of that
+ * size, and the rows coming finish it with no growth after. Every row is
+ * found, and each index holds exactly the live records.
+ */
+static void test_reserve(void)
+{
+	enum { NSH = 4, FEW = 1000, MORE = 40000, LOTS = 200000 };
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	struct emb_table *t;
+	uint32_t sized[NSH];
+
+	o.dim = DIM;
+	o.nshards = NSH;
+	t = table_new(&o);
+	make_rows(t, 0, FEW);
+	CU_ASSERT_EQUAL(emb_table_reserve(t, MORE), NSH);
+	for (uint32_t i = 0; i < NSH; i++) {
+		struct emb_shard *s = &t->shards[i];
+
+		CU_ASSERT_PTR_NULL(s->next_slots); /* swapped in at once */
+		CU_ASSERT(s->used + MORE / NSH <= s->nslots * 7 / 10);
+		CU_ASSERT_EQUAL(entries(s->slots, s->nslots), s->used);
+		sized[i] = s->nslots;
+	}
+	make_rows(t, FEW, MORE);
+	for (uint32_t i = 0; i < NSH; i++) {
+		struct emb_shard *s = &t->shards[i];
+
+		CU_ASSERT_EQUAL(s->nslots, sized[i]);
+		CU_ASSERT_PTR_NULL(s->next_slots);
+		CU_ASSERT_EQUAL(entries(s->slots, s->nslots), s->used);
+	}
+	CU_ASSERT(all_found(t, FEW + MORE));
+
+	/* Over RESERVE_NOW records a shard: a build, in steps. */
+	CU_ASSERT_EQUAL(emb_table_reserve(t, LOTS), NSH);
+	for (uint32_t i = 0; i < NSH; i++) {
+		struct emb_shard *s = &t->shards[i];
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(s->next_slots);
+		CU_ASSERT(s->used + LOTS / NSH <= s->next_nslots * 7 / 10);
+		sized[i] = s->next_nslots;
+	}
+	make_rows(t, FEW + MORE, LOTS);
+	for (uint32_t i = 0; i < NSH; i++) {
+		struct emb_shard *s = &t->shards[i];
+
+		CU_ASSERT_EQUAL(s->nslots, sized[i]);
+		CU_ASSERT_PTR_NULL(s->next_slots);
+		CU_ASSERT_EQUAL(entries(s->slots, s->nslots), s->used);
+	}
+	CU_ASSERT(all_found(t, FEW + MORE + LOTS));
+	/* A reserve with the room there already changes nothing. */
+	CU_ASSERT_EQUAL(emb_table_reserve(t, 1000), 0);
+	for (uint32_t i = 0; i < NSH; i++)
+		CU_ASSERT_PTR_NULL(t->shards[i].next_slots);
+	emb_table_destroy(t);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -507,6 +604,8 @@ int main(int argc, char **argv)
 	    {"four shards match a reference map over 1M ops", test_four_shards},
 	    {"rows erased and made again while the index grows",
 	     test_build_window},
+	    {"a reserve sizes the index once for the rows coming",
+	     test_reserve},
 	    {NULL, NULL},
 	};
 
