@@ -664,6 +664,27 @@ bool emb_cmap_in_map(const struct emb_cmap *m, uint32_t rank)
 	return false;
 }
 
+uint32_t emb_cmap_share(const struct emb_cmap *m)
+{
+	uint8_t in[EMB_CMAP_SERVERS_MAX] = {0};
+	uint32_t n = 0;
+
+	/* One pass over the slots, not emb_cmap_in_map() per rank: a map
+	 * of many ranks, most of them gone, comes with every change. */
+	for (uint32_t s = 0; s < EMB_NSLOTS; s++) {
+		for (uint32_t i = 0; i < m->replicas; i++)
+			if (m->slot[s][i] < EMB_CMAP_SERVERS_MAX)
+				in[m->slot[s][i]] = 1;
+		if (m->fill[s] < EMB_CMAP_SERVERS_MAX)
+			in[m->fill[s]] = 1;
+		if (m->warm[s] < EMB_CMAP_SERVERS_MAX)
+			in[m->warm[s]] = 1;
+	}
+	for (uint32_t i = 0; i < EMB_CMAP_SERVERS_MAX; i++)
+		n += in[i];
+	return n ? (m->replicas * EMB_NSLOTS + n - 1) / n : 0;
+}
+
 void emb_cmap_rank_slots(const struct emb_cmap *m, uint32_t rank,
 			 uint32_t out[3])
 {

@@ -378,6 +378,14 @@ uint32_t emb_cmap_fill_run(const struct emb_cmap *m, uint32_t *first,
  * server the map still counts (one that holds nothing has left it). */
 bool emb_cmap_in_map(const struct emb_cmap *m, uint32_t rank);
 
+/*
+ * The slots each server holds once the moves under way end: every copy
+ * (replicas x EMB_NSLOTS) over the servers the map counts
+ * (emb_cmap_in_map()) and those a copy ahead goes to, rounded up; 0 for
+ * none. A server being drained counts until it holds nothing.
+ */
+uint32_t emb_cmap_share(const struct emb_cmap *m);
+
 /* Slots rank holds as [0] primary, [1] backup, [2] filling. */
 void emb_cmap_rank_slots(const struct emb_cmap *m, uint32_t rank,
 			 uint32_t out[3]);

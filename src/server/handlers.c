@@ -628,8 +628,8 @@ static struct emb_row_meta *assign_meta(struct emb_table *t,
 }
 
 /*
- * The first rows of a move's copy ahead (a new map epoch) to table st:
- * its index is sized for the rows still to come to this server, the
+ * The first rows of a move's copy ahead (a new map epoch) to table st,
+ * once applied: its index is sized for the rows still to come, the
  * table's rows per slot held here times the slots between what it holds
  * and its share once the moves end (at least the chunk coming now), so
  * that it does not grow by 1.5x again and again as they land
@@ -700,9 +700,6 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 		    "(a client before replicated eviction, or one that did "
 		    "not know the policy)");
 	}
-	if (!rc && (f->hdr.flags & (EMB_F_FILL | EMB_F_WARM)) ==
-		       (EMB_F_FILL | EMB_F_WARM))
-		size_for_copy(s, st, emb_wire_req_epoch(&f->hdr));
 	if (!rc) {
 		held = emb__slots_begin(s->slots, &f->hdr, a.ids, a.n, &why);
 		if (held < 0) {
@@ -714,6 +711,12 @@ static int on_assign(struct emb_server *s, struct emb_req *req,
 					     a.with_state, meta, a.births);
 		emb__slots_end(s->slots, held);
 	}
+	/* Only once the view took the copy's rows: a request that names
+	 * a copy this server is not being given (or an epoch it has not
+	 * seen) sizes nothing, nor keeps the real copy from sizing. */
+	if (!rc && (f->hdr.flags & (EMB_F_FILL | EMB_F_WARM)) ==
+		       (EMB_F_FILL | EMB_F_WARM))
+		size_for_copy(s, st, emb_wire_req_epoch(&f->hdr));
 	free(meta);
 	if (rc == EMB_ENONFINITE) {
 		char msg[EMB_NAME_MAX + 120];

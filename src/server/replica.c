@@ -325,31 +325,6 @@ static void sweep_back(struct emb_replica *r, const struct emb_cmap *m)
 		(unsigned long long)(emb_clock_ms() - t0));
 }
 
-/*
- * The slots each server holds once the moves under way end: every copy
- * (replicas x EMB_NSLOTS) spread over the servers that hold a slot or
- * are being given one. A server being drained still counts until it is
- * empty: the figure then errs low, and a copy sizes its index for less.
- */
-static uint32_t share_of(const struct emb_cmap *m)
-{
-	uint8_t in[EMB_CMAP_SERVERS_MAX] = {0};
-	uint32_t n = 0;
-
-	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
-		for (uint32_t k = 0; k < EMB_CMAP_REPLICAS_MAX; k++)
-			if (m->slot[sl][k] < EMB_CMAP_SERVERS_MAX)
-				in[m->slot[sl][k]] = 1;
-		if (m->warm[sl] < EMB_CMAP_SERVERS_MAX)
-			in[m->warm[sl]] = 1;
-		if (m->fill[sl] < EMB_CMAP_SERVERS_MAX)
-			in[m->fill[sl]] = 1;
-	}
-	for (uint32_t i = 0; i < EMB_CMAP_SERVERS_MAX; i++)
-		n += in[i];
-	return n ? (m->replicas * EMB_NSLOTS + n - 1) / n : 0;
-}
-
 /* Agent thread: a newer map. */
 static void on_map(void *arg, const struct emb_cmap *m,
 		   const struct emb_wire_node_addr *srv, uint32_t n)
@@ -395,7 +370,7 @@ static void on_map(void *arg, const struct emb_cmap *m,
 	emb_cmap_view(m, r->have_prev ? &r->prev : NULL, r->view.grew, r->rank,
 		      r->view.slot, r->view.grew);
 	r->view.epoch = m->epoch;
-	r->view.share = share_of(m);
+	r->view.share = emb_cmap_share(m);
 	/* The last fill's fence is down once its chunk has no fill: how
 	 * long writes to it waited here (docs/replication.md, Figures). */
 	if (r->fence_ms && m->fill[r->fill_first] != r->fill_to) {

@@ -753,8 +753,8 @@ typedef bool (*group_fn)(struct emb_table *t, struct emb_shard *s,
  * shard, so each of its batches of 2,048 was one shard's on the target
  * too, and a sweep erased 4,096 ids of one shard at a time. Those holds
  * lasted 2 to 8 ms on a busy 2-core host, more when the thread holding
- * the lock lost its core meanwhile, and training's steps took 60 to
- * 85 ms where they took 3 (docs/benchmarks.md, "Bulk work and the shard
+ * the lock lost its core meanwhile, and training's steps took 56 to
+ * 86 ms where their p99 was 3 to 5 (docs/benchmarks.md, "Bulk work and the shard
  * locks"). So bulk work (assign, erase, walks) holds a shard's lock for
  * at most BULK_HOLD rows at a time, and between two holds lets in the
  * batches that found the lock taken (shard_lock() counts them): a mutex

@@ -641,7 +641,29 @@ static void test_join(void)
 
 		m->nservers = 3;
 		check_whole(m);
+		/* A server's share once the moves end: over the two that
+		 * hold slots, then over three from the newcomer's first
+		 * copy ahead on. */
+		CU_ASSERT_EQUAL(emb_cmap_share(m), r * EMB_NSLOTS / 2);
+		{
+			struct emb_cmap *w = malloc(sizeof(*w));
+			uint32_t f0 = 0, src;
+			int k;
+
+			CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+			memcpy(w, m, sizeof(*w));
+			k = emb_cmap_join_next(w, 2, 256, &f0, &src);
+			CU_ASSERT_FATAL(k > 0);
+			CU_ASSERT_EQUAL(emb_cmap_warm_begin(w, src, 2, f0,
+							    (uint32_t)k, w),
+					k);
+			CU_ASSERT_FALSE(emb_cmap_in_map(w, 2));
+			CU_ASSERT_EQUAL(emb_cmap_share(w),
+					(r * EMB_NSLOTS + 2) / 3);
+			free(w);
+		}
 		CU_ASSERT(run_join(m, 2) > 0);
+		CU_ASSERT_EQUAL(emb_cmap_share(m), (r * EMB_NSLOTS + 2) / 3);
 		/* Every server now holds a third of the copies, within a
 		 * chunk's rounding. */
 		for (uint32_t k = 0; k < 3; k++) {
