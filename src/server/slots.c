@@ -247,6 +247,11 @@ void emb__slots_warming(struct emb__slots *sl, uint32_t *held,
 	pthread_rwlock_unlock(&sl->lock);
 }
 
+bool emb__slots_on(struct emb__slots *sl)
+{
+	return __atomic_load_n(&sl->on, __ATOMIC_ACQUIRE);
+}
+
 void emb__slots_counts(struct emb__slots *sl, uint64_t out[2])
 {
 	out[0] = __atomic_load_n(&sl->refused[0], __ATOMIC_RELAXED);

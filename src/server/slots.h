@@ -39,6 +39,10 @@ int emb__slots_set(struct emb__slots *sl, const struct emb_server_map *m);
 void emb__slots_hook(struct emb__slots *sl, void (*fn)(void *, uint64_t),
 		     void *arg);
 
+/* Whether a view was set: this server is in a map, whose moves may take
+ * slots from it (any thread). */
+bool emb__slots_on(struct emb__slots *sl);
+
 /*
  * Before a write of ids[0..n) with header h: 0 or 1 (apply it, then call
  * emb__slots_end() with that value: 1 means the view's read lock is

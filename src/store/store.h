@@ -618,6 +618,16 @@ int emb_table_iter_next(struct emb_table_iter *it, uint64_t *ids, float *rows,
 int emb_table_iter_slots(struct emb_table_iter *it, uint32_t first,
 			 uint32_t n);
 /*
+ * Makes the slot index emb_table_iter_slots() makes at its first call,
+ * now. Made while a table is empty, it costs nothing: each row then sets
+ * its entry as it is made. A server that may give slots away makes it for
+ * each table it creates, so that no move waits for the pass over the
+ * table's records (docs/store.md, "The slot index"). 0, EMB_EBADARG, or
+ * -ENOMEM / EMB_EMEMLIMIT.
+ */
+int emb_table_slot_index(struct emb_table *t);
+
+/*
  * The same for any set of slots: slot k is yielded when bit k % 64 of
  * set[k / 64] is set (EMB_NSLOTS / 64 words, copied). The sweep of the
  * slots a server gave away walks them so. 0, or as emb_table_iter_slots().

@@ -2846,6 +2846,11 @@ uint64_t emb_table_track_removed(struct emb_table *t)
 	return t ? n : UINT64_MAX;
 }
 
+int emb_table_slot_index(struct emb_table *t)
+{
+	return t ? emb__slot_index(t) : EMB_EBADARG;
+}
+
 int emb_table_iter_slot_set(struct emb_table_iter *it, const uint64_t *set)
 {
 	int rc;

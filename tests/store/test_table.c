@@ -2167,6 +2167,48 @@ static void test_slot_index_in_steps(void)
 	free(w);
 }
 
+/*
+ * A server in a map makes each table's slot index as it creates it
+ * (emb_table_slot_index()), so that no move waits for the pass over the
+ * records: made empty, the index is kept by every row made, erased and
+ * made again after, and a walk by slot then builds nothing and yields
+ * exactly the live rows of its slots.
+ */
+static void test_slot_index_made_empty(void)
+{
+	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
+	uint64_t *ids = xcalloc(STEPS_IDS, sizeof(*ids));
+	float *w = xcalloc((size_t)STEPS_IDS * 4, sizeof(float));
+	struct emb_table *t;
+
+	CU_ASSERT_EQUAL(emb_table_slot_index(NULL), EMB_EBADARG);
+	o.dim = 4;
+	o.nshards = 2; /* a build would take 15 steps a shard */
+	t = table_new(&o);
+	steps = (struct steps_state){.live = xcalloc(2 * STEPS_IDS, 1),
+				     .next = STEPS_IDS + 1,
+				     .rng = 5};
+	CU_ASSERT_EQUAL(emb_table_slot_index(t), 0);
+	/* Again: nothing to do. */
+	CU_ASSERT_EQUAL(emb_table_slot_index(t), 0);
+	for (uint32_t i = 0; i < STEPS_IDS; i++) {
+		ids[i] = i + 1;
+		steps.live[i + 1] = 1;
+	}
+	CU_ASSERT_EQUAL_FATAL(emb_table_pull(t, ids, STEPS_IDS, w, 0, NULL),
+			      STEPS_IDS);
+	for (int i = 0; i < 20; i++)
+		steps_churn(t);
+	emb__slot_index_between = steps_between;
+	CU_ASSERT_EQUAL(steps_walk_errors(t), 0);
+	CU_ASSERT_EQUAL(steps.calls, 0);
+	emb__slot_index_between = NULL;
+	emb_table_destroy(t);
+	free(steps.live);
+	free(ids);
+	free(w);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
@@ -2228,6 +2270,9 @@ int main(int argc, char **argv)
 	    {"the first walk by slot builds its index in steps, rows coming "
 	     "and going between them",
 	     test_slot_index_in_steps},
+	    {"a slot index made empty is kept by the rows made, and no walk "
+	     "builds it again",
+	     test_slot_index_made_empty},
 	    {NULL, NULL},
 	};
 
