@@ -28,6 +28,17 @@ moves_launch 300 --server_max 4
 moves_add_by_hand
 moves_wait_share 3
 [ -n "$share" ] || bad "the newcomer was not given its share: $(tail -5 "$out")"
+# Its sweeper thread runs at nice 19 (src/server/replica.c, SWEEP_NICE):
+# field 19 of the thread's stat. The server is npid or its child (the
+# shell that ran the printed command).
+nice=
+kids=$(awk -v p="$npid" '$4 == p { print $1 }' /proc/[0-9]*/stat 2>/dev/null)
+for t in /proc/"$npid"/task/* $(for c in $kids; do
+	echo /proc/"$c"/task/*; done); do
+	[ "$(cat "$t/comm" 2>/dev/null)" = emb-rsweep ] &&
+		nice=$(awk '{ print $19 }' "$t/stat")
+done
+[ "$nice" = 19 ] || bad "the newcomer's sweeper runs at nice '$nice', not 19"
 moves_under_load join
 embstore scale --sched "$sched" --remove 3 >"$work/scale.txt" 2>&1 ||
 	bad "embstore scale --remove 3: $(cat "$work/scale.txt")"
