@@ -2130,7 +2130,12 @@ static uint32_t steps_walk_errors(struct emb_table *t)
 	return bad;
 }
 
-static void test_slot_index_in_steps(void)
+/*
+ * A table of 2 shards with the rows 1..STEPS_IDS, its slot index made
+ * first when index_first (emb_table_slot_index(), while it is empty),
+ * else left for the first walk by slot.
+ */
+static struct emb_table *steps_table(uint64_t rng, bool index_first)
 {
 	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
 	uint64_t *ids = xcalloc(STEPS_IDS, sizeof(*ids));
@@ -2142,13 +2147,34 @@ static void test_slot_index_in_steps(void)
 	t = table_new(&o);
 	steps = (struct steps_state){.live = xcalloc(2 * STEPS_IDS, 1),
 				     .next = STEPS_IDS + 1,
-				     .rng = 3};
+				     .rng = rng};
+	if (index_first) {
+		CU_ASSERT_EQUAL(emb_table_slot_index(t), 0);
+		/* Again: nothing to do. */
+		CU_ASSERT_EQUAL(emb_table_slot_index(t), 0);
+	}
 	for (uint32_t i = 0; i < STEPS_IDS; i++) {
 		ids[i] = i + 1;
 		steps.live[i + 1] = 1;
 	}
-	CU_ASSERT_EQUAL_FATAL(emb_table_pull(t, ids, STEPS_IDS, w, 0, NULL),
-			      STEPS_IDS);
+	CU_ASSERT_EQUAL(emb_table_pull(t, ids, STEPS_IDS, w, 0, NULL),
+			STEPS_IDS);
+	free(ids);
+	free(w);
+	return t;
+}
+
+static void steps_table_end(struct emb_table *t)
+{
+	emb__slot_index_between = NULL;
+	emb_table_destroy(t);
+	free(steps.live);
+}
+
+static void test_slot_index_in_steps(void)
+{
+	struct emb_table *t = steps_table(3, false);
+
 	/* Free records before the build too. */
 	steps_churn(t);
 	emb__slot_index_between = steps_between;
@@ -2160,11 +2186,7 @@ static void test_slot_index_in_steps(void)
 	steps_churn(t);
 	CU_ASSERT_EQUAL(steps_walk_errors(t), 0);
 	CU_ASSERT_EQUAL(steps.calls, 0);
-	emb__slot_index_between = NULL;
-	emb_table_destroy(t);
-	free(steps.live);
-	free(ids);
-	free(w);
+	steps_table_end(t);
 }
 
 /*
@@ -2176,37 +2198,16 @@ static void test_slot_index_in_steps(void)
  */
 static void test_slot_index_made_empty(void)
 {
-	struct emb_table_opts o = EMB_TABLE_OPTS_DEFAULT;
-	uint64_t *ids = xcalloc(STEPS_IDS, sizeof(*ids));
-	float *w = xcalloc((size_t)STEPS_IDS * 4, sizeof(float));
 	struct emb_table *t;
 
 	CU_ASSERT_EQUAL(emb_table_slot_index(NULL), EMB_EBADARG);
-	o.dim = 4;
-	o.nshards = 2; /* a build would take 15 steps a shard */
-	t = table_new(&o);
-	steps = (struct steps_state){.live = xcalloc(2 * STEPS_IDS, 1),
-				     .next = STEPS_IDS + 1,
-				     .rng = 5};
-	CU_ASSERT_EQUAL(emb_table_slot_index(t), 0);
-	/* Again: nothing to do. */
-	CU_ASSERT_EQUAL(emb_table_slot_index(t), 0);
-	for (uint32_t i = 0; i < STEPS_IDS; i++) {
-		ids[i] = i + 1;
-		steps.live[i + 1] = 1;
-	}
-	CU_ASSERT_EQUAL_FATAL(emb_table_pull(t, ids, STEPS_IDS, w, 0, NULL),
-			      STEPS_IDS);
+	t = steps_table(5, true);
 	for (int i = 0; i < 20; i++)
 		steps_churn(t);
 	emb__slot_index_between = steps_between;
 	CU_ASSERT_EQUAL(steps_walk_errors(t), 0);
 	CU_ASSERT_EQUAL(steps.calls, 0);
-	emb__slot_index_between = NULL;
-	emb_table_destroy(t);
-	free(steps.live);
-	free(ids);
-	free(w);
+	steps_table_end(t);
 }
 
 int main(int argc, char **argv)
