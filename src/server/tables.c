@@ -517,9 +517,10 @@ int emb__tables_create(struct emb_server *s, const struct emb_wire_spec *spec,
 	emb_table_lead(st->t, s->lead);
 	/* In a map, a move may walk the table by slot: its slot index is
 	 * made now, empty, and kept as rows come, not in a pass over all
-	 * records at the first move's start, which held that move's stream
-	 * 140 to 230 ms at 6.7M rows (docs/store.md, "The slot index"). Not
-	 * made, the walk makes it as before. */
+	 * records at the first move's start, which that chunk's stream
+	 * waited for (at 6.7M rows a chunk of 32 slots took 224 to 351 ms
+	 * with it, 63 without: docs/store.md, "The slot index"). Not made,
+	 * the walk makes it as before. */
 	if (emb__slots_on(s->slots))
 		(void)emb_table_slot_index(st->t);
 	st->s = s;

@@ -754,14 +754,15 @@ typedef bool (*group_fn)(struct emb_table *t, struct emb_shard *s,
  * too, and a sweep erased 4,096 ids of one shard at a time. Those holds
  * lasted 2 to 8 ms on a busy 2-core host, more when the thread holding
  * the lock lost its core meanwhile, and training's steps took 56 to
- * 86 ms where their p99 was 3 to 5 (docs/benchmarks.md, "Bulk work and the shard
- * locks"). So bulk work (assign, erase, walks) holds a shard's lock for
- * at most BULK_HOLD rows at a time, and between two holds lets in the
- * batches that found the lock taken (shard_lock() counts them): a mutex
- * let go and taken again at once would keep them out, as glibc's wakes a
- * waiter but does not hand it the lock. Bulk work does not count itself:
- * a move's batches land on a target's two loops at once, often in the
- * same shard, and each yielding to the other would only slow the move.
+ * 86 ms where their p99 was 3 to 5 (docs/benchmarks.md, "Bulk work and
+ * the shard locks"). So bulk work (assign, erase, walks) holds a shard's
+ * lock for at most BULK_HOLD rows at a time, and between two holds lets
+ * in the batches that found the lock taken (shard_lock() counts them): a
+ * mutex let go and taken again at once would keep them out, as glibc's
+ * wakes a waiter but does not hand it the lock. Bulk work does not count
+ * itself: a move's batches land on a target's two loops at once, often
+ * in the same shard, and each yielding to the other would only slow the
+ * move.
  */
 #define BULK_HOLD     256u
 #define BULK_YIELDS   64u /* sched_yield()s a bulk hold waits at most for
