@@ -451,7 +451,11 @@ static void on_newer_map(void *arg, uint64_t epoch)
  * 1.9 to 3.3x its value before the moves; at 19, 1.5 to 1.7x in three
  * runs of four, the sweeps 1.3 to 3.1x as long (docs/replication.md,
  * "Why the sweep waits"). It keeps a shard for at most 256 rows, so a
- * step that meets it preempted waits for a short hold only.
+ * step that meets it preempted waits for a short hold only. It holds the
+ * view's read lock over an erase of up to 4,096 ids (server.c), which a
+ * new map's write lock then waits for; cut to 256, the erase no longer
+ * let the waiting batches in between its holds and the sweep ran as if
+ * at nice 0 (steps' p99 13 and 15 ms against 6.7 in one run each).
  */
 #define SWEEP_NICE 19
 static void *sweep_main(void *arg)
