@@ -234,7 +234,8 @@ f1=$(fences | wc -l)
 sleep 2
 # Both sources free the rows they gave once the maps are quiet
 # (docs/replication.md, "Why the sweep waits"), 2 s after the join and
-# for 0.7 to 2.3 s at 10M rows. The drain starts after them: a sweep that
+# for 0.7 to 2.3 s at 10M rows. The drain starts after them (or after
+# 30 s, a sweep that freed nothing logging no line): a sweep that
 # ran into it took a core from its first chunks, and the drain's rate
 # swung from 33 to 53 % of the echo with where the sweeps fell.
 for i in $(seq 30); do
