@@ -173,6 +173,12 @@ static void usage(FILE *f)
 	    "                         server streams, e.g. 200M (EMB_MOVE_RATE;"
 	    " default 0 =\n"
 	    "                         unlimited; docs/replication.md)\n"
+	    "  --move-bound X         pace that copy ahead so the workers' "
+	    "calls' p99 stays\n"
+	    "                         under X times their p99 before the move "
+	    "(EMB_MOVE_BOUND;\n"
+	    "                         e.g. 2; default 0 = off; --move-rate "
+	    "caps it)\n"
 	    "  --conn-mem-limit SIZE  receive buffers of all connections "
 	    "(EMB_CONN_MEM_LIMIT;\n"
 	    "                         default a quarter of --mem-limit)\n"
@@ -357,6 +363,7 @@ int main(int argc, char **argv)
 	const char *remote_read = NULL, *ckpt_dir = NULL, *ckpt_iv = NULL;
 	const char *ckpt_full = NULL, *start_empty = NULL, *role = NULL;
 	const char *replicas = NULL, *metrics_addr = NULL, *move_rate = NULL;
+	const char *move_bound = NULL;
 	const char *coordinator = NULL, *job = NULL, *bad = NULL;
 	const char *tier_dir = NULL, *tier_max = NULL, *pretouch = NULL;
 	uint64_t pretouch_bytes = 0;
@@ -379,6 +386,7 @@ int main(int argc, char **argv)
 	     &frame_timeout},
 	    {"mem-limit", required_argument, "EMB_MEM_LIMIT", &mem},
 	    {"move-rate", required_argument, "EMB_MOVE_RATE", &move_rate},
+	    {"move-bound", required_argument, "EMB_MOVE_BOUND", &move_bound},
 	    {"tier-dir", required_argument, "EMB_TIER_DIR", &tier_dir},
 	    {"tier-max", required_argument, "EMB_TIER_MAX", &tier_max},
 	    {"max-ids", required_argument, "EMB_MAX_IDS", &max_ids},
@@ -588,6 +596,22 @@ int main(int argc, char **argv)
 		fprintf(stderr, "embstore-server: bad --move-rate '%s'\n",
 			move_rate);
 		return 2;
+	}
+	if (move_bound) {
+		char *end = NULL;
+
+		errno = 0;
+		o.move_bound = strtod(move_bound, &end);
+		/* Under 1 is allowed: every report is then over the bound,
+		 * which the tests use to see the pace cut for sure. */
+		if (errno || end == move_bound || *end ||
+		    !(o.move_bound >= 0 && o.move_bound <= 1000)) {
+			fprintf(stderr,
+				"embstore-server: bad --move-bound '%s' (a "
+				"ratio, 0 to 1000; 0 = off)\n",
+				move_bound);
+			return 2;
+		}
 	}
 	if (conn_mem && emb_bytes_parse(conn_mem, &o.conn_mem_limit)) {
 		fprintf(stderr,

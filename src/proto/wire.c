@@ -57,6 +57,7 @@ static const struct op_rule op_rules[] = {
     [EMB_OP_PUSH_MANY] = {0, TBL_NONE},
     [EMB_OP_BIRTHS] = {EMB_F_MAKE | EMB_F_ADMITTED, TBL_SET},
     [EMB_OP_LIST_BIRTHS] = {0, TBL_SET},
+    [EMB_OP_PACE] = {0, TBL_NONE},
 };
 
 #define NRULES (sizeof(op_rules) / sizeof(op_rules[0]))
@@ -98,6 +99,8 @@ const char *emb_wire_op_name(uint8_t op)
 		return "births";
 	case EMB_OP_LIST_BIRTHS:
 		return "list_births";
+	case EMB_OP_PACE:
+		return "pace";
 	case EMB_OP_STATS:
 		return "stats";
 	case EMB_OP_EVICT:
@@ -560,7 +563,8 @@ static bool ack_op(uint8_t op)
 {
 	return op == EMB_OP_CREATE_TABLE || op == EMB_OP_DROP_TABLE ||
 	       op == EMB_OP_PUSH || op == EMB_OP_ASSIGN || op == EMB_OP_ERASE ||
-	       op == EMB_OP_SET_MODE || op == EMB_OP_SET_LIFECYCLE;
+	       op == EMB_OP_SET_MODE || op == EMB_OP_SET_LIFECYCLE ||
+	       op == EMB_OP_PACE;
 }
 
 int emb_wire_ack_encode(void *buf, size_t cap, uint8_t op, uint64_t req_id,
@@ -1874,6 +1878,26 @@ int emb_wire_set_mode_req_encode(void *buf, size_t cap, uint64_t req_id,
 	return (int)len;
 }
 
+int emb_wire_pace_req_encode(void *buf, size_t cap, uint64_t req_id,
+			     const struct emb_wire_pace_req *req)
+{
+	uint8_t *p = buf;
+	const size_t len = EMB_WIRE_HDR_SIZE + EMB_WIRE_PACE_SIZE;
+
+	if (!buf || !req || !req->p99_us || !req->base_us || !req->calls)
+		return EMB_EBADARG;
+	if (cap < len)
+		return -ENOSPC;
+	emb__wire_put_hdr(p, EMB_OP_PACE, 0, req_id, 0, 0, EMB_WIRE_PACE_SIZE,
+			  0);
+	p += EMB_WIRE_HDR_SIZE;
+	emb_le32_store(p, req->p99_us);
+	emb_le32_store(p + 4, req->base_us);
+	emb_le32_store(p + 8, req->calls);
+	emb_le32_store(p + 12, 0);
+	return (int)len;
+}
+
 int emb_wire_set_lifecycle_req_encode(
     void *buf, size_t cap, uint64_t req_id,
     const struct emb_wire_set_lifecycle_req *req)
@@ -1905,6 +1929,27 @@ int emb_wire_set_lifecycle_req_decode(const struct emb_wire_frame *f,
 		return EMB_EBADFRAME;
 	out->table_id = f->hdr.table_id;
 	return life_get(f->payload, &out->life);
+}
+
+int emb_wire_pace_req_decode(const struct emb_wire_frame *f,
+			     struct emb_wire_pace_req *out)
+{
+	const uint8_t *p;
+	int rc;
+
+	rc = check_req(f, EMB_OP_PACE);
+	if (rc)
+		return rc;
+	if (f->hdr.count != 0 || f->hdr.payload_len != EMB_WIRE_PACE_SIZE)
+		return EMB_EBADFRAME;
+	p = f->payload;
+	out->p99_us = emb_le32_load(p);
+	out->base_us = emb_le32_load(p + 4);
+	out->calls = emb_le32_load(p + 8);
+	if (!out->p99_us || !out->base_us || !out->calls ||
+	    emb_le32_load(p + 12) != 0)
+		return EMB_EBADFRAME;
+	return 0;
 }
 
 int emb_wire_set_mode_req_decode(const struct emb_wire_frame *f,

@@ -82,6 +82,8 @@ enum emb_op {
 	EMB_OP_BIRTHS = 21,	 /* ids -> their rows' births (replicas) */
 	EMB_OP_LIST_BIRTHS = 22, /* slots -> their rows and births, for a
 				    backup's check (replicas) */
+	EMB_OP_PACE = 23,	 /* worker -> server: its calls' latency
+				    during a move, against before */
 	EMB_OP_CLUSTER_MAP = 32, /* node -> scheduler: the map */
 	EMB_OP_REGISTER = 33,	 /* node -> scheduler: join */
 	EMB_OP_HEARTBEAT = 34,	 /* node -> scheduler: alive */

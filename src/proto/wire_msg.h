@@ -231,6 +231,19 @@
  *
  * PING request and response (table id 0, count 0): opaque payload, echoed.
  *
+ * PACE request (table id 0, count 0, flags 0): a worker's calls' latency
+ * while a move copies rows ahead (docs/replication.md, "Pacing by step
+ * time"); the servers streaming copies slow them while any worker's p99
+ * is over --move-bound times its p99 before the move.
+ *   0       4     p99 of the sender's data calls in its last window, us,
+ *                 >= 1
+ *   4       4     its p99 before the move (the median of its last windows
+ *                 with no move), us, >= 1
+ *   8       4     calls in the window, >= 1
+ *   12      4     reserved
+ *   payload_len = 16
+ * PACE response: no payload.
+ *
  * Decoders take a frame from emb_wire_frame_decode() and return views into
  * it; they never allocate or read outside the frame. Request decoders return
  * EMB_EBADARG if the frame is not that request (the caller picks the decoder
@@ -259,6 +272,7 @@
 #define EMB_WIRE_STATS_PREFIX_SIZE 8u
 #define EMB_WIRE_STATS_FIELDS	   EMB_TABLE_NSTATS /* counters sent */
 #define EMB_WIRE_SET_MODE_SIZE 16u
+#define EMB_WIRE_PACE_SIZE 16u
 #define EMB_WIRE_LIFECYCLE_SIZE	   32u
 #define EMB_WIRE_ROWFMT_SIZE	   8u /* CREATE_TABLE's row-format block */
 #define EMB_WIRE_TIER_SIZE	   16u /* CREATE_TABLE's tier block */
@@ -439,6 +453,12 @@ struct emb_wire_set_mode_req {
 	uint32_t mode;	    /* enum emb_mode */
 	uint32_t workers;   /* SYNC: workers per step, >= 1; else 0 */
 	uint32_t staleness; /* STALE: steps a push may lag; else 0 */
+};
+
+struct emb_wire_pace_req {
+	uint32_t p99_us;  /* the sender's calls' p99 in its last window */
+	uint32_t base_us; /* its p99 before the move */
+	uint32_t calls;	  /* calls in the window */
 };
 
 struct emb_wire_set_lifecycle_req {
@@ -708,6 +728,10 @@ int emb_wire_set_lifecycle_req_encode(
     void *buf, size_t cap, uint64_t req_id,
     const struct emb_wire_set_lifecycle_req *req);
 
+/* EMB_EBADARG: a field 0. */
+int emb_wire_pace_req_encode(void *buf, size_t cap, uint64_t req_id,
+			     const struct emb_wire_pace_req *req);
+
 /* PING request (response false) or its echo (response true). */
 int emb_wire_ping_encode(struct emb_wire_iovs *out, uint64_t req_id,
 			 bool response, const void *data, uint32_t len);
@@ -804,6 +828,8 @@ int emb_wire_set_mode_req_decode(const struct emb_wire_frame *f,
 				 struct emb_wire_set_mode_req *out);
 int emb_wire_set_lifecycle_req_decode(const struct emb_wire_frame *f,
 				      struct emb_wire_set_lifecycle_req *out);
+int emb_wire_pace_req_decode(const struct emb_wire_frame *f,
+			     struct emb_wire_pace_req *out);
 /* PING request (response false) or response (true). */
 int emb_wire_ping_decode(const struct emb_wire_frame *f, bool response,
 			 struct emb_wire_blob *out);

@@ -29,6 +29,7 @@
 #include "store/store.h"
 #include "transport/transport.h"
 
+#include "server/pacer.h"
 #include "server/tables.h"
 
 #define FILL_BATCH	  2048u	 /* rows per ASSIGN */
@@ -53,6 +54,8 @@ struct emb__fill {
 	uint64_t epoch;
 	enum emb_server_fill_mode mode;
 	uint64_t rate;
+	struct emb__pacer pacer; /* under --move-bound (pacer.h); kept from
+				    one fill to the next */
 	uint8_t token[EMB_WIRE_TOKEN_MAX];
 	uint32_t token_len;
 	emb_server_fill_fn done;
@@ -69,6 +72,19 @@ int emb__fill_create(struct emb__fill **out)
 	pthread_cond_init(&f->cv, NULL);
 	*out = f;
 	return 0;
+}
+
+void emb__fill_pace_report(struct emb__fill *f, uint32_t p99_us,
+			   uint32_t base_us)
+{
+	emb__pacer_report(&f->pacer, p99_us, base_us);
+}
+
+void emb__fill_pace_counts(struct emb__fill *f, uint64_t out[3])
+{
+	out[0] = __atomic_load_n(&f->pacer.reports, __ATOMIC_RELAXED);
+	out[1] = __atomic_load_n(&f->pacer.cuts, __ATOMIC_RELAXED);
+	out[2] = __atomic_load_n(&f->pacer.rate_now, __ATOMIC_RELAXED);
 }
 
 void emb__fill_stop(struct emb__fill *f)
@@ -280,23 +296,43 @@ static int pipe_wait(struct pipe *p, bool all, struct batch **free_out)
 	}
 }
 
+/* Under --move-bound, time the stream may run ahead of its rate: a
+ * batch's worth at 100 MB/s, never a burst the workers would feel. */
+#define PACE_SLACK_NS 20000000u
+
 /*
- * A paced stream (a copy ahead under --move-rate): waits, serving the
- * conns meanwhile, until bytes more keep the stream at rate on average
- * since it began, so a stream of B bytes takes at least B / rate. The
- * fenced stream is not paced: training waits for it.
+ * A paced stream (a copy ahead under --move-rate or --move-bound): waits,
+ * serving the conns meanwhile, until sending bytes more keeps the pace.
+ * Under --move-rate alone the stream keeps rate on average since it
+ * began, so a stream of B bytes takes at least B / rate. Under
+ * --move-bound the rate changes as the workers report (pacer.h): each
+ * batch is due bytes / rate after the last, and a stream that fell behind
+ * banks no more than PACE_SLACK_NS of credit. The fenced stream is not
+ * paced: training waits for it.
  */
 static int pace(struct pipe *p, size_t bytes)
 {
+	struct emb__fill *f = p->f;
 	uint64_t due;
 
-	if (!p->f->rate)
+	if (f->mode != EMB_SERVER_FILL_WARM ||
+	    (!f->rate && !f->pacer.bound_milli))
 		return 0;
-	if (!p->pace_t0)
-		p->pace_t0 = emb_clock_ns();
-	p->paced += bytes;
-	due = p->pace_t0 + (uint64_t)((double)p->paced / (double)p->f->rate *
-				      1e9);
+	if (f->pacer.bound_milli) {
+		uint64_t now = emb_clock_ns();
+		double rate = emb__pacer_tick(&f->pacer, now / 1000000u);
+
+		if (p->pace_t0 + PACE_SLACK_NS < now)
+			p->pace_t0 = now - PACE_SLACK_NS;
+		p->pace_t0 += (uint64_t)((double)bytes / rate * 1e9);
+		due = p->pace_t0;
+	} else {
+		if (!p->pace_t0)
+			p->pace_t0 = emb_clock_ns();
+		p->paced += bytes;
+		due = p->pace_t0 + (uint64_t)((double)p->paced /
+					      (double)f->rate * 1e9);
+	}
 	for (;;) {
 		uint64_t now = emb_clock_ns();
 		int rc;
@@ -724,6 +760,8 @@ int emb__fill_start(struct emb__fill *f, struct emb_server *s,
 	f->epoch = r->epoch;
 	f->mode = r->mode;
 	f->rate = r->rate;
+	f->pacer.bound_milli = r->bound_milli;
+	f->pacer.cap = (double)r->rate;
 	f->token_len = r->token_len;
 	if (r->token_len)
 		memcpy(f->token, r->token, r->token_len);

@@ -23,6 +23,7 @@
 #include "common/optim.h"
 
 #include "server/dump.h"
+#include "server/fill.h"
 #include "server/replybuf.h"
 #include "server/slots.h"
 
@@ -227,6 +228,20 @@ static int on_stats(struct emb_server *s, struct emb_req *req,
 	}
 	emb__reply_frame(s, req, buf, len);
 	return 0;
+}
+
+/* A worker's calls' latency during a move: the pace of this server's
+ * copies ahead under --move-bound (src/server/pacer.h). */
+static int on_pace(struct emb_server *s, struct emb_req *req,
+		   const struct emb_wire_frame *f)
+{
+	struct emb_wire_pace_req r;
+	int rc = emb_wire_pace_req_decode(f, &r);
+
+	if (rc)
+		return emb__reply_error(s, req, rc, NULL);
+	emb__fill_pace_report(s->fill, r.p99_us, r.base_us);
+	return emb__reply_ack(s, req, 0, 0);
 }
 
 static int on_ping(struct emb_server *s, struct emb_req *req,
@@ -1094,6 +1109,8 @@ int emb__handle(struct emb_server *s, struct emb_conn *c, struct srv_conn *sc,
 		return on_push(s, req, f);
 	case EMB_OP_PING:
 		return on_ping(s, req, f);
+	case EMB_OP_PACE:
+		return on_pace(s, req, f);
 	case EMB_OP_CREATE_TABLE:
 		return on_create(s, sc, req, f);
 	case EMB_OP_DROP_TABLE:

@@ -236,6 +236,13 @@ static const struct server_metric server_metrics[] = {
        "Rounds of the backup's check of its slots against their primaries."),
     SM("embstore_server_births_pruned_total", "counter", births_pruned,
        "Rows the backup's check removed: its primaries' evictions."),
+    SM("embstore_move_pace_reports_total", "counter", pace_reports,
+       "Workers' reports of their calls' latency during moves (PACE)."),
+    SM("embstore_move_pace_cuts_total", "counter", pace_cuts,
+       "Times --move-bound halved the pace of a copy ahead."),
+    SM("embstore_move_pace_bytes_per_second", "gauge", pace_rate,
+       "The pace of this server's copy ahead under --move-bound, as last "
+       "set; 0 = none yet."),
     SM("embstore_server_requests_total", "counter", requests,
        "Requests handled."),
     SM("embstore_server_error_replies_total", "counter", errors,

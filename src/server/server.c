@@ -345,6 +345,14 @@ void emb_server_stats(struct emb_server *s, struct emb_server_stats *out)
 	out->birth_checks = __atomic_load_n(&s->birth_checks, __ATOMIC_RELAXED);
 	out->births_pruned =
 	    __atomic_load_n(&s->births_pruned, __ATOMIC_RELAXED);
+	{
+		uint64_t pc[3];
+
+		emb__fill_pace_counts(s->fill, pc);
+		out->pace_reports = pc[0];
+		out->pace_cuts = pc[1];
+		out->pace_rate = pc[2];
+	}
 }
 
 uint32_t emb_server_nloops(const struct emb_server *s)
@@ -484,6 +492,9 @@ int emb_server_fill(struct emb_server *s, const char *host, uint16_t port,
 	    .epoch = epoch,
 	    .mode = mode,
 	    .rate = mode == EMB_SERVER_FILL_WARM ? s->opts.move_rate : 0,
+	    .bound_milli = mode == EMB_SERVER_FILL_WARM
+			       ? (uint32_t)(s->opts.move_bound * 1000.0 + 0.5)
+			       : 0,
 	    .token = s->opts.auth_token_len ? s->token : NULL,
 	    .token_len = s->opts.auth_token_len,
 	    .done = done,

@@ -66,6 +66,13 @@ struct emb_server_opts {
 					  this server streams (its fenced
 					  stream is never paced); 0 =
 					  unlimited */
+	double move_bound;	       /* a copy ahead it streams is paced
+					  so that the workers' calls' p99
+					  stays under this many times their
+					  p99 before the move, as they
+					  report it (PACE; src/server/
+					  pacer.h), move_rate its cap; 0 =
+					  off, else >= 1 (tests: > 0) */
 	uint32_t table_shards;	       /* index shards per table */
 	bool zero_copy_pulls;	       /* PULL rows straight from table memory
 					  (default for rdma) instead of one
@@ -138,6 +145,11 @@ struct emb_server_stats {
 	uint64_t birth_checks;	  /* rounds of a backup's birth check */
 	uint64_t births_pruned;	  /* rows they removed: its primaries'
 				     evictions, carried out here */
+	uint64_t pace_reports;	  /* workers' PACE reports taken */
+	uint64_t pace_cuts;	  /* times --move-bound halved the pace
+				     of a copy ahead */
+	uint64_t pace_rate;	  /* that pace, bytes/s, as last set (0:
+				     no copy ahead paced by it yet) */
 };
 
 void emb_server_stats(struct emb_server *s, struct emb_server_stats *out);

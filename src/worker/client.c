@@ -190,6 +190,9 @@ static int client_create(const struct emb_client_opts *opts,
 	rc = env_admin_token(c);
 	if (rc)
 		goto err_free;
+	rc = emb__pace_create(c);
+	if (rc)
+		goto err_free;
 	while (c->session == 0)
 		if (getrandom(&c->session, sizeof(c->session), 0) !=
 		    (ssize_t)sizeof(c->session))
@@ -233,6 +236,7 @@ err_conns:
 	emb_transport_destroy(c->tr);
 err_free:
 	free(c->srv);
+	emb__pace_destroy(c);
 	emb__op_pool_close(c->ops);
 	pthread_mutex_destroy(&c->tab_mu);
 	pthread_mutex_destroy(&c->map_mu);
@@ -283,6 +287,7 @@ void emb_client_destroy(struct emb_client *c)
 	free(c->cmap);
 	free(c->grp);
 	free(c->groups);
+	emb__pace_destroy(c);
 	emb__op_pool_close(c->ops);
 	pthread_mutex_destroy(&c->tab_mu);
 	pthread_mutex_destroy(&c->map_mu);

@@ -15,6 +15,7 @@
  *                  skeleton, parts sent, one completion hook per kind
  *   broadcast.c    one request to every server, waited for
  *   table_admin.c  table calls to every server: create, open, drop, modes
+ *   pace.c         calls timed; PACE to the servers during moves
  *   client.c       the client: create, destroy, counters
  *   admin.c, cached.c, cluster.c: calls built on the above
  *
@@ -41,6 +42,7 @@
 #include "worker/respbuf.h"
 
 struct emb_dedup;
+struct emb_hist;
 struct emb_node;
 struct emb_wire_spec;
 struct emb__part_fns;
@@ -134,6 +136,24 @@ struct server {
 	uint64_t rretry_ms;	    /* next read conn attempt, monotonic ms */
 	uint32_t rbackoff_ms;	    /* wait after the next failure */
 	_Alignas(8) uint8_t rhello_resp[8 + EMB_WIRE_ERRMSG_MAX]; /* payload */
+	/* PACE (pace.c), loop thread only: */
+	bool pace_busy;		    /* one unanswered */
+	_Alignas(8) uint8_t pace_req[EMB_WIRE_HDR_SIZE + EMB_WIRE_PACE_SIZE];
+	_Alignas(8) uint8_t pace_resp[8 + EMB_WIRE_ERRMSG_MAX];
+};
+
+#define PACE_BASE 8u /* windows with no move the baseline is made of */
+
+/* The calls' latency by window (pace.c), loop thread only. */
+struct pace_state {
+	struct emb_hist *h;	  /* this window's calls, ns */
+	uint64_t win_ms;	  /* when it began, monotonic */
+	uint64_t move_ms;	  /* the map last showed a move; 0 never */
+	uint32_t base[PACE_BASE]; /* p99s of windows with no move, us */
+	uint32_t nbase, base_at;  /* kept; the next to replace */
+	bool based;		  /* a baseline was logged */
+	uint32_t windows;	  /* reported in this move */
+	uint32_t worst;		  /* their worst p99, us */
 };
 
 struct emb_client {
@@ -201,6 +221,12 @@ struct emb_client {
 	struct emb_client_table *tabs;	 /* open tables: ids to relearn */
 	struct part *delayed;		 /* loop: copies waiting to go again */
 	uint64_t moved;			 /* copies refused by a fill; atomic */
+	/* Slots the map (cmap) copies ahead or fills: a move is under
+	 * way. Written under map_mu, read by the loop (pace.c); atomic. */
+	uint32_t map_moves;
+	uint64_t map_moves_ms; /* when a map last had one; atomic */
+	struct pace_state pace;		 /* loop: pace.c */
+	uint64_t pace_sent;		 /* PACE frames sent; atomic */
 };
 
 struct emb_client_table {
@@ -371,6 +397,7 @@ struct emb_async {
 						  (the client may be gone when
 						  it is waited for); "" none */
 	uint64_t deadline_ms; /* monotonic: retries stop here */
+	uint64_t t0_ns;	      /* posted at, emb_clock_ns() (pace.c) */
 	const uint32_t *tids; /* the table's id on each server (updated
 				 on the loop when a newcomer's are learned) */
 	struct emb_client_table *tbl; /* pull: the table, held (refs) until
@@ -500,6 +527,16 @@ int emb__push_prepare(struct emb_client_table *t, const uint64_t *ids,
 void emb__op_complete(struct emb_async *op);
 /* Any thread: blocks until op is over (it stays the caller's). */
 void emb__op_wait_done(struct emb_async *op);
+
+/* ---- pace.c ---- */
+
+/* At create: 0 or -ENOMEM. destroy after the loop stopped. */
+int emb__pace_create(struct emb_client *c);
+void emb__pace_destroy(struct emb_client *c);
+/* Loop thread: op finished (a pull or push counts in the window). */
+void emb__pace_record(struct emb_client *c, struct emb_async *op);
+/* Loop thread: closes the window once it is due; reports during moves. */
+void emb__pace_tick(struct emb_client *c, uint64_t now_ms);
 
 /* ---- conn.c ---- */
 

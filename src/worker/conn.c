@@ -702,6 +702,7 @@ static int maintain(struct emb_client *c)
 	int wait = 100;
 
 	rmaintain(c, now);
+	emb__pace_tick(c, now);
 	/* Copies refused by a fill go again once their back-off is over. */
 	while ((p = *pp)) {
 		if (p->retry.due_ms <= now) {

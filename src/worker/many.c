@@ -340,12 +340,13 @@ static void issue_run(void *arg)
 static void issue_post(struct emb_client *c, struct emb_async **ops, size_t n)
 {
 	struct issue *is = malloc(sizeof(*is) + n * sizeof(is->ops[0]));
-	uint64_t deadline = emb_clock_ms() + c->timeout_ms;
+	uint64_t t0 = emb_clock_ns(), deadline = t0 / 1000000u + c->timeout_ms;
 	size_t k = 0;
 	int rc = -ENOMEM;
 
 	if (is) {
 		for (size_t i = 0; i < n; i++) {
+			ops[i]->t0_ns = t0;
 			ops[i]->deadline_ms = deadline;
 			if (ops[i]->nparts)
 				is->ops[k++] = ops[i];

@@ -131,8 +131,10 @@ static void rep_check(struct emb_async *op)
 
 static void op_finish(struct emb_async *op)
 {
-	if (op->c->cmap)
+	if (op->c->cmap) {
 		rep_check(op);
+		emb__pace_record(op->c, op);
+	}
 	emb__op_complete(op);
 }
 
@@ -804,7 +806,8 @@ int emb__op_post(struct emb_async *op)
 		op->done = true;
 		return 0;
 	}
-	op->deadline_ms = emb_clock_ms() + op->c->timeout_ms;
+	op->t0_ns = emb_clock_ns();
+	op->deadline_ms = op->t0_ns / 1000000u + op->c->timeout_ms;
 	op->task.fn = op_issue;
 	op->task.arg = op;
 	return emb_transport_post(op->c->tr, &op->task);

@@ -755,12 +755,17 @@ int emb__rep_fixup(struct emb_client *c, struct emb_async *op,
  */
 static void regroup(struct emb_client *c)
 {
+	uint32_t moves = 0;
+
 	c->ngroups = 0;
 	for (uint32_t sl = 0; sl < EMB_NSLOTS; sl++) {
 		const uint16_t *h = c->cmap->slot[sl];
 		uint16_t gone[EMB_CMAP_REPLICAS_MAX];
 		uint16_t w[EMB_CMAP_REPLICAS_MAX + 1];
 		uint32_t g = 0;
+
+		moves += c->cmap->fill[sl] != EMB_CMAP_NONE ||
+			 c->cmap->warm[sl] != EMB_CMAP_NONE;
 
 		/* Writes go to the slot's writers: its holders and the
 		 * server being filled with it, R + 1 of them during a move
@@ -790,6 +795,10 @@ static void regroup(struct emb_client *c)
 			memcpy(c->groups[c->ngroups++], h, sizeof(c->groups[g]));
 		c->grp[sl] = (uint16_t)g;
 	}
+	__atomic_store_n(&c->map_moves, moves, __ATOMIC_RELAXED);
+	if (moves)
+		__atomic_store_n(&c->map_moves_ms, emb_clock_ms(),
+				 __ATOMIC_RELAXED);
 }
 
 int emb__client_set_cluster(struct emb_client *c, const uint16_t *slot_map,

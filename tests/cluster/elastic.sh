@@ -12,9 +12,12 @@
 # the same) and R = 2 (the default) both. With RATE (bytes/s), the servers
 # run with --move-rate RATE (EMB_MOVE_RATE): the join must then take at
 # least the bytes its copies ahead streamed / RATE (the pace is a floor,
-# which no load can break).
+# which no load can break). With BOUND, they run with --move-bound BOUND
+# (EMB_MOVE_BOUND): the workers report their calls' p99 during the moves
+# (PACE), and the sources' /metrics must count those reports and, as a
+# BOUND under 1 makes every report over it, the pace cut.
 #
-#   elastic.sh TOOLS_DIR [R [RATE]]
+#   elastic.sh TOOLS_DIR [R [RATE [BOUND]]]
 set -u
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/moves_lib.sh"
@@ -22,6 +25,7 @@ set -u
 tools=${1:?usage: elastic.sh TOOLS_DIR [R]}
 R=${2:-2}
 RATE=${3:-0}
+BOUND=${4:-0}
 # A third of the copies: slots, and rows of a 40000-row table.
 want_slots=$((R * 4096 / 3 - 2))
 want_rows=$((R * 40000 / 3 * 3 / 4))
@@ -39,7 +43,7 @@ out=$work/launch.txt
 # and the drain both happen under it (moves_under_load) however long a
 # loaded machine makes them; 90 s bounds a test that hangs.
 (cd "$work" && EMB_METRICS_LISTEN=127.0.0.1:0 EMB_MOVE_RATE=$RATE \
-	exec embstore launch \
+	EMB_MOVE_BOUND=$BOUND exec embstore launch \
 	--server_num 2 --server_max 3 \
 	--worker_num 2 --replicas "$R" --log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
@@ -56,6 +60,18 @@ murl=$(sed -n 's/^\[scheduler\] .*metrics on \(http:[^ ,]*\).*/\1/p' "$out" |
 	head -1)
 [ -n "$sched" ] && [ -n "$murl" ] || bad "no scheduler address or /metrics"
 sleep 1
+# Paced by the workers' reports: each worker first learns its calls' p99
+# with no move under way, and says so (src/worker/pace.c); a report needs
+# it.
+if [ "$BOUND" != 0 ]; then
+	for _ in $(seq 300); do
+		n=$(grep -c "worker\.[01]\] .*calls' p99 with no move under way" \
+			"$out")
+		[ "$n" -ge 2 ] && break
+		sleep 0.1
+	done
+	[ "$n" -ge 2 ] || bad "$n of 2 workers logged their calls' p99"
+fi
 
 # Join: the newcomer takes rank 2 and gets a third of the copies. With
 # R = 1 launch starts it, asked by `embstore scale --add 1 --launch` on
@@ -168,6 +184,23 @@ if [ "$RATE" -gt 0 ]; then
 		bad "the join took ${took:-?} ms for $copied rows copied ahead" \
 			"at $RATE bytes/s (at least $floor ms)"
 	echo "paced: $copied rows copied ahead in $took ms (floor $floor ms)"
+fi
+# Under --move-bound the workers reported during the join, and as BOUND
+# is under 1, every report was over it: the sources cut their pace.
+if [ "$BOUND" != 0 ]; then
+	grep -q "worker\.[01]\] .*a move is under way: reporting this worker's calls' p99" \
+		"$out" || bad "no worker reported its calls' p99 during the join"
+	reports=0 cuts=0
+	for u in $(sed -n 's/^\[server\.[01]\] .*metrics on \(http:[^ ,]*\).*/\1/p' "$out"); do
+		curl -fsS "$u" >"$work/sm.txt" 2>&1 || bad "no /metrics at $u"
+		r=$(sed -n 's/^embstore_move_pace_reports_total \([0-9]*\)$/\1/p' "$work/sm.txt")
+		c=$(sed -n 's/^embstore_move_pace_cuts_total \([0-9]*\)$/\1/p' "$work/sm.txt")
+		reports=$((reports + ${r:-0}))
+		cuts=$((cuts + ${c:-0}))
+	done
+	[ "$reports" -gt 0 ] && [ "$cuts" -gt 0 ] ||
+		bad "the sources took $reports reports and cut their pace $cuts times"
+	echo "paced by step time: $reports reports, $cuts cuts"
 fi
 # /metrics counts the join and the slots moved.
 curl -fsS "$murl" >"$work/m.txt" 2>&1 || bad "no scheduler /metrics"

@@ -358,6 +358,7 @@ static void check_ids(const struct emb_wire_frame *f)
 	struct emb_wire_pull_req pr;
 	struct emb_wire_set_mode_req sm;
 	struct emb_wire_set_lifecycle_req sl;
+	struct emb_wire_pace_req pc;
 	struct emb_wire_ids_req er;
 	struct emb_wire_iovs v;
 
@@ -376,6 +377,13 @@ static void check_ids(const struct emb_wire_frame *f)
 		     emb_wire_set_mode_req_encode(out, sizeof(out),
 						  f->hdr.req_id, &sm),
 		     "set_mode request");
+	if (emb_wire_pace_req_decode(f, &pc) == 0) {
+		must(pc.p99_us && pc.base_us && pc.calls, "pace fields");
+		same(f, out,
+		     emb_wire_pace_req_encode(out, sizeof(out), f->hdr.req_id,
+					      &pc),
+		     "pace request");
+	}
 	if (emb_wire_set_lifecycle_req_decode(f, &sl) == 0)
 		same(f, out,
 		     emb_wire_set_lifecycle_req_encode(out, sizeof(out),

@@ -552,6 +552,15 @@ int main(int argc, char **argv)
 		     emb_wire_ack_encode(buf, sizeof(buf),
 					 EMB_OP_SET_LIFECYCLE, 9, 1, 0));
 	}
+	{
+		struct emb_wire_pace_req pc = {
+		    .p99_us = 9100, .base_us = 3200, .calls = 57};
+
+		save("pace_req",
+		     emb_wire_pace_req_encode(buf, sizeof(buf), 10, &pc));
+		save("pace_resp", emb_wire_ack_encode(buf, sizeof(buf),
+						      EMB_OP_PACE, 10, 0, 0));
+	}
 	/* A compact table: the row-format block, then the lifecycle. */
 	spec.row_format = EMB_ROWFMT_INT8;
 	spec.rounding = EMB_ROUND_NEAREST;

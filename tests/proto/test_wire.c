@@ -1156,6 +1156,37 @@ static void test_set_mode(void)
 			32);
 }
 
+/* PACE: a worker's p99 in its window against before; nothing 0, the
+ * reserved word 0, no table, no count. */
+static void test_pace(void)
+{
+	struct emb_wire_pace_req r = {.p99_us = 9100, .base_us = 3200,
+				      .calls = 57}, out;
+	struct emb_wire_frame f;
+	int len;
+
+	len = emb_wire_pace_req_encode(buf, sizeof(buf), 9, &r);
+	CU_ASSERT_EQUAL_FATAL(len, 32 + 16);
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_STRING_EQUAL(emb_wire_op_name(f.hdr.opcode), "pace");
+	CU_ASSERT_EQUAL_FATAL(emb_wire_pace_req_decode(&f, &out), 0);
+	CU_ASSERT_EQUAL(memcmp(&out, &r, sizeof(r)), 0);
+	put32(32 + 12, 1);
+	CU_ASSERT_EQUAL(emb_wire_pace_req_decode(&f, &out), EMB_EBADFRAME);
+	put32(32 + 12, 0);
+	put32(32 + 4, 0);
+	CU_ASSERT_EQUAL(emb_wire_pace_req_decode(&f, &out), EMB_EBADFRAME);
+	put32(32 + 4, 3200);
+	put32(16, 5); /* a table id */
+	CU_ASSERT_EQUAL_FATAL(decode(buf, (size_t)len, &f), 0);
+	CU_ASSERT_NOT_EQUAL(emb_wire_pace_req_decode(&f, &out), 0);
+	r.calls = 0;
+	CU_ASSERT_EQUAL(emb_wire_pace_req_encode(buf, sizeof(buf), 9, &r),
+			EMB_EBADARG);
+	r.calls = 1;
+	CU_ASSERT_EQUAL(emb_wire_pace_req_encode(buf, 40, 9, &r), -ENOSPC);
+}
+
 static void test_ping_error(void)
 {
 	char big[EMB_WIRE_ERRMSG_MAX + 8];
@@ -1743,6 +1774,7 @@ static const struct emb_test_case cases[] = {
     {"round trips stats across counter versions", test_stats},
     {"round trips ping and errors", test_ping_error},
     {"round trips set_mode and rejects unused fields", test_set_mode},
+    {"round trips pace and rejects zero and reserved fields", test_pace},
     {"PUSH with fp16 and bf16 gradients", test_push_half},
     {"PUSH with each row's birth", test_push_births},
     {"BIRTHS asks and answers", test_births_op},

@@ -1,0 +1,116 @@
+/*
+ * src/server/pacer.h - the pace of a move's copy ahead under --move-bound:
+ * how fast a source may stream, from what the workers say of their calls.
+ *
+ * Workers send PACE while a move is under way (src/worker/pace.c): their
+ * calls' p99 over the last window against their p99 before the move. The
+ * server keeps the worst ratio since its last look (emb__pacer_report(),
+ * any loop thread); the fill's thread looks every EMB_PACER_TICK_MS while
+ * it streams (emb__pacer_tick()) and sets its rate as a congestion
+ * window is set: a worst ratio over the bound halves the rate (down to
+ * EMB_PACER_FLOOR, or a quarter of a cap below it); anything else, silence included, grows it by a
+ * quarter (up to the cap, --move-rate, or without one). Halving reacts within one tick to a
+ * training that suffers; growing by a quarter takes 1.3 s from the floor to
+ * 1 GB/s, so a move with no one training soon runs as fast as unpaced.
+ *
+ * Why the source, and a rate: the copy ahead is the only part of a move
+ * that can wait (the fenced stream holds the chunk's writes and is never
+ * paced), and it is streamed by one thread that already paces by rate.
+ *
+ * Threads: report is any thread's (atomics); tick and the rate are the
+ * fill thread's; the counters are read by the metrics with relaxed loads.
+ */
+#ifndef EMB_SERVER_PACER_H
+#define EMB_SERVER_PACER_H
+
+#include <stdint.h>
+
+#define EMB_PACER_TICK_MS 100u
+#define EMB_PACER_FLOOR	  (4.0 * 1024 * 1024)	/* bytes/s: the least */
+#define EMB_PACER_START	  (128.0 * 1024 * 1024) /* the first move's */
+#define EMB_PACER_MAX	  (64.0 * 1024 * 1024 * 1024) /* "unpaced" */
+#define EMB_PACER_IDLE_MS 5000u /* no tick for this long: start over */
+
+struct emb__pacer {
+	uint32_t bound_milli; /* --move-bound x 1000; 0 = off */
+	double cap;	      /* --move-rate, bytes/s; 0 = none */
+	uint32_t worst;	      /* atomic: worst ratio x 1000 reported since
+				 the last tick, 0 = none */
+	uint64_t reports;     /* atomic: PACE reports taken */
+	uint64_t cuts;	      /* atomic: ticks that halved the rate */
+	uint64_t rate_now;    /* atomic: the rate, bytes/s, for metrics */
+	double rate;	      /* fill thread: bytes/s; 0 = not begun */
+	uint64_t last_ms;     /* fill thread: the last tick */
+};
+
+/* Any thread: a worker's p99 in its window against before the move. */
+static inline void emb__pacer_report(struct emb__pacer *p, uint32_t p99_us,
+				     uint32_t base_us)
+{
+	uint64_t r = base_us ? (uint64_t)p99_us * 1000u / base_us : 0;
+	uint32_t v = r > UINT32_MAX ? UINT32_MAX : (uint32_t)r;
+	uint32_t cur = __atomic_load_n(&p->worst, __ATOMIC_RELAXED);
+
+	__atomic_fetch_add(&p->reports, 1, __ATOMIC_RELAXED);
+	while (v > cur && !__atomic_compare_exchange_n(&p->worst, &cur, v, true,
+						       __ATOMIC_RELAXED,
+						       __ATOMIC_RELAXED))
+		;
+}
+
+/*
+ * The rate after one look with worst the worst ratio (x 1000) since the
+ * last, 0 when no report came: pure, for the tests.
+ */
+static inline double emb__pacer_next(double rate, uint32_t worst,
+				     uint32_t bound_milli, double cap)
+{
+	double top = cap > 0 ? cap : EMB_PACER_MAX;
+	/* Under a cap below it, the floor is a quarter of the cap: a cut
+	 * must still slow a copy that --move-rate holds low already. */
+	double floor = cap > 0 && cap / 4 < EMB_PACER_FLOOR ? cap / 4
+							    : EMB_PACER_FLOOR;
+
+	if (worst > bound_milli)
+		rate *= 0.5;
+	else
+		rate *= 1.25;
+	if (rate < floor)
+		rate = floor;
+	if (rate > top)
+		rate = top;
+	return rate;
+}
+
+/* Fill thread, while it streams a copy ahead: the rate to send at now
+ * (now_ms monotonic), looked again once a tick has passed. */
+static inline double emb__pacer_tick(struct emb__pacer *p, uint64_t now_ms)
+{
+	if (!p->rate || now_ms - p->last_ms > EMB_PACER_IDLE_MS) {
+		/* A new move (or one after a long pause): what the workers
+		 * said before it says nothing of now. */
+		p->rate = p->cap > 0 && p->cap < EMB_PACER_START
+			      ? p->cap
+			      : EMB_PACER_START;
+		p->last_ms = now_ms;
+		__atomic_store_n(&p->worst, 0, __ATOMIC_RELAXED);
+	}
+	while (now_ms - p->last_ms >= EMB_PACER_TICK_MS) {
+		uint32_t w = __atomic_exchange_n(&p->worst, 0,
+						 __ATOMIC_RELAXED);
+		double r = emb__pacer_next(p->rate, w, p->bound_milli, p->cap);
+
+		if (r < p->rate)
+			__atomic_fetch_add(&p->cuts, 1, __ATOMIC_RELAXED);
+		p->rate = r;
+		/* Ticks missed (the thread was starved) count once: a
+		 * report seen late is one report. */
+		p->last_ms = now_ms - p->last_ms >= 2 * EMB_PACER_TICK_MS
+				 ? now_ms
+				 : p->last_ms + EMB_PACER_TICK_MS;
+	}
+	__atomic_store_n(&p->rate_now, (uint64_t)p->rate, __ATOMIC_RELAXED);
+	return p->rate;
+}
+
+#endif
