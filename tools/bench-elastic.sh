@@ -28,7 +28,9 @@
 #
 # Options: -b BUILD (build), --rows N (10000000), --dim N (64), --before S
 # (8: seconds of steps before the join), --move-rate SIZE (the servers'
-# --move-rate: bytes/s of each copy ahead; default unlimited), --paused
+# --move-rate: bytes/s of each copy ahead; default unlimited), --move-bound
+# X (the servers' --move-bound: copies ahead paced by the worker's calls'
+# p99, at most X times its p99 before; default off), --paused
 # (the worker runs no step from the join to the drain's end: the moves'
 # rate with the cores to themselves, no step figures during them),
 # --pretouch SIZE (every server's --pretouch: SIZE of memory faulted in
@@ -45,6 +47,7 @@ keep=
 paused=
 pretouch=
 move_rate=0
+move_bound=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	-b) build=$2; shift 2 ;;
@@ -52,11 +55,12 @@ while [ $# -gt 0 ]; do
 	--dim) dim=$2; shift 2 ;;
 	--before) before=$2; shift 2 ;;
 	--move-rate) move_rate=$2; shift 2 ;;
+	--move-bound) move_bound=$2; shift 2 ;;
 	--keep) keep=1; shift ;;
 	--paused) paused=1; shift ;;
 	--pretouch) pretouch=$2; shift 2 ;;
 	*) echo "usage: bench-elastic.sh [-b BUILD] [--rows N] [--dim N]" \
-		"[--before S] [--move-rate SIZE] [--paused]" \
+		"[--before S] [--move-rate SIZE] [--move-bound X] [--paused]" \
 		"[--pretouch SIZE] [--keep]" >&2
 	   exit 2 ;;
 	esac
@@ -67,7 +71,8 @@ export PATH
 EMB_HEARTBEAT_TIMEOUT=2
 EMB_CLUSTER_TIMEOUT=300
 EMB_MOVE_RATE=$move_rate
-export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT EMB_MOVE_RATE
+EMB_MOVE_BOUND=$move_bound
+export EMB_HEARTBEAT_TIMEOUT EMB_CLUSTER_TIMEOUT EMB_MOVE_RATE EMB_MOVE_BOUND
 if [ -n "$pretouch" ]; then
 	EMB_PRETOUCH=$pretouch
 	export EMB_PRETOUCH
@@ -342,7 +347,8 @@ else
 fi
 
 echo "table: $rows rows, dim $dim, SGD, R = 2 ($row_bytes bytes a row);" \
-	"preload and start ${preload_s} s; --move-rate $move_rate$(
+	"preload and start ${preload_s} s; --move-rate $move_rate;" \
+	"--move-bound $move_bound$(
 	[ -n "$pretouch" ] && printf '; every server --pretouch %s' "$pretouch"
 	[ -n "$paused" ] &&
 		printf '; steps paused from the join to the end of the drain')"
@@ -359,4 +365,9 @@ echo "$figs"
 sed -n 's/.* freed \([0-9]*\) rows of slots moved to other servers (\([0-9]*\) ms).*/\1 \2/p' \
 	"$out" | awk '{ n++; rows += $1; if ($2 > ms) ms = $2 }
 	END { printf "sweeps: %d, %d rows freed, longest %d ms\n", n, rows, ms }'
+# Under --move-bound the worker says, after each move, how many windows
+# it reported and their worst p99 (src/worker/pace.c).
+if [ "$move_bound" != 0 ]; then
+	sed -n "s/.*the move is over: \(.*\)/pace: \1/p" "$out"
+fi
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"

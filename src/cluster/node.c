@@ -753,6 +753,7 @@ static void note_dead(struct emb_node *n,
 		struct emb_wire_node_ref d;
 		emb_node_dead_fn fn;
 		void *arg;
+		bool held = true;
 
 		pthread_mutex_lock(&n->mu);
 		if (n->ndead >= r->ndead || n->stop) {
@@ -763,6 +764,11 @@ static void note_dead(struct emb_node *n,
 		n->dead[n->ndead++] = d;
 		fn = n->watch_fn;
 		arg = n->watch_arg;
+		/* A server the map no longer counts (a drained one, leaving;
+		 * a newcomer gone before it got a slot) costs nothing. */
+		if (d.role == EMB_ROLE_SERVER && n->cmap &&
+		    d.rank < n->cmap->nservers)
+			held = emb_cmap_in_map(n->cmap, d.rank);
 		pthread_mutex_unlock(&n->mu);
 		/* This node's own rank: the dead server whose place it took
 		 * (its own death would end its heartbeats with ENODEAD). A
@@ -771,9 +777,17 @@ static void note_dead(struct emb_node *n,
 		if ((d.role == n->reg.role && d.rank == n->reg.rank) ||
 		    (d.role & EMB_WIRE_ROLE_REPLACED))
 			continue;
-		emb_log(EMB_LOG_WARN, "%s %u: scheduler declared %s %u dead",
-			emb_role_name(n->reg.role), n->reg.rank,
-			emb_role_name(d.role), d.rank);
+		if (held)
+			emb_log(EMB_LOG_WARN,
+				"%s %u: scheduler declared %s %u dead",
+				emb_role_name(n->reg.role), n->reg.rank,
+				emb_role_name(d.role), d.rank);
+		else
+			emb_log(EMB_LOG_INFO,
+				"%s %u: server %u is gone; it held no slot "
+				"(drained), nothing fails over",
+				emb_role_name(n->reg.role), n->reg.rank,
+				d.rank);
 		if (fn)
 			fn(arg, d.role, d.rank);
 	}

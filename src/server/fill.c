@@ -77,7 +77,7 @@ int emb__fill_create(struct emb__fill **out)
 void emb__fill_pace_report(struct emb__fill *f, uint32_t p99_us,
 			   uint32_t base_us)
 {
-	emb__pacer_report(&f->pacer, p99_us, base_us);
+	emb__pacer_report(&f->pacer, p99_us, base_us, emb_clock_ms());
 }
 
 void emb__fill_pace_counts(struct emb__fill *f, uint64_t out[3])
@@ -714,6 +714,18 @@ static void *fill_main(void *arg)
 		emb_log(EMB_LOG_WARN, "fill of slots %u-%u to %s:%u failed: %s",
 			f->first, f->first + f->n - 1, f->host, f->port,
 			emb_strerror(rc));
+	else if (f->mode == EMB_SERVER_FILL_WARM && f->pacer.bound_milli)
+		emb_log(EMB_LOG_INFO,
+			"copy ahead of slots %u-%u: %.1f MB in %llu ms, "
+			"paced at %.1f MB/s at its end (--move-bound %.2f; %llu "
+			"cuts and %llu reports so far)",
+			f->first, f->first + f->n - 1, (double)bytes / 1e6,
+			(unsigned long long)(emb_clock_ms() - t0),
+			f->pacer.rate / 1e6, f->pacer.bound_milli / 1000.0,
+			(unsigned long long)__atomic_load_n(&f->pacer.cuts,
+							    __ATOMIC_RELAXED),
+			(unsigned long long)__atomic_load_n(&f->pacer.reports,
+							    __ATOMIC_RELAXED));
 	else
 		emb_log(EMB_LOG_DEBUG,
 			"fill of slots %u-%u to %s:%u: %llu rows in %llu ms",

@@ -8,10 +8,13 @@
  * any loop thread); the fill's thread looks every EMB_PACER_TICK_MS while
  * it streams (emb__pacer_tick()) and sets its rate as a congestion
  * window is set: a worst ratio over the bound halves the rate (down to
- * EMB_PACER_FLOOR, or a quarter of a cap below it); anything else, silence included, grows it by a
- * quarter (up to the cap, --move-rate, or without one). Halving reacts within one tick to a
- * training that suffers; growing by a quarter takes 1.3 s from the floor to
- * 1 GB/s, so a move with no one training soon runs as fast as unpaced.
+ * EMB_PACER_FLOOR, or a quarter of a cap below it); reports all within it
+ * grow the rate by a quarter (up to the cap, --move-rate, or without
+ * one). A tick with no report holds the rate while workers are
+ * reporting (one report a window, 250 ms, spans two or three ticks), and
+ * grows it once none has reported for EMB_PACER_QUIET_MS: a move with no
+ * one training soon runs as fast as unpaced (1.3 s from the floor to
+ * 1 GB/s).
  *
  * Why the source, and a rate: the copy ahead is the only part of a move
  * that can wait (the fenced stream holds the chunk's writes and is never
@@ -23,6 +26,7 @@
 #ifndef EMB_SERVER_PACER_H
 #define EMB_SERVER_PACER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define EMB_PACER_TICK_MS 100u
@@ -30,6 +34,8 @@
 #define EMB_PACER_START	  (128.0 * 1024 * 1024) /* the first move's */
 #define EMB_PACER_MAX	  (64.0 * 1024 * 1024 * 1024) /* "unpaced" */
 #define EMB_PACER_IDLE_MS 5000u /* no tick for this long: start over */
+#define EMB_PACER_QUIET_MS 1000u /* no report for this long: no one
+				    trains, the rate may grow */
 
 struct emb__pacer {
 	uint32_t bound_milli; /* --move-bound x 1000; 0 = off */
@@ -37,21 +43,24 @@ struct emb__pacer {
 	uint32_t worst;	      /* atomic: worst ratio x 1000 reported since
 				 the last tick, 0 = none */
 	uint64_t reports;     /* atomic: PACE reports taken */
+	uint64_t report_ms;   /* atomic: when the last came, monotonic */
 	uint64_t cuts;	      /* atomic: ticks that halved the rate */
 	uint64_t rate_now;    /* atomic: the rate, bytes/s, for metrics */
 	double rate;	      /* fill thread: bytes/s; 0 = not begun */
 	uint64_t last_ms;     /* fill thread: the last tick */
 };
 
-/* Any thread: a worker's p99 in its window against before the move. */
+/* Any thread: a worker's p99 in its window against before the move,
+ * at now_ms (monotonic). */
 static inline void emb__pacer_report(struct emb__pacer *p, uint32_t p99_us,
-				     uint32_t base_us)
+				     uint32_t base_us, uint64_t now_ms)
 {
 	uint64_t r = base_us ? (uint64_t)p99_us * 1000u / base_us : 0;
 	uint32_t v = r > UINT32_MAX ? UINT32_MAX : (uint32_t)r;
 	uint32_t cur = __atomic_load_n(&p->worst, __ATOMIC_RELAXED);
 
 	__atomic_fetch_add(&p->reports, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->report_ms, now_ms, __ATOMIC_RELAXED);
 	while (v > cur && !__atomic_compare_exchange_n(&p->worst, &cur, v, true,
 						       __ATOMIC_RELAXED,
 						       __ATOMIC_RELAXED))
@@ -60,9 +69,10 @@ static inline void emb__pacer_report(struct emb__pacer *p, uint32_t p99_us,
 
 /*
  * The rate after one look with worst the worst ratio (x 1000) since the
- * last, 0 when no report came: pure, for the tests.
+ * last, 0 when no report came, and quiet whether none has come for
+ * EMB_PACER_QUIET_MS: pure, for the tests.
  */
-static inline double emb__pacer_next(double rate, uint32_t worst,
+static inline double emb__pacer_next(double rate, uint32_t worst, bool quiet,
 				     uint32_t bound_milli, double cap)
 {
 	double top = cap > 0 ? cap : EMB_PACER_MAX;
@@ -73,7 +83,7 @@ static inline double emb__pacer_next(double rate, uint32_t worst,
 
 	if (worst > bound_milli)
 		rate *= 0.5;
-	else
+	else if (worst || quiet)
 		rate *= 1.25;
 	if (rate < floor)
 		rate = floor;
@@ -98,7 +108,13 @@ static inline double emb__pacer_tick(struct emb__pacer *p, uint64_t now_ms)
 	while (now_ms - p->last_ms >= EMB_PACER_TICK_MS) {
 		uint32_t w = __atomic_exchange_n(&p->worst, 0,
 						 __ATOMIC_RELAXED);
-		double r = emb__pacer_next(p->rate, w, p->bound_milli, p->cap);
+		uint64_t last = __atomic_load_n(&p->report_ms,
+						__ATOMIC_RELAXED);
+		/* A report may land after now_ms was read: not quiet. */
+		bool quiet = last <= now_ms &&
+			     now_ms - last >= EMB_PACER_QUIET_MS;
+		double r = emb__pacer_next(p->rate, w, quiet, p->bound_milli,
+					   p->cap);
 
 		if (r < p->rate)
 			__atomic_fetch_add(&p->cuts, 1, __ATOMIC_RELAXED);

@@ -235,6 +235,10 @@ grep -q 'server 0 .* declared dead' "$out" &&
 	bad "server 0 was failed over, not drained"
 
 moves_end
+# The nodes that heard it leave (the heartbeats list it with the dead)
+# say it held no slot, not that it died.
+grep 'scheduler declared server 0 dead' "$out" &&
+	bad "a node took the drained server 0 for a dead one"
 
 if [ "$fail" -ne 0 ]; then
 	cat "$out" "$work/stat.txt"

@@ -10,16 +10,20 @@
 # fence, stream, hand over. Then rank 0 is drained, by
 # SIGTERM (R = 2) or `embstore scale --coordinator ... --remove 0` (R = 1),
 # and exits 0 once it holds nothing; nobody may count it dead. Both
-# workers must exit 0 with 0 mismatched rows. Skipped (77) without
-# etcd(1) or python3 (free ports).
+# workers must exit 0 with 0 mismatched rows. With BOUND the servers run
+# with --move-bound BOUND: the workers report their calls' p99 during the
+# join (PACE), and the servers' /metrics must count the reports and, as a
+# BOUND under 1 makes every report over it, the pace cut. Skipped (77)
+# without etcd(1) or python3 (free ports).
 #
-#   etcd_elastic.sh TOOLS_DIR [R]
+#   etcd_elastic.sh TOOLS_DIR [R [BOUND]]
 set -u
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/moves_lib.sh"
 
 tools=${1:?usage: etcd_elastic.sh TOOLS_DIR [R]}
 R=${2:-2}
+BOUND=${3:-0}
 if ! emb_have_etcd; then
 	echo "no etcd or python3: skipped"
 	exit 77
@@ -52,7 +56,7 @@ out=$work/launch.txt
 # million bytes take two seconds or more) so that the leader's /metrics
 # shows the join under way.
 (cd "$work" && EMB_METRICS_LISTEN=127.0.0.1:0 EMB_MOVE_RATE=500000 \
-	exec embstore launch --coordinator "$ep" --job eel \
+	EMB_MOVE_BOUND=$BOUND exec embstore launch --coordinator "$ep" --job eel \
 	--server_num 2 --server_max 3 --worker_num 2 --replicas "$R" \
 	--log-dir "$work/log" -- \
 	embstore-bench --op step --verify --rows 40000 --dim 8 --batch 512 \
@@ -69,6 +73,17 @@ done
 grep -q "^\[launch\] 1 rank to spare: embstore scale --coordinator $ep --job eel --add N --launch" \
 	"$out" || bad "launch did not say how to add a server"
 sleep 1
+# Paced by the workers' reports: each worker first learns its calls' p99
+# with no move under way (src/worker/pace.c); a report needs it.
+if [ "$BOUND" != 0 ]; then
+	for _ in $(seq 300); do
+		n=$(grep -c "worker\.[01]\] .*calls' p99 with no move under way" \
+			"$out")
+		[ "$n" -ge 2 ] && break
+		sleep 0.1
+	done
+	[ "$n" -ge 2 ] || bad "$n of 2 workers logged their calls' p99"
+fi
 
 # Join. R = 2: the command `embstore scale --add 1` prints, as an
 # operator runs it. R = 1: launch starts it, asked through its FIFO.
@@ -188,6 +203,24 @@ done
 [ "$(grep -c 'freed [0-9]* rows of slots moved' "$out")" -ge 2 ] ||
 	bad "the servers that gave slots away did not free their rows"
 moves_under_load join
+# Under --move-bound the workers reported during the join, to servers
+# that took their moves from etcd, and as BOUND is under 1 every report
+# was over it: the sources cut their pace.
+if [ "$BOUND" != 0 ]; then
+	grep -q "worker\.[01]\] .*a move is under way: reporting this worker's calls' p99" \
+		"$out" || bad "no worker reported its calls' p99 during the join"
+	reports=0 cuts=0
+	for u in $(metrics_urls); do
+		curl -fsS "$u" >"$work/sm.txt" 2>&1 || continue
+		r=$(sed -n 's/^embstore_move_pace_reports_total \([0-9]*\)$/\1/p' "$work/sm.txt")
+		c=$(sed -n 's/^embstore_move_pace_cuts_total \([0-9]*\)$/\1/p' "$work/sm.txt")
+		reports=$((reports + ${r:-0}))
+		cuts=$((cuts + ${c:-0}))
+	done
+	[ "$reports" -gt 0 ] && [ "$cuts" -gt 0 ] ||
+		bad "the sources took $reports reports and cut their pace $cuts times"
+	echo "paced by step time: $reports reports, $cuts cuts"
+fi
 # What an observer sees of the job in etcd: every server, the map and
 # nothing moving (embstore stat --coordinator; what it shows of a move
 # under way is cluster/coord's "joins and drains").

@@ -1,8 +1,8 @@
 /*
  * tests/server/test_pacer.c - the pace of a move's copy ahead under
  * --move-bound (src/server/pacer.h): a worst report over the bound halves
- * the rate, silence and reports within it grow it up to the cap, never
- * below the floor; a tick reset after a long idle; the worst of many
+ * the rate, reports within it grow it up to the cap, a tick between
+ * reports holds it and a long silence grows it, never below the floor; a tick reset after a long idle; the worst of many
  * reports is kept. Then PACE on the wire: a server takes a worker's
  * report and counts it, refuses a malformed one with a clear error, and
  * keeps serving the connection.
@@ -25,26 +25,29 @@ static void test_next(void)
 {
 	const uint32_t bound = 2000; /* 2x */
 
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 2001, bound, 0),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 2001, false, bound, 0),
 			       50 * MB, 1);
 	/* At the bound is within it. */
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 2000, bound, 0),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 2000, false, bound, 0),
 			       125 * MB, 1);
-	/* No report: grow. */
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 0, bound, 0),
+	/* No report while workers report (a tick between two windows):
+	 * hold; none for a while (no one trains): grow. */
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 0, false, bound, 0),
+			       100 * MB, 1);
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 0, true, bound, 0),
 			       125 * MB, 1);
 	/* Never over the cap, never under the floor. */
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 0, bound, 110 * MB),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 0, true, bound, 110 * MB),
 			       110 * MB, 1);
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(EMB_PACER_FLOOR, 9000, bound, 0),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(EMB_PACER_FLOOR, 9000, false, bound, 0),
 			       EMB_PACER_FLOOR, 1);
 	/* A cap under the floor: a cut still slows, to a quarter of it. */
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(200000, 9000, bound, 200000),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(200000, 9000, false, bound, 200000),
 			       100000, 1);
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(60000, 9000, bound, 200000),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(60000, 9000, false, bound, 200000),
 			       50000, 1);
 	/* No cap: "unpaced" at most. */
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(EMB_PACER_MAX, 0, bound, 0),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(EMB_PACER_MAX, 0, true, bound, 0),
 			       EMB_PACER_MAX, 1);
 }
 
@@ -58,33 +61,50 @@ static void test_tick(void)
 	r = emb__pacer_tick(&p, t);
 	CU_ASSERT_DOUBLE_EQUAL(r, EMB_PACER_START, 1);
 	/* Within a tick nothing changes, whatever was reported. */
-	emb__pacer_report(&p, 9000, 1000);
+	emb__pacer_report(&p, 9000, 1000, t + 10);
 	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_tick(&p, t + 50), r, 1);
 	/* The worst of three reports decides: one over the bound. */
-	emb__pacer_report(&p, 1500, 1000);
-	emb__pacer_report(&p, 1000, 1000);
-	r = emb__pacer_tick(&p, t + EMB_PACER_TICK_MS);
+	emb__pacer_report(&p, 1500, 1000, t + 60);
+	emb__pacer_report(&p, 1000, 1000, t + 70);
+	t += EMB_PACER_TICK_MS;
+	r = emb__pacer_tick(&p, t);
 	CU_ASSERT_DOUBLE_EQUAL(r, EMB_PACER_START / 2, 1);
 	CU_ASSERT_EQUAL(p.cuts, 1);
 	CU_ASSERT_EQUAL(p.reports, 3);
 	CU_ASSERT_EQUAL(p.rate_now, (uint64_t)r);
+	/* A tick with no report while workers report: the rate holds. */
+	t += EMB_PACER_TICK_MS;
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_tick(&p, t), r, 1);
 	/* The next tick saw reports within the bound only: it grows. */
-	emb__pacer_report(&p, 1900, 1000);
-	r = emb__pacer_tick(&p, t + 2 * EMB_PACER_TICK_MS);
+	emb__pacer_report(&p, 1900, 1000, t + 5);
+	t += EMB_PACER_TICK_MS;
+	r = emb__pacer_tick(&p, t);
 	CU_ASSERT_DOUBLE_EQUAL(r, EMB_PACER_START / 2 * 1.25, 1);
-	/* A thread starved for many ticks looks once: one report, one cut. */
-	emb__pacer_report(&p, 5000, 1000);
-	r = emb__pacer_tick(&p, t + 2 * EMB_PACER_TICK_MS + 1000);
+	/* A thread starved for many ticks looks once: one report, one
+	 * cut. */
+	emb__pacer_report(&p, 5000, 1000, t + 5);
+	t += 1000;
+	r = emb__pacer_tick(&p, t);
 	CU_ASSERT_DOUBLE_EQUAL(r, EMB_PACER_START / 2 * 1.25 / 2, 1);
 	CU_ASSERT_EQUAL(p.cuts, 2);
+	/* No one has reported for EMB_PACER_QUIET_MS: each tick grows. */
+	t += EMB_PACER_QUIET_MS;
+	r = emb__pacer_tick(&p, t);
+	t += EMB_PACER_TICK_MS;
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_tick(&p, t), r * 1.25, 1);
+	/* A report stamped after the tick read the clock is not quiet. */
+	emb__pacer_report(&p, 1000, 1000, t + 500);
+	r = emb__pacer_tick(&p, t + EMB_PACER_TICK_MS);
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_tick(&p, t + 2 * EMB_PACER_TICK_MS),
+			       r, 1);
 	/* Idle past EMB_PACER_IDLE_MS: a new move starts over. */
-	emb__pacer_report(&p, 5000, 1000);
-	r = emb__pacer_tick(&p, t + 2 * EMB_PACER_TICK_MS + 1000 +
-				    EMB_PACER_IDLE_MS + 1);
+	emb__pacer_report(&p, 5000, 1000, t);
+	t += EMB_PACER_IDLE_MS + 1000;
+	r = emb__pacer_tick(&p, t);
 	CU_ASSERT_DOUBLE_EQUAL(r, EMB_PACER_START, 1);
 	CU_ASSERT_EQUAL(p.worst, 0);
 	/* A ratio past u32 (a baseline of 1 us) is the largest, not a wrap. */
-	emb__pacer_report(&p, UINT32_MAX, 1);
+	emb__pacer_report(&p, UINT32_MAX, 1, t);
 	CU_ASSERT_EQUAL(p.worst, UINT32_MAX);
 }
 
@@ -156,11 +176,11 @@ static void test_wire(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-	    {"a report over the bound halves the pace, else it grows, "
-	     "between floor and cap",
+	    {"a report over the bound halves the pace, one within grows it, "
+	     "silence holds it unless long, between floor and cap",
 	     test_next},
 	    {"the fill's ticks: the worst report decides, a starved thread "
-	     "looks once, an idle pacer starts over",
+	     "looks once, quiet grows, an idle pacer starts over",
 	     test_tick},
 	    {"PACE on the wire: counted, a malformed one refused with a "
 	     "reason, none before HELLO",
