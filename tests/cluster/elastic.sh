@@ -63,15 +63,7 @@ sleep 1
 # Paced by the workers' reports: each worker first learns its calls' p99
 # with no move under way, and says so (src/worker/pace.c); a report needs
 # it.
-if [ "$BOUND" != 0 ]; then
-	for _ in $(seq 300); do
-		n=$(grep -c "worker\.[01]\] .*calls' p99 with no move under way" \
-			"$out")
-		[ "$n" -ge 2 ] && break
-		sleep 0.1
-	done
-	[ "$n" -ge 2 ] || bad "$n of 2 workers logged their calls' p99"
-fi
+[ "$BOUND" != 0 ] && moves_pace_wait
 
 # Join: the newcomer takes rank 2 and gets a third of the copies. With
 # R = 1 launch starts it, asked by `embstore scale --add 1 --launch` on
@@ -187,21 +179,8 @@ if [ "$RATE" -gt 0 ]; then
 fi
 # Under --move-bound the workers reported during the join, and as BOUND
 # is under 1, every report was over it: the sources cut their pace.
-if [ "$BOUND" != 0 ]; then
-	grep -q "worker\.[01]\] .*a move is under way: reporting this worker's calls' p99" \
-		"$out" || bad "no worker reported its calls' p99 during the join"
-	reports=0 cuts=0
-	for u in $(sed -n 's/^\[server\.[01]\] .*metrics on \(http:[^ ,]*\).*/\1/p' "$out"); do
-		curl -fsS "$u" >"$work/sm.txt" 2>&1 || bad "no /metrics at $u"
-		r=$(sed -n 's/^embstore_move_pace_reports_total \([0-9]*\)$/\1/p' "$work/sm.txt")
-		c=$(sed -n 's/^embstore_move_pace_cuts_total \([0-9]*\)$/\1/p' "$work/sm.txt")
-		reports=$((reports + ${r:-0}))
-		cuts=$((cuts + ${c:-0}))
-	done
-	[ "$reports" -gt 0 ] && [ "$cuts" -gt 0 ] ||
-		bad "the sources took $reports reports and cut their pace $cuts times"
-	echo "paced by step time: $reports reports, $cuts cuts"
-fi
+[ "$BOUND" != 0 ] && moves_pace_check $(sed -n \
+	's/^\[server\.[01]\] .*metrics on \(http:[^ ,]*\).*/\1/p' "$out")
 # /metrics counts the join and the slots moved.
 curl -fsS "$murl" >"$work/m.txt" 2>&1 || bad "no scheduler /metrics"
 grep -q '^embstore_cluster_servers_changed_total{kind="joined"} 1$' \

@@ -75,15 +75,7 @@ grep -q "^\[launch\] 1 rank to spare: embstore scale --coordinator $ep --job eel
 sleep 1
 # Paced by the workers' reports: each worker first learns its calls' p99
 # with no move under way (src/worker/pace.c); a report needs it.
-if [ "$BOUND" != 0 ]; then
-	for _ in $(seq 300); do
-		n=$(grep -c "worker\.[01]\] .*calls' p99 with no move under way" \
-			"$out")
-		[ "$n" -ge 2 ] && break
-		sleep 0.1
-	done
-	[ "$n" -ge 2 ] || bad "$n of 2 workers logged their calls' p99"
-fi
+[ "$BOUND" != 0 ] && moves_pace_wait
 
 # Join. R = 2: the command `embstore scale --add 1` prints, as an
 # operator runs it. R = 1: launch starts it, asked through its FIFO.
@@ -206,21 +198,7 @@ moves_under_load join
 # Under --move-bound the workers reported during the join, to servers
 # that took their moves from etcd, and as BOUND is under 1 every report
 # was over it: the sources cut their pace.
-if [ "$BOUND" != 0 ]; then
-	grep -q "worker\.[01]\] .*a move is under way: reporting this worker's calls' p99" \
-		"$out" || bad "no worker reported its calls' p99 during the join"
-	reports=0 cuts=0
-	for u in $(metrics_urls); do
-		curl -fsS "$u" >"$work/sm.txt" 2>&1 || continue
-		r=$(sed -n 's/^embstore_move_pace_reports_total \([0-9]*\)$/\1/p' "$work/sm.txt")
-		c=$(sed -n 's/^embstore_move_pace_cuts_total \([0-9]*\)$/\1/p' "$work/sm.txt")
-		reports=$((reports + ${r:-0}))
-		cuts=$((cuts + ${c:-0}))
-	done
-	[ "$reports" -gt 0 ] && [ "$cuts" -gt 0 ] ||
-		bad "the sources took $reports reports and cut their pace $cuts times"
-	echo "paced by step time: $reports reports, $cuts cuts"
-fi
+[ "$BOUND" != 0 ] && moves_pace_check $(metrics_urls)
 # What an observer sees of the job in etcd: every server, the map and
 # nothing moving (embstore stat --coordinator; what it shows of a move
 # under way is cluster/coord's "joins and drains").

@@ -232,3 +232,36 @@ moves_kill_copier() {
 	done
 	[ -n "$victim" ]
 }
+
+# moves_pace_wait: under --move-bound, waits (up to 30 s) until both
+# workers logged their calls' p99 with no move under way, which a report
+# needs (src/worker/pace.c).
+moves_pace_wait() {
+	_n=0
+	for _ in $(seq 300); do
+		_n=$(grep -c "worker\.[01]\] .*calls' p99 with no move under way" \
+			"$out")
+		[ "$_n" -ge 2 ] && return 0
+		sleep 0.1
+	done
+	bad "$_n of 2 workers logged their calls' p99"
+}
+
+# moves_pace_check URL...: a worker reported during the join, and the
+# servers whose /metrics are at URL... took reports and, the bound being
+# under 1 (every report over it), cut their pace.
+moves_pace_check() {
+	grep -q "worker\.[01]\] .*a move is under way: reporting this worker's calls' p99" \
+		"$out" || bad "no worker reported its calls' p99 during the join"
+	_reports=0 _cuts=0
+	for _u in "$@"; do
+		curl -fsS "$_u" >"$work/sm.txt" 2>&1 || continue
+		_r=$(sed -n 's/^embstore_move_pace_reports_total \([0-9]*\)$/\1/p' "$work/sm.txt")
+		_c=$(sed -n 's/^embstore_move_pace_cuts_total \([0-9]*\)$/\1/p' "$work/sm.txt")
+		_reports=$((_reports + ${_r:-0}))
+		_cuts=$((_cuts + ${_c:-0}))
+	done
+	[ "$_reports" -gt 0 ] && [ "$_cuts" -gt 0 ] ||
+		bad "the sources took $_reports reports and cut their pace $_cuts times"
+	echo "paced by step time: $_reports reports, $_cuts cuts"
+}
