@@ -233,8 +233,9 @@
  *
  * PACE request (table id 0, count 0, flags 0): a worker's calls' latency
  * while a move copies rows ahead (docs/replication.md, "Pacing by step
- * time"); the servers streaming copies slow them while any worker's p99
- * is over --move-bound times its p99 before the move.
+ * time"); the servers streaming copies slow them while more than a
+ * tenth of the workers report a p99 over --move-bound times their p99
+ * before the move.
  *   0       4     p99 of the sender's data calls in its last window, us,
  *                 >= 1
  *   4       4     its p99 before the move (the median of its last windows

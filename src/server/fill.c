@@ -772,7 +772,8 @@ int emb__fill_start(struct emb__fill *f, struct emb_server *s,
 	f->epoch = r->epoch;
 	f->mode = r->mode;
 	f->rate = r->rate;
-	f->pacer.bound_milli = r->bound_milli;
+	__atomic_store_n(&f->pacer.bound_milli, r->bound_milli,
+			 __ATOMIC_RELAXED);
 	f->pacer.cap = (double)r->rate;
 	f->token_len = r->token_len;
 	if (r->token_len)

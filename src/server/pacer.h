@@ -4,13 +4,16 @@
  *
  * Workers send PACE while a move is under way (src/worker/pace.c): their
  * calls' p99 over the last window against their p99 before the move. The
- * server keeps the worst ratio since its last look (emb__pacer_report(),
- * any loop thread); the fill's thread looks every EMB_PACER_TICK_MS while
- * it streams (emb__pacer_tick()) and sets its rate as a congestion
- * window is set: a worst ratio over the bound halves the rate (down to
- * EMB_PACER_FLOOR, or a quarter of a cap below it); reports all within it
- * grow the rate by a quarter (up to the cap, --move-rate, or without
- * one). A tick with no report holds the rate while workers are
+ * server counts the reports since its last look, and those whose ratio
+ * is over the bound (emb__pacer_report(), any loop thread); the fill's
+ * thread looks every EMB_PACER_TICK_MS while it streams
+ * (emb__pacer_tick()) and sets its rate as a congestion window is set:
+ * more than a tenth of the reports over the bound halve the rate (down
+ * to EMB_PACER_FLOOR, or a quarter of a cap below it); otherwise reports
+ * grow it by a quarter (up to the cap, --move-rate, or without one).
+ * With one or two workers one report over is enough; with hundreds, the
+ * one worker whose window caught a hiccup of its own does not hold the
+ * move at the floor. A tick with no report holds the rate while workers are
  * reporting (one report a window, 250 ms, spans two or three ticks), and
  * grows it once none has reported for EMB_PACER_QUIET_MS: a move with no
  * one training soon runs as fast as unpaced (1.3 s from the floor to
@@ -38,10 +41,12 @@
 				    trains, the rate may grow */
 
 struct emb__pacer {
-	uint32_t bound_milli; /* --move-bound x 1000; 0 = off */
+	uint32_t bound_milli; /* --move-bound x 1000; 0 = off (atomic: the
+				 reports read it) */
 	double cap;	      /* --move-rate, bytes/s; 0 = none */
-	uint32_t worst;	      /* atomic: worst ratio x 1000 reported since
-				 the last tick, 0 = none */
+	uint64_t tally;	      /* atomic: reports since the last tick (low
+				 32 bits) and of them those over the bound
+				 (high 32), taken at once by the tick */
 	uint64_t reports;     /* atomic: PACE reports taken */
 	uint64_t report_ms;   /* atomic: when the last came, monotonic */
 	uint64_t cuts;	      /* atomic: ticks that halved the rate */
@@ -51,29 +56,27 @@ struct emb__pacer {
 };
 
 /* Any thread: a worker's p99 in its window against before the move,
- * at now_ms (monotonic). */
+ * at now_ms (monotonic). (The counts wrap after 2^32 reports in one
+ * tick: never.) */
 static inline void emb__pacer_report(struct emb__pacer *p, uint32_t p99_us,
 				     uint32_t base_us, uint64_t now_ms)
 {
 	uint64_t r = base_us ? (uint64_t)p99_us * 1000u / base_us : 0;
-	uint32_t v = r > UINT32_MAX ? UINT32_MAX : (uint32_t)r;
-	uint32_t cur = __atomic_load_n(&p->worst, __ATOMIC_RELAXED);
+	bool over = r > __atomic_load_n(&p->bound_milli, __ATOMIC_RELAXED);
 
 	__atomic_fetch_add(&p->reports, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&p->report_ms, now_ms, __ATOMIC_RELAXED);
-	while (v > cur && !__atomic_compare_exchange_n(&p->worst, &cur, v, true,
-						       __ATOMIC_RELAXED,
-						       __ATOMIC_RELAXED))
-		;
+	__atomic_fetch_add(&p->tally, 1u + ((uint64_t)over << 32),
+			   __ATOMIC_RELAXED);
 }
 
 /*
- * The rate after one look with worst the worst ratio (x 1000) since the
- * last, 0 when no report came, and quiet whether none has come for
- * EMB_PACER_QUIET_MS: pure, for the tests.
+ * The rate after one look that found seen reports, over of them over the
+ * bound, and quiet whether none has come for EMB_PACER_QUIET_MS: pure,
+ * for the tests.
  */
-static inline double emb__pacer_next(double rate, uint32_t worst, bool quiet,
-				     uint32_t bound_milli, double cap)
+static inline double emb__pacer_next(double rate, uint32_t seen,
+				     uint32_t over, bool quiet, double cap)
 {
 	double top = cap > 0 ? cap : EMB_PACER_MAX;
 	/* Under a cap below it, the floor is a quarter of the cap: a cut
@@ -81,9 +84,9 @@ static inline double emb__pacer_next(double rate, uint32_t worst, bool quiet,
 	double floor = cap > 0 && cap / 4 < EMB_PACER_FLOOR ? cap / 4
 							    : EMB_PACER_FLOOR;
 
-	if (worst > bound_milli)
+	if ((uint64_t)over * 10u > seen)
 		rate *= 0.5;
-	else if (worst || quiet)
+	else if (seen || quiet)
 		rate *= 1.25;
 	if (rate < floor)
 		rate = floor;
@@ -103,18 +106,18 @@ static inline double emb__pacer_tick(struct emb__pacer *p, uint64_t now_ms)
 			      ? p->cap
 			      : EMB_PACER_START;
 		p->last_ms = now_ms;
-		__atomic_store_n(&p->worst, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&p->tally, 0, __ATOMIC_RELAXED);
 	}
 	while (now_ms - p->last_ms >= EMB_PACER_TICK_MS) {
-		uint32_t w = __atomic_exchange_n(&p->worst, 0,
+		uint64_t t = __atomic_exchange_n(&p->tally, 0,
 						 __ATOMIC_RELAXED);
 		uint64_t last = __atomic_load_n(&p->report_ms,
 						__ATOMIC_RELAXED);
 		/* A report may land after now_ms was read: not quiet. */
 		bool quiet = last <= now_ms &&
 			     now_ms - last >= EMB_PACER_QUIET_MS;
-		double r = emb__pacer_next(p->rate, w, quiet, p->bound_milli,
-					   p->cap);
+		double r = emb__pacer_next(p->rate, (uint32_t)t,
+					   (uint32_t)(t >> 32), quiet, p->cap);
 
 		if (r < p->rate)
 			__atomic_fetch_add(&p->cuts, 1, __ATOMIC_RELAXED);

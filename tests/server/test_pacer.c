@@ -1,11 +1,12 @@
 /*
  * tests/server/test_pacer.c - the pace of a move's copy ahead under
- * --move-bound (src/server/pacer.h): a worst report over the bound halves
- * the rate, reports within it grow it up to the cap, a tick between
- * reports holds it and a long silence grows it, never below the floor; a tick reset after a long idle; the worst of many
- * reports is kept. Then PACE on the wire: a server takes a worker's
- * report and counts it, refuses a malformed one with a clear error, and
- * keeps serving the connection.
+ * --move-bound (src/server/pacer.h): more than a tenth of the reports
+ * over the bound halve the rate, reports otherwise grow it up to the
+ * cap, a tick between reports holds it and a long silence grows it,
+ * never below the floor; one slow worker of two cuts, one of twenty does
+ * not; an idle pacer starts over. Then PACE on the wire: a server takes
+ * a worker's report and counts it, refuses a malformed one with a clear
+ * error, and keeps serving the connection.
  */
 #include <stdio.h>
 #include <string.h>
@@ -20,38 +21,43 @@
 
 #define MB (1024.0 * 1024.0)
 
-/* The rule itself: halve over the bound, grow a quarter otherwise. */
+/* The rule itself: halve when over a tenth of the reports are over the
+ * bound, grow a quarter on reports otherwise. */
 static void test_next(void)
 {
-	const uint32_t bound = 2000; /* 2x */
-
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 2001, false, bound, 0),
+	/* One report of one, over: halve. */
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 1, 1, false, 0),
 			       50 * MB, 1);
-	/* At the bound is within it. */
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 2000, false, bound, 0),
+	/* Reports all within: grow. */
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 3, 0, false, 0),
 			       125 * MB, 1);
+	/* One over of ten is a tenth, not more: grow; two of ten: halve. */
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 10, 1, false, 0),
+			       125 * MB, 1);
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 10, 2, false, 0),
+			       50 * MB, 1);
 	/* No report while workers report (a tick between two windows):
 	 * hold; none for a while (no one trains): grow. */
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 0, false, bound, 0),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 0, 0, false, 0),
 			       100 * MB, 1);
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 0, true, bound, 0),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 0, 0, true, 0),
 			       125 * MB, 1);
 	/* Never over the cap, never under the floor. */
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 0, true, bound, 110 * MB),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(100 * MB, 0, 0, true, 110 * MB),
 			       110 * MB, 1);
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(EMB_PACER_FLOOR, 9000, false, bound, 0),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(EMB_PACER_FLOOR, 1, 1, false, 0),
 			       EMB_PACER_FLOOR, 1);
 	/* A cap under the floor: a cut still slows, to a quarter of it. */
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(200000, 9000, false, bound, 200000),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(200000, 1, 1, false, 200000),
 			       100000, 1);
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(60000, 9000, false, bound, 200000),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(60000, 1, 1, false, 200000),
 			       50000, 1);
 	/* No cap: "unpaced" at most. */
-	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(EMB_PACER_MAX, 0, true, bound, 0),
+	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_next(EMB_PACER_MAX, 0, 0, true, 0),
 			       EMB_PACER_MAX, 1);
 }
 
-/* The fill thread's view: start, the worst of the reports, ticks. */
+/* The fill thread's view: start, the reports' count, ticks. */
 static void test_tick(void)
 {
 	struct emb__pacer p = {.bound_milli = 2000};
@@ -63,7 +69,7 @@ static void test_tick(void)
 	/* Within a tick nothing changes, whatever was reported. */
 	emb__pacer_report(&p, 9000, 1000, t + 10);
 	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_tick(&p, t + 50), r, 1);
-	/* The worst of three reports decides: one over the bound. */
+	/* One of three reports over the bound (the first, 9x): a cut. */
 	emb__pacer_report(&p, 1500, 1000, t + 60);
 	emb__pacer_report(&p, 1000, 1000, t + 70);
 	t += EMB_PACER_TICK_MS;
@@ -75,17 +81,26 @@ static void test_tick(void)
 	/* A tick with no report while workers report: the rate holds. */
 	t += EMB_PACER_TICK_MS;
 	CU_ASSERT_DOUBLE_EQUAL(emb__pacer_tick(&p, t), r, 1);
-	/* The next tick saw reports within the bound only: it grows. */
+	/* The next tick saw reports within the bound only, at it
+	 * included: it grows. */
 	emb__pacer_report(&p, 1900, 1000, t + 5);
+	emb__pacer_report(&p, 2000, 1000, t + 6);
 	t += EMB_PACER_TICK_MS;
 	r = emb__pacer_tick(&p, t);
 	CU_ASSERT_DOUBLE_EQUAL(r, EMB_PACER_START / 2 * 1.25, 1);
+	/* Many workers, one of them slow (1 of 20 over): it grows still. */
+	for (int i = 0; i < 20; i++)
+		emb__pacer_report(&p, i ? 1000 : 9000, 1000, t + 5);
+	t += EMB_PACER_TICK_MS;
+	r = emb__pacer_tick(&p, t);
+	CU_ASSERT_DOUBLE_EQUAL(r, EMB_PACER_START / 2 * 1.25 * 1.25, 1);
+	CU_ASSERT_EQUAL(p.cuts, 1);
 	/* A thread starved for many ticks looks once: one report, one
 	 * cut. */
 	emb__pacer_report(&p, 5000, 1000, t + 5);
 	t += 1000;
 	r = emb__pacer_tick(&p, t);
-	CU_ASSERT_DOUBLE_EQUAL(r, EMB_PACER_START / 2 * 1.25 / 2, 1);
+	CU_ASSERT_DOUBLE_EQUAL(r, EMB_PACER_START / 2 * 1.25 * 1.25 / 2, 1);
 	CU_ASSERT_EQUAL(p.cuts, 2);
 	/* No one has reported for EMB_PACER_QUIET_MS: each tick grows. */
 	t += EMB_PACER_QUIET_MS;
@@ -102,10 +117,10 @@ static void test_tick(void)
 	t += EMB_PACER_IDLE_MS + 1000;
 	r = emb__pacer_tick(&p, t);
 	CU_ASSERT_DOUBLE_EQUAL(r, EMB_PACER_START, 1);
-	CU_ASSERT_EQUAL(p.worst, 0);
-	/* A ratio past u32 (a baseline of 1 us) is the largest, not a wrap. */
+	CU_ASSERT_EQUAL(p.tally, 0);
+	/* A ratio past u32 (a baseline of 1 us) is over, not a wrap. */
 	emb__pacer_report(&p, UINT32_MAX, 1, t);
-	CU_ASSERT_EQUAL(p.worst, UINT32_MAX);
+	CU_ASSERT_EQUAL(p.tally, 1u + (UINT64_C(1) << 32));
 }
 
 /* The response to one frame sent on fd. */
@@ -176,11 +191,13 @@ static void test_wire(void)
 int main(int argc, char **argv)
 {
 	static const struct emb_test_case cases[] = {
-	    {"a report over the bound halves the pace, one within grows it, "
-	     "silence holds it unless long, between floor and cap",
+	    {"over a tenth of the reports over the bound halve the pace, "
+	     "others grow it, silence holds it unless long, between floor "
+	     "and cap",
 	     test_next},
-	    {"the fill's ticks: the worst report decides, a starved thread "
-	     "looks once, quiet grows, an idle pacer starts over",
+	    {"the fill's ticks: one slow worker of two cuts, one of twenty "
+	     "does not, a starved thread looks once, quiet grows, an idle "
+	     "pacer starts over",
 	     test_tick},
 	    {"PACE on the wire: counted, a malformed one refused with a "
 	     "reason, none before HELLO",
