@@ -306,8 +306,8 @@ static int pipe_wait(struct pipe *p, bool all, struct batch **free_out)
  * Under --move-rate alone the stream keeps rate on average since it
  * began, so a stream of B bytes takes at least B / rate. Under
  * --move-bound the rate changes as the workers report (pacer.h): each
- * batch is due bytes / rate after the last, and a stream that fell behind
- * banks no more than PACE_SLACK_NS of credit. The fenced stream is not
+ * batch is due bytes / rate after the last, a stream starts with no
+ * credit, and one that fell behind banks no more than PACE_SLACK_NS. The fenced stream is not
  * paced: training waits for it.
  */
 static int pace(struct pipe *p, size_t bytes)
@@ -322,7 +322,12 @@ static int pace(struct pipe *p, size_t bytes)
 		uint64_t now = emb_clock_ns();
 		double rate = emb__pacer_tick(&f->pacer, now / 1000000u);
 
-		if (p->pace_t0 + PACE_SLACK_NS < now)
+		/* A stream starts with no credit (a chunk's copy of B bytes
+		 * takes B / rate at least, as under --move-rate alone); one
+		 * that fell behind keeps PACE_SLACK_NS of it. */
+		if (!p->pace_t0)
+			p->pace_t0 = now;
+		else if (p->pace_t0 + PACE_SLACK_NS < now)
 			p->pace_t0 = now - PACE_SLACK_NS;
 		p->pace_t0 += (uint64_t)((double)bytes / rate * 1e9);
 		due = p->pace_t0;
