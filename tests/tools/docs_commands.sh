@@ -83,12 +83,17 @@ sys.exit(1 if bad else 0)
 EOF
 	bad "the docs' file blocks differ from the files"
 
-# Free ports for the fixed ones in the docs.
-read -r p1 p2 p3 p4 p5 p6 p7 p8 < <(python3 -c '
+# Free ports for the fixed ones in the docs, picked again right before each
+# block: picked once, a port sat free for minutes while the other suites'
+# connections drew ephemeral ports from the same range.
+free_ports() {
+	read -r p1 p2 p3 p4 p5 p6 p7 p8 < <(python3 -c '
 import socket
 s = [socket.socket() for _ in range(8)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*[x.getsockname()[1] for x in s])')
+}
+free_ports
 
 cd "$work" || exit 1
 # training.md: 6 commands; deploy.md: 4, and 4 that are only parsed;
@@ -100,17 +105,24 @@ for b in blocks/*.parse; do
 	bash -n "$b" || bad "does not parse: $(head -n 1 "$b")"
 done
 for b in blocks/*.run; do
+	free_ports
 	sed -e "s/\b8081\b/$p1/g" -e "s/\b7164\b/$p2/g" -e "s/\b7174\b/$p3/g" \
 		-e "s/\b6170\b/$p4/g" -e "s/\b6171\b/$p5/g" \
 		-e "s/\b9464\b/$p6/g" -e "s/\b2379\b/$p7/g" \
 		-e "s/\b2380\b/$p8/g" "$b" >"$b.sh"
 	setsid timeout 120 bash -euo pipefail "$b.sh" >"$b.out" 2>&1 &
 	groups="$groups $!"
-	if ! wait $!; then
-		bad "$(head -n 1 "$b" | cut -c3-) exits non-zero:"
+	t0=$SECONDS
+	wait $!
+	rc=$?
+	if [ $rc != 0 ]; then
+		bad "$(head -n 1 "$b" | cut -c3-) exits $rc after $((SECONDS - t0)) s$([ $rc = 124 ] && echo ' (timed out)'):"
 		tail -n 20 "$b.out" >&2
-		for l in *.log log/*.log; do
-			[ -f "$l" ] && { echo "--- $l" >&2; tail -n 5 "$l" >&2; }
+		# What the block wrote: its own files and its jobs' logs,
+		# newest first (the failing block's are the newest).
+		for l in $(ls -t *.txt *.log log*/*.log 2>/dev/null | head -n 12); do
+			echo "--- $l" >&2
+			tail -n 8 "$l" >&2
 		done
 	fi
 	kill -- -"${groups##* }" 2>/dev/null
