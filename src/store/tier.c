@@ -790,16 +790,44 @@ static void blk_release(struct emb_table *t, struct tier_shard *ts,
  */
 enum { MARK_CKPT, MARK_MOVE };
 
+/*
+ * The word and the bit of loc's mark of a kind. Two functions, not a word
+ * with the bit through a pointer: `*mark_word(.., &bit) & bit` reads bit
+ * unsequenced against the call that sets it, which GCC happened to order
+ * as meant and clang did not (a delta then missed rows on the device).
+ */
 static inline uint64_t *mark_word(const struct emb_tier *tr,
 				  const struct tier_shard *ts, uint32_t loc,
-				  int kind, uint64_t *bit)
+				  int kind)
 {
 	uint32_t sb = loc >> 8, slot = loc & 0xff;
 
-	*bit = 1ull << (slot & 63);
 	return &ts->blk_mark[((size_t)sb * 2 + (size_t)kind) *
 				 tr->mark_words +
 			     slot / 64];
+}
+
+static inline uint64_t mark_bit(uint32_t loc)
+{
+	return 1ull << (loc & 63); /* a slot is loc's low 8 bits */
+}
+
+static inline bool mark_get(const struct emb_tier *tr,
+			    const struct tier_shard *ts, uint32_t loc, int kind)
+{
+	return *mark_word(tr, ts, loc, kind) & mark_bit(loc);
+}
+
+static inline void mark_put(const struct emb_tier *tr,
+			    const struct tier_shard *ts, uint32_t loc, int kind,
+			    bool on)
+{
+	uint64_t *w = mark_word(tr, ts, loc, kind);
+
+	if (on)
+		*w |= mark_bit(loc);
+	else
+		*w &= ~mark_bit(loc);
 }
 
 static inline bool rec_bit(const uint64_t *w, uint32_t idx)
@@ -921,7 +949,7 @@ static int demote(struct emb_table *t, struct emb_shard *s, uint32_t si,
 		for (uint32_t k = 0; k < m; k++) {
 			uint32_t idx = cand[lo + k].idx, loc = sb[i] << 8 | k;
 			struct emb_row_hdr *r = emb__shard_row(t, s, idx);
-			uint64_t h = emb_id_hash(r->id), bit, *mw;
+			uint64_t h = emb_id_hash(r->id);
 			uint32_t fp = map_fp(h), pos = map_home(fp, ts->map_n);
 
 			/* Ticks compared as distances, as the clock wraps. */
@@ -931,14 +959,10 @@ static int demote(struct emb_table *t, struct emb_shard *s, uint32_t si,
 				pos = (pos + 1) & (ts->map_n - 1);
 			ts->map[pos] = (uint64_t)fp << 32 | (loc + 1);
 			ts->map_used++;
-			if (rec_bit(s->dirty, idx)) {
-				mw = mark_word(tr, ts, loc, MARK_CKPT, &bit);
-				*mw |= bit;
-			}
-			if (rec_bit(s->track, idx)) {
-				mw = mark_word(tr, ts, loc, MARK_MOVE, &bit);
-				*mw |= bit;
-			}
+			if (rec_bit(s->dirty, idx))
+				mark_put(tr, ts, loc, MARK_CKPT, true);
+			if (rec_bit(s->track, idx))
+				mark_put(tr, ts, loc, MARK_MOVE, true);
 			emb__shard_unlink(t, s, idx, h);
 		}
 		ts->blk_live[sb[i]] = (uint16_t)m;
@@ -1278,15 +1302,12 @@ static void cold_drop(struct emb_table *t, uint32_t si, uint32_t mpos,
 	struct emb_tier *tr = t->tier;
 	struct tier_shard *ts = &tr->sh[si];
 	uint32_t loc = (uint32_t)ts->map[mpos] - 1, sb = loc >> 8;
-	uint64_t bit, *w;
 
 	if (ts->walks)
 		walks_drop(t, si, loc, (uint32_t)(ts->map[mpos] >> 32), id,
 			   lives_on, src);
-	w = mark_word(tr, ts, loc, MARK_CKPT, &bit);
-	*w &= ~bit;
-	w = mark_word(tr, ts, loc, MARK_MOVE, &bit);
-	*w &= ~bit;
+	mark_put(tr, ts, loc, MARK_CKPT, false);
+	mark_put(tr, ts, loc, MARK_MOVE, false);
 	map_delete(ts, mpos);
 	if (--ts->blk_live[sb] == 0)
 		blk_release(t, ts, sb);
@@ -1363,14 +1384,12 @@ struct emb_row_hdr *emb__tier_take(struct emb_table *t, struct emb_shard *s,
 		/* Its marks as they were too: emb__shard_insert marked a
 		 * new row, which this one is not. */
 		uint32_t loc = (uint32_t)ts->map[mpos] - 1;
-		uint64_t bit;
 
 		rec_set(s->dirty, (uint32_t)idx,
-			*mark_word(t->tier, ts, loc, MARK_CKPT, &bit) & bit);
+			mark_get(t->tier, ts, loc, MARK_CKPT));
 		if (s->track)
 			rec_set(s->track, (uint32_t)idx,
-				*mark_word(t->tier, ts, loc, MARK_MOVE, &bit) &
-				    bit);
+				mark_get(t->tier, ts, loc, MARK_MOVE));
 	}
 	cold_drop(t, si, mpos, id, true, src);
 	count(&t->tier->promoted, 1);
@@ -1624,8 +1643,6 @@ static void pin_update(struct emb_table *t, uint32_t si)
 static bool walk_wants(const struct emb_tier *tr, const struct tier_shard *ts,
 		       const struct emb_tier_walk *w, uint32_t fp, uint32_t loc)
 {
-	uint64_t bit;
-
 	if (w->by_slot) {
 		/* A slot is the top bits of the hash's high word, which the
 		 * entry keeps (common/hash.h). */
@@ -1635,9 +1652,9 @@ static bool walk_wants(const struct emb_tier *tr, const struct tier_shard *ts,
 			return false;
 	}
 	if (w->kind == EMB_TIER_WALK_CKPT)
-		return *mark_word(tr, ts, loc, MARK_CKPT, &bit) & bit;
+		return mark_get(tr, ts, loc, MARK_CKPT);
 	if (w->kind == EMB_TIER_WALK_MOVE)
-		return *mark_word(tr, ts, loc, MARK_MOVE, &bit) & bit;
+		return mark_get(tr, ts, loc, MARK_MOVE);
 	return true;
 }
 
@@ -1906,7 +1923,6 @@ static int walk_cold(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	for (uint32_t b = 0, i = w->at; i < end; i++) {
 		uint32_t loc = w->loc[i];
 		const struct emb_row_hdr *r;
-		uint64_t bit, *mw;
 
 		while (sbs[b] != loc >> 8)
 			b++;
@@ -1919,10 +1935,8 @@ static int walk_cold(struct emb_table *t, struct emb_shard *s, uint32_t si,
 		/* Gone meanwhile: back in DRAM (then owed) or erased. */
 		if (cold_at(ts, r->id, loc) < 0)
 			continue;
-		if (clear_ckpt) {
-			mw = mark_word(tr, ts, loc, MARK_CKPT, &bit);
-			*mw &= ~bit;
-		}
+		if (clear_ckpt)
+			mark_put(tr, ts, loc, MARK_CKPT, false);
 		emb__row_put(t, r, got++, ids, rows, meta);
 	}
 	w->at = end;
@@ -1941,7 +1955,7 @@ static int walk_owed(struct emb_table *t, struct emb_shard *s, uint32_t si,
 	/* The set no longer changes: nothing owes in part 3. */
 	while (got < max && w->owed_at <= w->owed_n) {
 		uint32_t at = w->owed_at++;
-		uint64_t id, h, bit;
+		uint64_t id, h;
 		int64_t idx;
 		const char *src;
 		uint32_t mpos;
@@ -1967,8 +1981,8 @@ static int walk_owed(struct emb_table *t, struct emb_shard *s, uint32_t si,
 			continue;
 		}
 		if (clear_ckpt)
-			*mark_word(tr, ts, (uint32_t)ts->map[mpos] - 1,
-				   MARK_CKPT, &bit) &= ~bit;
+			mark_put(tr, ts, (uint32_t)ts->map[mpos] - 1,
+				 MARK_CKPT, false);
 		emb__row_put(t, (const struct emb_row_hdr *)(const void *)src,
 			     got++, ids, rows, meta);
 	}
