@@ -18,6 +18,7 @@
 
 #include "common/err.h"
 #include "common/hash.h"
+#include "common/target.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -462,8 +463,7 @@ static bool streamable(const float *d, uint32_t dim, uint32_t n)
 	       (size_t)n * dim * sizeof(*d) >= STREAM_BYTES;
 }
 
-#pragma GCC push_options
-#pragma GCC target("avx2,f16c,fma")
+EMB_TARGET_BEGIN("avx2,f16c,fma")
 
 static const float sr_scale_v = 0x1p-24f;
 
@@ -829,14 +829,13 @@ static bool enc_int8_avx2(const float *s, unsigned char *d, uint32_t n,
 	enc_int8_codes_scalar(s, d + 8, i, n, &p, round, key);
 	return true;
 }
-#pragma GCC pop_options
+EMB_TARGET_END
 
 /*
  * AVX-512F only (with AVX2, F16C and FMA for the narrower bodies it ends
  * with): vpmovdw and vpmovdb narrow the lanes, masks replace blends.
  */
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,f16c,fma")
+EMB_TARGET_BEGIN("avx512f,avx2,f16c,fma")
 
 /* fmix32() in 16 lanes. */
 VEC_INLINE __m512i fmix32_v16(__m512i h)
@@ -1103,7 +1102,7 @@ static bool enc_int8_avx512(const float *s, unsigned char *d, uint32_t n,
 	enc_codes_v16(s, d + 8, n, &p, round, key);
 	return true;
 }
-#pragma GCC pop_options
+EMB_TARGET_END
 #endif
 
 /* ---- dispatch ---------------------------------------------------------- */
@@ -1117,7 +1116,7 @@ static inline __attribute__((always_inline)) unsigned vec_width(void)
 {
 #if ROWFMT_X86
 	if (emb__rowfmt_vec_max < 32 || !__builtin_cpu_supports("avx2") ||
-	    !__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("fma"))
+	    !emb_cpu_f16c() || !__builtin_cpu_supports("fma"))
 		return 0;
 	if (emb__rowfmt_vec_max >= 64 && __builtin_cpu_supports("avx512f"))
 		return 64;

@@ -25,6 +25,7 @@
 #include "common/optim.h"
 #include "common/optim_int.h"
 #include "common/rowfmt.h"
+#include "common/target.h"
 
 /* -DEMB_NO_PREFETCH builds the store without software prefetch, to measure
  * what it buys (docs/store.md). */
@@ -1080,14 +1081,12 @@ static uint32_t pull_chunk_decode(const uint64_t *ids, const uint32_t *pos,
 	static const pull_chunk_fn pull_sized_##isa[4] = {                    \
 	    pull_chunk_##isa##_64, pull_chunk_##isa##_128,                    \
 	    pull_chunk_##isa##_256, pull_chunk_##isa##_512};
-#pragma GCC push_options
-#pragma GCC target("avx512f")
+EMB_TARGET_BEGIN("avx512f")
 PULL_CHUNK_FNS(avx512, 64)
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx2")
+EMB_TARGET_END
+EMB_TARGET_BEGIN("avx2")
 PULL_CHUNK_FNS(avx2, 32)
-#pragma GCC pop_options
+EMB_TARGET_END
 #undef PULL_CHUNK_FNS
 #endif
 #undef PULL_CHUNK_FN

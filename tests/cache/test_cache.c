@@ -831,7 +831,7 @@ static uint32_t train_compact(uint32_t fmt, uint32_t mode, uint32_t optim,
 	rb = malloc(rf * sizeof(float));
 	wa = malloc(DIM * sizeof(float));
 	wb = malloc(DIM * sizeof(float));
-	CU_ASSERT_PTR_NOT_NULL_FATAL(ra && rb && wa && wb);
+	CU_ASSERT_FATAL(ra && rb && wa && wb);
 	diff = 0;
 	for (int s = 0; s < STEPS; s++) {
 		for (int i = 0; i < BATCH; i++) {

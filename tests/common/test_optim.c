@@ -351,7 +351,7 @@ static void rows_match_scalar_at(const struct emb_optim_cfg *base,
 			float *ws = calloc(ns + 1, sizeof(float));
 			float *g = calloc(dim, sizeof(float));
 
-			CU_ASSERT_PTR_NOT_NULL_FATAL(w && ww && s && ws && g);
+			CU_ASSERT_FATAL(w && ww && s && ws && g);
 			c.weight_decay = wds[k];
 			for (uint32_t i = 0; i < dim; i++) {
 				w[i] = ww[i] = wide_w(i);

@@ -351,7 +351,7 @@ static uint32_t train_compact(uint32_t fmt, uint32_t kind, uint32_t mode,
 	rf = emb_client_table_row_floats(ta);
 	wa = malloc((size_t)IDS * rf * sizeof(float));
 	wb = malloc((size_t)IDS * rf * sizeof(float));
-	CU_ASSERT_PTR_NOT_NULL_FATAL(wa && wb);
+	CU_ASSERT_FATAL(wa && wb);
 	for (uint32_t i = 0; i < IDS; i++)
 		all[i] = i;
 	CU_ASSERT_EQUAL_FATAL(emb_client_table_pull(ta, all, IDS, wa,
