@@ -118,7 +118,8 @@ floats_finite_avx2(const float *v, size_t n)
 	acc0 = _mm256_or_si256(acc0, acc1);
 	if (!_mm256_testz_si256(acc0, acc0))
 		return false;
-	return floats_finite_body(v + i, n - i);
+	/* n == 0 may come with v NULL, and NULL + 0 is undefined in C. */
+	return i == n || floats_finite_body(v + i, n - i);
 }
 
 /* AVX-512F compares into mask registers: the flags are a mask. */
@@ -139,7 +140,7 @@ floats_finite_avx512(const float *v, size_t n)
 	}
 	if (bad)
 		return false;
-	return floats_finite_body(v + i, n - i);
+	return i == n || floats_finite_body(v + i, n - i);
 }
 
 bool emb_floats_finite(const float *v, size_t n)
