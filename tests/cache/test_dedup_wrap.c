@@ -17,7 +17,7 @@ static void test_wrap_clears(void)
 	const uint64_t b[] = {12, 14, 12, 11, 15};
 	uint64_t uniq[5];
 	uint32_t inv[5];
-	struct emb_dedup *d;
+	struct emb_dedup *d = NULL;
 
 	CU_ASSERT_EQUAL_FATAL(emb_dedup_create(8, &d), 0);
 	/* Stamp 1: a's ids. */
