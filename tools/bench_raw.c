@@ -9,7 +9,8 @@
  * skip: each id is found through an index first, a linear-probing array
  * of 4-byte slots (row + 1) at the store's load factor, probed from the
  * slot its hash picks, as the store's index is (src/store/shard.c). It
- * tells what of the gap to raw-gather is that lookup's random access.
+ * tells what of the gap to raw-gather is that lookup's random access;
+ * raw-index-apply is raw-apply found the same way.
  *
  * Threads: open/close/mem on the main thread; preload, pull and push from
  * any number of workers at once. Concurrent pushes to one row race, as
@@ -276,6 +277,49 @@ static int raw_push(void *ctx, const uint64_t *ids, uint32_t n,
 	return 0;
 }
 
+/*
+ * raw-apply through the index: raw_push()'s SGD loop, each row found as
+ * raw_index_pull() finds it (home slots 2 * PREFETCH_AHEAD ids ahead, the
+ * probe and the row's prefetch for writing PREFETCH_AHEAD ahead), so that
+ * the push's gap to raw-apply splits into the lookup and the rest.
+ */
+static int raw_index_push(void *ctx, const uint64_t *ids, uint32_t n,
+			  const float *grads)
+{
+	struct raw *r = ctx;
+	const float lr = r->lr;
+	const uint32_t dim = r->dim, ahead2 = 2 * PREFETCH_AHEAD;
+	float *ring[PREFETCH_AHEAD];
+
+	for (uint32_t i = 0; i < n; i++)
+		if (ids[i] >= r->nrows)
+			return -EINVAL;
+	for (uint32_t i = 0; i < n && i < ahead2; i++)
+		__builtin_prefetch(&r->slots[raw_home(r, ids[i])]);
+	for (uint32_t i = 0; i < n && i < PREFETCH_AHEAD; i++) {
+		ring[i] = (float *)raw_find(r, &r->slots[raw_home(r, ids[i])],
+					    ids[i]);
+		prefetch_row(r, (uint64_t)(ring[i] - r->rows) / dim, true);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const uint32_t j = i + PREFETCH_AHEAD, k = i % PREFETCH_AHEAD;
+		float *restrict w = ring[k];
+		const float *restrict g = grads + (size_t)i * dim;
+
+		if (i + ahead2 < n)
+			__builtin_prefetch(&r->slots[raw_home(r, ids[i + ahead2])]);
+		for (uint32_t c = 0; c < dim; c++)
+			w[c] -= lr * g[c];
+		if (j < n) {
+			ring[k] = (float *)raw_find(
+				r, &r->slots[raw_home(r, ids[j])], ids[j]);
+			prefetch_row(r, (uint64_t)(ring[k] - r->rows) / dim,
+				     true);
+		}
+	}
+	return 0;
+}
+
 static int raw_mem(void *be, struct emb_bench_mem *out)
 {
 	struct raw *r = be;
@@ -311,6 +355,6 @@ const struct emb_bench_backend emb_bench_raw_index_backend = {
 	.thread_close = raw_thread_close,
 	.preload = raw_preload,
 	.pull = raw_index_pull,
-	.push = raw_push,
+	.push = raw_index_push,
 	.mem = raw_mem,
 };

@@ -176,7 +176,7 @@ static void usage(FILE *f)
 	    "  --preload | --no-preload  create the rows first (default on)\n"
 	    "  --op OP               pull | push | step | mix:F | raw-gather |"
 	    " raw-apply |\n"
-	    "                        raw-index-gather (pull);\n"
+	    "                        raw-index-gather | raw-index-apply;\n"
 	    "                        mix:0.8 pulls 80% of batches, pushes"
 	    " the rest\n"
 	    "  --cache ROWS          client: a cached table of ROWS rows per"
@@ -371,6 +371,13 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* A raw op: the dense array, with or without its index (bench_raw.c). */
+static bool raw_op(const struct opts *o)
+{
+	return o->backend == &emb_bench_raw_backend ||
+	       o->backend == &emb_bench_raw_index_backend;
+}
+
 static int parse_op(struct opts *o, const char *s)
 {
 	static const struct {
@@ -384,6 +391,8 @@ static int parse_op(struct opts *o, const char *s)
 		{"raw-gather", EMB_BENCH_PULL, &emb_bench_raw_backend},
 		{"raw-apply", EMB_BENCH_PUSH, &emb_bench_raw_backend},
 		{"raw-index-gather", EMB_BENCH_PULL,
+		 &emb_bench_raw_index_backend},
+		{"raw-index-apply", EMB_BENCH_PUSH,
 		 &emb_bench_raw_index_backend},
 	};
 
@@ -722,7 +731,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	}
 	/* Which backend: raw ops have their own; otherwise the servers, the
 	 * cluster of the environment, or this process. */
-	if (!rc && o->backend != &emb_bench_raw_backend) {
+	if (!rc && !raw_op(o)) {
 		if (o->cfg.servers || o->sched) {
 			o->backend = &emb_bench_client_backend;
 		} else if (!o->in_process &&
@@ -753,7 +762,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	}
 #endif
 	if (!rc && (o->cfg.mem_limit || o->cfg.tier_dir) &&
-	    (o->backend == &emb_bench_raw_backend ||
+	    (raw_op(o) ||
 	     o->backend == &emb_bench_client_backend)) {
 		fprintf(stderr, "embstore-bench: --mem-limit and --tier-dir"
 				" are for a table in this process (servers"
@@ -796,14 +805,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (!rc && o->verify)
 		rc = check_verify(o);
-	if (!rc && o->backend == &emb_bench_raw_backend &&
+	if (!rc && raw_op(o) &&
 	    o->cfg.optim.kind != EMB_OPTIM_SGD) {
-		fprintf(stderr, "embstore-bench: raw-apply applies plain SGD;"
+		fprintf(stderr, "embstore-bench: raw-apply and raw-index-apply"
+				" apply plain SGD;"
 				" use --optimizer sgd\n");
 		rc = -EINVAL;
 	}
 	if (!rc && o->rowfmt_given && o->cfg.row_format != EMB_ROWFMT_FP32 &&
-	    o->backend == &emb_bench_raw_backend) {
+	    raw_op(o)) {
 		/* The raw ops gather fp32 arrays. */
 		fprintf(stderr, "embstore-bench: --row-format %s needs a table"
 				" (in this process or on servers), not a raw "
@@ -811,7 +821,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			emb_rowfmt_name(o->cfg.row_format));
 		rc = -EINVAL;
 	}
-	if (!rc && o->backend == &emb_bench_raw_backend &&
+	if (!rc && raw_op(o) &&
 	    !emb_lifecycle_is_off(&o->cfg.life)) {
 		fprintf(stderr, "embstore-bench: --admit and --evict need a"
 				" table, not a raw op\n");
