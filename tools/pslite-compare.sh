@@ -18,14 +18,26 @@
 #
 # Without PSLITE_SRC_DIR only the embstore half runs (no ratios).
 #
+# With -i ROUNDS the same run then measures the store in one process
+# against the raw loops (docs/bench.md, "The raw ops"), ROUNDS rounds of
+# `embstore-bench --in-process --threads 1 --optimizer sgd` with the same
+# rows, dim, batch and timing, under DIST and under uniform ids: push,
+# raw-apply, raw-index-apply, pull, raw-gather and raw-index-gather in
+# turn (the order reversed every other round). Prints each round's median
+# batches (p50_us), then per ids the store's speed over each raw op's
+# (the raw op's median batch over the store's), taken within each round:
+# median (min..max) over the rounds.
+#
 #   tools/pslite-compare.sh ~/src/ps-lite               # W1, 5 reps, 3 s
 #   tools/pslite-compare.sh -r 1 -N 200 -n 20000 -B 256 ~/src/ps-lite
+#   tools/pslite-compare.sh -b build-rel -r 6 -i 5 -d 2 ~/src/ps-lite
 #
 # Options: -b BUILD (build), -r REPS (5), -d SECONDS per timed run (3),
 # -N BATCHES: time exactly that many batches instead of -d seconds,
 # -w SECONDS of warmup (1), -n ROWS (1000000), -B BATCH (4096), -D DIM (64),
-# -t DIST (zipf:1.05), -o FILE: append every run's JSON object (with fig
-# "pslite", rep and load1) to FILE.
+# -t DIST (zipf:1.05), -i ROUNDS in process after (0: none), -o FILE:
+# append every run's JSON object (with fig "pslite", rep and load1; the
+# in-process ones fig "inproc" and round) to FILE.
 # Needs: jq, cmake, g++, libzmq3-dev, libprotobuf-dev, protobuf-compiler
 # (the ps-lite half only needs the last four). Nothing leaves the loopback;
 # every process it starts is stopped on exit.
@@ -41,6 +53,7 @@ batch=4096
 dim=64
 dist=zipf:1.05
 out=
+inproc=0
 
 usage() {
 	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
@@ -48,7 +61,7 @@ usage() {
 }
 
 nbatch=
-while getopts b:r:d:w:n:B:D:t:o:N:h opt; do
+while getopts b:r:d:w:n:B:D:t:o:N:i:h opt; do
 	case $opt in
 	b) build=$(cd "$OPTARG" && pwd) ;;
 	r) reps=$OPTARG ;;
@@ -60,6 +73,7 @@ while getopts b:r:d:w:n:B:D:t:o:N:h opt; do
 	t) dist=$OPTARG ;;
 	o) out=$OPTARG ;;
 	N) nbatch=$OPTARG ;;
+	i) inproc=$OPTARG ;;
 	h) usage 0 ;;
 	*) usage ;;
 	esac
@@ -69,6 +83,7 @@ shift $((OPTIND - 1))
 src=${1:-}
 case $reps in '' | *[!0-9]* | 0) echo "pslite-compare: bad -r '$reps'" >&2; exit 2 ;; esac
 case $nbatch in *[!0-9]* | 0) echo "pslite-compare: bad -N '$nbatch'" >&2; exit 2 ;; esac
+case $inproc in '' | *[!0-9]*) echo "pslite-compare: bad -i '$inproc'" >&2; exit 2 ;; esac
 # The timed part of a phase: seconds, or a number of batches.
 timed=(--duration "$dur")
 [ -z "$nbatch" ] || timed=(--batches "$nbatch")
@@ -265,4 +280,80 @@ if [ -n "$ppid" ]; then
 		"$work/pslite.err")"; fail=1; }
 	ppid=
 fi
+# Both systems are down: the in-process rounds have the cores to
+# themselves, as the TCP phases had.
+kill "$spid" 2>/dev/null || true
+wait "$spid" 2>/dev/null || true
+spid=
+[ "$inproc" -gt 0 ] || exit $fail
+
+# The in-process rounds. p50[ROUND,IDS,OP] = the op's median batch, us.
+inops=(push raw-apply raw-index-apply pull raw-gather raw-index-gather)
+dists=("$dist")
+[ "$dist" = uniform ] || dists+=(uniform)
+declare -A p50=()
+echo
+echo "In process, 1 thread: rows $rows, dim $dim, batch $batch," \
+	"${nbatch:-${dur} s} ${nbatch:+batches} timed after ${warmup} s warmup;" \
+	"median batch in us; load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-5s %-10s' round ids
+printf ' %9s' "${inops[@]/raw-index-/ri-}"
+echo
+for round in $(seq "$inproc"); do
+	for d in "${dists[@]}"; do
+		order=("${inops[@]}")
+		if [ $((round % 2)) = 0 ]; then
+			order=()
+			for ((k = ${#inops[@]} - 1; k >= 0; k--)); do
+				order+=("${inops[k]}")
+			done
+		fi
+		for op in "${order[@]}"; do
+			if ! j=$(timeout 900 "$build/tools/embstore-bench" \
+				--in-process --threads 1 --optimizer sgd \
+				--rows "$rows" --dim "$dim" --batch "$batch" \
+				--dist "$d" --op "$op" --warmup "$warmup" \
+				"${timed[@]}" --json 2>"$work/bench.err"); then
+				note "in process --op $op failed: $(tail -3 \
+					"$work/bench.err")"
+				fail=1
+				continue
+			fi
+			p50[$round,$d,$op]=$(jq -r '.p50_us' <<<"$j")
+			if [ -n "$out" ]; then
+				jq -c --argjson r "$round" --argjson load \
+					"$(cut -d' ' -f1 /proc/loadavg)" \
+					'. + {fig: "inproc", round: $r, load1: $load}' \
+					<<<"$j" >>"$out"
+			fi
+		done
+		printf '%-5s %-10s' "$round" "$d"
+		for op in "${inops[@]}"; do
+			printf ' %9s' "${p50[$round,$d,$op]:--}"
+		done
+		echo
+	done
+done
+# store / raw by speed: the raw op's median batch over the store's.
+for d in "${dists[@]}"; do
+	for pair in push:raw-apply push:raw-index-apply pull:raw-gather \
+		pull:raw-index-gather; do
+		st=${pair%%:*}
+		raw=${pair#*:}
+		for round in $(seq "$inproc"); do
+			a=${p50[$round,$d,$st]:-}
+			b=${p50[$round,$d,$raw]:-}
+			[ -n "$a" ] && [ -n "$b" ] || continue
+			awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) printf "%.3f\n", b / a }'
+		done | sort -g | awk -v d="$d" -v st="$st" -v raw="$raw" '
+			{ v[NR] = $1 }
+			END {
+				if (!NR) exit
+				m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+				printf "in process, %s: %s / %s %.2fx (%.2f..%.2f), %d rounds\n",
+					d, st, raw, m, v[1], v[NR], NR
+			}'
+	done
+done
+echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $fail

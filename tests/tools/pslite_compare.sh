@@ -10,7 +10,8 @@
 # With "full": ps-lite is built from $EMB_PSLITE_SRC (a dmlc/ps-lite
 # checkout; into BUILD/pslite, kept for the next run) and both systems
 # run: every repetition has a ratio and each op a median line, and the
-# ps-lite driver's --check pulls back every row it wrote. Exits 77
+# ps-lite driver's --check pulls back every row it wrote. Either way a
+# run with -i 1 adds the in-process rounds after. Exits 77
 # (meson SKIP) when EMB_PSLITE_SRC is not set, or without jq.
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -117,12 +118,36 @@ elif grep -q 'embstore/ps-lite' "$dir/summary"; then
 	bad "a ratio without ps-lite runs"
 fi
 
+# -i: the same run then measures the store in process against the raw
+# loops: per ids (DIST and uniform) a row of median batches a round and
+# the four ratios, and one JSON object per in-process run, fig "inproc".
+if ! "$src/tools/pslite-compare.sh" -b "$build" -r 1 -N 10 -w 0 -n 5000 \
+	-B 64 -D 8 -i 1 -o "$dir/inproc.jsonl" >"$dir/out.i" 2>"$dir/err.i"; then
+	bad "pslite-compare.sh -i 1 exited $?: $(tail -3 "$dir/err.i")"
+fi
+for d in zipf:1.05 uniform; do
+	awk -v d="$d" '$1 == 1 && $2 == d && NF == 8' "$dir/out.i" | grep -q . ||
+		bad "no round line for $d: $(cat "$dir/out.i")"
+	for r in 'push / raw-apply' 'push / raw-index-apply' \
+		'pull / raw-gather' 'pull / raw-index-gather'; do
+		grep -q "^in process, $d: $r [0-9.]*x ([0-9.]*\.\.[0-9.]*), 1 rounds$" \
+			"$dir/out.i" || bad "no '$r' ratio for $d"
+	done
+done
+jq -e -s '[.[] | select(.fig == "inproc" and .round == 1
+	and .backend != "client" and .batches == 10)] | length == 12' \
+	"$dir/inproc.jsonl" >/dev/null ||
+	bad "not 12 in-process runs: $(jq -c '{fig,op,dist}' "$dir/inproc.jsonl")"
+
 # Bad options are refused before anything runs.
 if "$src/tools/pslite-compare.sh" -b "$build" -r x >/dev/null 2>&1; then
 	bad "-r x was accepted"
 fi
 if "$src/tools/pslite-compare.sh" -b "$build" -N 0 >/dev/null 2>&1; then
 	bad "-N 0 was accepted"
+fi
+if "$src/tools/pslite-compare.sh" -b "$build" -i x >/dev/null 2>&1; then
+	bad "-i x was accepted"
 fi
 if "$src/tools/pslite-compare.sh" -b "$build" -r 1 "$dir" >/dev/null 2>&1; then
 	bad "a directory without ps-lite was accepted as its source"
