@@ -216,42 +216,60 @@ static inline const float *raw_find(const struct raw *r, const uint32_t *home,
 }
 
 /*
- * The gather through the index, pipelined as the store's pull is: the
- * home slots 2 * PREFETCH_AHEAD ids ahead, each row found by its probe
- * once, PREFETCH_AHEAD ahead, its lines prefetched then, and its address
- * kept in a ring until it is copied. Nothing is allocated per batch.
+ * The index's pipeline, shared by raw-index-gather and raw-index-apply,
+ * as the store's batches run theirs: the home slots 2 * PREFETCH_AHEAD
+ * ids ahead, each row found by its probe once, PREFETCH_AHEAD ahead, its
+ * lines prefetched then (for writing when the op writes) and its address
+ * kept in a ring until it is used. Nothing is allocated per batch.
+ * Inlined into both loops: a call per row would weaken the yardstick.
  */
+static inline __attribute__((always_inline)) int
+index_begin(const struct raw *r, const uint64_t *ids, uint32_t n,
+	    const float **ring, bool write)
+{
+	/* The batch is checked whole first, as the store checks its ids. */
+	for (uint32_t i = 0; i < n; i++)
+		if (ids[i] >= r->nrows)
+			return -EINVAL;
+	for (uint32_t i = 0; i < n && i < 2 * PREFETCH_AHEAD; i++)
+		__builtin_prefetch(&r->slots[raw_home(r, ids[i])]);
+	for (uint32_t i = 0; i < n && i < PREFETCH_AHEAD; i++) {
+		ring[i] = raw_find(r, &r->slots[raw_home(r, ids[i])], ids[i]);
+		prefetch_row(r, (uint64_t)(ring[i] - r->rows) / r->dim, write);
+	}
+	return 0;
+}
+
+/* Row i is used: its place in the ring goes to row i + PREFETCH_AHEAD. */
+static inline __attribute__((always_inline)) void
+index_advance(const struct raw *r, const uint64_t *ids, uint32_t n,
+	      uint32_t i, const float **ring, bool write)
+{
+	const uint32_t j = i + PREFETCH_AHEAD, k = i % PREFETCH_AHEAD;
+
+	if (i + 2 * PREFETCH_AHEAD < n)
+		__builtin_prefetch(
+			&r->slots[raw_home(r, ids[i + 2 * PREFETCH_AHEAD])]);
+	if (j < n) {
+		ring[k] = raw_find(r, &r->slots[raw_home(r, ids[j])], ids[j]);
+		prefetch_row(r, (uint64_t)(ring[k] - r->rows) / r->dim, write);
+	}
+}
+
+/* The gather through the index: each row copied out of the ring. */
 static int raw_index_pull(void *ctx, const uint64_t *ids, uint32_t n,
 			  float *out)
 {
 	struct raw *r = ctx;
 	const size_t row_bytes = (size_t)r->dim * sizeof(float);
-	const uint32_t ahead2 = 2 * PREFETCH_AHEAD;
 	const float *ring[PREFETCH_AHEAD];
 
-	/* The batch is checked whole first, as the store checks its ids. */
-	for (uint32_t i = 0; i < n; i++)
-		if (ids[i] >= r->nrows)
-			return -EINVAL;
-	for (uint32_t i = 0; i < n && i < ahead2; i++)
-		__builtin_prefetch(&r->slots[raw_home(r, ids[i])]);
-	for (uint32_t i = 0; i < n && i < PREFETCH_AHEAD; i++) {
-		ring[i] = raw_find(r, &r->slots[raw_home(r, ids[i])], ids[i]);
-		prefetch_row(r, (uint64_t)(ring[i] - r->rows) / r->dim, false);
-	}
+	if (index_begin(r, ids, n, ring, false))
+		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++) {
-		const uint32_t j = i + PREFETCH_AHEAD, k = i % PREFETCH_AHEAD;
-
-		if (i + ahead2 < n)
-			__builtin_prefetch(&r->slots[raw_home(r, ids[i + ahead2])]);
-		memcpy(out + (size_t)i * r->dim, ring[k], row_bytes);
-		/* Row i's place in the ring goes to row j, found now. */
-		if (j < n) {
-			ring[k] = raw_find(r, &r->slots[raw_home(r, ids[j])],
-					   ids[j]);
-			prefetch_row(r, (uint64_t)(ring[k] - r->rows) / r->dim,
-				     false);
-		}
+		memcpy(out + (size_t)i * r->dim, ring[i % PREFETCH_AHEAD],
+		       row_bytes);
+		index_advance(r, ids, n, i, ring, false);
 	}
 	return 0;
 }
@@ -278,44 +296,28 @@ static int raw_push(void *ctx, const uint64_t *ids, uint32_t n,
 }
 
 /*
- * raw-apply through the index: raw_push()'s SGD loop, each row found as
- * raw_index_pull() finds it (home slots 2 * PREFETCH_AHEAD ids ahead, the
- * probe and the row's prefetch for writing PREFETCH_AHEAD ahead), so that
- * the push's gap to raw-apply splits into the lookup and the rest.
+ * raw-apply through the index: raw_push()'s SGD loop over the rows
+ * index_begin() and index_advance() find, so that the push's gap to
+ * raw-apply splits into the lookup and the rest.
  */
 static int raw_index_push(void *ctx, const uint64_t *ids, uint32_t n,
 			  const float *grads)
 {
 	struct raw *r = ctx;
 	const float lr = r->lr;
-	const uint32_t dim = r->dim, ahead2 = 2 * PREFETCH_AHEAD;
-	float *ring[PREFETCH_AHEAD];
+	const uint32_t dim = r->dim;
+	const float *ring[PREFETCH_AHEAD];
 
-	for (uint32_t i = 0; i < n; i++)
-		if (ids[i] >= r->nrows)
-			return -EINVAL;
-	for (uint32_t i = 0; i < n && i < ahead2; i++)
-		__builtin_prefetch(&r->slots[raw_home(r, ids[i])]);
-	for (uint32_t i = 0; i < n && i < PREFETCH_AHEAD; i++) {
-		ring[i] = (float *)raw_find(r, &r->slots[raw_home(r, ids[i])],
-					    ids[i]);
-		prefetch_row(r, (uint64_t)(ring[i] - r->rows) / dim, true);
-	}
+	if (index_begin(r, ids, n, ring, true))
+		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++) {
-		const uint32_t j = i + PREFETCH_AHEAD, k = i % PREFETCH_AHEAD;
-		float *restrict w = ring[k];
+		/* The ring is const for the gather; the array is ours. */
+		float *restrict w = (float *)ring[i % PREFETCH_AHEAD];
 		const float *restrict g = grads + (size_t)i * dim;
 
-		if (i + ahead2 < n)
-			__builtin_prefetch(&r->slots[raw_home(r, ids[i + ahead2])]);
 		for (uint32_t c = 0; c < dim; c++)
 			w[c] -= lr * g[c];
-		if (j < n) {
-			ring[k] = (float *)raw_find(
-				r, &r->slots[raw_home(r, ids[j])], ids[j]);
-			prefetch_row(r, (uint64_t)(ring[k] - r->rows) / dim,
-				     true);
-		}
+		index_advance(r, ids, n, i, ring, true);
 	}
 	return 0;
 }
