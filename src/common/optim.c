@@ -273,7 +273,9 @@ void emb_optim_state_init(const struct emb_optim_cfg *cfg, float *state,
  * w -= lr * (g + wd * w), in blocks of a fixed 16 floats that the -O2
  * vectoriser takes (see floats_finite_body()): the baseline copy (SSE2),
  * and the tail of the AVX-512 and AVX2 copies below. Without contraction
- * (C11) every element gets the same multiply and subtract in every copy,
+ * (-ffp-contract=off for every compiler, meson.build; clang would fuse
+ * these into FMAs in the AVX-512 copy) every element gets the same
+ * multiply and subtract in every copy,
  * so the rows are bit-identical on every x86-64. The plain loop stayed
  * scalar: three of every five instructions of a Zipf SGD push
  * (callgrind). True when every weight it wrote is finite.
