@@ -204,8 +204,8 @@ static int raw_pull(void *ctx, const uint64_t *ids, uint32_t n, float *out)
 }
 
 /* Row of id by its index: the probe runs until the slot holding it. */
-static inline const float *raw_find(const struct raw *r, const uint32_t *home,
-				    uint64_t id)
+static inline float *raw_find(const struct raw *r, const uint32_t *home,
+			      uint64_t id)
 {
 	const uint32_t *p = home, *end = r->slots + r->nslots;
 
@@ -225,7 +225,7 @@ static inline const float *raw_find(const struct raw *r, const uint32_t *home,
  */
 static inline __attribute__((always_inline)) int
 index_begin(const struct raw *r, const uint64_t *ids, uint32_t n,
-	    const float **ring, bool write)
+	    float **ring, bool write)
 {
 	/* The batch is checked whole first, as the store checks its ids. */
 	for (uint32_t i = 0; i < n; i++)
@@ -243,7 +243,7 @@ index_begin(const struct raw *r, const uint64_t *ids, uint32_t n,
 /* Row i is used: its place in the ring goes to row i + PREFETCH_AHEAD. */
 static inline __attribute__((always_inline)) void
 index_advance(const struct raw *r, const uint64_t *ids, uint32_t n,
-	      uint32_t i, const float **ring, bool write)
+	      uint32_t i, float **ring, bool write)
 {
 	const uint32_t j = i + PREFETCH_AHEAD, k = i % PREFETCH_AHEAD;
 
@@ -262,7 +262,7 @@ static int raw_index_pull(void *ctx, const uint64_t *ids, uint32_t n,
 {
 	struct raw *r = ctx;
 	const size_t row_bytes = (size_t)r->dim * sizeof(float);
-	const float *ring[PREFETCH_AHEAD];
+	float *ring[PREFETCH_AHEAD];
 
 	if (index_begin(r, ids, n, ring, false))
 		return -EINVAL;
@@ -306,13 +306,12 @@ static int raw_index_push(void *ctx, const uint64_t *ids, uint32_t n,
 	struct raw *r = ctx;
 	const float lr = r->lr;
 	const uint32_t dim = r->dim;
-	const float *ring[PREFETCH_AHEAD];
+	float *ring[PREFETCH_AHEAD];
 
 	if (index_begin(r, ids, n, ring, true))
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++) {
-		/* The ring is const for the gather; the array is ours. */
-		float *restrict w = (float *)ring[i % PREFETCH_AHEAD];
+		float *restrict w = ring[i % PREFETCH_AHEAD];
 		const float *restrict g = grads + (size_t)i * dim;
 
 		for (uint32_t c = 0; c < dim; c++)
