@@ -86,7 +86,8 @@ case $nbatch in *[!0-9]* | 0) echo "pslite-compare: bad -N '$nbatch'" >&2; exit 
 case $inproc in '' | *[!0-9]*) echo "pslite-compare: bad -i '$inproc'" >&2; exit 2 ;; esac
 # The timed part of a phase: seconds, or a number of batches.
 timed=(--duration "$dur")
-[ -z "$nbatch" ] || timed=(--batches "$nbatch")
+timed_what="$dur s"
+[ -z "$nbatch" ] || { timed=(--batches "$nbatch"); timed_what="$nbatch batches"; }
 
 note() { echo "pslite-compare: $*" >&2; }
 command -v jq >/dev/null || { note "needs jq"; exit 1; }
@@ -220,8 +221,21 @@ run_embstore() {
 
 rate() { jq -r '.rows_per_s' <<<"$1"; }
 
+# median_line LABEL UNIT: the ratios on stdin, one a line, as
+# "LABEL M.MMx (MIN..MAX), N UNIT"; nothing when there are none.
+median_line() {
+	sort -g | awk -v label="$1" -v unit="$2" '
+		{ v[NR] = $1 }
+		END {
+			if (!NR) exit
+			m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+			printf "%s %.2fx (%.2f..%.2f), %d %s\n",
+				label, m, v[1], v[NR], NR, unit
+		}'
+}
+
 echo "W1 over loopback TCP: rows $rows, dim $dim, batch $batch, $dist," \
-	"1 client, ${nbatch:-${dur} s} ${nbatch:+batches} timed after ${warmup} s warmup; load $(cut -d' ' -f1-3 /proc/loadavg)"
+	"1 client, $timed_what timed after ${warmup} s warmup; load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-4s %-5s %14s %14s %8s\n' rep op "ps-lite rows/s" \
 	"embstore rows/s" ratio
 declare -A ratios=()
@@ -264,13 +278,8 @@ done
 for op in pull push; do
 	[ -n "${ratios[$op]:-}" ] || continue
 	# shellcheck disable=SC2086
-	printf '%s\n' ${ratios[$op]} | sort -g | awk -v op="$op" '
-		{ v[NR] = $1 }
-		END {
-			m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-			printf "%s: embstore / ps-lite %.2fx (%.2f..%.2f), %d reps\n",
-				op, m, v[1], v[NR], NR
-		}'
+	printf '%s\n' ${ratios[$op]} |
+		median_line "$op: embstore / ps-lite" reps
 done
 echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -n "$ppid" ]; then
@@ -294,7 +303,7 @@ dists=("$dist")
 declare -A p50=()
 echo
 echo "In process, 1 thread: rows $rows, dim $dim, batch $batch," \
-	"${nbatch:-${dur} s} ${nbatch:+batches} timed after ${warmup} s warmup;" \
+	"$timed_what timed after ${warmup} s warmup;" \
 	"median batch in us; load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-5s %-10s' round ids
 printf ' %9s' "${inops[@]/raw-index-/ri-}"
@@ -345,14 +354,7 @@ for d in "${dists[@]}"; do
 			b=${p50[$round,$d,$raw]:-}
 			[ -n "$a" ] && [ -n "$b" ] || continue
 			awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) printf "%.3f\n", b / a }'
-		done | sort -g | awk -v d="$d" -v st="$st" -v raw="$raw" '
-			{ v[NR] = $1 }
-			END {
-				if (!NR) exit
-				m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-				printf "in process, %s: %s / %s %.2fx (%.2f..%.2f), %d rounds\n",
-					d, st, raw, m, v[1], v[NR], NR
-			}'
+		done | median_line "in process, $d: $st / $raw" rounds
 	done
 done
 echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
