@@ -2793,14 +2793,32 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	/* The job's TTL, in whole seconds, at least 1; etcd may raise it
 	 * to its own minimum, and the lease thread renews every TTL / 3. */
 	ttl_s = ((int64_t)c->reg.hb_timeout_ms + 999) / 1000;
-	/* A grant whose answer is lost leaves a lease that expires on its
-	 * own. */
-	do
-		rc = emb_etcd_lease_grant(c->lease_etcd, ttl_s, &c->lease);
-	while (again_until(c, rc, deadline));
-	if (rc)
-		goto err_etcd;
-	rc = claim_rank(c, opts, deadline);
+	/* The lease thread starts once the rank is ours, so a lease can
+	 * end before the claim that puts our rank key on it: an etcd slow
+	 * to answer on a loaded machine takes the claim past the TTL, and
+	 * etcd refuses it (EMB_ENOLEASE). That is no reason to give up the
+	 * join: a new lease and a new claim, within the join's deadline.
+	 * Nothing is on the old lease (a claim applied on it went with
+	 * it). */
+	for (;;) {
+		/* A grant whose answer is lost leaves a lease that
+		 * expires on its own. */
+		do
+			rc = emb_etcd_lease_grant(c->lease_etcd, ttl_s,
+						  &c->lease);
+		while (again_until(c, rc, deadline));
+		if (rc)
+			goto err_etcd;
+		rc = claim_rank(c, opts, deadline);
+		if (rc != EMB_ENOLEASE ||
+		    (int64_t)emb_clock_ms() + POLL_MS > deadline)
+			break;
+		emb_log(EMB_LOG_WARN,
+			"job %s: our lease (%lld s) ended before our rank was "
+			"claimed on it (etcd slow to answer): claiming on a "
+			"new lease",
+			c->prefix, (long long)ttl_s);
+	}
 	if (rc)
 		goto err_lease;
 	c->dead_srv = calloc(c->reg.server_num, 1);

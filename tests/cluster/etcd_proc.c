@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,5 +173,190 @@ void etcd_proc_stop(struct etcd_proc *p)
 		emb_test_rmtree(p->dir);
 		free(p->dir);
 		p->dir = NULL;
+	}
+}
+
+/* ---- a relay that stalls on cue ----------------------------------- */
+
+struct relay {
+	struct etcd_stall_proxy *p;
+	int cfd, sfd;
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool write_all(int fd, const char *b, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return false;
+		b += w;
+		n -= (size_t)w;
+	}
+	return true;
+}
+
+/* Whether the n bytes at b contain the NUL-terminated s. */
+static bool has(const char *b, size_t n, const char *s)
+{
+	size_t k = strlen(s);
+
+	for (size_t i = 0; i + k <= n; i++)
+		if (!memcmp(b + i, s, k))
+			return true;
+	return false;
+}
+
+/* What a client sends: a request seen after the cue starts the stall;
+ * every byte waits out a stall under way. */
+static bool client_bytes(struct etcd_stall_proxy *p, int sfd, const char *b,
+			 size_t n)
+{
+	if (has(b, n, "POST ") &&
+	    __atomic_load_n(&p->armed, __ATOMIC_SEQ_CST) &&
+	    !__atomic_exchange_n(&p->fired, 1, __ATOMIC_SEQ_CST))
+		__atomic_store_n(&p->until_ms, mono_ms() + p->stall_ms,
+				 __ATOMIC_SEQ_CST);
+	if (has(b, n, p->after))
+		__atomic_store_n(&p->armed, 1, __ATOMIC_SEQ_CST);
+	while (mono_ms() < __atomic_load_n(&p->until_ms, __ATOMIC_SEQ_CST) &&
+	       !__atomic_load_n(&p->stop, __ATOMIC_SEQ_CST)) {
+		struct timespec ts = {0, 10 * 1000000};
+
+		nanosleep(&ts, NULL);
+	}
+	return write_all(sfd, b, n);
+}
+
+static void *relay_main(void *arg)
+{
+	struct relay *r = arg;
+	struct etcd_stall_proxy *p = r->p;
+	char buf[16384];
+
+	while (!__atomic_load_n(&p->stop, __ATOMIC_SEQ_CST)) {
+		struct pollfd pf[2] = {{r->cfd, POLLIN, 0}, {r->sfd, POLLIN, 0}};
+		int n = poll(pf, 2, 100);
+		ssize_t got;
+
+		if (n < 0 && errno != EINTR)
+			break;
+		if (n <= 0)
+			continue;
+		if (pf[0].revents) {
+			got = recv(r->cfd, buf, sizeof(buf), 0);
+			if (got <= 0 || !client_bytes(p, r->sfd, buf, (size_t)got))
+				break;
+		}
+		if (pf[1].revents) {
+			got = recv(r->sfd, buf, sizeof(buf), 0);
+			if (got <= 0 || !write_all(r->cfd, buf, (size_t)got))
+				break;
+		}
+	}
+	close(r->cfd);
+	close(r->sfd);
+	free(r);
+	__atomic_sub_fetch(&p->nconn, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static int connect_local(uint16_t port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+static void *accept_main(void *arg)
+{
+	struct etcd_stall_proxy *p = arg;
+
+	while (!__atomic_load_n(&p->stop, __ATOMIC_SEQ_CST)) {
+		struct pollfd pf = {p->lfd, POLLIN, 0};
+		struct relay *r;
+		pthread_t th;
+		int cfd;
+
+		if (poll(&pf, 1, 100) <= 0)
+			continue;
+		cfd = accept(p->lfd, NULL, NULL);
+		if (cfd < 0)
+			continue;
+		r = malloc(sizeof(*r));
+		if (!r) {
+			close(cfd);
+			continue;
+		}
+		r->p = p;
+		r->cfd = cfd;
+		r->sfd = connect_local(p->etcd_port);
+		if (r->sfd < 0) {
+			close(cfd);
+			free(r);
+			continue;
+		}
+		__atomic_add_fetch(&p->nconn, 1, __ATOMIC_SEQ_CST);
+		if (pthread_create(&th, NULL, relay_main, r)) {
+			__atomic_sub_fetch(&p->nconn, 1, __ATOMIC_SEQ_CST);
+			close(r->sfd);
+			close(cfd);
+			free(r);
+			continue;
+		}
+		pthread_detach(th);
+	}
+	return NULL;
+}
+
+int etcd_stall_proxy_start(struct etcd_stall_proxy *p)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+
+	p->stop = p->armed = p->fired = p->nconn = 0;
+	p->until_ms = 0;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (p->lfd < 0)
+		return -1;
+	if (bind(p->lfd, (struct sockaddr *)&a, sizeof(a)) ||
+	    getsockname(p->lfd, (struct sockaddr *)&a, &len) ||
+	    listen(p->lfd, 16) ||
+	    pthread_create(&p->thread, NULL, accept_main, p)) {
+		close(p->lfd);
+		return -1;
+	}
+	p->port = ntohs(a.sin_port);
+	snprintf(p->url, sizeof(p->url), "etcd://127.0.0.1:%u", p->port);
+	return 0;
+}
+
+void etcd_stall_proxy_stop(struct etcd_stall_proxy *p)
+{
+	__atomic_store_n(&p->stop, 1, __ATOMIC_SEQ_CST);
+	pthread_join(p->thread, NULL);
+	close(p->lfd);
+	/* The relays see stop within their 100 ms poll. */
+	while (__atomic_load_n(&p->nconn, __ATOMIC_SEQ_CST)) {
+		struct timespec ts = {0, 10 * 1000000};
+
+		nanosleep(&ts, NULL);
 	}
 }

@@ -6,6 +6,7 @@
 #ifndef EMB_TESTS_ETCD_PROC_H
 #define EMB_TESTS_ETCD_PROC_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -32,5 +33,32 @@ void etcd_proc_stop(struct etcd_proc *p);
 
 /* A loopback port nobody listens on now. */
 uint16_t etcd_proc_free_port(void);
+
+/*
+ * A relay in front of an etcd that stalls on cue: it passes every byte
+ * both ways, and once it has seen a request whose first bytes contain
+ * `after` go by, the next request (on any connection) starts a stall of
+ * stall_ms during which nothing a client sends is passed on (held, then
+ * passed). So a test can stop etcd between two chosen requests of one
+ * node, which SIGSTOP, timed from outside, cannot. One thread per
+ * connection; stopping the proxy ends them all.
+ */
+struct etcd_stall_proxy {
+	uint16_t port;	     /* where clients connect (127.0.0.1) */
+	char url[64];	     /* "etcd://127.0.0.1:PORT" */
+	uint16_t etcd_port;  /* where it relays to */
+	const char *after;   /* e.g. "/v3/lease/grant" */
+	unsigned stall_ms;
+	int lfd;
+	pthread_t thread;
+	int stop, armed, fired, nconn; /* atomics */
+	int64_t until_ms;	/* the stall's end, CLOCK_MONOTONIC ms */
+};
+
+/* Starts p (its etcd_port, after and stall_ms set); 0 or -1. */
+int etcd_stall_proxy_start(struct etcd_stall_proxy *p);
+
+/* Stops it and its relays, waiting for them (each within ~100 ms). */
+void etcd_stall_proxy_stop(struct etcd_stall_proxy *p);
 
 #endif
