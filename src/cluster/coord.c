@@ -126,6 +126,8 @@ struct emb_coord {
 	emb_coord_end_fn on_end;	   /* optional */
 	void *end_arg;			   /* for on_end */
 	const volatile sig_atomic_t *cancel; /* optional */
+	void (*granted)(void *, int64_t);  /* tests: after each grant */
+	void *granted_arg;		   /* for granted */
 	pthread_t thread;		   /* runs agent_main */
 	pthread_t lease_thread;		   /* runs lease_main */
 	bool running;			   /* both threads started */
@@ -2381,6 +2383,8 @@ static int relet(struct emb_coord *c)
 		free(m);
 		return rc;
 	}
+	if (c->granted)
+		c->granted(c->granted_arg, lease);
 	key_of(c, kmap, "map");
 	key_of(c, krank, "%s/%u", role_dir(c->reg.role), c->reg.rank);
 	key_of(c, kdead, "dead/%s/%u", role_dir(c->reg.role), c->reg.rank);
@@ -2439,6 +2443,21 @@ static int relet(struct emb_coord *c)
 			}
 		}
 		rc = emb_etcd_txn(c->lease_etcd, cmps, 3, &op, 1, &ok);
+		if (rc == EMB_ENOLEASE) {
+			/* The new lease ended before the key went on it:
+			 * etcd stalled again, or this process did, past the
+			 * TTL since the grant. Not a death (nothing says
+			 * anybody counted this node dead): a new lease, and
+			 * another try. Out of tries, the lease thread tries
+			 * again later, as for an etcd that did not answer. */
+			rc = emb_etcd_lease_grant(c->lease_etcd, ttl_s, &lease);
+			if (rc)
+				break;
+			if (c->granted)
+				c->granted(c->granted_arg, lease);
+			rc = EMB_ENOETCD;
+			continue;
+		}
 		if (rc || ok)
 			break;
 		/* Taken by a newcomer, or counted dead: over; else the map
@@ -2773,6 +2792,8 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	c->on_end = opts->on_end;
 	c->end_arg = opts->arg;
 	c->cancel = opts->cancel;
+	c->granted = opts->granted;
+	c->granted_arg = opts->granted_arg;
 	c->join_timeout_ms =
 	    opts->join_timeout_ms ? opts->join_timeout_ms : JOIN_DEFAULT_MS;
 	c->watch_rank = UINT32_MAX; /* no chunk watched (recover()) */
@@ -2809,6 +2830,8 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 		while (again_until(c, rc, deadline));
 		if (rc)
 			goto err_etcd;
+		if (c->granted)
+			c->granted(c->granted_arg, c->lease);
 		rc = claim_rank(c, opts, deadline);
 		if (rc != EMB_ENOLEASE ||
 		    (int64_t)emb_clock_ms() + POLL_MS > deadline)

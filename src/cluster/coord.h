@@ -65,6 +65,11 @@ struct emb_coord_opts {
 	emb_coord_end_fn on_end;  /* optional: job over for this node */
 	void *arg;		  /* passed to on_end */
 	const volatile sig_atomic_t *cancel; /* optional: stops the waits */
+	/* Tests: called on the granting thread after each lease the node
+	 * is granted, before it puts anything on it (a test stalls the node
+	 * there, past the lease, as a starved process would). */
+	void (*granted)(void *arg, int64_t lease);
+	void *granted_arg;
 };
 
 /*

@@ -875,6 +875,71 @@ static void test_relet_forming(void)
 	free(slots);
 }
 
+/* Stalls the node at its stall_at-th lease grant for ms. */
+struct grant_stall {
+	int n; /* grants so far (atomic) */
+	int stall_at;
+	unsigned ms;
+};
+
+static void stall_grant(void *arg, int64_t lease)
+{
+	struct grant_stall *g = arg;
+
+	(void)lease;
+	if (__atomic_add_fetch(&g->n, 1, __ATOMIC_SEQ_CST) == g->stall_at)
+		sleep_ms(g->ms);
+}
+
+/*
+ * A node taking its rank back after etcd stalled past the leases (as in
+ * the cases above) is itself stalled, 3.5 s, between the new lease's
+ * grant and the transaction that puts its rank key on it: the new lease
+ * ends too, and etcd refuses the key for it. That says nothing of the
+ * node's death (nobody counted it dead: one server, no map): it takes
+ * another lease and its rank back, and its job goes on. Before, the
+ * refusal read as "the others count it dead" and the node left.
+ */
+static void test_relet_lease_ends(void)
+{
+	struct grant_stall g = {0, 2, 3500};
+	int end = 1;
+	struct emb_coord_opts o = {.endpoints = etcd.url,
+				   .role = EMB_ROLE_SERVER,
+				   .host = "127.0.0.1",
+				   .port = 7310,
+				   .server_num = 1,
+				   .worker_num = 1,
+				   .ttl_ms = 2000,
+				   .join_timeout_ms = 10000,
+				   .on_end = on_coord_end,
+				   .arg = &end,
+				   .granted = stall_grant,
+				   .granted_arg = &g};
+	struct emb_coord *c = NULL;
+	struct emb_etcd_range r;
+	int64_t old;
+
+	o.job = new_job();
+	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &c), 0);
+	CU_ASSERT_EQUAL_FATAL(job_keys("server/", &r), 1);
+	old = r.kvs[0].lease;
+	emb_etcd_range_free(&r);
+
+	CU_ASSERT_EQUAL_FATAL(kill(etcd.pid, SIGSTOP), 0);
+	sleep_ms(5000);
+	kill(etcd.pid, SIGCONT);
+	/* Grant 2 (stalled past its lease), then 3: the rank is back. */
+	for (int k = 0; k < 1500 && __atomic_load_n(&g.n, __ATOMIC_SEQ_CST) < 3 &&
+			__atomic_load_n(&end, __ATOMIC_SEQ_CST) == 1;
+	     k++)
+		sleep_ms(10);
+	CU_ASSERT_EQUAL(keys_relet("server/", 1, &old, 1), 1);
+	CU_ASSERT_EQUAL(__atomic_load_n(&end, __ATOMIC_SEQ_CST), 1);
+	CU_ASSERT(__atomic_load_n(&g.n, __ATOMIC_SEQ_CST) >= 3);
+	emb_coord_destroy(c);
+}
+
 static uint64_t seen_epoch; /* the worker's map watcher */
 
 static void on_map(void *arg, const struct emb_cmap *m)
@@ -2054,6 +2119,9 @@ int main(int argc, char **argv)
 	    {"etcd stalled past the leases while the job formed: the nodes "
 	     "take their ranks back, and the job forms",
 	     test_relet_forming},
+	    {"a node stalled past the lease it took its rank back on takes "
+	     "another, and stays in the job",
+	     test_relet_lease_ends},
 	    {NULL, NULL},
 	};
 	int rc;
