@@ -743,6 +743,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->cfg.from_env = true;
 		}
 	}
+	if (!rc && raw_op(o) && (o->cfg.servers || o->sched)) {
+		/* Before, the op ran in this process and the servers went
+		 * unused, without a word. */
+		fprintf(stderr, "embstore-bench: the raw ops run in this"
+				" process, over a plain array: not on"
+				" --servers or --sched\n");
+		rc = -EINVAL;
+	}
 #ifdef EMB_BENCH_ROCKSDB
 	/* The in-process table is RocksDB's, on the device, in the budget. */
 	if (!rc && o->backend == &emb_bench_store_backend) {

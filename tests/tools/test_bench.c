@@ -617,6 +617,8 @@ static void rejects_bad_arguments(void)
 		"--op raw-apply --optimizer adam",
 		"--op raw-index-apply --optimizer adam",
 		"--op raw-index-gather --row-format fp16",
+		"--op raw-gather --servers 127.0.0.1:1",
+		"--op raw-index-apply --sched 127.0.0.1:1",
 		"--duration 0",
 		"--report-interval 0.1",
 		"--report-interval soon",
