@@ -43,6 +43,13 @@ int emb_test_main(int argc, char **argv, const char *suite,
 	printf("\n%s: %u cases, %u passed, %u failed\n", suite, run,
 	       run - failed, failed);
 	CU_cleanup_registry();
+	/* A filter that names no case ran nothing: that is no pass (a
+	 * case renamed under a filter someone relies on, a typo). */
+	if (!run) {
+		fprintf(stderr, "%s: no case matches '%s'\n", suite,
+			filter ? filter : "");
+		return 1;
+	}
 	return failed ? 1 : 0;
 err:
 	fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());

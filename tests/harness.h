@@ -17,7 +17,8 @@ struct emb_test_case {
 
 /*
  * Runs cases[] (terminated by a {NULL, NULL} entry) as one suite named
- * suite; argv[1], if given, runs only cases whose name contains it.
+ * suite; argv[1], if given, runs only cases whose name contains it (none
+ * matching fails: nothing ran).
  */
 int emb_test_main(int argc, char **argv, const char *suite,
 		  const struct emb_test_case *cases);
