@@ -126,8 +126,10 @@ struct emb_coord {
 	emb_coord_end_fn on_end;	   /* optional */
 	void *end_arg;			   /* for on_end */
 	const volatile sig_atomic_t *cancel; /* optional */
-	void (*granted)(void *, int64_t);  /* tests: after each grant */
-	void *granted_arg;		   /* for granted */
+	void (*hook)(void *, enum emb_coord_hook); /* tests */
+	void *hook_arg;			   /* for hook */
+	int64_t lease_at;		   /* when the join's lease was
+					      granted (emb_clock_ms()) */
 	pthread_t thread;		   /* runs agent_main */
 	pthread_t lease_thread;		   /* runs lease_main */
 	bool running;			   /* both threads started */
@@ -2383,8 +2385,8 @@ static int relet(struct emb_coord *c)
 		free(m);
 		return rc;
 	}
-	if (c->granted)
-		c->granted(c->granted_arg, lease);
+	if (c->hook)
+		c->hook(c->hook_arg, EMB_COORD_GRANTED);
 	key_of(c, kmap, "map");
 	key_of(c, krank, "%s/%u", role_dir(c->reg.role), c->reg.rank);
 	key_of(c, kdead, "dead/%s/%u", role_dir(c->reg.role), c->reg.rank);
@@ -2453,8 +2455,8 @@ static int relet(struct emb_coord *c)
 			rc = emb_etcd_lease_grant(c->lease_etcd, ttl_s, &lease);
 			if (rc)
 				break;
-			if (c->granted)
-				c->granted(c->granted_arg, lease);
+			if (c->hook)
+				c->hook(c->hook_arg, EMB_COORD_GRANTED);
 			rc = EMB_ENOETCD;
 			continue;
 		}
@@ -2506,7 +2508,13 @@ static void *lease_main(void *arg)
 	 * has a third of its life less left. */
 	const uint32_t retry = renew / 4 ? renew / 4 : 1;
 	const uint32_t nep = emb_etcd_nendpoints(c->lease_etcd);
-	int64_t last_ok = (int64_t)emb_clock_ms(), next_renew = last_ok;
+	/* The lease lives from its grant, not from this thread's start:
+	 * a claim etcd applied late in the lease's life (a slow etcd, a
+	 * starved join) may leave it ended before the first renewal. That
+	 * renewal then finds the node past its lease, as if it had paused,
+	 * and takes its rank back if nobody counted it dead (relet()),
+	 * rather than leave a job it just joined. */
+	int64_t last_ok = c->lease_at, next_renew = (int64_t)emb_clock_ms();
 	/* The lease's life as etcd granted it: at least the job's TTL
 	 * rounded up to seconds, more where etcd has a higher minimum. */
 	int64_t lease_ms = ((int64_t)ttl + 999) / 1000 * 1000, got_s;
@@ -2792,8 +2800,8 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	c->on_end = opts->on_end;
 	c->end_arg = opts->arg;
 	c->cancel = opts->cancel;
-	c->granted = opts->granted;
-	c->granted_arg = opts->granted_arg;
+	c->hook = opts->hook;
+	c->hook_arg = opts->hook_arg;
 	c->join_timeout_ms =
 	    opts->join_timeout_ms ? opts->join_timeout_ms : JOIN_DEFAULT_MS;
 	c->watch_rank = UINT32_MAX; /* no chunk watched (recover()) */
@@ -2830,8 +2838,9 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 		while (again_until(c, rc, deadline));
 		if (rc)
 			goto err_etcd;
-		if (c->granted)
-			c->granted(c->granted_arg, c->lease);
+		c->lease_at = (int64_t)emb_clock_ms();
+		if (c->hook)
+			c->hook(c->hook_arg, EMB_COORD_GRANTED);
 		rc = claim_rank(c, opts, deadline);
 		if (rc != EMB_ENOLEASE ||
 		    (int64_t)emb_clock_ms() + POLL_MS > deadline)
@@ -2844,6 +2853,8 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	}
 	if (rc)
 		goto err_lease;
+	if (c->hook)
+		c->hook(c->hook_arg, EMB_COORD_CLAIMED);
 	c->dead_srv = calloc(c->reg.server_num, 1);
 	c->dead_wrk = calloc(c->reg.worker_num, 1);
 	c->srv_live = calloc(c->reg.server_num, 1);

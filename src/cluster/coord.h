@@ -42,6 +42,13 @@ typedef void (*emb_coord_end_fn)(void *arg, int status);
 /* A new map epoch; m is valid for the call only. */
 typedef void (*emb_coord_map_fn)(void *arg, const struct emb_cmap *m);
 
+/* Where emb_coord_opts.hook is called. */
+enum emb_coord_hook {
+	EMB_COORD_GRANTED, /* a lease granted, nothing on it yet */
+	EMB_COORD_CLAIMED, /* joining: the rank claimed, the lease not yet
+			      renewed (its thread not started) */
+};
+
 struct emb_coord_opts {
 	const char *endpoints;	  /* "etcd://h:p[,h:p...]"; copied */
 	const char *job;	  /* job name: [A-Za-z0-9._-], 1..64 bytes;
@@ -65,11 +72,11 @@ struct emb_coord_opts {
 	emb_coord_end_fn on_end;  /* optional: job over for this node */
 	void *arg;		  /* passed to on_end */
 	const volatile sig_atomic_t *cancel; /* optional: stops the waits */
-	/* Tests: called on the granting thread after each lease the node
-	 * is granted, before it puts anything on it (a test stalls the node
-	 * there, past the lease, as a starved process would). */
-	void (*granted)(void *arg, int64_t lease);
-	void *granted_arg;
+	/* Tests: called at the points below on the thread that reaches
+	 * them (a test stalls the node there, past its lease, as a starved
+	 * process would). */
+	void (*hook)(void *arg, enum emb_coord_hook where);
+	void *hook_arg;
 };
 
 /*

@@ -875,20 +875,21 @@ static void test_relet_forming(void)
 	free(slots);
 }
 
-/* Stalls the node at its stall_at-th lease grant for ms. */
-struct grant_stall {
-	int n; /* grants so far (atomic) */
+/* Stalls the node for ms at the stall_at-th time it reaches where. */
+struct hook_stall {
+	enum emb_coord_hook where;
+	int n; /* times reached so far (atomic) */
 	int stall_at;
 	unsigned ms;
 };
 
-static void stall_grant(void *arg, int64_t lease)
+static void stall_hook(void *arg, enum emb_coord_hook where)
 {
-	struct grant_stall *g = arg;
+	struct hook_stall *h = arg;
 
-	(void)lease;
-	if (__atomic_add_fetch(&g->n, 1, __ATOMIC_SEQ_CST) == g->stall_at)
-		sleep_ms(g->ms);
+	if (where == h->where &&
+	    __atomic_add_fetch(&h->n, 1, __ATOMIC_SEQ_CST) == h->stall_at)
+		sleep_ms(h->ms);
 }
 
 /*
@@ -902,7 +903,7 @@ static void stall_grant(void *arg, int64_t lease)
  */
 static void test_relet_lease_ends(void)
 {
-	struct grant_stall g = {0, 2, 3500};
+	struct hook_stall g = {EMB_COORD_GRANTED, 0, 2, 3500};
 	int end = 1;
 	struct emb_coord_opts o = {.endpoints = etcd.url,
 				   .role = EMB_ROLE_SERVER,
@@ -914,8 +915,8 @@ static void test_relet_lease_ends(void)
 				   .join_timeout_ms = 10000,
 				   .on_end = on_coord_end,
 				   .arg = &end,
-				   .granted = stall_grant,
-				   .granted_arg = &g};
+				   .hook = stall_hook,
+				   .hook_arg = &g};
 	struct emb_coord *c = NULL;
 	struct emb_etcd_range r;
 	int64_t old;
@@ -937,6 +938,45 @@ static void test_relet_lease_ends(void)
 	CU_ASSERT_EQUAL(keys_relet("server/", 1, &old, 1), 1);
 	CU_ASSERT_EQUAL(__atomic_load_n(&end, __ATOMIC_SEQ_CST), 1);
 	CU_ASSERT(__atomic_load_n(&g.n, __ATOMIC_SEQ_CST) >= 3);
+	emb_coord_destroy(c);
+}
+
+/*
+ * A join whose claim etcd applied late in the lease's life: the node
+ * stalls 3.5 s between its claim and its lease thread's first renewal,
+ * past the 2 s lease, so that renewal finds the lease ended. Nobody
+ * counted the node dead (one server, no map): it takes its rank back on
+ * a new lease and stays in the job. Before, the lease thread judged the
+ * lease's life from its own start, took the node for one whose lease
+ * the others had ended, and the node left the job it had just joined.
+ */
+static void test_claimed_late(void)
+{
+	struct hook_stall h = {EMB_COORD_CLAIMED, 0, 1, 3500};
+	int end = 1;
+	struct emb_coord_opts o = {.endpoints = etcd.url,
+				   .role = EMB_ROLE_SERVER,
+				   .host = "127.0.0.1",
+				   .port = 7311,
+				   .server_num = 1,
+				   .worker_num = 1,
+				   .ttl_ms = 2000,
+				   .join_timeout_ms = 10000,
+				   .on_end = on_coord_end,
+				   .arg = &end,
+				   .hook = stall_hook,
+				   .hook_arg = &h};
+	struct emb_coord *c = NULL;
+	struct emb_etcd_range r;
+
+	o.job = new_job();
+	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &c), 0);
+	CU_ASSERT_EQUAL(__atomic_load_n(&h.n, __ATOMIC_SEQ_CST), 1);
+	/* Past another lease: the key is back, and stays. */
+	sleep_ms(3000);
+	CU_ASSERT_EQUAL(job_keys_wait("server/", 1, &r), 1);
+	emb_etcd_range_free(&r);
+	CU_ASSERT_EQUAL(__atomic_load_n(&end, __ATOMIC_SEQ_CST), 1);
 	emb_coord_destroy(c);
 }
 
@@ -2122,6 +2162,9 @@ int main(int argc, char **argv)
 	    {"a node stalled past the lease it took its rank back on takes "
 	     "another, and stays in the job",
 	     test_relet_lease_ends},
+	    {"a node stalled between its claim and its first renewal, past "
+	     "the lease, takes its rank back",
+	     test_claimed_late},
 	    {NULL, NULL},
 	};
 	int rc;
