@@ -72,9 +72,9 @@ struct emb_coord_opts {
 	emb_coord_end_fn on_end;  /* optional: job over for this node */
 	void *arg;		  /* passed to on_end */
 	const volatile sig_atomic_t *cancel; /* optional: stops the waits */
-	/* Tests: called at the points below on the thread that reaches
-	 * them (a test stalls the node there, past its lease, as a starved
-	 * process would). */
+	/* Tests: called at each point of enum emb_coord_hook, on the
+	 * thread that reaches it (a test stalls the node there, past its
+	 * lease, as a starved process would). NULL in a real node. */
 	void (*hook)(void *arg, enum emb_coord_hook where);
 	void *hook_arg;
 };
