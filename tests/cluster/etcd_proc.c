@@ -245,7 +245,8 @@ static void *relay_main(void *arg)
 	char buf[16384];
 
 	while (!__atomic_load_n(&p->stop, __ATOMIC_SEQ_CST)) {
-		struct pollfd pf[2] = {{r->cfd, POLLIN, 0}, {r->sfd, POLLIN, 0}};
+		struct pollfd pf[2] = {{r->cfd, POLLIN, 0},
+				       {r->sfd, POLLIN, 0}};
 		int n = poll(pf, 2, 100);
 		ssize_t got;
 
@@ -255,7 +256,8 @@ static void *relay_main(void *arg)
 			continue;
 		if (pf[0].revents) {
 			got = recv(r->cfd, buf, sizeof(buf), 0);
-			if (got <= 0 || !client_bytes(p, r->sfd, buf, (size_t)got))
+			if (got <= 0 ||
+			    !client_bytes(p, r->sfd, buf, (size_t)got))
 				break;
 		}
 		if (pf[1].revents) {

@@ -893,6 +893,32 @@ static void stall_hook(void *arg, enum emb_coord_hook where)
 }
 
 /*
+ * The one server of a new job of 1 server and 1 worker (so no map, and
+ * nobody to count it dead) on 2 s leases, stalled as h says; end gets
+ * the status its job ended with.
+ */
+static struct emb_coord *stalled_server(struct hook_stall *h, int *end)
+{
+	struct emb_coord_opts o = {.endpoints = etcd.url,
+				   .job = new_job(),
+				   .role = EMB_ROLE_SERVER,
+				   .host = "127.0.0.1",
+				   .port = 7310,
+				   .server_num = 1,
+				   .worker_num = 1,
+				   .ttl_ms = 2000,
+				   .join_timeout_ms = 10000,
+				   .on_end = on_coord_end,
+				   .arg = end,
+				   .hook = stall_hook,
+				   .hook_arg = h};
+	struct emb_coord *c = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &c), 0);
+	return c;
+}
+
+/*
  * A node taking its rank back after etcd stalled past the leases (as in
  * the cases above) is itself stalled, 3.5 s, between the new lease's
  * grant and the transaction that puts its rank key on it: the new lease
@@ -905,24 +931,10 @@ static void test_relet_lease_ends(void)
 {
 	struct hook_stall g = {EMB_COORD_GRANTED, 0, 2, 3500};
 	int end = 1;
-	struct emb_coord_opts o = {.endpoints = etcd.url,
-				   .role = EMB_ROLE_SERVER,
-				   .host = "127.0.0.1",
-				   .port = 7310,
-				   .server_num = 1,
-				   .worker_num = 1,
-				   .ttl_ms = 2000,
-				   .join_timeout_ms = 10000,
-				   .on_end = on_coord_end,
-				   .arg = &end,
-				   .hook = stall_hook,
-				   .hook_arg = &g};
-	struct emb_coord *c = NULL;
+	struct emb_coord *c = stalled_server(&g, &end);
 	struct emb_etcd_range r;
 	int64_t old;
 
-	o.job = new_job();
-	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &c), 0);
 	CU_ASSERT_EQUAL_FATAL(job_keys("server/", &r), 1);
 	old = r.kvs[0].lease;
 	emb_etcd_range_free(&r);
@@ -931,8 +943,9 @@ static void test_relet_lease_ends(void)
 	sleep_ms(5000);
 	kill(etcd.pid, SIGCONT);
 	/* Grant 2 (stalled past its lease), then 3: the rank is back. */
-	for (int k = 0; k < 1500 && __atomic_load_n(&g.n, __ATOMIC_SEQ_CST) < 3 &&
-			__atomic_load_n(&end, __ATOMIC_SEQ_CST) == 1;
+	for (int k = 0;
+	     k < 1500 && __atomic_load_n(&g.n, __ATOMIC_SEQ_CST) < 3 &&
+	     __atomic_load_n(&end, __ATOMIC_SEQ_CST) == 1;
 	     k++)
 		sleep_ms(10);
 	CU_ASSERT_EQUAL(keys_relet("server/", 1, &old, 1), 1);
@@ -954,23 +967,9 @@ static void test_claimed_late(void)
 {
 	struct hook_stall h = {EMB_COORD_CLAIMED, 0, 1, 3500};
 	int end = 1;
-	struct emb_coord_opts o = {.endpoints = etcd.url,
-				   .role = EMB_ROLE_SERVER,
-				   .host = "127.0.0.1",
-				   .port = 7311,
-				   .server_num = 1,
-				   .worker_num = 1,
-				   .ttl_ms = 2000,
-				   .join_timeout_ms = 10000,
-				   .on_end = on_coord_end,
-				   .arg = &end,
-				   .hook = stall_hook,
-				   .hook_arg = &h};
-	struct emb_coord *c = NULL;
+	struct emb_coord *c = stalled_server(&h, &end);
 	struct emb_etcd_range r;
 
-	o.job = new_job();
-	CU_ASSERT_EQUAL_FATAL(emb_coord_create(&o, &c), 0);
 	CU_ASSERT_EQUAL(__atomic_load_n(&h.n, __ATOMIC_SEQ_CST), 1);
 	/* Past another lease: the key is back, and stays. */
 	sleep_ms(3000);
