@@ -619,16 +619,23 @@ static void test_etcd_stall(void)
 }
 
 /* Puts /embstore/<job>/sub = val in etcd, as a node (or anybody)
- * would. */
+ * would; tried again, as job_keys() reads, while etcd is slow to answer
+ * on a loaded machine (a put is idempotent). */
 static void job_set(const char *sub, const char *val)
 {
 	struct emb_etcd_opts o = {.endpoints = etcd.url};
 	struct emb_etcd *e;
 	char key[256];
+	int rc = -1;
 
 	snprintf(key, sizeof(key), "/embstore/%s/%s", job, sub);
 	CU_ASSERT_EQUAL_FATAL(emb_etcd_create(&o, &e), 0);
-	CU_ASSERT_EQUAL(emb_etcd_put(e, key, val, strlen(val), 0), 0);
+	for (int k = 0; k < 10 && rc != 0; k++) {
+		rc = emb_etcd_put(e, key, val, strlen(val), 0);
+		if (rc != 0)
+			sleep_ms(100);
+	}
+	CU_ASSERT_EQUAL(rc, 0);
 	emb_etcd_destroy(e);
 }
 
