@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cluster/etcd.h"
+#include "common/clock.h"
 #include "harness.h"
 
 static const char *etcd_bin(void)
@@ -183,14 +184,6 @@ struct relay {
 	int cfd, sfd;
 };
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static bool write_all(int fd, const char *b, size_t n)
 {
 	while (n) {
@@ -209,12 +202,7 @@ static bool write_all(int fd, const char *b, size_t n)
 /* Whether the n bytes at b contain the NUL-terminated s. */
 static bool has(const char *b, size_t n, const char *s)
 {
-	size_t k = strlen(s);
-
-	for (size_t i = 0; i + k <= n; i++)
-		if (!memcmp(b + i, s, k))
-			return true;
-	return false;
+	return memmem(b, n, s, strlen(s)) != NULL;
 }
 
 /* What a client sends: a request seen after the cue starts the stall;
@@ -225,11 +213,13 @@ static bool client_bytes(struct etcd_stall_proxy *p, int sfd, const char *b,
 	if (has(b, n, "POST ") &&
 	    __atomic_load_n(&p->armed, __ATOMIC_SEQ_CST) &&
 	    !__atomic_exchange_n(&p->fired, 1, __ATOMIC_SEQ_CST))
-		__atomic_store_n(&p->until_ms, mono_ms() + p->stall_ms,
+		__atomic_store_n(&p->until_ms,
+				 (int64_t)emb_clock_ms() + p->stall_ms,
 				 __ATOMIC_SEQ_CST);
 	if (has(b, n, p->after))
 		__atomic_store_n(&p->armed, 1, __ATOMIC_SEQ_CST);
-	while (mono_ms() < __atomic_load_n(&p->until_ms, __ATOMIC_SEQ_CST) &&
+	while ((int64_t)emb_clock_ms() <
+		   __atomic_load_n(&p->until_ms, __ATOMIC_SEQ_CST) &&
 	       !__atomic_load_n(&p->stop, __ATOMIC_SEQ_CST)) {
 		struct timespec ts = {0, 10 * 1000000};
 

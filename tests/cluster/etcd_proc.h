@@ -52,7 +52,7 @@ struct etcd_stall_proxy {
 	int lfd;
 	pthread_t thread;
 	int stop, armed, fired, nconn; /* atomics */
-	int64_t until_ms;	/* the stall's end, CLOCK_MONOTONIC ms */
+	int64_t until_ms;	/* the stall's end, emb_clock_ms() */
 };
 
 /* Starts p (its etcd_port, after and stall_ms set); 0 or -1. */
