@@ -52,13 +52,22 @@ static void on_signal(int sig)
 static int cluster_ended;
 static int cluster_failed;
 
-/* Scheduler or node agent thread: the job ended; main stops as on SIGTERM. */
+/* The thread that waits for the signals in sigsuspend(). */
+static pthread_t main_thread;
+
+/*
+ * Scheduler or node agent thread: the job ended; main stops as on SIGTERM.
+ * Sent to main itself: a signal sent to the process goes to any one
+ * thread that does not block it, and its handler run elsewhere would not
+ * wake main's sigsuspend(). (embstore's own threads block it, see
+ * common/thread.h; this holds without that.)
+ */
 static void on_cluster_end(void *arg, int status)
 {
 	(void)arg;
 	__atomic_store_n(&cluster_failed, status != 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&cluster_ended, 1, __ATOMIC_RELEASE);
-	kill(getpid(), SIGTERM);
+	pthread_kill(main_thread, SIGTERM);
 }
 
 static bool job_over(void)
@@ -671,6 +680,7 @@ int main(int argc, char **argv)
 	ro.ckpt.dir = ckpt_dir;
 	ro.ckpt_start_empty = start_empty != NULL;
 
+	main_thread = pthread_self();
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);

@@ -75,6 +75,7 @@
 #include "common/endian.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/thread.h"
 
 #define TTL_DEFAULT_MS	 10000u
 #define JOIN_DEFAULT_MS	 300000u
@@ -2767,7 +2768,6 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 	const char *job;
 	struct emb_coord *c;
 	int64_t deadline, ttl_s;
-	sigset_t all, old;
 	uint32_t ttl_ms;
 	int rc;
 
@@ -2877,15 +2877,11 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 		emb_role_name(c->reg.role), c->reg.rank,
 		c->reg.role == EMB_ROLE_SERVER ? c->reg.server_num
 					       : c->reg.worker_num);
-	/* Our threads take no signals: they stay with the host's. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	rc = -pthread_create(&c->lease_thread, NULL, lease_main, c);
+	rc = emb_thread_start(&c->lease_thread, NULL, lease_main, c,
+			      "emb-lease");
 	if (rc == 0) {
-		pthread_setname_np(c->lease_thread, "emb-lease");
-		rc = -pthread_create(&c->thread, NULL, agent_main, c);
-		if (rc == 0)
-			pthread_setname_np(c->thread, "emb-coord");
+		rc = emb_thread_start(&c->thread, NULL, agent_main, c,
+				      "emb-coord");
 		if (rc) {
 			pthread_mutex_lock(&c->mu);
 			c->stop = true;
@@ -2894,7 +2890,6 @@ int emb_coord_create(const struct emb_coord_opts *opts, struct emb_coord **out)
 			pthread_join(c->lease_thread, NULL);
 		}
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc)
 		goto err_lease;
 	c->running = true;

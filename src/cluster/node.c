@@ -38,6 +38,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/seconds.h"
+#include "common/thread.h"
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
 
@@ -1406,7 +1407,6 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 {
 	struct emb_transport_opts topts = EMB_TRANSPORT_OPTS_DEFAULT;
 	struct emb_node *n;
-	sigset_t all, old;
 	int64_t deadline;
 	int rc;
 
@@ -1498,15 +1498,9 @@ int emb_node_create(const struct emb_node_opts *opts, struct emb_node **out)
 		n->sched, emb_role_name(n->reg.role), n->reg.rank,
 		n->reg.role == EMB_ROLE_SERVER ? n->reg.server_num
 					       : n->reg.worker_num);
-	/* The agent takes no signals: a daemon waits for them in sigsuspend()
-	 * on its main thread, and a trainer has its own plans for them. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	rc = -pthread_create(&n->thread, NULL, agent_main, n);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = emb_thread_start(&n->thread, NULL, agent_main, n, "emb-node");
 	if (rc)
 		goto err_conn;
-	pthread_setname_np(n->thread, "emb-node");
 	n->running = true;
 	*out = n;
 	return 0;

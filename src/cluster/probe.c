@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/thread.h"
 #include "proto/wire_cluster.h"
 #include "proto/wire_msg.h"
 #include "transport/transport.h"
@@ -152,7 +153,6 @@ static void deliver(void *arg)
 
 int emb_probe_start(const struct emb_probe_opts *opts)
 {
-	sigset_t all, old;
 	struct probe *p;
 	int rc;
 
@@ -172,11 +172,8 @@ int emb_probe_start(const struct emb_probe_opts *opts)
 	p->o.token = p->token;
 	p->task.fn = deliver;
 	p->task.arg = p;
-	/* Signals stay with the threads of the program that runs us. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	rc = -pthread_create(&p->thread, NULL, probe_main, p);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	/* Named by itself: it may have ended before this returns. */
+	rc = emb_thread_start(&p->thread, NULL, probe_main, p, NULL);
 	if (rc)
 		free(p);
 	return rc;

@@ -48,6 +48,7 @@
 #include "cluster/probe.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "proto/wire_cluster.h"
 #include "proto/wire_msg.h"
 #include "metrics/metrics.h"
@@ -2856,10 +2857,9 @@ int emb_sched_create(const struct emb_sched_opts *opts, struct emb_sched **out)
 	rc = emb_listener_create(s->tr, &lo, &s->lis);
 	if (rc)
 		goto err_tr;
-	rc = -pthread_create(&s->thread, NULL, loop_main, s);
+	rc = emb_thread_start(&s->thread, NULL, loop_main, s, "emb-sched");
 	if (rc)
 		goto err_lis;
-	pthread_setname_np(s->thread, "emb-sched");
 	s->running = true;
 	emb_log(EMB_LOG_INFO,
 		"scheduler listening on %s:%u: waiting for %u server%s and "

@@ -35,6 +35,7 @@
 #include "common/err.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "proto/wire_msg.h"
 #include "store/store.h"
 #include "transport/transport.h"
@@ -559,10 +560,10 @@ int emb__bcheck_start(struct emb_server *s, uint32_t rank,
 	pthread_cond_init(&b->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	if (b->period_ms) {
-		rc = -pthread_create(&b->th, NULL, check_main, b);
+		rc = emb_thread_start(&b->th, NULL, check_main, b,
+				      "emb-bcheck");
 		if (rc)
 			goto err_destroy;
-		pthread_setname_np(b->th, "emb-bcheck");
 		b->th_on = true;
 	}
 	*out = b;

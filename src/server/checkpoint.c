@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "store/chain.h"
 #include "store/snapshot.h"
 #include "store/store.h"
@@ -537,9 +538,7 @@ int emb_ckpt_start(struct emb_server *s, const struct emb_ckpt_opts *o,
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	rc = -pthread_create(&c->thread, NULL, ckpt_main, c);
-	if (!rc)
-		pthread_setname_np(c->thread, "emb-ckpt");
+	rc = emb_thread_start(&c->thread, NULL, ckpt_main, c, "emb-ckpt");
 	if (rc) {
 		pthread_cond_destroy(&c->cond);
 		pthread_mutex_destroy(&c->lock);

@@ -25,6 +25,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/optim.h"
+#include "common/thread.h"
 #include "proto/wire_msg.h"
 #include "store/store.h"
 #include "transport/transport.h"
@@ -787,7 +788,7 @@ int emb__fill_start(struct emb__fill *f, struct emb_server *s,
 	f->arg = r->arg;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = -pthread_create(&th, &attr, fill_main, f);
+	rc = emb_thread_start(&th, &attr, fill_main, f, NULL);
 	pthread_attr_destroy(&attr);
 	if (rc) {
 		pthread_mutex_lock(&f->mu);

@@ -40,6 +40,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "server/bcheck.h"
 #include "server/server.h"
 
@@ -553,9 +554,8 @@ int emb_replica_create(struct emb_server *s, struct emb_node *n,
 		pthread_cond_init(&r->sweep_cv, &ca);
 		pthread_condattr_destroy(&ca);
 	}
-	r->sweeper_on = pthread_create(&r->sweeper, NULL, sweep_main, r) == 0;
-	if (r->sweeper_on)
-		pthread_setname_np(r->sweeper, "emb-rsweep");
+	r->sweeper_on = emb_thread_start(&r->sweeper, NULL, sweep_main, r,
+					 "emb-rsweep") == 0;
 	r->srv = s;
 	r->node = n;
 	r->rank = emb_node_rank(n);

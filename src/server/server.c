@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/thread.h"
 
 #include "server/fill.h"
 #include "server/lat.h"
@@ -177,13 +178,12 @@ int emb_server_create(const struct emb_server_opts *opts,
 		goto err_loops;
 	s->port = emb_listener_port(s->listener);
 	for (i = 0; i < opts->threads; i++) {
-		rc = -pthread_create(&s->threads[i], NULL, emb__loop_main,
-				     &s->lstate[i]);
-		if (rc)
-			goto err_threads;
 		snprintf(tname, sizeof(tname), "emb-loop%u",
 			 (unsigned)(uint8_t)i); /* threads <= 256 */
-		pthread_setname_np(s->threads[i], tname);
+		rc = emb_thread_start(&s->threads[i], NULL, emb__loop_main,
+				      &s->lstate[i], tname);
+		if (rc)
+			goto err_threads;
 		s->nstarted++;
 	}
 	if (s->rdma) {

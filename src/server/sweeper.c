@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/thread.h"
 
 void emb__sweep_run(void *arg)
 {
@@ -122,11 +123,10 @@ void emb__sweeper_stop(struct emb_server *s)
 
 int emb__sweeper_start(struct emb_server *s)
 {
-	int rc = -pthread_create(&s->sweeper, NULL, sweeper_main, s);
+	int rc = emb_thread_start(&s->sweeper, NULL, sweeper_main, s,
+				  "emb-sweep");
 
-	if (!rc) {
-		pthread_setname_np(s->sweeper, "emb-sweep");
+	if (!rc)
 		s->sweeper_running = true;
-	}
 	return rc;
 }

@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "common/optim.h"
 #include "common/rowfmt.h"
+#include "common/thread.h"
 
 #include "server/memreg.h"
 #include "server/server_int.h"
@@ -804,12 +805,11 @@ void emb__tables_drop_conn(struct emb_server *s, struct emb_conn *c)
 
 int emb__tables_reaper_start(struct emb_server *s)
 {
-	int rc = -pthread_create(&s->reaper, NULL, reaper_main, s);
+	int rc = emb_thread_start(&s->reaper, NULL, reaper_main, s,
+				  "emb-reap");
 
-	if (!rc) {
-		pthread_setname_np(s->reaper, "emb-reap");
+	if (!rc)
 		s->reaper_running = true;
-	}
 	return rc;
 }
 

@@ -54,6 +54,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/thread.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
 #define GROW_LIMIT ((size_t)4 << 20) /* largest extent growth step */
@@ -443,22 +444,16 @@ static void *helper_main(void *arg)
  * started it, or the thread could not be made). */
 static bool helper_ready(struct emb_arena *a)
 {
-	sigset_t all, old;
 	int rc;
 
 	if (a->helper_on)
 		return a->helper_pid == getpid();
-	/* No signal of the process's is for it. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&a->helper, NULL, helper_main, a);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = emb_thread_start(&a->helper, NULL, helper_main, a, "emb-spare");
 	if (rc) {
 		emb_log(EMB_LOG_DEBUG, "arena %u: no spare thread: %s", a->ind,
 			emb_strerror(-rc));
 		return false;
 	}
-	pthread_setname_np(a->helper, "emb-spare");
 	a->helper_on = true;
 	a->helper_pid = getpid();
 	return true;

@@ -36,6 +36,7 @@
 #include "common/log.h"
 #include "common/optim.h"
 #include "common/rowfmt.h"
+#include "common/thread.h"
 
 #define NGROUPS	  (EMB_NSLOTS / EMB_SNAP_GROUP_SLOTS)
 #define ITER_ROWS 1024u
@@ -623,7 +624,8 @@ static int open_out(struct emb_snap_writer *w)
 				return -ENOMEM;
 			w->page0 = p;
 			w->direct = true;
-			if (pthread_create(&w->io, NULL, io_main, w))
+			if (emb_thread_start(&w->io, NULL, io_main, w,
+					     "emb-snapio"))
 				return -EAGAIN;
 			w->io_running = true;
 			return 0;
@@ -784,7 +786,7 @@ int emb_snap_writer_create(const char *path, const struct emb_snap_meta *meta,
 			goto err_free;
 	}
 	w->meta.file_bytes = EMB_SNAP_HDR_SIZE;
-	rc = -pthread_create(&w->worker, NULL, writer_main, w);
+	rc = emb_thread_start(&w->worker, NULL, writer_main, w, "emb-snap");
 	if (rc)
 		goto err_free;
 	w->worker_running = true;

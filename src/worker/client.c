@@ -24,6 +24,7 @@
 #include "common/addr.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/token.h"
 #include "proto/wire.h"
 #include "transport/transport.h"
@@ -219,10 +220,10 @@ static int client_create(const struct emb_client_opts *opts,
 		goto err_free;
 	emb_log(EMB_LOG_INFO, "connected to %u server%s over %s", c->nsrv,
 		c->nsrv == 1 ? "" : "s", emb_client_transport(c));
-	rc = -pthread_create(&c->thread, NULL, emb__conn_loop, c);
+	rc = emb_thread_start(&c->thread, NULL, emb__conn_loop, c,
+			      "emb-client");
 	if (rc)
 		goto err_conns;
-	pthread_setname_np(c->thread, "emb-client");
 	c->running = true;
 	*out = c;
 	return 0;

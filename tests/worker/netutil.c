@@ -345,6 +345,54 @@ void nt_child_reap(struct nt_child *ch, int sig)
 	}
 }
 
+void nt_print_file(const char *path, const char *prefix)
+{
+	char line[1024];
+	FILE *f = fopen(path, "r");
+
+	if (!f) {
+		fprintf(stderr, "%scannot open %s\n", prefix, path);
+		return;
+	}
+	while (fgets(line, sizeof(line), f))
+		fprintf(stderr, "%s%s", prefix, line);
+	fclose(f);
+}
+
+int nt_child_exit(struct nt_child *ch, int timeout_ms)
+{
+	int status, code = -1;
+
+	for (int waited = 0; ch->pid > 0; waited += 10) {
+		pid_t r = waitpid(ch->pid, &status, WNOHANG);
+
+		if (r == ch->pid) {
+			code = WIFEXITED(status) ? WEXITSTATUS(status)
+						 : 128 + WTERMSIG(status);
+			ch->pid = 0;
+			break;
+		}
+		if (r < 0 && errno != EINTR) {
+			ch->pid = 0;
+			break;
+		}
+		if (waited >= timeout_ms) {
+			fprintf(stderr, "pid %d has not exited in %d ms: "
+				"killed\n", (int)ch->pid, timeout_ms);
+			kill(ch->pid, SIGKILL);
+			waitpid(ch->pid, NULL, 0);
+			ch->pid = 0;
+			break;
+		}
+		sleep_ms(10);
+	}
+	if (code != 0) {
+		fprintf(stderr, "pid exited %d; its log %s:\n", code, ch->log);
+		nt_print_file(ch->log, "  | ");
+	}
+	return code;
+}
+
 float nt_dyadic(uint64_t *rng)
 {
 	return (float)((int)(emb_splitmix64(rng) % 129) - 64) / 64.0f;

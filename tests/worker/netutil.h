@@ -107,4 +107,16 @@ void nt_child_start(struct nt_child *ch, const char *const *args);
 /* Sends sig (if not 0), waits for the process and removes its log. */
 void nt_child_reap(struct nt_child *ch, int sig);
 
+/*
+ * Waits up to timeout_ms for the process to exit by itself: its exit
+ * status (128 + the signal if one ended it), or -1 when it did not exit in
+ * time, when it is killed. Anything but 0 prints its log to stderr, so a
+ * failed case shows why. The pid is reaped; nt_child_reap() still
+ * removes the log.
+ */
+int nt_child_exit(struct nt_child *ch, int timeout_ms);
+
+/* Copies the file at path to stderr, each line after prefix. */
+void nt_print_file(const char *path, const char *prefix);
+
 #endif
