@@ -622,7 +622,12 @@ static void test_moving(void)
 	CU_ASSERT_EQUAL(emb_last_error(msg, sizeof(msg)), -ETIMEDOUT);
 	snprintf(want, sizeof(want), "127.0.0.1:%u (rank 1)", ports[1]);
 	CU_ASSERT_PTR_NOT_NULL(strstr(msg, want));
-	CU_ASSERT_PTR_NOT_NULL(strstr(msg, emb_strerror(EMB_EMOVING)));
+	/* What the server last said, the refusal; or, when the deadline
+	 * came with an attempt sent again and not answered yet (a loaded
+	 * machine), no reason after "deadline": never another one. */
+	CU_ASSERT(strstr(msg, emb_strerror(EMB_EMOVING)) ||
+		  (strlen(msg) > 8 &&
+		   !strcmp(msg + strlen(msg) - 8, "deadline")));
 	printf("(%llu ms, \"%s\") ", (unsigned long long)ms, msg);
 
 	emb_client_table_close(t);
