@@ -751,7 +751,12 @@ static void test_moving_map(void)
 	pthread_join(th, NULL);
 	printf("(%u maps: the push went again %llu ms after them in all) ",
 	       h.maps, (unsigned long long)h.waited);
+#ifndef __SANITIZE_THREAD__
+	/* A wall-clock bound: not under ThreadSanitizer, which runs the
+	 * client's loop many times slower (beside CI's load, 514 ms once);
+	 * the plain build checks it. */
 	CU_ASSERT(h.waited < 250);
+#endif
 	CU_ASSERT_EQUAL(emb_client_table_pull(t, &id, 1, after, 0, NULL), 0);
 	for (uint32_t j = 0; j < DIM; j++)
 		CU_ASSERT_DOUBLE_EQUAL(after[j], before[j] - sp.optim.lr, 1e-5);
