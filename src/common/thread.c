@@ -4,8 +4,10 @@
 #include "common/thread.h"
 
 #include <errno.h>
+#include <signal.h>
 
-void emb_thread_sigset(sigset_t *set)
+/* The set emb_thread_start() blocks, into *set. */
+static void thread_sigset(sigset_t *set)
 {
 	static const int keep[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL,
 				   SIGTRAP, SIGSYS, SIGPROF};
@@ -23,7 +25,7 @@ int emb_thread_start(pthread_t *th, const pthread_attr_t *attr,
 
 	/* The new thread inherits the creator's mask: blocked around the
 	 * create, it never runs a moment with the signals open. */
-	emb_thread_sigset(&block);
+	thread_sigset(&block);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
 	rc = pthread_create(th, attr, fn, arg);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);

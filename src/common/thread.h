@@ -22,7 +22,6 @@
 #define EMB_COMMON_THREAD_H
 
 #include <pthread.h>
-#include <signal.h>
 
 /*
  * pthread_create(th, attr, fn, arg) with the signals above blocked in the
@@ -32,8 +31,5 @@
  */
 int emb_thread_start(pthread_t *th, const pthread_attr_t *attr,
 		     void *(*fn)(void *), void *arg, const char *name);
-
-/* The set emb_thread_start() blocks, into *set. */
-void emb_thread_sigset(sigset_t *set);
 
 #endif

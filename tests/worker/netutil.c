@@ -387,7 +387,12 @@ int nt_child_exit(struct nt_child *ch, int timeout_ms)
 		sleep_ms(10);
 	}
 	if (code != 0) {
-		fprintf(stderr, "pid exited %d; its log %s:\n", code, ch->log);
+		if (code < 0)
+			fprintf(stderr, "no exit status; its log %s:\n",
+				ch->log);
+		else
+			fprintf(stderr, "exit status %d; its log %s:\n", code,
+				ch->log);
 		nt_print_file(ch->log, "  | ");
 	}
 	return code;
